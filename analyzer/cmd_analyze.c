@@ -1,0 +1,1 @@
+/* analyzer/cmd_analyze.c — placeholder until implemented. */

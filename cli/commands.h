@@ -1,0 +1,10 @@
+/* cli/commands.h — every subcommand's entry point. Each is defined in the module that owns it
+ * and returns the process exit status (0 ok, 1 failure, 2 usage error); none calls exit(). */
+#ifndef MP_CLI_COMMANDS_H
+#define MP_CLI_COMMANDS_H
+
+int mp_cmd_run(int argc, char **argv);     /* runtime/cmd_run.c */
+int mp_cmd_inspect(int argc, char **argv); /* runtime/cmd_inspect.c */
+int mp_cmd_mkmodel(int argc, char **argv); /* runtime/cmd_mkmodel.c */
+
+#endif

@@ -1,0 +1,50 @@
+/* cli/main.c — the `moeplan` binary: dispatches subcommands to the modules that own them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"run", mp_cmd_run, "generate text from a GGUF MoE model"},
+    {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
+    {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
+};
+static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
+
+static void usage(FILE *f)
+{
+    fprintf(f, "moeplan %s — profile MoE routing and plan expert placement\n\n"
+               "usage: moeplan COMMAND [options]   (moeplan COMMAND --help for each)\n\ncommands:\n",
+            MP_VERSION);
+    for (int i = 0; i < n_commands; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-10s %s\n", "version", "print the version");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(name, "version") || !strcmp(name, "--version")) {
+        printf("moeplan %s\n", MP_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < n_commands; i++)
+        if (!strcmp(name, commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "moeplan: unknown command '%s' (try moeplan --help)\n", name);
+    return 2;
+}

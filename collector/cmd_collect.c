@@ -1,0 +1,1 @@
+/* collector/cmd_collect.c — placeholder until implemented. */

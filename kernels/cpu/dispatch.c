@@ -1,0 +1,1 @@
+/* kernels/cpu/dispatch.c — placeholder until implemented. */

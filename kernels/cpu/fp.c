@@ -1,0 +1,1 @@
+/* kernels/cpu/fp.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* kernels/cpu/quant_avx2.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* kernels/cpu/quant_scalar.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* kernels/cpu/quantize.c — placeholder until implemented. */

@@ -1,0 +1,85 @@
+// kernels/cuda/norm.cu — RMSNorm on the device, the first CUDA kernel (tested against
+// kernels/cpu/ops_scalar.c's mp_rmsnorm on random inputs in tests/gpu/).
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "kernels/cuda/cuda_ops.h"
+
+// One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    const float *xr = x + blockIdx.x * n;
+    float *outr = out + blockIdx.x * n;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        sum += xr[i] * xr[i];
+    __shared__ float warp_sums[32];
+    for (int off = 16; off > 0; off >>= 1)
+        sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if ((threadIdx.x & 31) == 0)
+        warp_sums[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        int n_warps = (blockDim.x + 31) >> 5;
+        sum = threadIdx.x < n_warps ? warp_sums[threadIdx.x] : 0.0f;
+        for (int off = 16; off > 0; off >>= 1)
+            sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (threadIdx.x == 0)
+            warp_sums[0] = sum;
+    }
+    __syncthreads();
+    const float scale = rsqrtf(warp_sums[0] / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+}
+
+extern "C" int mp_cuda_available(char *why, size_t why_cap)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(why, why_cap, "no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 7) {
+        snprintf(why, why_cap, "CUDA device 0 is unsupported (compute capability %d.%d < 7.0)",
+                 prop.major, prop.minor);
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int mp_cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int64_t rows,
+                               int64_t n, float eps, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    rmsnorm_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_w, n, eps);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int mp_cuda_rmsnorm_host(float *out, const float *x, const float *w, int64_t rows,
+                                    int64_t n, float eps)
+{
+    float *d_x = NULL, *d_w = NULL, *d_out = NULL;
+    size_t bytes = (size_t)(rows * n) * sizeof(float);
+    int rc = -1;
+    if (cudaMalloc(&d_x, bytes) != cudaSuccess || cudaMalloc(&d_out, bytes) != cudaSuccess ||
+        cudaMalloc(&d_w, (size_t)n * sizeof(float)) != cudaSuccess)
+        goto done;
+    if (cudaMemcpy(d_x, x, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(d_w, w, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+        goto done;
+    if (mp_cuda_rmsnorm(d_out, d_x, d_w, rows, n, eps, 0) != 0)
+        goto done;
+    if (cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        goto done;
+    rc = 0;
+done:
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_out);
+    return rc;
+}

@@ -1,0 +1,121 @@
+/* kernels/quant.h — quantized block layouts and the per-type kernel table.
+ *
+ * The block structs are GGUF's on-disk layouts, byte for byte (ggml's ggml-common.h defines the
+ * same; sizes are checked by static asserts in kernels/cpu/fp.c). CPU and CUDA code share them.
+ *
+ * Invariants:
+ *  - a row of `n` elements of type T occupies n / mp_type_block_elems(T) * mp_type_block_bytes(T)
+ *    bytes, and n is always a multiple of the block size (loaders reject other shapes);
+ *  - mp_type_ops_get() returns the fastest variant this CPU supports, chosen once by cpuid;
+ *    mp_type_ops_scalar() returns the scalar reference that every variant is tested against.
+ */
+#ifndef MP_KERNELS_QUANT_H
+#define MP_KERNELS_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGML/GGUF type ids (the values are the file format's). Only these are supported. */
+typedef enum mp_type {
+    MP_TYPE_F32 = 0,
+    MP_TYPE_F16 = 1,
+    MP_TYPE_Q4_0 = 2,
+    MP_TYPE_Q8_0 = 8,
+    MP_TYPE_Q4_K = 12,
+    MP_TYPE_Q6_K = 14,
+    MP_TYPE_Q8_K = 15, /* activations only: the partner of the K-quants in dot products */
+    MP_TYPE_BF16 = 30,
+} mp_type;
+
+#define MP_QK4_0 32
+#define MP_QK8_0 32
+#define MP_QK_K 256
+#define MP_K_SCALE_SIZE 12
+
+typedef uint16_t mp_f16;  /* IEEE half, bit pattern */
+typedef uint16_t mp_bf16; /* bfloat16, bit pattern */
+
+typedef struct {
+    mp_f16 d;                  /* scale */
+    uint8_t qs[MP_QK4_0 / 2];  /* 4-bit quants: low nibbles are elements 0..15, high 16..31 */
+} mp_block_q4_0;               /* 18 bytes / 32 elements */
+
+typedef struct {
+    mp_f16 d;                  /* scale */
+    int8_t qs[MP_QK8_0];       /* quants */
+} mp_block_q8_0;               /* 34 bytes / 32 elements */
+
+typedef struct {
+    mp_f16 d;                          /* super-block scale for the quantized scales */
+    mp_f16 dmin;                       /* super-block scale for the quantized mins */
+    uint8_t scales[MP_K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each, packed */
+    uint8_t qs[MP_QK_K / 2];           /* 4-bit quants */
+} mp_block_q4_K;                       /* 144 bytes / 256 elements */
+
+typedef struct {
+    uint8_t ql[MP_QK_K / 2];      /* quants, lower 4 bits */
+    uint8_t qh[MP_QK_K / 4];      /* quants, upper 2 bits */
+    int8_t scales[MP_QK_K / 16];  /* 16 scales, 8 bits */
+    mp_f16 d;                     /* super-block scale */
+} mp_block_q6_K;                  /* 210 bytes / 256 elements */
+
+typedef struct {
+    float d;                      /* scale */
+    int8_t qs[MP_QK_K];           /* quants */
+    int16_t bsums[MP_QK_K / 16];  /* sum of quants in groups of 16 */
+} mp_block_q8_K;                  /* 292 bytes / 256 elements */
+
+/* Half/bfloat conversions (scalar; bit-exact with IEEE round-to-nearest-even). */
+float mp_f16_to_f32(mp_f16 h);
+mp_f16 mp_f32_to_f16(float f);
+float mp_bf16_to_f32(mp_bf16 h);
+mp_bf16 mp_f32_to_bf16(float f);
+
+/* Per-type facts. Unknown types give 0 / NULL. */
+int mp_type_supported(int type);          /* 1 for the weight types above (not Q8_K) */
+int64_t mp_type_block_elems(int type);
+size_t mp_type_block_bytes(int type);
+const char *mp_type_name(int type);       /* "Q4_K", ... or NULL */
+int mp_type_from_name(const char *name);  /* case-insensitive; -1 if unknown */
+/* Bytes of a row of n elements, or 0 if n is not a multiple of the block size. */
+size_t mp_type_row_bytes(int type, int64_t n);
+
+/* The kernels of one weight type. All pointers are plain rows; no alignment is assumed beyond
+ * the block struct's natural alignment of 1 (GGUF data is only 32-byte aligned per tensor). */
+typedef struct mp_type_ops {
+    int type;
+    /* The format the activation vector must be in for vec_dot: F32 for F32/F16/BF16 weights,
+     * Q8_0 for Q4_0/Q8_0, Q8_K for Q4_K/Q6_K (as ggml does). */
+    int vec_dot_type;
+    /* dst[0..n) = dequantized src row. */
+    void (*dequantize_row)(const void *src, float *dst, int64_t n);
+    /* Reference quantizer (round-to-nearest, ggml's *_ref algorithms), used by mkmodel and for
+     * activations. n must be a multiple of the block size. */
+    void (*quantize_row)(const float *src, void *dst, int64_t n);
+    /* Dot product of one weight row (this type) with one activation row (vec_dot_type), n elems. */
+    float (*vec_dot)(int64_t n, const void *w_row, const void *x_row);
+} mp_type_ops;
+
+const mp_type_ops *mp_type_ops_get(int type);    /* dispatched (fastest supported) */
+const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
+
+/* Which SIMD level the dispatcher chose: "scalar", "avx2" (AVX2+FMA+F16C), "avx512". */
+const char *mp_kernels_isa(void);
+/* Force the scalar reference everywhere (tests, --no-simd). Call before any mp_type_ops_get. */
+void mp_kernels_force_scalar(int on);
+
+/* Matrix-vector over a row range, the decode hot loop (multithreaded by the caller over rows):
+ * y[r - row_begin] = dot(W[r], x) for r in [row_begin, row_end). W rows are row_bytes apart.
+ * x is already in ops->vec_dot_type. */
+void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
+                  int64_t row_begin, int64_t row_end, const void *x, float *y);
+
+/* Matrix-matrix over a row range, the prefill loop: for each of n_x activation rows (x_stride
+ * bytes apart, in vec_dot_type) and each weight row r in [row_begin, row_end):
+ *   y[i * y_stride + (r - row_begin)] = dot(W[r], x_i).
+ * Tiled so that each weight row is read once per tile of activation rows. */
+void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
+                  int64_t row_begin, int64_t row_end, const void *x, size_t x_stride, int64_t n_x,
+                  float *y, int64_t y_stride);
+
+#endif

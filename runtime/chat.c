@@ -1,0 +1,1 @@
+/* runtime/chat.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* runtime/gguf.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* runtime/gguf_write.c — placeholder until implemented. */

@@ -1,0 +1,49 @@
+/* runtime/hooks.h — the narrow interface through which the runtime reports what it does.
+ *
+ * The collector implements these callbacks; the runtime never links SQL. With tracing off the
+ * session holds a NULL hooks pointer and the hot path does nothing else: no allocation, no copy,
+ * no synchronization. Every pointer passed to a callback is valid only during the call.
+ */
+#ifndef MP_RUNTIME_HOOKS_H
+#define MP_RUNTIME_HOOKS_H
+
+#include <stdint.h>
+
+typedef enum mp_phase { MP_PHASE_PREFILL = 0, MP_PHASE_DECODE = 1 } mp_phase;
+
+/* Per (step, MoE layer) timing of the expert block. Zero where a path did not run. */
+typedef struct mp_moe_timing {
+    int64_t gpu_expert_ns;
+    int64_t cpu_expert_ns;
+    int64_t h2d_bytes, h2d_ns;
+    int64_t d2h_bytes, d2h_ns;
+    int64_t sync_ns;
+    int64_t merge_ns;
+    int64_t hits;    /* routes served by resident (GPU) experts */
+    int64_t misses;  /* routes served from host memory */
+} mp_moe_timing;
+
+typedef struct mp_hooks {
+    void *user;
+    void (*request_begin)(void *user, int64_t request_id, const int32_t *prompt_tokens,
+                          int64_t n_prompt_tokens);
+    void (*step_begin)(void *user, int64_t request_id, int64_t step, mp_phase phase,
+                       int64_t n_rows, int64_t pos);
+    /* Routing of one MoE layer for this step: expert_ids and weights are n_rows × top_k,
+     * row-major, weights after any renormalization (what the combine uses). */
+    void (*routing)(void *user, int64_t layer, int64_t n_rows, int64_t top_k,
+                    const int32_t *expert_ids, const float *weights);
+    void (*moe_timing)(void *user, int64_t layer, const mp_moe_timing *timing);
+    void (*step_end)(void *user, int64_t duration_ns);
+    void (*request_end)(void *user, int64_t n_generated_tokens);
+} mp_hooks;
+
+/* Optional routing override (route replay): fill ids/weights (n_rows × top_k) for this layer
+ * and step instead of the router's choice. Returns 0, or a negative mp_status to stop the run. */
+typedef struct mp_route_source {
+    void *user;
+    int (*route)(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *expert_ids,
+                 float *weights);
+} mp_route_source;
+
+#endif

@@ -1,0 +1,1 @@
+/* runtime/mkmodel.c — placeholder until implemented. */

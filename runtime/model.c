@@ -1,0 +1,1 @@
+/* runtime/model.c — placeholder until implemented. */

@@ -1,0 +1,105 @@
+/* runtime/model.h — model descriptors: hyperparameters and weight views of a MoE transformer.
+ *
+ * One descriptor type serves every architecture; an architecture is the set of its differences
+ * (mp_arch_traits): qwen3moe, olmoe and mixtral differ in q/k normalization, RoPE style, and
+ * whether top-k router weights are renormalized. Weights are views into the GGUF mapping (no
+ * copies); a model can also be assembled in memory from arrays (tests do).
+ *
+ * Invariants after mp_model_load:
+ *  - every tensor the architecture needs exists with exactly the expected shape and a supported
+ *    type; every row length is a multiple of its type's block size;
+ *  - n_head % n_head_kv == 0; n_expert_used <= n_expert; rot_dim <= head_dim and is even.
+ */
+#ifndef MP_RUNTIME_MODEL_H
+#define MP_RUNTIME_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/gguf.h"
+
+typedef enum mp_arch { MP_ARCH_QWEN3MOE = 0, MP_ARCH_OLMOE = 1, MP_ARCH_MIXTRAL = 2 } mp_arch;
+typedef enum mp_qk_norm { MP_QK_NORM_NONE = 0, MP_QK_NORM_PER_HEAD = 1, MP_QK_NORM_FULL = 2 } mp_qk_norm;
+typedef enum mp_rope_style { MP_ROPE_NEOX = 0, MP_ROPE_NORM = 1 } mp_rope_style;
+
+typedef struct mp_arch_traits {
+    const char *name;           /* GGUF general.architecture */
+    mp_qk_norm qk_norm;         /* qwen3moe: per head; olmoe: over all heads; mixtral: none */
+    mp_rope_style rope;         /* qwen3moe, olmoe: NeoX; mixtral: interleaved (norm) */
+    bool default_weights_norm;  /* renormalize top-k weights when the GGUF does not say */
+} mp_arch_traits;
+
+const mp_arch_traits *mp_arch_get(mp_arch arch);
+int mp_arch_from_name(const char *name); /* -1 if unknown */
+
+typedef struct mp_hparams {
+    mp_arch arch;
+    int64_t n_layer;
+    int64_t n_embd;        /* hidden size */
+    int64_t n_head;        /* query heads */
+    int64_t n_head_kv;     /* key/value heads (GQA) */
+    int64_t head_dim;      /* key/value length per head */
+    int64_t rot_dim;       /* rotary dimensions (= head_dim unless rope.dimension_count says) */
+    int64_t n_expert;
+    int64_t n_expert_used; /* top-k */
+    int64_t n_ff_exp;      /* expert FFN hidden size */
+    int64_t n_vocab;
+    int64_t n_ctx_train;
+    float rope_freq_base;
+    float rms_eps;
+    bool expert_weights_norm; /* renormalize the top-k router weights to sum to 1 */
+} mp_hparams;
+
+/* A weight tensor: a view with its type and shape. ne[0] is the row length (elements). */
+typedef struct mp_tensor {
+    int type;           /* mp_type */
+    int64_t ne[4];      /* unused dims are 1 */
+    const void *data;
+    size_t row_bytes;   /* bytes of one row of ne[0] elements */
+    size_t nbytes;      /* whole tensor */
+} mp_tensor;
+
+typedef struct mp_layer {
+    mp_tensor attn_norm;   /* (n_embd) f32 */
+    mp_tensor wq;          /* (n_embd -> n_head * head_dim): ne = [n_embd, n_head*head_dim] */
+    mp_tensor wk;          /* ne = [n_embd, n_head_kv*head_dim] */
+    mp_tensor wv;          /* ne = [n_embd, n_head_kv*head_dim] */
+    mp_tensor wo;          /* ne = [n_head*head_dim, n_embd] */
+    mp_tensor q_norm;      /* per head: (head_dim); full: (n_head*head_dim); absent: data NULL */
+    mp_tensor k_norm;      /* per head: (head_dim); full: (n_head_kv*head_dim) */
+    mp_tensor ffn_norm;    /* (n_embd) f32 */
+    mp_tensor gate_inp;    /* router: ne = [n_embd, n_expert] */
+    mp_tensor gate_exps;   /* ne = [n_embd, n_ff_exp, n_expert] */
+    mp_tensor up_exps;     /* ne = [n_embd, n_ff_exp, n_expert] */
+    mp_tensor down_exps;   /* ne = [n_ff_exp, n_embd, n_expert] */
+} mp_layer;
+
+typedef struct mp_model {
+    mp_hparams hp;
+    mp_gguf *gguf;          /* owner of the mapping; NULL for in-memory models */
+    char *path;             /* NULL for in-memory models */
+    mp_tensor tok_embd;     /* ne = [n_embd, n_vocab] */
+    mp_tensor output_norm;  /* (n_embd) */
+    mp_tensor output;       /* ne = [n_embd, n_vocab]; = tok_embd when tied */
+    mp_layer *layers;       /* n_layer */
+} mp_model;
+
+mp_status mp_model_load(const char *path, mp_model **out, mp_error *err);
+/* Build a descriptor over an already open GGUF (takes ownership of g on success). */
+mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err);
+void mp_model_free(mp_model *m);
+
+/* Bytes of one expert of layer il (gate + up + down slices), from the tensor types and shapes. */
+size_t mp_model_expert_bytes(const mp_model *m, int64_t il);
+/* Bytes of everything that is not a routed expert (attention, norms, router, embeddings, head). */
+size_t mp_model_dense_bytes(const mp_model *m);
+
+/* The byte slice of expert e within an expert tensor (ne[2] = n_expert). */
+static inline const void *mp_expert_slice(const mp_tensor *t, int64_t e)
+{
+    return (const char *)t->data + (size_t)e * t->row_bytes * (size_t)t->ne[1];
+}
+
+#endif

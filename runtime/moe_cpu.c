@@ -1,0 +1,1 @@
+/* runtime/moe_cpu.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* runtime/sampler.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* runtime/session.c — placeholder until implemented. */

@@ -1,0 +1,43 @@
+/* runtime/session.h — an inference session: KV cache, scratch, threads, and the forward pass.
+ *
+ * mp_session_eval runs the transformer over n new tokens (a prefill batch or one decode token),
+ * appending to the KV cache at positions [n_past, n_past + n). The forward pass reads top to
+ * bottom in runtime/forward.c; the MoE block is one call (runtime/moe.h) whose CPU/GPU details
+ * live behind it.
+ *
+ * Invariants: n_past + n <= n_ctx (else MP_ERR_LIMIT naming both); logits are float32 over the
+ * vocabulary for the last row (or every row when all_logits is set).
+ */
+#ifndef MP_RUNTIME_SESSION_H
+#define MP_RUNTIME_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/hooks.h"
+#include "runtime/model.h"
+
+typedef struct mp_session_params {
+    int64_t n_ctx;        /* KV cache length in tokens (0: min(model's n_ctx_train, 4096)) */
+    int n_threads;        /* 0: all online CPUs */
+    int64_t n_batch;      /* max rows per eval call for prefill chunks (0: 512) */
+    const mp_hooks *hooks;            /* NULL: no tracing */
+    const mp_route_source *route_src; /* NULL: the router decides */
+} mp_session_params;
+
+typedef struct mp_session mp_session;
+
+mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_session **out,
+                         mp_error *err);
+void mp_session_free(mp_session *s);
+
+/* Evaluate n tokens at the current position. logits: n_vocab floats (last row) or, if all_logits,
+ * n × n_vocab. May be NULL when no logits are wanted (skips the output head). */
+mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
+                          float *logits, mp_error *err);
+int64_t mp_session_n_past(const mp_session *s);
+int64_t mp_session_n_ctx(const mp_session *s);
+void mp_session_reset(mp_session *s); /* forget the KV cache (new request) */
+
+#endif

@@ -1,0 +1,1 @@
+/* runtime/threadpool.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* runtime/tokenizer.c — placeholder until implemented. */

@@ -1,0 +1,66 @@
+/* runtime/tokenizer.h — GGUF `gpt2`-style byte-level BPE tokenizer.
+ *
+ * Loaded from tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,eos_token_id,...}.
+ * Pre-tokenization splits text with the regex of tokenizer.ggml.pre (PCRE2, UTF + Unicode
+ * properties): at least "qwen2" and "gpt-2" (unknown values are an error naming the value).
+ * Special tokens (token_type CONTROL or USER_DEFINED) are matched verbatim before splitting when
+ * parse_special is set. Invariant: decode(encode(text)) == text for any valid UTF-8 text without
+ * special-token strings.
+ */
+#ifndef MP_RUNTIME_TOKENIZER_H
+#define MP_RUNTIME_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/gguf.h"
+
+typedef struct mp_tokenizer mp_tokenizer;
+
+mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err);
+void mp_tokenizer_free(mp_tokenizer *t);
+
+int32_t mp_tokenizer_n_vocab(const mp_tokenizer *t);
+int32_t mp_tokenizer_bos(const mp_tokenizer *t); /* -1 if none */
+int32_t mp_tokenizer_eos(const mp_tokenizer *t); /* -1 if none */
+bool mp_tokenizer_add_bos(const mp_tokenizer *t);
+/* True for end-of-generation tokens (eos, eot, <|im_end|>, <|endoftext|> when present). */
+bool mp_tokenizer_is_eog(const mp_tokenizer *t, int32_t tok);
+/* Id of a token's exact text, or -1. */
+int32_t mp_tokenizer_find(const mp_tokenizer *t, const char *text);
+
+/* Encode len bytes of text (need not be NUL-terminated). *tokens is malloc'd (caller frees).
+ * Invalid UTF-8 is an MP_ERR_ARG error naming the byte offset. */
+mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, size_t len,
+                              bool parse_special, int32_t **tokens, size_t *n_tokens,
+                              mp_error *err);
+/* Bytes of one token's text (byte-level decoded). Returns the byte count (may exceed cap: then
+ * only cap bytes are written). Special tokens render as their text. */
+size_t mp_tokenizer_decode_token(const mp_tokenizer *t, int32_t tok, char *buf, size_t cap);
+
+/* Chat templates. "chatml" (qwen2/qwen3): <|im_start|>user\n{msg}<|im_end|>\n<|im_start|>assistant\n
+ * Returns a malloc'd NUL-terminated string. */
+mp_status mp_chat_apply(const char *template_name, const char *user_msg, char **out, mp_error *err);
+
+/* ---- vocabulary builder for mkmodel ----
+ * Learns byte-level BPE merges on the given corpus until n_merges merges exist (or the corpus
+ * runs out), then appends the special tokens and pads with "[PAD<i>]" tokens to n_vocab.
+ * Output arrays are malloc'd; free with mp_vocab_free. Deterministic. */
+typedef struct mp_vocab {
+    char **tokens;      /* n_vocab token strings (byte-level encoded, as GGUF stores them) */
+    int32_t *types;     /* n_vocab token types: 1 normal, 3 control, 4 user defined, 5 unused, 6 byte */
+    int64_t n_vocab;
+    char **merges;      /* n_merges "left right" strings */
+    int64_t n_merges;
+    int32_t bos_id, eos_id, eot_id; /* eot: <|im_end|> */
+} mp_vocab;
+
+mp_status mp_vocab_build(const char *corpus, size_t corpus_len, int64_t n_vocab,
+                         const char *pre, mp_vocab *out, mp_error *err);
+void mp_vocab_free(mp_vocab *v);
+/* A built-in English + code corpus (a few tens of KB) for mkmodel's default vocabulary. */
+const char *mp_vocab_default_corpus(size_t *len);
+
+#endif

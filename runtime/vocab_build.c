@@ -1,0 +1,1 @@
+/* runtime/vocab_build.c — placeholder until implemented. */

@@ -1,0 +1,1 @@
+/* simulator/cmd_simulate.c — placeholder until implemented. */
