@@ -474,9 +474,11 @@ static mp_status parse_tensor(mp_gguf *g, cursor *c, int64_t i, uint64_t *rel_of
                        "%s's block of %lld, found %lld",
                        c->name, (unsigned long long)ne_at, (int)t->name.len, t->name.ptr,
                        mp_type_name(t->type), (long long)block, (long long)t->ne[0]);
-    uint64_t nbytes = (uint64_t)(t->ne[0] / block) * mp_type_block_bytes(t->type);
+    uint64_t nbytes = 0;
+    bool overflow = __builtin_mul_overflow((uint64_t)(t->ne[0] / block),
+                                           (uint64_t)mp_type_block_bytes(t->type), &nbytes);
     for (int d = 1; d < MP_GGUF_MAX_DIMS; d++)
-        if (__builtin_mul_overflow(nbytes, (uint64_t)t->ne[d], &nbytes))
+        if (overflow || __builtin_mul_overflow(nbytes, (uint64_t)t->ne[d], &nbytes))
             return mp_fail(c->err, MP_ERR_FORMAT,
                            "file %s: offset %llu: tensor '%.*s': byte size overflows 2^64",
                            c->name, (unsigned long long)ne_at, (int)t->name.len, t->name.ptr);

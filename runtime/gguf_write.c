@@ -92,6 +92,8 @@ static mp_status usable(mp_gguf_writer *w, mp_error *err)
 
 static bool put(bytes *b, const void *p, size_t n)
 {
+    if (n == 0)
+        return true; /* p may be NULL for an empty array */
     if (n > SIZE_MAX - b->len)
         return false;
     if (b->len + n > b->cap) {
@@ -313,9 +315,11 @@ mp_status mp_gguf_add_tensor_info(mp_gguf_writer *w, const char *name, uint32_t 
         return wfail(w, err, MP_ERR_ARG,
                      "file %s: tensor '%s': ne[0] = %lld is not a multiple of %s's block of %lld",
                      w->path, name, (long long)t.ne[0], mp_type_name(type), (long long)block);
-    uint64_t nbytes = (uint64_t)(t.ne[0] / block) * mp_type_block_bytes(type);
+    uint64_t nbytes = 0;
+    bool overflow = __builtin_mul_overflow((uint64_t)(t.ne[0] / block),
+                                           (uint64_t)mp_type_block_bytes(type), &nbytes);
     for (int d = 1; d < MP_GGUF_MAX_DIMS; d++)
-        if (__builtin_mul_overflow(nbytes, (uint64_t)t.ne[d], &nbytes))
+        if (overflow || __builtin_mul_overflow(nbytes, (uint64_t)t.ne[d], &nbytes))
             return wfail(w, err, MP_ERR_LIMIT, "file %s: tensor '%s': size overflows", w->path,
                          name);
     t.nbytes = nbytes;
