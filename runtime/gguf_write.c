@@ -21,6 +21,7 @@
 
 #include "kernels/quant.h"
 #include "runtime/gguf.h"
+#include "runtime/gguf_impl.h"
 
 #define MAX_KEY_BYTES 65535
 #define MAX_NAME_BYTES 64
@@ -115,17 +116,6 @@ static bool put_u32(bytes *b, uint32_t v) { return put(b, &v, 4); }
 static bool put_u64(bytes *b, uint64_t v) { return put(b, &v, 8); }
 static bool put_str(bytes *b, const char *s, size_t n) { return put_u64(b, n) && put(b, s, n); }
 
-static size_t scalar_bytes(mp_gguf_vtype t)
-{
-    switch (t) {
-    case MP_GGUF_UINT8: case MP_GGUF_INT8: case MP_GGUF_BOOL: return 1;
-    case MP_GGUF_UINT16: case MP_GGUF_INT16: return 2;
-    case MP_GGUF_UINT32: case MP_GGUF_INT32: case MP_GGUF_FLOAT32: return 4;
-    case MP_GGUF_UINT64: case MP_GGUF_INT64: case MP_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Checks that key can be added now, records it, and starts its record (key + type). */
 static mp_status begin_kv(mp_gguf_writer *w, const char *key, mp_gguf_vtype type, mp_error *err)
 {
@@ -172,7 +162,7 @@ static mp_status check_bools(mp_gguf_writer *w, const uint8_t *p, uint64_t n, co
 mp_status mp_gguf_add_val(mp_gguf_writer *w, const char *key, mp_gguf_vtype type,
                           const void *value, mp_error *err)
 {
-    size_t sz = scalar_bytes(type);
+    size_t sz = gguf_scalar_size(type);
     if (sz == 0)
         return wfail(w, err, MP_ERR_ARG, "file %s: key '%s': %s is not a scalar type", w->path,
                      key, mp_gguf_vtype_name(type));
@@ -262,7 +252,7 @@ mp_status mp_gguf_add_arr_str(mp_gguf_writer *w, const char *key, const char *co
 mp_status mp_gguf_add_arr(mp_gguf_writer *w, const char *key, mp_gguf_vtype elem_type,
                           const void *data, uint64_t n, mp_error *err)
 {
-    size_t sz = scalar_bytes(elem_type);
+    size_t sz = gguf_scalar_size(elem_type);
     mp_status st = usable(w, err);
     if (st)
         return st;

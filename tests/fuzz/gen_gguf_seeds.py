@@ -73,6 +73,11 @@ def main():
     moe = [tensor_info(f"blk.0.ffn_{p}_exps.weight", [32, 1, 2], 8, i * 96) for i, p in
            enumerate(["gate", "up", "down"])]
     write("moe.gguf", image([kv("general.architecture", 8, s("qwen3moe"))], moe, bytes(96 * 3)))
+    # Near misses: a row-byte product of exactly 2^64 (must be rejected, not wrap to 0 bytes) and
+    # two tensors that touch without overlapping.
+    write("bytes_overflow.gguf", image([], [tensor_info("t", [1 << 62], 0, 0)], bytes(32)))
+    write("adjacent.gguf", image([], [tensor_info("a", [8], 0, 32), tensor_info("b", [8], 0, 0)],
+                                 bytes(64)))
     write("truncated.gguf", image(every, [tensor_info("t", [4], 0, 0)], f32)[:-3])
     if os.path.exists(FIXTURE):
         shutil.copy(FIXTURE, os.path.join(OUT, "pywriter.gguf"))
