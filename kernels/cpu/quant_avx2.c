@@ -26,6 +26,12 @@ static inline float hsum_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* the per-block f16 scales through F16C (one instruction; the scalar converter branches) */
+static inline float f16(mp_f16 h)
+{
+    return _cvtsh_ss(h);
+}
+
 static inline __m256i loadu256(const void *p)
 {
     return _mm256_loadu_si256((const __m256i *)p);
@@ -151,13 +157,13 @@ static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
-        const __m256 d0 = _mm256_set1_ps(mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d));
-        const __m256 d1 = _mm256_set1_ps(mp_f16_to_f32(bw[ib + 1].d) * mp_f16_to_f32(bx[ib + 1].d));
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
+        const __m256 d1 = _mm256_set1_ps(f16(bw[ib + 1].d) * f16(bx[ib + 1].d));
         acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q4_0_unpack(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
         acc1 = _mm256_fmadd_ps(d1, dot_i8x32(q4_0_unpack(bw[ib + 1].qs), loadu256(bx[ib + 1].qs)), acc1);
     }
     for (; ib < nb; ib++) {
-        const __m256 d0 = _mm256_set1_ps(mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d));
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
         acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q4_0_unpack(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
     }
     return hsum_ps(_mm256_add_ps(acc0, acc1));
@@ -171,13 +177,13 @@ static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
-        const __m256 d0 = _mm256_set1_ps(mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d));
-        const __m256 d1 = _mm256_set1_ps(mp_f16_to_f32(bw[ib + 1].d) * mp_f16_to_f32(bx[ib + 1].d));
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
+        const __m256 d1 = _mm256_set1_ps(f16(bw[ib + 1].d) * f16(bx[ib + 1].d));
         acc0 = _mm256_fmadd_ps(d0, dot_i8x32(loadu256(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
         acc1 = _mm256_fmadd_ps(d1, dot_i8x32(loadu256(bw[ib + 1].qs), loadu256(bx[ib + 1].qs)), acc1);
     }
     for (; ib < nb; ib++) {
-        const __m256 d0 = _mm256_set1_ps(mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d));
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
         acc0 = _mm256_fmadd_ps(d0, dot_i8x32(loadu256(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
     }
     return hsum_ps(_mm256_add_ps(acc0, acc1));
@@ -187,7 +193,7 @@ static void dequantize_q4_0(const void *src, float *dst, int64_t n)
 {
     const mp_block_q4_0 *b = src; /* (n / 32,) */
     for (int64_t ib = 0; ib < n / MP_QK4_0; ib++) {
-        const __m256 d = _mm256_set1_ps(mp_f16_to_f32(b[ib].d));
+        const __m256 d = _mm256_set1_ps(f16(b[ib].d));
         const __m256i q = q4_0_unpack(b[ib].qs);
         for (int k = 0; k < 4; k++) {
             const __m128i q8 = k < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
@@ -202,7 +208,7 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
 {
     const mp_block_q8_0 *b = src; /* (n / 32,) */
     for (int64_t ib = 0; ib < n / MP_QK8_0; ib++) {
-        const __m256 d = _mm256_set1_ps(mp_f16_to_f32(b[ib].d));
+        const __m256 d = _mm256_set1_ps(f16(b[ib].d));
         for (int k = 0; k < 4; k++) {
             const __m128i part = _mm_loadl_epi64((const __m128i *)(b[ib].qs + 8 * k));
             const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
@@ -246,7 +252,7 @@ static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
     __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    const float d = mp_f16_to_f32(b->d), dmin = mp_f16_to_f32(b->dmin);
+    const float d = f16(b->d), dmin = f16(b->dmin);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
         __m256i sumi = _mm256_setzero_si256();
@@ -294,7 +300,7 @@ static void dequantize_q4_K(const void *src, float *dst, int64_t n)
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
         uint8_t sc[8], m[8];
         q4_K_unpack_scales(b[ib].scales, sc, m);
-        const float d = mp_f16_to_f32(b[ib].d), dmin = mp_f16_to_f32(b[ib].dmin);
+        const float d = f16(b[ib].d), dmin = f16(b[ib].dmin);
         float *y = dst + ib * MP_QK_K;
         for (int c = 0; c < 4; c++) {
             const __m256 d0 = _mm256_set1_ps(d * (float)sc[2 * c]), m0 = _mm256_set1_ps(dmin * (float)m[2 * c]);
@@ -338,13 +344,18 @@ static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size
     /* scales as 16-bit lanes: 32 elements (one u vector) span two scale groups, lanes 0-7 of
      * the maddubs result belong to the first and lanes 8-15 to the second */
     const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
+    /* scale_pair[k] = (8 x scales[2k] | 8 x scales[2k+1]): one byte shuffle each out of the
+     * 16-bit scales 0-7 (or 8-15) copied into both 128-bit lanes */
+    const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+    const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
     __m256i scale_pair[8];
-    for (int k = 0; k < 8; k++) {
-        const __m128i s = _mm_set1_epi16((int16_t)b->scales[2 * k]);
-        const __m128i t = _mm_set1_epi16((int16_t)b->scales[2 * k + 1]);
-        scale_pair[k] = _mm256_set_m128i(t, s);
+    for (int k = 0; k < 4; k++) {
+        const __m256i pick = _mm256_set_m128i(_mm_set1_epi16((int16_t)(0x0302 + 0x0404 * k)),
+                                              _mm_set1_epi16((int16_t)(0x0100 + 0x0404 * k)));
+        scale_pair[k] = _mm256_shuffle_epi8(sc_lo, pick);
+        scale_pair[k + 4] = _mm256_shuffle_epi8(sc_hi, pick);
     }
-    const float d = mp_f16_to_f32(b->d);
+    const float d = f16(b->d);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
         /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum */
@@ -390,7 +401,7 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
         __m256i u[8];
         q6_K_unpack(&b[ib], u);
-        const float d = mp_f16_to_f32(b[ib].d);
+        const float d = f16(b[ib].d);
         float *y = dst + ib * MP_QK_K;
         for (int k = 0; k < 8; k++) {
             uint8_t bytes[32];

@@ -66,6 +66,15 @@ static void rnd_bytes(uint8_t *p, size_t n)
 
 /* ---- helpers ---- */
 
+/* 64-byte aligned memory (C11 wants the size to be a multiple of the alignment); tests add
+ * their own misalignment on top to mimic GGUF rows */
+static void *alloc64(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    cr_assert(p, "out of memory (%zu bytes)", bytes);
+    return p;
+}
+
 static const int k_weight_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
                                      MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
 #define N_WEIGHT_TYPES (int)(sizeof(k_weight_types) / sizeof(k_weight_types[0]))
@@ -201,7 +210,7 @@ static void check_dequantize_fixture(const mp_type_ops *ops, const fixture *fx, 
                                      const char *variant)
 {
     /* copy each row to an address 2 bytes past 32-byte alignment, as GGUF rows may be */
-    uint8_t *buf = aligned_alloc(32, fx->row_bytes + 64);
+    uint8_t *buf = alloc64(fx->row_bytes + 64);
     float *out = malloc(fx->n_cols * sizeof(float));
     for (uint32_t r = 0; r < fx->n_rows; r++) {
         memcpy(buf + 2, fx->quant + r * fx->row_bytes, fx->row_bytes);
@@ -265,7 +274,7 @@ static act_row make_act(int vec_dot_type, int64_t n, size_t misalign)
 {
     act_row a;
     const size_t bytes = mp_type_row_bytes(vec_dot_type, n);
-    a.raw = aligned_alloc(64, bytes + 64);
+    a.raw = alloc64(bytes + 64);
     a.q = a.raw + misalign;
     a.x = malloc(n * sizeof(float));
     a.xhat = malloc(n * sizeof(float));
@@ -316,7 +325,7 @@ Test(quant, vec_dot_scalar_matches_double_reference)
             for (int rep = 0; rep < 8; rep++) {
                 const int64_t n = sizes_blocks[s] * blk + (mp_type_block_elems(type) == 1 ? rep : 0);
                 const size_t wbytes = mp_type_row_bytes(type, n);
-                uint8_t *w = aligned_alloc(64, wbytes + 64);
+                uint8_t *w = alloc64(wbytes + 64);
                 float *what = malloc(n * sizeof(float));
                 if (rep % 2 == 0 || type == MP_TYPE_F32 || type == MP_TYPE_F16 || type == MP_TYPE_BF16) {
                     random_weight_row(type, w, n);
@@ -376,7 +385,7 @@ Test(quant, simd_vec_dot_matches_scalar)
             const size_t wbytes = mp_type_row_bytes(type, n);
             /* weights 2 bytes past 32-byte alignment (4 for F32), activations 4 past */
             const size_t wmis = type == MP_TYPE_F32 ? 4 : 2;
-            uint8_t *w = aligned_alloc(64, wbytes + 64);
+            uint8_t *w = alloc64(wbytes + 64);
             random_weight_row(type, w + wmis, n);
             act_row a = make_act(ref->vec_dot_type, n, 4);
             float *what = malloc(n * sizeof(float));
@@ -409,7 +418,7 @@ Test(quant, simd_dequantize_matches_scalar_exactly)
         for (int trial = 0; trial < 50; trial++) {
             const int64_t n = be == 1 ? 1 + (int64_t)(rnd_u64() % 300) : be * (1 + (int64_t)(rnd_u64() % 8));
             const size_t wbytes = mp_type_row_bytes(type, n);
-            uint8_t *w = aligned_alloc(64, wbytes + 64);
+            uint8_t *w = alloc64(wbytes + 64);
             if (type == MP_TYPE_F16 || type == MP_TYPE_BF16)
                 rnd_bytes(w + 2, wbytes); /* every bit pattern: subnormals, Inf, NaN */
             else
@@ -437,10 +446,10 @@ static void check_rows(const mp_type_ops *ops, const char *variant)
     const int64_t n_rows = 13, n_x = 7; /* a partial GEMM tile at the end */
     const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
     const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols) + 4; /* padded rows */
-    uint8_t *w = aligned_alloc(64, n_rows * row_bytes + 64);
+    uint8_t *w = alloc64(n_rows * row_bytes + 64);
     for (int64_t r = 0; r < n_rows; r++)
         random_weight_row(ops->type, w + r * row_bytes, n_cols);
-    uint8_t *x = aligned_alloc(64, n_x * x_stride + 64);
+    uint8_t *x = alloc64(n_x * x_stride + 64);
     float *xf = malloc(n_cols * sizeof(float));
     for (int64_t i = 0; i < n_x; i++) {
         random_floats(xf, n_cols);
@@ -502,6 +511,36 @@ static double rel_rms_error(int type, const float *x, int64_t n)
     return sqrt(se / sx);
 }
 
+/* The baseline a scale search must beat: per group of `group` elements, asymmetric 4-bit
+ * (min..max over 15 steps, min clamped to <= 0 as Q4_K's) or symmetric 6-bit (amax over 31
+ * steps), scales kept as exact floats. */
+static double naive_rel_rms_error(const float *x, int64_t n, int group, int asym)
+{
+    double se = 0, sx = 0;
+    for (int64_t g = 0; g < n / group; g++) {
+        const float *v = x + g * group;
+        float lo = 0, hi = 0, amax = 0;
+        for (int i = 0; i < group; i++) {
+            lo = fminf(lo, v[i]);
+            hi = fmaxf(hi, v[i]);
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+        for (int i = 0; i < group; i++) {
+            double y;
+            if (asym) {
+                const double s = (hi - lo) / 15.0;
+                y = s > 0 ? lo + s * nearbyint((v[i] - lo) / s) : lo;
+            } else {
+                const double s = amax / 31.0;
+                y = s > 0 ? s * nearbyint(v[i] / s) : 0;
+            }
+            se += (y - v[i]) * (y - v[i]);
+            sx += (double)v[i] * v[i];
+        }
+    }
+    return sqrt(se / sx);
+}
+
 Test(quant, kquant_error_in_expected_range)
 {
     seed_rng();
@@ -527,6 +566,14 @@ Test(quant, kquant_error_in_expected_range)
     cr_assert(e_q4_K < e_q4_0, "seed %llu: Q4_K %.4f not better than Q4_0 %.4f", (unsigned long long)g_seed,
               e_q4_K, e_q4_0);
     cr_assert(e_q8_0 < 0.006, "seed %llu: Q8_0 relative RMS error %.4f", (unsigned long long)g_seed, e_q8_0);
+    /* the scale search must beat plain min/max rounding even though that baseline keeps its
+     * sub-block scales in full float precision while ours are quantized to 6 / 8 bits */
+    const double naive_q4 = naive_rel_rms_error(x, n, 32, 1), naive_q6 = naive_rel_rms_error(x, n, 16, 0);
+    cr_log_info("min/max rounding with float scales: 4-bit asymmetric %.4f, 6-bit symmetric %.4f", naive_q4, naive_q6);
+    cr_assert(e_q4_K < naive_q4, "seed %llu: Q4_K %.4f vs min/max rounding %.4f", (unsigned long long)g_seed,
+              e_q4_K, naive_q4);
+    cr_assert(e_q6_K < naive_q6, "seed %llu: Q6_K %.4f vs max rounding %.4f", (unsigned long long)g_seed,
+              e_q6_K, naive_q6);
     /* offset data (all positive sub-blocks) exercises Q4_K's mins */
     for (int64_t i = 0; i < n; i++)
         x[i] = 0.05f + fabsf(rnd_gauss()) * 0.02f;
