@@ -82,7 +82,9 @@ mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err)
     uint64_t n_tokens = 0, n_merges = 0;
     if ((st = read_str_array(g, origin, "tokenizer.ggml.tokens", &tokens, &n_tokens, err)) != MP_OK)
         goto done;
-    if ((st = read_str_array(g, origin, "tokenizer.ggml.merges", &merges, &n_merges, err)) != MP_OK)
+    /* No merges is a valid (byte-per-token) vocabulary; writers omit an empty merges array. */
+    if (mp_gguf_find_key(g, "tokenizer.ggml.merges") >= 0 &&
+        (st = read_str_array(g, origin, "tokenizer.ggml.merges", &merges, &n_merges, err)) != MP_OK)
         goto done;
     if (mp_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
         mp_gguf_vtype et;
