@@ -115,8 +115,9 @@ typedef struct mp_trace_counts {
 } mp_trace_counts;
 mp_trace_counts mp_trace_writer_counts(const mp_trace_writer *w);
 
-/* Live capture: hooks that record into w (request ids, steps and phases come from the runtime).
- * The first error stops recording; mp_trace_hooks_status returns it afterwards. */
+/* Live capture: hooks that record into w (request ids, steps and phases come from the runtime),
+ * synchronously: SQLite runs inside the hook calls. The first error stops recording; it is kept
+ * in state->status / state->error. */
 typedef struct mp_trace_hooks_state {
     mp_trace_writer *w;
     mp_status status;
@@ -124,6 +125,17 @@ typedef struct mp_trace_hooks_state {
     int64_t clock_start_ns;
 } mp_trace_hooks_state;
 mp_hooks mp_trace_hooks(mp_trace_hooks_state *state, mp_trace_writer *w);
+
+/* Live capture off the hot path: the hooks only copy what they are given into a reused step
+ * buffer; at step_end (and request_end) the buffer is handed to a writer thread, which replays it
+ * through the synchronous hooks above. Two buffers alternate, so the forward pass waits only if
+ * the writer is a whole step behind. A kill -9 loses at most the two steps in flight.
+ * Usage: mp_trace_async_start(w, &a, &hooks, &err); run with hooks; mp_trace_async_stop(a, &err)
+ * (drains, joins, frees; returns the first error of the hooks or the writer); then finish. */
+typedef struct mp_trace_async mp_trace_async;
+mp_status mp_trace_async_start(mp_trace_writer *w, mp_trace_async **out, mp_hooks *hooks,
+                               mp_error *err);
+mp_status mp_trace_async_stop(mp_trace_async *a, mp_error *err);
 
 /* The schema text (schemas/trace.sql, embedded at build time). */
 extern const char mp_trace_schema_sql[];
