@@ -3,6 +3,9 @@
  *
  * usage: mp_trace_size [--layers 48] [--experts 128] [--top-k 8] [--requests 20] [--prompt 128]
  *                      [--gen 256] [--weights f16|f32] [--out /tmp/mp_trace_size.db] [--async 1]
+ *                      [--step-us N] [--trace 0|1]
+ * --step-us N busy-waits N us per step (a simulated forward pass); compare steps/s with
+ * --trace 0 (tracing off: no hook is called) and --trace 1 for the tok/s ratio on vs off.
  * Routing is drawn from a skewed (Zipf-like) distribution with a fixed seed; the size does not
  * depend on the values (blobs are fixed-width), only on the shape. Prints file bytes, bytes per
  * (token, layer), bytes per token, and the time the hooks take on the caller's thread per step
@@ -35,6 +38,8 @@ int main(int argc, char **argv)
     int64_t layers = 48, experts = 128, top_k = 8, requests = 20, prompt = 128, gen = 256;
     const char *out = "/tmp/mp_trace_size.db", *weights = "f16";
     int async = 0;
+    int64_t step_us = 0; /* simulated forward pass per step (busy), to measure tok/s on vs off */
+    int trace_on = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         int64_t x = strtoll(v, NULL, 10);
@@ -47,6 +52,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--weights")) weights = v;
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--async")) async = (int)x;
+        else if (!strcmp(a, "--step-us")) step_us = x;
+        else if (!strcmp(a, "--trace")) trace_on = (int)x;
         else {
             fprintf(stderr, "mp_trace_size: unknown option %s\n", a);
             return 2;
@@ -96,7 +103,8 @@ int main(int argc, char **argv)
     double t_write = 0;
     int64_t n_steps = 0;
     for (int64_t r = 0; r < requests; r++) {
-        h.request_begin(h.user, r, tokens, prompt);
+        if (trace_on)
+            h.request_begin(h.user, r, tokens, prompt);
         for (int64_t s = 0; s <= gen; s++) {
             int64_t rows = s == 0 ? prompt : 1;
             for (int64_t l = 0; l < layers; l++) {
@@ -106,6 +114,13 @@ int main(int argc, char **argv)
                         ids[i * top_k + k] = (int32_t)((base + k) % experts);
                         wt[i * top_k + k] = 1.0f / (float)top_k;
                     }
+                if (l == 0 && step_us > 0) { /* the forward pass this step would take */
+                    double until = now_s() + (double)step_us * 1e-6;
+                    while (now_s() < until)
+                        ;
+                }
+                if (!trace_on)
+                    continue;
                 double t0 = now_s();
                 if (l == 0)
                     h.step_begin(h.user, r, s, s ? MP_PHASE_DECODE : MP_PHASE_PREFILL, rows,
@@ -117,7 +132,8 @@ int main(int argc, char **argv)
             }
             n_steps++;
         }
-        h.request_end(h.user, gen);
+        if (trace_on)
+            h.request_end(h.user, gen);
     }
     if (async && mp_trace_async_stop(as, &err))
         goto fail;
@@ -143,6 +159,11 @@ int main(int argc, char **argv)
            "record; all writes done after %.2f s\n", async ? "async" : "sync",
            1e6 * t_write / (double)n_steps, (long long)n_steps,
            1e9 * t_write / (double)(n_steps * layers), t_all);
+    if (step_us > 0)
+        printf("run: %.3f s wall for %lld steps of %lld us simulated forward pass (tracing %s) = "
+               "%.1f steps/s\n", t_all, (long long)n_steps, (long long)step_us,
+               trace_on ? (async ? "on, async" : "on, sync") : "off",
+               (double)n_steps / t_all);
     free(ids);
     free(wt);
     free(tokens);
