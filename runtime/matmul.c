@@ -8,7 +8,7 @@
 #include "kernels/quant.h"
 
 typedef struct quant_job {
-    const mp_type_ops *ops;
+    int vdt;
     const float *x;
     int64_t x_stride, n_cols;
     char *q;
@@ -18,13 +18,15 @@ typedef struct quant_job {
 static void quant_task(void *ctx, int64_t row, int thread)
 {
     const quant_job *j = ctx;
-    j->ops->quantize_row(j->x + row * j->x_stride, j->q + (size_t)row * j->q_row_bytes, j->n_cols);
+    /* vdt comes from a weight type's ops table, so it is always an activation format */
+    (void)mp_quantize_activation(j->vdt, j->x + row * j->x_stride,
+                                 j->q + (size_t)row * j->q_row_bytes, j->n_cols);
 }
 
 void mp_act_quantize(mp_pool *pool, int vdt, const float *x, int64_t x_stride, int64_t n_rows,
                      int64_t n_cols, void *q)
 {
-    quant_job j = {mp_type_ops_get(vdt), x, x_stride, n_cols, q, mp_type_row_bytes(vdt, n_cols)};
+    quant_job j = {vdt, x, x_stride, n_cols, q, mp_type_row_bytes(vdt, n_cols)};
     mp_pool_run(pool, n_rows, quant_task, &j);
 }
 
