@@ -79,6 +79,12 @@ mp_status mp_trace_request_begin(mp_trace_writer *w, int64_t request_id, const c
 mp_status mp_trace_request_end(mp_trace_writer *w, int64_t n_gen_tokens, int64_t end_ns,
                                mp_error *err);
 
+/* Labels for live capture, where the hooks carry only request ids: a request begun with
+ * external_id NULL and 0 <= request_id < n gets external_ids[request_id] and, if prompt_texts is
+ * non-NULL, prompt_texts[request_id]. The arrays must stay valid until the last request begins. */
+void mp_trace_writer_set_request_labels(mp_trace_writer *w, const char *const *external_ids,
+                                        const char *const *prompt_texts, int64_t n);
+
 /* Steps of a request are numbered 0, 1, 2, ... (enforced). pos -1 if unknown. */
 mp_status mp_trace_step_begin(mp_trace_writer *w, int64_t step, mp_phase phase, int64_t n_rows,
                               int64_t pos, mp_error *err);
