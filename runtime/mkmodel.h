@@ -65,7 +65,7 @@ typedef struct mp_mkmodel_config {
 
 /* The default router skew: tuned so that the `flame` geometry (64 experts, top-6) gives the top
  * half of experts about the share of routes the real FLAME-MoE-290M trace shows (docs/mkmodel.md). */
-#define MP_MK_DEFAULT_SKEW 0.5
+#define MP_MK_DEFAULT_SKEW 0.1
 
 /* Preset names, NULL-terminated, for --help. */
 extern const char *const mp_mkmodel_preset_names[];
@@ -115,5 +115,23 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
 /* The router's rank of expert e in layer il (0 = most preferred): a permutation of the experts
  * drawn per layer from the seed. Exposed so that tests can compare measured routing with it. */
 int64_t mp_mkmodel_expert_rank(const mp_mkmodel_config *cfg, int64_t il, int64_t e);
+
+/* ---- measuring what the router does (runtime/mkmodel_measure.c) ----
+ * Run n_seq sequences of seq_len tokens of the built-in corpus (sequences start evenly spread over
+ * it, the KV cache reset between them, as a batch of unrelated prompts) through the model at path
+ * and count the routes of every (layer, expert). counts is malloc'd (n_layer x n_expert). */
+typedef struct mp_mk_routes {
+    int64_t n_layer, n_expert, top_k;
+    int64_t n_tokens;   /* tokens evaluated */
+    int64_t *counts;    /* (n_layer, n_expert) routes per expert */
+} mp_mk_routes;
+
+mp_status mp_mkmodel_measure_routes(const char *path, int64_t n_seq, int64_t seq_len, int n_threads,
+                                    mp_mk_routes *out, mp_error *err);
+void mp_mk_routes_free(mp_mk_routes *r);
+/* Share of routes served by the most-used half of each layer's experts, pooled over layers. */
+double mp_mk_routes_top_half_share(const mp_mk_routes *r);
+/* The same for one layer. */
+double mp_mk_routes_layer_top_half_share(const mp_mk_routes *r, int64_t layer);
 
 #endif

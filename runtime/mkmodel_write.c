@@ -174,7 +174,17 @@ static void gen_row(const gen_ctx *g, int64_t row, float *dst)
         dst[j] = rng_normal(&r) * std;
     switch (t->cls) {
     case MP_MK_EMBD: dst[0] = MK_BIAS_CHANNEL; break;
-    case MP_MK_OUTPUT: dst[0] = 0.0f; break; /* no per-token bias in the logits */
+    case MP_MK_OUTPUT:
+    case MP_MK_ATTN_Q:
+    case MP_MK_ATTN_K:
+    case MP_MK_ATTN_V:
+    case MP_MK_FFN_GATE:
+    case MP_MK_FFN_UP:
+        /* Only the router reads the bias channel: a constant input here would add the same
+         * vector to every token's q/k/v or expert output, a shared direction that the routers
+         * would then read as a random, seed-dependent preference. */
+        dst[0] = 0.0f;
+        break;
     case MP_MK_ROUTER:
         dst[0] = (float)(-cfg->skew * log((double)g->rank[row] + 1.0)) / MK_BIAS_CHANNEL;
         break;
@@ -265,7 +275,6 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
     TRY(mp_gguf_add_str(w, "general.name", c->name, err));
     TRY(mp_gguf_add_u32(w, "general.file_type", file_type(c), err));
     TRY(mp_gguf_add_u32(w, "general.quantization_version", 2, err));
-    TRY(mp_gguf_add_u32(w, "general.alignment", 32, err));
     TRY(add_arch_u32(w, a, "block_count", c->n_layer, err));
     TRY(add_arch_u32(w, a, "context_length", c->n_ctx, err));
     TRY(add_arch_u32(w, a, "embedding_length", c->n_embd, err));
@@ -280,7 +289,8 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
         TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp * c->n_expert_used, err));
     TRY(add_arch_u32(w, a, "attention.head_count", c->n_head, err));
     TRY(add_arch_u32(w, a, "attention.head_count_kv", c->n_head_kv, err));
-    if (c->arch == MP_ARCH_QWEN3MOE) {
+    /* olmoe and mixtral files carry no head size (it is hidden / heads) unless it differs. */
+    if (c->arch == MP_ARCH_QWEN3MOE || c->head_dim * c->n_head != c->n_embd) {
         TRY(add_arch_u32(w, a, "attention.key_length", c->head_dim, err));
         TRY(add_arch_u32(w, a, "attention.value_length", c->head_dim, err));
     }
@@ -338,10 +348,11 @@ static mp_status write_vocab(mp_gguf_writer *w, const mp_mkmodel_config *c, mp_e
         st = mp_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos_id, err);
     if (!st && v.eos_id >= 0)
         st = mp_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos_id, err);
-    if (!st && v.eot_id >= 0)
+    if (!st && v.eot_id >= 0 && v.eot_id != v.eos_id)
         st = mp_gguf_add_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v.eot_id, err);
-    if (!st && v.eos_id >= 0)
-        st = mp_gguf_add_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v.eos_id, err);
+    /* Qwen pads with its BOS text, <|endoftext|>. */
+    if (!st && v.bos_id >= 0)
+        st = mp_gguf_add_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v.bos_id, err);
     if (!st)
         st = mp_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", false, err);
     mp_vocab_free(&v);
@@ -443,7 +454,7 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
                      n_threads);
     if (!st)
         st = mp_gguf_writer_open(path, &w, err);
-    if (!st)
+    if (!st) /* also writes general.alignment */
         st = mp_gguf_writer_set_alignment(w, 32, err);
     if (!st)
         st = write_hparams(w, cfg, err);
