@@ -33,9 +33,11 @@ static inline float f16(mp_f16 h)
 }
 
 /* Software prefetch of the weight stream, PREFETCH_BYTES ahead of the loads. The hardware
- * prefetchers alone left the K-quant dots at ~5.5 GB/s from DRAM against ~8 GB/s in cache
- * (bench/NOTES-kernels.md); asking for the lines ~1 KB early closes most of that gap. */
-#define PREFETCH_BYTES 1024 /* prefetches never fault, so running past the row end is harmless */
+ * prefetchers alone left the K-quant dots at ~5.5 GB/s from DRAM against ~15 GB/s in cache;
+ * 2 KB ahead was the best of 0.5/1/2/4 KB on the Xeon of the GPU host (bench/NOTES-kernels.md). */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 2048 /* prefetches never fault, so running past the row end is harmless */
+#endif
 static inline void prefetch_weights(const void *p, size_t bytes)
 {
     for (size_t off = 0; off < bytes; off += 64)
