@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Build a tiny random Qwen3-MoE with HF transformers, convert it to GGUF with the PyPI `gguf`
+package, and record transformers' logits and greedy continuations as moeplan's parity fixture.
+
+Neither transformers nor the gguf package is moeplan code: the fixture checks moeplan's loader
+and forward pass against references nobody here wrote. Runs on the GPU machine (torch and
+transformers are there; the gguf wheel travels in .whl/). CPU float32 is used for the reference
+so the numbers do not depend on GPU kernels.
+
+Usage: tools/hf_reference.py OUT_DIR
+Writes OUT_DIR/qwen3moe-tiny-f32.gguf and OUT_DIR/qwen3moe-tiny-expected.bin (format in
+tests/fixtures/hf/README.md) and prints a summary.
+"""
+import struct
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+import gguf
+
+SEED = 1234
+VOCAB = 320          # 256 byte tokens + 3 specials + padding
+N_CONTINUE = 32
+PROMPTS = [
+    "Mixture of experts routes each token.",
+    "The quick brown fox jumps over the lazy dog",
+    "def forward(x):\n    return x * 2\n",
+    "12345 + 67890 = ?",
+    "Experts on the GPU, the rest in host RAM.",
+]
+
+
+def byte_level_table():
+    """GPT-2's byte <-> printable-unicode map (the published byte-level BPE convention)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars = keep[:]
+    n = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(keep, chars)}
+
+
+def main():
+    out_dir = sys.argv[1]
+    torch.manual_seed(SEED)
+    cfg = Qwen3MoeConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=48,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], rms_norm_eps=1e-6, max_position_embeddings=256,
+        tie_word_embeddings=False, rope_theta=1000000.0, attention_bias=False,
+    )
+    model = Qwen3MoeForCausalLM(cfg).eval().float()
+    # transformers initializes with std 0.02, which makes logits nearly flat; widen the weights so
+    # that greedy decoding and routing are decisive (ties would make the comparison meaningless).
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if "embed" in name else 1.0 / (p.shape[-1] ** 0.5))
+    sd = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    for k, v in sd.items():
+        print(f"  {k}: {tuple(v.shape)}")
+
+    rope = getattr(cfg, "rope_theta", None)
+    if rope is None:
+        rope = cfg.rope_parameters["rope_theta"]
+
+    path = f"{out_dir}/qwen3moe-tiny-f32.gguf"
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_name("hf-reference-qwen3moe-tiny")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_freq_base(float(rope))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_bool("qwen3moe.expert_weights_norm", bool(cfg.norm_topk_prob))
+    w.add_file_type(0)
+    # byte-level vocabulary without merges: every byte is a token, then the specials, then padding
+    table = byte_level_table()
+    tokens = [table[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    types = [1] * 256 + [3, 3, 3]
+    while len(tokens) < VOCAB:
+        tokens.append(f"[PAD{len(tokens)}]")
+        types.append(5)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([])
+    w.add_bos_token_id(256)
+    w.add_eos_token_id(258)
+    w.add_add_bos_token(False)
+
+    def t(name, arr):
+        w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+
+    t("token_embd.weight", sd["model.embed_tokens.weight"])
+    t("output_norm.weight", sd["model.norm.weight"])
+    t("output.weight", sd["lm_head.weight"])
+    F = cfg.moe_intermediate_size
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        t(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
+        t(f"blk.{i}.attn_q.weight", sd[p + "self_attn.q_proj.weight"])
+        t(f"blk.{i}.attn_k.weight", sd[p + "self_attn.k_proj.weight"])
+        t(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        t(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        t(f"blk.{i}.attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+        t(f"blk.{i}.attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+        t(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        t(f"blk.{i}.ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])
+        if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused per layer
+            gu = sd[p + "mlp.experts.gate_up_proj"]
+            down = sd[p + "mlp.experts.down_proj"]
+            E = cfg.num_experts
+            if gu.shape == (E, 2 * F, cfg.hidden_size):
+                gate, up = gu[:, :F, :], gu[:, F:, :]
+            elif gu.shape == (E, cfg.hidden_size, 2 * F):
+                gate, up = gu[:, :, :F].transpose(0, 2, 1), gu[:, :, F:].transpose(0, 2, 1)
+            else:
+                raise SystemExit(f"unexpected gate_up_proj shape {gu.shape}")
+            if down.shape == (E, cfg.hidden_size, F):
+                pass
+            elif down.shape == (E, F, cfg.hidden_size):
+                down = down.transpose(0, 2, 1)
+            else:
+                raise SystemExit(f"unexpected down_proj shape {down.shape}")
+        else:  # per-expert linears
+            gate = np.stack([sd[p + f"mlp.experts.{e}.gate_proj.weight"] for e in range(cfg.num_experts)])
+            up = np.stack([sd[p + f"mlp.experts.{e}.up_proj.weight"] for e in range(cfg.num_experts)])
+            down = np.stack([sd[p + f"mlp.experts.{e}.down_proj.weight"] for e in range(cfg.num_experts)])
+        # numpy (E, out, in) is GGUF ne = [in, out, E], as llama.cpp stores *_exps
+        t(f"blk.{i}.ffn_gate_exps.weight", gate)
+        t(f"blk.{i}.ffn_up_exps.weight", up)
+        t(f"blk.{i}.ffn_down_exps.weight", down)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    # Reference outputs: full-sequence logits for each prompt, then greedy continuation.
+    exp = open(f"{out_dir}/qwen3moe-tiny-expected.bin", "wb")
+    exp.write(b"MPHF" + struct.pack("<III", 1, len(PROMPTS), VOCAB))
+    with torch.no_grad():
+        for text in PROMPTS:
+            ids = list(text.encode("utf-8"))
+            logits = model(torch.tensor([ids])).logits[0].float().numpy()  # (n, vocab)
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=N_CONTINUE, do_sample=False,
+                                 min_new_tokens=N_CONTINUE, eos_token_id=None, pad_token_id=0)
+            cont = gen[0, len(ids):].tolist()
+            assert len(cont) == N_CONTINUE, len(cont)
+            exp.write(struct.pack("<II", len(ids), N_CONTINUE))
+            exp.write(np.asarray(ids, dtype="<i4").tobytes())
+            exp.write(np.ascontiguousarray(logits, dtype="<f4").tobytes())
+            exp.write(np.asarray(cont, dtype="<i4").tobytes())
+            top2 = np.sort(logits[-1])[-2:]
+            print(f"prompt {text!r}: {len(ids)} tokens, last-row logit range "
+                  f"[{logits[-1].min():.3f}, {logits[-1].max():.3f}], top-2 gap {top2[1]-top2[0]:.4f}, "
+                  f"continuation {cont[:8]}...")
+    exp.close()
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, gguf wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
