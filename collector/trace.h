@@ -64,6 +64,9 @@ typedef struct mp_trace_writer mp_trace_writer;
 /* Create a trace at path. An existing file is refused (MP_ERR_IO naming it) unless force, in
  * which case it (and its -wal/-shm) is replaced. Journal: WAL, synchronous=NORMAL. */
 mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **out, mp_error *err);
+/* Cap the trace file at about max_bytes (SQLite max_page_count): a run that would grow past it
+ * stops with a clear error and status 'aborted', as on a full disk. 0: no cap. */
+mp_status mp_trace_writer_limit_bytes(mp_trace_writer *w, int64_t max_bytes, mp_error *err);
 mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *info, mp_error *err);
 mp_status mp_trace_add_node(mp_trace_writer *w, const mp_trace_node *node, mp_error *err);
 

@@ -264,6 +264,27 @@ mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **o
     return MP_OK;
 }
 
+mp_status mp_trace_writer_limit_bytes(mp_trace_writer *w, int64_t max_bytes, mp_error *err)
+{
+    mp_status s;
+    if ((s = check(w, err)))
+        return s;
+    if (max_bytes < 0)
+        return mp_fail(err, MP_ERR_ARG, "trace %s: size limit %lld bytes", w->path,
+                       (long long)max_bytes);
+    char sql[96];
+    /* page_size is 4096 unless the SQLite build says otherwise; read it rather than assume */
+    sqlite3_stmt *st = NULL;
+    int64_t page = 4096;
+    if (sqlite3_prepare_v2(w->db, "PRAGMA page_size", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        page = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    int64_t pages = max_bytes ? (max_bytes + page - 1) / page : 4294967294LL;
+    snprintf(sql, sizeof sql, "PRAGMA max_page_count=%lld", (long long)pages);
+    return exec(w, sql, err, "setting the size limit");
+}
+
 static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
 {
     if (s)
