@@ -209,14 +209,17 @@ static mp_status check_same_model(const mp_an_input *in, int ti, mp_an_problems 
                     or_null(x0[i].node_name), (long long)x0[i].layer, (long long)x0[i].n_experts,
                     (long long)x0[i].top_k, (long long)x0[i].expert_bytes);
     }
-    /* the same run given twice would count every request twice */
-    if (a->start_time && b->start_time && !strcmp(a->start_time, b->start_time) &&
-        str_eq_null(a->source_path, b->source_path) &&
-        a->footer_n_routing == b->footer_n_routing &&
-        mp_trace_reader_n_requests(in->trace[0]) == mp_trace_reader_n_requests(in->trace[ti]))
-        PROBLEM("trace %s: the same run as %s (start %s, same source and counts): its requests "
-                "would be repeated, expected distinct runs",
-                p, p0, a->start_time);
+    /* the same run given twice would count every request twice: the same file (by real path),
+     * or the same foreign file imported twice */
+    char *r0 = realpath(p0, NULL), *r1 = realpath(p, NULL);
+    const bool same_file = r0 && r1 && !strcmp(r0, r1);
+    free(r0), free(r1);
+    if (same_file)
+        PROBLEM("trace %s: the same file as %s: its requests would be counted twice, expected "
+                "distinct traces", p, p0);
+    if (a->source_path && b->source_path && !strcmp(a->source_path, b->source_path))
+        PROBLEM("trace %s: imported from the same file as %s (%s): its requests would be "
+                "counted twice, expected distinct traces", p, p0, a->source_path);
     return MP_OK;
 }
 
