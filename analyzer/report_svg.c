@@ -180,9 +180,7 @@ static mp_status heldout(const mp_an_report *r, FILE *f)
     for (int64_t p = 0; p <= n; p++)
         x[p] = (double)p / (double)n;
     const double *ys[3] = {sum->global_in_sample, sum->global_heldout, sum->global_cov};
-    static const char *const names[3] = {"in-sample (training requests)",
-                                         "held-out (learned on training)",
-                                         "all requests (learned on all)"};
+    static const char *const names[3] = {"in-sample (train)", "held-out", "all (learned on all)"};
     mp_svg_series series[3];
     for (int k = 0; k < 3; k++) {
         int m = thin(n, t[k], t[k] + MAX_POINTS + 2, x, ys[k]);

@@ -11,6 +11,7 @@
 
 #include "analyzer/validate.h"
 #include "collector/trace.h"
+#include "tests/unit/analyzer_fixture.h"
 
 static char tmpdir[256];
 
@@ -29,85 +30,9 @@ static void teardown(void)
 
 TestSuite(analyzer_validate, .init = setup, .fini = teardown);
 
-typedef struct trace_opts {
-    int n_experts;
-    const char *sha;
-    const char *node_prefix;
-    const char *source_path;
-    mp_trace_weight_format wf;
-} trace_opts;
-
-#define N_NODES 2
-#define TOP_K 2
-#define N_REQ 3
-
-/* 2 nodes (index 0, 1), top-2; 3 requests (ids 0, 1, 2) of a 4-row prefill + 2 decode steps. */
-static char *make_trace(const char *name, trace_opts o)
-{
-    char *path = malloc(512);
-    snprintf(path, 512, "%s/%s", tmpdir, name);
-    mp_error err;
-    mp_trace_writer *w;
-    cr_assert_eq(mp_trace_writer_open(path, false, &w, &err), MP_OK, "%s", err.msg);
-    mp_trace_run_info info;
-    mp_trace_run_info_init(&info);
-    info.source = "moeplan";
-    info.model_sha256 = o.sha ? o.sha : "ab" "00000000000000000000000000000000000000000000000000000000000000";
-    info.n_experts = o.n_experts ? o.n_experts : 8;
-    info.top_k = TOP_K;
-    info.n_moe_layers = N_NODES;
-    info.source_path = o.source_path;
-    cr_assert_eq(mp_trace_set_run(w, &info, &err), MP_OK, "%s", err.msg);
-    for (int i = 0; i < N_NODES; i++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "%s.%d", o.node_prefix ? o.node_prefix : "blk", i);
-        mp_trace_node nd = {.node_index = i, .node_type = "moe", .node_name = nm, .layer = i,
-                            .n_experts = info.n_experts, .top_k = TOP_K, .expert_bytes = 4096,
-                            .weight_format = o.wf};
-        cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
-    }
-    for (int r = 0; r < N_REQ; r++) {
-        cr_assert_eq(mp_trace_request_begin(w, r, NULL, NULL, -1, NULL, 1000 * r, &err), MP_OK,
-                     "%s", err.msg);
-        for (int s = 0; s < 3; s++) {
-            const int rows = s == 0 ? 4 : 1;
-            cr_assert_eq(mp_trace_step_begin(w, s, s == 0 ? MP_PHASE_PREFILL : MP_PHASE_DECODE,
-                                             rows, s == 0 ? 0 : 3 + s, &err),
-                         MP_OK, "%s", err.msg);
-            for (int nd = 0; nd < N_NODES; nd++) {
-                int32_t ids[4 * TOP_K];
-                float wt[4 * TOP_K];
-                for (int row = 0; row < rows; row++) {
-                    ids[row * TOP_K] = (row + nd + s + r) % info.n_experts;
-                    ids[row * TOP_K + 1] = (row + nd + s + r + 1) % info.n_experts;
-                    wt[row * TOP_K] = 0.75f;
-                    wt[row * TOP_K + 1] = 0.25f;
-                }
-                cr_assert_eq(mp_trace_add_routing(w, nd, rows, TOP_K, ids, wt, &err), MP_OK, "%s",
-                             err.msg);
-            }
-            cr_assert_eq(mp_trace_step_end(w, 100, &err), MP_OK, "%s", err.msg);
-        }
-        cr_assert_eq(mp_trace_request_end(w, 2, 1000 * r + 500, &err), MP_OK, "%s", err.msg);
-    }
-    cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
-    mp_trace_writer_close(w);
-    return path;
-}
-
 static char *good(const char *name)
 {
-    return make_trace(name, (trace_opts){0});
-}
-
-static void sql(const char *path, const char *stmt)
-{
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    char *msg = NULL;
-    int rc = sqlite3_exec(db, stmt, NULL, NULL, &msg);
-    cr_assert_eq(rc, SQLITE_OK, "%s: %s", stmt, msg ? msg : "");
-    sqlite3_close(db);
+    return make_trace(tmpdir, name, (trace_opts){0});
 }
 
 /* Validate (both stages) with a problem limit; returns the problems (caller frees). */
@@ -190,7 +115,7 @@ Test(analyzer_validate, truncation_marker)
 Test(analyzer_validate, merged_traces_of_different_models)
 {
     char *a = good("a.db");
-    char *b = make_trace("b.db", (trace_opts){.sha = "cd" "00000000000000000000000000000000000000000000000000000000000000"});
+    char *b = make_trace(tmpdir, "b.db", (trace_opts){.sha = "cd" "00000000000000000000000000000000000000000000000000000000000000"});
     const char *paths[2] = {a, b};
     mp_an_problems pb = validate(paths, 2, 1);
     cr_assert_eq(pb.n, 1);
@@ -203,7 +128,7 @@ Test(analyzer_validate, merged_traces_of_different_models)
 Test(analyzer_validate, merged_traces_of_different_shapes)
 {
     char *a = good("a.db");
-    char *b = make_trace("b.db", (trace_opts){.n_experts = 16});
+    char *b = make_trace(tmpdir, "b.db", (trace_opts){.n_experts = 16});
     const char *paths[2] = {a, b};
     mp_an_problems pb = validate(paths, 2, 1);
     cr_assert_eq(pb.n, 1);
@@ -215,7 +140,7 @@ Test(analyzer_validate, merged_traces_of_different_shapes)
 Test(analyzer_validate, merged_traces_node_identity_disagrees)
 {
     char *a = good("a.db");
-    char *b = make_trace("b.db", (trace_opts){.node_prefix = "other"});
+    char *b = make_trace(tmpdir, "b.db", (trace_opts){.node_prefix = "other"});
     const char *paths[2] = {a, b};
     mp_an_problems pb = validate(paths, 2, 1);
     cr_assert_eq(pb.n, 1);
@@ -357,7 +282,7 @@ Test(analyzer_validate, id_count_not_rows_times_topk)
 
 Test(analyzer_validate, weight_count_not_rows_times_topk)
 {
-    char *p = make_trace("t.db", (trace_opts){.wf = MP_TRACE_W_F32});
+    char *p = make_trace(tmpdir, "t.db", (trace_opts){.wf = MP_TRACE_W_F32});
     sql(p, "UPDATE routing SET weights = substr(weights, 1, length(weights) - 4) WHERE key = "
            "(2 << 12) | 0");
     EXPECT(p, "request 0 (ord 0), step 2, node 0: 1 router weights, expected rows × top-k = 1 × 2 = 2");
@@ -366,13 +291,13 @@ Test(analyzer_validate, weight_count_not_rows_times_topk)
 
 Test(analyzer_validate, truncated_blobs)
 {
-    char *p = make_trace("t.db", (trace_opts){.wf = MP_TRACE_W_F32});
+    char *p = make_trace(tmpdir, "t.db", (trace_opts){.wf = MP_TRACE_W_F32});
     sql(p, "UPDATE routing SET weights = substr(weights, 1, length(weights) - 1) WHERE key = "
            "(1 << 12) | 1");
     EXPECT(p, "request 0 (ord 0), step 1, node 1: weights BLOB of 7 bytes is truncated");
     free(p);
     /* 2-byte ids (300 experts): cut one byte */
-    p = make_trace("t2.db", (trace_opts){.n_experts = 300});
+    p = make_trace(tmpdir, "t2.db", (trace_opts){.n_experts = 300});
     sql(p, "UPDATE routing SET expert_ids = substr(expert_ids, 1, length(expert_ids) - 1) WHERE "
            "key = (1 << 36) | 1");
     EXPECT(p, "request 1 (ord 1), step 0, node 1: expert_ids BLOB of 15 bytes is truncated");
@@ -400,13 +325,13 @@ Test(analyzer_validate, repeated_id_within_row)
 
 Test(analyzer_validate, non_finite_and_negative_weights)
 {
-    char *p = make_trace("t.db", (trace_opts){.wf = MP_TRACE_W_F32});
+    char *p = make_trace(tmpdir, "t.db", (trace_opts){.wf = MP_TRACE_W_F32});
     sql(p, "UPDATE routing SET weights = substr(weights, 1, 4) || X'0000C07F' || "
            "substr(weights, 9) WHERE key = (1 << 12) | 0");
     EXPECT(p, "request 0 (ord 0), step 1, node 0, row 0, slot 1: router weight nan",
            "finite non-negative");
     free(p);
-    p = make_trace("t2.db", (trace_opts){.wf = MP_TRACE_W_F16});
+    p = make_trace(tmpdir, "t2.db", (trace_opts){.wf = MP_TRACE_W_F16});
     /* f16 -1.0 = 0xBC00 (little-endian 00 BC) */
     sql(p, "UPDATE routing SET weights = X'00BC' || substr(weights, 3) WHERE key = (2 << 12) | 1");
     EXPECT(p, "request 0 (ord 0), step 2, node 1, row 0, slot 0: router weight -1");
