@@ -40,21 +40,22 @@ double mp_an_hist_quantile(const uint32_t *hist, int64_t n, double q)
     return 1;
 }
 
-/* ---- pass 1: statistics, fed through the row selector ---- */
+/* ---- the pass: statistics and per-request distributions, fed through the row selector ---- */
 
 typedef struct pass_ctx {
     mp_an_rowsel sel;
     mp_an_stats *stats;
     const bool *train;     /* (n_requests) by merged ord */
     int64_t n_requests;
-    /* pass 2 */
-    const mp_an_summary *sum;
-    uint32_t *req_count;   /* (n_nodes, max_experts) this request's routes per expert */
+    const mp_an_input *in;
+    /* the request being read */
+    uint32_t *req_count;   /* (n_nodes, max_experts) its routes per expert */
+    uint64_t *history;     /* (max_experts) scratch: one node's counts before the request */
+    uint16_t *order;       /* (max_experts) scratch: experts ranked by history */
     int64_t max_experts;
     int64_t cur_request, cur_rows;
     uint64_t cur_routes;
     FILE *req_csv;
-    const mp_an_input *in;
     mp_an_request_dist *dist;
 } pass_ctx;
 
@@ -64,29 +65,17 @@ static int32_t segment_of(int64_t ord, int64_t n_requests)
     return (int32_t)(s < MP_AN_SEGMENTS ? s : MP_AN_SEGMENTS - 1);
 }
 
-static mp_status to_stats(void *user, const mp_an_record *r, mp_error *err)
-{
-    pass_ctx *c = user;
-    return mp_an_stats_add(c->stats, r, err);
-}
-
-static mp_status tag_and_select(void *user, const mp_an_record *r, mp_error *err)
-{
-    pass_ctx *c = user;
-    mp_an_record t = *r;
-    t.train = c->train[r->request_ord];
-    t.segment = segment_of(r->request_ord, c->n_requests);
-    return mp_an_rowsel_add(&c->sel, &t, err);
-}
-
-/* ---- pass 2: per-request distributions ---- */
-
 static void hist_add(uint32_t *hist, double v)
 {
     int b = (int)(v * MP_AN_HIST_BINS);
     hist[b < 0 ? 0 : b >= MP_AN_HIST_BINS ? MP_AN_HIST_BINS - 1 : b]++;
 }
 
+/* Close the current request: its own concentration (distinct experts, entropy) and how it
+ * compares with the popularity of every request before it (what a profile built from past
+ * traffic would have seen): the share of its routes in the history's top half, and the total
+ * variation distance between its distribution and the history's. The first request has no
+ * history: those two are left empty. One CSV row per request; histograms for the quantiles. */
 static mp_status close_request(pass_ctx *c, mp_error *err)
 {
     if (c->cur_request < 0 || c->cur_routes == 0)
@@ -94,37 +83,50 @@ static mp_status close_request(pass_ctx *c, mp_error *err)
     const mp_an_stats *s = c->stats;
     double distinct = 0, entropy = 0, tv = 0;
     uint64_t top_half = 0, routes = 0;
+    bool has_history = true;
     for (int32_t i = 0; i < s->n_nodes; i++) {
         const int64_t E = s->nodes[i].n_experts;
-        const uint32_t *cnt = c->req_count + (size_t)i * (size_t)c->max_experts;
-        uint64_t n = 0;
-        for (int64_t e = 0; e < E; e++)
+        uint32_t *cnt = c->req_count + (size_t)i * (size_t)c->max_experts;
+        uint64_t n = 0, hist_total = 0;
+        for (int64_t e = 0; e < E; e++) {
             n += cnt[e];
+            c->history[e] = s->acc[i].count[e] - cnt[e]; /* the stats already hold this request */
+            hist_total += c->history[e];
+        }
         if (n == 0)
             continue;
         int64_t d = 0;
         double h = 0, dist = 0;
         for (int64_t e = 0; e < E; e++) {
             const double p = (double)cnt[e] / (double)n;
-            const double g = s->acc[i].routes ? (double)s->acc[i].count[e] / (double)s->acc[i].routes : 0;
             if (cnt[e]) {
                 d++;
                 h -= p * log2(p);
             }
-            dist += fabs(p - g);
-            if (c->sum->node[i].rank[e] < E / 2)
-                top_half += cnt[e];
+            if (hist_total)
+                dist += fabs(p - (double)c->history[e] / (double)hist_total);
+        }
+        if (hist_total) {
+            mp_an_rank(c->history, E, c->order, NULL);
+            for (int64_t r = 0; r < E / 2; r++)
+                top_half += cnt[c->order[r]];
+        } else {
+            has_history = false;
         }
         routes += n;
         distinct += (double)d / (double)E / s->n_nodes;
         entropy += (E > 1 ? h / log2((double)E) : 0) / s->n_nodes;
         tv += 0.5 * dist / s->n_nodes;
+        memset(cnt, 0, (size_t)E * sizeof *cnt);
     }
     const double cover = routes ? (double)top_half / (double)routes : 0;
     const double v[4] = {distinct, entropy, cover, tv};
     for (int m = 0; m < 4; m++) {
+        if (m >= 2 && !has_history)
+            continue;
         hist_add(c->dist->hist[m], v[m]);
         c->dist->mean[m] += v[m];
+        c->dist->n[m]++;
     }
     c->dist->n_requests++;
     /* which trace and request_id this merged ord is */
@@ -133,18 +135,19 @@ static mp_status close_request(pass_ctx *c, mp_error *err)
         ti++;
     const int64_t ord = c->cur_request - c->in->meta[ti].request_base;
     const int64_t rid = mp_trace_reader_requests(c->in->trace[ti])[ord].request_id;
-    if (fprintf(c->req_csv, "%lld,%d,%lld,%d,%lld,%llu,%.6f,%.6f,%.6f,%.6f\n",
-                (long long)c->cur_request, ti, (long long)rid, c->train[c->cur_request] ? 1 : 0,
-                (long long)c->cur_rows, (unsigned long long)c->cur_routes, distinct, entropy, cover,
-                tv) < 0)
+    char tail[64] = ",";
+    if (has_history)
+        snprintf(tail, sizeof tail, "%.6f,%.6f", cover, tv);
+    if (fprintf(c->req_csv, "%lld,%d,%lld,%d,%lld,%llu,%.6f,%.6f,%s\n", (long long)c->cur_request,
+                ti, (long long)rid, c->train[c->cur_request] ? 1 : 0, (long long)c->cur_rows,
+                (unsigned long long)c->cur_routes, distinct, entropy, tail) < 0)
         return mp_fail(err, MP_ERR_IO, "analyzer: requests.csv: write failed");
-    memset(c->req_count, 0, (size_t)s->n_nodes * (size_t)c->max_experts * sizeof *c->req_count);
     c->cur_routes = 0;
     c->cur_rows = 0;
     return MP_OK;
 }
 
-static mp_status to_request(void *user, const mp_an_record *r, mp_error *err)
+static mp_status to_stats(void *user, const mp_an_record *r, mp_error *err)
 {
     pass_ctx *c = user;
     if (r->request_ord != c->cur_request) {
@@ -160,7 +163,16 @@ static mp_status to_request(void *user, const mp_an_record *r, mp_error *err)
     if (r->node == 0)
         c->cur_rows += r->n_rows;
     c->cur_routes += (uint64_t)n;
-    return MP_OK;
+    return mp_an_stats_add(c->stats, r, err);
+}
+
+static mp_status tag_and_select(void *user, const mp_an_record *r, mp_error *err)
+{
+    pass_ctx *c = user;
+    mp_an_record t = *r;
+    t.train = c->train[r->request_ord];
+    t.segment = segment_of(r->request_ord, c->n_requests);
+    return mp_an_rowsel_add(&c->sel, &t, err);
 }
 
 /* ---- training set ---- */
@@ -285,7 +297,7 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
                            "it)", o->out_dir);
     }
     mp_status st = mp_an_input_open(&in, o->traces, o->n_traces, o->model_path, pb, err);
-    /* --validate-only: one scan for problems. Otherwise pass 1 is the validating scan: its
+    /* --validate-only: one scan for problems. Otherwise the one pass validates as it reads: its
      * accumulators live in memory only and are dropped at the first problem. */
     if (st == MP_OK && o->validate_only)
         st = mp_an_scan(&in, pb, NULL, NULL, err);
@@ -296,9 +308,21 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     if (st != MP_OK || o->validate_only)
         goto out;
 
-    /* pass 1: validation and statistics */
+    /* the temporary output directory (requests.csv is written during the pass) */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->out_dir, (long)getpid());
+    if (mkdir(tmp, 0777) != 0) {
+        st = mp_fail(err, MP_ERR_IO, "analyzer: output %s: cannot create %s: %s", o->out_dir, tmp,
+                     strerror(errno));
+        tmp[0] = '\0';
+        goto out;
+    }
+
+    /* the pass: validation, statistics and per-request distributions */
     train = calloc((size_t)in.n_requests + 1, sizeof *train);
-    if (!train) {
+    c.req_count = calloc((size_t)in.n_nodes * (size_t)in.max_experts, sizeof *c.req_count);
+    c.history = malloc((size_t)in.max_experts * sizeof *c.history);
+    c.order = malloc((size_t)in.max_experts * sizeof *c.order);
+    if (!train || !c.req_count || !c.history || !c.order) {
         st = mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
         goto out;
     }
@@ -312,13 +336,27 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     c.train = train;
     c.n_requests = in.n_requests;
     c.in = &in;
+    c.dist = &dist;
+    c.max_experts = in.max_experts;
+    c.cur_request = -1;
+    if (!(c.req_csv = mp_an_open_out(tmp, "requests.csv", err))) {
+        st = err->code;
+        goto out;
+    }
+    fprintf(c.req_csv, "request_ord,trace,request_id,train,rows,routes,distinct_frac,"
+                       "entropy_norm,history_top_half_share,history_tv_distance\n");
     if ((st = mp_an_rowsel_init(&c.sel, o->rows, in.n_nodes, to_stats, &c, err)) != MP_OK)
         goto out;
-    if ((st = mp_an_scan(&in, pb, tag_and_select, &c, err)) == MP_OK)
-        st = mp_an_rowsel_flush(&c.sel, err);
+    if ((st = mp_an_scan(&in, pb, tag_and_select, &c, err)) == MP_OK &&
+        (st = mp_an_rowsel_flush(&c.sel, err)) == MP_OK)
+        st = close_request(&c, err);
     mp_an_rowsel_free(&c.sel);
     if (st == MP_ERR_FORMAT && pb->n > 0)
         st = mp_fail(err, MP_ERR_FORMAT, "%s", pb->msg[0]);
+    mp_status cst = mp_an_close_out(c.req_csv, tmp, "requests.csv", st == MP_OK ? err : NULL);
+    c.req_csv = NULL;
+    if (st == MP_OK)
+        st = cst;
     if (st != MP_OK)
         goto out;
     mp_an_stats_finish(&stats);
@@ -329,46 +367,8 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     }
     if ((st = mp_an_summarize(&stats, &sum, err)) != MP_OK)
         goto out;
-
-    /* the temporary output directory */
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->out_dir, (long)getpid());
-    if (mkdir(tmp, 0777) != 0) {
-        st = mp_fail(err, MP_ERR_IO, "analyzer: output %s: cannot create %s: %s", o->out_dir, tmp,
-                     strerror(errno));
-        tmp[0] = '\0';
-        goto out;
-    }
-
-    /* pass 2: per-request distributions against the global popularity */
-    c.sum = &sum;
-    c.dist = &dist;
-    c.max_experts = in.max_experts;
-    c.cur_request = -1;
-    c.req_count = calloc((size_t)in.n_nodes * (size_t)in.max_experts, sizeof *c.req_count);
-    if (!c.req_count) {
-        st = mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
-        goto out;
-    }
-    if (!(c.req_csv = mp_an_open_out(tmp, "requests.csv", err))) {
-        st = err->code;
-        goto out;
-    }
-    fprintf(c.req_csv, "request_ord,trace,request_id,train,rows,routes,distinct_frac,"
-                       "entropy_norm,top_half_share,tv_distance\n");
-    if ((st = mp_an_rowsel_init(&c.sel, o->rows, in.n_nodes, to_request, &c, err)) != MP_OK)
-        goto out;
-    if ((st = mp_an_scan(&in, pb, tag_and_select, &c, err)) == MP_OK &&
-        (st = mp_an_rowsel_flush(&c.sel, err)) == MP_OK)
-        st = close_request(&c, err);
-    mp_an_rowsel_free(&c.sel);
-    mp_status cst = mp_an_close_out(c.req_csv, tmp, "requests.csv", st == MP_OK ? err : NULL);
-    c.req_csv = NULL;
-    if (st == MP_OK)
-        st = cst;
-    if (st != MP_OK)
-        goto out;
     for (int m = 0; m < 4; m++)
-        dist.mean[m] = dist.n_requests ? dist.mean[m] / (double)dist.n_requests : 0;
+        dist.mean[m] = dist.n[m] ? dist.mean[m] / (double)dist.n[m] : 0;
 
     mp_an_report rep = {.opt = o, .in = &in, .st = &stats, .sum = &sum, .req = &dist,
                         .n_train_requests = n_train};
@@ -385,7 +385,7 @@ out:
         fclose(c.req_csv);
     if (tmp[0])
         remove_tree(tmp);
-    free(c.req_count);
+    free(c.req_count), free(c.history), free(c.order);
     free(train);
     mp_an_summary_free(&sum);
     if (stats.acc)

@@ -1,9 +1,10 @@
 /* analyzer/analyze.h — `moeplan analyze` as a library call: validate, compute, write the report.
  *
- * Passes over the traces (each a stream; memory bounded by nodes × experts):
- *   1. validation + every accumulator of analyzer/stats.h (records reach the statistics only once
- *      validated; a problem aborts before anything is written);
- *   2. per-request distributions against the global popularity found by pass 1.
+ * One streaming pass over the traces (memory bounded by nodes × experts): validation, every
+ * accumulator of analyzer/stats.h and the per-request distributions (each request against the
+ * requests before it). Records reach the statistics only once validated, and the accumulators
+ * live in memory until the end: a problem anywhere aborts with nothing written. (--validate-only
+ * runs the validation alone.)
  * The output directory is built under a temporary name beside it and renamed into place at the
  * end: it either appears whole or not at all.
  */
@@ -29,13 +30,15 @@ typedef struct mp_an_options {
 
 void mp_an_options_init(mp_an_options *o);
 
-/* Per-request distributions (pass 2), summarized: quantiles over requests. */
+/* Per-request distributions, summarized: quantiles over requests. */
 #define MP_AN_HIST_BINS 1000
 typedef struct mp_an_request_dist {
     int64_t n_requests;
     /* histograms over [0, 1] of: mean distinct-expert fraction per node, mean normalized entropy,
-     * share of routes served by the global top half, total-variation distance from the global */
+     * share of routes in the top half of the earlier requests' popularity, total-variation
+     * distance from the earlier requests' distribution (the last two: requests with a history) */
     uint32_t hist[4][MP_AN_HIST_BINS];
+    int64_t n[4]; /* requests in each histogram */
     double mean[4];
 } mp_an_request_dist;
 double mp_an_hist_quantile(const uint32_t *hist, int64_t n, double q);

@@ -22,10 +22,11 @@ static cJSON *str_or_null(const char *s)
 static cJSON *quantiles(const mp_an_request_dist *d, int m)
 {
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "requests", (double)d->n[m]);
     cJSON_AddNumberToObject(o, "mean", d->mean[m]);
-    cJSON_AddNumberToObject(o, "p10", mp_an_hist_quantile(d->hist[m], d->n_requests, 0.10));
-    cJSON_AddNumberToObject(o, "p50", mp_an_hist_quantile(d->hist[m], d->n_requests, 0.50));
-    cJSON_AddNumberToObject(o, "p90", mp_an_hist_quantile(d->hist[m], d->n_requests, 0.90));
+    cJSON_AddNumberToObject(o, "p10", mp_an_hist_quantile(d->hist[m], d->n[m], 0.10));
+    cJSON_AddNumberToObject(o, "p50", mp_an_hist_quantile(d->hist[m], d->n[m], 0.50));
+    cJSON_AddNumberToObject(o, "p90", mp_an_hist_quantile(d->hist[m], d->n[m], 0.90));
     return o;
 }
 
@@ -129,8 +130,8 @@ static cJSON *build(const mp_an_report *r)
 
     cJSON *req = cJSON_AddObjectToObject(root, "requests");
     cJSON_AddNumberToObject(req, "n", (double)r->req->n_requests);
-    static const char *const metric[4] = {"distinct_frac", "entropy_norm", "top_half_share",
-                                          "tv_distance"};
+    static const char *const metric[4] = {"distinct_frac", "entropy_norm",
+                                          "history_top_half_share", "history_tv_distance"};
     for (int m = 0; m < 4; m++)
         cJSON_AddItemToObject(req, metric[m], quantiles(r->req, m));
 

@@ -21,19 +21,9 @@ const char *mp_an_rows_name(mp_an_rows rows)
     return "?";
 }
 
-int mp_an_log2_bucket(uint64_t v)
+static inline int weight_bin(float w)
 {
-    if (v == 0)
-        return 0;
-    int b = 63 - __builtin_clzll(v);
-    return b < MP_AN_LOG2_BUCKETS ? b : MP_AN_LOG2_BUCKETS - 1;
-}
-
-static int weight_bin(float w)
-{
-    int b = (int)(w * MP_AN_WEIGHT_BINS);
-    if (b < 0)
-        b = 0;
+    const int b = (int)(w * MP_AN_WEIGHT_BINS); /* w >= 0: validated */
     return b < MP_AN_WEIGHT_BINS ? b : MP_AN_WEIGHT_BINS - 1;
 }
 

@@ -120,7 +120,14 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err);
 void mp_an_stats_finish(mp_an_stats *s);
 void mp_an_stats_free(mp_an_stats *s);
 
-/* Histogram bucket of a positive distance/length: floor(log2 v), clamped. */
-int mp_an_log2_bucket(uint64_t v);
+/* Histogram bucket of a positive distance/length: floor(log2 v), clamped (inline: it runs once
+ * per routing decision). */
+static inline int mp_an_log2_bucket(uint64_t v)
+{
+    if (v == 0)
+        return 0;
+    const int b = 63 - __builtin_clzll(v);
+    return b < MP_AN_LOG2_BUCKETS ? b : MP_AN_LOG2_BUCKETS - 1;
+}
 
 #endif
