@@ -166,17 +166,15 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
             a->last_wbin[e] = (uint8_t)weight_bin(w[j]);
             a->last_slot[e] = (uint8_t)j;
         }
+        /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
+         * bigger than the caches; k updates per row cost half the engine's time) */
         const int top1 = row_top1(ids, w, k);
         if (a->same_layer && a->prev_top1 >= 0) {
-            uint32_t *to = a->same_layer + (size_t)a->prev_top1 * (size_t)E;
-            for (int64_t j = 0; j < k; j++)
-                to[ids[j]]++;
+            a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]++;
             a->same_layer_rows++;
         }
         if (next_tab) {
-            uint32_t *to = next_tab + (size_t)s->prev_top1[row] * (size_t)E;
-            for (int64_t j = 0; j < k; j++)
-                to[ids[j]]++;
+            next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]++;
             s->acc[s->prev_node].next_layer_rows++;
         }
         s->prev_top1[row] = (uint16_t)top1;

@@ -71,8 +71,8 @@ typedef struct mp_an_node_acc {
     int64_t *run_start;    /* (E) token time at which the expert's current run began */
     uint8_t *last_wbin;    /* (E) router weight bin of the last use (MP_AN_WEIGHT_BINS) */
     uint8_t *last_slot;    /* (E) k-slot of the last use */
-    uint32_t *same_layer;  /* (E, E) top-1 at t -> each expert at t+1, same node; NULL if E big */
-    uint32_t *next_layer;  /* (E, E) top-1 here -> each expert of the next node, same token */
+    uint32_t *same_layer;  /* (E, E) top-1 at t -> top-1 at t+1, same node; NULL if E is big */
+    uint32_t *next_layer;  /* (E, E) top-1 here -> top-1 of the next node, same token */
     int64_t t;             /* rows fed so far (token time) */
     int32_t prev_top1;     /* top-1 expert of the previous row of this request, -1 if none */
     int64_t prev_request;  /* request of that row */

@@ -49,8 +49,9 @@ static void coverage_of(const uint64_t *count, const uint16_t *order, int64_t E,
     }
 }
 
-/* Share of the table's mass (rows a: top-1 here; columns: experts that followed) that falls in
- * each row's k largest entries: how well "prefetch the k usual successors of the top-1" works. */
+/* Share of the table's mass (rows a: top-1 here; columns: the top-1 that followed) that falls in
+ * each row's k largest entries: how often "prefetch the k usual successors of the top-1" holds
+ * the next top-1 expert. */
 static double successor_pred(const uint32_t *tab, int64_t E, int64_t k)
 {
     uint64_t total = 0, hit = 0;

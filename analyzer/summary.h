@@ -24,8 +24,9 @@ typedef struct mp_an_node_summary {
     double entropy_norm;   /* entropy_bits / log2(E): 1 = uniform */
     double gini;           /* 0 = uniform, -> 1 = one expert takes everything */
     double stay_frac;      /* routes whose expert the previous token also used (distance 1) */
-    double same_layer_pred; /* next token's routes inside the top-k successors of this top-1 */
-    double next_layer_pred; /* next node's routes (same token) inside the top-k successors */
+    double same_layer_pred; /* rows whose next token's top-1 is among the top_k most frequent
+                               successors of this row's top-1 (same node) */
+    double next_layer_pred; /* same, for the next node's top-1 of the same token */
     bool has_same_layer, has_next_layer;
     double seg_heldout_half[MP_AN_SEGMENTS]; /* each segment's routes served by train top-E/2 */
 } mp_an_node_summary;

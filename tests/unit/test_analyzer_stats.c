@@ -424,3 +424,21 @@ Test(analyzer_stats, random_stream_matches_naive_recount)
     mp_an_summary_free(&sum);
     mp_an_stats_free(&s);
 }
+
+Test(analyzer_stats, transitions_follow_the_highest_weight)
+{
+    mp_an_node n = node(0, 4, 2, 0);
+    mp_an_stats s;
+    init(&s, &n, 1, 8);
+    /* top-1 is the slot of highest weight, not slot 0: rows' top-1 are 1, 2, 1 */
+    const uint16_t ids[6] = {0, 1, 2, 3, 1, 2};
+    const float w[6] = {0.3f, 0.7f, 0.9f, 0.1f, 0.6f, 0.4f};
+    mp_an_record r = {.request_ord = 0, .step = 0, .node = 0, .phase = 0, .train = true,
+                      .n_rows = 3, .top_k = 2, .expert_ids = ids, .weights = w};
+    mp_error err;
+    cr_assert_eq(mp_an_stats_add(&s, &r, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(s.acc[0].same_layer[1 * 4 + 2], 1);
+    cr_assert_eq(s.acc[0].same_layer[2 * 4 + 1], 1);
+    cr_assert_eq(s.acc[0].same_layer_rows, 2);
+    mp_an_stats_free(&s);
+}
