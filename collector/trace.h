@@ -128,8 +128,4 @@ mp_hooks mp_trace_hooks(mp_trace_hooks_state *state, mp_trace_writer *w);
 /* The schema text (schemas/trace.sql, embedded at build time). */
 extern const char mp_trace_schema_sql[];
 
-/* f16 <-> f32 (IEEE binary16, round to nearest even). */
-uint16_t mp_trace_f32_to_f16(float f);
-float mp_trace_f16_to_f32(uint16_t h);
-
 #endif

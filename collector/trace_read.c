@@ -4,6 +4,7 @@
  * reader (copied at open) or by the iterator's current row (valid until the next call); nothing
  * read is repaired, only NULL mapped to -1 / NULL.
  */
+#include "kernels/quant.h"
 #include "collector/trace_read.h"
 
 #include <stdlib.h>
@@ -497,7 +498,7 @@ mp_status mp_trace_decode_weights(const void *blob, size_t blob_bytes, const cha
     const uint8_t *p = blob;
     for (int64_t i = 0; i < n; i++) {
         if (wb == 2) {
-            out[i] = mp_trace_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            out[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         } else {
             uint32_t x = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
                          (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;

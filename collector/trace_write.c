@@ -21,6 +21,7 @@
 #include <sqlite3.h>
 
 #include "collector/sha256.h"
+#include "kernels/quant.h"
 
 #define MAX_NODES (MP_TRACE_MAX_NODE_INDEX + 1)
 
@@ -69,61 +70,6 @@ static void utc_now(char out[32])
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
-uint16_t mp_trace_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t exp = (x >> 23) & 0xff;
-    uint32_t man = x & 0x7fffff;
-    if (exp == 0xff) /* Inf or NaN (keep a NaN a NaN) */
-        return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-    int32_t e = (int32_t)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00);
-    if (e <= 0) { /* subnormal half or zero */
-        if (e < -10)
-            return (uint16_t)sign;
-        man |= 0x800000;
-        int shift = 14 - e;
-        uint32_t half = man >> shift;
-        uint32_t rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1)))
-            half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t half = sign | (uint32_t)e << 10 | man >> 13;
-    uint32_t rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
-        half++; /* may carry into the exponent: that is the correct rounding */
-    return (uint16_t)half;
-}
-
-float mp_trace_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, x;
-    if (exp == 0) {
-        if (man == 0) {
-            x = sign;
-        } else { /* subnormal: normalize */
-            int e = -1;
-            do {
-                man <<= 1;
-                e++;
-            } while (!(man & 0x400));
-            x = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-        }
-    } else if (exp == 31) {
-        x = sign | 0x7f800000 | man << 13;
-    } else {
-        x = sign | (exp - 15 + 127) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
 }
 
 void mp_trace_run_info_init(mp_trace_run_info *info)
@@ -586,7 +532,7 @@ mp_status mp_trace_add_routing(mp_trace_writer *w, int64_t node_index, int64_t n
     size_t wbytes;
     if (nd->wf == MP_TRACE_W_F16) {
         for (size_t i = 0; i < n; i++) {
-            uint16_t h = mp_trace_f32_to_f16(weights[i]);
+            uint16_t h = mp_f32_to_f16(weights[i]);
             w->weights_buf[2 * i] = (uint8_t)h;
             w->weights_buf[2 * i + 1] = (uint8_t)(h >> 8);
         }

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/quant.h"
 #include "collector/trace.h"
 #include "collector/trace_read.h"
 
@@ -311,34 +312,6 @@ Test(trace, reader_refuses_foreign_and_other_versions)
     cr_assert(strstr(err.msg, path), "%s", err.msg);
     path_in(path, sizeof path, "missing.db");
     cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_IO);
-}
-
-Test(trace, f16_conversion_matches_reference_values)
-{
-    /* Exact binary16 encodings (IEEE 754-2008 examples). */
-    cr_assert_eq(mp_trace_f32_to_f16(1.0f), 0x3c00);
-    cr_assert_eq(mp_trace_f32_to_f16(-2.0f), 0xc000);
-    cr_assert_eq(mp_trace_f32_to_f16(65504.0f), 0x7bff);
-    cr_assert_eq(mp_trace_f32_to_f16(1e6f), 0x7c00);
-    cr_assert_eq(mp_trace_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
-    cr_assert_eq(mp_trace_f32_to_f16(0.333251953125f), 0x3555);
-    cr_assert(isnan(mp_trace_f16_to_f32(mp_trace_f32_to_f16(NAN))));
-    cr_assert_eq(mp_trace_f16_to_f32(0x0001), 5.9604645e-8f);
-    /* every finite half survives f16 -> f32 -> f16 */
-    for (uint32_t h = 0; h < 0x10000; h++) {
-        if ((h & 0x7c00) == 0x7c00)
-            continue;
-        cr_assert_eq(mp_trace_f32_to_f16(mp_trace_f16_to_f32((uint16_t)h)), h, "half 0x%04x", h);
-    }
-    /* rounding of random floats: the result is one of the two nearest halves and the nearer */
-    unsigned seed = (unsigned)time(NULL);
-    srand(seed);
-    for (int i = 0; i < 100000; i++) {
-        float f = ((float)rand() / (float)RAND_MAX) * 2.0f;
-        float back = mp_trace_f16_to_f32(mp_trace_f32_to_f16(f));
-        cr_assert_leq(fabsf(back - f), fabsf(f) / 2048.0f + 1e-8f, "seed %u: %g -> %g", seed,
-                      (double)f, (double)back);
-    }
 }
 
 Test(trace, decode_helpers_check_sizes)
