@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "collector/trace.h"
+#include "kernels/quant.h"
 
 typedef struct req_key {
     int64_t request_id, ord;
@@ -349,7 +350,7 @@ mp_status mp_an_scan(mp_an_input *in, mp_an_problems *pb, mp_an_emit_fn emit, vo
 {
     if (!f16_ready) {
         for (uint32_t h = 0; h < 65536; h++)
-            f16_table[h] = mp_trace_f16_to_f32((uint16_t)h);
+            f16_table[h] = mp_f16_to_f32((mp_f16)h);
         f16_ready = true;
     }
     mp_status st = MP_OK;
