@@ -65,6 +65,11 @@ static cJSON *build(const mp_an_report *r)
         cJSON_AddItemToArray(traces, t);
     }
     cJSON_AddItemToObject(root, "model", str_or_null(r->opt->model_path));
+    bool bytes_known = true;
+    for (int32_t i = 0; i < r->st->n_nodes; i++)
+        bytes_known &= r->st->nodes[i].expert_bytes > 0;
+    cJSON_AddStringToObject(root, "expert_bytes_source",
+                            !bytes_known ? "unknown" : r->in->bytes_from_model ? "model" : "trace");
     cJSON_AddStringToObject(root, "rows", mp_an_rows_name(r->opt->rows));
 
     cJSON *tot = cJSON_AddObjectToObject(root, "totals");

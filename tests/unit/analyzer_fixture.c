@@ -28,7 +28,7 @@ char *make_trace(const char *dir, const char *name, trace_opts o)
         char nm[64];
         snprintf(nm, sizeof nm, "%s.%d", o.node_prefix ? o.node_prefix : "blk", i);
         mp_trace_node nd = {.node_index = i, .node_type = "moe", .node_name = nm, .layer = i,
-                            .n_experts = info.n_experts, .top_k = TOP_K, .expert_bytes = 4096,
+                            .n_experts = info.n_experts, .top_k = TOP_K, .expert_bytes = o.expert_bytes ? o.expert_bytes : 4096,
                             .weight_format = o.wf};
         cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
     }

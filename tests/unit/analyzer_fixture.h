@@ -20,6 +20,7 @@ typedef struct trace_opts {
     const char *node_prefix; /* NULL: "blk" */
     const char *source_path;
     mp_trace_weight_format wf;
+    int64_t expert_bytes;    /* 0: 4096; -1: unknown */
 } trace_opts;
 
 char *make_trace(const char *dir, const char *name, trace_opts o); /* caller frees the path */

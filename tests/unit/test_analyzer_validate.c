@@ -372,3 +372,98 @@ Test(analyzer_validate, validate_only_lists_every_problem)
     mp_an_problems_free(&pb);
     free(p);
 }
+
+/* ---- --model: node shapes and bytes per expert against a GGUF ---- */
+
+#include "kernels/quant.h"
+#include "runtime/gguf.h"
+
+/* A GGUF with 2 blocks of 8 experts, top-2, whose experts are gate/up [16, 8, 8] and down
+ * [8, 16, 8] in f32: 3 × 512 = 1536 bytes per expert. */
+static char *make_model(void)
+{
+    char *path = malloc(512);
+    snprintf(path, 512, "%s/model.gguf", tmpdir);
+    mp_error err;
+    mp_gguf_writer *w;
+    cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_str(w, "general.architecture", "qwen3moe", &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "qwen3moe.block_count", 2, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "qwen3moe.expert_count", 8, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "qwen3moe.expert_used_count", 2, &err), MP_OK);
+    static const char *const part[3] = {"gate", "up", "down"};
+    for (int l = 0; l < 2; l++)
+        for (int p = 0; p < 3; p++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", l, part[p]);
+            const int64_t ne[3] = {p == 2 ? 8 : 16, p == 2 ? 16 : 8, 8};
+            cr_assert_eq(mp_gguf_add_tensor_info(w, name, 3, ne, MP_TYPE_F32, &err), MP_OK, "%s",
+                         err.msg);
+        }
+    static float zeros[16 * 8 * 8];
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+    return path;
+}
+
+static mp_an_problems validate_with_model(const char *trace, const char *model, mp_an_input *in)
+{
+    mp_an_problems pb;
+    mp_error err;
+    cr_assert_eq(mp_an_problems_init(&pb, 10, &err), MP_OK);
+    const char *paths[1] = {trace};
+    mp_status st = mp_an_input_open(in, paths, 1, model, &pb, &err);
+    cr_assert(st == MP_OK || st == MP_ERR_FORMAT, "unexpected error: %s", err.msg);
+    return pb;
+}
+
+Test(analyzer_validate, model_agrees)
+{
+    char *model = make_model();
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){.expert_bytes = 1536});
+    mp_an_input in;
+    mp_an_problems pb = validate_with_model(t, model, &in);
+    cr_assert_eq(pb.n, 0, "%s", pb.n ? pb.msg[0] : "");
+    mp_an_problems_free(&pb);
+    mp_an_input_close(&in);
+    /* a trace without byte counts takes the model's */
+    char *u = make_trace(tmpdir, "u.db", (trace_opts){.expert_bytes = -1});
+    pb = validate_with_model(u, model, &in);
+    cr_assert_eq(pb.n, 0, "%s", pb.n ? pb.msg[0] : "");
+    cr_assert_eq(in.nodes[1].expert_bytes, 1536);
+    cr_assert(in.bytes_from_model);
+    mp_an_problems_free(&pb);
+    mp_an_input_close(&in);
+    free(model), free(t), free(u);
+}
+
+Test(analyzer_validate, model_bytes_per_expert_disagree)
+{
+    char *model = make_model();
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0}); /* 4096 bytes per expert */
+    mp_an_input in;
+    mp_an_problems pb = validate_with_model(t, model, &in);
+    cr_assert_eq(pb.n, 2, "one per node");
+    cr_assert_not_null(strstr(pb.msg[0], "node 0 (layer 0): 4096 bytes per expert, but model"), "%s",
+                       pb.msg[0]);
+    cr_assert_not_null(strstr(pb.msg[0], "says 1536"), "%s", pb.msg[0]);
+    mp_an_problems_free(&pb);
+    mp_an_input_close(&in);
+    free(model), free(t);
+}
+
+Test(analyzer_validate, model_shapes_disagree)
+{
+    char *model = make_model();
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){.n_experts = 16, .expert_bytes = 1536});
+    mp_an_input in;
+    mp_an_problems pb = validate_with_model(t, model, &in);
+    cr_assert_geq(pb.n, 1);
+    cr_assert_not_null(strstr(pb.msg[0], "node 0 (layer 0): 16 experts, top-2, but model"), "%s",
+                       pb.msg[0]);
+    cr_assert_not_null(strstr(pb.msg[0], "has 8 experts, top-2"), "%s", pb.msg[0]);
+    mp_an_problems_free(&pb);
+    mp_an_input_close(&in);
+    free(model), free(t);
+}
