@@ -273,3 +273,116 @@ Test(analyzer_cli, report_renders_in_headless_chromium, .timeout = 300)
                  report_bytes, blank_bytes);
     free(t);
 }
+
+/* ---- summary.json against schemas/report.schema.json ----
+ * A small validator of the JSON Schema keywords the schema uses: type, required, properties,
+ * items, $ref (#/$defs/...), const, enum, minimum, maximum, minItems, maxItems. */
+
+static const cJSON *schema_root;
+
+static bool type_is(const cJSON *v, const char *t)
+{
+    if (!strcmp(t, "object")) return cJSON_IsObject(v);
+    if (!strcmp(t, "array")) return cJSON_IsArray(v);
+    if (!strcmp(t, "string")) return cJSON_IsString(v);
+    if (!strcmp(t, "null")) return cJSON_IsNull(v);
+    if (!strcmp(t, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(t, "integer")) return cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
+    return false;
+}
+
+static bool same_value(const cJSON *a, const cJSON *b)
+{
+    return cJSON_Compare(a, b, true) ||
+           (cJSON_IsNumber(a) && cJSON_IsNumber(b) && a->valuedouble == b->valuedouble);
+}
+
+static void check_schema(const cJSON *v, const cJSON *s, const char *where)
+{
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    if (ref) {
+        cr_assert_eq(strncmp(ref->valuestring, "#/$defs/", 8), 0);
+        s = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(schema_root, "$defs"),
+                                             ref->valuestring + 8);
+        cr_assert_not_null(s, "%s: unknown $ref %s", where, ref->valuestring);
+    }
+    const cJSON *k;
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "type"))) {
+        bool ok = false;
+        if (cJSON_IsString(k))
+            ok = type_is(v, k->valuestring);
+        else {
+            const cJSON *t;
+            cJSON_ArrayForEach(t, k) ok |= type_is(v, t->valuestring);
+        }
+        cr_assert(ok, "%s: wrong type", where);
+    }
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "const")))
+        cr_assert(same_value(v, k), "%s: not the constant", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
+        bool ok = false;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, k) ok |= same_value(v, e);
+        cr_assert(ok, "%s: not one of the enum", where);
+    }
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "minimum")) && cJSON_IsNumber(v))
+        cr_assert_geq(v->valuedouble, k->valuedouble, "%s: below minimum", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "maximum")) && cJSON_IsNumber(v))
+        cr_assert_leq(v->valuedouble, k->valuedouble, "%s: above maximum", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "minItems")))
+        cr_assert_geq(cJSON_GetArraySize(v), k->valueint, "%s: too few items", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "maxItems")))
+        cr_assert_leq(cJSON_GetArraySize(v), k->valueint, "%s: too many items", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "required"))) {
+        const cJSON *r;
+        cJSON_ArrayForEach(r, k)
+            cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(v, r->valuestring),
+                               "%s: missing %s", where, r->valuestring);
+    }
+    char sub[512];
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "properties")) && cJSON_IsObject(v)) {
+        const cJSON *p;
+        cJSON_ArrayForEach(p, k) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, p->string);
+            snprintf(sub, sizeof sub, "%s.%s", where, p->string);
+            if (x)
+                check_schema(x, p, sub);
+        }
+    }
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "items")) && cJSON_IsArray(v)) {
+        int i = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, v) {
+            snprintf(sub, sizeof sub, "%s[%d]", where, i++);
+            check_schema(x, k, sub);
+        }
+    }
+}
+
+Test(analyzer_cli, summary_conforms_to_the_schema)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/schemas/report.schema.json", root);
+    static char text[1 << 16];
+    slurp(p, text, sizeof text);
+    cJSON *schema = cJSON_Parse(text);
+    cr_assert_not_null(schema, "the schema does not parse");
+    schema_root = schema;
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    const char *variants[2] = {"", "--rows final --train-requests 0:1,0:2"};
+    for (int i = 0; i < 2; i++) {
+        char out[512], args[2048];
+        snprintf(out, sizeof out, "%s/report%d", tmpdir, i);
+        snprintf(args, sizeof args, "analyze '%s' --out '%s' %s", t, out, variants[i]);
+        run_result r;
+        moeplan(&r, args);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        cJSON *j = load_summary(out);
+        check_schema(j, schema, "summary");
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(schema);
+    free(t);
+}
