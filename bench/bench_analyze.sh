@@ -27,7 +27,8 @@ for n in "$@"; do
     decisions=$(sed -n 's/.*: \([0-9]*\) routing decisions.*/\1/p' "$work/out$n.txt")
     wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/time$n.txt")
     user=$(sed -n 's/.*User time (seconds): //p' "$work/time$n.txt")
+    sys=$(sed -n 's/.*System time (seconds): //p' "$work/time$n.txt")
     rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/time$n.txt")
     secs=$(python3 -c "p='$wall'.split(':'); print(sum(float(x)*60**i for i,x in enumerate(reversed(p))))")
-    python3 -c "print('requests %4d  trace %6.0f MB  decisions %11d  wall %6.2f s  user %6.2f s  %5.1f M decisions/s  peak RSS %5.1f MB' % ($n, $(stat -c %s "$trace")/1e6, $decisions, $secs, $user, $decisions/$secs/1e6, $rss/1024))"
+    python3 -c "print('requests %4d  trace %6.0f MB  decisions %11d  wall %6.2f s  user %5.2f s  sys %5.2f s  %5.1f M decisions/s (wall)  %5.1f M/s (user+sys)  peak RSS %5.1f MB' % ($n, $(stat -c %s "$trace")/1e6, $decisions, $secs, $user, $sys, $decisions/$secs/1e6, $decisions/($user+$sys)/1e6, $rss/1024))"
 done
