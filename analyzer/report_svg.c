@@ -21,28 +21,43 @@ const char *const mp_an_chart_ids[MP_AN_N_CHARTS] = {"chart-heatmap", "chart-cov
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                                      "#8c564b"};
 
+/* Columns of the heat map: experts, grouped when there are more than MAX_HEAT_COLS so that the
+ * SVG stays small (65,536 experts × 48 layers would be 3 M rectangles). */
+#define MAX_HEAT_COLS 256
+
 static void heatmap(const mp_an_report *r, FILE *f, double *value, char **labels)
 {
     const mp_an_stats *s = r->st;
-    const int64_t cols = r->sum->max_experts;
+    const int64_t max_e = r->sum->max_experts;
+    const int64_t group = (max_e + MAX_HEAT_COLS - 1) / MAX_HEAT_COLS;
+    const int64_t cols = (max_e + group - 1) / group;
     for (int32_t i = 0; i < s->n_nodes; i++) {
         const int64_t E = s->nodes[i].n_experts;
-        for (int64_t e = 0; e < cols; e++) {
+        for (int64_t c = 0; c < cols; c++) {
+            uint64_t n = 0;
+            int64_t members = 0;
+            for (int64_t e = c * group; e < (c + 1) * group && e < E; e++, members++)
+                n += s->acc[i].count[e];
             double v = 0;
-            if (e < E && s->acc[i].routes && s->acc[i].count[e]) {
-                /* share relative to a uniform router: 1/8× maps to 0, 8× to 1 */
-                double rel = (double)s->acc[i].count[e] * (double)E /
-                             ((double)s->acc[i].routes / (double)s->nodes[i].top_k) /
-                             (double)s->nodes[i].top_k;
+            if (members && n && s->acc[i].routes) {
+                /* share relative to a uniform router (routes / E per expert): 1/8× maps to 0,
+                 * 8× to 1 */
+                const double rel = (double)n * (double)E / ((double)s->acc[i].routes * (double)members);
                 v = (log2(rel) + 3) / 6;
             }
-            value[(size_t)i * (size_t)cols + (size_t)e] = v;
+            value[(size_t)i * (size_t)cols + (size_t)c] = v;
         }
         snprintf(labels[i], 32, "layer %lld", (long long)s->nodes[i].layer);
     }
+    char x_label[64];
+    if (group > 1)
+        snprintf(x_label, sizeof x_label, "expert id (groups of %lld)", (long long)group);
+    else
+        snprintf(x_label, sizeof x_label, "expert id");
     mp_svg_heatmap(f, mp_an_chart_ids[0],
                    "Expert popularity per layer (colour: share vs uniform, 1/8x .. 8x, log)", value,
-                   s->n_nodes, (int)cols, (const char *const *)labels, "expert id", "MoE layer");
+                   s->n_nodes, (int)cols, (int)group, (const char *const *)labels, x_label,
+                   "MoE layer");
 }
 
 /* Fill x/y with at most MAX_POINTS samples of the curve i -> (xf(i), yf(i)), i = 0..n. */
@@ -129,23 +144,24 @@ static mp_status rank_threshold(const mp_an_report *r, FILE *f)
             st = MP_ERR_NOMEM;
             goto out;
         }
+        ys[ns] = malloc((MAX_POINTS + 2) * 2 * sizeof(double));
+        if (!ys[ns]) {
+            ns++;
+            st = MP_ERR_NOMEM;
+            goto out;
+        }
         for (int64_t t = 0; t <= N; t++)
             xs[ns][t] = (double)t;
         snprintf(labels[ns], sizeof labels[ns], "layer %lld: top-t share", (long long)s->nodes[rep[k]].layer);
-        series[ns] = (mp_svg_series){labels[ns], xs[ns], r->sum->node[rep[k]].coverage, (int)N + 1,
-                                     colors[k], false};
+        /* thinned into ys[ns]: x in the first half, y in the second */
+        const int m = thin(N, ys[ns], ys[ns] + MAX_POINTS + 2, xs[ns], r->sum->node[rep[k]].coverage);
+        series[ns] = (mp_svg_series){labels[ns], ys[ns], ys[ns] + MAX_POINTS + 2, m, colors[k], false};
         ns++;
     }
-    xs[ns] = malloc((size_t)(E + 1) * sizeof(double));
-    ys[ns] = malloc((size_t)(E + 1) * sizeof(double));
-    if (!xs[ns] || !ys[ns]) {
-        st = MP_ERR_NOMEM;
-        ns++;
-        goto out;
-    }
-    for (int64_t t = 0; t <= E; t++)
-        xs[ns][t] = (double)t, ys[ns][t] = (double)(E - t) / (double)E;
-    series[ns] = (mp_svg_series){"complement (N-t)/N", xs[ns], ys[ns], (int)E + 1, "#333", true};
+    /* the complement (N-t)/N is a straight line: its two ends */
+    static const double comp_y[2] = {1, 0};
+    double comp_x[2] = {0, (double)E};
+    series[ns] = (mp_svg_series){"complement (N-t)/N", comp_x, comp_y, 2, "#333", true};
     ns++;
     const int64_t b = s->nodes[rep[0]].expert_bytes;
     mp_svg_chart c = {

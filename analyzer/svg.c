@@ -129,7 +129,7 @@ static void ramp(double v, int rgb[3])
 }
 
 void mp_svg_heatmap(FILE *f, const char *id, const char *title, const double *value, int rows,
-                    int cols, const char *const *row_labels, const char *x_label,
+                    int cols, int col_scale, const char *const *row_labels, const char *x_label,
                     const char *y_label)
 {
     const int left = 110, top = 40, right = 20, bottom = 45, plot_w = 640;
@@ -163,7 +163,7 @@ void mp_svg_heatmap(FILE *f, const char *id, const char *title, const double *va
     const int col_every = cols > 16 ? cols / 8 : 1;
     for (int c = 0; c < cols; c += col_every)
         fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%d</text>\n",
-                left + (c + 0.5) * cw, top + rows * ch + 12, c);
+                left + (c + 0.5) * cw, top + rows * ch + 12, c * col_scale);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", left + plot_w / 2, h - 8);
     put_escaped(f, x_label);
     fprintf(f, "</text>\n<text transform=\"translate(12 %d) rotate(-90)\" text-anchor=\"middle\">",

@@ -30,10 +30,10 @@ typedef struct mp_svg_chart {
 
 void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, int n_series);
 
-/* Heat map: rows × cols cells, value in [0, 1] (colour scale), with row and column labels every
- * label_every rows/cols. */
+/* Heat map: rows × cols cells, value (rows, cols) in [0, 1] (colour scale); column c is labelled
+ * c × col_scale (its first expert when experts are grouped). */
 void mp_svg_heatmap(FILE *f, const char *id, const char *title, const double *value, int rows,
-                    int cols, const char *const *row_labels, const char *x_label,
+                    int cols, int col_scale, const char *const *row_labels, const char *x_label,
                     const char *y_label);
 
 /* Format a byte count as "512 B", "1.5 KiB", "3.2 GiB". */

@@ -386,3 +386,26 @@ Test(analyzer_cli, summary_conforms_to_the_schema)
     cJSON_Delete(schema);
     free(t);
 }
+
+Test(analyzer_cli, many_experts_two_byte_ids)
+{
+    /* 1,000 experts: u16 ids, no transition tables (null in the JSON), heat map grouped */
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){.n_experts = 1000});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *j = load_summary(out);
+    const cJSON *n0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "nodes"), 0);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(n0, "same_layer_pred")));
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(n0, "n_experts")->valueint, 1000);
+    cJSON_Delete(j);
+    char p[600];
+    static char svg[1 << 20];
+    snprintf(p, sizeof p, "%s/heatmap.svg", out);
+    slurp(p, svg, sizeof svg);
+    cr_assert_not_null(strstr(svg, "expert id (groups of 4)"), "heat map not grouped");
+    free(t);
+}
