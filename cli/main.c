@@ -16,6 +16,7 @@ static const command commands[] = {
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},
     {"import", mp_cmd_import, "convert onnxruntime / Strata / CSV routing traces into a trace"},
+    {"analyze", mp_cmd_analyze, "validate traces; expert popularity, coverage, locality, drift"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 
