@@ -14,6 +14,7 @@ static const command commands[] = {
     {"run", mp_cmd_run, "generate text from a GGUF MoE model"},
     {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
+    {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

@@ -1,0 +1,136 @@
+/* runtime/strp_write.c — writing STRP profiles and their JSON manifests to disk.
+ *
+ * Invariant: a reader of PATH sees either the previous file or the complete new one, never a
+ * prefix: bytes go to "PATH.tmp.<pid>", are fsync'd, and only then renamed over PATH. On any
+ * failure the temporary file is removed and PATH is untouched.
+ */
+#include "runtime/strp.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static mp_status write_atomic(const char *path, const void *data, size_t size, const char *what,
+                              mp_error *err)
+{
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return mp_fail(err, MP_ERR_ARG, "%s %s: path too long", what, path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return mp_fail(err, MP_ERR_IO, "%s %s: cannot create %s: %s", what, path, tmp, strerror(errno));
+    const uint8_t *p = data;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t w = write(fd, p + done, size - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            close(fd);
+            unlink(tmp);
+            return mp_fail(err, MP_ERR_IO, "%s %s: offset %zu: write failed: %s", what, tmp, done,
+                           strerror(e));
+        }
+        done += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return mp_fail(err, MP_ERR_IO, "%s %s: fsync/close failed: %s", what, tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return mp_fail(err, MP_ERR_IO, "%s %s: rename from %s failed: %s", what, path, tmp, strerror(e));
+    }
+    return MP_OK;
+}
+
+mp_status mp_strp_write_file(const char *path, const mp_strp *p, mp_error *err)
+{
+    uint8_t *img;
+    size_t size;
+    mp_status st = mp_strp_encode(p, &img, &size, err);
+    if (st)
+        return mp_error_prefix(err, "writing %s", path);
+    st = write_atomic(path, img, size, "profile", err);
+    free(img);
+    return st;
+}
+
+void mp_strp_manifest_init(mp_strp_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    m->predicted_tok_s = NAN;
+    m->heldout_coverage = NAN;
+    m->train_frac = NAN;
+}
+
+/* NULL strings and NaN numbers become JSON null: "not known yet", never a made-up value. */
+static bool add_str(cJSON *o, const char *key, const char *v)
+{
+    return v ? cJSON_AddStringToObject(o, key, v) != NULL : cJSON_AddNullToObject(o, key) != NULL;
+}
+static bool add_num(cJSON *o, const char *key, double v)
+{
+    return isfinite(v) ? cJSON_AddNumberToObject(o, key, v) != NULL : cJSON_AddNullToObject(o, key) != NULL;
+}
+
+mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, const mp_strp *p,
+                                 mp_error *err)
+{
+    if (m->n_params < 0 || m->n_params > MP_STRP_MAX_PARAMS)
+        return mp_fail(err, MP_ERR_ARG, "manifest %s: %d policy parameters: expected 0..%d", path,
+                       m->n_params, MP_STRP_MAX_PARAMS);
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root != NULL;
+    ok = ok && cJSON_AddStringToObject(root, "format", "moeplan-strp-manifest");
+    ok = ok && cJSON_AddNumberToObject(root, "manifest_version", 1);
+    ok = ok && cJSON_AddStringToObject(root, "moeplan_version", MP_VERSION);
+    cJSON *strp = ok ? cJSON_AddObjectToObject(root, "strp") : NULL;
+    ok = ok && strp;
+    ok = ok && cJSON_AddNumberToObject(strp, "version", MP_STRP_VERSION);
+    ok = ok && cJSON_AddNumberToObject(strp, "n_layers", p->n_layers);
+    ok = ok && cJSON_AddNumberToObject(strp, "n_experts", p->n_experts);
+    ok = ok && cJSON_AddNumberToObject(strp, "slots", p->slots);
+    ok = ok && cJSON_AddNumberToObject(strp, "n_ranked", p->n_ranked);
+    ok = ok && cJSON_AddStringToObject(strp, "table", mp_strp_table_name(p->table));
+    cJSON *model = ok ? cJSON_AddObjectToObject(root, "model") : NULL;
+    ok = ok && model && add_str(model, "sha256", m->model_sha256) && add_str(model, "path", m->model_path);
+    /* budget_bytes may exceed 2^53 only for absurd budgets; a double keeps every real one exact */
+    ok = ok && (m->budget_bytes ? cJSON_AddNumberToObject(root, "budget_bytes", (double)m->budget_bytes) != NULL
+                                : cJSON_AddNullToObject(root, "budget_bytes") != NULL);
+    cJSON *policy = ok ? cJSON_AddObjectToObject(root, "policy") : NULL;
+    ok = ok && policy && add_str(policy, "name", m->policy);
+    cJSON *params = ok ? cJSON_AddObjectToObject(policy, "params") : NULL;
+    ok = ok && params;
+    for (int i = 0; ok && i < m->n_params; i++)
+        ok = m->params[i].name && add_num(params, m->params[i].name, m->params[i].value);
+    ok = ok && add_str(root, "costs_sha256", m->costs_sha256);
+    ok = ok && add_str(root, "trace_sha256", m->trace_sha256);
+    ok = ok && add_num(root, "train_frac", m->train_frac);
+    ok = ok && add_num(root, "predicted_tok_s", m->predicted_tok_s);
+    ok = ok && add_num(root, "heldout_coverage", m->heldout_coverage);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return mp_fail(err, MP_ERR_NOMEM, "manifest %s: out of memory building JSON (or a NULL parameter name)", path);
+    size_t len = strlen(text);
+    char *withnl = realloc(text, len + 2);
+    if (!withnl) {
+        free(text);
+        return mp_fail(err, MP_ERR_NOMEM, "manifest %s: out of memory", path);
+    }
+    withnl[len] = '\n';
+    withnl[len + 1] = '\0';
+    mp_status st = write_atomic(path, withnl, len + 1, "manifest", err);
+    free(withnl);
+    return st;
+}
