@@ -15,6 +15,7 @@ static const command commands[] = {
     {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
+    {"import", mp_cmd_import, "convert onnxruntime / Strata / CSV routing traces into a trace"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

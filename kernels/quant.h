@@ -94,7 +94,24 @@ typedef struct mp_type_ops {
     void (*quantize_row)(const float *src, void *dst, int64_t n);
     /* Dot product of one weight row (this type) with one activation row (vec_dot_type), n elems. */
     float (*vec_dot)(int64_t n, const void *w_row, const void *x_row);
+    /* Optional (NULL where a variant has none): one weight row against n_x <= MP_GEMM_TILE
+     * activation rows x_stride bytes apart: out[i] = dot(w_row, x_i). Unpacks each weight block
+     * once for all n_x rows; mp_gemm_rows uses it, per-row vec_dot otherwise. Must agree with
+     * vec_dot within float rounding (it accumulates in the same per-block integer way). */
+    void (*vec_dot_multi)(int64_t n, const void *w_row, const void *x, size_t x_stride, int n_x,
+                          float *out);
 } mp_type_ops;
+
+/* Activation rows per tile in mp_gemm_rows (the most vec_dot_multi is ever asked for). */
+#define MP_GEMM_TILE 4
+
+/* Activation quantization (used before every vec_dot of a row of quantized weights).
+ * Q8_K: d = max|x| / 127, quants in [-127, 127], bsums[g] = sum of quants 16g..16g+15. */
+void mp_quantize_row_q8_K(const float *src, void *dst, int64_t n);
+void mp_dequantize_row_q8_K(const void *src, float *dst, int64_t n);
+/* Convert an F32 row into vec_dot_type (F32: copy; Q8_0; Q8_K), n a multiple of its block.
+ * Returns 0, or -1 if vec_dot_type is not an activation format (nothing written). */
+int mp_quantize_activation(int vec_dot_type, const float *src, void *dst, int64_t n);
 
 const mp_type_ops *mp_type_ops_get(int type);    /* dispatched (fastest supported) */
 const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */

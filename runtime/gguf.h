@@ -67,12 +67,16 @@ const char *mp_gguf_path(const mp_gguf *g);
 uint32_t mp_gguf_version(const mp_gguf *g);
 uint64_t mp_gguf_file_size(const mp_gguf *g);
 uint32_t mp_gguf_alignment(const mp_gguf *g);
+uint64_t mp_gguf_data_offset(const mp_gguf *g); /* absolute start of the data section */
+const char *mp_gguf_vtype_name(mp_gguf_vtype t); /* "u32", "string", "array", ...; "?" if unknown */
 
 /* Metadata. Keys are looked up by exact name. */
 int64_t mp_gguf_n_kv(const mp_gguf *g);
 mp_str mp_gguf_kv_key(const mp_gguf *g, int64_t i);
 mp_gguf_vtype mp_gguf_kv_type(const mp_gguf *g, int64_t i);
 int64_t mp_gguf_find_key(const mp_gguf *g, const char *key); /* -1 if absent */
+/* Element type and length of kv i if it is an array (false otherwise). */
+bool mp_gguf_kv_arr_info(const mp_gguf *g, int64_t i, mp_gguf_vtype *elem_type, uint64_t *n);
 
 /* Typed getters by key. Integers convert between widths only when the value fits; a missing key or
  * a wrong type is an MP_ERR_FORMAT error naming the key and the file. */
@@ -80,6 +84,8 @@ mp_status mp_gguf_get_u32(const mp_gguf *g, const char *key, uint32_t *out, mp_e
 mp_status mp_gguf_get_u64(const mp_gguf *g, const char *key, uint64_t *out, mp_error *err);
 mp_status mp_gguf_get_i64(const mp_gguf *g, const char *key, int64_t *out, mp_error *err);
 mp_status mp_gguf_get_f32(const mp_gguf *g, const char *key, float *out, mp_error *err);
+/* Any numeric scalar (integers and floats) as a double. */
+mp_status mp_gguf_get_f64(const mp_gguf *g, const char *key, double *out, mp_error *err);
 mp_status mp_gguf_get_bool(const mp_gguf *g, const char *key, bool *out, mp_error *err);
 mp_status mp_gguf_get_str(const mp_gguf *g, const char *key, mp_str *out, mp_error *err);
 /* Arrays: element type and length; elements by index. */
@@ -92,11 +98,15 @@ mp_status mp_gguf_get_arr_f64(const mp_gguf *g, const char *key, uint64_t i, dou
                               mp_error *err);
 mp_status mp_gguf_get_arr_i64(const mp_gguf *g, const char *key, uint64_t i, int64_t *out,
                               mp_error *err);
-/* Raw view of a numeric array's data (little-endian, element-type sized); NULL for strings. */
+/* Raw view of a numeric array's data (little-endian, element-type sized); NULL for strings.
+ * The pointer may be unaligned for the element type: read elements with memcpy. */
 const void *mp_gguf_arr_data(const mp_gguf *g, const char *key);
 
-/* Render the value of kv i as text for `moeplan inspect` (arrays abbreviated after max_elems). */
+/* Render the value of kv i as text for `moeplan inspect` (arrays abbreviated after max_elems).
+ * One line: strings are quoted with control bytes escaped; output longer than cap ends in "...". */
 void mp_gguf_kv_format(const mp_gguf *g, int64_t i, char *buf, size_t cap, int max_elems);
+/* The shortest %g text of v that reads back to the same value (as a float when is_f32). */
+void mp_gguf_format_double(double v, bool is_f32, char *buf, size_t cap);
 
 /* Tensors. */
 int64_t mp_gguf_n_tensors(const mp_gguf *g);
@@ -117,6 +127,9 @@ mp_status mp_gguf_add_i32(mp_gguf_writer *w, const char *key, int32_t v, mp_erro
 mp_status mp_gguf_add_u64(mp_gguf_writer *w, const char *key, uint64_t v, mp_error *err);
 mp_status mp_gguf_add_f32(mp_gguf_writer *w, const char *key, float v, mp_error *err);
 mp_status mp_gguf_add_bool(mp_gguf_writer *w, const char *key, bool v, mp_error *err);
+/* Any scalar type (not string or array): value points to one element of that type. */
+mp_status mp_gguf_add_val(mp_gguf_writer *w, const char *key, mp_gguf_vtype type, const void *value,
+                          mp_error *err);
 mp_status mp_gguf_add_str(mp_gguf_writer *w, const char *key, const char *v, mp_error *err);
 mp_status mp_gguf_add_arr_str(mp_gguf_writer *w, const char *key, const char *const *v, uint64_t n,
                               mp_error *err);

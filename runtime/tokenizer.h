@@ -19,20 +19,39 @@
 
 typedef struct mp_tokenizer mp_tokenizer;
 
+/* Token types (tokenizer.ggml.token_type values). */
+enum {
+    MP_TOK_TYPE_UNDEFINED = 0,
+    MP_TOK_TYPE_NORMAL = 1,
+    MP_TOK_TYPE_UNKNOWN = 2,
+    MP_TOK_TYPE_CONTROL = 3,
+    MP_TOK_TYPE_USER_DEFINED = 4,
+    MP_TOK_TYPE_UNUSED = 5,
+    MP_TOK_TYPE_BYTE = 6,
+};
+
 mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err);
 void mp_tokenizer_free(mp_tokenizer *t);
 
 int32_t mp_tokenizer_n_vocab(const mp_tokenizer *t);
 int32_t mp_tokenizer_bos(const mp_tokenizer *t); /* -1 if none */
 int32_t mp_tokenizer_eos(const mp_tokenizer *t); /* -1 if none */
+int32_t mp_tokenizer_eot(const mp_tokenizer *t); /* -1 if none */
+/* Token type (MP_TOK_TYPE_*), or -1 for an id out of range. */
+int32_t mp_tokenizer_token_type(const mp_tokenizer *t, int32_t tok);
+/* Canonical name of the pre-tokenizer in use ("gpt-2", "olmo", "qwen2"). */
+const char *mp_tokenizer_pre(const mp_tokenizer *t);
 bool mp_tokenizer_add_bos(const mp_tokenizer *t);
 /* True for end-of-generation tokens (eos, eot, <|im_end|>, <|endoftext|> when present). */
 bool mp_tokenizer_is_eog(const mp_tokenizer *t, int32_t tok);
-/* Id of a token's exact text, or -1. */
+/* Id of a token's exact stored text (byte-level spelling: " the" is "\xC4\xA0the"; special
+ * tokens are stored as their text, e.g. "<|im_end|>"), or -1. A repeated text gives its first id. */
 int32_t mp_tokenizer_find(const mp_tokenizer *t, const char *text);
 
-/* Encode len bytes of text (need not be NUL-terminated). *tokens is malloc'd (caller frees).
- * Invalid UTF-8 is an MP_ERR_ARG error naming the byte offset. */
+/* Encode len bytes of text (need not be NUL-terminated). *tokens is malloc'd (caller frees; it
+ * is non-NULL on success even when *n_tokens is 0). When mp_tokenizer_add_bos(t) is true the
+ * BOS token comes first (callers must not add it again). Invalid UTF-8 is an MP_ERR_ARG error
+ * naming the byte offset. Reentrant: one tokenizer may encode on several threads at once. */
 mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, size_t len,
                               bool parse_special, int32_t **tokens, size_t *n_tokens,
                               mp_error *err);
@@ -57,6 +76,13 @@ typedef struct mp_vocab {
     int32_t bos_id, eos_id, eot_id; /* eot: <|im_end|> */
 } mp_vocab;
 
+/* Build a tokenizer from an in-memory vocabulary (tests, mkmodel) without a GGUF file: the same
+ * checks as mp_tokenizer_load; pre as tokenizer.ggml.pre; add_bos is false. */
+mp_status mp_tokenizer_from_vocab(const mp_vocab *v, const char *pre, mp_tokenizer **out,
+                                  mp_error *err);
+
+/* n_vocab >= 259 (256 byte tokens + 3 special tokens); pre selects the pre-tokenizer that cuts
+ * the corpus into words (merges never cross a word boundary). */
 mp_status mp_vocab_build(const char *corpus, size_t corpus_len, int64_t n_vocab,
                          const char *pre, mp_vocab *out, mp_error *err);
 void mp_vocab_free(mp_vocab *v);

@@ -1,1 +1,160 @@
-/* kernels/cpu/dispatch.c — placeholder until implemented. */
+/* kernels/cpu/dispatch.c — choose kernel variants once, and the row loops (GEMV, GEMM) above them.
+ *
+ * The ISA is decided on the first mp_type_ops_get() by __builtin_cpu_supports and cached; every
+ * later call is a table lookup. Tables are immutable after start-up and shared by all threads.
+ * Adding AVX-512 later: write kernels/cpu/quant_avx512.c with mp_type_ops_avx512() (same shape
+ * as mp_type_ops_avx2), add ISA_AVX512 to detect_isa() (avx512f + avx512bw + avx512vl), and
+ * fall back per type to the AVX2 table where the AVX-512 file has no kernel.
+ *
+ * Invariant: every table's vec_dot_type and quantize_row equal the scalar table's, so activations
+ * quantized once serve every variant, and weights quantized by any variant decode identically.
+ */
+#include <string.h>
+
+#include "kernels/cpu/quant_impl.h"
+
+#define OPS(T, VDT, DQ, Q, VD) \
+    {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
+     .vec_dot_multi = NULL}
+
+static const mp_type_ops k_scalar_ops[] = {
+    OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref,
+        mp_vec_dot_f32_scalar),
+    OPS(MP_TYPE_F16, MP_TYPE_F32, mp_dequantize_row_f16_scalar, mp_quantize_row_f16_ref,
+        mp_vec_dot_f16_scalar),
+    OPS(MP_TYPE_BF16, MP_TYPE_F32, mp_dequantize_row_bf16_scalar, mp_quantize_row_bf16_ref,
+        mp_vec_dot_bf16_scalar),
+    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, mp_dequantize_row_q4_0_scalar, mp_quantize_row_q4_0_ref,
+        mp_vec_dot_q4_0_q8_0_scalar),
+    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, mp_dequantize_row_q8_0_scalar, mp_quantize_row_q8_0_ref,
+        mp_vec_dot_q8_0_q8_0_scalar),
+    OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, mp_dequantize_row_q4_K_scalar, mp_quantize_row_q4_K_ref,
+        mp_vec_dot_q4_K_q8_K_scalar),
+    OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, mp_dequantize_row_q6_K_scalar, mp_quantize_row_q6_K_ref,
+        mp_vec_dot_q6_K_q8_K_scalar),
+};
+
+const mp_type_ops *mp_type_ops_scalar(int type)
+{
+    for (size_t i = 0; i < sizeof(k_scalar_ops) / sizeof(k_scalar_ops[0]); i++)
+        if (k_scalar_ops[i].type == type)
+            return &k_scalar_ops[i];
+    return NULL;
+}
+
+enum { ISA_UNKNOWN = 0, ISA_SCALAR, ISA_AVX2 };
+
+static int g_isa = ISA_UNKNOWN; /* written once (benign identical races), read with atomics */
+static int g_force_scalar = 0;
+
+static int detect_isa(void)
+{
+    if (__atomic_load_n(&g_force_scalar, __ATOMIC_RELAXED))
+        return ISA_SCALAR;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return ISA_AVX2;
+#endif
+    return ISA_SCALAR;
+}
+
+static int current_isa(void)
+{
+    int isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
+    if (isa == ISA_UNKNOWN) {
+        isa = detect_isa();
+        __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
+    }
+    return isa;
+}
+
+void mp_kernels_force_scalar(int on)
+{
+    __atomic_store_n(&g_force_scalar, on ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_isa, ISA_UNKNOWN, __ATOMIC_RELEASE); /* re-decide on next use */
+}
+
+const char *mp_kernels_isa(void)
+{
+    switch (current_isa()) {
+    case ISA_AVX2:
+        return "avx2";
+    default:
+        return "scalar";
+    }
+}
+
+const mp_type_ops *mp_type_ops_get(int type)
+{
+    if (current_isa() == ISA_AVX2) {
+        const mp_type_ops *ops = mp_type_ops_avx2(type);
+        if (ops)
+            return ops;
+    }
+    return mp_type_ops_scalar(type);
+}
+
+void mp_quantize_row_q8_K(const float *src, void *dst, int64_t n)
+{
+    mp_quantize_row_q8_K_ref(src, dst, n);
+}
+
+void mp_dequantize_row_q8_K(const void *src, float *dst, int64_t n)
+{
+    mp_dequantize_row_q8_K_scalar(src, dst, n);
+}
+
+int mp_quantize_activation(int vec_dot_type, const float *src, void *dst, int64_t n)
+{
+    switch (vec_dot_type) {
+    case MP_TYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return 0;
+    case MP_TYPE_Q8_0:
+        mp_quantize_row_q8_0_ref(src, dst, n);
+        return 0;
+    case MP_TYPE_Q8_K:
+        mp_quantize_row_q8_K_ref(src, dst, n);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* The decode hot loop: nearly all decode time is here, streaming weight rows from memory once. */
+void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
+                  int64_t row_begin, int64_t row_end, const void *x, float *y)
+{
+    const uint8_t *wb = w; /* (n_rows, row_bytes) */
+    for (int64_t r = row_begin; r < row_end; r++)
+        y[r - row_begin] = ops->vec_dot(n_cols, wb + (size_t)r * row_bytes, x);
+}
+
+/* The prefill loop: tiles of MP_GEMM_TILE activation rows, so that each weight row comes from
+ * memory once per tile and is reused from L1 for the tile's other rows. */
+void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
+                  int64_t row_begin, int64_t row_end, const void *x, size_t x_stride, int64_t n_x,
+                  float *y, int64_t y_stride)
+{
+    const uint8_t *wb = w; /* (n_rows, row_bytes) */
+    const uint8_t *xb = x; /* (n_x, x_stride) */
+    for (int64_t i0 = 0; i0 < n_x; i0 += MP_GEMM_TILE) {
+        const int tile = (int)(n_x - i0 < MP_GEMM_TILE ? n_x - i0 : MP_GEMM_TILE);
+        const uint8_t *xt = xb + (size_t)i0 * x_stride;
+        for (int64_t r = row_begin; r < row_end; r++) {
+            const uint8_t *wr = wb + (size_t)r * row_bytes;
+            float *yr = y + i0 * y_stride + (r - row_begin); /* column r of the tile's rows */
+            if (ops->vec_dot_multi && tile > 1) {
+                float out[MP_GEMM_TILE];
+                ops->vec_dot_multi(n_cols, wr, xt, x_stride, tile, out);
+                for (int i = 0; i < tile; i++)
+                    yr[i * y_stride] = out[i];
+            } else {
+                for (int i = 0; i < tile; i++)
+                    yr[i * y_stride] = ops->vec_dot(n_cols, wr, xt + (size_t)i * x_stride);
+            }
+        }
+    }
+}

@@ -1,1 +1,444 @@
-/* kernels/cpu/quant_avx2.c — placeholder until implemented. */
+/* kernels/cpu/quant_avx2.c — AVX2 + FMA + F16C kernels: vec_dot for every weight type, the
+ * K-quant multi-row dots for GEMM tiles, and dequantize_row where a loader or test wants speed.
+ *
+ * Only called after dispatch.c saw avx2, fma and f16c in cpuid. Built with -ffp-contract=off:
+ * the dequantizers issue exactly the scalar reference's float operations (mul, then sub), so
+ * they are bit-identical to it and to the gguf package; the dot products use explicit FMAs.
+ *
+ * Where the time goes: decode streams every weight byte once per token, so these loops must
+ * keep up with DRAM; the integer parts (maddubs/madd) cost less than the loads they wait for.
+ * Integer invariants: 4- and 6-bit weights are unsigned in the products (Q4_K q in 0..15,
+ * Q6_K u = q + 32 in 0..63) so maddubs never saturates: 2 * 63 * 128 < 32767. Signed-by-signed
+ * products (Q4_0, Q8_0) move the sign of the weight onto the activation, which is safe because
+ * activation quants are in [-127, 127] (quant_impl.h).
+ * No alignment is assumed: every vector load is unaligned (GGUF rows sit at any 2-byte offset).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/cpu/quant_impl.h"
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the per-block f16 scales through F16C (one instruction; the scalar converter branches) */
+static inline float f16(mp_f16 h)
+{
+    return _cvtsh_ss(h);
+}
+
+static inline __m256i loadu256(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+static inline __m128i loadu128(const void *p)
+{
+    return _mm_loadu_si128((const __m128i *)p);
+}
+
+/* ---- float weights (activation row is F32) ---- */
+
+static float vec_dot_f32(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *pw = w; /* (n,) f32 */
+    const float *px = x;   /* (n,) f32 */
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps(px + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 32)), _mm256_loadu_ps(px + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 64)), _mm256_loadu_ps(px + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 96)), _mm256_loadu_ps(px + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps(px + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) {
+        float wi;
+        memcpy(&wi, pw + 4 * i, sizeof(wi));
+        sum += wi * px[i];
+    }
+    return sum;
+}
+
+static inline __m256 load_f16x8(const uint8_t *p)
+{
+    return _mm256_cvtph_ps(loadu128(p));
+}
+
+static inline __m256 load_bf16x8(const uint8_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
+}
+
+#define DEFINE_VEC_DOT_HALF(NAME, LOAD8, TO_F32, HALF_T)                                            \
+    static float NAME(int64_t n, const void *w, const void *x)                                      \
+    {                                                                                               \
+        const uint8_t *pw = w; /* (n,) 16-bit floats */                                             \
+        const float *px = x;   /* (n,) f32 */                                                       \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                   \
+        int64_t i = 0;                                                                              \
+        for (; i + 32 <= n; i += 32) {                                                              \
+            acc0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps(px + i), acc0);               \
+            acc1 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 16), _mm256_loadu_ps(px + i + 8), acc1);      \
+            acc2 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 32), _mm256_loadu_ps(px + i + 16), acc2);     \
+            acc3 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 48), _mm256_loadu_ps(px + i + 24), acc3);     \
+        }                                                                                           \
+        for (; i + 8 <= n; i += 8)                                                                  \
+            acc0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps(px + i), acc0);               \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));   \
+        for (; i < n; i++) {                                                                        \
+            HALF_T h;                                                                               \
+            memcpy(&h, pw + 2 * i, sizeof(h));                                                      \
+            sum += TO_F32(h) * px[i];                                                               \
+        }                                                                                           \
+        return sum;                                                                                 \
+    }
+
+DEFINE_VEC_DOT_HALF(vec_dot_f16, load_f16x8, mp_f16_to_f32, mp_f16)
+DEFINE_VEC_DOT_HALF(vec_dot_bf16, load_bf16x8, mp_bf16_to_f32, mp_bf16)
+
+static void dequantize_f16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src; /* (n,) f16 */
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load_f16x8(p + 2 * i));
+    for (; i < n; i++) {
+        mp_f16 h;
+        memcpy(&h, p + 2 * i, sizeof(h));
+        dst[i] = mp_f16_to_f32(h);
+    }
+}
+
+static void dequantize_bf16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src; /* (n,) bf16 */
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load_bf16x8(p + 2 * i));
+    for (; i < n; i++) {
+        mp_bf16 h;
+        memcpy(&h, p + 2 * i, sizeof(h));
+        dst[i] = mp_bf16_to_f32(h);
+    }
+}
+
+/* ---- Q4_0 and Q8_0 weights (activation row is Q8_0) ---- */
+
+/* 32 signed weights · 32 signed activations -> 8 lanes of int32 partial sums, as floats */
+static inline __m256 dot_i8x32(__m256i w, __m256i x)
+{
+    const __m256i w_abs = _mm256_sign_epi8(w, w);
+    const __m256i x_signed = _mm256_sign_epi8(x, w); /* x * sign(w): |x| <= 127 stays in range */
+    const __m256i p16 = _mm256_maddubs_epi16(w_abs, x_signed);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* the 32 nibbles of a Q4_0 block in element order, as signed bytes q - 8 */
+static inline __m256i q4_0_unpack(const uint8_t *qs)
+{
+    const __m128i b = loadu128(qs);
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+}
+
+static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q4_0 *bw = w; /* (n / 32,) */
+    const mp_block_q8_0 *bx = x; /* (n / 32,) */
+    const int64_t nb = n / MP_QK4_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
+        const __m256 d1 = _mm256_set1_ps(f16(bw[ib + 1].d) * f16(bx[ib + 1].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q4_0_unpack(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
+        acc1 = _mm256_fmadd_ps(d1, dot_i8x32(q4_0_unpack(bw[ib + 1].qs), loadu256(bx[ib + 1].qs)), acc1);
+    }
+    for (; ib < nb; ib++) {
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q4_0_unpack(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q8_0 *bw = w; /* (n / 32,) */
+    const mp_block_q8_0 *bx = x; /* (n / 32,) */
+    const int64_t nb = n / MP_QK8_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
+        const __m256 d1 = _mm256_set1_ps(f16(bw[ib + 1].d) * f16(bx[ib + 1].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(loadu256(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
+        acc1 = _mm256_fmadd_ps(d1, dot_i8x32(loadu256(bw[ib + 1].qs), loadu256(bx[ib + 1].qs)), acc1);
+    }
+    for (; ib < nb; ib++) {
+        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
+        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(loadu256(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static void dequantize_q4_0(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q4_0 *b = src; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / MP_QK4_0; ib++) {
+        const __m256 d = _mm256_set1_ps(f16(b[ib].d));
+        const __m256i q = q4_0_unpack(b[ib].qs);
+        for (int k = 0; k < 4; k++) {
+            const __m128i q8 = k < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+            const __m128i part = (k & 1) ? _mm_srli_si128(q8, 8) : q8;
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
+            _mm256_storeu_ps(dst + ib * MP_QK4_0 + 8 * k, _mm256_mul_ps(d, v));
+        }
+    }
+}
+
+static void dequantize_q8_0(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q8_0 *b = src; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / MP_QK8_0; ib++) {
+        const __m256 d = _mm256_set1_ps(f16(b[ib].d));
+        for (int k = 0; k < 4; k++) {
+            const __m128i part = _mm_loadl_epi64((const __m128i *)(b[ib].qs + 8 * k));
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
+            _mm256_storeu_ps(dst + ib * MP_QK8_0 + 8 * k, _mm256_mul_ps(v, d));
+        }
+    }
+}
+
+/* ---- Q4_K (activation row is Q8_K) ---- */
+
+/* The 8 six-bit scales and mins of a Q4_K block, unpacked four at a time from 32-bit words
+ * (little-endian; this file is x86-only): bytes 0-3 hold scales 0-3 and the top bits of
+ * scales 4-7, bytes 4-7 the same for mins, bytes 8-11 the low nibbles of scales/mins 4-7. */
+static inline void q4_K_unpack_scales(const uint8_t *packed, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t a[3];
+    memcpy(a, packed, sizeof(a));
+    const uint32_t sc_lo = a[0] & 0x3F3F3F3Fu, m_lo = a[1] & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (a[2] & 0x0F0F0F0Fu) | ((a[0] >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | ((a[1] >> 2) & 0x30303030u);
+    memcpy(sc, &sc_lo, 4);
+    memcpy(sc + 4, &sc_hi, 4);
+    memcpy(m, &m_lo, 4);
+    memcpy(m + 4, &m_hi, 4);
+}
+
+/* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
+ * contribution, kept as 8 float lanes. The unpacked nibbles are shared by all n_x rows. */
+static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                  __m256 *acc)
+{
+    uint8_t sc[8], m[8];
+    q4_K_unpack_scales(b->scales, sc, m);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = loadu256(b->qs + 32 * c);
+        lo[c] = _mm256_and_si256(q, mask);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+    }
+    /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
+    __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    const float d = f16(b->d), dmin = f16(b->dmin);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i p0 = _mm256_maddubs_epi16(lo[c], loadu256(y->qs + 64 * c));
+            const __m256i p1 = _mm256_maddubs_epi16(hi[c], loadu256(y->qs + 64 * c + 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        acc[i] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(summ), acc[i]);
+    }
+}
+
+static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q4_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++)
+        q4_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
+    return hsum_ps(acc);
+}
+
+static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    const mp_block_q4_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n_x, x_stride) rows of Q8_K blocks */
+    __m256 acc[MP_GEMM_TILE];
+    for (int i = 0; i < MP_GEMM_TILE; i++)
+        acc[i] = _mm256_setzero_ps();
+    if (n_x > MP_GEMM_TILE)
+        n_x = MP_GEMM_TILE;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++)
+        q4_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
+    for (int i = 0; i < n_x; i++)
+        out[i] = hsum_ps(acc[i]);
+}
+
+static void dequantize_q4_K(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q4_K *b = src; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        uint8_t sc[8], m[8];
+        q4_K_unpack_scales(b[ib].scales, sc, m);
+        const float d = f16(b[ib].d), dmin = f16(b[ib].dmin);
+        float *y = dst + ib * MP_QK_K;
+        for (int c = 0; c < 4; c++) {
+            const __m256 d0 = _mm256_set1_ps(d * (float)sc[2 * c]), m0 = _mm256_set1_ps(dmin * (float)m[2 * c]);
+            const __m256 d1 = _mm256_set1_ps(d * (float)sc[2 * c + 1]), m1 = _mm256_set1_ps(dmin * (float)m[2 * c + 1]);
+            for (int k = 0; k < 4; k++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i *)(b[ib].qs + 32 * c + 8 * k));
+                const __m256i q32 = _mm256_cvtepu8_epi32(q);
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q32, _mm256_set1_epi32(0x0F)));
+                const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q32, 4));
+                /* mul then sub, never fused: the gguf reference rounds twice */
+                _mm256_storeu_ps(y + 64 * c + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d0, lo), m0));
+                _mm256_storeu_ps(y + 64 * c + 32 + 8 * k, _mm256_sub_ps(_mm256_mul_ps(d1, hi), m1));
+            }
+        }
+    }
+}
+
+/* ---- Q6_K (activation row is Q8_K) ---- */
+
+/* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order:
+ * u[4h + s] holds elements 128h + 32s .. +31 (see the scalar dequantizer for the layout). */
+static inline void q6_K_unpack(const mp_block_q6_K *b, __m256i u[8])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m256i ql0 = loadu256(b->ql + 64 * h), ql1 = loadu256(b->ql + 64 * h + 32);
+        const __m256i qh = loadu256(b->qh + 32 * h);
+        u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+        u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+        u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
+        u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+    }
+}
+
+static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                  __m256 *acc)
+{
+    __m256i u[8];
+    q6_K_unpack(b, u);
+    /* scales as 16-bit lanes: 32 elements (one u vector) span two scale groups, lanes 0-7 of
+     * the maddubs result belong to the first and lanes 8-15 to the second */
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
+    /* scale_pair[k] = (8 x scales[2k] | 8 x scales[2k+1]): one byte shuffle each out of the
+     * 16-bit scales 0-7 (or 8-15) copied into both 128-bit lanes */
+    const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+    const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    __m256i scale_pair[8];
+    for (int k = 0; k < 4; k++) {
+        const __m256i pick = _mm256_set_m128i(_mm_set1_epi16((int16_t)(0x0302 + 0x0404 * k)),
+                                              _mm_set1_epi16((int16_t)(0x0100 + 0x0404 * k)));
+        scale_pair[k] = _mm256_shuffle_epi8(sc_lo, pick);
+        scale_pair[k + 4] = _mm256_shuffle_epi8(sc_hi, pick);
+    }
+    const float d = f16(b->d);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum */
+        __m256i sumi = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y->bsums), sc16), 5);
+        sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
+        for (int k = 0; k < 8; k++) {
+            const __m256i p = _mm256_maddubs_epi16(u[k], loadu256(y->qs + 32 * k));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair[k]));
+        }
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
+    }
+}
+
+static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q6_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++)
+        q6_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
+    return hsum_ps(acc);
+}
+
+static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    const mp_block_q6_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n_x, x_stride) rows of Q8_K blocks */
+    __m256 acc[MP_GEMM_TILE];
+    for (int i = 0; i < MP_GEMM_TILE; i++)
+        acc[i] = _mm256_setzero_ps();
+    if (n_x > MP_GEMM_TILE)
+        n_x = MP_GEMM_TILE;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++)
+        q6_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
+    for (int i = 0; i < n_x; i++)
+        out[i] = hsum_ps(acc[i]);
+}
+
+static void dequantize_q6_K(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q6_K *b = src; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        __m256i u[8];
+        q6_K_unpack(&b[ib], u);
+        const float d = f16(b[ib].d);
+        float *y = dst + ib * MP_QK_K;
+        for (int k = 0; k < 8; k++) {
+            uint8_t bytes[32];
+            _mm256_storeu_si256((__m256i *)bytes, u[k]);
+            for (int part = 0; part < 4; part++) {
+                const int e = 32 * k + 8 * part; /* first element of these 8 */
+                const __m256 dl = _mm256_set1_ps(d * (float)b[ib].scales[e / 16]);
+                const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bytes + 8 * part))),
+                                                   _mm256_set1_epi32(32));
+                _mm256_storeu_ps(y + e, _mm256_mul_ps(dl, _mm256_cvtepi32_ps(q)));
+            }
+        }
+    }
+}
+
+/* ---- the table ---- */
+
+#define OPS(T, VDT, DQ, Q, VD, MULTI) \
+    {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
+     .vec_dot_multi = (MULTI)}
+
+static const mp_type_ops k_avx2_ops[] = {
+    OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
+    OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
+    OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
+    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0, NULL),
+    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0, NULL),
+    OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
+        vec_dot_multi_q4_K),
+    OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
+        vec_dot_multi_q6_K),
+};
+
+const mp_type_ops *mp_type_ops_avx2(int type)
+{
+    for (size_t i = 0; i < sizeof(k_avx2_ops) / sizeof(k_avx2_ops[0]); i++)
+        if (k_avx2_ops[i].type == type)
+            return &k_avx2_ops[i];
+    return NULL;
+}

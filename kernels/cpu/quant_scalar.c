@@ -1,1 +1,254 @@
-/* kernels/cpu/quant_scalar.c — placeholder until implemented. */
+/* kernels/cpu/quant_scalar.c — scalar reference kernels: dequantize_row and vec_dot per type.
+ *
+ * These are the reference every SIMD variant is tested against, and they reproduce the gguf
+ * package's dequantization bit for bit: each element is computed with the same float32
+ * operations in the same order (e.g. Q4_K: (d * scale) * q - (dmin * min)). kernels/meson.build
+ * compiles this file with -ffp-contract=off so that the compiler cannot fuse them into FMAs.
+ *
+ * vec_dot accumulates integer products per block exactly (int32), as the formats are designed
+ * for, and applies the float scales once per block (per 16/32-element sub-block for the scales
+ * of the K-quants, which are integers too). Partner formats: F32/F16/BF16 weights dot an F32
+ * row; Q4_0/Q8_0 dot Q8_0; Q4_K/Q6_K dot Q8_K (whose bsums carry the sums the mins need).
+ */
+#include <string.h>
+
+#include "kernels/cpu/quant_impl.h"
+
+/* ---- dequantize ---- */
+
+void mp_dequantize_row_f32_scalar(const void *src, float *dst, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+void mp_dequantize_row_f16_scalar(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src; /* (n,) f16, possibly unaligned */
+    for (int64_t i = 0; i < n; i++) {
+        mp_f16 h;
+        memcpy(&h, p + 2 * i, sizeof(h));
+        dst[i] = mp_f16_to_f32(h);
+    }
+}
+
+void mp_dequantize_row_bf16_scalar(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src; /* (n,) bf16, possibly unaligned */
+    for (int64_t i = 0; i < n; i++) {
+        mp_bf16 h;
+        memcpy(&h, p + 2 * i, sizeof(h));
+        dst[i] = mp_bf16_to_f32(h);
+    }
+}
+
+void mp_dequantize_row_q4_0_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q4_0 *b = src; /* (n / 32,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK4_0; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d);
+        float *y = dst + ib * MP_QK4_0;
+        for (int l = 0; l < MP_QK4_0 / 2; l++) {
+            y[l] = d * (float)((b->qs[l] & 0x0F) - 8);
+            y[l + MP_QK4_0 / 2] = d * (float)((b->qs[l] >> 4) - 8);
+        }
+    }
+}
+
+void mp_dequantize_row_q8_0_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q8_0 *b = src; /* (n / 32,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK8_0; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d);
+        for (int l = 0; l < MP_QK8_0; l++)
+            dst[ib * MP_QK8_0 + l] = (float)b->qs[l] * d;
+    }
+}
+
+void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q4_K *b = src; /* (n / 256,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d), dmin = mp_f16_to_f32(b->dmin);
+        float *y = dst + ib * MP_QK_K;
+        /* 4 chunks of 64: 32 bytes of qs, low nibbles = sub-block 2c, high = sub-block 2c+1 */
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc0, m0, sc1, m1;
+            mp_q4_K_scale_min(b->scales, 2 * c, &sc0, &m0);
+            mp_q4_K_scale_min(b->scales, 2 * c + 1, &sc1, &m1);
+            const float d0 = d * (float)sc0, min0 = dmin * (float)m0;
+            const float d1 = d * (float)sc1, min1 = dmin * (float)m1;
+            const uint8_t *q = b->qs + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                y[64 * c + l] = d0 * (float)(q[l] & 0x0F) - min0;
+                y[64 * c + 32 + l] = d1 * (float)(q[l] >> 4) - min1;
+            }
+        }
+    }
+}
+
+void mp_dequantize_row_q6_K_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q6_K *b = src; /* (n / 256,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d);
+        float *y = dst + ib * MP_QK_K;
+        /* 2 halves of 128 elements; element 128h + 32s + l takes its low 4 bits from
+         * ql[64h + 32(s&1) + l] (low nibble for s < 2, high for s >= 2) and its top 2 bits from
+         * qh[32h + l] >> 2s. The 16 scales cover 16 consecutive elements each. */
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+            for (int s = 0; s < 4; s++) {
+                const int base = 128 * h + 32 * s;
+                for (int l = 0; l < 32; l++) {
+                    const int lo = s < 2 ? ql[32 * s + l] & 0x0F : ql[32 * (s - 2) + l] >> 4;
+                    const int hi = (qh[l] >> (2 * s)) & 3;
+                    const int q = (lo | (hi << 4)) - 32;
+                    const float dl = d * (float)b->scales[(base + l) / 16];
+                    y[base + l] = dl * (float)q;
+                }
+            }
+        }
+    }
+}
+
+void mp_dequantize_row_q8_K_scalar(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *p = src; /* (n / 256,) blocks; float d may be unaligned */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        mp_block_q8_K b;
+        memcpy(&b, p + ib * sizeof(b), sizeof(b));
+        for (int l = 0; l < MP_QK_K; l++)
+            dst[ib * MP_QK_K + l] = b.d * (float)b.qs[l];
+    }
+}
+
+/* ---- vec_dot ---- */
+
+float mp_vec_dot_f32_scalar(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *pw = w;  /* (n,) f32, possibly unaligned */
+    const float *px = x;    /* (n,) f32 */
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float wi;
+        memcpy(&wi, pw + 4 * i, sizeof(wi));
+        sum += wi * px[i];
+    }
+    return sum;
+}
+
+float mp_vec_dot_f16_scalar(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *pw = w; /* (n,) f16 */
+    const float *px = x;   /* (n,) f32 */
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        mp_f16 h;
+        memcpy(&h, pw + 2 * i, sizeof(h));
+        sum += mp_f16_to_f32(h) * px[i];
+    }
+    return sum;
+}
+
+float mp_vec_dot_bf16_scalar(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *pw = w; /* (n,) bf16 */
+    const float *px = x;   /* (n,) f32 */
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        mp_bf16 h;
+        memcpy(&h, pw + 2 * i, sizeof(h));
+        sum += mp_bf16_to_f32(h) * px[i];
+    }
+    return sum;
+}
+
+float mp_vec_dot_q4_0_q8_0_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q4_0 *bw = w; /* (n / 32,) */
+    const mp_block_q8_0 *bx = x; /* (n / 32,) */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK4_0; ib++) {
+        int32_t isum = 0;
+        for (int l = 0; l < MP_QK4_0 / 2; l++) {
+            isum += ((bw[ib].qs[l] & 0x0F) - 8) * bx[ib].qs[l];
+            isum += ((bw[ib].qs[l] >> 4) - 8) * bx[ib].qs[l + MP_QK4_0 / 2];
+        }
+        sum += (mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d)) * (float)isum;
+    }
+    return sum;
+}
+
+float mp_vec_dot_q8_0_q8_0_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q8_0 *bw = w; /* (n / 32,) */
+    const mp_block_q8_0 *bx = x; /* (n / 32,) */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK8_0; ib++) {
+        int32_t isum = 0;
+        for (int l = 0; l < MP_QK8_0; l++)
+            isum += bw[ib].qs[l] * bx[ib].qs[l];
+        sum += (mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d)) * (float)isum;
+    }
+    return sum;
+}
+
+float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q4_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks; float d may be unaligned */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const mp_block_q4_K *b = &bw[ib];
+        mp_block_q8_K y;
+        memcpy(&y, px + ib * sizeof(y), sizeof(y));
+        /* x ~ sum_j (d sc_j q - dmin m_j): the q part needs sum(q * y) per sub-block, the min
+         * part only sum(y) per sub-block = two adjacent bsums. */
+        int32_t isum_q = 0, isum_m = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            mp_q4_K_scale_min(b->scales, j, &sc, &m);
+            const uint8_t *q = b->qs + 32 * (j / 2);
+            const int shift = 4 * (j & 1);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++)
+                s += ((q[l] >> shift) & 0x0F) * y.qs[32 * j + l];
+            isum_q += sc * s;
+            isum_m += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+        }
+        const float d = mp_f16_to_f32(b->d) * y.d, dmin = mp_f16_to_f32(b->dmin) * y.d;
+        sum += d * (float)isum_q - dmin * (float)isum_m;
+    }
+    return sum;
+}
+
+float mp_vec_dot_q6_K_q8_K_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q6_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const mp_block_q6_K *b = &bw[ib];
+        mp_block_q8_K y;
+        memcpy(&y, px + ib * sizeof(y), sizeof(y));
+        /* the quants are stored as u = q + 32 in 0..63: sum(q y) = sum(u y) - 32 sum(y), and
+         * sum(y) per 16 elements is exactly a bsum */
+        int32_t group[16] = {0};
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+            for (int s = 0; s < 4; s++) {
+                const int base = 128 * h + 32 * s;
+                for (int l = 0; l < 32; l++) {
+                    const int lo = s < 2 ? ql[32 * s + l] & 0x0F : ql[32 * (s - 2) + l] >> 4;
+                    const int u = lo | (((qh[l] >> (2 * s)) & 3) << 4);
+                    group[(base + l) / 16] += u * y.qs[base + l];
+                }
+            }
+        }
+        int32_t isum = 0;
+        for (int g = 0; g < 16; g++)
+            isum += b->scales[g] * (group[g] - 32 * y.bsums[g]);
+        sum += (mp_f16_to_f32(b->d) * y.d) * (float)isum;
+    }
+    return sum;
+}

@@ -1,1 +1,294 @@
-/* kernels/cpu/quantize.c — placeholder until implemented. */
+/* kernels/cpu/quantize.c — reference quantizers (float rows -> blocks) for every type.
+ *
+ * Q4_0 and Q8_0 reproduce the gguf package's quantize() bit for bit (same float32 operations in
+ * the same order; this file is built with -ffp-contract=off so no FMA can change a rounding):
+ *   Q4_0: d = x[argmax |x|] / -8, q = min(15, trunc(x / d + 8.5))
+ *   Q8_0: d = max |x| / 127,      q = round_half_away(x / d)
+ * The K-quants are our own round-to-nearest design, not llama.cpp's bit pattern: each sub-block
+ * (32 elements for Q4_K, 16 for Q6_K) gets a least-squares scale (and min) chosen by trying a
+ * small grid of initial scales and refitting twice; then the sub-block scales are themselves
+ * quantized against the super-block's f16 scale, and the final quants are recomputed against
+ * the scales exactly as they will be decoded, so rounding of the scales cannot compound.
+ * Q8_K (activations only) is symmetric: d = max |x| / 127, q in [-127, 127], bsums per 16.
+ *
+ * Inputs must be finite, with |x| small enough that the f16 super-block scales do not
+ * overflow (|x| < ~1e5 for the 4-bit formats); weights of real models are far inside that.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/quant_impl.h"
+
+void mp_quantize_row_f32_ref(const float *src, void *dst, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+void mp_quantize_row_f16_ref(const float *src, void *dst, int64_t n)
+{
+    uint8_t *p = dst; /* (n,) f16 */
+    for (int64_t i = 0; i < n; i++) {
+        const mp_f16 h = mp_f32_to_f16(src[i]);
+        memcpy(p + 2 * i, &h, sizeof(h));
+    }
+}
+
+void mp_quantize_row_bf16_ref(const float *src, void *dst, int64_t n)
+{
+    uint8_t *p = dst; /* (n,) bf16 */
+    for (int64_t i = 0; i < n; i++) {
+        const mp_bf16 h = mp_f32_to_bf16(src[i]);
+        memcpy(p + 2 * i, &h, sizeof(h));
+    }
+}
+
+void mp_quantize_row_q4_0_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q4_0 *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / MP_QK4_0; ib++) {
+        const float *x = src + ib * MP_QK4_0;
+        /* the signed value of largest magnitude (the first one on ties) maps to -8, so the
+         * asymmetric nibble range [-8, 7] is used on the side where the extreme lies */
+        float amax = 0.0f, max = 0.0f;
+        for (int l = 0; l < MP_QK4_0; l++)
+            if (fabsf(x[l]) > amax) {
+                amax = fabsf(x[l]);
+                max = x[l];
+            }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[ib].d = mp_f32_to_f16(d);
+        for (int l = 0; l < MP_QK4_0 / 2; l++) {
+            int q0 = (int)(x[l] * id + 8.5f), q1 = (int)(x[l + MP_QK4_0 / 2] * id + 8.5f);
+            q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+            q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+            b[ib].qs[l] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+void mp_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q8_0 *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / MP_QK8_0; ib++) {
+        const float *x = src + ib * MP_QK8_0;
+        float amax = 0.0f;
+        for (int l = 0; l < MP_QK8_0; l++)
+            amax = fmaxf(amax, fabsf(x[l]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[ib].d = mp_f32_to_f16(d);
+        for (int l = 0; l < MP_QK8_0; l++)
+            b[ib].qs[l] = (int8_t)roundf(x[l] * id); /* |x * id| <= 127 (+ rounding), never -128 */
+    }
+}
+
+void mp_quantize_row_q8_K_ref(const float *src, void *dst, int64_t n)
+{
+    uint8_t *p = dst; /* (n / 256,) Q8_K blocks */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        mp_block_q8_K b;
+        float amax = 0.0f;
+        for (int l = 0; l < MP_QK_K; l++)
+            amax = fmaxf(amax, fabsf(x[l]));
+        const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b.d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        for (int l = 0; l < MP_QK_K; l++) {
+            int q = (int)lrintf(x[l] * iscale);
+            b.qs[l] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+        }
+        for (int g = 0; g < MP_QK_K / 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += b.qs[16 * g + l];
+            b.bsums[g] = (int16_t)s;
+        }
+        memcpy(p + ib * sizeof(b), &b, sizeof(b));
+    }
+}
+
+/* ---- K-quant sub-block fits ---- */
+
+static inline int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Fit x[0..n) ~ scale * q - offset with q in [0, qmax], scale >= 0, offset >= 0 (the format
+ * stores a non-negative min that is subtracted). Returns the squared error of the fit. */
+static float fit_scale_offset(const float *x, int n, int qmax, float *scale, float *offset)
+{
+    float xmin = 0.0f, xmax = 0.0f; /* the range always includes 0: offset >= 0 */
+    for (int i = 0; i < n; i++) {
+        xmin = fminf(xmin, x[i]);
+        xmax = fmaxf(xmax, x[i]);
+    }
+    *scale = 0.0f;
+    *offset = -xmin;
+    if (xmax <= xmin)
+        return 0.0f;
+    float best_err = INFINITY;
+    /* a grid of initial scales around the min/max one: stretching the grid a little often
+     * lets more interior points land on levels, and least squares then fixes the ends */
+    for (int step = -6; step <= 6; step++) {
+        float s = (xmax - xmin) / ((float)qmax + 0.1f * (float)step);
+        float c = xmin; /* x ~ s q + c, c = -offset <= 0 */
+        for (int refit = 0; refit < 3; refit++) {
+            double sq = 0, sqq = 0, sx = 0, sqx = 0;
+            for (int i = 0; i < n; i++) {
+                const int q = clampi((int)lrintf((x[i] - c) / s), 0, qmax);
+                sq += q;
+                sqq += (double)q * q;
+                sx += x[i];
+                sqx += (double)q * x[i];
+            }
+            const double det = n * sqq - sq * sq;
+            if (det <= 0)
+                break;
+            double ns = (n * sqx - sq * sx) / det;
+            double nc = (sx - ns * sq) / n;
+            if (nc > 0) { /* a positive minimum is not representable: pin the offset to 0 */
+                nc = 0;
+                ns = sqx / sqq;
+            }
+            if (!(ns > 0))
+                break;
+            s = (float)ns;
+            c = (float)nc;
+            float err = 0.0f;
+            for (int i = 0; i < n; i++) {
+                const int q = clampi((int)lrintf((x[i] - c) / s), 0, qmax);
+                const float e = s * (float)q + c - x[i];
+                err += e * e;
+            }
+            if (err < best_err) {
+                best_err = err;
+                *scale = s;
+                *offset = -c;
+            }
+        }
+    }
+    return best_err;
+}
+
+/* Fit x[0..n) ~ scale * q with q in [qmin, qmax] (scale of either sign). */
+static float fit_scale_symmetric(const float *x, int n, int qmin, int qmax, float *scale)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    *scale = 0.0f;
+    if (amax == 0.0f)
+        return 0.0f;
+    float best_err = INFINITY;
+    /* two families: the extreme on the long side of the range (qmin) or on the short (qmax) */
+    for (int side = 0; side < 2; side++) {
+        const float target = side == 0 ? (float)qmin : (float)qmax;
+        for (int step = -6; step <= 6; step++) {
+            float s = max / (target + (side == 0 ? -0.1f : 0.1f) * (float)step);
+            for (int refit = 0; refit < 2; refit++) {
+                double sqq = 0, sqx = 0;
+                for (int i = 0; i < n; i++) {
+                    const int q = clampi((int)lrintf(x[i] / s), qmin, qmax);
+                    sqq += (double)q * q;
+                    sqx += (double)q * x[i];
+                }
+                if (sqq <= 0)
+                    break;
+                s = (float)(sqx / sqq);
+                if (s == 0.0f)
+                    break;
+                float err = 0.0f;
+                for (int i = 0; i < n; i++) {
+                    const int q = clampi((int)lrintf(x[i] / s), qmin, qmax);
+                    const float e = s * (float)q - x[i];
+                    err += e * e;
+                }
+                if (err < best_err) {
+                    best_err = err;
+                    *scale = s;
+                }
+            }
+        }
+    }
+    return best_err;
+}
+
+void mp_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q4_K *b = dst; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            fit_scale_offset(x + 32 * j, 32, 15, &scale[j], &offset[j]);
+            max_scale = fmaxf(max_scale, scale[j]);
+            max_offset = fmaxf(max_offset, offset[j]);
+        }
+        /* 6-bit sub-block scales and mins relative to the f16 super-block scales */
+        const mp_f16 d_h = mp_f32_to_f16(max_scale / 63.0f);
+        const mp_f16 dmin_h = mp_f32_to_f16(max_offset / 63.0f);
+        const float d = mp_f16_to_f32(d_h), dmin = mp_f16_to_f32(dmin_h);
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
+            m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(offset[j] / dmin), 0, 63) : 0);
+        }
+        b[ib].d = d_h;
+        b[ib].dmin = dmin_h;
+        for (int j = 0; j < 4; j++) {
+            b[ib].scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+            b[ib].scales[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+            b[ib].scales[j + 8] = (uint8_t)((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
+        }
+        /* final quants against the scales exactly as the decoder will see them */
+        uint8_t q[MP_QK_K];
+        for (int j = 0; j < 8; j++) {
+            const float dl = d * (float)sc[j], ml = dmin * (float)m[j];
+            for (int l = 0; l < 32; l++)
+                q[32 * j + l] = (uint8_t)(dl > 0 ? clampi((int)lrintf((x[32 * j + l] + ml) / dl), 0, 15) : 0);
+        }
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                b[ib].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+}
+
+void mp_quantize_row_q6_K_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q6_K *b = dst; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        float scale[16], amax_scale = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            fit_scale_symmetric(x + 16 * g, 16, -32, 31, &scale[g]);
+            amax_scale = fmaxf(amax_scale, fabsf(scale[g]));
+        }
+        const mp_f16 d_h = mp_f32_to_f16(amax_scale / 127.0f);
+        const float d = mp_f16_to_f32(d_h);
+        b[ib].d = d_h;
+        for (int g = 0; g < 16; g++)
+            b[ib].scales[g] = (int8_t)(d > 0 ? clampi((int)lrintf(scale[g] / d), -127, 127) : 0);
+        uint8_t u[MP_QK_K]; /* q + 32, in 0..63 */
+        for (int g = 0; g < 16; g++) {
+            const float dl = d * (float)b[ib].scales[g];
+            for (int l = 0; l < 16; l++)
+                u[16 * g + l] = (uint8_t)(dl != 0.0f ? clampi((int)lrintf(x[16 * g + l] / dl), -32, 31) + 32 : 32);
+        }
+        memset(b[ib].ql, 0, sizeof(b[ib].ql));
+        memset(b[ib].qh, 0, sizeof(b[ib].qh));
+        /* element 128h + 32s + l: low nibble in ql[64h + 32(s & 1) + l] (high nibble for
+         * s >= 2), top two bits in qh[32h + l] at bit 2s (see the scalar dequantizer) */
+        for (int h = 0; h < 2; h++)
+            for (int s = 0; s < 4; s++)
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t v = u[128 * h + 32 * s + l];
+                    b[ib].ql[64 * h + 32 * (s & 1) + l] |= (uint8_t)((v & 0x0F) << (s >= 2 ? 4 : 0));
+                    b[ib].qh[32 * h + l] |= (uint8_t)((v >> 4) << (2 * s));
+                }
+    }
+}

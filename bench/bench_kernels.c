@@ -1,0 +1,188 @@
+/* bench/bench_kernels.c — GB/s of weight bytes streamed by the dot products, scalar vs dispatched.
+ *
+ * For each weight type: a weight matrix of --mb megabytes (default 512, larger than this
+ * machine's 300 MiB L3, so the weights come from DRAM as in decode), n_cols = 4096, filled with
+ * valid random blocks; one activation row already in the type's vec_dot_type. It times
+ * mp_gemv_rows over all rows, single thread, best of --reps passes, for the scalar reference and
+ * for the dispatched variant, plus mp_gemm_rows with 4 activation rows (one tile: weights
+ * streamed once for 4 rows). GB/s counts weight bytes only (1 GB = 1e9 bytes) per second of
+ * this thread's CPU time.
+ *
+ * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]...   (prints one table to stdout)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/quant.h"
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+
+static uint64_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+/* Thread CPU time, not wall time: the 2-core build machine is shared, and a kernel that was
+ * descheduled did not get slower. Memory bandwidth taken by others still shows. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Random valid content: random quant bits, f16 scales of a sane size (no Inf/NaN anywhere). */
+static void fill_weights(int type, uint8_t *w, size_t bytes)
+{
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t v = rnd();
+        memcpy(w + i, &v, 8);
+    }
+    const mp_f16 scale = mp_f32_to_f16(0.01f);
+    const size_t bb = mp_type_block_bytes(type);
+    for (size_t off = 0; off + bb <= bytes; off += bb) {
+        switch (type) {
+        case MP_TYPE_F32: {
+            const float f = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+            memcpy(w + off, &f, 4);
+            break;
+        }
+        case MP_TYPE_F16:
+        case MP_TYPE_BF16: {
+            const float f = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+            const uint16_t h = type == MP_TYPE_F16 ? mp_f32_to_f16(f) : mp_f32_to_bf16(f);
+            memcpy(w + off, &h, 2);
+            break;
+        }
+        case MP_TYPE_Q4_K:
+            memcpy(w + off + 2, &scale, 2);
+            /* fall through: d at offset 0 too */
+        case MP_TYPE_Q4_0:
+        case MP_TYPE_Q8_0:
+            memcpy(w + off, &scale, 2);
+            break;
+        case MP_TYPE_Q6_K:
+            memcpy(w + off + 208, &scale, 2);
+            break;
+        }
+    }
+}
+
+static volatile float g_sink; /* keeps the results alive */
+
+/* best-of-reps seconds for one pass over all rows */
+static double time_gemv(const mp_type_ops *ops, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                        int64_t n_rows, const void *x, float *y, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now_s();
+        mp_gemv_rows(ops, w, row_bytes, n_cols, 0, n_rows, x, y);
+        const double dt = now_s() - t0;
+        best = dt < best ? dt : best;
+        g_sink += y[n_rows - 1];
+    }
+    return best;
+}
+
+static double time_gemm(const mp_type_ops *ops, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                        int64_t n_rows, const void *x, size_t x_stride, int64_t n_x, float *y, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now_s();
+        mp_gemm_rows(ops, w, row_bytes, n_cols, 0, n_rows, x, x_stride, n_x, y, n_rows);
+        const double dt = now_s() - t0;
+        best = dt < best ? dt : best;
+        g_sink += y[n_rows - 1];
+    }
+    return best;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]...\n"
+               "  --mb N      weight matrix size per type in MB (default 512; keep it above L3)\n"
+               "  --reps N    passes per measurement, the best is reported (default 3)\n"
+               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q4_K Q6_K\n");
+}
+
+int main(int argc, char **argv)
+{
+    long mb = 512, reps = 3;
+    int types[8], n_types = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--mb") && i + 1 < argc) {
+            mb = strtol(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            reps = strtol(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 8) {
+            const int t = mp_type_from_name(argv[++i]);
+            if (t < 0 || !mp_type_supported(t)) {
+                fprintf(stderr, "bench_kernels: error: --type %s: expected one of F32 F16 BF16 Q4_0 Q8_0 Q4_K Q6_K\n", argv[i]);
+                return 2;
+            }
+            types[n_types++] = t;
+        } else {
+            fprintf(stderr, "bench_kernels: error: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (mb < 1 || mb > 65536 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "bench_kernels: error: --mb must be 1..65536 and --reps 1..1000\n");
+        return 2;
+    }
+    if (n_types == 0) {
+        const int all[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q8_0, MP_TYPE_Q4_0, MP_TYPE_Q6_K, MP_TYPE_Q4_K};
+        for (int i = 0; i < 7; i++)
+            types[n_types++] = all[i];
+    }
+    const int64_t n_cols = 4096;
+    const size_t total_bytes = (size_t)mb << 20;
+    uint8_t *w = aligned_alloc(64, total_bytes); /* (n_rows, row_bytes) */
+    float *xf = malloc(4 * n_cols * sizeof(float));
+    uint8_t *x = aligned_alloc(64, 4 * n_cols * sizeof(float)); /* (4, x_stride) activations */
+    if (!w || !xf || !x) {
+        fprintf(stderr, "bench_kernels: error: cannot allocate %ld MB\n", mb);
+        return 1;
+    }
+    for (int64_t i = 0; i < 4 * n_cols; i++)
+        xf[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+
+    printf("bench_kernels: %ld MB of weights per type, n_cols %lld, best of %ld, single thread, isa %s\n",
+           mb, (long long)n_cols, reps, mp_kernels_isa());
+    printf("%-5s %10s %12s %12s %8s %14s\n", "type", "rows", "scalar GB/s", "simd GB/s", "ratio",
+           "simd gemm4 GB/s");
+    for (int t = 0; t < n_types; t++) {
+        const int type = types[t];
+        const mp_type_ops *ref = mp_type_ops_scalar(type), *fast = mp_type_ops_get(type);
+        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
+        const int64_t n_rows = (int64_t)(total_bytes / row_bytes);
+        const size_t x_stride = mp_type_row_bytes(ref->vec_dot_type, n_cols);
+        fill_weights(type, w, (size_t)n_rows * row_bytes);
+        for (int i = 0; i < 4; i++)
+            mp_quantize_activation(ref->vec_dot_type, xf + i * n_cols, x + i * x_stride, n_cols);
+        float *y = malloc((size_t)n_rows * 4 * sizeof(float));
+        const double bytes = (double)n_rows * (double)row_bytes;
+        const double ts = time_gemv(ref, w, row_bytes, n_cols, n_rows, x, y, (int)reps);
+        const double tf = time_gemv(fast, w, row_bytes, n_cols, n_rows, x, y, (int)reps);
+        const double tg = time_gemm(fast, w, row_bytes, n_cols, n_rows, x, x_stride, 4, y, (int)reps);
+        printf("%-5s %10lld %12.2f %12.2f %7.1fx %14.2f\n", mp_type_name(type), (long long)n_rows,
+               bytes / ts * 1e-9, bytes / tf * 1e-9, ts / tf, bytes / tg * 1e-9);
+        fflush(stdout);
+        free(y);
+    }
+    free(w);
+    free(xf);
+    free(x);
+    return 0;
+}

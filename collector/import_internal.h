@@ -1,0 +1,41 @@
+/* collector/import_internal.h — what the format parsers share: a record stream and the context
+ * that turns records into requests, steps and nodes (collector/import_common.c).
+ *
+ * A parser calls mp_import_emit once per (request, node) routing record, in file order. The
+ * context assigns request ids 0, 1, 2, ... in order of first appearance (the foreign id is kept
+ * as requests.external_id), and starts a new step whenever a record's node_index is not greater
+ * than the previous one of the same request (each step visits nodes in increasing order).
+ */
+#ifndef MP_COLLECTOR_IMPORT_INTERNAL_H
+#define MP_COLLECTOR_IMPORT_INTERNAL_H
+
+#include "collector/import.h"
+
+typedef struct mp_import_ctx mp_import_ctx;
+
+typedef struct mp_import_rec {
+    int64_t request_key;     /* the foreign request identity (records of one request contiguous) */
+    const char *request_ext; /* its text form, stored as requests.external_id (may be NULL) */
+    int64_t node_index;      /* 0..4095 */
+    const char *node_name, *node_type;
+    int64_t layer;           /* -1: the node's rank among the trace's nodes */
+    int64_t n_rows, top_k;
+    const int32_t *ids;      /* (n_rows, top_k) */
+    const float *weights;    /* (n_rows, top_k) */
+    int phase;               /* -1: step 0 prefill, later steps decode; else an mp_phase */
+    const char *where;       /* "line 12" / "offset 345": for messages */
+} mp_import_rec;
+
+mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *rec, mp_error *err);
+/* The --experts limit (0: none given), for parsers that check ids with a line number. */
+int64_t mp_import_n_experts_limit(const mp_import_ctx *c);
+/* The file's name, for parsers' messages. */
+const char *mp_import_name(const mp_import_ctx *c);
+
+typedef mp_status (*mp_import_parse_fn)(const char *data, size_t n, mp_import_ctx *c,
+                                        mp_error *err);
+mp_status mp_import_parse_ort_log(const char *data, size_t n, mp_import_ctx *c, mp_error *err);
+mp_status mp_import_parse_strata(const char *data, size_t n, mp_import_ctx *c, mp_error *err);
+mp_status mp_import_parse_csv(const char *data, size_t n, mp_import_ctx *c, mp_error *err);
+
+#endif

@@ -1,0 +1,21 @@
+/* collector/sha256.h — SHA-256 (FIPS 180-4), for model file hashes and prompt token hashes in
+ * traces. Streaming: init, update any number of times, final. */
+#ifndef MP_COLLECTOR_SHA256_H
+#define MP_COLLECTOR_SHA256_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mp_sha256 {
+    uint32_t h[8];
+    uint64_t n_bytes;     /* total bytes hashed so far */
+    uint8_t block[64];    /* pending input, n_bytes % 64 bytes of it valid */
+} mp_sha256;
+
+void mp_sha256_init(mp_sha256 *s);
+void mp_sha256_update(mp_sha256 *s, const void *data, size_t n);
+void mp_sha256_final(mp_sha256 *s, uint8_t digest[32]);
+/* digest as 64 lowercase hex digits + NUL */
+void mp_sha256_hex(const uint8_t digest[32], char hex[65]);
+
+#endif

@@ -1,0 +1,509 @@
+/* collector/trace_read.c — the trace reader (see trace_read.h).
+ *
+ * Invariants: the connection is SQLITE_OPEN_READONLY; every string handed out is owned by the
+ * reader (copied at open) or by the iterator's current row (valid until the next call); nothing
+ * read is repaired, only NULL mapped to -1 / NULL.
+ */
+#include "kernels/quant.h"
+#include "collector/trace_read.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+struct mp_trace_reader {
+    sqlite3 *db;
+    char *path;
+    mp_trace_run run;
+    char *run_strings[24];   /* owned copies behind run's const char * fields */
+    int n_run_strings;
+    mp_trace_node_info *nodes; /* (n_nodes) by node_index */
+    int64_t n_nodes;
+    mp_trace_request_info *requests; /* (n_requests) in ord order */
+    int64_t n_requests;
+};
+
+struct mp_trace_step_iter { mp_trace_reader *r; sqlite3_stmt *st; };
+struct mp_trace_routing_iter { mp_trace_reader *r; sqlite3_stmt *st; };
+struct mp_trace_timing_iter { mp_trace_reader *r; sqlite3_stmt *st; };
+
+static char *dup_col(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    if (!t || sqlite3_column_type(st, i) == SQLITE_NULL)
+        return NULL;
+    return strdup((const char *)t);
+}
+
+static int64_t int_col(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, i);
+}
+
+static mp_status sql_err(mp_trace_reader *r, mp_error *err, const char *what)
+{
+    return mp_fail(err, MP_ERR_FORMAT, "trace %s: %s: %s", r->path, what, sqlite3_errmsg(r->db));
+}
+
+static mp_status pragma_int(mp_trace_reader *r, const char *sql, int64_t *out, mp_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "not a SQLite database");
+    int rc = sqlite3_step(st);
+    *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+        return sql_err(r, err, "not a SQLite database");
+    return MP_OK;
+}
+
+/* Keep a string owned by the reader for the run struct. */
+static const char *keep(mp_trace_reader *r, char *s)
+{
+    if (s && r->n_run_strings < (int)(sizeof r->run_strings / sizeof r->run_strings[0]))
+        r->run_strings[r->n_run_strings++] = s;
+    else
+        free(s), s = NULL;
+    return s;
+}
+
+static mp_status load_run(mp_trace_reader *r, mp_error *err)
+{
+    mp_trace_run *u = &r->run;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT moeplan_version, source, source_path, model_path, model_sha256,"
+                           " architecture, n_layers, n_moe_layers, n_experts, top_k, n_embd,"
+                           " n_ff_expert, n_vocab, quant_types, device, gpu_name, cpu_model,"
+                           " threads, profile_sha256, budget_bytes, config_json, start_time,"
+                           " end_time, status, error FROM run ORDER BY id LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "reading the run table");
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        if (rc == SQLITE_DONE)
+            return mp_fail(err, MP_ERR_FORMAT, "trace %s: the run table is empty", r->path);
+        return sql_err(r, err, "reading the run table");
+    }
+    u->moeplan_version = keep(r, dup_col(st, 0));
+    u->source = keep(r, dup_col(st, 1));
+    u->source_path = keep(r, dup_col(st, 2));
+    u->model_path = keep(r, dup_col(st, 3));
+    u->model_sha256 = keep(r, dup_col(st, 4));
+    u->architecture = keep(r, dup_col(st, 5));
+    u->n_layers = int_col(st, 6);
+    u->n_moe_layers = int_col(st, 7);
+    u->n_experts = int_col(st, 8);
+    u->top_k = int_col(st, 9);
+    u->n_embd = int_col(st, 10);
+    u->n_ff_expert = int_col(st, 11);
+    u->n_vocab = int_col(st, 12);
+    u->quant_types = keep(r, dup_col(st, 13));
+    u->device = keep(r, dup_col(st, 14));
+    u->gpu_name = keep(r, dup_col(st, 15));
+    u->cpu_model = keep(r, dup_col(st, 16));
+    u->threads = int_col(st, 17);
+    u->profile_sha256 = keep(r, dup_col(st, 18));
+    u->budget_bytes = int_col(st, 19);
+    u->config_json = keep(r, dup_col(st, 20));
+    u->start_time = keep(r, dup_col(st, 21));
+    u->end_time = keep(r, dup_col(st, 22));
+    u->status = keep(r, dup_col(st, 23));
+    u->error = keep(r, dup_col(st, 24));
+    sqlite3_finalize(st);
+
+    if (sqlite3_prepare_v2(r->db, "SELECT n_requests, n_steps, n_routing, n_timing, n_cupti FROM"
+                                  " footer ORDER BY id LIMIT 1", -1, &st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "reading the footer");
+    rc = sqlite3_step(st);
+    u->has_footer = rc == SQLITE_ROW;
+    if (u->has_footer) {
+        u->footer_n_requests = int_col(st, 0);
+        u->footer_n_steps = int_col(st, 1);
+        u->footer_n_routing = int_col(st, 2);
+        u->footer_n_timing = int_col(st, 3);
+        u->footer_n_cupti = int_col(st, 4);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sql_err(r, err, "reading the footer");
+    return MP_OK;
+}
+
+static mp_status load_nodes(mp_trace_reader *r, mp_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, "SELECT node_index, node_type, node_name, layer, n_experts,"
+                                  " top_k, expert_bytes, id_bytes, weight_format FROM nodes"
+                                  " ORDER BY node_index", -1, &st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "reading the nodes table");
+    int64_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (r->n_nodes == cap) {
+            cap = cap ? 2 * cap : 64;
+            mp_trace_node_info *n = realloc(r->nodes, (size_t)cap * sizeof *n);
+            if (!n) {
+                sqlite3_finalize(st);
+                return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+            }
+            r->nodes = n;
+        }
+        mp_trace_node_info *n = &r->nodes[r->n_nodes++];
+        n->node_index = int_col(st, 0);
+        n->node_type = dup_col(st, 1);
+        n->node_name = dup_col(st, 2);
+        n->layer = int_col(st, 3);
+        n->n_experts = int_col(st, 4);
+        n->top_k = int_col(st, 5);
+        n->expert_bytes = int_col(st, 6);
+        n->id_bytes = int_col(st, 7);
+        n->weight_format = dup_col(st, 8);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return sql_err(r, err, "reading the nodes table");
+    return MP_OK;
+}
+
+static mp_status load_requests(mp_trace_reader *r, mp_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, "SELECT request_id, ord, external_id, n_prompt_tokens,"
+                                  " n_gen_tokens, start_ns, end_ns, prompt_sha256, prompt_text"
+                                  " FROM requests ORDER BY ord, request_id", -1, &st,
+                           NULL) != SQLITE_OK)
+        return sql_err(r, err, "reading the requests table");
+    int64_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (r->n_requests == cap) {
+            cap = cap ? 2 * cap : 64;
+            mp_trace_request_info *q = realloc(r->requests, (size_t)cap * sizeof *q);
+            if (!q) {
+                sqlite3_finalize(st);
+                return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+            }
+            r->requests = q;
+        }
+        mp_trace_request_info *q = &r->requests[r->n_requests++];
+        q->request_id = int_col(st, 0);
+        q->ord = int_col(st, 1);
+        q->external_id = dup_col(st, 2);
+        q->n_prompt_tokens = int_col(st, 3);
+        q->n_gen_tokens = int_col(st, 4);
+        q->start_ns = int_col(st, 5);
+        q->end_ns = int_col(st, 6);
+        q->prompt_sha256 = dup_col(st, 7);
+        q->prompt_text = dup_col(st, 8);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return sql_err(r, err, "reading the requests table");
+    return MP_OK;
+}
+
+mp_status mp_trace_reader_open(const char *path, mp_trace_reader **out, mp_error *err)
+{
+    *out = NULL;
+    mp_trace_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(path))) {
+        free(r);
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
+    }
+    if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        mp_fail(err, MP_ERR_IO, "trace %s: cannot open: %s", path,
+                r->db ? sqlite3_errmsg(r->db) : "out of memory");
+        mp_trace_reader_close(r);
+        return MP_ERR_IO;
+    }
+    int64_t app_id, version;
+    mp_status s;
+    if ((s = pragma_int(r, "PRAGMA application_id", &app_id, err)) ||
+        (s = pragma_int(r, "PRAGMA user_version", &version, err))) {
+        mp_trace_reader_close(r);
+        return s;
+    }
+    if (app_id != MP_TRACE_APPLICATION_ID) {
+        mp_fail(err, MP_ERR_FORMAT, "trace %s: not a moeplan trace (application_id %lld, expected "
+                "%d)", path, (long long)app_id, MP_TRACE_APPLICATION_ID);
+        mp_trace_reader_close(r);
+        return MP_ERR_FORMAT;
+    }
+    if (version != MP_TRACE_SCHEMA_VERSION) {
+        mp_fail(err, MP_ERR_FORMAT, "trace %s: schema version %lld, this moeplan reads version %d",
+                path, (long long)version, MP_TRACE_SCHEMA_VERSION);
+        mp_trace_reader_close(r);
+        return MP_ERR_FORMAT;
+    }
+    if ((s = load_run(r, err)) || (s = load_nodes(r, err)) || (s = load_requests(r, err))) {
+        mp_trace_reader_close(r);
+        return s;
+    }
+    *out = r;
+    return MP_OK;
+}
+
+void mp_trace_reader_close(mp_trace_reader *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->n_run_strings; i++)
+        free(r->run_strings[i]);
+    for (int64_t i = 0; i < r->n_nodes; i++) {
+        free((char *)r->nodes[i].node_type);
+        free((char *)r->nodes[i].node_name);
+        free((char *)r->nodes[i].weight_format);
+    }
+    for (int64_t i = 0; i < r->n_requests; i++) {
+        free((char *)r->requests[i].external_id);
+        free((char *)r->requests[i].prompt_sha256);
+        free((char *)r->requests[i].prompt_text);
+    }
+    free(r->nodes);
+    free(r->requests);
+    sqlite3_close(r->db);
+    free(r->path);
+    free(r);
+}
+
+const char *mp_trace_reader_path(const mp_trace_reader *r) { return r->path; }
+const mp_trace_run *mp_trace_reader_run(const mp_trace_reader *r) { return &r->run; }
+int64_t mp_trace_reader_n_nodes(const mp_trace_reader *r) { return r->n_nodes; }
+const mp_trace_node_info *mp_trace_reader_nodes(const mp_trace_reader *r) { return r->nodes; }
+int64_t mp_trace_reader_n_requests(const mp_trace_reader *r) { return r->n_requests; }
+const mp_trace_request_info *mp_trace_reader_requests(const mp_trace_reader *r)
+{
+    return r->requests;
+}
+
+const mp_trace_node_info *mp_trace_reader_node(const mp_trace_reader *r, int64_t node_index)
+{
+    int64_t lo = 0, hi = r->n_nodes; /* nodes are sorted by node_index */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (r->nodes[mid].node_index < node_index)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->n_nodes && r->nodes[lo].node_index == node_index ? &r->nodes[lo] : NULL;
+}
+
+static mp_status begin_stmt(mp_trace_reader *r, const char *sql, sqlite3_stmt **st, mp_error *err)
+{
+    if (sqlite3_prepare_v2(r->db, sql, -1, st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "preparing a query");
+    return MP_OK;
+}
+
+static int next_row(mp_trace_reader *r, sqlite3_stmt *st, mp_error *err, const char *what)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return sql_err(r, err, what);
+}
+
+mp_status mp_trace_steps_begin(mp_trace_reader *r, mp_trace_step_iter **out, mp_error *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+    (*out)->r = r;
+    mp_status s = begin_stmt(r, "SELECT request_id, step, phase, n_rows, pos, duration_ns FROM steps"
+                                " ORDER BY request_id, step", &(*out)->st, err);
+    if (s) {
+        free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+int mp_trace_steps_next(mp_trace_step_iter *it, mp_trace_step_rec *rec, mp_error *err)
+{
+    int rc = next_row(it->r, it->st, err, "reading steps");
+    if (rc != 1)
+        return rc;
+    rec->request_id = int_col(it->st, 0);
+    rec->step = int_col(it->st, 1);
+    rec->phase = (const char *)sqlite3_column_text(it->st, 2);
+    rec->n_rows = int_col(it->st, 3);
+    rec->pos = int_col(it->st, 4);
+    rec->duration_ns = int_col(it->st, 5);
+    return 1;
+}
+
+void mp_trace_steps_end(mp_trace_step_iter *it)
+{
+    if (it) {
+        sqlite3_finalize(it->st);
+        free(it);
+    }
+}
+
+mp_status mp_trace_routing_begin_range(mp_trace_reader *r, int64_t first, int64_t last,
+                                       mp_trace_routing_iter **out, mp_error *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+    (*out)->r = r;
+    /* A range on the integer primary key: SQLite walks the b-tree in key order, no sort. */
+    mp_status s = begin_stmt(r, "SELECT key, n_rows, expert_ids, weights FROM routing"
+                                " WHERE key >= ?1 AND key <= ?2 ORDER BY key", &(*out)->st, err);
+    if (s) {
+        free(*out);
+        *out = NULL;
+        return s;
+    }
+    if (first < 0)
+        first = 0;
+    if (last > MP_TRACE_MAX_REQUEST_ID)
+        last = MP_TRACE_MAX_REQUEST_ID;
+    sqlite3_bind_int64((*out)->st, 1, first << 36);
+    sqlite3_bind_int64((*out)->st, 2, last < first ? -1 : ((last + 1) << 36) - 1);
+    return MP_OK;
+}
+
+mp_status mp_trace_routing_begin(mp_trace_reader *r, mp_trace_routing_iter **out, mp_error *err)
+{
+    /* Keys outside the packed range (negative or huge) are still returned: validation is the
+     * analyzer's, and a record it cannot see it cannot refuse. */
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+    (*out)->r = r;
+    mp_status s = begin_stmt(r, "SELECT key, n_rows, expert_ids, weights FROM routing ORDER BY key",
+                             &(*out)->st, err);
+    if (s) {
+        free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+int mp_trace_routing_next(mp_trace_routing_iter *it, mp_trace_routing_rec *rec, mp_error *err)
+{
+    int rc = next_row(it->r, it->st, err, "reading routing");
+    if (rc != 1)
+        return rc;
+    sqlite3_stmt *st = it->st;
+    rec->key = sqlite3_column_int64(st, 0);
+    rec->request_id = rec->key >> 36;
+    rec->step = (rec->key >> 12) & MP_TRACE_MAX_STEP;
+    rec->node_index = rec->key & MP_TRACE_MAX_NODE_INDEX;
+    rec->n_rows = int_col(st, 1);
+    rec->expert_ids = sqlite3_column_blob(st, 2);
+    rec->expert_ids_bytes = (size_t)sqlite3_column_bytes(st, 2);
+    rec->weights = sqlite3_column_blob(st, 3);
+    rec->weights_bytes = (size_t)sqlite3_column_bytes(st, 3);
+    return 1;
+}
+
+void mp_trace_routing_end(mp_trace_routing_iter *it)
+{
+    if (it) {
+        sqlite3_finalize(it->st);
+        free(it);
+    }
+}
+
+mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+    (*out)->r = r;
+    mp_status s = begin_stmt(r, "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
+                                " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses FROM timing"
+                                " ORDER BY key", &(*out)->st, err);
+    if (s) {
+        free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_error *err)
+{
+    int rc = next_row(it->r, it->st, err, "reading timing");
+    if (rc != 1)
+        return rc;
+    sqlite3_stmt *st = it->st;
+    int64_t key = sqlite3_column_int64(st, 0);
+    rec->request_id = key >> 36;
+    rec->step = (key >> 12) & MP_TRACE_MAX_STEP;
+    rec->node_index = key & MP_TRACE_MAX_NODE_INDEX;
+    mp_moe_timing *t = &rec->t;
+    t->gpu_expert_ns = int_col(st, 1);
+    t->cpu_expert_ns = int_col(st, 2);
+    t->h2d_bytes = int_col(st, 3);
+    t->h2d_ns = int_col(st, 4);
+    t->d2h_bytes = int_col(st, 5);
+    t->d2h_ns = int_col(st, 6);
+    t->sync_ns = int_col(st, 7);
+    t->merge_ns = int_col(st, 8);
+    t->hits = int_col(st, 9);
+    t->misses = int_col(st, 10);
+    return 1;
+}
+
+void mp_trace_timing_end(mp_trace_timing_iter *it)
+{
+    if (it) {
+        sqlite3_finalize(it->st);
+        free(it);
+    }
+}
+
+int mp_trace_weight_bytes(const char *format)
+{
+    if (format && !strcmp(format, "f16"))
+        return 2;
+    if (format && !strcmp(format, "f32"))
+        return 4;
+    return 0;
+}
+
+mp_status mp_trace_decode_ids(const void *blob, size_t blob_bytes, int64_t id_bytes, int64_t n,
+                              int32_t *out, mp_error *err)
+{
+    if ((id_bytes != 1 && id_bytes != 2) || n < 0 || blob_bytes != (size_t)n * (size_t)id_bytes)
+        return mp_fail(err, MP_ERR_FORMAT, "expert_ids blob of %zu bytes, expected %lld ids of "
+                       "%lld byte(s)", blob_bytes, (long long)n, (long long)id_bytes);
+    const uint8_t *p = blob;
+    if (id_bytes == 1)
+        for (int64_t i = 0; i < n; i++)
+            out[i] = p[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            out[i] = (int32_t)(p[2 * i] | (uint32_t)p[2 * i + 1] << 8);
+    return MP_OK;
+}
+
+mp_status mp_trace_decode_weights(const void *blob, size_t blob_bytes, const char *format,
+                                  int64_t n, float *out, mp_error *err)
+{
+    int wb = mp_trace_weight_bytes(format);
+    if (!wb || n < 0 || blob_bytes != (size_t)n * (size_t)wb)
+        return mp_fail(err, MP_ERR_FORMAT, "weights blob of %zu bytes, expected %lld weights of "
+                       "format %s", blob_bytes, (long long)n, format ? format : "(null)");
+    const uint8_t *p = blob;
+    for (int64_t i = 0; i < n; i++) {
+        if (wb == 2) {
+            out[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        } else {
+            uint32_t x = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                         (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+            memcpy(&out[i], &x, 4);
+        }
+    }
+    return MP_OK;
+}

@@ -1,0 +1,130 @@
+-- schemas/trace.sql — the moeplan trace: the contract between the runtime (through the
+-- collector), the analyzer and the simulator. Documented column by column in docs/trace-format.md.
+--
+-- Invariants (the writer keeps them; the analyzer checks them and refuses a trace that breaks one):
+--  * run.status is 'complete' only after the footer row is written, in the same transaction.
+--  * request_id increases in the order requests ran (requests.ord = 0, 1, 2, ...); steps of a
+--    request are numbered 0, 1, 2, ... with no gap; routing and timing rows name an existing
+--    (request_id, step) and a node_index of the nodes table.
+--  * routing.expert_ids holds n_rows × top_k ids (row-major, top_k of the node), each
+--    nodes.id_bytes wide, little-endian unsigned; routing.weights holds as many weights in
+--    nodes.weight_format ('f16' or 'f32', IEEE little-endian).
+--  * Routing and timing are keyed by one packed integer so that a record costs few bytes:
+--    key = request_id << 36 | step << 12 | node_index (node_index < 4096, step < 2^24,
+--    request_id < 2^27); request_id, step and node_index are virtual columns decoded from it.
+PRAGMA application_id = 1297110098; -- 0x4D505452, "MPTR"
+PRAGMA user_version = 1;            -- the schema version; readers refuse any other
+
+CREATE TABLE run (
+  id              INTEGER PRIMARY KEY CHECK (id = 1),
+  moeplan_version TEXT NOT NULL,
+  source          TEXT NOT NULL CHECK (source IN ('moeplan', 'onnxruntime', 'strata', 'csv')),
+  source_path     TEXT,     -- imported file, or NULL for live capture
+  model_path      TEXT,
+  model_sha256    TEXT,     -- 64 lowercase hex digits of the GGUF file
+  architecture    TEXT,     -- GGUF general.architecture (qwen3moe, olmoe, mixtral, ...)
+  n_layers        INTEGER,  -- transformer blocks
+  n_moe_layers    INTEGER,  -- rows of the nodes table
+  n_experts       INTEGER,  -- routed experts per MoE layer
+  top_k           INTEGER,  -- experts used per token
+  n_embd          INTEGER,
+  n_ff_expert     INTEGER,
+  n_vocab         INTEGER,
+  quant_types     TEXT,     -- e.g. 'Q4_K:expert_gate,Q6_K:expert_down' (free text, from the GGUF)
+  device          TEXT,     -- 'cpu' or 'cuda:0' ...
+  gpu_name        TEXT,
+  cpu_model       TEXT,
+  threads         INTEGER,
+  profile_sha256  TEXT,     -- STRP profile in force, NULL if none
+  budget_bytes    INTEGER,  -- GPU expert budget in force, NULL if none
+  config_json     TEXT,     -- the full run configuration as a JSON object
+  start_time      TEXT NOT NULL, -- ISO 8601 UTC
+  end_time        TEXT,          -- set by finish or abort
+  status          TEXT NOT NULL CHECK (status IN ('running', 'complete', 'aborted')),
+  error           TEXT           -- why the run was aborted
+);
+
+CREATE TABLE nodes (
+  node_index    INTEGER PRIMARY KEY CHECK (node_index BETWEEN 0 AND 4095),
+  node_type     TEXT NOT NULL,     -- 'moe' (moeplan), or the foreign op type ('QMoE', ...)
+  node_name     TEXT NOT NULL,     -- 'blk.3.ffn_moe' or the foreign node name
+  layer         INTEGER NOT NULL,  -- transformer block index
+  n_experts     INTEGER NOT NULL CHECK (n_experts BETWEEN 1 AND 65536),
+  top_k         INTEGER NOT NULL CHECK (top_k BETWEEN 1 AND n_experts),
+  expert_bytes  INTEGER,           -- bytes of one expert (gate+up+down) from the GGUF; NULL if unknown
+  id_bytes      INTEGER NOT NULL CHECK (id_bytes IN (1, 2)), -- 1 if n_experts <= 256, else 2
+  weight_format TEXT NOT NULL CHECK (weight_format IN ('f16', 'f32'))
+);
+
+CREATE TABLE requests (
+  request_id      INTEGER PRIMARY KEY,
+  ord             INTEGER NOT NULL UNIQUE, -- 0, 1, 2, ... in the order requests ran
+  external_id     TEXT,                    -- prompt-file id or the foreign trace's request id
+  n_prompt_tokens INTEGER,                 -- NULL if unknown (imports)
+  n_gen_tokens    INTEGER,                 -- set by request end; NULL while running
+  start_ns        INTEGER,                 -- CLOCK_MONOTONIC ns (relative to the run)
+  end_ns          INTEGER,
+  prompt_sha256   TEXT,                    -- SHA-256 of the prompt tokens as int32 LE
+  prompt_text     TEXT                     -- only with --store-prompts
+);
+
+CREATE TABLE steps (
+  request_id  INTEGER NOT NULL,
+  step        INTEGER NOT NULL,             -- 0, 1, 2, ... within the request
+  phase       TEXT NOT NULL CHECK (phase IN ('prefill', 'decode')),
+  n_rows      INTEGER NOT NULL,             -- tokens evaluated in this step
+  pos         INTEGER,                      -- KV position of the first row
+  duration_ns INTEGER,                      -- wall time of the step, NULL if unknown
+  PRIMARY KEY (request_id, step)
+) WITHOUT ROWID;
+
+CREATE TABLE routing (
+  key         INTEGER PRIMARY KEY,          -- request_id << 36 | step << 12 | node_index
+  n_rows      INTEGER NOT NULL,
+  expert_ids  BLOB NOT NULL,                -- (n_rows, top_k) unsigned LE, nodes.id_bytes each
+  weights     BLOB NOT NULL,                -- (n_rows, top_k) nodes.weight_format
+  request_id  INTEGER GENERATED ALWAYS AS (key >> 36) VIRTUAL,
+  step        INTEGER GENERATED ALWAYS AS ((key >> 12) & 16777215) VIRTUAL,
+  node_index  INTEGER GENERATED ALWAYS AS (key & 4095) VIRTUAL
+);
+
+CREATE TABLE timing (
+  key           INTEGER PRIMARY KEY,        -- as routing.key
+  gpu_expert_ns INTEGER NOT NULL,
+  cpu_expert_ns INTEGER NOT NULL,
+  h2d_bytes     INTEGER NOT NULL,
+  h2d_ns        INTEGER NOT NULL,
+  d2h_bytes     INTEGER NOT NULL,
+  d2h_ns        INTEGER NOT NULL,
+  sync_ns       INTEGER NOT NULL,
+  merge_ns      INTEGER NOT NULL,
+  hits          INTEGER NOT NULL,           -- routes served by GPU-resident experts
+  misses        INTEGER NOT NULL,           -- routes served from host memory
+  request_id    INTEGER GENERATED ALWAYS AS (key >> 36) VIRTUAL,
+  step          INTEGER GENERATED ALWAYS AS ((key >> 12) & 16777215) VIRTUAL,
+  node_index    INTEGER GENERATED ALWAYS AS (key & 4095) VIRTUAL
+);
+
+CREATE TABLE cupti (
+  id             INTEGER PRIMARY KEY,
+  kind           TEXT NOT NULL CHECK (kind IN ('kernel', 'memcpy')),
+  name           TEXT,                      -- kernel name, or memcpy kind ('HtoD', 'DtoH', ...)
+  start_ns       INTEGER NOT NULL,          -- CUPTI timestamps (GPU clock, ns)
+  end_ns         INTEGER NOT NULL,
+  bytes          INTEGER,                   -- memcpy only
+  device_id      INTEGER,
+  stream_id      INTEGER,
+  correlation_id INTEGER,
+  request_id     INTEGER,                   -- the (request, step, node) the activity ran for,
+  step           INTEGER,                   --   from the external correlation id; NULL if none
+  node_index     INTEGER
+);
+
+CREATE TABLE footer (
+  id          INTEGER PRIMARY KEY CHECK (id = 1),
+  n_requests  INTEGER NOT NULL,
+  n_steps     INTEGER NOT NULL,
+  n_routing   INTEGER NOT NULL,
+  n_timing    INTEGER NOT NULL,
+  n_cupti     INTEGER NOT NULL
+);

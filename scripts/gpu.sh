@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/gpu.sh [STAGE ...] — everything moeplan runs on the GPU machine, in one call.
+#
+# The GPU machine (see docs/gpu-machine.md) reaches no package registry, so the Debian packages
+# moeplan builds against travel with the working tree in .debs/ (made here by
+# `bash tools/device-debs.sh .debs`) and Python wheels in .whl/. Stages (default: tests bench-cpu):
+#   tests      build (release, sm_90 + PTX) and run every test, GPU tests included
+#   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
+#   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
+# Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(tests bench-cpu)
+log() { echo "[gpu.sh $(date +%H:%M:%S)] $*"; }
+
+if [ -d .debs ]; then
+    eval "$(bash tools/device-prefix.sh .debs /tmp/mp-prefix)"
+fi
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/mp-site .whl/*.whl && export PYTHONPATH=/tmp/mp-site
+fi
+export PATH="$PATH:/usr/local/cuda/bin"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+log "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+
+build() {
+    [ -f build-gpu/build.ninja ] || meson setup build-gpu -Dsm_arch=90 >"$OUT/setup.log" 2>&1 \
+        || { tail -30 "$OUT/setup.log"; return 1; }
+    ninja -C build-gpu >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
+}
+
+rc=0
+for stage in "${stages[@]}"; do
+    case "$stage" in
+    tests)
+        log "build + tests"
+        build || { rc=1; continue; }
+        meson test -C build-gpu --print-errorlogs --num-processes 4 2>&1 | tee "$OUT/tests.log" | tail -25
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
+    hf-ref)
+        mkdir -p "$OUT/hf"
+        python3 tools/hf_reference.py "$OUT/hf" || rc=1
+        ;;
+    bench-cpu)
+        build || { rc=1; continue; }
+        bash bench/cpu_decode.sh build-gpu/cli/moeplan 2>&1 | tee "$OUT/bench-cpu.log" || rc=1
+        ;;
+    *)
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu)" >&2
+        exit 2
+        ;;
+    esac
+done
+exit $rc

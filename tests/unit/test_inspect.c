@@ -1,0 +1,207 @@
+/* tests/unit/test_inspect.c — `moeplan inspect` end to end: runs the built binary ($MP_MOEPLAN,
+ * set by tests/meson.build) on the GGUFWriter fixture, a truncated copy of it and a missing
+ * file, and checks exit codes, the per-layer expert table, totals and the one-line errors. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct run_result {
+    int status; /* exit code */
+    char *out, *err;
+} run_result;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* Run moeplan with args (NULL-terminated), capturing stdout and stderr. */
+static run_result run_moeplan(const char *const *args)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN must be set (tests/meson.build)");
+    char out_path[] = "/tmp/mp_inspect_out_XXXXXX", err_path[] = "/tmp/mp_inspect_err_XXXXXX";
+    int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+    cr_assert(out_fd >= 0 && err_fd >= 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        char *argv[16];
+        int n = 0;
+        argv[n++] = (char *)exe;
+        for (; args[n - 1] && n < 15; n++)
+            argv[n] = (char *)args[n - 1];
+        argv[n] = NULL;
+        execv(exe, argv);
+        _exit(127);
+    }
+    int ws;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    close(out_fd);
+    close(err_fd);
+    run_result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, slurp(out_path), slurp(err_path)};
+    unlink(out_path);
+    unlink(err_path);
+    return r;
+}
+
+static void free_result(run_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static const char *fixture(void)
+{
+    static char path[1024];
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    snprintf(path, sizeof path, "%s/tests/fixtures/gguf_pywriter.gguf", root);
+    return path;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+Test(inspect, text_report_of_a_moe_model)
+{
+    const char *args[] = {"inspect", fixture(), "--tensors", NULL};
+    run_result r = run_moeplan(args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_eq(r.err, "");
+    cr_assert_not_null(strstr(r.out, "version: 3\n"));
+    cr_assert_not_null(strstr(r.out, "alignment: 64\n"));
+    cr_assert_not_null(strstr(r.out, "n_tensors: 11\n"));
+    cr_assert_not_null(strstr(r.out, "test.arr_str"), "metadata listed");
+    cr_assert_not_null(strstr(r.out, "[\"a\", \"bc\", \"\", "), "arrays shown");
+    /* --tensors: name, type, shape, bytes, offset. */
+    cr_assert_not_null(strstr(r.out, "blk.0.ffn_up_exps.weight                 Q4_0  [32, 32, 4]"),
+                       "%s", r.out);
+    /* One expert: gate Q8_0 32x32 = 1088, up Q4_0 32x32 = 576, down Q8_0 = 1088 bytes. */
+    cr_assert_not_null(strstr(r.out, "      0       4         1088          576         1088             2752            11008\n"),
+                       "%s", r.out);
+    cr_assert_not_null(strstr(r.out, "      1       4         1088          576         1088"));
+    cr_assert_not_null(strstr(r.out, "expert_bytes: 22016\n"));
+    cr_assert_not_null(strstr(r.out, "non_expert_bytes: 2052\n"));
+    cr_assert_not_null(strstr(r.out, "tensor_bytes: 24068\n"));
+    free_result(&r);
+
+    const char *args_plain[] = {"inspect", fixture(), NULL};
+    r = run_moeplan(args_plain);
+    cr_assert_eq(r.status, 0);
+    cr_assert_null(strstr(r.out, "\ntensors:"), "no tensor list without --tensors");
+    cr_assert_not_null(strstr(r.out, "bytes_per_expert"));
+    free_result(&r);
+}
+
+Test(inspect, json_report)
+{
+    const char *args[] = {"inspect", "--json", "--tensors", fixture(), NULL};
+    run_result r = run_moeplan(args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cJSON *j = cJSON_Parse(r.out);
+    cr_assert_not_null(j, "output is JSON: %s", r.out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "version")->valueint, 3);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tensors")), 11);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "metadata")), 21);
+    cJSON *layers = cJSON_GetObjectItem(j, "moe_layers");
+    cr_assert_eq(cJSON_GetArraySize(layers), 2);
+    cJSON *l1 = cJSON_GetArrayItem(layers, 1);
+    cr_assert_eq(cJSON_GetObjectItem(l1, "layer")->valueint, 1);
+    cr_assert_eq(cJSON_GetObjectItem(l1, "experts")->valueint, 4);
+    cr_assert_eq(cJSON_GetObjectItem(l1, "bytes_per_expert")->valuedouble, 2752);
+    cr_assert_eq(cJSON_GetObjectItem(j, "expert_bytes")->valuedouble, 22016);
+    cr_assert_eq(cJSON_GetObjectItem(j, "non_expert_bytes")->valuedouble, 2052);
+    /* Values keep their types: the u64 exactly, strings as UTF-8, arrays as elem_type/n/head. */
+    cJSON *meta = cJSON_GetObjectItem(j, "metadata");
+    bool seen_str = false, seen_arr = false;
+    for (int i = 0; i < cJSON_GetArraySize(meta); i++) {
+        cJSON *kv = cJSON_GetArrayItem(meta, i);
+        const char *key = cJSON_GetObjectItem(kv, "key")->valuestring;
+        cJSON *v = cJSON_GetObjectItem(kv, "value");
+        if (!strcmp(key, "test.str")) {
+            cr_assert_str_eq(v->valuestring, "h\xc3\xa9llo");
+            seen_str = true;
+        } else if (!strcmp(key, "test.arr_i32")) {
+            cr_assert_eq(cJSON_GetObjectItem(v, "n")->valueint, 3);
+            cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(v, "head"), 1)->valueint, -2);
+            seen_arr = true;
+        }
+    }
+    cr_assert(seen_str && seen_arr);
+    cJSON_Delete(j);
+    free_result(&r);
+}
+
+Test(inspect, truncated_file_fails_with_one_line)
+{
+    char *whole = NULL;
+    FILE *f = fopen(fixture(), "rb");
+    cr_assert_not_null(f);
+    whole = malloc(30000);
+    size_t n = fread(whole, 1, 30000, f);
+    fclose(f);
+    char path[] = "/tmp/mp_inspect_trunc_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, whole, n - 100), (ssize_t)(n - 100));
+    close(fd);
+    free(whole);
+    const char *args[] = {"inspect", path, NULL};
+    run_result r = run_moeplan(args);
+    unlink(path);
+    cr_assert_eq(r.status, 1);
+    cr_assert_str_eq(r.out, "", "nothing printed on stdout for a bad file");
+    cr_assert_eq(count_lines(r.err), 1, "one line: %s", r.err);
+    cr_assert_not_null(strstr(r.err, "moeplan inspect: error: file "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, path), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "offset "), "%s", r.err);
+    free_result(&r);
+}
+
+Test(inspect, missing_file_and_usage_errors)
+{
+    const char *missing[] = {"inspect", "/nonexistent/model.gguf", NULL};
+    run_result r = run_moeplan(missing);
+    cr_assert_eq(r.status, 1);
+    cr_assert_eq(count_lines(r.err), 1);
+    cr_assert_not_null(strstr(r.err, "/nonexistent/model.gguf"), "%s", r.err);
+    free_result(&r);
+
+    const char *none[] = {"inspect", NULL};
+    r = run_moeplan(none);
+    cr_assert_eq(r.status, 2);
+    free_result(&r);
+
+    const char *bad_flag[] = {"inspect", fixture(), "--bogus", NULL};
+    r = run_moeplan(bad_flag);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "--bogus"));
+    free_result(&r);
+
+    const char *help[] = {"inspect", "--help", NULL};
+    r = run_moeplan(help);
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.out, "usage: moeplan inspect"));
+    free_result(&r);
+}

@@ -1,0 +1,815 @@
+/* tests/unit/test_quant.c — the quantized kernels against the gguf package and each other.
+ *
+ * - fixtures (tests/fixtures/quant/*.bin, made by tests/fixtures/gen_quant_fixtures.py from the
+ *   PyPI gguf package): dequantize_row, scalar and dispatched (AVX2), must equal gguf's floats
+ *   exactly: every kernel issues the same float32 operations in the same order as gguf's numpy
+ *   code (and the kernels are built with -ffp-contract=off), so no ulp of slack is needed;
+ *   quantize_row of F16/BF16/Q4_0/Q8_0 must equal gguf's bytes;
+ * - vec_dot (scalar) against a double-precision dot of the dequantized operands (only float
+ *   rounding may differ), and against the unquantized activations (the activation quantization
+ *   error bound, computed per block);
+ * - dispatched (AVX2) kernels against the scalar reference on fresh random inputs at unaligned
+ *   addresses; the seed comes from the clock (or MP_TEST_SEED) and is printed on failure;
+ * - the row loops, the K-quant quantizers' error, the f16/bf16 conversions, the type table.
+ */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/quant.h"
+
+/* ---- random numbers (splitmix64), seeded once per test from the clock ---- */
+
+static uint64_t g_seed, g_rng;
+
+static void seed_rng(void)
+{
+    const char *env = getenv("MP_TEST_SEED");
+    if (env) {
+        g_seed = strtoull(env, NULL, 10);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        g_seed = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
+    }
+    g_rng = g_seed;
+}
+
+static uint64_t rnd_u64(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rnd_uniform(void) /* [0, 1) */
+{
+    return (double)(rnd_u64() >> 11) * 0x1p-53;
+}
+
+static float rnd_gauss(void)
+{
+    const double u1 = rnd_uniform() + 1e-300, u2 = rnd_uniform();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+static void rnd_bytes(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)rnd_u64();
+}
+
+/* ---- helpers ---- */
+
+/* 64-byte aligned memory (C11 wants the size to be a multiple of the alignment); tests add
+ * their own misalignment on top to mimic GGUF rows */
+static void *alloc64(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    cr_assert(p, "out of memory (%zu bytes)", bytes);
+    return p;
+}
+
+static const int k_weight_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
+                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+#define N_WEIGHT_TYPES (int)(sizeof(k_weight_types) / sizeof(k_weight_types[0]))
+
+static int have_simd(void)
+{
+    return strcmp(mp_kernels_isa(), "scalar") != 0;
+}
+
+static int same_float(float a, float b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    return ua == ub;
+}
+
+static void store_f16(uint8_t *p, float v)
+{
+    const mp_f16 h = mp_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Fill a row of weights of `type` with random content that is valid for the type: random
+ * quant bits everywhere, scales drawn from sane f16 ranges (so every packed-scale bit pattern
+ * of Q4_K and every 6-bit code of Q6_K occurs). */
+static void random_weight_row(int type, uint8_t *row, int64_t n)
+{
+    const size_t bytes = mp_type_row_bytes(type, n);
+    switch (type) {
+    case MP_TYPE_F32:
+        for (int64_t i = 0; i < n; i++) {
+            const float v = rnd_gauss();
+            memcpy(row + 4 * i, &v, 4);
+        }
+        return;
+    case MP_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            store_f16(row + 2 * i, rnd_gauss());
+        return;
+    case MP_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            const mp_bf16 h = mp_f32_to_bf16(rnd_gauss());
+            memcpy(row + 2 * i, &h, 2);
+        }
+        return;
+    }
+    rnd_bytes(row, bytes);
+    const size_t bb = mp_type_block_bytes(type);
+    for (size_t off = 0; off < bytes; off += bb) {
+        const float scale = (float)(0.001 + 0.02 * rnd_uniform());
+        switch (type) {
+        case MP_TYPE_Q4_0:
+        case MP_TYPE_Q8_0:
+            store_f16(row + off, scale);
+            break;
+        case MP_TYPE_Q4_K:
+            store_f16(row + off, scale);
+            store_f16(row + off + 2, (float)(0.001 + 0.02 * rnd_uniform()));
+            break;
+        case MP_TYPE_Q6_K:
+            store_f16(row + off + 208, (rnd_u64() & 1) ? scale : -scale);
+            break;
+        }
+    }
+}
+
+static void random_floats(float *x, int64_t n)
+{
+    const float scale = (float)pow(10.0, 4.0 * rnd_uniform() - 2.0);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd_gauss() * scale;
+}
+
+/* ---- fixtures ---- */
+
+typedef struct fixture {
+    int type;
+    uint32_t n_rows, n_cols;
+    float *src;     /* (n_rows, n_cols) or NULL */
+    uint8_t *quant; /* (n_rows, row_bytes) */
+    float *deq;     /* (n_rows, n_cols) */
+    size_t row_bytes;
+} fixture;
+
+static void read_exact(FILE *f, void *p, size_t n, const char *path)
+{
+    cr_assert_eq(fread(p, 1, n, f), n, "fixture %s is truncated", path);
+}
+
+static fixture load_fixture(const char *name)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tests/fixtures/quant/%s.bin", root, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open fixture %s", path);
+    char magic[4];
+    uint32_t hdr[5];
+    read_exact(f, magic, 4, path);
+    read_exact(f, hdr, sizeof(hdr), path);
+    cr_assert(memcmp(magic, "MPQF", 4) == 0 && hdr[0] == 1, "fixture %s: bad magic/version", path);
+    fixture fx = {.type = (int)hdr[1], .n_rows = hdr[2], .n_cols = hdr[3]};
+    fx.row_bytes = mp_type_row_bytes(fx.type, fx.n_cols);
+    cr_assert(fx.row_bytes > 0, "fixture %s: type %d with %u columns", path, fx.type, fx.n_cols);
+    const size_t nf = (size_t)fx.n_rows * fx.n_cols;
+    if (hdr[4]) {
+        fx.src = malloc(nf * sizeof(float));
+        read_exact(f, fx.src, nf * sizeof(float), path);
+    }
+    fx.quant = malloc(fx.n_rows * fx.row_bytes);
+    fx.deq = malloc(nf * sizeof(float));
+    read_exact(f, fx.quant, fx.n_rows * fx.row_bytes, path);
+    read_exact(f, fx.deq, nf * sizeof(float), path);
+    cr_assert_eq(fgetc(f), EOF, "fixture %s: trailing bytes", path);
+    fclose(f);
+    return fx;
+}
+
+static void free_fixture(fixture *fx)
+{
+    free(fx->src);
+    free(fx->quant);
+    free(fx->deq);
+}
+
+static const char *k_fixtures[] = {"f16", "bf16", "q4_0", "q8_0", "q4_K", "q6_K"};
+
+static void check_dequantize_fixture(const mp_type_ops *ops, const fixture *fx, const char *name,
+                                     const char *variant)
+{
+    /* copy each row to an address 2 bytes past 32-byte alignment, as GGUF rows may be */
+    uint8_t *buf = alloc64(fx->row_bytes + 64);
+    float *out = malloc(fx->n_cols * sizeof(float));
+    for (uint32_t r = 0; r < fx->n_rows; r++) {
+        memcpy(buf + 2, fx->quant + r * fx->row_bytes, fx->row_bytes);
+        ops->dequantize_row(buf + 2, out, fx->n_cols);
+        for (uint32_t i = 0; i < fx->n_cols; i++) {
+            const float want = fx->deq[(size_t)r * fx->n_cols + i];
+            cr_assert(same_float(out[i], want), "%s %s dequantize row %u elem %u: got %a want %a",
+                      name, variant, r, i, (double)out[i], (double)want);
+        }
+    }
+    free(buf);
+    free(out);
+}
+
+Test(quant, dequantize_matches_gguf)
+{
+    for (size_t k = 0; k < sizeof(k_fixtures) / sizeof(k_fixtures[0]); k++) {
+        fixture fx = load_fixture(k_fixtures[k]);
+        check_dequantize_fixture(mp_type_ops_scalar(fx.type), &fx, k_fixtures[k], "scalar");
+        check_dequantize_fixture(mp_type_ops_get(fx.type), &fx, k_fixtures[k], mp_kernels_isa());
+        free_fixture(&fx);
+    }
+}
+
+Test(quant, quantize_matches_gguf)
+{
+    const char *names[] = {"f16", "bf16", "q4_0", "q8_0"};
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        fixture fx = load_fixture(names[k]);
+        cr_assert(fx.src, "fixture %s has no source rows", names[k]);
+        uint8_t *out = malloc(fx.row_bytes);
+        for (uint32_t r = 0; r < fx.n_rows; r++) {
+            mp_type_ops_scalar(fx.type)->quantize_row(fx.src + (size_t)r * fx.n_cols, out, fx.n_cols);
+            const uint8_t *want = fx.quant + r * fx.row_bytes;
+            for (size_t b = 0; b < fx.row_bytes; b++)
+                cr_assert_eq(out[b], want[b], "%s quantize row %u byte %zu: got 0x%02x want 0x%02x",
+                             names[k], r, b, out[b], want[b]);
+            /* the dispatched table shares the reference quantizer: same bytes */
+            uint8_t *out2 = malloc(fx.row_bytes);
+            mp_type_ops_get(fx.type)->quantize_row(fx.src + (size_t)r * fx.n_cols, out2, fx.n_cols);
+            cr_assert(memcmp(out, out2, fx.row_bytes) == 0, "%s: dispatched quantizer differs", names[k]);
+            free(out2);
+        }
+        free(out);
+        free_fixture(&fx);
+    }
+}
+
+/* ---- vec_dot against double-precision references ---- */
+
+/* An activation row in the format `ops` wants, plus its dequantization. */
+typedef struct act_row {
+    uint8_t *raw;     /* allocation */
+    uint8_t *q;       /* (row_bytes,) in vec_dot_type, maybe at an unaligned address */
+    float *x;         /* (n,) the float row before quantization */
+    float *xhat;      /* (n,) dequantized q */
+    float *bound;     /* (n,) |x - xhat| bound per element */
+} act_row;
+
+static act_row make_act(int vec_dot_type, int64_t n, size_t misalign)
+{
+    act_row a;
+    const size_t bytes = mp_type_row_bytes(vec_dot_type, n);
+    a.raw = alloc64(bytes + 64);
+    a.q = a.raw + misalign;
+    a.x = malloc(n * sizeof(float));
+    a.xhat = malloc(n * sizeof(float));
+    a.bound = malloc(n * sizeof(float));
+    random_floats(a.x, n);
+    cr_assert_eq(mp_quantize_activation(vec_dot_type, a.x, a.q, n), 0);
+    const int64_t blk = mp_type_block_elems(vec_dot_type);
+    if (vec_dot_type == MP_TYPE_F32) {
+        memcpy(a.xhat, a.x, n * sizeof(float));
+        memset(a.bound, 0, n * sizeof(float));
+    } else {
+        if (vec_dot_type == MP_TYPE_Q8_0)
+            mp_type_ops_scalar(MP_TYPE_Q8_0)->dequantize_row(a.q, a.xhat, n);
+        else
+            mp_dequantize_row_q8_K(a.q, a.xhat, n);
+        for (int64_t b = 0; b < n / blk; b++) {
+            float amax = 0.0f;
+            for (int64_t i = 0; i < blk; i++)
+                amax = fmaxf(amax, fabsf(a.x[b * blk + i]));
+            /* half a step of d = amax/127, plus for Q8_0 the f16 rounding of d (relative
+             * 2^-11) multiplied by |q| <= 127; 1% slack for the float arithmetic */
+            const double d = amax / 127.0;
+            const double e = vec_dot_type == MP_TYPE_Q8_0 ? d * (0.5 + 127.0 * 0x1p-11) : d * 0.5;
+            for (int64_t i = 0; i < blk; i++)
+                a.bound[b * blk + i] = (float)(e * 1.01);
+        }
+    }
+    return a;
+}
+
+static void free_act(act_row *a)
+{
+    free(a->raw);
+    free(a->x);
+    free(a->xhat);
+    free(a->bound);
+}
+
+Test(quant, vec_dot_scalar_matches_double_reference)
+{
+    seed_rng();
+    const int64_t sizes_blocks[] = {1, 2, 3, 8, 16};
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const mp_type_ops *ops = mp_type_ops_scalar(type);
+        const int64_t blk = mp_type_block_elems(type) == 1 ? 32 : mp_type_block_elems(type);
+        for (size_t s = 0; s < sizeof(sizes_blocks) / sizeof(sizes_blocks[0]); s++) {
+            for (int rep = 0; rep < 8; rep++) {
+                const int64_t n = sizes_blocks[s] * blk + (mp_type_block_elems(type) == 1 ? rep : 0);
+                const size_t wbytes = mp_type_row_bytes(type, n);
+                uint8_t *w = alloc64(wbytes + 64);
+                float *what = malloc(n * sizeof(float));
+                if (rep % 2 == 0 || type == MP_TYPE_F32 || type == MP_TYPE_F16 || type == MP_TYPE_BF16) {
+                    random_weight_row(type, w, n);
+                } else { /* weights as our quantizer makes them from floats */
+                    float *wf = malloc(n * sizeof(float));
+                    random_floats(wf, n);
+                    ops->quantize_row(wf, w, n);
+                    free(wf);
+                }
+                ops->dequantize_row(w, what, n);
+                act_row a = make_act(ops->vec_dot_type, n, 0);
+                double ref = 0, ref_abs = 0, ref_x = 0, act_err = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    ref += (double)what[i] * a.xhat[i];
+                    ref_abs += fabs((double)what[i] * a.xhat[i]);
+                    ref_x += (double)what[i] * a.x[i];
+                    act_err += fabs((double)what[i]) * a.bound[i];
+                }
+                const float got = ops->vec_dot(n, w, a.q);
+                /* float rounding only: one rounding per accumulated term (n terms for float
+                 * weights, a few per block for the quantized ones) on top of exact integers */
+                const int64_t terms = mp_type_block_elems(type) == 1 ? n : 4 * (n / blk) + 8;
+                const double tol = (double)(terms + 4) * FLT_EPSILON * ref_abs + 1e-30;
+                cr_assert(fabs(got - ref) <= tol,
+                          "seed %llu: %s n=%lld: vec_dot %.9g vs dequantized reference %.9g (tol %.3g)",
+                          (unsigned long long)g_seed, mp_type_name(type), (long long)n, got, ref, tol);
+                cr_assert(fabs(got - ref_x) <= tol + act_err,
+                          "seed %llu: %s n=%lld: vec_dot %.9g vs float activations %.9g (bound %.3g)",
+                          (unsigned long long)g_seed, mp_type_name(type), (long long)n, got, ref_x,
+                          tol + act_err);
+                free_act(&a);
+                free(w);
+                free(what);
+            }
+        }
+    }
+}
+
+/* ---- dispatched (SIMD) kernels against the scalar reference ---- */
+
+Test(quant, simd_vec_dot_matches_scalar)
+{
+    if (!have_simd())
+        cr_skip_test("no SIMD variant on this CPU (isa %s): nothing to compare", mp_kernels_isa());
+    seed_rng();
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const mp_type_ops *ref = mp_type_ops_scalar(type), *simd = mp_type_ops_get(type);
+        cr_assert(simd != ref, "%s: dispatcher returned the scalar table on a SIMD CPU", mp_type_name(type));
+        cr_assert_eq(simd->vec_dot_type, ref->vec_dot_type);
+        const int64_t be = mp_type_block_elems(type);
+        for (int trial = 0; trial < 200; trial++) {
+            /* float weights: any length (vector tails); quantized: 1..20 blocks, sometimes many */
+            int64_t n = be == 1 ? 1 + (int64_t)(rnd_u64() % 300) : be * (1 + (int64_t)(rnd_u64() % 20));
+            if (trial % 50 == 0)
+                n = 4096;
+            const size_t wbytes = mp_type_row_bytes(type, n);
+            /* weights 2 bytes past 32-byte alignment (4 for F32), activations 4 past */
+            const size_t wmis = type == MP_TYPE_F32 ? 4 : 2;
+            uint8_t *w = alloc64(wbytes + 64);
+            random_weight_row(type, w + wmis, n);
+            act_row a = make_act(ref->vec_dot_type, n, 4);
+            float *what = malloc(n * sizeof(float));
+            ref->dequantize_row(w + wmis, what, n);
+            double ref_abs = 0;
+            for (int64_t i = 0; i < n; i++)
+                ref_abs += fabs((double)what[i] * a.xhat[i]);
+            const float rs = ref->vec_dot(n, w + wmis, a.q), ss = simd->vec_dot(n, w + wmis, a.q);
+            /* both are float-rounded sums of the same exact terms in different orders */
+            const int64_t terms = be == 1 ? n : 4 * (n / be) + 8;
+            const double tol = 2.0 * (double)(terms + 4) * FLT_EPSILON * ref_abs + 1e-30;
+            cr_assert(fabs((double)rs - ss) <= tol,
+                      "seed %llu: %s n=%lld trial %d: simd %.9g vs scalar %.9g (tol %.3g)",
+                      (unsigned long long)g_seed, mp_type_name(type), (long long)n, trial, ss, rs, tol);
+            free_act(&a);
+            free(w);
+            free(what);
+        }
+    }
+}
+
+Test(quant, simd_dequantize_matches_scalar_exactly)
+{
+    if (!have_simd())
+        cr_skip_test("no SIMD variant on this CPU (isa %s): nothing to compare", mp_kernels_isa());
+    seed_rng();
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const int64_t be = mp_type_block_elems(type);
+        for (int trial = 0; trial < 50; trial++) {
+            const int64_t n = be == 1 ? 1 + (int64_t)(rnd_u64() % 300) : be * (1 + (int64_t)(rnd_u64() % 8));
+            const size_t wbytes = mp_type_row_bytes(type, n);
+            uint8_t *w = alloc64(wbytes + 64);
+            if (type == MP_TYPE_F16 || type == MP_TYPE_BF16)
+                rnd_bytes(w + 2, wbytes); /* every bit pattern: subnormals, Inf, NaN */
+            else
+                random_weight_row(type, w + 2 + (type == MP_TYPE_F32 ? 2 : 0), n);
+            const uint8_t *row = w + 2 + (type == MP_TYPE_F32 ? 2 : 0);
+            float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+            mp_type_ops_scalar(type)->dequantize_row(row, a, n);
+            mp_type_ops_get(type)->dequantize_row(row, b, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(same_float(a[i], b[i]), "seed %llu: %s n=%lld elem %lld: simd %a scalar %a",
+                          (unsigned long long)g_seed, mp_type_name(type), (long long)n, (long long)i,
+                          (double)b[i], (double)a[i]);
+            free(w);
+            free(a);
+            free(b);
+        }
+    }
+}
+
+/* ---- the row loops ---- */
+
+static void check_rows(const mp_type_ops *ops, const char *variant)
+{
+    const int64_t n_cols = mp_type_block_elems(ops->type) == 1 ? 96 : 2 * mp_type_block_elems(ops->type);
+    const int64_t n_rows = 13, n_x = 7; /* a partial GEMM tile at the end */
+    const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
+    const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols) + 4; /* padded rows */
+    uint8_t *w = alloc64(n_rows * row_bytes + 64);
+    for (int64_t r = 0; r < n_rows; r++)
+        random_weight_row(ops->type, w + r * row_bytes, n_cols);
+    uint8_t *x = alloc64(n_x * x_stride + 64);
+    float *xf = malloc(n_cols * sizeof(float));
+    for (int64_t i = 0; i < n_x; i++) {
+        random_floats(xf, n_cols);
+        cr_assert_eq(mp_quantize_activation(ops->vec_dot_type, xf, x + i * x_stride, n_cols), 0);
+    }
+    const int64_t r0 = 2, r1 = 11, y_stride = 10;
+    float y[16];
+    mp_gemv_rows(ops, w, row_bytes, n_cols, r0, r1, x, y);
+    for (int64_t r = r0; r < r1; r++)
+        cr_assert(same_float(y[r - r0], ops->vec_dot(n_cols, w + r * row_bytes, x)),
+                  "seed %llu: %s %s gemv row %lld differs from vec_dot", (unsigned long long)g_seed,
+                  variant, mp_type_name(ops->type), (long long)r);
+    float *yy = malloc(n_x * y_stride * sizeof(float));
+    for (int64_t i = 0; i < n_x * y_stride; i++)
+        yy[i] = -12345.0f;
+    mp_gemm_rows(ops, w, row_bytes, n_cols, r0, r1, x, x_stride, n_x, yy, y_stride);
+    for (int64_t i = 0; i < n_x; i++) {
+        for (int64_t r = r0; r < r1; r++) {
+            /* vec_dot_multi does each row's arithmetic in vec_dot's order: equal bits */
+            const float want = ops->vec_dot(n_cols, w + r * row_bytes, x + i * x_stride);
+            cr_assert(same_float(yy[i * y_stride + (r - r0)], want),
+                      "seed %llu: %s %s gemm x %lld row %lld: %.9g vs vec_dot %.9g", (unsigned long long)g_seed,
+                      variant, mp_type_name(ops->type), (long long)i, (long long)r,
+                      yy[i * y_stride + (r - r0)], want);
+        }
+        cr_assert_eq(yy[i * y_stride + (r1 - r0)], -12345.0f, "gemm wrote past its row range");
+    }
+    free(w);
+    free(x);
+    free(xf);
+    free(yy);
+}
+
+Test(quant, gemv_gemm_match_vec_dot)
+{
+    seed_rng();
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        check_rows(mp_type_ops_scalar(k_weight_types[t]), "scalar");
+        check_rows(mp_type_ops_get(k_weight_types[t]), mp_kernels_isa());
+    }
+}
+
+/* ---- quantizers: error bounds of the K-quants, round trips ---- */
+
+static double rel_rms_error(int type, const float *x, int64_t n)
+{
+    const mp_type_ops *ops = mp_type_ops_scalar(type);
+    uint8_t *q = malloc(mp_type_row_bytes(type, n));
+    float *y = malloc(n * sizeof(float));
+    ops->quantize_row(x, q, n);
+    ops->dequantize_row(q, y, n);
+    double se = 0, sx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+        sx += (double)x[i] * x[i];
+    }
+    free(q);
+    free(y);
+    return sqrt(se / sx);
+}
+
+/* The baseline a scale search must beat: per group of `group` elements, asymmetric 4-bit
+ * (min..max over 15 steps, min clamped to <= 0 as Q4_K's) or symmetric 6-bit (amax over 31
+ * steps), scales kept as exact floats. */
+static double naive_rel_rms_error(const float *x, int64_t n, int group, int asym)
+{
+    double se = 0, sx = 0;
+    for (int64_t g = 0; g < n / group; g++) {
+        const float *v = x + g * group;
+        float lo = 0, hi = 0, amax = 0;
+        for (int i = 0; i < group; i++) {
+            lo = fminf(lo, v[i]);
+            hi = fmaxf(hi, v[i]);
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+        for (int i = 0; i < group; i++) {
+            double y;
+            if (asym) {
+                const double s = (hi - lo) / 15.0;
+                y = s > 0 ? lo + s * nearbyint((v[i] - lo) / s) : lo;
+            } else {
+                const double s = amax / 31.0;
+                y = s > 0 ? s * nearbyint(v[i] / s) : 0;
+            }
+            se += (y - v[i]) * (y - v[i]);
+            sx += (double)v[i] * v[i];
+        }
+    }
+    return sqrt(se / sx);
+}
+
+Test(quant, kquant_error_in_expected_range)
+{
+    seed_rng();
+    const int64_t n = 256 * 64;
+    float *x = malloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd_gauss() * 0.02f; /* the scale of real weight matrices */
+    /* Gaussian data. Uniform-rounding theory: RMS error = step / sqrt(12). Q4_K: step = range of
+     * 32 samples (~4 sigma) / 15 -> 0.077 sigma before the scale search improves on it; Q6_K:
+     * step = 2 * max of 16 samples (~1.8 sigma) / 63 -> 0.017 sigma; Q4_0 (no min, 32 per
+     * block, max maps to -8) -> ~0.1 sigma; Q8_0 -> ~0.0045 sigma. Bounds leave ~20% slack
+     * over those figures, and the K-quants must beat the simpler format of their width. */
+    const double e_q4_K = rel_rms_error(MP_TYPE_Q4_K, x, n);
+    const double e_q6_K = rel_rms_error(MP_TYPE_Q6_K, x, n);
+    const double e_q4_0 = rel_rms_error(MP_TYPE_Q4_0, x, n);
+    const double e_q8_0 = rel_rms_error(MP_TYPE_Q8_0, x, n);
+    cr_log_info("relative RMS error: Q4_K %.4f Q6_K %.4f Q4_0 %.4f Q8_0 %.4f", e_q4_K, e_q6_K, e_q4_0, e_q8_0);
+    cr_assert(e_q4_K < 0.085, "seed %llu: Q4_K relative RMS error %.4f", (unsigned long long)g_seed, e_q4_K);
+    cr_assert(e_q4_K > 0.02, "seed %llu: Q4_K error %.4f too small for 4 bits: not quantizing?",
+              (unsigned long long)g_seed, e_q4_K);
+    cr_assert(e_q6_K < 0.02, "seed %llu: Q6_K relative RMS error %.4f", (unsigned long long)g_seed, e_q6_K);
+    cr_assert(e_q6_K > 0.004, "seed %llu: Q6_K error %.4f too small for 6 bits", (unsigned long long)g_seed, e_q6_K);
+    cr_assert(e_q4_K < e_q4_0, "seed %llu: Q4_K %.4f not better than Q4_0 %.4f", (unsigned long long)g_seed,
+              e_q4_K, e_q4_0);
+    cr_assert(e_q8_0 < 0.006, "seed %llu: Q8_0 relative RMS error %.4f", (unsigned long long)g_seed, e_q8_0);
+    /* the scale search must beat plain min/max rounding even though that baseline keeps its
+     * sub-block scales in full float precision while ours are quantized to 6 / 8 bits */
+    const double naive_q4 = naive_rel_rms_error(x, n, 32, 1), naive_q6 = naive_rel_rms_error(x, n, 16, 0);
+    cr_log_info("min/max rounding with float scales: 4-bit asymmetric %.4f, 6-bit symmetric %.4f", naive_q4, naive_q6);
+    cr_assert(e_q4_K < naive_q4, "seed %llu: Q4_K %.4f vs min/max rounding %.4f", (unsigned long long)g_seed,
+              e_q4_K, naive_q4);
+    cr_assert(e_q6_K < naive_q6, "seed %llu: Q6_K %.4f vs max rounding %.4f", (unsigned long long)g_seed,
+              e_q6_K, naive_q6);
+    /* offset data (all positive sub-blocks) exercises Q4_K's mins */
+    for (int64_t i = 0; i < n; i++)
+        x[i] = 0.05f + fabsf(rnd_gauss()) * 0.02f;
+    const double e_pos = rel_rms_error(MP_TYPE_Q4_K, x, n);
+    cr_assert(e_pos < 0.03, "seed %llu: Q4_K on positive data %.4f", (unsigned long long)g_seed, e_pos);
+    free(x);
+}
+
+Test(quant, quantize_zero_and_constant_rows)
+{
+    const int64_t n = 512;
+    float *x = calloc(n, sizeof(float)), *y = malloc(n * sizeof(float));
+    uint8_t *q = malloc(mp_type_row_bytes(MP_TYPE_F32, n));
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const mp_type_ops *ops = mp_type_ops_scalar(k_weight_types[t]);
+        for (int pass = 0; pass < 2; pass++) {
+            for (int64_t i = 0; i < n; i++)
+                x[i] = pass == 0 ? 0.0f : -0.25f;
+            ops->quantize_row(x, q, n);
+            ops->dequantize_row(q, y, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(fabsf(y[i] - x[i]) <= 0.25f * 0x1p-9f, "%s constant %g: elem %lld -> %g",
+                          mp_type_name(ops->type), x[i], (long long)i, y[i]);
+        }
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+Test(quant, q8_K_activation_layout)
+{
+    seed_rng();
+    const int64_t n = 512;
+    float x[512], y[512];
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd_gauss();
+    x[7] = -50.0f; /* the extreme of block 0 is negative: must map to -127, not -128 */
+    uint8_t q[2 * sizeof(mp_block_q8_K)];
+    mp_quantize_row_q8_K(x, q, n);
+    mp_dequantize_row_q8_K(q, y, n);
+    for (int b = 0; b < 2; b++) {
+        mp_block_q8_K blk;
+        memcpy(&blk, q + b * sizeof(blk), sizeof(blk));
+        float amax = 0;
+        for (int i = 0; i < 256; i++)
+            amax = fmaxf(amax, fabsf(x[256 * b + i]));
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) {
+                cr_assert(blk.qs[16 * g + i] >= -127, "seed %llu: quant -128 emitted", (unsigned long long)g_seed);
+                s += blk.qs[16 * g + i];
+            }
+            cr_assert_eq(blk.bsums[g], s, "seed %llu: bsums[%d] of block %d", (unsigned long long)g_seed, g, b);
+        }
+        for (int i = 0; i < 256; i++)
+            cr_assert(fabsf(y[256 * b + i] - x[256 * b + i]) <= amax / 127.0f * 0.5001f,
+                      "seed %llu: Q8_K elem %d: %g vs %g", (unsigned long long)g_seed, 256 * b + i,
+                      y[256 * b + i], x[256 * b + i]);
+    }
+    mp_block_q8_K blk0;
+    memcpy(&blk0, q, sizeof(blk0));
+    cr_assert_eq(blk0.qs[7], -127);
+}
+
+/* ---- f16 / bf16 conversions ---- */
+
+static double f16_value(uint16_t h) /* independent decoder, in double */
+{
+    const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    const double s = (h & 0x8000) ? -1.0 : 1.0;
+    if (e == 0)
+        return s * ldexp(m, -24);
+    if (e == 31)
+        return m ? NAN : s * INFINITY;
+    return s * ldexp(1024 + m, e - 25);
+}
+
+Test(quant, f16_round_trip_all_patterns)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = mp_f16_to_f32((mp_f16)h);
+        const double want = f16_value((uint16_t)h);
+        if (isnan(want)) {
+            cr_assert(isnan(f), "f16 0x%04x must decode to NaN", h);
+            const mp_f16 back = mp_f32_to_f16(f);
+            cr_assert((back & 0x7E00) == 0x7E00 && (back & 0x8000) == (h & 0x8000),
+                      "f16 NaN 0x%04x -> 0x%04x is not a quiet NaN of the same sign", h, back);
+            cr_assert_eq(back & 0x1FF, h & 0x1FF, "NaN payload of 0x%04x lost", h);
+            continue;
+        }
+        cr_assert((double)f == want && !signbit(f) == !signbit(want), "f16 0x%04x -> %a want %a", h,
+                  (double)f, want);
+        cr_assert_eq(mp_f32_to_f16(f), h, "f16 0x%04x does not round-trip", h);
+    }
+}
+
+/* f32 -> f16 must pick the nearest f16, ties to the even encoding; checked by brute force on
+ * random bit patterns and on every midpoint between neighbouring f16 values. */
+static void check_f32_to_f16(float f)
+{
+    const mp_f16 h = mp_f32_to_f16(f);
+    if (isnan(f)) {
+        cr_assert((h & 0x7C00) == 0x7C00 && (h & 0x3FF), "NaN %a -> 0x%04x", (double)f, h);
+        return;
+    }
+    const double v = f16_value(h), x = f;
+    cr_assert(!signbit(v) == !signbit(x), "%a -> 0x%04x: sign", x, h);
+    const double ax = fabs(x);
+    const uint16_t mag = h & 0x7FFF;
+    if (mag == 0x7C00) { /* Inf: only if x >= 65520 (the midpoint above the largest finite) */
+        cr_assert(ax >= 65520.0, "%a rounded to Inf", x);
+        return;
+    }
+    cr_assert(ax < 65520.0, "%a should round to Inf, got 0x%04x", x, h);
+    const double err = fabs(ax - fabs(v));
+    const double lower = mag > 0 ? f16_value(mag - 1) : -1.0, upper = f16_value(mag + 1);
+    const double err_lo = mag > 0 ? fabs(ax - lower) : INFINITY, err_hi = fabs(ax - upper);
+    cr_assert(err <= err_lo && err <= err_hi, "%a -> 0x%04x is not the nearest f16", x, h);
+    if (err == err_lo || err == err_hi)
+        cr_assert((mag & 1) == 0, "%a is a tie and 0x%04x is not even", x, h);
+}
+
+Test(quant, f32_to_f16_rounds_to_nearest_even)
+{
+    seed_rng();
+    for (int i = 0; i < 1000000; i++) {
+        const uint32_t u = (uint32_t)rnd_u64();
+        float f;
+        memcpy(&f, &u, 4);
+        check_f32_to_f16(f);
+        check_f32_to_f16(f * 0x1p-100f); /* lots of subnormal/zero results */
+    }
+    for (uint32_t h = 0; h < 0x7C00; h++) { /* every midpoint and its neighbours */
+        const double mid = (f16_value((uint16_t)h) + f16_value((uint16_t)(h + 1))) / 2;
+        const float f = (float)mid; /* exact: midpoints need only 12 significant bits */
+        check_f32_to_f16(f);
+        check_f32_to_f16(-f);
+        check_f32_to_f16(nextafterf(f, 0.0f));
+        check_f32_to_f16(nextafterf(f, INFINITY));
+    }
+    cr_assert_eq(mp_f32_to_f16(INFINITY), 0x7C00);
+    cr_assert_eq(mp_f32_to_f16(-INFINITY), 0xFC00);
+    cr_assert_eq(mp_f32_to_f16(-0.0f), 0x8000);
+    cr_assert_eq(mp_f32_to_f16(65504.0f), 0x7BFF);
+    cr_assert_eq(mp_f32_to_f16(65520.0f), 0x7C00);
+    cr_assert_eq(mp_f32_to_f16(0x1p-25f), 0x0000);                  /* tie to even: 0 */
+    cr_assert_eq(mp_f32_to_f16(0x1.8p-24f), 0x0002);                /* tie 1.5 -> 2 */
+    cr_assert_eq(mp_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);           /* tie -> even 1.0 */
+    cr_assert_eq(mp_f32_to_f16(1.0f + 0x1.8p-10f), 0x3C02);         /* tie -> even */
+}
+
+Test(quant, bf16_round_trip_and_rounding)
+{
+    seed_rng();
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = mp_bf16_to_f32((mp_bf16)h);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        cr_assert_eq(u, h << 16, "bf16 0x%04x decodes to 0x%08x", h, u);
+        if (isnan(f))
+            cr_assert_eq(mp_f32_to_bf16(f), h | 0x40, "bf16 NaN 0x%04x must come back quiet", h);
+        else
+            cr_assert_eq(mp_f32_to_bf16(f), h, "bf16 0x%04x does not round-trip", h);
+    }
+    for (int i = 0; i < 1000000; i++) {
+        const uint32_t u = (uint32_t)rnd_u64();
+        float f;
+        memcpy(&f, &u, 4);
+        const mp_bf16 h = mp_f32_to_bf16(f);
+        if (isnan(f)) {
+            cr_assert(isnan(mp_bf16_to_f32(h)), "seed %llu: NaN 0x%08x -> 0x%04x", (unsigned long long)g_seed, u, h);
+            continue;
+        }
+        /* truncation is one of the two neighbours; the remainder decides, ties to even */
+        const uint32_t trunc = u >> 16, rem = u & 0xFFFF;
+        const uint32_t want = rem > 0x8000 || (rem == 0x8000 && (trunc & 1)) ? trunc + 1 : trunc;
+        cr_assert_eq(h, want, "seed %llu: f32 0x%08x -> bf16 0x%04x want 0x%04x", (unsigned long long)g_seed,
+                     u, h, want);
+    }
+    cr_assert_eq(mp_f32_to_bf16(3.4028235e38f), 0x7F80, "largest float rounds up to Inf");
+    cr_assert_eq(mp_f32_to_bf16(1.0f + 0x1p-8f), 0x3F80, "tie to even (down)");
+    cr_assert_eq(mp_f32_to_bf16(1.0f + 0x1.8p-7f), 0x3F82, "tie to even (up)");
+}
+
+/* ---- type table and dispatch ---- */
+
+Test(quant, type_table)
+{
+    struct { int type; const char *name; int64_t elems; size_t bytes; int weight; } want[] = {
+        {MP_TYPE_F32, "F32", 1, 4, 1},      {MP_TYPE_F16, "F16", 1, 2, 1},
+        {MP_TYPE_BF16, "BF16", 1, 2, 1},    {MP_TYPE_Q4_0, "Q4_0", 32, 18, 1},
+        {MP_TYPE_Q8_0, "Q8_0", 32, 34, 1},  {MP_TYPE_Q4_K, "Q4_K", 256, 144, 1},
+        {MP_TYPE_Q6_K, "Q6_K", 256, 210, 1}, {MP_TYPE_Q8_K, "Q8_K", 256, 292, 0},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        cr_assert_eq(mp_type_block_elems(want[i].type), want[i].elems, "%s elems", want[i].name);
+        cr_assert_eq(mp_type_block_bytes(want[i].type), want[i].bytes, "%s bytes", want[i].name);
+        cr_assert_str_eq(mp_type_name(want[i].type), want[i].name);
+        cr_assert_eq(mp_type_supported(want[i].type), want[i].weight, "%s supported", want[i].name);
+        cr_assert_eq(mp_type_from_name(want[i].name), want[i].type);
+        cr_assert_eq(mp_type_row_bytes(want[i].type, 3 * want[i].elems), 3 * want[i].bytes);
+        if (want[i].elems > 1)
+            cr_assert_eq(mp_type_row_bytes(want[i].type, want[i].elems + 1), 0, "%s partial block", want[i].name);
+        if (want[i].weight) {
+            cr_assert(mp_type_ops_scalar(want[i].type) && mp_type_ops_get(want[i].type), "%s ops", want[i].name);
+            cr_assert_eq(mp_type_ops_get(want[i].type)->type, want[i].type);
+        }
+    }
+    cr_assert_eq(mp_type_from_name("q4_k"), MP_TYPE_Q4_K);
+    cr_assert_eq(mp_type_from_name("Q4_"), -1);
+    cr_assert_eq(mp_type_from_name("Q5_K"), -1);
+    cr_assert_eq(mp_type_from_name(NULL), -1);
+    cr_assert_null(mp_type_name(3));
+    cr_assert_eq(mp_type_block_bytes(99), 0);
+    cr_assert_eq(mp_type_row_bytes(99, 32), 0);
+    cr_assert_eq(mp_type_row_bytes(MP_TYPE_Q4_K, -256), 0);
+    cr_assert_eq(mp_type_row_bytes(MP_TYPE_F32, INT64_MAX), 0, "overflow must give 0");
+    cr_assert_null(mp_type_ops_get(MP_TYPE_Q8_K), "Q8_K has no weight kernels");
+    cr_assert_eq(mp_quantize_activation(MP_TYPE_Q4_K, NULL, NULL, 0), -1);
+}
+
+Test(quant, dispatch_follows_cpu_and_force_scalar)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                     __builtin_cpu_supports("f16c");
+    cr_assert_str_eq(mp_kernels_isa(), avx2 ? "avx2" : "scalar");
+#endif
+    mp_kernels_force_scalar(1);
+    cr_assert_str_eq(mp_kernels_isa(), "scalar");
+    for (int t = 0; t < N_WEIGHT_TYPES; t++)
+        cr_assert_eq(mp_type_ops_get(k_weight_types[t]), mp_type_ops_scalar(k_weight_types[t]));
+    mp_kernels_force_scalar(0);
+#if defined(__x86_64__)
+    cr_assert_str_eq(mp_kernels_isa(), avx2 ? "avx2" : "scalar");
+#endif
+}

@@ -1,0 +1,649 @@
+/* tests/unit/test_tokenizer.c — byte-level BPE tokenizer, chat template and vocabulary builder.
+ *
+ * Parity: tests/fixtures/tokenizer/parity_*.json hold ids produced by the Hugging Face
+ * `tokenizers` library from our vocabulary (vocab_*.json); see gen_tokenizer_fixture.py.
+ * Random tests seed from the clock and print the seed on failure.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/bytelevel.h"
+#include "runtime/tokenizer.h"
+
+/* ---- helpers ---- */
+
+static char *read_fixture(const char *name, size_t *len)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/%s", root ? root : ".", name);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open fixture %s (set MP_SOURCE_ROOT)", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+/* Load a vocab_*.json fixture into an mp_vocab (owned strings, freed by mp_vocab_free). */
+static void load_vocab_fixture(const char *name, mp_vocab *v)
+{
+    char *text = read_fixture(name, NULL);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert(root, "fixture %s: not JSON", name);
+    cJSON *tokens = cJSON_GetObjectItem(root, "tokens");
+    cJSON *types = cJSON_GetObjectItem(root, "types");
+    cJSON *merges = cJSON_GetObjectItem(root, "merges");
+    memset(v, 0, sizeof *v);
+    v->n_vocab = cJSON_GetArraySize(tokens);
+    v->n_merges = cJSON_GetArraySize(merges);
+    v->tokens = calloc((size_t)v->n_vocab, sizeof *v->tokens);
+    v->types = calloc((size_t)v->n_vocab, sizeof *v->types);
+    v->merges = calloc((size_t)v->n_merges, sizeof *v->merges);
+    for (int64_t i = 0; i < v->n_vocab; i++) {
+        v->tokens[i] = strdup(cJSON_GetArrayItem(tokens, (int)i)->valuestring);
+        v->types[i] = cJSON_GetArrayItem(types, (int)i)->valueint;
+    }
+    for (int64_t i = 0; i < v->n_merges; i++)
+        v->merges[i] = strdup(cJSON_GetArrayItem(merges, (int)i)->valuestring);
+    v->bos_id = cJSON_GetObjectItem(root, "bos_id")->valueint;
+    v->eos_id = cJSON_GetObjectItem(root, "eos_id")->valueint;
+    v->eot_id = cJSON_GetObjectItem(root, "eot_id")->valueint;
+    cJSON_Delete(root);
+    free(text);
+}
+
+static mp_tokenizer *default_tokenizer(const char *pre, int64_t n_vocab, mp_vocab *v)
+{
+    size_t len;
+    const char *corpus = mp_vocab_default_corpus(&len);
+    mp_error err = {0};
+    cr_assert_eq(mp_vocab_build(corpus, len, n_vocab, pre, v, &err), MP_OK, "%s", err.msg);
+    mp_tokenizer *t;
+    cr_assert_eq(mp_tokenizer_from_vocab(v, pre, &t, &err), MP_OK, "%s", err.msg);
+    return t;
+}
+
+/* Concatenated decoded bytes of tokens; *len gets the byte count. */
+static char *decode_all(const mp_tokenizer *t, const int32_t *ids, size_t n, size_t *len)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += mp_tokenizer_decode_token(t, ids[i], NULL, 0);
+    char *out = malloc(total + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        o += mp_tokenizer_decode_token(t, ids[i], out + o, total - o);
+    out[o] = '\0';
+    *len = o;
+    return out;
+}
+
+static size_t put_utf8(char *out, uint32_t cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* A random code point: mostly the kinds of text tokenizers meet, sometimes any scalar value. */
+static uint32_t random_cp(unsigned *seed)
+{
+    static const uint32_t picks[] = {
+        ' ', ' ', ' ', '\t', '\n', '\r', 0xA0, 0x3000, 0x2028, '\'', '"', '.', ',', '-', '_',
+        '<', '|', '>', 0x301, 0x308, 0x327, 0x200D, 0xFE0F, 0x1F600, 0x1F44D, 0x1F3FD, 0x1F1EB,
+        0x1F1F7, 0x2764, 0xE9, 0xDF, 0x130, 0x131, 0x3B1, 0x416, 0x5D0, 0x627, 0x915, 0x94D, 0x65E5,
+        0x672C, 0xAC00, 0x30AB, 0xFF10, 0x661, 0x966, 0x2460, 0xBD, 0x10FFFF, 0xFFFD, 0x7F, 0x0,
+    };
+    unsigned r = (unsigned)rand_r(seed);
+    switch (r % 8) {
+    case 0: case 1: case 2: return 'a' + (uint32_t)rand_r(seed) % 26 - ((r >> 8) & 1) * 32;
+    case 3: return '0' + (uint32_t)rand_r(seed) % 10;
+    case 4: case 5: return picks[(uint32_t)rand_r(seed) % (sizeof picks / sizeof picks[0])];
+    default: {
+        uint32_t cp;
+        do
+            cp = (uint32_t)rand_r(seed) % 0x110000;
+        while (cp >= 0xD800 && cp <= 0xDFFF);
+        return cp;
+    }
+    }
+}
+
+static char *random_text(unsigned *seed, size_t max_cps, size_t *len)
+{
+    size_t n = (size_t)rand_r(seed) % (max_cps + 1);
+    char *s = malloc(4 * n + 64);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned)rand_r(seed) % 50 == 0) { /* runs of whitespace or digits */
+            uint32_t cp = (unsigned)rand_r(seed) % 2 ? ' ' : '7';
+            for (int k = (unsigned)rand_r(seed) % 12; k >= 0; k--)
+                o += put_utf8(s + o, cp);
+        }
+        o += put_utf8(s + o, random_cp(seed));
+    }
+    *len = o;
+    return s;
+}
+
+/* ---- parity with the reference library ---- */
+
+static void check_parity(const char *pre, const char *vocab_file, const char *parity_file)
+{
+    mp_vocab v;
+    load_vocab_fixture(vocab_file, &v);
+    mp_tokenizer *t;
+    mp_error err = {0};
+    cr_assert_eq(mp_tokenizer_from_vocab(&v, pre, &t, &err), MP_OK, "%s", err.msg);
+    char *text = read_fixture(parity_file, NULL);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert(root, "%s: not JSON", parity_file);
+    cJSON *cases = cJSON_GetObjectItem(root, "cases");
+    int n_cases = cJSON_GetArraySize(cases), n_special = 0;
+    cr_assert_geq(n_cases, 100, "%s: only %d cases", parity_file, n_cases);
+    for (int c = 0; c < n_cases; c++) {
+        cJSON *cs = cJSON_GetArrayItem(cases, c);
+        const char *s = cJSON_GetObjectItem(cs, "text")->valuestring;
+        bool special = cJSON_IsTrue(cJSON_GetObjectItem(cs, "parse_special"));
+        cJSON *ids = cJSON_GetObjectItem(cs, "ids");
+        int32_t *got;
+        size_t n_got;
+        cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), special, &got, &n_got, &err), MP_OK,
+                     "%s case %d: %s", pre, c, err.msg);
+        int n_want = cJSON_GetArraySize(ids);
+        bool same = (int)n_got == n_want;
+        for (int i = 0; same && i < n_want; i++)
+            same = got[i] == cJSON_GetArrayItem(ids, i)->valueint;
+        if (!same) {
+            char buf[4096];
+            int o = snprintf(buf, sizeof buf, "got");
+            for (size_t i = 0; i < n_got && o < 3000; i++)
+                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d", got[i]);
+            o += snprintf(buf + o, sizeof buf - (size_t)o, " | want");
+            for (int i = 0; i < n_want && o < 4000; i++)
+                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d",
+                              cJSON_GetArrayItem(ids, i)->valueint);
+            cr_assert_fail("%s case %d (parse_special=%d) text \"%s\": %s", pre, c, special, s, buf);
+        }
+        for (size_t i = 0; i < n_got; i++)
+            n_special += mp_tokenizer_token_type(t, got[i]) == MP_TOK_TYPE_CONTROL;
+        free(got);
+    }
+    cr_assert_gt(n_special, 10, "%s: the fixture must exercise special tokens", pre);
+    cJSON_Delete(root);
+    free(text);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+}
+
+Test(tokenizer, parity_gpt2_with_hf_tokenizers)
+{
+    check_parity("gpt-2", "vocab_gpt2.json", "parity_gpt2.json");
+}
+
+Test(tokenizer, parity_qwen2_with_hf_tokenizers)
+{
+    check_parity("qwen2", "vocab_qwen2.json", "parity_qwen2.json");
+}
+
+/* The committed fixture vocabularies were made by mp_vocab_build on the built-in corpus: the
+ * builder must still produce them exactly (else regenerate with gen_tokenizer_fixture.py). */
+Test(tokenizer, vocab_builder_reproduces_fixture)
+{
+    const char *pres[2] = {"gpt-2", "qwen2"}, *files[2] = {"vocab_gpt2.json", "vocab_qwen2.json"};
+    for (int p = 0; p < 2; p++) {
+        mp_vocab want, got;
+        load_vocab_fixture(files[p], &want);
+        mp_tokenizer_free(default_tokenizer(pres[p], want.n_vocab, &got));
+        cr_assert_eq(got.n_vocab, want.n_vocab);
+        cr_assert_eq(got.n_merges, want.n_merges, "%s: %lld merges, fixture has %lld", pres[p],
+                     (long long)got.n_merges, (long long)want.n_merges);
+        for (int64_t i = 0; i < got.n_vocab; i++) {
+            cr_assert_str_eq(got.tokens[i], want.tokens[i], "%s token %lld", pres[p], (long long)i);
+            cr_assert_eq(got.types[i], want.types[i]);
+        }
+        for (int64_t i = 0; i < got.n_merges; i++)
+            cr_assert_str_eq(got.merges[i], want.merges[i], "%s merge %lld", pres[p], (long long)i);
+        cr_assert_eq(got.bos_id, want.bos_id);
+        cr_assert_eq(got.eos_id, want.eos_id);
+        mp_vocab_free(&got);
+        mp_vocab_free(&want);
+    }
+}
+
+/* ---- round trips ---- */
+
+static void round_trip_random(const char *pre, int64_t n_vocab)
+{
+    mp_vocab v;
+    mp_tokenizer *t = default_tokenizer(pre, n_vocab, &v);
+    unsigned seed0 = (unsigned)time(NULL) ^ (unsigned)n_vocab, seed = seed0;
+    mp_error err = {0};
+    for (int iter = 0; iter < 400; iter++) {
+        size_t len;
+        char *s = random_text(&seed, 200, &len);
+        cr_assert_eq(mp_utf8_invalid_at((const uint8_t *)s, len), len);
+        for (int special = 0; special < 2; special++) {
+            int32_t *ids;
+            size_t n, dlen;
+            cr_assert_eq(mp_tokenizer_encode(t, s, len, special, &ids, &n, &err), MP_OK,
+                         "seed %u iter %d: %s", seed0, iter, err.msg);
+            cr_assert(ids != NULL);
+            cr_assert_leq(n, len, "seed %u iter %d: more tokens than bytes", seed0, iter);
+            for (size_t i = 0; i < n; i++) {
+                cr_assert(ids[i] >= 0 && ids[i] < mp_tokenizer_n_vocab(t));
+                if (!special)
+                    cr_assert_neq(mp_tokenizer_token_type(t, ids[i]), MP_TOK_TYPE_CONTROL,
+                                  "seed %u iter %d: special token without parse_special", seed0,
+                                  iter);
+            }
+            char *back = decode_all(t, ids, n, &dlen);
+            cr_assert(dlen == len && memcmp(back, s, len) == 0,
+                      "%s seed %u iter %d special %d: decode(encode(text)) != text", pre, seed0,
+                      iter, special);
+            free(back);
+            free(ids);
+        }
+        free(s);
+    }
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+}
+
+Test(tokenizer, round_trip_random_gpt2) { round_trip_random("gpt-2", 2048); }
+Test(tokenizer, round_trip_random_qwen2) { round_trip_random("qwen2", 2048); }
+Test(tokenizer, round_trip_random_tiny_vocab) { round_trip_random("qwen2", 512); }
+
+/* Long runs stress the regex (lookahead over whitespace) and the merge heap (one 200 KB word). */
+Test(tokenizer, round_trip_long_runs)
+{
+    mp_vocab v;
+    mp_tokenizer *t = default_tokenizer("gpt-2", 2048, &v);
+    const size_t n = 200001;
+    char *s = malloc(n);
+    /* Fills that the corpus taught merges for must shrink; the others must still round-trip. */
+    const struct {
+        const char *unit;
+        bool merges;
+    } fills[] = {{" ", true}, {"the", true}, {"a", false}, {"7", false}, {"\n", false},
+                 {"\xc3\xa9", false}};
+    mp_error err = {0};
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        size_t ul = strlen(fills[f].unit), len = 0;
+        while (len + ul < n) {
+            memcpy(s + len, fills[f].unit, ul);
+            len += ul;
+        }
+        s[len++] = 'x';
+        int32_t *ids;
+        size_t k, dlen;
+        cr_assert_eq(mp_tokenizer_encode(t, s, len, false, &ids, &k, &err), MP_OK, "%s", err.msg);
+        if (fills[f].merges)
+            cr_assert_lt(k, len / 2, "fill '%s': %zu tokens for %zu bytes: merges did not apply",
+                         fills[f].unit, k, len);
+        char *back = decode_all(t, ids, k, &dlen);
+        cr_assert(dlen == len && memcmp(back, s, len) == 0, "fill '%s': round trip",
+                  fills[f].unit);
+        free(back);
+        free(ids);
+    }
+    free(s);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+}
+
+/* ---- merge order on a hand-made vocabulary ---- */
+
+static mp_tokenizer *tiny_tokenizer(const char *const *extra, int n_extra,
+                                    const char *const *merges, int n_merges)
+{
+    mp_vocab v = {0};
+    v.n_vocab = 256 + n_extra;
+    v.tokens = calloc((size_t)v.n_vocab, sizeof *v.tokens);
+    v.types = calloc((size_t)v.n_vocab, sizeof *v.types);
+    for (int b = 0; b < 256; b++) {
+        char spell[3] = {0};
+        uint8_t byte = (uint8_t)b;
+        mp_bytelevel_encode(&byte, 1, spell);
+        v.tokens[b] = strdup(spell);
+        v.types[b] = MP_TOK_TYPE_NORMAL;
+    }
+    for (int i = 0; i < n_extra; i++) {
+        v.tokens[256 + i] = strdup(extra[i]);
+        v.types[256 + i] = extra[i][0] == '<' ? MP_TOK_TYPE_CONTROL : MP_TOK_TYPE_NORMAL;
+    }
+    v.n_merges = n_merges;
+    v.merges = calloc((size_t)n_merges + 1, sizeof *v.merges);
+    for (int i = 0; i < n_merges; i++)
+        v.merges[i] = strdup(merges[i]);
+    v.bos_id = v.eos_id = v.eot_id = -1;
+    mp_tokenizer *t;
+    mp_error err = {0};
+    cr_assert_eq(mp_tokenizer_from_vocab(&v, "gpt-2", &t, &err), MP_OK, "%s", err.msg);
+    mp_vocab_free(&v);
+    return t;
+}
+
+static void expect_ids(const mp_tokenizer *t, const char *text, bool special, const int32_t *want,
+                       size_t n_want)
+{
+    int32_t *ids;
+    size_t n;
+    mp_error err = {0};
+    cr_assert_eq(mp_tokenizer_encode(t, text, strlen(text), special, &ids, &n, &err), MP_OK, "%s",
+                 err.msg);
+    cr_assert_eq(n, n_want, "\"%s\": %zu tokens, want %zu", text, n, n_want);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ids[i], want[i], "\"%s\" token %zu: %d, want %d", text, i, ids[i], want[i]);
+    free(ids);
+}
+
+Test(tokenizer, merges_apply_by_rank_then_leftmost)
+{
+    const char *extra[] = {"ab", "bc", "abc", "aa", "aaaa"};
+    {
+        const char *m[] = {"a b", "b c", "ab c"}; /* "ab" outranks "bc" */
+        mp_tokenizer *t = tiny_tokenizer(extra, 5, m, 3);
+        expect_ids(t, "abc", false, (int32_t[]){258}, 1);
+        mp_tokenizer_free(t);
+    }
+    {
+        const char *m[] = {"b c", "a b"}; /* "bc" first: then no "a bc" merge exists */
+        mp_tokenizer *t = tiny_tokenizer(extra, 5, m, 2);
+        expect_ids(t, "abc", false, (int32_t[]){'a', 257}, 2);
+        mp_tokenizer_free(t);
+    }
+    {
+        const char *m[] = {"a a", "aa aa"}; /* equal ranks: leftmost pair first */
+        mp_tokenizer *t = tiny_tokenizer(extra, 5, m, 2);
+        expect_ids(t, "aaa", false, (int32_t[]){259, 'a'}, 2);
+        expect_ids(t, "aaaaa", false, (int32_t[]){260, 'a'}, 2);
+        mp_tokenizer_free(t);
+    }
+    {
+        /* A token that exists but is not reachable through merges is not used. */
+        const char *m[] = {"a b"};
+        mp_tokenizer *t = tiny_tokenizer(extra, 5, m, 1);
+        expect_ids(t, "abc", false, (int32_t[]){256, 'c'}, 2);
+        mp_tokenizer_free(t);
+    }
+}
+
+Test(tokenizer, special_tokens_longest_match_and_off)
+{
+    const char *extra[] = {"<s>", "<s>>", "ab"};
+    const char *m[] = {"a b"};
+    mp_tokenizer *t = tiny_tokenizer(extra, 3, m, 1);
+    expect_ids(t, "ab<s>>ab<s>", true, (int32_t[]){258, 257, 258, 256}, 4);
+    expect_ids(t, "<s>", false, (int32_t[]){'<', 's', '>'}, 3);
+    mp_tokenizer_free(t);
+}
+
+/* ---- special tokens, eog, find, decode ---- */
+
+Test(tokenizer, special_tokens_on_off_default_vocab)
+{
+    mp_vocab v;
+    mp_tokenizer *t = default_tokenizer("qwen2", 2048, &v);
+    int32_t im_start = mp_tokenizer_find(t, "<|im_start|>");
+    int32_t im_end = mp_tokenizer_find(t, "<|im_end|>");
+    int32_t eot = mp_tokenizer_find(t, "<|endoftext|>");
+    cr_assert(im_start >= 0 && im_end >= 0 && eot >= 0);
+    cr_assert_eq(mp_tokenizer_bos(t), eot);
+    cr_assert_eq(mp_tokenizer_eos(t), im_end);
+    cr_assert_eq(mp_tokenizer_eot(t), im_end);
+    cr_assert(mp_tokenizer_is_eog(t, im_end) && mp_tokenizer_is_eog(t, eot));
+    cr_assert(!mp_tokenizer_is_eog(t, im_start) && !mp_tokenizer_is_eog(t, 'a'));
+    cr_assert_not(mp_tokenizer_add_bos(t));
+    cr_assert_str_eq(mp_tokenizer_pre(t), "qwen2");
+    cr_assert_eq(mp_tokenizer_find(t, "no such token text"), -1);
+    cr_assert_eq(mp_tokenizer_find(t, "\xc4\xa0the"), mp_tokenizer_find(t, "Ġthe"));
+    cr_assert_geq(mp_tokenizer_find(t, "Ġthe"), 256, "' the' is learned from the corpus");
+
+    const char *s = "x<|im_end|>y";
+    int32_t *ids;
+    size_t n;
+    mp_error err = {0};
+    cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), true, &ids, &n, &err), MP_OK);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(ids[1], im_end);
+    free(ids);
+    cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), false, &ids, &n, &err), MP_OK);
+    cr_assert_gt(n, 3);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_neq(ids[i], im_end);
+    free(ids);
+
+    char buf[8];
+    cr_assert_eq(mp_tokenizer_decode_token(t, im_end, buf, sizeof buf), 10);
+    cr_assert(memcmp(buf, "<|im_end", 8) == 0, "only cap bytes are written");
+    cr_assert_eq(mp_tokenizer_decode_token(t, -1, buf, sizeof buf), 0);
+    cr_assert_eq(mp_tokenizer_decode_token(t, mp_tokenizer_n_vocab(t), buf, sizeof buf), 0);
+    char sp[2];
+    cr_assert_eq(mp_tokenizer_decode_token(t, mp_tokenizer_find(t, "Ġ"), sp, 2), 1);
+    cr_assert_eq(sp[0], ' ');
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+}
+
+Test(tokenizer, invalid_utf8_names_offset)
+{
+    mp_vocab v;
+    mp_tokenizer *t = default_tokenizer("gpt-2", 512, &v);
+    struct {
+        const char *s;
+        size_t len, off;
+    } cases[] = {
+        {"\xff", 1, 0},
+        {"ab\xc3", 3, 2},                 /* truncated */
+        {"abc\xc0\xaf", 5, 3},            /* overlong '/' */
+        {"a\xed\xa0\x80z", 5, 1},         /* surrogate */
+        {"ok \xf4\x90\x80\x80", 7, 3},    /* above U+10FFFF */
+        {"\xe2\x82 x", 4, 0},             /* bad continuation */
+        {"caf\xc3\xa9\x80", 6, 5},        /* stray continuation */
+        {"\xf8\x88\x80\x80\x80", 5, 0},   /* 5-byte form */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t *ids = (int32_t *)1;
+        size_t n = 99;
+        mp_error err = {0};
+        cr_assert_eq(mp_tokenizer_encode(t, cases[i].s, cases[i].len, false, &ids, &n, &err),
+                     MP_ERR_ARG, "case %zu", i);
+        char want[64];
+        snprintf(want, sizeof want, "byte offset %zu:", cases[i].off);
+        cr_assert(strstr(err.msg, want), "case %zu: '%s' lacks '%s'", i, err.msg, want);
+        cr_assert(ids == NULL && n == 0);
+    }
+    int32_t *ids;
+    size_t n;
+    mp_error err = {0};
+    cr_assert_eq(mp_tokenizer_encode(t, "", 0, true, &ids, &n, &err), MP_OK);
+    cr_assert(ids != NULL && n == 0);
+    free(ids);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+}
+
+Test(tokenizer, bad_vocabularies_are_rejected)
+{
+    mp_vocab good;
+    mp_tokenizer *t = default_tokenizer("gpt-2", 512, &good);
+    mp_tokenizer_free(t);
+    mp_error err = {0};
+
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "llama-bpe", &t, &err), MP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "'llama-bpe'"), "%s", err.msg);
+
+    char *saved = good.merges[3];
+    good.merges[3] = strdup("Ġq zzzz");
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "gpt-2", &t, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "merges[3]") && strstr(err.msg, "zzzz"), "%s", err.msg);
+    free(good.merges[3]);
+    good.merges[3] = strdup("nospace");
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "gpt-2", &t, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "expected 'left right'"), "%s", err.msg);
+    free(good.merges[3]);
+    good.merges[3] = saved;
+
+    good.types[7] = 9;
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "gpt-2", &t, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "token_type[7]"), "%s", err.msg);
+    good.types[7] = MP_TOK_TYPE_NORMAL;
+
+    good.eos_id = (int32_t)good.n_vocab;
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "gpt-2", &t, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "eos_token_id"), "%s", err.msg);
+    good.eos_id = good.eot_id;
+
+    saved = good.tokens['A'];
+    good.tokens['A'] = strdup("[not A]");
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "gpt-2", &t, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "byte 0x41"), "%s", err.msg);
+    free(good.tokens['A']);
+    good.tokens['A'] = saved;
+
+    cr_assert_eq(mp_tokenizer_from_vocab(&good, "gpt-2", &t, &err), MP_OK, "%s", err.msg);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&good);
+}
+
+/* ---- chat template ---- */
+
+Test(tokenizer, chat_template_chatml)
+{
+    char *s;
+    mp_error err = {0};
+    cr_assert_eq(mp_chat_apply("chatml", "Why is the sky blue?", &s, &err), MP_OK);
+    cr_assert_str_eq(s, "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n");
+    mp_vocab v;
+    mp_tokenizer *t = default_tokenizer("qwen2", 1024, &v);
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), true, &ids, &n, &err), MP_OK);
+    cr_assert_eq(ids[0], mp_tokenizer_find(t, "<|im_start|>"));
+    cr_assert_eq(ids[n - 1], mp_tokenizer_find(t, "Ċ"));
+    int n_end = 0;
+    for (size_t i = 0; i < n; i++)
+        n_end += ids[i] == mp_tokenizer_eos(t);
+    cr_assert_eq(n_end, 1);
+    free(ids);
+    free(s);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+
+    cr_assert_eq(mp_chat_apply("llama3", "hi", &s, &err), MP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "'llama3'"), "%s", err.msg);
+    cr_assert(s == NULL);
+    cr_assert_eq(mp_chat_apply("chatml", NULL, &s, &err), MP_ERR_ARG);
+}
+
+/* ---- vocabulary builder ---- */
+
+Test(tokenizer, vocab_builder_layout_and_sizes)
+{
+    size_t len;
+    const char *corpus = mp_vocab_default_corpus(&len);
+    cr_assert_gt(len, 16000, "the built-in corpus is a few tens of KB");
+    mp_error err = {0};
+    mp_vocab small, mid, big, again;
+    cr_assert_eq(mp_vocab_build(corpus, len, 512, "qwen2", &small, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_vocab_build(corpus, len, 4096, "qwen2", &mid, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_vocab_build(corpus, len, 151936, "qwen2", &big, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_vocab_build(corpus, len, 4096, "qwen2", &again, &err), MP_OK, "%s", err.msg);
+
+    cr_assert_eq(small.n_vocab, 512);
+    cr_assert_eq(small.n_merges, 512 - 256 - 3, "the tiny vocabulary is full of merges");
+    cr_assert_eq(big.n_vocab, 151936);
+    cr_assert(mid.n_merges > small.n_merges && mid.n_merges <= 4096);
+    cr_assert_eq(big.n_merges, mid.n_merges, "the corpus, not n_vocab, limits the merges here");
+    /* Greedy training: a smaller budget learns a prefix of the same merges. */
+    for (int64_t i = 0; i < small.n_merges; i++)
+        cr_assert_str_eq(small.merges[i], mid.merges[i], "merge %lld", (long long)i);
+    mp_vocab *all[3] = {&small, &mid, &big};
+    for (int k = 0; k < 3; k++) {
+        mp_vocab *v = all[k];
+        for (int b = 0; b < 256; b++) {
+            char spell[3] = {0};
+            uint8_t byte = (uint8_t)b;
+            mp_bytelevel_encode(&byte, 1, spell);
+            cr_assert_str_eq(v->tokens[b], spell);
+            cr_assert_eq(v->types[b], MP_TOK_TYPE_NORMAL);
+        }
+        cr_assert_str_eq(v->tokens[v->bos_id], "<|endoftext|>");
+        cr_assert_str_eq(v->tokens[v->bos_id + 1], "<|im_start|>");
+        cr_assert_str_eq(v->tokens[v->eos_id], "<|im_end|>");
+        cr_assert_eq(v->eot_id, v->eos_id);
+        for (int s = 0; s < 3; s++)
+            cr_assert_eq(v->types[v->bos_id + s], MP_TOK_TYPE_CONTROL);
+        for (int64_t i = 256; i < v->bos_id; i++) {
+            cr_assert_eq(v->types[i], MP_TOK_TYPE_NORMAL);
+            cr_assert_gt(strlen(v->tokens[i]), 1);
+        }
+        for (int64_t i = v->eos_id + 1; i < v->n_vocab; i++) {
+            char pad[32];
+            snprintf(pad, sizeof pad, "[PAD%lld]", (long long)i);
+            cr_assert_str_eq(v->tokens[i], pad);
+            cr_assert_eq(v->types[i], MP_TOK_TYPE_UNUSED);
+        }
+        /* Every vocabulary it builds loads as a tokenizer. */
+        mp_tokenizer *t;
+        cr_assert_eq(mp_tokenizer_from_vocab(v, "qwen2", &t, &err), MP_OK, "%s", err.msg);
+        mp_tokenizer_free(t);
+    }
+    /* Deterministic. */
+    cr_assert_eq(again.n_merges, mid.n_merges);
+    for (int64_t i = 0; i < mid.n_vocab; i++)
+        cr_assert_str_eq(again.tokens[i], mid.tokens[i]);
+    for (int64_t i = 0; i < mid.n_merges; i++)
+        cr_assert_str_eq(again.merges[i], mid.merges[i]);
+    mp_vocab_free(&small);
+    mp_vocab_free(&mid);
+    mp_vocab_free(&big);
+    mp_vocab_free(&again);
+}
+
+Test(tokenizer, vocab_builder_errors)
+{
+    mp_vocab v;
+    mp_error err = {0};
+    cr_assert_eq(mp_vocab_build("abc", 3, 258, "gpt-2", &v, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "n_vocab 258"), "%s", err.msg);
+    cr_assert_eq(mp_vocab_build("hello wor\xc3(ld", 12, 512, "gpt-2", &v, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "byte offset 9"), "%s", err.msg);
+    cr_assert_eq(mp_vocab_build("abc", 3, 512, "bloom", &v, &err), MP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "'bloom'"), "%s", err.msg);
+    /* An empty corpus still gives a usable (merge-free) vocabulary. */
+    cr_assert_eq(mp_vocab_build("", 0, 300, "gpt-2", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v.n_merges, 0);
+    cr_assert_eq(v.n_vocab, 300);
+    cr_assert_eq(v.bos_id, 256);
+    mp_vocab_free(&v);
+}

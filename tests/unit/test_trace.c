@@ -1,0 +1,332 @@
+/* tests/unit/test_trace.c — trace writer + reader: round trip of random routing, order and
+ * argument checks, overwrite refusal, the reader's version checks, f16 conversion. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/quant.h"
+#include "collector/trace.h"
+#include "collector/trace_read.h"
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_trace_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void path_in(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tmpdir, name);
+}
+
+static mp_trace_writer *open_with_nodes(const char *path, int n_nodes, int n_experts, int top_k,
+                                        mp_trace_weight_format wf)
+{
+    mp_error err;
+    mp_trace_writer *w;
+    cr_assert_eq(mp_trace_writer_open(path, false, &w, &err), MP_OK, "%s", err.msg);
+    mp_trace_run_info info;
+    mp_trace_run_info_init(&info);
+    info.source = "moeplan";
+    info.n_experts = n_experts;
+    info.top_k = top_k;
+    info.model_path = "model.gguf";
+    cr_assert_eq(mp_trace_set_run(w, &info, &err), MP_OK, "%s", err.msg);
+    for (int i = 0; i < n_nodes; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.ffn_moe", i);
+        mp_trace_node nd = {.node_index = i, .node_type = "moe", .node_name = name, .layer = i,
+                            .n_experts = n_experts, .top_k = top_k, .expert_bytes = 1000 + i,
+                            .weight_format = wf};
+        cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
+    }
+    return w;
+}
+
+/* Write random routing through the hooks, read it back, compare exactly (f32) or to f16. */
+static void round_trip(int n_experts, mp_trace_weight_format wf)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    char path[300];
+    path_in(path, sizeof path, "rt.db");
+    const int n_nodes = 3, top_k = 4, n_req = 3, n_gen = 5;
+    mp_trace_writer *w = open_with_nodes(path, n_nodes, n_experts, top_k, wf);
+    mp_trace_hooks_state hs;
+    mp_hooks h = mp_trace_hooks(&hs, w);
+    enum { MAXV = 16 * 4 * 3 * 3 * 8 };
+    static int32_t all_ids[MAXV];
+    static float all_w[MAXV];
+    int nv = 0;
+    for (int r = 0; r < n_req; r++) {
+        int32_t prompt[7] = {1, 2, 3, 4, 5, 6, r};
+        int n_prompt = 3 + r;
+        h.request_begin(h.user, 10 + r, prompt, n_prompt);
+        for (int s = 0; s <= n_gen; s++) {
+            int rows = s == 0 ? n_prompt : 1;
+            h.step_begin(h.user, 10 + r, s, s == 0 ? MP_PHASE_PREFILL : MP_PHASE_DECODE, rows,
+                         s == 0 ? 0 : n_prompt + s - 1);
+            for (int l = 0; l < n_nodes; l++) {
+                int32_t ids[32];
+                float wt[32];
+                for (int i = 0; i < rows * top_k; i++) {
+                    ids[i] = rand() % n_experts;
+                    wt[i] = (float)rand() / (float)RAND_MAX;
+                    all_ids[nv] = ids[i];
+                    all_w[nv++] = wt[i];
+                }
+                h.routing(h.user, l, rows, top_k, ids, wt);
+                mp_moe_timing t = {.cpu_expert_ns = 100 * l + s, .hits = l, .misses = rows};
+                h.moe_timing(h.user, l, &t);
+            }
+            h.step_end(h.user, 1000 + s);
+        }
+        h.request_end(h.user, n_gen);
+    }
+    cr_assert_eq(hs.status, MP_OK, "%s", hs.error.msg);
+    mp_error err;
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
+    mp_trace_writer_close(w);
+
+    mp_trace_reader *r;
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+    const mp_trace_run *run = mp_trace_reader_run(r);
+    cr_assert_str_eq(run->status, "complete");
+    cr_assert_str_eq(run->source, "moeplan");
+    cr_assert(run->has_footer);
+    cr_assert_eq(run->footer_n_requests, n_req);
+    cr_assert_eq(run->footer_n_steps, n_req * (n_gen + 1));
+    cr_assert_eq(run->footer_n_routing, n_req * (n_gen + 1) * n_nodes);
+    cr_assert_eq(run->footer_n_timing, n_req * (n_gen + 1) * n_nodes);
+    cr_assert_eq(mp_trace_reader_n_nodes(r), n_nodes);
+    const mp_trace_node_info *nd = mp_trace_reader_node(r, 2);
+    cr_assert_not_null(nd);
+    cr_assert_str_eq(nd->node_name, "blk.2.ffn_moe");
+    cr_assert_eq(nd->expert_bytes, 1002);
+    cr_assert_eq(nd->id_bytes, n_experts <= 256 ? 1 : 2);
+    cr_assert_null(mp_trace_reader_node(r, 7));
+    cr_assert_eq(mp_trace_reader_n_requests(r), n_req);
+    const mp_trace_request_info *rq = mp_trace_reader_requests(r);
+    cr_assert_eq(rq[1].request_id, 11);
+    cr_assert_eq(rq[1].ord, 1);
+    cr_assert_eq(rq[1].n_prompt_tokens, 4);
+    cr_assert_eq(rq[1].n_gen_tokens, n_gen);
+    cr_assert_eq(strlen(rq[1].prompt_sha256), 64);
+    cr_assert_str_neq(rq[0].prompt_sha256, rq[1].prompt_sha256);
+
+    mp_trace_routing_iter *it;
+    cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK, "%s", err.msg);
+    mp_trace_routing_rec rec;
+    int rc, n_rec = 0, pos = 0;
+    int64_t prev_key = -1;
+    while ((rc = mp_trace_routing_next(it, &rec, &err)) == 1) {
+        cr_assert_gt(rec.key, prev_key, "routing not in key order");
+        prev_key = rec.key;
+        cr_assert_eq(rec.node_index, n_rec % n_nodes);
+        int32_t ids[32];
+        float wt[32];
+        int64_t n = rec.n_rows * top_k;
+        const mp_trace_node_info *ni = mp_trace_reader_node(r, rec.node_index);
+        cr_assert_eq(mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, ni->id_bytes, n,
+                                         ids, &err), MP_OK, "%s", err.msg);
+        cr_assert_eq(mp_trace_decode_weights(rec.weights, rec.weights_bytes, ni->weight_format, n,
+                                             wt, &err), MP_OK, "%s", err.msg);
+        for (int64_t i = 0; i < n; i++, pos++) {
+            cr_assert_eq(ids[i], all_ids[pos], "seed %u: id %d != %d", seed, ids[i], all_ids[pos]);
+            float tol = wf == MP_TRACE_W_F16 ? 1.0f / 2048 : 0.0f;
+            cr_assert_leq(fabsf(wt[i] - all_w[pos]), tol, "seed %u: weight %g != %g", seed,
+                          (double)wt[i], (double)all_w[pos]);
+        }
+        n_rec++;
+    }
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(pos, nv);
+    mp_trace_routing_end(it);
+
+    /* A request range sees only that request. */
+    cr_assert_eq(mp_trace_routing_begin_range(r, 11, 11, &it, &err), MP_OK);
+    int n_in = 0;
+    while ((rc = mp_trace_routing_next(it, &rec, &err)) == 1) {
+        cr_assert_eq(rec.request_id, 11);
+        n_in++;
+    }
+    cr_assert_eq(n_in, (n_gen + 1) * n_nodes);
+    mp_trace_routing_end(it);
+
+    mp_trace_step_iter *si;
+    cr_assert_eq(mp_trace_steps_begin(r, &si, &err), MP_OK);
+    mp_trace_step_rec sr;
+    cr_assert_eq(mp_trace_steps_next(si, &sr, &err), 1);
+    cr_assert_eq(sr.request_id, 10);
+    cr_assert_str_eq(sr.phase, "prefill");
+    cr_assert_eq(sr.n_rows, 3);
+    cr_assert_eq(sr.duration_ns, 1000);
+    cr_assert_eq(mp_trace_steps_next(si, &sr, &err), 1);
+    cr_assert_str_eq(sr.phase, "decode");
+    cr_assert_eq(sr.pos, 3);
+    mp_trace_steps_end(si);
+
+    mp_trace_timing_iter *ti;
+    cr_assert_eq(mp_trace_timing_begin(r, &ti, &err), MP_OK);
+    mp_trace_timing_rec tr;
+    int n_t = 0;
+    while (mp_trace_timing_next(ti, &tr, &err) == 1) {
+        cr_assert_eq(tr.t.cpu_expert_ns, 100 * tr.node_index + tr.step);
+        n_t++;
+    }
+    cr_assert_eq(n_t, n_req * (n_gen + 1) * n_nodes);
+    mp_trace_timing_end(ti);
+    mp_trace_reader_close(r);
+    /* finish left WAL mode: no -wal file remains beside the trace */
+    char wal[320];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    cr_assert_neq(access(wal, F_OK), 0, "a -wal file remains after finish");
+}
+
+TestSuite(trace, .init = setup, .fini = teardown);
+
+Test(trace, round_trip_f16_u8_ids) { round_trip(128, MP_TRACE_W_F16); }
+Test(trace, round_trip_f32_u16_ids) { round_trip(300, MP_TRACE_W_F32); }
+
+Test(trace, refuses_existing_file_unless_forced)
+{
+    char path[300];
+    path_in(path, sizeof path, "x.db");
+    FILE *f = fopen(path, "w");
+    fputs("keep me", f);
+    fclose(f);
+    mp_error err;
+    mp_trace_writer *w;
+    cr_assert_eq(mp_trace_writer_open(path, false, &w, &err), MP_ERR_IO);
+    cr_assert(strstr(err.msg, "exists"), "%s", err.msg);
+    cr_assert(strstr(err.msg, path), "%s", err.msg);
+    cr_assert_eq(mp_trace_writer_open(path, true, &w, &err), MP_OK, "%s", err.msg);
+    mp_trace_writer_close(w);
+}
+
+Test(trace, writer_rejects_bad_calls)
+{
+    char path[300];
+    path_in(path, sizeof path, "bad.db");
+    mp_trace_writer *w = open_with_nodes(path, 2, 8, 2, MP_TRACE_W_F16);
+    mp_error err;
+    int32_t ids[2] = {1, 8};
+    float wt[2] = {0.5f, 0.5f};
+    /* routing outside a step */
+    cr_assert_eq(mp_trace_add_routing(w, 0, 1, 2, ids, wt, &err), MP_ERR_ARG);
+    cr_assert_eq(mp_trace_request_begin(w, 5, NULL, NULL, -1, NULL, -1, &err), MP_OK, "%s", err.msg);
+    /* step numbers start at 0 */
+    cr_assert_eq(mp_trace_step_begin(w, 1, MP_PHASE_PREFILL, 1, 0, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "step 1 where 0 was expected"), "%s", err.msg);
+    cr_assert_eq(mp_trace_step_begin(w, 0, MP_PHASE_PREFILL, 1, 0, &err), MP_OK, "%s", err.msg);
+    /* id 8 is outside [0, 8) */
+    cr_assert_eq(mp_trace_add_routing(w, 0, 1, 2, ids, wt, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "expert id 8 outside [0, 8)"), "%s", err.msg);
+    ids[1] = 7;
+    cr_assert_eq(mp_trace_add_routing(w, 5, 1, 2, ids, wt, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "node 5"), "%s", err.msg);
+    cr_assert_eq(mp_trace_add_routing(w, 0, 2, 2, ids, wt, &err), MP_ERR_ARG);
+    cr_assert_eq(mp_trace_add_routing(w, 0, 1, 2, ids, wt, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK, "%s", err.msg);
+    /* finish with a request open */
+    cr_assert_eq(mp_trace_finish(w, &err), MP_ERR_ARG);
+    cr_assert_eq(mp_trace_request_end(w, 0, -1, &err), MP_OK);
+    /* request ids must increase */
+    cr_assert_eq(mp_trace_request_begin(w, 5, NULL, NULL, -1, NULL, -1, &err), MP_ERR_ARG);
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
+    mp_trace_counts c = mp_trace_writer_counts(w);
+    cr_assert_eq(c.n_requests, 1);
+    cr_assert_eq(c.n_routing, 1);
+    mp_trace_writer_close(w);
+}
+
+Test(trace, unfinished_run_reads_as_running_without_footer)
+{
+    char path[300];
+    path_in(path, sizeof path, "open.db");
+    mp_trace_writer *w = open_with_nodes(path, 1, 8, 1, MP_TRACE_W_F16);
+    mp_error err;
+    int32_t id = 3;
+    float wt = 1.0f;
+    cr_assert_eq(mp_trace_request_begin(w, 0, "p0", NULL, -1, NULL, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_step_begin(w, 0, MP_PHASE_DECODE, 1, 0, &err), MP_OK);
+    cr_assert_eq(mp_trace_add_routing(w, 0, 1, 1, &id, &wt, &err), MP_OK);
+    cr_assert_eq(mp_trace_step_end(w, 5, &err), MP_OK);
+    cr_assert_eq(mp_trace_step_begin(w, 1, MP_PHASE_DECODE, 1, 1, &err), MP_OK);
+    cr_assert_eq(mp_trace_add_routing(w, 0, 1, 1, &id, &wt, &err), MP_OK);
+    mp_trace_writer_close(w); /* step 1 never committed */
+    mp_trace_reader *r;
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(mp_trace_reader_run(r)->status, "running");
+    cr_assert(!mp_trace_reader_run(r)->has_footer);
+    cr_assert_str_eq(mp_trace_reader_requests(r)[0].external_id, "p0");
+    mp_trace_routing_iter *it;
+    mp_trace_routing_rec rec;
+    cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+    cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 1);
+    cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 0, "the uncommitted step was kept");
+    mp_trace_routing_end(it);
+    mp_trace_reader_close(r);
+}
+
+Test(trace, reader_refuses_foreign_and_other_versions)
+{
+    char path[300];
+    path_in(path, sizeof path, "foreign.db");
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "CREATE TABLE t(x)", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    mp_error err;
+    mp_trace_reader *r;
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "not a moeplan trace"), "%s", err.msg);
+
+    path_in(path, sizeof path, "v2.db");
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, mp_trace_schema_sql, NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "PRAGMA user_version=2", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "schema version 2"), "%s", err.msg);
+
+    path_in(path, sizeof path, "text.db");
+    FILE *f = fopen(path, "w");
+    fputs("this is not sqlite at all, just some text long enough to be a header.....", f);
+    fclose(f);
+    cr_assert_neq(mp_trace_reader_open(path, &r, &err), MP_OK);
+    cr_assert(strstr(err.msg, path), "%s", err.msg);
+    path_in(path, sizeof path, "missing.db");
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_IO);
+}
+
+Test(trace, decode_helpers_check_sizes)
+{
+    mp_error err;
+    uint8_t blob[4] = {1, 2, 3, 4};
+    int32_t ids[4];
+    float w[2];
+    cr_assert_eq(mp_trace_decode_ids(blob, 4, 2, 2, ids, &err), MP_OK);
+    cr_assert_eq(ids[0], 0x0201);
+    cr_assert_eq(ids[1], 0x0403);
+    cr_assert_eq(mp_trace_decode_ids(blob, 3, 2, 2, ids, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "3 bytes"), "%s", err.msg);
+    cr_assert_eq(mp_trace_decode_ids(blob, 4, 3, 1, ids, &err), MP_ERR_FORMAT);
+    cr_assert_eq(mp_trace_decode_weights(blob, 4, "f16", 2, w, &err), MP_OK);
+    cr_assert_eq(mp_trace_decode_weights(blob, 4, "f32", 2, w, &err), MP_ERR_FORMAT);
+    cr_assert_eq(mp_trace_decode_weights(blob, 4, "bf16", 2, w, &err), MP_ERR_FORMAT);
+}
