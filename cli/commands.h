@@ -8,5 +8,6 @@ int mp_cmd_inspect(int argc, char **argv); /* runtime/cmd_inspect.c */
 int mp_cmd_mkmodel(int argc, char **argv); /* runtime/cmd_mkmodel.c */
 int mp_cmd_profile(int argc, char **argv); /* runtime/cmd_profile.c */
 int mp_cmd_import(int argc, char **argv);  /* collector/cmd_import.c */
+int mp_cmd_simulate(int argc, char **argv); /* simulator/cmd_simulate.c */
 
 #endif

@@ -16,6 +16,7 @@ static const command commands[] = {
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
     {"import", mp_cmd_import, "convert onnxruntime / Strata / CSV routing traces into a trace"},
+    {"simulate", mp_cmd_simulate, "replay a trace under budgets and placement policies; emit profiles"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

@@ -1,57 +1,14 @@
 /* runtime/strp_write.c — writing STRP profiles and their JSON manifests to disk.
- *
- * Invariant: a reader of PATH sees either the previous file or the complete new one, never a
- * prefix: bytes go to "PATH.tmp.<pid>", are fsync'd, and only then renamed over PATH. On any
- * failure the temporary file is removed and PATH is untouched.
- */
+ * Both go through mp_write_file_atomic: a reader sees the previous file or the new one. */
 #include "runtime/strp.h"
 
+#include "runtime/atomic_file.h"
+
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-static mp_status write_atomic(const char *path, const void *data, size_t size, const char *what,
-                              mp_error *err)
-{
-    char tmp[4096];
-    int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return mp_fail(err, MP_ERR_ARG, "%s %s: path too long", what, path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return mp_fail(err, MP_ERR_IO, "%s %s: cannot create %s: %s", what, path, tmp, strerror(errno));
-    const uint8_t *p = data;
-    size_t done = 0;
-    while (done < size) {
-        ssize_t w = write(fd, p + done, size - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : EIO;
-            close(fd);
-            unlink(tmp);
-            return mp_fail(err, MP_ERR_IO, "%s %s: offset %zu: write failed: %s", what, tmp, done,
-                           strerror(e));
-        }
-        done += (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return mp_fail(err, MP_ERR_IO, "%s %s: fsync/close failed: %s", what, tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return mp_fail(err, MP_ERR_IO, "%s %s: rename from %s failed: %s", what, path, tmp, strerror(e));
-    }
-    return MP_OK;
-}
 
 mp_status mp_strp_write_file(const char *path, const mp_strp *p, mp_error *err)
 {
@@ -60,7 +17,7 @@ mp_status mp_strp_write_file(const char *path, const mp_strp *p, mp_error *err)
     mp_status st = mp_strp_encode(p, &img, &size, err);
     if (st)
         return mp_error_prefix(err, "writing %s", path);
-    st = write_atomic(path, img, size, "profile", err);
+    st = mp_write_file_atomic(path, img, size, "profile", err);
     free(img);
     return st;
 }
@@ -130,7 +87,7 @@ mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, co
     }
     withnl[len] = '\n';
     withnl[len + 1] = '\0';
-    mp_status st = write_atomic(path, withnl, len + 1, "manifest", err);
+    mp_status st = mp_write_file_atomic(path, withnl, len + 1, "manifest", err);
     free(withnl);
     return st;
 }
