@@ -284,10 +284,11 @@ mp_status pol_init(pol_state **out, const mp_sim_trace *t, const mp_sim_config *
 static void lfu_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
 {
     const double *score = p->score + (size_t)l * p->E;
+    const uint8_t *res = sim_resident_row(s, l);
     uint16_t *cand = p->cand;
     uint32_t n = 0;
     for (uint32_t u = 0; u < n_used; u++)
-        if (!sim_is_resident(s, l, used[u])) {
+        if (!res[used[u]]) {
             uint16_t e = used[u];
             uint32_t j = n++;
             while (j > 0 && (score[cand[j - 1]] < score[e] || (score[cand[j - 1]] == score[e] && cand[j - 1] > e))) {
@@ -304,10 +305,13 @@ static void lfu_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *u
         }
         if (cap == 0)
             return;
-        uint32_t victim = UINT32_MAX;
-        for (uint32_t e = 0; e < p->E; e++)
-            if (sim_is_resident(s, l, e) && (victim == UINT32_MAX || score[e] < score[victim]))
+        uint32_t victim = UINT32_MAX, n_res;
+        const uint16_t *list = sim_resident_list(s, l, &n_res);
+        for (uint32_t j = 0; j < n_res; j++) {
+            uint32_t e = list[j]; /* the weakest; the lowest index on ties */
+            if (victim == UINT32_MAX || score[e] < score[victim] || (score[e] == score[victim] && e < victim))
                 victim = e;
+        }
         if (!(score[cand[i]] > (1.0 + p->epsilon) * score[victim]))
             return; /* candidates are sorted: no later one passes either */
         sim_evict(s, l, victim);
@@ -318,10 +322,11 @@ static void lfu_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *u
 static void lru_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
 {
     const uint64_t *last = p->last_use + (size_t)l * p->E;
+    const uint8_t *res = sim_resident_row(s, l);
     uint32_t cap = sim_cap(s, l);
     for (uint32_t u = 0; u < n_used; u++) {
         uint16_t e = used[u];
-        if (sim_is_resident(s, l, e))
+        if (res[e])
             continue;
         if (sim_n_resident(s, l) < cap) {
             sim_admit(s, l, e);
@@ -329,10 +334,13 @@ static void lru_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *u
         }
         if (cap == 0)
             return;
-        uint32_t victim = UINT32_MAX;
-        for (uint32_t x = 0; x < p->E; x++)
-            if (sim_is_resident(s, l, x) && (victim == UINT32_MAX || last[x] < last[victim]))
+        uint32_t victim = UINT32_MAX, n_res;
+        const uint16_t *list = sim_resident_list(s, l, &n_res);
+        for (uint32_t i = 0; i < n_res; i++) {
+            uint32_t x = list[i]; /* the least recently used; the lowest index on ties */
+            if (victim == UINT32_MAX || last[x] < last[victim] || (last[x] == last[victim] && x < victim))
                 victim = x;
+        }
         if (last[victim] == p->tick)
             return; /* every resident serves this invocation */
         sim_evict(s, l, victim);
@@ -370,6 +378,7 @@ void pol_belady_initial(pol_state *p, sim_engine *s)
 static void belady_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
 {
     const size_t base = (size_t)l * p->E;
+    const uint8_t *res = sim_resident_row(s, l);
     for (uint32_t u = 0; u < n_used; u++)
         p->occ_ptr[base + used[u]]++; /* pass the current use */
     /* candidates by next use asc */
@@ -378,7 +387,7 @@ static void belady_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t
     for (uint32_t u = 0; u < n_used; u++) {
         uint16_t e = used[u];
         uint64_t nx = belady_next(p, base + e);
-        if (sim_is_resident(s, l, e) || nx == UINT64_MAX)
+        if (res[e] || nx == UINT64_MAX)
             continue;
         uint32_t j = n++;
         while (j > 0 && belady_next(p, base + cand[j - 1]) > nx) {
@@ -395,13 +404,13 @@ static void belady_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t
         }
         if (cap == 0)
             return;
-        uint32_t victim = UINT32_MAX;
+        uint32_t victim = UINT32_MAX, n_res;
         uint64_t victim_next = 0;
-        for (uint32_t e = 0; e < p->E; e++) {
-            if (!sim_is_resident(s, l, e))
-                continue;
+        const uint16_t *list = sim_resident_list(s, l, &n_res);
+        for (uint32_t j = 0; j < n_res; j++) {
+            uint32_t e = list[j]; /* used farthest in the future; the lowest index on ties */
             uint64_t nx = belady_next(p, base + e);
-            if (victim == UINT32_MAX || nx > victim_next) {
+            if (victim == UINT32_MAX || nx > victim_next || (nx == victim_next && e < victim)) {
                 victim = e;
                 victim_next = nx;
             }

@@ -112,8 +112,8 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
 /* ---- engine state ---- */
 
 typedef struct inflight {
-    uint32_t cell; /* layer * n_experts + expert */
-    double end_ns;
+    uint32_t cell;   /* layer * n_experts + expert */
+    double end_ns;   /* unshifted: the copy ends at end_ns + shift_ns */
 } inflight;
 
 struct sim_engine {
@@ -121,21 +121,74 @@ struct sim_engine {
     const sim_tab *tab;
     uint32_t L, E;
     uint8_t *resident;    /* (L, E) slot held (copy may be in flight) */
-    double *ready_ns;     /* (L, E) when the expert's copy finishes; 0 if loaded before start */
+    double *ready_ns;     /* (L, E) when the expert's copy finishes; 0 if loaded before start;
+                           * unshifted (add shift_ns) while the cell has copies queued */
+    uint32_t *n_queued;   /* (L, E) copies of the cell still in the FIFO */
     uint32_t *n_resident; /* (L) */
+    uint16_t *res_list;   /* (L, E) per layer, its n_resident resident experts first */
+    uint32_t *res_pos;    /* (L, E) position of a resident expert in its layer's res_list */
     uint32_t *cap;        /* (L) */
     bool ideal;           /* admissions are free and instant (Belady's bound) */
     double clock_ns, link_free_ns;
     inflight *fifo;       /* ring of in-flight weight copies, in link order */
     uint32_t fifo_head, fifo_len, fifo_cap;
+    /* Delay added to every copy still queued: an activation copy shifts them all alike, so the
+     * shift is kept once here instead of rewriting each entry (O(1) per activation copy). */
+    double shift_ns;
     mp_sim_metrics *m;    /* the split being replayed */
     bool oom;
 };
+
+/* When the expert's weights are on the GPU (hot: once per routed expert and invocation). */
+static inline double ready_at(const sim_engine *s, size_t cell)
+{
+    return s->n_queued[cell] ? s->ready_ns[cell] + s->shift_ns : s->ready_ns[cell];
+}
+
+/* Retire the copies finished by at_ns; a cell's last queued copy fixes its ready time. */
+static void retire_copies(sim_engine *s, double at_ns)
+{
+    while (s->fifo_len && s->fifo[s->fifo_head].end_ns + s->shift_ns <= at_ns) {
+        const inflight *f = &s->fifo[s->fifo_head];
+        if (--s->n_queued[f->cell] == 0)
+            s->ready_ns[f->cell] = f->end_ns + s->shift_ns;
+        s->fifo_head = (s->fifo_head + 1) % s->fifo_cap;
+        s->fifo_len--;
+    }
+}
 
 bool sim_is_resident(const sim_engine *s, uint32_t layer, uint32_t expert)
 {
     return s->resident[(size_t)layer * s->E + expert];
 }
+const uint8_t *sim_resident_row(const sim_engine *s, uint32_t layer)
+{
+    return s->resident + (size_t)layer * s->E;
+}
+const uint16_t *sim_resident_list(const sim_engine *s, uint32_t layer, uint32_t *n)
+{
+    *n = s->n_resident[layer];
+    return s->res_list + (size_t)layer * s->E;
+}
+
+/* Residency changes go through these two, which keep res_list/res_pos in step with resident. */
+static void set_resident(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    s->resident[cell] = 1;
+    s->res_pos[cell] = s->n_resident[layer];
+    s->res_list[(size_t)layer * s->E + s->n_resident[layer]++] = (uint16_t)expert;
+}
+static void clear_resident(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    uint16_t *list = s->res_list + (size_t)layer * s->E;
+    uint32_t pos = s->res_pos[cell], last = --s->n_resident[layer];
+    list[pos] = list[last];
+    s->res_pos[(size_t)layer * s->E + list[pos]] = pos;
+    s->resident[cell] = 0;
+}
+
 uint32_t sim_n_resident(const sim_engine *s, uint32_t layer) { return s->n_resident[layer]; }
 uint32_t sim_cap(const sim_engine *s, uint32_t layer) { return s->cap[layer]; }
 
@@ -144,8 +197,7 @@ void sim_evict(sim_engine *s, uint32_t layer, uint32_t expert)
     size_t cell = (size_t)layer * s->E + expert;
     if (!s->resident[cell])
         return;
-    s->resident[cell] = 0;
-    s->n_resident[layer]--;
+    clear_resident(s, layer, expert);
     s->m->evictions++;
 }
 
@@ -154,8 +206,7 @@ void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert)
     size_t cell = (size_t)layer * s->E + expert;
     if (s->resident[cell] || s->n_resident[layer] >= s->cap[layer])
         return;
-    s->resident[cell] = 1;
-    s->n_resident[layer]++;
+    set_resident(s, layer, expert);
     s->m->admissions++;
     s->m->h2d_weight_bytes += s->tab->expert_bytes;
     if (s->ideal) {
@@ -163,10 +214,10 @@ void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert)
         return;
     }
     /* the copy may start only after the deciding invocation, and waits for the link */
+    retire_copies(s, s->clock_ns);
     double begin = s->clock_ns > s->link_free_ns ? s->clock_ns : s->link_free_ns;
     double end = begin + s->tab->weight_h2d_ns;
     s->link_free_ns = end;
-    s->ready_ns[cell] = end;
     if (s->fifo_len == s->fifo_cap) {
         uint32_t cap = s->fifo_cap ? 2 * s->fifo_cap : 256;
         inflight *f = malloc(sizeof *f * cap);
@@ -181,7 +232,9 @@ void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert)
         s->fifo_head = 0;
         s->fifo_cap = cap;
     }
-    s->fifo[(s->fifo_head + s->fifo_len++) % s->fifo_cap] = (inflight){(uint32_t)cell, end};
+    s->fifo[(s->fifo_head + s->fifo_len++) % s->fifo_cap] = (inflight){(uint32_t)cell, end - s->shift_ns};
+    s->ready_ns[cell] = end - s->shift_ns;
+    s->n_queued[cell]++;
 }
 
 void sim_place(sim_engine *s, uint32_t layer, uint32_t expert)
@@ -189,8 +242,7 @@ void sim_place(sim_engine *s, uint32_t layer, uint32_t expert)
     size_t cell = (size_t)layer * s->E + expert;
     if (s->resident[cell] || s->n_resident[layer] >= s->cap[layer])
         return;
-    s->resident[cell] = 1;
-    s->n_resident[layer]++;
+    set_resident(s, layer, expert);
     s->ready_ns[cell] = 0;
 }
 
@@ -199,17 +251,10 @@ void sim_place(sim_engine *s, uint32_t layer, uint32_t expert)
  * them). */
 static void share_link(sim_engine *s, double at_ns, double dur_ns)
 {
-    while (s->fifo_len && s->fifo[s->fifo_head].end_ns <= at_ns) {
-        s->fifo_head = (s->fifo_head + 1) % s->fifo_cap;
-        s->fifo_len--;
-    }
+    retire_copies(s, at_ns);
     if (!s->fifo_len)
         return;
-    for (uint32_t i = 0; i < s->fifo_len; i++) {
-        inflight *f = &s->fifo[(s->fifo_head + i) % s->fifo_cap];
-        f->end_ns += dur_ns;
-        s->ready_ns[f->cell] = f->end_ns;
-    }
+    s->shift_ns += dur_ns;
     s->link_free_ns += dur_ns;
 }
 
@@ -382,7 +427,7 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
             for (uint32_t u = 0; u < n_used; u++) {
                 uint16_t e = used[u];
                 uint32_t c = rows_of[e];
-                if (s->resident[base + e] && s->ready_ns[base + e] <= start_ns) {
+                if (s->resident[base + e] && ready_at(s, base + e) <= start_ns) {
                     gpu_ns += tab->gpu_ns[c];
                     hits += c;
                 } else {
@@ -457,11 +502,14 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     uint8_t *missed = calloc(E, 1);
     s.resident = calloc(cells, 1);
     s.ready_ns = calloc(cells, sizeof *s.ready_ns);
+    s.n_queued = calloc(cells, sizeof *s.n_queued);
+    s.res_list = malloc(sizeof *s.res_list * cells);
+    s.res_pos = malloc(sizeof *s.res_pos * cells);
     s.n_resident = calloc(L, sizeof *s.n_resident);
     s.cap = calloc(L, sizeof *s.cap);
     if ((st = stats_build(t, cfg->train_frac, &stats, err)))
         goto done;
-    if (!rows_of || !used || !missed || !s.resident || !s.ready_ns || !s.n_resident || !s.cap) {
+    if (!rows_of || !used || !missed || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident || !s.cap) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
         goto done;
     }
@@ -477,7 +525,8 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         if ((st = pol_static_placement(t, cfg, &tab, &stats, policy, r->slots, s.resident, err)))
             goto done;
         for (size_t c = 0; c < cells; c++)
-            s.n_resident[c / E] += s.resident[c];
+            if (s.resident[c])
+                set_resident(&s, (uint32_t)(c / E), (uint32_t)(c % E));
         for (uint32_t l = 0; l < L; l++)
             s.cap[l] = s.n_resident[l];
     }
@@ -504,6 +553,9 @@ done:
     free(missed);
     free(s.resident);
     free(s.ready_ns);
+    free(s.n_queued);
+    free(s.res_list);
+    free(s.res_pos);
     free(s.n_resident);
     free(s.cap);
     free(s.fifo);

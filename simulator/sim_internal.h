@@ -40,6 +40,12 @@ typedef struct sim_engine sim_engine; /* sim.c */
 
 /* Residency, as the policies see and change it. */
 bool sim_is_resident(const sim_engine *s, uint32_t layer, uint32_t expert);
+/* The layer's residency flags (n_experts), valid until the next sim_admit/sim_evict changes them
+ * (they change in place): policies scan it directly in their victim searches. */
+const uint8_t *sim_resident_row(const sim_engine *s, uint32_t layer);
+/* The layer's resident experts as a list (*n of them, in no particular order; changes in place
+ * with admissions and evictions): victim searches scan cap entries, not n_experts. */
+const uint16_t *sim_resident_list(const sim_engine *s, uint32_t layer, uint32_t *n);
 uint32_t sim_n_resident(const sim_engine *s, uint32_t layer);
 uint32_t sim_cap(const sim_engine *s, uint32_t layer);
 /* Start the copy of an expert's weights (after the current invocation); needs a free slot. */
