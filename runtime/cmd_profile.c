@@ -6,19 +6,21 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "runtime/gguf.h"
 #include "runtime/strp.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: moeplan profile inspect PROFILE [--top N]\n"
-            "       moeplan profile verify PROFILE (--layers N --experts M)\n\n"
+            "       moeplan profile verify PROFILE (-m MODEL.gguf | --layers N --experts M)\n\n"
             "inspect  print the header, the first N ranked pairs (default 10), resident experts per\n"
             "         layer and the trailing table (kind, and for counts the share of routes the\n"
             "         resident experts serve)\n"
-            "verify   read the profile fail-closed and check that its geometry is N layers x M\n"
-            "         experts (layers are the model's block indices); exit 0 only if valid.\n"
-            "         (-m MODEL, taking the geometry from a GGUF, needs the GGUF reader.)\n\n"
+            "verify   read the profile fail-closed and check that its geometry is the model's:\n"
+            "         -m reads <arch>.block_count and <arch>.expert_count from the GGUF; or give\n"
+            "         --layers N --experts M (layers are the model's block indices). Exit 0 only if\n"
+            "         the profile is valid for that model.\n\n"
             "The format is described in schemas/strp.md.\n");
 }
 
@@ -30,6 +32,34 @@ static int parse_u32(const char *s, uint32_t *out)
         return -1;
     *out = (uint32_t)v;
     return 0;
+}
+
+/* A model's STRP geometry: its block count and routed experts per layer, from GGUF metadata. */
+static mp_status model_geometry(const char *path, uint32_t *layers, uint32_t *experts, mp_error *err)
+{
+    mp_gguf *g;
+    mp_status st = mp_gguf_open(path, &g, err);
+    if (st)
+        return st;
+    mp_str arch;
+    char key[160];
+    if (!(st = mp_gguf_get_str(g, "general.architecture", &arch, err))) {
+        if (arch.len > 100) {
+            st = mp_fail(err, MP_ERR_FORMAT, "model %s: general.architecture of %llu bytes: expected a short name",
+                         path, (unsigned long long)arch.len);
+        } else {
+            snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+            st = mp_gguf_get_u32(g, key, layers, err);
+            if (!st) {
+                snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
+                st = mp_gguf_get_u32(g, key, experts, err);
+                if (st)
+                    mp_error_prefix(err, "model %s is not a MoE model (no %s)", path, key);
+            }
+        }
+    }
+    mp_gguf_close(g);
+    return st;
 }
 
 static void print_table(const mp_strp *p)
@@ -111,6 +141,7 @@ int mp_cmd_profile(int argc, char **argv)
     const char *path = NULL;
     uint32_t top = 10, layers = 0, experts = 0;
     bool have_layers = false, have_experts = false;
+    const char *model = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -136,9 +167,7 @@ int mp_cmd_profile(int argc, char **argv)
             else
                 experts = v, have_experts = true;
         } else if (!strcmp(a, "-m")) {
-            fprintf(stderr, "moeplan profile: error: -m %s: reading the geometry from a GGUF model is "
-                            "not available in this build yet; pass --layers N --experts M\n", argv[i + 1]);
-            return 2;
+            model = argv[++i];
         } else if (a[0] == '-') {
             fprintf(stderr, "moeplan profile: error: unknown option '%s' (try --help)\n", a);
             return 2;
@@ -156,13 +185,21 @@ int mp_cmd_profile(int argc, char **argv)
     if (!strcmp(sub, "inspect"))
         return inspect(path, top);
     if (!strcmp(sub, "verify")) {
-        if (!have_layers || !have_experts) {
-            fprintf(stderr, "moeplan profile: error: verify needs --layers N --experts M\n");
+        if (model && (have_layers || have_experts)) {
+            fprintf(stderr, "moeplan profile: error: verify takes -m MODEL or --layers/--experts, not both\n");
             return 2;
+        }
+        if (!model && (!have_layers || !have_experts)) {
+            fprintf(stderr, "moeplan profile: error: verify needs -m MODEL or --layers N --experts M\n");
+            return 2;
+        }
+        mp_error err;
+        if (model && model_geometry(model, &layers, &experts, &err)) {
+            fprintf(stderr, "moeplan profile: error: %s\n", err.msg);
+            return 1;
         }
         mp_strp_geometry g = {layers, experts};
         mp_strp p;
-        mp_error err;
         if (mp_strp_read_file(path, &g, &p, &err)) {
             fprintf(stderr, "moeplan profile: error: %s\n", err.msg);
             return 1;

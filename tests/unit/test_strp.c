@@ -519,3 +519,29 @@ Test(strp, cli_inspect_and_verify)
     cr_assert_eq(run_cli("profile --help", out, sizeof out), 0, "%s", out);
     mp_strp_free(&p);
 }
+
+Test(strp, cli_verify_against_a_gguf_model)
+{
+    /* tests/fixtures/hf/qwen3moe-tiny-f32.gguf: qwen3moe.block_count 3, expert_count 8 */
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char path[512], args[2048], out[8192];
+    snprintf(path, sizeof path, "%s/m.strp", tmpdir);
+    mp_strp p = make_profile(3, 8, 10, 4, MP_STRP_TABLE_U64_COUNT, 13);
+    mp_error err;
+    cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    snprintf(args, sizeof args, "profile verify '%s' -m '%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf'", path, root);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "valid STRP v1 for 3 layers x 8 experts"), "%s", out);
+    mp_strp_free(&p);
+    p = make_profile(4, 8, 10, 4, MP_STRP_TABLE_NONE, 14);
+    cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "offset 8: geometry 4 layers x 8 experts: expected the model's 3 layers x 8 experts"),
+                       "%s", out);
+    snprintf(args, sizeof args, "profile verify '%s' -m '%s/no-such-model.gguf'", path, root);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    snprintf(args, sizeof args, "profile verify '%s' -m x.gguf --layers 3 --experts 8", path);
+    cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s", out);
+    mp_strp_free(&p);
+}
