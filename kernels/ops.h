@@ -15,6 +15,15 @@ void mp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
  * rotate by pos * base^(-2i/rot_dim) for i < rot_dim/2. */
 void mp_rope_neox(float *head, int64_t head_dim, int64_t rot_dim, int64_t pos, float freq_base);
 
+/* The rotation table of one position: cs[2i] = cos(theta_i), cs[2i + 1] = sin(theta_i) with
+ * theta_i = pos * base^(-2i / rot_dim), i < rot_dim / 2 — bit-identical to the angles
+ * mp_rope_neox computes, so that a forward pass can compute them once per row, not per head. */
+void mp_rope_cache(float *cs, int64_t rot_dim, int64_t pos, float freq_base);
+/* NeoX rotation with a table: pairs (i, i + rot_dim/2). Equals mp_rope_neox. */
+void mp_rope_neox_cs(float *head, int64_t rot_dim, const float *cs);
+/* Interleaved ("normal", GPT-J style) rotation with a table: pairs (2i, 2i + 1). */
+void mp_rope_norm_cs(float *head, int64_t rot_dim, const float *cs);
+
 /* In place softmax over n elements (max-subtracted, float32). */
 void mp_softmax(float *x, int64_t n);
 

@@ -89,8 +89,10 @@ typedef struct mp_type_ops {
     int vec_dot_type;
     /* dst[0..n) = dequantized src row. */
     void (*dequantize_row)(const void *src, float *dst, int64_t n);
-    /* Reference quantizer (round-to-nearest, ggml's *_ref algorithms), used by mkmodel and for
-     * activations. n must be a multiple of the block size. */
+    /* Reference quantizer (round-to-nearest), used by mkmodel and for activations. n must be a
+     * multiple of the block size. F16/BF16/Q4_0/Q8_0 give the gguf package's bytes exactly;
+     * Q4_K/Q6_K use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
+     * with the expected error, not llama.cpp's bit pattern. */
     void (*quantize_row)(const float *src, void *dst, int64_t n);
     /* Dot product of one weight row (this type) with one activation row (vec_dot_type), n elems. */
     float (*vec_dot)(int64_t n, const void *w_row, const void *x_row);

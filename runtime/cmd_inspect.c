@@ -150,6 +150,23 @@ static void shape_text(const mp_gguf_tensor *t, char *buf, size_t cap)
 
 /* ---- text ---- */
 
+/* A key or name on one line: control bytes as \xNN, padded to width. */
+static void print_escaped(const char *s, uint64_t n, int width)
+{
+    int shown = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            shown += printf("\\x%02x", c);
+        else {
+            putchar(c);
+            shown++;
+        }
+    }
+    for (; shown < width; shown++)
+        putchar(' ');
+}
+
 static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
 {
     printf("file: %s\nversion: %u\nsize_bytes: %llu\nalignment: %u\ndata_offset: %llu\n"
@@ -169,7 +186,9 @@ static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
         else
             snprintf(type, sizeof type, "%s", mp_gguf_vtype_name(t));
         mp_gguf_kv_format(g, i, value, sizeof value, TEXT_ARRAY_ELEMS);
-        printf("  %-40.*s %-16s %s\n", (int)k.len, k.ptr, type, value);
+        printf("  ");
+        print_escaped(k.ptr, k.len, 40);
+        printf(" %-16s %s\n", type, value);
     }
     if (tensors) {
         printf("\ntensors:\n  %-40s %-5s %-22s %14s %14s\n", "name", "type", "shape", "bytes",
@@ -178,8 +197,10 @@ static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
             const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
             char shape[96];
             shape_text(t, shape, sizeof shape);
-            printf("  %-40.*s %-5s %-22s %14llu %14llu\n", (int)t->name.len, t->name.ptr,
-                   mp_type_name(t->type), shape, (unsigned long long)t->nbytes,
+            printf("  ");
+            print_escaped(t->name.ptr, t->name.len, 40);
+            printf(" %-5s %-22s %14llu %14llu\n", mp_type_name(t->type), shape,
+                   (unsigned long long)t->nbytes,
                    (unsigned long long)t->file_offset);
         }
     }

@@ -4,8 +4,9 @@
  *  - magic "GGUF", version 3 (2 is accepted: same layout with 64-bit counts);
  *  - every count, length and size fits the file and does not overflow;
  *  - metadata values of every type (arrays included, nested arrays rejected) lie inside the file;
+ *    keys are 1..65535 bytes and unique; bools are 0 or 1;
  *  - general.alignment, if present, is a u32 power of two (default 32);
- *  - tensor names are unique; n_dims in 1..4; every dimension >= 1; the type is supported
+ *  - tensor names are 1..64 bytes and unique; n_dims in 1..4; every dimension >= 1; the type is supported
  *    (kernels/quant.h) and ne[0] is a multiple of its block size; each tensor's data lies inside
  *    the file, at an offset that is a multiple of the alignment, and tensors do not overlap.
  * Strings point into the mapping and are NOT NUL-terminated: use mp_str's len.

@@ -479,7 +479,8 @@ mp_status mp_gguf_writer_finish(mp_gguf_writer *w, mp_error *err)
                    (unsigned long long)w->cur_done, (unsigned long long)t->nbytes);
     }
     if (!st && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
-        st = wfail(w, err, MP_ERR_IO, "file %s: flush failed: %s", w->tmp_path, strerror(errno));
+        st = wfail(w, err, MP_ERR_IO, "file %s: flush failed at offset %llu: %s", w->tmp_path,
+                   (unsigned long long)w->pos, strerror(errno));
     if (!st) {
         int rc = fclose(w->f);
         w->f = NULL;

@@ -1,1 +1,196 @@
-/* runtime/model.c — placeholder until implemented. */
+/* runtime/model.c — architecture traits, descriptor validation and byte accounting (model.h).
+ *
+ * The GGUF loader (runtime/model_load.c) and in-memory builders (tests) both finish with
+ * mp_model_validate, so the invariants of model.h hold for every descriptor the forward pass
+ * sees, whichever way it was made.
+ */
+#include "runtime/model.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+
+static const mp_arch_traits arch_traits[] = {
+    [MP_ARCH_QWEN3MOE] = {"qwen3moe", MP_QK_NORM_PER_HEAD, MP_ROPE_NEOX, true},
+    [MP_ARCH_OLMOE] = {"olmoe", MP_QK_NORM_FULL, MP_ROPE_NEOX, false},
+    [MP_ARCH_MIXTRAL] = {"mixtral", MP_QK_NORM_NONE, MP_ROPE_NORM, true},
+};
+
+const mp_arch_traits *mp_arch_get(mp_arch arch)
+{
+    if ((int)arch < 0 || (size_t)arch >= sizeof arch_traits / sizeof arch_traits[0])
+        return NULL;
+    return &arch_traits[arch];
+}
+
+int mp_arch_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof arch_traits / sizeof arch_traits[0]; i++)
+        if (!strcmp(arch_traits[i].name, name))
+            return (int)i;
+    return -1;
+}
+
+void mp_shape_format(const int64_t ne[4], char *buf, size_t cap)
+{
+    int nd = 4;
+    while (nd > 1 && ne[nd - 1] == 1)
+        nd--;
+    size_t off = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < nd && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%" PRId64, i ? ", " : "", ne[i]);
+    if (off < cap)
+        snprintf(buf + off, cap - off, "]");
+}
+
+static mp_status check_tensor(const char *where, const char *name, const mp_tensor *t,
+                              int64_t ne0, int64_t ne1, int64_t ne2, bool float_only,
+                              mp_error *err)
+{
+    if (!t->data)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: tensor %s: missing", where, name);
+    const int64_t want[4] = {ne0, ne1, ne2, 1};
+    if (memcmp(want, t->ne, sizeof want) != 0) {
+        char ws[96], fs[96];
+        mp_shape_format(want, ws, sizeof ws);
+        mp_shape_format(t->ne, fs, sizeof fs);
+        return mp_fail(err, MP_ERR_FORMAT, "%s: tensor %s: expected shape %s, found %s", where,
+                       name, ws, fs);
+    }
+    const char *tn = mp_type_name(t->type);
+    if (float_only ? t->type != MP_TYPE_F32 : !mp_type_supported(t->type)) {
+        char ts[32];
+        if (tn)
+            snprintf(ts, sizeof ts, "%s", tn);
+        else
+            snprintf(ts, sizeof ts, "id %d", t->type);
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: tensor %s: type %s is not supported%s", where,
+                       name, ts, float_only ? " (norm weights must be F32)" : "");
+    }
+    const size_t row_bytes = mp_type_row_bytes(t->type, ne0);
+    if (row_bytes == 0 || t->row_bytes != row_bytes)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "%s: tensor %s: row of %" PRId64 " elements is not a whole number of %s "
+                       "blocks or row_bytes %zu != %zu",
+                       where, name, ne0, tn ? tn : "?", t->row_bytes, row_bytes);
+    return MP_OK;
+}
+
+mp_status mp_model_validate(const mp_model *m, mp_error *err)
+{
+    const mp_hparams *hp = &m->hp;
+    const char *where = m->path ? m->path : "(in-memory model)";
+    const mp_arch_traits *tr = mp_arch_get(hp->arch);
+    if (!tr)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture id %d is not supported", where,
+                       (int)hp->arch);
+    if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_head < 1 || hp->n_head_kv < 1 ||
+        hp->head_dim < 1 || hp->n_expert < 1 || hp->n_expert_used < 1 || hp->n_ff_exp < 1 ||
+        hp->n_vocab < 1)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "%s: hyperparameters must be >= 1 (block_count %" PRId64 ", embedding %" PRId64
+                       ", heads %" PRId64 "/%" PRId64 ", head dim %" PRId64 ", experts %" PRId64
+                       " used %" PRId64 ", expert ffn %" PRId64 ", vocab %" PRId64 ")",
+                       where, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
+                       hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_vocab);
+    /* generous sanity limits, so that size products below cannot overflow */
+    if (hp->n_layer > 4096 || hp->n_embd > (1 << 20) || hp->n_head > 4096 || hp->head_dim > 8192 ||
+        hp->n_expert > 65536 || hp->n_ff_exp > (1 << 20) || hp->n_vocab > (1 << 24))
+        return mp_fail(err, MP_ERR_LIMIT, "%s: hyperparameters exceed the supported limits", where);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "%s: head_count %" PRId64 " is not a multiple of head_count_kv %" PRId64,
+                       where, hp->n_head, hp->n_head_kv);
+    if (hp->n_expert_used > hp->n_expert)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "%s: expert_used_count %" PRId64 " exceeds expert_count %" PRId64, where,
+                       hp->n_expert_used, hp->n_expert);
+    if (hp->rot_dim < 2 || hp->rot_dim > hp->head_dim || hp->rot_dim % 2 != 0)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "%s: rope dimension %" PRId64 " must be even and in [2, head dim %" PRId64 "]",
+                       where, hp->rot_dim, hp->head_dim);
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: rms epsilon %g and rope freq base %g must be > 0",
+                       where, (double)hp->rms_eps, (double)hp->rope_freq_base);
+
+    const int64_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
+    mp_status st;
+    if ((st = check_tensor(where, "token_embd.weight", &m->tok_embd, E, hp->n_vocab, 1, false, err)) ||
+        (st = check_tensor(where, "output_norm.weight", &m->output_norm, E, 1, 1, true, err)) ||
+        (st = check_tensor(where, "output.weight", &m->output, E, hp->n_vocab, 1, false, err)))
+        return st;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        char n[16][48];
+        static const char *const suffix[] = {"attn_norm", "attn_q", "attn_k", "attn_v",
+                                             "attn_output", "attn_q_norm", "attn_k_norm", "ffn_norm",
+                                             "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps",
+                                             "ffn_down_exps"};
+        for (int i = 0; i < 12; i++)
+            snprintf(n[i], sizeof n[i], "blk.%" PRId64 ".%s.weight", il, suffix[i]);
+        if ((st = check_tensor(where, n[0], &L->attn_norm, E, 1, 1, true, err)) ||
+            (st = check_tensor(where, n[1], &L->wq, E, Q, 1, false, err)) ||
+            (st = check_tensor(where, n[2], &L->wk, E, KV, 1, false, err)) ||
+            (st = check_tensor(where, n[3], &L->wv, E, KV, 1, false, err)) ||
+            (st = check_tensor(where, n[4], &L->wo, Q, E, 1, false, err)) ||
+            (st = check_tensor(where, n[7], &L->ffn_norm, E, 1, 1, true, err)) ||
+            (st = check_tensor(where, n[9], &L->gate_exps, E, hp->n_ff_exp, hp->n_expert, false, err)) ||
+            (st = check_tensor(where, n[10], &L->up_exps, E, hp->n_ff_exp, hp->n_expert, false, err)) ||
+            (st = check_tensor(where, n[11], &L->down_exps, hp->n_ff_exp, E, hp->n_expert, false, err)))
+            return st;
+        /* the router decides which experts run: it stays in a float type, never block-quantized
+         * (GGUF quantizers keep ffn_gate_inp unquantized for the same reason) */
+        if ((st = check_tensor(where, n[8], &L->gate_inp, E, hp->n_expert, 1, false, err)))
+            return st;
+        if (L->gate_inp.type != MP_TYPE_F32 && L->gate_inp.type != MP_TYPE_F16 &&
+            L->gate_inp.type != MP_TYPE_BF16)
+            return mp_fail(err, MP_ERR_UNSUPPORTED,
+                           "%s: tensor %s: type %s is not supported (the router must be F32, F16 "
+                           "or BF16)", where, n[8], mp_type_name(L->gate_inp.type));
+        /* the MoE block converts x once for both gate and up, so they must share the format */
+        if (mp_type_ops_get(L->gate_exps.type)->vec_dot_type !=
+            mp_type_ops_get(L->up_exps.type)->vec_dot_type)
+            return mp_fail(err, MP_ERR_UNSUPPORTED,
+                           "%s: tensor %s: type %s pairs with a different activation format than "
+                           "%s (%s); gate and up experts must use compatible types",
+                           where, n[10], mp_type_name(L->up_exps.type), n[9],
+                           mp_type_name(L->gate_exps.type));
+        if (tr->qk_norm != MP_QK_NORM_NONE) {
+            const bool per_head = tr->qk_norm == MP_QK_NORM_PER_HEAD;
+            if ((st = check_tensor(where, n[5], &L->q_norm, per_head ? hp->head_dim : Q, 1, 1, true, err)) ||
+                (st = check_tensor(where, n[6], &L->k_norm, per_head ? hp->head_dim : KV, 1, 1, true, err)))
+                return st;
+        }
+    }
+    return MP_OK;
+}
+
+size_t mp_model_expert_bytes(const mp_model *m, int64_t il)
+{
+    if (il < 0 || il >= m->hp.n_layer)
+        return 0;
+    const mp_layer *L = &m->layers[il];
+    /* each expert is one ne[0] x ne[1] slice of the stacked tensors */
+    return L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1] +
+           L->up_exps.row_bytes * (size_t)L->up_exps.ne[1] +
+           L->down_exps.row_bytes * (size_t)L->down_exps.ne[1];
+}
+
+size_t mp_model_dense_bytes(const mp_model *m)
+{
+    size_t total = m->tok_embd.nbytes + m->output_norm.nbytes;
+    if (m->output.data != m->tok_embd.data)
+        total += m->output.nbytes;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        total += L->attn_norm.nbytes + L->wq.nbytes + L->wk.nbytes + L->wv.nbytes + L->wo.nbytes +
+                 L->ffn_norm.nbytes + L->gate_inp.nbytes;
+        if (L->q_norm.data)
+            total += L->q_norm.nbytes;
+        if (L->k_norm.data)
+            total += L->k_norm.nbytes;
+    }
+    return total;
+}

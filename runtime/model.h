@@ -89,7 +89,15 @@ typedef struct mp_model {
 mp_status mp_model_load(const char *path, mp_model **out, mp_error *err);
 /* Build a descriptor over an already open GGUF (takes ownership of g on success). */
 mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err);
+/* Frees a descriptor made by mp_model_load / mp_model_from_gguf (closes its GGUF). */
 void mp_model_free(mp_model *m);
+/* Check the invariants above on any descriptor (the loader calls it; in-memory builders should):
+ * hyperparameter ranges, and every tensor present with its exact shape and a supported type
+ * (norm weights F32; router F32/F16/BF16; other matrices any weight type of kernels/quant.h).
+ * Errors name m->path (or "(in-memory model)") and the tensor. */
+mp_status mp_model_validate(const mp_model *m, mp_error *err);
+/* "[2048, 768, 128]" (trailing 1s dropped) for error messages. */
+void mp_shape_format(const int64_t ne[4], char *buf, size_t cap);
 
 /* Bytes of one expert of layer il (gate + up + down slices), from the tensor types and shapes. */
 size_t mp_model_expert_bytes(const mp_model *m, int64_t il);

@@ -1,1 +1,344 @@
-/* runtime/moe_cpu.c — placeholder until implemented. */
+/* runtime/moe_cpu.c — the MoE block on the CPU (see moe.h).
+ *
+ *   router:   logits (n_rows, n_expert) = x · gate_inpᵀ; softmax over all experts (f32);
+ *             top-k (ties to the lower id); renormalize the k weights if expert_weights_norm.
+ *             A route source, when set, replaces all of this.
+ *   group:    the n_rows × top_k (row, slot) routes are sorted by expert ("entries"), so that
+ *             an expert's rows are contiguous and its weights are streamed once per call.
+ *   experts:  one pool region for gate+up+SwiGLU over (expert, chunk of n_ff rows) tasks, one for
+ *             down over (expert, chunk of n_embd rows) tasks: a decode step (1 row, 8 experts)
+ *             spreads each expert over all threads, a prefill batch reuses each weight row for
+ *             all of the expert's rows (mp_gemm_rows).
+ *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
+ *
+ * Invariants: offset[e] .. offset[e] + count[e] are expert e's entries; entry_of[row * top_k + k]
+ * is the entry of (row, slot k); every expert slice is read by exactly one task per region part.
+ * The whole decode step's time is here and in matmul.c: expert weights dominate the bytes.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "runtime/matmul.h"
+#include "runtime/moe.h"
+
+typedef struct expert_task {
+    int32_t expert;
+    int64_t r0, r1; /* output rows of the expert matrix */
+} expert_task;
+
+struct mp_moe_scratch {
+    int64_t max_rows, n_embd, n_ff, n_expert, top_k;
+    int n_threads;
+    float *router;       /* (max_rows, n_expert) logits, then probabilities */
+    int32_t *ids;        /* (max_rows, top_k) chosen experts */
+    float *weights;      /* (max_rows, top_k) their combine weights */
+    int64_t *count;      /* (n_expert) entries routed to each expert */
+    int64_t *offset;     /* (n_expert + 1) first entry of each expert */
+    int64_t *entry_row;  /* (max_rows * top_k) entry -> source row */
+    int64_t *entry_of;   /* (max_rows * top_k) row * top_k + slot -> entry */
+    char *xq;            /* (max_rows, act bytes of n_embd) x in the gate/up vec_dot_type */
+    char *xg;            /* (max_rows * top_k, act bytes of n_embd) xq rows gathered by entry */
+    float *gate;         /* (max_rows * top_k, n_ff) gate outputs, then SwiGLU hidden */
+    float *up;           /* (max_rows * top_k, n_ff) */
+    char *hq;            /* (max_rows * top_k, act bytes of n_ff) hidden in the down vec_dot_type */
+    float *down;         /* (max_rows * top_k, n_embd) expert outputs */
+    expert_task *tasks;  /* (n_expert * max_chunks) */
+    int64_t max_tasks;
+};
+
+void mp_moe_scratch_free(mp_moe_scratch *s)
+{
+    if (!s)
+        return;
+    free(s->router);
+    free(s->ids);
+    free(s->weights);
+    free(s->count);
+    free(s->offset);
+    free(s->entry_row);
+    free(s->entry_of);
+    free(s->xq);
+    free(s->xg);
+    free(s->gate);
+    free(s->up);
+    free(s->hq);
+    free(s->down);
+    free(s->tasks);
+    free(s);
+}
+
+mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads)
+{
+    mp_moe_scratch *s = calloc(1, sizeof *s);
+    if (!s || max_rows < 1)
+        return s ? (free(s), NULL) : NULL;
+    s->max_rows = max_rows;
+    s->n_embd = hp->n_embd;
+    s->n_ff = hp->n_ff_exp;
+    s->n_expert = hp->n_expert;
+    s->top_k = hp->n_expert_used;
+    s->n_threads = n_threads;
+    const size_t entries = (size_t)max_rows * (size_t)hp->n_expert_used;
+    const int64_t widest = hp->n_ff_exp > hp->n_embd ? hp->n_ff_exp : hp->n_embd;
+    s->max_tasks = hp->n_expert * ((widest + 15) / 16); /* chunks are >= 16 rows */
+    s->router = malloc((size_t)max_rows * (size_t)hp->n_expert * sizeof(float));
+    s->ids = malloc(entries * sizeof(int32_t));
+    s->weights = malloc(entries * sizeof(float));
+    s->count = malloc((size_t)hp->n_expert * sizeof(int64_t));
+    s->offset = malloc(((size_t)hp->n_expert + 1) * sizeof(int64_t));
+    s->entry_row = malloc(entries * sizeof(int64_t));
+    s->entry_of = malloc(entries * sizeof(int64_t));
+    s->xq = malloc((size_t)max_rows * mp_act_row_bytes_max(hp->n_embd));
+    s->xg = malloc(entries * mp_act_row_bytes_max(hp->n_embd));
+    s->gate = malloc(entries * (size_t)hp->n_ff_exp * sizeof(float));
+    s->up = malloc(entries * (size_t)hp->n_ff_exp * sizeof(float));
+    s->hq = malloc(entries * mp_act_row_bytes_max(hp->n_ff_exp));
+    s->down = malloc(entries * (size_t)hp->n_embd * sizeof(float));
+    s->tasks = malloc((size_t)s->max_tasks * sizeof(expert_task));
+    if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
+        !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks) {
+        mp_moe_scratch_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- routing ---- */
+
+static void route_rows(const mp_hparams *hp, mp_moe_scratch *s, int64_t n_rows)
+{
+    const int64_t E = hp->n_expert, K = hp->n_expert_used;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *p = s->router + r * E;
+        int32_t *ids = s->ids + r * K;
+        float *w = s->weights + r * K;
+        mp_softmax(p, E);
+        mp_topk(p, E, K, ids, w);
+        if (hp->expert_weights_norm) {
+            float sum = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                sum += w[k];
+            for (int64_t k = 0; k < K; k++)
+                w[k] /= sum;
+        }
+    }
+}
+
+static mp_status check_routes(const mp_hparams *hp, const mp_moe_scratch *s, int64_t il,
+                              int64_t n_rows, mp_error *err)
+{
+    const int64_t E = hp->n_expert, K = hp->n_expert_used;
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t k = 0; k < K; k++) {
+            const int32_t id = s->ids[r * K + k];
+            const float w = s->weights[r * K + k];
+            if (id < 0 || id >= E)
+                return mp_fail(err, MP_ERR_FORMAT,
+                               "route source: layer %" PRId64 ": row %" PRId64 " slot %" PRId64
+                               ": expert id %d out of range [0, %" PRId64 ")",
+                               il, r, k, (int)id, E);
+            if (!isfinite(w))
+                return mp_fail(err, MP_ERR_FORMAT,
+                               "route source: layer %" PRId64 ": row %" PRId64 " slot %" PRId64
+                               ": weight is not finite", il, r, k);
+            for (int64_t j = 0; j < k; j++)
+                if (s->ids[r * K + j] == id)
+                    return mp_fail(err, MP_ERR_FORMAT,
+                                   "route source: layer %" PRId64 ": row %" PRId64
+                                   ": expert %d appears twice", il, r, (int)id);
+        }
+    }
+    return MP_OK;
+}
+
+/* Counting sort of the routes by expert; within an expert, entries keep row order. */
+static void group_by_expert(mp_moe_scratch *s, int64_t n_rows)
+{
+    const int64_t E = s->n_expert, K = s->top_k, n = n_rows * K;
+    memset(s->count, 0, (size_t)E * sizeof *s->count);
+    for (int64_t i = 0; i < n; i++)
+        s->count[s->ids[i]]++;
+    s->offset[0] = 0;
+    for (int64_t e = 0; e < E; e++)
+        s->offset[e + 1] = s->offset[e] + s->count[e];
+    int64_t *fill = s->count; /* reused as a cursor, restored below */
+    for (int64_t e = 0; e < E; e++)
+        fill[e] = s->offset[e];
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t entry = fill[s->ids[i]]++;
+        s->entry_row[entry] = i / K;
+        s->entry_of[i] = entry;
+    }
+    for (int64_t e = 0; e < E; e++)
+        s->count[e] = s->offset[e + 1] - s->offset[e];
+}
+
+/* (expert, chunk of n_out rows) tasks over the active experts. */
+static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out)
+{
+    int64_t n_active = 0;
+    for (int64_t e = 0; e < s->n_expert; e++)
+        n_active += s->count[e] > 0;
+    int64_t chunk = mp_matmul_chunk_rows(n_active * n_out, s->n_threads);
+    if (chunk > n_out)
+        chunk = n_out;
+    int64_t n = 0;
+    for (int64_t e = 0; e < s->n_expert; e++) {
+        if (!s->count[e])
+            continue;
+        for (int64_t r0 = 0; r0 < n_out; r0 += chunk)
+            s->tasks[n++] = (expert_task){(int32_t)e, r0, r0 + chunk < n_out ? r0 + chunk : n_out};
+    }
+    return n;
+}
+
+/* ---- experts ---- */
+
+typedef struct expert_job {
+    const mp_layer *L;
+    mp_moe_scratch *s;
+    const mp_type_ops *gate_ops, *up_ops, *down_ops;
+    const char *x;          /* gate/up activations: entry rows, x_row_bytes apart */
+    size_t x_row_bytes;
+    bool x_shared;          /* one source row: every entry reads row 0 of x */
+    const char *h;          /* down activations: entry rows, h_row_bytes apart */
+    size_t h_row_bytes;
+} expert_job;
+
+static void matmul_slice(const mp_type_ops *ops, const mp_tensor *t, int32_t e, int64_t r0,
+                         int64_t r1, const char *x, size_t x_row_bytes, int64_t n_x, float *y,
+                         int64_t y_stride)
+{
+    const void *w = mp_expert_slice(t, e);
+    if (n_x == 1)
+        mp_gemv_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, y + r0);
+    else
+        mp_gemm_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
+}
+
+static void gate_up_task(void *ctx, int64_t task, int thread)
+{
+    const expert_job *j = ctx;
+    mp_moe_scratch *s = j->s;
+    const expert_task *t = &s->tasks[task];
+    const int64_t first = s->offset[t->expert], cnt = s->count[t->expert], F = s->n_ff;
+    const char *x = j->x_shared ? j->x : j->x + (size_t)first * j->x_row_bytes;
+    float *g = s->gate + first * F, *u = s->up + first * F;
+    matmul_slice(j->gate_ops, &j->L->gate_exps, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, g, F);
+    matmul_slice(j->up_ops, &j->L->up_exps, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, u, F);
+    for (int64_t i = 0; i < cnt; i++)
+        mp_swiglu(g + i * F + t->r0, g + i * F + t->r0, u + i * F + t->r0, t->r1 - t->r0);
+}
+
+static void down_task(void *ctx, int64_t task, int thread)
+{
+    const expert_job *j = ctx;
+    mp_moe_scratch *s = j->s;
+    const expert_task *t = &s->tasks[task];
+    const int64_t first = s->offset[t->expert], cnt = s->count[t->expert];
+    matmul_slice(j->down_ops, &j->L->down_exps, t->expert, t->r0, t->r1,
+                 j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
+                 s->down + first * s->n_embd, s->n_embd);
+}
+
+typedef struct combine_job {
+    const mp_moe_scratch *s;
+    float *out;
+} combine_job;
+
+static void combine_task(void *ctx, int64_t row, int thread)
+{
+    const combine_job *j = ctx;
+    const mp_moe_scratch *s = j->s;
+    const int64_t D = s->n_embd, K = s->top_k;
+    float *o = j->out + row * D;
+    memset(o, 0, (size_t)D * sizeof *o);
+    for (int64_t k = 0; k < K; k++)
+        mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D, D);
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, float *out,
+                             int64_t n_rows, mp_pool *pool, mp_moe_scratch *s,
+                             const mp_hooks *hooks, const mp_route_source *route_src,
+                             mp_error *err)
+{
+    const mp_hparams *hp = &m->hp;
+    const mp_layer *L = &m->layers[il];
+    const int64_t K = hp->n_expert_used, D = hp->n_embd, F = hp->n_ff_exp;
+    if (n_rows < 1 || n_rows > s->max_rows)
+        return mp_fail(err, MP_ERR_INTERNAL, "moe: %" PRId64 " rows, scratch holds %" PRId64,
+                       n_rows, s->max_rows);
+
+    if (route_src) {
+        const int rc = route_src->route(route_src->user, il, n_rows, K, s->ids, s->weights);
+        if (rc < 0)
+            return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
+        mp_status st = check_routes(hp, s, il, n_rows, err);
+        if (st)
+            return st;
+    } else {
+        mp_matmul(pool, &L->gate_inp, x, n_rows, s->router, s->xq);
+        route_rows(hp, s, n_rows);
+    }
+    if (hooks && hooks->routing)
+        hooks->routing(hooks->user, il, n_rows, K, s->ids, s->weights);
+    const int64_t t0_ns = hooks && hooks->moe_timing ? now_ns() : 0;
+
+    group_by_expert(s, n_rows);
+
+    /* gate/up activations: one conversion per source row, then gathered by entry */
+    expert_job j = {L, s, mp_type_ops_get(L->gate_exps.type), mp_type_ops_get(L->up_exps.type),
+                    mp_type_ops_get(L->down_exps.type), NULL, 0, false, NULL, 0};
+    const int x_vdt = j.gate_ops->vec_dot_type;
+    const char *xsrc = (const char *)x;
+    j.x_row_bytes = mp_type_row_bytes(x_vdt, D);
+    if (x_vdt != MP_TYPE_F32) {
+        mp_act_quantize(pool, x_vdt, x, D, n_rows, D, s->xq);
+        xsrc = s->xq;
+    }
+    if (n_rows == 1) {
+        j.x = xsrc;
+        j.x_shared = true;
+    } else {
+        for (int64_t i = 0; i < n_rows * K; i++)
+            memcpy(s->xg + (size_t)i * j.x_row_bytes,
+                   xsrc + (size_t)s->entry_row[i] * j.x_row_bytes, j.x_row_bytes);
+        j.x = s->xg;
+    }
+    int64_t n_tasks = plan_tasks(s, F);
+    mp_pool_run(pool, n_tasks, gate_up_task, &j);
+
+    const int h_vdt = j.down_ops->vec_dot_type;
+    j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
+    if (h_vdt == MP_TYPE_F32) {
+        j.h = (const char *)s->gate;
+    } else {
+        mp_act_quantize(pool, h_vdt, s->gate, F, n_rows * K, F, s->hq);
+        j.h = s->hq;
+    }
+    n_tasks = plan_tasks(s, D);
+    mp_pool_run(pool, n_tasks, down_task, &j);
+
+    combine_job cj = {s, out};
+    mp_pool_run(pool, n_rows, combine_task, &cj);
+
+    if (hooks && hooks->moe_timing) {
+        mp_moe_timing t = {0};
+        t.cpu_expert_ns = now_ns() - t0_ns;
+        t.misses = n_rows * K; /* the CPU path serves every route from host memory */
+        hooks->moe_timing(hooks->user, il, &t);
+    }
+    return MP_OK;
+}

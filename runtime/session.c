@@ -1,1 +1,184 @@
-/* runtime/session.c — placeholder until implemented. */
+/* runtime/session.c — session lifetime, KV cache, request bookkeeping, and mp_session_eval, which
+ * splits a batch into n_batch-row chunks (each a "step" for the hooks) and runs the forward pass
+ * (runtime/forward.c) on each.
+ *
+ * Phases reported to the hooks: positions below the prompt length given to
+ * mp_session_begin_request are prefill, the rest decode. Without a begun request a chunk is
+ * prefill when it starts the cache or has more than one row, else decode.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/matmul.h"
+#include "runtime/session_impl.h"
+
+void mp_session_free(mp_session *s)
+{
+    if (!s)
+        return;
+    mp_pool_free(s->pool);
+    mp_moe_scratch_free(s->moe);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->att);
+    free(s->proj);
+    free(s->rope_cs);
+    free(s->scores);
+    free(s->qbuf);
+    free(s);
+}
+
+static void *alloc_floats(int64_t a, int64_t b, int64_t c)
+{
+    return calloc((size_t)a * (size_t)b * (size_t)c, sizeof(float));
+}
+
+mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_session **out,
+                         mp_error *err)
+{
+    *out = NULL;
+    const mp_hparams *hp = &m->hp;
+    int64_t n_ctx = p->n_ctx, n_batch = p->n_batch;
+    int n_threads = p->n_threads;
+    if (n_ctx < 0 || n_batch < 0 || n_threads < 0)
+        return mp_fail(err, MP_ERR_ARG, "session: n_ctx %" PRId64 ", n_batch %" PRId64
+                       " and n_threads %d must not be negative", n_ctx, n_batch, n_threads);
+    if (n_ctx == 0)
+        n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (n_batch == 0)
+        n_batch = 512;
+    if (n_batch > n_ctx)
+        n_batch = n_ctx;
+    if (n_threads == 0)
+        n_threads = mp_cpu_count();
+    if (n_ctx > (int64_t)1 << 22 || n_threads > 1024 || n_batch > 65536)
+        return mp_fail(err, MP_ERR_LIMIT, "session: n_ctx %" PRId64 " (max 4194304), n_batch %"
+                       PRId64 " (max 65536) or n_threads %d (max 1024) too large",
+                       n_ctx, n_batch, n_threads);
+
+    mp_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return mp_fail(err, MP_ERR_NOMEM, "session: out of memory");
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->n_batch = n_batch;
+    s->n_threads = n_threads;
+    s->hooks = p->hooks;
+    s->route_src = p->route_src;
+    s->n_prompt = -1;
+    const int64_t Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
+    const int64_t widest = Q > hp->n_embd ? Q : hp->n_embd;
+    s->pool = mp_pool_new(n_threads);
+    s->moe = mp_moe_scratch_new(hp, n_batch, n_threads);
+    s->k_cache = alloc_floats(hp->n_layer, n_ctx, KV);
+    s->v_cache = alloc_floats(hp->n_layer, n_ctx, KV);
+    s->x = alloc_floats(n_batch, hp->n_embd, 1);
+    s->xb = alloc_floats(n_batch, hp->n_embd, 1);
+    s->q = alloc_floats(n_batch, Q, 1);
+    s->att = alloc_floats(n_batch, Q, 1);
+    s->proj = alloc_floats(n_batch, hp->n_embd, 1);
+    s->rope_cs = alloc_floats(n_batch, hp->rot_dim, 1);
+    s->scores = alloc_floats(n_threads, n_ctx, 1);
+    s->qbuf = malloc((size_t)n_batch * mp_act_row_bytes_max(widest));
+    if (!s->pool || !s->moe || !s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->att ||
+        !s->proj || !s->rope_cs || !s->scores || !s->qbuf) {
+        const double kv_mib = 2.0 * (double)hp->n_layer * (double)n_ctx * (double)KV * 4 / 1048576;
+        mp_session_free(s);
+        return mp_fail(err, MP_ERR_NOMEM,
+                       "session: out of memory for n_ctx %" PRId64 " (KV cache %.0f MiB), n_batch %"
+                       PRId64 ", %d threads", n_ctx, kv_mib, n_batch, n_threads);
+    }
+    *out = s;
+    return MP_OK;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
+                          float *logits, mp_error *err)
+{
+    const int64_t n_vocab = s->m->hp.n_vocab;
+    if (n < 1)
+        return mp_fail(err, MP_ERR_ARG, "eval: %" PRId64 " tokens (need at least 1)", n);
+    if (n > s->n_ctx - s->n_past)
+        return mp_fail(err, MP_ERR_LIMIT,
+                       "eval: %" PRId64 " tokens at position %" PRId64 " exceed the context of %"
+                       PRId64 " tokens", n, s->n_past, s->n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return mp_fail(err, MP_ERR_ARG, "eval: token %" PRId64 " is id %d, outside the "
+                           "vocabulary [0, %" PRId64 ")", i, (int)tokens[i], n_vocab);
+    for (int64_t done = 0; done < n;) {
+        const int64_t chunk = n - done < s->n_batch ? n - done : s->n_batch;
+        const bool last = done + chunk == n;
+        float *chunk_logits = NULL;
+        if (logits && all_logits)
+            chunk_logits = logits + done * n_vocab;
+        else if (logits && last)
+            chunk_logits = logits;
+        const int64_t t0_ns = s->hooks ? now_ns() : 0;
+        if (s->hooks && s->hooks->step_begin) {
+            bool prefill = s->n_prompt >= 0 ? s->n_past < s->n_prompt
+                                            : (s->n_past == 0 || chunk > 1);
+            s->hooks->step_begin(s->hooks->user, s->request_id, s->step,
+                                 prefill ? MP_PHASE_PREFILL : MP_PHASE_DECODE, chunk, s->n_past);
+        }
+        mp_status st = mp_forward(s, tokens + done, chunk, all_logits, chunk_logits, err);
+        if (st)
+            return st;
+        if (s->hooks && s->hooks->step_end)
+            s->hooks->step_end(s->hooks->user, now_ns() - t0_ns);
+        s->step++;
+        done += chunk;
+    }
+    return MP_OK;
+}
+
+int64_t mp_session_n_past(const mp_session *s)
+{
+    return s->n_past;
+}
+
+int64_t mp_session_n_ctx(const mp_session *s)
+{
+    return s->n_ctx;
+}
+
+int mp_session_n_threads(const mp_session *s)
+{
+    return s->n_threads;
+}
+
+void mp_session_reset(mp_session *s)
+{
+    /* the cache rows need no clearing: attention reads only rows [0, n_past) */
+    s->n_past = 0;
+    s->step = 0;
+    s->n_prompt = -1;
+}
+
+void mp_session_begin_request(mp_session *s, int64_t request_id, const int32_t *prompt_tokens,
+                              int64_t n_prompt_tokens)
+{
+    mp_session_reset(s);
+    s->request_id = request_id;
+    s->n_prompt = n_prompt_tokens;
+    if (s->hooks && s->hooks->request_begin)
+        s->hooks->request_begin(s->hooks->user, request_id, prompt_tokens, n_prompt_tokens);
+}
+
+void mp_session_end_request(mp_session *s, int64_t n_generated_tokens)
+{
+    if (s->hooks && s->hooks->request_end)
+        s->hooks->request_end(s->hooks->user, n_generated_tokens);
+}

@@ -39,5 +39,14 @@ mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool 
 int64_t mp_session_n_past(const mp_session *s);
 int64_t mp_session_n_ctx(const mp_session *s);
 void mp_session_reset(mp_session *s); /* forget the KV cache (new request) */
+int mp_session_n_threads(const mp_session *s);
+
+/* Request bookkeeping for the hooks: begin resets the cache, sets the request id reported by
+ * step_begin, calls hooks->request_begin, and makes positions < n_prompt_tokens count as prefill
+ * (later ones as decode); step numbers restart at 0. end calls hooks->request_end. Without a
+ * begun request, a step is prefill when it starts at position 0 or has more than one row. */
+void mp_session_begin_request(mp_session *s, int64_t request_id, const int32_t *prompt_tokens,
+                              int64_t n_prompt_tokens);
+void mp_session_end_request(mp_session *s, int64_t n_generated_tokens);
 
 #endif

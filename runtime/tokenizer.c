@@ -7,6 +7,9 @@
  *  - every byte value has a token (byte_token), so any valid UTF-8 text encodes;
  *  - every merge's left, right and concatenated texts are tokens (checked at build);
  *  - text_of(id) is the exact stored text, dec_of(id) its bytes (special tokens: their text).
+ * Control tokens are matched in the text only with parse_special; user-defined tokens always
+ * (they are vocabulary words such as "<think>" that the model saw as one token: the reference
+ * tokenizer library and GGUF runtimes both split them out whatever the special-token setting).
  */
 #include "runtime/tokenizer.h"
 
@@ -40,7 +43,8 @@ struct mp_tokenizer {
 
     /* Special tokens bucketed by first byte, longest first, so that the first hit at a position
      * is the longest match there. */
-    int32_t *special;          /* (n_special) token ids */
+    int32_t *special;          /* (n_special) token ids, control and user defined */
+    uint32_t n_user_defined;   /* how many of them are user defined */
     uint32_t special_at[257];  /* bucket b is special[special_at[b] .. special_at[b+1]) */
 
     mp_pretok *pretok;
@@ -326,6 +330,7 @@ static mp_status build_specials(mp_tokenizer *t, const char *origin, mp_error *e
         if (find_text(t, s, len) != id)
             continue; /* a repeated text is matched as its first id */
         t->special[n++] = id;
+        t->n_user_defined += t->types[id] == MP_TOK_TYPE_USER_DEFINED;
     }
     qsort_r(t->special, n, sizeof *t->special, cmp_special, t);
     uint32_t k = 0;
@@ -601,12 +606,14 @@ static mp_status encode_piece(const char *piece, size_t len, void *ctx, mp_error
     return MP_OK;
 }
 
-/* Longest special token starting at text[pos], or -1. */
+/* Longest special token starting at text[pos], or -1; control tokens only with parse_special. */
 static int32_t special_at(const mp_tokenizer *t, const char *text, size_t len, size_t pos,
-                          size_t *match_len)
+                          bool parse_special, size_t *match_len)
 {
     unsigned char b = (unsigned char)text[pos];
     for (uint32_t k = t->special_at[b]; k < t->special_at[b + 1]; k++) {
+        if (!parse_special && t->types[t->special[k]] != MP_TOK_TYPE_USER_DEFINED)
+            continue;
         size_t n;
         const char *s = text_of(t, t->special[k], &n);
         if (n <= len - pos && memcmp(text + pos, s, n) == 0) {
@@ -635,12 +642,12 @@ mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, size_t le
     if (t->add_bos && !push_token(&s, t->bos))
         st = mp_fail(err, MP_ERR_NOMEM, "tokenizer: out of memory");
     size_t seg = 0; /* start of the text not yet encoded */
-    bool any_special = t->special_at[256] > 0;
+    bool scan = parse_special ? t->special_at[256] > 0 : t->n_user_defined > 0;
     for (size_t pos = 0; st == MP_OK && pos <= len;) {
         size_t mlen = 0;
         int32_t id = -1;
-        if (pos < len && parse_special && any_special)
-            id = special_at(t, text, len, pos, &mlen);
+        if (pos < len && scan)
+            id = special_at(t, text, len, pos, parse_special, &mlen);
         if (id < 0 && pos < len) {
             pos++;
             continue;

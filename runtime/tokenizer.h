@@ -3,8 +3,9 @@
  * Loaded from tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,eos_token_id,...}.
  * Pre-tokenization splits text with the regex of tokenizer.ggml.pre (PCRE2, UTF + Unicode
  * properties): at least "qwen2" and "gpt-2" (unknown values are an error naming the value).
- * Special tokens (token_type CONTROL or USER_DEFINED) are matched verbatim before splitting when
- * parse_special is set. Invariant: decode(encode(text)) == text for any valid UTF-8 text without
+ * Special tokens (token_type CONTROL or USER_DEFINED) are matched verbatim before splitting:
+ * CONTROL tokens when parse_special is set, USER_DEFINED tokens always (as the reference
+ * tokenizers do: they are vocabulary words, e.g. "<think>"). Invariant: decode(encode(text)) == text for any valid UTF-8 text without
  * special-token strings.
  */
 #ifndef MP_RUNTIME_TOKENIZER_H

@@ -29,6 +29,36 @@ void mp_rope_neox(float *head, int64_t head_dim, int64_t rot_dim, int64_t pos, f
     }
 }
 
+void mp_rope_cache(float *cs, int64_t rot_dim, int64_t pos, float freq_base)
+{
+    for (int64_t i = 0; i < rot_dim / 2; i++) {
+        const double theta = (double)pos * pow((double)freq_base, -2.0 * (double)i / (double)rot_dim);
+        cs[2 * i] = (float)cos(theta);
+        cs[2 * i + 1] = (float)sin(theta);
+    }
+}
+
+void mp_rope_neox_cs(float *head, int64_t rot_dim, const float *cs)
+{
+    const int64_t half = rot_dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float a = head[i], b = head[i + half];
+        head[i] = a * c - b * s;
+        head[i + half] = a * s + b * c;
+    }
+}
+
+void mp_rope_norm_cs(float *head, int64_t rot_dim, const float *cs)
+{
+    for (int64_t i = 0; i < rot_dim / 2; i++) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float a = head[2 * i], b = head[2 * i + 1];
+        head[2 * i] = a * c - b * s;
+        head[2 * i + 1] = a * s + b * c;
+    }
+}
+
 void mp_softmax(float *x, int64_t n)
 {
     float max = -INFINITY;

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -900,4 +903,55 @@ Test(gguf, writer_replaces_existing_file_only_on_success)
     cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_gguf_n_kv(g), 1);
     mp_gguf_close(g);
+}
+
+/* Fault injection: the file system refuses to grow the file past 4 KiB (RLIMIT_FSIZE, as a full
+ * disk would), in a child process so that the limit touches nothing else. The writer must report
+ * an I/O error naming the file and leave neither the temporary nor the final file behind. */
+Test(gguf, writer_io_failure_leaves_nothing)
+{
+    const char *path = tmp_path("big.gguf");
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN); /* get EFBIG from write() instead of a signal */
+        struct rlimit rl = {4096, 4096};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+            _exit(10);
+        mp_gguf_writer *w;
+        mp_error err;
+        if (mp_gguf_writer_open(path, &w, &err) != MP_OK)
+            _exit(11);
+        int64_t ne[2] = {1024, 64}; /* 256 KiB of F32 */
+        if (mp_gguf_add_tensor_info(w, "t", 2, ne, MP_TYPE_F32, &err) != MP_OK)
+            _exit(12);
+        static float row[1024];
+        mp_status st = MP_OK;
+        for (int r = 0; r < 64 && st == MP_OK; r++)
+            st = mp_gguf_write_data(w, row, sizeof row, &err);
+        if (st == MP_OK)
+            st = mp_gguf_writer_finish(w, &err);
+        else
+            mp_gguf_writer_abort(w);
+        if (st != MP_ERR_IO)
+            _exit(13);
+        if (!strstr(err.msg, "big.gguf") || !strstr(err.msg, "offset"))
+            _exit(14);
+        _exit(0);
+    }
+    int ws;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    cr_assert(WIFEXITED(ws), "child died");
+    cr_assert_eq(WEXITSTATUS(ws), 0, "child check %d failed (see the test's _exit codes)",
+                 WEXITSTATUS(ws));
+    cr_assert_eq(tmpdir_entries(), 0, "neither the temporary nor the final file remains");
+}
+
+Test(gguf, writer_open_in_missing_directory_fails)
+{
+    mp_gguf_writer *w = (mp_gguf_writer *)0x1;
+    mp_error err;
+    cr_assert_eq(mp_gguf_writer_open("/nonexistent-dir/x.gguf", &w, &err), MP_ERR_IO);
+    cr_assert_null(w);
+    cr_assert_not_null(strstr(err.msg, "/nonexistent-dir/x.gguf"), "%s", err.msg);
 }

@@ -9,6 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/quant.h"
+#include "runtime/gguf.h"
+
 typedef struct run_result {
     int status; /* exit code */
     char *out, *err;
@@ -204,4 +207,58 @@ Test(inspect, missing_file_and_usage_errors)
     cr_assert_eq(r.status, 0);
     cr_assert_not_null(strstr(r.out, "usage: moeplan inspect"));
     free_result(&r);
+}
+
+/* Expert tensors that disagree (expert counts, a missing part, not 3-D) are an error, not a
+ * silently wrong table. The files are written with moeplan's own GGUF writer. */
+static void write_moe(const char *path, const int64_t *up_ne, uint32_t up_dims, bool with_down)
+{
+    mp_gguf_writer *w;
+    mp_error err;
+    int64_t ne[3] = {32, 2, 4};
+    cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_tensor_info(w, "blk.0.ffn_gate_exps.weight", 3, ne, MP_TYPE_F32, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_tensor_info(w, "blk.0.ffn_up_exps.weight", up_dims, up_ne, MP_TYPE_F32, &err), MP_OK);
+    if (with_down)
+        cr_assert_eq(mp_gguf_add_tensor_info(w, "blk.0.ffn_down_exps.weight", 3, ne, MP_TYPE_F32, &err), MP_OK);
+    static float zeros[32 * 2 * 4];
+    size_t up_bytes = 4;
+    for (uint32_t d = 0; d < up_dims; d++)
+        up_bytes *= (size_t)up_ne[d];
+    cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, &err), MP_OK);
+    cr_assert_eq(mp_gguf_write_data(w, zeros, up_bytes, &err), MP_OK);
+    if (with_down)
+        cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, &err), MP_OK);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+}
+
+Test(inspect, inconsistent_expert_tensors_fail)
+{
+    char path[] = "/tmp/mp_inspect_moe_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    const int64_t three[3] = {32, 2, 3}, four[3] = {32, 2, 4}, flat[2] = {32, 8};
+    struct { const int64_t *ne; uint32_t dims; bool down; const char *want; } cases[] = {
+        {three, 3, true, "3 experts, but the layer's other expert tensors have 4"},
+        {four, 3, false, "no blk.0.ffn_down_exps.weight"},
+        {flat, 2, true, "expected 3 dimensions"},
+        {four, 3, true, NULL},
+    };
+    for (int k = 0; k < 4; k++) {
+        write_moe(path, cases[k].ne, cases[k].dims, cases[k].down);
+        const char *args[] = {"inspect", path, NULL};
+        run_result r = run_moeplan(args);
+        if (!cases[k].want) {
+            cr_assert_eq(r.status, 0, "%s", r.err);
+            cr_assert_not_null(strstr(r.out, "expert_bytes: 3072\n"), "%s", r.out);
+        } else {
+            cr_assert_eq(r.status, 1, "case %d", k);
+            cr_assert_eq(count_lines(r.err), 1);
+            cr_assert_not_null(strstr(r.err, cases[k].want), "case %d: %s", k, r.err);
+            cr_assert_str_eq(r.out, "");
+        }
+        free_result(&r);
+    }
+    unlink(path);
 }

@@ -167,7 +167,7 @@ static void check_parity(const char *pre, const char *vocab_file, const char *pa
     cJSON *root = cJSON_Parse(text);
     cr_assert(root, "%s: not JSON", parity_file);
     cJSON *cases = cJSON_GetObjectItem(root, "cases");
-    int n_cases = cJSON_GetArraySize(cases), n_special = 0;
+    int n_cases = cJSON_GetArraySize(cases), n_special = 0, n_user = 0;
     cr_assert_geq(n_cases, 100, "%s: only %d cases", parity_file, n_cases);
     for (int c = 0; c < n_cases; c++) {
         cJSON *cs = cJSON_GetArrayItem(cases, c);
@@ -193,11 +193,14 @@ static void check_parity(const char *pre, const char *vocab_file, const char *pa
                               cJSON_GetArrayItem(ids, i)->valueint);
             cr_assert_fail("%s case %d (parse_special=%d) text \"%s\": %s", pre, c, special, s, buf);
         }
-        for (size_t i = 0; i < n_got; i++)
+        for (size_t i = 0; i < n_got; i++) {
             n_special += mp_tokenizer_token_type(t, got[i]) == MP_TOK_TYPE_CONTROL;
+            n_user += mp_tokenizer_token_type(t, got[i]) == MP_TOK_TYPE_USER_DEFINED;
+        }
         free(got);
     }
-    cr_assert_gt(n_special, 10, "%s: the fixture must exercise special tokens", pre);
+    cr_assert_gt(n_special, 10, "%s: the fixture must exercise control tokens", pre);
+    cr_assert_gt(n_user, 10, "%s: the fixture must exercise user-defined tokens", pre);
     cJSON_Delete(root);
     free(text);
     mp_tokenizer_free(t);
@@ -215,7 +218,8 @@ Test(tokenizer, parity_qwen2_with_hf_tokenizers)
 }
 
 /* The committed fixture vocabularies were made by mp_vocab_build on the built-in corpus: the
- * builder must still produce them exactly (else regenerate with gen_tokenizer_fixture.py). */
+ * builder must still produce them exactly (else regenerate with gen_tokenizer_fixture.py), except
+ * that the generator turned the last two padding tokens into user-defined <think>, </think>. */
 Test(tokenizer, vocab_builder_reproduces_fixture)
 {
     const char *pres[2] = {"gpt-2", "qwen2"}, *files[2] = {"vocab_gpt2.json", "vocab_qwen2.json"};
@@ -226,9 +230,16 @@ Test(tokenizer, vocab_builder_reproduces_fixture)
         cr_assert_eq(got.n_vocab, want.n_vocab);
         cr_assert_eq(got.n_merges, want.n_merges, "%s: %lld merges, fixture has %lld", pres[p],
                      (long long)got.n_merges, (long long)want.n_merges);
-        for (int64_t i = 0; i < got.n_vocab; i++) {
+        int64_t n_user = 2, first_user = got.n_vocab - n_user;
+        for (int64_t i = 0; i < first_user; i++) {
             cr_assert_str_eq(got.tokens[i], want.tokens[i], "%s token %lld", pres[p], (long long)i);
             cr_assert_eq(got.types[i], want.types[i]);
+        }
+        cr_assert_str_eq(want.tokens[first_user], "<think>");
+        cr_assert_str_eq(want.tokens[first_user + 1], "</think>");
+        for (int64_t i = first_user; i < got.n_vocab; i++) {
+            cr_assert_eq(want.types[i], MP_TOK_TYPE_USER_DEFINED);
+            cr_assert_eq(got.types[i], MP_TOK_TYPE_UNUSED);
         }
         for (int64_t i = 0; i < got.n_merges; i++)
             cr_assert_str_eq(got.merges[i], want.merges[i], "%s merge %lld", pres[p], (long long)i);
@@ -338,7 +349,9 @@ static mp_tokenizer *tiny_tokenizer(const char *const *extra, int n_extra,
     }
     for (int i = 0; i < n_extra; i++) {
         v.tokens[256 + i] = strdup(extra[i]);
-        v.types[256 + i] = extra[i][0] == '<' ? MP_TOK_TYPE_CONTROL : MP_TOK_TYPE_NORMAL;
+        v.types[256 + i] = extra[i][0] == '<'   ? MP_TOK_TYPE_CONTROL
+                           : extra[i][0] == '[' ? MP_TOK_TYPE_USER_DEFINED
+                                                : MP_TOK_TYPE_NORMAL;
     }
     v.n_merges = n_merges;
     v.merges = calloc((size_t)n_merges + 1, sizeof *v.merges);
@@ -399,11 +412,14 @@ Test(tokenizer, merges_apply_by_rank_then_leftmost)
 
 Test(tokenizer, special_tokens_longest_match_and_off)
 {
-    const char *extra[] = {"<s>", "<s>>", "ab"};
+    const char *extra[] = {"<s>", "<s>>", "ab", "[u]"};
     const char *m[] = {"a b"};
-    mp_tokenizer *t = tiny_tokenizer(extra, 3, m, 1);
+    mp_tokenizer *t = tiny_tokenizer(extra, 4, m, 1);
     expect_ids(t, "ab<s>>ab<s>", true, (int32_t[]){258, 257, 258, 256}, 4);
     expect_ids(t, "<s>", false, (int32_t[]){'<', 's', '>'}, 3);
+    /* User-defined tokens are split out with and without parse_special. */
+    expect_ids(t, "a[u]<s>", true, (int32_t[]){'a', 259, 256}, 3);
+    expect_ids(t, "a[u]<s>", false, (int32_t[]){'a', 259, '<', 's', '>'}, 5);
     mp_tokenizer_free(t);
 }
 

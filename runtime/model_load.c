@@ -1,0 +1,246 @@
+/* runtime/model_load.c — build a model descriptor from a GGUF file (model.h).
+ *
+ * Hyperparameters come from `<arch>.*` metadata keys, tensors from llama.cpp's tensor names
+ * (token_embd.weight, blk.N.attn_q.weight, ...). Weights are views into the GGUF mapping; nothing
+ * is copied. Every tensor is checked by mp_model_validate (present, exact shape, supported type);
+ * the first problem becomes a one-line error naming the file and the tensor or key.
+ *
+ * Mixtral: llama.cpp's converter writes Mixtral as general.architecture = "llama" with an
+ * expert_count; both "mixtral" and "llama" with expert_count > 1 load with the mixtral traits.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "runtime/model.h"
+
+typedef struct loader {
+    const mp_gguf *g;
+    const char *path;
+    char prefix[64]; /* "<arch>." as the keys spell it */
+} loader;
+
+static bool has_key(const loader *ld, const char *key, char *full, size_t cap)
+{
+    snprintf(full, cap, "%s%s", ld->prefix, key);
+    return mp_gguf_find_key(ld->g, full) >= 0;
+}
+
+/* Required positive integer key. */
+static mp_status get_count(const loader *ld, const char *key, int64_t *out, mp_error *err)
+{
+    char full[128];
+    if (!has_key(ld, key, full, sizeof full))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: metadata key %s: missing", ld->path, full);
+    mp_status st = mp_gguf_get_i64(ld->g, full, out, err);
+    if (st)
+        return st;
+    if (*out < 1)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: metadata key %s: expected a value >= 1, found %" PRId64,
+                       ld->path, full, *out);
+    return MP_OK;
+}
+
+static mp_status get_count_opt(const loader *ld, const char *key, int64_t dflt, int64_t *out,
+                               mp_error *err)
+{
+    char full[128];
+    if (!has_key(ld, key, full, sizeof full)) {
+        *out = dflt;
+        return MP_OK;
+    }
+    return get_count(ld, key, out, err);
+}
+
+static mp_status get_f32_opt(const loader *ld, const char *key, bool required, float dflt,
+                             float *out, mp_error *err)
+{
+    char full[128];
+    if (!has_key(ld, key, full, sizeof full)) {
+        if (required)
+            return mp_fail(err, MP_ERR_FORMAT, "%s: metadata key %s: missing", ld->path, full);
+        *out = dflt;
+        return MP_OK;
+    }
+    return mp_gguf_get_f32(ld->g, full, out, err);
+}
+
+static void view(const mp_gguf *g, const char *name, mp_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    const mp_gguf_tensor *gt = mp_gguf_find_tensor(g, name);
+    if (!gt)
+        return; /* data NULL: mp_model_validate reports it if the architecture needs it */
+    t->type = gt->type;
+    for (int i = 0; i < 4; i++)
+        t->ne[i] = gt->ne[i];
+    t->data = gt->data;
+    t->nbytes = (size_t)gt->nbytes;
+    t->row_bytes = mp_type_row_bytes(gt->type, gt->ne[0]);
+}
+
+static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
+{
+    const mp_gguf *g = ld->g;
+    mp_str arch_str;
+    if (mp_gguf_find_key(g, "general.architecture") < 0)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: metadata key general.architecture: missing", ld->path);
+    mp_status st = mp_gguf_get_str(g, "general.architecture", &arch_str, err);
+    if (st)
+        return st;
+    char arch[48];
+    if (arch_str.len >= sizeof arch)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture '%.40s...' is not supported "
+                       "(supported: qwen3moe, olmoe, mixtral)", ld->path, arch_str.ptr);
+    memcpy(arch, arch_str.ptr, arch_str.len);
+    arch[arch_str.len] = '\0';
+    snprintf(ld->prefix, sizeof ld->prefix, "%s.", arch);
+
+    int id = mp_arch_from_name(arch);
+    if (id < 0 && !strcmp(arch, "llama")) {
+        char full[128];
+        int64_t n_expert = 0;
+        if (has_key(ld, "expert_count", full, sizeof full) &&
+            mp_gguf_get_i64(g, full, &n_expert, NULL) == MP_OK && n_expert > 1)
+            id = MP_ARCH_MIXTRAL;
+        else
+            return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture 'llama' without experts is "
+                           "not a MoE model (supported: qwen3moe, olmoe, mixtral)", ld->path);
+    }
+    if (id < 0)
+        return mp_fail(err, MP_ERR_UNSUPPORTED,
+                       "%s: architecture '%s' is not supported (supported: qwen3moe, olmoe, mixtral)",
+                       ld->path, arch);
+    const mp_arch_traits *tr = mp_arch_get((mp_arch)id);
+    memset(hp, 0, sizeof *hp);
+    hp->arch = (mp_arch)id;
+
+    if ((st = get_count(ld, "block_count", &hp->n_layer, err)) ||
+        (st = get_count(ld, "context_length", &hp->n_ctx_train, err)) ||
+        (st = get_count(ld, "embedding_length", &hp->n_embd, err)) ||
+        (st = get_count(ld, "attention.head_count", &hp->n_head, err)) ||
+        (st = get_count_opt(ld, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)) ||
+        (st = get_count_opt(ld, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim, err)) ||
+        (st = get_count_opt(ld, "rope.dimension_count", hp->head_dim, &hp->rot_dim, err)) ||
+        (st = get_count(ld, "expert_count", &hp->n_expert, err)) ||
+        (st = get_count(ld, "expert_used_count", &hp->n_expert_used, err)))
+        return st;
+    int64_t value_len = hp->head_dim;
+    if ((st = get_count_opt(ld, "attention.value_length", hp->head_dim, &value_len, err)))
+        return st;
+    if (value_len != hp->head_dim)
+        return mp_fail(err, MP_ERR_UNSUPPORTED,
+                       "%s: attention.value_length %" PRId64 " != key_length %" PRId64
+                       " is not supported", ld->path, value_len, hp->head_dim);
+    /* qwen3moe and olmoe write the expert FFN size under its own key; Mixtral's experts are
+     * the llama FFN, so its size is feed_forward_length */
+    char full[128];
+    if (has_key(ld, "expert_feed_forward_length", full, sizeof full))
+        st = get_count(ld, "expert_feed_forward_length", &hp->n_ff_exp, err);
+    else
+        st = get_count(ld, "feed_forward_length", &hp->n_ff_exp, err);
+    if (st)
+        return st;
+    const float base_default = hp->arch == MP_ARCH_QWEN3MOE ? 1e6f : 10000.0f;
+    if ((st = get_f32_opt(ld, "rope.freq_base", false, base_default, &hp->rope_freq_base, err)) ||
+        (st = get_f32_opt(ld, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, err)))
+        return st;
+    hp->expert_weights_norm = tr->default_weights_norm;
+    if (has_key(ld, "expert_weights_norm", full, sizeof full) &&
+        (st = mp_gguf_get_bool(g, full, &hp->expert_weights_norm, err)))
+        return st;
+    return MP_OK;
+}
+
+mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
+{
+    *out = NULL;
+    loader ld = {.g = g, .path = mp_gguf_path(g) ? mp_gguf_path(g) : "(gguf)"};
+    mp_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory for the model descriptor", ld.path);
+    m->path = strdup(ld.path);
+    mp_status st = m->path ? MP_OK : mp_fail(err, MP_ERR_NOMEM, "out of memory");
+    if (!st)
+        st = read_hparams(&ld, &m->hp, err);
+    if (!st) {
+        const mp_gguf_tensor *embd = mp_gguf_find_tensor(g, "token_embd.weight");
+        if (!embd)
+            st = mp_fail(err, MP_ERR_FORMAT, "%s: tensor token_embd.weight: missing", ld.path);
+        else
+            m->hp.n_vocab = embd->ne[1];
+    }
+    if (!st && !(m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers)))
+        st = mp_fail(err, MP_ERR_NOMEM, "%s: out of memory for %" PRId64 " layers", ld.path,
+                     m->hp.n_layer);
+    if (st) {
+        free(m->layers);
+        free(m->path);
+        free(m);
+        return st;
+    }
+    view(g, "token_embd.weight", &m->tok_embd);
+    view(g, "output_norm.weight", &m->output_norm);
+    view(g, "output.weight", &m->output);
+    if (!m->output.data)
+        m->output = m->tok_embd; /* tied embeddings */
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        mp_layer *L = &m->layers[il];
+        char name[64];
+#define LAYER_VIEW(field, suffix)                                                 \
+        snprintf(name, sizeof name, "blk.%" PRId64 "." suffix ".weight", il);     \
+        view(g, name, &L->field)
+        LAYER_VIEW(attn_norm, "attn_norm");
+        LAYER_VIEW(wq, "attn_q");
+        LAYER_VIEW(wk, "attn_k");
+        LAYER_VIEW(wv, "attn_v");
+        LAYER_VIEW(wo, "attn_output");
+        LAYER_VIEW(q_norm, "attn_q_norm");
+        LAYER_VIEW(k_norm, "attn_k_norm");
+        LAYER_VIEW(ffn_norm, "ffn_norm");
+        LAYER_VIEW(gate_inp, "ffn_gate_inp");
+        LAYER_VIEW(gate_exps, "ffn_gate_exps");
+        LAYER_VIEW(up_exps, "ffn_up_exps");
+        LAYER_VIEW(down_exps, "ffn_down_exps");
+#undef LAYER_VIEW
+        if (mp_arch_get(m->hp.arch)->qk_norm == MP_QK_NORM_NONE) {
+            /* an architecture without q/k norm ignores such tensors rather than half-using them */
+            memset(&L->q_norm, 0, sizeof L->q_norm);
+            memset(&L->k_norm, 0, sizeof L->k_norm);
+        }
+    }
+    if ((st = mp_model_validate(m, err))) {
+        free(m->layers);
+        free(m->path);
+        free(m);
+        return st;
+    }
+    m->gguf = g;
+    *out = m;
+    return MP_OK;
+}
+
+mp_status mp_model_load(const char *path, mp_model **out, mp_error *err)
+{
+    *out = NULL;
+    mp_gguf *g = NULL;
+    mp_status st = mp_gguf_open(path, &g, err);
+    if (st)
+        return st;
+    if ((st = mp_model_from_gguf(g, out, err)))
+        mp_gguf_close(g);
+    return st;
+}
+
+void mp_model_free(mp_model *m)
+{
+    if (!m)
+        return;
+    if (m->gguf)
+        mp_gguf_close(m->gguf);
+    free(m->layers);
+    free(m->path);
+    free(m);
+}

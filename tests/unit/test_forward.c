@@ -1,0 +1,937 @@
+/* tests/unit/test_forward.c — the forward pass, the MoE block, the sampler and the thread pool.
+ *
+ * Models are assembled in memory from random F32 arrays (seeded from the clock; the seed is in
+ * every failure message) and checked against an independent float64 reference forward written
+ * here with straight loops: it shares no code with the runtime (its own RMSNorm, RoPE, softmax,
+ * top-k, SwiGLU and attention). Reference and runtime must agree on the logits of every row for
+ * each architecture's traits; prefill must agree with token-by-token decode (the KV cache),
+ * chunked prefill with one-shot prefill, and the hooks must see exactly the routing used.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/quant.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "runtime/threadpool.h"
+
+/* ---------------------------------------------------------------- random in-memory models */
+
+static uint64_t rng_state;
+
+static double rnd(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static uint64_t time_seed(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+}
+
+typedef struct test_model {
+    mp_model m;
+    mp_layer layers[4];
+    float *bufs[64];
+    int n_bufs;
+} test_model;
+
+static void f32_tensor(test_model *tm, mp_tensor *t, int64_t ne0, int64_t ne1, int64_t ne2,
+                       double scale, double offset)
+{
+    const int64_t n = ne0 * ne1 * ne2;
+    float *d = malloc((size_t)n * sizeof *d);
+    cr_assert(d);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = (float)(offset + scale * rnd());
+    tm->bufs[tm->n_bufs++] = d;
+    t->type = MP_TYPE_F32;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->ne[3] = 1;
+    t->data = d;
+    t->row_bytes = (size_t)ne0 * sizeof(float);
+    t->nbytes = (size_t)n * sizeof(float);
+}
+
+/* Small shapes that still exercise GQA (n_head != n_head_kv), head_dim != n_embd / n_head,
+ * partial rotary dimensions, and top-k > 1 of several experts. */
+static mp_hparams small_hparams(mp_arch arch)
+{
+    mp_hparams hp = {0};
+    hp.arch = arch;
+    hp.n_layer = 2;
+    hp.n_embd = 24;
+    hp.n_head = 4;
+    hp.n_head_kv = arch == MP_ARCH_OLMOE ? 4 : 2;
+    hp.head_dim = arch == MP_ARCH_QWEN3MOE ? 10 : 6;
+    hp.rot_dim = arch == MP_ARCH_MIXTRAL ? 4 : hp.head_dim; /* partial rotary on one of them */
+    hp.n_expert = 8;
+    hp.n_expert_used = 3;
+    hp.n_ff_exp = 20;
+    hp.n_vocab = 40;
+    hp.n_ctx_train = 64;
+    hp.rope_freq_base = arch == MP_ARCH_QWEN3MOE ? 1e6f : 10000.0f;
+    hp.rms_eps = 1e-6f;
+    hp.expert_weights_norm = mp_arch_get(arch)->default_weights_norm;
+    return hp;
+}
+
+static test_model *build_model(const mp_hparams *hp, uint64_t seed)
+{
+    rng_state = seed;
+    test_model *tm = calloc(1, sizeof *tm);
+    cr_assert(tm);
+    cr_assert(hp->n_layer <= 4);
+    tm->m.hp = *hp;
+    tm->m.layers = tm->layers;
+    const int64_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
+    const mp_qk_norm qk = mp_arch_get(hp->arch)->qk_norm;
+    f32_tensor(tm, &tm->m.tok_embd, E, hp->n_vocab, 1, 1.0, 0.0);
+    f32_tensor(tm, &tm->m.output_norm, E, 1, 1, 0.2, 1.0);
+    f32_tensor(tm, &tm->m.output, E, hp->n_vocab, 1, 1.0 / sqrt((double)E), 0.0);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        mp_layer *L = &tm->layers[il];
+        f32_tensor(tm, &L->attn_norm, E, 1, 1, 0.2, 1.0);
+        f32_tensor(tm, &L->wq, E, Q, 1, 1.5 / sqrt((double)E), 0.0);
+        f32_tensor(tm, &L->wk, E, KV, 1, 1.5 / sqrt((double)E), 0.0);
+        f32_tensor(tm, &L->wv, E, KV, 1, 1.0 / sqrt((double)E), 0.0);
+        f32_tensor(tm, &L->wo, Q, E, 1, 1.0 / sqrt((double)Q), 0.0);
+        if (qk == MP_QK_NORM_PER_HEAD) {
+            f32_tensor(tm, &L->q_norm, hp->head_dim, 1, 1, 0.2, 1.0);
+            f32_tensor(tm, &L->k_norm, hp->head_dim, 1, 1, 0.2, 1.0);
+        } else if (qk == MP_QK_NORM_FULL) {
+            f32_tensor(tm, &L->q_norm, Q, 1, 1, 0.2, 1.0);
+            f32_tensor(tm, &L->k_norm, KV, 1, 1, 0.2, 1.0);
+        }
+        f32_tensor(tm, &L->ffn_norm, E, 1, 1, 0.2, 1.0);
+        f32_tensor(tm, &L->gate_inp, E, hp->n_expert, 1, 2.0 / sqrt((double)E), 0.0);
+        f32_tensor(tm, &L->gate_exps, E, hp->n_ff_exp, hp->n_expert, 1.5 / sqrt((double)E), 0.0);
+        f32_tensor(tm, &L->up_exps, E, hp->n_ff_exp, hp->n_expert, 1.5 / sqrt((double)E), 0.0);
+        f32_tensor(tm, &L->down_exps, hp->n_ff_exp, E, hp->n_expert, 1.0 / sqrt((double)hp->n_ff_exp), 0.0);
+    }
+    mp_error err = {0};
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_OK, "validate: %s", err.msg);
+    return tm;
+}
+
+static void free_model(test_model *tm)
+{
+    for (int i = 0; i < tm->n_bufs; i++)
+        free(tm->bufs[i]);
+    free(tm);
+}
+
+/* ---------------------------------------------------------------- float64 reference */
+
+typedef struct ref_routing {
+    int ids[64][4][8];     /* [row][layer][slot] */
+    double w[64][4][8];
+    bool near_tie;         /* the k-th and (k+1)-th router probabilities were within 1e-5 */
+} ref_routing;
+
+static double tv(const mp_tensor *t, int64_t i) /* element i of an F32 tensor */
+{
+    return (double)((const float *)t->data)[i];
+}
+
+/* y[r] = Σ_c W[r][c] x[c] over the slice of W starting at element `base` */
+static void ref_matvec(const mp_tensor *t, int64_t base, int64_t n_in, int64_t n_out,
+                       const double *x, double *y)
+{
+    for (int64_t r = 0; r < n_out; r++) {
+        double s = 0;
+        for (int64_t c = 0; c < n_in; c++)
+            s += tv(t, base + r * n_in + c) * x[c];
+        y[r] = s;
+    }
+}
+
+static void ref_rmsnorm(double *v, int64_t n, const mp_tensor *w, int64_t w_off, double eps)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++)
+        ss += v[i] * v[i];
+    const double scale = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = v[i] * scale * tv(w, w_off + i);
+}
+
+static void ref_rope(double *h, const mp_hparams *hp, int64_t pos)
+{
+    const bool neox = mp_arch_get(hp->arch)->rope == MP_ROPE_NEOX;
+    for (int64_t i = 0; i < hp->rot_dim / 2; i++) {
+        const double theta = (double)pos * pow((double)hp->rope_freq_base,
+                                               -2.0 * (double)i / (double)hp->rot_dim);
+        const int64_t a = neox ? i : 2 * i, b = neox ? i + hp->rot_dim / 2 : 2 * i + 1;
+        const double x0 = h[a], x1 = h[b];
+        h[a] = x0 * cos(theta) - x1 * sin(theta);
+        h[b] = x0 * sin(theta) + x1 * cos(theta);
+    }
+}
+
+/* Full causal forward over n tokens from position 0; logits (n, n_vocab). forced: if non-NULL,
+ * routing [row][layer] is taken from it instead of the router. */
+static void ref_forward(const mp_model *m, const int32_t *tok, int64_t n, double *logits,
+                        ref_routing *rr, const ref_routing *forced)
+{
+    const mp_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, NQ = hp->n_head * hd, NKV = hp->n_head_kv * hd;
+    const int64_t F = hp->n_ff_exp, NE = hp->n_expert, K = hp->n_expert_used;
+    const mp_qk_norm qk = mp_arch_get(hp->arch)->qk_norm;
+    cr_assert(n <= 64 && hp->n_layer <= 4 && K <= 8);
+    double *x = calloc((size_t)(n * E), sizeof *x);
+    double *kc = calloc((size_t)(n * NKV), sizeof *kc), *vc = calloc((size_t)(n * NKV), sizeof *vc);
+    double *xn = malloc((size_t)E * sizeof *xn), *q = malloc((size_t)NQ * sizeof *q);
+    double *att = malloc((size_t)NQ * sizeof *att), *o = malloc((size_t)E * sizeof *o);
+    double *sc = malloc((size_t)n * sizeof *sc), *pr = malloc((size_t)NE * sizeof *pr);
+    double *g = malloc((size_t)F * sizeof *g), *u = malloc((size_t)F * sizeof *u);
+    double *y = malloc((size_t)E * sizeof *y), *moe = malloc((size_t)E * sizeof *moe);
+    rr->near_tie = false;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < E; c++)
+            x[t * E + c] = tv(&m->tok_embd, tok[t] * E + c);
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        /* keys and values of every position first (causality is in the attention loop) */
+        for (int64_t t = 0; t < n; t++) {
+            memcpy(xn, x + t * E, (size_t)E * sizeof *xn);
+            ref_rmsnorm(xn, E, &L->attn_norm, 0, hp->rms_eps);
+            ref_matvec(&L->wk, 0, E, NKV, xn, kc + t * NKV);
+            ref_matvec(&L->wv, 0, E, NKV, xn, vc + t * NKV);
+            if (qk == MP_QK_NORM_PER_HEAD)
+                for (int64_t h = 0; h < hp->n_head_kv; h++)
+                    ref_rmsnorm(kc + t * NKV + h * hd, hd, &L->k_norm, 0, hp->rms_eps);
+            else if (qk == MP_QK_NORM_FULL)
+                ref_rmsnorm(kc + t * NKV, NKV, &L->k_norm, 0, hp->rms_eps);
+            for (int64_t h = 0; h < hp->n_head_kv; h++)
+                ref_rope(kc + t * NKV + h * hd, hp, t);
+        }
+        for (int64_t t = 0; t < n; t++) {
+            memcpy(xn, x + t * E, (size_t)E * sizeof *xn);
+            ref_rmsnorm(xn, E, &L->attn_norm, 0, hp->rms_eps);
+            ref_matvec(&L->wq, 0, E, NQ, xn, q);
+            if (qk == MP_QK_NORM_PER_HEAD)
+                for (int64_t h = 0; h < hp->n_head; h++)
+                    ref_rmsnorm(q + h * hd, hd, &L->q_norm, 0, hp->rms_eps);
+            else if (qk == MP_QK_NORM_FULL)
+                ref_rmsnorm(q, NQ, &L->q_norm, 0, hp->rms_eps);
+            for (int64_t h = 0; h < hp->n_head; h++)
+                ref_rope(q + h * hd, hp, t);
+            for (int64_t h = 0; h < hp->n_head; h++) {
+                const int64_t kvh = h * hp->n_head_kv / hp->n_head;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (int64_t i = 0; i < hd; i++)
+                        d += q[h * hd + i] * kc[s * NKV + kvh * hd + i];
+                    sc[s] = d / sqrt((double)hd);
+                    if (sc[s] > mx)
+                        mx = sc[s];
+                }
+                for (int64_t s = 0; s <= t; s++)
+                    sum += (sc[s] = exp(sc[s] - mx));
+                for (int64_t i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (int64_t s = 0; s <= t; s++)
+                        a += sc[s] / sum * vc[s * NKV + kvh * hd + i];
+                    att[h * hd + i] = a;
+                }
+            }
+            ref_matvec(&L->wo, 0, NQ, E, att, o);
+            for (int64_t c = 0; c < E; c++)
+                x[t * E + c] += o[c];
+            /* MoE */
+            memcpy(xn, x + t * E, (size_t)E * sizeof *xn);
+            ref_rmsnorm(xn, E, &L->ffn_norm, 0, hp->rms_eps);
+            int *ids = rr->ids[t][il];
+            double *w = rr->w[t][il];
+            if (forced) {
+                memcpy(ids, forced->ids[t][il], sizeof rr->ids[t][il]);
+                memcpy(w, forced->w[t][il], sizeof rr->w[t][il]);
+            } else {
+                ref_matvec(&L->gate_inp, 0, E, NE, xn, pr);
+                double mx = -INFINITY, sum = 0;
+                for (int64_t e = 0; e < NE; e++)
+                    mx = pr[e] > mx ? pr[e] : mx;
+                for (int64_t e = 0; e < NE; e++)
+                    sum += (pr[e] = exp(pr[e] - mx));
+                for (int64_t e = 0; e < NE; e++)
+                    pr[e] /= sum;
+                bool taken[256] = {false};
+                for (int64_t k = 0; k < K; k++) { /* selection: first maximum wins ties */
+                    int best = -1;
+                    for (int64_t e = 0; e < NE; e++)
+                        if (!taken[e] && (best < 0 || pr[e] > pr[best]))
+                            best = (int)e;
+                    taken[best] = true;
+                    ids[k] = best;
+                    w[k] = pr[best];
+                }
+                double next = -1;
+                for (int64_t e = 0; e < NE; e++)
+                    if (!taken[e] && pr[e] > next)
+                        next = pr[e];
+                if (w[K - 1] - next < 1e-5)
+                    rr->near_tie = true;
+                if (hp->expert_weights_norm) {
+                    double ws = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        ws += w[k];
+                    for (int64_t k = 0; k < K; k++)
+                        w[k] /= ws;
+                }
+            }
+            for (int64_t c = 0; c < E; c++)
+                moe[c] = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t e = ids[k];
+                ref_matvec(&L->gate_exps, e * F * E, E, F, xn, g);
+                ref_matvec(&L->up_exps, e * F * E, E, F, xn, u);
+                for (int64_t i = 0; i < F; i++)
+                    g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+                ref_matvec(&L->down_exps, e * E * F, F, E, g, y);
+                for (int64_t c = 0; c < E; c++)
+                    moe[c] += w[k] * y[c];
+            }
+            for (int64_t c = 0; c < E; c++)
+                x[t * E + c] += moe[c];
+        }
+    }
+    for (int64_t t = 0; t < n; t++) {
+        memcpy(xn, x + t * E, (size_t)E * sizeof *xn);
+        ref_rmsnorm(xn, E, &m->output_norm, 0, hp->rms_eps);
+        ref_matvec(&m->output, 0, E, hp->n_vocab, xn, logits + t * hp->n_vocab);
+    }
+    free(x); free(kc); free(vc); free(xn); free(q); free(att); free(o); free(sc); free(pr);
+    free(g); free(u); free(y); free(moe);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static mp_session *new_session(const mp_model *m, int threads, int64_t n_batch, int64_t n_ctx,
+                               const mp_hooks *hooks, const mp_route_source *rs)
+{
+    mp_session_params p = {.n_ctx = n_ctx, .n_threads = threads, .n_batch = n_batch,
+                           .hooks = hooks, .route_src = rs};
+    mp_session *s = NULL;
+    mp_error err = {0};
+    cr_assert_eq(mp_session_new(m, &p, &s, &err), MP_OK, "session: %s", err.msg);
+    return s;
+}
+
+static void random_tokens(int32_t *tok, int64_t n, int64_t n_vocab)
+{
+    for (int64_t i = 0; i < n; i++)
+        tok[i] = (int32_t)((rnd() + 1.0) * 0.5 * (double)n_vocab) % (int32_t)n_vocab;
+}
+
+static bool close_to(double a, double b, double tol)
+{
+    return fabs(a - b) <= tol * (1.0 + fabs(b));
+}
+
+/* A model whose reference routing has no near tie for these tokens (a near tie could be broken
+ * differently by float32 and float64, which is not a defect). */
+static test_model *model_without_ties(const mp_hparams *hp, uint64_t *seed, int32_t *tok, int64_t n,
+                                      double *ref_logits, ref_routing *rr)
+{
+    for (int attempt = 0; attempt < 20; attempt++) {
+        test_model *tm = build_model(hp, *seed);
+        random_tokens(tok, n, hp->n_vocab);
+        ref_forward(&tm->m, tok, n, ref_logits, rr, NULL);
+        if (!rr->near_tie)
+            return tm;
+        free_model(tm);
+        *seed += 7919;
+    }
+    cr_assert_fail("no tie-free model in 20 seeds from %llu", (unsigned long long)*seed);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- forward vs reference */
+
+static void check_against_reference(mp_arch arch, bool renorm_flip)
+{
+    mp_hparams hp = small_hparams(arch);
+    if (renorm_flip)
+        hp.expert_weights_norm = !hp.expert_weights_norm;
+    uint64_t seed = time_seed();
+    enum { N = 9 };
+    int32_t tok[N];
+    double *ref = malloc(N * (size_t)hp.n_vocab * sizeof *ref);
+    static ref_routing rr;
+    test_model *tm = model_without_ties(&hp, &seed, tok, N, ref, &rr);
+    float *got = malloc(N * (size_t)hp.n_vocab * sizeof *got);
+    mp_session *s = new_session(&tm->m, 3, 0, 32, NULL, NULL);
+    mp_error err = {0};
+    cr_assert_eq(mp_session_eval(s, tok, N, true, got, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_session_n_past(s), N);
+    for (int64_t i = 0; i < N * hp.n_vocab; i++)
+        cr_assert(close_to(got[i], ref[i], 2e-4),
+                  "%s (renorm %d) seed %llu: logit %lld (row %lld): runtime %.7g, reference %.7g",
+                  mp_arch_get(arch)->name, hp.expert_weights_norm, (unsigned long long)seed,
+                  (long long)i, (long long)(i / hp.n_vocab), got[i], ref[i]);
+    mp_session_free(s);
+    free_model(tm);
+    free(ref);
+    free(got);
+}
+
+Test(forward, qwen3moe_matches_reference) { check_against_reference(MP_ARCH_QWEN3MOE, false); }
+Test(forward, olmoe_matches_reference) { check_against_reference(MP_ARCH_OLMOE, false); }
+Test(forward, mixtral_matches_reference) { check_against_reference(MP_ARCH_MIXTRAL, false); }
+Test(forward, qwen3moe_without_renorm_matches_reference) { check_against_reference(MP_ARCH_QWEN3MOE, true); }
+Test(forward, olmoe_with_renorm_matches_reference) { check_against_reference(MP_ARCH_OLMOE, true); }
+
+/* The reference must itself be able to fail: a different architecture's traits give different
+ * logits on the same weights (guards against a comparison that cannot fail). */
+Test(forward, traits_change_the_result)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    uint64_t seed = time_seed();
+    enum { N = 5 };
+    int32_t tok[N];
+    double *ref = malloc(N * (size_t)hp.n_vocab * sizeof *ref);
+    static ref_routing rr;
+    test_model *tm = model_without_ties(&hp, &seed, tok, N, ref, &rr);
+    float *got = malloc(N * (size_t)hp.n_vocab * sizeof *got);
+    tm->m.hp.expert_weights_norm = false; /* runtime without renormalization */
+    mp_session *s = new_session(&tm->m, 2, 0, 16, NULL, NULL);
+    mp_error err = {0};
+    cr_assert_eq(mp_session_eval(s, tok, N, true, got, &err), MP_OK, "%s", err.msg);
+    double max_diff = 0;
+    for (int64_t i = 0; i < N * hp.n_vocab; i++)
+        max_diff = fmax(max_diff, fabs(got[i] - ref[i]));
+    cr_assert_gt(max_diff, 1e-3, "seed %llu: renormalization made no difference", (unsigned long long)seed);
+    mp_session_free(s);
+    free_model(tm);
+    free(ref);
+    free(got);
+}
+
+/* ---------------------------------------------------------------- KV cache and chunking */
+
+static void prefill_vs_decode(mp_arch arch)
+{
+    mp_hparams hp = small_hparams(arch);
+    uint64_t seed = time_seed();
+    enum { N = 12 };
+    int32_t tok[N];
+    double *ref = malloc(N * (size_t)hp.n_vocab * sizeof *ref);
+    static ref_routing rr;
+    test_model *tm = model_without_ties(&hp, &seed, tok, N, ref, &rr);
+    const int64_t V = hp.n_vocab;
+    float *all = malloc(N * (size_t)V * sizeof *all), *one = malloc((size_t)V * sizeof *one);
+    float *chunked = malloc(N * (size_t)V * sizeof *chunked);
+    mp_error err = {0};
+
+    mp_session *s = new_session(&tm->m, 4, 0, 32, NULL, NULL);
+    cr_assert_eq(mp_session_eval(s, tok, N, true, all, &err), MP_OK, "%s", err.msg);
+    mp_session_reset(s);
+    cr_assert_eq(mp_session_n_past(s), 0);
+    for (int64_t i = 0; i < N; i++) {
+        cr_assert_eq(mp_session_eval(s, tok + i, 1, false, one, &err), MP_OK, "%s", err.msg);
+        for (int64_t v = 0; v < V; v++)
+            cr_assert(close_to(one[v], all[i * V + v], 1e-5),
+                      "%s seed %llu: decode row %lld logit %lld: %.7g vs prefill %.7g",
+                      mp_arch_get(arch)->name, (unsigned long long)seed, (long long)i,
+                      (long long)v, one[v], all[i * V + v]);
+    }
+    mp_session_free(s);
+
+    /* n_batch 5: chunks of 5, 5, 2 rows, one thread (a different task split too) */
+    s = new_session(&tm->m, 1, 5, 32, NULL, NULL);
+    cr_assert_eq(mp_session_eval(s, tok, N, true, chunked, &err), MP_OK, "%s", err.msg);
+    for (int64_t i = 0; i < N * V; i++)
+        cr_assert(close_to(chunked[i], all[i], 1e-5), "%s seed %llu: chunked logit %lld: %.7g vs %.7g",
+                  mp_arch_get(arch)->name, (unsigned long long)seed, (long long)i, chunked[i], all[i]);
+    /* last-row-only logits of a chunked eval equal the last row of all logits */
+    mp_session_reset(s);
+    cr_assert_eq(mp_session_eval(s, tok, N, false, one, &err), MP_OK, "%s", err.msg);
+    for (int64_t v = 0; v < V; v++)
+        cr_assert(close_to(one[v], all[(N - 1) * V + v], 1e-5));
+    mp_session_free(s);
+    free_model(tm);
+    free(ref);
+    free(all);
+    free(one);
+    free(chunked);
+}
+
+Test(forward, prefill_equals_decode_qwen3moe) { prefill_vs_decode(MP_ARCH_QWEN3MOE); }
+Test(forward, prefill_equals_decode_olmoe) { prefill_vs_decode(MP_ARCH_OLMOE); }
+Test(forward, prefill_equals_decode_mixtral) { prefill_vs_decode(MP_ARCH_MIXTRAL); }
+
+Test(forward, context_limit_and_bad_tokens)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    test_model *tm = build_model(&hp, time_seed());
+    mp_session *s = new_session(&tm->m, 2, 0, 8, NULL, NULL);
+    int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    mp_error err = {0};
+    cr_assert_eq(mp_session_eval(s, tok, 9, false, NULL, &err), MP_ERR_LIMIT);
+    cr_assert(strstr(err.msg, "9 tokens") && strstr(err.msg, "8 tokens"), "%s", err.msg);
+    cr_assert_eq(mp_session_eval(s, tok, 6, false, NULL, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_session_eval(s, tok, 3, false, NULL, &err), MP_ERR_LIMIT);
+    cr_assert_eq(mp_session_n_past(s), 6);
+    int32_t bad[2] = {3, (int32_t)hp.n_vocab};
+    cr_assert_eq(mp_session_eval(s, bad, 2, false, NULL, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "token 1"), "%s", err.msg);
+    bad[1] = -1;
+    cr_assert_eq(mp_session_eval(s, bad, 2, false, NULL, &err), MP_ERR_ARG);
+    cr_assert_eq(mp_session_eval(s, tok, 0, false, NULL, &err), MP_ERR_ARG);
+    cr_assert_eq(mp_session_n_past(s), 6);
+    mp_session_free(s);
+    free_model(tm);
+}
+
+/* ---------------------------------------------------------------- hooks and routing */
+
+typedef struct capture {
+    int64_t n_routing_calls;
+    int32_t ids[64][4][8];   /* [row][layer][slot] of the last step */
+    float w[64][4][8];
+    int64_t step_rows[16], step_pos[16], step_ends;
+    mp_phase step_phase[16];
+    int64_t n_steps, row_base;
+    int64_t request_id_seen;
+} capture;
+
+static void cap_step_begin(void *user, int64_t request_id, int64_t step, mp_phase phase,
+                           int64_t n_rows, int64_t pos)
+{
+    capture *c = user;
+    cr_assert_eq(step, c->n_steps);
+    c->request_id_seen = request_id;
+    c->step_rows[c->n_steps] = n_rows;
+    c->step_pos[c->n_steps] = pos;
+    c->step_phase[c->n_steps] = phase;
+    c->row_base = pos;
+    c->n_steps++;
+}
+
+static void cap_step_end(void *user, int64_t duration_ns)
+{
+    capture *c = user;
+    cr_assert_geq(duration_ns, 0);
+    c->step_ends++;
+}
+
+static void cap_routing(void *user, int64_t layer, int64_t n_rows, int64_t top_k,
+                        const int32_t *ids, const float *w)
+{
+    capture *c = user;
+    c->n_routing_calls++;
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t k = 0; k < top_k; k++) {
+            c->ids[c->row_base + r][layer][k] = ids[r * top_k + k];
+            c->w[c->row_base + r][layer][k] = w[r * top_k + k];
+        }
+}
+
+static void check_hooks_routing(bool renorm)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    hp.expert_weights_norm = renorm;
+    uint64_t seed = time_seed();
+    enum { N = 7 };
+    int32_t tok[N];
+    double *ref = malloc(N * (size_t)hp.n_vocab * sizeof *ref);
+    static ref_routing rr;
+    test_model *tm = model_without_ties(&hp, &seed, tok, N, ref, &rr);
+    static capture c;
+    memset(&c, 0, sizeof c);
+    mp_hooks hooks = {.user = &c, .step_begin = cap_step_begin, .routing = cap_routing,
+                      .step_end = cap_step_end};
+    mp_session *s = new_session(&tm->m, 2, 4, 32, &hooks, NULL);
+    mp_error err = {0};
+    mp_session_begin_request(s, 42, tok, 5);
+    cr_assert_eq(mp_session_eval(s, tok, 5, false, NULL, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_session_eval(s, tok + 5, 1, false, NULL, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_session_eval(s, tok + 6, 1, false, NULL, &err), MP_OK, "%s", err.msg);
+    /* steps: 4 + 1 prompt rows (n_batch 4), then two decode rows */
+    cr_assert_eq(c.n_steps, 4);
+    cr_assert_eq(c.step_ends, 4);
+    cr_assert_eq(c.request_id_seen, 42);
+    const int64_t want_rows[4] = {4, 1, 1, 1}, want_pos[4] = {0, 4, 5, 6};
+    const mp_phase want_phase[4] = {MP_PHASE_PREFILL, MP_PHASE_PREFILL, MP_PHASE_DECODE, MP_PHASE_DECODE};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(c.step_rows[i], want_rows[i], "step %d", i);
+        cr_assert_eq(c.step_pos[i], want_pos[i], "step %d", i);
+        cr_assert_eq(c.step_phase[i], want_phase[i], "step %d", i);
+    }
+    cr_assert_eq(c.n_routing_calls, 4 * hp.n_layer);
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t il = 0; il < hp.n_layer; il++) {
+            double wsum = 0;
+            for (int64_t k = 0; k < hp.n_expert_used; k++) {
+                cr_assert_eq(c.ids[t][il][k], rr.ids[t][il][k], "seed %llu row %lld layer %lld slot %lld",
+                             (unsigned long long)seed, (long long)t, (long long)il, (long long)k);
+                cr_assert(close_to(c.w[t][il][k], rr.w[t][il][k], 1e-5), "seed %llu: weight %.7g vs %.7g",
+                          (unsigned long long)seed, c.w[t][il][k], rr.w[t][il][k]);
+                if (k > 0)
+                    cr_assert_geq(c.w[t][il][k - 1], c.w[t][il][k]);
+                wsum += c.w[t][il][k];
+            }
+            if (renorm)
+                cr_assert(fabs(wsum - 1.0) < 1e-5, "renormalized weights sum to %.7g", wsum);
+            else
+                cr_assert(wsum < 1.0 - 1e-4, "softmax weights of 3 of 8 experts sum to %.7g", wsum);
+        }
+    mp_session_free(s);
+    free_model(tm);
+    free(ref);
+}
+
+Test(moe, hooks_see_routing_renormalized) { check_hooks_routing(true); }
+Test(moe, hooks_see_routing_not_renormalized) { check_hooks_routing(false); }
+
+Test(moe, topk_ties_go_to_lower_ids)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_OLMOE); /* no renormalization: weights are 1/8 */
+    test_model *tm = build_model(&hp, time_seed());
+    for (int64_t il = 0; il < hp.n_layer; il++) /* every expert gets the same router logit */
+        memset((void *)tm->layers[il].gate_inp.data, 0, tm->layers[il].gate_inp.nbytes);
+    static capture c;
+    memset(&c, 0, sizeof c);
+    mp_hooks hooks = {.user = &c, .step_begin = cap_step_begin, .routing = cap_routing};
+    mp_session *s = new_session(&tm->m, 3, 0, 16, &hooks, NULL);
+    int32_t tok[3] = {5, 9, 1};
+    mp_error err = {0};
+    cr_assert_eq(mp_session_eval(s, tok, 3, false, NULL, &err), MP_OK, "%s", err.msg);
+    for (int t = 0; t < 3; t++)
+        for (int il = 0; il < hp.n_layer; il++)
+            for (int k = 0; k < hp.n_expert_used; k++) {
+                cr_assert_eq(c.ids[t][il][k], k, "row %d layer %d slot %d: expert %d", t, il, k,
+                             c.ids[t][il][k]);
+                cr_assert(fabsf(c.w[t][il][k] - 1.0f / 8.0f) < 1e-6f);
+            }
+    mp_session_free(s);
+    free_model(tm);
+}
+
+typedef struct forced_src {
+    const ref_routing *routes;
+    int64_t row_base; /* position of the step's first row */
+    int64_t calls;
+    int fail_at_layer; /* -1: never */
+    int bad_id;        /* 1: return an out-of-range id */
+} forced_src;
+
+static int forced_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids,
+                        float *w)
+{
+    forced_src *f = user;
+    f->calls++;
+    if (layer == f->fail_at_layer)
+        return MP_ERR_IO;
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t k = 0; k < top_k; k++) {
+            ids[r * top_k + k] = f->routes->ids[f->row_base + r][layer][k];
+            w[r * top_k + k] = (float)f->routes->w[f->row_base + r][layer][k];
+        }
+    if (f->bad_id)
+        ids[0] = 99;
+    return 0;
+}
+
+Test(moe, route_source_overrides_the_router)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_MIXTRAL);
+    uint64_t seed = time_seed();
+    enum { N = 6 };
+    int32_t tok[N];
+    double *ref = malloc(N * (size_t)hp.n_vocab * sizeof *ref);
+    static ref_routing rr, forced;
+    test_model *tm = model_without_ties(&hp, &seed, tok, N, ref, &rr);
+    /* a routing the router would not choose: the least likely-looking fixed pattern */
+    for (int t = 0; t < N; t++)
+        for (int il = 0; il < hp.n_layer; il++)
+            for (int k = 0; k < hp.n_expert_used; k++) {
+                forced.ids[t][il][k] = (int)((t + 3 * il + 2 * k) % hp.n_expert);
+                forced.w[t][il][k] = 0.5 / (double)(k + 1);
+            }
+    ref_forward(&tm->m, tok, N, ref, &rr, &forced);
+    static capture c;
+    memset(&c, 0, sizeof c);
+    mp_hooks hooks = {.user = &c, .step_begin = cap_step_begin, .routing = cap_routing};
+    forced_src fs = {&forced, 0, 0, -1, 0};
+    mp_route_source src = {&fs, forced_route};
+    mp_session *s = new_session(&tm->m, 2, 0, 16, &hooks, &src);
+    float *got = malloc(N * (size_t)hp.n_vocab * sizeof *got);
+    mp_error err = {0};
+    cr_assert_eq(mp_session_eval(s, tok, N, true, got, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(fs.calls, hp.n_layer);
+    for (int64_t i = 0; i < N * hp.n_vocab; i++)
+        cr_assert(close_to(got[i], ref[i], 2e-4), "seed %llu logit %lld: %.7g vs %.7g",
+                  (unsigned long long)seed, (long long)i, got[i], ref[i]);
+    for (int t = 0; t < N; t++)
+        for (int il = 0; il < hp.n_layer; il++)
+            for (int k = 0; k < hp.n_expert_used; k++) {
+                cr_assert_eq(c.ids[t][il][k], forced.ids[t][il][k]);
+                cr_assert_eq(c.w[t][il][k], (float)forced.w[t][il][k]);
+            }
+    /* a route source error stops the run; an out-of-range id is rejected with its place */
+    mp_session_reset(s); /* step numbers restart */
+    c.n_steps = 0;
+    fs.fail_at_layer = 1;
+    cr_assert_eq(mp_session_eval(s, tok, 2, false, NULL, &err), MP_ERR_IO);
+    cr_assert(strstr(err.msg, "layer 1"), "%s", err.msg);
+    cr_assert_eq(mp_session_n_past(s), 0);
+    fs.fail_at_layer = -1;
+    fs.bad_id = 1;
+    c.n_steps = 0; /* the failed step did not count */
+    cr_assert_eq(mp_session_eval(s, tok, 2, false, NULL, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "expert id 99"), "%s", err.msg);
+    mp_session_free(s);
+    free_model(tm);
+    free(ref);
+    free(got);
+}
+
+/* ---------------------------------------------------------------- model validation */
+
+Test(model, validate_names_tensor_and_shapes)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    test_model *tm = build_model(&hp, time_seed());
+    mp_error err = {0};
+    tm->layers[1].up_exps.ne[1] = 19;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_ERR_FORMAT);
+    cr_assert_str_eq(err.msg, "(in-memory model): tensor blk.1.ffn_up_exps.weight: expected shape "
+                              "[24, 20, 8], found [24, 19, 8]");
+    tm->layers[1].up_exps.ne[1] = 20;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_OK, "%s", err.msg);
+
+    const void *kn = tm->layers[0].k_norm.data;
+    tm->layers[0].k_norm.data = NULL;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_ERR_FORMAT);
+    cr_assert_str_eq(err.msg, "(in-memory model): tensor blk.0.attn_k_norm.weight: missing");
+    tm->layers[0].k_norm.data = kn;
+
+    tm->layers[0].ffn_norm.type = MP_TYPE_F16;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "blk.0.ffn_norm.weight") && strstr(err.msg, "F32"), "%s", err.msg);
+    tm->layers[0].ffn_norm.type = MP_TYPE_F32;
+
+    tm->m.hp.n_head_kv = 3;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "head_count 4") && strstr(err.msg, "head_count_kv 3"), "%s", err.msg);
+    tm->m.hp.n_head_kv = 2;
+    tm->m.hp.n_expert_used = 9;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_ERR_FORMAT);
+    tm->m.hp.n_expert_used = 3;
+    tm->m.hp.rot_dim = 11;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_ERR_FORMAT);
+    tm->m.hp.rot_dim = 10;
+    cr_assert_eq(mp_model_validate(&tm->m, &err), MP_OK, "%s", err.msg);
+
+    /* bytes: one expert = gate + up + down slices; dense = everything else */
+    const size_t expert = (size_t)(2 * 24 * 20 + 20 * 24) * sizeof(float);
+    cr_assert_eq(mp_model_expert_bytes(&tm->m, 1), expert);
+    size_t dense = (size_t)(24 * 40 * 2 + 24) * sizeof(float);
+    dense += 2 * (size_t)(24 + 24 * 40 + 24 * 20 * 2 + 40 * 24 + 10 * 2 + 24 + 24 * 8) * sizeof(float);
+    cr_assert_eq(mp_model_dense_bytes(&tm->m), dense);
+    free_model(tm);
+}
+
+Test(model, arch_traits)
+{
+    cr_assert_eq(mp_arch_from_name("qwen3moe"), MP_ARCH_QWEN3MOE);
+    cr_assert_eq(mp_arch_from_name("olmoe"), MP_ARCH_OLMOE);
+    cr_assert_eq(mp_arch_from_name("mixtral"), MP_ARCH_MIXTRAL);
+    cr_assert_eq(mp_arch_from_name("gpt-oss"), -1);
+    cr_assert_eq(mp_arch_get(MP_ARCH_QWEN3MOE)->qk_norm, MP_QK_NORM_PER_HEAD);
+    cr_assert_eq(mp_arch_get(MP_ARCH_OLMOE)->qk_norm, MP_QK_NORM_FULL);
+    cr_assert_eq(mp_arch_get(MP_ARCH_MIXTRAL)->qk_norm, MP_QK_NORM_NONE);
+    cr_assert_eq(mp_arch_get(MP_ARCH_MIXTRAL)->rope, MP_ROPE_NORM);
+    cr_assert(mp_arch_get(MP_ARCH_QWEN3MOE)->default_weights_norm);
+    cr_assert(!mp_arch_get(MP_ARCH_OLMOE)->default_weights_norm);
+    cr_assert_null(mp_arch_get((mp_arch)7));
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+static void random_logits(float *l, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        l[i] = (float)(4.0 * rnd());
+}
+
+Test(sampler, greedy_is_argmax_ties_to_lower_id)
+{
+    rng_state = time_seed();
+    float l[100];
+    random_logits(l, 100);
+    l[37] = 10.0f;
+    l[81] = 10.0f;
+    mp_sampler_params p = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
+    mp_sampler *s = mp_sampler_new(&p, 100);
+    cr_assert_eq(mp_sampler_sample(s, l), 37);
+    mp_sampler_free(s);
+}
+
+Test(sampler, seeded_determinism_and_distribution)
+{
+    const uint64_t seed = time_seed();
+    rng_state = seed;
+    enum { V = 50, DRAWS = 400 };
+    float base[V], l[V];
+    random_logits(base, V);
+    mp_sampler_params p = {.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .seed = seed};
+    mp_sampler *a = mp_sampler_new(&p, V), *b = mp_sampler_new(&p, V);
+    p.seed = seed + 1;
+    mp_sampler *c = mp_sampler_new(&p, V);
+    int differ = 0, distinct = 0, seen[V] = {0};
+    for (int i = 0; i < DRAWS; i++) {
+        memcpy(l, base, sizeof l);
+        const int32_t ta = mp_sampler_sample(a, l);
+        memcpy(l, base, sizeof l);
+        const int32_t tb = mp_sampler_sample(b, l);
+        memcpy(l, base, sizeof l);
+        const int32_t tc = mp_sampler_sample(c, l);
+        cr_assert_eq(ta, tb, "seed %llu draw %d", (unsigned long long)seed, i);
+        cr_assert(ta >= 0 && ta < V);
+        differ += ta != tc;
+        if (!seen[ta]++)
+            distinct++;
+    }
+    cr_assert_gt(differ, 0, "seed %llu: another seed gave the same %d draws", (unsigned long long)seed, DRAWS);
+    cr_assert_gt(distinct, 3, "seed %llu: temperature 0.8 sampled only %d tokens", (unsigned long long)seed, distinct);
+    mp_sampler_free(a);
+    mp_sampler_free(b);
+    mp_sampler_free(c);
+}
+
+Test(sampler, top_k_one_and_tiny_top_p_are_greedy)
+{
+    const uint64_t seed = time_seed();
+    rng_state = seed;
+    enum { V = 1000 };
+    static float base[V], l[V];
+    mp_sampler_params pk = {.temperature = 1.5f, .top_k = 1, .top_p = 1.0f, .seed = seed};
+    mp_sampler_params pp = {.temperature = 1.5f, .top_k = 0, .top_p = 1e-6f, .seed = seed};
+    mp_sampler *sk = mp_sampler_new(&pk, V), *sp = mp_sampler_new(&pp, V);
+    for (int i = 0; i < 50; i++) {
+        random_logits(base, V);
+        if (i % 5 == 0)
+            base[V - 1] = base[3] = 9.0f; /* a tie: the lower id wins */
+        int32_t greedy = -1;
+        for (int32_t v = 0; v < V; v++)
+            if (greedy < 0 || base[v] > base[greedy])
+                greedy = v;
+        memcpy(l, base, sizeof l);
+        cr_assert_eq(mp_sampler_sample(sk, l), greedy, "seed %llu draw %d", (unsigned long long)seed, i);
+        memcpy(l, base, sizeof l);
+        cr_assert_eq(mp_sampler_sample(sp, l), greedy, "seed %llu draw %d", (unsigned long long)seed, i);
+    }
+    mp_sampler_free(sk);
+    mp_sampler_free(sp);
+}
+
+Test(sampler, top_k_restricts_to_the_k_best)
+{
+    const uint64_t seed = time_seed();
+    rng_state = seed;
+    enum { V = 300 };
+    static float base[V], l[V];
+    random_logits(base, V);
+    float sorted[V];
+    memcpy(sorted, base, sizeof sorted);
+    for (int i = 0; i < V; i++) /* the 5th largest value */
+        for (int j = i + 1; j < V; j++)
+            if (sorted[j] > sorted[i]) {
+                float t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t;
+            }
+    mp_sampler_params p = {.temperature = 5.0f, .top_k = 5, .top_p = 1.0f, .seed = seed};
+    mp_sampler *s = mp_sampler_new(&p, V);
+    int distinct = 0, seen[V] = {0};
+    for (int i = 0; i < 300; i++) {
+        memcpy(l, base, sizeof l);
+        const int32_t t = mp_sampler_sample(s, l);
+        cr_assert_geq(base[t], sorted[4], "seed %llu: token %d outside the top 5", (unsigned long long)seed, t);
+        if (!seen[t]++)
+            distinct++;
+    }
+    cr_assert_gt(distinct, 1, "seed %llu", (unsigned long long)seed);
+    mp_sampler_free(s);
+}
+
+/* ---------------------------------------------------------------- thread pool */
+
+typedef struct count_job {
+    atomic_int *hits;
+    int n_threads;
+    atomic_int bad_thread;
+} count_job;
+
+static void count_task(void *ctx, int64_t task, int thread)
+{
+    count_job *j = ctx;
+    if (thread < 0 || thread >= j->n_threads)
+        atomic_store(&j->bad_thread, 1);
+    atomic_fetch_add(&j->hits[task], 1);
+}
+
+Test(threadpool, every_task_runs_exactly_once)
+{
+    enum { MAX_TASKS = 300 };
+    static atomic_int hits[MAX_TASKS];
+    const int thread_counts[] = {1, 2, 3, 5, 8};
+    for (size_t ti = 0; ti < sizeof thread_counts / sizeof thread_counts[0]; ti++) {
+        const int nt = thread_counts[ti];
+        mp_pool *pool = mp_pool_new(nt);
+        cr_assert(pool);
+        cr_assert_eq(mp_pool_n_threads(pool), nt);
+        for (int region = 0; region < 400; region++) {
+            const int64_t n = (region * 37) % MAX_TASKS; /* includes 0 and 1 */
+            for (int64_t t = 0; t < MAX_TASKS; t++)
+                atomic_store(&hits[t], 0);
+            count_job j = {hits, nt, 0};
+            mp_pool_run(pool, n, count_task, &j);
+            for (int64_t t = 0; t < MAX_TASKS; t++)
+                cr_assert_eq(atomic_load(&hits[t]), t < n ? 1 : 0,
+                             "threads %d region %d tasks %lld: task %lld ran %d times", nt, region,
+                             (long long)n, (long long)t, atomic_load(&hits[t]));
+            cr_assert_eq(atomic_load(&j.bad_thread), 0);
+            if (region % 100 == 99) { /* let the workers fall asleep, then wake them */
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        mp_pool_free(pool);
+    }
+    cr_assert_null(mp_pool_new(0));
+    cr_assert_geq(mp_cpu_count(), 1);
+}
+
+/* The thread count must not change the result (each output row is computed by one task). */
+Test(forward, thread_count_does_not_change_logits)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    const uint64_t seed = time_seed();
+    test_model *tm = build_model(&hp, seed);
+    int32_t tok[6];
+    random_tokens(tok, 6, hp.n_vocab);
+    float a[6 * 40], b[6 * 40];
+    mp_error err = {0};
+    mp_session *s1 = new_session(&tm->m, 1, 0, 16, NULL, NULL);
+    mp_session *s5 = new_session(&tm->m, 5, 0, 16, NULL, NULL);
+    cr_assert_eq(mp_session_eval(s1, tok, 6, true, a, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_session_eval(s5, tok, 6, true, b, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(memcmp(a, b, sizeof a), 0, "seed %llu", (unsigned long long)seed);
+    mp_session_free(s1);
+    mp_session_free(s5);
+    free_model(tm);
+}
