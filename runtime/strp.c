@@ -404,3 +404,14 @@ mp_status mp_strp_encode(const mp_strp *p, uint8_t **out, size_t *out_size, mp_e
     *out_size = (size_t)size;
     return MP_OK;
 }
+
+uint32_t mp_strp_placement(const mp_strp *p, uint64_t n_slots, uint8_t *resident)
+{
+    uint64_t n = n_slots == MP_STRP_PROFILE_SLOTS ? p->slots : n_slots;
+    if (n > p->n_ranked)
+        n = p->n_ranked;
+    memset(resident, 0, (size_t)p->n_layers * p->n_experts);
+    for (uint64_t i = 0; i < n; i++)
+        resident[(size_t)p->ranked[i].layer * p->n_experts + p->ranked[i].expert] = 1;
+    return (uint32_t)n;
+}

@@ -84,6 +84,12 @@ mp_status mp_strp_write_file(const char *path, const mp_strp *p, mp_error *err);
 
 const char *mp_strp_table_name(mp_strp_table t);
 
+/* The placement a runtime applies: the first n ranked pairs are resident, where n is the
+ * profile's slots (n_slots == MP_STRP_PROFILE_SLOTS) or as many as a budget allows (n_slots),
+ * at most n_ranked. resident (n_layers, n_experts) is cleared and filled; returns n. */
+#define MP_STRP_PROFILE_SLOTS UINT64_MAX
+uint32_t mp_strp_placement(const mp_strp *p, uint64_t n_slots, uint8_t *resident);
+
 /* Manifest: the metadata STRP has no room for, as JSON beside the profile (PROFILE.json).
  * String fields may be NULL and numbers NaN (or budget 0) for "not known": they are written as
  * JSON null so that a later step can fill them. */

@@ -545,3 +545,24 @@ Test(strp, cli_verify_against_a_gguf_model)
     cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s", out);
     mp_strp_free(&p);
 }
+
+Test(strp, placement_takes_the_ranked_prefix)
+{
+    mp_strp p = make_profile(3, 4, 7, 3, MP_STRP_TABLE_NONE, 15);
+    uint8_t res[12];
+    cr_assert_eq(mp_strp_placement(&p, MP_STRP_PROFILE_SLOTS, res), 3);
+    int n = 0;
+    for (int c = 0; c < 12; c++)
+        n += res[c];
+    cr_assert_eq(n, 3);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(res[p.ranked[i].layer * 4 + p.ranked[i].expert], i < 3, "pair %d", i);
+    cr_assert_eq(mp_strp_placement(&p, 5, res), 5); /* a bigger budget takes the next ranked */
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(res[p.ranked[i].layer * 4 + p.ranked[i].expert], i < 5, "pair %d", i);
+    cr_assert_eq(mp_strp_placement(&p, 100, res), 7); /* never beyond the ranked list */
+    cr_assert_eq(mp_strp_placement(&p, 0, res), 0);
+    for (int c = 0; c < 12; c++)
+        cr_assert_eq(res[c], 0);
+    mp_strp_free(&p);
+}
