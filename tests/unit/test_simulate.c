@@ -122,13 +122,15 @@ Test(simulate, cli_end_to_end)
     /* expert Q4_K = 1e6 bytes; 1e6 non-expert + 3 experts */
     snprintf(args, sizeof args,
              "simulate t.db --costs '%s' --expert Q4_K --budget 1000000B,4000000B,9000000B --non-expert-bytes 1000000 "
-             "--train-frac 0.5 --json r.json --svg r.svg --emit-profile p.strp --emit-llamacpp",
+             "--train-frac 0.5 --json r.json --svg r.svg --emit-profile p.strp --emit-llamacpp --sensitivity",
              costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "2 MoE layers x 4 experts, top-2, 2 requests"), "%s", out);
     cr_assert_not_null(strstr(out, "budget 0.00 GiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
     cr_assert_not_null(strstr(out, "llama.cpp:    (every layer fits: no override needed)"), "%s", out);
     cr_assert_not_null(strstr(out, "-ot 'blk\\.(4|7)\\.ffn_.*_exps\\.=CPU'"), "%s", out);
+    cr_assert_not_null(strstr(out, "sensitivity (each cost x0.8 / x1.2"), "%s", out);
+    cr_assert_not_null(strstr(out, "non_moe    x1.2:"), "%s", out);
     /* 1e6 budget: no slots; the profile is written for the first budget */
     char path[700];
     snprintf(path, sizeof path, "%s/p.strp", dir);
@@ -154,6 +156,7 @@ Test(simulate, cli_end_to_end)
     fclose(f);
     cJSON *root = cJSON_Parse(json);
     cr_assert_not_null(root, "report is not JSON");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "sensitivity")), 14); /* 7 costs x 2 factors */
     cJSON *budgets = cJSON_GetObjectItem(root, "budgets");
     cr_assert_eq(cJSON_GetArraySize(budgets), 3);
     cJSON *b2 = cJSON_GetArrayItem(budgets, 2);
