@@ -45,6 +45,7 @@ static void usage(FILE *f)
         "  -o, --output PATH  output file (written to PATH.tmp.<pid>, then renamed)\n"
         "  --force            overwrite PATH if it exists\n"
         "  --quiet            no progress output\n"
+        "  --dry-run          check the flags and print the tensor count and data size; write nothing\n"
         "  -h, --help         this help\n",
         MP_MK_DEFAULT_SKEW);
 }
@@ -139,7 +140,7 @@ static int is_value_flag(const char *a)
 int mp_cmd_mkmodel(int argc, char **argv)
 {
     const char *preset = NULL, *arch = NULL, *quant = NULL, *out_path = NULL;
-    bool force = false, quiet = false;
+    bool force = false, quiet = false, dry_run = false;
     /* Pass 1: what the rest builds on, and the structure of the command line. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -153,6 +154,10 @@ int mp_cmd_mkmodel(int argc, char **argv)
         }
         if (!strcmp(a, "--quiet")) {
             quiet = true;
+            continue;
+        }
+        if (!strcmp(a, "--dry-run")) {
+            dry_run = true;
             continue;
         }
         if (!is_value_flag(a))
@@ -250,6 +255,12 @@ int mp_cmd_mkmodel(int argc, char **argv)
     st = mp_mkmodel_plan(&cfg, &tensors, &n_tensors, &err);
     uint64_t total = st ? 0 : mp_mkmodel_data_bytes(tensors, n_tensors);
     free(tensors);
+    if (!st && dry_run) {
+        printf("would write %s: %lld tensors, %llu bytes of tensor data, %s %s\n", out_path,
+               (long long)n_tensors, (unsigned long long)total,
+               cfg.preset[0] ? cfg.preset : "custom", cfg.mix);
+        return 0;
+    }
     progress_state ps = {.tty = isatty(2)};
     clock_gettime(CLOCK_MONOTONIC, &ps.start);
     /* Only large models are worth a progress line. */

@@ -65,7 +65,7 @@ typedef struct mp_mkmodel_config {
 
 /* The default router skew: tuned so that the `flame` geometry (64 experts, top-6) gives the top
  * half of experts about the share of routes the real FLAME-MoE-290M trace shows (docs/mkmodel.md). */
-#define MP_MK_DEFAULT_SKEW 0.1
+#define MP_MK_DEFAULT_SKEW 0.05
 
 /* Preset names, NULL-terminated, for --help. */
 extern const char *const mp_mkmodel_preset_names[];
