@@ -471,3 +471,24 @@ Test(mkmodel, default_skew_matches_the_flame_trace_concentration, .timeout = 600
               flame_share);
     mp_mk_routes_free(&rc);
 }
+
+static bool cancel_after_first_chunk(void *user, uint64_t done, uint64_t total)
+{
+    int *calls = user;
+    cr_assert(done > 0 && done <= total);
+    return ++*calls < 2;
+}
+
+/* A cancelled write (the CLI's Ctrl-C) fails and leaves no output and no temporary file. */
+Test(mkmodel, cancelled_write_leaves_nothing)
+{
+    mp_mkmodel_config c = small_config();
+    mp_error err = {0};
+    int calls = 0;
+    mp_status st = mp_mkmodel_write(&c, tmp_path("cancel.gguf"), false, cancel_after_first_chunk,
+                                    &calls, &err);
+    cr_assert_eq(st, MP_ERR_IO, "status %d: %s", st, err.msg);
+    cr_assert(strstr(err.msg, "interrupted"), "message: %s", err.msg);
+    cr_assert_eq(calls, 2);
+    cr_assert_eq(count_dir_entries(), 0, "a cancelled write left a file");
+}
