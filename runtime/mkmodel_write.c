@@ -34,6 +34,7 @@
 #include "kernels/quant.h"
 #include "runtime/gguf.h"
 #include "runtime/mkmodel.h"
+#include "runtime/mkmodel_blocks.h"
 #include "runtime/threadpool.h"
 #include "runtime/tokenizer.h"
 
@@ -201,6 +202,35 @@ static void quantize_into(int type, const float *src, void *dst, int64_t n)
     mp_type_ops_get(type)->quantize_row(src, dst, n);
 }
 
+static uint64_t rng_next_opaque(void *r)
+{
+    return rng_next(r);
+}
+
+/* Expert tensors in a quantized type are drawn directly as quantized blocks (mkmodel_blocks.c):
+ * they are nearly all of a large model's bytes, and the K-quant scale search over Gaussian floats
+ * would take hours for the qwen3-30b-a3b preset. Same scale and bias-channel zeros as gen_row. */
+static bool direct_blocks(const mp_mk_tensor *t)
+{
+    return (t->cls == MP_MK_FFN_GATE || t->cls == MP_MK_FFN_UP || t->cls == MP_MK_FFN_DOWN) &&
+           mp_mk_blocks_supported(t->type);
+}
+
+static void gen_row_blocks(const gen_ctx *g, int64_t row, void *dst)
+{
+    const mp_mkmodel_config *cfg = g->cfg;
+    const mp_mk_tensor *t = g->t;
+    rng r = rng_seed(cfg->seed, STREAM_TENSOR + (uint64_t)g->tensor_index, (uint64_t)row);
+    float std = 1.0f / sqrtf((float)t->ne[0]);
+    bool zero_row = false;
+    if (t->cls == MP_MK_FFN_DOWN) {
+        std *= residual_scale(cfg);
+        zero_row = row % cfg->n_embd == 0; /* writes the bias channel */
+    }
+    mp_mk_random_row(t->type, t->ne[0], std, t->cls != MP_MK_FFN_DOWN, zero_row, rng_next_opaque, &r,
+                     dst);
+}
+
 /* Pool task: generate and quantize rows [task * rows_per_task, ...) of the chunk. */
 static void gen_task(void *ctx, int64_t task, int thread)
 {
@@ -210,9 +240,15 @@ static void gen_task(void *ctx, int64_t task, int thread)
     if (end > g->n_rows)
         end = g->n_rows;
     float *row = g->scratch[thread];
+    const bool direct = direct_blocks(g->t);
     for (int64_t i = begin; i < end; i++) {
+        uint8_t *dst = g->out + (size_t)i * g->row_bytes;
+        if (direct) {
+            gen_row_blocks(g, g->row_begin + i, dst);
+            continue;
+        }
         gen_row(g, g->row_begin + i, row);
-        quantize_into(g->t->type, row, g->out + (size_t)i * g->row_bytes, g->t->ne[0]);
+        quantize_into(g->t->type, row, dst, g->t->ne[0]);
     }
 }
 
