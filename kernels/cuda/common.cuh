@@ -53,6 +53,25 @@ __device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
     return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
 }
 
+// N 32-bit words from a 2-byte aligned address with aligned 32-bit loads: N (+1 when p is not
+// 4-byte aligned) loads and a funnel shift, instead of 2N 16-bit loads. Never reads outside the
+// 4-byte words that hold bytes of [p, p + 4N).
+template <int N>
+__device__ __forceinline__ void mpc_ld_words(const uint8_t *p, uint32_t *out)
+{
+    const uintptr_t a = (uintptr_t)p;
+    const uint32_t *q = (const uint32_t *)(a & ~(uintptr_t)3);
+    const unsigned sh = (unsigned)(a & 2) * 8; // 0 or 16
+    uint32_t w[N + 1];
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        w[k] = q[k];
+    w[N] = sh ? q[N] : 0u;
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        out[k] = __funnelshift_r(w[k], w[k + 1], sh);
+}
+
 __device__ __forceinline__ float mpc_warp_sum(float v)
 {
     for (int off = 16; off > 0; off >>= 1)

@@ -117,7 +117,8 @@ size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, i
  *   h = silu(gate_e · x_row) * (up_e · x_row)          (n_ff, f32; one launch for all routes)
  *   out[row] (+)= Σ_k weights[row, k] · (down_e · h)   (one launch; slot order, f32, one
  *                                                       rounding per output element)
- * gate and up must have the same type. Three launches in all plus two activation conversions. */
+ * gate and up must have the same type; top_k <= 32. Two launches plus two activation
+ * conversions. */
 int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
 
 /* ---- router ---- */

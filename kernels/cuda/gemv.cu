@@ -25,13 +25,21 @@ gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_out, int64_t n_units, 
 #pragma unroll
     for (int i = 0; i < MAXNX; i++)
         acc[i] = 0.0f;
-    for (int64_t u = lane; u < n_units; u += MPC_WARP) {
-        mpc_unit<T, VEC> wu;
-        wu.load(wrow, u);
+    // two units in flight per lane (both loaded before either is used): twice the bytes in
+    // flight per warp hides more HBM latency; each lane still adds its units in order u, u+32, ...
+    for (int64_t u = lane; u < n_units; u += 2 * MPC_WARP) {
+        const bool has1 = u + MPC_WARP < n_units;
+        mpc_unit<T, VEC> w0, w1;
+        w0.load(wrow, u);
+        if (has1)
+            w1.load(wrow, u + MPC_WARP);
 #pragma unroll
         for (int i = 0; i < MAXNX; i++)
-            if (i < nx)
-                acc[i] += wu.dot(x + i * x_stride, u);
+            if (i < nx) {
+                acc[i] += w0.dot(x + i * x_stride, u);
+                if (has1)
+                    acc[i] += w1.dot(x + i * x_stride, u + MPC_WARP);
+            }
     }
 #pragma unroll
     for (int i = 0; i < MAXNX; i++) {

@@ -35,17 +35,17 @@ template <> struct mpc_unit<MP_TYPE_Q4_0, false> {
     {
         const uint8_t *b = row + u * 18;
         d = mpc_f16(mpc_ld16(b));
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            q[k] = (int)mpc_ld32_a2(b + 2 + 4 * k);
+        mpc_ld_words<4>(b + 2, (uint32_t *)q);
     }
     __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + u * 34; // Q8_0
+        uint32_t xw[8];
+        mpc_ld_words<8>(b + 2, xw);
         int isum = 0, xsum = 0;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const int xl = (int)mpc_ld32_a2(b + 2 + 4 * k), xh = (int)mpc_ld32_a2(b + 18 + 4 * k);
+            const int xl = (int)xw[k], xh = (int)xw[k + 4];
             isum = mpc_dp4a(q[k] & 0x0F0F0F0F, xl, isum);
             isum = mpc_dp4a((q[k] >> 4) & 0x0F0F0F0F, xh, isum);
             xsum = mpc_dp4a(0x01010101, xl, xsum);
@@ -63,17 +63,17 @@ template <> struct mpc_unit<MP_TYPE_Q8_0, false> {
     {
         const uint8_t *b = row + u * 34;
         d = mpc_f16(mpc_ld16(b));
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            q[k] = (int)mpc_ld32_a2(b + 2 + 4 * k);
+        mpc_ld_words<8>(b + 2, (uint32_t *)q);
     }
     __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + u * 34;
+        uint32_t xw[8];
+        mpc_ld_words<8>(b + 2, xw);
         int isum = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            isum = mpc_dp4a(q[k], (int)mpc_ld32_a2(b + 2 + 4 * k), isum);
+            isum = mpc_dp4a(q[k], (int)xw[k], isum);
         return __fmul_rn(d, mpc_f16(mpc_ld16(b))) * (float)isum;
     }
 };
@@ -136,10 +136,13 @@ template <> struct mpc_unit<MP_TYPE_Q6_K, false> {
         sc1 = (int8_t)b[192 + 8 * h + 2 * s + 1];
         const uint8_t *ql = b + 64 * h + 32 * (s & 1), *qh = b + 128 + 32 * h;
         const int lshift = s >= 2 ? 4 : 0;
+        uint32_t lw[8], hw[8];
+        mpc_ld_words<8>(ql, lw);
+        mpc_ld_words<8>(qh, hw);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const uint32_t lo = (mpc_ld32_a2(ql + 4 * k) >> lshift) & 0x0F0F0F0Fu;
-            const uint32_t hi = ((mpc_ld32_a2(qh + 4 * k) >> (2 * s)) & 0x03030303u) << 4;
+            const uint32_t lo = (lw[k] >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((hw[k] >> (2 * s)) & 0x03030303u) << 4;
             q[k] = (int)(lo | hi);
         }
     }
@@ -222,10 +225,15 @@ __device__ __forceinline__ float mpc_row_dot(const uint8_t *wrow, const uint8_t 
                                             int lane)
 {
     float acc = 0.0f;
-    for (int64_t u = lane; u < n_units; u += MPC_WARP) {
-        mpc_unit<T, VEC> wu;
-        wu.load(wrow, u);
-        acc += wu.dot(x, u);
+    for (int64_t u = lane; u < n_units; u += 2 * MPC_WARP) { // two units in flight (gemv.cu)
+        const bool has1 = u + MPC_WARP < n_units;
+        mpc_unit<T, VEC> w0, w1;
+        w0.load(wrow, u);
+        if (has1)
+            w1.load(wrow, u + MPC_WARP);
+        acc += w0.dot(x, u);
+        if (has1)
+            acc += w1.dot(x, u + MPC_WARP);
     }
     return mpc_warp_sum(acc);
 }

@@ -6,7 +6,7 @@
 //             route r's expert and writes h[r, j] = silu(g) * u. All 8 experts' weights stream
 //             concurrently, 8 × 768 × 2 rows.
 //   down:     one launch, grid (n_embd / 4 warps, n_rows): a warp owns output element (row, d) and
-//             sums weights[row, k] · (down_e[d] · h[row, k]) over k in slot order in f32 — the
+//             sums weights[row, k] · (down_e[d] · h[row, k]) over the k routes in f32 — the
 //             combine is fused, deterministic, and rounds once per output element (no atomics).
 // Activations are converted to the weights' partner formats (cuda_ops.h) in between, exactly as
 // the CPU path does, so CPU experts and GPU experts see the same quantized inputs.
@@ -59,8 +59,27 @@ gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_u
         return;
     }
     const uint8_t *x = xq + (r / top_k) * xq_row_bytes;
-    const float g = mpc_row_dot<T, false>(gw + j * gate.row_bytes, x, n_units, lane);
-    const float u = mpc_row_dot<T, false>(uw + j * up.row_bytes, x, n_units, lane);
+    // gate and up rows together, two units each in flight per lane (see gemv.cu)
+    const uint8_t *grow = gw + j * gate.row_bytes, *urow = uw + j * up.row_bytes;
+    float g = 0.0f, u = 0.0f;
+    for (int64_t v = lane; v < n_units; v += 2 * MPC_WARP) {
+        const bool has1 = v + MPC_WARP < n_units;
+        mpc_unit<T, false> g0, g1, u0, u1;
+        g0.load(grow, v);
+        u0.load(urow, v);
+        if (has1) {
+            g1.load(grow, v + MPC_WARP);
+            u1.load(urow, v + MPC_WARP);
+        }
+        g += g0.dot(x, v);
+        u += u0.dot(x, v);
+        if (has1) {
+            g += g1.dot(x, v + MPC_WARP);
+            u += u1.dot(x, v + MPC_WARP);
+        }
+    }
+    g = mpc_warp_sum(g);
+    u = mpc_warp_sum(u);
     if (lane == 0)
         h[r * n_ff + j] = g / (1.0f + expf(-g)) * u;
 }
@@ -76,16 +95,28 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
     const int64_t d = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
     if (d >= n_embd)
         return;
+    // the row's routes, one per lane (top_k <= 32), broadcast by shuffles: no dependent global
+    // loads between one route's weights and the next
+    const int32_t my_id = lane < top_k ? ids[row * top_k + lane] : -1;
+    const float my_w = lane < top_k ? weights[row * top_k + lane] : 0.0f;
+    // each lane accumulates weight_k · (its units of route k) over all k in slot order, and the
+    // warp sums once at the end: one f32 accumulator, one rounding into out
     float acc = 0.0f;
-    for (int64_t k = 0; k < top_k; k++) {
-        const int64_t r = row * top_k + k;
-        const uint8_t *dw = mpc_expert_ptr(down, ids[r], n_expert);
-        if (!dw)
+#pragma unroll 4
+    for (int k = 0; k < (int)top_k; k++) {
+        const int32_t e = __shfl_sync(0xffffffffu, my_id, k);
+        const float wk = __shfl_sync(0xffffffffu, my_w, k);
+        const uint8_t *dw = mpc_expert_ptr(down, e, n_expert);
+        if (!dw) // uniform over the warp
             continue;
-        const float v = mpc_row_dot<T, false>(dw + d * down.row_bytes, hq + r * hq_row_bytes,
-                                              n_units, lane);
-        acc += weights[r] * v;
+        const uint8_t *wrow = dw + d * down.row_bytes, *h = hq + (row * top_k + k) * hq_row_bytes;
+        for (int64_t u = lane; u < n_units; u += MPC_WARP) {
+            mpc_unit<T, false> w0;
+            w0.load(wrow, u);
+            acc += wk * w0.dot(h, u);
+        }
     }
+    acc = mpc_warp_sum(acc);
     if (lane == 0)
         out[row * n_embd + d] = accumulate ? out[row * n_embd + d] + acc : acc;
 }
@@ -153,7 +184,8 @@ static bool expert_tensor_ok(const mp_cuda_expert_tensor &t, int64_t n_in, int64
 
 extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
 {
-    if (!a || a->n_rows < 0 || a->top_k < 1 || a->n_expert < 1 || a->n_embd < 1 || a->n_ff < 1 ||
+    if (!a || a->n_rows < 0 || a->top_k < 1 || a->top_k > 32 || a->n_expert < 1 || a->n_embd < 1 ||
+        a->n_ff < 1 ||
         a->gate.type != a->up.type || !expert_tensor_ok(a->gate, a->n_embd, a->n_ff) ||
         !expert_tensor_ok(a->up, a->n_embd, a->n_ff) ||
         !expert_tensor_ok(a->down, a->n_ff, a->n_embd) || !a->d_x || !a->d_ids ||
