@@ -89,7 +89,8 @@ int mp_cuda_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_out, int
 /* One expert tensor (GGUF's *_exps: (n_expert, n_out, n_in)). Expert e's matrix starts at
  * d_slots[e] when d_slots is set (a device array of n_expert pointers: the expert pool; a NULL
  * entry means the expert is not resident and its routes are skipped), else at
- * d_base + e * expert_bytes. */
+ * d_base + e * expert_bytes. Slot pointers must be 16-byte aligned when row_bytes is a multiple
+ * of 16 (Q4_K rows are then read with 128-bit loads; a pool hands out 256-byte aligned slots). */
 typedef struct mp_cuda_expert_tensor {
     int type;
     const void *d_base;

@@ -40,7 +40,7 @@ static mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
     return r;
 }
 
-template <int T>
+template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
 gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_units,
                const uint8_t *xq, size_t xq_row_bytes, const int32_t *ids, int64_t top_k,
@@ -64,7 +64,7 @@ gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_u
     float g = 0.0f, u = 0.0f;
     for (int64_t v = lane; v < n_units; v += 2 * MPC_WARP) {
         const bool has1 = v + MPC_WARP < n_units;
-        mpc_unit<T, false> g0, g1, u0, u1;
+        mpc_unit<T, VEC> g0, g1, u0, u1;
         g0.load(grow, v);
         u0.load(urow, v);
         if (has1) {
@@ -84,7 +84,7 @@ gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_u
         h[r * n_ff + j] = g / (1.0f + expf(-g)) * u;
 }
 
-template <int T>
+template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
 down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const uint8_t *hq,
                     size_t hq_row_bytes, const int32_t *ids, const float *weights, int64_t top_k,
@@ -111,7 +111,7 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
             continue;
         const uint8_t *wrow = dw + d * down.row_bytes, *h = hq + (row * top_k + k) * hq_row_bytes;
         for (int64_t u = lane; u < n_units; u += MPC_WARP) {
-            mpc_unit<T, false> w0;
+            mpc_unit<T, VEC> w0;
             w0.load(wrow, u);
             acc += wk * w0.dot(h, u);
         }
@@ -138,37 +138,47 @@ extern "C" size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_
            align256(routes * mpc_row_bytes(hv, n_ff));
 }
 
-template <int T>
+template <int T, bool VEC>
 static void launch_gate_up(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *xq,
                            size_t xq_rb, float *h, cudaStream_t st)
 {
     const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)(a->n_rows * a->top_k));
-    gate_up_kernel<T><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+    gate_up_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
         mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb, a->d_ids,
         a->top_k, a->n_ff, h);
 }
 
-template <int T>
+template <int T, bool VEC>
 static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *hq,
                         size_t hq_rb, cudaStream_t st)
 {
     const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)a->n_rows);
-    down_combine_kernel<T><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+    down_combine_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
         mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights, a->top_k,
         a->n_embd, a->d_out, a->accumulate);
 }
 
-#define MOE_TYPE_SWITCH(type, CALL)               \
-    switch (type) {                               \
-    case MP_TYPE_F32: CALL(MP_TYPE_F32); break;   \
-    case MP_TYPE_F16: CALL(MP_TYPE_F16); break;   \
-    case MP_TYPE_BF16: CALL(MP_TYPE_BF16); break; \
-    case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0); break; \
-    case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0); break; \
-    case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break; \
-    case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K); break; \
-    default: return MP_CUDA_EINVAL;               \
+// Q4_K experts take the 128-bit loads (gemv.cuh) when their rows are 16-byte aligned.
+#define MOE_TYPE_SWITCH(type, vec, CALL)                                       \
+    switch (type) {                                                            \
+    case MP_TYPE_F32: CALL(MP_TYPE_F32, false); break;                         \
+    case MP_TYPE_F16: CALL(MP_TYPE_F16, false); break;                         \
+    case MP_TYPE_BF16: CALL(MP_TYPE_BF16, false); break;                       \
+    case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0, false); break;                       \
+    case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0, false); break;                       \
+    case MP_TYPE_Q4_K:                                                         \
+        if (vec) CALL(MP_TYPE_Q4_K, true); else CALL(MP_TYPE_Q4_K, false);     \
+        break;                                                                 \
+    case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K, false); break;                       \
+    default: return MP_CUDA_EINVAL;                                            \
     }
+
+static bool expert_vec(const mp_cuda_expert_tensor &t)
+{
+    if (t.row_bytes % 16)
+        return false;
+    return t.d_slots || ((uintptr_t)t.d_base % 16 == 0 && t.expert_bytes % 16 == 0);
+}
 
 static bool expert_tensor_ok(const mp_cuda_expert_tensor &t, int64_t n_in, int64_t n_out)
 {
@@ -212,8 +222,9 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     {
         const int64_t n_units = a->n_embd / (a->gate.type == MP_TYPE_F32 || a->gate.type == MP_TYPE_F16 ||
                                              a->gate.type == MP_TYPE_BF16 ? 1 : 32);
-#define MPC_CALL(T) launch_gate_up<T>(a, n_units, xq, xq_rb, h, st)
-        MOE_TYPE_SWITCH(a->gate.type, MPC_CALL)
+        const bool vec = expert_vec(a->gate) && expert_vec(a->up);
+#define MPC_CALL(T, V) launch_gate_up<T, V>(a, n_units, xq, xq_rb, h, st)
+        MOE_TYPE_SWITCH(a->gate.type, vec, MPC_CALL)
 #undef MPC_CALL
         if (cudaGetLastError() != cudaSuccess)
             return MP_CUDA_ELAUNCH;
@@ -224,8 +235,9 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     {
         const int64_t n_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
                                            a->down.type == MP_TYPE_BF16 ? 1 : 32);
-#define MPC_CALL(T) launch_down<T>(a, n_units, hq, hq_rb, st)
-        MOE_TYPE_SWITCH(a->down.type, MPC_CALL)
+        const bool vec = expert_vec(a->down);
+#define MPC_CALL(T, V) launch_down<T, V>(a, n_units, hq, hq_rb, st)
+        MOE_TYPE_SWITCH(a->down.type, vec, MPC_CALL)
 #undef MPC_CALL
     }
     return mpc_launch_status();
