@@ -125,6 +125,8 @@ extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const ui
         return 0;
     const int64_t n_keys_max = pos0 + n_rows;
     const int64_t n_splits = (n_keys_max + ATT_CHUNK - 1) / ATT_CHUNK;
+    if (n_splits > 65535) // gridDim.y: contexts beyond 16M keys
+        return MP_CUDA_EINVAL;
     if (!d_scratch ||
         scratch_bytes < mp_cuda_attention_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
         return MP_CUDA_ENOMEM;

@@ -44,10 +44,10 @@ template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
 gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_units,
                const uint8_t *xq, size_t xq_row_bytes, const int32_t *ids, int64_t top_k,
-               int64_t n_ff, float *h)
+               int64_t n_ff, float *h, int64_t r_base)
 {
     const int lane = threadIdx.x % MPC_WARP;
-    const int64_t r = blockIdx.y; // route = row * top_k + k
+    const int64_t r = r_base + blockIdx.y; // route = row * top_k + k
     const int64_t j = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
     if (j >= n_ff)
         return;
@@ -88,10 +88,10 @@ template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
 down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const uint8_t *hq,
                     size_t hq_row_bytes, const int32_t *ids, const float *weights, int64_t top_k,
-                    int64_t n_embd, float *out, int accumulate)
+                    int64_t n_embd, float *out, int accumulate, int64_t row_base)
 {
     const int lane = threadIdx.x % MPC_WARP;
-    const int64_t row = blockIdx.y;
+    const int64_t row = row_base + blockIdx.y;
     const int64_t d = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
     if (d >= n_embd)
         return;
@@ -138,24 +138,34 @@ extern "C" size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_
            align256(routes * mpc_row_bytes(hv, n_ff));
 }
 
+// gridDim.y is at most 65535: prefill batches run in slices of routes / rows.
+#define MOE_MAX_GRID_Y 65535
+
 template <int T, bool VEC>
 static void launch_gate_up(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *xq,
                            size_t xq_rb, float *h, cudaStream_t st)
 {
-    const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)(a->n_rows * a->top_k));
-    gate_up_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
-        mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb, a->d_ids,
-        a->top_k, a->n_ff, h);
+    const int64_t routes = a->n_rows * a->top_k;
+    for (int64_t r0 = 0; r0 < routes; r0 += MOE_MAX_GRID_Y) {
+        const int64_t nr = routes - r0 < MOE_MAX_GRID_Y ? routes - r0 : MOE_MAX_GRID_Y;
+        const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nr);
+        gate_up_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+            mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb,
+            a->d_ids, a->top_k, a->n_ff, h, r0);
+    }
 }
 
 template <int T, bool VEC>
 static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *hq,
                         size_t hq_rb, cudaStream_t st)
 {
-    const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)a->n_rows);
-    down_combine_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
-        mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights, a->top_k,
-        a->n_embd, a->d_out, a->accumulate);
+    for (int64_t q0 = 0; q0 < a->n_rows; q0 += MOE_MAX_GRID_Y) {
+        const int64_t nq = a->n_rows - q0 < MOE_MAX_GRID_Y ? a->n_rows - q0 : MOE_MAX_GRID_Y;
+        const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nq);
+        down_combine_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+            mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
+            a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
+    }
 }
 
 // Q4_K experts take the 128-bit loads (gemv.cuh) when their rows are 16-byte aligned.

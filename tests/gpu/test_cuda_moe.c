@@ -281,3 +281,14 @@ Test(cuda_moe, experts_slot_table_and_accumulate)
     check_experts(&c2);
 }
 #endif
+
+#if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+Test(cuda_moe, experts_prefill_beyond_grid_limit)
+{
+    seed_rng();
+    /* 8200 rows × top-8 = 65600 routes: more than one launch's 65535 grid rows (small matrices
+     * keep the CPU reference quick) */
+    moe_case c = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0};
+    check_experts(&c);
+}
+#endif
