@@ -1,1 +1,172 @@
-/* analyzer/cmd_analyze.c — placeholder until implemented. */
+/* analyzer/cmd_analyze.c — `moeplan analyze`: argument parsing and messages only; the work is
+ * mp_an_run (analyze.h). Exit status: 0 ok, 1 failure (bad trace, I/O), 2 usage error. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "analyzer/analyze.h"
+#include "cli/commands.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moeplan analyze TRACE.db [MORE.db ...] --out DIR [options]\n"
+            "\n"
+            "Validate one or more traces of the same model (fail closed: the first problem is\n"
+            "reported with its trace, request, step and node) and write a report directory:\n"
+            "CSV tables, summary.json, SVG charts and report.html (see docs/analyzer.md).\n"
+            "\n"
+            "options:\n"
+            "  --out DIR             report directory (written atomically; must not exist)\n"
+            "  --force               replace an existing DIR\n"
+            "  --model MODEL.gguf    also check node shapes and bytes per expert against the GGUF\n"
+            "  --rows all|decode|final\n"
+            "                        rows counted: every row (default), decode rows only, or the\n"
+            "                        last prefill row + decode rows (onnxruntime's semantics)\n"
+            "  --train-frac F        popularity is learned on the first F of the requests and\n"
+            "                        judged on the rest (default 0.5; 0 < F < 1)\n"
+            "  --train-requests LIST learn on these requests instead: [TRACE:]REQUEST_ID,...\n"
+            "                        (TRACE: 0-based position of the trace on the command line)\n"
+            "  --reuse-window N      tokens within which a reused expert counts as reused (8)\n"
+            "  --validate-only       only validate; list every problem (up to --max-problems)\n"
+            "  --max-problems N      problems listed by --validate-only (default 100)\n"
+            "  --help                this text\n");
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "moeplan analyze: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see moeplan analyze --help)\n");
+    return 2;
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+int mp_cmd_analyze(int argc, char **argv)
+{
+    mp_an_options o;
+    mp_an_options_init(&o);
+    const char **traces = calloc((size_t)argc + 1, sizeof *traces);
+    if (!traces)
+        return 1;
+    int rc = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            rc = 0;
+            goto done;
+        } else if (!strcmp(a, "--out") && has_val) {
+            o.out_dir = argv[++i];
+        } else if (!strcmp(a, "--model") && has_val) {
+            o.model_path = argv[++i];
+        } else if (!strcmp(a, "--force")) {
+            o.force = true;
+        } else if (!strcmp(a, "--validate-only")) {
+            o.validate_only = true;
+        } else if (!strcmp(a, "--rows") && has_val) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "all"))
+                o.rows = MP_AN_ROWS_ALL;
+            else if (!strcmp(v, "decode"))
+                o.rows = MP_AN_ROWS_DECODE;
+            else if (!strcmp(v, "final"))
+                o.rows = MP_AN_ROWS_FINAL;
+            else {
+                rc = bad_usage("--rows '%s': expected all, decode or final", v);
+                goto done;
+            }
+        } else if (!strcmp(a, "--train-frac") && has_val) {
+            char *end;
+            o.train_frac = strtod(argv[++i], &end);
+            if (end == argv[i] || *end || !(o.train_frac > 0 && o.train_frac < 1)) {
+                rc = bad_usage("--train-frac '%s': expected a number strictly between 0 and 1",
+                               argv[i]);
+                goto done;
+            }
+        } else if (!strcmp(a, "--train-requests") && has_val) {
+            o.train_requests = argv[++i];
+        } else if (!strcmp(a, "--max-problems") && has_val) {
+            if (!parse_i64(argv[++i], 1, 1000000, &o.max_problems)) {
+                rc = bad_usage("--max-problems '%s': expected an integer in 1..1000000", argv[i]);
+                goto done;
+            }
+        } else if (!strcmp(a, "--reuse-window") && has_val) {
+            if (!parse_i64(argv[++i], 1, 1 << 30, &o.reuse_window)) {
+                rc = bad_usage("--reuse-window '%s': expected a positive integer", argv[i]);
+                goto done;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            rc = bad_usage(has_val || strncmp(a, "--", 2) ? "unknown option or missing value: %s"
+                                                          : "%s: missing value",
+                           a);
+            goto done;
+        } else {
+            traces[o.n_traces++] = a;
+        }
+    }
+    if (o.n_traces == 0) {
+        rc = bad_usage("%sexpected at least one TRACE.db", "");
+        goto done;
+    }
+    if (!o.validate_only && !o.out_dir) {
+        rc = bad_usage("%s--out DIR is required (or --validate-only)", "");
+        goto done;
+    }
+    for (int i = 0; i < o.n_traces; i++)
+        if (o.out_dir && !strcmp(traces[i], o.out_dir)) {
+            rc = bad_usage("--out %s: is also an input trace", o.out_dir);
+            goto done;
+        }
+    o.traces = traces;
+
+    mp_an_problems pb;
+    mp_error err;
+    mp_error_clear(&err);
+    if (mp_an_problems_init(&pb, o.validate_only ? o.max_problems : 1, &err) != MP_OK) {
+        fprintf(stderr, "moeplan analyze: error: %s\n", err.msg);
+        rc = 1;
+        goto done;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t decisions = 0;
+    mp_status st = mp_an_run(&o, &pb, &decisions, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (o.validate_only && pb.n > 0) {
+        for (int64_t i = 0; i < pb.n; i++)
+            fprintf(stderr, "moeplan analyze: problem: %s\n", pb.msg[i]);
+        fprintf(stderr, "moeplan analyze: error: %lld problem%s found%s\n", (long long)pb.n,
+                pb.n == 1 ? "" : "s", pb.n >= pb.max ? " (limit reached; more may exist)" : "");
+        rc = 1;
+    } else if (st != MP_OK) {
+        fprintf(stderr, "moeplan analyze: error: %s\n", err.msg);
+        rc = 1;
+    } else if (o.validate_only) {
+        printf("moeplan analyze: %d trace%s valid\n", o.n_traces, o.n_traces == 1 ? "" : "s");
+        rc = 0;
+    } else {
+        printf("moeplan analyze: %llu routing decisions in %.2f s (%.1f M/s); report in %s\n",
+               (unsigned long long)decisions, secs, secs > 0 ? (double)decisions / secs / 1e6 : 0,
+               o.out_dir);
+        rc = 0;
+    }
+    mp_an_problems_free(&pb);
+done:
+    free(traces);
+    return rc;
+}

@@ -14,7 +14,11 @@ static const command commands[] = {
     {"run", mp_cmd_run, "generate text from a GGUF MoE model"},
     {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
+    {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},
     {"import", mp_cmd_import, "convert onnxruntime / Strata / CSV routing traces into a trace"},
+    {"analyze", mp_cmd_analyze, "validate traces; expert popularity, coverage, locality, drift"},
+    {"simulate", mp_cmd_simulate, "replay a trace under budgets and placement policies; emit profiles"},
+    {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

@@ -1,1 +1,391 @@
-/* collector/cmd_collect.c — placeholder until implemented. */
+/* collector/cmd_collect.c — `moeplan collect`: run a prompt set through the model with the trace
+ * hooks on, and write the trace plus a results JSON beside it (docs/trace-format.md).
+ *
+ * Order of work (each failure is one line and exit 1, usage errors exit 2):
+ *   options and path checks (before opening anything) → prompts → model, tokenizer, SHA-256 →
+ *   trace (run metadata, one node per MoE layer with bytes per expert) → per prompt: template,
+ *   encode, prefill, greedy decode, with the routing recorded through the hooks → footer →
+ *   results JSON (temp name, then rename).
+ * A failure after the trace exists marks the run aborted (with the reason) and leaves the file.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "collector/collect_opts.h"
+#include "collector/prompts.h"
+#include "collector/sha256.h"
+#include "collector/trace.h"
+#include "kernels/quant.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "runtime/tokenizer.h"
+
+typedef struct prompt_result {
+    int64_t n_prompt_tokens, n_gen_tokens;
+    int64_t prefill_ns, decode_ns;
+} prompt_result;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static mp_status hash_file(const char *path, char hex[65], mp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    static uint8_t buf[1 << 20];
+    mp_sha256 s;
+    mp_sha256_init(&s);
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        mp_sha256_update(&s, buf, n);
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return mp_fail(err, MP_ERR_IO, "%s: read error while hashing", path);
+    uint8_t d[32];
+    mp_sha256_final(&s, d);
+    mp_sha256_hex(d, hex);
+    return MP_OK;
+}
+
+static void cpu_model(char *out, size_t cap)
+{
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c += 1 + (c[1] == ' ');
+                c[strcspn(c, "\n")] = 0;
+                snprintf(out, cap, "%s", c);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+/* "Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q6_K:ffn_down_exps" for layer 0 (the expert weights). */
+static void quant_types(const mp_model *m, char *out, size_t cap)
+{
+    const mp_layer *l = &m->layers[0];
+    const char *g = mp_type_name(l->gate_exps.type), *u = mp_type_name(l->up_exps.type),
+               *d = mp_type_name(l->down_exps.type);
+    snprintf(out, cap, "%s:ffn_gate_exps,%s:ffn_up_exps,%s:ffn_down_exps", g ? g : "?",
+             u ? u : "?", d ? d : "?");
+}
+
+static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int64_t tokens,
+                     int64_t t0_ns, bool final)
+{
+    if (!o->progress || (!final && !isatty(2))) /* a log file gets the final line only */
+        return;
+    static int64_t last_ns;
+    int64_t t = now_ns();
+    if (!final && t - last_ns < 100000000) /* at most 10 redraws per second */
+        return;
+    last_ns = t;
+    double el = (double)(t - t0_ns) * 1e-9;
+    double frac = total ? (double)done / (double)total : 1.0;
+    double eta = frac > 0 ? el * (1 - frac) / frac : 0;
+    char bar[31];
+    int fill = (int)(frac * 30);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    bar[30] = 0;
+    fprintf(stderr, "%s[%s] %lld/%lld prompts  %lld tokens  %.1f tok/s  ETA %d:%02d%s",
+            isatty(2) ? "\r" : "", bar, (long long)done, (long long)total, (long long)tokens,
+            el > 0 ? (double)tokens / el : 0.0, (int)(eta / 60), (int)eta % 60,
+            final ? "\n" : "");
+    fflush(stderr);
+}
+
+static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps,
+                               const prompt_result *res, int64_t n_done, mp_error *err)
+{
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "model", o->model_path);
+    cJSON_AddStringToObject(root, "trace", o->trace_path);
+    int64_t tot_gen = 0, tot_decode_ns = 0, tot_prompt = 0, tot_prefill_ns = 0;
+    for (int64_t i = 0; i < n_done; i++) {
+        const prompt_result *r = &res[i];
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "id", ps->items[i].id);
+        cJSON_AddNumberToObject(p, "n_prompt_tokens", (double)r->n_prompt_tokens);
+        cJSON_AddNumberToObject(p, "n_gen_tokens", (double)r->n_gen_tokens);
+        cJSON_AddNumberToObject(p, "prefill_ms", (double)r->prefill_ns * 1e-6);
+        cJSON_AddNumberToObject(p, "decode_ms", (double)r->decode_ns * 1e-6);
+        cJSON_AddNumberToObject(p, "prefill_tok_s", r->prefill_ns ? (double)r->n_prompt_tokens * 1e9 / (double)r->prefill_ns : 0);
+        /* decode steps evaluate n_gen - 1 tokens (the last sampled token is not evaluated) */
+        cJSON_AddNumberToObject(p, "decode_tok_s", r->decode_ns && r->n_gen_tokens > 1 ? (double)(r->n_gen_tokens - 1) * 1e9 / (double)r->decode_ns : 0);
+        cJSON_AddItemToArray(arr, p);
+        tot_gen += r->n_gen_tokens > 1 ? r->n_gen_tokens - 1 : 0;
+        tot_decode_ns += r->decode_ns;
+        tot_prompt += r->n_prompt_tokens;
+        tot_prefill_ns += r->prefill_ns;
+    }
+    cJSON_AddItemToObject(root, "prompts", arr);
+    cJSON *tot = cJSON_CreateObject();
+    cJSON_AddNumberToObject(tot, "n_prompts", (double)n_done);
+    cJSON_AddNumberToObject(tot, "prefill_tok_s", tot_prefill_ns ? (double)tot_prompt * 1e9 / (double)tot_prefill_ns : 0);
+    cJSON_AddNumberToObject(tot, "decode_tok_s", tot_decode_ns ? (double)tot_gen * 1e9 / (double)tot_decode_ns : 0);
+    cJSON_AddItemToObject(root, "total", tot);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return mp_fail(err, MP_ERR_NOMEM, "results: out of memory");
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.partial-%d", o->results_path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    mp_status s = MP_OK;
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0) {
+        s = mp_fail(err, MP_ERR_IO, "results %s: cannot write: %s", o->results_path,
+                    strerror(errno));
+        unlink(tmp);
+    } else if (rename(tmp, o->results_path) != 0) {
+        s = mp_fail(err, MP_ERR_IO, "results %s: cannot rename into place: %s", o->results_path,
+                    strerror(errno));
+        unlink(tmp);
+    }
+    free(text);
+    return s;
+}
+
+/* Prompt i: template, encode, prefill, greedy decode. The hooks record everything. */
+static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_t request_id,
+                            const mp_model *m, const mp_tokenizer *tok, mp_session *s,
+                            mp_sampler *smp, float *logits, prompt_result *r, int64_t *tokens_done,
+                            int64_t t0_ns, int64_t done, int64_t total, mp_error *err)
+{
+    char *text = NULL;
+    mp_status st;
+    if (o->raw_prompts) {
+        text = strdup(p->text);
+    } else if ((st = mp_chat_apply("chatml", p->text, &text, err))) {
+        return mp_error_prefix(err, "prompt %s", p->id);
+    }
+    if (!text)
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory");
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    st = mp_tokenizer_encode(tok, text, strlen(text), !o->raw_prompts, &ids, &n_ids, err);
+    free(text);
+    if (st)
+        return mp_error_prefix(err, "prompt %s", p->id);
+    int64_t max_tokens = p->max_tokens > 0 ? p->max_tokens : o->max_tokens;
+    if (n_ids == 0 || (int64_t)n_ids + max_tokens > mp_session_n_ctx(s)) {
+        free(ids);
+        return mp_fail(err, MP_ERR_LIMIT, "prompt %s: %zu prompt tokens + %lld to generate exceed "
+                       "the context of %lld tokens (use --ctx)", p->id, n_ids,
+                       (long long)max_tokens, (long long)mp_session_n_ctx(s));
+    }
+    r->n_prompt_tokens = (int64_t)n_ids;
+    mp_session_begin_request(s, request_id, ids, (int64_t)n_ids);
+    int64_t t = now_ns();
+    st = mp_session_eval(s, ids, (int64_t)n_ids, false, logits, err);
+    free(ids);
+    r->prefill_ns = now_ns() - t;
+    if (st)
+        return mp_error_prefix(err, "prompt %s: prefill", p->id);
+    *tokens_done += (int64_t)n_ids;
+    t = now_ns();
+    int64_t n_gen = 0;
+    for (;;) {
+        int32_t next = mp_sampler_sample(smp, logits);
+        n_gen++;
+        if (mp_tokenizer_is_eog(tok, next) || n_gen >= max_tokens)
+            break;
+        if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
+            return mp_error_prefix(err, "prompt %s: decode step %lld", p->id, (long long)n_gen);
+        (*tokens_done)++;
+        progress(o, done, total, *tokens_done, t0_ns, false);
+    }
+    r->decode_ns = now_ns() - t;
+    r->n_gen_tokens = n_gen;
+    mp_session_end_request(s, n_gen);
+    (void)m;
+    return MP_OK;
+}
+
+int mp_cmd_collect(int argc, char **argv)
+{
+    mp_collect_opts o;
+    mp_error err;
+    if (mp_collect_opts_parse(argc, argv, &o, &err)) {
+        fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
+        return 2;
+    }
+    if (o.help) {
+        mp_collect_usage(stdout);
+        return 0;
+    }
+    mp_status st = mp_collect_check_paths(&o, &err);
+    if (st) {
+        fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
+        return st == MP_ERR_ARG ? 2 : 1;
+    }
+    mp_prompt_set ps = {0};
+    mp_model *m = NULL;
+    mp_tokenizer *tok = NULL;
+    mp_trace_writer *w = NULL;
+    mp_trace_async *as = NULL;
+    mp_session *s = NULL;
+    mp_sampler *smp = NULL;
+    float *logits = NULL;
+    prompt_result *res = NULL;
+    const char **labels = NULL; /* (2 × n prompts): external ids, then texts */
+    mp_trace_hooks_state hs;
+    mp_hooks hooks;
+    int64_t n_done = 0;
+    char sha[65], cpu[256], quant[256], config[512];
+    if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
+        (st = mp_model_load(o.model_path, &m, &err)) ||
+        (st = mp_tokenizer_load(m->gguf, &tok, &err)) ||
+        (st = hash_file(o.model_path, sha, &err)))
+        goto out;
+    if (!o.raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE) {
+        st = mp_fail(&err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use "
+                     "--raw-prompts", o.model_path, mp_arch_get(m->hp.arch)->name);
+        goto out;
+    }
+    res = calloc((size_t)ps.n, sizeof *res);
+    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    mp_sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
+    smp = mp_sampler_new(&sp, m->hp.n_vocab);
+    if (!res || !logits || !smp) {
+        st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((st = mp_trace_writer_open(o.trace_path, o.force, &w, &err)))
+        goto out;
+    labels = calloc((size_t)ps.n * 2, sizeof *labels); /* ids, then texts */
+    if (!labels) {
+        st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i < ps.n; i++) {
+        labels[i] = ps.items[i].id;
+        labels[ps.n + i] = ps.items[i].text;
+    }
+    mp_trace_writer_set_request_labels(w, labels, o.store_prompts ? labels + ps.n : NULL, ps.n);
+    if (o.trace_max_bytes && (st = mp_trace_writer_limit_bytes(w, o.trace_max_bytes, &err)))
+        goto out;
+    if (o.sync_writer) {
+        hooks = mp_trace_hooks(&hs, w);
+    } else if ((st = mp_trace_async_start(w, &as, &hooks, &err))) {
+        goto out;
+    }
+    mp_session_params sessp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads, .n_batch = o.n_batch,
+                               .hooks = &hooks};
+    if ((st = mp_session_new(m, &sessp, &s, &err)))
+        goto out;
+    cpu_model(cpu, sizeof cpu);
+    quant_types(m, quant, sizeof quant);
+    snprintf(config, sizeof config,
+             "{\"max_tokens\":%lld,\"raw_prompts\":%s,\"store_prompts\":%s,\"n_ctx\":%lld,"
+             "\"n_batch\":%lld,\"threads\":%d,\"sampling\":\"greedy\",\"writer\":\"%s\","
+             "\"prompts\":\"%s\"}",
+             (long long)o.max_tokens, o.raw_prompts ? "true" : "false",
+             o.store_prompts ? "true" : "false", (long long)mp_session_n_ctx(s),
+             (long long)o.n_batch, mp_session_n_threads(s), o.sync_writer ? "sync" : "thread",
+             "see requests.external_id");
+    mp_trace_run_info info;
+    mp_trace_run_info_init(&info);
+    info.source = "moeplan";
+    info.model_path = o.model_path;
+    info.model_sha256 = sha;
+    info.architecture = mp_arch_get(m->hp.arch)->name;
+    info.n_layers = m->hp.n_layer;
+    info.n_moe_layers = m->hp.n_layer;
+    info.n_experts = m->hp.n_expert;
+    info.top_k = m->hp.n_expert_used;
+    info.n_embd = m->hp.n_embd;
+    info.n_ff_expert = m->hp.n_ff_exp;
+    info.n_vocab = m->hp.n_vocab;
+    info.quant_types = quant;
+    info.device = "cpu";
+    info.cpu_model = cpu;
+    info.threads = mp_session_n_threads(s);
+    info.config_json = config;
+    if ((st = mp_trace_set_run(w, &info, &err)))
+        goto out;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        char name[48];
+        snprintf(name, sizeof name, "blk.%lld.ffn_moe", (long long)il);
+        mp_trace_node nd = {.node_index = il, .node_type = "moe", .node_name = name, .layer = il,
+                            .n_experts = m->hp.n_expert, .top_k = m->hp.n_expert_used,
+                            .expert_bytes = (int64_t)mp_model_expert_bytes(m, il),
+                            .weight_format = MP_TRACE_W_F16};
+        if ((st = mp_trace_add_node(w, &nd, &err)))
+            goto out;
+    }
+    int64_t t0 = now_ns(), tokens_done = 0;
+    for (int64_t i = 0; i < ps.n; i++) {
+        if ((st = run_prompt(&o, &ps.items[i], i, m, tok, s, smp, logits, &res[i], &tokens_done,
+                             t0, i, ps.n, &err)))
+            goto out;
+        n_done++;
+        if (o.sync_writer && hs.status) { /* the async writer reports at stop */
+            err = hs.error;
+            st = hs.status;
+            goto out;
+        }
+        progress(&o, i + 1, ps.n, tokens_done, t0, i + 1 == ps.n);
+    }
+    if (as) {
+        st = mp_trace_async_stop(as, &err);
+        as = NULL;
+        if (st)
+            goto out;
+    }
+    if ((st = mp_trace_finish(w, &err)) || (st = write_results(&o, &ps, res, n_done, &err)))
+        goto out;
+    mp_trace_counts c = mp_trace_writer_counts(w);
+    printf("collected %lld prompts: %lld steps, %lld routing records -> %s (results: %s)\n",
+           (long long)c.n_requests, (long long)c.n_steps, (long long)c.n_routing, o.trace_path,
+           o.results_path);
+out:
+    if (as) {
+        mp_error e2;
+        mp_status s2 = mp_trace_async_stop(as, &e2);
+        if (st == MP_OK && s2) {
+            st = s2;
+            err = e2;
+        }
+    }
+    if (st && w) {
+        mp_error e3;
+        mp_trace_abort(w, err.msg, &e3);
+    }
+    mp_trace_writer_close(w);
+    mp_session_free(s);
+    mp_sampler_free(smp);
+    free(logits);
+    free(res);
+    free(labels);
+    mp_tokenizer_free(tok);
+    mp_model_free(m);
+    mp_prompts_free(&ps);
+    if (st) {
+        if (o.progress && isatty(2))
+            fputc('\n', stderr);
+        fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

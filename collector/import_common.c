@@ -24,7 +24,6 @@
 #define NAME_MAX_BYTES 128
 
 typedef struct import_node {
-    bool present;
     char name[NAME_MAX_BYTES], type[NAME_MAX_BYTES];
     int64_t top_k, layer;
 } import_node;
@@ -36,7 +35,7 @@ struct mp_import_ctx {
     int64_t n_experts_given;  /* 0: infer */
     int64_t n_experts;        /* pass 2: the node table's n_experts */
     mp_trace_weight_format wf;
-    import_node *nodes;       /* (MAX_NODES) by node_index */
+    import_node **nodes;      /* (MAX_NODES) by node_index; NULL: not seen */
     int64_t max_id;           /* largest id seen, -1 before any */
     /* request and step being assembled */
     bool have_req;
@@ -175,16 +174,18 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
         if (r->ids[i] > c->max_id)
             c->max_id = r->ids[i];
     }
-    import_node *nd = &c->nodes[r->node_index];
+    import_node *nd = c->nodes[r->node_index];
     const char *name = r->node_name ? r->node_name : "", *type = r->node_type ? r->node_type : "";
-    if (!nd->present) {
+    if (!nd) {
         if (c->pass == 2)
             return mp_fail(err, MP_ERR_INTERNAL, "%s: %s: node %lld unseen in the first pass", nm,
                            at, (long long)r->node_index);
         if (strlen(name) >= NAME_MAX_BYTES || strlen(type) >= NAME_MAX_BYTES)
             return mp_fail(err, MP_ERR_FORMAT, "%s: %s: node name or type longer than %d bytes",
                            nm, at, NAME_MAX_BYTES - 1);
-        nd->present = true;
+        nd = c->nodes[r->node_index] = calloc(1, sizeof *nd);
+        if (!nd)
+            return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", nm);
         snprintf(nd->name, sizeof nd->name, "%s", name);
         snprintf(nd->type, sizeof nd->type, "%s", type);
         nd->top_k = r->top_k;
@@ -252,6 +253,15 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
     return MP_OK;
 }
 
+static void free_nodes(import_node **nodes)
+{
+    if (!nodes)
+        return;
+    for (int i = 0; i < MAX_NODES; i++)
+        free(nodes[i]);
+    free(nodes);
+}
+
 static mp_import_parse_fn parser_of(mp_import_format f)
 {
     switch (f) {
@@ -294,7 +304,7 @@ mp_status mp_import_check_buffer(mp_import_format f, const char *name, const cha
     if (!c.nodes)
         return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", name);
     mp_status s = run_pass(&c, f, data, n, err);
-    free(c.nodes);
+    free_nodes(c.nodes);
     free(c.done_keys);
     return s;
 }
@@ -318,7 +328,7 @@ static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *i
         return s;
     int64_t n_nodes = 0;
     for (int i = 0; i < MAX_NODES; i++)
-        n_nodes += c->nodes[i].present;
+        n_nodes += c->nodes[i] != NULL;
     char config[256];
     snprintf(config, sizeof config, "{\"import_format\":\"%s\",\"n_experts_inferred\":%s}",
              mp_import_format_name(f), c->n_experts_given > 0 ? "false" : "true");
@@ -331,15 +341,15 @@ static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *i
     info.config_json = config;
     int64_t top_k = -1;
     for (int i = 0; i < MAX_NODES; i++)
-        if (c->nodes[i].present)
-            top_k = top_k < 0 || top_k == c->nodes[i].top_k ? c->nodes[i].top_k : -2;
+        if (c->nodes[i])
+            top_k = top_k < 0 || top_k == c->nodes[i]->top_k ? c->nodes[i]->top_k : -2;
     info.top_k = top_k >= 0 ? top_k : -1; /* NULL when nodes differ */
     if ((s = mp_trace_set_run(c->w, &info, err)))
         goto fail;
     int64_t rank = 0;
     for (int i = 0; i < MAX_NODES; i++) {
-        import_node *nd = &c->nodes[i];
-        if (!nd->present)
+        import_node *nd = c->nodes[i];
+        if (!nd)
             continue;
         if (nd->top_k > c->n_experts) {
             s = mp_fail(err, MP_ERR_FORMAT, "%s: node %d has top-%lld but only %lld experts",
@@ -420,7 +430,7 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     res->n_experts = c.n_experts;
     res->n_experts_inferred = c.n_experts_given == 0;
     for (int i = 0; i < MAX_NODES; i++)
-        res->n_nodes += c.nodes[i].present;
+        res->n_nodes += c.nodes[i] != NULL;
     sprintf(tmp, "%s.partial-%d", out_path, (int)getpid());
     if ((s = write_trace(&c, f, in_path, tmp, data, n, err))) {
         unlink_trace(tmp);
@@ -435,7 +445,7 @@ done:
     if (map)
         munmap(map, n);
     free(tmp);
-    free(c.nodes);
+    free_nodes(c.nodes);
     free(c.done_keys);
     return s;
 }

@@ -79,6 +79,12 @@ mp_status mp_trace_request_begin(mp_trace_writer *w, int64_t request_id, const c
 mp_status mp_trace_request_end(mp_trace_writer *w, int64_t n_gen_tokens, int64_t end_ns,
                                mp_error *err);
 
+/* Labels for live capture, where the hooks carry only request ids: a request begun with
+ * external_id NULL and 0 <= request_id < n gets external_ids[request_id] and, if prompt_texts is
+ * non-NULL, prompt_texts[request_id]. The arrays must stay valid until the last request begins. */
+void mp_trace_writer_set_request_labels(mp_trace_writer *w, const char *const *external_ids,
+                                        const char *const *prompt_texts, int64_t n);
+
 /* Steps of a request are numbered 0, 1, 2, ... (enforced). pos -1 if unknown. */
 mp_status mp_trace_step_begin(mp_trace_writer *w, int64_t step, mp_phase phase, int64_t n_rows,
                               int64_t pos, mp_error *err);
@@ -115,8 +121,9 @@ typedef struct mp_trace_counts {
 } mp_trace_counts;
 mp_trace_counts mp_trace_writer_counts(const mp_trace_writer *w);
 
-/* Live capture: hooks that record into w (request ids, steps and phases come from the runtime).
- * The first error stops recording; mp_trace_hooks_status returns it afterwards. */
+/* Live capture: hooks that record into w (request ids, steps and phases come from the runtime),
+ * synchronously: SQLite runs inside the hook calls. The first error stops recording; it is kept
+ * in state->status / state->error. */
 typedef struct mp_trace_hooks_state {
     mp_trace_writer *w;
     mp_status status;
@@ -124,6 +131,17 @@ typedef struct mp_trace_hooks_state {
     int64_t clock_start_ns;
 } mp_trace_hooks_state;
 mp_hooks mp_trace_hooks(mp_trace_hooks_state *state, mp_trace_writer *w);
+
+/* Live capture off the hot path: the hooks only copy what they are given into a reused step
+ * buffer; at step_end (and request_end) the buffer is handed to a writer thread, which replays it
+ * through the synchronous hooks above. Two buffers alternate, so the forward pass waits only if
+ * the writer is a whole step behind. A kill -9 loses at most the two steps in flight.
+ * Usage: mp_trace_async_start(w, &a, &hooks, &err); run with hooks; mp_trace_async_stop(a, &err)
+ * (drains, joins, frees; returns the first error of the hooks or the writer); then finish. */
+typedef struct mp_trace_async mp_trace_async;
+mp_status mp_trace_async_start(mp_trace_writer *w, mp_trace_async **out, mp_hooks *hooks,
+                               mp_error *err);
+mp_status mp_trace_async_stop(mp_trace_async *a, mp_error *err);
 
 /* The schema text (schemas/trace.sql, embedded at build time). */
 extern const char mp_trace_schema_sql[];

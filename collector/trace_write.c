@@ -52,6 +52,9 @@ struct mp_trace_writer {
     mp_trace_counts counts;    /* committed */
     int64_t t0_ns;             /* CLOCK_MONOTONIC at open */
     sqlite3_stmt *ins_routing, *ins_timing, *ins_step, *ins_cupti;
+    const char *const *label_ids;   /* (n_labels) external ids by request_id, or NULL */
+    const char *const *label_texts; /* (n_labels) prompt texts, or NULL */
+    int64_t n_labels;
     uint8_t *ids_buf;          /* (n_rows, top_k) × id_bytes */
     uint8_t *weights_buf;      /* (n_rows, top_k) × 2 or 4 */
     size_t buf_cap_elems;
@@ -367,11 +370,24 @@ mp_status mp_trace_add_node(mp_trace_writer *w, const mp_trace_node *n, mp_error
     return MP_OK;
 }
 
+void mp_trace_writer_set_request_labels(mp_trace_writer *w, const char *const *external_ids,
+                                        const char *const *prompt_texts, int64_t n)
+{
+    w->label_ids = external_ids;
+    w->label_texts = prompt_texts;
+    w->n_labels = n;
+}
+
 mp_status mp_trace_request_begin(mp_trace_writer *w, int64_t request_id, const char *external_id,
                                  const int32_t *tokens, int64_t n_tokens, const char *prompt_text,
                                  int64_t start_ns, mp_error *err)
 {
     mp_status s;
+    if (!external_id && request_id >= 0 && request_id < w->n_labels) {
+        external_id = w->label_ids ? w->label_ids[request_id] : NULL;
+        if (!prompt_text && w->label_texts)
+            prompt_text = w->label_texts[request_id];
+    }
     if ((s = check(w, err)))
         return s;
     if (w->state != ST_RUN)

@@ -1,21 +1,25 @@
 /* runtime/threadpool.c — persistent worker threads for the data-parallel regions of the forward
  * pass (see threadpool.h).
  *
- * One region at a time, started by the caller (thread 0):
- *   caller: publish (fn, ctx, n_tasks), reset next_task and n_finished, bump `generation`;
- *   workers: see the new generation (spinning, then sleeping on a futex), claim tasks with an
- *            atomic fetch-add on next_task until none are left, then increment n_finished;
- *   caller: claims tasks too, then waits until every worker has incremented n_finished.
+ * One region at a time, started by the caller (thread 0) as generation g:
+ *   caller:  writes (fn, ctx, n_tasks) into slot[g & 1], sets claim = (g << 32 | 0), publishes
+ *            generation = g (waking sleepers), runs tasks itself, then waits until n_done == n;
+ *   workers: see the new generation (spinning, then sleeping on a futex) and claim task indices
+ *            by compare-and-swap on `claim`, which succeeds only while claim still names g.
  *
  * Invariants:
- *  - a region's fields (fn, ctx, n_tasks) are written only while every worker is idle (the caller
- *    returned from the previous region only after all workers finished it), and published by the
- *    release increment of `generation`;
- *  - every task in [0, n_tasks) is claimed by exactly one thread (fetch-add hands out each index
- *    once); mp_pool_run returns only after all claimed tasks have completed;
- *  - a worker that sleeps has first counted itself in n_sleeping and then re-checked
- *    `generation` (sequentially consistent), so the caller, which bumps `generation` and then
- *    reads n_sleeping, either wakes it or the worker sees the new generation: no lost wake-up.
+ *  - every task index in [0, n_tasks) is handed out exactly once: a claim is a CAS that moves
+ *    claim from (g, i) to (g, i + 1); a thread whose CAS fails re-reads claim;
+ *  - mp_pool_run returns only when n_done == n_tasks, i.e. after every task has completed; it
+ *    does not wait for workers that claimed nothing (a descheduled worker on a busy machine does
+ *    not stall the caller, who then runs the tasks itself);
+ *  - slot[g & 1] is written only while no task of g - 2 or g can be claimed (claim names g - 1
+ *    or was never g); a late worker that read a slot while it changed cannot act on it, because
+ *    its CAS against (g', i) fails once claim names another generation. Slot fields are relaxed
+ *    atomics so that this benign overlap is not a data race;
+ *  - a sleeper first counts itself in n_sleeping and re-checks `generation` (sequentially
+ *    consistent), so the caller, which bumps `generation` and then reads n_sleeping, either wakes
+ *    it or the worker sees the new generation: no lost wake-up.
  *
  * Why spin first: a decode step runs hundreds of regions a few microseconds apart; a futex sleep
  * and wake per region costs more than the region's work. After MP_POOL_SPIN_ITERS empty polls a
@@ -26,6 +30,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -45,23 +50,25 @@
 /* ~50-100 us of polling on current x86 (a pause is ~40-140 cycles): longer than the gap between
  * the regions of one decode step, much shorter than the gap between tokens of a slow sampler. */
 #define MP_POOL_SPIN_ITERS 20000
-/* The caller waiting for stragglers yields after this many polls, so that an oversubscribed
- * machine (more threads than free cores) still makes progress. */
+/* The caller waiting for tasks still running elsewhere yields after this many polls, so that an
+ * oversubscribed machine (more threads than free cores) still makes progress. */
 #define MP_POOL_WAIT_SPINS_BEFORE_YIELD 2000
+
+typedef struct region {
+    _Atomic(mp_pool_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_int_fast64_t n_tasks;
+} region;
 
 struct mp_pool {
     int n_threads;          /* >= 1, including the caller */
     pthread_t *workers;     /* n_threads - 1 */
     struct worker_arg *args;
 
-    /* the current region (see the invariants above) */
-    mp_pool_fn fn;
-    void *ctx;
-    int64_t n_tasks;
-
-    _Alignas(64) atomic_uint generation; /* bumped once per region; the futex word */
-    _Alignas(64) atomic_int_fast64_t next_task;
-    _Alignas(64) atomic_int n_finished;  /* workers done with the current region */
+    region slot[2];                      /* region g lives in slot[g & 1] */
+    _Alignas(64) atomic_uint generation; /* the current region; the futex word */
+    _Alignas(64) atomic_uint_fast64_t claim; /* (generation << 32) | next task index */
+    _Alignas(64) atomic_int_fast64_t n_done; /* tasks of the current region completed */
     _Alignas(64) atomic_int n_sleeping;
     atomic_int stop;
 #ifndef __linux__
@@ -99,14 +106,26 @@ static void wake_all(mp_pool *p)
 #endif
 }
 
-static void run_tasks(mp_pool *p, int thread)
+/* Claim and run tasks of region g until none is left or another region has begun. */
+static void run_tasks(mp_pool *p, unsigned g, int thread)
 {
-    const int64_t n = p->n_tasks;
+    const region *r = &p->slot[g & 1];
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        const int64_t t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= n)
-            break;
-        p->fn(p->ctx, t, thread);
+        if ((unsigned)(c >> 32) != g)
+            return;
+        const int64_t n = atomic_load_explicit(&r->n_tasks, memory_order_relaxed);
+        const mp_pool_fn fn = atomic_load_explicit(&r->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&r->ctx, memory_order_relaxed);
+        const int64_t idx = (int64_t)(c & 0xffffffffu);
+        if (idx >= n)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* c now holds the current claim */
+        fn(ctx, idx, thread);
+        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
 
@@ -134,8 +153,7 @@ static void *worker_main(void *argp)
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        run_tasks(p, a->thread);
-        atomic_fetch_add_explicit(&p->n_finished, 1, memory_order_release);
+        run_tasks(p, g, a->thread);
     }
 }
 
@@ -154,8 +172,13 @@ mp_pool *mp_pool_new(int n_threads)
         return NULL;
     p->n_threads = n_threads;
     atomic_init(&p->generation, 0);
-    atomic_init(&p->next_task, 0);
-    atomic_init(&p->n_finished, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->n_done, 0);
+    for (int i = 0; i < 2; i++) {
+        atomic_init(&p->slot[i].fn, NULL);
+        atomic_init(&p->slot[i].ctx, NULL);
+        atomic_init(&p->slot[i].n_tasks, 0);
+    }
     atomic_init(&p->n_sleeping, 0);
     atomic_init(&p->stop, 0);
 #ifndef __linux__
@@ -214,26 +237,27 @@ void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx)
 {
     if (n_tasks <= 0)
         return;
-    /* one task, or no workers: no region at all (the common case of tiny regions in tests) */
-    if (p->n_threads == 1 || n_tasks == 1) {
+    /* one task, no workers, or more tasks than a claim can count: no region at all */
+    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int64_t)UINT32_MAX) {
         for (int64_t t = 0; t < n_tasks; t++)
             fn(ctx, t, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->n_finished, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_seq_cst);
+    const unsigned g = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    region *r = &p->slot[g & 1];
+    atomic_store_explicit(&r->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&r->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&r->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, (uint64_t)g << 32, memory_order_release);
+    atomic_store_explicit(&p->generation, g, memory_order_seq_cst);
     if (atomic_load_explicit(&p->n_sleeping, memory_order_seq_cst) > 0)
         wake_all(p);
 
-    run_tasks(p, 0);
+    run_tasks(p, g, 0);
 
-    const int n_workers = p->n_threads - 1;
     int spins = 0;
-    while (atomic_load_explicit(&p->n_finished, memory_order_acquire) < n_workers) {
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < n_tasks) {
         if (++spins < MP_POOL_WAIT_SPINS_BEFORE_YIELD) {
             mp_cpu_relax();
         } else {

@@ -128,3 +128,46 @@ CREATE TABLE footer (
   n_timing    INTEGER NOT NULL,
   n_cupti     INTEGER NOT NULL
 );
+
+-- Every byte value once, in order: instr(bytes, substr(blob, p, 1)) - 1 is the byte at p. Lets the
+-- view below decode the little-endian BLOBs in plain SQL (SQLite has no byte-to-integer function).
+CREATE TABLE byte_values (id INTEGER PRIMARY KEY CHECK (id = 1), bytes BLOB NOT NULL);
+INSERT INTO byte_values VALUES (1, X'000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF');
+
+-- One row per routing choice: (request, step, node, row, rank) -> expert and weight. For ad-hoc
+-- questions in sqlite3 (popularity, co-occurrence); the analyzer reads the BLOBs directly.
+-- weight needs SQLite's math functions (pow), present in the sqlite3 shell since 3.35.
+CREATE VIEW route_choices AS
+WITH RECURSIVE c(key, i, n, top_k, id_bytes, weight_format, ids, w, b) AS (
+  SELECT r.key, 0, r.n_rows * nd.top_k, nd.top_k, nd.id_bytes, nd.weight_format, r.expert_ids,
+         r.weights, (SELECT bytes FROM byte_values)
+  FROM routing r JOIN nodes nd ON nd.node_index = (r.key & 4095)
+  UNION ALL
+  SELECT key, i + 1, n, top_k, id_bytes, weight_format, ids, w, b FROM c WHERE i + 1 < n
+), v AS (
+  SELECT key, i, top_k,
+    CASE id_bytes
+      WHEN 1 THEN instr(b, substr(ids, i + 1, 1)) - 1
+      ELSE instr(b, substr(ids, 2 * i + 1, 1)) - 1 + 256 * (instr(b, substr(ids, 2 * i + 2, 1)) - 1)
+    END AS expert_id,
+    CASE weight_format
+      WHEN 'f16' THEN instr(b, substr(w, 2 * i + 1, 1)) - 1 + 256 * (instr(b, substr(w, 2 * i + 2, 1)) - 1)
+      ELSE instr(b, substr(w, 4 * i + 1, 1)) - 1 + 256 * (instr(b, substr(w, 4 * i + 2, 1)) - 1)
+           + 65536 * (instr(b, substr(w, 4 * i + 3, 1)) - 1) + 16777216 * (instr(b, substr(w, 4 * i + 4, 1)) - 1)
+    END AS bits,
+    weight_format
+  FROM c
+)
+SELECT key >> 36 AS request_id, (key >> 12) & 16777215 AS step, key & 4095 AS node_index,
+  i / top_k AS row, i % top_k AS rank, expert_id,
+  CASE weight_format
+    WHEN 'f16' THEN (CASE WHEN bits & 32768 THEN -1.0 ELSE 1.0 END) * CASE (bits >> 10) & 31
+      WHEN 0 THEN (bits & 1023) / 16777216.0
+      WHEN 31 THEN NULL
+      ELSE (1024 + (bits & 1023)) * pow(2, ((bits >> 10) & 31) - 25) END
+    ELSE (CASE WHEN bits & 2147483648 THEN -1.0 ELSE 1.0 END) * CASE (bits >> 23) & 255
+      WHEN 0 THEN (bits & 8388607) * pow(2, -149)
+      WHEN 255 THEN NULL
+      ELSE (8388608 + (bits & 8388607)) * pow(2, ((bits >> 23) & 255) - 150) END
+  END AS weight
+FROM v;

@@ -11,6 +11,10 @@
  */
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "kernels/cpu/quant_impl.h"
 
 #define OPS(T, VDT, DQ, Q, VD) \
@@ -53,8 +57,12 @@ static int detect_isa(void)
         return ISA_SCALAR;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    /* F16C is read from cpuid leaf 1 (ECX bit 29): clang does not accept "f16c" in
+     * __builtin_cpu_supports, and the fuzz build uses clang. */
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+    const int has_f16c = (ecx >> 29) & 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c)
         return ISA_AVX2;
 #endif
     return ISA_SCALAR;

@@ -6,7 +6,8 @@
  * they are bit-identical to it and to the gguf package; the dot products use explicit FMAs.
  *
  * Where the time goes: decode streams every weight byte once per token, so these loops must
- * keep up with DRAM; the integer parts (maddubs/madd) cost less than the loads they wait for.
+ * keep up with DRAM. The unpacking is not free: in cache the K-quant dots run at ~15 GB/s per
+ * thread, so the weight stream is prefetched explicitly to overlap DRAM latency with it.
  * Integer invariants: 4- and 6-bit weights are unsigned in the products (Q4_K q in 0..15,
  * Q6_K u = q + 32 in 0..63) so maddubs never saturates: 2 * 63 * 128 < 32767. Signed-by-signed
  * products (Q4_0, Q8_0) move the sign of the weight onto the activation, which is safe because
@@ -33,9 +34,11 @@ static inline float f16(mp_f16 h)
 }
 
 /* Software prefetch of the weight stream, PREFETCH_BYTES ahead of the loads. The hardware
- * prefetchers alone left the K-quant dots at ~5.5 GB/s from DRAM against ~8 GB/s in cache
- * (bench/NOTES-kernels.md); asking for the lines ~1 KB early closes most of that gap. */
-#define PREFETCH_BYTES 1024 /* prefetches never fault, so running past the row end is harmless */
+ * prefetchers alone left the K-quant dots at ~5.5 GB/s from DRAM against ~15 GB/s in cache;
+ * 2 KB ahead was the best of 0.5/1/2/4 KB on the Xeon of the GPU host (bench/NOTES-kernels.md). */
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 2048 /* prefetches never fault, so running past the row end is harmless */
+#endif
 static inline void prefetch_weights(const void *p, size_t bytes)
 {
     for (size_t off = 0; off < bytes; off += 64)
@@ -161,46 +164,78 @@ static inline __m256i q4_0_unpack(const uint8_t *qs)
     return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
 }
 
-static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
+/* The 32 weights of block ib of a Q4_0 or Q8_0 row, as signed bytes in element order. */
+static inline __m256i q8_weights(const uint8_t *w, int is_q4, int64_t ib)
 {
-    const mp_block_q4_0 *bw = w; /* (n / 32,) */
-    const mp_block_q8_0 *bx = x; /* (n / 32,) */
-    const int64_t nb = n / MP_QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    if (is_q4)
+        return q4_0_unpack(((const mp_block_q4_0 *)w)[ib].qs);
+    return loadu256(((const mp_block_q8_0 *)w)[ib].qs);
+}
+
+static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
+{
+    return is_q4 ? f16(((const mp_block_q4_0 *)w)[ib].d) : f16(((const mp_block_q8_0 *)w)[ib].d);
+}
+
+/* One Q4_0/Q8_0 weight row against n_x Q8_0 activation rows; out[i] = dot(w, x_i). Blocks
+ * alternate between two accumulators per row (two independent FMA chains); vec_dot is the
+ * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. */
+static inline void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x,
+                               size_t x_stride, int n_x, float *out)
+{
+    const size_t wblock_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
+    const int64_t nb = n / MP_QK8_0;
+    __m256 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
+    for (int i = 0; i < MP_GEMM_TILE; i++)
+        acc0[i] = acc1[i] = _mm256_setzero_ps();
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
-        prefetch_weights(bw + ib, 2 * sizeof(*bw));
-        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
-        const __m256 d1 = _mm256_set1_ps(f16(bw[ib + 1].d) * f16(bx[ib + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q4_0_unpack(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, dot_i8x32(q4_0_unpack(bw[ib + 1].qs), loadu256(bx[ib + 1].qs)), acc1);
+        prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
+        const __m256i wq0 = q8_weights(w, is_q4, ib), wq1 = q8_weights(w, is_q4, ib + 1);
+        const float dw0 = q8_weight_scale(w, is_q4, ib), dw1 = q8_weight_scale(w, is_q4, ib + 1);
+        for (int i = 0; i < n_x; i++) {
+            const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
+            const __m256 d0 = _mm256_set1_ps(dw0 * f16(bx[0].d)), d1 = _mm256_set1_ps(dw1 * f16(bx[1].d));
+            acc0[i] = _mm256_fmadd_ps(d0, dot_i8x32(wq0, loadu256(bx[0].qs)), acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(d1, dot_i8x32(wq1, loadu256(bx[1].qs)), acc1[i]);
+        }
     }
     for (; ib < nb; ib++) {
-        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(q4_0_unpack(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
+        const __m256i wq = q8_weights(w, is_q4, ib);
+        const float dw = q8_weight_scale(w, is_q4, ib);
+        for (int i = 0; i < n_x; i++) {
+            const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
+            acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(bx->d)), dot_i8x32(wq, loadu256(bx->qs)), acc0[i]);
+        }
     }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (int i = 0; i < n_x; i++)
+        out[i] = hsum_ps(_mm256_add_ps(acc0[i], acc1[i]));
+}
+
+static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
+{
+    float out;
+    q8_rows_dot(n, w, 1, x, 0, 1, &out);
+    return out;
 }
 
 static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x)
 {
-    const mp_block_q8_0 *bw = w; /* (n / 32,) */
-    const mp_block_q8_0 *bx = x; /* (n / 32,) */
-    const int64_t nb = n / MP_QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        prefetch_weights(bw + ib, 2 * sizeof(*bw));
-        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
-        const __m256 d1 = _mm256_set1_ps(f16(bw[ib + 1].d) * f16(bx[ib + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(loadu256(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, dot_i8x32(loadu256(bw[ib + 1].qs), loadu256(bx[ib + 1].qs)), acc1);
-    }
-    for (; ib < nb; ib++) {
-        const __m256 d0 = _mm256_set1_ps(f16(bw[ib].d) * f16(bx[ib].d));
-        acc0 = _mm256_fmadd_ps(d0, dot_i8x32(loadu256(bw[ib].qs), loadu256(bx[ib].qs)), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    float out;
+    q8_rows_dot(n, w, 0, x, 0, 1, &out);
+    return out;
+}
+
+static void vec_dot_multi_q4_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q8_rows_dot(n, w, 1, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
+}
+
+static void vec_dot_multi_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q8_rows_dot(n, w, 0, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
 }
 
 static void dequantize_q4_0(const void *src, float *dst, int64_t n)
@@ -449,8 +484,10 @@ static const mp_type_ops k_avx2_ops[] = {
     OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
     OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
     OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
-    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0, NULL),
-    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0, NULL),
+    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0,
+        vec_dot_multi_q4_0),
+    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
+        vec_dot_multi_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,

@@ -58,7 +58,7 @@ static mp_trace_writer *open_with_nodes(const char *path, int n_nodes, int n_exp
 }
 
 /* Write random routing through the hooks, read it back, compare exactly (f32) or to f16. */
-static void round_trip(int n_experts, mp_trace_weight_format wf)
+static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
 {
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
@@ -67,7 +67,13 @@ static void round_trip(int n_experts, mp_trace_weight_format wf)
     const int n_nodes = 3, top_k = 4, n_req = 3, n_gen = 5;
     mp_trace_writer *w = open_with_nodes(path, n_nodes, n_experts, top_k, wf);
     mp_trace_hooks_state hs;
-    mp_hooks h = mp_trace_hooks(&hs, w);
+    mp_hooks h;
+    mp_trace_async *as = NULL;
+    mp_error err;
+    if (async)
+        cr_assert_eq(mp_trace_async_start(w, &as, &h, &err), MP_OK, "%s", err.msg);
+    else
+        h = mp_trace_hooks(&hs, w);
     enum { MAXV = 16 * 4 * 3 * 3 * 8 };
     static int32_t all_ids[MAXV];
     static float all_w[MAXV];
@@ -97,8 +103,10 @@ static void round_trip(int n_experts, mp_trace_weight_format wf)
         }
         h.request_end(h.user, n_gen);
     }
-    cr_assert_eq(hs.status, MP_OK, "%s", hs.error.msg);
-    mp_error err;
+    if (async)
+        cr_assert_eq(mp_trace_async_stop(as, &err), MP_OK, "%s", err.msg);
+    else
+        cr_assert_eq(hs.status, MP_OK, "%s", hs.error.msg);
     cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
     mp_trace_writer_close(w);
 
@@ -157,6 +165,28 @@ static void round_trip(int n_experts, mp_trace_weight_format wf)
     cr_assert_eq(pos, nv);
     mp_trace_routing_end(it);
 
+    /* The route_choices view (plain SQL decoding of the BLOBs) agrees with the C decoders. */
+    double want_id_sum = 0, want_w_sum = 0;
+    for (int i = 0; i < nv; i++) {
+        want_id_sum += all_ids[i];
+        want_w_sum += wf == MP_TRACE_W_F16 ? mp_f16_to_f32(mp_f32_to_f16(all_w[i]))
+                                           : all_w[i];
+    }
+    sqlite3 *db;
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*), sum(expert_id), sum(weight),"
+                                        " max(rank), sum(row) FROM route_choices", -1, &q, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int64(q, 0), nv);
+    cr_assert_eq(sqlite3_column_double(q, 1), want_id_sum, "seed %u", seed);
+    cr_assert_leq(fabs(sqlite3_column_double(q, 2) - want_w_sum), 1e-9 * nv, "seed %u: %g vs %g",
+                  seed, sqlite3_column_double(q, 2), want_w_sum);
+    cr_assert_eq(sqlite3_column_int64(q, 3), top_k - 1);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+
     /* A request range sees only that request. */
     cr_assert_eq(mp_trace_routing_begin_range(r, 11, 11, &it, &err), MP_OK);
     int n_in = 0;
@@ -199,8 +229,33 @@ static void round_trip(int n_experts, mp_trace_weight_format wf)
 
 TestSuite(trace, .init = setup, .fini = teardown);
 
-Test(trace, round_trip_f16_u8_ids) { round_trip(128, MP_TRACE_W_F16); }
-Test(trace, round_trip_f32_u16_ids) { round_trip(300, MP_TRACE_W_F32); }
+Test(trace, round_trip_f16_u8_ids) { round_trip(128, MP_TRACE_W_F16, false); }
+Test(trace, round_trip_f32_u16_ids) { round_trip(300, MP_TRACE_W_F32, false); }
+Test(trace, round_trip_async_writer_f16) { round_trip(128, MP_TRACE_W_F16, true); }
+Test(trace, round_trip_async_writer_f32) { round_trip(300, MP_TRACE_W_F32, true); }
+
+Test(trace, async_writer_reports_the_first_error)
+{
+    char path[300];
+    path_in(path, sizeof path, "async_err.db");
+    mp_trace_writer *w = open_with_nodes(path, 2, 8, 1, MP_TRACE_W_F16);
+    mp_error err;
+    mp_trace_async *as;
+    mp_hooks h;
+    cr_assert_eq(mp_trace_async_start(w, &as, &h, &err), MP_OK, "%s", err.msg);
+    int32_t id = 1;
+    float wt = 1.0f;
+    h.request_begin(h.user, 0, NULL, -1);
+    for (int s = 0; s < 4; s++) {
+        h.step_begin(h.user, 0, s, s ? MP_PHASE_DECODE : MP_PHASE_PREFILL, 1, s);
+        h.routing(h.user, s == 2 ? 5 : 0, 1, 1, &id, &wt); /* layer 5 has no node */
+        h.step_end(h.user, 10);
+    }
+    h.request_end(h.user, 3);
+    cr_assert_eq(mp_trace_async_stop(as, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "routing for layer 5, which has no node"), "%s", err.msg);
+    mp_trace_writer_close(w);
+}
 
 Test(trace, refuses_existing_file_unless_forced)
 {

@@ -1,0 +1,42 @@
+/* analyzer/report.h — the report files of `moeplan analyze` (columns in docs/analyzer.md):
+ * CSV tables (report_csv.c), the JSON summary (report_json.c, schemas/report.schema.json), SVG
+ * charts (report_svg.c over svg.h) and the self-contained HTML page (report_html.c).
+ * Every writer writes into an existing directory (the temporary one of analyze.c) and fails with
+ * the file's path on any I/O error.
+ */
+#ifndef MP_ANALYZER_REPORT_H
+#define MP_ANALYZER_REPORT_H
+
+#include <stdio.h>
+
+#include "analyzer/analyze.h"
+
+typedef struct mp_an_report {
+    const mp_an_options *opt;
+    const mp_an_input *in;
+    const mp_an_stats *st;
+    const mp_an_summary *sum;
+    const mp_an_request_dist *req;
+    int64_t n_train_requests;
+} mp_an_report;
+
+mp_status mp_an_write_csv(const mp_an_report *r, const char *dir, mp_error *err);
+mp_status mp_an_write_json(const mp_an_report *r, const char *dir, mp_error *err);
+mp_status mp_an_write_svg(const mp_an_report *r, const char *dir, mp_error *err);
+mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err);
+
+/* Shared by the writers: open dir/name for writing; close, reporting a write error. */
+FILE *mp_an_open_out(const char *dir, const char *name, mp_error *err);
+mp_status mp_an_close_out(FILE *f, const char *dir, const char *name, mp_error *err);
+
+/* The charts, each written to its own .svg file and embedded in report.html. */
+#define MP_AN_N_CHARTS 4
+extern const char *const mp_an_chart_files[MP_AN_N_CHARTS];
+extern const char *const mp_an_chart_ids[MP_AN_N_CHARTS];
+mp_status mp_an_svg_chart(const mp_an_report *r, int which, FILE *f, mp_error *err);
+
+/* The representative nodes of the rank-threshold chart: first, quarter, middle, three quarters,
+ * last (deduplicated). Returns how many (<= 5). */
+int mp_an_representative_nodes(int32_t n_nodes, int32_t out[5]);
+
+#endif

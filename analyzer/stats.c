@@ -1,0 +1,220 @@
+/* analyzer/stats.c — the streaming accumulators of analyzer/stats.h.
+ *
+ * Everything here is O(1) per route except the transition tables (O(top_k) per row) and the
+ * top-1 search (O(top_k) per row). Memory is fixed at init except the next-layer window, which
+ * grows to the largest step seen (a bounded, per-step quantity).
+ */
+#include "analyzer/stats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const double mp_an_targets[MP_AN_N_TARGETS] = {0.50, 0.80, 0.90, 0.95, 0.99};
+
+const char *mp_an_rows_name(mp_an_rows rows)
+{
+    switch (rows) {
+    case MP_AN_ROWS_ALL: return "all";
+    case MP_AN_ROWS_DECODE: return "decode";
+    case MP_AN_ROWS_FINAL: return "final";
+    }
+    return "?";
+}
+
+static inline int weight_bin(float w)
+{
+    const int b = (int)(w * MP_AN_WEIGHT_BINS); /* w >= 0: validated */
+    return b < MP_AN_WEIGHT_BINS ? b : MP_AN_WEIGHT_BINS - 1;
+}
+
+mp_status mp_an_stats_init(mp_an_stats *s, const mp_an_node *nodes, int32_t n_nodes,
+                           const mp_an_config *cfg, mp_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->n_nodes = n_nodes;
+    s->last_request = -1;
+    s->prev_node = -1;
+    if (n_nodes <= 0)
+        return mp_fail(err, MP_ERR_ARG, "analyzer: the trace has no MoE nodes");
+    s->nodes = calloc((size_t)n_nodes, sizeof *s->nodes);
+    s->acc = calloc((size_t)n_nodes, sizeof *s->acc);
+    if (!s->nodes || !s->acc)
+        goto nomem;
+    memcpy(s->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
+    for (int32_t i = 0; i < n_nodes; i++) {
+        size_t E = (size_t)nodes[i].n_experts;
+        if (E < 1 || E > 65536 || nodes[i].top_k < 1 || nodes[i].top_k > MP_AN_MAX_TOPK ||
+            nodes[i].top_k > nodes[i].n_experts)
+            return mp_an_stats_free(s),
+                   mp_fail(err, MP_ERR_UNSUPPORTED,
+                           "analyzer: node %lld: %lld experts, top-%lld (supported: 1..65536 "
+                           "experts, top-k 1..%d)",
+                           (long long)nodes[i].node_index, (long long)nodes[i].n_experts,
+                           (long long)nodes[i].top_k, MP_AN_MAX_TOPK);
+        mp_an_node_acc *a = &s->acc[i];
+        a->count = calloc(E, sizeof *a->count);
+        a->train_count = calloc(E, sizeof *a->train_count);
+        a->seg_count = calloc(E * MP_AN_SEGMENTS, sizeof *a->seg_count);
+        a->last_t = malloc(E * sizeof *a->last_t);
+        a->run_start = calloc(E, sizeof *a->run_start);
+        a->last_wbin = calloc(E, 1);
+        a->last_slot = calloc(E, 1);
+        if (!a->count || !a->train_count || !a->seg_count || !a->last_t || !a->run_start ||
+            !a->last_wbin || !a->last_slot)
+            goto nomem;
+        for (size_t e = 0; e < E; e++)
+            a->last_t[e] = -1;
+        if (E <= MP_AN_TRANSITION_MAX_EXPERTS) {
+            a->same_layer = calloc(E * E, sizeof *a->same_layer);
+            if (!a->same_layer)
+                goto nomem;
+            bool next_same_shape = i + 1 < n_nodes && nodes[i + 1].n_experts == (int64_t)E;
+            if (next_same_shape && !(a->next_layer = calloc(E * E, sizeof *a->next_layer)))
+                goto nomem;
+        }
+        a->prev_top1 = -1;
+        a->prev_request = -1;
+    }
+    return MP_OK;
+nomem:
+    mp_an_stats_free(s);
+    return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory for %d nodes' statistics", n_nodes);
+}
+
+void mp_an_stats_free(mp_an_stats *s)
+{
+    if (s->acc)
+        for (int32_t i = 0; i < s->n_nodes; i++) {
+            mp_an_node_acc *a = &s->acc[i];
+            free(a->count), free(a->train_count), free(a->seg_count), free(a->last_t);
+            free(a->run_start), free(a->last_wbin), free(a->last_slot);
+            free(a->same_layer), free(a->next_layer);
+        }
+    free(s->acc);
+    free(s->nodes);
+    free(s->prev_top1);
+    memset(s, 0, sizeof *s);
+}
+
+static inline int row_top1(const uint16_t *ids, const float *w, int64_t k)
+{
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; j++)
+        if (w[j] > w[best])
+            best = j;
+    return ids[best];
+}
+
+mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
+{
+    mp_an_node_acc *a = &s->acc[r->node];
+    const int64_t E = s->nodes[r->node].n_experts, k = r->top_k;
+    const int64_t window = s->cfg.reuse_window;
+    uint64_t *seg = a->seg_count + (size_t)r->segment * (size_t)E;
+    const bool pair_next = s->prev_node == r->node - 1 && s->prev_req == r->request_ord &&
+                           s->prev_step == r->step && s->prev_rows == r->n_rows &&
+                           s->acc[s->prev_node].next_layer != NULL;
+    uint32_t *next_tab = pair_next ? s->acc[s->prev_node].next_layer : NULL;
+
+    if (r->request_ord != s->last_request) {
+        s->last_request = r->request_ord;
+        s->n_requests_seen++;
+    }
+    if (a->prev_request != r->request_ord)
+        a->prev_top1 = -1; /* transitions never cross a request boundary */
+    /* the next node pairs with this record's rows: make room for their top-1 ids */
+    if (r->n_rows > s->prev_cap) {
+        uint16_t *p = realloc(s->prev_top1, (size_t)r->n_rows * sizeof *p);
+        if (!p)
+            return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory for a step of %lld rows",
+                           (long long)r->n_rows);
+        s->prev_top1 = p;
+        s->prev_cap = r->n_rows;
+    }
+
+    /* Hot loop: where the analyzer's time goes, one iteration per routing decision. */
+    for (int64_t row = 0; row < r->n_rows; row++) {
+        const uint16_t *ids = r->expert_ids + row * k;
+        const float *w = r->weights + row * k;
+        const int64_t t = a->t;
+        for (int64_t j = 0; j < k; j++) {
+            const uint16_t e = ids[j];
+            a->count[e]++;
+            seg[e]++;
+            if (r->train)
+                a->train_count[e]++;
+            const int64_t last = a->last_t[e];
+            if (last < 0) {
+                a->cold++;
+                a->run_start[e] = t;
+            } else {
+                const int64_t d = t - last;
+                a->reuse[mp_an_log2_bucket((uint64_t)d)]++;
+                /* the previous use of e is now resolved: reused within the window or not */
+                const uint64_t reused = d <= window;
+                s->weight_routes[a->last_wbin[e]]++;
+                s->weight_reused[a->last_wbin[e]] += reused;
+                s->slot_routes[a->last_slot[e]]++;
+                s->slot_reused[a->last_slot[e]] += reused;
+                if (d != 1) {
+                    a->runs[mp_an_log2_bucket((uint64_t)(last - a->run_start[e] + 1))]++;
+                    a->run_start[e] = t;
+                }
+            }
+            a->last_t[e] = t;
+            a->last_wbin[e] = (uint8_t)weight_bin(w[j]);
+            a->last_slot[e] = (uint8_t)j;
+        }
+        /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
+         * bigger than the caches; k updates per row cost half the engine's time) */
+        const int top1 = row_top1(ids, w, k);
+        if (a->same_layer && a->prev_top1 >= 0) {
+            a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]++;
+            a->same_layer_rows++;
+        }
+        if (next_tab) {
+            next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]++;
+            s->acc[s->prev_node].next_layer_rows++;
+        }
+        s->prev_top1[row] = (uint16_t)top1;
+        a->prev_top1 = top1;
+        a->t++;
+    }
+    a->prev_request = r->request_ord;
+    const uint64_t routes = (uint64_t)(r->n_rows * k);
+    a->routes += routes;
+    a->seg_routes[r->segment] += routes;
+    if (r->train)
+        a->train_routes += routes;
+    s->total_routes += routes;
+    s->total_rows += (uint64_t)r->n_rows;
+    s->prev_node = r->node;
+    s->prev_req = r->request_ord;
+    s->prev_step = r->step;
+    s->prev_rows = r->n_rows;
+    return MP_OK;
+}
+
+void mp_an_stats_finish(mp_an_stats *s)
+{
+    if (s->finished)
+        return;
+    s->finished = true;
+    for (int32_t i = 0; i < s->n_nodes; i++) {
+        mp_an_node_acc *a = &s->acc[i];
+        for (int64_t e = 0; e < s->nodes[i].n_experts; e++) {
+            const int64_t last = a->last_t[e];
+            if (last < 0)
+                continue;
+            a->runs[mp_an_log2_bucket((uint64_t)(last - a->run_start[e] + 1))]++;
+            /* a last use is "not reused" only if a whole window of tokens followed it */
+            if (a->t - 1 - last >= s->cfg.reuse_window) {
+                s->weight_routes[a->last_wbin[e]]++;
+                s->slot_routes[a->last_slot[e]]++;
+            } else {
+                s->censored++;
+            }
+        }
+    }
+}

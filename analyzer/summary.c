@@ -1,0 +1,307 @@
+/* analyzer/summary.c — derived statistics (see summary.h). Runs once, after the stream; cost is
+ * O(n_nodes × E log E) plus O(n_nodes × E² × k) for the transition summaries. */
+#include "analyzer/summary.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* qsort has no context argument: the counts being sorted travel in a thread-local. */
+static _Thread_local const uint64_t *sort_count;
+
+static int by_count_desc(const void *pa, const void *pb)
+{
+    uint16_t a = *(const uint16_t *)pa, b = *(const uint16_t *)pb;
+    if (sort_count[a] != sort_count[b])
+        return sort_count[a] > sort_count[b] ? -1 : 1;
+    return (a > b) - (a < b); /* ties go to the lower expert id */
+}
+
+void mp_an_rank(const uint64_t *count, int64_t n, uint16_t *order, int32_t *rank)
+{
+    for (int64_t e = 0; e < n; e++)
+        order[e] = (uint16_t)e;
+    sort_count = count;
+    qsort(order, (size_t)n, sizeof *order, by_count_desc);
+    if (rank)
+        for (int64_t r = 0; r < n; r++)
+            rank[order[r]] = (int32_t)r;
+}
+
+int64_t mp_an_capacity(const double *coverage, int64_t n_experts, double target)
+{
+    for (int64_t n = 0; n <= n_experts; n++)
+        if (coverage[n] >= target - 1e-12)
+            return n;
+    return n_experts;
+}
+
+/* cov[n] = share of sum(count) served by the experts order[0..n-1]. */
+static void coverage_of(const uint64_t *count, const uint16_t *order, int64_t E, double *cov)
+{
+    uint64_t total = 0, acc = 0;
+    for (int64_t e = 0; e < E; e++)
+        total += count[e];
+    cov[0] = 0;
+    for (int64_t n = 1; n <= E; n++) {
+        acc += count[order[n - 1]];
+        cov[n] = total ? (double)acc / (double)total : 0;
+    }
+}
+
+/* Share of the table's mass (rows a: top-1 here; columns: the top-1 that followed) that falls in
+ * each row's k largest entries: how often "prefetch the k usual successors of the top-1" holds
+ * the next top-1 expert. */
+static double successor_pred(const uint32_t *tab, int64_t E, int64_t k)
+{
+    uint64_t total = 0, hit = 0;
+    uint32_t *row = malloc((size_t)E * sizeof *row);
+    if (!row)
+        return NAN;
+    for (int64_t a = 0; a < E; a++) {
+        memcpy(row, tab + a * E, (size_t)E * sizeof *row);
+        for (int64_t b = 0; b < E; b++)
+            total += row[b];
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = 0;
+            for (int64_t b = 1; b < E; b++)
+                if (row[b] > row[best])
+                    best = b;
+            hit += row[best];
+            row[best] = 0;
+        }
+    }
+    free(row);
+    return total ? (double)hit / (double)total : 0;
+}
+
+static void concentration(const uint64_t *count, const uint16_t *order, int64_t E,
+                          mp_an_node_summary *ns)
+{
+    uint64_t total = 0;
+    for (int64_t e = 0; e < E; e++)
+        total += count[e];
+    double h = 0, weighted = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (count[e]) {
+            double p = (double)count[e] / (double)total;
+            h -= p * log2(p);
+        }
+    }
+    /* Gini over counts sorted ascending: G = 2·Σ i·c_i / (n·Σc) − (n+1)/n, i = 1..n */
+    for (int64_t i = 0; i < E; i++)
+        weighted += (double)(i + 1) * (double)count[order[E - 1 - i]];
+    ns->entropy_bits = h;
+    ns->entropy_norm = E > 1 ? h / log2((double)E) : 0;
+    ns->gini = total ? 2.0 * weighted / ((double)E * (double)total) - (double)(E + 1) / (double)E
+                     : 0;
+}
+
+static _Thread_local const double *sort_gain;
+
+static int by_gain_desc(const void *pa, const void *pb)
+{
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    if (sort_gain[a] != sort_gain[b])
+        return sort_gain[a] > sort_gain[b] ? -1 : 1;
+    return (a > b) - (a < b); /* ties: lower node, then lower expert */
+}
+
+/* Greedy global budget: take (node, expert) pairs by descending gain = count (per byte when
+ * by_bytes). Within a node the gain order equals the count order, so this is the exact greedy
+ * by marginal gain. flat ids: offset[node] + expert. */
+static mp_status greedy(const mp_an_stats *s, const int64_t *offset, bool train, bool by_bytes,
+                        int64_t *flat_order)
+{
+    int64_t n = offset[s->n_nodes];
+    double *gain = malloc((size_t)n * sizeof *gain);
+    if (!gain)
+        return MP_ERR_NOMEM;
+    for (int32_t i = 0; i < s->n_nodes; i++)
+        for (int64_t e = 0; e < s->nodes[i].n_experts; e++) {
+            uint64_t c = train ? s->acc[i].train_count[e] : s->acc[i].count[e];
+            double g = (double)c;
+            if (by_bytes)
+                g /= (double)s->nodes[i].expert_bytes;
+            gain[offset[i] + e] = g;
+            flat_order[offset[i] + e] = offset[i] + e;
+        }
+    sort_gain = gain;
+    qsort(flat_order, (size_t)n, sizeof *flat_order, by_gain_desc);
+    free(gain);
+    return MP_OK;
+}
+
+static mp_an_pick flat_pick(const mp_an_stats *s, const int64_t *offset, int64_t flat)
+{
+    int32_t i = 0;
+    while (flat >= offset[i + 1])
+        i++;
+    return (mp_an_pick){i, (uint16_t)(flat - offset[i])};
+}
+
+static mp_status node_summary(const mp_an_stats *s, int32_t i, mp_an_node_summary *ns)
+{
+    const mp_an_node_acc *a = &s->acc[i];
+    const int64_t E = s->nodes[i].n_experts, k = s->nodes[i].top_k;
+    uint64_t *test = malloc((size_t)E * sizeof *test);
+    uint16_t *test_order = malloc((size_t)E * sizeof *test_order);
+    ns->order = malloc((size_t)E * sizeof *ns->order);
+    ns->rank = malloc((size_t)E * sizeof *ns->rank);
+    ns->train_order = malloc((size_t)E * sizeof *ns->train_order);
+    ns->coverage = malloc((size_t)(E + 1) * sizeof(double));
+    ns->cov_in_sample = malloc((size_t)(E + 1) * sizeof(double));
+    ns->cov_heldout = malloc((size_t)(E + 1) * sizeof(double));
+    ns->cov_oracle = malloc((size_t)(E + 1) * sizeof(double));
+    if (!test || !test_order || !ns->order || !ns->rank || !ns->train_order || !ns->coverage ||
+        !ns->cov_in_sample || !ns->cov_heldout || !ns->cov_oracle) {
+        free(test), free(test_order);
+        return MP_ERR_NOMEM;
+    }
+    mp_an_rank(a->count, E, ns->order, ns->rank);
+    coverage_of(a->count, ns->order, E, ns->coverage);
+    for (int t = 0; t < MP_AN_N_TARGETS; t++)
+        ns->capacity[t] = mp_an_capacity(ns->coverage, E, mp_an_targets[t]);
+    concentration(a->count, ns->order, E, ns);
+
+    for (int64_t e = 0; e < E; e++)
+        test[e] = a->count[e] - a->train_count[e];
+    mp_an_rank(a->train_count, E, ns->train_order, NULL);
+    mp_an_rank(test, E, test_order, NULL);
+    coverage_of(a->train_count, ns->train_order, E, ns->cov_in_sample);
+    coverage_of(test, ns->train_order, E, ns->cov_heldout);
+    coverage_of(test, test_order, E, ns->cov_oracle);
+    for (int seg = 0; seg < MP_AN_SEGMENTS; seg++) {
+        uint64_t hit = 0;
+        for (int64_t r = 0; r < E / 2; r++)
+            hit += a->seg_count[(size_t)seg * (size_t)E + ns->train_order[r]];
+        ns->seg_heldout_half[seg] = a->seg_routes[seg] ? (double)hit / (double)a->seg_routes[seg] : 0;
+    }
+
+    uint64_t reused = 0;
+    for (int b = 0; b < MP_AN_LOG2_BUCKETS; b++)
+        reused += a->reuse[b];
+    ns->stay_frac = a->routes ? (double)a->reuse[0] / (double)a->routes : 0;
+    (void)reused;
+    ns->has_same_layer = a->same_layer != NULL;
+    ns->has_next_layer = a->next_layer != NULL;
+    ns->same_layer_pred = a->same_layer ? successor_pred(a->same_layer, E, k) : 0;
+    ns->next_layer_pred = a->next_layer ? successor_pred(a->next_layer, E, s->nodes[i + 1].top_k) : 0;
+    free(test), free(test_order);
+    return MP_OK;
+}
+
+mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->n_nodes = s->n_nodes;
+    out->node = calloc((size_t)s->n_nodes, sizeof *out->node);
+    int64_t *offset = malloc(((size_t)s->n_nodes + 1) * sizeof *offset);
+    if (!out->node || !offset)
+        goto nomem;
+    out->by_bytes = true;
+    offset[0] = 0;
+    for (int32_t i = 0; i < s->n_nodes; i++) {
+        if (node_summary(s, i, &out->node[i]) != MP_OK)
+            goto nomem;
+        offset[i + 1] = offset[i] + s->nodes[i].n_experts;
+        if (s->nodes[i].expert_bytes <= 0)
+            out->by_bytes = false;
+        if (s->nodes[i].n_experts > out->max_experts)
+            out->max_experts = s->nodes[i].n_experts;
+        out->train_routes += s->acc[i].train_routes;
+        out->heldout_routes += s->acc[i].routes - s->acc[i].train_routes;
+    }
+    const int64_t n = out->n_global = offset[s->n_nodes];
+    int64_t *flat = malloc((size_t)n * sizeof *flat);
+    out->global_order = malloc((size_t)n * sizeof *out->global_order);
+    out->global_cov = malloc((size_t)(n + 1) * sizeof(double));
+    out->global_bytes = malloc((size_t)(n + 1) * sizeof(uint64_t));
+    out->global_in_sample = malloc((size_t)(n + 1) * sizeof(double));
+    out->global_heldout = malloc((size_t)(n + 1) * sizeof(double));
+    out->expert_count = calloc((size_t)out->max_experts, sizeof(uint64_t));
+    out->expert_rank = malloc((size_t)out->max_experts * sizeof(int32_t));
+    uint16_t *expert_order = malloc((size_t)out->max_experts * sizeof *expert_order);
+    if (!flat || !out->global_order || !out->global_cov || !out->global_bytes ||
+        !out->global_in_sample || !out->global_heldout || !out->expert_count ||
+        !out->expert_rank || !expert_order) {
+        free(flat), free(expert_order);
+        goto nomem;
+    }
+    /* all requests: coverage and bytes along the greedy order */
+    if (greedy(s, offset, false, out->by_bytes, flat) != MP_OK) {
+        free(flat), free(expert_order);
+        goto nomem;
+    }
+    uint64_t acc = 0, bytes = 0;
+    out->global_cov[0] = 0, out->global_bytes[0] = 0;
+    for (int64_t p = 0; p < n; p++) {
+        mp_an_pick pk = flat_pick(s, offset, flat[p]);
+        out->global_order[p] = pk;
+        acc += s->acc[pk.node].count[pk.expert];
+        bytes += (uint64_t)(s->nodes[pk.node].expert_bytes > 0 ? s->nodes[pk.node].expert_bytes : 0);
+        out->global_cov[p + 1] = s->total_routes ? (double)acc / (double)s->total_routes : 0;
+        out->global_bytes[p + 1] = bytes;
+    }
+    for (int t = 0; t < MP_AN_N_TARGETS; t++) {
+        out->global_cap_experts[t] = mp_an_capacity(out->global_cov, n, mp_an_targets[t]);
+        out->global_cap_bytes[t] = out->global_bytes[out->global_cap_experts[t]];
+    }
+    /* training counts: the same greedy, judged in-sample and on the held-out routes */
+    if (greedy(s, offset, true, out->by_bytes, flat) != MP_OK) {
+        free(flat), free(expert_order);
+        goto nomem;
+    }
+    uint64_t in = 0, out_acc = 0;
+    out->global_in_sample[0] = out->global_heldout[0] = 0;
+    for (int64_t p = 0; p < n; p++) {
+        mp_an_pick pk = flat_pick(s, offset, flat[p]);
+        uint64_t c = s->acc[pk.node].count[pk.expert], tr = s->acc[pk.node].train_count[pk.expert];
+        in += tr;
+        out_acc += c - tr;
+        out->global_in_sample[p + 1] = out->train_routes ? (double)in / (double)out->train_routes : 0;
+        out->global_heldout[p + 1] =
+            out->heldout_routes ? (double)out_acc / (double)out->heldout_routes : 0;
+    }
+    free(flat);
+    /* drift over all nodes, and concentration means */
+    for (int seg = 0; seg < MP_AN_SEGMENTS; seg++) {
+        double hit = 0;
+        uint64_t routes = 0;
+        for (int32_t i = 0; i < s->n_nodes; i++) {
+            hit += out->node[i].seg_heldout_half[seg] * (double)s->acc[i].seg_routes[seg];
+            routes += s->acc[i].seg_routes[seg];
+        }
+        out->seg_routes[seg] = routes;
+        out->seg_heldout_half[seg] = routes ? hit / (double)routes : 0;
+    }
+    for (int32_t i = 0; i < s->n_nodes; i++) {
+        out->mean_entropy_norm += out->node[i].entropy_norm / s->n_nodes;
+        out->mean_gini += out->node[i].gini / s->n_nodes;
+        for (int64_t e = 0; e < s->nodes[i].n_experts; e++)
+            out->expert_count[e] += s->acc[i].count[e];
+    }
+    mp_an_rank(out->expert_count, out->max_experts, expert_order, out->expert_rank);
+    free(expert_order);
+    free(offset);
+    return MP_OK;
+nomem:
+    free(offset);
+    mp_an_summary_free(out);
+    return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory while summarizing");
+}
+
+void mp_an_summary_free(mp_an_summary *sum)
+{
+    if (sum->node)
+        for (int32_t i = 0; i < sum->n_nodes; i++) {
+            mp_an_node_summary *ns = &sum->node[i];
+            free(ns->order), free(ns->rank), free(ns->coverage), free(ns->train_order);
+            free(ns->cov_in_sample), free(ns->cov_heldout), free(ns->cov_oracle);
+        }
+    free(sum->node);
+    free(sum->global_order), free(sum->global_cov), free(sum->global_bytes);
+    free(sum->global_in_sample), free(sum->global_heldout);
+    free(sum->expert_count), free(sum->expert_rank);
+    memset(sum, 0, sizeof *sum);
+}

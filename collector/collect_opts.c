@@ -1,0 +1,173 @@
+/* collector/collect_opts.c — `moeplan collect` options and pre-flight path checks (see header). */
+#include "collector/collect_opts.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void mp_collect_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moeplan collect -m MODEL --prompts FILE --trace OUT.db [options]\n"
+            "\n"
+            "Run every prompt through the model and record per-layer routing and timing into a\n"
+            "trace (docs/trace-format.md), plus a results JSON beside it.\n"
+            "  -m, --model MODEL     GGUF model\n"
+            "  --prompts FILE        JSON array or JSON Lines of prompts (strings or\n"
+            "                        {\"prompt\", \"id\", \"max_tokens\"} objects)\n"
+            "  --trace OUT.db        the trace to write (refused if it exists, unless --force)\n"
+            "  --results FILE        per-prompt results (default: OUT.results.json)\n"
+            "  --force               replace an existing trace / results file\n"
+            "  --max-tokens N        tokens to generate per prompt (default 128)\n"
+            "  --raw-prompts         feed prompts as they are (default: the model's chat template)\n"
+            "  --store-prompts       keep the prompt text in the trace (default: only a hash)\n"
+            "  --threads N  --ctx N  --batch N   runtime settings (0: defaults)\n"
+            "  --trace-max-bytes N   stop (run aborted) if the trace would grow past N bytes\n"
+            "  --sync-writer         write SQLite inside the hooks instead of a writer thread\n"
+            "  --no-progress         no progress bar\n");
+}
+
+static mp_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out,
+                           mp_error *err)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return mp_fail(err, MP_ERR_ARG, "%s %s: expected an integer in %lld..%lld", flag, v,
+                       (long long)lo, (long long)hi);
+    *out = x;
+    return MP_OK;
+}
+
+mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_error *err)
+{
+    memset(o, 0, sizeof *o);
+    o->progress = true;
+    o->max_tokens = 128;
+    const char *results = NULL;
+    mp_status s;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            o->help = true;
+            return MP_OK;
+        }
+        static const char *flags[] = {"--force", "--raw-prompts", "--store-prompts",
+                                      "--no-progress", "--sync-writer"};
+        bool *flag_dst[] = {&o->force, &o->raw_prompts, &o->store_prompts, &o->progress,
+                            &o->sync_writer};
+        bool matched = false;
+        for (int f = 0; f < 5; f++)
+            if (!strcmp(a, flags[f])) {
+                *flag_dst[f] = f != 3; /* --no-progress clears */
+                matched = true;
+            }
+        if (matched)
+            continue;
+        if (a[0] != '-')
+            return mp_fail(err, MP_ERR_ARG, "unexpected argument %s (see --help)", a);
+        if (i + 1 >= argc)
+            return mp_fail(err, MP_ERR_ARG, "%s needs a value (see --help)", a);
+        const char *v = argv[++i];
+        int64_t x = 0;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model_path = v;
+        } else if (!strcmp(a, "--prompts")) {
+            o->prompts_path = v;
+        } else if (!strcmp(a, "--trace")) {
+            o->trace_path = v;
+        } else if (!strcmp(a, "--results")) {
+            results = v;
+        } else if (!strcmp(a, "--max-tokens")) {
+            if ((s = parse_i64(a, v, 1, 1000000000, &o->max_tokens, err)))
+                return s;
+        } else if (!strcmp(a, "--threads")) {
+            if ((s = parse_i64(a, v, 0, 4096, &x, err)))
+                return s;
+            o->n_threads = (int)x;
+        } else if (!strcmp(a, "--ctx")) {
+            if ((s = parse_i64(a, v, 0, INT64_C(1) << 24, &o->n_ctx, err)))
+                return s;
+        } else if (!strcmp(a, "--batch")) {
+            if ((s = parse_i64(a, v, 0, INT64_C(1) << 20, &o->n_batch, err)))
+                return s;
+        } else if (!strcmp(a, "--trace-max-bytes")) {
+            if ((s = parse_i64(a, v, 0, INT64_MAX / 2, &o->trace_max_bytes, err)))
+                return s;
+        } else {
+            return mp_fail(err, MP_ERR_ARG, "unknown option %s (see --help)", a);
+        }
+    }
+    if (!o->model_path || !o->prompts_path || !o->trace_path)
+        return mp_fail(err, MP_ERR_ARG, "expected -m MODEL --prompts FILE --trace OUT.db (see "
+                       "--help)");
+    if (!o->trace_path[0] || !o->model_path[0] || !o->prompts_path[0])
+        return mp_fail(err, MP_ERR_ARG, "empty path");
+    if (results) {
+        if (snprintf(o->results_path, sizeof o->results_path, "%s", results) >=
+            (int)sizeof o->results_path)
+            return mp_fail(err, MP_ERR_ARG, "--results: path too long");
+    } else {
+        size_t n = strlen(o->trace_path);
+        if (n > 3 && !strcmp(o->trace_path + n - 3, ".db"))
+            n -= 3;
+        if (snprintf(o->results_path, sizeof o->results_path, "%.*s.results.json", (int)n,
+                     o->trace_path) >= (int)sizeof o->results_path)
+            return mp_fail(err, MP_ERR_ARG, "--trace: path too long");
+    }
+    return MP_OK;
+}
+
+/* A canonical name for path: realpath of its directory + its last component. */
+static bool canonical(const char *path, char out[PATH_MAX * 2])
+{
+    char a[PATH_MAX], b[PATH_MAX], dir_real[PATH_MAX];
+    snprintf(a, sizeof a, "%s", path);
+    snprintf(b, sizeof b, "%s", path);
+    if (!realpath(dirname(a), dir_real))
+        return false;
+    snprintf(out, PATH_MAX * 2, "%s/%s", dir_real, basename(b));
+    return true;
+}
+
+/* Same file: same canonical name, or both exist with the same device and inode. */
+static bool same_file(const char *x, const char *y)
+{
+    struct stat sx, sy;
+    if (stat(x, &sx) == 0 && stat(y, &sy) == 0)
+        return sx.st_dev == sy.st_dev && sx.st_ino == sy.st_ino;
+    char cx[PATH_MAX * 2], cy[PATH_MAX * 2];
+    if (canonical(x, cx) && canonical(y, cy))
+        return !strcmp(cx, cy);
+    return !strcmp(x, y);
+}
+
+mp_status mp_collect_check_paths(const mp_collect_opts *o, mp_error *err)
+{
+    const char *inputs[2] = {o->model_path, o->prompts_path};
+    const char *in_names[2] = {"the model", "the prompt file"};
+    const char *outputs[2] = {o->trace_path, o->results_path};
+    const char *out_names[2] = {"trace", "results file"};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            if (same_file(outputs[i], inputs[j]))
+                return mp_fail(err, MP_ERR_ARG, "%s %s is %s", out_names[i], outputs[i],
+                               in_names[j]);
+    if (same_file(o->trace_path, o->results_path))
+        return mp_fail(err, MP_ERR_ARG, "the trace and the results file are both %s",
+                       o->trace_path);
+    struct stat sb;
+    for (int i = 0; i < 2; i++)
+        if (!o->force && stat(outputs[i], &sb) == 0)
+            return mp_fail(err, MP_ERR_IO, "%s %s exists (use --force to replace it)",
+                           out_names[i], outputs[i]);
+    for (int j = 0; j < 2; j++)
+        if (stat(inputs[j], &sb) != 0)
+            return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", inputs[j], strerror(errno));
+    return MP_OK;
+}

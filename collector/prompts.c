@@ -1,0 +1,245 @@
+/* collector/prompts.c — prompt file parsing (see prompts.h). Invariant: on error *out is empty
+ * (everything parsed so far is freed). */
+#include "collector/prompts.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void where_of(const char *data, size_t n, const char *at, int64_t *line, int64_t *col)
+{
+    *line = 1;
+    *col = 1;
+    for (const char *p = data; p < at && p < data + n; p++) {
+        if (*p == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+static mp_status add(mp_prompt_set *s, size_t *cap, const cJSON *e, const char *name,
+                     const char *where, mp_error *err)
+{
+    const cJSON *text = e, *id = NULL, *maxt = NULL;
+    if (cJSON_IsObject(e)) {
+        text = NULL;
+        const cJSON *k;
+        cJSON_ArrayForEach(k, e)
+        {
+            if (!strcmp(k->string, "prompt"))
+                text = k;
+            else if (!strcmp(k->string, "id"))
+                id = k;
+            else if (!strcmp(k->string, "max_tokens"))
+                maxt = k;
+            else
+                return mp_fail(err, MP_ERR_FORMAT, "%s: %s: unknown key \"%.64s\" (expected "
+                               "\"prompt\", \"id\", \"max_tokens\")", name, where, k->string);
+        }
+        if (!text)
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: object without \"prompt\"", name, where);
+    } else if (!cJSON_IsString(e)) {
+        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: expected a string or an object with "
+                       "\"prompt\"", name, where);
+    }
+    if (!cJSON_IsString(text))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: \"prompt\" must be a string", name, where);
+    if (text->valuestring[0] == 0)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: empty prompt", name, where);
+    int64_t max_tokens = -1;
+    if (maxt) {
+        double v = cJSON_IsNumber(maxt) ? maxt->valuedouble : -1;
+        if (!cJSON_IsNumber(maxt) || !isfinite(v) || v != floor(v) || v < 1 || v > 1e9)
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: \"max_tokens\" must be an integer in "
+                           "1..1000000000", name, where);
+        max_tokens = (int64_t)v;
+    }
+    char idbuf[64];
+    if (id) {
+        if (cJSON_IsString(id) && id->valuestring[0])
+            snprintf(idbuf, sizeof idbuf, "%s", id->valuestring);
+        else if (cJSON_IsNumber(id) && isfinite(id->valuedouble) &&
+                 id->valuedouble == floor(id->valuedouble) && fabs(id->valuedouble) < 1e15)
+            snprintf(idbuf, sizeof idbuf, "%lld", (long long)id->valuedouble);
+        else
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: \"id\" must be a non-empty string or an "
+                           "integer", name, where);
+        if (cJSON_IsString(id) && strlen(id->valuestring) >= sizeof idbuf)
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: \"id\" longer than %zu bytes", name, where,
+                           sizeof idbuf - 1);
+    } else {
+        snprintf(idbuf, sizeof idbuf, "%lld", (long long)s->n);
+    }
+    for (int64_t i = 0; i < s->n; i++)
+        if (!strcmp(s->items[i].id, idbuf))
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: id \"%s\" repeats prompt %lld's", name,
+                           where, idbuf, (long long)i);
+    if ((size_t)s->n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 16;
+        mp_prompt *it = realloc(s->items, nc * sizeof *it);
+        if (!it)
+            return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", name);
+        s->items = it;
+        *cap = nc;
+    }
+    mp_prompt *p = &s->items[s->n];
+    p->text = strdup(text->valuestring);
+    p->id = strdup(idbuf);
+    p->max_tokens = max_tokens;
+    if (!p->text || !p->id) {
+        free(p->text);
+        free(p->id);
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", name);
+    }
+    s->n++;
+    return MP_OK;
+}
+
+static mp_status parse_array(const char *name, const char *data, size_t n, mp_prompt_set *s,
+                             mp_error *err)
+{
+    const char *end_ptr = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(data, n, &end_ptr, false);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int64_t line, col;
+        where_of(data, n, at && at >= data && at <= data + n ? at : data + n, &line, &col);
+        return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld column %lld: not valid JSON (expected a "
+                       "JSON array of prompts, or JSON Lines)", name, (long long)line,
+                       (long long)col);
+    }
+    for (const char *p = end_ptr; p && p < data + n; p++)
+        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != 0) {
+            int64_t line, col;
+            where_of(data, n, p, &line, &col);
+            cJSON_Delete(root);
+            return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld column %lld: text after the JSON "
+                           "array", name, (long long)line, (long long)col);
+        }
+    mp_status st = MP_OK;
+    size_t cap = 0;
+    int64_t i = 0;
+    const cJSON *e;
+    char where[48];
+    cJSON_ArrayForEach(e, root)
+    {
+        snprintf(where, sizeof where, "element %lld", (long long)i++);
+        if ((st = add(s, &cap, e, name, where, err)))
+            break;
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+static mp_status parse_lines(const char *name, const char *data, size_t n, mp_prompt_set *s,
+                             mp_error *err)
+{
+    size_t off = 0, cap = 0;
+    int64_t line_no = 0;
+    char where[48];
+    while (off < n) {
+        const char *line = data + off;
+        const char *nl = memchr(line, '\n', n - off);
+        size_t len = nl ? (size_t)(nl - line) : n - off;
+        off += len + (nl ? 1 : 0);
+        line_no++;
+        size_t a = 0;
+        while (a < len && (line[a] == ' ' || line[a] == '\t' || line[a] == '\r'))
+            a++;
+        if (a == len)
+            continue; /* blank line */
+        snprintf(where, sizeof where, "line %lld", (long long)line_no);
+        cJSON *j = cJSON_ParseWithLength(line, len);
+        if (!j)
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: not valid JSON (expected a string or an "
+                           "object with \"prompt\")", name, where);
+        mp_status st = add(s, &cap, j, name, where, err);
+        cJSON_Delete(j);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
+mp_status mp_prompts_parse(const char *name, const char *data, size_t n, mp_prompt_set *out,
+                           mp_error *err)
+{
+    out->items = NULL;
+    out->n = 0;
+    if (memchr(data, 0, n))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: offset %zu: NUL byte in a text file", name,
+                       (size_t)((const char *)memchr(data, 0, n) - data));
+    size_t a = 0;
+    while (a < n && (data[a] == ' ' || data[a] == '\n' || data[a] == '\r' || data[a] == '\t'))
+        a++;
+    if (a == n)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: empty file, expected a JSON array of prompts or "
+                       "JSON Lines", name);
+    mp_status st = data[a] == '[' ? parse_array(name, data, n, out, err)
+                                  : parse_lines(name, data, n, out, err);
+    if (st == MP_OK && out->n == 0)
+        st = mp_fail(err, MP_ERR_FORMAT, "%s: no prompts", name);
+    if (st)
+        mp_prompts_free(out);
+    return st;
+}
+
+mp_status mp_prompts_load(const char *path, mp_prompt_set *out, mp_error *err)
+{
+    out->items = NULL;
+    out->n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= MP_PROMPTS_MAX_FILE_BYTES) {
+                free(buf);
+                fclose(f);
+                return mp_fail(err, MP_ERR_LIMIT, "%s: larger than %zu bytes", path,
+                               MP_PROMPTS_MAX_FILE_BYTES);
+            }
+            cap = cap ? 2 * cap : 65536;
+            char *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return mp_fail(err, MP_ERR_IO, "%s: read error", path);
+    }
+    mp_status st = mp_prompts_parse(path, buf ? buf : "", n, out, err);
+    free(buf);
+    return st;
+}
+
+void mp_prompts_free(mp_prompt_set *s)
+{
+    for (int64_t i = 0; i < s->n; i++) {
+        free(s->items[i].text);
+        free(s->items[i].id);
+    }
+    free(s->items);
+    s->items = NULL;
+    s->n = 0;
+}

@@ -1,0 +1,214 @@
+/* runtime/cmd_profile.c — `moeplan profile inspect|verify`: read an STRP profile fail-closed and
+ * say what it contains, or check it against a model's geometry. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "runtime/gguf.h"
+#include "runtime/strp.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moeplan profile inspect PROFILE [--top N]\n"
+            "       moeplan profile verify PROFILE (-m MODEL.gguf | --layers N --experts M)\n\n"
+            "inspect  print the header, the first N ranked pairs (default 10), resident experts per\n"
+            "         layer and the trailing table (kind, and for counts the share of routes the\n"
+            "         resident experts serve)\n"
+            "verify   read the profile fail-closed and check that its geometry is the model's:\n"
+            "         -m reads <arch>.block_count and <arch>.expert_count from the GGUF; or give\n"
+            "         --layers N --experts M (layers are the model's block indices). Exit 0 only if\n"
+            "         the profile is valid for that model.\n\n"
+            "The format is described in schemas/strp.md.\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || v > UINT32_MAX || s[0] == '-')
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* A model's STRP geometry: its block count and routed experts per layer, from GGUF metadata. */
+static mp_status model_geometry(const char *path, uint32_t *layers, uint32_t *experts, mp_error *err)
+{
+    mp_gguf *g;
+    mp_status st = mp_gguf_open(path, &g, err);
+    if (st)
+        return st;
+    mp_str arch;
+    char key[160];
+    if (!(st = mp_gguf_get_str(g, "general.architecture", &arch, err))) {
+        if (arch.len > 100) {
+            st = mp_fail(err, MP_ERR_FORMAT, "model %s: general.architecture of %llu bytes: expected a short name",
+                         path, (unsigned long long)arch.len);
+        } else {
+            snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+            st = mp_gguf_get_u32(g, key, layers, err);
+            if (!st) {
+                snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
+                st = mp_gguf_get_u32(g, key, experts, err);
+                if (st)
+                    mp_error_prefix(err, "model %s is not a MoE model (no %s)", path, key);
+            }
+        }
+    }
+    mp_gguf_close(g);
+    return st;
+}
+
+static void print_table(const mp_strp *p)
+{
+    uint64_t cells = (uint64_t)p->n_layers * p->n_experts;
+    printf("table:     %s\n", mp_strp_table_name(p->table));
+    if (p->counts) {
+        /* Routes served by the resident set (the first `slots` pairs): the profile's promise. */
+        uint64_t total = 0, resident = 0;
+        for (uint64_t c = 0; c < cells; c++)
+            total += p->counts[c];
+        for (uint32_t i = 0; i < p->slots; i++)
+            resident += p->counts[(uint64_t)p->ranked[i].layer * p->n_experts + p->ranked[i].expert];
+        printf("routes:    %" PRIu64 " counted, %" PRIu64 " served by the %u resident experts (%.2f%%)\n",
+               total, resident, p->slots, total ? 100.0 * (double)resident / (double)total : 0.0);
+    }
+    if (p->slot_of) {
+        uint64_t n_resident = 0;
+        for (uint64_t c = 0; c < cells; c++)
+            n_resident += p->slot_of[c] >= 0;
+        printf("slots:     %" PRIu64 " entries name a slot (int32 reading)\n", n_resident);
+    }
+    if (p->freq) {
+        double sum = 0;
+        for (uint64_t c = 0; c < cells; c++)
+            sum += p->freq[c];
+        printf("freq:      sum %.6g (f32 reading)\n", sum);
+    }
+    if (p->table == MP_STRP_TABLE_4BYTE_AMBIGUOUS)
+        printf("note:      the 4-byte table is all zeros: valid as int32 slots (all slot 0) and as "
+               "f32 frequencies (all 0); both readings are shown\n");
+}
+
+static int inspect(const char *path, uint32_t top)
+{
+    mp_strp p;
+    mp_error err;
+    if (mp_strp_read_file(path, NULL, &p, &err)) {
+        fprintf(stderr, "moeplan profile: error: %s\n", err.msg);
+        return 1;
+    }
+    printf("profile:   %s\n", path);
+    printf("format:    STRP v%u\n", MP_STRP_VERSION);
+    printf("geometry:  %u layers x %u experts\n", p.n_layers, p.n_experts);
+    printf("slots:     %u resident of %u ranked\n", p.slots, p.n_ranked);
+    print_table(&p);
+    uint32_t *per_layer = calloc(p.n_layers, sizeof *per_layer); // (n_layers)
+    if (!per_layer) {
+        fprintf(stderr, "moeplan profile: error: out of memory\n");
+        mp_strp_free(&p);
+        return 1;
+    }
+    for (uint32_t i = 0; i < p.slots; i++)
+        per_layer[p.ranked[i].layer]++;
+    printf("resident per layer:");
+    for (uint32_t l = 0; l < p.n_layers; l++)
+        printf("%s%u", l ? " " : " ", per_layer[l]);
+    printf("\n");
+    free(per_layer);
+    uint32_t n = top < p.n_ranked ? top : p.n_ranked;
+    printf("top %u ranked (rank layer expert%s):\n", n, p.counts ? " count" : "");
+    for (uint32_t i = 0; i < n; i++) {
+        printf("  %5u %5u %5u", i, p.ranked[i].layer, p.ranked[i].expert);
+        if (p.counts)
+            printf(" %" PRIu64, p.counts[(uint64_t)p.ranked[i].layer * p.n_experts + p.ranked[i].expert]);
+        printf("%s\n", i < p.slots ? "" : "  (not resident)");
+    }
+    mp_strp_free(&p);
+    return 0;
+}
+
+int mp_cmd_profile(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1];
+    const char *path = NULL;
+    uint32_t top = 10, layers = 0, experts = 0;
+    bool have_layers = false, have_experts = false;
+    const char *model = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        bool takes_value = !strcmp(a, "--top") || !strcmp(a, "--layers") || !strcmp(a, "--experts") ||
+                           !strcmp(a, "-m");
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "moeplan profile: error: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--top") || !strcmp(a, "--layers") || !strcmp(a, "--experts")) {
+            uint32_t v;
+            if (parse_u32(argv[++i], &v)) {
+                fprintf(stderr, "moeplan profile: error: %s '%s': expected a non-negative integer\n", a, argv[i]);
+                return 2;
+            }
+            if (!strcmp(a, "--top"))
+                top = v;
+            else if (!strcmp(a, "--layers"))
+                layers = v, have_layers = true;
+            else
+                experts = v, have_experts = true;
+        } else if (!strcmp(a, "-m")) {
+            model = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "moeplan profile: error: unknown option '%s' (try --help)\n", a);
+            return 2;
+        } else if (!path) {
+            path = a;
+        } else {
+            fprintf(stderr, "moeplan profile: error: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "moeplan profile: error: missing PROFILE (try --help)\n");
+        return 2;
+    }
+    if (!strcmp(sub, "inspect"))
+        return inspect(path, top);
+    if (!strcmp(sub, "verify")) {
+        if (model && (have_layers || have_experts)) {
+            fprintf(stderr, "moeplan profile: error: verify takes -m MODEL or --layers/--experts, not both\n");
+            return 2;
+        }
+        if (!model && (!have_layers || !have_experts)) {
+            fprintf(stderr, "moeplan profile: error: verify needs -m MODEL or --layers N --experts M\n");
+            return 2;
+        }
+        mp_error err;
+        if (model && model_geometry(model, &layers, &experts, &err)) {
+            fprintf(stderr, "moeplan profile: error: %s\n", err.msg);
+            return 1;
+        }
+        mp_strp_geometry g = {layers, experts};
+        mp_strp p;
+        if (mp_strp_read_file(path, &g, &p, &err)) {
+            fprintf(stderr, "moeplan profile: error: %s\n", err.msg);
+            return 1;
+        }
+        printf("%s: valid STRP v1 for %u layers x %u experts: %u resident of %u ranked, table %s\n",
+               path, p.n_layers, p.n_experts, p.slots, p.n_ranked, mp_strp_table_name(p.table));
+        mp_strp_free(&p);
+        return 0;
+    }
+    fprintf(stderr, "moeplan profile: error: unknown subcommand '%s': expected inspect or verify\n", sub);
+    return 2;
+}

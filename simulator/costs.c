@@ -1,0 +1,414 @@
+/* simulator/costs.c — loading and evaluating costs.json (see costs.h, schemas/costs.schema.json).
+ *
+ * The loader is strict: unknown or repeated keys, missing fields, non-finite or negative numbers,
+ * empty or unsorted curves are each a one-line error naming the file and the JSON path
+ * ($.gpu_expert[0].points[2].median_ns), so a typo in a hand-edited file never turns into a
+ * silently different cost model.
+ */
+#include "simulator/costs.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PATH_MAX_CHARS 256
+
+typedef struct ctx {
+    const char *name;
+    mp_error *err;
+} ctx;
+
+static mp_status bad(ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static mp_status bad(ctx *c, const char *path, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return mp_fail(c->err, MP_ERR_FORMAT, "costs %s: %s: %s", c->name, path, what);
+}
+
+/* Paths are cut at PATH_MAX_CHARS (a hostile key can be long); a cut path ends in "...". */
+static void mark_cut(char *out, int n)
+{
+    if (n >= PATH_MAX_CHARS)
+        memcpy(out + PATH_MAX_CHARS - 4, "...", 4);
+}
+static void join(char *out, const char *path, const char *key)
+{
+    mark_cut(out, snprintf(out, PATH_MAX_CHARS, "%s.%s", path, key));
+}
+static void join_index(char *out, const char *path, int i)
+{
+    mark_cut(out, snprintf(out, PATH_MAX_CHARS, "%s[%d]", path, i));
+}
+
+/* Every key of obj must be in allowed (NULL-terminated) and appear once. */
+static mp_status check_keys(ctx *c, const cJSON *obj, const char *path, const char *const *allowed)
+{
+    if (!cJSON_IsObject(obj))
+        return bad(c, path, "expected an object");
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        bool known = false;
+        for (int i = 0; allowed[i]; i++)
+            known = known || !strcmp(it->string, allowed[i]);
+        char sub[PATH_MAX_CHARS];
+        join(sub, path, it->string);
+        if (!known)
+            return bad(c, sub, "unknown key");
+        for (const cJSON *other = obj->child; other != it; other = other->next)
+            if (!strcmp(other->string, it->string))
+                return bad(c, sub, "repeated key");
+    }
+    return MP_OK;
+}
+
+static mp_status get_member(ctx *c, const cJSON *obj, const char *path, const char *key, const cJSON **out)
+{
+    *out = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!*out) {
+        char sub[PATH_MAX_CHARS];
+        join(sub, path, key);
+        return bad(c, sub, "missing");
+    }
+    return MP_OK;
+}
+
+static mp_status get_num(ctx *c, const cJSON *obj, const char *path, const char *key, double min, double *out)
+{
+    const cJSON *v;
+    mp_status st = get_member(c, obj, path, key, &v);
+    if (st)
+        return st;
+    char sub[PATH_MAX_CHARS];
+    join(sub, path, key);
+    /* cJSON reads overflowing literals (1e999) as inf; NaN cannot be written in JSON at all */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < min)
+        return bad(c, sub, "expected a finite number >= %g", min);
+    *out = v->valuedouble;
+    return MP_OK;
+}
+
+static mp_status get_int(ctx *c, const cJSON *obj, const char *path, const char *key, double min, double *out)
+{
+    mp_status st = get_num(c, obj, path, key, min, out);
+    if (st)
+        return st;
+    if (*out != floor(*out) || *out > 9007199254740992.0) {
+        char sub[PATH_MAX_CHARS];
+        join(sub, path, key);
+        return bad(c, sub, "expected an integer >= %g", min);
+    }
+    return MP_OK;
+}
+
+static const char *const stat_keys[] = {"median_ns", "spread_ns", NULL};
+
+static mp_status get_stat(ctx *c, const cJSON *obj, const char *path, mp_cost_stat *out)
+{
+    mp_status st = check_keys(c, obj, path, stat_keys);
+    if (!st)
+        st = get_num(c, obj, path, "median_ns", 0, &out->median_ns);
+    if (!st)
+        st = get_num(c, obj, path, "spread_ns", 0, &out->spread_ns);
+    return st;
+}
+
+/* A curve: an array of {x_key: N, median_ns, spread_ns} with x strictly increasing, >= 1. */
+static mp_status get_curve(ctx *c, const cJSON *arr, const char *path, const char *x_key, mp_cost_curve *out)
+{
+    if (!cJSON_IsArray(arr))
+        return bad(c, path, "expected an array of {\"%s\", \"median_ns\", \"spread_ns\"} points", x_key);
+    int n = cJSON_GetArraySize(arr);
+    if (n < 1)
+        return bad(c, path, "expected at least one point");
+    out->x = calloc((size_t)n, sizeof *out->x);
+    out->y = calloc((size_t)n, sizeof *out->y);
+    if (!out->x || !out->y)
+        return mp_fail(c->err, MP_ERR_NOMEM, "costs %s: %s: out of memory", c->name, path);
+    out->n_points = n;
+    const char *keys[] = {x_key, "median_ns", "spread_ns", NULL};
+    int i = 0;
+    for (const cJSON *pt = arr->child; pt; pt = pt->next, i++) {
+        char sub[PATH_MAX_CHARS];
+        join_index(sub, path, i);
+        mp_status st = check_keys(c, pt, sub, keys);
+        if (!st)
+            st = get_int(c, pt, sub, x_key, 1, &out->x[i]);
+        if (!st)
+            st = get_num(c, pt, sub, "median_ns", 0, &out->y[i].median_ns);
+        if (!st)
+            st = get_num(c, pt, sub, "spread_ns", 0, &out->y[i].spread_ns);
+        if (st)
+            return st;
+        if (i > 0 && out->x[i] <= out->x[i - 1]) {
+            char xs[PATH_MAX_CHARS];
+            join(xs, sub, x_key);
+            return bad(c, xs, "%.0f: expected > the previous point's %.0f (points sorted by %s)",
+                       out->x[i], out->x[i - 1], x_key);
+        }
+    }
+    return MP_OK;
+}
+
+static mp_status get_experts(ctx *c, const cJSON *root, const char *key, bool cpu, mp_cost_expert **out, int *n_out)
+{
+    const cJSON *arr;
+    char path[PATH_MAX_CHARS];
+    join(path, "$", key);
+    mp_status st = get_member(c, root, "$", key, &arr);
+    if (st)
+        return st;
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1)
+        return bad(c, path, "expected a non-empty array of expert entries");
+    int n = cJSON_GetArraySize(arr);
+    *out = calloc((size_t)n, sizeof **out);
+    if (!*out)
+        return mp_fail(c->err, MP_ERR_NOMEM, "costs %s: %s: out of memory", c->name, path);
+    *n_out = n;
+    static const char *const gpu_keys[] = {"quant", "n_embd", "n_ff", "expert_bytes", "points", NULL};
+    static const char *const cpu_keys[] = {"quant", "n_embd", "n_ff", "expert_bytes", "threads", "points", NULL};
+    int i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        mp_cost_expert *x = &(*out)[i];
+        char sub[PATH_MAX_CHARS], qpath[PATH_MAX_CHARS];
+        join_index(sub, path, i);
+        if ((st = check_keys(c, e, sub, cpu ? cpu_keys : gpu_keys)))
+            return st;
+        const cJSON *q;
+        if ((st = get_member(c, e, sub, "quant", &q)))
+            return st;
+        join(qpath, sub, "quant");
+        if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_COST_QUANT_MAX)
+            return bad(c, qpath, "expected a type name of 1..%d characters", MP_COST_QUANT_MAX - 1);
+        snprintf(x->quant, sizeof x->quant, "%s", q->valuestring);
+        double v;
+        if ((st = get_int(c, e, sub, "n_embd", 1, &v)))
+            return st;
+        x->n_embd = (int64_t)v;
+        if ((st = get_int(c, e, sub, "n_ff", 1, &v)))
+            return st;
+        x->n_ff = (int64_t)v;
+        if ((st = get_int(c, e, sub, "expert_bytes", 1, &v)))
+            return st;
+        x->expert_bytes = (uint64_t)v;
+        if (cpu) {
+            if ((st = get_int(c, e, sub, "threads", 1, &v)))
+                return st;
+            if (v > 4096)
+                return bad(c, sub, "threads %.0f: expected at most 4096", v);
+            x->threads = (int)v;
+        }
+        const cJSON *pts;
+        char ppath[PATH_MAX_CHARS];
+        join(ppath, sub, "points");
+        if ((st = get_member(c, e, sub, "points", &pts)) || (st = get_curve(c, pts, ppath, "rows", &x->by_rows)))
+            return st;
+    }
+    return MP_OK;
+}
+
+static mp_status get_copy(ctx *c, const cJSON *root, const char *key, mp_cost_curve *pinned, mp_cost_curve *pageable)
+{
+    const cJSON *obj, *arr;
+    char path[PATH_MAX_CHARS], sub[PATH_MAX_CHARS];
+    join(path, "$", key);
+    static const char *const keys[] = {"pinned", "pageable", NULL};
+    mp_status st = get_member(c, root, "$", key, &obj);
+    if (!st)
+        st = check_keys(c, obj, path, keys);
+    if (!st && !(st = get_member(c, obj, path, "pinned", &arr))) {
+        join(sub, path, "pinned");
+        st = get_curve(c, arr, sub, "bytes", pinned);
+    }
+    if (!st && !(st = get_member(c, obj, path, "pageable", &arr))) {
+        join(sub, path, "pageable");
+        st = get_curve(c, arr, sub, "bytes", pageable);
+    }
+    return st;
+}
+
+static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
+{
+    static const char *const keys[] = {"format", "version", "device", "notes", "gpu_expert", "cpu_expert",
+                                       "h2d", "d2h", "sync", "combine", "non_moe", NULL};
+    mp_status st = check_keys(c, root, "$", keys);
+    if (st)
+        return st;
+    const cJSON *v;
+    if ((st = get_member(c, root, "$", "format", &v)))
+        return st;
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, "moeplan-costs") != 0)
+        return bad(c, "$.format", "expected \"moeplan-costs\"");
+    double version;
+    if ((st = get_int(c, root, "$", "version", 0, &version)))
+        return st;
+    if (version != 1)
+        return bad(c, "$.version", "%.0f: expected 1", version);
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "device")) && !cJSON_IsObject(v))
+        return bad(c, "$.device", "expected an object (free-form description of the machine)");
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "notes")) && !cJSON_IsString(v))
+        return bad(c, "$.notes", "expected a string");
+    if ((st = get_experts(c, root, "gpu_expert", false, &out->gpu_expert, &out->n_gpu_expert)))
+        return st;
+    if ((st = get_experts(c, root, "cpu_expert", true, &out->cpu_expert, &out->n_cpu_expert)))
+        return st;
+    if ((st = get_copy(c, root, "h2d", &out->h2d_pinned, &out->h2d_pageable)))
+        return st;
+    if ((st = get_copy(c, root, "d2h", &out->d2h_pinned, &out->d2h_pageable)))
+        return st;
+    if ((st = get_member(c, root, "$", "sync", &v)) || (st = get_stat(c, v, "$.sync", &out->sync)))
+        return st;
+    if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
+        return st;
+    if ((st = get_member(c, root, "$", "non_moe", &v)) || (st = get_curve(c, v, "$.non_moe", "rows", &out->non_moe)))
+        return st;
+    return MP_OK;
+}
+
+static void curve_free(mp_cost_curve *c)
+{
+    free(c->x);
+    free(c->y);
+    memset(c, 0, sizeof *c);
+}
+
+void mp_costs_free(mp_costs *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; c->gpu_expert && i < c->n_gpu_expert; i++)
+        curve_free(&c->gpu_expert[i].by_rows);
+    for (int i = 0; c->cpu_expert && i < c->n_cpu_expert; i++)
+        curve_free(&c->cpu_expert[i].by_rows);
+    free(c->gpu_expert);
+    free(c->cpu_expert);
+    curve_free(&c->h2d_pinned);
+    curve_free(&c->h2d_pageable);
+    curve_free(&c->d2h_pinned);
+    curve_free(&c->d2h_pageable);
+    curve_free(&c->combine);
+    curve_free(&c->non_moe);
+    memset(c, 0, sizeof *c);
+}
+
+mp_status mp_costs_parse(const char *text, size_t len, const char *name, mp_costs *out, mp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    ctx c = {name ? name : "(memory)", err};
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        size_t off = end && end >= text ? (size_t)(end - text) : 0;
+        return mp_fail(err, MP_ERR_FORMAT, "costs %s: offset %zu: expected valid JSON", c.name, off);
+    }
+    for (const char *p = end; p && p < text + len; p++)
+        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != '\0') {
+            cJSON_Delete(root);
+            return mp_fail(err, MP_ERR_FORMAT, "costs %s: offset %zu: expected end of input after the JSON value",
+                           c.name, (size_t)(p - text));
+        }
+    mp_status st = parse_root(&c, root, out);
+    cJSON_Delete(root);
+    if (st)
+        mp_costs_free(out);
+    return st;
+}
+
+mp_status mp_costs_load(const char *path, mp_costs *out, mp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mp_fail(err, MP_ERR_IO, "costs %s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 14, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap)
+            break;
+        if (cap >= (size_t)64 << 20) { /* a cost file is a few KiB; refuse to slurp a wrong file */
+            free(buf);
+            fclose(f);
+            return mp_fail(err, MP_ERR_LIMIT, "costs %s: offset %zu: file larger than 64 MiB: expected a cost file",
+                           path, len);
+        }
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+    }
+    bool io_error = ferror(f);
+    fclose(f);
+    if (!buf)
+        return mp_fail(err, MP_ERR_NOMEM, "costs %s: out of memory", path);
+    if (io_error) {
+        free(buf);
+        return mp_fail(err, MP_ERR_IO, "costs %s: offset %zu: read error", path, len);
+    }
+    mp_status st = mp_costs_parse(buf, len, path, out, err);
+    free(buf);
+    return st;
+}
+
+double mp_cost_curve_ns(const mp_cost_curve *c, double x)
+{
+    if (x <= 0 || c->n_points < 1)
+        return 0;
+    const double *xs = c->x;
+    int n = c->n_points;
+    if (x <= xs[0])
+        return c->y[0].median_ns;
+    if (x >= xs[n - 1]) {
+        if (n == 1)
+            return c->y[0].median_ns * x / xs[0];
+        double slope = (c->y[n - 1].median_ns - c->y[n - 2].median_ns) / (xs[n - 1] - xs[n - 2]);
+        if (slope < 0)
+            slope = 0;
+        return c->y[n - 1].median_ns + slope * (x - xs[n - 1]);
+    }
+    /* binary search for the segment [xs[lo], xs[lo + 1]] holding x */
+    int lo = 0, hi = n - 1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (xs[mid] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double t = (x - xs[lo]) / (xs[hi] - xs[lo]);
+    return c->y[lo].median_ns + t * (c->y[hi].median_ns - c->y[lo].median_ns);
+}
+
+const mp_cost_expert *mp_costs_find_gpu(const mp_costs *c, const char *quant, int64_t n_embd, int64_t n_ff)
+{
+    for (int i = 0; i < c->n_gpu_expert; i++) {
+        const mp_cost_expert *e = &c->gpu_expert[i];
+        if (!strcmp(e->quant, quant) && e->n_embd == n_embd && e->n_ff == n_ff)
+            return e;
+    }
+    return NULL;
+}
+
+const mp_cost_expert *mp_costs_find_cpu(const mp_costs *c, const char *quant, int64_t n_embd, int64_t n_ff,
+                                        int threads)
+{
+    const mp_cost_expert *below = NULL, *above = NULL;
+    for (int i = 0; i < c->n_cpu_expert; i++) {
+        const mp_cost_expert *e = &c->cpu_expert[i];
+        if (strcmp(e->quant, quant) || e->n_embd != n_embd || e->n_ff != n_ff)
+            continue;
+        if (e->threads == threads)
+            return e;
+        if (e->threads < threads && (!below || e->threads > below->threads))
+            below = e;
+        if (e->threads > threads && (!above || e->threads < above->threads))
+            above = e;
+    }
+    return below ? below : above;
+}

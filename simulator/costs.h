@@ -1,0 +1,71 @@
+/* simulator/costs.h — the cost model: measured times of every piece of a hybrid MoE step, loaded
+ * from costs.json (schemas/costs.schema.json; written by `moeplan calibrate`).
+ *
+ * Every measurement is a median with a spread (the interquartile range, p75 - p25), in ns. Costs
+ * that depend on a size are curves: points (x, median, spread) with x strictly increasing, read by
+ * piecewise-linear interpolation (mp_cost_curve_ns says what happens outside the points).
+ *
+ * Invariants after mp_costs_load/parse: every number is finite and >= 0; every curve has >= 1
+ * point with x >= 1 strictly increasing; there is at least one GPU and one CPU expert entry, and
+ * every expert entry has n_embd, n_ff, expert_bytes >= 1 (CPU entries: threads >= 1).
+ */
+#ifndef MP_SIMULATOR_COSTS_H
+#define MP_SIMULATOR_COSTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+
+typedef struct mp_cost_stat {
+    double median_ns;
+    double spread_ns; /* p75 - p25 */
+} mp_cost_stat;
+
+typedef struct mp_cost_curve {
+    int n_points;
+    double *x;       /* (n_points) strictly increasing, >= 1: rows, or bytes */
+    mp_cost_stat *y; /* (n_points) */
+} mp_cost_curve;
+
+#define MP_COST_QUANT_MAX 16
+
+/* One expert FFN (gate, up, down) of a quant type and shape, timed over routed rows. */
+typedef struct mp_cost_expert {
+    char quant[MP_COST_QUANT_MAX]; /* type name as in GGUF/kernels: "Q4_K", "F16", ... */
+    int64_t n_embd;                /* hidden size (rows of activations are n_embd f32) */
+    int64_t n_ff;                  /* expert FFN size */
+    uint64_t expert_bytes;         /* weights of one expert (what an admission copies) */
+    int threads;                   /* CPU entries: threads used; GPU entries: 0 */
+    mp_cost_curve by_rows;         /* time of one expert over `rows` routed rows */
+} mp_cost_expert;
+
+typedef struct mp_costs {
+    mp_cost_expert *gpu_expert; /* (n_gpu_expert) */
+    int n_gpu_expert;
+    mp_cost_expert *cpu_expert; /* (n_cpu_expert) */
+    int n_cpu_expert;
+    mp_cost_curve h2d_pinned, h2d_pageable; /* by bytes: latency at small sizes, bandwidth beyond */
+    mp_cost_curve d2h_pinned, d2h_pageable;
+    mp_cost_stat sync;      /* one GPU->CPU->GPU round trip of a MoE layer (doorbell + waits) */
+    mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
+    mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
+} mp_costs;
+
+mp_status mp_costs_load(const char *path, mp_costs *out, mp_error *err);
+/* Parse a JSON text of len bytes; name is used in error messages. */
+mp_status mp_costs_parse(const char *text, size_t len, const char *name, mp_costs *out, mp_error *err);
+void mp_costs_free(mp_costs *c);
+
+/* Median ns at x: 0 for x <= 0 (no work, no cost); the first point's value for 0 < x < x[0]
+ * (a fixed latency floor); linear between points; beyond the last point, linear with the last
+ * segment's slope (clamped at >= 0), or proportional to x when the curve has one point. */
+double mp_cost_curve_ns(const mp_cost_curve *c, double x);
+
+/* The expert entry for a quant and shape: exact match, else NULL. For CPU entries the one with
+ * the given threads, else the one with the most threads below it, else the fewest above. */
+const mp_cost_expert *mp_costs_find_gpu(const mp_costs *c, const char *quant, int64_t n_embd, int64_t n_ff);
+const mp_cost_expert *mp_costs_find_cpu(const mp_costs *c, const char *quant, int64_t n_embd, int64_t n_ff,
+                                        int threads);
+
+#endif

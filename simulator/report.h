@@ -1,0 +1,43 @@
+/* simulator/report.h — the outputs of `moeplan simulate`: a text table, a JSON document and an
+ * SVG chart of policies × budgets. Files are written atomically (runtime/atomic_file.h). */
+#ifndef MP_SIMULATOR_REPORT_H
+#define MP_SIMULATOR_REPORT_H
+
+#include <stdio.h>
+
+#include "simulator/sim.h"
+
+typedef struct mp_sim_budget_run {
+    uint64_t budget_bytes;
+    uint64_t slots;
+    mp_sim_result res[MP_POL_COUNT];
+    bool ran[MP_POL_COUNT];
+} mp_sim_budget_run;
+
+/* Sensitivity: for each cost part and factor (0.8, 1.2), the policy ranking's top at each budget
+ * and how many policies changed rank. */
+typedef struct mp_sim_sensitivity {
+    bool done;
+    int best[MP_COST_PARTS][2][16];      /* [part][0: x0.8, 1: x1.2][budget] best policy */
+    int rank_changes[MP_COST_PARTS][2][16];
+} mp_sim_sensitivity;
+
+typedef struct mp_sim_report {
+    const char *trace_path, *costs_path;
+    const mp_sim_config *cfg;
+    const mp_sim_trace *trace;
+    mp_sim_budget_run *runs; /* (n_runs) */
+    int n_runs;
+    mp_sim_sensitivity sens;
+    /* the llama.cpp override per budget (NULL if not asked) */
+    char **llamacpp_ot;      /* (n_runs) */
+} mp_sim_report;
+
+/* Held-out metrics if the split has any, else in-sample: what a ranking should use. */
+const mp_sim_metrics *mp_sim_rank_metrics(const mp_sim_result *r);
+
+void mp_sim_report_table(FILE *f, const mp_sim_report *rep);
+mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_error *err);
+mp_status mp_sim_report_svg(const char *path, const mp_sim_report *rep, mp_error *err);
+
+#endif

@@ -1,0 +1,565 @@
+/* simulator/sim.c — the replay engine (see sim.h for the model it implements).
+ *
+ * Invariants during a replay: n_resident[l] <= cap[l]; a cell is in the in-flight FIFO only while
+ * its copy may still be running; link_free_ns is when the H2D link finishes the queued weight
+ * copies; clock_ns only grows. Everything is deterministic: no randomness, no wall clock.
+ */
+#include "simulator/sim_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const policy_names[MP_POL_COUNT] = {
+    [MP_POL_ALL_GPU] = "all-gpu",         [MP_POL_ALL_CPU] = "all-cpu",
+    [MP_POL_STATIC_TOPN] = "static-topn", [MP_POL_STATIC_EQUAL] = "static-equal",
+    [MP_POL_FIRST_N_CPU] = "first-n-cpu", [MP_POL_LAST_N_CPU] = "last-n-cpu",
+    [MP_POL_BEST_LAYERS] = "best-layers", [MP_POL_LFU] = "lfu",
+    [MP_POL_DECAYED_LFU] = "decayed-lfu", [MP_POL_WINDOW_LFU] = "window-lfu",
+    [MP_POL_LRU] = "lru",                 [MP_POL_BELADY] = "belady",
+    [MP_POL_PLAN] = "plan",
+};
+
+const char *mp_sim_policy_name(mp_sim_policy p)
+{
+    return p >= 0 && p < MP_POL_COUNT ? policy_names[p] : "unknown";
+}
+
+int mp_sim_policy_from_name(const char *name)
+{
+    for (int p = 0; p < MP_POL_COUNT; p++)
+        if (!strcmp(name, policy_names[p]))
+            return p;
+    return -1;
+}
+
+bool mp_sim_policy_is_online(mp_sim_policy p)
+{
+    return p == MP_POL_LFU || p == MP_POL_DECAYED_LFU || p == MP_POL_WINDOW_LFU || p == MP_POL_LRU ||
+           p == MP_POL_BELADY;
+}
+
+const char *mp_sim_cost_part_name(mp_sim_cost_part p)
+{
+    static const char *const names[MP_COST_PARTS] = {"gpu_expert", "cpu_expert", "h2d", "d2h",
+                                                     "sync", "combine", "non_moe"};
+    return p >= 0 && p < MP_COST_PARTS ? names[p] : "unknown";
+}
+
+void mp_sim_config_init(mp_sim_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->train_frac = 0.7;
+    c->alpha = 0.9;
+    c->beta = 1.0;
+    c->epsilon = 0.1;
+    c->window = 64;
+    for (int i = 0; i < MP_COST_PARTS; i++)
+        c->scale[i] = 1.0;
+}
+
+/* ---- cost tables ---- */
+
+void sim_tab_free(sim_tab *tab)
+{
+    free(tab->gpu_ns);
+    free(tab->cpu_ns);
+    free(tab->d2h_ns);
+    free(tab->h2d_act_ns);
+    free(tab->combine_ns);
+    free(tab->non_moe_ns);
+    memset(tab, 0, sizeof *tab);
+}
+
+mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err)
+{
+    memset(tab, 0, sizeof *tab);
+    const mp_costs *c = cfg->costs;
+    if (!c || !cfg->gpu || !cfg->cpu)
+        return mp_fail(err, MP_ERR_ARG, "simulate: no cost model (costs and its GPU/CPU expert entries)");
+    for (int i = 0; i < MP_COST_PARTS; i++)
+        if (!isfinite(cfg->scale[i]) || cfg->scale[i] < 0)
+            return mp_fail(err, MP_ERR_ARG, "simulate: cost scale of %s: expected a finite number >= 0",
+                           mp_sim_cost_part_name(i));
+    size_t n = (size_t)max_rows + 1;
+    double **tabs[] = {&tab->gpu_ns, &tab->cpu_ns, &tab->d2h_ns, &tab->h2d_act_ns, &tab->combine_ns, &tab->non_moe_ns};
+    for (int i = 0; i < 6; i++)
+        if (!(*tabs[i] = calloc(n, sizeof(double)))) {
+            sim_tab_free(tab);
+            return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for cost tables of %u rows", max_rows);
+        }
+    tab->max_rows = max_rows;
+    tab->act_row_bytes = (uint64_t)cfg->gpu->n_embd * sizeof(float);
+    tab->expert_bytes = cfg->gpu->expert_bytes;
+    const mp_cost_curve *h2d = cfg->pageable ? &c->h2d_pageable : &c->h2d_pinned;
+    const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
+    const double *k = cfg->scale;
+    for (uint32_t r = 1; r <= max_rows; r++) {
+        double bytes = (double)r * (double)tab->act_row_bytes;
+        tab->gpu_ns[r] = k[MP_COST_GPU] * mp_cost_curve_ns(&cfg->gpu->by_rows, r);
+        tab->cpu_ns[r] = k[MP_COST_CPU] * mp_cost_curve_ns(&cfg->cpu->by_rows, r);
+        tab->d2h_ns[r] = k[MP_COST_D2H] * mp_cost_curve_ns(d2h, bytes);
+        tab->h2d_act_ns[r] = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, bytes);
+        tab->combine_ns[r] = k[MP_COST_COMBINE] * mp_cost_curve_ns(&c->combine, r);
+        tab->non_moe_ns[r] = k[MP_COST_NON_MOE] * mp_cost_curve_ns(&c->non_moe, r);
+    }
+    tab->sync_ns = k[MP_COST_SYNC] * c->sync.median_ns;
+    /* weights are copied from pinned host memory when the runtime can pin them */
+    tab->weight_h2d_ns = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)tab->expert_bytes);
+    return MP_OK;
+}
+
+/* ---- engine state ---- */
+
+typedef struct inflight {
+    uint32_t cell;   /* layer * n_experts + expert */
+    double end_ns;   /* unshifted: the copy ends at end_ns + shift_ns */
+} inflight;
+
+struct sim_engine {
+    const mp_sim_trace *t;
+    const sim_tab *tab;
+    uint32_t L, E;
+    uint8_t *resident;    /* (L, E) slot held (copy may be in flight) */
+    double *ready_ns;     /* (L, E) when the expert's copy finishes; 0 if loaded before start;
+                           * unshifted (add shift_ns) while the cell has copies queued */
+    uint32_t *n_queued;   /* (L, E) copies of the cell still in the FIFO */
+    uint32_t *n_resident; /* (L) */
+    uint16_t *res_list;   /* (L, E) per layer, its n_resident resident experts first */
+    uint32_t *res_pos;    /* (L, E) position of a resident expert in its layer's res_list */
+    uint32_t *cap;        /* (L) */
+    bool ideal;           /* admissions are free and instant (Belady's bound) */
+    double clock_ns, link_free_ns;
+    inflight *fifo;       /* ring of in-flight weight copies, in link order */
+    uint32_t fifo_head, fifo_len, fifo_cap;
+    /* Delay added to every copy still queued: an activation copy shifts them all alike, so the
+     * shift is kept once here instead of rewriting each entry (O(1) per activation copy). */
+    double shift_ns;
+    mp_sim_metrics *m;    /* the split being replayed */
+    bool oom;
+};
+
+/* When the expert's weights are on the GPU (hot: once per routed expert and invocation). */
+static inline double ready_at(const sim_engine *s, size_t cell)
+{
+    return s->n_queued[cell] ? s->ready_ns[cell] + s->shift_ns : s->ready_ns[cell];
+}
+
+/* Retire the copies finished by at_ns; a cell's last queued copy fixes its ready time. */
+static void retire_copies(sim_engine *s, double at_ns)
+{
+    while (s->fifo_len && s->fifo[s->fifo_head].end_ns + s->shift_ns <= at_ns) {
+        const inflight *f = &s->fifo[s->fifo_head];
+        if (--s->n_queued[f->cell] == 0)
+            s->ready_ns[f->cell] = f->end_ns + s->shift_ns;
+        s->fifo_head = (s->fifo_head + 1) % s->fifo_cap;
+        s->fifo_len--;
+    }
+}
+
+bool sim_is_resident(const sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    return s->resident[(size_t)layer * s->E + expert];
+}
+const uint8_t *sim_resident_row(const sim_engine *s, uint32_t layer)
+{
+    return s->resident + (size_t)layer * s->E;
+}
+const uint16_t *sim_resident_list(const sim_engine *s, uint32_t layer, uint32_t *n)
+{
+    *n = s->n_resident[layer];
+    return s->res_list + (size_t)layer * s->E;
+}
+
+/* Residency changes go through these two, which keep res_list/res_pos in step with resident. */
+static void set_resident(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    s->resident[cell] = 1;
+    s->res_pos[cell] = s->n_resident[layer];
+    s->res_list[(size_t)layer * s->E + s->n_resident[layer]++] = (uint16_t)expert;
+}
+static void clear_resident(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    uint16_t *list = s->res_list + (size_t)layer * s->E;
+    uint32_t pos = s->res_pos[cell], last = --s->n_resident[layer];
+    list[pos] = list[last];
+    s->res_pos[(size_t)layer * s->E + list[pos]] = pos;
+    s->resident[cell] = 0;
+}
+
+uint32_t sim_n_resident(const sim_engine *s, uint32_t layer) { return s->n_resident[layer]; }
+uint32_t sim_cap(const sim_engine *s, uint32_t layer) { return s->cap[layer]; }
+
+void sim_evict(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    if (!s->resident[cell])
+        return;
+    clear_resident(s, layer, expert);
+    s->m->evictions++;
+}
+
+void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    if (s->resident[cell] || s->n_resident[layer] >= s->cap[layer])
+        return;
+    set_resident(s, layer, expert);
+    s->m->admissions++;
+    s->m->h2d_weight_bytes += s->tab->expert_bytes;
+    if (s->ideal) {
+        s->ready_ns[cell] = s->clock_ns;
+        return;
+    }
+    /* the copy may start only after the deciding invocation, and waits for the link */
+    retire_copies(s, s->clock_ns);
+    double begin = s->clock_ns > s->link_free_ns ? s->clock_ns : s->link_free_ns;
+    double end = begin + s->tab->weight_h2d_ns;
+    s->link_free_ns = end;
+    if (s->fifo_len == s->fifo_cap) {
+        uint32_t cap = s->fifo_cap ? 2 * s->fifo_cap : 256;
+        inflight *f = malloc(sizeof *f * cap);
+        if (!f) {
+            s->oom = true;
+            return;
+        }
+        for (uint32_t i = 0; i < s->fifo_len; i++)
+            f[i] = s->fifo[(s->fifo_head + i) % s->fifo_cap];
+        free(s->fifo);
+        s->fifo = f;
+        s->fifo_head = 0;
+        s->fifo_cap = cap;
+    }
+    s->fifo[(s->fifo_head + s->fifo_len++) % s->fifo_cap] = (inflight){(uint32_t)cell, end - s->shift_ns};
+    s->ready_ns[cell] = end - s->shift_ns;
+    s->n_queued[cell]++;
+}
+
+void sim_place(sim_engine *s, uint32_t layer, uint32_t expert)
+{
+    size_t cell = (size_t)layer * s->E + expert;
+    if (s->resident[cell] || s->n_resident[layer] >= s->cap[layer])
+        return;
+    set_resident(s, layer, expert);
+    s->ready_ns[cell] = 0;
+}
+
+/* An activation copy of dur_ns lands on the H2D link at at_ns: weight copies still running then
+ * are pushed back by its duration (the link is shared; activations go first, the decode waits on
+ * them). */
+static void share_link(sim_engine *s, double at_ns, double dur_ns)
+{
+    retire_copies(s, at_ns);
+    if (!s->fifo_len)
+        return;
+    s->shift_ns += dur_ns;
+    s->link_free_ns += dur_ns;
+}
+
+/* ---- statistics of the train steps ---- */
+
+static const uint64_t *sort_counts; /* qsort has no context argument; the replay is single-threaded */
+static int by_count_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    if (sort_counts[x] != sort_counts[y])
+        return sort_counts[x] > sort_counts[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void stats_free(sim_stats *st)
+{
+    free(st->counts);
+    free(st->order);
+    free(st->global);
+    memset(st, 0, sizeof *st);
+}
+
+static mp_status stats_build(const mp_sim_trace *t, double train_frac, sim_stats *st, mp_error *err)
+{
+    memset(st, 0, sizeof *st);
+    size_t cells = (size_t)t->n_layers * t->n_experts;
+    st->counts = calloc(cells, sizeof *st->counts);
+    st->order = malloc(sizeof *st->order * cells);
+    st->global = malloc(sizeof *st->global * cells);
+    if (!st->counts || !st->order || !st->global) {
+        stats_free(st);
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for statistics");
+    }
+    /* the first ceil-free floor(train_frac * n_requests) requests, in trace order */
+    uint32_t n_train = (uint32_t)floor(train_frac * t->n_requests + 1e-9);
+    uint32_t seen = 0;
+    uint64_t s = 0;
+    for (; s < t->n_steps; s++) {
+        if (s == 0 || t->steps[s].request != t->steps[s - 1].request)
+            seen++;
+        if (seen > n_train)
+            break;
+        const mp_sim_step *step = &t->steps[s];
+        for (uint32_t l = 0; l < t->n_layers; l++) {
+            const uint16_t *ids = mp_sim_step_ids(t, step, l);
+            for (uint64_t i = 0; i < (uint64_t)step->rows * t->top_k; i++)
+                st->counts[(size_t)l * t->n_experts + ids[i]]++;
+        }
+    }
+    st->train_steps = s;
+    sort_counts = st->counts;
+    for (size_t c = 0; c < cells; c++)
+        st->global[c] = (uint32_t)c;
+    qsort(st->global, cells, sizeof *st->global, by_count_desc);
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        uint32_t *o = st->order + (size_t)l * t->n_experts;
+        for (uint32_t e = 0; e < t->n_experts; e++)
+            o[e] = l * t->n_experts + e;
+        qsort(o, t->n_experts, sizeof *o, by_count_desc);
+        for (uint32_t e = 0; e < t->n_experts; e++)
+            o[e] -= l * t->n_experts;
+    }
+    return MP_OK;
+}
+
+/* ---- the replay ---- */
+
+mp_status mp_sim_slots(const mp_sim_trace *t, const mp_sim_config *cfg, uint64_t *slots, mp_error *err)
+{
+    if (!cfg->gpu || cfg->gpu->expert_bytes == 0)
+        return mp_fail(err, MP_ERR_ARG, "simulate: no expert size (cost file GPU expert entry)");
+    if (cfg->budget_bytes < cfg->non_expert_bytes)
+        return mp_fail(err, MP_ERR_LIMIT,
+                       "simulate: budget %llu bytes is smaller than the non-expert weights (%llu bytes): "
+                       "expected a budget that holds them",
+                       (unsigned long long)cfg->budget_bytes, (unsigned long long)cfg->non_expert_bytes);
+    uint64_t n = (cfg->budget_bytes - cfg->non_expert_bytes) / cfg->gpu->expert_bytes;
+    uint64_t cells = (uint64_t)t->n_layers * t->n_experts;
+    *slots = n < cells ? n : cells;
+    return MP_OK;
+}
+
+static void metrics_free(mp_sim_metrics *m)
+{
+    free(m->layer_decisions);
+    free(m->layer_hits);
+    m->layer_decisions = m->layer_hits = NULL;
+}
+
+void mp_sim_result_free(mp_sim_result *r)
+{
+    metrics_free(&r->train);
+    metrics_free(&r->test);
+    mp_strp_free(&r->profile);
+}
+
+/* The profile: resident experts first (in global count order), then every other expert. */
+static mp_status make_profile(const mp_sim_trace *t, const sim_stats *st, const uint8_t *resident, mp_strp *p,
+                              mp_error *err)
+{
+    size_t cells = (size_t)t->n_layers * t->n_experts;
+    uint32_t model_layers = t->model_layer[t->n_layers - 1] + 1;
+    memset(p, 0, sizeof *p);
+    p->n_layers = model_layers;
+    p->n_experts = t->n_experts;
+    p->n_ranked = (uint32_t)cells;
+    p->ranked = malloc(sizeof *p->ranked * cells);
+    p->counts = calloc((size_t)model_layers * t->n_experts, sizeof *p->counts);
+    if (!p->ranked || !p->counts) {
+        mp_strp_free(p);
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the profile");
+    }
+    p->table = MP_STRP_TABLE_U64_COUNT;
+    uint32_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < cells; i++) {
+            uint32_t c = st->global[i];
+            if ((resident && resident[c]) == (pass == 0)) {
+                uint32_t l = c / t->n_experts, e = c % t->n_experts;
+                p->ranked[k++] = (mp_strp_pair){(uint16_t)t->model_layer[l], (uint16_t)e};
+                p->slots += pass == 0;
+            }
+        }
+    for (size_t c = 0; c < cells; c++)
+        p->counts[(size_t)t->model_layer[c / t->n_experts] * t->n_experts + c % t->n_experts] = st->counts[c];
+    return mp_strp_validate(p, "simulated profile", err);
+}
+
+static mp_status metrics_init(mp_sim_metrics *m, uint32_t n_layers, mp_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->layer_decisions = calloc(n_layers, sizeof *m->layer_decisions);
+    m->layer_hits = calloc(n_layers, sizeof *m->layer_hits);
+    if (!m->layer_decisions || !m->layer_hits)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for metrics");
+    return MP_OK;
+}
+
+/* Replay every step. Hot loop: per (step, layer), one pass over the rows' expert ids to count
+ * rows per expert, one pass over the distinct experts to time them; nothing else per decision. */
+static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, pol_state *pol, mp_sim_result *r,
+                   uint32_t *rows_of, uint16_t *used, uint8_t *missed)
+/* rows_of (n_experts): rows routed to each expert in the current invocation, zero between;
+ * used (n_experts): the distinct experts of the invocation; missed (n_experts): flags, zero between */
+{
+    const sim_tab *tab = s->tab;
+    const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
+    for (uint64_t si = 0; si < t->n_steps; si++) {
+        const mp_sim_step *step = &t->steps[si];
+        mp_sim_metrics *m = si < st->train_steps ? &r->train : &r->test;
+        s->m = m;
+        const uint32_t rows = step->rows;
+        const double step_start_ns = s->clock_ns;
+        const double non_moe_share_ns = tab->non_moe_ns[rows] / L;
+        for (uint32_t l = 0; l < L; l++) {
+            s->clock_ns += non_moe_share_ns;
+            const double start_ns = s->clock_ns;
+            const uint16_t *ids = mp_sim_step_ids(t, step, l);
+            const uint64_t n_ids = (uint64_t)rows * K;
+            uint32_t n_used = 0;
+            for (uint64_t i = 0; i < n_ids; i++) {
+                uint16_t e = ids[i];
+                if (!rows_of[e]++)
+                    used[n_used++] = e;
+            }
+            const size_t base = (size_t)l * E;
+            double gpu_ns = 0, cpu_ns = 0;
+            uint64_t hits = 0;
+            bool any_miss = false;
+            for (uint32_t u = 0; u < n_used; u++) {
+                uint16_t e = used[u];
+                uint32_t c = rows_of[e];
+                if (s->resident[base + e] && ready_at(s, base + e) <= start_ns) {
+                    gpu_ns += tab->gpu_ns[c];
+                    hits += c;
+                } else {
+                    cpu_ns += tab->cpu_ns[c];
+                    missed[e] = 1;
+                    any_miss = true;
+                    if (s->resident[base + e])
+                        m->late += c;
+                }
+            }
+            uint32_t rows_cpu = 0;
+            if (any_miss) {
+                if (rows == 1) {
+                    rows_cpu = 1;
+                } else {
+                    for (uint32_t row = 0; row < rows; row++)
+                        for (uint32_t j = 0; j < K; j++)
+                            if (missed[ids[(uint64_t)row * K + j]]) {
+                                rows_cpu++;
+                                break;
+                            }
+                }
+                uint64_t act_bytes = rows_cpu * tab->act_row_bytes;
+                m->cpu_invocations++;
+                m->d2h_act_bytes += act_bytes;
+                m->h2d_act_bytes += act_bytes;
+                double act_h2d_at_ns = start_ns + tab->d2h_ns[rows_cpu] + tab->sync_ns + cpu_ns;
+                share_link(s, act_h2d_at_ns, tab->h2d_act_ns[rows_cpu]);
+            }
+            s->clock_ns = start_ns + sim_layer_ns(tab, gpu_ns, cpu_ns, rows_cpu);
+            m->decisions += n_ids;
+            m->hits += hits;
+            m->layer_decisions[l] += n_ids;
+            m->layer_hits[l] += hits;
+            if (pol)
+                pol_after(pol, s, l, si, used, rows_of, n_used);
+            for (uint32_t u = 0; u < n_used; u++) {
+                rows_of[used[u]] = 0;
+                missed[used[u]] = 0;
+            }
+        }
+        m->tokens += rows;
+        m->steps++;
+        m->time_ns += s->clock_ns - step_start_ns;
+    }
+}
+
+mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_policy policy, mp_sim_result *r,
+                     mp_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->policy = policy;
+    if (policy < 0 || policy >= MP_POL_COUNT)
+        return mp_fail(err, MP_ERR_ARG, "simulate: unknown policy %d", (int)policy);
+    if (!t->n_steps)
+        return mp_fail(err, MP_ERR_ARG, "simulate: the trace has no steps");
+    if (!(cfg->train_frac >= 0 && cfg->train_frac <= 1))
+        return mp_fail(err, MP_ERR_ARG, "simulate: train fraction %g: expected 0..1", cfg->train_frac);
+    mp_status st = mp_sim_slots(t, cfg, &r->slots, err);
+    if (st)
+        return st;
+    const uint32_t L = t->n_layers, E = t->n_experts;
+    const size_t cells = (size_t)L * E;
+    sim_tab tab;
+    if ((st = sim_tab_build(&tab, cfg, t->max_rows, err)))
+        return st;
+    sim_stats stats = {0};
+    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY};
+    pol_state *pol = NULL;
+    uint32_t *rows_of = calloc(E, sizeof *rows_of);
+    uint16_t *used = malloc(sizeof *used * E);
+    uint8_t *missed = calloc(E, 1);
+    s.resident = calloc(cells, 1);
+    s.ready_ns = calloc(cells, sizeof *s.ready_ns);
+    s.n_queued = calloc(cells, sizeof *s.n_queued);
+    s.res_list = malloc(sizeof *s.res_list * cells);
+    s.res_pos = malloc(sizeof *s.res_pos * cells);
+    s.n_resident = calloc(L, sizeof *s.n_resident);
+    s.cap = calloc(L, sizeof *s.cap);
+    if ((st = stats_build(t, cfg->train_frac, &stats, err)))
+        goto done;
+    if (!rows_of || !used || !missed || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident || !s.cap) {
+        st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
+        goto done;
+    }
+    if ((st = metrics_init(&r->train, L, err)) || (st = metrics_init(&r->test, L, err)))
+        goto done;
+    if (mp_sim_policy_is_online(policy)) {
+        /* per-layer caches of equal size: the slots split evenly, the remainder to the first layers */
+        for (uint32_t l = 0; l < L; l++)
+            s.cap[l] = (uint32_t)(r->slots / L + (l < r->slots % L));
+        if ((st = pol_init(&pol, t, cfg, policy, err)))
+            goto done;
+    } else {
+        if ((st = pol_static_placement(t, cfg, &tab, &stats, policy, r->slots, s.resident, err)))
+            goto done;
+        for (size_t c = 0; c < cells; c++)
+            if (s.resident[c])
+                set_resident(&s, (uint32_t)(c / E), (uint32_t)(c % E));
+        for (uint32_t l = 0; l < L; l++)
+            s.cap[l] = s.n_resident[l];
+    }
+    if (policy == MP_POL_BELADY)
+        pol_belady_initial(pol, &s); /* the offline optimum also starts optimally */
+    for (uint32_t l = 0; l < L; l++)
+        r->resident_initial += s.n_resident[l];
+    replay(&s, t, &stats, pol, r, rows_of, used, missed);
+    if (s.oom) {
+        st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for in-flight copies");
+        goto done;
+    }
+    st = make_profile(t, &stats, mp_sim_policy_is_online(policy) ? NULL : s.resident, &r->profile, err);
+    if (!st && mp_sim_policy_is_online(policy)) {
+        /* an online policy has no fixed placement: export the train ranking with the budget's slots */
+        r->profile.slots = (uint32_t)r->slots;
+    }
+done:
+    pol_free(pol);
+    stats_free(&stats);
+    sim_tab_free(&tab);
+    free(rows_of);
+    free(used);
+    free(missed);
+    free(s.resident);
+    free(s.ready_ns);
+    free(s.n_queued);
+    free(s.res_list);
+    free(s.res_pos);
+    free(s.n_resident);
+    free(s.cap);
+    free(s.fifo);
+    if (st)
+        mp_sim_result_free(r);
+    return st;
+}

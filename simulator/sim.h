@@ -1,0 +1,151 @@
+/* simulator/sim.h — deterministic replay of MoE routing under a GPU expert budget and a cost model.
+ *
+ * The replay walks the trace's steps in order (request by request) and, in each step, the MoE
+ * layers in forward order. At each (step, layer) invocation:
+ *   - experts resident on the GPU (and whose admission copy has finished) are hits: GPU time;
+ *   - misses run on the CPU: D2H of the rows that need them, the round trip (sync), the CPU
+ *     expert time, and H2D of their partial outputs, all overlapped with the GPU hits; then the
+ *     combine of CPU partials into the GPU output. Every layer that sends anything to the CPU pays
+ *     the round trip: that is why concentrating CPU work can beat spreading it.
+ *   - then the policy may admit experts: asynchronous H2D copies of the weights on a transfer
+ *     stream, starting only after this invocation ends; an admitted expert is a hit at a later
+ *     invocation only if its copy finished before that invocation starts. Weight copies and the
+ *     activation H2D copies share the link: an activation copy that lands while weights are in
+ *     flight delays those weights by its duration.
+ * Non-MoE time per step comes from the cost file (by rows in the step), spread evenly before the
+ * layers so that transfer timing sees it.
+ *
+ * Hit rate is counted over routing decisions (one row choosing one expert). Requests are split
+ * into train (the first train_frac of requests, in trace order) and test (held out): placements
+ * that need statistics (static, plan) are built from train only; every metric is reported for
+ * both parts. Online policies run through train (warm-up) and continue into test.
+ *
+ * Invariants of an mp_sim_trace (checked by mp_sim_trace_add_step): every step has rows >= 1 and
+ * one (rows, top_k) block of expert ids per layer; ids < n_experts; no expert twice in a row;
+ * a request's steps are contiguous.
+ */
+#ifndef MP_SIMULATOR_SIM_H
+#define MP_SIMULATOR_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/strp.h"
+#include "simulator/costs.h"
+
+typedef struct mp_sim_step {
+    uint32_t request;  /* request id (contiguous in the trace) */
+    uint32_t rows;     /* tokens in this step: 1 for decode */
+    uint64_t ids_off;  /* into ids: n_layers blocks of (rows, top_k) */
+} mp_sim_step;
+
+typedef struct mp_sim_trace {
+    uint32_t n_layers;     /* MoE layers (nodes), in forward order */
+    uint32_t n_experts;
+    uint32_t top_k;
+    uint32_t *model_layer; /* (n_layers) model block index of each MoE layer (for STRP) */
+    mp_sim_step *steps;    /* (n_steps) */
+    uint64_t n_steps, cap_steps;
+    uint16_t *ids;         /* (sum of rows * n_layers * top_k) */
+    uint64_t n_ids, cap_ids;
+    uint32_t n_requests;
+    uint32_t max_rows;
+    uint32_t last_request;
+} mp_sim_trace;
+
+/* model_layer may be NULL (identity: layer i is block i). */
+mp_status mp_sim_trace_init(mp_sim_trace *t, uint32_t n_layers, uint32_t n_experts, uint32_t top_k,
+                            const uint32_t *model_layer, mp_error *err);
+/* Append one step: ids is (n_layers, rows, top_k). `where` names the source record in errors. */
+mp_status mp_sim_trace_add_step(mp_sim_trace *t, uint32_t request, uint32_t rows, const uint16_t *ids,
+                                const char *where, mp_error *err);
+void mp_sim_trace_free(mp_sim_trace *t);
+static inline const uint16_t *mp_sim_step_ids(const mp_sim_trace *t, const mp_sim_step *s, uint32_t layer)
+{
+    return t->ids + s->ids_off + (uint64_t)layer * s->rows * t->top_k;
+}
+
+typedef enum mp_sim_policy {
+    MP_POL_ALL_GPU = 0,     /* baseline: every expert resident, budget ignored */
+    MP_POL_ALL_CPU,         /* baseline: no expert resident */
+    MP_POL_STATIC_TOPN,     /* hindsight static: global top-N by train counts (marginal hit gain) */
+    MP_POL_STATIC_EQUAL,    /* static: per-layer equal split, top by train counts */
+    MP_POL_FIRST_N_CPU,     /* whole layers: the first layers on the CPU (llama.cpp --n-cpu-moe) */
+    MP_POL_LAST_N_CPU,      /* whole layers: the mirror, the last layers on the CPU */
+    MP_POL_BEST_LAYERS,     /* whole layers: the layers whose residency saves most time (-ot) */
+    MP_POL_LFU,             /* cumulative LFU (per-layer caches, equal split) */
+    MP_POL_DECAYED_LFU,     /* score = alpha * score + beta * rows; swap if cpu_max > (1+eps) gpu_min */
+    MP_POL_WINDOW_LFU,      /* counts over the layer's last `window` invocations */
+    MP_POL_LRU,
+    MP_POL_BELADY,          /* offline optimum of hits for per-layer caches; free admissions */
+    MP_POL_PLAN,            /* per-layer capacities chosen by simulated time (exact DP) */
+    MP_POL_COUNT
+} mp_sim_policy;
+
+const char *mp_sim_policy_name(mp_sim_policy p);
+int mp_sim_policy_from_name(const char *name); /* -1 if unknown */
+bool mp_sim_policy_is_online(mp_sim_policy p);
+
+/* Cost multipliers (sensitivity analysis): 1.0 = as measured. */
+typedef enum mp_sim_cost_part {
+    MP_COST_GPU = 0, MP_COST_CPU, MP_COST_H2D, MP_COST_D2H, MP_COST_SYNC, MP_COST_COMBINE, MP_COST_NON_MOE,
+    MP_COST_PARTS
+} mp_sim_cost_part;
+const char *mp_sim_cost_part_name(mp_sim_cost_part p);
+
+typedef struct mp_sim_config {
+    const mp_costs *costs;
+    const mp_cost_expert *gpu;  /* the entries for the model's expert quant/shape */
+    const mp_cost_expert *cpu;
+    uint64_t budget_bytes;      /* GPU memory for the model: non-expert weights + resident experts */
+    uint64_t non_expert_bytes;
+    double train_frac;          /* in [0, 1]: share of requests (in trace order) used to plan */
+    double alpha, beta, epsilon; /* decayed LFU */
+    uint32_t window;            /* windowed LFU: invocations per layer */
+    bool pageable;              /* host buffers pageable instead of pinned */
+    double scale[MP_COST_PARTS];
+} mp_sim_config;
+
+void mp_sim_config_init(mp_sim_config *c); /* defaults: train 0.7, alpha 0.9, beta 1, eps 0.1, window 64 */
+
+typedef struct mp_sim_metrics {
+    uint64_t decisions, hits;   /* routing decisions (row, expert) and those served by the GPU */
+    uint64_t late;              /* misses of admitted experts whose copy had not finished */
+    uint64_t tokens, steps;
+    double time_ns;
+    uint64_t cpu_invocations;   /* layer invocations that sent rows to the CPU (paid a round trip) */
+    uint64_t h2d_weight_bytes, h2d_act_bytes, d2h_act_bytes;
+    uint64_t admissions, evictions;
+    uint64_t *layer_decisions, *layer_hits; /* (n_layers) */
+} mp_sim_metrics;
+
+typedef struct mp_sim_result {
+    mp_sim_policy policy;
+    uint64_t slots;             /* resident experts the budget allows (all layers) */
+    uint64_t resident_initial;  /* experts resident when the replay starts */
+    mp_sim_metrics train, test;
+    /* The placement to export: experts ranked most valuable first with the first `slots_used`
+     * resident. Static policies: their placement; online ones: their initial ranking. */
+    mp_strp profile;            /* counts table = train routing counts */
+} mp_sim_result;
+
+/* Slots for a budget: (budget - non_expert) / expert_bytes, at most n_layers * n_experts. Fails
+ * (MP_ERR_LIMIT) when the budget does not hold the non-expert weights. */
+mp_status mp_sim_slots(const mp_sim_trace *t, const mp_sim_config *cfg, uint64_t *slots, mp_error *err);
+
+mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_policy policy,
+                     mp_sim_result *out, mp_error *err);
+void mp_sim_result_free(mp_sim_result *r);
+
+static inline double mp_sim_hit_rate(const mp_sim_metrics *m)
+{
+    return m->decisions ? (double)m->hits / (double)m->decisions : 0.0;
+}
+static inline double mp_sim_tok_s(const mp_sim_metrics *m)
+{
+    return m->time_ns > 0 ? (double)m->tokens * 1e9 / m->time_ns : 0.0;
+}
+
+#endif

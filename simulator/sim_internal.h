@@ -1,0 +1,88 @@
+/* simulator/sim_internal.h — what the replay engine (sim.c) and the policies (policies.c,
+ * plan.c) share: cost tables by rows, the layer-time formula, and the residency state.
+ * Not a public header: only simulator/ includes it. */
+#ifndef MP_SIMULATOR_SIM_INTERNAL_H
+#define MP_SIMULATOR_SIM_INTERNAL_H
+
+#include "simulator/sim.h"
+
+/* Costs tabulated for 0..max_rows routed rows (index = rows), scaled by mp_sim_config.scale, so
+ * that the replay's hot loop does table reads, not curve searches. Index 0 is 0 ns. */
+typedef struct sim_tab {
+    uint32_t max_rows;
+    double *gpu_ns;      /* (max_rows + 1) one expert on the GPU */
+    double *cpu_ns;      /* (max_rows + 1) one expert on the CPU */
+    double *d2h_ns;      /* (max_rows + 1) activations of `rows` rows to the host */
+    double *h2d_act_ns;  /* (max_rows + 1) partial outputs of `rows` rows back */
+    double *combine_ns;  /* (max_rows + 1) */
+    double *non_moe_ns;  /* (max_rows + 1) per step, by its rows */
+    double sync_ns;      /* one round trip */
+    double weight_h2d_ns; /* one expert's weights host -> device */
+    uint64_t act_row_bytes; /* n_embd f32: one row of activations or of partial output */
+    uint64_t expert_bytes;
+} sim_tab;
+
+mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err);
+void sim_tab_free(sim_tab *tab);
+
+/* Time of one layer invocation: GPU hits overlapped with the CPU path of the misses (D2H, round
+ * trip, CPU experts, H2D of the partial outputs), then the combine. One formula for the replay and
+ * for the planner, so that the planner's predictions are the replay's. */
+static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns, uint32_t rows_cpu)
+{
+    if (!rows_cpu)
+        return gpu_ns;
+    double path_ns = c->d2h_ns[rows_cpu] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_cpu];
+    return (gpu_ns > path_ns ? gpu_ns : path_ns) + c->combine_ns[rows_cpu];
+}
+
+typedef struct sim_engine sim_engine; /* sim.c */
+
+/* Residency, as the policies see and change it. */
+bool sim_is_resident(const sim_engine *s, uint32_t layer, uint32_t expert);
+/* The layer's residency flags (n_experts), valid until the next sim_admit/sim_evict changes them
+ * (they change in place): policies scan it directly in their victim searches. */
+const uint8_t *sim_resident_row(const sim_engine *s, uint32_t layer);
+/* The layer's resident experts as a list (*n of them, in no particular order; changes in place
+ * with admissions and evictions): victim searches scan cap entries, not n_experts. */
+const uint16_t *sim_resident_list(const sim_engine *s, uint32_t layer, uint32_t *n);
+uint32_t sim_n_resident(const sim_engine *s, uint32_t layer);
+uint32_t sim_cap(const sim_engine *s, uint32_t layer);
+/* Start the copy of an expert's weights (after the current invocation); needs a free slot. */
+void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert);
+void sim_evict(sim_engine *s, uint32_t layer, uint32_t expert);
+/* Place an expert before the replay starts (no copy, nothing counted); needs a free slot. */
+void sim_place(sim_engine *s, uint32_t layer, uint32_t expert);
+
+/* Train statistics and rankings the policies build placements from. */
+typedef struct sim_stats {
+    uint64_t *counts;     /* (n_layers, n_experts) routing decisions in the train steps */
+    uint32_t *order;      /* (n_layers, n_experts) per layer, experts by count desc, index asc */
+    uint32_t *global;     /* (n_layers * n_experts) cells l*E+e by count desc, cell asc */
+    uint64_t train_steps; /* steps [0, train_steps) are train */
+} sim_stats;
+
+/* Static placements: fill resident (n_layers, n_experts) for the policy; returns experts placed. */
+typedef struct pol_state pol_state;
+mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, const sim_tab *tab,
+                               const sim_stats *st, mp_sim_policy policy, uint64_t slots, uint8_t *resident,
+                               mp_error *err);
+/* Online policies: state, and the hook after each invocation: used (n_used) are the experts the
+ * invocation routed to, rows_of (n_experts) the rows each received. */
+mp_status pol_init(pol_state **out, const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_policy policy,
+                   mp_error *err);
+void pol_after(pol_state *p, sim_engine *s, uint32_t layer, uint64_t step, const uint16_t *used,
+               const uint32_t *rows_of, uint32_t n_used);
+/* Belady starts with each layer's cache holding the experts used soonest. */
+void pol_belady_initial(pol_state *p, sim_engine *s);
+void pol_free(pol_state *p);
+
+/* Planner (plan.c): per-layer time of the train steps with the top-c experts resident, for
+ * c = 0..n_experts: cost (n_layers, n_experts + 1), in ns. */
+mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_stats *st, double *cost,
+                           mp_error *err);
+/* Capacities minimizing the summed cost under sum(cap) <= slots (exact DP). cap: (n_layers). */
+mp_status plan_capacities(const double *cost, uint32_t n_layers, uint32_t n_experts, uint64_t slots,
+                          uint32_t *cap, mp_error *err);
+
+#endif

@@ -1,0 +1,26 @@
+/* simulator/sim_load.h — from a moeplan trace (SQLite, collector/trace_read.h) to the in-memory
+ * routing trace the replay walks. */
+#ifndef MP_SIMULATOR_SIM_LOAD_H
+#define MP_SIMULATOR_SIM_LOAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "simulator/sim.h"
+
+typedef struct mp_sim_load_options {
+    bool as_decode; /* split every step into one-row steps (replay prefill routing as decode) */
+} mp_sim_load_options;
+
+/* What the trace says about the model, for choosing the cost entries (-1 / "" when unknown). */
+typedef struct mp_sim_trace_facts {
+    int64_t expert_bytes, n_embd, n_ff;
+    char model_sha256[65];
+    char quant[64];
+} mp_sim_trace_facts;
+
+/* Loads the whole routing of a complete trace (memory: 2 bytes per routing decision). */
+mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp_sim_trace *out,
+                            mp_sim_trace_facts *facts, mp_error *err);
+
+#endif

@@ -1,0 +1,411 @@
+/* tests/unit/test_analyzer_cli.c — `moeplan analyze` end to end through the binary: the report
+ * directory appears whole or not at all, errors are one line with exit 1 (usage: 2), row modes
+ * count what they should, summary.json lists files that exist, and report.html renders in
+ * headless Chromium (scripts/setup.sh installs it; without it this test FAILS, it never skips). */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/unit/analyzer_fixture.h"
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_ancli_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(analyzer_cli, .init = setup, .fini = teardown);
+
+typedef struct run_result {
+    int status;
+    char out[16384], err[16384];
+} run_result;
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Run `moeplan ARGS` (a shell fragment), capturing stdout and stderr. */
+static void moeplan(run_result *r, const char *args)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s/stdout' 2>'%s/stderr'", exe, args, tmpdir, tmpdir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "moeplan did not exit normally: %s", cmd);
+    r->status = WEXITSTATUS(st);
+    char p[512];
+    snprintf(p, sizeof p, "%s/stdout", tmpdir);
+    slurp(p, r->out, sizeof r->out);
+    snprintf(p, sizeof p, "%s/stderr", tmpdir);
+    slurp(p, r->err, sizeof r->err);
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Nothing but the expected entries in tmpdir: no report.tmp.* left behind. */
+static void no_temporaries(void)
+{
+    DIR *d = opendir(tmpdir);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        cr_assert_null(strstr(e->d_name, ".tmp."), "left behind: %s", e->d_name);
+    closedir(d);
+}
+
+static cJSON *load_summary(const char *dir)
+{
+    char p[600];
+    static char buf[1 << 20];
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    slurp(p, buf, sizeof buf);
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j, "summary.json does not parse");
+    return j;
+}
+
+static double num(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b)
+        x = cJSON_GetObjectItemCaseSensitive(x, b);
+    cr_assert(cJSON_IsNumber(x), "%s.%s is not a number", a, b ? b : "");
+    return x->valuedouble;
+}
+
+Test(analyzer_cli, report_is_complete_and_consistent)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cr_assert_str_empty(r.err);
+    cJSON *j = load_summary(out);
+    /* 3 requests × (4 prefill + 2 decode rows) × 2 nodes × top-2 */
+    cr_assert_eq(num(j, "totals", "routes"), 72);
+    cr_assert_eq(num(j, "totals", "token_rows"), 36);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    cr_assert_geq(cJSON_GetArraySize(files), 15);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s", out, f->valuestring);
+        cr_assert(exists(p), "summary.json lists %s but it is missing", f->valuestring);
+    }
+    /* expert bytes from the node table: the 50 % capacity in bytes is experts × 4096 */
+    const cJSON *cap = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+                                              cJSON_GetObjectItemCaseSensitive(j, "global_budget"),
+                                              "capacity"), 0);
+    cr_assert_eq(num(cap, "bytes", NULL), num(cap, "experts", NULL) * 4096);
+    cJSON_Delete(j);
+    no_temporaries();
+
+    /* an existing report is kept unless --force */
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "exists"), "%s", r.err);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force --rows decode", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    j = load_summary(out);
+    cr_assert_eq(num(j, "totals", "routes"), 3 * 2 * 2 * 2, "decode rows only");
+    cJSON_Delete(j);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force --rows final --train-requests 0:2", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    j = load_summary(out);
+    cr_assert_eq(num(j, "totals", "routes"), 3 * 3 * 2 * 2, "last prefill row + decode rows");
+    cr_assert_eq(num(j, "generalization", "train_requests"), 1);
+    cJSON_Delete(j);
+    no_temporaries();
+    free(t);
+}
+
+Test(analyzer_cli, bad_trace_one_line_error_nothing_written)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    sql(t, "UPDATE routing SET expert_ids = X'0707' || substr(expert_ids, 3) WHERE key = "
+           "(1 << 36) | (2 << 12) | 1");
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert(!exists(out), "a report was written for a bad trace");
+    no_temporaries();
+    const char *prefix = "moeplan analyze: error: trace ";
+    cr_assert_eq(strncmp(r.err, prefix, strlen(prefix)), 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "request 1 (ord 1), step 2, node 1, row 0, slot 1: expert id 7 "
+                                     "repeated"), "%s", r.err);
+    cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+
+    /* --validate-only lists every problem */
+    sql(t, "UPDATE run SET status = 'running'");
+    snprintf(args, sizeof args, "analyze '%s' --validate-only", t);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "problem: trace"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "status is 'running'"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "expert id 7 repeated"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "2 problems found"), "%s", r.err);
+    free(t);
+}
+
+Test(analyzer_cli, usage_errors)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    run_result r;
+    char args[2048];
+    moeplan(&r, "analyze");
+    cr_assert_eq(r.status, 2);
+    moeplan(&r, "analyze --help");
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.out, "usage: moeplan analyze"));
+    snprintf(args, sizeof args, "analyze '%s'", t);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 2, "--out is required");
+    snprintf(args, sizeof args, "analyze '%s' --out x --rows some", t);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 2);
+    cr_assert_not_null(strstr(r.err, "--rows 'some'"), "%s", r.err);
+    snprintf(args, sizeof args, "analyze '%s' --out x --train-frac 1", t);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 2);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, t);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 2, "output equal to an input");
+    snprintf(args, sizeof args, "analyze '%s' --out '%s/r' --train-requests 0:99", t, tmpdir);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "request 99: not in trace"), "%s", r.err);
+    snprintf(args, sizeof args, "analyze '%s/missing.db' --out '%s/r'", tmpdir, tmpdir);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert_not_null(strstr(r.err, "missing.db"), "%s", r.err);
+    no_temporaries();
+    free(t);
+}
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+Test(analyzer_cli, report_renders_in_headless_chromium, .timeout = 300)
+{
+    cr_assert_eq(system("command -v chromium >/dev/null 2>&1"), 0,
+                 "chromium is not installed: run scripts/setup.sh (Debian package 'chromium')");
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    /* a blank page of the same size is the baseline a rendered report must exceed */
+    char blank[600];
+    snprintf(blank, sizeof blank, "%s/blank.html", tmpdir);
+    FILE *f = fopen(blank, "w");
+    fputs("<!DOCTYPE html><html><body></body></html>\n", f);
+    fclose(f);
+    const char *flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars "
+                        "--window-size=1200,2400";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && timeout 120 chromium %s --user-data-dir='%s/chr' --dump-dom "
+             "'file://%s/report.html' > dom.html 2>/dev/null && "
+             "timeout 120 chromium %s --user-data-dir='%s/chr' --screenshot='%s/report.png' "
+             "'file://%s/report.html' >/dev/null 2>&1 && "
+             "timeout 120 chromium %s --user-data-dir='%s/chr' --screenshot='%s/blank.png' "
+             "'file://%s' >/dev/null 2>&1",
+             tmpdir, flags, tmpdir, out, flags, tmpdir, tmpdir, out, flags, tmpdir, tmpdir, blank);
+    cr_assert_eq(system(cmd), 0, "chromium failed: %s", cmd);
+    static char dom[1 << 20];
+    char p[600];
+    snprintf(p, sizeof p, "%s/dom.html", tmpdir);
+    slurp(p, dom, sizeof dom);
+    static const char *const want[] = {"id=\"title\"", "id=\"chart-heatmap\"",
+                                       "id=\"chart-coverage\"", "id=\"chart-rank-threshold\"",
+                                       "id=\"chart-heldout\"", "<polyline", "id=\"nodes\"",
+                                       "href=\"nodes.csv\"", NULL};
+    for (int i = 0; want[i]; i++)
+        cr_assert_not_null(strstr(dom, want[i]), "the rendered DOM lacks %s", want[i]);
+    char png[600];
+    snprintf(png, sizeof png, "%s/report.png", tmpdir);
+    const long report_bytes = file_size(png);
+    snprintf(png, sizeof png, "%s/blank.png", tmpdir);
+    const long blank_bytes = file_size(png);
+    cr_assert_gt(blank_bytes, 0, "no blank screenshot");
+    /* PNG compresses a blank page to almost nothing; drawn charts and tables do not */
+    cr_assert_gt(report_bytes, 10 * blank_bytes, "screenshot looks blank: %ld bytes vs blank %ld",
+                 report_bytes, blank_bytes);
+    free(t);
+}
+
+/* ---- summary.json against schemas/report.schema.json ----
+ * A small validator of the JSON Schema keywords the schema uses: type, required, properties,
+ * items, $ref (#/$defs/...), const, enum, minimum, maximum, minItems, maxItems. */
+
+static const cJSON *schema_root;
+
+static bool type_is(const cJSON *v, const char *t)
+{
+    if (!strcmp(t, "object")) return cJSON_IsObject(v);
+    if (!strcmp(t, "array")) return cJSON_IsArray(v);
+    if (!strcmp(t, "string")) return cJSON_IsString(v);
+    if (!strcmp(t, "null")) return cJSON_IsNull(v);
+    if (!strcmp(t, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(t, "integer")) return cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble;
+    return false;
+}
+
+static bool same_value(const cJSON *a, const cJSON *b)
+{
+    return cJSON_Compare(a, b, true) ||
+           (cJSON_IsNumber(a) && cJSON_IsNumber(b) && a->valuedouble == b->valuedouble);
+}
+
+static void check_schema(const cJSON *v, const cJSON *s, const char *where)
+{
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    if (ref) {
+        cr_assert_eq(strncmp(ref->valuestring, "#/$defs/", 8), 0);
+        s = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(schema_root, "$defs"),
+                                             ref->valuestring + 8);
+        cr_assert_not_null(s, "%s: unknown $ref %s", where, ref->valuestring);
+    }
+    const cJSON *k;
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "type"))) {
+        bool ok = false;
+        if (cJSON_IsString(k))
+            ok = type_is(v, k->valuestring);
+        else {
+            const cJSON *t;
+            cJSON_ArrayForEach(t, k) ok |= type_is(v, t->valuestring);
+        }
+        cr_assert(ok, "%s: wrong type", where);
+    }
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "const")))
+        cr_assert(same_value(v, k), "%s: not the constant", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
+        bool ok = false;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, k) ok |= same_value(v, e);
+        cr_assert(ok, "%s: not one of the enum", where);
+    }
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "minimum")) && cJSON_IsNumber(v))
+        cr_assert_geq(v->valuedouble, k->valuedouble, "%s: below minimum", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "maximum")) && cJSON_IsNumber(v))
+        cr_assert_leq(v->valuedouble, k->valuedouble, "%s: above maximum", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "minItems")))
+        cr_assert_geq(cJSON_GetArraySize(v), k->valueint, "%s: too few items", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "maxItems")))
+        cr_assert_leq(cJSON_GetArraySize(v), k->valueint, "%s: too many items", where);
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "required"))) {
+        const cJSON *r;
+        cJSON_ArrayForEach(r, k)
+            cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(v, r->valuestring),
+                               "%s: missing %s", where, r->valuestring);
+    }
+    char sub[512];
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "properties")) && cJSON_IsObject(v)) {
+        const cJSON *p;
+        cJSON_ArrayForEach(p, k) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, p->string);
+            snprintf(sub, sizeof sub, "%s.%s", where, p->string);
+            if (x)
+                check_schema(x, p, sub);
+        }
+    }
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "items")) && cJSON_IsArray(v)) {
+        int i = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, v) {
+            snprintf(sub, sizeof sub, "%s[%d]", where, i++);
+            check_schema(x, k, sub);
+        }
+    }
+}
+
+Test(analyzer_cli, summary_conforms_to_the_schema)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/schemas/report.schema.json", root);
+    static char text[1 << 16];
+    slurp(p, text, sizeof text);
+    cJSON *schema = cJSON_Parse(text);
+    cr_assert_not_null(schema, "the schema does not parse");
+    schema_root = schema;
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    const char *variants[2] = {"", "--rows final --train-requests 0:1,0:2"};
+    for (int i = 0; i < 2; i++) {
+        char out[512], args[2048];
+        snprintf(out, sizeof out, "%s/report%d", tmpdir, i);
+        snprintf(args, sizeof args, "analyze '%s' --out '%s' %s", t, out, variants[i]);
+        run_result r;
+        moeplan(&r, args);
+        cr_assert_eq(r.status, 0, "%s", r.err);
+        cJSON *j = load_summary(out);
+        check_schema(j, schema, "summary");
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(schema);
+    free(t);
+}
+
+Test(analyzer_cli, many_experts_two_byte_ids)
+{
+    /* 1,000 experts: u16 ids, no transition tables (null in the JSON), heat map grouped */
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){.n_experts = 1000});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *j = load_summary(out);
+    const cJSON *n0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "nodes"), 0);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(n0, "same_layer_pred")));
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(n0, "n_experts")->valueint, 1000);
+    cJSON_Delete(j);
+    char p[600];
+    static char svg[1 << 20];
+    snprintf(p, sizeof p, "%s/heatmap.svg", out);
+    slurp(p, svg, sizeof svg);
+    cr_assert_not_null(strstr(svg, "expert id (groups of 4)"), "heat map not grouped");
+    free(t);
+}

@@ -1,0 +1,228 @@
+/* tests/unit/test_cmd_collect.c — `moeplan collect` end to end on the tiny Qwen3-MoE fixture
+ * (tests/fixtures/hf): the trace is complete and consistent with the run (requests, steps, rows,
+ * routing per layer, ids in range, renormalized weights), both writer paths record identical
+ * routing, the results JSON matches, and bad inputs fail before a trace exists. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "collector/trace_read.h"
+
+static char tmpdir[256], model[512], prompts[300];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_cmd_collect_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", root);
+    snprintf(prompts, sizeof prompts, "%s/p.jsonl", tmpdir);
+    FILE *f = fopen(prompts, "w");
+    fputs("\"Hello world\"\n{\"prompt\": \"What is a mixture of experts?\", \"id\": \"moe\", "
+          "\"max_tokens\": 4}\n[\"not\", \"used\"]\n", f);
+    fclose(f);
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(cmd_collect, .init = setup, .fini = teardown);
+
+static int moeplan(const char *args, char *err_out, size_t cap)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s/stderr' >/dev/null", exe, args, tmpdir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st));
+    char path[300];
+    snprintf(path, sizeof path, "%s/stderr", tmpdir);
+    FILE *f = fopen(path, "r");
+    size_t n = fread(err_out, 1, cap - 1, f);
+    err_out[n] = 0;
+    fclose(f);
+    return WEXITSTATUS(st);
+}
+
+static void write_prompts(const char *text)
+{
+    FILE *f = fopen(prompts, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(cmd_collect, trace_is_complete_and_consistent)
+{
+    write_prompts("\"Hello world\"\n{\"prompt\": \"What is a mixture of experts?\", \"id\": \"moe\", "
+                  "\"max_tokens\": 4}\n");
+    char args[2048], err[4096], trace[300], results[300];
+    snprintf(trace, sizeof trace, "%s/run.db", tmpdir);
+    snprintf(results, sizeof results, "%s/run.results.json", tmpdir);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 7 "
+             "--no-progress", model, prompts, trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+
+    mp_trace_reader *r;
+    mp_error e;
+    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
+    const mp_trace_run *run = mp_trace_reader_run(r);
+    cr_assert_str_eq(run->status, "complete");
+    cr_assert_str_eq(run->source, "moeplan");
+    cr_assert_str_eq(run->architecture, "qwen3moe");
+    cr_assert_eq(strlen(run->model_sha256), 64);
+    cr_assert_eq(run->n_experts, 8);
+    cr_assert_eq(run->top_k, 2);
+    cr_assert_eq(mp_trace_reader_n_nodes(r), 3);
+    for (int i = 0; i < 3; i++)
+        cr_assert_gt(mp_trace_reader_nodes(r)[i].expert_bytes, 0);
+    cr_assert_eq(mp_trace_reader_n_requests(r), 2);
+    const mp_trace_request_info *q = mp_trace_reader_requests(r);
+    cr_assert_str_eq(q[0].external_id, "0");
+    cr_assert_str_eq(q[1].external_id, "moe");
+    cr_assert_null(q[1].prompt_text, "prompt text stored without --store-prompts");
+    cr_assert_leq(q[0].n_gen_tokens, 7);
+    cr_assert_leq(q[1].n_gen_tokens, 4);
+
+    /* steps: prefill rows = prompt tokens, then 1-row decode steps at consecutive positions */
+    int64_t rows_of[2][64] = {{0}}, n_steps[2] = {0, 0};
+    mp_trace_step_iter *si;
+    mp_trace_step_rec s;
+    cr_assert_eq(mp_trace_steps_begin(r, &si, &e), MP_OK);
+    while (mp_trace_steps_next(si, &s, &e) == 1) {
+        cr_assert_eq(s.step, n_steps[s.request_id]);
+        if (s.step == 0) {
+            cr_assert_str_eq(s.phase, "prefill");
+            cr_assert_eq(s.n_rows, q[s.request_id].n_prompt_tokens);
+        } else {
+            cr_assert_str_eq(s.phase, "decode");
+            cr_assert_eq(s.n_rows, 1);
+            cr_assert_eq(s.pos, q[s.request_id].n_prompt_tokens + s.step - 1);
+        }
+        rows_of[s.request_id][s.step] = s.n_rows;
+        n_steps[s.request_id]++;
+    }
+    mp_trace_steps_end(si);
+    /* the last sampled token is not evaluated: decode steps = generated tokens - 1 */
+    cr_assert_eq(n_steps[0], q[0].n_gen_tokens);
+    cr_assert_eq(n_steps[1], q[1].n_gen_tokens);
+
+    /* routing: one record per (step, layer), ids in range and distinct, weights sum to 1 */
+    mp_trace_routing_iter *it;
+    mp_trace_routing_rec rec;
+    int64_t n_rec = 0;
+    cr_assert_eq(mp_trace_routing_begin(r, &it, &e), MP_OK);
+    while (mp_trace_routing_next(it, &rec, &e) == 1) {
+        cr_assert_eq(rec.node_index, n_rec % 3);
+        cr_assert_eq(rec.n_rows, rows_of[rec.request_id][rec.step]);
+        int32_t ids[256];
+        float w[256];
+        int64_t n = rec.n_rows * 2;
+        cr_assert_lt(n, 256);
+        cr_assert_eq(mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, 1, n, ids, &e), MP_OK);
+        cr_assert_eq(mp_trace_decode_weights(rec.weights, rec.weights_bytes, "f16", n, w, &e), MP_OK);
+        for (int64_t row = 0; row < rec.n_rows; row++) {
+            cr_assert(ids[2 * row] >= 0 && ids[2 * row] < 8 && ids[2 * row + 1] < 8);
+            cr_assert_neq(ids[2 * row], ids[2 * row + 1]);
+            cr_assert_leq(fabsf(w[2 * row] + w[2 * row + 1] - 1.0f), 2e-3f);
+        }
+        n_rec++;
+    }
+    mp_trace_routing_end(it);
+    cr_assert_eq(n_rec, (n_steps[0] + n_steps[1]) * 3);
+    cr_assert_eq(run->footer_n_routing, n_rec);
+    cr_assert_eq(run->footer_n_timing, n_rec);
+    int64_t n_gen_1 = q[1].n_gen_tokens;
+    mp_trace_reader_close(r);
+
+    /* results JSON beside the trace */
+    FILE *f = fopen(results, "r");
+    cr_assert_not_null(f, "no results file at %s", results);
+    char buf[8192];
+    size_t nb = fread(buf, 1, sizeof buf - 1, f);
+    buf[nb] = 0;
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j);
+    cJSON *ps = cJSON_GetObjectItem(j, "prompts");
+    cr_assert_eq(cJSON_GetArraySize(ps), 2);
+    cJSON *p1 = cJSON_GetArrayItem(ps, 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(p1, "id")->valuestring, "moe");
+    cr_assert_eq((int64_t)cJSON_GetObjectItem(p1, "n_gen_tokens")->valuedouble, n_gen_1);
+    cJSON_Delete(j);
+}
+
+Test(cmd_collect, sync_and_async_writers_record_identical_routing)
+{
+    write_prompts("[\"Hello world\", \"Routing is deterministic under greedy decoding\"]");
+    char args[2048], err[4096];
+    for (int sync = 0; sync < 2; sync++) {
+        snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s/%s.db' "
+                 "--max-tokens 5 --no-progress --batch 8 %s", model, prompts, tmpdir,
+                 sync ? "sync" : "async", sync ? "--sync-writer" : "");
+        cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    }
+    sqlite3 *db;
+    char path[300], sql[600];
+    snprintf(path, sizeof path, "%s/sync.db", tmpdir);
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    snprintf(sql, sizeof sql, "ATTACH '%s/async.db' AS b", tmpdir);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+        "SELECT (SELECT count(*) FROM main.routing), (SELECT count(*) FROM b.routing),"
+        " (SELECT count(*) FROM main.routing x JOIN b.routing y ON x.key = y.key"
+        "  AND x.expert_ids = y.expert_ids AND x.weights = y.weights),"
+        " (SELECT count(*) FROM main.steps WHERE phase = 'prefill')", -1, &st, NULL), SQLITE_OK,
+        "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t a = sqlite3_column_int64(st, 0), b = sqlite3_column_int64(st, 1),
+            same = sqlite3_column_int64(st, 2), prefill_steps = sqlite3_column_int64(st, 3);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_gt(a, 0);
+    cr_assert_eq(a, b);
+    cr_assert_eq(same, a, "%lld of %lld routing records differ", (long long)(a - same), (long long)a);
+    /* --batch 8 splits the 47-token prompt into prefill chunks: several prefill steps */
+    cr_assert_gt(prefill_steps, 2);
+}
+
+Test(cmd_collect, bad_inputs_fail_before_a_trace_exists)
+{
+    char args[2048], err[4096], trace[300];
+    snprintf(trace, sizeof trace, "%s/bad.db", tmpdir);
+    write_prompts("{\"prompt\": \"a\", \"max_token\": 3}\n");
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s'", model, prompts, trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 1);
+    cr_assert(strstr(err, "moeplan collect: error: ") && strstr(err, "line 1: unknown key"), "%s", err);
+    cr_assert_neq(access(trace, F_OK), 0, "a trace was created for a bad prompt file");
+    write_prompts("\"ok\"\n");
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s'", prompts, prompts, trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 1);
+    cr_assert_neq(access(trace, F_OK), 0);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s'", model, prompts, model);
+    cr_assert_eq(moeplan(args, err, sizeof err), 2);
+    cr_assert(strstr(err, "is the model"), "%s", err);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 9999",
+             model, prompts, trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 1);
+    cr_assert(strstr(err, "exceed the context"), "%s", err);
+    /* that failure came after the trace was created: it is kept, marked aborted */
+    mp_trace_reader *r;
+    mp_error e;
+    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
+    cr_assert_str_eq(mp_trace_reader_run(r)->status, "aborted");
+    cr_assert(strstr(mp_trace_reader_run(r)->error, "exceed the context"));
+    mp_trace_reader_close(r);
+}

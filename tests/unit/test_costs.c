@@ -1,0 +1,203 @@
+/* tests/unit/test_costs.c — costs.json loader (every rejection names the JSON path) and the curve
+ * interpolation, on tests/fixtures/costs/fixture.json (synthetic round numbers, not measurements). */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simulator/costs.h"
+
+static char *fixture_text(size_t *len)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/costs/fixture.json", root);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    char *buf = malloc(1 << 16);
+    *len = fread(buf, 1, (1 << 16) - 1, f);
+    buf[*len] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* The fixture with the first occurrence of `from` replaced by `to`; must be rejected with a
+ * message containing needle. */
+static void expect_reject(const char *from, const char *to, const char *needle)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "fixture lacks '%s'", from);
+    char *mut = malloc(len + strlen(to) + 1);
+    size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    strcpy(mut + head, to);
+    strcat(mut, at + strlen(from));
+    mp_costs c;
+    mp_error err;
+    mp_status st = mp_costs_parse(mut, strlen(mut), "f.json", &c, &err);
+    cr_assert_eq(st, MP_ERR_FORMAT, "'%s' -> '%s' accepted (status %d)", from, to, st);
+    cr_assert_not_null(strstr(err.msg, needle), "'%s' -> '%s': message '%s' lacks '%s'", from, to, err.msg, needle);
+    cr_assert_not_null(strstr(err.msg, "costs f.json: "), "%s", err.msg);
+    cr_assert_null(c.gpu_expert);
+    free(mut);
+    free(text);
+}
+
+Test(costs, loads_the_fixture)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.n_gpu_expert, 2);
+    cr_assert_eq(c.n_cpu_expert, 2);
+    cr_assert_str_eq(c.gpu_expert[0].quant, "Q4_K");
+    cr_assert_eq(c.gpu_expert[0].n_embd, 2048);
+    cr_assert_eq(c.gpu_expert[0].expert_bytes, 1000000);
+    cr_assert_eq(c.gpu_expert[0].by_rows.n_points, 3);
+    cr_assert_eq(c.gpu_expert[0].by_rows.y[2].spread_ns, 900);
+    cr_assert_eq(c.cpu_expert[1].threads, 16);
+    cr_assert_eq(c.sync.median_ns, 20000);
+    cr_assert_eq(c.h2d_pinned.n_points, 2);
+    cr_assert_eq(c.non_moe.x[1], 2048);
+    mp_costs_free(&c);
+    free(text);
+}
+
+Test(costs, curve_interpolation_by_hand)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    const mp_cost_curve *g = &c.gpu_expert[0].by_rows; /* (1,10000) (8,12000) (64,40000) */
+    cr_assert_float_eq(mp_cost_curve_ns(g, 0), 0, 1e-9);
+    cr_assert_float_eq(mp_cost_curve_ns(g, 0.5), 10000, 1e-9);     /* latency floor */
+    cr_assert_float_eq(mp_cost_curve_ns(g, 1), 10000, 1e-9);
+    cr_assert_float_eq(mp_cost_curve_ns(g, 4.5), 11000, 1e-9);     /* halfway 1..8 */
+    cr_assert_float_eq(mp_cost_curve_ns(g, 8), 12000, 1e-9);
+    cr_assert_float_eq(mp_cost_curve_ns(g, 36), 26000, 1e-9);      /* halfway 8..64 */
+    cr_assert_float_eq(mp_cost_curve_ns(g, 120), 68000, 1e-9);     /* slope 500/row beyond */
+    const mp_cost_curve *one = &c.gpu_expert[1].by_rows;           /* (1,30000) only */
+    cr_assert_float_eq(mp_cost_curve_ns(one, 3), 90000, 1e-9);     /* proportional */
+    /* h2d pinned (4096, 5000) (1004096, 25000): 20000 ns per 1e6 bytes = 50 GB/s beyond latency */
+    cr_assert_float_eq(mp_cost_curve_ns(&c.h2d_pinned, 2004096), 45000, 1e-6);
+    mp_costs_free(&c);
+    free(text);
+}
+
+Test(costs, finds_entries_by_quant_shape_and_threads)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_costs_find_gpu(&c, "F16", 2048, 768), &c.gpu_expert[1]);
+    cr_assert_null(mp_costs_find_gpu(&c, "Q4_K", 2048, 769));
+    cr_assert_null(mp_costs_find_gpu(&c, "Q8_0", 2048, 768));
+    cr_assert_eq(mp_costs_find_cpu(&c, "Q4_K", 2048, 768, 16), &c.cpu_expert[1]);
+    cr_assert_eq(mp_costs_find_cpu(&c, "Q4_K", 2048, 768, 12), &c.cpu_expert[0]); /* most below */
+    cr_assert_eq(mp_costs_find_cpu(&c, "Q4_K", 2048, 768, 64), &c.cpu_expert[1]);
+    cr_assert_eq(mp_costs_find_cpu(&c, "Q4_K", 2048, 768, 4), &c.cpu_expert[0]);  /* fewest above */
+    cr_assert_null(mp_costs_find_cpu(&c, "F16", 2048, 768, 8));
+    mp_costs_free(&c);
+    free(text);
+}
+
+Test(costs, rejects_missing_fields_with_json_path)
+{
+    expect_reject("\"sync\": {\"median_ns\": 20000, \"spread_ns\": 2000},", "", "$.sync: missing");
+    expect_reject("\"median_ns\": 20000, \"spread_ns\": 2000", "\"median_ns\": 20000", "$.sync.spread_ns: missing");
+    expect_reject("\"expert_bytes\": 9437184,", "", "$.gpu_expert[1].expert_bytes: missing");
+    expect_reject("\"threads\": 16,", "", "$.cpu_expert[1].threads: missing");
+    expect_reject("{\"rows\": 8, \"median_ns\": 12000,", "{\"rows\": 8,", "$.gpu_expert[0].points[1].median_ns: missing");
+    expect_reject("\"pageable\": [{\"bytes\": 4096, \"median_ns\": 9000, \"spread_ns\": 200}]", "\"x\": 1",
+                  "$.d2h.x: unknown key");
+    expect_reject("\"format\": \"moeplan-costs\",", "", "$.format: missing");
+}
+
+Test(costs, rejects_bad_values_with_json_path)
+{
+    expect_reject("\"median_ns\": 20000", "\"median_ns\": -1", "$.sync.median_ns: expected a finite number >= 0");
+    expect_reject("\"median_ns\": 20000", "\"median_ns\": 1e999", "$.sync.median_ns: expected a finite number");
+    expect_reject("\"median_ns\": 20000", "\"median_ns\": \"fast\"", "$.sync.median_ns: expected a finite number");
+    expect_reject("\"median_ns\": 20000", "\"median_ns\": null", "$.sync.median_ns: expected a finite number");
+    expect_reject("{\"rows\": 8,", "{\"rows\": 0.5,", "$.gpu_expert[0].points[1].rows: expected a finite number >= 1");
+    expect_reject("{\"rows\": 8,", "{\"rows\": 8.5,", "$.gpu_expert[0].points[1].rows: expected an integer");
+    expect_reject("{\"rows\": 8,", "{\"rows\": 1,", "$.gpu_expert[0].points[1].rows: 1: expected > the previous point's 1");
+    expect_reject("\"spread_ns\": 300}", "\"spread_ns\": -300}", "$.h2d.pinned[1].spread_ns: expected a finite number >= 0");
+    expect_reject("\"combine\": [{\"rows\": 1, \"median_ns\": 3000, \"spread_ns\": 100}]", "\"combine\": []",
+                  "$.combine: expected at least one point");
+    expect_reject("\"combine\": [{\"rows\": 1, \"median_ns\": 3000, \"spread_ns\": 100}]", "\"combine\": 5",
+                  "$.combine: expected an array");
+    expect_reject("\"quant\": \"F16\"", "\"quant\": \"\"", "$.gpu_expert[1].quant: expected a type name");
+    expect_reject("\"quant\": \"F16\"", "\"quant\": \"A_VERY_LONG_TYPE_NAME\"", "$.gpu_expert[1].quant");
+    expect_reject("\"threads\": 16", "\"threads\": 0", "$.cpu_expert[1].threads: expected a finite number >= 1");
+    expect_reject("\"version\": 1", "\"version\": 2", "$.version: 2: expected 1");
+    expect_reject("\"moeplan-costs\"", "\"other\"", "$.format: expected \"moeplan-costs\"");
+    expect_reject("\"sync\":", "\"sync\": {\"median_ns\": 1, \"spread_ns\": 1}, \"sync\":", "$.sync: repeated key");
+    expect_reject("\"notes\": \"TEST FIXTURE: round synthetic numbers chosen so expected results can be computed by "
+                  "hand; not a measurement of any machine\"",
+                  "\"notes\": 5", "$.notes: expected a string");
+}
+
+Test(costs, rejects_empty_expert_lists)
+{
+    const char *keys[] = {"gpu_expert", "cpu_expert"};
+    for (int k = 0; k < 2; k++) {
+        size_t len;
+        char *text = fixture_text(&len);
+        cJSON *root = cJSON_Parse(text);
+        cr_assert_not_null(root);
+        cr_assert(cJSON_ReplaceItemInObjectCaseSensitive(root, keys[k], cJSON_CreateArray()));
+        char *mut = cJSON_PrintUnformatted(root);
+        mp_costs c;
+        mp_error err;
+        cr_assert_eq(mp_costs_parse(mut, strlen(mut), "e.json", &c, &err), MP_ERR_FORMAT, "%s accepted empty", keys[k]);
+        char needle[64];
+        snprintf(needle, sizeof needle, "$.%s: expected a non-empty array", keys[k]);
+        cr_assert_not_null(strstr(err.msg, needle), "%s", err.msg);
+        cJSON_free(mut);
+        cJSON_Delete(root);
+        free(text);
+    }
+}
+
+Test(costs, rejects_broken_json_with_offset)
+{
+    const char *text = "{\"format\": \"moeplan-costs\", \"version\": 1,, }";
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, strlen(text), "b.json", &c, &err), MP_ERR_FORMAT);
+    /* the second comma is at offset 41; cJSON stops at it or just after */
+    unsigned off = 0;
+    cr_assert_eq(sscanf(err.msg, "costs b.json: offset %u: expected valid JSON", &off), 1, "%s", err.msg);
+    cr_assert(off >= 41 && off <= 42, "%s", err.msg);
+    const char *two = "{} {}";
+    cr_assert_eq(mp_costs_parse(two, strlen(two), "b.json", &c, &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "offset 3: expected end of input"), "%s", err.msg);
+    cr_assert_eq(mp_costs_parse("[]", 2, "b.json", &c, &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "$: expected an object"), "%s", err.msg);
+    cr_assert_eq(mp_costs_load("/nonexistent/costs.json", &c, &err), MP_ERR_IO);
+    cr_assert_not_null(strstr(err.msg, "/nonexistent/costs.json: cannot open"), "%s", err.msg);
+}
+
+Test(costs, loads_from_file)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/costs/fixture.json", root);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.cpu_expert[0].by_rows.y[1].median_ns, 150000);
+    mp_costs_free(&c);
+}

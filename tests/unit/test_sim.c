@@ -1,0 +1,454 @@
+/* tests/unit/test_sim.c — the replay engine and the policies: small traces with hit rates and
+ * times computed by hand (in the comments), the admission timing and the shared link, Belady as
+ * an upper bound of every online policy and the planner as the fastest static placement on random
+ * traces (seed printed on failure), and rejection of bad traces and budgets. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "simulator/sim.h"
+#include "simulator/sim_internal.h"
+
+/* Round-number costs: GPU expert 10 ns and CPU expert 100 ns at any rows; D2H 7 ns; sync 20 ns;
+ * combine 3 ns; H2D 5 ns up to 1000 bytes then 1 ns per byte (so a row of activations, n_embd 4
+ * = 16 bytes, costs 5 ns and an expert of B > 1000 bytes 5 + (B - 1000) ns); non-MoE 0. */
+static mp_cost_stat pts_flat[2];
+static double xs_rows[2] = {1, 2};
+static mp_cost_stat gpu_y[2] = {{10, 0}, {10, 0}}, cpu_y[2] = {{100, 0}, {100, 0}};
+static mp_cost_stat d2h_y[2] = {{7, 0}, {7, 0}}, comb_y[2] = {{3, 0}, {3, 0}}, zero_y[2] = {{0, 0}, {0, 0}};
+static double xs_h2d[2] = {1000, 2000};
+static mp_cost_stat h2d_y[2] = {{5, 0}, {1005, 0}};
+
+static mp_costs costs;
+static mp_cost_expert gpu_entry, cpu_entry;
+
+static void make_costs(uint64_t expert_bytes)
+{
+    (void)pts_flat;
+    memset(&costs, 0, sizeof costs);
+    mp_cost_curve rows_flat = {2, xs_rows, NULL};
+    gpu_entry = (mp_cost_expert){"Q4_K", 4, 8, expert_bytes, 0, rows_flat};
+    gpu_entry.by_rows.y = gpu_y;
+    cpu_entry = (mp_cost_expert){"Q4_K", 4, 8, expert_bytes, 8, rows_flat};
+    cpu_entry.by_rows.y = cpu_y;
+    costs.gpu_expert = &gpu_entry;
+    costs.n_gpu_expert = 1;
+    costs.cpu_expert = &cpu_entry;
+    costs.n_cpu_expert = 1;
+    costs.h2d_pinned = costs.h2d_pageable = (mp_cost_curve){2, xs_h2d, h2d_y};
+    costs.d2h_pinned = costs.d2h_pageable = (mp_cost_curve){2, xs_rows, d2h_y};
+    costs.sync = (mp_cost_stat){20, 0};
+    costs.combine = (mp_cost_curve){2, xs_rows, comb_y};
+    costs.non_moe = (mp_cost_curve){2, xs_rows, zero_y};
+}
+
+static mp_sim_config config(uint64_t expert_bytes, uint64_t slots)
+{
+    make_costs(expert_bytes);
+    mp_sim_config c;
+    mp_sim_config_init(&c);
+    c.costs = &costs;
+    c.gpu = &gpu_entry;
+    c.cpu = &cpu_entry;
+    c.non_expert_bytes = 1000;
+    c.budget_bytes = 1000 + slots * expert_bytes;
+    c.train_frac = 1.0;
+    return c;
+}
+
+/* A decode trace of one request: ids (n_steps, n_layers, top_k). */
+static void decode_trace(mp_sim_trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t n_steps, const uint16_t *ids)
+{
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
+    for (uint32_t s = 0; s < n_steps; s++)
+        cr_assert_eq(mp_sim_trace_add_step(t, 0, 1, ids + (size_t)s * L * K, "test", &err), MP_OK, "%s", err.msg);
+}
+
+static mp_sim_result run(const mp_sim_trace *t, const mp_sim_config *c, mp_sim_policy p)
+{
+    mp_sim_result r;
+    mp_error err;
+    cr_assert_eq(mp_sim_run(t, c, p, &r, &err), MP_OK, "%s: %s", mp_sim_policy_name(p), err.msg);
+    return r;
+}
+
+/* Layer 0 routes {0,1} {0,1} {0,2} {0,3}; layer 1 {0,2} {0,3} {1,3} {0,2}.
+ * Train counts: layer 0: e0 4, e1 2, e2 1, e3 1; layer 1: e0 3, e2 2, e3 2, e1 1. */
+static const uint16_t small_ids[] = {0, 1, 0, 2, /**/ 0, 1, 0, 3, /**/ 0, 2, 1, 3, /**/ 0, 3, 0, 2};
+
+Test(sim, static_topn_by_hand)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    mp_sim_result r = run(&t, &c, MP_POL_STATIC_TOPN);
+    /* 2 slots: (layer 0, e0) and (layer 1, e0). Hits: 4 in layer 0, 3 in layer 1, of 16. */
+    cr_assert_eq(r.slots, 2);
+    cr_assert_eq(r.train.decisions, 16);
+    cr_assert_eq(r.train.hits, 7);
+    cr_assert_eq(r.train.layer_hits[0], 4);
+    cr_assert_eq(r.train.layer_hits[1], 3);
+    /* one hit + one miss: max(10, 7 + 20 + 100 + 5) + 3 = 135; two misses: 7 + 20 + 200 + 5 + 3
+     * = 235 (layer 1, step 2). 7 * 135 + 235 = 1180 ns for 4 tokens. */
+    cr_assert_float_eq(r.train.time_ns, 1180, 1e-9);
+    cr_assert_eq(r.train.tokens, 4);
+    cr_assert_eq(r.train.cpu_invocations, 8);
+    cr_assert_eq(r.train.d2h_act_bytes, 8 * 16);
+    cr_assert_eq(r.train.admissions, 0);
+    cr_assert_eq(r.test.decisions, 0);
+    /* the profile: 2 resident first, then every other expert; counts table = train counts */
+    cr_assert_eq(r.profile.slots, 2);
+    cr_assert_eq(r.profile.n_ranked, 8);
+    cr_assert_eq(r.profile.ranked[0].layer, 0);
+    cr_assert_eq(r.profile.ranked[0].expert, 0);
+    cr_assert_eq(r.profile.ranked[1].layer, 1);
+    cr_assert_eq(r.profile.ranked[1].expert, 0);
+    cr_assert_eq(r.profile.counts[0 * 4 + 0], 4);
+    cr_assert_eq(r.profile.counts[1 * 4 + 2], 2);
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, baselines_and_whole_layers_by_hand)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 4);
+    mp_sim_result g = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_eq(g.train.hits, 16);
+    cr_assert_float_eq(g.train.time_ns, 8 * 20.0, 1e-9); /* two GPU experts per invocation */
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(cpu.train.hits, 0);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 235.0, 1e-9);
+    /* 4 slots = one whole layer. first-n-cpu keeps the last layer resident; last-n-cpu the first */
+    mp_sim_result first = run(&t, &c, MP_POL_FIRST_N_CPU);
+    cr_assert_eq(first.train.layer_hits[0], 0);
+    cr_assert_eq(first.train.layer_hits[1], 8);
+    cr_assert_float_eq(first.train.time_ns, 4 * 235.0 + 4 * 20.0, 1e-9);
+    mp_sim_result last = run(&t, &c, MP_POL_LAST_N_CPU);
+    cr_assert_eq(last.train.layer_hits[0], 8);
+    cr_assert_eq(last.train.layer_hits[1], 0);
+    mp_sim_result_free(&g);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&first);
+    mp_sim_result_free(&last);
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, plan_layer_costs_by_hand)
+{
+    /* cost[l][c] of the small trace, computed in the comments of the expected arrays */
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
+    sim_stats st = {0};
+    st.counts = calloc(8, sizeof *st.counts);
+    st.order = malloc(sizeof *st.order * 8);
+    st.train_steps = 4;
+    /* layer 0 order e0 e1 e2 e3; layer 1 order e0 e2 e3 e1 */
+    uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
+    memcpy(st.order, order, sizeof order);
+    double cost[2 * 5];
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    /* layer 0: c=0 4*235; c=1 4*135; c=2 20+20+135+135; c=3 20+20+20+135; c=4 4*20 */
+    const double l0[5] = {940, 540, 310, 195, 80};
+    /* layer 1: c=0 940; c=1 135+135+235+135; c=2 20+135+235+20; c=3 20+20+135+20; c=4 80 */
+    const double l1[5] = {940, 640, 410, 195, 80};
+    for (int k = 0; k < 5; k++) {
+        cr_assert_float_eq(cost[k], l0[k], 1e-9, "layer 0, c=%d: %g", k, cost[k]);
+        cr_assert_float_eq(cost[5 + k], l1[k], 1e-9, "layer 1, c=%d: %g", k, cost[5 + k]);
+    }
+    uint32_t cap[2];
+    cr_assert_eq(plan_capacities(cost, 2, 4, 3, cap, &err), MP_OK);
+    /* 3 slots: (3,0) 1135, (2,1) 950, (1,2) 950, (0,3) 1135: the DP keeps the first minimum found
+     * scanning layer 1's c upward, i.e. (2,1) */
+    cr_assert(cap[0] + cap[1] <= 3);
+    cr_assert_float_eq(cost[cap[0]] + cost[5 + cap[1]], 950, 1e-9);
+    cr_assert_eq(plan_capacities(cost, 2, 4, 6, cap, &err), MP_OK);
+    cr_assert_float_eq(cost[cap[0]] + cost[5 + cap[1]], 390, 1e-9); /* (3,3) or (2,4) */
+    free(st.counts);
+    free(st.order);
+    sim_tab_free(&tab);
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, lru_admissions_wait_for_their_copy)
+{
+    /* one layer, 2 experts, top-1, 1 slot, expert copy 5 + 100 = 105 ns. Steps e0 e0 e1 e1 e1.
+     * s0 [0,135) miss, admit e0: copy [135,240). s1 [135,270) late miss. s2 [270,405) e1 miss:
+     * evict e0, admit e1: copy [405,510). s3 [405,540) late miss. s4 [540,550) hit. */
+    const uint16_t ids[] = {0, 0, 1, 1, 1};
+    mp_sim_trace t;
+    decode_trace(&t, 1, 2, 1, 5, ids);
+    mp_sim_config c = config(1100, 1);
+    mp_sim_result r = run(&t, &c, MP_POL_LRU);
+    cr_assert_eq(r.train.hits, 1);
+    cr_assert_eq(r.train.late, 2);
+    cr_assert_eq(r.train.admissions, 2);
+    cr_assert_eq(r.train.evictions, 1);
+    cr_assert_eq(r.train.h2d_weight_bytes, 2200);
+    cr_assert_float_eq(r.train.time_ns, 550, 1e-9);
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, activation_copies_delay_weight_copies_on_the_shared_link)
+{
+    /* one layer, one expert used every step, 1 slot, copy 5 + 395 = 400 ns. s0 [0,135) miss, admit
+     * e0: copy [135,535). The partial-output copies at 262, 397, 532 (each 5 ns) land while it
+     * runs and push its end to 550. s4 starts at 540: without the shared link it would hit (535),
+     * with it it misses; s5 at 675 hits. */
+    const uint16_t ids[] = {0, 0, 0, 0, 0, 0};
+    mp_sim_trace t;
+    decode_trace(&t, 1, 2, 1, 6, ids);
+    mp_sim_config c = config(1395, 1);
+    mp_sim_result r = run(&t, &c, MP_POL_LRU);
+    cr_assert_eq(r.train.hits, 1);
+    cr_assert_eq(r.train.late, 4);
+    cr_assert_float_eq(r.train.time_ns, 5 * 135.0 + 10, 1e-9);
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, belady_by_hand)
+{
+    /* 1 slot, sequence 0 1 0 1 2 0. Belady starts with e0 (used first) and never swaps it for e1
+     * (next used later than e0): hits at steps 0, 2, 5. LRU starts empty and always swaps: 0. */
+    const uint16_t ids[] = {0, 1, 0, 1, 2, 0};
+    mp_sim_trace t;
+    decode_trace(&t, 1, 3, 1, 6, ids);
+    mp_sim_config c = config(1100, 1);
+    mp_sim_result b = run(&t, &c, MP_POL_BELADY);
+    cr_assert_eq(b.train.hits, 3);
+    cr_assert_eq(b.train.admissions, 0);
+    mp_sim_result l = run(&t, &c, MP_POL_LRU);
+    cr_assert_eq(l.train.hits, 0);
+    mp_sim_result_free(&b);
+    mp_sim_result_free(&l);
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, lfu_variants_by_hand)
+{
+    /* 1 slot, sequence 0 0 1 1 1 with instant-enough copies (105 ns after each 135 ns step).
+     * LFU: s0 admit e0 (count 1); s2 e1 count 1 vs e0 2: stay; s3 e1 2 vs 2: stay (needs >);
+     * s4 e1 3 > 2: swap. Hits: s1 only (e0 ready at 240 > 135: late!) -> 0 hits, 1 late. */
+    const uint16_t ids[] = {0, 0, 1, 1, 1, 1};
+    mp_sim_trace t;
+    decode_trace(&t, 1, 2, 1, 6, ids);
+    mp_sim_config c = config(1100, 1);
+    mp_sim_result r = run(&t, &c, MP_POL_LFU);
+    /* s0 [0,135) admit e0 -> ready 240; s1 [135,270) late; s2 [270,405) e1 miss (1 < 2);
+     * s3 [405,540) e1 miss (2 = 2); s4 [540,675) e1 miss (3 > 2: swap, copy [675,780));
+     * s5 [675,810) late. */
+    cr_assert_eq(r.train.hits, 0);
+    cr_assert_eq(r.train.late, 2);
+    cr_assert_eq(r.train.admissions, 2);
+    cr_assert_eq(r.train.evictions, 1);
+    mp_sim_result_free(&r);
+    /* decayed LFU, alpha 0.5, epsilon 0: after s2 scores e0 = 0.25 + 0.5 = 0.75... computed on
+     * the layer's invocation clock: s0 e0=1; s1 e0=1.5; s2 e0=.75 e1=1 > .75: swap at s2 */
+    c.alpha = 0.5;
+    c.epsilon = 0;
+    r = run(&t, &c, MP_POL_DECAYED_LFU);
+    cr_assert_eq(r.train.admissions, 2);
+    cr_assert_eq(r.train.evictions, 1);
+    /* e1 admitted after s2 ([270,405)) -> copy [405,510): s3 late, s4 and s5 hit */
+    cr_assert_eq(r.train.hits, 2);
+    mp_sim_result_free(&r);
+    /* epsilon 1: e1 must reach twice e0: s2 1 vs .75 no; s3 e1 1.5 vs e0 .375: swap */
+    c.epsilon = 1;
+    r = run(&t, &c, MP_POL_DECAYED_LFU);
+    cr_assert_eq(r.train.hits, 1);
+    mp_sim_result_free(&r);
+    /* windowed LFU, window 2: s2 window {0,1}: e1 1 vs e0 1 no; s3 {1,1}: e1 2 > e0 0: swap */
+    c.window = 2;
+    r = run(&t, &c, MP_POL_WINDOW_LFU);
+    cr_assert_eq(r.train.admissions, 2);
+    cr_assert_eq(r.train.hits, 1); /* copy [540,645): s4 [540,675) late, s5 hit */
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
+/* A random skewed decode trace: expert popularity ~ 1/(rank+1)^skew, a per-layer permutation,
+ * and some temporal locality (a row repeats the previous step's choice with probability 1/3). */
+static void random_trace(mp_sim_trace *t, unsigned seed, uint32_t L, uint32_t E, uint32_t K, uint32_t n_req,
+                         uint32_t steps_per_req, bool prefill)
+{
+    srand(seed);
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(t, L, E, K, NULL, &err), MP_OK);
+    double *w = malloc(sizeof *w * E);
+    double total = 0;
+    for (uint32_t e = 0; e < E; e++)
+        total += w[e] = 1.0 / pow(e + 1, 1.1);
+    uint16_t *perm = malloc(sizeof *perm * L * E);
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t e = 0; e < E; e++)
+            perm[l * E + e] = (uint16_t)e;
+        for (uint32_t e = E - 1; e > 0; e--) {
+            uint32_t j = (uint32_t)rand() % (e + 1);
+            uint16_t x = perm[l * E + e];
+            perm[l * E + e] = perm[l * E + j];
+            perm[l * E + j] = x;
+        }
+    }
+    uint16_t *ids = malloc(sizeof *ids * L * K), *prev = calloc(L * K, sizeof *prev);
+    for (uint32_t q = 0; q < n_req; q++) {
+        uint32_t rows = 1 + (prefill && q % 3 == 0 ? (uint32_t)rand() % 4 : 0); /* some prefill steps */
+        for (uint32_t s = 0; s < steps_per_req; s++) {
+            uint32_t r_rows = s == 0 ? rows : 1;
+            uint16_t *block = malloc(sizeof *block * L * r_rows * K);
+            for (uint32_t l = 0; l < L; l++)
+                for (uint32_t r = 0; r < r_rows; r++) {
+                    uint16_t *row = block + ((size_t)l * r_rows + r) * K;
+                    for (uint32_t j = 0; j < K; j++) {
+                        uint16_t e;
+                        bool dup;
+                        do {
+                            if (s > 0 && rand() % 3 == 0) {
+                                e = prev[l * K + (uint32_t)rand() % K];
+                            } else {
+                                double u = (double)rand() / RAND_MAX * total, acc = 0;
+                                uint32_t k = 0;
+                                while (k < E - 1 && (acc += w[k]) < u)
+                                    k++;
+                                e = perm[l * E + k];
+                            }
+                            dup = false;
+                            for (uint32_t i = 0; i < j; i++)
+                                dup = dup || row[i] == e;
+                        } while (dup);
+                        row[j] = e;
+                    }
+                    if (r == r_rows - 1)
+                        memcpy(prev + l * K, row, sizeof *row * K);
+                }
+            cr_assert_eq(mp_sim_trace_add_step(t, q, r_rows, block, "random", &err), MP_OK, "%s", err.msg);
+            free(block);
+        }
+    }
+    free(w), free(perm), free(ids), free(prev);
+}
+
+Test(sim, belady_bounds_every_online_policy_on_random_traces)
+{
+    unsigned seed0 = (unsigned)time(NULL);
+    const mp_sim_policy online[] = {MP_POL_LFU, MP_POL_DECAYED_LFU, MP_POL_WINDOW_LFU, MP_POL_LRU};
+    for (unsigned k = 0; k < 6; k++) {
+        unsigned seed = seed0 + k;
+        mp_sim_trace t;
+        random_trace(&t, seed, 3, 16, 2, 12, 30, false); /* decode: Belady's bound is on unit requests */
+        for (uint64_t slots = 0; slots <= 48; slots += 6) {
+            mp_sim_config c = config(1100, slots);
+            c.train_frac = 0.5;
+            mp_sim_result b = run(&t, &c, MP_POL_BELADY);
+            for (int p = 0; p < 4; p++) {
+                mp_sim_result r = run(&t, &c, online[p]);
+                uint64_t bh = b.train.hits + b.test.hits, rh = r.train.hits + r.test.hits;
+                cr_assert_geq(bh, rh, "seed %u slots %llu: belady %llu hits < %s %llu", seed,
+                              (unsigned long long)slots, (unsigned long long)bh, mp_sim_policy_name(online[p]),
+                              (unsigned long long)rh);
+                cr_assert_eq(r.train.decisions + r.test.decisions, b.train.decisions + b.test.decisions);
+                mp_sim_result_free(&r);
+            }
+            mp_sim_result_free(&b);
+        }
+        mp_sim_trace_free(&t);
+    }
+}
+
+Test(sim, plan_is_the_fastest_static_placement_on_random_traces)
+{
+    unsigned seed0 = (unsigned)time(NULL);
+    const mp_sim_policy statics[] = {MP_POL_STATIC_TOPN, MP_POL_STATIC_EQUAL, MP_POL_FIRST_N_CPU,
+                                     MP_POL_LAST_N_CPU, MP_POL_BEST_LAYERS, MP_POL_ALL_CPU};
+    for (unsigned k = 0; k < 6; k++) {
+        unsigned seed = seed0 + k;
+        mp_sim_trace t;
+        random_trace(&t, seed, 4, 16, 3, 10, 25, true);
+        for (uint64_t slots = 0; slots <= 64; slots += 8) {
+            mp_sim_config c = config(1100, slots);
+            /* a dear round trip makes concentrating CPU work pay: vary it with the seed */
+            costs.sync.median_ns = 20.0 * (1 + k * 10);
+            c.train_frac = 1.0; /* in-sample: the planner optimizes exactly what is measured */
+            mp_sim_result plan = run(&t, &c, MP_POL_PLAN);
+            cr_assert_leq(plan.profile.slots, slots);
+            for (int p = 0; p < 6; p++) {
+                mp_sim_result r = run(&t, &c, statics[p]);
+                cr_assert_leq(plan.train.time_ns, r.train.time_ns * (1 + 1e-12),
+                              "seed %u slots %llu sync %g: plan %.1f ns > %s %.1f ns", seed,
+                              (unsigned long long)slots, costs.sync.median_ns, plan.train.time_ns,
+                              mp_sim_policy_name(statics[p]), r.train.time_ns);
+                mp_sim_result_free(&r);
+            }
+            mp_sim_result_free(&plan);
+        }
+        mp_sim_trace_free(&t);
+    }
+}
+
+Test(sim, replay_is_deterministic_and_splits_by_request)
+{
+    mp_sim_trace t;
+    random_trace(&t, 7, 3, 16, 2, 10, 20, true);
+    mp_sim_config c = config(1100, 12);
+    c.train_frac = 0.7;
+    for (int p = 0; p < MP_POL_COUNT; p++) {
+        mp_sim_result a = run(&t, &c, (mp_sim_policy)p), b = run(&t, &c, (mp_sim_policy)p);
+        cr_assert_eq(a.test.hits, b.test.hits, "%s", mp_sim_policy_name(p));
+        cr_assert_eq(a.test.time_ns, b.test.time_ns, "%s", mp_sim_policy_name(p));
+        /* 7 of 10 requests train: 7 * 20 steps */
+        cr_assert_eq(a.train.steps, 140, "%s: %llu", mp_sim_policy_name(p), (unsigned long long)a.train.steps);
+        cr_assert_eq(a.test.steps, 60);
+        mp_strp q;
+        mp_error err;
+        uint8_t *img;
+        size_t size;
+        cr_assert_eq(mp_strp_encode(&a.profile, &img, &size, &err), MP_OK, "%s: %s", mp_sim_policy_name(p), err.msg);
+        cr_assert_eq(mp_strp_read_buffer(img, size, "sim", NULL, &q, &err), MP_OK, "%s", err.msg);
+        mp_strp_free(&q);
+        free(img);
+        mp_sim_result_free(&a);
+        mp_sim_result_free(&b);
+    }
+    mp_sim_trace_free(&t);
+}
+
+Test(sim, rejects_bad_traces_and_budgets)
+{
+    mp_sim_trace t;
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(&t, 2, 4, 5, NULL, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "top-k 5"), "%s", err.msg);
+    cr_assert_eq(mp_sim_trace_init(&t, 2, 4, 2, NULL, &err), MP_OK);
+    const uint16_t bad_range[] = {0, 4, 1, 2};
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 1, bad_range, "rec 9", &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "rec 9: request 0 layer 0 row 0: expert 4: expected < 4"), "%s", err.msg);
+    const uint16_t dup[] = {0, 1, 2, 2};
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 1, dup, "rec 10", &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "layer 1 row 0: expert 2 chosen twice"), "%s", err.msg);
+    const uint16_t ok[] = {0, 1, 2, 3};
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 1, ok, "r", &err), MP_OK);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 1, 1, ok, "r", &err), MP_OK);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 1, ok, "rec 12", &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "request 0 resumes after request 1"), "%s", err.msg);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 1, 0, ok, "r", &err), MP_ERR_FORMAT);
+    mp_sim_config c = config(1100, 2);
+    c.budget_bytes = 999; /* below the 1000 bytes of non-expert weights */
+    mp_sim_result r;
+    cr_assert_eq(mp_sim_run(&t, &c, MP_POL_LFU, &r, &err), MP_ERR_LIMIT);
+    cr_assert_not_null(strstr(err.msg, "budget 999 bytes is smaller than the non-expert weights (1000 bytes)"), "%s",
+                       err.msg);
+    c = config(1100, 2);
+    c.alpha = 0;
+    cr_assert_eq(mp_sim_run(&t, &c, MP_POL_DECAYED_LFU, &r, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "alpha 0"), "%s", err.msg);
+    mp_sim_trace_free(&t);
+}

@@ -1,0 +1,197 @@
+/* tests/unit/test_simulate.c — from a real trace file to results: the trace loader (collector
+ * reader -> mp_sim_trace), and `moeplan simulate` end to end (table, JSON, SVG, STRP profile and
+ * manifest, llama.cpp override), with its one-line errors on bad input. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "collector/import.h"
+#include "runtime/strp.h"
+#include "simulator/sim_load.h"
+
+static char dir[256], csv[512], db[512];
+
+/* 2 requests (seq) x 3 tokens, MoE layers 4 and 7, 4 experts, top-2. As one prefill step per
+ * request (the CSV importer's shape). */
+static const char *csv_text = "seq,pos,layer,e0,e1,w0,w1\n"
+                              "0,0,4,0,1,0.5,0.3\n0,0,7,2,3,0.6,0.2\n"
+                              "0,1,4,0,2,0.5,0.3\n0,1,7,2,0,0.6,0.2\n"
+                              "0,2,4,1,0,0.5,0.3\n0,2,7,3,2,0.6,0.2\n"
+                              "1,0,4,0,3,0.5,0.3\n1,0,7,2,1,0.6,0.2\n"
+                              "1,1,4,0,1,0.5,0.3\n1,1,7,2,3,0.6,0.2\n"
+                              "1,2,4,3,0,0.5,0.3\n1,2,7,0,2,0.6,0.2\n";
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/mp_test_simulate_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(csv, sizeof csv, "%s/r.csv", dir);
+    snprintf(db, sizeof db, "%s/t.db", dir);
+    FILE *f = fopen(csv, "w");
+    fputs(csv_text, f);
+    fclose(f);
+    mp_import_options o = {.format = MP_IMPORT_CSV, .n_experts = 4, .weight_format = MP_TRACE_W_F32};
+    mp_import_result res;
+    mp_error err;
+    cr_assert_eq(mp_import_file(csv, db, &o, &res, &err), MP_OK, "%s", err.msg);
+}
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+TestSuite(simulate, .init = setup, .fini = teardown);
+
+Test(simulate, loads_a_trace)
+{
+    mp_sim_trace t;
+    mp_sim_trace_facts facts;
+    mp_error err;
+    cr_assert_eq(mp_sim_load_trace(db, NULL, &t, &facts, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(t.n_layers, 2);
+    cr_assert_eq(t.model_layer[0], 4);
+    cr_assert_eq(t.model_layer[1], 7);
+    cr_assert_eq(t.n_experts, 4);
+    cr_assert_eq(t.top_k, 2);
+    cr_assert_eq(t.n_requests, 2);
+    cr_assert_eq(t.n_steps, 2);
+    cr_assert_eq(t.steps[0].rows, 3);
+    const uint16_t *l1 = mp_sim_step_ids(&t, &t.steps[0], 1); /* request 0, layer 7: 2 3 / 2 0 / 3 2 */
+    const uint16_t want[] = {2, 3, 2, 0, 3, 2};
+    cr_assert(!memcmp(l1, want, sizeof want));
+    mp_sim_trace_free(&t);
+    mp_sim_load_options as_decode = {true};
+    cr_assert_eq(mp_sim_load_trace(db, &as_decode, &t, &facts, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(t.n_steps, 6);
+    cr_assert_eq(t.steps[4].rows, 1);
+    cr_assert_eq(t.steps[4].request, 1);
+    const uint16_t *s4 = mp_sim_step_ids(&t, &t.steps[4], 0); /* request 1, token 1, layer 4: 0 1 */
+    cr_assert_eq(s4[0], 0);
+    cr_assert_eq(s4[1], 1);
+    mp_sim_trace_free(&t);
+}
+
+Test(simulate, refuses_incomplete_and_foreign_traces)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"update run set status='running'\"", db);
+    cr_assert_eq(system(cmd), 0);
+    mp_sim_trace t;
+    mp_sim_trace_facts facts;
+    mp_error err;
+    cr_assert_eq(mp_sim_load_trace(db, NULL, &t, &facts, &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "status 'running'"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, db), "%s", err.msg);
+    snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"update run set status='complete'; delete from routing where key = (select max(key) from routing)\"", db);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(mp_sim_load_trace(db, NULL, &t, &facts, &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "lacks nodes"), "%s", err.msg);
+    cr_assert_neq(mp_sim_load_trace(csv, NULL, &t, &facts, &err), MP_OK); /* not a trace at all */
+}
+
+static int run_cli(const char *args, char *out, size_t cap)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", dir, exe, args);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char costs[600];
+
+static const char *costs_path(void)
+{
+    snprintf(costs, sizeof costs, "%s/tests/fixtures/costs/fixture.json", getenv("MP_SOURCE_ROOT"));
+    return costs;
+}
+
+Test(simulate, cli_end_to_end)
+{
+    static char out[1 << 16];
+    char args[2048];
+    /* expert Q4_K = 1e6 bytes; 1e6 non-expert + 3 experts */
+    snprintf(args, sizeof args,
+             "simulate t.db --costs '%s' --expert Q4_K --budget 1000000B,4000000B,9000000B --non-expert-bytes 1000000 "
+             "--train-frac 0.5 --json r.json --svg r.svg --emit-profile p.strp --emit-llamacpp --sensitivity",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "2 MoE layers x 4 experts, top-2, 2 requests"), "%s", out);
+    cr_assert_not_null(strstr(out, "budget 0.00 GiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
+    cr_assert_not_null(strstr(out, "llama.cpp:    (every layer fits: no override needed)"), "%s", out);
+    cr_assert_not_null(strstr(out, "-ot 'blk\\.(4|7)\\.ffn_.*_exps\\.=CPU'"), "%s", out);
+    cr_assert_not_null(strstr(out, "sensitivity (each cost x0.8 / x1.2"), "%s", out);
+    cr_assert_not_null(strstr(out, "non_moe    x1.2:"), "%s", out);
+    /* 1e6 budget: no slots; the profile is written for the first budget */
+    char path[700];
+    snprintf(path, sizeof path, "%s/p.strp", dir);
+    mp_strp p;
+    mp_error err;
+    mp_strp_geometry g = {8, 4}; /* model layers 0..7 */
+    cr_assert_eq(mp_strp_read_file(path, &g, &p, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(p.slots, 0);
+    cr_assert_eq(p.n_ranked, 8);
+    cr_assert_eq(p.table, MP_STRP_TABLE_U64_COUNT);
+    /* train = request 0: layer 4 routes e0 x3, e1 x2, e2 x1 */
+    cr_assert_eq(p.counts[4 * 4 + 0], 3);
+    cr_assert_eq(p.counts[4 * 4 + 1], 2);
+    cr_assert_eq(p.counts[7 * 4 + 2], 3);
+    cr_assert_eq(p.counts[0], 0);
+    mp_strp_free(&p);
+    snprintf(path, sizeof path, "%s/r.json", dir);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char json[1 << 20];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(json);
+    cr_assert_not_null(root, "report is not JSON");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "sensitivity")), 14); /* 7 costs x 2 factors */
+    cJSON *budgets = cJSON_GetObjectItem(root, "budgets");
+    cr_assert_eq(cJSON_GetArraySize(budgets), 3);
+    cJSON *b2 = cJSON_GetArrayItem(budgets, 2);
+    cr_assert_eq(cJSON_GetObjectItem(b2, "slots")->valuedouble, 8);
+    cJSON *pols = cJSON_GetObjectItem(b2, "policies");
+    cr_assert_eq(cJSON_GetArraySize(pols), 13);
+    cJSON *held = cJSON_GetObjectItem(cJSON_GetArrayItem(pols, 0), "held_out");
+    cr_assert_eq(cJSON_GetObjectItem(held, "hit_rate")->valuedouble, 1.0); /* all-gpu */
+    cJSON_Delete(root);
+    snprintf(path, sizeof path, "%s/p.strp.json", dir);
+    cr_assert_eq(access(path, R_OK), 0);
+    snprintf(path, sizeof path, "%s/r.svg", dir);
+    cr_assert_eq(access(path, R_OK), 0);
+}
+
+Test(simulate, cli_errors_are_one_line)
+{
+    static char out[8192];
+    char args[2048];
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1MB --non-expert-bytes 2MB",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan simulate: error: simulate: budget 1000000 bytes is smaller than the "
+                                   "non-expert weights (2000000 bytes)"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --budget 1GB", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "2 GPU expert entries match"), "%s", out);
+    cr_assert_eq(run_cli("simulate t.db --costs r.csv --budget 1GB", out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "costs r.csv: offset"), "%s", out);
+    cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 12parsecs", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 1GB --policy fastest", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "unknown policy"), "%s", out);
+    cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 1GB --profile-policy lru", out, sizeof out), 2, "%s",
+                 out);
+    cr_assert_eq(run_cli("simulate --help", out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
+}
