@@ -7,6 +7,7 @@
 #   tests      build (release, sm_90 + PTX) and run every test, GPU tests included
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
+#   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
 # Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,8 +51,12 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         bash bench/cpu_decode.sh build-gpu/cli/moeplan 2>&1 | tee "$OUT/bench-cpu.log" || rc=1
         ;;
+    bench-gpu)
+        build || { rc=1; continue; }
+        build-gpu/bench/bench_cuda 50 2>&1 | tee "$OUT/bench-gpu.log" || rc=1
+        ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu)" >&2
         exit 2
         ;;
     esac
