@@ -1,6 +1,21 @@
 /* kernels/cuda/cuda_ops.h — C entry points of the CUDA kernels (built only with MP_HAVE_CUDA).
- * Device pointers are marked d_; every function returns 0 or a negative CUDA-derived code and
- * never exits. */
+ *
+ * Conventions (every function below):
+ *  - device pointers are marked d_; `stream` is a cudaStream_t passed as void * (NULL: the
+ *    default stream); launches are asynchronous unless the name ends in _host;
+ *  - returns 0, or a negative MP_CUDA_E* code; never prints, never exits;
+ *  - matrices are row-major; shapes are in the comments as (rows, cols); byte strides are named
+ *    _bytes, element strides are plain;
+ *  - weight rows are GGUF's block layouts (kernels/quant.h). Rows of Q4_K weights must start at
+ *    4-byte aligned addresses (GGUF data always does: tensors are 32-byte aligned and a Q4_K row
+ *    is a multiple of 144 bytes); other types need only the blocks' natural 2-byte alignment.
+ *
+ * Activation formats (the design choice for quantized GEMV): x is converted into exactly the
+ * format the CPU kernels dot against (mp_type_ops.vec_dot_type): F32 for F32/F16/BF16 weights,
+ * Q8_0 for Q4_0/Q8_0, Q8_K for Q4_K/Q6_K. mp_cuda_quantize_act produces the CPU quantizer's bytes
+ * exactly, so a GPU GEMV and a CPU vec_dot of the same row differ only in float summation order
+ * — the property the hybrid (CPU-expert) path needs for its parity guarantee.
+ */
 #ifndef MP_KERNELS_CUDA_OPS_H
 #define MP_KERNELS_CUDA_OPS_H
 
@@ -11,16 +26,160 @@
 extern "C" {
 #endif
 
+#define MP_CUDA_EINVAL (-1)  /* bad argument: unsupported type, shape, alignment */
+#define MP_CUDA_ELAUNCH (-2) /* a kernel launch or a CUDA runtime call failed */
+#define MP_CUDA_EBLAS (-3)   /* a cuBLAS call failed */
+#define MP_CUDA_ENOMEM (-4)  /* scratch too small / allocation failed */
+
+/* A short description of an MP_CUDA_E* code. */
+const char *mp_cuda_strerror(int code);
+
 /* 1 if a CUDA device of compute capability >= 7.0 is usable; else 0 with the reason in why. */
 int mp_cuda_available(char *why, size_t why_cap);
 
-/* Row-wise RMSNorm on the device: d_out[r] = d_x[r] / rms(d_x[r]) * d_w, rows × n. */
+/* ---- norms ---- */
+
+/* Row-wise RMSNorm on the device: d_out[r] = d_x[r] / rms(d_x[r]) * d_w, rows × n. d_w may be
+ * NULL (no gain); d_out may alias d_x. Per-head q/k norm is this call with rows = n_rows * n_head
+ * and n = head_dim (the heads of a row are contiguous). */
 int mp_cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int64_t rows, int64_t n,
                     float eps, void *stream);
 
 /* Host convenience for tests: copies in, runs mp_cuda_rmsnorm, copies out, synchronizes. */
 int mp_cuda_rmsnorm_host(float *out, const float *x, const float *w, int64_t rows, int64_t n,
                          float eps);
+
+/* ---- activations, dequantization ---- */
+
+/* The activation format a weight type's GEMV reads (F32, Q8_0 or Q8_K); -1 if unsupported. */
+int mp_cuda_vec_dot_type(int weight_type);
+/* Bytes of one row of n elements of type (0 if n is not a multiple of its block). */
+size_t mp_cuda_row_bytes(int type, int64_t n);
+
+/* d_q (n_rows, row bytes of vdt) = d_x (n_rows, n) f32 with rows x_stride elements apart, in
+ * activation format vdt (F32: copy; Q8_0; Q8_K) — the CPU's mp_quantize_activation bytes. */
+int mp_cuda_quantize_act(int vdt, const float *d_x, int64_t x_stride, int64_t n_rows, int64_t n,
+                         void *d_q, void *stream);
+
+/* d_out (n_rows, n) f32 = dequantized rows d_src (n_rows, n) of type (rows row_bytes apart),
+ * bit-identical to the CPU's dequantize_row. */
+int mp_cuda_dequantize_rows(int type, const void *d_src, size_t row_bytes, int64_t n_rows,
+                            int64_t n, float *d_out, void *stream);
+
+/* Embedding gather: d_out (n_tok, n) f32 = dequantized rows d_tokens[i] of d_table (n_vocab, n).
+ * Token ids outside [0, n_vocab) give a zero row and set *d_bad (an int on the device, may be
+ * NULL) to 1, so the caller can report them after the step without a sync in the hot path. */
+int mp_cuda_get_rows(int type, const void *d_table, size_t row_bytes, int64_t n_vocab, int64_t n,
+                     const int32_t *d_tokens, int64_t n_tok, float *d_out, int *d_bad,
+                     void *stream);
+
+/* ---- GEMV (decode) ---- */
+
+/* d_y[i * y_stride + r] = W[r] · x_i for r < n_out, i < n_x.
+ * W: d_w (n_out, n_in) of type, rows row_bytes apart; x_i: d_x + i * x_stride_bytes, n_in
+ * elements in mp_cuda_vec_dot_type(type). One warp per weight row; each weight block is loaded
+ * once for up to 8 activation rows (the batched variant for n_x in 2..8; larger n_x runs in
+ * groups of 8). */
+int mp_cuda_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_out, int64_t n_in,
+                 const void *d_x, size_t x_stride_bytes, int n_x, float *d_y, int64_t y_stride,
+                 void *stream);
+
+/* ---- MoE experts (decode; also correct for any number of rows) ---- */
+
+/* One expert tensor (GGUF's *_exps: (n_expert, n_out, n_in)). Expert e's matrix starts at
+ * d_slots[e] when d_slots is set (a device array of n_expert pointers: the expert pool; a NULL
+ * entry means the expert is not resident and its routes are skipped), else at
+ * d_base + e * expert_bytes. */
+typedef struct mp_cuda_expert_tensor {
+    int type;
+    const void *d_base;
+    size_t expert_bytes;
+    const void *const *d_slots;
+    size_t row_bytes;
+} mp_cuda_expert_tensor;
+
+typedef struct mp_cuda_moe_args {
+    mp_cuda_expert_tensor gate, up, down; /* gate/up: (n_ff, n_embd); down: (n_embd, n_ff) */
+    int64_t n_embd, n_ff, n_expert, top_k, n_rows;
+    const float *d_x;         /* (n_rows, n_embd) the normed MoE input */
+    const int32_t *d_ids;     /* (n_rows, top_k) routed experts */
+    const float *d_weights;   /* (n_rows, top_k) combine weights */
+    float *d_out;             /* (n_rows, n_embd) */
+    int accumulate;           /* 0: out = Σ; 1: out += Σ (adds to a partial, e.g. CPU experts') */
+    void *d_scratch;          /* mp_cuda_moe_scratch_bytes(...) bytes, 256-byte aligned */
+    size_t scratch_bytes;
+} mp_cuda_moe_args;
+
+size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, int64_t n_ff,
+                                 int64_t n_rows, int64_t top_k);
+
+/* For every route (row, k) to a resident expert e = ids[row, k]:
+ *   h = silu(gate_e · x_row) * (up_e · x_row)          (n_ff, f32; one launch for all routes)
+ *   out[row] (+)= Σ_k weights[row, k] · (down_e · h)   (one launch; slot order, f32, one
+ *                                                       rounding per output element)
+ * gate and up must have the same type. Three launches in all plus two activation conversions. */
+int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
+
+/* ---- router ---- */
+
+/* Per row of d_logits (n_rows, n_expert): softmax (f32, max-subtracted), top-k by probability
+ * with ties to the lower expert id (mp_topk's order: descending), optional renormalization of
+ * the k weights to sum 1. d_ids, d_weights: (n_rows, k). d_probs (n_rows, n_expert) may be NULL.
+ * n_expert <= 1024, k <= 32. */
+int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int64_t k,
+                   int renorm, int32_t *d_ids, float *d_weights, float *d_probs, void *stream);
+
+/* ---- element-wise ---- */
+
+#define MP_CUDA_ROPE_NEOX 0 /* pairs (i, i + rot_dim/2) */
+#define MP_CUDA_ROPE_NORM 1 /* pairs (2i, 2i + 1), interleaved */
+
+/* In place RoPE on d_x (n_rows, n_head, head_dim), rows row_stride elements apart; row r is at
+ * position d_pos[r]. Angles pos * base^(-2i/rot_dim) in float64 (as mp_rope_cache). */
+int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head, int64_t head_dim,
+                 int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, void *stream);
+
+/* d_out[i] = silu(d_gate[i]) * d_up[i], n elements; d_out may alias either input. */
+int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_up, int64_t n, void *stream);
+
+/* d_y[i] += d_x[i], n elements (residual add). */
+int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream);
+
+/* ---- attention (KV cache in F16) ---- */
+
+/* d_cache rows [pos0, pos0 + n_rows) of width n_kv = n_head_kv * head_dim (f16 bits) =
+ * d_src (n_rows, n_kv) f32, rounded to nearest even. The cache is (n_ctx, n_kv) per layer. */
+int mp_cuda_kv_store(uint16_t *d_cache, const float *d_src, int64_t n_rows, int64_t n_kv,
+                     int64_t pos0, void *stream);
+
+/* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
+size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
+                                       int64_t n_keys_max);
+
+/* Causal GQA attention: query row i (position pos0 + i) of head h attends to cache positions
+ * [0, pos0 + i] of kv head h / (n_head / n_head_kv); scores (q·k)/sqrt(head_dim) and softmax in
+ * f32 with max subtraction. d_q (n_rows, n_head, head_dim) f32; d_k, d_v (n_ctx, n_head_kv,
+ * head_dim) f16 caches of one layer; d_out (n_rows, n_head, head_dim) f32. The keys are split in
+ * chunks of 256 over blocks (split-K) and merged by a second launch. head_dim <= 256. */
+int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
+                      int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
+                      int64_t head_dim, void *d_scratch, size_t scratch_bytes, void *stream);
+
+/* ---- prefill GEMM (cuBLAS) ---- */
+
+/* A cuBLAS handle (cublasHandle_t) bound to stream; destroy with mp_cuda_blas_destroy. */
+int mp_cuda_blas_create(void **handle, void *stream);
+void mp_cuda_blas_destroy(void *handle);
+
+/* Scratch bytes for mp_cuda_gemm with n_x activation rows of n_in and tile_rows weight rows. */
+size_t mp_cuda_gemm_scratch_bytes(int64_t n_in, int64_t n_x, int64_t tile_rows);
+
+/* d_y[i * y_stride + r] = W[r] · x_i for r < n_out, i < n_x, with d_x (n_x, n_in) f32.
+ * Weights are dequantized in tiles of tile_rows rows to F16 (BF16 for BF16 weights), x is
+ * converted to the same 16-bit type, and cublasGemmEx multiplies with f32 accumulation. */
+int mp_cuda_gemm(void *blas, int type, const void *d_w, size_t row_bytes, int64_t n_out,
+                 int64_t n_in, const float *d_x, int64_t n_x, float *d_y, int64_t y_stride,
+                 int64_t tile_rows, void *d_scratch, size_t scratch_bytes, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,229 @@
+/* bench/bench_cuda.c — GEMV and MoE-expert throughput on the GPU (not a test; run by hand on the
+ * GPU machine: `build/bench/bench_cuda [reps]`).
+ *
+ * For each weight type it times mp_cuda_gemv on
+ *   - 6144 × 2048 (the gate projections of 8 routed experts: 768 · 8 rows of hidden 2048),
+ *   - 151936 × 2048 (Qwen3's output head),
+ * with n_x = 1 (decode) and n_x = 4, 8 (the batched variant), and mp_cuda_moe_experts on a
+ * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, and all-Q8_0), and prints
+ * the weight bytes streamed per call divided by the median time (CUDA events) as GB/s — the
+ * number to hold against the H200's ~4.8 TB/s HBM bandwidth.
+ * Small problems would sit in the 50 MB L2 after the first call and time the cache, not HBM: the
+ * weights are replicated over >= 512 MB of copies and each repetition reads the next copy.
+ * Weights are random bytes with finite block scales (speed does not depend on the values). */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/quant.h"
+
+static uint64_t g_state = 0x243F6A8885A308D3ull;
+
+static uint64_t next_u64(void)
+{
+    g_state ^= g_state << 13;
+    g_state ^= g_state >> 7;
+    g_state ^= g_state << 17;
+    return g_state;
+}
+
+static void fill_weights(int type, uint8_t *w, size_t bytes, int64_t n_in)
+{
+    for (size_t i = 0; i < bytes; i += 8) {
+        const uint64_t v = next_u64();
+        memcpy(w + i, &v, bytes - i < 8 ? bytes - i : 8);
+    }
+    const mp_f16 small = mp_f32_to_f16(0.001f);
+    if (type == MP_TYPE_F16 || type == MP_TYPE_BF16 || type == MP_TYPE_F32) {
+        /* finite values: clear the exponent's top bit of every element */
+        const size_t es = type == MP_TYPE_F32 ? 4 : 2;
+        for (size_t i = es - 1; i < bytes; i += es)
+            w[i] &= 0x3F;
+        return;
+    }
+    const size_t bb = mp_type_block_bytes(type);
+    (void)n_in;
+    for (size_t off = 0; off + bb <= bytes; off += bb) {
+        if (type == MP_TYPE_Q6_K)
+            memcpy(w + off + 208, &small, 2);
+        else
+            memcpy(w + off, &small, 2);
+        if (type == MP_TYPE_Q4_K)
+            memcpy(w + off + 2, &small, 2);
+    }
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define CK(call)                                                                               \
+    do {                                                                                       \
+        int rc_ = (int)(call);                                                                 \
+        if (rc_) {                                                                             \
+            fprintf(stderr, "bench_cuda: %s failed (%d)\n", #call, rc_);                       \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+/* Copies of a weight matrix filling >= 512 MB, so that consecutive calls miss the L2. */
+typedef struct copies {
+    uint8_t *d;
+    size_t bytes; /* one copy */
+    int n;
+} copies;
+
+static copies make_copies(int type, size_t bytes, int64_t n_in)
+{
+    copies c = {NULL, bytes, (int)((512ull << 20) / bytes) + 1};
+    if (c.n < 2)
+        c.n = 2;
+    uint8_t *h = malloc(bytes);
+    if (!h) {
+        fprintf(stderr, "bench_cuda: out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    fill_weights(type, h, bytes, n_in);
+    CK(cudaMalloc((void **)&c.d, bytes * (size_t)c.n));
+    for (int i = 0; i < c.n; i++)
+        CK(cudaMemcpy(c.d + (size_t)i * bytes, h, bytes, cudaMemcpyHostToDevice));
+    free(h);
+    return c;
+}
+
+static void bench_gemv(int type, int64_t n_out, int64_t n_in, int reps)
+{
+    const size_t rb = mp_cuda_row_bytes(type, n_in), bytes = rb * (size_t)n_out;
+    const int vdt = mp_cuda_vec_dot_type(type);
+    const size_t xb = mp_cuda_row_bytes(vdt, n_in);
+    copies w = make_copies(type, bytes, n_in);
+    float *d_xf, *d_y;
+    void *d_x;
+    CK(cudaMalloc((void **)&d_xf, sizeof(float) * 8 * (size_t)n_in));
+    CK(cudaMalloc(&d_x, xb * 8));
+    CK(cudaMalloc((void **)&d_y, sizeof(float) * 8 * (size_t)n_out));
+    float *hx = malloc(sizeof(float) * 8 * (size_t)n_in);
+    for (int64_t i = 0; i < 8 * n_in; i++)
+        hx[i] = (float)((int64_t)(next_u64() % 2001) - 1000) / 1000.0f;
+    CK(cudaMemcpy(d_xf, hx, sizeof(float) * 8 * (size_t)n_in, cudaMemcpyHostToDevice));
+    CK(mp_cuda_quantize_act(vdt, d_xf, n_in, 8, n_in, d_x, NULL));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    const int nxs[] = {1, 4, 8};
+    for (int k = 0; k < 3; k++) {
+        const int nx = nxs[k];
+        for (int i = 0; i < w.n; i++) /* warm-up: every copy once */
+            CK(mp_cuda_gemv(type, w.d + (size_t)i * bytes, rb, n_out, n_in, d_x, xb, nx, d_y, n_out, NULL));
+        for (int r = 0; r < reps; r++) {
+            const uint8_t *wc = w.d + (size_t)(r % w.n) * bytes;
+            CK(cudaEventRecord(e0, NULL));
+            CK(mp_cuda_gemv(type, wc, rb, n_out, n_in, d_x, xb, nx, d_y, n_out, NULL));
+            CK(cudaEventRecord(e1, NULL));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&ms[r], e0, e1));
+        }
+        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+        const double med_ms = ms[reps / 2];
+        printf("| gemv | %-5s | %6ld x %4ld | n_x %d | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
+               mp_type_name(type), (long)n_out, (long)n_in, nx, med_ms * 1e3,
+               (double)bytes / (med_ms * 1e-3) / 1e9, ms[0] * 1e3);
+    }
+    cudaFree(w.d); cudaFree(d_xf); cudaFree(d_x); cudaFree(d_y);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    free(hx); free(ms);
+}
+
+static void bench_moe(int gate_type, int down_type, int reps)
+{
+    const int64_t D = 2048, F = 768, E = 128, K = 8;
+    const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
+    const size_t g_exp = grb * (size_t)F, d_exp = drb * (size_t)D;
+    /* one layer's three expert tensors, all in device memory (~340 MB for Q4_K/Q6_K) */
+    copies g = make_copies(gate_type, g_exp * (size_t)E, D), u = make_copies(gate_type, g_exp * (size_t)E, D);
+    copies d = make_copies(down_type, d_exp * (size_t)E, F);
+    float *d_x, *d_out, *d_w;
+    int32_t *d_ids;
+    CK(cudaMalloc((void **)&d_x, sizeof(float) * (size_t)D));
+    CK(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)D));
+    CK(cudaMalloc((void **)&d_w, sizeof(float) * (size_t)K));
+    CK(cudaMalloc((void **)&d_ids, sizeof(int32_t) * (size_t)K));
+    float hx[2048], hw[8];
+    for (int i = 0; i < 2048; i++)
+        hx[i] = (float)((int)(next_u64() % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < 8; i++)
+        hw[i] = 0.125f;
+    CK(cudaMemcpy(d_x, hx, sizeof hx, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w, hw, sizeof hw, cudaMemcpyHostToDevice));
+    const size_t sb = mp_cuda_moe_scratch_bytes(gate_type, down_type, D, F, 1, K);
+    void *d_s;
+    CK(cudaMalloc(&d_s, sb));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    for (int r = -3; r < reps; r++) {
+        int32_t ids[8]; /* 8 distinct experts, different each step: the L2 cannot hold them */
+        for (int k = 0; k < 8; k++)
+            ids[k] = (int32_t)((r + 3) * 8 + k) % 128;
+        CK(cudaMemcpy(d_ids, ids, sizeof ids, cudaMemcpyHostToDevice));
+        const int c = (r + 3) % g.n;
+        mp_cuda_moe_args a = {
+            .gate = {gate_type, g.d + (size_t)(c % g.n) * g.bytes, g_exp, NULL, grb},
+            .up = {gate_type, u.d + (size_t)(c % u.n) * u.bytes, g_exp, NULL, grb},
+            .down = {down_type, d.d + (size_t)(c % d.n) * d.bytes, d_exp, NULL, drb},
+            .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = 1,
+            .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
+            .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
+        };
+        CK(cudaEventRecord(e0, NULL));
+        CK(mp_cuda_moe_experts(&a, NULL));
+        CK(cudaEventRecord(e1, NULL));
+        CK(cudaEventSynchronize(e1));
+        if (r >= 0)
+            CK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    const double bytes = (double)K * (2.0 * (double)g_exp + (double)d_exp);
+    printf("| moe  | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
+           mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
+           bytes / (ms[reps / 2] * 1e-3) / 1e9, ms[0] * 1e3);
+    cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w);
+    cudaFree(d_ids); cudaFree(d_s);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    free(ms);
+}
+
+int main(int argc, char **argv)
+{
+    const int reps = argc > 1 ? atoi(argv[1]) : 50;
+    if (reps < 1 || argc > 2 || (argc > 1 && !strcmp(argv[1], "--help"))) {
+        printf("usage: bench_cuda [REPS]   (GEMV and MoE-expert GB/s on CUDA device 0)\n");
+        return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
+    }
+    char why[256];
+    if (!mp_cuda_available(why, sizeof why)) {
+        fprintf(stderr, "bench_cuda: error: %s\n", why);
+        return 1;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
+           (double)prop.totalGlobalMem / (1 << 30));
+    printf("| kernel | type | shape | rows | median | bandwidth | best |\n|---|---|---|---|---|---|---|\n");
+    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
+                         MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        bench_gemv(types[t], 768 * 8, 2048, reps);
+        bench_gemv(types[t], 151936, 2048, reps);
+    }
+    bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, reps);
+    bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, reps);
+    return 0;
+}

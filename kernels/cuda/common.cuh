@@ -1,0 +1,97 @@
+// kernels/cuda/common.cuh — device helpers shared by the CUDA kernel files (not a public header).
+//
+// - the block layouts come from kernels/quant.h (plain C structs, GGUF's bytes); offsets used
+//   here are checked against them by static asserts below;
+// - f16/bf16 fields are read as 16-bit patterns (blocks are only 2-byte aligned in general);
+// - every conversion that must match the CPU reference bit for bit uses the _rn intrinsics, which
+//   --use_fast_math does not relax (it only changes plain float division, sqrt, exp, ...).
+#ifndef MP_KERNELS_CUDA_COMMON_CUH
+#define MP_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kernels/quant.h"
+}
+#include "kernels/cuda/cuda_ops.h"
+
+static_assert(sizeof(mp_block_q4_0) == 18, "Q4_0 block");
+static_assert(sizeof(mp_block_q8_0) == 34, "Q8_0 block");
+static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block");
+static_assert(sizeof(mp_block_q6_K) == 210, "Q6_K block");
+static_assert(sizeof(mp_block_q8_K) == 292, "Q8_K block");
+static_assert(offsetof(mp_block_q4_K, qs) == 16, "Q4_K qs offset");
+static_assert(offsetof(mp_block_q6_K, qh) == 128 && offsetof(mp_block_q6_K, scales) == 192 &&
+              offsetof(mp_block_q6_K, d) == 208, "Q6_K offsets");
+static_assert(offsetof(mp_block_q8_K, qs) == 4 && offsetof(mp_block_q8_K, bsums) == 260,
+              "Q8_K offsets");
+
+#define MPC_WARP 32
+
+__device__ __forceinline__ float mpc_f16(uint16_t bits)
+{
+    return __half2float(__ushort_as_half(bits));
+}
+
+__device__ __forceinline__ float mpc_bf16(uint16_t bits)
+{
+    return __uint_as_float((uint32_t)bits << 16);
+}
+
+__device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
+{
+    return *(const uint16_t *)p; // p is 2-byte aligned (every 16-bit field of every block is)
+}
+
+// A 32-bit word from a 2-byte aligned address, as two 16-bit loads (little-endian).
+__device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
+{
+    const uint16_t *q = (const uint16_t *)p;
+    return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+}
+
+__device__ __forceinline__ float mpc_warp_sum(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+__device__ __forceinline__ float mpc_warp_max(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+// Host: bytes of a row of n elements of type t (0 if n is not a multiple of the block size or
+// the type is unknown) — the same facts as mp_type_row_bytes, without linking the C library.
+static inline size_t mpc_row_bytes(int t, int64_t n)
+{
+    int64_t be;
+    size_t bb;
+    switch (t) {
+    case MP_TYPE_F32: be = 1; bb = 4; break;
+    case MP_TYPE_F16: be = 1; bb = 2; break;
+    case MP_TYPE_BF16: be = 1; bb = 2; break;
+    case MP_TYPE_Q4_0: be = 32; bb = 18; break;
+    case MP_TYPE_Q8_0: be = 32; bb = 34; break;
+    case MP_TYPE_Q4_K: be = 256; bb = 144; break;
+    case MP_TYPE_Q6_K: be = 256; bb = 210; break;
+    case MP_TYPE_Q8_K: be = 256; bb = 292; break;
+    default: return 0;
+    }
+    if (n <= 0 || n % be)
+        return 0;
+    return (size_t)(n / be) * bb;
+}
+
+static inline int mpc_launch_status(void)
+{
+    return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
+}
+
+#endif

@@ -1,0 +1,69 @@
+// kernels/cuda/convert.cuh — element-wise dequantization of weight rows on the device (used by
+// the embedding gather, mp_cuda_dequantize_rows and the GEMM's F16 tiles).
+//
+// mpc_dequant_elem<T>(row, i) returns element i of a row of type T with exactly the float32
+// operations of kernels/cpu/quant_scalar.c's dequantize_row (e.g. Q4_K: (d * sc) * q - dmin * m),
+// written with _rn intrinsics so that nvcc cannot fuse them into an FMA: bit-identical results.
+#ifndef MP_KERNELS_CUDA_CONVERT_CUH
+#define MP_KERNELS_CUDA_CONVERT_CUH
+
+#include "kernels/cuda/common.cuh"
+
+template <int T>
+__device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
+{
+    if (T == MP_TYPE_F32) {
+        return __uint_as_float(mpc_ld32_a2(row + 4 * i));
+    } else if (T == MP_TYPE_F16) {
+        return mpc_f16(mpc_ld16(row + 2 * i));
+    } else if (T == MP_TYPE_BF16) {
+        return mpc_bf16(mpc_ld16(row + 2 * i));
+    } else if (T == MP_TYPE_Q4_0) {
+        const uint8_t *b = row + (i / 32) * 18;
+        const int l = (int)(i % 32);
+        const int q = l < 16 ? (b[2 + l] & 0x0F) : (b[2 + l - 16] >> 4);
+        return __fmul_rn(mpc_f16(mpc_ld16(b)), (float)(q - 8));
+    } else if (T == MP_TYPE_Q8_0) {
+        const uint8_t *b = row + (i / 32) * 34;
+        return __fmul_rn((float)(int8_t)b[2 + i % 32], mpc_f16(mpc_ld16(b)));
+    } else if (T == MP_TYPE_Q4_K) {
+        const uint8_t *b = row + (i / 256) * 144;
+        const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        const int j = 2 * c + hi; // sub-block
+        const uint8_t *p = b + 4; // packed scales
+        int sc, m;
+        if (j < 4) {
+            sc = p[j] & 63;
+            m = p[j + 4] & 63;
+        } else {
+            sc = (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4);
+            m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+        }
+        const int q = (b[16 + 32 * c + l] >> (4 * hi)) & 0x0F;
+        const float d0 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
+        const float m0 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
+        return __fsub_rn(__fmul_rn(d0, (float)q), m0);
+    } else { // MP_TYPE_Q6_K
+        const uint8_t *b = row + (i / 256) * 210;
+        const int e = (int)(i % 256), h = e / 128, s = (e % 128) / 32, l = e % 32;
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        const int lo = s < 2 ? (ql[32 * s + l] & 0x0F) : (ql[32 * (s - 2) + l] >> 4);
+        const int q = (lo | (((qh[l] >> (2 * s)) & 3) << 4)) - 32;
+        const float dl = __fmul_rn(mpc_f16(mpc_ld16(b + 208)), (float)(int8_t)b[192 + e / 16]);
+        return __fmul_rn(dl, (float)q);
+    }
+}
+
+#define MPC_TYPE_SWITCH(type, CALL)               \
+    switch (type) {                               \
+    case MP_TYPE_F32: CALL(MP_TYPE_F32); break;   \
+    case MP_TYPE_F16: CALL(MP_TYPE_F16); break;   \
+    case MP_TYPE_BF16: CALL(MP_TYPE_BF16); break; \
+    case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0); break; \
+    case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0); break; \
+    case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break; \
+    case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K); break; \
+    default: return MP_CUDA_EINVAL;               \
+    }
+
+#endif

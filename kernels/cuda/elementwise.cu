@@ -1,0 +1,100 @@
+// kernels/cuda/elementwise.cu — RoPE, SwiGLU, residual add and the F16 KV-cache store.
+//
+// All are one thread per output element (or per rotated pair), memory-bound and tiny next to the
+// GEMVs. RoPE computes its angles in float64 as mp_rope_cache does and rotates with _rn
+// intrinsics (no FMA), so it matches the CPU up to the last ulp of the double cos/sin; the
+// KV store's f32 → f16 rounding is IEEE round-to-nearest-even, as mp_f32_to_f16.
+#include "kernels/cuda/common.cuh"
+
+__global__ void rope_kernel(float *x, int64_t n_rows, int64_t row_stride, int64_t n_head,
+                            int64_t head_dim, int64_t rot_dim, const int32_t *pos, float base,
+                            int style)
+{
+    const int64_t half = rot_dim / 2;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_rows * n_head * half)
+        return;
+    const int64_t i = t % half, h = (t / half) % n_head, r = t / (half * n_head);
+    const double theta = (double)pos[r] * pow((double)base, -2.0 * (double)i / (double)rot_dim);
+    const float c = (float)cos(theta), s = (float)sin(theta);
+    float *hd = x + r * row_stride + h * head_dim;
+    const int64_t ia = style == MP_CUDA_ROPE_NEOX ? i : 2 * i;
+    const int64_t ib = style == MP_CUDA_ROPE_NEOX ? i + half : 2 * i + 1;
+    const float a = hd[ia], b = hd[ib];
+    hd[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    hd[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
+extern "C" int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head,
+                            int64_t head_dim, int64_t rot_dim, const int32_t *d_pos,
+                            float freq_base, int style, void *stream)
+{
+    if (n_rows < 0 || n_head < 1 || head_dim < 2 || rot_dim < 2 || rot_dim > head_dim ||
+        rot_dim % 2 || row_stride < n_head * head_dim || !d_x || !d_pos ||
+        (style != MP_CUDA_ROPE_NEOX && style != MP_CUDA_ROPE_NORM))
+        return MP_CUDA_EINVAL;
+    const int64_t total = n_rows * n_head * (rot_dim / 2);
+    if (total == 0)
+        return 0;
+    rope_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+        d_x, n_rows, row_stride, n_head, head_dim, rot_dim, d_pos, freq_base, style);
+    return mpc_launch_status();
+}
+
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+extern "C" int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_up, int64_t n,
+                              void *stream)
+{
+    if (n < 0 || !d_out || !d_gate || !d_up)
+        return MP_CUDA_EINVAL;
+    if (n == 0)
+        return 0;
+    swiglu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(d_out, d_gate,
+                                                                                d_up, n);
+    return mpc_launch_status();
+}
+
+__global__ void add_kernel(float *y, const float *x, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] += x[i];
+}
+
+extern "C" int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream)
+{
+    if (n < 0 || !d_y || !d_x)
+        return MP_CUDA_EINVAL;
+    if (n == 0)
+        return 0;
+    add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(d_y, d_x, n);
+    return mpc_launch_status();
+}
+
+__global__ void kv_store_kernel(uint16_t *cache, const float *src, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        cache[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+extern "C" int mp_cuda_kv_store(uint16_t *d_cache, const float *d_src, int64_t n_rows,
+                                int64_t n_kv, int64_t pos0, void *stream)
+{
+    if (n_rows < 0 || n_kv < 1 || pos0 < 0 || !d_cache || !d_src)
+        return MP_CUDA_EINVAL;
+    const int64_t n = n_rows * n_kv;
+    if (n == 0)
+        return 0;
+    kv_store_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+        d_cache + pos0 * n_kv, d_src, n);
+    return mpc_launch_status();
+}

@@ -1,0 +1,251 @@
+// kernels/cuda/gemv.cuh — the per-type weight "units" of the GEMV kernels (gemv.cu, moe.cu).
+//
+// A unit is the slice of a weight row one lane handles at a time, loaded once into registers
+// and then dotted against one or more activation rows:
+//   - quantized types: 32 elements (a Q4_0/Q8_0 block; a Q4_K sub-block; a Q6_K (half, quarter)
+//     run of 32 with its two 16-element scales), dotted with __dp4a on the int8 activation quants
+//     of the partner format (Q8_0 or Q8_K, see cuda_ops.h). The integer part of every unit is
+//     exact, as on the CPU; only the float scaling and the summation order differ, so results
+//     agree with the CPU vec_dot within float32 summation error;
+//   - F32/F16/BF16 (x in f32): 8 elements via 128-bit loads (VEC, when rows and x are 16-byte
+//     aligned and n % 8 == 0), or 1 element (the fallback for any shape/alignment).
+// Lane l of a warp takes units l, l + 32, ...: consecutive lanes read consecutive bytes.
+#ifndef MP_KERNELS_CUDA_GEMV_CUH
+#define MP_KERNELS_CUDA_GEMV_CUH
+
+#include "kernels/cuda/common.cuh"
+
+template <int T, bool VEC> struct mpc_unit;
+
+// Elements per unit (float types: 8 with VEC, else 1).
+template <int T, bool VEC> __host__ __device__ constexpr int mpc_unit_elems()
+{
+    return (T == MP_TYPE_F32 || T == MP_TYPE_F16 || T == MP_TYPE_BF16) ? (VEC ? 8 : 1) : 32;
+}
+
+__device__ __forceinline__ int mpc_dp4a(int a, int b, int c)
+{
+    return __dp4a(a, b, c);
+}
+
+template <> struct mpc_unit<MP_TYPE_Q4_0, false> {
+    float d;
+    int q[4]; // 16 bytes: low nibbles elements 0..15, high 16..31
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + u * 18;
+        d = mpc_f16(mpc_ld16(b));
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            q[k] = (int)mpc_ld32_a2(b + 2 + 4 * k);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + u * 34; // Q8_0
+        int isum = 0, xsum = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int xl = (int)mpc_ld32_a2(b + 2 + 4 * k), xh = (int)mpc_ld32_a2(b + 18 + 4 * k);
+            isum = mpc_dp4a(q[k] & 0x0F0F0F0F, xl, isum);
+            isum = mpc_dp4a((q[k] >> 4) & 0x0F0F0F0F, xh, isum);
+            xsum = mpc_dp4a(0x01010101, xl, xsum);
+            xsum = mpc_dp4a(0x01010101, xh, xsum);
+        }
+        // stored nibbles are q + 8: sum((n - 8) x) = sum(n x) - 8 sum(x)
+        return __fmul_rn(d, mpc_f16(mpc_ld16(b))) * (float)(isum - 8 * xsum);
+    }
+};
+
+template <> struct mpc_unit<MP_TYPE_Q8_0, false> {
+    float d;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + u * 34;
+        d = mpc_f16(mpc_ld16(b));
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            q[k] = (int)mpc_ld32_a2(b + 2 + 4 * k);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + u * 34;
+        int isum = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            isum = mpc_dp4a(q[k], (int)mpc_ld32_a2(b + 2 + 4 * k), isum);
+        return __fmul_rn(d, mpc_f16(mpc_ld16(b))) * (float)isum;
+    }
+};
+
+// Q4_K unit u: super-block u / 8, sub-block j = u % 8 (32 elements, one 6-bit scale and min).
+template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
+    float d, dmin;
+    int sc, m, j;
+    int q[8]; // the sub-block's nibbles, one per byte
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + (u / 8) * 144; // 4-byte aligned (checked by the launchers)
+        j = (int)(u % 8);
+        d = mpc_f16(mpc_ld16(b));
+        dmin = mpc_f16(mpc_ld16(b + 2));
+        const uint8_t *p = b + 4;
+        if (j < 4) {
+            sc = p[j] & 63;
+            m = p[j + 4] & 63;
+        } else {
+            sc = (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4);
+            m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+        }
+        const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * (j / 2));
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            q[k] = (int)((qs[k] >> shift) & 0x0F0F0F0Fu);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
+        const float dy = *(const float *)b;
+        const int *y = (const int *)(b + 4 + 32 * j);
+        int s = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s = mpc_dp4a(q[k], y[k], s);
+        const int16_t *bs = (const int16_t *)(b + 260);
+        const int ysum = bs[2 * j] + bs[2 * j + 1];
+        // x ~ d sc q - dmin m: the min part needs only sum(y) of the sub-block (two bsums)
+        return __fmul_rn(d, dy) * (float)(sc * s) - __fmul_rn(dmin, dy) * (float)(m * ysum);
+    }
+};
+
+// Q6_K unit u: super-block u / 8, j = u % 8 = (half h = j / 4, quarter s = j % 4): elements
+// 128h + 32s + l, l < 32, whose low nibbles are ql[64h + 32(s & 1) + l] (high nibble if s >= 2)
+// and top bits qh[32h + l] >> 2s; scales 8h + 2s (l < 16) and 8h + 2s + 1.
+template <> struct mpc_unit<MP_TYPE_Q6_K, false> {
+    float d;
+    int sc0, sc1, j;
+    int q[8]; // u = q + 32 in 0..63, one per byte
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + (u / 8) * 210; // only 2-byte aligned
+        j = (int)(u % 8);
+        const int h = j / 4, s = j % 4;
+        d = mpc_f16(mpc_ld16(b + 208));
+        sc0 = (int8_t)b[192 + 8 * h + 2 * s];
+        sc1 = (int8_t)b[192 + 8 * h + 2 * s + 1];
+        const uint8_t *ql = b + 64 * h + 32 * (s & 1), *qh = b + 128 + 32 * h;
+        const int lshift = s >= 2 ? 4 : 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t lo = (mpc_ld32_a2(ql + 4 * k) >> lshift) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((mpc_ld32_a2(qh + 4 * k) >> (2 * s)) & 0x03030303u) << 4;
+            q[k] = (int)(lo | hi);
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + (u / 8) * 292;
+        const float dy = *(const float *)b;
+        const int h = j / 4, s = j % 4;
+        const int *y = (const int *)(b + 4 + 128 * h + 32 * s);
+        int g0 = 0, g1 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            g0 = mpc_dp4a(q[k], y[k], g0);
+            g1 = mpc_dp4a(q[k + 4], y[k + 4], g1);
+        }
+        const int16_t *bs = (const int16_t *)(b + 260) + 8 * h + 2 * s;
+        // stored u = q + 32: sum(q y) = sum(u y) - 32 sum(y), sum(y) per 16 is a bsum
+        const int isum = sc0 * (g0 - 32 * bs[0]) + sc1 * (g1 - 32 * bs[1]);
+        return __fmul_rn(d, dy) * (float)isum;
+    }
+};
+
+// Float weight types, x in f32. VEC: 8 elements, one 128-bit load of F16/BF16 (two of F32).
+template <int T> __device__ __forceinline__ float mpc_half_like(uint32_t bits16)
+{
+    return T == MP_TYPE_F16 ? mpc_f16((uint16_t)bits16) : mpc_bf16((uint16_t)bits16);
+}
+
+template <int T> struct mpc_float_unit_vec {
+    float w[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        if (T == MP_TYPE_F32) {
+            const float4 a = ((const float4 *)row)[2 * u], b = ((const float4 *)row)[2 * u + 1];
+            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+            w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+        } else {
+            const uint4 v = ((const uint4 *)row)[u];
+            const uint32_t p[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[2 * k] = mpc_half_like<T>(p[k] & 0xFFFFu);
+                w[2 * k + 1] = mpc_half_like<T>(p[k] >> 16);
+            }
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const float4 a = ((const float4 *)x)[2 * u], b = ((const float4 *)x)[2 * u + 1];
+        return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
+               w[6] * b.z + w[7] * b.w;
+    }
+};
+
+template <int T> struct mpc_float_unit_scalar {
+    float w;
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        if (T == MP_TYPE_F32)
+            w = __uint_as_float(mpc_ld32_a2(row + 4 * u));
+        else
+            w = mpc_half_like<T>(mpc_ld16(row + 2 * u));
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        return w * ((const float *)x)[u];
+    }
+};
+
+template <> struct mpc_unit<MP_TYPE_F32, true> : mpc_float_unit_vec<MP_TYPE_F32> {};
+template <> struct mpc_unit<MP_TYPE_F16, true> : mpc_float_unit_vec<MP_TYPE_F16> {};
+template <> struct mpc_unit<MP_TYPE_BF16, true> : mpc_float_unit_vec<MP_TYPE_BF16> {};
+template <> struct mpc_unit<MP_TYPE_F32, false> : mpc_float_unit_scalar<MP_TYPE_F32> {};
+template <> struct mpc_unit<MP_TYPE_F16, false> : mpc_float_unit_scalar<MP_TYPE_F16> {};
+template <> struct mpc_unit<MP_TYPE_BF16, false> : mpc_float_unit_scalar<MP_TYPE_BF16> {};
+
+// One weight row against one activation row, summed over the warp (every lane gets the sum).
+template <int T, bool VEC>
+__device__ __forceinline__ float mpc_row_dot(const uint8_t *wrow, const uint8_t *x, int64_t n_units,
+                                            int lane)
+{
+    float acc = 0.0f;
+    for (int64_t u = lane; u < n_units; u += MPC_WARP) {
+        mpc_unit<T, VEC> wu;
+        wu.load(wrow, u);
+        acc += wu.dot(x, u);
+    }
+    return mpc_warp_sum(acc);
+}
+
+// The alignment a type's unit loads need of weight rows (address and row stride).
+static inline size_t mpc_weight_align(int type, bool vec)
+{
+    if (vec)
+        return 16;
+    return type == MP_TYPE_Q4_K ? 4 : 2;
+}
+
+// Whether the 128-bit path applies to float weights: rows, x and strides 16-byte aligned.
+static inline bool mpc_can_vec(int type, const void *w, size_t row_bytes, int64_t n, const void *x,
+                               size_t x_stride)
+{
+    if (type != MP_TYPE_F32 && type != MP_TYPE_F16 && type != MP_TYPE_BF16)
+        return false;
+    return n % 8 == 0 && ((uintptr_t)w % 16) == 0 && row_bytes % 16 == 0 &&
+           ((uintptr_t)x % 16) == 0 && x_stride % 16 == 0;
+}
+
+#endif

@@ -1,0 +1,283 @@
+/* tests/gpu/test_cuda_moe.c — the device router and the expert kernels against the CPU path.
+ *
+ * Router: probabilities within 2e-6 of mp_softmax (fast-math expf differs from libm's by a few
+ * ulp of the exponentials; probabilities are <= 1), and the selection must equal mp_topk applied
+ * to the GPU's own probabilities bit for bit — ids, order, and weights (renormalized with the same
+ * f32 operations) — so ties and the lower-id rule are checked exactly, independent of expf ulps.
+ *
+ * Experts: a CPU reference built from the scalar kernels exactly as runtime/moe_cpu.c runs them
+ * (mp_quantize_activation → vec_dot → mp_swiglu → mp_quantize_activation → vec_dot → slot-order
+ * weighted sum). Tolerance per output element (row, d), with M = Σ_k |w_k| Σ_j |W_down[d, j] h_j|:
+ *   2e-3 · M
+ * covering f32 summation order in three dot products (each <= 4 n 2^-24 ≈ 5e-4 relative at
+ * n = 2048), fast-math silu, and the rare one-quant flips when h is re-quantized a hair apart
+ * (each flip moves one term by d_h |W|, < 1/127 of one of n_ff terms). A wrong expert, row or
+ * weight moves the output by ~M / sqrt(n_ff) ≈ 4e-2 · M. */
+#include "mp_config.h"
+#if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "tests/gpu/gpu_util.h"
+
+/* ---- router ---- */
+
+static void check_router(int64_t n_rows, int64_t n_expert, int64_t k, int renorm, int ties)
+{
+    float *logits = malloc(sizeof(float) * (size_t)(n_rows * n_expert));
+    rnd_floats(logits, n_rows * n_expert, 2.0f);
+    if (ties) /* coarse logits: many exact ties in every row, incl. among the top k */
+        for (int64_t i = 0; i < n_rows * n_expert; i++)
+            logits[i] = roundf(logits[i]);
+    float *d_l = dev_put(logits, sizeof(float) * (size_t)(n_rows * n_expert));
+    int32_t *d_ids = dev_alloc(sizeof(int32_t) * (size_t)(n_rows * k));
+    float *d_w = dev_alloc(sizeof(float) * (size_t)(n_rows * k));
+    float *d_p = dev_alloc(sizeof(float) * (size_t)(n_rows * n_expert));
+    MPC_OK(mp_cuda_router(d_l, n_rows, n_expert, k, renorm, d_ids, d_w, d_p, NULL));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_rows * k)), *ref_ids = malloc(sizeof(int32_t) * (size_t)k);
+    float *w = malloc(sizeof(float) * (size_t)(n_rows * k)), *ref_w = malloc(sizeof(float) * (size_t)k);
+    float *p = malloc(sizeof(float) * (size_t)(n_rows * n_expert));
+    dev_get(ids, d_ids, sizeof(int32_t) * (size_t)(n_rows * k));
+    dev_get(w, d_w, sizeof(float) * (size_t)(n_rows * k));
+    dev_get(p, d_p, sizeof(float) * (size_t)(n_rows * n_expert));
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *cpu_p = logits + r * n_expert; /* softmax in place on the host copy */
+        mp_softmax(cpu_p, n_expert);
+        for (int64_t e = 0; e < n_expert; e++)
+            cr_assert(fabsf(p[r * n_expert + e] - cpu_p[e]) <= 2e-6f,
+                      "seed %llu: router E %ld: row %ld expert %ld: gpu prob %.9g, cpu %.9g",
+                      (unsigned long long)g_seed, (long)n_expert, (long)r, (long)e,
+                      p[r * n_expert + e], cpu_p[e]);
+        mp_topk(p + r * n_expert, n_expert, k, ref_ids, ref_w);
+        if (renorm) {
+            float sum = 0.0f;
+            for (int64_t j = 0; j < k; j++)
+                sum += ref_w[j];
+            for (int64_t j = 0; j < k; j++)
+                ref_w[j] /= sum;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            cr_assert_eq(ids[r * k + j], ref_ids[j],
+                         "seed %llu: router E %ld k %ld ties %d: row %ld slot %ld: gpu expert %d, "
+                         "mp_topk %d", (unsigned long long)g_seed, (long)n_expert, (long)k, ties,
+                         (long)r, (long)j, ids[r * k + j], ref_ids[j]);
+            cr_assert(w[r * k + j] == ref_w[j],
+                      "seed %llu: router row %ld slot %ld: gpu weight %.9g, cpu %.9g (renorm %d)",
+                      (unsigned long long)g_seed, (long)r, (long)j, w[r * k + j], ref_w[j], renorm);
+        }
+    }
+    cudaFree(d_l); cudaFree(d_ids); cudaFree(d_w); cudaFree(d_p);
+    free(logits); free(ids); free(ref_ids); free(w); free(ref_w); free(p);
+}
+
+Test(cuda_moe, router_matches_mp_topk)
+{
+    seed_rng();
+    check_router(1, 128, 8, 1, 0);   /* Qwen3-30B-A3B decode */
+    check_router(37, 128, 8, 1, 0);
+    check_router(5, 64, 8, 0, 0);    /* OLMoE: no renormalization */
+    check_router(3, 8, 2, 1, 0);     /* Mixtral */
+    check_router(4, 100, 5, 1, 0);   /* not a multiple of the warp */
+    check_router(16, 128, 8, 1, 1);  /* ties */
+    check_router(2, 1000, 32, 0, 1);
+}
+
+Test(cuda_moe, router_equal_logits_pick_lowest_ids)
+{
+    seed_rng();
+    float l[128];
+    for (int i = 0; i < 128; i++)
+        l[i] = 0.25f;
+    float *d_l = dev_put(l, sizeof l);
+    int32_t *d_ids = dev_alloc(8 * sizeof(int32_t));
+    float *d_w = dev_alloc(8 * sizeof(float));
+    MPC_OK(mp_cuda_router(d_l, 1, 128, 8, 1, d_ids, d_w, NULL, NULL));
+    int32_t ids[8];
+    float w[8];
+    dev_get(ids, d_ids, sizeof ids);
+    dev_get(w, d_w, sizeof w);
+    for (int j = 0; j < 8; j++) {
+        cr_assert_eq(ids[j], j, "seed %llu: slot %d: expert %d, want %d", (unsigned long long)g_seed, j, ids[j], j);
+        cr_assert_float_eq(w[j], 0.125f, 1e-7f, "slot %d weight %g", j, w[j]);
+    }
+    cr_assert_eq(mp_cuda_router(d_l, 1, 128, 0, 1, d_ids, d_w, NULL, NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_router(d_l, 1, 4, 8, 1, d_ids, d_w, NULL, NULL), MP_CUDA_EINVAL);
+    cudaFree(d_l); cudaFree(d_ids); cudaFree(d_w);
+}
+
+/* ---- experts ---- */
+
+typedef struct moe_case {
+    int gate_type, down_type;
+    int64_t n_embd, n_ff, n_expert, top_k, n_rows;
+    int use_slots;     /* an expert pool: slot pointers, some experts not resident */
+    int accumulate;
+} moe_case;
+
+static void check_experts(const moe_case *c)
+{
+    const int64_t D = c->n_embd, F = c->n_ff, E = c->n_expert, K = c->top_k, R = c->n_rows;
+    const size_t grb = mp_type_row_bytes(c->gate_type, D), drb = mp_type_row_bytes(c->down_type, F);
+    const size_t g_exp = grb * (size_t)F, d_exp = drb * (size_t)D;
+    uint8_t *gate = malloc(g_exp * (size_t)E), *up = malloc(g_exp * (size_t)E), *down = malloc(d_exp * (size_t)E);
+    rnd_weights(c->gate_type, E * F, D, grb, gate);
+    rnd_weights(c->gate_type, E * F, D, grb, up);
+    rnd_weights(c->down_type, E * D, F, drb, down);
+    float *x = malloc(sizeof(float) * (size_t)(R * D));
+    rnd_floats(x, R * D, 1.0f);
+    /* routes: K distinct experts per row, random weights in (0, 1] */
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(R * K));
+    float *rw = malloc(sizeof(float) * (size_t)(R * K));
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t k = 0; k < K; k++) {
+            int32_t e;
+            int dup;
+            do {
+                e = (int32_t)(rnd_u64() % (uint64_t)E);
+                dup = 0;
+                for (int64_t j = 0; j < k; j++)
+                    dup |= ids[r * K + j] == e;
+            } while (dup);
+            ids[r * K + k] = e;
+            rw[r * K + k] = (float)(rnd_uniform() * 0.9 + 0.1);
+        }
+    /* residency: with slots, every third expert is not resident (its routes are skipped) */
+    int *resident = malloc(sizeof(int) * (size_t)E);
+    for (int64_t e = 0; e < E; e++)
+        resident[e] = !c->use_slots || e % 3 != 1;
+
+    /* ---- CPU reference ---- */
+    const mp_type_ops *gops = mp_type_ops_scalar(c->gate_type), *dops = mp_type_ops_scalar(c->down_type);
+    const size_t xqb = mp_type_row_bytes(gops->vec_dot_type, D), hqb = mp_type_row_bytes(dops->vec_dot_type, F);
+    uint8_t *xq = malloc(xqb), *hq = malloc(hqb);
+    float *g = malloc(sizeof(float) * (size_t)F), *u = malloc(sizeof(float) * (size_t)F);
+    float *hdq = malloc(sizeof(float) * (size_t)F), *wrow = malloc(sizeof(float) * (size_t)F);
+    float *ref = malloc(sizeof(float) * (size_t)(R * D)), *mag = malloc(sizeof(float) * (size_t)(R * D));
+    float *init = malloc(sizeof(float) * (size_t)(R * D));
+    rnd_floats(init, R * D, 0.5f); /* the partial that accumulate mode adds to */
+    for (int64_t r = 0; r < R; r++) {
+        float *o = ref + r * D, *m = mag + r * D;
+        for (int64_t d = 0; d < D; d++)
+            o[d] = m[d] = 0.0f;
+        cr_assert_eq(mp_quantize_activation(gops->vec_dot_type, x + r * D, xq, D), 0);
+        for (int64_t k = 0; k < K; k++) {
+            const int32_t e = ids[r * K + k];
+            if (!resident[e])
+                continue;
+            for (int64_t j = 0; j < F; j++) {
+                g[j] = gops->vec_dot(D, gate + (size_t)e * g_exp + (size_t)j * grb, xq);
+                u[j] = gops->vec_dot(D, up + (size_t)e * g_exp + (size_t)j * grb, xq);
+            }
+            mp_swiglu(g, g, u, F);
+            cr_assert_eq(mp_quantize_activation(dops->vec_dot_type, g, hq, F), 0);
+            if (dops->vec_dot_type == MP_TYPE_F32)
+                memcpy(hdq, g, sizeof(float) * (size_t)F);
+            else if (dops->vec_dot_type == MP_TYPE_Q8_0)
+                mp_type_ops_scalar(MP_TYPE_Q8_0)->dequantize_row(hq, hdq, F);
+            else
+                mp_dequantize_row_q8_K(hq, hdq, F);
+            for (int64_t d = 0; d < D; d++) {
+                const uint8_t *wd = down + (size_t)e * d_exp + (size_t)d * drb;
+                o[d] += rw[r * K + k] * dops->vec_dot(F, wd, hq);
+                dops->dequantize_row(wd, wrow, F);
+                m[d] += rw[r * K + k] * (float)abs_dot(wrow, hdq, F);
+            }
+        }
+        if (c->accumulate)
+            for (int64_t d = 0; d < D; d++)
+                o[d] += init[r * D + d];
+    }
+
+    /* ---- GPU ---- */
+    uint8_t *d_gate = dev_put(gate, g_exp * (size_t)E), *d_up = dev_put(up, g_exp * (size_t)E);
+    uint8_t *d_down = dev_put(down, d_exp * (size_t)E);
+    void **slots = NULL, **d_sg = NULL, **d_su = NULL, **d_sd = NULL;
+    uint8_t *d_pool[3] = {NULL, NULL, NULL};
+    if (c->use_slots) {
+        /* an expert pool: expert e lives in slot (7e + 3) mod E of a separate buffer, so the
+         * kernels must follow the table, not e · expert_bytes */
+        slots = malloc(sizeof(void *) * (size_t)E);
+        for (int which = 0; which < 3; which++) {
+            uint8_t *base = which == 0 ? d_gate : which == 1 ? d_up : d_down;
+            const size_t stride = which == 2 ? d_exp : g_exp;
+            d_pool[which] = dev_alloc(stride * (size_t)E);
+            for (int64_t e = 0; e < E; e++) {
+                uint8_t *slot = d_pool[which] + (size_t)((7 * e + 3) % E) * stride;
+                slots[e] = resident[e] ? slot : NULL;
+                if (resident[e])
+                    CUDA_OK(cudaMemcpy(slot, base + (size_t)e * stride, stride, cudaMemcpyDeviceToDevice));
+            }
+            void **d_s = dev_put(slots, sizeof(void *) * (size_t)E);
+            if (which == 0) d_sg = d_s; else if (which == 1) d_su = d_s; else d_sd = d_s;
+        }
+    }
+    float *d_x = dev_put(x, sizeof(float) * (size_t)(R * D));
+    int32_t *d_ids = dev_put(ids, sizeof(int32_t) * (size_t)(R * K));
+    float *d_rw = dev_put(rw, sizeof(float) * (size_t)(R * K));
+    float *d_out = dev_put(init, sizeof(float) * (size_t)(R * D));
+    const size_t sb = mp_cuda_moe_scratch_bytes(c->gate_type, c->down_type, D, F, R, K);
+    cr_assert(sb > 0);
+    void *d_scratch = dev_alloc(sb);
+    mp_cuda_moe_args a = {
+        .gate = {c->gate_type, c->use_slots ? NULL : d_gate, g_exp, (const void *const *)d_sg, grb},
+        .up = {c->gate_type, c->use_slots ? NULL : d_up, g_exp, (const void *const *)d_su, grb},
+        .down = {c->down_type, c->use_slots ? NULL : d_down, d_exp, (const void *const *)d_sd, drb},
+        .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = R,
+        .d_x = d_x, .d_ids = d_ids, .d_weights = d_rw, .d_out = d_out,
+        .accumulate = c->accumulate, .d_scratch = d_scratch, .scratch_bytes = sb,
+    };
+    MPC_OK(mp_cuda_moe_experts(&a, NULL));
+    float *got = malloc(sizeof(float) * (size_t)(R * D));
+    dev_get(got, d_out, sizeof(float) * (size_t)(R * D));
+    for (int64_t i = 0; i < R * D; i++) {
+        const double tol = 2e-3 * mag[i] + 1e-30 + (c->accumulate ? 0x1p-23 * fabs(init[i]) : 0.0);
+        cr_assert(fabs((double)got[i] - ref[i]) <= tol,
+                  "seed %llu: experts %s/%s D %ld F %ld E %ld K %ld rows %ld slots %d acc %d: "
+                  "row %ld element %ld: gpu %.9g, cpu %.9g, |diff| %.3g > tol %.3g",
+                  (unsigned long long)g_seed, mp_type_name(c->gate_type), mp_type_name(c->down_type),
+                  (long)D, (long)F, (long)E, (long)K, (long)R, c->use_slots, c->accumulate,
+                  (long)(i / D), (long)(i % D), got[i], ref[i], fabs((double)got[i] - ref[i]), tol);
+    }
+    /* the undersized scratch is refused, not overrun */
+    a.scratch_bytes = sb - 1;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_ENOMEM);
+
+    cudaFree(d_gate); cudaFree(d_up); cudaFree(d_down);
+    for (int i = 0; i < 3; i++)
+        cudaFree(d_pool[i]);
+    cudaFree(d_sg); cudaFree(d_su); cudaFree(d_sd);
+    cudaFree(d_x); cudaFree(d_ids); cudaFree(d_rw); cudaFree(d_out); cudaFree(d_scratch);
+    free(gate); free(up); free(down); free(x); free(ids); free(rw); free(resident); free(xq); free(hq);
+    free(g); free(u); free(hdq); free(wrow); free(ref); free(mag); free(init); free(got); free(slots);
+}
+
+Test(cuda_moe, experts_qwen3_decode_shape)
+{
+    seed_rng();
+    /* Qwen3-30B-A3B: hidden 2048, expert FFN 768, 128 experts, top-8; Q4_K_M-like mix */
+    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0};
+    check_experts(&c);
+    c.gate_type = c.down_type = MP_TYPE_Q8_0;
+    check_experts(&c);
+}
+
+Test(cuda_moe, experts_every_type_several_rows)
+{
+    seed_rng();
+    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
+                         MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        moe_case c = {types[t], types[(t + 3) % 7], 512, 256, 16, 4, 3, 0, 0};
+        check_experts(&c);
+    }
+}
+
+Test(cuda_moe, experts_slot_table_and_accumulate)
+{
+    seed_rng();
+    /* pool slots with non-resident experts skipped, added onto an existing partial */
+    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1};
+    check_experts(&c);
+    moe_case c2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
+    check_experts(&c2);
+}
+#endif

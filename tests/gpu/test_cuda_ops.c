@@ -1,0 +1,147 @@
+/* tests/gpu/test_cuda_ops.c — RoPE, per-head q/k RMSNorm, SwiGLU, residual add and the F16 KV
+ * store against kernels/cpu/ops_scalar.c and the f16 conversion.
+ *
+ * Tolerances:
+ *  - RoPE: both sides take cos/sin of the same float64 angle and round to float; libm and CUDA's
+ *    double cos/sin may differ by an ulp of a double, which changes the float only at a rounding
+ *    boundary (one float ulp). The rotation itself is the same f32 operations, so
+ *    |gpu - cpu| <= 2^-23 · (|a| + |b|) per rotated pair (a, b);
+ *  - RMSNorm: the sum of squares is summed in another order (n · 2^-24 relative) and rsqrtf is
+ *    approximate (2 ulp): 1e-5 relative, as tests/gpu/test_cuda_norm.c;
+ *  - SwiGLU: fast-math expf and division, a few ulp: 1e-5 · (|ref| + |g · u|);
+ *  - add and the f16 store: exact. */
+#include "mp_config.h"
+#if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "tests/gpu/gpu_util.h"
+
+static void check_rope(int style, int64_t n_rows, int64_t n_head, int64_t hd, int64_t rot,
+                       float base)
+{
+    const int64_t stride = n_head * hd + 7; /* rows farther apart than their heads */
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * stride));
+    rnd_floats(x, n_rows * stride, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_rows);
+    for (int64_t r = 0; r < n_rows; r++)
+        pos[r] = r == 0 ? 0 : (int32_t)(rnd_u64() % 40000);
+    float *d_x = dev_put(x, sizeof(float) * (size_t)(n_rows * stride));
+    int32_t *d_pos = dev_put(pos, sizeof(int32_t) * (size_t)n_rows);
+    MPC_OK(mp_cuda_rope(d_x, n_rows, stride, n_head, hd, rot, d_pos, base, style, NULL));
+    float *got = malloc(sizeof(float) * (size_t)(n_rows * stride));
+    dev_get(got, d_x, sizeof(float) * (size_t)(n_rows * stride));
+    float *cs = malloc(sizeof(float) * (size_t)rot);
+    for (int64_t r = 0; r < n_rows; r++) {
+        mp_rope_cache(cs, rot, pos[r], base);
+        for (int64_t h = 0; h < n_head; h++) {
+            float *ref = x + r * stride + h * hd;
+            float orig[512];
+            memcpy(orig, ref, sizeof(float) * (size_t)hd);
+            if (style == MP_CUDA_ROPE_NEOX)
+                mp_rope_neox_cs(ref, rot, cs);
+            else
+                mp_rope_norm_cs(ref, rot, cs);
+            for (int64_t i = 0; i < hd; i++) {
+                const int64_t partner = i >= rot ? i
+                                        : style == MP_CUDA_ROPE_NEOX ? (i + rot / 2) % rot
+                                                                     : (i ^ 1);
+                const float tol = 0x1p-23f * (fabsf(orig[i]) + fabsf(orig[partner]));
+                const float g = got[r * stride + h * hd + i];
+                cr_assert(fabsf(g - ref[i]) <= tol,
+                          "seed %llu: rope style %d hd %ld rot %ld: row %ld (pos %d) head %ld "
+                          "element %ld: gpu %.9g, cpu %.9g", (unsigned long long)g_seed, style,
+                          (long)hd, (long)rot, (long)r, pos[r], (long)h, (long)i, g, ref[i]);
+            }
+        }
+        for (int64_t i = n_head * hd; i < stride; i++) /* the gap between rows is untouched */
+            cr_assert(got[r * stride + i] == x[r * stride + i], "seed %llu: rope wrote into the row gap",
+                      (unsigned long long)g_seed);
+    }
+    cudaFree(d_x); cudaFree(d_pos);
+    free(x); free(pos); free(got); free(cs);
+}
+
+Test(cuda_ops, rope_neox_and_norm)
+{
+    seed_rng();
+    check_rope(MP_CUDA_ROPE_NEOX, 5, 32, 128, 128, 1000000.0f); /* Qwen3 q */
+    check_rope(MP_CUDA_ROPE_NEOX, 3, 4, 128, 128, 1000000.0f);  /* Qwen3 k */
+    check_rope(MP_CUDA_ROPE_NORM, 4, 8, 64, 64, 10000.0f);      /* interleaved */
+    check_rope(MP_CUDA_ROPE_NEOX, 2, 3, 96, 32, 10000.0f);      /* partial rotation */
+    check_rope(MP_CUDA_ROPE_NORM, 2, 3, 80, 48, 500000.0f);
+}
+
+Test(cuda_ops, per_head_qk_rmsnorm)
+{
+    seed_rng();
+    const int64_t rows = 7, n_head = 32, hd = 128;
+    float *x = malloc(sizeof(float) * (size_t)(rows * n_head * hd)), w[128];
+    rnd_floats(x, rows * n_head * hd, 3.0f);
+    for (int i = 0; i < 128; i++)
+        w[i] = 1.0f + 0.3f * rnd_gauss();
+    float *d_x = dev_put(x, sizeof(float) * (size_t)(rows * n_head * hd));
+    float *d_w = dev_put(w, sizeof w);
+    /* in place, as the forward pass does it: rows · heads rows of head_dim */
+    MPC_OK(mp_cuda_rmsnorm(d_x, d_x, d_w, rows * n_head, hd, 1e-6f, NULL));
+    float *got = malloc(sizeof(float) * (size_t)(rows * n_head * hd));
+    dev_get(got, d_x, sizeof(float) * (size_t)(rows * n_head * hd));
+    for (int64_t h = 0; h < rows * n_head; h++) {
+        mp_rmsnorm(x + h * hd, x + h * hd, w, hd, 1e-6f);
+        for (int64_t i = 0; i < hd; i++)
+            cr_assert(fabsf(got[h * hd + i] - x[h * hd + i]) <= 1e-5f * (1.0f + fabsf(x[h * hd + i])),
+                      "seed %llu: qk norm: head row %ld element %ld: gpu %.9g, cpu %.9g",
+                      (unsigned long long)g_seed, (long)h, (long)i, got[h * hd + i], x[h * hd + i]);
+    }
+    cudaFree(d_x); cudaFree(d_w);
+    free(x); free(got);
+}
+
+Test(cuda_ops, swiglu_add_kv_store)
+{
+    seed_rng();
+    const int64_t n = 8 * 768 + 13;
+    float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+    float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+    rnd_floats(g, n, 4.0f);
+    rnd_floats(u, n, 2.0f);
+    float *d_g = dev_put(g, sizeof(float) * (size_t)n), *d_u = dev_put(u, sizeof(float) * (size_t)n);
+    float *d_o = dev_alloc(sizeof(float) * (size_t)n);
+    MPC_OK(mp_cuda_swiglu(d_o, d_g, d_u, n, NULL));
+    dev_get(got, d_o, sizeof(float) * (size_t)n);
+    mp_swiglu(ref, g, u, n);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(fabsf(got[i] - ref[i]) <= 1e-5f * (fabsf(ref[i]) + fabsf(g[i] * u[i])) + 1e-30f,
+                  "seed %llu: swiglu element %ld (g %g, u %g): gpu %.9g, cpu %.9g",
+                  (unsigned long long)g_seed, (long)i, g[i], u[i], got[i], ref[i]);
+
+    /* residual add: d_g += d_u */
+    MPC_OK(mp_cuda_add(d_g, d_u, n, NULL));
+    dev_get(got, d_g, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(got[i] == g[i] + u[i], "seed %llu: add element %ld: gpu %.9g, cpu %.9g",
+                  (unsigned long long)g_seed, (long)i, got[i], g[i] + u[i]);
+
+    /* KV store: 3 rows of 512 at position 5 of an 8-row cache; other rows untouched */
+    const int64_t n_kv = 512, n_ctx = 8, pos0 = 5, rows = 3;
+    uint16_t *cache = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    for (int64_t i = 0; i < n_ctx * n_kv; i++)
+        cache[i] = (uint16_t)rnd_u64();
+    uint16_t *d_c = dev_put(cache, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    float *src = g; /* 3 × 512 values, some beyond f16's range */
+    src[7] = 1e6f;
+    src[8] = -7e4f;
+    src[9] = 3e-8f;
+    float *d_src = dev_put(src, sizeof(float) * (size_t)(rows * n_kv));
+    MPC_OK(mp_cuda_kv_store(d_c, d_src, rows, n_kv, pos0, NULL));
+    uint16_t *gc = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    dev_get(gc, d_c, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    for (int64_t i = 0; i < n_ctx * n_kv; i++) {
+        const int64_t r = i / n_kv;
+        const uint16_t want = r >= pos0 && r < pos0 + rows ? mp_f32_to_f16(src[i - pos0 * n_kv]) : cache[i];
+        cr_assert_eq(gc[i], want, "seed %llu: kv store: cache row %ld element %ld: gpu 0x%04x, want 0x%04x",
+                     (unsigned long long)g_seed, (long)r, (long)(i % n_kv), gc[i], want);
+    }
+    cudaFree(d_g); cudaFree(d_u); cudaFree(d_o); cudaFree(d_c); cudaFree(d_src);
+    free(g); free(u); free(ref); free(got); free(cache); free(gc);
+}
+#endif
