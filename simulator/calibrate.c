@@ -222,12 +222,14 @@ static const char notes_text[] =
     "memory, not the CPU caches (footprint in device.cpu_rotation_bytes). combine: the weighted "
     "sum of top_k expert outputs per row on the CPU. non_moe: a forward step of `rows` tokens "
     "(mp_session_eval, output head included) minus the time of its MoE blocks as the runtime's "
-    "moe_timing hook reports it (router included in non_moe), measured with the CPU forward pass. "
-    "GPU (when present): copies timed by CUDA events (pinned) or by the host clock around the "
-    "blocking copy (pageable); sync is one decode round trip (D2H of one activation row, stream "
-    "sync, H2D of one row, stream sync) on the host clock minus its two copies' event times; "
-    "gpu_expert is mp_cuda_moe_experts with every row routed to one expert (top_k 1), rotating "
-    "over the layer's experts. See docs/simulator.md (calibrate).";
+    "moe_timing hook reports it (router included in non_moe), measured with the CPU forward pass "
+    "(a point stops after 20 s once it has 3 repetitions). "
+    "GPU (when present): pinned copies timed by CUDA events, pageable copies by the host clock around "
+    "the copy and its stream sync; sync is the GPU's idle gap in one decode round trip (D2H of one "
+    "activation row, cudaStreamSynchronize, H2D of one row): from the end of the D2H to the start of "
+    "the H2D the host issues after waking, which the simulator adds to the copies' own times "
+    "(device.round_trip_host has the host-clock total); gpu_expert is mp_cuda_moe_experts with every "
+    "row routed to one expert (top_k 1), rotating over the layer's experts. See docs/simulator.md (calibrate).";
 
 static mp_status add_missing(cJSON *missing, const char *why, mp_error *err)
 {
@@ -252,19 +254,17 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
     mp_status st = mp_model_load(o->model_path, &m, err);
     if (st)
         return st;
-    cJSON *root = cJSON_CreateObject(), *device = cJSON_CreateObject(), *missing = cJSON_CreateArray();
-    cJSON *cpu = cJSON_CreateArray(), *combine = cJSON_CreateArray(), *non_moe = cJSON_CreateArray();
-    if (!root || !device || !missing || !cpu || !combine || !non_moe ||
-        !cJSON_AddStringToObject(root, "format", "moeplan-costs") || !cJSON_AddNumberToObject(root, "version", 1) ||
-        !cJSON_AddStringToObject(root, "notes", notes_text)) {
+    /* root owns every part; they are filled in place, in the file's order (the NULL checks of the
+     * Add* helpers below cover a failed create: they add nothing and return NULL) */
+    cJSON *root = cJSON_CreateObject(), *missing = cJSON_CreateArray();
+    cJSON *device = NULL, *cpu = NULL, *combine = NULL, *non_moe = NULL;
+    if (!root || !missing || !cJSON_AddStringToObject(root, "format", "moeplan-costs") ||
+        !cJSON_AddNumberToObject(root, "version", 1) || !cJSON_AddStringToObject(root, "notes", notes_text) ||
+        !(device = cJSON_AddObjectToObject(root, "device")) || !(cpu = cJSON_AddArrayToObject(root, "cpu_expert")) ||
+        !(combine = cJSON_AddArrayToObject(root, "combine")) || !(non_moe = cJSON_AddArrayToObject(root, "non_moe"))) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
-    /* root owns each part from here on; they are filled in place, in the file's order */
-    cJSON_AddItemToObject(root, "device", device);
-    cJSON_AddItemToObject(root, "cpu_expert", cpu);
-    cJSON_AddItemToObject(root, "combine", combine);
-    cJSON_AddItemToObject(root, "non_moe", non_moe);
     if ((st = add_facts(o, m, device, err)))
         goto out;
     if ((st = mp_calib_cpu_experts(m, o, cpu, device, err)) || (st = mp_calib_combine(m, o, combine, err)) ||
@@ -296,14 +296,7 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
     }
     *json_out = text;
 out:
-    if (root) {
-        cJSON_Delete(root);
-    } else { /* never attached */
-        cJSON_Delete(device);
-        cJSON_Delete(cpu);
-        cJSON_Delete(combine);
-        cJSON_Delete(non_moe);
-    }
+    cJSON_Delete(root);
     cJSON_Delete(missing);
     mp_model_free(m);
     return st;

@@ -288,6 +288,8 @@ out:
 
 /* ---- non-MoE time per step ---- */
 
+#define NON_MOE_POINT_NS ((int64_t)20 * 1000000000)
+
 static void add_moe_ns(void *user, int64_t layer, const mp_moe_timing *t)
 {
     *(int64_t *)user += t->cpu_expert_ns + t->gpu_expert_ns;
@@ -323,7 +325,13 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             mp_calib_say(o, "calibrate: non-MoE rows %d skipped: the context holds %" PRId64 " tokens", rows, n_ctx);
             continue;
         }
+        /* a big model's long steps take seconds on the CPU: after 3 recorded repetitions a point
+         * stops once it has used NON_MOE_POINT_NS, so the default list fits a 10-minute run */
+        int n_rec = 0;
+        const int64_t point_t0 = mp_calib_now_ns();
         for (int rep = -warmups(o); rep < o->reps; rep++) {
+            if (n_rec >= 3 && mp_calib_now_ns() - point_t0 > NON_MOE_POINT_NS)
+                break;
             if (mp_session_n_past(s) + rows > n_ctx)
                 mp_session_reset(s);
             for (int i = 0; i < rows; i++) {
@@ -336,16 +344,16 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
                 goto out;
             const int64_t step_ns = mp_calib_now_ns() - t0;
             if (rep >= 0)
-                ns[rep] = (double)(step_ns - moe_ns);
+                ns[n_rec++] = (double)(step_ns - moe_ns);
         }
-        cJSON *p = mp_calib_point("rows", rows, ns, o->reps);
+        cJSON *p = mp_calib_point("rows", rows, ns, n_rec);
         if (!p) {
             st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
             goto out;
         }
         cJSON_AddItemToArray(arr, p);
-        mp_calib_say(o, "calibrate: non-MoE step threads %d rows %d: median %.1f us", t, rows,
-                     cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+        mp_calib_say(o, "calibrate: non-MoE step threads %d rows %d: median %.1f us (%d reps)", t, rows,
+                     cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, n_rec);
     }
     if (cJSON_GetArraySize(arr) == 0) {
         st = mp_fail(err, MP_ERR_ARG, "calibrate: --rows: every count exceeds the model's context of %" PRId64 " tokens",

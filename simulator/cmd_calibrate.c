@@ -126,7 +126,7 @@ int mp_cmd_calibrate(int argc, char **argv)
     char why[256];
     if (threads && (o.n_threads = parse_list(threads, 4096, o.threads, why, sizeof why)) < 0)
         return usage_error("--threads", why);
-    if (rows && (o.n_rows = parse_list(rows, 65536, o.rows, why, sizeof why)) < 0)
+    if (rows && (o.n_rows = parse_list(rows, 4096, o.rows, why, sizeof why)) < 0)
         return usage_error("--rows", why);
     if (reps) {
         char *end;

@@ -178,7 +178,7 @@ Test(calibrate, rejects_bad_flags)
         {"calibrate -m tiny.gguf --out c.json --threads 0", "--threads '0': at character 1"},
         {"calibrate -m tiny.gguf --out c.json --threads 1,,2", "--threads '1,,2': at character 3"},
         {"calibrate -m tiny.gguf --out c.json --rows 1,4,x", "--rows '1,4,x': at character 5"},
-        {"calibrate -m tiny.gguf --out c.json --rows 99999999", "expected a comma-separated list of integers 1..65536"},
+        {"calibrate -m tiny.gguf --out c.json --rows 99999999", "expected a comma-separated list of integers 1..4096"},
         {"calibrate -m tiny.gguf --out c.json --bogus", "unknown option --bogus"},
         {"calibrate -m tiny.gguf --out c.json --threads", "expected a value after --threads"},
     };
