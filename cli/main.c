@@ -17,6 +17,7 @@ static const command commands[] = {
     {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},
     {"import", mp_cmd_import, "convert onnxruntime / Strata / CSV routing traces into a trace"},
     {"analyze", mp_cmd_analyze, "validate traces; expert popularity, coverage, locality, drift"},
+    {"calibrate", mp_cmd_calibrate, "measure this machine's costs (CPU/GPU experts, copies, sync) into costs.json"},
     {"simulate", mp_cmd_simulate, "replay a trace under budgets and placement policies; emit profiles"},
     {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
 };

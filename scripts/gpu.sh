@@ -8,6 +8,8 @@
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
+#   calibrate  moeplan calibrate on the qwen3-30b-a3b preset (Q4_K_M) -> $OUT/costs-h200.json
+#              (extra flags in CALIBRATE_ARGS, e.g. "--reps 9")
 # Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,8 +57,23 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         build-gpu/bench/bench_cuda 50 2>&1 | tee "$OUT/bench-gpu.log" || rc=1
         ;;
+    calibrate)
+        build || { rc=1; continue; }
+        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
+        if [ ! -f "$model" ]; then
+            mkdir -p /tmp/mp-bench
+            log "mkmodel $model"
+            build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$model" \
+                || { rc=1; continue; }
+        fi
+        log "calibrate $model"
+        # shellcheck disable=SC2086
+        build-gpu/cli/moeplan calibrate -m "$model" --out "$OUT/costs-h200.json" --force ${CALIBRATE_ARGS:-} \
+            2>&1 | tee "$OUT/calibrate.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, calibrate)" >&2
         exit 2
         ;;
     esac

@@ -406,6 +406,11 @@ int mp_cmd_simulate(int argc, char **argv)
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
         return 1;
     }
+    if (mp_costs_require_gpu(&costs, o.costs, &err)) { /* every budget places experts on a GPU */
+        fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
+        mp_costs_free(&costs);
+        return 1;
+    }
     if (mp_sim_load_trace(o.trace, &lo, &trace, &facts, &err)) {
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
         mp_costs_free(&costs);

@@ -3,7 +3,8 @@
  * The loader is strict: unknown or repeated keys, missing fields, non-finite or negative numbers,
  * empty or unsorted curves are each a one-line error naming the file and the JSON path
  * ($.gpu_expert[0].points[2].median_ns), so a typo in a hand-edited file never turns into a
- * silently different cost model.
+ * silently different cost model. The GPU measurements may be absent only when $.missing says
+ * why (a cost file calibrated on a machine without a GPU, see costs.h).
  */
 #include "simulator/costs.h"
 
@@ -233,9 +234,57 @@ static mp_status get_copy(ctx *c, const cJSON *root, const char *key, mp_cost_cu
     return st;
 }
 
+/* The GPU measurements a CPU-only file may leave out, with their MP_COST_ABSENT_* bits. */
+static const struct {
+    const char *key;
+    unsigned bit;
+} optional_gpu[] = {
+    {"gpu_expert", MP_COST_ABSENT_GPU_EXPERT},
+    {"h2d", MP_COST_ABSENT_H2D},
+    {"d2h", MP_COST_ABSENT_D2H},
+    {"sync", MP_COST_ABSENT_SYNC},
+};
+#define N_OPTIONAL_GPU ((int)(sizeof optional_gpu / sizeof optional_gpu[0]))
+
+/* $.missing: [{"what": KEY, "why": TEXT}, ...] naming the GPU measurements the file lacks. Sets
+ * *listed to their bits; a key listed twice or not one of optional_gpu is an error. */
+static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
+{
+    *listed = 0;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "missing");
+    if (!arr)
+        return MP_OK;
+    if (!cJSON_IsArray(arr))
+        return bad(c, "$.missing", "expected an array of {\"what\", \"why\"} entries");
+    static const char *const keys[] = {"what", "why", NULL};
+    int i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        char sub[PATH_MAX_CHARS], wpath[PATH_MAX_CHARS];
+        join_index(sub, "$.missing", i);
+        mp_status st = check_keys(c, e, sub, keys);
+        const cJSON *what, *why;
+        if (st || (st = get_member(c, e, sub, "what", &what)) || (st = get_member(c, e, sub, "why", &why)))
+            return st;
+        join(wpath, sub, "why");
+        if (!cJSON_IsString(why))
+            return bad(c, wpath, "expected a string");
+        join(wpath, sub, "what");
+        unsigned bit = 0;
+        for (int k = 0; cJSON_IsString(what) && k < N_OPTIONAL_GPU; k++)
+            if (!strcmp(what->valuestring, optional_gpu[k].key))
+                bit = optional_gpu[k].bit;
+        if (!bit)
+            return bad(c, wpath, "expected one of \"gpu_expert\", \"h2d\", \"d2h\", \"sync\"");
+        if (*listed & bit)
+            return bad(c, wpath, "\"%s\" listed twice", what->valuestring);
+        *listed |= bit;
+    }
+    return MP_OK;
+}
+
 static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
 {
-    static const char *const keys[] = {"format", "version", "device", "notes", "gpu_expert", "cpu_expert",
+    static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
                                        "h2d", "d2h", "sync", "combine", "non_moe", NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
@@ -254,21 +303,52 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return bad(c, "$.device", "expected an object (free-form description of the machine)");
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "notes")) && !cJSON_IsString(v))
         return bad(c, "$.notes", "expected a string");
-    if ((st = get_experts(c, root, "gpu_expert", false, &out->gpu_expert, &out->n_gpu_expert)))
+    unsigned listed;
+    if ((st = get_missing(c, root, &listed)))
+        return st;
+    /* each GPU measurement is present or listed in $.missing, so a deleted field is still an error */
+    for (int k = 0; k < N_OPTIONAL_GPU; k++) {
+        char path[PATH_MAX_CHARS];
+        join(path, "$", optional_gpu[k].key);
+        bool present = cJSON_GetObjectItemCaseSensitive(root, optional_gpu[k].key) != NULL;
+        if (present && (listed & optional_gpu[k].bit))
+            return bad(c, path, "present and also listed in $.missing: expected one or the other");
+        if (!present && !(listed & optional_gpu[k].bit))
+            return bad(c, path, "missing (expected the measurement, or an entry in $.missing saying why not)");
+    }
+    out->absent = listed;
+    if (!(listed & MP_COST_ABSENT_GPU_EXPERT) &&
+        (st = get_experts(c, root, "gpu_expert", false, &out->gpu_expert, &out->n_gpu_expert)))
         return st;
     if ((st = get_experts(c, root, "cpu_expert", true, &out->cpu_expert, &out->n_cpu_expert)))
         return st;
-    if ((st = get_copy(c, root, "h2d", &out->h2d_pinned, &out->h2d_pageable)))
+    if (!(listed & MP_COST_ABSENT_H2D) && (st = get_copy(c, root, "h2d", &out->h2d_pinned, &out->h2d_pageable)))
         return st;
-    if ((st = get_copy(c, root, "d2h", &out->d2h_pinned, &out->d2h_pageable)))
+    if (!(listed & MP_COST_ABSENT_D2H) && (st = get_copy(c, root, "d2h", &out->d2h_pinned, &out->d2h_pageable)))
         return st;
-    if ((st = get_member(c, root, "$", "sync", &v)) || (st = get_stat(c, v, "$.sync", &out->sync)))
+    if (!(listed & MP_COST_ABSENT_SYNC) &&
+        ((st = get_member(c, root, "$", "sync", &v)) || (st = get_stat(c, v, "$.sync", &out->sync))))
         return st;
     if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
         return st;
     if ((st = get_member(c, root, "$", "non_moe", &v)) || (st = get_curve(c, v, "$.non_moe", "rows", &out->non_moe)))
         return st;
     return MP_OK;
+}
+
+mp_status mp_costs_require_gpu(const mp_costs *c, const char *name, mp_error *err)
+{
+    if (!c->absent)
+        return MP_OK;
+    char lacks[64] = "";
+    for (int k = 0; k < N_OPTIONAL_GPU; k++)
+        if (c->absent & optional_gpu[k].bit)
+            snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "%s%s", lacks[0] ? ", " : "",
+                     optional_gpu[k].key);
+    return mp_fail(err, MP_ERR_ARG,
+                   "costs %s: no GPU measurements (%s listed in $.missing): expected a cost file from "
+                   "`moeplan calibrate` on a machine with a CUDA device to simulate GPU placements",
+                   name ? name : "(memory)", lacks);
 }
 
 static void curve_free(mp_cost_curve *c)

@@ -6,8 +6,13 @@
  * piecewise-linear interpolation (mp_cost_curve_ns says what happens outside the points).
  *
  * Invariants after mp_costs_load/parse: every number is finite and >= 0; every curve has >= 1
- * point with x >= 1 strictly increasing; there is at least one GPU and one CPU expert entry, and
- * every expert entry has n_embd, n_ff, expert_bytes >= 1 (CPU entries: threads >= 1).
+ * point with x >= 1 strictly increasing; there is at least one CPU expert entry, and every expert
+ * entry has n_embd, n_ff, expert_bytes >= 1 (CPU entries: threads >= 1).
+ *
+ * A cost file from a machine without a GPU (`moeplan calibrate` there) may lack the GPU
+ * measurements: gpu_expert, h2d, d2h and sync are each either present, or absent and named in
+ * $.missing with the reason; never both, never neither. `absent` records which; such a file is
+ * valid, and whatever needs a GPU cost asks mp_costs_require_gpu first.
  */
 #ifndef MP_SIMULATOR_COSTS_H
 #define MP_SIMULATOR_COSTS_H
@@ -50,12 +55,23 @@ typedef struct mp_costs {
     mp_cost_stat sync;      /* one GPU->CPU->GPU round trip of a MoE layer (doorbell + waits) */
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
+    unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */
 } mp_costs;
+
+/* Bits of mp_costs.absent. An absent curve has n_points 0, an absent list n_gpu_expert 0. */
+#define MP_COST_ABSENT_GPU_EXPERT 1u
+#define MP_COST_ABSENT_H2D 2u
+#define MP_COST_ABSENT_D2H 4u
+#define MP_COST_ABSENT_SYNC 8u
 
 mp_status mp_costs_load(const char *path, mp_costs *out, mp_error *err);
 /* Parse a JSON text of len bytes; name is used in error messages. */
 mp_status mp_costs_parse(const char *text, size_t len, const char *name, mp_costs *out, mp_error *err);
 void mp_costs_free(mp_costs *c);
+
+/* MP_OK when c has every GPU measurement; else an MP_ERR_ARG error naming the file (name) and
+ * what it lacks, for callers that simulate GPU placements. */
+mp_status mp_costs_require_gpu(const mp_costs *c, const char *name, mp_error *err);
 
 /* Median ns at x: 0 for x <= 0 (no work, no cost); the first point's value for 0 < x < x[0]
  * (a fixed latency floor); linear between points; beyond the last point, linear with the last

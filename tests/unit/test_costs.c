@@ -201,3 +201,91 @@ Test(costs, loads_from_file)
     cr_assert_eq(c.cpu_expert[0].by_rows.y[1].median_ns, 150000);
     mp_costs_free(&c);
 }
+
+/* The fixture with the GPU keys in drop removed and listed in $.missing (extra: more entries). */
+static char *without_gpu(const char *const *drop, int n_drop, const char *extra_what)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    cJSON *missing = cJSON_AddArrayToObject(root, "missing");
+    for (int i = 0; i < n_drop + (extra_what != NULL); i++) {
+        const char *what = i < n_drop ? drop[i] : extra_what;
+        if (i < n_drop)
+            cJSON_DeleteItemFromObjectCaseSensitive(root, what);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "what", what);
+        cJSON_AddStringToObject(e, "why", "no CUDA device");
+        cJSON_AddItemToArray(missing, e);
+    }
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    free(text);
+    return out;
+}
+
+Test(costs, cpu_only_file_lists_what_is_missing)
+{
+    const char *all[] = {"gpu_expert", "h2d", "d2h", "sync"};
+    mp_costs c;
+    mp_error err;
+    char *t = without_gpu(all, 4, NULL);
+    cr_assert_eq(mp_costs_parse(t, strlen(t), "cpu.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.absent, MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC);
+    cr_assert_eq(c.n_gpu_expert, 0);
+    cr_assert_eq(c.h2d_pinned.n_points, 0);
+    cr_assert_eq(c.n_cpu_expert, 2);
+    cr_assert_eq(mp_costs_require_gpu(&c, "cpu.json", &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "costs cpu.json: no GPU measurements (gpu_expert, h2d, d2h, sync listed in $.missing)"),
+                       "%s", err.msg);
+    mp_costs_free(&c);
+    cJSON_free(t);
+
+    /* only sync missing: the rest loads, and the simulator is still refused */
+    const char *sync_only[] = {"sync"};
+    t = without_gpu(sync_only, 1, NULL);
+    cr_assert_eq(mp_costs_parse(t, strlen(t), "s.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.absent, MP_COST_ABSENT_SYNC);
+    cr_assert_eq(c.n_gpu_expert, 2);
+    cr_assert_eq(mp_costs_require_gpu(&c, "s.json", &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "(sync listed in $.missing)"), "%s", err.msg);
+    mp_costs_free(&c);
+    cJSON_free(t);
+
+    /* the complete fixture needs nothing */
+    size_t len;
+    char *text = fixture_text(&len);
+    cr_assert_eq(mp_costs_parse(text, len, "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.absent, 0);
+    cr_assert_eq(mp_costs_require_gpu(&c, "f.json", &err), MP_OK);
+    mp_costs_free(&c);
+    free(text);
+}
+
+Test(costs, rejects_inconsistent_missing_lists)
+{
+    const char *sync_only[] = {"sync"};
+    const struct {
+        const char *extra, *needle;
+    } cases[] = {
+        {"h2d", "$.h2d: present and also listed in $.missing"},
+        {"sync", "$.missing[1].what: \"sync\" listed twice"},
+        {"cpu_expert", "$.missing[1].what: expected one of \"gpu_expert\", \"h2d\", \"d2h\", \"sync\""},
+    };
+    for (int i = 0; i < 3; i++) {
+        char *t = without_gpu(sync_only, 1, cases[i].extra);
+        mp_costs c;
+        mp_error err;
+        cr_assert_eq(mp_costs_parse(t, strlen(t), "m.json", &c, &err), MP_ERR_FORMAT, "%s accepted", cases[i].extra);
+        cr_assert_not_null(strstr(err.msg, cases[i].needle), "%s", err.msg);
+        cJSON_free(t);
+    }
+    /* deleted without a word: still "missing" */
+    expect_reject("\"sync\": {\"median_ns\": 20000, \"spread_ns\": 2000},", "",
+                  "$.sync: missing (expected the measurement, or an entry in $.missing saying why not)");
+    expect_reject("\"notes\":", "\"missing\": [{\"what\": \"sync\"}], \"notes\":", "$.missing[0].why: missing");
+    expect_reject("\"notes\":", "\"missing\": {}, \"notes\":", "$.missing: expected an array");
+    expect_reject("\"notes\":", "\"missing\": [{\"what\": \"sync\", \"why\": 3}], \"notes\":",
+                  "$.missing[0].why: expected a string");
+}

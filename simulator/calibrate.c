@@ -1,0 +1,303 @@
+/* simulator/calibrate.c — `moeplan calibrate` orchestration: defaults, statistics, machine facts
+ * and the cost file's JSON (see calibrate.h). The benchmarks live in calibrate_cpu.c and
+ * calibrate_cuda.c.
+ *
+ * The JSON follows schemas/costs.schema.json; the GPU measurements are either all there (a
+ * usable CUDA device) or each named in $.missing with the reason, so the file always loads with
+ * mp_costs_load (the command checks that before it writes).
+ */
+#include "simulator/calibrate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collector/sha256.h"
+#include "kernels/quant.h"
+#include "mp_config.h"
+#include "runtime/threadpool.h"
+#include "simulator/calibrate_impl.h"
+
+int64_t mp_calib_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...)
+{
+    if (!o->progress)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    o->progress(o->progress_user, line);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double mp_calib_quantile(const double *sorted, int n, double q)
+{
+    double pos = q * (n - 1);
+    int lo = (int)floor(pos);
+    int hi = lo + 1 < n ? lo + 1 : lo;
+    return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);
+}
+
+cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n)
+{
+    qsort(ns, (size_t)n, sizeof *ns, cmp_double);
+    /* a difference of two timings (non-MoE, sync) can dip below 0 by noise: a cost is >= 0 */
+    double median = fmax(0, mp_calib_quantile(ns, n, 0.5));
+    double spread = fmax(0, mp_calib_quantile(ns, n, 0.75) - mp_calib_quantile(ns, n, 0.25));
+    cJSON *p = cJSON_CreateObject();
+    if (!p)
+        return NULL;
+    if (x_key && !cJSON_AddNumberToObject(p, x_key, x)) {
+        cJSON_Delete(p);
+        return NULL;
+    }
+    if (!cJSON_AddNumberToObject(p, "median_ns", round(median)) ||
+        !cJSON_AddNumberToObject(p, "spread_ns", round(spread))) {
+        cJSON_Delete(p);
+        return NULL;
+    }
+    return p;
+}
+
+void mp_calib_fill(float *x, int64_t n, uint64_t *state)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t z = (*state += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        x[i] = (float)((double)(z >> 11) * 0x1p-52 - 1.0);
+    }
+}
+
+void mp_calib_quant_name(const mp_layer *L, char out[16])
+{
+    const char *g = mp_type_name(L->gate_exps.type), *u = mp_type_name(L->up_exps.type),
+               *d = mp_type_name(L->down_exps.type);
+    g = g ? g : "?";
+    u = u ? u : "?";
+    d = d ? d : "?";
+    if (L->gate_exps.type == L->up_exps.type && L->up_exps.type == L->down_exps.type)
+        snprintf(out, 16, "%s", g);
+    else if (L->gate_exps.type == L->up_exps.type)
+        snprintf(out, 16, "%s/%s", g, d);
+    else
+        snprintf(out, 16, "%s/%s/%s", g, u, d);
+}
+
+void mp_calib_defaults(mp_calib_opts *o, bool quick)
+{
+    memset(o, 0, sizeof *o);
+    o->quick = quick;
+    const int ncpu = mp_cpu_count() > 0 ? mp_cpu_count() : 1;
+    if (quick) {
+        /* one and all threads: the two ends a placement chooses between */
+        o->threads[o->n_threads++] = 1;
+        if (ncpu > 1)
+            o->threads[o->n_threads++] = ncpu;
+        static const int rows[] = {1, 4, 16};
+        for (int i = 0; i < 3; i++)
+            o->rows[o->n_rows++] = rows[i];
+        o->reps = 5;
+        return;
+    }
+    for (int t = 1; t < ncpu && o->n_threads < MP_CALIB_LIST_MAX - 1; t *= 2)
+        o->threads[o->n_threads++] = t;
+    o->threads[o->n_threads++] = ncpu;
+    static const int rows[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    for (int i = 0; i < 9; i++)
+        o->rows[o->n_rows++] = rows[i];
+    o->reps = 15;
+}
+
+/* ---- machine facts ---- */
+
+static void cpu_model(char *out, size_t cap)
+{
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        const char *v = strchr(line, ':');
+        if (!v)
+            continue;
+        v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        snprintf(out, cap, "%s", v);
+        out[strcspn(out, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+static mp_status hash_model(const char *path, char hex[65], uint64_t *size_bytes, mp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mp_fail(err, MP_ERR_IO, "model %s: cannot open: %s", path, strerror(errno));
+    mp_sha256 h;
+    mp_sha256_init(&h);
+    static uint8_t buf[1 << 20];
+    size_t n;
+    *size_bytes = 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        mp_sha256_update(&h, buf, n);
+        *size_bytes += n;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return mp_fail(err, MP_ERR_IO, "model %s: offset %llu: read error while hashing", path,
+                       (unsigned long long)*size_bytes);
+    uint8_t d[32];
+    mp_sha256_final(&h, d);
+    mp_sha256_hex(d, hex);
+    return MP_OK;
+}
+
+static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *device, mp_error *err)
+{
+    char cpu[256], date[32], hex[65];
+    cpu_model(cpu, sizeof cpu);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    uint64_t size_bytes = 0;
+    mp_calib_say(o, "calibrate: hashing %s (SHA-256; it also brings the weights into the page cache)",
+                 o->model_path);
+    mp_status st = hash_model(o->model_path, hex, &size_bytes, err);
+    if (st)
+        return st;
+    cJSON *threads = cJSON_CreateArray();
+    for (int i = 0; threads && i < o->n_threads; i++)
+        cJSON_AddItemToArray(threads, cJSON_CreateNumber(o->threads[i]));
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (!threads || !cJSON_AddStringToObject(device, "cpu", cpu) ||
+        !cJSON_AddNumberToObject(device, "cpu_logical_cores", mp_cpu_count()) ||
+        !cJSON_AddNumberToObject(device, "cpu_llc_bytes", llc > 0 ? (double)llc : 0) ||
+        !cJSON_AddStringToObject(device, "cpu_kernels", mp_kernels_isa()) ||
+        !cJSON_AddItemToObject(device, "cpu_threads_measured", threads) ||
+        !cJSON_AddStringToObject(device, "date", date) ||
+        !cJSON_AddStringToObject(device, "moeplan_version", MP_VERSION) ||
+        !cJSON_AddStringToObject(device, "model_path", o->model_path) ||
+        !cJSON_AddNumberToObject(device, "model_bytes", (double)size_bytes) ||
+        !cJSON_AddStringToObject(device, "model_sha256", hex) ||
+        !cJSON_AddStringToObject(device, "model_architecture", mp_arch_get(m->hp.arch)->name) ||
+        !cJSON_AddNumberToObject(device, "reps", o->reps) ||
+        !cJSON_AddBoolToObject(device, "quick", o->quick))
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    return MP_OK;
+}
+
+static const char notes_text[] =
+    "moeplan calibrate: every point is the median and p75-p25 spread of the recorded repetitions "
+    "(device.reps) after unrecorded warm-ups. cpu_expert: one expert's gate+up+SwiGLU+down "
+    "(activation quantization included) over `rows` routed rows with the runtime's kernels and "
+    "task split, rotating over every expert of every layer of that kind so the weights come from "
+    "memory, not the CPU caches (footprint in device.cpu_rotation_bytes). combine: the weighted "
+    "sum of top_k expert outputs per row on the CPU. non_moe: a forward step of `rows` tokens "
+    "(mp_session_eval, output head included) minus the time of its MoE blocks as the runtime's "
+    "moe_timing hook reports it (router included in non_moe), measured with the CPU forward pass "
+    "(a point stops after 20 s once it has 3 repetitions). "
+    "GPU (when present): pinned copies timed by CUDA events, pageable copies by the host clock around "
+    "the copy and its stream sync; sync is the GPU's idle gap in one decode round trip (D2H of one "
+    "activation row, cudaStreamSynchronize, H2D of one row): from the end of the D2H to the start of "
+    "the H2D the host issues after waking, which the simulator adds to the copies' own times "
+    "(device.round_trip_host has the host-clock total); gpu_expert is mp_cuda_moe_experts with every "
+    "row routed to one expert (top_k 1), rotating over the layer's experts. See docs/simulator.md (calibrate).";
+
+static mp_status add_missing(cJSON *missing, const char *why, mp_error *err)
+{
+    static const char *const what[] = {"gpu_expert", "h2d", "d2h", "sync"};
+    for (int i = 0; i < 4; i++) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddStringToObject(e, "what", what[i]) || !cJSON_AddStringToObject(e, "why", why)) {
+            cJSON_Delete(e);
+            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        }
+        cJSON_AddItemToArray(missing, e);
+    }
+    return MP_OK;
+}
+
+mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
+{
+    *json_out = NULL;
+    if (o->n_threads < 1 || o->n_rows < 1 || o->reps < 3)
+        return mp_fail(err, MP_ERR_ARG, "calibrate: expected >= 1 thread count, >= 1 row count, >= 3 reps");
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(o->model_path, &m, err);
+    if (st)
+        return st;
+    /* root owns every part; they are filled in place, in the file's order (the NULL checks of the
+     * Add* helpers below cover a failed create: they add nothing and return NULL) */
+    cJSON *root = cJSON_CreateObject(), *missing = cJSON_CreateArray();
+    cJSON *device = NULL, *cpu = NULL, *combine = NULL, *non_moe = NULL;
+    if (!root || !missing || !cJSON_AddStringToObject(root, "format", "moeplan-costs") ||
+        !cJSON_AddNumberToObject(root, "version", 1) || !cJSON_AddStringToObject(root, "notes", notes_text) ||
+        !(device = cJSON_AddObjectToObject(root, "device")) || !(cpu = cJSON_AddArrayToObject(root, "cpu_expert")) ||
+        !(combine = cJSON_AddArrayToObject(root, "combine")) || !(non_moe = cJSON_AddArrayToObject(root, "non_moe"))) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    if ((st = add_facts(o, m, device, err)))
+        goto out;
+    if ((st = mp_calib_cpu_experts(m, o, cpu, device, err)) || (st = mp_calib_combine(m, o, combine, err)) ||
+        (st = mp_calib_non_moe(m, o, non_moe, device, err)))
+        goto out;
+
+    char why[512];
+#if MP_HAVE_CUDA
+    why[0] = 0;
+    if ((st = mp_calib_gpu(m, o, root, device, why, sizeof why, err)))
+        goto out;
+#else
+    snprintf(why, sizeof why, "this build has no CUDA (nvcc was not found when it was configured)");
+#endif
+    if (why[0]) {
+        mp_calib_say(o, "calibrate: no GPU measurements: %s (gpu_expert, h2d, d2h and sync are listed in "
+                        "$.missing; the simulator needs them for GPU placements)", why);
+        if (!cJSON_AddStringToObject(device, "gpu", "none") || (st = add_missing(missing, why, err)))
+            goto out;
+        cJSON_AddItemToObject(root, "missing", missing);
+    } else {
+        cJSON_Delete(missing);
+    }
+    missing = NULL;
+    char *text = cJSON_Print(root);
+    if (!text) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    *json_out = text;
+out:
+    cJSON_Delete(root);
+    cJSON_Delete(missing);
+    mp_model_free(m);
+    return st;
+}

@@ -1,0 +1,372 @@
+/* simulator/calibrate_cpu.c — the CPU benchmarks of `moeplan calibrate` (see calibrate.h):
+ * one expert's FFN vs routed rows and threads, the combine, and the non-MoE time per step.
+ *
+ * The expert benchmark does what runtime/moe_cpu.c does for one active expert, with the same
+ * kernels and the same task split: activations converted once to the gate's vec_dot_type, one
+ * pool region for gate + up + SwiGLU over chunks of n_ff output rows, the hidden converted to
+ * the down's vec_dot_type, one region for down over chunks of n_embd rows. Each repetition runs
+ * a different expert, stepping through every expert of every layer of the same kind, so that
+ * between two uses of one expert's weights the whole kind's experts (device.cpu_rotation_bytes,
+ * GiBs on real models) stream through the caches: the numbers are memory-bound like a decode
+ * step's, not cache-flattered. A model smaller than a few LLCs cannot be cold; calibrate says so.
+ *
+ * Invariant: the rows and threads of every point are the options' lists, so every curve's x is
+ * strictly increasing (the options are sorted and free of repeats).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "runtime/hooks.h"
+#include "runtime/matmul.h"
+#include "runtime/session.h"
+#include "runtime/threadpool.h"
+#include "simulator/calibrate_impl.h"
+
+/* A kind of expert: layers whose expert tensors share types and shape. */
+typedef struct expert_kind {
+    int gate_type, up_type, down_type;
+    int64_t n_embd, n_ff;
+    int64_t layers[4096]; /* (n_layers) layer ids of this kind */
+    int n_layers;
+} expert_kind;
+
+typedef struct expert_bench {
+    const mp_model *m;
+    const expert_kind *kind;
+    const mp_type_ops *gate_ops, *up_ops, *down_ops;
+    int64_t layer, expert, rows, chunk;
+    const char *xq;       /* (rows, x_row_bytes) activations in the gate's vec_dot_type */
+    size_t x_row_bytes;
+    float *gate, *up;     /* (rows, n_ff) gate outputs (then SwiGLU hidden), up outputs */
+    const char *hq;       /* (rows, h_row_bytes) hidden in the down's vec_dot_type */
+    size_t h_row_bytes;
+    float *down;          /* (rows, n_embd) expert output */
+} expert_bench;
+
+static void slice(const mp_type_ops *ops, const mp_tensor *t, int64_t e, int64_t r0, int64_t r1, const char *x,
+                  size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
+{
+    const void *w = mp_expert_slice(t, e);
+    if (n_x == 1)
+        mp_gemv_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, y + r0);
+    else
+        mp_gemm_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
+}
+
+static void gate_up_task(void *ctx, int64_t task, int thread)
+{
+    const expert_bench *b = ctx;
+    const mp_layer *L = &b->m->layers[b->layer];
+    const int64_t F = b->kind->n_ff, r0 = task * b->chunk, r1 = r0 + b->chunk < F ? r0 + b->chunk : F;
+    slice(b->gate_ops, &L->gate_exps, b->expert, r0, r1, b->xq, b->x_row_bytes, b->rows, b->gate, F);
+    slice(b->up_ops, &L->up_exps, b->expert, r0, r1, b->xq, b->x_row_bytes, b->rows, b->up, F);
+    for (int64_t i = 0; i < b->rows; i++)
+        mp_swiglu(b->gate + i * F + r0, b->gate + i * F + r0, b->up + i * F + r0, r1 - r0);
+}
+
+static void down_task(void *ctx, int64_t task, int thread)
+{
+    const expert_bench *b = ctx;
+    const mp_layer *L = &b->m->layers[b->layer];
+    const int64_t D = b->kind->n_embd, r0 = task * b->chunk, r1 = r0 + b->chunk < D ? r0 + b->chunk : D;
+    slice(b->down_ops, &L->down_exps, b->expert, r0, r1, b->hq, b->h_row_bytes, b->rows, b->down, D);
+}
+
+/* One expert over b->rows rows of x (rows, n_embd) f32: what a CPU miss costs, conversions included. */
+static void run_expert(expert_bench *b, mp_pool *pool, const float *x, char *xq, char *hq)
+{
+    const int64_t D = b->kind->n_embd, F = b->kind->n_ff;
+    const int n_threads = mp_pool_n_threads(pool);
+    const int x_vdt = b->gate_ops->vec_dot_type, h_vdt = b->down_ops->vec_dot_type;
+    b->x_row_bytes = mp_type_row_bytes(x_vdt, D);
+    if (x_vdt == MP_TYPE_F32) {
+        b->xq = (const char *)x;
+    } else {
+        mp_act_quantize(pool, x_vdt, x, D, b->rows, D, xq);
+        b->xq = xq;
+    }
+    b->chunk = mp_matmul_chunk_rows(F, n_threads);
+    mp_pool_run(pool, (F + b->chunk - 1) / b->chunk, gate_up_task, b);
+    b->h_row_bytes = mp_type_row_bytes(h_vdt, F);
+    if (h_vdt == MP_TYPE_F32) {
+        b->hq = (const char *)b->gate;
+    } else {
+        mp_act_quantize(pool, h_vdt, b->gate, F, b->rows, F, hq);
+        b->hq = hq;
+    }
+    b->chunk = mp_matmul_chunk_rows(D, n_threads);
+    mp_pool_run(pool, (D + b->chunk - 1) / b->chunk, down_task, b);
+}
+
+static int find_kinds(const mp_model *m, expert_kind *kinds, int max_kinds)
+{
+    int n = 0;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        int k = 0;
+        while (k < n && !(kinds[k].gate_type == L->gate_exps.type && kinds[k].up_type == L->up_exps.type &&
+                          kinds[k].down_type == L->down_exps.type))
+            k++;
+        if (k == n) {
+            if (n == max_kinds)
+                continue; /* more kinds than any quant mix makes: the first ones are measured */
+            kinds[n] = (expert_kind){L->gate_exps.type, L->up_exps.type, L->down_exps.type, m->hp.n_embd,
+                                     m->hp.n_ff_exp, {0}, 0};
+            n++;
+        }
+        if (kinds[k].n_layers < (int)(sizeof kinds[k].layers / sizeof kinds[k].layers[0]))
+            kinds[k].layers[kinds[k].n_layers++] = il;
+    }
+    return n;
+}
+
+static int warmups(const mp_calib_opts *o)
+{
+    return o->quick ? 1 : 3;
+}
+
+mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
+                               mp_error *err)
+{
+    enum { MAX_KINDS = 8 };
+    expert_kind *kinds = calloc(MAX_KINDS, sizeof *kinds);
+    if (!kinds)
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    const int n_kinds = find_kinds(m, kinds, MAX_KINDS);
+    const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert;
+    const int max_rows = o->rows[o->n_rows - 1];
+    float *x = malloc((size_t)max_rows * (size_t)D * sizeof(float));              /* (max_rows, D) */
+    char *xq = malloc((size_t)max_rows * mp_act_row_bytes_max(D));                  /* (max_rows, D act) */
+    float *gate = malloc((size_t)max_rows * (size_t)F * sizeof(float));             /* (max_rows, F) */
+    float *up = malloc((size_t)max_rows * (size_t)F * sizeof(float));               /* (max_rows, F) */
+    char *hq = malloc((size_t)max_rows * mp_act_row_bytes_max(F));                  /* (max_rows, F act) */
+    float *down = malloc((size_t)max_rows * (size_t)D * sizeof(float));             /* (max_rows, D) */
+    double *ns = malloc((size_t)o->reps * sizeof(double));
+    cJSON *rot = cJSON_CreateArray();
+    mp_status st = MP_OK;
+    if (!x || !xq || !gate || !up || !hq || !down || !ns || !rot) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for %d rows of experts", max_rows);
+        goto out;
+    }
+    uint64_t rng = 1;
+    mp_calib_fill(x, (int64_t)max_rows * D, &rng);
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    for (int k = 0; k < n_kinds; k++) {
+        const expert_kind *kind = &kinds[k];
+        char quant[16];
+        mp_calib_quant_name(&m->layers[kind->layers[0]], quant);
+        const size_t expert_bytes = mp_model_expert_bytes(m, kind->layers[0]);
+        const double rotation_bytes = (double)expert_bytes * (double)E * kind->n_layers;
+        cJSON_AddItemToArray(rot, cJSON_CreateNumber(rotation_bytes));
+        if (llc > 0 && rotation_bytes < 4.0 * (double)llc)
+            mp_calib_say(o, "calibrate: note: %s experts total %.1f MiB, under 4x the %.1f MiB last-level cache: "
+                            "the CPU expert times are cache-warm, not memory-bound", quant,
+                         rotation_bytes / 1048576.0, (double)llc / 1048576.0);
+        int64_t next = 0; /* rotation counter over (layer, expert) of this kind */
+        for (int ti = 0; ti < o->n_threads; ti++) {
+            const int t = o->threads[ti];
+            mp_pool *pool = mp_pool_new(t);
+            cJSON *entry = cJSON_CreateObject(), *points = cJSON_CreateArray();
+            if (!pool || !entry || !points || !cJSON_AddStringToObject(entry, "quant", quant) ||
+                !cJSON_AddNumberToObject(entry, "n_embd", (double)D) ||
+                !cJSON_AddNumberToObject(entry, "n_ff", (double)F) ||
+                !cJSON_AddNumberToObject(entry, "expert_bytes", (double)expert_bytes) ||
+                !cJSON_AddNumberToObject(entry, "threads", t)) {
+                mp_pool_free(pool);
+                cJSON_Delete(entry);
+                cJSON_Delete(points);
+                st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory (thread pool of %d)", t);
+                goto out;
+            }
+            cJSON_AddItemToObject(entry, "points", points);
+            cJSON_AddItemToArray(arr, entry);
+            for (int ri = 0; ri < o->n_rows; ri++) {
+                expert_bench b = {m, kind, mp_type_ops_get(kind->gate_type), mp_type_ops_get(kind->up_type),
+                                  mp_type_ops_get(kind->down_type), 0, 0, o->rows[ri], 0, NULL, 0,
+                                  gate, up, NULL, 0, down};
+                for (int rep = -warmups(o); rep < o->reps; rep++, next++) {
+                    b.layer = kind->layers[(next / E) % kind->n_layers];
+                    b.expert = next % E;
+                    const int64_t t0 = mp_calib_now_ns();
+                    run_expert(&b, pool, x, xq, hq);
+                    if (rep >= 0)
+                        ns[rep] = (double)(mp_calib_now_ns() - t0);
+                }
+                cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
+                if (!p) {
+                    mp_pool_free(pool);
+                    st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+                    goto out;
+                }
+                cJSON_AddItemToArray(points, p);
+                mp_calib_say(o, "calibrate: cpu expert %s %" PRId64 "x%" PRId64 " threads %d rows %d: median %.1f us",
+                             quant, D, F, t, o->rows[ri],
+                             cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+            }
+            mp_pool_free(pool);
+        }
+    }
+    cJSON_AddItemToObject(device, "cpu_rotation_bytes", rot);
+    rot = NULL;
+out:
+    cJSON_Delete(rot);
+    free(kinds);
+    free(x);
+    free(xq);
+    free(gate);
+    free(up);
+    free(hq);
+    free(down);
+    free(ns);
+    return st;
+}
+
+/* ---- combine ---- */
+
+typedef struct combine_bench {
+    const float *parts;   /* (rows * top_k, n_embd) expert outputs, slot-major per row */
+    const float *weights; /* (rows, top_k) */
+    float *out;           /* (rows, n_embd) */
+    int64_t n_embd, top_k;
+} combine_bench;
+
+static void combine_task(void *ctx, int64_t row, int thread)
+{
+    const combine_bench *c = ctx;
+    float *o = c->out + row * c->n_embd;
+    memset(o, 0, (size_t)c->n_embd * sizeof *o);
+    for (int64_t k = 0; k < c->top_k; k++)
+        mp_axpy(o, c->weights[row * c->top_k + k], c->parts + (row * c->top_k + k) * c->n_embd, c->n_embd);
+}
+
+mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr, mp_error *err)
+{
+    const int64_t D = m->hp.n_embd, K = m->hp.n_expert_used;
+    const int max_rows = o->rows[o->n_rows - 1], t = o->threads[o->n_threads - 1];
+    float *parts = malloc((size_t)max_rows * (size_t)K * (size_t)D * sizeof(float));
+    float *weights = malloc((size_t)max_rows * (size_t)K * sizeof(float));
+    float *out = malloc((size_t)max_rows * (size_t)D * sizeof(float));
+    double *ns = malloc((size_t)o->reps * sizeof(double));
+    mp_pool *pool = mp_pool_new(t);
+    mp_status st = MP_OK;
+    if (!parts || !weights || !out || !ns || !pool) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for the combine of %d rows", max_rows);
+        goto out;
+    }
+    uint64_t rng = 2;
+    mp_calib_fill(parts, (int64_t)max_rows * K * D, &rng);
+    mp_calib_fill(weights, (int64_t)max_rows * K, &rng);
+    for (int ri = 0; ri < o->n_rows; ri++) {
+        combine_bench c = {parts, weights, out, D, K};
+        for (int rep = -warmups(o); rep < o->reps; rep++) {
+            const int64_t t0 = mp_calib_now_ns();
+            mp_pool_run(pool, o->rows[ri], combine_task, &c);
+            if (rep >= 0)
+                ns[rep] = (double)(mp_calib_now_ns() - t0);
+        }
+        cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
+        if (!p) {
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            goto out;
+        }
+        cJSON_AddItemToArray(arr, p);
+        mp_calib_say(o, "calibrate: combine top-%" PRId64 " x %" PRId64 " threads %d rows %d: median %.1f us", K, D, t,
+                     o->rows[ri], cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+    }
+out:
+    mp_pool_free(pool);
+    free(parts);
+    free(weights);
+    free(out);
+    free(ns);
+    return st;
+}
+
+/* ---- non-MoE time per step ---- */
+
+#define NON_MOE_POINT_NS ((int64_t)20 * 1000000000)
+
+static void add_moe_ns(void *user, int64_t layer, const mp_moe_timing *t)
+{
+    *(int64_t *)user += t->cpu_expert_ns + t->gpu_expert_ns;
+}
+
+mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device, mp_error *err)
+{
+    const int t = o->threads[o->n_threads - 1];
+    const int max_rows = o->rows[o->n_rows - 1];
+    int64_t moe_ns = 0;
+    mp_hooks hooks = {0};
+    hooks.user = &moe_ns;
+    hooks.moe_timing = add_moe_ns;
+    /* room for a step of every size after some context, so attention sees a few hundred keys */
+    int64_t n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    mp_session_params sp = {n_ctx, t, max_rows, &hooks, NULL};
+    mp_session *s = NULL;
+    int32_t *tokens = malloc((size_t)max_rows * sizeof(int32_t));
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    double *ns = malloc((size_t)o->reps * sizeof(double));
+    mp_status st = MP_OK;
+    if (!tokens || !logits || !ns) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for the non-MoE steps");
+        goto out;
+    }
+    if ((st = mp_session_new(m, &sp, &s, err)))
+        goto out;
+    n_ctx = mp_session_n_ctx(s);
+    uint64_t rng = 3;
+    for (int ri = 0; ri < o->n_rows; ri++) {
+        const int rows = o->rows[ri];
+        if (rows > n_ctx) {
+            mp_calib_say(o, "calibrate: non-MoE rows %d skipped: the context holds %" PRId64 " tokens", rows, n_ctx);
+            continue;
+        }
+        /* a big model's long steps take seconds on the CPU: after 3 recorded repetitions a point
+         * stops once it has used NON_MOE_POINT_NS, so the default list fits a 10-minute run */
+        int n_rec = 0;
+        const int64_t point_t0 = mp_calib_now_ns();
+        for (int rep = -warmups(o); rep < o->reps; rep++) {
+            if (n_rec >= 3 && mp_calib_now_ns() - point_t0 > NON_MOE_POINT_NS)
+                break;
+            if (mp_session_n_past(s) + rows > n_ctx)
+                mp_session_reset(s);
+            for (int i = 0; i < rows; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                tokens[i] = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
+            }
+            moe_ns = 0;
+            const int64_t t0 = mp_calib_now_ns();
+            if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
+                goto out;
+            const int64_t step_ns = mp_calib_now_ns() - t0;
+            if (rep >= 0)
+                ns[n_rec++] = (double)(step_ns - moe_ns);
+        }
+        cJSON *p = mp_calib_point("rows", rows, ns, n_rec);
+        if (!p) {
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            goto out;
+        }
+        cJSON_AddItemToArray(arr, p);
+        mp_calib_say(o, "calibrate: non-MoE step threads %d rows %d: median %.1f us (%d reps)", t, rows,
+                     cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, n_rec);
+    }
+    if (cJSON_GetArraySize(arr) == 0) {
+        st = mp_fail(err, MP_ERR_ARG, "calibrate: --rows: every count exceeds the model's context of %" PRId64 " tokens",
+                     n_ctx);
+        goto out;
+    }
+    if (!cJSON_AddNumberToObject(device, "non_moe_threads", t) ||
+        !cJSON_AddStringToObject(device, "non_moe_path", "cpu forward pass (runtime/session.h)"))
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+out:
+    mp_session_free(s);
+    free(tokens);
+    free(logits);
+    free(ns);
+    return st;
+}

@@ -1,0 +1,328 @@
+/* simulator/calibrate_cuda.c — the GPU benchmarks of `moeplan calibrate` (built with MP_HAVE_CUDA;
+ * plain C on the CUDA runtime API and kernels/cuda/cuda_ops.h).
+ *
+ *  - h2d / d2h by size (4 KiB .. 64 MiB): pinned copies are timed by CUDA events around the
+ *    cudaMemcpyAsync (the time the copy occupies the link, which the simulator shares between
+ *    activation copies and admissions); pageable copies by the host clock around
+ *    cudaMemcpyAsync + cudaStreamSynchronize, since the driver stages them through its own
+ *    buffer while the host waits — that wait is what a runtime copying pageable memory pays.
+ *  - sync: the decode round trip of a MoE layer with CPU misses as the hybrid runtime does it:
+ *    D2H of one activation row into pinned memory, cudaStreamSynchronize (the doorbell: the
+ *    host learns the routing and has the rows), then H2D of one row back. Events on the stream
+ *    give the GPU's idle gap between the end of the D2H and the start of the H2D; with no CPU
+ *    work in between that gap is the round trip's own cost (host wake-up + submission), which
+ *    the simulator adds to the copies' times. The host-clock total is kept in device.
+ *  - gpu_expert: mp_cuda_moe_experts with r rows all routed to one expert (top_k 1), per kind
+ *    of expert, rotating over the experts of one layer of that kind (uploaded once: hundreds of
+ *    MiB on real models, several times the GPU's L2).
+ */
+#include "mp_config.h"
+
+#if MP_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/quant.h"
+#include "simulator/calibrate_impl.h"
+
+#define MAX_COPY_BYTES ((size_t)64 << 20)
+
+static mp_status cuda_fail(mp_error *err, const char *what, cudaError_t e)
+{
+    return mp_fail(err, MP_ERR_DEVICE, "calibrate: CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+#define CK(call)                                       \
+    do {                                               \
+        cudaError_t e_ = (call);                       \
+        if (e_ != cudaSuccess) {                       \
+            st = cuda_fail(err, #call, e_);            \
+            goto out;                                  \
+        }                                              \
+    } while (0)
+
+static float event_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms;
+}
+
+/* The copy curves: {"pinned": [...], "pageable": [...]} for one direction. */
+static mp_status copies(const mp_calib_opts *o, bool to_device, void *d_buf, void *h_pinned, void *h_pageable,
+                        cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1, double *ns, cJSON *out, mp_error *err)
+{
+    static const size_t full[] = {4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+    static const size_t quick[] = {4096, 65536, 1 << 20, 16 << 20};
+    const size_t *sizes = o->quick ? quick : full;
+    const int n_sizes = o->quick ? 4 : 8;
+    const enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    const char *dir = to_device ? "h2d" : "d2h";
+    mp_status st = MP_OK;
+    for (int pinned = 1; pinned >= 0; pinned--) {
+        cJSON *arr = cJSON_CreateArray();
+        if (!arr)
+            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        cJSON_AddItemToObject(out, pinned ? "pinned" : "pageable", arr);
+        void *h = pinned ? h_pinned : h_pageable;
+        for (int si = 0; si < n_sizes; si++) {
+            const size_t n = sizes[si];
+            void *dst = to_device ? d_buf : h, *src = to_device ? h : d_buf;
+            for (int rep = -2; rep < o->reps; rep++) {
+                const int64_t t0 = mp_calib_now_ns();
+                CK(cudaEventRecord(ev0, s));
+                CK(cudaMemcpyAsync(dst, src, n, kind, s));
+                CK(cudaEventRecord(ev1, s));
+                CK(cudaStreamSynchronize(s));
+                const int64_t host_ns = mp_calib_now_ns() - t0;
+                if (rep >= 0)
+                    ns[rep] = pinned ? 1e6 * event_ms(ev0, ev1) : (double)host_ns;
+            }
+            cJSON *p = mp_calib_point("bytes", (double)n, ns, o->reps);
+            if (!p)
+                return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            cJSON_AddItemToArray(arr, p);
+            const double med = cJSON_GetObjectItem(p, "median_ns")->valuedouble;
+            mp_calib_say(o, "calibrate: %s %s %zu bytes: median %.1f us (%.2f GB/s)", dir,
+                         pinned ? "pinned" : "pageable", n, med / 1000.0, med > 0 ? (double)n / med : 0.0);
+        }
+    }
+out:
+    return st;
+}
+
+/* The decode round trip (see the file comment): sync in root, the host-clock total in device. */
+static mp_status round_trip(const mp_model *m, const mp_calib_opts *o, void *d_buf, void *h_pinned, cudaStream_t s,
+                            cudaEvent_t ev[4], double *ns, cJSON *root, cJSON *device, mp_error *err)
+{
+    const size_t row_bytes = (size_t)m->hp.n_embd * sizeof(float);
+    double *host_ns = malloc((size_t)o->reps * sizeof(double));
+    mp_status st = MP_OK;
+    if (!host_ns)
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    for (int rep = -3; rep < o->reps; rep++) {
+        const int64_t t0 = mp_calib_now_ns();
+        CK(cudaEventRecord(ev[0], s));
+        CK(cudaMemcpyAsync(h_pinned, d_buf, row_bytes, cudaMemcpyDeviceToHost, s));
+        CK(cudaEventRecord(ev[1], s));
+        CK(cudaStreamSynchronize(s)); /* the doorbell: the host now has routing and rows */
+        CK(cudaEventRecord(ev[2], s));
+        CK(cudaMemcpyAsync((char *)d_buf + row_bytes, h_pinned, row_bytes, cudaMemcpyHostToDevice, s));
+        CK(cudaEventRecord(ev[3], s));
+        CK(cudaStreamSynchronize(s));
+        const int64_t total_ns = mp_calib_now_ns() - t0;
+        if (rep >= 0) {
+            ns[rep] = 1e6 * event_ms(ev[1], ev[2]);
+            host_ns[rep] = (double)total_ns;
+        }
+    }
+    cJSON *sync = mp_calib_point(NULL, 0, ns, o->reps);
+    cJSON *total = mp_calib_point("bytes_each_way", (double)row_bytes, host_ns, o->reps);
+    if (!sync || !total) {
+        cJSON_Delete(sync);
+        cJSON_Delete(total);
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    cJSON_AddItemToObject(root, "sync", sync);
+    cJSON_AddItemToObject(device, "round_trip_host", total);
+    mp_calib_say(o, "calibrate: decode round trip: GPU idle gap %.1f us, host total %.1f us (%zu bytes each way)",
+                 cJSON_GetObjectItem(sync, "median_ns")->valuedouble / 1000.0,
+                 cJSON_GetObjectItem(total, "median_ns")->valuedouble / 1000.0, row_bytes);
+out:
+    free(host_ns);
+    return st;
+}
+
+/* The gpu_expert entries: one per kind of expert (the first layer of each kind is uploaded). */
+static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStream_t s, cudaEvent_t ev0,
+                             cudaEvent_t ev1, double *ns, cJSON *arr, mp_error *err)
+{
+    const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert;
+    const int max_rows = o->rows[o->n_rows - 1];
+    void *d_w[3] = {NULL, NULL, NULL};
+    float *d_x = NULL, *d_w8 = NULL, *d_out = NULL;
+    int32_t *d_ids = NULL;
+    void *d_scratch = NULL;
+    float *x = malloc((size_t)max_rows * (size_t)D * sizeof(float)); /* (max_rows, D) */
+    float *ones = malloc((size_t)max_rows * sizeof(float));
+    int32_t *ids = malloc((size_t)max_rows * sizeof(int32_t));
+    mp_status st = MP_OK;
+    if (!x || !ones || !ids) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    uint64_t rng = 4;
+    mp_calib_fill(x, (int64_t)max_rows * D, &rng);
+    for (int i = 0; i < max_rows; i++)
+        ones[i] = 1.0f;
+    CK(cudaMalloc((void **)&d_x, (size_t)max_rows * (size_t)D * sizeof(float)));
+    CK(cudaMalloc((void **)&d_out, (size_t)max_rows * (size_t)D * sizeof(float)));
+    CK(cudaMalloc((void **)&d_w8, (size_t)max_rows * sizeof(float)));
+    CK(cudaMalloc((void **)&d_ids, (size_t)max_rows * sizeof(int32_t)));
+    CK(cudaMemcpy(d_x, x, (size_t)max_rows * (size_t)D * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w8, ones, (size_t)max_rows * sizeof(float), cudaMemcpyHostToDevice));
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        char quant[16];
+        mp_calib_quant_name(L, quant);
+        bool seen = false;
+        for (int64_t j = 0; j < il && !seen; j++)
+            seen = m->layers[j].gate_exps.type == L->gate_exps.type && m->layers[j].up_exps.type == L->up_exps.type &&
+                   m->layers[j].down_exps.type == L->down_exps.type;
+        if (seen)
+            continue;
+        const mp_tensor *t[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int k = 0; k < 3; k++) {
+            cudaFree(d_w[k]);
+            d_w[k] = NULL;
+            CK(cudaMalloc(&d_w[k], t[k]->nbytes));
+            CK(cudaMemcpy(d_w[k], t[k]->data, t[k]->nbytes, cudaMemcpyHostToDevice));
+        }
+        const size_t scratch_bytes = mp_cuda_moe_scratch_bytes(L->gate_exps.type, L->down_exps.type, D, F, max_rows, 1);
+        cudaFree(d_scratch);
+        d_scratch = NULL;
+        CK(cudaMalloc(&d_scratch, scratch_bytes));
+        cJSON *entry = cJSON_CreateObject(), *points = cJSON_CreateArray();
+        if (!entry || !points || !cJSON_AddStringToObject(entry, "quant", quant) ||
+            !cJSON_AddNumberToObject(entry, "n_embd", (double)D) || !cJSON_AddNumberToObject(entry, "n_ff", (double)F) ||
+            !cJSON_AddNumberToObject(entry, "expert_bytes", (double)mp_model_expert_bytes(m, il))) {
+            cJSON_Delete(entry);
+            cJSON_Delete(points);
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            goto out;
+        }
+        cJSON_AddItemToObject(entry, "points", points);
+        cJSON_AddItemToArray(arr, entry);
+        mp_cuda_moe_args a;
+        memset(&a, 0, sizeof a);
+        for (int k = 0; k < 3; k++) {
+            mp_cuda_expert_tensor *et = k == 0 ? &a.gate : k == 1 ? &a.up : &a.down;
+            *et = (mp_cuda_expert_tensor){t[k]->type, d_w[k], t[k]->row_bytes * (size_t)t[k]->ne[1], NULL,
+                                          t[k]->row_bytes};
+        }
+        a.n_embd = D;
+        a.n_ff = F;
+        a.n_expert = E;
+        a.top_k = 1;
+        a.d_x = d_x;
+        a.d_ids = d_ids;
+        a.d_weights = d_w8;
+        a.d_out = d_out;
+        a.d_scratch = d_scratch;
+        a.scratch_bytes = scratch_bytes;
+        int64_t next = 0;
+        for (int ri = 0; ri < o->n_rows; ri++) {
+            a.n_rows = o->rows[ri];
+            for (int rep = -3; rep < o->reps; rep++, next++) {
+                for (int i = 0; i < o->rows[ri]; i++)
+                    ids[i] = (int32_t)(next % E);
+                CK(cudaMemcpyAsync(d_ids, ids, (size_t)o->rows[ri] * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+                CK(cudaEventRecord(ev0, s));
+                int rc = mp_cuda_moe_experts(&a, s);
+                if (rc) {
+                    st = mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s, %d rows): %s", quant,
+                                 o->rows[ri], mp_cuda_strerror(rc));
+                    goto out;
+                }
+                CK(cudaEventRecord(ev1, s));
+                CK(cudaStreamSynchronize(s));
+                if (rep >= 0)
+                    ns[rep] = 1e6 * event_ms(ev0, ev1);
+            }
+            cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
+            if (!p) {
+                st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+                goto out;
+            }
+            cJSON_AddItemToArray(points, p);
+            mp_calib_say(o, "calibrate: gpu expert %s %" PRId64 "x%" PRId64 " rows %d: median %.1f us", quant, D, F,
+                         o->rows[ri], cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+        }
+    }
+out:
+    for (int k = 0; k < 3; k++)
+        cudaFree(d_w[k]);
+    cudaFree(d_x);
+    cudaFree(d_out);
+    cudaFree(d_w8);
+    cudaFree(d_ids);
+    cudaFree(d_scratch);
+    free(x);
+    free(ones);
+    free(ids);
+    return st;
+}
+
+mp_status mp_calib_gpu(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device, char *why,
+                       size_t why_cap, mp_error *err)
+{
+    if (!mp_cuda_available(why, why_cap))
+        return MP_OK;
+    why[0] = 0;
+    mp_status st = MP_OK;
+    cudaStream_t s = NULL;
+    cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL};
+    void *d_buf = NULL, *h_pinned = NULL;
+    void *h_pageable = malloc(MAX_COPY_BYTES);
+    double *ns = malloc((size_t)o->reps * sizeof(double));
+    cJSON *h2d = cJSON_CreateObject(), *d2h = cJSON_CreateObject(), *gpu = cJSON_CreateArray();
+    if (!h_pageable || !ns || !h2d || !d2h || !gpu) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for the copy buffers");
+        goto out;
+    }
+    memset(h_pageable, 1, MAX_COPY_BYTES); /* resident pages: first-touch faults are not the copy's */
+    struct cudaDeviceProp prop;
+    int dev = 0, driver = 0, runtime = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    char cc[16];
+    snprintf(cc, sizeof cc, "%d.%d", prop.major, prop.minor);
+    if (!cJSON_AddStringToObject(device, "gpu", prop.name) || !cJSON_AddStringToObject(device, "gpu_compute_capability", cc) ||
+        !cJSON_AddNumberToObject(device, "gpu_memory_bytes", (double)prop.totalGlobalMem) ||
+        !cJSON_AddNumberToObject(device, "cuda_driver_version", driver) ||
+        !cJSON_AddNumberToObject(device, "cuda_runtime_version", runtime)) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    mp_calib_say(o, "calibrate: GPU %s (compute %s, %.1f GiB)", prop.name, cc,
+                 (double)prop.totalGlobalMem / 1073741824.0);
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int i = 0; i < 4; i++)
+        CK(cudaEventCreate(&ev[i]));
+    CK(cudaMalloc(&d_buf, MAX_COPY_BYTES));
+    CK(cudaMallocHost(&h_pinned, MAX_COPY_BYTES));
+    memset(h_pinned, 1, MAX_COPY_BYTES);
+    if ((st = copies(o, true, d_buf, h_pinned, h_pageable, s, ev[0], ev[1], ns, h2d, err)) ||
+        (st = copies(o, false, d_buf, h_pinned, h_pageable, s, ev[0], ev[1], ns, d2h, err)) ||
+        (st = round_trip(m, o, d_buf, h_pinned, s, ev, ns, root, device, err)) ||
+        (st = gpu_experts(m, o, s, ev[0], ev[1], ns, gpu, err)))
+        goto out;
+    cJSON_AddItemToObject(root, "gpu_expert", gpu);
+    cJSON_AddItemToObject(root, "h2d", h2d);
+    cJSON_AddItemToObject(root, "d2h", d2h);
+    gpu = h2d = d2h = NULL;
+out:
+    cJSON_Delete(h2d);
+    cJSON_Delete(d2h);
+    cJSON_Delete(gpu);
+    for (int i = 0; i < 4; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    if (s)
+        cudaStreamDestroy(s);
+    cudaFree(d_buf);
+    cudaFreeHost(h_pinned);
+    free(h_pageable);
+    free(ns);
+    return st;
+}
+
+#endif /* MP_HAVE_CUDA */

@@ -1,0 +1,47 @@
+/* simulator/calibrate_impl.h — what the calibrate parts share (internal to simulator/calibrate*.c).
+ *
+ * Every benchmark collects `n` samples in ns and turns them into one JSON point with
+ * mp_calib_point: the samples are sorted in place, the median and p75 - p25 taken by linear
+ * interpolation between order statistics, rounded to whole ns.
+ */
+#ifndef MP_SIMULATOR_CALIBRATE_IMPL_H
+#define MP_SIMULATOR_CALIBRATE_IMPL_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/model.h"
+#include "simulator/calibrate.h"
+
+int64_t mp_calib_now_ns(void);
+/* A progress line through o->progress (if set), printf-style. */
+void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Quantile q in [0, 1] of ns (n >= 1), which must be sorted ascending. */
+double mp_calib_quantile(const double *sorted, int n, double q);
+/* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
+cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
+/* Random floats in [-1, 1) from a fixed-seed generator (benchmarks need values, not zeros:
+ * quantizers and kernels take no shortcut on them). */
+void mp_calib_fill(float *x, int64_t n, uint64_t *state);
+
+/* The expert type name of a layer for costs.json's "quant": the gate type when gate, up and down
+ * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most 14 characters. */
+void mp_calib_quant_name(const mp_layer *L, char out[16]);
+
+/* Appends the cpu_expert entries to arr; adds facts (rotation footprint, caches) to device. */
+mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
+                               mp_error *err);
+/* The combine curve (rows) at the largest thread count. */
+mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr, mp_error *err);
+/* The non-MoE curve (rows) from mp_session_eval at the largest thread count. */
+mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
+                           mp_error *err);
+
+/* GPU parts (calibrate_cuda.c, built with MP_HAVE_CUDA). Adds "gpu_expert", "h2d", "d2h" and
+ * "sync" to root and the GPU's facts to device; or, when no usable device exists, returns MP_OK
+ * with the reason in why (root untouched). Errors are CUDA failures on a usable device. */
+mp_status mp_calib_gpu(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device, char *why,
+                       size_t why_cap, mp_error *err);
+
+#endif

@@ -1,0 +1,176 @@
+/* simulator/cmd_calibrate.c — `moeplan calibrate -m MODEL --out costs.json`: measure this machine
+ * (simulator/calibrate.h) and write the cost file the simulator reads.
+ *
+ * The output is checked with mp_costs_load's parser before it is written, then written atomically
+ * (PATH.tmp.<pid>, fsync, rename); an existing PATH is refused without --force, before any
+ * benchmark runs. Progress goes to stderr. Exit status: 0 written, 1 failure, 2 usage error.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "runtime/atomic_file.h"
+#include "simulator/calibrate.h"
+#include "simulator/costs.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moeplan calibrate -m MODEL --out costs.json [options]\n\n"
+            "Microbenchmarks of this machine for the simulator's cost model (schemas/costs.schema.json):\n"
+            "CPU expert time vs routed rows and threads for the model's expert types and shape, the\n"
+            "combine, the non-MoE time per step, and with a CUDA device: H2D/D2H by size (pinned and\n"
+            "pageable), the decode round trip per MoE layer and the GPU expert time vs rows. Without a\n"
+            "GPU the GPU parts are listed in the file's \"missing\" with the reason.\n\n"
+            "options:\n"
+            "  -m, --model MODEL  GGUF MoE model whose experts are measured\n"
+            "  --out FILE         cost file to write (atomically)\n"
+            "  --threads LIST     CPU thread counts, e.g. 1,4,16 (default 1,2,4,.. and all CPUs;\n"
+            "                     --quick: 1 and all CPUs)\n"
+            "  --rows LIST        routed rows / tokens per step, e.g. 1,2,4,8,16,64,256\n"
+            "                     (default 1,2,4,8,16,32,64,128,256; --quick: 1,4,16)\n"
+            "  --reps N           recorded repetitions per point, >= 3 (default 15; --quick: 5)\n"
+            "  --quick            fewer points and warm-ups (smoke tests, CI)\n"
+            "  --force            overwrite FILE if it exists\n"
+            "  -h, --help         this text\n");
+}
+
+static int usage_error(const char *msg, const char *arg)
+{
+    fprintf(stderr, "moeplan calibrate: error: %s%s%s (try --help)\n", msg, arg ? " " : "", arg ? arg : "");
+    return 2;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+/* "1,4,16" -> sorted values without repeats, each in [1, max]. Returns the count, or -1 with a
+ * message in why. */
+static int parse_list(const char *s, int max, int *out, char *why, size_t why_cap)
+{
+    int n = 0;
+    const char *p = s;
+    while (1) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > max || (*end != ',' && *end != 0)) {
+            snprintf(why, why_cap, "'%s': at character %d: expected a comma-separated list of integers 1..%d", s,
+                     (int)(p - s) + 1, max);
+            return -1;
+        }
+        if (n == MP_CALIB_LIST_MAX) {
+            snprintf(why, why_cap, "'%s': more than %d values", s, MP_CALIB_LIST_MAX);
+            return -1;
+        }
+        out[n++] = (int)v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    qsort(out, (size_t)n, sizeof *out, cmp_int);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (k == 0 || out[i] != out[k - 1])
+            out[k++] = out[i];
+    return k;
+}
+
+static void progress(void *user, const char *line)
+{
+    fprintf(stderr, "%s\n", line);
+}
+
+int mp_cmd_calibrate(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL;
+    bool quick = false, force = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--quick")) {
+            quick = true;
+            continue;
+        }
+        if (!strcmp(a, "--force")) {
+            force = true;
+            continue;
+        }
+        const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model
+                            : !strcmp(a, "--out")                     ? &out
+                            : !strcmp(a, "--threads")                 ? &threads
+                            : !strcmp(a, "--rows")                    ? &rows
+                            : !strcmp(a, "--reps")                    ? &reps
+                                                                      : NULL;
+        if (!dst)
+            return usage_error(a[0] == '-' ? "unknown option" : "unexpected argument", a);
+        if (i + 1 >= argc)
+            return usage_error("expected a value after", a);
+        *dst = argv[++i];
+    }
+    if (!model || !out)
+        return usage_error("needs -m MODEL and --out FILE", NULL);
+
+    mp_calib_opts o;
+    mp_calib_defaults(&o, quick);
+    o.model_path = model;
+    char why[256];
+    if (threads && (o.n_threads = parse_list(threads, 4096, o.threads, why, sizeof why)) < 0)
+        return usage_error("--threads", why);
+    if (rows && (o.n_rows = parse_list(rows, 4096, o.rows, why, sizeof why)) < 0)
+        return usage_error("--rows", why);
+    if (reps) {
+        char *end;
+        errno = 0;
+        long v = strtol(reps, &end, 10);
+        if (end == reps || *end || errno || v < 3 || v > 100000)
+            return usage_error("--reps: expected an integer 3..100000, got", reps);
+        o.reps = (int)v;
+    }
+    struct stat sb;
+    if (!force && stat(out, &sb) == 0) {
+        fprintf(stderr, "moeplan calibrate: error: %s exists (use --force to overwrite it)\n", out);
+        return 1;
+    }
+    o.progress = progress;
+
+    mp_error err;
+    char *json = NULL;
+    if (mp_calibrate(&o, &json, &err)) {
+        fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);
+        return 1;
+    }
+    /* the file must load as a cost file: check the exact bytes about to be written */
+    mp_costs check;
+    mp_status st = mp_costs_parse(json, strlen(json), out, &check, &err);
+    if (st) {
+        fprintf(stderr, "moeplan calibrate: error: internal: the cost file would not load: %s\n", err.msg);
+        free(json);
+        return 1;
+    }
+    mp_costs_free(&check);
+    if (!force && stat(out, &sb) == 0) { /* appeared while measuring */
+        fprintf(stderr, "moeplan calibrate: error: %s exists (use --force to overwrite it)\n", out);
+        free(json);
+        return 1;
+    }
+    size_t len = strlen(json);
+    json[len] = '\n'; /* cJSON leaves no final newline; the NUL's byte carries it */
+    st = mp_write_file_atomic(out, json, len + 1, "cost file", &err);
+    free(json);
+    if (st) {
+        fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "calibrate: wrote %s\n", out);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* tests/gpu/test_calibrate.c — `moeplan calibrate --quick` on a machine with a CUDA device: the
+ * cost file has every GPU part (gpu_expert for the tiny model's expert kind, h2d/d2h pinned and
+ * pageable, sync), nothing in $.missing, and loads with mp_costs_load. Where no CUDA device
+ * exists, gpu_main.c skips the executable (exit 77) saying why. No assertion is about speed. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "simulator/costs.h"
+
+static int run_cli(const char *dir, const char *args, char *out, size_t cap)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", dir, exe, args);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void check_curve(const mp_cost_curve *c, int min_points, const char *what)
+{
+    cr_assert(c->n_points >= min_points, "%s: %d points", what, c->n_points);
+    for (int i = 0; i < c->n_points; i++)
+        cr_assert(c->y[i].median_ns > 0, "%s: point %d: median %g ns, expected > 0", what, i, c->y[i].median_ns);
+}
+
+Test(gpu_calibrate, quick_run_has_every_gpu_part)
+{
+    char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    static char out[1 << 16];
+    cr_assert_eq(run_cli(dir, "mkmodel --preset tiny --quiet -o tiny.gguf", out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_cli(dir, "calibrate -m tiny.gguf --out costs.json --quick --rows 1,4,16", out, sizeof out), 0,
+                 "%s", out);
+    cr_assert_not_null(strstr(out, "calibrate: GPU "), "%s", out);
+    cr_assert_null(strstr(out, "no GPU measurements"), "%s", out);
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/costs.json", dir);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.absent, 0, "absent bits %#x", c.absent);
+    cr_assert_eq(mp_costs_require_gpu(&c, path, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.n_gpu_expert, 1);
+    cr_assert_str_eq(c.gpu_expert[0].quant, "Q4_K/Q6_K");
+    cr_assert_eq(c.gpu_expert[0].by_rows.n_points, 3);
+    check_curve(&c.gpu_expert[0].by_rows, 3, "gpu_expert");
+    check_curve(&c.h2d_pinned, 4, "h2d.pinned");
+    check_curve(&c.h2d_pageable, 4, "h2d.pageable");
+    check_curve(&c.d2h_pinned, 4, "d2h.pinned");
+    check_curve(&c.d2h_pageable, 4, "d2h.pageable");
+    cr_assert_eq(c.h2d_pinned.x[0], 4096);
+    /* 16 MiB take longer than 4 KiB on any link: 4096x the bytes */
+    cr_assert(c.h2d_pinned.y[c.h2d_pinned.n_points - 1].median_ns > c.h2d_pinned.y[0].median_ns,
+              "h2d pinned: 16 MiB %g ns, 4 KiB %g ns", c.h2d_pinned.y[c.h2d_pinned.n_points - 1].median_ns,
+              c.h2d_pinned.y[0].median_ns);
+    cr_assert(c.sync.spread_ns >= 0);
+    mp_costs_free(&c);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}

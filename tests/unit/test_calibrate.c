@@ -1,0 +1,295 @@
+/* tests/unit/test_calibrate.c — `moeplan calibrate` end to end on a tiny synthetic model: the file
+ * it writes loads with mp_costs_load and has the expected structure (every curve at the asked
+ * rows, positive medians, the model's shape and expert bytes, the GPU parts present or listed in
+ * $.missing); bad flags are usage errors; an existing output is refused without --force; and a
+ * cost file without GPU measurements is refused by `moeplan simulate`.
+ *
+ * No assertion is about speed: the one ordering check (64 rows of one expert do not take less
+ * than a quarter of 1 row's time, 64x the work) has a margin no scheduler hiccup can cross in
+ * the median of 5 repetitions. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "collector/import.h"
+#include "runtime/model.h"
+#include "simulator/costs.h"
+
+static char dir[256], model[512];
+
+static int run_cli(const char *args, char *out, size_t cap)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", dir, exe, args);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The tiny model takes seconds to make (its vocabulary is learned), so every test of one run
+ * shares it: Criterion forks each test from one runner process, whose pid names the directory;
+ * the runner removes it after the last test. */
+static void model_dir(char *out, size_t cap, pid_t runner)
+{
+    snprintf(out, cap, "/tmp/mp_test_calibrate_model_%ld", (long)runner);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/mp_test_calibrate_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char mdir[256];
+    model_dir(mdir, sizeof mdir, getppid());
+    snprintf(model, sizeof model, "%s/tiny.gguf", mdir);
+    if (access(model, R_OK) != 0) {
+        static char out[1 << 14];
+        char args[600];
+        mkdir(mdir, 0700);
+        snprintf(args, sizeof args, "mkmodel --preset tiny --quiet -o '%s'", model);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    }
+    char link[600];
+    snprintf(link, sizeof link, "%s/tiny.gguf", dir);
+    cr_assert_eq(symlink(model, link), 0);
+}
+
+static void teardown(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    char mdir[256], cmd[600];
+    model_dir(mdir, sizeof mdir, getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", mdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_calibrate: could not remove %s\n", mdir);
+}
+
+TestSuite(calibrate, .init = setup, .fini = teardown);
+
+static void path_in_dir(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", dir, name);
+}
+
+static void check_curve(const mp_cost_curve *c, const int *rows, int n, const char *what)
+{
+    cr_assert_eq(c->n_points, n, "%s: %d points, expected %d", what, c->n_points, n);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(c->x[i], rows[i], "%s: point %d at %g rows, expected %d", what, i, c->x[i], rows[i]);
+        cr_assert(c->y[i].median_ns > 0, "%s: point %d: median %g ns, expected > 0", what, i, c->y[i].median_ns);
+        cr_assert(c->y[i].spread_ns >= 0, "%s: point %d: spread %g", what, i, c->y[i].spread_ns);
+    }
+}
+
+Test(calibrate, quick_run_writes_a_cost_file_that_loads)
+{
+    static char out[1 << 16];
+    cr_assert_eq(run_cli("calibrate -m tiny.gguf --out costs.json --quick --threads 1,2 --rows 64,1,4,4 --reps 5", out,
+                         sizeof out),
+                 0, "%s", out);
+    /* progress on stderr names what it measures, and says what it could not */
+    cr_assert_not_null(strstr(out, "calibrate: cpu expert"), "%s", out);
+    cr_assert_not_null(strstr(out, "calibrate: non-MoE step"), "%s", out);
+    cr_assert_not_null(strstr(out, "calibrate: wrote costs.json"), "%s", out);
+
+    char path[600];
+    path_in_dir(path, sizeof path, "costs.json");
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    mp_model *m;
+    cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
+
+    const int rows[] = {1, 4, 64}; /* sorted, the repeat dropped */
+    cr_assert_eq(c.n_cpu_expert, 2, "one expert kind (q4_k_m: Q4_K gate/up, Q6_K down) x 2 thread counts");
+    for (int i = 0; i < c.n_cpu_expert; i++) {
+        const mp_cost_expert *e = &c.cpu_expert[i];
+        cr_assert_str_eq(e->quant, "Q4_K/Q6_K");
+        cr_assert_eq(e->n_embd, m->hp.n_embd);
+        cr_assert_eq(e->n_ff, m->hp.n_ff_exp);
+        cr_assert_eq(e->expert_bytes, mp_model_expert_bytes(m, 0));
+        cr_assert_eq(e->threads, i + 1);
+        check_curve(&e->by_rows, rows, 3, "cpu_expert");
+        /* 64 rows are 64x the work of 1 row: never 4x cheaper, whatever the noise */
+        cr_assert(4 * e->by_rows.y[2].median_ns >= e->by_rows.y[0].median_ns,
+                  "threads %d: 64 rows %g ns, 1 row %g ns", e->threads, e->by_rows.y[2].median_ns,
+                  e->by_rows.y[0].median_ns);
+    }
+    check_curve(&c.combine, rows, 3, "combine");
+    check_curve(&c.non_moe, rows, 3, "non_moe");
+
+    /* GPU parts: all present, or all listed in $.missing (this build or machine has no GPU) */
+    const unsigned all = MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC;
+    cr_assert(c.absent == 0 || c.absent == all, "absent bits %#x", c.absent);
+    if (c.absent) {
+        cr_assert_eq(c.n_gpu_expert, 0);
+        cr_assert_not_null(strstr(out, "calibrate: no GPU measurements: "), "%s", out);
+        cr_assert_eq(mp_costs_require_gpu(&c, "costs.json", &err), MP_ERR_ARG);
+    } else {
+        cr_assert_eq(c.n_gpu_expert, 1);
+        check_curve(&c.gpu_expert[0].by_rows, rows, 3, "gpu_expert");
+        cr_assert(c.h2d_pinned.n_points >= 4 && c.d2h_pageable.n_points >= 4);
+    }
+
+    /* machine facts are in the file */
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    const cJSON *dev = cJSON_GetObjectItem(root, "device");
+    const char *keys[] = {"cpu", "date", "moeplan_version", "model_sha256", "model_path", "gpu"};
+    for (int i = 0; i < 6; i++)
+        cr_assert(cJSON_IsString(cJSON_GetObjectItem(dev, keys[i])), "device.%s missing", keys[i]);
+    cr_assert_eq(strlen(cJSON_GetObjectItem(dev, "model_sha256")->valuestring), 64);
+    cr_assert(cJSON_GetObjectItem(dev, "model_bytes")->valuedouble > 0);
+    cJSON_Delete(root);
+    mp_model_free(m);
+    mp_costs_free(&c);
+}
+
+Test(calibrate, rejects_bad_flags)
+{
+    static char out[1 << 14];
+    const struct {
+        const char *args, *needle;
+    } bad[] = {
+        {"calibrate --out c.json", "needs -m MODEL and --out FILE"},
+        {"calibrate -m tiny.gguf", "needs -m MODEL and --out FILE"},
+        {"calibrate -m tiny.gguf --out c.json --reps 2", "--reps: expected an integer 3..100000"},
+        {"calibrate -m tiny.gguf --out c.json --reps 5x", "--reps"},
+        {"calibrate -m tiny.gguf --out c.json --threads 0", "--threads '0': at character 1"},
+        {"calibrate -m tiny.gguf --out c.json --threads 1,,2", "--threads '1,,2': at character 3"},
+        {"calibrate -m tiny.gguf --out c.json --rows 1,4,x", "--rows '1,4,x': at character 5"},
+        {"calibrate -m tiny.gguf --out c.json --rows 99999999", "expected a comma-separated list of integers 1..4096"},
+        {"calibrate -m tiny.gguf --out c.json --bogus", "unknown option --bogus"},
+        {"calibrate -m tiny.gguf --out c.json --threads", "expected a value after --threads"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(run_cli(bad[i].args, out, sizeof out), 2, "%s: %s", bad[i].args, out);
+        cr_assert_not_null(strstr(out, "moeplan calibrate: error: "), "%s: %s", bad[i].args, out);
+        cr_assert_not_null(strstr(out, bad[i].needle), "%s: '%s' lacks '%s'", bad[i].args, out, bad[i].needle);
+        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "%s: not one line: %s", bad[i].args, out);
+    }
+    char path[600];
+    path_in_dir(path, sizeof path, "c.json");
+    cr_assert_neq(access(path, F_OK), 0, "a usage error wrote %s", path);
+    cr_assert_eq(run_cli("calibrate --help", out, sizeof out), 0);
+    cr_assert_not_null(strstr(out, "usage: moeplan calibrate -m MODEL --out costs.json"), "%s", out);
+}
+
+Test(calibrate, bad_model_is_one_line_and_writes_nothing)
+{
+    static char out[1 << 14];
+    cr_assert_eq(run_cli("calibrate -m nope.gguf --out c.json --quick", out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan calibrate: error: "), "%s", out);
+    cr_assert_not_null(strstr(out, "nope.gguf"), "%s", out);
+    char junk[600];
+    path_in_dir(junk, sizeof junk, "junk.gguf");
+    FILE *f = fopen(junk, "wb");
+    fputs("GGUF not really", f);
+    fclose(f);
+    cr_assert_eq(run_cli("calibrate -m junk.gguf --out c.json --quick", out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "junk.gguf"), "%s", out);
+    char path[600];
+    path_in_dir(path, sizeof path, "c.json");
+    cr_assert_neq(access(path, F_OK), 0);
+}
+
+Test(calibrate, refuses_to_overwrite_without_force)
+{
+    static char out[1 << 16];
+    char path[600];
+    path_in_dir(path, sizeof path, "costs.json");
+    FILE *f = fopen(path, "w");
+    fputs("keep me\n", f);
+    fclose(f);
+    const char *args = "calibrate -m tiny.gguf --out costs.json --quick --threads 1 --rows 1,2 --reps 3";
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan calibrate: error: costs.json exists (use --force"), "%s", out);
+    char buf[64] = {0};
+    f = fopen(path, "r");
+    cr_assert_not_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    cr_assert_str_eq(buf, "keep me\n");
+    char forced[256];
+    snprintf(forced, sizeof forced, "%s --force", args);
+    cr_assert_eq(run_cli(forced, out, sizeof out), 0, "%s", out);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    mp_costs_free(&c);
+}
+
+/* A CPU-only cost file (the fixture without its GPU parts, each listed in $.missing) loads, and
+ * `moeplan simulate` refuses it with one line saying what is missing. */
+Test(calibrate, simulate_refuses_cost_file_without_gpu)
+{
+    char fixture[600];
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/costs/fixture.json", getenv("MP_SOURCE_ROOT"));
+    FILE *f = fopen(fixture, "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    cJSON *missing = cJSON_AddArrayToObject(root, "missing");
+    const char *gpu_keys[] = {"gpu_expert", "h2d", "d2h", "sync"};
+    for (int i = 0; i < 4; i++) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, gpu_keys[i]);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "what", gpu_keys[i]);
+        cJSON_AddStringToObject(e, "why", "no CUDA device (test)");
+        cJSON_AddItemToArray(missing, e);
+    }
+    char *cpu_only = cJSON_Print(root);
+    char path[600];
+    path_in_dir(path, sizeof path, "cpu.json");
+    f = fopen(path, "w");
+    fputs(cpu_only, f);
+    fclose(f);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.absent, MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC);
+    cr_assert_eq(c.n_cpu_expert, 2);
+    mp_costs_free(&c);
+
+    /* a trace to simulate: 1 request x 2 tokens, one MoE layer, 4 experts, top-2 */
+    char csv[600], db[600];
+    path_in_dir(csv, sizeof csv, "r.csv");
+    path_in_dir(db, sizeof db, "t.db");
+    f = fopen(csv, "w");
+    fputs("seq,pos,layer,e0,e1,w0,w1\n0,0,0,0,1,0.5,0.3\n0,1,0,2,3,0.5,0.3\n", f);
+    fclose(f);
+    mp_import_options o = {.format = MP_IMPORT_CSV, .n_experts = 4, .weight_format = MP_TRACE_W_F32};
+    mp_import_result res;
+    cr_assert_eq(mp_import_file(csv, db, &o, &res, &err), MP_OK, "%s", err.msg);
+    static char out[1 << 14];
+    cr_assert_eq(run_cli("simulate t.db --costs cpu.json --budget 1GiB", out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan simulate: error: costs cpu.json: no GPU measurements "
+                                   "(gpu_expert, h2d, d2h, sync listed in $.missing)"),
+                       "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    cJSON_free(cpu_only);
+    cJSON_Delete(root);
+}
