@@ -6,6 +6,9 @@
  * top-k, SwiGLU and attention). Reference and runtime must agree on the logits of every row for
  * each architecture's traits; prefill must agree with token-by-token decode (the KV cache),
  * chunked prefill with one-shot prefill, and the hooks must see exactly the routing used.
+ * Also: quantized weights (Q8_0, Q4_0, Q4_K, Q6_K, F16) against the reference on the dequantized
+ * weights, GGUF loading (round trip and one-line errors, files written with mp_gguf_writer),
+ * `moeplan run` end to end and its flag checks, the sampler, the thread pool, RoPE tables.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -1301,3 +1304,39 @@ Test(forward, q4_0_weights_match_reference) { quantized_matches_reference(MP_TYP
 Test(forward, q4_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q4_K, 0.02); }
 Test(forward, q6_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q6_K, 0.02); }
 Test(forward, f16_weights_match_reference) { quantized_matches_reference(MP_TYPE_F16, 0.001); }
+
+/* ---------------------------------------------------------------- RoPE with a table */
+
+#include "kernels/ops.h"
+
+Test(ops, rope_tables_match_the_direct_rotation)
+{
+    const uint64_t seed = time_seed();
+    rng_state = seed;
+    enum { HD = 64 };
+    float cs[HD], a[HD], b[HD], c[HD];
+    const int64_t rots[] = {64, 32, 2};
+    for (int ri = 0; ri < 3; ri++) {
+        for (int64_t pos = 0; pos < 3000; pos += 37) {
+            const int64_t rot = rots[ri];
+            for (int i = 0; i < HD; i++)
+                a[i] = b[i] = c[i] = (float)rnd();
+            mp_rope_cache(cs, rot, pos, 1e6f);
+            mp_rope_neox(a, HD, rot, pos, 1e6f);
+            mp_rope_neox_cs(b, rot, cs);
+            cr_assert_eq(memcmp(a, b, sizeof a), 0, "seed %llu rot %lld pos %lld",
+                         (unsigned long long)seed, (long long)rot, (long long)pos);
+            float orig[HD];
+            memcpy(orig, c, sizeof orig);
+            mp_rope_norm_cs(c, rot, cs);
+            for (int64_t i = 0; i < rot / 2; i++) {
+                const double th = (double)pos * pow(1e6, -2.0 * (double)i / (double)rot);
+                const double x0 = orig[2 * i], x1 = orig[2 * i + 1];
+                cr_assert(fabs(c[2 * i] - (x0 * cos(th) - x1 * sin(th))) < 1e-5, "seed %llu", (unsigned long long)seed);
+                cr_assert(fabs(c[2 * i + 1] - (x0 * sin(th) + x1 * cos(th))) < 1e-5, "seed %llu", (unsigned long long)seed);
+            }
+            for (int64_t i = rot; i < HD; i++) /* dimensions past rot_dim are untouched */
+                cr_assert_eq(c[i], orig[i]);
+        }
+    }
+}
