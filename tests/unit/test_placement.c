@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "collector/sha256.h"
+#include "collector/trace_read.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 
@@ -487,4 +489,51 @@ Test(placement, run_reports_placement_and_refuses_bad_flags)
     snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement-file '%s'", model, pf);
     cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "pl.txt:2: layer 2: expert 9 out of range") != NULL, "%s", out);
+}
+
+Test(placement, collect_records_profile_hash_and_budget)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char model[512], prof[300], prompts[300], trace[300], args[4096], out[8192];
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", root);
+    snprintf(prof, sizeof prof, "%s/tiny.strp", tmpdir);
+    snprintf(prompts, sizeof prompts, "%s/p.json", tmpdir);
+    snprintf(trace, sizeof trace, "%s/t.db", tmpdir);
+    const mp_strp_pair pairs[] = {{2, 7}, {0, 1}, {1, 1}};
+    write_profile(prof, 3, 8, 2, pairs, 3); /* the tiny model: 3 layers × 8 experts */
+    write_text(prompts, "[\"Hello\"]");
+    /* a budget too small: refused before the trace exists */
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --no-progress "
+             "--max-tokens 2 --profile '%s' --gpu-budget 100KiB", model, prompts, trace, prof);
+    cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "moeplan collect: error: --gpu-budget 100.00 KiB is smaller than the "
+                          "non-expert weights") != NULL, "%s", out);
+    cr_assert_eq(access(trace, F_OK), -1, "a refused run left a trace");
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --no-progress "
+             "--max-tokens 2 --profile '%s' --gpu-budget 64MiB", model, prompts, trace, prof);
+    cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
+    mp_trace_reader *r;
+    mp_error e;
+    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
+    const mp_trace_run *run = mp_trace_reader_run(r);
+    FILE *f = fopen(prof, "rb");
+    uint8_t buf[256];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    mp_sha256 s;
+    uint8_t d[32];
+    char hex[65];
+    mp_sha256_init(&s);
+    mp_sha256_update(&s, buf, n);
+    mp_sha256_final(&s, d);
+    mp_sha256_hex(d, hex);
+    cr_assert_not_null(run->profile_sha256);
+    cr_assert_str_eq(run->profile_sha256, hex);
+    cr_assert_eq(run->budget_bytes, 64 << 20);
+    /* 64 MiB leaves room for all 3 ranked experts (beyond the profile's 2 slots) */
+    cr_assert(strstr(run->config_json, "3 of 3 ranked experts") != NULL, "%s", run->config_json);
+    cr_assert(strstr(run->config_json, "\"executor\":\"cpu (no GPU executor") != NULL, "%s",
+              run->config_json);
+    mp_trace_reader_close(r);
 }
