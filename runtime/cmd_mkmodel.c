@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ static void usage(FILE *f)
         "  -o, --output PATH  output file (written to PATH.tmp.<pid>, then renamed)\n"
         "  --force            overwrite PATH if it exists\n"
         "  --quiet            no progress output\n"
+        "  --dry-run          check the flags and print the tensor count and data size; write nothing\n"
         "  -h, --help         this help\n",
         MP_MK_DEFAULT_SKEW);
 }
@@ -96,6 +98,7 @@ typedef struct progress_state {
     struct timespec start;
     double last_print_s;
     int tty;
+    int show;
     int printed;
 } progress_state;
 
@@ -106,14 +109,26 @@ static double since(const struct timespec *t0)
     return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-static void on_progress(void *user, uint64_t done, uint64_t total)
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static bool on_progress(void *user, uint64_t done, uint64_t total)
 {
     progress_state *ps = user;
+    if (interrupted)
+        return false;
+    if (!ps->show)
+        return true;
     double t = since(&ps->start);
     /* A terminal gets a live line; a log gets a line every 10 s. */
     double every_s = ps->tty ? 0.5 : 10.0;
     if (done < total && t - ps->last_print_s < every_s)
-        return;
+        return true;
     ps->last_print_s = t;
     double frac = total ? (double)done / (double)total : 1.0;
     double eta_s = frac > 0 ? t / frac - t : 0;
@@ -121,6 +136,7 @@ static void on_progress(void *user, uint64_t done, uint64_t total)
             ps->tty ? "\r" : "", 100.0 * frac, (double)total / 1e9, t, eta_s,
             ps->tty ? "   " : "\n");
     ps->printed = 1;
+    return true;
 }
 
 /* Flags taking a value, and where they go. */
@@ -139,7 +155,7 @@ static int is_value_flag(const char *a)
 int mp_cmd_mkmodel(int argc, char **argv)
 {
     const char *preset = NULL, *arch = NULL, *quant = NULL, *out_path = NULL;
-    bool force = false, quiet = false;
+    bool force = false, quiet = false, dry_run = false;
     /* Pass 1: what the rest builds on, and the structure of the command line. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -153,6 +169,10 @@ int mp_cmd_mkmodel(int argc, char **argv)
         }
         if (!strcmp(a, "--quiet")) {
             quiet = true;
+            continue;
+        }
+        if (!strcmp(a, "--dry-run")) {
+            dry_run = true;
             continue;
         }
         if (!is_value_flag(a))
@@ -250,12 +270,26 @@ int mp_cmd_mkmodel(int argc, char **argv)
     st = mp_mkmodel_plan(&cfg, &tensors, &n_tensors, &err);
     uint64_t total = st ? 0 : mp_mkmodel_data_bytes(tensors, n_tensors);
     free(tensors);
+    if (!st && dry_run) {
+        printf("would write %s: %lld tensors, %llu bytes of tensor data, %s %s\n", out_path,
+               (long long)n_tensors, (unsigned long long)total,
+               cfg.preset[0] ? cfg.preset : "custom", cfg.mix);
+        return 0;
+    }
     progress_state ps = {.tty = isatty(2)};
     clock_gettime(CLOCK_MONOTONIC, &ps.start);
     /* Only large models are worth a progress line. */
-    bool show = !quiet && total >= ((uint64_t)64 << 20);
+    ps.show = !quiet && total >= ((uint64_t)64 << 20);
+    /* Ctrl-C / SIGTERM stop at the next chunk, and the writer removes its temporary file. */
+    struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     if (!st)
-        st = mp_mkmodel_write(&cfg, out_path, force, show ? on_progress : NULL, &ps, &err);
+        st = mp_mkmodel_write(&cfg, out_path, force, on_progress, &ps, &err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     if (ps.printed && ps.tty)
         fputc('\n', stderr);
     if (st) {

@@ -65,7 +65,7 @@ typedef struct mp_mkmodel_config {
 
 /* The default router skew: tuned so that the `flame` geometry (64 experts, top-6) gives the top
  * half of experts about the share of routes the real FLAME-MoE-290M trace shows (docs/mkmodel.md). */
-#define MP_MK_DEFAULT_SKEW 0.1
+#define MP_MK_DEFAULT_SKEW 0.05
 
 /* Preset names, NULL-terminated, for --help. */
 extern const char *const mp_mkmodel_preset_names[];
@@ -104,8 +104,10 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *cfg, mp_mk_tensor **tensors, 
 /* Bytes of tensor data the file will hold (without padding and metadata). */
 uint64_t mp_mkmodel_data_bytes(const mp_mk_tensor *tensors, int64_t n);
 
-/* Progress: called from the writing thread after each chunk, bytes of tensor data written so far. */
-typedef void (*mp_mkmodel_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_bytes);
+/* Progress: called from the writing thread after each chunk with the bytes of tensor data written
+ * so far. Returning false cancels the write (MP_ERR_IO "interrupted"; the temporary file is
+ * removed), which is how the CLI honours Ctrl-C during a multi-hour generation. */
+typedef bool (*mp_mkmodel_progress_fn)(void *user, uint64_t done_bytes, uint64_t total_bytes);
 
 /* Generate and write the model to path (validates cfg first). Refuses an existing path unless
  * force. progress may be NULL. */

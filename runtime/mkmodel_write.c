@@ -401,8 +401,9 @@ static mp_status write_tensor(mp_gguf_writer *w, mp_pool *pool, const mp_mkmodel
         size_t nbytes = (size_t)g.n_rows * row_bytes;
         st = mp_gguf_write_data(w, out, nbytes, err);
         pr->done += nbytes;
-        if (!st && pr->fn)
-            pr->fn(pr->user, pr->done, pr->total);
+        if (!st && pr->fn && !pr->fn(pr->user, pr->done, pr->total))
+            st = mp_fail(err, MP_ERR_IO, "%s: interrupted after %llu of %llu bytes of tensor data",
+                         t->name, (unsigned long long)pr->done, (unsigned long long)pr->total);
     }
     free(rank);
     return st;

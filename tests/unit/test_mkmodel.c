@@ -342,6 +342,9 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
     }
     const char *const help[] = {"--help", NULL};
     cr_assert_eq(run_cmd(help), 0);
+    const char *const dry[] = {"--preset", "qwen3-30b-a3b", "--dry-run", "-o", out, NULL};
+    cr_assert_eq(run_cmd(dry), 0);
+    cr_assert_eq(count_dir_entries(), 0, "--dry-run wrote a file");
 }
 
 Test(mkmodel, row_length_errors_suggest_a_type_that_fits)
@@ -448,9 +451,9 @@ Test(mkmodel, skew_raises_routing_concentration_monotonically)
 /* The default skew on FLAME-MoE-290M's routing geometry (25 layers, 64 experts, top-6) over as
  * many tokens as its trace (32 sequences x 64 tokens): the real trace
  * (data/traces/flame-moe-290m-prefill.csv) has its top 32 experts serving 58.1 % of routes
- * (per layer 56.3-60.7 %). The dense sizes are shrunk; the router prior does not depend on them.
- * Our floor (skew 0) is ~0.61 on the built-in corpus: its small vocabulary repeats tokens more
- * than real text does, and routing follows token identity (docs/mkmodel.md). */
+ * (per layer 56.3-60.7 %). The preset's own shapes, in q8_0 rather than q4_k_m only to generate
+ * faster (the share measured in q4_k_m differs by 0.001). With no skew at all the share is
+ * already ~0.59: routing follows token identity and the corpus repeats tokens (docs/mkmodel.md). */
 Test(mkmodel, default_skew_matches_the_flame_trace_concentration, .timeout = 600)
 {
     const double flame_share = 0.581;
@@ -458,18 +461,34 @@ Test(mkmodel, default_skew_matches_the_flame_trace_concentration, .timeout = 600
     mp_error err;
     cr_assert_eq(mp_mkmodel_preset("flame", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_mkmodel_set_mix(&c, "q8_0", &err), MP_OK);
-    c.n_embd = 64;
-    c.n_head = 4;
-    c.n_head_kv = 4;
-    c.head_dim = 16;
-    c.n_ff_exp = 64;
     c.n_threads = 2;
     write_model(&c, tmp_path("flame.gguf"));
     mp_mk_routes rc = measure(tmp_path("flame.gguf"), 32, 64);
     double share = mp_mk_routes_top_half_share(&rc);
     cr_log_info("flame geometry, default skew %.2f: top-half share %.3f (FLAME trace: %.3f)",
                 c.skew, share, flame_share);
-    cr_assert(fabs(share - flame_share) < 0.06, "top-half share %.3f, FLAME's %.3f", share,
+    cr_assert(fabs(share - flame_share) < 0.03, "top-half share %.3f, FLAME's %.3f", share,
               flame_share);
     mp_mk_routes_free(&rc);
+}
+
+static bool cancel_after_first_chunk(void *user, uint64_t done, uint64_t total)
+{
+    int *calls = user;
+    cr_assert(done > 0 && done <= total);
+    return ++*calls < 2;
+}
+
+/* A cancelled write (the CLI's Ctrl-C) fails and leaves no output and no temporary file. */
+Test(mkmodel, cancelled_write_leaves_nothing)
+{
+    mp_mkmodel_config c = small_config();
+    mp_error err = {0};
+    int calls = 0;
+    mp_status st = mp_mkmodel_write(&c, tmp_path("cancel.gguf"), false, cancel_after_first_chunk,
+                                    &calls, &err);
+    cr_assert_eq(st, MP_ERR_IO, "status %d: %s", st, err.msg);
+    cr_assert(strstr(err.msg, "interrupted"), "message: %s", err.msg);
+    cr_assert_eq(calls, 2);
+    cr_assert_eq(count_dir_entries(), 0, "a cancelled write left a file");
 }
