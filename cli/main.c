@@ -3,6 +3,14 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "collector/route_replay.h"
+
+/* `run` lives in the runtime, which never links the trace reader: the CLI, above both, hands it
+ * route replay as a function table (docs/placement.md). */
+static int cmd_run(int argc, char **argv)
+{
+    return mp_cmd_run_with(argc, argv, &mp_route_replay_ops);
+}
 
 typedef struct command {
     const char *name;
@@ -11,7 +19,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"run", mp_cmd_run, "generate text from a GGUF MoE model"},
+    {"run", cmd_run, "generate text from a GGUF MoE model"},
     {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},

@@ -3,6 +3,7 @@
  *
  * Order of work (each failure is one line and exit 1, usage errors exit 2):
  *   options and path checks (before opening anything) → prompts → model, tokenizer, SHA-256 →
+ *   route replay (--route-replay) → session → placement (checked against --gpu-budget) →
  *   trace (run metadata, one node per MoE layer with bytes per expert) → per prompt: template,
  *   encode, prefill, greedy decode, with the routing recorded through the hooks → footer →
  *   results JSON (temp name, then rename).
@@ -19,10 +20,12 @@
 #include "cli/commands.h"
 #include "collector/collect_opts.h"
 #include "collector/prompts.h"
+#include "collector/route_replay.h"
 #include "collector/sha256.h"
 #include "collector/trace.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/tokenizer.h"
@@ -113,6 +116,34 @@ static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int6
             el > 0 ? (double)tokens / el : 0.0, (int)(eta / 60), (int)eta % 60,
             final ? "\n" : "");
     fflush(stderr);
+}
+
+/* The run's config JSON plus what placement and route replay add (strings escaped by cJSON). */
+static char *config_with_placement(const char *base, const mp_collect_opts *o,
+                                   const mp_placement *pl, const mp_route_replay *rr)
+{
+    cJSON *c = cJSON_Parse(base);
+    if (!c)
+        return NULL;
+    char summary[1024];
+    mp_placement_summary(pl, summary, sizeof summary);
+    cJSON_AddStringToObject(c, "placement", pl->desc);
+    cJSON_AddStringToObject(c, "placement_summary", summary);
+    cJSON_AddStringToObject(c, "executor", "cpu (no GPU executor in this build: every expert ran "
+                                           "on the CPU)");
+    if (o->placement.budget_bytes)
+        cJSON_AddNumberToObject(c, "gpu_budget_bytes", (double)o->placement.budget_bytes);
+    else
+        cJSON_AddNullToObject(c, "gpu_budget_bytes");
+    if (rr) {
+        cJSON_AddStringToObject(c, "route_replay", o->route_replay);
+        cJSON_AddStringToObject(c, "route_replay_sha256", mp_route_replay_sha256(rr));
+    } else {
+        cJSON_AddNullToObject(c, "route_replay");
+    }
+    char *text = cJSON_PrintUnformatted(c);
+    cJSON_Delete(c);
+    return text;
 }
 
 static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps,
@@ -250,7 +281,12 @@ int mp_cmd_collect(int argc, char **argv)
     prompt_result *res = NULL;
     const char **labels = NULL; /* (2 × n prompts): external ids, then texts */
     mp_trace_hooks_state hs;
-    mp_hooks hooks;
+    mp_hooks hooks = {0}; /* filled once the trace exists; the session holds its address */
+    mp_placement pl = {0};
+    mp_route_replay *rr = NULL;
+    mp_route_source route_src;
+    char *config_full = NULL;
+    char profile_sha[65];
     int64_t n_done = 0;
     char sha[65], cpu[256], quant[256], config[512];
     if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
@@ -271,6 +307,22 @@ int mp_cmd_collect(int argc, char **argv)
         st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
         goto out;
     }
+    mp_session_params sessp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads, .n_batch = o.n_batch,
+                               .hooks = &hooks};
+    if (o.route_replay) {
+        if ((st = mp_route_replay_open(o.route_replay, m->hp.n_layer, m->hp.n_expert,
+                                       m->hp.n_expert_used, &rr, &err)))
+            goto out;
+        route_src = mp_route_replay_source(rr);
+        sessp.route_src = &route_src;
+    }
+    if ((st = mp_session_new(m, &sessp, &s, &err)))
+        goto out;
+    if ((st = mp_placement_for_model(m, &o.placement, mp_session_n_ctx(s), mp_session_n_batch(s),
+                                     &pl, &err)))
+        goto out;
+    /* the trace is created only once the run is known to be possible (replay geometry,
+     * placement and budget checked): a refused run leaves no file behind */
     if ((st = mp_trace_writer_open(o.trace_path, o.force, &w, &err)))
         goto out;
     labels = calloc((size_t)ps.n * 2, sizeof *labels); /* ids, then texts */
@@ -290,10 +342,6 @@ int mp_cmd_collect(int argc, char **argv)
     } else if ((st = mp_trace_async_start(w, &as, &hooks, &err))) {
         goto out;
     }
-    mp_session_params sessp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads, .n_batch = o.n_batch,
-                               .hooks = &hooks};
-    if ((st = mp_session_new(m, &sessp, &s, &err)))
-        goto out;
     cpu_model(cpu, sizeof cpu);
     quant_types(m, quant, sizeof quant);
     snprintf(config, sizeof config,
@@ -304,6 +352,10 @@ int mp_cmd_collect(int argc, char **argv)
              o.store_prompts ? "true" : "false", (long long)mp_session_n_ctx(s),
              (long long)o.n_batch, mp_session_n_threads(s), o.sync_writer ? "sync" : "thread",
              "see requests.external_id");
+    if (!(config_full = config_with_placement(config, &o, &pl, rr))) {
+        st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     mp_trace_run_info info;
     mp_trace_run_info_init(&info);
     info.source = "moeplan";
@@ -321,7 +373,19 @@ int mp_cmd_collect(int argc, char **argv)
     info.device = "cpu";
     info.cpu_model = cpu;
     info.threads = mp_session_n_threads(s);
-    info.config_json = config;
+    info.config_json = config_full;
+    if (pl.profile_image) { /* the hash of the bytes the placement was built from */
+        mp_sha256 psh;
+        uint8_t d[32];
+        mp_sha256_init(&psh);
+        mp_sha256_update(&psh, pl.profile_image, pl.profile_image_bytes);
+        mp_sha256_final(&psh, d);
+        mp_sha256_hex(d, profile_sha);
+        info.profile_sha256 = profile_sha;
+    }
+    if (o.placement.budget_bytes)
+        info.budget_bytes = (int64_t)(o.placement.budget_bytes > INT64_MAX ? INT64_MAX
+                                                                          : o.placement.budget_bytes);
     if ((st = mp_trace_set_run(w, &info, &err)))
         goto out;
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
@@ -359,7 +423,19 @@ int mp_cmd_collect(int argc, char **argv)
     printf("collected %lld prompts: %lld steps, %lld routing records -> %s (results: %s)\n",
            (long long)c.n_requests, (long long)c.n_steps, (long long)c.n_routing, o.trace_path,
            o.results_path);
+    {
+        char line[1024];
+        mp_placement_summary(&pl, line, sizeof line);
+        printf("placement: %s (GPU executor not available in this build: all experts ran on the "
+               "CPU)\n", line);
+        if (rr)
+            printf("routing replayed from %s: %lld rows per layer, %lld wrap(s)\n", o.route_replay,
+                   (long long)mp_route_replay_rows(rr), (long long)mp_route_replay_wraps(rr));
+    }
 out:
+    /* a replay that stopped the run knows why; the runtime only knows that it stopped */
+    if (st && rr && mp_route_replay_error(rr)->code)
+        err = *mp_route_replay_error(rr);
     if (as) {
         mp_error e2;
         mp_status s2 = mp_trace_async_stop(as, &e2);
@@ -374,6 +450,9 @@ out:
     }
     mp_trace_writer_close(w);
     mp_session_free(s);
+    mp_route_replay_close(rr);
+    mp_placement_free(&pl);
+    free(config_full);
     mp_sampler_free(smp);
     free(logits);
     free(res);

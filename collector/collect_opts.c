@@ -28,7 +28,12 @@ void mp_collect_usage(FILE *f)
             "  --threads N  --ctx N  --batch N   runtime settings (0: defaults)\n"
             "  --trace-max-bytes N   stop (run aborted) if the trace would grow past N bytes\n"
             "  --sync-writer         write SQLite inside the hooks instead of a writer thread\n"
-            "  --no-progress         no progress bar\n");
+            "  --no-progress         no progress bar\n"
+            "  --route-replay TRACE  take every layer's expert choices from TRACE (same layers,\n"
+            "                        experts, top-k) instead of the router (docs/placement.md)\n"
+            "%s"
+            "Placement is validated against the budget and recorded in the trace; this build has\n"
+            "no GPU executor, so every expert runs on the CPU.\n", mp_placement_flags_help);
 }
 
 static mp_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out,
@@ -99,6 +104,11 @@ mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_er
         } else if (!strcmp(a, "--trace-max-bytes")) {
             if ((s = parse_i64(a, v, 0, INT64_MAX / 2, &o->trace_max_bytes, err)))
                 return s;
+        } else if (!strcmp(a, "--route-replay")) {
+            o->route_replay = v;
+        } else if (mp_placement_opts_set(&o->placement, a, v, &s, err)) {
+            if (s)
+                return s;
         } else {
             return mp_fail(err, MP_ERR_ARG, "unknown option %s (see --help)", a);
         }
@@ -158,6 +168,10 @@ mp_status mp_collect_check_paths(const mp_collect_opts *o, mp_error *err)
             if (same_file(outputs[i], inputs[j]))
                 return mp_fail(err, MP_ERR_ARG, "%s %s is %s", out_names[i], outputs[i],
                                in_names[j]);
+    for (int i = 0; o->route_replay && i < 2; i++)
+        if (same_file(outputs[i], o->route_replay))
+            return mp_fail(err, MP_ERR_ARG, "%s %s is the --route-replay trace", out_names[i],
+                           outputs[i]);
     if (same_file(o->trace_path, o->results_path))
         return mp_fail(err, MP_ERR_ARG, "the trace and the results file are both %s",
                        o->trace_path);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "runtime/error.h"
+#include "runtime/placement.h"
 
 typedef struct mp_collect_opts {
     const char *model_path;    /* -m, --model */
@@ -28,6 +29,8 @@ typedef struct mp_collect_opts {
     int64_t n_ctx, n_batch;    /* 0: the runtime's defaults */
     int n_threads;             /* 0: all online CPUs */
     int64_t trace_max_bytes;   /* 0: no cap */
+    mp_placement_opts placement; /* --placement, --placement-file, --profile, --gpu-budget */
+    const char *route_replay;  /* --route-replay TRACE: routing from a trace (NULL: the router) */
     bool help;                 /* --help was given: print usage, nothing else */
 } mp_collect_opts;
 

@@ -2,7 +2,10 @@
  *
  * Loads the model and its tokenizer, applies the chatml template (qwen3moe, unless --raw),
  * prefills the prompt, then decodes until -n tokens or an end-of-generation token, streaming the
- * text to stdout. A summary line goes to stderr. Every numeric flag is parsed strictly (whole
+ * text to stdout. A summary line goes to stderr. Placement flags (runtime/placement.h) are checked
+ * against the GPU budget and reported; with no GPU executor in this build every expert runs on the
+ * CPU, and the summary says so. --route-replay goes through the function table the CLI passes to
+ * mp_cmd_run_with (the runtime never links the trace reader). Every numeric flag is parsed strictly (whole
  * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1.
  */
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
@@ -41,10 +45,15 @@ static void usage(FILE *f)
             "      --ctx N          context length in tokens (default min(model's, 4096))\n"
             "      --raw            feed the prompt as is (no chat template)\n"
             "      --no-simd        use the scalar reference kernels\n"
+            "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
+            "                       with the same layers, experts and top-k (docs/placement.md)\n"
+            "%s"
             "  -h, --help           show this help\n"
             "\n"
             "Text goes to stdout; a summary line (prompt tokens, prefill tok/s, generated tokens,\n"
-            "decode tok/s, threads, ISA) goes to stderr.\n");
+            "decode tok/s, threads, ISA) goes to stderr. This build has no GPU executor: a\n"
+            "placement is validated against the budget and reported, and every expert runs on\n"
+            "the CPU.\n", mp_placement_flags_help);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b)
@@ -100,6 +109,8 @@ typedef struct run_opts {
     float temp, top_p;
     uint64_t seed;
     bool raw, no_simd;
+    mp_placement_opts pl;
+    const char *route_replay;
 } run_opts;
 
 /* 0 ok, 1 help shown, 2 usage error (reported) */
@@ -124,7 +135,14 @@ static int parse_args(int argc, char **argv, run_opts *o)
         if (!v)
             return usage_error("option %s needs a value%s", a, "");
         bool ok = true;
-        if (IS("-m", "--model"))
+        mp_status pst;
+        mp_error perr;
+        if (mp_placement_opts_set(&o->pl, a, v, &pst, &perr)) {
+            if (pst)
+                return usage_error("%s%s", perr.msg, "");
+        } else if (!strcmp(a, "--route-replay"))
+            o->route_replay = v;
+        else if (IS("-m", "--model"))
             o->model = v;
         else if (IS("-p", "--prompt"))
             o->prompt = v;
@@ -216,7 +234,7 @@ static void emit(const mp_tokenizer *tok, int32_t id)
     fflush(stdout);
 }
 
-static mp_status generate(const run_opts *o, mp_error *err)
+static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, mp_error *err)
 {
     mp_model *m = NULL;
     mp_tokenizer *tok = NULL;
@@ -226,6 +244,9 @@ static mp_status generate(const run_opts *o, mp_error *err)
     int32_t *prompt = NULL;
     float *logits = NULL;
     size_t text_len = 0, n_prompt = 0;
+    mp_placement pl = {0};
+    void *replay_state = NULL;
+    mp_route_source route_src;
     mp_status st;
 
     if (o->file) {
@@ -279,7 +300,22 @@ static mp_status generate(const run_opts *o, mp_error *err)
     }
 
     mp_session_params sp = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    if (o->route_replay) {
+        if (!replay) {
+            st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
+                         "moeplan binary provides it)");
+            goto done;
+        }
+        if ((st = replay->open(o->route_replay, m->hp.n_layer, m->hp.n_expert,
+                               m->hp.n_expert_used, &replay_state, &route_src, err)))
+            goto done;
+        sp.route_src = &route_src;
+    }
     if ((st = mp_session_new(m, &sp, &s, err)))
+        goto done;
+    /* the placement is checked before any work, against the session's real sizes */
+    if ((st = mp_placement_for_model(m, &o->pl, mp_session_n_ctx(s), mp_session_n_batch(s), &pl,
+                                     err)))
         goto done;
     const int64_t n_ctx = mp_session_n_ctx(s);
     if ((int64_t)n_prompt > n_ctx) {
@@ -298,7 +334,7 @@ static mp_status generate(const run_opts *o, mp_error *err)
 
     const double t0 = now_s();
     if ((st = mp_session_eval(s, prompt, (int64_t)n_prompt, false, logits, err)))
-        goto done;
+        goto eval_failed;
     const double t_prefill = now_s() - t0;
 
     int64_t n_gen = 0;
@@ -316,7 +352,7 @@ static mp_status generate(const run_opts *o, mp_error *err)
             break;
         }
         if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
-            goto done;
+            goto eval_failed;
     }
     const double t_decode = now_s() - t1;
     /* decode speed counts forward passes: the first token comes from the prefill's logits */
@@ -328,8 +364,27 @@ static mp_status generate(const run_opts *o, mp_error *err)
             n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, n_gen,
             t_decode > 0 && n_decode_evals > 0 ? (double)n_decode_evals / t_decode : 0.0,
             mp_session_n_threads(s), mp_kernels_isa());
+    if (o->pl.spec || o->pl.file || o->pl.profile || o->pl.budget_text) {
+        char line[1024];
+        mp_placement_summary(&pl, line, sizeof line);
+        fprintf(stderr, "moeplan run: placement: %s (GPU executor not available in this build: "
+                "all experts ran on the CPU)\n", line);
+    }
+    if (replay_state) {
+        char line[1024];
+        replay->describe(replay_state, line, sizeof line);
+        fprintf(stderr, "moeplan run: %s\n", line);
+    }
     st = MP_OK;
+    goto done;
+eval_failed:
+    /* a replay that stopped the run knows why; the runtime only knows that it stopped */
+    if (replay_state && replay->error(replay_state)->code)
+        *err = *replay->error(replay_state);
 done:
+    if (replay_state)
+        replay->close(replay_state);
+    mp_placement_free(&pl);
     mp_sampler_free(smp);
     free(logits);
     mp_session_free(s);
@@ -343,6 +398,11 @@ done:
 
 int mp_cmd_run(int argc, char **argv)
 {
+    return mp_cmd_run_with(argc, argv, NULL);
+}
+
+int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay)
+{
     run_opts o;
     const int rc = parse_args(argc, argv, &o);
     if (rc == 1)
@@ -352,7 +412,7 @@ int mp_cmd_run(int argc, char **argv)
     if (o.no_simd)
         mp_kernels_force_scalar(1);
     mp_error err = {0};
-    if (generate(&o, &err) != MP_OK) {
+    if (generate(&o, replay, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan run: error: %s\n", err.msg);
         return 1;

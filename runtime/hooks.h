@@ -7,7 +7,10 @@
 #ifndef MP_RUNTIME_HOOKS_H
 #define MP_RUNTIME_HOOKS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "runtime/error.h"
 
 typedef enum mp_phase { MP_PHASE_PREFILL = 0, MP_PHASE_DECODE = 1 } mp_phase;
 
@@ -45,5 +48,20 @@ typedef struct mp_route_source {
     int (*route)(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *expert_ids,
                  float *weights);
 } mp_route_source;
+
+/* Route replay (--route-replay TRACE) as a set of functions handed down by a layer above the
+ * runtime: the runtime never links the trace reader, so `moeplan run` gets these from the CLI
+ * (cli/main.c passes collector/route_replay.h's implementation to mp_cmd_run_with). */
+typedef struct mp_route_replay_api {
+    /* Open a replay of path for a model of n_layer MoE layers × n_expert experts × top_k;
+     * refuses (MP_ERR_FORMAT, with both geometries) a trace that does not match. */
+    mp_status (*open)(const char *path, int64_t n_layer, int64_t n_expert, int64_t top_k,
+                      void **state, mp_route_source *src, mp_error *err);
+    /* Why the source stopped a run (code MP_OK if it did not). */
+    const mp_error *(*error)(const void *state);
+    /* One phrase for the run summary: rows replayed per layer, wraps. */
+    void (*describe)(const void *state, char *buf, size_t cap);
+    void (*close)(void *state);
+} mp_route_replay_api;
 
 #endif

@@ -154,6 +154,11 @@ int64_t mp_session_n_ctx(const mp_session *s)
     return s->n_ctx;
 }
 
+int64_t mp_session_n_batch(const mp_session *s)
+{
+    return s->n_batch;
+}
+
 int mp_session_n_threads(const mp_session *s)
 {
     return s->n_threads;

@@ -38,6 +38,7 @@ mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool 
                           float *logits, mp_error *err);
 int64_t mp_session_n_past(const mp_session *s);
 int64_t mp_session_n_ctx(const mp_session *s);
+int64_t mp_session_n_batch(const mp_session *s); /* max rows per forward chunk */
 void mp_session_reset(mp_session *s); /* forget the KV cache (new request) */
 int mp_session_n_threads(const mp_session *s);
 

@@ -1,0 +1,296 @@
+/* collector/route_replay.c — route replay from a trace (see collector/route_replay.h).
+ *
+ * One routing iterator per layer, each skipping the records of other nodes: n_layer scans of the
+ * routing table in lockstep, constant memory (one decoded record per layer), no index needed.
+ */
+#include "collector/route_replay.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collector/sha256.h"
+#include "collector/trace_read.h"
+
+#define RR_MAX_RECORD_VALUES ((int64_t)1 << 26) /* ids of one record (n_rows × top_k) */
+
+typedef struct rr_layer {
+    int64_t node_index;
+    int64_t id_bytes;
+    const char *weight_format;   /* owned by the reader */
+    mp_trace_routing_iter *it;   /* NULL until the first fetch */
+    int32_t *ids;                /* (n_rows, top_k) of the current record */
+    float *w;                    /* (n_rows, top_k) */
+    int64_t cap_values;
+    int64_t n_rows, cursor;      /* rows in the current record, rows of it already replayed */
+    int64_t request_id, step;    /* of the current record, for errors */
+    int64_t rows_since_start;    /* rows read since the stream (re)started */
+    int64_t rows_served;
+    int64_t wraps;
+} rr_layer;
+
+struct mp_route_replay {
+    mp_trace_reader *r;
+    char *path;
+    int64_t n_layer, n_expert, top_k;
+    rr_layer *layers;            /* (n_layer) */
+    mp_error err;                /* why the source stopped a run */
+    char sha256[65];
+};
+
+static mp_status hash_file(const char *path, char hex[65], mp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint8_t *buf = malloc(1 << 20);
+    if (!buf) {
+        fclose(f);
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    mp_sha256 s;
+    mp_sha256_init(&s);
+    size_t n;
+    while ((n = fread(buf, 1, 1 << 20, f)) > 0)
+        mp_sha256_update(&s, buf, n);
+    const bool bad = ferror(f);
+    fclose(f);
+    free(buf);
+    if (bad)
+        return mp_fail(err, MP_ERR_IO, "%s: read error while hashing", path);
+    uint8_t d[32];
+    mp_sha256_final(&s, d);
+    mp_sha256_hex(d, hex);
+    return MP_OK;
+}
+
+void mp_route_replay_close(mp_route_replay *rr)
+{
+    if (!rr)
+        return;
+    for (int64_t i = 0; rr->layers && i < rr->n_layer; i++) {
+        mp_trace_routing_end(rr->layers[i].it);
+        free(rr->layers[i].ids);
+        free(rr->layers[i].w);
+    }
+    free(rr->layers);
+    mp_trace_reader_close(rr->r);
+    free(rr->path);
+    free(rr);
+}
+
+mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t n_expert,
+                               int64_t top_k, mp_route_replay **out, mp_error *err)
+{
+    *out = NULL;
+    mp_route_replay *rr = calloc(1, sizeof *rr);
+    if (!rr || !(rr->path = strdup(trace_path))) {
+        free(rr);
+        return mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
+    }
+    rr->n_layer = n_layer;
+    rr->n_expert = n_expert;
+    rr->top_k = top_k;
+    mp_status st = mp_trace_reader_open(trace_path, &rr->r, err);
+    if (st)
+        goto fail;
+    const mp_trace_run *run = mp_trace_reader_run(rr->r);
+    if (!run->status || strcmp(run->status, "complete")) {
+        st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: run status '%s': replay needs "
+                     "a complete trace", trace_path, run->status ? run->status : "(none)");
+        goto fail;
+    }
+    const int64_t n_nodes = mp_trace_reader_n_nodes(rr->r);
+    const mp_trace_node_info *nodes = mp_trace_reader_nodes(rr->r);
+    bool match = n_nodes == n_layer;
+    for (int64_t i = 0; match && i < n_nodes; i++)
+        match = nodes[i].n_experts == n_expert && nodes[i].top_k == top_k;
+    if (!match) {
+        const int64_t ne = n_nodes ? nodes[0].n_experts : -1, k = n_nodes ? nodes[0].top_k : -1;
+        st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s has %" PRId64 " MoE nodes × %"
+                     PRId64 " experts × top-%" PRId64 "%s, the model has %" PRId64 " layers × %"
+                     PRId64 " experts × top-%" PRId64 ": the geometry must match", trace_path,
+                     n_nodes, ne, k, n_nodes > 1 ? " (node 0)" : "", n_layer, n_expert, top_k);
+        for (int64_t i = 1; i < n_nodes && n_nodes == n_layer; i++)
+            if (nodes[i].n_experts != ne || nodes[i].top_k != k) {
+                mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: node %" PRId64 " has %" PRId64
+                        " experts × top-%" PRId64 ", the model %" PRId64 " × top-%" PRId64
+                        ": the geometry must match", trace_path, nodes[i].node_index,
+                        nodes[i].n_experts, nodes[i].top_k, n_expert, top_k);
+                break;
+            }
+        goto fail;
+    }
+    rr->layers = calloc((size_t)n_layer, sizeof *rr->layers);
+    if (!rr->layers) {
+        st = mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
+        goto fail;
+    }
+    for (int64_t i = 0; i < n_layer; i++) {
+        rr->layers[i].node_index = nodes[i].node_index;
+        rr->layers[i].id_bytes = nodes[i].id_bytes;
+        rr->layers[i].weight_format = nodes[i].weight_format;
+    }
+    if ((st = hash_file(trace_path, rr->sha256, err)))
+        goto fail;
+    *out = rr;
+    return MP_OK;
+fail:
+    mp_route_replay_close(rr);
+    return st;
+}
+
+/* Load layer L's next record of its node (restarting the stream at the end: a wrap). */
+static mp_status next_record(mp_route_replay *rr, rr_layer *L, mp_error *err)
+{
+    for (;;) {
+        if (!L->it) {
+            mp_status st = mp_trace_routing_begin(rr->r, &L->it, err);
+            if (st)
+                return st;
+            L->rows_since_start = 0;
+        }
+        mp_trace_routing_rec rec;
+        const int rc = mp_trace_routing_next(L->it, &rec, err);
+        if (rc < 0)
+            return (mp_status)rc;
+        if (rc == 0) {
+            mp_trace_routing_end(L->it);
+            L->it = NULL;
+            if (L->rows_since_start == 0)
+                return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: node %" PRId64
+                               " has no routing rows", rr->path, L->node_index);
+            L->wraps++;
+            continue;
+        }
+        if (rec.node_index != L->node_index)
+            continue;
+        const int64_t K = rr->top_k;
+        if (rec.n_rows < 1 || rec.n_rows > RR_MAX_RECORD_VALUES / K)
+            return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64
+                           ", step %" PRId64 ", node %" PRId64 "): %" PRId64 " rows, expected 1..%"
+                           PRId64, rr->path, rec.request_id, rec.step, rec.node_index, rec.n_rows,
+                           RR_MAX_RECORD_VALUES / K);
+        const int64_t n = rec.n_rows * K;
+        if (n > L->cap_values) {
+            int32_t *ids = realloc(L->ids, (size_t)n * sizeof *ids);
+            if (ids)
+                L->ids = ids;
+            float *w = realloc(L->w, (size_t)n * sizeof *w);
+            if (w)
+                L->w = w;
+            if (!ids || !w)
+                return mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
+            L->cap_values = n;
+        }
+        mp_status st = mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, L->id_bytes, n,
+                                           L->ids, err);
+        if (!st)
+            st = mp_trace_decode_weights(rec.weights, rec.weights_bytes, L->weight_format, n, L->w,
+                                         err);
+        if (st)
+            return mp_error_prefix(err, "route replay: trace %s: routing (request %" PRId64
+                                   ", step %" PRId64 ", node %" PRId64 ")", rr->path,
+                                   rec.request_id, rec.step, rec.node_index);
+        for (int64_t i = 0; i < n; i++) {
+            if (L->ids[i] < 0 || L->ids[i] >= rr->n_expert || !isfinite(L->w[i]))
+                return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %"
+                               PRId64 ", step %" PRId64 ", node %" PRId64 ") row %" PRId64
+                               " slot %" PRId64 ": expected an expert id in [0, %" PRId64 ") and "
+                               "a finite weight, found %d and %g", rr->path, rec.request_id,
+                               rec.step, rec.node_index, i / K, i % K, rr->n_expert,
+                               (int)L->ids[i], (double)L->w[i]);
+        }
+        L->n_rows = rec.n_rows;
+        L->cursor = 0;
+        L->request_id = rec.request_id;
+        L->step = rec.step;
+        L->rows_since_start += rec.n_rows;
+        return MP_OK;
+    }
+}
+
+static int replay_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k,
+                        int32_t *expert_ids, float *weights)
+{
+    mp_route_replay *rr = user;
+    if (layer < 0 || layer >= rr->n_layer || top_k != rr->top_k)
+        return mp_fail(&rr->err, MP_ERR_INTERNAL, "route replay: asked for layer %" PRId64
+                       " top-%" PRId64 ", opened for %" PRId64 " layers top-%" PRId64, layer,
+                       top_k, rr->n_layer, rr->top_k);
+    rr_layer *L = &rr->layers[layer];
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (L->cursor == L->n_rows) {
+            mp_status st = next_record(rr, L, &rr->err);
+            if (st)
+                return st;
+        }
+        memcpy(expert_ids + r * top_k, L->ids + L->cursor * top_k, (size_t)top_k * sizeof *expert_ids);
+        memcpy(weights + r * top_k, L->w + L->cursor * top_k, (size_t)top_k * sizeof *weights);
+        L->cursor++;
+    }
+    L->rows_served += n_rows;
+    return 0;
+}
+
+mp_route_source mp_route_replay_source(mp_route_replay *rr)
+{
+    return (mp_route_source){.user = rr, .route = replay_route};
+}
+
+const mp_error *mp_route_replay_error(const mp_route_replay *rr)
+{
+    return &rr->err;
+}
+
+int64_t mp_route_replay_rows(const mp_route_replay *rr)
+{
+    return rr->n_layer ? rr->layers[0].rows_served : 0;
+}
+
+int64_t mp_route_replay_wraps(const mp_route_replay *rr)
+{
+    return rr->n_layer ? rr->layers[0].wraps : 0;
+}
+
+const char *mp_route_replay_sha256(const mp_route_replay *rr)
+{
+    return rr->sha256;
+}
+
+/* ---- the function table for `moeplan run` ---- */
+
+static mp_status api_open(const char *path, int64_t n_layer, int64_t n_expert, int64_t top_k,
+                          void **state, mp_route_source *src, mp_error *err)
+{
+    mp_route_replay *rr;
+    mp_status st = mp_route_replay_open(path, n_layer, n_expert, top_k, &rr, err);
+    if (st)
+        return st;
+    *state = rr;
+    *src = mp_route_replay_source(rr);
+    return MP_OK;
+}
+
+static const mp_error *api_error(const void *state)
+{
+    return mp_route_replay_error(state);
+}
+
+static void api_describe(const void *state, char *buf, size_t cap)
+{
+    const mp_route_replay *rr = state;
+    snprintf(buf, cap, "routing replayed from %s: %" PRId64 " rows per layer, %" PRId64
+             " wrap(s)", rr->path, mp_route_replay_rows(rr), mp_route_replay_wraps(rr));
+}
+
+static void api_close(void *state)
+{
+    mp_route_replay_close(state);
+}
+
+const mp_route_replay_api mp_route_replay_ops = {
+    .open = api_open, .error = api_error, .describe = api_describe, .close = api_close};

@@ -1,0 +1,389 @@
+/* runtime/placement.c — building a placement map and checking it against the GPU budget (see
+ * runtime/placement.h for the contract, docs/placement.md for the formulas and policies).
+ *
+ * Order of work in mp_placement_build: the fixed device memory (weights, KV cache, scratch) is
+ * computed first, so that a budget too small for it fails before any expert is placed; then the
+ * map is filled by the mode; then its expert pool is checked against what the budget leaves.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/placement.h"
+#include "runtime/strp.h"
+
+#define MP_PLACEMENT_MAX_PROFILE_BYTES ((size_t)1 << 30)
+
+bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
+                           mp_status *st, mp_error *err)
+{
+    const bool is_spec = !strcmp(flag, "--placement"), is_file = !strcmp(flag, "--placement-file"),
+               is_prof = !strcmp(flag, "--profile"), is_budget = !strcmp(flag, "--gpu-budget");
+    if (!is_spec && !is_file && !is_prof && !is_budget)
+        return false;
+    *st = MP_OK;
+    if (is_budget) {
+        if (o->budget_text) {
+            *st = mp_fail(err, MP_ERR_ARG, "--gpu-budget given twice");
+            return true;
+        }
+        if ((*st = mp_parse_bytes(value, &o->budget_bytes, err)))
+            mp_error_prefix(err, "--gpu-budget");
+        else
+            o->budget_text = value;
+        return true;
+    }
+    if (o->spec || o->file || o->profile) {
+        *st = mp_fail(err, MP_ERR_ARG, "%s: give only one of --placement, --placement-file and "
+                      "--profile", flag);
+        return true;
+    }
+    if (!*value) {
+        *st = mp_fail(err, MP_ERR_ARG, "%s: empty value", flag);
+        return true;
+    }
+    if (is_spec) {
+        if ((*st = mp_placement_spec_parse(value, &o->mode, &o->n_layers_arg, err)) == MP_OK)
+            o->spec = value;
+    } else if (is_file) {
+        o->file = value;
+        o->mode = MP_PLACEMENT_FILE;
+    } else {
+        o->profile = value;
+        o->mode = MP_PLACEMENT_PROFILE;
+    }
+    return true;
+}
+
+mp_status mp_placement_geom_from_model(const mp_model *m, mp_placement_geom *g, mp_error *err)
+{
+    const mp_hparams *hp = &m->hp;
+    *g = (mp_placement_geom){.n_layer = hp->n_layer, .n_expert = hp->n_expert,
+                             .n_expert_used = hp->n_expert_used, .n_embd = hp->n_embd,
+                             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                             .head_dim = hp->head_dim, .n_ff_exp = hp->n_ff_exp,
+                             .n_vocab = hp->n_vocab, .dense_bytes = mp_model_dense_bytes(m)};
+    g->expert_bytes = malloc((size_t)hp->n_layer * sizeof *g->expert_bytes);
+    if (!g->expert_bytes)
+        return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        g->expert_bytes[il] = mp_model_expert_bytes(m, il);
+    return MP_OK;
+}
+
+void mp_placement_geom_free(mp_placement_geom *g)
+{
+    free(g->expert_bytes);
+    g->expert_bytes = NULL;
+}
+
+static uint64_t sat_u64(unsigned __int128 v)
+{
+    return v > UINT64_MAX ? UINT64_MAX : (uint64_t)v;
+}
+
+mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_bytes, int64_t n_ctx,
+                                int64_t n_batch, mp_gpu_budget *out, mp_error *err)
+{
+    typedef unsigned __int128 u128;
+    *out = (mp_gpu_budget){.budget_bytes = budget_bytes, .dense_bytes = g->dense_bytes};
+    out->kv_bytes = sat_u64((u128)n_ctx * (u128)g->n_layer * (u128)g->n_head_kv *
+                            (u128)g->head_dim * 2u * MP_GPU_KV_ELEM_BYTES);
+    const u128 per_row = 3 * (u128)g->n_embd + 2 * (u128)g->n_head * (u128)g->head_dim +
+                         2 * (u128)g->n_head_kv * (u128)g->head_dim + (u128)g->n_expert +
+                         (u128)g->n_expert_used * (2 * (u128)g->n_ff_exp + (u128)g->n_embd) +
+                         (u128)g->n_head * (u128)n_ctx;
+    out->scratch_bytes = sat_u64(4 * (u128)n_batch * per_row + 4 * (u128)g->n_vocab);
+    out->fixed_bytes = sat_u64((u128)out->dense_bytes + out->kv_bytes + out->scratch_bytes);
+    if (!budget_bytes) {
+        out->expert_avail_bytes = UINT64_MAX;
+        return MP_OK;
+    }
+    char b[32], d[32], k[32], s[32], f[32];
+    mp_format_bytes(budget_bytes, b, sizeof b);
+    mp_format_bytes(out->dense_bytes, d, sizeof d);
+    mp_format_bytes(out->kv_bytes, k, sizeof k);
+    mp_format_bytes(out->scratch_bytes, s, sizeof s);
+    mp_format_bytes(out->fixed_bytes, f, sizeof f);
+    if (budget_bytes < out->dense_bytes)
+        return mp_fail(err, MP_ERR_LIMIT, "--gpu-budget %s is smaller than the non-expert weights "
+                       "alone (%s); with KV cache %s and scratch %s the runtime needs at least %s",
+                       b, d, k, s, f);
+    if (budget_bytes < out->fixed_bytes)
+        return mp_fail(err, MP_ERR_LIMIT, "--gpu-budget %s: non-expert weights %s + KV cache %s "
+                       "(--ctx %" PRId64 ") + scratch %s (--batch %" PRId64 ") = %s do not fit, "
+                       "before any expert", b, d, k, n_ctx, s, n_batch, f);
+    out->expert_avail_bytes = budget_bytes - out->fixed_bytes;
+    return MP_OK;
+}
+
+static mp_status read_whole(const char *path, uint8_t **out, size_t *size, mp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return mp_fail(err, MP_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > MP_PLACEMENT_MAX_PROFILE_BYTES) {
+        fclose(f);
+        return mp_fail(err, MP_ERR_LIMIT, "%s: %lld bytes, more than the 1 GiB accepted", path,
+                       (long long)sb.st_size);
+    }
+    uint8_t *buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) {
+        fclose(f);
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    const size_t n = fread(buf, 1, (size_t)sb.st_size, f);
+    const bool bad = ferror(f) || n != (size_t)sb.st_size;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return mp_fail(err, MP_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *size = n;
+    return MP_OK;
+}
+
+#define SET_BIT(p, il, e) ((p)->bits[(il) * (p)->words_per_layer + ((e) >> 6)] |= (uint64_t)1 << ((e) & 63))
+
+static mp_status place_profile(const mp_placement_geom *g, const mp_placement_opts *o,
+                               mp_placement *p, mp_error *err)
+{
+    mp_status st = read_whole(o->profile, &p->profile_image, &p->profile_image_bytes, err);
+    if (st)
+        return st;
+    if (g->n_layer > MP_STRP_MAX_DIM || g->n_expert > MP_STRP_MAX_DIM)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: the model (%" PRId64 " layers, %" PRId64
+                       " experts) is larger than STRP can describe", o->profile, g->n_layer,
+                       g->n_expert);
+    const mp_strp_geometry want = {(uint32_t)g->n_layer, (uint32_t)g->n_expert};
+    mp_strp prof;
+    if ((st = mp_strp_read_buffer(p->profile_image, p->profile_image_bytes, o->profile, &want,
+                                  &prof, err)))
+        return st;
+    uint64_t n_slots = MP_STRP_PROFILE_SLOTS;
+    if (o->budget_bytes) { /* as many ranked experts as fit, in ranked order */
+        uint64_t used = 0;
+        n_slots = 0;
+        for (uint32_t i = 0; i < prof.n_ranked; i++) {
+            const uint64_t b = g->expert_bytes[prof.ranked[i].layer];
+            if (b > p->budget.expert_avail_bytes - used)
+                break;
+            used += b;
+            n_slots++;
+        }
+    }
+    uint8_t *res = malloc((size_t)g->n_layer * (size_t)g->n_expert);
+    if (!res) {
+        mp_strp_free(&prof);
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
+    }
+    const uint32_t n = mp_strp_placement(&prof, n_slots, res);
+    for (int64_t il = 0; il < g->n_layer; il++)
+        for (int64_t e = 0; e < g->n_expert; e++)
+            if (res[il * g->n_expert + e])
+                SET_BIT(p, il, e);
+    snprintf(p->desc, sizeof p->desc, "profile %s (%" PRIu32 " of %" PRIu32 " ranked experts%s)",
+             o->profile, n, prof.n_ranked,
+             o->budget_bytes ? ", as many as the budget allows" : ", the profile's slots");
+    free(res);
+    mp_strp_free(&prof);
+    return MP_OK;
+}
+
+static mp_status place_by_mode(const mp_placement_geom *g, const mp_placement_opts *o,
+                               mp_placement *p, mp_error *err)
+{
+    const int64_t L = g->n_layer, E = g->n_expert, N = o->n_layers_arg;
+    switch (p->mode) {
+    case MP_PLACEMENT_CPU:
+        snprintf(p->desc, sizeof p->desc, "cpu");
+        return MP_OK;
+    case MP_PLACEMENT_GPU:
+    case MP_PLACEMENT_LAYERS_FIRST:
+    case MP_PLACEMENT_LAYERS_LAST: {
+        if (N > L)
+            return mp_fail(err, MP_ERR_ARG, "--placement %s: the model has %" PRId64 " layers",
+                           o->spec, L);
+        int64_t lo = 0, hi = L; /* layers [lo, hi) are resident */
+        if (p->mode == MP_PLACEMENT_LAYERS_FIRST)
+            lo = N;
+        else if (p->mode == MP_PLACEMENT_LAYERS_LAST)
+            hi = L - N;
+        for (int64_t il = lo; il < hi; il++)
+            for (int64_t e = 0; e < E; e++)
+                SET_BIT(p, il, e);
+        snprintf(p->desc, sizeof p->desc, "%s", o->spec ? o->spec : "gpu");
+        return MP_OK;
+    }
+    case MP_PLACEMENT_FILL: {
+        if (!o->budget_bytes)
+            return mp_fail(err, MP_ERR_ARG, "--placement fill needs --gpu-budget (it places as "
+                           "many experts as the budget allows)");
+        /* expert-major: (0,0), (1,0), ..., (L-1,0), (0,1), ...; stop at the first that does not
+         * fit, so the map is a prefix of this order (layers differ by at most one expert when
+         * expert sizes are equal) */
+        uint64_t used = 0;
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t il = 0; il < L; il++) {
+                if (g->expert_bytes[il] > p->budget.expert_avail_bytes - used)
+                    goto filled;
+                used += g->expert_bytes[il];
+                SET_BIT(p, il, e);
+            }
+    filled:
+        snprintf(p->desc, sizeof p->desc, "fill");
+        return MP_OK;
+    }
+    case MP_PLACEMENT_FILE: {
+        uint8_t *text = NULL;
+        size_t len = 0;
+        mp_status st = read_whole(o->file, &text, &len, err);
+        if (st)
+            return st;
+        st = mp_placement_file_parse((const char *)text, len, o->file, L, E, p->bits, err);
+        free(text);
+        snprintf(p->desc, sizeof p->desc, "file %s", o->file);
+        return st;
+    }
+    case MP_PLACEMENT_PROFILE:
+        return place_profile(g, o, p, err);
+    }
+    return mp_fail(err, MP_ERR_INTERNAL, "placement: unknown mode %d", (int)p->mode);
+}
+
+mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts *o,
+                             int64_t n_ctx, int64_t n_batch, mp_placement *out, mp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    mp_placement p = {.mode = o->file ? MP_PLACEMENT_FILE : o->profile ? MP_PLACEMENT_PROFILE
+                                      : o->spec ? o->mode : MP_PLACEMENT_CPU,
+                      .n_layer = g->n_layer, .n_expert = g->n_expert,
+                      .words_per_layer = (g->n_expert + 63) / 64};
+    mp_status st = mp_gpu_budget_compute(g, o->budget_bytes, n_ctx, n_batch, &p.budget, err);
+    if (st)
+        return st;
+    p.bits = calloc((size_t)(g->n_layer * p.words_per_layer), sizeof *p.bits);
+    p.n_resident = calloc((size_t)g->n_layer, sizeof *p.n_resident);
+    if (!p.bits || !p.n_resident) {
+        mp_placement_free(&p);
+        return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
+    }
+    if ((st = place_by_mode(g, o, &p, err))) {
+        mp_placement_free(&p);
+        return st;
+    }
+    uint64_t min_b = UINT64_MAX, max_b = 0;
+    for (int64_t il = 0; il < g->n_layer; il++) {
+        int64_t n = 0;
+        for (int64_t w = 0; w < p.words_per_layer; w++)
+            n += __builtin_popcountll(p.bits[il * p.words_per_layer + w]);
+        p.n_resident[il] = n;
+        p.n_resident_total += n;
+        p.gpu_expert_bytes += (uint64_t)n * g->expert_bytes[il];
+        p.host_expert_bytes += (uint64_t)(g->n_expert - n) * g->expert_bytes[il];
+        if (n) {
+            min_b = g->expert_bytes[il] < min_b ? g->expert_bytes[il] : min_b;
+            max_b = g->expert_bytes[il] > max_b ? g->expert_bytes[il] : max_b;
+        }
+    }
+    if (o->budget_bytes && p.gpu_expert_bytes > p.budget.expert_avail_bytes) {
+        char b[32], d[32], k[32], s[32], a[32], need[32], each[80];
+        mp_format_bytes(p.budget.budget_bytes, b, sizeof b);
+        mp_format_bytes(p.budget.dense_bytes, d, sizeof d);
+        mp_format_bytes(p.budget.kv_bytes, k, sizeof k);
+        mp_format_bytes(p.budget.scratch_bytes, s, sizeof s);
+        mp_format_bytes(p.budget.expert_avail_bytes, a, sizeof a);
+        mp_format_bytes(p.gpu_expert_bytes, need, sizeof need);
+        char lo[32], hi[32];
+        mp_format_bytes(min_b, lo, sizeof lo);
+        mp_format_bytes(max_b, hi, sizeof hi);
+        if (min_b == max_b)
+            snprintf(each, sizeof each, "%s", lo);
+        else
+            snprintf(each, sizeof each, "%s..%s", lo, hi);
+        st = mp_fail(err, MP_ERR_LIMIT, "budget %s: non-expert weights %s + KV cache %s + scratch "
+                     "%s leave %s for experts; placement '%s' needs %s (%" PRId64 " experts × %s)",
+                     b, d, k, s, a, p.desc, need, p.n_resident_total, each);
+        mp_placement_free(&p);
+        return st;
+    }
+    *out = p;
+    return MP_OK;
+}
+
+mp_status mp_placement_for_model(const mp_model *m, const mp_placement_opts *o, int64_t n_ctx,
+                                 int64_t n_batch, mp_placement *out, mp_error *err)
+{
+    mp_placement_geom g;
+    memset(out, 0, sizeof *out);
+    mp_status st = mp_placement_geom_from_model(m, &g, err);
+    if (st)
+        return st;
+    st = mp_placement_build(&g, o, n_ctx, n_batch, out, err);
+    mp_placement_geom_free(&g);
+    return st;
+}
+
+void mp_placement_free(mp_placement *p)
+{
+    free(p->bits);
+    free(p->n_resident);
+    free(p->profile_image);
+    memset(p, 0, sizeof *p);
+}
+
+void mp_placement_summary(const mp_placement *p, char *buf, size_t cap)
+{
+    size_t n = 0;
+#define PUT(...)                                                                                  \
+    do {                                                                                          \
+        if (n < cap) {                                                                            \
+            int w_ = snprintf(buf + n, cap - n, __VA_ARGS__);                                     \
+            n += w_ > 0 ? (size_t)w_ : 0;                                                         \
+        }                                                                                         \
+    } while (0)
+    PUT("%s: %" PRId64 "/%" PRId64 " experts on the GPU (layers ", p->desc, p->n_resident_total,
+        p->n_layer * p->n_expert);
+    int groups = 0;
+    for (int64_t il = 0; il < p->n_layer;) {
+        int64_t j = il;
+        while (j + 1 < p->n_layer && p->n_resident[j + 1] == p->n_resident[il])
+            j++;
+        if (groups == 8) {
+            PUT(", ...");
+            break;
+        }
+        if (j > il)
+            PUT("%s%" PRId64 "-%" PRId64 ": %" PRId64 "/%" PRId64, groups ? ", " : "", il, j,
+                p->n_resident[il], p->n_expert);
+        else
+            PUT("%s%" PRId64 ": %" PRId64 "/%" PRId64, groups ? ", " : "", il, p->n_resident[il],
+                p->n_expert);
+        groups++;
+        il = j + 1;
+    }
+    char gpu[32], ex[32], fx[32], host[32], b[32];
+    mp_format_bytes(p->budget.fixed_bytes + p->gpu_expert_bytes, gpu, sizeof gpu);
+    mp_format_bytes(p->gpu_expert_bytes, ex, sizeof ex);
+    mp_format_bytes(p->budget.fixed_bytes, fx, sizeof fx);
+    mp_format_bytes(p->host_expert_bytes, host, sizeof host);
+    PUT("); GPU %s (experts %s + weights, KV cache, scratch %s)", gpu, ex, fx);
+    if (p->budget.budget_bytes) {
+        mp_format_bytes(p->budget.budget_bytes, b, sizeof b);
+        PUT(" of budget %s", b);
+    }
+    PUT("; host experts %s", host);
+#undef PUT
+    if (cap && n >= cap)
+        buf[cap - 1] = 0;
+}

@@ -1,0 +1,139 @@
+/* runtime/placement.h — the expert placement map and the GPU memory budget (docs/placement.md).
+ *
+ * A placement says, per MoE layer, which experts have a slot in the GPU expert pool; the others
+ * stay in host memory. It is built from one of:
+ *   --placement gpu | cpu | layers:N | layers-last:N | fill
+ *   --placement-file FILE   (text, one line per layer: "L: e,e,a-b" — docs/placement.md)
+ *   --profile OUT.strp      (STRP v1: the profile's slots, or as many ranked experts as fit)
+ * and checked against --gpu-budget BYTES, which covers ALL device memory the runtime will use:
+ *   non-expert weights + KV cache + scratch + expert pool (resident experts × bytes per expert).
+ *
+ * Invariants of a built mp_placement:
+ *  - bits has n_layer × words_per_layer words; bit e of layer il is set iff expert e of layer il
+ *    is resident; no bit at e >= n_expert is set; n_resident[il] is the popcount of layer il;
+ *  - gpu_expert_bytes + host_expert_bytes = every expert's bytes; with a budget,
+ *    budget.fixed_bytes + gpu_expert_bytes <= budget.budget_bytes (building fails otherwise).
+ * Nothing here touches a device: the map is what a GPU executor would load; on a CPU-only build
+ * the runtime validates and reports it while every expert runs on the CPU.
+ */
+#ifndef MP_RUNTIME_PLACEMENT_H
+#define MP_RUNTIME_PLACEMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/model.h"
+
+typedef enum mp_placement_mode {
+    MP_PLACEMENT_CPU = 0,         /* every expert in host memory */
+    MP_PLACEMENT_GPU = 1,         /* every expert resident */
+    MP_PLACEMENT_LAYERS_FIRST = 2,/* layers:N — the experts of the first N layers on the CPU */
+    MP_PLACEMENT_LAYERS_LAST = 3, /* layers-last:N — the experts of the last N layers on the CPU */
+    MP_PLACEMENT_FILL = 4,        /* as many as the budget allows, spread over layers, low ids first */
+    MP_PLACEMENT_FILE = 5,        /* --placement-file */
+    MP_PLACEMENT_PROFILE = 6,     /* --profile (STRP v1) */
+} mp_placement_mode;
+
+/* The placement flags as given on the command line (strings; validated by mp_placement_build,
+ * the syntax of spec and budget already by mp_placement_opts_set). */
+typedef struct mp_placement_opts {
+    const char *spec;          /* --placement, NULL: not given */
+    const char *file;          /* --placement-file */
+    const char *profile;       /* --profile */
+    const char *budget_text;   /* --gpu-budget as given, NULL: no budget */
+    uint64_t budget_bytes;     /* parsed --gpu-budget (0 when not given) */
+    mp_placement_mode mode;    /* parsed --placement (CPU when none) */
+    int64_t n_layers_arg;      /* N of layers:N / layers-last:N */
+} mp_placement_opts;
+
+/* Help text for the four flags, for the commands' --help. */
+extern const char mp_placement_flags_help[];
+
+/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, store value into o
+ * (parsing the spec and budget strings) and return true with *st set (MP_OK or MP_ERR_ARG with a
+ * one-line message). Returns false for any other flag. o must start zeroed. */
+bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
+                           mp_status *st, mp_error *err);
+
+/* "16GiB", "1.5 GiB" is refused (no spaces); units (case-insensitive): none or B (bytes), KB MB GB
+ * TB (powers of 1000), KiB MiB GiB TiB (powers of 1024); a decimal fraction is allowed with a unit
+ * and rounded down to whole bytes. Rejects empty, negative, garbage, zero, and values >= 2^64. */
+mp_status mp_parse_bytes(const char *text, uint64_t *out, mp_error *err);
+/* "gpu", "cpu", "layers:N", "layers-last:N" (N decimal, 0..65536), "fill". */
+mp_status mp_placement_spec_parse(const char *text, mp_placement_mode *mode, int64_t *n,
+                                  mp_error *err);
+/* "8.00 GiB", "2.78 MiB", "512 B" (binary units, two decimals). */
+void mp_format_bytes(uint64_t bytes, char *buf, size_t cap);
+
+/* What the budget arithmetic needs to know of a model (tests build it by hand). */
+typedef struct mp_placement_geom {
+    int64_t n_layer, n_expert, n_expert_used;
+    int64_t n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_vocab;
+    uint64_t dense_bytes;          /* mp_model_dense_bytes */
+    uint64_t *expert_bytes;        /* (n_layer) mp_model_expert_bytes per layer, owned */
+} mp_placement_geom;
+
+mp_status mp_placement_geom_from_model(const mp_model *m, mp_placement_geom *g, mp_error *err);
+void mp_placement_geom_free(mp_placement_geom *g);
+
+/* Device memory other than the expert pool, for a session of n_ctx positions and n_batch rows.
+ * Formulas (docs/placement.md):
+ *   kv_bytes      = n_ctx × n_layer × n_head_kv × head_dim × 2 (K and V) × MP_GPU_KV_ELEM_BYTES
+ *   scratch_bytes = 4 × n_batch × (3·n_embd + 2·n_head·head_dim + 2·n_head_kv·head_dim
+ *                                  + n_expert + top_k·(2·n_ff_exp + n_embd) + n_head·n_ctx)
+ *                   + 4 × n_vocab                                   (float32 activations) */
+#define MP_GPU_KV_ELEM_BYTES 2 /* the GPU KV cache holds F16 */
+typedef struct mp_gpu_budget {
+    uint64_t budget_bytes;    /* 0: no budget (nothing is refused) */
+    uint64_t dense_bytes, kv_bytes, scratch_bytes;
+    uint64_t fixed_bytes;     /* dense + kv + scratch */
+    uint64_t expert_avail_bytes; /* budget - fixed (UINT64_MAX without a budget) */
+} mp_gpu_budget;
+
+/* Fails (MP_ERR_LIMIT) when budget_bytes is non-zero and smaller than the fixed part, naming
+ * each term. */
+mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_bytes, int64_t n_ctx,
+                                int64_t n_batch, mp_gpu_budget *out, mp_error *err);
+
+typedef struct mp_placement {
+    mp_placement_mode mode;
+    char desc[320];             /* "layers:12", "fill", "file PATH", "profile PATH" */
+    int64_t n_layer, n_expert;
+    int64_t words_per_layer;    /* ceil(n_expert / 64) */
+    uint64_t *bits;             /* (n_layer, words_per_layer) residency bitset */
+    int64_t *n_resident;        /* (n_layer) resident experts per layer */
+    int64_t n_resident_total;
+    uint64_t gpu_expert_bytes;  /* expert pool: sum of resident experts' bytes */
+    uint64_t host_expert_bytes; /* experts left in host memory */
+    mp_gpu_budget budget;
+    uint8_t *profile_image;     /* the STRP file as read (--profile), for callers to hash; else NULL */
+    size_t profile_image_bytes;
+} mp_placement;
+
+/* Build and check the placement for geometry g; n_ctx and n_batch are the session's (resolved)
+ * sizes for the budget. On failure *out is empty (nothing to free). */
+mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts *o,
+                             int64_t n_ctx, int64_t n_batch, mp_placement *out, mp_error *err);
+/* mp_placement_geom_from_model + mp_placement_build. */
+mp_status mp_placement_for_model(const mp_model *m, const mp_placement_opts *o, int64_t n_ctx,
+                                 int64_t n_batch, mp_placement *out, mp_error *err);
+void mp_placement_free(mp_placement *p);
+
+static inline bool mp_placement_resident(const mp_placement *p, int64_t il, int64_t e)
+{
+    return (p->bits[il * p->words_per_layer + (e >> 6)] >> (e & 63)) & 1u;
+}
+
+/* One line for run/bench output:
+ * "layers:12: 2304/3072 experts on the GPU (layers 0-11: 0/64, 12-47: 64/64); GPU 3.10 GiB
+ *  (experts 2.00 GiB + fixed 1.10 GiB) of budget 8.00 GiB; host 0.67 GiB" */
+void mp_placement_summary(const mp_placement *p, char *buf, size_t cap);
+
+/* Parse a placement file image (name for errors) into bits (n_layer × words_per_layer, zeroed by
+ * the caller). Exposed for tests and the fuzz target. */
+mp_status mp_placement_file_parse(const char *text, size_t len, const char *name, int64_t n_layer,
+                                  int64_t n_expert, uint64_t *bits, mp_error *err);
+
+#endif

@@ -1,0 +1,539 @@
+/* tests/unit/test_placement.c — placement maps and the GPU budget (runtime/placement.h): byte-size
+ * and spec parsing (good and bad), placement files (every refusal with its file:line), the budget
+ * arithmetic and the fill policy on a hand-computed geometry, STRP profiles (slots, budget-limited
+ * ranked prefix, a profile of another model), and `moeplan run` with the placement flags. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "collector/sha256.h"
+#include "collector/trace_read.h"
+#include "runtime/placement.h"
+#include "runtime/strp.h"
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_placement_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+TestSuite(placement, .init = setup, .fini = teardown);
+
+/* ---- sizes ---- */
+
+Test(placement, parse_bytes_accepts_units)
+{
+    static const struct {
+        const char *text;
+        uint64_t want;
+    } ok[] = {
+        {"16GiB", 17179869184ull}, {"12GB", 12000000000ull}, {"8000MiB", 8000ull << 20},
+        {"123", 123}, {"123B", 123}, {"1.5GiB", 1610612736ull}, {"0.5KB", 500},
+        {"16gib", 16ull << 30}, {"2TiB", 2ull << 40}, {"3kib", 3072}, {"1MB", 1000000},
+        {"18446744073709551615", UINT64_MAX}, {"24GiB", 24ull << 30},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        uint64_t v = 0;
+        mp_error e = {0};
+        cr_assert_eq(mp_parse_bytes(ok[i].text, &v, &e), MP_OK, "%s: %s", ok[i].text, e.msg);
+        cr_assert_eq(v, ok[i].want, "%s: got %llu", ok[i].text, (unsigned long long)v);
+    }
+}
+
+Test(placement, parse_bytes_rejects_garbage_overflow_negative)
+{
+    static const char *bad[] = {"", "-1", "-16GiB", "+5", "abc", "16XB", "1.5", "16 GiB", " 16GiB",
+                                "0", "0GiB", "18446744073709551616", "17179869184TiB",
+                                "99999999999999999999999", "1.", ".5GiB", "1..5GiB", "16GiBs",
+                                "16Gi", "1e9", "0x10"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v = 42;
+        mp_error e = {0};
+        cr_assert_eq(mp_parse_bytes(bad[i], &v, &e), MP_ERR_ARG, "'%s' accepted as %llu", bad[i],
+                     (unsigned long long)v);
+        cr_assert_eq(v, 42, "'%s' wrote a value", bad[i]);
+        cr_assert(strstr(e.msg, "size '") != NULL, "%s", e.msg);
+        cr_assert(!strchr(e.msg, '\n'));
+    }
+}
+
+Test(placement, format_bytes)
+{
+    char b[32];
+    mp_format_bytes(512, b, sizeof b);
+    cr_assert_str_eq(b, "512 B");
+    mp_format_bytes(8ull << 30, b, sizeof b);
+    cr_assert_str_eq(b, "8.00 GiB");
+    mp_format_bytes(2915041, b, sizeof b); /* 2.78 MiB */
+    cr_assert_str_eq(b, "2.78 MiB");
+}
+
+/* ---- specs ---- */
+
+Test(placement, spec_parse)
+{
+    mp_placement_mode m;
+    int64_t n;
+    mp_error e;
+    cr_assert_eq(mp_placement_spec_parse("gpu", &m, &n, &e), MP_OK);
+    cr_assert_eq(m, MP_PLACEMENT_GPU);
+    cr_assert_eq(mp_placement_spec_parse("cpu", &m, &n, &e), MP_OK);
+    cr_assert_eq(m, MP_PLACEMENT_CPU);
+    cr_assert_eq(mp_placement_spec_parse("fill", &m, &n, &e), MP_OK);
+    cr_assert_eq(m, MP_PLACEMENT_FILL);
+    cr_assert_eq(mp_placement_spec_parse("layers:12", &m, &n, &e), MP_OK);
+    cr_assert_eq(m, MP_PLACEMENT_LAYERS_FIRST);
+    cr_assert_eq(n, 12);
+    cr_assert_eq(mp_placement_spec_parse("layers-last:3", &m, &n, &e), MP_OK);
+    cr_assert_eq(m, MP_PLACEMENT_LAYERS_LAST);
+    cr_assert_eq(n, 3);
+    static const char *bad[] = {"", "GPU", "layers:", "layers:-1", "layers:1x", "layers: 1",
+                                "layers:99999999", "layers-last", "layers-last:", "random",
+                                "gpu ", "layers:+2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(mp_placement_spec_parse(bad[i], &m, &n, &e), MP_ERR_ARG, "'%s'", bad[i]);
+        cr_assert(strstr(e.msg, "--placement") != NULL, "%s", e.msg);
+    }
+}
+
+Test(placement, opts_refuse_two_sources_and_two_budgets)
+{
+    mp_placement_opts o = {0};
+    mp_status st;
+    mp_error e;
+    cr_assert(mp_placement_opts_set(&o, "--placement", "gpu", &st, &e));
+    cr_assert_eq(st, MP_OK);
+    cr_assert(mp_placement_opts_set(&o, "--profile", "p.strp", &st, &e));
+    cr_assert_eq(st, MP_ERR_ARG);
+    cr_assert(strstr(e.msg, "only one of") != NULL, "%s", e.msg);
+    cr_assert(mp_placement_opts_set(&o, "--gpu-budget", "8GiB", &st, &e));
+    cr_assert_eq(st, MP_OK);
+    cr_assert_eq(o.budget_bytes, 8ull << 30);
+    cr_assert(mp_placement_opts_set(&o, "--gpu-budget", "8GiB", &st, &e));
+    cr_assert_eq(st, MP_ERR_ARG);
+    cr_assert(!mp_placement_opts_set(&o, "--threads", "4", &st, &e));
+    mp_placement_opts o2 = {0};
+    cr_assert(mp_placement_opts_set(&o2, "--gpu-budget", "lots", &st, &e));
+    cr_assert_eq(st, MP_ERR_ARG);
+    cr_assert(strstr(e.msg, "--gpu-budget") != NULL, "%s", e.msg);
+}
+
+/* ---- placement files ---- */
+
+static mp_status parse_file_text(const char *text, int64_t L, int64_t E, uint64_t *bits,
+                                 mp_error *e)
+{
+    memset(bits, 0, sizeof(uint64_t) * (size_t)L * (size_t)((E + 63) / 64));
+    return mp_placement_file_parse(text, strlen(text), "pl.txt", L, E, bits, e);
+}
+
+Test(placement, file_good)
+{
+    uint64_t bits[3 * 2]; /* 3 layers × 70 experts: 2 words per layer */
+    mp_error e;
+    cr_assert_eq(parse_file_text("# resident experts\n\n2: 69, 0-2 ,64\r\n0: none\n 1 : all # all\n",
+                                 3, 70, bits, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(bits[0], 0);
+    cr_assert_eq(bits[1], 0);
+    cr_assert_eq(bits[2], UINT64_MAX);
+    cr_assert_eq(bits[3], 0x3f); /* experts 64..69 */
+    cr_assert_eq(bits[4], 0x7);
+    cr_assert_eq(bits[5], (1ull << 5) | 1ull); /* 69 and 64 */
+    cr_assert_eq(parse_file_text("0:\n1:\n2:", 3, 70, bits, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(bits[0] | bits[2] | bits[4], 0);
+}
+
+Test(placement, file_bad_inputs_name_the_line)
+{
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"0: 1\n1: 2\n", "pl.txt: layer 2 is missing"},
+        {"0: 1\n1: 2\n1: 3\n2: 0\n", "pl.txt:3: layer 1 listed twice (first at line 2)"},
+        {"0: 1\n1: 8\n2: 0\n", "pl.txt:2: layer 1: expert 8 out of range"},
+        {"0: 1\n1: 2-9\n2: 0\n", "pl.txt:2: layer 1: expert 9 out of range"},
+        {"0: 1,1\n1:\n2:\n", "pl.txt:1: layer 0: expert 1 listed twice"},
+        {"0: 0-3,2\n1:\n2:\n", "pl.txt:1: layer 0: expert 2 listed twice"},
+        {"0:\n1:\n2:\n3: 1\n", "pl.txt:4: layer 3 out of range"},
+        {"0:\n\nhello\n", "pl.txt:3: expected 'LAYER: EXPERTS'"},
+        {"0 1,2\n", "pl.txt:1: expected ':' after layer 0"},
+        {"0: 1,,2\n", "pl.txt:1: layer 0: expected an expert id"},
+        {"0: 1 2\n", "pl.txt:1: layer 0: expected ',' or the end of the line"},
+        {"0: 3-1\n", "pl.txt:1: layer 0: expected a range A-B with A <= B"},
+        {"0: -1\n", "pl.txt:1: layer 0: expected an expert id"},
+        {"0: x\n", "pl.txt:1: layer 0: expected an expert id"},
+        {"-1: 2\n", "pl.txt:1: expected 'LAYER: EXPERTS'"},
+        {"", "pl.txt: layer 0 is missing"},
+        {"0: 99999999999999999999\n", "pl.txt:1: layer 0: expected an expert id"},
+    };
+    uint64_t bits[3];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp_error e = {0};
+        cr_assert_eq(parse_file_text(bad[i].text, 3, 8, bits, &e), MP_ERR_FORMAT, "accepted: %s",
+                     bad[i].text);
+        cr_assert(strstr(e.msg, bad[i].want) != NULL, "'%s': got '%s', want '%s'", bad[i].text,
+                  e.msg, bad[i].want);
+    }
+    const char nul[] = "0: 1\n1: \0\n2: 0\n";
+    mp_error e;
+    cr_assert_eq(mp_placement_file_parse(nul, sizeof nul - 1, "pl.txt", 3, 8, bits, &e),
+                 MP_ERR_FORMAT);
+    cr_assert(strstr(e.msg, "pl.txt:2: a NUL byte") != NULL, "%s", e.msg);
+}
+
+/* ---- budget arithmetic: a geometry small enough to compute by hand ---- */
+
+static uint64_t hand_expert_bytes[2] = {100, 100};
+static const mp_placement_geom hand = {
+    .n_layer = 2, .n_expert = 4, .n_expert_used = 2, .n_embd = 8, .n_head = 2, .n_head_kv = 1,
+    .head_dim = 4, .n_ff_exp = 16, .n_vocab = 10, .dense_bytes = 1000,
+    .expert_bytes = hand_expert_bytes};
+/* n_ctx 16, n_batch 4:
+ *   kv      = 16 ctx × 2 layers × 1 kv head × 4 dim × 2 (K, V) × 2 bytes           = 512
+ *   per row = 3·8 + 2·2·4 + 2·1·4 + 4 + 2·(2·16 + 8) + 2·16 = 24+16+8+4+80+32      = 164
+ *   scratch = 4 × 4 rows × 164 + 4 × 10 vocab = 2624 + 40                           = 2664
+ *   fixed   = 1000 + 512 + 2664                                                     = 4176 */
+#define HAND_FIXED 4176u
+
+Test(placement, budget_arithmetic_by_hand)
+{
+    mp_gpu_budget b;
+    mp_error e;
+    cr_assert_eq(mp_gpu_budget_compute(&hand, 0, 16, 4, &b, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(b.kv_bytes, 512);
+    cr_assert_eq(b.scratch_bytes, 2664);
+    cr_assert_eq(b.fixed_bytes, HAND_FIXED);
+    cr_assert_eq(b.expert_avail_bytes, UINT64_MAX);
+    cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED + 250, 16, 4, &b, &e), MP_OK);
+    cr_assert_eq(b.expert_avail_bytes, 250);
+    cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED, 16, 4, &b, &e), MP_OK);
+    cr_assert_eq(b.expert_avail_bytes, 0);
+    cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED - 1, 16, 4, &b, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "non-expert weights 1000 B + KV cache 512 B (--ctx 16) + scratch "
+                     "2.60 KiB (--batch 4) = 4.08 KiB do not fit") != NULL, "%s", e.msg);
+    cr_assert_eq(mp_gpu_budget_compute(&hand, 999, 16, 4, &b, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "smaller than the non-expert weights alone (1000 B)") != NULL, "%s",
+              e.msg);
+}
+
+static mp_status build(const char *spec, uint64_t budget, mp_placement *p, mp_error *e)
+{
+    mp_placement_opts o = {0};
+    mp_status st;
+    if (spec) {
+        cr_assert(mp_placement_opts_set(&o, "--placement", spec, &st, e));
+        cr_assert_eq(st, MP_OK, "%s", e->msg);
+    }
+    o.budget_bytes = budget;
+    return mp_placement_build(&hand, &o, 16, 4, p, e);
+}
+
+static void assert_layer_bits(const mp_placement *p, int64_t il, uint64_t want)
+{
+    cr_assert_eq(p->bits[il * p->words_per_layer], want, "layer %lld: bits %llx, want %llx",
+                 (long long)il, (unsigned long long)p->bits[il * p->words_per_layer],
+                 (unsigned long long)want);
+}
+
+Test(placement, fill_policy_by_hand)
+{
+    mp_placement p;
+    mp_error e;
+    /* 250 B for experts of 100 B: (0,0), (1,0) fit; (0,1) would need 300 */
+    cr_assert_eq(build("fill", HAND_FIXED + 250, &p, &e), MP_OK, "%s", e.msg);
+    assert_layer_bits(&p, 0, 0x1);
+    assert_layer_bits(&p, 1, 0x1);
+    cr_assert_eq(p.n_resident_total, 2);
+    cr_assert_eq(p.gpu_expert_bytes, 200);
+    cr_assert_eq(p.host_expert_bytes, 600);
+    mp_placement_free(&p);
+    /* 300 B: a third expert, in layer 0 (expert-major order, lowest ids first) */
+    cr_assert_eq(build("fill", HAND_FIXED + 300, &p, &e), MP_OK, "%s", e.msg);
+    assert_layer_bits(&p, 0, 0x3);
+    assert_layer_bits(&p, 1, 0x1);
+    cr_assert_eq(p.n_resident[0], 2);
+    cr_assert_eq(p.n_resident[1], 1);
+    mp_placement_free(&p);
+    /* everything fits */
+    cr_assert_eq(build("fill", HAND_FIXED + 10000, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 8);
+    mp_placement_free(&p);
+    /* nothing fits: a valid, empty pool */
+    cr_assert_eq(build("fill", HAND_FIXED + 99, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 0);
+    mp_placement_free(&p);
+    /* fill without a budget is refused */
+    cr_assert_eq(build("fill", 0, &p, &e), MP_ERR_ARG);
+    cr_assert(strstr(e.msg, "fill needs --gpu-budget") != NULL, "%s", e.msg);
+}
+
+Test(placement, fill_with_unequal_layers_stops_at_first_misfit)
+{
+    uint64_t eb[3] = {100, 300, 100};
+    mp_placement_geom g = hand;
+    g.n_layer = 3;
+    g.expert_bytes = eb;
+    mp_gpu_budget b;
+    mp_error e;
+    cr_assert_eq(mp_gpu_budget_compute(&g, 0, 16, 4, &b, &e), MP_OK);
+    mp_placement_opts o = {.spec = "fill", .mode = MP_PLACEMENT_FILL,
+                           .budget_bytes = b.fixed_bytes + 450};
+    mp_placement p;
+    /* (0,0) 100, (1,0) 300 -> 400; (2,0) 100 would be 500 > 450: stop */
+    cr_assert_eq(mp_placement_build(&g, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident[0], 1);
+    cr_assert_eq(p.n_resident[1], 1);
+    cr_assert_eq(p.n_resident[2], 0);
+    cr_assert_eq(p.gpu_expert_bytes, 400);
+    mp_placement_free(&p);
+}
+
+Test(placement, modes_and_budget_refusal)
+{
+    mp_placement p;
+    mp_error e;
+    cr_assert_eq(build("gpu", 0, &p, &e), MP_OK);
+    assert_layer_bits(&p, 0, 0xf);
+    assert_layer_bits(&p, 1, 0xf);
+    cr_assert(mp_placement_resident(&p, 1, 3));
+    mp_placement_free(&p);
+    cr_assert_eq(build("cpu", HAND_FIXED, &p, &e), MP_OK, "%s", e.msg); /* no room: still fine */
+    cr_assert_eq(p.n_resident_total, 0);
+    cr_assert_eq(p.host_expert_bytes, 800);
+    mp_placement_free(&p);
+    cr_assert_eq(build("layers:1", 0, &p, &e), MP_OK);
+    assert_layer_bits(&p, 0, 0);
+    assert_layer_bits(&p, 1, 0xf);
+    mp_placement_free(&p);
+    cr_assert_eq(build("layers-last:1", 0, &p, &e), MP_OK);
+    assert_layer_bits(&p, 0, 0xf);
+    assert_layer_bits(&p, 1, 0);
+    mp_placement_free(&p);
+    cr_assert_eq(build("layers:2", 0, &p, &e), MP_OK);
+    cr_assert_eq(p.n_resident_total, 0);
+    mp_placement_free(&p);
+    cr_assert_eq(build("layers:3", 0, &p, &e), MP_ERR_ARG);
+    cr_assert(strstr(e.msg, "the model has 2 layers") != NULL, "%s", e.msg);
+    /* gpu needs 800 B of experts; 799 are left */
+    cr_assert_eq(build("gpu", HAND_FIXED + 799, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "budget 4.86 KiB: non-expert weights 1000 B + KV cache 512 B + "
+                     "scratch 2.60 KiB leave 799 B for experts; placement 'gpu' needs 800 B "
+                     "(8 experts × 100 B)") != NULL, "%s", e.msg);
+    cr_assert_eq(p.bits, NULL);
+    cr_assert_eq(build("gpu", HAND_FIXED + 800, &p, &e), MP_OK, "%s", e.msg);
+    char line[512];
+    mp_placement_summary(&p, line, sizeof line);
+    cr_assert(strstr(line, "gpu: 8/8 experts on the GPU (layers 0-1: 4/4)") != NULL, "%s", line);
+    cr_assert(strstr(line, "of budget") != NULL, "%s", line);
+    mp_placement_free(&p);
+    cr_assert_eq(build("layers:1", HAND_FIXED + 399, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "placement 'layers:1' needs 400 B (4 experts × 100 B)") != NULL, "%s",
+              e.msg);
+    cr_assert_eq(build("gpu", 999, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "smaller than the non-expert weights") != NULL, "%s", e.msg);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(placement, file_mode_through_build)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/pl.txt", tmpdir);
+    write_text(path, "0: 1,3\n1: 0-2\n");
+    mp_placement_opts o = {.file = path};
+    mp_placement p;
+    mp_error e;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    assert_layer_bits(&p, 0, 0xa);
+    assert_layer_bits(&p, 1, 0x7);
+    cr_assert_eq(p.mode, MP_PLACEMENT_FILE);
+    mp_placement_free(&p);
+    o.budget_bytes = HAND_FIXED + 400;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "needs 500 B (5 experts × 100 B)") != NULL, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/none.txt", tmpdir);
+    o.file = path;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_ERR_IO);
+    cr_assert(strstr(e.msg, "none.txt: cannot open") != NULL, "%s", e.msg);
+}
+
+/* ---- STRP profiles ---- */
+
+static void write_profile(const char *path, uint32_t L, uint32_t E, uint32_t slots,
+                          const mp_strp_pair *pairs, uint32_t n)
+{
+    mp_strp prof = {.n_layers = L, .n_experts = E, .slots = slots, .n_ranked = n,
+                    .ranked = (mp_strp_pair *)pairs, .table = MP_STRP_TABLE_NONE};
+    mp_error e;
+    cr_assert_eq(mp_strp_write_file(path, &prof, &e), MP_OK, "%s", e.msg);
+}
+
+Test(placement, profile_slots_and_budget_prefix)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/p.strp", tmpdir);
+    const mp_strp_pair pairs[] = {{1, 3}, {0, 0}, {0, 2}, {1, 1}};
+    write_profile(path, 2, 4, 2, pairs, 4);
+    mp_placement_opts o = {.profile = path};
+    mp_placement p;
+    mp_error e;
+    /* no budget: the profile's 2 slots */
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    assert_layer_bits(&p, 0, 0x1);
+    assert_layer_bits(&p, 1, 0x8);
+    cr_assert_not_null(p.profile_image);
+    cr_assert_eq(p.profile_image_bytes, 24 + 4 * 4);
+    cr_assert(strstr(p.desc, "2 of 4 ranked experts") != NULL, "%s", p.desc);
+    mp_placement_free(&p);
+    /* a budget with room for 3 experts: the first 3 ranked, beyond the profile's slots */
+    o.budget_bytes = HAND_FIXED + 350;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    assert_layer_bits(&p, 0, 0x5);
+    assert_layer_bits(&p, 1, 0x8);
+    mp_placement_free(&p);
+    /* a budget with room for 1 */
+    o.budget_bytes = HAND_FIXED + 199;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 1);
+    assert_layer_bits(&p, 1, 0x8);
+    mp_placement_free(&p);
+}
+
+Test(placement, profile_of_another_model_is_refused)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/other.strp", tmpdir);
+    const mp_strp_pair pairs[] = {{0, 7}, {2, 1}};
+    write_profile(path, 3, 8, 1, pairs, 2); /* 3 layers × 8 experts; the model is 2 × 4 */
+    mp_placement_opts o = {.profile = path};
+    mp_placement p;
+    mp_error e;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_ERR_FORMAT);
+    cr_assert(strstr(e.msg, "other.strp") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "3") != NULL && strstr(e.msg, "8") != NULL, "%s", e.msg);
+    cr_assert_eq(p.bits, NULL);
+    write_text(path, "STRP but not really");
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_ERR_FORMAT);
+    cr_assert(strstr(e.msg, "other.strp") != NULL, "%s", e.msg);
+}
+
+/* ---- `moeplan run` with the flags ---- */
+
+static int moeplan(const char *args, char *out, size_t cap)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s/stderr' >/dev/null", exe, args, tmpdir);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st));
+    char path[300];
+    snprintf(path, sizeof path, "%s/stderr", tmpdir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    fclose(f);
+    return WEXITSTATUS(st);
+}
+
+Test(placement, run_reports_placement_and_refuses_bad_flags)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char model[512], args[2048], out[8192];
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", root);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:1 --gpu-budget 64MiB",
+             model);
+    cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "placement: layers:1: 16/24 experts on the GPU (layers 0: 0/8, 1-2: "
+                          "8/8)") != NULL, "%s", out);
+    cr_assert(strstr(out, "(GPU executor not available in this build: all experts ran on the "
+                          "CPU)") != NULL, "%s", out);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement cpu", model);
+    cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "placement: cpu: 0/24 experts on the GPU") != NULL, "%s", out);
+    static const char *usage_bad[] = {"--gpu-budget 12XB", "--gpu-budget -5GiB",
+                                      "--placement layers:x", "--placement gpu --profile p.strp",
+                                      "--gpu-budget 1GiB --gpu-budget 2GiB"};
+    for (size_t i = 0; i < sizeof usage_bad / sizeof usage_bad[0]; i++) {
+        snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 %s", model, usage_bad[i]);
+        cr_assert_eq(moeplan(args, out, sizeof out), 2, "%s: %s", usage_bad[i], out);
+        cr_assert(strstr(out, "moeplan run: error: ") != NULL, "%s", out);
+    }
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement gpu --gpu-budget 1KiB", model);
+    cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "smaller than the non-expert weights") != NULL, "%s", out);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:4", model);
+    cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "the model has 3 layers") != NULL, "%s", out);
+    char pf[300];
+    snprintf(pf, sizeof pf, "%s/pl.txt", tmpdir);
+    write_text(pf, "0: 1\n2: 9\n");
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement-file '%s'", model, pf);
+    cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "pl.txt:2: layer 2: expert 9 out of range") != NULL, "%s", out);
+}
+
+Test(placement, collect_records_profile_hash_and_budget)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root);
+    char model[512], prof[300], prompts[300], trace[300], args[4096], out[8192];
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", root);
+    snprintf(prof, sizeof prof, "%s/tiny.strp", tmpdir);
+    snprintf(prompts, sizeof prompts, "%s/p.json", tmpdir);
+    snprintf(trace, sizeof trace, "%s/t.db", tmpdir);
+    const mp_strp_pair pairs[] = {{2, 7}, {0, 1}, {1, 1}};
+    write_profile(prof, 3, 8, 2, pairs, 3); /* the tiny model: 3 layers × 8 experts */
+    write_text(prompts, "[\"Hello\"]");
+    /* a budget too small: refused before the trace exists */
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --no-progress "
+             "--max-tokens 2 --profile '%s' --gpu-budget 100KiB", model, prompts, trace, prof);
+    cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "moeplan collect: error: --gpu-budget 100.00 KiB is smaller than the "
+                          "non-expert weights") != NULL, "%s", out);
+    cr_assert_eq(access(trace, F_OK), -1, "a refused run left a trace");
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --no-progress "
+             "--max-tokens 2 --profile '%s' --gpu-budget 64MiB", model, prompts, trace, prof);
+    cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
+    mp_trace_reader *r;
+    mp_error e;
+    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
+    const mp_trace_run *run = mp_trace_reader_run(r);
+    FILE *f = fopen(prof, "rb");
+    uint8_t buf[256];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    mp_sha256 s;
+    uint8_t d[32];
+    char hex[65];
+    mp_sha256_init(&s);
+    mp_sha256_update(&s, buf, n);
+    mp_sha256_final(&s, d);
+    mp_sha256_hex(d, hex);
+    cr_assert_not_null(run->profile_sha256);
+    cr_assert_str_eq(run->profile_sha256, hex);
+    cr_assert_eq(run->budget_bytes, 64 << 20);
+    /* 64 MiB leaves room for all 3 ranked experts (beyond the profile's 2 slots) */
+    cr_assert(strstr(run->config_json, "3 of 3 ranked experts") != NULL, "%s", run->config_json);
+    cr_assert(strstr(run->config_json, "\"executor\":\"cpu (no GPU executor") != NULL, "%s",
+              run->config_json);
+    mp_trace_reader_close(r);
+}
