@@ -15,8 +15,9 @@ n_gen=${N_GEN:-64}
 if [ ! -f "$model" ]; then
     mkdir -p "$(dirname "$model")"
     echo "cpu_decode: generating $model"
-    /usr/bin/time -f "cpu_decode: mkmodel took %e s, peak RSS %M KB" \
-        "$moeplan" mkmodel --preset qwen3-30b-a3b --quant q4_k_m --threads "$threads" -o "$model"
+    start=$SECONDS
+    "$moeplan" mkmodel --preset qwen3-30b-a3b --quant q4_k_m --threads "$threads" --quiet -o "$model"
+    echo "cpu_decode: mkmodel took $((SECONDS - start)) s ($(du -h "$model" | cut -f1))"
 fi
 bw=$("$bindir/bench/mp_membw" --gib 8 --threads "$threads" --reps 5)
 echo "$bw"

@@ -1,12 +1,52 @@
 #!/usr/bin/env bash
-# scripts/demo.sh — the README's first command, end to end: install what is missing, build,
-# write the CI-sized synthetic MoE model, inspect it, and generate text from it.
+# scripts/demo.sh — the README's first command: the main job end to end on a small generated model.
+# Installs what is missing, builds, then:
+#   mkmodel (tiny qwen3moe, skewed routers) -> inspect -> collect a routing trace over
+#   examples/prompts.jsonl -> analyze it (report/) -> calibrate this machine's costs ->
+#   simulate placements under GPU budgets and emit an STRP profile -> inspect and verify it ->
+#   generate text.
+# On a machine without a GPU, calibrate measures the CPU side only, so the simulation uses the
+# cost file measured on an H200 for this same model (examples/costs-h200-tiny.json).
 # Everything it writes goes to out/ (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build
+mp=build/cli/moeplan
 mkdir -p out
-build/cli/moeplan mkmodel --preset tiny -o out/tiny.gguf --force
-build/cli/moeplan inspect out/tiny.gguf
-build/cli/moeplan run -m out/tiny.gguf -p "Explain mixture of experts" -n 32
+step() { printf '\n=== %s\n' "$*"; }
+
+step "mkmodel: a tiny Qwen3-MoE with skewed routing"
+$mp mkmodel --preset tiny -o out/tiny.gguf --force
+step "inspect"
+$mp inspect out/tiny.gguf | tail -12
+step "collect: routing + timing of every prompt into out/trace.db"
+$mp collect -m out/tiny.gguf --prompts examples/prompts.jsonl --trace out/trace.db --force --no-progress
+step "analyze: popularity, coverage, locality -> out/report/report.html"
+$mp analyze out/trace.db --model out/tiny.gguf --out out/report --force
+python3 - <<'PY'
+import json
+s = json.load(open("out/report/summary.json"))
+print("summary.json keys:", ", ".join(sorted(s)[:12]))
+PY
+step "calibrate: this machine's costs -> out/costs.json"
+$mp calibrate -m out/tiny.gguf --out out/costs.json --quick --force
+costs=out/costs.json
+if python3 -c 'import json,sys; sys.exit(0 if json.load(open("out/costs.json")).get("missing") else 1)'; then
+    costs=examples/costs-h200-tiny.json
+    echo "(no GPU here: simulating with $costs, measured on an H200 for this model)"
+fi
+step "simulate: placements under GPU budgets -> out/profile.strp"
+budget=$($mp inspect --json out/tiny.gguf | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+# room for the non-expert weights plus about a third of the experts
+print(d["non_expert_bytes"] + d["expert_bytes"] // 3)')
+$mp simulate out/trace.db --costs "$costs" --budget "$budget" \
+    --non-expert-bytes "$($mp inspect --json out/tiny.gguf | python3 -c 'import json,sys; print(json.load(sys.stdin)["non_expert_bytes"])')" \
+    --emit-profile out/profile.strp --json out/simulate.json
+step "profile: inspect and verify against the model"
+$mp profile inspect out/profile.strp | head -20
+$mp profile verify out/profile.strp -m out/tiny.gguf
+step "run: generate text"
+$mp run -m out/tiny.gguf -p "Explain mixture of experts" -n 32

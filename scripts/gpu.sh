@@ -8,6 +8,9 @@
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
+#   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
+#   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
+#   bench-sim      moeplan simulate decisions/s per policy (bench/bench_simulate.sh)
 #   calibrate  moeplan calibrate on the qwen3-30b-a3b preset (Q4_K_M) -> $OUT/costs-h200.json
 #              (extra flags in CALIBRATE_ARGS, e.g. "--reps 9")
 # Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
@@ -72,8 +75,24 @@ for stage in "${stages[@]}"; do
             2>&1 | tee "$OUT/calibrate.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
+    bench-trace)
+        build || { rc=1; continue; }
+        [ -f /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf ] || { echo "bench-trace: run bench-cpu first"; rc=1; continue; }
+        build-gpu/bench/mp_trace_overhead /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf --tokens 64 --rounds 3 \
+            2>&1 | tee "$OUT/bench-trace.log" || rc=1
+        ;;
+    bench-analyze)
+        build || { rc=1; continue; }
+        command -v /usr/bin/time >/dev/null || export TIME="$PWD/tools/gnutime.py"
+        MOEPLAN=build-gpu/cli/moeplan GEN=build-gpu/bench/gen_routing_trace \
+            bash bench/bench_analyze.sh ${ANALYZE_REQUESTS:-25 100} 2>&1 | tee "$OUT/bench-analyze.log" || rc=1
+        ;;
+    bench-sim)
+        build || { rc=1; continue; }
+        bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
+        ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, calibrate)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-trace, bench-analyze, bench-sim, calibrate)" >&2
         exit 2
         ;;
     esac
