@@ -451,9 +451,10 @@ Test(mkmodel, skew_raises_routing_concentration_monotonically)
 /* The default skew on FLAME-MoE-290M's routing geometry (25 layers, 64 experts, top-6) over as
  * many tokens as its trace (32 sequences x 64 tokens): the real trace
  * (data/traces/flame-moe-290m-prefill.csv) has its top 32 experts serving 58.1 % of routes
- * (per layer 56.3-60.7 %). The preset's own shapes, in q8_0 rather than q4_k_m only to generate
- * faster (the share measured in q4_k_m differs by 0.001). With no skew at all the share is
- * already ~0.59: routing follows token identity and the corpus repeats tokens (docs/mkmodel.md). */
+ * (per layer 56.3-60.7 %). The preset's shapes, in q8_0 rather than q4_k_m and with an expert FFN
+ * of 64 rather than 256, only to run fast under the sanitizers: measured in release builds, the
+ * share moves by 0.001 for either change. With no skew at all the share is already ~0.59:
+ * routing follows token identity and the corpus repeats tokens (docs/mkmodel.md). */
 Test(mkmodel, default_skew_matches_the_flame_trace_concentration, .timeout = 600)
 {
     const double flame_share = 0.581;
@@ -461,6 +462,7 @@ Test(mkmodel, default_skew_matches_the_flame_trace_concentration, .timeout = 600
     mp_error err;
     cr_assert_eq(mp_mkmodel_preset("flame", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_mkmodel_set_mix(&c, "q8_0", &err), MP_OK);
+    c.n_ff_exp = 64;
     c.n_threads = 2;
     write_model(&c, tmp_path("flame.gguf"));
     mp_mk_routes rc = measure(tmp_path("flame.gguf"), 32, 64);
