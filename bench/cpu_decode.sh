@@ -19,7 +19,7 @@ if [ ! -f "$model" ]; then
     "$moeplan" mkmodel --preset qwen3-30b-a3b --quant q4_k_m --threads "$threads" --quiet -o "$model"
     echo "cpu_decode: mkmodel took $((SECONDS - start)) s ($(du -h "$model" | cut -f1))"
 fi
-bw=$("$bindir/bench/mp_membw" --gib 8 --threads "$threads" --reps 5)
+bw=$("$bindir/bench/mp_membw" --gib "${MEMBW_GIB:-8}" --threads "$threads" --reps 5)
 echo "$bw"
 bw_gbs=$(sed -E 's/membw: ([0-9.]+) GB\/s.*/\1/' <<<"$bw")
 active=$("$moeplan" inspect --json --tensors "$model" | python3 -c '
