@@ -20,9 +20,10 @@
  * stream has output row 0 set to zero, and every matrix other than the router ignores input 0
  * (a constant input would add one shared vector to every token, which the routers would read as
  * a random preference). So x[0] stays exactly MK_BIAS_CHANNEL in every layer, and after RMSNorm
- * (hidden state RMS ~1) the router input's dimension 0 is ~MK_BIAS_CHANNEL. Router row e has element 0 = -skew * ln(rank_l(e) + 1): the logit of the expert of rank r gets a bias
- * of -s ln(r + 1), so the router's softmax prior over ranks is Zipf(s) (p_r ∝ (r + 1)^-s), while
- * the random elements add a per-token N(0, ~1) term that gives each token its own choice. rank_l is
+ * (hidden state RMS ~1) the router input's dimension 0 is ~MK_BIAS_CHANNEL. Router row e has
+ * element 0 = -skew * ln(rank_l(e) + 1): the logit of the expert of rank r gets a bias of
+ * -s ln(r + 1), so the router's softmax prior over ranks is Zipf(s) (p_r ∝ (r + 1)^-s), while the
+ * random elements add a per-token N(0, ~1) term that gives each token its own choice. rank_l is
  * a random permutation of the experts per layer.
  */
 #include <math.h>
