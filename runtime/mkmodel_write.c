@@ -16,15 +16,16 @@
  * call per element keeps generation far cheaper than quantization, with Gaussian-like rows.
  *
  * Router skew (the popularity profile): hidden dimension 0 is a constant "bias channel". Every
- * token embedding has the value MK_BIAS_CHANNEL there, and every matrix that writes the residual
- * stream has output row 0 set to zero, so x[0] stays exactly MK_BIAS_CHANNEL in every layer, and
- * after RMSNorm (hidden state RMS ~1) the router input's dimension 0 is ~MK_BIAS_CHANNEL. Router
- * row e has element 0 = -skew * ln(rank_l(e) + 1): the logit of the expert of rank r gets a bias
- * of -s ln(r + 1), so the router's softmax prior over ranks is Zipf(s) (p_r ∝ (r + 1)^-s), while
- * the random elements add a per-token N(0, ~1) term that gives each token its own choice. rank_l is
+ * token embedding has the value MK_BIAS_CHANNEL there, every matrix that writes the residual
+ * stream has output row 0 set to zero, and every matrix other than the router ignores input 0
+ * (a constant input would add one shared vector to every token, which the routers would read as
+ * a random preference). So x[0] stays exactly MK_BIAS_CHANNEL in every layer, and after RMSNorm
+ * (hidden state RMS ~1) the router input's dimension 0 is ~MK_BIAS_CHANNEL. Router row e has
+ * element 0 = -skew * ln(rank_l(e) + 1): the logit of the expert of rank r gets a bias of
+ * -s ln(r + 1), so the router's softmax prior over ranks is Zipf(s) (p_r ∝ (r + 1)^-s), while the
+ * random elements add a per-token N(0, ~1) term that gives each token its own choice. rank_l is
  * a random permutation of the experts per layer.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,9 +318,7 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
     /* Mixtral's feed_forward_length is its expert FFN size; qwen3moe and olmoe also carry the
      * dense FFN size there, which we set to the active expert width (768 x 8 = 6144 for
      * Qwen3-30B-A3B, as in the real checkpoint) and give the expert size its own key. */
-    if (c->arch == MP_ARCH_MIXTRAL)
-        TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp, err));
-    else if (c->arch == MP_ARCH_OLMOE)
+    if (c->arch != MP_ARCH_QWEN3MOE)
         TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp, err));
     else
         TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp * c->n_expert_used, err));
