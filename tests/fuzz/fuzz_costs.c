@@ -1,6 +1,6 @@
 /* tests/fuzz/fuzz_costs.c — libFuzzer target for the costs.json loader.
  * Property: the loader succeeds (and then every curve evaluates to a finite, non-negative time at
- * any size) or fails with a non-empty one-line message and nothing allocated. */
+ * any size, a CPU-only file included) or fails with a non-empty one-line message and nothing allocated. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,8 +20,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     const double xs[] = {0, 0.5, 1, 3, 1000, 1e9};
+    /* a CPU-only file (GPU parts listed in $.missing) has no GPU expert and empty copy curves */
+    if ((c.n_gpu_expert == 0) != ((c.absent & MP_COST_ABSENT_GPU_EXPERT) != 0) || c.n_cpu_expert < 1)
+        abort();
     for (int i = 0; i < 6; i++) {
-        double t = mp_cost_curve_ns(&c.gpu_expert[0].by_rows, xs[i]) + mp_cost_curve_ns(&c.h2d_pinned, xs[i]) +
+        double t = (c.n_gpu_expert ? mp_cost_curve_ns(&c.gpu_expert[0].by_rows, xs[i]) : 0) +
+                   mp_cost_curve_ns(&c.h2d_pinned, xs[i]) + mp_cost_curve_ns(&c.cpu_expert[0].by_rows, xs[i]) +
                    mp_cost_curve_ns(&c.non_moe, xs[i]);
         if (!(t >= 0) || isnan(t))
             abort();
