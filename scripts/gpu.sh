@@ -12,6 +12,7 @@
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
 #   bench-sim      moeplan simulate decisions/s per policy (bench/bench_simulate.sh)
+#   calibrate-tiny  moeplan calibrate on the tiny preset -> $OUT/costs-h200-tiny.json (the demo's)
 #   calibrate  moeplan calibrate on the qwen3-30b-a3b preset (Q4_K_M) -> $OUT/costs-h200.json
 #              (extra flags in CALIBRATE_ARGS, e.g. "--reps 9")
 # Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
@@ -75,7 +76,11 @@ for stage in "${stages[@]}"; do
         build-gpu/cli/moeplan calibrate -m "$model" --out "$OUT/costs-h200.json" --force ${CALIBRATE_ARGS:-} \
             2>&1 | tee "$OUT/calibrate.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-        # the demo's model too: scripts/demo.sh simulates with this file where no GPU exists
+        ;;
+    calibrate-tiny)
+        # the demo's model: scripts/demo.sh simulates with this file where no GPU exists
+        build || { rc=1; continue; }
+        mkdir -p /tmp/mp-bench
         build-gpu/cli/moeplan mkmodel --preset tiny --quiet -o /tmp/mp-bench/tiny.gguf --force &&
             build-gpu/cli/moeplan calibrate -m /tmp/mp-bench/tiny.gguf --out "$OUT/costs-h200-tiny.json" \
                 --force ${CALIBRATE_ARGS:-} 2>&1 | tail -3 || rc=1
@@ -97,7 +102,7 @@ for stage in "${stages[@]}"; do
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-trace, bench-analyze, bench-sim, calibrate)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-trace, bench-analyze, bench-sim, calibrate, calibrate-tiny)" >&2
         exit 2
         ;;
     esac
