@@ -138,6 +138,18 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
         const uint16_t *ids = r->expert_ids + row * k;
         const float *w = r->weights + row * k;
         const int64_t t = a->t;
+        /* The transition cells are known before the k-slot loop: fetch them now so that their
+         * cache misses (the tables are bigger than L2) overlap the loop instead of following it. */
+        const int top1 = row_top1(ids, w, k);
+        uint32_t *same_cell = a->same_layer && a->prev_top1 >= 0
+                                  ? &a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]
+                                  : NULL;
+        uint32_t *next_cell =
+            next_tab ? &next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1] : NULL;
+        if (same_cell)
+            __builtin_prefetch(same_cell, 1);
+        if (next_cell)
+            __builtin_prefetch(next_cell, 1);
         for (int64_t j = 0; j < k; j++) {
             const uint16_t e = ids[j];
             a->count[e]++;
@@ -168,13 +180,12 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
         }
         /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
          * bigger than the caches; k updates per row cost half the engine's time) */
-        const int top1 = row_top1(ids, w, k);
-        if (a->same_layer && a->prev_top1 >= 0) {
-            a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]++;
+        if (same_cell) {
+            (*same_cell)++;
             a->same_layer_rows++;
         }
-        if (next_tab) {
-            next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]++;
+        if (next_cell) {
+            (*next_cell)++;
             s->acc[s->prev_node].next_layer_rows++;
         }
         s->prev_top1[row] = (uint16_t)top1;
