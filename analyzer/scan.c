@@ -172,32 +172,6 @@ static mp_status grow(scan *sc, int64_t n, mp_error *err)
 #define AT_ARGS sc->path, (long long)rec->request_id, (long long)sc->step_ord, \
                 (long long)rec->step, (long long)rec->node_index
 
-/* The fast path for what a live capture stores (u8 ids, so E <= 256; f16 weights): decode with
- * one combined check per record, the repeated-id test on a 256-bit mask per row. False when any
- * value is bad: the general sweep below then decodes the record again and names the first
- * problem exactly. */
-static bool decode_u8_f16(scan *sc, const uint8_t *ib, const uint8_t *wbuf, int64_t n_rows,
-                          int64_t k, int64_t E)
-{
-    uint64_t bad = 0;
-    for (int64_t row = 0; row < n_rows; row++) {
-        uint64_t seen[4] = {0, 0, 0, 0}; /* 256 ids */
-        for (int64_t j = 0; j < k; j++) {
-            const int64_t i = row * k + j;
-            const uint32_t id = ib[i];
-            const uint64_t bit = 1ull << (id & 63);
-            bad |= (uint64_t)(id >= (uint32_t)E) | (seen[id >> 6] & bit);
-            seen[id >> 6] |= bit;
-            const uint32_t h = (uint32_t)wbuf[2 * i] | (uint32_t)wbuf[2 * i + 1] << 8;
-            /* not finite (exponent all ones) or negative and not -0 */
-            bad |= (uint64_t)((h & 0x7c00) == 0x7c00) | (uint64_t)((h & 0x8000) && (h & 0x7fff));
-            sc->ids[i] = (uint16_t)id;
-            sc->weights[i] = f16_table[h];
-        }
-    }
-    return bad == 0;
-}
-
 /* Check and decode one routing record; *ok says whether it may be emitted. */
 static mp_status check_record(scan *sc, const mp_trace_routing_rec *rec, int32_t p, bool *ok,
                               mp_error *err)
@@ -233,10 +207,6 @@ static mp_status check_record(scan *sc, const mp_trace_routing_rec *rec, int32_t
         if (st != MP_OK)
             return st;
         const uint8_t *ib = rec->expert_ids, *wbuf = rec->weights;
-        if (nd->id_bytes == 1 && wb == 2 && decode_u8_f16(sc, ib, wbuf, rec->n_rows, k, E)) {
-            *ok = true;
-            return MP_OK;
-        }
         /* decode and check in one sweep: ids little-endian, then range and repeats per row */
         for (int64_t row = 0; row < rec->n_rows; row++) {
             sc->row_serial++;
