@@ -92,6 +92,16 @@ void mp_an_stats_free(mp_an_stats *s)
     memset(s, 0, sizeof *s);
 }
 
+static inline void bump_later(mp_an_stats *s, uint32_t *cell)
+{
+    __builtin_prefetch(cell, 1);
+    uint32_t *due = s->pending[s->pending_at];
+    s->pending[s->pending_at] = cell;
+    s->pending_at = (s->pending_at + 1) & (MP_AN_PENDING - 1);
+    if (due)
+        (*due)++;
+}
+
 static inline int row_top1(const uint16_t *ids, const float *w, int64_t k)
 {
     int64_t best = 0;
@@ -133,18 +143,18 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
         const uint16_t *ids = r->expert_ids + row * k;
         const float *w = r->weights + row * k;
         const int64_t t = a->t;
-        /* The transition cells are known before the k-slot loop: fetch them now so that their
-         * cache misses (the tables are bigger than L2) overlap the loop instead of following it. */
+        /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
+         * bigger than the caches). The cells are prefetched now and incremented a few records
+         * later (bump_later), so their cache misses never stall the loop. */
         const int top1 = row_top1(ids, w, k);
-        uint32_t *same_cell = a->same_layer && a->prev_top1 >= 0
-                                  ? &a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]
-                                  : NULL;
-        uint32_t *next_cell =
-            next_tab ? &next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1] : NULL;
-        if (same_cell)
-            __builtin_prefetch(same_cell, 1);
-        if (next_cell)
-            __builtin_prefetch(next_cell, 1);
+        if (a->same_layer && a->prev_top1 >= 0) {
+            bump_later(s, &a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]);
+            a->same_layer_rows++;
+        }
+        if (next_tab) {
+            bump_later(s, &next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]);
+            s->acc[s->prev_node].next_layer_rows++;
+        }
         for (int64_t j = 0; j < k; j++) {
             const uint16_t e = ids[j];
             a->count[e]++;
@@ -174,16 +184,6 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
             u->wbin = (uint8_t)weight_bin(w[j]);
             u->slot = (uint8_t)j;
         }
-        /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
-         * bigger than the caches; k updates per row cost half the engine's time) */
-        if (same_cell) {
-            (*same_cell)++;
-            a->same_layer_rows++;
-        }
-        if (next_cell) {
-            (*next_cell)++;
-            s->acc[s->prev_node].next_layer_rows++;
-        }
         s->prev_top1[row] = (uint16_t)top1;
         a->prev_top1 = top1;
         a->t++;
@@ -208,6 +208,11 @@ void mp_an_stats_finish(mp_an_stats *s)
     if (s->finished)
         return;
     s->finished = true;
+    for (int i = 0; i < MP_AN_PENDING; i++)
+        if (s->pending[i]) {
+            (*s->pending[i])++;
+            s->pending[i] = NULL;
+        }
     for (int32_t i = 0; i < s->n_nodes; i++) {
         mp_an_node_acc *a = &s->acc[i];
         for (int64_t e = 0; e < s->nodes[i].n_experts; e++) {

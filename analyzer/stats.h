@@ -29,6 +29,7 @@
 #define MP_AN_MAX_TOPK 64
 #define MP_AN_TRANSITION_MAX_EXPERTS 256 /* transition tables are n_nodes × E² u32 counts */
 #define MP_AN_N_TARGETS 5
+#define MP_AN_PENDING 32        /* transition increments in flight (power of two) */
 extern const double mp_an_targets[MP_AN_N_TARGETS]; /* 0.50 0.80 0.90 0.95 0.99 coverage */
 
 typedef enum mp_an_rows {
@@ -114,6 +115,12 @@ typedef struct mp_an_stats {
     int64_t prev_req, prev_step, prev_rows;
     uint16_t *prev_top1; /* (prev_cap) */
     int64_t prev_cap;
+    /* Transition-table increments are deferred by MP_AN_PENDING cells (a few records): each cell
+     * is prefetched when its row is seen and incremented when it leaves this ring, so its cache
+     * miss is long over by then. Sums commute; finish applies what is left. The tables are only
+     * complete after mp_an_stats_finish. */
+    uint32_t *pending[MP_AN_PENDING];
+    uint32_t pending_at;
     bool finished;
 } mp_an_stats;
 
@@ -122,7 +129,8 @@ mp_status mp_an_stats_init(mp_an_stats *s, const mp_an_node *nodes, int32_t n_no
 /* Feed one record (already validated and row-selected). Never fails for validated input except
  * for out of memory (the next-layer window grows to the largest step). */
 mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err);
-/* Close open runs and resolve pending reuse questions; call once after the last record. */
+/* Close open runs, resolve pending reuse questions and apply the deferred transition increments;
+ * call once after the last record (and before reading the transition tables). */
 void mp_an_stats_finish(mp_an_stats *s);
 void mp_an_stats_free(mp_an_stats *s);
 
