@@ -49,7 +49,9 @@ typedef struct pass_ctx {
     int64_t n_requests;
     const mp_an_input *in;
     /* the request being read */
-    uint32_t *req_count;   /* (n_nodes, max_experts) its routes per expert */
+    /* the request's routes per expert are the stats' counts minus these: no per-route work */
+    uint64_t *count_before; /* (n_nodes, max_experts) each node's counts when it began */
+    uint64_t *cur;          /* (max_experts) scratch: one node's routes in the request */
     uint64_t *history;     /* (max_experts) scratch: one node's counts before the request */
     uint16_t *order;       /* (max_experts) scratch: experts ranked by history */
     int64_t max_experts;
@@ -86,12 +88,15 @@ static mp_status close_request(pass_ctx *c, mp_error *err)
     bool has_history = true;
     for (int32_t i = 0; i < s->n_nodes; i++) {
         const int64_t E = s->nodes[i].n_experts;
-        uint32_t *cnt = c->req_count + (size_t)i * (size_t)c->max_experts;
+        uint64_t *before = c->count_before + (size_t)i * (size_t)c->max_experts;
+        uint64_t *cnt = c->cur;
         uint64_t n = 0, hist_total = 0;
         for (int64_t e = 0; e < E; e++) {
+            cnt[e] = s->acc[i].count[e] - before[e]; /* the stats already hold this request */
             n += cnt[e];
-            c->history[e] = s->acc[i].count[e] - cnt[e]; /* the stats already hold this request */
+            c->history[e] = before[e];
             hist_total += c->history[e];
+            before[e] = s->acc[i].count[e];
         }
         if (n == 0)
             continue;
@@ -117,7 +122,6 @@ static mp_status close_request(pass_ctx *c, mp_error *err)
         distinct += (double)d / (double)E / s->n_nodes;
         entropy += (E > 1 ? h / log2((double)E) : 0) / s->n_nodes;
         tv += 0.5 * dist / s->n_nodes;
-        memset(cnt, 0, (size_t)E * sizeof *cnt);
     }
     const double cover = routes ? (double)top_half / (double)routes : 0;
     const double v[4] = {distinct, entropy, cover, tv};
@@ -156,10 +160,7 @@ static mp_status to_stats(void *user, const mp_an_record *r, mp_error *err)
             return st;
         c->cur_request = r->request_ord;
     }
-    uint32_t *cnt = c->req_count + (size_t)r->node * (size_t)c->max_experts;
     const int64_t n = r->n_rows * r->top_k;
-    for (int64_t i = 0; i < n; i++)
-        cnt[r->expert_ids[i]]++;
     if (r->node == 0)
         c->cur_rows += r->n_rows;
     c->cur_routes += (uint64_t)n;
@@ -319,10 +320,11 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
 
     /* the pass: validation, statistics and per-request distributions */
     train = calloc((size_t)in.n_requests + 1, sizeof *train);
-    c.req_count = calloc((size_t)in.n_nodes * (size_t)in.max_experts, sizeof *c.req_count);
+    c.count_before = calloc((size_t)in.n_nodes * (size_t)in.max_experts, sizeof *c.count_before);
+    c.cur = malloc((size_t)in.max_experts * sizeof *c.cur);
     c.history = malloc((size_t)in.max_experts * sizeof *c.history);
     c.order = malloc((size_t)in.max_experts * sizeof *c.order);
-    if (!train || !c.req_count || !c.history || !c.order) {
+    if (!train || !c.count_before || !c.cur || !c.history || !c.order) {
         st = mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
         goto out;
     }
@@ -385,7 +387,7 @@ out:
         fclose(c.req_csv);
     if (tmp[0])
         remove_tree(tmp);
-    free(c.req_count), free(c.history), free(c.order);
+    free(c.count_before), free(c.cur), free(c.history), free(c.order);
     free(train);
     mp_an_summary_free(&sum);
     if (stats.acc)

@@ -31,7 +31,8 @@ typedef struct scan {
     int ti;
     const char *path;
     int16_t pos[MP_TRACE_MAX_NODE_INDEX + 1]; /* node_index -> position, -1 if absent */
-    bool *node_ok;                            /* (n_nodes) node row usable for decoding */
+    uint8_t *node_ok; /* (n_nodes) bytes per router weight (2, 4) if the node row is usable for
+                       * decoding, else 0: the format string is compared once, not per record */
     const mp_trace_node_info *tnodes;         /* this trace's node rows */
     int32_t n_nodes;
     req_key *reqs;       /* (n_requests) sorted by request_id */
@@ -184,7 +185,7 @@ static mp_status check_record(scan *sc, const mp_trace_routing_rec *rec, int32_t
     if (rec->n_rows < 1)
         return MP_OK; /* reported with the step */
     const int64_t n = rec->n_rows * k;
-    const int64_t wb = mp_trace_weight_bytes(nd->weight_format);
+    const int64_t wb = sc->node_ok[p];
     if (rec->expert_ids_bytes % (size_t)nd->id_bytes)
         PROBLEM(AT ": expert_ids BLOB of %zu bytes is truncated (not a multiple of %lld-byte "
                 "ids), expected %lld bytes",
@@ -379,10 +380,10 @@ mp_status mp_an_scan(mp_an_input *in, mp_an_problems *pb, mp_an_emit_fn emit, vo
                 const mp_trace_node_info *x = &sc.tnodes[i];
                 if (x->node_index >= 0 && x->node_index <= MP_TRACE_MAX_NODE_INDEX)
                     sc.pos[x->node_index] = (int16_t)i;
-                sc.node_ok[i] = x->n_experts >= 1 && x->n_experts <= 65536 && x->top_k >= 1 &&
+                const bool ok = x->n_experts >= 1 && x->n_experts <= 65536 && x->top_k >= 1 &&
                                 x->top_k <= x->n_experts && x->top_k <= MP_AN_MAX_TOPK &&
-                                (x->id_bytes == 2 || (x->id_bytes == 1 && x->n_experts <= 256)) &&
-                                mp_trace_weight_bytes(x->weight_format) > 0;
+                                (x->id_bytes == 2 || (x->id_bytes == 1 && x->n_experts <= 256));
+                sc.node_ok[i] = ok ? (uint8_t)mp_trace_weight_bytes(x->weight_format) : 0;
             }
             const mp_trace_request_info *q = mp_trace_reader_requests(r);
             for (int64_t o = 0; o < sc.n_requests; o++)

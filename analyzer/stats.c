@@ -56,15 +56,11 @@ mp_status mp_an_stats_init(mp_an_stats *s, const mp_an_node *nodes, int32_t n_no
         a->count = calloc(E, sizeof *a->count);
         a->train_count = calloc(E, sizeof *a->train_count);
         a->seg_count = calloc(E * MP_AN_SEGMENTS, sizeof *a->seg_count);
-        a->last_t = malloc(E * sizeof *a->last_t);
-        a->run_start = calloc(E, sizeof *a->run_start);
-        a->last_wbin = calloc(E, 1);
-        a->last_slot = calloc(E, 1);
-        if (!a->count || !a->train_count || !a->seg_count || !a->last_t || !a->run_start ||
-            !a->last_wbin || !a->last_slot)
+        a->use = calloc(E, sizeof *a->use);
+        if (!a->count || !a->train_count || !a->seg_count || !a->use)
             goto nomem;
         for (size_t e = 0; e < E; e++)
-            a->last_t[e] = -1;
+            a->use[e].last_t = -1;
         if (E <= MP_AN_TRANSITION_MAX_EXPERTS) {
             a->same_layer = calloc(E * E, sizeof *a->same_layer);
             if (!a->same_layer)
@@ -87,14 +83,23 @@ void mp_an_stats_free(mp_an_stats *s)
     if (s->acc)
         for (int32_t i = 0; i < s->n_nodes; i++) {
             mp_an_node_acc *a = &s->acc[i];
-            free(a->count), free(a->train_count), free(a->seg_count), free(a->last_t);
-            free(a->run_start), free(a->last_wbin), free(a->last_slot);
+            free(a->count), free(a->train_count), free(a->seg_count), free(a->use);
             free(a->same_layer), free(a->next_layer);
         }
     free(s->acc);
     free(s->nodes);
     free(s->prev_top1);
     memset(s, 0, sizeof *s);
+}
+
+static inline void bump_later(mp_an_stats *s, uint32_t *cell)
+{
+    __builtin_prefetch(cell, 1);
+    uint32_t *due = s->pending[s->pending_at];
+    s->pending[s->pending_at] = cell;
+    s->pending_at = (s->pending_at + 1) & (MP_AN_PENDING - 1);
+    if (due)
+        (*due)++;
 }
 
 static inline int row_top1(const uint16_t *ids, const float *w, int64_t k)
@@ -138,44 +143,46 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
         const uint16_t *ids = r->expert_ids + row * k;
         const float *w = r->weights + row * k;
         const int64_t t = a->t;
+        /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
+         * bigger than the caches). The cells are prefetched now and incremented a few records
+         * later (bump_later), so their cache misses never stall the loop. */
+        const int top1 = row_top1(ids, w, k);
+        if (a->same_layer && a->prev_top1 >= 0) {
+            bump_later(s, &a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]);
+            a->same_layer_rows++;
+        }
+        if (next_tab) {
+            bump_later(s, &next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]);
+            s->acc[s->prev_node].next_layer_rows++;
+        }
         for (int64_t j = 0; j < k; j++) {
             const uint16_t e = ids[j];
             a->count[e]++;
             seg[e]++;
             if (r->train)
                 a->train_count[e]++;
-            const int64_t last = a->last_t[e];
+            mp_an_expert_use *u = &a->use[e];
+            const int64_t last = u->last_t;
             if (last < 0) {
                 a->cold++;
-                a->run_start[e] = t;
+                u->run_start = t;
             } else {
                 const int64_t d = t - last;
                 a->reuse[mp_an_log2_bucket((uint64_t)d)]++;
                 /* the previous use of e is now resolved: reused within the window or not */
                 const uint64_t reused = d <= window;
-                s->weight_routes[a->last_wbin[e]]++;
-                s->weight_reused[a->last_wbin[e]] += reused;
-                s->slot_routes[a->last_slot[e]]++;
-                s->slot_reused[a->last_slot[e]] += reused;
+                s->weight_routes[u->wbin]++;
+                s->weight_reused[u->wbin] += reused;
+                s->slot_routes[u->slot]++;
+                s->slot_reused[u->slot] += reused;
                 if (d != 1) {
-                    a->runs[mp_an_log2_bucket((uint64_t)(last - a->run_start[e] + 1))]++;
-                    a->run_start[e] = t;
+                    a->runs[mp_an_log2_bucket((uint64_t)(last - u->run_start + 1))]++;
+                    u->run_start = t;
                 }
             }
-            a->last_t[e] = t;
-            a->last_wbin[e] = (uint8_t)weight_bin(w[j]);
-            a->last_slot[e] = (uint8_t)j;
-        }
-        /* transitions count top-1 -> top-1: one table update per row, not k (the tables are
-         * bigger than the caches; k updates per row cost half the engine's time) */
-        const int top1 = row_top1(ids, w, k);
-        if (a->same_layer && a->prev_top1 >= 0) {
-            a->same_layer[(size_t)a->prev_top1 * (size_t)E + (size_t)top1]++;
-            a->same_layer_rows++;
-        }
-        if (next_tab) {
-            next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]++;
-            s->acc[s->prev_node].next_layer_rows++;
+            u->last_t = t;
+            u->wbin = (uint8_t)weight_bin(w[j]);
+            u->slot = (uint8_t)j;
         }
         s->prev_top1[row] = (uint16_t)top1;
         a->prev_top1 = top1;
@@ -201,17 +208,23 @@ void mp_an_stats_finish(mp_an_stats *s)
     if (s->finished)
         return;
     s->finished = true;
+    for (int i = 0; i < MP_AN_PENDING; i++)
+        if (s->pending[i]) {
+            (*s->pending[i])++;
+            s->pending[i] = NULL;
+        }
     for (int32_t i = 0; i < s->n_nodes; i++) {
         mp_an_node_acc *a = &s->acc[i];
         for (int64_t e = 0; e < s->nodes[i].n_experts; e++) {
-            const int64_t last = a->last_t[e];
+            const mp_an_expert_use *u = &a->use[e];
+            const int64_t last = u->last_t;
             if (last < 0)
                 continue;
-            a->runs[mp_an_log2_bucket((uint64_t)(last - a->run_start[e] + 1))]++;
+            a->runs[mp_an_log2_bucket((uint64_t)(last - u->run_start + 1))]++;
             /* a last use is "not reused" only if a whole window of tokens followed it */
             if (a->t - 1 - last >= s->cfg.reuse_window) {
-                s->weight_routes[a->last_wbin[e]]++;
-                s->slot_routes[a->last_slot[e]]++;
+                s->weight_routes[u->wbin]++;
+                s->slot_routes[u->slot]++;
             } else {
                 s->censored++;
             }

@@ -54,24 +54,29 @@ static void coverage_of(const uint64_t *count, const uint16_t *order, int64_t E,
  * the next top-1 expert. */
 static double successor_pred(const uint32_t *tab, int64_t E, int64_t k)
 {
+    /* The k largest entries of each row, kept in a small descending list: only their sum is
+     * used, so which of tied entries is kept does not matter. One pass over the row (most
+     * entries lose against the list's last one), not k passes. */
     uint64_t total = 0, hit = 0;
-    uint32_t *row = malloc((size_t)E * sizeof *row);
-    if (!row)
-        return NAN;
+    uint32_t top[MP_AN_MAX_TOPK]; /* (k) descending */
+    if (k > E)
+        k = E;
     for (int64_t a = 0; a < E; a++) {
-        memcpy(row, tab + a * E, (size_t)E * sizeof *row);
-        for (int64_t b = 0; b < E; b++)
-            total += row[b];
-        for (int64_t j = 0; j < k; j++) {
-            int64_t best = 0;
-            for (int64_t b = 1; b < E; b++)
-                if (row[b] > row[best])
-                    best = b;
-            hit += row[best];
-            row[best] = 0;
+        const uint32_t *row = tab + a * E;
+        int64_t n = 0;
+        for (int64_t b = 0; b < E; b++) {
+            const uint32_t v = row[b];
+            total += v;
+            if (n == k && v <= top[k - 1])
+                continue;
+            int64_t i = n < k ? n++ : k - 1;
+            for (; i > 0 && top[i - 1] < v; i--)
+                top[i] = top[i - 1];
+            top[i] = v;
         }
+        for (int64_t j = 0; j < n; j++)
+            hit += top[j];
     }
-    free(row);
     return total ? (double)hit / (double)total : 0;
 }
 

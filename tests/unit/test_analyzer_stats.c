@@ -437,6 +437,7 @@ Test(analyzer_stats, transitions_follow_the_highest_weight)
                       .n_rows = 3, .top_k = 2, .expert_ids = ids, .weights = w};
     mp_error err;
     cr_assert_eq(mp_an_stats_add(&s, &r, &err), MP_OK, "%s", err.msg);
+    mp_an_stats_finish(&s); /* transition increments are deferred until then */
     cr_assert_eq(s.acc[0].same_layer[1 * 4 + 2], 1);
     cr_assert_eq(s.acc[0].same_layer[2 * 4 + 1], 1);
     cr_assert_eq(s.acc[0].same_layer_rows, 2);

@@ -338,6 +338,33 @@ Test(analyzer_validate, non_finite_and_negative_weights)
     free(p);
 }
 
+/* f16 weights at the edges: infinity (0x7C00), NaN (0x7E00) and a negative subnormal (0x8001)
+ * are refused; -0 (0x8000) is a valid zero weight. */
+Test(analyzer_validate, f16_special_weights)
+{
+    static const struct { const char *blob, *want; } cases[] = {
+        {"X'007C'", "router weight inf"}, {"X'007E'", "router weight nan"},
+        {"X'0180'", "router weight -"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char name[32], q[256];
+        snprintf(name, sizeof name, "f16_%zu.db", c);
+        char *p = make_trace(tmpdir, name, (trace_opts){.wf = MP_TRACE_W_F16});
+        snprintf(q, sizeof q, "UPDATE routing SET weights = substr(weights, 1, 2) || %s || "
+                              "substr(weights, 5) WHERE key = (1 << 36) | (2 << 12) | 1",
+                 cases[c].blob);
+        sql(p, q);
+        EXPECT(p, "request 1 (ord 1), step 2, node 1, row 0, slot 1: ", cases[c].want);
+        free(p);
+    }
+    char *p = make_trace(tmpdir, "f16_zero.db", (trace_opts){.wf = MP_TRACE_W_F16});
+    sql(p, "UPDATE routing SET weights = X'0080' || substr(weights, 3) WHERE key = (1 << 36) | 1");
+    const char *paths[1] = {p};
+    mp_an_problems pb = validate(paths, 1, 100);
+    cr_assert_eq(pb.n, 0, "-0 weight refused: %s", pb.n ? pb.msg[0] : "");
+    mp_an_problems_free(&pb);
+    free(p);
+}
+
 Test(analyzer_validate, bad_node_table)
 {
     char *p = good("t.db");
