@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "collector/trace_read.h"
+#include "tests/unit/cli_util.h"
 
 static char tmpdir[256], model[512], prompts[300];
 
@@ -41,19 +42,7 @@ TestSuite(cmd_collect, .init = setup, .fini = teardown);
 
 static int moeplan(const char *args, char *err_out, size_t cap)
 {
-    const char *exe = getenv("MP_MOEPLAN");
-    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s/stderr' >/dev/null", exe, args, tmpdir);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st));
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr", tmpdir);
-    FILE *f = fopen(path, "r");
-    size_t n = fread(err_out, 1, cap - 1, f);
-    err_out[n] = 0;
-    fclose(f);
-    return WEXITSTATUS(st);
+    return mp_test_moeplan(tmpdir, args, MP_TEST_STDERR, err_out, cap);
 }
 
 static void write_prompts(const char *text)

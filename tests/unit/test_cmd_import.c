@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/unit/cli_util.h"
+
 static char tmpdir[256];
 
 static void setup(void)
@@ -27,19 +29,7 @@ TestSuite(cmd_import, .init = setup, .fini = teardown);
 /* Run `moeplan ARGS` (ARGS is shell text), capture stderr in err_out; returns the exit status. */
 static int moeplan(const char *args, char *err_out, size_t cap)
 {
-    const char *exe = getenv("MP_MOEPLAN");
-    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s/stderr' >'%s/stdout'", exe, args, tmpdir, tmpdir);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "moeplan did not exit normally");
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr", tmpdir);
-    FILE *f = fopen(path, "r");
-    size_t n = fread(err_out, 1, cap - 1, f);
-    err_out[n] = 0;
-    fclose(f);
-    return WEXITSTATUS(st);
+    return mp_test_moeplan(tmpdir, args, MP_TEST_STDERR, err_out, cap);
 }
 
 static int lines(const char *s)

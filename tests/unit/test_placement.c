@@ -13,6 +13,7 @@
 #include "collector/trace_read.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
+#include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
 
@@ -437,20 +438,7 @@ Test(placement, profile_of_another_model_is_refused)
 
 static int moeplan(const char *args, char *out, size_t cap)
 {
-    const char *exe = getenv("MP_MOEPLAN");
-    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s/stderr' >/dev/null", exe, args, tmpdir);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st));
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr", tmpdir);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    fclose(f);
-    return WEXITSTATUS(st);
+    return mp_test_moeplan(tmpdir, args, MP_TEST_STDERR, out, cap);
 }
 
 Test(placement, run_reports_placement_and_refuses_bad_flags)

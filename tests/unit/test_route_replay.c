@@ -13,26 +13,14 @@
 #include <unistd.h>
 
 #include "collector/trace_read.h"
+#include "tests/unit/cli_util.h"
 
 static char tmpdir[256], src_db[320], model[320], prompts[320], csv[512];
 static const char *root;
 
 static int sh(const char *args, char *out, size_t cap)
 {
-    const char *exe = getenv("MP_MOEPLAN");
-    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>&1", exe, args, tmpdir);
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st));
-    char path[300];
-    snprintf(path, sizeof path, "%s/out", tmpdir);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    fclose(f);
-    return WEXITSTATUS(st);
+    return mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, cap);
 }
 
 static void setup(void)

@@ -1,0 +1,29 @@
+/* tests/unit/cli_util.c — see cli_util.h. */
+#include "tests/unit/cli_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, char *out, size_t cap)
+{
+    const char *exe = getenv("MP_MOEPLAN");
+    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    char cmd[8192], path[4096];
+    if (what == MP_TEST_MERGED) {
+        snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>&1", exe, args, dir);
+        snprintf(path, sizeof path, "%s/out", dir);
+    } else {
+        snprintf(cmd, sizeof cmd, "'%s' %s >'%s/stdout' 2>'%s/stderr'", exe, args, dir, dir);
+        snprintf(path, sizeof path, "%s/stderr", dir);
+    }
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st), "moeplan did not exit normally: %s", cmd);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot read %s", path);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    fclose(f);
+    return WEXITSTATUS(st);
+}

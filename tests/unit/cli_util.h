@@ -1,0 +1,18 @@
+/* tests/unit/cli_util.h — running the built `moeplan` from a test (its path is in MP_MOEPLAN,
+ * set by tests/meson.build) and capturing what it printed. */
+#ifndef MP_TESTS_CLI_UTIL_H
+#define MP_TESTS_CLI_UTIL_H
+
+#include <stddef.h>
+
+typedef enum mp_test_capture {
+    MP_TEST_STDERR, /* out gets stderr; stdout is kept in DIR/stdout */
+    MP_TEST_MERGED, /* out gets stdout and stderr interleaved (DIR/out) */
+} mp_test_capture;
+
+/* Run `moeplan ARGS` (ARGS is shell text, quoted by the caller), capture into out (NUL-terminated,
+ * at most cap - 1 bytes) through files in dir, and return the exit status. Fails the test if
+ * MP_MOEPLAN is unset or the process did not exit normally. */
+int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, char *out, size_t cap);
+
+#endif
