@@ -20,6 +20,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"run", cmd_run, "generate text from a GGUF MoE model"},
+    {"bench", mp_cmd_bench, "measure prefill and decode tok/s (pp/tg tests, repetitions, md/json)"},
     {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},

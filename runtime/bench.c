@@ -1,0 +1,118 @@
+/* runtime/bench.c — see bench.h. Timing uses CLOCK_MONOTONIC; ids come from splitmix64 so the
+ * sequence depends only on (seed, kind, N) and not on the C library's rand(). */
+#include "runtime/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void mp_bench_stats_compute(const double *v, int n, mp_bench_stats *out)
+{
+    *out = (mp_bench_stats){0};
+    if (n < 1)
+        return;
+    double sorted[n > 0 ? n : 1]; /* n is the repetition count (<= 1000, checked by the caller) */
+    memcpy(sorted, v, (size_t)n * sizeof *v);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    out->min = sorted[0];
+    out->max = sorted[n - 1];
+    out->median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += v[i];
+    out->mean = sum / n;
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (v[i] - out->mean) * (v[i] - out->mean);
+    out->stddev = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void mp_bench_tokens(uint64_t seed, mp_bench_kind kind, int64_t n_vocab, int32_t *ids, int64_t n)
+{
+    uint64_t x = seed ^ ((uint64_t)kind << 62) ^ ((uint64_t)n * 0x2545f4914f6cdd1dull);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(splitmix64(&x) % (uint64_t)n_vocab);
+}
+
+int64_t mp_bench_positions(mp_bench_kind kind, int64_t n)
+{
+    return kind == MP_BENCH_PP ? n : 1 + n;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One repetition from an empty cache; returns tok/s of the timed part in *tok_s. */
+static mp_status run_once(mp_session *s, mp_bench_kind kind, const int32_t *ids, int64_t n,
+                          float *logits, double *tok_s, mp_error *err)
+{
+    mp_status st;
+    mp_session_reset(s);
+    double t0, t1;
+    if (kind == MP_BENCH_PP) {
+        t0 = now_s();
+        st = mp_session_eval(s, ids, n, false, logits, err);
+        t1 = now_s();
+    } else {
+        /* ids[0] is the 1-token prompt (untimed); ids[1..n] are fed one decode step each */
+        if ((st = mp_session_eval(s, ids, 1, false, logits, err)))
+            return st;
+        t0 = now_s();
+        for (int64_t i = 1; i <= n && !st; i++)
+            st = mp_session_eval(s, ids + i, 1, false, logits, err);
+        t1 = now_s();
+    }
+    if (st)
+        return st;
+    const double dt = t1 - t0 > 1e-9 ? t1 - t0 : 1e-9;
+    *tok_s = (double)n / dt;
+    return MP_OK;
+}
+
+mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64_t seed,
+                            int64_t n_vocab, int reps, float *logits, double *samples_tok_s,
+                            mp_bench_progress_fn progress, void *progress_ctx, mp_error *err)
+{
+    const int64_t n_ids = mp_bench_positions(kind, n);
+    if (n < 1 || reps < 1 || n_vocab < 1)
+        return mp_fail(err, MP_ERR_ARG, "bench: test size %lld, %d repetitions and %lld vocabulary "
+                       "entries must be positive", (long long)n, reps, (long long)n_vocab);
+    if (n_ids > mp_session_n_ctx(s))
+        return mp_fail(err, MP_ERR_LIMIT, "bench: %s %lld needs %lld positions, more than the "
+                       "context of %lld", kind == MP_BENCH_PP ? "pp" : "tg", (long long)n,
+                       (long long)n_ids, (long long)mp_session_n_ctx(s));
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
+    if (!ids)
+        return mp_fail(err, MP_ERR_NOMEM, "bench: out of memory for %lld token ids",
+                       (long long)n_ids);
+    mp_bench_tokens(seed, kind, n_vocab, ids, n_ids);
+    mp_status st = MP_OK;
+    double unused;
+    for (int rep = -1; rep < reps && !st; rep++) {
+        if (progress)
+            progress(progress_ctx, rep, reps);
+        st = run_once(s, kind, ids, n, logits, rep < 0 ? &unused : &samples_tok_s[rep], err);
+    }
+    mp_session_reset(s);
+    free(ids);
+    return st;
+}

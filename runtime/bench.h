@@ -1,0 +1,42 @@
+/* runtime/bench.h — the measuring core of `moeplan bench` (runtime/cmd_bench.c prints it).
+ *
+ * A test is pp N (one prefill of N tokens into an empty cache) or tg N (a 1-token prompt, then N
+ * single-token decode steps; only the N steps are timed). Token ids are pseudo-random, valid
+ * (0 <= id < n_vocab) and a pure function of (seed, test kind, N), so two runs feed the model the
+ * same ids. Every timed eval computes the last row's logits, as a real request would.
+ *
+ * Invariants: mp_bench_run_test leaves the session reset; samples_tok_s[i] > 0 for every rep it
+ * reports (a zero or negative elapsed time is clamped to one nanosecond, never divided by).
+ */
+#ifndef MP_RUNTIME_BENCH_H
+#define MP_RUNTIME_BENCH_H
+
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/session.h"
+
+typedef enum mp_bench_kind { MP_BENCH_PP = 0, MP_BENCH_TG = 1 } mp_bench_kind;
+
+typedef struct mp_bench_stats {
+    double median, min, max, mean, stddev; /* tok/s; stddev is the sample one (n-1), 0 for n=1 */
+} mp_bench_stats;
+
+/* Statistics over v (n >= 1 values; v is not modified). */
+void mp_bench_stats_compute(const double *v, int n, mp_bench_stats *out);
+
+/* Fill ids (n) with deterministic pseudo-random token ids in [0, n_vocab). */
+void mp_bench_tokens(uint64_t seed, mp_bench_kind kind, int64_t n_vocab, int32_t *ids, int64_t n);
+
+/* Positions a test needs in the KV cache: N for pp N, 1 + N for tg N. */
+int64_t mp_bench_positions(mp_bench_kind kind, int64_t n);
+
+/* Run one test: one untimed warm-up, then reps timed repetitions, each from an empty cache.
+ * samples_tok_s: (reps) tokens per second of each timed repetition. logits: (n_vocab) scratch.
+ * progress, if not NULL, is called before each repetition (rep -1 is the warm-up). */
+typedef void (*mp_bench_progress_fn)(void *ctx, int rep, int reps);
+mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64_t seed,
+                            int64_t n_vocab, int reps, float *logits, double *samples_tok_s,
+                            mp_bench_progress_fn progress, void *progress_ctx, mp_error *err);
+
+#endif

@@ -1,0 +1,452 @@
+/* runtime/cmd_bench.c — `moeplan bench`: prompt-processing and token-generation throughput.
+ *
+ * For each size in -p (pp N: one prefill of N ids from an empty cache) and -n (tg N: N decode steps
+ * after a 1-token prompt), runs one warm-up and R timed repetitions (runtime/bench.h) and prints one
+ * row per test: median, min, max and stddev in tok/s, with the model (file, size, arch, expert quant
+ * types), threads, ISA, the placement and GPU budget, and the executor that actually ran. Markdown
+ * by default, JSON (docs/bench.md) with -o json. Output goes to stdout only once every test has
+ * finished (nothing half-printed on a failure); progress goes to stderr.
+ *
+ * Executor: this build has only the CPU executor. The placement is built and checked against the
+ * budget exactly as `run` does, and reported in every row, but every expert runs on the CPU; rows
+ * say executor "cpu", and a note says that GPU rows need the GPU executor.
+ *
+ * Every numeric flag is parsed strictly (whole string, range-checked); bad flags exit 2 with one
+ * line, any other failure exits 1.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "kernels/quant.h"
+#include "runtime/bench.h"
+#include "runtime/gguf.h"
+#include "runtime/model.h"
+#include "runtime/placement.h"
+#include "runtime/session.h"
+
+#define MAX_SIZES 32
+#define MAX_REPS 1000
+#define MAX_TEST_TOKENS ((int64_t)1 << 20)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moeplan bench -m MODEL [options]\n"
+            "\n"
+            "Measure prompt processing (pp N: one prefill of N tokens from an empty cache) and\n"
+            "token generation (tg N: N decode steps after a 1-token prompt) in tokens/second.\n"
+            "Each test runs once to warm up, then R times; rows give the median, min, max and\n"
+            "standard deviation. Token ids are random but fixed by --seed.\n"
+            "\n"
+            "  -m, --model PATH     GGUF model file\n"
+            "  -p, --n-prompt LIST  prompt sizes, comma-separated (default 512; 0: no pp tests)\n"
+            "  -n, --n-gen LIST     generation sizes, comma-separated (default 128; 0: no tg tests)\n"
+            "  -r, --repetitions R  timed repetitions per test (default 5, 1..1000)\n"
+            "  -t, --threads N      CPU threads (default: all online CPUs, 1..1024)\n"
+            "      --ctx N          context length (default: the largest test's need; a test\n"
+            "                       longer than the model's trained context needs --ctx)\n"
+            "      --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
+            "      --no-simd        use the scalar reference kernels\n"
+            "  -o, --output FMT     md (default) or json\n"
+            "%s"
+            "  -h, --help           show this help\n"
+            "\n"
+            "Results go to stdout after the last test; progress goes to stderr. This build has\n"
+            "only the CPU executor: a placement is checked against the budget and reported in\n"
+            "every row, but every expert runs on the CPU (executor \"cpu\"); GPU rows need the\n"
+            "GPU executor. Output format: docs/bench.md.\n", mp_placement_flags_help);
+}
+
+static int usage_error(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "moeplan bench: error: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (see moeplan bench --help)\n");
+    return 2;
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s || *s == ' ' || *s == '+')
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+        return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "512,2048" → sizes; "0" alone means none. Each size 1..MAX_TEST_TOKENS, no empty items. */
+static bool parse_list(const char *s, int64_t *sizes, int *n)
+{
+    *n = 0;
+    if (!strcmp(s, "0"))
+        return true;
+    char buf[512];
+    if (strlen(s) >= sizeof buf || !*s)
+        return false;
+    strcpy(buf, s);
+    char *p = buf;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        if (*n == MAX_SIZES || !parse_i64(p, 1, MAX_TEST_TOKENS, &sizes[*n]))
+            return false;
+        (*n)++;
+        if (!comma)
+            return true;
+        p = comma + 1;
+    }
+}
+
+typedef struct bench_opts {
+    const char *model;
+    int64_t pp[MAX_SIZES], tg[MAX_SIZES];
+    int n_pp, n_tg;
+    int64_t reps, threads, ctx;
+    uint64_t seed;
+    bool json, no_simd;
+    mp_placement_opts pl;
+} bench_opts;
+
+/* 0 ok, 1 help shown, 2 usage error (reported) */
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    *o = (bench_opts){.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define IS(s, l) (!strcmp(a, s) || !strcmp(a, l))
+        if (IS("-h", "--help")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--no-simd")) {
+            o->no_simd = true;
+            continue;
+        }
+        if (a[0] != '-')
+            return usage_error("unexpected argument '%s'%s", a, "");
+        if (!v)
+            return usage_error("option %s needs a value%s", a, "");
+        bool ok = true;
+        mp_status pst;
+        mp_error perr;
+        if (mp_placement_opts_set(&o->pl, a, v, &pst, &perr)) {
+            if (pst)
+                return usage_error("%s%s", perr.msg, "");
+        } else if (IS("-m", "--model"))
+            o->model = v;
+        else if (IS("-p", "--n-prompt"))
+            ok = parse_list(v, o->pp, &o->n_pp);
+        else if (IS("-n", "--n-gen"))
+            ok = parse_list(v, o->tg, &o->n_tg);
+        else if (IS("-r", "--repetitions"))
+            ok = parse_i64(v, 1, MAX_REPS, &o->reps);
+        else if (IS("-t", "--threads"))
+            ok = parse_i64(v, 1, 1024, &o->threads);
+        else if (!strcmp(a, "--ctx"))
+            ok = parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
+        else if (!strcmp(a, "--seed"))
+            ok = parse_u64(v, &o->seed);
+        else if (IS("-o", "--output")) {
+            if (!strcmp(v, "json"))
+                o->json = true;
+            else if (!strcmp(v, "md"))
+                o->json = false;
+            else
+                return usage_error("invalid value '%s' for %s (expected md or json)", v, a);
+        } else
+            return usage_error("unknown option '%s'%s", a, "");
+#undef IS
+        if (!ok)
+            return usage_error("invalid value '%s' for %s", v, a);
+        i++;
+    }
+    if (!o->model)
+        return usage_error("-m MODEL is required%s%s", "", "");
+    if (o->n_pp + o->n_tg == 0)
+        return usage_error("nothing to run: -p and -n are both 0%s%s", "", "");
+    return 0;
+}
+
+/* What every row repeats about the model and the setup. */
+typedef struct bench_ctx {
+    const char *file;     /* base name of the model path */
+    uint64_t size_bytes;  /* GGUF file size */
+    const char *arch;
+    char quant[128];      /* distinct expert tensor types, "Q4_K+Q6_K" */
+    int threads;
+    const char *isa;
+    const char *placement; /* mp_placement.desc */
+    const char *budget;    /* --gpu-budget as given, NULL: none */
+    int64_t file_type;     /* general.file_type, -1 when absent */
+    mp_placement pl;
+    int64_t n_ctx;
+} bench_ctx;
+
+typedef struct bench_row {
+    mp_bench_kind kind;
+    int64_t n;
+    double *samples; /* (reps) tok/s */
+    mp_bench_stats stats;
+} bench_row;
+
+static void quant_mix(const mp_model *m, char *buf, size_t cap)
+{
+    int seen[64];
+    int n_seen = 0;
+    buf[0] = '\0';
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const mp_tensor *ts[3] = {&m->layers[il].gate_exps, &m->layers[il].up_exps,
+                                  &m->layers[il].down_exps};
+        for (int k = 0; k < 3; k++) {
+            bool dup = false;
+            for (int j = 0; j < n_seen; j++)
+                dup |= seen[j] == ts[k]->type;
+            if (dup || n_seen == 64)
+                continue;
+            seen[n_seen++] = ts[k]->type;
+            const char *name = mp_type_name(ts[k]->type);
+            const size_t used = strlen(buf);
+            snprintf(buf + used, cap - used, "%s%s", used ? "+" : "", name ? name : "?");
+        }
+    }
+}
+
+static const char *kind_name(mp_bench_kind k)
+{
+    return k == MP_BENCH_PP ? "pp" : "tg";
+}
+
+static const char *executor_note =
+    "executor cpu: this build has no GPU executor, so every expert ran on the CPU whatever the "
+    "placement says; GPU rows need the GPU executor";
+
+static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
+{
+    char size[32], gpu[32];
+    mp_format_bytes(c->size_bytes, size, sizeof size);
+    mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
+    printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
+           "| executor | test | tok/s median | min | max | stddev |\n");
+    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
+           "| ---: | ---: |\n");
+    for (int i = 0; i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | cpu | %s%" PRId64
+               " | %.2f | %.2f | %.2f | %.2f |\n",
+               c->file, size, c->arch, c->quant, c->threads, c->isa, c->placement,
+               c->budget ? c->budget : "none", gpu, kind_name(r->kind), r->n, r->stats.median,
+               r->stats.min, r->stats.max, r->stats.stddev);
+    }
+    printf("\n%s.\n", executor_note);
+}
+
+static bool add_num(cJSON *o, const char *k, double v)
+{
+    return cJSON_AddNumberToObject(o, k, v) != NULL;
+}
+
+static bool add_str(cJSON *o, const char *k, const char *v)
+{
+    return (v ? cJSON_AddStringToObject(o, k, v) : cJSON_AddNullToObject(o, k)) != NULL;
+}
+
+static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_rows, int reps,
+                            uint64_t seed, mp_error *err)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arr = root ? cJSON_AddArrayToObject(root, "rows") : NULL;
+    bool ok = arr && add_str(root, "moeplan_version", MP_VERSION) &&
+              add_str(root, "note", executor_note);
+    for (int i = 0; ok && i < n_rows; i++) {
+        const bench_row *r = &rows[i];
+        cJSON *o = cJSON_CreateObject();
+        ok = o && cJSON_AddItemToArray(arr, o);
+        if (!ok) {
+            cJSON_Delete(o);
+            break;
+        }
+        char test[48];
+        snprintf(test, sizeof test, "%s%" PRId64, kind_name(r->kind), r->n);
+        ok = add_str(o, "model_file", c->file) && add_num(o, "model_size_bytes", (double)c->size_bytes) &&
+             add_str(o, "arch", c->arch) && add_str(o, "quant", c->quant) &&
+             (c->file_type < 0 ? cJSON_AddNullToObject(o, "gguf_file_type") != NULL :
+                                 add_num(o, "gguf_file_type", (double)c->file_type)) &&
+             add_num(o, "threads", c->threads) && add_str(o, "isa", c->isa) &&
+             add_str(o, "placement", c->placement) && add_str(o, "gpu_budget", c->budget) &&
+             add_num(o, "gpu_budget_bytes", (double)c->pl.budget.budget_bytes) &&
+             add_num(o, "gpu_expert_bytes", (double)c->pl.gpu_expert_bytes) &&
+             add_num(o, "host_expert_bytes", (double)c->pl.host_expert_bytes) &&
+             add_num(o, "experts_resident", (double)c->pl.n_resident_total) &&
+             add_str(o, "executor", "cpu") && add_str(o, "test", test) &&
+             add_str(o, "kind", kind_name(r->kind)) && add_num(o, "n_tokens", (double)r->n) &&
+             add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&
+             add_num(o, "n_gen", r->kind == MP_BENCH_TG ? (double)r->n : 0.0) &&
+             add_num(o, "n_ctx", (double)c->n_ctx) && add_num(o, "seed", (double)seed) &&
+             add_num(o, "warmup", 1) && add_num(o, "repetitions", reps);
+        cJSON *samples = ok ? cJSON_AddArrayToObject(o, "samples_tok_s") : NULL;
+        ok = ok && samples;
+        for (int k = 0; ok && k < reps; k++) {
+            cJSON *num = cJSON_CreateNumber(r->samples[k]);
+            ok = num && cJSON_AddItemToArray(samples, num);
+        }
+        ok = ok && add_num(o, "median_tok_s", r->stats.median) &&
+             add_num(o, "min_tok_s", r->stats.min) && add_num(o, "max_tok_s", r->stats.max) &&
+             add_num(o, "mean_tok_s", r->stats.mean) && add_num(o, "stddev_tok_s", r->stats.stddev);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory building the JSON output");
+    printf("%s\n", text);
+    cJSON_free(text);
+    return MP_OK;
+}
+
+typedef struct progress_ctx {
+    const bench_row *row;
+} progress_ctx;
+
+static void progress(void *ctx, int rep, int reps)
+{
+    const bench_row *r = ((progress_ctx *)ctx)->row;
+    if (rep < 0)
+        fprintf(stderr, "moeplan bench: %s%" PRId64 ": warm-up\n", kind_name(r->kind), r->n);
+    else
+        fprintf(stderr, "moeplan bench: %s%" PRId64 ": repetition %d/%d\n", kind_name(r->kind),
+                r->n, rep + 1, reps);
+}
+
+static mp_status bench(const bench_opts *o, mp_error *err)
+{
+    mp_model *m = NULL;
+    mp_session *s = NULL;
+    float *logits = NULL;
+    bench_ctx c = {0};
+    const int n_rows = o->n_pp + o->n_tg;
+    bench_row rows[2 * MAX_SIZES] = {{0}};
+    mp_status st;
+
+    for (int i = 0; i < n_rows; i++) {
+        rows[i].kind = i < o->n_pp ? MP_BENCH_PP : MP_BENCH_TG;
+        rows[i].n = i < o->n_pp ? o->pp[i] : o->tg[i - o->n_pp];
+    }
+    if ((st = mp_model_load(o->model, &m, err)))
+        goto done;
+    /* the context: --ctx, or what the largest test needs, which must fit the trained context */
+    int64_t need = 0;
+    int worst = 0;
+    for (int i = 0; i < n_rows; i++) {
+        const int64_t p = mp_bench_positions(rows[i].kind, rows[i].n);
+        if (p > need) {
+            need = p;
+            worst = i;
+        }
+    }
+    const int64_t n_ctx = o->ctx ? o->ctx : need;
+    if (need > n_ctx || (!o->ctx && need > m->hp.n_ctx_train)) {
+        const bool user = o->ctx != 0;
+        st = mp_fail(err, MP_ERR_LIMIT, "%s: %s%" PRId64 " needs %" PRId64 " positions, more than "
+                     "the %s of %" PRId64 " (%s)", o->model, kind_name(rows[worst].kind),
+                     rows[worst].n, need, user ? "--ctx context" : "model's trained context",
+                     user ? o->ctx : m->hp.n_ctx_train,
+                     user ? "raise --ctx or use smaller -p/-n" :
+                            "use smaller -p/-n, or --ctx N to go past it");
+        goto done;
+    }
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    if ((st = mp_session_new(m, &sp, &s, err)))
+        goto done;
+    /* the placement is checked before any work, against the session's real sizes */
+    if ((st = mp_placement_for_model(m, &o->pl, mp_session_n_ctx(s), mp_session_n_batch(s), &c.pl,
+                                     err)))
+        goto done;
+    const char *slash = strrchr(o->model, '/');
+    c.file = slash ? slash + 1 : o->model;
+    c.size_bytes = mp_gguf_file_size(m->gguf);
+    c.arch = mp_arch_get(m->hp.arch)->name;
+    uint32_t ftype;
+    mp_error ignored;
+    c.file_type = mp_gguf_get_u32(m->gguf, "general.file_type", &ftype, &ignored) ? -1 : (int64_t)ftype;
+    quant_mix(m, c.quant, sizeof c.quant);
+    c.threads = mp_session_n_threads(s);
+    c.isa = mp_kernels_isa();
+    c.placement = c.pl.desc;
+    c.budget = o->pl.budget_text;
+    c.n_ctx = mp_session_n_ctx(s);
+
+    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    if (!logits) {
+        st = mp_fail(err, MP_ERR_NOMEM, "out of memory for the logits");
+        goto done;
+    }
+    for (int i = 0; i < n_rows; i++) {
+        if (!(rows[i].samples = calloc((size_t)o->reps, sizeof *rows[i].samples))) {
+            st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        progress_ctx pc = {&rows[i]};
+        if ((st = mp_bench_run_test(s, rows[i].kind, rows[i].n, o->seed,
+                                    m->hp.n_vocab, (int)o->reps, logits, rows[i].samples,
+                                    progress, &pc, err))) {
+            mp_error_prefix(err, "%s%" PRId64, kind_name(rows[i].kind), rows[i].n);
+            goto done;
+        }
+        mp_bench_stats_compute(rows[i].samples, (int)o->reps, &rows[i].stats);
+        fprintf(stderr, "moeplan bench: %s%" PRId64 ": median %.2f tok/s\n",
+                kind_name(rows[i].kind), rows[i].n, rows[i].stats.median);
+    }
+    if (o->json)
+        st = print_json(&c, rows, n_rows, (int)o->reps, o->seed, err);
+    else
+        print_md(&c, rows, n_rows);
+done:
+    for (int i = 0; i < n_rows; i++)
+        free(rows[i].samples);
+    mp_placement_free(&c.pl);
+    free(logits);
+    mp_session_free(s);
+    mp_model_free(m);
+    return st;
+}
+
+int mp_cmd_bench(int argc, char **argv)
+{
+    bench_opts o;
+    const int rc = parse_args(argc, argv, &o);
+    if (rc == 1)
+        return 0;
+    if (rc == 2)
+        return 2;
+    if (o.no_simd)
+        mp_kernels_force_scalar(1);
+    mp_error err = {0};
+    if (bench(&o, &err) != MP_OK) {
+        fflush(stdout);
+        fprintf(stderr, "moeplan bench: error: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
