@@ -1,0 +1,296 @@
+/* tests/unit/test_bench.c — `moeplan bench` as a user runs it, and the statistics and token-id
+ * helpers of runtime/bench.h.
+ *
+ * The CLI tests run the built binary on tests/fixtures/hf/qwen3moe-tiny-f32.gguf (small and quick to
+ * load) and check the output's structure: one JSON row per (test, size) with R positive samples and
+ * consistent statistics, the placement and budget in every row, the markdown table, strict flag
+ * parsing (exit 2, one line), and a test longer than the context (exit 1, no stdout). Speeds are
+ * never compared against a number: only that they are measured (> 0). The helper tests use fresh
+ * random inputs, seeded from the clock (or MP_TEST_SEED); the seed is printed on failure. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/bench.h"
+#include "tests/unit/cli_util.h"
+
+static char tmpdir[256];
+static char model[4096];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_bench_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", root);
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(bench, .init = setup, .fini = teardown);
+
+/* Run `moeplan bench -m MODEL ARGS`; stderr into err, stdout into a malloc'd string (*out). */
+static int bench(const char *args, char *err, size_t cap, char **out)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "bench -m '%s' %s", model, args);
+    const int rc = mp_test_moeplan(tmpdir, full, MP_TEST_STDERR, err, cap);
+    char path[512];
+    snprintf(path, sizeof path, "%s/stdout", tmpdir);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)n + 1);
+    cr_assert_not_null(*out);
+    cr_assert_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
+    (*out)[n] = 0;
+    fclose(f);
+    return rc;
+}
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsString(v), "field %s is not a string", k);
+    return v->valuestring;
+}
+
+static double num_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "field %s is not a number", k);
+    return v->valuedouble;
+}
+
+/* Every row: R positive samples whose statistics match the reported ones. */
+static void check_row(const cJSON *row, const char *test, const char *kind, double n, int reps)
+{
+    cr_assert_str_eq(str_of(row, "test"), test);
+    cr_assert_str_eq(str_of(row, "kind"), kind);
+    cr_assert_eq(num_of(row, "n_tokens"), n);
+    cr_assert_eq(num_of(row, "repetitions"), reps);
+    cr_assert_str_eq(str_of(row, "executor"), "cpu");
+    cr_assert_str_eq(str_of(row, "model_file"), "qwen3moe-tiny-f32.gguf");
+    cr_assert_str_eq(str_of(row, "arch"), "qwen3moe");
+    cr_assert_str_eq(str_of(row, "quant"), "F32");
+    cr_assert_gt(num_of(row, "model_size_bytes"), 0);
+    cr_assert_gt(num_of(row, "threads"), 0);
+    cr_assert_gt(strlen(str_of(row, "isa")), 0);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(row, "samples_tok_s");
+    cr_assert(cJSON_IsArray(s));
+    cr_assert_eq(cJSON_GetArraySize(s), reps, "%s: %d samples, want %d", test,
+                 cJSON_GetArraySize(s), reps);
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, s) {
+        cr_assert(cJSON_IsNumber(v));
+        cr_assert_gt(v->valuedouble, 0.0, "%s: sample %g tok/s", test, v->valuedouble);
+        lo = fmin(lo, v->valuedouble);
+        hi = fmax(hi, v->valuedouble);
+        sum += v->valuedouble;
+    }
+    cr_assert_eq(num_of(row, "min_tok_s"), lo);
+    cr_assert_eq(num_of(row, "max_tok_s"), hi);
+    const double med = num_of(row, "median_tok_s");
+    cr_assert(med >= lo && med <= hi, "%s: median %g outside [%g, %g]", test, med, lo, hi);
+    cr_assert_float_eq(num_of(row, "mean_tok_s"), sum / reps, 1e-9 * hi);
+    cr_assert_geq(num_of(row, "stddev_tok_s"), 0.0);
+}
+
+Test(bench, json_rows_with_placement_and_budget)
+{
+    char err[16384], *out;
+    const int rc = bench("-p 16,32 -n 8 -r 3 -t 1 -o json --placement layers:1 --gpu-budget 1GiB",
+                         err, sizeof err, &out);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
+    cr_assert(cJSON_IsArray(rows));
+    cr_assert_eq(cJSON_GetArraySize(rows), 3);
+    check_row(cJSON_GetArrayItem(rows, 0), "pp16", "pp", 16, 3);
+    check_row(cJSON_GetArrayItem(rows, 1), "pp32", "pp", 32, 3);
+    check_row(cJSON_GetArrayItem(rows, 2), "tg8", "tg", 8, 3);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+        cr_assert_str_eq(str_of(row, "placement"), "layers:1");
+        cr_assert_str_eq(str_of(row, "gpu_budget"), "1GiB");
+        cr_assert_eq(num_of(row, "gpu_budget_bytes"), 1073741824.0);
+        cr_assert_eq(num_of(row, "threads"), 1);
+        /* layers:1 keeps the first layer's experts on the host, the rest resident */
+        cr_assert_gt(num_of(row, "gpu_expert_bytes"), 0);
+        cr_assert_gt(num_of(row, "host_expert_bytes"), 0);
+    }
+    cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_prompt"), 1);
+    cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_gen"), 8);
+    cr_assert_not_null(strstr(str_of(root, "note"), "GPU executor"));
+    /* progress: a warm-up and every repetition of every test */
+    cr_assert_not_null(strstr(err, "pp32: warm-up"), "%s", err);
+    cr_assert_not_null(strstr(err, "tg8: repetition 3/3"), "%s", err);
+    cJSON_Delete(root);
+    free(out);
+}
+
+Test(bench, defaults_to_cpu_placement_without_budget)
+{
+    char err[16384], *out;
+    const int rc = bench("-p 8 -n 0 -r 1 -o json", err, sizeof err, &out);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 1);
+    const cJSON *row = cJSON_GetArrayItem(rows, 0);
+    check_row(row, "pp8", "pp", 8, 1);
+    cr_assert_str_eq(str_of(row, "placement"), "cpu");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(row, "gpu_budget")));
+    cr_assert_eq(num_of(row, "gpu_expert_bytes"), 0);
+    cJSON_Delete(root);
+    free(out);
+}
+
+Test(bench, markdown_table_by_default)
+{
+    char err[16384], *out;
+    const int rc = bench("-p 16 -n 4 -r 2 --placement gpu", err, sizeof err, &out);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cr_assert_not_null(strstr(out, "| model |"), "%s", out);
+    cr_assert_not_null(strstr(out, "| pp16 |"), "%s", out);
+    cr_assert_not_null(strstr(out, "| tg4 |"), "%s", out);
+    cr_assert_not_null(strstr(out, "GPU rows need the GPU executor"), "%s", out);
+    int table_rows = 0;
+    for (const char *p = out; (p = strstr(p, "| qwen3moe-tiny-f32.gguf |")); p++) {
+        table_rows++;
+        const char *eol = strchr(p, '\n');
+        cr_assert_not_null(eol);
+        cr_assert(memmem(p, (size_t)(eol - p), "| gpu |", 7), "placement missing: %.*s",
+                  (int)(eol - p), p);
+    }
+    cr_assert_eq(table_rows, 2, "%s", out);
+    free(out);
+}
+
+Test(bench, bad_flags_exit_2_with_one_line)
+{
+    static const char *bad[] = {
+        "-p 1x",     "-p 16,,8",  "-p ''",      "-p 16, ",     "-n -3",   "-r 0",   "-r 1001",
+        "-r 2.5",    "-t 0",      "-t abc",     "--bogus 1",   "-o xml",  "-p",     "--ctx 0",
+        "--seed -1", "-p 0 -n 0", "--placement nowhere", "--gpu-budget 12XB", "stray",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char err[4096], *out;
+        const int rc = bench(bad[i], err, sizeof err, &out);
+        cr_assert_eq(rc, 2, "'%s': exit %d, want 2: %s", bad[i], rc, err);
+        cr_assert_eq(strncmp(err, "moeplan bench: error: ", 22), 0, "'%s': %s", bad[i], err);
+        cr_assert_eq(strchr(err, '\n'), err + strlen(err) - 1, "'%s': not one line: %s", bad[i], err);
+        cr_assert_str_empty(out, "'%s' printed to stdout: %s", bad[i], out);
+        free(out);
+    }
+}
+
+Test(bench, test_longer_than_context_is_refused)
+{
+    char err[4096], *out;
+    /* the fixture's trained context is 256 positions */
+    int rc = bench("-p 300 -n 0", err, sizeof err, &out);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert_not_null(strstr(err, "pp300 needs 300 positions"), "%s", err);
+    cr_assert_not_null(strstr(err, "--ctx"), "%s", err);
+    cr_assert_str_empty(out);
+    free(out);
+    /* tg N needs 1 + N positions */
+    rc = bench("-p 0 -n 50 --ctx 50", err, sizeof err, &out);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert_not_null(strstr(err, "tg50 needs 51 positions"), "%s", err);
+    cr_assert_str_empty(out);
+    free(out);
+}
+
+Test(bench, missing_model_fails_naming_it)
+{
+    char err[4096];
+    const int rc = mp_test_moeplan(tmpdir, "bench -m /nonexistent/model.gguf", MP_TEST_STDERR,
+                                   err, sizeof err);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert_eq(strncmp(err, "moeplan bench: error: ", 22), 0, "%s", err);
+    cr_assert_not_null(strstr(err, "/nonexistent/model.gguf"), "%s", err);
+}
+
+/* ---- helpers of runtime/bench.h on fresh random inputs ---- */
+
+static uint64_t test_seed(void)
+{
+    const char *env = getenv("MP_TEST_SEED");
+    return env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+}
+
+static int cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+Test(bench, stats_match_a_direct_computation)
+{
+    const uint64_t seed = test_seed();
+    srand((unsigned)seed);
+    for (int iter = 0; iter < 200; iter++) {
+        const int n = 1 + rand() % 40;
+        double v[40], sorted[40];
+        for (int i = 0; i < n; i++)
+            v[i] = sorted[i] = 1.0 + 1000.0 * rand() / RAND_MAX;
+        double copy[40];
+        memcpy(copy, v, sizeof copy);
+        mp_bench_stats st;
+        mp_bench_stats_compute(v, n, &st);
+        cr_assert_arr_eq(v, copy, (size_t)n * sizeof *v, "input modified (seed %llu)",
+                         (unsigned long long)seed);
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp);
+        const double med = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+        double mean = 0, ss = 0;
+        for (int i = 0; i < n; i++)
+            mean += v[i] / n;
+        for (int i = 0; i < n; i++)
+            ss += (v[i] - mean) * (v[i] - mean);
+        const double sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+        cr_assert_eq(st.min, sorted[0], "seed %llu", (unsigned long long)seed);
+        cr_assert_eq(st.max, sorted[n - 1], "seed %llu", (unsigned long long)seed);
+        cr_assert_eq(st.median, med, "seed %llu n %d", (unsigned long long)seed, n);
+        cr_assert_float_eq(st.mean, mean, 1e-9, "seed %llu", (unsigned long long)seed);
+        cr_assert_float_eq(st.stddev, sd, 1e-9, "seed %llu", (unsigned long long)seed);
+    }
+}
+
+Test(bench, token_ids_are_valid_and_deterministic)
+{
+    const uint64_t seed = test_seed();
+    srand((unsigned)seed);
+    const int64_t n_vocab = 1000 + rand() % 200000, n = 64 + rand() % 4096;
+    int32_t *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    cr_assert(a && b);
+    mp_bench_tokens(seed, MP_BENCH_PP, n_vocab, a, n);
+    mp_bench_tokens(seed, MP_BENCH_PP, n_vocab, b, n);
+    cr_assert_arr_eq(a, b, (size_t)n * sizeof *a, "seed %llu", (unsigned long long)seed);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(a[i] >= 0 && a[i] < n_vocab, "seed %llu: id %d of vocab %lld",
+                  (unsigned long long)seed, a[i], (long long)n_vocab);
+    /* another seed gives another sequence (64 equal ids out of >= 1000 would be a bug) */
+    mp_bench_tokens(seed + 1, MP_BENCH_PP, n_vocab, b, n);
+    cr_assert_neq(memcmp(a, b, 64 * sizeof *a), 0, "seed %llu", (unsigned long long)seed);
+    cr_assert_eq(mp_bench_positions(MP_BENCH_PP, 512), 512);
+    cr_assert_eq(mp_bench_positions(MP_BENCH_TG, 128), 129);
+    free(a);
+    free(b);
+}
