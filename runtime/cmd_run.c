@@ -358,6 +358,7 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
     /* decode speed counts forward passes: the first token comes from the prefill's logits */
     const int64_t n_decode_evals = n_gen > 0 ? n_gen - 1 : 0;
     printf("\n");
+    fflush(stdout); /* the text's last line before the summary on stderr */
     fprintf(stderr,
             "moeplan run: prompt tokens %zu, prefill %.2f tok/s, generated tokens %" PRId64
             ", decode %.2f tok/s, threads %d, isa %s\n",

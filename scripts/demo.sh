@@ -42,8 +42,7 @@ import json, sys
 d = json.load(sys.stdin)
 # room for the non-expert weights plus about a third of the experts
 print(d["non_expert_bytes"] + d["expert_bytes"] // 3)')
-$mp simulate out/trace.db --costs "$costs" --budget "$budget" \
-    --non-expert-bytes "$($mp inspect --json out/tiny.gguf | python3 -c 'import json,sys; print(json.load(sys.stdin)["non_expert_bytes"])')" \
+$mp simulate out/trace.db -m out/tiny.gguf --costs "$costs" --budget "$budget" \
     --emit-profile out/profile.strp --json out/simulate.json
 step "profile: inspect and verify against the model"
 $mp profile inspect out/profile.strp | head -20

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "collector/sha256.h"
+#include "runtime/model.h"
 #include "runtime/strp.h"
 #include "simulator/costs.h"
 #include "simulator/report.h"
@@ -31,7 +32,10 @@ static void usage(FILE *f)
             "  --costs FILE          cost model (schemas/costs.schema.json, from moeplan calibrate)\n"
             "  --budget LIST         GPU memory for the model, e.g. 8GiB,16GiB,24GiB (B, KiB, MiB,\n"
             "                        GiB, KB, MB, GB); holds the non-expert weights + resident experts\n"
-            "  --non-expert-bytes N  bytes of the model's non-expert weights (default 0)\n"
+            "  -m, --model GGUF      the traced model: its non-expert bytes (unless given below)\n"
+            "                        and a check that its expert shape is the trace's\n"
+            "  --non-expert-bytes N  bytes of the model's non-expert weights (default: from\n"
+            "                        --model, else 0)\n"
             "  --policy LIST         policies, comma-separated, or 'all' (default): %s",
             "");
     for (int p = 0; p < MP_POL_COUNT; p++)
@@ -124,6 +128,8 @@ static mp_status hash_file(const char *path, char hex[65], mp_error *err)
 
 typedef struct opts {
     const char *trace, *costs, *json, *svg, *profile;
+    const char *model; /* --model: non-expert bytes and a shape check from the GGUF */
+    bool non_expert_given;
     uint64_t budgets[MAX_BUDGETS];
     int n_budgets;
     bool policies[MP_POL_COUNT];
@@ -174,7 +180,10 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 }
                 o->n_budgets++;
             }
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            o->model = v;
         } else if (!strcmp(a, "--non-expert-bytes")) {
+            o->non_expert_given = true;
             if (parse_size(v, &cfg->non_expert_bytes)) {
                 fprintf(stderr, "moeplan simulate: error: --non-expert-bytes '%s': expected a size\n", v);
                 return 2;
@@ -383,6 +392,28 @@ static int rank_policies(const mp_sim_budget_run *run, int rank[MP_POL_COUNT])
     return n ? order[0] : -1;
 }
 
+/* --model: the GGUF's non-expert bytes, after checking that its expert shape is the trace's. */
+static mp_status apply_model(const char *path, const char *trace_path, const mp_sim_trace_facts *facts,
+                             bool set_non_expert, mp_sim_config *cfg, mp_error *err)
+{
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(path, &m, err);
+    if (st)
+        return st;
+    const int64_t bytes = (int64_t)mp_model_expert_bytes(m, 0);
+    if ((facts->expert_bytes > 0 && facts->expert_bytes != bytes) || (facts->n_embd > 0 && facts->n_embd != m->hp.n_embd) ||
+        (facts->n_ff > 0 && facts->n_ff != m->hp.n_ff_exp)) /* <= 0: the trace does not say */
+        st = mp_fail(err, MP_ERR_ARG,
+                     "%s: experts of %lld bytes (hidden %lld, FFN %lld) do not match trace %s "
+                     "(%lld bytes, hidden %lld, FFN %lld)",
+                     path, (long long)bytes, (long long)m->hp.n_embd, (long long)m->hp.n_ff_exp, trace_path,
+                     (long long)facts->expert_bytes, (long long)facts->n_embd, (long long)facts->n_ff);
+    else if (set_non_expert)
+        cfg->non_expert_bytes = mp_model_dense_bytes(m);
+    mp_model_free(m);
+    return st;
+}
+
 int mp_cmd_simulate(int argc, char **argv)
 {
     mp_sim_config cfg;
@@ -416,6 +447,8 @@ int mp_cmd_simulate(int argc, char **argv)
         mp_costs_free(&costs);
         return 1;
     }
+    if (o.model && apply_model(o.model, o.trace, &facts, !o.non_expert_given, &cfg, &err))
+        goto fail;
     if (choose_entries(&costs, &facts, &o, &gpu, &cpu, &err))
         goto fail;
     gpu_entry = *gpu;

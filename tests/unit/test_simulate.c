@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "collector/import.h"
+#include "runtime/model.h"
 #include "runtime/strp.h"
 #include "simulator/sim_load.h"
 
@@ -194,4 +195,54 @@ Test(simulate, cli_errors_are_one_line)
                  out);
     cr_assert_eq(run_cli("simulate --help", out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
+}
+
+Test(simulate, model_gives_the_non_expert_bytes)
+{
+    static char out[8192];
+    char args[4096], model[1024], expect[256];
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", getenv("MP_SOURCE_ROOT"));
+    mp_model *m = NULL;
+    mp_error err;
+    cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
+    const size_t dense = mp_model_dense_bytes(m);
+    mp_model_free(m);
+    /* a budget of 1000 bytes is below any model's non-expert weights: the refusal names them */
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1000B -m '%s'", costs_path(), model);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    snprintf(expect, sizeof expect, "is smaller than the non-expert weights (%zu bytes)", dense);
+    cr_assert_not_null(strstr(out, expect), "expected '%s' in: %s", expect, out);
+    /* an explicit --non-expert-bytes wins over the model's */
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1000B -m '%s' --non-expert-bytes 2000",
+             costs_path(), model);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "non-expert weights (2000 bytes)"), "%s", out);
+    /* a missing model is one line naming it */
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --budget 1GB -m absent.gguf", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "absent.gguf"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+}
+
+Test(simulate, model_of_another_shape_is_refused)
+{
+    static char out[8192];
+    char args[4096], model[1024];
+    snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", getenv("MP_SOURCE_ROOT"));
+    snprintf(args, sizeof args, "mkmodel --arch qwen3moe --quant f32 --quiet -o other.gguf");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    char prompts[700];
+    snprintf(prompts, sizeof prompts, "%s/p.json", dir);
+    FILE *f = fopen(prompts, "w");
+    fputs("[\"routing\"]", f);
+    fclose(f);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts p.json --trace c.db --max-tokens 2 --raw-prompts --no-progress",
+             model);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    /* the trace's experts are the HF fixture's (hidden 64, FFN 48); other.gguf's are not */
+    snprintf(args, sizeof args, "simulate c.db --costs '%s' --expert Q4_K --budget 1GB -m other.gguf", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "other.gguf: experts of"), "%s", out);
+    cr_assert_not_null(strstr(out, "do not match trace c.db"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
 }
