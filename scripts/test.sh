@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build
 meson test -C build --print-errorlogs --num-processes 2
+# meson shows a skipped executable as SKIP; say why, once
+grep -h "^SKIP:" build/meson-logs/testlog.txt | sort | uniq -c || true
 # The sanitizer build is a debug build: its tests check memory and UB, not speed.
 bash scripts/build.sh build-asan -Db_sanitize=address,undefined -Dbuildtype=debug -Db_lundef=false
 ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --num-processes 2
