@@ -8,6 +8,7 @@
 
 #include "analyzer/analyze.h"
 #include "cli/commands.h"
+#include "runtime/numparse.h"
 
 static void usage(FILE *f)
 {
@@ -41,17 +42,6 @@ static int bad_usage(const char *fmt, const char *arg)
     fprintf(stderr, fmt, arg);
     fprintf(stderr, " (see moeplan analyze --help)\n");
     return 2;
-}
-
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
 }
 
 int mp_cmd_analyze(int argc, char **argv)
@@ -100,12 +90,12 @@ int mp_cmd_analyze(int argc, char **argv)
         } else if (!strcmp(a, "--train-requests") && has_val) {
             o.train_requests = argv[++i];
         } else if (!strcmp(a, "--max-problems") && has_val) {
-            if (!parse_i64(argv[++i], 1, 1000000, &o.max_problems)) {
+            if (!mp_parse_i64(argv[++i], 1, 1000000, &o.max_problems)) {
                 rc = bad_usage("--max-problems '%s': expected an integer in 1..1000000", argv[i]);
                 goto done;
             }
         } else if (!strcmp(a, "--reuse-window") && has_val) {
-            if (!parse_i64(argv[++i], 1, 1 << 30, &o.reuse_window)) {
+            if (!mp_parse_i64(argv[++i], 1, 1 << 30, &o.reuse_window)) {
                 rc = bad_usage("--reuse-window '%s': expected a positive integer", argv[i]);
                 goto done;
             }

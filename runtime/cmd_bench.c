@@ -28,6 +28,7 @@
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
+#include "runtime/numparse.h"
 
 #define MAX_SIZES 32
 #define MAX_REPS 1000
@@ -70,32 +71,6 @@ static int usage_error(const char *fmt, const char *a, const char *b)
     return 2;
 }
 
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!s || !*s || *s == ' ' || *s == '+')
-        return false;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
-        return false;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* "512,2048" → sizes; "0" alone means none. Each size 1..MAX_TEST_TOKENS, no empty items. */
 static bool parse_list(const char *s, int64_t *sizes, int *n)
 {
@@ -111,7 +86,7 @@ static bool parse_list(const char *s, int64_t *sizes, int *n)
         char *comma = strchr(p, ',');
         if (comma)
             *comma = '\0';
-        if (*n == MAX_SIZES || !parse_i64(p, 1, MAX_TEST_TOKENS, &sizes[*n]))
+        if (*n == MAX_SIZES || !mp_parse_i64(p, 1, MAX_TEST_TOKENS, &sizes[*n]))
             return false;
         (*n)++;
         if (!comma)
@@ -162,13 +137,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         else if (IS("-n", "--n-gen"))
             ok = parse_list(v, o->tg, &o->n_tg);
         else if (IS("-r", "--repetitions"))
-            ok = parse_i64(v, 1, MAX_REPS, &o->reps);
+            ok = mp_parse_i64(v, 1, MAX_REPS, &o->reps);
         else if (IS("-t", "--threads"))
-            ok = parse_i64(v, 1, 1024, &o->threads);
+            ok = mp_parse_i64(v, 1, 1024, &o->threads);
         else if (!strcmp(a, "--ctx"))
-            ok = parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
+            ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
         else if (!strcmp(a, "--seed"))
-            ok = parse_u64(v, &o->seed);
+            ok = mp_parse_u64(v, &o->seed);
         else if (IS("-o", "--output")) {
             if (!strcmp(v, "json"))
                 o->json = true;

@@ -25,6 +25,7 @@
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
 #include "runtime/tokenizer.h"
+#include "runtime/numparse.h"
 
 static void usage(FILE *f)
 {
@@ -62,32 +63,6 @@ static int usage_error(const char *fmt, const char *a, const char *b)
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, " (see moeplan run --help)\n");
     return 2;
-}
-
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-' || *s == '+')
-        return false;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return false;
-    *out = v;
-    return true;
 }
 
 static bool parse_f32(const char *s, double lo, double hi, float *out)
@@ -149,19 +124,19 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (IS("-f", "--file"))
             o->file = v;
         else if (IS("-n", "--n-predict"))
-            ok = parse_i64(v, 0, 1000000, &o->n_predict);
+            ok = mp_parse_i64(v, 0, 1000000, &o->n_predict);
         else if (IS("-t", "--threads"))
-            ok = parse_i64(v, 1, 1024, &o->threads);
+            ok = mp_parse_i64(v, 1, 1024, &o->threads);
         else if (!strcmp(a, "--temp"))
             ok = parse_f32(v, 0.0, 100.0, &o->temp);
         else if (!strcmp(a, "--top-k"))
-            ok = parse_i64(v, 0, INT32_MAX, &o->top_k);
+            ok = mp_parse_i64(v, 0, INT32_MAX, &o->top_k);
         else if (!strcmp(a, "--top-p"))
             ok = parse_f32(v, 0.0, 1.0, &o->top_p);
         else if (!strcmp(a, "--seed"))
-            ok = parse_u64(v, &o->seed);
+            ok = mp_parse_u64(v, &o->seed);
         else if (!strcmp(a, "--ctx"))
-            ok = parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
+            ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
         else
             return usage_error("unknown option '%s'%s", a, "");
 #undef IS

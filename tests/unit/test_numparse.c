@@ -1,0 +1,28 @@
+/* tests/unit/test_numparse.c — the strict flag-value parser every command uses. */
+#include <criterion/criterion.h>
+
+#include "runtime/numparse.h"
+
+Test(numparse, accepts_plain_decimals_in_range)
+{
+    int64_t v = 0;
+    uint64_t u = 0;
+    cr_assert(mp_parse_i64("42", 0, 100, &v) && v == 42);
+    cr_assert(mp_parse_i64("-7", -10, 10, &v) && v == -7);
+    cr_assert(mp_parse_u64("18446744073709551615", &u) && u == UINT64_MAX);
+}
+
+Test(numparse, rejects_everything_else)
+{
+    int64_t v = 5;
+    uint64_t u = 5;
+    const char *bad_i[] = {"", " 5", "+5", "5 ", "5x", "0x10", "1e3", "101", "-11", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_i / sizeof bad_i[0]; i++)
+        cr_assert(!mp_parse_i64(bad_i[i], -10, 100, &v), "accepted '%s'", bad_i[i]);
+    cr_assert(!mp_parse_i64(NULL, 0, 1, &v));
+    cr_assert_eq(v, 5, "a rejected value must not be written");
+    const char *bad_u[] = {"", "-1", "+1", " 1", "1.5", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad_u / sizeof bad_u[0]; i++)
+        cr_assert(!mp_parse_u64(bad_u[i], &u), "accepted '%s'", bad_u[i]);
+    cr_assert_eq(u, 5);
+}
