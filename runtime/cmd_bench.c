@@ -11,6 +11,11 @@
  * budget exactly as `run` does, and reported in every row, but every expert runs on the CPU; rows
  * say executor "cpu", and a note says that GPU rows need the GPU executor.
  *
+ * Route replay (--route-replay TRACE): the tests' routing comes from a recorded trace instead of
+ * the router, through the function table the CLI passes to mp_cmd_bench_with (the runtime never
+ * links the trace reader), exactly as `run` does; the replay streams on across the warm-up and the
+ * repetitions (wrapping at the trace's end). Rows name the trace and the replay's summary.
+ *
  * Every numeric flag is parsed strictly (whole string, range-checked); bad flags exit 2 with one
  * line, any other failure exits 1.
  */
@@ -53,6 +58,8 @@ static void usage(FILE *f)
             "                       longer than the model's trained context needs --ctx)\n"
             "      --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
             "      --no-simd        use the scalar reference kernels\n"
+            "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
+            "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "  -o, --output FMT     md (default) or json\n"
             "%s"
             "  -h, --help           show this help\n"
@@ -103,6 +110,7 @@ typedef struct bench_opts {
     uint64_t seed;
     bool json, no_simd;
     mp_placement_opts pl;
+    const char *route_replay; /* --route-replay TRACE, NULL: the router decides */
 } bench_opts;
 
 /* 0 ok, 1 help shown, 2 usage error (reported) */
@@ -130,7 +138,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         if (mp_placement_opts_set(&o->pl, a, v, &pst, &perr)) {
             if (pst)
                 return usage_error("%s%s", perr.msg, "");
-        } else if (IS("-m", "--model"))
+        } else if (!strcmp(a, "--route-replay"))
+            o->route_replay = v;
+        else if (IS("-m", "--model"))
             o->model = v;
         else if (IS("-p", "--n-prompt"))
             ok = parse_list(v, o->pp, &o->n_pp);
@@ -178,6 +188,8 @@ typedef struct bench_ctx {
     int64_t file_type;     /* general.file_type, -1 when absent */
     mp_placement pl;
     int64_t n_ctx;
+    const char *replay;    /* --route-replay TRACE, NULL: the router */
+    char replay_desc[512]; /* the replay's summary after the last test ("" without replay) */
 } bench_ctx;
 
 typedef struct bench_row {
@@ -224,18 +236,23 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     mp_format_bytes(c->size_bytes, size, sizeof size);
     mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
-           "| executor | test | tok/s median | min | max | stddev |\n");
-    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
+           "| routing | executor | test | tok/s median | min | max | stddev |\n");
+    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: "
            "| ---: | ---: |\n");
+    const char *rslash = c->replay ? strrchr(c->replay, '/') : NULL;
+    const char *routing = !c->replay ? "router" : rslash ? rslash + 1 : c->replay;
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | cpu | %s%" PRId64
+        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s%s | cpu | %s%" PRId64
                " | %.2f | %.2f | %.2f | %.2f |\n",
                c->file, size, c->arch, c->quant, c->threads, c->isa, c->placement,
-               c->budget ? c->budget : "none", gpu, kind_name(r->kind), r->n, r->stats.median,
+               c->budget ? c->budget : "none", gpu, c->replay ? "replay " : "", routing,
+               kind_name(r->kind), r->n, r->stats.median,
                r->stats.min, r->stats.max, r->stats.stddev);
     }
     printf("\n%s.\n", executor_note);
+    if (c->replay)
+        printf("route replay: %s.\n", c->replay_desc);
 }
 
 static bool add_num(cJSON *o, const char *k, double v)
@@ -275,6 +292,12 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "gpu_expert_bytes", (double)c->pl.gpu_expert_bytes) &&
              add_num(o, "host_expert_bytes", (double)c->pl.host_expert_bytes) &&
              add_num(o, "experts_resident", (double)c->pl.n_resident_total) &&
+             add_num(o, "gpu_fixed_bytes", (double)c->pl.budget.fixed_bytes) &&
+             add_num(o, "gpu_dense_bytes", (double)c->pl.budget.dense_bytes) &&
+             add_num(o, "gpu_kv_bytes", (double)c->pl.budget.kv_bytes) &&
+             add_num(o, "gpu_scratch_bytes", (double)c->pl.budget.scratch_bytes) &&
+             add_str(o, "route_replay", c->replay) &&
+             add_str(o, "route_replay_summary", c->replay ? c->replay_desc : NULL) &&
              add_str(o, "executor", "cpu") && add_str(o, "test", test) &&
              add_str(o, "kind", kind_name(r->kind)) && add_num(o, "n_tokens", (double)r->n) &&
              add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&
@@ -314,7 +337,7 @@ static void progress(void *ctx, int rep, int reps)
                 r->n, rep + 1, reps);
 }
 
-static mp_status bench(const bench_opts *o, mp_error *err)
+static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, mp_error *err)
 {
     mp_model *m = NULL;
     mp_session *s = NULL;
@@ -322,6 +345,8 @@ static mp_status bench(const bench_opts *o, mp_error *err)
     bench_ctx c = {0};
     const int n_rows = o->n_pp + o->n_tg;
     bench_row rows[2 * MAX_SIZES] = {{0}};
+    void *replay_state = NULL;
+    mp_route_source route_src;
     mp_status st;
 
     for (int i = 0; i < n_rows; i++) {
@@ -352,6 +377,17 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         goto done;
     }
     mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    if (o->route_replay) {
+        if (!replay) {
+            st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
+                         "moeplan binary provides it)");
+            goto done;
+        }
+        if ((st = replay->open(o->route_replay, m->hp.n_layer, m->hp.n_expert,
+                               m->hp.n_expert_used, &replay_state, &route_src, err)))
+            goto done;
+        sp.route_src = &route_src;
+    }
     if ((st = mp_session_new(m, &sp, &s, err)))
         goto done;
     /* the placement is checked before any work, against the session's real sizes */
@@ -371,6 +407,7 @@ static mp_status bench(const bench_opts *o, mp_error *err)
     c.placement = c.pl.desc;
     c.budget = o->pl.budget_text;
     c.n_ctx = mp_session_n_ctx(s);
+    c.replay = o->route_replay;
 
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     if (!logits) {
@@ -386,6 +423,9 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         if ((st = mp_bench_run_test(s, rows[i].kind, rows[i].n, o->seed,
                                     m->hp.n_vocab, (int)o->reps, logits, rows[i].samples,
                                     progress, &pc, err))) {
+            /* a replay that stopped the test knows why; the runtime only knows that it stopped */
+            if (replay_state && replay->error(replay_state)->code)
+                *err = *replay->error(replay_state);
             mp_error_prefix(err, "%s%" PRId64, kind_name(rows[i].kind), rows[i].n);
             goto done;
         }
@@ -393,6 +433,8 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         fprintf(stderr, "moeplan bench: %s%" PRId64 ": median %.2f tok/s\n",
                 kind_name(rows[i].kind), rows[i].n, rows[i].stats.median);
     }
+    if (replay_state)
+        replay->describe(replay_state, c.replay_desc, sizeof c.replay_desc);
     if (o->json)
         st = print_json(&c, rows, n_rows, (int)o->reps, o->seed, err);
     else
@@ -400,6 +442,8 @@ static mp_status bench(const bench_opts *o, mp_error *err)
 done:
     for (int i = 0; i < n_rows; i++)
         free(rows[i].samples);
+    if (replay_state)
+        replay->close(replay_state);
     mp_placement_free(&c.pl);
     free(logits);
     mp_session_free(s);
@@ -408,6 +452,11 @@ done:
 }
 
 int mp_cmd_bench(int argc, char **argv)
+{
+    return mp_cmd_bench_with(argc, argv, NULL);
+}
+
+int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay)
 {
     bench_opts o;
     const int rc = parse_args(argc, argv, &o);
@@ -418,7 +467,7 @@ int mp_cmd_bench(int argc, char **argv)
     if (o.no_simd)
         mp_kernels_force_scalar(1);
     mp_error err = {0};
-    if (bench(&o, &err) != MP_OK) {
+    if (bench(&o, replay, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan bench: error: %s\n", err.msg);
         return 1;
