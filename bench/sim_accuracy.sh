@@ -118,7 +118,7 @@ EOF
 }
 
 # 4. rows per layer (simulate --as-decode counts each routing row as one token) and the fixed bytes
-run rows rows.log "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" --budget 1TiB \
+run "trace row count (simulate)" rows.log "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" --budget 1TiB \
     --policy static-topn --as-decode --json "$OUT/sim/rows.json"
 T=$(json "$OUT/sim/rows.json" "int(d['budgets'][0]['policies'][0]['in_sample']['tokens'] + d['budgets'][0]['policies'][0]['held_out']['tokens'])")
 [[ "$T" =~ ^[0-9]+$ ]] && [ "$T" -ge 2 ] || die "rows: cannot read the trace's row count from $OUT/sim/rows.json (got '$T'; need at least 2 rows)"
