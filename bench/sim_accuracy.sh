@@ -4,13 +4,14 @@
 #
 #   [MOEPLAN=build/cli/moeplan] [MODEL=m.gguf | PRESET=qwen3-30b-a3b QUANT=q4_k_m]
 #   [COSTS=costs.json] [BUDGETS="8GiB 12GiB 16GiB 24GiB"] [POLICIES="static-topn ... plan"]
-#   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K] [REPS=1] [THREADS=N] [MATCH=exact|budget]
+#   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K (its first K lines: JSON Lines)] [REPS=1] [THREADS=N] [MATCH=exact|budget]
 #   [OUT=out/sim-accuracy] [WORK=dir for a generated model, default OUT]
 #   bash bench/sim_accuracy.sh
 #
 # Steps (docs/simulator.md, "Simulated vs measured", says why each is the way it is):
 #  1. the model: MODEL, or `moeplan mkmodel --preset PRESET --quant QUANT` into $WORK (kept);
 #  2. the costs: COSTS, or `moeplan calibrate` of the model into $OUT/costs.json;
+#  (THREADS, when set, goes to collect, bench and simulate: the cost file's CPU entry of N threads)
 #  3. a trace: `moeplan collect` of the prompts (the first NPROMPTS lines when set) -> $OUT/trace.db;
 #  4. T, the trace's routing rows per layer (a one-policy simulate), and the GPU memory the runtime
 #     holds besides experts (weights + KV cache + scratch) for a T-position session (a 1-token bench);
@@ -144,7 +145,7 @@ for b in "${budgets[@]}"; do
         log "simulate $tag"
         run "simulate $tag" "simulate-$tag.log" "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" \
             --non-expert-bytes "$FIXED" --budget "$b" --policy "$p" --profile-policy "$p" --as-decode \
-            --emit-profile "$prof" --json "$simj"
+            --emit-profile "$prof" --json "$simj" "${thr[@]}"
         log "bench $tag (tg$n_gen x $REPS + warm-up)"
         budget_flag=()
         [ "$MATCH" = exact ] || budget_flag=(--gpu-budget "$b")
