@@ -3,14 +3,16 @@
 # decode ms/token for every (GPU budget, placement policy), on the same routing.
 #
 #   [MOEPLAN=build/cli/moeplan] [MODEL=m.gguf | PRESET=qwen3-30b-a3b QUANT=q4_k_m]
-#   [COSTS=costs.json] [BUDGETS="8GiB 12GiB 16GiB 24GiB"] [POLICIES="static-topn ... plan"]
+#   [COSTS=costs.json] [BUDGETS="8GiB 12GiB 16GiB 24GiB", or "+SIZE": SIZE beyond the fixed part] [POLICIES="static-topn ... plan"]
 #   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K (its first K lines: JSON Lines)] [REPS=1] [THREADS=N] [MATCH=exact|budget]
-#   [OUT=out/sim-accuracy] [WORK=dir for a generated model, default OUT]
+#   [EXECUTOR=auto|gpu|cpu] [OUT=out/sim-accuracy] [WORK=dir for a generated model, default OUT]
 #   bash bench/sim_accuracy.sh
 #
 # Steps (docs/simulator.md, "Simulated vs measured", says why each is the way it is):
 #  1. the model: MODEL, or `moeplan mkmodel --preset PRESET --quant QUANT` into $WORK (kept);
 #  2. the costs: COSTS, or `moeplan calibrate` of the model into $OUT/costs.json;
+#  (EXECUTOR, default auto: the GPU where a CUDA device is usable, goes to collect and bench; on a
+#  machine without a GPU set EXECUTOR=cpu, since the auto executor refuses a profile placement there)
 #  (THREADS, when set, goes to collect, bench and simulate: the cost file's CPU entry of N threads)
 #  3. a trace: `moeplan collect` of the prompts (the first NPROMPTS lines when set) -> $OUT/trace.db;
 #  4. T, the trace's routing rows per layer (a one-policy simulate), and the GPU memory the runtime
@@ -39,6 +41,7 @@ BUDGETS=${BUDGETS:-8GiB 12GiB 16GiB 24GiB}
 POLICIES=${POLICIES:-static-topn static-equal first-n-cpu best-layers plan}
 REPS=${REPS:-1}
 MATCH=${MATCH:-exact}
+EXECUTOR=${EXECUTOR:-auto}
 OUT=${OUT:-out/sim-accuracy}
 WORK=${WORK:-$OUT}
 THREADS=${THREADS:-}
@@ -58,6 +61,7 @@ run() {
 [ -x "$MOEPLAN" ] || die "moeplan binary '$MOEPLAN' not found or not executable (build first, or set MOEPLAN)"
 command -v python3 >/dev/null || die "python3 is needed to read the JSON outputs"
 [ -f "$PROMPTS" ] || die "prompts file '$PROMPTS' not found"
+case "$EXECUTOR" in auto | gpu | cpu) ;; *) die "EXECUTOR '$EXECUTOR': expected auto, gpu or cpu" ;; esac
 case "$MATCH" in exact | budget) ;; *) die "MATCH '$MATCH': expected exact or budget" ;; esac
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "REPS '$REPS': expected a positive integer"
 [ -z "$THREADS" ] || [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "THREADS '$THREADS': expected a positive integer"
@@ -107,7 +111,7 @@ fi
 trace=$OUT/trace.db
 log "collect $prompts -> $trace"
 run collect collect.log "$MOEPLAN" collect -m "$MODEL" --prompts "$prompts" --trace "$trace" --force \
-    --no-progress "${thr[@]}"
+    --no-progress --executor "$EXECUTOR" "${thr[@]}"
 
 # json FILE EXPR: evaluate a Python expression on the parsed JSON document d; "" on any failure
 json() {
@@ -125,7 +129,8 @@ T=$(json "$OUT/sim/rows.json" "int(d['budgets'][0]['policies'][0]['in_sample']['
 [[ "$T" =~ ^[0-9]+$ ]] && [ "$T" -ge 2 ] || die "rows: cannot read the trace's row count from $OUT/sim/rows.json (got '$T'; need at least 2 rows)"
 n_gen=$((T - 1))
 log "trace: $T routing rows per layer -> bench tg$n_gen with --ctx $T"
-if ! "$MOEPLAN" bench -m "$MODEL" -p 0 -n 1 -r 1 --ctx "$T" "${thr[@]}" -o json \
+# (the CPU executor: the sizes do not depend on the executor, and it loads nothing onto a GPU)
+if ! "$MOEPLAN" bench -m "$MODEL" -p 0 -n 1 -r 1 --ctx "$T" --executor cpu "${thr[@]}" -o json \
     >"$OUT/bench/fixed.json" 2>"$OUT/logs/fixed.log"; then
     die "fixed bytes: bench probe failed: $(tail -n 1 "$OUT/logs/fixed.log")"
 fi
@@ -137,6 +142,19 @@ log "runtime's GPU memory besides experts at --ctx $T: $FIXED bytes (weights + K
 results=$OUT/sim/results.jsonl
 : >"$results" || die "cannot write $results"
 for b in "${budgets[@]}"; do
+    # "+SIZE": SIZE for experts on top of the runtime's fixed part (small models, whose fixed part
+    # depends on the context); the budget passed on is then a plain byte count
+    bb=$b
+    if [ "${b:0:1}" = + ]; then
+        bb=$(python3 - "${b:1}" "$FIXED" <<'EOF'
+import re, sys
+m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(B|KiB|MiB|GiB|KB|MB|GB)?", sys.argv[1])
+units = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+print(int(float(m.group(1)) * units[m.group(2)]) + int(sys.argv[2]) if m else "")
+EOF
+)
+        [ -n "$bb" ] || die "BUDGETS: '$b': expected +SIZE with SIZE like 3MiB, 512KiB or 1000000"
+    fi
     for p in "${policies[@]}"; do
         tag="$b-$p"
         prof=$OUT/profiles/$tag.strp
@@ -144,13 +162,13 @@ for b in "${budgets[@]}"; do
         benchj=$OUT/bench/$tag.json
         log "simulate $tag"
         run "simulate $tag" "simulate-$tag.log" "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" \
-            --non-expert-bytes "$FIXED" --budget "$b" --policy "$p" --profile-policy "$p" --as-decode \
+            --non-expert-bytes "$FIXED" --budget "$bb" --policy "$p" --profile-policy "$p" --as-decode \
             --emit-profile "$prof" --json "$simj" "${thr[@]}"
         log "bench $tag (tg$n_gen x $REPS + warm-up)"
         budget_flag=()
-        [ "$MATCH" = exact ] || budget_flag=(--gpu-budget "$b")
+        [ "$MATCH" = exact ] || budget_flag=(--gpu-budget "$bb")
         if ! "$MOEPLAN" bench -m "$MODEL" --profile "$prof" "${budget_flag[@]}" --route-replay "$trace" \
-            -p 0 -n "$n_gen" --ctx "$T" -r "$REPS" "${thr[@]}" -o json \
+            -p 0 -n "$n_gen" --ctx "$T" -r "$REPS" --executor "$EXECUTOR" "${thr[@]}" -o json \
             >"$benchj" 2>"$OUT/logs/bench-$tag.log"; then
             die "bench $tag failed: $(tail -n 1 "$OUT/logs/bench-$tag.log") (log: $OUT/logs/bench-$tag.log)"
         fi

@@ -1,7 +1,7 @@
 /* tests/unit/test_sim_accuracy.c — bench/sim_accuracy.sh end to end on the tiny preset.
  *
  * The script is run as a user runs it (PRESET=tiny, the H200 costs measured for that preset, one
- * prompt, two budgets × two policies) with the built moeplan. Checked: the JSON report has one row
+ * prompt, two budgets × two policies, the CPU executor) with the built moeplan. Checked: the JSON report has one row
  * per (budget, policy) in order, each comparing the same placement (resident experts equal in the
  * simulation and the run), the bench replayed the whole trace once per run (the replay summary's
  * rows are 2 × the trace's rows, 1 wrap, with REPS=1), positive predicted and measured ms/token
@@ -88,8 +88,8 @@ static const char *str(const cJSON *o, const char *k)
 Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
 {
     char env[1024], err[16384], path[512];
-    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' "
-             "BUDGETS='20MiB 22MiB' POLICIES='plan static-topn' NPROMPTS=1 REPS=1", root);
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu "
+             "BUDGETS='+2MiB +4MiB' POLICIES='plan static-topn' NPROMPTS=1 REPS=1", root);
     cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.json", tmpdir);
     char *text = slurp(path);
@@ -101,14 +101,15 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     cr_assert_gt(num(doc, "gpu_fixed_bytes"), 0);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
     cr_assert_eq(cJSON_GetArraySize(rows), 4);
-    const char *want[4][2] = {{"20MiB", "plan"}, {"20MiB", "static-topn"}, {"22MiB", "plan"},
-                              {"22MiB", "static-topn"}};
+    const char *want[4][2] = {{"+2MiB", "plan"}, {"+2MiB", "static-topn"}, {"+4MiB", "plan"},
+                              {"+4MiB", "static-topn"}};
     char summary[256];
     snprintf(summary, sizeof summary, ": %.0f rows per layer, 1 wrap(s)", 2 * T);
     for (int i = 0; i < 4; i++) {
         const cJSON *r = cJSON_GetArrayItem(rows, i);
         cr_assert_str_eq(str(r, "budget"), want[i][0]);
         cr_assert_str_eq(str(r, "policy"), want[i][1]);
+        cr_assert_eq(num(r, "budget_bytes"), num(doc, "gpu_fixed_bytes") + (i < 2 ? 2 : 4) * 1048576.0);
         cr_assert_eq(num(r, "resident_simulated"), num(r, "resident_measured"), "row %d", i);
         cr_assert_leq(num(r, "run_gpu_bytes"), num(r, "budget_bytes"), "row %d", i);
         const double pred = num(r, "predicted_ms_per_token"), meas = num(r, "measured_ms_per_token");
@@ -128,7 +129,7 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);
     text = slurp(path);
     cr_assert(strstr(text, "**Measured with the CPU executor") != NULL, "%s", text);
-    cr_assert(strstr(text, "| 22MiB | static-topn | ") != NULL, "%s", text);
+    cr_assert(strstr(text, "| +4MiB | static-topn | ") != NULL, "%s", text);
     cr_assert(strstr(text, " | cpu |\n") != NULL, "%s", text);
     free(text);
 }
@@ -138,7 +139,7 @@ Test(sim_accuracy, a_failing_step_stops_with_one_line_and_no_report, .timeout = 
     char env[1024], err[16384], path[512];
     struct stat sb;
     /* 1 MiB is below the tiny model's weights + KV cache + scratch */
-    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' "
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu "
              "BUDGETS=1MiB POLICIES=plan NPROMPTS=1", root);
     cr_assert_eq(script(env, err, sizeof err), 1, "%s", err);
     const char *e = strstr(err, "sim_accuracy: error: simulate 1MiB-plan failed");
