@@ -19,7 +19,8 @@
 #              preset (bench/sim_accuracy.sh) -> $OUT/sim-accuracy.{md,json,log}; costs from
 #              $OUT/costs-h200.json when the calibrate stage ran first, else
 #              examples/costs-h200-qwen3-30b-a3b.json (or SIM_ACC_COSTS); SIM_ACC_BUDGETS,
-#              SIM_ACC_POLICIES, SIM_ACC_NPROMPTS (default 2), SIM_ACC_REPS (default 1) size it
+#              SIM_ACC_POLICIES, SIM_ACC_NPROMPTS (default 2), SIM_ACC_REPS (default 1) size it;
+#              SIM_ACC_EXECUTOR (default auto), SIM_ACC_MATCH (exact or budget, docs/simulator.md)
 # Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -123,6 +124,7 @@ for stage in "${stages[@]}"; do
             BUDGETS="${SIM_ACC_BUDGETS:-8GiB 12GiB 16GiB 24GiB}" \
             POLICIES="${SIM_ACC_POLICIES:-static-topn static-equal first-n-cpu best-layers plan}" \
             NPROMPTS="${SIM_ACC_NPROMPTS:-2}" REPS="${SIM_ACC_REPS:-1}" \
+            EXECUTOR="${SIM_ACC_EXECUTOR:-auto}" MATCH="${SIM_ACC_MATCH:-exact}" \
             bash bench/sim_accuracy.sh 2>&1 | tee "$OUT/sim-accuracy.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         for f in sim-accuracy.md sim-accuracy.json; do
