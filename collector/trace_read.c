@@ -11,6 +11,12 @@
  * that is short or long shows as a wrong-sized record at the node where it stops matching, for
  * the analyzer to report. A node whose sizes cannot be read (id_bytes not 1 or 2, unknown weight
  * format, top_k < 1) gets an empty slice. Version 1 (one SQL row per node) is read row by row.
+ *
+ * Memory: a step row of at most MP_TRACE_READ_DIRECT_BYTES (both BLOBs) is read as a column (SQLite
+ * holds it in memory while the row is current); a larger one (a long prefill: rows × nodes ×
+ * bytes per route) is not loaded (the query selects NULL for it), and each node's slice is read
+ * with incremental BLOB I/O into a buffer of the largest slice, so the reader's memory is bounded
+ * by one node's block, as with version 1, whatever the prompt length.
  */
 #include "kernels/quant.h"
 #include "collector/trace_read.h"
@@ -19,6 +25,11 @@
 #include <string.h>
 
 #include <sqlite3.h>
+
+/* Step rows up to this size (expert_ids + weights) are read in one piece. */
+#define MP_TRACE_READ_DIRECT_BYTES 1048576
+#define MP_STR_(x) #x
+#define MP_STR(x) MP_STR_(x)
 
 struct mp_trace_reader {
     sqlite3 *db;
@@ -41,8 +52,15 @@ struct mp_trace_routing_iter {
     bool have_row;
     int64_t node;            /* position in r->nodes of the next record */
     int64_t request_id, step, n_rows;
-    const uint8_t *ids, *weights;      /* the row's BLOBs (valid until the next sqlite3_step) */
+    const uint8_t *ids, *weights;      /* the row's BLOBs (valid until the next sqlite3_step);
+                                        * NULL for a streamed row */
     size_t ids_left, weights_left;     /* bytes not yet handed out */
+    /* a streamed row (larger than MP_TRACE_READ_DIRECT_BYTES): slices read at these offsets */
+    bool streamed;
+    sqlite3_blob *ids_blob, *weights_blob; /* open on the row, reopened per streamed row */
+    int ids_off, weights_off;
+    uint8_t *slice;                    /* (slice_cap) the current node's ids then weights */
+    size_t slice_cap;
     int64_t *row_bytes;      /* (n_nodes, 2): id and weight bytes per row of each node, 0 if unreadable */
 };
 struct mp_trace_timing_iter { mp_trace_reader *r; sqlite3_stmt *st; };
@@ -373,8 +391,11 @@ int64_t mp_trace_reader_version(const mp_trace_reader *r) { return r->version; }
 static void routing_iter_free(mp_trace_routing_iter *it)
 {
     if (it) {
+        sqlite3_blob_close(it->ids_blob);
+        sqlite3_blob_close(it->weights_blob);
         sqlite3_finalize(it->st);
         free(it->row_bytes);
+        free(it->slice);
         free(it);
     }
 }
@@ -393,10 +414,25 @@ static mp_status routing_begin(mp_trace_reader *r, bool range, int64_t first, in
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
     }
     it->r = r;
-    /* A range on the integer primary key: SQLite walks the b-tree in key order, no sort. */
-    const char *sql = range ? "SELECT key, n_rows, expert_ids, weights FROM routing"
-                              " WHERE key >= ?1 AND key <= ?2 ORDER BY key"
-                            : "SELECT key, n_rows, expert_ids, weights FROM routing ORDER BY key";
+    /* A range on the integer primary key: SQLite walks the b-tree in key order, no sort.
+     * Version 2 selects the BLOBs only up to the direct-read size: length() reads the record
+     * header, not the value, so a large row's BLOBs are not loaded (streamed in next). */
+    const char *sql =
+        r->version < 2
+            ? (range ? "SELECT key, n_rows, expert_ids, weights FROM routing"
+                       " WHERE key >= ?1 AND key <= ?2 ORDER BY key"
+                     : "SELECT key, n_rows, expert_ids, weights FROM routing ORDER BY key")
+            : (range ? "SELECT key, n_rows, CASE WHEN big THEN NULL ELSE expert_ids END,"
+                       " CASE WHEN big THEN NULL ELSE weights END, big, ni, nw FROM"
+                       " (SELECT key, n_rows, expert_ids, weights, length(expert_ids) AS ni,"
+                       " length(weights) AS nw, length(expert_ids) + length(weights) > "
+                       MP_STR(MP_TRACE_READ_DIRECT_BYTES) " AS big FROM routing"
+                       " WHERE key >= ?1 AND key <= ?2) ORDER BY key"
+                     : "SELECT key, n_rows, CASE WHEN big THEN NULL ELSE expert_ids END,"
+                       " CASE WHEN big THEN NULL ELSE weights END, big, ni, nw FROM"
+                       " (SELECT key, n_rows, expert_ids, weights, length(expert_ids) AS ni,"
+                       " length(weights) AS nw, length(expert_ids) + length(weights) > "
+                       MP_STR(MP_TRACE_READ_DIRECT_BYTES) " AS big FROM routing) ORDER BY key");
     mp_status s = begin_stmt(r, sql, &it->st, err);
     if (s) {
         routing_iter_free(it);
@@ -445,6 +481,49 @@ static size_t slice_bytes(int64_t n_rows, int64_t per_row, size_t left)
     return (size_t)(n_rows * per_row);
 }
 
+/* Point the iterator's BLOB handles at row key (opened once, then moved with reopen). */
+static mp_status open_row_blobs(mp_trace_routing_iter *it, int64_t key, mp_error *err)
+{
+    mp_trace_reader *r = it->r;
+    int rc = SQLITE_OK;
+    if (!it->ids_blob)
+        rc = sqlite3_blob_open(r->db, "main", "routing", "expert_ids", key, 0, &it->ids_blob);
+    else
+        rc = sqlite3_blob_reopen(it->ids_blob, key);
+    if (rc == SQLITE_OK) {
+        if (!it->weights_blob)
+            rc = sqlite3_blob_open(r->db, "main", "routing", "weights", key, 0, &it->weights_blob);
+        else
+            rc = sqlite3_blob_reopen(it->weights_blob, key);
+    }
+    if (rc != SQLITE_OK)
+        return mp_fail(err, MP_ERR_FORMAT, "trace %s: routing (request %lld, step %lld): reading "
+                       "the BLOBs: %s", r->path, (long long)(key >> 24),
+                       (long long)(key & MP_TRACE_MAX_STEP), sqlite3_errmsg(r->db));
+    return MP_OK;
+}
+
+/* Read a streamed row's next ib id bytes and wb weight bytes into it->slice. */
+static mp_status read_slices(mp_trace_routing_iter *it, size_t ib, size_t wb, mp_error *err)
+{
+    mp_trace_reader *r = it->r;
+    if (ib + wb > it->slice_cap) {
+        uint8_t *b = realloc(it->slice, ib + wb);
+        if (!b)
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for a routing slice of %zu "
+                           "bytes", r->path, ib + wb);
+        it->slice = b;
+        it->slice_cap = ib + wb;
+    }
+    if ((ib && sqlite3_blob_read(it->ids_blob, it->slice, (int)ib, it->ids_off) != SQLITE_OK) ||
+        (wb && sqlite3_blob_read(it->weights_blob, it->slice + ib, (int)wb, it->weights_off) !=
+                   SQLITE_OK))
+        return mp_fail(err, MP_ERR_FORMAT, "trace %s: routing (request %lld, step %lld): reading "
+                       "the BLOBs: %s", r->path, (long long)it->request_id, (long long)it->step,
+                       sqlite3_errmsg(r->db));
+    return MP_OK;
+}
+
 static int routing_next_v2(mp_trace_routing_iter *it, mp_trace_routing_rec *rec, mp_error *err)
 {
     mp_trace_reader *r = it->r;
@@ -462,10 +541,21 @@ static int routing_next_v2(mp_trace_routing_iter *it, mp_trace_routing_rec *rec,
         it->n_rows = sqlite3_column_int64(st, 1);
         if (it->n_rows == 0 && sqlite3_column_type(st, 1) == SQLITE_NULL)
             it->n_rows = -1;
-        it->ids = sqlite3_column_blob(st, 2);
-        it->ids_left = (size_t)sqlite3_column_bytes(st, 2);
-        it->weights = sqlite3_column_blob(st, 3);
-        it->weights_left = (size_t)sqlite3_column_bytes(st, 3);
+        it->streamed = sqlite3_column_int(st, 4) != 0;
+        if (!it->streamed) {
+            it->ids = sqlite3_column_blob(st, 2);
+            it->ids_left = (size_t)sqlite3_column_bytes(st, 2);
+            it->weights = sqlite3_column_blob(st, 3);
+            it->weights_left = (size_t)sqlite3_column_bytes(st, 3);
+        } else {
+            it->ids = it->weights = NULL;
+            it->ids_left = (size_t)sqlite3_column_int64(st, 5);
+            it->weights_left = (size_t)sqlite3_column_int64(st, 6);
+            it->ids_off = it->weights_off = 0;
+            mp_status s = open_row_blobs(it, key, err);
+            if (s)
+                return s;
+        }
         it->node = 0;
         it->have_row = true;
     }
@@ -480,12 +570,21 @@ static int routing_next_v2(mp_trace_routing_iter *it, mp_trace_routing_rec *rec,
     rec->key = (int64_t)((uint64_t)rec->request_id << 36 | (uint64_t)rec->step << 12 |
                          (uint64_t)(rec->node_index & MP_TRACE_MAX_NODE_INDEX));
     rec->n_rows = it->n_rows;
-    rec->expert_ids = ib ? it->ids : NULL;
+    if (it->streamed) {
+        mp_status s = read_slices(it, ib, wb, err);
+        if (s)
+            return s;
+        rec->expert_ids = ib ? it->slice : NULL;
+        rec->weights = wb ? it->slice + ib : NULL;
+        it->ids_off += (int)ib, it->weights_off += (int)wb;
+    } else {
+        rec->expert_ids = ib ? it->ids : NULL;
+        rec->weights = wb ? it->weights : NULL;
+        it->ids += ib, it->weights += wb;
+    }
     rec->expert_ids_bytes = ib;
-    rec->weights = wb ? it->weights : NULL;
     rec->weights_bytes = wb;
-    it->ids += ib, it->ids_left -= ib;
-    it->weights += wb, it->weights_left -= wb;
+    it->ids_left -= ib, it->weights_left -= wb;
     return 1;
 }
 

@@ -553,6 +553,74 @@ Test(trace, version_2_short_and_long_blobs_are_reported_not_repaired)
     mp_trace_reader_close(r);
 }
 
+/* A step row over the reader's direct-read size (1 MiB: here 11,000 rows × 2 nodes × (16 B of
+ * u16 ids + 32 B of f32 weights) = 1.06 MB) is read node by node through incremental BLOB I/O:
+ * the same records, and a cut BLOB still shows at the last node. */
+Test(trace, version_2_long_prefill_is_read_in_slices)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    enum { ROWS = 11000, K = 8, NE = 300 };
+    char path[300];
+    path_in(path, sizeof path, "long.db");
+    mp_trace_writer *w = open_with_nodes(path, 2, NE, K, MP_TRACE_W_F32);
+    mp_error err;
+    static int32_t ids[2][ROWS * K];
+    static float wt[2][ROWS * K];
+    for (int nd = 0; nd < 2; nd++)
+        for (int v = 0; v < ROWS * K; v++) {
+            ids[nd][v] = rand() % NE;
+            wt[nd][v] = (float)rand() / (float)RAND_MAX;
+        }
+    cr_assert_eq(mp_trace_request_begin(w, 0, NULL, NULL, -1, NULL, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_step_begin(w, 0, MP_PHASE_PREFILL, ROWS, 0, &err), MP_OK);
+    for (int nd = 0; nd < 2; nd++)
+        cr_assert_eq(mp_trace_add_routing(w, nd, ROWS, K, ids[nd], wt[nd], &err), MP_OK, "%s",
+                     err.msg);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_step_begin(w, 1, MP_PHASE_DECODE, 1, ROWS, &err), MP_OK);
+    for (int nd = 0; nd < 2; nd++)
+        cr_assert_eq(mp_trace_add_routing(w, nd, 1, K, ids[nd], wt[nd], &err), MP_OK);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_request_end(w, 1, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK);
+    mp_trace_writer_close(w);
+
+    static int32_t got_ids[ROWS * K];
+    static float got_w[ROWS * K];
+    for (int pass = 0; pass < 2; pass++) {
+        mp_trace_reader *r;
+        cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+        mp_trace_routing_iter *it;
+        cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+        mp_trace_routing_rec rec;
+        for (int k = 0; k < 4; k++) { /* (step 0, node 0), (0, 1), (1, 0), (1, 1) */
+            const int nd = k % 2, rows = k < 2 ? ROWS : 1;
+            cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 1, "%s", err.msg);
+            cr_assert_eq(rec.node_index, nd);
+            cr_assert_eq(rec.step, k / 2);
+            cr_assert_eq(rec.n_rows, rows);
+            if (pass == 1 && k == 1) { /* the cut byte */
+                cr_assert_eq(rec.expert_ids_bytes, (size_t)rows * K * 2 - 1);
+                continue;
+            }
+            cr_assert_eq(mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, 2, rows * K,
+                                             got_ids, &err), MP_OK, "%s", err.msg);
+            cr_assert_eq(mp_trace_decode_weights(rec.weights, rec.weights_bytes, "f32", rows * K,
+                                                 got_w, &err), MP_OK, "%s", err.msg);
+            cr_assert(!memcmp(got_ids, ids[nd], sizeof(int32_t) * (size_t)(rows * K)),
+                      "seed %u: ids of step %d node %d differ", seed, k / 2, nd);
+            cr_assert(!memcmp(got_w, wt[nd], sizeof(float) * (size_t)(rows * K)),
+                      "seed %u: weights of step %d node %d differ", seed, k / 2, nd);
+        }
+        cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 0);
+        mp_trace_routing_end(it);
+        mp_trace_reader_close(r);
+        sql(path, "UPDATE routing SET expert_ids = substr(expert_ids, 1, length(expert_ids) - 1) "
+                  "WHERE key = 0");
+    }
+}
+
 Test(trace, decode_helpers_check_sizes)
 {
     mp_error err;
