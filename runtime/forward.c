@@ -95,6 +95,8 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
 
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const mp_layer *L = &m->layers[il];
+        if (s->hooks && s->hooks->layer_begin)
+            s->hooks->layer_begin(s->hooks->user, il);
 
         /* attention block */
         rmsnorm_rows(s, &L->attn_norm, s->x, s->xb, n);
@@ -116,6 +118,8 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
         if (st)
             return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
         add_rows(s->x, s->proj, n * D);
+        if (s->hooks && s->hooks->layer_end)
+            s->hooks->layer_end(s->hooks->user, il);
     }
     s->n_past += n;
 

@@ -38,6 +38,10 @@ typedef struct mp_hooks {
                     const int32_t *expert_ids, const float *weights);
     void (*moe_timing)(void *user, int64_t layer, const mp_moe_timing *timing);
     void (*step_end)(void *user, int64_t duration_ns);
+    /* Around each layer's work as the host issues it (the GPU executor enqueues kernels between
+     * them): correlation points for device activity (CUPTI). Optional. */
+    void (*layer_begin)(void *user, int64_t layer);
+    void (*layer_end)(void *user, int64_t layer);
     void (*request_end)(void *user, int64_t n_generated_tokens);
 } mp_hooks;
 
