@@ -5,7 +5,7 @@
 --  * run.status is 'complete' only after the footer row is written, in the same transaction.
 --  * request_id increases in the order requests ran (requests.ord = 0, 1, 2, ...); steps of a
 --    request are numbered 0, 1, 2, ... with no gap; routing and timing rows name an existing
---    (request_id, step) and a node_index of the nodes table.
+--    (request_id, step), timing rows also a node_index of the nodes table.
 --  * One routing row per (request, step) holds the routing of every node of the nodes table, in
 --    node_index order: routing.expert_ids is the concatenation, node by node, of (n_rows, top_k)
 --    ids of that node, each nodes.id_bytes wide, little-endian unsigned; routing.weights likewise
