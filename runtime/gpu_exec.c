@@ -367,6 +367,47 @@ static void unregister_host_experts(mp_gpu *g)
     g->n_host_ranges = 0;
 }
 
+/* The link's time per byte for expert copies as they will run: the first cold expert's three
+ * slices from the host mapping (page-locked or not) into the staging buffer; best of 3. */
+static void measure_copy(mp_gpu *g)
+{
+    const mp_model *m = g->s->m;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        if (g->pl.n_resident[il] == m->hp.n_expert)
+            continue;
+        int64_t e = 0;
+        while (mp_placement_resident(&g->pl, il, e))
+            e++;
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        int64_t best = INT64_MAX;
+        size_t bytes = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            const int64_t t0 = mp_gpu_now_ns();
+            char *dst = g->d_stage;
+            bytes = 0;
+            for (int t = 0; t < 3; t++) {
+                const size_t b = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+                if (cudaMemcpyAsync(dst, mp_expert_slice(ts[t], e), b, cudaMemcpyHostToDevice,
+                                    g->copy_stream) != cudaSuccess) {
+                    cudaGetLastError();
+                    return;
+                }
+                dst += align_up(b);
+                bytes += b;
+            }
+            if (cudaStreamSynchronize(g->copy_stream) != cudaSuccess) {
+                cudaGetLastError();
+                return;
+            }
+            const int64_t dt = mp_gpu_now_ns() - t0;
+            best = dt < best ? dt : best;
+        }
+        g->pcie_ns_per_byte = (double)best / (double)bytes;
+        return;
+    }
+}
+
 /* ---- lifetime ---- */
 
 void mp_gpu_free(mp_gpu *g)
@@ -612,8 +653,10 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     /* (4) weights */
     if ((st = upload_weights(g, err)) || (st = upload_experts(g, err)))
         goto fail;
-    if (staging)
+    if (staging) {
         register_host_experts(g);
+        measure_copy(g);
+    }
     CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     *out = g;
@@ -663,9 +706,15 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
              st->hybrid_layers ? (double)st->sync_wait_ns / 1e3 / (double)st->hybrid_layers : 0.0);
     {
         const size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "; host experts %s; decode graphs: %s",
+        char copy[160] = "not copied";
+        if (g->d_stage && g->copy_fixed)
+            snprintf(copy, sizeof copy, "copied at >= %" PRId64 " rows", g->copy_min_rows);
+        else if (g->d_stage)
+            snprintf(copy, sizeof copy, "copied by cost (link %.1f GB/s, CPU %.1f us per route)",
+                     g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_ns_per_route / 1e3);
+        snprintf(buf + len, cap - len, "; host experts %s, %s; decode graphs: %s",
                  g->d_stage ? (g->host_registered ? "page-locked" : "pageable (registration failed)")
-                            : "not copied", g->graphs_off ? g->graphs_why
+                            : "in host memory", copy, g->graphs_off ? g->graphs_why
                                                               : g->graphs[0] ? "on" : "not used");
     }
     if (st->rt_measured) {
@@ -684,11 +733,12 @@ void mp_gpu_set_measure(mp_gpu *g, bool on)
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
 {
     g->copy_min_rows = min_rows;
+    g->copy_fixed = true;
 }
 
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g)
 {
-    return g->d_stage ? g->copy_min_rows : 0;
+    return g->d_stage && g->copy_fixed ? g->copy_min_rows : 0;
 }
 
 #endif

@@ -293,7 +293,7 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     /* a decode step replays captured graphs unless something host-side runs inside a layer
      * (hooks, route source) or a prefill copy could be chosen */
     const bool graphs = n == 1 && !g->graphs_off && !s->hooks && !s->route_src &&
-                        !(g->d_stage && g->copy_min_rows == 1);
+                        !(g->d_stage && mp_gpu_copy_enabled(g, 1));
     const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
     int64_t from = 0, stop = 0;
     for (;;) {

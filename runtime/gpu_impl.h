@@ -104,7 +104,10 @@ struct mp_gpu {
 
     mp_placement pl;        /* owned copy of the placement (bits) */
     size_t expert_bytes_max;
-    int64_t copy_min_rows;
+    int64_t copy_min_rows;  /* fixed threshold (mp_gpu_set_copy_min_rows; 0: never copy) */
+    bool copy_fixed;        /* true: copy_min_rows decides; false: the cost model below */
+    double pcie_ns_per_byte; /* measured at start: one expert's weights, host mapping → staging */
+    double cpu_ns_per_route; /* EWMA of the CPU's time per route in prefill steps (0: unknown) */
     bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
     struct page_range *host_ranges; /* the registered ranges */
     int64_t n_host_ranges;
@@ -126,6 +129,12 @@ mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);
  *          h_part; statistics;
  *   end    (enqueued) hybrid layers: h_part up and added to d_proj. */
 bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il);
+/* Prefill weight copies: whether a step of n rows may copy, and whether copying one cold expert
+ * with `rows` rows beats computing them on the CPU (rows × CPU time per route against bytes ×
+ * measured PCIe time per byte; before the CPU cost is known, rows >= MP_GPU_COPY_MIN_ROWS). */
+#define MP_GPU_COST_MIN_ROUTES 64 /* CPU routes in a step for a cost sample */
+bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
+bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);

@@ -119,6 +119,26 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     return MP_OK;
 }
 
+bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
+{
+    if (g->copy_fixed)
+        return g->copy_min_rows > 0 && n >= g->copy_min_rows;
+    return n >= 2; /* decode steps never copy: their graphs replay a fixed set of copies */
+}
+
+bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
+{
+    if (g->copy_fixed)
+        return rows >= g->copy_min_rows && g->copy_min_rows > 0;
+    if (rows < 2)
+        return false;
+    if (g->cpu_ns_per_route <= 0 || g->pcie_ns_per_byte <= 0) /* nothing measured yet */
+        return rows >= MP_GPU_COPY_MIN_ROWS;
+    /* the CPU's time for these rows against the copy's time on the link (the GPU's compute of
+     * one expert is a few microseconds and runs while the next copy streams) */
+    return (double)rows * g->cpu_ns_per_route > (double)expert_bytes * g->pcie_ns_per_byte;
+}
+
 static bool bit(const uint64_t *bits, int64_t e)
 {
     return (bits[e >> 6] >> (e & 63)) & 1u;
@@ -236,12 +256,13 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     int32_t copy_list[1024];
     int n_copy = 0;
     int64_t copied_routes = 0;
-    if (g->d_stage && g->copy_min_rows > 0 && n >= g->copy_min_rows) {
+    if (g->d_stage && mp_gpu_copy_enabled(g, n)) {
         memset(g->h_count, 0, (size_t)E * sizeof *g->h_count);
         for (int64_t i = 0; i < n * K; i++)
             g->h_count[h_ids[i]]++;
+        const size_t bytes = mp_model_expert_bytes(m, il);
         for (int64_t e = 0; e < E; e++)
-            if (!bit(G->resident, e) && g->h_count[e] >= g->copy_min_rows) {
+            if (!bit(G->resident, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
                 copy_list[n_copy++] = (int32_t)e;
                 g->h_mask[e >> 6] |= (uint64_t)1 << (e & 63);
                 copied_routes += g->h_count[e];
@@ -264,6 +285,10 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
+    if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
+        const double sample = (double)t->cpu_expert_ns / (double)n_cpu;
+        g->cpu_ns_per_route = g->cpu_ns_per_route > 0 ? 0.7 * g->cpu_ns_per_route + 0.3 * sample : sample;
+    }
     while (done < n_copy) {
         const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
         if ((st = stage_batch(g, il, n, copy_list + done, cnt, gpu_wrote, err)))
