@@ -120,6 +120,11 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     return MP_OK;
 }
 
+void mp_session_set_hooks(mp_session *s, const mp_hooks *hooks)
+{
+    s->hooks = hooks;
+}
+
 mp_gpu *mp_session_gpu(mp_session *s)
 {
     return s->gpu;

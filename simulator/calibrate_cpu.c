@@ -14,6 +14,7 @@
  * strictly increasing (the options are sorted and free of repeats).
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,7 +22,9 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "runtime/hooks.h"
+#include "runtime/gpu.h"
 #include "runtime/matmul.h"
+#include "runtime/placement.h"
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
 #include "simulator/calibrate_impl.h"
@@ -307,6 +310,7 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     int64_t n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = max_rows, .hooks = &hooks};
     mp_session *s = NULL;
+    mp_placement pl = {0};
     int32_t *tokens = malloc((size_t)max_rows * sizeof(int32_t));
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     double *ns = malloc((size_t)o->reps * sizeof(double));
@@ -315,13 +319,40 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for the non-MoE steps");
         goto out;
     }
-    if ((st = mp_session_new(m, &sp, &s, err)))
+    /* With a GPU, the non-MoE time is the GPU executor's (every expert resident): a step is run
+     * once with the timing hooks (CUDA events around each layer's MoE kernels give their GPU
+     * time) and once without (how production runs: CUDA graphs at one row), and the second's
+     * wall time minus the first's MoE time is recorded. Without a GPU (or when the model does not
+     * fit), the CPU forward pass as before. */
+    char why[256] = "";
+    bool gpu = mp_gpu_available(why, sizeof why);
+    if (gpu) {
+        mp_placement_opts po = {0};
+        mp_status pst;
+        mp_error perr;
+        if (!mp_placement_opts_set(&po, "--placement", "gpu", &pst, &perr) || pst ||
+            mp_placement_for_model(m, &po, n_ctx, max_rows, &pl, &perr) != MP_OK) {
+            snprintf(why, sizeof why, "placement: %.200s", perr.msg);
+            gpu = false;
+        } else {
+            sp.placement = &pl;
+            if (mp_session_new(m, &sp, &s, &perr) != MP_OK) {
+                snprintf(why, sizeof why, "%.240s", perr.msg);
+                gpu = false;
+                sp.placement = NULL;
+            }
+        }
+        if (!gpu)
+            mp_calib_say(o, "calibrate: non-MoE on the CPU forward pass: the GPU executor could not "
+                         "start (%s)", why);
+    }
+    if (!s && (st = mp_session_new(m, &sp, &s, err)))
         goto out;
     n_ctx = mp_session_n_ctx(s);
     uint64_t rng = 3;
     for (int ri = 0; ri < o->n_rows; ri++) {
         const int rows = o->rows[ri];
-        if (rows > n_ctx) {
+        if (rows * (gpu ? 2 : 1) > n_ctx) {
             mp_calib_say(o, "calibrate: non-MoE rows %d skipped: the context holds %" PRId64 " tokens", rows, n_ctx);
             continue;
         }
@@ -332,13 +363,20 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
         for (int rep = -warmups(o); rep < o->reps; rep++) {
             if (n_rec >= 3 && mp_calib_now_ns() - point_t0 > NON_MOE_POINT_NS)
                 break;
-            if (mp_session_n_past(s) + rows > n_ctx)
+            if (mp_session_n_past(s) + rows * (gpu ? 2 : 1) > n_ctx)
                 mp_session_reset(s);
             for (int i = 0; i < rows; i++) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
                 tokens[i] = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
             }
             moe_ns = 0;
+            if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
+                mp_session_set_hooks(s, &hooks);
+                st = mp_session_eval(s, tokens, rows, false, logits, err);
+                mp_session_set_hooks(s, NULL);
+                if (st)
+                    goto out;
+            }
             const int64_t t0 = mp_calib_now_ns();
             if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
                 goto out;
@@ -361,10 +399,14 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
         goto out;
     }
     if (!cJSON_AddNumberToObject(device, "non_moe_threads", t) ||
-        !cJSON_AddStringToObject(device, "non_moe_path", "cpu forward pass (runtime/session.h)"))
+        !cJSON_AddStringToObject(device, "non_moe_path",
+                                 gpu ? "gpu executor, every expert resident (CUDA graphs at 1 row); MoE "
+                                       "kernel time from CUDA events subtracted"
+                                     : "cpu forward pass (runtime/session.h)"))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
 out:
     mp_session_free(s);
+    mp_placement_free(&pl);
     free(tokens);
     free(logits);
     free(ns);

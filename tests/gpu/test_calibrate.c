@@ -64,7 +64,17 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
               "h2d pinned: 16 MiB %g ns, 4 KiB %g ns", c.h2d_pinned.y[c.h2d_pinned.n_points - 1].median_ns,
               c.h2d_pinned.y[0].median_ns);
     cr_assert(c.sync.spread_ns >= 0);
+    /* the non-MoE time comes from the GPU executor here, and is a positive time per step */
+    check_curve(&c.non_moe, 3, "non_moe");
     mp_costs_free(&c);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    static char json[1 << 20];
+    const size_t nj = fread(json, 1, sizeof json - 1, f);
+    fclose(f);
+    json[nj] = 0;
+    cr_assert_not_null(strstr(json, "\"gpu executor, every expert resident"),
+                       "device.non_moe_path is not the GPU executor's");
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
