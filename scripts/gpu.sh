@@ -10,6 +10,8 @@
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
+#   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
+#              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
 #   bench-sim      moeplan simulate decisions/s per policy (bench/bench_simulate.sh)
 #   calibrate-tiny  moeplan calibrate on the tiny preset -> $OUT/costs-h200-tiny.json (the demo's)
@@ -91,6 +93,10 @@ for stage in "${stages[@]}"; do
         build-gpu/bench/mp_trace_overhead /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf --tokens 64 --rounds 3 \
             2>&1 | tee "$OUT/bench-trace.log" || rc=1
         ;;
+    bench-cupti)
+        build || { rc=1; continue; }
+        build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
+        ;;
     bench-analyze)
         build || { rc=1; continue; }
         command -v /usr/bin/time >/dev/null || export TIME="$PWD/tools/gnutime.py"
@@ -102,7 +108,7 @@ for stage in "${stages[@]}"; do
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-trace, bench-analyze, bench-sim, calibrate, calibrate-tiny)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny)" >&2
         exit 2
         ;;
     esac
