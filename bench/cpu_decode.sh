@@ -36,7 +36,7 @@ print(active)')
 echo "active weight bytes per token: $active ($(python3 -c "print(f'{$active/1e9:.3f}')") GB)"
 for rep in 1 2 3; do
     "$moeplan" run -m "$model" --raw -p "The history of computing began with mechanical calculators" \
-        -n "$n_gen" -t "$threads" 2>&1 >/dev/null | grep -i "decode" | tail -1
+        -n "$n_gen" -t "$threads" --executor cpu 2>&1 >/dev/null | grep -i "decode" | tail -1
 done | tee /tmp/mp-cpu-decode.txt
 python3 - "$bw_gbs" "$active" /tmp/mp-cpu-decode.txt <<'PY'
 import re, statistics, sys

@@ -27,6 +27,8 @@
 #include "collector/trace.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
+#include "runtime/executor.h"
+#include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -122,7 +124,7 @@ static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int6
 
 /* The run's config JSON plus what placement and route replay add (strings escaped by cJSON). */
 static char *config_with_placement(const char *base, const mp_collect_opts *o,
-                                   const mp_placement *pl, const mp_route_replay *rr)
+                                   const mp_placement *pl, const mp_route_replay *rr, bool gpu)
 {
     cJSON *c = cJSON_Parse(base);
     if (!c)
@@ -131,8 +133,8 @@ static char *config_with_placement(const char *base, const mp_collect_opts *o,
     mp_placement_summary(pl, summary, sizeof summary);
     cJSON_AddStringToObject(c, "placement", pl->desc);
     cJSON_AddStringToObject(c, "placement_summary", summary);
-    cJSON_AddStringToObject(c, "executor", "cpu (no GPU executor in this build: every expert ran "
-                                           "on the CPU)");
+    cJSON_AddStringToObject(c, "executor", gpu ? "gpu" : "cpu (every expert ran on the CPU; the "
+                                                         "placement was only checked)");
     cJSON_AddBoolToObject(c, "cupti", o->cupti);
     if (o->placement.budget_bytes)
         cJSON_AddNumberToObject(c, "gpu_budget_bytes", (double)o->placement.budget_bytes);
@@ -301,6 +303,7 @@ int mp_cmd_collect(int argc, char **argv)
     mp_trace_hooks_state hs;
     mp_hooks hooks = {0}; /* filled once the trace exists; the session holds its address */
     mp_placement pl = {0};
+    bool use_gpu = false;
     mp_route_replay *rr = NULL;
     mp_route_source route_src;
     mp_cupti *cupti = NULL;
@@ -340,10 +343,12 @@ int mp_cmd_collect(int argc, char **argv)
         route_src = mp_route_replay_source(rr);
         sessp.route_src = &route_src;
     }
-    if ((st = mp_session_new(m, &sessp, &s, &err)))
+    /* executor and placement (checked against the budget) before anything is written */
+    if ((st = mp_executor_plan(m, (mp_executor_kind)o.placement.executor, &o.placement, &sessp, &pl,
+                               &use_gpu, &err)))
         goto out;
-    if ((st = mp_placement_for_model(m, &o.placement, mp_session_n_ctx(s), mp_session_n_batch(s),
-                                     &pl, &err)))
+    sessp.placement = use_gpu ? &pl : NULL;
+    if ((st = mp_session_new(m, &sessp, &s, &err)))
         goto out;
     /* the trace is created only once the run is known to be possible (replay geometry,
      * placement and budget checked): a refused run leaves no file behind */
@@ -381,7 +386,7 @@ int mp_cmd_collect(int argc, char **argv)
              o.store_prompts ? "true" : "false", (long long)mp_session_n_ctx(s),
              (long long)o.n_batch, mp_session_n_threads(s), o.sync_writer ? "sync" : "thread",
              "see requests.external_id");
-    if (!(config_full = config_with_placement(config, &o, &pl, rr))) {
+    if (!(config_full = config_with_placement(config, &o, &pl, rr, use_gpu))) {
         st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -399,7 +404,7 @@ int mp_cmd_collect(int argc, char **argv)
     info.n_ff_expert = m->hp.n_ff_exp;
     info.n_vocab = m->hp.n_vocab;
     info.quant_types = quant;
-    info.device = "cpu";
+    info.device = use_gpu ? mp_gpu_device_name(mp_session_gpu(s)) : "cpu";
     info.cpu_model = cpu;
     info.threads = mp_session_n_threads(s);
     info.config_json = config_full;
@@ -467,8 +472,13 @@ int mp_cmd_collect(int argc, char **argv)
     {
         char line[1024];
         mp_placement_summary(&pl, line, sizeof line);
-        printf("placement: %s (GPU executor not available in this build: all experts ran on the "
-               "CPU)\n", line);
+        if (use_gpu) {
+            printf("placement: %s\n", line);
+            mp_gpu_report(mp_session_gpu(s), line, sizeof line);
+            printf("executor gpu: %s\n", line);
+        } else {
+            printf("placement: %s (executor cpu: all experts ran on the CPU)\n", line);
+        }
         if (rr)
             printf("routing replayed from %s: %lld rows per layer, %lld wrap(s)\n", o.route_replay,
                    (long long)mp_route_replay_rows(rr), (long long)mp_route_replay_wraps(rr));

@@ -7,9 +7,10 @@
  * by default, JSON (docs/bench.md) with -o json. Output goes to stdout only once every test has
  * finished (nothing half-printed on a failure); progress goes to stderr.
  *
- * Executor: this build has only the CPU executor. The placement is built and checked against the
- * budget exactly as `run` does, and reported in every row, but every expert runs on the CPU; rows
- * say executor "cpu", and a note says that GPU rows need the GPU executor.
+ * Executor: chosen as `run` chooses it (runtime/executor.h). GPU rows carry what ran where: the
+ * share of routes served by resident experts, by the CPU and by prefill weight copies, and for
+ * hybrid decode the measured round trip per MoE layer (GPU gap minus CPU expert time). CPU rows
+ * say executor "cpu" and, with placement flags, that the placement was only checked.
  *
  * Every numeric flag is parsed strictly (whole string, range-checked); bad flags exit 2 with one
  * line, any other failure exits 1.
@@ -26,6 +27,8 @@
 #include "runtime/bench.h"
 #include "runtime/gguf.h"
 #include "runtime/model.h"
+#include "runtime/executor.h"
+#include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "runtime/numparse.h"
@@ -57,10 +60,10 @@ static void usage(FILE *f)
             "%s"
             "  -h, --help           show this help\n"
             "\n"
-            "Results go to stdout after the last test; progress goes to stderr. This build has\n"
-            "only the CPU executor: a placement is checked against the budget and reported in\n"
-            "every row, but every expert runs on the CPU (executor \"cpu\"); GPU rows need the\n"
-            "GPU executor. Output format: docs/bench.md.\n", mp_placement_flags_help);
+            "Results go to stdout after the last test; progress goes to stderr. Rows name the\n"
+            "executor that ran (gpu or cpu), the placement and budget, and for GPU rows the share\n"
+            "of routes run on the GPU, on the CPU and by weight copies, and the measured CPU round\n"
+            "trip per hybrid MoE layer. Output format: docs/bench.md.\n", mp_placement_flags_help);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b)
@@ -178,6 +181,9 @@ typedef struct bench_ctx {
     int64_t file_type;     /* general.file_type, -1 when absent */
     mp_placement pl;
     int64_t n_ctx;
+    bool gpu;              /* the GPU executor ran */
+    char device[320];
+    mp_gpu_memory mem;
 } bench_ctx;
 
 typedef struct bench_row {
@@ -185,6 +191,7 @@ typedef struct bench_row {
     int64_t n;
     double *samples; /* (reps) tok/s */
     mp_bench_stats stats;
+    mp_gpu_stats gs;  /* over the timed repetitions (GPU executor) */
 } bench_row;
 
 static void quant_mix(const mp_model *m, char *buf, size_t cap)
@@ -214,9 +221,27 @@ static const char *kind_name(mp_bench_kind k)
     return k == MP_BENCH_PP ? "pp" : "tg";
 }
 
-static const char *executor_note =
-    "executor cpu: this build has no GPU executor, so every expert ran on the CPU whatever the "
-    "placement says; GPU rows need the GPU executor";
+static const char *executor_note(const bench_ctx *c)
+{
+    if (c->gpu)
+        return "executor gpu: routes gpu/cpu/copy are the shares of expert routes served by "
+               "resident experts, by the CPU from host memory, and by copying the expert's weights "
+               "to the GPU; rt overhead is the GPU's gap per hybrid MoE layer step minus the CPU "
+               "expert time (wake-up, submission, copies' latency)";
+    return "executor cpu: every expert ran on the CPU; a placement, if given, was only checked "
+           "against the budget";
+}
+
+static double share(const mp_gpu_stats *g, int64_t part)
+{
+    const int64_t all = g->routes_gpu + g->routes_cpu + g->routes_copied;
+    return all ? 100.0 * (double)part / (double)all : 0.0;
+}
+
+static double rt_overhead_us(const mp_gpu_stats *g)
+{
+    return g->rt_measured ? (double)g->rt_overhead_ns / 1e3 / (double)g->rt_measured : 0.0;
+}
 
 static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
 {
@@ -224,18 +249,32 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     mp_format_bytes(c->size_bytes, size, sizeof size);
     mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
-           "| executor | test | tok/s median | min | max | stddev |\n");
-    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
-           "| ---: | ---: |\n");
+           "| executor | routes gpu/cpu/copy %% | rt overhead us | test | tok/s median | min | max "
+           "| stddev |\n");
+    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- "
+           "| ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | cpu | %s%" PRId64
+        char paths[64] = "-", rt[32] = "-";
+        if (c->gpu) {
+            snprintf(paths, sizeof paths, "%.1f/%.1f/%.1f", share(&r->gs, r->gs.routes_gpu),
+                     share(&r->gs, r->gs.routes_cpu), share(&r->gs, r->gs.routes_copied));
+            if (r->gs.rt_measured)
+                snprintf(rt, sizeof rt, "%.1f", rt_overhead_us(&r->gs));
+        }
+        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s%" PRId64
                " | %.2f | %.2f | %.2f | %.2f |\n",
                c->file, size, c->arch, c->quant, c->threads, c->isa, c->placement,
-               c->budget ? c->budget : "none", gpu, kind_name(r->kind), r->n, r->stats.median,
-               r->stats.min, r->stats.max, r->stats.stddev);
+               c->budget ? c->budget : "none", gpu, c->gpu ? "gpu" : "cpu", paths, rt,
+               kind_name(r->kind), r->n, r->stats.median, r->stats.min, r->stats.max,
+               r->stats.stddev);
     }
-    printf("\n%s.\n", executor_note);
+    if (c->gpu) {
+        char mem[32];
+        mp_format_bytes(c->mem.total, mem, sizeof mem);
+        printf("\nGPU: %s; device memory used %s.\n", c->device, mem);
+    }
+    printf("\n%s.\n", executor_note(c));
 }
 
 static bool add_num(cJSON *o, const char *k, double v)
@@ -254,7 +293,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
     cJSON *root = cJSON_CreateObject();
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "rows") : NULL;
     bool ok = arr && add_str(root, "moeplan_version", MP_VERSION) &&
-              add_str(root, "note", executor_note);
+              add_str(root, "note", executor_note(c));
     for (int i = 0; ok && i < n_rows; i++) {
         const bench_row *r = &rows[i];
         cJSON *o = cJSON_CreateObject();
@@ -275,7 +314,20 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "gpu_expert_bytes", (double)c->pl.gpu_expert_bytes) &&
              add_num(o, "host_expert_bytes", (double)c->pl.host_expert_bytes) &&
              add_num(o, "experts_resident", (double)c->pl.n_resident_total) &&
-             add_str(o, "executor", "cpu") && add_str(o, "test", test) &&
+             add_str(o, "executor", c->gpu ? "gpu" : "cpu") &&
+             add_str(o, "device", c->gpu ? c->device : NULL) &&
+             add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
+             add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&
+             add_num(o, "routes_cpu", (double)r->gs.routes_cpu) &&
+             add_num(o, "routes_copied", (double)r->gs.routes_copied) &&
+             add_num(o, "experts_copied", (double)r->gs.experts_copied) &&
+             add_num(o, "hybrid_layer_steps", (double)r->gs.hybrid_layers) &&
+             add_num(o, "moe_layer_steps", (double)r->gs.moe_layers) &&
+             add_num(o, "rt_measured", (double)r->gs.rt_measured) &&
+             add_num(o, "rt_gap_us", r->gs.rt_measured ? (double)r->gs.rt_gap_ns / 1e3 /
+                                                         (double)r->gs.rt_measured : 0.0) &&
+             add_num(o, "rt_overhead_us", rt_overhead_us(&r->gs)) &&
+             add_str(o, "test", test) &&
              add_str(o, "kind", kind_name(r->kind)) && add_num(o, "n_tokens", (double)r->n) &&
              add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&
              add_num(o, "n_gen", r->kind == MP_BENCH_TG ? (double)r->n : 0.0) &&
@@ -302,11 +354,15 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
 
 typedef struct progress_ctx {
     const bench_row *row;
+    mp_session *s;
 } progress_ctx;
 
 static void progress(void *ctx, int rep, int reps)
 {
     const bench_row *r = ((progress_ctx *)ctx)->row;
+    mp_gpu *g = mp_session_gpu(((progress_ctx *)ctx)->s);
+    if (g && rep == 0) /* the row's GPU statistics cover the timed repetitions */
+        mp_gpu_stats_reset(g);
     if (rep < 0)
         fprintf(stderr, "moeplan bench: %s%" PRId64 ": warm-up\n", kind_name(r->kind), r->n);
     else
@@ -352,12 +408,18 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         goto done;
     }
     mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    /* the executor and placement are decided before any work, against the session's sizes */
+    if ((st = mp_executor_plan(m, (mp_executor_kind)o->pl.executor, &o->pl, &sp, &c.pl, &c.gpu, err)))
+        goto done;
+    sp.placement = c.gpu ? &c.pl : NULL;
     if ((st = mp_session_new(m, &sp, &s, err)))
         goto done;
-    /* the placement is checked before any work, against the session's real sizes */
-    if ((st = mp_placement_for_model(m, &o->pl, mp_session_n_ctx(s), mp_session_n_batch(s), &c.pl,
-                                     err)))
-        goto done;
+    if (c.gpu) {
+        mp_gpu *g = mp_session_gpu(s);
+        snprintf(c.device, sizeof c.device, "%s", mp_gpu_device_name(g));
+        mp_gpu_get_memory(g, &c.mem);
+        mp_gpu_set_measure(g, true);
+    }
     const char *slash = strrchr(o->model, '/');
     c.file = slash ? slash + 1 : o->model;
     c.size_bytes = mp_gguf_file_size(m->gguf);
@@ -382,7 +444,7 @@ static mp_status bench(const bench_opts *o, mp_error *err)
             st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
             goto done;
         }
-        progress_ctx pc = {&rows[i]};
+        progress_ctx pc = {&rows[i], s};
         if ((st = mp_bench_run_test(s, rows[i].kind, rows[i].n, o->seed,
                                     m->hp.n_vocab, (int)o->reps, logits, rows[i].samples,
                                     progress, &pc, err))) {
@@ -390,6 +452,8 @@ static mp_status bench(const bench_opts *o, mp_error *err)
             goto done;
         }
         mp_bench_stats_compute(rows[i].samples, (int)o->reps, &rows[i].stats);
+        if (c.gpu)
+            mp_gpu_get_stats(mp_session_gpu(s), &rows[i].gs);
         fprintf(stderr, "moeplan bench: %s%" PRId64 ": median %.2f tok/s\n",
                 kind_name(rows[i].kind), rows[i].n, rows[i].stats.median);
     }

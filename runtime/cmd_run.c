@@ -20,6 +20,8 @@
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
+#include "runtime/executor.h"
+#include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -286,11 +288,12 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
             goto done;
         sp.route_src = &route_src;
     }
-    if ((st = mp_session_new(m, &sp, &s, err)))
+    /* the executor and the placement are decided before any work, against the session's sizes */
+    bool use_gpu = false;
+    if ((st = mp_executor_plan(m, (mp_executor_kind)o->pl.executor, &o->pl, &sp, &pl, &use_gpu, err)))
         goto done;
-    /* the placement is checked before any work, against the session's real sizes */
-    if ((st = mp_placement_for_model(m, &o->pl, mp_session_n_ctx(s), mp_session_n_batch(s), &pl,
-                                     err)))
+    sp.placement = use_gpu ? &pl : NULL;
+    if ((st = mp_session_new(m, &sp, &s, err)))
         goto done;
     const int64_t n_ctx = mp_session_n_ctx(s);
     if ((int64_t)n_prompt > n_ctx) {
@@ -340,11 +343,17 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
             n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, n_gen,
             t_decode > 0 && n_decode_evals > 0 ? (double)n_decode_evals / t_decode : 0.0,
             mp_session_n_threads(s), mp_kernels_isa());
-    if (o->pl.spec || o->pl.file || o->pl.profile || o->pl.budget_text) {
+    if (use_gpu) {
         char line[1024];
         mp_placement_summary(&pl, line, sizeof line);
-        fprintf(stderr, "moeplan run: placement: %s (GPU executor not available in this build: "
-                "all experts ran on the CPU)\n", line);
+        fprintf(stderr, "moeplan run: placement: %s\n", line);
+        mp_gpu_report(mp_session_gpu(s), line, sizeof line);
+        fprintf(stderr, "moeplan run: executor gpu: %s\n", line);
+    } else if (mp_placement_opts_given(&o->pl)) {
+        char line[1024];
+        mp_placement_summary(&pl, line, sizeof line);
+        fprintf(stderr, "moeplan run: placement: %s (executor cpu: all experts ran on the CPU)\n",
+                line);
     }
     if (replay_state) {
         char line[1024];

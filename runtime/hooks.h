@@ -38,14 +38,17 @@ typedef struct mp_hooks {
                     const int32_t *expert_ids, const float *weights);
     void (*moe_timing)(void *user, int64_t layer, const mp_moe_timing *timing);
     void (*step_end)(void *user, int64_t duration_ns);
-    void (*request_end)(void *user, int64_t n_generated_tokens);
     /* Optional (NULL: not called). Bracket all the work of transformer block `layer` within the
-     * current step, on the thread that issues that work (attention and MoE; the CPU forward in
-     * forward.c, the GPU forward around its launches). Always balanced: every layer_begin is
-     * followed by its layer_end before the next layer_begin or step_end, also when the layer
-     * fails. The collector uses them to tag GPU activity with (request, step, node) (--cupti). */
+     * current step, as the host issues it, on the thread that issues it (the CPU forward in
+     * forward.c; the GPU executor enqueues the layer's kernels between them). Balanced in every
+     * step that reaches step_end: each layer_begin is followed by its layer_end before the next
+     * layer_begin or step_end (the CPU forward also calls layer_end when the layer fails; a
+     * failed step gets no step_end, and users must not rely on it). Correlation points for
+     * device activity: the collector tags GPU work with (request, step, node) through them
+     * (collect --cupti). */
     void (*layer_begin)(void *user, int64_t layer);
     void (*layer_end)(void *user, int64_t layer);
+    void (*request_end)(void *user, int64_t n_generated_tokens);
 } mp_hooks;
 
 /* Optional routing override (route replay): fill ids/weights (n_rows × top_k) for this layer

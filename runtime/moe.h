@@ -20,6 +20,30 @@ typedef struct mp_moe_scratch mp_moe_scratch;
 mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads);
 void mp_moe_scratch_free(mp_moe_scratch *s);
 
+/* The router's (or route source's) latest choice in the scratch: (max_rows, top_k) each. */
+int32_t *mp_moe_scratch_ids(mp_moe_scratch *s);
+float *mp_moe_scratch_weights(mp_moe_scratch *s);
+
+/* Routing only: fill the scratch's ids/weights for n_rows rows of layer il from route_src (checked
+ * with mp_moe_check_routes) or from the router over x. */
+mp_status mp_moe_route_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
+                           mp_pool *pool, mp_moe_scratch *s, const mp_route_source *route_src,
+                           mp_error *err);
+
+/* Refuse routes a route source made up: ids outside [0, n_expert), an id twice in a row,
+ * non-finite weights (one line naming layer, row and slot). */
+mp_status mp_moe_check_routes(const mp_hparams *hp, int64_t il, int64_t n_rows,
+                              const int32_t *ids, const float *weights, mp_error *err);
+
+/* Experts only: out (n_rows × n_embd) = Σ over the routes (row, k) whose expert is NOT resident
+ * (bit ids[row, k] of resident clear; resident NULL: every route) of
+ * weights[row, k] · expert(x[row]), summed in slot order in float32; rows without such a route
+ * get zeros. This is the hybrid runtime's CPU partial and the whole block on the CPU path.
+ * ids/weights may be the scratch's own arrays. Returns the number of routes computed. */
+int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
+                           const int32_t *ids, const float *weights, const uint64_t *resident,
+                           float *out, mp_pool *pool, mp_moe_scratch *s);
+
 /* out (n_rows × n_embd) = MoE(x) for layer il, x already normalized (ffn_norm applied).
  * Routing is reported through hooks (may be NULL) and may be replaced by route_src. */
 mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, float *out,

@@ -108,6 +108,16 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     return s;
 }
 
+int32_t *mp_moe_scratch_ids(mp_moe_scratch *s)
+{
+    return s->ids;
+}
+
+float *mp_moe_scratch_weights(mp_moe_scratch *s)
+{
+    return s->weights;
+}
+
 /* ---- routing ---- */
 
 static void route_rows(const mp_hparams *hp, mp_moe_scratch *s, int64_t n_rows)
@@ -129,14 +139,14 @@ static void route_rows(const mp_hparams *hp, mp_moe_scratch *s, int64_t n_rows)
     }
 }
 
-static mp_status check_routes(const mp_hparams *hp, const mp_moe_scratch *s, int64_t il,
-                              int64_t n_rows, mp_error *err)
+mp_status mp_moe_check_routes(const mp_hparams *hp, int64_t il, int64_t n_rows,
+                              const int32_t *ids, const float *weights, mp_error *err)
 {
     const int64_t E = hp->n_expert, K = hp->n_expert_used;
     for (int64_t r = 0; r < n_rows; r++) {
         for (int64_t k = 0; k < K; k++) {
-            const int32_t id = s->ids[r * K + k];
-            const float w = s->weights[r * K + k];
+            const int32_t id = ids[r * K + k];
+            const float w = weights[r * K + k];
             if (id < 0 || id >= E)
                 return mp_fail(err, MP_ERR_FORMAT,
                                "route source: layer %" PRId64 ": row %" PRId64 " slot %" PRId64
@@ -147,7 +157,7 @@ static mp_status check_routes(const mp_hparams *hp, const mp_moe_scratch *s, int
                                "route source: layer %" PRId64 ": row %" PRId64 " slot %" PRId64
                                ": weight is not finite", il, r, k);
             for (int64_t j = 0; j < k; j++)
-                if (s->ids[r * K + j] == id)
+                if (ids[r * K + j] == id)
                     return mp_fail(err, MP_ERR_FORMAT,
                                    "route source: layer %" PRId64 ": row %" PRId64
                                    ": expert %d appears twice", il, r, (int)id);
@@ -156,13 +166,21 @@ static mp_status check_routes(const mp_hparams *hp, const mp_moe_scratch *s, int
     return MP_OK;
 }
 
-/* Counting sort of the routes by expert; within an expert, entries keep row order. */
-static void group_by_expert(mp_moe_scratch *s, int64_t n_rows)
+static bool is_resident(const uint64_t *resident, int64_t e)
+{
+    return resident && ((resident[e >> 6] >> (e & 63)) & 1u);
+}
+
+/* Counting sort of the routes by expert; within an expert, entries keep row order. Routes to
+ * resident experts (bit set in resident, may be NULL) get no entry: entry_of is -1 for them.
+ * Returns the number of entries. */
+static int64_t group_by_expert(mp_moe_scratch *s, int64_t n_rows, const uint64_t *resident)
 {
     const int64_t E = s->n_expert, K = s->top_k, n = n_rows * K;
     memset(s->count, 0, (size_t)E * sizeof *s->count);
     for (int64_t i = 0; i < n; i++)
-        s->count[s->ids[i]]++;
+        if (!is_resident(resident, s->ids[i]))
+            s->count[s->ids[i]]++;
     s->offset[0] = 0;
     for (int64_t e = 0; e < E; e++)
         s->offset[e + 1] = s->offset[e] + s->count[e];
@@ -170,12 +188,17 @@ static void group_by_expert(mp_moe_scratch *s, int64_t n_rows)
     for (int64_t e = 0; e < E; e++)
         fill[e] = s->offset[e];
     for (int64_t i = 0; i < n; i++) {
+        if (is_resident(resident, s->ids[i])) {
+            s->entry_of[i] = -1;
+            continue;
+        }
         const int64_t entry = fill[s->ids[i]]++;
         s->entry_row[entry] = i / K;
         s->entry_of[i] = entry;
     }
     for (int64_t e = 0; e < E; e++)
         s->count[e] = s->offset[e + 1] - s->offset[e];
+    return s->offset[E];
 }
 
 /* (expert, chunk of n_out rows) tasks over the active experts. */
@@ -259,7 +282,8 @@ static void combine_task(void *ctx, int64_t row, int thread)
     float *o = j->out + row * D;
     memset(o, 0, (size_t)D * sizeof *o);
     for (int64_t k = 0; k < K; k++)
-        mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D, D);
+        if (s->entry_of[row * K + k] >= 0)
+            mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D, D);
 }
 
 static int64_t now_ns(void)
@@ -269,34 +293,22 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, float *out,
-                             int64_t n_rows, mp_pool *pool, mp_moe_scratch *s,
-                             const mp_hooks *hooks, const mp_route_source *route_src,
-                             mp_error *err)
+int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
+                           const int32_t *ids, const float *weights, const uint64_t *resident,
+                           float *out, mp_pool *pool, mp_moe_scratch *s)
 {
     const mp_hparams *hp = &m->hp;
     const mp_layer *L = &m->layers[il];
     const int64_t K = hp->n_expert_used, D = hp->n_embd, F = hp->n_ff_exp;
-    if (n_rows < 1 || n_rows > s->max_rows)
-        return mp_fail(err, MP_ERR_INTERNAL, "moe: %" PRId64 " rows, scratch holds %" PRId64,
-                       n_rows, s->max_rows);
-
-    if (route_src) {
-        const int rc = route_src->route(route_src->user, il, n_rows, K, s->ids, s->weights);
-        if (rc < 0)
-            return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
-        mp_status st = check_routes(hp, s, il, n_rows, err);
-        if (st)
-            return st;
-    } else {
-        mp_matmul(pool, &L->gate_inp, x, n_rows, s->router, s->xq);
-        route_rows(hp, s, n_rows);
+    if (ids != s->ids)
+        memcpy(s->ids, ids, (size_t)(n_rows * K) * sizeof *ids);
+    if (weights != s->weights)
+        memcpy(s->weights, weights, (size_t)(n_rows * K) * sizeof *weights);
+    const int64_t n_entries = group_by_expert(s, n_rows, resident);
+    if (n_entries == 0) {
+        memset(out, 0, (size_t)(n_rows * D) * sizeof *out);
+        return 0;
     }
-    if (hooks && hooks->routing)
-        hooks->routing(hooks->user, il, n_rows, K, s->ids, s->weights);
-    const int64_t t0_ns = hooks && hooks->moe_timing ? now_ns() : 0;
-
-    group_by_expert(s, n_rows);
 
     /* gate/up activations: one conversion per source row, then gathered by entry */
     expert_job j = {L, s, mp_type_ops_get(L->gate_exps.type), mp_type_ops_get(L->up_exps.type),
@@ -312,7 +324,7 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
         j.x = xsrc;
         j.x_shared = true;
     } else {
-        for (int64_t i = 0; i < n_rows * K; i++)
+        for (int64_t i = 0; i < n_entries; i++)
             memcpy(s->xg + (size_t)i * j.x_row_bytes,
                    xsrc + (size_t)s->entry_row[i] * j.x_row_bytes, j.x_row_bytes);
         j.x = s->xg;
@@ -325,7 +337,7 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
     if (h_vdt == MP_TYPE_F32) {
         j.h = (const char *)s->gate;
     } else {
-        mp_act_quantize(pool, h_vdt, s->gate, F, n_rows * K, F, s->hq);
+        mp_act_quantize(pool, h_vdt, s->gate, F, n_entries, F, s->hq);
         j.h = s->hq;
     }
     n_tasks = plan_tasks(s, D);
@@ -333,6 +345,43 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
 
     combine_job cj = {s, out};
     mp_pool_run(pool, n_rows, combine_task, &cj);
+    return n_entries;
+}
+
+mp_status mp_moe_route_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
+                           mp_pool *pool, mp_moe_scratch *s, const mp_route_source *route_src,
+                           mp_error *err)
+{
+    const mp_hparams *hp = &m->hp;
+    const int64_t K = hp->n_expert_used;
+    if (n_rows < 1 || n_rows > s->max_rows)
+        return mp_fail(err, MP_ERR_INTERNAL, "moe: %" PRId64 " rows, scratch holds %" PRId64,
+                       n_rows, s->max_rows);
+    if (route_src) {
+        const int rc = route_src->route(route_src->user, il, n_rows, K, s->ids, s->weights);
+        if (rc < 0)
+            return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
+        return mp_moe_check_routes(hp, il, n_rows, s->ids, s->weights, err);
+    }
+    mp_matmul(pool, &m->layers[il].gate_inp, x, n_rows, s->router, s->xq);
+    route_rows(hp, s, n_rows);
+    return MP_OK;
+}
+
+mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, float *out,
+                             int64_t n_rows, mp_pool *pool, mp_moe_scratch *s,
+                             const mp_hooks *hooks, const mp_route_source *route_src,
+                             mp_error *err)
+{
+    const int64_t K = m->hp.n_expert_used;
+    mp_status st = mp_moe_route_cpu(m, il, x, n_rows, pool, s, route_src, err);
+    if (st)
+        return st;
+    if (hooks && hooks->routing)
+        hooks->routing(hooks->user, il, n_rows, K, s->ids, s->weights);
+    const int64_t t0_ns = hooks && hooks->moe_timing ? now_ns() : 0;
+
+    mp_moe_experts_cpu(m, il, x, n_rows, s->ids, s->weights, NULL, out, pool, s);
 
     if (hooks && hooks->moe_timing) {
         mp_moe_timing t = {0};

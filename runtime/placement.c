@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/executor.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 
@@ -22,6 +23,14 @@ bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *v
 {
     const bool is_spec = !strcmp(flag, "--placement"), is_file = !strcmp(flag, "--placement-file"),
                is_prof = !strcmp(flag, "--profile"), is_budget = !strcmp(flag, "--gpu-budget");
+    if (!strcmp(flag, "--executor")) {
+        mp_executor_kind k;
+        if (o->executor_given)
+            *st = mp_fail(err, MP_ERR_ARG, "--executor given twice");
+        else if ((*st = mp_executor_parse(value, &k, err)) == MP_OK)
+            o->executor = (int)k, o->executor_given = true;
+        return true;
+    }
     if (!is_spec && !is_file && !is_prof && !is_budget)
         return false;
     *st = MP_OK;
@@ -92,11 +101,29 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     *out = (mp_gpu_budget){.budget_bytes = budget_bytes, .dense_bytes = g->dense_bytes};
     out->kv_bytes = sat_u64((u128)n_ctx * (u128)g->n_layer * (u128)g->n_head_kv *
                             (u128)g->head_dim * 2u * MP_GPU_KV_ELEM_BYTES);
-    const u128 per_row = 3 * (u128)g->n_embd + 2 * (u128)g->n_head * (u128)g->head_dim +
-                         2 * (u128)g->n_head_kv * (u128)g->head_dim + (u128)g->n_expert +
-                         (u128)g->n_expert_used * (2 * (u128)g->n_ff_exp + (u128)g->n_embd) +
-                         (u128)g->n_head * (u128)n_ctx;
-    out->scratch_bytes = sat_u64(4 * (u128)n_batch * per_row + 4 * (u128)g->n_vocab);
+    /* an upper bound of what the GPU executor carves (runtime/gpu_exec.c), term by term */
+    const u128 B = (u128)n_batch, D = (u128)g->n_embd, Q = (u128)g->n_head * (u128)g->head_dim;
+    const u128 KV = (u128)g->n_head_kv * (u128)g->head_dim, E = (u128)g->n_expert;
+    const u128 K = (u128)g->n_expert_used, F = (u128)g->n_ff_exp, W = D > Q ? D : Q;
+    const u128 att_rows = B < MP_GPU_ATT_ROWS ? B : MP_GPU_ATT_ROWS;
+    const u128 splits = ((u128)n_ctx + 255) / 256;
+    u128 expert_max = 0;
+    for (int64_t il = 0; il < g->n_layer; il++)
+        expert_max = g->expert_bytes[il] > expert_max ? g->expert_bytes[il] : expert_max;
+    u128 scratch = 4 * B * (4 * D + 2 * Q + 2 * KV + E + 2 * K + 2) /* activations, routes */
+                   + 2 * B * W                                       /* converted activations */
+                   + B * (2 * D + K * 6 * F)                         /* MoE kernel scratch */
+                   + 4 * att_rows * (u128)g->n_head * splits * ((u128)g->head_dim + 2)
+                   + 2 * W * (B + MP_GPU_GEMM_TILE)                  /* cuBLAS tiles */
+                   + 4 * (u128)MP_GPU_HEAD_ROWS * (u128)g->n_vocab   /* logits */
+                   + MP_GPU_BLAS_WS_BYTES
+                   + 64 * 256;                                       /* alignment */
+    if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies */
+        scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256);
+    /* padding of the weight arena, the per-layer slot tables, and of each pool slot (three
+     * 256-byte aligned slices per expert) */
+    scratch += (u128)g->n_layer * (3 * (E * 8 + 256) + 16 * 256 + E * 3 * 256) + 4 * 256;
+    out->scratch_bytes = sat_u64(scratch);
     out->fixed_bytes = sat_u64((u128)out->dense_bytes + out->kv_bytes + out->scratch_bytes);
     if (!budget_bytes) {
         out->expert_avail_bytes = UINT64_MAX;

@@ -46,12 +46,14 @@ typedef struct mp_placement_opts {
     uint64_t budget_bytes;     /* parsed --gpu-budget (0 when not given) */
     mp_placement_mode mode;    /* parsed --placement (CPU when none) */
     int64_t n_layers_arg;      /* N of layers:N / layers-last:N */
+    int executor;              /* --executor: mp_executor_kind (runtime/executor.h), 0 = auto */
+    bool executor_given;
 } mp_placement_opts;
 
 /* Help text for the four flags, for the commands' --help. */
 extern const char mp_placement_flags_help[];
 
-/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, store value into o
+/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, --executor, store value into o
  * (parsing the spec and budget strings) and return true with *st set (MP_OK or MP_ERR_ARG with a
  * one-line message). Returns false for any other flag. o must start zeroed. */
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
@@ -78,13 +80,21 @@ typedef struct mp_placement_geom {
 mp_status mp_placement_geom_from_model(const mp_model *m, mp_placement_geom *g, mp_error *err);
 void mp_placement_geom_free(mp_placement_geom *g);
 
-/* Device memory other than the expert pool, for a session of n_ctx positions and n_batch rows.
- * Formulas (docs/placement.md):
+/* Device memory other than the expert pool, for a session of n_ctx positions and n_batch rows:
  *   kv_bytes      = n_ctx × n_layer × n_head_kv × head_dim × 2 (K and V) × MP_GPU_KV_ELEM_BYTES
- *   scratch_bytes = 4 × n_batch × (3·n_embd + 2·n_head·head_dim + 2·n_head_kv·head_dim
- *                                  + n_expert + top_k·(2·n_ff_exp + n_embd) + n_head·n_ctx)
- *                   + 4 × n_vocab                                   (float32 activations) */
+ *   scratch_bytes = an upper bound of the GPU executor's activations, kernel scratch, cuBLAS
+ *                   workspace, logits buffer, prefill staging (n_batch >= MP_GPU_COPY_MIN_ROWS)
+ *                   and weight-arena padding (the terms are in placement.c, docs/placement.md).
+ * The executor computes its exact sizes again and enforces the budget with those. */
 #define MP_GPU_KV_ELEM_BYTES 2 /* the GPU KV cache holds F16 */
+/* Shapes of the GPU executor's scratch (runtime/gpu_exec.c), shared with the estimate above. */
+#define MP_GPU_GEMM_MIN_ROWS 32    /* dense projections of >= this many rows go through cuBLAS */
+#define MP_GPU_ATT_ROWS 64         /* attention runs in chunks of this many query rows */
+#define MP_GPU_HEAD_ROWS 32        /* output-head rows per chunk (all_logits) */
+#define MP_GPU_GEMM_TILE 2048      /* weight rows dequantized per cuBLAS tile */
+#define MP_GPU_BLAS_WS_BYTES ((size_t)32 << 20)
+#define MP_GPU_STAGE_EXPERTS 16    /* experts per staging buffer (prefill weight-copy path) */
+#define MP_GPU_COPY_MIN_ROWS 32    /* default rows of one cold expert above which it is copied */
 typedef struct mp_gpu_budget {
     uint64_t budget_bytes;    /* 0: no budget (nothing is refused) */
     uint64_t dense_bytes, kv_bytes, scratch_bytes;

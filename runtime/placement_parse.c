@@ -10,12 +10,15 @@
 #include "runtime/placement.h"
 
 const char mp_placement_flags_help[] =
-    "      --placement MODE   expert placement: gpu, cpu (default), layers:N (experts of the\n"
+    "      --placement MODE   expert placement: gpu, cpu, layers:N (experts of the\n"
     "                         first N layers on the CPU), layers-last:N, fill (as many as\n"
-    "                         --gpu-budget allows, spread over layers, lowest ids first)\n"
+    "                         --gpu-budget allows, spread over layers, lowest ids first;\n"
+    "                         the GPU executor's default, under the device's free memory)\n"
     "      --placement-file F per-layer resident experts, lines 'LAYER: E,E,A-B' (docs/placement.md)\n"
     "      --profile P.strp   STRP v1 profile: its slots, or as many ranked experts as the budget allows\n"
-    "      --gpu-budget SIZE  all GPU memory the runtime may use (16GiB, 12GB, 8000MiB, bytes)\n";
+    "      --gpu-budget SIZE  all GPU memory the runtime may use (16GiB, 12GB, 8000MiB, bytes)\n"
+    "      --executor E       auto (default: the GPU executor when a CUDA device is usable), gpu,\n"
+    "                         or cpu (the CPU forward pass; a placement is only checked, reported)\n";
 
 typedef struct unit {
     const char *name;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/gpu.h"
 #include "runtime/matmul.h"
 #include "runtime/session_impl.h"
 
@@ -18,6 +19,7 @@ void mp_session_free(mp_session *s)
 {
     if (!s)
         return;
+    mp_gpu_free(s->gpu);
     mp_pool_free(s->pool);
     mp_moe_scratch_free(s->moe);
     free(s->k_cache);
@@ -38,22 +40,35 @@ static void *alloc_floats(int64_t a, int64_t b, int64_t c)
     return calloc((size_t)a * (size_t)b * (size_t)c, sizeof(float));
 }
 
-mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_session **out,
-                         mp_error *err)
+mp_status mp_session_resolve_sizes(const mp_model *m, const mp_session_params *p, int64_t *n_ctx_out,
+                                   int64_t *n_batch_out, mp_error *err)
 {
-    *out = NULL;
     const mp_hparams *hp = &m->hp;
     int64_t n_ctx = p->n_ctx, n_batch = p->n_batch;
-    int n_threads = p->n_threads;
-    if (n_ctx < 0 || n_batch < 0 || n_threads < 0)
+    if (n_ctx < 0 || n_batch < 0 || p->n_threads < 0)
         return mp_fail(err, MP_ERR_ARG, "session: n_ctx %" PRId64 ", n_batch %" PRId64
-                       " and n_threads %d must not be negative", n_ctx, n_batch, n_threads);
+                       " and n_threads %d must not be negative", n_ctx, n_batch, p->n_threads);
     if (n_ctx == 0)
         n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (n_batch == 0)
         n_batch = 512;
     if (n_batch > n_ctx)
         n_batch = n_ctx;
+    *n_ctx_out = n_ctx;
+    *n_batch_out = n_batch;
+    return MP_OK;
+}
+
+mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_session **out,
+                         mp_error *err)
+{
+    *out = NULL;
+    const mp_hparams *hp = &m->hp;
+    int64_t n_ctx, n_batch;
+    mp_status rst = mp_session_resolve_sizes(m, p, &n_ctx, &n_batch, err);
+    if (rst)
+        return rst;
+    int n_threads = p->n_threads;
     if (n_threads == 0)
         n_threads = mp_cpu_count();
     if (n_ctx > (int64_t)1 << 22 || n_threads > 1024 || n_batch > 65536)
@@ -75,8 +90,9 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     const int64_t widest = Q > hp->n_embd ? Q : hp->n_embd;
     s->pool = mp_pool_new(n_threads);
     s->moe = mp_moe_scratch_new(hp, n_batch, n_threads);
-    s->k_cache = alloc_floats(hp->n_layer, n_ctx, KV);
-    s->v_cache = alloc_floats(hp->n_layer, n_ctx, KV);
+    const bool cpu_kv = p->placement == NULL; /* the GPU executor keeps its cache on the device */
+    s->k_cache = cpu_kv ? alloc_floats(hp->n_layer, n_ctx, KV) : NULL;
+    s->v_cache = cpu_kv ? alloc_floats(hp->n_layer, n_ctx, KV) : NULL;
     s->x = alloc_floats(n_batch, hp->n_embd, 1);
     s->xb = alloc_floats(n_batch, hp->n_embd, 1);
     s->q = alloc_floats(n_batch, Q, 1);
@@ -85,7 +101,7 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     s->rope_cs = alloc_floats(n_batch, hp->rot_dim, 1);
     s->scores = alloc_floats(n_threads, n_ctx, 1);
     s->qbuf = malloc((size_t)n_batch * mp_act_row_bytes_max(widest));
-    if (!s->pool || !s->moe || !s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->att ||
+    if (!s->pool || !s->moe || (cpu_kv && (!s->k_cache || !s->v_cache)) || !s->x || !s->xb || !s->q || !s->att ||
         !s->proj || !s->rope_cs || !s->scores || !s->qbuf) {
         const double kv_mib = 2.0 * (double)hp->n_layer * (double)n_ctx * (double)KV * 4 / 1048576;
         mp_session_free(s);
@@ -93,8 +109,20 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
                        "session: out of memory for n_ctx %" PRId64 " (KV cache %.0f MiB), n_batch %"
                        PRId64 ", %d threads", n_ctx, kv_mib, n_batch, n_threads);
     }
+    if (p->placement) {
+        mp_status st = mp_gpu_new(s, p->placement, &s->gpu, err);
+        if (st) {
+            mp_session_free(s);
+            return st;
+        }
+    }
     *out = s;
     return MP_OK;
+}
+
+mp_gpu *mp_session_gpu(mp_session *s)
+{
+    return s->gpu;
 }
 
 static int64_t now_ns(void)
@@ -133,7 +161,8 @@ mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool 
             s->hooks->step_begin(s->hooks->user, s->request_id, s->step,
                                  prefill ? MP_PHASE_PREFILL : MP_PHASE_DECODE, chunk, s->n_past);
         }
-        mp_status st = mp_forward(s, tokens + done, chunk, all_logits, chunk_logits, err);
+        mp_status st = s->gpu ? mp_gpu_forward(s, tokens + done, chunk, all_logits, chunk_logits, err)
+                              : mp_forward(s, tokens + done, chunk, all_logits, chunk_logits, err);
         if (st)
             return st;
         if (s->hooks && s->hooks->step_end)

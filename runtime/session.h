@@ -24,9 +24,13 @@ typedef struct mp_session_params {
     int64_t n_batch;      /* max rows per eval call for prefill chunks (0: 512) */
     const mp_hooks *hooks;            /* NULL: no tracing */
     const mp_route_source *route_src; /* NULL: the router decides */
+    /* NULL: the CPU executor. Else the GPU executor (runtime/gpu.h) with this expert placement,
+     * built for this session's n_ctx and n_batch (mp_placement_for_model); needs a CUDA device. */
+    const struct mp_placement *placement;
 } mp_session_params;
 
 typedef struct mp_session mp_session;
+typedef struct mp_gpu mp_gpu;
 
 mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_session **out,
                          mp_error *err);
@@ -41,6 +45,12 @@ int64_t mp_session_n_ctx(const mp_session *s);
 int64_t mp_session_n_batch(const mp_session *s); /* max rows per forward chunk */
 void mp_session_reset(mp_session *s); /* forget the KV cache (new request) */
 int mp_session_n_threads(const mp_session *s);
+/* The GPU executor of a session made with a placement, else NULL. */
+mp_gpu *mp_session_gpu(mp_session *s);
+/* Sizes a session would resolve to (n_ctx, n_batch after defaults and clamping), for building a
+ * placement before the session exists. */
+mp_status mp_session_resolve_sizes(const mp_model *m, const mp_session_params *p, int64_t *n_ctx,
+                                   int64_t *n_batch, mp_error *err);
 
 /* Request bookkeeping for the hooks: begin resets the cache, sets the request id reported by
  * step_begin, calls hooks->request_begin, and makes positions < n_prompt_tokens count as prefill

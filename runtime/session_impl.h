@@ -22,8 +22,9 @@ struct mp_session {
     const mp_hooks *hooks;             /* NULL: tracing off */
     const mp_route_source *route_src;  /* NULL: the router decides */
     mp_moe_scratch *moe;
+    mp_gpu *gpu;                       /* NULL: the CPU forward pass (forward.c) */
 
-    float *k_cache;   /* (n_layer, n_ctx, n_head_kv * head_dim) */
+    float *k_cache;   /* (n_layer, n_ctx, n_head_kv * head_dim); NULL with a GPU executor */
     float *v_cache;   /* (n_layer, n_ctx, n_head_kv * head_dim) */
 
     float *x;         /* (n_batch, n_embd) residual stream */

@@ -4,7 +4,7 @@
 #   mkmodel (tiny qwen3moe, skewed routers) -> inspect -> collect a routing trace over
 #   examples/prompts.jsonl -> analyze it (report/) -> calibrate this machine's costs ->
 #   simulate placements under GPU budgets and emit an STRP profile -> inspect and verify it ->
-#   generate text.
+#   generate text with the profile's placement (the GPU executor where a GPU is usable).
 # On a machine without a GPU, calibrate measures the CPU side only, so the simulation uses the
 # cost file measured on an H200 for this same model (examples/costs-h200-tiny.json).
 # Everything it writes goes to out/ (git-ignored).
@@ -47,5 +47,10 @@ $mp simulate out/trace.db -m out/tiny.gguf --costs "$costs" --budget "$budget" \
 step "profile: inspect and verify against the model"
 $mp profile inspect out/profile.strp | head -20
 $mp profile verify out/profile.strp -m out/tiny.gguf
-step "run: generate text"
-$mp run -m out/tiny.gguf -p "Explain mixture of experts" -n 32
+step "run: generate text with the profile's placement"
+exec_flag=()
+if [ "$costs" != out/costs.json ]; then
+    exec_flag=(--executor cpu)
+    echo "(no GPU here: the CPU executor runs every expert; the profile's placement is only checked)"
+fi
+$mp run -m out/tiny.gguf -p "Explain mixture of experts" -n 32 --profile out/profile.strp "${exec_flag[@]}"

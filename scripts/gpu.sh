@@ -9,6 +9,8 @@
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
+#   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
+#              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
@@ -60,6 +62,10 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         bash bench/cpu_decode.sh build-gpu/cli/moeplan 2>&1 | tee "$OUT/bench-cpu.log" || rc=1
         ;;
+    bench-exec)
+        build || { rc=1; continue; }
+        bash bench/gpu_bench.sh build-gpu/cli/moeplan "$OUT/bench-exec" 2>&1 | tee "$OUT/bench-exec.log" || rc=1
+        ;;
     bench-gpu)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cuda 50 2>&1 | tee "$OUT/bench-gpu.log" || rc=1
@@ -108,7 +114,7 @@ for stage in "${stages[@]}"; do
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny)" >&2
         exit 2
         ;;
     esac

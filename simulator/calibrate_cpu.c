@@ -305,7 +305,7 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     hooks.moe_timing = add_moe_ns;
     /* room for a step of every size after some context, so attention sees a few hundred keys */
     int64_t n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
-    mp_session_params sp = {n_ctx, t, max_rows, &hooks, NULL};
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = max_rows, .hooks = &hooks};
     mp_session *s = NULL;
     int32_t *tokens = malloc((size_t)max_rows * sizeof(int32_t));
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));

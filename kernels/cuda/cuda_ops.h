@@ -172,6 +172,9 @@ int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v
 /* A cuBLAS handle (cublasHandle_t) bound to stream; destroy with mp_cuda_blas_destroy. */
 int mp_cuda_blas_create(void **handle, void *stream);
 void mp_cuda_blas_destroy(void *handle);
+/* Make cuBLAS use d_ws (bytes, 256-byte aligned) as its workspace instead of allocating its own,
+ * so that a GPU budget accounts for it (32 MiB suits sm_90). */
+int mp_cuda_blas_set_workspace(void *handle, void *d_ws, size_t bytes);
 
 /* Scratch bytes for mp_cuda_gemm with n_x activation rows of n_in and tile_rows weight rows. */
 size_t mp_cuda_gemm_scratch_bytes(int64_t n_in, int64_t n_x, int64_t tile_rows);

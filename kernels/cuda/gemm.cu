@@ -50,6 +50,13 @@ extern "C" int mp_cuda_blas_create(void **handle, void *stream)
     return 0;
 }
 
+extern "C" int mp_cuda_blas_set_workspace(void *handle, void *d_ws, size_t bytes)
+{
+    if (!handle || cublasSetWorkspace((cublasHandle_t)handle, d_ws, bytes) != CUBLAS_STATUS_SUCCESS)
+        return MP_CUDA_EBLAS;
+    return 0;
+}
+
 extern "C" void mp_cuda_blas_destroy(void *handle)
 {
     if (handle)

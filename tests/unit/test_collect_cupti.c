@@ -254,17 +254,32 @@ Test(collect_cupti, outcome_matches_the_machine)
     if (!device) {
         cr_assert_eq(rc, 1, "%s", out);
         cr_assert(strstr(out, "moeplan collect: error: --cupti: no CUDA device ("), "%s", out);
-    } else { /* the CPU forward launches nothing, but the run and the trace must be whole */
+    } else { /* the run and the trace must be whole; with the GPU executor, tagged per node */
         cr_assert_eq(rc, 0, "%s", out);
         cr_assert(strstr(out, "cupti: "), "no cupti summary: %s", out);
+        cr_assert_null(strstr(out, "warning: cupti"), "records lost: %s", out);
         sqlite3 *db;
         cr_assert_eq(sqlite3_open_v2(trace, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
         sqlite3_stmt *st;
-        cr_assert_eq(sqlite3_prepare_v2(db, "SELECT r.status, f.n_cupti, (SELECT count(*) FROM "
-                                        "cupti) FROM run r, footer f", -1, &st, NULL), SQLITE_OK);
+        cr_assert_eq(sqlite3_prepare_v2(db,
+                     "SELECT r.status, f.n_cupti, (SELECT count(*) FROM cupti), "
+                     "json_extract(r.config_json, '$.executor') = 'gpu', "
+                     "(SELECT count(DISTINCT node_index) FROM cupti WHERE kind = 'kernel'), "
+                     "(SELECT count(*) FROM nodes), "
+                     "(SELECT count(*) FROM steps s WHERE NOT EXISTS (SELECT 1 FROM cupti c "
+                     " WHERE c.request_id = s.request_id AND c.step = s.step AND c.kind = 'kernel'))"
+                     " FROM run r, footer f", -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
         cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
         cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "complete");
         cr_assert_eq(sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2));
+        if (sqlite3_column_int(st, 3)) { /* every node ran kernels; every step has kernels */
+            cr_assert_eq(sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5),
+                         "kernels tagged with %lld of %lld nodes: %s",
+                         (long long)sqlite3_column_int64(st, 4),
+                         (long long)sqlite3_column_int64(st, 5), out);
+            cr_assert_eq(sqlite3_column_int64(st, 6), 0, "%lld steps without a kernel",
+                         (long long)sqlite3_column_int64(st, 6));
+        }
         sqlite3_finalize(st);
         sqlite3_close(db);
         return;

@@ -11,6 +11,7 @@
 
 #include "collector/sha256.h"
 #include "collector/trace_read.h"
+#include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 #include "tests/unit/cli_util.h"
@@ -201,10 +202,21 @@ static const mp_placement_geom hand = {
     .expert_bytes = hand_expert_bytes};
 /* n_ctx 16, n_batch 4:
  *   kv      = 16 ctx × 2 layers × 1 kv head × 4 dim × 2 (K, V) × 2 bytes           = 512
- *   per row = 3·8 + 2·2·4 + 2·1·4 + 4 + 2·(2·16 + 8) + 2·16 = 24+16+8+4+80+32      = 164
- *   scratch = 4 × 4 rows × 164 + 4 × 10 vocab = 2624 + 40                           = 2664
- *   fixed   = 1000 + 512 + 2664                                                     = 4176 */
-#define HAND_FIXED 4176u
+ *   scratch, the terms of placement.c (B 4, D 8, Q 8, KV 4, E 4, K 2, F 16, W = max(D, Q) 8):
+ *     activations, routes   4·4·(4·8 + 2·8 + 2·4 + 4 + 2·2 + 2) = 16·66            = 1056
+ *     converted acts        2·4·8                                                  = 64
+ *     MoE kernel scratch    4·(2·8 + 2·6·16)                                       = 832
+ *     attention             4·4 rows·2 heads·1 split·(4 + 2)                        = 192
+ *     cuBLAS tiles          2·8·(4 + 2048)                                         = 32832
+ *     logits                4·32·10                                                = 1280
+ *     cuBLAS workspace      32 MiB                                                 = 33554432
+ *     alignment             64·256                                                 = 16384
+ *     (no staging: 4 rows < MP_GPU_COPY_MIN_ROWS)
+ *     padding               2·(3·(4·8 + 256) + 16·256 + 4·3·256) + 4·256            = 17088
+ *     total                                                                        = 33624160
+ *   fixed   = 1000 + 512 + 33624160                                                = 33625672 */
+#define HAND_SCRATCH 33624160u
+#define HAND_FIXED 33625672u
 
 Test(placement, budget_arithmetic_by_hand)
 {
@@ -212,7 +224,7 @@ Test(placement, budget_arithmetic_by_hand)
     mp_error e;
     cr_assert_eq(mp_gpu_budget_compute(&hand, 0, 16, 4, &b, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(b.kv_bytes, 512);
-    cr_assert_eq(b.scratch_bytes, 2664);
+    cr_assert_eq(b.scratch_bytes, HAND_SCRATCH);
     cr_assert_eq(b.fixed_bytes, HAND_FIXED);
     cr_assert_eq(b.expert_avail_bytes, UINT64_MAX);
     cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED + 250, 16, 4, &b, &e), MP_OK);
@@ -221,7 +233,7 @@ Test(placement, budget_arithmetic_by_hand)
     cr_assert_eq(b.expert_avail_bytes, 0);
     cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED - 1, 16, 4, &b, &e), MP_ERR_LIMIT);
     cr_assert(strstr(e.msg, "non-expert weights 1000 B + KV cache 512 B (--ctx 16) + scratch "
-                     "2.60 KiB (--batch 4) = 4.08 KiB do not fit") != NULL, "%s", e.msg);
+                     "32.07 MiB (--batch 4) = 32.07 MiB do not fit") != NULL, "%s", e.msg);
     cr_assert_eq(mp_gpu_budget_compute(&hand, 999, 16, 4, &b, &e), MP_ERR_LIMIT);
     cr_assert(strstr(e.msg, "smaller than the non-expert weights alone (1000 B)") != NULL, "%s",
               e.msg);
@@ -327,8 +339,8 @@ Test(placement, modes_and_budget_refusal)
     cr_assert(strstr(e.msg, "the model has 2 layers") != NULL, "%s", e.msg);
     /* gpu needs 800 B of experts; 799 are left */
     cr_assert_eq(build("gpu", HAND_FIXED + 799, &p, &e), MP_ERR_LIMIT);
-    cr_assert(strstr(e.msg, "budget 4.86 KiB: non-expert weights 1000 B + KV cache 512 B + "
-                     "scratch 2.60 KiB leave 799 B for experts; placement 'gpu' needs 800 B "
+    cr_assert(strstr(e.msg, "budget 32.07 MiB: non-expert weights 1000 B + KV cache 512 B + "
+                     "scratch 32.07 MiB leave 799 B for experts; placement 'gpu' needs 800 B "
                      "(8 experts × 100 B)") != NULL, "%s", e.msg);
     cr_assert_eq(p.bits, NULL);
     cr_assert_eq(build("gpu", HAND_FIXED + 800, &p, &e), MP_OK, "%s", e.msg);
@@ -447,13 +459,24 @@ Test(placement, run_reports_placement_and_refuses_bad_flags)
     cr_assert_not_null(root);
     char model[512], args[2048], out[8192];
     snprintf(model, sizeof model, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", root);
-    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:1 --gpu-budget 64MiB",
-             model);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:1 --gpu-budget 64MiB "
+             "--executor cpu", model);
     cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "placement: layers:1: 16/24 experts on the GPU (layers 0: 0/8, 1-2: "
                           "8/8)") != NULL, "%s", out);
-    cr_assert(strstr(out, "(GPU executor not available in this build: all experts ran on the "
-                          "CPU)") != NULL, "%s", out);
+    cr_assert(strstr(out, "(executor cpu: all experts ran on the CPU)") != NULL, "%s", out);
+    /* without --executor cpu a GPU placement needs a device: refused in one line without one */
+    char why[256];
+    if (!mp_gpu_available(why, sizeof why)) {
+        snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:1", model);
+        cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+        cr_assert(strstr(out, "moeplan run: error: placement 'layers:1' needs the GPU executor, "
+                              "but ") != NULL, "%s", out);
+        cr_assert_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: %s", out);
+        snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --executor gpu", model);
+        cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+        cr_assert(strstr(out, "moeplan run: error: --executor gpu: ") != NULL, "%s", out);
+    }
     snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement cpu", model);
     cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "placement: cpu: 0/24 experts on the GPU") != NULL, "%s", out);
@@ -465,16 +488,18 @@ Test(placement, run_reports_placement_and_refuses_bad_flags)
         cr_assert_eq(moeplan(args, out, sizeof out), 2, "%s: %s", usage_bad[i], out);
         cr_assert(strstr(out, "moeplan run: error: ") != NULL, "%s", out);
     }
-    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement gpu --gpu-budget 1KiB", model);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement gpu --gpu-budget 1KiB "
+             "--executor cpu", model);
     cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "smaller than the non-expert weights") != NULL, "%s", out);
-    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:4", model);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement layers:4 --executor cpu", model);
     cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "the model has 3 layers") != NULL, "%s", out);
     char pf[300];
     snprintf(pf, sizeof pf, "%s/pl.txt", tmpdir);
     write_text(pf, "0: 1\n2: 9\n");
-    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement-file '%s'", model, pf);
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --placement-file '%s' --executor cpu",
+             model, pf);
     cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "pl.txt:2: layer 2: expert 9 out of range") != NULL, "%s", out);
 }
@@ -493,13 +518,15 @@ Test(placement, collect_records_profile_hash_and_budget)
     write_text(prompts, "[\"Hello\"]");
     /* a budget too small: refused before the trace exists */
     snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --no-progress "
-             "--max-tokens 2 --profile '%s' --gpu-budget 100KiB", model, prompts, trace, prof);
+             "--max-tokens 2 --profile '%s' --gpu-budget 100KiB --executor cpu", model, prompts,
+             trace, prof);
     cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "moeplan collect: error: --gpu-budget 100.00 KiB is smaller than the "
                           "non-expert weights") != NULL, "%s", out);
     cr_assert_eq(access(trace, F_OK), -1, "a refused run left a trace");
     snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --no-progress "
-             "--max-tokens 2 --profile '%s' --gpu-budget 64MiB", model, prompts, trace, prof);
+             "--max-tokens 2 --profile '%s' --gpu-budget 64MiB --executor cpu", model, prompts,
+             trace, prof);
     cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
     mp_trace_reader *r;
     mp_error e;
@@ -521,7 +548,7 @@ Test(placement, collect_records_profile_hash_and_budget)
     cr_assert_eq(run->budget_bytes, 64 << 20);
     /* 64 MiB leaves room for all 3 ranked experts (beyond the profile's 2 slots) */
     cr_assert(strstr(run->config_json, "3 of 3 ranked experts") != NULL, "%s", run->config_json);
-    cr_assert(strstr(run->config_json, "\"executor\":\"cpu (no GPU executor") != NULL, "%s",
+    cr_assert(strstr(run->config_json, "\"executor\":\"cpu (every expert ran on the CPU") != NULL, "%s",
               run->config_json);
     mp_trace_reader_close(r);
 }

@@ -116,8 +116,8 @@ static void collect_and_compare(const char *prompt_json, int64_t max_tokens, boo
     char trace[320], args[4096], out[8192];
     snprintf(trace, sizeof trace, "%s/out.db", tmpdir);
     snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --raw-prompts "
-             "--max-tokens %lld --no-progress --force --route-replay '%s' --placement fill "
-             "--gpu-budget 30MiB", model, prompts, trace, (long long)max_tokens, src_db);
+             "--max-tokens %lld --no-progress --force --route-replay '%s' --executor cpu "
+             "--placement fill --gpu-budget 80MiB", model, prompts, trace, (long long)max_tokens, src_db);
     cr_assert_eq(sh(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "routing replayed from") != NULL, "%s", out);
     stream src, got;
@@ -156,7 +156,7 @@ static void collect_and_compare(const char *prompt_json, int64_t max_tokens, boo
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
     cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), src_db);
     cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "fill");
-    cr_assert_eq(sqlite3_column_int64(st, 2), 30 << 20);
+    cr_assert_eq(sqlite3_column_int64(st, 2), 80 << 20);
     sqlite3_finalize(st);
     sqlite3_close(db);
     free_stream(&src);

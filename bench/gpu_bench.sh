@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# bench/gpu_bench.sh MOEPLAN OUTDIR — `moeplan bench` rows of the GPU executor on the qwen3-30b-a3b
+# preset (q4_k_m mix, generated on first use), side by side in one run:
+#   all experts on the GPU: pp512, pp2048, tg128
+#   --placement layers:N for N = 12 24 36 48 (llama.cpp's --n-cpu-moe N): tg128 (and pp512)
+#   --placement fill under budgets emulating 24 / 16 / 12 / 8 GB cards: tg128, pp512
+# Each configuration is one `moeplan bench -o json` call (JSON in OUTDIR/bench-<name>.json); a
+# markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
+# CONFIGS (names below, default all), PP / TG (test sizes), MODEL.
+set -euo pipefail
+moeplan=${1:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
+out=${2:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
+model=${MODEL:-/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf}
+threads=${THREADS:-$(nproc)}
+reps=${REPS:-3}
+mkdir -p "$out"
+if [ ! -f "$model" ]; then
+    mkdir -p "$(dirname "$model")"
+    echo "gpu_bench: generating $model" >&2
+    "$moeplan" mkmodel --preset qwen3-30b-a3b --quant q4_k_m --threads "$threads" --quiet -o "$model"
+fi
+declare -A flags=(
+    [gpu]="--placement gpu -p ${PP_ALL:-512,2048} -n ${TG:-128}"
+    [ncpu12]="--placement layers:12 -p 0 -n ${TG:-128}"
+    [ncpu24]="--placement layers:24 -p 0 -n ${TG:-128}"
+    [ncpu36]="--placement layers:36 -p 0 -n ${TG:-128}"
+    [ncpu48]="--placement layers:48 -p ${PP:-512} -n ${TG:-128}"
+    [fill24]="--placement fill --gpu-budget 24GB -p ${PP:-512} -n ${TG:-128}"
+    [fill16]="--placement fill --gpu-budget 16GB -p ${PP:-512} -n ${TG:-128}"
+    [fill12]="--placement fill --gpu-budget 12GB -p ${PP:-512} -n ${TG:-128}"
+    [fill8]="--placement fill --gpu-budget 8GB -p ${PP:-512} -n ${TG:-128}"
+)
+configs=${CONFIGS:-gpu ncpu12 ncpu24 ncpu36 ncpu48 fill24 fill16 fill12 fill8}
+for c in $configs; do
+    echo "gpu_bench: $c: ${flags[$c]}" >&2
+    # shellcheck disable=SC2086
+    if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json ${flags[$c]} \
+            >"$out/bench-$c.json" 2>"$out/bench-$c.err"; then
+        echo "gpu_bench: $c failed: $(tail -1 "$out/bench-$c.err")" >&2
+    fi
+done
+python3 - "$out" $configs <<'PY'
+import json, sys
+out, configs = sys.argv[1], sys.argv[2:]
+print("| config | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy % | rt overhead us |")
+print("| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+for c in configs:
+    try:
+        d = json.load(open(f"{out}/bench-{c}.json"))
+    except Exception as e:
+        print(f"| {c} | failed: {e} | | | | | | | | |")
+        continue
+    for r in d["rows"]:
+        tot = r["routes_gpu"] + r["routes_cpu"] + r["routes_copied"] or 1
+        paths = "/".join(f"{100*r[k]/tot:.1f}" for k in ("routes_gpu", "routes_cpu", "routes_copied"))
+        rt = f'{r["rt_overhead_us"]:.1f}' if r["rt_measured"] else "-"
+        print(f'| {c} | {r["placement"]} | {r["gpu_budget"] or "none"} | {r["gpu_expert_bytes"]/2**30:.2f} '
+              f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} | {rt} |')
+PY

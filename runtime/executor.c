@@ -1,0 +1,70 @@
+/* runtime/executor.c — the executor decision (executor.h). */
+#include <inttypes.h>
+#include <string.h>
+
+#include "runtime/executor.h"
+#include "runtime/gpu.h"
+
+mp_status mp_executor_parse(const char *text, mp_executor_kind *out, mp_error *err)
+{
+    if (!strcmp(text, "auto"))
+        *out = MP_EXECUTOR_AUTO;
+    else if (!strcmp(text, "cpu"))
+        *out = MP_EXECUTOR_CPU;
+    else if (!strcmp(text, "gpu"))
+        *out = MP_EXECUTOR_GPU;
+    else
+        return mp_fail(err, MP_ERR_ARG, "--executor: '%s' is not auto, cpu or gpu", text);
+    return MP_OK;
+}
+
+const char *mp_executor_name(mp_executor_kind k)
+{
+    return k == MP_EXECUTOR_GPU ? "gpu" : k == MP_EXECUTOR_CPU ? "cpu" : "auto";
+}
+
+bool mp_placement_opts_given(const mp_placement_opts *o)
+{
+    return o->spec || o->file || o->profile || o->budget_text;
+}
+
+mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_placement_opts *o,
+                           const mp_session_params *sp, mp_placement *pl, bool *use_gpu,
+                           mp_error *err)
+{
+    memset(pl, 0, sizeof *pl);
+    *use_gpu = false;
+    int64_t n_ctx, n_batch;
+    mp_status st = mp_session_resolve_sizes(m, sp, &n_ctx, &n_batch, err);
+    if (st)
+        return st;
+    char why[256] = "";
+    const bool have_gpu = kind != MP_EXECUTOR_CPU && mp_gpu_available(why, sizeof why);
+    const bool placement_named = o->spec || o->file || o->profile;
+    if (kind == MP_EXECUTOR_GPU && !have_gpu)
+        return mp_fail(err, MP_ERR_DEVICE, "--executor gpu: %s", why);
+    if (kind == MP_EXECUTOR_AUTO && !have_gpu && placement_named && o->mode != MP_PLACEMENT_CPU)
+        return mp_fail(err, MP_ERR_DEVICE, "placement '%s' needs the GPU executor, but %s (use "
+                       "--placement cpu, or --executor cpu to only check the placement)",
+                       o->spec ? o->spec : o->file ? "--placement-file" : "--profile", why);
+    if (!have_gpu) /* built even without flags: callers report it ("cpu: 0/N experts ...") */
+        return mp_placement_for_model(m, o, n_ctx, n_batch, pl, err);
+    mp_placement_opts eff = *o;
+    if (!placement_named) { /* fill what fits */
+        eff.mode = MP_PLACEMENT_FILL;
+        eff.spec = "fill";
+        if (!eff.budget_bytes) {
+            uint64_t free_b = 0, total_b = 0;
+            if ((st = mp_gpu_memory_info(&free_b, &total_b, err)))
+                return st;
+            if (free_b <= MP_EXECUTOR_RESERVE_BYTES)
+                return mp_fail(err, MP_ERR_LIMIT, "GPU executor: the device has only %" PRIu64
+                               " bytes free", free_b);
+            eff.budget_bytes = free_b - MP_EXECUTOR_RESERVE_BYTES;
+        }
+    }
+    if ((st = mp_placement_for_model(m, &eff, n_ctx, n_batch, pl, err)))
+        return st;
+    *use_gpu = true;
+    return MP_OK;
+}

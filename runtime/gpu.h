@@ -1,0 +1,97 @@
+/* runtime/gpu.h — the GPU executor: the forward pass on one CUDA device, with per-expert hybrid
+ * placement (resident experts in a device pool, the others computed on the CPU from host memory).
+ *
+ * A session made with a placement (mp_session_params.placement) owns one mp_gpu; mp_session_eval
+ * then runs mp_gpu_forward instead of the CPU forward pass. Everything lives on the device except
+ * the non-resident experts: embeddings, attention weights, router, norms, output head, KV cache
+ * (F16), activations, and the pool of resident experts. Per MoE layer with non-resident experts:
+ *
+ *   GPU: router → ids, weights ──D2H (ids, weights, x rows)──► host (pinned)
+ *        resident experts → out (accumulate 0)                 CPU: non-resident routes → partial
+ *        out += partial  ◄──────────────H2D (partial)──────────  (f32, pinned)
+ *
+ * so the CPU's work overlaps the GPU's resident experts, and both partials stay in float32 until
+ * the one add (a GPU-only combine differs only in summation order: the parity contract).
+ * Prefill (rows ≥ copy_min_rows) may instead copy a cold expert's weights to a staging slot and run
+ * it on the GPU when rows × CPU cost per row exceeds bytes ÷ PCIe bandwidth (docs/runtime.md).
+ *
+ * Budget: mp_gpu_new computes every device allocation before making any (weights, KV cache,
+ * scratch, cuBLAS workspace, staging, expert pool) and refuses, naming each term, when their sum
+ * exceeds the placement's budget. The CUDA context itself (driver-reserved) is not counted.
+ *
+ * Invariants: no allocation, no host synchronization on the all-resident decode path except the
+ * final logits copy; with hooks on, routing is copied back once per step (not per layer).
+ */
+#ifndef MP_RUNTIME_GPU_H
+#define MP_RUNTIME_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/error.h"
+#include "runtime/placement.h"
+
+typedef struct mp_session mp_session;
+typedef struct mp_gpu mp_gpu;
+
+/* What the executor did since the last mp_gpu_stats_reset (for bench rows and `run`'s summary). */
+typedef struct mp_gpu_stats {
+    int64_t steps;
+    int64_t moe_layers;        /* (step, layer) MoE invocations */
+    int64_t hybrid_layers;     /* of those, with at least one route to a non-resident expert */
+    int64_t routes_gpu;        /* routes served by resident experts */
+    int64_t routes_cpu;        /* routes computed on the CPU */
+    int64_t routes_copied;     /* routes served by copying the expert's weights to the GPU */
+    int64_t experts_copied;    /* expert weight copies (prefill path) */
+    int64_t bytes_copied;      /* their bytes */
+    int64_t sync_wait_ns;      /* host time waiting for the GPU's routing (the round trip) */
+    int64_t cpu_expert_ns;     /* host time computing CPU experts */
+    /* with mp_gpu_set_measure: per hybrid layer step, the GPU's gap between the end of the
+     * rows' D2H copy and the start of the partial's H2D copy (host wake-up + CPU experts +
+     * submission), and that gap minus the CPU expert time: the round trip's own overhead */
+    int64_t rt_measured;       /* hybrid layer steps measured */
+    int64_t rt_gap_ns;
+    int64_t rt_overhead_ns;
+} mp_gpu_stats;
+
+/* Device memory the executor allocates, by term (bytes). */
+typedef struct mp_gpu_memory {
+    uint64_t weights, kv, scratch, staging, pool, total;
+} mp_gpu_memory;
+
+/* 1 if this build has the GPU executor and a usable device; else 0 with the reason in why. */
+int mp_gpu_available(char *why, size_t why_cap);
+
+/* Free and total memory of device 0 (MP_ERR_DEVICE without a device). */
+mp_status mp_gpu_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err);
+
+/* Create the executor for session s (whose model, n_ctx, n_batch, pool and CPU MoE scratch are
+ * set), with placement pl (copied; the caller may free it after). Uploads every device-resident
+ * weight; progress is silent (callers print). */
+mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err);
+void mp_gpu_free(mp_gpu *g);
+
+/* One forward chunk on the device (the contract of mp_forward in session_impl.h). */
+mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
+                         float *logits, mp_error *err);
+
+void mp_gpu_get_memory(const mp_gpu *g, mp_gpu_memory *out);
+void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out);
+void mp_gpu_stats_reset(mp_gpu *g);
+/* "NVIDIA H200 (sm_90, 139.8 GiB)" */
+const char *mp_gpu_device_name(const mp_gpu *g);
+
+/* Time the round trip of hybrid layers with CUDA events (a few microseconds per layer; bench). */
+void mp_gpu_set_measure(mp_gpu *g, bool on);
+
+/* One line for run/bench: device, memory by term, routes by path, round-trip wait per hybrid
+ * layer: "NVIDIA H200 (sm_90, 139.8 GiB); memory 18.20 GiB (weights 1.10 GiB, KV 0.38 GiB,
+ * scratch 0.20 GiB, pool 16.52 GiB); routes gpu 98.1 %, cpu 1.9 %, copied 0.0 %; ..." */
+void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap);
+
+/* Prefill weight-copy path: copy a cold expert to the GPU when it has at least min_rows rows in
+ * the step (0: never copy). The default is chosen by cost at mp_gpu_new (docs/runtime.md). */
+void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows);
+int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
+
+#endif

@@ -1,0 +1,648 @@
+/* runtime/gpu_exec.c — the GPU executor's lifetime: device checks, the memory plan and budget,
+ * weight upload, the expert pool (see gpu.h).
+ *
+ * Order in mp_gpu_new: (1) size every device allocation from the model, the session and the
+ * placement; (2) refuse when the sum exceeds the budget, naming each term; (3) allocate four
+ * arenas (weights, KV, scratch + staging, pool) and carve them; (4) upload dense weights and the
+ * resident experts (256-byte aligned slots, so the MoE kernel may use 128-bit loads).
+ * Without CUDA in the build every entry point reports that the GPU executor is unavailable.
+ */
+#include "mp_config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/gpu.h"
+
+#if !MP_HAVE_CUDA
+
+int mp_gpu_available(char *why, size_t why_cap)
+{
+    snprintf(why, why_cap, "this build has no CUDA (configure with nvcc present, -Dcuda=enabled)");
+    return 0;
+}
+
+mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
+{
+    *out = NULL;
+    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: this build has no CUDA");
+}
+
+void mp_gpu_free(mp_gpu *g) {}
+
+mp_status mp_gpu_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err)
+{
+    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: this build has no CUDA");
+}
+
+mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
+                         float *logits, mp_error *err)
+{
+    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: this build has no CUDA");
+}
+
+void mp_gpu_get_memory(const mp_gpu *g, mp_gpu_memory *out) { memset(out, 0, sizeof *out); }
+void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out) { memset(out, 0, sizeof *out); }
+void mp_gpu_stats_reset(mp_gpu *g) {}
+const char *mp_gpu_device_name(const mp_gpu *g) { return "none"; }
+void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows) {}
+void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "none"); }
+void mp_gpu_set_measure(mp_gpu *g, bool on) {}
+int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
+
+#else
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/quant.h"
+#include "runtime/gpu_impl.h"
+#include "runtime/matmul.h"
+
+#define ALIGN 256
+
+static size_t align_up(size_t b)
+{
+    return (b + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e)
+{
+    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s: %s", what, cudaGetErrorString(e));
+}
+
+mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code)
+{
+    cudaError_t e = cudaGetLastError();
+    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s: %s%s%s", what, mp_cuda_strerror(code),
+                   e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+}
+
+int mp_gpu_available(char *why, size_t why_cap)
+{
+    return mp_cuda_available(why, why_cap);
+}
+
+mp_status mp_gpu_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err)
+{
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess)
+        return mp_gpu_cuda_fail(err, "cudaMemGetInfo", e);
+    *free_bytes = f;
+    *total_bytes = t;
+    return MP_OK;
+}
+
+/* ---- the memory plan ---- */
+
+typedef struct carve {
+    char *base;
+    size_t used;
+} carve;
+
+static void *take(carve *c, size_t bytes)
+{
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += align_up(bytes ? bytes : 1);
+    return p;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Scratch layout; called twice: once with c.base NULL to size it, once to carve it. */
+static void carve_scratch(mp_gpu *g, carve *c)
+{
+    const mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
+    const int64_t B = s->n_batch, D = hp->n_embd, Q = hp->n_head * hp->head_dim;
+    const int64_t KV = hp->n_head_kv * hp->head_dim, E = hp->n_expert, K = hp->n_expert_used;
+    g->d_x = take(c, (size_t)(B * D) * 4);
+    g->d_xb = take(c, (size_t)(B * D) * 4);
+    g->d_proj = take(c, (size_t)(B * D) * 4);
+    g->d_tmp = take(c, (size_t)(B * D) * 4);
+    g->d_q = take(c, (size_t)(B * Q) * 4);
+    g->d_att = take(c, (size_t)(B * Q) * 4);
+    g->d_k = take(c, (size_t)(B * KV) * 4);
+    g->d_v = take(c, (size_t)(B * KV) * 4);
+    g->d_router = take(c, (size_t)(B * E) * 4);
+    g->d_ids = take(c, (size_t)(B * K) * 4);
+    g->d_w = take(c, (size_t)(B * K) * 4);
+    g->d_tok = take(c, (size_t)B * 4);
+    g->d_pos = take(c, (size_t)B * 4);
+    g->d_bad = take(c, sizeof(int));
+    g->d_logits = take(c, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * 4);
+    g->d_act = take(c, (size_t)B * mp_act_row_bytes_max(max64(D, Q)));
+    size_t moe = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const mp_layer *L = &s->m->layers[il];
+        size_t b = mp_cuda_moe_scratch_bytes(L->gate_exps.type, L->down_exps.type, D,
+                                             hp->n_ff_exp, B, K);
+        moe = b > moe ? b : moe;
+    }
+    g->moe_scratch_bytes = moe;
+    g->d_moe_scratch = take(c, moe);
+    const int64_t att_rows = B < MP_GPU_ATT_ROWS ? B : MP_GPU_ATT_ROWS;
+    g->att_scratch_bytes = mp_cuda_attention_scratch_bytes(att_rows, hp->n_head, hp->head_dim, s->n_ctx);
+    g->d_att_scratch = take(c, g->att_scratch_bytes);
+    g->gemm_scratch_bytes = 0;
+    if (B >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
+        g->gemm_scratch_bytes = mp_cuda_gemm_scratch_bytes(max64(D, Q), B, MP_GPU_GEMM_TILE);
+    g->d_gemm_scratch = take(c, g->gemm_scratch_bytes);
+    take(c, MP_GPU_BLAS_WS_BYTES); /* the cuBLAS workspace: last, found by mp_gpu_new */
+}
+
+static size_t expert_slot_bytes(const mp_layer *L)
+{
+    return align_up(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
+           align_up(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
+           align_up(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
+}
+
+static size_t dense_tensor_bytes(const mp_tensor *t)
+{
+    return t->data ? align_up(t->nbytes) : 0;
+}
+
+static size_t dense_bytes(const mp_model *m)
+{
+    size_t b = dense_tensor_bytes(&m->tok_embd) + dense_tensor_bytes(&m->output_norm);
+    if (m->output.data != m->tok_embd.data)
+        b += dense_tensor_bytes(&m->output);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm,
+                                 &L->k_norm, &L->ffn_norm, &L->gate_inp};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            b += dense_tensor_bytes(ts[i]);
+        b += 3 * align_up((size_t)m->hp.n_expert * sizeof(void *)); /* slot tables */
+    }
+    return b;
+}
+
+/* ---- upload ---- */
+
+static mp_status upload(carve *c, const mp_tensor *t, const void **d_out, mp_error *err)
+{
+    if (!t->data) {
+        *d_out = NULL;
+        return MP_OK;
+    }
+    void *d = take(c, t->nbytes);
+    cudaError_t e = cudaMemcpy(d, t->data, t->nbytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return mp_gpu_cuda_fail(err, "weight upload", e);
+    *d_out = d;
+    return MP_OK;
+}
+
+static mp_status upload_matrix(carve *c, const mp_tensor *t, gpu_tensor *out, mp_error *err)
+{
+    out->type = t->type;
+    out->row_bytes = t->row_bytes;
+    out->n_in = t->ne[0];
+    out->n_out = t->ne[1];
+    return upload(c, t, &out->d, err);
+}
+
+static mp_status upload_weights(mp_gpu *g, mp_error *err)
+{
+    const mp_model *m = g->s->m;
+    carve c = {g->d_weights, 0};
+    mp_status st;
+    const void *p = NULL;
+    if ((st = upload_matrix(&c, &m->tok_embd, &g->tok_embd, err)))
+        return st;
+    if (m->output.data == m->tok_embd.data) {
+        g->output = g->tok_embd;
+    } else if ((st = upload_matrix(&c, &m->output, &g->output, err))) {
+        return st;
+    }
+    if ((st = upload(&c, &m->output_norm, &p, err)))
+        return st;
+    g->output_norm = p;
+    const size_t table_bytes = (size_t)m->hp.n_expert * sizeof(void *);
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        gpu_layer *G = &g->layers[il];
+        if ((st = upload_matrix(&c, &L->wq, &G->wq, err)) ||
+            (st = upload_matrix(&c, &L->wk, &G->wk, err)) ||
+            (st = upload_matrix(&c, &L->wv, &G->wv, err)) ||
+            (st = upload_matrix(&c, &L->wo, &G->wo, err)) ||
+            (st = upload_matrix(&c, &L->gate_inp, &G->gate_inp, err)))
+            return st;
+        if ((st = upload(&c, &L->attn_norm, &p, err)))
+            return st;
+        G->attn_norm = p;
+        if ((st = upload(&c, &L->ffn_norm, &p, err)))
+            return st;
+        G->ffn_norm = p;
+        if ((st = upload(&c, &L->q_norm, &p, err)))
+            return st;
+        G->q_norm = p;
+        if ((st = upload(&c, &L->k_norm, &p, err)))
+            return st;
+        G->k_norm = p;
+        for (int t = 0; t < 3; t++)
+            G->d_slots[t] = take(&c, table_bytes);
+    }
+    return MP_OK;
+}
+
+/* Copy the resident experts into the pool and fill each layer's slot tables. */
+static mp_status upload_experts(mp_gpu *g, mp_error *err)
+{
+    const mp_model *m = g->s->m;
+    const int64_t E = m->hp.n_expert;
+    carve c = {g->d_pool, 0};
+    const void **table = malloc((size_t)(3 * E) * sizeof *table);
+    if (!table)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    mp_status st = MP_OK;
+    for (int64_t il = 0; il < m->hp.n_layer && !st; il++) {
+        const mp_layer *L = &m->layers[il];
+        gpu_layer *G = &g->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        G->resident = g->pl.bits + il * g->pl.words_per_layer;
+        G->n_resident = g->pl.n_resident[il];
+        for (int64_t e = 0; e < E; e++) {
+            const bool res = mp_placement_resident(&g->pl, il, e);
+            for (int t = 0; t < 3; t++) {
+                table[t * E + e] = NULL;
+                if (!res)
+                    continue;
+                const size_t bytes = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+                void *d = take(&c, bytes);
+                cudaError_t ce = cudaMemcpy(d, mp_expert_slice(ts[t], e), bytes, cudaMemcpyHostToDevice);
+                if (ce != cudaSuccess) {
+                    st = mp_gpu_cuda_fail(err, "expert upload", ce);
+                    break;
+                }
+                table[t * E + e] = d;
+            }
+            if (st)
+                break;
+        }
+        for (int t = 0; t < 3 && !st; t++) {
+            cudaError_t ce = cudaMemcpy((void *)G->d_slots[t], table + t * E, (size_t)E * sizeof *table,
+                                        cudaMemcpyHostToDevice);
+            if (ce != cudaSuccess)
+                st = mp_gpu_cuda_fail(err, "slot table upload", ce);
+        }
+    }
+    free(table);
+    return st;
+}
+
+/* Page-lock the host expert tensors of layers with cold experts, so prefill copies run at the
+ * pinned rate; failure is not an error (copies then go through the driver's staging). */
+static void register_host_experts(mp_gpu *g)
+{
+    const mp_model *m = g->s->m;
+    const size_t page = 4096;
+    g->host_registered = true;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        if (g->pl.n_resident[il] == m->hp.n_expert)
+            continue;
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int t = 0; t < 3; t++) {
+            uintptr_t a = (uintptr_t)ts[t]->data & ~(uintptr_t)(page - 1);
+            uintptr_t b = ((uintptr_t)ts[t]->data + ts[t]->nbytes) & ~(uintptr_t)(page - 1);
+            if (b <= a)
+                continue;
+            cudaError_t e = cudaHostRegister((void *)a, b - a,
+                                             cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+            if (e != cudaSuccess) {
+                cudaGetLastError();
+                g->host_registered = false;
+            }
+        }
+    }
+}
+
+static void unregister_host_experts(mp_gpu *g)
+{
+    const mp_model *m = g->s->m;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        if (g->pl.n_resident[il] == m->hp.n_expert)
+            continue;
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int t = 0; t < 3; t++) {
+            uintptr_t a = (uintptr_t)ts[t]->data & ~(uintptr_t)4095;
+            if (cudaHostUnregister((void *)a) != cudaSuccess)
+                cudaGetLastError();
+        }
+    }
+}
+
+/* ---- lifetime ---- */
+
+void mp_gpu_free(mp_gpu *g)
+{
+    if (!g)
+        return;
+    if (g->stream)
+        cudaStreamSynchronize(g->stream);
+    if (g->copy_stream)
+        cudaStreamSynchronize(g->copy_stream);
+    if (g->d_stage && g->pl.n_resident)
+        unregister_host_experts(g);
+    mp_cuda_blas_destroy(g->blas);
+    cudaFree(g->d_weights);
+    cudaFree(g->d_kv);
+    cudaFree(g->d_scratch);
+    cudaFree(g->d_pool);
+    cudaFreeHost(g->h_io);
+    cudaFreeHost(g->h_ids);
+    cudaFreeHost(g->h_w);
+    cudaFreeHost(g->h_x);
+    cudaFreeHost(g->h_part);
+    cudaFreeHost(g->h_logits);
+    for (int b = 0; b < 2; b++) {
+        cudaFreeHost(g->h_stage_slots[b]);
+        if (g->ev_stage_ready[b])
+            cudaEventDestroy(g->ev_stage_ready[b]);
+        if (g->ev_stage_free[b])
+            cudaEventDestroy(g->ev_stage_free[b]);
+    }
+    if (g->ev_moe)
+        for (int64_t i = 0; i < 2 * g->s->m->hp.n_layer; i++)
+            if (g->ev_moe[i])
+                cudaEventDestroy(g->ev_moe[i]);
+    free(g->ev_moe);
+    if (g->ev_rt)
+        for (int64_t i = 0; i < 2 * g->s->m->hp.n_layer; i++)
+            if (g->ev_rt[i])
+                cudaEventDestroy(g->ev_rt[i]);
+    free(g->ev_rt);
+    free(g->rt_pending);
+    free(g->rt_cpu_ns);
+    if (g->ev_host)
+        cudaEventDestroy(g->ev_host);
+    if (g->ev_io)
+        cudaEventDestroy(g->ev_io);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    if (g->copy_stream)
+        cudaStreamDestroy(g->copy_stream);
+    free(g->h_mask);
+    free(g->h_count);
+    free(g->timing);
+    free(g->layers);
+    mp_placement_free(&g->pl);
+    free(g);
+}
+
+static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_error *err)
+{
+    *dst = *src;
+    dst->profile_image = NULL;
+    dst->profile_image_bytes = 0;
+    const size_t words = (size_t)(src->n_layer * src->words_per_layer);
+    dst->bits = malloc(words * sizeof *dst->bits);
+    dst->n_resident = malloc((size_t)src->n_layer * sizeof *dst->n_resident);
+    if (!dst->bits || !dst->n_resident) {
+        free(dst->bits);
+        free(dst->n_resident);
+        memset(dst, 0, sizeof *dst);
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    }
+    memcpy(dst->bits, src->bits, words * sizeof *dst->bits);
+    memcpy(dst->n_resident, src->n_resident, (size_t)src->n_layer * sizeof *dst->n_resident);
+    return MP_OK;
+}
+
+#define CK(call, what)                                  \
+    do {                                                \
+        cudaError_t e_ = (call);                        \
+        if (e_ != cudaSuccess) {                        \
+            st = mp_gpu_cuda_fail(err, what, e_);       \
+            goto fail;                                  \
+        }                                               \
+    } while (0)
+
+mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
+{
+    *out = NULL;
+    char why[256];
+    if (!mp_cuda_available(why, sizeof why))
+        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s", why);
+    const mp_model *m = s->m;
+    const mp_hparams *hp = &m->hp;
+    if (pl->n_layer != hp->n_layer || pl->n_expert != hp->n_expert)
+        return mp_fail(err, MP_ERR_ARG, "GPU executor: the placement has %" PRId64 " layers × %"
+                       PRId64 " experts, the model %" PRId64 " × %" PRId64,
+                       pl->n_layer, pl->n_expert, hp->n_layer, hp->n_expert);
+    if (hp->n_expert > 1024 || hp->n_expert_used > 32 || hp->head_dim > 256)
+        return mp_fail(err, MP_ERR_LIMIT, "GPU executor: %" PRId64 " experts (max 1024), top-%" PRId64
+                       " (max 32) or head_dim %" PRId64 " (max 256) unsupported",
+                       hp->n_expert, hp->n_expert_used, hp->head_dim);
+    /* low-latency waits for the decode round trip; harmless if the context already exists */
+    cudaSetDeviceFlags(cudaDeviceScheduleSpin);
+    cudaGetLastError();
+
+    mp_status st = MP_OK;
+    mp_gpu *g = calloc(1, sizeof *g);
+    if (!g)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    g->s = s;
+    g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
+    g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
+    g->timing = calloc((size_t)hp->n_layer, sizeof *g->timing);
+    g->ev_moe = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_moe);
+    g->ev_rt = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_rt);
+    g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
+    g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
+    g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
+    g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
+    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns ||
+        !g->h_mask || !g->h_count) {
+        st = mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+        goto fail;
+    }
+    if ((st = copy_placement(pl, &g->pl, err)))
+        goto fail;
+
+    /* (1) the plan */
+    bool any_cold = false;
+    size_t pool = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const size_t slot = expert_slot_bytes(&m->layers[il]);
+        g->expert_bytes_max = slot > g->expert_bytes_max ? slot : g->expert_bytes_max;
+        pool += slot * (size_t)pl->n_resident[il];
+        any_cold |= pl->n_resident[il] < hp->n_expert;
+    }
+    carve sc = {NULL, 0};
+    carve_scratch(g, &sc);
+    const int64_t KV = hp->n_head_kv * hp->head_dim;
+    g->mem.weights = dense_bytes(m);
+    g->mem.kv = 2 * align_up((size_t)(s->n_ctx * KV) * 2) * (size_t)hp->n_layer;
+    g->mem.scratch = sc.used;
+    const bool staging = any_cold && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
+    g->mem.staging = staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
+                                    align_up((size_t)(3 * hp->n_expert) * sizeof(void *)))
+                             : 0;
+    g->mem.pool = pool;
+    g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool;
+
+    /* (2) the budget */
+    if (pl->budget.budget_bytes && g->mem.total > pl->budget.budget_bytes) {
+        char b[5][32];
+        mp_format_bytes(pl->budget.budget_bytes, b[0], sizeof b[0]);
+        mp_format_bytes(g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging, b[1], sizeof b[1]);
+        mp_format_bytes(g->mem.pool, b[2], sizeof b[2]);
+        mp_format_bytes(g->mem.total, b[3], sizeof b[3]);
+        mp_format_bytes(g->mem.kv, b[4], sizeof b[4]);
+        st = mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s (fixed %s incl. KV cache %s, "
+                     "expert pool %s) but the GPU budget is %s: lower --ctx or --batch, or place "
+                     "fewer experts on the GPU", b[3], b[1], b[4], b[2], b[0]);
+        goto fail;
+    }
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    if (g->mem.total > free_b) {
+        char need[32], have[32];
+        mp_format_bytes(g->mem.total, need, sizeof need);
+        mp_format_bytes(free_b, have, sizeof have);
+        st = mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s of device memory, %s free: use "
+                     "--gpu-budget with --placement fill (or fewer experts)", need, have);
+        goto fail;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    snprintf(g->name, sizeof g->name, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+             (double)total_b / (1024.0 * 1024 * 1024));
+
+    /* (3) allocation */
+    CK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CK(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CK(cudaEventCreateWithFlags(&g->ev_host, cudaEventDisableTiming), "cudaEventCreate");
+    CK(cudaEventCreateWithFlags(&g->ev_io, cudaEventDisableTiming), "cudaEventCreate");
+    for (int b = 0; b < 2; b++) {
+        CK(cudaEventCreateWithFlags(&g->ev_stage_ready[b], cudaEventDisableTiming), "cudaEventCreate");
+        CK(cudaEventCreateWithFlags(&g->ev_stage_free[b], cudaEventDisableTiming), "cudaEventCreate");
+    }
+    for (int64_t i = 0; i < 2 * hp->n_layer; i++) {
+        CK(cudaEventCreate(&g->ev_moe[i]), "cudaEventCreate");
+        CK(cudaEventCreate(&g->ev_rt[i]), "cudaEventCreate");
+    }
+    CK(cudaMalloc((void **)&g->d_weights, g->mem.weights), "cudaMalloc (weights)");
+    CK(cudaMalloc((void **)&g->d_kv, g->mem.kv), "cudaMalloc (KV cache)");
+    CK(cudaMalloc((void **)&g->d_scratch, g->mem.scratch + g->mem.staging), "cudaMalloc (scratch)");
+    if (g->mem.pool)
+        CK(cudaMalloc((void **)&g->d_pool, g->mem.pool), "cudaMalloc (expert pool)");
+    sc = (carve){g->d_scratch, 0};
+    carve_scratch(g, &sc);
+    char *ws = g->d_scratch + sc.used - MP_GPU_BLAS_WS_BYTES;
+    if (staging) {
+        carve stc = {g->d_scratch + g->mem.scratch, 0};
+        g->d_stage = take(&stc, 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max);
+        for (int b = 0; b < 2; b++) {
+            g->d_stage_slots[b] = take(&stc, (size_t)(3 * hp->n_expert) * sizeof(void *));
+            CK(cudaMallocHost((void **)&g->h_stage_slots[b], (size_t)(3 * hp->n_expert) * sizeof(void *)),
+               "cudaMallocHost");
+        }
+    }
+    carve kc = {g->d_kv, 0};
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        g->layers[il].k_cache = take(&kc, (size_t)(s->n_ctx * KV) * 2);
+        g->layers[il].v_cache = take(&kc, (size_t)(s->n_ctx * KV) * 2);
+    }
+    const size_t B = (size_t)s->n_batch, K = (size_t)hp->n_expert_used, D = (size_t)hp->n_embd;
+    CK(cudaMallocHost((void **)&g->h_io, 2 * B * sizeof(int32_t)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_ids, (size_t)hp->n_layer * B * K * sizeof(int32_t)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_w, (size_t)hp->n_layer * B * K * sizeof(float)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),
+       "cudaMallocHost");
+    int rc = mp_cuda_blas_create(&g->blas, g->stream);
+    if (!rc)
+        rc = mp_cuda_blas_set_workspace(g->blas, ws, MP_GPU_BLAS_WS_BYTES);
+    if (rc) {
+        st = mp_gpu_kernel_fail(err, "cuBLAS setup", rc);
+        goto fail;
+    }
+
+    /* (4) weights */
+    if ((st = upload_weights(g, err)) || (st = upload_experts(g, err)))
+        goto fail;
+    if (staging)
+        register_host_experts(g);
+    CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    *out = g;
+    return MP_OK;
+fail:
+    mp_gpu_free(g);
+    return st;
+}
+
+void mp_gpu_get_memory(const mp_gpu *g, mp_gpu_memory *out)
+{
+    *out = g->mem;
+}
+
+void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out)
+{
+    *out = g->stats;
+}
+
+void mp_gpu_stats_reset(mp_gpu *g)
+{
+    memset(&g->stats, 0, sizeof g->stats);
+}
+
+const char *mp_gpu_device_name(const mp_gpu *g)
+{
+    return g->name;
+}
+
+void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
+{
+    char t[6][32];
+    mp_format_bytes(g->mem.total, t[0], sizeof t[0]);
+    mp_format_bytes(g->mem.weights, t[1], sizeof t[1]);
+    mp_format_bytes(g->mem.kv, t[2], sizeof t[2]);
+    mp_format_bytes(g->mem.scratch + g->mem.staging, t[3], sizeof t[3]);
+    mp_format_bytes(g->mem.pool, t[4], sizeof t[4]);
+    const mp_gpu_stats *st = &g->stats;
+    const double routes = (double)(st->routes_gpu + st->routes_cpu + st->routes_copied);
+    const double pct = routes > 0 ? 100.0 / routes : 0.0;
+    snprintf(buf, cap, "%s; memory %s (weights %s, KV %s, scratch %s, expert pool %s); routes gpu "
+             "%.1f %%, cpu %.1f %%, copied %.1f %% (%" PRId64 " expert copies); %" PRId64
+             " of %" PRId64 " MoE layer steps hybrid, host wait %.1f us each",
+             g->name, t[0], t[1], t[2], t[3], t[4], pct * (double)st->routes_gpu,
+             pct * (double)st->routes_cpu, pct * (double)st->routes_copied, st->experts_copied,
+             st->hybrid_layers, st->moe_layers,
+             st->hybrid_layers ? (double)st->sync_wait_ns / 1e3 / (double)st->hybrid_layers : 0.0);
+    if (st->rt_measured) {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "; GPU gap %.1f us, round-trip overhead %.1f us per hybrid "
+                 "layer step (%" PRId64 " measured)", (double)st->rt_gap_ns / 1e3 / (double)st->rt_measured,
+                 (double)st->rt_overhead_ns / 1e3 / (double)st->rt_measured, st->rt_measured);
+    }
+}
+
+void mp_gpu_set_measure(mp_gpu *g, bool on)
+{
+    g->measure = on;
+}
+
+void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
+{
+    g->copy_min_rows = min_rows;
+}
+
+int64_t mp_gpu_copy_min_rows(const mp_gpu *g)
+{
+    return g->d_stage ? g->copy_min_rows : 0;
+}
+
+#endif

@@ -1,0 +1,219 @@
+/* runtime/gpu_forward.c — the transformer forward pass on the device (the GPU twin of forward.c).
+ *
+ * Reads top to bottom like forward.c: embedding, then per layer
+ *   RMSNorm → Q/K/V → q/k norm → RoPE → K, V into the F16 cache → attention → wo → residual,
+ *   RMSNorm → MoE block (gpu_moe.c: router, resident experts, CPU experts) → residual,
+ * then the final norm and the output head for the rows whose logits are wanted.
+ * Everything is enqueued on one stream; the host waits only where it must: in MoE layers with
+ * CPU routes (the routing round trip) and for the logits. Projections of fewer than
+ * MP_GPU_GEMM_MIN_ROWS rows are GEMVs over activations converted to the weights' partner format
+ * (as the CPU does); larger ones go through cuBLAS (kernels/cuda/gemm.cu).
+ */
+#include "mp_config.h"
+
+#if MP_HAVE_CUDA
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/quant.h"
+#include "runtime/gpu_impl.h"
+
+#define KCHECK(call, what)                                  \
+    do {                                                    \
+        int rc_ = (call);                                   \
+        if (rc_)                                            \
+            return mp_gpu_kernel_fail(err, what, rc_);      \
+    } while (0)
+
+#define CCHECK(call, what)                                  \
+    do {                                                    \
+        cudaError_t e_ = (call);                            \
+        if (e_ != cudaSuccess)                              \
+            return mp_gpu_cuda_fail(err, what, e_);         \
+    } while (0)
+
+/* d_out (n, out_stride) = t · d_in rows (n, t->n_in). The converted activations are kept in d_act
+ * for the next call with the same input (Q, K and V share one conversion); callers that rewrite
+ * d_in set g->act_src = NULL first. */
+static mp_status proj(mp_gpu *g, const gpu_tensor *t, const float *d_in, int64_t n, float *d_out,
+                      int64_t out_stride, mp_error *err)
+{
+    if (n >= MP_GPU_GEMM_MIN_ROWS) {
+        KCHECK(mp_cuda_gemm(g->blas, t->type, t->d, t->row_bytes, t->n_out, t->n_in, d_in, n, d_out,
+                            out_stride, MP_GPU_GEMM_TILE, g->d_gemm_scratch, g->gemm_scratch_bytes,
+                            g->stream), "gemm");
+        return MP_OK;
+    }
+    const int vdt = mp_cuda_vec_dot_type(t->type);
+    const void *x = d_in;
+    if (vdt != MP_TYPE_F32) {
+        if (g->act_src != d_in || g->act_vdt != vdt) {
+            KCHECK(mp_cuda_quantize_act(vdt, d_in, t->n_in, n, t->n_in, g->d_act, g->stream),
+                   "activation conversion");
+            g->act_src = d_in;
+            g->act_vdt = vdt;
+        }
+        x = g->d_act;
+    }
+    KCHECK(mp_cuda_gemv(t->type, t->d, t->row_bytes, t->n_out, t->n_in, x,
+                        mp_cuda_row_bytes(vdt, t->n_in), (int)n, d_out, out_stride, g->stream),
+           "gemv");
+    return MP_OK;
+}
+
+static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const mp_arch_traits *tr = mp_arch_get(hp->arch);
+    const gpu_layer *L = &g->layers[il];
+    const int64_t D = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd;
+    mp_status st;
+
+    KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, L->attn_norm, n, D, hp->rms_eps, g->stream), "rmsnorm");
+    g->act_src = NULL;
+    if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) ||
+        (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
+        (st = proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err)))
+        return st;
+    if (tr->qk_norm == MP_QK_NORM_PER_HEAD) {
+        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n * hp->n_head, hd, hp->rms_eps, g->stream), "q norm");
+        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, g->stream), "k norm");
+    } else if (tr->qk_norm == MP_QK_NORM_FULL) {
+        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
+        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
+    }
+    const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
+    KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
+                        g->stream), "rope");
+    KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
+                        style, g->stream), "rope");
+    KCHECK(mp_cuda_kv_store(L->k_cache, g->d_k, n, KV, pos0, g->stream), "kv store");
+    KCHECK(mp_cuda_kv_store(L->v_cache, g->d_v, n, KV, pos0, g->stream), "kv store");
+    for (int64_t r0 = 0; r0 < n; r0 += MP_GPU_ATT_ROWS) {
+        const int64_t rows = n - r0 < MP_GPU_ATT_ROWS ? n - r0 : MP_GPU_ATT_ROWS;
+        KCHECK(mp_cuda_attention(g->d_q + r0 * Q, L->k_cache, L->v_cache, g->d_att + r0 * Q, rows,
+                                 pos0 + r0, hp->n_head, hp->n_head_kv, hd, g->d_att_scratch,
+                                 g->att_scratch_bytes, g->stream), "attention");
+    }
+    g->act_src = NULL;
+    if ((st = proj(g, &L->wo, g->d_att, n, g->d_proj, D, err)))
+        return st;
+    KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * D, g->stream), "residual add");
+    return MP_OK;
+}
+
+static mp_status head(mp_gpu *g, int64_t n, bool all_logits, float *logits, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const int64_t D = hp->n_embd, V = hp->n_vocab;
+    const int64_t first = all_logits ? 0 : n - 1;
+    mp_status st;
+    for (int64_t r0 = first; r0 < n; r0 += MP_GPU_HEAD_ROWS) {
+        const int64_t rows = n - r0 < MP_GPU_HEAD_ROWS ? n - r0 : MP_GPU_HEAD_ROWS;
+        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x + r0 * D, g->output_norm, rows, D, hp->rms_eps,
+                               g->stream), "output norm");
+        g->act_src = NULL;
+        if ((st = proj(g, &g->output, g->d_xb, rows, g->d_logits, V, err)))
+            return st;
+        CCHECK(cudaMemcpyAsync(g->h_logits, g->d_logits, (size_t)(rows * V) * sizeof(float),
+                               cudaMemcpyDeviceToHost, g->stream), "logits copy");
+        CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
+        memcpy(logits + (r0 - first) * V, g->h_logits, (size_t)(rows * V) * sizeof(float));
+    }
+    return MP_OK;
+}
+
+/* Hooks of the step, after the stream has drained: routing and timing per MoE layer. */
+static void report_hooks(mp_gpu *g, int64_t n)
+{
+    const mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
+    const int64_t K = hp->n_expert_used, B = s->n_batch;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        if (s->hooks->routing)
+            s->hooks->routing(s->hooks->user, il, n, K, g->h_ids + il * B * K, g->h_w + il * B * K);
+        if (s->hooks->moe_timing) {
+            mp_moe_timing *t = &g->timing[il];
+            float ms = 0;
+            if (t->hits && cudaEventElapsedTime(&ms, g->ev_moe[2 * il], g->ev_moe[2 * il + 1]) == cudaSuccess)
+                t->gpu_expert_ns = (int64_t)((double)ms * 1e6);
+            cudaGetLastError();
+            s->hooks->moe_timing(s->hooks->user, il, t);
+        }
+    }
+}
+
+/* After the stream drained: the round-trip gaps of this step's hybrid layers (mp_gpu_set_measure). */
+static void collect_round_trips(mp_gpu *g)
+{
+    for (int64_t il = 0; il < g->s->m->hp.n_layer; il++) {
+        if (!g->rt_pending[il])
+            continue;
+        g->rt_pending[il] = false;
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        const int64_t gap = (int64_t)((double)ms * 1e6);
+        g->stats.rt_measured++;
+        g->stats.rt_gap_ns += gap;
+        g->stats.rt_overhead_ns += gap - g->rt_cpu_ns[il];
+    }
+}
+
+mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
+                         float *logits, mp_error *err)
+{
+    mp_gpu *g = s->gpu;
+    const mp_model *m = s->m;
+    const mp_hparams *hp = &m->hp;
+    const int64_t pos0 = s->n_past, B = s->n_batch;
+    mp_status st;
+    if (n < 1 || n > B)
+        return mp_fail(err, MP_ERR_INTERNAL, "GPU forward: %" PRId64 " rows, batch holds %" PRId64, n, B);
+
+    /* the previous step's upload must have left h_io before it is rewritten */
+    CCHECK(cudaEventSynchronize(g->ev_io), "forward pass");
+    for (int64_t i = 0; i < n; i++) {
+        g->h_io[i] = tokens[i];
+        g->h_io[B + i] = (int32_t)(pos0 + i);
+    }
+    CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream), "token upload");
+    CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + B, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream), "token upload");
+    CCHECK(cudaEventRecord(g->ev_io, g->stream), "cudaEventRecord");
+    g->stats.steps++;
+
+    KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab,
+                            hp->n_embd, g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        if (s->hooks && s->hooks->layer_begin)
+            s->hooks->layer_begin(s->hooks->user, il);
+        if ((st = attention_block(g, il, n, pos0, err)))
+            return st;
+        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, g->layers[il].ffn_norm, n, hp->n_embd, hp->rms_eps,
+                               g->stream), "rmsnorm");
+        g->act_src = NULL;
+        if ((st = mp_gpu_moe(g, il, n, err)))
+            return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
+        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        if (s->hooks && s->hooks->layer_end)
+            s->hooks->layer_end(s->hooks->user, il);
+    }
+    if (logits) {
+        if ((st = head(g, n, all_logits, logits, err)))
+            return st;
+    } else {
+        CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
+    }
+    s->n_past += n;
+    if (g->measure)
+        collect_round_trips(g);
+    if (s->hooks)
+        report_hooks(g, n);
+    return MP_OK;
+}
+
+#endif

@@ -1,0 +1,120 @@
+/* runtime/gpu_impl.h — the inside of an mp_gpu, shared by gpu_exec.c (device setup, weight upload,
+ * expert pool, budget) and gpu_forward.c / gpu_moe.c (the forward pass). Built only with CUDA.
+ *
+ * Invariants: every device buffer is allocated once by mp_gpu_new and counted in mem; a forward
+ * never allocates. d_slots_* of a layer hold n_expert device pointers: the pool slot of a resident
+ * expert, NULL for the others (the MoE kernel skips NULL routes). Host buffers h_* are pinned.
+ */
+#ifndef MP_RUNTIME_GPU_IMPL_H
+#define MP_RUNTIME_GPU_IMPL_H
+
+#include <cuda_runtime_api.h>
+#include <time.h>
+
+#include "runtime/gpu.h"
+#include "runtime/session_impl.h"
+
+/* scratch shapes: MP_GPU_* in runtime/placement.h */
+
+typedef struct gpu_tensor {
+    int type;
+    const void *d;       /* device copy, rows row_bytes apart */
+    size_t row_bytes;
+    int64_t n_in, n_out; /* ne[0], ne[1] */
+} gpu_tensor;
+
+typedef struct gpu_layer {
+    gpu_tensor wq, wk, wv, wo, gate_inp;
+    const float *attn_norm, *ffn_norm; /* (n_embd) */
+    const float *q_norm, *k_norm;      /* per head (head_dim) or full; NULL when absent */
+    uint16_t *k_cache, *v_cache;       /* (n_ctx, n_head_kv * head_dim) f16 */
+    const void **d_slots[3];           /* gate, up, down: (n_expert) device pointers, device array */
+    int64_t n_resident;
+    const uint64_t *resident;          /* placement bits of this layer (host) */
+} gpu_layer;
+
+struct mp_gpu {
+    mp_session *s;
+    cudaStream_t stream;       /* everything of the forward pass */
+    cudaStream_t copy_stream;  /* expert weight copies (prefill) */
+    void *blas;
+
+    char *d_weights;           /* arena: dense weights */
+    char *d_kv;                /* arena: KV cache */
+    char *d_scratch;           /* arena: activations and kernel scratch */
+    char *d_stage;             /* arena: 2 staging buffers of MP_GPU_STAGE_EXPERTS experts */
+    char *d_pool;              /* arena: resident experts */
+    mp_gpu_memory mem;
+
+    gpu_tensor tok_embd, output;
+    const float *output_norm;
+    gpu_layer *layers;         /* (n_layer) */
+
+    /* activations (n_batch rows unless said) */
+    float *d_x, *d_xb, *d_proj, *d_tmp; /* (n_batch, n_embd) */
+    float *d_q, *d_att;                 /* (n_batch, n_head * head_dim) */
+    float *d_k, *d_v;                   /* (n_batch, n_head_kv * head_dim) */
+    float *d_router;                    /* (n_batch, n_expert) */
+    int32_t *d_ids;                     /* (n_batch, top_k) */
+    float *d_w;                         /* (n_batch, top_k) */
+    int32_t *d_tok, *d_pos;             /* (n_batch) */
+    int *d_bad;                         /* token id out of range flag */
+    float *d_logits;                    /* (MP_GPU_HEAD_ROWS, n_vocab) */
+    void *d_act;                        /* (n_batch, act row bytes of the widest input) */
+    void *d_moe_scratch;
+    size_t moe_scratch_bytes;
+    void *d_att_scratch;
+    size_t att_scratch_bytes;
+    void *d_gemm_scratch;
+    size_t gemm_scratch_bytes;
+    const void **d_stage_slots[2];      /* per staging buffer: 3 × n_expert device pointers */
+
+    /* pinned host */
+    int32_t *h_io;          /* (2 n_batch): tokens, positions */
+    int32_t *h_ids;         /* (n_layer, n_batch, top_k) routing per layer (hooks, CPU path) */
+    float *h_w;             /* (n_layer, n_batch, top_k) */
+    float *h_x;             /* (n_batch, n_embd) MoE input rows for the CPU */
+    float *h_part;          /* (n_batch, n_embd) CPU partial */
+    float *h_logits;        /* (MP_GPU_HEAD_ROWS, n_vocab) */
+    const void **h_stage_slots[2]; /* (3 n_expert) staging slot tables */
+    uint64_t *h_mask;       /* (words_per_layer) resident | copied experts of the current step */
+    int64_t *h_count;       /* (n_expert) rows per expert in the current step */
+
+    cudaEvent_t ev_host;    /* routing and rows are on the host */
+    cudaEvent_t ev_stage_ready[2], ev_stage_free[2];
+    cudaEvent_t *ev_moe;    /* (2 n_layer) around each layer's GPU experts (hooks timing) */
+    cudaEvent_t *ev_rt;     /* (2 n_layer) after the D2H / before the H2D of hybrid layers */
+    bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
+    int64_t *rt_cpu_ns;     /* (n_layer) the CPU expert time of that step */
+    bool measure;
+
+    cudaEvent_t ev_io;      /* the step's token/position upload has been consumed */
+    const float *act_src;   /* d_act holds act_src converted to act_vdt (NULL: stale) */
+    int act_vdt;
+    int stage_next;         /* staging buffer to use next */
+
+    mp_placement pl;        /* owned copy of the placement (bits) */
+    size_t expert_bytes_max;
+    int64_t copy_min_rows;
+    bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
+    mp_gpu_stats stats;
+    mp_moe_timing *timing;  /* (n_layer) of the current step, for the hooks */
+    char name[320];
+};
+
+/* CUDA error → mp_status with the call named. */
+mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e);
+mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);
+
+/* The MoE block of layer il on the device (gpu_moe.c): d_xb (n, n_embd) normed input →
+ * d_proj. Routing (router or route source), resident experts, CPU experts, prefill copies. */
+mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
+
+static inline int64_t mp_gpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#endif

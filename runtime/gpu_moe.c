@@ -1,0 +1,280 @@
+/* runtime/gpu_moe.c — one MoE layer on the GPU executor: routing, resident experts, and the hybrid
+ * path for experts that live in host memory (gpu.h has the picture).
+ *
+ * Per layer and step:
+ *   1. routing: the router GEMV + softmax/top-k on the device, or the route source on the host
+ *      (uploaded);
+ *   2. every expert resident: one mp_cuda_moe_experts launch pair writes d_proj. Done.
+ *   3. otherwise: the rows (f32), ids and weights go to pinned host memory; the resident experts
+ *      start on the GPU (into d_proj); the host waits for the copy (the round trip), then
+ *        - prefill: cold experts with >= copy_min_rows rows are copied to staging slots and run
+ *          on the GPU (accumulating into d_proj), two batches in flight, overlapping the CPU;
+ *        - the CPU computes the remaining routes (mp_moe_experts_cpu, f32, slot order) into
+ *          h_part, which is uploaded and added to d_proj: one f32 add of two f32 partials.
+ * Nothing is rounded below f32 on the way, so the result equals the GPU-only combine up to the
+ * order of the f32 additions.
+ */
+#include "mp_config.h"
+
+#if MP_HAVE_CUDA
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "runtime/gpu_impl.h"
+#include "runtime/moe.h"
+
+#define KCHECK(call, what)                                  \
+    do {                                                    \
+        int rc_ = (call);                                   \
+        if (rc_)                                            \
+            return mp_gpu_kernel_fail(err, what, rc_);      \
+    } while (0)
+
+#define CCHECK(call, what)                                  \
+    do {                                                    \
+        cudaError_t e_ = (call);                            \
+        if (e_ != cudaSuccess)                              \
+            return mp_gpu_cuda_fail(err, what, e_);         \
+    } while (0)
+
+static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
+                                 int64_t E, int accumulate)
+{
+    const mp_layer *L = &g->s->m->layers[il];
+    const mp_hparams *hp = &g->s->m->hp;
+    mp_cuda_moe_args a = {0};
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    mp_cuda_expert_tensor *out[3] = {&a.gate, &a.up, &a.down};
+    for (int t = 0; t < 3; t++) {
+        out[t]->type = ts[t]->type;
+        out[t]->d_base = NULL;
+        out[t]->expert_bytes = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+        out[t]->d_slots = slots + t * E;
+        out[t]->row_bytes = ts[t]->row_bytes;
+    }
+    a.n_embd = hp->n_embd;
+    a.n_ff = hp->n_ff_exp;
+    a.n_expert = hp->n_expert;
+    a.top_k = hp->n_expert_used;
+    a.n_rows = n;
+    a.d_x = g->d_xb;
+    a.d_ids = g->d_ids;
+    a.d_weights = g->d_w;
+    a.d_out = g->d_proj;
+    a.accumulate = accumulate;
+    a.d_scratch = g->d_moe_scratch;
+    a.scratch_bytes = g->moe_scratch_bytes;
+    return a;
+}
+
+/* The pool's three slot tables of a layer are separate allocations; the kernel wants gate, up and
+ * down tables E entries apart, so resident launches pass the tensors one by one. */
+static mp_status launch_resident(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    const gpu_layer *G = &g->layers[il];
+    mp_cuda_moe_args a = moe_args(g, il, n, NULL, 0, 0);
+    a.gate.d_slots = G->d_slots[0];
+    a.up.d_slots = G->d_slots[1];
+    a.down.d_slots = G->d_slots[2];
+    KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts");
+    return MP_OK;
+}
+
+/* Stage one batch of cold experts (ids list[0..cnt)) into staging buffer b on the copy stream and
+ * run them on the compute stream, accumulating into d_proj when accumulate. */
+static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *list, int cnt,
+                             int accumulate, mp_error *err)
+{
+    const mp_layer *L = &g->s->m->layers[il];
+    const int64_t E = g->s->m->hp.n_expert;
+    const int b = g->stage_next;
+    g->stage_next ^= 1;
+    /* the table's previous upload from this buffer has executed once its kernel finished */
+    CCHECK(cudaEventSynchronize(g->ev_stage_free[b]), "staging");
+    const void **tab = g->h_stage_slots[b];
+    memset(tab, 0, (size_t)(3 * E) * sizeof *tab);
+    CCHECK(cudaStreamWaitEvent(g->copy_stream, g->ev_stage_free[b], 0), "staging");
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int j = 0; j < cnt; j++) {
+        char *dst = g->d_stage + ((size_t)b * MP_GPU_STAGE_EXPERTS + (size_t)j) * g->expert_bytes_max;
+        for (int t = 0; t < 3; t++) {
+            const size_t bytes = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+            CCHECK(cudaMemcpyAsync(dst, mp_expert_slice(ts[t], list[j]), bytes, cudaMemcpyHostToDevice,
+                                   g->copy_stream), "expert weight copy");
+            tab[t * E + list[j]] = dst;
+            dst += (bytes + 255) & ~(size_t)255;
+            g->stats.bytes_copied += (int64_t)bytes;
+        }
+    }
+    CCHECK(cudaMemcpyAsync((void *)g->d_stage_slots[b], tab, (size_t)(3 * E) * sizeof *tab,
+                           cudaMemcpyHostToDevice, g->copy_stream), "staging table copy");
+    CCHECK(cudaEventRecord(g->ev_stage_ready[b], g->copy_stream), "cudaEventRecord");
+    CCHECK(cudaStreamWaitEvent(g->stream, g->ev_stage_ready[b], 0), "staging");
+    mp_cuda_moe_args a = moe_args(g, il, n, (const void *const *)g->d_stage_slots[b], E, accumulate);
+    KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts (copied)");
+    CCHECK(cudaEventRecord(g->ev_stage_free[b], g->stream), "cudaEventRecord");
+    g->stats.experts_copied += cnt;
+    return MP_OK;
+}
+
+static bool bit(const uint64_t *bits, int64_t e)
+{
+    return (bits[e >> 6] >> (e & 63)) & 1u;
+}
+
+mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    mp_session *s = g->s;
+    const mp_model *m = s->m;
+    const mp_hparams *hp = &m->hp;
+    const gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd, B = s->n_batch;
+    int32_t *h_ids = g->h_ids + il * B * K;
+    float *h_w = g->h_w + il * B * K;
+    const bool want_routing = s->hooks && s->hooks->routing;
+    const bool want_timing = s->hooks && s->hooks->moe_timing;
+    mp_moe_timing *t = &g->timing[il];
+    memset(t, 0, sizeof *t);
+    mp_status st;
+
+    /* 1. routing */
+    const bool host_routes = s->route_src != NULL;
+    if (host_routes) {
+        const int rc = s->route_src->route(s->route_src->user, il, n, K, h_ids, h_w);
+        if (rc < 0)
+            return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
+        if ((st = mp_moe_check_routes(hp, il, n, h_ids, h_w, err)))
+            return st;
+        CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
+               "route upload");
+        CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
+               "route upload");
+    } else {
+        const gpu_tensor *R = &G->gate_inp;
+        if (n >= MP_GPU_GEMM_MIN_ROWS)
+            KCHECK(mp_cuda_gemm(g->blas, R->type, R->d, R->row_bytes, E, D, g->d_xb, n, g->d_router, E,
+                                MP_GPU_GEMM_TILE, g->d_gemm_scratch, g->gemm_scratch_bytes, g->stream),
+                   "router gemm");
+        else
+            KCHECK(mp_cuda_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, (size_t)D * 4, (int)n,
+                                g->d_router, E, g->stream), "router gemv");
+        KCHECK(mp_cuda_router(g->d_router, n, E, K, hp->expert_weights_norm, g->d_ids, g->d_w, NULL,
+                              g->stream), "router");
+    }
+    g->stats.moe_layers++;
+
+    /* 2. every expert resident */
+    if (G->n_resident == E) {
+        if (want_routing && !host_routes) {
+            CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
+                   "routing copy");
+            CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
+                   "routing copy");
+        }
+        if (want_timing)
+            CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
+        if ((st = launch_resident(g, il, n, err)))
+            return st;
+        if (want_timing)
+            CCHECK(cudaEventRecord(g->ev_moe[2 * il + 1], g->stream), "cudaEventRecord");
+        t->hits = n * K;
+        g->stats.routes_gpu += n * K;
+        return MP_OK;
+    }
+
+    /* 3. hybrid: rows and routes to the host, resident experts meanwhile on the GPU */
+    const size_t x_bytes = (size_t)(n * D) * sizeof(float);
+    CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, x_bytes, cudaMemcpyDeviceToHost, g->stream), "row copy");
+    t->d2h_bytes = (int64_t)x_bytes;
+    if (!host_routes) {
+        CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
+               "routing copy");
+        CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
+               "routing copy");
+        t->d2h_bytes += 2 * n * K * 4;
+    }
+    CCHECK(cudaEventRecord(g->ev_host, g->stream), "cudaEventRecord");
+    if (g->measure)
+        CCHECK(cudaEventRecord(g->ev_rt[2 * il], g->stream), "cudaEventRecord");
+    bool gpu_wrote = false;
+    if (G->n_resident > 0) {
+        if (want_timing)
+            CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
+        if ((st = launch_resident(g, il, n, err)))
+            return st;
+        if (want_timing)
+            CCHECK(cudaEventRecord(g->ev_moe[2 * il + 1], g->stream), "cudaEventRecord");
+        gpu_wrote = true;
+    }
+    const int64_t t0_ns = mp_gpu_now_ns();
+    CCHECK(cudaEventSynchronize(g->ev_host), "routing round trip");
+    const int64_t t1_ns = mp_gpu_now_ns();
+    t->sync_ns = t1_ns - t0_ns;
+    g->stats.sync_wait_ns += t->sync_ns;
+
+    /* which routes run where: resident, copied (prefill), CPU */
+    memcpy(g->h_mask, G->resident, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
+    int64_t hits = 0;
+    for (int64_t i = 0; i < n * K; i++)
+        hits += bit(G->resident, h_ids[i]);
+    int32_t copy_list[1024];
+    int n_copy = 0;
+    int64_t copied_routes = 0;
+    if (g->d_stage && g->copy_min_rows > 0 && n >= g->copy_min_rows) {
+        memset(g->h_count, 0, (size_t)E * sizeof *g->h_count);
+        for (int64_t i = 0; i < n * K; i++)
+            g->h_count[h_ids[i]]++;
+        for (int64_t e = 0; e < E; e++)
+            if (!bit(G->resident, e) && g->h_count[e] >= g->copy_min_rows) {
+                copy_list[n_copy++] = (int32_t)e;
+                g->h_mask[e >> 6] |= (uint64_t)1 << (e & 63);
+                copied_routes += g->h_count[e];
+            }
+    }
+    /* two staging batches go out before the CPU starts, the rest after it */
+    int done = 0;
+    for (int b = 0; b < 2 && done < n_copy; b++) {
+        const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
+        if ((st = stage_batch(g, il, n, copy_list + done, cnt, gpu_wrote, err)))
+            return st;
+        gpu_wrote = true;
+        done += cnt;
+    }
+    const int64_t c0_ns = mp_gpu_now_ns();
+    const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask, g->h_part,
+                                             s->pool, s->moe);
+    t->cpu_expert_ns = n_cpu ? mp_gpu_now_ns() - c0_ns : 0;
+    g->stats.cpu_expert_ns += t->cpu_expert_ns;
+    while (done < n_copy) {
+        const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
+        if ((st = stage_batch(g, il, n, copy_list + done, cnt, gpu_wrote, err)))
+            return st;
+        gpu_wrote = true;
+        done += cnt;
+    }
+    if (n_cpu > 0) {
+        if (g->measure) {
+            CCHECK(cudaEventRecord(g->ev_rt[2 * il + 1], g->stream), "cudaEventRecord");
+            g->rt_pending[il] = true;
+            g->rt_cpu_ns[il] = t->cpu_expert_ns;
+        }
+        float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
+        CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
+        t->h2d_bytes = (int64_t)x_bytes;
+        if (gpu_wrote)
+            KCHECK(mp_cuda_add(g->d_proj, g->d_tmp, n * D, g->stream), "combine");
+    } else if (!gpu_wrote) {
+        CCHECK(cudaMemsetAsync(g->d_proj, 0, x_bytes, g->stream), "cudaMemsetAsync");
+    }
+    t->hits = hits;
+    t->misses = n * K - hits;
+    g->stats.hybrid_layers += n_cpu > 0 || n_copy > 0;
+    g->stats.routes_gpu += hits;
+    g->stats.routes_copied += copied_routes;
+    g->stats.routes_cpu += n_cpu;
+    return MP_OK;
+}
+
+#endif

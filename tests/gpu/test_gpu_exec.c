@@ -1,0 +1,296 @@
+/* tests/gpu/test_gpu_exec.c — the GPU executor (runtime/gpu.h) end to end on generated models.
+ *
+ * 1. GPU vs CPU executor: the same tokens and routes (a deterministic route source, so that a
+ *    near-tie in a router cannot send the two runs down different experts) give logits within
+ *    2e-2 of the row's largest |logit|. The GPU keeps its KV cache in F16 and the CPU in F32, so
+ *    the two differ by ~1e-3; a wrong RoPE, mask, head or projection differs by O(1).
+ * 2. Hybrid vs GPU-only, every placement mode (cpu, layers:N, layers-last:N, fill, file) and the
+ *    prefill weight-copy path, for prefill (40 rows: cuBLAS), several rows (4: batched GEMV) and
+ *    decode (1 row). The hybrid run computes the non-resident experts on the CPU and adds their
+ *    f32 partial to the GPU's: equal to GPU-only up to f32 summation order. Tolerances:
+ *      F32/F16/BF16 experts (f32 activations): 2e-5 of the row's max |logit| — rounding the CPU
+ *        partial to BF16 or F16 before the combine (the double rounding the design forbids) moves
+ *        MoE outputs by 2^-9 / 2^-12 relative, 1e-4..1e-3 of the logits, and fails this;
+ *      quantized experts: 3e-3 — activations are re-quantized to Q8 for every projection, and a
+ *        value that summation order moves across a rounding boundary flips one quant (one term
+ *        of n by 1/127 of the block's scale): rare flips of ~1e-4..1e-3 at the logits.
+ *    Each hybrid run also asserts what ran where (routes on the CPU, weight copies) so that a
+ *    placement that silently ran everything on the GPU cannot pass.
+ * 3. A budget that the executor's exact accounting cannot meet is refused with the terms named. */
+#include "mp_config.h"
+#if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+#include <unistd.h>
+
+#include "runtime/gpu.h"
+#include "runtime/mkmodel.h"
+#include "runtime/model.h"
+#include "runtime/placement.h"
+#include "runtime/session.h"
+#include "tests/gpu/gpu_util.h"
+
+#define N_PROMPT 40
+#define N_MULTI 4
+#define N_DECODE 3
+#define N_EVALS (N_PROMPT + N_MULTI + N_DECODE) /* logits rows per run */
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    seed_rng();
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_gpu_exec_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+TestSuite(gpu_exec, .init = setup, .fini = teardown);
+
+static mp_model *make_model(const char *arch, const char *mix, const char *expert_type)
+{
+    mp_mkmodel_config cfg;
+    mp_error e;
+    cr_assert_eq(mp_mkmodel_arch(arch, &cfg, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_mkmodel_set_mix(&cfg, mix, &e), MP_OK, "%s", e.msg);
+    if (expert_type)
+        cr_assert_eq(mp_mkmodel_set_type(&cfg, "experts", expert_type, &e), MP_OK, "%s", e.msg);
+    cfg.seed = g_seed;
+    cfg.n_threads = 4;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-%s-%s.gguf", tmpdir, arch, mix, expert_type ? expert_type : "mix");
+    cr_assert_eq(mp_mkmodel_write(&cfg, path, true, NULL, NULL, &e), MP_OK, "%s", e.msg);
+    mp_model *m;
+    cr_assert_eq(mp_model_load(path, &m, &e), MP_OK, "%s", e.msg);
+    return m;
+}
+
+/* ---- a deterministic route source: the same routes for every run of a test ---- */
+
+typedef struct routes {
+    int64_t n_expert;
+    uint64_t seed, calls;
+} routes;
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int route_fn(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids, float *w)
+{
+    routes *r = user;
+    uint64_t h = mix64(r->seed ^ (++r->calls * 0x9E3779B97F4A7C15ull));
+    for (int64_t row = 0; row < n_rows; row++) {
+        float sum = 0;
+        for (int64_t k = 0; k < top_k; k++) {
+            int32_t id;
+            bool dup;
+            do {
+                h = mix64(h + 1);
+                id = (int32_t)(h % (uint64_t)r->n_expert);
+                dup = false;
+                for (int64_t j = 0; j < k; j++)
+                    dup |= ids[row * top_k + j] == id;
+            } while (dup);
+            ids[row * top_k + k] = id;
+            w[row * top_k + k] = 0.1f + (float)((h >> 40) & 0xffff) / 65536.0f;
+            sum += w[row * top_k + k];
+        }
+        for (int64_t k = 0; k < top_k; k++)
+            w[row * top_k + k] /= sum;
+    }
+    return 0;
+}
+
+/* ---- one run: prefill, several rows, decode; all logits ---- */
+
+typedef struct run_out {
+    float *logits;      /* (N_EVALS, n_vocab) */
+    mp_gpu_stats stats;
+} run_out;
+
+static void run_model(const mp_model *m, const mp_placement *pl, int64_t copy_min_rows, run_out *out)
+{
+    const int64_t V = m->hp.n_vocab;
+    routes rs = {m->hp.n_expert, g_seed, 0};
+    mp_route_source src = {&rs, route_fn};
+    mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = 64, .route_src = &src,
+                            .placement = pl};
+    mp_session *s;
+    mp_error e;
+    cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
+    if (pl && copy_min_rows >= 0)
+        mp_gpu_set_copy_min_rows(mp_session_gpu(s), copy_min_rows);
+    int32_t tok[N_EVALS];
+    uint64_t h = g_seed;
+    for (int i = 0; i < N_EVALS; i++)
+        tok[i] = (int32_t)((h = mix64(h + 7)) % (uint64_t)V);
+    out->logits = malloc(sizeof(float) * (size_t)(N_EVALS * V));
+    float *l = out->logits;
+    cr_assert_eq(mp_session_eval(s, tok, N_PROMPT, true, l, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_session_eval(s, tok + N_PROMPT, N_MULTI, true, l + N_PROMPT * V, &e), MP_OK, "%s", e.msg);
+    for (int i = 0; i < N_DECODE; i++) {
+        const int64_t at = N_PROMPT + N_MULTI + i;
+        cr_assert_eq(mp_session_eval(s, tok + at, 1, false, l + at * V, &e), MP_OK, "%s", e.msg);
+    }
+    memset(&out->stats, 0, sizeof out->stats);
+    if (pl)
+        mp_gpu_get_stats(mp_session_gpu(s), &out->stats);
+    mp_session_free(s);
+}
+
+static void compare(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol)
+{
+    const int64_t V = m->hp.n_vocab;
+    double worst = 0;
+    int64_t worst_row = 0;
+    for (int64_t r = 0; r < N_EVALS; r++) {
+        double mx = 0, d = 0;
+        for (int64_t v = 0; v < V; v++) {
+            mx = fmax(mx, fabs(ref->logits[r * V + v]));
+            d = fmax(d, fabs((double)a->logits[r * V + v] - ref->logits[r * V + v]));
+        }
+        cr_assert(isfinite(d) && mx > 0, "seed %llu: %s: row %ld not finite", (unsigned long long)g_seed,
+                  what, (long)r);
+        if (d / mx > worst)
+            worst = d / mx, worst_row = r;
+    }
+    cr_assert(worst <= tol, "seed %llu: %s: logits differ by %.3g of the row's max |logit| at row %ld "
+              "(tolerance %.3g)", (unsigned long long)g_seed, what, worst, (long)worst_row, tol);
+}
+
+static void placement(const mp_model *m, const char *spec, const char *file, uint64_t budget,
+                      mp_placement *pl)
+{
+    mp_placement_opts o = {0};
+    mp_status st = MP_OK;
+    mp_error e;
+    if (spec)
+        cr_assert(mp_placement_opts_set(&o, "--placement", spec, &st, &e) && !st, "%s", e.msg);
+    if (file)
+        cr_assert(mp_placement_opts_set(&o, "--placement-file", file, &st, &e) && !st, "%s", e.msg);
+    o.budget_bytes = budget;
+    cr_assert_eq(mp_placement_for_model(m, &o, 128, 64, pl, &e), MP_OK, "%s: %s", spec ? spec : file, e.msg);
+}
+
+/* ---- 1. GPU vs CPU ---- */
+
+static void gpu_vs_cpu(const char *arch, const char *mix, const char *etype)
+{
+    mp_model *m = make_model(arch, mix, etype);
+    mp_placement pl;
+    placement(m, "gpu", NULL, 0, &pl);
+    run_out cpu, gpu;
+    run_model(m, NULL, -1, &cpu);
+    run_model(m, &pl, -1, &gpu);
+    char what[128];
+    snprintf(what, sizeof what, "%s %s %s: GPU vs CPU executor", arch, mix, etype ? etype : "");
+    compare(what, m, &gpu, &cpu, 2e-2);
+    cr_assert_eq(gpu.stats.routes_cpu, 0);
+    cr_assert_gt(gpu.stats.routes_gpu, 0);
+    free(cpu.logits);
+    free(gpu.logits);
+    mp_placement_free(&pl);
+    mp_model_free(m);
+}
+
+Test(gpu_exec, gpu_matches_cpu_qwen3moe_f32) { gpu_vs_cpu("qwen3moe", "f32", NULL); }
+Test(gpu_exec, gpu_matches_cpu_qwen3moe_q4_k_m) { gpu_vs_cpu("qwen3moe", "q4_k_m", NULL); }
+Test(gpu_exec, gpu_matches_cpu_olmoe_q8_0) { gpu_vs_cpu("olmoe", "q8_0", NULL); }
+Test(gpu_exec, gpu_matches_cpu_mixtral_bf16) { gpu_vs_cpu("mixtral", "bf16", NULL); }
+
+/* ---- 2. hybrid vs GPU-only ---- */
+
+static void hybrid_vs_gpu(const char *mix, const char *etype, double tol)
+{
+    mp_model *m = make_model("qwen3moe", mix, etype);
+    const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
+    mp_placement all;
+    placement(m, "gpu", NULL, 0, &all);
+    run_out ref;
+    run_model(m, &all, -1, &ref);
+    cr_assert_eq(ref.stats.routes_cpu, 0);
+
+    char file[400];
+    snprintf(file, sizeof file, "%s/placement.txt", tmpdir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    for (int64_t il = 0; il < L; il++) /* a different half of each layer's experts */
+        fprintf(f, "%ld: %ld-%ld\n", (long)il, (long)(il % 2 ? 0 : E / 2), (long)(il % 2 ? E / 2 - 1 : E - 1));
+    fclose(f);
+    /* fill: room for about a third of the experts */
+    uint64_t expert_bytes = 0;
+    for (int64_t il = 0; il < L; il++)
+        expert_bytes += mp_model_expert_bytes(m, il) * (uint64_t)E;
+    const uint64_t fill_budget = all.budget.fixed_bytes + expert_bytes / 3;
+
+    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; bool copies; } cases[] = {
+        {"cpu", NULL, 0, -1, false},
+        {"layers:2", NULL, 0, -1, false},
+        {"layers-last:1", NULL, 0, -1, false},
+        {"fill", NULL, fill_budget, -1, false},
+        {NULL, file, 0, -1, false},
+        {"cpu", NULL, 0, 0, false},   /* copies off: every cold route on the CPU, prefill included */
+        {"layers:3", NULL, 0, 4, true}, /* prefill experts with >= 4 rows are copied to the GPU */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp_placement pl;
+        placement(m, cases[i].spec, cases[i].file, cases[i].budget, &pl);
+        run_out h;
+        run_model(m, &pl, cases[i].copy_min_rows, &h);
+        char what[512];
+        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld) vs GPU-only", mix,
+                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows);
+        compare(what, m, &h, &ref, tol);
+        cr_assert_gt(h.stats.routes_cpu, 0, "seed %llu: %s: no route ran on the CPU",
+                     (unsigned long long)g_seed, what);
+        if (cases[i].copies)
+            cr_assert(h.stats.experts_copied > 0 && h.stats.routes_copied > 0,
+                      "seed %llu: %s: the weight-copy path did not run", (unsigned long long)g_seed, what);
+        if (cases[i].copy_min_rows == 0)
+            cr_assert_eq(h.stats.experts_copied, 0, "%s", what);
+        cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied,
+                     ref.stats.routes_gpu, "%s: every route is served exactly once", what);
+        free(h.logits);
+        mp_placement_free(&pl);
+    }
+    free(ref.logits);
+    mp_placement_free(&all);
+    mp_model_free(m);
+}
+
+Test(gpu_exec, hybrid_equals_gpu_f32) { hybrid_vs_gpu("f32", NULL, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", 3e-3); }
+
+/* ---- 3. the budget ---- */
+
+Test(gpu_exec, refuses_a_budget_its_exact_accounting_exceeds)
+{
+    mp_model *m = make_model("qwen3moe", "q8_0", NULL);
+    mp_placement pl;
+    placement(m, "gpu", NULL, 0, &pl);
+    pl.budget.budget_bytes = pl.budget.fixed_bytes / 2; /* what the executor will really need: more */
+    mp_session_params sp = {.n_ctx = 128, .n_threads = 2, .n_batch = 64, .placement = &pl};
+    mp_session *s = NULL;
+    mp_error e;
+    cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_ERR_LIMIT);
+    cr_assert_null(s);
+    cr_assert(strstr(e.msg, "GPU executor: needs ") && strstr(e.msg, "KV cache") &&
+              strstr(e.msg, "expert pool") && strstr(e.msg, "but the GPU budget is"), "%s", e.msg);
+    mp_placement_free(&pl);
+    mp_model_free(m);
+}
+#endif

@@ -1,0 +1,120 @@
+/* tests/unit/test_moe_split.c — the hybrid runtime's CPU half (mp_moe_experts_cpu with a resident
+ * mask), on the CPU alone so that CI checks it without a GPU.
+ *
+ * For random routes and a random resident set R, the partial over the routes NOT in R plus the
+ * partial over the routes in R (the complement mask) equals the whole block within f32 summation
+ * order (1e-5 relative to the row's largest |output|): every route is computed exactly once, by
+ * exactly one side. Rows whose routes are all resident get exact zeros, and the count of computed
+ * routes is the number of non-resident routes. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/mkmodel.h"
+#include "runtime/model.h"
+#include "runtime/moe.h"
+#include "runtime/threadpool.h"
+
+static uint64_t seed, rng;
+
+static uint64_t next(void)
+{
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void split_once(const char *mix, int64_t n_rows)
+{
+    mp_mkmodel_config cfg;
+    mp_error e;
+    cr_assert_eq(mp_mkmodel_arch("qwen3moe", &cfg, &e), MP_OK);
+    cr_assert_eq(mp_mkmodel_set_mix(&cfg, mix, &e), MP_OK, "%s", e.msg);
+    cfg.seed = seed;
+    cfg.n_threads = 2;
+    char path[] = "/tmp/mp_moe_split_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    cr_assert_eq(mp_mkmodel_write(&cfg, path, true, NULL, NULL, &e), MP_OK, "%s", e.msg);
+    mp_model *m;
+    cr_assert_eq(mp_model_load(path, &m, &e), MP_OK, "%s", e.msg);
+    const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    mp_pool *pool = mp_pool_new(2);
+    mp_moe_scratch *sc = mp_moe_scratch_new(&m->hp, n_rows, 2);
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * D));
+    float *whole = malloc(sizeof(float) * (size_t)(n_rows * D));
+    float *a = malloc(sizeof(float) * (size_t)(n_rows * D)), *b = malloc(sizeof(float) * (size_t)(n_rows * D));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_rows * K));
+    float *w = malloc(sizeof(float) * (size_t)(n_rows * K));
+    for (int64_t i = 0; i < n_rows * D; i++)
+        x[i] = (float)((double)(next() >> 11) * 0x1p-53 * 2.0 - 1.0);
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t k = 0; k < K; k++) {
+            int32_t id;
+            bool dup;
+            do {
+                id = (int32_t)(next() % (uint64_t)E);
+                dup = false;
+                for (int64_t j = 0; j < k; j++)
+                    dup |= ids[r * K + j] == id;
+            } while (dup);
+            ids[r * K + k] = id;
+            w[r * K + k] = 0.05f + (float)(next() % 1000) / 1000.0f;
+        }
+    uint64_t res[16] = {0}, comp[16] = {0};
+    for (int64_t e2 = 0; e2 < E; e2++) {
+        if (next() & 1)
+            res[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
+        else
+            comp[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
+    }
+    /* row 0 routed only to resident experts (if there are K of them): its CPU partial is zero */
+    int64_t n_res = 0;
+    for (int64_t e2 = 0; e2 < E && n_res < K; e2++)
+        if ((res[e2 >> 6] >> (e2 & 63)) & 1)
+            ids[n_res++] = (int32_t)e2;
+    const bool row0_resident = n_res == K;
+    int64_t expect_a = 0;
+    for (int64_t i = 0; i < n_rows * K; i++)
+        expect_a += !((res[ids[i] >> 6] >> (ids[i] & 63)) & 1);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, whole, pool, sc), n_rows * K);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, a, pool, sc), expect_a);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, comp, b, pool, sc), n_rows * K - expect_a);
+    for (int64_t r = 0; r < n_rows; r++) {
+        double mx = 0;
+        for (int64_t d = 0; d < D; d++)
+            mx = fmax(mx, fabs(whole[r * D + d]));
+        cr_assert_gt(mx, 0.0);
+        for (int64_t d = 0; d < D; d++) {
+            const double sum = (double)a[r * D + d] + (double)b[r * D + d];
+            cr_assert(fabs(sum - whole[r * D + d]) <= 1e-5 * mx,
+                      "seed %llu: %s rows %ld: row %ld elem %ld: %g + %g vs whole %g",
+                      (unsigned long long)seed, mix, (long)n_rows, (long)r, (long)d, a[r * D + d],
+                      b[r * D + d], whole[r * D + d]);
+            if (r == 0 && row0_resident)
+                cr_assert_eq(a[d], 0.0f, "seed %llu: an all-resident row must get zeros", (unsigned long long)seed);
+        }
+    }
+    free(x), free(whole), free(a), free(b), free(ids), free(w);
+    mp_moe_scratch_free(sc);
+    mp_pool_free(pool);
+    mp_model_free(m);
+    unlink(path);
+}
+
+Test(moe_split, cpu_partials_add_up_to_the_whole_block)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seed = rng = (uint64_t)ts.tv_nsec * 2654435761ull + (uint64_t)ts.tv_sec;
+    split_once("f32", 1);
+    split_once("f32", 7);
+    split_once("q4_k_m", 1);
+    split_once("q4_k_m", 9);
+    split_once("q8_0", 5);
+}
