@@ -52,6 +52,7 @@ typedef struct mp_gpu_stats {
     int64_t rt_measured;       /* hybrid layer steps measured */
     int64_t rt_gap_ns;
     int64_t rt_overhead_ns;
+    int64_t graphs_captured;   /* decode segments captured as CUDA graphs */
 } mp_gpu_stats;
 
 /* Device memory the executor allocates, by term (bytes). */

@@ -299,46 +299,72 @@ static mp_status upload_experts(mp_gpu *g, mp_error *err)
 }
 
 /* Page-lock the host expert tensors of layers with cold experts, so prefill copies run at the
- * pinned rate; failure is not an error (copies then go through the driver's staging). */
+ * pinned rate. The tensors' page ranges are merged first (neighbouring tensors share pages, and a
+ * page can be registered only once). Failure is not an error: copies then go through the driver's
+ * staging, slower; mp_gpu_report says which. */
+typedef struct page_range {
+    uintptr_t a, b;
+} page_range;
+
+static int range_cmp(const void *x, const void *y)
+{
+    const page_range *p = x, *q = y;
+    return p->a < q->a ? -1 : p->a > q->a;
+}
+
 static void register_host_experts(mp_gpu *g)
 {
     const mp_model *m = g->s->m;
-    const size_t page = 4096;
-    g->host_registered = true;
+    const uintptr_t page = 4096;
+    page_range *r = calloc((size_t)(3 * m->hp.n_layer), sizeof *r);
+    if (!r)
+        return;
+    int64_t n = 0;
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         if (g->pl.n_resident[il] == m->hp.n_expert)
             continue;
         const mp_layer *L = &m->layers[il];
         const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int t = 0; t < 3; t++) {
-            uintptr_t a = (uintptr_t)ts[t]->data & ~(uintptr_t)(page - 1);
-            uintptr_t b = ((uintptr_t)ts[t]->data + ts[t]->nbytes) & ~(uintptr_t)(page - 1);
-            if (b <= a)
-                continue;
-            cudaError_t e = cudaHostRegister((void *)a, b - a,
-                                             cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                g->host_registered = false;
-            }
+            r[n].a = (uintptr_t)ts[t]->data & ~(page - 1);
+            r[n].b = ((uintptr_t)ts[t]->data + ts[t]->nbytes + page - 1) & ~(page - 1);
+            n++;
         }
+    }
+    qsort(r, (size_t)n, sizeof *r, range_cmp);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (k > 0 && r[i].a <= r[k - 1].b) {
+            if (r[i].b > r[k - 1].b)
+                r[k - 1].b = r[i].b;
+        } else {
+            r[k++] = r[i];
+        }
+    }
+    g->host_ranges = r;
+    g->n_host_ranges = 0;
+    g->host_registered = k > 0;
+    for (int64_t i = 0; i < k; i++) {
+        cudaError_t e = cudaHostRegister((void *)r[i].a, r[i].b - r[i].a,
+                                         cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            g->host_registered = false;
+            break;
+        }
+        g->n_host_ranges++;
     }
 }
 
 static void unregister_host_experts(mp_gpu *g)
 {
-    const mp_model *m = g->s->m;
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        if (g->pl.n_resident[il] == m->hp.n_expert)
-            continue;
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        for (int t = 0; t < 3; t++) {
-            uintptr_t a = (uintptr_t)ts[t]->data & ~(uintptr_t)4095;
-            if (cudaHostUnregister((void *)a) != cudaSuccess)
-                cudaGetLastError();
-        }
-    }
+    page_range *r = g->host_ranges;
+    for (int64_t i = 0; i < g->n_host_ranges; i++)
+        if (cudaHostUnregister((void *)r[i].a) != cudaSuccess)
+            cudaGetLastError();
+    free(r);
+    g->host_ranges = NULL;
+    g->n_host_ranges = 0;
 }
 
 /* ---- lifetime ---- */
@@ -351,8 +377,7 @@ void mp_gpu_free(mp_gpu *g)
         cudaStreamSynchronize(g->stream);
     if (g->copy_stream)
         cudaStreamSynchronize(g->copy_stream);
-    if (g->d_stage && g->pl.n_resident)
-        unregister_host_experts(g);
+    unregister_host_experts(g);
     mp_cuda_blas_destroy(g->blas);
     cudaFree(g->d_weights);
     cudaFree(g->d_kv);
@@ -382,6 +407,12 @@ void mp_gpu_free(mp_gpu *g)
                 cudaEventDestroy(g->ev_rt[i]);
     free(g->ev_rt);
     free(g->rt_pending);
+    if (g->graphs)
+        for (int64_t i = 0; i <= g->s->m->hp.n_layer; i++)
+            if (g->graphs[i])
+                cudaGraphExecDestroy(g->graphs[i]);
+    free(g->graphs);
+    free(g->seg_stop);
     free(g->rt_cpu_ns);
     if (g->ev_host)
         cudaEventDestroy(g->ev_host);
@@ -459,9 +490,17 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->ev_rt = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_rt);
     g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
+    g->graphs = calloc((size_t)hp->n_layer + 1, sizeof *g->graphs);
+    g->seg_stop = calloc((size_t)hp->n_layer + 1, sizeof *g->seg_stop);
+    const char *env = getenv("MP_GPU_GRAPHS"); /* "0": enqueue every decode step (A/B) */
+    if (env && !strcmp(env, "0")) {
+        g->graphs_off = true;
+        snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
+    }
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
     if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns ||
+        !g->graphs || !g->seg_stop ||
         !g->h_mask || !g->h_count) {
         st = mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
         goto fail;
@@ -622,6 +661,13 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
              pct * (double)st->routes_cpu, pct * (double)st->routes_copied, st->experts_copied,
              st->hybrid_layers, st->moe_layers,
              st->hybrid_layers ? (double)st->sync_wait_ns / 1e3 / (double)st->hybrid_layers : 0.0);
+    {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "; host experts %s; decode graphs: %s",
+                 g->d_stage ? (g->host_registered ? "page-locked" : "pageable (registration failed)")
+                            : "not copied", g->graphs_off ? g->graphs_why
+                                                              : g->graphs[0] ? "on" : "not used");
+    }
     if (st->rt_measured) {
         const size_t len = strlen(buf);
         snprintf(buf + len, cap - len, "; GPU gap %.1f us, round-trip overhead %.1f us per hybrid "

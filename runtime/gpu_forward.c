@@ -14,6 +14,7 @@
 #if MP_HAVE_CUDA
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -89,13 +90,16 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
                         g->stream), "rope");
     KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
                         style, g->stream), "rope");
-    KCHECK(mp_cuda_kv_store(L->k_cache, g->d_k, n, KV, pos0, g->stream), "kv store");
-    KCHECK(mp_cuda_kv_store(L->v_cache, g->d_v, n, KV, pos0, g->stream), "kv store");
+    /* positions come from d_pos, and in a graph the keys are split for the whole context: the
+     * launches are then the same at every position */
+    KCHECK(mp_cuda_kv_store_at(L->k_cache, g->d_k, n, KV, g->d_pos, g->stream), "kv store");
+    KCHECK(mp_cuda_kv_store_at(L->v_cache, g->d_v, n, KV, g->d_pos, g->stream), "kv store");
     for (int64_t r0 = 0; r0 < n; r0 += MP_GPU_ATT_ROWS) {
         const int64_t rows = n - r0 < MP_GPU_ATT_ROWS ? n - r0 : MP_GPU_ATT_ROWS;
-        KCHECK(mp_cuda_attention(g->d_q + r0 * Q, L->k_cache, L->v_cache, g->d_att + r0 * Q, rows,
-                                 pos0 + r0, hp->n_head, hp->n_head_kv, hd, g->d_att_scratch,
-                                 g->att_scratch_bytes, g->stream), "attention");
+        const int64_t keys_max = g->capturing ? g->s->n_ctx : pos0 + r0 + rows;
+        KCHECK(mp_cuda_attention_at(g->d_q + r0 * Q, L->k_cache, L->v_cache, g->d_att + r0 * Q, rows,
+                                    g->d_pos + r0, keys_max, hp->n_head, hp->n_head_kv, hd,
+                                    g->d_att_scratch, g->att_scratch_bytes, g->stream), "attention");
     }
     g->act_src = NULL;
     if ((st = proj(g, &L->wo, g->d_att, n, g->d_proj, D, err)))
@@ -104,21 +108,31 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     return MP_OK;
 }
 
-static mp_status head(mp_gpu *g, int64_t n, bool all_logits, float *logits, mp_error *err)
+/* Enqueue the head for rows [r0, r0 + rows): norm, projection, logits to h_logits. */
+static mp_status head_enqueue(mp_gpu *g, int64_t r0, int64_t rows, mp_error *err)
 {
     const mp_hparams *hp = &g->s->m->hp;
     const int64_t D = hp->n_embd, V = hp->n_vocab;
+    mp_status st;
+    KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x + r0 * D, g->output_norm, rows, D, hp->rms_eps, g->stream),
+           "output norm");
+    g->act_src = NULL;
+    if ((st = proj(g, &g->output, g->d_xb, rows, g->d_logits, V, err)))
+        return st;
+    CCHECK(cudaMemcpyAsync(g->h_logits, g->d_logits, (size_t)(rows * V) * sizeof(float),
+                           cudaMemcpyDeviceToHost, g->stream), "logits copy");
+    return MP_OK;
+}
+
+static mp_status head(mp_gpu *g, int64_t n, bool all_logits, float *logits, mp_error *err)
+{
+    const int64_t V = g->s->m->hp.n_vocab;
     const int64_t first = all_logits ? 0 : n - 1;
     mp_status st;
     for (int64_t r0 = first; r0 < n; r0 += MP_GPU_HEAD_ROWS) {
         const int64_t rows = n - r0 < MP_GPU_HEAD_ROWS ? n - r0 : MP_GPU_HEAD_ROWS;
-        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x + r0 * D, g->output_norm, rows, D, hp->rms_eps,
-                               g->stream), "output norm");
-        g->act_src = NULL;
-        if ((st = proj(g, &g->output, g->d_xb, rows, g->d_logits, V, err)))
+        if ((st = head_enqueue(g, r0, rows, err)))
             return st;
-        CCHECK(cudaMemcpyAsync(g->h_logits, g->d_logits, (size_t)(rows * V) * sizeof(float),
-                               cudaMemcpyDeviceToHost, g->stream), "logits copy");
         CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
         memcpy(logits + (r0 - first) * V, g->h_logits, (size_t)(rows * V) * sizeof(float));
     }
@@ -164,13 +178,89 @@ static void collect_round_trips(mp_gpu *g)
     }
 }
 
+/* Enqueue one segment of the step: finish hybrid layer `from - 1` (when from > 0 and it is
+ * hybrid), then layers from `from` on, up to and including the begin of the next hybrid layer's
+ * MoE (*stop = its index) or through the last layer (*stop = n_layer; with head_rows > 0 also the
+ * head for the last head_rows rows). */
+static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t from, int64_t head_rows,
+                                 int64_t *stop, mp_error *err)
+{
+    const mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
+    mp_status st;
+    if (from == 0) {
+        CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream),
+               "token upload");
+        CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice,
+                               g->stream), "token upload");
+        CCHECK(cudaEventRecord(g->ev_io, g->stream), "cudaEventRecord");
+        KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab,
+                                hp->n_embd, g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
+    } else {
+        if ((st = mp_gpu_moe_end(g, from - 1, n, err)))
+            return st;
+        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        if (s->hooks && s->hooks->layer_end)
+            s->hooks->layer_end(s->hooks->user, from - 1);
+    }
+    for (int64_t il = from; il < hp->n_layer; il++) {
+        if (s->hooks && s->hooks->layer_begin)
+            s->hooks->layer_begin(s->hooks->user, il);
+        if ((st = attention_block(g, il, n, pos0, err)))
+            return st;
+        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, g->layers[il].ffn_norm, n, hp->n_embd, hp->rms_eps,
+                               g->stream), "rmsnorm");
+        g->act_src = NULL;
+        if ((st = mp_gpu_moe_begin(g, il, n, err)))
+            return st;
+        if (mp_gpu_layer_hybrid(g, il)) {
+            *stop = il;
+            return MP_OK;
+        }
+        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        if (s->hooks && s->hooks->layer_end)
+            s->hooks->layer_end(s->hooks->user, il);
+    }
+    *stop = hp->n_layer;
+    if (head_rows > 0)
+        return head_enqueue(g, n - head_rows, head_rows, err);
+    return MP_OK;
+}
+
+/* Capture segment `from` of the 1-row decode step as a graph (and launch it: a capture does not
+ * run the work). On a capture error the graphs are turned off for the session. */
+static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t *stop, mp_error *err)
+{
+    cudaGraph_t graph = NULL;
+    CCHECK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+    g->capturing = true;
+    mp_status st = enqueue_segment(g, 1, pos0, from, 1, stop, err);
+    g->capturing = false;
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (!st && e != cudaSuccess)
+        st = mp_gpu_cuda_fail(err, "graph capture", e);
+    if (!st && (e = cudaGraphInstantiate(&g->graphs[from], graph, 0)) != cudaSuccess)
+        st = mp_gpu_cuda_fail(err, "graph instantiation", e);
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (st) {
+        cudaGetLastError();
+        g->graphs[from] = NULL;
+        g->graphs_off = true;
+        snprintf(g->graphs_why, sizeof g->graphs_why, "off (%.140s)", err->msg);
+        return st;
+    }
+    g->stats.graphs_captured++;
+    return MP_OK;
+}
+
 mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
                          float *logits, mp_error *err)
 {
     mp_gpu *g = s->gpu;
     const mp_model *m = s->m;
     const mp_hparams *hp = &m->hp;
-    const int64_t pos0 = s->n_past, B = s->n_batch;
+    const int64_t pos0 = s->n_past, B = s->n_batch, L = hp->n_layer;
     mp_status st;
     if (n < 1 || n > B)
         return mp_fail(err, MP_ERR_INTERNAL, "GPU forward: %" PRId64 " rows, batch holds %" PRId64, n, B);
@@ -181,32 +271,46 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
         g->h_io[i] = tokens[i];
         g->h_io[B + i] = (int32_t)(pos0 + i);
     }
-    CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream), "token upload");
-    CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + B, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream), "token upload");
-    CCHECK(cudaEventRecord(g->ev_io, g->stream), "cudaEventRecord");
     g->stats.steps++;
+    /* statistics of the all-resident layers (the hybrid ones count themselves) */
+    int64_t n_full = 0;
+    for (int64_t il = 0; il < L; il++)
+        n_full += !mp_gpu_layer_hybrid(g, il);
+    g->stats.moe_layers += n_full;
+    g->stats.routes_gpu += n_full * n * hp->n_expert_used;
 
-    KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab,
-                            hp->n_embd, g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
-    for (int64_t il = 0; il < hp->n_layer; il++) {
-        if (s->hooks && s->hooks->layer_begin)
-            s->hooks->layer_begin(s->hooks->user, il);
-        if ((st = attention_block(g, il, n, pos0, err)))
-            return st;
-        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, g->layers[il].ffn_norm, n, hp->n_embd, hp->rms_eps,
-                               g->stream), "rmsnorm");
-        g->act_src = NULL;
-        if ((st = mp_gpu_moe(g, il, n, err)))
+    /* a decode step replays captured graphs unless something host-side runs inside a layer
+     * (hooks, route source) or a prefill copy could be chosen */
+    const bool graphs = n == 1 && !g->graphs_off && !s->hooks && !s->route_src &&
+                        !(g->d_stage && g->copy_min_rows == 1);
+    const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
+    int64_t from = 0, stop = 0;
+    for (;;) {
+        if (graphs && head_rows == 1) {
+            if (!g->graphs[from]) {
+                if ((st = capture_segment(g, pos0, from, &stop, err)))
+                    return st;
+            } else {
+                stop = g->seg_stop[from];
+            }
+            g->seg_stop[from] = stop;
+            CCHECK(cudaGraphLaunch(g->graphs[from], g->stream), "graph launch");
+        } else if ((st = enqueue_segment(g, n, pos0, from, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0,
+                                          &stop, err))) {
             return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
-        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
-        if (s->hooks && s->hooks->layer_end)
-            s->hooks->layer_end(s->hooks->user, il);
-    }
-    if (logits) {
-        if ((st = head(g, n, all_logits, logits, err)))
+        }
+        if (stop == L)
+            break;
+        if ((st = mp_gpu_moe_host(g, stop, n, err)))
             return st;
-    } else {
-        CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
+        from = stop + 1;
+    }
+    CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
+    if (logits) {
+        if (head_rows <= MP_GPU_HEAD_ROWS)
+            memcpy(logits, g->h_logits, (size_t)(head_rows * hp->n_vocab) * sizeof(float));
+        else if ((st = head(g, n, all_logits, logits, err)))
+            return st;
     }
     s->n_past += n;
     if (g->measure)

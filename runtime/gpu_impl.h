@@ -87,6 +87,14 @@ struct mp_gpu {
     bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
     int64_t *rt_cpu_ns;     /* (n_layer) the CPU expert time of that step */
     bool measure;
+    bool copied_this_step;  /* the current hybrid layer copied experts (d_proj holds GPU work) */
+    /* decode (1 row) as CUDA graphs: segment k runs from the end of hybrid layer k-1 to the
+     * start of hybrid layer k's host work (or to the logits); captured on first use */
+    cudaGraphExec_t *graphs; /* (n_layer + 1), by the segment's first layer */
+    int64_t *seg_stop;       /* (n_layer + 1) the hybrid layer a segment stops at (n_layer: end) */
+    bool capturing;          /* enqueueing into a graph capture */
+    bool graphs_off;         /* capture failed once, or disabled (MP_GPU_GRAPHS=0) */
+    char graphs_why[160];
 
     cudaEvent_t ev_io;      /* the step's token/position upload has been consumed */
     const float *act_src;   /* d_act holds act_src converted to act_vdt (NULL: stale) */
@@ -97,6 +105,8 @@ struct mp_gpu {
     size_t expert_bytes_max;
     int64_t copy_min_rows;
     bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
+    struct page_range *host_ranges; /* the registered ranges */
+    int64_t n_host_ranges;
     mp_gpu_stats stats;
     mp_moe_timing *timing;  /* (n_layer) of the current step, for the hooks */
     char name[320];
@@ -107,8 +117,17 @@ mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e);
 mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);
 
 /* The MoE block of layer il on the device (gpu_moe.c): d_xb (n, n_embd) normed input →
- * d_proj. Routing (router or route source), resident experts, CPU experts, prefill copies. */
-mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
+ * d_proj, in three parts so that the decode step can be captured as CUDA graphs between the
+ * host's work:
+ *   begin  (enqueued) routing; all-resident layers: the experts, done; hybrid layers: rows and
+ *          routes to the host, an event, the resident experts;
+ *   host   (host only) wait for the event, decide prefill copies (enqueued), CPU experts into
+ *          h_part; statistics;
+ *   end    (enqueued) hybrid layers: h_part up and added to d_proj. */
+bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il);
+mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
+mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
+mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 
 static inline int64_t mp_gpu_now_ns(void)
 {

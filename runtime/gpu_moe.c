@@ -124,11 +124,15 @@ static bool bit(const uint64_t *bits, int64_t e)
     return (bits[e >> 6] >> (e & 63)) & 1u;
 }
 
-mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il)
+{
+    return g->layers[il].n_resident < g->s->m->hp.n_expert;
+}
+
+mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
 {
     mp_session *s = g->s;
-    const mp_model *m = s->m;
-    const mp_hparams *hp = &m->hp;
+    const mp_hparams *hp = &s->m->hp;
     const gpu_layer *G = &g->layers[il];
     const int64_t E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd, B = s->n_batch;
     int32_t *h_ids = g->h_ids + il * B * K;
@@ -163,9 +167,8 @@ mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         KCHECK(mp_cuda_router(g->d_router, n, E, K, hp->expert_weights_norm, g->d_ids, g->d_w, NULL,
                               g->stream), "router");
     }
-    g->stats.moe_layers++;
 
-    /* 2. every expert resident */
+    /* 2. every expert resident: done here */
     if (G->n_resident == E) {
         if (want_routing && !host_routes) {
             CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
@@ -180,25 +183,21 @@ mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il + 1], g->stream), "cudaEventRecord");
         t->hits = n * K;
-        g->stats.routes_gpu += n * K;
         return MP_OK;
     }
 
     /* 3. hybrid: rows and routes to the host, resident experts meanwhile on the GPU */
-    const size_t x_bytes = (size_t)(n * D) * sizeof(float);
-    CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, x_bytes, cudaMemcpyDeviceToHost, g->stream), "row copy");
-    t->d2h_bytes = (int64_t)x_bytes;
+    CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
+                           g->stream), "row copy");
     if (!host_routes) {
         CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
         CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
-        t->d2h_bytes += 2 * n * K * 4;
     }
     CCHECK(cudaEventRecord(g->ev_host, g->stream), "cudaEventRecord");
     if (g->measure)
         CCHECK(cudaEventRecord(g->ev_rt[2 * il], g->stream), "cudaEventRecord");
-    bool gpu_wrote = false;
     if (G->n_resident > 0) {
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
@@ -206,13 +205,28 @@ mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
             return st;
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il + 1], g->stream), "cudaEventRecord");
-        gpu_wrote = true;
     }
+    return MP_OK;
+}
+
+mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    mp_session *s = g->s;
+    const mp_model *m = s->m;
+    const mp_hparams *hp = &m->hp;
+    const gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd, B = s->n_batch;
+    const int32_t *h_ids = g->h_ids + il * B * K;
+    const float *h_w = g->h_w + il * B * K;
+    mp_moe_timing *t = &g->timing[il];
+    mp_status st;
+    if (G->n_resident == E)
+        return MP_OK; /* counted by the forward pass (graph replays skip this function) */
     const int64_t t0_ns = mp_gpu_now_ns();
     CCHECK(cudaEventSynchronize(g->ev_host), "routing round trip");
-    const int64_t t1_ns = mp_gpu_now_ns();
-    t->sync_ns = t1_ns - t0_ns;
+    t->sync_ns = mp_gpu_now_ns() - t0_ns;
     g->stats.sync_wait_ns += t->sync_ns;
+    t->d2h_bytes = (int64_t)((size_t)(n * D) * sizeof(float)) + (s->route_src ? 0 : 2 * n * K * 4);
 
     /* which routes run where: resident, copied (prefill), CPU */
     memcpy(g->h_mask, G->resident, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
@@ -234,6 +248,7 @@ mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
             }
     }
     /* two staging batches go out before the CPU starts, the rest after it */
+    bool gpu_wrote = G->n_resident > 0;
     int done = 0;
     for (int b = 0; b < 2 && done < n_copy; b++) {
         const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
@@ -243,9 +258,11 @@ mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         done += cnt;
     }
     const int64_t c0_ns = mp_gpu_now_ns();
+    /* always written (zeros without CPU routes): the H2D of mp_gpu_moe_end is unconditional, so
+     * that a captured decode graph replays the same copies every step */
     const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask, g->h_part,
                                              s->pool, s->moe);
-    t->cpu_expert_ns = n_cpu ? mp_gpu_now_ns() - c0_ns : 0;
+    t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
     while (done < n_copy) {
         const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
@@ -254,27 +271,38 @@ mp_status mp_gpu_moe(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         gpu_wrote = true;
         done += cnt;
     }
-    if (n_cpu > 0) {
-        if (g->measure) {
-            CCHECK(cudaEventRecord(g->ev_rt[2 * il + 1], g->stream), "cudaEventRecord");
-            g->rt_pending[il] = true;
-            g->rt_cpu_ns[il] = t->cpu_expert_ns;
-        }
-        float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
-        CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
-        t->h2d_bytes = (int64_t)x_bytes;
-        if (gpu_wrote)
-            KCHECK(mp_cuda_add(g->d_proj, g->d_tmp, n * D, g->stream), "combine");
-    } else if (!gpu_wrote) {
-        CCHECK(cudaMemsetAsync(g->d_proj, 0, x_bytes, g->stream), "cudaMemsetAsync");
+    g->copied_this_step = n_copy > 0;
+    if (g->measure) {
+        g->rt_pending[il] = true;
+        g->rt_cpu_ns[il] = t->cpu_expert_ns;
     }
+    t->h2d_bytes = (int64_t)((size_t)(n * D) * sizeof(float));
     t->hits = hits;
     t->misses = n * K - hits;
-    g->stats.hybrid_layers += n_cpu > 0 || n_copy > 0;
+    g->stats.hybrid_layers++;
+    g->stats.moe_layers++;
     g->stats.routes_gpu += hits;
     g->stats.routes_copied += copied_routes;
     g->stats.routes_cpu += n_cpu;
     return MP_OK;
 }
+
+mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    const int64_t D = g->s->m->hp.n_embd;
+    if (g->layers[il].n_resident == g->s->m->hp.n_expert)
+        return MP_OK;
+    if (g->measure)
+        CCHECK(cudaEventRecord(g->ev_rt[2 * il + 1], g->stream), "cudaEventRecord");
+    const size_t x_bytes = (size_t)(n * D) * sizeof(float);
+    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step;
+    float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
+    CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
+    if (gpu_wrote)
+        KCHECK(mp_cuda_add(g->d_proj, g->d_tmp, n * D, g->stream), "combine");
+    g->copied_this_step = false;
+    return MP_OK;
+}
+
 
 #endif

@@ -18,7 +18,8 @@
 
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_partial_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, float *part,
-                    int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n_splits)
+                    int64_t pos0, const int32_t *pos, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                    int64_t n_splits)
 {
     __shared__ float qs[ATT_MAX_HD];
     __shared__ float sc[ATT_CHUNK];
@@ -26,7 +27,8 @@ attn_partial_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, floa
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
     const int64_t rh = blockIdx.x, split = blockIdx.y;
     const int64_t row = rh / n_head, h = rh % n_head, kvh = h / (n_head / n_head_kv);
-    const int64_t n_keys = pos0 + row + 1, t0 = split * ATT_CHUNK;
+    // the row's position: from the device (graph-replayable decode) or pos0 + row
+    const int64_t n_keys = (pos ? (int64_t)pos[row] : pos0 + row) + 1, t0 = split * ATT_CHUNK;
     const int64_t t1 = t0 + ATT_CHUNK < n_keys ? t0 + ATT_CHUNK : n_keys;
     float *out = part + (rh * n_splits + split) * (hd + 2); // (m, l, o[hd])
     if (t0 >= n_keys) { // past the causal bound: an empty chunk
@@ -113,17 +115,16 @@ extern "C" size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head
     return (size_t)(n_rows * n_head * n_splits * (head_dim + 2)) * sizeof(float);
 }
 
-extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
-                                 float *d_out, int64_t n_rows, int64_t pos0, int64_t n_head,
-                                 int64_t n_head_kv, int64_t head_dim, void *d_scratch,
-                                 size_t scratch_bytes, void *stream)
+static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
+                     int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
+                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, void *d_scratch,
+                     size_t scratch_bytes, void *stream)
 {
     if (n_rows < 0 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv ||
-        head_dim < 1 || head_dim > ATT_MAX_HD || !d_q || !d_k || !d_v || !d_out)
+        head_dim < 1 || head_dim > ATT_MAX_HD || !d_q || !d_k || !d_v || !d_out || n_keys_max < 1)
         return MP_CUDA_EINVAL;
     if (n_rows == 0)
         return 0;
-    const int64_t n_keys_max = pos0 + n_rows;
     const int64_t n_splits = (n_keys_max + ATT_CHUNK - 1) / ATT_CHUNK;
     if (n_splits > 65535) // gridDim.y: contexts beyond 16M keys
         return MP_CUDA_EINVAL;
@@ -132,11 +133,32 @@ extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const ui
         return MP_CUDA_ENOMEM;
     cudaStream_t st = (cudaStream_t)stream;
     const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
-    attn_partial_kernel<<<grid, ATT_THREADS, 0, st>>>(d_q, d_k, d_v, (float *)d_scratch, pos0,
+    attn_partial_kernel<<<grid, ATT_THREADS, 0, st>>>(d_q, d_k, d_v, (float *)d_scratch, pos0, d_pos,
                                                       n_head, n_head_kv, head_dim, n_splits);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
     attn_merge_kernel<<<(unsigned)(n_rows * n_head), 128, 0, st>>>((const float *)d_scratch, d_out,
                                                                    head_dim, n_splits);
     return mpc_launch_status();
+}
+
+extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
+                                 float *d_out, int64_t n_rows, int64_t pos0, int64_t n_head,
+                                 int64_t n_head_kv, int64_t head_dim, void *d_scratch,
+                                 size_t scratch_bytes, void *stream)
+{
+    return attention(d_q, d_k, d_v, d_out, n_rows, pos0, NULL, pos0 + n_rows, n_head, n_head_kv,
+                     head_dim, d_scratch, scratch_bytes, stream);
+}
+
+extern "C" int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
+                                    float *d_out, int64_t n_rows, const int32_t *d_pos,
+                                    int64_t n_keys_max, int64_t n_head, int64_t n_head_kv,
+                                    int64_t head_dim, void *d_scratch, size_t scratch_bytes,
+                                    void *stream)
+{
+    if (!d_pos)
+        return MP_CUDA_EINVAL;
+    return attention(d_q, d_k, d_v, d_out, n_rows, 0, d_pos, n_keys_max, n_head, n_head_kv,
+                     head_dim, d_scratch, scratch_bytes, stream);
 }

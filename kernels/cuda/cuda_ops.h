@@ -154,6 +154,11 @@ int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream);
 int mp_cuda_kv_store(uint16_t *d_cache, const float *d_src, int64_t n_rows, int64_t n_kv,
                      int64_t pos0, void *stream);
 
+/* As mp_cuda_kv_store, but row r goes to cache row d_pos[r] (positions read on the device, so a
+ * captured CUDA graph replays at every position). */
+int mp_cuda_kv_store_at(uint16_t *d_cache, const float *d_src, int64_t n_rows, int64_t n_kv,
+                        const int32_t *d_pos, void *stream);
+
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
                                        int64_t n_keys_max);
@@ -166,6 +171,14 @@ size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t h
 int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                       int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
                       int64_t head_dim, void *d_scratch, size_t scratch_bytes, void *stream);
+
+/* As mp_cuda_attention, but query row i is at position d_pos[i] (read on the device) and the
+ * keys are split for up to n_keys_max positions (chunks past a row's position are skipped):
+ * the launch shape no longer depends on the position, so a CUDA graph can replay it. */
+int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
+                         int64_t n_rows, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
+                         int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
+                         void *stream);
 
 /* ---- prefill GEMM (cuBLAS) ---- */
 

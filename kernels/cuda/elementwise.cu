@@ -86,6 +86,27 @@ __global__ void kv_store_kernel(uint16_t *cache, const float *src, int64_t n)
         cache[i] = __half_as_ushort(__float2half_rn(src[i]));
 }
 
+__global__ void kv_store_at_kernel(uint16_t *cache, const float *src, const int32_t *pos,
+                                   int64_t n_kv, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        cache[(int64_t)pos[i / n_kv] * n_kv + i % n_kv] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+extern "C" int mp_cuda_kv_store_at(uint16_t *d_cache, const float *d_src, int64_t n_rows,
+                                   int64_t n_kv, const int32_t *d_pos, void *stream)
+{
+    if (n_rows < 0 || n_kv < 1 || !d_cache || !d_src || !d_pos)
+        return MP_CUDA_EINVAL;
+    const int64_t n = n_rows * n_kv;
+    if (n == 0)
+        return 0;
+    kv_store_at_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+        d_cache, d_src, d_pos, n_kv, n);
+    return mpc_launch_status();
+}
+
 extern "C" int mp_cuda_kv_store(uint16_t *d_cache, const float *d_src, int64_t n_rows,
                                 int64_t n_kv, int64_t pos0, void *stream)
 {

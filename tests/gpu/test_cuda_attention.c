@@ -64,6 +64,40 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
         }
     cr_assert_eq(mp_cuda_attention(d_q, d_k, d_v, d_o, n_rows, pos0, n_head, n_head_kv, hd, d_s,
                                    sb - 1, NULL), MP_CUDA_ENOMEM);
+    /* positions from the device, keys split for a longer context (the CUDA-graph decode path):
+     * the extra chunks are empty, so the result is bit-identical */
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_rows);
+    for (int64_t r = 0; r < n_rows; r++)
+        pos[r] = (int32_t)(pos0 + r);
+    int32_t *d_pos = dev_put(pos, sizeof(int32_t) * (size_t)n_rows);
+    const int64_t keys_max = n_ctx + 700;
+    const size_t sb2 = mp_cuda_attention_scratch_bytes(n_rows, n_head, hd, keys_max);
+    void *d_s2 = dev_alloc(sb2);
+    MPC_OK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys_max, n_head, n_head_kv, hd,
+                                d_s2, sb2, NULL));
+    float *got_at = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
+    dev_get(got_at, d_o, sizeof(float) * (size_t)(n_rows * n_head * hd));
+    for (int64_t i = 0; i < n_rows * n_head * hd; i++)
+        cr_assert_eq(got_at[i], got[i], "seed %llu: attention_at differs at %ld: %.9g vs %.9g",
+                     (unsigned long long)g_seed, (long)i, got_at[i], got[i]);
+    /* the cache rows stored at device positions equal the ones stored at pos0 */
+    uint16_t *d_c1 = dev_alloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    uint16_t *d_c2 = dev_alloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    float *src = malloc(sizeof(float) * (size_t)(n_rows * n_kv));
+    rnd_floats(src, n_rows * n_kv, 3.0f);
+    float *d_src = dev_put(src, sizeof(float) * (size_t)(n_rows * n_kv));
+    cudaMemset(d_c1, 0, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    cudaMemset(d_c2, 0, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    MPC_OK(mp_cuda_kv_store(d_c1, d_src, n_rows, n_kv, pos0, NULL));
+    MPC_OK(mp_cuda_kv_store_at(d_c2, d_src, n_rows, n_kv, d_pos, NULL));
+    uint16_t *c1 = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv)), *c2 = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    dev_get(c1, d_c1, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    dev_get(c2, d_c2, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    cr_assert_eq(memcmp(c1, c2, sizeof(uint16_t) * (size_t)(n_ctx * n_kv)), 0, "seed %llu: kv_store_at",
+                 (unsigned long long)g_seed);
+    cr_assert_eq(c1[pos0 * n_kv], mp_f32_to_f16(src[0]), "seed %llu", (unsigned long long)g_seed);
+    cudaFree(d_pos); cudaFree(d_s2); cudaFree(d_c1); cudaFree(d_c2); cudaFree(d_src);
+    free(pos); free(got_at); free(src); free(c1); free(c2);
     cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_s);
     free(q); free(kc); free(vc); free(kf); free(vf); free(got); free(sc); free(ref);
 }
