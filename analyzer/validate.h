@@ -12,6 +12,8 @@
  *     of rows × top-k, truncated BLOBs, ids in [0, n_experts), no repeated id in a row, finite
  *     non-negative weights; at each trace's end, the footer counts against what was read.
  *
+ * Records are (request, step, node) whatever the trace's schema version (the reader slices a
+ * version 2 step row per node), so every check and location is the same for both versions.
  * Every problem names the trace path and as much of (request, step, node, row, slot) as applies.
  * With max problems 1 (the default) the first problem stops everything; --validate-only raises
  * the limit and records are skipped past their problems so that later ones are found too.

@@ -19,7 +19,7 @@ cpu=${CPU:-0}
 mkdir -p "$work"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), pinned to core $cpu"
 for n in "$@"; do
-    trace=$work/t$n.db
+    trace=$work/t$n.v2.db   # named by schema version: a trace left by an older build is not reused
     [ -f "$trace" ] || "$gen" "$trace" "$n" 1000 >/dev/null
     rm -rf "$work/report$n"
     taskset -c "$cpu" "$gnutime" -v "$moeplan" analyze "$trace" --out "$work/report$n" \

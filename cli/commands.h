@@ -8,7 +8,9 @@
 int mp_cmd_run(int argc, char **argv);     /* runtime/cmd_run.c (no route replay) */
 /* `run` with --route-replay served by replay (the CLI passes collector/route_replay.h's). */
 int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay);
-int mp_cmd_bench(int argc, char **argv);   /* runtime/cmd_bench.c */
+int mp_cmd_bench(int argc, char **argv);   /* runtime/cmd_bench.c (no route replay) */
+/* `bench` with --route-replay served by replay, as mp_cmd_run_with. */
+int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay);
 int mp_cmd_inspect(int argc, char **argv); /* runtime/cmd_inspect.c */
 int mp_cmd_mkmodel(int argc, char **argv); /* runtime/cmd_mkmodel.c */
 int mp_cmd_profile(int argc, char **argv); /* runtime/cmd_profile.c */

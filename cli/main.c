@@ -5,11 +5,16 @@
 #include "cli/commands.h"
 #include "collector/route_replay.h"
 
-/* `run` lives in the runtime, which never links the trace reader: the CLI, above both, hands it
- * route replay as a function table (docs/placement.md). */
+/* `run` and `bench` live in the runtime, which never links the trace reader: the CLI, above
+ * both, hands them route replay as a function table (docs/placement.md). */
 static int cmd_run(int argc, char **argv)
 {
     return mp_cmd_run_with(argc, argv, &mp_route_replay_ops);
+}
+
+static int cmd_bench(int argc, char **argv)
+{
+    return mp_cmd_bench_with(argc, argv, &mp_route_replay_ops);
 }
 
 typedef struct command {
@@ -20,7 +25,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"run", cmd_run, "generate text from a GGUF MoE model"},
-    {"bench", mp_cmd_bench, "measure prefill and decode tok/s (pp/tg tests, repetitions, md/json)"},
+    {"bench", cmd_bench, "measure prefill and decode tok/s (pp/tg tests, repetitions, md/json)"},
     {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
     {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},

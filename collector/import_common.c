@@ -44,6 +44,14 @@ struct mp_import_ctx {
     int64_t *done_keys;       /* open-addressing set of finished request keys (cap power of 2) */
     size_t done_cap, done_n;
     int64_t n_steps, n_routing;
+    /* pass 1: every step must route every node (the trace stores a step's nodes in one row);
+     * a partial step is found with the step's record count against the most seen so far (and,
+     * at the end, against the nodes seen): its first record's place names it */
+    int64_t step_nodes, max_step_nodes, first_step_nodes;
+    char step_at[96], first_step_at[96];
+    bool have_partial;
+    int64_t partial_nodes;
+    char partial_at[96];
 };
 
 const char *mp_import_name(const mp_import_ctx *c) { return c->name; }
@@ -124,6 +132,24 @@ static mp_status close_step(mp_import_ctx *c, mp_error *err)
 {
     if (c->step < 0)
         return MP_OK;
+    if (c->pass == 1) {
+        if (c->n_steps == 0) {
+            c->first_step_nodes = c->step_nodes;
+            snprintf(c->first_step_at, sizeof c->first_step_at, "%s", c->step_at);
+        }
+        if (c->step_nodes > c->max_step_nodes) {
+            if (c->max_step_nodes > 0 && !c->have_partial) { /* every earlier step is short */
+                c->have_partial = true;
+                c->partial_nodes = c->first_step_nodes;
+                snprintf(c->partial_at, sizeof c->partial_at, "%s", c->first_step_at);
+            }
+            c->max_step_nodes = c->step_nodes;
+        } else if (c->step_nodes < c->max_step_nodes && !c->have_partial) {
+            c->have_partial = true;
+            c->partial_nodes = c->step_nodes;
+            snprintf(c->partial_at, sizeof c->partial_at, "%s", c->step_at);
+        }
+    }
     c->n_steps++;
     if (c->pass == 2)
         return mp_trace_step_end(c->w, -1, err);
@@ -231,6 +257,8 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
             return mp_fail(err, MP_ERR_LIMIT, "%s: %s: more than %lld steps in one request", nm,
                            at, (long long)MP_TRACE_MAX_STEP);
         c->step_rows = r->n_rows;
+        c->step_nodes = 0;
+        snprintf(c->step_at, sizeof c->step_at, "%s", at ? at : "?");
         c->step_phase = r->phase >= 0 ? r->phase : c->step == 0 ? MP_PHASE_PREFILL : MP_PHASE_DECODE;
         if (c->step_phase == MP_PHASE_DECODE)
             c->n_decode_steps++;
@@ -247,6 +275,7 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
     }
     c->last_node = r->node_index;
     c->n_routing++;
+    c->step_nodes++;
     if (c->pass == 2)
         return mp_trace_add_routing(c->w, r->node_index, r->n_rows, r->top_k, r->ids, r->weights,
                                     err);
@@ -291,6 +320,19 @@ static mp_status run_pass(mp_import_ctx *c, mp_import_format f, const char *data
     if (s == MP_OK && c->pass == 1 && c->n_routing == 0)
         s = mp_fail(err, MP_ERR_FORMAT, "%s: no routing records (expected %s data)", c->name,
                     mp_import_format_name(f));
+    if (s == MP_OK && c->pass == 1) {
+        int64_t n_nodes = 0;
+        for (int i = 0; i < MAX_NODES; i++)
+            n_nodes += c->nodes[i] != NULL;
+        if (c->max_step_nodes < n_nodes) /* no step has them all: the first one is short */
+            s = mp_fail(err, MP_ERR_FORMAT, "%s: %s: a step with routing for %lld of the %lld "
+                        "nodes seen, expected every node in every step", c->name,
+                        c->first_step_at, (long long)c->first_step_nodes, (long long)n_nodes);
+        else if (c->have_partial)
+            s = mp_fail(err, MP_ERR_FORMAT, "%s: %s: a step with routing for %lld of the %lld "
+                        "nodes seen, expected every node in every step", c->name, c->partial_at,
+                        (long long)c->partial_nodes, (long long)n_nodes);
+    }
     return s;
 }
 

@@ -21,7 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/hooks.h"
 
-#define MP_TRACE_SCHEMA_VERSION 1
+#define MP_TRACE_SCHEMA_VERSION 2 /* written; readers also read version 1 */
 #define MP_TRACE_APPLICATION_ID 0x4D505452 /* "MPTR" */
 #define MP_TRACE_MAX_NODE_INDEX 4095
 #define MP_TRACE_MAX_STEP ((INT64_C(1) << 24) - 1)

@@ -3,6 +3,20 @@
  * Invariants: the connection is SQLITE_OPEN_READONLY; every string handed out is owned by the
  * reader (copied at open) or by the iterator's current row (valid until the next call); nothing
  * read is repaired, only NULL mapped to -1 / NULL.
+ *
+ * Routing, schema version 2: one SQL row per (request, step) holds every node's block, in
+ * node_index order; the iterator hands out one record per node, slicing the row's BLOBs by the
+ * nodes table (n_rows × top_k × id_bytes, n_rows × top_k × weight bytes). Slices are never
+ * longer than what is left of the BLOB, and the last node's slice takes whatever is left: a BLOB
+ * that is short or long shows as a wrong-sized record at the node where it stops matching, for
+ * the analyzer to report. A node whose sizes cannot be read (id_bytes not 1 or 2, unknown weight
+ * format, top_k < 1) gets an empty slice. Version 1 (one SQL row per node) is read row by row.
+ *
+ * Memory: a step row of at most MP_TRACE_READ_DIRECT_BYTES (both BLOBs) is read as a column (SQLite
+ * holds it in memory while the row is current); a larger one (a long prefill: rows × nodes ×
+ * bytes per route) is not loaded (the query selects NULL for it), and each node's slice is read
+ * with incremental BLOB I/O into a buffer of the largest slice, so the reader's memory is bounded
+ * by one node's block, as with version 1, whatever the prompt length.
  */
 #include "kernels/quant.h"
 #include "collector/trace_read.h"
@@ -12,9 +26,15 @@
 
 #include <sqlite3.h>
 
+/* Step rows up to this size (expert_ids + weights) are read in one piece. */
+#define MP_TRACE_READ_DIRECT_BYTES 1048576
+#define MP_STR_(x) #x
+#define MP_STR(x) MP_STR_(x)
+
 struct mp_trace_reader {
     sqlite3 *db;
     char *path;
+    int64_t version;         /* schema version: 1 or 2 */
     mp_trace_run run;
     char *run_strings[24];   /* owned copies behind run's const char * fields */
     int n_run_strings;
@@ -25,7 +45,24 @@ struct mp_trace_reader {
 };
 
 struct mp_trace_step_iter { mp_trace_reader *r; sqlite3_stmt *st; };
-struct mp_trace_routing_iter { mp_trace_reader *r; sqlite3_stmt *st; };
+struct mp_trace_routing_iter {
+    mp_trace_reader *r;
+    sqlite3_stmt *st;
+    /* version 2: the current step row and the next node to hand out */
+    bool have_row;
+    int64_t node;            /* position in r->nodes of the next record */
+    int64_t request_id, step, n_rows;
+    const uint8_t *ids, *weights;      /* the row's BLOBs (valid until the next sqlite3_step);
+                                        * NULL for a streamed row */
+    size_t ids_left, weights_left;     /* bytes not yet handed out */
+    /* a streamed row (larger than MP_TRACE_READ_DIRECT_BYTES): slices read at these offsets */
+    bool streamed;
+    sqlite3_blob *ids_blob, *weights_blob; /* open on the row, reopened per streamed row */
+    int ids_off, weights_off;
+    uint8_t *slice;                    /* (slice_cap) the current node's ids then weights */
+    size_t slice_cap;
+    int64_t *row_bytes;      /* (n_nodes, 2): id and weight bytes per row of each node, 0 if unreadable */
+};
 struct mp_trace_timing_iter { mp_trace_reader *r; sqlite3_stmt *st; };
 
 static char *dup_col(sqlite3_stmt *st, int i)
@@ -234,12 +271,13 @@ mp_status mp_trace_reader_open(const char *path, mp_trace_reader **out, mp_error
         mp_trace_reader_close(r);
         return MP_ERR_FORMAT;
     }
-    if (version != MP_TRACE_SCHEMA_VERSION) {
-        mp_fail(err, MP_ERR_FORMAT, "trace %s: schema version %lld, this moeplan reads version %d",
-                path, (long long)version, MP_TRACE_SCHEMA_VERSION);
+    if (version != 1 && version != MP_TRACE_SCHEMA_VERSION) {
+        mp_fail(err, MP_ERR_FORMAT, "trace %s: schema version %lld, this moeplan reads versions 1 "
+                "and %d", path, (long long)version, MP_TRACE_SCHEMA_VERSION);
         mp_trace_reader_close(r);
         return MP_ERR_FORMAT;
     }
+    r->version = version;
     if ((s = load_run(r, err)) || (s = load_nodes(r, err)) || (s = load_requests(r, err))) {
         mp_trace_reader_close(r);
         return s;
@@ -348,49 +386,212 @@ void mp_trace_steps_end(mp_trace_step_iter *it)
     }
 }
 
+int64_t mp_trace_reader_version(const mp_trace_reader *r) { return r->version; }
+
+static void routing_iter_free(mp_trace_routing_iter *it)
+{
+    if (it) {
+        sqlite3_blob_close(it->ids_blob);
+        sqlite3_blob_close(it->weights_blob);
+        sqlite3_finalize(it->st);
+        free(it->row_bytes);
+        free(it->slice);
+        free(it);
+    }
+}
+
+/* Shared by begin and begin_range: the iterator, its statement and (version 2) the per-node
+ * sizes. A NULL range (first > last) means the whole table, in key order, including keys outside
+ * the packed range: validation is the analyzer's, and a record it cannot see it cannot refuse. */
+static mp_status routing_begin(mp_trace_reader *r, bool range, int64_t first, int64_t last,
+                               mp_trace_routing_iter **out, mp_error *err)
+{
+    mp_trace_routing_iter *it = calloc(1, sizeof *it);
+    *out = NULL;
+    if (!it || (r->version >= 2 &&
+                !(it->row_bytes = malloc(((size_t)r->n_nodes + 1) * 2 * sizeof *it->row_bytes)))) {
+        free(it);
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
+    }
+    it->r = r;
+    /* A range on the integer primary key: SQLite walks the b-tree in key order, no sort.
+     * Version 2 selects the BLOBs only up to the direct-read size: length() reads the record
+     * header, not the value, so a large row's BLOBs are not loaded (streamed in next). */
+    const char *sql =
+        r->version < 2
+            ? (range ? "SELECT key, n_rows, expert_ids, weights FROM routing"
+                       " WHERE key >= ?1 AND key <= ?2 ORDER BY key"
+                     : "SELECT key, n_rows, expert_ids, weights FROM routing ORDER BY key")
+            : (range ? "SELECT key, n_rows, CASE WHEN big THEN NULL ELSE expert_ids END,"
+                       " CASE WHEN big THEN NULL ELSE weights END, big, ni, nw FROM"
+                       " (SELECT key, n_rows, expert_ids, weights, length(expert_ids) AS ni,"
+                       " length(weights) AS nw, length(expert_ids) + length(weights) > "
+                       MP_STR(MP_TRACE_READ_DIRECT_BYTES) " AS big FROM routing"
+                       " WHERE key >= ?1 AND key <= ?2) ORDER BY key"
+                     : "SELECT key, n_rows, CASE WHEN big THEN NULL ELSE expert_ids END,"
+                       " CASE WHEN big THEN NULL ELSE weights END, big, ni, nw FROM"
+                       " (SELECT key, n_rows, expert_ids, weights, length(expert_ids) AS ni,"
+                       " length(weights) AS nw, length(expert_ids) + length(weights) > "
+                       MP_STR(MP_TRACE_READ_DIRECT_BYTES) " AS big FROM routing) ORDER BY key");
+    mp_status s = begin_stmt(r, sql, &it->st, err);
+    if (s) {
+        routing_iter_free(it);
+        return s;
+    }
+    if (range) {
+        if (first < 0)
+            first = 0;
+        if (last > MP_TRACE_MAX_REQUEST_ID)
+            last = MP_TRACE_MAX_REQUEST_ID;
+        const int shift = r->version >= 2 ? 24 : 36;
+        sqlite3_bind_int64(it->st, 1, first << shift);
+        sqlite3_bind_int64(it->st, 2, last < first ? -1 : ((last + 1) << shift) - 1);
+    }
+    for (int64_t i = 0; r->version >= 2 && i < r->n_nodes; i++) {
+        const mp_trace_node_info *n = &r->nodes[i];
+        const int64_t wb = mp_trace_weight_bytes(n->weight_format);
+        const bool ok = (n->id_bytes == 1 || n->id_bytes == 2) && wb && n->top_k >= 1 &&
+                        n->top_k <= 65536;
+        it->row_bytes[2 * i] = ok ? n->top_k * n->id_bytes : 0;
+        it->row_bytes[2 * i + 1] = ok ? n->top_k * wb : 0;
+    }
+    *out = it;
+    return MP_OK;
+}
+
 mp_status mp_trace_routing_begin_range(mp_trace_reader *r, int64_t first, int64_t last,
                                        mp_trace_routing_iter **out, mp_error *err)
 {
-    *out = calloc(1, sizeof **out);
-    if (!*out)
-        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
-    (*out)->r = r;
-    /* A range on the integer primary key: SQLite walks the b-tree in key order, no sort. */
-    mp_status s = begin_stmt(r, "SELECT key, n_rows, expert_ids, weights FROM routing"
-                                " WHERE key >= ?1 AND key <= ?2 ORDER BY key", &(*out)->st, err);
-    if (s) {
-        free(*out);
-        *out = NULL;
-        return s;
-    }
-    if (first < 0)
-        first = 0;
-    if (last > MP_TRACE_MAX_REQUEST_ID)
-        last = MP_TRACE_MAX_REQUEST_ID;
-    sqlite3_bind_int64((*out)->st, 1, first << 36);
-    sqlite3_bind_int64((*out)->st, 2, last < first ? -1 : ((last + 1) << 36) - 1);
-    return MP_OK;
+    return routing_begin(r, true, first, last, out, err);
 }
 
 mp_status mp_trace_routing_begin(mp_trace_reader *r, mp_trace_routing_iter **out, mp_error *err)
 {
-    /* Keys outside the packed range (negative or huge) are still returned: validation is the
-     * analyzer's, and a record it cannot see it cannot refuse. */
-    *out = calloc(1, sizeof **out);
-    if (!*out)
-        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
-    (*out)->r = r;
-    mp_status s = begin_stmt(r, "SELECT key, n_rows, expert_ids, weights FROM routing ORDER BY key",
-                             &(*out)->st, err);
-    if (s) {
-        free(*out);
-        *out = NULL;
+    return routing_begin(r, false, 0, -1, out, err);
+}
+
+/* min(n_rows × per_row, left): a node's slice; negative row counts take nothing, overflowing
+ * ones everything. */
+static size_t slice_bytes(int64_t n_rows, int64_t per_row, size_t left)
+{
+    if (n_rows <= 0 || per_row <= 0)
+        return 0;
+    if (n_rows > INT64_MAX / per_row || (uint64_t)(n_rows * per_row) > left)
+        return left;
+    return (size_t)(n_rows * per_row);
+}
+
+/* Point the iterator's BLOB handles at row key (opened once, then moved with reopen). */
+static mp_status open_row_blobs(mp_trace_routing_iter *it, int64_t key, mp_error *err)
+{
+    mp_trace_reader *r = it->r;
+    int rc = SQLITE_OK;
+    if (!it->ids_blob)
+        rc = sqlite3_blob_open(r->db, "main", "routing", "expert_ids", key, 0, &it->ids_blob);
+    else
+        rc = sqlite3_blob_reopen(it->ids_blob, key);
+    if (rc == SQLITE_OK) {
+        if (!it->weights_blob)
+            rc = sqlite3_blob_open(r->db, "main", "routing", "weights", key, 0, &it->weights_blob);
+        else
+            rc = sqlite3_blob_reopen(it->weights_blob, key);
     }
-    return s;
+    if (rc != SQLITE_OK)
+        return mp_fail(err, MP_ERR_FORMAT, "trace %s: routing (request %lld, step %lld): reading "
+                       "the BLOBs: %s", r->path, (long long)(key >> 24),
+                       (long long)(key & MP_TRACE_MAX_STEP), sqlite3_errmsg(r->db));
+    return MP_OK;
+}
+
+/* Read a streamed row's next ib id bytes and wb weight bytes into it->slice. */
+static mp_status read_slices(mp_trace_routing_iter *it, size_t ib, size_t wb, mp_error *err)
+{
+    mp_trace_reader *r = it->r;
+    if (ib + wb > it->slice_cap) {
+        uint8_t *b = realloc(it->slice, ib + wb);
+        if (!b)
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for a routing slice of %zu "
+                           "bytes", r->path, ib + wb);
+        it->slice = b;
+        it->slice_cap = ib + wb;
+    }
+    if ((ib && sqlite3_blob_read(it->ids_blob, it->slice, (int)ib, it->ids_off) != SQLITE_OK) ||
+        (wb && sqlite3_blob_read(it->weights_blob, it->slice + ib, (int)wb, it->weights_off) !=
+                   SQLITE_OK))
+        return mp_fail(err, MP_ERR_FORMAT, "trace %s: routing (request %lld, step %lld): reading "
+                       "the BLOBs: %s", r->path, (long long)it->request_id, (long long)it->step,
+                       sqlite3_errmsg(r->db));
+    return MP_OK;
+}
+
+static int routing_next_v2(mp_trace_routing_iter *it, mp_trace_routing_rec *rec, mp_error *err)
+{
+    mp_trace_reader *r = it->r;
+    if (!it->have_row || it->node >= r->n_nodes) {
+        int rc;
+        do { /* a row with no nodes to hand out (empty nodes table) yields nothing */
+            rc = next_row(r, it->st, err, "reading routing");
+            if (rc != 1)
+                return rc;
+        } while (r->n_nodes == 0);
+        sqlite3_stmt *st = it->st;
+        const int64_t key = sqlite3_column_int64(st, 0);
+        it->request_id = key >> 24;
+        it->step = key & MP_TRACE_MAX_STEP;
+        it->n_rows = sqlite3_column_int64(st, 1);
+        if (it->n_rows == 0 && sqlite3_column_type(st, 1) == SQLITE_NULL)
+            it->n_rows = -1;
+        it->streamed = sqlite3_column_int(st, 4) != 0;
+        if (!it->streamed) {
+            it->ids = sqlite3_column_blob(st, 2);
+            it->ids_left = (size_t)sqlite3_column_bytes(st, 2);
+            it->weights = sqlite3_column_blob(st, 3);
+            it->weights_left = (size_t)sqlite3_column_bytes(st, 3);
+        } else {
+            it->ids = it->weights = NULL;
+            it->ids_left = (size_t)sqlite3_column_int64(st, 5);
+            it->weights_left = (size_t)sqlite3_column_int64(st, 6);
+            it->ids_off = it->weights_off = 0;
+            mp_status s = open_row_blobs(it, key, err);
+            if (s)
+                return s;
+        }
+        it->node = 0;
+        it->have_row = true;
+    }
+    const int64_t p = it->node++;
+    const bool last = it->node == r->n_nodes;
+    const size_t ib = last ? it->ids_left : slice_bytes(it->n_rows, it->row_bytes[2 * p], it->ids_left);
+    const size_t wb = last ? it->weights_left
+                           : slice_bytes(it->n_rows, it->row_bytes[2 * p + 1], it->weights_left);
+    rec->request_id = it->request_id;
+    rec->step = it->step;
+    rec->node_index = r->nodes[p].node_index;
+    rec->key = (int64_t)((uint64_t)rec->request_id << 36 | (uint64_t)rec->step << 12 |
+                         (uint64_t)(rec->node_index & MP_TRACE_MAX_NODE_INDEX));
+    rec->n_rows = it->n_rows;
+    if (it->streamed) {
+        mp_status s = read_slices(it, ib, wb, err);
+        if (s)
+            return s;
+        rec->expert_ids = ib ? it->slice : NULL;
+        rec->weights = wb ? it->slice + ib : NULL;
+        it->ids_off += (int)ib, it->weights_off += (int)wb;
+    } else {
+        rec->expert_ids = ib ? it->ids : NULL;
+        rec->weights = wb ? it->weights : NULL;
+        it->ids += ib, it->weights += wb;
+    }
+    rec->expert_ids_bytes = ib;
+    rec->weights_bytes = wb;
+    it->ids_left -= ib, it->weights_left -= wb;
+    return 1;
 }
 
 int mp_trace_routing_next(mp_trace_routing_iter *it, mp_trace_routing_rec *rec, mp_error *err)
 {
+    if (it->r->version >= 2)
+        return routing_next_v2(it, rec, err);
     int rc = next_row(it->r, it->st, err, "reading routing");
     if (rc != 1)
         return rc;
@@ -409,10 +610,7 @@ int mp_trace_routing_next(mp_trace_routing_iter *it, mp_trace_routing_rec *rec, 
 
 void mp_trace_routing_end(mp_trace_routing_iter *it)
 {
-    if (it) {
-        sqlite3_finalize(it->st);
-        free(it);
-    }
+    routing_iter_free(it);
 }
 
 mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)

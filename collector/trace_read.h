@@ -2,13 +2,15 @@
  *
  * A reader opens a trace read-only (never modifies it, never creates -wal/-shm beside a finished
  * trace) and checks only what it must to interpret the file: that it is a SQLite database with
- * application_id "MPTR" and user_version MP_TRACE_SCHEMA_VERSION. Everything else — status,
+ * application_id "MPTR" and user_version 1 or MP_TRACE_SCHEMA_VERSION (2). Everything else — status,
  * footer counts, order, blob sizes, id ranges, weight values — is reported as stored, for the
  * analyzer to validate; the reader never drops or repairs a record.
  *
  * Memory: run metadata, nodes and requests are loaded at open (bounded by nodes + requests, not by
  * trace length); steps, routing and timing are streamed one row at a time (sqlite3_step), so
- * iterating a trace of any length uses constant memory.
+ * iterating a trace of any length uses constant memory. Routing is handed out as one record per
+ * (request, step, node) whatever the schema version: version 2 stores one row per step holding
+ * every node's block, which the iterator slices by the nodes table (see trace_read.c).
  *
  * Usage:
  *   mp_trace_reader *r; mp_trace_reader_open("t.db", &r, &err);
@@ -63,9 +65,11 @@ typedef struct mp_trace_request_info {
 
 typedef struct mp_trace_reader mp_trace_reader;
 
-/* Open read-only. Fails (MP_ERR_FORMAT naming the file) if it is not a moeplan trace of this
- * schema version, or MP_ERR_IO if it cannot be opened. */
+/* Open read-only. Fails (MP_ERR_FORMAT naming the file and the version) if it is not a moeplan
+ * trace of schema version 1 or 2, or MP_ERR_IO if it cannot be opened. */
 mp_status mp_trace_reader_open(const char *path, mp_trace_reader **out, mp_error *err);
+/* The trace's schema version (PRAGMA user_version): 1 or 2. */
+int64_t mp_trace_reader_version(const mp_trace_reader *r);
 void mp_trace_reader_close(mp_trace_reader *r);
 const char *mp_trace_reader_path(const mp_trace_reader *r);
 const mp_trace_run *mp_trace_reader_run(const mp_trace_reader *r);
@@ -93,11 +97,13 @@ mp_status mp_trace_steps_begin(mp_trace_reader *r, mp_trace_step_iter **out, mp_
 int mp_trace_steps_next(mp_trace_step_iter *it, mp_trace_step_rec *rec, mp_error *err);
 void mp_trace_steps_end(mp_trace_step_iter *it);
 
-/* One routing record: the raw blobs as stored. Pointers are valid until the next call to next
- * or end. A blob that is NULL in the database (schema forbids it) reads as size 0, pointer NULL;
- * a value of the wrong SQL type reads through SQLite's conversion: validate the sizes. */
+/* One routing record: the raw blobs as stored (version 2: the node's slice of the step's
+ * BLOBs). Pointers are valid until the next call to next or end. A blob that is NULL in the
+ * database (schema forbids it) or an empty slice reads as size 0, pointer NULL; a value of the
+ * wrong SQL type reads through SQLite's conversion: validate the sizes. */
 typedef struct mp_trace_routing_rec {
-    int64_t key; /* request_id << 36 | step << 12 | node_index */
+    int64_t key; /* request_id << 36 | step << 12 | node_index (version 1's stored key; version 2:
+                  * computed, so keys increase through a trace in either version) */
     int64_t request_id, step, node_index;
     int64_t n_rows;
     const void *expert_ids;   /* (n_rows, top_k) × node id_bytes, LE unsigned */

@@ -6,7 +6,10 @@
  *  - In a step, everything is inserted inside one transaction opened by step_begin; counts of the
  *    step are added to w->counts only when step_end's COMMIT succeeds (the footer counts what is
  *    in the file).
- *  - ids_buf / weights_buf grow to the largest (n_rows × top_k) seen and are reused.
+ *  - Routing of a step is gathered in ids_buf / weights_buf (one step: every node's (n_rows,
+ *    top_k) block at its place in node_index order, see node_slot's offsets) and written as one
+ *    routing row by step_end: every node or none (a partial step is refused, not written). The
+ *    buffers grow to the largest step seen and are reused.
  */
 #include "collector/trace.h"
 
@@ -30,6 +33,9 @@ typedef struct node_slot {
     int64_t n_experts, top_k;
     int id_bytes;
     mp_trace_weight_format wf;
+    int64_t id_off_row, w_off_row; /* bytes per step row of the nodes before this one (node_index
+                                    * order): the node's block starts at n_rows × these */
+    uint32_t seen_step;            /* step_serial of the last step that had its routing */
 } node_slot;
 
 enum { ST_OPEN, ST_RUN, ST_REQUEST, ST_STEP, ST_FINISHED };
@@ -55,9 +61,13 @@ struct mp_trace_writer {
     const char *const *label_ids;   /* (n_labels) external ids by request_id, or NULL */
     const char *const *label_texts; /* (n_labels) prompt texts, or NULL */
     int64_t n_labels;
-    uint8_t *ids_buf;          /* (n_rows, top_k) × id_bytes */
-    uint8_t *weights_buf;      /* (n_rows, top_k) × 2 or 4 */
-    size_t buf_cap_elems;
+    int64_t n_nodes;           /* nodes added */
+    bool layout_ready;         /* node offsets computed (at the first step; nodes are fixed then) */
+    int64_t row_id_bytes, row_w_bytes; /* a step row's bytes over all nodes */
+    uint32_t step_serial;      /* increments per step_begin; node_slot.seen_step compares to it */
+    uint8_t *ids_buf;          /* (step rows) × row_id_bytes: the open step's expert_ids BLOB */
+    uint8_t *weights_buf;      /* (step rows) × row_w_bytes: its weights BLOB */
+    size_t ids_cap_bytes, weights_cap_bytes;
 };
 
 static int64_t now_ns(void)
@@ -359,6 +369,7 @@ mp_status mp_trace_add_node(mp_trace_writer *w, const mp_trace_node *n, mp_error
     sqlite3_finalize(st);
     if (s)
         return s;
+    w->n_nodes++;
     node_slot *slot = &w->nodes[n->node_index];
     slot->present = true;
     slot->n_experts = n->n_experts;
@@ -458,6 +469,26 @@ mp_status mp_trace_request_end(mp_trace_writer *w, int64_t n_gen_tokens, int64_t
     return s;
 }
 
+static mp_status grow_buffers(mp_trace_writer *w, size_t ids_bytes, size_t weights_bytes,
+                              mp_error *err)
+{
+    if (ids_bytes > w->ids_cap_bytes) {
+        uint8_t *ids = realloc(w->ids_buf, ids_bytes);
+        if (!ids)
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
+        w->ids_buf = ids;
+        w->ids_cap_bytes = ids_bytes;
+    }
+    if (weights_bytes > w->weights_cap_bytes) {
+        uint8_t *wts = realloc(w->weights_buf, weights_bytes);
+        if (!wts)
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
+        w->weights_buf = wts;
+        w->weights_cap_bytes = weights_bytes;
+    }
+    return MP_OK;
+}
+
 mp_status mp_trace_step_begin(mp_trace_writer *w, int64_t step, mp_phase phase, int64_t n_rows,
                               int64_t pos, mp_error *err)
 {
@@ -476,9 +507,31 @@ mp_status mp_trace_step_begin(mp_trace_writer *w, int64_t step, mp_phase phase, 
     if (n_rows < 1 || (phase != MP_PHASE_PREFILL && phase != MP_PHASE_DECODE))
         return mp_fail(err, MP_ERR_ARG, "trace %s: step %lld: expected n_rows >= 1 and a phase",
                        w->path, (long long)step);
+    if (!w->layout_ready) {
+        for (int64_t i = 0; i < MAX_NODES; i++) {
+            node_slot *nd = &w->nodes[i];
+            if (!nd->present)
+                continue;
+            nd->id_off_row = w->row_id_bytes;
+            nd->w_off_row = w->row_w_bytes;
+            w->row_id_bytes += nd->top_k * nd->id_bytes;
+            w->row_w_bytes += nd->top_k * (nd->wf == MP_TRACE_W_F16 ? 2 : 4);
+        }
+        w->layout_ready = true;
+    }
+    /* one step's BLOB must fit SQLite's length limit (1e9 bytes by default) */
+    if (w->row_w_bytes > 0 && n_rows > (int64_t)1000000000 / w->row_w_bytes)
+        return mp_fail(err, MP_ERR_LIMIT, "trace %s: request %lld step %lld: %lld rows × %lld "
+                       "routing bytes per row over all nodes, expected at most 1e9 bytes",
+                       w->path, (long long)w->request_id, (long long)step, (long long)n_rows,
+                       (long long)w->row_w_bytes);
+    if ((s = grow_buffers(w, (size_t)(n_rows * w->row_id_bytes),
+                          (size_t)(n_rows * w->row_w_bytes), err)))
+        return s;
     if ((s = exec(w, "BEGIN", err, "beginning a step")))
         return s;
     w->in_txn = true;
+    w->step_serial++;
     w->step = step;
     w->step_rows = n_rows;
     w->step_pos = pos;
@@ -493,20 +546,9 @@ static inline int64_t pack_key(int64_t request_id, int64_t step, int64_t node_in
     return request_id << 36 | step << 12 | node_index;
 }
 
-static mp_status grow_buffers(mp_trace_writer *w, size_t n, mp_error *err)
+static inline int64_t pack_step_key(int64_t request_id, int64_t step)
 {
-    if (n <= w->buf_cap_elems)
-        return MP_OK;
-    uint8_t *ids = realloc(w->ids_buf, n * 2), *wts;
-    if (!ids)
-        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
-    w->ids_buf = ids;
-    wts = realloc(w->weights_buf, n * 4);
-    if (!wts)
-        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
-    w->weights_buf = wts;
-    w->buf_cap_elems = n;
-    return MP_OK;
+    return request_id << 24 | step;
 }
 
 mp_status mp_trace_add_routing(mp_trace_writer *w, int64_t node_index, int64_t n_rows,
@@ -528,9 +570,14 @@ mp_status mp_trace_add_routing(mp_trace_writer *w, int64_t node_index, int64_t n
                        (long long)w->request_id, (long long)w->step, (long long)node_index,
                        (long long)n_rows, (long long)top_k, (long long)w->step_rows,
                        (long long)nd->top_k);
+    if (nd->seen_step == w->step_serial)
+        return mp_fail(err, MP_ERR_ARG, "trace %s: request %lld step %lld node %lld: routing "
+                       "recorded twice in one step", w->path, (long long)w->request_id,
+                       (long long)w->step, (long long)node_index);
     size_t n = (size_t)(n_rows * top_k);
-    if ((s = grow_buffers(w, n, err)))
-        return s;
+    /* this node's block of the step's BLOBs (filled in place; written by step_end) */
+    uint8_t *ids_buf = w->ids_buf + n_rows * nd->id_off_row;
+    uint8_t *weights_buf = w->weights_buf + n_rows * nd->w_off_row;
     for (size_t i = 0; i < n; i++) {
         int32_t e = ids[i];
         if (e < 0 || e >= nd->n_experts)
@@ -539,36 +586,27 @@ mp_status mp_trace_add_routing(mp_trace_writer *w, int64_t node_index, int64_t n
                            (long long)w->step, (long long)node_index, i / (size_t)top_k, e,
                            (long long)nd->n_experts);
         if (nd->id_bytes == 1) {
-            w->ids_buf[i] = (uint8_t)e;
+            ids_buf[i] = (uint8_t)e;
         } else {
-            w->ids_buf[2 * i] = (uint8_t)e;
-            w->ids_buf[2 * i + 1] = (uint8_t)(e >> 8);
+            ids_buf[2 * i] = (uint8_t)e;
+            ids_buf[2 * i + 1] = (uint8_t)(e >> 8);
         }
     }
-    size_t wbytes;
     if (nd->wf == MP_TRACE_W_F16) {
         for (size_t i = 0; i < n; i++) {
             uint16_t h = mp_f32_to_f16(weights[i]);
-            w->weights_buf[2 * i] = (uint8_t)h;
-            w->weights_buf[2 * i + 1] = (uint8_t)(h >> 8);
+            weights_buf[2 * i] = (uint8_t)h;
+            weights_buf[2 * i + 1] = (uint8_t)(h >> 8);
         }
-        wbytes = n * 2;
     } else {
         for (size_t i = 0; i < n; i++) {
             uint32_t x;
             memcpy(&x, &weights[i], 4);
             for (int b = 0; b < 4; b++)
-                w->weights_buf[4 * i + b] = (uint8_t)(x >> (8 * b));
+                weights_buf[4 * i + b] = (uint8_t)(x >> (8 * b));
         }
-        wbytes = n * 4;
     }
-    sqlite3_stmt *st = w->ins_routing;
-    sqlite3_bind_int64(st, 1, pack_key(w->request_id, w->step, node_index));
-    sqlite3_bind_int64(st, 2, n_rows);
-    sqlite3_bind_blob(st, 3, w->ids_buf, (int)(n * (size_t)nd->id_bytes), SQLITE_STATIC);
-    sqlite3_bind_blob(st, 4, w->weights_buf, (int)wbytes, SQLITE_STATIC);
-    if ((s = step_once(w, st, err, "writing routing")))
-        return s;
+    w->nodes[node_index].seen_step = w->step_serial;
     w->step_routing++;
     return MP_OK;
 }
@@ -630,7 +668,27 @@ mp_status mp_trace_step_end(mp_trace_writer *w, int64_t duration_ns, mp_error *e
         return s;
     if (w->state != ST_STEP)
         return bad_order(w, err, "step_end");
-    sqlite3_stmt *st = w->ins_step;
+    if (w->step_routing > 0 && w->step_routing < w->n_nodes) {
+        int64_t missing = 0;
+        while (!w->nodes[missing].present || w->nodes[missing].seen_step == w->step_serial)
+            missing++;
+        return mp_fail(err, MP_ERR_ARG, "trace %s: request %lld step %lld: routing for %lld of "
+                       "%lld nodes (first missing: node %lld), expected every node or none",
+                       w->path, (long long)w->request_id, (long long)w->step,
+                       (long long)w->step_routing, (long long)w->n_nodes, (long long)missing);
+    }
+    sqlite3_stmt *st;
+    if (w->step_routing > 0) {
+        st = w->ins_routing;
+        sqlite3_bind_int64(st, 1, pack_step_key(w->request_id, w->step));
+        sqlite3_bind_int64(st, 2, w->step_rows);
+        sqlite3_bind_blob(st, 3, w->ids_buf, (int)(w->step_rows * w->row_id_bytes), SQLITE_STATIC);
+        sqlite3_bind_blob(st, 4, w->weights_buf, (int)(w->step_rows * w->row_w_bytes),
+                          SQLITE_STATIC);
+        if ((s = step_once(w, st, err, "writing routing")))
+            return s;
+    }
+    st = w->ins_step;
     sqlite3_bind_int64(st, 1, w->request_id);
     sqlite3_bind_int64(st, 2, w->step);
     sqlite3_bind_text(st, 3, w->step_phase == MP_PHASE_PREFILL ? "prefill" : "decode", -1,

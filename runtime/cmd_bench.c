@@ -12,6 +12,11 @@
  * hybrid decode the measured round trip per MoE layer (GPU gap minus CPU expert time). CPU rows
  * say executor "cpu" and, with placement flags, that the placement was only checked.
  *
+ * Route replay (--route-replay TRACE): the tests' routing comes from a recorded trace instead of
+ * the router, through the function table the CLI passes to mp_cmd_bench_with (the runtime never
+ * links the trace reader), exactly as `run` does; the replay streams on across the warm-up and the
+ * repetitions (wrapping at the trace's end). Rows name the trace and the replay's summary.
+ *
  * Every numeric flag is parsed strictly (whole string, range-checked); bad flags exit 2 with one
  * line, any other failure exits 1.
  */
@@ -56,6 +61,8 @@ static void usage(FILE *f)
             "                       longer than the model's trained context needs --ctx)\n"
             "      --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
             "      --no-simd        use the scalar reference kernels\n"
+            "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
+            "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "  -o, --output FMT     md (default) or json\n"
             "%s"
             "  -h, --help           show this help\n"
@@ -106,6 +113,7 @@ typedef struct bench_opts {
     uint64_t seed;
     bool json, no_simd;
     mp_placement_opts pl;
+    const char *route_replay; /* --route-replay TRACE, NULL: the router decides */
 } bench_opts;
 
 /* 0 ok, 1 help shown, 2 usage error (reported) */
@@ -133,7 +141,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         if (mp_placement_opts_set(&o->pl, a, v, &pst, &perr)) {
             if (pst)
                 return usage_error("%s%s", perr.msg, "");
-        } else if (IS("-m", "--model"))
+        } else if (!strcmp(a, "--route-replay"))
+            o->route_replay = v;
+        else if (IS("-m", "--model"))
             o->model = v;
         else if (IS("-p", "--n-prompt"))
             ok = parse_list(v, o->pp, &o->n_pp);
@@ -184,6 +194,8 @@ typedef struct bench_ctx {
     bool gpu;              /* the GPU executor ran */
     char device[320];
     mp_gpu_memory mem;
+    const char *replay;    /* --route-replay TRACE, NULL: the router */
+    char replay_desc[512]; /* the replay's summary after the last test ("" without replay) */
 } bench_ctx;
 
 typedef struct bench_row {
@@ -249,10 +261,12 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     mp_format_bytes(c->size_bytes, size, sizeof size);
     mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
-           "| executor | routes gpu/cpu/copy %% | rt overhead us | test | tok/s median | min | max "
-           "| stddev |\n");
-    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | --- "
-           "| ---: | ---: | ---: | ---: |\n");
+           "| routing | executor | routes gpu/cpu/copy %% | rt overhead us | test | tok/s median "
+           "| min | max | stddev |\n");
+    printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
+           "| --- | ---: | ---: | ---: | ---: |\n");
+    const char *rslash = c->replay ? strrchr(c->replay, '/') : NULL;
+    const char *routing = !c->replay ? "router" : rslash ? rslash + 1 : c->replay;
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
         char paths[64] = "-", rt[32] = "-";
@@ -262,10 +276,11 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
             if (r->gs.rt_measured)
                 snprintf(rt, sizeof rt, "%.1f", rt_overhead_us(&r->gs));
         }
-        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s%" PRId64
+        printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s%s | %s | %s | %s | %s%" PRId64
                " | %.2f | %.2f | %.2f | %.2f |\n",
                c->file, size, c->arch, c->quant, c->threads, c->isa, c->placement,
-               c->budget ? c->budget : "none", gpu, c->gpu ? "gpu" : "cpu", paths, rt,
+               c->budget ? c->budget : "none", gpu, c->replay ? "replay " : "", routing,
+               c->gpu ? "gpu" : "cpu", paths, rt,
                kind_name(r->kind), r->n, r->stats.median, r->stats.min, r->stats.max,
                r->stats.stddev);
     }
@@ -275,6 +290,8 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
         printf("\nGPU: %s; device memory used %s.\n", c->device, mem);
     }
     printf("\n%s.\n", executor_note(c));
+    if (c->replay)
+        printf("route replay: %s.\n", c->replay_desc);
 }
 
 static bool add_num(cJSON *o, const char *k, double v)
@@ -314,6 +331,12 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "gpu_expert_bytes", (double)c->pl.gpu_expert_bytes) &&
              add_num(o, "host_expert_bytes", (double)c->pl.host_expert_bytes) &&
              add_num(o, "experts_resident", (double)c->pl.n_resident_total) &&
+             add_num(o, "gpu_fixed_bytes", (double)c->pl.budget.fixed_bytes) &&
+             add_num(o, "gpu_dense_bytes", (double)c->pl.budget.dense_bytes) &&
+             add_num(o, "gpu_kv_bytes", (double)c->pl.budget.kv_bytes) &&
+             add_num(o, "gpu_scratch_bytes", (double)c->pl.budget.scratch_bytes) &&
+             add_str(o, "route_replay", c->replay) &&
+             add_str(o, "route_replay_summary", c->replay ? c->replay_desc : NULL) &&
              add_str(o, "executor", c->gpu ? "gpu" : "cpu") &&
              add_str(o, "device", c->gpu ? c->device : NULL) &&
              add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
@@ -370,7 +393,7 @@ static void progress(void *ctx, int rep, int reps)
                 r->n, rep + 1, reps);
 }
 
-static mp_status bench(const bench_opts *o, mp_error *err)
+static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, mp_error *err)
 {
     mp_model *m = NULL;
     mp_session *s = NULL;
@@ -378,6 +401,8 @@ static mp_status bench(const bench_opts *o, mp_error *err)
     bench_ctx c = {0};
     const int n_rows = o->n_pp + o->n_tg;
     bench_row rows[2 * MAX_SIZES] = {{0}};
+    void *replay_state = NULL;
+    mp_route_source route_src;
     mp_status st;
 
     for (int i = 0; i < n_rows; i++) {
@@ -408,6 +433,17 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         goto done;
     }
     mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    if (o->route_replay) {
+        if (!replay) {
+            st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
+                         "moeplan binary provides it)");
+            goto done;
+        }
+        if ((st = replay->open(o->route_replay, m->hp.n_layer, m->hp.n_expert,
+                               m->hp.n_expert_used, &replay_state, &route_src, err)))
+            goto done;
+        sp.route_src = &route_src;
+    }
     /* the executor and placement are decided before any work, against the session's sizes */
     if ((st = mp_executor_plan(m, (mp_executor_kind)o->pl.executor, &o->pl, &sp, &c.pl, &c.gpu, err)))
         goto done;
@@ -433,6 +469,7 @@ static mp_status bench(const bench_opts *o, mp_error *err)
     c.placement = c.pl.desc;
     c.budget = o->pl.budget_text;
     c.n_ctx = mp_session_n_ctx(s);
+    c.replay = o->route_replay;
 
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     if (!logits) {
@@ -448,6 +485,9 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         if ((st = mp_bench_run_test(s, rows[i].kind, rows[i].n, o->seed,
                                     m->hp.n_vocab, (int)o->reps, logits, rows[i].samples,
                                     progress, &pc, err))) {
+            /* a replay that stopped the test knows why; the runtime only knows that it stopped */
+            if (replay_state && replay->error(replay_state)->code)
+                *err = *replay->error(replay_state);
             mp_error_prefix(err, "%s%" PRId64, kind_name(rows[i].kind), rows[i].n);
             goto done;
         }
@@ -457,6 +497,8 @@ static mp_status bench(const bench_opts *o, mp_error *err)
         fprintf(stderr, "moeplan bench: %s%" PRId64 ": median %.2f tok/s\n",
                 kind_name(rows[i].kind), rows[i].n, rows[i].stats.median);
     }
+    if (replay_state)
+        replay->describe(replay_state, c.replay_desc, sizeof c.replay_desc);
     if (o->json)
         st = print_json(&c, rows, n_rows, (int)o->reps, o->seed, err);
     else
@@ -466,12 +508,19 @@ done:
         free(rows[i].samples);
     mp_placement_free(&c.pl);
     free(logits);
-    mp_session_free(s);
+    mp_session_free(s); /* before the replay: the session holds its route source */
+    if (replay_state)
+        replay->close(replay_state);
     mp_model_free(m);
     return st;
 }
 
 int mp_cmd_bench(int argc, char **argv)
+{
+    return mp_cmd_bench_with(argc, argv, NULL);
+}
+
+int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay)
 {
     bench_opts o;
     const int rc = parse_args(argc, argv, &o);
@@ -482,7 +531,7 @@ int mp_cmd_bench(int argc, char **argv)
     if (o.no_simd)
         mp_kernels_force_scalar(1);
     mp_error err = {0};
-    if (bench(&o, &err) != MP_OK) {
+    if (bench(&o, replay, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan bench: error: %s\n", err.msg);
         return 1;

@@ -193,7 +193,7 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
                "token upload");
         CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice,
                                g->stream), "token upload");
-        CCHECK(cudaEventRecord(g->ev_io, g->stream), "cudaEventRecord");
+        CCHECK(mp_gpu_record(g, g->ev_io), "cudaEventRecord");
         KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab,
                                 hp->n_embd, g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
     } else {

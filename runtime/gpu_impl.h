@@ -129,6 +129,13 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 
+/* Record an event the host will wait on or time: inside a graph capture it must be an external
+ * event-record node (a plain record there is a capture-internal dependency the host cannot see). */
+static inline cudaError_t mp_gpu_record(mp_gpu *g, cudaEvent_t ev)
+{
+    return cudaEventRecordWithFlags(ev, g->stream, g->capturing ? cudaEventRecordExternal : 0);
+}
+
 static inline int64_t mp_gpu_now_ns(void)
 {
     struct timespec ts;

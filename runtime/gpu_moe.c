@@ -195,9 +195,9 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
     }
-    CCHECK(cudaEventRecord(g->ev_host, g->stream), "cudaEventRecord");
+    CCHECK(mp_gpu_record(g, g->ev_host), "cudaEventRecord");
     if (g->measure)
-        CCHECK(cudaEventRecord(g->ev_rt[2 * il], g->stream), "cudaEventRecord");
+        CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
     if (G->n_resident > 0) {
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
@@ -293,7 +293,7 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->layers[il].n_resident == g->s->m->hp.n_expert)
         return MP_OK;
     if (g->measure)
-        CCHECK(cudaEventRecord(g->ev_rt[2 * il + 1], g->stream), "cudaEventRecord");
+        CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
     const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step;
     float *dst = gpu_wrote ? g->d_tmp : g->d_proj;

@@ -5,15 +5,18 @@
 --  * run.status is 'complete' only after the footer row is written, in the same transaction.
 --  * request_id increases in the order requests ran (requests.ord = 0, 1, 2, ...); steps of a
 --    request are numbered 0, 1, 2, ... with no gap; routing and timing rows name an existing
---    (request_id, step) and a node_index of the nodes table.
---  * routing.expert_ids holds n_rows × top_k ids (row-major, top_k of the node), each
---    nodes.id_bytes wide, little-endian unsigned; routing.weights holds as many weights in
---    nodes.weight_format ('f16' or 'f32', IEEE little-endian).
---  * Routing and timing are keyed by one packed integer so that a record costs few bytes:
---    key = request_id << 36 | step << 12 | node_index (node_index < 4096, step < 2^24,
---    request_id < 2^27); request_id, step and node_index are virtual columns decoded from it.
+--    (request_id, step), timing rows also a node_index of the nodes table.
+--  * One routing row per (request, step) holds the routing of every node of the nodes table, in
+--    node_index order: routing.expert_ids is the concatenation, node by node, of (n_rows, top_k)
+--    ids of that node, each nodes.id_bytes wide, little-endian unsigned; routing.weights likewise
+--    holds n_rows × top_k weights per node in nodes.weight_format ('f16' or 'f32', IEEE
+--    little-endian). A step without routing has no row; a step never has routing for only some
+--    nodes. (Schema version 1 had one row per (request, step, node); readers still read it.)
+--  * Routing is keyed by one packed integer, key = request_id << 24 | step (step < 2^24,
+--    request_id < 2^27); timing by key = request_id << 36 | step << 12 | node_index
+--    (node_index < 4096). request_id, step and node_index are virtual columns decoded from them.
 PRAGMA application_id = 1297110098; -- 0x4D505452, "MPTR"
-PRAGMA user_version = 1;            -- the schema version; readers refuse any other
+PRAGMA user_version = 2;            -- the schema version; readers read 1 and 2, refuse others
 
 CREATE TABLE run (
   id              INTEGER PRIMARY KEY CHECK (id = 1),
@@ -79,13 +82,12 @@ CREATE TABLE steps (
 ) WITHOUT ROWID;
 
 CREATE TABLE routing (
-  key         INTEGER PRIMARY KEY,          -- request_id << 36 | step << 12 | node_index
-  n_rows      INTEGER NOT NULL,
-  expert_ids  BLOB NOT NULL,                -- (n_rows, top_k) unsigned LE, nodes.id_bytes each
-  weights     BLOB NOT NULL,                -- (n_rows, top_k) nodes.weight_format
-  request_id  INTEGER GENERATED ALWAYS AS (key >> 36) VIRTUAL,
-  step        INTEGER GENERATED ALWAYS AS ((key >> 12) & 16777215) VIRTUAL,
-  node_index  INTEGER GENERATED ALWAYS AS (key & 4095) VIRTUAL
+  key         INTEGER PRIMARY KEY,          -- request_id << 24 | step
+  n_rows      INTEGER NOT NULL,             -- rows of the step (= steps.n_rows)
+  expert_ids  BLOB NOT NULL,                -- per node in node_index order: (n_rows, top_k) ids
+  weights     BLOB NOT NULL,                -- per node in node_index order: (n_rows, top_k) weights
+  request_id  INTEGER GENERATED ALWAYS AS (key >> 24) VIRTUAL,
+  step        INTEGER GENERATED ALWAYS AS (key & 16777215) VIRTUAL
 );
 
 CREATE TABLE timing (
@@ -136,16 +138,28 @@ INSERT INTO byte_values VALUES (1, X'000102030405060708090A0B0C0D0E0F10111213141
 
 -- One row per routing choice: (request, step, node, row, rank) -> expert and weight. For ad-hoc
 -- questions in sqlite3 (popularity, co-occurrence); the analyzer reads the BLOBs directly.
--- weight needs SQLite's math functions (pow), present in the sqlite3 shell since 3.35.
+-- nd gives each node's byte offset per row within a step's BLOBs (the nodes before it, in
+-- node_index order); c slices the node's part out and walks it. weight needs SQLite's math
+-- functions (pow), present in the sqlite3 shell since 3.35.
 CREATE VIEW route_choices AS
-WITH RECURSIVE c(key, i, n, top_k, id_bytes, weight_format, ids, w, b) AS (
-  SELECT r.key, 0, r.n_rows * nd.top_k, nd.top_k, nd.id_bytes, nd.weight_format, r.expert_ids,
-         r.weights, (SELECT bytes FROM byte_values)
-  FROM routing r JOIN nodes nd ON nd.node_index = (r.key & 4095)
+WITH RECURSIVE nd(node_index, top_k, id_bytes, weight_format, id_off, w_off) AS (
+  SELECT n.node_index, n.top_k, n.id_bytes, n.weight_format,
+    (SELECT coalesce(sum(p.top_k * p.id_bytes), 0) FROM nodes p WHERE p.node_index < n.node_index),
+    (SELECT coalesce(sum(p.top_k * CASE p.weight_format WHEN 'f16' THEN 2 ELSE 4 END), 0)
+     FROM nodes p WHERE p.node_index < n.node_index)
+  FROM nodes n
+), c(key, node_index, i, n, top_k, id_bytes, weight_format, ids, w, b) AS (
+  SELECT r.key, nd.node_index, 0, r.n_rows * nd.top_k, nd.top_k, nd.id_bytes, nd.weight_format,
+         substr(r.expert_ids, r.n_rows * nd.id_off + 1, r.n_rows * nd.top_k * nd.id_bytes),
+         substr(r.weights, r.n_rows * nd.w_off + 1,
+                r.n_rows * nd.top_k * CASE nd.weight_format WHEN 'f16' THEN 2 ELSE 4 END),
+         (SELECT bytes FROM byte_values)
+  FROM routing r, nd
   UNION ALL
-  SELECT key, i + 1, n, top_k, id_bytes, weight_format, ids, w, b FROM c WHERE i + 1 < n
+  SELECT key, node_index, i + 1, n, top_k, id_bytes, weight_format, ids, w, b FROM c
+  WHERE i + 1 < n
 ), v AS (
-  SELECT key, i, top_k,
+  SELECT key, node_index, i, top_k,
     CASE id_bytes
       WHEN 1 THEN instr(b, substr(ids, i + 1, 1)) - 1
       ELSE instr(b, substr(ids, 2 * i + 1, 1)) - 1 + 256 * (instr(b, substr(ids, 2 * i + 2, 1)) - 1)
@@ -158,7 +172,7 @@ WITH RECURSIVE c(key, i, n, top_k, id_bytes, weight_format, ids, w, b) AS (
     weight_format
   FROM c
 )
-SELECT key >> 36 AS request_id, (key >> 12) & 16777215 AS step, key & 4095 AS node_index,
+SELECT key >> 24 AS request_id, key & 16777215 AS step, node_index,
   i / top_k AS row, i % top_k AS rank, expert_id,
   CASE weight_format
     WHEN 'f16' THEN (CASE WHEN bits & 32768 THEN -1.0 ELSE 1.0 END) * CASE (bits >> 10) & 31

@@ -19,6 +19,12 @@
 #   calibrate-tiny  moeplan calibrate on the tiny preset -> $OUT/costs-h200-tiny.json (the demo's)
 #   calibrate  moeplan calibrate on the qwen3-30b-a3b preset (Q4_K_M) -> $OUT/costs-h200.json
 #              (extra flags in CALIBRATE_ARGS, e.g. "--reps 9")
+#   sim-accuracy  simulated vs measured decode ms/token per budget and policy on the qwen3-30b-a3b
+#              preset (bench/sim_accuracy.sh) -> $OUT/sim-accuracy.{md,json,log}; costs from
+#              $OUT/costs-h200.json when the calibrate stage ran first, else
+#              examples/costs-h200-qwen3-30b-a3b.json (or SIM_ACC_COSTS); SIM_ACC_BUDGETS,
+#              SIM_ACC_POLICIES, SIM_ACC_NPROMPTS (default 2), SIM_ACC_REPS (default 1) size it;
+#              SIM_ACC_EXECUTOR (default auto), SIM_ACC_MATCH (exact or budget, docs/simulator.md)
 # Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -113,8 +119,32 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
         ;;
+    sim-accuracy)
+        build || { rc=1; continue; }
+        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
+        if [ ! -f "$model" ]; then
+            mkdir -p /tmp/mp-bench
+            log "mkmodel $model"
+            build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$model" \
+                || { rc=1; continue; }
+        fi
+        costs=${SIM_ACC_COSTS:-}
+        [ -n "$costs" ] || { [ -f "$OUT/costs-h200.json" ] && costs=$OUT/costs-h200.json; } ||
+            costs=examples/costs-h200-qwen3-30b-a3b.json
+        log "sim-accuracy $model with $costs"
+        MOEPLAN=build-gpu/cli/moeplan MODEL="$model" COSTS="$costs" OUT="$OUT/sim-accuracy" \
+            BUDGETS="${SIM_ACC_BUDGETS:-8GiB 12GiB 16GiB 24GiB}" \
+            POLICIES="${SIM_ACC_POLICIES:-static-topn static-equal first-n-cpu best-layers plan}" \
+            NPROMPTS="${SIM_ACC_NPROMPTS:-2}" REPS="${SIM_ACC_REPS:-1}" \
+            EXECUTOR="${SIM_ACC_EXECUTOR:-auto}" MATCH="${SIM_ACC_MATCH:-exact}" \
+            bash bench/sim_accuracy.sh 2>&1 | tee "$OUT/sim-accuracy.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        for f in sim-accuracy.md sim-accuracy.json; do
+            [ -f "$OUT/sim-accuracy/$f" ] && cp "$OUT/sim-accuracy/$f" "$OUT/$f"
+        done
+        ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac

@@ -71,3 +71,27 @@ void sql(const char *path, const char *stmt)
     sqlite3_close(db);
 }
 
+
+/* Version 2 -> version 1: split each step row into per-node rows (the node's byte offset within
+ * a row is the sum of top_k × bytes of the nodes before it, times the step's rows). */
+void to_v1(const char *path)
+{
+    sql(path,
+        "DROP VIEW route_choices;"
+        "CREATE TABLE routing_v1 (key INTEGER PRIMARY KEY, n_rows INTEGER NOT NULL,"
+        " expert_ids BLOB NOT NULL, weights BLOB NOT NULL,"
+        " request_id INTEGER GENERATED ALWAYS AS (key >> 36) VIRTUAL,"
+        " step INTEGER GENERATED ALWAYS AS ((key >> 12) & 16777215) VIRTUAL,"
+        " node_index INTEGER GENERATED ALWAYS AS (key & 4095) VIRTUAL);"
+        "INSERT INTO routing_v1 (key, n_rows, expert_ids, weights)"
+        " SELECT ((r.key >> 24) << 36) | ((r.key & 16777215) << 12) | n.node_index, r.n_rows,"
+        "  substr(r.expert_ids, 1 + r.n_rows * (SELECT coalesce(sum(p.top_k * p.id_bytes), 0)"
+        "   FROM nodes p WHERE p.node_index < n.node_index), r.n_rows * n.top_k * n.id_bytes),"
+        "  substr(r.weights, 1 + r.n_rows * (SELECT coalesce(sum(p.top_k * CASE p.weight_format"
+        "   WHEN 'f16' THEN 2 ELSE 4 END), 0) FROM nodes p WHERE p.node_index < n.node_index),"
+        "   r.n_rows * n.top_k * CASE n.weight_format WHEN 'f16' THEN 2 ELSE 4 END)"
+        " FROM routing r, nodes n;"
+        "DROP TABLE routing;"
+        "ALTER TABLE routing_v1 RENAME TO routing;"
+        "PRAGMA user_version = 1;");
+}

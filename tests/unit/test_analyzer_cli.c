@@ -154,8 +154,9 @@ Test(analyzer_cli, report_is_complete_and_consistent)
 Test(analyzer_cli, bad_trace_one_line_error_nothing_written)
 {
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
-    sql(t, "UPDATE routing SET expert_ids = X'0707' || substr(expert_ids, 3) WHERE key = "
-           "(1 << 36) | (2 << 12) | 1");
+    /* request 1, step 2 (one row), node 1's block: bytes 3-4 */
+    sql(t, "UPDATE routing SET expert_ids = substr(expert_ids, 1, 2) || X'0707' || "
+           "substr(expert_ids, 5) WHERE key = (1 << 24) | 2");
     char out[512], args[2048];
     snprintf(out, sizeof out, "%s/report", tmpdir);
     snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);

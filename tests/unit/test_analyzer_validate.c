@@ -1,7 +1,13 @@
 /* tests/unit/test_analyzer_validate.c — fail-closed validation: one test per way a trace can be
  * wrong. A good trace is written with the collector's writer, then broken with raw SQL, and the
  * first problem must name the trace, the place (request, step, node, row, slot) and what was
- * expected; --validate-only style (a higher limit) must list several problems. */
+ * expected; --validate-only style (a higher limit) must list several problems.
+ *
+ * The writer stores schema version 2: one routing row per (request, step), key = request << 24 |
+ * step, node 0's (n_rows, 2) block then node 1's (u8 ids: 2 × n_rows bytes per node; f16
+ * weights 4 × n_rows, f32 8 × n_rows). Ways to break a trace that only per-node rows allow
+ * (a node absent from the node table, one node missing in a step) are tested on the trace
+ * rewritten to version 1 (to_v1), which the reader still accepts. */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -72,6 +78,10 @@ Test(analyzer_validate, good_trace_has_no_problem)
     const char *paths[1] = {p};
     mp_an_problems pb = validate(paths, 1, 100);
     cr_assert_eq(pb.n, 0, "unexpected: %s", pb.n ? pb.msg[0] : "");
+    mp_an_problems_free(&pb);
+    to_v1(p); /* the same trace in schema version 1 */
+    pb = validate(paths, 1, 100);
+    cr_assert_eq(pb.n, 0, "unexpected (version 1): %s", pb.n ? pb.msg[0] : "");
     mp_an_problems_free(&pb);
     free(p);
 }
@@ -238,7 +248,14 @@ Test(analyzer_validate, step_zero_missing)
 Test(analyzer_validate, routing_without_step_row)
 {
     char *p = good("t.db");
-    /* a routing record for step 7 of request 0: key = 0 << 36 | 7 << 12 | 1 */
+    /* a routing row for step 7 of request 0: key = 0 << 24 | 7 */
+    sql(p, "INSERT INTO routing (key, n_rows, expert_ids, weights) SELECT 7, n_rows, "
+           "expert_ids, weights FROM routing WHERE key = 2");
+    EXPECT(p, "request 0, step 7, node 0: routing for a step that the steps table lacks");
+    free(p);
+    /* version 1: one node's record (key = 0 << 36 | 7 << 12 | 1) */
+    p = good("t1.db");
+    to_v1(p);
     sql(p, "INSERT INTO routing (key, n_rows, expert_ids, weights) SELECT (7 << 12) | 1, n_rows, "
            "expert_ids, weights FROM routing WHERE key = (2 << 12) | 1");
     EXPECT(p, "request 0, step 7, node 1: routing for a step that the steps table lacks");
@@ -248,6 +265,7 @@ Test(analyzer_validate, routing_without_step_row)
 Test(analyzer_validate, node_absent_from_node_table)
 {
     char *p = good("t.db");
+    to_v1(p); /* version 2 cannot name a node outside the node table */
     sql(p, "INSERT INTO routing (key, n_rows, expert_ids, weights) SELECT (1 << 12) | 9, n_rows, "
            "expert_ids, weights FROM routing WHERE key = (1 << 12) | 1");
     EXPECT(p, "request 0 (ord 0), step 1, node 9: the node is absent from the node table");
@@ -257,15 +275,20 @@ Test(analyzer_validate, node_absent_from_node_table)
 Test(analyzer_validate, node_missing_in_step)
 {
     char *p = good("t.db");
+    to_v1(p); /* version 2 holds every node of a step or none (below) */
     sql(p, "DELETE FROM routing WHERE key = (1 << 36) | (1 << 12) | 1");
     EXPECT(p, "request 1, step 1: routing for 1 of 2 nodes", "first missing: node 1");
+    free(p);
+    p = good("t2.db");
+    sql(p, "DELETE FROM routing WHERE key = (1 << 24) | 1; UPDATE footer SET n_routing = 16");
+    EXPECT(p, "request 1, step 1: routing for 0 of 2 nodes", "first missing: node 0");
     free(p);
 }
 
 Test(analyzer_validate, rows_disagree_with_step)
 {
     char *p = good("t.db");
-    sql(p, "UPDATE routing SET n_rows = 3 WHERE key = (2 << 36) | 0");
+    sql(p, "UPDATE routing SET n_rows = 3 WHERE key = (2 << 24) | 0");
     EXPECT(p, "request 2 (ord 2), step 0, node 0: 3 rows, expected the step's 4");
     free(p);
 }
@@ -273,33 +296,50 @@ Test(analyzer_validate, rows_disagree_with_step)
 Test(analyzer_validate, id_count_not_rows_times_topk)
 {
     char *p = good("t.db");
-    /* u8 ids: drop one whole id (two would be a row; one is a count mismatch) */
+    /* u8 ids: drop the step's last id (node 1's; two would be a row, one is a count mismatch) */
     sql(p, "UPDATE routing SET expert_ids = substr(expert_ids, 1, length(expert_ids) - 1) "
-           "WHERE key = (1 << 36) | (0 << 12) | 1");
+           "WHERE key = (1 << 24) | 0");
     EXPECT(p, "request 1 (ord 1), step 0, node 1: 7 expert ids, expected rows × top-k = 4 × 2 = 8");
+    free(p);
+    /* an id missing inside the BLOB: node 0's slice keeps its size (its ids shift, which may
+     * break a row), the missing byte shows as a count at the last node */
+    p = good("t2.db");
+    sql(p, "UPDATE routing SET expert_ids = substr(expert_ids, 1, 1) || substr(expert_ids, 3) "
+           "WHERE key = (1 << 24) | 0");
+    const char *paths[1] = {p};
+    mp_an_problems pb = validate(paths, 1, 100);
+    bool saw = false;
+    for (int64_t i = 0; i < pb.n; i++)
+        saw |= strstr(pb.msg[i], "request 1 (ord 1), step 0, node 1: 7 expert ids, expected rows "
+                                 "× top-k = 4 × 2 = 8") != NULL;
+    cr_assert(saw, "%lld problems, first: %s", (long long)pb.n, pb.n ? pb.msg[0] : "");
+    mp_an_problems_free(&pb);
+    free(p);
+    /* a BLOB longer than the nodes' blocks: the surplus goes to the last node */
+    p = good("t3.db");
+    sql(p, "UPDATE routing SET expert_ids = expert_ids || X'01' WHERE key = (2 << 24) | 1");
+    EXPECT(p, "request 2 (ord 2), step 1, node 1: 3 expert ids, expected rows × top-k = 1 × 2 = 2");
     free(p);
 }
 
 Test(analyzer_validate, weight_count_not_rows_times_topk)
 {
     char *p = make_trace(tmpdir, "t.db", (trace_opts){.wf = MP_TRACE_W_F32});
-    sql(p, "UPDATE routing SET weights = substr(weights, 1, length(weights) - 4) WHERE key = "
-           "(2 << 12) | 0");
-    EXPECT(p, "request 0 (ord 0), step 2, node 0: 1 router weights, expected rows × top-k = 1 × 2 = 2");
+    sql(p, "UPDATE routing SET weights = substr(weights, 1, length(weights) - 4) WHERE key = 2");
+    EXPECT(p, "request 0 (ord 0), step 2, node 1: 1 router weights, expected rows × top-k = 1 × 2 = 2");
     free(p);
 }
 
 Test(analyzer_validate, truncated_blobs)
 {
     char *p = make_trace(tmpdir, "t.db", (trace_opts){.wf = MP_TRACE_W_F32});
-    sql(p, "UPDATE routing SET weights = substr(weights, 1, length(weights) - 1) WHERE key = "
-           "(1 << 12) | 1");
+    sql(p, "UPDATE routing SET weights = substr(weights, 1, length(weights) - 1) WHERE key = 1");
     EXPECT(p, "request 0 (ord 0), step 1, node 1: weights BLOB of 7 bytes is truncated");
     free(p);
     /* 2-byte ids (300 experts): cut one byte */
     p = make_trace(tmpdir, "t2.db", (trace_opts){.n_experts = 300});
     sql(p, "UPDATE routing SET expert_ids = substr(expert_ids, 1, length(expert_ids) - 1) WHERE "
-           "key = (1 << 36) | 1");
+           "key = (1 << 24) | 0");
     EXPECT(p, "request 1 (ord 1), step 0, node 1: expert_ids BLOB of 15 bytes is truncated");
     free(p);
 }
@@ -309,7 +349,7 @@ Test(analyzer_validate, expert_id_out_of_range)
     char *p = good("t.db");
     /* row 1, slot 1 of request 2's prefill at node 0 becomes 8 (of 8 experts) */
     sql(p, "UPDATE routing SET expert_ids = substr(expert_ids, 1, 3) || X'08' || "
-           "substr(expert_ids, 5) WHERE key = (2 << 36) | 0");
+           "substr(expert_ids, 5) WHERE key = (2 << 24) | 0");
     EXPECT(p, "request 2 (ord 2), step 0, node 0, row 1, slot 1: expert id 8 outside [0, 8)");
     free(p);
 }
@@ -317,8 +357,9 @@ Test(analyzer_validate, expert_id_out_of_range)
 Test(analyzer_validate, repeated_id_within_row)
 {
     char *p = good("t.db");
-    sql(p, "UPDATE routing SET expert_ids = X'0303' || substr(expert_ids, 3) WHERE key = "
-           "(1 << 36) | (2 << 12) | 1");
+    /* node 1's block of the one-row step starts at byte 3 */
+    sql(p, "UPDATE routing SET expert_ids = substr(expert_ids, 1, 2) || X'0303' || "
+           "substr(expert_ids, 5) WHERE key = (1 << 24) | 2");
     EXPECT(p, "request 1 (ord 1), step 2, node 1, row 0, slot 1: expert id 3 repeated within the row");
     free(p);
 }
@@ -327,13 +368,14 @@ Test(analyzer_validate, non_finite_and_negative_weights)
 {
     char *p = make_trace(tmpdir, "t.db", (trace_opts){.wf = MP_TRACE_W_F32});
     sql(p, "UPDATE routing SET weights = substr(weights, 1, 4) || X'0000C07F' || "
-           "substr(weights, 9) WHERE key = (1 << 12) | 0");
+           "substr(weights, 9) WHERE key = 1");
     EXPECT(p, "request 0 (ord 0), step 1, node 0, row 0, slot 1: router weight nan",
            "finite non-negative");
     free(p);
     p = make_trace(tmpdir, "t2.db", (trace_opts){.wf = MP_TRACE_W_F16});
     /* f16 -1.0 = 0xBC00 (little-endian 00 BC) */
-    sql(p, "UPDATE routing SET weights = X'00BC' || substr(weights, 3) WHERE key = (2 << 12) | 1");
+    sql(p, "UPDATE routing SET weights = substr(weights, 1, 4) || X'00BC' || substr(weights, 7) "
+           "WHERE key = 2");
     EXPECT(p, "request 0 (ord 0), step 2, node 1, row 0, slot 0: router weight -1");
     free(p);
 }
@@ -349,15 +391,17 @@ Test(analyzer_validate, f16_special_weights)
         char name[32], q[256];
         snprintf(name, sizeof name, "f16_%zu.db", c);
         char *p = make_trace(tmpdir, name, (trace_opts){.wf = MP_TRACE_W_F16});
-        snprintf(q, sizeof q, "UPDATE routing SET weights = substr(weights, 1, 2) || %s || "
-                              "substr(weights, 5) WHERE key = (1 << 36) | (2 << 12) | 1",
+        snprintf(q, sizeof q, "UPDATE routing SET weights = substr(weights, 1, 6) || %s || "
+                              "substr(weights, 9) WHERE key = (1 << 24) | 2",
                  cases[c].blob);
         sql(p, q);
         EXPECT(p, "request 1 (ord 1), step 2, node 1, row 0, slot 1: ", cases[c].want);
         free(p);
     }
     char *p = make_trace(tmpdir, "f16_zero.db", (trace_opts){.wf = MP_TRACE_W_F16});
-    sql(p, "UPDATE routing SET weights = X'0080' || substr(weights, 3) WHERE key = (1 << 36) | 1");
+    /* node 1, row 0, slot 0 of the 4-row prefill: byte 17 */
+    sql(p, "UPDATE routing SET weights = substr(weights, 1, 16) || X'0080' || substr(weights, 19) "
+           "WHERE key = (1 << 24) | 0");
     const char *paths[1] = {p};
     mp_an_problems pb = validate(paths, 1, 100);
     cr_assert_eq(pb.n, 0, "-0 weight refused: %s", pb.n ? pb.msg[0] : "");
@@ -379,7 +423,7 @@ Test(analyzer_validate, validate_only_lists_every_problem)
 {
     char *p = good("t.db");
     sql(p, "UPDATE run SET status='aborted', error='disk full';"
-           "UPDATE routing SET expert_ids = X'0909' || substr(expert_ids, 3) WHERE key = (1 << 12) | 0;"
+           "UPDATE routing SET expert_ids = X'0909' || substr(expert_ids, 3) WHERE key = 1;"
            "DELETE FROM steps WHERE request_id = 2 AND step = 1");
     const char *paths[1] = {p};
     mp_an_problems pb = validate(paths, 1, 100);

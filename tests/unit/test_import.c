@@ -173,6 +173,13 @@ Test(import, csv_missing_layer_at_a_position) {
     csv_case("0,0,0,1,2,0.5,0.5\n0,0,1,1,2,0.5,0.5\n0,1,0,1,2,0.5,0.5\n0,1,2,1,2,0.5,0.5\n", 0,
              "line 5: seq 0 pos 1: layer 2, expected 1");
 }
+/* Every step must route every node (a trace stores a step's nodes in one row): a step that
+ * lacks one is refused at its first line, before anything is written. */
+Test(import, csv_step_missing_a_layer) {
+    csv_case("0,0,0,1,2,0.5,0.5\n0,0,1,1,2,0.5,0.5\n1,0,0,1,2,0.5,0.5\n", 0,
+             "seq 1 (from line 4): a step with routing for 1 of the 2 nodes seen, expected every "
+             "node in every step");
+}
 Test(import, csv_position_gap) {
     csv_case("0,0,0,1,2,0.5,0.5\n0,2,0,1,2,0.5,0.5\n", 0, "line 3: seq 0: pos 2, expected 1");
 }
@@ -280,6 +287,12 @@ Test(import, ort_footer_count_mismatch) { ort_case("\"routing_records\": 6", "\"
 Test(import, ort_footer_prompt_runs_mismatch) { ort_case("\"prompt_runs\": 2", "\"prompt_runs\": 3", 8, "footer says 3 prompt runs"); }
 Test(import, ort_unbalanced_markers) { ort_case("[qmoe_prompt_runner] 1/2 prompt_end\n", "", 8, "prompt_start while a prompt is open"); }
 Test(import, ort_node_identity_changes) { ort_case("\"n1\", \"node_index\": 1", "\"other\", \"node_index\": 1", 8, "line 6: node 1 is 'n1' (QMoE, top-2) here but 'other'"); }
+Test(import, ort_step_missing_a_node) {
+    /* request 7's decode step routes node 0 twice and node 1 never: two one-node steps */
+    ort_case("\"n1\", \"node_index\": 1, \"node_type\": \"QMoE\", \"expert_ids\": [5,1]",
+             "\"n0\", \"node_index\": 0, \"node_type\": \"QMoE\", \"expert_ids\": [5,1]", 8,
+             "line 5: a step with routing for 1 of the 2 nodes seen, expected every node");
+}
 Test(import, ort_request_reappears) {
     ort_case("moe_routing_complete {\"prompts\": 2, \"prompt_runs\": 2, \"routing_records\": 6}",
              REC(7, 0, "[5,0]", "[0.875,0.125]", 1)

@@ -1,5 +1,6 @@
 /* tests/unit/test_trace.c — trace writer + reader: round trip of random routing, order and
- * argument checks, overwrite refusal, the reader's version checks, f16 conversion. */
+ * argument checks, overwrite refusal, the reader's version checks (version 2 written, versions 1
+ * and 2 read alike), f16 conversion. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -12,6 +13,7 @@
 #include "kernels/quant.h"
 #include "collector/trace.h"
 #include "collector/trace_read.h"
+#include "tests/unit/analyzer_fixture.h"
 
 static char tmpdir[256];
 
@@ -77,6 +79,7 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
     enum { MAXV = 16 * 4 * 3 * 3 * 8 };
     static int32_t all_ids[MAXV];
     static float all_w[MAXV];
+    static int all_node[MAXV];
     int nv = 0;
     for (int r = 0; r < n_req; r++) {
         int32_t prompt[7] = {1, 2, 3, 4, 5, 6, r};
@@ -93,6 +96,7 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
                     ids[i] = rand() % n_experts;
                     wt[i] = (float)rand() / (float)RAND_MAX;
                     all_ids[nv] = ids[i];
+                    all_node[nv] = l;
                     all_w[nv++] = wt[i];
                 }
                 h.routing(h.user, l, rows, top_k, ids, wt);
@@ -166,9 +170,10 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
     mp_trace_routing_end(it);
 
     /* The route_choices view (plain SQL decoding of the BLOBs) agrees with the C decoders. */
-    double want_id_sum = 0, want_w_sum = 0;
+    double want_id_sum = 0, want_w_sum = 0, want_node_id_sum = 0;
     for (int i = 0; i < nv; i++) {
         want_id_sum += all_ids[i];
+        want_node_id_sum += (double)all_ids[i] * (all_node[i] + 1); /* ids land at their node */
         want_w_sum += wf == MP_TRACE_W_F16 ? mp_f16_to_f32(mp_f32_to_f16(all_w[i]))
                                            : all_w[i];
     }
@@ -176,7 +181,8 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
     sqlite3_stmt *q;
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*), sum(expert_id), sum(weight),"
-                                        " max(rank), sum(row) FROM route_choices", -1, &q, NULL),
+                                        " max(rank), sum(row), sum(expert_id * (node_index + 1))"
+                                        " FROM route_choices", -1, &q, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(db));
     cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
     cr_assert_eq(sqlite3_column_int64(q, 0), nv);
@@ -184,6 +190,7 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
     cr_assert_leq(fabs(sqlite3_column_double(q, 2) - want_w_sum), 1e-9 * nv, "seed %u: %g vs %g",
                   seed, sqlite3_column_double(q, 2), want_w_sum);
     cr_assert_eq(sqlite3_column_int64(q, 3), top_k - 1);
+    cr_assert_eq(sqlite3_column_double(q, 5), want_node_id_sum, "seed %u", seed);
     sqlite3_finalize(q);
     sqlite3_close(db);
 
@@ -248,7 +255,8 @@ Test(trace, async_writer_reports_the_first_error)
     h.request_begin(h.user, 0, NULL, -1);
     for (int s = 0; s < 4; s++) {
         h.step_begin(h.user, 0, s, s ? MP_PHASE_DECODE : MP_PHASE_PREFILL, 1, s);
-        h.routing(h.user, s == 2 ? 5 : 0, 1, 1, &id, &wt); /* layer 5 has no node */
+        h.routing(h.user, 0, 1, 1, &id, &wt);
+        h.routing(h.user, s == 2 ? 5 : 1, 1, 1, &id, &wt); /* layer 5 has no node */
         h.step_end(h.user, 10);
     }
     h.request_end(h.user, 3);
@@ -296,6 +304,17 @@ Test(trace, writer_rejects_bad_calls)
     cr_assert(strstr(err.msg, "node 5"), "%s", err.msg);
     cr_assert_eq(mp_trace_add_routing(w, 0, 2, 2, ids, wt, &err), MP_ERR_ARG);
     cr_assert_eq(mp_trace_add_routing(w, 0, 1, 2, ids, wt, &err), MP_OK, "%s", err.msg);
+    /* a node twice in a step */
+    cr_assert_eq(mp_trace_add_routing(w, 0, 1, 2, ids, wt, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "request 5 step 0 node 0: routing recorded twice"), "%s", err.msg);
+    /* a step is stored with every node's routing or none: node 1 is missing */
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "request 5 step 0: routing for 1 of 2 nodes (first missing: node 1)"),
+              "%s", err.msg);
+    cr_assert_eq(mp_trace_add_routing(w, 1, 1, 2, ids, wt, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK, "%s", err.msg);
+    /* a step without routing at all is kept, without a routing row */
+    cr_assert_eq(mp_trace_step_begin(w, 1, MP_PHASE_DECODE, 1, 1, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK, "%s", err.msg);
     /* finish with a request open */
     cr_assert_eq(mp_trace_finish(w, &err), MP_ERR_ARG);
@@ -305,7 +324,8 @@ Test(trace, writer_rejects_bad_calls)
     cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
     mp_trace_counts c = mp_trace_writer_counts(w);
     cr_assert_eq(c.n_requests, 1);
-    cr_assert_eq(c.n_routing, 1);
+    cr_assert_eq(c.n_routing, 2, "routing records count (step, node) pairs");
+    cr_assert_eq(c.n_steps, 2);
     mp_trace_writer_close(w);
 }
 
@@ -351,13 +371,15 @@ Test(trace, reader_refuses_foreign_and_other_versions)
     cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_FORMAT);
     cr_assert(strstr(err.msg, "not a moeplan trace"), "%s", err.msg);
 
-    path_in(path, sizeof path, "v2.db");
+    path_in(path, sizeof path, "v3.db");
     cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(db, mp_trace_schema_sql, NULL, NULL, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "PRAGMA user_version=2", NULL, NULL, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "PRAGMA user_version=3", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_FORMAT);
-    cr_assert(strstr(err.msg, "schema version 2"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "schema version 3, this moeplan reads versions 1 and 2"), "%s",
+              err.msg);
+    cr_assert(strstr(err.msg, path), "%s", err.msg);
 
     path_in(path, sizeof path, "text.db");
     FILE *f = fopen(path, "w");
@@ -367,6 +389,236 @@ Test(trace, reader_refuses_foreign_and_other_versions)
     cr_assert(strstr(err.msg, path), "%s", err.msg);
     path_in(path, sizeof path, "missing.db");
     cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_ERR_IO);
+}
+
+/* Nodes of different shapes (top-k, u8/u16 ids, f16/f32 weights, sparse node indices) in one
+ * step row: the reader's slices are each node's routing, and the same trace rewritten to schema
+ * version 1 (one row per node) reads back record for record, byte for byte. */
+Test(trace, version_2_slices_mixed_nodes_like_version_1)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    char path[300];
+    path_in(path, sizeof path, "mixed.db");
+    mp_error err;
+    mp_trace_writer *w;
+    cr_assert_eq(mp_trace_writer_open(path, false, &w, &err), MP_OK, "%s", err.msg);
+    mp_trace_run_info info;
+    mp_trace_run_info_init(&info);
+    info.source = "moeplan";
+    cr_assert_eq(mp_trace_set_run(w, &info, &err), MP_OK, "%s", err.msg);
+    static const struct { int index, n_experts, top_k; mp_trace_weight_format wf; } shape[] = {
+        {0, 8, 2, MP_TRACE_W_F16}, {3, 300, 4, MP_TRACE_W_F32}, {7, 16, 1, MP_TRACE_W_F16},
+        {9, 1000, 3, MP_TRACE_W_F16}};
+    enum { NN = 4 };
+    for (int i = 0; i < NN; i++) {
+        mp_trace_node nd = {.node_index = shape[i].index, .node_type = "moe", .node_name = "n",
+                            .layer = i, .n_experts = shape[i].n_experts, .top_k = shape[i].top_k,
+                            .expert_bytes = -1, .weight_format = shape[i].wf};
+        cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
+    }
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(mp_trace_request_begin(w, r, NULL, NULL, -1, NULL, -1, &err), MP_OK);
+        for (int st = 0; st < 3; st++) {
+            const int rows = st == 0 ? 5 : 1;
+            cr_assert_eq(mp_trace_step_begin(w, st, st ? MP_PHASE_DECODE : MP_PHASE_PREFILL, rows,
+                                             -1, &err), MP_OK, "%s", err.msg);
+            for (int i = NN - 1; i >= 0; i--) { /* any order: the writer places each block */
+                int32_t ids[5 * 4];
+                float wt[5 * 4];
+                for (int v = 0; v < rows * shape[i].top_k; v++) {
+                    ids[v] = rand() % shape[i].n_experts;
+                    wt[v] = (float)rand() / (float)RAND_MAX;
+                }
+                cr_assert_eq(mp_trace_add_routing(w, shape[i].index, rows, shape[i].top_k, ids,
+                                                  wt, &err), MP_OK, "%s", err.msg);
+            }
+            cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK, "%s", err.msg);
+        }
+        cr_assert_eq(mp_trace_request_end(w, 2, -1, &err), MP_OK);
+    }
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
+    mp_trace_writer_close(w);
+
+    /* read version 2, keep every record's bytes */
+    enum { MAXREC = 2 * 3 * NN };
+    static uint8_t blobs[MAXREC][2][5 * 4 * 4];
+    static mp_trace_routing_rec got[MAXREC];
+    mp_trace_reader *r;
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_reader_version(r), 2);
+    mp_trace_routing_iter *it;
+    cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+    int n = 0, rc;
+    mp_trace_routing_rec rec;
+    while ((rc = mp_trace_routing_next(it, &rec, &err)) == 1) {
+        cr_assert_lt(n, MAXREC);
+        const int i = n % NN;
+        cr_assert_eq(rec.node_index, shape[i].index);
+        cr_assert_eq(rec.request_id, n / (3 * NN));
+        cr_assert_eq(rec.step, n / NN % 3);
+        const int64_t vals = rec.n_rows * shape[i].top_k;
+        cr_assert_eq(rec.expert_ids_bytes, (size_t)vals * (shape[i].n_experts > 256 ? 2 : 1));
+        cr_assert_eq(rec.weights_bytes, (size_t)vals * (shape[i].wf == MP_TRACE_W_F16 ? 2 : 4));
+        int32_t ids[5 * 4];
+        cr_assert_eq(mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes,
+                                         shape[i].n_experts > 256 ? 2 : 1, vals, ids, &err), MP_OK);
+        for (int64_t v = 0; v < vals; v++)
+            cr_assert(ids[v] >= 0 && ids[v] < shape[i].n_experts, "seed %u: id %d at node %d",
+                      seed, ids[v], shape[i].index);
+        got[n] = rec;
+        memcpy(blobs[n][0], rec.expert_ids, rec.expert_ids_bytes);
+        memcpy(blobs[n][1], rec.weights, rec.weights_bytes);
+        n++;
+    }
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(n, MAXREC);
+    mp_trace_routing_end(it);
+    /* a request range (version 2 keys) */
+    cr_assert_eq(mp_trace_routing_begin_range(r, 1, 1, &it, &err), MP_OK);
+    int n1 = 0;
+    while (mp_trace_routing_next(it, &rec, &err) == 1) {
+        cr_assert_eq(rec.request_id, 1);
+        n1++;
+    }
+    cr_assert_eq(n1, 3 * NN);
+    mp_trace_routing_end(it);
+    mp_trace_reader_close(r);
+
+    to_v1(path);
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_reader_version(r), 1);
+    cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+    for (int k = 0; k < MAXREC; k++) {
+        cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 1, "%s", err.msg);
+        cr_assert_eq(rec.key, got[k].key);
+        cr_assert_eq(rec.request_id, got[k].request_id);
+        cr_assert_eq(rec.step, got[k].step);
+        cr_assert_eq(rec.node_index, got[k].node_index);
+        cr_assert_eq(rec.n_rows, got[k].n_rows);
+        cr_assert_eq(rec.expert_ids_bytes, got[k].expert_ids_bytes);
+        cr_assert_eq(rec.weights_bytes, got[k].weights_bytes);
+        cr_assert(!memcmp(rec.expert_ids, blobs[k][0], rec.expert_ids_bytes), "record %d", k);
+        cr_assert(!memcmp(rec.weights, blobs[k][1], rec.weights_bytes), "record %d", k);
+    }
+    cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 0);
+    mp_trace_routing_end(it);
+    cr_assert_eq(mp_trace_routing_begin_range(r, 1, 1, &it, &err), MP_OK);
+    n1 = 0;
+    while (mp_trace_routing_next(it, &rec, &err) == 1) {
+        cr_assert_eq(rec.request_id, 1);
+        n1++;
+    }
+    cr_assert_eq(n1, 3 * NN);
+    mp_trace_routing_end(it);
+    mp_trace_reader_close(r);
+}
+
+/* A step row whose BLOBs are short or long: every node still gets a record, no slice reads past
+ * the BLOB, and the mismatch shows at the node where the sizes stop adding up. */
+Test(trace, version_2_short_and_long_blobs_are_reported_not_repaired)
+{
+    char path[300];
+    path_in(path, sizeof path, "short.db");
+    mp_trace_writer *w = open_with_nodes(path, 3, 8, 2, MP_TRACE_W_F16);
+    mp_error err;
+    int32_t ids[2] = {1, 2};
+    float wt[2] = {0.5f, 0.5f};
+    cr_assert_eq(mp_trace_request_begin(w, 0, NULL, NULL, -1, NULL, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_step_begin(w, 0, MP_PHASE_PREFILL, 1, 0, &err), MP_OK);
+    for (int nd = 0; nd < 3; nd++)
+        cr_assert_eq(mp_trace_add_routing(w, nd, 1, 2, ids, wt, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_request_end(w, 0, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK);
+    mp_trace_writer_close(w);
+    /* ids: 6 bytes -> 3 (node 0 whole, node 1 one byte, node 2 none); weights: 12 -> 15 */
+    sql(path, "UPDATE routing SET expert_ids = substr(expert_ids, 1, 3), "
+              "weights = weights || X'010203'");
+    mp_trace_reader *r;
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+    mp_trace_routing_iter *it;
+    cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+    mp_trace_routing_rec rec;
+    const size_t want_ids[3] = {2, 1, 0}, want_w[3] = {4, 4, 7};
+    for (int nd = 0; nd < 3; nd++) {
+        cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 1);
+        cr_assert_eq(rec.node_index, nd);
+        cr_assert_eq(rec.expert_ids_bytes, want_ids[nd], "node %d: %zu", nd, rec.expert_ids_bytes);
+        cr_assert_eq(rec.weights_bytes, want_w[nd], "node %d: %zu", nd, rec.weights_bytes);
+        cr_assert_eq(rec.expert_ids == NULL, want_ids[nd] == 0);
+    }
+    cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 0);
+    mp_trace_routing_end(it);
+    mp_trace_reader_close(r);
+}
+
+/* A step row over the reader's direct-read size (1 MiB: here 11,000 rows × 2 nodes × (16 B of
+ * u16 ids + 32 B of f32 weights) = 1.06 MB) is read node by node through incremental BLOB I/O:
+ * the same records, and a cut BLOB still shows at the last node. */
+Test(trace, version_2_long_prefill_is_read_in_slices)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    enum { ROWS = 11000, K = 8, NE = 300 };
+    char path[300];
+    path_in(path, sizeof path, "long.db");
+    mp_trace_writer *w = open_with_nodes(path, 2, NE, K, MP_TRACE_W_F32);
+    mp_error err;
+    static int32_t ids[2][ROWS * K];
+    static float wt[2][ROWS * K];
+    for (int nd = 0; nd < 2; nd++)
+        for (int v = 0; v < ROWS * K; v++) {
+            ids[nd][v] = rand() % NE;
+            wt[nd][v] = (float)rand() / (float)RAND_MAX;
+        }
+    cr_assert_eq(mp_trace_request_begin(w, 0, NULL, NULL, -1, NULL, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_step_begin(w, 0, MP_PHASE_PREFILL, ROWS, 0, &err), MP_OK);
+    for (int nd = 0; nd < 2; nd++)
+        cr_assert_eq(mp_trace_add_routing(w, nd, ROWS, K, ids[nd], wt[nd], &err), MP_OK, "%s",
+                     err.msg);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_step_begin(w, 1, MP_PHASE_DECODE, 1, ROWS, &err), MP_OK);
+    for (int nd = 0; nd < 2; nd++)
+        cr_assert_eq(mp_trace_add_routing(w, nd, 1, K, ids[nd], wt[nd], &err), MP_OK);
+    cr_assert_eq(mp_trace_step_end(w, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_request_end(w, 1, -1, &err), MP_OK);
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK);
+    mp_trace_writer_close(w);
+
+    static int32_t got_ids[ROWS * K];
+    static float got_w[ROWS * K];
+    for (int pass = 0; pass < 2; pass++) {
+        mp_trace_reader *r;
+        cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+        mp_trace_routing_iter *it;
+        cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+        mp_trace_routing_rec rec;
+        for (int k = 0; k < 4; k++) { /* (step 0, node 0), (0, 1), (1, 0), (1, 1) */
+            const int nd = k % 2, rows = k < 2 ? ROWS : 1;
+            cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 1, "%s", err.msg);
+            cr_assert_eq(rec.node_index, nd);
+            cr_assert_eq(rec.step, k / 2);
+            cr_assert_eq(rec.n_rows, rows);
+            if (pass == 1 && k == 1) { /* the cut byte */
+                cr_assert_eq(rec.expert_ids_bytes, (size_t)rows * K * 2 - 1);
+                continue;
+            }
+            cr_assert_eq(mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, 2, rows * K,
+                                             got_ids, &err), MP_OK, "%s", err.msg);
+            cr_assert_eq(mp_trace_decode_weights(rec.weights, rec.weights_bytes, "f32", rows * K,
+                                                 got_w, &err), MP_OK, "%s", err.msg);
+            cr_assert(!memcmp(got_ids, ids[nd], sizeof(int32_t) * (size_t)(rows * K)),
+                      "seed %u: ids of step %d node %d differ", seed, k / 2, nd);
+            cr_assert(!memcmp(got_w, wt[nd], sizeof(float) * (size_t)(rows * K)),
+                      "seed %u: weights of step %d node %d differ", seed, k / 2, nd);
+        }
+        cr_assert_eq(mp_trace_routing_next(it, &rec, &err), 0);
+        mp_trace_routing_end(it);
+        mp_trace_reader_close(r);
+        sql(path, "UPDATE routing SET expert_ids = substr(expert_ids, 1, length(expert_ids) - 1) "
+                  "WHERE key = 0");
+    }
 }
 
 Test(trace, decode_helpers_check_sizes)

@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# bench/sim_accuracy.sh — how well `moeplan simulate` predicts decode speed: simulated vs measured
+# decode ms/token for every (GPU budget, placement policy), on the same routing.
+#
+#   [MOEPLAN=build/cli/moeplan] [MODEL=m.gguf | PRESET=qwen3-30b-a3b QUANT=q4_k_m]
+#   [COSTS=costs.json] [BUDGETS="8GiB 12GiB 16GiB 24GiB", or "+SIZE": SIZE beyond the fixed part] [POLICIES="static-topn ... plan"]
+#   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K (its first K lines: JSON Lines)] [REPS=1] [THREADS=N] [MATCH=exact|budget]
+#   [EXECUTOR=auto|gpu|cpu] [OUT=out/sim-accuracy] [WORK=dir for a generated model, default OUT]
+#   bash bench/sim_accuracy.sh
+#
+# Steps (docs/simulator.md, "Simulated vs measured", says why each is the way it is):
+#  1. the model: MODEL, or `moeplan mkmodel --preset PRESET --quant QUANT` into $WORK (kept);
+#  2. the costs: COSTS, or `moeplan calibrate` of the model into $OUT/costs.json;
+#  (EXECUTOR, default auto: the GPU where a CUDA device is usable, goes to collect and bench; on a
+#  machine without a GPU set EXECUTOR=cpu, since the auto executor refuses a profile placement there)
+#  (THREADS, when set, goes to collect, bench and simulate: the cost file's CPU entry of N threads)
+#  3. a trace: `moeplan collect` of the prompts (the first NPROMPTS lines when set) -> $OUT/trace.db;
+#  4. T, the trace's routing rows per layer (a one-policy simulate), and the GPU memory the runtime
+#     holds besides experts (weights + KV cache + scratch) for a T-position session (a 1-token bench);
+#  5. per budget and policy: `moeplan simulate --as-decode --non-expert-bytes FIXED --emit-profile`
+#     -> predicted ms/token over the whole trace; then `moeplan bench --profile P.strp
+#     --route-replay TRACE -p 0 -n T-1 --ctx T`: every repetition decodes the trace's T rows once,
+#     one row per step, with the trace's routing -> measured ms/token = 1000 / median tok/s.
+#     MATCH=exact (default): bench loads exactly the profile's resident experts (no --gpu-budget,
+#     so the run's placement is the simulated one) and the script checks that the run's GPU bytes
+#     (weights + KV + scratch + experts) fit the budget. MATCH=budget: bench also gets --gpu-budget
+#     B, and the runtime takes the profile's ranked experts while they fit, which can be more than
+#     the policy chose (whole-layer policies, plan); the table's "resident sim/run" shows it;
+#  6. $OUT/sim-accuracy.md (table) and $OUT/sim-accuracy.json, written to temporary names and renamed.
+# Any failing step stops the script with "sim_accuracy: error: STEP: ..." and exit 1; the step's
+# log is in $OUT/logs/. The table names the executor that ran: "cpu" rows were measured with every
+# expert on the CPU and say nothing about the GPU placement's accuracy.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MOEPLAN=${MOEPLAN:-build/cli/moeplan}
+PRESET=${PRESET:-qwen3-30b-a3b}
+QUANT=${QUANT:-q4_k_m}
+PROMPTS=${PROMPTS:-examples/prompts.jsonl}
+BUDGETS=${BUDGETS:-8GiB 12GiB 16GiB 24GiB}
+POLICIES=${POLICIES:-static-topn static-equal first-n-cpu best-layers plan}
+REPS=${REPS:-1}
+MATCH=${MATCH:-exact}
+EXECUTOR=${EXECUTOR:-auto}
+OUT=${OUT:-out/sim-accuracy}
+WORK=${WORK:-$OUT}
+THREADS=${THREADS:-}
+
+die() { echo "sim_accuracy: error: $*" >&2; exit 1; }
+log() { echo "[sim_accuracy $(date +%H:%M:%S)] $*" >&2; }
+# run STEP LOGNAME CMD...: run CMD with stderr to $OUT/logs/LOGNAME; on failure die naming STEP and
+# the log's last line (moeplan's one-line error)
+run() {
+    local step=$1 name=$2
+    shift 2
+    if ! "$@" >"$OUT/logs/$name.out" 2>"$OUT/logs/$name"; then
+        die "$step failed ($*): $(tail -n 1 "$OUT/logs/$name") (log: $OUT/logs/$name)"
+    fi
+}
+
+[ -x "$MOEPLAN" ] || die "moeplan binary '$MOEPLAN' not found or not executable (build first, or set MOEPLAN)"
+command -v python3 >/dev/null || die "python3 is needed to read the JSON outputs"
+[ -f "$PROMPTS" ] || die "prompts file '$PROMPTS' not found"
+case "$EXECUTOR" in auto | gpu | cpu) ;; *) die "EXECUTOR '$EXECUTOR': expected auto, gpu or cpu" ;; esac
+case "$MATCH" in exact | budget) ;; *) die "MATCH '$MATCH': expected exact or budget" ;; esac
+[[ "$REPS" =~ ^[1-9][0-9]*$ ]] || die "REPS '$REPS': expected a positive integer"
+[ -z "$THREADS" ] || [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "THREADS '$THREADS': expected a positive integer"
+[ -n "${NPROMPTS:-}" ] && { [[ "$NPROMPTS" =~ ^[1-9][0-9]*$ ]] || die "NPROMPTS '$NPROMPTS': expected a positive integer"; }
+read -r -a budgets <<<"$BUDGETS"
+read -r -a policies <<<"$POLICIES"
+[ ${#budgets[@]} -gt 0 ] || die "BUDGETS is empty"
+[ ${#policies[@]} -gt 0 ] || die "POLICIES is empty"
+for p in "${policies[@]}"; do
+    case "$p" in
+    static-topn | static-equal | first-n-cpu | last-n-cpu | best-layers | plan) ;;
+    all-gpu | all-cpu)
+        die "POLICIES: '$p' ignores the budget, so its profile is not what the runtime loads under --gpu-budget; use static-topn, static-equal, first-n-cpu, last-n-cpu, best-layers or plan" ;;
+    *)
+        die "POLICIES: '$p' is not a static policy with a profile (static-topn, static-equal, first-n-cpu, last-n-cpu, best-layers, plan)" ;;
+    esac
+done
+mkdir -p "$OUT/logs" "$OUT/profiles" "$OUT/sim" "$OUT/bench" "$WORK" || die "cannot create $OUT"
+thr=()
+[ -z "$THREADS" ] || thr=(--threads "$THREADS")
+
+# 1. the model
+if [ -z "${MODEL:-}" ]; then
+    MODEL=$WORK/$PRESET-$QUANT.gguf
+    if [ ! -f "$MODEL" ]; then
+        log "mkmodel --preset $PRESET --quant $QUANT -> $MODEL"
+        run mkmodel mkmodel.log "$MOEPLAN" mkmodel --preset "$PRESET" --quant "$QUANT" --quiet -o "$MODEL"
+    fi
+fi
+[ -f "$MODEL" ] || die "model '$MODEL' not found"
+
+# 2. the costs
+if [ -z "${COSTS:-}" ]; then
+    COSTS=$OUT/costs.json
+    log "calibrate $MODEL -> $COSTS (set COSTS to reuse a cost file)"
+    # shellcheck disable=SC2086
+    run calibrate calibrate.log "$MOEPLAN" calibrate -m "$MODEL" --out "$COSTS" --force ${CALIBRATE_ARGS:-}
+fi
+[ -f "$COSTS" ] || die "cost file '$COSTS' not found"
+
+# 3. the trace
+prompts=$PROMPTS
+if [ -n "${NPROMPTS:-}" ]; then
+    prompts=$OUT/prompts.jsonl
+    head -n "$NPROMPTS" "$PROMPTS" >"$prompts" || die "cannot write $prompts"
+fi
+trace=$OUT/trace.db
+log "collect $prompts -> $trace"
+run collect collect.log "$MOEPLAN" collect -m "$MODEL" --prompts "$prompts" --trace "$trace" --force \
+    --no-progress --executor "$EXECUTOR" "${thr[@]}"
+
+# json FILE EXPR: evaluate a Python expression on the parsed JSON document d; "" on any failure
+json() {
+    python3 - "$1" "$2" <<'EOF' 2>/dev/null
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(eval(sys.argv[2]))
+EOF
+}
+
+# 4. rows per layer (simulate --as-decode counts each routing row as one token) and the fixed bytes
+run "trace row count (simulate)" rows.log "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" --budget 1TiB \
+    --policy static-topn --as-decode --json "$OUT/sim/rows.json"
+T=$(json "$OUT/sim/rows.json" "int(d['budgets'][0]['policies'][0]['in_sample']['tokens'] + d['budgets'][0]['policies'][0]['held_out']['tokens'])")
+[[ "$T" =~ ^[0-9]+$ ]] && [ "$T" -ge 2 ] || die "rows: cannot read the trace's row count from $OUT/sim/rows.json (got '$T'; need at least 2 rows)"
+n_gen=$((T - 1))
+log "trace: $T routing rows per layer -> bench tg$n_gen with --ctx $T"
+# (the CPU executor: the sizes do not depend on the executor, and it loads nothing onto a GPU)
+if ! "$MOEPLAN" bench -m "$MODEL" -p 0 -n 1 -r 1 --ctx "$T" --executor cpu "${thr[@]}" -o json \
+    >"$OUT/bench/fixed.json" 2>"$OUT/logs/fixed.log"; then
+    die "fixed bytes: bench probe failed: $(tail -n 1 "$OUT/logs/fixed.log")"
+fi
+FIXED=$(json "$OUT/bench/fixed.json" "int(d['rows'][0]['gpu_fixed_bytes'])")
+[[ "$FIXED" =~ ^[0-9]+$ ]] || die "fixed bytes: no gpu_fixed_bytes in $OUT/bench/fixed.json"
+log "runtime's GPU memory besides experts at --ctx $T: $FIXED bytes (weights + KV cache + scratch)"
+
+# 5. per budget and policy
+results=$OUT/sim/results.jsonl
+: >"$results" || die "cannot write $results"
+for b in "${budgets[@]}"; do
+    # "+SIZE": SIZE for experts on top of the runtime's fixed part (small models, whose fixed part
+    # depends on the context); the budget passed on is then a plain byte count
+    bb=$b
+    if [ "${b:0:1}" = + ]; then
+        bb=$(python3 - "${b:1}" "$FIXED" <<'EOF'
+import re, sys
+m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(B|KiB|MiB|GiB|KB|MB|GB)?", sys.argv[1])
+units = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+print(int(float(m.group(1)) * units[m.group(2)]) + int(sys.argv[2]) if m else "")
+EOF
+)
+        [ -n "$bb" ] || die "BUDGETS: '$b': expected +SIZE with SIZE like 3MiB, 512KiB or 1000000"
+    fi
+    for p in "${policies[@]}"; do
+        tag="$b-$p"
+        prof=$OUT/profiles/$tag.strp
+        simj=$OUT/sim/$tag.json
+        benchj=$OUT/bench/$tag.json
+        log "simulate $tag"
+        run "simulate $tag" "simulate-$tag.log" "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" \
+            --non-expert-bytes "$FIXED" --budget "$bb" --policy "$p" --profile-policy "$p" --as-decode \
+            --emit-profile "$prof" --json "$simj" "${thr[@]}"
+        log "bench $tag (tg$n_gen x $REPS + warm-up)"
+        budget_flag=()
+        [ "$MATCH" = exact ] || budget_flag=(--gpu-budget "$bb")
+        if ! "$MOEPLAN" bench -m "$MODEL" --profile "$prof" "${budget_flag[@]}" --route-replay "$trace" \
+            -p 0 -n "$n_gen" --ctx "$T" -r "$REPS" --executor "$EXECUTOR" "${thr[@]}" -o json \
+            >"$benchj" 2>"$OUT/logs/bench-$tag.log"; then
+            die "bench $tag failed: $(tail -n 1 "$OUT/logs/bench-$tag.log") (log: $OUT/logs/bench-$tag.log)"
+        fi
+        python3 - "$b" "$p" "$simj" "$benchj" "$T" "$MATCH" >>"$results" <<'EOF' || die "reading $simj / $benchj failed"
+import json, sys
+budget, policy, simj, benchj, rows, match = sys.argv[1:7]
+sim = json.load(open(simj))
+bo = sim["budgets"][0]
+pol = [x for x in bo["policies"] if x["policy"] == policy]
+if len(pol) != 1:
+    sys.exit("%s: no result for policy %s" % (simj, policy))
+pol = pol[0]
+ins, held = pol["in_sample"], pol["held_out"]
+tokens = ins["tokens"] + held["tokens"]
+if tokens != int(rows):
+    sys.exit("%s: %d tokens replayed, the trace has %s rows" % (simj, tokens, rows))
+pred_ms = (ins["time_ns"] + held["time_ns"]) / tokens / 1e6
+row = json.load(open(benchj))["rows"][0]
+if not row.get("route_replay") or row.get("n_gen") != int(rows) - 1:
+    sys.exit("%s: not a replayed tg%d row" % (benchj, int(rows) - 1))
+meas_ms = 1000.0 / row["median_tok_s"]
+run_bytes = row["gpu_fixed_bytes"] + row["gpu_expert_bytes"]
+if run_bytes > bo["budget_bytes"]:
+    sys.exit("%s: the run holds %d bytes on the GPU (fixed %d + experts %d), more than the budget "
+             "%s (%d bytes) the simulation planned for" % (benchj, run_bytes, row["gpu_fixed_bytes"],
+             row["gpu_expert_bytes"], budget, bo["budget_bytes"]))
+print(json.dumps({
+    "budget": budget, "budget_bytes": bo["budget_bytes"], "policy": policy,
+    "slots": bo["slots"], "resident_simulated": pol["resident_initial"],
+    "resident_measured": row["experts_resident"], "match": match,
+    "run_gpu_bytes": run_bytes,
+    "predicted_ms_per_token": pred_ms,
+    "predicted_ms_per_token_in_sample": ins["ms_per_token"],
+    "predicted_ms_per_token_held_out": held["ms_per_token"],
+    "predicted_hit_rate_in_sample": ins["hit_rate"], "predicted_hit_rate_held_out": held["hit_rate"],
+    "measured_ms_per_token": meas_ms,
+    "measured_tok_s_samples": row["samples_tok_s"],
+    "error_pct": 100.0 * (pred_ms - meas_ms) / meas_ms,
+    "executor": row["executor"], "threads": row["threads"], "isa": row["isa"],
+    "placement": row["placement"], "route_replay_summary": row["route_replay_summary"],
+    "simulation": simj, "bench": benchj,
+}))
+EOF
+    done
+done
+
+# 6. the table and the JSON
+python3 - "$results" "$OUT" "$MODEL" "$COSTS" "$trace" "$T" "$FIXED" "$REPS" "$MATCH" <<'EOF' || die "writing the table failed"
+import json, os, sys, datetime
+results, out, model, costs, trace, rows, fixed, reps, match = sys.argv[1:10]
+res = [json.loads(l) for l in open(results) if l.strip()]
+executors = sorted({r["executor"] for r in res})
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+lines = ["# Simulated vs measured decode ms/token", "",
+         "model `%s`, costs `%s`, trace `%s` (%s routing rows per layer, replayed as decode), "
+         "runtime GPU memory besides experts %s bytes, %s repetition(s) + 1 warm-up, MATCH=%s "
+         "(%s), %s." %
+         (os.path.basename(model), costs, os.path.basename(trace), rows, fixed, reps, match,
+          "bench loads the profile's resident experts exactly" if match == "exact" else
+          "bench takes the profile's ranked experts while they fit --gpu-budget", now), ""]
+if any(e == "cpu" for e in executors):
+    lines += ["**Measured with the CPU executor: every expert ran on the CPU whatever the placement "
+              "says. These rows test the pipeline, not the simulator; the errors below are not its "
+              "accuracy.**", ""]
+lines += ["| budget | policy | resident sim/run | predicted ms/token | measured ms/token | error % | executor |",
+          "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+for r in res:
+    lines.append("| %s | %s | %d/%d | %.4f | %.4f | %+.1f | %s |" % (
+        r["budget"], r["policy"], r["resident_simulated"], r["resident_measured"],
+        r["predicted_ms_per_token"], r["measured_ms_per_token"], r["error_pct"], r["executor"]))
+worst = max(abs(r["error_pct"]) for r in res)
+lines += ["", "error %% = (predicted − measured) / measured; largest |error| %.1f %% (target ≤ 10 %%)%s." %
+          (worst, "" if executors != ["cpu"] else ", meaningless on the CPU executor")]
+if any(r["resident_simulated"] != r["resident_measured"] for r in res):
+    lines.append("Warning: some rows have a different number of resident experts in the simulation "
+                 "and the run (resident sim/run): those rows do not compare the same placement.")
+doc = {"format": "moeplan-sim-accuracy", "version": 1, "date": now, "model": model, "costs": costs,
+       "trace": trace, "trace_rows_per_layer": int(rows), "gpu_fixed_bytes": int(fixed),
+       "repetitions": int(reps), "match": match, "executors": executors, "max_abs_error_pct": worst, "rows": res}
+for name, text in (("sim-accuracy.md", "\n".join(lines) + "\n"),
+                   ("sim-accuracy.json", json.dumps(doc, indent=2) + "\n")):
+    tmp = os.path.join(out, name + ".tmp.%d" % os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(out, name))
+print("\n".join(lines))
+EOF
+log "wrote $OUT/sim-accuracy.md and $OUT/sim-accuracy.json"

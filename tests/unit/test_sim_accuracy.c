@@ -1,0 +1,156 @@
+/* tests/unit/test_sim_accuracy.c — bench/sim_accuracy.sh end to end on the tiny preset.
+ *
+ * The script is run as a user runs it (PRESET=tiny, the H200 costs measured for that preset, one
+ * prompt, two budgets × two policies, the CPU executor) with the built moeplan. Checked: the JSON report has one row
+ * per (budget, policy) in order, each comparing the same placement (resident experts equal in the
+ * simulation and the run), the bench replayed the whole trace once per run (the replay summary's
+ * rows are 2 × the trace's rows, 1 wrap, with REPS=1), positive predicted and measured ms/token
+ * with the error computed from them, and the executor that ran ("cpu" here, which the markdown
+ * table must flag). Failures: a budget below the runtime's fixed GPU memory stops the script with
+ * one "sim_accuracy: error: simulate ..." line and no report; an online policy is refused up
+ * front. Speeds are never compared against a number. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+static char tmpdir[256];
+static const char *root, *moeplan;
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_sim_accuracy_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    root = getenv("MP_SOURCE_ROOT");
+    moeplan = getenv("MP_MOEPLAN");
+    cr_assert(root && moeplan, "MP_SOURCE_ROOT / MP_MOEPLAN are not set (run through meson test)");
+}
+
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(sim_accuracy, .init = setup, .fini = teardown);
+
+/* Run the script with env (shell assignments) and OUT=tmpdir/out; stderr into err. Exit status. */
+static int script(const char *env, char *err, size_t cap)
+{
+    char cmd[4096], path[512];
+    snprintf(path, sizeof path, "%s/stderr", tmpdir);
+    snprintf(cmd, sizeof cmd, "MOEPLAN='%s' OUT='%s/out' WORK='%s' %s bash '%s/bench/sim_accuracy.sh' "
+             ">'%s/stdout' 2>'%s'", moeplan, tmpdir, tmpdir, env, root, tmpdir, path);
+    const int rc = system(cmd);
+    cr_assert(rc != -1 && WIFEXITED(rc), "the script did not exit normally");
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    const size_t n = fread(err, 1, cap - 1, f);
+    err[n] = 0;
+    fclose(f);
+    return WEXITSTATUS(rc);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s is missing", path);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_not_null(s);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsString(v), "%s is not a string", k);
+    return v->valuestring;
+}
+
+Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
+{
+    char env[1024], err[16384], path[512];
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu "
+             "BUDGETS='+2MiB +4MiB' POLICIES='plan static-topn' NPROMPTS=1 REPS=1", root);
+    cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/out/sim-accuracy.json", tmpdir);
+    char *text = slurp(path);
+    cJSON *doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "not JSON: %s", text);
+    cr_assert_str_eq(str(doc, "format"), "moeplan-sim-accuracy");
+    const double T = num(doc, "trace_rows_per_layer");
+    cr_assert_gt(T, 1);
+    cr_assert_gt(num(doc, "gpu_fixed_bytes"), 0);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 4);
+    const char *want[4][2] = {{"+2MiB", "plan"}, {"+2MiB", "static-topn"}, {"+4MiB", "plan"},
+                              {"+4MiB", "static-topn"}};
+    char summary[256];
+    snprintf(summary, sizeof summary, ": %.0f rows per layer, 1 wrap(s)", 2 * T);
+    for (int i = 0; i < 4; i++) {
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        cr_assert_str_eq(str(r, "budget"), want[i][0]);
+        cr_assert_str_eq(str(r, "policy"), want[i][1]);
+        cr_assert_eq(num(r, "budget_bytes"), num(doc, "gpu_fixed_bytes") + (i < 2 ? 2 : 4) * 1048576.0);
+        cr_assert_eq(num(r, "resident_simulated"), num(r, "resident_measured"), "row %d", i);
+        cr_assert_leq(num(r, "run_gpu_bytes"), num(r, "budget_bytes"), "row %d", i);
+        const double pred = num(r, "predicted_ms_per_token"), meas = num(r, "measured_ms_per_token");
+        cr_assert(pred > 0 && meas > 0, "row %d: %g / %g", i, pred, meas);
+        cr_assert_float_eq(num(r, "error_pct"), 100.0 * (pred - meas) / meas, 1e-9 * fabs(pred + meas));
+        cr_assert_str_eq(str(r, "executor"), "cpu");
+        cr_assert(strstr(str(r, "route_replay_summary"), summary) != NULL, "row %d: %s, want %s", i,
+                  str(r, "route_replay_summary"), summary);
+        cr_assert(strstr(str(r, "placement"), "profile ") == str(r, "placement"), "%s",
+                  str(r, "placement"));
+    }
+    /* a larger budget never holds fewer experts for the same policy */
+    cr_assert_geq(num(cJSON_GetArrayItem(rows, 3), "resident_simulated"),
+                  num(cJSON_GetArrayItem(rows, 1), "resident_simulated"));
+    cJSON_Delete(doc);
+    free(text);
+    snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);
+    text = slurp(path);
+    cr_assert(strstr(text, "**Measured with the CPU executor") != NULL, "%s", text);
+    cr_assert(strstr(text, "| +4MiB | static-topn | ") != NULL, "%s", text);
+    cr_assert(strstr(text, " | cpu |\n") != NULL, "%s", text);
+    free(text);
+}
+
+Test(sim_accuracy, a_failing_step_stops_with_one_line_and_no_report, .timeout = 600)
+{
+    char env[1024], err[16384], path[512];
+    struct stat sb;
+    /* 1 MiB is below the tiny model's weights + KV cache + scratch */
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu "
+             "BUDGETS=1MiB POLICIES=plan NPROMPTS=1", root);
+    cr_assert_eq(script(env, err, sizeof err), 1, "%s", err);
+    const char *e = strstr(err, "sim_accuracy: error: simulate 1MiB-plan failed");
+    cr_assert_not_null(e, "%s", err);
+    cr_assert(strstr(e, "smaller than the non-expert weights") != NULL, "%s", err);
+    cr_assert_null(strchr(e, '\n') ? strchr(strchr(e, '\n') + 1, '\n') : NULL, "more than one "
+                   "error line: %s", e);
+    snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);
+    cr_assert_neq(stat(path, &sb), 0, "a failed run wrote %s", path);
+    /* an online policy has no profile: refused before any work */
+    cr_assert_eq(script("POLICIES='plan lru'", err, sizeof err), 1, "%s", err);
+    cr_assert(strstr(err, "sim_accuracy: error: POLICIES: 'lru' is not a static policy") != NULL,
+              "%s", err);
+}
