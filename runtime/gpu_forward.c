@@ -72,7 +72,13 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     const int64_t D = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd;
     mp_status st;
 
-    KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, L->attn_norm, n, D, hp->rms_eps, g->stream), "rmsnorm");
+    /* the previous layer's residual add, when pending, is fused into this norm */
+    if (g->pending_add)
+        KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->attn_norm, n, D, hp->rms_eps, g->stream),
+               "residual add + rmsnorm");
+    else
+        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, L->attn_norm, n, D, hp->rms_eps, g->stream), "rmsnorm");
+    g->pending_add = false;
     g->act_src = NULL;
     if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) ||
         (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
@@ -92,8 +98,8 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
                         style, g->stream), "rope");
     /* positions come from d_pos, and in a graph the keys are split for the whole context: the
      * launches are then the same at every position */
-    KCHECK(mp_cuda_kv_store_at(L->k_cache, g->d_k, n, KV, g->d_pos, g->stream), "kv store");
-    KCHECK(mp_cuda_kv_store_at(L->v_cache, g->d_v, n, KV, g->d_pos, g->stream), "kv store");
+    KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
+           "kv store");
     for (int64_t r0 = 0; r0 < n; r0 += MP_GPU_ATT_ROWS) {
         const int64_t rows = n - r0 < MP_GPU_ATT_ROWS ? n - r0 : MP_GPU_ATT_ROWS;
         const int64_t keys_max = g->capturing ? g->s->n_ctx : pos0 + r0 + rows;
@@ -104,7 +110,9 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     g->act_src = NULL;
     if ((st = proj(g, &L->wo, g->d_att, n, g->d_proj, D, err)))
         return st;
-    KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * D, g->stream), "residual add");
+    /* residual add fused into the MoE block's norm */
+    KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->ffn_norm, n, D, hp->rms_eps, g->stream),
+           "residual add + rmsnorm");
     return MP_OK;
 }
 
@@ -189,6 +197,7 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
     const mp_hparams *hp = &s->m->hp;
     mp_status st;
     if (from == 0) {
+        g->pending_add = false;
         CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream),
                "token upload");
         CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice,
@@ -199,7 +208,7 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
     } else {
         if ((st = mp_gpu_moe_end(g, from - 1, n, err)))
             return st;
-        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        g->pending_add = true; /* fused into the next norm */
         if (s->hooks && s->hooks->layer_end)
             s->hooks->layer_end(s->hooks->user, from - 1);
     }
@@ -208,8 +217,6 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
             s->hooks->layer_begin(s->hooks->user, il);
         if ((st = attention_block(g, il, n, pos0, err)))
             return st;
-        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, g->layers[il].ffn_norm, n, hp->n_embd, hp->rms_eps,
-                               g->stream), "rmsnorm");
         g->act_src = NULL;
         if ((st = mp_gpu_moe_begin(g, il, n, err)))
             return st;
@@ -217,11 +224,15 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
             *stop = il;
             return MP_OK;
         }
-        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        g->pending_add = true; /* fused into the next norm */
         if (s->hooks && s->hooks->layer_end)
             s->hooks->layer_end(s->hooks->user, il);
     }
     *stop = hp->n_layer;
+    if (g->pending_add) { /* the last layer's residual: the head reads x */
+        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        g->pending_add = false;
+    }
     if (head_rows > 0)
         return head_enqueue(g, n - head_rows, head_rows, err);
     return MP_OK;

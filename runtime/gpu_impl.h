@@ -87,7 +87,8 @@ struct mp_gpu {
     bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
     int64_t *rt_cpu_ns;     /* (n_layer) the CPU expert time of that step */
     bool measure;
-    bool copied_this_step;  /* the current hybrid layer copied experts (d_proj holds GPU work) */
+    bool copied_this_step;
+    bool pending_add;       /* d_x += d_proj is still to do (fused into the next norm) */  /* the current hybrid layer copied experts (d_proj holds GPU work) */
     /* decode (1 row) as CUDA graphs: segment k runs from the end of hybrid layer k-1 to the
      * start of hybrid layer k's host work (or to the logits); captured on first use */
     cudaGraphExec_t *graphs; /* (n_layer + 1), by the segment's first layer */

@@ -113,6 +113,7 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     u128 scratch = 4 * B * (4 * D + 2 * Q + 2 * KV + E + 2 * K + 2) /* activations, routes */
                    + 2 * B * W                                       /* converted activations */
                    + B * (2 * D + K * 6 * F)                         /* MoE kernel scratch */
+                   + B * K * (4 * D + 6) + 16 * 1025 + 1024          /* its grouped (prefill) path */
                    + 4 * att_rows * (u128)g->n_head * splits * ((u128)g->head_dim + 2)
                    + 2 * W * (B + MP_GPU_GEMM_TILE)                  /* cuBLAS tiles */
                    + 4 * (u128)MP_GPU_HEAD_ROWS * (u128)g->n_vocab   /* logits */

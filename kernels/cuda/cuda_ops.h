@@ -45,6 +45,11 @@ int mp_cuda_available(char *why, size_t why_cap);
 int mp_cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w, int64_t rows, int64_t n,
                     float eps, void *stream);
 
+/* d_x += d_y, then d_out = RMSNorm(d_x) · d_w (rows × n): the residual add fused into the next
+ * norm, bit-identical to mp_cuda_add followed by mp_cuda_rmsnorm. d_out must not alias d_x. */
+int mp_cuda_add_rmsnorm(float *d_out, float *d_x, const float *d_y, const float *d_w, int64_t rows,
+                        int64_t n, float eps, void *stream);
+
 /* Host convenience for tests: copies in, runs mp_cuda_rmsnorm, copies out, synchronizes. */
 int mp_cuda_rmsnorm_host(float *out, const float *x, const float *w, int64_t rows, int64_t n,
                          float eps);
@@ -158,6 +163,10 @@ int mp_cuda_kv_store(uint16_t *d_cache, const float *d_src, int64_t n_rows, int6
  * captured CUDA graph replays at every position). */
 int mp_cuda_kv_store_at(uint16_t *d_cache, const float *d_src, int64_t n_rows, int64_t n_kv,
                         const int32_t *d_pos, void *stream);
+
+/* mp_cuda_kv_store_at for K and V in one launch. */
+int mp_cuda_kv_store2_at(uint16_t *d_kcache, uint16_t *d_vcache, const float *d_k, const float *d_v,
+                         int64_t n_rows, int64_t n_kv, const int32_t *d_pos, void *stream);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,

@@ -94,6 +94,32 @@ __global__ void kv_store_at_kernel(uint16_t *cache, const float *src, const int3
         cache[(int64_t)pos[i / n_kv] * n_kv + i % n_kv] = __half_as_ushort(__float2half_rn(src[i]));
 }
 
+__global__ void kv_store2_at_kernel(uint16_t *kc, uint16_t *vc, const float *k, const float *v,
+                                    const int32_t *pos, int64_t n_kv, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 2 * n)
+        return;
+    const bool is_v = i >= n;
+    const int64_t j = is_v ? i - n : i;
+    (is_v ? vc : kc)[(int64_t)pos[j / n_kv] * n_kv + j % n_kv] =
+        __half_as_ushort(__float2half_rn((is_v ? v : k)[j]));
+}
+
+extern "C" int mp_cuda_kv_store2_at(uint16_t *d_kcache, uint16_t *d_vcache, const float *d_k,
+                                    const float *d_v, int64_t n_rows, int64_t n_kv,
+                                    const int32_t *d_pos, void *stream)
+{
+    if (n_rows < 0 || n_kv < 1 || !d_kcache || !d_vcache || !d_k || !d_v || !d_pos)
+        return MP_CUDA_EINVAL;
+    const int64_t n = n_rows * n_kv;
+    if (n == 0)
+        return 0;
+    kv_store2_at_kernel<<<(unsigned)((2 * n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+        d_kcache, d_vcache, d_k, d_v, d_pos, n_kv, n);
+    return mpc_launch_status();
+}
+
 extern "C" int mp_cuda_kv_store_at(uint16_t *d_cache, const float *d_src, int64_t n_rows,
                                    int64_t n_kv, const int32_t *d_pos, void *stream)
 {

@@ -16,6 +16,10 @@
 #include "kernels/cuda/gemv.cuh"
 
 #define MOE_WARPS 4
+// Batches of at least MOE_GROUP_MIN_ROWS rows take the grouped path: routes sorted by expert,
+// each group of up to MOE_GROUP routes of one expert reads that expert's weights once.
+#define MOE_GROUP 8
+#define MOE_GROUP_MIN_ROWS 16
 
 struct mpc_expert_t {
     const uint8_t *base;
@@ -133,9 +137,13 @@ extern "C" size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_
     if (xv < 0 || hv < 0 || n_rows < 1 || top_k < 1)
         return 0;
     const size_t routes = (size_t)(n_rows * top_k);
-    return align256((size_t)n_rows * mpc_row_bytes(xv, n_embd)) +
-           align256(routes * (size_t)n_ff * sizeof(float)) +
-           align256(routes * mpc_row_bytes(hv, n_ff));
+    size_t b = align256((size_t)n_rows * mpc_row_bytes(xv, n_embd)) +
+               align256(routes * (size_t)n_ff * sizeof(float)) +
+               align256(routes * mpc_row_bytes(hv, n_ff));
+    if (n_rows >= MOE_GROUP_MIN_ROWS) /* grouped path: perm, groups, count, per-route outputs */
+        b += align256(routes * 4) + align256((routes / MOE_GROUP + 1024 + 1) * 16) + 256 +
+             align256(routes * (size_t)n_embd * sizeof(float));
+    return b;
 }
 
 // gridDim.y is at most 65535: prefill batches run in slices of routes / rows.
@@ -166,6 +174,180 @@ static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_
             mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
             a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
     }
+}
+
+
+// ---- grouped path (prefill): routes sorted by expert, one weight pass per group ----
+//
+// group_kernel (one block): counting sort of the routes by expert into perm, and a table of
+// groups (expert, first index into perm, count <= MOE_GROUP). Order within an expert is
+// arbitrary (atomics): every route's output is computed by itself, so the result does not
+// depend on it. gate_up_grouped / down_grouped: a warp owns one output row j of the group's
+// expert and dots it with the group's activation rows (each weight unit loaded once for all of
+// them), writing h / y per route. combine_kernel: out[row] (+)= Σ_k w[row, k] · y[route] in slot
+// order, routes of experts without a slot skipped.
+
+__global__ void group_kernel(const int32_t *ids, int64_t routes, int64_t n_expert, int32_t *perm,
+                             int4 *groups, int32_t *n_groups)
+{
+    extern __shared__ int32_t sh[]; // cnt[n_expert], cur[n_expert]
+    int32_t *cnt = sh, *cur = sh + n_expert;
+    for (int64_t e = threadIdx.x; e < n_expert; e += blockDim.x)
+        cnt[e] = 0;
+    __syncthreads();
+    for (int64_t r = threadIdx.x; r < routes; r += blockDim.x) {
+        const int32_t e = ids[r];
+        if (e >= 0 && e < n_expert)
+            atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t off = 0, g = 0;
+        for (int64_t e = 0; e < n_expert; e++) {
+            cur[e] = off;
+            for (int32_t c0 = 0; c0 < cnt[e]; c0 += MOE_GROUP)
+                groups[g++] = make_int4((int)e, off + c0, cnt[e] - c0 < MOE_GROUP ? cnt[e] - c0 : MOE_GROUP, 0);
+            off += cnt[e];
+        }
+        *n_groups = g;
+    }
+    __syncthreads();
+    for (int64_t r = threadIdx.x; r < routes; r += blockDim.x) {
+        const int32_t e = ids[r];
+        if (e >= 0 && e < n_expert)
+            perm[atomicAdd(&cur[e], 1)] = (int32_t)r;
+    }
+}
+
+template <int T, bool VEC>
+__global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
+gate_up_grouped(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_units,
+                const uint8_t *xq, size_t xq_row_bytes, const int32_t *perm, const int4 *groups,
+                const int32_t *n_groups, int64_t top_k, int64_t n_ff, float *h)
+{
+    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+        return;
+    const int lane = threadIdx.x % MPC_WARP;
+    const int64_t j = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
+    const int4 grp = groups[blockIdx.y];
+    const uint8_t *gw = mpc_expert_ptr(gate, grp.x, n_expert), *uw = mpc_expert_ptr(up, grp.x, n_expert);
+    if (j >= n_ff || !gw || !uw)
+        return;
+    const int cnt = grp.z;
+    int32_t r[MOE_GROUP];
+    const uint8_t *x[MOE_GROUP];
+#pragma unroll
+    for (int i = 0; i < MOE_GROUP; i++) {
+        r[i] = i < cnt ? perm[grp.y + i] : 0;
+        x[i] = xq + (size_t)(r[i] / top_k) * xq_row_bytes;
+    }
+    const uint8_t *grow = gw + j * gate.row_bytes, *urow = uw + j * up.row_bytes;
+    float ga[MOE_GROUP], ua[MOE_GROUP];
+#pragma unroll
+    for (int i = 0; i < MOE_GROUP; i++)
+        ga[i] = ua[i] = 0.0f;
+    for (int64_t v = lane; v < n_units; v += MPC_WARP) {
+        mpc_unit<T, VEC> g0, u0;
+        g0.load(grow, v);
+        u0.load(urow, v);
+#pragma unroll
+        for (int i = 0; i < MOE_GROUP; i++)
+            if (i < cnt) {
+                ga[i] += g0.dot(x[i], v);
+                ua[i] += u0.dot(x[i], v);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < MOE_GROUP; i++)
+        if (i < cnt) { // uniform over the warp
+            const float g = mpc_warp_sum(ga[i]), u = mpc_warp_sum(ua[i]);
+            if (lane == 0)
+                h[(int64_t)r[i] * n_ff + j] = g / (1.0f + expf(-g)) * u;
+        }
+}
+
+template <int T, bool VEC>
+__global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
+down_grouped(mpc_expert_t down, int64_t n_expert, int64_t n_units, const uint8_t *hq,
+             size_t hq_row_bytes, const int32_t *perm, const int4 *groups, const int32_t *n_groups,
+             int64_t n_embd, float *y)
+{
+    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+        return;
+    const int lane = threadIdx.x % MPC_WARP;
+    const int64_t d = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
+    const int4 grp = groups[blockIdx.y];
+    const uint8_t *dw = mpc_expert_ptr(down, grp.x, n_expert);
+    if (d >= n_embd || !dw)
+        return;
+    const int cnt = grp.z;
+    int32_t r[MOE_GROUP];
+    const uint8_t *hx[MOE_GROUP];
+#pragma unroll
+    for (int i = 0; i < MOE_GROUP; i++) {
+        r[i] = i < cnt ? perm[grp.y + i] : 0;
+        hx[i] = hq + (size_t)r[i] * hq_row_bytes;
+    }
+    const uint8_t *wrow = dw + d * down.row_bytes;
+    float acc[MOE_GROUP];
+#pragma unroll
+    for (int i = 0; i < MOE_GROUP; i++)
+        acc[i] = 0.0f;
+    for (int64_t u = lane; u < n_units; u += MPC_WARP) {
+        mpc_unit<T, VEC> w0;
+        w0.load(wrow, u);
+#pragma unroll
+        for (int i = 0; i < MOE_GROUP; i++)
+            if (i < cnt)
+                acc[i] += w0.dot(hx[i], u);
+    }
+#pragma unroll
+    for (int i = 0; i < MOE_GROUP; i++)
+        if (i < cnt) {
+            const float v = mpc_warp_sum(acc[i]);
+            if (lane == 0)
+                y[(int64_t)r[i] * n_embd + d] = v;
+        }
+}
+
+__global__ void combine_kernel(mpc_expert_t down, int64_t n_expert, const float *y,
+                               const int32_t *ids, const float *weights, int64_t top_k,
+                               int64_t n_embd, float *out, int accumulate)
+{
+    const int64_t row = blockIdx.y;
+    const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= n_embd)
+        return;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < top_k; k++) {
+        const int64_t r = row * top_k + k;
+        if (!mpc_expert_ptr(down, ids[r], n_expert))
+            continue;
+        acc += weights[r] * y[r * n_embd + d];
+    }
+    float *o = out + row * n_embd + d;
+    *o = accumulate ? *o + acc : acc;
+}
+
+template <int T, bool VEC>
+static void launch_gate_up_grouped(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *xq,
+                                   size_t xq_rb, const int32_t *perm, const int4 *groups,
+                                   const int32_t *n_groups, int64_t max_groups, float *h, cudaStream_t st)
+{
+    const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)max_groups);
+    gate_up_grouped<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+        mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb, perm, groups,
+        n_groups, a->top_k, a->n_ff, h);
+}
+
+template <int T, bool VEC>
+static void launch_down_grouped(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *hq,
+                                size_t hq_rb, const int32_t *perm, const int4 *groups,
+                                const int32_t *n_groups, int64_t max_groups, float *y, cudaStream_t st)
+{
+    const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)max_groups);
+    down_grouped<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+        mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, perm, groups, n_groups, a->n_embd, y);
 }
 
 // Q4_K experts take the 128-bit loads (gemv.cuh) when their rows are 16-byte aligned.
@@ -229,11 +411,45 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     int rc = mp_cuda_quantize_act(xv, a->d_x, a->n_embd, a->n_rows, a->n_embd, xq, stream);
     if (rc)
         return rc;
+    const int64_t gate_units = a->n_embd / (a->gate.type == MP_TYPE_F32 || a->gate.type == MP_TYPE_F16 ||
+                                            a->gate.type == MP_TYPE_BF16 ? 1 : 32);
+    const int64_t down_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
+                                          a->down.type == MP_TYPE_BF16 ? 1 : 32);
+    const int64_t max_groups = routes / MOE_GROUP + a->n_expert;
+    if (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024) {
+        /* grouped path: the scratch after hq holds perm, groups, the group count and y */
+        uint8_t *p = hq + align256((size_t)routes * hq_rb);
+        int32_t *perm = (int32_t *)p;
+        p += align256((size_t)routes * 4);
+        int4 *groups = (int4 *)p;
+        p += align256((size_t)(routes / MOE_GROUP + 1024 + 1) * 16);
+        int32_t *n_groups = (int32_t *)p;
+        float *y = (float *)(p + 256);
+        group_kernel<<<1, 1024, (size_t)(2 * a->n_expert) * sizeof(int32_t), st>>>(
+            a->d_ids, routes, a->n_expert, perm, groups, n_groups);
+        const bool gvec = expert_vec(a->gate) && expert_vec(a->up);
+#define MPC_CALL(T, V) launch_gate_up_grouped<T, V>(a, gate_units, xq, xq_rb, perm, groups, n_groups, max_groups, h, st)
+        MOE_TYPE_SWITCH(a->gate.type, gvec, MPC_CALL)
+#undef MPC_CALL
+        if (cudaGetLastError() != cudaSuccess)
+            return MP_CUDA_ELAUNCH;
+        rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream);
+        if (rc)
+            return rc;
+        const bool dvec = expert_vec(a->down);
+#define MPC_CALL(T, V) launch_down_grouped<T, V>(a, down_units, hq, hq_rb, perm, groups, n_groups, max_groups, y, st)
+        MOE_TYPE_SWITCH(a->down.type, dvec, MPC_CALL)
+#undef MPC_CALL
+        if (cudaGetLastError() != cudaSuccess)
+            return MP_CUDA_ELAUNCH;
+        const dim3 grid((unsigned)((a->n_embd + 255) / 256), (unsigned)a->n_rows);
+        combine_kernel<<<grid, 256, 0, st>>>(mpc_expert_of(a->down), a->n_expert, y, a->d_ids,
+                                             a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
+        return mpc_launch_status();
+    }
     {
-        const int64_t n_units = a->n_embd / (a->gate.type == MP_TYPE_F32 || a->gate.type == MP_TYPE_F16 ||
-                                             a->gate.type == MP_TYPE_BF16 ? 1 : 32);
         const bool vec = expert_vec(a->gate) && expert_vec(a->up);
-#define MPC_CALL(T, V) launch_gate_up<T, V>(a, n_units, xq, xq_rb, h, st)
+#define MPC_CALL(T, V) launch_gate_up<T, V>(a, gate_units, xq, xq_rb, h, st)
         MOE_TYPE_SWITCH(a->gate.type, vec, MPC_CALL)
 #undef MPC_CALL
         if (cudaGetLastError() != cudaSuccess)
@@ -243,10 +459,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     if (rc)
         return rc;
     {
-        const int64_t n_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
-                                           a->down.type == MP_TYPE_BF16 ? 1 : 32);
         const bool vec = expert_vec(a->down);
-#define MPC_CALL(T, V) launch_down<T, V>(a, n_units, hq, hq_rb, st)
+#define MPC_CALL(T, V) launch_down<T, V>(a, down_units, hq, hq_rb, st)
         MOE_TYPE_SWITCH(a->down.type, vec, MPC_CALL)
 #undef MPC_CALL
     }

@@ -33,6 +33,52 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64
         outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
 
+// x += y, then out = rmsnorm(x) * w, one block per row: the residual add fused into the next
+// norm (one launch and one pass over x less). Same per-thread order as add then rmsnorm_kernel,
+// so the result is bit-identical to the two launches.
+__global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
+                                   float eps)
+{
+    float *xr = x + blockIdx.x * n;
+    const float *yr = y + blockIdx.x * n;
+    float *outr = out + blockIdx.x * n;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] + yr[i];
+        xr[i] = v;
+        sum += v * v;
+    }
+    __shared__ float warp_sums[32];
+    for (int off = 16; off > 0; off >>= 1)
+        sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if ((threadIdx.x & 31) == 0)
+        warp_sums[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        int n_warps = (blockDim.x + 31) >> 5;
+        sum = threadIdx.x < n_warps ? warp_sums[threadIdx.x] : 0.0f;
+        for (int off = 16; off > 0; off >>= 1)
+            sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (threadIdx.x == 0)
+            warp_sums[0] = sum;
+    }
+    __syncthreads();
+    const float scale = rsqrtf(warp_sums[0] / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+}
+
+extern "C" int mp_cuda_add_rmsnorm(float *d_out, float *d_x, const float *d_y, const float *d_w,
+                                   int64_t rows, int64_t n, float eps, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    if (!d_out || !d_x || !d_y || d_out == d_x || n < 1)
+        return MP_CUDA_EINVAL;
+    add_rmsnorm_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps);
+    return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
+}
+
 extern "C" int mp_cuda_available(char *why, size_t why_cap)
 {
     int count = 0;

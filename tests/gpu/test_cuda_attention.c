@@ -96,6 +96,18 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
     cr_assert_eq(memcmp(c1, c2, sizeof(uint16_t) * (size_t)(n_ctx * n_kv)), 0, "seed %llu: kv_store_at",
                  (unsigned long long)g_seed);
     cr_assert_eq(c1[pos0 * n_kv], mp_f32_to_f16(src[0]), "seed %llu", (unsigned long long)g_seed);
+    /* K and V in one launch: V from the same source, so both caches equal the single stores */
+    uint16_t *d_c3 = dev_alloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    cudaMemset(d_c2, 0, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    cudaMemset(d_c3, 0, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    MPC_OK(mp_cuda_kv_store2_at(d_c2, d_c3, d_src, d_src, n_rows, n_kv, d_pos, NULL));
+    dev_get(c2, d_c2, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    cr_assert_eq(memcmp(c1, c2, sizeof(uint16_t) * (size_t)(n_ctx * n_kv)), 0, "seed %llu: kv_store2_at K",
+                 (unsigned long long)g_seed);
+    dev_get(c2, d_c3, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    cr_assert_eq(memcmp(c1, c2, sizeof(uint16_t) * (size_t)(n_ctx * n_kv)), 0, "seed %llu: kv_store2_at V",
+                 (unsigned long long)g_seed);
+    cudaFree(d_c3);
     cudaFree(d_pos); cudaFree(d_s2); cudaFree(d_c1); cudaFree(d_c2); cudaFree(d_src);
     free(pos); free(got_at); free(src); free(c1); free(c2);
     cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_s);

@@ -271,6 +271,26 @@ Test(cuda_moe, experts_every_type_several_rows)
     }
 }
 
+/* >= 16 rows take the grouped path (routes sorted by expert, one weight pass per group of up to
+ * 8 routes, per-route outputs, then the combine): every type, a qwen3-shaped prefill, and slot
+ * tables with skipped experts plus accumulate */
+Test(cuda_moe, experts_grouped_prefill_every_type)
+{
+    seed_rng();
+    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
+                         MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        moe_case c = {types[t], types[(t + 2) % 7], 512, 256, 16, 4, 40, 0, 0};
+        check_experts(&c);
+    }
+    moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0};
+    check_experts(&q);
+    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1};
+    check_experts(&sl);
+    moe_case sl2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0};
+    check_experts(&sl2);
+}
+
 Test(cuda_moe, experts_slot_table_and_accumulate)
 {
     seed_rng();
