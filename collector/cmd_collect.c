@@ -2,7 +2,8 @@
  * hooks on, and write the trace plus a results JSON beside it (docs/trace-format.md).
  *
  * Order of work (each failure is one line and exit 1, usage errors exit 2):
- *   options and path checks (before opening anything) → prompts → model, tokenizer, SHA-256 →
+ *   options and path checks (before opening anything) → CUPTI (--cupti: refused here, before any
+ *   output exists, without a device or a CUPTI build) → prompts → model, tokenizer, SHA-256 →
  *   route replay (--route-replay) → session → placement (checked against --gpu-budget) →
  *   trace (run metadata, one node per MoE layer with bytes per expert) → per prompt: template,
  *   encode, prefill, greedy decode, with the routing recorded through the hooks → footer →
@@ -19,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "collector/collect_opts.h"
+#include "collector/cupti.h"
 #include "collector/prompts.h"
 #include "collector/route_replay.h"
 #include "collector/sha256.h"
@@ -133,6 +135,7 @@ static char *config_with_placement(const char *base, const mp_collect_opts *o,
     cJSON_AddStringToObject(c, "placement_summary", summary);
     cJSON_AddStringToObject(c, "executor", gpu ? "gpu" : "cpu (every expert ran on the CPU; the "
                                                          "placement was only checked)");
+    cJSON_AddBoolToObject(c, "cupti", o->cupti);
     if (o->placement.budget_bytes)
         cJSON_AddNumberToObject(c, "gpu_budget_bytes", (double)o->placement.budget_bytes);
     else
@@ -197,6 +200,21 @@ static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps
     }
     free(text);
     return s;
+}
+
+/* One line of what CUPTI gave, plus a warning for every record that did not reach the trace. */
+static void report_cupti(const mp_cupti_counts *c)
+{
+    printf("cupti: %lld kernel + %lld memcpy records (%lld outside any step, %lld outside any "
+           "layer); %lld flushes took %.1f ms (%.1f us each); at most %lld x %lld KiB buffers\n",
+           (long long)c->n_kernel, (long long)c->n_memcpy, (long long)c->n_uncorrelated,
+           (long long)c->n_no_node, (long long)c->n_flushes, (double)c->flush_ns * 1e-6,
+           c->n_flushes ? (double)c->flush_ns * 1e-3 / (double)c->n_flushes : 0.0,
+           (long long)c->max_buffers, (long long)(c->buffer_bytes >> 10));
+    if (c->n_dropped || c->n_incomplete || c->n_unwritten)
+        fprintf(stderr, "moeplan collect: warning: cupti: records missing from the trace: %lld "
+                "dropped by CUPTI (buffers full), %lld incomplete, %lld after the last step\n",
+                (long long)c->n_dropped, (long long)c->n_incomplete, (long long)c->n_unwritten);
 }
 
 /* Prompt i: template, encode, prefill, greedy decode. The hooks record everything. */
@@ -288,10 +306,16 @@ int mp_cmd_collect(int argc, char **argv)
     bool use_gpu = false;
     mp_route_replay *rr = NULL;
     mp_route_source route_src;
+    mp_cupti *cupti = NULL;
+    mp_cupti_hooks_state chs;
     char *config_full = NULL;
     char profile_sha[65];
     int64_t n_done = 0;
     char sha[65], cpu[256], quant[256], config[512];
+    if (o.cupti && (st = mp_cupti_start(&cupti, &err))) {
+        mp_error_prefix(&err, "--cupti");
+        goto out;
+    }
     if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
         (st = mp_model_load(o.model_path, &m, &err)) ||
         (st = mp_tokenizer_load(m->gguf, &tok, &err)) ||
@@ -346,6 +370,11 @@ int mp_cmd_collect(int argc, char **argv)
         hooks = mp_trace_hooks(&hs, w);
     } else if ((st = mp_trace_async_start(w, &as, &hooks, &err))) {
         goto out;
+    }
+    if (cupti) { /* tag GPU work per (step, layer); records stored at each step's end */
+        mp_hooks inner = hooks;
+        hooks = o.sync_writer ? mp_cupti_hooks(&chs, cupti, &inner, mp_cupti_sink_trace, w)
+                              : mp_cupti_hooks(&chs, cupti, &inner, mp_cupti_sink_async, as);
     }
     cpu_model(cpu, sizeof cpu);
     quant_types(m, quant, sizeof quant);
@@ -414,11 +443,23 @@ int mp_cmd_collect(int argc, char **argv)
             st = hs.status;
             goto out;
         }
+        if (cupti && chs.status) {
+            err = chs.error;
+            st = chs.status;
+            goto out;
+        }
         progress(&o, i + 1, ps.n, tokens_done, t0, i + 1 == ps.n);
     }
     if (as) {
         st = mp_trace_async_stop(as, &err);
         as = NULL;
+        if (st)
+            goto out;
+    }
+    mp_cupti_counts cc = {0};
+    if (cupti) { /* stopped before finish: records that arrive now have no step to go to */
+        st = mp_cupti_stop(cupti, &cc, &err);
+        cupti = NULL;
         if (st)
             goto out;
     }
@@ -441,6 +482,8 @@ int mp_cmd_collect(int argc, char **argv)
         if (rr)
             printf("routing replayed from %s: %lld rows per layer, %lld wrap(s)\n", o.route_replay,
                    (long long)mp_route_replay_rows(rr), (long long)mp_route_replay_wraps(rr));
+        if (o.cupti)
+            report_cupti(&cc);
     }
 out:
     /* a replay that stopped the run knows why; the runtime only knows that it stopped */
@@ -457,6 +500,10 @@ out:
     if (st && w) {
         mp_error e3;
         mp_trace_abort(w, err.msg, &e3);
+    }
+    if (cupti) {
+        mp_error e4;
+        mp_cupti_stop(cupti, NULL, &e4); /* the run failed already; its error is the one shown */
     }
     mp_trace_writer_close(w);
     mp_session_free(s);

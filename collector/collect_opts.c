@@ -29,6 +29,9 @@ void mp_collect_usage(FILE *f)
             "  --trace-max-bytes N   stop (run aborted) if the trace would grow past N bytes\n"
             "  --sync-writer         write SQLite inside the hooks instead of a writer thread\n"
             "  --no-progress         no progress bar\n"
+            "  --cupti               record GPU kernels and copies (CUPTI) per step and layer into\n"
+            "                        the trace's cupti table; needs a CUDA device and a build with\n"
+            "                        CUPTI, else refused\n"
             "  --route-replay TRACE  take every layer's expert choices from TRACE (same layers,\n"
             "                        experts, top-k) instead of the router (docs/placement.md)\n"
             "%s"
@@ -63,11 +66,11 @@ mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_er
             return MP_OK;
         }
         static const char *flags[] = {"--force", "--raw-prompts", "--store-prompts",
-                                      "--no-progress", "--sync-writer"};
+                                      "--no-progress", "--sync-writer", "--cupti"};
         bool *flag_dst[] = {&o->force, &o->raw_prompts, &o->store_prompts, &o->progress,
-                            &o->sync_writer};
+                            &o->sync_writer, &o->cupti};
         bool matched = false;
-        for (int f = 0; f < 5; f++)
+        for (int f = 0; f < 6; f++)
             if (!strcmp(a, flags[f])) {
                 *flag_dst[f] = f != 3; /* --no-progress clears */
                 matched = true;

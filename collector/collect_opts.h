@@ -25,6 +25,7 @@ typedef struct mp_collect_opts {
     bool store_prompts;        /* keep prompt text in the trace */
     bool progress;             /* progress bar on stderr (--no-progress: off) */
     bool sync_writer;          /* --sync-writer: SQLite inside the hooks (default: writer thread) */
+    bool cupti;                /* --cupti: GPU kernel / memcpy records into the trace's cupti table */
     int64_t max_tokens;        /* per prompt unless the prompt file says otherwise (default 128) */
     int64_t n_ctx, n_batch;    /* 0: the runtime's defaults */
     int n_threads;             /* 0: all online CPUs */

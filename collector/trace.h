@@ -142,6 +142,10 @@ typedef struct mp_trace_async mp_trace_async;
 mp_status mp_trace_async_start(mp_trace_writer *w, mp_trace_async **out, mp_hooks *hooks,
                                mp_error *err);
 mp_status mp_trace_async_stop(mp_trace_async *a, mp_error *err);
+/* Queue a CUPTI record into the step being buffered (call between the step's step_begin and
+ * step_end hooks, on the hooks' thread); the writer thread stores it with mp_trace_add_cupti
+ * before the step's end. rec's strings are copied. Errors surface at mp_trace_async_stop. */
+void mp_trace_async_add_cupti(mp_trace_async *a, const mp_trace_cupti_rec *rec);
 
 /* The schema text (schemas/trace.sql, embedded at build time). */
 extern const char mp_trace_schema_sql[];

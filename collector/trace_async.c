@@ -4,7 +4,8 @@
  * to the largest step once and is then reused. Handoff at step_end / request_end: wait until the
  * writer thread has released `pending`, then pending = cur and cur = the released buffer.
  * The thread replays each buffer through the synchronous hooks (trace_write.c), so both paths
- * write exactly the same trace.
+ * write exactly the same trace. CUPTI records (mp_trace_async_add_cupti, `collect --cupti`) ride
+ * in the same buffer as EV_CUPTI events and are stored with mp_trace_add_cupti.
  *
  * Invariants (under mu): pending != NULL while the thread owns a buffer; cur is never pending;
  * `failed` mirrors the synchronous state's first error once the thread has seen it.
@@ -15,7 +16,7 @@
 
 #include "collector/trace.h"
 
-enum { EV_REQ_BEGIN = 1, EV_STEP_BEGIN, EV_ROUTING, EV_TIMING, EV_STEP_END, EV_REQ_END };
+enum { EV_REQ_BEGIN = 1, EV_STEP_BEGIN, EV_ROUTING, EV_TIMING, EV_STEP_END, EV_REQ_END, EV_CUPTI };
 
 typedef struct ev_head {
     int64_t type, a, b, c, d, e; /* meaning per type, see the hk_ functions below */
@@ -77,6 +78,21 @@ static void put(mp_trace_async *a, ev_head h, const void *p1, size_t n1, const v
         memcpy(d + sizeof h + n1, p2, n2);
 }
 
+static void replay_cupti(mp_trace_async *a, const ev_head *e, const uint8_t *p)
+{
+    if (a->sync.status != MP_OK)
+        return;
+    int64_t f[8]; /* start, end, bytes, device, stream, correlation, request, step; node in e->b */
+    memcpy(f, p, sizeof f);
+    /* an unknown kind reaches the writer as NULL, which refuses it as the synchronous path does */
+    mp_trace_cupti_rec r = {.kind = e->a == 0 ? "kernel" : e->a == 1 ? "memcpy" : NULL,
+                            .name = e->c ? (const char *)(p + sizeof f) : NULL,
+                            .start_ns = f[0], .end_ns = f[1], .bytes = f[2], .device_id = f[3],
+                            .stream_id = f[4], .correlation_id = f[5], .request_id = f[6],
+                            .step = f[7], .node_index = e->b};
+    a->sync.status = mp_trace_add_cupti(a->sync.w, &r, &a->sync.error);
+}
+
 static void replay(mp_trace_async *a, const ev_buf *b)
 {
     const mp_hooks *h = &a->sync_hooks;
@@ -103,6 +119,9 @@ static void replay(mp_trace_async *a, const ev_buf *b)
             break;
         case EV_REQ_END:
             h->request_end(h->user, e.a);
+            break;
+        case EV_CUPTI: /* a: 0 kernel, 1 memcpy, 2 invalid; b: node; payload: int64 (8) fields then the name, NUL-terminated */
+            replay_cupti(a, &e, p);
             break;
         }
         off += (sizeof e + (size_t)e.payload_bytes + 7) & ~(size_t)7;
@@ -186,6 +205,16 @@ static void hk_request_end(void *u, int64_t n_generated)
     ev_head h = {.type = EV_REQ_END, .a = n_generated};
     put(u, h, NULL, 0, NULL, 0);
     flush(u);
+}
+
+void mp_trace_async_add_cupti(mp_trace_async *a, const mp_trace_cupti_rec *r)
+{
+    const int64_t f[8] = {r->start_ns, r->end_ns, r->bytes, r->device_id, r->stream_id,
+                          r->correlation_id, r->request_id, r->step};
+    const int64_t kind = !r->kind ? 2 : !strcmp(r->kind, "kernel") ? 0 : !strcmp(r->kind, "memcpy") ? 1 : 2;
+    const size_t name_bytes = r->name ? strlen(r->name) + 1 : 0;
+    ev_head h = {.type = EV_CUPTI, .a = kind, .b = r->node_index, .c = name_bytes > 0};
+    put(a, h, f, sizeof f, r->name, name_bytes);
 }
 
 mp_status mp_trace_async_start(mp_trace_writer *w, mp_trace_async **out, mp_hooks *hooks,

@@ -93,10 +93,11 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
     for (int64_t i = 0; i < n; i++)
         mp_rope_cache(s->rope_cs + i * hp->rot_dim, hp->rot_dim, pos0 + i, hp->rope_freq_base);
 
+    const mp_hooks *hk = s->hooks;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const mp_layer *L = &m->layers[il];
-        if (s->hooks && s->hooks->layer_begin)
-            s->hooks->layer_begin(s->hooks->user, il);
+        if (hk && hk->layer_begin)
+            hk->layer_begin(hk->user, il);
 
         /* attention block */
         rmsnorm_rows(s, &L->attn_norm, s->x, s->xb, n);
@@ -115,11 +116,14 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
         rmsnorm_rows(s, &L->ffn_norm, s->x, s->xb, n);
         mp_status st = mp_moe_forward_cpu(m, il, s->xb, s->proj, n, s->pool, s->moe, s->hooks,
                                           s->route_src, err);
-        if (st)
+        if (st) {
+            if (hk && hk->layer_end)
+                hk->layer_end(hk->user, il);
             return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
+        }
         add_rows(s->x, s->proj, n * D);
-        if (s->hooks && s->hooks->layer_end)
-            s->hooks->layer_end(s->hooks->user, il);
+        if (hk && hk->layer_end)
+            hk->layer_end(hk->user, il);
     }
     s->n_past += n;
 

@@ -38,8 +38,14 @@ typedef struct mp_hooks {
                     const int32_t *expert_ids, const float *weights);
     void (*moe_timing)(void *user, int64_t layer, const mp_moe_timing *timing);
     void (*step_end)(void *user, int64_t duration_ns);
-    /* Around each layer's work as the host issues it (the GPU executor enqueues kernels between
-     * them): correlation points for device activity (CUPTI). Optional. */
+    /* Optional (NULL: not called). Bracket all the work of transformer block `layer` within the
+     * current step, as the host issues it, on the thread that issues it (the CPU forward in
+     * forward.c; the GPU executor enqueues the layer's kernels between them). Balanced in every
+     * step that reaches step_end: each layer_begin is followed by its layer_end before the next
+     * layer_begin or step_end (the CPU forward also calls layer_end when the layer fails; a
+     * failed step gets no step_end, and users must not rely on it). Correlation points for
+     * device activity: the collector tags GPU work with (request, step, node) through them
+     * (collect --cupti). */
     void (*layer_begin)(void *user, int64_t layer);
     void (*layer_end)(void *user, int64_t layer);
     void (*request_end)(void *user, int64_t n_generated_tokens);

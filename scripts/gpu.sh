@@ -12,6 +12,8 @@
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
+#   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
+#              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
 #   bench-sim      moeplan simulate decisions/s per policy (bench/bench_simulate.sh)
 #   calibrate-tiny  moeplan calibrate on the tiny preset -> $OUT/costs-h200-tiny.json (the demo's)
@@ -103,6 +105,10 @@ for stage in "${stages[@]}"; do
         build-gpu/bench/mp_trace_overhead /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf --tokens 64 --rounds 3 \
             2>&1 | tee "$OUT/bench-trace.log" || rc=1
         ;;
+    bench-cupti)
+        build || { rc=1; continue; }
+        build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
+        ;;
     bench-analyze)
         build || { rc=1; continue; }
         command -v /usr/bin/time >/dev/null || export TIME="$PWD/tools/gnutime.py"
@@ -138,7 +144,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, bench-trace, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac

@@ -624,6 +624,90 @@ Test(moe, topk_ties_go_to_lower_ids)
     free_model(tm);
 }
 
+/* layer_begin / layer_end bracket each layer's work (routing included) inside every step, in
+ * layer order, and stay balanced when a layer fails. Events: 'S' step_begin, 'B'/'E' layer
+ * begin/end (value: layer), 'R' routing (layer), 'T' step_end. */
+typedef struct layer_log {
+    char type[512];
+    int64_t value[512];
+    int n;
+} layer_log;
+
+static void log_ev(layer_log *l, char t, int64_t v)
+{
+    cr_assert_lt(l->n, 512);
+    l->type[l->n] = t;
+    l->value[l->n++] = v;
+}
+static void ll_step_begin(void *u, int64_t rq, int64_t step, mp_phase ph, int64_t rows, int64_t pos)
+{
+    log_ev(u, 'S', step);
+}
+static void ll_step_end(void *u, int64_t ns) { log_ev(u, 'T', 0); }
+static void ll_begin(void *u, int64_t layer) { log_ev(u, 'B', layer); }
+static void ll_end(void *u, int64_t layer) { log_ev(u, 'E', layer); }
+static void ll_routing(void *u, int64_t layer, int64_t rows, int64_t k, const int32_t *ids,
+                       const float *w)
+{
+    log_ev(u, 'R', layer);
+}
+
+static int fail_at_layer_1(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids,
+                           float *w)
+{
+    if (layer == 1)
+        return MP_ERR_IO;
+    for (int64_t i = 0; i < n_rows * top_k; i++) {
+        ids[i] = (int32_t)(i % top_k);
+        w[i] = 1.0f / (float)top_k;
+    }
+    return 0;
+}
+
+Test(forward, layer_hooks_bracket_each_layer)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    test_model *tm = build_model(&hp, time_seed());
+    static layer_log l;
+    memset(&l, 0, sizeof l);
+    mp_hooks hooks = {.user = &l, .step_begin = ll_step_begin, .step_end = ll_step_end,
+                      .routing = ll_routing, .layer_begin = ll_begin, .layer_end = ll_end};
+    mp_session *s = new_session(&tm->m, 2, 2, 16, &hooks, NULL);
+    int32_t tok[5] = {3, 1, 4, 1, 5};
+    mp_error err = {0};
+    cr_assert_eq(mp_session_eval(s, tok, 5, false, NULL, &err), MP_OK, "%s", err.msg);
+    /* 3 steps (2 + 2 + 1 rows), each: S, (B il, R il, E il) per layer, T */
+    int i = 0;
+    for (int64_t step = 0; step < 3; step++) {
+        cr_assert_eq(l.type[i], 'S', "event %d: %c", i, l.type[i]);
+        cr_assert_eq(l.value[i++], step);
+        for (int64_t il = 0; il < hp.n_layer; il++) {
+            const char want[3] = {'B', 'R', 'E'};
+            for (int k = 0; k < 3; k++, i++)
+                cr_assert(l.type[i] == want[k] && l.value[i] == il,
+                          "step %lld layer %lld: event %d is %c %lld, expected %c", (long long)step,
+                          (long long)il, i, l.type[i], (long long)l.value[i], want[k]);
+        }
+        cr_assert_eq(l.type[i++], 'T');
+    }
+    cr_assert_eq(i, l.n);
+    mp_session_free(s);
+
+    /* a layer that fails still gets its layer_end; nothing runs after it */
+    memset(&l, 0, sizeof l);
+    mp_route_source src = {.user = NULL, .route = fail_at_layer_1};
+    s = new_session(&tm->m, 2, 0, 16, &hooks, &src);
+    cr_assert_neq(mp_session_eval(s, tok, 2, false, NULL, &err), MP_OK);
+    const char *want = "SBREBE";
+    cr_assert_eq(l.n, (int)strlen(want));
+    for (int k = 0; k < l.n; k++)
+        cr_assert_eq(l.type[k], want[k], "event %d: %c, expected %c", k, l.type[k], want[k]);
+    cr_assert_eq(l.value[4], 1);
+    cr_assert_eq(l.value[5], 1);
+    mp_session_free(s);
+    free_model(tm);
+}
+
 typedef struct forced_src {
     const ref_routing *routes;
     int64_t row_base; /* position of the step's first row */
