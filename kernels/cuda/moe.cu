@@ -12,9 +12,6 @@
 // the CPU path does, so CPU experts and GPU experts see the same quantized inputs.
 // Routes whose expert has no slot (d_slots[e] == NULL: not resident) or an id outside
 // [0, n_expert) contribute nothing; the hybrid runtime adds the CPU's partial (accumulate).
-#include <stdlib.h>
-#include <string.h>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv.cuh"
 
@@ -128,52 +125,6 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
         out[row * n_embd + d] = accumulate ? out[row * n_embd + d] + acc : acc;
 }
 
-// Decode variant of down_combine for top_k <= MOE_DOWN_K: the routes' slot pointers are read
-// first, and each lane issues its unit's loads for all k routes before any dot product, so the
-// k weight rows stream concurrently instead of one dependent chain per route. Same fused,
-// deterministic combine (one f32 accumulator per lane, one rounding into out).
-#define MOE_DOWN_K 8
-template <int T, bool VEC>
-__global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
-down_combine_k8_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const uint8_t *hq,
-                       size_t hq_row_bytes, const int32_t *ids, const float *weights, int64_t top_k,
-                       int64_t n_embd, float *out, int accumulate, int64_t row_base)
-{
-    const int lane = threadIdx.x % MPC_WARP;
-    const int64_t row = row_base + blockIdx.y;
-    const int64_t d = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
-    if (d >= n_embd)
-        return;
-    const int32_t my_id = lane < top_k ? ids[row * top_k + lane] : -1;
-    const float my_w = lane < top_k ? weights[row * top_k + lane] : 0.0f;
-    const uint8_t *my_dw = lane < top_k ? mpc_expert_ptr(down, my_id, n_expert) : NULL;
-    const uint8_t *wr[MOE_DOWN_K];
-    const uint8_t *hr[MOE_DOWN_K];
-    float wk[MOE_DOWN_K];
-#pragma unroll
-    for (int k = 0; k < MOE_DOWN_K; k++) {
-        const uint8_t *dw = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my_dw, k);
-        wk[k] = __shfl_sync(0xffffffffu, my_w, k);
-        wr[k] = k < top_k && dw ? dw + d * down.row_bytes : NULL;
-        hr[k] = hq + (row * top_k + k) * hq_row_bytes;
-    }
-    float acc = 0.0f;
-    for (int64_t u = lane; u < n_units; u += MPC_WARP) {
-        mpc_unit<T, VEC> w[MOE_DOWN_K];
-#pragma unroll
-        for (int k = 0; k < MOE_DOWN_K; k++)
-            if (wr[k])
-                w[k].load(wr[k], u);
-#pragma unroll
-        for (int k = 0; k < MOE_DOWN_K; k++)
-            if (wr[k])
-                acc += wk[k] * w[k].dot(hr[k], u);
-    }
-    acc = mpc_warp_sum(acc);
-    if (lane == 0)
-        out[row * n_embd + d] = accumulate ? out[row * n_embd + d] + acc : acc;
-}
-
 static size_t align256(size_t b)
 {
     return (b + 255) & ~(size_t)255;
@@ -212,17 +163,6 @@ static void launch_gate_up(const mp_cuda_moe_args *a, int64_t n_units, const uin
     }
 }
 
-// MP_MOE_DOWN=v1 selects the one-route-at-a-time down kernel (A/B runs); read once.
-static bool moe_down_v1(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MP_MOE_DOWN");
-        v = e && !strcmp(e, "v1");
-    }
-    return v == 1;
-}
-
 template <int T, bool VEC>
 static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *hq,
                         size_t hq_rb, cudaStream_t st)
@@ -230,12 +170,7 @@ static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_
     for (int64_t q0 = 0; q0 < a->n_rows; q0 += MOE_MAX_GRID_Y) {
         const int64_t nq = a->n_rows - q0 < MOE_MAX_GRID_Y ? a->n_rows - q0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nq);
-        if (a->top_k <= MOE_DOWN_K && !moe_down_v1())
-            down_combine_k8_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
-                mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
-                a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
-        else
-            down_combine_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
+        down_combine_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
                 mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
                 a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
     }

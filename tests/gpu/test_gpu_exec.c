@@ -11,9 +11,12 @@
  *      F32/F16/BF16 experts (f32 activations): 2e-5 of the row's max |logit| — rounding the CPU
  *        partial to BF16 or F16 before the combine (the double rounding the design forbids) moves
  *        MoE outputs by 2^-9 / 2^-12 relative, 1e-4..1e-3 of the logits, and fails this;
- *      quantized experts: 3e-3 — activations are re-quantized to Q8 for every projection, and a
+ *      quantized experts: 1e-2 — activations are re-quantized to Q8 for every projection, and a
  *        value that summation order moves across a rounding boundary flips one quant (one term
- *        of n by 1/127 of the block's scale): rare flips of ~1e-4..1e-3 at the logits.
+ *        of n by 1/127 of the block's scale); on this tiny model (n_ff 256) such flips, carried
+ *        through the KV cache, measured up to 5.2e-3 at the logits on the H200. A route computed
+ *        twice or not at all moves the logits by several 1e-2. The strict check of the single
+ *        f32 combine is the F32/F16/BF16 one above.
  *    Each hybrid run also asserts what ran where (routes on the CPU, weight copies) so that a
  *    placement that silently ran everything on the GPU cannot pass.
  * 3. A budget that the executor's exact accounting cannot meet is refused with the terms named. */
@@ -277,10 +280,10 @@ Test(gpu_exec, hybrid_equals_gpu_f32, .disabled = true) { hybrid_vs_gpu("f32", N
  * The double-rounding check rests on the F32 and BF16 cases. */
 Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, 1e-3); }
 Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, 3e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, 3e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", 3e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, 1e-2); }
+Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, 1e-2); }
+Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", 1e-2); }
+Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", 1e-2); }
 
 /* ---- 3. the budget ---- */
 
