@@ -21,20 +21,6 @@
 #include "kernels/quant.h"
 #include "runtime/gpu_impl.h"
 
-#define KCHECK(call, what)                                  \
-    do {                                                    \
-        int rc_ = (call);                                   \
-        if (rc_)                                            \
-            return mp_gpu_kernel_fail(err, what, rc_);      \
-    } while (0)
-
-#define CCHECK(call, what)                                  \
-    do {                                                    \
-        cudaError_t e_ = (call);                            \
-        if (e_ != cudaSuccess)                              \
-            return mp_gpu_cuda_fail(err, what, e_);         \
-    } while (0)
-
 /* d_out (n, out_stride) = t · d_in rows (n, t->n_in). The converted activations are kept in d_act
  * for the next call with the same input (Q, K and V share one conversion); callers that rewrite
  * d_in set g->act_src = NULL first. */

@@ -116,6 +116,22 @@ struct mp_gpu {
     char name[320];
 };
 
+/* In functions with an `mp_error *err`: return the failure of a kernel entry point (KCHECK) or
+ * of a CUDA runtime call (CCHECK), naming what failed. */
+#define KCHECK(call, what)                                  \
+    do {                                                    \
+        int rc_ = (call);                                   \
+        if (rc_)                                            \
+            return mp_gpu_kernel_fail(err, what, rc_);      \
+    } while (0)
+
+#define CCHECK(call, what)                                  \
+    do {                                                    \
+        cudaError_t e_ = (call);                            \
+        if (e_ != cudaSuccess)                              \
+            return mp_gpu_cuda_fail(err, what, e_);         \
+    } while (0)
+
 /* CUDA error → mp_status with the call named. */
 mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e);
 mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);

@@ -25,20 +25,6 @@
 #include "runtime/gpu_impl.h"
 #include "runtime/moe.h"
 
-#define KCHECK(call, what)                                  \
-    do {                                                    \
-        int rc_ = (call);                                   \
-        if (rc_)                                            \
-            return mp_gpu_kernel_fail(err, what, rc_);      \
-    } while (0)
-
-#define CCHECK(call, what)                                  \
-    do {                                                    \
-        cudaError_t e_ = (call);                            \
-        if (e_ != cudaSuccess)                              \
-            return mp_gpu_cuda_fail(err, what, e_);         \
-    } while (0)
-
 static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
                                  int64_t E, int accumulate)
 {
