@@ -224,26 +224,33 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
     return MP_OK;
 }
 
-/* Capture segment `from` of the 1-row decode step as a graph (and launch it: a capture does not
- * run the work). On a capture error the graphs are turned off for the session. */
+/* Capture segment `from` of the 1-row decode step as a graph (the caller launches it: a capture
+ * does not run the work). On a capture error the graphs are turned off for the session and the
+ * caller enqueues the segment instead. */
 static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t *stop, mp_error *err)
 {
     cudaGraph_t graph = NULL;
-    CCHECK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
-    g->capturing = true;
-    mp_status st = enqueue_segment(g, 1, pos0, from, 1, stop, err);
-    g->capturing = false;
-    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
-    if (!st && e != cudaSuccess)
+    mp_status st = MP_OK;
+    cudaError_t e = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
         st = mp_gpu_cuda_fail(err, "graph capture", e);
-    if (!st && (e = cudaGraphInstantiate(&g->graphs[from], graph, 0)) != cudaSuccess)
-        st = mp_gpu_cuda_fail(err, "graph instantiation", e);
-    if (graph)
-        cudaGraphDestroy(graph);
+    } else {
+        g->capturing = true;
+        st = enqueue_segment(g, 1, pos0, from, 1, stop, err);
+        g->capturing = false;
+        e = cudaStreamEndCapture(g->stream, &graph);
+        if (!st && e != cudaSuccess)
+            st = mp_gpu_cuda_fail(err, "graph capture", e);
+        if (!st && (e = cudaGraphInstantiate(&g->graphs[from], graph, 0)) != cudaSuccess)
+            st = mp_gpu_cuda_fail(err, "graph instantiation", e);
+        if (graph)
+            cudaGraphDestroy(graph);
+    }
     if (st) {
         cudaGetLastError();
         g->graphs[from] = NULL;
         g->graphs_off = true;
+        g->act_src = NULL; /* nothing enqueued during the capture ran */
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (%.140s)", err->msg);
         return st;
     }
@@ -283,19 +290,19 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
     int64_t from = 0, stop = 0;
     for (;;) {
-        if (graphs && head_rows == 1) {
-            if (!g->graphs[from]) {
-                if ((st = capture_segment(g, pos0, from, &stop, err)))
-                    return st;
-            } else {
+        bool launched = false;
+        if (graphs && head_rows == 1 && !g->graphs_off) {
+            /* a capture that fails turns graphs off for the session (capture_segment records
+             * why) and this segment is enqueued as usual: nothing of the failed capture ran */
+            if (g->graphs[from] || capture_segment(g, pos0, from, &g->seg_stop[from], err) == MP_OK) {
                 stop = g->seg_stop[from];
+                CCHECK(cudaGraphLaunch(g->graphs[from], g->stream), "graph launch");
+                launched = true;
             }
-            g->seg_stop[from] = stop;
-            CCHECK(cudaGraphLaunch(g->graphs[from], g->stream), "graph launch");
-        } else if ((st = enqueue_segment(g, n, pos0, from, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0,
-                                          &stop, err))) {
-            return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
         }
+        if (!launched && (st = enqueue_segment(g, n, pos0, from, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0,
+                                               &stop, err)))
+            return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
         if (stop == L)
             break;
         if ((st = mp_gpu_moe_host(g, stop, n, err)))
