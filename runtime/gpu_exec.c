@@ -163,29 +163,9 @@ static size_t expert_slot_bytes(const mp_layer *L)
            align_up(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
 }
 
-static size_t dense_tensor_bytes(const mp_tensor *t)
-{
-    return t->data ? align_up(t->nbytes) : 0;
-}
-
-static size_t dense_bytes(const mp_model *m)
-{
-    size_t b = dense_tensor_bytes(&m->tok_embd) + dense_tensor_bytes(&m->output_norm);
-    if (m->output.data != m->tok_embd.data)
-        b += dense_tensor_bytes(&m->output);
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->q_norm,
-                                 &L->k_norm, &L->ffn_norm, &L->gate_inp};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
-            b += dense_tensor_bytes(ts[i]);
-        b += 3 * align_up((size_t)m->hp.n_expert * sizeof(void *)); /* slot tables */
-    }
-    return b;
-}
-
 /* ---- upload ---- */
 
+/* With c->base NULL nothing is copied: the pass only sizes the arena (as carve_scratch does). */
 static mp_status upload(carve *c, const mp_tensor *t, const void **d_out, mp_error *err)
 {
     if (!t->data) {
@@ -193,6 +173,10 @@ static mp_status upload(carve *c, const mp_tensor *t, const void **d_out, mp_err
         return MP_OK;
     }
     void *d = take(c, t->nbytes);
+    if (!c->base) {
+        *d_out = NULL;
+        return MP_OK;
+    }
     cudaError_t e = cudaMemcpy(d, t->data, t->nbytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
         return mp_gpu_cuda_fail(err, "weight upload", e);
@@ -209,10 +193,12 @@ static mp_status upload_matrix(carve *c, const mp_tensor *t, gpu_tensor *out, mp
     return upload(c, t, &out->d, err);
 }
 
-static mp_status upload_weights(mp_gpu *g, mp_error *err)
+/* The dense weights and the per-layer slot tables into the arena at c->base; called first with
+ * c->base NULL to size the arena (c->used), then to copy. */
+static mp_status upload_weights(mp_gpu *g, carve *cv, mp_error *err)
 {
     const mp_model *m = g->s->m;
-    carve c = {g->d_weights, 0};
+    carve c = *cv;
     mp_status st;
     const void *p = NULL;
     if ((st = upload_matrix(&c, &m->tok_embd, &g->tok_embd, err)))
@@ -250,6 +236,7 @@ static mp_status upload_weights(mp_gpu *g, mp_error *err)
         for (int t = 0; t < 3; t++)
             G->d_slots[t] = take(&c, table_bytes);
     }
+    *cv = c;
     return MP_OK;
 }
 
@@ -550,21 +537,23 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         goto fail;
 
     /* (1) the plan */
-    bool any_cold = false;
     size_t pool = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const size_t slot = expert_slot_bytes(&m->layers[il]);
         g->expert_bytes_max = slot > g->expert_bytes_max ? slot : g->expert_bytes_max;
         pool += slot * (size_t)pl->n_resident[il];
-        any_cold |= pl->n_resident[il] < hp->n_expert;
+        g->n_hybrid_layers += pl->n_resident[il] < hp->n_expert;
     }
     carve sc = {NULL, 0};
     carve_scratch(g, &sc);
     const int64_t KV = hp->n_head_kv * hp->head_dim;
-    g->mem.weights = dense_bytes(m);
+    carve wc = {NULL, 0};
+    if ((st = upload_weights(g, &wc, err))) /* sizing pass: copies nothing */
+        goto fail;
+    g->mem.weights = wc.used;
     g->mem.kv = 2 * align_up((size_t)(s->n_ctx * KV) * 2) * (size_t)hp->n_layer;
     g->mem.scratch = sc.used;
-    const bool staging = any_cold && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
+    const bool staging = g->n_hybrid_layers > 0 && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
     g->mem.staging = staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
                                     align_up((size_t)(3 * hp->n_expert) * sizeof(void *)))
                              : 0;
@@ -651,7 +640,8 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     }
 
     /* (4) weights */
-    if ((st = upload_weights(g, err)) || (st = upload_experts(g, err)))
+    wc = (carve){g->d_weights, 0};
+    if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)))
         goto fail;
     if (staging) {
         register_host_experts(g);

@@ -277,9 +277,7 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     }
     g->stats.steps++;
     /* statistics of the all-resident layers (the hybrid ones count themselves) */
-    int64_t n_full = 0;
-    for (int64_t il = 0; il < L; il++)
-        n_full += !mp_gpu_layer_hybrid(g, il);
+    const int64_t n_full = L - g->n_hybrid_layers;
     g->stats.moe_layers += n_full;
     g->stats.routes_gpu += n_full * n * hp->n_expert_used;
 

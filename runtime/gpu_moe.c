@@ -19,6 +19,7 @@
 #if MP_HAVE_CUDA
 
 #include <inttypes.h>
+#include <limits.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -105,6 +106,22 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     return MP_OK;
 }
 
+/* Stage list[*done .. n_copy) in batches of MP_GPU_STAGE_EXPERTS, at most max_batches of them;
+ * the first accumulates onto d_proj only when something already wrote it (*gpu_wrote). */
+static mp_status stage_some(mp_gpu *g, int64_t il, int64_t n, const int32_t *list, int n_copy,
+                            int max_batches, int *done, bool *gpu_wrote, mp_error *err)
+{
+    for (int b = 0; b < max_batches && *done < n_copy; b++) {
+        const int cnt = n_copy - *done < MP_GPU_STAGE_EXPERTS ? n_copy - *done : MP_GPU_STAGE_EXPERTS;
+        mp_status st = stage_batch(g, il, n, list + *done, cnt, *gpu_wrote, err);
+        if (st)
+            return st;
+        *gpu_wrote = true;
+        *done += cnt;
+    }
+    return MP_OK;
+}
+
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
 {
     if (g->copy_fixed)
@@ -125,10 +142,6 @@ bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
     return (double)rows * g->cpu_ns_per_route > (double)expert_bytes * g->pcie_ns_per_byte;
 }
 
-static bool bit(const uint64_t *bits, int64_t e)
-{
-    return (bits[e >> 6] >> (e & 63)) & 1u;
-}
 
 bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il)
 {
@@ -174,36 +187,24 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                               g->stream), "router");
     }
 
-    /* 2. every expert resident: done here */
-    if (G->n_resident == E) {
-        if (want_routing && !host_routes) {
-            CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
-                   "routing copy");
-            CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
-                   "routing copy");
-        }
-        if (want_timing)
-            CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
-        if ((st = launch_resident(g, il, n, err)))
-            return st;
-        if (want_timing)
-            CCHECK(cudaEventRecord(g->ev_moe[2 * il + 1], g->stream), "cudaEventRecord");
-        t->hits = n * K;
-        return MP_OK;
-    }
-
-    /* 3. hybrid: rows and routes to the host, resident experts meanwhile on the GPU */
-    CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
-                           g->stream), "row copy");
-    if (!host_routes) {
+    /* 2. the host gets the rows of a hybrid layer, and the routes when it needs them (CPU
+     * experts or the routing hook); then the resident experts run (on a hybrid layer, while the
+     * host works). An all-resident layer is done after this. */
+    const bool hybrid = G->n_resident < E;
+    if (hybrid)
+        CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
+                               g->stream), "row copy");
+    if ((hybrid || want_routing) && !host_routes) {
         CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
         CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
     }
-    CCHECK(mp_gpu_record(g, g->ev_host), "cudaEventRecord");
-    if (g->measure)
-        CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
+    if (hybrid) {
+        CCHECK(mp_gpu_record(g, g->ev_host), "cudaEventRecord");
+        if (g->measure)
+            CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
+    }
     if (G->n_resident > 0) {
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
@@ -212,6 +213,8 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il + 1], g->stream), "cudaEventRecord");
     }
+    if (!hybrid)
+        t->hits = n * K;
     return MP_OK;
 }
 
@@ -238,7 +241,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     memcpy(g->h_mask, G->resident, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
     int64_t hits = 0;
     for (int64_t i = 0; i < n * K; i++)
-        hits += bit(G->resident, h_ids[i]);
+        hits += mp_placement_resident(&g->pl, il, h_ids[i]);
     int32_t copy_list[1024];
     int n_copy = 0;
     int64_t copied_routes = 0;
@@ -248,7 +251,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
             g->h_count[h_ids[i]]++;
         const size_t bytes = mp_model_expert_bytes(m, il);
         for (int64_t e = 0; e < E; e++)
-            if (!bit(G->resident, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
+            if (!mp_placement_resident(&g->pl, il, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
                 copy_list[n_copy++] = (int32_t)e;
                 g->h_mask[e >> 6] |= (uint64_t)1 << (e & 63);
                 copied_routes += g->h_count[e];
@@ -257,13 +260,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* two staging batches go out before the CPU starts, the rest after it */
     bool gpu_wrote = G->n_resident > 0;
     int done = 0;
-    for (int b = 0; b < 2 && done < n_copy; b++) {
-        const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
-        if ((st = stage_batch(g, il, n, copy_list + done, cnt, gpu_wrote, err)))
-            return st;
-        gpu_wrote = true;
-        done += cnt;
-    }
+    if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
+        return st;
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): the H2D of mp_gpu_moe_end is unconditional, so
      * that a captured decode graph replays the same copies every step */
@@ -275,13 +273,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         const double sample = (double)t->cpu_expert_ns / (double)n_cpu;
         g->cpu_ns_per_route = g->cpu_ns_per_route > 0 ? 0.7 * g->cpu_ns_per_route + 0.3 * sample : sample;
     }
-    while (done < n_copy) {
-        const int cnt = n_copy - done < MP_GPU_STAGE_EXPERTS ? n_copy - done : MP_GPU_STAGE_EXPERTS;
-        if ((st = stage_batch(g, il, n, copy_list + done, cnt, gpu_wrote, err)))
-            return st;
-        gpu_wrote = true;
-        done += cnt;
-    }
+    if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
+        return st;
     g->copied_this_step = n_copy > 0;
     if (g->measure) {
         g->rt_pending[il] = true;
