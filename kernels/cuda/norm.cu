@@ -5,14 +5,10 @@
 
 #include "kernels/cuda/cuda_ops.h"
 
-// One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
+// The block-wide f32 sum of each thread's partial (warp shuffles, then the warps' sums): the
+// same order for every norm kernel here, which is what makes add_rmsnorm bit-identical.
+__device__ __forceinline__ float block_sum(float sum)
 {
-    const float *xr = x + blockIdx.x * n;
-    float *outr = out + blockIdx.x * n;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        sum += xr[i] * xr[i];
     __shared__ float warp_sums[32];
     for (int off = 16; off > 0; off >>= 1)
         sum += __shfl_down_sync(0xffffffffu, sum, off);
@@ -28,7 +24,18 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64
             warp_sums[0] = sum;
     }
     __syncthreads();
-    const float scale = rsqrtf(warp_sums[0] / (float)n + eps);
+    return warp_sums[0];
+}
+
+// One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    const float *xr = x + blockIdx.x * n;
+    float *outr = out + blockIdx.x * n;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        sum += xr[i] * xr[i];
+    const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
@@ -48,22 +55,7 @@ __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const f
         xr[i] = v;
         sum += v * v;
     }
-    __shared__ float warp_sums[32];
-    for (int off = 16; off > 0; off >>= 1)
-        sum += __shfl_down_sync(0xffffffffu, sum, off);
-    if ((threadIdx.x & 31) == 0)
-        warp_sums[threadIdx.x >> 5] = sum;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        int n_warps = (blockDim.x + 31) >> 5;
-        sum = threadIdx.x < n_warps ? warp_sums[threadIdx.x] : 0.0f;
-        for (int off = 16; off > 0; off >>= 1)
-            sum += __shfl_down_sync(0xffffffffu, sum, off);
-        if (threadIdx.x == 0)
-            warp_sums[0] = sum;
-    }
-    __syncthreads();
-    const float scale = rsqrtf(warp_sums[0] / (float)n + eps);
+    const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
