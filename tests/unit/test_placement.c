@@ -483,7 +483,8 @@ Test(placement, run_reports_placement_and_refuses_bad_flags)
     cr_assert(strstr(out, "placement: cpu: 0/24 experts on the GPU") != NULL, "%s", out);
     static const char *usage_bad[] = {"--gpu-budget 12XB", "--gpu-budget -5GiB",
                                       "--placement layers:x", "--placement gpu --profile p.strp",
-                                      "--gpu-budget 1GiB --gpu-budget 2GiB"};
+                                      "--gpu-budget 1GiB --gpu-budget 2GiB", "--executor fast",
+                                      "--executor cpu --executor gpu"};
     for (size_t i = 0; i < sizeof usage_bad / sizeof usage_bad[0]; i++) {
         snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 %s", model, usage_bad[i]);
         cr_assert_eq(moeplan(args, out, sizeof out), 2, "%s: %s", usage_bad[i], out);
