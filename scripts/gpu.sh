@@ -12,6 +12,9 @@
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
+#   profile    where the GPU time goes: `collect --cupti` of bench/prompt-long.jsonl (a 510-token prompt,
+#              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
+#              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -105,6 +108,19 @@ for stage in "${stages[@]}"; do
         build-gpu/bench/mp_trace_overhead /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf --tokens 64 --rounds 3 \
             2>&1 | tee "$OUT/bench-trace.log" || rc=1
         ;;
+    profile)
+        build || { rc=1; continue; }
+        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
+        [ -f "$model" ] || build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$model" \
+            || { rc=1; continue; }
+        for pl in ${PROFILE_PLACEMENTS:-gpu layers:24}; do
+            log "profile --placement $pl"
+            name=profile-${pl//:/}
+            build-gpu/cli/moeplan collect -m "$model" --prompts bench/prompt-long.jsonl --raw-prompts \
+                --trace "/tmp/$name.db" --force --no-progress --ctx 1024 --cupti --placement "$pl" 2>&1 | tail -3
+            python3 bench/cupti_kernels.py "/tmp/$name.db" 30 | tee "$OUT/$name.md" || rc=1
+        done
+        ;;
     bench-cupti)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
@@ -144,7 +160,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
