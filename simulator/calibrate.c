@@ -57,6 +57,17 @@ double mp_calib_quantile(const double *sorted, int n, double q)
     return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);
 }
 
+int mp_calib_concurrent_ks(const mp_model *m, int *ks)
+{
+    const int K = (int)m->hp.n_expert_used;
+    int n = 0;
+    for (int k = 1; k <= K && n < MP_CALIB_MAX_KS - 1; k = k < 8 ? k + 1 : 2 * k)
+        ks[n++] = k;
+    if (ks[n - 1] != K)
+        ks[n++] = K;
+    return n;
+}
+
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n)
 {
     qsort(ns, (size_t)n, sizeof *ns, cmp_double);
@@ -232,7 +243,10 @@ static const char notes_text[] =
     "activation row, cudaStreamSynchronize, H2D of one row): from the end of the D2H to the start of "
     "the H2D the host issues after waking, which the simulator adds to the copies' own times "
     "(device.round_trip_host has the host-clock total); gpu_expert is mp_cuda_moe_experts with every "
-    "row routed to one expert (top_k 1), rotating over the layer's experts. See docs/simulator.md (calibrate).";
+    "row routed to one expert (top_k 1), rotating over the layer's experts. concurrent (in each expert "
+    "entry): one call of the runtime's expert function (CPU: mp_moe_experts_cpu, the other routes "
+    "marked resident; GPU: mp_cuda_moe_experts) with one row routed to `experts` distinct experts, "
+    "which share the call's fixed costs. See docs/simulator.md (calibrate).";
 
 static mp_status add_missing(cJSON *missing, const char *why, mp_error *err)
 {

@@ -24,6 +24,7 @@
 #include "runtime/hooks.h"
 #include "runtime/gpu.h"
 #include "runtime/matmul.h"
+#include "runtime/moe.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
@@ -105,6 +106,72 @@ static void run_expert(expert_bench *b, mp_pool *pool, const float *x, char *xq,
     mp_pool_run(pool, (D + b->chunk - 1) / b->chunk, down_task, b);
 }
 
+static int warmups(const mp_calib_opts *o)
+{
+    return o->quick ? 1 : 3;
+}
+
+/* The `concurrent` curve of a CPU entry: mp_moe_experts_cpu — the runtime's own function — over
+ * one row routed to k distinct experts, for k in mp_calib_concurrent_ks.
+ * Each repetition takes the next k experts of the next layer of the kind, so the weights come from
+ * memory. A decode step's CPU experts run as one such call: their threads' start and join, the
+ * activation conversion and the combine are paid once, and the experts' weights stream together. */
+static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const expert_kind *kind, mp_pool *pool,
+                                const float *x, float *out, double *ns, int64_t *next, cJSON *entry,
+                                const char *quant, mp_error *err)
+{
+    const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used, words = (E + 63) / 64;
+    int ks[MP_CALIB_MAX_KS];
+    const int n_ks = mp_calib_concurrent_ks(m, ks);
+    mp_moe_scratch *scratch = mp_moe_scratch_new(&m->hp, 1, mp_pool_n_threads(pool));
+    int32_t *ids = malloc((size_t)K * sizeof *ids);
+    float *w = malloc((size_t)K * sizeof *w);
+    uint64_t *resident = malloc((size_t)words * sizeof *resident);
+    cJSON *points = cJSON_CreateArray();
+    mp_status st = MP_OK;
+    if (!scratch || !ids || !w || !resident || !points) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    for (int ki = 0; ki < n_ks; ki++) {
+        const int k = ks[ki];
+        for (int64_t j = 0; j < K; j++)
+            w[j] = 1.0f / (float)K;
+        for (int rep = -warmups(o); rep < o->reps; rep++, (*next)++) {
+            const int64_t layer = kind->layers[*next % kind->n_layers];
+            /* the row's K routes go to K consecutive ids mod E (distinct, as E >= K); the last
+             * K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
+            memset(resident, 0, (size_t)words * sizeof *resident);
+            for (int64_t j = 0; j < K; j++) {
+                ids[j] = (int32_t)((*next * K + j) % E);
+                if (j >= k)
+                    resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
+            }
+            const int64_t t0 = mp_calib_now_ns();
+            mp_moe_experts_cpu(m, layer, x, 1, ids, w, resident, out, pool, scratch);
+            if (rep >= 0)
+                ns[rep] = (double)(mp_calib_now_ns() - t0);
+        }
+        cJSON *p = mp_calib_point("experts", k, ns, o->reps);
+        if (!p) {
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            goto out;
+        }
+        cJSON_AddItemToArray(points, p);
+        mp_calib_say(o, "calibrate: cpu experts %s threads %d, %d experts x 1 row in one call: median %.1f us", quant,
+                     mp_pool_n_threads(pool), k, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+    }
+    cJSON_AddItemToObject(entry, "concurrent", points);
+    points = NULL;
+out:
+    cJSON_Delete(points);
+    mp_moe_scratch_free(scratch);
+    free(ids);
+    free(w);
+    free(resident);
+    return st;
+}
+
 static int find_kinds(const mp_model *m, expert_kind *kinds, int max_kinds)
 {
     int n = 0;
@@ -125,11 +192,6 @@ static int find_kinds(const mp_model *m, expert_kind *kinds, int max_kinds)
             kinds[k].layers[kinds[k].n_layers++] = il;
     }
     return n;
-}
-
-static int warmups(const mp_calib_opts *o)
-{
-    return o->quick ? 1 : 3;
 }
 
 mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
@@ -209,6 +271,11 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
                 mp_calib_say(o, "calibrate: cpu expert %s %" PRId64 "x%" PRId64 " threads %d rows %d: median %.1f us",
                              quant, D, F, t, o->rows[ri],
                              cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+            }
+            if (m->hp.n_expert_used >= 2 &&
+                (st = cpu_concurrent(m, o, kind, pool, x, down, ns, &next, entry, quant, err))) {
+                mp_pool_free(pool);
+                goto out;
             }
             mp_pool_free(pool);
         }

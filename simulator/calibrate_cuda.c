@@ -144,7 +144,9 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
                              cudaEvent_t ev1, double *ns, cJSON *arr, mp_error *err)
 {
     const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert;
-    const int max_rows = o->rows[o->n_rows - 1];
+    const int64_t K = m->hp.n_expert_used;
+    /* buffers for max_rows rows of one route, or one row of K routes */
+    const int max_rows = o->rows[o->n_rows - 1] > K ? o->rows[o->n_rows - 1] : (int)K;
     void *d_w[3] = {NULL, NULL, NULL};
     float *d_x = NULL, *d_w8 = NULL, *d_out = NULL;
     int32_t *d_ids = NULL;
@@ -184,7 +186,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
             CK(cudaMalloc(&d_w[k], t[k]->nbytes));
             CK(cudaMemcpy(d_w[k], t[k]->data, t[k]->nbytes, cudaMemcpyHostToDevice));
         }
-        const size_t scratch_bytes = mp_cuda_moe_scratch_bytes(L->gate_exps.type, L->down_exps.type, D, F, max_rows, 1);
+        const size_t scratch_bytes = mp_cuda_moe_scratch_bytes(L->gate_exps.type, L->down_exps.type, D, F, max_rows, K);
         cudaFree(d_scratch);
         d_scratch = NULL;
         CK(cudaMalloc(&d_scratch, scratch_bytes));
@@ -243,6 +245,48 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
             cJSON_AddItemToArray(points, p);
             mp_calib_say(o, "calibrate: gpu expert %s %" PRId64 "x%" PRId64 " rows %d: median %.1f us", quant, D, F,
                          o->rows[ri], cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+        }
+        /* concurrent: one row routed to k distinct experts in one call (a decode step's layer),
+         * the same k as the CPU side's curve (calibrate_cpu.c) */
+        if (K >= 2) {
+            cJSON *conc = cJSON_CreateArray();
+            if (!conc) {
+                st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+                goto out;
+            }
+            cJSON_AddItemToObject(entry, "concurrent", conc);
+            a.n_rows = 1;
+            int ks[MP_CALIB_MAX_KS];
+            const int n_ks = mp_calib_concurrent_ks(m, ks);
+            for (int ki = 0; ki < n_ks; ki++) {
+                const int k = ks[ki];
+                a.top_k = k;
+                for (int rep = -3; rep < o->reps; rep++, next++) {
+                    for (int j = 0; j < k; j++) /* k consecutive ids mod E: distinct, as E >= K >= k */
+                        ids[j] = (int32_t)((next * K + j) % E);
+                    CK(cudaMemcpyAsync(d_ids, ids, (size_t)k * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+                    CK(cudaEventRecord(ev0, s));
+                    int rc = mp_cuda_moe_experts(&a, s);
+                    if (rc) {
+                        st = mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s, 1 row, %d experts): %s",
+                                     quant, k, mp_cuda_strerror(rc));
+                        goto out;
+                    }
+                    CK(cudaEventRecord(ev1, s));
+                    CK(cudaStreamSynchronize(s));
+                    if (rep >= 0)
+                        ns[rep] = 1e6 * event_ms(ev0, ev1);
+                }
+                cJSON *p = mp_calib_point("experts", k, ns, o->reps);
+                if (!p) {
+                    st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+                    goto out;
+                }
+                cJSON_AddItemToArray(conc, p);
+                mp_calib_say(o, "calibrate: gpu experts %s, %d experts x 1 row in one call: median %.1f us", quant, k,
+                             cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+            }
+            a.top_k = 1;
         }
     }
 out:

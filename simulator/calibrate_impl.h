@@ -21,6 +21,10 @@ void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...) __attribute__((f
 double mp_calib_quantile(const double *sorted, int n, double q);
 /* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
+/* The expert counts of the `concurrent` curves: 1, 2, .., min(top_k, 8), then doubling, and top_k
+ * (at most MP_CALIB_MAX_KS); returns how many. */
+#define MP_CALIB_MAX_KS 32
+int mp_calib_concurrent_ks(const mp_model *m, int *ks);
 /* Random floats in [-1, 1) from a fixed-seed generator (benchmarks need values, not zeros:
  * quantizers and kernels take no shortcut on them). */
 void mp_calib_fill(float *x, int64_t n, uint64_t *state);

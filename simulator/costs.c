@@ -172,8 +172,9 @@ static mp_status get_experts(ctx *c, const cJSON *root, const char *key, bool cp
     if (!*out)
         return mp_fail(c->err, MP_ERR_NOMEM, "costs %s: %s: out of memory", c->name, path);
     *n_out = n;
-    static const char *const gpu_keys[] = {"quant", "n_embd", "n_ff", "expert_bytes", "points", NULL};
-    static const char *const cpu_keys[] = {"quant", "n_embd", "n_ff", "expert_bytes", "threads", "points", NULL};
+    static const char *const gpu_keys[] = {"quant", "n_embd", "n_ff", "expert_bytes", "points", "concurrent", NULL};
+    static const char *const cpu_keys[] = {"quant",  "n_embd", "n_ff",      "expert_bytes",
+                                           "threads", "points", "concurrent", NULL};
     int i = 0;
     for (const cJSON *e = arr->child; e; e = e->next, i++) {
         mp_cost_expert *x = &(*out)[i];
@@ -210,6 +211,14 @@ static mp_status get_experts(ctx *c, const cJSON *root, const char *key, bool cp
         join(ppath, sub, "points");
         if ((st = get_member(c, e, sub, "points", &pts)) || (st = get_curve(c, pts, ppath, "rows", &x->by_rows)))
             return st;
+        const cJSON *cc = cJSON_GetObjectItemCaseSensitive(e, "concurrent"); /* optional */
+        if (cc) {
+            join(ppath, sub, "concurrent");
+            if ((st = get_curve(c, cc, ppath, "experts", &x->concurrent)))
+                return st;
+            if (x->concurrent.n_points < 2)
+                return bad(c, ppath, "expected at least two points (the fixed and the per-expert cost)");
+        }
     }
     return MP_OK;
 }
@@ -363,9 +372,9 @@ void mp_costs_free(mp_costs *c)
     if (!c)
         return;
     for (int i = 0; c->gpu_expert && i < c->n_gpu_expert; i++)
-        curve_free(&c->gpu_expert[i].by_rows);
+        curve_free(&c->gpu_expert[i].by_rows), curve_free(&c->gpu_expert[i].concurrent);
     for (int i = 0; c->cpu_expert && i < c->n_cpu_expert; i++)
-        curve_free(&c->cpu_expert[i].by_rows);
+        curve_free(&c->cpu_expert[i].by_rows), curve_free(&c->cpu_expert[i].concurrent);
     free(c->gpu_expert);
     free(c->cpu_expert);
     curve_free(&c->h2d_pinned);

@@ -43,6 +43,10 @@ typedef struct mp_cost_expert {
     uint64_t expert_bytes;         /* weights of one expert (what an admission copies) */
     int threads;                   /* CPU entries: threads used; GPU entries: 0 */
     mp_cost_curve by_rows;         /* time of one expert over `rows` routed rows */
+    /* Optional (n_points 0 when absent, else >= 2): one invocation of `x` distinct experts with one
+     * routed row each, through the runtime's own expert function — the experts of one invocation
+     * share its fixed costs and run concurrently, which by_rows alone cannot tell. */
+    mp_cost_curve concurrent;
 } mp_cost_expert;
 
 typedef struct mp_costs {

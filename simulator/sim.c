@@ -71,6 +71,39 @@ void sim_tab_free(sim_tab *tab)
     memset(tab, 0, sizeof *tab);
 }
 
+/* An expert entry's cost of one invocation as fixed + Σ marginal(rows): with a `concurrent` curve
+ * (k distinct one-row experts in one call), the line through its first and last points gives the
+ * fixed part (its value at 0 experts) and the cost of one more one-row expert (its slope); an
+ * expert of r rows adds that slope plus by_rows(r) - by_rows(1). So k one-row experts cost exactly
+ * what the runtime measured for k, and one expert of r rows costs by_rows(r) up to the difference
+ * of the two one-expert measurements. Without the curve: fixed 0, marginal = by_rows (experts
+ * one after another, the model of cost files that predate it). */
+static void expert_split(const mp_cost_expert *e, double *fixed_ns, double *slope_ns)
+{
+    const mp_cost_curve *c = &e->concurrent;
+    *fixed_ns = 0;
+    *slope_ns = -1; /* no curve */
+    if (c->n_points < 2)
+        return;
+    const int n = c->n_points;
+    const double x0 = c->x[0], x1 = c->x[n - 1], y0 = c->y[0].median_ns, y1 = c->y[n - 1].median_ns;
+    double slope = (y1 - y0) / (x1 - x0), fixed = y0 - slope * x0;
+    if (slope < 0) /* more experts measured faster: noise; charge the mean */
+        slope = 0, fixed = (y0 + y1) / 2;
+    if (fixed < 0) /* superlinear: no fixed part */
+        fixed = 0, slope = y1 / x1;
+    *fixed_ns = fixed;
+    *slope_ns = slope;
+}
+
+static double marginal_ns(const mp_cost_expert *e, double slope_ns, uint32_t rows)
+{
+    if (slope_ns < 0)
+        return mp_cost_curve_ns(&e->by_rows, rows);
+    double v = slope_ns + mp_cost_curve_ns(&e->by_rows, rows) - mp_cost_curve_ns(&e->by_rows, 1);
+    return v > 0 ? v : 0;
+}
+
 mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err)
 {
     memset(tab, 0, sizeof *tab);
@@ -94,10 +127,15 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
     const mp_cost_curve *h2d = cfg->pageable ? &c->h2d_pageable : &c->h2d_pinned;
     const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
     const double *k = cfg->scale;
+    double gpu_fixed, gpu_slope, cpu_fixed, cpu_slope;
+    expert_split(cfg->gpu, &gpu_fixed, &gpu_slope);
+    expert_split(cfg->cpu, &cpu_fixed, &cpu_slope);
+    tab->gpu_fixed_ns = k[MP_COST_GPU] * gpu_fixed;
+    tab->cpu_fixed_ns = k[MP_COST_CPU] * cpu_fixed;
     for (uint32_t r = 1; r <= max_rows; r++) {
         double bytes = (double)r * (double)tab->act_row_bytes;
-        tab->gpu_ns[r] = k[MP_COST_GPU] * mp_cost_curve_ns(&cfg->gpu->by_rows, r);
-        tab->cpu_ns[r] = k[MP_COST_CPU] * mp_cost_curve_ns(&cfg->cpu->by_rows, r);
+        tab->gpu_ns[r] = k[MP_COST_GPU] * marginal_ns(cfg->gpu, gpu_slope, r);
+        tab->cpu_ns[r] = k[MP_COST_CPU] * marginal_ns(cfg->cpu, cpu_slope, r);
         tab->d2h_ns[r] = k[MP_COST_D2H] * mp_cost_curve_ns(d2h, bytes);
         tab->h2d_act_ns[r] = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, bytes);
         tab->combine_ns[r] = k[MP_COST_COMBINE] * mp_cost_curve_ns(&c->combine, r);
@@ -438,8 +476,11 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
                         m->late += c;
                 }
             }
+            if (hits)
+                gpu_ns += tab->gpu_fixed_ns;
             uint32_t rows_cpu = 0;
             if (any_miss) {
+                cpu_ns += tab->cpu_fixed_ns;
                 if (rows == 1) {
                     rows_cpu = 1;
                 } else {

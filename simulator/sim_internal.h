@@ -10,8 +10,13 @@
  * that the replay's hot loop does table reads, not curve searches. Index 0 is 0 ns. */
 typedef struct sim_tab {
     uint32_t max_rows;
-    double *gpu_ns;      /* (max_rows + 1) one expert on the GPU */
-    double *cpu_ns;      /* (max_rows + 1) one expert on the CPU */
+    /* An invocation's experts on one side cost fixed + the sum of their marginal costs by rows
+     * (sim_tab_build: from the cost file's `concurrent` curve; fixed 0 and marginal = the one-expert
+     * time when the file has none). */
+    double *gpu_ns;      /* (max_rows + 1) marginal cost of one expert on the GPU */
+    double *cpu_ns;      /* (max_rows + 1) marginal cost of one expert on the CPU */
+    double gpu_fixed_ns; /* per invocation with at least one expert on the GPU */
+    double cpu_fixed_ns; /* per invocation with at least one expert on the CPU */
     double *d2h_ns;      /* (max_rows + 1) activations of `rows` rows to the host */
     double *h2d_act_ns;  /* (max_rows + 1) partial outputs of `rows` rows back */
     double *combine_ns;  /* (max_rows + 1) */

@@ -129,7 +129,13 @@ Test(calibrate, quick_run_writes_a_cost_file_that_loads)
         cr_assert(4 * e->by_rows.y[2].median_ns >= e->by_rows.y[0].median_ns,
                   "threads %d: 64 rows %g ns, 1 row %g ns", e->threads, e->by_rows.y[2].median_ns,
                   e->by_rows.y[0].median_ns);
+        /* one call of 1 .. top_k one-row experts (the runtime's mp_moe_experts_cpu) */
+        int ks[16];
+        for (int k = 0; k < (int)m->hp.n_expert_used; k++)
+            ks[k] = k + 1;
+        check_curve(&e->concurrent, ks, (int)m->hp.n_expert_used, "cpu_expert concurrent");
     }
+    cr_assert_not_null(strstr(out, "experts x 1 row in one call"), "%s", out);
     check_curve(&c.combine, rows, 3, "combine");
     check_curve(&c.non_moe, rows, 3, "non_moe");
 
@@ -143,6 +149,7 @@ Test(calibrate, quick_run_writes_a_cost_file_that_loads)
     } else {
         cr_assert_eq(c.n_gpu_expert, 1);
         check_curve(&c.gpu_expert[0].by_rows, rows, 3, "gpu_expert");
+        cr_assert_eq(c.gpu_expert[0].concurrent.n_points, c.cpu_expert[0].concurrent.n_points);
         cr_assert(c.h2d_pinned.n_points >= 4 && c.d2h_pageable.n_points >= 4);
     }
 

@@ -289,3 +289,60 @@ Test(costs, rejects_inconsistent_missing_lists)
     expect_reject("\"notes\":", "\"missing\": [{\"what\": \"sync\", \"why\": 3}], \"notes\":",
                   "$.missing[0].why: expected a string");
 }
+
+/* The optional `concurrent` curve (k distinct one-row experts in one call): read when present,
+ * with the same checks as any curve plus at least two points; absent in the fixture (n_points 0). */
+static char *with_concurrent(const char *curve)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    const char *at = strstr(text, "\"points\": [{\"rows\": 1, \"median_ns\": 10000");
+    cr_assert_not_null(at);
+    char *mut = malloc(len + strlen(curve) + 32);
+    size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    sprintf(mut + head, "\"concurrent\": %s, %s", curve, at);
+    free(text);
+    return mut;
+}
+
+Test(costs, reads_the_optional_concurrent_curve)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.gpu_expert[0].concurrent.n_points, 0);
+    cr_assert_eq(c.cpu_expert[0].concurrent.n_points, 0);
+    mp_costs_free(&c);
+    free(text);
+
+    char *mut = with_concurrent("[{\"experts\": 1, \"median_ns\": 10000, \"spread_ns\": 1},"
+                                " {\"experts\": 8, \"median_ns\": 17000, \"spread_ns\": 2}]");
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.gpu_expert[0].concurrent.n_points, 2);
+    cr_assert_eq(c.gpu_expert[0].concurrent.x[1], 8);
+    cr_assert_eq(c.gpu_expert[0].concurrent.y[1].median_ns, 17000);
+    mp_costs_free(&c);
+    free(mut);
+
+    static const struct { const char *curve, *needle; } bad[] = {
+        {"[{\"experts\": 1, \"median_ns\": 10000, \"spread_ns\": 1}]",
+         "$.gpu_expert[0].concurrent: expected at least two points"},
+        {"[{\"experts\": 2, \"median_ns\": 1, \"spread_ns\": 1}, {\"experts\": 2, \"median_ns\": 1, \"spread_ns\": 1}]",
+         "$.gpu_expert[0].concurrent[1].experts: 2: expected > the previous point's 2"},
+        {"[{\"rows\": 1, \"median_ns\": 1, \"spread_ns\": 1}, {\"rows\": 2, \"median_ns\": 1, \"spread_ns\": 1}]",
+         "$.gpu_expert[0].concurrent[0].rows: unknown key"},
+        {"[{\"experts\": 1, \"median_ns\": -1, \"spread_ns\": 1}, {\"experts\": 2, \"median_ns\": 1, \"spread_ns\": 1}]",
+         "$.gpu_expert[0].concurrent[0].median_ns: expected a finite number >= 0"},
+        {"{}", "$.gpu_expert[0].concurrent: expected an array"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mut = with_concurrent(bad[i].curve);
+        cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_ERR_FORMAT, "%s accepted", bad[i].curve);
+        cr_assert_not_null(strstr(err.msg, bad[i].needle), "%s: message '%s' lacks '%s'", bad[i].curve, err.msg,
+                           bad[i].needle);
+        free(mut);
+    }
+}

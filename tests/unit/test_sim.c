@@ -29,9 +29,9 @@ static void make_costs(uint64_t expert_bytes)
     (void)pts_flat;
     memset(&costs, 0, sizeof costs);
     mp_cost_curve rows_flat = {2, xs_rows, NULL};
-    gpu_entry = (mp_cost_expert){"Q4_K", 4, 8, expert_bytes, 0, rows_flat};
+    gpu_entry = (mp_cost_expert){"Q4_K", 4, 8, expert_bytes, 0, rows_flat, {0, NULL, NULL}};
     gpu_entry.by_rows.y = gpu_y;
-    cpu_entry = (mp_cost_expert){"Q4_K", 4, 8, expert_bytes, 8, rows_flat};
+    cpu_entry = (mp_cost_expert){"Q4_K", 4, 8, expert_bytes, 8, rows_flat, {0, NULL, NULL}};
     cpu_entry.by_rows.y = cpu_y;
     costs.gpu_expert = &gpu_entry;
     costs.n_gpu_expert = 1;
@@ -135,6 +135,53 @@ Test(sim, baselines_and_whole_layers_by_hand)
     mp_sim_result_free(&cpu);
     mp_sim_result_free(&first);
     mp_sim_result_free(&last);
+    mp_sim_trace_free(&t);
+}
+
+/* Concurrent experts: the GPU's `concurrent` curve {1 expert: 10, 2: 14} splits into fixed 6 +
+ * 4 per one-row expert, the CPU's {1: 100, 2: 130} into 70 + 30 (by_rows is flat, so rows add
+ * nothing). Per invocation of the small trace (two experts): all on the GPU 6 + 4 + 4 = 14; all on
+ * the CPU 7 + 20 + (70 + 30 + 30) + 5 + 3 = 165; one of each max(6 + 4, 7 + 20 + 100 + 5) + 3 =
+ * 135. The planner's layer costs are the replay's. */
+Test(sim, concurrent_experts_share_a_fixed_cost)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    static double xs_k[2] = {1, 2};
+    static mp_cost_stat gk[2] = {{10, 0}, {14, 0}}, ck[2] = {{100, 0}, {130, 0}};
+    gpu_entry.concurrent = (mp_cost_curve){2, xs_k, gk};
+    cpu_entry.concurrent = (mp_cost_curve){2, xs_k, ck};
+    mp_sim_result g = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(g.train.time_ns, 8 * 14.0, 1e-9);
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 165.0, 1e-9);
+    mp_sim_result top = run(&t, &c, MP_POL_STATIC_TOPN); /* 7 invocations one of each, 1 all-CPU */
+    cr_assert_float_eq(top.train.time_ns, 7 * 135.0 + 165.0, 1e-9);
+
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(tab.gpu_fixed_ns, 6, 1e-9);
+    cr_assert_float_eq(tab.cpu_fixed_ns, 70, 1e-9);
+    sim_stats st = {0};
+    st.counts = calloc(8, sizeof *st.counts);
+    st.order = malloc(sizeof *st.order * 8);
+    st.train_steps = 4;
+    uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
+    memcpy(st.order, order, sizeof order);
+    double cost[2 * 5];
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    /* layer 0 with e0 resident: every step is one of each (e0 is in every step): 4 * 135 */
+    cr_assert_float_eq(cost[0], 4 * 165.0, 1e-9);
+    cr_assert_float_eq(cost[1], 4 * 135.0, 1e-9);
+    cr_assert_float_eq(cost[4], 4 * 14.0, 1e-9);
+    free(st.counts);
+    free(st.order);
+    sim_tab_free(&tab);
+    mp_sim_result_free(&g);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&top);
     mp_sim_trace_free(&t);
 }
 
