@@ -275,6 +275,10 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
         g->h_io[i] = tokens[i];
         g->h_io[B + i] = (int32_t)(pos0 + i);
     }
+    /* a route source is asked for every layer's routes now, before any work is enqueued: the
+     * layers upload them from pinned memory, which a graph replays as well */
+    if (s->route_src && (st = mp_gpu_fetch_routes(g, n, err)))
+        return st;
     g->stats.steps++;
     /* statistics of the all-resident layers (the hybrid ones count themselves) */
     const int64_t n_full = L - g->n_hybrid_layers;
@@ -282,8 +286,8 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     g->stats.routes_gpu += n_full * n * hp->n_expert_used;
 
     /* a decode step replays captured graphs unless something host-side runs inside a layer
-     * (hooks, route source) or a prefill copy could be chosen */
-    const bool graphs = n == 1 && !g->graphs_off && !s->hooks && !s->route_src &&
+     * (hooks) or a prefill copy could be chosen */
+    const bool graphs = n == 1 && !g->graphs_off && !s->hooks &&
                         !(g->d_stage && mp_gpu_copy_enabled(g, 1));
     const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
     int64_t from = 0, stop = 0;

@@ -146,6 +146,9 @@ mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);
  *          h_part; statistics;
  *   end    (enqueued) hybrid layers: h_part up and added to d_proj. */
 bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il);
+/* Route source only: fill h_ids/h_w with every layer's routes for this step of n rows (checked
+ * with mp_moe_check_routes), before the step enqueues anything; mp_gpu_moe_begin uploads them. */
+mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err);
 /* Prefill weight copies: whether a step of n rows may copy, and whether copying one cold expert
  * with `rows` rows beats computing them on the CPU (rows × CPU time per route against bytes ×
  * measured PCIe time per byte; before the CPU cost is known, rows >= MP_GPU_COPY_MIN_ROWS). */

@@ -143,6 +143,24 @@ bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
 }
 
 
+mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err)
+{
+    mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
+    const int64_t K = hp->n_expert_used, B = s->n_batch;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        int32_t *h_ids = g->h_ids + il * B * K;
+        float *h_w = g->h_w + il * B * K;
+        const int rc = s->route_src->route(s->route_src->user, il, n, K, h_ids, h_w);
+        if (rc < 0)
+            return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
+        mp_status st = mp_moe_check_routes(hp, il, n, h_ids, h_w, err);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
 bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il)
 {
     return g->layers[il].n_resident < g->s->m->hp.n_expert;
@@ -162,14 +180,11 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     memset(t, 0, sizeof *t);
     mp_status st;
 
-    /* 1. routing */
+    /* 1. routing: the route source's choice (fetched for every layer before the step, see
+     * mp_gpu_fetch_routes) is uploaded from pinned memory, a copy that a graph replays with
+     * whatever the host put there for the current step; else the router on the GPU */
     const bool host_routes = s->route_src != NULL;
     if (host_routes) {
-        const int rc = s->route_src->route(s->route_src->user, il, n, K, h_ids, h_w);
-        if (rc < 0)
-            return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
-        if ((st = mp_moe_check_routes(hp, il, n, h_ids, h_w, err)))
-            return st;
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
         CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),

@@ -52,7 +52,10 @@ typedef struct mp_hooks {
 } mp_hooks;
 
 /* Optional routing override (route replay): fill ids/weights (n_rows × top_k) for this layer
- * and step instead of the router's choice. Returns 0, or a negative mp_status to stop the run. */
+ * and step instead of the router's choice. Returns 0, or a negative mp_status to stop the run.
+ * Called once per layer and step, in layer order: the CPU forward asks as it reaches each layer,
+ * the GPU executor asks for all layers at the start of the step (no activations are passed, so
+ * the answer cannot depend on them). */
 typedef struct mp_route_source {
     void *user;
     int (*route)(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *expert_ids,
