@@ -6,6 +6,7 @@
 #   [COSTS=costs.json] [BUDGETS="8GiB 12GiB 16GiB 24GiB", or "+SIZE": SIZE beyond the fixed part] [POLICIES="static-topn ... plan"]
 #   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K (its first K lines: JSON Lines)] [REPS=1] [THREADS=N] [MATCH=exact|budget]
 #   [EXECUTOR=auto|gpu|cpu] [OUT=out/sim-accuracy] [WORK=dir for a generated model, default OUT]
+#   [TRACE=trace.db: replay this trace of the model instead of collecting one]
 #   bash bench/sim_accuracy.sh
 #
 # Steps (docs/simulator.md, "Simulated vs measured", says why each is the way it is):
@@ -108,10 +109,16 @@ if [ -n "${NPROMPTS:-}" ]; then
     prompts=$OUT/prompts.jsonl
     head -n "$NPROMPTS" "$PROMPTS" >"$prompts" || die "cannot write $prompts"
 fi
-trace=$OUT/trace.db
-log "collect $prompts -> $trace"
-run collect collect.log "$MOEPLAN" collect -m "$MODEL" --prompts "$prompts" --trace "$trace" --force \
-    --no-progress --executor "$EXECUTOR" "${thr[@]}"
+if [ -n "${TRACE:-}" ]; then
+    [ -f "$TRACE" ] || die "trace '$TRACE' not found"
+    trace=$TRACE
+    log "trace $trace (given: no collect)"
+else
+    trace=$OUT/trace.db
+    log "collect $prompts -> $trace"
+    run collect collect.log "$MOEPLAN" collect -m "$MODEL" --prompts "$prompts" --trace "$trace" --force \
+        --no-progress --executor "$EXECUTOR" "${thr[@]}"
+fi
 
 # json FILE EXPR: evaluate a Python expression on the parsed JSON document d; "" on any failure
 json() {

@@ -5,7 +5,8 @@
 # moeplan builds against travel with the working tree in .debs/ (made here by
 # `bash tools/device-debs.sh .debs`) and Python wheels in .whl/. Stages (default: tests bench-cpu):
 #   tests      build (release, sm_90 + PTX) and run the GPU suite (the unit suite runs in CI;
-#              set MP_GPU_ALL_TESTS=1 to run it here too: it needs chromium and sqlite3)
+#              set MP_GPU_ALL_TESTS=1 to run it here too: it needs chromium and sqlite3; or name
+#              tests in MP_GPU_TESTS, e.g. "gpu_exec gpu_calibrate")
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
@@ -27,9 +28,10 @@
 #              $OUT/costs-h200.json when the calibrate stage ran first, else
 #              examples/costs-h200-qwen3-30b-a3b.json (or SIM_ACC_COSTS); SIM_ACC_BUDGETS,
 #              SIM_ACC_POLICIES, SIM_ACC_NPROMPTS (default 2), SIM_ACC_REPS (default 1) size it;
-#              SIM_ACC_EXECUTOR (default auto), SIM_ACC_MATCH (exact or budget, docs/simulator.md)
+#              SIM_ACC_EXECUTOR (default auto), SIM_ACC_MATCH (exact or budget, docs/simulator.md),
+#              SIM_ACC_TRACE (a trace of the preset to replay instead of collecting one)
 # Stages write their results and logs under a work folder ($OUT below: MP_GPU_WORK, default
-# /tmp/mp-gpu); after every stage the text files there (no traces, models or profiles) are packed
+# /tmp/mp-gpu); after every stage the files there under 8 MB (no models) are packed
 # into RESULTS/gpu-results.tar.gz (RESULTS: the device tool's $OUT, or out/gpu/ when OUT is unset),
 # because the device tool brings back at most 8 files. `tar -xzf gpu-results.tar.gz` unpacks them.
 set -uo pipefail
@@ -41,8 +43,8 @@ mkdir -p "$OUT" "$RESULTS" || exit 1
 # pack: RESULTS/gpu-results.tar.gz from the work folder, written to a temporary name and renamed,
 # so that a call cut short by its time limit still brings back every finished stage
 pack() {
-    tar -C "$OUT" --exclude='*.db' --exclude='*.db-*' --exclude='*.gguf' --exclude='*.strp' \
-        -czf "$RESULTS/.gpu-results.tar.gz" . && mv "$RESULTS/.gpu-results.tar.gz" "$RESULTS/gpu-results.tar.gz"
+    (cd "$OUT" && find . -type f -size -8M ! -name '*.gguf' | tar -czf "$RESULTS/.gpu-results.tar.gz" -T -) &&
+        mv "$RESULTS/.gpu-results.tar.gz" "$RESULTS/gpu-results.tar.gz"
 }
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(tests bench-cpu)
@@ -71,7 +73,10 @@ for stage in "${stages[@]}"; do
     tests)
         log "build + tests"
         build || { rc=1; continue; }
-        meson test -C build-gpu --print-errorlogs --num-processes 4 $([ "${MP_GPU_ALL_TESTS:-0}" = 1 ] || echo --suite gpu) 2>&1 | tee "$OUT/tests.log" | tail -25
+        # shellcheck disable=SC2046,SC2086
+        meson test -C build-gpu --print-errorlogs --num-processes 4 \
+            $([ "${MP_GPU_ALL_TESTS:-0}" = 1 ] || [ -n "${MP_GPU_TESTS:-}" ] || echo --suite gpu) ${MP_GPU_TESTS:-} \
+            2>&1 | tee "$OUT/tests.log" | tail -25
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     hf-ref)
@@ -163,7 +168,7 @@ for stage in "${stages[@]}"; do
             BUDGETS="${SIM_ACC_BUDGETS:-8GiB 12GiB 16GiB 24GiB}" \
             POLICIES="${SIM_ACC_POLICIES:-static-topn static-equal first-n-cpu best-layers plan}" \
             NPROMPTS="${SIM_ACC_NPROMPTS:-2}" REPS="${SIM_ACC_REPS:-1}" \
-            EXECUTOR="${SIM_ACC_EXECUTOR:-auto}" MATCH="${SIM_ACC_MATCH:-exact}" \
+            EXECUTOR="${SIM_ACC_EXECUTOR:-auto}" MATCH="${SIM_ACC_MATCH:-exact}" TRACE="${SIM_ACC_TRACE:-}" \
             bash bench/sim_accuracy.sh 2>&1 | tee "$OUT/sim-accuracy.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         for f in sim-accuracy.md sim-accuracy.json; do

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kernels/ops.h"
@@ -172,6 +173,27 @@ out:
     return st;
 }
 
+/* Map every page of [p, p + n) into this process: the model is mmap'd, and a page the process has
+ * not touched yet costs a page fault on first use. The runtime's steady state has taken those
+ * faults long ago (the GPU executor even page-locks host experts at start), but a benchmark that
+ * rotates over thousands of experts would take one per 4 KiB in every repetition and measure
+ * the kernel's fault path instead of the expert. MADV_POPULATE_READ (Linux 5.14) does it in one
+ * call; elsewhere a read of one byte per page does. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+static void prefault(const void *p, size_t n)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1), end = (uintptr_t)p + n;
+    if (madvise((void *)a, end - a, MADV_POPULATE_READ) == 0)
+        return;
+    volatile unsigned char sink = 0;
+    for (; a < end; a += page)
+        sink ^= *(const volatile unsigned char *)(a < (uintptr_t)p ? (uintptr_t)p : a);
+    (void)sink;
+}
+
 static int find_kinds(const mp_model *m, expert_kind *kinds, int max_kinds)
 {
     int n = 0;
@@ -231,6 +253,12 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
             mp_calib_say(o, "calibrate: note: %s experts total %.1f MiB, under 4x the %.1f MiB last-level cache: "
                             "the CPU expert times are cache-warm, not memory-bound", quant,
                          rotation_bytes / 1048576.0, (double)llc / 1048576.0);
+        for (int li = 0; li < kind->n_layers; li++) {
+            const mp_layer *L = &m->layers[kind->layers[li]];
+            prefault(L->gate_exps.data, L->gate_exps.nbytes);
+            prefault(L->up_exps.data, L->up_exps.nbytes);
+            prefault(L->down_exps.data, L->down_exps.nbytes);
+        }
         int64_t next = 0; /* rotation counter over (layer, expert) of this kind */
         for (int ti = 0; ti < o->n_threads; ti++) {
             const int t = o->threads[ti];
