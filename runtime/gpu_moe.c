@@ -26,6 +26,14 @@
 #include "runtime/gpu_impl.h"
 #include "runtime/moe.h"
 
+/* A route source's decode routes are read by the kernels from mapped pinned memory (a few bytes
+ * per layer); larger steps copy them to the device, where every block of the grouped kernels reads
+ * them. */
+static bool mapped_routes(const mp_gpu *g, int64_t n)
+{
+    return g->s->route_src && n == 1 && g->d_h_ids;
+}
+
 static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
                                  int64_t E, int accumulate)
 {
@@ -47,8 +55,14 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.top_k = hp->n_expert_used;
     a.n_rows = n;
     a.d_x = g->d_xb;
-    a.d_ids = g->d_ids;
-    a.d_weights = g->d_w;
+    if (mapped_routes(g, n)) { /* the route source's choice, read where the host wrote it */
+        const int64_t at = il * g->s->n_batch * hp->n_expert_used;
+        a.d_ids = g->d_h_ids + at;
+        a.d_weights = g->d_h_w + at;
+    } else {
+        a.d_ids = g->d_ids;
+        a.d_weights = g->d_w;
+    }
     a.d_out = g->d_proj;
     a.accumulate = accumulate;
     a.d_scratch = g->d_moe_scratch;
@@ -181,10 +195,11 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     mp_status st;
 
     /* 1. routing: the route source's choice (fetched for every layer before the step, see
-     * mp_gpu_fetch_routes) is uploaded from pinned memory, a copy that a graph replays with
-     * whatever the host put there for the current step; else the router on the GPU */
+     * mp_gpu_fetch_routes) is in pinned memory: a decode step's kernels read it there (mapped),
+     * larger steps upload it; a graph replays either with whatever the host put there for the
+     * current step. Else the router on the GPU. */
     const bool host_routes = s->route_src != NULL;
-    if (host_routes) {
+    if (host_routes && !mapped_routes(g, n)) {
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
         CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),

@@ -8,7 +8,8 @@
  * sum c_l <= slots by dynamic programming: exact for this family, which contains static-topn
  * (global top-N = per-layer top-c for some c) and whole-layer placements (c = 0 or E). A layer
  * with c = E never pays the round trip: the planner finds "some layers fully resident, hot sets
- * elsewhere" when the costs say so.
+ * elsewhere" when the costs say so, and every c < E pays it at every step, as the runtime does
+ * (sim_layer_ns).
  */
 #include "simulator/sim_internal.h"
 
@@ -17,21 +18,19 @@
 
 /* Per invocation, the time as a function of c is piecewise constant: it changes only at the
  * ranks of the experts the invocation routes to. With those m experts sorted by rank
- * r_1 < ... < r_m, for c in [r_j + 1, r_{j+1}] exactly the first j are hits; a row goes to the CPU
- * iff its highest-ranked expert is not among them. Each piece is added to a difference array. */
+ * r_1 < ... < r_m, for c in [r_j + 1, r_{j+1}] exactly the first j are hits and the other m - j
+ * run on the CPU. Each piece is added to a difference array. */
 mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_stats *st, double *cost,
                            mp_error *err)
 {
     const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
     uint32_t *rank_of = malloc(sizeof *rank_of * E);   // (E) rank of each expert in the layer
     uint32_t *rows_of = calloc(E, sizeof *rows_of);    // (E) rows per expert in the invocation
-    uint32_t *pos_of = calloc(E, sizeof *pos_of);      // (E) 1-based position in the rank-sorted list
     uint16_t *used = malloc(sizeof *used * E);         // (E) distinct experts, sorted by rank
-    uint64_t *rows_at = calloc((size_t)E + 2, sizeof *rows_at); // (E + 2) rows whose top position is p
     double *diff = malloc(sizeof *diff * ((size_t)E + 2));      // (E + 2)
     double *cpu_from = malloc(sizeof *cpu_from * ((size_t)E + 1)); // (E + 1) CPU time of used[j..m)
-    if (!rank_of || !rows_of || !pos_of || !used || !rows_at || !diff || !cpu_from) {
-        free(rank_of), free(rows_of), free(pos_of), free(used), free(rows_at), free(diff), free(cpu_from);
+    if (!rank_of || !rows_of || !used || !diff || !cpu_from) {
+        free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: plan: out of memory");
     }
     for (uint32_t l = 0; l < L; l++) {
@@ -55,40 +54,34 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                     used[j] = e;
                 }
             }
-            for (uint32_t j = 0; j < m; j++)
-                pos_of[used[j]] = j + 1;
-            for (uint32_t row = 0; row < step->rows; row++) {
-                uint32_t top = 0;
-                for (uint32_t j = 0; j < K; j++) {
-                    uint32_t p = pos_of[ids[(uint64_t)row * K + j]];
-                    top = p > top ? p : top;
-                }
-                rows_at[top]++;
-            }
-            /* j = 0: nothing hits; move one expert at a time from the CPU side to the GPU side */
+            /* j = 0: nothing hits; move one expert at a time from the CPU side to the GPU side.
+             * Every capacity below E makes the round trip (sim_layer_ns), so the last piece, all
+             * used experts resident, splits into capacities < E (round trip, no CPU experts) and
+             * E (none). */
             double gpu_ns = 0;
-            uint64_t rows_cpu = step->rows;
+            const uint32_t rows = step->rows;
             cpu_from[m] = 0;
             for (uint32_t j = m; j-- > 0;)
                 cpu_from[j] = cpu_from[j + 1] + tab->cpu_ns[rows_of[used[j]]];
             for (uint32_t j = 0; j < m; j++) /* the CPU side's fixed cost while it has experts */
                 cpu_from[j] += tab->cpu_fixed_ns;
             for (uint32_t j = 0; j <= m; j++) {
-                if (j > 0) {
+                if (j > 0)
                     gpu_ns += tab->gpu_ns[rows_of[used[j - 1]]] + (j == 1 ? tab->gpu_fixed_ns : 0);
-                    rows_cpu -= rows_at[j];
+                const double piece = sim_layer_ns(tab, gpu_ns, cpu_from[j], rows);
+                const uint32_t lo = j == 0 ? 0 : rank_of[used[j - 1]] + 1;
+                const uint32_t hi = j == m ? E - 1 : rank_of[used[j]]; /* inclusive */
+                if (lo <= hi) {
+                    diff[lo] += piece;
+                    diff[hi + 1] -= piece;
                 }
-                double piece = sim_layer_ns(tab, gpu_ns, cpu_from[j], (uint32_t)rows_cpu);
-                uint32_t lo = j == 0 ? 0 : rank_of[used[j - 1]] + 1;
-                uint32_t hi = j == m ? E : rank_of[used[j]]; /* inclusive */
-                diff[lo] += piece;
-                diff[hi + 1] -= piece;
+                if (j == m) { /* capacity E: the whole layer resident, no round trip */
+                    diff[E] += gpu_ns;
+                    diff[E + 1] -= gpu_ns;
+                }
             }
-            for (uint32_t j = 0; j < m; j++) {
+            for (uint32_t j = 0; j < m; j++)
                 rows_of[used[j]] = 0;
-                pos_of[used[j]] = 0;
-            }
-            memset(rows_at, 0, sizeof *rows_at * ((size_t)m + 1));
         }
         double run = 0;
         for (uint32_t c = 0; c <= E; c++) {
@@ -96,7 +89,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             cost[(size_t)l * (E + 1) + c] = run;
         }
     }
-    free(rank_of), free(rows_of), free(pos_of), free(used), free(rows_at), free(diff), free(cpu_from);
+    free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from);
     return MP_OK;
 }
 

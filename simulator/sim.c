@@ -434,9 +434,9 @@ static mp_status metrics_init(mp_sim_metrics *m, uint32_t n_layers, mp_error *er
 /* Replay every step. Hot loop: per (step, layer), one pass over the rows' expert ids to count
  * rows per expert, one pass over the distinct experts to time them; nothing else per decision. */
 static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, pol_state *pol, mp_sim_result *r,
-                   uint32_t *rows_of, uint16_t *used, uint8_t *missed)
+                   uint32_t *rows_of, uint16_t *used)
 /* rows_of (n_experts): rows routed to each expert in the current invocation, zero between;
- * used (n_experts): the distinct experts of the invocation; missed (n_experts): flags, zero between */
+ * used (n_experts): the distinct experts of the invocation */
 {
     const sim_tab *tab = s->tab;
     const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
@@ -470,7 +470,6 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
                     hits += c;
                 } else {
                     cpu_ns += tab->cpu_ns[c];
-                    missed[e] = 1;
                     any_miss = true;
                     if (s->resident[base + e])
                         m->late += c;
@@ -478,37 +477,29 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
             }
             if (hits)
                 gpu_ns += tab->gpu_fixed_ns;
-            uint32_t rows_cpu = 0;
-            if (any_miss) {
+            if (any_miss)
                 cpu_ns += tab->cpu_fixed_ns;
-                if (rows == 1) {
-                    rows_cpu = 1;
-                } else {
-                    for (uint32_t row = 0; row < rows; row++)
-                        for (uint32_t j = 0; j < K; j++)
-                            if (missed[ids[(uint64_t)row * K + j]]) {
-                                rows_cpu++;
-                                break;
-                            }
-                }
-                uint64_t act_bytes = rows_cpu * tab->act_row_bytes;
+            /* the round trip: every step of a layer holding an expert off the GPU (the host sees
+             * the routes only through it), and any step with a miss (a copy still in flight) */
+            uint32_t rows_rt = 0;
+            if (any_miss || s->n_resident[l] < E) {
+                rows_rt = rows;
+                uint64_t act_bytes = rows_rt * tab->act_row_bytes;
                 m->cpu_invocations++;
                 m->d2h_act_bytes += act_bytes;
                 m->h2d_act_bytes += act_bytes;
-                double act_h2d_at_ns = start_ns + tab->d2h_ns[rows_cpu] + tab->sync_ns + cpu_ns;
-                share_link(s, act_h2d_at_ns, tab->h2d_act_ns[rows_cpu]);
+                double act_h2d_at_ns = start_ns + tab->d2h_ns[rows_rt] + tab->sync_ns + cpu_ns;
+                share_link(s, act_h2d_at_ns, tab->h2d_act_ns[rows_rt]);
             }
-            s->clock_ns = start_ns + sim_layer_ns(tab, gpu_ns, cpu_ns, rows_cpu);
+            s->clock_ns = start_ns + sim_layer_ns(tab, gpu_ns, cpu_ns, rows_rt);
             m->decisions += n_ids;
             m->hits += hits;
             m->layer_decisions[l] += n_ids;
             m->layer_hits[l] += hits;
             if (pol)
                 pol_after(pol, s, l, si, used, rows_of, n_used);
-            for (uint32_t u = 0; u < n_used; u++) {
+            for (uint32_t u = 0; u < n_used; u++)
                 rows_of[used[u]] = 0;
-                missed[used[u]] = 0;
-            }
         }
         m->tokens += rows;
         m->steps++;
@@ -540,7 +531,6 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     pol_state *pol = NULL;
     uint32_t *rows_of = calloc(E, sizeof *rows_of);
     uint16_t *used = malloc(sizeof *used * E);
-    uint8_t *missed = calloc(E, 1);
     s.resident = calloc(cells, 1);
     s.ready_ns = calloc(cells, sizeof *s.ready_ns);
     s.n_queued = calloc(cells, sizeof *s.n_queued);
@@ -550,7 +540,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     s.cap = calloc(L, sizeof *s.cap);
     if ((st = stats_build(t, cfg->train_frac, &stats, err)))
         goto done;
-    if (!rows_of || !used || !missed || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident || !s.cap) {
+    if (!rows_of || !used || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident || !s.cap) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
         goto done;
     }
@@ -575,7 +565,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         pol_belady_initial(pol, &s); /* the offline optimum also starts optimally */
     for (uint32_t l = 0; l < L; l++)
         r->resident_initial += s.n_resident[l];
-    replay(&s, t, &stats, pol, r, rows_of, used, missed);
+    replay(&s, t, &stats, pol, r, rows_of, used);
     if (s.oom) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for in-flight copies");
         goto done;
@@ -591,7 +581,6 @@ done:
     sim_tab_free(&tab);
     free(rows_of);
     free(used);
-    free(missed);
     free(s.resident);
     free(s.ready_ns);
     free(s.n_queued);

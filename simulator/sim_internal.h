@@ -30,15 +30,19 @@ typedef struct sim_tab {
 mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err);
 void sim_tab_free(sim_tab *tab);
 
-/* Time of one layer invocation: GPU hits overlapped with the CPU path of the misses (D2H, round
- * trip, CPU experts, H2D of the partial outputs), then the combine. One formula for the replay and
- * for the planner, so that the planner's predictions are the replay's. */
-static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns, uint32_t rows_cpu)
+/* Time of one layer invocation: GPU hits overlapped with the round trip (D2H of the step's
+ * rows, the host's wake-up, its CPU experts, H2D of the partial outputs), then the combine.
+ * rows_rt is 0 when the layer makes no round trip. The runtime makes one at every step of a layer
+ * that holds any expert outside the GPU, whether or not this step's routes reach one: its host
+ * learns the routes only through the round trip itself (so the callers pass the step's rows for
+ * such a layer, and for any step with a miss). One formula for the replay and for the planner,
+ * so that the planner's predictions are the replay's. */
+static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns, uint32_t rows_rt)
 {
-    if (!rows_cpu)
+    if (!rows_rt)
         return gpu_ns;
-    double path_ns = c->d2h_ns[rows_cpu] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_cpu];
-    return (gpu_ns > path_ns ? gpu_ns : path_ns) + c->combine_ns[rows_cpu];
+    double path_ns = c->d2h_ns[rows_rt] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_rt];
+    return (gpu_ns > path_ns ? gpu_ns : path_ns) + c->combine_ns[rows_rt];
 }
 
 typedef struct sim_engine sim_engine; /* sim.c */
