@@ -507,3 +507,84 @@ out:
     free(ns);
     return st;
 }
+
+/* ---- the round trip, as the runtime pays it ---- */
+
+mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                mp_error *err)
+{
+    char why[256];
+    if (!mp_gpu_available(why, sizeof why) || !cJSON_GetObjectItemCaseSensitive(root, "sync"))
+        return MP_OK;
+    enum { STEPS = 8 }; /* decode steps per repetition */
+    const int t = o->threads[o->n_threads - 1];
+    const int64_t n_ctx = 256;
+    mp_placement_opts po = {0};
+    mp_placement pl = {0};
+    mp_session *s = NULL;
+    mp_status pst, st = MP_OK;
+    mp_error perr;
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    double *ns = malloc((size_t)o->reps * sizeof(double));
+    if (!logits || !ns) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = 8, .placement = &pl};
+    if (!mp_placement_opts_set(&po, "--placement", "layers:1", &pst, &perr) || pst ||
+        mp_placement_for_model(m, &po, n_ctx, sp.n_batch, &pl, &perr) != MP_OK ||
+        mp_session_new(m, &sp, &s, &perr) != MP_OK) {
+        mp_calib_say(o, "calibrate: the runtime's round trip was not measured (%s); sync is the "
+                        "microbenchmark's", perr.msg);
+        goto out;
+    }
+    mp_gpu *g = mp_session_gpu(s);
+    mp_gpu_set_measure(g, true);
+    uint64_t rng = 5;
+    int32_t tok = 1;
+    for (int rep = -warmups(o); rep < o->reps; rep++) {
+        if (mp_session_n_past(s) + STEPS > n_ctx)
+            mp_session_reset(s);
+        mp_gpu_stats_reset(g);
+        for (int i = 0; i < STEPS; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            tok = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
+            if ((st = mp_session_eval(s, &tok, 1, false, logits, err)))
+                goto out;
+        }
+        mp_gpu_stats gs;
+        mp_gpu_get_stats(g, &gs);
+        if (gs.rt_measured < 1) {
+            mp_calib_say(o, "calibrate: the runtime's round trip was not measured (no hybrid layer step timed); "
+                            "sync is the microbenchmark's");
+            goto out;
+        }
+        if (rep >= 0)
+            ns[rep] = (double)gs.rt_overhead_ns / (double)gs.rt_measured;
+    }
+    cJSON *p = mp_calib_point(NULL, 0, ns, o->reps);
+    cJSON *micro = cJSON_DetachItemFromObjectCaseSensitive(root, "sync");
+    if (!p || !micro) {
+        cJSON_Delete(p);
+        if (micro)
+            cJSON_AddItemToObject(root, "sync", micro);
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    mp_calib_say(o, "calibrate: decode round trip in the runtime (layers:1, %d steps x %d reps): overhead %.1f us "
+                    "per hybrid layer beyond its copies and CPU experts (microbenchmark: %.1f us)",
+                 STEPS, o->reps, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
+                 cJSON_GetObjectItem(micro, "median_ns")->valuedouble / 1000.0);
+    cJSON_AddItemToObject(device, "sync_microbenchmark", micro);
+    cJSON_AddItemToObject(root, "sync", p);
+    if (!cJSON_AddStringToObject(device, "sync_path",
+                                 "runtime: GPU executor, placement layers:1, decode with CUDA graphs, mean "
+                                 "round-trip overhead per hybrid layer step (mp_gpu_stats rt_overhead_ns)"))
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+out:
+    mp_session_free(s);
+    mp_placement_free(&pl);
+    free(logits);
+    free(ns);
+    return st;
+}

@@ -42,6 +42,14 @@ mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
                            mp_error *err);
 
+/* With a usable GPU and the microbenchmark's "sync" in root: replaces it (kept in device as
+ * "sync_microbenchmark") by the round trip's overhead as the GPU executor pays it in a decode step
+ * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
+ * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
+ * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
+mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                mp_error *err);
+
 /* GPU parts (calibrate_cuda.c, built with MP_HAVE_CUDA). Adds "gpu_expert", "h2d", "d2h" and
  * "sync" to root and the GPU's facts to device; or, when no usable device exists, returns MP_OK
  * with the reason in why (root untouched). Errors are CUDA failures on a usable device. */

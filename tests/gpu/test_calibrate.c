@@ -64,6 +64,13 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
               "h2d pinned: 16 MiB %g ns, 4 KiB %g ns", c.h2d_pinned.y[c.h2d_pinned.n_points - 1].median_ns,
               c.h2d_pinned.y[0].median_ns);
     cr_assert(c.sync.spread_ns >= 0);
+    /* sync is the runtime's own round trip (a decode with the first layer's experts on the CPU),
+     * a positive time; the bare copy + sync + copy stays in device.sync_microbenchmark */
+    cr_assert(c.sync.median_ns > 0, "sync %g ns", c.sync.median_ns);
+    cr_assert_not_null(strstr(out, "calibrate: decode round trip in the runtime"), "%s", out);
+    /* one call of 1 .. top_k one-row experts, on the GPU as on the CPU */
+    cr_assert(c.gpu_expert[0].concurrent.n_points >= 2);
+    cr_assert_eq(c.gpu_expert[0].concurrent.n_points, c.cpu_expert[0].concurrent.n_points);
     /* the non-MoE time comes from the GPU executor here, and is a positive time per step */
     check_curve(&c.non_moe, 3, "non_moe");
     mp_costs_free(&c);
@@ -75,6 +82,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     json[nj] = 0;
     cr_assert_not_null(strstr(json, "\"gpu executor, every expert resident"),
                        "device.non_moe_path is not the GPU executor's");
+    cr_assert_not_null(strstr(json, "\"sync_microbenchmark\""), "device.sync_microbenchmark missing");
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
