@@ -6,18 +6,21 @@
  * -ffp-contract=off: the dequantizers issue exactly the scalar reference's float operations (mul,
  * then sub), so they are bit-identical to it; the dot products use explicit FMAs.
  *
- * What AVX-512 buys over quant_avx2.c: 64-byte vectors (one Q8_K activation chunk of 64, two
- * Q8_0 blocks, a whole Q6_K half-block per pair of loads) and VNNI, which fuses the integer
- * multiply-adds: vpdpbusd (u8 x s8, four products into an int32 lane) replaces the
- * sign/maddubs/madd sequence of the Q8_0/Q4_0 dots, vpdpwssd (s16 x s16 pairs into int32)
- * fuses the per-sub-block scale multiply and the accumulate of the K-quant dots.
+ * What AVX-512 buys over quant_avx2.c: 64-byte vectors for the float types and the K-quants (a
+ * Q8_K activation chunk of 64, a Q4_K half block unpacked in three instructions, a Q6_K quarter
+ * block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into int32)
+ * applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x s8,
+ * four products into an int32 lane) replaces maddubs + madd in the Q8_0/Q4_0 dots. Those stay
+ * 256-bit, one 32-byte block per vector: packing two blocks into 512 bits cost more in lane
+ * inserts and scale blends than it saved (bench/NOTES-kernels.md).
  *
  * Integer invariants:
- *  - Q4_0/Q8_0: weights are made unsigned, u = q + offset (Q4_0: the raw nibble, offset 8;
- *    Q8_0: q ^ 0x80 = q + 128), and sum(q x) = dpbusd(u, x) - dpbusd(offset, x); vpdpbusd does
- *    not saturate (4 products of at most 255 * 128 in an int32), so any activation byte works;
+ *  - Q4_0/Q8_0: the sign of each weight moves onto its activation (sign_epi8), so vpdpbusd
+ *    multiplies |w| (u8; 128 for a Q8_0 weight of -128 is right) by x * sign(w), which stays in
+ *    range because activation quants are in [-127, 127] (quant_impl.h); vpdpbusd does not
+ *    saturate (4 products of at most 128 * 127 in an int32);
  *  - Q4_K (q in 0..15) and Q6_K (u = q + 32 in 0..63) go through maddubs into int16 pairs:
- *    2 * 63 * 127 < 32767 because activation quants are in [-127, 127] (quant_impl.h).
+ *    2 * 63 * 127 < 32767 for the same reason.
  * No alignment is assumed: every vector load is unaligned, and tails are scalar (no masked
  * loads, so nothing is ever read past a row's last byte).
  *
@@ -35,6 +38,11 @@
 #include <string.h>
 
 #include "kernels/cpu/quant_impl.h"
+
+/* The row loops take n_x (activation rows) as a parameter; inlining them into each caller makes
+ * vec_dot the n_x = 1 specialization, with its accumulators in registers instead of an array
+ * on the stack (which cost a store-to-load round trip per block: Q8_0 ran 10% below AVX2). */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static inline float hsum256(__m256 v)
 {
@@ -167,16 +175,16 @@ DEFINE_DEQUANTIZE_HALF(dequantize_bf16, load_bf16x16, mp_bf16_to_f32, mp_bf16)
 
 /* ---- Q4_0 and Q8_0 weights (activation row is Q8_0) ---- */
 
-/* The 32 weights of block ib as unsigned bytes u = q + offset, in element order:
- * Q4_0 the raw nibbles (low nibbles are elements 0..15), Q8_0 q ^ 0x80. */
-static inline __m256i q8_weights_u(const uint8_t *w, int is_q4, int64_t ib)
+/* The 32 weights of block ib of a Q4_0 or Q8_0 row, as signed bytes in element order (Q4_0:
+ * low nibbles are elements 0..15, q - 8). */
+static inline __m256i q8_weights(const uint8_t *w, int is_q4, int64_t ib)
 {
     if (is_q4) {
         const __m128i b = loadu128(((const mp_block_q4_0 *)w)[ib].qs);
         const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
-        return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+        return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
     }
-    return _mm256_xor_si256(loadu256(((const mp_block_q8_0 *)w)[ib].qs), _mm256_set1_epi8((char)0x80));
+    return loadu256(((const mp_block_q8_0 *)w)[ib].qs);
 }
 
 static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
@@ -184,54 +192,45 @@ static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
     return is_q4 ? f16(((const mp_block_q4_0 *)w)[ib].d) : f16(((const mp_block_q8_0 *)w)[ib].d);
 }
 
-/* Blocks ib and ib+1 (or only ib when n_blocks == 1: the upper half is zero) of one Q4_0/Q8_0
- * weight row against n_x Q8_0 activation rows: acc[i] += per-lane partial sums, int32 lanes 0-7
- * belonging to block ib and 8-15 to block ib+1, each scaled by its two f16 scales. */
-static inline void q8_pair_dot(const uint8_t *w, int is_q4, int64_t ib, int n_blocks, const uint8_t *x,
-                               size_t x_stride, int n_x, __m512 *acc)
+/* Block ib of one Q4_0/Q8_0 weight row against n_x Q8_0 activation rows: acc[i] += 8 lanes of
+ * the block's scaled partial sums. The sign of each weight moves onto its activation (|x| <= 127
+ * stays in range) so that vpdpbusd, unsigned x signed, multiplies |w| (128 for -128 is right). */
+static ALWAYS_INLINE void q8_block_dot(const uint8_t *w, int is_q4, int64_t ib, const uint8_t *x, size_t x_stride,
+                                int n_x, __m256 *acc)
 {
-    const __m512i offset = _mm512_set1_epi8(is_q4 ? 8 : (char)0x80);
-    const __m512i wu = n_blocks == 2 ? join256(q8_weights_u(w, is_q4, ib), q8_weights_u(w, is_q4, ib + 1))
-                                     : zext256(q8_weights_u(w, is_q4, ib));
-    const float dw0 = q8_weight_scale(w, is_q4, ib);
-    const float dw1 = n_blocks == 2 ? q8_weight_scale(w, is_q4, ib + 1) : 0.0f;
+    const __m256i wq = q8_weights(w, is_q4, ib);
+    const __m256i w_abs = _mm256_abs_epi8(wq);
+    const float dw = q8_weight_scale(w, is_q4, ib);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
-        const __m512i xq = n_blocks == 2 ? join256(loadu256(bx[0].qs), loadu256(bx[1].qs)) : zext256(loadu256(bx[0].qs));
-        const __m512i zero = _mm512_setzero_si512();
-        const __m512i isum = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, wu, xq), _mm512_dpbusd_epi32(zero, offset, xq));
-        const float d1 = n_blocks == 2 ? dw1 * f16(bx[1].d) : 0.0f;
-        const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dw0 * f16(bx[0].d)), _mm512_set1_ps(d1));
-        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), *acc);
-        acc++;
+        const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(loadu256(bx->qs), wq));
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(bx->d)), _mm256_cvtepi32_ps(isum), acc[i]);
     }
 }
 
-/* One Q4_0/Q8_0 weight row against n_x Q8_0 activation rows; out[i] = dot(w, x_i). Pairs of
- * blocks alternate between two accumulators per row (two independent FMA chains); vec_dot is
- * the n_x = 1 case of the same code, so the multi-row results are bit-identical to it. */
-static inline void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x, size_t x_stride,
+/* One Q4_0/Q8_0 weight row against n_x Q8_0 activation rows; out[i] = dot(w, x_i). Blocks
+ * alternate between two accumulators per row (two independent FMA chains); vec_dot is the
+ * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. 256-bit
+ * vectors, one block each: two 32-byte blocks in one 512-bit vector cost more in lane inserts
+ * and scale blends than they saved (bench/NOTES-kernels.md). */
+static ALWAYS_INLINE void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x, size_t x_stride,
                                int n_x, float *out)
 {
     const size_t wblock_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
     const int64_t nb = n / MP_QK8_0;
-    __m512 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
+    __m256 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
     for (int i = 0; i < MP_GEMM_TILE; i++)
-        acc0[i] = acc1[i] = _mm512_setzero_ps();
+        acc0[i] = acc1[i] = _mm256_setzero_ps();
     int64_t ib = 0;
-    for (; ib + 4 <= nb; ib += 4) {
-        mp_prefetch_weights(w + ib * wblock_bytes, 4 * wblock_bytes);
-        q8_pair_dot(w, is_q4, ib, 2, x, x_stride, n_x, acc0);
-        q8_pair_dot(w, is_q4, ib + 2, 2, x, x_stride, n_x, acc1);
-    }
-    if (ib + 2 <= nb) {
-        q8_pair_dot(w, is_q4, ib, 2, x, x_stride, n_x, acc0);
-        ib += 2;
+    for (; ib + 2 <= nb; ib += 2) {
+        mp_prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
+        q8_block_dot(w, is_q4, ib, x, x_stride, n_x, acc0);
+        q8_block_dot(w, is_q4, ib + 1, x, x_stride, n_x, acc1);
     }
     if (ib < nb)
-        q8_pair_dot(w, is_q4, ib, 1, x, x_stride, n_x, acc1);
+        q8_block_dot(w, is_q4, ib, x, x_stride, n_x, acc0);
     for (int i = 0; i < n_x; i++)
-        out[i] = hsum512(_mm512_add_ps(acc0[i], acc1[i]));
+        out[i] = hsum256(_mm256_add_ps(acc0[i], acc1[i]));
 }
 
 static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
@@ -292,9 +291,10 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
  * indices that spread sub-block scales over the int16 pair sums of one 64-element chunk. */
 #define R8(v) v, v, v, v, v, v, v, v
 #define R16(v) R8(v), R8(v)
-/* Q4_K chunk c: lanes 0-15 (elements 64c..64c+31) use scale 2c, lanes 16-31 scale 2c+1 */
+/* Q4_K half h, low (k = 2h) or high (k = 2h + 1) nibbles: lanes 0-15 hold sub-block 4h + (k & 1),
+ * lanes 16-31 sub-block 4h + 2 + (k & 1) */
 static const uint16_t k_q4_K_scale_idx[4][32] = {
-    {R16(0), R16(1)}, {R16(2), R16(3)}, {R16(4), R16(5)}, {R16(6), R16(7)}};
+    {R16(0), R16(2)}, {R16(1), R16(3)}, {R16(4), R16(6)}, {R16(5), R16(7)}};
 /* Q6_K chunk k: lanes 8j..8j+7 (elements 64k+16j..+15) use scale 4k+j */
 static const uint16_t k_q6_K_scale_idx[4][32] = {
     {R8(0), R8(1), R8(2), R8(3)}, {R8(4), R8(5), R8(6), R8(7)},
@@ -310,21 +310,25 @@ static inline float q8_K_scale(const mp_block_q8_K *y)
 }
 
 /* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
- * contribution, as 16 float lanes. Chunk c of 64 elements is [low nibbles | high nibbles] of
- * qs[32c..32c+31], which lines up with the activation's contiguous 64 bytes at 64c. */
-static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                  __m512 *acc)
+ * contribution, as 16 float lanes. Half h of the block (elements 128h..128h+127) is 64 bytes of
+ * qs: their low nibbles are sub-blocks 4h and 4h+2, their high nibbles 4h+1 and 4h+3, so each
+ * half unpacks in three instructions and the activations are paired to match (two 32-byte
+ * loads into one vector per sub-block pair). */
+static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc)
 {
     uint8_t sc[8], m[8];
     mp_q4_K_unpack_scales(b->scales, sc, m);
     const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m512i wq[4], scale[4];
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = loadu256(b->qs + 32 * c);
-        wq[c] = join256(_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask));
-        scale[c] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[c]), sc16);
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512i lo[2], hi[2], scale[4];
+    for (int h = 0; h < 2; h++) {
+        const __m512i q = loadu512(b->qs + 64 * h);
+        lo[h] = _mm512_and_si512(q, mask);
+        hi[h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
     }
+    for (int k = 0; k < 4; k++)
+        scale[k] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[k]), sc16);
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
@@ -332,8 +336,13 @@ static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
         __m512i sumi = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++)
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(wq[c], loadu512(y->qs + 64 * c)), scale[c]);
+        for (int h = 0; h < 2; h++) {
+            const int8_t *yh = y->qs + 128 * h;
+            const __m512i y_lo = join256(loadu256(yh), loadu256(yh + 64));
+            const __m512i y_hi = join256(loadu256(yh + 32), loadu256(yh + 96));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo[h], y_lo), scale[2 * h]);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(hi[h], y_hi), scale[2 * h + 1]);
+        }
         const __m512i summ = zext256(_mm256_madd_epi16(loadu256(y->bsums), mins16));
         const float yd = q8_K_scale(y);
         acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * yd), _mm512_cvtepi32_ps(sumi), acc[i]);
@@ -358,7 +367,7 @@ static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
     }
 }
 
-static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
+static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                   __m512 *acc)
 {
     __m512i u[4], scale[4];
@@ -380,7 +389,7 @@ static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size
 
 /* One K-quant weight row against n_x <= MP_GEMM_TILE Q8_K rows; vec_dot is its n_x = 1 case. */
 #define DEFINE_K_ROWS_DOT(NAME, BLOCK_T, BLOCK_DOT)                                                 \
-    static void NAME(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out) \
+    static ALWAYS_INLINE void NAME(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out) \
     {                                                                                               \
         const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
         const uint8_t *px = x; /* (n_x, x_stride) rows of Q8_K blocks */                            \
@@ -397,21 +406,33 @@ static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size
             out[i] = hsum512(acc[i]);                                                               \
     }
 
-DEFINE_K_ROWS_DOT(vec_dot_multi_q4_K, mp_block_q4_K, q4_K_block_dot)
-DEFINE_K_ROWS_DOT(vec_dot_multi_q6_K, mp_block_q6_K, q6_K_block_dot)
+DEFINE_K_ROWS_DOT(q4_K_rows_dot, mp_block_q4_K, q4_K_block_dot)
+DEFINE_K_ROWS_DOT(q6_K_rows_dot, mp_block_q6_K, q6_K_block_dot)
 
 static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
 {
     float out;
-    vec_dot_multi_q4_K(n, w, x, 0, 1, &out);
+    q4_K_rows_dot(n, w, x, 0, 1, &out);
     return out;
 }
 
 static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
 {
     float out;
-    vec_dot_multi_q6_K(n, w, x, 0, 1, &out);
+    q6_K_rows_dot(n, w, x, 0, 1, &out);
     return out;
+}
+
+static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q4_K_rows_dot(n, w, x, x_stride, n_x, out);
+}
+
+static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q6_K_rows_dot(n, w, x, x_stride, n_x, out);
 }
 
 static void dequantize_q4_K(const void *src, float *dst, int64_t n)
