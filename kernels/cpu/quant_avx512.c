@@ -195,8 +195,8 @@ static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
 /* Block ib of one Q4_0/Q8_0 weight row against n_x Q8_0 activation rows: acc[i] += 8 lanes of
  * the block's scaled partial sums. The sign of each weight moves onto its activation (|x| <= 127
  * stays in range) so that vpdpbusd, unsigned x signed, multiplies |w| (128 for -128 is right). */
-static ALWAYS_INLINE void q8_block_dot(const uint8_t *w, int is_q4, int64_t ib, const uint8_t *x, size_t x_stride,
-                                int n_x, __m256 *acc)
+static ALWAYS_INLINE void q8_block_dot(const uint8_t *w, int is_q4, int64_t ib, const uint8_t *x,
+                                       size_t x_stride, int n_x, __m256 *acc)
 {
     const __m256i wq = q8_weights(w, is_q4, ib);
     const __m256i w_abs = _mm256_abs_epi8(wq);
@@ -213,8 +213,8 @@ static ALWAYS_INLINE void q8_block_dot(const uint8_t *w, int is_q4, int64_t ib, 
  * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. 256-bit
  * vectors, one block each: two 32-byte blocks in one 512-bit vector cost more in lane inserts
  * and scale blends than they saved (bench/NOTES-kernels.md). */
-static ALWAYS_INLINE void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x, size_t x_stride,
-                               int n_x, float *out)
+static ALWAYS_INLINE void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x,
+                                      size_t x_stride, int n_x, float *out)
 {
     const size_t wblock_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
     const int64_t nb = n / MP_QK8_0;
@@ -368,7 +368,7 @@ static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
 }
 
 static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                  __m512 *acc)
+                                         __m512 *acc)
 {
     __m512i u[4], scale[4];
     q6_K_unpack(b, u);
