@@ -204,6 +204,82 @@ Test(simulate, cli_errors_are_one_line)
     cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
 }
 
+static cJSON *read_json(const char *name)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s missing", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "%s is not JSON", path);
+    return root;
+}
+
+/* --sweep alpha=...: each point equals a run of decayed-lfu with that --alpha, at every budget */
+Test(simulate, sweep_points_equal_single_runs)
+{
+    static char out[1 << 16];
+    char args[2048];
+    const char *common = "--expert Q4_K --budget 2000000B,3000000B --non-expert-bytes 1000000 --train-frac 0.5";
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --policy lru --sweep alpha=0.5,0.95 --json s.json",
+             costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "sweep: decayed-lfu over alpha"), "%s", out);
+    cJSON *sw = cJSON_GetObjectItem(read_json("s.json"), "sweep");
+    cr_assert_not_null(sw);
+    cr_assert_str_eq(cJSON_GetObjectItem(sw, "param")->valuestring, "alpha");
+    cJSON *pts = cJSON_GetObjectItem(sw, "points");
+    cr_assert_eq(cJSON_GetArraySize(pts), 2);
+    const char *alphas[2] = {"0.5", "0.95"};
+    for (int v = 0; v < 2; v++) {
+        snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --policy decayed-lfu --alpha %s --json a.json",
+                 costs_path(), common, alphas[v]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+        cJSON *one = read_json("a.json");
+        cJSON *pt = cJSON_GetArrayItem(pts, v);
+        cr_assert_float_eq(cJSON_GetObjectItem(pt, "value")->valuedouble, atof(alphas[v]), 1e-12);
+        for (int b = 0; b < 2; b++) {
+            cJSON *bo = cJSON_GetArrayItem(cJSON_GetObjectItem(pt, "budgets"), b);
+            cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(one, "budgets"), b), "policies");
+            cJSON *dl = NULL;
+            for (int i = 0; i < cJSON_GetArraySize(pols); i++)
+                if (!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(pols, i), "policy")->valuestring, "decayed-lfu"))
+                    dl = cJSON_GetArrayItem(pols, i);
+            cr_assert_not_null(dl);
+            for (int split = 0; split < 2; split++) {
+                const char *key = split ? "held_out" : "in_sample";
+                cJSON *x = cJSON_GetObjectItem(bo, key), *y = cJSON_GetObjectItem(dl, key);
+                cr_assert_float_eq(cJSON_GetObjectItem(x, "time_ns")->valuedouble,
+                                   cJSON_GetObjectItem(y, "time_ns")->valuedouble, 1e-6, "alpha %s budget %d %s",
+                                   alphas[v], b, key);
+                cr_assert_eq(cJSON_GetObjectItem(x, "admissions")->valuedouble,
+                             cJSON_GetObjectItem(y, "admissions")->valuedouble);
+                cr_assert_eq(cJSON_GetObjectItem(x, "hits")->valuedouble, cJSON_GetObjectItem(y, "hits")->valuedouble);
+            }
+        }
+        cJSON_Delete(one);
+    }
+    /* bad sweeps are usage errors, in one line */
+    static const char *const bad[][2] = {
+        {"--sweep gamma=1", "expected PARAM=V1,V2,... with PARAM alpha, beta"},
+        {"--sweep alpha=0", "value '0': expected 0 < alpha <= 1"},
+        {"--sweep window=1.5", "value '1.5': expected an integer window"},
+        {"--sweep epsilon=-1", "expected epsilon >= 0"},
+        {"--sweep beta=1 --sweep alpha=1", "--sweep given twice"},
+        {"--sweep alpha=", "--sweep alpha: no values"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "simulate t.db --costs x.json --budget 1GB %s", bad[i][0]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s: %s", bad[i][0], out);
+        cr_assert_not_null(strstr(out, bad[i][1]), "%s: %s", bad[i][0], out);
+        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    }
+}
+
 Test(simulate, model_gives_the_non_expert_bytes)
 {
     static char out[8192];
