@@ -203,8 +203,9 @@ static mp_status nm_finish(non_moe_reader *nm, bool as_decode, mp_sim_trace *out
             if (!nm->decode[i]) {
                 free(values);
                 return nm_fail(nm, err, nm->request[i], nm->step[i],
-                               "is replayed as one-row steps (--as-decode) and the trace has no decode step: "
-                               "expected decode steps, whose median non-MoE time one-row steps take");
+                               "not a one-row decode step, so replayed as one-row steps (--as-decode), and the "
+                               "trace has no decode step: expected decode steps, whose median non-MoE time such "
+                               "steps take");
             }
         if (n_decode) {
             qsort(values, n_decode, sizeof *values, by_double);
