@@ -70,22 +70,25 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
         (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
         (st = proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err)))
         return st;
-    if (tr->qk_norm == MP_QK_NORM_PER_HEAD) {
-        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n * hp->n_head, hd, hp->rms_eps, g->stream), "q norm");
-        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, g->stream), "k norm");
-    } else if (tr->qk_norm == MP_QK_NORM_FULL) {
-        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
-        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
-    }
     const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
-    KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
-                        g->stream), "rope");
-    KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
-                        style, g->stream), "rope");
     /* positions come from d_pos, and in a graph the keys are split for the whole context: the
      * launches are then the same at every position */
-    KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
-           "kv store");
+    if (tr->qk_norm != MP_QK_NORM_FULL) {
+        /* per-head q/k norm (or none), RoPE and the K/V cache store in one launch */
+        KCHECK(mp_cuda_qkv_finish(g->d_q, g->d_k, g->d_v, L->q_norm, L->k_norm, tr->qk_norm == MP_QK_NORM_PER_HEAD,
+                                  n, hp->n_head, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
+                                  style, hp->rms_eps, L->k_cache, L->v_cache, g->stream),
+               "q/k norm + rope + kv store");
+    } else {
+        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
+        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
+        KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
+                            g->stream), "rope");
+        KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
+                            style, g->stream), "rope");
+        KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
+               "kv store");
+    }
     for (int64_t r0 = 0; r0 < n; r0 += MP_GPU_ATT_ROWS) {
         const int64_t rows = n - r0 < MP_GPU_ATT_ROWS ? n - r0 : MP_GPU_ATT_ROWS;
         const int64_t keys_max = g->capturing ? g->s->n_ctx : pos0 + r0 + rows;

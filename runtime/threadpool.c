@@ -1,22 +1,31 @@
 /* runtime/threadpool.c — persistent worker threads for the data-parallel regions of the forward
  * pass (see threadpool.h).
  *
- * One region at a time, started by the caller (thread 0) as generation g:
- *   caller:  writes (fn, ctx, n_tasks) into slot[g & 1], sets claim = (g << 32 | 0), publishes
- *            generation = g (waking sleepers), runs tasks itself, then waits until n_done == n;
- *   workers: see the new generation (spinning, then sleeping on a futex) and claim task indices
- *            by compare-and-swap on `claim`, which succeeds only while claim still names g.
+ * One region at a time, started by the caller (thread 0) as generation g. The n tasks are cut
+ * into one block per thread, block b = [n·b/T, n·(b+1)/T) of T threads, each with its own claim
+ * counter on its own cache line:
+ *   caller:  writes (fn, ctx, n_tasks) into slot[g & 1], sets every block's counter to
+ *            (g << 32 | first index of the block), publishes generation = g (waking sleepers),
+ *            runs tasks itself, then waits until n_done == n;
+ *   workers: see the new generation (spinning, then sleeping on a futex), claim the tasks of
+ *            their own block by compare-and-swap on its counter, then steal from the other
+ *            blocks the same way; each adds the count of tasks it ran to n_done once, at the end.
+ * Why blocks: with one shared counter and a shared done-count, each task cost two read-modify-
+ * writes of contended cache lines; a decode step's expert call has ~130 tasks over 16 threads,
+ * and those transfers, not the work, set its time. Now a claim touches a line its thread owns
+ * unless it steals, and n_done is written once per thread and region.
  *
  * Invariants:
  *  - every task index in [0, n_tasks) is handed out exactly once: a claim is a CAS that moves
- *    claim from (g, i) to (g, i + 1); a thread whose CAS fails re-reads claim;
- *  - mp_pool_run returns only when n_done == n_tasks, i.e. after every task has completed; it
- *    does not wait for workers that claimed nothing (a descheduled worker on a busy machine does
- *    not stall the caller, who then runs the tasks itself);
- *  - slot[g & 1] is written only while no task of g - 2 or g can be claimed (claim names g - 1
- *    or was never g); a late worker that read a slot while it changed cannot act on it, because
- *    its CAS against (g', i) fails once claim names another generation. Slot fields are relaxed
- *    atomics so that this benign overlap is not a data race;
+ *    block b's counter from (g, i) to (g, i + 1) with i below the block's end; a thread whose CAS
+ *    fails re-reads the counter;
+ *  - mp_pool_run returns only when n_done == n_tasks: a thread adds its count after its last task
+ *    ran, so every task has completed; it does not wait for workers that claimed nothing (a
+ *    descheduled worker on a busy machine does not stall the caller: its block is stolen);
+ *  - slot[g & 1] is written only while no task of g - 2 or g can be claimed (every counter names
+ *    g - 1 or was never g); a late worker that read a slot while it changed cannot act on it,
+ *    because its CAS against (g', i) fails once the counter names another generation. Slot
+ *    fields are relaxed atomics so that this benign overlap is not a data race;
  *  - a sleeper first counts itself in n_sleeping and re-checks `generation` (sequentially
  *    consistent), so the caller, which bumps `generation` and then reads n_sleeping, either wakes
  *    it or the worker sees the new generation: no lost wake-up.
@@ -32,6 +41,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -60,14 +70,19 @@ typedef struct region {
     atomic_int_fast64_t n_tasks;
 } region;
 
+/* One thread's share of the current region: (generation << 32) | next task index of block b. */
+typedef struct block {
+    _Alignas(64) atomic_uint_fast64_t next;
+} block;
+
 struct mp_pool {
     int n_threads;          /* >= 1, including the caller */
     pthread_t *workers;     /* n_threads - 1 */
     struct worker_arg *args;
+    block *blocks;          /* (n_threads), cache-line aligned */
 
     region slot[2];                      /* region g lives in slot[g & 1] */
     _Alignas(64) atomic_uint generation; /* the current region; the futex word */
-    _Alignas(64) atomic_uint_fast64_t claim; /* (generation << 32) | next task index */
     _Alignas(64) atomic_int_fast64_t n_done; /* tasks of the current region completed */
     _Alignas(64) atomic_int n_sleeping;
     atomic_int stop;
@@ -106,26 +121,47 @@ static void wake_all(mp_pool *p)
 #endif
 }
 
-/* Claim and run tasks of region g until none is left or another region has begun. */
+/* Block b of a region of n tasks over T threads: [n·b/T, n·(b+1)/T). */
+static int64_t block_start(int64_t n, int b, int T)
+{
+    return n * b / T;
+}
+
+/* Claim and run tasks of region g, own block first, then the others', until none is left or
+ * another region has begun. The tasks run are counted into n_done as each block is left (one
+ * write per block worked on, not per task), so the caller's wait ends with the last task. */
 static void run_tasks(mp_pool *p, unsigned g, int thread)
 {
     const region *r = &p->slot[g & 1];
-    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
-    for (;;) {
-        if ((unsigned)(c >> 32) != g)
+    const int T = p->n_threads;
+    for (int i = 0; i < T; i++) {
+        const int b = (thread + i) % T;
+        atomic_uint_fast64_t *ctr = &p->blocks[b].next;
+        uint64_t c = atomic_load_explicit(ctr, memory_order_acquire);
+        int64_t ran = 0;
+        bool over = false;
+        for (;;) {
+            if ((unsigned)(c >> 32) != g) {
+                over = true; /* the region is over (or never reached this thread) */
+                break;
+            }
+            const int64_t n = atomic_load_explicit(&r->n_tasks, memory_order_relaxed);
+            const mp_pool_fn fn = atomic_load_explicit(&r->fn, memory_order_relaxed);
+            void *ctx = atomic_load_explicit(&r->ctx, memory_order_relaxed);
+            const int64_t idx = (int64_t)(c & 0xffffffffu);
+            if (idx >= block_start(n, b + 1, T))
+                break; /* block b is used up: the next one */
+            if (!atomic_compare_exchange_weak_explicit(ctr, &c, c + 1, memory_order_acq_rel,
+                                                       memory_order_acquire))
+                continue; /* c now holds the block's current counter */
+            fn(ctx, idx, thread);
+            ran++;
+            c = atomic_load_explicit(ctr, memory_order_acquire);
+        }
+        if (ran)
+            atomic_fetch_add_explicit(&p->n_done, ran, memory_order_release);
+        if (over)
             return;
-        const int64_t n = atomic_load_explicit(&r->n_tasks, memory_order_relaxed);
-        const mp_pool_fn fn = atomic_load_explicit(&r->fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&r->ctx, memory_order_relaxed);
-        const int64_t idx = (int64_t)(c & 0xffffffffu);
-        if (idx >= n)
-            return;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue; /* c now holds the current claim */
-        fn(ctx, idx, thread);
-        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
-        c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
 
@@ -172,7 +208,13 @@ mp_pool *mp_pool_new(int n_threads)
         return NULL;
     p->n_threads = n_threads;
     atomic_init(&p->generation, 0);
-    atomic_init(&p->claim, 0);
+    p->blocks = aligned_alloc(64, (size_t)n_threads * sizeof *p->blocks);
+    if (!p->blocks) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < n_threads; i++)
+        atomic_init(&p->blocks[i].next, 0);
     atomic_init(&p->n_done, 0);
     for (int i = 0; i < 2; i++) {
         atomic_init(&p->slot[i].fn, NULL);
@@ -192,6 +234,7 @@ mp_pool *mp_pool_new(int n_threads)
     if (!p->workers || !p->args) {
         free(p->workers);
         free(p->args);
+        free(p->blocks);
         free(p);
         return NULL;
     }
@@ -225,6 +268,7 @@ void mp_pool_free(mp_pool *p)
 #endif
     free(p->workers);
     free(p->args);
+    free(p->blocks);
     free(p);
 }
 
@@ -249,7 +293,9 @@ void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx)
     atomic_store_explicit(&r->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&r->n_tasks, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->claim, (uint64_t)g << 32, memory_order_release);
+    for (int b = 0; b < p->n_threads; b++)
+        atomic_store_explicit(&p->blocks[b].next, (uint64_t)g << 32 | (uint64_t)block_start(n_tasks, b, p->n_threads),
+                              memory_order_release);
     atomic_store_explicit(&p->generation, g, memory_order_seq_cst);
     if (atomic_load_explicit(&p->n_sleeping, memory_order_seq_cst) > 0)
         wake_all(p);

@@ -16,6 +16,7 @@
 #   profile    where the GPU time goes: `collect --cupti` of bench/prompt-long.jsonl (a 510-token prompt,
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
 #              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
+#   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -137,6 +138,10 @@ for stage in "${stages[@]}"; do
             python3 bench/cupti_kernels.py "/tmp/$name.db" 30 | tee "$OUT/$name.md" || rc=1
         done
         ;;
+    bench-pool)
+        build || { rc=1; continue; }
+        for t in 16 8; do build-gpu/bench/pool_overhead $t 3000; done 2>&1 | tee "$OUT/bench-pool.log" || rc=1
+        ;;
     bench-cupti)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
@@ -176,7 +181,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-pool, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac

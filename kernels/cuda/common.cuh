@@ -31,6 +31,23 @@ static_assert(offsetof(mp_block_q8_K, qs) == 4 && offsetof(mp_block_q8_K, bsums)
 
 #define MPC_WARP 32
 
+// RoPE of pair i (of rot_dim / 2) of one head hd[0 .. head_dim) at position pos: the angle in
+// float64 as mp_rope_cache computes it, the rotation with _rn intrinsics (no FMA), so that every
+// kernel that rotates (rope_kernel, qkv_finish_kernel) gives the CPU's result to the last ulp of
+// the double cos/sin.
+__device__ __forceinline__ void mpc_rope_pair(float *hd, int64_t i, int64_t rot_dim, int32_t pos, float base,
+                                              int style)
+{
+    const int64_t half = rot_dim / 2;
+    const double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)rot_dim);
+    const float c = (float)cos(theta), s = (float)sin(theta);
+    const int64_t ia = style == MP_CUDA_ROPE_NEOX ? i : 2 * i;
+    const int64_t ib = style == MP_CUDA_ROPE_NEOX ? i + half : 2 * i + 1;
+    const float a = hd[ia], b = hd[ib];
+    hd[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    hd[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
 __device__ __forceinline__ float mpc_f16(uint16_t bits)
 {
     return __half2float(__ushort_as_half(bits));

@@ -168,6 +168,17 @@ int mp_cuda_kv_store_at(uint16_t *d_cache, const float *d_src, int64_t n_rows, i
 int mp_cuda_kv_store2_at(uint16_t *d_kcache, uint16_t *d_vcache, const float *d_k, const float *d_v,
                          int64_t n_rows, int64_t n_kv, const int32_t *d_pos, void *stream);
 
+/* Everything between the Q/K/V projections and attention, in one launch, for n_rows rows at
+ * positions d_pos: with norm, each head of d_q (n_rows, n_head, head_dim) and d_k (n_rows,
+ * n_head_kv, head_dim) is RMS-normalized with d_q_norm / d_k_norm (head_dim weights each, or NULL
+ * for none) as mp_cuda_rmsnorm does per head; then RoPE as mp_cuda_rope (style, rot_dim,
+ * freq_base); the results are written back, and K and V (n_rows, n_head_kv, head_dim) go to the
+ * caches as mp_cuda_kv_store2_at. Bit-identical to those launches (tests/gpu/test_cuda_norm.c). */
+int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm, const float *d_k_norm,
+                       int norm, int64_t n_rows, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                       int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, float eps,
+                       uint16_t *d_kcache, uint16_t *d_vcache, void *stream);
+
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
                                        int64_t n_keys_max);

@@ -11,6 +11,7 @@
  * `moeplan run` end to end and its flag checks, the sampler, the thread pool, RoPE tables.
  */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1001,6 +1002,46 @@ Test(threadpool, every_task_runs_exactly_once)
     }
     cr_assert_null(mp_pool_new(0));
     cr_assert_geq(mp_cpu_count(), 1);
+}
+
+/* Tasks that sometimes stall (a yield or a 50 µs sleep, as a descheduled thread would), with more
+ * threads than cores: every task still runs exactly once, blocks left by a stalled thread are
+ * stolen, and regions of fewer tasks than threads work. */
+static void stall_task(void *ctx, int64_t task, int thread)
+{
+    count_job *j = ctx;
+    if (thread < 0 || thread >= j->n_threads)
+        atomic_store(&j->bad_thread, 1);
+    const uint64_t h = (uint64_t)task * 0x9E3779B97F4A7C15ull ^ (uint64_t)thread;
+    if (h % 61 == 0) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    } else if (h % 7 == 0) {
+        sched_yield();
+    }
+    atomic_fetch_add(&j->hits[task], 1);
+}
+
+Test(threadpool, stalled_threads_and_oversubscription_keep_exactly_once)
+{
+    enum { MAX_TASKS = 200 };
+    static atomic_int hits[MAX_TASKS];
+    const int nt = 16; /* CI machines have 2 cores */
+    mp_pool *pool = mp_pool_new(nt);
+    cr_assert(pool);
+    const int64_t sizes[] = {2, 3, 15, 16, 17, 31, 128, 199};
+    for (int region = 0; region < 200; region++) {
+        const int64_t n = sizes[region % (int)(sizeof sizes / sizeof sizes[0])];
+        for (int64_t t = 0; t < MAX_TASKS; t++)
+            atomic_store(&hits[t], 0);
+        count_job j = {hits, nt, 0};
+        mp_pool_run(pool, n, stall_task, &j);
+        for (int64_t t = 0; t < MAX_TASKS; t++)
+            cr_assert_eq(atomic_load(&hits[t]), t < n ? 1 : 0, "region %d tasks %lld: task %lld ran %d times",
+                         region, (long long)n, (long long)t, atomic_load(&hits[t]));
+        cr_assert_eq(atomic_load(&j.bad_thread), 0);
+    }
+    mp_pool_free(pool);
 }
 
 /* The thread count must not change the result (each output row is computed by one task). */
