@@ -44,6 +44,11 @@ static void usage(FILE *f)
             "\n  --train-frac F        share of requests (in trace order) used to plan (default 0.7);\n"
             "                        the rest is held out and every result is shown for both parts\n"
             "  --as-decode           replay every row as its own one-row step (prefill routing as decode)\n"
+            "  --non-moe costs|trace non-MoE time per step (attention, norms, router, head): the cost\n"
+            "                        file's curve by the step's rows (costs, default), or the trace's\n"
+            "                        measured step duration minus its MoE time from the timing table\n"
+            "                        (trace; with --as-decode a prefill step's rows each take the median\n"
+            "                        of the decode steps); a trace without durations or timing is refused\n"
             "  --expert QUANT        choose the cost entries of this quant type (default: the trace's,\n"
             "                        or the cost file's only GPU entry)\n"
             "  --threads N           CPU entry with N threads (default: the most threads in the file)\n"
@@ -218,6 +223,15 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->profile = v;
         } else if (!strcmp(a, "--expert")) {
             o->expert_quant = v;
+        } else if (!strcmp(a, "--non-moe")) {
+            if (!strcmp(v, "costs")) {
+                cfg->non_moe_source = MP_NON_MOE_COSTS;
+            } else if (!strcmp(v, "trace")) {
+                cfg->non_moe_source = MP_NON_MOE_TRACE;
+            } else {
+                fprintf(stderr, "moeplan simulate: error: --non-moe '%s': expected costs or trace\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--budget")) {
             char buf[1024];
             snprintf(buf, sizeof buf, "%s", v);
@@ -483,7 +497,7 @@ int mp_cmd_simulate(int argc, char **argv)
     mp_costs costs;
     mp_sim_trace trace;
     mp_sim_trace_facts facts;
-    mp_sim_load_options lo = {o.as_decode};
+    mp_sim_load_options lo = {.as_decode = o.as_decode, .non_moe = cfg.non_moe_source == MP_NON_MOE_TRACE};
     mp_sim_budget_run runs[MAX_BUDGETS];
     memset(runs, 0, sizeof runs);
     char *ot[MAX_BUDGETS] = {0};

@@ -35,6 +35,9 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
             rep->cfg->gpu->quant, (long long)rep->cfg->gpu->n_embd, (long long)rep->cfg->gpu->n_ff,
             (unsigned long long)rep->cfg->gpu->expert_bytes, rep->cfg->cpu->threads,
             rep->cfg->pageable ? "pageable" : "pinned");
+    fprintf(f, "non-MoE time per step: %s\n",
+            rep->cfg->non_moe_source == MP_NON_MOE_TRACE ? "trace (measured step duration - MoE timing)"
+                                                         : "costs (non_moe curve by the step's rows)");
     for (int b = 0; b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
         fprintf(f, "\nbudget %.2f GiB (%llu bytes): %llu expert slots of %llu\n", gib(run->budget_bytes),
@@ -155,6 +158,7 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
     cJSON_AddNumberToObject(cfg, "epsilon", rep->cfg->epsilon);
     cJSON_AddNumberToObject(cfg, "window", rep->cfg->window);
     cJSON_AddBoolToObject(cfg, "pageable", rep->cfg->pageable);
+    cJSON_AddStringToObject(cfg, "non_moe_source", mp_sim_non_moe_source_name(rep->cfg->non_moe_source));
     cJSON *budgets = cJSON_AddArrayToObject(root, "budgets");
     for (int b = 0; budgets && b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
