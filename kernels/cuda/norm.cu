@@ -129,6 +129,55 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
     return mpc_launch_status();
 }
 
+// (x += y when y is given,) out = rmsnorm(x) * w, and out quantized to vdt (Q8_0 or Q8_K) into q,
+// one block per row: the norm exactly as add_rmsnorm_kernel / rmsnorm_kernel, then each warp
+// quantizes blocks of the row it and its block wrote (mpc_quantize_*_warp, as the quantize
+// kernels do). One launch where a decode step had two before every quantized projection.
+__global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
+                                     float eps, int vdt, uint8_t *q, size_t q_row_bytes)
+{
+    float *xr = x + blockIdx.x * n;
+    const float *yr = y ? y + blockIdx.x * n : NULL;
+    float *outr = out + blockIdx.x * n;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (yr) {
+            const float v = xr[i] + yr[i];
+            xr[i] = v;
+            sum += v * v;
+        } else {
+            sum += xr[i] * xr[i];
+        }
+    }
+    const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+    __syncthreads(); // the row is written; every warp may now read all of it
+    const int warp = threadIdx.x / MPC_WARP, lane = threadIdx.x % MPC_WARP, n_warps = blockDim.x / MPC_WARP;
+    uint8_t *qr = q + blockIdx.x * q_row_bytes;
+    if (vdt == MP_TYPE_Q8_0)
+        for (int64_t ib = warp; ib < n / 32; ib += n_warps)
+            mpc_quantize_q8_0_warp(outr + ib * 32, qr + ib * 34, lane);
+    else
+        for (int64_t ib = warp; ib < n / 256; ib += n_warps)
+            mpc_quantize_q8_K_warp(outr + ib * 256, qr + ib * 292, lane);
+}
+
+extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const float *d_w, int64_t rows,
+                                     int64_t n, float eps, int vdt, void *d_q, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    const size_t rb = mpc_row_bytes(vdt, n);
+    const size_t align = vdt == MP_TYPE_Q8_K ? 4 : 2; /* the blocks' float / f16 fields */
+    if (!d_out || !d_x || !d_q || d_out == d_x || n < 1 || rb == 0 || (vdt != MP_TYPE_Q8_0 && vdt != MP_TYPE_Q8_K) ||
+        (uintptr_t)d_q % align || rb % align)
+        return MP_CUDA_EINVAL;
+    rmsnorm_quant_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps, vdt,
+                                                                          (uint8_t *)d_q, rb);
+    return mpc_launch_status();
+}
+
 extern "C" int mp_cuda_add_rmsnorm(float *d_out, float *d_x, const float *d_y, const float *d_w,
                                    int64_t rows, int64_t n, float eps, void *stream)
 {

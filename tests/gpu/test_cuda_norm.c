@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "mp_config.h"
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include "kernels/cuda/cuda_ops.h"
@@ -175,5 +176,74 @@ Test(cuda_norm, qkv_finish_equals_norm_rope_and_store)
     /* bad shapes are refused */
     cr_assert_eq(mp_cuda_qkv_finish(NULL, NULL, NULL, NULL, NULL, 0, 1, 32, 4, 128, 128, NULL, 1e4f, 0, 1e-6f, NULL,
                                     NULL, NULL), MP_CUDA_EINVAL);
+}
+#endif
+
+#if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+/* mp_cuda_rmsnorm_quant equals (mp_cuda_add +) mp_cuda_rmsnorm then mp_cuda_quantize_act, bit for
+ * bit in x, out and the converted rows, for Q8_0 and Q8_K, with and without the residual add. */
+Test(cuda_norm, rmsnorm_quant_equals_norm_then_quantize)
+{
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    const int64_t shapes[][2] = {{1, 2048}, {7, 2048}, {3, 768}};
+    const int vdts[] = {MP_TYPE_Q8_0, MP_TYPE_Q8_K};
+    for (size_t si = 0; si < 3; si++)
+        for (int vi = 0; vi < 2; vi++)
+            for (int add = 0; add < 2; add++) {
+                const int64_t rows = shapes[si][0], n = shapes[si][1];
+                const int vdt = vdts[vi];
+                const size_t bytes = sizeof(float) * (size_t)(rows * n), qb = mp_cuda_row_bytes(vdt, n) * (size_t)rows;
+                float *x = malloc(bytes), *y = malloc(bytes), *w = malloc(sizeof(float) * n);
+                for (int64_t i = 0; i < rows * n; i++) {
+                    x[i] = (float)rand() / RAND_MAX * 4.0f - 2.0f;
+                    y[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
+                }
+                for (int64_t i = 0; i < n; i++)
+                    w[i] = (float)rand() / RAND_MAX + 0.5f;
+                float *dx, *dy, *dw, *dout;
+                void *dq;
+                cr_assert_eq(cudaMalloc((void **)&dx, bytes), cudaSuccess);
+                cr_assert_eq(cudaMalloc((void **)&dy, bytes), cudaSuccess);
+                cr_assert_eq(cudaMalloc((void **)&dout, bytes), cudaSuccess);
+                cr_assert_eq(cudaMalloc((void **)&dw, sizeof(float) * n), cudaSuccess);
+                cr_assert_eq(cudaMalloc(&dq, qb), cudaSuccess);
+                cudaMemcpy(dy, y, bytes, cudaMemcpyHostToDevice);
+                cudaMemcpy(dw, w, sizeof(float) * n, cudaMemcpyHostToDevice);
+                float *x1 = malloc(bytes), *o1 = malloc(bytes), *x2 = malloc(bytes), *o2 = malloc(bytes);
+                unsigned char *q1 = malloc(qb), *q2 = malloc(qb);
+                /* the separate launches */
+                cudaMemcpy(dx, x, bytes, cudaMemcpyHostToDevice);
+                if (add)
+                    cr_assert_eq(mp_cuda_add_rmsnorm(dout, dx, dy, dw, rows, n, 1e-6f, NULL), 0);
+                else
+                    cr_assert_eq(mp_cuda_rmsnorm(dout, dx, dw, rows, n, 1e-6f, NULL), 0);
+                cr_assert_eq(mp_cuda_quantize_act(vdt, dout, n, rows, n, dq, NULL), 0);
+                cudaMemcpy(x1, dx, bytes, cudaMemcpyDeviceToHost);
+                cudaMemcpy(o1, dout, bytes, cudaMemcpyDeviceToHost);
+                cudaMemcpy(q1, dq, qb, cudaMemcpyDeviceToHost);
+                /* the fused one */
+                cudaMemcpy(dx, x, bytes, cudaMemcpyHostToDevice);
+                cudaMemset(dout, 0, bytes);
+                cudaMemset(dq, 0, qb);
+                cr_assert_eq(mp_cuda_rmsnorm_quant(dout, dx, add ? dy : NULL, dw, rows, n, 1e-6f, vdt, dq, NULL), 0);
+                cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
+                cudaMemcpy(x2, dx, bytes, cudaMemcpyDeviceToHost);
+                cudaMemcpy(o2, dout, bytes, cudaMemcpyDeviceToHost);
+                cudaMemcpy(q2, dq, qb, cudaMemcpyDeviceToHost);
+                cr_assert_eq(memcmp(x1, x2, bytes), 0, "seed %u: rows %ld n %ld vdt %d add %d: x differs", seed,
+                             (long)rows, (long)n, vdt, add);
+                cr_assert_eq(memcmp(o1, o2, bytes), 0, "seed %u: rows %ld n %ld vdt %d add %d: norm differs", seed,
+                             (long)rows, (long)n, vdt, add);
+                cr_assert_eq(memcmp(q1, q2, qb), 0, "seed %u: rows %ld n %ld vdt %d add %d: conversion differs",
+                             seed, (long)rows, (long)n, vdt, add);
+                cudaFree(dx); cudaFree(dy); cudaFree(dw); cudaFree(dout); cudaFree(dq);
+                free(x); free(y); free(w); free(x1); free(o1); free(x2); free(o2); free(q1); free(q2);
+            }
+    /* F32 is not a conversion it does, and out must not alias x */
+    cr_assert_eq(mp_cuda_rmsnorm_quant((float *)8, (float *)16, NULL, NULL, 1, 256, 1e-6f, MP_TYPE_F32, (void *)32,
+                                       NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_rmsnorm_quant((float *)8, (float *)8, NULL, NULL, 1, 256, 1e-6f, MP_TYPE_Q8_K, (void *)32,
+                                       NULL), MP_CUDA_EINVAL);
 }
 #endif
