@@ -29,7 +29,7 @@ int main(int argc, char **argv)
                 argv[0]);
         return 2;
     }
-    mp_sim_load_options lo = {false};
+    mp_sim_load_options lo = {.as_decode = false};
     long slots = -1, reps = 3, repeat = 10;
     const char *quant = NULL;
     for (int i = 3; i < argc; i++) {

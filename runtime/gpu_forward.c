@@ -58,34 +58,46 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     const int64_t D = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd;
     mp_status st;
 
-    /* the previous layer's residual add, when pending, is fused into this norm */
-    if (g->pending_add)
-        KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->attn_norm, n, D, hp->rms_eps, g->stream),
-               "residual add + rmsnorm");
-    else
-        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, L->attn_norm, n, D, hp->rms_eps, g->stream), "rmsnorm");
+    /* the previous layer's residual add, when pending, is fused into this norm; for GEMV-sized
+     * steps the norm also converts its output for Q, K and V (proj finds it in d_act) */
+    const int vdt_q = mp_cuda_vec_dot_type(L->wq.type);
+    if (n < MP_GPU_GEMM_MIN_ROWS && (vdt_q == MP_TYPE_Q8_0 || vdt_q == MP_TYPE_Q8_K)) {
+        KCHECK(mp_cuda_rmsnorm_quant(g->d_xb, g->d_x, g->pending_add ? g->d_proj : NULL, L->attn_norm, n, D,
+                                     hp->rms_eps, vdt_q, g->d_act, g->stream), "residual add + rmsnorm + quantize");
+        g->act_src = g->d_xb;
+        g->act_vdt = vdt_q;
+    } else {
+        if (g->pending_add)
+            KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->attn_norm, n, D, hp->rms_eps, g->stream),
+                   "residual add + rmsnorm");
+        else
+            KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, L->attn_norm, n, D, hp->rms_eps, g->stream), "rmsnorm");
+        g->act_src = NULL;
+    }
     g->pending_add = false;
-    g->act_src = NULL;
     if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) ||
         (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
         (st = proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err)))
         return st;
-    if (tr->qk_norm == MP_QK_NORM_PER_HEAD) {
-        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n * hp->n_head, hd, hp->rms_eps, g->stream), "q norm");
-        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps, g->stream), "k norm");
-    } else if (tr->qk_norm == MP_QK_NORM_FULL) {
-        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
-        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
-    }
     const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
-    KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
-                        g->stream), "rope");
-    KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
-                        style, g->stream), "rope");
     /* positions come from d_pos, and in a graph the keys are split for the whole context: the
      * launches are then the same at every position */
-    KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
-           "kv store");
+    if (tr->qk_norm != MP_QK_NORM_FULL) {
+        /* per-head q/k norm (or none), RoPE and the K/V cache store in one launch */
+        KCHECK(mp_cuda_qkv_finish(g->d_q, g->d_k, g->d_v, L->q_norm, L->k_norm, tr->qk_norm == MP_QK_NORM_PER_HEAD,
+                                  n, hp->n_head, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
+                                  style, hp->rms_eps, L->k_cache, L->v_cache, g->stream),
+               "q/k norm + rope + kv store");
+    } else {
+        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
+        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
+        KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
+                            g->stream), "rope");
+        KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
+                            style, g->stream), "rope");
+        KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
+               "kv store");
+    }
     for (int64_t r0 = 0; r0 < n; r0 += MP_GPU_ATT_ROWS) {
         const int64_t rows = n - r0 < MP_GPU_ATT_ROWS ? n - r0 : MP_GPU_ATT_ROWS;
         const int64_t keys_max = g->capturing ? g->s->n_ctx : pos0 + r0 + rows;
@@ -96,9 +108,19 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     g->act_src = NULL;
     if ((st = proj(g, &L->wo, g->d_att, n, g->d_proj, D, err)))
         return st;
-    /* residual add fused into the MoE block's norm */
-    KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->ffn_norm, n, D, hp->rms_eps, g->stream),
-           "residual add + rmsnorm");
+    /* residual add fused into the MoE block's norm, which also converts its output for the
+     * experts when they take quantized activations (the MoE kernels then skip that launch) */
+    const int vdt_e = mp_cuda_vec_dot_type(g->s->m->layers[il].gate_exps.type);
+    g->act_src = NULL;
+    g->moe_xq = NULL;
+    if (vdt_e == MP_TYPE_Q8_0 || vdt_e == MP_TYPE_Q8_K) {
+        KCHECK(mp_cuda_rmsnorm_quant(g->d_xb, g->d_x, g->d_proj, L->ffn_norm, n, D, hp->rms_eps, vdt_e, g->d_act,
+                                     g->stream), "residual add + rmsnorm + quantize");
+        g->moe_xq = g->d_act;
+    } else {
+        KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->ffn_norm, n, D, hp->rms_eps, g->stream),
+               "residual add + rmsnorm");
+    }
     return MP_OK;
 }
 

@@ -104,6 +104,8 @@ struct mp_gpu {
 
     cudaEvent_t ev_io;      /* the step's token/position upload has been consumed */
     const float *act_src;   /* d_act holds act_src converted to act_vdt (NULL: stale) */
+    const void *moe_xq;     /* d_act when the MoE norm of the layer being enqueued also converted
+                             * its output for the experts (mp_cuda_rmsnorm_quant), else NULL */
     int act_vdt;
     int stage_next;         /* staging buffer to use next */
 

@@ -55,6 +55,7 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.top_k = hp->n_expert_used;
     a.n_rows = n;
     a.d_x = g->d_xb;
+    a.d_xq = g->moe_xq; /* converted by the layer's norm (gpu_forward.c), or NULL */
     if (mapped_routes(g, n)) { /* the route source's choice, read where the host wrote it */
         const int64_t at = il * g->s->n_batch * hp->n_expert_used;
         a.d_ids = g->d_h_ids + at;

@@ -44,6 +44,11 @@ static void usage(FILE *f)
             "\n  --train-frac F        share of requests (in trace order) used to plan (default 0.7);\n"
             "                        the rest is held out and every result is shown for both parts\n"
             "  --as-decode           replay every row as its own one-row step (prefill routing as decode)\n"
+            "  --non-moe costs|trace non-MoE time per step (attention, norms, router, head): the cost\n"
+            "                        file's curve by the step's rows (costs, default), or the trace's\n"
+            "                        measured step duration minus its MoE time from the timing table\n"
+            "                        (trace; with --as-decode a prefill step's rows each take the median\n"
+            "                        of the decode steps); a trace without durations or timing is refused\n"
             "  --expert QUANT        choose the cost entries of this quant type (default: the trace's,\n"
             "                        or the cost file's only GPU entry)\n"
             "  --threads N           CPU entry with N threads (default: the most threads in the file)\n"
@@ -57,7 +62,10 @@ static void usage(FILE *f)
             "  --profile-policy P    a static policy for --emit-profile\n"
             "  --emit-llamacpp       print, per budget, the llama.cpp -ot override that keeps the best\n"
             "                        whole layers on the GPU, with its simulated speed\n"
-            "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n");
+            "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
+            "  --sweep PARAM=V,V,..  run one online policy over values of a parameter at every\n"
+            "                        budget: alpha, beta, epsilon (decayed-lfu) or window\n"
+            "                        (window-lfu); e.g. --sweep alpha=0.5,0.8,0.9,0.99\n");
 }
 
 /* "16GiB", "512MiB", "1e9" (bytes), "24GB". */
@@ -137,7 +145,53 @@ typedef struct opts {
     const char *expert_quant;
     int threads;
     bool llamacpp, sensitivity, as_decode;
+    mp_sim_sweep sweep; /* n_values 0: no --sweep */
 } opts;
+
+/* --sweep PARAM=V1,V2,...: the parameter, its policy, and values checked as --alpha etc. are */
+static int parse_sweep(const char *v, mp_sim_sweep *sw)
+{
+    static const char *const params[] = {"alpha", "beta", "epsilon", "window"};
+    const char *eq = strchr(v, '=');
+    size_t plen = eq ? (size_t)(eq - v) : 0;
+    int which = -1;
+    for (int i = 0; eq && i < 4; i++)
+        if (strlen(params[i]) == plen && !strncmp(v, params[i], plen))
+            which = i;
+    if (which < 0) {
+        fprintf(stderr, "moeplan simulate: error: --sweep '%s': expected PARAM=V1,V2,... with PARAM alpha, beta, "
+                        "epsilon (decayed-lfu) or window (window-lfu)\n", v);
+        return 2;
+    }
+    sw->param = params[which];
+    sw->policy = which == 3 ? MP_POL_WINDOW_LFU : MP_POL_DECAYED_LFU;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", eq + 1);
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        double num;
+        const bool ok = !parse_num(tok, &num) && isfinite(num) &&
+                        (which == 0   ? num > 0 && num <= 1
+                         : which == 1 ? num > 0
+                         : which == 2 ? num >= 0
+                                      : num >= 1 && num <= 65536 && num == floor(num));
+        if (!ok || sw->n_values == MP_SIM_SWEEP_MAX) {
+            fprintf(stderr, "moeplan simulate: error: --sweep %s: value '%s': expected %s (at most %d values)\n",
+                    sw->param, tok,
+                    which == 0   ? "0 < alpha <= 1"
+                    : which == 1 ? "beta > 0"
+                    : which == 2 ? "epsilon >= 0"
+                                 : "an integer window 1..65536",
+                    MP_SIM_SWEEP_MAX);
+            return 2;
+        }
+        sw->values[sw->n_values++] = num;
+    }
+    if (!sw->n_values) {
+        fprintf(stderr, "moeplan simulate: error: --sweep %s: no values\n", sw->param);
+        return 2;
+    }
+    return -1;
+}
 
 static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
 {
@@ -169,6 +223,15 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->profile = v;
         } else if (!strcmp(a, "--expert")) {
             o->expert_quant = v;
+        } else if (!strcmp(a, "--non-moe")) {
+            if (!strcmp(v, "costs")) {
+                cfg->non_moe_source = MP_NON_MOE_COSTS;
+            } else if (!strcmp(v, "trace")) {
+                cfg->non_moe_source = MP_NON_MOE_TRACE;
+            } else {
+                fprintf(stderr, "moeplan simulate: error: --non-moe '%s': expected costs or trace\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--budget")) {
             char buf[1024];
             snprintf(buf, sizeof buf, "%s", v);
@@ -180,6 +243,14 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 }
                 o->n_budgets++;
             }
+        } else if (!strcmp(a, "--sweep")) {
+            if (o->sweep.n_values) {
+                fprintf(stderr, "moeplan simulate: error: --sweep given twice: one parameter per run\n");
+                return 2;
+            }
+            int r = parse_sweep(v, &o->sweep);
+            if (r >= 0)
+                return r;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "--non-expert-bytes")) {
@@ -426,7 +497,7 @@ int mp_cmd_simulate(int argc, char **argv)
     mp_costs costs;
     mp_sim_trace trace;
     mp_sim_trace_facts facts;
-    mp_sim_load_options lo = {o.as_decode};
+    mp_sim_load_options lo = {.as_decode = o.as_decode, .non_moe = cfg.non_moe_source == MP_NON_MOE_TRACE};
     mp_sim_budget_run runs[MAX_BUDGETS];
     memset(runs, 0, sizeof runs);
     char *ot[MAX_BUDGETS] = {0};
@@ -463,7 +534,32 @@ int mp_cmd_simulate(int argc, char **argv)
     cfg.cpu = cpu;
     if (run_all(&trace, &cfg, &o, runs, &err))
         goto fail;
-    mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL};
+    if (o.sweep.n_values) {
+        o.sweep.res = calloc((size_t)o.sweep.n_values * (size_t)o.n_budgets, sizeof *o.sweep.res);
+        if (!o.sweep.res) {
+            mp_fail(&err, MP_ERR_NOMEM, "simulate: out of memory for the sweep");
+            goto fail;
+        }
+        for (int v = 0; v < o.sweep.n_values; v++) {
+            mp_sim_config c = cfg;
+            const double x = o.sweep.values[v];
+            if (!strcmp(o.sweep.param, "alpha"))
+                c.alpha = x;
+            else if (!strcmp(o.sweep.param, "beta"))
+                c.beta = x;
+            else if (!strcmp(o.sweep.param, "epsilon"))
+                c.epsilon = x;
+            else
+                c.window = (uint32_t)x;
+            for (int b = 0; b < o.n_budgets; b++) {
+                c.budget_bytes = o.budgets[b];
+                if (mp_sim_run(&trace, &c, o.sweep.policy, &o.sweep.res[(size_t)v * o.n_budgets + b], &err))
+                    goto fail;
+            }
+        }
+    }
+    mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL,
+                         o.sweep.n_values ? &o.sweep : NULL};
     if (o.llamacpp) {
         for (int b = 0; b < o.n_budgets; b++)
             ot[b] = llamacpp_override(&trace, &runs[b].res[MP_POL_BEST_LAYERS],
@@ -538,6 +634,9 @@ done:
     for (int b = 0; b < MAX_BUDGETS; b++)
         free(ot[b]);
     free_runs(runs, o.n_budgets);
+    for (int i = 0; o.sweep.res && i < o.sweep.n_values * o.n_budgets; i++)
+        mp_sim_result_free(&o.sweep.res[i]);
+    free(o.sweep.res);
     mp_sim_trace_free(&trace);
     mp_costs_free(&costs);
     return rc;

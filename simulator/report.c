@@ -35,6 +35,9 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
             rep->cfg->gpu->quant, (long long)rep->cfg->gpu->n_embd, (long long)rep->cfg->gpu->n_ff,
             (unsigned long long)rep->cfg->gpu->expert_bytes, rep->cfg->cpu->threads,
             rep->cfg->pageable ? "pageable" : "pinned");
+    fprintf(f, "non-MoE time per step: %s\n",
+            rep->cfg->non_moe_source == MP_NON_MOE_TRACE ? "trace (measured step duration - MoE timing)"
+                                                         : "costs (non_moe curve by the step's rows)");
     for (int b = 0; b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
         fprintf(f, "\nbudget %.2f GiB (%llu bytes): %llu expert slots of %llu\n", gib(run->budget_bytes),
@@ -58,6 +61,23 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
         }
         if (rep->llamacpp_ot && rep->llamacpp_ot[b])
             fprintf(f, "  llama.cpp:    %s\n", rep->llamacpp_ot[b]);
+    }
+    if (rep->sweep) {
+        const mp_sim_sweep *sw = rep->sweep;
+        fprintf(f, "\nsweep: %s over %s (the other parameters as configured; held-out where it exists)\n",
+                mp_sim_policy_name(sw->policy), sw->param);
+        fprintf(f, "  %-12s %10s %8s %8s %10s %9s %9s %9s\n", "budget GiB", sw->param, "hit%in", "hit%out",
+                "ms/token", "tok/s", "admits", "evicts");
+        for (int b = 0; b < rep->n_runs; b++)
+            for (int v = 0; v < sw->n_values; v++) {
+                const mp_sim_result *r = &sw->res[(size_t)v * rep->n_runs + b];
+                const mp_sim_metrics *m = mp_sim_rank_metrics(r);
+                fprintf(f, "  %-12.2f %10g", gib(rep->runs[b].budget_bytes), sw->values[v]);
+                pct_or_dash(f, &r->train);
+                pct_or_dash(f, &r->test);
+                fprintf(f, " %10.4f %9.1f %9llu %9llu\n", m->tokens ? m->time_ns / 1e6 / (double)m->tokens : 0,
+                        mp_sim_tok_s(m), (unsigned long long)m->admissions, (unsigned long long)m->evictions);
+            }
     }
     if (rep->sens.done) {
         fprintf(f, "\nsensitivity (each cost x0.8 / x1.2: best policy per budget; policies that changed rank):\n");
@@ -138,6 +158,7 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
     cJSON_AddNumberToObject(cfg, "epsilon", rep->cfg->epsilon);
     cJSON_AddNumberToObject(cfg, "window", rep->cfg->window);
     cJSON_AddBoolToObject(cfg, "pageable", rep->cfg->pageable);
+    cJSON_AddStringToObject(cfg, "non_moe_source", mp_sim_non_moe_source_name(rep->cfg->non_moe_source));
     cJSON *budgets = cJSON_AddArrayToObject(root, "budgets");
     for (int b = 0; budgets && b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
@@ -157,6 +178,27 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
             cJSON_AddNumberToObject(po, "resident_initial", (double)run->res[p].resident_initial);
             cJSON_AddItemToObject(po, "in_sample", metrics_json(&run->res[p].train, t->n_layers));
             cJSON_AddItemToObject(po, "held_out", metrics_json(&run->res[p].test, t->n_layers));
+        }
+    }
+    if (rep->sweep) {
+        const mp_sim_sweep *sw = rep->sweep;
+        cJSON *so = cJSON_AddObjectToObject(root, "sweep");
+        cJSON_AddStringToObject(so, "policy", mp_sim_policy_name(sw->policy));
+        cJSON_AddStringToObject(so, "param", sw->param);
+        cJSON *pts = cJSON_AddArrayToObject(so, "points");
+        for (int v = 0; pts && v < sw->n_values; v++) {
+            cJSON *po = cJSON_CreateObject();
+            cJSON_AddItemToArray(pts, po);
+            cJSON_AddNumberToObject(po, "value", sw->values[v]);
+            cJSON *bs = cJSON_AddArrayToObject(po, "budgets");
+            for (int b = 0; bs && b < rep->n_runs; b++) {
+                const mp_sim_result *r = &sw->res[(size_t)v * rep->n_runs + b];
+                cJSON *bo = cJSON_CreateObject();
+                cJSON_AddItemToArray(bs, bo);
+                cJSON_AddNumberToObject(bo, "budget_bytes", (double)rep->runs[b].budget_bytes);
+                cJSON_AddItemToObject(bo, "in_sample", metrics_json(&r->train, t->n_layers));
+                cJSON_AddItemToObject(bo, "held_out", metrics_json(&r->test, t->n_layers));
+            }
         }
     }
     if (rep->sens.done) {

@@ -22,6 +22,16 @@ typedef struct mp_sim_sensitivity {
     int rank_changes[MP_COST_PARTS][2][16];
 } mp_sim_sensitivity;
 
+/* --sweep PARAM=V1,V2,...: one online policy's parameter over values, at every budget. */
+#define MP_SIM_SWEEP_MAX 16
+typedef struct mp_sim_sweep {
+    const char *param;          /* "alpha", "beta", "epsilon" (decayed-lfu) or "window" (window-lfu) */
+    mp_sim_policy policy;
+    int n_values;
+    double values[MP_SIM_SWEEP_MAX];
+    mp_sim_result *res;         /* (n_values, n_runs): value-major */
+} mp_sim_sweep;
+
 typedef struct mp_sim_report {
     const char *trace_path, *costs_path;
     const mp_sim_config *cfg;
@@ -31,6 +41,7 @@ typedef struct mp_sim_report {
     mp_sim_sensitivity sens;
     /* the llama.cpp override per budget (NULL if not asked) */
     char **llamacpp_ot;      /* (n_runs) */
+    const mp_sim_sweep *sweep; /* NULL without --sweep */
 } mp_sim_report;
 
 /* Held-out metrics if the split has any, else in-sample: what a ranking should use. */

@@ -46,6 +46,11 @@ const char *mp_sim_cost_part_name(mp_sim_cost_part p)
     return p >= 0 && p < MP_COST_PARTS ? names[p] : "unknown";
 }
 
+const char *mp_sim_non_moe_source_name(mp_sim_non_moe_source s)
+{
+    return s == MP_NON_MOE_COSTS ? "costs" : s == MP_NON_MOE_TRACE ? "trace" : "unknown";
+}
+
 void mp_sim_config_init(mp_sim_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -157,6 +162,9 @@ typedef struct inflight {
 struct sim_engine {
     const mp_sim_trace *t;
     const sim_tab *tab;
+    /* (n_steps) the trace's measured non-MoE ns per step, already scaled (--non-moe trace), or
+     * NULL: the cost file's, tab->non_moe_ns by rows */
+    const double *step_non_moe_ns;
     uint32_t L, E;
     uint8_t *resident;    /* (L, E) slot held (copy may be in flight) */
     double *ready_ns;     /* (L, E) when the expert's copy finishes; 0 if loaded before start;
@@ -446,7 +454,8 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
         s->m = m;
         const uint32_t rows = step->rows;
         const double step_start_ns = s->clock_ns;
-        const double non_moe_share_ns = tab->non_moe_ns[rows] / L;
+        const double non_moe_ns = s->step_non_moe_ns ? s->step_non_moe_ns[si] : tab->non_moe_ns[rows];
+        const double non_moe_share_ns = non_moe_ns / L;
         for (uint32_t l = 0; l < L; l++) {
             s->clock_ns += non_moe_share_ns;
             const double start_ns = s->clock_ns;
@@ -518,6 +527,12 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         return mp_fail(err, MP_ERR_ARG, "simulate: the trace has no steps");
     if (!(cfg->train_frac >= 0 && cfg->train_frac <= 1))
         return mp_fail(err, MP_ERR_ARG, "simulate: train fraction %g: expected 0..1", cfg->train_frac);
+    if (cfg->non_moe_source != MP_NON_MOE_COSTS && cfg->non_moe_source != MP_NON_MOE_TRACE)
+        return mp_fail(err, MP_ERR_ARG, "simulate: non-MoE source %d: expected costs or trace", (int)cfg->non_moe_source);
+    if (cfg->non_moe_source == MP_NON_MOE_TRACE && !t->non_moe_ns)
+        return mp_fail(err, MP_ERR_ARG,
+                       "simulate: non-MoE time from the trace asked, but the trace carries no measured non-MoE "
+                       "times: expected them loaded with the trace (or use the cost file's)");
     mp_status st = mp_sim_slots(t, cfg, &r->slots, err);
     if (st)
         return st;
@@ -529,6 +544,17 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     sim_stats stats = {0};
     sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY};
     pol_state *pol = NULL;
+    double *step_non_moe_ns = NULL; /* (n_steps) the trace's, scaled like the cost file's */
+    if (cfg->non_moe_source == MP_NON_MOE_TRACE) {
+        if (!(step_non_moe_ns = malloc(sizeof *step_non_moe_ns * t->n_steps))) {
+            sim_tab_free(&tab);
+            return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for %llu non-MoE times",
+                           (unsigned long long)t->n_steps);
+        }
+        for (uint64_t i = 0; i < t->n_steps; i++)
+            step_non_moe_ns[i] = cfg->scale[MP_COST_NON_MOE] * t->non_moe_ns[i];
+        s.step_non_moe_ns = step_non_moe_ns;
+    }
     uint32_t *rows_of = calloc(E, sizeof *rows_of);
     uint16_t *used = malloc(sizeof *used * E);
     s.resident = calloc(cells, 1);
@@ -589,6 +615,7 @@ done:
     free(s.n_resident);
     free(s.cap);
     free(s.fifo);
+    free(step_non_moe_ns);
     if (st)
         mp_sim_result_free(r);
     return st;

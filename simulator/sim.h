@@ -12,8 +12,10 @@
  *     invocation only if its copy finished before that invocation starts. Weight copies and the
  *     activation H2D copies share the link: an activation copy that lands while weights are in
  *     flight delays those weights by its duration.
- * Non-MoE time per step comes from the cost file (by rows in the step), spread evenly before the
- * layers so that transfer timing sees it.
+ * Non-MoE time per step (attention, norms, router, head: everything outside the MoE blocks) comes
+ * from the cost file by the step's rows (MP_NON_MOE_COSTS), or from the trace's measured step
+ * durations (MP_NON_MOE_TRACE: mp_sim_trace.non_moe_ns, one value per step, see sim_load.h); either
+ * way it is spread evenly before the layers so that transfer timing sees it.
  *
  * Hit rate is counted over routing decisions (one row choosing one expert). Requests are split
  * into train (the first train_frac of requests, in trace order) and test (held out): placements
@@ -53,6 +55,9 @@ typedef struct mp_sim_trace {
     uint32_t n_requests;
     uint32_t max_rows;
     uint32_t last_request;
+    /* (n_steps) measured non-MoE time of each step in ns (finite, >= 0), or NULL when the source
+     * gave none; set once, after the last step, by mp_sim_trace_set_non_moe. */
+    double *non_moe_ns;
 } mp_sim_trace;
 
 /* model_layer may be NULL (identity: layer i is block i). */
@@ -61,6 +66,10 @@ mp_status mp_sim_trace_init(mp_sim_trace *t, uint32_t n_layers, uint32_t n_exper
 /* Append one step: ids is (n_layers, rows, top_k). `where` names the source record in errors. */
 mp_status mp_sim_trace_add_step(mp_sim_trace *t, uint32_t request, uint32_t rows, const uint16_t *ids,
                                 const char *where, mp_error *err);
+/* Attach the measured non-MoE time of every step: non_moe_ns is (n_steps), n must be t->n_steps,
+ * every value finite and >= 0 (copied). `where` names the source in errors. */
+mp_status mp_sim_trace_set_non_moe(mp_sim_trace *t, const double *non_moe_ns, uint64_t n, const char *where,
+                                   mp_error *err);
 void mp_sim_trace_free(mp_sim_trace *t);
 static inline const uint16_t *mp_sim_step_ids(const mp_sim_trace *t, const mp_sim_step *s, uint32_t layer)
 {
@@ -95,6 +104,13 @@ typedef enum mp_sim_cost_part {
 } mp_sim_cost_part;
 const char *mp_sim_cost_part_name(mp_sim_cost_part p);
 
+/* Where a step's non-MoE time comes from. Either way MP_COST_NON_MOE scales it. */
+typedef enum mp_sim_non_moe_source {
+    MP_NON_MOE_COSTS = 0, /* the cost file's non_moe curve, by the step's rows */
+    MP_NON_MOE_TRACE,     /* the trace's measured value for the step (mp_sim_trace.non_moe_ns) */
+} mp_sim_non_moe_source;
+const char *mp_sim_non_moe_source_name(mp_sim_non_moe_source s); /* "costs", "trace" */
+
 typedef struct mp_sim_config {
     const mp_costs *costs;
     const mp_cost_expert *gpu;  /* the entries for the model's expert quant/shape */
@@ -105,6 +121,7 @@ typedef struct mp_sim_config {
     double alpha, beta, epsilon; /* decayed LFU */
     uint32_t window;            /* windowed LFU: invocations per layer */
     bool pageable;              /* host buffers pageable instead of pinned */
+    mp_sim_non_moe_source non_moe_source; /* MP_NON_MOE_TRACE needs the trace's non_moe_ns */
     double scale[MP_COST_PARTS];
 } mp_sim_config;
 

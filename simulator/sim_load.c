@@ -4,6 +4,12 @@
  * footer), nodes of unequal geometry, a step missing a node or with rows that differ between its
  * nodes, blobs of the wrong size, routing records fewer or more than the footer says. Each error
  * names the trace file and the routing record (request, step, node).
+ *
+ * With mp_sim_load_options.non_moe, each routed step's measured non-MoE time is read beside its
+ * routing (the steps and timing tables, streamed in the same (request, step) order), and fails
+ * closed the same way, naming the (request, step): a NULL duration, a missing timing row, a
+ * negative timing value, MoE time above the step's duration. Nothing is ever filled in from
+ * the cost file: the caller chose the trace's numbers.
  */
 #include "simulator/sim_load.h"
 
@@ -12,6 +18,214 @@
 #include <string.h>
 
 #include "collector/trace_read.h"
+
+/* The measured non-MoE time of the routed steps, read in routing order (one entry per traced
+ * step; with as_decode a traced step becomes n_sim one-row steps of the mp_sim_trace). */
+typedef struct non_moe_reader {
+    const char *path;
+    const mp_trace_node_info *nodes; /* (n_nodes) as the routing's, node_index increasing */
+    uint32_t n_nodes;
+    mp_trace_step_iter *steps;
+    mp_trace_timing_iter *timing;
+    mp_trace_timing_rec tim; /* look-ahead row of timing, valid while tim_rc == 1 (0: end) */
+    int tim_rc;
+    int64_t *request, *step; /* (cap) the traced step's identity, for errors */
+    double *measured_ns;     /* (cap) duration - MoE time, ns */
+    uint8_t *decode;         /* (cap) 1: a decode step of one row (as_decode replays it as is) */
+    uint32_t *n_sim;         /* (cap) mp_sim_trace steps it became */
+    uint64_t n, cap;
+} non_moe_reader;
+
+static void nm_free(non_moe_reader *nm)
+{
+    if (nm->steps)
+        mp_trace_steps_end(nm->steps);
+    if (nm->timing)
+        mp_trace_timing_end(nm->timing);
+    free(nm->request);
+    free(nm->step);
+    free(nm->measured_ns);
+    free(nm->decode);
+    free(nm->n_sim);
+    memset(nm, 0, sizeof *nm);
+}
+
+static mp_status nm_begin(non_moe_reader *nm, mp_trace_reader *r, const char *path, mp_error *err)
+{
+    memset(nm, 0, sizeof *nm);
+    nm->path = path;
+    nm->nodes = mp_trace_reader_nodes(r);
+    nm->n_nodes = (uint32_t)mp_trace_reader_n_nodes(r);
+    mp_status st = mp_trace_steps_begin(r, &nm->steps, err);
+    if (!st)
+        st = mp_trace_timing_begin(r, &nm->timing, err);
+    if (!st && (nm->tim_rc = mp_trace_timing_next(nm->timing, &nm->tim, err)) < 0)
+        st = (mp_status)nm->tim_rc;
+    return st;
+}
+
+static mp_status nm_fail(const non_moe_reader *nm, mp_error *err, int64_t request, int64_t step, const char *what)
+{
+    return mp_fail(err, MP_ERR_FORMAT,
+                   "trace %s: step (request %lld, step %lld): %s (or use --non-moe costs)", nm->path,
+                   (long long)request, (long long)step, what);
+}
+
+/* (a, b) before (c, d) in (request, step) order. */
+static bool before(int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    return a < c || (a == c && b < d);
+}
+
+/* The MoE block's share of a step's wall time at one node, from its timing row. The expert FFN
+ * time on each side (gpu_expert_ns, cpu_expert_ns), the activation copies (d2h_ns, h2d_ns) and
+ * the combine (merge_ns) are what the replay itself charges for a layer, so they are what is
+ * taken out; the GPU's experts run while the host computes its own (and its copies), hence the
+ * max, as in sim_layer_ns. sync_ns stays in the remainder: the GPU executor measures it as the
+ * host's wait for the device's event (runtime/gpu_moe.c), and the device is then still running
+ * the kernels queued before the MoE block (attention, norms, router, and any all-resident layers
+ * before it), so it is mostly non-MoE time and cannot be split from the round trip's own latency.
+ * Values are >= 0 (checked); doubles hold them exactly up to 2^53 ns. */
+static double node_moe_ns(const mp_moe_timing *t)
+{
+    double gpu_ns = (double)t->gpu_expert_ns;
+    double host_ns = (double)t->d2h_ns + (double)t->cpu_expert_ns + (double)t->h2d_ns;
+    return (gpu_ns > host_ns ? gpu_ns : host_ns) + (double)t->merge_ns;
+}
+
+/* Read the traced step (request, step) of `rows` rows: its steps row and its timing rows. */
+static mp_status nm_step(non_moe_reader *nm, int64_t request, int64_t step, uint32_t rows, uint32_t n_sim,
+                         mp_error *err)
+{
+    mp_trace_step_rec sr;
+    int rc;
+    char what[256];
+    /* steps without routing are not replayed: skip them */
+    while ((rc = mp_trace_steps_next(nm->steps, &sr, err)) == 1 && before(sr.request_id, sr.step, request, step))
+        ;
+    if (rc < 0)
+        return (mp_status)rc;
+    if (rc == 0 || sr.request_id != request || sr.step != step)
+        return nm_fail(nm, err, request, step, "no row in the steps table: expected one for every routed step");
+    if (sr.duration_ns < 0)
+        return nm_fail(nm, err, request, step,
+                       "duration_ns is NULL or negative: expected the step's measured wall time for the trace's non-MoE time");
+    const bool decode = sr.phase && !strcmp(sr.phase, "decode");
+    if (!decode && !(sr.phase && !strcmp(sr.phase, "prefill")))
+        return nm_fail(nm, err, request, step, "phase is neither 'prefill' nor 'decode'");
+    while (nm->tim_rc == 1 && before(nm->tim.request_id, nm->tim.step, request, step))
+        if ((nm->tim_rc = mp_trace_timing_next(nm->timing, &nm->tim, err)) < 0)
+            return (mp_status)nm->tim_rc;
+    double moe_ns = 0;
+    for (uint32_t l = 0; l < nm->n_nodes; l++) {
+        const mp_trace_timing_rec *tr = &nm->tim;
+        if (nm->tim_rc != 1 || tr->request_id != request || tr->step != step ||
+            tr->node_index != nm->nodes[l].node_index) {
+            snprintf(what, sizeof what, "no timing row for node %lld: expected one per MoE node of every routed step",
+                     (long long)nm->nodes[l].node_index);
+            return nm_fail(nm, err, request, step, what);
+        }
+        const mp_moe_timing *t = &tr->t;
+        if (t->gpu_expert_ns < 0 || t->cpu_expert_ns < 0 || t->d2h_ns < 0 || t->h2d_ns < 0 || t->merge_ns < 0) {
+            snprintf(what, sizeof what, "timing of node %lld: a NULL or negative time: expected times >= 0",
+                     (long long)tr->node_index);
+            return nm_fail(nm, err, request, step, what);
+        }
+        moe_ns += node_moe_ns(t);
+        if ((nm->tim_rc = mp_trace_timing_next(nm->timing, &nm->tim, err)) < 0)
+            return (mp_status)nm->tim_rc;
+    }
+    if (nm->tim_rc == 1 && nm->tim.request_id == request && nm->tim.step == step) {
+        snprintf(what, sizeof what, "timing row for node %lld, which the nodes table lacks",
+                 (long long)nm->tim.node_index);
+        return nm_fail(nm, err, request, step, what);
+    }
+    const double non_moe_ns = (double)sr.duration_ns - moe_ns;
+    if (non_moe_ns < 0) {
+        snprintf(what, sizeof what,
+                 "MoE time %.0f ns (timing, all nodes) exceeds the step's duration_ns %lld: expected MoE time <= "
+                 "the step's wall time", moe_ns, (long long)sr.duration_ns);
+        return nm_fail(nm, err, request, step, what);
+    }
+    if (nm->n == nm->cap) {
+        uint64_t cap = nm->cap ? 2 * nm->cap : 1024;
+        int64_t *rq = realloc(nm->request, sizeof *rq * cap);
+        if (rq)
+            nm->request = rq;
+        int64_t *sp = realloc(nm->step, sizeof *sp * cap);
+        if (sp)
+            nm->step = sp;
+        double *ms = realloc(nm->measured_ns, sizeof *ms * cap);
+        if (ms)
+            nm->measured_ns = ms;
+        uint8_t *dc = realloc(nm->decode, sizeof *dc * cap);
+        if (dc)
+            nm->decode = dc;
+        uint32_t *ns = realloc(nm->n_sim, sizeof *ns * cap);
+        if (ns)
+            nm->n_sim = ns;
+        if (!rq || !sp || !ms || !dc || !ns)
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for %llu steps' non-MoE times", nm->path,
+                           (unsigned long long)cap);
+        nm->cap = cap;
+    }
+    nm->request[nm->n] = request;
+    nm->step[nm->n] = step;
+    nm->measured_ns[nm->n] = non_moe_ns;
+    nm->decode[nm->n] = decode && rows == 1;
+    nm->n_sim[nm->n] = n_sim;
+    nm->n++;
+    return MP_OK;
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One value per mp_sim_trace step, attached to out. With as_decode, a traced step that is not a
+ * one-row decode step is replayed as one-row steps, which a measurement of many rows does not
+ * describe: each gets the median of the decode steps' values (the mean of the middle two for an
+ * even count), the trace's own measure of a one-row step. */
+static mp_status nm_finish(non_moe_reader *nm, bool as_decode, mp_sim_trace *out, mp_error *err)
+{
+    double median_ns = -1;
+    double *values = NULL;
+    if (as_decode) {
+        uint64_t n_decode = 0;
+        if (!(values = malloc(sizeof *values * (nm->n ? nm->n : 1))))
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", nm->path);
+        for (uint64_t i = 0; i < nm->n; i++)
+            if (nm->decode[i])
+                values[n_decode++] = nm->measured_ns[i];
+        for (uint64_t i = 0; i < nm->n && !n_decode; i++)
+            if (!nm->decode[i]) {
+                free(values);
+                return nm_fail(nm, err, nm->request[i], nm->step[i],
+                               "not a one-row decode step, so replayed as one-row steps (--as-decode), and the "
+                               "trace has no decode step: expected decode steps, whose median non-MoE time such "
+                               "steps take");
+            }
+        if (n_decode) {
+            qsort(values, n_decode, sizeof *values, by_double);
+            median_ns = n_decode % 2 ? values[n_decode / 2] : (values[n_decode / 2 - 1] + values[n_decode / 2]) / 2;
+        }
+        free(values);
+    }
+    if (!(values = malloc(sizeof *values * out->n_steps)))
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for %llu non-MoE times", nm->path,
+                       (unsigned long long)out->n_steps);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < nm->n; i++)
+        for (uint32_t j = 0; j < nm->n_sim[i] && k < out->n_steps; j++)
+            values[k++] = as_decode && !nm->decode[i] ? median_ns : nm->measured_ns[i];
+    char where[600];
+    snprintf(where, sizeof where, "trace %s", nm->path);
+    mp_status st = mp_sim_trace_set_non_moe(out, values, k, where, err);
+    free(values);
+    return st;
+}
 
 static mp_status fail_rec(mp_error *err, const char *path, const mp_trace_routing_rec *rec, const char *what)
 {
@@ -35,6 +249,8 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
     int32_t *ids32 = NULL;
     uint16_t *block = NULL;
     mp_trace_routing_iter *it = NULL;
+    non_moe_reader nm = {0};
+    const bool want_non_moe = opt && opt->non_moe;
     if (!run->status || strcmp(run->status, "complete") != 0 || !run->has_footer) {
         st = mp_fail(err, MP_ERR_FORMAT, "trace %s: status '%s'%s: expected a complete trace (status 'complete' and a footer)",
                      path, run->status ? run->status : "NULL", run->has_footer ? "" : ", no footer");
@@ -79,6 +295,8 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
     snprintf(facts->quant, sizeof facts->quant, "%s", run->quant_types ? run->quant_types : "");
 
     if ((st = mp_trace_routing_begin(r, &it, err)))
+        goto done;
+    if (want_non_moe && (st = nm_begin(&nm, r, path, err)))
         goto done;
     /* One step at a time: L records in node order with equal n_rows, then the step is added. */
     uint64_t cap_rows = 0;
@@ -138,6 +356,9 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
             }
             snprintf(where, sizeof where, "trace %s: step (request %lld, step %lld)", path, (long long)rec.request_id,
                      (long long)rec.step);
+            if (want_non_moe &&
+                (st = nm_step(&nm, rec.request_id, rec.step, rows, opt->as_decode ? rows : 1, err)))
+                goto done;
             if (opt && opt->as_decode) {
                 /* every row becomes a one-row step: real routing replayed as if decoded */
                 uint16_t *one = malloc(sizeof *one * (size_t)L * K);
@@ -173,9 +394,14 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
                      (long long)n_records, (long long)run->footer_n_routing);
         goto done;
     }
-    if (out->n_steps == 0)
+    if (out->n_steps == 0) {
         st = mp_fail(err, MP_ERR_FORMAT, "trace %s: no routing records: expected at least one step", path);
+        goto done;
+    }
+    if (want_non_moe)
+        st = nm_finish(&nm, opt->as_decode, out, err);
 done:
+    nm_free(&nm);
     if (it)
         mp_trace_routing_end(it);
     free(model_layer);

@@ -10,6 +10,14 @@
 
 typedef struct mp_sim_load_options {
     bool as_decode; /* split every step into one-row steps (replay prefill routing as decode) */
+    /* Also load each step's measured non-MoE time into mp_sim_trace.non_moe_ns (for
+     * MP_NON_MOE_TRACE): steps.duration_ns minus the MoE time of the step's nodes from the timing
+     * table, per node max(gpu_expert_ns, d2h_ns + cpu_expert_ns + h2d_ns) + merge_ns (sync_ns is
+     * left out: see sim_load.c). With as_decode, the one-row steps of a prefill step (or of any
+     * step of more than one row) each get the median of the decode steps' values. Fails closed
+     * (MP_ERR_FORMAT naming the file and the (request, step)) on a NULL duration, missing or
+     * negative timing, a remainder below 0, or as_decode with no decode step. */
+    bool non_moe;
 } mp_sim_load_options;
 
 /* What the trace says about the model, for choosing the cost entries (-1 / "" when unknown). */

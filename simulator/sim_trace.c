@@ -3,6 +3,7 @@
  * validating each step as it arrives so that the replay itself never has to check. */
 #include "simulator/sim.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +41,28 @@ void mp_sim_trace_free(mp_sim_trace *t)
     free(t->model_layer);
     free(t->steps);
     free(t->ids);
+    free(t->non_moe_ns);
     memset(t, 0, sizeof *t);
+}
+
+mp_status mp_sim_trace_set_non_moe(mp_sim_trace *t, const double *non_moe_ns, uint64_t n, const char *where,
+                                   mp_error *err)
+{
+    if (!where)
+        where = "trace";
+    if (t->non_moe_ns)
+        return mp_fail(err, MP_ERR_ARG, "%s: non-MoE times set twice: expected them once, after the last step", where);
+    if (n != t->n_steps || n == 0)
+        return mp_fail(err, MP_ERR_ARG, "%s: %llu non-MoE times for %llu steps: expected one per step", where,
+                       (unsigned long long)n, (unsigned long long)t->n_steps);
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(non_moe_ns[i]) || non_moe_ns[i] < 0)
+            return mp_fail(err, MP_ERR_FORMAT, "%s: step %llu: non-MoE time %g ns: expected a finite number >= 0",
+                           where, (unsigned long long)i, non_moe_ns[i]);
+    if (!(t->non_moe_ns = malloc(sizeof *t->non_moe_ns * n)))
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory for %llu non-MoE times", where, (unsigned long long)n);
+    memcpy(t->non_moe_ns, non_moe_ns, sizeof *t->non_moe_ns * n);
+    return MP_OK;
 }
 
 static bool seen_request(const mp_sim_trace *t, uint32_t request)
@@ -60,6 +82,9 @@ mp_status mp_sim_trace_add_step(mp_sim_trace *t, uint32_t request, uint32_t rows
         where = "trace";
     if (rows < 1)
         return mp_fail(err, MP_ERR_FORMAT, "%s: request %u: step with 0 rows: expected >= 1", where, request);
+    if (t->non_moe_ns) /* they are one per step: a later step would have none */
+        return mp_fail(err, MP_ERR_ARG, "%s: request %u: step added after the non-MoE times: expected steps first",
+                       where, request);
     if (request != t->last_request && t->n_steps && seen_request(t, request))
         return mp_fail(err, MP_ERR_FORMAT,
                        "%s: request %u resumes after request %u: expected each request's steps together",

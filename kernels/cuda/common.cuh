@@ -31,6 +31,23 @@ static_assert(offsetof(mp_block_q8_K, qs) == 4 && offsetof(mp_block_q8_K, bsums)
 
 #define MPC_WARP 32
 
+// RoPE of pair i (of rot_dim / 2) of one head hd[0 .. head_dim) at position pos: the angle in
+// float64 as mp_rope_cache computes it, the rotation with _rn intrinsics (no FMA), so that every
+// kernel that rotates (rope_kernel, qkv_finish_kernel) gives the CPU's result to the last ulp of
+// the double cos/sin.
+__device__ __forceinline__ void mpc_rope_pair(float *hd, int64_t i, int64_t rot_dim, int32_t pos, float base,
+                                              int style)
+{
+    const int64_t half = rot_dim / 2;
+    const double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)rot_dim);
+    const float c = (float)cos(theta), s = (float)sin(theta);
+    const int64_t ia = style == MP_CUDA_ROPE_NEOX ? i : 2 * i;
+    const int64_t ib = style == MP_CUDA_ROPE_NEOX ? i + half : 2 * i + 1;
+    const float a = hd[ia], b = hd[ib];
+    hd[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    hd[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
 __device__ __forceinline__ float mpc_f16(uint16_t bits)
 {
     return __half2float(__ushort_as_half(bits));
@@ -84,6 +101,49 @@ __device__ __forceinline__ float mpc_warp_max(float v)
     for (int off = 16; off > 0; off >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     return v;
+}
+
+// One activation block quantized by one warp (lane = threadIdx.x % 32), bit-identical to the
+// CPU reference (kernels/cpu/quantize.c): shared by the quantize kernels (convert.cu) and the
+// fused norm + quantize (norm.cu).
+// Q8_0: d = max|x| / 127 stored as f16, q = round_half_away(x * (1 / d)), as the CPU does (it
+// computes 1/d from the unrounded float d). x: 32 floats, b: an mp_block_q8_0.
+__device__ __forceinline__ void mpc_quantize_q8_0_warp(const float *x, uint8_t *b, int lane)
+{
+    const float v = x[lane];
+    const float amax = mpc_warp_max(fabsf(v));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __frcp_rn(d) : 0.0f;
+    b[2 + lane] = (uint8_t)(int8_t)roundf(__fmul_rn(v, id));
+    if (lane == 0)
+        *(uint16_t *)b = __half_as_ushort(__float2half_rn(d));
+}
+
+// Q8_K: iscale = 127 / max|x|, d = 1 / iscale (f32), q = rint(x * iscale) clamped to ±127,
+// bsums per 16. Lane l holds elements 8l .. 8l + 7, so a bsum is two adjacent lanes. x: 256
+// floats, b: an mp_block_q8_K (4-byte aligned).
+__device__ __forceinline__ void mpc_quantize_q8_K_warp(const float *x, uint8_t *b, int lane)
+{
+    const float *xb = x + 8 * lane;
+    float v[8], amax = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        v[j] = xb[j];
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    amax = mpc_warp_max(amax);
+    const float iscale = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int s = 0;
+    for (int j = 0; j < 8; j++) {
+        int qi = __float2int_rn(__fmul_rn(v[j], iscale));
+        qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+        b[4 + 8 * lane + j] = (uint8_t)(int8_t)qi;
+        s += qi;
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if ((lane & 1) == 0)
+        *(int16_t *)(b + 260 + 2 * (lane / 2)) = (int16_t)s;
+    if (lane == 0)
+        *(float *)b = amax != 0.0f ? __frcp_rn(iscale) : 0.0f;
 }
 
 // Host: bytes of a row of n elements of type t (0 if n is not a multiple of the block size or

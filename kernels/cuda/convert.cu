@@ -37,8 +37,6 @@ extern "C" size_t mp_cuda_row_bytes(int type, int64_t n)
 
 // ---- activation quantization: one warp per block ----
 
-// Q8_0: d = max|x| / 127 stored as f16, q = round_half_away(x * (1 / d)), as the CPU does (it
-// computes 1/d from the unrounded float d).
 __global__ void quantize_q8_0_kernel(const float *x, int64_t x_stride, int64_t n_rows, int64_t n,
                                      uint8_t *q, size_t q_row_bytes)
 {
@@ -48,18 +46,9 @@ __global__ void quantize_q8_0_kernel(const float *x, int64_t x_stride, int64_t n
     if (gw >= n_rows * nb)
         return;
     const int64_t row = gw / nb, ib = gw % nb;
-    const float v = x[row * x_stride + ib * 32 + lane];
-    const float amax = mpc_warp_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __frcp_rn(d) : 0.0f;
-    uint8_t *b = q + row * q_row_bytes + ib * 34; // mp_block_q8_0
-    b[2 + lane] = (uint8_t)(int8_t)roundf(__fmul_rn(v, id));
-    if (lane == 0)
-        *(uint16_t *)b = __half_as_ushort(__float2half_rn(d));
+    mpc_quantize_q8_0_warp(x + row * x_stride + ib * 32, q + row * q_row_bytes + ib * 34, lane);
 }
 
-// Q8_K: iscale = 127 / max|x|, d = 1 / iscale (f32), q = rint(x * iscale) clamped to ±127,
-// bsums per 16. Lane l holds elements 8l .. 8l + 7, so a bsum is two adjacent lanes.
 __global__ void quantize_q8_K_kernel(const float *x, int64_t x_stride, int64_t n_rows, int64_t n,
                                      uint8_t *q, size_t q_row_bytes)
 {
@@ -69,27 +58,7 @@ __global__ void quantize_q8_K_kernel(const float *x, int64_t x_stride, int64_t n
     if (gw >= n_rows * nb)
         return;
     const int64_t row = gw / nb, ib = gw % nb;
-    const float *xb = x + row * x_stride + ib * 256 + 8 * lane;
-    float v[8], amax = 0.0f;
-    for (int j = 0; j < 8; j++) {
-        v[j] = xb[j];
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
-    amax = mpc_warp_max(amax);
-    const float iscale = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint8_t *b = q + row * q_row_bytes + ib * 292; // mp_block_q8_K, 4-byte aligned
-    int s = 0;
-    for (int j = 0; j < 8; j++) {
-        int qi = __float2int_rn(__fmul_rn(v[j], iscale));
-        qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
-        b[4 + 8 * lane + j] = (uint8_t)(int8_t)qi;
-        s += qi;
-    }
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    if ((lane & 1) == 0)
-        *(int16_t *)(b + 260 + 2 * (lane / 2)) = (int16_t)s;
-    if (lane == 0)
-        *(float *)b = amax != 0.0f ? __frcp_rn(iscale) : 0.0f;
+    mpc_quantize_q8_K_warp(x + row * x_stride + ib * 256, q + row * q_row_bytes + ib * 292, lane);
 }
 
 __global__ void copy_rows_kernel(const float *x, int64_t x_stride, int64_t n_rows, int64_t n,

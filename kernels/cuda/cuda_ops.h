@@ -108,6 +108,9 @@ typedef struct mp_cuda_moe_args {
     mp_cuda_expert_tensor gate, up, down; /* gate/up: (n_ff, n_embd); down: (n_embd, n_ff) */
     int64_t n_embd, n_ff, n_expert, top_k, n_rows;
     const float *d_x;         /* (n_rows, n_embd) the normed MoE input */
+    const void *d_xq;         /* NULL, or d_x already converted to the gate's vec_dot_type
+                               * (mp_cuda_vec_dot_type; rows mp_cuda_row_bytes apart): the
+                               * conversion is then skipped */
     const int32_t *d_ids;     /* (n_rows, top_k) routed experts */
     const float *d_weights;   /* (n_rows, top_k) combine weights */
     float *d_out;             /* (n_rows, n_embd) */
@@ -167,6 +170,23 @@ int mp_cuda_kv_store_at(uint16_t *d_cache, const float *d_src, int64_t n_rows, i
 /* mp_cuda_kv_store_at for K and V in one launch. */
 int mp_cuda_kv_store2_at(uint16_t *d_kcache, uint16_t *d_vcache, const float *d_k, const float *d_v,
                          int64_t n_rows, int64_t n_kv, const int32_t *d_pos, void *stream);
+
+/* d_out = rmsnorm(d_x (+= d_y when d_y is not NULL)) * d_w, rows × n as mp_cuda_add_rmsnorm /
+ * mp_cuda_rmsnorm, and d_q = d_out converted to vdt (MP_TYPE_Q8_0 or MP_TYPE_Q8_K) as
+ * mp_cuda_quantize_act would, in one launch; bit-identical to those launches. d_out != d_x. */
+int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const float *d_w, int64_t rows, int64_t n,
+                          float eps, int vdt, void *d_q, void *stream);
+
+/* Everything between the Q/K/V projections and attention, in one launch, for n_rows rows at
+ * positions d_pos: with norm, each head of d_q (n_rows, n_head, head_dim) and d_k (n_rows,
+ * n_head_kv, head_dim) is RMS-normalized with d_q_norm / d_k_norm (head_dim weights each, or NULL
+ * for none) as mp_cuda_rmsnorm does per head; then RoPE as mp_cuda_rope (style, rot_dim,
+ * freq_base); the results are written back, and K and V (n_rows, n_head_kv, head_dim) go to the
+ * caches as mp_cuda_kv_store2_at. Bit-identical to those launches (tests/gpu/test_cuda_norm.c). */
+int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm, const float *d_k_norm,
+                       int norm, int64_t n_rows, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                       int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, float eps,
+                       uint16_t *d_kcache, uint16_t *d_vcache, void *stream);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,

@@ -15,14 +15,7 @@ __global__ void rope_kernel(float *x, int64_t n_rows, int64_t row_stride, int64_
     if (t >= n_rows * n_head * half)
         return;
     const int64_t i = t % half, h = (t / half) % n_head, r = t / (half * n_head);
-    const double theta = (double)pos[r] * pow((double)base, -2.0 * (double)i / (double)rot_dim);
-    const float c = (float)cos(theta), s = (float)sin(theta);
-    float *hd = x + r * row_stride + h * head_dim;
-    const int64_t ia = style == MP_CUDA_ROPE_NEOX ? i : 2 * i;
-    const int64_t ib = style == MP_CUDA_ROPE_NEOX ? i + half : 2 * i + 1;
-    const float a = hd[ia], b = hd[ib];
-    hd[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    hd[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    mpc_rope_pair(x + r * row_stride + h * head_dim, i, rot_dim, pos[r], base, style);
 }
 
 extern "C" int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head,

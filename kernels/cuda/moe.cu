@@ -408,8 +408,10 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     uint8_t *hq = (uint8_t *)h + align256((size_t)routes * (size_t)a->n_ff * sizeof(float));
     cudaStream_t st = (cudaStream_t)stream;
 
-    int rc = mp_cuda_quantize_act(xv, a->d_x, a->n_embd, a->n_rows, a->n_embd, xq, stream);
-    if (rc)
+    int rc = 0;
+    if (a->d_xq) /* converted by the caller (the fused norm + quantize) */
+        xq = (uint8_t *)a->d_xq;
+    else if ((rc = mp_cuda_quantize_act(xv, a->d_x, a->n_embd, a->n_rows, a->n_embd, xq, stream)))
         return rc;
     const int64_t gate_units = a->n_embd / (a->gate.type == MP_TYPE_F32 || a->gate.type == MP_TYPE_F16 ||
                                             a->gate.type == MP_TYPE_BF16 ? 1 : 32);

@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/common.cuh"
 
 // The block-wide f32 sum of each thread's partial (warp shuffles, then the warps' sums): the
 // same order for every norm kernel here, which is what makes add_rmsnorm bit-identical.
@@ -58,6 +58,124 @@ __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const f
     const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+}
+
+// What follows the Q/K/V projections of a step, in one launch: one block per (row, head) of Q,
+// K and V. Q and K heads: optional per-head RMSNorm (the arithmetic of rmsnorm_kernel: same block
+// size, same per-thread order, same block_sum), then RoPE of every pair (mpc_rope_pair), written
+// back; K heads also go to the F16 cache at row d_pos[row]; V heads only go to the cache. Five
+// launches before (q norm, k norm, rope q, rope k, K+V store), bit-identical results.
+#define QKV_FINISH_THREADS 256
+__global__ void qkv_finish_kernel(float *q, float *k, const float *v, const float *qw, const float *kw,
+                                  int norm, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim,
+                                  const int32_t *pos, float base, int style, float eps, uint16_t *kc,
+                                  uint16_t *vc)
+{
+    extern __shared__ float head[]; // (hd) the head being finished
+    const int64_t heads = n_head + 2 * n_head_kv, n_kv = n_head_kv * hd;
+    const int64_t r = blockIdx.x / heads, h = blockIdx.x % heads;
+    const int64_t p = pos[r];
+    if (h >= n_head + n_head_kv) { // a V head: to the cache as it is
+        const int64_t j = h - n_head - n_head_kv;
+        const float *src = v + r * n_kv + j * hd;
+        uint16_t *dst = vc + p * n_kv + j * hd;
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
+            dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+        return;
+    }
+    const bool is_q = h < n_head;
+    float *x = is_q ? q + (r * n_head + h) * hd : k + r * n_kv + (h - n_head) * hd;
+    const float *w = is_q ? qw : kw;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        head[i] = x[i];
+        sum += x[i] * x[i];
+    }
+    if (norm) { // block-uniform: every thread takes the branch or none does
+        const float scale = rsqrtf(block_sum(sum) / (float)hd + eps);
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
+            head[i] = head[i] * scale * (w ? w[i] : 1.0f);
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < rot_dim / 2; i += blockDim.x)
+        mpc_rope_pair(head, i, rot_dim, (int32_t)p, base, style);
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
+        x[i] = head[i];
+    if (!is_q) {
+        uint16_t *dst = kc + p * n_kv + (h - n_head) * hd;
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
+            dst[i] = __half_as_ushort(__float2half_rn(head[i]));
+    }
+}
+
+extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm,
+                                  const float *d_k_norm, int norm, int64_t n_rows, int64_t n_head,
+                                  int64_t n_head_kv, int64_t head_dim, int64_t rot_dim, const int32_t *d_pos,
+                                  float freq_base, int style, float eps, uint16_t *d_kcache, uint16_t *d_vcache,
+                                  void *stream)
+{
+    if (n_rows < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv || head_dim < 2 || rot_dim < 2 ||
+        rot_dim > head_dim || rot_dim % 2 || head_dim > 4096 || !d_q || !d_k || !d_v || !d_pos ||
+        !d_kcache || !d_vcache || (style != MP_CUDA_ROPE_NEOX && style != MP_CUDA_ROPE_NORM))
+        return MP_CUDA_EINVAL;
+    const int64_t blocks = n_rows * (n_head + 2 * n_head_kv);
+    if (blocks == 0)
+        return 0;
+    qkv_finish_kernel<<<(unsigned)blocks, QKV_FINISH_THREADS, (size_t)head_dim * sizeof(float),
+                        (cudaStream_t)stream>>>(d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv,
+                                                head_dim, rot_dim, d_pos, freq_base, style, eps, d_kcache,
+                                                d_vcache);
+    return mpc_launch_status();
+}
+
+// (x += y when y is given,) out = rmsnorm(x) * w, and out quantized to vdt (Q8_0 or Q8_K) into q,
+// one block per row: the norm exactly as add_rmsnorm_kernel / rmsnorm_kernel, then each warp
+// quantizes blocks of the row it and its block wrote (mpc_quantize_*_warp, as the quantize
+// kernels do). One launch where a decode step had two before every quantized projection.
+__global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
+                                     float eps, int vdt, uint8_t *q, size_t q_row_bytes)
+{
+    float *xr = x + blockIdx.x * n;
+    const float *yr = y ? y + blockIdx.x * n : NULL;
+    float *outr = out + blockIdx.x * n;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (yr) {
+            const float v = xr[i] + yr[i];
+            xr[i] = v;
+            sum += v * v;
+        } else {
+            sum += xr[i] * xr[i];
+        }
+    }
+    const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+    __syncthreads(); // the row is written; every warp may now read all of it
+    const int warp = threadIdx.x / MPC_WARP, lane = threadIdx.x % MPC_WARP, n_warps = blockDim.x / MPC_WARP;
+    uint8_t *qr = q + blockIdx.x * q_row_bytes;
+    if (vdt == MP_TYPE_Q8_0)
+        for (int64_t ib = warp; ib < n / 32; ib += n_warps)
+            mpc_quantize_q8_0_warp(outr + ib * 32, qr + ib * 34, lane);
+    else
+        for (int64_t ib = warp; ib < n / 256; ib += n_warps)
+            mpc_quantize_q8_K_warp(outr + ib * 256, qr + ib * 292, lane);
+}
+
+extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const float *d_w, int64_t rows,
+                                     int64_t n, float eps, int vdt, void *d_q, void *stream)
+{
+    if (rows <= 0)
+        return 0;
+    const size_t rb = mpc_row_bytes(vdt, n);
+    const size_t align = vdt == MP_TYPE_Q8_K ? 4 : 2; /* the blocks' float / f16 fields */
+    if (!d_out || !d_x || !d_q || d_out == d_x || n < 1 || rb == 0 || (vdt != MP_TYPE_Q8_0 && vdt != MP_TYPE_Q8_K) ||
+        (uintptr_t)d_q % align || rb % align)
+        return MP_CUDA_EINVAL;
+    rmsnorm_quant_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps, vdt,
+                                                                          (uint8_t *)d_q, rb);
+    return mpc_launch_status();
 }
 
 extern "C" int mp_cuda_add_rmsnorm(float *d_out, float *d_x, const float *d_y, const float *d_w,

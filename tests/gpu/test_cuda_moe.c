@@ -14,6 +14,7 @@
  * (each flip moves one term by d_h |W|, < 1/127 of one of n_ff terms). A wrong expert, row or
  * weight moves the output by ~M / sqrt(n_ff) ≈ 4e-2 · M. */
 #include "mp_config.h"
+#include <string.h>
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
@@ -236,6 +237,23 @@ static void check_experts(const moe_case *c)
                   (unsigned long long)g_seed, mp_type_name(c->gate_type), mp_type_name(c->down_type),
                   (long)D, (long)F, (long)E, (long)K, (long)R, c->use_slots, c->accumulate,
                   (long)(i / D), (long)(i % D), got[i], ref[i], fabs((double)got[i] - ref[i]), tol);
+    }
+    /* x converted by the caller (d_xq, the fused norm + quantize's output) gives the same bytes */
+    const int xv = mp_cuda_vec_dot_type(c->gate_type);
+    if (xv != MP_TYPE_F32) {
+        void *d_xq = dev_alloc(mp_cuda_row_bytes(xv, D) * (size_t)R);
+        MPC_OK(mp_cuda_quantize_act(xv, d_x, D, R, D, d_xq, NULL));
+        CUDA_OK(cudaMemcpy(d_out, init, sizeof(float) * (size_t)(R * D), cudaMemcpyHostToDevice));
+        a.d_xq = d_xq;
+        MPC_OK(mp_cuda_moe_experts(&a, NULL));
+        float *got2 = malloc(sizeof(float) * (size_t)(R * D));
+        dev_get(got2, d_out, sizeof(float) * (size_t)(R * D));
+        cr_assert_eq(memcmp(got, got2, sizeof(float) * (size_t)(R * D)), 0,
+                     "seed %llu: experts %s/%s rows %ld: a caller-converted x (d_xq) changes the output",
+                     (unsigned long long)g_seed, mp_type_name(c->gate_type), mp_type_name(c->down_type), (long)R);
+        a.d_xq = NULL;
+        free(got2);
+        cudaFree(d_xq);
     }
     /* the undersized scratch is refused, not overrun */
     a.scratch_bytes = sb - 1;

@@ -138,6 +138,62 @@ Test(sim, baselines_and_whole_layers_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* Non-MoE time from the trace (MP_NON_MOE_TRACE): each step takes its own measured value instead
+ * of the cost file's curve (which the config makes 0 ns, and then 50 ns, to tell them apart), and
+ * the non_moe cost scale applies to it. All-GPU: 2 layers x 20 ns per step, so 4 steps of the
+ * small trace with measured 100, 200, 300, 400 ns take 160 + 1000 = 1160 ns; x2: 160 + 2000. */
+Test(sim, non_moe_from_the_trace_by_hand)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 4);
+    static mp_cost_stat fifty_y[2] = {{50, 0}, {50, 0}};
+    costs.non_moe = (mp_cost_curve){2, xs_rows, fifty_y};
+    mp_error err;
+    mp_sim_result r;
+    c.non_moe_source = MP_NON_MOE_TRACE; /* asked before the trace carries any: refused */
+    cr_assert_eq(mp_sim_run(&t, &c, MP_POL_ALL_GPU, &r, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "no measured non-MoE times"), "%s", err.msg);
+    const double measured[4] = {100, 200, 300, 400};
+    cr_assert_eq(mp_sim_trace_set_non_moe(&t, measured, 4, "test", &err), MP_OK, "%s", err.msg);
+    mp_sim_result g = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(g.train.time_ns, 160.0 + 1000.0, 1e-9);
+    c.scale[MP_COST_NON_MOE] = 2.0;
+    mp_sim_result g2 = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(g2.train.time_ns, 160.0 + 2000.0, 1e-9);
+    c.scale[MP_COST_NON_MOE] = 1.0;
+    c.non_moe_source = MP_NON_MOE_COSTS; /* the cost file's 50 ns per step, the measured ones ignored */
+    mp_sim_result k = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(k.train.time_ns, 160.0 + 4 * 50.0, 1e-9);
+    /* all-CPU pays the same MoE time under either source: the difference is the non-MoE sums */
+    c.non_moe_source = MP_NON_MOE_TRACE;
+    mp_sim_result ct = run(&t, &c, MP_POL_ALL_CPU);
+    c.non_moe_source = MP_NON_MOE_COSTS;
+    mp_sim_result cc = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(ct.train.time_ns, 8 * 235.0 + 1000.0, 1e-9);
+    cr_assert_float_eq(cc.train.time_ns, 8 * 235.0 + 200.0, 1e-9);
+    /* one value per step, set once, and steps cannot follow them */
+    cr_assert_eq(mp_sim_trace_set_non_moe(&t, measured, 4, "test", &err), MP_ERR_ARG);
+    const uint16_t one_step[] = {0, 1, 0, 2};
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 1, one_step, "test", &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "after the non-MoE times"), "%s", err.msg);
+    mp_sim_result_free(&g);
+    mp_sim_result_free(&g2);
+    mp_sim_result_free(&k);
+    mp_sim_result_free(&ct);
+    mp_sim_result_free(&cc);
+    mp_sim_trace_free(&t);
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    cr_assert_eq(mp_sim_trace_set_non_moe(&t, measured, 3, "test", &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "3 non-MoE times for 4 steps"), "%s", err.msg);
+    const double negative[4] = {100, -1, 300, 400}, nan_one[4] = {100, 200, NAN, 400};
+    cr_assert_eq(mp_sim_trace_set_non_moe(&t, negative, 4, "test", &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "test: step 1: non-MoE time -1 ns"), "%s", err.msg);
+    cr_assert_eq(mp_sim_trace_set_non_moe(&t, nan_one, 4, "test", &err), MP_ERR_FORMAT);
+    cr_assert_null(t.non_moe_ns);
+    mp_sim_trace_free(&t);
+}
+
 /* Concurrent experts: the GPU's `concurrent` curve {1 expert: 10, 2: 14} splits into fixed 6 +
  * 4 per one-row expert, the CPU's {1: 100, 2: 130} into 70 + 30 (by_rows is flat, so rows add
  * nothing). Per invocation of the small trace (two experts): all on the GPU 6 + 4 + 4 = 14; all on

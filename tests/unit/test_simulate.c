@@ -1,8 +1,10 @@
 /* tests/unit/test_simulate.c — from a real trace file to results: the trace loader (collector
  * reader -> mp_sim_trace), and `moeplan simulate` end to end (table, JSON, SVG, STRP profile and
- * manifest, llama.cpp override), with its one-line errors on bad input. */
+ * manifest, llama.cpp override), with its one-line errors on bad input; non-MoE time from the
+ * cost file and from a trace's measured durations and timing (--non-moe), computed by hand. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "collector/import.h"
+#include "collector/trace.h"
 #include "runtime/model.h"
 #include "runtime/strp.h"
 #include "simulator/sim_load.h"
@@ -66,7 +69,7 @@ Test(simulate, loads_a_trace)
     const uint16_t want[] = {2, 3, 2, 0, 3, 2};
     cr_assert(!memcmp(l1, want, sizeof want));
     mp_sim_trace_free(&t);
-    mp_sim_load_options as_decode = {true};
+    mp_sim_load_options as_decode = {.as_decode = true};
     cr_assert_eq(mp_sim_load_trace(db, &as_decode, &t, &facts, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(t.n_steps, 6);
     cr_assert_eq(t.steps[4].rows, 1);
@@ -204,6 +207,82 @@ Test(simulate, cli_errors_are_one_line)
     cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
 }
 
+static cJSON *read_json(const char *name)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s missing", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "%s is not JSON", path);
+    return root;
+}
+
+/* --sweep alpha=...: each point equals a run of decayed-lfu with that --alpha, at every budget */
+Test(simulate, sweep_points_equal_single_runs)
+{
+    static char out[1 << 16];
+    char args[2048];
+    const char *common = "--expert Q4_K --budget 2000000B,3000000B --non-expert-bytes 1000000 --train-frac 0.5";
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --policy lru --sweep alpha=0.5,0.95 --json s.json",
+             costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "sweep: decayed-lfu over alpha"), "%s", out);
+    cJSON *sw = cJSON_GetObjectItem(read_json("s.json"), "sweep");
+    cr_assert_not_null(sw);
+    cr_assert_str_eq(cJSON_GetObjectItem(sw, "param")->valuestring, "alpha");
+    cJSON *pts = cJSON_GetObjectItem(sw, "points");
+    cr_assert_eq(cJSON_GetArraySize(pts), 2);
+    const char *alphas[2] = {"0.5", "0.95"};
+    for (int v = 0; v < 2; v++) {
+        snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --policy decayed-lfu --alpha %s --json a.json",
+                 costs_path(), common, alphas[v]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+        cJSON *one = read_json("a.json");
+        cJSON *pt = cJSON_GetArrayItem(pts, v);
+        cr_assert_float_eq(cJSON_GetObjectItem(pt, "value")->valuedouble, atof(alphas[v]), 1e-12);
+        for (int b = 0; b < 2; b++) {
+            cJSON *bo = cJSON_GetArrayItem(cJSON_GetObjectItem(pt, "budgets"), b);
+            cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(one, "budgets"), b), "policies");
+            cJSON *dl = NULL;
+            for (int i = 0; i < cJSON_GetArraySize(pols); i++)
+                if (!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(pols, i), "policy")->valuestring, "decayed-lfu"))
+                    dl = cJSON_GetArrayItem(pols, i);
+            cr_assert_not_null(dl);
+            for (int split = 0; split < 2; split++) {
+                const char *key = split ? "held_out" : "in_sample";
+                cJSON *x = cJSON_GetObjectItem(bo, key), *y = cJSON_GetObjectItem(dl, key);
+                cr_assert_float_eq(cJSON_GetObjectItem(x, "time_ns")->valuedouble,
+                                   cJSON_GetObjectItem(y, "time_ns")->valuedouble, 1e-6, "alpha %s budget %d %s",
+                                   alphas[v], b, key);
+                cr_assert_eq(cJSON_GetObjectItem(x, "admissions")->valuedouble,
+                             cJSON_GetObjectItem(y, "admissions")->valuedouble);
+                cr_assert_eq(cJSON_GetObjectItem(x, "hits")->valuedouble, cJSON_GetObjectItem(y, "hits")->valuedouble);
+            }
+        }
+        cJSON_Delete(one);
+    }
+    /* bad sweeps are usage errors, in one line */
+    static const char *const bad[][2] = {
+        {"--sweep gamma=1", "expected PARAM=V1,V2,... with PARAM alpha, beta"},
+        {"--sweep alpha=0", "value '0': expected 0 < alpha <= 1"},
+        {"--sweep window=1.5", "value '1.5': expected an integer window"},
+        {"--sweep epsilon=-1", "expected epsilon >= 0"},
+        {"--sweep beta=1 --sweep alpha=1", "--sweep given twice"},
+        {"--sweep alpha=", "--sweep alpha: no values"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "simulate t.db --costs x.json --budget 1GB %s", bad[i][0]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s: %s", bad[i][0], out);
+        cr_assert_not_null(strstr(out, bad[i][1]), "%s: %s", bad[i][0], out);
+        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    }
+}
+
 Test(simulate, model_gives_the_non_expert_bytes)
 {
     static char out[8192];
@@ -252,4 +331,242 @@ Test(simulate, model_of_another_shape_is_refused)
     cr_assert_not_null(strstr(out, "other.gguf: experts of"), "%s", out);
     cr_assert_not_null(strstr(out, "do not match trace c.db"), "%s", out);
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+}
+
+/* ---- --non-moe trace: the trace's measured step durations minus its MoE timing ----
+ *
+ * timed.db, written with the collector's writer: request 5 of one 2-row prefill step (rows route
+ * {0,1} and {2,3}) and two decode steps (route {0,1}), MoE layers 0 and 1 of 4 experts, top-2,
+ * 1e6-byte experts, with durations and timing rows. A node's MoE time is max(gpu_expert_ns,
+ * d2h_ns + cpu_expert_ns + h2d_ns) + merge_ns (sync_ns stays non-MoE, see simulator/sim_load.c):
+ *   step 0: node 0 max(50000, 20000 + 100000 + 30000) + 10000 = 160000; node 1 max(400000, 100000)
+ *           = 400000 (its sync_ns 999999 not counted); duration 2000000 -> non-MoE 1440000
+ *   step 1: node 0 200000; node 1 300000 + merge 100000 = 400000; duration 900000 -> 300000
+ *   step 2: node 0 100000 (sync_ns 50000 not counted); node 1 200000; duration 800000 -> 500000
+ * With --as-decode the prefill's two rows each take the decode steps' median (300000 + 500000) / 2
+ * = 400000. */
+static char timed[600];
+
+static void write_timed_trace(void)
+{
+    snprintf(timed, sizeof timed, "%s/timed.db", dir);
+    mp_error err;
+    mp_trace_writer *w;
+    cr_assert_eq(mp_trace_writer_open(timed, false, &w, &err), MP_OK, "%s", err.msg);
+    mp_trace_run_info info;
+    mp_trace_run_info_init(&info);
+    info.source = "moeplan";
+    info.n_experts = 4;
+    info.top_k = 2;
+    info.n_moe_layers = 2;
+    cr_assert_eq(mp_trace_set_run(w, &info, &err), MP_OK, "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "blk.%d.ffn_moe", i);
+        mp_trace_node nd = {.node_index = i, .node_type = "moe", .node_name = name, .layer = i, .n_experts = 4,
+                            .top_k = 2, .expert_bytes = 1000000, .weight_format = MP_TRACE_W_F32};
+        cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
+    }
+    const mp_moe_timing tim[3][2] = {
+        {{.gpu_expert_ns = 50000, .cpu_expert_ns = 100000, .d2h_ns = 20000, .h2d_ns = 30000, .merge_ns = 10000},
+         {.gpu_expert_ns = 400000, .cpu_expert_ns = 100000, .sync_ns = 999999}},
+        {{.gpu_expert_ns = 200000}, {.cpu_expert_ns = 300000, .merge_ns = 100000}},
+        {{.gpu_expert_ns = 100000, .sync_ns = 50000}, {.gpu_expert_ns = 200000}},
+    };
+    const int64_t duration_ns[3] = {2000000, 900000, 800000};
+    const int32_t prefill_ids[4] = {0, 1, 2, 3}, decode_ids[2] = {0, 1};
+    const float wts[4] = {0.75f, 0.25f, 0.75f, 0.25f};
+    cr_assert_eq(mp_trace_request_begin(w, 5, NULL, NULL, -1, NULL, 0, &err), MP_OK, "%s", err.msg);
+    for (int s = 0; s < 3; s++) {
+        const int rows = s == 0 ? 2 : 1;
+        cr_assert_eq(mp_trace_step_begin(w, s, s ? MP_PHASE_DECODE : MP_PHASE_PREFILL, rows, s ? s + 1 : 0, &err),
+                     MP_OK, "%s", err.msg);
+        for (int nd = 0; nd < 2; nd++) {
+            cr_assert_eq(mp_trace_add_routing(w, nd, rows, 2, s ? decode_ids : prefill_ids, wts, &err), MP_OK, "%s",
+                         err.msg);
+            cr_assert_eq(mp_trace_add_timing(w, nd, &tim[s][nd], &err), MP_OK, "%s", err.msg);
+        }
+        cr_assert_eq(mp_trace_step_end(w, duration_ns[s], &err), MP_OK, "%s", err.msg);
+    }
+    cr_assert_eq(mp_trace_request_end(w, 2, 4000000, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
+    mp_trace_writer_close(w);
+}
+
+Test(simulate, loads_measured_non_moe_times)
+{
+    write_timed_trace();
+    mp_sim_trace t;
+    mp_sim_trace_facts facts;
+    mp_error err;
+    mp_sim_load_options o = {.non_moe = true};
+    cr_assert_eq(mp_sim_load_trace(timed, &o, &t, &facts, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(t.n_steps, 3);
+    cr_assert_not_null(t.non_moe_ns);
+    cr_assert_float_eq(t.non_moe_ns[0], 1440000, 1e-9);
+    cr_assert_float_eq(t.non_moe_ns[1], 300000, 1e-9);
+    cr_assert_float_eq(t.non_moe_ns[2], 500000, 1e-9);
+    mp_sim_trace_free(&t);
+    o.as_decode = true;
+    cr_assert_eq(mp_sim_load_trace(timed, &o, &t, &facts, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(t.n_steps, 4);
+    cr_assert_float_eq(t.non_moe_ns[0], 400000, 1e-9);
+    cr_assert_float_eq(t.non_moe_ns[1], 400000, 1e-9);
+    cr_assert_float_eq(t.non_moe_ns[2], 300000, 1e-9);
+    cr_assert_float_eq(t.non_moe_ns[3], 500000, 1e-9);
+    mp_sim_trace_free(&t);
+    o.non_moe = false; /* not asked: not loaded */
+    cr_assert_eq(mp_sim_load_trace(timed, &o, &t, &facts, &err), MP_OK, "%s", err.msg);
+    cr_assert_null(t.non_moe_ns);
+    mp_sim_trace_free(&t);
+}
+
+/* The named policy's in-sample metric `key` in report `json_name` (train-frac 1: all in-sample). */
+static double policy_metric(const char *json_name, const char *policy, const char *key)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, json_name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    static char json[1 << 20];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(json);
+    cr_assert_not_null(root, "report is not JSON");
+    cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "budgets"), 0), "policies");
+    double v = NAN;
+    for (int i = 0; i < cJSON_GetArraySize(pols); i++) {
+        cJSON *po = cJSON_GetArrayItem(pols, i);
+        if (!strcmp(cJSON_GetObjectItem(po, "policy")->valuestring, policy))
+            v = cJSON_GetObjectItem(cJSON_GetObjectItem(po, "in_sample"), key)->valuedouble;
+    }
+    cJSON_Delete(root);
+    cr_assert(!isnan(v), "no policy %s in %s", policy, json_name);
+    return v;
+}
+
+static const char *json_source(const char *json_name)
+{
+    static char src[32];
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, json_name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    static char json[1 << 20];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(json);
+    cJSON *s = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "config"), "non_moe_source");
+    cr_assert(cJSON_IsString(s), "no config.non_moe_source in %s", json_name);
+    snprintf(src, sizeof src, "%s", s->valuestring);
+    cJSON_Delete(root);
+    return src;
+}
+
+/* All-GPU with the fixture costs (Q4_K, no `concurrent` curve): a one-row expert costs 10000 ns and
+ * all-resident layers make no round trip, so a layer costs 20000 ns per decode step and 40000 ns
+ * for the prefill (4 distinct one-row experts). Non-MoE from the cost file: 500000 ns at 1 row,
+ * 500000 + 49500000 / 2047 ns at 2 rows (the curve's 1..2048 segment). Per token (4 tokens):
+ *   costs:             (500000 + 49500000/2047 + 80000 + 2 x (500000 + 40000)) / 4
+ *   trace:             (1440000 + 80000 + 300000 + 40000 + 500000 + 40000) / 4 = 600000 ns
+ *   costs, as-decode:  4 x (500000 + 40000) / 4 = 540000 ns
+ *   trace, as-decode:  (2 x (400000 + 40000) + 340000 + 540000) / 4 = 440000 ns
+ * All-CPU's MoE time is the same under both sources: its difference is the non-MoE sums'. */
+Test(simulate, cli_non_moe_from_trace_by_hand)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    const char *common = "--expert Q4_K --budget 3000000B --non-expert-bytes 1000000 --train-frac 1";
+    struct { const char *flags, *json; double ms; } cases[] = {
+        {"", "c.json", (500000 + 49500000.0 / 2047 + 80000 + 2 * 540000) / 4 / 1e6},
+        {"--non-moe costs", "c2.json", (500000 + 49500000.0 / 2047 + 80000 + 2 * 540000) / 4 / 1e6},
+        {"--non-moe trace", "t.json", 0.6},
+        {"--as-decode", "cd.json", 0.54},
+        {"--as-decode --non-moe trace", "td.json", 0.44},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(args, sizeof args, "simulate timed.db --costs '%s' %s %s --json %s", costs_path(), common,
+                 cases[i].flags, cases[i].json);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s: %s", cases[i].flags, out);
+        const bool trace = strstr(cases[i].flags, "trace") != NULL;
+        cr_assert_not_null(strstr(out, trace ? "non-MoE time per step: trace" : "non-MoE time per step: costs"),
+                           "%s", out);
+        cr_assert_str_eq(json_source(cases[i].json), trace ? "trace" : "costs");
+        double ms = policy_metric(cases[i].json, "all-gpu", "ms_per_token");
+        cr_assert_float_eq(ms, cases[i].ms, 1e-12, "%s: %.9f ms/token, expected %.9f", cases[i].flags, ms,
+                           cases[i].ms);
+    }
+    double cpu_trace = policy_metric("t.json", "all-cpu", "time_ns");
+    double cpu_costs = policy_metric("c.json", "all-cpu", "time_ns");
+    cr_assert_float_eq(cpu_trace - cpu_costs, 2240000 - (500000 + 49500000.0 / 2047 + 1000000), 1e-6);
+}
+
+/* Fail closed: one line naming the trace and the (request, step), suggesting --non-moe costs. */
+static void expect_refusal(const char *flags, const char *trace, const char *want)
+{
+    static char out[8192];
+    char args[2048];
+    snprintf(args, sizeof args, "simulate %s --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes 1000000 %s",
+             trace, costs_path(), flags);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    char named[256];
+    snprintf(named, sizeof named, "moeplan simulate: error: trace %s: step (request ", trace);
+    cr_assert_not_null(strstr(out, named), "%s", out);
+    cr_assert_not_null(strstr(out, want), "expected '%s' in: %s", want, out);
+    cr_assert_not_null(strstr(out, "(or use --non-moe costs)"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+}
+
+static void timed_sql(const char *stmt)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", timed, stmt);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+Test(simulate, cli_non_moe_trace_refusals)
+{
+    static char out[8192];
+    /* an import has no durations (the CSV trace t.db) */
+    expect_refusal("--non-moe trace", "t.db", "step (request 0, step 0): duration_ns is NULL");
+    write_timed_trace();
+    /* a bad value is a usage error */
+    cr_assert_eq(run_cli("simulate timed.db --costs x.json --budget 1GB --non-moe measured", out, sizeof out), 2, "%s",
+                 out);
+    cr_assert_not_null(strstr(out, "--non-moe 'measured': expected costs or trace"), "%s", out);
+    /* MoE time above the step's duration: step 2's MoE is 300000 ns */
+    timed_sql("update steps set duration_ns = 299999 where request_id = 5 and step = 2");
+    expect_refusal("--non-moe trace", "timed.db",
+                   "step (request 5, step 2): MoE time 300000 ns (timing, all nodes) exceeds the step's duration_ns 299999");
+    timed_sql("update steps set duration_ns = 300000 where request_id = 5 and step = 2"); /* equal: non-MoE 0 */
+    char args[2048];
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes 1000000 "
+             "--non-moe trace", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    /* one step's duration unknown */
+    timed_sql("update steps set duration_ns = NULL where request_id = 5 and step = 1");
+    expect_refusal("--non-moe trace", "timed.db", "step (request 5, step 1): duration_ns is NULL");
+    /* the cost file's non-MoE time does not need them */
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes 1000000",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    timed_sql("update steps set duration_ns = 900000 where request_id = 5 and step = 1");
+    /* a timing row missing: (request 5, step 1, node 1) */
+    timed_sql("delete from timing where request_id = 5 and step = 1 and node_index = 1");
+    expect_refusal("--non-moe trace", "timed.db", "step (request 5, step 1): no timing row for node 1");
+    /* no decode step: a prefill step replayed as one-row steps has nothing to take */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'", timed);
+    cr_assert_eq(system(cmd), 0);
+    write_timed_trace();
+    timed_sql("update steps set phase = 'prefill'");
+    expect_refusal("--as-decode --non-moe trace", "timed.db", "step (request 5, step 0)");
+    expect_refusal("--as-decode --non-moe trace", "timed.db", "no decode step");
+    /* without --as-decode every step keeps its own measured time */
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes 1000000 "
+             "--non-moe trace", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
 }
