@@ -1,14 +1,16 @@
-/* bench/bench_kernels.c — GB/s of weight bytes streamed by the dot products, scalar vs dispatched.
+/* bench/bench_kernels.c — GB/s of weight bytes streamed by the dot products, per SIMD level.
  *
  * For each weight type: a weight matrix of --mb megabytes (default 512, larger than this
  * machine's 300 MiB L3, so the weights come from DRAM as in decode), n_cols = 4096, filled with
  * valid random blocks; one activation row already in the type's vec_dot_type. It times
- * mp_gemv_rows over all rows, single thread, best of --reps passes, for the scalar reference and
- * for the dispatched variant, plus mp_gemm_rows with 4 activation rows (one tile: weights
- * streamed once for 4 rows). GB/s counts weight bytes only (1 GB = 1e9 bytes) per second of
- * this thread's CPU time.
+ * mp_gemv_rows over all rows, single thread, best of --reps passes, for every kernel level the
+ * CPU has side by side (scalar reference, avx2, avx512: mp_type_ops_isa, whatever MP_ISA says;
+ * "-" where the CPU lacks the level), plus mp_gemm_rows with 4 activation rows (one tile: weights
+ * streamed once for 4 rows) for each SIMD level. GB/s counts weight bytes only (1 GB = 1e9
+ * bytes) per second of this thread's CPU time.
  *
- * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]...   (prints one table to stdout)
+ * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]
+ * (prints one table to stdout)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +62,8 @@ static void fill_weights(int type, uint8_t *w, size_t bytes)
             break;
         }
         case MP_TYPE_Q4_K:
-            memcpy(w + off + 2, &scale, 2);
-            /* fall through: d at offset 0 too */
+            memcpy(w + off + 2, &scale, 2); /* dmin; d at offset 0 like Q4_0's */
+            /* fall through */
         case MP_TYPE_Q4_0:
         case MP_TYPE_Q8_0:
             memcpy(w + off, &scale, 2);
@@ -106,20 +108,24 @@ static double time_gemm(const mp_type_ops *ops, const uint8_t *w, size_t row_byt
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]...\n"
+    fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
                "  --mb N      weight matrix size per type in MB (default 512; keep it above L3)\n"
                "  --reps N    passes per measurement, the best is reported (default 3)\n"
-               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q4_K Q6_K\n");
+               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q4_K Q6_K\n"
+               "  --no-scalar skip the (slow) scalar reference column\n"
+               "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512).\n");
 }
 
 int main(int argc, char **argv)
 {
     long mb = 512, reps = 3;
-    int types[8], n_types = 0;
+    int types[8], n_types = 0, no_scalar = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--no-scalar")) {
+            no_scalar = 1;
         } else if (!strcmp(argv[i], "--mb") && i + 1 < argc) {
             mb = strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -158,13 +164,16 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < 4 * n_cols; i++)
         xf[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
 
-    printf("bench_kernels: %ld MB of weights per type, n_cols %lld, best of %ld, single thread, isa %s\n",
+    /* the levels, narrowest first; a level the CPU lacks has no table and prints "-" */
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    enum { N_LEVELS = 3 };
+    printf("bench_kernels: %ld MB of weights per type, n_cols %lld, best of %ld, single thread, dispatched isa %s\n",
            mb, (long long)n_cols, reps, mp_kernels_isa());
-    printf("%-5s %10s %12s %12s %8s %14s\n", "type", "rows", "scalar GB/s", "simd GB/s", "ratio",
-           "simd gemm4 GB/s");
+    printf("%-5s %8s %11s %11s %11s %8s %11s %11s\n", "type", "rows", "scalar GB/s", "avx2 GB/s",
+           "avx512 GB/s", "512/avx2", "avx2 gemm4", "avx512 gemm4");
     for (int t = 0; t < n_types; t++) {
         const int type = types[t];
-        const mp_type_ops *ref = mp_type_ops_scalar(type), *fast = mp_type_ops_get(type);
+        const mp_type_ops *ref = mp_type_ops_scalar(type);
         const size_t row_bytes = mp_type_row_bytes(type, n_cols);
         const int64_t n_rows = (int64_t)(total_bytes / row_bytes);
         const size_t x_stride = mp_type_row_bytes(ref->vec_dot_type, n_cols);
@@ -173,11 +182,28 @@ int main(int argc, char **argv)
             mp_quantize_activation(ref->vec_dot_type, xf + i * n_cols, x + i * x_stride, n_cols);
         float *y = malloc((size_t)n_rows * 4 * sizeof(float));
         const double bytes = (double)n_rows * (double)row_bytes;
-        const double ts = time_gemv(ref, w, row_bytes, n_cols, n_rows, x, y, (int)reps);
-        const double tf = time_gemv(fast, w, row_bytes, n_cols, n_rows, x, y, (int)reps);
-        const double tg = time_gemm(fast, w, row_bytes, n_cols, n_rows, x, x_stride, 4, y, (int)reps);
-        printf("%-5s %10lld %12.2f %12.2f %7.1fx %14.2f\n", mp_type_name(type), (long long)n_rows,
-               bytes / ts * 1e-9, bytes / tf * 1e-9, ts / tf, bytes / tg * 1e-9);
+        double gemv_s[N_LEVELS] = {0}, gemm_s[N_LEVELS] = {0}; /* 0: not measured */
+        for (int l = 0; l < N_LEVELS; l++) {
+            const mp_type_ops *ops = mp_type_ops_isa(type, levels[l]);
+            if (!ops || (l == 0 && no_scalar))
+                continue;
+            gemv_s[l] = time_gemv(ops, w, row_bytes, n_cols, n_rows, x, y, (int)reps);
+            if (l > 0)
+                gemm_s[l] = time_gemm(ops, w, row_bytes, n_cols, n_rows, x, x_stride, 4, y, (int)reps);
+        }
+        char col[N_LEVELS][2][16], ratio[16] = "-";
+        for (int l = 0; l < N_LEVELS; l++)
+            for (int k = 0; k < 2; k++) {
+                const double sec = k == 0 ? gemv_s[l] : gemm_s[l];
+                if (sec > 0)
+                    snprintf(col[l][k], sizeof(col[l][k]), "%.2f", bytes / sec * 1e-9);
+                else
+                    snprintf(col[l][k], sizeof(col[l][k]), "-");
+            }
+        if (gemv_s[1] > 0 && gemv_s[2] > 0)
+            snprintf(ratio, sizeof(ratio), "%.2fx", gemv_s[1] / gemv_s[2]);
+        printf("%-5s %8lld %11s %11s %11s %8s %11s %11s\n", mp_type_name(type), (long long)n_rows, col[0][0],
+               col[1][0], col[2][0], ratio, col[1][1], col[2][1]);
         fflush(stdout);
         free(y);
     }

@@ -6,7 +6,8 @@
  * Invariants:
  *  - a row of `n` elements of type T occupies n / mp_type_block_elems(T) * mp_type_block_bytes(T)
  *    bytes, and n is always a multiple of the block size (loaders reject other shapes);
- *  - mp_type_ops_get() returns the fastest variant this CPU supports, chosen once by cpuid;
+ *  - mp_type_ops_get() returns the fastest variant this CPU supports (AVX-512, AVX2, scalar),
+ *    chosen once by cpuid;
  *    mp_type_ops_scalar() returns the scalar reference that every variant is tested against.
  */
 #ifndef MP_KERNELS_QUANT_H
@@ -118,10 +119,18 @@ int mp_quantize_activation(int vec_dot_type, const float *src, void *dst, int64_
 const mp_type_ops *mp_type_ops_get(int type);    /* dispatched (fastest supported) */
 const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
 
-/* Which SIMD level the dispatcher chose: "scalar", "avx2" (AVX2+FMA+F16C), "avx512". */
+/* Which SIMD level the dispatcher chose: "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (AVX-512
+ * F+BW+VL+VNNI). The environment variable MP_ISA=scalar|avx2|avx512 caps it (a level the CPU
+ * lacks, or an unknown name, is ignored: the best supported level is used). */
 const char *mp_kernels_isa(void);
-/* Force the scalar reference everywhere (tests, --no-simd). Call before any mp_type_ops_get. */
+/* Force the scalar reference everywhere (tests, --no-simd). Call before any mp_type_ops_get.
+ * Each call also makes the next lookup re-decide the level (and re-read MP_ISA). */
 void mp_kernels_force_scalar(int on);
+/* The table of one level ("scalar", "avx2", "avx512"; per type falling back to the level below
+ * where that level has no kernel), whatever was dispatched: for benchmarks and tests comparing
+ * levels side by side. NULL if the name is unknown, the CPU lacks the level, or the type has no
+ * kernels. */
+const mp_type_ops *mp_type_ops_isa(int type, const char *isa);
 
 /* Matrix-vector over a row range, the decode hot loop (multithreaded by the caller over rows):
  * y[r - row_begin] = dot(W[r], x) for r in [row_begin, row_end). W rows are row_bytes apart.

@@ -1,14 +1,21 @@
 /* kernels/cpu/dispatch.c — choose kernel variants once, and the row loops (GEMV, GEMM) above them.
  *
- * The ISA is decided on the first mp_type_ops_get() by __builtin_cpu_supports and cached; every
- * later call is a table lookup. Tables are immutable after start-up and shared by all threads.
- * Adding AVX-512 later: write kernels/cpu/quant_avx512.c with mp_type_ops_avx512() (same shape
- * as mp_type_ops_avx2), add ISA_AVX512 to detect_isa() (avx512f + avx512bw + avx512vl), and
- * fall back per type to the AVX2 table where the AVX-512 file has no kernel.
+ * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
+ * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
+ *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
+ *   avx2    AVX2 + FMA + F16C: quant_avx2.c
+ *   scalar  the reference (quant_scalar.c, quantize.c)
+ * A level without a kernel for some type falls back, per type, to the next level down.
+ * Overrides, for A/B runs and tests: mp_kernels_force_scalar(1) wins over everything; else the
+ * environment variable MP_ISA=scalar|avx2|avx512 caps the level (read when the level is decided,
+ * i.e. on first use and after each mp_kernels_force_scalar call). A level the CPU lacks, or an
+ * unknown name, is refused: the best level this CPU has is used instead (no crash, no output;
+ * mp_kernels_isa() says what was chosen).
  *
  * Invariant: every table's vec_dot_type and quantize_row equal the scalar table's, so activations
  * quantized once serve every variant, and weights quantized by any variant decode identically.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -46,26 +53,64 @@ const mp_type_ops *mp_type_ops_scalar(int type)
     return NULL;
 }
 
-enum { ISA_UNKNOWN = 0, ISA_SCALAR, ISA_AVX2 };
+enum { ISA_UNKNOWN = 0, ISA_SCALAR, ISA_AVX2, ISA_AVX512 }; /* ordered: higher is wider */
 
-static int g_isa = ISA_UNKNOWN; /* written once (benign identical races), read with atomics */
+static const char *const k_isa_names[] = {[ISA_SCALAR] = "scalar", [ISA_AVX2] = "avx2", [ISA_AVX512] = "avx512"};
+
+static int g_isa = ISA_UNKNOWN;     /* written once (benign identical races), read with atomics */
+static int g_cpu_isa = ISA_UNKNOWN; /* the best level the CPU has; cpuid traps in a VM: cached */
 static int g_force_scalar = 0;
+
+/* The best level this CPU (and OS: __builtin_cpu_supports checks that the kernel saves the
+ * registers) supports. */
+static int probe_cpu_isa(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    /* F16C (leaf 1, ECX bit 29) and AVX512_VNNI (leaf 7, ECX bit 11) are read from cpuid: clang
+     * does not accept "f16c" in __builtin_cpu_supports, and the fuzz build uses clang. */
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+    const int has_f16c = (ecx >> 29) & 1;
+    eax = ebx = ecx = edx = 0;
+    const int has_vnni = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && ((ecx >> 11) & 1);
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c))
+        return ISA_SCALAR;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && has_vnni)
+        return ISA_AVX512;
+    return ISA_AVX2;
+#else
+    return ISA_SCALAR;
+#endif
+}
+
+static int cpu_isa(void)
+{
+    int isa = __atomic_load_n(&g_cpu_isa, __ATOMIC_ACQUIRE);
+    if (isa == ISA_UNKNOWN) {
+        isa = probe_cpu_isa();
+        __atomic_store_n(&g_cpu_isa, isa, __ATOMIC_RELEASE);
+    }
+    return isa;
+}
+
+/* ISA_* for "scalar", "avx2" or "avx512"; ISA_UNKNOWN for anything else (NULL included) */
+static int isa_from_name(const char *name)
+{
+    for (int isa = ISA_SCALAR; isa <= ISA_AVX512; isa++)
+        if (name && strcmp(name, k_isa_names[isa]) == 0)
+            return isa;
+    return ISA_UNKNOWN;
+}
 
 static int detect_isa(void)
 {
     if (__atomic_load_n(&g_force_scalar, __ATOMIC_RELAXED))
         return ISA_SCALAR;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    /* F16C is read from cpuid leaf 1 (ECX bit 29): clang does not accept "f16c" in
-     * __builtin_cpu_supports, and the fuzz build uses clang. */
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    __get_cpuid(1, &eax, &ebx, &ecx, &edx);
-    const int has_f16c = (ecx >> 29) & 1;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c)
-        return ISA_AVX2;
-#endif
-    return ISA_SCALAR;
+    const int best = cpu_isa();
+    const int wanted = isa_from_name(getenv("MP_ISA"));
+    return wanted != ISA_UNKNOWN && wanted < best ? wanted : best;
 }
 
 static int current_isa(void)
@@ -86,22 +131,31 @@ void mp_kernels_force_scalar(int on)
 
 const char *mp_kernels_isa(void)
 {
-    switch (current_isa()) {
-    case ISA_AVX2:
-        return "avx2";
-    default:
-        return "scalar";
-    }
+    return k_isa_names[current_isa()];
+}
+
+/* the table of `type` at level `isa`, falling back per type to the levels below */
+static const mp_type_ops *ops_at(int isa, int type)
+{
+    const mp_type_ops *ops = NULL;
+    if (isa >= ISA_AVX512)
+        ops = mp_type_ops_avx512(type);
+    if (!ops && isa >= ISA_AVX2)
+        ops = mp_type_ops_avx2(type);
+    return ops ? ops : mp_type_ops_scalar(type);
 }
 
 const mp_type_ops *mp_type_ops_get(int type)
 {
-    if (current_isa() == ISA_AVX2) {
-        const mp_type_ops *ops = mp_type_ops_avx2(type);
-        if (ops)
-            return ops;
-    }
-    return mp_type_ops_scalar(type);
+    return ops_at(current_isa(), type);
+}
+
+const mp_type_ops *mp_type_ops_isa(int type, const char *isa)
+{
+    const int level = isa_from_name(isa);
+    if (level == ISA_UNKNOWN || level > cpu_isa())
+        return NULL;
+    return ops_at(level, type);
 }
 
 void mp_quantize_row_q8_K(const float *src, void *dst, int64_t n)

@@ -33,18 +33,6 @@ static inline float f16(mp_f16 h)
     return _cvtsh_ss(h);
 }
 
-/* Software prefetch of the weight stream, PREFETCH_BYTES ahead of the loads. The hardware
- * prefetchers alone left the K-quant dots at ~5.5 GB/s from DRAM against ~15 GB/s in cache;
- * 2 KB ahead was the best of 0.5/1/2/4 KB on the Xeon of the GPU host (bench/NOTES-kernels.md). */
-#ifndef PREFETCH_BYTES
-#define PREFETCH_BYTES 2048 /* prefetches never fault, so running past the row end is harmless */
-#endif
-static inline void prefetch_weights(const void *p, size_t bytes)
-{
-    for (size_t off = 0; off < bytes; off += 64)
-        _mm_prefetch((const char *)p + PREFETCH_BYTES + off, _MM_HINT_T0);
-}
-
 static inline __m256i loadu256(const void *p)
 {
     return _mm256_loadu_si256((const __m256i *)p);
@@ -64,7 +52,7 @@ static float vec_dot_f32(int64_t n, const void *w, const void *x)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        prefetch_weights(pw + 4 * i, 128);
+        mp_prefetch_weights(pw + 4 * i, 128);
         acc0 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i)), _mm256_loadu_ps(px + i), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 32)), _mm256_loadu_ps(px + i + 8), acc1);
         acc2 = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(pw + 4 * i + 64)), _mm256_loadu_ps(px + i + 16), acc2);
@@ -99,7 +87,7 @@ static inline __m256 load_bf16x8(const uint8_t *p)
         __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                   \
         int64_t i = 0;                                                                              \
         for (; i + 32 <= n; i += 32) {                                                              \
-            prefetch_weights(pw + 2 * i, 64);                                                       \
+            mp_prefetch_weights(pw + 2 * i, 64);                                                       \
             acc0 = _mm256_fmadd_ps(LOAD8(pw + 2 * i), _mm256_loadu_ps(px + i), acc0);               \
             acc1 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 16), _mm256_loadu_ps(px + i + 8), acc1);      \
             acc2 = _mm256_fmadd_ps(LOAD8(pw + 2 * i + 32), _mm256_loadu_ps(px + i + 16), acc2);     \
@@ -190,7 +178,7 @@ static inline void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uin
         acc0[i] = acc1[i] = _mm256_setzero_ps();
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
-        prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
+        mp_prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
         const __m256i wq0 = q8_weights(w, is_q4, ib), wq1 = q8_weights(w, is_q4, ib + 1);
         const float dw0 = q8_weight_scale(w, is_q4, ib), dw1 = q8_weight_scale(w, is_q4, ib + 1);
         for (int i = 0; i < n_x; i++) {
@@ -268,29 +256,13 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
 
 /* ---- Q4_K (activation row is Q8_K) ---- */
 
-/* The 8 six-bit scales and mins of a Q4_K block, unpacked four at a time from 32-bit words
- * (little-endian; this file is x86-only): bytes 0-3 hold scales 0-3 and the top bits of
- * scales 4-7, bytes 4-7 the same for mins, bytes 8-11 the low nibbles of scales/mins 4-7. */
-static inline void q4_K_unpack_scales(const uint8_t *packed, uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t a[3];
-    memcpy(a, packed, sizeof(a));
-    const uint32_t sc_lo = a[0] & 0x3F3F3F3Fu, m_lo = a[1] & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (a[2] & 0x0F0F0F0Fu) | ((a[0] >> 2) & 0x30303030u);
-    const uint32_t m_hi = ((a[2] >> 4) & 0x0F0F0F0Fu) | ((a[1] >> 2) & 0x30303030u);
-    memcpy(sc, &sc_lo, 4);
-    memcpy(sc + 4, &sc_hi, 4);
-    memcpy(m, &m_lo, 4);
-    memcpy(m + 4, &m_hi, 4);
-}
-
 /* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
  * contribution, kept as 8 float lanes. The unpacked nibbles are shared by all n_x rows. */
 static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                   __m256 *acc)
 {
     uint8_t sc[8], m[8];
-    q4_K_unpack_scales(b->scales, sc, m);
+    mp_q4_K_unpack_scales(b->scales, sc, m);
     const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256i lo[4], hi[4];
     for (int c = 0; c < 4; c++) {
@@ -323,7 +295,7 @@ static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
     const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        prefetch_weights(bw + ib, sizeof(*bw));
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
         q4_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
     }
     return hsum_ps(acc);
@@ -340,7 +312,7 @@ static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x
     if (n_x > MP_GEMM_TILE)
         n_x = MP_GEMM_TILE;
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        prefetch_weights(bw + ib, sizeof(*bw));
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
         q4_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
     }
     for (int i = 0; i < n_x; i++)
@@ -352,7 +324,7 @@ static void dequantize_q4_K(const void *src, float *dst, int64_t n)
     const mp_block_q4_K *b = src; /* (n / 256,) */
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
         uint8_t sc[8], m[8];
-        q4_K_unpack_scales(b[ib].scales, sc, m);
+        mp_q4_K_unpack_scales(b[ib].scales, sc, m);
         const float d = f16(b[ib].d), dmin = f16(b[ib].dmin);
         float *y = dst + ib * MP_QK_K;
         for (int c = 0; c < 4; c++) {
@@ -428,7 +400,7 @@ static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
     const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
     __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        prefetch_weights(bw + ib, sizeof(*bw));
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
         q6_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
     }
     return hsum_ps(acc);
@@ -445,7 +417,7 @@ static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x
     if (n_x > MP_GEMM_TILE)
         n_x = MP_GEMM_TILE;
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        prefetch_weights(bw + ib, sizeof(*bw));
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
         q6_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
     }
     for (int i = 0; i < n_x; i++)

@@ -1,0 +1,507 @@
+/* kernels/cpu/quant_avx512.c — AVX-512 (F + BW + VL + VNNI) kernels: vec_dot for every weight
+ * type, the multi-row dots for GEMM tiles, and dequantize_row.
+ *
+ * Only called after dispatch.c saw avx512f, avx512bw, avx512vl and avx512vnni (the Sapphire
+ * Rapids production host has all four; a CPU without VNNI keeps the AVX2 table). Built with
+ * -ffp-contract=off: the dequantizers issue exactly the scalar reference's float operations (mul,
+ * then sub), so they are bit-identical to it; the dot products use explicit FMAs.
+ *
+ * What AVX-512 buys over quant_avx2.c: 64-byte vectors for the float types and the K-quants (a
+ * Q8_K activation chunk of 64, a Q4_K half block unpacked in three instructions, a Q6_K quarter
+ * block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into int32)
+ * applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x s8,
+ * four products into an int32 lane) replaces maddubs + madd in the Q8_0/Q4_0 dots. Those stay
+ * 256-bit, one 32-byte block per vector: packing two blocks into 512 bits cost more in lane
+ * inserts and scale blends than it saved (bench/NOTES-kernels.md).
+ *
+ * Integer invariants:
+ *  - Q4_0/Q8_0: the sign of each weight moves onto its activation (sign_epi8), so vpdpbusd
+ *    multiplies |w| (u8; 128 for a Q8_0 weight of -128 is right) by x * sign(w), which stays in
+ *    range because activation quants are in [-127, 127] (quant_impl.h); vpdpbusd does not
+ *    saturate (4 products of at most 128 * 127 in an int32);
+ *  - Q4_K (q in 0..15) and Q6_K (u = q + 32 in 0..63) go through maddubs into int16 pairs:
+ *    2 * 63 * 127 < 32767 for the same reason.
+ * No alignment is assumed: every vector load is unaligned, and tails are scalar (no masked
+ * loads, so nothing is ever read past a row's last byte).
+ *
+ * Test-only build: with MP_AVX512_EMULATED defined, the intrinsics come from SIMDe's portable
+ * implementation (tests/unit/simde_avx512.h) and the table is exported as
+ * mp_type_ops_avx512_emulated, so that tests/unit/test_quant_avx512_emul.c can run this file's
+ * logic on a CPU without AVX-512. The production build never defines it.
+ */
+#ifdef MP_AVX512_EMULATED
+#include "simde_avx512.h"
+#define mp_type_ops_avx512 mp_type_ops_avx512_emulated /* renames quant_impl.h's prototype too */
+#else
+#include <immintrin.h>
+#endif
+#include <string.h>
+
+#include "kernels/cpu/quant_impl.h"
+
+/* The row loops take n_x (activation rows) as a parameter; inlining them into each caller makes
+ * vec_dot the n_x = 1 specialization, with its accumulators in registers instead of an array
+ * on the stack (which cost a store-to-load round trip per block: Q8_0 ran 10% below AVX2). */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+static inline float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* (extractf64x4 is AVX-512F; the 32x8 form would need DQ) */
+static inline float hsum512(__m512 v)
+{
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+}
+
+/* one f16 scale through the F16C instruction that AVX-512F implies */
+static inline float f16(mp_f16 h)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+static inline __m512i loadu512(const void *p)
+{
+    return _mm512_loadu_si512(p);
+}
+
+static inline __m256i loadu256(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+static inline __m128i loadu128(const void *p)
+{
+    return _mm_loadu_si128((const __m128i *)p);
+}
+
+/* [lo | hi] as one 512-bit vector */
+static inline __m512i join256(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* [v | 0] */
+static inline __m512i zext256(__m256i v)
+{
+    return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0);
+}
+
+/* ---- float weights (activation row is F32) ---- */
+
+static float vec_dot_f32(int64_t n, const void *w, const void *x)
+{
+    const uint8_t *pw = w; /* (n,) f32, possibly unaligned */
+    const float *px = x;   /* (n,) f32 */
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        mp_prefetch_weights(pw + 4 * i, 256);
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(pw + 4 * i)), _mm512_loadu_ps(px + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(pw + 4 * i + 64)), _mm512_loadu_ps(px + i + 16), acc1);
+        acc2 = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(pw + 4 * i + 128)), _mm512_loadu_ps(px + i + 32), acc2);
+        acc3 = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(pw + 4 * i + 192)), _mm512_loadu_ps(px + i + 48), acc3);
+    }
+    for (; i + 16 <= n; i += 16)
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(pw + 4 * i)), _mm512_loadu_ps(px + i), acc0);
+    float sum = hsum512(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+    for (; i < n; i++) {
+        float wi;
+        memcpy(&wi, pw + 4 * i, sizeof(wi));
+        sum += wi * px[i];
+    }
+    return sum;
+}
+
+static inline __m512 load_f16x16(const uint8_t *p)
+{
+    return _mm512_cvtph_ps(loadu256(p));
+}
+
+static inline __m512 load_bf16x16(const uint8_t *p)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(loadu256(p)), 16));
+}
+
+#define DEFINE_VEC_DOT_HALF(NAME, LOAD16, TO_F32, HALF_T)                                           \
+    static float NAME(int64_t n, const void *w, const void *x)                                      \
+    {                                                                                               \
+        const uint8_t *pw = w; /* (n,) 16-bit floats */                                             \
+        const float *px = x;   /* (n,) f32 */                                                       \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                   \
+        int64_t i = 0;                                                                              \
+        for (; i + 64 <= n; i += 64) {                                                              \
+            mp_prefetch_weights(pw + 2 * i, 128);                                                   \
+            acc0 = _mm512_fmadd_ps(LOAD16(pw + 2 * i), _mm512_loadu_ps(px + i), acc0);              \
+            acc1 = _mm512_fmadd_ps(LOAD16(pw + 2 * i + 32), _mm512_loadu_ps(px + i + 16), acc1);    \
+            acc2 = _mm512_fmadd_ps(LOAD16(pw + 2 * i + 64), _mm512_loadu_ps(px + i + 32), acc2);    \
+            acc3 = _mm512_fmadd_ps(LOAD16(pw + 2 * i + 96), _mm512_loadu_ps(px + i + 48), acc3);    \
+        }                                                                                           \
+        for (; i + 16 <= n; i += 16)                                                                \
+            acc0 = _mm512_fmadd_ps(LOAD16(pw + 2 * i), _mm512_loadu_ps(px + i), acc0);              \
+        float sum = hsum512(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));   \
+        for (; i < n; i++) {                                                                        \
+            HALF_T h;                                                                               \
+            memcpy(&h, pw + 2 * i, sizeof(h));                                                      \
+            sum += TO_F32(h) * px[i];                                                               \
+        }                                                                                           \
+        return sum;                                                                                 \
+    }
+
+DEFINE_VEC_DOT_HALF(vec_dot_f16, load_f16x16, mp_f16_to_f32, mp_f16)
+DEFINE_VEC_DOT_HALF(vec_dot_bf16, load_bf16x16, mp_bf16_to_f32, mp_bf16)
+
+#define DEFINE_DEQUANTIZE_HALF(NAME, LOAD16, TO_F32, HALF_T)                                        \
+    static void NAME(const void *src, float *dst, int64_t n)                                        \
+    {                                                                                               \
+        const uint8_t *p = src; /* (n,) 16-bit floats */                                            \
+        int64_t i = 0;                                                                              \
+        for (; i + 16 <= n; i += 16)                                                                \
+            _mm512_storeu_ps(dst + i, LOAD16(p + 2 * i));                                           \
+        for (; i < n; i++) {                                                                        \
+            HALF_T h;                                                                               \
+            memcpy(&h, p + 2 * i, sizeof(h));                                                       \
+            dst[i] = TO_F32(h);                                                                     \
+        }                                                                                           \
+    }
+
+DEFINE_DEQUANTIZE_HALF(dequantize_f16, load_f16x16, mp_f16_to_f32, mp_f16)
+DEFINE_DEQUANTIZE_HALF(dequantize_bf16, load_bf16x16, mp_bf16_to_f32, mp_bf16)
+
+/* ---- Q4_0 and Q8_0 weights (activation row is Q8_0) ---- */
+
+/* The 32 weights of block ib of a Q4_0 or Q8_0 row, as signed bytes in element order (Q4_0:
+ * low nibbles are elements 0..15, q - 8). */
+static inline __m256i q8_weights(const uint8_t *w, int is_q4, int64_t ib)
+{
+    if (is_q4) {
+        const __m128i b = loadu128(((const mp_block_q4_0 *)w)[ib].qs);
+        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+        return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+    }
+    return loadu256(((const mp_block_q8_0 *)w)[ib].qs);
+}
+
+static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
+{
+    return is_q4 ? f16(((const mp_block_q4_0 *)w)[ib].d) : f16(((const mp_block_q8_0 *)w)[ib].d);
+}
+
+/* Block ib of one Q4_0/Q8_0 weight row against n_x Q8_0 activation rows: acc[i] += 8 lanes of
+ * the block's scaled partial sums. The sign of each weight moves onto its activation (|x| <= 127
+ * stays in range) so that vpdpbusd, unsigned x signed, multiplies |w| (128 for -128 is right). */
+static ALWAYS_INLINE void q8_block_dot(const uint8_t *w, int is_q4, int64_t ib, const uint8_t *x,
+                                       size_t x_stride, int n_x, __m256 *acc)
+{
+    const __m256i wq = q8_weights(w, is_q4, ib);
+    const __m256i w_abs = _mm256_abs_epi8(wq);
+    const float dw = q8_weight_scale(w, is_q4, ib);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
+        const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(loadu256(bx->qs), wq));
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(bx->d)), _mm256_cvtepi32_ps(isum), acc[i]);
+    }
+}
+
+/* One Q4_0/Q8_0 weight row against n_x Q8_0 activation rows; out[i] = dot(w, x_i). Blocks
+ * alternate between two accumulators per row (two independent FMA chains); vec_dot is the
+ * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. 256-bit
+ * vectors, one block each: two 32-byte blocks in one 512-bit vector cost more in lane inserts
+ * and scale blends than they saved (bench/NOTES-kernels.md). */
+static ALWAYS_INLINE void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x,
+                                      size_t x_stride, int n_x, float *out)
+{
+    const size_t wblock_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
+    const int64_t nb = n / MP_QK8_0;
+    __m256 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
+    for (int i = 0; i < MP_GEMM_TILE; i++)
+        acc0[i] = acc1[i] = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        mp_prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
+        q8_block_dot(w, is_q4, ib, x, x_stride, n_x, acc0);
+        q8_block_dot(w, is_q4, ib + 1, x, x_stride, n_x, acc1);
+    }
+    if (ib < nb)
+        q8_block_dot(w, is_q4, ib, x, x_stride, n_x, acc0);
+    for (int i = 0; i < n_x; i++)
+        out[i] = hsum256(_mm256_add_ps(acc0[i], acc1[i]));
+}
+
+static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
+{
+    float out;
+    q8_rows_dot(n, w, 1, x, 0, 1, &out);
+    return out;
+}
+
+static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x)
+{
+    float out;
+    q8_rows_dot(n, w, 0, x, 0, 1, &out);
+    return out;
+}
+
+static void vec_dot_multi_q4_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q8_rows_dot(n, w, 1, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
+}
+
+static void vec_dot_multi_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q8_rows_dot(n, w, 0, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
+}
+
+static void dequantize_q4_0(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q4_0 *b = src; /* (n / 32,) */
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t ib = 0; ib < n / MP_QK4_0; ib++) {
+        const __m512 d = _mm512_set1_ps(f16(b[ib].d));
+        const __m512i q = _mm512_cvtepu8_epi32(loadu128(b[ib].qs)); /* (16,) bytes, both nibbles */
+        const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), eight);
+        const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+        _mm512_storeu_ps(dst + ib * MP_QK4_0, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
+        _mm512_storeu_ps(dst + ib * MP_QK4_0 + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
+    }
+}
+
+static void dequantize_q8_0(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q8_0 *b = src; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / MP_QK8_0; ib++) {
+        const __m512 d = _mm512_set1_ps(f16(b[ib].d));
+        for (int k = 0; k < 2; k++) {
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(b[ib].qs + 16 * k)));
+            _mm512_storeu_ps(dst + ib * MP_QK8_0 + 16 * k, _mm512_mul_ps(v, d));
+        }
+    }
+}
+
+/* ---- K-quants (activation row is Q8_K) ---- */
+
+/* Lane i of a 32 x int16 vector takes word INDEX of a vector of scales: the permutexvar
+ * indices that spread sub-block scales over the int16 pair sums of one 64-element chunk. */
+#define R8(v) v, v, v, v, v, v, v, v
+#define R16(v) R8(v), R8(v)
+/* Q4_K half h, low (k = 2h) or high (k = 2h + 1) nibbles: lanes 0-15 hold sub-block 4h + (k & 1),
+ * lanes 16-31 sub-block 4h + 2 + (k & 1) */
+static const uint16_t k_q4_K_scale_idx[4][32] = {
+    {R16(0), R16(2)}, {R16(1), R16(3)}, {R16(4), R16(6)}, {R16(5), R16(7)}};
+/* Q6_K chunk k: lanes 8j..8j+7 (elements 64k+16j..+15) use scale 4k+j */
+static const uint16_t k_q6_K_scale_idx[4][32] = {
+    {R8(0), R8(1), R8(2), R8(3)}, {R8(4), R8(5), R8(6), R8(7)},
+    {R8(8), R8(9), R8(10), R8(11)}, {R8(12), R8(13), R8(14), R8(15)}};
+#undef R8
+#undef R16
+
+static inline float q8_K_scale(const mp_block_q8_K *y)
+{
+    float d;
+    memcpy(&d, &y->d, sizeof(d)); /* the activation row may sit at any 4-byte offset or none */
+    return d;
+}
+
+/* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
+ * contribution, as 16 float lanes. Half h of the block (elements 128h..128h+127) is 64 bytes of
+ * qs: their low nibbles are sub-blocks 4h and 4h+2, their high nibbles 4h+1 and 4h+3, so each
+ * half unpacks in three instructions and the activations are paired to match (two 32-byte
+ * loads into one vector per sub-block pair). */
+static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc)
+{
+    uint8_t sc[8], m[8];
+    mp_q4_K_unpack_scales(b->scales, sc, m);
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    __m512i lo[2], hi[2], scale[4];
+    for (int h = 0; h < 2; h++) {
+        const __m512i q = loadu512(b->qs + 64 * h);
+        lo[h] = _mm512_and_si512(q, mask);
+        hi[h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+    }
+    for (int k = 0; k < 4; k++)
+        scale[k] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[k]), sc16);
+    /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
+    const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    const float d = f16(b->d), dmin = f16(b->dmin);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const int8_t *yh = y->qs + 128 * h;
+            const __m512i y_lo = join256(loadu256(yh), loadu256(yh + 64));
+            const __m512i y_hi = join256(loadu256(yh + 32), loadu256(yh + 96));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo[h], y_lo), scale[2 * h]);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(hi[h], y_hi), scale[2 * h + 1]);
+        }
+        const __m512i summ = zext256(_mm256_madd_epi16(loadu256(y->bsums), mins16));
+        const float yd = q8_K_scale(y);
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * yd), _mm512_cvtepi32_ps(sumi), acc[i]);
+        acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * yd), _mm512_cvtepi32_ps(summ), acc[i]);
+    }
+}
+
+/* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order: u[k] holds
+ * elements 64k..64k+63 (see the scalar dequantizer for the layout). Half h of the block is
+ * ql[64h..64h+63] (low nibbles: elements +0..63, high: +64..127) and qh[32h..32h+31], whose
+ * bit pairs 0-1, 2-3, 4-5, 6-7 top up elements +0..31, +32..63, +64..95, +96..127. */
+static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m512i ql = loadu512(b->ql + 64 * h);
+        const __m256i qh = loadu256(b->qh + 32 * h);
+        const __m512i top01 = join256(_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2));
+        const __m512i top23 = join256(qh, _mm256_srli_epi16(qh, 2));
+        u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(top01, m2));
+        u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(top23, m2));
+    }
+}
+
+static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc)
+{
+    __m512i u[4], scale[4];
+    q6_K_unpack(b, u);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
+    for (int k = 0; k < 4; k++)
+        scale[k] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[k]), _mm512_castsi256_si512(sc16));
+    const float d = f16(b->d);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum */
+        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y->bsums), sc16), 5);
+        __m512i sumi = zext256(_mm256_sub_epi32(_mm256_setzero_si256(), corr));
+        for (int k = 0; k < 4; k++)
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], loadu512(y->qs + 64 * k)), scale[k]);
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
+    }
+}
+
+/* One K-quant weight row against n_x <= MP_GEMM_TILE Q8_K rows; vec_dot is its n_x = 1 case. */
+#define DEFINE_K_ROWS_DOT(NAME, BLOCK_T, BLOCK_DOT)                                                 \
+    static ALWAYS_INLINE void NAME(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out) \
+    {                                                                                               \
+        const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
+        const uint8_t *px = x; /* (n_x, x_stride) rows of Q8_K blocks */                            \
+        __m512 acc[MP_GEMM_TILE];                                                                   \
+        for (int i = 0; i < MP_GEMM_TILE; i++)                                                      \
+            acc[i] = _mm512_setzero_ps();                                                           \
+        if (n_x > MP_GEMM_TILE)                                                                     \
+            n_x = MP_GEMM_TILE;                                                                     \
+        for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {                                              \
+            mp_prefetch_weights(bw + ib, sizeof(*bw));                                              \
+            BLOCK_DOT(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);                \
+        }                                                                                           \
+        for (int i = 0; i < n_x; i++)                                                               \
+            out[i] = hsum512(acc[i]);                                                               \
+    }
+
+DEFINE_K_ROWS_DOT(q4_K_rows_dot, mp_block_q4_K, q4_K_block_dot)
+DEFINE_K_ROWS_DOT(q6_K_rows_dot, mp_block_q6_K, q6_K_block_dot)
+
+static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    float out;
+    q4_K_rows_dot(n, w, x, 0, 1, &out);
+    return out;
+}
+
+static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    float out;
+    q6_K_rows_dot(n, w, x, 0, 1, &out);
+    return out;
+}
+
+static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q4_K_rows_dot(n, w, x, x_stride, n_x, out);
+}
+
+static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q6_K_rows_dot(n, w, x, x_stride, n_x, out);
+}
+
+static void dequantize_q4_K(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q4_K *b = src; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        uint8_t sc[8], m[8];
+        mp_q4_K_unpack_scales(b[ib].scales, sc, m);
+        const float d = f16(b[ib].d), dmin = f16(b[ib].dmin);
+        float *y = dst + ib * MP_QK_K;
+        for (int c = 0; c < 4; c++) {
+            const __m512 d0 = _mm512_set1_ps(d * (float)sc[2 * c]), m0 = _mm512_set1_ps(dmin * (float)m[2 * c]);
+            const __m512 d1 = _mm512_set1_ps(d * (float)sc[2 * c + 1]), m1 = _mm512_set1_ps(dmin * (float)m[2 * c + 1]);
+            for (int k = 0; k < 2; k++) {
+                const __m512i q32 = _mm512_cvtepu8_epi32(loadu128(b[ib].qs + 32 * c + 16 * k));
+                const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(q32, _mm512_set1_epi32(0x0F)));
+                const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q32, 4));
+                /* mul then sub, never fused: the gguf reference rounds twice */
+                _mm512_storeu_ps(y + 64 * c + 16 * k, _mm512_sub_ps(_mm512_mul_ps(d0, lo), m0));
+                _mm512_storeu_ps(y + 64 * c + 32 + 16 * k, _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
+            }
+        }
+    }
+}
+
+static void dequantize_q6_K(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q6_K *b = src; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        __m512i u[4];
+        q6_K_unpack(&b[ib], u);
+        const float d = f16(b[ib].d);
+        float *y = dst + ib * MP_QK_K;
+        for (int k = 0; k < 4; k++) {
+            uint8_t bytes[64];
+            _mm512_storeu_si512(bytes, u[k]);
+            for (int j = 0; j < 4; j++) { /* group 4k + j: elements 64k + 16j .. +15 */
+                const __m512 dl = _mm512_set1_ps(d * (float)b[ib].scales[4 * k + j]);
+                const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(loadu128(bytes + 16 * j)), _mm512_set1_epi32(32));
+                _mm512_storeu_ps(y + 64 * k + 16 * j, _mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)));
+            }
+        }
+    }
+}
+
+/* ---- the table ---- */
+
+#define OPS(T, VDT, DQ, Q, VD, MULTI) \
+    {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
+     .vec_dot_multi = (MULTI)}
+
+static const mp_type_ops k_avx512_ops[] = {
+    OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
+    OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
+    OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
+    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0,
+        vec_dot_multi_q4_0),
+    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
+        vec_dot_multi_q8_0),
+    OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
+        vec_dot_multi_q4_K),
+    OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
+        vec_dot_multi_q6_K),
+};
+
+const mp_type_ops *mp_type_ops_avx512(int type)
+{
+    for (size_t i = 0; i < sizeof(k_avx512_ops) / sizeof(k_avx512_ops[0]); i++)
+        if (k_avx512_ops[i].type == type)
+            return &k_avx512_ops[i];
+    return NULL;
+}

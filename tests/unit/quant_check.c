@@ -1,0 +1,302 @@
+/* tests/unit/quant_check.c — shared by the quantized-kernel tests (test_quant.c, and
+ * test_quant_avx512_emul.c for the SIMDe-emulated AVX-512 table): random inputs valid for each
+ * type, activation rows with their error bounds, and the checks that compare a SIMD table with
+ * the scalar reference (vec_dot within float-rounding tolerance, dequantize_row bit for bit,
+ * GEMV/GEMM bit-identical to vec_dot).
+ *
+ * Invariant: every check draws fresh random inputs from the generator seeded by seed_rng() (the
+ * clock, or MP_TEST_SEED), and every failure message prints g_seed so the run can be replayed.
+ */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant_check.h"
+
+/* ---- random numbers (splitmix64), seeded once per test from the clock ---- */
+
+uint64_t g_seed;
+static uint64_t g_rng;
+
+void seed_rng(void)
+{
+    const char *env = getenv("MP_TEST_SEED");
+    if (env) {
+        g_seed = strtoull(env, NULL, 10);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        g_seed = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
+    }
+    g_rng = g_seed;
+}
+
+uint64_t rnd_u64(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double rnd_uniform(void) /* [0, 1) */
+{
+    return (double)(rnd_u64() >> 11) * 0x1p-53;
+}
+
+float rnd_gauss(void)
+{
+    const double u1 = rnd_uniform() + 1e-300, u2 = rnd_uniform();
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+void rnd_bytes(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)rnd_u64();
+}
+
+/* ---- helpers ---- */
+
+/* ---- helpers ---- */
+
+/* 64-byte aligned memory (C11 wants the size to be a multiple of the alignment); tests add
+ * their own misalignment on top to mimic GGUF rows */
+void *alloc64(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    cr_assert(p, "out of memory (%zu bytes)", bytes);
+    return p;
+}
+
+const int k_weight_types[N_WEIGHT_TYPES] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
+                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+
+int same_float(float a, float b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    return ua == ub;
+}
+
+void store_f16(uint8_t *p, float v)
+{
+    const mp_f16 h = mp_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Fill a row of weights of `type` with random content that is valid for the type: random
+ * quant bits everywhere, scales drawn from sane f16 ranges (so every packed-scale bit pattern
+ * of Q4_K and every 6-bit code of Q6_K occurs). */
+void random_weight_row(int type, uint8_t *row, int64_t n)
+{
+    const size_t bytes = mp_type_row_bytes(type, n);
+    switch (type) {
+    case MP_TYPE_F32:
+        for (int64_t i = 0; i < n; i++) {
+            const float v = rnd_gauss();
+            memcpy(row + 4 * i, &v, 4);
+        }
+        return;
+    case MP_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            store_f16(row + 2 * i, rnd_gauss());
+        return;
+    case MP_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            const mp_bf16 h = mp_f32_to_bf16(rnd_gauss());
+            memcpy(row + 2 * i, &h, 2);
+        }
+        return;
+    }
+    rnd_bytes(row, bytes);
+    const size_t bb = mp_type_block_bytes(type);
+    for (size_t off = 0; off < bytes; off += bb) {
+        const float scale = (float)(0.001 + 0.02 * rnd_uniform());
+        switch (type) {
+        case MP_TYPE_Q4_0:
+        case MP_TYPE_Q8_0:
+            store_f16(row + off, scale);
+            break;
+        case MP_TYPE_Q4_K:
+            store_f16(row + off, scale);
+            store_f16(row + off + 2, (float)(0.001 + 0.02 * rnd_uniform()));
+            break;
+        case MP_TYPE_Q6_K:
+            store_f16(row + off + 208, (rnd_u64() & 1) ? scale : -scale);
+            break;
+        }
+    }
+}
+
+void random_floats(float *x, int64_t n)
+{
+    const float scale = (float)pow(10.0, 4.0 * rnd_uniform() - 2.0);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd_gauss() * scale;
+}
+
+/* An activation row in the format `ops` wants, plus its dequantization. */
+
+
+act_row make_act(int vec_dot_type, int64_t n, size_t misalign)
+{
+    act_row a;
+    const size_t bytes = mp_type_row_bytes(vec_dot_type, n);
+    a.raw = alloc64(bytes + 64);
+    a.q = a.raw + misalign;
+    a.x = malloc(n * sizeof(float));
+    a.xhat = malloc(n * sizeof(float));
+    a.bound = malloc(n * sizeof(float));
+    random_floats(a.x, n);
+    cr_assert_eq(mp_quantize_activation(vec_dot_type, a.x, a.q, n), 0);
+    const int64_t blk = mp_type_block_elems(vec_dot_type);
+    if (vec_dot_type == MP_TYPE_F32) {
+        memcpy(a.xhat, a.x, n * sizeof(float));
+        memset(a.bound, 0, n * sizeof(float));
+    } else {
+        if (vec_dot_type == MP_TYPE_Q8_0)
+            mp_type_ops_scalar(MP_TYPE_Q8_0)->dequantize_row(a.q, a.xhat, n);
+        else
+            mp_dequantize_row_q8_K(a.q, a.xhat, n);
+        for (int64_t b = 0; b < n / blk; b++) {
+            float amax = 0.0f;
+            for (int64_t i = 0; i < blk; i++)
+                amax = fmaxf(amax, fabsf(a.x[b * blk + i]));
+            /* half a step of d = amax/127, plus for Q8_0 the f16 rounding of d (relative
+             * 2^-11) multiplied by |q| <= 127; 1% slack for the float arithmetic */
+            const double d = amax / 127.0;
+            const double e = vec_dot_type == MP_TYPE_Q8_0 ? d * (0.5 + 127.0 * 0x1p-11) : d * 0.5;
+            for (int64_t i = 0; i < blk; i++)
+                a.bound[b * blk + i] = (float)(e * 1.01);
+        }
+    }
+    return a;
+}
+
+void free_act(act_row *a)
+{
+    free(a->raw);
+    free(a->x);
+    free(a->xhat);
+    free(a->bound);
+}
+
+/* ---- a SIMD table against the scalar reference ---- */
+
+void check_vec_dot_vs_scalar(const mp_type_ops *(*table)(int type), const char *variant)
+{
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const mp_type_ops *ref = mp_type_ops_scalar(type), *simd = table(type);
+        cr_assert(simd != ref, "%s %s: no SIMD table", variant, mp_type_name(type));
+        cr_assert_eq(simd->vec_dot_type, ref->vec_dot_type);
+        const int64_t be = mp_type_block_elems(type);
+        for (int trial = 0; trial < 200; trial++) {
+            /* float weights: any length (vector tails); quantized: 1..20 blocks, sometimes many */
+            int64_t n = be == 1 ? 1 + (int64_t)(rnd_u64() % 300) : be * (1 + (int64_t)(rnd_u64() % 20));
+            if (trial % 50 == 0)
+                n = 4096;
+            const size_t wbytes = mp_type_row_bytes(type, n);
+            /* weights 2 bytes past 32-byte alignment (4 for F32), activations 4 past */
+            const size_t wmis = type == MP_TYPE_F32 ? 4 : 2;
+            uint8_t *w = alloc64(wbytes + 64);
+            random_weight_row(type, w + wmis, n);
+            act_row a = make_act(ref->vec_dot_type, n, 4);
+            float *what = malloc(n * sizeof(float));
+            ref->dequantize_row(w + wmis, what, n);
+            double ref_abs = 0;
+            for (int64_t i = 0; i < n; i++)
+                ref_abs += fabs((double)what[i] * a.xhat[i]);
+            const float rs = ref->vec_dot(n, w + wmis, a.q), ss = simd->vec_dot(n, w + wmis, a.q);
+            /* both are float-rounded sums of the same exact terms in different orders */
+            const int64_t terms = be == 1 ? n : 4 * (n / be) + 8;
+            const double tol = 2.0 * (double)(terms + 4) * FLT_EPSILON * ref_abs + 1e-30;
+            cr_assert(fabs((double)rs - ss) <= tol,
+                      "seed %llu: %s %s n=%lld trial %d: simd %.9g vs scalar %.9g (tol %.3g)",
+                      (unsigned long long)g_seed, variant, mp_type_name(type), (long long)n, trial, ss, rs, tol);
+            free_act(&a);
+            free(w);
+            free(what);
+        }
+    }
+}
+
+void check_dequantize_vs_scalar(const mp_type_ops *(*table)(int type), const char *variant)
+{
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const int64_t be = mp_type_block_elems(type);
+        for (int trial = 0; trial < 50; trial++) {
+            const int64_t n = be == 1 ? 1 + (int64_t)(rnd_u64() % 300) : be * (1 + (int64_t)(rnd_u64() % 8));
+            const size_t wbytes = mp_type_row_bytes(type, n);
+            uint8_t *w = alloc64(wbytes + 64);
+            if (type == MP_TYPE_F16 || type == MP_TYPE_BF16)
+                rnd_bytes(w + 2, wbytes); /* every bit pattern: subnormals, Inf, NaN */
+            else
+                random_weight_row(type, w + 2 + (type == MP_TYPE_F32 ? 2 : 0), n);
+            const uint8_t *row = w + 2 + (type == MP_TYPE_F32 ? 2 : 0);
+            float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+            mp_type_ops_scalar(type)->dequantize_row(row, a, n);
+            table(type)->dequantize_row(row, b, n);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert(same_float(a[i], b[i]), "seed %llu: %s %s n=%lld elem %lld: simd %a scalar %a",
+                          (unsigned long long)g_seed, variant, mp_type_name(type), (long long)n, (long long)i,
+                          (double)b[i], (double)a[i]);
+            free(w);
+            free(a);
+            free(b);
+        }
+    }
+}
+
+/* ---- the row loops ---- */
+
+void check_rows(const mp_type_ops *ops, const char *variant)
+{
+    const int64_t n_cols = mp_type_block_elems(ops->type) == 1 ? 96 : 2 * mp_type_block_elems(ops->type);
+    const int64_t n_rows = 13, n_x = 7; /* a partial GEMM tile at the end */
+    const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
+    const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols) + 4; /* padded rows */
+    uint8_t *w = alloc64(n_rows * row_bytes + 64);
+    for (int64_t r = 0; r < n_rows; r++)
+        random_weight_row(ops->type, w + r * row_bytes, n_cols);
+    uint8_t *x = alloc64(n_x * x_stride + 64);
+    float *xf = malloc(n_cols * sizeof(float));
+    for (int64_t i = 0; i < n_x; i++) {
+        random_floats(xf, n_cols);
+        cr_assert_eq(mp_quantize_activation(ops->vec_dot_type, xf, x + i * x_stride, n_cols), 0);
+    }
+    const int64_t r0 = 2, r1 = 11, y_stride = 10;
+    float y[16];
+    mp_gemv_rows(ops, w, row_bytes, n_cols, r0, r1, x, y);
+    for (int64_t r = r0; r < r1; r++)
+        cr_assert(same_float(y[r - r0], ops->vec_dot(n_cols, w + r * row_bytes, x)),
+                  "seed %llu: %s %s gemv row %lld differs from vec_dot", (unsigned long long)g_seed,
+                  variant, mp_type_name(ops->type), (long long)r);
+    float *yy = malloc(n_x * y_stride * sizeof(float));
+    for (int64_t i = 0; i < n_x * y_stride; i++)
+        yy[i] = -12345.0f;
+    mp_gemm_rows(ops, w, row_bytes, n_cols, r0, r1, x, x_stride, n_x, yy, y_stride);
+    for (int64_t i = 0; i < n_x; i++) {
+        for (int64_t r = r0; r < r1; r++) {
+            /* vec_dot_multi does each row's arithmetic in vec_dot's order: equal bits */
+            const float want = ops->vec_dot(n_cols, w + r * row_bytes, x + i * x_stride);
+            cr_assert(same_float(yy[i * y_stride + (r - r0)], want),
+                      "seed %llu: %s %s gemm x %lld row %lld: %.9g vs vec_dot %.9g", (unsigned long long)g_seed,
+                      variant, mp_type_name(ops->type), (long long)i, (long long)r,
+                      yy[i * y_stride + (r - r0)], want);
+        }
+        cr_assert_eq(yy[i * y_stride + (r1 - r0)], -12345.0f, "gemm wrote past its row range");
+    }
+    free(w);
+    free(x);
+    free(xf);
+    free(yy);
+}
