@@ -2,8 +2,9 @@
  *
  * - fixtures (tests/fixtures/quant/<type>.bin, made by tests/fixtures/gen_quant_fixtures.py from
  *   the PyPI gguf package): dequantize_row, scalar and every SIMD level the CPU has (AVX2,
- *   AVX-512), must equal gguf's floats exactly: every kernel issues the same float32 operations in the same order as gguf's numpy
- *   code (and the kernels are built with -ffp-contract=off), so no ulp of slack is needed;
+ *   AVX-512), must equal gguf's floats exactly: every kernel issues the same float32 operations
+ *   in the same order as gguf's numpy code (and the kernels are built with -ffp-contract=off),
+ *   so no ulp of slack is needed;
  *   quantize_row of F16/BF16/Q4_0/Q8_0 must equal gguf's bytes;
  * - vec_dot (scalar) against a double-precision dot of the dequantized operands (only float
  *   rounding may differ), and against the unquantized activations (the activation quantization
