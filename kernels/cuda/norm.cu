@@ -27,44 +27,48 @@ __device__ __forceinline__ float block_sum(float sum)
     return warp_sums[0];
 }
 
-// One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
+// One row by the whole block: x += y when y is given (written back), then out = x · rsqrt(mean(x²)
+// + eps) · w (w NULL: no weights). out may alias x. Every norm kernel here goes through this one
+// body — the same per-thread order and the same block_sum — which is what makes the fused
+// kernels bit-identical to the launches they replace.
+__device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr, const float *w, int64_t n,
+                                         float eps)
 {
-    const float *xr = x + blockIdx.x * n;
-    float *outr = out + blockIdx.x * n;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        sum += xr[i] * xr[i];
-    const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
-}
-
-// x += y, then out = rmsnorm(x) * w, one block per row: the residual add fused into the next
-// norm (one launch and one pass over x less). Same per-thread order as add then rmsnorm_kernel,
-// so the result is bit-identical to the two launches.
-__global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
-                                   float eps)
-{
-    float *xr = x + blockIdx.x * n;
-    const float *yr = y + blockIdx.x * n;
-    float *outr = out + blockIdx.x * n;
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] + yr[i];
-        xr[i] = v;
-        sum += v * v;
+        if (yr) {
+            const float v = xr[i] + yr[i];
+            xr[i] = v;
+            sum += v * v;
+        } else {
+            sum += xr[i] * xr[i];
+        }
     }
     const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
 
+// One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
+{
+    /* x is only read: norm_row writes x back only when given a y */
+    norm_row(out + blockIdx.x * n, (float *)x + blockIdx.x * n, NULL, w, n, eps);
+}
+
+// x += y, then out = rmsnorm(x) * w, one block per row: the residual add fused into the next
+// norm (one launch and one pass over x less), bit-identical to the two launches.
+__global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
+                                   float eps)
+{
+    norm_row(out + blockIdx.x * n, x + blockIdx.x * n, y + blockIdx.x * n, w, n, eps);
+}
+
 // What follows the Q/K/V projections of a step, in one launch: one block per (row, head) of Q,
-// K and V. Q and K heads: optional per-head RMSNorm (the arithmetic of rmsnorm_kernel: same block
-// size, same per-thread order, same block_sum), then RoPE of every pair (mpc_rope_pair), written
-// back; K heads also go to the F16 cache at row d_pos[row]; V heads only go to the cache. Five
-// launches before (q norm, k norm, rope q, rope k, K+V store), bit-identical results.
+// K and V. Q and K heads: optional per-head RMSNorm (norm_row with rmsnorm_kernel's block size),
+// then RoPE of every pair (mpc_rope_pair), written back; K heads also go to the F16 cache at row
+// d_pos[row]; V heads only go to the cache. Five launches before (q norm, k norm, rope q, rope k,
+// K+V store), bit-identical results.
 #define QKV_FINISH_THREADS 256
 __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const float *qw, const float *kw,
                                   int norm, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim,
@@ -85,17 +89,10 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
     }
     const bool is_q = h < n_head;
     float *x = is_q ? q + (r * n_head + h) * hd : k + r * n_kv + (h - n_head) * hd;
-    const float *w = is_q ? qw : kw;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
-        head[i] = x[i];
-        sum += x[i] * x[i];
-    }
-    if (norm) { // block-uniform: every thread takes the branch or none does
-        const float scale = rsqrtf(block_sum(sum) / (float)hd + eps);
-        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
-            head[i] = head[i] * scale * (w ? w[i] : 1.0f);
-    }
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
+        head[i] = x[i]; /* each thread reads back only the elements it wrote */
+    if (norm) // block-uniform: every thread takes the branch or none does
+        norm_row(head, head, NULL, is_q ? qw : kw, hd, eps);
     __syncthreads();
     for (int64_t i = threadIdx.x; i < rot_dim / 2; i += blockDim.x)
         mpc_rope_pair(head, i, rot_dim, (int32_t)p, base, style);
@@ -130,28 +127,14 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
 }
 
 // (x += y when y is given,) out = rmsnorm(x) * w, and out quantized to vdt (Q8_0 or Q8_K) into q,
-// one block per row: the norm exactly as add_rmsnorm_kernel / rmsnorm_kernel, then each warp
+// one block per row: the norm by norm_row as in add_rmsnorm_kernel / rmsnorm_kernel, then each warp
 // quantizes blocks of the row it and its block wrote (mpc_quantize_*_warp, as the quantize
 // kernels do). One launch where a decode step had two before every quantized projection.
 __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
                                      float eps, int vdt, uint8_t *q, size_t q_row_bytes)
 {
-    float *xr = x + blockIdx.x * n;
-    const float *yr = y ? y + blockIdx.x * n : NULL;
     float *outr = out + blockIdx.x * n;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        if (yr) {
-            const float v = xr[i] + yr[i];
-            xr[i] = v;
-            sum += v * v;
-        } else {
-            sum += xr[i] * xr[i];
-        }
-    }
-    const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+    norm_row(outr, x + blockIdx.x * n, y ? y + blockIdx.x * n : NULL, w, n, eps);
     __syncthreads(); // the row is written; every warp may now read all of it
     const int warp = threadIdx.x / MPC_WARP, lane = threadIdx.x % MPC_WARP, n_warps = blockDim.x / MPC_WARP;
     uint8_t *qr = q + blockIdx.x * q_row_bytes;
