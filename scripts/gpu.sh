@@ -68,6 +68,16 @@ build() {
     ninja -C build-gpu >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
 }
 
+# the qwen3-30b-a3b preset in Q4_K_M, made once per machine (bench-cpu's bench/cpu_decode.sh and
+# bench-exec's bench/gpu_bench.sh make the same file themselves)
+MODEL30=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
+ensure_model() {
+    [ -f "$MODEL30" ] && return 0
+    mkdir -p "$(dirname "$MODEL30")" || return 1
+    log "mkmodel $MODEL30"
+    build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$MODEL30"
+}
+
 rc=0
 for stage in "${stages[@]}"; do
     case "$stage" in
@@ -98,13 +108,8 @@ for stage in "${stages[@]}"; do
         ;;
     calibrate)
         build || { rc=1; continue; }
-        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
-        if [ ! -f "$model" ]; then
-            mkdir -p /tmp/mp-bench
-            log "mkmodel $model"
-            build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$model" \
-                || { rc=1; continue; }
-        fi
+        ensure_model || { rc=1; continue; }
+        model=$MODEL30
         log "calibrate $model"
         # shellcheck disable=SC2086
         build-gpu/cli/moeplan calibrate -m "$model" --out "$OUT/costs-h200.json" --force ${CALIBRATE_ARGS:-} \
@@ -121,15 +126,14 @@ for stage in "${stages[@]}"; do
         ;;
     bench-trace)
         build || { rc=1; continue; }
-        [ -f /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf ] || { echo "bench-trace: run bench-cpu first"; rc=1; continue; }
-        build-gpu/bench/mp_trace_overhead /tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf --tokens 64 --rounds 3 \
+        [ -f "$MODEL30" ] || { echo "bench-trace: run bench-cpu first"; rc=1; continue; }
+        build-gpu/bench/mp_trace_overhead "$MODEL30" --tokens 64 --rounds 3 \
             2>&1 | tee "$OUT/bench-trace.log" || rc=1
         ;;
     profile)
         build || { rc=1; continue; }
-        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
-        [ -f "$model" ] || build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$model" \
-            || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        model=$MODEL30
         for pl in ${PROFILE_PLACEMENTS:-gpu layers:24}; do
             log "profile --placement $pl"
             name=profile-${pl//:/}
@@ -158,13 +162,8 @@ for stage in "${stages[@]}"; do
         ;;
     sim-accuracy)
         build || { rc=1; continue; }
-        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf
-        if [ ! -f "$model" ]; then
-            mkdir -p /tmp/mp-bench
-            log "mkmodel $model"
-            build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$model" \
-                || { rc=1; continue; }
-        fi
+        ensure_model || { rc=1; continue; }
+        model=$MODEL30
         costs=${SIM_ACC_COSTS:-}
         [ -n "$costs" ] || { [ -f "$OUT/costs-h200.json" ] && costs=$OUT/costs-h200.json; } ||
             costs=examples/costs-h200-qwen3-30b-a3b.json
