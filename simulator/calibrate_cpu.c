@@ -393,6 +393,25 @@ static void add_moe_ns(void *user, int64_t layer, const mp_moe_timing *t)
     *(int64_t *)user += t->cpu_expert_ns + t->gpu_expert_ns;
 }
 
+/* A GPU-executor session of m under `--placement spec`, sized by sp (n_ctx, n_batch, threads):
+ * sp->placement = pl on success; on failure sp->placement is NULL, *s stays NULL and err says why
+ * ("placement: ..." when the placement could not be built). */
+static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_params *sp, mp_placement *pl,
+                             mp_session **s, mp_error *err)
+{
+    mp_placement_opts po = {0};
+    mp_status pst;
+    sp->placement = NULL;
+    if (!mp_placement_opts_set(&po, "--placement", spec, &pst, err) || pst ||
+        mp_placement_for_model(m, &po, sp->n_ctx, sp->n_batch, pl, err) != MP_OK)
+        return mp_error_prefix(err, "placement");
+    sp->placement = pl;
+    mp_status st = mp_session_new(m, sp, s, err);
+    if (st)
+        sp->placement = NULL;
+    return st;
+}
+
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device, mp_error *err)
 {
     const int t = o->threads[o->n_threads - 1];
@@ -422,24 +441,12 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     char why[256] = "";
     bool gpu = mp_gpu_available(why, sizeof why);
     if (gpu) {
-        mp_placement_opts po = {0};
-        mp_status pst;
         mp_error perr;
-        if (!mp_placement_opts_set(&po, "--placement", "gpu", &pst, &perr) || pst ||
-            mp_placement_for_model(m, &po, n_ctx, max_rows, &pl, &perr) != MP_OK) {
-            snprintf(why, sizeof why, "placement: %.200s", perr.msg);
+        if (gpu_session(m, "gpu", &sp, &pl, &s, &perr) != MP_OK) {
             gpu = false;
-        } else {
-            sp.placement = &pl;
-            if (mp_session_new(m, &sp, &s, &perr) != MP_OK) {
-                snprintf(why, sizeof why, "%.240s", perr.msg);
-                gpu = false;
-                sp.placement = NULL;
-            }
-        }
-        if (!gpu)
             mp_calib_say(o, "calibrate: non-MoE on the CPU forward pass: the GPU executor could not "
-                         "start (%s)", why);
+                         "start (%s)", perr.msg);
+        }
     }
     if (!s && (st = mp_session_new(m, &sp, &s, err)))
         goto out;
@@ -519,10 +526,9 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
     enum { STEPS = 8 }; /* decode steps per repetition */
     const int t = o->threads[o->n_threads - 1];
     const int64_t n_ctx = 256;
-    mp_placement_opts po = {0};
     mp_placement pl = {0};
     mp_session *s = NULL;
-    mp_status pst, st = MP_OK;
+    mp_status st = MP_OK;
     mp_error perr;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     double *ns = malloc((size_t)o->reps * sizeof(double));
@@ -530,10 +536,8 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = 8, .placement = &pl};
-    if (!mp_placement_opts_set(&po, "--placement", "layers:1", &pst, &perr) || pst ||
-        mp_placement_for_model(m, &po, n_ctx, sp.n_batch, &pl, &perr) != MP_OK ||
-        mp_session_new(m, &sp, &s, &perr) != MP_OK) {
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = 8};
+    if (gpu_session(m, "layers:1", &sp, &pl, &s, &perr) != MP_OK) {
         mp_calib_say(o, "calibrate: the runtime's round trip was not measured (%s); sync is the "
                         "microbenchmark's", perr.msg);
         goto out;
