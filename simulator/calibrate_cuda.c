@@ -139,6 +139,25 @@ out:
     return st;
 }
 
+/* One timed call of mp_cuda_moe_experts: upload the n_ids routes in ids, then CUDA events around
+ * the call; *ns its GPU time. what names the call in an error. */
+static mp_status time_experts(const mp_cuda_moe_args *a, const int32_t *ids, int n_ids, int32_t *d_ids,
+                              cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1, const char *what, double *ns,
+                              mp_error *err)
+{
+    mp_status st = MP_OK;
+    CK(cudaMemcpyAsync(d_ids, ids, (size_t)n_ids * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    CK(cudaEventRecord(ev0, s));
+    int rc = mp_cuda_moe_experts(a, s);
+    if (rc)
+        return mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s): %s", what, mp_cuda_strerror(rc));
+    CK(cudaEventRecord(ev1, s));
+    CK(cudaStreamSynchronize(s));
+    *ns = 1e6 * event_ms(ev0, ev1);
+out:
+    return st;
+}
+
 /* The gpu_expert entries: one per kind of expert (the first layer of each kind is uploaded). */
 static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStream_t s, cudaEvent_t ev0,
                              cudaEvent_t ev1, double *ns, cJSON *arr, mp_error *err)
@@ -221,21 +240,16 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
         int64_t next = 0;
         for (int ri = 0; ri < o->n_rows; ri++) {
             a.n_rows = o->rows[ri];
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d rows", quant, o->rows[ri]);
             for (int rep = -3; rep < o->reps; rep++, next++) {
                 for (int i = 0; i < o->rows[ri]; i++)
                     ids[i] = (int32_t)(next % E);
-                CK(cudaMemcpyAsync(d_ids, ids, (size_t)o->rows[ri] * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-                CK(cudaEventRecord(ev0, s));
-                int rc = mp_cuda_moe_experts(&a, s);
-                if (rc) {
-                    st = mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s, %d rows): %s", quant,
-                                 o->rows[ri], mp_cuda_strerror(rc));
+                double t_ns;
+                if ((st = time_experts(&a, ids, o->rows[ri], d_ids, s, ev0, ev1, what, &t_ns, err)))
                     goto out;
-                }
-                CK(cudaEventRecord(ev1, s));
-                CK(cudaStreamSynchronize(s));
                 if (rep >= 0)
-                    ns[rep] = 1e6 * event_ms(ev0, ev1);
+                    ns[rep] = t_ns;
             }
             cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
             if (!p) {
@@ -261,21 +275,16 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
             for (int ki = 0; ki < n_ks; ki++) {
                 const int k = ks[ki];
                 a.top_k = k;
+                char what[64];
+                snprintf(what, sizeof what, "%s, 1 row, %d experts", quant, k);
                 for (int rep = -3; rep < o->reps; rep++, next++) {
                     for (int j = 0; j < k; j++) /* k consecutive ids mod E: distinct, as E >= K >= k */
                         ids[j] = (int32_t)((next * K + j) % E);
-                    CK(cudaMemcpyAsync(d_ids, ids, (size_t)k * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-                    CK(cudaEventRecord(ev0, s));
-                    int rc = mp_cuda_moe_experts(&a, s);
-                    if (rc) {
-                        st = mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s, 1 row, %d experts): %s",
-                                     quant, k, mp_cuda_strerror(rc));
+                    double t_ns;
+                    if ((st = time_experts(&a, ids, k, d_ids, s, ev0, ev1, what, &t_ns, err)))
                         goto out;
-                    }
-                    CK(cudaEventRecord(ev1, s));
-                    CK(cudaStreamSynchronize(s));
                     if (rep >= 0)
-                        ns[rep] = 1e6 * event_ms(ev0, ev1);
+                        ns[rep] = t_ns;
                 }
                 cJSON *p = mp_calib_point("experts", k, ns, o->reps);
                 if (!p) {
