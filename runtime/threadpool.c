@@ -138,18 +138,22 @@ static void run_tasks(mp_pool *p, unsigned g, int thread)
         const int b = (thread + i) % T;
         atomic_uint_fast64_t *ctr = &p->blocks[b].next;
         uint64_t c = atomic_load_explicit(ctr, memory_order_acquire);
+        if ((unsigned)(c >> 32) != g)
+            return; /* the region is over (or never reached this thread) */
+        /* read once per block, after a counter named g: should the slot be rewritten for g + 2
+         * meanwhile, every counter names another generation first, and no claim below succeeds */
+        const int64_t end = block_start(atomic_load_explicit(&r->n_tasks, memory_order_relaxed), b + 1, T);
+        const mp_pool_fn fn = atomic_load_explicit(&r->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&r->ctx, memory_order_relaxed);
         int64_t ran = 0;
         bool over = false;
         for (;;) {
             if ((unsigned)(c >> 32) != g) {
-                over = true; /* the region is over (or never reached this thread) */
+                over = true; /* the region is over */
                 break;
             }
-            const int64_t n = atomic_load_explicit(&r->n_tasks, memory_order_relaxed);
-            const mp_pool_fn fn = atomic_load_explicit(&r->fn, memory_order_relaxed);
-            void *ctx = atomic_load_explicit(&r->ctx, memory_order_relaxed);
             const int64_t idx = (int64_t)(c & 0xffffffffu);
-            if (idx >= block_start(n, b + 1, T))
+            if (idx >= end)
                 break; /* block b is used up: the next one */
             if (!atomic_compare_exchange_weak_explicit(ctr, &c, c + 1, memory_order_acq_rel,
                                                        memory_order_acquire))
