@@ -29,10 +29,12 @@ typedef struct non_moe_reader {
     mp_trace_timing_iter *timing;
     mp_trace_timing_rec tim; /* look-ahead row of timing, valid while tim_rc == 1 (0: end) */
     int tim_rc;
-    int64_t *request, *step; /* (cap) the traced step's identity, for errors */
-    double *measured_ns;     /* (cap) duration - MoE time, ns */
-    uint8_t *decode;         /* (cap) 1: a decode step of one row (as_decode replays it as is) */
-    uint32_t *n_sim;         /* (cap) mp_sim_trace steps it became */
+    struct nm_step {
+        int64_t request, step; /* the traced step's identity, for errors */
+        double measured_ns;    /* duration - MoE time, ns */
+        bool decode;           /* a decode step of one row (as_decode replays it as is) */
+        uint32_t n_sim;        /* mp_sim_trace steps it became */
+    } *rec;                    /* (cap), n used */
     uint64_t n, cap;
 } non_moe_reader;
 
@@ -42,11 +44,7 @@ static void nm_free(non_moe_reader *nm)
         mp_trace_steps_end(nm->steps);
     if (nm->timing)
         mp_trace_timing_end(nm->timing);
-    free(nm->request);
-    free(nm->step);
-    free(nm->measured_ns);
-    free(nm->decode);
-    free(nm->n_sim);
+    free(nm->rec);
     memset(nm, 0, sizeof *nm);
 }
 
@@ -149,32 +147,14 @@ static mp_status nm_step(non_moe_reader *nm, int64_t request, int64_t step, uint
     }
     if (nm->n == nm->cap) {
         uint64_t cap = nm->cap ? 2 * nm->cap : 1024;
-        int64_t *rq = realloc(nm->request, sizeof *rq * cap);
-        if (rq)
-            nm->request = rq;
-        int64_t *sp = realloc(nm->step, sizeof *sp * cap);
-        if (sp)
-            nm->step = sp;
-        double *ms = realloc(nm->measured_ns, sizeof *ms * cap);
-        if (ms)
-            nm->measured_ns = ms;
-        uint8_t *dc = realloc(nm->decode, sizeof *dc * cap);
-        if (dc)
-            nm->decode = dc;
-        uint32_t *ns = realloc(nm->n_sim, sizeof *ns * cap);
-        if (ns)
-            nm->n_sim = ns;
-        if (!rq || !sp || !ms || !dc || !ns)
+        struct nm_step *grown = realloc(nm->rec, sizeof *grown * cap);
+        if (!grown)
             return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for %llu steps' non-MoE times", nm->path,
                            (unsigned long long)cap);
+        nm->rec = grown;
         nm->cap = cap;
     }
-    nm->request[nm->n] = request;
-    nm->step[nm->n] = step;
-    nm->measured_ns[nm->n] = non_moe_ns;
-    nm->decode[nm->n] = decode && rows == 1;
-    nm->n_sim[nm->n] = n_sim;
-    nm->n++;
+    nm->rec[nm->n++] = (struct nm_step){request, step, non_moe_ns, decode && rows == 1, n_sim};
     return MP_OK;
 }
 
@@ -197,12 +177,12 @@ static mp_status nm_finish(non_moe_reader *nm, bool as_decode, mp_sim_trace *out
         if (!(values = malloc(sizeof *values * (nm->n ? nm->n : 1))))
             return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", nm->path);
         for (uint64_t i = 0; i < nm->n; i++)
-            if (nm->decode[i])
-                values[n_decode++] = nm->measured_ns[i];
+            if (nm->rec[i].decode)
+                values[n_decode++] = nm->rec[i].measured_ns;
         for (uint64_t i = 0; i < nm->n && !n_decode; i++)
-            if (!nm->decode[i]) {
+            if (!nm->rec[i].decode) {
                 free(values);
-                return nm_fail(nm, err, nm->request[i], nm->step[i],
+                return nm_fail(nm, err, nm->rec[i].request, nm->rec[i].step,
                                "not a one-row decode step, so replayed as one-row steps (--as-decode), and the "
                                "trace has no decode step: expected decode steps, whose median non-MoE time such "
                                "steps take");
@@ -218,8 +198,8 @@ static mp_status nm_finish(non_moe_reader *nm, bool as_decode, mp_sim_trace *out
                        (unsigned long long)out->n_steps);
     uint64_t k = 0;
     for (uint64_t i = 0; i < nm->n; i++)
-        for (uint32_t j = 0; j < nm->n_sim[i] && k < out->n_steps; j++)
-            values[k++] = as_decode && !nm->decode[i] ? median_ns : nm->measured_ns[i];
+        for (uint32_t j = 0; j < nm->rec[i].n_sim && k < out->n_steps; j++)
+            values[k++] = as_decode && !nm->rec[i].decode ? median_ns : nm->rec[i].measured_ns;
     char where[600];
     snprintf(where, sizeof where, "trace %s", nm->path);
     mp_status st = mp_sim_trace_set_non_moe(out, values, k, where, err);
