@@ -126,6 +126,31 @@ static const char *costs_path(void)
     return costs;
 }
 
+static cJSON *read_json(const char *name)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s missing", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "%s is not JSON", path);
+    return root;
+}
+
+/* The entry of `policy` at budget index b of a simulate JSON report (NULL if absent). */
+static cJSON *find_policy(cJSON *root, int b, const char *policy)
+{
+    cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "budgets"), b), "policies");
+    for (int i = 0; i < cJSON_GetArraySize(pols); i++)
+        if (!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(pols, i), "policy")->valuestring, policy))
+            return cJSON_GetArrayItem(pols, i);
+    return NULL;
+}
+
 Test(simulate, cli_end_to_end)
 {
     static char out[1 << 16];
@@ -158,15 +183,7 @@ Test(simulate, cli_end_to_end)
     cr_assert_eq(p.counts[7 * 4 + 2], 3);
     cr_assert_eq(p.counts[0], 0);
     mp_strp_free(&p);
-    snprintf(path, sizeof path, "%s/r.json", dir);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    static char json[1 << 20];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(json);
-    cr_assert_not_null(root, "report is not JSON");
+    cJSON *root = read_json("r.json");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(root, "sensitivity")), 14); /* 7 costs x 2 factors */
     cJSON *budgets = cJSON_GetObjectItem(root, "budgets");
     cr_assert_eq(cJSON_GetArraySize(budgets), 3);
@@ -207,21 +224,6 @@ Test(simulate, cli_errors_are_one_line)
     cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
 }
 
-static cJSON *read_json(const char *name)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s missing", path);
-    static char text[1 << 20];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root, "%s is not JSON", path);
-    return root;
-}
-
 /* --sweep alpha=...: each point equals a run of decayed-lfu with that --alpha, at every budget */
 Test(simulate, sweep_points_equal_single_runs)
 {
@@ -247,11 +249,7 @@ Test(simulate, sweep_points_equal_single_runs)
         cr_assert_float_eq(cJSON_GetObjectItem(pt, "value")->valuedouble, atof(alphas[v]), 1e-12);
         for (int b = 0; b < 2; b++) {
             cJSON *bo = cJSON_GetArrayItem(cJSON_GetObjectItem(pt, "budgets"), b);
-            cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(one, "budgets"), b), "policies");
-            cJSON *dl = NULL;
-            for (int i = 0; i < cJSON_GetArraySize(pols); i++)
-                if (!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(pols, i), "policy")->valuestring, "decayed-lfu"))
-                    dl = cJSON_GetArrayItem(pols, i);
+            cJSON *dl = find_policy(one, b, "decayed-lfu");
             cr_assert_not_null(dl);
             for (int split = 0; split < 2; split++) {
                 const char *key = split ? "held_out" : "in_sample";
@@ -424,40 +422,18 @@ Test(simulate, loads_measured_non_moe_times)
 /* The named policy's in-sample metric `key` in report `json_name` (train-frac 1: all in-sample). */
 static double policy_metric(const char *json_name, const char *policy, const char *key)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", dir, json_name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    static char json[1 << 20];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(json);
-    cr_assert_not_null(root, "report is not JSON");
-    cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "budgets"), 0), "policies");
-    double v = NAN;
-    for (int i = 0; i < cJSON_GetArraySize(pols); i++) {
-        cJSON *po = cJSON_GetArrayItem(pols, i);
-        if (!strcmp(cJSON_GetObjectItem(po, "policy")->valuestring, policy))
-            v = cJSON_GetObjectItem(cJSON_GetObjectItem(po, "in_sample"), key)->valuedouble;
-    }
+    cJSON *root = read_json(json_name);
+    cJSON *po = find_policy(root, 0, policy);
+    cr_assert_not_null(po, "no policy %s in %s", policy, json_name);
+    const double v = cJSON_GetObjectItem(cJSON_GetObjectItem(po, "in_sample"), key)->valuedouble;
     cJSON_Delete(root);
-    cr_assert(!isnan(v), "no policy %s in %s", policy, json_name);
     return v;
 }
 
 static const char *json_source(const char *json_name)
 {
     static char src[32];
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", dir, json_name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    static char json[1 << 20];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(json);
+    cJSON *root = read_json(json_name);
     cJSON *s = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "config"), "non_moe_source");
     cr_assert(cJSON_IsString(s), "no config.non_moe_source in %s", json_name);
     snprintf(src, sizeof src, "%s", s->valuestring);
