@@ -439,6 +439,35 @@ static mp_status run_all(const mp_sim_trace *t, const mp_sim_config *cfg, const 
     return MP_OK;
 }
 
+/* --sweep: o->sweep.policy at every budget for every value of o->sweep.param, the other
+ * parameters as in cfg; fills o->sweep.res (value-major, freed by the caller). */
+static mp_status run_sweep(const mp_sim_trace *t, const mp_sim_config *cfg, opts *o, mp_error *err)
+{
+    mp_sim_sweep *sw = &o->sweep;
+    sw->res = calloc((size_t)sw->n_values * (size_t)o->n_budgets, sizeof *sw->res);
+    if (!sw->res)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the sweep");
+    for (int v = 0; v < sw->n_values; v++) {
+        mp_sim_config c = *cfg;
+        const double x = sw->values[v];
+        if (!strcmp(sw->param, "alpha"))
+            c.alpha = x;
+        else if (!strcmp(sw->param, "beta"))
+            c.beta = x;
+        else if (!strcmp(sw->param, "epsilon"))
+            c.epsilon = x;
+        else
+            c.window = (uint32_t)x;
+        for (int b = 0; b < o->n_budgets; b++) {
+            c.budget_bytes = o->budgets[b];
+            mp_status st = mp_sim_run(t, &c, sw->policy, &sw->res[(size_t)v * o->n_budgets + b], err);
+            if (st)
+                return st;
+        }
+    }
+    return MP_OK;
+}
+
 /* Policies ordered by tok/s (held-out where it exists); returns the best. rank[p] = position. */
 static int rank_policies(const mp_sim_budget_run *run, int rank[MP_POL_COUNT])
 {
@@ -534,30 +563,8 @@ int mp_cmd_simulate(int argc, char **argv)
     cfg.cpu = cpu;
     if (run_all(&trace, &cfg, &o, runs, &err))
         goto fail;
-    if (o.sweep.n_values) {
-        o.sweep.res = calloc((size_t)o.sweep.n_values * (size_t)o.n_budgets, sizeof *o.sweep.res);
-        if (!o.sweep.res) {
-            mp_fail(&err, MP_ERR_NOMEM, "simulate: out of memory for the sweep");
-            goto fail;
-        }
-        for (int v = 0; v < o.sweep.n_values; v++) {
-            mp_sim_config c = cfg;
-            const double x = o.sweep.values[v];
-            if (!strcmp(o.sweep.param, "alpha"))
-                c.alpha = x;
-            else if (!strcmp(o.sweep.param, "beta"))
-                c.beta = x;
-            else if (!strcmp(o.sweep.param, "epsilon"))
-                c.epsilon = x;
-            else
-                c.window = (uint32_t)x;
-            for (int b = 0; b < o.n_budgets; b++) {
-                c.budget_bytes = o.budgets[b];
-                if (mp_sim_run(&trace, &c, o.sweep.policy, &o.sweep.res[(size_t)v * o.n_budgets + b], &err))
-                    goto fail;
-            }
-        }
-    }
+    if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
+        goto fail;
     mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL,
                          o.sweep.n_values ? &o.sweep : NULL};
     if (o.llamacpp) {
