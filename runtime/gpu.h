@@ -95,4 +95,12 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap);
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows);
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
 
+/* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS
+ * GEMMs over activations rounded to the weights' 16-bit type; smaller steps run GEMVs over f32 (or
+ * the quantized partner format). Raising the threshold (never below MP_GPU_GEMM_MIN_ROWS) keeps
+ * every step on the GEMV path: the parity tests use it to compare hybrid and GPU-only runs of
+ * F16/BF16 models without the 16-bit rounding of prefill activations, which amplifies
+ * summation-order differences to about that type's precision. */
+void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows);
+
 #endif

@@ -49,6 +49,7 @@ void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out) { memset(out, 0, sizeo
 void mp_gpu_stats_reset(mp_gpu *g) {}
 const char *mp_gpu_device_name(const mp_gpu *g) { return "none"; }
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows) {}
+void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows) {}
 void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "none"); }
 void mp_gpu_set_measure(mp_gpu *g, bool on) {}
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
@@ -512,6 +513,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->s = s;
     g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
+    g->gemm_min_rows = MP_GPU_GEMM_MIN_ROWS;
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     g->timing = calloc((size_t)hp->n_layer, sizeof *g->timing);
     g->ev_moe = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_moe);
@@ -732,6 +734,12 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
 {
     g->copy_min_rows = min_rows;
     g->copy_fixed = true;
+}
+
+void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows)
+{
+    /* never below the default: the GEMM scratch was sized for steps of at least that many rows */
+    g->gemm_min_rows = min_rows > MP_GPU_GEMM_MIN_ROWS ? min_rows : MP_GPU_GEMM_MIN_ROWS;
 }
 
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g)

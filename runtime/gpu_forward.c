@@ -27,7 +27,7 @@
 static mp_status proj(mp_gpu *g, const gpu_tensor *t, const float *d_in, int64_t n, float *d_out,
                       int64_t out_stride, mp_error *err)
 {
-    if (n >= MP_GPU_GEMM_MIN_ROWS) {
+    if (n >= g->gemm_min_rows) {
         KCHECK(mp_cuda_gemm(g->blas, t->type, t->d, t->row_bytes, t->n_out, t->n_in, d_in, n, d_out,
                             out_stride, MP_GPU_GEMM_TILE, g->d_gemm_scratch, g->gemm_scratch_bytes,
                             g->stream), "gemm");
@@ -61,7 +61,7 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     /* the previous layer's residual add, when pending, is fused into this norm; for GEMV-sized
      * steps the norm also converts its output for Q, K and V (proj finds it in d_act) */
     const int vdt_q = mp_cuda_vec_dot_type(L->wq.type);
-    if (n < MP_GPU_GEMM_MIN_ROWS && (vdt_q == MP_TYPE_Q8_0 || vdt_q == MP_TYPE_Q8_K)) {
+    if (n < g->gemm_min_rows && (vdt_q == MP_TYPE_Q8_0 || vdt_q == MP_TYPE_Q8_K)) {
         KCHECK(mp_cuda_rmsnorm_quant(g->d_xb, g->d_x, g->pending_add ? g->d_proj : NULL, L->attn_norm, n, D,
                                      hp->rms_eps, vdt_q, g->d_act, g->stream), "residual add + rmsnorm + quantize");
         g->act_src = g->d_xb;

@@ -112,6 +112,8 @@ struct mp_gpu {
     mp_placement pl;        /* owned copy of the placement (bits) */
     size_t expert_bytes_max;
     int64_t n_hybrid_layers; /* layers with at least one expert in host memory */
+    int64_t gemm_min_rows;  /* dense projections of >= this many rows use cuBLAS (MP_GPU_GEMM_MIN_ROWS;
+                             * mp_gpu_set_gemm_min_rows) */
     int64_t copy_min_rows;  /* fixed threshold (mp_gpu_set_copy_min_rows; 0: never copy) */
     bool copy_fixed;        /* true: copy_min_rows decides; false: the cost model below */
     double pcie_ns_per_byte; /* measured at start: one expert's weights, host mapping → staging */

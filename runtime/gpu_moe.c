@@ -207,7 +207,7 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                "route upload");
     } else {
         const gpu_tensor *R = &G->gate_inp;
-        if (n >= MP_GPU_GEMM_MIN_ROWS)
+        if (n >= g->gemm_min_rows)
             KCHECK(mp_cuda_gemm(g->blas, R->type, R->d, R->row_bytes, E, D, g->d_xb, n, g->d_router, E,
                                 MP_GPU_GEMM_TILE, g->d_gemm_scratch, g->gemm_scratch_bytes, g->stream),
                    "router gemm");
