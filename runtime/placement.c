@@ -106,7 +106,11 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     const u128 KV = (u128)g->n_head_kv * (u128)g->head_dim, E = (u128)g->n_expert;
     const u128 K = (u128)g->n_expert_used, F = (u128)g->n_ff_exp, W = D > Q ? D : Q;
     const u128 att_rows = B < MP_GPU_ATT_ROWS ? B : MP_GPU_ATT_ROWS;
-    const u128 splits = ((u128)n_ctx + 255) / 256;
+    /* attention's split-K scratch (kernels/cuda/attention.cu): chunks of 64 keys for steps of up
+     * to 8 rows, of 256 for larger ones */
+    const u128 small_rows = att_rows < 8 ? att_rows : 8;
+    const u128 att_small = small_rows * (((u128)n_ctx + 63) / 64);
+    const u128 att_big = att_rows * (((u128)n_ctx + 255) / 256);
     u128 expert_max = 0;
     for (int64_t il = 0; il < g->n_layer; il++)
         expert_max = g->expert_bytes[il] > expert_max ? g->expert_bytes[il] : expert_max;
@@ -114,7 +118,8 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
                    + 2 * B * W                                       /* converted activations */
                    + B * (2 * D + K * 6 * F)                         /* MoE kernel scratch */
                    + B * K * (4 * D + 6) + 16 * 1025 + 1024          /* its grouped (prefill) path */
-                   + 4 * att_rows * (u128)g->n_head * splits * ((u128)g->head_dim + 2)
+                   + 4 * (att_small > att_big ? att_small : att_big) * (u128)g->n_head *
+                         ((u128)g->head_dim + 2)
                    + 2 * W * (B + MP_GPU_GEMM_TILE)                  /* cuBLAS tiles */
                    + 4 * (u128)MP_GPU_HEAD_ROWS * (u128)g->n_vocab   /* logits */
                    + MP_GPU_BLAS_WS_BYTES

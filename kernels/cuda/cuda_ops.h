@@ -196,7 +196,8 @@ size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t h
  * [0, pos0 + i] of kv head h / (n_head / n_head_kv); scores (q·k)/sqrt(head_dim) and softmax in
  * f32 with max subtraction. d_q (n_rows, n_head, head_dim) f32; d_k, d_v (n_ctx, n_head_kv,
  * head_dim) f16 caches of one layer; d_out (n_rows, n_head, head_dim) f32. The keys are split in
- * chunks of 256 over blocks (split-K) and merged by a second launch. head_dim <= 256. */
+ * chunks of 64 (steps of <= 8 rows) or 256 over blocks (split-K) and merged by a second launch.
+ * head_dim even, <= 256. */
 int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                       int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
                       int64_t head_dim, void *d_scratch, size_t scratch_bytes, void *stream);

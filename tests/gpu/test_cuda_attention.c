@@ -114,14 +114,18 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
     free(q); free(kc); free(vc); free(kf); free(vf); free(got); free(sc); free(ref);
 }
 
+/* Chunks hold 64 keys for steps of up to 8 rows and 256 for larger steps (attention.cu). */
 Test(cuda_attention, decode)
 {
     seed_rng();
     check_attention(1, 0, 32, 4, 128);    /* first token: one key */
-    check_attention(1, 100, 32, 4, 128);  /* one chunk, partial */
-    check_attention(1, 1000, 32, 4, 128); /* split-K over 4 chunks */
-    check_attention(1, 4200, 32, 4, 128); /* 17 chunks, the last partial */
-    check_attention(1, 511, 16, 16, 64);  /* MHA, exactly 2 chunks */
+    check_attention(1, 40, 32, 4, 128);   /* one chunk, partial */
+    check_attention(1, 1000, 32, 4, 128); /* split-K over 16 chunks, the last partial */
+    check_attention(1, 4200, 32, 4, 128); /* 66 chunks */
+    check_attention(1, 511, 16, 16, 64);  /* MHA, exactly 8 chunks */
+    check_attention(1, 300, 8, 2, 256);   /* the largest head: 4 dimension pairs per lane */
+    check_attention(1, 130, 4, 2, 80);    /* a head that leaves some lanes a pair short */
+    check_attention(8, 70, 32, 4, 128);   /* the largest step with 64-key chunks */
 }
 
 Test(cuda_attention, prefill_causal)
@@ -130,5 +134,16 @@ Test(cuda_attention, prefill_causal)
     check_attention(37, 0, 8, 2, 128);    /* from an empty cache */
     check_attention(19, 300, 32, 4, 128); /* continuing a prompt across a chunk boundary */
     check_attention(5, 250, 4, 1, 80);    /* rows straddle 256 */
+    check_attention(9, 600, 8, 4, 128);   /* the smallest step with 256-key chunks */
+}
+
+Test(cuda_attention, refuses_an_odd_head_dim)
+{
+    void *d_s = dev_alloc(1 << 20);
+    float *d_f = dev_alloc(1 << 20);
+    cr_assert_eq(mp_cuda_attention(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, 0, 2, 1, 63,
+                                   d_s, 1 << 20, NULL), MP_CUDA_EINVAL);
+    cudaFree(d_s);
+    cudaFree(d_f);
 }
 #endif
