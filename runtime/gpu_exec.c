@@ -136,6 +136,8 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_tok = take(c, (size_t)B * 4);
     g->d_pos = take(c, (size_t)B * 4);
     g->d_bad = take(c, sizeof(int));
+    g->d_rids = take(c, (size_t)(hp->n_layer * K) * 4);
+    g->d_rw = take(c, (size_t)(hp->n_layer * K) * 4);
     g->d_logits = take(c, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * 4);
     g->d_act = take(c, (size_t)B * mp_act_row_bytes_max(max64(D, Q)));
     size_t moe = 0;
@@ -629,14 +631,6 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaMallocHost((void **)&g->h_io, 2 * B * sizeof(int32_t)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_ids, (size_t)hp->n_layer * B * K * sizeof(int32_t)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_w, (size_t)hp->n_layer * B * K * sizeof(float)), "cudaMallocHost");
-    void *dp_ids = NULL, *dp_w = NULL;
-    if (cudaHostGetDevicePointer(&dp_ids, g->h_ids, 0) == cudaSuccess &&
-        cudaHostGetDevicePointer(&dp_w, g->h_w, 0) == cudaSuccess) {
-        g->d_h_ids = dp_ids;
-        g->d_h_w = dp_w;
-    } else {
-        cudaGetLastError(); /* not mapped: replayed routes are copied per layer */
-    }
     CK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),

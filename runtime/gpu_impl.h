@@ -72,11 +72,10 @@ struct mp_gpu {
     /* pinned host */
     int32_t *h_io;          /* (2 n_batch): tokens, positions */
     int32_t *h_ids;         /* (n_layer, n_batch, top_k) routing per layer (hooks, CPU path) */
-    /* h_ids / h_w as the device addresses them (pinned memory is mapped under unified
-     * addressing), or NULL: a replayed decode step's MoE kernels read the routes from there,
-     * instead of two copies per layer in every graph replay */
-    const int32_t *d_h_ids;
-    const float *d_h_w;
+    /* (n_layer, top_k) a route source's decode routes on the device: every layer's, uploaded by
+     * two strided copies at the start of the step (gpu_forward.c) */
+    int32_t *d_rids;
+    float *d_rw;
     float *h_w;             /* (n_layer, n_batch, top_k) */
     float *h_x;             /* (n_batch, n_embd) MoE input rows for the CPU */
     float *h_part;          /* (n_batch, n_embd) CPU partial */

@@ -26,12 +26,11 @@
 #include "runtime/gpu_impl.h"
 #include "runtime/moe.h"
 
-/* A route source's decode routes are read by the kernels from mapped pinned memory (a few bytes
- * per layer); larger steps copy them to the device, where every block of the grouped kernels reads
- * them. */
-static bool mapped_routes(const mp_gpu *g, int64_t n)
+/* A route source's decode routes: every layer's were uploaded at the start of the step (two
+ * copies; gpu_forward.c); larger steps upload each layer's before its MoE. */
+static bool decode_routes(const mp_gpu *g, int64_t n)
 {
-    return g->s->route_src && n == 1 && g->d_h_ids;
+    return g->s->route_src && n == 1;
 }
 
 static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
@@ -56,10 +55,9 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.n_rows = n;
     a.d_x = g->d_xb;
     a.d_xq = g->moe_xq; /* converted by the layer's norm (gpu_forward.c), or NULL */
-    if (mapped_routes(g, n)) { /* the route source's choice, read where the host wrote it */
-        const int64_t at = il * g->s->n_batch * hp->n_expert_used;
-        a.d_ids = g->d_h_ids + at;
-        a.d_weights = g->d_h_w + at;
+    if (decode_routes(g, n)) { /* the route source's choice, uploaded at the start of the step */
+        a.d_ids = g->d_rids + il * hp->n_expert_used;
+        a.d_weights = g->d_rw + il * hp->n_expert_used;
     } else {
         a.d_ids = g->d_ids;
         a.d_weights = g->d_w;
@@ -196,11 +194,11 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     mp_status st;
 
     /* 1. routing: the route source's choice (fetched for every layer before the step, see
-     * mp_gpu_fetch_routes) is in pinned memory: a decode step's kernels read it there (mapped),
-     * larger steps upload it; a graph replays either with whatever the host put there for the
-     * current step. Else the router on the GPU. */
+     * mp_gpu_fetch_routes) is in pinned memory: a decode step uploaded every layer's at its
+     * start, larger steps upload it here; a graph replays either with whatever the host put there
+     * for the current step. Else the router on the GPU. */
     const bool host_routes = s->route_src != NULL;
-    if (host_routes && !mapped_routes(g, n)) {
+    if (host_routes && !decode_routes(g, n)) {
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
         CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),

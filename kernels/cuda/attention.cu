@@ -199,7 +199,7 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
     if (n_splits > 65535) // gridDim.y: contexts beyond 4M keys
         return MP_CUDA_EINVAL;
     if (!d_scratch ||
-        scratch_bytes < scratch_for(n_rows, n_head, head_dim, n_keys_max))
+        scratch_bytes < mp_cuda_attention_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
         return MP_CUDA_ENOMEM;
     cudaStream_t st = (cudaStream_t)stream;
     const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
