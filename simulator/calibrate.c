@@ -292,7 +292,8 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
 #if MP_HAVE_CUDA
     why[0] = 0;
     if ((st = mp_calib_gpu(m, o, root, device, why, sizeof why, err)) ||
-        (!why[0] && (st = mp_calib_runtime_sync(m, o, root, device, err))))
+        (!why[0] && (st = mp_calib_runtime_sync(m, o, root, device, err))) ||
+        (!why[0] && (st = mp_calib_hybrid_layer(m, o, root, device, err))))
         goto out;
 #else
     snprintf(why, sizeof why, "this build has no CUDA (nvcc was not found when it was configured)");

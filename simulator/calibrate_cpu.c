@@ -13,6 +13,7 @@
  * Invariant: the rows and threads of every point are the options' lists, so every curve's x is
  * strictly increasing (the options are sorted and free of repeats).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,13 +397,14 @@ static void add_moe_ns(void *user, int64_t layer, const mp_moe_timing *t)
 /* A GPU-executor session of m under `--placement spec`, sized by sp (n_ctx, n_batch, threads):
  * sp->placement = pl on success; on failure sp->placement is NULL, *s stays NULL and err says why
  * ("placement: ..." when the placement could not be built). */
-static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_params *sp, mp_placement *pl,
-                             mp_session **s, mp_error *err)
+/* A GPU session with placement option opt (--placement, --placement-file) set to val. */
+static mp_status gpu_session_opt(const mp_model *m, const char *opt, const char *val, mp_session_params *sp,
+                                 mp_placement *pl, mp_session **s, mp_error *err)
 {
     mp_placement_opts po = {0};
     mp_status pst;
     sp->placement = NULL;
-    if (!mp_placement_opts_set(&po, "--placement", spec, &pst, err) || pst ||
+    if (!mp_placement_opts_set(&po, opt, val, &pst, err) || pst ||
         mp_placement_for_model(m, &po, sp->n_ctx, sp->n_batch, pl, err) != MP_OK)
         return mp_error_prefix(err, "placement");
     sp->placement = pl;
@@ -410,6 +412,12 @@ static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_par
     if (st)
         sp->placement = NULL;
     return st;
+}
+
+static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_params *sp, mp_placement *pl,
+                             mp_session **s, mp_error *err)
+{
+    return gpu_session_opt(m, "--placement", spec, sp, pl, s, err);
 }
 
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device, mp_error *err)
@@ -590,5 +598,130 @@ out:
     mp_placement_free(&pl);
     free(logits);
     free(ns);
+    return st;
+}
+
+/* ---- the fixed cost of a hybrid layer ---- */
+
+/* Routes that never reach the last expert: random distinct ids below n_expert - 1, random weights
+ * summing to 1. */
+typedef struct avoid_last {
+    uint64_t rng;
+    int64_t n_expert;
+} avoid_last;
+
+static int avoid_last_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids, float *w)
+{
+    (void)layer;
+    avoid_last *a = user;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float sum = 0.0f;
+        for (int64_t k = 0; k < top_k; k++) {
+            int32_t id;
+            bool dup;
+            do {
+                a->rng = a->rng * 6364136223846793005ull + 1442695040888963407ull;
+                id = (int32_t)((a->rng >> 33) % (uint64_t)(a->n_expert - 1));
+                dup = false;
+                for (int64_t j = 0; j < k; j++)
+                    dup |= ids[r * top_k + j] == id;
+            } while (dup);
+            ids[r * top_k + k] = id;
+            w[r * top_k + k] = 0.5f + (float)((a->rng >> 20) & 0xff) / 256.0f;
+            sum += w[r * top_k + k];
+        }
+        for (int64_t k = 0; k < top_k; k++)
+            w[r * top_k + k] /= sum;
+    }
+    return 0;
+}
+
+/* Decode wall time per step (ns[0 .. reps)) under placement option opt = val, with routes that
+ * avoid the last expert. */
+static mp_status time_decode(const mp_model *m, const mp_calib_opts *o, const char *opt, const char *val,
+                             double *ns, mp_error *err)
+{
+    enum { STEPS = 16 };
+    avoid_last routes = {.rng = 11, .n_expert = m->hp.n_expert};
+    mp_route_source src = {&routes, avoid_last_route};
+    mp_session_params sp = {.n_ctx = 256, .n_threads = o->threads[o->n_threads - 1], .n_batch = 8,
+                            .route_src = &src};
+    mp_placement pl = {0};
+    mp_session *s = NULL;
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    mp_status st = logits ? gpu_session_opt(m, opt, val, &sp, &pl, &s, err)
+                          : mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    int32_t tok = 1;
+    for (int rep = -warmups(o) - 1; !st && rep < o->reps; rep++) { /* one more warm-up: graph capture */
+        if (mp_session_n_past(s) + STEPS > sp.n_ctx)
+            mp_session_reset(s);
+        const int64_t t0 = mp_calib_now_ns();
+        for (int i = 0; i < STEPS && !st; i++) {
+            tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
+            st = mp_session_eval(s, &tok, 1, false, logits, err);
+        }
+        if (rep >= 0)
+            ns[rep] = (double)(mp_calib_now_ns() - t0) / STEPS;
+    }
+    mp_session_free(s);
+    mp_placement_free(&pl);
+    free(logits);
+    return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                mp_error *err)
+{
+    char why[256];
+    const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
+    if (!mp_gpu_available(why, sizeof why) || E < 2)
+        return MP_OK;
+    /* every layer keeps all experts but the last on the GPU; the routes never reach the last */
+    char path[] = "/tmp/moeplan-calib-XXXXXX";
+    const int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        mp_calib_say(o, "calibrate: hybrid_layer not measured (temporary placement file: %s)", strerror(errno));
+        return MP_OK;
+    }
+    for (int64_t il = 0; il < L; il++)
+        fprintf(f, "%" PRId64 ": 0-%" PRId64 "\n", il, E - 2);
+    const bool written = fclose(f) == 0;
+    double *a = malloc((size_t)o->reps * sizeof(double)), *b = malloc((size_t)o->reps * sizeof(double));
+    mp_status st = MP_OK;
+    mp_error perr;
+    if (!a || !b) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    } else if (!written || time_decode(m, o, "--placement", "gpu", b, &perr) ||
+               time_decode(m, o, "--placement-file", path, a, &perr)) {
+        mp_calib_say(o, "calibrate: hybrid_layer not measured (%s)", written ? perr.msg : "placement file not written");
+    } else {
+        qsort(b, (size_t)o->reps, sizeof *b, cmp_double);
+        const double base = o->reps % 2 ? b[o->reps / 2] : 0.5 * (b[o->reps / 2 - 1] + b[o->reps / 2]);
+        for (int i = 0; i < o->reps; i++) /* per hybrid layer; noise below the all-resident step is 0 */
+            a[i] = a[i] > base ? (a[i] - base) / (double)L : 0.0;
+        cJSON *p = mp_calib_point(NULL, 0, a, o->reps);
+        if (!p || !cJSON_AddItemToObject(root, "hybrid_layer", p) ||
+            !cJSON_AddStringToObject(device, "hybrid_layer_path",
+                                     "runtime: GPU executor, decode with CUDA graphs and routes that avoid "
+                                     "the last expert; every layer holding all experts but the last against "
+                                     "every expert resident, step-time difference per layer"))
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        else
+            mp_calib_say(o, "calibrate: hybrid layer with nothing for the CPU: %.1f us per layer beyond its GPU "
+                            "experts (decode %.1f us/step all resident)",
+                         cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, base / 1000.0);
+    }
+    unlink(path);
+    free(a);
+    free(b);
     return st;
 }

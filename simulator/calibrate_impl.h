@@ -47,6 +47,10 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
  * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
  * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
  * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
+/* hybrid_layer: a decode step's extra time per layer that holds an expert off the GPU but routes
+ * nothing to it (GPU executor; nothing written without a GPU). */
+mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                mp_error *err);
 mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);
 

@@ -294,7 +294,7 @@ static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
 static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
 {
     static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
-                                       "h2d", "d2h", "sync", "combine", "non_moe", NULL};
+                                       "h2d", "d2h", "sync", "hybrid_layer", "combine", "non_moe", NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
         return st;
@@ -337,6 +337,9 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return st;
     if (!(listed & MP_COST_ABSENT_SYNC) &&
         ((st = get_member(c, root, "$", "sync", &v)) || (st = get_stat(c, v, "$.sync", &out->sync))))
+        return st;
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "hybrid_layer")) &&
+        (st = get_stat(c, v, "$.hybrid_layer", &out->hybrid_layer)))
         return st;
     if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
         return st;

@@ -57,6 +57,9 @@ typedef struct mp_costs {
     mp_cost_curve h2d_pinned, h2d_pageable; /* by bytes: latency at small sizes, bandwidth beyond */
     mp_cost_curve d2h_pinned, d2h_pageable;
     mp_cost_stat sync;      /* one GPU->CPU->GPU round trip of a MoE layer (doorbell + waits) */
+    /* optional ("hybrid_layer"; zeros when absent): what a decode step pays per layer that holds an
+     * expert off the GPU but routes nothing to it, beyond that layer's GPU experts */
+    mp_cost_stat hybrid_layer;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */

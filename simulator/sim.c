@@ -147,6 +147,7 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
         tab->non_moe_ns[r] = k[MP_COST_NON_MOE] * mp_cost_curve_ns(&c->non_moe, r);
     }
     tab->sync_ns = k[MP_COST_SYNC] * c->sync.median_ns;
+    tab->hybrid_ns = k[MP_COST_SYNC] * c->hybrid_layer.median_ns; /* the round trip's fixed cost, scaled alike */
     /* weights are copied from pinned host memory when the runtime can pin them */
     tab->weight_h2d_ns = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)tab->expert_bytes);
     return MP_OK;

@@ -22,6 +22,7 @@ typedef struct sim_tab {
     double *combine_ns;  /* (max_rows + 1) */
     double *non_moe_ns;  /* (max_rows + 1) per step, by its rows */
     double sync_ns;      /* one round trip */
+    double hybrid_ns;    /* a hybrid layer's extra time when its host has nothing to compute */
     double weight_h2d_ns; /* one expert's weights host -> device */
     uint64_t act_row_bytes; /* n_embd f32: one row of activations or of partial output */
     uint64_t expert_bytes;
@@ -31,7 +32,10 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
 void sim_tab_free(sim_tab *tab);
 
 /* Time of one layer invocation: GPU hits overlapped with the round trip (D2H of the step's
- * rows, the host's wake-up, its CPU experts, H2D of the partial outputs), then the combine.
+ * rows, the host's wake-up, its CPU experts, H2D of the partial outputs, the combine). The GPU
+ * side of a layer that makes the round trip also pays hybrid_ns (measured by calibrate: the
+ * copies, the merge and the split of the decode graph at that layer, which it pays even when the
+ * host has nothing to compute; 0 from cost files without it).
  * rows_rt is 0 when the layer makes no round trip. The runtime makes one at every step of a layer
  * that holds any expert outside the GPU, whether or not this step's routes reach one: its host
  * learns the routes only through the round trip itself (so the callers pass the step's rows for
@@ -41,8 +45,10 @@ static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns
 {
     if (!rows_rt)
         return gpu_ns;
-    double path_ns = c->d2h_ns[rows_rt] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_rt];
-    return (gpu_ns > path_ns ? gpu_ns : path_ns) + c->combine_ns[rows_rt];
+    const double path_ns =
+        c->d2h_ns[rows_rt] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_rt] + c->combine_ns[rows_rt];
+    const double gpu_side_ns = gpu_ns + c->hybrid_ns;
+    return gpu_side_ns > path_ns ? gpu_side_ns : path_ns;
 }
 
 typedef struct sim_engine sim_engine; /* sim.c */

@@ -346,3 +346,29 @@ Test(costs, reads_the_optional_concurrent_curve)
         free(mut);
     }
 }
+
+Test(costs, reads_the_optional_hybrid_layer)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.hybrid_layer.median_ns, 0, "absent: zero");
+    mp_costs_free(&c);
+    char *at = strstr(text, "\"sync\":");
+    cr_assert_not_null(at);
+    char *mut = malloc(len + 128);
+    const size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    sprintf(mut + head, "\"hybrid_layer\": {\"median_ns\": 21000, \"spread_ns\": 700}, %s", at);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.hybrid_layer.median_ns, 21000);
+    cr_assert_eq(c.hybrid_layer.spread_ns, 700);
+    mp_costs_free(&c);
+    free(mut);
+    free(text);
+    expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": -5, \"spread_ns\": 1}, \"sync\":",
+                  "$.hybrid_layer.median_ns: expected a finite number >= 0");
+    expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": 5}, \"sync\":", "$.hybrid_layer.spread_ns: missing");
+}

@@ -204,20 +204,22 @@ static const mp_placement_geom hand = {
  *   kv      = 16 ctx × 2 layers × 1 kv head × 4 dim × 2 (K, V) × 2 bytes           = 512
  *   scratch, the terms of placement.c (B 4, D 8, Q 8, KV 4, E 4, K 2, F 16, W = max(D, Q) 8):
  *     activations, routes   4·4·(4·8 + 2·8 + 2·4 + 4 + 2·2 + 2) = 16·66            = 1056
+ *     replayed decode routes 8·2 layers·2 + 512                                    = 544
  *     converted acts        2·4·8                                                  = 64
  *     MoE kernel scratch    4·(2·8 + 2·6·16)                                       = 832
  *     its grouped path      4·2·(4·8 + 6) + 16·1025 + 1024                          = 17728
- *     attention             4·4 rows·2 heads·1 split·(4 + 2)                        = 192
+ *     attention             4·max(4 rows·1 64-key split, 4 rows·1 256-key split)
+ *                           ·2 heads·(4 + 2)                                       = 192
  *     cuBLAS tiles          2·8·(4 + 2048)                                         = 32832
  *     logits                4·32·10                                                = 1280
  *     cuBLAS workspace      32 MiB                                                 = 33554432
  *     alignment             64·256                                                 = 16384
  *     (no staging: 4 rows < MP_GPU_COPY_MIN_ROWS)
  *     padding               2·(3·(4·8 + 256) + 16·256 + 4·3·256) + 4·256            = 17088
- *     total                                                                        = 33641888
- *   fixed   = 1000 + 512 + 33641888                                                = 33643400 */
-#define HAND_SCRATCH 33641888u
-#define HAND_FIXED 33643400u
+ *     total                                                                        = 33642432
+ *   fixed   = 1000 + 512 + 33642432                                                = 33643944 */
+#define HAND_SCRATCH 33642432u
+#define HAND_FIXED 33643944u
 
 Test(placement, budget_arithmetic_by_hand)
 {
@@ -234,7 +236,7 @@ Test(placement, budget_arithmetic_by_hand)
     cr_assert_eq(b.expert_avail_bytes, 0);
     cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED - 1, 16, 4, &b, &e), MP_ERR_LIMIT);
     cr_assert(strstr(e.msg, "non-expert weights 1000 B + KV cache 512 B (--ctx 16) + scratch "
-                     "32.08 MiB (--batch 4) = 32.08 MiB do not fit") != NULL, "%s", e.msg);
+                     "32.08 MiB (--batch 4) = 32.09 MiB do not fit") != NULL, "%s", e.msg);
     cr_assert_eq(mp_gpu_budget_compute(&hand, 999, 16, 4, &b, &e), MP_ERR_LIMIT);
     cr_assert(strstr(e.msg, "smaller than the non-expert weights alone (1000 B)") != NULL, "%s",
               e.msg);

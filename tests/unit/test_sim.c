@@ -112,6 +112,25 @@ Test(sim, static_topn_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* The cost file's hybrid_layer (150 ns here) is added to the GPU side of every layer that makes
+ * the round trip, and nowhere else. */
+Test(sim, hybrid_layer_cost_on_the_gpu_side)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    costs.hybrid_layer = (mp_cost_stat){150, 0};
+    mp_sim_result r = run(&t, &c, MP_POL_STATIC_TOPN);
+    /* one hit + one miss: max(10 + 150, 7 + 20 + 100 + 5 + 3) = 160; two misses: max(0 + 150, 235)
+     * = 235. 7 * 160 + 235 = 1355 ns. */
+    cr_assert_float_eq(r.train.time_ns, 1355, 1e-9);
+    mp_sim_result g = run(&t, &c, MP_POL_ALL_GPU); /* no layer makes the round trip */
+    cr_assert_float_eq(g.train.time_ns, 8 * 20.0, 1e-9);
+    mp_sim_result_free(&r);
+    mp_sim_result_free(&g);
+    mp_sim_trace_free(&t);
+}
+
 Test(sim, baselines_and_whole_layers_by_hand)
 {
     mp_sim_trace t;
