@@ -117,7 +117,8 @@ mp_status plan_capacities(const double *cost, uint32_t n_layers, uint32_t n_expe
             uint32_t arg = 0;
             for (uint32_t c = 1; c <= cmax; c++) {
                 double v = prev[s - c] + cl[c];
-                if (v < best) {
+                if (v <= best) { /* ties: the larger capacity (experts the train split never
+                                  * routes to still serve the held-out requests) */
                     best = v;
                     arg = c;
                 }

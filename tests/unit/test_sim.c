@@ -131,6 +131,27 @@ Test(sim, hybrid_layer_cost_on_the_gpu_side)
     mp_sim_trace_free(&t);
 }
 
+/* When the round trip costs nothing next to the GPU experts, a layer's capacities from "every
+ * expert its train split routes to" up to all of them tie; the planner takes the largest, since
+ * the held-out requests may route to the rest. small_ids route to experts 0-3 only: in layers of
+ * 6 experts, e4 and e5 are never used. */
+Test(sim, plan_breaks_ties_toward_more_resident_experts)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 6, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 12);
+    /* GPU side 200 per step > a round trip without CPU work (35); a CPU expert costs 1000 */
+    gpu_y[0].median_ns = gpu_y[1].median_ns = 100;
+    cpu_y[0].median_ns = cpu_y[1].median_ns = 1000;
+    mp_sim_result r = run(&t, &c, MP_POL_PLAN);
+    gpu_y[0].median_ns = gpu_y[1].median_ns = 10;
+    cpu_y[0].median_ns = cpu_y[1].median_ns = 100;
+    cr_assert_eq(r.resident_initial, 12, "plan kept %u of 12 experts resident", (unsigned)r.resident_initial);
+    cr_assert_float_eq(r.train.time_ns, 8 * 200.0, 1e-9);
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
 Test(sim, baselines_and_whole_layers_by_hand)
 {
     mp_sim_trace t;
