@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "  --emit-profile OUT.strp  write the STRP profile (+ OUT.strp.json manifest) of\n"
             "                        --profile-policy (default plan) at the first budget\n"
             "  --profile-policy P    a static policy for --emit-profile\n"
+            "  --placement-profile P.strp  also replay this STRP profile's placement (policy\n"
+            "                        'profile': its first min(its slots, the budget's) ranked experts\n"
+            "                        resident), e.g. a profile made from another trace\n"
             "  --emit-llamacpp       print, per budget, the llama.cpp -ot override that keeps the best\n"
             "                        whole layers on the GPU, with its simulated speed\n"
             "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
@@ -136,6 +139,7 @@ static mp_status hash_file(const char *path, char hex[65], mp_error *err)
 
 typedef struct opts {
     const char *trace, *costs, *json, *svg, *profile;
+    const char *placement_profile; /* --placement-profile: replayed as policy 'profile' */
     const char *model; /* --model: non-expert bytes and a shape check from the GGUF */
     bool non_expert_given;
     uint64_t budgets[MAX_BUDGETS];
@@ -221,6 +225,8 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->svg = v;
         } else if (!strcmp(a, "--emit-profile")) {
             o->profile = v;
+        } else if (!strcmp(a, "--placement-profile")) {
+            o->placement_profile = v;
         } else if (!strcmp(a, "--expert")) {
             o->expert_quant = v;
         } else if (!strcmp(a, "--non-moe")) {
@@ -266,7 +272,7 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 int p = mp_sim_policy_from_name(tok);
                 if (!strcmp(a, "--policy") && !strcmp(tok, "all")) {
                     for (int q = 0; q < MP_POL_COUNT; q++)
-                        o->policies[q] = true;
+                        o->policies[q] = q != MP_POL_PROFILE; /* with --placement-profile only */
                     any_policy = true;
                     continue;
                 }
@@ -343,7 +349,13 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
     }
     if (!any_policy)
         for (int q = 0; q < MP_POL_COUNT; q++)
-            o->policies[q] = true;
+            o->policies[q] = q != MP_POL_PROFILE;
+    if (o->placement_profile)
+        o->policies[MP_POL_PROFILE] = true;
+    if (o->policies[MP_POL_PROFILE] && !o->placement_profile) {
+        fprintf(stderr, "moeplan simulate: error: --policy profile needs --placement-profile P.strp\n");
+        return 2;
+    }
     o->policies[MP_POL_ALL_GPU] = o->policies[MP_POL_ALL_CPU] = true; /* baselines, always */
     if (o->llamacpp)
         o->policies[MP_POL_BEST_LAYERS] = o->policies[MP_POL_PLAN] = true;
@@ -525,6 +537,7 @@ int mp_cmd_simulate(int argc, char **argv)
     mp_error err;
     mp_costs costs;
     mp_sim_trace trace;
+    mp_strp placed = {0}; /* --placement-profile */
     mp_sim_trace_facts facts;
     mp_sim_load_options lo = {.as_decode = o.as_decode, .non_moe = cfg.non_moe_source == MP_NON_MOE_TRACE};
     mp_sim_budget_run runs[MAX_BUDGETS];
@@ -549,6 +562,13 @@ int mp_cmd_simulate(int argc, char **argv)
     }
     if (o.model && apply_model(o.model, o.trace, &facts, !o.non_expert_given, &cfg, &err))
         goto fail;
+    if (o.placement_profile) { /* the reader refuses a profile of another geometry */
+        const mp_strp_geometry geo = {trace.model_layer ? trace.model_layer[trace.n_layers - 1] + 1 : trace.n_layers,
+                                      trace.n_experts};
+        if (mp_strp_read_file(o.placement_profile, &geo, &placed, &err))
+            goto fail;
+        cfg.profile = &placed;
+    }
     if (choose_entries(&costs, &facts, &o, &gpu, &cpu, &err))
         goto fail;
     gpu_entry = *gpu;
@@ -646,5 +666,6 @@ done:
     free(o.sweep.res);
     mp_sim_trace_free(&trace);
     mp_costs_free(&costs);
+    mp_strp_free(&placed);
     return rc;
 }

@@ -119,10 +119,28 @@ mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, 
         return place_best_layers(t, tab, st, slots, resident, err);
     case MP_POL_PLAN:
         return place_plan(t, tab, st, slots, resident, err);
+    case MP_POL_PROFILE: { /* profiles name model blocks: map them to the trace's MoE layers */
+        const mp_strp *p = cfg->profile;
+        if (!p)
+            return mp_fail(err, MP_ERR_ARG, "simulate: policy profile needs a profile (--placement-profile)");
+        const uint32_t blocks = t->model_layer ? t->model_layer[L - 1] + 1 : L;
+        if (p->n_layers != blocks || p->n_experts != E)
+            return mp_fail(err, MP_ERR_ARG, "simulate: the profile is for %u layers x %u experts, the trace's model "
+                           "has %u x %u", p->n_layers, p->n_experts, blocks, E);
+        uint64_t n = slots < p->slots ? slots : p->slots;
+        n = n < p->n_ranked ? n : p->n_ranked;
+        for (uint64_t i = 0; i < n; i++) {
+            uint32_t l = 0; /* model_layer is increasing */
+            while (l < L && (t->model_layer ? t->model_layer[l] : l) < p->ranked[i].layer)
+                l++;
+            if (l < L && (t->model_layer ? t->model_layer[l] : l) == p->ranked[i].layer)
+                resident[(size_t)l * E + p->ranked[i].expert] = 1;
+        }
+        return MP_OK;
+    }
     default:
         break;
     }
-    (void)cfg;
     return mp_fail(err, MP_ERR_INTERNAL, "simulate: %s is not a static policy", mp_sim_policy_name(policy));
 }
 

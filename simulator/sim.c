@@ -17,7 +17,7 @@ static const char *const policy_names[MP_POL_COUNT] = {
     [MP_POL_BEST_LAYERS] = "best-layers", [MP_POL_LFU] = "lfu",
     [MP_POL_DECAYED_LFU] = "decayed-lfu", [MP_POL_WINDOW_LFU] = "window-lfu",
     [MP_POL_LRU] = "lru",                 [MP_POL_BELADY] = "belady",
-    [MP_POL_PLAN] = "plan",
+    [MP_POL_PLAN] = "plan",               [MP_POL_PROFILE] = "profile",
 };
 
 const char *mp_sim_policy_name(mp_sim_policy p)

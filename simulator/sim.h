@@ -90,6 +90,7 @@ typedef enum mp_sim_policy {
     MP_POL_LRU,
     MP_POL_BELADY,          /* offline optimum of hits for per-layer caches; free admissions */
     MP_POL_PLAN,            /* per-layer capacities chosen by simulated time (exact DP) */
+    MP_POL_PROFILE,         /* a given STRP profile's placement (mp_sim_config.profile) */
     MP_POL_COUNT
 } mp_sim_policy;
 
@@ -123,6 +124,10 @@ typedef struct mp_sim_config {
     bool pageable;              /* host buffers pageable instead of pinned */
     mp_sim_non_moe_source non_moe_source; /* MP_NON_MOE_TRACE needs the trace's non_moe_ns */
     double scale[MP_COST_PARTS];
+    /* MP_POL_PROFILE: the profile to replay (geometry = the trace's), or NULL. Its first
+     * min(profile slots, budget slots) ranked experts are resident, as the runtime's --profile
+     * places them when the budget holds them. */
+    const mp_strp *profile;
 } mp_sim_config;
 
 void mp_sim_config_init(mp_sim_config *c); /* defaults: train 0.7, alpha 0.9, beta 1, eps 0.1, window 64 */

@@ -549,8 +549,12 @@ Test(sim, replay_is_deterministic_and_splits_by_request)
     random_trace(&t, 7, 3, 16, 2, 10, 20, true);
     mp_sim_config c = config(1100, 12);
     c.train_frac = 0.7;
+    mp_sim_result topn = run(&t, &c, MP_POL_STATIC_TOPN);
+    c.profile = &topn.profile; /* policy profile replays static-topn's placement, the same times */
     for (int p = 0; p < MP_POL_COUNT; p++) {
         mp_sim_result a = run(&t, &c, (mp_sim_policy)p), b = run(&t, &c, (mp_sim_policy)p);
+        if (p == MP_POL_PROFILE)
+            cr_assert_eq(a.test.time_ns, topn.test.time_ns);
         cr_assert_eq(a.test.hits, b.test.hits, "%s", mp_sim_policy_name(p));
         cr_assert_eq(a.test.time_ns, b.test.time_ns, "%s", mp_sim_policy_name(p));
         /* 7 of 10 requests train: 7 * 20 steps */
@@ -567,6 +571,7 @@ Test(sim, replay_is_deterministic_and_splits_by_request)
         mp_sim_result_free(&a);
         mp_sim_result_free(&b);
     }
+    mp_sim_result_free(&topn);
     mp_sim_trace_free(&t);
 }
 

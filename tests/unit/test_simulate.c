@@ -224,6 +224,54 @@ Test(simulate, cli_errors_are_one_line)
     cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
 }
 
+/* --placement-profile: a profile emitted for static-topn replays as static-topn did (policy
+ * 'profile', the profile's slots when the budget holds them); refusals in one line */
+Test(simulate, replays_a_given_profile)
+{
+    static char out[1 << 16];
+    char args[2048];
+    const char *common = "--expert Q4_K --non-expert-bytes 1000000 --train-frac 0.5";
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --budget 3000000B --policy static-topn "
+             "--profile-policy static-topn --emit-profile topn.strp", costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --budget 3000000B,9000000B --policy static-topn "
+             "--placement-profile topn.strp --json pp.json", costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cJSON *root = read_json("pp.json");
+    for (int b = 0; b < 2; b++) {
+        cJSON *topn = find_policy(root, b, "static-topn"), *prof = find_policy(root, b, "profile");
+        cr_assert(topn && prof, "budget %d: both policies reported", b);
+        /* the profile holds 2 slots: at the larger budget static-topn keeps more, the profile not */
+        cr_assert_eq(cJSON_GetObjectItem(prof, "resident_initial")->valuedouble, 2, "budget %d", b);
+        if (b == 0)
+            for (int split = 0; split < 2; split++) {
+                const char *key = split ? "held_out" : "in_sample";
+                cJSON *x = cJSON_GetObjectItem(prof, key), *y = cJSON_GetObjectItem(topn, key);
+                cr_assert_float_eq(cJSON_GetObjectItem(x, "time_ns")->valuedouble,
+                                   cJSON_GetObjectItem(y, "time_ns")->valuedouble, 1e-6, "%s", key);
+                cr_assert_eq(cJSON_GetObjectItem(x, "hits")->valuedouble, cJSON_GetObjectItem(y, "hits")->valuedouble);
+            }
+        else
+            cr_assert_gt(cJSON_GetObjectItem(topn, "resident_initial")->valuedouble, 2);
+    }
+    cJSON_Delete(root);
+    /* refusals */
+    cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 1GB --policy profile", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--policy profile needs --placement-profile P.strp"), "%s", out);
+    char path[700];
+    snprintf(path, sizeof path, "%s/other.strp", dir);
+    mp_strp_pair pair = {0, 1};
+    mp_strp other = {.n_layers = 3, .n_experts = 4, .slots = 1, .n_ranked = 1, .ranked = &pair,
+                     .table = MP_STRP_TABLE_NONE};
+    mp_error err;
+    cr_assert_eq(mp_strp_write_file(path, &other, &err), MP_OK, "%s", err.msg);
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --budget 3000000B --placement-profile other.strp",
+             costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "other.strp"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+}
+
 /* --sweep alpha=...: each point equals a run of decayed-lfu with that --alpha, at every budget */
 Test(simulate, sweep_points_equal_single_runs)
 {
