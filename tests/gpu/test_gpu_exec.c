@@ -290,17 +290,19 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     mp_model_free(m);
 }
 
-/* F32, F16 and BF16 experts: hybrid equals GPU-only up to summation order, 2e-5 of the largest
- * logit, where rounding the CPU partial to the expert type would fail. Both runs keep prefill on
+/* F32, F16 and BF16 experts: hybrid equals GPU-only up to summation order: 2e-5 of the largest
+ * logit on average over rows, 1e-4 in the worst row (measured on the H200 with GEMV prefill: worst
+ * 2.2e-5, mean 7.2e-6 over two runs); rounding the CPU partial to BF16 moves every row by ~1e-3,
+ * to F16 by ~1e-4, far past the mean bound. Both runs keep prefill on
  * the GEMV path: a prefill GEMM rounds its activations to 16 bits, which turns summation-order
  * differences into rounding flips of about that type's precision (measured on the H200 with GEMMs:
  * BF16 2.3e-3, F16 2.4e-4; docs/runtime.md). The quantized cases below run the GEMM path.
  * DISABLED, reported as SKIP: the F32 case does not return on the H200 (the `cpu` placement's
  * 40-row prefill; the host waits while the pool sleeps), with the old thread pool and with the new
  * one (timed out at 120 s, 2026-11-29); cause open (docs/runtime.md, "Known defects"). */
-Test(gpu_exec, hybrid_equals_gpu_f32, .disabled = true, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 2e-5, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 2e-5, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, true, 2e-5, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_f32, .disabled = true, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, false, 3e-2, 3e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, false, 3e-2, 3e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", false, 3e-2, 3e-3); }
