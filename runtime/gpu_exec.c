@@ -136,8 +136,8 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_tok = take(c, (size_t)B * 4);
     g->d_pos = take(c, (size_t)B * 4);
     g->d_bad = take(c, sizeof(int));
-    g->d_rids = take(c, (size_t)(hp->n_layer * K) * 4);
-    g->d_rw = take(c, (size_t)(hp->n_layer * K) * 4);
+    g->d_rids = take(c, (size_t)(2 * hp->n_layer * K) * 4);
+    g->d_rw = g->d_rids ? (float *)(g->d_rids + hp->n_layer * K) : NULL;
     g->d_logits = take(c, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * 4);
     g->d_act = take(c, (size_t)B * mp_act_row_bytes_max(max64(D, Q)));
     size_t moe = 0;
@@ -415,6 +415,7 @@ void mp_gpu_free(mp_gpu *g)
     cudaFree(g->d_scratch);
     cudaFree(g->d_pool);
     cudaFreeHost(g->h_io);
+    cudaFreeHost(g->h_route1);
     cudaFreeHost(g->h_ids);
     cudaFreeHost(g->h_w);
     cudaFreeHost(g->h_x);
@@ -631,6 +632,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaMallocHost((void **)&g->h_io, 2 * B * sizeof(int32_t)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_ids, (size_t)hp->n_layer * B * K * sizeof(int32_t)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_w, (size_t)hp->n_layer * B * K * sizeof(float)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_route1, (size_t)(2 * hp->n_layer) * K * sizeof(uint32_t)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),

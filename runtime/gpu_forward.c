@@ -211,14 +211,9 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
         CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice,
                                g->stream), "token upload");
         CCHECK(mp_gpu_record(g, g->ev_io), "cudaEventRecord");
-        if (s->route_src && n == 1) { /* every layer's replayed route: (n_layer, top_k) from rows
-                                       * n_batch · top_k apart */
-            const size_t K = (size_t)hp->n_expert_used, pitch = (size_t)s->n_batch * K * 4;
-            CCHECK(cudaMemcpy2DAsync(g->d_rids, K * 4, g->h_ids, pitch, K * 4, (size_t)hp->n_layer,
-                                     cudaMemcpyHostToDevice, g->stream), "route upload");
-            CCHECK(cudaMemcpy2DAsync(g->d_rw, K * 4, g->h_w, pitch, K * 4, (size_t)hp->n_layer,
-                                     cudaMemcpyHostToDevice, g->stream), "route upload");
-        }
+        if (s->route_src && n == 1) /* every layer's replayed routes, packed by mp_gpu_fetch_routes */
+            CCHECK(cudaMemcpyAsync(g->d_rids, g->h_route1, (size_t)(2 * hp->n_layer * hp->n_expert_used) * 4,
+                                   cudaMemcpyHostToDevice, g->stream), "route upload");
         KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab,
                                 hp->n_embd, g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
     } else {

@@ -72,8 +72,10 @@ struct mp_gpu {
     /* pinned host */
     int32_t *h_io;          /* (2 n_batch): tokens, positions */
     int32_t *h_ids;         /* (n_layer, n_batch, top_k) routing per layer (hooks, CPU path) */
-    /* (n_layer, top_k) a route source's decode routes on the device: every layer's, uploaded by
-     * two strided copies at the start of the step (gpu_forward.c) */
+    /* A route source's decode routes, every layer's: h_route1 (pinned) holds the (n_layer, top_k)
+     * ids and then the (n_layer, top_k) weights, packed by mp_gpu_fetch_routes; one copy at the
+     * start of the step puts them at d_rids, with d_rw = the weights' half (gpu_forward.c) */
+    uint32_t *h_route1;
     int32_t *d_rids;
     float *d_rw;
     float *h_w;             /* (n_layer, n_batch, top_k) */

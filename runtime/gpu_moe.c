@@ -170,6 +170,10 @@ mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err)
         mp_status st = mp_moe_check_routes(hp, il, n, h_ids, h_w, err);
         if (st)
             return st;
+        if (n == 1) { /* packed for the step's single upload */
+            memcpy(g->h_route1 + il * K, h_ids, (size_t)K * 4);
+            memcpy(g->h_route1 + (hp->n_layer + il) * K, h_w, (size_t)K * 4);
+        }
     }
     return MP_OK;
 }
@@ -196,7 +200,9 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* 1. routing: the route source's choice (fetched for every layer before the step, see
      * mp_gpu_fetch_routes) is in pinned memory: a decode step uploaded every layer's at its
      * start, larger steps upload it here; a graph replays either with whatever the host put there
-     * for the current step. Else the router on the GPU. */
+     * for the current step. Else the router on the GPU. A replayed decode step runs the router
+     * too, its output unused: production decode pays it, and a replayed run is meant to cost what
+     * production costs (sim_accuracy.sh compares the two); replayed prefill steps skip it. */
     const bool host_routes = s->route_src != NULL;
     if (host_routes && !decode_routes(g, n)) {
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
