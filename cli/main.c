@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "kernels/quant.h"
 #include "collector/route_replay.h"
 
 /* `run` and `bench` live in the runtime, which never links the trace reader: the CLI, above
@@ -62,6 +63,9 @@ int main(int argc, char **argv)
         printf("moeplan %s\n", MP_VERSION);
         return 0;
     }
+    const char *isa_note = mp_kernels_isa_warning(); /* an MP_ISA not honored is said, once */
+    if (isa_note)
+        fprintf(stderr, "moeplan: warning: %s\n", isa_note);
     for (int i = 0; i < n_commands; i++)
         if (!strcmp(name, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);

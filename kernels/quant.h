@@ -121,8 +121,13 @@ const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
 
 /* Which SIMD level the dispatcher chose: "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (AVX-512
  * F+BW+VL+VNNI). The environment variable MP_ISA=scalar|avx2|avx512 caps it (a level the CPU
- * lacks, or an unknown name, is ignored: the best supported level is used). */
+ * lacks, or an unknown name, is ignored: the best supported level is used, and
+ * mp_kernels_isa_warning says so). */
 const char *mp_kernels_isa(void);
+/* NULL when MP_ISA is unset, empty or honored; else one sentence saying why it was not and which
+ * level runs instead ("MP_ISA=avx1024 is not a level (scalar, avx2, avx512): using avx512"), for
+ * the command line to print as a warning. Valid until the next call. */
+const char *mp_kernels_isa_warning(void);
 /* Force the scalar reference everywhere (tests, --no-simd). Call before any mp_type_ops_get.
  * Each call also makes the next lookup re-decide the level (and re-read MP_ISA). */
 void mp_kernels_force_scalar(int on);

@@ -15,6 +15,7 @@
  * Invariant: every table's vec_dot_type and quantize_row equal the scalar table's, so activations
  * quantized once serve every variant, and weights quantized by any variant decode identically.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +133,24 @@ void mp_kernels_force_scalar(int on)
 const char *mp_kernels_isa(void)
 {
     return k_isa_names[current_isa()];
+}
+
+const char *mp_kernels_isa_warning(void)
+{
+    static _Thread_local char msg[160];
+    const char *env = getenv("MP_ISA");
+    if (!env || !env[0])
+        return NULL;
+    const int wanted = isa_from_name(env), best = cpu_isa();
+    if (wanted == ISA_UNKNOWN)
+        snprintf(msg, sizeof msg, "MP_ISA=%.40s is not a level (scalar, avx2, avx512): using %s", env,
+                 mp_kernels_isa());
+    else if (wanted > best)
+        snprintf(msg, sizeof msg, "MP_ISA=%s: this CPU's best is %s: using %s", env, k_isa_names[best],
+                 mp_kernels_isa());
+    else
+        return NULL;
+    return msg;
 }
 
 /* the table of `type` at level `isa`, falling back per type to the levels below */

@@ -624,6 +624,17 @@ Test(quant, mp_isa_override)
     cr_assert_eq(setenv("MP_ISA", "avx1024", 1), 0);
     mp_kernels_force_scalar(0);
     cr_assert_str_eq(mp_kernels_isa(), best, "an unknown MP_ISA must be ignored");
+    const char *w = mp_kernels_isa_warning(); /* ... but not silently */
+    cr_assert(w && strstr(w, "MP_ISA=avx1024 is not a level (scalar, avx2, avx512): using ") && strstr(w, best),
+              "%s", w ? w : "(none)");
+    cr_assert_eq(setenv("MP_ISA", "scalar", 1), 0);
+    cr_assert_null(mp_kernels_isa_warning(), "an honored MP_ISA needs no warning");
+    if (best_rank < 2) {
+        cr_assert_eq(setenv("MP_ISA", "avx512", 1), 0);
+        w = mp_kernels_isa_warning();
+        cr_assert(w && strstr(w, "this CPU's best is"), "%s", w ? w : "(none)");
+    }
+    cr_assert_eq(setenv("MP_ISA", "avx1024", 1), 0);
     cr_assert_null(mp_type_ops_isa(MP_TYPE_Q4_K, "avx1024"));
     cr_assert_null(mp_type_ops_isa(MP_TYPE_Q4_K, NULL));
     cr_assert_null(mp_type_ops_isa(MP_TYPE_Q8_K, "scalar"), "Q8_K has no weight kernels");
