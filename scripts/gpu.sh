@@ -17,6 +17,9 @@
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
 #              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
+#   f32-hang   the known hang of gpu_exec's F32 hybrid case: runs it (MP_TEST_F32_HYBRID=1) and,
+#              if it has not returned after 45 s, every thread's stack of every test process
+#              (gdb, else /proc's wchan/syscall/stack) -> $OUT/f32-hang/
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -146,6 +149,30 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         for t in 16 8; do build-gpu/bench/pool_overhead $t 3000; done 2>&1 | tee "$OUT/bench-pool.log" || rc=1
         ;;
+    f32-hang)
+        build || { rc=1; continue; }
+        mkdir -p "$OUT/f32-hang"
+        MP_TEST_F32_HYBRID=1 timeout -s KILL 100 build-gpu/tests/test_gpu_exec \
+            --filter 'gpu_exec/hybrid_equals_gpu_f32' --jobs 1 >"$OUT/f32-hang/test.log" 2>&1 &
+        tpid=$!
+        for _ in $(seq 45); do kill -0 "$tpid" 2>/dev/null || break; sleep 1; done
+        if kill -0 "$tpid" 2>/dev/null; then
+            log "f32-hang: still running after 45 s: taking stacks"
+            for p in $(pgrep -x test_gpu_exec); do
+                if command -v gdb >/dev/null; then
+                    gdb -p "$p" -batch -ex 'info threads' -ex 'thread apply all bt' >"$OUT/f32-hang/gdb-$p.txt" 2>&1
+                fi
+                for t in /proc/"$p"/task/*; do
+                    echo "== $t $(cat "$t/comm") wchan=$(cat "$t/wchan" 2>/dev/null) state=$(awk '{print $3}' "$t/stat")"
+                    cat "$t/syscall" 2>/dev/null; cat "$t/stack" 2>/dev/null
+                done >"$OUT/f32-hang/proc-$p.txt" 2>&1
+            done
+        else
+            log "f32-hang: returned within 45 s"
+        fi
+        wait "$tpid"
+        tail -5 "$OUT/f32-hang/test.log"
+        ;;
     bench-cupti)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
@@ -180,7 +207,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-pool, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-pool, f32-hang, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
