@@ -3,6 +3,8 @@
 #include "runtime/bench.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -115,4 +117,98 @@ mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64
     mp_session_reset(s);
     free(ids);
     return st;
+}
+
+/* ---- host read bandwidth ---- */
+
+typedef struct read_share {
+    const uint64_t *begin;
+    size_t n_words;
+    uint64_t sum;     /* kept so the compiler cannot drop the loads */
+    const int *go;    /* the threads start together once the caller sets it */
+} read_share;
+
+/* Sum the share with vectors of W bytes, four in flight, so that a core's instructions do not
+ * bound what it can stream: 16-byte (SSE2, every x86-64) or, where the CPU has AVX2, 32-byte. */
+#define READ_SUM(W)                                                                                \
+    typedef uint64_t vec __attribute__((vector_size(W), aligned(W)));                              \
+    while (!__atomic_load_n(w->go, __ATOMIC_ACQUIRE))                                              \
+        sched_yield(); /* the caller is still creating threads, maybe on this core */              \
+    const vec *p = (const vec *)w->begin;                                                          \
+    vec a = {0}, b = a, c = a, d = a;                                                              \
+    const size_t n = w->n_words * 8 / (W) / 4 * 4;                                                 \
+    for (size_t i = 0; i < n; i += 4) {                                                            \
+        a += p[i];                                                                                 \
+        b += p[i + 1];                                                                             \
+        c += p[i + 2];                                                                             \
+        d += p[i + 3];                                                                             \
+    }                                                                                              \
+    const vec s = a + b + c + d;                                                                   \
+    for (size_t k = 0; k < (W) / 8; k++)                                                           \
+        w->sum += s[k];                                                                            \
+    return NULL;
+
+static void *read_words(void *arg)
+{
+    read_share *w = arg;
+    READ_SUM(16)
+}
+
+__attribute__((target("avx2"))) static void *read_words_avx2(void *arg)
+{
+    read_share *w = arg;
+    READ_SUM(32)
+}
+
+double mp_bench_host_read_gbs(size_t bytes, int threads, int reps)
+{
+    bytes &= ~(size_t)4095;
+    if (threads < 1 || reps < 1 || bytes < (size_t)threads * 64)
+        return 0;
+    uint64_t *buf = aligned_alloc(4096, bytes);
+    pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+    read_share *w = calloc((size_t)threads, sizeof *w);
+    double best = 0;
+    const bool avx2 = __builtin_cpu_supports("avx2");
+    if (buf && tid && w) {
+        memset(buf, 1, bytes); /* every page touched before the timing */
+        const size_t share = bytes / 8 / (size_t)threads & ~(size_t)3;
+        volatile uint64_t total = 0;
+        for (int r = 0; r < reps; r++) {
+            int go = 0, started = 0;
+            for (; started < threads; started++) {
+                w[started] = (read_share){buf + share * (size_t)started, share, 0, &go};
+                /* share is a multiple of 4 words: the vector loop reads all but < 128 bytes */
+                if (pthread_create(&tid[started], NULL, avx2 ? read_words_avx2 : read_words, &w[started]))
+                    break;
+            }
+            const double t0 = now_s();
+            __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
+            for (int t = 0; t < started; t++) {
+                pthread_join(tid[t], NULL);
+                total += w[t].sum;
+            }
+            const double dt = now_s() - t0;
+            if (started < threads) { /* fewer threads than asked: no valid number */
+                best = 0;
+                break;
+            }
+            const double gbs = dt > 0 ? (double)(share * (size_t)threads * 8) / dt / 1e9 : 0;
+            best = gbs > best ? gbs : best;
+        }
+        (void)total;
+    }
+    free(buf);
+    free(tid);
+    free(w);
+    return best;
+}
+
+void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
+                           mp_bench_bound *out)
+{
+    out->gpu_ms = step_ms - gap_ms > 0 ? step_ms - gap_ms : 0;
+    out->cpu_ms = host_gbs > 0 ? cpu_bytes / (host_gbs * 1e9) * 1e3 : 0;
+    out->sync_ms = sync_ms;
+    out->bound_ms = (out->gpu_ms > out->cpu_ms ? out->gpu_ms : out->cpu_ms) + out->sync_ms;
 }

@@ -39,4 +39,22 @@ mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64
                             int64_t n_vocab, int reps, float *logits, double *samples_tok_s,
                             mp_bench_progress_fn progress, void *progress_ctx, mp_error *err);
 
+/* Host memory read bandwidth in GB/s (10^9 bytes/s): `threads` threads each sum a contiguous share
+ * of a buffer of `bytes` (pages touched first, so no fault is timed), best of `reps`; what a
+ * multithreaded matrix-vector product over weights in host memory does. 0 when the buffer or a
+ * thread cannot be had. Used by bench/membw.c and by `moeplan bench` for the decode bound. */
+double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
+
+/* The bound of a hybrid decode step (issue 3's definition), all per step in milliseconds:
+ *   gpu  = the step's wall time minus the GPU's idle gaps at its hybrid layers (the GPU part);
+ *   cpu  = the bytes of the CPU's experts / the host's read bandwidth (the CPU part at bandwidth);
+ *   sync = hybrid layers x the round trip's overhead per layer (measured);
+ *   bound = max(gpu, cpu) + sync: optimistic, since a layer's GPU and CPU work depend on each
+ *   other in layer order (gpu + cpu + sync is what no overlap at all would give). */
+typedef struct mp_bench_bound {
+    double gpu_ms, cpu_ms, sync_ms, bound_ms;
+} mp_bench_bound;
+void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
+                           mp_bench_bound *out);
+
 #endif

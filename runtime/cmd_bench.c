@@ -196,7 +196,11 @@ typedef struct bench_ctx {
     mp_gpu_memory mem;
     const char *replay;    /* --route-replay TRACE, NULL: the router */
     char replay_desc[512]; /* the replay's summary after the last test ("" without replay) */
+    double host_gbs;       /* host read bandwidth for the decode bound (GPU executor with host
+                            * experts), 0: not measured */
 } bench_ctx;
+
+#define HOST_BW_BYTES ((size_t)1 << 30) /* the bandwidth probe's buffer: far past any LLC */
 
 typedef struct bench_row {
     mp_bench_kind kind;
@@ -255,6 +259,27 @@ static double rt_overhead_us(const mp_gpu_stats *g)
     return g->rt_measured ? (double)g->rt_overhead_ns / 1e3 / (double)g->rt_measured : 0.0;
 }
 
+/* The decode bound of a tg row with hybrid layers (runtime/bench.h); false when it has none or
+ * nothing was measured. Per decode step: the GPU's idle gap and the round-trip overhead of its
+ * hybrid layers (event-timed means over the measured layer steps), and the CPU's expert bytes
+ * (its routes x the mean bytes of a host-resident expert). */
+static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
+{
+    const mp_gpu_stats *g = &r->gs;
+    const uint64_t cells = (uint64_t)c->pl.n_layer * (uint64_t)c->pl.n_expert;
+    const uint64_t n_host = cells - (uint64_t)c->pl.n_resident_total;
+    if (!c->gpu || r->kind != MP_BENCH_TG || g->steps < 1 || g->hybrid_layers < 1 || g->rt_measured < 1 ||
+        r->stats.median <= 0 || c->host_gbs <= 0 || n_host == 0)
+        return false;
+    const double layers = (double)g->hybrid_layers / (double)g->steps;
+    const double gap_ms = layers * (double)g->rt_gap_ns / (double)g->rt_measured / 1e6;
+    const double sync_ms = layers * (double)g->rt_overhead_ns / (double)g->rt_measured / 1e6;
+    const double cpu_bytes = (double)g->routes_cpu / (double)g->steps * (double)c->pl.host_expert_bytes /
+                             (double)n_host;
+    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, b);
+    return b->bound_ms > 0;
+}
+
 static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
 {
     char size[32], gpu[32];
@@ -262,14 +287,18 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
            "| routing | executor | routes gpu/cpu/copy %% | rt overhead us | test | tok/s median "
-           "| min | max | stddev |\n");
+           "| min | max | stddev | bound tok/s (share) |\n");
     printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
-           "| --- | ---: | ---: | ---: | ---: |\n");
+           "| --- | ---: | ---: | ---: | ---: | ---: |\n");
     const char *rslash = c->replay ? strrchr(c->replay, '/') : NULL;
     const char *routing = !c->replay ? "router" : rslash ? rslash + 1 : c->replay;
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        char paths[64] = "-", rt[32] = "-";
+        char paths[64] = "-", rt[32] = "-", bound[48] = "-";
+        mp_bench_bound b;
+        if (row_bound(c, r, &b))
+            snprintf(bound, sizeof bound, "%.2f (%.0f %%)", 1e3 / b.bound_ms,
+                     100.0 * r->stats.median * b.bound_ms / 1e3);
         if (c->gpu) {
             snprintf(paths, sizeof paths, "%.1f/%.1f/%.1f", share(&r->gs, r->gs.routes_gpu),
                      share(&r->gs, r->gs.routes_cpu), share(&r->gs, r->gs.routes_copied));
@@ -277,12 +306,12 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
                 snprintf(rt, sizeof rt, "%.1f", rt_overhead_us(&r->gs));
         }
         printf("| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s%s | %s | %s | %s | %s%" PRId64
-               " | %.2f | %.2f | %.2f | %.2f |\n",
+               " | %.2f | %.2f | %.2f | %.2f | %s |\n",
                c->file, size, c->arch, c->quant, c->threads, c->isa, c->placement,
                c->budget ? c->budget : "none", gpu, c->replay ? "replay " : "", routing,
                c->gpu ? "gpu" : "cpu", paths, rt,
                kind_name(r->kind), r->n, r->stats.median, r->stats.min, r->stats.max,
-               r->stats.stddev);
+               r->stats.stddev, bound);
     }
     if (c->gpu) {
         char mem[32];
@@ -290,6 +319,10 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
         printf("\nGPU: %s; device memory used %s.\n", c->device, mem);
     }
     printf("\n%s.\n", executor_note(c));
+    if (c->host_gbs > 0)
+        printf("bound: of a decode row with hybrid layers, max(GPU part, CPU experts' bytes / host read "
+               "bandwidth %.1f GB/s) + the round trips' overhead, per token; share = measured / bound "
+               "(docs/bench.md).\n", c->host_gbs);
     if (c->replay)
         printf("route replay: %s.\n", c->replay_desc);
 }
@@ -361,6 +394,16 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
         for (int k = 0; ok && k < reps; k++) {
             cJSON *num = cJSON_CreateNumber(r->samples[k]);
             ok = num && cJSON_AddItemToArray(samples, num);
+        }
+        mp_bench_bound b;
+        if (ok && row_bound(c, r, &b)) {
+            cJSON *bo = cJSON_AddObjectToObject(o, "bound");
+            ok = bo && add_num(bo, "host_read_gbs", c->host_gbs) && add_num(bo, "gpu_ms", b.gpu_ms) &&
+                 add_num(bo, "cpu_ms", b.cpu_ms) && add_num(bo, "sync_ms", b.sync_ms) &&
+                 add_num(bo, "bound_ms", b.bound_ms) && add_num(bo, "bound_tok_s", 1e3 / b.bound_ms) &&
+                 add_num(bo, "share_of_bound", r->stats.median * b.bound_ms / 1e3);
+        } else if (ok) {
+            ok = cJSON_AddNullToObject(o, "bound") != NULL;
         }
         ok = ok && add_num(o, "median_tok_s", r->stats.median) &&
              add_num(o, "min_tok_s", r->stats.min) && add_num(o, "max_tok_s", r->stats.max) &&
@@ -455,6 +498,11 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
         snprintf(c.device, sizeof c.device, "%s", mp_gpu_device_name(g));
         mp_gpu_get_memory(g, &c.mem);
         mp_gpu_set_measure(g, true);
+    }
+    if (c.gpu && c.pl.host_expert_bytes > 0 && o->n_tg > 0) { /* for the decode bound */
+        fprintf(stderr, "moeplan bench: host read bandwidth (1 GiB, %d threads)...\n", mp_session_n_threads(s));
+        c.host_gbs = mp_bench_host_read_gbs(HOST_BW_BYTES, mp_session_n_threads(s), 3);
+        fprintf(stderr, "moeplan bench: host read bandwidth %.1f GB/s\n", c.host_gbs);
     }
     const char *slash = strrchr(o->model, '/');
     c.file = slash ? slash + 1 : o->model;

@@ -304,3 +304,30 @@ Test(bench, token_ids_are_valid_and_deterministic)
     free(a);
     free(b);
 }
+
+/* The decode bound's arithmetic (runtime/bench.h), by hand: a 10 ms step with 4 ms of GPU idle
+ * gaps leaves a 6 ms GPU part; 2 GB of CPU expert bytes at 100 GB/s is 20 ms; with 1 ms of round
+ * trips the bound is max(6, 20) + 1 = 21 ms. Then with the GPU part the larger. */
+Test(bench, decode_bound_by_hand)
+{
+    mp_bench_bound b;
+    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, &b);
+    cr_assert_float_eq(b.gpu_ms, 6.0, 1e-12);
+    cr_assert_float_eq(b.cpu_ms, 20.0, 1e-12);
+    cr_assert_float_eq(b.sync_ms, 1.0, 1e-12);
+    cr_assert_float_eq(b.bound_ms, 21.0, 1e-12);
+    mp_bench_decode_bound(10.0, 1.0, 1e8, 100.0, 0.5, &b); /* cpu 1 ms < gpu 9 ms */
+    cr_assert_float_eq(b.bound_ms, 9.5, 1e-12);
+    mp_bench_decode_bound(1.0, 2.0, 0, 0, 0, &b); /* gaps over the step (noise): no negative part */
+    cr_assert_float_eq(b.gpu_ms, 0.0, 1e-12);
+}
+
+/* The host bandwidth probe returns a positive rate for a small buffer, and 0 when it is asked for
+ * nonsense (no threads, a buffer smaller than the threads' shares). */
+Test(bench, host_read_bandwidth_probe)
+{
+    const double gbs = mp_bench_host_read_gbs((size_t)64 << 20, 2, 2);
+    cr_assert(gbs > 0.1 && gbs < 10000, "%g GB/s", gbs);
+    cr_assert_eq(mp_bench_host_read_gbs((size_t)64 << 20, 0, 2), 0);
+    cr_assert_eq(mp_bench_host_read_gbs(4096, 1024, 1), 0);
+}
