@@ -138,7 +138,10 @@ Test(bench, json_rows_with_placement_and_budget)
         /* layers:1 keeps the first layer's experts on the host, the rest resident */
         cr_assert_gt(num_of(row, "gpu_expert_bytes"), 0);
         cr_assert_gt(num_of(row, "host_expert_bytes"), 0);
+        /* the decode bound is a GPU executor's: null on CPU rows, and no bandwidth probe ran */
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(row, "bound")));
     }
+    cr_assert_null(strstr(err, "host read bandwidth"), "%s", err);
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_prompt"), 1);
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_gen"), 8);
     cr_assert_not_null(strstr(str_of(root, "note"), "executor cpu"));
