@@ -26,8 +26,8 @@
 #include "runtime/gpu_impl.h"
 #include "runtime/moe.h"
 
-/* A route source's decode routes: every layer's were uploaded at the start of the step (two
- * copies; gpu_forward.c); larger steps upload each layer's before its MoE. */
+/* A route source's decode routes: every layer's were uploaded at the start of the step (one
+ * copy; gpu_forward.c); larger steps upload each layer's before its MoE. */
 static bool decode_routes(const mp_gpu *g, int64_t n)
 {
     return g->s->route_src && n == 1;
