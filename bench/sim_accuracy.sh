@@ -216,6 +216,10 @@ print(json.dumps({
     "error_pct": 100.0 * (pred_ms - meas_ms) / meas_ms,
     "executor": row["executor"], "threads": row["threads"], "isa": row["isa"],
     "placement": row["placement"], "route_replay_summary": row["route_replay_summary"],
+    # what the run spent on round trips (GPU executor; 0 elsewhere): hybrid layer steps per decode
+    # step, the GPU's idle gap per hybrid layer step and its part beyond the CPU experts
+    "hybrid_layers_per_step": row.get("hybrid_layer_steps", 0) / max(1, int(rows)),
+    "rt_gap_us": row.get("rt_gap_us", 0), "rt_overhead_us": row.get("rt_overhead_us", 0),
     "simulation": simj, "bench": benchj,
 }))
 EOF
@@ -240,12 +244,14 @@ if any(e == "cpu" for e in executors):
     lines += ["**Measured with the CPU executor: every expert ran on the CPU whatever the placement "
               "says. These rows test the pipeline, not the simulator; the errors below are not its "
               "accuracy.**", ""]
-lines += ["| budget | policy | resident sim/run | predicted ms/token | measured ms/token | error % | executor |",
-          "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+lines += ["| budget | policy | resident sim/run | predicted ms/token | measured ms/token | error % | executor "
+          "| hybrid layers/token | rt gap us | rt overhead us |",
+          "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
 for r in res:
-    lines.append("| %s | %s | %d/%d | %.4f | %.4f | %+.1f | %s |" % (
+    lines.append("| %s | %s | %d/%d | %.4f | %.4f | %+.1f | %s | %.1f | %.1f | %.1f |" % (
         r["budget"], r["policy"], r["resident_simulated"], r["resident_measured"],
-        r["predicted_ms_per_token"], r["measured_ms_per_token"], r["error_pct"], r["executor"]))
+        r["predicted_ms_per_token"], r["measured_ms_per_token"], r["error_pct"], r["executor"],
+        r.get("hybrid_layers_per_step", 0), r.get("rt_gap_us", 0), r.get("rt_overhead_us", 0)))
 worst = max(abs(r["error_pct"]) for r in res)
 lines += ["", "error %% = (predicted − measured) / measured; largest |error| %.1f %% (target ≤ 10 %%)%s." %
           (worst, "" if executors != ["cpu"] else ", meaningless on the CPU executor")]

@@ -130,7 +130,8 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     text = slurp(path);
     cr_assert(strstr(text, "**Measured with the CPU executor") != NULL, "%s", text);
     cr_assert(strstr(text, "| +4MiB | static-topn | ") != NULL, "%s", text);
-    cr_assert(strstr(text, " | cpu |\n") != NULL, "%s", text);
+    /* the CPU executor makes no round trips: its rows' round-trip columns are zeros */
+    cr_assert(strstr(text, " | cpu | 0.0 | 0.0 | 0.0 |\n") != NULL, "%s", text);
     free(text);
 }
 
