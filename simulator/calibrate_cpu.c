@@ -420,7 +420,8 @@ static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_par
     return gpu_session_opt(m, "--placement", spec, sp, pl, s, err);
 }
 
-mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device, mp_error *err)
+mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
+                           double decode_moe_ns, mp_error *err)
 {
     const int t = o->threads[o->n_threads - 1];
     const int max_rows = o->rows[o->n_rows - 1];
@@ -481,7 +482,10 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
                 tokens[i] = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
             }
             moe_ns = 0;
-            if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
+            const bool modelled = gpu && rows == 1 && decode_moe_ns >= 0;
+            if (modelled) /* what the cost model charges a one-row step's GPU experts */
+                moe_ns = (int64_t)decode_moe_ns;
+            else if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
                 mp_session_set_hooks(s, &hooks);
                 st = mp_session_eval(s, tokens, rows, false, logits, err);
                 mp_session_set_hooks(s, NULL);
@@ -517,9 +521,13 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     }
     if (!cJSON_AddNumberToObject(device, "non_moe_threads", t) ||
         !cJSON_AddStringToObject(device, "non_moe_path",
-                                 gpu ? "gpu executor, every expert resident (CUDA graphs at 1 row); MoE "
-                                       "kernel time from CUDA events subtracted"
-                                     : "cpu forward pass (runtime/session.h)"))
+                                 !gpu ? "cpu forward pass (runtime/session.h)"
+                                 : decode_moe_ns >= 0
+                                     ? "gpu executor, every expert resident; 1 row: the CUDA-graph step minus "
+                                       "every layer's gpu_expert concurrent time at top_k (what simulate "
+                                       "charges); more rows: minus the MoE kernels' time from CUDA events"
+                                     : "gpu executor, every expert resident (CUDA graphs at 1 row); MoE "
+                                       "kernel time from CUDA events subtracted"))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
 out:
     mp_session_free(s);

@@ -38,20 +38,28 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
                                mp_error *err);
 /* The combine curve (rows) at the largest thread count. */
 mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr, mp_error *err);
-/* The non-MoE curve (rows) from mp_session_eval at the largest thread count. */
+/* The non-MoE curve (rows) from mp_session_eval at the largest thread count. decode_moe_ns >= 0:
+ * the MoE time of a one-row step as the cost model charges it (every layer's `concurrent` GPU
+ * point at top_k experts, measured as CUDA graphs); the one-row point is then the graph-launched
+ * step minus it, so that the model rebuilds the measured step. < 0: every point subtracts the MoE
+ * time of a step run with the timing hooks (enqueued, event-timed), as multi-row points do. */
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
-                           mp_error *err);
+                           double decode_moe_ns, mp_error *err);
+/* Every layer's GPU time for one row routed to top_k experts, from root's gpu_expert entries (the
+ * last `concurrent` point of the entry of the layer's quant and shape); < 0 when an entry or its
+ * point is missing. */
+double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root);
 
 /* With a usable GPU and the microbenchmark's "sync" in root: replaces it (kept in device as
  * "sync_microbenchmark") by the round trip's overhead as the GPU executor pays it in a decode step
  * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
  * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
  * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
+mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                mp_error *err);
 /* hybrid_layer: a decode step's extra time per layer that holds an expert off the GPU but routes
  * nothing to it (GPU executor; nothing written without a GPU). */
 mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                mp_error *err);
-mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);
 
 /* GPU parts (calibrate_cuda.c, built with MP_HAVE_CUDA). Adds "gpu_expert", "h2d", "d2h" and

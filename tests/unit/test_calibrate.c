@@ -18,6 +18,7 @@
 
 #include "collector/import.h"
 #include "runtime/model.h"
+#include "simulator/calibrate_impl.h"
 #include "simulator/costs.h"
 
 static char dir[256], model[512];
@@ -299,4 +300,37 @@ Test(calibrate, simulate_refuses_cost_file_without_gpu)
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
     cJSON_free(cpu_only);
     cJSON_Delete(root);
+}
+
+/* The one-row MoE time the non-MoE point subtracts: every layer's gpu_expert entry (by quant and
+ * shape), its last concurrent point at top_k experts; -1 when an entry or that point is missing. */
+Test(calibrate, decode_moe_time_from_the_gpu_entries, .init = setup, .fini = teardown)
+{
+    mp_model *m;
+    mp_error e;
+    cr_assert_eq(mp_model_load(model, &m, &e), MP_OK, "%s", e.msg);
+    char quant[16], text[1024];
+    mp_calib_quant_name(&m->layers[0], quant);
+    for (int64_t il = 1; il < m->hp.n_layer; il++) { /* the tiny preset has one kind of expert */
+        char q[16];
+        mp_calib_quant_name(&m->layers[il], q);
+        cr_assert_str_eq(q, quant);
+    }
+    const long D = (long)m->hp.n_embd, F = (long)m->hp.n_ff_exp, K = (long)m->hp.n_expert_used;
+    const char *fmt = "{\"gpu_expert\": [{\"quant\": \"%s\", \"n_embd\": %ld, \"n_ff\": %ld, \"concurrent\": "
+                      "[{\"experts\": 1, \"median_ns\": 100}, {\"experts\": %ld, \"median_ns\": 250}]}]}";
+    snprintf(text, sizeof text, fmt, quant, D, F, K);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_float_eq(mp_calib_decode_moe_ns(m, root), 250.0 * (double)m->hp.n_layer, 1e-9);
+    cJSON_Delete(root);
+    snprintf(text, sizeof text, fmt, quant, D, F + 1, K); /* another shape */
+    root = cJSON_Parse(text);
+    cr_assert_lt(mp_calib_decode_moe_ns(m, root), 0);
+    cJSON_Delete(root);
+    snprintf(text, sizeof text, fmt, quant, D, F, K - 1); /* the curve stops short of top_k */
+    root = cJSON_Parse(text);
+    cr_assert_lt(mp_calib_decode_moe_ns(m, root), 0);
+    cJSON_Delete(root);
+    cr_assert_lt(mp_calib_decode_moe_ns(m, NULL), 0);
+    mp_model_free(m);
 }
