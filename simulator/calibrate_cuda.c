@@ -169,9 +169,11 @@ static mp_status capture_experts(const mp_cuda_moe_args *a, cudaStream_t s, cuda
     cudaGraph_t graph = NULL;
     *exec = NULL;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    cudaError_t rec0 = cudaEventRecord(ev0, s);
+    /* external event-record nodes: a plain record inside a capture is only a dependency within
+     * the graph, never recorded for the host (runtime/gpu_impl.h, mp_gpu_record) */
+    cudaError_t rec0 = cudaEventRecordWithFlags(ev0, s, cudaEventRecordExternal);
     const int rc = mp_cuda_moe_experts(a, s);
-    cudaError_t rec1 = cudaEventRecord(ev1, s);
+    cudaError_t rec1 = cudaEventRecordWithFlags(ev1, s, cudaEventRecordExternal);
     cudaError_t end = cudaStreamEndCapture(s, &graph);
     if (rc)
         st = mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s, captured): %s", what,
