@@ -496,8 +496,9 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
                 goto out;
             const int64_t step_ns = mp_calib_now_ns() - t0;
-            if (rep >= 0) {
-                ns[n_rec++] = (double)(step_ns - moe_ns);
+            if (rep >= 0) { /* never negative (the cost file refuses it): a step faster than its
+                               * modelled MoE time leaves no non-MoE time */
+                ns[n_rec++] = step_ns > moe_ns ? (double)(step_ns - moe_ns) : 0.0;
                 step_sum += (double)step_ns;
                 moe_sum += (double)moe_ns;
             }
