@@ -585,6 +585,11 @@ int mp_cmd_simulate(int argc, char **argv)
         goto fail;
     if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
         goto fail;
+    if (!costs.has_hybrid_layer) /* said once the run succeeded: errors stay one line */
+        fprintf(stderr, "moeplan simulate: note: %s has no hybrid_layer (calibrated before it existed): a layer "
+                        "holding any expert off the GPU is charged only its round trip, which under-predicts "
+                        "per-expert placements (docs/simulator.md); a new `moeplan calibrate` measures it\n",
+                o.costs);
     mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL,
                          o.sweep.n_values ? &o.sweep : NULL};
     if (o.llamacpp) {

@@ -338,9 +338,11 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
     if (!(listed & MP_COST_ABSENT_SYNC) &&
         ((st = get_member(c, root, "$", "sync", &v)) || (st = get_stat(c, v, "$.sync", &out->sync))))
         return st;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "hybrid_layer")) &&
-        (st = get_stat(c, v, "$.hybrid_layer", &out->hybrid_layer)))
-        return st;
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "hybrid_layer"))) {
+        if ((st = get_stat(c, v, "$.hybrid_layer", &out->hybrid_layer)))
+            return st;
+        out->has_hybrid_layer = true;
+    }
     if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
         return st;
     if ((st = get_member(c, root, "$", "non_moe", &v)) || (st = get_curve(c, v, "$.non_moe", "rows", &out->non_moe)))

@@ -17,6 +17,7 @@
 #ifndef MP_SIMULATOR_COSTS_H
 #define MP_SIMULATOR_COSTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,7 @@ typedef struct mp_costs {
     /* optional ("hybrid_layer"; zeros when absent): what a decode step pays per layer that holds an
      * expert off the GPU but routes nothing to it, beyond that layer's GPU experts */
     mp_cost_stat hybrid_layer;
+    bool has_hybrid_layer;  /* the file has it (calibrations before 2026-11-29's fourth session lack it) */
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */

@@ -355,6 +355,7 @@ Test(costs, reads_the_optional_hybrid_layer)
     mp_error err;
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(c.hybrid_layer.median_ns, 0, "absent: zero");
+    cr_assert(!c.has_hybrid_layer);
     mp_costs_free(&c);
     char *at = strstr(text, "\"sync\":");
     cr_assert_not_null(at);
@@ -365,6 +366,7 @@ Test(costs, reads_the_optional_hybrid_layer)
     cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(c.hybrid_layer.median_ns, 21000);
     cr_assert_eq(c.hybrid_layer.spread_ns, 700);
+    cr_assert(c.has_hybrid_layer);
     mp_costs_free(&c);
     free(mut);
     free(text);

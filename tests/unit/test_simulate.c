@@ -162,6 +162,8 @@ Test(simulate, cli_end_to_end)
              costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "2 MoE layers x 4 experts, top-2, 2 requests"), "%s", out);
+    /* the fixture predates hybrid_layer: the run says what that costs the prediction */
+    cr_assert_not_null(strstr(out, "has no hybrid_layer (calibrated before it existed)"), "%s", out);
     cr_assert_not_null(strstr(out, "budget 0.00 GiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
     cr_assert_not_null(strstr(out, "llama.cpp:    (every layer fits: no override needed)"), "%s", out);
     cr_assert_not_null(strstr(out, "-ot 'blk\\.(4|7)\\.ffn_.*_exps\\.=CPU'"), "%s", out);
