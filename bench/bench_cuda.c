@@ -5,7 +5,8 @@
  *   - 6144 × 2048 (the gate projections of 8 routed experts: 768 · 8 rows of hidden 2048),
  *   - 151936 × 2048 (Qwen3's output head),
  * with n_x = 1 (decode) and n_x = 4, 8 (the batched variant), and mp_cuda_moe_experts on a
- * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, and all-Q8_0), and prints
+ * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, and all-Q8_0; replayed as a
+ * CUDA graph like decode runs it, with the warp and the split down variants side by side), and prints
  * the weight bytes streamed per call divided by the median time (CUDA events) as GB/s — the
  * number to hold against the H200's ~4.8 TB/s HBM bandwidth.
  * Small problems would sit in the 50 MB L2 after the first call and time the cache, not HBM: the
@@ -140,7 +141,11 @@ static void bench_gemv(int type, int64_t n_out, int64_t n_in, int reps)
     free(hx); free(ms);
 }
 
-static void bench_moe(int gate_type, int down_type, int reps)
+/* One decode MoE call (1 row, top-8 of 128 experts), captured as a CUDA graph per weight copy with
+ * its timing events (external record nodes) and replayed, as the runtime's decode graphs run it:
+ * the GPU time without the host's launch gaps. split picks the down variant
+ * (mp_cuda_moe_set_down_split), so the two are measured side by side in one run. */
+static void bench_moe(int gate_type, int down_type, int split, int reps)
 {
     const int64_t D = 2048, F = 768, E = 128, K = 8;
     const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
@@ -164,39 +169,56 @@ static void bench_moe(int gate_type, int down_type, int reps)
     const size_t sb = mp_cuda_moe_scratch_bytes(gate_type, down_type, D, F, 1, K);
     void *d_s;
     CK(cudaMalloc(&d_s, sb));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    mp_cuda_moe_set_down_split(split);
+    const int n_graphs = g.n < u.n ? (g.n < d.n ? g.n : d.n) : (u.n < d.n ? u.n : d.n);
+    cudaGraphExec_t *exec = calloc((size_t)n_graphs, sizeof *exec);
+    for (int c = 0; c < n_graphs; c++) {
+        mp_cuda_moe_args a = {
+            .gate = {gate_type, g.d + (size_t)c * g.bytes, g_exp, NULL, grb},
+            .up = {gate_type, u.d + (size_t)c * u.bytes, g_exp, NULL, grb},
+            .down = {down_type, d.d + (size_t)c * d.bytes, d_exp, NULL, drb},
+            .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = 1,
+            .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
+            .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
+        };
+        cudaGraph_t graph;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        CK(cudaEventRecordWithFlags(e0, st, cudaEventRecordExternal));
+        CK(mp_cuda_moe_experts(&a, st));
+        CK(cudaEventRecordWithFlags(e1, st, cudaEventRecordExternal));
+        CK(cudaStreamEndCapture(st, &graph));
+        CK(cudaGraphInstantiate(&exec[c], graph, 0));
+        CK(cudaGraphDestroy(graph));
+    }
     float *ms = malloc(sizeof(float) * (size_t)reps);
     for (int r = -3; r < reps; r++) {
         int32_t ids[8]; /* 8 distinct experts, different each step: the L2 cannot hold them */
         for (int k = 0; k < 8; k++)
             ids[k] = (int32_t)((r + 3) * 8 + k) % 128;
-        CK(cudaMemcpy(d_ids, ids, sizeof ids, cudaMemcpyHostToDevice));
-        const int c = (r + 3) % g.n;
-        mp_cuda_moe_args a = {
-            .gate = {gate_type, g.d + (size_t)(c % g.n) * g.bytes, g_exp, NULL, grb},
-            .up = {gate_type, u.d + (size_t)(c % u.n) * u.bytes, g_exp, NULL, grb},
-            .down = {down_type, d.d + (size_t)(c % d.n) * d.bytes, d_exp, NULL, drb},
-            .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = 1,
-            .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
-            .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
-        };
-        CK(cudaEventRecord(e0, NULL));
-        CK(mp_cuda_moe_experts(&a, NULL));
-        CK(cudaEventRecord(e1, NULL));
-        CK(cudaEventSynchronize(e1));
+        CK(cudaMemcpyAsync(d_ids, ids, sizeof ids, cudaMemcpyHostToDevice, st));
+        CK(cudaGraphLaunch(exec[(r + 3) % n_graphs], st));
+        CK(cudaStreamSynchronize(st));
         if (r >= 0)
             CK(cudaEventElapsedTime(&ms[r], e0, e1));
     }
+    mp_cuda_moe_set_down_split(-1);
     qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     const double bytes = (double)K * (2.0 * (double)g_exp + (double)d_exp);
-    printf("| moe  | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
-           mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
+    printf("| moe (graph, down %s) | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
+           split ? "split" : "warp", mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
            bytes / (ms[reps / 2] * 1e-3) / 1e9, ms[0] * 1e3);
+    for (int c = 0; c < n_graphs; c++)
+        cudaGraphExecDestroy(exec[c]);
+    free(exec);
     cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w);
     cudaFree(d_ids); cudaFree(d_s);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
     free(ms);
 }
 
@@ -223,7 +245,9 @@ int main(int argc, char **argv)
         bench_gemv(types[t], 768 * 8, 2048, reps);
         bench_gemv(types[t], 151936, 2048, reps);
     }
-    bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, reps);
-    bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, reps);
+    for (int split = 0; split < 2; split++) { /* the two down variants side by side */
+        bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, split, reps);
+        bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, split, reps);
+    }
     return 0;
 }

@@ -129,6 +129,11 @@ size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, i
  * gate and up must have the same type; top_k <= 32. Two launches plus two activation
  * conversions. */
 int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
+/* The down launch of steps below the grouped path (decode): 1 = one warp per route and output
+ * element (the split variant, not yet measured), 0 = one warp per output element over every
+ * route (the default), -1 = decide again from the environment (MP_CUDA_MOE_DOWN=split|warp) at
+ * the next call. Process-wide; for A/B runs and tests. */
+void mp_cuda_moe_set_down_split(int on);
 
 /* ---- router ---- */
 

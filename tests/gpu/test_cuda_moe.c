@@ -318,6 +318,28 @@ Test(cuda_moe, experts_slot_table_and_accumulate)
     moe_case c2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
     check_experts(&c2);
 }
+
+/* The split down variant (one warp per route and output element; mp_cuda_moe_set_down_split) on
+ * the cases above that take the per-route path (< 16 rows): decode, several rows of every type,
+ * slot tables with skipped experts and accumulate. */
+Test(cuda_moe, experts_down_split_variant)
+{
+    seed_rng();
+    mp_cuda_moe_set_down_split(1);
+    moe_case d = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0};
+    check_experts(&d);
+    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
+                         MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        moe_case c = {types[t], types[(t + 3) % 7], 512, 256, 16, 4, 3, 0, 0};
+        check_experts(&c);
+    }
+    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1};
+    check_experts(&sl);
+    moe_case sl2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
+    check_experts(&sl2);
+    mp_cuda_moe_set_down_split(-1);
+}
 #endif
 
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
