@@ -31,10 +31,40 @@ __device__ __forceinline__ float block_sum(float sum)
 // + eps) · w (w NULL: no weights). out may alias x. Every norm kernel here goes through this one
 // body — the same per-thread order and the same block_sum — which is what makes the fused
 // kernels bit-identical to the launches they replace.
+#define NORM_REG_ELEMS 16 // per thread, held in registers: rows up to 16 x blockDim (4096 at 256)
 __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr, const float *w, int64_t n,
-                                         float eps)
+                                         float eps, float *mirror = NULL)
 {
     float sum = 0.0f;
+    if (n <= (int64_t)NORM_REG_ELEMS * blockDim.x) {
+        /* the row's elements of this thread stay in registers between the two passes, and the
+         * first pass's loads are issued together; the same elements in the same order as the
+         * loop below, so the same sum and the same outputs */
+        float v[NORM_REG_ELEMS];
+#pragma unroll
+        for (int j = 0; j < NORM_REG_ELEMS; j++) {
+            const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            v[j] = 0.0f;
+            if (i < n) {
+                v[j] = yr ? xr[i] + yr[i] : xr[i];
+                if (yr)
+                    xr[i] = v[j];
+                sum += v[j] * v[j];
+            }
+        }
+        const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
+#pragma unroll
+        for (int j = 0; j < NORM_REG_ELEMS; j++) {
+            const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            if (i < n) {
+                const float o = v[j] * scale * (w ? w[i] : 1.0f);
+                outr[i] = o;
+                if (mirror)
+                    mirror[i] = o;
+            }
+        }
+        return;
+    }
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         if (yr) {
             const float v = xr[i] + yr[i];
@@ -45,8 +75,12 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
         }
     }
     const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        outr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float o = xr[i] * scale * (w ? w[i] : 1.0f);
+        outr[i] = o;
+        if (mirror)
+            mirror[i] = o;
+    }
 }
 
 // One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
@@ -130,20 +164,24 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
 // one block per row: the norm by norm_row as in add_rmsnorm_kernel / rmsnorm_kernel, then each warp
 // quantizes blocks of the row it and its block wrote (mpc_quantize_*_warp, as the quantize
 // kernels do). One launch where a decode step had two before every quantized projection.
+// The normalized row is also kept in shared memory when it fits (shared_row): the quantizing
+// warps read it there instead of back from global memory.
 __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
-                                     float eps, int vdt, uint8_t *q, size_t q_row_bytes)
+                                     float eps, int vdt, uint8_t *q, size_t q_row_bytes, int shared_row)
 {
+    extern __shared__ float row_sh[];
     float *outr = out + blockIdx.x * n;
-    norm_row(outr, x + blockIdx.x * n, y ? y + blockIdx.x * n : NULL, w, n, eps);
+    norm_row(outr, x + blockIdx.x * n, y ? y + blockIdx.x * n : NULL, w, n, eps, shared_row ? row_sh : NULL);
     __syncthreads(); // the row is written; every warp may now read all of it
+    const float *src = shared_row ? row_sh : outr;
     const int warp = threadIdx.x / MPC_WARP, lane = threadIdx.x % MPC_WARP, n_warps = blockDim.x / MPC_WARP;
     uint8_t *qr = q + blockIdx.x * q_row_bytes;
     if (vdt == MP_TYPE_Q8_0)
         for (int64_t ib = warp; ib < n / 32; ib += n_warps)
-            mpc_quantize_q8_0_warp(outr + ib * 32, qr + ib * 34, lane);
+            mpc_quantize_q8_0_warp(src + ib * 32, qr + ib * 34, lane);
     else
         for (int64_t ib = warp; ib < n / 256; ib += n_warps)
-            mpc_quantize_q8_K_warp(outr + ib * 256, qr + ib * 292, lane);
+            mpc_quantize_q8_K_warp(src + ib * 256, qr + ib * 292, lane);
 }
 
 extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const float *d_w, int64_t rows,
@@ -156,8 +194,9 @@ extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y,
     if (!d_out || !d_x || !d_q || d_out == d_x || n < 1 || rb == 0 || (vdt != MP_TYPE_Q8_0 && vdt != MP_TYPE_Q8_K) ||
         (uintptr_t)d_q % align || rb % align)
         return MP_CUDA_EINVAL;
-    rmsnorm_quant_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps, vdt,
-                                                                          (uint8_t *)d_q, rb);
+    const int shared_row = n * sizeof(float) <= 32768; /* the row in shared memory (2048: 8 KiB) */
+    rmsnorm_quant_kernel<<<(unsigned)rows, 256, shared_row ? (size_t)n * sizeof(float) : 0, (cudaStream_t)stream>>>(
+        d_out, d_x, d_y, d_w, n, eps, vdt, (uint8_t *)d_q, rb, shared_row);
     return mpc_launch_status();
 }
 
