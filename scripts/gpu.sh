@@ -36,19 +36,24 @@
 #              SIM_ACC_TRACE (a trace of the preset to replay instead of collecting one)
 # Stages write their results and logs under a work folder ($OUT below: MP_GPU_WORK, default
 # /tmp/mp-gpu); after every stage the files there under 8 MB (no models) are packed
-# into RESULTS/gpu-results.tar.gz (RESULTS: the device tool's $OUT, or out/gpu/ when OUT is unset),
-# because the device tool brings back at most 8 files. `tar -xzf gpu-results.tar.gz` unpacks them.
+# into RESULTS/gpu-results.tar.gz (RESULTS: the device tool's $OUT, or out/gpu/ when OUT is unset;
+# gpu-results-NAME.tar.gz with MP_GPU_WORK=.../NAME), because the device tool brings back at most 8
+# files. `tar -xzf gpu-results.tar.gz` unpacks them. An A/B in one call:
+#   MP_GPU_WORK=/tmp/a bash scripts/gpu.sh bench-exec; MP_GPU_WORK=/tmp/b X=1 bash scripts/gpu.sh bench-exec
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-out/gpu}
 OUT=${MP_GPU_WORK:-/tmp/mp-gpu}
 [ -n "${MP_GPU_WORK:-}" ] || rm -rf "$OUT" # the default work folder starts empty on every call
 mkdir -p "$OUT" "$RESULTS" || exit 1
-# pack: RESULTS/gpu-results.tar.gz from the work folder, written to a temporary name and renamed,
-# so that a call cut short by its time limit still brings back every finished stage
+# pack: RESULTS/gpu-results.tar.gz from the work folder (gpu-results-NAME.tar.gz for a work
+# folder NAME given in MP_GPU_WORK, so that two invocations in one call, e.g. an A/B with an
+# environment variable, bring back both), written to a temporary name and renamed, so that a call
+# cut short by its time limit still brings back every finished stage
+TARBALL=gpu-results${MP_GPU_WORK:+-$(basename "$MP_GPU_WORK")}.tar.gz
 pack() {
-    (cd "$OUT" && find . -type f -size -8M ! -name '*.gguf' | tar -czf "$RESULTS/.gpu-results.tar.gz" -T -) &&
-        mv "$RESULTS/.gpu-results.tar.gz" "$RESULTS/gpu-results.tar.gz"
+    (cd "$OUT" && find . -type f -size -8M ! -name '*.gguf' | tar -czf "$RESULTS/.$TARBALL" -T -) &&
+        mv "$RESULTS/.$TARBALL" "$RESULTS/$TARBALL"
 }
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(tests bench-cpu)
