@@ -172,20 +172,12 @@ static int parse_sweep(const char *v, mp_sim_sweep *sw)
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", eq + 1);
     for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        double num;
-        const bool ok = !parse_num(tok, &num) && isfinite(num) &&
-                        (which == 0   ? num > 0 && num <= 1
-                         : which == 1 ? num > 0
-                         : which == 2 ? num >= 0
-                                      : num >= 1 && num <= 65536 && num == floor(num));
-        if (!ok || sw->n_values == MP_SIM_SWEEP_MAX) {
+        double num = NAN;
+        const bool parsed = !parse_num(tok, &num);
+        const char *range = mp_sim_param_range(sw->param, num);
+        if (!parsed || range || sw->n_values == MP_SIM_SWEEP_MAX) {
             fprintf(stderr, "moeplan simulate: error: --sweep %s: value '%s': expected %s (at most %d values)\n",
-                    sw->param, tok,
-                    which == 0   ? "0 < alpha <= 1"
-                    : which == 1 ? "beta > 0"
-                    : which == 2 ? "epsilon >= 0"
-                                 : "an integer window 1..65536",
-                    MP_SIM_SWEEP_MAX);
+                    sw->param, tok, range ? range : mp_sim_param_range(sw->param, NAN), MP_SIM_SWEEP_MAX);
             return 2;
         }
         sw->values[sw->n_values++] = num;

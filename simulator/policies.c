@@ -258,11 +258,12 @@ mp_status pol_init(pol_state **out, const mp_sim_trace *t, const mp_sim_config *
     p->window = cfg->window;
     const size_t cells = (size_t)p->L * p->E;
     mp_status s = MP_OK;
-    if (policy == MP_POL_DECAYED_LFU && !(cfg->alpha > 0 && cfg->alpha <= 1 && cfg->beta > 0 && isfinite(cfg->beta) &&
-                                          cfg->epsilon >= 0 && isfinite(cfg->epsilon)))
+    if (policy == MP_POL_DECAYED_LFU &&
+        (mp_sim_param_range("alpha", cfg->alpha) || mp_sim_param_range("beta", cfg->beta) ||
+         mp_sim_param_range("epsilon", cfg->epsilon)))
         s = mp_fail(err, MP_ERR_ARG, "simulate: decayed-lfu: alpha %g, beta %g, epsilon %g: expected 0 < alpha <= 1, "
                     "beta > 0, epsilon >= 0", cfg->alpha, cfg->beta, cfg->epsilon);
-    if (!s && policy == MP_POL_WINDOW_LFU && (cfg->window < 1 || cfg->window > 65536))
+    if (!s && policy == MP_POL_WINDOW_LFU && mp_sim_param_range("window", (double)cfg->window))
         s = mp_fail(err, MP_ERR_ARG, "simulate: window-lfu: window %u: expected 1..65536 invocations", cfg->window);
     if (!s) {
         p->score = calloc(cells, sizeof *p->score);

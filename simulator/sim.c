@@ -33,6 +33,19 @@ int mp_sim_policy_from_name(const char *name)
     return -1;
 }
 
+const char *mp_sim_param_range(const char *param, double v)
+{
+    if (!strcmp(param, "alpha"))
+        return isfinite(v) && v > 0 && v <= 1 ? NULL : "0 < alpha <= 1";
+    if (!strcmp(param, "beta"))
+        return isfinite(v) && v > 0 ? NULL : "beta > 0";
+    if (!strcmp(param, "epsilon"))
+        return isfinite(v) && v >= 0 ? NULL : "epsilon >= 0";
+    if (!strcmp(param, "window"))
+        return v >= 1 && v <= 65536 && v == floor(v) ? NULL : "an integer window 1..65536";
+    return "a known parameter";
+}
+
 bool mp_sim_policy_is_online(mp_sim_policy p)
 {
     return p == MP_POL_LFU || p == MP_POL_DECAYED_LFU || p == MP_POL_WINDOW_LFU || p == MP_POL_LRU ||

@@ -97,6 +97,11 @@ typedef enum mp_sim_policy {
 const char *mp_sim_policy_name(mp_sim_policy p);
 int mp_sim_policy_from_name(const char *name); /* -1 if unknown */
 bool mp_sim_policy_is_online(mp_sim_policy p);
+/* The valid range of an online policy's parameter ("alpha", "beta", "epsilon": decayed-lfu;
+ * "window": window-lfu): NULL when v lies in it, else the range as text ("0 < alpha <= 1",
+ * "beta > 0", "epsilon >= 0", "an integer window 1..65536"); "a known parameter" for another
+ * name. One check for the command line's --sweep and for the policies' own. */
+const char *mp_sim_param_range(const char *param, double v);
 
 /* Cost multipliers (sensitivity analysis): 1.0 = as measured. */
 typedef enum mp_sim_cost_part {
