@@ -49,6 +49,11 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void mp_calib_sort(double *ns, int n)
+{
+    qsort(ns, (size_t)n, sizeof *ns, cmp_double);
+}
+
 double mp_calib_quantile(const double *sorted, int n, double q)
 {
     double pos = q * (n - 1);
@@ -70,7 +75,7 @@ int mp_calib_concurrent_ks(const mp_model *m, int *ks)
 
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n)
 {
-    qsort(ns, (size_t)n, sizeof *ns, cmp_double);
+    mp_calib_sort(ns, n);
     /* a difference of two timings (non-MoE, sync) can dip below 0 by noise: a cost is >= 0 */
     double median = fmax(0, mp_calib_quantile(ns, n, 0.5));
     double spread = fmax(0, mp_calib_quantile(ns, n, 0.75) - mp_calib_quantile(ns, n, 0.25));

@@ -685,12 +685,6 @@ static mp_status time_decode(const mp_model *m, const mp_calib_opts *o, const ch
     return st;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err)
 {
@@ -720,8 +714,8 @@ mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON
                time_decode(m, o, "--placement-file", path, a, &perr)) {
         mp_calib_say(o, "calibrate: hybrid_layer not measured (%s)", written ? perr.msg : "placement file not written");
     } else {
-        qsort(b, (size_t)o->reps, sizeof *b, cmp_double);
-        const double base = o->reps % 2 ? b[o->reps / 2] : 0.5 * (b[o->reps / 2 - 1] + b[o->reps / 2]);
+        mp_calib_sort(b, o->reps);
+        const double base = mp_calib_quantile(b, o->reps, 0.5);
         for (int i = 0; i < o->reps; i++) /* per hybrid layer; noise below the all-resident step is 0 */
             a[i] = a[i] > base ? (a[i] - base) / (double)L : 0.0;
         cJSON *p = mp_calib_point(NULL, 0, a, o->reps);

@@ -17,6 +17,8 @@
 int64_t mp_calib_now_ns(void);
 /* A progress line through o->progress (if set), printf-style. */
 void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sort ns (n >= 1) ascending, in place: what mp_calib_quantile needs. */
+void mp_calib_sort(double *ns, int n);
 /* Quantile q in [0, 1] of ns (n >= 1), which must be sorted ascending. */
 double mp_calib_quantile(const double *sorted, int n, double q);
 /* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
