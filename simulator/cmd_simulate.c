@@ -391,7 +391,7 @@ static char *llamacpp_override(const mp_sim_trace *t, const mp_sim_result *r, do
 {
     size_t cap = 128 + (size_t)t->n_layers * 8;
     char *s = malloc(cap + 128);
-    uint32_t *per_layer = calloc(t->model_layer[t->n_layers - 1] + 1, sizeof *per_layer);
+    uint32_t *per_layer = calloc(mp_sim_trace_blocks(t), sizeof *per_layer);
     if (!s || !per_layer) {
         free(s);
         free(per_layer);
@@ -555,8 +555,7 @@ int mp_cmd_simulate(int argc, char **argv)
     if (o.model && apply_model(o.model, o.trace, &facts, !o.non_expert_given, &cfg, &err))
         goto fail;
     if (o.placement_profile) { /* the reader refuses a profile of another geometry */
-        const mp_strp_geometry geo = {trace.model_layer ? trace.model_layer[trace.n_layers - 1] + 1 : trace.n_layers,
-                                      trace.n_experts};
+        const mp_strp_geometry geo = {mp_sim_trace_blocks(&trace), trace.n_experts};
         if (mp_strp_read_file(o.placement_profile, &geo, &placed, &err))
             goto fail;
         cfg.profile = &placed;

@@ -123,7 +123,7 @@ mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, 
         const mp_strp *p = cfg->profile;
         if (!p)
             return mp_fail(err, MP_ERR_ARG, "simulate: policy profile needs a profile (--placement-profile)");
-        const uint32_t blocks = t->model_layer ? t->model_layer[L - 1] + 1 : L;
+        const uint32_t blocks = mp_sim_trace_blocks(t);
         if (p->n_layers != blocks || p->n_experts != E)
             return mp_fail(err, MP_ERR_ARG, "simulate: the profile is for %u layers x %u experts, the trace's model "
                            "has %u x %u", p->n_layers, p->n_experts, blocks, E);
@@ -131,9 +131,9 @@ mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, 
         n = n < p->n_ranked ? n : p->n_ranked;
         for (uint64_t i = 0; i < n; i++) {
             uint32_t l = 0; /* model_layer is increasing */
-            while (l < L && (t->model_layer ? t->model_layer[l] : l) < p->ranked[i].layer)
+            while (l < L && t->model_layer[l] < p->ranked[i].layer)
                 l++;
-            if (l < L && (t->model_layer ? t->model_layer[l] : l) == p->ranked[i].layer)
+            if (l < L && t->model_layer[l] == p->ranked[i].layer)
                 resident[(size_t)l * E + p->ranked[i].expert] = 1;
         }
         return MP_OK;

@@ -416,7 +416,7 @@ static mp_status make_profile(const mp_sim_trace *t, const sim_stats *st, const 
                               mp_error *err)
 {
     size_t cells = (size_t)t->n_layers * t->n_experts;
-    uint32_t model_layers = t->model_layer[t->n_layers - 1] + 1;
+    uint32_t model_layers = mp_sim_trace_blocks(t);
     memset(p, 0, sizeof *p);
     p->n_layers = model_layers;
     p->n_experts = t->n_experts;

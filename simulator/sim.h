@@ -47,7 +47,8 @@ typedef struct mp_sim_trace {
     uint32_t n_layers;     /* MoE layers (nodes), in forward order */
     uint32_t n_experts;
     uint32_t top_k;
-    uint32_t *model_layer; /* (n_layers) model block index of each MoE layer (for STRP) */
+    uint32_t *model_layer; /* (n_layers) model block index of each MoE layer (for STRP), increasing;
+                            * always set by mp_sim_trace_init */
     mp_sim_step *steps;    /* (n_steps) */
     uint64_t n_steps, cap_steps;
     uint16_t *ids;         /* (sum of rows * n_layers * top_k) */
@@ -63,6 +64,11 @@ typedef struct mp_sim_trace {
 /* model_layer may be NULL (identity: layer i is block i). */
 mp_status mp_sim_trace_init(mp_sim_trace *t, uint32_t n_layers, uint32_t n_experts, uint32_t top_k,
                             const uint32_t *model_layer, mp_error *err);
+/* The model's blocks up to the last MoE layer: the layer count of the trace's STRP profiles. */
+static inline uint32_t mp_sim_trace_blocks(const mp_sim_trace *t)
+{
+    return t->model_layer[t->n_layers - 1] + 1;
+}
 /* Append one step: ids is (n_layers, rows, top_k). `where` names the source record in errors. */
 mp_status mp_sim_trace_add_step(mp_sim_trace *t, uint32_t request, uint32_t rows, const uint16_t *ids,
                                 const char *where, mp_error *err);
