@@ -17,6 +17,7 @@
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/gpu/gpu_util.h"
+#include "tests/unit/trace_fixture.h"
 #endif
 
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
@@ -62,20 +63,7 @@ static void run(bool async)
     mp_cupti *c;
     cr_assert_eq(mp_cupti_start(&c, &err), MP_OK, "seed %llu: %s", (unsigned long long)g_seed,
                  err.msg);
-    mp_trace_writer *w;
-    cr_assert_eq(mp_trace_writer_open(path, false, &w, &err), MP_OK, "%s", err.msg);
-    mp_trace_run_info info;
-    mp_trace_run_info_init(&info);
-    info.source = "moeplan";
-    cr_assert_eq(mp_trace_set_run(w, &info, &err), MP_OK, "%s", err.msg);
-    for (int i = 0; i < 3; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "blk.%d.ffn_moe", i);
-        mp_trace_node nd = {.node_index = i, .node_type = "moe", .node_name = name, .layer = i,
-                            .n_experts = 8, .top_k = 2, .expert_bytes = -1,
-                            .weight_format = MP_TRACE_W_F16};
-        cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
-    }
+    mp_trace_writer *w = open_three_node_trace(path);
     mp_trace_hooks_state hs;
     mp_trace_async *as = NULL;
     mp_hooks inner;

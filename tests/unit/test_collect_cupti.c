@@ -15,6 +15,7 @@
 #include "collector/trace.h"
 #include "mp_config.h"
 #include "tests/unit/cli_util.h"
+#include "tests/unit/trace_fixture.h"
 #if MP_HAVE_CUPTI
 #include <cuda_runtime_api.h>
 #endif
@@ -75,26 +76,6 @@ Test(collect_cupti, external_id_round_trip)
 
 /* ---- records through the writer paths ---- */
 
-static mp_trace_writer *open_trace(const char *path)
-{
-    mp_error err;
-    mp_trace_writer *w;
-    cr_assert_eq(mp_trace_writer_open(path, false, &w, &err), MP_OK, "%s", err.msg);
-    mp_trace_run_info info;
-    mp_trace_run_info_init(&info);
-    info.source = "moeplan";
-    cr_assert_eq(mp_trace_set_run(w, &info, &err), MP_OK, "%s", err.msg);
-    for (int i = 0; i < 3; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "blk.%d.ffn_moe", i);
-        mp_trace_node nd = {.node_index = i, .node_type = "moe", .node_name = name, .layer = i,
-                            .n_experts = 8, .top_k = 2, .expert_bytes = -1,
-                            .weight_format = MP_TRACE_W_F16};
-        cr_assert_eq(mp_trace_add_node(w, &nd, &err), MP_OK, "%s", err.msg);
-    }
-    return w;
-}
-
 enum { N_RECS = 40 };
 static char g_names[N_RECS][64];
 
@@ -120,7 +101,7 @@ static void make_recs(mp_trace_cupti_rec *recs, uint64_t seed)
 /* Two steps of request 0; records 0..19 go into step 0, 20..39 into step 1, through sink. */
 static void write_run(const char *path, bool async, const mp_trace_cupti_rec *recs)
 {
-    mp_trace_writer *w = open_trace(path);
+    mp_trace_writer *w = open_three_node_trace(path);
     mp_error err;
     mp_trace_hooks_state hs;
     mp_trace_async *a = NULL;
@@ -203,7 +184,7 @@ Test(collect_cupti, async_writer_refuses_a_bad_kind)
 {
     char path[300];
     snprintf(path, sizeof path, "%s/bad.db", tmpdir);
-    mp_trace_writer *w = open_trace(path);
+    mp_trace_writer *w = open_three_node_trace(path);
     mp_error err;
     mp_trace_async *a;
     mp_hooks h;
