@@ -268,25 +268,45 @@ static void check_experts(const moe_case *c)
     free(g); free(u); free(hdq); free(wrow); free(ref); free(mag); free(init); free(got); free(slots);
 }
 
-Test(cuda_moe, experts_qwen3_decode_shape)
+/* The per-route path (< 16 rows), for both down variants: the Qwen3-30B-A3B decode shape
+ * (hidden 2048, expert FFN 768, 128 experts, top-8; Q4_K_M-like mix, then all Q8_0), several rows
+ * of every type, and pool slots with non-resident experts skipped, added onto a partial. */
+static void decode_shape_cases(void)
 {
-    seed_rng();
-    /* Qwen3-30B-A3B: hidden 2048, expert FFN 768, 128 experts, top-8; Q4_K_M-like mix */
     moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0};
     check_experts(&c);
     c.gate_type = c.down_type = MP_TYPE_Q8_0;
     check_experts(&c);
 }
 
-Test(cuda_moe, experts_every_type_several_rows)
+static void several_rows_cases(void)
 {
-    seed_rng();
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
                          MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         moe_case c = {types[t], types[(t + 3) % 7], 512, 256, 16, 4, 3, 0, 0};
         check_experts(&c);
     }
+}
+
+static void slot_table_cases(void)
+{
+    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1};
+    check_experts(&c);
+    moe_case c2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
+    check_experts(&c2);
+}
+
+Test(cuda_moe, experts_qwen3_decode_shape)
+{
+    seed_rng();
+    decode_shape_cases();
+}
+
+Test(cuda_moe, experts_every_type_several_rows)
+{
+    seed_rng();
+    several_rows_cases();
 }
 
 /* >= 16 rows take the grouped path (routes sorted by expert, one weight pass per group of up to
@@ -312,32 +332,18 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
 Test(cuda_moe, experts_slot_table_and_accumulate)
 {
     seed_rng();
-    /* pool slots with non-resident experts skipped, added onto an existing partial */
-    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1};
-    check_experts(&c);
-    moe_case c2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
-    check_experts(&c2);
+    slot_table_cases();
 }
 
 /* The split down variant (one warp per route and output element; mp_cuda_moe_set_down_split) on
- * the cases above that take the per-route path (< 16 rows): decode, several rows of every type,
- * slot tables with skipped experts and accumulate. */
+ * every per-route case above. */
 Test(cuda_moe, experts_down_split_variant)
 {
     seed_rng();
     mp_cuda_moe_set_down_split(1);
-    moe_case d = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0};
-    check_experts(&d);
-    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q4_K, MP_TYPE_Q6_K};
-    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-        moe_case c = {types[t], types[(t + 3) % 7], 512, 256, 16, 4, 3, 0, 0};
-        check_experts(&c);
-    }
-    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1};
-    check_experts(&sl);
-    moe_case sl2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
-    check_experts(&sl2);
+    decode_shape_cases();
+    several_rows_cases();
+    slot_table_cases();
     mp_cuda_moe_set_down_split(-1);
 }
 #endif
