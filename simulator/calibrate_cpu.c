@@ -394,10 +394,10 @@ static void add_moe_ns(void *user, int64_t layer, const mp_moe_timing *t)
     *(int64_t *)user += t->cpu_expert_ns + t->gpu_expert_ns;
 }
 
-/* A GPU-executor session of m under `--placement spec`, sized by sp (n_ctx, n_batch, threads):
- * sp->placement = pl on success; on failure sp->placement is NULL, *s stays NULL and err says why
- * ("placement: ..." when the placement could not be built). */
-/* A GPU session with placement option opt (--placement, --placement-file) set to val. */
+/* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
+ * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
+ * sp->placement is NULL, *s stays NULL and err says why ("placement: ..." when the placement could
+ * not be built). */
 static mp_status gpu_session_opt(const mp_model *m, const char *opt, const char *val, mp_session_params *sp,
                                  mp_placement *pl, mp_session **s, mp_error *err)
 {
@@ -414,6 +414,7 @@ static mp_status gpu_session_opt(const mp_model *m, const char *opt, const char 
     return st;
 }
 
+/* The same under `--placement spec`. */
 static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_params *sp, mp_placement *pl,
                              mp_session **s, mp_error *err)
 {
@@ -496,9 +497,8 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
                 goto out;
             const int64_t step_ns = mp_calib_now_ns() - t0;
-            if (rep >= 0) { /* never negative (the cost file refuses it): a step faster than its
-                               * modelled MoE time leaves no non-MoE time */
-                ns[n_rec++] = step_ns > moe_ns ? (double)(step_ns - moe_ns) : 0.0;
+            if (rep >= 0) { /* mp_calib_point keeps the point >= 0 if noise makes this negative */
+                ns[n_rec++] = (double)(step_ns - moe_ns);
                 step_sum += (double)step_ns;
                 moe_sum += (double)moe_ns;
             }
