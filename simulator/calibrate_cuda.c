@@ -139,19 +139,25 @@ out:
     return st;
 }
 
-/* One timed call of mp_cuda_moe_experts: upload the n_ids routes in ids, then CUDA events around
- * the call; *ns its GPU time. what names the call in an error. */
-static mp_status time_experts(const mp_cuda_moe_args *a, const int32_t *ids, int n_ids, int32_t *d_ids,
-                              cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1, const char *what, double *ns,
-                              mp_error *err)
+/* One timed call of mp_cuda_moe_experts: upload the n_ids routes in ids, then the call between
+ * CUDA events, enqueued (exec NULL) or as a replay of capture_experts's graph exec, which holds
+ * the call and its events; *ns its GPU time. what names the call in an error. */
+static mp_status time_experts(const mp_cuda_moe_args *a, cudaGraphExec_t exec, const int32_t *ids, int n_ids,
+                              int32_t *d_ids, cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1, const char *what,
+                              double *ns, mp_error *err)
 {
     mp_status st = MP_OK;
     CK(cudaMemcpyAsync(d_ids, ids, (size_t)n_ids * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    CK(cudaEventRecord(ev0, s));
-    int rc = mp_cuda_moe_experts(a, s);
-    if (rc)
-        return mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s): %s", what, mp_cuda_strerror(rc));
-    CK(cudaEventRecord(ev1, s));
+    if (exec) {
+        CK(cudaGraphLaunch(exec, s));
+    } else {
+        CK(cudaEventRecord(ev0, s));
+        int rc = mp_cuda_moe_experts(a, s);
+        if (rc)
+            return mp_fail(err, MP_ERR_DEVICE, "calibrate: mp_cuda_moe_experts (%s): %s", what,
+                           mp_cuda_strerror(rc));
+        CK(cudaEventRecord(ev1, s));
+    }
     CK(cudaStreamSynchronize(s));
     *ns = 1e6 * event_ms(ev0, ev1);
 out:
@@ -186,19 +192,6 @@ static mp_status capture_experts(const mp_cuda_moe_args *a, cudaStream_t s, cuda
 out:
     if (graph)
         cudaGraphDestroy(graph);
-    return st;
-}
-
-/* A replay of capture_experts's graph after uploading the n_ids routes in ids; *ns its GPU time. */
-static mp_status time_experts_graph(cudaGraphExec_t exec, const int32_t *ids, int n_ids, int32_t *d_ids,
-                                    cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1, double *ns, mp_error *err)
-{
-    mp_status st = MP_OK;
-    CK(cudaMemcpyAsync(d_ids, ids, (size_t)n_ids * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    CK(cudaGraphLaunch(exec, s));
-    CK(cudaStreamSynchronize(s));
-    *ns = 1e6 * event_ms(ev0, ev1);
-out:
     return st;
 }
 
@@ -291,7 +284,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
                 for (int i = 0; i < o->rows[ri]; i++)
                     ids[i] = (int32_t)(next % E);
                 double t_ns = 0;
-                if ((st = time_experts(&a, ids, o->rows[ri], d_ids, s, ev0, ev1, what, &t_ns, err)))
+                if ((st = time_experts(&a, NULL, ids, o->rows[ri], d_ids, s, ev0, ev1, what, &t_ns, err)))
                     goto out;
                 if (rep >= 0)
                     ns[rep] = t_ns;
@@ -341,8 +334,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
                     for (int j = 0; j < k; j++) /* k consecutive ids mod E: distinct, as E >= K >= k */
                         ids[j] = (int32_t)((next * K + j) % E);
                     double t_ns = 0;
-                    st = exec ? time_experts_graph(exec, ids, k, d_ids, s, ev0, ev1, &t_ns, err)
-                              : time_experts(&a, ids, k, d_ids, s, ev0, ev1, what, &t_ns, err);
+                    st = time_experts(&a, exec, ids, k, d_ids, s, ev0, ev1, what, &t_ns, err);
                     if (rep >= 0)
                         ns[rep] = t_ns;
                 }
