@@ -15,6 +15,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv.cuh"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -179,6 +180,8 @@ static bool down_split(void)
     if (g_down_split < 0) {
         const char *v = getenv("MP_CUDA_MOE_DOWN");
         g_down_split = v && strcmp(v, "split") == 0;
+        if (v && v[0] && !g_down_split && strcmp(v, "warp") != 0) /* a typo must not pass for an A/B */
+            fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_DOWN=%.40s is not split or warp: using warp\n", v);
     }
     return g_down_split == 1;
 }
