@@ -42,7 +42,7 @@ typedef struct mp_gpu_stats {
     int64_t routes_gpu;        /* routes served by resident experts */
     int64_t routes_cpu;        /* routes computed on the CPU */
     int64_t routes_copied;     /* routes served by copying the expert's weights to the GPU */
-    int64_t experts_copied;    /* expert weight copies (prefill path) */
+    int64_t experts_copied;    /* expert weight copies (prefill, and decode's split with the CPU) */
     int64_t bytes_copied;      /* their bytes */
     int64_t sync_wait_ns;      /* host time waiting for the GPU's routing (the round trip) */
     int64_t cpu_expert_ns;     /* host time computing CPU experts */
@@ -94,6 +94,10 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap);
  * the step (0: never copy). The default is chosen by cost at mp_gpu_new (docs/runtime.md). */
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows);
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
+/* Decode (1-row) steps: k < 0 splits each hybrid layer's cold experts between the CPU and weight
+ * copies by measured cost (the default; MP_GPU_DECODE_COPY=N sets N at start), 0 never copies,
+ * k > 0 copies k of them per layer step. */
+void mp_gpu_set_decode_copy(mp_gpu *g, int k);
 
 /* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS
  * GEMMs over activations rounded to the weights' 16-bit type; smaller steps run GEMVs over f32 (or

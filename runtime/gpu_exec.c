@@ -53,6 +53,7 @@ void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows) {}
 void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "none"); }
 void mp_gpu_set_measure(mp_gpu *g, bool on) {}
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
+void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
 
 #else
 
@@ -502,7 +503,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         return mp_fail(err, MP_ERR_ARG, "GPU executor: the placement has %" PRId64 " layers × %"
                        PRId64 " experts, the model %" PRId64 " × %" PRId64,
                        pl->n_layer, pl->n_expert, hp->n_layer, hp->n_expert);
-    if (hp->n_expert > 1024 || hp->n_expert_used > 32 || hp->head_dim > 256)
+    if (hp->n_expert > 1024 || hp->n_expert_used > MP_GPU_MAX_TOP_K || hp->head_dim > 256)
         return mp_fail(err, MP_ERR_LIMIT, "GPU executor: %" PRId64 " experts (max 1024), top-%" PRId64
                        " (max 32) or head_dim %" PRId64 " (max 256) unsupported",
                        hp->n_expert, hp->n_expert_used, hp->head_dim);
@@ -529,6 +530,16 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     if (env && !strcmp(env, "0")) {
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
+    }
+    g->decode_copy = -1;
+    if ((env = getenv("MP_GPU_DECODE_COPY"))) { /* "0": never, N: N experts per layer step (A/B) */
+        char *end = NULL;
+        const long v = strtol(env, &end, 10);
+        if (end != env && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
+            g->decode_copy = (int)v;
+        else
+            fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is not 0..%d: decode copies by cost\n", env,
+                    MP_GPU_MAX_TOP_K);
     }
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
@@ -708,9 +719,14 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
         else if (g->d_stage)
             snprintf(copy, sizeof copy, "copied by cost (link %.1f GB/s, CPU %.1f us per route)",
                      g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_ns_per_route / 1e3);
-        snprintf(buf + len, cap - len, "; host experts %s, %s; decode graphs: %s",
+        char dcopy[64] = "off";
+        if (g->d_stage && g->decode_copy < 0)
+            snprintf(dcopy, sizeof dcopy, "split with the CPU by cost");
+        else if (g->d_stage && g->decode_copy > 0)
+            snprintf(dcopy, sizeof dcopy, "%d per layer step", g->decode_copy);
+        snprintf(buf + len, cap - len, "; host experts %s, %s; decode copies %s; decode graphs: %s",
                  g->d_stage ? (g->host_registered ? "page-locked" : "pageable (registration failed)")
-                            : "in host memory", copy, g->graphs_off ? g->graphs_why
+                            : "in host memory", copy, dcopy, g->graphs_off ? g->graphs_why
                                                               : g->graphs[0] ? "on" : "not used");
     }
     if (st->rt_measured) {
@@ -730,6 +746,11 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
 {
     g->copy_min_rows = min_rows;
     g->copy_fixed = true;
+}
+
+void mp_gpu_set_decode_copy(mp_gpu *g, int k)
+{
+    g->decode_copy = k < 0 ? -1 : k > MP_GPU_MAX_TOP_K ? MP_GPU_MAX_TOP_K : k;
 }
 
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows)

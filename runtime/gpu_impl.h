@@ -15,6 +15,7 @@
 #include "runtime/session_impl.h"
 
 /* scratch shapes: MP_GPU_* in runtime/placement.h */
+#define MP_GPU_MAX_TOP_K 32 /* experts per token the executor supports */
 
 typedef struct gpu_tensor {
     int type;
@@ -119,6 +120,12 @@ struct mp_gpu {
     bool copy_fixed;        /* true: copy_min_rows decides; false: the cost model below */
     double pcie_ns_per_byte; /* measured at start: one expert's weights, host mapping → staging */
     double cpu_ns_per_route; /* EWMA of the CPU's time per route in prefill steps (0: unknown) */
+    /* decode (1-row) steps: the cold experts of a layer are split between the CPU and weight
+     * copies to staging, which run at the same time (the copy engine reads host memory beside
+     * the CPU's cores): k of c cold experts go over the link where max(copy time of k, CPU time
+     * of c - k) is least (mp_gpu_decode_copies) */
+    int decode_copy;        /* -1: by that cost; 0: never; k > 0: k per layer step (tests, A/B) */
+    double dec_cpu_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of the CPU's time for j decode routes (0: none seen) */
     bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
     struct page_range *host_ranges; /* the registered ranges */
     int64_t n_host_ranges;
@@ -164,6 +171,7 @@ mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err);
  * measured PCIe time per byte; before the CPU cost is known, rows >= MP_GPU_COPY_MIN_ROWS). */
 #define MP_GPU_COST_MIN_ROUTES 64 /* CPU routes in a step for a cost sample */
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
+int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes);
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);

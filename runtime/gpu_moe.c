@@ -135,6 +135,48 @@ static mp_status stage_some(mp_gpu *g, int64_t il, int64_t n, const int32_t *lis
     return MP_OK;
 }
 
+/* Decode: how many of the c cold experts of a 1-row layer step to copy to staging, the rest
+ * running on the CPU at the same time. The step waits for the slower side: k copies take
+ * k · bytes · (measured PCIe time per byte) plus the GPU's kernel after the last one, the CPU's
+ * c - k routes what this session measured for that count (dec_cpu_ns; before that, the count's
+ * share of a measured one). Returns the k with the least max(copy, CPU), 0 while nothing is known
+ * (the first decode steps measure the CPU). */
+#define MP_GPU_DECODE_COPY_TAIL_NS 8000.0 /* the copied experts' kernel after the last copy */
+int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes)
+{
+    if (g->decode_copy >= 0)
+        return g->decode_copy < c ? g->decode_copy : c;
+    if (c <= 0 || g->pcie_ns_per_byte <= 0)
+        return 0;
+    double per_route = 0; /* from the largest count measured: the least overhead per route */
+    for (int j = c; j >= 1 && per_route <= 0; j--)
+        per_route = g->dec_cpu_ns[j] > 0 ? g->dec_cpu_ns[j] / j : 0;
+    for (int j = c + 1; j <= MP_GPU_MAX_TOP_K && per_route <= 0; j++)
+        per_route = g->dec_cpu_ns[j] > 0 ? g->dec_cpu_ns[j] / j : 0;
+    if (per_route <= 0)
+        return 0;
+    const double copy1 = (double)expert_bytes * g->pcie_ns_per_byte;
+    int best_k = 0;
+    double best = g->dec_cpu_ns[c] > 0 ? g->dec_cpu_ns[c] : c * per_route;
+    for (int k = 1; k <= c; k++) {
+        const int j = c - k;
+        const double cpu = j == 0 ? 0 : g->dec_cpu_ns[j] > 0 ? g->dec_cpu_ns[j] : j * per_route;
+        const double copy = k * copy1 + MP_GPU_DECODE_COPY_TAIL_NS;
+        const double t = cpu > copy ? cpu : copy;
+        if (t < best)
+            best = t, best_k = k;
+    }
+    return best_k;
+}
+
+/* A decode step's layer may copy experts, so its combine adds the CPU's partial to d_proj (which
+ * mp_gpu_moe_host zeroes when nothing on the GPU wrote it): a captured decode graph replays one
+ * combine whatever the step copied. */
+static bool decode_copies_on(const mp_gpu *g, int64_t n)
+{
+    return n == 1 && g->d_stage && g->decode_copy != 0;
+}
+
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
 {
     if (g->copy_fixed)
@@ -292,11 +334,28 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                 copied_routes += g->h_count[e];
             }
     }
+    /* decode: the cold experts split between copies and the CPU (mp_gpu_decode_copies); the
+     * list is taken in slot order, which is as good as any: each has one row */
+    if (decode_copies_on(g, n) && n_copy == 0) {
+        int c = 0;
+        int32_t cold[MP_GPU_MAX_TOP_K];
+        for (int64_t i = 0; i < K; i++)
+            if (!mp_placement_resident(&g->pl, il, h_ids[i]))
+                cold[c++] = h_ids[i];
+        const int k = mp_gpu_decode_copies(g, c, mp_model_expert_bytes(m, il));
+        for (int j = 0; j < k; j++) {
+            copy_list[n_copy++] = cold[j];
+            g->h_mask[cold[j] >> 6] |= (uint64_t)1 << (cold[j] & 63);
+        }
+        copied_routes += k;
+    }
     /* two staging batches go out before the CPU starts, the rest after it */
     bool gpu_wrote = G->n_resident > 0;
     int done = 0;
     if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
         return st;
+    if (decode_copies_on(g, n) && !gpu_wrote) /* mp_gpu_moe_end adds the partial to d_proj */
+        CCHECK(cudaMemsetAsync(g->d_proj, 0, (size_t)D * sizeof(float), g->stream), "combine");
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): the H2D of mp_gpu_moe_end is unconditional, so
      * that a captured decode graph replays the same copies every step */
@@ -304,6 +363,10 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
+    if (n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) { /* decode: the CPU's time for n_cpu routes */
+        double *e = &g->dec_cpu_ns[n_cpu];
+        *e = *e > 0 ? 0.8 * *e + 0.2 * (double)t->cpu_expert_ns : (double)t->cpu_expert_ns;
+    }
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
         const double sample = (double)t->cpu_expert_ns / (double)n_cpu;
         g->cpu_ns_per_route = g->cpu_ns_per_route > 0 ? 0.7 * g->cpu_ns_per_route + 0.3 * sample : sample;
@@ -334,7 +397,7 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->measure)
         CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
-    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step;
+    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || decode_copies_on(g, n);
     float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
     CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
     if (gpu_wrote)

@@ -163,6 +163,23 @@ for stage in "${stages[@]}"; do
         for _ in $(seq 45); do kill -0 "$tpid" 2>/dev/null || break; sleep 1; done
         if kill -0 "$tpid" 2>/dev/null; then
             log "f32-hang: still running after 45 s: taking stacks"
+            nvidia-smi --query-gpu=utilization.gpu,power.draw --format=csv >"$OUT/f32-hang/gpu-busy.txt" 2>&1
+            # criterion's worker (a test_gpu_exec whose parent is one) prints its main thread's
+            # stack on SIGUSR2: three samples (the runner itself has no handler: not signalled)
+            for _ in 1 2 3; do
+                for p in $(pgrep -x test_gpu_exec); do
+                    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
+                    [ "$(ps -o comm= -p "$pp")" = test_gpu_exec ] && kill -USR2 "$p"
+                done
+                sleep 2
+            done
+            # object(+0xOFF) frames resolved to function and line
+            grep -o '^[^ ]*(+0x[0-9a-f]*)' "$OUT/f32-hang/test.log" | sort -u | while IFS= read -r fr; do
+                obj=${fr%%(*}
+                off=${fr#*(+}
+                off=${off%)}
+                echo "$fr -> $(addr2line -f -C -e "$obj" "$off" 2>&1 | paste -sd' ')"
+            done >"$OUT/f32-hang/frames.txt"
             for p in $(pgrep -x test_gpu_exec); do
                 if command -v gdb >/dev/null; then
                     gdb -p "$p" -batch -ex 'info threads' -ex 'thread apply all bt' >"$OUT/f32-hang/gdb-$p.txt" 2>&1
