@@ -428,6 +428,8 @@ void mp_gpu_free(mp_gpu *g)
             cudaEventDestroy(g->ev_stage_ready[b]);
         if (g->ev_stage_free[b])
             cudaEventDestroy(g->ev_stage_free[b]);
+        if (g->ev_dc[b])
+            cudaEventDestroy(g->ev_dc[b]);
     }
     if (g->ev_moe)
         for (int64_t i = 0; i < 2 * g->s->m->hp.n_layer; i++)
@@ -611,6 +613,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaEventCreateWithFlags(&g->ev_io, cudaEventDisableTiming), "cudaEventCreate");
     for (int b = 0; b < 2; b++) {
         CK(cudaEventCreateWithFlags(&g->ev_stage_ready[b], cudaEventDisableTiming), "cudaEventCreate");
+        CK(cudaEventCreate(&g->ev_dc[b]), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&g->ev_stage_free[b], cudaEventDisableTiming), "cudaEventCreate");
     }
     for (int64_t i = 0; i < 2 * hp->n_layer; i++) {

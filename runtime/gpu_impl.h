@@ -89,6 +89,7 @@ struct mp_gpu {
 
     cudaEvent_t ev_host;    /* routing and rows are on the host */
     cudaEvent_t ev_stage_ready[2], ev_stage_free[2];
+    cudaEvent_t ev_dc[2];      /* a decode layer step's copies: first copy issued, copied experts done */
     cudaEvent_t *ev_moe;    /* (2 n_layer) around each layer's GPU experts (hooks timing) */
     cudaEvent_t *ev_rt;     /* (2 n_layer) after the D2H / before the H2D of hybrid layers */
     bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
@@ -126,6 +127,8 @@ struct mp_gpu {
      * of c - k) is least (mp_gpu_decode_copies) */
     int decode_copy;        /* -1: by that cost; 0: never; k > 0: k per layer step (tests, A/B) */
     double dec_cpu_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of the CPU's time for j decode routes (0: none seen) */
+    double dec_copy_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of k decode copies' time, kernel included (ev_dc) */
+    int dc_pending;         /* copies of the last decode layer step timed by ev_dc, not yet read */
     bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
     struct page_range *host_ranges; /* the registered ranges */
     int64_t n_host_ranges;

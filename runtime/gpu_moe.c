@@ -142,26 +142,37 @@ static mp_status stage_some(mp_gpu *g, int64_t il, int64_t n, const int32_t *lis
  * share of a measured one). Returns the k with the least max(copy, CPU), 0 while nothing is known
  * (the first decode steps measure the CPU). */
 #define MP_GPU_DECODE_COPY_TAIL_NS 8000.0 /* the copied experts' kernel after the last copy */
+/* Time for count j from a table of EWMAs (0: not seen): the entry, else j times the per-item time
+ * of the nearest measured count (below first: fixed overheads make it an overestimate above), else
+ * fallback (0: unknown). */
+static double by_count(const double *tab, int j, double fallback_per_item)
+{
+    if (j <= 0)
+        return 0;
+    if (tab[j] > 0)
+        return tab[j];
+    for (int d = 1; d <= MP_GPU_MAX_TOP_K; d++) {
+        if (j - d >= 1 && tab[j - d] > 0)
+            return tab[j - d] / (j - d) * j;
+        if (j + d <= MP_GPU_MAX_TOP_K && tab[j + d] > 0)
+            return tab[j + d] / (j + d) * j;
+    }
+    return fallback_per_item * j;
+}
+
 int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes)
 {
     if (g->decode_copy >= 0)
         return g->decode_copy < c ? g->decode_copy : c;
-    if (c <= 0 || g->pcie_ns_per_byte <= 0)
+    if (c <= 0 || g->pcie_ns_per_byte <= 0 || by_count(g->dec_cpu_ns, c, 0) <= 0)
         return 0;
-    double per_route = 0; /* from the largest count measured: the least overhead per route */
-    for (int j = c; j >= 1 && per_route <= 0; j--)
-        per_route = g->dec_cpu_ns[j] > 0 ? g->dec_cpu_ns[j] / j : 0;
-    for (int j = c + 1; j <= MP_GPU_MAX_TOP_K && per_route <= 0; j++)
-        per_route = g->dec_cpu_ns[j] > 0 ? g->dec_cpu_ns[j] / j : 0;
-    if (per_route <= 0)
-        return 0;
-    const double copy1 = (double)expert_bytes * g->pcie_ns_per_byte;
+    /* copies alone on the link until some were timed beside the CPU's work */
+    const double copy1 = (double)expert_bytes * g->pcie_ns_per_byte + MP_GPU_DECODE_COPY_TAIL_NS;
     int best_k = 0;
-    double best = g->dec_cpu_ns[c] > 0 ? g->dec_cpu_ns[c] : c * per_route;
+    double best = by_count(g->dec_cpu_ns, c, 0);
     for (int k = 1; k <= c; k++) {
-        const int j = c - k;
-        const double cpu = j == 0 ? 0 : g->dec_cpu_ns[j] > 0 ? g->dec_cpu_ns[j] : j * per_route;
-        const double copy = k * copy1 + MP_GPU_DECODE_COPY_TAIL_NS;
+        const double cpu = by_count(g->dec_cpu_ns, c - k, 0);
+        const double copy = by_count(g->dec_copy_ns, k, copy1);
         const double t = cpu > copy ? cpu : copy;
         if (t < best)
             best = t, best_k = k;
@@ -314,6 +325,17 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     g->stats.sync_wait_ns += t->sync_ns;
     t->d2h_bytes = (int64_t)((size_t)(n * D) * sizeof(float)) + (s->route_src ? 0 : 2 * n * K * 4);
 
+    /* the last decode copies' time (they finished before this layer's routing reached the host) */
+    if (g->dc_pending > 0) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, g->ev_dc[0], g->ev_dc[1]) == cudaSuccess && ms > 0) {
+            double *e = &g->dec_copy_ns[g->dc_pending];
+            *e = *e > 0 ? 0.8 * *e + 0.2 * (double)ms * 1e6 : (double)ms * 1e6;
+        }
+        cudaGetLastError();
+        g->dc_pending = 0;
+    }
+
     /* which routes run where: resident, copied (prefill), CPU */
     memcpy(g->h_mask, G->resident, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
     int64_t hits = 0;
@@ -352,6 +374,9 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* two staging batches go out before the CPU starts, the rest after it */
     bool gpu_wrote = G->n_resident > 0;
     int done = 0;
+    const bool time_copies = decode_copies_on(g, n) && n_copy > 0 && n_copy <= MP_GPU_MAX_TOP_K;
+    if (time_copies)
+        CCHECK(cudaEventRecord(g->ev_dc[0], g->copy_stream), "cudaEventRecord");
     if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
         return st;
     if (decode_copies_on(g, n) && !gpu_wrote) /* mp_gpu_moe_end adds the partial to d_proj */
@@ -373,6 +398,10 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     }
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
         return st;
+    if (time_copies) {
+        CCHECK(cudaEventRecord(g->ev_dc[1], g->stream), "cudaEventRecord");
+        g->dc_pending = n_copy;
+    }
     g->copied_this_step = n_copy > 0;
     if (g->measure) {
         g->rt_pending[il] = true;

@@ -19,7 +19,8 @@
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   f32-hang   the known hang of gpu_exec's F32 hybrid case: runs it (MP_TEST_F32_HYBRID=1) and,
 #              if it has not returned after 45 s, every thread's stack of every test process
-#              (gdb, else /proc's wchan/syscall/stack) -> $OUT/f32-hang/
+#              (gdb, else /proc's wchan/syscall/stack), the GPU's utilization, and where each
+#              running thread is (tools/pcsample.py) -> $OUT/f32-hang/
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -164,22 +165,13 @@ for stage in "${stages[@]}"; do
         if kill -0 "$tpid" 2>/dev/null; then
             log "f32-hang: still running after 45 s: taking stacks"
             nvidia-smi --query-gpu=utilization.gpu,power.draw --format=csv >"$OUT/f32-hang/gpu-busy.txt" 2>&1
-            # criterion's worker (a test_gpu_exec whose parent is one) prints its main thread's
-            # stack on SIGUSR2: three samples (the runner itself has no handler: not signalled)
-            for _ in 1 2 3; do
-                for p in $(pgrep -x test_gpu_exec); do
-                    pp=$(ps -o ppid= -p "$p" | tr -d ' ')
-                    [ "$(ps -o comm= -p "$pp")" = test_gpu_exec ] && kill -USR2 "$p"
+            # where each running thread is: instruction pointer and probable callers
+            for p in $(pgrep -x test_gpu_exec); do
+                for t in /proc/"$p"/task/*; do
+                    [ "$(awk '{print $3}' "$t/stat")" = R ] &&
+                        python3 tools/pcsample.py "${t##*/}" 3 >>"$OUT/f32-hang/pc-$p.txt" 2>&1
                 done
-                sleep 2
             done
-            # object(+0xOFF) frames resolved to function and line
-            grep -o '^[^ ]*(+0x[0-9a-f]*)' "$OUT/f32-hang/test.log" | sort -u | while IFS= read -r fr; do
-                obj=${fr%%(*}
-                off=${fr#*(+}
-                off=${off%)}
-                echo "$fr -> $(addr2line -f -C -e "$obj" "$off" 2>&1 | paste -sd' ')"
-            done >"$OUT/f32-hang/frames.txt"
             for p in $(pgrep -x test_gpu_exec); do
                 if command -v gdb >/dev/null; then
                     gdb -p "$p" -batch -ex 'info threads' -ex 'thread apply all bt' >"$OUT/f32-hang/gdb-$p.txt" 2>&1

@@ -24,9 +24,6 @@
  * 3. A budget that the executor's exact accounting cannot meet is refused with the terms named. */
 #include "mp_config.h"
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
-#include <execinfo.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime/gpu.h"
@@ -312,30 +309,10 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
  * placement's 40-row prefill; the host waits while the pool sleeps), with the old thread pool and
  * with the new one (timed out at 120 s, 2026-11-29); cause open (docs/runtime.md, "Known
  * defects"). `bash scripts/gpu.sh f32-hang` runs it and takes every thread's stack when it hangs. */
-/* SIGUSR2 (scripts/gpu.sh f32-hang sends it): the main thread's stack on stderr, addresses
- * relative to each object (addr2line resolves them). Another thread that takes the signal hands
- * it to the main thread. Only async-signal-safe calls, backtrace() loaded before (see below). */
-static void stack_on_usr2(int sig)
-{
-    if ((pid_t)syscall(SYS_gettid) != getpid()) {
-        syscall(SYS_tgkill, getpid(), getpid(), sig);
-        return;
-    }
-    static const char head[] = "== main thread stack (SIGUSR2)\n";
-    void *pc[64];
-    const int n = backtrace(pc, 64);
-    if (write(2, head, sizeof head - 1) < 0)
-        return;
-    backtrace_symbols_fd(pc, n, 2);
-}
-
 Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120)
 {
     if (!getenv("MP_TEST_F32_HYBRID"))
         cr_skip_test("known hang on the H200 (docs/runtime.md); MP_TEST_F32_HYBRID=1 runs it");
-    void *warm[2];
-    backtrace(warm, 2); /* loads libgcc's unwinder now: the handler must not load it */
-    signal(SIGUSR2, stack_on_usr2);
     hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5);
 }
 Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
