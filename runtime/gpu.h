@@ -95,8 +95,8 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap);
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows);
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
 /* Decode (1-row) steps: k < 0 splits each hybrid layer's cold experts between the CPU and weight
- * copies by measured cost (the default; MP_GPU_DECODE_COPY=N sets N at start), 0 never copies,
- * k > 0 copies k of them per layer step. */
+ * copies by measured cost, 0 never copies (the default), k > 0 copies k of them per layer step
+ * (MP_GPU_DECODE_COPY=auto or N sets it at start). */
 void mp_gpu_set_decode_copy(mp_gpu *g, int k);
 
 /* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS

@@ -533,15 +533,20 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
     }
-    g->decode_copy = -1;
-    if ((env = getenv("MP_GPU_DECODE_COPY"))) { /* "0": never, N: N experts per layer step (A/B) */
+    /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
+     * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
+     * bench/NOTES-gpu-exec.md, run 8). MP_GPU_DECODE_COPY=auto (by cost) or N turns them on. */
+    g->decode_copy = 0;
+    if ((env = getenv("MP_GPU_DECODE_COPY"))) {
         char *end = NULL;
         const long v = strtol(env, &end, 10);
-        if (end != env && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
+        if (!strcmp(env, "auto"))
+            g->decode_copy = -1;
+        else if (end != env && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
             g->decode_copy = (int)v;
         else
-            fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is not 0..%d: decode copies by cost\n", env,
-                    MP_GPU_MAX_TOP_K);
+            fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is neither auto nor 0..%d: decode copies off\n",
+                    env, MP_GPU_MAX_TOP_K);
     }
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
