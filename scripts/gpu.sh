@@ -21,6 +21,8 @@
 #              if it has not returned after 45 s, every thread's stack of every test process
 #              (gdb, else /proc's wchan/syscall/stack), the GPU's utilization, and where each
 #              running thread is (tools/pcsample.py) -> $OUT/f32-hang/
+#   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement cpu),
+#              running threads sampled after 25 s -> $OUT/f32-cli/
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -187,6 +189,33 @@ for stage in "${stages[@]}"; do
         wait "$tpid"
         tail -5 "$OUT/f32-hang/test.log"
         ;;
+    f32-cli)
+        # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
+        # (40-row prefill, then decode), with cuBLAS prefill and GEMV-only prefill; a run still
+        # going after 25 s gets its running threads sampled (tools/pcsample.py)
+        build || { rc=1; continue; }
+        mkdir -p "$OUT/f32-cli"
+        build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
+        for gmr in 0 1000000; do
+            MP_GPU_GEMM_MIN_ROWS=$gmr timeout -s KILL 40 build-gpu/cli/moeplan bench -m /tmp/mp-f32.gguf \
+                --placement cpu -p 40 -n 4 -t 4 -r 1 >"$OUT/f32-cli/bench-gmr$gmr.log" 2>&1 &
+            bpid=$!
+            for _ in $(seq 25); do kill -0 "$bpid" 2>/dev/null || break; sleep 1; done
+            if kill -0 "$bpid" 2>/dev/null; then
+                log "f32-cli: gemm_min_rows $gmr: still running after 25 s: sampling"
+                for p in $(pgrep -x moeplan); do
+                    for t in /proc/"$p"/task/*; do
+                        [ "$(awk '{print $3}' "$t/stat" 2>/dev/null)" = R ] &&
+                            python3 tools/pcsample.py "${t##*/}" 2 >>"$OUT/f32-cli/pc-gmr$gmr.txt" 2>&1
+                    done
+                done
+            else
+                log "f32-cli: gemm_min_rows $gmr: returned"
+            fi
+            wait "$bpid"
+            tail -3 "$OUT/f32-cli/bench-gmr$gmr.log"
+        done
+        ;;
     bench-cupti)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
@@ -221,7 +250,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-pool, f32-hang, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-pool, f32-hang, f32-cli, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac

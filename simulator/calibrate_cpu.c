@@ -484,9 +484,13 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             }
             moe_ns = 0;
             const bool modelled = gpu && rows == 1 && decode_moe_ns >= 0;
-            if (modelled) /* what the cost model charges a one-row step's GPU experts */
+            if (modelled) { /* what the cost model charges a one-row step's GPU experts */
                 moe_ns = (int64_t)decode_moe_ns;
-            else if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
+                /* the session starts with the hooks on (the CPU path times its MoE with them): a
+                 * hooked step enqueues every layer instead of replaying graphs, and its timing
+                 * hook would add the measured MoE time on top of the modelled one */
+                mp_session_set_hooks(s, NULL);
+            } else if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
                 mp_session_set_hooks(s, &hooks);
                 st = mp_session_eval(s, tokens, rows, false, logits, err);
                 mp_session_set_hooks(s, NULL);
@@ -497,6 +501,10 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
                 goto out;
             const int64_t step_ns = mp_calib_now_ns() - t0;
+            if (modelled && moe_ns != (int64_t)decode_moe_ns) {
+                st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: the one-row non-MoE step ran with timing hooks");
+                goto out;
+            }
             if (rep >= 0) { /* mp_calib_point keeps the point >= 0 if noise makes this negative */
                 ns[n_rec++] = (double)(step_ns - moe_ns);
                 step_sum += (double)step_ns;
