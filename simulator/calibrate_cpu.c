@@ -1,5 +1,6 @@
 /* simulator/calibrate_cpu.c — the CPU benchmarks of `moeplan calibrate` (see calibrate.h):
- * one expert's FFN vs routed rows and threads, the combine, and the non-MoE time per step.
+ * one expert's FFN vs routed rows and threads, and the combine. (What is measured through the
+ * runtime's own forward pass is in calibrate_runtime.c.)
  *
  * The expert benchmark does what runtime/moe_cpu.c does for one active expert, with the same
  * kernels and the same task split: activations converted once to the gate's vec_dot_type, one
@@ -108,7 +109,7 @@ static void run_expert(expert_bench *b, mp_pool *pool, const float *x, char *xq,
     mp_pool_run(pool, (D + b->chunk - 1) / b->chunk, down_task, b);
 }
 
-static int warmups(const mp_calib_opts *o)
+int mp_calib_warmups(const mp_calib_opts *o)
 {
     return o->quick ? 1 : 3;
 }
@@ -139,7 +140,7 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
         const int k = ks[ki];
         for (int64_t j = 0; j < K; j++)
             w[j] = 1.0f / (float)K;
-        for (int rep = -warmups(o); rep < o->reps; rep++, (*next)++) {
+        for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, (*next)++) {
             const int64_t layer = kind->layers[*next % kind->n_layers];
             /* the row's K routes go to K consecutive ids mod E (distinct, as E >= K); the last
              * K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
@@ -282,7 +283,7 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
                 expert_bench b = {m, kind, mp_type_ops_get(kind->gate_type), mp_type_ops_get(kind->up_type),
                                   mp_type_ops_get(kind->down_type), 0, 0, o->rows[ri], 0, NULL, 0,
                                   gate, up, NULL, 0, down};
-                for (int rep = -warmups(o); rep < o->reps; rep++, next++) {
+                for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, next++) {
                     b.layer = kind->layers[(next / E) % kind->n_layers];
                     b.expert = next % E;
                     const int64_t t0 = mp_calib_now_ns();
@@ -361,7 +362,7 @@ mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     mp_calib_fill(weights, (int64_t)max_rows * K, &rng);
     for (int ri = 0; ri < o->n_rows; ri++) {
         combine_bench c = {parts, weights, out, D, K};
-        for (int rep = -warmups(o); rep < o->reps; rep++) {
+        for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
             const int64_t t0 = mp_calib_now_ns();
             mp_pool_run(pool, o->rows[ri], combine_task, &c);
             if (rep >= 0)
@@ -382,364 +383,5 @@ out:
     free(weights);
     free(out);
     free(ns);
-    return st;
-}
-
-/* ---- non-MoE time per step ---- */
-
-#define NON_MOE_POINT_NS ((int64_t)20 * 1000000000)
-
-static void add_moe_ns(void *user, int64_t layer, const mp_moe_timing *t)
-{
-    *(int64_t *)user += t->cpu_expert_ns + t->gpu_expert_ns;
-}
-
-/* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
- * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
- * sp->placement is NULL, *s stays NULL and err says why ("placement: ..." when the placement could
- * not be built). */
-static mp_status gpu_session_opt(const mp_model *m, const char *opt, const char *val, mp_session_params *sp,
-                                 mp_placement *pl, mp_session **s, mp_error *err)
-{
-    mp_placement_opts po = {0};
-    mp_status pst;
-    sp->placement = NULL;
-    if (!mp_placement_opts_set(&po, opt, val, &pst, err) || pst ||
-        mp_placement_for_model(m, &po, sp->n_ctx, sp->n_batch, pl, err) != MP_OK)
-        return mp_error_prefix(err, "placement");
-    sp->placement = pl;
-    mp_status st = mp_session_new(m, sp, s, err);
-    if (st)
-        sp->placement = NULL;
-    return st;
-}
-
-/* The same under `--placement spec`. */
-static mp_status gpu_session(const mp_model *m, const char *spec, mp_session_params *sp, mp_placement *pl,
-                             mp_session **s, mp_error *err)
-{
-    return gpu_session_opt(m, "--placement", spec, sp, pl, s, err);
-}
-
-mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
-                           double decode_moe_ns, mp_error *err)
-{
-    const int t = o->threads[o->n_threads - 1];
-    const int max_rows = o->rows[o->n_rows - 1];
-    int64_t moe_ns = 0;
-    mp_hooks hooks = {0};
-    hooks.user = &moe_ns;
-    hooks.moe_timing = add_moe_ns;
-    /* room for a step of every size after some context, so attention sees a few hundred keys */
-    int64_t n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = max_rows, .hooks = &hooks};
-    mp_session *s = NULL;
-    mp_placement pl = {0};
-    int32_t *tokens = malloc((size_t)max_rows * sizeof(int32_t));
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    double *ns = malloc((size_t)o->reps * sizeof(double));
-    mp_status st = MP_OK;
-    if (!tokens || !logits || !ns) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for the non-MoE steps");
-        goto out;
-    }
-    /* With a GPU, the non-MoE time is the GPU executor's (every expert resident): a step is run
-     * once with the timing hooks (CUDA events around each layer's MoE kernels give their GPU
-     * time) and once without (how production runs: CUDA graphs at one row), and the second's
-     * wall time minus the first's MoE time is recorded. Without a GPU (or when the model does not
-     * fit), the CPU forward pass as before. */
-    char why[256] = "";
-    bool gpu = mp_gpu_available(why, sizeof why);
-    if (gpu) {
-        mp_error perr;
-        if (gpu_session(m, "gpu", &sp, &pl, &s, &perr) != MP_OK) {
-            gpu = false;
-            mp_calib_say(o, "calibrate: non-MoE on the CPU forward pass: the GPU executor could not "
-                         "start (%s)", perr.msg);
-        }
-    }
-    if (!s && (st = mp_session_new(m, &sp, &s, err)))
-        goto out;
-    n_ctx = mp_session_n_ctx(s);
-    uint64_t rng = 3;
-    for (int ri = 0; ri < o->n_rows; ri++) {
-        const int rows = o->rows[ri];
-        if (rows * (gpu ? 2 : 1) > n_ctx) {
-            mp_calib_say(o, "calibrate: non-MoE rows %d skipped: the context holds %" PRId64 " tokens", rows, n_ctx);
-            continue;
-        }
-        /* a big model's long steps take seconds on the CPU: after 3 recorded repetitions a point
-         * stops once it has used NON_MOE_POINT_NS, so the default list fits a 10-minute run */
-        int n_rec = 0;
-        double step_sum = 0, moe_sum = 0;
-        const int64_t point_t0 = mp_calib_now_ns();
-        for (int rep = -warmups(o); rep < o->reps; rep++) {
-            if (n_rec >= 3 && mp_calib_now_ns() - point_t0 > NON_MOE_POINT_NS)
-                break;
-            if (mp_session_n_past(s) + rows * (gpu ? 2 : 1) > n_ctx)
-                mp_session_reset(s);
-            for (int i = 0; i < rows; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                tokens[i] = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
-            }
-            moe_ns = 0;
-            const bool modelled = gpu && rows == 1 && decode_moe_ns >= 0;
-            if (modelled) { /* what the cost model charges a one-row step's GPU experts */
-                moe_ns = (int64_t)decode_moe_ns;
-                /* the session starts with the hooks on (the CPU path times its MoE with them): a
-                 * hooked step enqueues every layer instead of replaying graphs, and its timing
-                 * hook would add the measured MoE time on top of the modelled one */
-                mp_session_set_hooks(s, NULL);
-            } else if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
-                mp_session_set_hooks(s, &hooks);
-                st = mp_session_eval(s, tokens, rows, false, logits, err);
-                mp_session_set_hooks(s, NULL);
-                if (st)
-                    goto out;
-            }
-            const int64_t t0 = mp_calib_now_ns();
-            if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
-                goto out;
-            const int64_t step_ns = mp_calib_now_ns() - t0;
-            if (modelled && moe_ns != (int64_t)decode_moe_ns) {
-                st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: the one-row non-MoE step ran with timing hooks");
-                goto out;
-            }
-            if (rep >= 0) { /* mp_calib_point keeps the point >= 0 if noise makes this negative */
-                ns[n_rec++] = (double)(step_ns - moe_ns);
-                step_sum += (double)step_ns;
-                moe_sum += (double)moe_ns;
-            }
-        }
-        cJSON *p = mp_calib_point("rows", rows, ns, n_rec);
-        if (!p) {
-            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-            goto out;
-        }
-        cJSON_AddItemToArray(arr, p);
-        /* the parts, so that a cost model's all-resident step can be checked against the measured
-         * one: the MoE time here is the hooked (enqueued, event-timed) step's */
-        mp_calib_say(o, "calibrate: non-MoE step threads %d rows %d: median %.1f us (%d reps; mean step %.1f us, "
-                        "MoE in it %.1f us)", t, rows, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
-                     n_rec, n_rec ? step_sum / n_rec / 1000.0 : 0.0, n_rec ? moe_sum / n_rec / 1000.0 : 0.0);
-    }
-    if (cJSON_GetArraySize(arr) == 0) {
-        st = mp_fail(err, MP_ERR_ARG, "calibrate: --rows: every count exceeds the model's context of %" PRId64 " tokens",
-                     n_ctx);
-        goto out;
-    }
-    if (!cJSON_AddNumberToObject(device, "non_moe_threads", t) ||
-        !cJSON_AddStringToObject(device, "non_moe_path",
-                                 !gpu ? "cpu forward pass (runtime/session.h)"
-                                 : decode_moe_ns >= 0
-                                     ? "gpu executor, every expert resident; 1 row: the CUDA-graph step minus "
-                                       "every layer's gpu_expert concurrent time at top_k (what simulate "
-                                       "charges); more rows: minus the MoE kernels' time from CUDA events"
-                                     : "gpu executor, every expert resident (CUDA graphs at 1 row); MoE "
-                                       "kernel time from CUDA events subtracted"))
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-out:
-    mp_session_free(s);
-    mp_placement_free(&pl);
-    free(tokens);
-    free(logits);
-    free(ns);
-    return st;
-}
-
-/* ---- the round trip, as the runtime pays it ---- */
-
-mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                mp_error *err)
-{
-    char why[256];
-    if (!mp_gpu_available(why, sizeof why) || !cJSON_GetObjectItemCaseSensitive(root, "sync"))
-        return MP_OK;
-    enum { STEPS = 8 }; /* decode steps per repetition */
-    const int t = o->threads[o->n_threads - 1];
-    const int64_t n_ctx = 256;
-    mp_placement pl = {0};
-    mp_session *s = NULL;
-    mp_status st = MP_OK;
-    mp_error perr;
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    double *ns = malloc((size_t)o->reps * sizeof(double));
-    if (!logits || !ns) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        goto out;
-    }
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = 8};
-    if (gpu_session(m, "layers:1", &sp, &pl, &s, &perr) != MP_OK) {
-        mp_calib_say(o, "calibrate: the runtime's round trip was not measured (%s); sync is the "
-                        "microbenchmark's", perr.msg);
-        goto out;
-    }
-    mp_gpu *g = mp_session_gpu(s);
-    mp_gpu_set_measure(g, true);
-    uint64_t rng = 5;
-    int32_t tok = 1;
-    for (int rep = -warmups(o); rep < o->reps; rep++) {
-        if (mp_session_n_past(s) + STEPS > n_ctx)
-            mp_session_reset(s);
-        mp_gpu_stats_reset(g);
-        for (int i = 0; i < STEPS; i++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            tok = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
-            if ((st = mp_session_eval(s, &tok, 1, false, logits, err)))
-                goto out;
-        }
-        mp_gpu_stats gs;
-        mp_gpu_get_stats(g, &gs);
-        if (gs.rt_measured < 1) {
-            mp_calib_say(o, "calibrate: the runtime's round trip was not measured (no hybrid layer step timed); "
-                            "sync is the microbenchmark's");
-            goto out;
-        }
-        if (rep >= 0)
-            ns[rep] = (double)gs.rt_overhead_ns / (double)gs.rt_measured;
-    }
-    cJSON *p = mp_calib_point(NULL, 0, ns, o->reps);
-    cJSON *micro = cJSON_DetachItemFromObjectCaseSensitive(root, "sync");
-    if (!p || !micro) {
-        cJSON_Delete(p);
-        if (micro)
-            cJSON_AddItemToObject(root, "sync", micro);
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        goto out;
-    }
-    mp_calib_say(o, "calibrate: decode round trip in the runtime (layers:1, %d steps x %d reps): overhead %.1f us "
-                    "per hybrid layer beyond its copies and CPU experts (microbenchmark: %.1f us)",
-                 STEPS, o->reps, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
-                 cJSON_GetObjectItem(micro, "median_ns")->valuedouble / 1000.0);
-    cJSON_AddItemToObject(device, "sync_microbenchmark", micro);
-    cJSON_AddItemToObject(root, "sync", p);
-    if (!cJSON_AddStringToObject(device, "sync_path",
-                                 "runtime: GPU executor, placement layers:1, decode with CUDA graphs, mean "
-                                 "round-trip overhead per hybrid layer step (mp_gpu_stats rt_overhead_ns)"))
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-out:
-    mp_session_free(s);
-    mp_placement_free(&pl);
-    free(logits);
-    free(ns);
-    return st;
-}
-
-/* ---- the fixed cost of a hybrid layer ---- */
-
-/* Routes that never reach the last expert: random distinct ids below n_expert - 1, random weights
- * summing to 1. */
-typedef struct avoid_last {
-    uint64_t rng;
-    int64_t n_expert;
-} avoid_last;
-
-static int avoid_last_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids, float *w)
-{
-    (void)layer;
-    avoid_last *a = user;
-    for (int64_t r = 0; r < n_rows; r++) {
-        float sum = 0.0f;
-        for (int64_t k = 0; k < top_k; k++) {
-            int32_t id;
-            bool dup;
-            do {
-                a->rng = a->rng * 6364136223846793005ull + 1442695040888963407ull;
-                id = (int32_t)((a->rng >> 33) % (uint64_t)(a->n_expert - 1));
-                dup = false;
-                for (int64_t j = 0; j < k; j++)
-                    dup |= ids[r * top_k + j] == id;
-            } while (dup);
-            ids[r * top_k + k] = id;
-            w[r * top_k + k] = 0.5f + (float)((a->rng >> 20) & 0xff) / 256.0f;
-            sum += w[r * top_k + k];
-        }
-        for (int64_t k = 0; k < top_k; k++)
-            w[r * top_k + k] /= sum;
-    }
-    return 0;
-}
-
-/* Decode wall time per step (ns[0 .. reps)) under placement option opt = val, with routes that
- * avoid the last expert. */
-static mp_status time_decode(const mp_model *m, const mp_calib_opts *o, const char *opt, const char *val,
-                             double *ns, mp_error *err)
-{
-    enum { STEPS = 16 };
-    avoid_last routes = {.rng = 11, .n_expert = m->hp.n_expert};
-    mp_route_source src = {&routes, avoid_last_route};
-    mp_session_params sp = {.n_ctx = 256, .n_threads = o->threads[o->n_threads - 1], .n_batch = 8,
-                            .route_src = &src};
-    mp_placement pl = {0};
-    mp_session *s = NULL;
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    mp_status st = logits ? gpu_session_opt(m, opt, val, &sp, &pl, &s, err)
-                          : mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-    int32_t tok = 1;
-    for (int rep = -warmups(o) - 1; !st && rep < o->reps; rep++) { /* one more warm-up: graph capture */
-        if (mp_session_n_past(s) + STEPS > sp.n_ctx)
-            mp_session_reset(s);
-        const int64_t t0 = mp_calib_now_ns();
-        for (int i = 0; i < STEPS && !st; i++) {
-            tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
-            st = mp_session_eval(s, &tok, 1, false, logits, err);
-        }
-        if (rep >= 0)
-            ns[rep] = (double)(mp_calib_now_ns() - t0) / STEPS;
-    }
-    mp_session_free(s);
-    mp_placement_free(&pl);
-    free(logits);
-    return st;
-}
-
-mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                mp_error *err)
-{
-    char why[256];
-    const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
-    if (!mp_gpu_available(why, sizeof why) || E < 2)
-        return MP_OK;
-    /* every layer keeps all experts but the last on the GPU; the routes never reach the last */
-    char path[] = "/tmp/moeplan-calib-XXXXXX";
-    const int fd = mkstemp(path);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        if (fd >= 0)
-            close(fd);
-        mp_calib_say(o, "calibrate: hybrid_layer not measured (temporary placement file: %s)", strerror(errno));
-        return MP_OK;
-    }
-    for (int64_t il = 0; il < L; il++)
-        fprintf(f, "%" PRId64 ": 0-%" PRId64 "\n", il, E - 2);
-    const bool written = fclose(f) == 0;
-    double *a = malloc((size_t)o->reps * sizeof(double)), *b = malloc((size_t)o->reps * sizeof(double));
-    mp_status st = MP_OK;
-    mp_error perr;
-    if (!a || !b) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-    } else if (!written || time_decode(m, o, "--placement", "gpu", b, &perr) ||
-               time_decode(m, o, "--placement-file", path, a, &perr)) {
-        mp_calib_say(o, "calibrate: hybrid_layer not measured (%s)", written ? perr.msg : "placement file not written");
-    } else {
-        mp_calib_sort(b, o->reps);
-        const double base = mp_calib_quantile(b, o->reps, 0.5);
-        for (int i = 0; i < o->reps; i++) /* per hybrid layer; noise below the all-resident step is 0 */
-            a[i] = a[i] > base ? (a[i] - base) / (double)L : 0.0;
-        cJSON *p = mp_calib_point(NULL, 0, a, o->reps);
-        if (!p || !cJSON_AddItemToObject(root, "hybrid_layer", p) ||
-            !cJSON_AddStringToObject(device, "hybrid_layer_path",
-                                     "runtime: GPU executor, decode with CUDA graphs and routes that avoid "
-                                     "the last expert; every layer holding all experts but the last against "
-                                     "every expert resident, step-time difference per layer"))
-            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        else
-            mp_calib_say(o, "calibrate: hybrid layer with nothing for the CPU: %.1f us per layer beyond its GPU "
-                            "experts (decode %.1f us/step all resident)",
-                         cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, base / 1000.0);
-    }
-    unlink(path);
-    free(a);
-    free(b);
     return st;
 }

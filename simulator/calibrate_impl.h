@@ -12,9 +12,13 @@
 
 #include "runtime/error.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
+#include "runtime/session.h"
 #include "simulator/calibrate.h"
 
 int64_t mp_calib_now_ns(void);
+/* Unrecorded repetitions before a measurement's first recorded one (fewer with --quick). */
+int mp_calib_warmups(const mp_calib_opts *o);
 /* A progress line through o->progress (if set), printf-style. */
 void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sort ns (n >= 1) ascending, in place: what mp_calib_quantile needs. */
@@ -57,6 +61,17 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root);
  * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
  * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
  * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
+/* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
+ * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
+ * sp->placement is NULL, *s stays NULL and err says why ("placement: ..." when the placement could
+ * not be built). */
+mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *val, mp_session_params *sp,
+                               mp_placement *pl, mp_session **s, mp_error *err);
+/* $.cpu_decode_layer: the runtime's CPU expert time per decode layer step with every expert in
+ * host memory (top_k cold experts per layer step, as production streams them); nothing without a
+ * GPU. simulate scales the CPU expert curve to it (docs/simulator.md). */
+mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                    mp_error *err);
 mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);
 /* hybrid_layer: a decode step's extra time per layer that holds an expert off the GPU but routes

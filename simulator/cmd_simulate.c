@@ -576,6 +576,18 @@ int mp_cmd_simulate(int argc, char **argv)
         goto fail;
     if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
         goto fail;
+    if (costs.cpu_decode_layer_experts > 0) {
+        const double f = mp_sim_cpu_anchor(&costs, cpu);
+        if (f != 1.0)
+            fprintf(stderr, "moeplan simulate: note: CPU expert costs x %.3f: the runtime's decode layer of %lld "
+                            "CPU experts measured %.1f us (cpu_decode_layer), the %d-thread curves give %.1f\n",
+                    f, (long long)costs.cpu_decode_layer_experts, costs.cpu_decode_layer.median_ns / 1e3,
+                    cpu->threads, costs.cpu_decode_layer.median_ns / f / 1e3);
+        else if (cpu->threads != costs.cpu_decode_layer_threads)
+            fprintf(stderr, "moeplan simulate: note: cpu_decode_layer was measured on %d threads, the CPU entry "
+                            "used has %d: its costs are the microbenchmark's, unscaled\n",
+                    costs.cpu_decode_layer_threads, cpu->threads);
+    }
     if (!costs.has_hybrid_layer) /* said once the run succeeded: errors stay one line */
         fprintf(stderr, "moeplan simulate: note: %s has no hybrid_layer (calibrated before it existed): a layer "
                         "holding any expert off the GPU is charged only its round trip, which under-predicts "

@@ -62,6 +62,12 @@ typedef struct mp_costs {
      * expert off the GPU but routes nothing to it, beyond that layer's GPU experts */
     mp_cost_stat hybrid_layer;
     bool has_hybrid_layer;  /* the file has it (calibrations before 2026-11-29's fourth session lack it) */
+    /* optional ("cpu_decode_layer"; experts 0 when absent): the runtime's CPU expert time of one decode
+     * layer step with `experts` one-row experts on `threads` threads, every expert in host memory (what production pays;
+     * the cpu_expert curves are microbenchmarks, which simulate scales to it) */
+    mp_cost_stat cpu_decode_layer;
+    int64_t cpu_decode_layer_experts;
+    int cpu_decode_layer_threads;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */

@@ -122,6 +122,17 @@ static double marginal_ns(const mp_cost_expert *e, double slope_ns, uint32_t row
     return v > 0 ? v : 0;
 }
 
+double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
+{
+    const int64_t K = c->cpu_decode_layer_experts;
+    if (K < 1 || cpu->threads != c->cpu_decode_layer_threads)
+        return 1.0;
+    double fixed, slope;
+    expert_split(cpu, &fixed, &slope);
+    const double model = fixed + (double)K * marginal_ns(cpu, slope, 1);
+    return model > 0 && c->cpu_decode_layer.median_ns > 0 ? c->cpu_decode_layer.median_ns / model : 1.0;
+}
+
 mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err)
 {
     memset(tab, 0, sizeof *tab);
@@ -149,11 +160,12 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
     expert_split(cfg->gpu, &gpu_fixed, &gpu_slope);
     expert_split(cfg->cpu, &cpu_fixed, &cpu_slope);
     tab->gpu_fixed_ns = k[MP_COST_GPU] * gpu_fixed;
-    tab->cpu_fixed_ns = k[MP_COST_CPU] * cpu_fixed;
+    const double cpu_k = k[MP_COST_CPU] * mp_sim_cpu_anchor(c, cfg->cpu);
+    tab->cpu_fixed_ns = cpu_k * cpu_fixed;
     for (uint32_t r = 1; r <= max_rows; r++) {
         double bytes = (double)r * (double)tab->act_row_bytes;
         tab->gpu_ns[r] = k[MP_COST_GPU] * marginal_ns(cfg->gpu, gpu_slope, r);
-        tab->cpu_ns[r] = k[MP_COST_CPU] * marginal_ns(cfg->cpu, cpu_slope, r);
+        tab->cpu_ns[r] = cpu_k * marginal_ns(cfg->cpu, cpu_slope, r);
         tab->d2h_ns[r] = k[MP_COST_D2H] * mp_cost_curve_ns(d2h, bytes);
         tab->h2d_act_ns[r] = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, bytes);
         tab->combine_ns[r] = k[MP_COST_COMBINE] * mp_cost_curve_ns(&c->combine, r);

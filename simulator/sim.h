@@ -181,4 +181,10 @@ static inline double mp_sim_tok_s(const mp_sim_metrics *m)
     return m->time_ns > 0 ? (double)m->tokens * 1e9 / m->time_ns : 0.0;
 }
 
+/* The factor simulate applies to the CPU entry's costs: the cost file's cpu_decode_layer (the
+ * runtime's CPU time for a decode layer step of K cold one-row experts) over what the entry's curves
+ * give for K one-row experts; 1 when the file has none or it was measured on another thread count.
+ * The microbenchmark's curves give the shape (by rows, by experts), the runtime the level. */
+double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu);
+
 #endif

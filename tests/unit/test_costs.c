@@ -374,3 +374,48 @@ Test(costs, reads_the_optional_hybrid_layer)
                   "$.hybrid_layer.median_ns: expected a finite number >= 0");
     expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": 5}, \"sync\":", "$.hybrid_layer.spread_ns: missing");
 }
+
+Test(costs, reads_the_optional_cpu_decode_layer)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.cpu_decode_layer_experts, 0, "absent: no experts");
+    mp_costs_free(&c);
+    char *at = strstr(text, "\"sync\":");
+    cr_assert_not_null(at);
+    char *mut = malloc(len + 160);
+    const size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    sprintf(mut + head, "\"cpu_decode_layer\": {\"experts\": 8, \"threads\": 16, \"median_ns\": 316000, "
+                        "\"spread_ns\": 4000}, %s", at);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.cpu_decode_layer_experts, 8);
+    cr_assert_eq(c.cpu_decode_layer_threads, 16);
+    cr_assert_eq(c.cpu_decode_layer.median_ns, 316000);
+    cr_assert_eq(c.cpu_decode_layer.spread_ns, 4000);
+    mp_costs_free(&c);
+    free(mut);
+    free(text);
+    static const struct { const char *obj, *needle; } bad[] = {
+        {"{\"experts\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
+         "$.cpu_decode_layer.experts: expected a finite number >= 1"},
+        {"{\"experts\": 2.5, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
+         "$.cpu_decode_layer.experts: expected an integer >= 1"},
+        {"{\"experts\": 8, \"median_ns\": 1, \"spread_ns\": 1}", "$.cpu_decode_layer.threads: missing"},
+        {"{\"experts\": 8, \"threads\": 4096, \"median_ns\": 1, \"spread_ns\": 1}",
+         "$.cpu_decode_layer.threads: 4096: expected at most 1024"},
+        {"{\"experts\": 8, \"threads\": 4, \"median_ns\": 1e999, \"spread_ns\": 1}",
+         "$.cpu_decode_layer.median_ns: expected a finite number >= 0"},
+        {"{\"experts\": 8, \"threads\": 4, \"median_ns\": 1, \"spread_ns\": 1, \"rows\": 1}",
+         "$.cpu_decode_layer.rows: unknown key"},
+        {"[1]", "$.cpu_decode_layer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char to[256];
+        snprintf(to, sizeof to, "\"cpu_decode_layer\": %s, \"sync\":", bad[i].obj);
+        expect_reject("\"sync\":", to, bad[i].needle);
+    }
+}

@@ -281,6 +281,37 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
     mp_sim_trace_free(&t);
 }
 
+/* cpu_decode_layer anchors the CPU entry's level: 2 one-row CPU experts cost 70 + 2 * 30 = 130 ns
+ * by the curve; the runtime measured 260, so every CPU cost doubles. Another thread count than
+ * the entry's leaves it alone. */
+Test(sim, cpu_decode_layer_scales_the_cpu_entry)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    static double xs_k[2] = {1, 2};
+    static mp_cost_stat ck[2] = {{100, 0}, {130, 0}};
+    cpu_entry.concurrent = (mp_cost_curve){2, xs_k, ck};
+    costs.cpu_decode_layer = (mp_cost_stat){260, 0};
+    costs.cpu_decode_layer_experts = 2;
+    costs.cpu_decode_layer_threads = 8;
+    cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 2.0, 1e-12);
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU); /* 7 + 20 + 2 * 130 + 5 + 3 per layer step */
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 295.0, 1e-9);
+    /* static-topn: 7 steps of one GPU hit + one CPU miss: max(10, 7 + 20 + 2 * (70 + 30) + 5 + 3);
+     * one all-CPU step: 295 */
+    mp_sim_result top = run(&t, &c, MP_POL_STATIC_TOPN);
+    cr_assert_float_eq(top.train.time_ns, 7 * 235.0 + 295.0, 1e-9);
+    costs.cpu_decode_layer_threads = 16; /* measured on 16 threads, the entry is 8 */
+    cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 1.0, 1e-12);
+    mp_sim_result plain = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(plain.train.time_ns, 8 * 165.0, 1e-9);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&top);
+    mp_sim_result_free(&plain);
+    mp_sim_trace_free(&t);
+}
+
 Test(sim, plan_layer_costs_by_hand)
 {
     /* cost[l][c] of the small trace, computed in the comments of the expected arrays */
