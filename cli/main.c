@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/hang_dump.h"
 #include "kernels/quant.h"
 #include "collector/route_replay.h"
 
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
         printf("moeplan %s\n", MP_VERSION);
         return 0;
     }
+    mp_hang_dump_arm();
     const char *isa_note = mp_kernels_isa_warning(); /* an MP_ISA not honored is said, once */
     if (isa_note)
         fprintf(stderr, "moeplan: warning: %s\n", isa_note);

@@ -19,10 +19,9 @@
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   f32-hang   the known hang of gpu_exec's F32 hybrid case: runs it (MP_TEST_F32_HYBRID=1) and,
 #              if it has not returned after 45 s, every thread's stack of every test process
-#              (gdb, else /proc's wchan/syscall/stack), the GPU's utilization, and where each
-#              running thread is (tools/pcsample.py) -> $OUT/f32-hang/
-#   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement cpu),
-#              running threads sampled after 25 s -> $OUT/f32-cli/
+#              (gdb, else /proc's wchan/syscall/stack) and the GPU's utilization -> $OUT/f32-hang/
+#   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement cpu);
+#              the main thread's stack after 20 s (MP_HANG_DUMP_S), frames resolved -> $OUT/f32-cli/
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -167,13 +166,6 @@ for stage in "${stages[@]}"; do
         if kill -0 "$tpid" 2>/dev/null; then
             log "f32-hang: still running after 45 s: taking stacks"
             nvidia-smi --query-gpu=utilization.gpu,power.draw --format=csv >"$OUT/f32-hang/gpu-busy.txt" 2>&1
-            # where each running thread is: instruction pointer and probable callers
-            for p in $(pgrep -x test_gpu_exec); do
-                for t in /proc/"$p"/task/*; do
-                    [ "$(awk '{print $3}' "$t/stat")" = R ] &&
-                        python3 tools/pcsample.py "${t##*/}" 3 >>"$OUT/f32-hang/pc-$p.txt" 2>&1
-                done
-            done
             for p in $(pgrep -x test_gpu_exec); do
                 if command -v gdb >/dev/null; then
                     gdb -p "$p" -batch -ex 'info threads' -ex 'thread apply all bt' >"$OUT/f32-hang/gdb-$p.txt" 2>&1
@@ -191,29 +183,23 @@ for stage in "${stages[@]}"; do
         ;;
     f32-cli)
         # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
-        # (40-row prefill, then decode), with cuBLAS prefill and GEMV-only prefill; a run still
-        # going after 25 s gets its running threads sampled (tools/pcsample.py)
+        # (40-row prefill, then decode), with cuBLAS prefill and with GEMV-only prefill; a run
+        # still going after 20 s prints its main thread's stack (MP_HANG_DUMP_S, three samples),
+        # resolved here with addr2line
         build || { rc=1; continue; }
         mkdir -p "$OUT/f32-cli"
         build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
         for gmr in 0 1000000; do
-            MP_GPU_GEMM_MIN_ROWS=$gmr timeout -s KILL 40 build-gpu/cli/moeplan bench -m /tmp/mp-f32.gguf \
-                --placement cpu -p 40 -n 4 -t 4 -r 1 >"$OUT/f32-cli/bench-gmr$gmr.log" 2>&1 &
-            bpid=$!
-            for _ in $(seq 25); do kill -0 "$bpid" 2>/dev/null || break; sleep 1; done
-            if kill -0 "$bpid" 2>/dev/null; then
-                log "f32-cli: gemm_min_rows $gmr: still running after 25 s: sampling"
-                for p in $(pgrep -x moeplan); do
-                    for t in /proc/"$p"/task/*; do
-                        [ "$(awk '{print $3}' "$t/stat" 2>/dev/null)" = R ] &&
-                            python3 tools/pcsample.py "${t##*/}" 2 >>"$OUT/f32-cli/pc-gmr$gmr.txt" 2>&1
-                    done
-                done
-            else
-                log "f32-cli: gemm_min_rows $gmr: returned"
-            fi
-            wait "$bpid"
-            tail -3 "$OUT/f32-cli/bench-gmr$gmr.log"
+            lg=$OUT/f32-cli/bench-gmr$gmr.log
+            MP_HANG_DUMP_S=20 MP_GPU_GEMM_MIN_ROWS=$gmr timeout -s KILL 30 build-gpu/cli/moeplan bench \
+                -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1
+            log "f32-cli: gemm_min_rows $gmr: exit $?"
+            nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader >>"$lg" 2>&1
+            grep -o '^[^ ]*(+0x[0-9a-f]*)' "$lg" | sort -u | while IFS= read -r fr; do
+                off=${fr#*(+}
+                echo "$fr -> $(addr2line -f -e "${fr%%(*}" "${off%)}" 2>&1 | paste -sd' ')"
+            done >"$OUT/f32-cli/frames-gmr$gmr.txt"
+            tail -3 "$lg"
         done
         ;;
     bench-cupti)

@@ -1,0 +1,66 @@
+/* cli/hang_dump.c — where is a hung moeplan? MP_HANG_DUMP_S=N: after N seconds, and twice more a
+ * second apart, the main thread prints its stack on stderr ("== main thread stack after N s",
+ * then one frame per line, object(+offset) for functions without an exported symbol: addr2line
+ * -f -e OBJECT OFFSET names them). For machines without gdb where ptrace is not an option
+ * (scripts/gpu.sh f32-cli uses it). Off unless the variable is set. */
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/hang_dump.h"
+
+static pthread_t main_thread;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    static const char head[] = "== main thread stack (MP_HANG_DUMP_S)\n";
+    void *pc[64];
+    const int n = backtrace(pc, 64);
+    if (write(2, head, sizeof head - 1) < 0)
+        return;
+    backtrace_symbols_fd(pc, n, 2);
+}
+
+static void *watch(void *arg)
+{
+    const unsigned s = (unsigned)(uintptr_t)arg;
+    sleep(s);
+    for (int i = 0; i < 3; i++) {
+        pthread_kill(main_thread, SIGUSR2);
+        sleep(1);
+    }
+    return NULL;
+}
+
+void mp_hang_dump_arm(void)
+{
+    const char *v = getenv("MP_HANG_DUMP_S");
+    if (!v || !*v)
+        return;
+    char *end = NULL;
+    const long s = strtol(v, &end, 10);
+    if (*end || s < 1 || s > 86400) {
+        fprintf(stderr, "moeplan: MP_HANG_DUMP_S=%s: expected seconds 1..86400; no stack dump\n", v);
+        return;
+    }
+    void *warm[2];
+    backtrace(warm, 2); /* loads the unwinder now: the handler must not load a library */
+    main_thread = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    pthread_t t;
+    if (sigaction(SIGUSR2, &sa, NULL) != 0 || pthread_create(&t, NULL, watch, (void *)(uintptr_t)s) != 0) {
+        fprintf(stderr, "moeplan: MP_HANG_DUMP_S: could not arm the stack dump\n");
+        return;
+    }
+    pthread_detach(t);
+}
