@@ -6,7 +6,8 @@
  *   - 151936 × 2048 (Qwen3's output head),
  * with n_x = 1 (decode) and n_x = 4, 8 (the batched variant), and mp_cuda_moe_experts on a
  * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, and all-Q8_0; replayed as a
- * CUDA graph like decode runs it, with the warp and the split down variants side by side), and prints
+ * CUDA graph like decode runs it, with the warp and the split down variants side by side; prefill
+ * calls of 64 and 512 rows on the grouped and the tensor-core paths side by side), and prints
  * the weight bytes streamed per call divided by the median time (CUDA events) as GB/s — the
  * number to hold against the H200's ~4.8 TB/s HBM bandwidth.
  * Small problems would sit in the 50 MB L2 after the first call and time the cache, not HBM: the
@@ -222,6 +223,80 @@ static void bench_moe(int gate_type, int down_type, int split, int reps)
     free(ms);
 }
 
+/* One prefill MoE call of n_rows rows (top-8 of 128 experts, random distinct routes per row),
+ * enqueued and timed by events: the grouped CUDA-core path (mma 0) against the tensor-core path
+ * (mma 1, moe_mma.cu), side by side. TFLOP/s counts 2 · routes · 3 · n_embd · n_ff. */
+static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int mma, int reps)
+{
+    const int64_t D = 2048, F = 768, E = 128, K = 8, routes = n_rows * K;
+    const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
+    const size_t g_exp = grb * (size_t)F, d_exp = drb * (size_t)D;
+    copies g = make_copies(gate_type, g_exp * (size_t)E, D), u = make_copies(gate_type, g_exp * (size_t)E, D);
+    copies d = make_copies(down_type, d_exp * (size_t)E, F);
+    float *hx = malloc(sizeof(float) * (size_t)(n_rows * D)), *hw = malloc(sizeof(float) * (size_t)routes);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)routes);
+    for (int64_t i = 0; i < n_rows * D; i++)
+        hx[i] = (float)((int)(next_u64() % 2001) - 1000) / 1000.0f;
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t k = 0; k < K; k++) {
+            int32_t e;
+            int dup;
+            do {
+                e = (int32_t)(next_u64() % (uint64_t)E);
+                dup = 0;
+                for (int64_t j = 0; j < k; j++)
+                    dup |= ids[r * K + j] == e;
+            } while (dup);
+            ids[r * K + k] = e;
+            hw[r * K + k] = 0.125f;
+        }
+    float *d_x, *d_out, *d_w;
+    int32_t *d_ids;
+    CK(cudaMalloc((void **)&d_x, sizeof(float) * (size_t)(n_rows * D)));
+    CK(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)(n_rows * D)));
+    CK(cudaMalloc((void **)&d_w, sizeof(float) * (size_t)routes));
+    CK(cudaMalloc((void **)&d_ids, sizeof(int32_t) * (size_t)routes));
+    CK(cudaMemcpy(d_x, hx, sizeof(float) * (size_t)(n_rows * D), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w, hw, sizeof(float) * (size_t)routes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ids, ids, sizeof(int32_t) * (size_t)routes, cudaMemcpyHostToDevice));
+    const size_t sb = mp_cuda_moe_scratch_bytes(gate_type, down_type, D, F, n_rows, K);
+    void *d_s;
+    CK(cudaMalloc(&d_s, sb));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    mp_cuda_moe_set_mma_min_rows(mma ? 16 : 0);
+    const int n_c = g.n < u.n ? (g.n < d.n ? g.n : d.n) : (u.n < d.n ? u.n : d.n);
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    for (int r = -3; r < reps; r++) {
+        const int c = (r + 3) % n_c;
+        mp_cuda_moe_args a = {
+            .gate = {gate_type, g.d + (size_t)c * g.bytes, g_exp, NULL, grb},
+            .up = {gate_type, u.d + (size_t)c * u.bytes, g_exp, NULL, grb},
+            .down = {down_type, d.d + (size_t)c * d.bytes, d_exp, NULL, drb},
+            .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = n_rows,
+            .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
+            .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
+        };
+        CK(cudaEventRecord(e0, NULL));
+        CK(mp_cuda_moe_experts(&a, NULL));
+        CK(cudaEventRecord(e1, NULL));
+        CK(cudaEventSynchronize(e1));
+        if (r >= 0)
+            CK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    mp_cuda_moe_set_mma_min_rows(-1);
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    const double flop = 2.0 * (double)routes * 3.0 * (double)D * (double)F;
+    printf("| moe prefill (%s) | %s/%s | 128 experts top-8 | %ld | %8.1f us | %7.1f TFLOP/s | min %8.1f us |\n",
+           mma ? "tensor cores" : "grouped", mp_type_name(gate_type), mp_type_name(down_type), (long)n_rows,
+           ms[reps / 2] * 1e3, flop / (ms[reps / 2] * 1e-3) / 1e12, ms[0] * 1e3);
+    cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w);
+    cudaFree(d_ids); cudaFree(d_s);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    free(ms); free(hx); free(hw); free(ids);
+}
+
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 50;
@@ -249,5 +324,10 @@ int main(int argc, char **argv)
         bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, split, reps);
         bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, split, reps);
     }
+    for (int mma = 0; mma < 2; mma++) /* prefill: the CUDA-core and the tensor-core paths side by side */
+        for (int64_t rows = 64; rows <= 512; rows *= 8) {
+            bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);
+            bench_moe_prefill(MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows, mma, reps < 20 ? reps : 20);
+        }
     return 0;
 }

@@ -14,6 +14,7 @@
 // [0, n_expert) contribute nothing; the hybrid runtime adds the CPU's partial (accumulate).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/moe.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,29 +25,6 @@
 // each group of up to MOE_GROUP routes of one expert reads that expert's weights once.
 #define MOE_GROUP 8
 #define MOE_GROUP_MIN_ROWS 16
-
-struct mpc_expert_t {
-    const uint8_t *base;
-    size_t expert_bytes;
-    const void *const *slots;
-    size_t row_bytes;
-};
-
-__device__ __forceinline__ const uint8_t *mpc_expert_ptr(const mpc_expert_t &t, int32_t e,
-                                                         int64_t n_expert)
-{
-    if (e < 0 || e >= n_expert)
-        return NULL;
-    if (t.slots)
-        return (const uint8_t *)t.slots[e];
-    return t.base + (size_t)e * t.expert_bytes;
-}
-
-static mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
-{
-    mpc_expert_t r = {(const uint8_t *)t.d_base, t.expert_bytes, t.d_slots, t.row_bytes};
-    return r;
-}
 
 template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
@@ -186,6 +164,30 @@ static bool down_split(void)
     return g_down_split == 1;
 }
 
+// Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu); 0:
+// never; -1: not decided yet (MP_CUDA_MOE_MMA=0 turns the path off, else MOE_MMA_MIN_ROWS).
+#define MOE_MMA_MIN_ROWS 64
+static int64_t g_mma_min_rows = -1;
+
+extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
+{
+    g_mma_min_rows = rows < 0 ? -1 : rows;
+}
+
+extern "C" int mp_cuda_moe_mma_available(void)
+{
+    return mpc_moe_mma_ok(MP_TYPE_Q8_0, MP_TYPE_Q8_0);
+}
+
+static int64_t mma_min_rows(void)
+{
+    if (g_mma_min_rows < 0) {
+        const char *v = getenv("MP_CUDA_MOE_MMA");
+        g_mma_min_rows = v && strcmp(v, "0") == 0 ? 0 : MOE_MMA_MIN_ROWS;
+    }
+    return g_mma_min_rows;
+}
+
 static size_t align256(size_t b)
 {
     return (b + 255) & ~(size_t)255;
@@ -249,14 +251,15 @@ static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_
 // ---- grouped path (prefill): routes sorted by expert, one weight pass per group ----
 //
 // group_kernel (one block): counting sort of the routes by expert into perm, and a table of
-// groups (expert, first index into perm, count <= MOE_GROUP). Order within an expert is
+// groups (expert, first index into perm, count <= gs: MOE_GROUP here, MPC_MMA_GROUP for the
+// tensor-core path of moe_mma.cu, which takes over from MOE_MMA_MIN_ROWS rows). Order within an expert is
 // arbitrary (atomics): every route's output is computed by itself, so the result does not
 // depend on it. gate_up_grouped / down_grouped: a warp owns one output row j of the group's
 // expert and dots it with the group's activation rows (each weight unit loaded once for all of
 // them), writing h / y per route. combine_kernel: out[row] (+)= Σ_k w[row, k] · y[route] in slot
 // order, routes of experts without a slot skipped.
 
-__global__ void group_kernel(const int32_t *ids, int64_t routes, int64_t n_expert, int32_t *perm,
+__global__ void group_kernel(const int32_t *ids, int64_t routes, int64_t n_expert, int gs, int32_t *perm,
                              int4 *groups, int32_t *n_groups)
 {
     extern __shared__ int32_t sh[]; // cnt[n_expert], cur[n_expert]
@@ -274,8 +277,8 @@ __global__ void group_kernel(const int32_t *ids, int64_t routes, int64_t n_exper
         int32_t off = 0, g = 0;
         for (int64_t e = 0; e < n_expert; e++) {
             cur[e] = off;
-            for (int32_t c0 = 0; c0 < cnt[e]; c0 += MOE_GROUP)
-                groups[g++] = make_int4((int)e, off + c0, cnt[e] - c0 < MOE_GROUP ? cnt[e] - c0 : MOE_GROUP, 0);
+            for (int32_t c0 = 0; c0 < cnt[e]; c0 += gs)
+                groups[g++] = make_int4((int)e, off + c0, cnt[e] - c0 < gs ? cnt[e] - c0 : gs, 0);
             off += cnt[e];
         }
         *n_groups = g;
@@ -487,6 +490,36 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     const int64_t down_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
                                           a->down.type == MP_TYPE_BF16 ? 1 : 32);
     const int64_t max_groups = routes / MOE_GROUP + a->n_expert;
+    const int64_t mma_rows = mma_min_rows();
+    const bool mma = mma_rows > 0 && a->n_rows >= mma_rows && a->n_rows >= MOE_GROUP_MIN_ROWS &&
+                     routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y && a->n_expert <= 1024 &&
+                     mpc_moe_mma_ok(a->gate.type, a->down.type);
+    if (mma) {
+        /* tensor-core path (moe_mma.cu): the same scratch layout as the grouped path below, groups
+         * of up to MPC_MMA_GROUP routes */
+        const int64_t mg = routes / MPC_MMA_GROUP + a->n_expert;
+        uint8_t *p = hq + align256((size_t)routes * hq_rb);
+        int32_t *perm = (int32_t *)p;
+        p += align256((size_t)routes * 4);
+        int4 *groups = (int4 *)p;
+        p += align256((size_t)(routes / MOE_GROUP + 1024 + 1) * 16);
+        int32_t *n_groups = (int32_t *)p;
+        float *y = (float *)(p + 256);
+        group_kernel<<<1, 1024, (size_t)(2 * a->n_expert) * sizeof(int32_t), st>>>(
+            a->d_ids, routes, a->n_expert, MPC_MMA_GROUP, perm, groups, n_groups);
+        if ((rc = mpc_moe_mma_gate_up(a->gate.type, mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert,
+                                      a->n_embd, a->n_ff, xq, xq_rb, a->top_k, perm, groups, n_groups, mg, h, st)))
+            return rc;
+        if ((rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream)))
+            return rc;
+        if ((rc = mpc_moe_mma_down(a->down.type, mpc_expert_of(a->down), a->n_expert, a->n_ff, a->n_embd, hq,
+                                   hq_rb, perm, groups, n_groups, mg, y, st)))
+            return rc;
+        const dim3 grid((unsigned)((a->n_embd + 255) / 256), (unsigned)a->n_rows);
+        combine_kernel<<<grid, 256, 0, st>>>(mpc_expert_of(a->down), a->n_expert, y, a->d_ids,
+                                             a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
+        return mpc_launch_status();
+    }
     if (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024) {
         /* grouped path: the scratch after hq holds perm, groups, the group count and y */
         uint8_t *p = hq + align256((size_t)routes * hq_rb);
@@ -497,7 +530,7 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         int32_t *n_groups = (int32_t *)p;
         float *y = (float *)(p + 256);
         group_kernel<<<1, 1024, (size_t)(2 * a->n_expert) * sizeof(int32_t), st>>>(
-            a->d_ids, routes, a->n_expert, perm, groups, n_groups);
+            a->d_ids, routes, a->n_expert, MOE_GROUP, perm, groups, n_groups);
         const bool gvec = expert_vec(a->gate) && expert_vec(a->up);
 #define MPC_CALL(T, V) launch_gate_up_grouped<T, V>(a, gate_units, xq, xq_rb, perm, groups, n_groups, max_groups, h, st)
         MOE_TYPE_SWITCH(a->gate.type, gvec, MPC_CALL)

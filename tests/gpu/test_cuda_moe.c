@@ -311,10 +311,12 @@ Test(cuda_moe, experts_every_type_several_rows)
 
 /* >= 16 rows take the grouped path (routes sorted by expert, one weight pass per group of up to
  * 8 routes, per-route outputs, then the combine): every type, a qwen3-shaped prefill, and slot
- * tables with skipped experts plus accumulate */
+ * tables with skipped experts plus accumulate; with the tensor-core path off, which would take
+ * the quantized cases from 64 rows */
 Test(cuda_moe, experts_grouped_prefill_every_type)
 {
     seed_rng();
+    mp_cuda_moe_set_mma_min_rows(0);
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
                          MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
@@ -327,6 +329,34 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
     check_experts(&sl);
     moe_case sl2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0};
     check_experts(&sl2);
+    mp_cuda_moe_set_mma_min_rows(-1);
+}
+
+/* Quantized experts on the tensor cores (moe_mma.cu), forced from 16 rows: every quantized type
+ * as gate and as down, a qwen3-shaped prefill, experts with more than one group of 32 routes, a K
+ * that ends in a partial 128-element stage, slot tables with skipped experts plus accumulate;
+ * against the same CPU reference (vec_dot over the CPU's quantized activations). */
+Test(cuda_moe, experts_tensor_core_prefill)
+{
+    seed_rng();
+    cr_assert(mp_cuda_moe_mma_available(), "the tensor-core path is not available on this device/build");
+    mp_cuda_moe_set_mma_min_rows(16);
+    const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (size_t t = 0; t < 4; t++) {
+        moe_case c = {types[t], types[(t + 1) % 4], 512, 256, 16, 4, 40, 0, 0};
+        check_experts(&c);
+    }
+    moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0};
+    check_experts(&q);
+    moe_case big = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 8, 4, 100, 0, 0}; /* ~50 routes per expert */
+    check_experts(&big);
+    moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0}; /* K 96, and 128 + 32 */
+    check_experts(&tail);
+    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1};
+    check_experts(&sl);
+    moe_case sl2q = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0};
+    check_experts(&sl2q);
+    mp_cuda_moe_set_mma_min_rows(-1);
 }
 
 Test(cuda_moe, experts_slot_table_and_accumulate)

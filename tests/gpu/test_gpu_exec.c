@@ -5,8 +5,9 @@
  *    2e-2 of the row's largest |logit|. The GPU keeps its KV cache in F16 and the CPU in F32, so
  *    the two differ by ~1e-3; a wrong RoPE, mask, head or projection differs by O(1).
  * 2. Hybrid vs GPU-only, every placement mode (cpu, layers:N, layers-last:N, fill, file) and the
- *    prefill weight-copy path, for prefill (40 rows: cuBLAS), several rows (4: batched GEMV) and
- *    decode (1 row). The hybrid run computes the non-resident experts on the CPU and adds their
+ *    prefill weight-copy path, for prefill (40 rows: cuBLAS; quantized experts on the tensor
+ *    cores, forced from 16 rows), several rows (4: batched GEMV) and decode (1 row; also with
+ *    decode weight copies). The hybrid run computes the non-resident experts on the CPU and adds their
  *    f32 partial to the GPU's: equal to GPU-only up to f32 summation order. Tolerances:
  *      F32/F16/BF16 experts (f32 activations): 2e-5 of the row's max |logit| — rounding the CPU
  *        partial to BF16 or F16 before the combine (the double rounding the design forbids) moves
@@ -26,6 +27,7 @@
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include <unistd.h>
 
+#include "kernels/cuda/cuda_ops.h"
 #include "runtime/gpu.h"
 #include "runtime/mkmodel.h"
 #include "runtime/model.h"
@@ -236,6 +238,9 @@ Test(gpu_exec, gpu_matches_cpu_mixtral_bf16) { gpu_vs_cpu("mixtral", "bf16", NUL
 
 static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, double tol, double tol_mean)
 {
+    /* quantized experts: the 40-row prefill runs on the tensor cores (moe_mma.cu), as production
+     * prefill does from 64 rows; their parity with the CPU experts is part of what is checked */
+    mp_cuda_moe_set_mma_min_rows(gemv_only ? -1 : 16);
     mp_model *m = make_model("qwen3moe", mix, etype);
     const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
     mp_placement all;

@@ -1,0 +1,60 @@
+// kernels/cuda/moe.cuh — what moe.cu (router, per-route and grouped experts, combine) and
+// moe_mma.cu (the tensor-core path of the grouped experts) share: an expert tensor on the device
+// and the tensor-core launchers.
+#ifndef MP_KERNELS_CUDA_MOE_CUH
+#define MP_KERNELS_CUDA_MOE_CUH
+
+#include "kernels/cuda/common.cuh"
+
+struct mpc_expert_t {
+    const uint8_t *base;
+    size_t expert_bytes;
+    const void *const *slots;
+    size_t row_bytes;
+};
+
+// Expert e's weights: its pool slot (NULL: not resident), or base + e * expert_bytes; NULL for an
+// id outside [0, n_expert).
+__device__ __forceinline__ const uint8_t *mpc_expert_ptr(const mpc_expert_t &t, int32_t e,
+                                                         int64_t n_expert)
+{
+    if (e < 0 || e >= n_expert)
+        return NULL;
+    if (t.slots)
+        return (const uint8_t *)t.slots[e];
+    return t.base + (size_t)e * t.expert_bytes;
+}
+
+static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
+{
+    mpc_expert_t r = {(const uint8_t *)t.d_base, t.expert_bytes, t.d_slots, t.row_bytes};
+    return r;
+}
+
+// ---- tensor-core grouped experts (moe_mma.cu) ----
+//
+// Groups of at most MPC_MMA_GROUP routes of one expert (int4: expert, first index into perm,
+// count, unused; n_groups on the device). Weight types Q4_0, Q8_0, Q4_K, Q6_K with their partner
+// activations (Q8_0 / Q8_K, as the CPU dots them); the integer products of each scale group run
+// on the tensor cores (exact: small integers in F16, sums in F32), the scales are applied in F32.
+#define MPC_MMA_GROUP 32
+
+// Whether the tensor-core path serves experts of these types on the current device (sm_80+
+// code in this build, and a supported type pair).
+bool mpc_moe_mma_ok(int gate_type, int down_type);
+
+// h[route, j] = silu(gate_e · x_row) * (up_e · x_row) for every route of every group (x rows
+// xq_row_bytes apart in the gate's partner format; row = route / top_k); groups of experts
+// without weights are skipped.
+int mpc_moe_mma_gate_up(int type, mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd,
+                        int64_t n_ff, const uint8_t *xq, size_t xq_row_bytes, int64_t top_k,
+                        const int32_t *perm, const int4 *groups, const int32_t *n_groups, int64_t max_groups,
+                        float *h, cudaStream_t st);
+
+// y[route, d] = down_e · h_route (h rows hq_row_bytes apart, per route, in the down's partner
+// format) for every route of every group.
+int mpc_moe_mma_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd,
+                     const uint8_t *hq, size_t hq_row_bytes, const int32_t *perm, const int4 *groups,
+                     const int32_t *n_groups, int64_t max_groups, float *y, cudaStream_t st);
+
+#endif

@@ -1,0 +1,364 @@
+// kernels/cuda/moe_mma.cu — the grouped experts of a prefill step on the tensor cores.
+//
+// Why: the grouped path of moe.cu computes every route's dot products on the CUDA cores (a warp
+// per output row, dp4a over the route group's activations): 80 % of an H200 prefill step, 1.27 +
+// 1.40 ms per layer at 336 rows (CUPTI, bench/NOTES-gpu-exec.md run 5), where reading the layer's
+// experts once takes ~0.1 ms.
+//
+// How, keeping the CPU's arithmetic: a quantized weight is s1 * q - s2 per scale group of G
+// elements (Q4_0, Q8_0: G 32, s1 = d; Q4_K: G 32, s1 = d * sc, s2 = dmin * m; Q6_K: G 16,
+// s1 = d * sc), with a small integer q; the partner activation (Q8_0 or Q8_K, exactly the CPU's
+// bytes) is d_a * q_a. Per group, sum(q * q_a) is an integer below 2^24: mma.sync m16n8k16 on
+// q and q_a as F16 (exact) with F32 accumulation computes it exactly, and the block applies the
+// scales in F32: acc += d_a * (s1 * I - s2 * sum(q_a)). So the result equals the CPU's
+// vec_dot up to the order of the F32 additions across groups, as the GEMV kernels do — the
+// hybrid runtime's parity property holds on this path too.
+//
+// Tiling: a block (4 warps) owns one group of <= 32 routes of one expert and 32 output features
+// (each warp 8: one n8 tile, two m16 tiles of routes); K goes through shared memory 128
+// elements at a time, weights and activations decoded to F16 integers, scales to F32.
+// gate/up: two weight tiles, SwiGLU in the epilogue, h per route; down: one, y per route; the
+// combine over routes stays moe.cu's (slot order, one rounding).
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/moe.cuh"
+
+#define MMA_N 32                 // output features per block: 4 warps x n8
+#define MMA_KC 128               // K elements per shared-memory stage
+#define MMA_LD (MMA_KC + 8)      // halves per shared row: +8 makes the fragment loads conflict-free
+#define MMA_MAXG (MMA_KC / 16)   // scale groups per stage (G >= 16)
+#define MMA_THREADS 128
+
+// ---- weight formats: q(i) the integer of element i, s1/s2 of scale group g ----
+
+template <int T> struct mma_w;
+
+template <> struct mma_w<MP_TYPE_Q4_0> {
+    static const int G = 32;
+    static const int A = MP_TYPE_Q8_0;
+    __device__ static int q(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / 32) * 18;
+        const int l = (int)(i % 32);
+        return (l < 16 ? (b[2 + l] & 0x0F) : (b[2 + l - 16] >> 4)) - 8;
+    }
+    __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 18)); }
+    __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
+};
+
+template <> struct mma_w<MP_TYPE_Q8_0> {
+    static const int G = 32;
+    static const int A = MP_TYPE_Q8_0;
+    __device__ static int q(const uint8_t *row, int64_t i) { return (int8_t)row[(i / 32) * 34 + 2 + i % 32]; }
+    __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 34)); }
+    __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
+};
+
+template <> struct mma_w<MP_TYPE_Q4_K> {
+    static const int G = 32;
+    static const int A = MP_TYPE_Q8_K;
+    __device__ static int q(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / 256) * 144;
+        const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        return (b[16 + 32 * c + l] >> (4 * hi)) & 0x0F;
+    }
+    // the 6-bit scale and min of sub-block j of a block's 12 packed bytes p
+    __device__ static void scm(const uint8_t *p, int j, int &sc, int &m)
+    {
+        if (j < 4) {
+            sc = p[j] & 63;
+            m = p[j + 4] & 63;
+        } else {
+            sc = (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4);
+            m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+        }
+    }
+    __device__ static float s1(const uint8_t *row, int64_t g)
+    {
+        const uint8_t *b = row + (g / 8) * 144;
+        int sc, m;
+        scm(b + 4, (int)(g % 8), sc, m);
+        return __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
+    }
+    __device__ static float s2(const uint8_t *row, int64_t g)
+    {
+        const uint8_t *b = row + (g / 8) * 144;
+        int sc, m;
+        scm(b + 4, (int)(g % 8), sc, m);
+        return __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
+    }
+};
+
+template <> struct mma_w<MP_TYPE_Q6_K> {
+    static const int G = 16;
+    static const int A = MP_TYPE_Q8_K;
+    __device__ static int q(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / 256) * 210;
+        const int e = (int)(i % 256), h = e / 128, s = (e % 128) / 32, l = e % 32;
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        const int lo = s < 2 ? (ql[32 * s + l] & 0x0F) : (ql[32 * (s - 2) + l] >> 4);
+        return (lo | (((qh[l] >> (2 * s)) & 3) << 4)) - 32;
+    }
+    __device__ static float s1(const uint8_t *row, int64_t g)
+    {
+        const uint8_t *b = row + (g / 16) * 210;
+        return __fmul_rn(mpc_f16(mpc_ld16(b + 208)), (float)(int8_t)b[192 + g % 16]);
+    }
+    __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
+};
+
+// ---- partner activation formats: q(i), the block scale over element i, and (Q8_K) the sum of
+// q over the 32-element sub-block holding i ----
+
+template <int A> struct mma_a;
+
+template <> struct mma_a<MP_TYPE_Q8_0> {
+    __device__ static int q(const uint8_t *row, int64_t i) { return (int8_t)row[(i / 32) * 34 + 2 + i % 32]; }
+    __device__ static float d(const uint8_t *row, int64_t i) { return mpc_f16(mpc_ld16(row + (i / 32) * 34)); }
+    __device__ static int sum32(const uint8_t *, int64_t) { return 0; }
+};
+
+template <> struct mma_a<MP_TYPE_Q8_K> {
+    __device__ static int q(const uint8_t *row, int64_t i) { return (int8_t)row[(i / 256) * 292 + 4 + i % 256]; }
+    __device__ static float d(const uint8_t *row, int64_t i)
+    {
+        return __uint_as_float(mpc_ld32_a2(row + (i / 256) * 292));
+    }
+    __device__ static int sum32(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *bs = row + (i / 256) * 292 + 260 + 4 * ((i % 256) / 32); // two int16 bsums
+        return (int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2);
+    }
+};
+
+// D = A (16x16, row) * B (16x8, col) + D, F16 inputs, F32 accumulators. Fragments (PTX ISA,
+// mma.m16n8k16 .f16): with g = lane / 4 and t = lane % 4, a0 = A[g][2t..2t+1], a1 = A[g+8][2t..],
+// a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]; b0 = B[2t..2t+1][g], b1 = B[2t+8..][g]; d0, d1 =
+// D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
+__device__ __forceinline__ void mma_16816(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t ld_h2(const __half *p)
+{
+    return *(const uint32_t *)p;
+}
+
+// MATS 2: gate (w0) and up (w1), out = h (N = n_ff) with SwiGLU; MATS 1: down (w0), out = y
+// (N = n_embd). Activation rows: act + (route / act_div) * act_row_bytes.
+template <int T, int MATS>
+__global__ void __launch_bounds__(MMA_THREADS)
+moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+               size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
+               const int32_t *n_groups, float *out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    typedef mma_w<T> W;
+    typedef mma_a<W::A> A;
+    const int G = W::G;
+    __shared__ __align__(16) __half wq[MATS][MMA_N][MMA_LD];
+    __shared__ __align__(16) __half aq[MPC_MMA_GROUP][MMA_LD];
+    __shared__ float ws1[MATS][MMA_N][MMA_MAXG], ws2[MATS][MMA_N][MMA_MAXG];
+    __shared__ float ad[MPC_MMA_GROUP][MMA_MAXG], asum[MPC_MMA_GROUP][MMA_MAXG];
+    __shared__ const uint8_t *arow[MPC_MMA_GROUP];
+    __shared__ int32_t aroute[MPC_MMA_GROUP];
+
+    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+        return;
+    const int4 grp = groups[blockIdx.y];
+    const uint8_t *e0 = mpc_expert_ptr(w0, grp.x, n_expert);
+    const uint8_t *e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
+    if (!e0 || !e1) // not resident: its routes are skipped by the combine (uniform over the block)
+        return;
+    const int cnt = grp.z;
+    const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
+    const int gq = lane / 4, tq = lane % 4, n0 = warp * 8;
+    const int64_t n_base = (int64_t)blockIdx.x * MMA_N;
+    if (tid < MPC_MMA_GROUP) {
+        const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
+        aroute[tid] = r;
+        arow[tid] = r >= 0 ? act + (size_t)(r / act_div) * act_row_bytes : NULL;
+    }
+    __syncthreads();
+
+    float acc[2][MATS][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int mat = 0; mat < MATS; mat++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[mt][mat][e] = 0.0f;
+
+    for (int64_t k0 = 0; k0 < K; k0 += MMA_KC) {
+        const int kc = (int)(K - k0 < MMA_KC ? K - k0 : MMA_KC); // a multiple of G (rows are whole blocks)
+        const int ng = kc / G;
+        // stage: weight integers and scales, activation integers, scales and sub-block sums
+        for (int idx = tid; idx < MATS * MMA_N * kc; idx += MMA_THREADS) {
+            const int mat = idx / (MMA_N * kc), rem = idx % (MMA_N * kc), n = rem / kc, k = rem % kc;
+            const int64_t j = n_base + n;
+            int q = 0;
+            if (j < N)
+                q = W::q((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
+            wq[mat][n][k] = __int2half_rn(q);
+        }
+        for (int idx = tid; idx < MATS * MMA_N * ng; idx += MMA_THREADS) {
+            const int mat = idx / (MMA_N * ng), rem = idx % (MMA_N * ng), n = rem / ng, gg = rem % ng;
+            const int64_t j = n_base + n;
+            float s1 = 0.0f, s2 = 0.0f;
+            if (j < N) {
+                const uint8_t *row = (mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes);
+                s1 = W::s1(row, k0 / G + gg);
+                s2 = W::s2(row, k0 / G + gg);
+            }
+            ws1[mat][n][gg] = s1;
+            ws2[mat][n][gg] = s2;
+        }
+        for (int idx = tid; idx < MPC_MMA_GROUP * kc; idx += MMA_THREADS) {
+            const int m = idx / kc, k = idx % kc;
+            aq[m][k] = __int2half_rn(arow[m] ? A::q(arow[m], k0 + k) : 0);
+        }
+        for (int idx = tid; idx < MPC_MMA_GROUP * ng; idx += MMA_THREADS) {
+            const int m = idx / ng, gg = idx % ng;
+            const int64_t i = k0 + (int64_t)gg * G;
+            ad[m][gg] = arow[m] ? A::d(arow[m], i) : 0.0f;
+            asum[m][gg] = arow[m] && T == MP_TYPE_Q4_K ? (float)A::sum32(arow[m], i) : 0.0f;
+        }
+        __syncthreads();
+
+        for (int gg = 0; gg < ng; gg++) {
+            float t[2][MATS][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int mat = 0; mat < MATS; mat++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        t[mt][mat][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < G; kk += 16) {
+                const int kb = gg * G + kk;
+                uint32_t b[MATS][2];
+#pragma unroll
+                for (int mat = 0; mat < MATS; mat++) {
+                    b[mat][0] = ld_h2(&wq[mat][n0 + gq][kb + 2 * tq]);
+                    b[mat][1] = ld_h2(&wq[mat][n0 + gq][kb + 8 + 2 * tq]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const int m0 = mt * 16;
+                    const uint32_t a0 = ld_h2(&aq[m0 + gq][kb + 2 * tq]);
+                    const uint32_t a1 = ld_h2(&aq[m0 + gq + 8][kb + 2 * tq]);
+                    const uint32_t a2 = ld_h2(&aq[m0 + gq][kb + 8 + 2 * tq]);
+                    const uint32_t a3 = ld_h2(&aq[m0 + gq + 8][kb + 8 + 2 * tq]);
+#pragma unroll
+                    for (int mat = 0; mat < MATS; mat++)
+                        mma_16816(t[mt][mat], a0, a1, a2, a3, b[mat][0], b[mat][1]);
+                }
+            }
+            // the group's exact integer sums, scaled: d_a * (s1 * I - s2 * sum(q_a))
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r0 = mt * 16 + gq, r1 = r0 + 8;
+                const int c0 = n0 + 2 * tq, c1 = c0 + 1;
+#pragma unroll
+                for (int mat = 0; mat < MATS; mat++) {
+                    acc[mt][mat][0] += ad[r0][gg] * (ws1[mat][c0][gg] * t[mt][mat][0] - ws2[mat][c0][gg] * asum[r0][gg]);
+                    acc[mt][mat][1] += ad[r0][gg] * (ws1[mat][c1][gg] * t[mt][mat][1] - ws2[mat][c1][gg] * asum[r0][gg]);
+                    acc[mt][mat][2] += ad[r1][gg] * (ws1[mat][c0][gg] * t[mt][mat][2] - ws2[mat][c0][gg] * asum[r1][gg]);
+                    acc[mt][mat][3] += ad[r1][gg] * (ws1[mat][c1][gg] * t[mt][mat][3] - ws2[mat][c1][gg] * asum[r1][gg]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int m = mt * 16 + gq + (e >= 2 ? 8 : 0);
+            const int64_t j = n_base + n0 + 2 * tq + (e & 1);
+            if (m >= cnt || j >= N)
+                continue;
+            const int64_t r = aroute[m];
+            if (MATS == 2) {
+                const float g = acc[mt][0][e], u = acc[mt][MATS - 1][e];
+                out[r * N + j] = g / (1.0f + expf(-g)) * u;
+            } else {
+                out[r * N + j] = acc[mt][0][e];
+            }
+        }
+#endif
+}
+
+// ---- host side ----
+
+static int g_mma_ptx = -1; // PTX architecture the tensor-core kernels were compiled for (0: unknown)
+
+static bool mma_type(int t)
+{
+    return t == MP_TYPE_Q4_0 || t == MP_TYPE_Q8_0 || t == MP_TYPE_Q4_K || t == MP_TYPE_Q6_K;
+}
+
+bool mpc_moe_mma_ok(int gate_type, int down_type)
+{
+    if (!mma_type(gate_type) || !mma_type(down_type))
+        return false;
+    if (g_mma_ptx < 0) {
+        // a build for an architecture below sm_80 compiles the kernels empty: never use them then
+        cudaFuncAttributes fa;
+        g_mma_ptx = cudaFuncGetAttributes(&fa, moe_mma_kernel<MP_TYPE_Q8_0, 1>) == cudaSuccess ? fa.ptxVersion : 0;
+        cudaGetLastError();
+    }
+    return g_mma_ptx >= 80;
+}
+
+template <int T, int MATS>
+static void launch(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                   size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
+                   const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
+{
+    const dim3 grid((unsigned)((N + MMA_N - 1) / MMA_N), (unsigned)max_groups);
+    moe_mma_kernel<T, MATS><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
+                                                         groups, n_groups, out);
+}
+
+#define MMA_SWITCH(type, CALL)                      \
+    switch (type) {                                 \
+    case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0); break;   \
+    case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0); break;   \
+    case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break;   \
+    case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K); break;   \
+    default: return MP_CUDA_EINVAL;                 \
+    }
+
+int mpc_moe_mma_gate_up(int type, mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd,
+                        int64_t n_ff, const uint8_t *xq, size_t xq_row_bytes, int64_t top_k,
+                        const int32_t *perm, const int4 *groups, const int32_t *n_groups, int64_t max_groups,
+                        float *h, cudaStream_t st)
+{
+#define MMA_CALL(T) launch<T, 2>(gate, up, n_expert, n_embd, n_ff, xq, xq_row_bytes, top_k, perm, groups, n_groups, max_groups, h, st)
+    MMA_SWITCH(type, MMA_CALL)
+#undef MMA_CALL
+    return mpc_launch_status();
+}
+
+int mpc_moe_mma_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd,
+                     const uint8_t *hq, size_t hq_row_bytes, const int32_t *perm, const int4 *groups,
+                     const int32_t *n_groups, int64_t max_groups, float *y, cudaStream_t st)
+{
+#define MMA_CALL(T) launch<T, 1>(down, down, n_expert, n_ff, n_embd, hq, hq_row_bytes, 1, perm, groups, n_groups, max_groups, y, st)
+    MMA_SWITCH(type, MMA_CALL)
+#undef MMA_CALL
+    return mpc_launch_status();
+}
