@@ -200,22 +200,25 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
                 acc[mt][mat][e] = 0.0f;
 
     for (int64_t k0 = 0; k0 < K; k0 += MMA_KC) {
-        const int kc = (int)(K - k0 < MMA_KC ? K - k0 : MMA_KC); // a multiple of G (rows are whole blocks)
+        // a multiple of G (rows are whole blocks); the stage is always MMA_KC wide (compile-time
+        // index arithmetic), the part past K staged as zeros and its groups not multiplied
+        const int kc = (int)(K - k0 < MMA_KC ? K - k0 : MMA_KC);
         const int ng = kc / G;
+        const int NG = MMA_KC / G;
         // stage: weight integers and scales, activation integers, scales and sub-block sums
-        for (int idx = tid; idx < MATS * MMA_N * kc; idx += MMA_THREADS) {
-            const int mat = idx / (MMA_N * kc), rem = idx % (MMA_N * kc), n = rem / kc, k = rem % kc;
+        for (int idx = tid; idx < MATS * MMA_N * MMA_KC; idx += MMA_THREADS) {
+            const int mat = idx / (MMA_N * MMA_KC), n = (idx / MMA_KC) % MMA_N, k = idx % MMA_KC;
             const int64_t j = n_base + n;
             int q = 0;
-            if (j < N)
+            if (j < N && k < kc)
                 q = W::q((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
             wq[mat][n][k] = __int2half_rn(q);
         }
-        for (int idx = tid; idx < MATS * MMA_N * ng; idx += MMA_THREADS) {
-            const int mat = idx / (MMA_N * ng), rem = idx % (MMA_N * ng), n = rem / ng, gg = rem % ng;
+        for (int idx = tid; idx < MATS * MMA_N * NG; idx += MMA_THREADS) {
+            const int mat = idx / (MMA_N * NG), n = (idx / NG) % MMA_N, gg = idx % NG;
             const int64_t j = n_base + n;
             float s1 = 0.0f, s2 = 0.0f;
-            if (j < N) {
+            if (j < N && gg < ng) {
                 const uint8_t *row = (mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes);
                 s1 = W::s1(row, k0 / G + gg);
                 s2 = W::s2(row, k0 / G + gg);
@@ -223,15 +226,16 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             ws1[mat][n][gg] = s1;
             ws2[mat][n][gg] = s2;
         }
-        for (int idx = tid; idx < MPC_MMA_GROUP * kc; idx += MMA_THREADS) {
-            const int m = idx / kc, k = idx % kc;
-            aq[m][k] = __int2half_rn(arow[m] ? A::q(arow[m], k0 + k) : 0);
+        for (int idx = tid; idx < MPC_MMA_GROUP * MMA_KC; idx += MMA_THREADS) {
+            const int m = idx / MMA_KC, k = idx % MMA_KC;
+            aq[m][k] = __int2half_rn(arow[m] && k < kc ? A::q(arow[m], k0 + k) : 0);
         }
-        for (int idx = tid; idx < MPC_MMA_GROUP * ng; idx += MMA_THREADS) {
-            const int m = idx / ng, gg = idx % ng;
+        for (int idx = tid; idx < MPC_MMA_GROUP * NG; idx += MMA_THREADS) {
+            const int m = idx / NG, gg = idx % NG;
             const int64_t i = k0 + (int64_t)gg * G;
-            ad[m][gg] = arow[m] ? A::d(arow[m], i) : 0.0f;
-            asum[m][gg] = arow[m] && T == MP_TYPE_Q4_K ? (float)A::sum32(arow[m], i) : 0.0f;
+            const bool live = arow[m] && gg < ng;
+            ad[m][gg] = live ? A::d(arow[m], i) : 0.0f;
+            asum[m][gg] = live && T == MP_TYPE_Q4_K ? (float)A::sum32(arow[m], i) : 0.0f;
         }
         __syncthreads();
 
