@@ -29,18 +29,22 @@
 #define MMA_MAXG (MMA_KC / 16)   // scale groups per stage (G >= 16)
 #define MMA_THREADS 128
 
-// ---- weight formats: q(i) the integer of element i, s1/s2 of scale group g ----
+// ---- weight formats: q4(i) the integers of elements i .. i+3 (i % 4 == 0; 16-bit loads suffice:
+// every offset is even), s1/s2 of scale group g ----
 
 template <int T> struct mma_w;
 
 template <> struct mma_w<MP_TYPE_Q4_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
-    __device__ static int q(const uint8_t *row, int64_t i)
+    __device__ static void q4(const uint8_t *row, int64_t i, int *q) // i % 4 == 0
     {
-        const uint8_t *b = row + (i / 32) * 18;
         const int l = (int)(i % 32);
-        return (l < 16 ? (b[2 + l] & 0x0F) : (b[2 + l - 16] >> 4)) - 8;
+        const uint32_t w = mpc_ld32_a2(row + (i / 32) * 18 + 2 + l % 16);
+        const int sh = l < 16 ? 0 : 4;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            q[j] = (int)((w >> (8 * j + sh)) & 0x0F) - 8;
     }
     __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 18)); }
     __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
@@ -49,7 +53,13 @@ template <> struct mma_w<MP_TYPE_Q4_0> {
 template <> struct mma_w<MP_TYPE_Q8_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
-    __device__ static int q(const uint8_t *row, int64_t i) { return (int8_t)row[(i / 32) * 34 + 2 + i % 32]; }
+    __device__ static void q4(const uint8_t *row, int64_t i, int *q)
+    {
+        const uint32_t w = mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            q[j] = (int)(int8_t)(w >> (8 * j));
+    }
     __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 34)); }
     __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
 };
@@ -57,11 +67,14 @@ template <> struct mma_w<MP_TYPE_Q8_0> {
 template <> struct mma_w<MP_TYPE_Q4_K> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_K;
-    __device__ static int q(const uint8_t *row, int64_t i)
+    __device__ static void q4(const uint8_t *row, int64_t i, int *q)
     {
         const uint8_t *b = row + (i / 256) * 144;
         const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
-        return (b[16 + 32 * c + l] >> (4 * hi)) & 0x0F;
+        const uint32_t w = mpc_ld32_a2(b + 16 + 32 * c + l);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            q[j] = (int)((w >> (8 * j + 4 * hi)) & 0x0F);
     }
     // the 6-bit scale and min of sub-block j of a block's 12 packed bytes p
     __device__ static void scm(const uint8_t *p, int j, int &sc, int &m)
@@ -93,13 +106,15 @@ template <> struct mma_w<MP_TYPE_Q4_K> {
 template <> struct mma_w<MP_TYPE_Q6_K> {
     static const int G = 16;
     static const int A = MP_TYPE_Q8_K;
-    __device__ static int q(const uint8_t *row, int64_t i)
+    __device__ static void q4(const uint8_t *row, int64_t i, int *q)
     {
         const uint8_t *b = row + (i / 256) * 210;
         const int e = (int)(i % 256), h = e / 128, s = (e % 128) / 32, l = e % 32;
-        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
-        const int lo = s < 2 ? (ql[32 * s + l] & 0x0F) : (ql[32 * (s - 2) + l] >> 4);
-        return (lo | (((qh[l] >> (2 * s)) & 3) << 4)) - 32;
+        const uint32_t lo = mpc_ld32_a2(b + 64 * h + 32 * (s & 1) + l), hi = mpc_ld32_a2(b + 128 + 32 * h + l);
+        const int lsh = s < 2 ? 0 : 4;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            q[j] = (int)(((lo >> (8 * j + lsh)) & 0x0F) | (((hi >> (8 * j + 2 * s)) & 3) << 4)) - 32;
     }
     __device__ static float s1(const uint8_t *row, int64_t g)
     {
@@ -109,19 +124,19 @@ template <> struct mma_w<MP_TYPE_Q6_K> {
     __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
 };
 
-// ---- partner activation formats: q(i), the block scale over element i, and (Q8_K) the sum of
-// q over the 32-element sub-block holding i ----
+// ---- partner activation formats: q4(i) the int8s of elements i .. i+3 as one word, the block
+// scale over element i, and (Q8_K) the sum of q over the 32-element sub-block holding i ----
 
 template <int A> struct mma_a;
 
 template <> struct mma_a<MP_TYPE_Q8_0> {
-    __device__ static int q(const uint8_t *row, int64_t i) { return (int8_t)row[(i / 32) * 34 + 2 + i % 32]; }
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
     __device__ static float d(const uint8_t *row, int64_t i) { return mpc_f16(mpc_ld16(row + (i / 32) * 34)); }
     __device__ static int sum32(const uint8_t *, int64_t) { return 0; }
 };
 
 template <> struct mma_a<MP_TYPE_Q8_K> {
-    __device__ static int q(const uint8_t *row, int64_t i) { return (int8_t)row[(i / 256) * 292 + 4 + i % 256]; }
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 256) * 292 + 4 + i % 256); }
     __device__ static float d(const uint8_t *row, int64_t i)
     {
         return __uint_as_float(mpc_ld32_a2(row + (i / 256) * 292));
@@ -206,13 +221,14 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
         const int ng = kc / G;
         const int NG = MMA_KC / G;
         // stage: weight integers and scales, activation integers, scales and sub-block sums
-        for (int idx = tid; idx < MATS * MMA_N * MMA_KC; idx += MMA_THREADS) {
-            const int mat = idx / (MMA_N * MMA_KC), n = (idx / MMA_KC) % MMA_N, k = idx % MMA_KC;
+        for (int u = tid; u < MATS * MMA_N * MMA_KC / 4; u += MMA_THREADS) { // 4 elements at a time
+            const int mat = u / (MMA_N * MMA_KC / 4), n = (u / (MMA_KC / 4)) % MMA_N, k = 4 * (u % (MMA_KC / 4));
             const int64_t j = n_base + n;
-            int q = 0;
+            int q[4] = {0, 0, 0, 0};
             if (j < N && k < kc)
-                q = W::q((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
-            wq[mat][n][k] = __int2half_rn(q);
+                W::q4((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k, q);
+            *(__half2 *)&wq[mat][n][k] = __halves2half2(__int2half_rn(q[0]), __int2half_rn(q[1]));
+            *(__half2 *)&wq[mat][n][k + 2] = __halves2half2(__int2half_rn(q[2]), __int2half_rn(q[3]));
         }
         for (int idx = tid; idx < MATS * MMA_N * NG; idx += MMA_THREADS) {
             const int mat = idx / (MMA_N * NG), n = (idx / NG) % MMA_N, gg = idx % NG;
@@ -226,9 +242,12 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             ws1[mat][n][gg] = s1;
             ws2[mat][n][gg] = s2;
         }
-        for (int idx = tid; idx < MPC_MMA_GROUP * MMA_KC; idx += MMA_THREADS) {
-            const int m = idx / MMA_KC, k = idx % MMA_KC;
-            aq[m][k] = __int2half_rn(arow[m] && k < kc ? A::q(arow[m], k0 + k) : 0);
+        for (int u = tid; u < MPC_MMA_GROUP * MMA_KC / 4; u += MMA_THREADS) {
+            const int m = u / (MMA_KC / 4), k = 4 * (u % (MMA_KC / 4));
+            const uint32_t w = arow[m] && k < kc ? A::q4(arow[m], k0 + k) : 0u;
+            *(__half2 *)&aq[m][k] = __halves2half2(__int2half_rn((int)(int8_t)w), __int2half_rn((int)(int8_t)(w >> 8)));
+            *(__half2 *)&aq[m][k + 2] =
+                __halves2half2(__int2half_rn((int)(int8_t)(w >> 16)), __int2half_rn((int)(int8_t)(w >> 24)));
         }
         for (int idx = tid; idx < MPC_MMA_GROUP * NG; idx += MMA_THREADS) {
             const int m = idx / NG, gg = idx % NG;
