@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/fuzz/gen_costs_seeds.py — writes tests/fuzz/seeds/costs/cpu_only.json: the cost fixture
 (tests/fixtures/costs/fixture.json) without its GPU parts, each listed in $.missing, as a file
-from `moeplan calibrate` on a machine without a GPU looks. Standard library only."""
+from `moeplan calibrate` on a machine without a GPU looks; and optional_fields.json: the fixture
+with the optional runtime measurements. Standard library only."""
 import json
 import os
 
@@ -15,4 +16,14 @@ for key in ["gpu_expert", "h2d", "d2h", "sync"]:
 costs["missing"] = missing
 costs["notes"] = "fuzz seed: the fixture without its GPU parts (a CPU-only cost file)"
 with open(os.path.join(here, "seeds", "costs", "cpu_only.json"), "w") as f:
+    f.write(json.dumps(costs, indent=1) + "\n")
+
+# optional_fields.json: the fixture with the optional runtime measurements (hybrid_layer,
+# cpu_decode_layer), so the fuzzer starts from their parsers too
+with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
+    costs = json.load(f)
+costs["hybrid_layer"] = {"median_ns": 27000, "spread_ns": 300}
+costs["cpu_decode_layer"] = {"experts": 8, "threads": 16, "median_ns": 316000, "spread_ns": 4000}
+costs["notes"] = "fuzz seed: the fixture with the optional hybrid_layer and cpu_decode_layer"
+with open(os.path.join(here, "seeds", "costs", "optional_fields.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")
