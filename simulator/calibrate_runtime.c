@@ -175,26 +175,28 @@ out:
 /* ---- decode steps through the runtime: the round trip, the CPU experts ---- */
 
 /* Decode statistics under `--placement spec`: per repetition (after the warm-ups), `steps`
- * one-row steps of random tokens, their mp_gpu_stats in per_rep[0 .. reps). With measure, the
- * round trip's gaps are timed (mp_gpu_set_measure). A session that cannot start is not an error:
- * *started is false and why says what failed. */
+ * one-row steps of random tokens; *per_rep gets their mp_gpu_stats (o->reps of them, the caller
+ * frees) and ns room for one number per repetition. With measure, the round trip's gaps are
+ * timed (mp_gpu_set_measure). A session that cannot start is not an error: *per_rep stays NULL
+ * and why says what failed. */
 static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const char *spec, int steps, bool measure,
-                              mp_gpu_stats *per_rep, bool *started, mp_error *why, mp_error *err)
+                              mp_gpu_stats **per_rep_out, double **ns, mp_error *why, mp_error *err)
 {
     const int64_t n_ctx = 256;
     mp_placement pl = {0};
     mp_session *s = NULL;
     mp_status st = MP_OK;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    mp_gpu_stats *per_rep = calloc((size_t)o->reps, sizeof *per_rep);
     mp_session_params sp = {.n_ctx = n_ctx, .n_threads = o->threads[o->n_threads - 1], .n_batch = 8};
-    *started = false;
-    if (!logits) {
+    *per_rep_out = NULL;
+    *ns = malloc((size_t)o->reps * sizeof(double));
+    if (!logits || !per_rep || !*ns) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
     if (mp_calib_gpu_session(m, "--placement", spec, &sp, &pl, &s, why) != MP_OK)
         goto out;
-    *started = true;
     mp_gpu *g = mp_session_gpu(s);
     mp_gpu_set_measure(g, measure);
     uint64_t rng = 5;
@@ -211,10 +213,13 @@ static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const c
         if (rep >= 0)
             mp_gpu_get_stats(g, &per_rep[rep]);
     }
+    *per_rep_out = per_rep;
+    per_rep = NULL;
 out:
     mp_session_free(s);
     mp_placement_free(&pl);
     free(logits);
+    free(per_rep);
     return st;
 }
 
@@ -225,18 +230,13 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
     if (!mp_gpu_available(why, sizeof why) || !cJSON_GetObjectItemCaseSensitive(root, "sync"))
         return MP_OK;
     enum { STEPS = 8 }; /* decode steps per repetition */
-    mp_gpu_stats *gs = calloc((size_t)o->reps, sizeof *gs);
-    double *ns = malloc((size_t)o->reps * sizeof(double));
-    mp_status st = MP_OK;
+    mp_gpu_stats *gs = NULL;
+    double *ns = NULL;
     mp_error perr;
-    bool started = false;
-    if (!gs || !ns) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    mp_status st = decode_stats(m, o, "layers:1", STEPS, true, &gs, &ns, &perr, err);
+    if (st)
         goto out;
-    }
-    if ((st = decode_stats(m, o, "layers:1", STEPS, true, gs, &started, &perr, err)))
-        goto out;
-    if (!started) {
+    if (!gs) {
         mp_calib_say(o, "calibrate: the runtime's round trip was not measured (%s); sync is the "
                         "microbenchmark's", perr.msg);
         goto out;
@@ -296,18 +296,13 @@ mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, c
         return MP_OK;
     enum { STEPS = 4 }; /* decode steps per repetition: n_layer layer steps each */
     const int64_t K = m->hp.n_expert_used;
-    mp_gpu_stats *gs = calloc((size_t)o->reps, sizeof *gs);
-    double *ns = malloc((size_t)o->reps * sizeof(double));
-    mp_status st = MP_OK;
+    mp_gpu_stats *gs = NULL;
+    double *ns = NULL;
     mp_error perr;
-    bool started = false;
-    if (!gs || !ns) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    mp_status st = decode_stats(m, o, "cpu", STEPS, false, &gs, &ns, &perr, err);
+    if (st)
         goto out;
-    }
-    if ((st = decode_stats(m, o, "cpu", STEPS, false, gs, &started, &perr, err)))
-        goto out;
-    if (!started) {
+    if (!gs) {
         mp_calib_say(o, "calibrate: cpu_decode_layer not measured (%s)", perr.msg);
         goto out;
     }

@@ -63,6 +63,20 @@ __device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
     return *(const uint16_t *)p; // p is 2-byte aligned (every 16-bit field of every block is)
 }
 
+// Q4_K: the 6-bit scale and min of sub-block j (0..7) from the block's 12 packed scale bytes,
+// read through byte(i) (memory, or words already in registers).
+template <typename Byte>
+__device__ __forceinline__ void mpc_q4k_scale_min(Byte byte, int j, int &sc, int &m)
+{
+    if (j < 4) {
+        sc = byte(j) & 63;
+        m = byte(j + 4) & 63;
+    } else {
+        sc = (byte(j + 4) & 0x0F) | ((byte(j - 4) >> 6) << 4);
+        m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+    }
+}
+
 // A 32-bit word from a 2-byte aligned address, as two 16-bit loads (little-endian).
 __device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
 {

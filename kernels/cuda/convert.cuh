@@ -32,13 +32,7 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
         const int j = 2 * c + hi; // sub-block
         const uint8_t *p = b + 4; // packed scales
         int sc, m;
-        if (j < 4) {
-            sc = p[j] & 63;
-            m = p[j + 4] & 63;
-        } else {
-            sc = (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4);
-            m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
-        }
+        mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
         const int q = (b[16 + 32 * c + l] >> (4 * hi)) & 0x0F;
         const float d0 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
         const float m0 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);

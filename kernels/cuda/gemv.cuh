@@ -90,13 +90,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
         d = mpc_f16(mpc_ld16(b));
         dmin = mpc_f16(mpc_ld16(b + 2));
         const uint8_t *p = b + 4;
-        if (j < 4) {
-            sc = p[j] & 63;
-            m = p[j + 4] & 63;
-        } else {
-            sc = (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4);
-            m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
-        }
+        mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
         const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * (j / 2));
         const int shift = 4 * (j & 1);
 #pragma unroll
@@ -137,13 +131,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> 
             const uint32_t w = i < 4 ? s0 : i < 8 ? s1 : s2;
             return (int)((w >> (8 * (i & 3))) & 0xFFu);
         };
-        if (j < 4) {
-            sc = byte(j) & 63;
-            m = byte(j + 4) & 63;
-        } else {
-            sc = (byte(j + 4) & 0x0F) | ((byte(j - 4) >> 6) << 4);
-            m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-        }
+        mpc_q4k_scale_min(byte, j, sc, m);
         const uint4 *qs = (const uint4 *)(b + 16 + 32 * (j / 2));
         const uint4 a = qs[0], c = qs[1];
         const uint32_t w[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};

@@ -494,10 +494,10 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     const bool mma = mma_rows > 0 && a->n_rows >= mma_rows && a->n_rows >= MOE_GROUP_MIN_ROWS &&
                      routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y && a->n_expert <= 1024 &&
                      mpc_moe_mma_ok(a->gate.type, a->down.type);
-    if (mma) {
-        /* tensor-core path (moe_mma.cu): the same scratch layout as the grouped path below, groups
-         * of up to MPC_MMA_GROUP routes */
-        const int64_t mg = routes / MPC_MMA_GROUP + a->n_expert;
+    if (mma || (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024)) {
+        /* grouped: the scratch after hq holds perm, groups, the group count and y; the routes are
+         * sorted by expert into groups of MOE_GROUP (CUDA cores) or MPC_MMA_GROUP (tensor cores,
+         * moe_mma.cu) routes, the experts write per-route outputs y, and the combine sums them */
         uint8_t *p = hq + align256((size_t)routes * hq_rb);
         int32_t *perm = (int32_t *)p;
         p += align256((size_t)routes * 4);
@@ -506,46 +506,36 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         int32_t *n_groups = (int32_t *)p;
         float *y = (float *)(p + 256);
         group_kernel<<<1, 1024, (size_t)(2 * a->n_expert) * sizeof(int32_t), st>>>(
-            a->d_ids, routes, a->n_expert, MPC_MMA_GROUP, perm, groups, n_groups);
-        if ((rc = mpc_moe_mma_gate_up(a->gate.type, mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert,
-                                      a->n_embd, a->n_ff, xq, xq_rb, a->top_k, perm, groups, n_groups, mg, h, st)))
-            return rc;
+            a->d_ids, routes, a->n_expert, mma ? MPC_MMA_GROUP : MOE_GROUP, perm, groups, n_groups);
+        const int64_t mg = routes / MPC_MMA_GROUP + a->n_expert;
+        if (mma) {
+            rc = mpc_moe_mma_gate_up(a->gate.type, mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert,
+                                     a->n_embd, a->n_ff, xq, xq_rb, a->top_k, perm, groups, n_groups, mg, h, st);
+            if (rc)
+                return rc;
+        } else {
+            const bool gvec = expert_vec(a->gate) && expert_vec(a->up);
+#define MPC_CALL(T, V) launch_gate_up_grouped<T, V>(a, gate_units, xq, xq_rb, perm, groups, n_groups, max_groups, h, st)
+            MOE_TYPE_SWITCH(a->gate.type, gvec, MPC_CALL)
+#undef MPC_CALL
+            if (cudaGetLastError() != cudaSuccess)
+                return MP_CUDA_ELAUNCH;
+        }
         if ((rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream)))
             return rc;
-        if ((rc = mpc_moe_mma_down(a->down.type, mpc_expert_of(a->down), a->n_expert, a->n_ff, a->n_embd, hq,
-                                   hq_rb, perm, groups, n_groups, mg, y, st)))
-            return rc;
-        const dim3 grid((unsigned)((a->n_embd + 255) / 256), (unsigned)a->n_rows);
-        combine_kernel<<<grid, 256, 0, st>>>(mpc_expert_of(a->down), a->n_expert, y, a->d_ids,
-                                             a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
-        return mpc_launch_status();
-    }
-    if (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024) {
-        /* grouped path: the scratch after hq holds perm, groups, the group count and y */
-        uint8_t *p = hq + align256((size_t)routes * hq_rb);
-        int32_t *perm = (int32_t *)p;
-        p += align256((size_t)routes * 4);
-        int4 *groups = (int4 *)p;
-        p += align256((size_t)(routes / MOE_GROUP + 1024 + 1) * 16);
-        int32_t *n_groups = (int32_t *)p;
-        float *y = (float *)(p + 256);
-        group_kernel<<<1, 1024, (size_t)(2 * a->n_expert) * sizeof(int32_t), st>>>(
-            a->d_ids, routes, a->n_expert, MOE_GROUP, perm, groups, n_groups);
-        const bool gvec = expert_vec(a->gate) && expert_vec(a->up);
-#define MPC_CALL(T, V) launch_gate_up_grouped<T, V>(a, gate_units, xq, xq_rb, perm, groups, n_groups, max_groups, h, st)
-        MOE_TYPE_SWITCH(a->gate.type, gvec, MPC_CALL)
-#undef MPC_CALL
-        if (cudaGetLastError() != cudaSuccess)
-            return MP_CUDA_ELAUNCH;
-        rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream);
-        if (rc)
-            return rc;
-        const bool dvec = expert_vec(a->down);
+        if (mma) {
+            rc = mpc_moe_mma_down(a->down.type, mpc_expert_of(a->down), a->n_expert, a->n_ff, a->n_embd, hq, hq_rb,
+                                  perm, groups, n_groups, mg, y, st);
+            if (rc)
+                return rc;
+        } else {
+            const bool dvec = expert_vec(a->down);
 #define MPC_CALL(T, V) launch_down_grouped<T, V>(a, down_units, hq, hq_rb, perm, groups, n_groups, max_groups, y, st)
-        MOE_TYPE_SWITCH(a->down.type, dvec, MPC_CALL)
+            MOE_TYPE_SWITCH(a->down.type, dvec, MPC_CALL)
 #undef MPC_CALL
-        if (cudaGetLastError() != cudaSuccess)
-            return MP_CUDA_ELAUNCH;
+            if (cudaGetLastError() != cudaSuccess)
+                return MP_CUDA_ELAUNCH;
+        }
         const dim3 grid((unsigned)((a->n_embd + 255) / 256), (unsigned)a->n_rows);
         combine_kernel<<<grid, 256, 0, st>>>(mpc_expert_of(a->down), a->n_expert, y, a->d_ids,
                                              a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);

@@ -76,16 +76,9 @@ template <> struct mma_w<MP_TYPE_Q4_K> {
         for (int j = 0; j < 4; j++)
             q[j] = (int)((w >> (8 * j + 4 * hi)) & 0x0F);
     }
-    // the 6-bit scale and min of sub-block j of a block's 12 packed bytes p
     __device__ static void scm(const uint8_t *p, int j, int &sc, int &m)
     {
-        if (j < 4) {
-            sc = p[j] & 63;
-            m = p[j + 4] & 63;
-        } else {
-            sc = (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4);
-            m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
-        }
+        mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
     }
     __device__ static float s1(const uint8_t *row, int64_t g)
     {
