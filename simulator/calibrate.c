@@ -332,8 +332,12 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
 #else
     snprintf(why, sizeof why, "this build has no CUDA (nvcc was not found when it was configured)");
 #endif
-    if ((st = mp_calib_non_moe(m, o, non_moe, device, why[0] ? -1.0 : mp_calib_decode_moe_ns(m, root), err)))
+    cJSON *context = NULL;
+    if ((st = mp_calib_non_moe(m, o, non_moe, device, why[0] ? -1.0 : mp_calib_decode_moe_ns(m, root), &context,
+                               err)))
         goto out;
+    if (context)
+        cJSON_AddItemToObject(root, "non_moe_context", context);
 #if MP_HAVE_CUDA
     if ((!why[0] && (st = mp_calib_runtime_sync(m, o, root, device, err))) ||
         (!why[0] && (st = mp_calib_cpu_decode_layer(m, o, root, device, err))) ||

@@ -44,13 +44,15 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
                                mp_error *err);
 /* The combine curve (rows) at the largest thread count. */
 mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr, mp_error *err);
-/* The non-MoE curve (rows) from mp_session_eval at the largest thread count. decode_moe_ns >= 0:
- * the MoE time of a one-row step as the cost model charges it (every layer's `concurrent` GPU
- * point at top_k experts, measured as CUDA graphs); the one-row point is then the graph-launched
- * step minus it, so that the model rebuilds the measured step. < 0: every point subtracts the MoE
- * time of a step run with the timing hooks (enqueued, event-timed), as multi-row points do. */
+/* The non-MoE curve (rows) from mp_session_eval at the largest thread count. decode_moe_ns >= 0
+ * (a GPU): the MoE time of a one-row step as the cost model charges it (every layer's `concurrent`
+ * GPU point at top_k experts, measured as CUDA graphs); the one-row point is then the
+ * graph-replayed step near the start of the context minus it, so that the model rebuilds the
+ * measured step, and *context gets $.non_moe_context (the point's mean keys and the step's cost
+ * per key, from the same steps near 2,048 keys; NULL when not measured). < 0: every point
+ * subtracts the MoE time of a step run with the timing hooks, as multi-row points do. */
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
-                           double decode_moe_ns, mp_error *err);
+                           double decode_moe_ns, cJSON **context, mp_error *err);
 /* Every layer's GPU time for one row routed to top_k experts, from root's gpu_expert entries (the
  * last `concurrent` point of the entry of the layer's quant and shape); < 0 when an entry or its
  * point is missing. */

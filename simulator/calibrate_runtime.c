@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +47,107 @@ mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *v
 }
 
 
-mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
-                           double decode_moe_ns, mp_error *err)
+/* One-row steps, graph-replayed and without hooks, at positions in [lo, hi): the session is reset
+ * and filled to lo (untimed steps of up to max_rows random tokens) whenever the position falls
+ * outside. ns[0 .. reps) gets each recorded step's wall time; *mean_keys the keys they attended
+ * on average (position + 1). */
+static mp_status decode_at(mp_session *s, const mp_model *m, const mp_calib_opts *o, int64_t lo, int64_t hi,
+                           int max_rows, int32_t *tokens, float *logits, uint64_t *rng, double *ns,
+                           double *mean_keys, mp_error *err)
 {
+    mp_status st;
+    double keys = 0;
+    mp_session_set_hooks(s, NULL);
+    for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
+        if (mp_session_n_past(s) < lo || mp_session_n_past(s) >= hi) {
+            mp_session_reset(s);
+            while (mp_session_n_past(s) < lo) {
+                const int64_t n = lo - mp_session_n_past(s) < max_rows ? lo - mp_session_n_past(s) : max_rows;
+                for (int64_t i = 0; i < n; i++) {
+                    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+                    tokens[i] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
+                }
+                if ((st = mp_session_eval(s, tokens, n, false, logits, err)))
+                    return st;
+            }
+        }
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[0] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
+        const int64_t at = mp_session_n_past(s);
+        const int64_t t0 = mp_calib_now_ns();
+        if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
+            return st;
+        if (rep >= 0) {
+            ns[rep] = (double)(mp_calib_now_ns() - t0);
+            keys += (double)(at + 1);
+        }
+    }
+    *mean_keys = keys / o->reps;
+    return MP_OK;
+}
+
+/* The one-row GPU point: graph-replayed decode steps near the start of the context (positions
+ * 0 .. 63) minus what simulate charges for their experts (decode_moe_ns), and the context term:
+ * the same steps near 2,048 keys (or the context's end), (long - short) / (their keys' difference)
+ * per key. Adds the point to arr; *context gets {keys, per_key_ns} (NULL when the context is too
+ * short to tell). */
+#define NON_MOE_SHORT_KEYS 64
+static mp_status non_moe_decode(mp_session *s, const mp_model *m, const mp_calib_opts *o, cJSON *arr,
+                                double decode_moe_ns, int64_t n_ctx, int max_rows, int32_t *tokens,
+                                float *logits, uint64_t *rng, double *ns, cJSON **context, mp_error *err)
+{
+    double keys_s, keys_l, *long_ns = malloc((size_t)o->reps * sizeof(double));
+    mp_status st = long_ns ? MP_OK : mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    *context = NULL;
+    if (!st)
+        st = decode_at(s, m, o, 0, NON_MOE_SHORT_KEYS, max_rows, tokens, logits, rng, ns, &keys_s, err);
+    const int64_t hi = n_ctx < 2048 ? n_ctx : 2048, lo = hi - NON_MOE_SHORT_KEYS;
+    const bool has_long = lo >= 4 * NON_MOE_SHORT_KEYS;
+    if (!st && has_long)
+        st = decode_at(s, m, o, lo, hi, max_rows, tokens, logits, rng, long_ns, &keys_l, err);
+    if (st) {
+        free(long_ns);
+        return st;
+    }
+    double step_s = 0, per_key = 0;
+    for (int i = 0; i < o->reps; i++)
+        step_s += ns[i] / o->reps;
+    if (has_long) { /* medians of the two positions' wall times (long_ns is scratch) */
+        mp_calib_sort(long_ns, o->reps);
+        const double long_med = mp_calib_quantile(long_ns, o->reps, 0.5);
+        for (int i = 0; i < o->reps; i++)
+            long_ns[i] = ns[i];
+        mp_calib_sort(long_ns, o->reps);
+        per_key = (long_med - mp_calib_quantile(long_ns, o->reps, 0.5)) / (keys_l - keys_s);
+        per_key = per_key > 0 ? per_key : 0; /* noise: attention never gets cheaper with more keys */
+        *context = cJSON_CreateObject();
+        if (!*context || !cJSON_AddNumberToObject(*context, "keys", round(keys_s * 10) / 10) ||
+            !cJSON_AddNumberToObject(*context, "per_key_ns", round(per_key * 1000) / 1000)) {
+            cJSON_Delete(*context);
+            *context = NULL;
+            free(long_ns);
+            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        }
+    }
+    for (int i = 0; i < o->reps; i++)
+        ns[i] -= decode_moe_ns; /* mp_calib_point keeps the point >= 0 */
+    free(long_ns);
+    cJSON *p = mp_calib_point("rows", 1, ns, o->reps);
+    if (!p)
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    cJSON_AddItemToArray(arr, p);
+    mp_calib_say(o, "calibrate: non-MoE step rows 1 (graph-replayed, %.0f keys): median %.1f us (mean step %.1f "
+                    "us, modelled MoE in it %.1f us); %s %.1f ns per key of context",
+                 keys_s, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, step_s / 1000.0,
+                 decode_moe_ns / 1000.0, has_long ? "measured at ~2,048 keys:" : "context too short to measure:",
+                 per_key);
+    return MP_OK;
+}
+
+mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
+                           double decode_moe_ns, cJSON **context, mp_error *err)
+{
+    *context = NULL;
     const int t = o->threads[o->n_threads - 1];
     const int max_rows = o->rows[o->n_rows - 1];
     int64_t moe_ns = 0;
@@ -93,6 +192,12 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             mp_calib_say(o, "calibrate: non-MoE rows %d skipped: the context holds %" PRId64 " tokens", rows, n_ctx);
             continue;
         }
+        if (gpu && rows == 1 && decode_moe_ns >= 0) { /* what the cost model charges, and the context term */
+            if ((st = non_moe_decode(s, m, o, arr, decode_moe_ns, n_ctx, max_rows, tokens, logits, &rng, ns,
+                                     context, err)))
+                goto out;
+            continue;
+        }
         /* a big model's long steps take seconds on the CPU: after 3 recorded repetitions a point
          * stops once it has used NON_MOE_POINT_NS, so the default list fits a 10-minute run */
         int n_rec = 0;
@@ -108,14 +213,7 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
                 tokens[i] = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
             }
             moe_ns = 0;
-            const bool modelled = gpu && rows == 1 && decode_moe_ns >= 0;
-            if (modelled) { /* what the cost model charges a one-row step's GPU experts */
-                moe_ns = (int64_t)decode_moe_ns;
-                /* the session starts with the hooks on (the CPU path times its MoE with them): a
-                 * hooked step enqueues every layer instead of replaying graphs, and its timing
-                 * hook would add the measured MoE time on top of the modelled one */
-                mp_session_set_hooks(s, NULL);
-            } else if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
+            if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
                 mp_session_set_hooks(s, &hooks);
                 st = mp_session_eval(s, tokens, rows, false, logits, err);
                 mp_session_set_hooks(s, NULL);
@@ -126,10 +224,6 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
                 goto out;
             const int64_t step_ns = mp_calib_now_ns() - t0;
-            if (modelled && moe_ns != (int64_t)decode_moe_ns) {
-                st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: the one-row non-MoE step ran with timing hooks");
-                goto out;
-            }
             if (rep >= 0) { /* mp_calib_point keeps the point >= 0 if noise makes this negative */
                 ns[n_rec++] = (double)(step_ns - moe_ns);
                 step_sum += (double)step_ns;

@@ -295,7 +295,7 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
 {
     static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
                                        "h2d", "d2h", "sync", "hybrid_layer", "cpu_decode_layer", "combine",
-                                       "non_moe", NULL};
+                                       "non_moe", "non_moe_context", NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
         return st;
@@ -364,6 +364,14 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return st;
     if ((st = get_member(c, root, "$", "non_moe", &v)) || (st = get_curve(c, v, "$.non_moe", "rows", &out->non_moe)))
         return st;
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context"))) {
+        static const char *const nc_keys[] = {"keys", "per_key_ns", NULL};
+        const char *path = "$.non_moe_context";
+        if ((st = check_keys(c, v, path, nc_keys)) || (st = get_num(c, v, path, "keys", 0, &out->non_moe_keys)) ||
+            (st = get_num(c, v, path, "per_key_ns", 0, &out->non_moe_per_key_ns)))
+            return st;
+        out->has_non_moe_context = true;
+    }
     return MP_OK;
 }
 

@@ -70,6 +70,11 @@ typedef struct mp_costs {
     int cpu_decode_layer_threads;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
+    /* optional ("non_moe_context"; has_non_moe_context false when absent): the one-row point of
+     * non_moe was measured at non_moe_keys keys of context on average, and a one-row step costs
+     * non_moe_per_key_ns more per key beyond that (attention reads the whole KV cache) */
+    double non_moe_keys, non_moe_per_key_ns;
+    bool has_non_moe_context;
     unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */
 } mp_costs;
 

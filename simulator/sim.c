@@ -171,6 +171,8 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
         tab->combine_ns[r] = k[MP_COST_COMBINE] * mp_cost_curve_ns(&c->combine, r);
         tab->non_moe_ns[r] = k[MP_COST_NON_MOE] * mp_cost_curve_ns(&c->non_moe, r);
     }
+    tab->non_moe_keys = c->has_non_moe_context ? c->non_moe_keys : 0;
+    tab->non_moe_per_key_ns = c->has_non_moe_context ? k[MP_COST_NON_MOE] * c->non_moe_per_key_ns : 0;
     tab->sync_ns = k[MP_COST_SYNC] * c->sync.median_ns;
     tab->hybrid_ns = k[MP_COST_SYNC] * c->hybrid_layer.median_ns; /* the round trip's fixed cost, scaled alike */
     /* weights are copied from pinned host memory when the runtime can pin them */
@@ -474,13 +476,23 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
 {
     const sim_tab *tab = s->tab;
     const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
+    uint32_t request = UINT32_MAX;
+    uint64_t pos = 0; /* tokens of the current request before this step (its requests are contiguous) */
     for (uint64_t si = 0; si < t->n_steps; si++) {
         const mp_sim_step *step = &t->steps[si];
         mp_sim_metrics *m = si < st->train_steps ? &r->train : &r->test;
         s->m = m;
         const uint32_t rows = step->rows;
+        if (step->request != request)
+            request = step->request, pos = 0;
         const double step_start_ns = s->clock_ns;
-        const double non_moe_ns = s->step_non_moe_ns ? s->step_non_moe_ns[si] : tab->non_moe_ns[rows];
+        double non_moe_ns = s->step_non_moe_ns ? s->step_non_moe_ns[si] : tab->non_moe_ns[rows];
+        if (!s->step_non_moe_ns && rows == 1 && tab->non_moe_per_key_ns > 0) {
+            /* a decode step attends pos + 1 keys; the cost file's point holds at non_moe_keys */
+            non_moe_ns += tab->non_moe_per_key_ns * ((double)(pos + 1) - tab->non_moe_keys);
+            non_moe_ns = non_moe_ns > 0 ? non_moe_ns : 0;
+        }
+        pos += rows;
         const double non_moe_share_ns = non_moe_ns / L;
         for (uint32_t l = 0; l < L; l++) {
             s->clock_ns += non_moe_share_ns;

@@ -21,6 +21,8 @@ typedef struct sim_tab {
     double *h2d_act_ns;  /* (max_rows + 1) partial outputs of `rows` rows back */
     double *combine_ns;  /* (max_rows + 1) */
     double *non_moe_ns;  /* (max_rows + 1) per step, by its rows */
+    double non_moe_keys;        /* one-row steps: non_moe_ns[1] holds at this many keys of context, */
+    double non_moe_per_key_ns;  /* and each key beyond costs this (0: no context term) */
     double sync_ns;      /* one round trip */
     double hybrid_ns;    /* a hybrid layer's extra time when its host has nothing to compute */
     double weight_h2d_ns; /* one expert's weights host -> device */

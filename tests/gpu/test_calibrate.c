@@ -73,6 +73,15 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert_eq(c.gpu_expert[0].concurrent.n_points, c.cpu_expert[0].concurrent.n_points);
     /* the non-MoE time comes from the GPU executor here, and is a positive time per step */
     check_curve(&c.non_moe, 3, "non_moe");
+    /* its one-row point near the start of the context, and the cost of each further key */
+    cr_assert(c.has_non_moe_context, "non_moe_context missing: %s", out);
+    cr_assert(c.non_moe_keys >= 1 && c.non_moe_keys <= 64, "non_moe_context.keys %g", c.non_moe_keys);
+    cr_assert(c.non_moe_per_key_ns >= 0);
+    /* the runtime's CPU experts of a decode layer with every expert in host memory: top_k of them */
+    cr_assert_not_null(strstr(out, "calibrate: CPU experts of a decode layer in the runtime"), "%s", out);
+    cr_assert_eq(c.cpu_decode_layer_experts, 4, "cpu_decode_layer.experts %ld", (long)c.cpu_decode_layer_experts);
+    cr_assert(c.cpu_decode_layer.median_ns > 0, "cpu_decode_layer %g ns", c.cpu_decode_layer.median_ns);
+    cr_assert_eq(c.cpu_decode_layer_threads, c.cpu_expert[c.n_cpu_expert - 1].threads);
     mp_costs_free(&c);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f);

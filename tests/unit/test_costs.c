@@ -419,3 +419,32 @@ Test(costs, reads_the_optional_cpu_decode_layer)
         expect_reject("\"sync\":", to, bad[i].needle);
     }
 }
+
+Test(costs, reads_the_optional_non_moe_context)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert(!c.has_non_moe_context, "absent: no context term");
+    mp_costs_free(&c);
+    char *at = strstr(text, "\"sync\":");
+    cr_assert_not_null(at);
+    char *mut = malloc(len + 96);
+    const size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    sprintf(mut + head, "\"non_moe_context\": {\"keys\": 32.5, \"per_key_ns\": 41.25}, %s", at);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert(c.has_non_moe_context);
+    cr_assert_eq(c.non_moe_keys, 32.5);
+    cr_assert_eq(c.non_moe_per_key_ns, 41.25);
+    mp_costs_free(&c);
+    free(mut);
+    free(text);
+    expect_reject("\"sync\":", "\"non_moe_context\": {\"keys\": 3}, \"sync\":", "$.non_moe_context.per_key_ns: missing");
+    expect_reject("\"sync\":", "\"non_moe_context\": {\"keys\": -1, \"per_key_ns\": 1}, \"sync\":",
+                  "$.non_moe_context.keys: expected a finite number >= 0");
+    expect_reject("\"sync\":", "\"non_moe_context\": {\"keys\": 1, \"per_key_ns\": 1, \"rows\": 1}, \"sync\":",
+                  "$.non_moe_context.rows: unknown key");
+}

@@ -312,6 +312,36 @@ Test(sim, cpu_decode_layer_scales_the_cpu_entry)
     mp_sim_trace_free(&t);
 }
 
+/* non_moe_context: a one-row step at position p attends p + 1 keys and pays per_key_ns for each
+ * key beyond the point's (keys 2, 10 ns per key here); multi-row steps pay the curve as it is;
+ * every request starts at position 0. One layer, every route to expert 0 (resident): each step's
+ * MoE costs 10 ns, its non-MoE 100 ns by the curve. */
+Test(sim, non_moe_context_by_position)
+{
+    mp_sim_trace t;
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(&t, 1, 4, 1, NULL, &err), MP_OK, "%s", err.msg);
+    const uint16_t one[1] = {0}, two[2] = {0, 0};
+    const struct { uint32_t request, rows; } steps[] = {{0, 1}, {0, 1}, {0, 1}, {1, 2}, {1, 1}, {1, 1}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        cr_assert_eq(mp_sim_trace_add_step(&t, steps[i].request, steps[i].rows, steps[i].rows == 1 ? one : two,
+                                           "test", &err), MP_OK, "%s", err.msg);
+    mp_sim_config c = config(1500, 4);
+    static mp_cost_stat hundred[2] = {{100, 0}, {100, 0}};
+    costs.non_moe = (mp_cost_curve){2, xs_rows, hundred};
+    mp_sim_result plain = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(plain.train.time_ns, 6 * 110.0, 1e-9);
+    costs.has_non_moe_context = true;
+    costs.non_moe_keys = 2;
+    costs.non_moe_per_key_ns = 10;
+    /* request 0: keys 1, 2, 3 -> 90, 100, 110; request 1: the 2-row step 100, then keys 3, 4 */
+    mp_sim_result ctx = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(ctx.train.time_ns, 90 + 100 + 110 + 100 + 110 + 120 + 6 * 10.0, 1e-9);
+    mp_sim_result_free(&plain);
+    mp_sim_result_free(&ctx);
+    mp_sim_trace_free(&t);
+}
+
 Test(sim, plan_layer_costs_by_hand)
 {
     /* cost[l][c] of the small trace, computed in the comments of the expected arrays */
