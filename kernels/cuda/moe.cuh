@@ -36,7 +36,7 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 // Groups of at most MPC_MMA_GROUP routes of one expert (int4: expert, first index into perm,
 // count, unused; n_groups on the device). Weight types Q4_0, Q8_0, Q4_K, Q6_K with their partner
 // activations (Q8_0 / Q8_K, as the CPU dots them); the integer products of each scale group run
-// on the tensor cores (exact: small integers in F16, sums in F32), the scales are applied in F32.
+// on the tensor cores (int8 in, int32 sums: exact), the scales are applied in F32.
 #define MPC_MMA_GROUP 32
 
 // Whether the tensor-core path serves experts of these types on the current device (sm_80+

@@ -8,43 +8,39 @@
 // How, keeping the CPU's arithmetic: a quantized weight is s1 * q - s2 per scale group of G
 // elements (Q4_0, Q8_0: G 32, s1 = d; Q4_K: G 32, s1 = d * sc, s2 = dmin * m; Q6_K: G 16,
 // s1 = d * sc), with a small integer q; the partner activation (Q8_0 or Q8_K, exactly the CPU's
-// bytes) is d_a * q_a. Per group, sum(q * q_a) is an integer below 2^24: mma.sync m16n8k16 on
-// q and q_a as F16 (exact) with F32 accumulation computes it exactly, and the block applies the
-// scales in F32: acc += d_a * (s1 * I - s2 * sum(q_a)). So the result equals the CPU's
-// vec_dot up to the order of the F32 additions across groups, as the GEMV kernels do — the
-// hybrid runtime's parity property holds on this path too.
+// bytes) is d_a * q_a with q_a an int8. Per group, sum(q * q_a) runs on the tensor cores as int8
+// mma.sync m16n8k16 with int32 accumulation (exact), and the block applies the scales in F32:
+// acc += d_a * (s1 * I - s2 * sum(q_a)). So the result equals the CPU's vec_dot up to the order of
+// the F32 additions across groups, as the GEMV kernels do — the hybrid runtime's parity property
+// holds on this path too.
 //
 // Tiling: a block (4 warps) owns one group of <= 32 routes of one expert and 32 output features
 // (each warp 8: one n8 tile, two m16 tiles of routes); K goes through shared memory 128
-// elements at a time, weights and activations decoded to F16 integers, scales to F32.
+// elements at a time as int8: activations copied as they are, weights unpacked four at a time
+// with byte-wise (SWAR) shifts, masks and subtractions; scales as F32.
 // gate/up: two weight tiles, SwiGLU in the epilogue, h per route; down: one, y per route; the
 // combine over routes stays moe.cu's (slot order, one rounding).
-#include <cuda_fp16.h>
-
 #include "kernels/cuda/moe.cuh"
 
 #define MMA_N 32                 // output features per block: 4 warps x n8
 #define MMA_KC 128               // K elements per shared-memory stage
-#define MMA_LD (MMA_KC + 8)      // halves per shared row: +8 makes the fragment loads conflict-free
+#define MMA_LD (MMA_KC + 16)     // bytes per shared row: 36 words, so a fragment load's 32 lanes hit 32 banks
 #define MMA_MAXG (MMA_KC / 16)   // scale groups per stage (G >= 16)
 #define MMA_THREADS 128
 
-// ---- weight formats: q4(i) the integers of elements i .. i+3 (i % 4 == 0; 16-bit loads suffice:
-// every offset is even), s1/s2 of scale group g ----
+// ---- weight formats: q4(i) the int8s of elements i .. i+3 packed in a word (i % 4 == 0; 16-bit
+// loads suffice: every offset is even), s1/s2 of scale group g ----
 
 template <int T> struct mma_w;
 
 template <> struct mma_w<MP_TYPE_Q4_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
-    __device__ static void q4(const uint8_t *row, int64_t i, int *q) // i % 4 == 0
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
     {
         const int l = (int)(i % 32);
         const uint32_t w = mpc_ld32_a2(row + (i / 32) * 18 + 2 + l % 16);
-        const int sh = l < 16 ? 0 : 4;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            q[j] = (int)((w >> (8 * j + sh)) & 0x0F) - 8;
+        return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
     }
     __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 18)); }
     __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
@@ -53,13 +49,7 @@ template <> struct mma_w<MP_TYPE_Q4_0> {
 template <> struct mma_w<MP_TYPE_Q8_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
-    __device__ static void q4(const uint8_t *row, int64_t i, int *q)
-    {
-        const uint32_t w = mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32);
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            q[j] = (int)(int8_t)(w >> (8 * j));
-    }
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
     __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 34)); }
     __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
 };
@@ -67,14 +57,11 @@ template <> struct mma_w<MP_TYPE_Q8_0> {
 template <> struct mma_w<MP_TYPE_Q4_K> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_K;
-    __device__ static void q4(const uint8_t *row, int64_t i, int *q)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
     {
         const uint8_t *b = row + (i / 256) * 144;
         const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
-        const uint32_t w = mpc_ld32_a2(b + 16 + 32 * c + l);
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            q[j] = (int)((w >> (8 * j + 4 * hi)) & 0x0F);
+        return (mpc_ld32_a2(b + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
     }
     __device__ static void scm(const uint8_t *p, int j, int &sc, int &m)
     {
@@ -99,15 +86,13 @@ template <> struct mma_w<MP_TYPE_Q4_K> {
 template <> struct mma_w<MP_TYPE_Q6_K> {
     static const int G = 16;
     static const int A = MP_TYPE_Q8_K;
-    __device__ static void q4(const uint8_t *row, int64_t i, int *q)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
     {
         const uint8_t *b = row + (i / 256) * 210;
         const int e = (int)(i % 256), h = e / 128, s = (e % 128) / 32, l = e % 32;
-        const uint32_t lo = mpc_ld32_a2(b + 64 * h + 32 * (s & 1) + l), hi = mpc_ld32_a2(b + 128 + 32 * h + l);
-        const int lsh = s < 2 ? 0 : 4;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            q[j] = (int)(((lo >> (8 * j + lsh)) & 0x0F) | (((hi >> (8 * j + 2 * s)) & 3) << 4)) - 32;
+        const uint32_t lo = (mpc_ld32_a2(b + 64 * h + 32 * (s & 1) + l) >> (s < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+        const uint32_t hi = ((mpc_ld32_a2(b + 128 + 32 * h + l) >> (2 * s)) & 0x03030303u) << 4;
+        return __vsub4(lo | hi, 0x20202020u); // (low nibble | top bits << 4) - 32, byte-wise
     }
     __device__ static float s1(const uint8_t *row, int64_t g)
     {
@@ -117,8 +102,9 @@ template <> struct mma_w<MP_TYPE_Q6_K> {
     __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
 };
 
-// ---- partner activation formats: q4(i) the int8s of elements i .. i+3 as one word, the block
-// scale over element i, and (Q8_K) the sum of q over the 32-element sub-block holding i ----
+// ---- partner activation formats: q4(i) the int8s of elements i .. i+3 as one word (the bytes as
+// they are), the block scale over element i, and (Q8_K) the sum of q over the 32-element
+// sub-block holding i ----
 
 template <int A> struct mma_a;
 
@@ -141,22 +127,21 @@ template <> struct mma_a<MP_TYPE_Q8_K> {
     }
 };
 
-// D = A (16x16, row) * B (16x8, col) + D, F16 inputs, F32 accumulators. Fragments (PTX ISA,
-// mma.m16n8k16 .f16): with g = lane / 4 and t = lane % 4, a0 = A[g][2t..2t+1], a1 = A[g+8][2t..],
-// a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]; b0 = B[2t..2t+1][g], b1 = B[2t+8..][g]; d0, d1 =
-// D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
-__device__ __forceinline__ void mma_16816(float *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1)
+// D = A (16x16, row) * B (16x8, col) + D, int8 inputs, int32 accumulators (exact). Fragments (PTX
+// ISA, mma.m16n8k16 with .s8): with g = lane / 4 and t = lane % 4, a0 = A[g][4t .. 4t+3],
+// a1 = A[g+8][4t .. 4t+3] (four int8 per register, low byte first); b0 = B[4t .. 4t+3][g];
+// d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
+__device__ __forceinline__ void mma_16816_s8(int *d, uint32_t a0, uint32_t a1, uint32_t b0)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
 #endif
 }
 
-__device__ __forceinline__ uint32_t ld_h2(const __half *p)
+__device__ __forceinline__ uint32_t ld_w(const int8_t *p)
 {
     return *(const uint32_t *)p;
 }
@@ -173,8 +158,8 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
     typedef mma_w<T> W;
     typedef mma_a<W::A> A;
     const int G = W::G;
-    __shared__ __align__(16) __half wq[MATS][MMA_N][MMA_LD];
-    __shared__ __align__(16) __half aq[MPC_MMA_GROUP][MMA_LD];
+    __shared__ __align__(16) int8_t wq[MATS][MMA_N][MMA_LD];
+    __shared__ __align__(16) int8_t aq[MPC_MMA_GROUP][MMA_LD];
     __shared__ float ws1[MATS][MMA_N][MMA_MAXG], ws2[MATS][MMA_N][MMA_MAXG];
     __shared__ float ad[MPC_MMA_GROUP][MMA_MAXG], asum[MPC_MMA_GROUP][MMA_MAXG];
     __shared__ const uint8_t *arow[MPC_MMA_GROUP];
@@ -217,11 +202,10 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
         for (int u = tid; u < MATS * MMA_N * MMA_KC / 4; u += MMA_THREADS) { // 4 elements at a time
             const int mat = u / (MMA_N * MMA_KC / 4), n = (u / (MMA_KC / 4)) % MMA_N, k = 4 * (u % (MMA_KC / 4));
             const int64_t j = n_base + n;
-            int q[4] = {0, 0, 0, 0};
+            uint32_t q = 0;
             if (j < N && k < kc)
-                W::q4((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k, q);
-            *(__half2 *)&wq[mat][n][k] = __halves2half2(__int2half_rn(q[0]), __int2half_rn(q[1]));
-            *(__half2 *)&wq[mat][n][k + 2] = __halves2half2(__int2half_rn(q[2]), __int2half_rn(q[3]));
+                q = W::q4((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
+            *(uint32_t *)&wq[mat][n][k] = q;
         }
         for (int idx = tid; idx < MATS * MMA_N * NG; idx += MMA_THREADS) {
             const int mat = idx / (MMA_N * NG), n = (idx / NG) % MMA_N, gg = idx % NG;
@@ -237,10 +221,7 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
         }
         for (int u = tid; u < MPC_MMA_GROUP * MMA_KC / 4; u += MMA_THREADS) {
             const int m = u / (MMA_KC / 4), k = 4 * (u % (MMA_KC / 4));
-            const uint32_t w = arow[m] && k < kc ? A::q4(arow[m], k0 + k) : 0u;
-            *(__half2 *)&aq[m][k] = __halves2half2(__int2half_rn((int)(int8_t)w), __int2half_rn((int)(int8_t)(w >> 8)));
-            *(__half2 *)&aq[m][k + 2] =
-                __halves2half2(__int2half_rn((int)(int8_t)(w >> 16)), __int2half_rn((int)(int8_t)(w >> 24)));
+            *(uint32_t *)&aq[m][k] = arow[m] && k < kc ? A::q4(arow[m], k0 + k) : 0u;
         }
         for (int idx = tid; idx < MPC_MMA_GROUP * NG; idx += MMA_THREADS) {
             const int m = idx / NG, gg = idx % NG;
@@ -252,33 +233,27 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
         __syncthreads();
 
         for (int gg = 0; gg < ng; gg++) {
-            float t[2][MATS][4];
+            int t[2][MATS][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int mat = 0; mat < MATS; mat++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        t[mt][mat][e] = 0.0f;
+                        t[mt][mat][e] = 0;
 #pragma unroll
             for (int kk = 0; kk < G; kk += 16) {
-                const int kb = gg * G + kk;
-                uint32_t b[MATS][2];
+                const int kb = gg * G + kk + 4 * tq;
+                uint32_t b[MATS];
 #pragma unroll
-                for (int mat = 0; mat < MATS; mat++) {
-                    b[mat][0] = ld_h2(&wq[mat][n0 + gq][kb + 2 * tq]);
-                    b[mat][1] = ld_h2(&wq[mat][n0 + gq][kb + 8 + 2 * tq]);
-                }
+                for (int mat = 0; mat < MATS; mat++)
+                    b[mat] = ld_w(&wq[mat][n0 + gq][kb]);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    const int m0 = mt * 16;
-                    const uint32_t a0 = ld_h2(&aq[m0 + gq][kb + 2 * tq]);
-                    const uint32_t a1 = ld_h2(&aq[m0 + gq + 8][kb + 2 * tq]);
-                    const uint32_t a2 = ld_h2(&aq[m0 + gq][kb + 8 + 2 * tq]);
-                    const uint32_t a3 = ld_h2(&aq[m0 + gq + 8][kb + 8 + 2 * tq]);
+                    const uint32_t a0 = ld_w(&aq[mt * 16 + gq][kb]), a1 = ld_w(&aq[mt * 16 + gq + 8][kb]);
 #pragma unroll
                     for (int mat = 0; mat < MATS; mat++)
-                        mma_16816(t[mt][mat], a0, a1, a2, a3, b[mat][0], b[mat][1]);
+                        mma_16816_s8(t[mt][mat], a0, a1, b[mat]);
                 }
             }
             // the group's exact integer sums, scaled: d_a * (s1 * I - s2 * sum(q_a))
@@ -288,10 +263,10 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
                 const int c0 = n0 + 2 * tq, c1 = c0 + 1;
 #pragma unroll
                 for (int mat = 0; mat < MATS; mat++) {
-                    acc[mt][mat][0] += ad[r0][gg] * (ws1[mat][c0][gg] * t[mt][mat][0] - ws2[mat][c0][gg] * asum[r0][gg]);
-                    acc[mt][mat][1] += ad[r0][gg] * (ws1[mat][c1][gg] * t[mt][mat][1] - ws2[mat][c1][gg] * asum[r0][gg]);
-                    acc[mt][mat][2] += ad[r1][gg] * (ws1[mat][c0][gg] * t[mt][mat][2] - ws2[mat][c0][gg] * asum[r1][gg]);
-                    acc[mt][mat][3] += ad[r1][gg] * (ws1[mat][c1][gg] * t[mt][mat][3] - ws2[mat][c1][gg] * asum[r1][gg]);
+                    acc[mt][mat][0] += ad[r0][gg] * (ws1[mat][c0][gg] * (float)t[mt][mat][0] - ws2[mat][c0][gg] * asum[r0][gg]);
+                    acc[mt][mat][1] += ad[r0][gg] * (ws1[mat][c1][gg] * (float)t[mt][mat][1] - ws2[mat][c1][gg] * asum[r0][gg]);
+                    acc[mt][mat][2] += ad[r1][gg] * (ws1[mat][c0][gg] * (float)t[mt][mat][2] - ws2[mat][c0][gg] * asum[r1][gg]);
+                    acc[mt][mat][3] += ad[r1][gg] * (ws1[mat][c1][gg] * (float)t[mt][mat][3] - ws2[mat][c1][gg] * asum[r1][gg]);
                 }
             }
         }
