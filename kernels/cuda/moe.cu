@@ -165,7 +165,9 @@ static bool down_split(void)
 }
 
 // Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu); 0:
-// never; -1: not decided yet (MP_CUDA_MOE_MMA=0 turns the path off, else MOE_MMA_MIN_ROWS).
+// never; -1: not decided yet. Off by default until the path has run on a GPU (written without
+// one, 2026-11-29): MP_CUDA_MOE_MMA=1 turns it on from MOE_MMA_MIN_ROWS rows, MP_CUDA_MOE_MMA=N
+// (N >= 16) from N rows; the tests force it (mp_cuda_moe_set_mma_min_rows).
 #define MOE_MMA_MIN_ROWS 64
 static int64_t g_mma_min_rows = -1;
 
@@ -183,7 +185,14 @@ static int64_t mma_min_rows(void)
 {
     if (g_mma_min_rows < 0) {
         const char *v = getenv("MP_CUDA_MOE_MMA");
-        g_mma_min_rows = v && strcmp(v, "0") == 0 ? 0 : MOE_MMA_MIN_ROWS;
+        char *end = NULL;
+        const long n = v ? strtol(v, &end, 10) : 0;
+        g_mma_min_rows = 0;
+        if (v && *v && !*end && (n == 0 || n == 1 || n >= 16))
+            g_mma_min_rows = n == 1 ? MOE_MMA_MIN_ROWS : n;
+        else if (v && *v) /* a typo must not pass for an A/B */
+            fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_MMA=%.40s is not 0, 1 or rows >= 16: tensor-core "
+                            "experts off\n", v);
     }
     return g_mma_min_rows;
 }

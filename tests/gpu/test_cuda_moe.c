@@ -311,8 +311,8 @@ Test(cuda_moe, experts_every_type_several_rows)
 
 /* >= 16 rows take the grouped path (routes sorted by expert, one weight pass per group of up to
  * 8 routes, per-route outputs, then the combine): every type, a qwen3-shaped prefill, and slot
- * tables with skipped experts plus accumulate; with the tensor-core path off, which would take
- * the quantized cases from 64 rows */
+ * tables with skipped experts plus accumulate; with the tensor-core path off (its own test below
+ * forces it on) */
 Test(cuda_moe, experts_grouped_prefill_every_type)
 {
     seed_rng();
@@ -334,8 +334,9 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
 
 /* Quantized experts on the tensor cores (moe_mma.cu), forced from 16 rows: every quantized type
  * as gate and as down, a qwen3-shaped prefill, experts with more than one group of 32 routes, a K
- * that ends in a partial 128-element stage, slot tables with skipped experts plus accumulate;
- * against the same CPU reference (vec_dot over the CPU's quantized activations). */
+ * that ends in a partial 128-element stage, slot tables with skipped experts plus accumulate, and
+ * more routes than one launch's 65535 grid rows would take per route; against the same CPU
+ * reference (vec_dot over the CPU's quantized activations). */
 Test(cuda_moe, experts_tensor_core_prefill)
 {
     seed_rng();
@@ -356,6 +357,8 @@ Test(cuda_moe, experts_tensor_core_prefill)
     check_experts(&sl);
     moe_case sl2q = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0};
     check_experts(&sl2q);
+    moe_case many = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0}; /* 65600 routes, 2066 groups */
+    check_experts(&many);
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 
