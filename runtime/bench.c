@@ -211,4 +211,5 @@ void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, doub
     out->cpu_ms = host_gbs > 0 ? cpu_bytes / (host_gbs * 1e9) * 1e3 : 0;
     out->sync_ms = sync_ms;
     out->bound_ms = (out->gpu_ms > out->cpu_ms ? out->gpu_ms : out->cpu_ms) + out->sync_ms;
+    out->serial_ms = out->gpu_ms + out->cpu_ms + out->sync_ms;
 }

@@ -50,9 +50,11 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
  *   cpu  = the bytes of the CPU's experts / the host's read bandwidth (the CPU part at bandwidth);
  *   sync = hybrid layers x the round trip's overhead per layer (measured);
  *   bound = max(gpu, cpu) + sync: optimistic, since a layer's GPU and CPU work depend on each
- *   other in layer order (gpu + cpu + sync is what no overlap at all would give). */
+ *   other in layer order;
+ *   serial = gpu + cpu + sync: no overlap at all, which is what a step whose hybrid layers keep
+ *   nothing of theirs on the GPU (layers:N) can reach at best at batch 1. */
 typedef struct mp_bench_bound {
-    double gpu_ms, cpu_ms, sync_ms, bound_ms;
+    double gpu_ms, cpu_ms, sync_ms, bound_ms, serial_ms;
 } mp_bench_bound;
 void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
                            mp_bench_bound *out);

@@ -289,18 +289,19 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
            "| routing | executor | routes gpu/cpu/copy %% | rt overhead us | test | tok/s median "
-           "| min | max | stddev | bound tok/s (share) |\n");
+           "| min | max | stddev | bound tok/s (share); serial |\n");
     printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
            "| --- | ---: | ---: | ---: | ---: | ---: |\n");
     const char *rslash = c->replay ? strrchr(c->replay, '/') : NULL;
     const char *routing = !c->replay ? "router" : rslash ? rslash + 1 : c->replay;
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        char paths[64] = "-", rt[32] = "-", bound[48] = "-";
+        char paths[64] = "-", rt[32] = "-", bound[80] = "-";
         mp_bench_bound b;
         if (row_bound(c, r, &b))
-            snprintf(bound, sizeof bound, "%.2f (%.0f %%)", 1e3 / b.bound_ms,
-                     100.0 * r->stats.median * b.bound_ms / 1e3);
+            snprintf(bound, sizeof bound, "%.2f (%.0f %%); serial %.2f (%.0f %%)", 1e3 / b.bound_ms,
+                     100.0 * r->stats.median * b.bound_ms / 1e3, 1e3 / b.serial_ms,
+                     100.0 * r->stats.median * b.serial_ms / 1e3);
         if (c->gpu) {
             snprintf(paths, sizeof paths, "%.1f/%.1f/%.1f", share(&r->gs, r->gs.routes_gpu),
                      share(&r->gs, r->gs.routes_cpu), share(&r->gs, r->gs.routes_copied));
@@ -323,8 +324,9 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     printf("\n%s.\n", executor_note(c));
     if (c->host_gbs > 0)
         printf("bound: of a decode row with hybrid layers, max(GPU part, CPU experts' bytes / host read "
-               "bandwidth %.1f GB/s) + the round trips' overhead, per token; share = measured / bound "
-               "(docs/bench.md).\n", c->host_gbs);
+               "bandwidth %.1f GB/s) + the round trips' overhead, per token; serial: their sum (no "
+               "overlap, what whole CPU layers can reach); share = measured / bound (docs/bench.md).\n",
+               c->host_gbs);
     if (c->replay)
         printf("route replay: %s.\n", c->replay_desc);
 }
@@ -403,7 +405,9 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
             ok = bo && add_num(bo, "host_read_gbs", c->host_gbs) && add_num(bo, "gpu_ms", b.gpu_ms) &&
                  add_num(bo, "cpu_ms", b.cpu_ms) && add_num(bo, "sync_ms", b.sync_ms) &&
                  add_num(bo, "bound_ms", b.bound_ms) && add_num(bo, "bound_tok_s", 1e3 / b.bound_ms) &&
-                 add_num(bo, "share_of_bound", r->stats.median * b.bound_ms / 1e3);
+                 add_num(bo, "share_of_bound", r->stats.median * b.bound_ms / 1e3) &&
+                 add_num(bo, "serial_bound_ms", b.serial_ms) && add_num(bo, "serial_bound_tok_s", 1e3 / b.serial_ms) &&
+                 add_num(bo, "share_of_serial_bound", r->stats.median * b.serial_ms / 1e3);
         } else if (ok) {
             ok = cJSON_AddNullToObject(o, "bound") != NULL;
         }

@@ -319,6 +319,7 @@ Test(bench, decode_bound_by_hand)
     cr_assert_float_eq(b.cpu_ms, 20.0, 1e-12);
     cr_assert_float_eq(b.sync_ms, 1.0, 1e-12);
     cr_assert_float_eq(b.bound_ms, 21.0, 1e-12);
+    cr_assert_float_eq(b.serial_ms, 6.0 + 20.0 + 1.0, 1e-12); /* no overlap: every part */
     mp_bench_decode_bound(10.0, 1.0, 1e8, 100.0, 0.5, &b); /* cpu 1 ms < gpu 9 ms */
     cr_assert_float_eq(b.bound_ms, 9.5, 1e-12);
     mp_bench_decode_bound(1.0, 2.0, 0, 0, 0, &b); /* gaps over the step (noise): no negative part */
