@@ -42,18 +42,22 @@ done
 python3 - "$out" $configs <<'PY'
 import json, sys
 out, configs = sys.argv[1], sys.argv[2:]
-print("| config | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy % | rt overhead us |")
-print("| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+print("| config | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy % | rt overhead us | bound tok/s | serial bound tok/s |")
+print("| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for c in configs:
     try:
         d = json.load(open(f"{out}/bench-{c}.json"))
     except Exception as e:
-        print(f"| {c} | failed: {e} | | | | | | | | |")
+        print(f"| {c} | failed: {e} | | | | | | | | | | |")
         continue
     for r in d["rows"]:
         tot = r["routes_gpu"] + r["routes_cpu"] + r["routes_copied"] or 1
         paths = "/".join(f"{100*r[k]/tot:.1f}" for k in ("routes_gpu", "routes_cpu", "routes_copied"))
         rt = f'{r["rt_overhead_us"]:.1f}' if r["rt_measured"] else "-"
+        b = r.get("bound")
+        bound = f'{b["bound_tok_s"]:.2f}' if b else "-"
+        serial = f'{b["serial_bound_tok_s"]:.2f}' if b and "serial_bound_tok_s" in b else "-"
         print(f'| {c} | {r["placement"]} | {r["gpu_budget"] or "none"} | {r["gpu_expert_bytes"]/2**30:.2f} '
-              f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} | {rt} |')
+              f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} | {rt} '
+              f'| {bound} | {serial} |')
 PY
