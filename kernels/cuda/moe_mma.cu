@@ -29,7 +29,7 @@
 #define MMA_THREADS 128
 
 // ---- weight formats: q4(i) the int8s of elements i .. i+3 packed in a word (i % 4 == 0; 16-bit
-// loads suffice: every offset is even), s1/s2 of scale group g ----
+// loads suffice: every offset is even), and scales(g): s1 and s2 of scale group g ----
 
 template <int T> struct mma_w;
 
@@ -42,16 +42,22 @@ template <> struct mma_w<MP_TYPE_Q4_0> {
         const uint32_t w = mpc_ld32_a2(row + (i / 32) * 18 + 2 + l % 16);
         return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
     }
-    __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 18)); }
-    __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
+    {
+        s1 = mpc_f16(mpc_ld16(row + g * 18));
+        s2 = 0.0f;
+    }
 };
 
 template <> struct mma_w<MP_TYPE_Q8_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
     __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
-    __device__ static float s1(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 34)); }
-    __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
+    {
+        s1 = mpc_f16(mpc_ld16(row + g * 34));
+        s2 = 0.0f;
+    }
 };
 
 template <> struct mma_w<MP_TYPE_Q4_K> {
@@ -63,23 +69,13 @@ template <> struct mma_w<MP_TYPE_Q4_K> {
         const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
         return (mpc_ld32_a2(b + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
     }
-    __device__ static void scm(const uint8_t *p, int j, int &sc, int &m)
-    {
-        mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
-    }
-    __device__ static float s1(const uint8_t *row, int64_t g)
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
     {
         const uint8_t *b = row + (g / 8) * 144;
         int sc, m;
-        scm(b + 4, (int)(g % 8), sc, m);
-        return __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
-    }
-    __device__ static float s2(const uint8_t *row, int64_t g)
-    {
-        const uint8_t *b = row + (g / 8) * 144;
-        int sc, m;
-        scm(b + 4, (int)(g % 8), sc, m);
-        return __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
+        mpc_q4k_scale_min([&](int i) -> int { return b[4 + i]; }, (int)(g % 8), sc, m);
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
+        s2 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
     }
 };
 
@@ -94,12 +90,12 @@ template <> struct mma_w<MP_TYPE_Q6_K> {
         const uint32_t hi = ((mpc_ld32_a2(b + 128 + 32 * h + l) >> (2 * s)) & 0x03030303u) << 4;
         return __vsub4(lo | hi, 0x20202020u); // (low nibble | top bits << 4) - 32, byte-wise
     }
-    __device__ static float s1(const uint8_t *row, int64_t g)
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
     {
         const uint8_t *b = row + (g / 16) * 210;
-        return __fmul_rn(mpc_f16(mpc_ld16(b + 208)), (float)(int8_t)b[192 + g % 16]);
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(b + 208)), (float)(int8_t)b[192 + g % 16]);
+        s2 = 0.0f;
     }
-    __device__ static float s2(const uint8_t *, int64_t) { return 0.0f; }
 };
 
 // ---- partner activation formats: q4(i) the int8s of elements i .. i+3 as one word (the bytes as
@@ -183,14 +179,7 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
     }
     __syncthreads();
 
-    float acc[2][MATS][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int mat = 0; mat < MATS; mat++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[mt][mat][e] = 0.0f;
+    float acc[2][MATS][4] = {};
 
     for (int64_t k0 = 0; k0 < K; k0 += MMA_KC) {
         // a multiple of G (rows are whole blocks); the stage is always MMA_KC wide (compile-time
@@ -211,11 +200,8 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             const int mat = idx / (MMA_N * NG), n = (idx / NG) % MMA_N, gg = idx % NG;
             const int64_t j = n_base + n;
             float s1 = 0.0f, s2 = 0.0f;
-            if (j < N && gg < ng) {
-                const uint8_t *row = (mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes);
-                s1 = W::s1(row, k0 / G + gg);
-                s2 = W::s2(row, k0 / G + gg);
-            }
+            if (j < N && gg < ng)
+                W::scales((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 / G + gg, s1, s2);
             ws1[mat][n][gg] = s1;
             ws2[mat][n][gg] = s2;
         }
@@ -233,14 +219,7 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
         __syncthreads();
 
         for (int gg = 0; gg < ng; gg++) {
-            int t[2][MATS][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int mat = 0; mat < MATS; mat++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        t[mt][mat][e] = 0;
+            int t[2][MATS][4] = {};
 #pragma unroll
             for (int kk = 0; kk < G; kk += 16) {
                 const int kb = gg * G + kk + 4 * tq;
