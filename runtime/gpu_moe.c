@@ -388,7 +388,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
-    if (n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) { /* decode: the CPU's time for n_cpu routes */
+    if (g->decode_copy < 0 && n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) {
+        /* decode copies by cost: the CPU's time for n_cpu routes (mp_gpu_decode_copies reads it) */
         double *e = &g->dec_cpu_ns[n_cpu];
         *e = *e > 0 ? 0.8 * *e + 0.2 * (double)t->cpu_expert_ns : (double)t->cpu_expert_ns;
     }
