@@ -411,8 +411,11 @@ mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, c
         ns[rep] = (double)gs[rep].cpu_expert_ns / (double)gs[rep].hybrid_layers;
     }
     cJSON *p = mp_calib_point("experts", (double)K, ns, o->reps);
-    if (!p || !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]) ||
-        !cJSON_AddItemToObject(root, "cpu_decode_layer", p) ||
+    if (p && !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1])) {
+        cJSON_Delete(p); /* not yet owned by root */
+        p = NULL;
+    }
+    if (!p || !cJSON_AddItemToObject(root, "cpu_decode_layer", p) ||
         !cJSON_AddStringToObject(device, "cpu_decode_layer_path",
                                  "runtime: GPU executor, placement cpu (every expert in host memory), decode "
                                  "with CUDA graphs, mean CPU expert time per layer step (mp_gpu_stats "
