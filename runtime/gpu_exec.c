@@ -521,8 +521,15 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
     g->gemm_min_rows = MP_GPU_GEMM_MIN_ROWS;
     const char *gmr = getenv("MP_GPU_GEMM_MIN_ROWS"); /* as mp_gpu_set_gemm_min_rows (A/B, repro) */
-    if (gmr && atoll(gmr) > MP_GPU_GEMM_MIN_ROWS)
-        g->gemm_min_rows = atoll(gmr);
+    if (gmr && *gmr) {
+        char *end = NULL;
+        const long long v = strtoll(gmr, &end, 10);
+        if (*end || v < 0) /* a typo must not pass for an A/B */
+            fprintf(stderr, "moeplan: MP_GPU_GEMM_MIN_ROWS=%.40s is not a row count: the default %d\n", gmr,
+                    MP_GPU_GEMM_MIN_ROWS);
+        else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
+            g->gemm_min_rows = v;
+    }
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     g->timing = calloc((size_t)hp->n_layer, sizeof *g->timing);
     g->ev_moe = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_moe);
