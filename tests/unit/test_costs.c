@@ -347,6 +347,26 @@ Test(costs, reads_the_optional_concurrent_curve)
     }
 }
 
+/* The fixture with `member` ("\"key\": value, ") inserted before its "sync" member, parsed into
+ * c (asserted to succeed). */
+static void parse_with_member(const char *member, mp_costs *c)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    char *at = strstr(text, "\"sync\":");
+    cr_assert_not_null(at);
+    char *mut = malloc(len + strlen(member) + 1);
+    cr_assert_not_null(mut);
+    const size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    strcpy(mut + head, member);
+    strcat(mut, at);
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", c, &err), MP_OK, "%s", err.msg);
+    free(mut);
+    free(text);
+}
+
 Test(costs, reads_the_optional_hybrid_layer)
 {
     size_t len;
@@ -357,19 +377,12 @@ Test(costs, reads_the_optional_hybrid_layer)
     cr_assert_eq(c.hybrid_layer.median_ns, 0, "absent: zero");
     cr_assert(!c.has_hybrid_layer);
     mp_costs_free(&c);
-    char *at = strstr(text, "\"sync\":");
-    cr_assert_not_null(at);
-    char *mut = malloc(len + 128);
-    const size_t head = (size_t)(at - text);
-    memcpy(mut, text, head);
-    sprintf(mut + head, "\"hybrid_layer\": {\"median_ns\": 21000, \"spread_ns\": 700}, %s", at);
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    free(text);
+    parse_with_member("\"hybrid_layer\": {\"median_ns\": 21000, \"spread_ns\": 700}, ", &c);
     cr_assert_eq(c.hybrid_layer.median_ns, 21000);
     cr_assert_eq(c.hybrid_layer.spread_ns, 700);
     cr_assert(c.has_hybrid_layer);
     mp_costs_free(&c);
-    free(mut);
-    free(text);
     expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": -5, \"spread_ns\": 1}, \"sync\":",
                   "$.hybrid_layer.median_ns: expected a finite number >= 0");
     expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": 5}, \"sync\":", "$.hybrid_layer.spread_ns: missing");
@@ -384,21 +397,14 @@ Test(costs, reads_the_optional_cpu_decode_layer)
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(c.cpu_decode_layer_experts, 0, "absent: no experts");
     mp_costs_free(&c);
-    char *at = strstr(text, "\"sync\":");
-    cr_assert_not_null(at);
-    char *mut = malloc(len + 160);
-    const size_t head = (size_t)(at - text);
-    memcpy(mut, text, head);
-    sprintf(mut + head, "\"cpu_decode_layer\": {\"experts\": 8, \"threads\": 16, \"median_ns\": 316000, "
-                        "\"spread_ns\": 4000}, %s", at);
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    free(text);
+    parse_with_member("\"cpu_decode_layer\": {\"experts\": 8, \"threads\": 16, \"median_ns\": 316000, "
+                      "\"spread_ns\": 4000}, ", &c);
     cr_assert_eq(c.cpu_decode_layer_experts, 8);
     cr_assert_eq(c.cpu_decode_layer_threads, 16);
     cr_assert_eq(c.cpu_decode_layer.median_ns, 316000);
     cr_assert_eq(c.cpu_decode_layer.spread_ns, 4000);
     mp_costs_free(&c);
-    free(mut);
-    free(text);
     static const struct { const char *obj, *needle; } bad[] = {
         {"{\"experts\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
          "$.cpu_decode_layer.experts: expected a finite number >= 1"},
@@ -429,19 +435,12 @@ Test(costs, reads_the_optional_non_moe_context)
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
     cr_assert(!c.has_non_moe_context, "absent: no context term");
     mp_costs_free(&c);
-    char *at = strstr(text, "\"sync\":");
-    cr_assert_not_null(at);
-    char *mut = malloc(len + 96);
-    const size_t head = (size_t)(at - text);
-    memcpy(mut, text, head);
-    sprintf(mut + head, "\"non_moe_context\": {\"keys\": 32.5, \"per_key_ns\": 41.25}, %s", at);
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    free(text);
+    parse_with_member("\"non_moe_context\": {\"keys\": 32.5, \"per_key_ns\": 41.25}, ", &c);
     cr_assert(c.has_non_moe_context);
     cr_assert_eq(c.non_moe_keys, 32.5);
     cr_assert_eq(c.non_moe_per_key_ns, 41.25);
     mp_costs_free(&c);
-    free(mut);
-    free(text);
     expect_reject("\"sync\":", "\"non_moe_context\": {\"keys\": 3}, \"sync\":", "$.non_moe_context.per_key_ns: missing");
     expect_reject("\"sync\":", "\"non_moe_context\": {\"keys\": -1, \"per_key_ns\": 1}, \"sync\":",
                   "$.non_moe_context.keys: expected a finite number >= 0");
