@@ -1,6 +1,6 @@
 /* tests/gpu/gpu_util.h — helpers shared by the GPU tests (one copy per test executable).
  *
- * - random numbers: splitmix64, seeded once per test from the clock or MP_TEST_SEED (to replay a
+ * - random numbers: tests/rng.h (seeded once per test from the clock or MP_TEST_SEED, to replay a
  *   failure); every assertion message starts with "seed %llu" so a failure can be rerun exactly;
  * - random weight rows: valid blocks of every type with random quants and random (finite, small)
  *   scales — every bit pattern of the quant fields occurs, unlike rows made by a quantizer;
@@ -19,40 +19,7 @@
 #include <time.h>
 
 #include "kernels/quant.h"
-
-static uint64_t g_seed, g_rng;
-
-static inline void seed_rng(void)
-{
-    const char *env = getenv("MP_TEST_SEED");
-    if (env) {
-        g_seed = strtoull(env, NULL, 10);
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        g_seed = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
-    }
-    g_rng = g_seed;
-}
-
-static inline uint64_t rnd_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline double rnd_uniform(void) /* [0, 1) */
-{
-    return (double)(rnd_u64() >> 11) * 0x1p-53;
-}
-
-static inline float rnd_gauss(void)
-{
-    const double u1 = rnd_uniform() + 1e-300, u2 = rnd_uniform();
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-}
+#include "tests/rng.h"
 
 static inline void rnd_floats(float *x, int64_t n, float scale)
 {

@@ -7,14 +7,9 @@
 #include <stdint.h>
 
 #include "kernels/quant.h"
+#include "tests/rng.h"
 
-/* random numbers: splitmix64 seeded from the clock or MP_TEST_SEED; g_seed goes in messages */
-extern uint64_t g_seed;
-void seed_rng(void);
-uint64_t rnd_u64(void);
-double rnd_uniform(void); /* [0, 1) */
-float rnd_gauss(void);
-void rnd_bytes(uint8_t *p, size_t n);
+void rnd_bytes(uint8_t *p, size_t n); /* from the generator of tests/rng.h */
 
 void *alloc64(size_t bytes); /* 64-byte aligned; asserts on failure */
 int same_float(float a, float b); /* same bits, or both NaN */
