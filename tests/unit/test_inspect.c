@@ -209,6 +209,29 @@ Test(inspect, missing_file_and_usage_errors)
     free_result(&r);
 }
 
+/* MP_HANG_DUMP_S (cli/hang_dump.c, any command): a value that is not 1..86400 seconds is said in
+ * one line and the command runs as usual; a valid one arms the dump silently. */
+Test(inspect, hang_dump_variable_is_checked)
+{
+    const char *help[] = {"inspect", "--help", NULL};
+    cr_assert_eq(setenv("MP_HANG_DUMP_S", "soon", 1), 0);
+    run_result r = run_moeplan(help);
+    cr_assert_eq(r.status, 0);
+    cr_assert_not_null(strstr(r.err, "MP_HANG_DUMP_S=soon: expected seconds 1..86400; no stack dump"), "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "usage: moeplan inspect"));
+    free_result(&r);
+    cr_assert_eq(setenv("MP_HANG_DUMP_S", "0", 1), 0);
+    r = run_moeplan(help);
+    cr_assert_not_null(strstr(r.err, "MP_HANG_DUMP_S=0: expected seconds"), "%s", r.err);
+    free_result(&r);
+    cr_assert_eq(setenv("MP_HANG_DUMP_S", "600", 1), 0);
+    r = run_moeplan(help);
+    cr_assert_eq(r.status, 0);
+    cr_assert_null(strstr(r.err, "MP_HANG_DUMP_S"), "%s", r.err);
+    free_result(&r);
+    unsetenv("MP_HANG_DUMP_S");
+}
+
 /* Expert tensors that disagree (expert counts, a missing part, not 3-D) are an error, not a
  * silently wrong table. The files are written with moeplan's own GGUF writer. */
 static void write_moe(const char *path, const int64_t *up_ne, uint32_t up_dims, bool with_down)
