@@ -188,6 +188,12 @@ static bool decode_copies_on(const mp_gpu *g, int64_t n)
     return n == 1 && g->d_stage && g->decode_copy != 0;
 }
 
+/* One sample into an EWMA of decode times (dec_cpu_ns, dec_copy_ns; 0: none yet). */
+static void decode_ewma(double *e, double sample_ns)
+{
+    *e = *e > 0 ? 0.8 * *e + 0.2 * sample_ns : sample_ns;
+}
+
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
 {
     if (g->copy_fixed)
@@ -328,10 +334,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* the last decode copies' time (they finished before this layer's routing reached the host) */
     if (g->dc_pending > 0) {
         float ms = 0;
-        if (cudaEventElapsedTime(&ms, g->ev_dc[0], g->ev_dc[1]) == cudaSuccess && ms > 0) {
-            double *e = &g->dec_copy_ns[g->dc_pending];
-            *e = *e > 0 ? 0.8 * *e + 0.2 * (double)ms * 1e6 : (double)ms * 1e6;
-        }
+        if (cudaEventElapsedTime(&ms, g->ev_dc[0], g->ev_dc[1]) == cudaSuccess && ms > 0)
+            decode_ewma(&g->dec_copy_ns[g->dc_pending], (double)ms * 1e6);
         cudaGetLastError();
         g->dc_pending = 0;
     }
@@ -374,7 +378,9 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* two staging batches go out before the CPU starts, the rest after it */
     bool gpu_wrote = G->n_resident > 0;
     int done = 0;
-    const bool time_copies = decode_copies_on(g, n) && n_copy > 0 && n_copy <= MP_GPU_MAX_TOP_K;
+    /* by cost only: the copies' time feeds mp_gpu_decode_copies */
+    const bool time_copies = decode_copies_on(g, n) && g->decode_copy < 0 && n_copy > 0 &&
+                             n_copy <= MP_GPU_MAX_TOP_K;
     if (time_copies)
         CCHECK(cudaEventRecord(g->ev_dc[0], g->copy_stream), "cudaEventRecord");
     if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
@@ -388,11 +394,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
-    if (g->decode_copy < 0 && n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) {
-        /* decode copies by cost: the CPU's time for n_cpu routes (mp_gpu_decode_copies reads it) */
-        double *e = &g->dec_cpu_ns[n_cpu];
-        *e = *e > 0 ? 0.8 * *e + 0.2 * (double)t->cpu_expert_ns : (double)t->cpu_expert_ns;
-    }
+    if (g->decode_copy < 0 && n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) /* by cost: its CPU side */
+        decode_ewma(&g->dec_cpu_ns[n_cpu], (double)t->cpu_expert_ns);
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
         const double sample = (double)t->cpu_expert_ns / (double)n_cpu;
         g->cpu_ns_per_route = g->cpu_ns_per_route > 0 ? 0.7 * g->cpu_ns_per_route + 0.3 * sample : sample;
