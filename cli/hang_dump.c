@@ -1,8 +1,11 @@
 /* cli/hang_dump.c — where is a hung moeplan? MP_HANG_DUMP_S=N: after N seconds, and twice more a
- * second apart, the main thread prints its stack on stderr ("== main thread stack after N s",
+ * second apart, the main thread prints its stack on stderr ("== main thread stack (MP_HANG_DUMP_S)",
  * then one frame per line, object(+offset) for functions without an exported symbol: addr2line
- * -f -e OBJECT OFFSET names them). For machines without gdb where ptrace is not an option
- * (scripts/gpu.sh f32-cli uses it). Off unless the variable is set. */
+ * -f -e OBJECT OFFSET names them). A thread inside a system call that does not return (a driver's
+ * ioctl) takes no signal, so each time the watcher also prints what the kernel says of the main
+ * thread: its state, wait channel, current system call and, where readable, its kernel stack.
+ * For machines without gdb where ptrace is not an option (scripts/gpu.sh f32-cli uses it). Off
+ * unless the variable is set. */
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,12 +30,30 @@ static void on_signal(int sig)
     backtrace_symbols_fd(pc, n, 2);
 }
 
+/* /proc/self/task/<main>/FILE on stderr, prefixed with its name; nothing when unreadable */
+static void print_task_file(const char *file)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)getpid(), file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    fprintf(stderr, "== main thread %s: %s%s", file, buf, n && buf[n - 1] == '\n' ? "" : "\n");
+}
+
 static void *watch(void *arg)
 {
     const unsigned s = (unsigned)(uintptr_t)arg;
     sleep(s);
     for (int i = 0; i < 3; i++) {
         pthread_kill(main_thread, SIGUSR2);
+        print_task_file("stat");
+        print_task_file("wchan");
+        print_task_file("syscall");
+        print_task_file("stack");
         sleep(1);
     }
     return NULL;

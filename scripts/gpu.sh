@@ -21,7 +21,8 @@
 #              if it has not returned after 45 s, every thread's stack of every test process
 #              (gdb, else /proc's wchan/syscall/stack) and the GPU's utilization -> $OUT/f32-hang/
 #   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement cpu);
-#              the main thread's stack after 20 s (MP_HANG_DUMP_S), frames resolved -> $OUT/f32-cli/
+#              the main thread's stack and kernel state after 8 s (MP_HANG_DUMP_S), frames
+#              resolved, every thread's /proc state -> $OUT/f32-cli/
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -183,24 +184,29 @@ for stage in "${stages[@]}"; do
         ;;
     f32-cli)
         # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
-        # (40-row prefill, then decode), with cuBLAS prefill and with GEMV-only prefill; a run
-        # still going after 20 s prints its main thread's stack (MP_HANG_DUMP_S, three samples),
-        # resolved here with addr2line
+        # (40-row prefill, then decode); a run still going after 8 s prints its main thread's
+        # stack and kernel-side state (MP_HANG_DUMP_S, three samples; frames resolved here with
+        # addr2line), and every thread's state, wait channel and system call from /proc
         build || { rc=1; continue; }
         mkdir -p "$OUT/f32-cli"
         build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
-        for gmr in 0 1000000; do
-            lg=$OUT/f32-cli/bench-gmr$gmr.log
-            MP_HANG_DUMP_S=20 MP_GPU_GEMM_MIN_ROWS=$gmr timeout -s KILL 30 build-gpu/cli/moeplan bench \
-                -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1
-            log "f32-cli: gemm_min_rows $gmr: exit $?"
-            nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader >>"$lg" 2>&1
-            grep -o '^[^ ]*(+0x[0-9a-f]*)' "$lg" | sort -u | while IFS= read -r fr; do
-                off=${fr#*(+}
-                echo "$fr -> $(addr2line -f -e "${fr%%(*}" "${off%)}" 2>&1 | paste -sd' ')"
-            done >"$OUT/f32-cli/frames-gmr$gmr.txt"
-            tail -3 "$lg"
-        done
+        lg=$OUT/f32-cli/bench.log
+        MP_HANG_DUMP_S=8 timeout -s KILL 14 build-gpu/cli/moeplan bench \
+            -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1 &
+        bpid=$!
+        sleep 9
+        for t in /proc/"$bpid"/task/*; do
+            echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
+            cat "$t/stack" 2>/dev/null
+        done >"$OUT/f32-cli/tasks.txt" 2>&1
+        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader >>"$OUT/f32-cli/tasks.txt" 2>&1
+        wait "$bpid"
+        log "f32-cli: exit $?"
+        grep -o '^[^ ]*(+0x[0-9a-f]*)' "$lg" | sort -u | while IFS= read -r fr; do
+            off=${fr#*(+}
+            echo "$fr -> $(addr2line -f -e "${fr%%(*}" "${off%)}" 2>&1 | paste -sd' ')"
+        done >"$OUT/f32-cli/frames.txt"
+        tail -3 "$lg"
         ;;
     bench-cupti)
         build || { rc=1; continue; }

@@ -165,10 +165,11 @@ static bool down_split(void)
 }
 
 // Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu); 0:
-// never; -1: not decided yet. Off by default until the path has run on a GPU (written without
-// one, 2026-11-29): MP_CUDA_MOE_MMA=1 turns it on from MOE_MMA_MIN_ROWS rows, MP_CUDA_MOE_MMA=N
-// (N >= 16) from N rows; the tests force it (mp_cuda_moe_set_mma_min_rows).
-#define MOE_MMA_MIN_ROWS 64
+// never; -1: not decided yet. Measured on the H200 (bench_cuda, 30B expert shapes, 2026-11-29):
+// tensor cores 1337 / 1953 us at 64 / 512 rows, the CUDA-core grouped path 702 / 4043 us; the
+// lines cross near 170 rows. MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) moves the
+// threshold, =1 keeps the default; the tests force it (mp_cuda_moe_set_mma_min_rows).
+#define MOE_MMA_MIN_ROWS 192
 static int64_t g_mma_min_rows = -1;
 
 extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
@@ -187,12 +188,12 @@ static int64_t mma_min_rows(void)
         const char *v = getenv("MP_CUDA_MOE_MMA");
         char *end = NULL;
         const long n = v ? strtol(v, &end, 10) : 0;
-        g_mma_min_rows = 0;
+        g_mma_min_rows = MOE_MMA_MIN_ROWS;
         if (v && *v && !*end && (n == 0 || n == 1 || n >= 16))
             g_mma_min_rows = n == 1 ? MOE_MMA_MIN_ROWS : n;
         else if (v && *v) /* a typo must not pass for an A/B */
             fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_MMA=%.40s is not 0, 1 or rows >= 16: tensor-core "
-                            "experts off\n", v);
+                            "experts from %d rows\n", v, MOE_MMA_MIN_ROWS);
     }
     return g_mma_min_rows;
 }
