@@ -14,6 +14,7 @@
  * weights are replicated over >= 512 MB of copies and each repetition reads the next copy.
  * Weights are random bytes with finite block scales (speed does not depend on the values). */
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,8 +301,10 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 50;
-    if (reps < 1 || argc > 2 || (argc > 1 && !strcmp(argv[1], "--help"))) {
-        printf("usage: bench_cuda [REPS]   (GEMV and MoE-expert GB/s on CUDA device 0)\n");
+    const bool prefill_only = argc > 2 && !strcmp(argv[2], "prefill");
+    if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only) || (argc > 1 && !strcmp(argv[1], "--help"))) {
+        printf("usage: bench_cuda [REPS [prefill]]   (GEMV and MoE-expert GB/s on CUDA device 0; prefill:\n"
+               "       only the grouped prefill experts, CUDA cores against tensor cores, 64 ... 512 rows)\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     char why[256];
@@ -314,6 +317,15 @@ int main(int argc, char **argv)
     printf("device: %s, %d SMs, %.1f GiB\n", prop.name, prop.multiProcessorCount,
            (double)prop.totalGlobalMem / (1 << 30));
     printf("| kernel | type | shape | rows | median | bandwidth | best |\n|---|---|---|---|---|---|---|\n");
+    if (prefill_only) { /* where the two paths cross (moe.cu's MOE_MMA_MIN_ROWS) */
+        const int64_t rows[] = {64, 128, 192, 256, 512};
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+            for (int mma = 0; mma < 2; mma++) {
+                bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
+                bench_moe_prefill(MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
+            }
+        return 0;
+    }
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
                          MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {

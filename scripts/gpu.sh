@@ -23,6 +23,10 @@
 #   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement cpu);
 #              the main thread's stack and kernel state after 8 s (MP_HANG_DUMP_S), frames
 #              resolved, every thread's /proc state -> $OUT/f32-cli/
+#   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows, the
+#              tensor-core staging pipelined and not (bench_cuda REPS prefill)
+#   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
+#   decode-ab  the all-resident decode step: plain, --ctx 4096, --route-replay, graphs off
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -186,27 +190,77 @@ for stage in "${stages[@]}"; do
         # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
         # (40-row prefill, then decode); a run still going after 8 s prints its main thread's
         # stack and kernel-side state (MP_HANG_DUMP_S, three samples; frames resolved here with
-        # addr2line), and every thread's state, wait channel and system call from /proc
+        # addr2line), every thread's state, wait channel and system call from /proc, and every
+        # thread's stack from cuda-gdb attached to it
         build || { rc=1; continue; }
         mkdir -p "$OUT/f32-cli"
         build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
         lg=$OUT/f32-cli/bench.log
-        MP_HANG_DUMP_S=8 timeout -s KILL 14 build-gpu/cli/moeplan bench \
+        MP_HANG_DUMP_S=8 timeout -s KILL 22 build-gpu/cli/moeplan bench \
             -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1 &
-        bpid=$!
+        tpid=$!
         sleep 9
-        for t in /proc/"$bpid"/task/*; do
+        bpid=$(pgrep -P "$tpid" | head -1) # moeplan, the child of timeout
+        for t in /proc/"${bpid:-$tpid}"/task/*; do
             echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
             cat "$t/stack" 2>/dev/null
         done >"$OUT/f32-cli/tasks.txt" 2>&1
         nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader >>"$OUT/f32-cli/tasks.txt" 2>&1
-        wait "$bpid"
+        if [ -n "$bpid" ] && command -v cuda-gdb >/dev/null; then # attaches where no gdb is installed
+            timeout 8 cuda-gdb -p "$bpid" -batch -ex 'info threads' -ex 'thread apply all bt' \
+                >"$OUT/f32-cli/cuda-gdb.txt" 2>&1
+        fi
+        wait "$tpid"
         log "f32-cli: exit $?"
         grep -o '^[^ ]*(+0x[0-9a-f]*)' "$lg" | sort -u | while IFS= read -r fr; do
             off=${fr#*(+}
             echo "$fr -> $(addr2line -f -e "${fr%%(*}" "${off%)}" 2>&1 | paste -sd' ')"
         done >"$OUT/f32-cli/frames.txt"
         tail -3 "$lg"
+        ;;
+    bench-prefill)
+        # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores, with the
+        # tensor-core staging pipelined and not (MP_CUDA_MOE_MMA_PIPE)
+        build || { rc=1; continue; }
+        for p in 1 0; do
+            log "bench-prefill: MP_CUDA_MOE_MMA_PIPE=$p"
+            MP_CUDA_MOE_MMA_PIPE=$p build-gpu/bench/bench_cuda 20 prefill 2>&1 | tee "$OUT/bench-prefill-pipe$p.log" || rc=1
+        done
+        ;;
+    ncu-mma)
+        # Nsight Compute on the tensor-core experts (gate/up and down, Q4_K/Q6_K) at 64 and 512 rows:
+        # bench_cuda 5 prefill launches each tensor-core configuration 8 x 2 times, 64-row Q4_K first,
+        # 512-row Q4_K ninth
+        build || { rc=1; continue; }
+        for skip in 0 128; do
+            timeout 240 ncu --clock-control none --kernel-name regex:moe_mma_kernel --launch-skip $skip \
+                --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
+                --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+                build-gpu/bench/bench_cuda 5 prefill >"$OUT/ncu-mma-skip$skip.txt" 2>&1 || rc=1
+            grep -E 'Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Issued|Memory Throughput|Compute \(SM\)' \
+                "$OUT/ncu-mma-skip$skip.txt" | head -40
+        done
+        ;;
+    decode-ab)
+        # the all-resident decode step as bench runs it, one factor changed at a time: the context
+        # (--ctx), routes replayed from a trace (DECODE_AB_TRACE, a trace of the preset's geometry),
+        # CUDA graphs off; tg128, 3 repetitions each
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        mkdir -p "$OUT/decode-ab"
+        trace=${DECODE_AB_TRACE:-.ab/trace-qwen3-30b-2prompts.db}
+        for v in plain ctx4096 replay graphs0; do
+            extra=(); envs=()
+            case $v in
+            ctx4096) extra=(--ctx 4096) ;;
+            replay) extra=(--route-replay "$trace") ;;
+            graphs0) envs=(MP_GPU_GRAPHS=0) ;;
+            esac
+            env "${envs[@]}" build-gpu/cli/moeplan bench -m "$MODEL30" --placement gpu -p 0 -n 128 -r 3 -t 16 \
+                "${extra[@]}" -o json >"$OUT/decode-ab/$v.json" 2>"$OUT/decode-ab/$v.err" || rc=1
+            python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; print(sys.argv[2], "tg128", round(r["median_tok_s"],2), "tok/s", round(1000/r["median_tok_s"],4), "ms/token")' \
+                "$OUT/decode-ab/$v.json" "$v" 2>&1 | tee -a "$OUT/decode-ab/summary.txt"
+        done
         ;;
     bench-cupti)
         build || { rc=1; continue; }
@@ -242,7 +296,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-exec, profile, bench-pool, f32-hang, f32-cli, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, bench-exec, profile, bench-pool, f32-hang, f32-cli, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
