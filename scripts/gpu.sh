@@ -20,11 +20,10 @@
 #   f32-hang   the known hang of gpu_exec's F32 hybrid case: runs it (MP_TEST_F32_HYBRID=1) and,
 #              if it has not returned after 45 s, every thread's stack of every test process
 #              (gdb, else /proc's wchan/syscall/stack) and the GPU's utilization -> $OUT/f32-hang/
-#   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement cpu);
-#              the main thread's stack and kernel state after 8 s (MP_HANG_DUMP_S), frames
-#              resolved, every thread's /proc state -> $OUT/f32-cli/
-#   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows, the
-#              tensor-core staging pipelined and not (bench_cuda REPS prefill)
+#   f32-cli    the same "hang" outside criterion (moeplan bench of a tiny F32 model, --placement
+#              cpu): run without core files, then under cuda-gdb for the stack -> $OUT/f32-cli/
+#   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows
+#              (bench_cuda REPS prefill)
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
 #   decode-ab  the all-resident decode step: plain, --ctx 4096, --route-replay, graphs off
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
@@ -62,6 +61,8 @@ pack() {
     (cd "$OUT" && find . -type f -size -8M ! -name '*.gguf' | tar -czf "$RESULTS/.$TARBALL" -T -) &&
         mv "$RESULTS/.$TARBALL" "$RESULTS/$TARBALL"
 }
+# no core files: a CUDA process's core takes minutes to write and looks like a hang (f32-cli)
+ulimit -c 0
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(tests bench-cpu)
 log() { echo "[gpu.sh $(date +%H:%M:%S)] $*"; }
@@ -187,45 +188,28 @@ for stage in "${stages[@]}"; do
         tail -5 "$OUT/f32-hang/test.log"
         ;;
     f32-cli)
-        # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
-        # (40-row prefill, then decode); a run still going after 8 s prints its main thread's
-        # stack and kernel-side state (MP_HANG_DUMP_S, three samples; frames resolved here with
-        # addr2line), every thread's state, wait channel and system call from /proc, and every
-        # thread's stack from cuda-gdb attached to it
+        # the F32 hybrid "hang" outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
+        # (40-row prefill, then decode). Seen (2026-11-29, 3rd call): one thread left, running,
+        # no output, and no signal taken -- the signature of a crash writing a core file of a
+        # CUDA process. So: without core files (ulimit -c 0, the exit status says the signal),
+        # then under cuda-gdb for the faulting stack.
         build || { rc=1; continue; }
         mkdir -p "$OUT/f32-cli"
         build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
-        lg=$OUT/f32-cli/bench.log
-        MP_HANG_DUMP_S=8 timeout -s KILL 22 build-gpu/cli/moeplan bench \
-            -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1 &
-        tpid=$!
-        sleep 9
-        bpid=$(pgrep -P "$tpid" | head -1) # moeplan, the child of timeout
-        for t in /proc/"${bpid:-$tpid}"/task/*; do
-            echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
-            cat "$t/stack" 2>/dev/null
-        done >"$OUT/f32-cli/tasks.txt" 2>&1
-        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader >>"$OUT/f32-cli/tasks.txt" 2>&1
-        if [ -n "$bpid" ] && command -v cuda-gdb >/dev/null; then # attaches where no gdb is installed
-            timeout 8 cuda-gdb -p "$bpid" -batch -ex 'info threads' -ex 'thread apply all bt' \
-                >"$OUT/f32-cli/cuda-gdb.txt" 2>&1
+        args=(bench -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1)
+        (ulimit -c 0; timeout -s KILL 30 build-gpu/cli/moeplan "${args[@]}" >"$OUT/f32-cli/bench.log" 2>&1)
+        log "f32-cli: exit $? (128 + N: signal N)"
+        tail -3 "$OUT/f32-cli/bench.log"
+        if command -v cuda-gdb >/dev/null; then
+            (ulimit -c 0; timeout -s KILL 90 cuda-gdb -batch -ex run -ex bt -ex 'info threads' \
+                --args build-gpu/cli/moeplan "${args[@]}" >"$OUT/f32-cli/cuda-gdb.txt" 2>&1)
+            grep -A25 -m1 'received signal\|^#0' "$OUT/f32-cli/cuda-gdb.txt" | head -40
         fi
-        wait "$tpid"
-        log "f32-cli: exit $?"
-        grep -o '^[^ ]*(+0x[0-9a-f]*)' "$lg" | sort -u | while IFS= read -r fr; do
-            off=${fr#*(+}
-            echo "$fr -> $(addr2line -f -e "${fr%%(*}" "${off%)}" 2>&1 | paste -sd' ')"
-        done >"$OUT/f32-cli/frames.txt"
-        tail -3 "$lg"
         ;;
     bench-prefill)
-        # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores, with the
-        # tensor-core staging pipelined and not (MP_CUDA_MOE_MMA_PIPE)
+        # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores
         build || { rc=1; continue; }
-        for p in 1 0; do
-            log "bench-prefill: MP_CUDA_MOE_MMA_PIPE=$p"
-            MP_CUDA_MOE_MMA_PIPE=$p build-gpu/bench/bench_cuda 20 prefill 2>&1 | tee "$OUT/bench-prefill-pipe$p.log" || rc=1
-        done
+        build-gpu/bench/bench_cuda 20 prefill 2>&1 | tee "$OUT/bench-prefill.log" || rc=1
         ;;
     ncu-mma)
         # Nsight Compute on the tensor-core experts (gate/up and down, Q4_K/Q6_K) at 64 and 512 rows:

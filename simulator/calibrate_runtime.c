@@ -47,64 +47,63 @@ mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *v
 }
 
 
-/* One-row steps, graph-replayed and without hooks, at positions in [lo, hi): the session is reset
- * and filled to lo (untimed steps of up to max_rows random tokens) whenever the position falls
- * outside. ns[0 .. reps) gets each recorded step's wall time; *mean_keys the keys they attended
- * on average (position + 1). */
-static mp_status decode_at(mp_session *s, const mp_model *m, const mp_calib_opts *o, int64_t lo, int64_t hi,
-                           int max_rows, int32_t *tokens, float *logits, uint64_t *rng, double *ns,
-                           double *mean_keys, mp_error *err)
+/* One-row steps as `bench` and production decode run them: back to back, graph-replayed and
+ * without hooks. Each repetition resets the session, fills it to position `start` (a 1-token
+ * prompt, or steps of up to max_rows random tokens; untimed), then times `steps` one-row steps
+ * in one interval: ns[0 .. reps) gets the mean step of each recorded repetition, *mean_keys the
+ * keys those steps attended on average. (Timing each step alone, after a reset to the start of
+ * the context, measured 3.80 ms where bench's tg128 measured 4.28 on the H200, 2026-11-29:
+ * calibrate now times what bench times.) */
+static mp_status decode_run(mp_session *s, const mp_model *m, const mp_calib_opts *o, int64_t start, int steps,
+                            int max_rows, int32_t *tokens, float *logits, uint64_t *rng, double *ns,
+                            double *mean_keys, mp_error *err)
 {
     mp_status st;
-    double keys = 0;
     mp_session_set_hooks(s, NULL);
     for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
-        if (mp_session_n_past(s) < lo || mp_session_n_past(s) >= hi) {
-            mp_session_reset(s);
-            while (mp_session_n_past(s) < lo) {
-                const int64_t n = lo - mp_session_n_past(s) < max_rows ? lo - mp_session_n_past(s) : max_rows;
-                for (int64_t i = 0; i < n; i++) {
-                    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-                    tokens[i] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
-                }
-                if ((st = mp_session_eval(s, tokens, n, false, logits, err)))
-                    return st;
+        mp_session_reset(s);
+        while (mp_session_n_past(s) < start) {
+            const int64_t left = start - mp_session_n_past(s), n = left < max_rows ? left : max_rows;
+            for (int64_t i = 0; i < n; i++) {
+                *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+                tokens[i] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
             }
+            if ((st = mp_session_eval(s, tokens, n, false, logits, err)))
+                return st;
         }
-        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-        tokens[0] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
-        const int64_t at = mp_session_n_past(s);
         const int64_t t0 = mp_calib_now_ns();
-        if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
-            return st;
-        if (rep >= 0) {
-            ns[rep] = (double)(mp_calib_now_ns() - t0);
-            keys += (double)(at + 1);
+        for (int i = 0; i < steps; i++) {
+            *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+            tokens[0] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
+            if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
+                return st;
         }
+        if (rep >= 0)
+            ns[rep] = (double)(mp_calib_now_ns() - t0) / steps;
     }
-    *mean_keys = keys / o->reps;
+    *mean_keys = (double)start + (steps + 1) / 2.0; /* steps at positions start .. start + steps - 1 */
     return MP_OK;
 }
 
-/* The one-row GPU point: graph-replayed decode steps near the start of the context (positions
- * 0 .. 63) minus what simulate charges for their experts (decode_moe_ns), and the context term:
- * the same steps near 2,048 keys (or the context's end), (long - short) / (their keys' difference)
- * per key. Adds the point to arr; *context gets {keys, per_key_ns} (NULL when the context is too
- * short to tell). */
+/* The one-row GPU point: decode steps after a 1-token prompt (positions 1 .. 64, as bench's tg
+ * runs them) minus what simulate charges for their experts (decode_moe_ns), and the context
+ * term: the same steps from position ~1,984 (or the context's end), (long - short) / (their
+ * keys' difference) per key. Adds the point to arr; *context gets {keys, per_key_ns} (NULL when
+ * the context is too short to tell). */
 #define NON_MOE_SHORT_KEYS 64
 static mp_status non_moe_decode(mp_session *s, const mp_model *m, const mp_calib_opts *o, cJSON *arr,
                                 double decode_moe_ns, int64_t n_ctx, int max_rows, int32_t *tokens,
                                 float *logits, uint64_t *rng, double *ns, cJSON **context, mp_error *err)
 {
-    double keys_s, keys_l, *long_ns = malloc((size_t)o->reps * sizeof(double));
+    double keys_s = 0, keys_l = 0, *long_ns = malloc((size_t)o->reps * sizeof(double));
     mp_status st = long_ns ? MP_OK : mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     *context = NULL;
     if (!st)
-        st = decode_at(s, m, o, 0, NON_MOE_SHORT_KEYS, max_rows, tokens, logits, rng, ns, &keys_s, err);
+        st = decode_run(s, m, o, 1, NON_MOE_SHORT_KEYS, max_rows, tokens, logits, rng, ns, &keys_s, err);
     const int64_t hi = n_ctx < 2048 ? n_ctx : 2048, lo = hi - NON_MOE_SHORT_KEYS;
     const bool has_long = lo >= 4 * NON_MOE_SHORT_KEYS;
     if (!st && has_long)
-        st = decode_at(s, m, o, lo, hi, max_rows, tokens, logits, rng, long_ns, &keys_l, err);
+        st = decode_run(s, m, o, lo, NON_MOE_SHORT_KEYS, max_rows, tokens, logits, rng, long_ns, &keys_l, err);
     if (st) {
         free(long_ns);
         return st;
@@ -136,7 +135,7 @@ static mp_status non_moe_decode(mp_session *s, const mp_model *m, const mp_calib
     if (!p)
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     cJSON_AddItemToArray(arr, p);
-    mp_calib_say(o, "calibrate: non-MoE step rows 1 (graph-replayed, %.0f keys): median %.1f us (mean step %.1f "
+    mp_calib_say(o, "calibrate: non-MoE step rows 1 (back-to-back graph-replayed steps, %.0f keys): median %.1f us (mean step %.1f "
                     "us, modelled MoE in it %.1f us); %s %.1f ns per key of context",
                  keys_s, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, step_s / 1000.0,
                  decode_moe_ns / 1000.0, has_long ? "measured at ~2,048 keys:" : "context too short to measure:",

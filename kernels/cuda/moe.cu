@@ -165,11 +165,15 @@ static bool down_split(void)
 }
 
 // Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu); 0:
-// never; -1: not decided yet. Measured on the H200 (bench_cuda, 30B expert shapes, 2026-11-29):
-// tensor cores 1337 / 1953 us at 64 / 512 rows, the CUDA-core grouped path 702 / 4043 us; the
-// lines cross near 170 rows. MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) moves the
-// threshold, =1 keeps the default; the tests force it (mp_cuda_moe_set_mma_min_rows).
-#define MOE_MMA_MIN_ROWS 192
+// never; -1: not decided yet; -2: the default, by the gate's type. Measured on the H200
+// (bench_cuda 20 prefill, 30B expert shapes, 2026-11-29): Q4_K/Q6_K tensor cores 1337 / 1953 us
+// at 64 / 512 rows against the CUDA-core grouped path's 685 / 1148 / 1644 / 2105 / 3996 us at
+// 64 / 128 / 192 / 256 / 512 rows: the lines cross near 170 rows. Q8_0: 1512 / 2418 against
+// 590 ... 1813 (256) ... 3490: near 290 rows (Q4_0, not measured, is taken as Q8_0).
+// MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default;
+// the tests force it (mp_cuda_moe_set_mma_min_rows).
+#define MOE_MMA_MIN_ROWS_K 192
+#define MOE_MMA_MIN_ROWS_0 320
 static int64_t g_mma_min_rows = -1;
 
 extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
@@ -182,20 +186,22 @@ extern "C" int mp_cuda_moe_mma_available(void)
     return mpc_moe_mma_ok(MP_TYPE_Q8_0, MP_TYPE_Q8_0);
 }
 
-static int64_t mma_min_rows(void)
+static int64_t mma_min_rows(int gate_type)
 {
-    if (g_mma_min_rows < 0) {
+    if (g_mma_min_rows == -1) {
         const char *v = getenv("MP_CUDA_MOE_MMA");
         char *end = NULL;
-        const long n = v ? strtol(v, &end, 10) : 0;
-        g_mma_min_rows = MOE_MMA_MIN_ROWS;
-        if (v && *v && !*end && (n == 0 || n == 1 || n >= 16))
-            g_mma_min_rows = n == 1 ? MOE_MMA_MIN_ROWS : n;
-        else if (v && *v) /* a typo must not pass for an A/B */
+        const long n = v ? strtol(v, &end, 10) : 1;
+        g_mma_min_rows = -2;
+        if (v && *v && !*end && (n == 0 || n >= 16))
+            g_mma_min_rows = n;
+        else if (v && *v && (*end || n != 1)) /* a typo must not pass for an A/B */
             fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_MMA=%.40s is not 0, 1 or rows >= 16: tensor-core "
-                            "experts from %d rows\n", v, MOE_MMA_MIN_ROWS);
+                            "experts from the default rows\n", v);
     }
-    return g_mma_min_rows;
+    if (g_mma_min_rows != -2)
+        return g_mma_min_rows;
+    return gate_type == MP_TYPE_Q4_K || gate_type == MP_TYPE_Q6_K ? MOE_MMA_MIN_ROWS_K : MOE_MMA_MIN_ROWS_0;
 }
 
 static size_t align256(size_t b)
@@ -500,7 +506,7 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     const int64_t down_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
                                           a->down.type == MP_TYPE_BF16 ? 1 : 32);
     const int64_t max_groups = routes / MOE_GROUP + a->n_expert;
-    const int64_t mma_rows = mma_min_rows();
+    const int64_t mma_rows = mma_min_rows(a->gate.type);
     const bool mma = mma_rows > 0 && a->n_rows >= mma_rows && a->n_rows >= MOE_GROUP_MIN_ROWS &&
                      routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y && a->n_expert <= 1024 &&
                      mpc_moe_mma_ok(a->gate.type, a->down.type);

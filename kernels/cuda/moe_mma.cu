@@ -14,49 +14,37 @@
 // the F32 additions across groups, as the GEMV kernels do — the hybrid runtime's parity property
 // holds on this path too.
 //
-// Tiling: a block (8 warps) owns one group of <= 32 routes of one expert and 32 output features
-// (each warp one n8 tile of features and one m16 tile of routes); K goes through shared memory 128
+// Tiling: a block (4 warps) owns one group of <= 32 routes of one expert and 32 output features
+// (each warp 8: one n8 tile, two m16 tiles of routes); K goes through shared memory 128
 // elements at a time as int8: activations copied as they are, weights unpacked four at a time
 // with byte-wise (SWAR) shifts, masks and subtractions; scales as F32.
 // gate/up: two weight tiles, SwiGLU in the epilogue, h per route; down: one, y per route; the
 // combine over routes stays moe.cu's (slot order, one rounding).
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "kernels/cuda/moe.cuh"
 
 #define MMA_N 32                 // output features per block: 4 warps x n8
 #define MMA_KC 128               // K elements per shared-memory stage
 #define MMA_LD (MMA_KC + 16)     // bytes per shared row: 36 words, so a fragment load's 32 lanes hit 32 banks
 #define MMA_MAXG (MMA_KC / 16)   // scale groups per stage (G >= 16)
-#define MMA_THREADS 256 // 8 warps: n8 tile warp % 4, m16 tile of routes warp / 4
+#define MMA_THREADS 128
 
-// ---- weight formats, split into a load (raw: the global words one thread stages, issued a stage
-// ahead when pipelined) and a decode: unpack(raw, i) the int8s of elements i .. i+3 packed in a
-// word (i % 4 == 0; 16-bit loads suffice: every offset is even); sdecode(sload(row, g)) the
-// scales s1 and s2 of scale group g. A raw value of zero is never read as a live element (its
-// group is not multiplied, or its feature is past N with zero scales) ----
+// ---- weight formats: q4(i) the int8s of elements i .. i+3 packed in a word (i % 4 == 0; 16-bit
+// loads suffice: every offset is even), and scales(g): s1 and s2 of scale group g ----
 
 template <int T> struct mma_w;
 
 template <> struct mma_w<MP_TYPE_Q4_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
-    typedef uint32_t raw;
-    typedef uint32_t sraw;
-    __device__ static raw load(const uint8_t *row, int64_t i)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
     {
-        return mpc_ld32_a2(row + (i / 32) * 18 + 2 + (i % 32) % 16);
+        const int l = (int)(i % 32);
+        const uint32_t w = mpc_ld32_a2(row + (i / 32) * 18 + 2 + l % 16);
+        return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
     }
-    __device__ static uint32_t unpack(raw w, int64_t i)
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
     {
-        return __vsub4((w >> ((i % 32) < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
-    }
-    __device__ static sraw sload(const uint8_t *row, int64_t g) { return mpc_ld16(row + g * 18); }
-    __device__ static void sdecode(sraw r, int64_t, float &s1, float &s2)
-    {
-        s1 = mpc_f16((uint16_t)r);
+        s1 = mpc_f16(mpc_ld16(row + g * 18));
         s2 = 0.0f;
     }
 };
@@ -64,14 +52,10 @@ template <> struct mma_w<MP_TYPE_Q4_0> {
 template <> struct mma_w<MP_TYPE_Q8_0> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_0;
-    typedef uint32_t raw;
-    typedef uint32_t sraw;
-    __device__ static raw load(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
-    __device__ static uint32_t unpack(raw w, int64_t) { return w; }
-    __device__ static sraw sload(const uint8_t *row, int64_t g) { return mpc_ld16(row + g * 34); }
-    __device__ static void sdecode(sraw r, int64_t, float &s1, float &s2)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
     {
-        s1 = mpc_f16((uint16_t)r);
+        s1 = mpc_f16(mpc_ld16(row + g * 34));
         s2 = 0.0f;
     }
 };
@@ -79,90 +63,64 @@ template <> struct mma_w<MP_TYPE_Q8_0> {
 template <> struct mma_w<MP_TYPE_Q4_K> {
     static const int G = 32;
     static const int A = MP_TYPE_Q8_K;
-    typedef uint32_t raw;
-    struct sraw {
-        uint32_t dm, sc[3]; // d | dmin << 16, the 12 packed scale bytes
-    };
-    __device__ static raw load(const uint8_t *row, int64_t i)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
     {
-        const int e = (int)(i % 256);
-        return mpc_ld32_a2(row + (i / 256) * 144 + 16 + 32 * (e / 64) + e % 32);
+        const uint8_t *b = row + (i / 256) * 144;
+        const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        return (mpc_ld32_a2(b + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
     }
-    __device__ static uint32_t unpack(raw w, int64_t i) { return (w >> (4 * ((i % 64) >= 32))) & 0x0F0F0F0Fu; }
-    __device__ static sraw sload(const uint8_t *row, int64_t g)
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
     {
         const uint8_t *b = row + (g / 8) * 144;
-        sraw r;
-        r.dm = mpc_ld32_a2(b);
-#pragma unroll
-        for (int w = 0; w < 3; w++)
-            r.sc[w] = mpc_ld32_a2(b + 4 + 4 * w);
-        return r;
-    }
-    __device__ static void sdecode(const sraw &r, int64_t g, float &s1, float &s2)
-    {
         int sc, m;
-        mpc_q4k_scale_min([&](int i) -> int { return (int)((r.sc[i / 4] >> (8 * (i % 4))) & 0xFFu); }, (int)(g % 8),
-                          sc, m);
-        s1 = __fmul_rn(mpc_f16((uint16_t)r.dm), (float)sc);
-        s2 = __fmul_rn(mpc_f16((uint16_t)(r.dm >> 16)), (float)m);
+        mpc_q4k_scale_min([&](int i) -> int { return b[4 + i]; }, (int)(g % 8), sc, m);
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
+        s2 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
     }
 };
 
 template <> struct mma_w<MP_TYPE_Q6_K> {
     static const int G = 16;
     static const int A = MP_TYPE_Q8_K;
-    typedef uint2 raw; // the low-nibble word, the top-bits word
-    typedef uint32_t sraw; // d | (uint8_t)scale << 16
-    __device__ static raw load(const uint8_t *row, int64_t i)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
     {
         const uint8_t *b = row + (i / 256) * 210;
         const int e = (int)(i % 256), h = e / 128, s = (e % 128) / 32, l = e % 32;
-        return make_uint2(mpc_ld32_a2(b + 64 * h + 32 * (s & 1) + l), mpc_ld32_a2(b + 128 + 32 * h + l));
-    }
-    __device__ static uint32_t unpack(raw w, int64_t i)
-    {
-        const int s = (int)((i % 128) / 32);
-        const uint32_t lo = (w.x >> (s < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
-        const uint32_t hi = ((w.y >> (2 * s)) & 0x03030303u) << 4;
+        const uint32_t lo = (mpc_ld32_a2(b + 64 * h + 32 * (s & 1) + l) >> (s < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+        const uint32_t hi = ((mpc_ld32_a2(b + 128 + 32 * h + l) >> (2 * s)) & 0x03030303u) << 4;
         return __vsub4(lo | hi, 0x20202020u); // (low nibble | top bits << 4) - 32, byte-wise
     }
-    __device__ static sraw sload(const uint8_t *row, int64_t g)
+    __device__ static void scales(const uint8_t *row, int64_t g, float &s1, float &s2)
     {
         const uint8_t *b = row + (g / 16) * 210;
-        return (uint32_t)mpc_ld16(b + 208) | ((uint32_t)b[192 + g % 16] << 16);
-    }
-    __device__ static void sdecode(sraw r, int64_t, float &s1, float &s2)
-    {
-        s1 = __fmul_rn(mpc_f16((uint16_t)r), (float)(int8_t)(r >> 16));
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(b + 208)), (float)(int8_t)b[192 + g % 16]);
         s2 = 0.0f;
     }
 };
 
-// ---- partner activation formats: load(row, i) the int8s of elements i .. i+3 as one word (the
-// bytes as they are); sload(row, i) the raw scale data of the block over element i, decoded by
-// d() and (Q8_K) sum32(), the sum of q over the 32-element sub-block holding i ----
+// ---- partner activation formats: q4(i) the int8s of elements i .. i+3 as one word (the bytes as
+// they are), the block scale over element i, and (Q8_K) the sum of q over the 32-element
+// sub-block holding i ----
 
 template <int A> struct mma_a;
 
 template <> struct mma_a<MP_TYPE_Q8_0> {
-    typedef uint32_t sraw;
-    __device__ static uint32_t load(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
-    __device__ static sraw sload(const uint8_t *row, int64_t i) { return mpc_ld16(row + (i / 32) * 34); }
-    __device__ static float d(sraw r) { return mpc_f16((uint16_t)r); }
-    __device__ static int sum32(sraw) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
+    __device__ static float d(const uint8_t *row, int64_t i) { return mpc_f16(mpc_ld16(row + (i / 32) * 34)); }
+    __device__ static int sum32(const uint8_t *, int64_t) { return 0; }
 };
 
 template <> struct mma_a<MP_TYPE_Q8_K> {
-    typedef uint2 sraw; // d (F32 bits), the two int16 sub-block sums
-    __device__ static uint32_t load(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 256) * 292 + 4 + i % 256); }
-    __device__ static sraw sload(const uint8_t *row, int64_t i)
+    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 256) * 292 + 4 + i % 256); }
+    __device__ static float d(const uint8_t *row, int64_t i)
     {
-        const uint8_t *b = row + (i / 256) * 292;
-        return make_uint2(mpc_ld32_a2(b), mpc_ld32_a2(b + 260 + 4 * ((i % 256) / 32)));
+        return __uint_as_float(mpc_ld32_a2(row + (i / 256) * 292));
     }
-    __device__ static float d(sraw r) { return __uint_as_float(r.x); }
-    __device__ static int sum32(sraw r) { return (int)(int16_t)(r.y & 0xFFFFu) + (int)(int16_t)(r.y >> 16); }
+    __device__ static int sum32(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *bs = row + (i / 256) * 292 + 260 + 4 * ((i % 256) / 32); // two int16 bsums
+        return (int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2);
+    }
 };
 
 // D = A (16x16, row) * B (16x8, col) + D, int8 inputs, int32 accumulators (exact). Fragments (PTX
@@ -186,16 +144,8 @@ __device__ __forceinline__ uint32_t ld_w(const int8_t *p)
 
 // MATS 2: gate (w0) and up (w1), out = h (N = n_ff) with SwiGLU; MATS 1: down (w0), out = y
 // (N = n_embd). Activation rows: act + (route / act_div) * act_row_bytes.
-//
-// Each thread stages the same places of every K stage: WIT weight words, SIT weight scale
-// groups, AIT activation words, ASIT activation scale blocks. PIPE: the global loads of stage
-// s + 1 are issued into registers before stage s's products run, so their latency hides behind
-// the tensor cores (one shared buffer, two barriers per stage); else each stage loads, then
-// multiplies. A group of at most 16 routes skips the second m16 tile.
-// Two blocks per multiprocessor: 128 registers (a few bytes of the gate/up kernels spill), 16
-// warps resident; unbounded, the gate/up kernels take 150-176 registers and one block.
-template <int T, int MATS, bool PIPE>
-__global__ void __launch_bounds__(MMA_THREADS, 2)
+template <int T, int MATS>
+__global__ void __launch_bounds__(MMA_THREADS)
 moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
                size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
                const int32_t *n_groups, float *out)
@@ -203,11 +153,7 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     typedef mma_w<T> W;
     typedef mma_a<W::A> A;
-    constexpr int G = W::G, NG = MMA_KC / G;
-    constexpr int WIT = MATS * MMA_N * MMA_KC / 4 / MMA_THREADS;
-    constexpr int SN = MATS * MMA_N * NG, SIT = (SN + MMA_THREADS - 1) / MMA_THREADS;
-    constexpr int AIT = MPC_MMA_GROUP * MMA_KC / 4 / MMA_THREADS;
-    constexpr int AN = MPC_MMA_GROUP * NG, ASIT = (AN + MMA_THREADS - 1) / MMA_THREADS;
+    const int G = W::G;
     __shared__ __align__(16) int8_t wq[MATS][MMA_N][MMA_LD];
     __shared__ __align__(16) int8_t aq[MPC_MMA_GROUP][MMA_LD];
     __shared__ float ws1[MATS][MMA_N][MMA_MAXG], ws2[MATS][MMA_N][MMA_MAXG];
@@ -223,10 +169,8 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
     if (!e0 || !e1) // not resident: its routes are skipped by the combine (uniform over the block)
         return;
     const int cnt = grp.z;
-    const bool two = cnt > 16; // the second m16 tile of routes holds any
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
-    const int gq = lane / 4, tq = lane % 4, n0 = (warp % 4) * 8, mt = warp / 4;
-    const bool mine = mt == 0 || two; // this warp's m16 tile holds routes
+    const int gq = lane / 4, tq = lane % 4, n0 = warp * 8;
     const int64_t n_base = (int64_t)blockIdx.x * MMA_N;
     if (tid < MPC_MMA_GROUP) {
         const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
@@ -235,133 +179,95 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
     }
     __syncthreads();
 
-    // one stage's global data for this thread's places
-    typename W::raw wr[WIT];
-    typename W::sraw sr[SIT];
-    uint32_t ar[AIT];
-    typename A::sraw asr[ASIT];
-    auto load = [&](int64_t k0) {
-        const int kc = (int)(K - k0 < MMA_KC ? K - k0 : MMA_KC); // a multiple of G (rows are whole blocks)
-#pragma unroll
-        for (int it = 0; it < WIT; it++) {
-            const int u = tid + it * MMA_THREADS;
-            const int mat = u / (MMA_N * MMA_KC / 4), n = (u / (MMA_KC / 4)) % MMA_N, k = 4 * (u % (MMA_KC / 4));
-            const int64_t j = n_base + n;
-            wr[it] = typename W::raw{};
-            if (j < N && k < kc)
-                wr[it] = W::load((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
-        }
-#pragma unroll
-        for (int it = 0; it < SIT; it++) {
-            const int idx = tid + it * MMA_THREADS;
-            const int mat = idx / (MMA_N * NG), n = (idx / NG) % MMA_N, gg = idx % NG;
-            const int64_t j = n_base + n;
-            sr[it] = typename W::sraw{};
-            if (idx < SN && j < N && gg < kc / G)
-                sr[it] = W::sload((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 / G + gg);
-        }
-#pragma unroll
-        for (int it = 0; it < AIT; it++) {
-            const int u = tid + it * MMA_THREADS;
-            const int m = u / (MMA_KC / 4), k = 4 * (u % (MMA_KC / 4));
-            ar[it] = arow[m] && k < kc ? A::load(arow[m], k0 + k) : 0u;
-        }
-#pragma unroll
-        for (int it = 0; it < ASIT; it++) {
-            const int idx = tid + it * MMA_THREADS;
-            const int m = idx / NG, gg = idx % NG;
-            asr[it] = typename A::sraw{};
-            if (idx < AN && arow[m] && gg < kc / G)
-                asr[it] = A::sload(arow[m], k0 + (int64_t)gg * G);
-        }
-    };
-    // decodes the registers into shared memory (a dead group's scales are zero)
-    auto store = [&](int64_t k0) {
+    float acc[2][MATS][4] = {};
+
+    for (int64_t k0 = 0; k0 < K; k0 += MMA_KC) {
+        // a multiple of G (rows are whole blocks); the stage is always MMA_KC wide (compile-time
+        // index arithmetic), the part past K staged as zeros and its groups not multiplied
         const int kc = (int)(K - k0 < MMA_KC ? K - k0 : MMA_KC);
-#pragma unroll
-        for (int it = 0; it < WIT; it++) {
-            const int u = tid + it * MMA_THREADS;
+        const int ng = kc / G;
+        const int NG = MMA_KC / G;
+        // stage: weight integers and scales, activation integers, scales and sub-block sums
+        for (int u = tid; u < MATS * MMA_N * MMA_KC / 4; u += MMA_THREADS) { // 4 elements at a time
             const int mat = u / (MMA_N * MMA_KC / 4), n = (u / (MMA_KC / 4)) % MMA_N, k = 4 * (u % (MMA_KC / 4));
-            *(uint32_t *)&wq[mat][n][k] = W::unpack(wr[it], k0 + k);
+            const int64_t j = n_base + n;
+            uint32_t q = 0;
+            if (j < N && k < kc)
+                q = W::q4((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
+            *(uint32_t *)&wq[mat][n][k] = q;
         }
-#pragma unroll
-        for (int it = 0; it < SIT; it++) {
-            const int idx = tid + it * MMA_THREADS;
-            if (idx >= SN)
-                continue;
+        for (int idx = tid; idx < MATS * MMA_N * NG; idx += MMA_THREADS) {
             const int mat = idx / (MMA_N * NG), n = (idx / NG) % MMA_N, gg = idx % NG;
+            const int64_t j = n_base + n;
             float s1 = 0.0f, s2 = 0.0f;
-            if (n_base + n < N && gg < kc / G)
-                W::sdecode(sr[it], k0 / G + gg, s1, s2);
+            if (j < N && gg < ng)
+                W::scales((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 / G + gg, s1, s2);
             ws1[mat][n][gg] = s1;
             ws2[mat][n][gg] = s2;
         }
-#pragma unroll
-        for (int it = 0; it < AIT; it++) {
-            const int u = tid + it * MMA_THREADS;
-            *(uint32_t *)&aq[u / (MMA_KC / 4)][4 * (u % (MMA_KC / 4))] = ar[it];
+        for (int u = tid; u < MPC_MMA_GROUP * MMA_KC / 4; u += MMA_THREADS) {
+            const int m = u / (MMA_KC / 4), k = 4 * (u % (MMA_KC / 4));
+            *(uint32_t *)&aq[m][k] = arow[m] && k < kc ? A::q4(arow[m], k0 + k) : 0u;
         }
-#pragma unroll
-        for (int it = 0; it < ASIT; it++) {
-            const int idx = tid + it * MMA_THREADS;
-            if (idx >= AN)
-                continue;
+        for (int idx = tid; idx < MPC_MMA_GROUP * NG; idx += MMA_THREADS) {
             const int m = idx / NG, gg = idx % NG;
-            const bool live = arow[m] && gg < kc / G;
-            ad[m][gg] = live ? A::d(asr[it]) : 0.0f;
-            asum[m][gg] = live && T == MP_TYPE_Q4_K ? (float)A::sum32(asr[it]) : 0.0f;
+            const int64_t i = k0 + (int64_t)gg * G;
+            const bool live = arow[m] && gg < ng;
+            ad[m][gg] = live ? A::d(arow[m], i) : 0.0f;
+            asum[m][gg] = live && T == MP_TYPE_Q4_K ? (float)A::sum32(arow[m], i) : 0.0f;
         }
-    };
-
-    float acc[MATS][4] = {};
-    if (PIPE)
-        load(0);
-    for (int64_t k0 = 0; k0 < K; k0 += MMA_KC) {
-        const int ng = (int)((K - k0 < MMA_KC ? K - k0 : MMA_KC) / G);
-        if (!PIPE)
-            load(k0);
-        store(k0);
         __syncthreads();
-        if (PIPE && k0 + MMA_KC < K)
-            load(k0 + MMA_KC); // in flight while this stage multiplies
-        for (int gg = 0; gg < ng && mine; gg++) {
-            int t[MATS][4] = {};
+
+        for (int gg = 0; gg < ng; gg++) {
+            int t[2][MATS][4] = {};
 #pragma unroll
             for (int kk = 0; kk < G; kk += 16) {
                 const int kb = gg * G + kk + 4 * tq;
-                const uint32_t a0 = ld_w(&aq[mt * 16 + gq][kb]), a1 = ld_w(&aq[mt * 16 + gq + 8][kb]);
+                uint32_t b[MATS];
 #pragma unroll
                 for (int mat = 0; mat < MATS; mat++)
-                    mma_16816_s8(t[mat], a0, a1, ld_w(&wq[mat][n0 + gq][kb]));
+                    b[mat] = ld_w(&wq[mat][n0 + gq][kb]);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const uint32_t a0 = ld_w(&aq[mt * 16 + gq][kb]), a1 = ld_w(&aq[mt * 16 + gq + 8][kb]);
+#pragma unroll
+                    for (int mat = 0; mat < MATS; mat++)
+                        mma_16816_s8(t[mt][mat], a0, a1, b[mat]);
+                }
             }
             // the group's exact integer sums, scaled: d_a * (s1 * I - s2 * sum(q_a))
-            const int r0 = mt * 16 + gq, r1 = r0 + 8;
-            const int c0 = n0 + 2 * tq, c1 = c0 + 1;
 #pragma unroll
-            for (int mat = 0; mat < MATS; mat++) {
-                acc[mat][0] += ad[r0][gg] * (ws1[mat][c0][gg] * (float)t[mat][0] - ws2[mat][c0][gg] * asum[r0][gg]);
-                acc[mat][1] += ad[r0][gg] * (ws1[mat][c1][gg] * (float)t[mat][1] - ws2[mat][c1][gg] * asum[r0][gg]);
-                acc[mat][2] += ad[r1][gg] * (ws1[mat][c0][gg] * (float)t[mat][2] - ws2[mat][c0][gg] * asum[r1][gg]);
-                acc[mat][3] += ad[r1][gg] * (ws1[mat][c1][gg] * (float)t[mat][3] - ws2[mat][c1][gg] * asum[r1][gg]);
+            for (int mt = 0; mt < 2; mt++) {
+                const int r0 = mt * 16 + gq, r1 = r0 + 8;
+                const int c0 = n0 + 2 * tq, c1 = c0 + 1;
+#pragma unroll
+                for (int mat = 0; mat < MATS; mat++) {
+                    acc[mt][mat][0] += ad[r0][gg] * (ws1[mat][c0][gg] * (float)t[mt][mat][0] - ws2[mat][c0][gg] * asum[r0][gg]);
+                    acc[mt][mat][1] += ad[r0][gg] * (ws1[mat][c1][gg] * (float)t[mt][mat][1] - ws2[mat][c1][gg] * asum[r0][gg]);
+                    acc[mt][mat][2] += ad[r1][gg] * (ws1[mat][c0][gg] * (float)t[mt][mat][2] - ws2[mat][c0][gg] * asum[r1][gg]);
+                    acc[mt][mat][3] += ad[r1][gg] * (ws1[mat][c1][gg] * (float)t[mt][mat][3] - ws2[mat][c1][gg] * asum[r1][gg]);
+                }
             }
         }
         __syncthreads();
     }
 
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int m = mt * 16 + gq + (e >= 2 ? 8 : 0);
-        const int64_t j = n_base + n0 + 2 * tq + (e & 1);
-        if (m >= cnt || j >= N)
-            continue;
-        const int64_t r = aroute[m];
-        if (MATS == 2) {
-            const float g = acc[0][e], u = acc[MATS - 1][e];
-            out[r * N + j] = g / (1.0f + expf(-g)) * u;
-        } else {
-            out[r * N + j] = acc[0][e];
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int m = mt * 16 + gq + (e >= 2 ? 8 : 0);
+            const int64_t j = n_base + n0 + 2 * tq + (e & 1);
+            if (m >= cnt || j >= N)
+                continue;
+            const int64_t r = aroute[m];
+            if (MATS == 2) {
+                const float g = acc[mt][0][e], u = acc[mt][MATS - 1][e];
+                out[r * N + j] = g / (1.0f + expf(-g)) * u;
+            } else {
+                out[r * N + j] = acc[mt][0][e];
+            }
         }
-    }
 #endif
 }
 
@@ -381,24 +287,10 @@ bool mpc_moe_mma_ok(int gate_type, int down_type)
     if (g_mma_ptx < 0) {
         // a build for an architecture below sm_80 compiles the kernels empty: never use them then
         cudaFuncAttributes fa;
-        g_mma_ptx = cudaFuncGetAttributes(&fa, moe_mma_kernel<MP_TYPE_Q8_0, 1, true>) == cudaSuccess ? fa.ptxVersion : 0;
+        g_mma_ptx = cudaFuncGetAttributes(&fa, moe_mma_kernel<MP_TYPE_Q8_0, 1>) == cudaSuccess ? fa.ptxVersion : 0;
         cudaGetLastError();
     }
     return g_mma_ptx >= 80;
-}
-
-// Pipelined staging (PIPE) unless MP_CUDA_MOE_MMA_PIPE=0 (the A/B of the prefetch; read once)
-static int g_mma_pipe = -1;
-
-static bool mma_pipe(void)
-{
-    if (g_mma_pipe < 0) {
-        const char *v = getenv("MP_CUDA_MOE_MMA_PIPE");
-        g_mma_pipe = !(v && !strcmp(v, "0"));
-        if (v && strcmp(v, "0") && strcmp(v, "1")) /* a typo must not pass for an A/B */
-            fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_MMA_PIPE=%.40s is not 0 or 1: pipelined\n", v);
-    }
-    return g_mma_pipe == 1;
 }
 
 template <int T, int MATS>
@@ -407,12 +299,8 @@ static void launch(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
                    const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
     const dim3 grid((unsigned)((N + MMA_N - 1) / MMA_N), (unsigned)max_groups);
-    if (mma_pipe())
-        moe_mma_kernel<T, MATS, true><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div,
-                                                                   perm, groups, n_groups, out);
-    else
-        moe_mma_kernel<T, MATS, false><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div,
-                                                                    perm, groups, n_groups, out);
+    moe_mma_kernel<T, MATS><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
+                                                         groups, n_groups, out);
 }
 
 #define MMA_SWITCH(type, CALL)                      \
