@@ -20,8 +20,8 @@
 #   f32-hang   the known hang of gpu_exec's F32 hybrid case: runs it (MP_TEST_F32_HYBRID=1) and,
 #              if it has not returned after 45 s, every thread's stack of every test process
 #              (gdb, else /proc's wchan/syscall/stack) and the GPU's utilization -> $OUT/f32-hang/
-#   f32-cli    the same "hang" outside criterion (moeplan bench of a tiny F32 model, --placement
-#              cpu): run without core files, then under cuda-gdb for the stack -> $OUT/f32-cli/
+#   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement
+#              cpu): after 12 s every thread's /proc state and cuda-gdb's stacks -> $OUT/f32-cli/
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows
 #              (bench_cuda REPS prefill)
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
@@ -188,23 +188,32 @@ for stage in "${stages[@]}"; do
         tail -5 "$OUT/f32-hang/test.log"
         ;;
     f32-cli)
-        # the F32 hybrid "hang" outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
-        # (40-row prefill, then decode). Seen (2026-11-29, 3rd call): one thread left, running,
-        # no output, and no signal taken -- the signature of a crash writing a core file of a
-        # CUDA process. So: without core files (ulimit -c 0, the exit status says the signal),
-        # then under cuda-gdb for the faulting stack.
+        # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
+        # (40-row prefill, then decode). Seen (2026-11-29): no output at all (it stops before the
+        # first test starts), 0 % GPU, no core file; under cuda-gdb's `run` it stopped after the
+        # pool's threads started. Here: started alone, then after 12 s every thread's /proc state
+        # and cuda-gdb attached for every thread's stack; then killed.
         build || { rc=1; continue; }
         mkdir -p "$OUT/f32-cli"
         build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
-        args=(bench -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1)
-        (ulimit -c 0; timeout -s KILL 30 build-gpu/cli/moeplan "${args[@]}" >"$OUT/f32-cli/bench.log" 2>&1)
-        log "f32-cli: exit $? (128 + N: signal N)"
-        tail -3 "$OUT/f32-cli/bench.log"
-        if command -v cuda-gdb >/dev/null; then
-            (ulimit -c 0; timeout -s KILL 90 cuda-gdb -batch -ex run -ex bt -ex 'info threads' \
-                --args build-gpu/cli/moeplan "${args[@]}" >"$OUT/f32-cli/cuda-gdb.txt" 2>&1)
-            grep -A25 -m1 'received signal\|^#0' "$OUT/f32-cli/cuda-gdb.txt" | head -40
+        build-gpu/cli/moeplan bench -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 \
+            >"$OUT/f32-cli/bench.log" 2>&1 &
+        bpid=$!
+        sleep 12
+        if kill -0 "$bpid" 2>/dev/null; then
+            log "f32-cli: still running after 12 s: threads and stacks"
+            for t in /proc/"$bpid"/task/*; do
+                echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
+                cat "$t/stack" 2>/dev/null
+            done >"$OUT/f32-cli/tasks.txt" 2>&1
+            timeout -s KILL 40 cuda-gdb -p "$bpid" -batch -ex 'info threads' -ex 'thread apply all bt' \
+                >"$OUT/f32-cli/cuda-gdb.txt" 2>&1
+            grep -E '^#|^Thread|^  Id|^\*' "$OUT/f32-cli/cuda-gdb.txt" | head -60
+            kill -KILL "$bpid" 2>/dev/null
         fi
+        wait "$bpid"
+        log "f32-cli: exit $?"
+        tail -3 "$OUT/f32-cli/bench.log"
         ;;
     bench-prefill)
         # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores
