@@ -81,7 +81,8 @@ log "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 build() {
     [ -f build-gpu/build.ninja ] || meson setup build-gpu -Dsm_arch=90 >"$OUT/setup.log" 2>&1 \
         || { tail -30 "$OUT/setup.log"; return 1; }
-    ninja -C build-gpu >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
+    # shellcheck disable=SC2086 # MP_GPU_TARGETS: only these ninja targets (e.g. cli/moeplan)
+    ninja -C build-gpu ${MP_GPU_TARGETS:-} >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
 }
 
 # the qwen3-30b-a3b preset in Q4_K_M, made once per machine (bench-cpu's bench/cpu_decode.sh and
