@@ -201,6 +201,10 @@ int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_
                        int norm, int64_t n_rows, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                        int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, float eps,
                        uint16_t *d_kcache, uint16_t *d_vcache, void *stream);
+/* mp_cuda_qkv_finish with one warp per (row, head) instead of one block (same results, bit for
+ * bit): 1 on, 0 off, -1 from MP_CUDA_QKV_WARP=1 at the next call. Off by default until measured
+ * on a GPU. Process-wide; for A/B runs and tests. */
+void mp_cuda_set_qkv_finish_warp(int on);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,

@@ -2,6 +2,8 @@
 // kernels/cpu/ops_scalar.c's mp_rmsnorm on random inputs in tests/gpu/).
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -140,6 +142,100 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
     }
 }
 
+// The same with one warp per (row, head), QKV_WARP_HEADS heads per block: the prefill profile
+// (bench/results/cupti-profile-h200-2026-11-29-s5-gpu.md) put qkv_finish_kernel at 100.7 µs per
+// layer for 336 rows, one 256-thread block with four barriers per 128-element head. Bit-identical
+// to it: the head sits in shared memory as there; the norm's partial sums are the ones norm_row's
+// 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
+// reduced as block_sum reduces them (a shuffle-down tree per virtual warp, then one over the 8
+// warp sums with zeros above them), and the scale, weights and RoPE pairs are the same
+// expressions (mpc_rope_pair). Opt-in until measured (mp_cuda_set_qkv_finish_warp,
+// MP_CUDA_QKV_WARP=1).
+#define QKV_WARP_HEADS 8
+#define QKV_WARP_MAX_HD 1024 // shared memory: QKV_WARP_HEADS heads of this many floats, 32 KiB
+__global__ void __launch_bounds__(QKV_WARP_HEADS * 32)
+qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, const float *kw, int norm,
+                       int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim, const int32_t *pos,
+                       float base, int style, float eps, uint16_t *kc, uint16_t *vc, int64_t n_items)
+{
+    extern __shared__ float heads_sh[]; // (QKV_WARP_HEADS, hd)
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t item = (int64_t)blockIdx.x * QKV_WARP_HEADS + w;
+    if (item >= n_items) // warp-uniform, and nothing below waits on the whole block
+        return;
+    float *head = heads_sh + (int64_t)w * hd;
+    const int64_t heads = n_head + 2 * n_head_kv, n_kv = n_head_kv * hd;
+    const int64_t r = item / heads, h = item % heads;
+    const int64_t p = pos[r];
+    if (h >= n_head + n_head_kv) { // a V head: to the cache as it is
+        const int64_t j = h - n_head - n_head_kv;
+        const float *src = v + r * n_kv + j * hd;
+        uint16_t *dst = vc + p * n_kv + j * hd;
+        for (int64_t i = lane; i < hd; i += 32)
+            dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+        return;
+    }
+    const bool is_q = h < n_head;
+    float *x = is_q ? q + (r * n_head + h) * hd : k + r * n_kv + (h - n_head) * hd;
+    for (int64_t i = lane; i < hd; i += 32)
+        head[i] = x[i];
+    __syncwarp();
+    if (norm) {
+        float part[QKV_FINISH_THREADS / 32]; // lane 0: virtual warp vw's shuffle-down sum
+#pragma unroll
+        for (int vw = 0; vw < QKV_FINISH_THREADS / 32; vw++) {
+            float sum = 0.0f;
+            for (int64_t i = lane + 32 * vw; i < hd; i += QKV_FINISH_THREADS)
+                sum += head[i] * head[i];
+            for (int off = 16; off > 0; off >>= 1)
+                sum += __shfl_down_sync(0xffffffffu, sum, off);
+            part[vw] = sum;
+        }
+        float sum = 0.0f; // block_sum's second phase: lane vw holds warp vw's sum, the rest zero
+#pragma unroll
+        for (int vw = 0; vw < QKV_FINISH_THREADS / 32; vw++) {
+            const float s = __shfl_sync(0xffffffffu, part[vw], 0);
+            if (lane == vw)
+                sum = s;
+        }
+        for (int off = 16; off > 0; off >>= 1)
+            sum += __shfl_down_sync(0xffffffffu, sum, off);
+        const float scale = rsqrtf(__shfl_sync(0xffffffffu, sum, 0) / (float)hd + eps);
+        const float *wt = is_q ? qw : kw;
+        for (int64_t i = lane; i < hd; i += 32)
+            head[i] = head[i] * scale * (wt ? wt[i] : 1.0f);
+        __syncwarp();
+    }
+    for (int64_t i = lane; i < rot_dim / 2; i += 32)
+        mpc_rope_pair(head, i, rot_dim, (int32_t)p, base, style);
+    __syncwarp();
+    for (int64_t i = lane; i < hd; i += 32)
+        x[i] = head[i];
+    if (!is_q) {
+        uint16_t *dst = kc + p * n_kv + (h - n_head) * hd;
+        for (int64_t i = lane; i < hd; i += 32)
+            dst[i] = __half_as_ushort(__float2half_rn(head[i]));
+    }
+}
+
+static int g_qkv_warp = -1; // -1: from MP_CUDA_QKV_WARP at the next call
+
+extern "C" void mp_cuda_set_qkv_finish_warp(int on)
+{
+    g_qkv_warp = on < 0 ? -1 : on != 0;
+}
+
+static bool qkv_warp(void)
+{
+    if (g_qkv_warp < 0) {
+        const char *e = getenv("MP_CUDA_QKV_WARP");
+        g_qkv_warp = e && !strcmp(e, "1");
+        if (e && *e && strcmp(e, "0") && strcmp(e, "1")) /* a typo must not pass for an A/B */
+            fprintf(stderr, "moeplan: warning: MP_CUDA_QKV_WARP=%.40s is not 0 or 1: off\n", e);
+    }
+    return g_qkv_warp == 1;
+}
+
 extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm,
                                   const float *d_k_norm, int norm, int64_t n_rows, int64_t n_head,
                                   int64_t n_head_kv, int64_t head_dim, int64_t rot_dim, const int32_t *d_pos,
@@ -153,6 +249,13 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
     const int64_t blocks = n_rows * (n_head + 2 * n_head_kv);
     if (blocks == 0)
         return 0;
+    if (qkv_warp() && head_dim <= QKV_WARP_MAX_HD) {
+        qkv_finish_warp_kernel<<<(unsigned)((blocks + QKV_WARP_HEADS - 1) / QKV_WARP_HEADS), QKV_WARP_HEADS * 32,
+                                 (size_t)(QKV_WARP_HEADS * head_dim) * sizeof(float), (cudaStream_t)stream>>>(
+            d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv, head_dim, rot_dim, d_pos, freq_base, style,
+            eps, d_kcache, d_vcache, blocks);
+        return mpc_launch_status();
+    }
     qkv_finish_kernel<<<(unsigned)blocks, QKV_FINISH_THREADS, (size_t)head_dim * sizeof(float),
                         (cudaStream_t)stream>>>(d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv,
                                                 head_dim, rot_dim, d_pos, freq_base, style, eps, d_kcache,

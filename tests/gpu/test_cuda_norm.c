@@ -167,12 +167,18 @@ Test(cuda_norm, qkv_finish_equals_norm_rope_and_store)
 {
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
-    for (int norm = 0; norm < 2; norm++) {
-        check_qkv_finish(1, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed);      /* qwen3 decode */
-        check_qkv_finish(5, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed + 1);  /* several rows */
-        check_qkv_finish(3, 8, 8, 64, 32, MP_CUDA_ROPE_NORM, norm, seed + 2);     /* partial, interleaved */
-        check_qkv_finish(2, 6, 2, 320, 320, MP_CUDA_ROPE_NEOX, norm, seed + 3);   /* head wider than a block */
+    /* both kernels: a block per head, and a warp per head (mp_cuda_set_qkv_finish_warp) */
+    for (int warp = 0; warp < 2; warp++) {
+        mp_cuda_set_qkv_finish_warp(warp);
+        for (int norm = 0; norm < 2; norm++) {
+            check_qkv_finish(1, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed);      /* qwen3 decode */
+            check_qkv_finish(5, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed + 1);  /* several rows */
+            check_qkv_finish(3, 8, 8, 64, 32, MP_CUDA_ROPE_NORM, norm, seed + 2);     /* partial, interleaved */
+            check_qkv_finish(2, 6, 2, 320, 320, MP_CUDA_ROPE_NEOX, norm, seed + 3);   /* head wider than a block */
+            check_qkv_finish(9, 6, 3, 96, 64, MP_CUDA_ROPE_NORM, norm, seed + 4);     /* 108 heads: a partial block */
+        }
     }
+    mp_cuda_set_qkv_finish_warp(-1);
     /* bad shapes are refused */
     cr_assert_eq(mp_cuda_qkv_finish(NULL, NULL, NULL, NULL, NULL, 0, 1, 32, 4, 128, 128, NULL, 1e4f, 0, 1e-6f, NULL,
                                     NULL, NULL), MP_CUDA_EINVAL);
