@@ -493,6 +493,18 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
         }                                               \
     } while (0)
 
+/* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs) */
+static void init_phase(const char *what)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("MP_GPU_INIT_TRACE");
+        on = e && !strcmp(e, "1");
+    }
+    if (on)
+        fprintf(stderr, "moeplan: GPU executor: %s\n", what);
+}
+
 mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
 {
     *out = NULL;
@@ -570,6 +582,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         goto fail;
 
     /* (1) the plan */
+    init_phase("planning device memory");
     size_t pool = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const size_t slot = expert_slot_bytes(&m->layers[il]);
@@ -622,6 +635,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
              (double)total_b / (1024.0 * 1024 * 1024));
 
     /* (3) allocation */
+    init_phase("streams, events, device and pinned memory, cuBLAS");
     CK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaEventCreateWithFlags(&g->ev_host, cudaEventDisableTiming), "cudaEventCreate");
@@ -675,15 +689,24 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     }
 
     /* (4) weights */
+    init_phase("weights and resident experts");
     wc = (carve){g->d_weights, 0};
     if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)))
         goto fail;
     if (staging) {
-        register_host_experts(g);
+        const char *reg = getenv("MP_GPU_HOST_REGISTER"); /* "0": leave host experts pageable */
+        g->host_register_off = reg && !strcmp(reg, "0");
+        if (!g->host_register_off) {
+            init_phase("page-locking the host experts");
+            register_host_experts(g);
+        }
+        init_phase("timing an expert copy");
         measure_copy(g);
     }
+    init_phase("synchronizing");
     CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    init_phase("ready");
     *out = g;
     return MP_OK;
 fail:
@@ -743,7 +766,9 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
         else if (g->d_stage && g->decode_copy > 0)
             snprintf(dcopy, sizeof dcopy, "%d per layer step", g->decode_copy);
         snprintf(buf + len, cap - len, "; host experts %s, %s; decode copies %s; decode graphs: %s",
-                 g->d_stage ? (g->host_registered ? "page-locked" : "pageable (registration failed)")
+                 g->d_stage ? (g->host_registered     ? "page-locked"
+                               : g->host_register_off ? "pageable (MP_GPU_HOST_REGISTER=0)"
+                                                      : "pageable (registration failed)")
                             : "in host memory", copy, dcopy, g->graphs_off ? g->graphs_why
                                                               : g->graphs[0] ? "on" : "not used");
     }

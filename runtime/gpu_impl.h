@@ -130,6 +130,7 @@ struct mp_gpu {
     double dec_copy_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of k decode copies' time, kernel included (ev_dc) */
     int dc_pending;         /* copies of the last decode layer step timed by ev_dc, not yet read */
     bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
+    bool host_register_off; /* MP_GPU_HOST_REGISTER=0: not attempted */
     struct page_range *host_ranges; /* the registered ranges */
     int64_t n_host_ranges;
     mp_gpu_stats stats;

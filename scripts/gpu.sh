@@ -21,7 +21,8 @@
 #              if it has not returned after 45 s, every thread's stack of every test process
 #              (gdb, else /proc's wchan/syscall/stack) and the GPU's utilization -> $OUT/f32-hang/
 #   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement
-#              cpu): after 12 s every thread's /proc state and cuda-gdb's stacks -> $OUT/f32-cli/
+#              cpu), with the executor's start-up phases traced, with and without page-locking
+#              the host experts -> $OUT/f32-cli/
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows
 #              (bench_cuda REPS prefill)
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
@@ -190,31 +191,31 @@ for stage in "${stages[@]}"; do
         ;;
     f32-cli)
         # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
-        # (40-row prefill, then decode). Seen (2026-11-29): no output at all (it stops before the
-        # first test starts), 0 % GPU, no core file; under cuda-gdb's `run` it stopped after the
-        # pool's threads started. Here: started alone, then after 12 s every thread's /proc state
-        # and cuda-gdb attached for every thread's stack; then killed.
+        # (40-row prefill, then decode). Seen (2026-11-29, sixth session): no output, the main
+        # thread running in user space, the pool's workers asleep, the GPU idle, before the first
+        # test; not a crash. Here, 20 s each: with MP_GPU_INIT_TRACE=1 (the executor's start-up
+        # phase that does not end), then also with MP_GPU_HOST_REGISTER=0 (no page-locking of the
+        # host experts); a run still going after 12 s leaves its threads' /proc state.
         build || { rc=1; continue; }
         mkdir -p "$OUT/f32-cli"
         build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
-        build-gpu/cli/moeplan bench -m /tmp/mp-f32.gguf --placement cpu -p 40 -n 4 -t 4 -r 1 \
-            >"$OUT/f32-cli/bench.log" 2>&1 &
-        bpid=$!
-        sleep 12
-        if kill -0 "$bpid" 2>/dev/null; then
-            log "f32-cli: still running after 12 s: threads and stacks"
-            for t in /proc/"$bpid"/task/*; do
-                echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
-                cat "$t/stack" 2>/dev/null
-            done >"$OUT/f32-cli/tasks.txt" 2>&1
-            timeout -s KILL 40 cuda-gdb -p "$bpid" -batch -ex 'info threads' -ex 'thread apply all bt' \
-                >"$OUT/f32-cli/cuda-gdb.txt" 2>&1
-            grep -E '^#|^Thread|^  Id|^\*' "$OUT/f32-cli/cuda-gdb.txt" | head -60
-            kill -KILL "$bpid" 2>/dev/null
-        fi
-        wait "$bpid"
-        log "f32-cli: exit $?"
-        tail -3 "$OUT/f32-cli/bench.log"
+        for reg in 1 0; do
+            lg=$OUT/f32-cli/bench-register$reg.log
+            MP_GPU_INIT_TRACE=1 MP_GPU_HOST_REGISTER=$reg build-gpu/cli/moeplan bench -m /tmp/mp-f32.gguf \
+                --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1 &
+            bpid=$!
+            for _ in $(seq 12); do kill -0 "$bpid" 2>/dev/null || break; sleep 1; done
+            if kill -0 "$bpid" 2>/dev/null; then
+                for t in /proc/"$bpid"/task/*; do
+                    echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
+                done >"$OUT/f32-cli/tasks-register$reg.txt" 2>&1
+                sleep 8
+                kill -KILL "$bpid" 2>/dev/null
+            fi
+            wait "$bpid"
+            log "f32-cli: MP_GPU_HOST_REGISTER=$reg: exit $?"
+            tail -4 "$lg"
+        done
         ;;
     bench-prefill)
         # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores
