@@ -47,6 +47,13 @@ mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *v
 }
 
 
+/* The next random token id of a calibration run (one LCG per run, high bits). */
+static int32_t random_token(uint64_t *rng, int64_t n_vocab)
+{
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)((*rng >> 33) % (uint64_t)n_vocab);
+}
+
 /* One-row steps as `bench` and production decode run them: back to back, graph-replayed and
  * without hooks. Each repetition resets the session, fills it to position `start` (a 1-token
  * prompt, or steps of up to max_rows random tokens; untimed), then times `steps` one-row steps
@@ -64,17 +71,14 @@ static mp_status decode_run(mp_session *s, const mp_model *m, const mp_calib_opt
         mp_session_reset(s);
         while (mp_session_n_past(s) < start) {
             const int64_t left = start - mp_session_n_past(s), n = left < max_rows ? left : max_rows;
-            for (int64_t i = 0; i < n; i++) {
-                *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-                tokens[i] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
-            }
+            for (int64_t i = 0; i < n; i++)
+                tokens[i] = random_token(rng, m->hp.n_vocab);
             if ((st = mp_session_eval(s, tokens, n, false, logits, err)))
                 return st;
         }
         const int64_t t0 = mp_calib_now_ns();
         for (int i = 0; i < steps; i++) {
-            *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-            tokens[0] = (int32_t)((*rng >> 33) % (uint64_t)m->hp.n_vocab);
+            tokens[0] = random_token(rng, m->hp.n_vocab);
             if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
                 return st;
         }
@@ -207,10 +211,8 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
                 break;
             if (mp_session_n_past(s) + rows * (gpu ? 2 : 1) > n_ctx)
                 mp_session_reset(s);
-            for (int i = 0; i < rows; i++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                tokens[i] = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
-            }
+            for (int i = 0; i < rows; i++)
+                tokens[i] = random_token(&rng, m->hp.n_vocab);
             moe_ns = 0;
             if (gpu) { /* the MoE kernels' GPU time, from a step with the timing hooks */
                 mp_session_set_hooks(s, &hooks);
@@ -298,8 +300,7 @@ static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const c
             mp_session_reset(s);
         mp_gpu_stats_reset(g);
         for (int i = 0; i < steps; i++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            int32_t tok = (int32_t)((rng >> 33) % (uint64_t)m->hp.n_vocab);
+            int32_t tok = random_token(&rng, m->hp.n_vocab);
             if ((st = mp_session_eval(s, &tok, 1, false, logits, err)))
                 goto out;
         }
