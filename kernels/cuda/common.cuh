@@ -12,11 +12,28 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "kernels/quant.h"
 }
 #include "kernels/cuda/cuda_ops.h"
+
+// A two-way A/B switch of the kernels from the environment (host side): 1 when `name` is `on`,
+// 0 when it is unset, empty or `off`; any other value reads as off and is said on stderr, so that
+// a typo does not pass for an A/B.
+static inline int mpc_env_switch(const char *name, const char *on, const char *off)
+{
+    const char *v = getenv(name);
+    if (!v || !*v || !strcmp(v, off))
+        return 0;
+    if (!strcmp(v, on))
+        return 1;
+    fprintf(stderr, "moeplan: warning: %s=%.40s is not %s or %s: using %s\n", name, v, on, off, off);
+    return 0;
+}
 
 static_assert(sizeof(mp_block_q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(mp_block_q8_0) == 34, "Q8_0 block");

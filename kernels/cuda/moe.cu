@@ -16,10 +16,6 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/moe.cuh"
 
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
 #define MOE_WARPS 4
 // Batches of at least MOE_GROUP_MIN_ROWS rows take the grouped path: routes sorted by expert,
 // each group of up to MOE_GROUP routes of one expert reads that expert's weights once.
@@ -155,12 +151,8 @@ extern "C" void mp_cuda_moe_set_down_split(int on)
 
 static bool down_split(void)
 {
-    if (g_down_split < 0) {
-        const char *v = getenv("MP_CUDA_MOE_DOWN");
-        g_down_split = v && strcmp(v, "split") == 0;
-        if (v && v[0] && !g_down_split && strcmp(v, "warp") != 0) /* a typo must not pass for an A/B */
-            fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_DOWN=%.40s is not split or warp: using warp\n", v);
-    }
+    if (g_down_split < 0)
+        g_down_split = mpc_env_switch("MP_CUDA_MOE_DOWN", "split", "warp");
     return g_down_split == 1;
 }
 
@@ -268,7 +260,7 @@ static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_
 //
 // group_kernel (one block): counting sort of the routes by expert into perm, and a table of
 // groups (expert, first index into perm, count <= gs: MOE_GROUP here, MPC_MMA_GROUP for the
-// tensor-core path of moe_mma.cu, which takes over from MOE_MMA_MIN_ROWS rows). Order within an expert is
+// tensor-core path of moe_mma.cu, which takes over from mma_min_rows() rows). Order within an expert is
 // arbitrary (atomics): every route's output is computed by itself, so the result does not
 // depend on it. gate_up_grouped / down_grouped: a warp owns one output row j of the group's
 // expert and dots it with the group's activation rows (each weight unit loaded once for all of

@@ -2,8 +2,6 @@
 // kernels/cpu/ops_scalar.c's mp_rmsnorm on random inputs in tests/gpu/).
 #include <cuda_runtime.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -227,12 +225,8 @@ extern "C" void mp_cuda_set_qkv_finish_warp(int on)
 
 static bool qkv_warp(void)
 {
-    if (g_qkv_warp < 0) {
-        const char *e = getenv("MP_CUDA_QKV_WARP");
-        g_qkv_warp = e && !strcmp(e, "1");
-        if (e && *e && strcmp(e, "0") && strcmp(e, "1")) /* a typo must not pass for an A/B */
-            fprintf(stderr, "moeplan: warning: MP_CUDA_QKV_WARP=%.40s is not 0 or 1: off\n", e);
-    }
+    if (g_qkv_warp < 0)
+        g_qkv_warp = mpc_env_switch("MP_CUDA_QKV_WARP", "1", "0");
     return g_qkv_warp == 1;
 }
 
