@@ -493,6 +493,46 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
         }                                               \
     } while (0)
 
+/* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
+ * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_DECODE_COPY
+ * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_REGISTER=0 (host experts left pageable).
+ * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
+static void env_switches(mp_gpu *g)
+{
+    const char *gmr = getenv("MP_GPU_GEMM_MIN_ROWS"); /* as mp_gpu_set_gemm_min_rows (A/B, repro) */
+    if (gmr && *gmr) {
+        char *end = NULL;
+        const long long v = strtoll(gmr, &end, 10);
+        if (*end || v < 0) /* a typo must not pass for an A/B */
+            fprintf(stderr, "moeplan: MP_GPU_GEMM_MIN_ROWS=%.40s is not a row count: the default %d\n", gmr,
+                    MP_GPU_GEMM_MIN_ROWS);
+        else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
+            g->gemm_min_rows = v;
+    }
+    const char *env = getenv("MP_GPU_GRAPHS"); /* "0": enqueue every decode step (A/B) */
+    if (env && !strcmp(env, "0")) {
+        g->graphs_off = true;
+        snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
+    }
+    /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
+     * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
+     * bench/NOTES-gpu-exec.md, run 8). MP_GPU_DECODE_COPY=auto (by cost) or N turns them on. */
+    g->decode_copy = 0;
+    if ((env = getenv("MP_GPU_DECODE_COPY"))) {
+        char *end = NULL;
+        const long v = strtol(env, &end, 10);
+        if (!strcmp(env, "auto"))
+            g->decode_copy = -1;
+        else if (end != env && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
+            g->decode_copy = (int)v;
+        else
+            fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is neither auto nor 0..%d: decode copies off\n",
+                    env, MP_GPU_MAX_TOP_K);
+    }
+    env = getenv("MP_GPU_HOST_REGISTER");
+    g->host_register_off = env && !strcmp(env, "0");
+}
+
 /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs) */
 static void init_phase(const char *what)
 {
@@ -532,16 +572,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->s = s;
     g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
     g->gemm_min_rows = MP_GPU_GEMM_MIN_ROWS;
-    const char *gmr = getenv("MP_GPU_GEMM_MIN_ROWS"); /* as mp_gpu_set_gemm_min_rows (A/B, repro) */
-    if (gmr && *gmr) {
-        char *end = NULL;
-        const long long v = strtoll(gmr, &end, 10);
-        if (*end || v < 0) /* a typo must not pass for an A/B */
-            fprintf(stderr, "moeplan: MP_GPU_GEMM_MIN_ROWS=%.40s is not a row count: the default %d\n", gmr,
-                    MP_GPU_GEMM_MIN_ROWS);
-        else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
-            g->gemm_min_rows = v;
-    }
+    env_switches(g);
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     g->timing = calloc((size_t)hp->n_layer, sizeof *g->timing);
     g->ev_moe = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_moe);
@@ -550,26 +581,6 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
     g->graphs = calloc((size_t)hp->n_layer + 1, sizeof *g->graphs);
     g->seg_stop = calloc((size_t)hp->n_layer + 1, sizeof *g->seg_stop);
-    const char *env = getenv("MP_GPU_GRAPHS"); /* "0": enqueue every decode step (A/B) */
-    if (env && !strcmp(env, "0")) {
-        g->graphs_off = true;
-        snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
-    }
-    /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
-     * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
-     * bench/NOTES-gpu-exec.md, run 8). MP_GPU_DECODE_COPY=auto (by cost) or N turns them on. */
-    g->decode_copy = 0;
-    if ((env = getenv("MP_GPU_DECODE_COPY"))) {
-        char *end = NULL;
-        const long v = strtol(env, &end, 10);
-        if (!strcmp(env, "auto"))
-            g->decode_copy = -1;
-        else if (end != env && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
-            g->decode_copy = (int)v;
-        else
-            fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is neither auto nor 0..%d: decode copies off\n",
-                    env, MP_GPU_MAX_TOP_K);
-    }
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
     if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns ||
@@ -694,8 +705,6 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)))
         goto fail;
     if (staging) {
-        const char *reg = getenv("MP_GPU_HOST_REGISTER"); /* "0": leave host experts pageable */
-        g->host_register_off = reg && !strcmp(reg, "0");
         if (!g->host_register_off) {
             init_phase("page-locking the host experts");
             register_host_experts(g);
