@@ -188,10 +188,12 @@ static bool decode_copies_on(const mp_gpu *g, int64_t n)
     return n == 1 && g->d_stage && g->decode_copy != 0;
 }
 
-/* One sample into an EWMA of decode times (dec_cpu_ns, dec_copy_ns; 0: none yet). */
-static void decode_ewma(double *e, double sample_ns)
+/* One sample into an exponentially weighted mean of measured times (0: none yet), keeping `keep`
+ * of the old value: the decode CPU and copy times (dec_cpu_ns, dec_copy_ns), the prefill CPU's
+ * time per route (cpu_ns_per_route). */
+static void ewma(double *e, double sample_ns, double keep)
 {
-    *e = *e > 0 ? 0.8 * *e + 0.2 * sample_ns : sample_ns;
+    *e = *e > 0 ? keep * *e + (1.0 - keep) * sample_ns : sample_ns;
 }
 
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
@@ -335,7 +337,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->dc_pending > 0) {
         float ms = 0;
         if (cudaEventElapsedTime(&ms, g->ev_dc[0], g->ev_dc[1]) == cudaSuccess && ms > 0)
-            decode_ewma(&g->dec_copy_ns[g->dc_pending], (double)ms * 1e6);
+            ewma(&g->dec_copy_ns[g->dc_pending], (double)ms * 1e6, 0.8);
         cudaGetLastError();
         g->dc_pending = 0;
     }
@@ -395,10 +397,9 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
     if (g->decode_copy < 0 && n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) /* by cost: its CPU side */
-        decode_ewma(&g->dec_cpu_ns[n_cpu], (double)t->cpu_expert_ns);
+        ewma(&g->dec_cpu_ns[n_cpu], (double)t->cpu_expert_ns, 0.8);
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
-        const double sample = (double)t->cpu_expert_ns / (double)n_cpu;
-        g->cpu_ns_per_route = g->cpu_ns_per_route > 0 ? 0.7 * g->cpu_ns_per_route + 0.3 * sample : sample;
+        ewma(&g->cpu_ns_per_route, (double)t->cpu_expert_ns / (double)n_cpu, 0.7);
     }
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
         return st;
