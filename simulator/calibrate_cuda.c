@@ -338,6 +338,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
                     if (rep >= 0)
                         ns[rep] = t_ns;
                 }
+                const bool replayed = exec != NULL;
                 if (exec)
                     cudaGraphExecDestroy(exec);
                 if (st)
@@ -348,8 +349,8 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
                     goto out;
                 }
                 cJSON_AddItemToArray(conc, p);
-                mp_calib_say(o, "calibrate: gpu experts %s, %d experts x 1 row in one call (graph): median %.1f us", quant, k,
-                             cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+                mp_calib_say(o, "calibrate: gpu experts %s, %d experts x 1 row in one call (%s): median %.1f us", quant,
+                             k, replayed ? "graph" : "enqueued", cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
             }
             a.top_k = 1;
         }
