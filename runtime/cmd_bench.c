@@ -195,6 +195,7 @@ typedef struct bench_ctx {
     int64_t n_ctx;
     bool gpu;              /* the GPU executor ran */
     char device[320];
+    char host[160];        /* mp_gpu_host_report */
     mp_gpu_memory mem;
     const char *replay;    /* --route-replay TRACE, NULL: the router */
     char replay_desc[512]; /* the replay's summary after the last test ("" without replay) */
@@ -319,7 +320,7 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     if (c->gpu) {
         char mem[32];
         mp_format_bytes(c->mem.total, mem, sizeof mem);
-        printf("\nGPU: %s; device memory used %s.\n", c->device, mem);
+        printf("\nGPU: %s; device memory used %s; %s.\n", c->device, mem, c->host);
     }
     printf("\n%s.\n", executor_note(c));
     if (c->host_gbs > 0)
@@ -376,6 +377,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_str(o, "route_replay_summary", c->replay ? c->replay_desc : NULL) &&
              add_str(o, "executor", c->gpu ? "gpu" : "cpu") &&
              add_str(o, "device", c->gpu ? c->device : NULL) &&
+             add_str(o, "host_experts", c->gpu ? c->host : NULL) &&
              add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
              add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&
              add_num(o, "routes_cpu", (double)r->gs.routes_cpu) &&
@@ -502,6 +504,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
     if (c.gpu) {
         mp_gpu *g = mp_session_gpu(s);
         snprintf(c.device, sizeof c.device, "%s", mp_gpu_device_name(g));
+        mp_gpu_host_report(g, c.host, sizeof c.host);
         mp_gpu_get_memory(g, &c.mem);
         mp_gpu_set_measure(g, true);
     }

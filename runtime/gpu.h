@@ -89,6 +89,9 @@ void mp_gpu_set_measure(mp_gpu *g, bool on);
  * layer: "NVIDIA H200 (sm_90, 139.8 GiB); memory 18.20 GiB (weights 1.10 GiB, KV 0.38 GiB,
  * scratch 0.20 GiB, pool 16.52 GiB); routes gpu 98.1 %, cpu 1.9 %, copied 0.0 %; ..." */
 void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap);
+/* Where the cold experts are in host memory: "host experts in a page-locked copy (9.84 GiB)",
+ * "... in a pageable copy (...; why)", "... in the model's mapping, pageable", "no host experts". */
+void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap);
 
 /* Prefill weight-copy path: copy a cold expert to the GPU when it has at least min_rows rows in
  * the step (0: never copy). The default is chosen by cost at mp_gpu_new (docs/runtime.md). */

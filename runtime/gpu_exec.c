@@ -51,6 +51,7 @@ const char *mp_gpu_device_name(const mp_gpu *g) { return "none"; }
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows) {}
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows) {}
 void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "none"); }
+void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "no host experts"); }
 void mp_gpu_set_measure(mp_gpu *g, bool on) {}
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
 void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
@@ -289,116 +290,6 @@ static mp_status upload_experts(mp_gpu *g, mp_error *err)
     return st;
 }
 
-/* Page-lock the host expert tensors of layers with cold experts, so prefill copies run at the
- * pinned rate. The tensors' page ranges are merged first (neighbouring tensors share pages, and a
- * page can be registered only once). Failure is not an error: copies then go through the driver's
- * staging, slower; mp_gpu_report says which. */
-typedef struct page_range {
-    uintptr_t a, b;
-} page_range;
-
-static int range_cmp(const void *x, const void *y)
-{
-    const page_range *p = x, *q = y;
-    return p->a < q->a ? -1 : p->a > q->a;
-}
-
-static void register_host_experts(mp_gpu *g)
-{
-    const mp_model *m = g->s->m;
-    const uintptr_t page = 4096;
-    page_range *r = calloc((size_t)(3 * m->hp.n_layer), sizeof *r);
-    if (!r)
-        return;
-    int64_t n = 0;
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        if (g->pl.n_resident[il] == m->hp.n_expert)
-            continue;
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        for (int t = 0; t < 3; t++) {
-            r[n].a = (uintptr_t)ts[t]->data & ~(page - 1);
-            r[n].b = ((uintptr_t)ts[t]->data + ts[t]->nbytes + page - 1) & ~(page - 1);
-            n++;
-        }
-    }
-    qsort(r, (size_t)n, sizeof *r, range_cmp);
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (k > 0 && r[i].a <= r[k - 1].b) {
-            if (r[i].b > r[k - 1].b)
-                r[k - 1].b = r[i].b;
-        } else {
-            r[k++] = r[i];
-        }
-    }
-    g->host_ranges = r;
-    g->n_host_ranges = 0;
-    g->host_registered = k > 0;
-    for (int64_t i = 0; i < k; i++) {
-        cudaError_t e = cudaHostRegister((void *)r[i].a, r[i].b - r[i].a,
-                                         cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            g->host_registered = false;
-            break;
-        }
-        g->n_host_ranges++;
-    }
-}
-
-static void unregister_host_experts(mp_gpu *g)
-{
-    page_range *r = g->host_ranges;
-    for (int64_t i = 0; i < g->n_host_ranges; i++)
-        if (cudaHostUnregister((void *)r[i].a) != cudaSuccess)
-            cudaGetLastError();
-    free(r);
-    g->host_ranges = NULL;
-    g->n_host_ranges = 0;
-}
-
-/* The link's time per byte for expert copies as they will run: the first cold expert's three
- * slices from the host mapping (page-locked or not) into the staging buffer; best of 3. */
-static void measure_copy(mp_gpu *g)
-{
-    const mp_model *m = g->s->m;
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        if (g->pl.n_resident[il] == m->hp.n_expert)
-            continue;
-        int64_t e = 0;
-        while (mp_placement_resident(&g->pl, il, e))
-            e++;
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        int64_t best = INT64_MAX;
-        size_t bytes = 0;
-        for (int rep = 0; rep < 3; rep++) {
-            const int64_t t0 = mp_gpu_now_ns();
-            char *dst = g->d_stage;
-            bytes = 0;
-            for (int t = 0; t < 3; t++) {
-                const size_t b = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
-                if (cudaMemcpyAsync(dst, mp_expert_slice(ts[t], e), b, cudaMemcpyHostToDevice,
-                                    g->copy_stream) != cudaSuccess) {
-                    cudaGetLastError();
-                    return;
-                }
-                dst += align_up(b);
-                bytes += b;
-            }
-            if (cudaStreamSynchronize(g->copy_stream) != cudaSuccess) {
-                cudaGetLastError();
-                return;
-            }
-            const int64_t dt = mp_gpu_now_ns() - t0;
-            best = dt < best ? dt : best;
-        }
-        g->pcie_ns_per_byte = (double)best / (double)bytes;
-        return;
-    }
-}
-
 /* ---- lifetime ---- */
 
 void mp_gpu_free(mp_gpu *g)
@@ -409,7 +300,7 @@ void mp_gpu_free(mp_gpu *g)
         cudaStreamSynchronize(g->stream);
     if (g->copy_stream)
         cudaStreamSynchronize(g->copy_stream);
-    unregister_host_experts(g);
+    mp_gpu_host_experts_free(g);
     mp_cuda_blas_destroy(g->blas);
     cudaFree(g->d_weights);
     cudaFree(g->d_kv);
@@ -495,7 +386,7 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
 
 /* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_DECODE_COPY
- * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_REGISTER=0 (host experts left pageable).
+ * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
 static void env_switches(mp_gpu *g)
 {
@@ -529,8 +420,7 @@ static void env_switches(mp_gpu *g)
             fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is neither auto nor 0..%d: decode copies off\n",
                     env, MP_GPU_MAX_TOP_K);
     }
-    env = getenv("MP_GPU_HOST_REGISTER");
-    g->host_register_off = env && !strcmp(env, "0");
+    g->host_mode = mp_gpu_host_mode_from_env();
 }
 
 /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs) */
@@ -704,13 +594,12 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     wc = (carve){g->d_weights, 0};
     if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)))
         goto fail;
+    init_phase(staging && g->n_hybrid_layers ? "copying and page-locking the host experts" : "host experts");
+    if ((st = mp_gpu_host_experts(g, staging, err)))
+        goto fail;
     if (staging) {
-        if (!g->host_register_off) {
-            init_phase("page-locking the host experts");
-            register_host_experts(g);
-        }
         init_phase("timing an expert copy");
-        measure_copy(g);
+        mp_gpu_measure_copy(g);
     }
     init_phase("synchronizing");
     CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
@@ -774,12 +663,10 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
             snprintf(dcopy, sizeof dcopy, "split with the CPU by cost");
         else if (g->d_stage && g->decode_copy > 0)
             snprintf(dcopy, sizeof dcopy, "%d per layer step", g->decode_copy);
-        snprintf(buf + len, cap - len, "; host experts %s, %s; decode copies %s; decode graphs: %s",
-                 g->d_stage ? (g->host_registered     ? "page-locked"
-                               : g->host_register_off ? "pageable (MP_GPU_HOST_REGISTER=0)"
-                                                      : "pageable (registration failed)")
-                            : "in host memory", copy, dcopy, g->graphs_off ? g->graphs_why
-                                                              : g->graphs[0] ? "on" : "not used");
+        char host[160];
+        mp_gpu_host_report(g, host, sizeof host);
+        snprintf(buf + len, cap - len, "; %s, %s; decode copies %s; decode graphs: %s",
+                 host, copy, dcopy, g->graphs_off ? g->graphs_why : g->graphs[0] ? "on" : "not used");
     }
     if (st->rt_measured) {
         const size_t len = strlen(buf);

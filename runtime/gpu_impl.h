@@ -129,10 +129,14 @@ struct mp_gpu {
     double dec_cpu_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of the CPU's time for j decode routes (0: none seen) */
     double dec_copy_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of k decode copies' time, kernel included (ev_dc) */
     int dc_pending;         /* copies of the last decode layer step timed by ev_dc, not yet read */
-    bool host_registered;   /* expert tensors in host memory are page-locked (cudaHostRegister) */
-    bool host_register_off; /* MP_GPU_HOST_REGISTER=0: not attempted */
-    struct page_range *host_ranges; /* the registered ranges */
-    int64_t n_host_ranges;
+    /* host experts (gpu_host.c): where the CPU and the weight copies read each expert */
+    const void **h_slices;  /* (n_layer, 3, n_expert): gate, up, down slice of each expert, in
+                             * h_arena for the cold ones when copied, else in the model's mapping */
+    char *h_arena;          /* the cold experts' copy (anonymous memory), or NULL */
+    size_t h_arena_bytes;
+    int host_mode;          /* MP_GPU_HOST_PINNED / _COPY / _MAPPING (MP_GPU_HOST_EXPERTS) */
+    bool host_registered;   /* h_arena is page-locked (cudaHostRegister) */
+    char host_why[96];      /* why the copy or its page-locking is not in place ("" when it is) */
     mp_gpu_stats stats;
     mp_moe_timing *timing;  /* (n_layer) of the current step, for the hooks */
     char name[320];
@@ -180,6 +184,22 @@ bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
+
+/* Host experts (gpu_host.c). mp_gpu_host_experts fills h_slices; with copy (the executor has
+ * staging buffers and hybrid layers) it also copies the cold experts into anonymous memory and
+ * page-locks it, as host_mode asks; a copy or page-locking that cannot be made leaves the mapping
+ * or a pageable copy, said by mp_gpu_host_report (gpu.h). Fails only when out of memory for the table. */
+enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
+int mp_gpu_host_mode_from_env(void);
+mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
+void mp_gpu_host_experts_free(mp_gpu *g);
+/* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
+void mp_gpu_measure_copy(mp_gpu *g);
+/* Expert e's slice t (0 gate, 1 up, 2 down) of layer il in host memory. */
+static inline const void *mp_gpu_host_slice(const mp_gpu *g, int64_t il, int t, int64_t e)
+{
+    return g->h_slices[(il * 3 + t) * g->s->m->hp.n_expert + e];
+}
 
 /* Record an event the host will wait on or time: inside a graph capture it must be an external
  * event-record node (a plain record there is a capture-internal dependency the host cannot see). */

@@ -101,7 +101,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
         char *dst = g->d_stage + ((size_t)b * MP_GPU_STAGE_EXPERTS + (size_t)j) * g->expert_bytes_max;
         for (int t = 0; t < 3; t++) {
             const size_t bytes = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
-            CCHECK(cudaMemcpyAsync(dst, mp_expert_slice(ts[t], list[j]), bytes, cudaMemcpyHostToDevice,
+            CCHECK(cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, t, list[j]), bytes, cudaMemcpyHostToDevice,
                                    g->copy_stream), "expert weight copy");
             tab[t * E + list[j]] = dst;
             dst += (bytes + 255) & ~(size_t)255;
@@ -392,7 +392,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): the H2D of mp_gpu_moe_end is unconditional, so
      * that a captured decode graph replays the same copies every step */
-    const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask, g->h_part,
+    const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask,
+                                             g->h_slices + il * 3 * m->hp.n_expert, g->h_part,
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;

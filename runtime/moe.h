@@ -39,10 +39,13 @@ mp_status mp_moe_check_routes(const mp_hparams *hp, int64_t il, int64_t n_rows,
  * (bit ids[row, k] of resident clear; resident NULL: every route) of
  * weights[row, k] · expert(x[row]), summed in slot order in float32; rows without such a route
  * get zeros. This is the hybrid runtime's CPU partial and the whole block on the CPU path.
- * ids/weights may be the scratch's own arrays. Returns the number of routes computed. */
+ * ids/weights may be the scratch's own arrays. The experts' weights are read from the model's
+ * tensors, or, with slices, from slices[t * n_expert + e] (t: 0 gate, 1 up, 2 down; each slice
+ * laid out as the tensor's expert e: the GPU executor's host copy). Returns the number of routes
+ * computed. */
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
                            const int32_t *ids, const float *weights, const uint64_t *resident,
-                           float *out, mp_pool *pool, mp_moe_scratch *s);
+                           const void *const *slices, float *out, mp_pool *pool, mp_moe_scratch *s);
 
 /* out (n_rows × n_embd) = MoE(x) for layer il, x already normalized (ffn_norm applied).
  * Routing is reported through hooks (may be NULL) and may be replaced by route_src. */

@@ -231,13 +231,16 @@ typedef struct expert_job {
     bool x_shared;          /* one source row: every entry reads row 0 of x */
     const char *h;          /* down activations: entry rows, h_row_bytes apart */
     size_t h_row_bytes;
+    const void *const *slices; /* (3, n_expert) expert weights, or NULL: the tensors' */
+    int64_t n_expert;
 } expert_job;
 
-static void matmul_slice(const mp_type_ops *ops, const mp_tensor *t, int32_t e, int64_t r0,
-                         int64_t r1, const char *x, size_t x_row_bytes, int64_t n_x, float *y,
-                         int64_t y_stride)
+/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down) times the n_x activation rows. */
+static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
+                         int32_t e, int64_t r0, int64_t r1, const char *x, size_t x_row_bytes,
+                         int64_t n_x, float *y, int64_t y_stride)
 {
-    const void *w = mp_expert_slice(t, e);
+    const void *w = j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
     if (n_x == 1)
         mp_gemv_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, y + r0);
     else
@@ -252,8 +255,8 @@ static void gate_up_task(void *ctx, int64_t task, int thread)
     const int64_t first = s->offset[t->expert], cnt = s->count[t->expert], F = s->n_ff;
     const char *x = j->x_shared ? j->x : j->x + (size_t)first * j->x_row_bytes;
     float *g = s->gate + first * F, *u = s->up + first * F;
-    matmul_slice(j->gate_ops, &j->L->gate_exps, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, g, F);
-    matmul_slice(j->up_ops, &j->L->up_exps, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, u, F);
+    matmul_slice(j, j->gate_ops, &j->L->gate_exps, 0, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, g, F);
+    matmul_slice(j, j->up_ops, &j->L->up_exps, 1, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, u, F);
     for (int64_t i = 0; i < cnt; i++)
         mp_swiglu(g + i * F + t->r0, g + i * F + t->r0, u + i * F + t->r0, t->r1 - t->r0);
 }
@@ -264,7 +267,7 @@ static void down_task(void *ctx, int64_t task, int thread)
     mp_moe_scratch *s = j->s;
     const expert_task *t = &s->tasks[task];
     const int64_t first = s->offset[t->expert], cnt = s->count[t->expert];
-    matmul_slice(j->down_ops, &j->L->down_exps, t->expert, t->r0, t->r1,
+    matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
 }
@@ -295,7 +298,7 @@ static int64_t now_ns(void)
 
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
                            const int32_t *ids, const float *weights, const uint64_t *resident,
-                           float *out, mp_pool *pool, mp_moe_scratch *s)
+                           const void *const *slices, float *out, mp_pool *pool, mp_moe_scratch *s)
 {
     const mp_hparams *hp = &m->hp;
     const mp_layer *L = &m->layers[il];
@@ -312,7 +315,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
 
     /* gate/up activations: one conversion per source row, then gathered by entry */
     expert_job j = {L, s, mp_type_ops_get(L->gate_exps.type), mp_type_ops_get(L->up_exps.type),
-                    mp_type_ops_get(L->down_exps.type), NULL, 0, false, NULL, 0};
+                    mp_type_ops_get(L->down_exps.type), NULL, 0, false, NULL, 0, slices, hp->n_expert};
     const int x_vdt = j.gate_ops->vec_dot_type;
     const char *xsrc = (const char *)x;
     j.x_row_bytes = mp_type_row_bytes(x_vdt, D);
@@ -381,7 +384,7 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
         hooks->routing(hooks->user, il, n_rows, K, s->ids, s->weights);
     const int64_t t0_ns = hooks && hooks->moe_timing ? now_ns() : 0;
 
-    mp_moe_experts_cpu(m, il, x, n_rows, s->ids, s->weights, NULL, out, pool, s);
+    mp_moe_experts_cpu(m, il, x, n_rows, s->ids, s->weights, NULL, NULL, out, pool, s);
 
     if (hooks && hooks->moe_timing) {
         mp_moe_timing t = {0};

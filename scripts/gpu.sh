@@ -17,12 +17,8 @@
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
 #              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
-#   f32-hang   the known hang of gpu_exec's F32 hybrid case: runs it (MP_TEST_F32_HYBRID=1) and,
-#              if it has not returned after 45 s, every thread's stack of every test process
-#              (gdb, else /proc's wchan/syscall/stack) and the GPU's utilization -> $OUT/f32-hang/
-#   f32-cli    the same hang outside criterion (moeplan bench of a tiny F32 model, --placement
-#              cpu), with the executor's start-up phases traced, with and without page-locking
-#              the host experts -> $OUT/f32-cli/
+#   host-register  tiny models of several types and file systems, all experts on the host: which
+#              can the executor page-lock, which hang (bench/host_register_probe.sh)
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows
 #              (bench_cuda REPS prefill)
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
@@ -62,7 +58,7 @@ pack() {
     (cd "$OUT" && find . -type f -size -8M ! -name '*.gguf' | tar -czf "$RESULTS/.$TARBALL" -T -) &&
         mv "$RESULTS/.$TARBALL" "$RESULTS/$TARBALL"
 }
-# no core files: a CUDA process's core takes minutes to write and looks like a hang (f32-cli)
+# no core files: a CUDA process's core takes minutes to write and looks like a hang
 ulimit -c 0
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(tests bench-cpu)
@@ -164,58 +160,10 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         for t in 16 8; do build-gpu/bench/pool_overhead $t 3000; done 2>&1 | tee "$OUT/bench-pool.log" || rc=1
         ;;
-    f32-hang)
+    host-register)
+        # which host mappings the executor can page-lock (bench/host_register_probe.sh)
         build || { rc=1; continue; }
-        mkdir -p "$OUT/f32-hang"
-        MP_TEST_F32_HYBRID=1 timeout -s KILL 100 build-gpu/tests/test_gpu_exec \
-            --filter 'gpu_exec/hybrid_equals_gpu_f32' --jobs 1 >"$OUT/f32-hang/test.log" 2>&1 &
-        tpid=$!
-        for _ in $(seq 45); do kill -0 "$tpid" 2>/dev/null || break; sleep 1; done
-        if kill -0 "$tpid" 2>/dev/null; then
-            log "f32-hang: still running after 45 s: taking stacks"
-            nvidia-smi --query-gpu=utilization.gpu,power.draw --format=csv >"$OUT/f32-hang/gpu-busy.txt" 2>&1
-            for p in $(pgrep -x test_gpu_exec); do
-                if command -v gdb >/dev/null; then
-                    gdb -p "$p" -batch -ex 'info threads' -ex 'thread apply all bt' >"$OUT/f32-hang/gdb-$p.txt" 2>&1
-                fi
-                for t in /proc/"$p"/task/*; do
-                    echo "== $t $(cat "$t/comm") wchan=$(cat "$t/wchan" 2>/dev/null) state=$(awk '{print $3}' "$t/stat")"
-                    cat "$t/syscall" 2>/dev/null; cat "$t/stack" 2>/dev/null
-                done >"$OUT/f32-hang/proc-$p.txt" 2>&1
-            done
-        else
-            log "f32-hang: returned within 45 s"
-        fi
-        wait "$tpid"
-        tail -5 "$OUT/f32-hang/test.log"
-        ;;
-    f32-cli)
-        # the F32 hybrid hang outside criterion: `bench --placement cpu` of a tiny F32 qwen3moe
-        # (40-row prefill, then decode). Seen (2026-11-29, sixth session): no output, the main
-        # thread running in user space, the pool's workers asleep, the GPU idle, before the first
-        # test; not a crash. Here, 20 s each: with MP_GPU_INIT_TRACE=1 (the executor's start-up
-        # phase that does not end), then also with MP_GPU_HOST_REGISTER=0 (no page-locking of the
-        # host experts); a run still going after 12 s leaves its threads' /proc state.
-        build || { rc=1; continue; }
-        mkdir -p "$OUT/f32-cli"
-        build-gpu/cli/moeplan mkmodel --arch qwen3moe --quant f32 --quiet --force -o /tmp/mp-f32.gguf || { rc=1; continue; }
-        for reg in 1 0; do
-            lg=$OUT/f32-cli/bench-register$reg.log
-            MP_GPU_INIT_TRACE=1 MP_GPU_HOST_REGISTER=$reg build-gpu/cli/moeplan bench -m /tmp/mp-f32.gguf \
-                --placement cpu -p 40 -n 4 -t 4 -r 1 >"$lg" 2>&1 &
-            bpid=$!
-            for _ in $(seq 12); do kill -0 "$bpid" 2>/dev/null || break; sleep 1; done
-            if kill -0 "$bpid" 2>/dev/null; then
-                for t in /proc/"$bpid"/task/*; do
-                    echo "== $t $(cat "$t/comm") state=$(awk '{print $3}' "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cat "$t/syscall")"
-                done >"$OUT/f32-cli/tasks-register$reg.txt" 2>&1
-                sleep 8
-                kill -KILL "$bpid" 2>/dev/null
-            fi
-            wait "$bpid"
-            log "f32-cli: MP_GPU_HOST_REGISTER=$reg: exit $?"
-            tail -4 "$lg"
-        done
+        bash bench/host_register_probe.sh build-gpu/cli/moeplan "$OUT/host-register" || rc=1
         ;;
     bench-prefill)
         # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores
@@ -291,7 +239,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, bench-exec, profile, bench-pool, f32-hang, f32-cli, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, bench-exec, profile, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac

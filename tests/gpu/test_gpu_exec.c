@@ -310,16 +310,9 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
  * the GEMV path: a prefill GEMM rounds its activations to 16 bits, which turns summation-order
  * differences into rounding flips of about that type's precision (measured on the H200 with GEMMs:
  * BF16 2.3e-3, F16 2.4e-4; docs/runtime.md). The quantized cases below run the GEMM path.
- * SKIPPED unless MP_TEST_F32_HYBRID=1: the F32 case does not return on the H200 (the `cpu`
- * placement's 40-row prefill; the host waits while the pool sleeps), with the old thread pool and
- * with the new one (timed out at 120 s, 2026-11-29); cause open (docs/runtime.md, "Known
- * defects"). `bash scripts/gpu.sh f32-hang` runs it and takes every thread's stack when it hangs. */
-Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120)
-{
-    if (!getenv("MP_TEST_F32_HYBRID"))
-        cr_skip_test("known hang on the H200 (docs/runtime.md); MP_TEST_F32_HYBRID=1 runs it");
-    hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5);
-}
+ * The F32 case hung until 2026-11-29 (seventh session): page-locking the model's file mapping did
+ * not return (runtime/gpu_host.c); the executor now page-locks its own copy of the cold experts. */
+Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, false, 3e-2, 5e-3); }

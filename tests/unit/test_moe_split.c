@@ -5,7 +5,8 @@
  * partial over the routes in R (the complement mask) equals the whole block within f32 summation
  * order (1e-5 relative to the row's largest |output|): every route is computed exactly once, by
  * exactly one side. Rows whose routes are all resident get exact zeros, and the count of computed
- * routes is the number of non-resident routes. */
+ * routes is the number of non-resident routes. The experts' weights can also come through a table of
+ * slices (the GPU executor's host copy); a table of permuted experts must give the permuted block. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -82,9 +83,9 @@ static void split_once(const char *mix, int64_t n_rows)
     int64_t expect_a = 0;
     for (int64_t i = 0; i < n_rows * K; i++)
         expect_a += !((res[ids[i] >> 6] >> (ids[i] & 63)) & 1);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, whole, pool, sc), n_rows * K);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, a, pool, sc), expect_a);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, comp, b, pool, sc), n_rows * K - expect_a);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, NULL, whole, pool, sc), n_rows * K);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, a, pool, sc), expect_a);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, comp, NULL, b, pool, sc), n_rows * K - expect_a);
     for (int64_t r = 0; r < n_rows; r++) {
         double mx = 0;
         for (int64_t d = 0; d < D; d++)
@@ -100,6 +101,49 @@ static void split_once(const char *mix, int64_t n_rows)
                 cr_assert_eq(a[d], 0.0f, "seed %llu: an all-resident row must get zeros", (unsigned long long)seed);
         }
     }
+    /* the weights through a slice table (the GPU executor's host copy): slices of expert e hold
+     * a copy of expert perm[e], so the block over ids must equal the block over perm[ids] read
+     * from the model, bit for bit (a table that is not read gives the unpermuted block) */
+    int32_t perm[1024];
+    cr_assert_leq(E, 1024);
+    for (int64_t e2 = 0; e2 < E; e2++)
+        perm[e2] = (int32_t)e2;
+    for (int64_t e2 = E - 1; e2 > 0; e2--) {
+        const int64_t j = (int64_t)(next() % (uint64_t)(e2 + 1));
+        const int32_t tmp = perm[e2];
+        perm[e2] = perm[j], perm[j] = tmp;
+    }
+    const mp_layer *L = &m->layers[1];
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    size_t per[3], total = 0;
+    for (int t = 0; t < 3; t++)
+        total += (size_t)E * (per[t] = (ts[t]->row_bytes * (size_t)ts[t]->ne[1] + 63) & ~(size_t)63);
+    char *copy = aligned_alloc(64, total);
+    const void **slices = malloc(sizeof(void *) * (size_t)(3 * E));
+    cr_assert(copy && slices);
+    char *p = copy;
+    for (int64_t e2 = E - 1; e2 >= 0; e2--) /* laid out in reverse, as a copy of some experts is */
+        for (int t = 0; t < 3; t++) {
+            memcpy(p, mp_expert_slice(ts[t], perm[e2]), ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+            slices[t * E + e2] = p;
+            p += per[t];
+        }
+    int32_t *pids = malloc(sizeof(int32_t) * (size_t)(n_rows * K));
+    cr_assert(pids);
+    for (int64_t i = 0; i < n_rows * K; i++)
+        pids[i] = perm[ids[i]];
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, (const void *const *)slices, a, pool, sc),
+                 n_rows * K);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, pids, w, NULL, NULL, b, pool, sc), n_rows * K);
+    bool differs = false;
+    for (int64_t i = 0; i < n_rows * D; i++) {
+        cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0, "seed %llu: %s rows %ld: elem %ld: %g through "
+                     "the slice table, %g from the model", (unsigned long long)seed, mix, (long)n_rows,
+                     (long)i, a[i], b[i]);
+        differs |= a[i] != whole[i];
+    }
+    cr_assert(differs, "seed %llu: the permuted experts gave the unpermuted block", (unsigned long long)seed);
+    free(copy), free(slices), free(pids);
     free(x), free(whole), free(a), free(b), free(ids), free(w);
     mp_moe_scratch_free(sc);
     mp_pool_free(pool);

@@ -1,0 +1,246 @@
+/* runtime/gpu_host.c — where the GPU executor's cold experts live in host memory.
+ *
+ * The CPU computes the cold experts' routes, and prefill (and, when asked, decode) copies some of
+ * them to the GPU. Both read g->h_slices: each expert's gate, up and down slice. By default those
+ * point into a copy of the cold experts in anonymous memory, page-locked with cudaHostRegister,
+ * so that expert copies run at the pinned rate (MP_GPU_HOST_EXPERTS, below).
+ *
+ * Why a copy and not the model's file mapping page-locked in place (what the executor did until
+ * 2026-11-29): cudaHostRegister of a file-backed mapping pins page-cache pages for the long term,
+ * and on the H200 machine's kernel (6.18, ext4) that call never returned for a tiny F32 model in
+ * /tmp (the same file in tmpfs, and F16/BF16/Q8_0/Q4_K_M files in /tmp, were fine): the main
+ * thread ran in the kernel holding the address space's lock (bench/host_register_probe.sh,
+ * bench/NOTES-gpu-exec.md run 12). Pinning anonymous memory that the executor owns is the case
+ * drivers and kernels are built for; the copy costs one pass over the cold experts at start.
+ * The mapping's pages of the copied experts are then dropped from the process (MADV_DONTNEED on
+ * a read-only private file mapping only unmaps them), so the experts are not resident twice.
+ */
+#include "mp_config.h"
+
+#if MP_HAVE_CUDA
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "runtime/gpu_impl.h"
+
+#define SLICE_ALIGN 256 /* each copied slice starts 256-byte aligned (copy engine, 128-bit loads) */
+
+static size_t align_slice(size_t b)
+{
+    return (b + SLICE_ALIGN - 1) & ~(size_t)(SLICE_ALIGN - 1);
+}
+
+/* MP_GPU_HOST_EXPERTS: pinned (default), copy (the copy, pageable) or mapping (the model's file
+ * mapping, pageable: no copy). A value not understood is said and the default kept. */
+int mp_gpu_host_mode_from_env(void)
+{
+    const char *v = getenv("MP_GPU_HOST_EXPERTS");
+    if (!v || !*v || !strcmp(v, "pinned"))
+        return MP_GPU_HOST_PINNED;
+    if (!strcmp(v, "copy"))
+        return MP_GPU_HOST_COPY;
+    if (!strcmp(v, "mapping"))
+        return MP_GPU_HOST_MAPPING;
+    fprintf(stderr, "moeplan: MP_GPU_HOST_EXPERTS=%.40s is not pinned, copy or mapping: pinned\n", v);
+    return MP_GPU_HOST_PINNED;
+}
+
+typedef struct copy_job {
+    mp_gpu *g;
+    const int64_t (*list)[2]; /* (layer, expert) of each cold expert */
+} copy_job;
+
+static void copy_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const copy_job *j = ctx;
+    const mp_gpu *g = j->g;
+    const mp_model *m = g->s->m;
+    const int64_t il = j->list[task][0], e = j->list[task][1], E = m->hp.n_expert;
+    const mp_layer *L = &m->layers[il];
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int t = 0; t < 3; t++)
+        memcpy((void *)g->h_slices[(il * 3 + t) * E + e], mp_expert_slice(ts[t], e),
+               ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+}
+
+/* Unmap the whole pages inside [a, a + n) of the model's mapping (they were copied). */
+static void drop_mapped(const void *a, size_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)a + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)a + n) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
+{
+    const mp_model *m = g->s->m;
+    const int64_t E = m->hp.n_expert, NL = m->hp.n_layer;
+    g->h_slices = calloc((size_t)(NL * 3 * E), sizeof *g->h_slices);
+    if (!g->h_slices)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    for (int64_t il = 0; il < NL; il++) {
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int t = 0; t < 3; t++)
+            for (int64_t e = 0; e < E; e++)
+                g->h_slices[(il * 3 + t) * E + e] = mp_expert_slice(ts[t], e);
+    }
+    g->host_why[0] = 0;
+    if (!copy || g->n_hybrid_layers == 0)
+        return MP_OK;
+    if (g->host_mode == MP_GPU_HOST_MAPPING) {
+        snprintf(g->host_why, sizeof g->host_why, "MP_GPU_HOST_EXPERTS=mapping");
+        return MP_OK;
+    }
+
+    /* the cold experts, and the copy's size */
+    int64_t n_cold = 0;
+    size_t bytes = 0;
+    for (int64_t il = 0; il < NL; il++) {
+        const mp_layer *L = &m->layers[il];
+        const size_t per = align_slice(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
+                           align_slice(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
+                           align_slice(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
+        const int64_t cold = E - g->pl.n_resident[il];
+        n_cold += cold;
+        bytes += per * (size_t)cold;
+    }
+    int64_t(*list)[2] = malloc((size_t)n_cold * sizeof *list);
+    if (!list)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    const size_t huge = (size_t)2 << 20;
+    const size_t map_bytes = (bytes + huge - 1) & ~(huge - 1);
+    void *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED) {
+        free(list);
+        snprintf(g->host_why, sizeof g->host_why, "no host memory for a %.1f GiB copy",
+                 (double)bytes / (1024.0 * 1024 * 1024));
+        return MP_OK; /* the mapping serves, pageable: slower copies, the same results */
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(arena, map_bytes, MADV_HUGEPAGE); /* fewer TLB misses for the CPU's streaming reads */
+#endif
+    g->h_arena = arena;
+    g->h_arena_bytes = map_bytes;
+
+    /* lay the cold experts out layer by layer, then copy them on the pool */
+    char *p = arena;
+    int64_t k = 0;
+    for (int64_t il = 0; il < NL; il++) {
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int64_t e = 0; e < E; e++) {
+            if (mp_placement_resident(&g->pl, il, e))
+                continue;
+            for (int t = 0; t < 3; t++) {
+                g->h_slices[(il * 3 + t) * E + e] = p;
+                p += align_slice(ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+            }
+            list[k][0] = il;
+            list[k][1] = e;
+            k++;
+        }
+    }
+    copy_job j = {g, (const int64_t(*)[2])list};
+    mp_pool_run(g->s->pool, n_cold, copy_task, &j);
+    if (m->gguf) /* the mapping's pages of what was copied: the copy serves from now on */
+        for (int64_t i = 0; i < n_cold; i++) {
+            const mp_layer *L = &m->layers[list[i][0]];
+            const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+            for (int t = 0; t < 3; t++)
+                drop_mapped(mp_expert_slice(ts[t], list[i][1]), ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+        }
+    free(list);
+
+    if (g->host_mode == MP_GPU_HOST_COPY) {
+        snprintf(g->host_why, sizeof g->host_why, "MP_GPU_HOST_EXPERTS=copy");
+        return MP_OK;
+    }
+    const cudaError_t ce = cudaHostRegister(arena, map_bytes, cudaHostRegisterPortable);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(g->host_why, sizeof g->host_why, "page-locking failed: %s", cudaGetErrorString(ce));
+        return MP_OK; /* pageable copies: slower, the same results */
+    }
+    g->host_registered = true;
+    return MP_OK;
+}
+
+void mp_gpu_host_experts_free(mp_gpu *g)
+{
+    if (g->host_registered && cudaHostUnregister(g->h_arena) != cudaSuccess)
+        cudaGetLastError();
+    g->host_registered = false;
+    if (g->h_arena)
+        munmap(g->h_arena, g->h_arena_bytes);
+    g->h_arena = NULL;
+    g->h_arena_bytes = 0;
+    free(g->h_slices);
+    g->h_slices = NULL;
+}
+
+void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap)
+{
+    const double gib = (double)g->h_arena_bytes / (1024.0 * 1024 * 1024);
+    if (g->n_hybrid_layers == 0)
+        snprintf(buf, cap, "no host experts");
+    else if (g->h_arena && g->host_registered)
+        snprintf(buf, cap, "host experts in a page-locked copy (%.2f GiB)", gib);
+    else if (g->h_arena)
+        snprintf(buf, cap, "host experts in a pageable copy (%.2f GiB; %s)", gib, g->host_why);
+    else
+        snprintf(buf, cap, "host experts in the model's mapping, pageable%s%s%s", g->host_why[0] ? " (" : "",
+                 g->host_why, g->host_why[0] ? ")" : "");
+}
+
+/* The link's time per byte for expert copies as they will run: the first cold expert's three
+ * slices from host memory (as the executor holds them) into the staging buffer; best of 3. */
+void mp_gpu_measure_copy(mp_gpu *g)
+{
+    const mp_model *m = g->s->m;
+    const int64_t E = m->hp.n_expert;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        if (g->pl.n_resident[il] == E)
+            continue;
+        int64_t e = 0;
+        while (mp_placement_resident(&g->pl, il, e))
+            e++;
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        int64_t best = INT64_MAX;
+        size_t bytes = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            const int64_t t0 = mp_gpu_now_ns();
+            char *dst = g->d_stage;
+            bytes = 0;
+            for (int t = 0; t < 3; t++) {
+                const size_t b = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+                if (cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, t, e), b, cudaMemcpyHostToDevice,
+                                    g->copy_stream) != cudaSuccess) {
+                    cudaGetLastError();
+                    return;
+                }
+                dst += align_slice(b);
+                bytes += b;
+            }
+            if (cudaStreamSynchronize(g->copy_stream) != cudaSuccess) {
+                cudaGetLastError();
+                return;
+            }
+            const int64_t dt = mp_gpu_now_ns() - t0;
+            best = dt < best ? dt : best;
+        }
+        g->pcie_ns_per_byte = (double)best / (double)bytes;
+        return;
+    }
+}
+
+#endif
