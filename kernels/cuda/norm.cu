@@ -147,8 +147,9 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
 // 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
 // reduced as block_sum reduces them (a shuffle-down tree per virtual warp, then one over the 8
 // warp sums with zeros above them), and the scale, weights and RoPE pairs are the same
-// expressions (mpc_rope_pair). Opt-in until measured (mp_cuda_set_qkv_finish_warp,
-// MP_CUDA_QKV_WARP=1).
+// expressions (mpc_rope_pair). The default since it was measured (2026-11-29, seventh session: pp512
+// 3,565 -> 3,712 tok/s, pp2048 2,328 -> 2,389 on the H200; bench/NOTES-gpu-exec.md run 11);
+// mp_cuda_set_qkv_finish_warp(0) or MP_CUDA_QKV_WARP=0 runs the block kernel.
 #define QKV_WARP_HEADS 8
 #define QKV_WARP_MAX_HD 1024 // shared memory: QKV_WARP_HEADS heads of this many floats, 32 KiB
 __global__ void __launch_bounds__(QKV_WARP_HEADS * 32)
@@ -216,7 +217,7 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
     }
 }
 
-static int g_qkv_warp = -1; // -1: from MP_CUDA_QKV_WARP at the next call
+static int g_qkv_warp = -1; // -1: from MP_CUDA_QKV_WARP at the next call (on unless "0")
 
 extern "C" void mp_cuda_set_qkv_finish_warp(int on)
 {
@@ -226,7 +227,7 @@ extern "C" void mp_cuda_set_qkv_finish_warp(int on)
 static bool qkv_warp(void)
 {
     if (g_qkv_warp < 0)
-        g_qkv_warp = mpc_env_switch("MP_CUDA_QKV_WARP", "1", "0");
+        g_qkv_warp = !mpc_env_switch("MP_CUDA_QKV_WARP", "0", "1");
     return g_qkv_warp == 1;
 }
 
