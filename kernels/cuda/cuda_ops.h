@@ -202,8 +202,9 @@ int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_
                        int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, float eps,
                        uint16_t *d_kcache, uint16_t *d_vcache, void *stream);
 /* mp_cuda_qkv_finish with one warp per (row, head) instead of one block (same results, bit for
- * bit): 1 on, 0 off, -1 from MP_CUDA_QKV_WARP at the next call (on unless it is "0"). On by
- * default (measured faster in prefill). Process-wide; for A/B runs and tests. */
+ * bit): 1 always, 0 never, -1 the default: from MP_CUDA_QKV_WARP at the next call ("0" never,
+ * "1" always; unset or "auto": the warp kernel from 16 rows, measured faster in prefill and slower
+ * at one row). Process-wide; for A/B runs and tests. */
 void mp_cuda_set_qkv_finish_warp(int on);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */

@@ -147,9 +147,9 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
 // 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
 // reduced as block_sum reduces them (a shuffle-down tree per virtual warp, then one over the 8
 // warp sums with zeros above them), and the scale, weights and RoPE pairs are the same
-// expressions (mpc_rope_pair). The default since it was measured (2026-11-29, seventh session: pp512
-// 3,565 -> 3,712 tok/s, pp2048 2,328 -> 2,389 on the H200; bench/NOTES-gpu-exec.md run 11);
-// mp_cuda_set_qkv_finish_warp(0) or MP_CUDA_QKV_WARP=0 runs the block kernel.
+// expressions (mpc_rope_pair). The default for prefill since it was measured (2026-11-29, seventh
+// session: pp512 3,565 -> 3,712 tok/s, pp2048 2,328 -> 2,389 on the H200; bench/NOTES-gpu-exec.md
+// run 11); mp_cuda_set_qkv_finish_warp(0) or MP_CUDA_QKV_WARP=0 runs the block kernel always.
 #define QKV_WARP_HEADS 8
 #define QKV_WARP_MAX_HD 1024 // shared memory: QKV_WARP_HEADS heads of this many floats, 32 KiB
 __global__ void __launch_bounds__(QKV_WARP_HEADS * 32)
@@ -217,18 +217,30 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
     }
 }
 
-static int g_qkv_warp = -1; // -1: from MP_CUDA_QKV_WARP at the next call (on unless "0")
+// Which kernel: the warp kernel from QKV_WARP_MIN_ROWS rows, the block kernel below them. At one
+// row the warp kernel's 5 blocks (Qwen3-30B-A3B: 40 heads) leave most SMs idle: decode tg128 went
+// 231.5 -> 225.9 tok/s with it (2026-11-29, the same call as the prefill gain above).
+#define QKV_WARP_MIN_ROWS 16
+static int g_qkv_warp = -2; // -2: from MP_CUDA_QKV_WARP at the next call; -1 by rows; 0 never; 1 always
 
 extern "C" void mp_cuda_set_qkv_finish_warp(int on)
 {
-    g_qkv_warp = on < 0 ? -1 : on != 0;
+    g_qkv_warp = on < 0 ? -2 : on != 0;
 }
 
-static bool qkv_warp(void)
+static bool qkv_warp(int64_t n_rows)
 {
-    if (g_qkv_warp < 0)
-        g_qkv_warp = !mpc_env_switch("MP_CUDA_QKV_WARP", "0", "1");
-    return g_qkv_warp == 1;
+    if (g_qkv_warp == -2) {
+        const char *v = getenv("MP_CUDA_QKV_WARP");
+        g_qkv_warp = -1;
+        if (v && !strcmp(v, "0"))
+            g_qkv_warp = 0;
+        else if (v && !strcmp(v, "1"))
+            g_qkv_warp = 1;
+        else if (v && *v && strcmp(v, "auto"))
+            fprintf(stderr, "moeplan: warning: MP_CUDA_QKV_WARP=%.40s is not 0, 1 or auto: using auto\n", v);
+    }
+    return g_qkv_warp == 1 || (g_qkv_warp == -1 && n_rows >= QKV_WARP_MIN_ROWS);
 }
 
 extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm,
@@ -244,7 +256,7 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
     const int64_t blocks = n_rows * (n_head + 2 * n_head_kv);
     if (blocks == 0)
         return 0;
-    if (qkv_warp() && head_dim <= QKV_WARP_MAX_HD) {
+    if (qkv_warp(n_rows) && head_dim <= QKV_WARP_MAX_HD) {
         qkv_finish_warp_kernel<<<(unsigned)((blocks + QKV_WARP_HEADS - 1) / QKV_WARP_HEADS), QKV_WARP_HEADS * 32,
                                  (size_t)(QKV_WARP_HEADS * head_dim) * sizeof(float), (cudaStream_t)stream>>>(
             d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv, head_dim, rot_dim, d_pos, freq_base, style,
