@@ -23,6 +23,8 @@
 #              (bench_cuda REPS prefill)
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
 #   decode-ab  the all-resident decode step: plain, --ctx 4096, --route-replay, graphs off
+#   nsys-decode  Nsight Systems timeline of 6 hybrid decode tokens (NSYS_PLACEMENT, default layers:48)
+#              -> $OUT/nsys/*.csv (bench/hybrid_timeline.py reads them)
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -205,6 +207,23 @@ for stage in "${stages[@]}"; do
                 "$OUT/decode-ab/$v.json" "$v" 2>&1 | tee -a "$OUT/decode-ab/summary.txt"
         done
         ;;
+    nsys-decode)
+        # Nsight Systems timeline of hybrid decode steps: the GPU's kernels and copies and the host's
+        # CUDA calls, as CSV for bench/hybrid_timeline.py (NSYS_PLACEMENT, default layers:48; 6
+        # tokens after a 1-token prompt, one repetition)
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        mkdir -p "$OUT/nsys"
+        nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+        if [ -z "$nsys" ]; then log "nsys-decode: no nsys on this machine"; rc=1; continue; fi
+        timeout 300 "$nsys" profile -t cuda,osrt --cuda-graph-trace=node -o /tmp/mp-nsys -f true \
+            build-gpu/cli/moeplan bench -m "$MODEL30" --placement "${NSYS_PLACEMENT:-layers:48}" -p 0 -n 6 -r 1 -t 16 \
+            >"$OUT/nsys/profile.log" 2>&1 || rc=1
+        for rep in cuda_gpu_trace cuda_api_trace; do
+            "$nsys" stats --report $rep --format csv -o "$OUT/nsys/x" /tmp/mp-nsys.nsys-rep >>"$OUT/nsys/profile.log" 2>&1 || rc=1
+        done
+        ls -la "$OUT/nsys" | tail -5
+        ;;
     bench-cupti)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
@@ -239,7 +258,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, bench-exec, profile, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, nsys-decode, bench-exec, profile, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
