@@ -271,6 +271,232 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 #endif
 }
 
+// ---- Q4_K weights, pipelined (v2) ----
+//
+// Why: the kernel above stages K through shared memory as unpacked int8, every weight word
+// fetched, unpacked and stored by a thread before a barrier, with no loads in flight during the
+// MMAs: Nsight Compute (bench/NOTES-gpu-exec.md run 10) put half its stalls on global loads at
+// 25 % occupancy, ~20 TFLOP/s. Here the raw bytes of the next 256-element stage (one Q4_K
+// super-block per weight row, one Q8_K block per route) are copied with cp.async while the
+// current stage computes; a stage's scales are decoded once into shared memory; each lane unpacks
+// its B fragment straight from the raw bytes (a group of 32 elements is one nibble half of 32 qs
+// bytes). Tile: 32 routes x 64 features per block, each warp 16 features (two n8 tiles). The
+// arithmetic per scale group is the kernel above's, in the same order (exact integer sums, then
+// acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its results are the same numbers.
+// Needs: Q4_K weight rows 16-byte aligned (K % 256 == 0 and 16-byte aligned expert bases, which
+// the pool's and staging's 256-byte slots are) and Q8_K activation rows 4-byte aligned.
+
+#define MMA2_N 64                   // features per block: 4 warps x 2 n8 tiles
+#define MMA2_WB 144                 // Q4_K super-block bytes per weight row and stage
+#define MMA2_AB 292                 // Q8_K block bytes per route and stage
+
+template <int MATS> struct mma2_smem {
+    static const int raw = MATS * MMA2_N * MMA2_WB + MPC_MMA_GROUP * MMA2_AB; // one stage's raw bytes
+    static const int bytes = 2 * raw + (2 * MATS * MMA2_N * 8 + MPC_MMA_GROUP * 9) * 4;
+};
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+
+template <int MATS>
+__global__ void __launch_bounds__(MMA_THREADS)
+moe_mma_q4k_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                   size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
+                   const int32_t *n_groups, float *out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    typedef mma2_smem<MATS> SM;
+    extern __shared__ __align__(16) uint8_t sm2[];
+    float *ws1 = (float *)(sm2 + 2 * SM::raw);       // [MATS][MMA2_N][8]
+    float *ws2 = ws1 + MATS * MMA2_N * 8;            // [MATS][MMA2_N][8]
+    float *ad = ws2 + MATS * MMA2_N * 8;             // [MPC_MMA_GROUP]
+    float *asum = ad + MPC_MMA_GROUP;                // [MPC_MMA_GROUP][8]
+    __shared__ const uint8_t *arow[MPC_MMA_GROUP];
+    __shared__ int32_t aroute[MPC_MMA_GROUP];
+
+    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+        return;
+    const int4 grp = groups[blockIdx.y];
+    const uint8_t *e0 = mpc_expert_ptr(w0, grp.x, n_expert);
+    const uint8_t *e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
+    if (!e0 || !e1) // not resident: its routes are skipped by the combine (uniform over the block)
+        return;
+    const int cnt = grp.z;
+    const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
+    const int gq = lane / 4, tq = lane % 4, n0 = warp * 16;
+    const int64_t n_base = (int64_t)blockIdx.x * MMA2_N;
+    if (tid < MPC_MMA_GROUP) {
+        const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
+        aroute[tid] = r;
+        arow[tid] = r >= 0 ? act + (size_t)(r / act_div) * act_row_bytes : NULL;
+    }
+    __syncthreads();
+
+    // stage s's raw bytes into buffer b: rows past N and routes past cnt are zero-filled
+    auto issue = [&](int64_t s, int b) {
+        uint8_t *W = sm2 + b * SM::raw, *A = W + MATS * MMA2_N * MMA2_WB;
+        for (int u = tid; u < MATS * MMA2_N * 9; u += MMA_THREADS) {
+            const int mat = u / (MMA2_N * 9), n = (u / 9) % MMA2_N, c = u % 9;
+            const int64_t j = n_base + n;
+            const bool ok = j < N;
+            const uint8_t *src = (mat ? e1 : e0) + (size_t)(ok ? j : 0) * (mat ? w1.row_bytes : w0.row_bytes) +
+                                 (size_t)s * MMA2_WB + 16 * c;
+            cp_async16(W + (mat * MMA2_N + n) * MMA2_WB + 16 * c, src, ok ? 16 : 0);
+        }
+        for (int u = tid; u < MPC_MMA_GROUP * (MMA2_AB / 4); u += MMA_THREADS) {
+            const int m = u / (MMA2_AB / 4), w = u % (MMA2_AB / 4);
+            const uint8_t *row = arow[m];
+            cp_async4(A + m * MMA2_AB + 4 * w, row ? row + (size_t)s * MMA2_AB + 4 * w : act, row ? 4 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    float acc[2][2][MATS][4] = {};
+    const int64_t S = K / 256;
+    issue(0, 0);
+    for (int64_t s = 0; s < S; s++) {
+        const int b = (int)(s & 1);
+        if (s + 1 < S) {
+            issue(s + 1, b ^ 1);
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();
+        const uint8_t *W = sm2 + b * SM::raw, *A = W + MATS * MMA2_N * MMA2_WB;
+        // the stage's scales: weights per (mat, row, group of 32), activations per route
+        for (int idx = tid; idx < MATS * MMA2_N * 8; idx += MMA_THREADS) {
+            const uint8_t *sb = W + (idx / 8) * MMA2_WB;
+            int sc, m;
+            mpc_q4k_scale_min([&](int i) -> int { return sb[4 + i]; }, idx % 8, sc, m);
+            ws1[idx] = __fmul_rn(mpc_f16(mpc_ld16(sb)), (float)sc);
+            ws2[idx] = __fmul_rn(mpc_f16(mpc_ld16(sb + 2)), (float)m);
+        }
+        for (int idx = tid; idx < MPC_MMA_GROUP * 8; idx += MMA_THREADS) {
+            const uint8_t *ab = A + (idx / 8) * MMA2_AB;
+            const uint8_t *bs = ab + 260 + 4 * (idx % 8); // two int16 bsums per 32 elements
+            asum[idx] = (float)((int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2));
+            if (idx % 8 == 0)
+                ad[idx / 8] = *(const float *)ab;
+        }
+        __syncthreads();
+
+        for (int g = 0; g < 8; g++) {
+            int t[2][2][MATS][4] = {};
+            const int qoff = 16 + 32 * (g / 2), sh = 4 * (g % 2);
+#pragma unroll
+            for (int kk = 0; kk < 32; kk += 16) {
+                const int l = kk + 4 * tq;
+                uint32_t bw[2][MATS];
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int mat = 0; mat < MATS; mat++)
+                        bw[nt][mat] = (*(const uint32_t *)(W + (mat * MMA2_N + n0 + nt * 8 + gq) * MMA2_WB + qoff + l) >> sh) &
+                                      0x0F0F0F0Fu;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const uint32_t a0 = *(const uint32_t *)(A + (mt * 16 + gq) * MMA2_AB + 4 + g * 32 + l);
+                    const uint32_t a1 = *(const uint32_t *)(A + (mt * 16 + gq + 8) * MMA2_AB + 4 + g * 32 + l);
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                        for (int mat = 0; mat < MATS; mat++)
+                            mma_16816_s8(t[mt][nt][mat], a0, a1, bw[nt][mat]);
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r0 = mt * 16 + gq, r1 = r0 + 8;
+                const float d0 = ad[r0], d1 = ad[r1], u0 = asum[r0 * 8 + g], u1 = asum[r1 * 8 + g];
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const int c0 = n0 + nt * 8 + 2 * tq, c1 = c0 + 1;
+#pragma unroll
+                    for (int mat = 0; mat < MATS; mat++) {
+                        const float *s1 = ws1 + mat * MMA2_N * 8, *s2 = ws2 + mat * MMA2_N * 8;
+                        int *tt = t[mt][nt][mat];
+                        float *a = acc[mt][nt][mat];
+                        a[0] += d0 * (s1[c0 * 8 + g] * (float)tt[0] - s2[c0 * 8 + g] * u0);
+                        a[1] += d0 * (s1[c1 * 8 + g] * (float)tt[1] - s2[c1 * 8 + g] * u0);
+                        a[2] += d1 * (s1[c0 * 8 + g] * (float)tt[2] - s2[c0 * 8 + g] * u1);
+                        a[3] += d1 * (s1[c1 * 8 + g] * (float)tt[3] - s2[c1 * 8 + g] * u1);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // the buffer and the scales are refilled next
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int m = mt * 16 + gq + (e >= 2 ? 8 : 0);
+                const int64_t j = n_base + n0 + nt * 8 + 2 * tq + (e & 1);
+                if (m >= cnt || j >= N)
+                    continue;
+                const int64_t r = aroute[m];
+                if (MATS == 2) {
+                    const float gv = acc[mt][nt][0][e], uv = acc[mt][nt][MATS - 1][e];
+                    out[r * N + j] = gv / (1.0f + expf(-gv)) * uv;
+                } else {
+                    out[r * N + j] = acc[mt][nt][0][e];
+                }
+            }
+#endif
+}
+
+// v2 serves Q4_K when its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0)) keeps
+// every type on the kernel above (A/B runs, tests)
+static int g_mma2 = -1;
+
+extern "C" void mp_cuda_moe_set_mma2(int on)
+{
+    g_mma2 = on < 0 ? -1 : on != 0;
+}
+
+static bool mma2_on(void)
+{
+    if (g_mma2 < 0)
+        g_mma2 = !mpc_env_switch("MP_CUDA_MOE_MMA2", "0", "1");
+    return g_mma2 == 1;
+}
+
+template <int MATS>
+static bool launch_q4k(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                       size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
+                       const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
+{
+    if (!mma2_on() || K % 256 || w0.row_bytes % 16 || w1.row_bytes % 16 || act_rb % 4 || (uintptr_t)act % 16 ||
+        (w0.base && (uintptr_t)w0.base % 16) || (w1.base && (uintptr_t)w1.base % 16))
+        return false;
+    static bool attr_set = false; // more than 48 KiB of dynamic shared memory is opt-in, per kernel
+    if (!attr_set) {
+        if (cudaFuncSetAttribute(moe_mma_q4k_kernel<MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 mma2_smem<MATS>::bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((N + MMA2_N - 1) / MMA2_N), (unsigned)max_groups);
+    moe_mma_q4k_kernel<MATS><<<grid, MMA_THREADS, mma2_smem<MATS>::bytes, st>>>(
+        w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, out);
+    return true;
+}
+
 // ---- host side ----
 
 static int g_mma_ptx = -1; // PTX architecture the tensor-core kernels were compiled for (0: unknown)
@@ -298,6 +524,9 @@ static void launch(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
                    size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
                    const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
+    if (T == MP_TYPE_Q4_K && launch_q4k<MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups,
+                                              max_groups, out, st))
+        return;
     const dim3 grid((unsigned)((N + MMA_N - 1) / MMA_N), (unsigned)max_groups);
     moe_mma_kernel<T, MATS><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
                                                          groups, n_groups, out);
