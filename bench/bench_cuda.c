@@ -304,7 +304,7 @@ int main(int argc, char **argv)
     const bool prefill_only = argc > 2 && !strcmp(argv[2], "prefill");
     if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only) || (argc > 1 && !strcmp(argv[1], "--help"))) {
         printf("usage: bench_cuda [REPS [prefill]]   (GEMV and MoE-expert GB/s on CUDA device 0; prefill:\n"
-               "       only the grouped prefill experts, CUDA cores against tensor cores, 64 ... 512 rows)\n");
+               "       only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512 rows)\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     char why[256];
@@ -318,7 +318,7 @@ int main(int argc, char **argv)
            (double)prop.totalGlobalMem / (1 << 30));
     printf("| kernel | type | shape | rows | median | bandwidth | best |\n|---|---|---|---|---|---|---|\n");
     if (prefill_only) { /* where the two paths cross (moe.cu's MOE_MMA_MIN_ROWS) */
-        const int64_t rows[] = {64, 128, 192, 256, 512};
+        const int64_t rows[] = {32, 64, 96, 128, 192, 256, 512};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             for (int mma = 0; mma < 2; mma++) {
                 bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);

@@ -19,7 +19,7 @@
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
-#   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 64 ... 512 rows
+#   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 32 ... 512 rows
 #              (bench_cuda REPS prefill)
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
 #   decode-ab  the all-resident decode step: plain, --ctx 4096, --route-replay, graphs off
@@ -168,17 +168,17 @@ for stage in "${stages[@]}"; do
         bash bench/host_register_probe.sh build-gpu/cli/moeplan "$OUT/host-register" || rc=1
         ;;
     bench-prefill)
-        # the grouped prefill experts at 64 ... 512 rows, CUDA cores against tensor cores
+        # the grouped prefill experts at 32 ... 512 rows, CUDA cores against tensor cores
         build || { rc=1; continue; }
         build-gpu/bench/bench_cuda 20 prefill 2>&1 | tee "$OUT/bench-prefill.log" || rc=1
         ;;
     ncu-mma)
         # Nsight Compute on the tensor-core experts (gate/up and down, Q4_K/Q6_K) at 64 and 512 rows:
-        # bench_cuda 5 prefill launches each tensor-core configuration 8 x 2 times, 64-row Q4_K first,
-        # 512-row Q4_K ninth
+        # bench_cuda 5 prefill launches each tensor-core configuration 8 x 2 times, in the order
+        # 32, 64, ..., 512 rows x (Q4_K, Q8_0): 64-row Q4_K third, 512-row Q4_K thirteenth
         build || { rc=1; continue; }
-        for skip in 0 128; do
-            timeout 240 ncu --clock-control none --kernel-name regex:moe_mma_kernel --launch-skip $skip \
+        for skip in 32 192; do
+            timeout 240 ncu --clock-control none --kernel-name regex:'moe_mma2?_kernel' --launch-skip $skip \
                 --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
                 --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
                 build-gpu/bench/bench_cuda 5 prefill >"$OUT/ncu-mma-skip$skip.txt" 2>&1 || rc=1

@@ -141,7 +141,7 @@ void mp_cuda_moe_set_down_split(int on);
  * MP_CUDA_MOE_MMA=0: off, =N: from N rows).
  * Process-wide; for A/B runs and tests. */
 void mp_cuda_moe_set_mma_min_rows(int64_t rows);
-/* Q4_K experts on the tensor cores through the pipelined kernel (cp.async double-buffered raw
+/* Q4_K and Q6_K experts on the tensor cores through the pipelined kernel (cp.async double-buffered raw
  * stages; moe_mma.cu) where its alignment holds: 1 on, 0 off (the first tensor-core kernel for
  * every type), -1 from MP_CUDA_MOE_MMA2 ("0": off) at the next call. On by default. */
 void mp_cuda_moe_set_mma2(int on);

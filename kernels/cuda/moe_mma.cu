@@ -271,29 +271,22 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 #endif
 }
 
-// ---- Q4_K weights, pipelined (v2) ----
+// ---- K-quant weights, pipelined (v2) ----
 //
 // Why: the kernel above stages K through shared memory as unpacked int8, every weight word
 // fetched, unpacked and stored by a thread before a barrier, with no loads in flight during the
 // MMAs: Nsight Compute (bench/NOTES-gpu-exec.md run 10) put half its stalls on global loads at
-// 25 % occupancy, ~20 TFLOP/s. Here the raw bytes of the next 256-element stage (one Q4_K
-// super-block per weight row, one Q8_K block per route) are copied with cp.async while the
-// current stage computes; a stage's scales are decoded once into shared memory; each lane unpacks
-// its B fragment straight from the raw bytes (a group of 32 elements is one nibble half of 32 qs
-// bytes). Tile: 32 routes x 64 features per block, each warp 16 features (two n8 tiles). The
-// arithmetic per scale group is the kernel above's, in the same order (exact integer sums, then
-// acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its results are the same numbers.
-// Needs: Q4_K weight rows 16-byte aligned (K % 256 == 0 and 16-byte aligned expert bases, which
-// the pool's and staging's 256-byte slots are) and Q8_K activation rows 4-byte aligned.
+// 25 % occupancy, ~20 TFLOP/s. Here the raw bytes of the next 256-element stage (one super-block
+// per weight row, one Q8_K block per route) are copied with cp.async while the current stage
+// computes; a stage's scales are decoded once into shared memory; each lane unpacks its B
+// fragment straight from the raw bytes. Tile: 32 routes x 64 features per block, each warp 16
+// features (two n8 tiles). The arithmetic per scale group is the kernel above's, in the same
+// order (exact integer sums, then acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its
+// results are the same numbers. Needs K % 256 == 0 and Q8_K activation rows 4-byte aligned; Q4_K
+// also 16-byte aligned weight rows and expert bases (the pool's and staging's 256-byte slots are).
 
-#define MMA2_N 64                   // features per block: 4 warps x 2 n8 tiles
-#define MMA2_WB 144                 // Q4_K super-block bytes per weight row and stage
-#define MMA2_AB 292                 // Q8_K block bytes per route and stage
-
-template <int MATS> struct mma2_smem {
-    static const int raw = MATS * MMA2_N * MMA2_WB + MPC_MMA_GROUP * MMA2_AB; // one stage's raw bytes
-    static const int bytes = 2 * raw + (2 * MATS * MMA2_N * 8 + MPC_MMA_GROUP * 9) * 4;
-};
+#define MMA2_N 64  // features per block: 4 warps x 2 n8 tiles
+#define MMA2_AB 292 // Q8_K block bytes per route and stage
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {
@@ -307,19 +300,77 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_by
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
 }
 
-template <int MATS>
+// A weight row's super-block in shared memory: WB bytes per row, copied in NC chunks (copy(c));
+// off: where the super-block starts in its row's copy (Q6_K rows are only 2-byte aligned, so
+// their copy starts at the 4-byte word below); NG scale groups of G elements; q4(sb, e): the int8s
+// of elements e .. e+3 (e % 4 == 0) from the super-block's bytes at sb; scales(sb, g).
+template <int T> struct mma2_w;
+
+template <> struct mma2_w<MP_TYPE_Q4_K> {
+    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *sb, int e)
+    {
+        const int c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        return (*(const uint32_t *)(sb + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
+    }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        int sc, m;
+        mpc_q4k_scale_min([&](int i) -> int { return sb[4 + i]; }, g, sc, m);
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(sb)), (float)sc);
+        s2 = __fmul_rn(mpc_f16(mpc_ld16(sb + 2)), (float)m);
+    }
+};
+
+template <> struct mma2_w<MP_TYPE_Q6_K> {
+    static const int SB = 210, WB = 212, NC = 53, G = 16, NG = 16;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        const uint8_t *w = (const uint8_t *)((uintptr_t)sb & ~(uintptr_t)3);
+        cp_async4(dst + 4 * c, w + 4 * c, ok ? 4 : 0);
+    }
+    __device__ static int off(const uint8_t *sb) { return (int)((uintptr_t)sb & 3); }
+    __device__ static uint32_t q4(const uint8_t *sb, int e)
+    {
+        const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+        const uint32_t lo = (mpc_ld32_a2(sb + 64 * h + 32 * (s & 1) + l) >> (s < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+        const uint32_t hi = ((mpc_ld32_a2(sb + 128 + 32 * h + l) >> (2 * s)) & 0x03030303u) << 4;
+        return __vsub4(lo | hi, 0x20202020u); // (low nibble | top bits << 4) - 32, byte-wise
+    }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(sb + 208)), (float)(int8_t)sb[192 + g]);
+        s2 = 0.0f;
+    }
+};
+
+template <int T, int MATS> struct mma2_smem {
+    typedef mma2_w<T> W;
+    static const int wbytes = MATS * MMA2_N * W::WB;
+    static const int raw = (wbytes + MPC_MMA_GROUP * MMA2_AB + 15) / 16 * 16; // one stage's raw bytes
+    static const int bytes = 2 * raw + (2 * MATS * MMA2_N * W::NG + MPC_MMA_GROUP * (W::NG + 1)) * 4;
+};
+
+template <int T, int MATS>
 __global__ void __launch_bounds__(MMA_THREADS)
-moe_mma_q4k_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
-                   size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
-                   const int32_t *n_groups, float *out)
+moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
+                const int32_t *n_groups, float *out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    typedef mma2_smem<MATS> SM;
+    typedef mma2_w<T> W;
+    typedef mma2_smem<T, MATS> SM;
+    const int NG = W::NG;
     extern __shared__ __align__(16) uint8_t sm2[];
-    float *ws1 = (float *)(sm2 + 2 * SM::raw);       // [MATS][MMA2_N][8]
-    float *ws2 = ws1 + MATS * MMA2_N * 8;            // [MATS][MMA2_N][8]
-    float *ad = ws2 + MATS * MMA2_N * 8;             // [MPC_MMA_GROUP]
-    float *asum = ad + MPC_MMA_GROUP;                // [MPC_MMA_GROUP][8]
+    float *ws1 = (float *)(sm2 + 2 * SM::raw);       // [MATS][MMA2_N][NG]
+    float *ws2 = ws1 + MATS * MMA2_N * NG;           // [MATS][MMA2_N][NG]
+    float *ad = ws2 + MATS * MMA2_N * NG;            // [MPC_MMA_GROUP]
+    float *asum = ad + MPC_MMA_GROUP;                // [MPC_MMA_GROUP][NG]
     __shared__ const uint8_t *arow[MPC_MMA_GROUP];
     __shared__ int32_t aroute[MPC_MMA_GROUP];
 
@@ -341,16 +392,17 @@ moe_mma_q4k_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
     }
     __syncthreads();
 
+    // super-block s of weight row n (of this block) of matrix mat, in global memory (row 0 past N)
+    auto wsrc = [&](int mat, int n, int64_t s) -> const uint8_t * {
+        const int64_t j = n_base + n;
+        return (mat ? e1 : e0) + (size_t)(j < N ? j : 0) * (mat ? w1.row_bytes : w0.row_bytes) + (size_t)s * W::SB;
+    };
     // stage s's raw bytes into buffer b: rows past N and routes past cnt are zero-filled
     auto issue = [&](int64_t s, int b) {
-        uint8_t *W = sm2 + b * SM::raw, *A = W + MATS * MMA2_N * MMA2_WB;
-        for (int u = tid; u < MATS * MMA2_N * 9; u += MMA_THREADS) {
-            const int mat = u / (MMA2_N * 9), n = (u / 9) % MMA2_N, c = u % 9;
-            const int64_t j = n_base + n;
-            const bool ok = j < N;
-            const uint8_t *src = (mat ? e1 : e0) + (size_t)(ok ? j : 0) * (mat ? w1.row_bytes : w0.row_bytes) +
-                                 (size_t)s * MMA2_WB + 16 * c;
-            cp_async16(W + (mat * MMA2_N + n) * MMA2_WB + 16 * c, src, ok ? 16 : 0);
+        uint8_t *Wb = sm2 + b * SM::raw, *A = Wb + SM::wbytes;
+        for (int u = tid; u < MATS * MMA2_N * W::NC; u += MMA_THREADS) {
+            const int mat = u / (MMA2_N * W::NC), n = (u / W::NC) % MMA2_N, c = u % W::NC;
+            W::copy(Wb + (mat * MMA2_N + n) * W::WB, wsrc(mat, n, s), c, n_base + n < N);
         }
         for (int u = tid; u < MPC_MMA_GROUP * (MMA2_AB / 4); u += MMA_THREADS) {
             const int m = u / (MMA2_AB / 4), w = u % (MMA2_AB / 4);
@@ -372,41 +424,50 @@ moe_mma_q4k_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
             asm volatile("cp.async.wait_group 0;\n" ::);
         }
         __syncthreads();
-        const uint8_t *W = sm2 + b * SM::raw, *A = W + MATS * MMA2_N * MMA2_WB;
-        // the stage's scales: weights per (mat, row, group of 32), activations per route
-        for (int idx = tid; idx < MATS * MMA2_N * 8; idx += MMA_THREADS) {
-            const uint8_t *sb = W + (idx / 8) * MMA2_WB;
-            int sc, m;
-            mpc_q4k_scale_min([&](int i) -> int { return sb[4 + i]; }, idx % 8, sc, m);
-            ws1[idx] = __fmul_rn(mpc_f16(mpc_ld16(sb)), (float)sc);
-            ws2[idx] = __fmul_rn(mpc_f16(mpc_ld16(sb + 2)), (float)m);
+        const uint8_t *Wb = sm2 + b * SM::raw, *A = Wb + SM::wbytes;
+        // the stage's scales: weights per (mat, row, group), activations per route
+        for (int idx = tid; idx < MATS * MMA2_N * NG; idx += MMA_THREADS) {
+            const int rn = idx / NG;
+            const uint8_t *sb = Wb + rn * W::WB + W::off(wsrc(rn / MMA2_N, rn % MMA2_N, s));
+            W::scales(sb, idx % NG, ws1[idx], ws2[idx]);
         }
-        for (int idx = tid; idx < MPC_MMA_GROUP * 8; idx += MMA_THREADS) {
-            const uint8_t *ab = A + (idx / 8) * MMA2_AB;
-            const uint8_t *bs = ab + 260 + 4 * (idx % 8); // two int16 bsums per 32 elements
-            asum[idx] = (float)((int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2));
-            if (idx % 8 == 0)
-                ad[idx / 8] = *(const float *)ab;
+        for (int idx = tid; idx < MPC_MMA_GROUP * NG; idx += MMA_THREADS) {
+            const uint8_t *ab = A + (idx / NG) * MMA2_AB;
+            if (T == MP_TYPE_Q4_K) { // the two int16 bsums of the group's 32 elements
+                const uint8_t *bs = ab + 260 + 4 * (idx % NG);
+                asum[idx] = (float)((int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2));
+            } else {
+                asum[idx] = 0.0f;
+            }
+            if (idx % NG == 0)
+                ad[idx / NG] = *(const float *)ab;
         }
         __syncthreads();
 
-        for (int g = 0; g < 8; g++) {
-            int t[2][2][MATS][4] = {};
-            const int qoff = 16 + 32 * (g / 2), sh = 4 * (g % 2);
+        // this lane's B rows: feature n0 + nt * 8 + gq of each matrix
+        const uint8_t *brow[2][MATS];
 #pragma unroll
-            for (int kk = 0; kk < 32; kk += 16) {
-                const int l = kk + 4 * tq;
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int mat = 0; mat < MATS; mat++) {
+                const int n = n0 + nt * 8 + gq;
+                brow[nt][mat] = Wb + (mat * MMA2_N + n) * W::WB + W::off(wsrc(mat, n, s));
+            }
+        for (int g = 0; g < NG; g++) {
+            int t[2][2][MATS][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < W::G; kk += 16) {
+                const int e = g * W::G + kk + 4 * tq;
                 uint32_t bw[2][MATS];
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                     for (int mat = 0; mat < MATS; mat++)
-                        bw[nt][mat] = (*(const uint32_t *)(W + (mat * MMA2_N + n0 + nt * 8 + gq) * MMA2_WB + qoff + l) >> sh) &
-                                      0x0F0F0F0Fu;
+                        bw[nt][mat] = W::q4(brow[nt][mat], e);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    const uint32_t a0 = *(const uint32_t *)(A + (mt * 16 + gq) * MMA2_AB + 4 + g * 32 + l);
-                    const uint32_t a1 = *(const uint32_t *)(A + (mt * 16 + gq + 8) * MMA2_AB + 4 + g * 32 + l);
+                    const uint32_t a0 = *(const uint32_t *)(A + (mt * 16 + gq) * MMA2_AB + 4 + e);
+                    const uint32_t a1 = *(const uint32_t *)(A + (mt * 16 + gq + 8) * MMA2_AB + 4 + e);
 #pragma unroll
                     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -417,19 +478,19 @@ moe_mma_q4k_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 const int r0 = mt * 16 + gq, r1 = r0 + 8;
-                const float d0 = ad[r0], d1 = ad[r1], u0 = asum[r0 * 8 + g], u1 = asum[r1 * 8 + g];
+                const float d0 = ad[r0], d1 = ad[r1], u0 = asum[r0 * NG + g], u1 = asum[r1 * NG + g];
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
                     const int c0 = n0 + nt * 8 + 2 * tq, c1 = c0 + 1;
 #pragma unroll
                     for (int mat = 0; mat < MATS; mat++) {
-                        const float *s1 = ws1 + mat * MMA2_N * 8, *s2 = ws2 + mat * MMA2_N * 8;
+                        const float *s1 = ws1 + mat * MMA2_N * NG, *s2 = ws2 + mat * MMA2_N * NG;
                         int *tt = t[mt][nt][mat];
                         float *a = acc[mt][nt][mat];
-                        a[0] += d0 * (s1[c0 * 8 + g] * (float)tt[0] - s2[c0 * 8 + g] * u0);
-                        a[1] += d0 * (s1[c1 * 8 + g] * (float)tt[1] - s2[c1 * 8 + g] * u0);
-                        a[2] += d1 * (s1[c0 * 8 + g] * (float)tt[2] - s2[c0 * 8 + g] * u1);
-                        a[3] += d1 * (s1[c1 * 8 + g] * (float)tt[3] - s2[c1 * 8 + g] * u1);
+                        a[0] += d0 * (s1[c0 * NG + g] * (float)tt[0] - s2[c0 * NG + g] * u0);
+                        a[1] += d0 * (s1[c1 * NG + g] * (float)tt[1] - s2[c1 * NG + g] * u0);
+                        a[2] += d1 * (s1[c0 * NG + g] * (float)tt[2] - s2[c0 * NG + g] * u1);
+                        a[3] += d1 * (s1[c1 * NG + g] * (float)tt[3] - s2[c1 * NG + g] * u1);
                     }
                 }
             }
@@ -458,8 +519,8 @@ moe_mma_q4k_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
 #endif
 }
 
-// v2 serves Q4_K when its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0)) keeps
-// every type on the kernel above (A/B runs, tests)
+// v2 serves Q4_K and Q6_K where its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0))
+// keeps every type on the kernel above (A/B runs, tests)
 static int g_mma2 = -1;
 
 extern "C" void mp_cuda_moe_set_mma2(int on)
@@ -474,26 +535,28 @@ static bool mma2_on(void)
     return g_mma2 == 1;
 }
 
-template <int MATS>
-static bool launch_q4k(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
-                       size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
-                       const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
+template <int T, int MATS>
+static bool launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                        size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
+                        const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
-    if (!mma2_on() || K % 256 || w0.row_bytes % 16 || w1.row_bytes % 16 || act_rb % 4 || (uintptr_t)act % 16 ||
-        (w0.base && (uintptr_t)w0.base % 16) || (w1.base && (uintptr_t)w1.base % 16))
+    const bool a16 = T != MP_TYPE_Q4_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
+                                          (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
+    if (!mma2_on() || K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
         return false;
+    typedef mma2_smem<T, MATS> SM;
     static bool attr_set = false; // more than 48 KiB of dynamic shared memory is opt-in, per kernel
     if (!attr_set) {
-        if (cudaFuncSetAttribute(moe_mma_q4k_kernel<MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 mma2_smem<MATS>::bytes) != cudaSuccess) {
+        if (cudaFuncSetAttribute(moe_mma2_kernel<T, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize, SM::bytes) !=
+            cudaSuccess) {
             cudaGetLastError();
             return false;
         }
         attr_set = true;
     }
     const dim3 grid((unsigned)((N + MMA2_N - 1) / MMA2_N), (unsigned)max_groups);
-    moe_mma_q4k_kernel<MATS><<<grid, MMA_THREADS, mma2_smem<MATS>::bytes, st>>>(
-        w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, out);
+    moe_mma2_kernel<T, MATS><<<grid, MMA_THREADS, SM::bytes, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div,
+                                                                   perm, groups, n_groups, out);
     return true;
 }
 
@@ -524,8 +587,11 @@ static void launch(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
                    size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
                    const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
-    if (T == MP_TYPE_Q4_K && launch_q4k<MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups,
-                                              max_groups, out, st))
+    if (T == MP_TYPE_Q4_K && launch_mma2<MP_TYPE_Q4_K, MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
+                                                             groups, n_groups, max_groups, out, st))
+        return;
+    if (T == MP_TYPE_Q6_K && launch_mma2<MP_TYPE_Q6_K, MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
+                                                             groups, n_groups, max_groups, out, st))
         return;
     const dim3 grid((unsigned)((N + MMA_N - 1) / MMA_N), (unsigned)max_groups);
     moe_mma_kernel<T, MATS><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,

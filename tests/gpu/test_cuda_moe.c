@@ -347,8 +347,9 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
 /* Quantized experts on the tensor cores (moe_mma.cu), forced from 16 rows: every quantized type
  * as gate and as down, a qwen3-shaped prefill, experts with more than one group of 32 routes, a K
  * that ends in a partial 128-element stage, slot tables with skipped experts plus accumulate, and
- * more routes than one launch's 65535 grid rows would take per route; Q4_K through both tensor-core
- * kernels (the pipelined one, with a partial 64-feature tile); against the same CPU reference
+ * more routes than one launch's 65535 grid rows would take per route; Q4_K and Q6_K through both
+ * tensor-core kernels (the pipelined one with partial 64-feature tiles and Q6_K rows that are only
+ * 2-byte aligned); against the same CPU reference
  * (vec_dot over the CPU's quantized activations). */
 Test(cuda_moe, experts_tensor_core_prefill)
 {
@@ -360,7 +361,7 @@ Test(cuda_moe, experts_tensor_core_prefill)
         moe_case c = {types[t], types[(t + 1) % 4], 512, 256, 16, 4, 40, 0, 0};
         check_experts(&c);
     }
-    /* Q4_K cases twice: the pipelined kernel (the default) and the first one (mp_cuda_moe_set_mma2) */
+    /* K-quant cases twice: the pipelined kernel (the default) and the first one (mp_cuda_moe_set_mma2) */
     for (int v2 = 1; v2 >= 0; v2--) {
         mp_cuda_moe_set_mma2(v2);
         moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0};
@@ -371,6 +372,10 @@ Test(cuda_moe, experts_tensor_core_prefill)
         check_experts(&odd);
         moe_case down = {MP_TYPE_Q8_0, MP_TYPE_Q4_K, 256, 512, 8, 4, 40, 0, 0}; /* Q4_K down, K 512 */
         check_experts(&down);
+        moe_case d6 = {MP_TYPE_Q8_0, MP_TYPE_Q6_K, 288, 512, 8, 4, 40, 0, 0}; /* Q6_K down: a partial tile */
+        check_experts(&d6);
+        moe_case g6 = {MP_TYPE_Q6_K, MP_TYPE_Q6_K, 256, 768, 8, 4, 40, 0, 0}; /* Q6_K gate/up, 2-byte aligned down rows */
+        check_experts(&g6);
     }
     mp_cuda_moe_set_mma2(-1);
     moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0}; /* K 96, and 128 + 32 */
