@@ -161,10 +161,14 @@ static bool down_split(void)
 // (bench_cuda 20 prefill, 30B expert shapes, 2026-11-29): Q4_K/Q6_K tensor cores 1337 / 1953 us
 // at 64 / 512 rows against the CUDA-core grouped path's 685 / 1148 / 1644 / 2105 / 3996 us at
 // 64 / 128 / 192 / 256 / 512 rows: the lines cross near 170 rows. Q8_0: 1512 / 2418 against
-// 590 ... 1813 (256) ... 3490: near 290 rows (Q4_0, not measured, is taken as Q8_0).
+// 590 ... 1813 (256) ... 3490: near 290 rows (Q4_0, not measured, is taken as Q8_0). With the
+// pipelined kernel for Q4_K/Q6_K (moe_mma.cu, seventh session): 597 / 651 / 664 / 667 / 989 us
+// at 32 / 64 / 96 / 128 / 512 rows against grouped 471 / 696 / 915 / 1134 / 3990: they cross
+// near 55 rows.
 // MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default;
 // the tests force it (mp_cuda_moe_set_mma_min_rows).
-#define MOE_MMA_MIN_ROWS_K 192
+#define MOE_MMA_MIN_ROWS_K2 64  /* Q4_K/Q6_K gates, pipelined kernel */
+#define MOE_MMA_MIN_ROWS_K 192  /* Q4_K/Q6_K gates, first kernel (MP_CUDA_MOE_MMA2=0) */
 #define MOE_MMA_MIN_ROWS_0 320
 static int64_t g_mma_min_rows = -1;
 
@@ -193,7 +197,9 @@ static int64_t mma_min_rows(int gate_type)
     }
     if (g_mma_min_rows != -2)
         return g_mma_min_rows;
-    return gate_type == MP_TYPE_Q4_K || gate_type == MP_TYPE_Q6_K ? MOE_MMA_MIN_ROWS_K : MOE_MMA_MIN_ROWS_0;
+    if (gate_type == MP_TYPE_Q4_K || gate_type == MP_TYPE_Q6_K)
+        return mpc_moe_mma2_on() ? MOE_MMA_MIN_ROWS_K2 : MOE_MMA_MIN_ROWS_K;
+    return MOE_MMA_MIN_ROWS_0;
 }
 
 static size_t align256(size_t b)

@@ -42,6 +42,9 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 // Whether the tensor-core path serves experts of these types on the current device (sm_80+
 // code in this build, and a supported type pair).
 bool mpc_moe_mma_ok(int gate_type, int down_type);
+// Whether Q4_K/Q6_K experts take the pipelined tensor-core kernel (MP_CUDA_MOE_MMA2,
+// mp_cuda_moe_set_mma2; on by default) where its alignment holds.
+bool mpc_moe_mma2_on(void);
 
 // h[route, j] = silu(gate_e · x_row) * (up_e · x_row) for every route of every group (x rows
 // xq_row_bytes apart in the gate's partner format; row = route / top_k); groups of experts

@@ -528,7 +528,7 @@ extern "C" void mp_cuda_moe_set_mma2(int on)
     g_mma2 = on < 0 ? -1 : on != 0;
 }
 
-static bool mma2_on(void)
+bool mpc_moe_mma2_on(void)
 {
     if (g_mma2 < 0)
         g_mma2 = !mpc_env_switch("MP_CUDA_MOE_MMA2", "0", "1");
@@ -542,7 +542,7 @@ static bool launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int6
 {
     const bool a16 = T != MP_TYPE_Q4_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
                                           (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
-    if (!mma2_on() || K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
+    if (!mpc_moe_mma2_on() || K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
         return false;
     typedef mma2_smem<T, MATS> SM;
     static bool attr_set = false; // more than 48 KiB of dynamic shared memory is opt-in, per kernel
