@@ -404,6 +404,8 @@ static void env_switches(mp_gpu *g)
     if (env && !strcmp(env, "0")) {
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
+    } else if (env && *env && strcmp(env, "1")) {
+        fprintf(stderr, "moeplan: MP_GPU_GRAPHS=%.40s is neither 0 nor 1: decode graphs on\n", env);
     }
     /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
      * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
