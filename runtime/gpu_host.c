@@ -12,8 +12,9 @@
  * thread ran in the kernel holding the address space's lock (bench/host_register_probe.sh,
  * bench/NOTES-gpu-exec.md run 12). Pinning anonymous memory that the executor owns is the case
  * drivers and kernels are built for; the copy costs one pass over the cold experts at start.
- * The mapping's pages of the copied experts are then dropped from the process (MADV_DONTNEED on
- * a read-only private file mapping only unmaps them), so the experts are not resident twice.
+ * The mapping's pages of each copied expert are dropped from the process as soon as it is copied
+ * (MADV_DONTNEED on a read-only private file mapping only unmaps them), so the experts are not
+ * resident twice, not even during the copy.
  */
 #include "mp_config.h"
 
@@ -50,6 +51,16 @@ int mp_gpu_host_mode_from_env(void)
     return MP_GPU_HOST_PINNED;
 }
 
+/* Unmap the whole pages inside [a, a + n) of the model's mapping (they were copied). */
+static void drop_mapped(const void *a, size_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)a + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)a + n) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 typedef struct copy_job {
     mp_gpu *g;
     const int64_t (*list)[2]; /* (layer, expert) of each cold expert */
@@ -64,19 +75,12 @@ static void copy_task(void *ctx, int64_t task, int thread)
     const int64_t il = j->list[task][0], e = j->list[task][1], E = m->hp.n_expert;
     const mp_layer *L = &m->layers[il];
     const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-    for (int t = 0; t < 3; t++)
-        memcpy((void *)g->h_slices[(il * 3 + t) * E + e], mp_expert_slice(ts[t], e),
-               ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
-}
-
-/* Unmap the whole pages inside [a, a + n) of the model's mapping (they were copied). */
-static void drop_mapped(const void *a, size_t n)
-{
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t lo = ((uintptr_t)a + page - 1) & ~(page - 1);
-    const uintptr_t hi = ((uintptr_t)a + n) & ~(page - 1);
-    if (hi > lo)
-        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    for (int t = 0; t < 3; t++) {
+        const size_t n = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+        memcpy((void *)g->h_slices[(il * 3 + t) * E + e], mp_expert_slice(ts[t], e), n);
+        if (m->gguf) /* the copy serves from now on: the mapping's pages go as they are copied */
+            drop_mapped(mp_expert_slice(ts[t], e), n);
+    }
 }
 
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
@@ -151,13 +155,6 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     }
     copy_job j = {g, (const int64_t(*)[2])list};
     mp_pool_run(g->s->pool, n_cold, copy_task, &j);
-    if (m->gguf) /* the mapping's pages of what was copied: the copy serves from now on */
-        for (int64_t i = 0; i < n_cold; i++) {
-            const mp_layer *L = &m->layers[list[i][0]];
-            const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-            for (int t = 0; t < 3; t++)
-                drop_mapped(mp_expert_slice(ts[t], list[i][1]), ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
-        }
     free(list);
 
     if (g->host_mode == MP_GPU_HOST_COPY) {
