@@ -7,6 +7,7 @@
  * For machines without gdb where ptrace is not an option (scripts/gpu.sh f32-cli uses it). Off
  * unless the variable is set. */
 #include <execinfo.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -30,18 +31,37 @@ static void on_signal(int sig)
     backtrace_symbols_fd(pc, n, 2);
 }
 
-/* /proc/self/task/<main>/FILE on stderr, prefixed with its name; nothing when unreadable */
+static void write_all(const char *s, size_t n)
+{
+    while (n > 0) {
+        const ssize_t k = write(2, s, n);
+        if (k <= 0)
+            return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+/* /proc/self/task/<main>/FILE on stderr, prefixed with its name; nothing when unreadable. Without
+ * malloc (stdio's buffers, this thread's first malloc arena): the hang this is for may be a main
+ * thread that holds the address space's lock inside the kernel, and a new mapping would then wait
+ * behind it (seen 2026-11-29: cudaHostRegister of a file mapping, docs/runtime.md). */
 static void print_task_file(const char *file)
 {
-    char path[64], buf[4096];
+    char path[64], head[64], buf[4096];
     snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)getpid(), file);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return;
-    const size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    fprintf(stderr, "== main thread %s: %s%s", file, buf, n && buf[n - 1] == '\n' ? "" : "\n");
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n < 0)
+        n = 0;
+    const int h = snprintf(head, sizeof head, "== main thread %s: ", file);
+    write_all(head, (size_t)h);
+    write_all(buf, (size_t)n);
+    if (n == 0 || buf[n - 1] != '\n')
+        write_all("\n", 1);
 }
 
 static void *watch(void *arg)
@@ -50,6 +70,7 @@ static void *watch(void *arg)
     sleep(s);
     for (int i = 0; i < 3; i++) {
         pthread_kill(main_thread, SIGUSR2);
+        usleep(200000); /* the handler's lines first (when the main thread can take a signal) */
         print_task_file("stat");
         print_task_file("wchan");
         print_task_file("syscall");

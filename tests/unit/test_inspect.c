@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -230,6 +232,40 @@ Test(inspect, hang_dump_variable_is_checked)
     cr_assert_null(strstr(r.err, "MP_HANG_DUMP_S"), "%s", r.err);
     free_result(&r);
     unsetenv("MP_HANG_DUMP_S");
+}
+
+/* MP_HANG_DUMP_S=1 on a command that waits: `run -f FIFO` blocks reading its prompt until a
+ * writer comes (a child, after 2.5 s). The dump must have printed the main thread's stack and
+ * what the kernel says of it (state, wait channel) by then. The watcher prints without malloc,
+ * so it also works while the main thread holds the address space's lock. */
+Test(inspect, hang_dump_prints_a_waiting_main_thread, .timeout = 60)
+{
+    char dir[] = "/tmp/mp_hang_dump_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "%s/prompt", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const pid_t writer = fork();
+    cr_assert(writer >= 0);
+    if (writer == 0) {
+        usleep(2500000);
+        const int fd = open(fifo, O_WRONLY);
+        if (fd >= 0 && write(fd, "hello", 5) == 5)
+            close(fd);
+        _exit(0);
+    }
+    cr_assert_eq(setenv("MP_HANG_DUMP_S", "1", 1), 0);
+    const char *args[] = {"run", "-m", fixture(), "-f", fifo, "-n", "1", NULL};
+    run_result r = run_moeplan(args);
+    unsetenv("MP_HANG_DUMP_S");
+    int ws;
+    cr_assert_eq(waitpid(writer, &ws, 0), writer);
+    unlink(fifo);
+    rmdir(dir);
+    cr_assert_not_null(strstr(r.err, "== main thread stack (MP_HANG_DUMP_S)"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "== main thread stat: "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "== main thread wchan: "), "%s", r.err);
+    free_result(&r);
 }
 
 /* Expert tensors that disagree (expert counts, a missing part, not 3-D) are an error, not a
