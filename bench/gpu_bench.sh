@@ -4,6 +4,9 @@
 #   all experts on the GPU: pp512, pp2048, tg128
 #   --placement layers:N for N = 12 24 36 48 (llama.cpp's --n-cpu-moe N): tg128 (and pp512)
 #   --placement fill under budgets emulating 24 / 16 / 12 / 8 GB cards: tg128, pp512
+#   --placement layers:N and layers-last:N under the 16 / 12 / 8 GB budgets, N the fewest CPU
+#   layers that fit (found by bisection with `bench --executor cpu`, which checks the placement
+#   against the budget before it runs): tg128, pp512 (configs lfitB, llfitB)
 # Each configuration is one `moeplan bench -o json` call (JSON in OUTDIR/bench-<name>.json); a
 # markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
 # CONFIGS (names below, default all), PP / TG (test sizes), MODEL.
@@ -30,8 +33,40 @@ declare -A flags=(
     [fill12]="--placement fill --gpu-budget 12GB -p ${PP:-512} -n ${TG:-128}"
     [fill8]="--placement fill --gpu-budget 8GB -p ${PP:-512} -n ${TG:-128}"
 )
-configs=${CONFIGS:-gpu ncpu12 ncpu24 ncpu36 ncpu48 fill24 fill16 fill12 fill8}
+# the fewest layers N for which --placement MODE:N fits BUDGET (the placement's own budget check,
+# one CPU token when it fits); nothing printed when even every layer on the CPU does not fit
+fit_layers() {
+    local mode=$1 budget=$2 lo=0 hi mid
+    hi=$("$moeplan" inspect "$model" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["moe_layers"]))')
+    fits() {
+        "$moeplan" bench -m "$model" -t "$threads" --executor cpu --placement "$mode:$1" --gpu-budget "$budget" \
+            -p 0 -n 1 -r 1 >/dev/null 2>&1
+    }
+    fits "$hi" || return 0
+    while [ "$lo" -lt "$hi" ]; do
+        mid=$(((lo + hi) / 2))
+        if fits "$mid"; then hi=$mid; else lo=$((mid + 1)); fi
+    done
+    echo "$lo"
+}
+for b in 16 12 8; do
+    for m in layers layers-last; do
+        name=$([ $m = layers ] && echo lfit$b || echo llfit$b)
+        flags[$name]="FIT $m ${b}GB"
+    done
+done
+configs=${CONFIGS:-gpu ncpu12 ncpu24 ncpu36 ncpu48 fill24 fill16 fill12 fill8 lfit16 lfit12 lfit8 llfit16 llfit12 llfit8}
 for c in $configs; do
+    if [[ ${flags[$c]} == FIT* ]]; then
+        read -r _ m b <<<"${flags[$c]}"
+        n=$(fit_layers "$m" "$b")
+        if [ -z "$n" ]; then
+            echo "gpu_bench: $c: no $m:N fits $b" >&2
+            echo '{"rows": []}' >"$out/bench-$c.json"
+            continue
+        fi
+        flags[$c]="--placement $m:$n --gpu-budget $b -p ${PP:-512} -n ${TG:-128}"
+    fi
     echo "gpu_bench: $c: ${flags[$c]}" >&2
     # shellcheck disable=SC2086
     if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json ${flags[$c]} \
