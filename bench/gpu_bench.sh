@@ -9,18 +9,20 @@
 #   against the budget before it runs): tg128, pp512 (configs lfitB, llfitB)
 # Each configuration is one `moeplan bench -o json` call (JSON in OUTDIR/bench-<name>.json); a
 # markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
-# CONFIGS (names below, default all), PP / TG (test sizes), MODEL.
+# CONFIGS (names below, default all), PP / TG (test sizes), MODEL, QUANT (the generated preset's
+# mix: q4_k_m, the default, or q8_0).
 set -euo pipefail
 moeplan=${1:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
 out=${2:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
-model=${MODEL:-/tmp/mp-bench/qwen3-30b-a3b-q4_k_m.gguf}
+quant=${QUANT:-q4_k_m} # the preset's mix when MODEL is not given (q4_k_m or q8_0, as issue 3 asks)
+model=${MODEL:-/tmp/mp-bench/qwen3-30b-a3b-$quant.gguf}
 threads=${THREADS:-$(nproc)}
 reps=${REPS:-3}
 mkdir -p "$out"
 if [ ! -f "$model" ]; then
     mkdir -p "$(dirname "$model")"
     echo "gpu_bench: generating $model" >&2
-    "$moeplan" mkmodel --preset qwen3-30b-a3b --quant q4_k_m --threads "$threads" --quiet -o "$model"
+    "$moeplan" mkmodel --preset qwen3-30b-a3b --quant "$quant" --threads "$threads" --quiet -o "$model"
 fi
 declare -A flags=(
     [gpu]="--placement gpu -p ${PP_ALL:-512,2048} -n ${TG:-128}"
