@@ -4,7 +4,7 @@
  * -f -e OBJECT OFFSET names them). A thread inside a system call that does not return (a driver's
  * ioctl) takes no signal, so each time the watcher also prints what the kernel says of the main
  * thread: its state, wait channel, current system call and, where readable, its kernel stack.
- * For machines without gdb where ptrace is not an option (scripts/gpu.sh f32-cli uses it). Off
+ * For machines without gdb where ptrace is not an option (the GPU machine). Off
  * unless the variable is set. */
 #include <execinfo.h>
 #include <fcntl.h>

@@ -137,8 +137,8 @@ void mp_cuda_moe_set_down_split(int on);
 /* Steps of at least `rows` rows (and at least the grouped path's 16) run Q4_0/Q8_0/Q4_K/Q6_K
  * experts on the tensor cores (exact int8 products per scale group, scales in F32: the CPU's
  * vec_dot up to summation order); 0: never; -1: decide again from the environment at the next
- * call (default, measured on the H200: from 192 rows for Q4_K/Q6_K gates, 320 for Q8_0/Q4_0;
- * MP_CUDA_MOE_MMA=0: off, =N: from N rows).
+ * call (default, measured on the H200: from 64 rows for Q4_K/Q6_K gates with the pipelined kernel,
+ * 192 without it, 320 for Q8_0/Q4_0; MP_CUDA_MOE_MMA=0: off, =N: from N rows).
  * Process-wide; for A/B runs and tests. */
 void mp_cuda_moe_set_mma_min_rows(int64_t rows);
 /* Q4_K and Q6_K experts on the tensor cores through the pipelined kernel (cp.async double-buffered raw
