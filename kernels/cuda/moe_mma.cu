@@ -142,6 +142,73 @@ __device__ __forceinline__ uint32_t ld_w(const int8_t *p)
     return *(const uint32_t *)p;
 }
 
+// ---- what both tensor-core kernels share ----
+
+// The block's group of routes (blockIdx.y): false when the launch has fewer groups or the expert's
+// weights are not resident (its routes are skipped by the combine); both are the same for every
+// thread of the block. Else e0/e1 are its weights, cnt its routes, and aroute/arow (shared) each
+// route's id and activation row (act + (route / act_div) * act_row_bytes; -1 / NULL past cnt),
+// visible to the whole block.
+template <int MATS>
+__device__ __forceinline__ bool mma_group(const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t n_expert,
+                                          const uint8_t *act, size_t act_row_bytes, int64_t act_div,
+                                          const int32_t *perm, const int4 *groups, const int32_t *n_groups,
+                                          const uint8_t *&e0, const uint8_t *&e1, int &cnt, int32_t *aroute,
+                                          const uint8_t **arow)
+{
+    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+        return false;
+    const int4 grp = groups[blockIdx.y];
+    e0 = mpc_expert_ptr(w0, grp.x, n_expert);
+    e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
+    if (!e0 || !e1)
+        return false;
+    cnt = grp.z;
+    const int tid = threadIdx.x;
+    if (tid < MPC_MMA_GROUP) {
+        const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
+        aroute[tid] = r;
+        arow[tid] = r >= 0 ? act + (size_t)(r / act_div) * act_row_bytes : NULL;
+    }
+    __syncthreads();
+    return true;
+}
+
+// One scale group's exact integer sums t of an m16n8 tile, scaled into acc:
+// acc += d_a * (s1 * I - s2 * sum(q_a)); rows r0 (d0, u0) and r0 + 8 (d1, u1), columns c0 (s1a,
+// s2a) and c0 + 1 (s1b, s2b), in the mma D layout.
+__device__ __forceinline__ void mma_scale_add(float *acc, const int *t, float d0, float d1, float u0, float u1,
+                                              float s1a, float s2a, float s1b, float s2b)
+{
+    acc[0] += d0 * (s1a * (float)t[0] - s2a * u0);
+    acc[1] += d0 * (s1b * (float)t[1] - s2b * u0);
+    acc[2] += d1 * (s1a * (float)t[2] - s2a * u1);
+    acc[3] += d1 * (s1b * (float)t[3] - s2b * u1);
+}
+
+// A tile's outputs (the mma D layout: acc[.][0..1] route m0, acc[.][2..3] route m0 + 8; columns j0,
+// j0 + 1): SwiGLU of gate (acc[0]) and up (acc[1]) for MATS 2, the sums for MATS 1, at
+// out[route * N + j]; routes past cnt and columns past N are not written.
+template <int MATS>
+__device__ __forceinline__ void mma_store(const float (&acc)[MATS][4], int m0, int64_t j0, int cnt, int64_t N,
+                                          const int32_t *aroute, float *out)
+{
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int m = m0 + (e >= 2 ? 8 : 0);
+        const int64_t j = j0 + (e & 1);
+        if (m >= cnt || j >= N)
+            continue;
+        const int64_t r = aroute[m];
+        if (MATS == 2) {
+            const float g = acc[0][e], u = acc[MATS - 1][e];
+            out[r * N + j] = g / (1.0f + expf(-g)) * u;
+        } else {
+            out[r * N + j] = acc[0][e];
+        }
+    }
+}
+
 // MATS 2: gate (w0) and up (w1), out = h (N = n_ff) with SwiGLU; MATS 1: down (w0), out = y
 // (N = n_embd). Activation rows: act + (route / act_div) * act_row_bytes.
 template <int T, int MATS>
@@ -161,23 +228,14 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
     __shared__ const uint8_t *arow[MPC_MMA_GROUP];
     __shared__ int32_t aroute[MPC_MMA_GROUP];
 
-    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+    const uint8_t *e0, *e1;
+    int cnt;
+    if (!mma_group<MATS>(w0, w1, n_expert, act, act_row_bytes, act_div, perm, groups, n_groups, e0, e1, cnt,
+                         aroute, arow))
         return;
-    const int4 grp = groups[blockIdx.y];
-    const uint8_t *e0 = mpc_expert_ptr(w0, grp.x, n_expert);
-    const uint8_t *e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
-    if (!e0 || !e1) // not resident: its routes are skipped by the combine (uniform over the block)
-        return;
-    const int cnt = grp.z;
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
     const int gq = lane / 4, tq = lane % 4, n0 = warp * 8;
     const int64_t n_base = (int64_t)blockIdx.x * MMA_N;
-    if (tid < MPC_MMA_GROUP) {
-        const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
-        aroute[tid] = r;
-        arow[tid] = r >= 0 ? act + (size_t)(r / act_div) * act_row_bytes : NULL;
-    }
-    __syncthreads();
 
     float acc[2][MATS][4] = {};
 
@@ -241,12 +299,9 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
                 const int r0 = mt * 16 + gq, r1 = r0 + 8;
                 const int c0 = n0 + 2 * tq, c1 = c0 + 1;
 #pragma unroll
-                for (int mat = 0; mat < MATS; mat++) {
-                    acc[mt][mat][0] += ad[r0][gg] * (ws1[mat][c0][gg] * (float)t[mt][mat][0] - ws2[mat][c0][gg] * asum[r0][gg]);
-                    acc[mt][mat][1] += ad[r0][gg] * (ws1[mat][c1][gg] * (float)t[mt][mat][1] - ws2[mat][c1][gg] * asum[r0][gg]);
-                    acc[mt][mat][2] += ad[r1][gg] * (ws1[mat][c0][gg] * (float)t[mt][mat][2] - ws2[mat][c0][gg] * asum[r1][gg]);
-                    acc[mt][mat][3] += ad[r1][gg] * (ws1[mat][c1][gg] * (float)t[mt][mat][3] - ws2[mat][c1][gg] * asum[r1][gg]);
-                }
+                for (int mat = 0; mat < MATS; mat++)
+                    mma_scale_add(acc[mt][mat], t[mt][mat], ad[r0][gg], ad[r1][gg], asum[r0][gg], asum[r1][gg],
+                                  ws1[mat][c0][gg], ws2[mat][c0][gg], ws1[mat][c1][gg], ws2[mat][c1][gg]);
             }
         }
         __syncthreads();
@@ -254,20 +309,7 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int m = mt * 16 + gq + (e >= 2 ? 8 : 0);
-            const int64_t j = n_base + n0 + 2 * tq + (e & 1);
-            if (m >= cnt || j >= N)
-                continue;
-            const int64_t r = aroute[m];
-            if (MATS == 2) {
-                const float g = acc[mt][0][e], u = acc[mt][MATS - 1][e];
-                out[r * N + j] = g / (1.0f + expf(-g)) * u;
-            } else {
-                out[r * N + j] = acc[mt][0][e];
-            }
-        }
+        mma_store<MATS>(acc[mt], mt * 16 + gq, n_base + n0 + 2 * tq, cnt, N, aroute, out);
 #endif
 }
 
@@ -374,23 +416,14 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
     __shared__ const uint8_t *arow[MPC_MMA_GROUP];
     __shared__ int32_t aroute[MPC_MMA_GROUP];
 
-    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+    const uint8_t *e0, *e1;
+    int cnt;
+    if (!mma_group<MATS>(w0, w1, n_expert, act, act_row_bytes, act_div, perm, groups, n_groups, e0, e1, cnt,
+                         aroute, arow))
         return;
-    const int4 grp = groups[blockIdx.y];
-    const uint8_t *e0 = mpc_expert_ptr(w0, grp.x, n_expert);
-    const uint8_t *e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
-    if (!e0 || !e1) // not resident: its routes are skipped by the combine (uniform over the block)
-        return;
-    const int cnt = grp.z;
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
     const int gq = lane / 4, tq = lane % 4, n0 = warp * 16;
     const int64_t n_base = (int64_t)blockIdx.x * MMA2_N;
-    if (tid < MPC_MMA_GROUP) {
-        const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
-        aroute[tid] = r;
-        arow[tid] = r >= 0 ? act + (size_t)(r / act_div) * act_row_bytes : NULL;
-    }
-    __syncthreads();
 
     // super-block s of weight row n (of this block) of matrix mat, in global memory (row 0 past N)
     auto wsrc = [&](int mat, int n, int64_t s) -> const uint8_t * {
@@ -485,12 +518,8 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
 #pragma unroll
                     for (int mat = 0; mat < MATS; mat++) {
                         const float *s1 = ws1 + mat * MMA2_N * NG, *s2 = ws2 + mat * MMA2_N * NG;
-                        int *tt = t[mt][nt][mat];
-                        float *a = acc[mt][nt][mat];
-                        a[0] += d0 * (s1[c0 * NG + g] * (float)tt[0] - s2[c0 * NG + g] * u0);
-                        a[1] += d0 * (s1[c1 * NG + g] * (float)tt[1] - s2[c1 * NG + g] * u0);
-                        a[2] += d1 * (s1[c0 * NG + g] * (float)tt[2] - s2[c0 * NG + g] * u1);
-                        a[3] += d1 * (s1[c1 * NG + g] * (float)tt[3] - s2[c1 * NG + g] * u1);
+                        mma_scale_add(acc[mt][nt][mat], t[mt][nt][mat], d0, d1, u0, u1, s1[c0 * NG + g],
+                                      s2[c0 * NG + g], s1[c1 * NG + g], s2[c1 * NG + g]);
                     }
                 }
             }
@@ -502,20 +531,7 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int m = mt * 16 + gq + (e >= 2 ? 8 : 0);
-                const int64_t j = n_base + n0 + nt * 8 + 2 * tq + (e & 1);
-                if (m >= cnt || j >= N)
-                    continue;
-                const int64_t r = aroute[m];
-                if (MATS == 2) {
-                    const float gv = acc[mt][nt][0][e], uv = acc[mt][nt][MATS - 1][e];
-                    out[r * N + j] = gv / (1.0f + expf(-gv)) * uv;
-                } else {
-                    out[r * N + j] = acc[mt][nt][0][e];
-                }
-            }
+            mma_store<MATS>(acc[mt][nt], mt * 16 + gq, n_base + n0 + nt * 8 + 2 * tq, cnt, N, aroute, out);
 #endif
 }
 
