@@ -63,13 +63,6 @@ void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
 #include "runtime/gpu_impl.h"
 #include "runtime/matmul.h"
 
-#define ALIGN 256
-
-static size_t align_up(size_t b)
-{
-    return (b + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-}
-
 mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e)
 {
     return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s: %s", what, cudaGetErrorString(e));
@@ -108,7 +101,7 @@ typedef struct carve {
 static void *take(carve *c, size_t bytes)
 {
     void *p = c->base ? c->base + c->used : NULL;
-    c->used += align_up(bytes ? bytes : 1);
+    c->used += mp_gpu_align(bytes ? bytes : 1);
     return p;
 }
 
@@ -163,9 +156,9 @@ static void carve_scratch(mp_gpu *g, carve *c)
 
 static size_t expert_slot_bytes(const mp_layer *L)
 {
-    return align_up(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
-           align_up(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
-           align_up(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
+    return mp_gpu_align(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
+           mp_gpu_align(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
+           mp_gpu_align(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
 }
 
 /* ---- upload ---- */
@@ -500,11 +493,11 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     if ((st = upload_weights(g, &wc, err))) /* sizing pass: copies nothing */
         goto fail;
     g->mem.weights = wc.used;
-    g->mem.kv = 2 * align_up((size_t)(s->n_ctx * KV) * 2) * (size_t)hp->n_layer;
+    g->mem.kv = 2 * mp_gpu_align((size_t)(s->n_ctx * KV) * 2) * (size_t)hp->n_layer;
     g->mem.scratch = sc.used;
     const bool staging = g->n_hybrid_layers > 0 && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
     g->mem.staging = staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
-                                    align_up((size_t)(3 * hp->n_expert) * sizeof(void *)))
+                                    mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *)))
                              : 0;
     g->mem.pool = pool;
     g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool;

@@ -29,12 +29,6 @@
 
 #include "runtime/gpu_impl.h"
 
-#define SLICE_ALIGN 256 /* each copied slice starts 256-byte aligned (copy engine, 128-bit loads) */
-
-static size_t align_slice(size_t b)
-{
-    return (b + SLICE_ALIGN - 1) & ~(size_t)(SLICE_ALIGN - 1);
-}
 
 /* MP_GPU_HOST_EXPERTS: pinned (default), copy (the copy, pageable) or mapping (the model's file
  * mapping, pageable: no copy). A value not understood is said and the default kept. */
@@ -110,9 +104,9 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     size_t bytes = 0;
     for (int64_t il = 0; il < NL; il++) {
         const mp_layer *L = &m->layers[il];
-        const size_t per = align_slice(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
-                           align_slice(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
-                           align_slice(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
+        const size_t per = mp_gpu_align(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
+                           mp_gpu_align(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
+                           mp_gpu_align(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
         const int64_t cold = E - g->pl.n_resident[il];
         n_cold += cold;
         bytes += per * (size_t)cold;
@@ -146,7 +140,7 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
                 continue;
             for (int t = 0; t < 3; t++) {
                 g->h_slices[(il * 3 + t) * E + e] = p;
-                p += align_slice(ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+                p += mp_gpu_align(ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
             }
             list[k][0] = il;
             list[k][1] = e;
@@ -225,7 +219,7 @@ void mp_gpu_measure_copy(mp_gpu *g)
                     cudaGetLastError();
                     return;
                 }
-                dst += align_slice(b);
+                dst += mp_gpu_align(b);
                 bytes += b;
             }
             if (cudaStreamSynchronize(g->copy_stream) != cudaSuccess) {

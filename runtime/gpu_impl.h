@@ -15,6 +15,12 @@
 #include "runtime/session_impl.h"
 
 /* scratch shapes: MP_GPU_* in runtime/placement.h */
+#define MP_GPU_ALIGN 256 /* every device allocation part, expert slot and host expert slice starts
+                          * 256-byte aligned (the MoE kernels' 128-bit loads, cp.async, the copy engine) */
+static inline size_t mp_gpu_align(size_t b)
+{
+    return (b + MP_GPU_ALIGN - 1) & ~(size_t)(MP_GPU_ALIGN - 1);
+}
 #define MP_GPU_MAX_TOP_K 32 /* experts per token the executor supports */
 
 typedef struct gpu_tensor {

@@ -104,7 +104,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
             CCHECK(cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, t, list[j]), bytes, cudaMemcpyHostToDevice,
                                    g->copy_stream), "expert weight copy");
             tab[t * E + list[j]] = dst;
-            dst += (bytes + 255) & ~(size_t)255;
+            dst += mp_gpu_align(bytes);
             g->stats.bytes_copied += (int64_t)bytes;
         }
     }
