@@ -37,9 +37,9 @@ declare -A flags=(
 )
 # the fewest layers N for which --placement MODE:N fits BUDGET (the placement's own budget check,
 # one CPU token when it fits); nothing printed when even every layer on the CPU does not fit
+n_moe_layers= # the model's MoE layers, read once (by the loop below, not inside $(fit_layers ...))
 fit_layers() {
-    local mode=$1 budget=$2 lo=0 hi mid
-    hi=$("$moeplan" inspect "$model" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["moe_layers"]))')
+    local mode=$1 budget=$2 lo=0 hi=$n_moe_layers mid
     fits() {
         "$moeplan" bench -m "$model" -t "$threads" --executor cpu --placement "$mode:$1" --gpu-budget "$budget" \
             -p 0 -n 1 -r 1 >/dev/null 2>&1
@@ -61,6 +61,8 @@ configs=${CONFIGS:-gpu ncpu12 ncpu24 ncpu36 ncpu48 fill24 fill16 fill12 fill8 lf
 for c in $configs; do
     if [[ ${flags[$c]} == FIT* ]]; then
         read -r _ m b <<<"${flags[$c]}"
+        [ -n "$n_moe_layers" ] || n_moe_layers=$("$moeplan" inspect "$model" --json |
+            python3 -c 'import json,sys; print(len(json.load(sys.stdin)["moe_layers"]))')
         n=$(fit_layers "$m" "$b")
         if [ -z "$n" ]; then
             echo "gpu_bench: $c: no $m:N fits $b" >&2
