@@ -2,6 +2,8 @@
  * and spec parsing (good and bad), placement files (every refusal with its file:line), the budget
  * arithmetic and the fill policy on a hand-computed geometry, STRP profiles (slots, budget-limited
  * ranked prefix, a profile of another model), and `moeplan run` with the placement flags. */
+#include "mp_config.h"
+
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -556,3 +558,39 @@ Test(placement, collect_records_profile_hash_and_budget)
               run->config_json);
     mp_trace_reader_close(r);
 }
+
+#if MP_HAVE_CUDA
+#include "runtime/gpu_impl.h"
+
+/* MP_GPU_HOST_EXPERTS (runtime/gpu_host.c), read when the GPU executor starts: pinned (the
+ * default, also when unset or empty), copy, mapping; anything else is said on stderr in one line
+ * naming the value, and the default is kept. Runs without a device: only the parsing. */
+Test(placement, host_experts_switch)
+{
+    const char *names[] = {"pinned", "copy", "mapping"};
+    const int modes[] = {MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(setenv("MP_GPU_HOST_EXPERTS", names[i], 1), 0);
+        cr_assert_eq(mp_gpu_host_mode_from_env(), modes[i], "%s", names[i]);
+    }
+    unsetenv("MP_GPU_HOST_EXPERTS");
+    cr_assert_eq(mp_gpu_host_mode_from_env(), MP_GPU_HOST_PINNED);
+    char path[] = "/tmp/mp_host_switch_XXXXXX";
+    const int fd = mkstemp(path), saved = dup(2);
+    cr_assert(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    cr_assert_eq(setenv("MP_GPU_HOST_EXPERTS", "pinnned", 1), 0);
+    const int mode = mp_gpu_host_mode_from_env();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    unsetenv("MP_GPU_HOST_EXPERTS");
+    char buf[256] = {0};
+    cr_assert_geq(pread(fd, buf, sizeof buf - 1, 0), 0);
+    close(fd);
+    unlink(path);
+    cr_assert_eq(mode, MP_GPU_HOST_PINNED);
+    cr_assert_not_null(strstr(buf, "MP_GPU_HOST_EXPERTS=pinnned is not pinned, copy or mapping: pinned"), "%s", buf);
+}
+#endif
