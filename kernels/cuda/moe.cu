@@ -587,27 +587,42 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
     const int lane = threadIdx.x;
     const int64_t row = blockIdx.x;
     const float *l = logits + row * n_expert;
-    float mx = -INFINITY;
-    for (int64_t i = lane; i < n_expert; i += MPC_WARP) {
-        p[i] = l[i];
-        taken[i] = 0;
-        mx = fmaxf(mx, p[i]);
+    // the row's logits: every load is issued before the first shared-memory store, so that the
+    // loads wait out one global latency together, not one each
+    float lv[ROUTER_MAX_EXPERT / MPC_WARP];
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++) {
+        const int64_t i = lane + (int64_t)j * MPC_WARP;
+        lv[j] = i < n_expert ? l[i] : -INFINITY;
     }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++)
+        mx = fmaxf(mx, lv[j]);
     mx = mpc_warp_max(mx);
     float sum = 0.0f;
-    for (int64_t i = lane; i < n_expert; i += MPC_WARP) {
-        p[i] = expf(p[i] - mx);
-        sum += p[i];
-    }
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++)
+        if (lane + (int64_t)j * MPC_WARP < n_expert) {
+            lv[j] = expf(lv[j] - mx);
+            sum += lv[j];
+        }
     const float inv = __frcp_rn(mpc_warp_sum(sum));
-    for (int64_t i = lane; i < n_expert; i += MPC_WARP) {
-        p[i] = p[i] * inv;
-        if (probs)
-            probs[row * n_expert + i] = p[i];
+#pragma unroll
+    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++) {
+        const int64_t i = lane + (int64_t)j * MPC_WARP;
+        if (i < n_expert) {
+            p[i] = lv[j] * inv;
+            taken[i] = 0;
+            if (probs)
+                probs[row * n_expert + i] = p[i];
+        }
     }
     __syncwarp();
-    // top-k: k rounds of a warp argmax, larger value first, ties to the lower id (as mp_topk)
-    float wsum = 0.0f;
+    // top-k: k rounds of a warp argmax, larger value first, ties to the lower id (as mp_topk);
+    // lane kk keeps slot kk's id and weight in registers, written once at the end
+    float wsum = 0.0f, my_w = 0.0f;
+    int my_id = 0;
     for (int64_t kk = 0; kk < k; kk++) {
         float bv = -INFINITY;
         int bi = 0x7fffffff;
@@ -624,20 +639,23 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
                 bi = oi;
             }
         }
-        if (lane == 0) {
-            if (bi == 0x7fffffff) // only NaNs left: take the lowest free id, never index past p
-                for (bi = 0; taken[bi]; bi++)
-                    ;
+        if (bi == 0x7fffffff) // only NaNs left: take the lowest free id, never index past p
+            for (bi = 0; taken[bi]; bi++)
+                ;
+        __syncwarp(); // every lane has read taken[] before lane 0 writes it
+        if (lane == 0)
             taken[bi] = 1;
-            ids[row * k + kk] = bi;
-            weights[row * k + kk] = bv;
+        if (lane == kk) {
+            my_id = bi;
+            my_w = bv;
         }
         wsum += bv; // in slot order, as the CPU sums them
         __syncwarp();
     }
-    if (renorm && lane == 0)
-        for (int64_t kk = 0; kk < k; kk++)
-            weights[row * k + kk] = __fdiv_rn(weights[row * k + kk], wsum);
+    if (lane < k) {
+        ids[row * k + lane] = my_id;
+        weights[row * k + lane] = renorm ? __fdiv_rn(my_w, wsum) : my_w;
+    }
 }
 
 extern "C" int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int64_t k,

@@ -40,13 +40,26 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
         /* the row's elements of this thread stay in registers between the two passes, and the
          * first pass's loads are issued together; the same elements in the same order as the
          * loop below, so the same sum and the same outputs */
-        float v[NORM_REG_ELEMS];
+        float v[NORM_REG_ELEMS], wv[NORM_REG_ELEMS];
+        /* every load first (x, y and w), then the stores: a store to x or out between two loads
+         * would make the compiler keep the program order (the rows may alias), and each load
+         * would then wait out the previous one's latency; 7.4 µs per 2048-element row on the
+         * H200 (fifth session's profile) where one latency is about 1 µs */
 #pragma unroll
         for (int j = 0; j < NORM_REG_ELEMS; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             v[j] = 0.0f;
+            wv[j] = 1.0f;
             if (i < n) {
                 v[j] = yr ? xr[i] + yr[i] : xr[i];
+                if (w)
+                    wv[j] = w[i];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_REG_ELEMS; j++) {
+            const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            if (i < n) {
                 if (yr)
                     xr[i] = v[j];
                 sum += v[j] * v[j];
@@ -57,7 +70,7 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
         for (int j = 0; j < NORM_REG_ELEMS; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             if (i < n) {
-                const float o = v[j] * scale * (w ? w[i] : 1.0f);
+                const float o = v[j] * scale * wv[j];
                 outr[i] = o;
                 if (mirror)
                     mirror[i] = o;
