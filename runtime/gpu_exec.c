@@ -341,6 +341,14 @@ void mp_gpu_free(mp_gpu *g)
         cudaStreamDestroy(g->stream);
     if (g->copy_stream)
         cudaStreamDestroy(g->copy_stream);
+    for (int i = 0; i < 2; i++) {
+        if (g->side[i])
+            cudaStreamDestroy(g->side[i]);
+        if (g->ev_join[i])
+            cudaEventDestroy(g->ev_join[i]);
+    }
+    if (g->ev_fork)
+        cudaEventDestroy(g->ev_fork);
     free(g->h_mask);
     free(g->h_count);
     free(g->timing);
@@ -379,7 +387,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
 
 /* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_DECODE_COPY
- * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c).
+ * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
+ * Q, K and V projections of a decode step one after the other, not side by side).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
 static void env_switches(mp_gpu *g)
 {
@@ -393,7 +402,12 @@ static void env_switches(mp_gpu *g)
         else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
             g->gemm_min_rows = v;
     }
-    const char *env = getenv("MP_GPU_GRAPHS"); /* "0": enqueue every decode step (A/B) */
+    const char *env = getenv("MP_GPU_QKV_FORK"); /* "0": Q, K, V projections in one stream (A/B) */
+    if (env && !strcmp(env, "0"))
+        g->qkv_serial = true;
+    else if (env && *env && strcmp(env, "1"))
+        fprintf(stderr, "moeplan: MP_GPU_QKV_FORK=%.40s is neither 0 nor 1: Q, K and V side by side\n", env);
+    env = getenv("MP_GPU_GRAPHS"); /* "0": enqueue every decode step (A/B) */
     if (env && !strcmp(env, "0")) {
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
@@ -534,6 +548,11 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     init_phase("streams, events, device and pinned memory, cuBLAS");
     CK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
+    for (int i = 0; i < 2; i++) {
+        CK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "cudaStreamCreate");
+        CK(cudaEventCreateWithFlags(&g->ev_join[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
     CK(cudaEventCreateWithFlags(&g->ev_host, cudaEventDisableTiming), "cudaEventCreate");
     CK(cudaEventCreateWithFlags(&g->ev_io, cudaEventDisableTiming), "cudaEventCreate");
     for (int b = 0; b < 2; b++) {

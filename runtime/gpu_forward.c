@@ -24,20 +24,20 @@
 /* d_out (n, out_stride) = t · d_in rows (n, t->n_in). The converted activations are kept in d_act
  * for the next call with the same input (Q, K and V share one conversion); callers that rewrite
  * d_in set g->act_src = NULL first. */
-static mp_status proj(mp_gpu *g, const gpu_tensor *t, const float *d_in, int64_t n, float *d_out,
-                      int64_t out_stride, mp_error *err)
+static mp_status proj_on(mp_gpu *g, cudaStream_t stream, const gpu_tensor *t, const float *d_in, int64_t n,
+                         float *d_out, int64_t out_stride, mp_error *err)
 {
     if (n >= g->gemm_min_rows) {
         KCHECK(mp_cuda_gemm(g->blas, t->type, t->d, t->row_bytes, t->n_out, t->n_in, d_in, n, d_out,
                             out_stride, MP_GPU_GEMM_TILE, g->d_gemm_scratch, g->gemm_scratch_bytes,
-                            g->stream), "gemm");
+                            stream), "gemm");
         return MP_OK;
     }
     const int vdt = mp_cuda_vec_dot_type(t->type);
     const void *x = d_in;
     if (vdt != MP_TYPE_F32) {
         if (g->act_src != d_in || g->act_vdt != vdt) {
-            KCHECK(mp_cuda_quantize_act(vdt, d_in, t->n_in, n, t->n_in, g->d_act, g->stream),
+            KCHECK(mp_cuda_quantize_act(vdt, d_in, t->n_in, n, t->n_in, g->d_act, stream),
                    "activation conversion");
             g->act_src = d_in;
             g->act_vdt = vdt;
@@ -45,8 +45,47 @@ static mp_status proj(mp_gpu *g, const gpu_tensor *t, const float *d_in, int64_t
         x = g->d_act;
     }
     KCHECK(mp_cuda_gemv(t->type, t->d, t->row_bytes, t->n_out, t->n_in, x,
-                        mp_cuda_row_bytes(vdt, t->n_in), (int)n, d_out, out_stride, g->stream),
+                        mp_cuda_row_bytes(vdt, t->n_in), (int)n, d_out, out_stride, stream),
            "gemv");
+    return MP_OK;
+}
+
+static mp_status proj(mp_gpu *g, const gpu_tensor *t, const float *d_in, int64_t n, float *d_out,
+                      int64_t out_stride, mp_error *err)
+{
+    return proj_on(g, g->stream, t, d_in, n, d_out, out_stride, err);
+}
+
+/* Q, K and V of the rows in d_xb. A GEMV-sized step whose activations are already converted for
+ * all three (the attention norm did it) runs K and V on the side streams beside Q: three small
+ * launches that each wait out the memory's latency then cost about one (in a decode graph they
+ * are parallel branches). Otherwise one after the other. */
+static mp_status qkv_proj(mp_gpu *g, const gpu_layer *L, int64_t n, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const int64_t Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
+    mp_status st;
+    const bool fork = !g->qkv_serial && n < g->gemm_min_rows && g->act_src == g->d_xb &&
+                      mp_cuda_vec_dot_type(L->wq.type) == g->act_vdt &&
+                      mp_cuda_vec_dot_type(L->wk.type) == g->act_vdt &&
+                      mp_cuda_vec_dot_type(L->wv.type) == g->act_vdt;
+    if (!fork) {
+        if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) || (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
+            (st = proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err)))
+            return st;
+        return MP_OK;
+    }
+    CCHECK(cudaEventRecord(g->ev_fork, g->stream), "cudaEventRecord");
+    for (int i = 0; i < 2; i++)
+        CCHECK(cudaStreamWaitEvent(g->side[i], g->ev_fork, 0), "cudaStreamWaitEvent");
+    if ((st = proj_on(g, g->side[0], &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
+        (st = proj_on(g, g->side[1], &L->wv, g->d_xb, n, g->d_v, KV, err)) ||
+        (st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)))
+        return st;
+    for (int i = 0; i < 2; i++) {
+        CCHECK(cudaEventRecord(g->ev_join[i], g->side[i]), "cudaEventRecord");
+        CCHECK(cudaStreamWaitEvent(g->stream, g->ev_join[i], 0), "cudaStreamWaitEvent");
+    }
     return MP_OK;
 }
 
@@ -75,9 +114,7 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
         g->act_src = NULL;
     }
     g->pending_add = false;
-    if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) ||
-        (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
-        (st = proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err)))
+    if ((st = qkv_proj(g, L, n, err)))
         return st;
     const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
     /* positions come from d_pos, and in a graph the keys are split for the whole context: the

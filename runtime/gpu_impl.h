@@ -44,6 +44,11 @@ struct mp_gpu {
     mp_session *s;
     cudaStream_t stream;       /* everything of the forward pass */
     cudaStream_t copy_stream;  /* expert weight copies (prefill) */
+    /* K and V projections of a GEMV-sized step run beside Q (forked from and joined back into
+     * `stream`, in graphs as parallel branches): three latency-bound launches cost about one */
+    cudaStream_t side[2];
+    cudaEvent_t ev_fork, ev_join[2];
+    bool qkv_serial;           /* MP_GPU_QKV_FORK=0: Q, K, V one after the other (A/B) */
     void *blas;
 
     char *d_weights;           /* arena: dense weights */

@@ -21,6 +21,8 @@
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 32 ... 512 rows
 #              (bench_cuda REPS prefill)
+#   ncu-decode Nsight Compute of the all-GPU decode step's small kernels (NCU_KERNELS, NCU_SKIP,
+#              NCU_COUNT) -> $OUT/ncu-decode.txt
 #   ncu-mma    Nsight Compute sections of the tensor-core expert kernels at 64 and 512 rows
 #   decode-ab  the all-resident decode step: plain, --ctx 4096, --route-replay, graphs off
 #   nsys-decode  Nsight Systems timeline of 6 hybrid decode tokens (NSYS_PLACEMENT, default layers:48)
@@ -185,6 +187,20 @@ for stage in "${stages[@]}"; do
             grep -E 'Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Issued|Memory Throughput|Compute \(SM\)' \
                 "$OUT/ncu-mma-skip$skip.txt" | head -40
         done
+        ;;
+    ncu-decode)
+        # Nsight Compute on the all-GPU decode step's small kernels (norms, router, GEMVs, decode
+        # experts) of the qwen3-30b-a3b preset: where a 2-5 us kernel waits (warp stall reasons)
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        timeout 300 ncu --clock-control none --graph-profiling node \
+            --kernel-name regex:"${NCU_KERNELS:-rmsnorm_quant|router_kernel|down_combine|gate_up_kernel|gemv_kernel}" \
+            --launch-skip "${NCU_SKIP:-2000}" --launch-count "${NCU_COUNT:-12}" --section SpeedOfLight \
+            --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+            build-gpu/cli/moeplan bench -m "$MODEL30" --placement gpu -p 0 -n 16 -r 1 \
+            >"$OUT/ncu-decode.txt" 2>&1 || rc=1
+        grep -E '^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Stall|Warp Cycles Per Issued|Memory Throughput' \
+            "$OUT/ncu-decode.txt" | head -150
         ;;
     decode-ab)
         # the all-resident decode step as bench runs it, one factor changed at a time: the context

@@ -578,6 +578,7 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
 // ---- router: one warp per row ----
 
 #define ROUTER_MAX_EXPERT 1024
+#define ROUTER_REG 8 // experts per lane held in registers: up to 256 without shared memory
 
 __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, int renorm,
                               int32_t *ids, float *weights, float *probs)
@@ -587,64 +588,94 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
     const int lane = threadIdx.x;
     const int64_t row = blockIdx.x;
     const float *l = logits + row * n_expert;
-    // the row's logits: every load is issued before the first shared-memory store, so that the
-    // loads wait out one global latency together, not one each
-    float lv[ROUTER_MAX_EXPERT / MPC_WARP];
+    for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
+        taken[i] = 0;
+    // Each lane holds experts lane, lane + 32, ... in registers (ROUTER_REG of them, for up to
+    // 32 x ROUTER_REG experts; more go through shared memory, below).
+    float lv[ROUTER_REG];
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++) {
+    for (int j = 0; j < ROUTER_REG; j++) {
         const int64_t i = lane + (int64_t)j * MPC_WARP;
         lv[j] = i < n_expert ? l[i] : -INFINITY;
     }
+    const bool in_regs = n_expert <= (int64_t)ROUTER_REG * MPC_WARP;
     float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++)
+    for (int j = 0; j < ROUTER_REG; j++)
         mx = fmaxf(mx, lv[j]);
+    for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
+        mx = fmaxf(mx, l[i]);
     mx = mpc_warp_max(mx);
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++)
+    for (int j = 0; j < ROUTER_REG; j++)
         if (lane + (int64_t)j * MPC_WARP < n_expert) {
             lv[j] = expf(lv[j] - mx);
             sum += lv[j];
         }
+    for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP) {
+        p[i] = expf(l[i] - mx);
+        sum += p[i];
+    }
     const float inv = __frcp_rn(mpc_warp_sum(sum));
 #pragma unroll
-    for (int j = 0; j < ROUTER_MAX_EXPERT / MPC_WARP; j++) {
+    for (int j = 0; j < ROUTER_REG; j++) {
         const int64_t i = lane + (int64_t)j * MPC_WARP;
         if (i < n_expert) {
-            p[i] = lv[j] * inv;
-            taken[i] = 0;
+            lv[j] = lv[j] * inv;
             if (probs)
-                probs[row * n_expert + i] = p[i];
+                probs[row * n_expert + i] = lv[j];
         }
     }
-    __syncwarp();
-    // top-k: k rounds of a warp argmax, larger value first, ties to the lower id (as mp_topk);
-    // lane kk keeps slot kk's id and weight in registers, written once at the end
+    for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP) {
+        p[i] = p[i] * inv;
+        if (probs)
+            probs[row * n_expert + i] = p[i];
+    }
+    // top-k: k rounds of a warp argmax, larger value first, ties to the lower id (as mp_topk).
+    // An expert's key orders it so: (probability bits + 1) above its inverted id; a NaN
+    // probability keys 0 above the id (taken only when nothing else is left, the lowest id
+    // first, with weight -inf: what comparisons that are false for NaN would leave), and a taken
+    // expert keys 0. Probabilities are >= 0, so their bits order as they do.
+    // Lane kk keeps slot kk's id and weight, written once at the end.
+    __syncwarp(); // taken[] of the shared-memory experts is cleared for every lane
+    uint32_t taken_bits = 0; // bit j: expert lane + 32 j is taken (the register experts)
     float wsum = 0.0f, my_w = 0.0f;
     int my_id = 0;
     for (int64_t kk = 0; kk < k; kk++) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-        for (int64_t i = lane; i < n_expert; i += MPC_WARP)
-            if (!taken[i] && (p[i] > bv || (p[i] == bv && (int)i < bi))) {
-                bv = p[i];
-                bi = (int)i;
-            }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
+        unsigned long long best = 0;
+#pragma unroll
+        for (int j = 0; j < ROUTER_REG; j++) {
+            const int64_t i = lane + (int64_t)j * MPC_WARP;
+            if (i < n_expert && !(taken_bits >> j & 1)) {
+                const float v = lv[j];
+                const unsigned long long hi = v != v ? 0ull : (unsigned long long)__float_as_uint(v) + 1ull;
+                const unsigned long long key = hi << 32 | (unsigned long long)(~(uint32_t)i);
+                best = key > best ? key : best;
             }
         }
-        if (bi == 0x7fffffff) // only NaNs left: take the lowest free id, never index past p
-            for (bi = 0; taken[bi]; bi++)
-                ;
-        __syncwarp(); // every lane has read taken[] before lane 0 writes it
-        if (lane == 0)
+        if (!in_regs)
+            for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
+                if (!taken[i]) {
+                    const float v = p[i];
+                    const unsigned long long hi =
+                        v != v ? 0ull : (unsigned long long)__float_as_uint(v) + 1ull;
+                    const unsigned long long key = hi << 32 | (unsigned long long)(~(uint32_t)i);
+                    best = key > best ? key : best;
+                }
+        for (int off = 16; off > 0; off >>= 1) {
+            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
+            best = o > best ? o : best;
+        }
+        const int bi = (int)~(uint32_t)(best & 0xffffffffull);
+        const uint32_t hi = (uint32_t)(best >> 32);
+        const float bv = hi ? __uint_as_float(hi - 1u) : -INFINITY;
+        if (bi < ROUTER_REG * MPC_WARP) {
+            if ((bi & (MPC_WARP - 1)) == lane)
+                taken_bits |= 1u << (bi / MPC_WARP);
+        } else if (lane == 0) {
             taken[bi] = 1;
+        }
         if (lane == kk) {
             my_id = bi;
             my_w = bv;

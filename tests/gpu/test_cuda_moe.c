@@ -105,6 +105,37 @@ Test(cuda_moe, router_equal_logits_pick_lowest_ids)
     cudaFree(d_l); cudaFree(d_ids); cudaFree(d_w);
 }
 
+/* A NaN logit makes every probability of its row NaN: the router must still pick k distinct
+ * experts, the lowest ids first, and never read or write past the row (register and
+ * shared-memory experts: 128 and 600). */
+Test(cuda_moe, router_nan_row_picks_lowest_free_ids)
+{
+    seed_rng();
+    const int64_t sizes[2] = {128, 600};
+    for (int c = 0; c < 2; c++) {
+        const int64_t E = sizes[c], K = 8;
+        float *l = malloc(sizeof(float) * (size_t)E);
+        rnd_floats(l, E, 2.0f);
+        l[(int64_t)(rnd_u64() % (uint64_t)E)] = NAN;
+        float *d_l = dev_put(l, sizeof(float) * (size_t)E);
+        int32_t *d_ids = dev_alloc(K * sizeof(int32_t));
+        float *d_w = dev_alloc(K * sizeof(float));
+        MPC_OK(mp_cuda_router(d_l, 1, E, K, 0, d_ids, d_w, NULL, NULL));
+        int32_t ids[8];
+        float w[8];
+        dev_get(ids, d_ids, sizeof ids);
+        dev_get(w, d_w, sizeof w);
+        for (int j = 0; j < K; j++) {
+            cr_assert_eq(ids[j], j, "seed %llu: E %ld slot %d: expert %d, want %d", (unsigned long long)g_seed,
+                         (long)E, j, ids[j], j);
+            cr_assert(isinf(w[j]) && w[j] < 0, "seed %llu: E %ld slot %d: weight %g, want -inf",
+                      (unsigned long long)g_seed, (long)E, j, w[j]);
+        }
+        cudaFree(d_l); cudaFree(d_ids); cudaFree(d_w);
+        free(l);
+    }
+}
+
 /* ---- experts ---- */
 
 typedef struct moe_case {
