@@ -210,6 +210,11 @@ int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_
  * "1" always; unset or "auto": the warp kernel from 16 rows, measured faster in prefill and slower
  * at one row). Process-wide; for A/B runs and tests. */
 void mp_cuda_set_qkv_finish_warp(int on);
+/* Threads per row of the row-norm kernels (mp_cuda_rmsnorm, mp_cuda_add_rmsnorm,
+ * mp_cuda_rmsnorm_quant; one choice for all three, which keeps them bit-identical to each
+ * other): 256, 512 or 1024; anything else: by row length (2 elements per thread, 256 to 1024
+ * threads; the default, or MP_CUDA_NORM_THREADS at the first launch). Process-wide; A/B and tests. */
+void mp_cuda_set_norm_threads(int threads);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,

@@ -2,6 +2,8 @@
 // kernels/cpu/ops_scalar.c's mp_rmsnorm on random inputs in tests/gpu/).
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -31,22 +33,28 @@ __device__ __forceinline__ float block_sum(float sum)
 // + eps) · w (w NULL: no weights). out may alias x. Every norm kernel here goes through this one
 // body — the same per-thread order and the same block_sum — which is what makes the fused
 // kernels bit-identical to the launches they replace.
-#define NORM_REG_ELEMS 16 // per thread, held in registers: rows up to 16 x blockDim (4096 at 256)
+// R: elements per thread held in registers (rows up to R x blockDim; longer rows take the loop
+// below). The row kernels launch with norm_threads(n) threads and the smallest R that holds the
+// row, so that a 2,048-element row is 2 elements on each of 1,024 threads: the fifth session's
+// 256 threads with 16 predicated slots each spent ~1,000 dependent instructions per warp on one
+// row, 7.5 us in Nsight Compute with 0.15 instructions issued per cycle (eighth session).
+#define NORM_REG_ELEMS 16
+template <int R = NORM_REG_ELEMS>
 __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr, const float *w, int64_t n,
                                          float eps, float *mirror = NULL)
 {
     float sum = 0.0f;
-    if (n <= (int64_t)NORM_REG_ELEMS * blockDim.x) {
+    if (n <= (int64_t)R * blockDim.x) {
         /* the row's elements of this thread stay in registers between the two passes, and the
          * first pass's loads are issued together; the same elements in the same order as the
          * loop below, so the same sum and the same outputs */
-        float v[NORM_REG_ELEMS], wv[NORM_REG_ELEMS];
+        float v[R], wv[R];
         /* every load first (x, y and w), then the stores: a store to x or out between two loads
          * would make the compiler keep the program order (the rows may alias), and each load
          * would then wait out the previous one's latency; 7.4 µs per 2048-element row on the
          * H200 (fifth session's profile) where one latency is about 1 µs */
 #pragma unroll
-        for (int j = 0; j < NORM_REG_ELEMS; j++) {
+        for (int j = 0; j < R; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             v[j] = 0.0f;
             wv[j] = 1.0f;
@@ -57,7 +65,7 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
             }
         }
 #pragma unroll
-        for (int j = 0; j < NORM_REG_ELEMS; j++) {
+        for (int j = 0; j < R; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             if (i < n) {
                 if (yr)
@@ -67,7 +75,7 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
         }
         const float scale = rsqrtf(block_sum(sum) / (float)n + eps);
 #pragma unroll
-        for (int j = 0; j < NORM_REG_ELEMS; j++) {
+        for (int j = 0; j < R; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
             if (i < n) {
                 const float o = v[j] * scale * wv[j];
@@ -97,18 +105,20 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
 }
 
 // One block per row; a block-wide float32 sum of squares, then a scaled write. Memory-bound.
+template <int R>
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
 {
     /* x is only read: norm_row writes x back only when given a y */
-    norm_row(out + blockIdx.x * n, (float *)x + blockIdx.x * n, NULL, w, n, eps);
+    norm_row<R>(out + blockIdx.x * n, (float *)x + blockIdx.x * n, NULL, w, n, eps);
 }
 
 // x += y, then out = rmsnorm(x) * w, one block per row: the residual add fused into the next
 // norm (one launch and one pass over x less), bit-identical to the two launches.
+template <int R>
 __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
                                    float eps)
 {
-    norm_row(out + blockIdx.x * n, x + blockIdx.x * n, y + blockIdx.x * n, w, n, eps);
+    norm_row<R>(out + blockIdx.x * n, x + blockIdx.x * n, y + blockIdx.x * n, w, n, eps);
 }
 
 // What follows the Q/K/V projections of a step, in one launch: one block per (row, head) of Q,
@@ -289,12 +299,13 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
 // kernels do). One launch where a decode step had two before every quantized projection.
 // The normalized row is also kept in shared memory when it fits (shared_row): the quantizing
 // warps read it there instead of back from global memory.
+template <int R>
 __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
                                      float eps, int vdt, uint8_t *q, size_t q_row_bytes, int shared_row)
 {
     extern __shared__ float row_sh[];
     float *outr = out + blockIdx.x * n;
-    norm_row(outr, x + blockIdx.x * n, y ? y + blockIdx.x * n : NULL, w, n, eps, shared_row ? row_sh : NULL);
+    norm_row<R>(outr, x + blockIdx.x * n, y ? y + blockIdx.x * n : NULL, w, n, eps, shared_row ? row_sh : NULL);
     __syncthreads(); // the row is written; every warp may now read all of it
     const float *src = shared_row ? row_sh : outr;
     const int warp = threadIdx.x / MPC_WARP, lane = threadIdx.x % MPC_WARP, n_warps = blockDim.x / MPC_WARP;
@@ -307,6 +318,53 @@ __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const
             mpc_quantize_q8_K_warp(src + ib * 256, qr + ib * 292, lane);
 }
 
+// Threads per row for the row kernels (rmsnorm, add_rmsnorm, rmsnorm_quant: one choice, so that
+// the fused kernels stay bit-identical to the separate ones): 2 elements per thread up to 1,024
+// threads, at least 256. MP_CUDA_NORM_THREADS=256 restores the fifth session's 256 (A/B).
+static int g_norm_threads = -1; // -1: not read yet; 0: by row length; else that many
+
+extern "C" void mp_cuda_set_norm_threads(int threads)
+{
+    g_norm_threads = threads == 256 || threads == 512 || threads == 1024 ? threads : 0;
+}
+
+static int norm_threads(int64_t n)
+{
+    if (g_norm_threads < 0) {
+        const char *v = getenv("MP_CUDA_NORM_THREADS");
+        g_norm_threads = 0;
+        if (v && *v && strcmp(v, "auto")) {
+            const int t = atoi(v);
+            if (t == 256 || t == 512 || t == 1024)
+                g_norm_threads = t;
+            else
+                fprintf(stderr, "moeplan: warning: MP_CUDA_NORM_THREADS=%.40s is not 256, 512, 1024 or auto: using auto\n", v);
+        }
+    }
+    if (g_norm_threads > 0)
+        return g_norm_threads;
+    int64_t t = (n / 2 + 31) / 32 * 32;
+    return t < 256 ? 256 : t > 1024 ? 1024 : (int)t;
+}
+
+// The register slots per thread for a row of n over t threads: 1, 2, 4, 8 or 16 (0: the loop).
+static int norm_regs(int64_t n, int t)
+{
+    for (int r = 1; r <= NORM_REG_ELEMS; r *= 2)
+        if (n <= (int64_t)r * t)
+            return r;
+    return 0;
+}
+
+#define NORM_DISPATCH(R, launch)          \
+    switch (R) {                          \
+    case 1: launch(1); break;             \
+    case 2: launch(2); break;             \
+    case 4: launch(4); break;             \
+    case 8: launch(8); break;             \
+    default: launch(NORM_REG_ELEMS); break; \
+    }
+
 extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const float *d_w, int64_t rows,
                                      int64_t n, float eps, int vdt, void *d_q, void *stream)
 {
@@ -318,8 +376,13 @@ extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y,
         (uintptr_t)d_q % align || rb % align)
         return MP_CUDA_EINVAL;
     const int shared_row = n * sizeof(float) <= 32768; /* the row in shared memory (2048: 8 KiB) */
-    rmsnorm_quant_kernel<<<(unsigned)rows, 256, shared_row ? (size_t)n * sizeof(float) : 0, (cudaStream_t)stream>>>(
-        d_out, d_x, d_y, d_w, n, eps, vdt, (uint8_t *)d_q, rb, shared_row);
+    const int t = norm_threads(n);
+#define LAUNCH(R)                                                                                        \
+    rmsnorm_quant_kernel<R><<<(unsigned)rows, t, shared_row ? (size_t)n * sizeof(float) : 0,             \
+                              (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps, vdt, (uint8_t *)d_q, rb, \
+                                                      shared_row)
+    NORM_DISPATCH(norm_regs(n, t), LAUNCH)
+#undef LAUNCH
     return mpc_launch_status();
 }
 
@@ -330,7 +393,10 @@ extern "C" int mp_cuda_add_rmsnorm(float *d_out, float *d_x, const float *d_y, c
         return 0;
     if (!d_out || !d_x || !d_y || d_out == d_x || n < 1)
         return MP_CUDA_EINVAL;
-    add_rmsnorm_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps);
+    const int t = norm_threads(n);
+#define LAUNCH(R) add_rmsnorm_kernel<R><<<(unsigned)rows, t, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps)
+    NORM_DISPATCH(norm_regs(n, t), LAUNCH)
+#undef LAUNCH
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }
 
@@ -357,7 +423,10 @@ extern "C" int mp_cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w,
 {
     if (rows <= 0)
         return 0;
-    rmsnorm_kernel<<<(unsigned)rows, 256, 0, (cudaStream_t)stream>>>(d_out, d_x, d_w, n, eps);
+    const int t = norm_threads(n);
+#define LAUNCH(R) rmsnorm_kernel<R><<<(unsigned)rows, t, 0, (cudaStream_t)stream>>>(d_out, d_x, d_w, n, eps)
+    NORM_DISPATCH(norm_regs(n, t), LAUNCH)
+#undef LAUNCH
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
