@@ -58,6 +58,8 @@ attn_partial_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, floa
                     int64_t pos0, const int32_t *pos, int64_t n_head, int64_t n_head_kv, int64_t hd,
                     int64_t chunk, int64_t n_splits)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     __shared__ float sc[ATT_CHUNK_MAX];
     __shared__ float red[ATT_WARPS];
     __shared__ float os[ATT_WARPS][ATT_MAX_HD];
@@ -147,6 +149,8 @@ attn_partial_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, floa
 __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, const int32_t *pos,
                                   int64_t n_head, int64_t hd, int64_t chunk, int64_t n_splits)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     const int64_t rh = blockIdx.x;
     const float *p = part + rh * n_splits * (hd + 2);
     int64_t used = (att_keys(pos, pos0, rh / n_head) + chunk - 1) / chunk;
@@ -203,12 +207,12 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
         return MP_CUDA_ENOMEM;
     cudaStream_t st = (cudaStream_t)stream;
     const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
-    attn_partial_kernel<<<grid, ATT_THREADS, 0, st>>>(d_q, d_k, d_v, (float *)d_scratch, pos0, d_pos,
-                                                      n_head, n_head_kv, head_dim, chunk, n_splits);
+    mpc_launch(attn_partial_kernel, dim3(grid), dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, (float *)d_scratch,
+               pos0, d_pos, n_head, n_head_kv, head_dim, chunk, n_splits);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
-    attn_merge_kernel<<<(unsigned)(n_rows * n_head), 128, 0, st>>>((const float *)d_scratch, d_out, pos0,
-                                                                   d_pos, n_head, head_dim, chunk, n_splits);
+    mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_scratch,
+               d_out, pos0, d_pos, n_head, head_dim, chunk, n_splits);
     return mpc_launch_status();
 }
 

@@ -35,6 +35,63 @@ static inline int mpc_env_switch(const char *name, const char *on, const char *o
     return 0;
 }
 
+// ---- programmatic dependent launch (Hopper) ----
+// A decode step is a chain of small kernels, each a few microseconds, and each waits for the one
+// before it to finish before its own blocks start. Launched with PDL (mpc_launch on a stream of
+// a device of compute capability 9.0 or newer), a kernel's blocks start while its predecessor
+// still runs: they may read what no kernel writes (weights: prefetched into L2 here), then wait
+// in mpc_pdl_wait() until the predecessor has finished and its writes are visible. Rules for
+// every kernel launched with mpc_launch:
+//   - nothing before mpc_pdl_wait() reads what an earlier kernel wrote or writes anything;
+//   - every block calls mpc_pdl_wait() before it exits (a kernel's completion then implies its
+//     predecessor's, which the kernel after it relies on);
+//   - mpc_pdl_trigger() after the wait lets the next kernel launch while this one runs.
+// Launched without PDL (older devices, MP_CUDA_PDL=0, the default stream), both are no-ops.
+__device__ __forceinline__ void mpc_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mpc_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Bytes [p, p + n) toward L2, one 128-byte line per lane step (a warp's lanes cover 4 KiB).
+__device__ __forceinline__ void mpc_prefetch_l2(const void *p, size_t n, int lane)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (size_t off = (size_t)lane * 128; off < n; off += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + off));
+#endif
+}
+
+// PDL on or off for this process: on for compute capability >= 9.0 unless MP_CUDA_PDL=0.
+int mpc_pdl_enabled(void);
+
+// kernel<<<grid, block, smem, st>>>(args...), with PDL when it is enabled and st is a stream of
+// the caller's (not the legacy default stream). Errors reach cudaGetLastError as a <<<>>> launch's.
+template <typename... K, typename... A>
+static inline cudaError_t mpc_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                     A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = st && mpc_pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((K)args)...);
+}
+
 static_assert(sizeof(mp_block_q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(mp_block_q8_0) == 34, "Q8_0 block");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block");

@@ -40,6 +40,8 @@ extern "C" size_t mp_cuda_row_bytes(int type, int64_t n)
 __global__ void quantize_q8_0_kernel(const float *x, int64_t x_stride, int64_t n_rows, int64_t n,
                                      uint8_t *q, size_t q_row_bytes)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     const int64_t nb = n / 32;
     const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / MPC_WARP;
     const int lane = threadIdx.x % MPC_WARP;
@@ -52,6 +54,8 @@ __global__ void quantize_q8_0_kernel(const float *x, int64_t x_stride, int64_t n
 __global__ void quantize_q8_K_kernel(const float *x, int64_t x_stride, int64_t n_rows, int64_t n,
                                      uint8_t *q, size_t q_row_bytes)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     const int64_t nb = n / 256;
     const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / MPC_WARP;
     const int lane = threadIdx.x % MPC_WARP;
@@ -89,9 +93,11 @@ extern "C" int mp_cuda_quantize_act(int vdt, const float *d_x, int64_t x_stride,
     const int64_t warps = n_rows * (n / (vdt == MP_TYPE_Q8_0 ? 32 : 256));
     const unsigned blocks = (unsigned)((warps + 7) / 8);
     if (vdt == MP_TYPE_Q8_0)
-        quantize_q8_0_kernel<<<blocks, 256, 0, st>>>(d_x, x_stride, n_rows, n, (uint8_t *)d_q, rb);
+        mpc_launch(quantize_q8_0_kernel, dim3(blocks), dim3(256), 0, st, d_x, x_stride, n_rows, n,
+                   (uint8_t *)d_q, rb);
     else
-        quantize_q8_K_kernel<<<blocks, 256, 0, st>>>(d_x, x_stride, n_rows, n, (uint8_t *)d_q, rb);
+        mpc_launch(quantize_q8_K_kernel, dim3(blocks), dim3(256), 0, st, d_x, x_stride, n_rows, n,
+                   (uint8_t *)d_q, rb);
     return mpc_launch_status();
 }
 

@@ -215,6 +215,10 @@ void mp_cuda_set_qkv_finish_warp(int on);
  * other): 256, 512 or 1024; anything else: by row length (2 elements per thread, 256 to 1024
  * threads; the default, or MP_CUDA_NORM_THREADS at the first launch). Process-wide; A/B and tests. */
 void mp_cuda_set_norm_threads(int threads);
+/* Programmatic dependent launch for the decode step's kernels (kernels/cuda/common.cuh): 1 on,
+ * 0 off, -1 the default: on for compute capability 9.0 and newer unless MP_CUDA_PDL=0 at the
+ * first launch. Process-wide; for A/B runs and tests. */
+void mp_cuda_set_pdl(int on);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
 size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,

@@ -57,6 +57,8 @@ extern "C" int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_
 
 __global__ void add_kernel(float *y, const float *x, int64_t n)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         y[i] += x[i];
@@ -68,7 +70,7 @@ extern "C" int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream
         return MP_CUDA_EINVAL;
     if (n == 0)
         return 0;
-    add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(d_y, d_x, n);
+    mpc_launch(add_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, (cudaStream_t)stream, d_y, d_x, n);
     return mpc_launch_status();
 }
 
@@ -137,4 +139,25 @@ extern "C" int mp_cuda_kv_store(uint16_t *d_cache, const float *d_src, int64_t n
     kv_store_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
         d_cache + pos0 * n_kv, d_src, n);
     return mpc_launch_status();
+}
+
+// ---- PDL switch (common.cuh) ----
+static int g_pdl = -1; // -1: decide at the next launch; 0 off; 1 on
+
+extern "C" void mp_cuda_set_pdl(int on)
+{
+    g_pdl = on < 0 ? -1 : on != 0;
+}
+
+int mpc_pdl_enabled(void)
+{
+    if (g_pdl < 0) { // the first launch decides: a device of compute capability 9.0+, MP_CUDA_PDL not 0
+        int dev = 0, major = 0;
+        const bool hopper = cudaGetDevice(&dev) == cudaSuccess &&
+                            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                            major >= 9;
+        cudaGetLastError();
+        g_pdl = hopper && !mpc_env_switch("MP_CUDA_PDL", "0", "1");
+    }
+    return g_pdl;
 }

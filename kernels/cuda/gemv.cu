@@ -18,9 +18,14 @@ gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_out, int64_t n_units, 
 {
     const int lane = threadIdx.x % MPC_WARP;
     const int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / MPC_WARP;
+    const uint8_t *wrow = w + row * row_bytes;
+    // the weight row is no kernel's output: toward L2 while the kernel before still runs (PDL)
+    if (row < n_out)
+        mpc_prefetch_l2(wrow, row_bytes, lane);
+    mpc_pdl_wait();
+    mpc_pdl_trigger();
     if (row >= n_out)
         return;
-    const uint8_t *wrow = w + row * row_bytes;
     float acc[MAXNX];
 #pragma unroll
     for (int i = 0; i < MAXNX; i++)
@@ -58,13 +63,11 @@ static void launch_gemv(const void *w, size_t row_bytes, int64_t n_out, int64_t 
     const int64_t n_units = n_in / mpc_unit_elems<T, VEC>();
     const unsigned blocks = (unsigned)((n_out + GEMV_WARPS - 1) / GEMV_WARPS);
     if (nx == 1)
-        gemv_kernel<T, VEC, 1><<<blocks, GEMV_WARPS * MPC_WARP, 0, st>>>(
-            (const uint8_t *)w, row_bytes, n_out, n_units, (const uint8_t *)x, x_stride, 1, y,
-            y_stride);
+        mpc_launch(gemv_kernel<T, VEC, 1>, dim3(blocks), dim3(GEMV_WARPS * MPC_WARP), 0, st, (const uint8_t *)w,
+                   row_bytes, n_out, n_units, (const uint8_t *)x, x_stride, 1, y, y_stride);
     else
-        gemv_kernel<T, VEC, 8><<<blocks, GEMV_WARPS * MPC_WARP, 0, st>>>(
-            (const uint8_t *)w, row_bytes, n_out, n_units, (const uint8_t *)x, x_stride, nx, y,
-            y_stride);
+        mpc_launch(gemv_kernel<T, VEC, 8>, dim3(blocks), dim3(GEMV_WARPS * MPC_WARP), 0, st, (const uint8_t *)w,
+                   row_bytes, n_out, n_units, (const uint8_t *)x, x_stride, nx, y, y_stride);
 }
 
 extern "C" int mp_cuda_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_out,

@@ -28,6 +28,8 @@ gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_u
                const uint8_t *xq, size_t xq_row_bytes, const int32_t *ids, int64_t top_k,
                int64_t n_ff, float *h, int64_t r_base)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     const int lane = threadIdx.x % MPC_WARP;
     const int64_t r = r_base + blockIdx.y; // route = row * top_k + k
     const int64_t j = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
@@ -72,6 +74,8 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
                     size_t hq_row_bytes, const int32_t *ids, const float *weights, int64_t top_k,
                     int64_t n_embd, float *out, int accumulate, int64_t row_base)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     const int lane = threadIdx.x % MPC_WARP;
     const int64_t row = row_base + blockIdx.y;
     const int64_t d = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
@@ -115,6 +119,8 @@ down_split_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const ui
                   size_t hq_row_bytes, const int32_t *ids, const float *weights, int64_t top_k,
                   int64_t n_embd, float *out, int accumulate, int64_t row_base)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     __shared__ float part[32];
     const int lane = threadIdx.x % MPC_WARP, k = threadIdx.x / MPC_WARP;
     const int64_t row = row_base + blockIdx.y, d = blockIdx.x;
@@ -234,9 +240,9 @@ static void launch_gate_up(const mp_cuda_moe_args *a, int64_t n_units, const uin
     for (int64_t r0 = 0; r0 < routes; r0 += MOE_MAX_GRID_Y) {
         const int64_t nr = routes - r0 < MOE_MAX_GRID_Y ? routes - r0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nr);
-        gate_up_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
-            mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb,
-            a->d_ids, a->top_k, a->n_ff, h, r0);
+        mpc_launch(gate_up_kernel<T, VEC>, dim3(grid), dim3(MOE_WARPS * MPC_WARP), 0, st,
+                   mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb, a->d_ids,
+                   a->top_k, a->n_ff, h, r0);
     }
 }
 
@@ -249,15 +255,15 @@ static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_
         const int64_t nq = a->n_rows - q0 < MOE_MAX_GRID_Y ? a->n_rows - q0 : MOE_MAX_GRID_Y;
         if (split) {
             const dim3 grid((unsigned)a->n_embd, (unsigned)nq);
-            down_split_kernel<T, VEC><<<grid, (unsigned)(a->top_k * MPC_WARP), 0, st>>>(
-                    mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
-                    a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
+            mpc_launch(down_split_kernel<T, VEC>, dim3(grid), dim3((unsigned)(a->top_k * MPC_WARP)), 0, st,
+                       mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
+                       a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
             continue;
         }
         const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nq);
-        down_combine_kernel<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
-                mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
-                a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
+        mpc_launch(down_combine_kernel<T, VEC>, dim3(grid), dim3(MOE_WARPS * MPC_WARP), 0, st,
+                   mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights, a->top_k,
+                   a->n_embd, a->d_out, a->accumulate, q0);
     }
 }
 
@@ -583,6 +589,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
 __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, int renorm,
                               int32_t *ids, float *weights, float *probs)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     __shared__ float p[ROUTER_MAX_EXPERT];
     __shared__ unsigned char taken[ROUTER_MAX_EXPERT];
     const int lane = threadIdx.x;
@@ -698,7 +706,7 @@ extern "C" int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_e
         return MP_CUDA_EINVAL;
     if (n_rows == 0)
         return 0;
-    router_kernel<<<(unsigned)n_rows, MPC_WARP, 0, (cudaStream_t)stream>>>(
-        d_logits, n_expert, k, renorm, d_ids, d_weights, d_probs);
+    mpc_launch(router_kernel, dim3((unsigned)n_rows), dim3(MPC_WARP), 0, (cudaStream_t)stream, d_logits,
+               n_expert, k, renorm, d_ids, d_weights, d_probs);
     return mpc_launch_status();
 }

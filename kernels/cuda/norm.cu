@@ -108,6 +108,8 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
 template <int R>
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64_t n, float eps)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     /* x is only read: norm_row writes x back only when given a y */
     norm_row<R>(out + blockIdx.x * n, (float *)x + blockIdx.x * n, NULL, w, n, eps);
 }
@@ -118,6 +120,8 @@ template <int R>
 __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
                                    float eps)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     norm_row<R>(out + blockIdx.x * n, x + blockIdx.x * n, y + blockIdx.x * n, w, n, eps);
 }
 
@@ -132,6 +136,8 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
                                   const int32_t *pos, float base, int style, float eps, uint16_t *kc,
                                   uint16_t *vc)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     extern __shared__ float head[]; // (hd) the head being finished
     const int64_t heads = n_head + 2 * n_head_kv, n_kv = n_head_kv * hd;
     const int64_t r = blockIdx.x / heads, h = blockIdx.x % heads;
@@ -180,6 +186,8 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
                        int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim, const int32_t *pos,
                        float base, int style, float eps, uint16_t *kc, uint16_t *vc, int64_t n_items)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     extern __shared__ float heads_sh[]; // (QKV_WARP_HEADS, hd)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int64_t item = (int64_t)blockIdx.x * QKV_WARP_HEADS + w;
@@ -280,16 +288,15 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
     if (blocks == 0)
         return 0;
     if (qkv_warp(n_rows) && head_dim <= QKV_WARP_MAX_HD) {
-        qkv_finish_warp_kernel<<<(unsigned)((blocks + QKV_WARP_HEADS - 1) / QKV_WARP_HEADS), QKV_WARP_HEADS * 32,
-                                 (size_t)(QKV_WARP_HEADS * head_dim) * sizeof(float), (cudaStream_t)stream>>>(
-            d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv, head_dim, rot_dim, d_pos, freq_base, style,
-            eps, d_kcache, d_vcache, blocks);
+        mpc_launch(qkv_finish_warp_kernel, dim3((unsigned)((blocks + QKV_WARP_HEADS - 1) / QKV_WARP_HEADS)),
+                   dim3(QKV_WARP_HEADS * 32), (size_t)(QKV_WARP_HEADS * head_dim) * sizeof(float),
+                   (cudaStream_t)stream, d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv, head_dim,
+                   rot_dim, d_pos, freq_base, style, eps, d_kcache, d_vcache, blocks);
         return mpc_launch_status();
     }
-    qkv_finish_kernel<<<(unsigned)blocks, QKV_FINISH_THREADS, (size_t)head_dim * sizeof(float),
-                        (cudaStream_t)stream>>>(d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv,
-                                                head_dim, rot_dim, d_pos, freq_base, style, eps, d_kcache,
-                                                d_vcache);
+    mpc_launch(qkv_finish_kernel, dim3((unsigned)blocks), dim3(QKV_FINISH_THREADS),
+               (size_t)head_dim * sizeof(float), (cudaStream_t)stream, d_q, d_k, d_v, d_q_norm, d_k_norm, norm,
+               n_head, n_head_kv, head_dim, rot_dim, d_pos, freq_base, style, eps, d_kcache, d_vcache);
     return mpc_launch_status();
 }
 
@@ -303,6 +310,8 @@ template <int R>
 __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const float *w, int64_t n,
                                      float eps, int vdt, uint8_t *q, size_t q_row_bytes, int shared_row)
 {
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
     extern __shared__ float row_sh[];
     float *outr = out + blockIdx.x * n;
     norm_row<R>(outr, x + blockIdx.x * n, y ? y + blockIdx.x * n : NULL, w, n, eps, shared_row ? row_sh : NULL);
@@ -377,10 +386,10 @@ extern "C" int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y,
         return MP_CUDA_EINVAL;
     const int shared_row = n * sizeof(float) <= 32768; /* the row in shared memory (2048: 8 KiB) */
     const int t = norm_threads(n);
-#define LAUNCH(R)                                                                                        \
-    rmsnorm_quant_kernel<R><<<(unsigned)rows, t, shared_row ? (size_t)n * sizeof(float) : 0,             \
-                              (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps, vdt, (uint8_t *)d_q, rb, \
-                                                      shared_row)
+#define LAUNCH(R)                                                                                   \
+    mpc_launch(rmsnorm_quant_kernel<R>, dim3((unsigned)rows), dim3(t),                                  \
+               shared_row ? (size_t)n * sizeof(float) : 0, (cudaStream_t)stream, d_out, d_x, d_y, d_w, n, eps, \
+               vdt, (uint8_t *)d_q, rb, shared_row)
     NORM_DISPATCH(norm_regs(n, t), LAUNCH)
 #undef LAUNCH
     return mpc_launch_status();
@@ -394,7 +403,9 @@ extern "C" int mp_cuda_add_rmsnorm(float *d_out, float *d_x, const float *d_y, c
     if (!d_out || !d_x || !d_y || d_out == d_x || n < 1)
         return MP_CUDA_EINVAL;
     const int t = norm_threads(n);
-#define LAUNCH(R) add_rmsnorm_kernel<R><<<(unsigned)rows, t, 0, (cudaStream_t)stream>>>(d_out, d_x, d_y, d_w, n, eps)
+#define LAUNCH(R)                                                                                   \
+    mpc_launch(add_rmsnorm_kernel<R>, dim3((unsigned)rows), dim3(t), 0, (cudaStream_t)stream, d_out, d_x, d_y, d_w, \
+               n, eps)
     NORM_DISPATCH(norm_regs(n, t), LAUNCH)
 #undef LAUNCH
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
@@ -424,7 +435,8 @@ extern "C" int mp_cuda_rmsnorm(float *d_out, const float *d_x, const float *d_w,
     if (rows <= 0)
         return 0;
     const int t = norm_threads(n);
-#define LAUNCH(R) rmsnorm_kernel<R><<<(unsigned)rows, t, 0, (cudaStream_t)stream>>>(d_out, d_x, d_w, n, eps)
+#define LAUNCH(R) \
+    mpc_launch(rmsnorm_kernel<R>, dim3((unsigned)rows), dim3(t), 0, (cudaStream_t)stream, d_out, d_x, d_w, n, eps)
     NORM_DISPATCH(norm_regs(n, t), LAUNCH)
 #undef LAUNCH
     return cudaGetLastError() == cudaSuccess ? 0 : -1;

@@ -320,6 +320,42 @@ Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, false, 
 Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", false, 3e-2, 5e-3); }
 
+/* ---- 2b. launch paths that must not change a bit ---- */
+
+/* Programmatic dependent launch (kernels start while the kernel before them finishes) and the
+ * K/V projections on forked streams run the same kernels on the same inputs, only launched
+ * differently: a prefill, a multi-row step and graph-replayed decode steps must give the plain
+ * launches' logits bit for bit, all-GPU and hybrid. A kernel that reads its predecessor's output
+ * before mpc_pdl_wait() would differ here. */
+Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
+{
+    mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
+    const int64_t V = m->hp.n_vocab;
+    const char *specs[2] = {"gpu", "layers:2"};
+    for (int c = 0; c < 2; c++) {
+        mp_placement pl;
+        placement(m, specs[c], NULL, 0, &pl);
+        run_out plain, fast;
+        mp_cuda_set_pdl(0);
+        setenv("MP_GPU_QKV_FORK", "0", 1);
+        run_model(m, &pl, -1, -1, false, &plain);
+        mp_cuda_set_pdl(1);
+        setenv("MP_GPU_QKV_FORK", "1", 1);
+        run_model(m, &pl, -1, -1, false, &fast);
+        unsetenv("MP_GPU_QKV_FORK");
+        mp_cuda_set_pdl(-1);
+        for (int64_t i = 0; i < N_EVALS * V; i++)
+            cr_assert(memcmp(&plain.logits[i], &fast.logits[i], sizeof(float)) == 0,
+                      "seed %llu: %s: row %ld logit %ld: %.9g with PDL and forked K/V, %.9g without",
+                      (unsigned long long)g_seed, specs[c], (long)(i / V), (long)(i % V), fast.logits[i],
+                      plain.logits[i]);
+        free(plain.logits);
+        free(fast.logits);
+        mp_placement_free(&pl);
+    }
+    mp_model_free(m);
+}
+
 /* ---- 3. the budget ---- */
 
 Test(gpu_exec, refuses_a_budget_its_exact_accounting_exceeds)
