@@ -170,12 +170,14 @@ static bool down_split(void)
 // 590 ... 1813 (256) ... 3490: near 290 rows (Q4_0, not measured, is taken as Q8_0). With the
 // pipelined kernel for Q4_K/Q6_K (moe_mma.cu, seventh session): 597 / 651 / 664 / 667 / 989 us
 // at 32 / 64 / 96 / 128 / 512 rows against grouped 471 / 696 / 915 / 1134 / 3990: they cross
-// near 55 rows.
+// near 55 rows. The seventh session's Q8_0 version of that kernel (lost before it was merged,
+// rewritten in the eighth) measured 469 / 499 / 775 us at 32 / 64 / 512 rows against grouped
+// 400 / 588 / 3,498: a crossing between 32 and 64 rows as well.
 // MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default;
 // the tests force it (mp_cuda_moe_set_mma_min_rows).
-#define MOE_MMA_MIN_ROWS_K2 64  /* Q4_K/Q6_K gates, pipelined kernel */
+#define MOE_MMA_MIN_ROWS_2 64   /* every type, pipelined kernel */
 #define MOE_MMA_MIN_ROWS_K 192  /* Q4_K/Q6_K gates, first kernel (MP_CUDA_MOE_MMA2=0) */
-#define MOE_MMA_MIN_ROWS_0 320
+#define MOE_MMA_MIN_ROWS_0 320  /* Q8_0/Q4_0 gates, first kernel */
 static int64_t g_mma_min_rows = -1;
 
 extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
@@ -203,9 +205,9 @@ static int64_t mma_min_rows(int gate_type)
     }
     if (g_mma_min_rows != -2)
         return g_mma_min_rows;
-    if (gate_type == MP_TYPE_Q4_K || gate_type == MP_TYPE_Q6_K)
-        return mpc_moe_mma2_on() ? MOE_MMA_MIN_ROWS_K2 : MOE_MMA_MIN_ROWS_K;
-    return MOE_MMA_MIN_ROWS_0;
+    if (mpc_moe_mma2_on()) /* every type has the pipelined kernel */
+        return MOE_MMA_MIN_ROWS_2;
+    return gate_type == MP_TYPE_Q4_K || gate_type == MP_TYPE_Q6_K ? MOE_MMA_MIN_ROWS_K : MOE_MMA_MIN_ROWS_0;
 }
 
 static size_t align256(size_t b)

@@ -313,22 +313,23 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 #endif
 }
 
-// ---- K-quant weights, pipelined (v2) ----
+// ---- pipelined (v2): K-quants, and Q8_0 / Q4_0 since the eighth session ----
 //
 // Why: the kernel above stages K through shared memory as unpacked int8, every weight word
 // fetched, unpacked and stored by a thread before a barrier, with no loads in flight during the
 // MMAs: Nsight Compute (bench/NOTES-gpu-exec.md run 10) put half its stalls on global loads at
 // 25 % occupancy, ~20 TFLOP/s. Here the raw bytes of the next 256-element stage (one super-block
-// per weight row, one Q8_K block per route) are copied with cp.async while the current stage
+// per weight row, or eight Q8_0/Q4_0 blocks; one Q8_K block or eight Q8_0 blocks per route) are
+// copied with cp.async while the current stage
 // computes; a stage's scales are decoded once into shared memory; each lane unpacks its B
 // fragment straight from the raw bytes. Tile: 32 routes x 64 features per block, each warp 16
 // features (two n8 tiles). The arithmetic per scale group is the kernel above's, in the same
 // order (exact integer sums, then acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its
-// results are the same numbers. Needs K % 256 == 0 and Q8_K activation rows 4-byte aligned; Q4_K
-// also 16-byte aligned weight rows and expert bases (the pool's and staging's 256-byte slots are).
+// results are the same numbers. Needs K % 256 == 0 and activation rows 4-byte aligned; Q4_K,
+// Q8_0 and Q4_0 also 16-byte aligned weight rows and expert bases (the pool's and staging's
+// 256-byte slots are).
 
 #define MMA2_N 64  // features per block: 4 warps x 2 n8 tiles
-#define MMA2_AB 292 // Q8_K block bytes per route and stage
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {
@@ -349,7 +350,7 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_by
 template <int T> struct mma2_w;
 
 template <> struct mma2_w<MP_TYPE_Q4_K> {
-    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8;
+    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8, A = MP_TYPE_Q8_K;
     __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
     {
         cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
@@ -370,7 +371,7 @@ template <> struct mma2_w<MP_TYPE_Q4_K> {
 };
 
 template <> struct mma2_w<MP_TYPE_Q6_K> {
-    static const int SB = 210, WB = 212, NC = 53, G = 16, NG = 16;
+    static const int SB = 210, WB = 212, NC = 53, G = 16, NG = 16, A = MP_TYPE_Q8_K;
     __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
     {
         const uint8_t *w = (const uint8_t *)((uintptr_t)sb & ~(uintptr_t)3);
@@ -391,11 +392,73 @@ template <> struct mma2_w<MP_TYPE_Q6_K> {
     }
 };
 
+// Q8_0 and Q4_0: a stage is 8 blocks of 32 elements (272 / 144 bytes, 16-byte aligned when the
+// row starts so and K % 256 == 0); a block's quants sit 2 bytes past its f16 scale, so fragments
+// are read with 16-bit loads.
+template <> struct mma2_w<MP_TYPE_Q8_0> {
+    static const int SB = 272, WB = 272, NC = 17, G = 32, NG = 8, A = MP_TYPE_Q8_0;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *sb, int e) { return mpc_ld32_a2(sb + 34 * (e / 32) + 2 + e % 32); }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        s1 = mpc_f16(mpc_ld16(sb + 34 * g));
+        s2 = 0.0f;
+    }
+};
+
+template <> struct mma2_w<MP_TYPE_Q4_0> {
+    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8, A = MP_TYPE_Q8_0;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *sb, int e)
+    {
+        const int l = e % 32;
+        const uint32_t w = mpc_ld32_a2(sb + 18 * (e / 32) + 2 + l % 16);
+        return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
+    }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        s1 = mpc_f16(mpc_ld16(sb + 18 * g));
+        s2 = 0.0f;
+    }
+};
+
+// A route's activation bytes of one stage, AB of them: q4(ab, e) the int8s of elements e .. e+3,
+// d(ab, g) the scale of the stage's ND-th part holding group g (Q8_K: one float for all 256;
+// Q8_0: an f16 per 32 elements).
+template <int A> struct mma2_a;
+
+template <> struct mma2_a<MP_TYPE_Q8_K> {
+    static const int AB = 292, ND = 1;
+    __device__ static uint32_t q4(const uint8_t *ab, int e) { return *(const uint32_t *)(ab + 4 + e); }
+    __device__ static float d(const uint8_t *ab, int) { return *(const float *)ab; }
+};
+
+template <> struct mma2_a<MP_TYPE_Q8_0> {
+    static const int AB = 272, ND = 8;
+    __device__ static uint32_t q4(const uint8_t *ab, int e) { return mpc_ld32_a2(ab + 34 * (e / 32) + 2 + e % 32); }
+    __device__ static float d(const uint8_t *ab, int g) { return mpc_f16(mpc_ld16(ab + 34 * g)); }
+};
+
+// Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
+// feature and group), the activation scales (ND per route) and, for Q4_K only, the activation
+// sums its mins need (NS per route). Only what a type uses: the seventh session's Q8_0 version
+// kept scales and sums per group for every type, which pushed Q6_K down past four blocks per SM
+// and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
 template <int T, int MATS> struct mma2_smem {
     typedef mma2_w<T> W;
+    typedef mma2_a<W::A> AT;
+    static const int NS = T == MP_TYPE_Q4_K ? W::NG : 0;
     static const int wbytes = MATS * MMA2_N * W::WB;
-    static const int raw = (wbytes + MPC_MMA_GROUP * MMA2_AB + 15) / 16 * 16; // one stage's raw bytes
-    static const int bytes = 2 * raw + (2 * MATS * MMA2_N * W::NG + MPC_MMA_GROUP * (W::NG + 1)) * 4;
+    static const int raw = (wbytes + MPC_MMA_GROUP * AT::AB + 15) / 16 * 16; // one stage's raw bytes
+    static const int bytes = 2 * raw + (2 * MATS * MMA2_N * W::NG + MPC_MMA_GROUP * (AT::ND + NS)) * 4;
 };
 
 template <int T, int MATS>
@@ -407,12 +470,13 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     typedef mma2_w<T> W;
     typedef mma2_smem<T, MATS> SM;
-    const int NG = W::NG;
+    typedef typename SM::AT AT;
+    const int NG = W::NG, ND = AT::ND, NS = SM::NS;
     extern __shared__ __align__(16) uint8_t sm2[];
     float *ws1 = (float *)(sm2 + 2 * SM::raw);       // [MATS][MMA2_N][NG]
     float *ws2 = ws1 + MATS * MMA2_N * NG;           // [MATS][MMA2_N][NG]
-    float *ad = ws2 + MATS * MMA2_N * NG;            // [MPC_MMA_GROUP]
-    float *asum = ad + MPC_MMA_GROUP;                // [MPC_MMA_GROUP][NG]
+    float *ad = ws2 + MATS * MMA2_N * NG;            // [MPC_MMA_GROUP][ND]
+    float *asum = ad + MPC_MMA_GROUP * ND;           // [MPC_MMA_GROUP][NS]
     __shared__ const uint8_t *arow[MPC_MMA_GROUP];
     __shared__ int32_t aroute[MPC_MMA_GROUP];
 
@@ -437,10 +501,10 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
             const int mat = u / (MMA2_N * W::NC), n = (u / W::NC) % MMA2_N, c = u % W::NC;
             W::copy(Wb + (mat * MMA2_N + n) * W::WB, wsrc(mat, n, s), c, n_base + n < N);
         }
-        for (int u = tid; u < MPC_MMA_GROUP * (MMA2_AB / 4); u += MMA_THREADS) {
-            const int m = u / (MMA2_AB / 4), w = u % (MMA2_AB / 4);
+        for (int u = tid; u < MPC_MMA_GROUP * (AT::AB / 4); u += MMA_THREADS) {
+            const int m = u / (AT::AB / 4), w = u % (AT::AB / 4);
             const uint8_t *row = arow[m];
-            cp_async4(A + m * MMA2_AB + 4 * w, row ? row + (size_t)s * MMA2_AB + 4 * w : act, row ? 4 : 0);
+            cp_async4(A + m * AT::AB + 4 * w, row ? row + (size_t)s * AT::AB + 4 * w : act, row ? 4 : 0);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
@@ -464,17 +528,14 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
             const uint8_t *sb = Wb + rn * W::WB + W::off(wsrc(rn / MMA2_N, rn % MMA2_N, s));
             W::scales(sb, idx % NG, ws1[idx], ws2[idx]);
         }
-        for (int idx = tid; idx < MPC_MMA_GROUP * NG; idx += MMA_THREADS) {
-            const uint8_t *ab = A + (idx / NG) * MMA2_AB;
-            if (T == MP_TYPE_Q4_K) { // the two int16 bsums of the group's 32 elements
-                const uint8_t *bs = ab + 260 + 4 * (idx % NG);
+        for (int idx = tid; idx < MPC_MMA_GROUP * ND; idx += MMA_THREADS)
+            ad[idx] = AT::d(A + (idx / ND) * AT::AB, idx % ND);
+        if (NS > 0) // Q4_K: the two int16 bsums of each group's 32 elements (Q8_K activations)
+            for (int idx = tid; idx < MPC_MMA_GROUP * NS; idx += MMA_THREADS) {
+                const int ns = NS > 0 ? NS : 1; // (the branch is compiled for every type)
+                const uint8_t *bs = A + (idx / ns) * AT::AB + 260 + 4 * (idx % ns);
                 asum[idx] = (float)((int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2));
-            } else {
-                asum[idx] = 0.0f;
             }
-            if (idx % NG == 0)
-                ad[idx / NG] = *(const float *)ab;
-        }
         __syncthreads();
 
         // this lane's B rows: feature n0 + nt * 8 + gq of each matrix
@@ -499,8 +560,8 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
                         bw[nt][mat] = W::q4(brow[nt][mat], e);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    const uint32_t a0 = *(const uint32_t *)(A + (mt * 16 + gq) * MMA2_AB + 4 + e);
-                    const uint32_t a1 = *(const uint32_t *)(A + (mt * 16 + gq + 8) * MMA2_AB + 4 + e);
+                    const uint32_t a0 = AT::q4(A + (mt * 16 + gq) * AT::AB, e);
+                    const uint32_t a1 = AT::q4(A + (mt * 16 + gq + 8) * AT::AB, e);
 #pragma unroll
                     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -511,7 +572,9 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 const int r0 = mt * 16 + gq, r1 = r0 + 8;
-                const float d0 = ad[r0], d1 = ad[r1], u0 = asum[r0 * NG + g], u1 = asum[r1 * NG + g];
+                const int ga = ND > 1 ? g : 0; // the activation scale of group g
+                const float d0 = ad[r0 * ND + ga], d1 = ad[r1 * ND + ga];
+                const float u0 = NS > 0 ? asum[r0 * NS + g] : 0.0f, u1 = NS > 0 ? asum[r1 * NS + g] : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
                     const int c0 = n0 + nt * 8 + 2 * tq, c1 = c0 + 1;
@@ -535,7 +598,7 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
 #endif
 }
 
-// v2 serves Q4_K and Q6_K where its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0))
+// v2 serves every type where its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0))
 // keeps every type on the kernel above (A/B runs, tests)
 static int g_mma2 = -1;
 
@@ -556,7 +619,7 @@ static bool launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int6
                         size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
                         const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
-    const bool a16 = T != MP_TYPE_Q4_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
+    const bool a16 = T == MP_TYPE_Q6_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
                                           (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
     if (!mpc_moe_mma2_on() || K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
         return false;
@@ -603,11 +666,8 @@ static void launch(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K
                    size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
                    const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
-    if (T == MP_TYPE_Q4_K && launch_mma2<MP_TYPE_Q4_K, MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
-                                                             groups, n_groups, max_groups, out, st))
-        return;
-    if (T == MP_TYPE_Q6_K && launch_mma2<MP_TYPE_Q6_K, MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,
-                                                             groups, n_groups, max_groups, out, st))
+    if (launch_mma2<T, MATS>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, max_groups, out,
+                             st))
         return;
     const dim3 grid((unsigned)((N + MMA_N - 1) / MMA_N), (unsigned)max_groups);
     moe_mma_kernel<T, MATS><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm,

@@ -378,9 +378,10 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
 /* Quantized experts on the tensor cores (moe_mma.cu), forced from 16 rows: every quantized type
  * as gate and as down, a qwen3-shaped prefill, experts with more than one group of 32 routes, a K
  * that ends in a partial 128-element stage, slot tables with skipped experts plus accumulate, and
- * more routes than one launch's 65535 grid rows would take per route; Q4_K and Q6_K through both
- * tensor-core kernels (the pipelined one with partial 64-feature tiles and Q6_K rows that are only
- * 2-byte aligned); against the same CPU reference
+ * more routes than one launch's 65535 grid rows would take per route; every type through both
+ * tensor-core kernels (the pipelined one with partial 64-feature tiles, Q6_K rows that are only
+ * 2-byte aligned, and Q8_0/Q4_0 blocks whose quants are only 2-byte aligned); against the same CPU
+ * reference
  * (vec_dot over the CPU's quantized activations). */
 Test(cuda_moe, experts_tensor_core_prefill)
 {
@@ -407,6 +408,14 @@ Test(cuda_moe, experts_tensor_core_prefill)
         check_experts(&d6);
         moe_case g6 = {MP_TYPE_Q6_K, MP_TYPE_Q6_K, 256, 768, 8, 4, 40, 0, 0}; /* Q6_K gate/up, 2-byte aligned down rows */
         check_experts(&g6);
+        moe_case q8 = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 2048, 768, 128, 8, 64, 0, 0}; /* Q8_0, 30B shapes */
+        check_experts(&q8);
+        moe_case q40 = {MP_TYPE_Q4_0, MP_TYPE_Q4_0, 512, 256, 8, 4, 100, 0, 0}; /* Q4_0, ~50 routes per expert */
+        check_experts(&q40);
+        moe_case q8p = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 512, 288, 8, 4, 40, 0, 0}; /* Q8_0 gate: a partial tile */
+        check_experts(&q8p);
+        moe_case q8s = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 1}; /* slots, accumulate */
+        check_experts(&q8s);
     }
     mp_cuda_moe_set_mma2(-1);
     moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0}; /* K 96, and 128 + 32 */
