@@ -31,7 +31,7 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
     return r;
 }
 
-// ---- tensor-core grouped experts (moe_mma.cu) ----
+// ---- tensor-core grouped experts (moe_mma.cu, moe_mma2.cu) ----
 //
 // Groups of at most MPC_MMA_GROUP routes of one expert (int4: expert, first index into perm,
 // count, unused; n_groups on the device). Weight types Q4_0, Q8_0, Q4_K, Q6_K with their partner
@@ -42,7 +42,7 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 // Whether the tensor-core path serves experts of these types on the current device (sm_80+
 // code in this build, and a supported type pair).
 bool mpc_moe_mma_ok(int gate_type, int down_type);
-// Whether Q4_K/Q6_K experts take the pipelined tensor-core kernel (MP_CUDA_MOE_MMA2,
+// Whether experts take the pipelined tensor-core kernel (moe_mma2.cu; MP_CUDA_MOE_MMA2,
 // mp_cuda_moe_set_mma2; on by default) where its alignment holds.
 bool mpc_moe_mma2_on(void);
 

@@ -1,0 +1,101 @@
+// kernels/cuda/moe_mma.cuh — what the two tensor-core expert kernels share (moe_mma.cu: the first
+// kernel and the host side; moe_mma2.cu: the pipelined kernel): the int8 MMA, the block's group of
+// routes, the scaled add of a group's integer sums, the epilogue. Not a public header.
+#ifndef MP_KERNELS_CUDA_MOE_MMA_CUH
+#define MP_KERNELS_CUDA_MOE_MMA_CUH
+
+#include "kernels/cuda/moe.cuh"
+
+#define MMA_THREADS 128 // 4 warps per block, in both kernels
+
+// D = A (16x16, row) * B (16x8, col) + D, int8 inputs, int32 accumulators (exact). Fragments (PTX
+// ISA, mma.m16n8k16 with .s8): with g = lane / 4 and t = lane % 4, a0 = A[g][4t .. 4t+3],
+// a1 = A[g+8][4t .. 4t+3] (four int8 per register, low byte first); b0 = B[4t .. 4t+3][g];
+// d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
+__device__ __forceinline__ void mma_16816_s8(int *d, uint32_t a0, uint32_t a1, uint32_t b0)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+#endif
+}
+
+// ---- what both tensor-core kernels share ----
+
+// The block's group of routes (blockIdx.y): false when the launch has fewer groups or the expert's
+// weights are not resident (its routes are skipped by the combine); both are the same for every
+// thread of the block. Else e0/e1 are its weights, cnt its routes, and aroute/arow (shared) each
+// route's id and activation row (act + (route / act_div) * act_row_bytes; -1 / NULL past cnt),
+// visible to the whole block.
+template <int MATS>
+__device__ __forceinline__ bool mma_group(const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t n_expert,
+                                          const uint8_t *act, size_t act_row_bytes, int64_t act_div,
+                                          const int32_t *perm, const int4 *groups, const int32_t *n_groups,
+                                          const uint8_t *&e0, const uint8_t *&e1, int &cnt, int32_t *aroute,
+                                          const uint8_t **arow)
+{
+    if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
+        return false;
+    const int4 grp = groups[blockIdx.y];
+    e0 = mpc_expert_ptr(w0, grp.x, n_expert);
+    e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
+    if (!e0 || !e1)
+        return false;
+    cnt = grp.z;
+    const int tid = threadIdx.x;
+    if (tid < MPC_MMA_GROUP) {
+        const int32_t r = tid < cnt ? perm[grp.y + tid] : -1;
+        aroute[tid] = r;
+        arow[tid] = r >= 0 ? act + (size_t)(r / act_div) * act_row_bytes : NULL;
+    }
+    __syncthreads();
+    return true;
+}
+
+// One scale group's exact integer sums t of an m16n8 tile, scaled into acc:
+// acc += d_a * (s1 * I - s2 * sum(q_a)); rows r0 (d0, u0) and r0 + 8 (d1, u1), columns c0 (s1a,
+// s2a) and c0 + 1 (s1b, s2b), in the mma D layout.
+__device__ __forceinline__ void mma_scale_add(float *acc, const int *t, float d0, float d1, float u0, float u1,
+                                              float s1a, float s2a, float s1b, float s2b)
+{
+    acc[0] += d0 * (s1a * (float)t[0] - s2a * u0);
+    acc[1] += d0 * (s1b * (float)t[1] - s2b * u0);
+    acc[2] += d1 * (s1a * (float)t[2] - s2a * u1);
+    acc[3] += d1 * (s1b * (float)t[3] - s2b * u1);
+}
+
+// A tile's outputs (the mma D layout: acc[.][0..1] route m0, acc[.][2..3] route m0 + 8; columns j0,
+// j0 + 1): SwiGLU of gate (acc[0]) and up (acc[1]) for MATS 2, the sums for MATS 1, at
+// out[route * N + j]; routes past cnt and columns past N are not written.
+template <int MATS>
+__device__ __forceinline__ void mma_store(const float (&acc)[MATS][4], int m0, int64_t j0, int cnt, int64_t N,
+                                          const int32_t *aroute, float *out)
+{
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int m = m0 + (e >= 2 ? 8 : 0);
+        const int64_t j = j0 + (e & 1);
+        if (m >= cnt || j >= N)
+            continue;
+        const int64_t r = aroute[m];
+        if (MATS == 2) {
+            const float g = acc[0][e], u = acc[MATS - 1][e];
+            out[r * N + j] = g / (1.0f + expf(-g)) * u;
+        } else {
+            out[r * N + j] = acc[0][e];
+        }
+    }
+}
+
+// The pipelined kernel (moe_mma2.cu) for weight type `type` and MATS matrices (2: gate and up,
+// SwiGLU; 1: down), with moe_mma.cu's launch arguments: false, launching nothing, where it does
+// not apply (off, K % 256 != 0, alignment, or no opt-in shared memory), so that the caller runs the
+// first kernel instead.
+bool mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
+                         int64_t N, const uint8_t *act, size_t act_rb, int64_t act_div, const int32_t *perm,
+                         const int4 *groups, const int32_t *n_groups, int64_t max_groups, float *out,
+                         cudaStream_t st);
+
+#endif

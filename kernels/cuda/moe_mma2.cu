@@ -1,0 +1,352 @@
+// kernels/cuda/moe_mma2.cu — the pipelined tensor-core kernel for the grouped experts of a
+// prefill step (every quantized expert type); moe_mma.cu holds the first kernel, the reasoning
+// about the arithmetic, and the host side that picks one of the two.
+#include "kernels/cuda/moe_mma.cuh"
+
+// ---- pipelined (v2): K-quants, and Q8_0 / Q4_0 since the eighth session ----
+//
+// Why: the kernel above stages K through shared memory as unpacked int8, every weight word
+// fetched, unpacked and stored by a thread before a barrier, with no loads in flight during the
+// MMAs: Nsight Compute (bench/NOTES-gpu-exec.md run 10) put half its stalls on global loads at
+// 25 % occupancy, ~20 TFLOP/s. Here the raw bytes of the next 256-element stage (one super-block
+// per weight row, or eight Q8_0/Q4_0 blocks; one Q8_K block or eight Q8_0 blocks per route) are
+// copied with cp.async while the current stage
+// computes; a stage's scales are decoded once into shared memory; each lane unpacks its B
+// fragment straight from the raw bytes. Tile: 32 routes x 64 features per block, each warp 16
+// features (two n8 tiles). The arithmetic per scale group is the kernel above's, in the same
+// order (exact integer sums, then acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its
+// results are the same numbers. Needs K % 256 == 0 and activation rows 4-byte aligned; Q4_K,
+// Q8_0 and Q4_0 also 16-byte aligned weight rows and expert bases (the pool's and staging's
+// 256-byte slots are).
+
+#define MMA2_N 64  // features per block: 4 warps x 2 n8 tiles
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+
+// A weight row's super-block in shared memory: WB bytes per row, copied in NC chunks (copy(c));
+// off: where the super-block starts in its row's copy (Q6_K rows are only 2-byte aligned, so
+// their copy starts at the 4-byte word below); NG scale groups of G elements; q4(sb, e): the int8s
+// of elements e .. e+3 (e % 4 == 0) from the super-block's bytes at sb; scales(sb, g).
+template <int T> struct mma2_w;
+
+template <> struct mma2_w<MP_TYPE_Q4_K> {
+    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8, A = MP_TYPE_Q8_K;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *sb, int e)
+    {
+        const int c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        return (*(const uint32_t *)(sb + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
+    }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        int sc, m;
+        mpc_q4k_scale_min([&](int i) -> int { return sb[4 + i]; }, g, sc, m);
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(sb)), (float)sc);
+        s2 = __fmul_rn(mpc_f16(mpc_ld16(sb + 2)), (float)m);
+    }
+};
+
+template <> struct mma2_w<MP_TYPE_Q6_K> {
+    static const int SB = 210, WB = 212, NC = 53, G = 16, NG = 16, A = MP_TYPE_Q8_K;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        const uint8_t *w = (const uint8_t *)((uintptr_t)sb & ~(uintptr_t)3);
+        cp_async4(dst + 4 * c, w + 4 * c, ok ? 4 : 0);
+    }
+    __device__ static int off(const uint8_t *sb) { return (int)((uintptr_t)sb & 3); }
+    __device__ static uint32_t q4(const uint8_t *sb, int e)
+    {
+        const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+        const uint32_t lo = (mpc_ld32_a2(sb + 64 * h + 32 * (s & 1) + l) >> (s < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+        const uint32_t hi = ((mpc_ld32_a2(sb + 128 + 32 * h + l) >> (2 * s)) & 0x03030303u) << 4;
+        return __vsub4(lo | hi, 0x20202020u); // (low nibble | top bits << 4) - 32, byte-wise
+    }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        s1 = __fmul_rn(mpc_f16(mpc_ld16(sb + 208)), (float)(int8_t)sb[192 + g]);
+        s2 = 0.0f;
+    }
+};
+
+// Q8_0 and Q4_0: a stage is 8 blocks of 32 elements (272 / 144 bytes, 16-byte aligned when the
+// row starts so and K % 256 == 0); a block's quants sit 2 bytes past its f16 scale, so fragments
+// are read with 16-bit loads.
+template <> struct mma2_w<MP_TYPE_Q8_0> {
+    static const int SB = 272, WB = 272, NC = 17, G = 32, NG = 8, A = MP_TYPE_Q8_0;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *sb, int e) { return mpc_ld32_a2(sb + 34 * (e / 32) + 2 + e % 32); }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        s1 = mpc_f16(mpc_ld16(sb + 34 * g));
+        s2 = 0.0f;
+    }
+};
+
+template <> struct mma2_w<MP_TYPE_Q4_0> {
+    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8, A = MP_TYPE_Q8_0;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+    __device__ static uint32_t q4(const uint8_t *sb, int e)
+    {
+        const int l = e % 32;
+        const uint32_t w = mpc_ld32_a2(sb + 18 * (e / 32) + 2 + l % 16);
+        return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
+    }
+    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
+    {
+        s1 = mpc_f16(mpc_ld16(sb + 18 * g));
+        s2 = 0.0f;
+    }
+};
+
+// A route's activation bytes of one stage, AB of them: q4(ab, e) the int8s of elements e .. e+3,
+// d(ab, g) the scale of the stage's ND-th part holding group g (Q8_K: one float for all 256;
+// Q8_0: an f16 per 32 elements).
+template <int A> struct mma2_a;
+
+template <> struct mma2_a<MP_TYPE_Q8_K> {
+    static const int AB = 292, ND = 1;
+    __device__ static uint32_t q4(const uint8_t *ab, int e) { return *(const uint32_t *)(ab + 4 + e); }
+    __device__ static float d(const uint8_t *ab, int) { return *(const float *)ab; }
+};
+
+template <> struct mma2_a<MP_TYPE_Q8_0> {
+    static const int AB = 272, ND = 8;
+    __device__ static uint32_t q4(const uint8_t *ab, int e) { return mpc_ld32_a2(ab + 34 * (e / 32) + 2 + e % 32); }
+    __device__ static float d(const uint8_t *ab, int g) { return mpc_f16(mpc_ld16(ab + 34 * g)); }
+};
+
+// Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
+// feature and group), the activation scales (ND per route) and, for Q4_K only, the activation
+// sums its mins need (NS per route). Only what a type uses: the seventh session's Q8_0 version
+// kept scales and sums per group for every type, which pushed Q6_K down past four blocks per SM
+// and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
+template <int T, int MATS> struct mma2_smem {
+    typedef mma2_w<T> W;
+    typedef mma2_a<W::A> AT;
+    static const int NS = T == MP_TYPE_Q4_K ? W::NG : 0;
+    static const int wbytes = MATS * MMA2_N * W::WB;
+    static const int raw = (wbytes + MPC_MMA_GROUP * AT::AB + 15) / 16 * 16; // one stage's raw bytes
+    static const int bytes = 2 * raw + (2 * MATS * MMA2_N * W::NG + MPC_MMA_GROUP * (AT::ND + NS)) * 4;
+};
+
+template <int T, int MATS>
+__global__ void __launch_bounds__(MMA_THREADS)
+moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
+                const int32_t *n_groups, float *out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    typedef mma2_w<T> W;
+    typedef mma2_smem<T, MATS> SM;
+    typedef typename SM::AT AT;
+    const int NG = W::NG, ND = AT::ND, NS = SM::NS;
+    extern __shared__ __align__(16) uint8_t sm2[];
+    float *ws1 = (float *)(sm2 + 2 * SM::raw);       // [MATS][MMA2_N][NG]
+    float *ws2 = ws1 + MATS * MMA2_N * NG;           // [MATS][MMA2_N][NG]
+    float *ad = ws2 + MATS * MMA2_N * NG;            // [MPC_MMA_GROUP][ND]
+    float *asum = ad + MPC_MMA_GROUP * ND;           // [MPC_MMA_GROUP][NS]
+    __shared__ const uint8_t *arow[MPC_MMA_GROUP];
+    __shared__ int32_t aroute[MPC_MMA_GROUP];
+
+    const uint8_t *e0, *e1;
+    int cnt;
+    if (!mma_group<MATS>(w0, w1, n_expert, act, act_row_bytes, act_div, perm, groups, n_groups, e0, e1, cnt,
+                         aroute, arow))
+        return;
+    const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
+    const int gq = lane / 4, tq = lane % 4, n0 = warp * 16;
+    const int64_t n_base = (int64_t)blockIdx.x * MMA2_N;
+
+    // super-block s of weight row n (of this block) of matrix mat, in global memory (row 0 past N)
+    auto wsrc = [&](int mat, int n, int64_t s) -> const uint8_t * {
+        const int64_t j = n_base + n;
+        return (mat ? e1 : e0) + (size_t)(j < N ? j : 0) * (mat ? w1.row_bytes : w0.row_bytes) + (size_t)s * W::SB;
+    };
+    // stage s's raw bytes into buffer b: rows past N and routes past cnt are zero-filled
+    auto issue = [&](int64_t s, int b) {
+        uint8_t *Wb = sm2 + b * SM::raw, *A = Wb + SM::wbytes;
+        for (int u = tid; u < MATS * MMA2_N * W::NC; u += MMA_THREADS) {
+            const int mat = u / (MMA2_N * W::NC), n = (u / W::NC) % MMA2_N, c = u % W::NC;
+            W::copy(Wb + (mat * MMA2_N + n) * W::WB, wsrc(mat, n, s), c, n_base + n < N);
+        }
+        for (int u = tid; u < MPC_MMA_GROUP * (AT::AB / 4); u += MMA_THREADS) {
+            const int m = u / (AT::AB / 4), w = u % (AT::AB / 4);
+            const uint8_t *row = arow[m];
+            cp_async4(A + m * AT::AB + 4 * w, row ? row + (size_t)s * AT::AB + 4 * w : act, row ? 4 : 0);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    float acc[2][2][MATS][4] = {};
+    const int64_t S = K / 256;
+    issue(0, 0);
+    for (int64_t s = 0; s < S; s++) {
+        const int b = (int)(s & 1);
+        if (s + 1 < S) {
+            issue(s + 1, b ^ 1);
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();
+        const uint8_t *Wb = sm2 + b * SM::raw, *A = Wb + SM::wbytes;
+        // the stage's scales: weights per (mat, row, group), activations per route
+        for (int idx = tid; idx < MATS * MMA2_N * NG; idx += MMA_THREADS) {
+            const int rn = idx / NG;
+            const uint8_t *sb = Wb + rn * W::WB + W::off(wsrc(rn / MMA2_N, rn % MMA2_N, s));
+            W::scales(sb, idx % NG, ws1[idx], ws2[idx]);
+        }
+        for (int idx = tid; idx < MPC_MMA_GROUP * ND; idx += MMA_THREADS)
+            ad[idx] = AT::d(A + (idx / ND) * AT::AB, idx % ND);
+        if (NS > 0) // Q4_K: the two int16 bsums of each group's 32 elements (Q8_K activations)
+            for (int idx = tid; idx < MPC_MMA_GROUP * NS; idx += MMA_THREADS) {
+                const int ns = NS > 0 ? NS : 1; // (the branch is compiled for every type)
+                const uint8_t *bs = A + (idx / ns) * AT::AB + 260 + 4 * (idx % ns);
+                asum[idx] = (float)((int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2));
+            }
+        __syncthreads();
+
+        // this lane's B rows: feature n0 + nt * 8 + gq of each matrix
+        const uint8_t *brow[2][MATS];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int mat = 0; mat < MATS; mat++) {
+                const int n = n0 + nt * 8 + gq;
+                brow[nt][mat] = Wb + (mat * MMA2_N + n) * W::WB + W::off(wsrc(mat, n, s));
+            }
+        for (int g = 0; g < NG; g++) {
+            int t[2][2][MATS][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < W::G; kk += 16) {
+                const int e = g * W::G + kk + 4 * tq;
+                uint32_t bw[2][MATS];
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int mat = 0; mat < MATS; mat++)
+                        bw[nt][mat] = W::q4(brow[nt][mat], e);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const uint32_t a0 = AT::q4(A + (mt * 16 + gq) * AT::AB, e);
+                    const uint32_t a1 = AT::q4(A + (mt * 16 + gq + 8) * AT::AB, e);
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                        for (int mat = 0; mat < MATS; mat++)
+                            mma_16816_s8(t[mt][nt][mat], a0, a1, bw[nt][mat]);
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r0 = mt * 16 + gq, r1 = r0 + 8;
+                const int ga = ND > 1 ? g : 0; // the activation scale of group g
+                const float d0 = ad[r0 * ND + ga], d1 = ad[r1 * ND + ga];
+                const float u0 = NS > 0 ? asum[r0 * NS + g] : 0.0f, u1 = NS > 0 ? asum[r1 * NS + g] : 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const int c0 = n0 + nt * 8 + 2 * tq, c1 = c0 + 1;
+#pragma unroll
+                    for (int mat = 0; mat < MATS; mat++) {
+                        const float *s1 = ws1 + mat * MMA2_N * NG, *s2 = ws2 + mat * MMA2_N * NG;
+                        mma_scale_add(acc[mt][nt][mat], t[mt][nt][mat], d0, d1, u0, u1, s1[c0 * NG + g],
+                                      s2[c0 * NG + g], s1[c1 * NG + g], s2[c1 * NG + g]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // the buffer and the scales are refilled next
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+            mma_store<MATS>(acc[mt][nt], mt * 16 + gq, n_base + n0 + nt * 8 + 2 * tq, cnt, N, aroute, out);
+#endif
+}
+
+// v2 serves every type where its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0))
+// keeps every type on the kernel above (A/B runs, tests)
+static int g_mma2 = -1;
+
+extern "C" void mp_cuda_moe_set_mma2(int on)
+{
+    g_mma2 = on < 0 ? -1 : on != 0;
+}
+
+bool mpc_moe_mma2_on(void)
+{
+    if (g_mma2 < 0)
+        g_mma2 = !mpc_env_switch("MP_CUDA_MOE_MMA2", "0", "1");
+    return g_mma2 == 1;
+}
+
+template <int T, int MATS>
+static bool launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+                        size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
+                        const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
+{
+    const bool a16 = T == MP_TYPE_Q6_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
+                                          (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
+    if (!mpc_moe_mma2_on() || K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
+        return false;
+    typedef mma2_smem<T, MATS> SM;
+    static bool attr_set = false; // more than 48 KiB of dynamic shared memory is opt-in, per kernel
+    if (!attr_set) {
+        if (cudaFuncSetAttribute(moe_mma2_kernel<T, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize, SM::bytes) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((N + MMA2_N - 1) / MMA2_N), (unsigned)max_groups);
+    moe_mma2_kernel<T, MATS><<<grid, MMA_THREADS, SM::bytes, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div,
+                                                                   perm, groups, n_groups, out);
+    return true;
+}
+
+bool mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
+                         int64_t N, const uint8_t *act, size_t act_rb, int64_t act_div, const int32_t *perm,
+                         const int4 *groups, const int32_t *n_groups, int64_t max_groups, float *out,
+                         cudaStream_t st)
+{
+#define MMA2_CASE(T)                                                                                          \
+    case T:                                                                                                   \
+        return mats == 2 ? launch_mma2<T, 2>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups,       \
+                                             n_groups, max_groups, out, st)                                   \
+                         : launch_mma2<T, 1>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups,       \
+                                             n_groups, max_groups, out, st);
+    switch (type) {
+        MMA2_CASE(MP_TYPE_Q4_0)
+        MMA2_CASE(MP_TYPE_Q8_0)
+        MMA2_CASE(MP_TYPE_Q4_K)
+        MMA2_CASE(MP_TYPE_Q6_K)
+    default:
+        return false;
+    }
+#undef MMA2_CASE
+}
