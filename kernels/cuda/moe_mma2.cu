@@ -33,19 +33,42 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_by
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
 }
 
+// A route's activation bytes of one stage, AB of them: q4(ab, e) the int8s of elements e .. e+3,
+// d(ab, g) the scale of the stage's ND-th part holding group g (Q8_K: one float for all 256;
+// Q8_0: an f16 per 32 elements).
+template <int A> struct mma2_a;
+
+template <> struct mma2_a<MP_TYPE_Q8_K> {
+    static const int AB = 292, ND = 1;
+    __device__ static uint32_t q4(const uint8_t *ab, int e) { return *(const uint32_t *)(ab + 4 + e); }
+    __device__ static float d(const uint8_t *ab, int) { return *(const float *)ab; }
+};
+
+template <> struct mma2_a<MP_TYPE_Q8_0> {
+    static const int AB = 272, ND = 8;
+    __device__ static uint32_t q4(const uint8_t *ab, int e) { return mpc_ld32_a2(ab + 34 * (e / 32) + 2 + e % 32); }
+    __device__ static float d(const uint8_t *ab, int g) { return mpc_f16(mpc_ld16(ab + 34 * g)); }
+};
+
+// Rows copied whole, NC_ 16-byte chunks per stage (Q4_K, Q8_0, Q4_0: their stages are 16-byte
+// aligned where the kernel runs): the copy and its offset for mma2_w below.
+template <int NC_> struct mma2_whole16 {
+    static const int NC = NC_;
+    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
+    {
+        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
+    }
+    __device__ static int off(const uint8_t *) { return 0; }
+};
+
 // A weight row's super-block in shared memory: WB bytes per row, copied in NC chunks (copy(c));
 // off: where the super-block starts in its row's copy (Q6_K rows are only 2-byte aligned, so
 // their copy starts at the 4-byte word below); NG scale groups of G elements; q4(sb, e): the int8s
 // of elements e .. e+3 (e % 4 == 0) from the super-block's bytes at sb; scales(sb, g).
 template <int T> struct mma2_w;
 
-template <> struct mma2_w<MP_TYPE_Q4_K> {
-    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8, A = MP_TYPE_Q8_K;
-    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
-    {
-        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
-    }
-    __device__ static int off(const uint8_t *) { return 0; }
+template <> struct mma2_w<MP_TYPE_Q4_K> : mma2_whole16<9> {
+    static const int SB = 144, WB = 144, G = 32, NG = 8, A = MP_TYPE_Q8_K;
     __device__ static uint32_t q4(const uint8_t *sb, int e)
     {
         const int c = e / 64, hi = (e % 64) >= 32, l = e % 32;
@@ -85,28 +108,19 @@ template <> struct mma2_w<MP_TYPE_Q6_K> {
 // Q8_0 and Q4_0: a stage is 8 blocks of 32 elements (272 / 144 bytes, 16-byte aligned when the
 // row starts so and K % 256 == 0); a block's quants sit 2 bytes past its f16 scale, so fragments
 // are read with 16-bit loads.
-template <> struct mma2_w<MP_TYPE_Q8_0> {
-    static const int SB = 272, WB = 272, NC = 17, G = 32, NG = 8, A = MP_TYPE_Q8_0;
-    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
-    {
-        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
-    }
-    __device__ static int off(const uint8_t *) { return 0; }
-    __device__ static uint32_t q4(const uint8_t *sb, int e) { return mpc_ld32_a2(sb + 34 * (e / 32) + 2 + e % 32); }
+// A Q8_0 weight stage has the bytes of a Q8_0 activation stage: its reads are mma2_a's.
+template <> struct mma2_w<MP_TYPE_Q8_0> : mma2_whole16<17> {
+    static const int SB = 272, WB = 272, G = 32, NG = 8, A = MP_TYPE_Q8_0;
+    __device__ static uint32_t q4(const uint8_t *sb, int e) { return mma2_a<MP_TYPE_Q8_0>::q4(sb, e); }
     __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
     {
-        s1 = mpc_f16(mpc_ld16(sb + 34 * g));
+        s1 = mma2_a<MP_TYPE_Q8_0>::d(sb, g);
         s2 = 0.0f;
     }
 };
 
-template <> struct mma2_w<MP_TYPE_Q4_0> {
-    static const int SB = 144, WB = 144, NC = 9, G = 32, NG = 8, A = MP_TYPE_Q8_0;
-    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
-    {
-        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
-    }
-    __device__ static int off(const uint8_t *) { return 0; }
+template <> struct mma2_w<MP_TYPE_Q4_0> : mma2_whole16<9> {
+    static const int SB = 144, WB = 144, G = 32, NG = 8, A = MP_TYPE_Q8_0;
     __device__ static uint32_t q4(const uint8_t *sb, int e)
     {
         const int l = e % 32;
@@ -118,23 +132,6 @@ template <> struct mma2_w<MP_TYPE_Q4_0> {
         s1 = mpc_f16(mpc_ld16(sb + 18 * g));
         s2 = 0.0f;
     }
-};
-
-// A route's activation bytes of one stage, AB of them: q4(ab, e) the int8s of elements e .. e+3,
-// d(ab, g) the scale of the stage's ND-th part holding group g (Q8_K: one float for all 256;
-// Q8_0: an f16 per 32 elements).
-template <int A> struct mma2_a;
-
-template <> struct mma2_a<MP_TYPE_Q8_K> {
-    static const int AB = 292, ND = 1;
-    __device__ static uint32_t q4(const uint8_t *ab, int e) { return *(const uint32_t *)(ab + 4 + e); }
-    __device__ static float d(const uint8_t *ab, int) { return *(const float *)ab; }
-};
-
-template <> struct mma2_a<MP_TYPE_Q8_0> {
-    static const int AB = 272, ND = 8;
-    __device__ static uint32_t q4(const uint8_t *ab, int e) { return mpc_ld32_a2(ab + 34 * (e / 32) + 2 + e % 32); }
-    __device__ static float d(const uint8_t *ab, int g) { return mpc_f16(mpc_ld16(ab + 34 * g)); }
 };
 
 // Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
