@@ -588,6 +588,15 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
 #define ROUTER_MAX_EXPERT 1024
 #define ROUTER_REG 8 // experts per lane held in registers: up to 256 without shared memory
 
+// Expert i's top-k key from its probability v (router_kernel): the bits of v + 1 above the inverted
+// id, so that the larger key is the larger probability and, on ties, the lower id; NaN keys 0
+// above the id, below every number.
+__device__ __forceinline__ unsigned long long router_key(float v, int64_t i)
+{
+    const unsigned long long hi = v != v ? 0ull : (unsigned long long)__float_as_uint(v) + 1ull;
+    return hi << 32 | (unsigned long long)(~(uint32_t)i);
+}
+
 __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, int renorm,
                               int32_t *ids, float *weights, float *probs)
 {
@@ -608,7 +617,6 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
         const int64_t i = lane + (int64_t)j * MPC_WARP;
         lv[j] = i < n_expert ? l[i] : -INFINITY;
     }
-    const bool in_regs = n_expert <= (int64_t)ROUTER_REG * MPC_WARP;
     float mx = -INFINITY;
 #pragma unroll
     for (int j = 0; j < ROUTER_REG; j++)
@@ -658,21 +666,15 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
         for (int j = 0; j < ROUTER_REG; j++) {
             const int64_t i = lane + (int64_t)j * MPC_WARP;
             if (i < n_expert && !(taken_bits >> j & 1)) {
-                const float v = lv[j];
-                const unsigned long long hi = v != v ? 0ull : (unsigned long long)__float_as_uint(v) + 1ull;
-                const unsigned long long key = hi << 32 | (unsigned long long)(~(uint32_t)i);
+                const unsigned long long key = router_key(lv[j], i);
                 best = key > best ? key : best;
             }
         }
-        if (!in_regs)
-            for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
-                if (!taken[i]) {
-                    const float v = p[i];
-                    const unsigned long long hi =
-                        v != v ? 0ull : (unsigned long long)__float_as_uint(v) + 1ull;
-                    const unsigned long long key = hi << 32 | (unsigned long long)(~(uint32_t)i);
-                    best = key > best ? key : best;
-                }
+        for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
+            if (!taken[i]) {
+                const unsigned long long key = router_key(p[i], i);
+                best = key > best ? key : best;
+            }
         for (int off = 16; off > 0; off >>= 1) {
             const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, off);
             best = o > best ? o : best;
