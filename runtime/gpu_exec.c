@@ -390,6 +390,16 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
  * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
  * Q, K and V projections of a decode step one after the other, not side by side).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
+bool mp_gpu_env_off(const char *name, const char *on_desc)
+{
+    const char *v = getenv(name);
+    if (v && !strcmp(v, "0"))
+        return true;
+    if (v && *v && strcmp(v, "1"))
+        fprintf(stderr, "moeplan: %s=%.40s is neither 0 nor 1: %s\n", name, v, on_desc);
+    return false;
+}
+
 static void env_switches(mp_gpu *g)
 {
     const char *gmr = getenv("MP_GPU_GEMM_MIN_ROWS"); /* as mp_gpu_set_gemm_min_rows (A/B, repro) */
@@ -402,18 +412,12 @@ static void env_switches(mp_gpu *g)
         else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
             g->gemm_min_rows = v;
     }
-    const char *env = getenv("MP_GPU_QKV_FORK"); /* "0": Q, K, V projections in one stream (A/B) */
-    if (env && !strcmp(env, "0"))
-        g->qkv_serial = true;
-    else if (env && *env && strcmp(env, "1"))
-        fprintf(stderr, "moeplan: MP_GPU_QKV_FORK=%.40s is neither 0 nor 1: Q, K and V side by side\n", env);
-    env = getenv("MP_GPU_GRAPHS"); /* "0": enqueue every decode step (A/B) */
-    if (env && !strcmp(env, "0")) {
+    g->qkv_serial = mp_gpu_env_off("MP_GPU_QKV_FORK", "Q, K and V side by side"); /* Q, K, V in one stream (A/B) */
+    if (mp_gpu_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
-    } else if (env && *env && strcmp(env, "1")) {
-        fprintf(stderr, "moeplan: MP_GPU_GRAPHS=%.40s is neither 0 nor 1: decode graphs on\n", env);
     }
+    const char *env;
     /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
      * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
      * bench/NOTES-gpu-exec.md, run 8). MP_GPU_DECODE_COPY=auto (by cost) or N turns them on. */
