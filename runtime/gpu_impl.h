@@ -145,6 +145,7 @@ struct mp_gpu {
                              * h_arena for the cold ones when copied, else in the model's mapping */
     char *h_arena;          /* the cold experts' copy (anonymous memory), or NULL */
     size_t h_arena_bytes;
+    int64_t h_arena_huge;   /* bytes of h_arena in transparent huge pages (smaps), -1: unknown */
     int host_mode;          /* MP_GPU_HOST_PINNED / _COPY / _MAPPING (MP_GPU_HOST_EXPERTS) */
     bool host_registered;   /* h_arena is page-locked (cudaHostRegister) */
     char host_why[96];      /* why the copy or its page-locking is not in place ("" when it is) */
