@@ -16,6 +16,9 @@
 #   profile    where the GPU time goes: `collect --cupti` of bench/prompt-long.jsonl (a 510-token prompt,
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
 #              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
+#   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
+#              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
+#              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
@@ -250,6 +253,16 @@ for stage in "${stages[@]}"; do
         MOEPLAN=build-gpu/cli/moeplan GEN=build-gpu/bench/gen_routing_trace \
             bash bench/bench_analyze.sh ${ANALYZE_REQUESTS:-25 100} 2>&1 | tee "$OUT/bench-analyze.log" || rc=1
         ;;
+    cpu-stream)
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        for layers in ${STREAM_LAYERS:-12 48}; do
+            for gap in ${STREAM_GAPS:-0 50}; do
+                build-gpu/bench/moe_cpu_stream -m "$MODEL30" --layers "$layers" --gap-us "$gap" \
+                    --tokens "${STREAM_TOKENS:-16}" 2>&1 | tee -a "$OUT/cpu-stream.log" || rc=1
+            done
+        done
+        ;;
     bench-sim)
         build || { rc=1; continue; }
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
@@ -274,7 +287,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, nsys-decode, bench-exec, profile, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, decode-ab, nsys-decode, bench-exec, profile, cpu-stream, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac

@@ -1,0 +1,227 @@
+/* bench/moe_cpu_stream.c — the hybrid decode step's CPU side alone: one-row calls of the runtime's
+ * CPU expert function (mp_moe_experts_cpu) over the experts of the first L layers, held as the
+ * GPU executor holds them (an anonymous copy in transparent huge pages, laid out layer by layer),
+ * with no GPU in the loop.
+ *
+ *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
+ *                        [--gap-us G=0]
+ *
+ * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
+ * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
+ * each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
+ * median, mean and 90th percentile time per call and the bytes of the call's experts over its
+ * mean time, and, for comparison, bench/membw's stream (each thread a contiguous share) over a
+ * buffer of the copy's size. Why: the offloaded rows' CPU side took ~357 µs per layer step at
+ * layers:48 and ~293 µs at layers:12 for the same 24.5 MB (bench/NOTES-gpu-exec.md); this
+ * separates the memory's behaviour from the GPU's and the round trip's.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "runtime/bench.h"
+#include "runtime/error.h"
+#include "runtime/model.h"
+#include "runtime/moe.h"
+#include "runtime/threadpool.h"
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static uint64_t rng(void) /* xorshift64* */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define ALIGN 256
+static size_t align_up(size_t b)
+{
+    return (b + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+typedef struct copy_job {
+    const mp_model *m;
+    const void **slices; /* (L, 3, E) */
+} copy_job;
+
+static void copy_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const copy_job *j = ctx;
+    const int64_t E = j->m->hp.n_expert, il = task / E, e = task % E;
+    const mp_layer *Ly = &j->m->layers[il];
+    const mp_tensor *ts[3] = {&Ly->gate_exps, &Ly->up_exps, &Ly->down_exps};
+    for (int t = 0; t < 3; t++)
+        memcpy((void *)j->slices[(il * 3 + t) * E + e], mp_expert_slice(ts[t], e),
+               ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
+               "                      [--gap-us G=0]\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    int64_t L = 48, tokens = 16;
+    int threads = mp_cpu_count();
+    double gap_us = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            usage(stderr);
+            return 2;
+        }
+        if (!strcmp(a, "-m"))
+            path = argv[++i];
+        else if (!strcmp(a, "--layers"))
+            L = atoll(argv[++i]);
+        else if (!strcmp(a, "--tokens"))
+            tokens = atoll(argv[++i]);
+        else if (!strcmp(a, "--threads"))
+            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--gap-us"))
+            gap_us = atof(argv[++i]);
+        else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6)) {
+        usage(stderr);
+        return 2;
+    }
+    mp_error err = {0};
+    mp_model *m = NULL;
+    if (mp_model_load(path, &m, &err)) {
+        fprintf(stderr, "moe_cpu_stream: %s\n", err.msg);
+        return 1;
+    }
+    const mp_hparams *hp = &m->hp;
+    const int64_t E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd;
+    if (L < 1 || L > hp->n_layer) {
+        fprintf(stderr, "moe_cpu_stream: --layers must be in 1..%" PRId64 "\n", hp->n_layer);
+        return 2;
+    }
+
+    /* the copy, as runtime/gpu_host.c lays it out */
+    size_t bytes = 0;
+    for (int64_t il = 0; il < L; il++) {
+        const mp_layer *Ly = &m->layers[il];
+        bytes += (size_t)E * (align_up(Ly->gate_exps.row_bytes * (size_t)Ly->gate_exps.ne[1]) +
+                              align_up(Ly->up_exps.row_bytes * (size_t)Ly->up_exps.ne[1]) +
+                              align_up(Ly->down_exps.row_bytes * (size_t)Ly->down_exps.ne[1]));
+    }
+    const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
+    char *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const void **slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
+    mp_pool *pool = mp_pool_new(threads);
+    mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, threads);
+    int64_t *ns = malloc((size_t)(tokens * L) * sizeof *ns);
+    float *x = malloc((size_t)D * sizeof *x), *out = malloc((size_t)D * sizeof *out);
+    if (arena == MAP_FAILED || !slices || !pool || !s || !ns || !x || !out) {
+        fprintf(stderr, "moe_cpu_stream: out of memory (%.2f GiB copy)\n", (double)map_bytes / 1073741824.0);
+        return 1;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(arena, map_bytes, MADV_HUGEPAGE);
+#endif
+    char *p = arena;
+    for (int64_t il = 0; il < L; il++) {
+        const mp_layer *Ly = &m->layers[il];
+        const mp_tensor *ts[3] = {&Ly->gate_exps, &Ly->up_exps, &Ly->down_exps};
+        for (int64_t e = 0; e < E; e++)
+            for (int t = 0; t < 3; t++) {
+                slices[(il * 3 + t) * E + e] = p;
+                p += align_up(ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
+            }
+    }
+    fprintf(stderr, "moe_cpu_stream: copying %" PRId64 " layers' experts (%.2f GiB)\n", L,
+            (double)map_bytes / 1073741824.0);
+    copy_job cj = {m, slices};
+    mp_pool_run(pool, L * E, copy_task, &cj);
+
+    for (int64_t i = 0; i < D; i++)
+        x[i] = (float)((double)(rng() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    int32_t ids[64];
+    float w[64];
+    if (K > 64) {
+        fprintf(stderr, "moe_cpu_stream: top_k %" PRId64 " > 64\n", K);
+        return 1;
+    }
+    for (int64_t k = 0; k < K; k++)
+        w[k] = 1.0f / (float)K;
+    const int64_t gap_ns = (int64_t)(gap_us * 1000.0);
+    double sink = 0;
+    for (int64_t t = -1; t < tokens; t++) { /* token -1: warm-up, not timed */
+        for (int64_t il = 0; il < L; il++) {
+            for (int64_t k = 0; k < K; k++) {
+                int32_t e;
+                bool dup;
+                do {
+                    e = (int32_t)(rng() % (uint64_t)E);
+                    dup = false;
+                    for (int64_t j = 0; j < k; j++)
+                        dup |= ids[j] == e;
+                } while (dup);
+                ids[k] = e;
+            }
+            const int64_t t0 = now_ns();
+            mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), out,
+                               pool, s);
+            const int64_t t1 = now_ns();
+            sink += out[0];
+            if (t >= 0)
+                ns[t * L + il] = t1 - t0;
+            while (now_ns() - t1 < gap_ns)
+                ;
+        }
+    }
+    const int64_t n = tokens * L;
+    double mean = 0;
+    for (int64_t i = 0; i < n; i++)
+        mean += (double)ns[i];
+    mean /= (double)n;
+    qsort(ns, (size_t)n, sizeof *ns, cmp_i64);
+    const double call_bytes = (double)K * (double)mp_model_expert_bytes(m, 0);
+    printf("moe_cpu_stream: %" PRId64 " layers (%.2f GiB copy), %d threads, gap %.0f us: per call median %.1f us, "
+           "mean %.1f us, p90 %.1f us; %.1f GB/s at the mean (%.1f MB per call)%s\n",
+           L, (double)map_bytes / 1073741824.0, threads, gap_us, (double)ns[n / 2] / 1e3, mean / 1e3,
+           (double)ns[n * 9 / 10] / 1e3, call_bytes / mean, call_bytes / 1e6, isfinite(sink) ? "" : " (non-finite output)");
+    const double gbs = mp_bench_host_read_gbs(map_bytes, threads, 3);
+    printf("moe_cpu_stream: contiguous stream over %.2f GiB, %d threads: %.1f GB/s\n",
+           (double)map_bytes / 1073741824.0, threads, gbs);
+    munmap(arena, map_bytes);
+    mp_moe_scratch_free(s);
+    mp_pool_free(pool);
+    mp_model_free(m);
+    free(slices);
+    free(ns);
+    free(x);
+    free(out);
+    return 0;
+}
