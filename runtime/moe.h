@@ -19,6 +19,10 @@ typedef struct mp_moe_scratch mp_moe_scratch;
 
 mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads);
 void mp_moe_scratch_free(mp_moe_scratch *s);
+/* Calls of up to a few rows (decode) run gate/up and down in one pipelined pool region (on by
+ * default; MP_MOE_CPU_PIPELINE=0 in the environment when the scratch is made, or this, turns it
+ * off: two regions with a barrier between them). The results are the same bits either way. */
+void mp_moe_scratch_set_pipelined(mp_moe_scratch *s, bool on);
 
 /* The router's (or route source's) latest choice in the scratch: (max_rows, top_k) each. */
 int32_t *mp_moe_scratch_ids(mp_moe_scratch *s);

@@ -6,9 +6,13 @@
  *   group:    the n_rows × top_k (row, slot) routes are sorted by expert ("entries"), so that
  *             an expert's rows are contiguous and its weights are streamed once per call.
  *   experts:  one pool region for gate+up+SwiGLU over (expert, chunk of n_ff rows) tasks, one for
- *             down over (expert, chunk of n_embd rows) tasks: a decode step (1 row, 8 experts)
- *             spreads each expert over all threads, a prefill batch reuses each weight row for
- *             all of the expert's rows (mp_gemm_rows).
+ *             down over (expert, chunk of n_embd rows) tasks: a prefill batch reuses each weight
+ *             row for all of the expert's rows (mp_gemm_rows). Up to MP_MOE_PIPE_ROWS rows (decode)
+ *             run both in ONE region instead ("pipelined"): the threads claim gate/up units, then
+ *             down units; the thread that finishes an expert's last gate/up unit converts its
+ *             hidden rows, and that expert's down units may start while other experts' gate/up
+ *             still run. No barrier between the halves, so the memory stays busy through the
+ *             step (a decode step spreads each expert over all threads either way).
  *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
  *
  * Invariants: offset[e] .. offset[e] + count[e] are expert e's entries; entry_of[row * top_k + k]
@@ -17,6 +21,8 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -47,9 +53,17 @@ struct mp_moe_scratch {
     float *up;           /* (max_rows * top_k, n_ff) */
     char *hq;            /* (max_rows * top_k, act bytes of n_ff) hidden in the down vec_dot_type */
     float *down;         /* (max_rows * top_k, n_embd) expert outputs */
-    expert_task *tasks;  /* (n_expert * max_chunks) */
+    expert_task *tasks;  /* (2 * max_tasks): a region's tasks; pipelined: gate/up, then down units */
     int64_t max_tasks;
+    atomic_int *left;    /* (n_expert) pipelined: gate/up units of the expert not yet finished */
+    atomic_int *ready;   /* (n_expert) pipelined: the expert's hidden rows are converted */
+    bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
 };
+
+/* Rows up to which a call runs its experts in one pipelined region, and the units per thread each
+ * half is cut into there (more units: a shorter tail when the threads run at uneven speeds). */
+#define MP_MOE_PIPE_ROWS 4
+#define MP_MOE_PIPE_UNITS 8
 
 void mp_moe_scratch_free(mp_moe_scratch *s)
 {
@@ -69,6 +83,8 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
     free(s->hq);
     free(s->down);
     free(s->tasks);
+    free(s->left);
+    free(s->ready);
     free(s);
 }
 
@@ -99,13 +115,23 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->up = malloc(entries * (size_t)hp->n_ff_exp * sizeof(float));
     s->hq = malloc(entries * mp_act_row_bytes_max(hp->n_ff_exp));
     s->down = malloc(entries * (size_t)hp->n_embd * sizeof(float));
-    s->tasks = malloc((size_t)s->max_tasks * sizeof(expert_task));
+    s->tasks = malloc(2 * (size_t)s->max_tasks * sizeof(expert_task));
+    s->left = malloc((size_t)hp->n_expert * sizeof *s->left);
+    s->ready = malloc((size_t)hp->n_expert * sizeof *s->ready);
+    const char *pipe = getenv("MP_MOE_CPU_PIPELINE"); /* 0: two regions always (A/B) */
+    s->pipelined = !(pipe && !strcmp(pipe, "0"));
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
-        !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks) {
+        !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks ||
+        !s->left || !s->ready) {
         mp_moe_scratch_free(s);
         return NULL;
     }
     return s;
+}
+
+void mp_moe_scratch_set_pipelined(mp_moe_scratch *s, bool on)
+{
+    s->pipelined = on;
 }
 
 int32_t *mp_moe_scratch_ids(mp_moe_scratch *s)
@@ -201,13 +227,21 @@ static int64_t group_by_expert(mp_moe_scratch *s, int64_t n_rows, const uint64_t
     return s->offset[E];
 }
 
-/* (expert, chunk of n_out rows) tasks over the active experts. */
-static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out)
+/* (expert, chunk of n_out rows) tasks over the active experts, written to tasks: the pool's
+ * chunking (4 per thread, >= 16 rows) when units is 0, else ~units per thread (>= 16 rows). */
+static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units, expert_task *tasks)
 {
     int64_t n_active = 0;
     for (int64_t e = 0; e < s->n_expert; e++)
         n_active += s->count[e] > 0;
-    int64_t chunk = mp_matmul_chunk_rows(n_active * n_out, s->n_threads);
+    int64_t chunk;
+    if (units > 0) {
+        const int64_t per = (int64_t)units * s->n_threads;
+        chunk = (n_active * n_out + per - 1) / per;
+        chunk = chunk < 16 ? 16 : chunk;
+    } else {
+        chunk = mp_matmul_chunk_rows(n_active * n_out, s->n_threads);
+    }
     if (chunk > n_out)
         chunk = n_out;
     int64_t n = 0;
@@ -215,7 +249,7 @@ static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out)
         if (!s->count[e])
             continue;
         for (int64_t r0 = 0; r0 < n_out; r0 += chunk)
-            s->tasks[n++] = (expert_task){(int32_t)e, r0, r0 + chunk < n_out ? r0 + chunk : n_out};
+            tasks[n++] = (expert_task){(int32_t)e, r0, r0 + chunk < n_out ? r0 + chunk : n_out};
     }
     return n;
 }
@@ -247,11 +281,9 @@ static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_t
         mp_gemm_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
 }
 
-static void gate_up_task(void *ctx, int64_t task, int thread)
+static void gate_up_unit(const expert_job *j, const expert_task *t)
 {
-    const expert_job *j = ctx;
     mp_moe_scratch *s = j->s;
-    const expert_task *t = &s->tasks[task];
     const int64_t first = s->offset[t->expert], cnt = s->count[t->expert], F = s->n_ff;
     const char *x = j->x_shared ? j->x : j->x + (size_t)first * j->x_row_bytes;
     float *g = s->gate + first * F, *u = s->up + first * F;
@@ -261,15 +293,85 @@ static void gate_up_task(void *ctx, int64_t task, int thread)
         mp_swiglu(g + i * F + t->r0, g + i * F + t->r0, u + i * F + t->r0, t->r1 - t->r0);
 }
 
-static void down_task(void *ctx, int64_t task, int thread)
+static void gate_up_task(void *ctx, int64_t task, int thread)
 {
+    (void)thread;
     const expert_job *j = ctx;
+    gate_up_unit(j, &j->s->tasks[task]);
+}
+
+static void down_unit(const expert_job *j, const expert_task *t)
+{
     mp_moe_scratch *s = j->s;
-    const expert_task *t = &s->tasks[task];
     const int64_t first = s->offset[t->expert], cnt = s->count[t->expert];
     matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
+}
+
+static void down_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const expert_job *j = ctx;
+    down_unit(j, &j->s->tasks[task]);
+}
+
+/* ---- pipelined: both halves in one region ---- */
+
+typedef struct pipe_job {
+    const expert_job *j;
+    int h_vdt;                 /* the down activations' type (F32: the SwiGLU rows themselves) */
+    int64_t n_gu, n_dn;        /* units: tasks[0 .. n_gu) gate/up, tasks[n_gu .. n_gu + n_dn) down */
+    atomic_int_fast64_t next_gu, next_dn;
+} pipe_job;
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define moe_relax() _mm_pause()
+#else
+#define moe_relax() ((void)0)
+#endif
+
+/* One worker per pool thread: gate/up units while any are left, then down units. A down unit
+ * waits for its expert's hidden rows, which only threads already inside gate/up units (the
+ * gate/up units are all claimed before any thread takes a down unit) still have to finish: the
+ * wait always ends. It yields now and then so that a machine with more threads than free cores
+ * lets the finishing thread run. */
+static void pipe_task(void *ctx, int64_t task, int thread)
+{
+    (void)task;
+    (void)thread;
+    pipe_job *p = ctx;
+    const expert_job *j = p->j;
+    mp_moe_scratch *s = j->s;
+    for (;;) {
+        const int64_t i = atomic_fetch_add_explicit(&p->next_gu, 1, memory_order_relaxed);
+        if (i >= p->n_gu)
+            break;
+        const expert_task *t = &s->tasks[i];
+        gate_up_unit(j, t);
+        /* acq_rel: the last finisher sees every unit's SwiGLU rows of this expert */
+        if (atomic_fetch_sub_explicit(&s->left[t->expert], 1, memory_order_acq_rel) == 1) {
+            const int64_t first = s->offset[t->expert], cnt = s->count[t->expert], F = s->n_ff;
+            if (p->h_vdt != MP_TYPE_F32)
+                for (int64_t r = 0; r < cnt; r++)
+                    (void)mp_quantize_activation(p->h_vdt, s->gate + (first + r) * F,
+                                                 s->hq + (size_t)(first + r) * j->h_row_bytes, F);
+            atomic_store_explicit(&s->ready[t->expert], 1, memory_order_release);
+        }
+    }
+    for (;;) {
+        const int64_t i = atomic_fetch_add_explicit(&p->next_dn, 1, memory_order_relaxed);
+        if (i >= p->n_dn)
+            break;
+        const expert_task *t = &s->tasks[p->n_gu + i];
+        for (int spins = 0; !atomic_load_explicit(&s->ready[t->expert], memory_order_acquire); spins++) {
+            moe_relax();
+            if ((spins & 1023) == 1023)
+                sched_yield();
+        }
+        down_unit(j, t);
+    }
 }
 
 #define MP_MOE_COMBINE_INLINE_ROWS 2
@@ -334,19 +436,27 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
                    xsrc + (size_t)s->entry_row[i] * j.x_row_bytes, j.x_row_bytes);
         j.x = s->xg;
     }
-    int64_t n_tasks = plan_tasks(s, F);
-    mp_pool_run(pool, n_tasks, gate_up_task, &j);
-
     const int h_vdt = j.down_ops->vec_dot_type;
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
-    if (h_vdt == MP_TYPE_F32) {
-        j.h = (const char *)s->gate;
+    j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
+    if (s->pipelined && n_rows <= MP_MOE_PIPE_ROWS) {
+        pipe_job p = {&j, h_vdt, 0, 0, 0, 0};
+        p.n_gu = plan_tasks(s, F, MP_MOE_PIPE_UNITS, s->tasks);
+        p.n_dn = plan_tasks(s, D, MP_MOE_PIPE_UNITS, s->tasks + p.n_gu);
+        for (int64_t i = 0; i < p.n_gu; i++) /* counted per unit: an expert's units, then 0 */
+            atomic_store_explicit(&s->left[s->tasks[i].expert], 0, memory_order_relaxed);
+        for (int64_t i = 0; i < p.n_gu; i++) {
+            atomic_fetch_add_explicit(&s->left[s->tasks[i].expert], 1, memory_order_relaxed);
+            atomic_store_explicit(&s->ready[s->tasks[i].expert], 0, memory_order_relaxed);
+        }
+        /* the pool's region start publishes these stores to the workers */
+        mp_pool_run(pool, mp_pool_n_threads(pool), pipe_task, &p);
     } else {
-        mp_act_quantize(pool, h_vdt, s->gate, F, n_entries, F, s->hq);
-        j.h = s->hq;
+        mp_pool_run(pool, plan_tasks(s, F, 0, s->tasks), gate_up_task, &j);
+        if (h_vdt != MP_TYPE_F32)
+            mp_act_quantize(pool, h_vdt, s->gate, F, n_entries, F, s->hq);
+        mp_pool_run(pool, plan_tasks(s, D, 0, s->tasks), down_task, &j);
     }
-    n_tasks = plan_tasks(s, D);
-    mp_pool_run(pool, n_tasks, down_task, &j);
 
     combine_job cj = {s, out};
     if (n_rows <= MP_MOE_COMBINE_INLINE_ROWS) /* a decode row: 8 axpys of n_embd, ~1-2 us on the caller,
