@@ -4,14 +4,18 @@
  * with no GPU in the loop.
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
- *                        [--gap-us G=0]
+ *                        [--gap-us G=0] [--compare] [--prefetch B=0] [--compare-prefetch B]
  *
  * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
  * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
  * each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
  * median, mean and 90th percentile time per call and the bytes of the call's experts over its
  * mean time, and, for comparison, bench/membw's stream (each thread a contiguous share) over a
- * buffer of the copy's size. Why: the offloaded rows' CPU side took ~357 µs per layer step at
+ * buffer of the copy's size. --compare alternates, token by token, the pipelined region and the
+ * two regions of mp_moe_experts_cpu (mp_moe_scratch_set_pipelined) and reports both: this host's
+ * memory bandwidth drifts by ±15 % within minutes, so only an A/B interleaved this finely is
+ * trustworthy. --prefetch sets mp_gemv_rows's software prefetch distance (mp_gemv_set_prefetch);
+ * --compare-prefetch B alternates distance B (reported first) with none. Why: the offloaded rows' CPU side took ~357 µs per layer step at
  * layers:48 and ~293 µs at layers:12 for the same 24.5 MB (bench/NOTES-gpu-exec.md); this
  * separates the memory's behaviour from the GPU's and the round trip's.
  */
@@ -23,6 +27,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "kernels/quant.h"
 #include "runtime/bench.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
@@ -77,7 +82,7 @@ static void copy_task(void *ctx, int64_t task, int thread)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
-               "                      [--gap-us G=0]\n");
+               "                      [--gap-us G=0] [--compare] [--prefetch B=0] [--compare-prefetch B]\n");
 }
 
 int main(int argc, char **argv)
@@ -86,11 +91,17 @@ int main(int argc, char **argv)
     int64_t L = 48, tokens = 16;
     int threads = mp_cpu_count();
     double gap_us = 0;
+    bool compare = false;
+    long prefetch = 0, compare_prefetch = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--compare")) {
+            compare = true;
+            continue;
         }
         if (i + 1 >= argc) {
             usage(stderr);
@@ -106,12 +117,17 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(a, "--gap-us"))
             gap_us = atof(argv[++i]);
+        else if (!strcmp(a, "--prefetch"))
+            prefetch = atol(argv[++i]);
+        else if (!strcmp(a, "--compare-prefetch"))
+            compare_prefetch = atol(argv[++i]);
         else {
             usage(stderr);
             return 2;
         }
     }
-    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6)) {
+    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6) || prefetch < 0 ||
+        (compare && compare_prefetch >= 0)) {
         usage(stderr);
         return 2;
     }
@@ -141,9 +157,11 @@ int main(int argc, char **argv)
     const void **slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
     mp_pool *pool = mp_pool_new(threads);
     mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, threads);
+    mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, threads); /* --compare: the other mode */
     int64_t *ns = malloc((size_t)(tokens * L) * sizeof *ns);
+    int64_t *ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
     float *x = malloc((size_t)D * sizeof *x), *out = malloc((size_t)D * sizeof *out);
-    if (arena == MAP_FAILED || !slices || !pool || !s || !ns || !x || !out) {
+    if (arena == MAP_FAILED || !slices || !pool || !s || !s2 || !ns || !ns2 || !x || !out) {
         fprintf(stderr, "moe_cpu_stream: out of memory (%.2f GiB copy)\n", (double)map_bytes / 1073741824.0);
         return 1;
     }
@@ -177,7 +195,17 @@ int main(int argc, char **argv)
         w[k] = 1.0f / (float)K;
     const int64_t gap_ns = (int64_t)(gap_us * 1000.0);
     double sink = 0;
-    for (int64_t t = -1; t < tokens; t++) { /* token -1: warm-up, not timed */
+    if (compare) {
+        mp_moe_scratch_set_pipelined(s, true);
+        mp_moe_scratch_set_pipelined(s2, false);
+    }
+    const bool ab = compare || compare_prefetch >= 0;
+    mp_gemv_set_prefetch(prefetch);
+    int64_t n_a = 0, n_b = 0;
+    for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
+        const bool second = ab && (t & 1);
+        if (compare_prefetch >= 0)
+            mp_gemv_set_prefetch(second ? 0 : compare_prefetch);
         for (int64_t il = 0; il < L; il++) {
             for (int64_t k = 0; k < K; k++) {
                 int32_t e;
@@ -192,35 +220,52 @@ int main(int argc, char **argv)
             }
             const int64_t t0 = now_ns();
             mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), out,
-                               pool, s);
+                               pool, second ? s2 : s);
             const int64_t t1 = now_ns();
             sink += out[0];
-            if (t >= 0)
-                ns[t * L + il] = t1 - t0;
+            if (t >= 0 && second)
+                ns2[n_b++] = t1 - t0;
+            else if (t >= 0)
+                ns[n_a++] = t1 - t0;
             while (now_ns() - t1 < gap_ns)
                 ;
         }
     }
-    const int64_t n = tokens * L;
-    double mean = 0;
-    for (int64_t i = 0; i < n; i++)
-        mean += (double)ns[i];
-    mean /= (double)n;
-    qsort(ns, (size_t)n, sizeof *ns, cmp_i64);
     const double call_bytes = (double)K * (double)mp_model_expert_bytes(m, 0);
-    printf("moe_cpu_stream: %" PRId64 " layers (%.2f GiB copy), %d threads, gap %.0f us: per call median %.1f us, "
-           "mean %.1f us, p90 %.1f us; %.1f GB/s at the mean (%.1f MB per call)%s\n",
-           L, (double)map_bytes / 1073741824.0, threads, gap_us, (double)ns[n / 2] / 1e3, mean / 1e3,
-           (double)ns[n * 9 / 10] / 1e3, call_bytes / mean, call_bytes / 1e6, isfinite(sink) ? "" : " (non-finite output)");
+    char label[2][64] = {"", ""};
+    if (compare)
+        snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
+    else if (compare_prefetch >= 0)
+        snprintf(label[0], sizeof label[0], ", prefetch %ld B", compare_prefetch),
+            snprintf(label[1], sizeof label[1], ", no prefetch");
+    else if (prefetch > 0)
+        snprintf(label[0], sizeof label[0], ", prefetch %ld B", prefetch);
+    for (int v = 0; v < (ab ? 2 : 1); v++) {
+        int64_t *d = v ? ns2 : ns;
+        const int64_t n = v ? n_b : n_a;
+        double mean = 0;
+        for (int64_t i = 0; i < n; i++)
+            mean += (double)d[i];
+        mean /= (double)n;
+        qsort(d, (size_t)n, sizeof *d, cmp_i64);
+        printf("moe_cpu_stream: %" PRId64 " layers (%.2f GiB copy), %d threads, gap %.0f us%s: per call median "
+               "%.1f us, mean %.1f us, p90 %.1f us; %.1f GB/s at the mean (%.1f MB per call)%s\n",
+               L, (double)map_bytes / 1073741824.0, threads, gap_us,
+               label[v], (double)d[n / 2] / 1e3, mean / 1e3,
+               (double)d[n * 9 / 10] / 1e3, call_bytes / mean, call_bytes / 1e6,
+               isfinite(sink) ? "" : " (non-finite output)");
+    }
     const double gbs = mp_bench_host_read_gbs(map_bytes, threads, 3);
     printf("moe_cpu_stream: contiguous stream over %.2f GiB, %d threads: %.1f GB/s\n",
            (double)map_bytes / 1073741824.0, threads, gbs);
     munmap(arena, map_bytes);
     mp_moe_scratch_free(s);
+    mp_moe_scratch_free(s2);
     mp_pool_free(pool);
     mp_model_free(m);
     free(slices);
     free(ns);
+    free(ns2);
     free(x);
     free(out);
     return 0;
