@@ -4,7 +4,7 @@
  * with no GPU in the loop.
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
- *                        [--gap-us G=0] [--compare] [--prefetch B=0] [--compare-prefetch B]
+ *                        [--gap-us G=0] [--compare]
  *
  * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
  * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
@@ -14,8 +14,7 @@
  * buffer of the copy's size. --compare alternates, token by token, the pipelined region and the
  * two regions of mp_moe_experts_cpu (mp_moe_scratch_set_pipelined) and reports both: this host's
  * memory bandwidth drifts by ±15 % within minutes, so only an A/B interleaved this finely is
- * trustworthy. --prefetch sets mp_gemv_rows's software prefetch distance (mp_gemv_set_prefetch);
- * --compare-prefetch B alternates distance B (reported first) with none. Why: the offloaded rows' CPU side took ~357 µs per layer step at
+ * trustworthy. Why: the offloaded rows' CPU side took ~357 µs per layer step at
  * layers:48 and ~293 µs at layers:12 for the same 24.5 MB (bench/NOTES-gpu-exec.md); this
  * separates the memory's behaviour from the GPU's and the round trip's.
  */
@@ -27,7 +26,6 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "kernels/quant.h"
 #include "runtime/bench.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
@@ -82,7 +80,7 @@ static void copy_task(void *ctx, int64_t task, int thread)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
-               "                      [--gap-us G=0] [--compare] [--prefetch B=0] [--compare-prefetch B]\n");
+               "                      [--gap-us G=0] [--compare]\n");
 }
 
 int main(int argc, char **argv)
@@ -92,7 +90,6 @@ int main(int argc, char **argv)
     int threads = mp_cpu_count();
     double gap_us = 0;
     bool compare = false;
-    long prefetch = 0, compare_prefetch = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -117,17 +114,13 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(a, "--gap-us"))
             gap_us = atof(argv[++i]);
-        else if (!strcmp(a, "--prefetch"))
-            prefetch = atol(argv[++i]);
-        else if (!strcmp(a, "--compare-prefetch"))
-            compare_prefetch = atol(argv[++i]);
+
         else {
             usage(stderr);
             return 2;
         }
     }
-    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6) || prefetch < 0 ||
-        (compare && compare_prefetch >= 0)) {
+    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6)) {
         usage(stderr);
         return 2;
     }
@@ -199,13 +192,10 @@ int main(int argc, char **argv)
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare || compare_prefetch >= 0;
-    mp_gemv_set_prefetch(prefetch);
+    const bool ab = compare;
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
-        if (compare_prefetch >= 0)
-            mp_gemv_set_prefetch(second ? 0 : compare_prefetch);
         for (int64_t il = 0; il < L; il++) {
             for (int64_t k = 0; k < K; k++) {
                 int32_t e;
@@ -235,11 +225,6 @@ int main(int argc, char **argv)
     char label[2][64] = {"", ""};
     if (compare)
         snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
-    else if (compare_prefetch >= 0)
-        snprintf(label[0], sizeof label[0], ", prefetch %ld B", compare_prefetch),
-            snprintf(label[1], sizeof label[1], ", no prefetch");
-    else if (prefetch > 0)
-        snprintf(label[0], sizeof label[0], ", prefetch %ld B", prefetch);
     for (int v = 0; v < (ab ? 2 : 1); v++) {
         int64_t *d = v ? ns2 : ns;
         const int64_t n = v ? n_b : n_a;

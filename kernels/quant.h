@@ -140,8 +140,6 @@ const mp_type_ops *mp_type_ops_isa(int type, const char *isa);
 /* Matrix-vector over a row range, the decode hot loop (multithreaded by the caller over rows):
  * y[r - row_begin] = dot(W[r], x) for r in [row_begin, row_end). W rows are row_bytes apart.
  * x is already in ops->vec_dot_type. */
-/* mp_gemv_rows's software prefetch distance in bytes, for every thread (0, the default: none). */
-void mp_gemv_set_prefetch(long bytes);
 void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
                   int64_t row_begin, int64_t row_end, const void *x, float *y);
 

@@ -15,7 +15,6 @@
  * Invariant: every table's vec_dot_type and quantize_row equal the scalar table's, so activations
  * quantized once serve every variant, and weights quantized by any variant decode identically.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,32 +204,11 @@ int mp_quantize_activation(int vec_dot_type, const float *src, void *dst, int64_
     }
 }
 
-/* Software prefetch distance of mp_gemv_rows in bytes (0: none); see mp_gemv_set_prefetch. */
-static _Atomic long gemv_prefetch = 0;
-
-void mp_gemv_set_prefetch(long bytes)
-{
-    gemv_prefetch = bytes < 0 ? 0 : bytes;
-}
-
-/* The decode hot loop: nearly all decode time is here, streaming weight rows from memory once.
- * With a prefetch distance, each row first asks for the cache lines that far ahead (within the
- * caller's rows), so that a core keeps more misses in flight than its compute-paced loads do. */
+/* The decode hot loop: nearly all decode time is here, streaming weight rows from memory once. */
 void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
                   int64_t row_begin, int64_t row_end, const void *x, float *y)
 {
     const uint8_t *wb = w; /* (n_rows, row_bytes) */
-    const long pf = atomic_load_explicit(&gemv_prefetch, memory_order_relaxed);
-    if (pf > 0) {
-        const uint8_t *end = wb + (size_t)row_end * row_bytes;
-        for (int64_t r = row_begin; r < row_end; r++) {
-            const uint8_t *row = wb + (size_t)r * row_bytes;
-            for (const uint8_t *p = row + pf; p < row + pf + row_bytes && p < end; p += 64)
-                __builtin_prefetch(p, 0, 3);
-            y[r - row_begin] = ops->vec_dot(n_cols, row, x);
-        }
-        return;
-    }
     for (int64_t r = row_begin; r < row_end; r++)
         y[r - row_begin] = ops->vec_dot(n_cols, wb + (size_t)r * row_bytes, x);
 }
