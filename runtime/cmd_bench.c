@@ -71,8 +71,9 @@ static void usage(FILE *f)
             "executor that ran (gpu or cpu), the placement and budget, and for GPU rows the share\n"
             "of routes run on the GPU, on the CPU and by weight copies, the measured CPU round\n"
             "trip per hybrid MoE layer, and for decode rows with hybrid layers the bound:\n"
-            "max(GPU part, CPU experts' bytes / host read bandwidth, measured at start) plus the\n"
-            "round trips. Output format: docs/bench.md.\n", mp_placement_flags_help);
+            "max(GPU part, CPU experts' bytes / host read bandwidth) plus the round trips, the\n"
+            "bandwidth the larger of two probes, before and after the tests. Output format:\n"
+            "docs/bench.md.\n", mp_placement_flags_help);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b)
