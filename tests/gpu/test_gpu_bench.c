@@ -1,0 +1,100 @@
+/* tests/gpu/test_gpu_bench.c — `moeplan bench` with the GPU executor and host experts, as a user
+ * runs it: the decode row's bound and the host line.
+ *
+ * On a tiny generated model (q4_k_m mix) with the first two layers' experts on the CPU
+ * (--placement layers:2), one tg row: the executor is the GPU's, some routes ran on the CPU, the
+ * bound object is there and self-consistent (its bandwidth is the larger of the two probes, both
+ * measured; bound <= serial bound; the shares are the median over the bounds), and the host line
+ * says how much of the host copy is in huge pages (a share in 0..100 %). Speeds are only checked
+ * to be measured (> 0), never against a number. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/unit/cli_util.h"
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_gpu_bench_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(gpu_bench, .init = setup, .fini = teardown);
+
+static double num_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "field %s is not a number", k);
+    return v->valuedouble;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_not_null(s);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
+{
+    char err[16384], cmd[1024], path[512];
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd,
+             "bench -m '%s/tiny.gguf' -p 0 -n 16 -r 2 -t 2 -o json --executor gpu --placement layers:2",
+             tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/stdout", tmpdir);
+    char *out = slurp(path);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
+    cr_assert(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == 1);
+    const cJSON *row = cJSON_GetArrayItem(rows, 0);
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(row, "executor");
+    cr_assert(cJSON_IsString(ex) && !strcmp(ex->valuestring, "gpu"));
+    cr_assert_gt(num_of(row, "routes_cpu"), 0.0);
+    cr_assert_gt(num_of(row, "routes_gpu"), 0.0);
+    const double med = num_of(row, "median_tok_s");
+    cr_assert_gt(med, 0.0);
+
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(row, "host_experts");
+    cr_assert(cJSON_IsString(host));
+    double gib = -1, pct = -1;
+    cr_assert_eq(sscanf(host->valuestring, "host experts in a page-locked copy (%lf GiB, %lf %% in huge pages)",
+                        &gib, &pct), 2, "host line: %s", host->valuestring);
+    cr_assert(gib > 0 && pct >= 0 && pct <= 100, "host line: %s", host->valuestring);
+
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(row, "bound");
+    cr_assert(cJSON_IsObject(b), "a hybrid tg row without a bound");
+    const double before = num_of(b, "host_read_gbs_before"), after = num_of(b, "host_read_gbs_after");
+    cr_assert(before > 0 && after > 0, "probes %g / %g", before, after);
+    cr_assert_eq(num_of(b, "host_read_gbs"), fmax(before, after));
+    const double bound = num_of(b, "bound_ms"), serial = num_of(b, "serial_bound_ms");
+    cr_assert(bound > 0 && serial >= bound, "bound %g ms, serial %g ms", bound, serial);
+    cr_assert_float_eq(num_of(b, "share_of_bound"), med * bound / 1e3, 1e-9 * med * bound);
+    cr_assert_float_eq(num_of(b, "share_of_serial_bound"), med * serial / 1e3, 1e-9 * med * serial);
+    cr_assert_not_null(strstr(err, "host read bandwidth after the tests"), "%s", err);
+    cJSON_Delete(root);
+    free(out);
+}
