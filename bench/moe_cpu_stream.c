@@ -4,7 +4,7 @@
  * with no GPU in the loop.
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
- *                        [--gap-us G=0] [--compare]
+ *                        [--gap-us G=0] [--token-gap-us U=0] [--compare | --compare-isa A,B]
  *
  * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
  * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
@@ -14,7 +14,9 @@
  * buffer of the copy's size. --compare alternates, token by token, the pipelined region and the
  * two regions of mp_moe_experts_cpu (mp_moe_scratch_set_pipelined) and reports both: this host's
  * memory bandwidth drifts by ±15 % within minutes, so only an A/B interleaved this finely is
- * trustworthy. Why: the offloaded rows' CPU side took ~357 µs per layer step at
+ * trustworthy. --compare-isa A,B alternates the CPU kernels' level (MP_ISA, e.g. avx512,avx2)
+ * the same way. --token-gap-us sleeps U µs after each token's L calls, as the runtime's CPU side
+ * rests while the GPU runs the all-resident layers (layers:12: ~2.5 ms per token). Why: the offloaded rows' CPU side took ~357 µs per layer step at
  * layers:48 and ~293 µs at layers:12 for the same 24.5 MB (bench/NOTES-gpu-exec.md); this
  * separates the memory's behaviour from the GPU's and the round trip's.
  */
@@ -26,6 +28,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "kernels/quant.h"
 #include "runtime/bench.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
@@ -80,7 +83,7 @@ static void copy_task(void *ctx, int64_t task, int thread)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
-               "                      [--gap-us G=0] [--compare]\n");
+               "                      [--gap-us G=0] [--token-gap-us U=0] [--compare | --compare-isa A,B]\n");
 }
 
 int main(int argc, char **argv)
@@ -88,8 +91,9 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t L = 48, tokens = 16;
     int threads = mp_cpu_count();
-    double gap_us = 0;
+    double gap_us = 0, token_gap_us = 0;
     bool compare = false;
+    char isa[2][16] = {"", ""};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -114,13 +118,25 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(a, "--gap-us"))
             gap_us = atof(argv[++i]);
+        else if (!strcmp(a, "--token-gap-us"))
+            token_gap_us = atof(argv[++i]);
+        else if (!strcmp(a, "--compare-isa")) {
+            const char *v = argv[++i], *comma = strchr(v, ',');
+            if (!comma || comma - v >= 16 || strlen(comma + 1) >= 16 || comma == v || !comma[1]) {
+                usage(stderr);
+                return 2;
+            }
+            memcpy(isa[0], v, (size_t)(comma - v));
+            strcpy(isa[1], comma + 1);
+        }
 
         else {
             usage(stderr);
             return 2;
         }
     }
-    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6)) {
+    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6) || token_gap_us < 0 ||
+        !(token_gap_us < 1e7) || (compare && isa[0][0])) {
         usage(stderr);
         return 2;
     }
@@ -192,10 +208,14 @@ int main(int argc, char **argv)
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare;
+    const bool ab = compare || isa[0][0];
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
+        if (isa[0][0]) { /* the level is decided again on next use, from MP_ISA */
+            setenv("MP_ISA", isa[second], 1);
+            mp_kernels_force_scalar(0);
+        }
         for (int64_t il = 0; il < L; il++) {
             for (int64_t k = 0; k < K; k++) {
                 int32_t e;
@@ -220,11 +240,18 @@ int main(int argc, char **argv)
             while (now_ns() - t1 < gap_ns)
                 ;
         }
+        if (token_gap_us > 0) {
+            const struct timespec ts = {(time_t)(token_gap_us / 1e6),
+                                        (long)(fmod(token_gap_us, 1e6) * 1e3)};
+            nanosleep(&ts, NULL);
+        }
     }
     const double call_bytes = (double)K * (double)mp_model_expert_bytes(m, 0);
     char label[2][64] = {"", ""};
     if (compare)
         snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
+    else if (isa[0][0])
+        snprintf(label[0], sizeof label[0], ", %s", isa[0]), snprintf(label[1], sizeof label[1], ", %s", isa[1]);
     for (int v = 0; v < (ab ? 2 : 1); v++) {
         int64_t *d = v ? ns2 : ns;
         const int64_t n = v ? n_b : n_a;
@@ -233,9 +260,9 @@ int main(int argc, char **argv)
             mean += (double)d[i];
         mean /= (double)n;
         qsort(d, (size_t)n, sizeof *d, cmp_i64);
-        printf("moe_cpu_stream: %" PRId64 " layers (%.2f GiB copy), %d threads, gap %.0f us%s: per call median "
+        printf("moe_cpu_stream: %" PRId64 " layers (%.2f GiB copy), %d threads, gap %.0f us, token gap %.0f us%s: per call median "
                "%.1f us, mean %.1f us, p90 %.1f us; %.1f GB/s at the mean (%.1f MB per call)%s\n",
-               L, (double)map_bytes / 1073741824.0, threads, gap_us,
+               L, (double)map_bytes / 1073741824.0, threads, gap_us, token_gap_us,
                label[v], (double)d[n / 2] / 1e3, mean / 1e3,
                (double)d[n * 9 / 10] / 1e3, call_bytes / mean, call_bytes / 1e6,
                isfinite(sink) ? "" : " (non-finite output)");
