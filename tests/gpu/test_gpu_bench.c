@@ -2,7 +2,9 @@
  * runs it: the decode row's bound and the host line.
  *
  * On a tiny generated model (q4_k_m mix) with the first two layers' experts on the CPU
- * (--placement layers:2), one tg row: the executor is the GPU's, some routes ran on the CPU, the
+ * (--placement layers:2), a pp64 and a tg16 row (the prompt makes the session's batch large
+ * enough for the executor to stage expert copies, and so to hold the host experts in its
+ * page-locked copy rather than the model's mapping): in the tg row the executor is the GPU's, some routes ran on the CPU, the
  * bound object is there and self-consistent (its bandwidth is the larger of the two probes, both
  * measured; bound <= serial bound; the shares are the median over the bounds), and the host line
  * says how much of the host copy is in huge pages (a share in 0..100 %). Speeds are only checked
@@ -61,7 +63,7 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
     snprintf(cmd, sizeof cmd,
-             "bench -m '%s/tiny.gguf' -p 0 -n 16 -r 2 -t 2 -o json --executor gpu --placement layers:2",
+             "bench -m '%s/tiny.gguf' -p 64 -n 16 -r 2 -t 2 -o json --executor gpu --placement layers:2",
              tmpdir);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/stdout", tmpdir);
@@ -69,8 +71,10 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     cJSON *root = cJSON_Parse(out);
     cr_assert_not_null(root, "stdout is not JSON: %s", out);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
-    cr_assert(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == 1);
-    const cJSON *row = cJSON_GetArrayItem(rows, 0);
+    cr_assert(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == 2);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(rows, 0), "bound")),
+              "a pp row with a decode bound");
+    const cJSON *row = cJSON_GetArrayItem(rows, 1);
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(row, "executor");
     cr_assert(cJSON_IsString(ex) && !strcmp(ex->valuestring, "gpu"));
     cr_assert_gt(num_of(row, "routes_cpu"), 0.0);
