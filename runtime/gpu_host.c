@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "runtime/gpu_impl.h"
+#include "runtime/placement.h"
 
 
 /* MP_GPU_HOST_EXPERTS: pinned (default), copy (the copy, pageable) or mapping (the model's file
@@ -213,17 +214,17 @@ void mp_gpu_host_experts_free(mp_gpu *g)
 
 void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap)
 {
-    const double gib = (double)g->h_arena_bytes / (1024.0 * 1024 * 1024);
-    char huge[48] = "";
+    char size[32], huge[48] = "";
+    mp_format_bytes(g->h_arena_bytes, size, sizeof size);
     if (g->h_arena && g->h_arena_huge >= 0)
         snprintf(huge, sizeof huge, ", %.0f %% in huge pages",
                  100.0 * (double)g->h_arena_huge / (double)g->h_arena_bytes);
     if (g->n_hybrid_layers == 0)
         snprintf(buf, cap, "no host experts");
     else if (g->h_arena && g->host_registered)
-        snprintf(buf, cap, "host experts in a page-locked copy (%.2f GiB%s)", gib, huge);
+        snprintf(buf, cap, "host experts in a page-locked copy (%s%s)", size, huge);
     else if (g->h_arena)
-        snprintf(buf, cap, "host experts in a pageable copy (%.2f GiB%s; %s)", gib, huge, g->host_why);
+        snprintf(buf, cap, "host experts in a pageable copy (%s%s; %s)", size, huge, g->host_why);
     else
         snprintf(buf, cap, "host experts in the model's mapping, pageable%s%s%s", g->host_why[0] ? " (" : "",
                  g->host_why, g->host_why[0] ? ")" : "");

@@ -84,10 +84,11 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
 
     const cJSON *host = cJSON_GetObjectItemCaseSensitive(row, "host_experts");
     cr_assert(cJSON_IsString(host));
-    double gib = -1, pct = -1;
-    cr_assert_eq(sscanf(host->valuestring, "host experts in a page-locked copy (%lf GiB, %lf %% in huge pages)",
-                        &gib, &pct), 2, "host line: %s", host->valuestring);
-    cr_assert(gib > 0 && pct >= 0 && pct <= 100, "host line: %s", host->valuestring);
+    double size = -1, pct = -1;
+    char unit[8] = "";
+    cr_assert_eq(sscanf(host->valuestring, "host experts in a page-locked copy (%lf %7[KMGTiB], %lf %% in huge pages)",
+                        &size, unit, &pct), 3, "host line: %s", host->valuestring);
+    cr_assert(size > 0 && pct >= 0 && pct <= 100, "host line: %s", host->valuestring);
 
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(row, "bound");
     cr_assert(cJSON_IsObject(b), "a hybrid tg row without a bound");
