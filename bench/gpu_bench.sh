@@ -5,8 +5,9 @@
 #   --placement layers:N for N = 12 24 36 48 (llama.cpp's --n-cpu-moe N): tg128 (and pp512)
 #   --placement fill under budgets emulating 24 / 16 / 12 / 8 GB cards: tg128, pp512
 #   --placement layers:N and layers-last:N under the 16 / 12 / 8 GB budgets, N the fewest CPU
-#   layers that fit (found by bisection with `bench --executor cpu`, which checks the placement
-#   against the budget before it runs): tg128, pp512 (configs lfitB, llfitB)
+#   layers that fit (found by bisection with `bench --executor cpu --dry-run`, which checks the
+#   placement against the budget for the same tests and runs nothing): tg128, pp512 (configs
+#   lfitB, llfitB)
 # Each configuration is one `moeplan bench -o json` call (JSON in OUTDIR/bench-<name>.json); a
 # markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
 # CONFIGS (names below, default all), PP / TG (test sizes), MODEL, QUANT (the generated preset's
@@ -35,14 +36,15 @@ declare -A flags=(
     [fill12]="--placement fill --gpu-budget 12GB -p ${PP:-512} -n ${TG:-128}"
     [fill8]="--placement fill --gpu-budget 8GB -p ${PP:-512} -n ${TG:-128}"
 )
-# the fewest layers N for which --placement MODE:N fits BUDGET (the placement's own budget check,
-# one CPU token when it fits); nothing printed when even every layer on the CPU does not fit
+# the fewest layers N for which --placement MODE:N fits BUDGET for the row's own tests (bench
+# --dry-run: the placement's budget check for that context and batch, nothing runs); nothing
+# printed when even every layer on the CPU does not fit
 n_moe_layers= # the model's MoE layers, read once (by the loop below, not inside $(fit_layers ...))
 fit_layers() {
     local mode=$1 budget=$2 lo=0 hi=$n_moe_layers mid
     fits() {
         "$moeplan" bench -m "$model" -t "$threads" --executor cpu --placement "$mode:$1" --gpu-budget "$budget" \
-            -p 0 -n 1 -r 1 >/dev/null 2>&1
+            -p "${PP:-512}" -n "${TG:-128}" --dry-run >/dev/null 2>&1
     }
     fits "$hi" || return 0
     while [ "$lo" -lt "$hi" ]; do

@@ -64,6 +64,9 @@ static void usage(FILE *f)
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
             "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "  -o, --output FMT     md (default) or json\n"
+            "      --dry-run        plan the executor and the placement against the budget for\n"
+            "                       these tests, print the plan and exit: nothing runs (exit 1\n"
+            "                       with the reason when it does not fit)\n"
             "%s"
             "  -h, --help           show this help\n"
             "\n"
@@ -114,7 +117,7 @@ typedef struct bench_opts {
     int n_pp, n_tg;
     int64_t reps, threads, ctx;
     uint64_t seed;
-    bool json, no_simd;
+    bool json, no_simd, dry_run;
     mp_placement_opts pl;
     const char *route_replay; /* --route-replay TRACE, NULL: the router decides */
 } bench_opts;
@@ -132,6 +135,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return 1;
         } else if (!strcmp(a, "--no-simd")) {
             o->no_simd = true;
+            continue;
+        } else if (!strcmp(a, "--dry-run")) {
+            o->dry_run = true;
             continue;
         }
         if (a[0] != '-')
@@ -448,6 +454,49 @@ static void progress(void *ctx, int rep, int reps)
                 r->n, rep + 1, reps);
 }
 
+/* --dry-run: the plan that bench would run with, one line (md) or one object (json). */
+static mp_status print_plan(const bench_opts *o, const mp_model *m, const bench_ctx *c, int64_t n_ctx,
+                            mp_error *err)
+{
+    char line[1024];
+    mp_placement_summary(&c->pl, line, sizeof line);
+    const char *executor = c->gpu ? "gpu" : "cpu";
+    if (!o->json) {
+        printf("plan: executor %s; context %" PRId64 "; %s\n", executor, n_ctx, line);
+        return MP_OK;
+    }
+    const mp_placement *p = &c->pl;
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root && cJSON_AddStringToObject(root, "model", o->model) &&
+              cJSON_AddStringToObject(root, "executor", executor) &&
+              cJSON_AddStringToObject(root, "placement", p->desc) &&
+              (o->pl.budget_text ? cJSON_AddStringToObject(root, "gpu_budget", o->pl.budget_text) != NULL
+                                 : cJSON_AddNullToObject(root, "gpu_budget") != NULL) &&
+              add_num(root, "gpu_budget_bytes", (double)p->budget.budget_bytes) &&
+              add_num(root, "n_ctx", (double)n_ctx) &&
+              add_num(root, "gpu_dense_bytes", (double)p->budget.dense_bytes) &&
+              add_num(root, "gpu_kv_bytes", (double)p->budget.kv_bytes) &&
+              add_num(root, "gpu_scratch_bytes", (double)p->budget.scratch_bytes) &&
+              add_num(root, "gpu_expert_bytes", (double)p->gpu_expert_bytes) &&
+              add_num(root, "host_expert_bytes", (double)p->host_expert_bytes) &&
+              add_num(root, "experts_resident", (double)p->n_resident_total) &&
+              add_num(root, "experts", (double)(m->hp.n_layer * m->hp.n_expert)) &&
+              cJSON_AddStringToObject(root, "summary", line);
+    cJSON *per = ok ? cJSON_AddArrayToObject(root, "resident_per_layer") : NULL;
+    ok = ok && per;
+    for (int64_t il = 0; ok && il < p->n_layer; il++) {
+        cJSON *num = cJSON_CreateNumber((double)p->n_resident[il]);
+        ok = num && cJSON_AddItemToArray(per, num);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory for the JSON plan");
+    puts(text);
+    cJSON_free(text);
+    return MP_OK;
+}
+
 static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, mp_error *err)
 {
     mp_model *m = NULL;
@@ -503,6 +552,10 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
     if ((st = mp_executor_plan(m, (mp_executor_kind)o->pl.executor, &o->pl, &sp, &c.pl, &c.gpu, err)))
         goto done;
     sp.placement = c.gpu ? &c.pl : NULL;
+    if (o->dry_run) {
+        st = print_plan(o, m, &c, n_ctx, err);
+        goto done;
+    }
     if ((st = mp_session_new(m, &sp, &s, err)))
         goto done;
     if (c.gpu) {

@@ -195,6 +195,77 @@ Test(bench, markdown_table_by_default)
     free(out);
 }
 
+/* --dry-run plans what the tests would run with and stops: the plan on stdout (md: one line;
+ * json: the budget's parts, the experts per layer), nothing measured on stderr, and a budget too
+ * small for the tests' context and batch refused as a real run refuses it (exit 1, one line). */
+Test(bench, dry_run_prints_the_plan_and_runs_nothing)
+{
+    char err[16384], *out;
+    int rc = bench("-p 16,32 -n 8 -t 1 --dry-run --executor cpu --placement layers:1 --gpu-budget 1GiB",
+                   err, sizeof err, &out);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cr_assert_eq(strncmp(out, "plan: executor cpu; context 32; layers:1: 16/24 experts on the GPU", 66), 0,
+                 "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    cr_assert_null(strstr(err, "repetition"), "something ran: %s", err);
+    cr_assert_null(strstr(err, "warm-up"), "something ran: %s", err);
+    free(out);
+
+    /* every expert on the GPU, no budget: the fixed part and all the experts' bytes */
+    rc = bench("-p 16 -n 8 -t 1 --dry-run --executor cpu --placement gpu -o json", err, sizeof err, &out);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cJSON *all = cJSON_Parse(out);
+    cr_assert_not_null(all, "stdout is not JSON: %s", out);
+    cr_assert_eq(num_of(all, "host_expert_bytes"), 0);
+    cr_assert_eq(num_of(all, "experts_resident"), 24);
+    const double experts = num_of(all, "gpu_expert_bytes");
+    const double budget = num_of(all, "gpu_dense_bytes") + num_of(all, "gpu_kv_bytes") +
+                          num_of(all, "gpu_scratch_bytes") + floor(experts / 2);
+    cJSON_Delete(all);
+    free(out);
+    /* a budget with room for half the experts */
+    char args[256];
+    snprintf(args, sizeof args, "-p 16 -n 8 -t 1 --dry-run --executor cpu --placement fill --gpu-budget %.0f -o json",
+             budget);
+    rc = bench(args, err, sizeof err, &out);
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    cr_assert_str_eq(str_of(root, "executor"), "cpu");
+    cr_assert_str_eq(str_of(root, "placement"), "fill");
+    cr_assert_eq(num_of(root, "gpu_budget_bytes"), budget);
+    cr_assert_eq(num_of(root, "n_ctx"), 16);
+    const double fixed = num_of(root, "gpu_dense_bytes") + num_of(root, "gpu_kv_bytes") +
+                         num_of(root, "gpu_scratch_bytes");
+    const double gpu = num_of(root, "gpu_expert_bytes"), host = num_of(root, "host_expert_bytes");
+    cr_assert_leq(fixed + gpu, budget, "the plan exceeds its budget");
+    cr_assert_eq(gpu + host, experts);
+    cr_assert_eq(gpu, 12 * experts / 24, "fill should place 12 of the 24 equal experts: %g of %g bytes", gpu,
+                 experts);
+    const cJSON *per = cJSON_GetObjectItemCaseSensitive(root, "resident_per_layer");
+    cr_assert(cJSON_IsArray(per) && cJSON_GetArraySize(per) == 3);
+    double sum = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, per) {
+        cr_assert(cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 8);
+        sum += v->valuedouble;
+    }
+    cr_assert_eq(sum, num_of(root, "experts_resident"));
+    cr_assert_eq(num_of(root, "experts"), 24);
+    /* every expert of the fixture has the same bytes: the split is proportional */
+    cr_assert_float_eq(gpu / (gpu + host), sum / 24.0, 1e-12);
+    cJSON_Delete(root);
+    free(out);
+
+    rc = bench("-p 16 -n 8 -t 1 --dry-run --executor cpu --placement layers:1 --gpu-budget 1MiB", err, sizeof err,
+               &out);
+    cr_assert_eq(rc, 1, "rc %d: %s", rc, err);
+    cr_assert_not_null(strstr(err, "do not fit"), "%s", err);
+    cr_assert_eq(strchr(err, '\n'), err + strlen(err) - 1, "not one line: %s", err);
+    cr_assert_str_empty(out);
+    free(out);
+}
+
 Test(bench, bad_flags_exit_2_with_one_line)
 {
     static const char *bad[] = {
