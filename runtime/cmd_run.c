@@ -1,10 +1,11 @@
-/* runtime/cmd_run.c — `moeplan run`: generate text from a GGUF MoE model on the CPU.
+/* runtime/cmd_run.c — `moeplan run`: generate text from a GGUF MoE model.
  *
  * Loads the model and its tokenizer, applies the chatml template (qwen3moe, unless --raw),
  * prefills the prompt, then decodes until -n tokens or an end-of-generation token, streaming the
  * text to stdout. A summary line goes to stderr. Placement flags (runtime/placement.h) are checked
- * against the GPU budget and reported; with no GPU executor in this build every expert runs on the
- * CPU, and the summary says so. --route-replay goes through the function table the CLI passes to
+ * against the GPU budget before any work; the GPU executor runs them when a CUDA device is usable
+ * (runtime/executor.h), else (or with --executor cpu) every expert runs on the CPU and the summary
+ * says so. --route-replay goes through the function table the CLI passes to
  * mp_cmd_run_with (the runtime never links the trace reader). Every numeric flag is parsed strictly (whole
  * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1.
  */
@@ -34,7 +35,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moeplan run -m MODEL (-p PROMPT | -f FILE) [options]\n"
             "\n"
-            "Generate text from a GGUF MoE model (qwen3moe, olmoe, mixtral) on the CPU.\n"
+            "Generate text from a GGUF MoE model (qwen3moe, olmoe, mixtral): on the GPU executor\n"
+            "when a CUDA device is usable (the placement's experts on the GPU, the others on the\n"
+            "CPU), else on the CPU.\n"
             "\n"
             "  -m, --model PATH     GGUF model file\n"
             "  -p, --prompt TEXT    prompt text\n"
@@ -54,9 +57,9 @@ static void usage(FILE *f)
             "  -h, --help           show this help\n"
             "\n"
             "Text goes to stdout; a summary line (prompt tokens, prefill tok/s, generated tokens,\n"
-            "decode tok/s, threads, ISA) goes to stderr. This build has no GPU executor: a\n"
-            "placement is validated against the budget and reported, and every expert runs on\n"
-            "the CPU.\n", mp_placement_flags_help);
+            "decode tok/s, threads, ISA) goes to stderr, then the placement and the executor that\n"
+            "ran it. With --executor cpu a placement is only checked against the budget and\n"
+            "reported: every expert runs on the CPU.\n", mp_placement_flags_help);
 }
 
 static int usage_error(const char *fmt, const char *a, const char *b)
