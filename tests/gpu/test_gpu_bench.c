@@ -42,32 +42,16 @@ static double num_of(const cJSON *o, const char *k)
     return v->valuedouble;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_not_null(s);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
 {
-    char err[16384], cmd[1024], path[512];
+    char err[16384], cmd[1024];
     snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
     snprintf(cmd, sizeof cmd,
              "bench -m '%s/tiny.gguf' -p 64 -n 16 -r 2 -t 2 -o json --executor gpu --placement layers:2",
              tmpdir);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
-    snprintf(path, sizeof path, "%s/stdout", tmpdir);
-    char *out = slurp(path);
+    char *out = mp_test_stdout(tmpdir);
     cJSON *root = cJSON_Parse(out);
     cr_assert_not_null(root, "stdout is not JSON: %s", out);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");

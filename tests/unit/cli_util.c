@@ -27,3 +27,26 @@ int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, cha
     fclose(f);
     return WEXITSTATUS(st);
 }
+
+char *mp_test_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    const long n = ftell(f);
+    cr_assert_geq(n, 0);
+    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_not_null(s);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n, "short read of %s", path);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+char *mp_test_stdout(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stdout", dir);
+    return mp_test_slurp(path);
+}

@@ -46,18 +46,7 @@ static int bench(const char *args, char *err, size_t cap, char **out)
     char full[8192];
     snprintf(full, sizeof full, "bench -m '%s' %s", model, args);
     const int rc = mp_test_moeplan(tmpdir, full, MP_TEST_STDERR, err, cap);
-    char path[512];
-    snprintf(path, sizeof path, "%s/stdout", tmpdir);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *out = malloc((size_t)n + 1);
-    cr_assert_not_null(*out);
-    cr_assert_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
-    (*out)[n] = 0;
-    fclose(f);
+    *out = mp_test_stdout(tmpdir);
     return rc;
 }
 

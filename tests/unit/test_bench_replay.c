@@ -25,23 +25,6 @@ static int sh(const char *args, char *out, size_t cap)
 }
 
 /* What the last command printed on stdout (malloc'd). */
-static char *stdout_text(void)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/stdout", tmpdir);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_not_null(s);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static void setup(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_bench_replay_XXXXXX");
@@ -112,7 +95,7 @@ Test(bench_replay, rows_name_the_trace_and_the_replay_serves_every_step)
     snprintf(args, sizeof args, "bench -m '%s' -p 0 -n %lld -r %lld --ctx %lld --route-replay '%s' "
              "-o json", model, (long long)n, (long long)reps, (long long)(n + 1), trace);
     cr_assert_eq(sh(args, err, sizeof err), 0, "%s", err);
-    char *out = stdout_text();
+    char *out = mp_test_stdout(tmpdir);
     cJSON *root = cJSON_Parse(out);
     cr_assert_not_null(root, "not JSON: %s", out);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
@@ -141,7 +124,7 @@ Test(bench_replay, rows_name_the_trace_and_the_replay_serves_every_step)
     snprintf(args, sizeof args, "bench -m '%s' -p 3 -n 0 -r 1 --executor cpu --route-replay '%s'",
              model, trace);
     cr_assert_eq(sh(args, err, sizeof err), 0, "%s", err);
-    out = stdout_text();
+    out = mp_test_stdout(tmpdir);
     cr_assert(strstr(out, "| routing |") != NULL, "%s", out);
     cr_assert(strstr(out, "| replay t.db | cpu | - | - | pp3 |") != NULL, "%s", out);
     snprintf(want, sizeof want, "route replay: routing replayed from %s: 6 rows per layer, "
@@ -152,7 +135,7 @@ Test(bench_replay, rows_name_the_trace_and_the_replay_serves_every_step)
     /* without replay the rows say so */
     snprintf(args, sizeof args, "bench -m '%s' -p 2 -n 0 -r 1 -o json", model);
     cr_assert_eq(sh(args, err, sizeof err), 0, "%s", err);
-    out = stdout_text();
+    out = mp_test_stdout(tmpdir);
     root = cJSON_Parse(out);
     cr_assert_not_null(root);
     row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0);
@@ -171,7 +154,7 @@ Test(bench_replay, another_geometry_is_refused_naming_both)
     cr_assert(strncmp(err, "moeplan bench: error: route replay: trace ", 42) == 0, "%s", err);
     cr_assert(strstr(err, "has 4 MoE nodes × 16 experts × top-4") != NULL, "%s", err);
     cr_assert(strstr(err, "the model has 4 layers × 8 experts × top-4") != NULL, "%s", err);
-    char *out = stdout_text();
+    char *out = mp_test_stdout(tmpdir);
     cr_assert_str_eq(out, "");
     free(out);
 }
@@ -195,7 +178,7 @@ Test(bench_replay, missing_incomplete_and_corrupt_traces_are_refused)
     cr_assert_eq(lines(err), 1, "want one line:\n%s", err);
     cr_assert(strncmp(err, "moeplan bench: error: ", 22) == 0, "%s", err);
     cr_assert(strstr(err, bad) != NULL, "the message does not name %s: %s", bad, err);
-    char *out = stdout_text();
+    char *out = mp_test_stdout(tmpdir);
     cr_assert_str_eq(out, "");
     free(out);
     /* no value */
@@ -220,7 +203,7 @@ Test(bench_replay, missing_incomplete_and_corrupt_traces_are_refused)
     cr_assert_eq(lines(msg), 1, "want one error line:\n%s", err);
     cr_assert(strstr(msg, "tg4: route replay: trace") != NULL, "%s", err);
     cr_assert(strstr(msg, "row 0 slot 0: expected an expert id in [0, 16)") != NULL, "%s", err);
-    out = stdout_text();
+    out = mp_test_stdout(tmpdir);
     cr_assert_str_eq(out, "");
     free(out);
 }

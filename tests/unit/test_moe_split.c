@@ -29,7 +29,9 @@ static uint64_t next(void)
     return z ^ (z >> 31);
 }
 
-static void split_once(const char *mix, int64_t n_rows)
+/* A fresh qwen3moe-shaped model of the mix in a temporary file (path: a "/tmp/..._XXXXXX"
+ * template, filled in; the caller unlinks it). */
+static mp_model *make_model(const char *mix, char *path)
 {
     mp_mkmodel_config cfg;
     mp_error e;
@@ -37,21 +39,19 @@ static void split_once(const char *mix, int64_t n_rows)
     cr_assert_eq(mp_mkmodel_set_mix(&cfg, mix, &e), MP_OK, "%s", e.msg);
     cfg.seed = seed;
     cfg.n_threads = 2;
-    char path[] = "/tmp/mp_moe_split_XXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     close(fd);
     cr_assert_eq(mp_mkmodel_write(&cfg, path, true, NULL, NULL, &e), MP_OK, "%s", e.msg);
     mp_model *m;
     cr_assert_eq(mp_model_load(path, &m, &e), MP_OK, "%s", e.msg);
-    const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used;
-    mp_pool *pool = mp_pool_new(2);
-    mp_moe_scratch *sc = mp_moe_scratch_new(&m->hp, n_rows, 2);
-    float *x = malloc(sizeof(float) * (size_t)(n_rows * D));
-    float *whole = malloc(sizeof(float) * (size_t)(n_rows * D));
-    float *a = malloc(sizeof(float) * (size_t)(n_rows * D)), *b = malloc(sizeof(float) * (size_t)(n_rows * D));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_rows * K));
-    float *w = malloc(sizeof(float) * (size_t)(n_rows * K));
+    return m;
+}
+
+/* Random rows in [-1, 1), and for each row K distinct random experts of E with weights in
+ * [0.05, 1.05). */
+static void random_inputs(int64_t n_rows, int64_t D, int64_t E, int64_t K, float *x, int32_t *ids, float *w)
+{
     for (int64_t i = 0; i < n_rows * D; i++)
         x[i] = (float)((double)(next() >> 11) * 0x1p-53 * 2.0 - 1.0);
     for (int64_t r = 0; r < n_rows; r++)
@@ -67,6 +67,21 @@ static void split_once(const char *mix, int64_t n_rows)
             ids[r * K + k] = id;
             w[r * K + k] = 0.05f + (float)(next() % 1000) / 1000.0f;
         }
+}
+
+static void split_once(const char *mix, int64_t n_rows)
+{
+    char path[] = "/tmp/mp_moe_split_XXXXXX";
+    mp_model *m = make_model(mix, path);
+    const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    mp_pool *pool = mp_pool_new(2);
+    mp_moe_scratch *sc = mp_moe_scratch_new(&m->hp, n_rows, 2);
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * D));
+    float *whole = malloc(sizeof(float) * (size_t)(n_rows * D));
+    float *a = malloc(sizeof(float) * (size_t)(n_rows * D)), *b = malloc(sizeof(float) * (size_t)(n_rows * D));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n_rows * K));
+    float *w = malloc(sizeof(float) * (size_t)(n_rows * K));
+    random_inputs(n_rows, D, E, K, x, ids, w);
     uint64_t res[16] = {0}, comp[16] = {0};
     for (int64_t e2 = 0; e2 < E; e2++) {
         if (next() & 1)
@@ -171,19 +186,8 @@ Test(moe_split, cpu_partials_add_up_to_the_whole_block)
  * expert's hidden rows too early, or a conversion done twice or not at all, changes bits. */
 static void pipelined_once(const char *mix, int threads)
 {
-    mp_mkmodel_config cfg;
-    mp_error e;
-    cr_assert_eq(mp_mkmodel_arch("qwen3moe", &cfg, &e), MP_OK);
-    cr_assert_eq(mp_mkmodel_set_mix(&cfg, mix, &e), MP_OK, "%s", e.msg);
-    cfg.seed = seed;
-    cfg.n_threads = 2;
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
-    cr_assert_eq(mp_mkmodel_write(&cfg, path, true, NULL, NULL, &e), MP_OK, "%s", e.msg);
-    mp_model *m;
-    cr_assert_eq(mp_model_load(path, &m, &e), MP_OK, "%s", e.msg);
+    mp_model *m = make_model(mix, path);
     const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used, R = 4;
     mp_pool *pool = mp_pool_new(threads);
     mp_moe_scratch *piped = mp_moe_scratch_new(&m->hp, R, threads);
@@ -198,21 +202,7 @@ static void pipelined_once(const char *mix, int threads)
     cr_assert(x && a && b && ids && w);
     for (int rep = 0; rep < 6; rep++) {
         const int64_t n_rows = 1 + rep % R;
-        for (int64_t i = 0; i < n_rows * D; i++)
-            x[i] = (float)((double)(next() >> 11) * 0x1p-53 * 2.0 - 1.0);
-        for (int64_t r = 0; r < n_rows; r++)
-            for (int64_t k = 0; k < K; k++) {
-                int32_t id;
-                bool dup;
-                do {
-                    id = (int32_t)(next() % (uint64_t)E);
-                    dup = false;
-                    for (int64_t j = 0; j < k; j++)
-                        dup |= ids[r * K + j] == id;
-                } while (dup);
-                ids[r * K + k] = id;
-                w[r * K + k] = 0.05f + (float)(next() % 1000) / 1000.0f;
-            }
+        random_inputs(n_rows, D, E, K, x, ids, w);
         uint64_t res[16] = {0};
         for (int64_t e2 = 0; e2 < E; e2++)
             if (next() % 4 == 0) /* a quarter resident: most routes still run here */

@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "tests/unit/cli_util.h"
+
 static char tmpdir[256];
 static const char *root, *moeplan;
 
@@ -56,21 +58,6 @@ static int script(const char *env, char *err, size_t cap)
     return WEXITSTATUS(rc);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s is missing", path);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_not_null(s);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static double num(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -92,7 +79,7 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
              "BUDGETS='+2MiB +4MiB' POLICIES='plan static-topn' NPROMPTS=1 REPS=1", root);
     cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.json", tmpdir);
-    char *text = slurp(path);
+    char *text = mp_test_slurp(path);
     cJSON *doc = cJSON_Parse(text);
     cr_assert_not_null(doc, "not JSON: %s", text);
     cr_assert_str_eq(str(doc, "format"), "moeplan-sim-accuracy");
@@ -127,7 +114,7 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     cJSON_Delete(doc);
     free(text);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);
-    text = slurp(path);
+    text = mp_test_slurp(path);
     cr_assert(strstr(text, "**Measured with the CPU executor") != NULL, "%s", text);
     cr_assert(strstr(text, "| +4MiB | static-topn | ") != NULL, "%s", text);
     /* the CPU executor makes no round trips: its rows' round-trip columns are zeros */
