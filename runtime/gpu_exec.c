@@ -61,6 +61,7 @@ void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"
 #include "runtime/gpu_impl.h"
+#include "runtime/numparse.h"
 #include "runtime/matmul.h"
 
 mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e)
@@ -388,18 +389,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
 /* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_DECODE_COPY
  * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
- * Q, K and V projections of a decode step one after the other, not side by side).
+ * Q, K and V projections of a decode step one after the other, not side by side; mp_env_off).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
-bool mp_gpu_env_off(const char *name, const char *on_desc)
-{
-    const char *v = getenv(name);
-    if (v && !strcmp(v, "0"))
-        return true;
-    if (v && *v && strcmp(v, "1"))
-        fprintf(stderr, "moeplan: %s=%.40s is neither 0 nor 1: %s\n", name, v, on_desc);
-    return false;
-}
-
 static void env_switches(mp_gpu *g)
 {
     const char *gmr = getenv("MP_GPU_GEMM_MIN_ROWS"); /* as mp_gpu_set_gemm_min_rows (A/B, repro) */
@@ -412,8 +403,8 @@ static void env_switches(mp_gpu *g)
         else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
             g->gemm_min_rows = v;
     }
-    g->qkv_serial = mp_gpu_env_off("MP_GPU_QKV_FORK", "Q, K and V side by side"); /* Q, K, V in one stream (A/B) */
-    if (mp_gpu_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
+    g->qkv_serial = mp_env_off("MP_GPU_QKV_FORK", "Q, K and V side by side"); /* Q, K, V in one stream (A/B) */
+    if (mp_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
     }

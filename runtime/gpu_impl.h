@@ -203,10 +203,6 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
  * or a pageable copy, said by mp_gpu_host_report (gpu.h). Fails only when out of memory for the table. */
 enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 int mp_gpu_host_mode_from_env(void);
-/* A 0/1 switch of the executor that is on by default (MP_GPU_GRAPHS, MP_GPU_QKV_FORK): true when
- * `name` is "0"; any value but unset, empty or "1" is said on stderr in one line with what runs
- * instead (`on_desc`), and reads as on. */
-bool mp_gpu_env_off(const char *name, const char *on_desc);
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */

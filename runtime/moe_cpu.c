@@ -31,6 +31,7 @@
 #include "kernels/quant.h"
 #include "runtime/matmul.h"
 #include "runtime/moe.h"
+#include "runtime/numparse.h"
 
 typedef struct expert_task {
     int32_t expert;
@@ -118,8 +119,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->tasks = malloc(2 * (size_t)s->max_tasks * sizeof(expert_task));
     s->left = malloc((size_t)hp->n_expert * sizeof *s->left);
     s->ready = malloc((size_t)hp->n_expert * sizeof *s->ready);
-    const char *pipe = getenv("MP_MOE_CPU_PIPELINE"); /* 0: two regions always (A/B) */
-    s->pipelined = !(pipe && !strcmp(pipe, "0"));
+    s->pipelined = !mp_env_off("MP_MOE_CPU_PIPELINE", "pipelined"); /* 0: two regions always (A/B) */
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks ||
         !s->left || !s->ready) {

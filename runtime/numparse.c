@@ -3,7 +3,9 @@
 #include "runtime/numparse.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static bool plain_start(const char *s)
 {
@@ -34,4 +36,14 @@ bool mp_parse_u64(const char *s, uint64_t *out)
         return false;
     *out = v;
     return true;
+}
+
+bool mp_env_off(const char *name, const char *on_desc)
+{
+    const char *v = getenv(name);
+    if (v && !strcmp(v, "0"))
+        return true;
+    if (v && *v && strcmp(v, "1"))
+        fprintf(stderr, "moeplan: %s=%.40s is neither 0 nor 1: %s\n", name, v, on_desc);
+    return false;
 }

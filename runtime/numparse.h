@@ -10,4 +10,10 @@
 bool mp_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool mp_parse_u64(const char *s, uint64_t *out); /* also rejects '-' */
 
+/* An environment switch that is on by default (A/B runs: MP_GPU_GRAPHS, MP_GPU_QKV_FORK,
+ * MP_MOE_CPU_PIPELINE): true when `name` is "0"; unset, empty and "1" read as on; any other value
+ * reads as on and is said on stderr in one line with what runs instead (`on_desc`), because a
+ * typo must not pass for an A/B. */
+bool mp_env_off(const char *name, const char *on_desc);
+
 #endif

@@ -594,36 +594,4 @@ Test(placement, host_experts_switch)
     cr_assert_not_null(strstr(buf, "MP_GPU_HOST_EXPERTS=pinnned is not pinned, copy or mapping: pinned"), "%s", buf);
 }
 
-/* The executor's on-by-default 0/1 switches (MP_GPU_GRAPHS, MP_GPU_QKV_FORK): "0" turns one off;
- * unset, empty and "1" keep it on; anything else keeps it on and says so on stderr in one line
- * naming the value. Runs without a device: only the parsing. */
-Test(placement, executor_switch_0_or_1)
-{
-    const char *name = "MP_GPU_QKV_FORK";
-    unsetenv(name);
-    cr_assert_not(mp_gpu_env_off(name, "Q, K and V side by side"));
-    cr_assert_eq(setenv(name, "", 1), 0);
-    cr_assert_not(mp_gpu_env_off(name, "Q, K and V side by side"));
-    cr_assert_eq(setenv(name, "1", 1), 0);
-    cr_assert_not(mp_gpu_env_off(name, "Q, K and V side by side"));
-    cr_assert_eq(setenv(name, "0", 1), 0);
-    cr_assert(mp_gpu_env_off(name, "Q, K and V side by side"));
-    char path[] = "/tmp/mp_switch_XXXXXX";
-    const int fd = mkstemp(path), saved = dup(2);
-    cr_assert(fd >= 0 && saved >= 0);
-    fflush(stderr);
-    dup2(fd, 2);
-    cr_assert_eq(setenv(name, "off", 1), 0);
-    const bool off = mp_gpu_env_off(name, "Q, K and V side by side");
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    unsetenv(name);
-    char buf[256] = {0};
-    cr_assert_geq(pread(fd, buf, sizeof buf - 1, 0), 0);
-    close(fd);
-    unlink(path);
-    cr_assert_not(off, "an unknown value must keep the switch on");
-    cr_assert_not_null(strstr(buf, "MP_GPU_QKV_FORK=off is neither 0 nor 1: Q, K and V side by side\n"), "%s", buf);
-}
 #endif
