@@ -79,6 +79,8 @@ for c in $configs; do
             >"$out/bench-$c.json" 2>"$out/bench-$c.err"; then
         echo "gpu_bench: $c failed: $(tail -1 "$out/bench-$c.err")" >&2
     fi
+    # under scripts/gpu.sh: bring back what has finished, should the call's time run out
+    if declare -F pack >/dev/null; then pack || true; fi
 done
 python3 - "$out" $configs <<'PY'
 import json, sys

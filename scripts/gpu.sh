@@ -56,15 +56,21 @@ RESULTS=${OUT:-out/gpu}
 OUT=${MP_GPU_WORK:-/tmp/mp-gpu}
 [ -n "${MP_GPU_WORK:-}" ] || rm -rf "$OUT" # the default work folder starts empty on every call
 mkdir -p "$OUT" "$RESULTS" || exit 1
+RESULTS=$(cd "$RESULTS" && pwd) # pack() writes it from inside the work folder
 # pack: RESULTS/gpu-results.tar.gz from the work folder (gpu-results-NAME.tar.gz for a work
 # folder NAME given in MP_GPU_WORK, so that two invocations in one call, e.g. an A/B with an
 # environment variable, bring back both), written to a temporary name and renamed, so that a call
 # cut short by its time limit still brings back every finished stage
 TARBALL=gpu-results${MP_GPU_WORK:+-$(basename "$MP_GPU_WORK")}.tar.gz
 pack() {
-    (cd "$OUT" && find . -type f -size -8M ! -name '*.gguf' | tar -czf "$RESULTS/.$TARBALL" -T -) &&
-        mv "$RESULTS/.$TARBALL" "$RESULTS/$TARBALL"
+    (cd "$MP_PACK_DIR" && find . -type f -size -8M ! -name '*.gguf' |
+        tar -czf "$MP_PACK_RESULTS/.$MP_PACK_TARBALL" -T -) &&
+        mv "$MP_PACK_RESULTS/.$MP_PACK_TARBALL" "$MP_PACK_RESULTS/$MP_PACK_TARBALL"
 }
+# exported, so that a long stage can pack as it goes (bench/gpu_bench.sh after every configuration):
+# a call cut short by its time limit then still brings back the configurations that finished
+export MP_PACK_DIR=$OUT MP_PACK_RESULTS=$RESULTS MP_PACK_TARBALL=$TARBALL
+export -f pack
 # no core files: a CUDA process's core takes minutes to write and looks like a hang
 ulimit -c 0
 stages=("$@")
