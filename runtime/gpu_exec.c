@@ -61,8 +61,8 @@ void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"
 #include "runtime/gpu_impl.h"
-#include "runtime/numparse.h"
 #include "runtime/matmul.h"
+#include "runtime/numparse.h"
 
 mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e)
 {
@@ -408,12 +408,12 @@ static void env_switches(mp_gpu *g)
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
     }
-    const char *env;
     /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
      * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
      * bench/NOTES-gpu-exec.md, run 8). MP_GPU_DECODE_COPY=auto (by cost) or N turns them on. */
     g->decode_copy = 0;
-    if ((env = getenv("MP_GPU_DECODE_COPY"))) {
+    const char *env = getenv("MP_GPU_DECODE_COPY");
+    if (env) {
         char *end = NULL;
         const long v = strtol(env, &end, 10);
         if (!strcmp(env, "auto"))

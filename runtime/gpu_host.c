@@ -159,7 +159,6 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
 #endif
     g->h_arena = arena;
     g->h_arena_bytes = map_bytes;
-    g->h_arena_huge = -1;
 
     /* lay the cold experts out layer by layer, then copy them on the pool */
     char *p = arena;
@@ -183,13 +182,12 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     mp_pool_run(g->s->pool, n_cold, copy_task, &j);
     free(list);
 
+    g->h_arena_huge = huge_bytes(arena); /* every page is in place: the copy wrote them all */
     if (g->host_mode == MP_GPU_HOST_COPY) {
-        g->h_arena_huge = huge_bytes(arena);
         snprintf(g->host_why, sizeof g->host_why, "MP_GPU_HOST_EXPERTS=copy");
         return MP_OK;
     }
     const cudaError_t ce = cudaHostRegister(arena, map_bytes, cudaHostRegisterPortable);
-    g->h_arena_huge = huge_bytes(arena);
     if (ce != cudaSuccess) {
         cudaGetLastError();
         snprintf(g->host_why, sizeof g->host_why, "page-locking failed: %s", cudaGetErrorString(ce));

@@ -40,12 +40,17 @@ void mp_act_quantize(mp_pool *pool, int vdt, const float *x, int64_t x_stride, i
     mp_pool_run(pool, n_rows, quant_task, &j);
 }
 
+int64_t mp_chunk_rows(int64_t n_out, int64_t n_tasks)
+{
+    /* 16 rows keep a task well above the ~1 us cost of claiming it */
+    const int64_t chunk = (n_out + n_tasks - 1) / n_tasks;
+    return chunk < 16 ? 16 : chunk;
+}
+
 int64_t mp_matmul_chunk_rows(int64_t n_out, int n_threads)
 {
-    /* 4 tasks per thread absorb uneven thread speeds (hyper-threads, a busy core); 16 rows keep
-     * a task well above the ~1 us cost of claiming it */
-    int64_t chunk = (n_out + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
-    return chunk < 16 ? 16 : chunk;
+    /* several tasks per thread absorb uneven thread speeds (hyper-threads, a busy core) */
+    return mp_chunk_rows(n_out, MP_MATMUL_TASKS_PER_THREAD * (int64_t)n_threads);
 }
 
 typedef struct matmul_job {

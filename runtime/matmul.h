@@ -27,7 +27,11 @@ void mp_act_quantize(mp_pool *pool, int vdt, const float *x, int64_t x_stride, i
                      int64_t n_cols, void *q);
 
 /* Rows per pool task for a matrix of n_out rows: enough tasks to balance the threads, few
- * enough that per-task overhead stays small. */
+ * enough that per-task overhead stays small. mp_matmul_chunk_rows cuts about
+ * MP_MATMUL_TASKS_PER_THREAD tasks per thread; mp_chunk_rows about n_tasks in all; both give at
+ * least 16 rows per task. */
+#define MP_MATMUL_TASKS_PER_THREAD 4
+int64_t mp_chunk_rows(int64_t n_out, int64_t n_tasks);
 int64_t mp_matmul_chunk_rows(int64_t n_out, int n_threads);
 
 /* y = x · Wᵀ. qbuf holds n_rows × mp_act_row_bytes_max(W.ne[0]) bytes (unused for float

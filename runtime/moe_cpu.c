@@ -21,7 +21,6 @@
  */
 #include <inttypes.h>
 #include <math.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,7 @@
 #include "runtime/matmul.h"
 #include "runtime/moe.h"
 #include "runtime/numparse.h"
+#include "runtime/threadpool.h"
 
 typedef struct expert_task {
     int32_t expert;
@@ -227,21 +227,14 @@ static int64_t group_by_expert(mp_moe_scratch *s, int64_t n_rows, const uint64_t
     return s->offset[E];
 }
 
-/* (expert, chunk of n_out rows) tasks over the active experts, written to tasks: the pool's
- * chunking (4 per thread, >= 16 rows) when units is 0, else ~units per thread (>= 16 rows). */
-static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units, expert_task *tasks)
+/* (expert, chunk of n_out rows) tasks over the active experts, written to tasks: about
+ * units_per_thread per thread (mp_chunk_rows). */
+static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units_per_thread, expert_task *tasks)
 {
     int64_t n_active = 0;
     for (int64_t e = 0; e < s->n_expert; e++)
         n_active += s->count[e] > 0;
-    int64_t chunk;
-    if (units > 0) {
-        const int64_t per = (int64_t)units * s->n_threads;
-        chunk = (n_active * n_out + per - 1) / per;
-        chunk = chunk < 16 ? 16 : chunk;
-    } else {
-        chunk = mp_matmul_chunk_rows(n_active * n_out, s->n_threads);
-    }
+    int64_t chunk = mp_chunk_rows(n_active * n_out, (int64_t)units_per_thread * s->n_threads);
     if (chunk > n_out)
         chunk = n_out;
     int64_t n = 0;
@@ -325,18 +318,11 @@ typedef struct pipe_job {
     atomic_int_fast64_t next_gu, next_dn;
 } pipe_job;
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define moe_relax() _mm_pause()
-#else
-#define moe_relax() ((void)0)
-#endif
-
 /* One worker per pool thread: gate/up units while any are left, then down units. A down unit
  * waits for its expert's hidden rows, which only threads already inside gate/up units (the
  * gate/up units are all claimed before any thread takes a down unit) still have to finish: the
- * wait always ends. It yields now and then so that a machine with more threads than free cores
- * lets the finishing thread run. */
+ * wait always ends. It waits as the pool's caller does (mp_wait_step: yielding now and then, so
+ * that a machine with more threads than free cores lets the finishing thread run). */
 static void pipe_task(void *ctx, int64_t task, int thread)
 {
     (void)task;
@@ -365,11 +351,9 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         if (i >= p->n_dn)
             break;
         const expert_task *t = &s->tasks[p->n_gu + i];
-        for (int spins = 0; !atomic_load_explicit(&s->ready[t->expert], memory_order_acquire); spins++) {
-            moe_relax();
-            if ((spins & 1023) == 1023)
-                sched_yield();
-        }
+        int spins = 0;
+        while (!atomic_load_explicit(&s->ready[t->expert], memory_order_acquire))
+            mp_wait_step(&spins);
         down_unit(j, t);
     }
 }
@@ -443,7 +427,8 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         pipe_job p = {&j, h_vdt, 0, 0, 0, 0};
         p.n_gu = plan_tasks(s, F, MP_MOE_PIPE_UNITS, s->tasks);
         p.n_dn = plan_tasks(s, D, MP_MOE_PIPE_UNITS, s->tasks + p.n_gu);
-        for (int64_t i = 0; i < p.n_gu; i++) /* counted per unit: an expert's units, then 0 */
+        /* left[e]: the expert's gate/up units (zeroed, then counted); ready[e]: not yet */
+        for (int64_t i = 0; i < p.n_gu; i++)
             atomic_store_explicit(&s->left[s->tasks[i].expert], 0, memory_order_relaxed);
         for (int64_t i = 0; i < p.n_gu; i++) {
             atomic_fetch_add_explicit(&s->left[s->tasks[i].expert], 1, memory_order_relaxed);
@@ -452,10 +437,10 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         /* the pool's region start publishes these stores to the workers */
         mp_pool_run(pool, mp_pool_n_threads(pool), pipe_task, &p);
     } else {
-        mp_pool_run(pool, plan_tasks(s, F, 0, s->tasks), gate_up_task, &j);
+        mp_pool_run(pool, plan_tasks(s, F, MP_MATMUL_TASKS_PER_THREAD, s->tasks), gate_up_task, &j);
         if (h_vdt != MP_TYPE_F32)
             mp_act_quantize(pool, h_vdt, s->gate, F, n_entries, F, s->hq);
-        mp_pool_run(pool, plan_tasks(s, D, 0, s->tasks), down_task, &j);
+        mp_pool_run(pool, plan_tasks(s, D, MP_MATMUL_TASKS_PER_THREAD, s->tasks), down_task, &j);
     }
 
     combine_job cj = {s, out};

@@ -50,19 +50,9 @@
 #include <sys/syscall.h>
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define mp_cpu_relax() _mm_pause()
-#else
-#define mp_cpu_relax() ((void)0)
-#endif
-
 /* ~50-100 us of polling on current x86 (a pause is ~40-140 cycles): longer than the gap between
  * the regions of one decode step, much shorter than the gap between tokens of a slow sampler. */
 #define MP_POOL_SPIN_ITERS 20000
-/* The caller waiting for tasks still running elsewhere yields after this many polls, so that an
- * oversubscribed machine (more threads than free cores) still makes progress. */
-#define MP_POOL_WAIT_SPINS_BEFORE_YIELD 2000
 
 typedef struct region {
     _Atomic(mp_pool_fn) fn;
@@ -306,13 +296,7 @@ void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx)
 
     run_tasks(p, g, 0);
 
-    int spins = 0;
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < n_tasks) {
-        if (++spins < MP_POOL_WAIT_SPINS_BEFORE_YIELD) {
-            mp_cpu_relax();
-        } else {
-            sched_yield();
-            spins = 0;
-        }
-    }
+    int spins = 0; /* the caller waits for tasks still running elsewhere */
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < n_tasks)
+        mp_wait_step(&spins);
 }

@@ -8,7 +8,15 @@
 #ifndef MP_RUNTIME_THREADPOOL_H
 #define MP_RUNTIME_THREADPOOL_H
 
+#include <sched.h>
 #include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define mp_cpu_relax() _mm_pause()
+#else
+#define mp_cpu_relax() ((void)0)
+#endif
 
 typedef struct mp_pool mp_pool;
 typedef void (*mp_pool_fn)(void *ctx, int64_t task, int thread);
@@ -19,5 +27,21 @@ int mp_pool_n_threads(const mp_pool *p);
 void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx);
 
 int mp_cpu_count(void); /* online CPUs */
+
+/* A thread polling for another thread's store yields after this many polls, so that an
+ * oversubscribed machine (more threads than free cores) lets the awaited thread run. */
+#define MP_POOL_WAIT_SPINS_BEFORE_YIELD 2000
+
+/* One poll of such a wait (*spins starts at 0): a pause, and a sched_yield every
+ * MP_POOL_WAIT_SPINS_BEFORE_YIELD polls. */
+static inline void mp_wait_step(int *spins)
+{
+    if (++*spins < MP_POOL_WAIT_SPINS_BEFORE_YIELD) {
+        mp_cpu_relax();
+    } else {
+        sched_yield();
+        *spins = 0;
+    }
+}
 
 #endif
