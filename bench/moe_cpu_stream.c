@@ -33,6 +33,7 @@
 #include "runtime/error.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
+#include "runtime/numparse.h"
 #include "runtime/threadpool.h"
 
 static int64_t now_ns(void)
@@ -86,11 +87,27 @@ static void usage(FILE *f)
                "                      [--gap-us G=0] [--token-gap-us U=0] [--compare | --compare-isa A,B]\n");
 }
 
+/* A whole-string number of microseconds in [0, hi). */
+static bool parse_us(const char *v, double hi, double *out)
+{
+    char *end = NULL;
+    const double d = strtod(v, &end);
+    if (end == v || *end || !(d >= 0 && d < hi))
+        return false;
+    *out = d;
+    return true;
+}
+
+static int bad_flag(const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "moe_cpu_stream: %s '%s': expected %s (see --help)\n", flag, value, expected);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int64_t L = 48, tokens = 16;
-    int threads = mp_cpu_count();
+    int64_t L = 48, tokens = 16, threads = mp_cpu_count();
     double gap_us = 0, token_gap_us = 0;
     bool compare = false;
     char isa[2][16] = {"", ""};
@@ -105,40 +122,55 @@ int main(int argc, char **argv)
             continue;
         }
         if (i + 1 >= argc) {
-            usage(stderr);
+            fprintf(stderr, "moe_cpu_stream: %s needs a value (see --help)\n", a);
             return 2;
         }
+        const char *v = argv[++i];
         if (!strcmp(a, "-m"))
-            path = argv[++i];
-        else if (!strcmp(a, "--layers"))
-            L = atoll(argv[++i]);
-        else if (!strcmp(a, "--tokens"))
-            tokens = atoll(argv[++i]);
-        else if (!strcmp(a, "--threads"))
-            threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--gap-us"))
-            gap_us = atof(argv[++i]);
-        else if (!strcmp(a, "--token-gap-us"))
-            token_gap_us = atof(argv[++i]);
-        else if (!strcmp(a, "--compare-isa")) {
-            const char *v = argv[++i], *comma = strchr(v, ',');
-            if (!comma || comma - v >= 16 || strlen(comma + 1) >= 16 || comma == v || !comma[1]) {
-                usage(stderr);
-                return 2;
-            }
+            path = v;
+        else if (!strcmp(a, "--layers")) {
+            if (!mp_parse_i64(v, 1, 1 << 20, &L))
+                return bad_flag(a, v, "a layer count >= 1");
+        } else if (!strcmp(a, "--tokens")) {
+            if (!mp_parse_i64(v, 1, 1 << 20, &tokens))
+                return bad_flag(a, v, "a token count in 1..1048576");
+        } else if (!strcmp(a, "--threads")) {
+            if (!mp_parse_i64(v, 1, 1024, &threads))
+                return bad_flag(a, v, "a thread count in 1..1024");
+        } else if (!strcmp(a, "--gap-us")) {
+            if (!parse_us(v, 1e6, &gap_us))
+                return bad_flag(a, v, "microseconds in [0, 1e6)");
+        } else if (!strcmp(a, "--token-gap-us")) {
+            if (!parse_us(v, 1e7, &token_gap_us))
+                return bad_flag(a, v, "microseconds in [0, 1e7)");
+        } else if (!strcmp(a, "--compare-isa")) {
+            const char *comma = strchr(v, ',');
+            if (!comma || comma == v || comma - v >= 16 || !comma[1] || strlen(comma + 1) >= 16)
+                return bad_flag(a, v, "two kernel levels A,B (scalar, avx2, avx512)");
             memcpy(isa[0], v, (size_t)(comma - v));
             strcpy(isa[1], comma + 1);
-        }
-
-        else {
-            usage(stderr);
+        } else {
+            fprintf(stderr, "moe_cpu_stream: unknown option '%s' (see --help)\n", a);
             return 2;
         }
     }
-    if (!path || tokens < 1 || threads < 1 || gap_us < 0 || !(gap_us < 1e6) || token_gap_us < 0 ||
-        !(token_gap_us < 1e7) || (compare && isa[0][0])) {
-        usage(stderr);
+    if (!path) {
+        fprintf(stderr, "moe_cpu_stream: -m MODEL.gguf is required (see --help)\n");
         return 2;
+    }
+    if (compare && isa[0][0]) {
+        fprintf(stderr, "moe_cpu_stream: --compare and --compare-isa are one A/B each: give one\n");
+        return 2;
+    }
+    /* a level this CPU lacks would silently run the best one (dispatch.c): refuse it instead */
+    for (int v = 0; isa[0][0] && v < 2; v++) {
+        setenv("MP_ISA", isa[v], 1);
+        mp_kernels_force_scalar(0);
+        if (strcmp(mp_kernels_isa(), isa[v])) {
+            fprintf(stderr, "moe_cpu_stream: --compare-isa: this CPU has no '%s' kernels (it runs %s)\n", isa[v],
+                    mp_kernels_isa());
+            return 2;
+        }
     }
     mp_error err = {0};
     mp_model *m = NULL;
@@ -149,7 +181,8 @@ int main(int argc, char **argv)
     const mp_hparams *hp = &m->hp;
     const int64_t E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd;
     if (L < 1 || L > hp->n_layer) {
-        fprintf(stderr, "moe_cpu_stream: --layers must be in 1..%" PRId64 "\n", hp->n_layer);
+        fprintf(stderr, "moe_cpu_stream: %s has %" PRId64 " layers: --layers (default 48) must be in 1..%" PRId64 "\n",
+                path, hp->n_layer, hp->n_layer);
         return 2;
     }
 
@@ -164,9 +197,9 @@ int main(int argc, char **argv)
     const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
     char *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     const void **slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
-    mp_pool *pool = mp_pool_new(threads);
-    mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, threads);
-    mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, threads); /* --compare: the other mode */
+    mp_pool *pool = mp_pool_new((int)threads);
+    mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, (int)threads);
+    mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare: the other mode */
     int64_t *ns = malloc((size_t)(tokens * L) * sizeof *ns);
     int64_t *ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
     float *x = malloc((size_t)D * sizeof *x), *out = malloc((size_t)D * sizeof *out);
@@ -262,14 +295,14 @@ int main(int argc, char **argv)
         qsort(d, (size_t)n, sizeof *d, cmp_i64);
         printf("moe_cpu_stream: %" PRId64 " layers (%.2f GiB copy), %d threads, gap %.0f us, token gap %.0f us%s: per call median "
                "%.1f us, mean %.1f us, p90 %.1f us; %.1f GB/s at the mean (%.1f MB per call)%s\n",
-               L, (double)map_bytes / 1073741824.0, threads, gap_us, token_gap_us,
+               L, (double)map_bytes / 1073741824.0, (int)threads, gap_us, token_gap_us,
                label[v], (double)d[n / 2] / 1e3, mean / 1e3,
                (double)d[n * 9 / 10] / 1e3, call_bytes / mean, call_bytes / 1e6,
                isfinite(sink) ? "" : " (non-finite output)");
     }
-    const double gbs = mp_bench_host_read_gbs(map_bytes, threads, 3);
+    const double gbs = mp_bench_host_read_gbs(map_bytes, (int)threads, 3);
     printf("moe_cpu_stream: contiguous stream over %.2f GiB, %d threads: %.1f GB/s\n",
-           (double)map_bytes / 1073741824.0, threads, gbs);
+           (double)map_bytes / 1073741824.0, (int)threads, gbs);
     munmap(arena, map_bytes);
     mp_moe_scratch_free(s);
     mp_moe_scratch_free(s2);

@@ -332,9 +332,14 @@ __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const
 // threads, at least 256. MP_CUDA_NORM_THREADS=256 restores the fifth session's 256 (A/B).
 static int g_norm_threads = -1; // -1: not read yet; 0: by row length; else that many
 
+static bool norm_threads_valid(long t)
+{
+    return t == 256 || t == 512 || t == 1024;
+}
+
 extern "C" void mp_cuda_set_norm_threads(int threads)
 {
-    g_norm_threads = threads == 256 || threads == 512 || threads == 1024 ? threads : 0;
+    g_norm_threads = norm_threads_valid(threads) ? threads : 0;
 }
 
 static int norm_threads(int64_t n)
@@ -343,9 +348,10 @@ static int norm_threads(int64_t n)
         const char *v = getenv("MP_CUDA_NORM_THREADS");
         g_norm_threads = 0;
         if (v && *v && strcmp(v, "auto")) {
-            const int t = atoi(v);
-            if (t == 256 || t == 512 || t == 1024)
-                g_norm_threads = t;
+            char *end = NULL;
+            const long t = strtol(v, &end, 10);
+            if (!*end && norm_threads_valid(t))
+                g_norm_threads = (int)t;
             else
                 fprintf(stderr, "moeplan: warning: MP_CUDA_NORM_THREADS=%.40s is not 256, 512, 1024 or auto: using auto\n", v);
         }
