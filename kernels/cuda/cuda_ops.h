@@ -173,6 +173,23 @@ int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_up, int64_t
 /* d_y[i] += d_x[i], n elements (residual add). */
 int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream);
 
+/* ---- hybrid decode handoffs through mapped host memory (handoff.cu) ----
+ * h_ pointers here are page-locked host memory (cudaMallocHost) that the kernels read and write
+ * directly. Both launch one block. */
+
+/* h_x[0..n_x) = d_x (16-byte aligned), and when d_ids is not NULL h_ids/h_w[0..n_k) = d_ids/d_w;
+ * then *h_stamp = the GPU's global timer (ns; when h_stamp is not NULL) and *h_flag = 1, after a
+ * system-scope fence: a host that reads 1 from *h_flag sees everything written before it. */
+int mp_cuda_host_publish(const float *d_x, float *h_x, int64_t n_x, const int32_t *d_ids, int32_t *h_ids,
+                         const float *d_w, float *h_w, int64_t n_k, uint32_t *h_flag, uint64_t *h_stamp,
+                         void *stream);
+/* Waits until the host sets *h_flag to 1 (the kernel traps after timeout_s seconds, which fails
+ * the stream), then d_proj[i] = h_part[i] (d_proj[i] + h_part[i] with accumulate) for i < n,
+ * h_part read from host memory (never from a cache); *h_stamp (when not NULL) = the global timer
+ * when the flag was seen. d_proj is read only after the kernels before it on the stream finished. */
+int mp_cuda_host_wait_add(float *d_proj, const float *h_part, int64_t n, int accumulate, const uint32_t *h_flag,
+                          uint64_t *h_stamp, double timeout_s, void *stream);
+
 /* ---- attention (KV cache in F16) ---- */
 
 /* d_cache rows [pos0, pos0 + n_rows) of width n_kv = n_head_kv * head_dim (f16 bits) =
