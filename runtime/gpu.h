@@ -48,11 +48,14 @@ typedef struct mp_gpu_stats {
     int64_t cpu_expert_ns;     /* host time computing CPU experts */
     /* with mp_gpu_set_measure: per hybrid layer step, the GPU's gap between the end of the
      * rows' D2H copy and the start of the partial's H2D copy (host wake-up + CPU experts +
-     * submission), and that gap minus the CPU expert time: the round trip's own overhead */
+     * submission), or in a one-graph step between the rows' publish and the GPU seeing the host's
+     * flag; and that gap minus the CPU expert time: the round trip's own overhead */
     int64_t rt_measured;       /* hybrid layer steps measured */
     int64_t rt_gap_ns;
     int64_t rt_overhead_ns;
     int64_t graphs_captured;   /* decode segments captured as CUDA graphs */
+    int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs
+                                * through mapped host memory) */
 } mp_gpu_stats;
 
 /* Device memory the executor allocates, by term (bytes). */

@@ -306,6 +306,8 @@ void mp_gpu_free(mp_gpu *g)
     cudaFreeHost(g->h_w);
     cudaFreeHost(g->h_x);
     cudaFreeHost(g->h_part);
+    cudaFreeHost(g->h_flags);
+    cudaFreeHost(g->h_stamps);
     cudaFreeHost(g->h_logits);
     for (int b = 0; b < 2; b++) {
         cudaFreeHost(g->h_stage_slots[b]);
@@ -332,6 +334,8 @@ void mp_gpu_free(mp_gpu *g)
             if (g->graphs[i])
                 cudaGraphExecDestroy(g->graphs[i]);
     free(g->graphs);
+    if (g->step_graph)
+        cudaGraphExecDestroy(g->step_graph);
     free(g->seg_stop);
     free(g->rt_cpu_ns);
     if (g->ev_host)
@@ -387,7 +391,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     } while (0)
 
 /* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
- * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_DECODE_COPY
+ * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_ONE_GRAPH=0 (a
+ * decode step with hybrid layers as graph segments between them, not one graph), MP_GPU_DECODE_COPY
  * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
  * Q, K and V projections of a decode step one after the other, not side by side; mp_env_off).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
@@ -404,6 +409,8 @@ static void env_switches(mp_gpu *g)
             g->gemm_min_rows = v;
     }
     g->qkv_serial = mp_env_off("MP_GPU_QKV_FORK", "Q, K and V side by side"); /* Q, K, V in one stream (A/B) */
+    /* decode steps with hybrid layers as segments between them, the host waiting on events (A/B) */
+    g->one_graph_off = mp_env_off("MP_GPU_ONE_GRAPH", "one graph per decode step");
     if (mp_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
@@ -588,6 +595,17 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaMallocHost((void **)&g->h_route1, (size_t)(2 * hp->n_layer) * K * sizeof(uint32_t)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_flags, (size_t)(2 * hp->n_layer) * sizeof *g->h_flags), "cudaMallocHost");
+    CK(cudaMallocHost((void **)&g->h_stamps, (size_t)(2 * hp->n_layer) * sizeof *g->h_stamps), "cudaMallocHost");
+    memset(g->h_stamps, 0, (size_t)(2 * hp->n_layer) * sizeof *g->h_stamps);
+    {
+        /* the handoff kernels use host pointers as device pointers: unified addressing */
+        int unified = 0;
+        if (cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, 0) != cudaSuccess || !unified) {
+            cudaGetLastError();
+            g->one_graph_off = true;
+        }
+    }
     CK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),
        "cudaMallocHost");
     int rc = mp_cuda_blas_create(&g->blas, g->stream);
@@ -675,7 +693,11 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
         char host[160];
         mp_gpu_host_report(g, host, sizeof host);
         snprintf(buf + len, cap - len, "; %s, %s; decode copies %s; decode graphs: %s",
-                 host, copy, dcopy, g->graphs_off ? g->graphs_why : g->graphs[0] ? "on" : "not used");
+                 host, copy, dcopy,
+                 g->graphs_off  ? g->graphs_why
+                 : g->step_graph ? "one per step, hybrid layers handing off through mapped host memory"
+                 : g->graphs[0]  ? "on, one per segment between hybrid layers"
+                                 : "not used");
     }
     if (st->rt_measured) {
         const size_t len = strlen(buf);

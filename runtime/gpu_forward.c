@@ -212,19 +212,29 @@ static void report_hooks(mp_gpu *g, int64_t n)
     }
 }
 
-/* After the stream drained: the round-trip gaps of this step's hybrid layers (mp_gpu_set_measure). */
-static void collect_round_trips(mp_gpu *g)
+/* After the stream drained: the round-trip gaps of this step's hybrid layers (mp_gpu_set_measure):
+ * from the GPU's timer stamps when the step handed off through mapped memory (publish to the
+ * host's flag seen), else from the events after the rows' copy and before the partial's. */
+static void collect_round_trips(mp_gpu *g, bool handoff)
 {
     for (int64_t il = 0; il < g->s->m->hp.n_layer; il++) {
         if (!g->rt_pending[il])
             continue;
         g->rt_pending[il] = false;
-        float ms = 0;
-        if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {
-            cudaGetLastError();
-            continue;
+        int64_t gap;
+        if (handoff) {
+            const uint64_t t0 = g->h_stamps[2 * il], t1 = g->h_stamps[2 * il + 1];
+            if (!t0 || t1 < t0)
+                continue;
+            gap = (int64_t)(t1 - t0);
+        } else {
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {
+                cudaGetLastError();
+                continue;
+            }
+            gap = (int64_t)((double)ms * 1e6);
         }
-        const int64_t gap = (int64_t)((double)ms * 1e6);
         g->stats.rt_measured++;
         g->stats.rt_gap_ns += gap;
         g->stats.rt_overhead_ns += gap - g->rt_cpu_ns[il];
@@ -269,8 +279,12 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
         if ((st = mp_gpu_moe_begin(g, il, n, err)))
             return st;
         if (mp_gpu_layer_hybrid(g, il)) {
-            *stop = il;
-            return MP_OK;
+            if (!g->handoff) {
+                *stop = il;
+                return MP_OK;
+            }
+            if ((st = mp_gpu_moe_end(g, il, n, err))) /* waits for the host on the GPU */
+                return st;
         }
         g->pending_add = true; /* fused into the next norm */
         if (s->hooks && s->hooks->layer_end)
@@ -286,10 +300,12 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
     return MP_OK;
 }
 
-/* Capture segment `from` of the 1-row decode step as a graph (the caller launches it: a capture
- * does not run the work). On a capture error the graphs are turned off for the session and the
- * caller enqueues the segment instead. */
-static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t *stop, mp_error *err)
+/* Capture segment `from` of the 1-row decode step as a graph into *exec (the caller launches it: a
+ * capture does not run the work); with g->handoff, from is 0 and the segment is the whole step.
+ * On a capture error the graphs are turned off for the session and the caller enqueues the
+ * segment instead. */
+static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t *stop, cudaGraphExec_t *exec,
+                                 mp_error *err)
 {
     cudaGraph_t graph = NULL;
     mp_status st = MP_OK;
@@ -303,14 +319,14 @@ static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t 
         e = cudaStreamEndCapture(g->stream, &graph);
         if (!st && e != cudaSuccess)
             st = mp_gpu_cuda_fail(err, "graph capture", e);
-        if (!st && (e = cudaGraphInstantiate(&g->graphs[from], graph, 0)) != cudaSuccess)
+        if (!st && (e = cudaGraphInstantiate(exec, graph, 0)) != cudaSuccess)
             st = mp_gpu_cuda_fail(err, "graph instantiation", e);
         if (graph)
             cudaGraphDestroy(graph);
     }
     if (st) {
         cudaGetLastError();
-        g->graphs[from] = NULL;
+        *exec = NULL;
         g->graphs_off = true;
         g->act_src = NULL; /* nothing enqueued during the capture ran */
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (%.140s)", err->msg);
@@ -318,6 +334,48 @@ static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t 
     }
     g->stats.graphs_captured++;
     return MP_OK;
+}
+
+/* A decode step with hybrid layers as one graph (g->handoff): launched once, then the host serves
+ * the hybrid layers in order through mapped memory while the GPU runs. *ran is false when the
+ * capture failed (graphs are then off for the session and nothing ran): the caller goes on with
+ * the segmented path. A failure on the host releases every waiting layer before it returns, so
+ * that the graph drains instead of spinning until its timeout. */
+static mp_status one_graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *err)
+{
+    const int64_t L = g->s->m->hp.n_layer;
+    mp_status st = MP_OK;
+    *ran = false;
+    g->handoff = true;
+    if (!g->step_graph) {
+        int64_t stop = 0;
+        if (capture_segment(g, pos0, 0, &stop, &g->step_graph, err) != MP_OK) {
+            g->handoff = false;
+            return MP_OK;
+        }
+    }
+    /* the previous step drained (mp_gpu_forward synchronized): no kernel reads the flags now */
+    memset(g->h_flags, 0, (size_t)(2 * L) * sizeof *g->h_flags);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    const cudaError_t e = cudaGraphLaunch(g->step_graph, g->stream);
+    if (e != cudaSuccess) {
+        g->handoff = false;
+        return mp_gpu_cuda_fail(err, "graph launch", e);
+    }
+    *ran = true;
+    g->stats.one_graph_steps++;
+    int64_t il = 0;
+    for (; il < L && !st; il++)
+        if (mp_gpu_layer_hybrid(g, il))
+            st = mp_gpu_moe_host(g, il, 1, err);
+    g->handoff = false;
+    if (st) {
+        for (int64_t j = 0; j < L; j++)
+            __atomic_store_n(&g->h_flags[L + j], 1, __ATOMIC_RELEASE);
+        cudaStreamSynchronize(g->stream);
+        cudaGetLastError();
+    }
+    return st;
 }
 
 mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
@@ -353,12 +411,20 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
                         !(g->d_stage && mp_gpu_copy_enabled(g, 1));
     const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
     int64_t from = 0, stop = 0;
-    for (;;) {
+    bool handoff = false;
+    if (graphs && head_rows == 1 && g->n_hybrid_layers > 0 && mp_gpu_handoff_possible(g)) {
+        if ((st = one_graph_step(g, pos0, &handoff, err)))
+            return st;
+        if (handoff)
+            stop = L; /* the whole step is on the stream */
+    }
+    while (!handoff) {
         bool launched = false;
         if (graphs && head_rows == 1 && !g->graphs_off) {
             /* a capture that fails turns graphs off for the session (capture_segment records
              * why) and this segment is enqueued as usual: nothing of the failed capture ran */
-            if (g->graphs[from] || capture_segment(g, pos0, from, &g->seg_stop[from], err) == MP_OK) {
+            if (g->graphs[from] ||
+                capture_segment(g, pos0, from, &g->seg_stop[from], &g->graphs[from], err) == MP_OK) {
                 stop = g->seg_stop[from];
                 CCHECK(cudaGraphLaunch(g->graphs[from], g->stream), "graph launch");
                 launched = true;
@@ -382,7 +448,7 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     }
     s->n_past += n;
     if (g->measure)
-        collect_round_trips(g);
+        collect_round_trips(g, handoff);
     if (s->hooks)
         report_hooks(g, n);
     return MP_OK;

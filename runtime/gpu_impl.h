@@ -112,6 +112,17 @@ struct mp_gpu {
      * start of hybrid layer k's host work (or to the logits); captured on first use */
     cudaGraphExec_t *graphs; /* (n_layer + 1), by the segment's first layer */
     int64_t *seg_stop;       /* (n_layer + 1) the hybrid layer a segment stops at (n_layer: end) */
+    /* a decode step with hybrid layers as ONE graph (MP_GPU_ONE_GRAPH, on by default): each hybrid
+     * layer hands its rows and routes to the host, and takes the CPU's partial back, through
+     * page-locked host memory the kernels read and write (kernels/cuda/handoff.cu), instead of
+     * copies, an event and a graph launch per hybrid layer */
+    cudaGraphExec_t step_graph;
+    bool one_graph_off;      /* MP_GPU_ONE_GRAPH=0: segments as above (A/B) */
+    bool handoff;            /* the step being enqueued or run hands off through mapped memory */
+    uint32_t *h_flags;       /* (2 n_layer): [il] rows of layer il published (GPU → host), [n_layer
+                              * + il] its partial written (host → GPU); zeroed before each step */
+    uint64_t *h_stamps;      /* (2 n_layer): the GPU's timer (ns) at layer il's publish and when
+                              * it saw the host's flag: the round trip's gap (mp_gpu_set_measure) */
     bool capturing;          /* enqueueing into a graph capture */
     bool graphs_off;         /* capture failed once, or disabled (MP_GPU_GRAPHS=0) */
     char graphs_why[160];
@@ -181,7 +192,10 @@ mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);
  *          routes to the host, an event, the resident experts;
  *   host   (host only) wait for the event, decide prefill copies (enqueued), CPU experts into
  *          h_part; statistics;
- *   end    (enqueued) hybrid layers: h_part up and added to d_proj. */
+ *   end    (enqueued) hybrid layers: h_part up and added to d_proj.
+ * With g->handoff (a decode step captured as one graph), begin publishes the rows and routes into
+ * mapped host memory with a flag, host spins on that flag and sets its own when h_part is
+ * written, and end is a kernel that waits for the host's flag and adds h_part from host memory. */
 bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il);
 /* Route source only: fill h_ids/h_w with every layer's routes for this step of n rows (checked
  * with mp_moe_check_routes), before the step enqueues anything; mp_gpu_moe_begin uploads them. */
@@ -191,6 +205,11 @@ mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err);
  * measured PCIe time per byte; before the CPU cost is known, rows >= MP_GPU_COPY_MIN_ROWS). */
 #define MP_GPU_COST_MIN_ROUTES 64 /* CPU routes in a step for a cost sample */
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
+/* Whether a decode step may run as one graph with mapped-memory handoffs: decode copies (which
+ * the host enqueues between a layer's routing and its combine) need the segments. */
+bool mp_gpu_handoff_possible(const mp_gpu *g);
+/* Handoff mode: the seconds a GPU waits for the host's partial before it fails the step. */
+#define MP_GPU_HANDOFF_TIMEOUT_S 60.0
 int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes);
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);

@@ -25,6 +25,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/gpu_impl.h"
 #include "runtime/moe.h"
+#include "runtime/threadpool.h"
 
 /* A route source's decode routes: every layer's were uploaded at the start of the step (one
  * copy; gpu_forward.c); larger steps upload each layer's before its MoE. */
@@ -203,6 +204,37 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
     return n >= 2; /* decode steps never copy: their graphs replay a fixed set of copies */
 }
 
+bool mp_gpu_handoff_possible(const mp_gpu *g)
+{
+    return !g->one_graph_off && !decode_copies_on(g, 1);
+}
+
+/* Handoff mode: wait until the GPU has published layer il's rows (its flag in mapped memory). The
+ * stream is checked every millisecond, so that a failed kernel is an error here, not a hang. */
+static mp_status wait_published(mp_gpu *g, int64_t il, mp_error *err)
+{
+    int64_t next_check = 0;
+    for (uint32_t spins = 1;; spins++) {
+        if (__atomic_load_n(&g->h_flags[il], __ATOMIC_ACQUIRE) == 1)
+            return MP_OK;
+        mp_cpu_relax();
+        if (spins % 1024)
+            continue;
+        const int64_t now = mp_gpu_now_ns();
+        if (!next_check) {
+            next_check = now + 1000000;
+        } else if (now >= next_check) {
+            const cudaError_t e = cudaStreamQuery(g->stream);
+            if (e == cudaSuccess && __atomic_load_n(&g->h_flags[il], __ATOMIC_ACQUIRE) != 1)
+                return mp_fail(err, MP_ERR_INTERNAL, "GPU executor: the decode step finished without "
+                               "handing layer %" PRId64 "'s rows to the host", il);
+            if (e != cudaSuccess && e != cudaErrorNotReady)
+                return mp_gpu_cuda_fail(err, "routing handoff", e);
+            next_check = now + 1000000;
+        }
+    }
+}
+
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
 {
     if (g->copy_fixed)
@@ -287,16 +319,21 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
      * experts or the routing hook); then the resident experts run (on a hybrid layer, while the
      * host works). An all-resident layer is done after this. */
     const bool hybrid = G->n_resident < E;
-    if (hybrid)
+    if (hybrid && g->handoff) { /* one graph per step: rows and routes through mapped memory */
+        const bool ids = !host_routes;
+        KCHECK(mp_cuda_host_publish(g->d_xb, g->h_x, n * D, ids ? g->d_ids : NULL, h_ids, g->d_w, h_w, n * K,
+                                    &g->h_flags[il], &g->h_stamps[2 * il], g->stream), "row handoff");
+    } else if (hybrid) {
         CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
                                g->stream), "row copy");
-    if ((hybrid || want_routing) && !host_routes) {
+    }
+    if ((hybrid || want_routing) && !host_routes && !(hybrid && g->handoff)) {
         CCHECK(cudaMemcpyAsync(h_ids, g->d_ids, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
         CCHECK(cudaMemcpyAsync(h_w, g->d_w, (size_t)(n * K) * 4, cudaMemcpyDeviceToHost, g->stream),
                "routing copy");
     }
-    if (hybrid) {
+    if (hybrid && !g->handoff) {
         CCHECK(mp_gpu_record(g, g->ev_host), "cudaEventRecord");
         if (g->measure)
             CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
@@ -328,7 +365,12 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (G->n_resident == E)
         return MP_OK; /* counted by the forward pass (graph replays skip this function) */
     const int64_t t0_ns = mp_gpu_now_ns();
-    CCHECK(cudaEventSynchronize(g->ev_host), "routing round trip");
+    if (g->handoff) {
+        if ((st = wait_published(g, il, err)))
+            return st;
+    } else {
+        CCHECK(cudaEventSynchronize(g->ev_host), "routing round trip");
+    }
     t->sync_ns = mp_gpu_now_ns() - t0_ns;
     g->stats.sync_wait_ns += t->sync_ns;
     t->d2h_bytes = (int64_t)((size_t)(n * D) * sizeof(float)) + (s->route_src ? 0 : 2 * n * K * 4);
@@ -413,6 +455,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         g->rt_pending[il] = true;
         g->rt_cpu_ns[il] = t->cpu_expert_ns;
     }
+    if (g->handoff) /* h_part is written: the GPU's wait kernel may read it */
+        __atomic_store_n(&g->h_flags[hp->n_layer + il], 1, __ATOMIC_RELEASE);
     t->h2d_bytes = (int64_t)((size_t)(n * D) * sizeof(float));
     t->hits = hits;
     t->misses = n * K - hits;
@@ -429,6 +473,14 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     const int64_t D = g->s->m->hp.n_embd;
     if (g->layers[il].n_resident == g->s->m->hp.n_expert)
         return MP_OK;
+    if (g->handoff) { /* the partial straight from host memory once the host's flag is set; nothing
+                       * but the resident experts writes d_proj (no copies in this mode) */
+        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0,
+                                     &g->h_flags[g->s->m->hp.n_layer + il],
+                                     &g->h_stamps[2 * il + 1], MP_GPU_HANDOFF_TIMEOUT_S, g->stream),
+               "partial handoff");
+        return MP_OK;
+    }
     if (g->measure)
         CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
