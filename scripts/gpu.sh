@@ -18,7 +18,8 @@
 #              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
-#              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log
+#              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
+#              STREAM_ARGS: more flags, e.g. --compare or --compare-isa avx512,avx2 for an interleaved A/B)
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
@@ -264,8 +265,9 @@ for stage in "${stages[@]}"; do
         ensure_model || { rc=1; continue; }
         for layers in ${STREAM_LAYERS:-12 48}; do
             for gap in ${STREAM_GAPS:-0 50}; do
+                # shellcheck disable=SC2086 # STREAM_ARGS: extra flags, e.g. --compare
                 build-gpu/bench/moe_cpu_stream -m "$MODEL30" --layers "$layers" --gap-us "$gap" \
-                    --tokens "${STREAM_TOKENS:-16}" 2>&1 | tee -a "$OUT/cpu-stream.log" || rc=1
+                    --tokens "${STREAM_TOKENS:-16}" ${STREAM_ARGS:-} 2>&1 | tee -a "$OUT/cpu-stream.log" || rc=1
             done
         done
         ;;

@@ -223,9 +223,23 @@ void check_dequantize_vs_scalar(const mp_type_ops *(*table)(int type), const cha
 
 /* ---- the row loops ---- */
 
+static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_cols);
+
+/* rows of 2, 9 (a 2304-wide row, as a model's) and 65 blocks */
 void check_rows(const mp_type_ops *ops, const char *variant)
 {
-    const int64_t n_cols = mp_type_block_elems(ops->type) == 1 ? 96 : 2 * mp_type_block_elems(ops->type);
+    const int64_t be = mp_type_block_elems(ops->type);
+    if (be == 1) {
+        check_rows_n(ops, variant, 96);
+        return;
+    }
+    const int64_t blocks[] = {2, 9, 65};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        check_rows_n(ops, variant, blocks[i] * be);
+}
+
+static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_cols)
+{
     const int64_t n_rows = 13, n_x = 7; /* a partial GEMM tile at the end */
     const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
     const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols) + 4; /* padded rows */
@@ -243,8 +257,8 @@ void check_rows(const mp_type_ops *ops, const char *variant)
     mp_gemv_rows(ops, w, row_bytes, n_cols, r0, r1, x, y);
     for (int64_t r = r0; r < r1; r++)
         cr_assert(same_float(y[r - r0], ops->vec_dot(n_cols, w + r * row_bytes, x)),
-                  "seed %llu: %s %s gemv row %lld differs from vec_dot", (unsigned long long)g_seed,
-                  variant, mp_type_name(ops->type), (long long)r);
+                  "seed %llu: %s %s gemv row %lld (%lld columns) differs from vec_dot", (unsigned long long)g_seed,
+                  variant, mp_type_name(ops->type), (long long)r, (long long)n_cols);
     float *yy = malloc(n_x * y_stride * sizeof(float));
     for (int64_t i = 0; i < n_x * y_stride; i++)
         yy[i] = -12345.0f;
