@@ -132,6 +132,7 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_tok = take(c, (size_t)B * 4);
     g->d_pos = take(c, (size_t)B * 4);
     g->d_bad = take(c, sizeof(int));
+    g->d_count = take(c, sizeof(unsigned));
     g->d_rids = take(c, (size_t)(2 * hp->n_layer * K) * 4);
     g->d_rw = g->d_rids ? (float *)(g->d_rids + hp->n_layer * K) : NULL;
     g->d_logits = take(c, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * 4);
@@ -394,7 +395,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_ONE_GRAPH=0 (a
  * decode step with hybrid layers as graph segments between them, not one graph), MP_GPU_DECODE_COPY
  * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
- * Q, K and V projections of a decode step one after the other, not side by side; mp_env_off).
+ * Q, K and V projections of a decode step one after the other, not side by side; mp_env_off),
+ * MP_GPU_ROUTER_FUSED=0 (a decode step's router as a GEMV and a top-k launch, not one).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
 static void env_switches(mp_gpu *g)
 {
@@ -409,6 +411,7 @@ static void env_switches(mp_gpu *g)
             g->gemm_min_rows = v;
     }
     g->qkv_serial = mp_env_off("MP_GPU_QKV_FORK", "Q, K and V side by side"); /* Q, K, V in one stream (A/B) */
+    g->router_split = mp_env_off("MP_GPU_ROUTER_FUSED", "the decode router in one launch"); /* A/B */
     /* decode steps with hybrid layers as segments between them, the host waiting on events (A/B) */
     g->one_graph_off = mp_env_off("MP_GPU_ONE_GRAPH", "one graph per decode step");
     if (mp_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
@@ -630,6 +633,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     }
     init_phase("synchronizing");
     CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
+    CK(cudaMemset(g->d_count, 0, sizeof(unsigned)), "cudaMemset");
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     init_phase("ready");
     *out = g;

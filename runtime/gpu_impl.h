@@ -49,6 +49,8 @@ struct mp_gpu {
     cudaStream_t side[2];
     cudaEvent_t ev_fork, ev_join[2];
     bool qkv_serial;           /* MP_GPU_QKV_FORK=0: Q, K, V one after the other (A/B) */
+    bool router_split;         /* MP_GPU_ROUTER_FUSED=0: a decode step's router as a GEMV and a
+                                * top-k launch (and the handoff's publish as its own), not one */
     void *blas;
 
     char *d_weights;           /* arena: dense weights */
@@ -71,6 +73,8 @@ struct mp_gpu {
     float *d_w;                         /* (n_batch, top_k) */
     int32_t *d_tok, *d_pos;             /* (n_batch) */
     int *d_bad;                         /* token id out of range flag */
+    unsigned *d_count;                  /* the fused decode router's blocks-done counter (0 between
+                                         * launches; mp_cuda_router_gemv) */
     float *d_logits;                    /* (MP_GPU_HEAD_ROWS, n_vocab) */
     void *d_act;                        /* (n_batch, act row bytes of the widest input) */
     void *d_moe_scratch;

@@ -297,11 +297,22 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
      * too, its output unused: production decode pays it, and a replayed run is meant to cost what
      * production costs (sim_accuracy.sh compares the two); replayed prefill steps skip it. */
     const bool host_routes = s->route_src != NULL;
+    const bool hybrid = G->n_resident < E;
+    bool published = false; /* the router's launch also handed the row (and routes) to the host */
     if (host_routes && !decode_routes(g, n)) {
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
         CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
+    } else if (n == 1 && !g->router_split && mp_cuda_router_gemv_supported(G->gate_inp.type)) {
+        /* decode: the GEMV and the top-k in one launch, with the handoff folded in (one graph) */
+        const gpu_tensor *R = &G->gate_inp;
+        published = hybrid && g->handoff;
+        KCHECK(mp_cuda_router_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, g->d_router, K,
+                                   hp->expert_weights_norm, g->d_ids, g->d_w, g->d_count,
+                                   published ? g->h_x : NULL, published && !host_routes ? h_ids : NULL, h_w,
+                                   published ? &g->h_flags[il] : NULL, published ? &g->h_stamps[2 * il] : NULL,
+                                   g->stream), "router");
     } else {
         const gpu_tensor *R = &G->gate_inp;
         if (n >= g->gemm_min_rows)
@@ -318,11 +329,11 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* 2. the host gets the rows of a hybrid layer, and the routes when it needs them (CPU
      * experts or the routing hook); then the resident experts run (on a hybrid layer, while the
      * host works). An all-resident layer is done after this. */
-    const bool hybrid = G->n_resident < E;
     if (hybrid && g->handoff) { /* one graph per step: rows and routes through mapped memory */
         const bool ids = !host_routes;
-        KCHECK(mp_cuda_host_publish(g->d_xb, g->h_x, n * D, ids ? g->d_ids : NULL, h_ids, g->d_w, h_w, n * K,
-                                    &g->h_flags[il], &g->h_stamps[2 * il], g->stream), "row handoff");
+        if (!published)
+            KCHECK(mp_cuda_host_publish(g->d_xb, g->h_x, n * D, ids ? g->d_ids : NULL, h_ids, g->d_w, h_w, n * K,
+                                        &g->h_flags[il], &g->h_stamps[2 * il], g->stream), "row handoff");
     } else if (hybrid) {
         CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
                                g->stream), "row copy");

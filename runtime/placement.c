@@ -116,6 +116,7 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
         expert_max = g->expert_bytes[il] > expert_max ? g->expert_bytes[il] : expert_max;
     u128 scratch = 4 * B * (4 * D + 2 * Q + 2 * KV + E + 2 * K + 2) /* activations, routes */
                    + 8 * (u128)g->n_layer * K + 512                  /* replayed decode routes */
+                   + 2 * 4                     /* the bad-token flag, the decode router's counter */
                    + 2 * B * W                                       /* converted activations */
                    + B * (2 * D + K * 6 * F)                         /* MoE kernel scratch */
                    + B * K * (4 * D + 6) + 16 * 1025 + 1024          /* its grouped (prefill) path */

@@ -157,6 +157,20 @@ int mp_cuda_moe_mma_available(void);
 int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int64_t k,
                    int renorm, int32_t *d_ids, float *d_weights, float *d_probs, void *stream);
 
+/* Decode's router in one launch, for one row: d_logits (n_expert) = W · d_x (d_x: n_in f32; W:
+ * n_expert rows of n_in, row_bytes apart, of a type mp_cuda_router_gemv_supported accepts),
+ * bit-identical to mp_cuda_gemv, then mp_cuda_router's softmax/top-k/renormalization of that row
+ * into d_ids/d_weights (k), bit-identical to mp_cuda_router. d_count: one unsigned int of device
+ * memory, 0 before the launch and 0 again after it (one launch at a time per counter). With
+ * h_flag not NULL it also hands off as mp_cuda_host_publish does: h_x = d_x, h_ids/h_w = the
+ * routes when h_ids is not NULL, *h_stamp (when not NULL), then *h_flag = 1 after a system fence. */
+int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_expert, int64_t n_in,
+                        const float *d_x, float *d_logits, int64_t k, int renorm, int32_t *d_ids, float *d_weights,
+                        unsigned *d_count, float *h_x, int32_t *h_ids, float *h_w, uint32_t *h_flag,
+                        uint64_t *h_stamp, void *stream);
+/* 1 if mp_cuda_router_gemv takes router weights of this type (F32, F16, BF16), else 0. */
+int mp_cuda_router_gemv_supported(int type);
+
 /* ---- element-wise ---- */
 
 #define MP_CUDA_ROPE_NEOX 0 /* pairs (i, i + rot_dim/2) */

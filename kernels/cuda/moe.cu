@@ -597,15 +597,16 @@ __device__ __forceinline__ unsigned long long router_key(float v, int64_t i)
     return hi << 32 | (unsigned long long)(~(uint32_t)i);
 }
 
-__global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, int renorm,
-                              int32_t *ids, float *weights, float *probs)
+// Softmax, top-k and renormalization of one row of logits by one warp (lane = 0..31), into
+// ids/weights[row * k ...] (and, when h_ids is not NULL, the same into h_ids/h_w[0 .. k): the
+// hybrid decode's handoff to the host). Logits are read with ld.global.cg (L2, never a stale L1
+// line: the fused decode router reads what other blocks of its launch wrote).
+__device__ __forceinline__ void router_row(const float *logits, int64_t n_expert, int64_t k, int renorm,
+                                           int32_t *ids, float *weights, float *probs, int64_t row, int lane,
+                                           int32_t *h_ids, float *h_w)
 {
-    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
-    mpc_pdl_trigger();
     __shared__ float p[ROUTER_MAX_EXPERT];
     __shared__ unsigned char taken[ROUTER_MAX_EXPERT];
-    const int lane = threadIdx.x;
-    const int64_t row = blockIdx.x;
     const float *l = logits + row * n_expert;
     for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
         taken[i] = 0;
@@ -615,14 +616,14 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
 #pragma unroll
     for (int j = 0; j < ROUTER_REG; j++) {
         const int64_t i = lane + (int64_t)j * MPC_WARP;
-        lv[j] = i < n_expert ? l[i] : -INFINITY;
+        lv[j] = i < n_expert ? __ldcg(l + i) : -INFINITY;
     }
     float mx = -INFINITY;
 #pragma unroll
     for (int j = 0; j < ROUTER_REG; j++)
         mx = fmaxf(mx, lv[j]);
     for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP)
-        mx = fmaxf(mx, l[i]);
+        mx = fmaxf(mx, __ldcg(l + i));
     mx = mpc_warp_max(mx);
     float sum = 0.0f;
 #pragma unroll
@@ -632,7 +633,7 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
             sum += lv[j];
         }
     for (int64_t i = lane + ROUTER_REG * MPC_WARP; i < n_expert; i += MPC_WARP) {
-        p[i] = expf(l[i] - mx);
+        p[i] = expf(__ldcg(l + i) - mx);
         sum += p[i];
     }
     const float inv = __frcp_rn(mpc_warp_sum(sum));
@@ -696,9 +697,138 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
         __syncwarp();
     }
     if (lane < k) {
+        const float wt = renorm ? __fdiv_rn(my_w, wsum) : my_w;
         ids[row * k + lane] = my_id;
-        weights[row * k + lane] = renorm ? __fdiv_rn(my_w, wsum) : my_w;
+        weights[row * k + lane] = wt;
+        if (h_ids) {
+            h_ids[lane] = my_id;
+            h_w[lane] = wt;
+        }
     }
+}
+
+__global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, int renorm,
+                              int32_t *ids, float *weights, float *probs)
+{
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
+    router_row(logits, n_expert, k, renorm, ids, weights, probs, blockIdx.x, threadIdx.x, NULL, NULL);
+}
+
+// ---- decode router: the router's GEMV and its top-k in one launch ----
+// One row. Blocks of ROUTER_GEMV_WARPS warps compute the logits as gemv_kernel<T, VEC, 1> does (a
+// warp per expert row, lanes over units two in flight, the same butterfly sum: the same bits).
+// Each block then fences and counts itself done on a device counter; the last one runs
+// router_row on all logits (the others' writes are visible: fence, then the counter, then L2
+// reads) and sets the counter back to 0 for the next launch. With a handoff target (h_flag), the
+// last block also publishes the row, ids and weights to host memory and sets the flag, as
+// handoff.cu's publish_kernel: one launch instead of three.
+#define ROUTER_GEMV_WARPS 4
+
+__device__ __forceinline__ uint64_t router_globaltimer_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+template <int T, bool VEC>
+__global__ void __launch_bounds__(ROUTER_GEMV_WARPS * MPC_WARP)
+router_gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_expert, int64_t n_units, const float *x,
+                   float *logits, int64_t k, int renorm, int32_t *ids, float *weights, unsigned *count,
+                   float *h_x, int64_t n_x, int32_t *h_ids, float *h_w, uint32_t *h_flag, uint64_t *h_stamp)
+{
+    const int lane = threadIdx.x % MPC_WARP, warp = threadIdx.x / MPC_WARP;
+    const int64_t row = (int64_t)blockIdx.x * ROUTER_GEMV_WARPS + warp;
+    const uint8_t *wrow = w + row * row_bytes;
+    if (row < n_expert)
+        mpc_prefetch_l2(wrow, row_bytes, lane);
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
+    if (row < n_expert) {
+        const uint8_t *xb = (const uint8_t *)x;
+        float acc = 0.0f;
+        for (int64_t u = lane; u < n_units; u += 2 * MPC_WARP) { // as gemv_kernel, one row
+            const bool has1 = u + MPC_WARP < n_units;
+            mpc_unit<T, VEC> w0, w1;
+            w0.load(wrow, u);
+            if (has1)
+                w1.load(wrow, u + MPC_WARP);
+            acc += w0.dot(xb, u);
+            if (has1)
+                acc += w1.dot(xb, u + MPC_WARP);
+        }
+        const float sum = mpc_warp_sum(acc);
+        if (lane == 0)
+            logits[row] = sum;
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0)
+        last = atomicAdd(count, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    if (warp == 0)
+        router_row(logits, n_expert, k, renorm, ids, weights, NULL, 0, lane, h_flag ? h_ids : NULL, h_w);
+    else if (h_flag) // the other warps hand the row to the host meanwhile
+        for (int64_t i = threadIdx.x - MPC_WARP; i < n_x; i += (ROUTER_GEMV_WARPS - 1) * MPC_WARP)
+            h_x[i] = x[i];
+    if (h_flag)
+        __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *count = 0;
+        if (h_flag) {
+            if (h_stamp)
+                *(volatile uint64_t *)h_stamp = router_globaltimer_ns();
+            __threadfence_system();
+            *(volatile uint32_t *)h_flag = 1;
+        }
+    }
+}
+
+extern "C" int mp_cuda_router_gemv_supported(int type)
+{
+    return type == MP_TYPE_F32 || type == MP_TYPE_F16 || type == MP_TYPE_BF16;
+}
+
+extern "C" int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_expert, int64_t n_in,
+                                   const float *d_x, float *d_logits, int64_t k, int renorm, int32_t *d_ids,
+                                   float *d_weights, unsigned *d_count, float *h_x, int32_t *h_ids, float *h_w,
+                                   uint32_t *h_flag, uint64_t *h_stamp, void *stream)
+{
+    const size_t rb = mpc_row_bytes(type, n_in);
+    if (!mp_cuda_router_gemv_supported(type) || rb == 0 || row_bytes < rb || n_expert < 1 ||
+        n_expert > ROUTER_MAX_EXPERT || k < 1 || k > 32 || k > n_expert || !d_w || !d_x || !d_logits || !d_ids ||
+        !d_weights || !d_count || (h_flag && (!h_x || (h_ids && !h_w))) ||
+        (uintptr_t)d_w % mpc_weight_align(type, false) || row_bytes % mpc_weight_align(type, false) ||
+        (uintptr_t)d_x % 4)
+        return MP_CUDA_EINVAL;
+    // the same 128-bit choice as mp_cuda_gemv for this row (the same bits)
+    const bool vec = mpc_can_vec(type, d_w, row_bytes, n_in, d_x, (size_t)n_in * sizeof(float));
+    const int64_t n_units = n_in / (vec ? 8 : 1);
+    const unsigned blocks = (unsigned)((n_expert + ROUTER_GEMV_WARPS - 1) / ROUTER_GEMV_WARPS);
+    cudaStream_t st = (cudaStream_t)stream;
+#define ROUTER_GEMV_LAUNCH(TT, V)                                                                          \
+    mpc_launch(router_gemv_kernel<TT, V>, dim3(blocks), dim3(ROUTER_GEMV_WARPS * MPC_WARP), 0, st,       \
+               (const uint8_t *)d_w, row_bytes, n_expert, n_units, d_x, d_logits, k, renorm, d_ids, d_weights, \
+               d_count, h_x, n_in, h_ids, h_w, h_flag, h_stamp)
+    switch (type) {
+    case MP_TYPE_F32:
+        if (vec) ROUTER_GEMV_LAUNCH(MP_TYPE_F32, true); else ROUTER_GEMV_LAUNCH(MP_TYPE_F32, false);
+        break;
+    case MP_TYPE_F16:
+        if (vec) ROUTER_GEMV_LAUNCH(MP_TYPE_F16, true); else ROUTER_GEMV_LAUNCH(MP_TYPE_F16, false);
+        break;
+    default:
+        if (vec) ROUTER_GEMV_LAUNCH(MP_TYPE_BF16, true); else ROUTER_GEMV_LAUNCH(MP_TYPE_BF16, false);
+        break;
+    }
+#undef ROUTER_GEMV_LAUNCH
+    return mpc_launch_status();
 }
 
 extern "C" int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int64_t k,

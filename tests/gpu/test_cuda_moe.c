@@ -136,6 +136,109 @@ Test(cuda_moe, router_nan_row_picks_lowest_free_ids)
     }
 }
 
+/* The decode router in one launch (mp_cuda_router_gemv) against mp_cuda_gemv + mp_cuda_router on
+ * the same random weights and row: logits, ids and weights bit for bit; three launches on one
+ * counter (the last block must leave it at 0 for the next); with a handoff target, the row, ids
+ * and weights in host memory and the flag set. Shapes: the qwen3 router (128 x 2048, 128-bit
+ * path), an odd one (the scalar path, a partial last block) and 600 experts (shared memory). */
+static void check_router_gemv(int type, int64_t E, int64_t D, int64_t K, int renorm, bool handoff)
+{
+    const size_t rb = mp_type_row_bytes(type, D);
+    uint8_t *w = malloc(rb * (size_t)E);
+    rnd_weights(type, E, D, rb, w);
+    float *x = malloc(sizeof(float) * (size_t)D);
+    rnd_floats(x, D, 1.0f);
+    uint8_t *d_wt = dev_put(w, rb * (size_t)E);
+    float *d_x = dev_put(x, sizeof(float) * (size_t)D);
+    float *d_l1 = dev_alloc(sizeof(float) * (size_t)E), *d_l2 = dev_alloc(sizeof(float) * (size_t)E);
+    int32_t *d_i1 = dev_alloc(sizeof(int32_t) * (size_t)K), *d_i2 = dev_alloc(sizeof(int32_t) * (size_t)K);
+    float *d_w1 = dev_alloc(sizeof(float) * (size_t)K), *d_w2 = dev_alloc(sizeof(float) * (size_t)K);
+    unsigned zero = 0, *d_count = dev_put(&zero, sizeof zero);
+    MPC_OK(mp_cuda_gemv(type, d_wt, rb, E, D, d_x, (size_t)D * 4, 1, d_l1, E, NULL));
+    MPC_OK(mp_cuda_router(d_l1, 1, E, K, renorm, d_i1, d_w1, NULL, NULL));
+    float *l1 = malloc(sizeof(float) * (size_t)E), *l2 = malloc(sizeof(float) * (size_t)E);
+    int32_t i1[32], i2[32];
+    float w1[32], w2[32];
+    dev_get(l1, d_l1, sizeof(float) * (size_t)E);
+    dev_get(i1, d_i1, sizeof(int32_t) * (size_t)K);
+    dev_get(w1, d_w1, sizeof(float) * (size_t)K);
+    float *h_x = NULL, *h_w = NULL;
+    int32_t *h_ids = NULL;
+    uint32_t *h_flag = NULL;
+    uint64_t *h_stamp = NULL;
+    if (handoff) {
+        CUDA_OK(cudaMallocHost((void **)&h_x, sizeof(float) * (size_t)D));
+        CUDA_OK(cudaMallocHost((void **)&h_ids, sizeof(int32_t) * (size_t)K));
+        CUDA_OK(cudaMallocHost((void **)&h_w, sizeof(float) * (size_t)K));
+        CUDA_OK(cudaMallocHost((void **)&h_flag, sizeof(uint32_t)));
+        CUDA_OK(cudaMallocHost((void **)&h_stamp, sizeof(uint64_t)));
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        CUDA_OK(cudaMemset(d_l2, 0xff, sizeof(float) * (size_t)E));
+        CUDA_OK(cudaMemset(d_i2, 0xff, sizeof(int32_t) * (size_t)K));
+        if (handoff) {
+            memset(h_x, 0xff, sizeof(float) * (size_t)D);
+            memset(h_ids, 0xff, sizeof(int32_t) * (size_t)K);
+            *h_flag = 0;
+            *h_stamp = 0;
+        }
+        MPC_OK(mp_cuda_router_gemv(type, d_wt, rb, E, D, d_x, d_l2, K, renorm, d_i2, d_w2, d_count, h_x, h_ids, h_w,
+                                   h_flag, h_stamp, NULL));
+        dev_get(l2, d_l2, sizeof(float) * (size_t)E);
+        dev_get(i2, d_i2, sizeof(int32_t) * (size_t)K);
+        dev_get(w2, d_w2, sizeof(float) * (size_t)K);
+        unsigned count;
+        dev_get(&count, d_count, sizeof count);
+        cr_assert_eq(count, 0, "seed %llu: %s E %ld: launch %d left the counter at %u", (unsigned long long)g_seed,
+                     mp_type_name(type), (long)E, rep, count);
+        for (int64_t e = 0; e < E; e++)
+            cr_assert(memcmp(&l1[e], &l2[e], sizeof(float)) == 0,
+                      "seed %llu: %s E %ld D %ld launch %d: logit %ld: fused %.9g, gemv %.9g", (unsigned long long)g_seed,
+                      mp_type_name(type), (long)E, (long)D, rep, (long)e, l2[e], l1[e]);
+        for (int64_t j = 0; j < K; j++) {
+            cr_assert(i1[j] == i2[j] && memcmp(&w1[j], &w2[j], sizeof(float)) == 0,
+                      "seed %llu: %s E %ld launch %d: slot %ld: fused (%d, %.9g), router (%d, %.9g)",
+                      (unsigned long long)g_seed, mp_type_name(type), (long)E, rep, (long)j, i2[j], w2[j], i1[j], w1[j]);
+            if (handoff)
+                cr_assert(h_ids[j] == i1[j] && memcmp(&h_w[j], &w1[j], sizeof(float)) == 0,
+                          "seed %llu: handoff slot %ld: (%d, %.9g) on the host", (unsigned long long)g_seed, (long)j,
+                          h_ids[j], h_w[j]);
+        }
+        if (handoff) {
+            cr_assert_eq(*h_flag, 1, "seed %llu: the handoff flag was not set", (unsigned long long)g_seed);
+            cr_assert_gt(*h_stamp, 0, "the handoff stamped no time");
+            cr_assert(memcmp(h_x, x, sizeof(float) * (size_t)D) == 0, "seed %llu: the handed-off row differs",
+                      (unsigned long long)g_seed);
+        }
+    }
+    cudaFree(d_wt); cudaFree(d_x); cudaFree(d_l1); cudaFree(d_l2); cudaFree(d_i1); cudaFree(d_i2);
+    cudaFree(d_w1); cudaFree(d_w2); cudaFree(d_count);
+    if (handoff) {
+        cudaFreeHost(h_x); cudaFreeHost(h_ids); cudaFreeHost(h_w); cudaFreeHost(h_flag); cudaFreeHost(h_stamp);
+    }
+    free(w); free(x); free(l1); free(l2);
+}
+
+Test(cuda_moe, fused_decode_router_matches_gemv_and_router)
+{
+    seed_rng();
+    check_router_gemv(MP_TYPE_F32, 128, 2048, 8, 1, false);
+    check_router_gemv(MP_TYPE_F32, 128, 2048, 8, 1, true);
+    check_router_gemv(MP_TYPE_F32, 61, 100, 5, 0, true);   /* scalar path, a partial last block */
+    check_router_gemv(MP_TYPE_BF16, 600, 256, 8, 1, false); /* shared-memory experts */
+    check_router_gemv(MP_TYPE_F16, 64, 512, 4, 1, true);
+    unsigned *d_count = dev_alloc(sizeof(unsigned));
+    float *d = dev_alloc(4096);
+    cr_assert_eq(mp_cuda_router_gemv_supported(MP_TYPE_Q4_K), 0);
+    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_Q4_K, d, 144, 8, 256, d, d, 2, 1, (int32_t *)d, d, d_count, NULL,
+                                     NULL, NULL, NULL, NULL, NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_F32, d, 64, 8, 16, d, d, 9, 1, (int32_t *)d, d, d_count, NULL, NULL,
+                                     NULL, NULL, NULL, NULL), MP_CUDA_EINVAL, "k > n_expert");
+    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_F32, d, 64, 8, 16, d, d, 2, 1, (int32_t *)d, d, NULL, NULL, NULL,
+                                     NULL, NULL, NULL, NULL), MP_CUDA_EINVAL, "no counter");
+    cudaFree(d_count); cudaFree(d);
+}
+
 /* ---- experts ---- */
 
 typedef struct moe_case {

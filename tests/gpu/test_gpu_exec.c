@@ -411,6 +411,42 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
     mp_model_free(m);
 }
 
+/* A decode step's router as one launch (GEMV + top-k, and in a one-graph step the handoff to the
+ * host folded in) or as separate launches (MP_GPU_ROUTER_FUSED=0): the same per-warp dot and the
+ * same top-k, so the logits must agree bit for bit with routes from the router, all-resident,
+ * whole-CPU layers and resident + CPU layers. */
+Test(gpu_exec, fused_router_changes_no_bit)
+{
+    mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
+    const int64_t V = m->hp.n_vocab, E = m->hp.n_expert, L = m->hp.n_layer;
+    mp_placement all;
+    placement(m, "gpu", NULL, 0, &all);
+    uint64_t expert_bytes = 0;
+    for (int64_t il = 0; il < L; il++)
+        expert_bytes += mp_model_expert_bytes(m, il) * (uint64_t)E;
+    const struct { const char *spec; uint64_t budget; } cases[] = {
+        {"gpu", 0}, {"layers:2", 0}, {"fill", all.budget.fixed_bytes + expert_bytes / 3}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mp_placement pl;
+        placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
+        run_out split, fused;
+        setenv("MP_GPU_ROUTER_FUSED", "0", 1);
+        run_model_routed(m, &pl, 0, 0, false, false, &split);
+        unsetenv("MP_GPU_ROUTER_FUSED");
+        run_model_routed(m, &pl, 0, 0, false, false, &fused);
+        for (int64_t i = 0; i < N_EVALS * V; i++)
+            cr_assert(memcmp(&split.logits[i], &fused.logits[i], sizeof(float)) == 0,
+                      "seed %llu: %s: row %ld logit %ld: %.9g with the fused router, %.9g without",
+                      (unsigned long long)g_seed, pl.desc, (long)(i / V), (long)(i % V), fused.logits[i],
+                      split.logits[i]);
+        free(split.logits);
+        free(fused.logits);
+        mp_placement_free(&pl);
+    }
+    mp_placement_free(&all);
+    mp_model_free(m);
+}
+
 /* ---- 3. the budget ---- */
 
 Test(gpu_exec, refuses_a_budget_its_exact_accounting_exceeds)
