@@ -31,6 +31,9 @@
 #   decode-ab  the all-resident decode step: plain, --ctx 4096, --route-replay, graphs off
 #   nsys-decode  Nsight Systems timeline of 6 hybrid decode tokens (NSYS_PLACEMENT, default layers:48)
 #              -> $OUT/nsys/*.csv (bench/hybrid_timeline.py reads them)
+#   timeline   where a decode step's GPU wall time goes, kernel by kernel, graphs and PDL on
+#              (bench/decode_timeline, CUPTI) per placement in TIMELINE_PLACEMENTS (default "gpu
+#              layers:12 layers:48") -> $OUT/timeline.md
 #   bench-cupti    collect --cupti's cost per step: CUPTI off / flush per step / flush at the end
 #              (bench/cupti_overhead.c)
 #   bench-analyze  moeplan analyze throughput and peak RSS (bench/bench_analyze.sh)
@@ -250,6 +253,16 @@ for stage in "${stages[@]}"; do
         done
         ls -la "$OUT/nsys" | tail -5
         ;;
+    timeline)
+        # where a decode step's GPU wall time goes, kernel by kernel, as production runs it (graphs,
+        # PDL, hybrid handoffs): bench/decode_timeline per placement in TIMELINE_PLACEMENTS
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        for p in ${TIMELINE_PLACEMENTS:-gpu layers:12 layers:48}; do
+            build-gpu/bench/decode_timeline -m "$MODEL30" --placement "$p" --tokens "${TIMELINE_TOKENS:-16}" \
+                2>&1 | tee -a "$OUT/timeline.md" || rc=1
+        done
+        ;;
     bench-cupti)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cupti 2>&1 | tee "$OUT/bench-cupti.log" || rc=1
@@ -295,7 +308,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, nsys-decode, bench-exec, profile, cpu-stream, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, profile, cpu-stream, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
