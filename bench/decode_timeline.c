@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "collector/cupti.h"
+#include "runtime/gpu.h"
 #include "runtime/model.h"
 #include "runtime/numparse.h"
 #include "runtime/placement.h"
@@ -216,9 +217,11 @@ int main(int argc, char **argv)
     int32_t tok = 1;
     timeline tl = {0};
     double t0 = 0;
+    mp_gpu_stats gs0 = {0};
     for (int64_t t = -5; t < tokens && !st; t++) { /* -5: the prompt, -4 .. -1: warm-up */
         if (t == 0) {
             st = mp_cupti_flush(cu, discard_sink, NULL, &err);
+            mp_gpu_get_stats(mp_session_gpu(s), &gs0);
             t0 = now_s();
         }
         if (!st)
@@ -226,6 +229,8 @@ int main(int argc, char **argv)
         tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
     }
     const double wall = now_s() - t0;
+    mp_gpu_stats gs_end;
+    mp_gpu_get_stats(mp_session_gpu(s), &gs_end);
     if (!st)
         st = mp_cupti_flush(cu, collect_sink, &tl, &err);
     if (st) {
@@ -256,6 +261,8 @@ int main(int argc, char **argv)
     printf("decode_timeline: %s, placement %s, %" PRId64 " tokens: %.1f us per token on the host's clock, GPU "
            "span %.1f us, idle %.1f us (GPU waiting for the host)\n",
            path, pl.desc, tokens, wall * 1e6 * per, (double)(frontier - first) * 1e-3 * per, (double)idle * 1e-3 * per);
+    printf("decode_timeline: host time inside cudaGraphLaunch %.1f us per token\n",
+           (double)(gs_end.graph_launch_ns - gs0.graph_launch_ns) * 1e-3 * per);
     printf("| kernel / copy | per token | charged us/token | charged us/launch | mean duration us | idle before "
            "it us/token |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");

@@ -397,6 +397,8 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "rt_gap_us", r->gs.rt_measured ? (double)r->gs.rt_gap_ns / 1e3 /
                                                          (double)r->gs.rt_measured : 0.0) &&
              add_num(o, "rt_overhead_us", rt_overhead_us(&r->gs)) &&
+             add_num(o, "graph_launch_us", r->gs.steps ? (double)r->gs.graph_launch_ns / 1e3 /
+                                                         (double)r->gs.steps : 0.0) &&
              add_str(o, "test", test) &&
              add_str(o, "kind", kind_name(r->kind)) && add_num(o, "n_tokens", (double)r->n) &&
              add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&

@@ -54,6 +54,7 @@ typedef struct mp_gpu_stats {
     int64_t rt_gap_ns;
     int64_t rt_overhead_ns;
     int64_t graphs_captured;   /* decode segments captured as CUDA graphs */
+    int64_t graph_launch_ns;   /* host time inside cudaGraphLaunch, all steps */
     int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs
                                 * through mapped host memory) */
 } mp_gpu_stats;
