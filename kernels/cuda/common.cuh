@@ -61,6 +61,26 @@ __device__ __forceinline__ void mpc_pdl_trigger()
 #endif
 }
 
+// The GPU's global timer in nanoseconds (the handoff stamps: runtime/gpu_forward.c measures the
+// host round trip's gap with them).
+__device__ __forceinline__ uint64_t mpc_globaltimer_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// The end of a handoff to the host (handoff.cu): called by one thread after every thread of the
+// block has fenced its writes to host memory at system scope; stamps the time (when h_stamp is
+// not NULL), fences once more, and sets the flag the host spins on.
+__device__ __forceinline__ void mpc_host_signal(uint32_t *h_flag, uint64_t *h_stamp)
+{
+    if (h_stamp)
+        *(volatile uint64_t *)h_stamp = mpc_globaltimer_ns();
+    __threadfence_system();
+    *(volatile uint32_t *)h_flag = 1;
+}
+
 // Bytes [p, p + n) toward L2, one 128-byte line per lane step (a warp's lanes cover 4 KiB).
 __device__ __forceinline__ void mpc_prefetch_l2(const void *p, size_t n, int lane)
 {

@@ -13,13 +13,6 @@
 // ld.global.cv (never from a cache line of an earlier step).
 #include "kernels/cuda/common.cuh"
 
-__device__ __forceinline__ uint64_t globaltimer_ns()
-{
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 __global__ void publish_kernel(const float *x, float *h_x, int64_t n_x, const int32_t *ids, int32_t *h_ids,
                                const float *w, float *h_w, int64_t n_k, uint32_t *h_flag, uint64_t *h_stamp)
 {
@@ -37,12 +30,8 @@ __global__ void publish_kernel(const float *x, float *h_x, int64_t n_x, const in
         }
     __threadfence_system(); // this thread's writes reach the host before the flag
     __syncthreads();
-    if (threadIdx.x == 0) {
-        if (h_stamp)
-            *(volatile uint64_t *)h_stamp = globaltimer_ns();
-        __threadfence_system();
-        *(volatile uint32_t *)h_flag = 1;
-    }
+    if (threadIdx.x == 0)
+        mpc_host_signal(h_flag, h_stamp);
 }
 
 __global__ void wait_add_kernel(float *proj, const float *h_part, int64_t n, int accumulate,
@@ -52,10 +41,10 @@ __global__ void wait_add_kernel(float *proj, const float *h_part, int64_t n, int
     // kernel is on the GPU and polling while the resident experts before it still run
     __shared__ uint64_t seen;
     if (threadIdx.x == 0) {
-        const uint64_t t0 = globaltimer_ns();
+        const uint64_t t0 = mpc_globaltimer_ns();
         uint64_t t = t0;
         while (*(volatile const uint32_t *)h_flag != 1) {
-            t = globaltimer_ns();
+            t = mpc_globaltimer_ns();
             if (t - t0 > timeout_ns) // the host never answered: fail the step instead of hanging
                 __trap();
         }

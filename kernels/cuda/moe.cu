@@ -725,13 +725,6 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
 // handoff.cu's publish_kernel: one launch instead of three.
 #define ROUTER_GEMV_WARPS 4
 
-__device__ __forceinline__ uint64_t router_globaltimer_ns()
-{
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 template <int T, bool VEC>
 __global__ void __launch_bounds__(ROUTER_GEMV_WARPS * MPC_WARP)
 router_gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_expert, int64_t n_units, const float *x,
@@ -781,12 +774,8 @@ router_gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_expert, int64_t
     __syncthreads();
     if (threadIdx.x == 0) {
         *count = 0;
-        if (h_flag) {
-            if (h_stamp)
-                *(volatile uint64_t *)h_stamp = router_globaltimer_ns();
-            __threadfence_system();
-            *(volatile uint32_t *)h_flag = 1;
-        }
+        if (h_flag)
+            mpc_host_signal(h_flag, h_stamp);
     }
 }
 
