@@ -4,7 +4,8 @@
  * with no GPU in the loop.
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
- *                        [--gap-us G=0] [--token-gap-us U=0] [--compare | --compare-isa A,B]
+ *                        [--gap-us G=0] [--token-gap-us U=0]
+ *                        [--compare | --compare-isa A,B | --compare-pin]
  *
  * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
  * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
@@ -15,7 +16,8 @@
  * two regions of mp_moe_experts_cpu (mp_moe_scratch_set_pipelined) and reports both: this host's
  * memory bandwidth drifts by ±15 % within minutes, so only an A/B interleaved this finely is
  * trustworthy. --compare-isa A,B alternates the CPU kernels' level (MP_ISA, e.g. avx512,avx2)
- * the same way. --token-gap-us sleeps U µs after each token's L calls, as the runtime's CPU side
+ * the same way, and --compare-pin a pool whose workers are pinned to CPUs (MP_POOL_PIN=1;
+ * runtime/threadpool.c) against one whose are not. --token-gap-us sleeps U µs after each token's L calls, as the runtime's CPU side
  * rests while the GPU runs the all-resident layers (layers:12: ~2.5 ms per token). Why: the offloaded rows' CPU side took ~357 µs per layer step at
  * layers:48 and ~293 µs at layers:12 for the same 24.5 MB (bench/NOTES-gpu-exec.md); this
  * separates the memory's behaviour from the GPU's and the round trip's.
@@ -84,7 +86,8 @@ static void copy_task(void *ctx, int64_t task, int thread)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
-               "                      [--gap-us G=0] [--token-gap-us U=0] [--compare | --compare-isa A,B]\n");
+               "                      [--gap-us G=0] [--token-gap-us U=0]\n"
+               "                      [--compare | --compare-isa A,B | --compare-pin]\n");
 }
 
 /* A whole-string number of microseconds in [0, hi). */
@@ -109,7 +112,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t L = 48, tokens = 16, threads = mp_cpu_count();
     double gap_us = 0, token_gap_us = 0;
-    bool compare = false;
+    bool compare = false, compare_pin = false;
     char isa[2][16] = {"", ""};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -119,6 +122,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--compare")) {
             compare = true;
+            continue;
+        }
+        if (!strcmp(a, "--compare-pin")) {
+            compare_pin = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -158,8 +165,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_cpu_stream: -m MODEL.gguf is required (see --help)\n");
         return 2;
     }
-    if (compare && isa[0][0]) {
-        fprintf(stderr, "moe_cpu_stream: --compare and --compare-isa are one A/B each: give one\n");
+    if ((int)compare + (int)compare_pin + (int)(isa[0][0] != 0) > 1) {
+        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa and --compare-pin are one A/B each: give one\n");
         return 2;
     }
     /* a level this CPU lacks would silently run the best one (dispatch.c): refuse it instead */
@@ -197,13 +204,27 @@ int main(int argc, char **argv)
     const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
     char *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     const void **slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
+    if (compare_pin)
+        setenv("MP_POOL_PIN", "1", 1);
     mp_pool *pool = mp_pool_new((int)threads);
+    mp_pool *pool2 = NULL; /* --compare-pin: the same threads, not pinned */
+    if (compare_pin) {
+        setenv("MP_POOL_PIN", "0", 1);
+        pool2 = mp_pool_new((int)threads);
+        unsetenv("MP_POOL_PIN");
+        if (pool && pool2 && mp_pool_n_pinned(pool) == 0) {
+            fprintf(stderr, "moe_cpu_stream: --compare-pin: %d threads cannot be pinned here (more threads "
+                            "than CPUs)\n", (int)threads);
+            return 2;
+        }
+    }
     mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, (int)threads);
     mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare: the other mode */
     int64_t *ns = malloc((size_t)(tokens * L) * sizeof *ns);
     int64_t *ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
     float *x = malloc((size_t)D * sizeof *x), *out = malloc((size_t)D * sizeof *out);
-    if (arena == MAP_FAILED || !slices || !pool || !s || !s2 || !ns || !ns2 || !x || !out) {
+    if (arena == MAP_FAILED || !slices || !pool || (compare_pin && !pool2) || !s || !s2 || !ns || !ns2 || !x ||
+        !out) {
         fprintf(stderr, "moe_cpu_stream: out of memory (%.2f GiB copy)\n", (double)map_bytes / 1073741824.0);
         return 1;
     }
@@ -241,7 +262,7 @@ int main(int argc, char **argv)
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare || isa[0][0];
+    const bool ab = compare || compare_pin || isa[0][0];
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
@@ -263,7 +284,7 @@ int main(int argc, char **argv)
             }
             const int64_t t0 = now_ns();
             mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), out,
-                               pool, second ? s2 : s);
+                               compare_pin && second ? pool2 : pool, second && !compare_pin ? s2 : s);
             const int64_t t1 = now_ns();
             sink += out[0];
             if (t >= 0 && second)
@@ -285,6 +306,9 @@ int main(int argc, char **argv)
         snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
     else if (isa[0][0])
         snprintf(label[0], sizeof label[0], ", %s", isa[0]), snprintf(label[1], sizeof label[1], ", %s", isa[1]);
+    else if (compare_pin)
+        snprintf(label[0], sizeof label[0], ", %d workers pinned", mp_pool_n_pinned(pool)),
+            snprintf(label[1], sizeof label[1], ", not pinned");
     for (int v = 0; v < (ab ? 2 : 1); v++) {
         int64_t *d = v ? ns2 : ns;
         const int64_t n = v ? n_b : n_a;
@@ -307,6 +331,7 @@ int main(int argc, char **argv)
     mp_moe_scratch_free(s);
     mp_moe_scratch_free(s2);
     mp_pool_free(pool);
+    mp_pool_free(pool2);
     mp_model_free(m);
     free(slices);
     free(ns);

@@ -194,6 +194,7 @@ typedef struct bench_ctx {
     const char *arch;
     char quant[128];      /* distinct expert tensor types, "Q4_K+Q6_K" */
     int threads;
+    int threads_pinned; /* workers pinned to a CPU each (threadpool.c) */
     const char *isa;
     const char *placement; /* mp_placement.desc */
     const char *budget;    /* --gpu-budget as given, NULL: none */
@@ -371,7 +372,8 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_str(o, "arch", c->arch) && add_str(o, "quant", c->quant) &&
              (c->file_type < 0 ? cJSON_AddNullToObject(o, "gguf_file_type") != NULL :
                                  add_num(o, "gguf_file_type", (double)c->file_type)) &&
-             add_num(o, "threads", c->threads) && add_str(o, "isa", c->isa) &&
+             add_num(o, "threads", c->threads) && add_num(o, "threads_pinned", c->threads_pinned) &&
+             add_str(o, "isa", c->isa) &&
              add_str(o, "placement", c->placement) && add_str(o, "gpu_budget", c->budget) &&
              add_num(o, "gpu_budget_bytes", (double)c->pl.budget.budget_bytes) &&
              add_num(o, "gpu_expert_bytes", (double)c->pl.gpu_expert_bytes) &&
@@ -581,6 +583,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
     c.file_type = mp_gguf_get_u32(m->gguf, "general.file_type", &ftype, &ignored) ? -1 : (int64_t)ftype;
     quant_mix(m, c.quant, sizeof c.quant);
     c.threads = mp_session_n_threads(s);
+    c.threads_pinned = mp_session_n_pinned(s);
     c.isa = mp_kernels_isa();
     c.placement = c.pl.desc;
     c.budget = o->pl.budget_text;

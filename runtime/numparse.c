@@ -38,12 +38,25 @@ bool mp_parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
-bool mp_env_off(const char *name, const char *on_desc)
+/* The value of a 0/1 switch: 0 or 1 as set, dflt when unset or empty, and dflt with a one-line
+ * warning naming what runs (dflt_desc) for anything else. */
+static bool env_switch(const char *name, bool dflt, const char *dflt_desc)
 {
     const char *v = getenv(name);
-    if (v && !strcmp(v, "0"))
-        return true;
-    if (v && *v && strcmp(v, "1"))
-        fprintf(stderr, "moeplan: %s=%.40s is neither 0 nor 1: %s\n", name, v, on_desc);
-    return false;
+    if (!v || !*v)
+        return dflt;
+    if (!strcmp(v, "0") || !strcmp(v, "1"))
+        return v[0] == '1';
+    fprintf(stderr, "moeplan: %s=%.40s is neither 0 nor 1: %s\n", name, v, dflt_desc);
+    return dflt;
+}
+
+bool mp_env_off(const char *name, const char *on_desc)
+{
+    return !env_switch(name, true, on_desc);
+}
+
+bool mp_env_on(const char *name, const char *off_desc)
+{
+    return env_switch(name, false, off_desc);
 }

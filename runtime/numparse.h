@@ -15,5 +15,7 @@ bool mp_parse_u64(const char *s, uint64_t *out); /* also rejects '-' */
  * reads as on and is said on stderr in one line with what runs instead (`on_desc`), because a
  * typo must not pass for an A/B. */
 bool mp_env_off(const char *name, const char *on_desc);
+/* The same for a switch that is off by default (MP_POOL_PIN): true when `name` is "1". */
+bool mp_env_on(const char *name, const char *off_desc);
 
 #endif

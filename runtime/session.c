@@ -198,6 +198,11 @@ int mp_session_n_threads(const mp_session *s)
     return s->n_threads;
 }
 
+int mp_session_n_pinned(const mp_session *s)
+{
+    return s->pool ? mp_pool_n_pinned(s->pool) : 0;
+}
+
 void mp_session_reset(mp_session *s)
 {
     /* the cache rows need no clearing: attention reads only rows [0, n_past) */

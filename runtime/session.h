@@ -45,6 +45,8 @@ int64_t mp_session_n_ctx(const mp_session *s);
 int64_t mp_session_n_batch(const mp_session *s); /* max rows per forward chunk */
 void mp_session_reset(mp_session *s); /* forget the KV cache (new request) */
 int mp_session_n_threads(const mp_session *s);
+/* Of those, the worker threads pinned to a CPU of their own (runtime/threadpool.c). */
+int mp_session_n_pinned(const mp_session *s);
 /* Replace the session's hooks (NULL: tracing off) between evals (calibrate times a step with and
  * without them). */
 void mp_session_set_hooks(mp_session *s, const mp_hooks *hooks);

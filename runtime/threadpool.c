@@ -33,8 +33,18 @@
  * Why spin first: a decode step runs hundreds of regions a few microseconds apart; a futex sleep
  * and wake per region costs more than the region's work. After MP_POOL_SPIN_ITERS empty polls a
  * worker sleeps, so an idle pool (between requests, or while the tokenizer runs) burns no CPU.
+ *
+ * Pinning (Linux, MP_POOL_PIN=1; off by default until it is measured on the GPU host): when the
+ * pool has no more threads than the process may run on, worker i is pinned to the i-th CPU of the
+ * process's affinity set, so that the scheduler does not move a thread in the middle of streaming
+ * its share of an expert (its hardware prefetch streams and L2 stay on one core); the caller,
+ * thread 0, stays where the application put it, and the set's first CPU is left to it. An
+ * oversubscribed pool (more threads than CPUs, as the tests on a 2-core machine) is never pinned:
+ * waiting threads must be able to move away from the one they wait for.
  */
 #include "runtime/threadpool.h"
+
+#include "runtime/numparse.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -67,6 +77,7 @@ typedef struct block {
 
 struct mp_pool {
     int n_threads;          /* >= 1, including the caller */
+    int n_pinned;           /* workers pinned to a CPU (see the top of this file) */
     pthread_t *workers;     /* n_threads - 1 */
     struct worker_arg *args;
     block *blocks;          /* (n_threads), cache-line aligned */
@@ -193,6 +204,38 @@ int mp_cpu_count(void)
     return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
 }
 
+/* The CPUs this process may run on, in order, into cpus (at most cap); their count, 0 when unknown. */
+static int allowed_cpus(int *cpus, int cap)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 0;
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
+        if (CPU_ISSET(c, &set))
+            cpus[n++] = c;
+    return n;
+#else
+    (void)cpus, (void)cap;
+    return 0;
+#endif
+}
+
+/* Pins worker `thread` (1 .. n-1) to cpus[thread]; true when it took. */
+static bool pin_worker(pthread_t t, int cpu)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(t, sizeof set, &set) == 0;
+#else
+    (void)t, (void)cpu;
+    return false;
+#endif
+}
+
 mp_pool *mp_pool_new(int n_threads)
 {
     if (n_threads < 1)
@@ -232,6 +275,9 @@ mp_pool *mp_pool_new(int n_threads)
         free(p);
         return NULL;
     }
+    int cpus[1024];
+    const int n_cpus = allowed_cpus(cpus, 1024);
+    const bool pin = n_cpus >= n_threads && mp_env_on("MP_POOL_PIN", "worker threads not pinned");
     for (int i = 0; i < n_threads - 1; i++) {
         p->args[i].pool = p;
         p->args[i].thread = i + 1;
@@ -241,6 +287,8 @@ mp_pool *mp_pool_new(int n_threads)
             mp_pool_free(p);
             return NULL;
         }
+        if (pin && pin_worker(p->workers[i], cpus[i + 1]))
+            p->n_pinned++;
     }
     return p;
 }
@@ -269,6 +317,11 @@ void mp_pool_free(mp_pool *p)
 int mp_pool_n_threads(const mp_pool *p)
 {
     return p->n_threads;
+}
+
+int mp_pool_n_pinned(const mp_pool *p)
+{
+    return p->n_pinned;
 }
 
 void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx)

@@ -1004,6 +1004,75 @@ Test(threadpool, every_task_runs_exactly_once)
     cr_assert_geq(mp_cpu_count(), 1);
 }
 
+/* Pinning (MP_POOL_PIN=1): a pool that fits the process's CPUs pins each worker to one CPU of its
+ * own (the i-th of the affinity set for worker i), never the caller; without the switch, and for
+ * an oversubscribed pool, none. Each task records the CPU set its thread may run on. */
+typedef struct pin_job {
+    int n_threads;
+    atomic_int one_cpu[64];  /* per thread: 1 + the only CPU it may run on, 0 if several */
+    atomic_int ran[64];
+} pin_job;
+
+static void pin_task(void *ctx, int64_t task, int thread)
+{
+    pin_job *j = ctx;
+    cpu_set_t set;
+    (void)task;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && thread < 64) {
+        int only = -1;
+        if (CPU_COUNT(&set) == 1)
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &set))
+                    only = c;
+        atomic_store(&j->one_cpu[thread], only + 1);
+        atomic_store(&j->ran[thread], 1);
+    }
+    struct timespec ts = {0, 200000}; /* long enough that every worker gets a task */
+    nanosleep(&ts, NULL);
+}
+
+Test(threadpool, workers_pinned_when_the_pool_fits)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int cpus[CPU_SETSIZE], n_cpus = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            cpus[n_cpus++] = c;
+    const int nt = n_cpus < 8 ? n_cpus : 8;
+    for (int off = 0; off < 2; off++) {
+        setenv("MP_POOL_PIN", off ? "0" : "1", 1);
+        mp_pool *pool = mp_pool_new(nt);
+        cr_assert(pool);
+        cr_assert_eq(mp_pool_n_pinned(pool), off || nt == 1 ? 0 : nt - 1, "%d threads on %d CPUs, MP_POOL_PIN=%s: "
+                     "%d workers pinned", nt, n_cpus, off ? "0" : "1", mp_pool_n_pinned(pool));
+        static pin_job j;
+        memset(&j, 0, sizeof j);
+        j.n_threads = nt;
+        mp_pool_run(pool, 4 * nt, pin_task, &j);
+        for (int t = 1; t < nt; t++)
+            if (atomic_load(&j.ran[t]))
+                cr_assert_eq(atomic_load(&j.one_cpu[t]), off ? 0 : cpus[t] + 1,
+                             "worker %d: may run on %s, want %s", t,
+                             atomic_load(&j.one_cpu[t]) ? "one CPU" : "several", off ? "several" : "its CPU");
+        if (atomic_load(&j.ran[0]))
+            cr_assert(atomic_load(&j.one_cpu[0]) == 0 || n_cpus == 1, "the caller was pinned");
+        mp_pool_free(pool);
+        unsetenv("MP_POOL_PIN");
+    }
+    /* more threads than CPUs: nothing pinned; and nothing without the switch */
+    setenv("MP_POOL_PIN", "1", 1);
+    mp_pool *over = mp_pool_new(n_cpus + 1);
+    unsetenv("MP_POOL_PIN");
+    cr_assert(over);
+    cr_assert_eq(mp_pool_n_pinned(over), 0);
+    mp_pool_free(over);
+    mp_pool *dflt = mp_pool_new(nt);
+    cr_assert(dflt);
+    cr_assert_eq(mp_pool_n_pinned(dflt), 0, "pinned without MP_POOL_PIN=1");
+    mp_pool_free(dflt);
+}
+
 /* Tasks that sometimes stall (a yield or a 50 µs sleep, as a descheduled thread would), with more
  * threads than cores: every task still runs exactly once, blocks left by a stalled thread are
  * stolen, and regions of fewer tasks than threads work. */

@@ -63,4 +63,15 @@ Test(numparse, env_switch_0_or_1)
     unlink(path);
     cr_assert_not(off, "an unknown value must keep the switch on");
     cr_assert_not_null(strstr(buf, "MP_GPU_QKV_FORK=off is neither 0 nor 1: Q, K and V side by side\n"), "%s", buf);
+    /* the off-by-default twin */
+    const char *pin = "MP_POOL_PIN";
+    unsetenv(pin);
+    cr_assert_not(mp_env_on(pin, "workers not pinned"));
+    cr_assert_eq(setenv(pin, "", 1), 0);
+    cr_assert_not(mp_env_on(pin, "workers not pinned"));
+    cr_assert_eq(setenv(pin, "0", 1), 0);
+    cr_assert_not(mp_env_on(pin, "workers not pinned"));
+    cr_assert_eq(setenv(pin, "1", 1), 0);
+    cr_assert(mp_env_on(pin, "workers not pinned"));
+    unsetenv(pin);
 }
