@@ -202,6 +202,26 @@ static void compare(const char *what, const mp_model *m, const run_out *a, const
     compare2(what, m, a, ref, tol, tol);
 }
 
+/* Every logit of a equal to ref's bit for bit; what names the two runs (a is the first). */
+static void compare_bits(const mp_model *m, const run_out *a, const run_out *ref, const char *what)
+{
+    const int64_t V = m->hp.n_vocab;
+    for (int64_t i = 0; i < N_EVALS * V; i++)
+        cr_assert(memcmp(&a->logits[i], &ref->logits[i], sizeof(float)) == 0,
+                  "seed %llu: %s: row %ld logit %ld: %.9g against %.9g", (unsigned long long)g_seed, what,
+                  (long)(i / V), (long)(i % V), a->logits[i], ref->logits[i]);
+}
+
+/* A --gpu-budget for fill with room for about a third of the model's experts (all: the "gpu"
+ * placement, whose fixed term it adds). */
+static uint64_t fill_budget_third(const mp_model *m, const mp_placement *all)
+{
+    uint64_t expert_bytes = 0;
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        expert_bytes += mp_model_expert_bytes(m, il) * (uint64_t)m->hp.n_expert;
+    return all->budget.fixed_bytes + expert_bytes / 3;
+}
+
 static void placement(const mp_model *m, const char *spec, const char *file, uint64_t budget,
                       mp_placement *pl)
 {
@@ -264,11 +284,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     for (int64_t il = 0; il < L; il++) /* a different half of each layer's experts */
         fprintf(f, "%ld: %ld-%ld\n", (long)il, (long)(il % 2 ? 0 : E / 2), (long)(il % 2 ? E / 2 - 1 : E - 1));
     fclose(f);
-    /* fill: room for about a third of the experts */
-    uint64_t expert_bytes = 0;
-    for (int64_t il = 0; il < L; il++)
-        expert_bytes += mp_model_expert_bytes(m, il) * (uint64_t)E;
-    const uint64_t fill_budget = all.budget.fixed_bytes + expert_bytes / 3;
+    const uint64_t fill_budget = fill_budget_third(m, &all);
 
     /* copy_min_rows -1 and decode_copy -1: weight copies by measured cost (the default) */
     struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; int decode_copy; bool copies; } cases[] = {
@@ -341,7 +357,6 @@ Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K",
 Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
 {
     mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
-    const int64_t V = m->hp.n_vocab;
     const struct { const char *spec; int64_t copy_min_rows; int decode_copy; } cases[] = {
         {"gpu", 0, 0}, {"layers:2", 4, 0}, {"layers:2", 0, 2}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -357,12 +372,10 @@ Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
         run_model(m, &pl, cases[c].copy_min_rows, cases[c].decode_copy, false, &fast);
         unsetenv("MP_GPU_QKV_FORK");
         mp_cuda_set_pdl(-1);
-        for (int64_t i = 0; i < N_EVALS * V; i++)
-            cr_assert(memcmp(&plain.logits[i], &fast.logits[i], sizeof(float)) == 0,
-                      "seed %llu: %s (copies from %ld rows, %d decode copies): row %ld logit %ld: %.9g with "
-                      "PDL and forked K/V, %.9g without", (unsigned long long)g_seed, spec,
-                      (long)cases[c].copy_min_rows, cases[c].decode_copy, (long)(i / V), (long)(i % V),
-                      fast.logits[i], plain.logits[i]);
+        char what[160];
+        snprintf(what, sizeof what, "%s (copies from %ld rows, %d decode copies), with PDL and forked K/V "
+                 "against without", spec, (long)cases[c].copy_min_rows, cases[c].decode_copy);
+        compare_bits(m, &fast, &plain, what);
         free(plain.logits);
         free(fast.logits);
         mp_placement_free(&pl);
@@ -379,14 +392,10 @@ Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
 Test(gpu_exec, one_graph_step_changes_no_bit)
 {
     mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
-    const int64_t V = m->hp.n_vocab, E = m->hp.n_expert, L = m->hp.n_layer;
     mp_placement all;
     placement(m, "gpu", NULL, 0, &all);
-    uint64_t expert_bytes = 0;
-    for (int64_t il = 0; il < L; il++)
-        expert_bytes += mp_model_expert_bytes(m, il) * (uint64_t)E;
     const struct { const char *spec; uint64_t budget; } cases[] = {
-        {"layers:2", 0}, {"cpu", 0}, {"fill", all.budget.fixed_bytes + expert_bytes / 3}};
+        {"layers:2", 0}, {"cpu", 0}, {"fill", fill_budget_third(m, &all)}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int src = 0; src < 2; src++) {
             mp_placement pl;
@@ -404,11 +413,10 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
             cr_assert_gt(one.stats.routes_cpu, 0, "%s: no route ran on the CPU", pl.desc);
             cr_assert_eq(one.stats.routes_cpu, seg.stats.routes_cpu, "%s: the two runs routed differently",
                          pl.desc);
-            for (int64_t i = 0; i < N_EVALS * V; i++)
-                cr_assert(memcmp(&seg.logits[i], &one.logits[i], sizeof(float)) == 0,
-                          "seed %llu: %s, routes from %s: row %ld logit %ld: %.9g as one graph, %.9g in "
-                          "segments", (unsigned long long)g_seed, pl.desc, src ? "a route source" : "the router",
-                          (long)(i / V), (long)(i % V), one.logits[i], seg.logits[i]);
+            char what[400];
+            snprintf(what, sizeof what, "%s, routes from %s, as one graph against in segments", pl.desc,
+                     src ? "a route source" : "the router");
+            compare_bits(m, &one, &seg, what);
             free(seg.logits);
             free(one.logits);
             mp_placement_free(&pl);
@@ -424,14 +432,10 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
 Test(gpu_exec, fused_router_changes_no_bit)
 {
     mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
-    const int64_t V = m->hp.n_vocab, E = m->hp.n_expert, L = m->hp.n_layer;
     mp_placement all;
     placement(m, "gpu", NULL, 0, &all);
-    uint64_t expert_bytes = 0;
-    for (int64_t il = 0; il < L; il++)
-        expert_bytes += mp_model_expert_bytes(m, il) * (uint64_t)E;
     const struct { const char *spec; uint64_t budget; } cases[] = {
-        {"gpu", 0}, {"layers:2", 0}, {"fill", all.budget.fixed_bytes + expert_bytes / 3}};
+        {"gpu", 0}, {"layers:2", 0}, {"fill", fill_budget_third(m, &all)}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         mp_placement pl;
         placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
@@ -440,11 +444,9 @@ Test(gpu_exec, fused_router_changes_no_bit)
         run_model_routed(m, &pl, 0, 0, false, false, &split);
         unsetenv("MP_GPU_ROUTER_FUSED");
         run_model_routed(m, &pl, 0, 0, false, false, &fused);
-        for (int64_t i = 0; i < N_EVALS * V; i++)
-            cr_assert(memcmp(&split.logits[i], &fused.logits[i], sizeof(float)) == 0,
-                      "seed %llu: %s: row %ld logit %ld: %.9g with the fused router, %.9g without",
-                      (unsigned long long)g_seed, pl.desc, (long)(i / V), (long)(i % V), fused.logits[i],
-                      split.logits[i]);
+        char what[400];
+        snprintf(what, sizeof what, "%s, with the fused router against without", pl.desc);
+        compare_bits(m, &fused, &split, what);
         free(split.logits);
         free(fused.logits);
         mp_placement_free(&pl);

@@ -32,46 +32,54 @@ Test(numparse, rejects_everything_else)
     cr_assert_eq(u, 5);
 }
 
-/* The on-by-default 0/1 switches of the environment (MP_GPU_GRAPHS, MP_GPU_QKV_FORK,
- * MP_MOE_CPU_PIPELINE): "0" turns one off; unset, empty and "1" keep it on; anything else keeps it
- * on and says so on stderr in one line naming the value. */
-Test(numparse, env_switch_0_or_1)
+/* fn(name, desc) with name set to v (NULL: unset); what it said on stderr into err. */
+static bool switch_with(bool (*fn)(const char *, const char *), const char *name, const char *v, const char *desc,
+                        char *err, size_t cap)
 {
-    const char *name = "MP_GPU_QKV_FORK";
-    unsetenv(name);
-    cr_assert_not(mp_env_off(name, "Q, K and V side by side"));
-    cr_assert_eq(setenv(name, "", 1), 0);
-    cr_assert_not(mp_env_off(name, "Q, K and V side by side"));
-    cr_assert_eq(setenv(name, "1", 1), 0);
-    cr_assert_not(mp_env_off(name, "Q, K and V side by side"));
-    cr_assert_eq(setenv(name, "0", 1), 0);
-    cr_assert(mp_env_off(name, "Q, K and V side by side"));
+    if (v)
+        cr_assert_eq(setenv(name, v, 1), 0);
+    else
+        unsetenv(name);
     char path[] = "/tmp/mp_switch_XXXXXX";
     const int fd = mkstemp(path), saved = dup(2);
     cr_assert(fd >= 0 && saved >= 0);
     fflush(stderr);
     dup2(fd, 2);
-    cr_assert_eq(setenv(name, "off", 1), 0);
-    const bool off = mp_env_off(name, "Q, K and V side by side");
+    const bool r = fn(name, desc);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
     unsetenv(name);
-    char buf[256] = {0};
-    cr_assert_geq(pread(fd, buf, sizeof buf - 1, 0), 0);
+    memset(err, 0, cap);
+    cr_assert_geq(pread(fd, err, cap - 1, 0), 0);
     close(fd);
     unlink(path);
-    cr_assert_not(off, "an unknown value must keep the switch on");
-    cr_assert_not_null(strstr(buf, "MP_GPU_QKV_FORK=off is neither 0 nor 1: Q, K and V side by side\n"), "%s", buf);
-    /* the off-by-default twin */
-    const char *pin = "MP_POOL_PIN";
-    unsetenv(pin);
-    cr_assert_not(mp_env_on(pin, "workers not pinned"));
-    cr_assert_eq(setenv(pin, "", 1), 0);
-    cr_assert_not(mp_env_on(pin, "workers not pinned"));
-    cr_assert_eq(setenv(pin, "0", 1), 0);
-    cr_assert_not(mp_env_on(pin, "workers not pinned"));
-    cr_assert_eq(setenv(pin, "1", 1), 0);
-    cr_assert(mp_env_on(pin, "workers not pinned"));
-    unsetenv(pin);
+    return r;
+}
+
+Test(numparse, env_switch_0_or_1)
+{
+    /* The 0/1 switches of the environment: mp_env_off (on by default: MP_GPU_GRAPHS,
+     * MP_GPU_QKV_FORK, ...) and its twin mp_env_on (off by default: MP_POOL_PIN). "0" and "1" set
+     * them; unset and empty keep the default; anything else keeps the default and says so on
+     * stderr in one line naming the value. Checked: the result for unset, "", "1", "0" and
+     * "off", and that only "off" says anything. */
+    const struct {
+        bool (*fn)(const char *, const char *);
+        const char *name, *desc;
+        bool want[5];
+    } sw[] = {{mp_env_off, "MP_GPU_QKV_FORK", "Q, K and V side by side", {false, false, false, true, false}},
+              {mp_env_on, "MP_POOL_PIN", "workers not pinned", {false, false, true, false, false}}};
+    const char *values[5] = {NULL, "", "1", "0", "off"};
+    for (size_t k = 0; k < sizeof sw / sizeof sw[0]; k++)
+        for (int v = 0; v < 5; v++) {
+            char err[256];
+            const bool r = switch_with(sw[k].fn, sw[k].name, values[v], sw[k].desc, err, sizeof err);
+            cr_assert_eq(r, sw[k].want[v], "%s=%s: %d", sw[k].name, values[v] ? values[v] : "(unset)", r);
+            char want[160] = "";
+            if (v == 4)
+                snprintf(want, sizeof want, "%s=off is neither 0 nor 1: %s\n", sw[k].name, sw[k].desc);
+            cr_assert(v == 4 ? strstr(err, want) != NULL : err[0] == 0, "%s=%s said '%s'", sw[k].name,
+                      values[v] ? values[v] : "(unset)", err);
+        }
 }
