@@ -239,6 +239,10 @@ int main(int argc, char **argv)
     }
     qsort(tl.r, (size_t)tl.n, sizeof *tl.r, by_end);
     agg *ag = calloc((size_t)tl.n_names + 1, sizeof *ag);
+    if (!ag) {
+        fprintf(stderr, "decode_timeline: out of memory\n");
+        return 1;
+    }
     for (int i = 0; i < tl.n_names; i++)
         ag[i].name = i;
     int64_t frontier = tl.n ? tl.r[0].start_ns : 0, idle = 0, first = frontier;

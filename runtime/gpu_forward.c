@@ -336,6 +336,15 @@ static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t 
     return MP_OK;
 }
 
+/* cudaGraphLaunch, its host time counted in the statistics (graph_launch_ns). */
+static cudaError_t launch_graph(mp_gpu *g, cudaGraphExec_t exec)
+{
+    const int64_t t0 = mp_gpu_now_ns();
+    const cudaError_t e = cudaGraphLaunch(exec, g->stream);
+    g->stats.graph_launch_ns += mp_gpu_now_ns() - t0;
+    return e;
+}
+
 /* A decode step with hybrid layers as one graph (g->handoff): launched once, then the host serves
  * the hybrid layers in order through mapped memory while the GPU runs. *ran is false when the
  * capture failed (graphs are then off for the session and nothing ran): the caller goes on with
@@ -357,9 +366,7 @@ static mp_status one_graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *er
     /* the previous step drained (mp_gpu_forward synchronized): no kernel reads the flags now */
     memset(g->h_flags, 0, (size_t)(2 * L) * sizeof *g->h_flags);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    const int64_t t0 = mp_gpu_now_ns();
-    const cudaError_t e = cudaGraphLaunch(g->step_graph, g->stream);
-    g->stats.graph_launch_ns += mp_gpu_now_ns() - t0;
+    const cudaError_t e = launch_graph(g, g->step_graph);
     if (e != cudaSuccess) {
         g->handoff = false;
         return mp_gpu_cuda_fail(err, "graph launch", e);
@@ -428,9 +435,7 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
             if (g->graphs[from] ||
                 capture_segment(g, pos0, from, &g->seg_stop[from], &g->graphs[from], err) == MP_OK) {
                 stop = g->seg_stop[from];
-                const int64_t t0 = mp_gpu_now_ns();
-                CCHECK(cudaGraphLaunch(g->graphs[from], g->stream), "graph launch");
-                g->stats.graph_launch_ns += mp_gpu_now_ns() - t0;
+                CCHECK(launch_graph(g, g->graphs[from]), "graph launch");
                 launched = true;
             }
         }

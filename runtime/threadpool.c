@@ -276,8 +276,7 @@ mp_pool *mp_pool_new(int n_threads)
         return NULL;
     }
     int cpus[1024];
-    const int n_cpus = allowed_cpus(cpus, 1024);
-    const bool pin = n_cpus >= n_threads && mp_env_on("MP_POOL_PIN", "worker threads not pinned");
+    const bool pin = mp_env_on("MP_POOL_PIN", "worker threads not pinned") && allowed_cpus(cpus, 1024) >= n_threads;
     for (int i = 0; i < n_threads - 1; i++) {
         p->args[i].pool = p;
         p->args[i].thread = i + 1;
