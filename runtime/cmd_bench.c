@@ -351,6 +351,20 @@ static bool add_str(cJSON *o, const char *k, const char *v)
     return (v ? cJSON_AddStringToObject(o, k, v) : cJSON_AddNullToObject(o, k)) != NULL;
 }
 
+/* MP_GPU_STEP_STAMPS=1 (mp_gpu_stats): where a decode step's wall time went, µs per step */
+static bool add_stamps(cJSON *o, const mp_gpu_stats *g)
+{
+    if (!g->stamped_steps)
+        return true;
+    const double n = (double)g->stamped_steps;
+    return add_num(o, "step_host_gap_us", g->step_host_gaps ? (double)g->step_host_gap_ns / 1e3 /
+                                                              (double)g->step_host_gaps : 0.0) &&
+           add_num(o, "step_start_lag_us", (double)g->step_start_lag_ns / 1e3 / n) &&
+           add_num(o, "step_gpu_us", (double)g->step_gpu_ns / 1e3 / n) &&
+           add_num(o, "step_drain_lag_us", (double)g->step_drain_lag_ns / 1e3 / n) &&
+           add_num(o, "step_stamp_err_us", (double)g->stamp_err_ns / 1e3);
+}
+
 static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_rows, int reps,
                             uint64_t seed, mp_error *err)
 {
@@ -401,6 +415,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "rt_overhead_us", rt_overhead_us(&r->gs)) &&
              add_num(o, "graph_launch_us", r->gs.steps ? (double)r->gs.graph_launch_ns / 1e3 /
                                                          (double)r->gs.steps : 0.0) &&
+             add_stamps(o, &r->gs) &&
              add_str(o, "test", test) &&
              add_str(o, "kind", kind_name(r->kind)) && add_num(o, "n_tokens", (double)r->n) &&
              add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&

@@ -57,6 +57,14 @@ typedef struct mp_gpu_stats {
     int64_t graph_launch_ns;   /* host time inside cudaGraphLaunch, all steps */
     int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs
                                 * through mapped host memory) */
+    /* MP_GPU_STEP_STAMPS=1: where a decode step's wall time goes, without a profiler. Sums over
+     * the stamped steps: the host between the previous step's drain and this step's launch
+     * (copying the logits out, the caller), from the launch's return to the step's first kernel,
+     * the GPU's span from its first kernel to its last, and from then to the host seeing the
+     * drain. The GPU's timer is mapped to the host clock at start, to within stamp_err_ns. */
+    int64_t stamped_steps, step_host_gaps; /* the gap counts only a step that follows its step */
+    int64_t step_host_gap_ns, step_start_lag_ns, step_gpu_ns, step_drain_lag_ns;
+    int64_t stamp_err_ns;
 } mp_gpu_stats;
 
 /* Device memory the executor allocates, by term (bytes). */

@@ -309,6 +309,7 @@ void mp_gpu_free(mp_gpu *g)
     cudaFreeHost(g->h_part);
     cudaFreeHost(g->h_flags);
     cudaFreeHost(g->h_stamps);
+    cudaFreeHost(g->h_step);
     cudaFreeHost(g->h_logits);
     for (int b = 0; b < 2; b++) {
         cudaFreeHost(g->h_stage_slots[b]);
@@ -414,6 +415,7 @@ static void env_switches(mp_gpu *g)
     g->router_split = mp_env_off("MP_GPU_ROUTER_FUSED", "the decode router in one launch"); /* A/B */
     /* decode steps with hybrid layers as segments between them, the host waiting on events (A/B) */
     g->one_graph_off = mp_env_off("MP_GPU_ONE_GRAPH", "one graph per decode step");
+    g->step_stamps = mp_env_on("MP_GPU_STEP_STAMPS", "decode steps stamped (a diagnostic)");
     if (mp_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
@@ -435,6 +437,32 @@ static void env_switches(mp_gpu *g)
                     env, MP_GPU_MAX_TOP_K);
     }
     g->host_mode = mp_gpu_host_mode_from_env();
+}
+
+/* MP_GPU_STEP_STAMPS=1: allocate the two stamps and map the GPU's timer to the host clock. Each of
+ * 8 rounds stamps once between two host readings t0 < t1, so the offset lies in [stamp - t1,
+ * stamp - t0]; the rounds' intersection is the estimate (its middle) and its half width the error. */
+static mp_status calibrate_stamps(mp_gpu *g, mp_error *err)
+{
+    CCHECK(cudaMallocHost((void **)&g->h_step, 2 * sizeof *g->h_step), "cudaMallocHost");
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    for (int round = 0; round < 8; round++) {
+        g->h_step[0] = 0;
+        const int64_t t0 = mp_gpu_now_ns();
+        KCHECK(mp_cuda_stamp(&g->h_step[0], g->stream), "step stamp");
+        CCHECK(cudaStreamSynchronize(g->stream), "step stamp");
+        const int64_t t1 = mp_gpu_now_ns(), gpu = (int64_t)g->h_step[0];
+        if (gpu - t1 > lo)
+            lo = gpu - t1;
+        if (gpu - t0 < hi)
+            hi = gpu - t0;
+    }
+    if (lo > hi) /* the two clocks drifted apart within the rounds: no mapping */
+        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: MP_GPU_STEP_STAMPS: the GPU's timer does not "
+                       "keep pace with the host clock (%" PRId64 " ns apart)", lo - hi);
+    g->stamp_off_ns = lo + (hi - lo) / 2;
+    g->stamp_err_ns = g->stats.stamp_err_ns = (hi - lo) / 2;
+    return MP_OK;
 }
 
 /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs) */
@@ -601,6 +629,8 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaMallocHost((void **)&g->h_flags, (size_t)(2 * hp->n_layer) * sizeof *g->h_flags), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_stamps, (size_t)(2 * hp->n_layer) * sizeof *g->h_stamps), "cudaMallocHost");
     memset(g->h_stamps, 0, (size_t)(2 * hp->n_layer) * sizeof *g->h_stamps);
+    if (g->step_stamps && (st = calibrate_stamps(g, err)))
+        goto fail;
     {
         /* the handoff kernels use host pointers as device pointers: unified addressing */
         int unified = 0;
@@ -656,6 +686,8 @@ void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out)
 void mp_gpu_stats_reset(mp_gpu *g)
 {
     memset(&g->stats, 0, sizeof g->stats);
+    g->stats.stamp_err_ns = g->stamp_err_ns;
+    g->last_sync_ns = 0; /* the next step's host gap is not counted */
 }
 
 const char *mp_gpu_device_name(const mp_gpu *g)

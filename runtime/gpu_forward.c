@@ -253,6 +253,8 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
     mp_status st;
     if (from == 0) {
         g->pending_add = false;
+        if (g->step_stamps)
+            KCHECK(mp_cuda_stamp(&g->h_step[0], g->stream), "step stamp");
         CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream),
                "token upload");
         CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice,
@@ -295,8 +297,10 @@ static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t fro
         KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
         g->pending_add = false;
     }
-    if (head_rows > 0)
-        return head_enqueue(g, n - head_rows, head_rows, err);
+    if (head_rows > 0 && (st = head_enqueue(g, n - head_rows, head_rows, err)))
+        return st;
+    if (g->step_stamps)
+        KCHECK(mp_cuda_stamp(&g->h_step[1], g->stream), "step stamp");
     return MP_OK;
 }
 
@@ -336,13 +340,36 @@ static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t 
     return MP_OK;
 }
 
-/* cudaGraphLaunch, its host time counted in the statistics (graph_launch_ns). */
+/* cudaGraphLaunch, its host time counted in the statistics (graph_launch_ns); the step's first
+ * launch also notes when it began and returned (step stamps). */
 static cudaError_t launch_graph(mp_gpu *g, cudaGraphExec_t exec)
 {
     const int64_t t0 = mp_gpu_now_ns();
     const cudaError_t e = cudaGraphLaunch(exec, g->stream);
-    g->stats.graph_launch_ns += mp_gpu_now_ns() - t0;
+    const int64_t t1 = mp_gpu_now_ns();
+    g->stats.graph_launch_ns += t1 - t0;
+    if (!g->launch_ns[0])
+        g->launch_ns[0] = t0, g->launch_ns[1] = t1;
     return e;
+}
+
+/* After a stamped step drained at sync_ns (host clock): where its wall time went. Only graph steps
+ * count (an enqueued step's launches are spread over its enqueueing). */
+static void count_stamps(mp_gpu *g, int64_t pos0, int64_t sync_ns)
+{
+    const int64_t t0 = (int64_t)g->h_step[0] - g->stamp_off_ns, t1 = (int64_t)g->h_step[1] - g->stamp_off_ns;
+    if (g->launch_ns[0] && g->h_step[0] && g->h_step[1] && t1 >= t0) {
+        g->stats.stamped_steps++;
+        if (g->last_sync_ns && g->last_pos == pos0) { /* the session's next step */
+            g->stats.step_host_gaps++;
+            g->stats.step_host_gap_ns += g->launch_ns[0] - g->last_sync_ns;
+        }
+        g->stats.step_start_lag_ns += t0 - g->launch_ns[1];
+        g->stats.step_gpu_ns += t1 - t0;
+        g->stats.step_drain_lag_ns += sync_ns - t1;
+    }
+    g->last_sync_ns = g->launch_ns[0] ? sync_ns : 0;
+    g->last_pos = pos0 + 1;
 }
 
 /* A decode step with hybrid layers as one graph (g->handoff): launched once, then the host serves
@@ -400,6 +427,9 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
 
     /* the previous step's upload must have left h_io before it is rewritten */
     CCHECK(cudaEventSynchronize(g->ev_io), "forward pass");
+    g->launch_ns[0] = 0;
+    if (g->step_stamps)
+        g->h_step[0] = g->h_step[1] = 0;
     for (int64_t i = 0; i < n; i++) {
         g->h_io[i] = tokens[i];
         g->h_io[B + i] = (int32_t)(pos0 + i);
@@ -449,6 +479,8 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
         from = stop + 1;
     }
     CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
+    if (g->step_stamps)
+        count_stamps(g, pos0, mp_gpu_now_ns());
     if (logits) {
         if (head_rows <= MP_GPU_HEAD_ROWS)
             memcpy(logits, g->h_logits, (size_t)(head_rows * hp->n_vocab) * sizeof(float));

@@ -110,8 +110,8 @@ struct mp_gpu {
     bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
     int64_t *rt_cpu_ns;     /* (n_layer) the CPU expert time of that step */
     bool measure;
-    bool copied_this_step;
-    bool pending_add;       /* d_x += d_proj is still to do (fused into the next norm) */  /* the current hybrid layer copied experts (d_proj holds GPU work) */
+    bool copied_this_step;  /* the current hybrid layer copied experts (d_proj holds GPU work) */
+    bool pending_add;       /* d_x += d_proj is still to do (fused into the next norm) */
     /* decode (1 row) as CUDA graphs: segment k runs from the end of hybrid layer k-1 to the
      * start of hybrid layer k's host work (or to the logits); captured on first use */
     cudaGraphExec_t *graphs; /* (n_layer + 1), by the segment's first layer */
@@ -127,6 +127,13 @@ struct mp_gpu {
                               * + il] its partial written (host → GPU); zeroed before each step */
     uint64_t *h_stamps;      /* (2 n_layer): the GPU's timer (ns) at layer il's publish and when
                               * it saw the host's flag: the round trip's gap (mp_gpu_set_measure) */
+    /* MP_GPU_STEP_STAMPS=1 (a diagnostic): a decode step stamps the GPU's timer at its start and
+     * end (h_step[0], h_step[1]); stamp_off_ns = GPU timer - host clock (mp_gpu_now_ns), measured
+     * at start to within stamp_err_ns; last_sync_ns: the host clock when the last step drained */
+    bool step_stamps;
+    uint64_t *h_step;
+    int64_t stamp_off_ns, stamp_err_ns, last_sync_ns, last_pos;
+    int64_t launch_ns[2];    /* the step's first graph launch began and returned (0: none yet) */
     bool capturing;          /* enqueueing into a graph capture */
     bool graphs_off;         /* capture failed once, or disabled (MP_GPU_GRAPHS=0) */
     char graphs_why[160];

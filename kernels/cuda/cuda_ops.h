@@ -203,6 +203,9 @@ int mp_cuda_host_publish(const float *d_x, float *h_x, int64_t n_x, const int32_
  * when the flag was seen. d_proj is read only after the kernels before it on the stream finished. */
 int mp_cuda_host_wait_add(float *d_proj, const float *h_part, int64_t n, int accumulate, const uint32_t *h_flag,
                           uint64_t *h_stamp, double timeout_s, void *stream);
+/* *h_stamp (host memory the device writes) = the GPU's global timer (ns) once the work before it on
+ * the stream has finished: where a decode step starts and ends on the GPU's clock. */
+int mp_cuda_stamp(uint64_t *h_stamp, void *stream);
 
 /* ---- attention (KV cache in F16) ---- */
 

@@ -84,3 +84,21 @@ extern "C" int mp_cuda_host_wait_add(float *d_proj, const float *h_part, int64_t
                h_flag, h_stamp, timeout_ns);
     return mpc_launch_status();
 }
+
+// A diagnostic (MP_GPU_STEP_STAMPS, runtime/gpu_forward.c): *h_stamp = the GPU's global timer when
+// the kernels before this one on the stream have finished, then a system fence.
+__global__ void stamp_kernel(uint64_t *h_stamp)
+{
+    mpc_pdl_wait(); // PDL (common.cuh)
+    mpc_pdl_trigger();
+    *(volatile uint64_t *)h_stamp = mpc_globaltimer_ns();
+    __threadfence_system();
+}
+
+extern "C" int mp_cuda_stamp(uint64_t *h_stamp, void *stream)
+{
+    if (!h_stamp)
+        return MP_CUDA_EINVAL;
+    mpc_launch(stamp_kernel, dim3(1), dim3(1), 0, (cudaStream_t)stream, h_stamp);
+    return mpc_launch_status();
+}
