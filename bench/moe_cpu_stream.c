@@ -5,7 +5,7 @@
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
  *                        [--gap-us G=0] [--token-gap-us U=0]
- *                        [--compare | --compare-isa A,B | --compare-pin]
+ *                        [--compare | --compare-isa A,B | --compare-pin | --compare-combine] [--profile]
  *
  * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
  * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
@@ -17,7 +17,11 @@
  * memory bandwidth drifts by ±15 % within minutes, so only an A/B interleaved this finely is
  * trustworthy. --compare-isa A,B alternates the CPU kernels' level (MP_ISA, e.g. avx512,avx2)
  * the same way, and --compare-pin a pool whose workers are pinned to CPUs (MP_POOL_PIN=1;
- * runtime/threadpool.c) against one whose are not. --token-gap-us sleeps U µs after each token's L calls, as the runtime's CPU side
+ * runtime/threadpool.c) against one whose are not. --compare-combine: the
+ * pipelined region combining each row range in its last down unit against the caller combining
+ * after the region (MP_MOE_CPU_COMBINE=0). --profile says where a call's time goes (mp_moe_scratch_profile:
+ * the region's start, the threads' late starts, gate/up, down, waits for an expert's hidden rows,
+ * the tail after each thread's last unit). --token-gap-us sleeps U µs after each token's L calls, as the runtime's CPU side
  * rests while the GPU runs the all-resident layers (layers:12: ~2.5 ms per token). Why: the offloaded rows' CPU side took ~357 µs per layer step at
  * layers:48 and ~293 µs at layers:12 for the same 24.5 MB (bench/NOTES-gpu-exec.md); this
  * separates the memory's behaviour from the GPU's and the round trip's.
@@ -83,11 +87,21 @@ static void copy_task(void *ctx, int64_t task, int thread)
                ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
 }
 
+/* --profile: one line of means per call, µs, and the thread slots' shares */
+static void print_profile(const mp_moe_scratch *s, const char *label)
+{
+    mp_moe_cpu_profile p;
+    char line[400];
+    mp_moe_scratch_profile_get(s, &p);
+    mp_moe_cpu_profile_format(&p, line, sizeof line);
+    printf("moe_cpu_stream: profile%s: %s\n", label, line);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
                "                      [--gap-us G=0] [--token-gap-us U=0]\n"
-               "                      [--compare | --compare-isa A,B | --compare-pin]\n");
+               "                      [--compare | --compare-isa A,B | --compare-pin | --compare-combine] [--profile]\n");
 }
 
 /* A whole-string number of microseconds in [0, hi). */
@@ -112,7 +126,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t L = 48, tokens = 16, threads = mp_cpu_count();
     double gap_us = 0, token_gap_us = 0;
-    bool compare = false, compare_pin = false;
+    bool compare = false, compare_pin = false, compare_combine = false, profile = false;
     char isa[2][16] = {"", ""};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -122,6 +136,14 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--compare")) {
             compare = true;
+            continue;
+        }
+        if (!strcmp(a, "--compare-combine")) {
+            compare_combine = true;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            profile = true;
             continue;
         }
         if (!strcmp(a, "--compare-pin")) {
@@ -165,8 +187,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_cpu_stream: -m MODEL.gguf is required (see --help)\n");
         return 2;
     }
-    if ((int)compare + (int)compare_pin + (int)(isa[0][0] != 0) > 1) {
-        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa and --compare-pin are one A/B each: give one\n");
+    if ((int)compare + (int)compare_pin + (int)compare_combine + (int)(isa[0][0] != 0) > 1) {
+        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa, --compare-pin and --compare-combine are one A/B "
+                        "each: give one\n");
         return 2;
     }
     /* a level this CPU lacks would silently run the best one (dispatch.c): refuse it instead */
@@ -219,13 +242,21 @@ int main(int argc, char **argv)
         }
     }
     mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, (int)threads);
-    mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare: the other mode */
+    if (compare_combine)
+        setenv("MP_MOE_CPU_COMBINE", "0", 1);
+    mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare*: the other mode */
+    if (compare_combine)
+        unsetenv("MP_MOE_CPU_COMBINE");
     int64_t *ns = malloc((size_t)(tokens * L) * sizeof *ns);
     int64_t *ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
     float *x = malloc((size_t)D * sizeof *x), *out = malloc((size_t)D * sizeof *out);
     if (arena == MAP_FAILED || !slices || !pool || (compare_pin && !pool2) || !s || !s2 || !ns || !ns2 || !x ||
         !out) {
         fprintf(stderr, "moe_cpu_stream: out of memory (%.2f GiB copy)\n", (double)map_bytes / 1073741824.0);
+        return 1;
+    }
+    if (profile && (!mp_moe_scratch_profile(s, true) || !mp_moe_scratch_profile(s2, true))) {
+        fprintf(stderr, "moe_cpu_stream: out of memory for --profile\n");
         return 1;
     }
 #ifdef MADV_HUGEPAGE
@@ -262,10 +293,12 @@ int main(int argc, char **argv)
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare || compare_pin || isa[0][0];
+    const bool ab = compare || compare_pin || compare_combine || isa[0][0];
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
+        if (profile && t == 0) /* the warm-up's calls are not profiled either */
+            mp_moe_scratch_profile(s, true), mp_moe_scratch_profile(s2, true);
         if (isa[0][0]) { /* the level is decided again on next use, from MP_ISA */
             setenv("MP_ISA", isa[second], 1);
             mp_kernels_force_scalar(0);
@@ -306,6 +339,9 @@ int main(int argc, char **argv)
         snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
     else if (isa[0][0])
         snprintf(label[0], sizeof label[0], ", %s", isa[0]), snprintf(label[1], sizeof label[1], ", %s", isa[1]);
+    else if (compare_combine)
+        snprintf(label[0], sizeof label[0], ", combined in the region"),
+            snprintf(label[1], sizeof label[1], ", combined after it");
     else if (compare_pin)
         snprintf(label[0], sizeof label[0], ", %d workers pinned", mp_pool_n_pinned(pool)),
             snprintf(label[1], sizeof label[1], ", not pinned");
@@ -323,6 +359,8 @@ int main(int argc, char **argv)
                label[v], (double)d[n / 2] / 1e3, mean / 1e3,
                (double)d[n * 9 / 10] / 1e3, call_bytes / mean, call_bytes / 1e6,
                isfinite(sink) ? "" : " (non-finite output)");
+        if (profile)
+            print_profile(v ? s2 : s, label[v]);
     }
     const double gbs = mp_bench_host_read_gbs(map_bytes, (int)threads, 3);
     printf("moe_cpu_stream: contiguous stream over %.2f GiB, %d threads: %.1f GB/s\n",

@@ -24,6 +24,33 @@ void mp_moe_scratch_free(mp_moe_scratch *s);
  * off: two regions with a barrier between them). The results are the same bits either way. */
 void mp_moe_scratch_set_pipelined(mp_moe_scratch *s, bool on);
 
+/* Where a pipelined decode call's time goes (a diagnostic; bench/moe_cpu_stream --profile). Sums
+ * over the calls since profiling was turned on; "slot" = one pool thread for one call's region. */
+typedef struct mp_moe_cpu_profile {
+    int64_t calls;
+    int64_t wall_ns;        /* the whole call */
+    int64_t pre_ns;         /* the call's start to its region's (conversion, grouping, plans) */
+    int64_t region_ns;      /* its pool region, start to return */
+    int64_t post_ns;        /* the region's return to the call's (the combine, unless in the region) */
+    int64_t first_start_ns; /* region start to the first thread's start */
+    int64_t last_start_ns;  /* region start to the last thread's start */
+    int64_t gu_done_ns;     /* region start to the last gate/up unit's end */
+    int64_t slot_ns;        /* threads x region */
+    int64_t late_ns;        /* slots: region start to the thread's start */
+    int64_t gate_up_ns;     /* slots: in gate/up units */
+    int64_t down_ns;        /* slots: in down units */
+    int64_t ready_wait_ns;  /* slots: a down unit waiting for its expert's hidden rows */
+    int64_t tail_ns;        /* slots: the thread's end to the region's end */
+} mp_moe_cpu_profile;
+/* on: start (or restart from zero) profiling this scratch's calls; off: stop. Returns false when
+ * out of memory. */
+bool mp_moe_scratch_profile(mp_moe_scratch *s, bool on);
+void mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out);
+/* One line of per-call means (µs) and the thread slots' shares (%), or "no pipelined calls".
+ * MP_MOE_CPU_PROFILE=1 in the environment profiles every scratch from its creation and prints
+ * this line on stderr when the scratch is freed (a bench row's CPU side). */
+void mp_moe_cpu_profile_format(const mp_moe_cpu_profile *p, char *buf, size_t cap);
+
 /* The router's (or route source's) latest choice in the scratch: (max_rows, top_k) each. */
 int32_t *mp_moe_scratch_ids(mp_moe_scratch *s);
 float *mp_moe_scratch_weights(mp_moe_scratch *s);

@@ -14,6 +14,9 @@
  *             still run. No barrier between the halves, so the memory stays busy through the
  *             step (a decode step spreads each expert over all threads either way).
  *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
+ *             Pipelined, every expert's down units cut n_embd at the same rows, and the thread
+ *             that finishes the last unit of a row range combines that range (no pass over all
+ *             of out on the caller after the region, reading rows the other cores wrote).
  *
  * Invariants: offset[e] .. offset[e] + count[e] are expert e's entries; entry_of[row * top_k + k]
  * is the entry of (row, slot k); every expert slice is read by exactly one task per region part.
@@ -22,6 +25,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +36,13 @@
 #include "runtime/moe.h"
 #include "runtime/numparse.h"
 #include "runtime/threadpool.h"
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 typedef struct expert_task {
     int32_t expert;
@@ -58,18 +69,32 @@ struct mp_moe_scratch {
     int64_t max_tasks;
     atomic_int *left;    /* (n_expert) pipelined: gate/up units of the expert not yet finished */
     atomic_int *ready;   /* (n_expert) pipelined: the expert's hidden rows are converted */
+    atomic_int *range_left; /* (n_embd / 16 + 1) pipelined: down units of the row range not yet done */
+    bool combine_in_region; /* pipelined calls combine inside the region (MP_MOE_CPU_COMBINE=0: after) */
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
+    int pipe_units;      /* units per thread of each pipelined half (MP_MOE_PIPE_UNITS) */
+    /* profiling (mp_moe_scratch_profile): the sums, and per pipelined task (= pool thread) its
+     * start, the end of its gate/up units, its down units' time, its ready waits and its end */
+    mp_moe_cpu_profile *prof;
+    int64_t (*ptimes)[5];
+    bool prof_env;       /* profiling from MP_MOE_CPU_PROFILE=1: printed when freed */
 };
 
 /* Rows up to which a call runs its experts in one pipelined region, and the units per thread each
  * half is cut into there (more units: a shorter tail when the threads run at uneven speeds). */
 #define MP_MOE_PIPE_ROWS 4
 #define MP_MOE_PIPE_UNITS 8
+#define MP_MOE_PROFILE_TASKS 1024
 
 void mp_moe_scratch_free(mp_moe_scratch *s)
 {
     if (!s)
         return;
+    if (s->prof && s->prof_env) {
+        char line[400];
+        mp_moe_cpu_profile_format(s->prof, line, sizeof line);
+        fprintf(stderr, "moeplan: CPU experts (MP_MOE_CPU_PROFILE), %" PRId64 " calls: %s\n", s->prof->calls, line);
+    }
     free(s->router);
     free(s->ids);
     free(s->weights);
@@ -86,6 +111,9 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
     free(s->tasks);
     free(s->left);
     free(s->ready);
+    free(s->range_left);
+    free(s->prof);
+    free(s->ptimes);
     free(s);
 }
 
@@ -119,10 +147,24 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->tasks = malloc(2 * (size_t)s->max_tasks * sizeof(expert_task));
     s->left = malloc((size_t)hp->n_expert * sizeof *s->left);
     s->ready = malloc((size_t)hp->n_expert * sizeof *s->ready);
+    s->range_left = malloc((size_t)(hp->n_embd / 16 + 1) * sizeof *s->range_left);
     s->pipelined = !mp_env_off("MP_MOE_CPU_PIPELINE", "pipelined"); /* 0: two regions always (A/B) */
+    s->combine_in_region = !mp_env_off("MP_MOE_CPU_COMBINE", "combined in the region"); /* A/B */
+    if (mp_env_on("MP_MOE_CPU_PROFILE", "not profiled"))
+        s->prof_env = mp_moe_scratch_profile(s, true);
+    s->pipe_units = MP_MOE_PIPE_UNITS;
+    const char *units = getenv("MP_MOE_PIPE_UNITS"); /* A/B of the units per thread */
+    if (units && *units) {
+        int64_t u = 0;
+        if (mp_parse_i64(units, 1, 64, &u))
+            s->pipe_units = (int)u;
+        else
+            fprintf(stderr, "moeplan: MP_MOE_PIPE_UNITS=%.40s is not 1..64: %d units per thread\n", units,
+                    MP_MOE_PIPE_UNITS);
+    }
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks ||
-        !s->left || !s->ready) {
+        !s->left || !s->ready || !s->range_left) {
         mp_moe_scratch_free(s);
         return NULL;
     }
@@ -132,6 +174,50 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
 void mp_moe_scratch_set_pipelined(mp_moe_scratch *s, bool on)
 {
     s->pipelined = on;
+}
+
+bool mp_moe_scratch_profile(mp_moe_scratch *s, bool on)
+{
+    if (!on) {
+        free(s->prof);
+        free(s->ptimes);
+        s->prof = NULL;
+        s->ptimes = NULL;
+        return true;
+    }
+    if (!s->prof)
+        s->prof = malloc(sizeof *s->prof);
+    if (!s->ptimes)
+        s->ptimes = malloc(MP_MOE_PROFILE_TASKS * sizeof *s->ptimes);
+    if (!s->prof || !s->ptimes)
+        return mp_moe_scratch_profile(s, false), false;
+    memset(s->prof, 0, sizeof *s->prof);
+    return true;
+}
+
+void mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out)
+{
+    if (s->prof)
+        *out = *s->prof;
+    else
+        memset(out, 0, sizeof *out);
+}
+
+void mp_moe_cpu_profile_format(const mp_moe_cpu_profile *p, char *buf, size_t cap)
+{
+    if (!p->calls || !p->slot_ns) {
+        snprintf(buf, cap, "no pipelined calls");
+        return;
+    }
+    const double c = (double)p->calls * 1e3, sl = (double)p->slot_ns / 100.0;
+    snprintf(buf, cap, "per call %.1f us: before the region %.1f, region %.1f, after it %.1f; first start %.1f, "
+             "last start %.1f, gate/up done %.1f; "
+             "thread time: late %.1f %%, gate/up %.1f %%, down %.1f %%, waiting for hidden rows %.1f %%, tail %.1f %%",
+             (double)p->wall_ns / c, (double)p->pre_ns / c, (double)p->region_ns / c, (double)p->post_ns / c,
+             (double)p->first_start_ns / c,
+             (double)p->last_start_ns / c, (double)p->gu_done_ns / c, (double)p->late_ns / sl,
+             (double)p->gate_up_ns / sl, (double)p->down_ns / sl, (double)p->ready_wait_ns / sl,
+             (double)p->tail_ns / sl);
 }
 
 int32_t *mp_moe_scratch_ids(mp_moe_scratch *s)
@@ -316,7 +402,23 @@ typedef struct pipe_job {
     int h_vdt;                 /* the down activations' type (F32: the SwiGLU rows themselves) */
     int64_t n_gu, n_dn;        /* units: tasks[0 .. n_gu) gate/up, tasks[n_gu .. n_gu + n_dn) down */
     atomic_int_fast64_t next_gu, next_dn;
+    float *out;                /* combine in the region: the rows to write (NULL: the caller does) */
+    int64_t n_rows, dn_chunk;  /* the call's rows; the down units' rows (every expert cut alike) */
 } pipe_job;
+
+/* out[row, r0 .. r1) for every row of the call: zero, then weight · down of each route in slot
+ * order (mp_axpy element by element: the same bits as combining whole rows). */
+static void combine_range(const mp_moe_scratch *s, float *out, int64_t n_rows, int64_t r0, int64_t r1)
+{
+    const int64_t D = s->n_embd, K = s->top_k;
+    for (int64_t row = 0; row < n_rows; row++) {
+        float *o = out + row * D + r0;
+        memset(o, 0, (size_t)(r1 - r0) * sizeof *o);
+        for (int64_t k = 0; k < K; k++)
+            if (s->entry_of[row * K + k] >= 0)
+                mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D + r0, r1 - r0);
+    }
+}
 
 /* One worker per pool thread: gate/up units while any are left, then down units. A down unit
  * waits for its expert's hidden rows, which only threads already inside gate/up units (the
@@ -325,11 +427,14 @@ typedef struct pipe_job {
  * that a machine with more threads than free cores lets the finishing thread run). */
 static void pipe_task(void *ctx, int64_t task, int thread)
 {
-    (void)task;
     (void)thread;
     pipe_job *p = ctx;
     const expert_job *j = p->j;
     mp_moe_scratch *s = j->s;
+    /* profiling: [0] start, [1] gate/up done, [2] in down units, [3] waiting for ready, [4] end */
+    int64_t *pt = s->ptimes && task < MP_MOE_PROFILE_TASKS ? s->ptimes[task] : NULL;
+    if (pt)
+        pt[0] = now_ns(), pt[2] = pt[3] = 0;
     for (;;) {
         const int64_t i = atomic_fetch_add_explicit(&p->next_gu, 1, memory_order_relaxed);
         if (i >= p->n_gu)
@@ -346,16 +451,53 @@ static void pipe_task(void *ctx, int64_t task, int thread)
             atomic_store_explicit(&s->ready[t->expert], 1, memory_order_release);
         }
     }
+    if (pt)
+        pt[1] = now_ns();
     for (;;) {
         const int64_t i = atomic_fetch_add_explicit(&p->next_dn, 1, memory_order_relaxed);
         if (i >= p->n_dn)
             break;
         const expert_task *t = &s->tasks[p->n_gu + i];
         int spins = 0;
+        const int64_t w0 = pt ? now_ns() : 0;
         while (!atomic_load_explicit(&s->ready[t->expert], memory_order_acquire))
             mp_wait_step(&spins);
+        const int64_t w1 = pt ? now_ns() : 0;
         down_unit(j, t);
+        /* acq_rel: the last finisher of a row range sees every expert's down rows of it */
+        if (p->out && atomic_fetch_sub_explicit(&s->range_left[t->r0 / p->dn_chunk], 1, memory_order_acq_rel) == 1)
+            combine_range(s, p->out, p->n_rows, t->r0, t->r1);
+        if (pt)
+            pt[3] += w1 - w0, pt[2] += now_ns() - w1;
     }
+    if (pt)
+        pt[4] = now_ns();
+}
+
+/* Adds a pipelined call's region (tasks pool threads, started at r0, returned at r1) to the
+ * profile; tasks that never ran (a stolen block's second call finds no unit: it ran, briefly)
+ * count from the region's start. */
+static void profile_region(mp_moe_scratch *s, int tasks, int64_t r0, int64_t r1)
+{
+    mp_moe_cpu_profile *p = s->prof;
+    p->region_ns += r1 - r0;
+    int64_t first = INT64_MAX, last = 0, gu = 0;
+    for (int i = 0; i < tasks && i < MP_MOE_PROFILE_TASKS; i++) {
+        const int64_t *t = s->ptimes[i];
+        const int64_t start = t[0] - r0, gu_end = t[1] - r0, end = t[4] - r0;
+        first = start < first ? start : first;
+        last = start > last ? start : last;
+        gu = gu_end > gu ? gu_end : gu;
+        p->slot_ns += r1 - r0;
+        p->late_ns += start;
+        p->gate_up_ns += gu_end - start;
+        p->down_ns += t[2];
+        p->ready_wait_ns += t[3];
+        p->tail_ns += (r1 - r0) - end;
+    }
+    p->first_start_ns += first;
+    p->last_start_ns += last;
+    p->gu_done_ns += gu;
 }
 
 #define MP_MOE_COMBINE_INLINE_ROWS 2
@@ -377,13 +519,6 @@ static void combine_task(void *ctx, int64_t row, int thread)
             mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D, D);
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
                            const int32_t *ids, const float *weights, const uint64_t *resident,
                            const void *const *slices, float *out, mp_pool *pool, mp_moe_scratch *s)
@@ -391,6 +526,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     const mp_hparams *hp = &m->hp;
     const mp_layer *L = &m->layers[il];
     const int64_t K = hp->n_expert_used, D = hp->n_embd, F = hp->n_ff_exp;
+    const int64_t call0 = s->prof ? now_ns() : 0;
     if (ids != s->ids)
         memcpy(s->ids, ids, (size_t)(n_rows * K) * sizeof *ids);
     if (weights != s->weights)
@@ -423,10 +559,21 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     const int h_vdt = j.down_ops->vec_dot_type;
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
+    bool combined = false;
     if (s->pipelined && n_rows <= MP_MOE_PIPE_ROWS) {
-        pipe_job p = {&j, h_vdt, 0, 0, 0, 0};
-        p.n_gu = plan_tasks(s, F, MP_MOE_PIPE_UNITS, s->tasks);
-        p.n_dn = plan_tasks(s, D, MP_MOE_PIPE_UNITS, s->tasks + p.n_gu);
+        pipe_job p = {&j, h_vdt, 0, 0, 0, 0, NULL, n_rows, 0};
+        p.n_gu = plan_tasks(s, F, s->pipe_units, s->tasks);
+        p.n_dn = plan_tasks(s, D, s->pipe_units, s->tasks + p.n_gu);
+        if (s->combine_in_region) {
+            /* plan_tasks cuts every expert at multiples of one chunk (>= 16 rows): range i is
+             * rows [i·chunk, (i+1)·chunk), one unit per active expert */
+            const expert_task *t0 = &s->tasks[p.n_gu];
+            p.dn_chunk = t0->r1 - t0->r0;
+            const int64_t n_active = p.n_dn / ((D + p.dn_chunk - 1) / p.dn_chunk);
+            for (int64_t r = 0; r * p.dn_chunk < D; r++)
+                atomic_store_explicit(&s->range_left[r], (int)n_active, memory_order_relaxed);
+            p.out = out;
+        }
         /* left[e]: the expert's gate/up units (zeroed, then counted); ready[e]: not yet */
         for (int64_t i = 0; i < p.n_gu; i++)
             atomic_store_explicit(&s->left[s->tasks[i].expert], 0, memory_order_relaxed);
@@ -435,7 +582,13 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
             atomic_store_explicit(&s->ready[s->tasks[i].expert], 0, memory_order_relaxed);
         }
         /* the pool's region start publishes these stores to the workers */
+        const int64_t r0 = s->prof ? now_ns() : 0;
+        if (s->prof)
+            s->prof->pre_ns += r0 - call0;
         mp_pool_run(pool, mp_pool_n_threads(pool), pipe_task, &p);
+        combined = p.out != NULL;
+        if (s->prof)
+            profile_region(s, mp_pool_n_threads(pool), r0, now_ns());
     } else {
         mp_pool_run(pool, plan_tasks(s, F, MP_MATMUL_TASKS_PER_THREAD, s->tasks), gate_up_task, &j);
         if (h_vdt != MP_TYPE_F32)
@@ -443,13 +596,22 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         mp_pool_run(pool, plan_tasks(s, D, MP_MATMUL_TASKS_PER_THREAD, s->tasks), down_task, &j);
     }
 
+    const int64_t post0 = s->prof ? now_ns() : 0;
     combine_job cj = {s, out};
-    if (n_rows <= MP_MOE_COMBINE_INLINE_ROWS) /* a decode row: 8 axpys of n_embd, ~1-2 us on the caller,
+    if (combined) {
+        /* every row range was combined by its last down unit */
+    } else if (n_rows <= MP_MOE_COMBINE_INLINE_ROWS) /* a decode row: 8 axpys of n_embd, ~1-2 us on the caller,
                                               * less than a parallel region's start and finish */
         for (int64_t r = 0; r < n_rows; r++)
             combine_task(&cj, r, 0);
     else
         mp_pool_run(pool, n_rows, combine_task, &cj);
+    if (s->prof) {
+        const int64_t end = now_ns();
+        s->prof->calls++;
+        s->prof->wall_ns += end - call0;
+        s->prof->post_ns += end - post0;
+    }
     return n_entries;
 }
 

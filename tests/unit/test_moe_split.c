@@ -195,6 +195,8 @@ static void pipelined_once(const char *mix, int threads)
     cr_assert(pool && piped && plain);
     mp_moe_scratch_set_pipelined(piped, true);
     mp_moe_scratch_set_pipelined(plain, false);
+    const bool profiled = threads > 2; /* profiling must not change a bit either */
+    cr_assert(!profiled || mp_moe_scratch_profile(piped, true));
     float *x = malloc(sizeof(float) * (size_t)(R * D));
     float *a = malloc(sizeof(float) * (size_t)(R * D)), *b = malloc(sizeof(float) * (size_t)(R * D));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(R * K));
@@ -220,6 +222,23 @@ static void pipelined_once(const char *mix, int threads)
             nonzero |= a[i] != 0.0f;
         }
         cr_assert(nonzero, "seed %llu: %s: the block is all zeros", (unsigned long long)seed, mix);
+    }
+    if (profiled) {
+        /* every call counted; each thread slot's parts are disjoint spans of its region */
+        mp_moe_cpu_profile p;
+        mp_moe_scratch_profile_get(piped, &p);
+        cr_assert_eq(p.calls, 6);
+        cr_assert_eq(p.slot_ns, (int64_t)threads * p.region_ns);
+        cr_assert(p.region_ns > 0 && p.region_ns <= p.wall_ns);
+        cr_assert(p.first_start_ns >= 0 && p.first_start_ns <= p.last_start_ns);
+        const int64_t parts[] = {p.late_ns, p.gate_up_ns, p.down_ns, p.ready_wait_ns, p.tail_ns};
+        int64_t sum = 0;
+        for (int i = 0; i < 5; i++) {
+            cr_assert_geq(parts[i], 0, "part %d", i);
+            sum += parts[i];
+        }
+        cr_assert_leq(sum, p.slot_ns);
+        cr_assert_gt(p.gate_up_ns + p.down_ns, 0);
     }
     free(x), free(a), free(b), free(ids), free(w);
     mp_moe_scratch_free(piped);
