@@ -179,7 +179,10 @@ const mp_type_ops *mp_type_ops_isa(int type, const char *isa)
 
 void mp_quantize_row_q8_K(const float *src, void *dst, int64_t n)
 {
-    mp_quantize_row_q8_K_ref(src, dst, n);
+    if (current_isa() >= ISA_AVX2)
+        mp_quantize_row_q8_K_avx2(src, dst, n);
+    else
+        mp_quantize_row_q8_K_ref(src, dst, n);
 }
 
 void mp_dequantize_row_q8_K(const void *src, float *dst, int64_t n)
@@ -193,11 +196,14 @@ int mp_quantize_activation(int vec_dot_type, const float *src, void *dst, int64_
     case MP_TYPE_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         return 0;
-    case MP_TYPE_Q8_0:
-        mp_quantize_row_q8_0_ref(src, dst, n);
+    case MP_TYPE_Q8_0: /* the AVX2 quantizers give the references' bits, faster (quant_avx2.c) */
+        if (current_isa() >= ISA_AVX2)
+            mp_quantize_row_q8_0_avx2(src, dst, n);
+        else
+            mp_quantize_row_q8_0_ref(src, dst, n);
         return 0;
     case MP_TYPE_Q8_K:
-        mp_quantize_row_q8_K_ref(src, dst, n);
+        mp_quantize_row_q8_K(src, dst, n);
         return 0;
     default:
         return -1;

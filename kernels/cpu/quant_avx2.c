@@ -15,6 +15,7 @@
  * No alignment is assumed: every vector load is unaligned (GGUF rows sit at any 2-byte offset).
  */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/quant_impl.h"
@@ -451,6 +452,105 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI)}
+
+/* ---- activation quantizers (the scalar references' bits; quantize.c) ----
+ *
+ * Per block: amax = max |x| with NaN lanes ignored (max_ps returns its second operand when
+ * either is NaN, as fmaxf(amax, NaN) returns amax), the scales in scalar code as the reference
+ * computes them, then each x * scale rounded as the reference rounds (Q8_K: lrintf, nearest even,
+ * as cvtps2dq; Q8_0: roundf, half away from zero). A product that is not finite (a NaN x, an
+ * infinite x against a zero scale, any x against the infinite scale of a block of subnormals)
+ * becomes 0, as the reference's conversions leave it (the low bits of an integer-indefinite
+ * 64-bit result, or of a 32-bit one cut to 8 bits); finite products are within ±127.5. */
+
+static inline __m256 abs_max8(const float *x, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_setzero_ps();
+    for (int l = 0; l < n; l += 8)
+        mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + l)), mx);
+    return mx;
+}
+
+static inline float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* 32 int32 lanes (non-finite lanes already 0, the rest within [-127, 127] after clamping) to 32 int8 */
+static inline __m256i pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3)
+{
+    const __m256i w01 = _mm256_packs_epi32(q0, q1), w23 = _mm256_packs_epi32(q2, q3);
+    const __m256i b = _mm256_packs_epi16(w01, w23); /* lanes interleaved by 128-bit halves */
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline __m256i nonfinite_to_zero(__m256 v, __m256i q)
+{
+    const __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    return _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(mag, _mm256_set1_ps(INFINITY), _CMP_LT_OQ)), q);
+}
+
+static inline __m256i clamp127(__m256i q)
+{
+    return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+}
+
+void mp_quantize_row_q8_K_avx2(const float *src, void *dst, int64_t n)
+{
+    uint8_t *p = dst;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        mp_block_q8_K b;
+        const float amax = hmax_ps(abs_max8(x, MP_QK_K));
+        const float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b.d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int l = 0; l < MP_QK_K; l += 32) {
+            __m256i q[4];
+            for (int i = 0; i < 4; i++) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + l + 8 * i), vs);
+                q[i] = clamp127(nonfinite_to_zero(v, _mm256_cvtps_epi32(v)));
+            }
+            _mm256_storeu_si256((__m256i *)(b.qs + l), pack32(q[0], q[1], q[2], q[3]));
+        }
+        for (int g = 0; g < MP_QK_K / 16; g++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += b.qs[16 * g + l];
+            b.bsums[g] = (int16_t)sum;
+        }
+        memcpy(p + ib * sizeof(b), &b, sizeof(b));
+    }
+}
+
+void mp_quantize_row_q8_0_avx2(const float *src, void *dst, int64_t n)
+{
+    mp_block_q8_0 *b = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* roundf(v) = trunc(v + copysign(0.5 - 2^-25, v)) for |v| < 2^22 (here |v| <= ~127): the
+     * largest float below 0.5 never carries a value below a half over the next integer, and a
+     * half plus it rounds (to even) up to the next integer */
+    const __m256 half = _mm256_set1_ps(0.49999997f);
+    for (int64_t ib = 0; ib < n / MP_QK8_0; ib++) {
+        const float *x = src + ib * MP_QK8_0;
+        const float amax = hmax_ps(abs_max8(x, MP_QK8_0));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[ib].d = mp_f32_to_f16(d);
+        const __m256 vs = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) {
+            const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), vs);
+            const __m256 r = _mm256_add_ps(v, _mm256_or_ps(half, _mm256_and_ps(sign, v)));
+            q[i] = clamp127(nonfinite_to_zero(v, _mm256_cvttps_epi32(r)));
+        }
+        _mm256_storeu_si256((__m256i *)b[ib].qs, pack32(q[0], q[1], q[2], q[3]));
+    }
+}
 
 static const mp_type_ops k_avx2_ops[] = {
     OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),

@@ -92,6 +92,9 @@ static inline void mp_prefetch_weights(const void *p, size_t bytes)
 
 /* ---- SIMD variants: the table for a type, or NULL if the ISA has no kernels for it ---- */
 const mp_type_ops *mp_type_ops_avx2(int type);   /* quant_avx2.c: AVX2 + FMA + F16C */
+/* quant_avx2.c: the activation quantizers, bit for bit the *_ref ones (quantize.c) */
+void mp_quantize_row_q8_K_avx2(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q8_0_avx2(const float *src, void *dst, int64_t n);
 const mp_type_ops *mp_type_ops_avx512(int type); /* quant_avx512.c: AVX-512 F/BW/VL + VNNI */
 
 #endif

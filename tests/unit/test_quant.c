@@ -579,6 +579,55 @@ static const char *expected_isa(void)
 #endif
 }
 
+/* The SIMD activation quantizers (Q8_K, Q8_0; used whenever the CPU has AVX2) against the scalar
+ * references, byte for byte, on fresh random rows with what rounding and the scales make hard:
+ * exact halves (a block whose amax is 127 has scale 1), values a hair either side of them, NaN
+ * and infinite elements, signed zeros, subnormals, all-zero blocks and a huge amax. */
+Test(quant, simd_activation_quantizers_match_reference)
+{
+    unsetenv("MP_ISA");
+    mp_kernels_force_scalar(0);
+    if (!strcmp(mp_kernels_isa(), "scalar"))
+        cr_skip_test("this CPU has no AVX2: the activation quantizers run the reference only");
+    seed_rng();
+    const int types[] = {MP_TYPE_Q8_K, MP_TYPE_Q8_0};
+    const int64_t n = 1024; /* 4 Q8_K blocks, 32 Q8_0 blocks */
+    float *x = malloc(n * sizeof(float));
+    uint8_t *ref = malloc(mp_type_row_bytes(MP_TYPE_Q8_K, n) + mp_type_row_bytes(MP_TYPE_Q8_0, n));
+    uint8_t *got = malloc(mp_type_row_bytes(MP_TYPE_Q8_K, n) + mp_type_row_bytes(MP_TYPE_Q8_0, n));
+    cr_assert(x && ref && got);
+    for (int rep = 0; rep < 400; rep++) {
+        const int pattern = rep % 8;
+        for (int64_t i = 0; i < n; i++) {
+            const float h = (float)((int)(rnd_u64() % 255) - 127) + 0.5f; /* an exact half in (-127, 127) */
+            switch (pattern) {
+            case 0: x[i] = rnd_gauss() * (float)(1.0 + rnd_uniform() * 100.0); break;
+            case 1: x[i] = i % 32 == 0 ? 127.0f : h; break;
+            case 2: x[i] = i % 32 == 0 ? -127.0f : nextafterf(h, rnd_u64() & 1 ? INFINITY : -INFINITY); break;
+            case 3: x[i] = rnd_u64() % 17 == 0 ? NAN : rnd_gauss(); break;
+            case 4: x[i] = rnd_u64() % 29 == 0 ? (rnd_u64() & 1 ? INFINITY : -INFINITY) : rnd_gauss(); break;
+            case 5: x[i] = (i / 32) % 3 == 0 ? (rnd_u64() & 1 ? 0.0f : -0.0f) : rnd_gauss() * 1e-40f; break;
+            case 6: x[i] = rnd_gauss() * 1e37f; break;
+            default: x[i] = (float)(rnd_u64() % 255) - 127.0f; break;
+            }
+        }
+        for (int t = 0; t < 2; t++) {
+            const size_t bytes = mp_type_row_bytes(types[t], n);
+            mp_kernels_force_scalar(1);
+            cr_assert_eq(mp_quantize_activation(types[t], x, ref, n), 0);
+            mp_kernels_force_scalar(0);
+            cr_assert_eq(mp_quantize_activation(types[t], x, got, n), 0);
+            for (size_t b = 0; b < bytes; b++)
+                cr_assert_eq(got[b], ref[b], "seed %llu: %s pattern %d (%s): byte %zu of %zu: %u, reference %u",
+                             (unsigned long long)g_seed, mp_type_name(types[t]), pattern, mp_kernels_isa(), b,
+                             bytes, got[b], ref[b]);
+        }
+    }
+    free(x);
+    free(ref);
+    free(got);
+}
+
 Test(quant, dispatch_follows_cpu_and_force_scalar)
 {
     unsetenv("MP_ISA"); /* this test is about the default; the override has its own test */
