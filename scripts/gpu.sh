@@ -12,6 +12,10 @@
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
+#   bench-ab   bench-exec's CONFIGS for two builds, alternated AB_ROUNDS (default 2) times: this
+#              tree against the source tree in AB_BASE (default .base; make it with `git archive REV |
+#              tar -x -C .base` and carry it), built in AB_BASE/build-gpu -> $OUT/ab-{head,base}-N/
+#              and $OUT/ab.md (the host's bandwidth drifts within minutes: only alternated A/Bs count)
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
 #   profile    where the GPU time goes: `collect --cupti` of bench/prompt-long.jsonl (a 510-token prompt,
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
@@ -128,6 +132,23 @@ for stage in "${stages[@]}"; do
     bench-cpu)
         build || { rc=1; continue; }
         bash bench/cpu_decode.sh build-gpu/cli/moeplan 2>&1 | tee "$OUT/bench-cpu.log" || rc=1
+        ;;
+    bench-ab)
+        build || { rc=1; continue; }
+        base=${AB_BASE:-.base}
+        [ -f "$base/meson.build" ] || { log "bench-ab: no source tree in $base"; rc=1; continue; }
+        { [ -f "$base/build-gpu/build.ninja" ] || meson setup "$base/build-gpu" "$base" -Dsm_arch=90 >"$OUT/setup-base.log" 2>&1; } &&
+            ninja -C "$base/build-gpu" cli/moeplan >"$OUT/build-base.log" 2>&1 ||
+            { tail -30 "$OUT/build-base.log" "$OUT/setup-base.log" 2>/dev/null; rc=1; continue; }
+        for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+            for side in head base; do
+                bin=build-gpu/cli/moeplan
+                [ "$side" = base ] && bin=$base/build-gpu/cli/moeplan
+                log "bench-ab: round $round, $side"
+                bash bench/gpu_bench.sh "$bin" "$OUT/ab-$side-$round" 2>/dev/null | grep '^| [a-z]' | grep -v '^| config' |
+                    sed "s/^| /| $side $round | /" | tee -a "$OUT/ab.md"
+            done
+        done
         ;;
     bench-exec)
         build || { rc=1; continue; }
@@ -308,7 +329,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, profile, cpu-stream, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
