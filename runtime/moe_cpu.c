@@ -46,8 +46,16 @@ static int64_t now_ns(void)
 
 typedef struct expert_task {
     int32_t expert;
-    int64_t r0, r1; /* output rows of the expert matrix */
+    int64_t first, cnt; /* the expert's entries */
+    int64_t r0, r1;     /* output rows of the expert matrix */
 } expert_task;
+
+/* A pipelined call's plan, all the workers read of the caller's bookkeeping (a few cache lines:
+ * the caller rewrites it every call, and lines the workers have read cost it a transfer each). */
+typedef struct pipe_expert {
+    int32_t expert;
+    int64_t first, cnt;
+} pipe_expert;
 
 struct mp_moe_scratch {
     int64_t max_rows, n_embd, n_ff, n_expert, top_k;
@@ -65,10 +73,11 @@ struct mp_moe_scratch {
     float *up;           /* (max_rows * top_k, n_ff) */
     char *hq;            /* (max_rows * top_k, act bytes of n_ff) hidden in the down vec_dot_type */
     float *down;         /* (max_rows * top_k, n_embd) expert outputs */
-    expert_task *tasks;  /* (2 * max_tasks): a region's tasks; pipelined: gate/up, then down units */
+    expert_task *tasks;  /* (2 * max_tasks): a region's tasks (two-region calls) */
+    pipe_expert *active; /* (max_rows * top_k) pipelined: the active experts, by id */
     int64_t max_tasks;
-    atomic_int *left;    /* (n_expert) pipelined: gate/up units of the expert not yet finished */
-    atomic_int *ready;   /* (n_expert) pipelined: the expert's hidden rows are converted */
+    atomic_int *left;    /* (n_expert) pipelined: gate/up units of active expert a not yet finished */
+    atomic_int *ready;   /* (n_expert) pipelined: active expert a's hidden rows are converted */
     atomic_int *range_left; /* (n_embd / 16 + 1) pipelined: down units of the row range not yet done */
     bool combine_in_region; /* pipelined calls combine inside the region (MP_MOE_CPU_COMBINE=0: after) */
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
@@ -109,6 +118,7 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
     free(s->hq);
     free(s->down);
     free(s->tasks);
+    free(s->active);
     free(s->left);
     free(s->ready);
     free(s->range_left);
@@ -145,6 +155,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->hq = malloc(entries * mp_act_row_bytes_max(hp->n_ff_exp));
     s->down = malloc(entries * (size_t)hp->n_embd * sizeof(float));
     s->tasks = malloc(2 * (size_t)s->max_tasks * sizeof(expert_task));
+    s->active = malloc(entries * sizeof *s->active);
     s->left = malloc((size_t)hp->n_expert * sizeof *s->left);
     s->ready = malloc((size_t)hp->n_expert * sizeof *s->ready);
     s->range_left = malloc((size_t)(hp->n_embd / 16 + 1) * sizeof *s->range_left);
@@ -163,7 +174,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
                     MP_MOE_PIPE_UNITS);
     }
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
-        !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks ||
+        !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {
         mp_moe_scratch_free(s);
         return NULL;
@@ -328,7 +339,7 @@ static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units_per_thread
         if (!s->count[e])
             continue;
         for (int64_t r0 = 0; r0 < n_out; r0 += chunk)
-            tasks[n++] = (expert_task){(int32_t)e, r0, r0 + chunk < n_out ? r0 + chunk : n_out};
+            tasks[n++] = (expert_task){(int32_t)e, s->offset[e], s->count[e], r0, r0 + chunk < n_out ? r0 + chunk : n_out};
     }
     return n;
 }
@@ -363,7 +374,7 @@ static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_t
 static void gate_up_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
-    const int64_t first = s->offset[t->expert], cnt = s->count[t->expert], F = s->n_ff;
+    const int64_t first = t->first, cnt = t->cnt, F = s->n_ff;
     const char *x = j->x_shared ? j->x : j->x + (size_t)first * j->x_row_bytes;
     float *g = s->gate + first * F, *u = s->up + first * F;
     matmul_slice(j, j->gate_ops, &j->L->gate_exps, 0, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, g, F);
@@ -382,7 +393,7 @@ static void gate_up_task(void *ctx, int64_t task, int thread)
 static void down_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
-    const int64_t first = s->offset[t->expert], cnt = s->count[t->expert];
+    const int64_t first = t->first, cnt = t->cnt;
     matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
@@ -400,11 +411,21 @@ static void down_task(void *ctx, int64_t task, int thread)
 typedef struct pipe_job {
     const expert_job *j;
     int h_vdt;                 /* the down activations' type (F32: the SwiGLU rows themselves) */
-    int64_t n_gu, n_dn;        /* units: tasks[0 .. n_gu) gate/up, tasks[n_gu .. n_gu + n_dn) down */
+    /* unit i of a half: active expert i / per, rows [(i % per) chunk, + chunk) of n_out; the
+     * units of plan_tasks, in its order, without a table */
+    int64_t chunk_gu, per_gu, chunk_dn, per_dn;
+    int64_t n_gu, n_dn;        /* units of each half */
     atomic_int_fast64_t next_gu, next_dn;
     float *out;                /* combine in the region: the rows to write (NULL: the caller does) */
-    int64_t n_rows, dn_chunk;  /* the call's rows; the down units' rows (every expert cut alike) */
+    int64_t n_rows;
 } pipe_job;
+
+static expert_task pipe_unit(const mp_moe_scratch *s, int64_t i, int64_t chunk, int64_t per, int64_t n_out)
+{
+    const pipe_expert *a = &s->active[i / per];
+    const int64_t r0 = (i % per) * chunk;
+    return (expert_task){a->expert, a->first, a->cnt, r0, r0 + chunk < n_out ? r0 + chunk : n_out};
+}
 
 /* out[row, r0 .. r1) for every row of the call: zero, then weight · down of each route in slot
  * order (mp_axpy element by element: the same bits as combining whole rows). */
@@ -439,16 +460,16 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         const int64_t i = atomic_fetch_add_explicit(&p->next_gu, 1, memory_order_relaxed);
         if (i >= p->n_gu)
             break;
-        const expert_task *t = &s->tasks[i];
-        gate_up_unit(j, t);
+        const expert_task t = pipe_unit(s, i, p->chunk_gu, p->per_gu, s->n_ff);
+        gate_up_unit(j, &t);
         /* acq_rel: the last finisher sees every unit's SwiGLU rows of this expert */
-        if (atomic_fetch_sub_explicit(&s->left[t->expert], 1, memory_order_acq_rel) == 1) {
-            const int64_t first = s->offset[t->expert], cnt = s->count[t->expert], F = s->n_ff;
+        if (atomic_fetch_sub_explicit(&s->left[i / p->per_gu], 1, memory_order_acq_rel) == 1) {
+            const int64_t F = s->n_ff;
             if (p->h_vdt != MP_TYPE_F32)
-                for (int64_t r = 0; r < cnt; r++)
-                    (void)mp_quantize_activation(p->h_vdt, s->gate + (first + r) * F,
-                                                 s->hq + (size_t)(first + r) * j->h_row_bytes, F);
-            atomic_store_explicit(&s->ready[t->expert], 1, memory_order_release);
+                for (int64_t r = 0; r < t.cnt; r++)
+                    (void)mp_quantize_activation(p->h_vdt, s->gate + (t.first + r) * F,
+                                                 s->hq + (size_t)(t.first + r) * j->h_row_bytes, F);
+            atomic_store_explicit(&s->ready[i / p->per_gu], 1, memory_order_release);
         }
     }
     if (pt)
@@ -457,16 +478,16 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         const int64_t i = atomic_fetch_add_explicit(&p->next_dn, 1, memory_order_relaxed);
         if (i >= p->n_dn)
             break;
-        const expert_task *t = &s->tasks[p->n_gu + i];
+        const expert_task t = pipe_unit(s, i, p->chunk_dn, p->per_dn, s->n_embd);
         int spins = 0;
         const int64_t w0 = pt ? now_ns() : 0;
-        while (!atomic_load_explicit(&s->ready[t->expert], memory_order_acquire))
+        while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire))
             mp_wait_step(&spins);
         const int64_t w1 = pt ? now_ns() : 0;
-        down_unit(j, t);
+        down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */
-        if (p->out && atomic_fetch_sub_explicit(&s->range_left[t->r0 / p->dn_chunk], 1, memory_order_acq_rel) == 1)
-            combine_range(s, p->out, p->n_rows, t->r0, t->r1);
+        if (p->out && atomic_fetch_sub_explicit(&s->range_left[i % p->per_dn], 1, memory_order_acq_rel) == 1)
+            combine_range(s, p->out, p->n_rows, t.r0, t.r1);
         if (pt)
             pt[3] += w1 - w0, pt[2] += now_ns() - w1;
     }
@@ -561,25 +582,31 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     bool combined = false;
     if (s->pipelined && n_rows <= MP_MOE_PIPE_ROWS) {
-        pipe_job p = {&j, h_vdt, 0, 0, 0, 0, NULL, n_rows, 0};
-        p.n_gu = plan_tasks(s, F, s->pipe_units, s->tasks);
-        p.n_dn = plan_tasks(s, D, s->pipe_units, s->tasks + p.n_gu);
+        pipe_job p = {.j = &j, .h_vdt = h_vdt, .n_rows = n_rows};
+        int64_t n_active = 0;
+        for (int64_t e = 0; e < s->n_expert; e++)
+            if (s->count[e])
+                s->active[n_active++] = (pipe_expert){(int32_t)e, s->offset[e], s->count[e]};
+        /* plan_tasks's units: about pipe_units per thread in each half */
+        const int64_t units = (int64_t)s->pipe_units * s->n_threads;
+        p.chunk_gu = mp_chunk_rows(n_active * F, units);
+        p.chunk_gu = p.chunk_gu < F ? p.chunk_gu : F;
+        p.chunk_dn = mp_chunk_rows(n_active * D, units);
+        p.chunk_dn = p.chunk_dn < D ? p.chunk_dn : D;
+        p.per_gu = (F + p.chunk_gu - 1) / p.chunk_gu;
+        p.per_dn = (D + p.chunk_dn - 1) / p.chunk_dn;
+        p.n_gu = n_active * p.per_gu;
+        p.n_dn = n_active * p.per_dn;
+        /* left[a]: active expert a's gate/up units; ready[a]: not yet; range_left[r]: one down
+         * unit per active expert (combined in the region) */
+        for (int64_t a = 0; a < n_active; a++) {
+            atomic_store_explicit(&s->left[a], (int)p.per_gu, memory_order_relaxed);
+            atomic_store_explicit(&s->ready[a], 0, memory_order_relaxed);
+        }
         if (s->combine_in_region) {
-            /* plan_tasks cuts every expert at multiples of one chunk (>= 16 rows): range i is
-             * rows [i·chunk, (i+1)·chunk), one unit per active expert */
-            const expert_task *t0 = &s->tasks[p.n_gu];
-            p.dn_chunk = t0->r1 - t0->r0;
-            const int64_t n_active = p.n_dn / ((D + p.dn_chunk - 1) / p.dn_chunk);
-            for (int64_t r = 0; r * p.dn_chunk < D; r++)
+            for (int64_t r = 0; r < p.per_dn; r++)
                 atomic_store_explicit(&s->range_left[r], (int)n_active, memory_order_relaxed);
             p.out = out;
-        }
-        /* left[e]: the expert's gate/up units (zeroed, then counted); ready[e]: not yet */
-        for (int64_t i = 0; i < p.n_gu; i++)
-            atomic_store_explicit(&s->left[s->tasks[i].expert], 0, memory_order_relaxed);
-        for (int64_t i = 0; i < p.n_gu; i++) {
-            atomic_fetch_add_explicit(&s->left[s->tasks[i].expert], 1, memory_order_relaxed);
-            atomic_store_explicit(&s->ready[s->tasks[i].expert], 0, memory_order_relaxed);
         }
         /* the pool's region start publishes these stores to the workers */
         const int64_t r0 = s->prof ? now_ns() : 0;
