@@ -49,7 +49,9 @@ typedef struct mp_gpu_stats {
     /* with mp_gpu_set_measure: per hybrid layer step, the GPU's gap between the end of the
      * rows' D2H copy and the start of the partial's H2D copy (host wake-up + CPU experts +
      * submission), or in a one-graph step between the rows' publish and the GPU seeing the host's
-     * flag; and that gap minus the CPU expert time: the round trip's own overhead */
+     * flag; and that gap minus the CPU expert time: the round trip's own overhead (one graph:
+     * minus the later of the CPU's time and the GPU's wait kernel starting to poll, so that a
+     * layer whose resident experts outlast the CPU counts no overhead for them) */
     int64_t rt_measured;       /* hybrid layer steps measured */
     int64_t rt_gap_ns;
     int64_t rt_overhead_ns;

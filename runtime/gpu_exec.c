@@ -627,8 +627,8 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_flags, (size_t)(2 * hp->n_layer) * sizeof *g->h_flags), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_stamps, (size_t)(2 * hp->n_layer) * sizeof *g->h_stamps), "cudaMallocHost");
-    memset(g->h_stamps, 0, (size_t)(2 * hp->n_layer) * sizeof *g->h_stamps);
+    CK(cudaMallocHost((void **)&g->h_stamps, (size_t)(3 * hp->n_layer) * sizeof *g->h_stamps), "cudaMallocHost");
+    memset(g->h_stamps, 0, (size_t)(3 * hp->n_layer) * sizeof *g->h_stamps);
     if (g->step_stamps && (st = calibrate_stamps(g, err)))
         goto fail;
     {

@@ -214,19 +214,27 @@ static void report_hooks(mp_gpu *g, int64_t n)
 
 /* After the stream drained: the round-trip gaps of this step's hybrid layers (mp_gpu_set_measure):
  * from the GPU's timer stamps when the step handed off through mapped memory (publish to the
- * host's flag seen), else from the events after the rows' copy and before the partial's. */
+ * host's flag seen; the overhead counts from when the GPU was ready for the partial), else from
+ * the events after the rows' copy and before the partial's. */
 static void collect_round_trips(mp_gpu *g, bool handoff)
 {
     for (int64_t il = 0; il < g->s->m->hp.n_layer; il++) {
         if (!g->rt_pending[il])
             continue;
         g->rt_pending[il] = false;
-        int64_t gap;
+        int64_t gap, overhead;
         if (handoff) {
-            const uint64_t t0 = g->h_stamps[2 * il], t1 = g->h_stamps[2 * il + 1];
-            if (!t0 || t1 < t0)
+            /* the GPU waited for the host from the later of its wait kernel's first poll and the
+             * publish plus the CPU's time; what it waited beyond that is the round trip's own. A
+             * layer whose resident experts outlast the CPU polls late and sees the flag at once. */
+            const uint64_t pub = g->h_stamps[3 * il], polled = g->h_stamps[3 * il + 1],
+                           seen = g->h_stamps[3 * il + 2];
+            if (!pub || seen < pub || seen < polled)
                 continue;
-            gap = (int64_t)(t1 - t0);
+            gap = (int64_t)(seen - pub);
+            const int64_t ready = (int64_t)(polled - pub) > g->rt_cpu_ns[il] ? (int64_t)(polled - pub)
+                                                                             : g->rt_cpu_ns[il];
+            overhead = gap - ready;
         } else {
             float ms = 0;
             if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {
@@ -234,10 +242,11 @@ static void collect_round_trips(mp_gpu *g, bool handoff)
                 continue;
             }
             gap = (int64_t)((double)ms * 1e6);
+            overhead = gap - g->rt_cpu_ns[il];
         }
         g->stats.rt_measured++;
         g->stats.rt_gap_ns += gap;
-        g->stats.rt_overhead_ns += gap - g->rt_cpu_ns[il];
+        g->stats.rt_overhead_ns += overhead;
     }
 }
 

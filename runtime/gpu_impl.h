@@ -125,8 +125,9 @@ struct mp_gpu {
     bool handoff;            /* the step being enqueued or run hands off through mapped memory */
     uint32_t *h_flags;       /* (2 n_layer): [il] rows of layer il published (GPU → host), [n_layer
                               * + il] its partial written (host → GPU); zeroed before each step */
-    uint64_t *h_stamps;      /* (2 n_layer): the GPU's timer (ns) at layer il's publish and when
-                              * it saw the host's flag: the round trip's gap (mp_gpu_set_measure) */
+    uint64_t *h_stamps;      /* (3 n_layer): the GPU's timer (ns) at layer il's publish, when its
+                              * wait kernel began polling and when it saw the host's flag: the
+                              * round trip's gap and overhead (mp_gpu_set_measure) */
     /* MP_GPU_STEP_STAMPS=1 (a diagnostic): a decode step stamps the GPU's timer at its start and
      * end (h_step[0], h_step[1]); stamp_off_ns = GPU timer - host clock (mp_gpu_now_ns), measured
      * at start to within stamp_err_ns; last_sync_ns: the host clock when the last step drained */

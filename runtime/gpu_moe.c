@@ -311,7 +311,7 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         KCHECK(mp_cuda_router_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, g->d_router, K,
                                    hp->expert_weights_norm, g->d_ids, g->d_w, g->d_count,
                                    published ? g->h_x : NULL, published && !host_routes ? h_ids : NULL, h_w,
-                                   published ? &g->h_flags[il] : NULL, published ? &g->h_stamps[2 * il] : NULL,
+                                   published ? &g->h_flags[il] : NULL, published ? &g->h_stamps[3 * il] : NULL,
                                    g->stream), "router");
     } else {
         const gpu_tensor *R = &G->gate_inp;
@@ -333,7 +333,7 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         const bool ids = !host_routes;
         if (!published)
             KCHECK(mp_cuda_host_publish(g->d_xb, g->h_x, n * D, ids ? g->d_ids : NULL, h_ids, g->d_w, h_w, n * K,
-                                        &g->h_flags[il], &g->h_stamps[2 * il], g->stream), "row handoff");
+                                        &g->h_flags[il], &g->h_stamps[3 * il], g->stream), "row handoff");
     } else if (hybrid) {
         CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
                                g->stream), "row copy");
@@ -488,7 +488,7 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                        * but the resident experts writes d_proj (no copies in this mode) */
         KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0,
                                      &g->h_flags[g->s->m->hp.n_layer + il],
-                                     &g->h_stamps[2 * il + 1], MP_GPU_HANDOFF_TIMEOUT_S, g->stream),
+                                     &g->h_stamps[3 * il + 1], MP_GPU_HANDOFF_TIMEOUT_S, g->stream),
                "partial handoff");
         return MP_OK;
     }

@@ -199,8 +199,10 @@ int mp_cuda_host_publish(const float *d_x, float *h_x, int64_t n_x, const int32_
                          void *stream);
 /* Waits until the host sets *h_flag to 1 (the kernel traps after timeout_s seconds, which fails
  * the stream), then d_proj[i] = h_part[i] (d_proj[i] + h_part[i] with accumulate) for i < n,
- * h_part read from host memory (never from a cache); *h_stamp (when not NULL) = the global timer
- * when the flag was seen. d_proj is read only after the kernels before it on the stream finished. */
+ * h_part read from host memory (never from a cache); h_stamp (when not NULL; two entries) = the
+ * global timer when the kernel began polling and when it saw the flag. It polls as soon as it is
+ * on the GPU (with PDL, while the kernels before it still run); d_proj is read only after they
+ * finished. */
 int mp_cuda_host_wait_add(float *d_proj, const float *h_part, int64_t n, int accumulate, const uint32_t *h_flag,
                           uint64_t *h_stamp, double timeout_s, void *stream);
 /* *h_stamp (host memory the device writes) = the GPU's global timer (ns) once the work before it on

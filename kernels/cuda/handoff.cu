@@ -39,7 +39,7 @@ __global__ void wait_add_kernel(float *proj, const float *h_part, int64_t n, int
 {
     // spinning on the host's flag reads no kernel's output, so it runs before the PDL wait: the
     // kernel is on the GPU and polling while the resident experts before it still run
-    __shared__ uint64_t seen;
+    __shared__ uint64_t polled, seen;
     if (threadIdx.x == 0) {
         const uint64_t t0 = mpc_globaltimer_ns();
         uint64_t t = t0;
@@ -49,13 +49,16 @@ __global__ void wait_add_kernel(float *proj, const float *h_part, int64_t n, int
                 __trap();
         }
         __threadfence_system();
+        polled = t0;
         seen = t;
     }
     __syncthreads();
     mpc_pdl_wait(); // PDL (common.cuh)
     mpc_pdl_trigger();
-    if (threadIdx.x == 0 && h_stamp)
-        *(volatile uint64_t *)h_stamp = seen;
+    if (threadIdx.x == 0 && h_stamp) {
+        ((volatile uint64_t *)h_stamp)[0] = polled;
+        ((volatile uint64_t *)h_stamp)[1] = seen;
+    }
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float p = __ldcv(h_part + i);
         proj[i] = accumulate ? proj[i] + p : p;

@@ -181,7 +181,7 @@ Test(cuda_ops, host_publish_and_wait_add)
     cr_assert_eq(cudaMallocHost((void **)&h_w, sizeof(float) * (size_t)k), cudaSuccess);
     cr_assert_eq(cudaMallocHost((void **)&h_ids, sizeof(int32_t) * (size_t)k), cudaSuccess);
     cr_assert_eq(cudaMallocHost((void **)&h_flag, 2 * sizeof(uint32_t)), cudaSuccess);
-    cr_assert_eq(cudaMallocHost((void **)&h_stamp, 2 * sizeof(uint64_t)), cudaSuccess);
+    cr_assert_eq(cudaMallocHost((void **)&h_stamp, 3 * sizeof(uint64_t)), cudaSuccess);
     float *x = malloc(sizeof(float) * (size_t)n), *proj = malloc(sizeof(float) * (size_t)n);
     float *part = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
     float w[8];
@@ -194,7 +194,7 @@ Test(cuda_ops, host_publish_and_wait_add)
             ids[i] = (int32_t)(rnd_u64() % 128);
         memset(h_x, 0xff, sizeof(float) * (size_t)n);
         memset(h_flag, 0, 2 * sizeof(uint32_t));
-        memset(h_stamp, 0, 2 * sizeof(uint64_t));
+        memset(h_stamp, 0, 3 * sizeof(uint64_t));
         float *d_x = dev_put(x, sizeof(float) * (size_t)n), *d_w = dev_put(w, sizeof w);
         int32_t *d_ids = dev_put(ids, sizeof ids);
         MPC_OK(mp_cuda_host_publish(d_x, h_x, n, d_ids, h_ids, d_w, h_w, k, &h_flag[0], &h_stamp[0], st));
@@ -224,7 +224,12 @@ Test(cuda_ops, host_publish_and_wait_add)
                       "seed %llu: round %d (accumulate %d): element %ld: gpu %.9g, want %.9g",
                       (unsigned long long)g_seed, round, accumulate, (long)i, got[i], want);
         }
-        cr_assert_geq(h_stamp[1], h_stamp[0], "the flag was seen before the publish");
+        /* [0] publish, [1] the wait kernel's first poll, [2] the flag seen: the flag was set
+         * 30 ms after the launch, so the kernel polled that long */
+        cr_assert_geq(h_stamp[1], h_stamp[0], "the wait kernel polled before the publish");
+        cr_assert_geq(h_stamp[2], h_stamp[1] + 20000000ull, "seed %llu: round %d: polled at %llu, saw the flag "
+                      "at %llu: less than the 30 ms the host waited", (unsigned long long)g_seed, round,
+                      (unsigned long long)h_stamp[1], (unsigned long long)h_stamp[2]);
         cudaFree(d_x); cudaFree(d_w); cudaFree(d_ids); cudaFree(d_proj);
     }
     /* bad arguments: a misaligned row, no flag, no timeout */
