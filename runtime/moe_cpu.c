@@ -495,9 +495,9 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         pt[4] = now_ns();
 }
 
-/* Adds a pipelined call's region (tasks pool threads, started at r0, returned at r1) to the
- * profile; tasks that never ran (a stolen block's second call finds no unit: it ran, briefly)
- * count from the region's start. */
+/* Adds a pipelined call's region (tasks: one per pool thread, started at r0, returned at r1) to
+ * the profile. The pool runs every task once; a task whose own thread came late runs on the
+ * thread that stole it, after that thread's own, and shows as a late start. */
 static void profile_region(mp_moe_scratch *s, int tasks, int64_t r0, int64_t r1)
 {
     mp_moe_cpu_profile *p = s->prof;
@@ -624,15 +624,15 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     }
 
     const int64_t post0 = s->prof ? now_ns() : 0;
-    combine_job cj = {s, out};
-    if (combined) {
-        /* every row range was combined by its last down unit */
-    } else if (n_rows <= MP_MOE_COMBINE_INLINE_ROWS) /* a decode row: 8 axpys of n_embd, ~1-2 us on the caller,
-                                              * less than a parallel region's start and finish */
-        for (int64_t r = 0; r < n_rows; r++)
-            combine_task(&cj, r, 0);
-    else
-        mp_pool_run(pool, n_rows, combine_task, &cj);
+    if (!combined) { /* the combine of two-region calls, or of pipelined ones with MP_MOE_CPU_COMBINE=0 */
+        combine_job cj = {s, out};
+        if (n_rows <= MP_MOE_COMBINE_INLINE_ROWS) /* a decode row: 8 axpys of n_embd, ~1-2 us on the
+                                                  * caller, less than a region's start and finish */
+            for (int64_t r = 0; r < n_rows; r++)
+                combine_task(&cj, r, 0);
+        else
+            mp_pool_run(pool, n_rows, combine_task, &cj);
+    }
     if (s->prof) {
         const int64_t end = now_ns();
         s->prof->calls++;
