@@ -517,12 +517,7 @@ void mp_quantize_row_q8_K_avx2(const float *src, void *dst, int64_t n)
             }
             _mm256_storeu_si256((__m256i *)(b.qs + l), pack32(q[0], q[1], q[2], q[3]));
         }
-        for (int g = 0; g < MP_QK_K / 16; g++) {
-            int sum = 0;
-            for (int l = 0; l < 16; l++)
-                sum += b.qs[16 * g + l];
-            b.bsums[g] = (int16_t)sum;
-        }
+        mp_q8_K_bsums(&b);
         memcpy(p + ib * sizeof(b), &b, sizeof(b));
     }
 }

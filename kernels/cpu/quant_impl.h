@@ -84,6 +84,17 @@ static inline void mp_q4_K_unpack_scales(const uint8_t *packed, uint8_t sc[8], u
 #ifndef MP_PREFETCH_BYTES
 #define MP_PREFETCH_BYTES 2048
 #endif
+/* A Q8_K block's 16 sums of 16 quants (the K-quant dots use them for the mins), from its qs */
+static inline void mp_q8_K_bsums(mp_block_q8_K *b)
+{
+    for (int g = 0; g < MP_QK_K / 16; g++) {
+        int sum = 0;
+        for (int l = 0; l < 16; l++)
+            sum += b->qs[16 * g + l];
+        b->bsums[g] = (int16_t)sum;
+    }
+}
+
 static inline void mp_prefetch_weights(const void *p, size_t bytes)
 {
     for (size_t off = 0; off < bytes; off += 64)

@@ -98,12 +98,7 @@ void mp_quantize_row_q8_K_ref(const float *src, void *dst, int64_t n)
             int q = (int)lrintf(x[l] * iscale);
             b.qs[l] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
         }
-        for (int g = 0; g < MP_QK_K / 16; g++) {
-            int s = 0;
-            for (int l = 0; l < 16; l++)
-                s += b.qs[16 * g + l];
-            b.bsums[g] = (int16_t)s;
-        }
+        mp_q8_K_bsums(&b);
         memcpy(p + ib * sizeof(b), &b, sizeof(b));
     }
 }
