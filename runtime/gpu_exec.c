@@ -629,16 +629,19 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaMallocHost((void **)&g->h_flags, (size_t)(2 * hp->n_layer) * sizeof *g->h_flags), "cudaMallocHost");
     CK(cudaMallocHost((void **)&g->h_stamps, (size_t)(3 * hp->n_layer) * sizeof *g->h_stamps), "cudaMallocHost");
     memset(g->h_stamps, 0, (size_t)(3 * hp->n_layer) * sizeof *g->h_stamps);
-    if (g->step_stamps && (st = calibrate_stamps(g, err)))
-        goto fail;
     {
-        /* the handoff kernels use host pointers as device pointers: unified addressing */
+        /* the handoff and stamp kernels use host pointers as device pointers: unified addressing */
         int unified = 0;
         if (cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, 0) != cudaSuccess || !unified) {
             cudaGetLastError();
             g->one_graph_off = true;
+            if (g->step_stamps)
+                fprintf(stderr, "moeplan: MP_GPU_STEP_STAMPS: this device has no unified addressing: no stamps\n");
+            g->step_stamps = false;
         }
     }
+    if (g->step_stamps && (st = calibrate_stamps(g, err)))
+        goto fail;
     CK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),
        "cudaMallocHost");
     int rc = mp_cuda_blas_create(&g->blas, g->stream);
