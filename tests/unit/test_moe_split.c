@@ -11,23 +11,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "runtime/mkmodel.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
 #include "runtime/threadpool.h"
-
-static uint64_t seed, rng;
-
-static uint64_t next(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+#include "tests/rng.h"
 
 /* A fresh qwen3moe-shaped model of the mix in a temporary file (path: a "/tmp/..._XXXXXX"
  * template, filled in; the caller unlinks it). */
@@ -37,7 +27,7 @@ static mp_model *make_model(const char *mix, char *path)
     mp_error e;
     cr_assert_eq(mp_mkmodel_arch("qwen3moe", &cfg, &e), MP_OK);
     cr_assert_eq(mp_mkmodel_set_mix(&cfg, mix, &e), MP_OK, "%s", e.msg);
-    cfg.seed = seed;
+    cfg.seed = g_seed;
     cfg.n_threads = 2;
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
@@ -53,19 +43,19 @@ static mp_model *make_model(const char *mix, char *path)
 static void random_inputs(int64_t n_rows, int64_t D, int64_t E, int64_t K, float *x, int32_t *ids, float *w)
 {
     for (int64_t i = 0; i < n_rows * D; i++)
-        x[i] = (float)((double)(next() >> 11) * 0x1p-53 * 2.0 - 1.0);
+        x[i] = (float)((double)(rnd_u64() >> 11) * 0x1p-53 * 2.0 - 1.0);
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t k = 0; k < K; k++) {
             int32_t id;
             bool dup;
             do {
-                id = (int32_t)(next() % (uint64_t)E);
+                id = (int32_t)(rnd_u64() % (uint64_t)E);
                 dup = false;
                 for (int64_t j = 0; j < k; j++)
                     dup |= ids[r * K + j] == id;
             } while (dup);
             ids[r * K + k] = id;
-            w[r * K + k] = 0.05f + (float)(next() % 1000) / 1000.0f;
+            w[r * K + k] = 0.05f + (float)(rnd_u64() % 1000) / 1000.0f;
         }
 }
 
@@ -84,7 +74,7 @@ static void split_once(const char *mix, int64_t n_rows)
     random_inputs(n_rows, D, E, K, x, ids, w);
     uint64_t res[16] = {0}, comp[16] = {0};
     for (int64_t e2 = 0; e2 < E; e2++) {
-        if (next() & 1)
+        if (rnd_u64() & 1)
             res[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
         else
             comp[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
@@ -110,10 +100,10 @@ static void split_once(const char *mix, int64_t n_rows)
             const double sum = (double)a[r * D + d] + (double)b[r * D + d];
             cr_assert(fabs(sum - whole[r * D + d]) <= 1e-5 * mx,
                       "seed %llu: %s rows %ld: row %ld elem %ld: %g + %g vs whole %g",
-                      (unsigned long long)seed, mix, (long)n_rows, (long)r, (long)d, a[r * D + d],
+                      (unsigned long long)g_seed, mix, (long)n_rows, (long)r, (long)d, a[r * D + d],
                       b[r * D + d], whole[r * D + d]);
             if (r == 0 && row0_resident)
-                cr_assert_eq(a[d], 0.0f, "seed %llu: an all-resident row must get zeros", (unsigned long long)seed);
+                cr_assert_eq(a[d], 0.0f, "seed %llu: an all-resident row must get zeros", (unsigned long long)g_seed);
         }
     }
     /* the weights through a slice table (the GPU executor's host copy): slices of expert e hold
@@ -124,7 +114,7 @@ static void split_once(const char *mix, int64_t n_rows)
     for (int64_t e2 = 0; e2 < E; e2++)
         perm[e2] = (int32_t)e2;
     for (int64_t e2 = E - 1; e2 > 0; e2--) {
-        const int64_t j = (int64_t)(next() % (uint64_t)(e2 + 1));
+        const int64_t j = (int64_t)(rnd_u64() % (uint64_t)(e2 + 1));
         const int32_t tmp = perm[e2];
         perm[e2] = perm[j], perm[j] = tmp;
     }
@@ -153,11 +143,11 @@ static void split_once(const char *mix, int64_t n_rows)
     bool differs = false;
     for (int64_t i = 0; i < n_rows * D; i++) {
         cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0, "seed %llu: %s rows %ld: elem %ld: %g through "
-                     "the slice table, %g from the model", (unsigned long long)seed, mix, (long)n_rows,
+                     "the slice table, %g from the model", (unsigned long long)g_seed, mix, (long)n_rows,
                      (long)i, a[i], b[i]);
         differs |= a[i] != whole[i];
     }
-    cr_assert(differs, "seed %llu: the permuted experts gave the unpermuted block", (unsigned long long)seed);
+    cr_assert(differs, "seed %llu: the permuted experts gave the unpermuted block", (unsigned long long)g_seed);
     free(copy), free(slices), free(pids);
     free(x), free(whole), free(a), free(b), free(ids), free(w);
     mp_moe_scratch_free(sc);
@@ -168,9 +158,7 @@ static void split_once(const char *mix, int64_t n_rows)
 
 Test(moe_split, cpu_partials_add_up_to_the_whole_block)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    seed = rng = (uint64_t)ts.tv_nsec * 2654435761ull + (uint64_t)ts.tv_sec;
+    seed_rng();
     split_once("f32", 1);
     split_once("f32", 7);
     split_once("q4_k_m", 1);
@@ -207,7 +195,7 @@ static void pipelined_once(const char *mix, int threads)
         random_inputs(n_rows, D, E, K, x, ids, w);
         uint64_t res[16] = {0};
         for (int64_t e2 = 0; e2 < E; e2++)
-            if (next() % 4 == 0) /* a quarter resident: most routes still run here */
+            if (rnd_u64() % 4 == 0) /* a quarter resident: most routes still run here */
                 res[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
         const uint64_t *mask = rep % 2 ? res : NULL;
         const int64_t na = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, a, pool, piped);
@@ -218,10 +206,10 @@ static void pipelined_once(const char *mix, int threads)
         for (int64_t i = 0; i < n_rows * D; i++) {
             cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0,
                          "seed %llu: %s, %d threads, %ld rows: elem %ld: %a pipelined, %a in two regions",
-                         (unsigned long long)seed, mix, threads, (long)n_rows, (long)i, a[i], b[i]);
+                         (unsigned long long)g_seed, mix, threads, (long)n_rows, (long)i, a[i], b[i]);
             nonzero |= a[i] != 0.0f;
         }
-        cr_assert(nonzero, "seed %llu: %s: the block is all zeros", (unsigned long long)seed, mix);
+        cr_assert(nonzero, "seed %llu: %s: the block is all zeros", (unsigned long long)g_seed, mix);
     }
     if (profiled) {
         /* every call counted; each thread slot's parts are disjoint spans of its region */
@@ -250,9 +238,7 @@ static void pipelined_once(const char *mix, int threads)
 
 Test(moe_split, pipelined_region_gives_the_two_regions_bits)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    seed = rng = (uint64_t)ts.tv_nsec * 2654435761ull + (uint64_t)ts.tv_sec;
+    seed_rng();
     const char *mixes[] = {"f32", "q4_k_m", "q8_0", "bf16"};
     for (int i = 0; i < 4; i++) {
         pipelined_once(mixes[i], 2);
