@@ -70,10 +70,9 @@ static mp_status qkv_proj(mp_gpu *g, const gpu_layer *L, int64_t n, mp_error *er
                       mp_cuda_vec_dot_type(L->wk.type) == g->act_vdt &&
                       mp_cuda_vec_dot_type(L->wv.type) == g->act_vdt;
     if (!fork) {
-        if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) || (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)) ||
-            (st = proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err)))
+        if ((st = proj(g, &L->wq, g->d_xb, n, g->d_q, Q, err)) || (st = proj(g, &L->wk, g->d_xb, n, g->d_k, KV, err)))
             return st;
-        return MP_OK;
+        return proj(g, &L->wv, g->d_xb, n, g->d_v, KV, err);
     }
     CCHECK(cudaEventRecord(g->ev_fork, g->stream), "cudaEventRecord");
     for (int i = 0; i < 2; i++)
@@ -409,8 +408,7 @@ static mp_status one_graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *er
     }
     *ran = true;
     g->stats.one_graph_steps++;
-    int64_t il = 0;
-    for (; il < L && !st; il++)
+    for (int64_t il = 0; il < L && !st; il++)
         if (mp_gpu_layer_hybrid(g, il))
             st = mp_gpu_moe_host(g, il, 1, err);
     g->handoff = false;
