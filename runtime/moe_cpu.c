@@ -163,16 +163,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->combine_in_region = !mp_env_off("MP_MOE_CPU_COMBINE", "combined in the region"); /* A/B */
     if (mp_env_on("MP_MOE_CPU_PROFILE", "not profiled"))
         s->prof_env = mp_moe_scratch_profile(s, true);
-    s->pipe_units = MP_MOE_PIPE_UNITS;
-    const char *units = getenv("MP_MOE_PIPE_UNITS"); /* A/B of the units per thread */
-    if (units && *units) {
-        int64_t u = 0;
-        if (mp_parse_i64(units, 1, 64, &u))
-            s->pipe_units = (int)u;
-        else
-            fprintf(stderr, "moeplan: MP_MOE_PIPE_UNITS=%.40s is not 1..64: %d units per thread\n", units,
-                    MP_MOE_PIPE_UNITS);
-    }
+    s->pipe_units = (int)mp_env_i64("MP_MOE_PIPE_UNITS", 1, 64, MP_MOE_PIPE_UNITS); /* A/B of the units per thread */
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {

@@ -3,6 +3,7 @@
 #include "runtime/numparse.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,4 +60,17 @@ bool mp_env_off(const char *name, const char *on_desc)
 bool mp_env_on(const char *name, const char *off_desc)
 {
     return env_switch(name, false, off_desc);
+}
+
+int64_t mp_env_i64(const char *name, int64_t lo, int64_t hi, int64_t dflt)
+{
+    const char *v = getenv(name);
+    int64_t x = 0;
+    if (!v || !*v)
+        return dflt;
+    if (mp_parse_i64(v, lo, hi, &x))
+        return x;
+    fprintf(stderr, "moeplan: %s=%.40s is not a number in %" PRId64 "..%" PRId64 ": %" PRId64 "\n", name, v, lo,
+            hi, dflt);
+    return dflt;
 }

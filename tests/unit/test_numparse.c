@@ -32,9 +32,8 @@ Test(numparse, rejects_everything_else)
     cr_assert_eq(u, 5);
 }
 
-/* fn(name, desc) with name set to v (NULL: unset); what it said on stderr into err. */
-static bool switch_with(bool (*fn)(const char *, const char *), const char *name, const char *v, const char *desc,
-                        char *err, size_t cap)
+/* run(ctx) with name set to v (NULL: unset); what it said on stderr into err. */
+static void with_env(const char *name, const char *v, void (*run)(void *), void *ctx, char *err, size_t cap)
 {
     if (v)
         cr_assert_eq(setenv(name, v, 1), 0);
@@ -45,7 +44,7 @@ static bool switch_with(bool (*fn)(const char *, const char *), const char *name
     cr_assert(fd >= 0 && saved >= 0);
     fflush(stderr);
     dup2(fd, 2);
-    const bool r = fn(name, desc);
+    run(ctx);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -54,7 +53,54 @@ static bool switch_with(bool (*fn)(const char *, const char *), const char *name
     cr_assert_geq(pread(fd, err, cap - 1, 0), 0);
     close(fd);
     unlink(path);
-    return r;
+}
+
+typedef struct switch_call {
+    bool (*fn)(const char *, const char *);
+    const char *name, *desc;
+    bool result;
+} switch_call;
+
+static void call_switch(void *ctx)
+{
+    switch_call *c = ctx;
+    c->result = c->fn(c->name, c->desc);
+}
+
+/* fn(name, desc) with name set to v (NULL: unset); what it said on stderr into err. */
+static bool switch_with(bool (*fn)(const char *, const char *), const char *name, const char *v, const char *desc,
+                        char *err, size_t cap)
+{
+    switch_call c = {fn, name, desc, false};
+    with_env(name, v, call_switch, &c, err, cap);
+    return c.result;
+}
+
+static void call_env_i64(void *ctx)
+{
+    int64_t *x = ctx;
+    *x = mp_env_i64("MP_MOE_PIPE_UNITS", 1, 64, 8);
+}
+
+/* A number from the environment: unset and empty give the default silently, a number in range is
+ * taken, anything else (out of range, trailing text, not a number) gives the default and one line
+ * naming the value, the range and the default. */
+Test(numparse, env_i64)
+{
+    const struct { const char *v; int64_t want; bool says; } cases[] = {
+        {NULL, 8, false}, {"", 8, false}, {"1", 1, false}, {"64", 64, false}, {"16", 16, false},
+        {"0", 8, true}, {"65", 8, true}, {"4x", 8, true}, {"many", 8, true}, {"-3", 8, true}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256];
+        int64_t x = -1;
+        with_env("MP_MOE_PIPE_UNITS", cases[i].v, call_env_i64, &x, err, sizeof err);
+        const char *shown = cases[i].v ? cases[i].v : "(unset)";
+        cr_assert_eq(x, cases[i].want, "MP_MOE_PIPE_UNITS=%s: %lld", shown, (long long)x);
+        char want[160] = "";
+        if (cases[i].says)
+            snprintf(want, sizeof want, "moeplan: MP_MOE_PIPE_UNITS=%s is not a number in 1..64: 8\n", cases[i].v);
+        cr_assert_str_eq(err, want, "MP_MOE_PIPE_UNITS=%s said '%s'", shown, err);
+    }
 }
 
 Test(numparse, env_switch_0_or_1)
