@@ -134,6 +134,15 @@ int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
  * route (the default), -1 = decide again from the environment (MP_CUDA_MOE_DOWN=split|warp) at
  * the next call. Process-wide; for A/B runs and tests. */
 void mp_cuda_moe_set_down_split(int on);
+/* The per-route path's kernels for Q4_K gate/up (16-byte aligned rows) and Q6_K down
+ * (moe_dec.cu: a lane per Q4_K sub-block pair, 8 lanes per Q6_K (element, route) dot, several rows
+ * per warp): 1 on (the default), 0 off (moe.cu's unit kernels for every type), -1 from
+ * MP_CUDA_MOE_DEC (pair|unit) at the next call. The split down variant, when chosen, takes
+ * precedence over the Q6_K kernel. Process-wide; for A/B runs and tests. */
+void mp_cuda_moe_set_decode(int on);
+/* Their shape, for the benchmark and the tests: gate/up rows per warp (1, 2, 4) and down output
+ * elements per block (4, 8); 0 (or another value) keeps the default (2, 4). */
+void mp_cuda_moe_set_decode_shape(int gate_rows, int down_outs);
 /* Steps of at least `rows` rows (and at least the grouped path's 16) run Q4_0/Q8_0/Q4_K/Q6_K
  * experts on the tensor cores (exact int8 products per scale group, scales in F32: the CPU's
  * vec_dot up to summation order); 0: never; -1: decide again from the environment at the next

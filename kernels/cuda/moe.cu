@@ -10,6 +10,7 @@
 //             combine is fused, deterministic, and rounds once per output element (no atomics).
 // Activations are converted to the weights' partner formats (cuda_ops.h) in between, exactly as
 // the CPU path does, so CPU experts and GPU experts see the same quantized inputs.
+// Q4_K gate/up and Q6_K down take moe_dec.cu's kernels on this path instead (mp_cuda_moe_set_decode).
 // Routes whose expert has no slot (d_slots[e] == NULL: not resident) or an id outside
 // [0, n_expert) contribute nothing; the hybrid runtime adds the CPU's partial (accumulate).
 #include "kernels/cuda/common.cuh"
@@ -563,21 +564,31 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
                                              a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
         return mpc_launch_status();
     }
-    {
-        const bool vec = expert_vec(a->gate) && expert_vec(a->up);
+    const bool vec = expert_vec(a->gate) && expert_vec(a->up);
+    const bool dec_down = a->down.type == MP_TYPE_Q6_K && !down_split() && mpc_moe_dec_on();
+    if (a->gate.type == MP_TYPE_Q4_K && vec && mpc_moe_dec_on()) { /* moe_dec.cu */
+        rc = mpc_moe_dec_gate_up_q4k(mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, a->n_embd,
+                                     a->n_ff, xq, xq_rb, a->d_ids, a->top_k, routes, h, st);
+        if (rc)
+            return rc;
+    } else {
 #define MPC_CALL(T, V) launch_gate_up<T, V>(a, gate_units, xq, xq_rb, h, st)
         MOE_TYPE_SWITCH(a->gate.type, vec, MPC_CALL)
 #undef MPC_CALL
         if (cudaGetLastError() != cudaSuccess)
             return MP_CUDA_ELAUNCH;
     }
-    rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream);
-    if (rc)
+    if ((rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream)))
         return rc;
-    {
-        const bool vec = expert_vec(a->down);
+    if (dec_down) { /* moe_dec.cu */
+        rc = mpc_moe_dec_down_q6k(mpc_expert_of(a->down), a->n_expert, a->n_ff, a->n_embd, hq, hq_rb, a->d_ids,
+                                  a->d_weights, a->top_k, a->n_rows, a->d_out, a->accumulate, st);
+        if (rc)
+            return rc;
+    } else {
+        const bool dvec = expert_vec(a->down);
 #define MPC_CALL(T, V) launch_down<T, V>(a, down_units, hq, hq_rb, st)
-        MOE_TYPE_SWITCH(a->down.type, vec, MPC_CALL)
+        MOE_TYPE_SWITCH(a->down.type, dvec, MPC_CALL)
 #undef MPC_CALL
     }
     return mpc_launch_status();

@@ -60,4 +60,20 @@ int mpc_moe_mma_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff
                      const uint8_t *hq, size_t hq_row_bytes, const int32_t *perm, const int4 *groups,
                      const int32_t *n_groups, int64_t max_groups, float *y, cudaStream_t st);
 
+// ---- decode experts for the K-quant mix (moe_dec.cu) ----
+//
+// Whether the per-route path takes them (mp_cuda_moe_set_decode, MP_CUDA_MOE_DEC=unit|pair; on
+// by default).
+bool mpc_moe_dec_on(void);
+// h[route, j] = silu(gate_e · x_row) * (up_e · x_row) for Q4_K gate/up with 16-byte aligned rows
+// (x in Q8_K, rows xq_rb apart; row = route / top_k).
+int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd, int64_t n_ff,
+                            const uint8_t *xq, size_t xq_rb, const int32_t *ids, int64_t top_k, int64_t routes,
+                            float *h, cudaStream_t st);
+// out[row] (+)= Σ_k weights[row, k] · (down_e · h_route) for a Q6_K down (h in Q8_K, per route,
+// hq_rb apart), in slot order, one rounding per element.
+int mpc_moe_dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd, const uint8_t *hq,
+                         size_t hq_rb, const int32_t *ids, const float *weights, int64_t top_k, int64_t n_rows,
+                         float *out, int accumulate, cudaStream_t st);
+
 #endif

@@ -538,6 +538,41 @@ Test(cuda_moe, experts_slot_table_and_accumulate)
     slot_table_cases();
 }
 
+/* The unit kernels (moe.cu) where the pair kernels (moe_dec.cu) serve Q4_K gate/up and Q6_K down
+ * by default: every per-route case above again, each against the CPU reference. */
+Test(cuda_moe, experts_unit_kernels)
+{
+    seed_rng();
+    mp_cuda_moe_set_decode(0);
+    decode_shape_cases();
+    several_rows_cases();
+    slot_table_cases();
+    mp_cuda_moe_set_decode(-1);
+}
+
+/* Every shape of the pair kernels (gate/up rows per warp 1, 2, 4; down outputs per block 4, 8),
+ * each on: the decode shape; 36 sub-block pairs per row (a second, partial pass of the warp) with pool
+ * slots and accumulate; 12 pairs (a partial first pass) with n_ff 90 (a warp's last rows past
+ * n_ff; an F16 down); and a Q6_K down of 102 outputs (a partial last block) with top-9 routes
+ * (more (output, route) dots than a block has lane groups). */
+Test(cuda_moe, experts_pair_kernel_shapes)
+{
+    seed_rng();
+    static const int shapes[][2] = {{1, 4}, {2, 4}, {4, 4}, {1, 8}, {2, 8}, {4, 8}};
+    const moe_case cases[] = {
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2304, 512, 16, 6, 3, 1, 1},
+        {MP_TYPE_Q4_K, MP_TYPE_F16, 768, 90, 8, 3, 2, 0, 0},
+        {MP_TYPE_F16, MP_TYPE_Q6_K, 102, 256, 12, 9, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        mp_cuda_moe_set_decode_shape(shapes[i][0], shapes[i][1]);
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+            check_experts(&cases[c]);
+    }
+    mp_cuda_moe_set_decode_shape(0, 0);
+}
+
 /* The split down variant (one warp per route and output element; mp_cuda_moe_set_down_split) on
  * every per-route case above. */
 Test(cuda_moe, experts_down_split_variant)
