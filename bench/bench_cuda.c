@@ -145,9 +145,10 @@ static void bench_gemv(int type, int64_t n_out, int64_t n_in, int reps)
 
 /* One decode MoE call (1 row, top-8 of 128 experts), captured as a CUDA graph per weight copy with
  * its timing events (external record nodes) and replayed, as the runtime's decode graphs run it:
- * the GPU time without the host's launch gaps. split picks the down variant
- * (mp_cuda_moe_set_down_split), so the two are measured side by side in one run. */
-static void bench_moe(int gate_type, int down_type, int split, int reps)
+ * the GPU time without the host's launch gaps. The caller sets the kernels' switches
+ * (mp_cuda_moe_set_down_split, mp_cuda_moe_set_decode, ...) and names them in `variant`, so
+ * variants are measured side by side in one run. */
+static void bench_moe(int gate_type, int down_type, const char *variant, int reps)
 {
     const int64_t D = 2048, F = 768, E = 128, K = 8;
     const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
@@ -176,7 +177,6 @@ static void bench_moe(int gate_type, int down_type, int split, int reps)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    mp_cuda_moe_set_down_split(split);
     const int n_graphs = g.n < u.n ? (g.n < d.n ? g.n : d.n) : (u.n < d.n ? u.n : d.n);
     cudaGraphExec_t *exec = calloc((size_t)n_graphs, sizeof *exec);
     for (int c = 0; c < n_graphs; c++) {
@@ -208,11 +208,10 @@ static void bench_moe(int gate_type, int down_type, int split, int reps)
         if (r >= 0)
             CK(cudaEventElapsedTime(&ms[r], e0, e1));
     }
-    mp_cuda_moe_set_down_split(-1);
     qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     const double bytes = (double)K * (2.0 * (double)g_exp + (double)d_exp);
-    printf("| moe (graph, down %s) | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
-           split ? "split" : "warp", mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
+    printf("| moe (graph, %s) | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
+           variant, mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
            bytes / (ms[reps / 2] * 1e-3) / 1e9, ms[0] * 1e3);
     for (int c = 0; c < n_graphs; c++)
         cudaGraphExecDestroy(exec[c]);
@@ -302,9 +301,12 @@ int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 50;
     const bool prefill_only = argc > 2 && !strcmp(argv[2], "prefill");
-    if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only) || (argc > 1 && !strcmp(argv[1], "--help"))) {
-        printf("usage: bench_cuda [REPS [prefill]]   (GEMV and MoE-expert GB/s on CUDA device 0; prefill:\n"
-               "       only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512 rows)\n");
+    const bool decode_only = argc > 2 && !strcmp(argv[2], "decode");
+    if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only && !decode_only) ||
+        (argc > 1 && !strcmp(argv[1], "--help"))) {
+        printf("usage: bench_cuda [REPS [prefill|decode]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
+               "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512\n"
+               "       rows; decode: only the 1-row expert call, every kernel variant and shape)\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     char why[256];
@@ -326,16 +328,43 @@ int main(int argc, char **argv)
             }
         return 0;
     }
+    if (decode_only) { /* the decode kernels' variants and shapes (moe_dec.cu), alternated */
+        static const struct { int dec, split, rows, outs; const char *name; } v[] = {
+            {0, 0, 0, 0, "unit kernels, down warp"},
+            {0, 1, 0, 0, "unit kernels, down split"},
+            {1, 0, 2, 4, "pair kernels, 2 rows/warp, 4 outs/block"},
+            {1, 0, 1, 4, "pair kernels, 1 row/warp, 4 outs/block"},
+            {1, 0, 4, 4, "pair kernels, 4 rows/warp, 4 outs/block"},
+            {1, 0, 2, 8, "pair kernels, 2 rows/warp, 8 outs/block"},
+        };
+        for (int round = 0; round < 2; round++)
+            for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+                mp_cuda_moe_set_decode(v[i].dec);
+                mp_cuda_moe_set_down_split(v[i].split);
+                mp_cuda_moe_set_decode_shape(v[i].rows, v[i].outs);
+                bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, v[i].name, reps);
+            }
+        mp_cuda_moe_set_decode(-1);
+        mp_cuda_moe_set_down_split(-1);
+        mp_cuda_moe_set_decode_shape(0, 0);
+        return 0;
+    }
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
                          MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         bench_gemv(types[t], 768 * 8, 2048, reps);
         bench_gemv(types[t], 151936, 2048, reps);
     }
-    for (int split = 0; split < 2; split++) { /* the two down variants side by side */
-        bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, split, reps);
-        bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, split, reps);
-    }
+    for (int dec = 1; dec >= 0; dec--) /* the decode kernels (moe_dec.cu) against the unit kernels */
+        for (int split = 0; split < 2 - dec; split++) { /* and the unit kernels' two down variants */
+            const char *name = dec ? "pair kernels" : split ? "unit kernels, down split" : "unit kernels, down warp";
+            mp_cuda_moe_set_decode(dec);
+            mp_cuda_moe_set_down_split(split);
+            bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, name, reps);
+            bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, name, reps);
+        }
+    mp_cuda_moe_set_decode(-1);
+    mp_cuda_moe_set_down_split(-1);
     for (int mma = 0; mma < 2; mma++) /* prefill: the CUDA-core and the tensor-core paths side by side */
         for (int64_t rows = 64; rows <= 512; rows *= 8) {
             bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);

@@ -27,6 +27,9 @@
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
+#   bench-decode   the 1-row expert call (Q4_K/Q6_K, 30B shapes): unit and pair kernels, every
+#              shape, alternated (bench_cuda REPS decode; DECODE_REPS, default 200)
+#   ncu-moe-dec    Nsight Compute durations of bench-decode's first variants' kernels
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 32 ... 512 rows
 #              (bench_cuda REPS prefill)
 #   ncu-decode Nsight Compute of the all-GPU decode step's small kernels (NCU_KERNELS, NCU_SKIP,
@@ -202,6 +205,20 @@ for stage in "${stages[@]}"; do
         # which host mappings the executor can page-lock (bench/host_register_probe.sh)
         build || { rc=1; continue; }
         bash bench/host_register_probe.sh build-gpu/cli/moeplan "$OUT/host-register" || rc=1
+        ;;
+    bench-decode)
+        build || { rc=1; continue; }
+        build-gpu/bench/bench_cuda "${DECODE_REPS:-200}" decode 2>&1 | tee "$OUT/bench-decode.log" || rc=1
+        ;;
+    ncu-moe-dec)
+        # Nsight Compute durations of the 1-row expert call's kernels, first variants of bench-decode
+        # (unit kernels, split down, pair kernels, pair + L2 prefetch: 24 launches each)
+        build || { rc=1; continue; }
+        timeout 300 ncu --clock-control none --graph-profiling node --launch-count "${NCU_COUNT:-96}" \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            build-gpu/bench/bench_cuda 3 decode >"$OUT/ncu-moe-dec.txt" 2>&1 || rc=1
+        grep -E '^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy' "$OUT/ncu-moe-dec.txt" |
+            sed -E 's/\(mpc_expert_t.*//; s/^ +//' | paste - - - - - | awk '{print}' | head -100
         ;;
     bench-prefill)
         # the grouped prefill experts at 32 ... 512 rows, CUDA cores against tensor cores
