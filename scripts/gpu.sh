@@ -212,7 +212,7 @@ for stage in "${stages[@]}"; do
         ;;
     ncu-moe-dec)
         # Nsight Compute durations of the 1-row expert call's kernels, first variants of bench-decode
-        # (unit kernels, split down, pair kernels, pair + L2 prefetch: 24 launches each)
+        # (unit kernels, split down, pair kernels with 2 and 1 rows per warp: 24 launches each)
         build || { rc=1; continue; }
         timeout 300 ncu --clock-control none --graph-profiling node --launch-count "${NCU_COUNT:-96}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
