@@ -73,8 +73,8 @@ struct dec_q4k_pair {
 
 template <int R>
 __global__ void __launch_bounds__(DEC_GU_WARPS * MPC_WARP)
-dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_pairs, const uint8_t *xq, size_t xq_row_bytes, const int32_t *ids, int64_t top_k,
-                int64_t n_ff, float *h, int64_t r_base)
+dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_pairs, const uint8_t *xq,
+                size_t xq_row_bytes, const int32_t *ids, int64_t top_k, int64_t n_ff, float *h, int64_t r_base)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
@@ -243,12 +243,10 @@ int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert
         const int64_t nr = routes - r0 < 65535 ? routes - r0 : 65535;
         const dim3 grid((unsigned)((n_ff + per_block - 1) / per_block), (unsigned)nr);
         const dim3 block(DEC_GU_WARPS * MPC_WARP);
-        if (rows == 1)
-            mpc_launch(dec_gate_up_q4k<1>, grid, block, 0, st, gate, up, n_expert, pairs, xq, xq_rb, ids, top_k, n_ff, h, r0);
-        else if (rows == 2)
-            mpc_launch(dec_gate_up_q4k<2>, grid, block, 0, st, gate, up, n_expert, pairs, xq, xq_rb, ids, top_k, n_ff, h, r0);
-        else
-            mpc_launch(dec_gate_up_q4k<4>, grid, block, 0, st, gate, up, n_expert, pairs, xq, xq_rb, ids, top_k, n_ff, h, r0);
+        void (*kernel)(mpc_expert_t, mpc_expert_t, int64_t, int64_t, const uint8_t *, size_t, const int32_t *,
+                       int64_t, int64_t, float *, int64_t) =
+            rows == 1 ? dec_gate_up_q4k<1> : rows == 2 ? dec_gate_up_q4k<2> : dec_gate_up_q4k<4>;
+        mpc_launch(kernel, grid, block, 0, st, gate, up, n_expert, pairs, xq, xq_rb, ids, top_k, n_ff, h, r0);
     }
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }
@@ -261,12 +259,8 @@ int mpc_moe_dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_ff, int6
     for (int64_t q0 = 0; q0 < n_rows; q0 += 65535) {
         const int64_t nq = n_rows - q0 < 65535 ? n_rows - q0 : 65535;
         const dim3 grid((unsigned)((n_embd + outs - 1) / outs), (unsigned)nq);
-        if (outs == 4)
-            mpc_launch(dec_down_q6k<4>, grid, dim3(DEC_DOWN_THREADS), 0, st, down, n_expert, n_ff / 256, hq, hq_rb,
-                       ids, weights, top_k, n_embd, out, accumulate, q0);
-        else
-            mpc_launch(dec_down_q6k<8>, grid, dim3(DEC_DOWN_THREADS), 0, st, down, n_expert, n_ff / 256, hq, hq_rb,
-                       ids, weights, top_k, n_embd, out, accumulate, q0);
+        mpc_launch(outs == 4 ? dec_down_q6k<4> : dec_down_q6k<8>, grid, dim3(DEC_DOWN_THREADS), 0, st, down,
+                   n_expert, n_ff / 256, hq, hq_rb, ids, weights, top_k, n_embd, out, accumulate, q0);
     }
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }
