@@ -11,11 +11,19 @@ static void one_line(char *s)
             *s = ' ';
 }
 
+/* A message that did not fit its buffer (n: the length snprintf wanted) ends in "...", so that a
+ * cut is never mistaken for the whole message. */
+static void mark_cut(char *msg, size_t cap, int n)
+{
+    if (n >= 0 && (size_t)n >= cap && cap > 4)
+        memcpy(msg + cap - 4, "...", 4);
+}
+
 mp_status mp_failv(mp_error *err, mp_status code, const char *fmt, va_list ap)
 {
     if (err) {
         err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        mark_cut(err->msg, sizeof err->msg, vsnprintf(err->msg, sizeof err->msg, fmt, ap));
         one_line(err->msg);
     }
     return code;
@@ -40,7 +48,7 @@ mp_status mp_error_prefix(mp_error *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    mark_cut(err->msg, sizeof err->msg, snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old));
     one_line(err->msg);
     return err->code;
 }
