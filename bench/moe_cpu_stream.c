@@ -213,8 +213,17 @@ int main(int argc, char **argv)
     if (L < 1 || L > hp->n_layer) {
         fprintf(stderr, "moe_cpu_stream: %s has %" PRId64 " layers: --layers (default 48) must be in 1..%" PRId64 "\n",
                 path, hp->n_layer, hp->n_layer);
+        mp_model_free(m);
         return 2;
     }
+    /* from here every exit goes through `done`, which frees what was made (NULL / MAP_FAILED: not) */
+    int rc = 0;
+    char *arena = MAP_FAILED;
+    const void **slices = NULL;
+    mp_pool *pool = NULL, *pool2 = NULL; /* pool2: --compare-pin's same threads, not pinned */
+    mp_moe_scratch *s = NULL, *s2 = NULL;
+    int64_t *ns = NULL, *ns2 = NULL;
+    float *x = NULL, *out = NULL;
 
     /* the copy, as runtime/gpu_host.c lays it out */
     size_t bytes = 0;
@@ -225,12 +234,11 @@ int main(int argc, char **argv)
                               align_up(Ly->down_exps.row_bytes * (size_t)Ly->down_exps.ne[1]));
     }
     const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
-    char *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    const void **slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
+    arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
     if (compare_pin)
         setenv("MP_POOL_PIN", "1", 1);
-    mp_pool *pool = mp_pool_new((int)threads);
-    mp_pool *pool2 = NULL; /* --compare-pin: the same threads, not pinned */
+    pool = mp_pool_new((int)threads);
     if (compare_pin) {
         setenv("MP_POOL_PIN", "0", 1);
         pool2 = mp_pool_new((int)threads);
@@ -238,26 +246,30 @@ int main(int argc, char **argv)
         if (pool && pool2 && mp_pool_n_pinned(pool) == 0) {
             fprintf(stderr, "moe_cpu_stream: --compare-pin: %d threads cannot be pinned here (more threads "
                             "than CPUs)\n", (int)threads);
-            return 2;
+            rc = 2;
+            goto done;
         }
     }
-    mp_moe_scratch *s = mp_moe_scratch_new(hp, 1, (int)threads);
+    s = mp_moe_scratch_new(hp, 1, (int)threads);
     if (compare_combine)
         setenv("MP_MOE_CPU_COMBINE", "0", 1);
-    mp_moe_scratch *s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare*: the other mode */
+    s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare*: the other mode */
     if (compare_combine)
         unsetenv("MP_MOE_CPU_COMBINE");
-    int64_t *ns = malloc((size_t)(tokens * L) * sizeof *ns);
-    int64_t *ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
-    float *x = malloc((size_t)D * sizeof *x), *out = malloc((size_t)D * sizeof *out);
+    ns = malloc((size_t)(tokens * L) * sizeof *ns);
+    ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
+    x = malloc((size_t)D * sizeof *x);
+    out = malloc((size_t)D * sizeof *out);
     if (arena == MAP_FAILED || !slices || !pool || (compare_pin && !pool2) || !s || !s2 || !ns || !ns2 || !x ||
         !out) {
         fprintf(stderr, "moe_cpu_stream: out of memory (%.2f GiB copy)\n", (double)map_bytes / 1073741824.0);
-        return 1;
+        rc = 1;
+        goto done;
     }
     if (profile && (!mp_moe_scratch_profile(s, true) || !mp_moe_scratch_profile(s2, true))) {
         fprintf(stderr, "moe_cpu_stream: out of memory for --profile\n");
-        return 1;
+        rc = 1;
+        goto done;
     }
 #ifdef MADV_HUGEPAGE
     madvise(arena, map_bytes, MADV_HUGEPAGE);
@@ -283,7 +295,8 @@ int main(int argc, char **argv)
     float w[64];
     if (K > 64) {
         fprintf(stderr, "moe_cpu_stream: top_k %" PRId64 " > 64\n", K);
-        return 1;
+        rc = 1;
+        goto done;
     }
     for (int64_t k = 0; k < K; k++)
         w[k] = 1.0f / (float)K;
@@ -365,7 +378,9 @@ int main(int argc, char **argv)
     const double gbs = mp_bench_host_read_gbs(map_bytes, (int)threads, 3);
     printf("moe_cpu_stream: contiguous stream over %.2f GiB, %d threads: %.1f GB/s\n",
            (double)map_bytes / 1073741824.0, (int)threads, gbs);
-    munmap(arena, map_bytes);
+done:
+    if (arena != MAP_FAILED)
+        munmap(arena, map_bytes);
     mp_moe_scratch_free(s);
     mp_moe_scratch_free(s2);
     mp_pool_free(pool);
@@ -376,5 +391,5 @@ int main(int argc, char **argv)
     free(ns2);
     free(x);
     free(out);
-    return 0;
+    return rc;
 }
