@@ -8,8 +8,14 @@
 
 int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, char *out, size_t cap)
 {
-    const char *exe = getenv("MP_MOEPLAN");
-    cr_assert_not_null(exe, "MP_MOEPLAN is not set (run through meson test)");
+    return mp_test_run("MP_MOEPLAN", dir, args, what, out, cap);
+}
+
+int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_capture what, char *out,
+                size_t cap)
+{
+    const char *exe = getenv(exe_env);
+    cr_assert_not_null(exe, "%s is not set (run through meson test)", exe_env);
     char cmd[8192], path[4096];
     if (what == MP_TEST_MERGED) {
         snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>&1", exe, args, dir);
@@ -19,7 +25,7 @@ int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, cha
         snprintf(path, sizeof path, "%s/stderr", dir);
     }
     int st = system(cmd);
-    cr_assert(WIFEXITED(st), "moeplan did not exit normally: %s", cmd);
+    cr_assert(WIFEXITED(st), "did not exit normally: %s", cmd);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "cannot read %s", path);
     size_t n = fread(out, 1, cap - 1, f);

@@ -1,5 +1,5 @@
-/* tests/unit/cli_util.h — running the built `moeplan` from a test (its path is in MP_MOEPLAN,
- * set by tests/meson.build) and reading what it printed. */
+/* tests/unit/cli_util.h — running the built `moeplan` (or another built program) from a test (its
+ * path is in MP_MOEPLAN, set by tests/meson.build) and reading what it printed. */
 #ifndef MP_TESTS_CLI_UTIL_H
 #define MP_TESTS_CLI_UTIL_H
 
@@ -14,6 +14,10 @@ typedef enum mp_test_capture {
  * at most cap - 1 bytes) through files in dir, and return the exit status. Fails the test if
  * MP_MOEPLAN is unset or the process did not exit normally. */
 int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, char *out, size_t cap);
+/* The same for another built program, its path in the environment variable exe_env (set by
+ * tests/meson.build, e.g. MP_MOE_CPU_STREAM). */
+int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_capture what, char *out,
+                size_t cap);
 
 /* The whole file at path as a malloc'd NUL-terminated string (fails the test if it cannot be read);
  * mp_test_stdout(dir) is DIR/stdout, what mp_test_moeplan kept of the last run's stdout. */

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "tests/unit/cli_util.h"
 
@@ -32,17 +31,9 @@ TestSuite(moe_cpu_stream, .init = setup, .fini = teardown);
 /* Run moe_cpu_stream -m TINY ARGS; stdout and stderr merged into out; returns the exit status. */
 static int run(const char *args, char *out, size_t cap)
 {
-    const char *exe = getenv("MP_MOE_CPU_STREAM");
-    cr_assert_not_null(exe, "MP_MOE_CPU_STREAM is not set (run through meson test)");
-    char cmd[1024], path[128];
-    snprintf(path, sizeof path, "%s/out", tmpdir);
-    snprintf(cmd, sizeof cmd, "'%s' -m '%s/tiny.gguf' %s >'%s' 2>&1", exe, tmpdir, args, path);
-    const int st = system(cmd);
-    cr_assert(WIFEXITED(st), "did not exit normally: %s", cmd);
-    char *s = mp_test_slurp(path);
-    snprintf(out, cap, "%s", s);
-    free(s);
-    return WEXITSTATUS(st);
+    char all[512];
+    snprintf(all, sizeof all, "-m '%s/tiny.gguf' %s", tmpdir, args);
+    return mp_test_run("MP_MOE_CPU_STREAM", tmpdir, all, MP_TEST_MERGED, out, cap);
 }
 
 static int count(const char *s, const char *needle)
