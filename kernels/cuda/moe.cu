@@ -232,8 +232,6 @@ extern "C" size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_
     return b;
 }
 
-// gridDim.y is at most 65535: prefill batches run in slices of routes / rows.
-#define MOE_MAX_GRID_Y 65535
 
 template <int T, bool VEC>
 static void launch_gate_up(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *xq,

@@ -6,6 +6,10 @@
 
 #include "kernels/cuda/common.cuh"
 
+// gridDim.y is at most 65535: the expert kernels (moe.cu, moe_dec.cu) run long steps in slices of
+// routes / rows.
+#define MOE_MAX_GRID_Y 65535
+
 struct mpc_expert_t {
     const uint8_t *base;
     size_t expert_bytes;

@@ -239,8 +239,8 @@ int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert
 {
     const int rows = g_gu_rows ? g_gu_rows : DEC_GU_ROWS_DEFAULT;
     const int64_t per_block = (int64_t)DEC_GU_WARPS * rows, pairs = n_embd / 64;
-    for (int64_t r0 = 0; r0 < routes; r0 += 65535) {
-        const int64_t nr = routes - r0 < 65535 ? routes - r0 : 65535;
+    for (int64_t r0 = 0; r0 < routes; r0 += MOE_MAX_GRID_Y) {
+        const int64_t nr = routes - r0 < MOE_MAX_GRID_Y ? routes - r0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((n_ff + per_block - 1) / per_block), (unsigned)nr);
         const dim3 block(DEC_GU_WARPS * MPC_WARP);
         void (*kernel)(mpc_expert_t, mpc_expert_t, int64_t, int64_t, const uint8_t *, size_t, const int32_t *,
@@ -256,8 +256,8 @@ int mpc_moe_dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_ff, int6
                          float *out, int accumulate, cudaStream_t st)
 {
     const int outs = g_down_outs ? g_down_outs : DEC_DOWN_OUTS_DEFAULT;
-    for (int64_t q0 = 0; q0 < n_rows; q0 += 65535) {
-        const int64_t nq = n_rows - q0 < 65535 ? n_rows - q0 : 65535;
+    for (int64_t q0 = 0; q0 < n_rows; q0 += MOE_MAX_GRID_Y) {
+        const int64_t nq = n_rows - q0 < MOE_MAX_GRID_Y ? n_rows - q0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((n_embd + outs - 1) / outs), (unsigned)nq);
         mpc_launch(outs == 4 ? dec_down_q6k<4> : dec_down_q6k<8>, grid, dim3(DEC_DOWN_THREADS), 0, st, down,
                    n_expert, n_ff / 256, hq, hq_rb, ids, weights, top_k, n_embd, out, accumulate, q0);
