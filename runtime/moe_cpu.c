@@ -317,20 +317,27 @@ static int64_t group_by_expert(mp_moe_scratch *s, int64_t n_rows, const uint64_t
 
 /* (expert, chunk of n_out rows) tasks over the active experts, written to tasks: about
  * units_per_thread per thread (mp_chunk_rows). */
+/* Rows per unit when n_active experts' n_out output rows are cut into about `units` units: at least
+ * 16 (mp_chunk_rows), at most one expert's n_out. plan_tasks and the pipelined call cut alike. */
+static int64_t unit_rows(int64_t n_active, int64_t n_out, int64_t units)
+{
+    const int64_t chunk = mp_chunk_rows(n_active * n_out, units);
+    return chunk < n_out ? chunk : n_out;
+}
+
 static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units_per_thread, expert_task *tasks)
 {
     int64_t n_active = 0;
     for (int64_t e = 0; e < s->n_expert; e++)
         n_active += s->count[e] > 0;
-    int64_t chunk = mp_chunk_rows(n_active * n_out, (int64_t)units_per_thread * s->n_threads);
-    if (chunk > n_out)
-        chunk = n_out;
+    const int64_t chunk = unit_rows(n_active, n_out, (int64_t)units_per_thread * s->n_threads);
     int64_t n = 0;
     for (int64_t e = 0; e < s->n_expert; e++) {
         if (!s->count[e])
             continue;
         for (int64_t r0 = 0; r0 < n_out; r0 += chunk)
-            tasks[n++] = (expert_task){(int32_t)e, s->offset[e], s->count[e], r0, r0 + chunk < n_out ? r0 + chunk : n_out};
+            tasks[n++] = (expert_task){(int32_t)e, s->offset[e], s->count[e], r0,
+                                       r0 + chunk < n_out ? r0 + chunk : n_out};
     }
     return n;
 }
@@ -580,10 +587,8 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
                 s->active[n_active++] = (pipe_expert){(int32_t)e, s->offset[e], s->count[e]};
         /* plan_tasks's units: about pipe_units per thread in each half */
         const int64_t units = (int64_t)s->pipe_units * s->n_threads;
-        p.chunk_gu = mp_chunk_rows(n_active * F, units);
-        p.chunk_gu = p.chunk_gu < F ? p.chunk_gu : F;
-        p.chunk_dn = mp_chunk_rows(n_active * D, units);
-        p.chunk_dn = p.chunk_dn < D ? p.chunk_dn : D;
+        p.chunk_gu = unit_rows(n_active, F, units);
+        p.chunk_dn = unit_rows(n_active, D, units);
         p.per_gu = (F + p.chunk_gu - 1) / p.chunk_gu;
         p.per_dn = (D + p.chunk_dn - 1) / p.chunk_dn;
         p.n_gu = n_active * p.per_gu;
