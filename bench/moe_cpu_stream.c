@@ -128,28 +128,21 @@ int main(int argc, char **argv)
     double gap_us = 0, token_gap_us = 0;
     bool compare = false, compare_pin = false, compare_combine = false, profile = false;
     char isa[2][16] = {"", ""};
+    const struct { const char *name; bool *on; } switches[] = {
+        {"--compare", &compare}, {"--compare-combine", &compare_combine}, {"--compare-pin", &compare_pin},
+        {"--profile", &profile}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--compare")) {
-            compare = true;
+        bool is_switch = false;
+        for (size_t k = 0; k < sizeof switches / sizeof *switches; k++)
+            if (!strcmp(a, switches[k].name))
+                *switches[k].on = is_switch = true;
+        if (is_switch)
             continue;
-        }
-        if (!strcmp(a, "--compare-combine")) {
-            compare_combine = true;
-            continue;
-        }
-        if (!strcmp(a, "--profile")) {
-            profile = true;
-            continue;
-        }
-        if (!strcmp(a, "--compare-pin")) {
-            compare_pin = true;
-            continue;
-        }
         if (i + 1 >= argc) {
             fprintf(stderr, "moe_cpu_stream: %s needs a value (see --help)\n", a);
             return 2;
