@@ -334,8 +334,9 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     printf("\n%s.\n", executor_note(c));
     if (c->host_gbs > 0)
         printf("bound: of a decode row with hybrid layers, max(GPU part, CPU experts' bytes / host read "
-               "bandwidth %.1f GB/s, the larger of probes before and after the tests) + the round trips' overhead, per token; serial: their sum (no "
-               "overlap, what whole CPU layers can reach); share = measured / bound (docs/bench.md).\n",
+               "bandwidth %.1f GB/s, the larger of probes before and after the tests) + the round trips' "
+               "overhead, per token; serial: their sum (no overlap, what whole CPU layers can reach); "
+               "share = measured / bound (docs/bench.md).\n",
                c->host_gbs);
     if (c->replay)
         printf("route replay: %s.\n", c->replay_desc);

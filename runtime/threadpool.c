@@ -222,7 +222,7 @@ static int allowed_cpus(int *cpus, int cap)
 #endif
 }
 
-/* Pins worker `thread` (1 .. n-1) to cpus[thread]; true when it took. */
+/* Pins thread t to one CPU; true when it took. */
 static bool pin_worker(pthread_t t, int cpu)
 {
 #ifdef __linux__

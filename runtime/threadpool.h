@@ -2,8 +2,9 @@
  *
  * mp_pool_run(pool, n_tasks, fn, ctx) calls fn(ctx, task, thread) once for every task in
  * [0, n_tasks), spread over the pool's threads (the caller is thread 0), and returns when all are
- * done. With MP_POOL_PIN=1, workers are pinned to CPUs when the pool fits the machine (threadpool.c). Workers spin briefly before sleeping, because a decode step issues hundreds of small
- * parallel regions and a futex wake per region would cost more than the work.
+ * done. With MP_POOL_PIN=1, workers are pinned to CPUs when the pool fits the machine
+ * (threadpool.c). Workers spin briefly before sleeping, because a decode step issues hundreds of
+ * small parallel regions and a futex wake per region would cost more than the work.
  */
 #ifndef MP_RUNTIME_THREADPOOL_H
 #define MP_RUNTIME_THREADPOOL_H
