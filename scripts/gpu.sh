@@ -25,6 +25,8 @@
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
 #              STREAM_ARGS: more flags, e.g. --compare or --compare-isa avx512,avx2 for an interleaved A/B)
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
+#   membw-pcie host memory read by the cores, by the copy engine and by a zero-copy kernel, alone and
+#              side by side (bench/membw_pcie.cu; MEMBW_PCIE_ARGS) -> $OUT/membw-pcie.log
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
 #   bench-decode   the 1-row expert call (Q4_K/Q6_K, 30B shapes): unit and pair kernels, every
@@ -200,6 +202,12 @@ for stage in "${stages[@]}"; do
     bench-pool)
         build || { rc=1; continue; }
         for t in 16 8; do build-gpu/bench/pool_overhead $t 3000; done 2>&1 | tee "$OUT/bench-pool.log" || rc=1
+        ;;
+    membw-pcie)
+        # host memory read by the cores and by the GPU over PCIe, alone and side by side
+        build || { rc=1; continue; }
+        # shellcheck disable=SC2086
+        build-gpu/bench/membw_pcie ${MEMBW_PCIE_ARGS:-} 2>&1 | tee "$OUT/membw-pcie.log" || rc=1
         ;;
     host-register)
         # which host mappings the executor can page-lock (bench/host_register_probe.sh)
