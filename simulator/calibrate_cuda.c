@@ -263,7 +263,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
         for (int k = 0; k < 3; k++) {
             mp_cuda_expert_tensor *et = k == 0 ? &a.gate : k == 1 ? &a.up : &a.down;
             *et = (mp_cuda_expert_tensor){t[k]->type, d_w[k], t[k]->row_bytes * (size_t)t[k]->ne[1], NULL,
-                                          t[k]->row_bytes};
+                                          t[k]->row_bytes, NULL};
         }
         a.n_embd = D;
         a.n_ff = F;

@@ -102,6 +102,9 @@ typedef struct mp_cuda_expert_tensor {
     size_t expert_bytes;
     const void *const *d_slots;
     size_t row_bytes;
+    const void *const *d_far; /* with d_slots and mp_cuda_moe_args.d_far_of_cold: expert e's weights
+                               * in host memory the device can read (mapped, page-locked), for
+                               * experts without a slot; else NULL */
 } mp_cuda_expert_tensor;
 
 typedef struct mp_cuda_moe_args {
@@ -117,6 +120,13 @@ typedef struct mp_cuda_moe_args {
     int accumulate;           /* 0: out = Σ; 1: out += Σ (adds to a partial, e.g. CPU experts') */
     void *d_scratch;          /* mp_cuda_moe_scratch_bytes(...) bytes, 256-byte aligned */
     size_t scratch_bytes;
+    /* Far routes (NULL: none). A row's routes to experts without a slot are cold; with this
+     * table (top_k + 1 bytes on the device), a row with c cold routes runs the first
+     * d_far_of_cold[c] of them (in slot order) from each tensor's d_far, reading the weights
+     * from host memory over the bus, and skips the rest (their caller runs them elsewhere: the
+     * CPU). Needs slot tables and d_far on all three tensors, and a step on the per-route path
+     * (fewer than 16 rows); MP_CUDA_EINVAL otherwise. */
+    const uint8_t *d_far_of_cold;
 } mp_cuda_moe_args;
 
 size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, int64_t n_ff,

@@ -36,8 +36,7 @@ gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_u
     const int64_t j = (int64_t)blockIdx.x * MOE_WARPS + threadIdx.x / MPC_WARP;
     if (j >= n_ff)
         return;
-    const int32_t e = ids[r];
-    const uint8_t *gw = mpc_expert_ptr(gate, e, n_expert), *uw = mpc_expert_ptr(up, e, n_expert);
+    const uint8_t *gw = mpc_route_ptr(gate, ids, r, top_k, n_expert), *uw = mpc_route_ptr(up, ids, r, top_k, n_expert);
     if (!gw || !uw) {
         if (lane == 0)
             h[r * n_ff + j] = 0.0f;
@@ -86,6 +85,9 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
     // loads between one route's weights and the next
     const int32_t my_id = lane < top_k ? ids[row * top_k + lane] : -1;
     const float my_w = lane < top_k ? weights[row * top_k + lane] : 0.0f;
+    // far routes: the row's cold routes, one bit per lane (mpc_cold_mask's bits)
+    const uint32_t cold = down.far_of_cold ? __ballot_sync(0xffffffffu, lane < top_k && my_id >= 0 &&
+                                                           my_id < n_expert && !down.slots[my_id]) : 0u;
     // each lane accumulates weight_k · (its units of route k) over all k in slot order, and the
     // warp sums once at the end: one f32 accumulator, one rounding into out
     float acc = 0.0f;
@@ -94,6 +96,8 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
         const int32_t e = __shfl_sync(0xffffffffu, my_id, k);
         const float wk = __shfl_sync(0xffffffffu, my_w, k);
         const uint8_t *dw = mpc_expert_ptr(down, e, n_expert);
+        if (!dw && (cold >> k & 1u) && mpc_far_takes(down.far_of_cold, cold, k))
+            dw = (const uint8_t *)down.far[e];
         if (!dw) // uniform over the warp
             continue;
         const uint8_t *wrow = dw + d * down.row_bytes, *h = hq + (row * top_k + k) * hq_row_bytes;
@@ -126,7 +130,7 @@ down_split_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const ui
     const int lane = threadIdx.x % MPC_WARP, k = threadIdx.x / MPC_WARP;
     const int64_t row = row_base + blockIdx.y, d = blockIdx.x;
     const int64_t r = row * top_k + k;
-    const uint8_t *dw = mpc_expert_ptr(down, ids[r], n_expert);
+    const uint8_t *dw = mpc_route_ptr(down, ids, r, top_k, n_expert);
     float acc = 0.0f;
     if (dw) { // uniform over the warp
         const uint8_t *wrow = dw + d * down.row_bytes, *h = hq + r * hq_row_bytes;
@@ -234,21 +238,20 @@ extern "C" size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_
 
 
 template <int T, bool VEC>
-static void launch_gate_up(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *xq,
-                           size_t xq_rb, float *h, cudaStream_t st)
+static void launch_gate_up(const mp_cuda_moe_args *a, mpc_expert_t gate, mpc_expert_t up, int64_t n_units,
+                           const uint8_t *xq, size_t xq_rb, float *h, cudaStream_t st)
 {
     const int64_t routes = a->n_rows * a->top_k;
     for (int64_t r0 = 0; r0 < routes; r0 += MOE_MAX_GRID_Y) {
         const int64_t nr = routes - r0 < MOE_MAX_GRID_Y ? routes - r0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nr);
         mpc_launch(gate_up_kernel<T, VEC>, dim3(grid), dim3(MOE_WARPS * MPC_WARP), 0, st,
-                   mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb, a->d_ids,
-                   a->top_k, a->n_ff, h, r0);
+                   gate, up, a->n_expert, n_units, xq, xq_rb, a->d_ids, a->top_k, a->n_ff, h, r0);
     }
 }
 
 template <int T, bool VEC>
-static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_t *hq,
+static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_units, const uint8_t *hq,
                         size_t hq_rb, cudaStream_t st)
 {
     const bool split = down_split() && a->n_embd <= 0x7fffffff;
@@ -257,13 +260,13 @@ static void launch_down(const mp_cuda_moe_args *a, int64_t n_units, const uint8_
         if (split) {
             const dim3 grid((unsigned)a->n_embd, (unsigned)nq);
             mpc_launch(down_split_kernel<T, VEC>, dim3(grid), dim3((unsigned)(a->top_k * MPC_WARP)), 0, st,
-                       mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
+                       down, a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
                        a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
             continue;
         }
         const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nq);
         mpc_launch(down_combine_kernel<T, VEC>, dim3(grid), dim3(MOE_WARPS * MPC_WARP), 0, st,
-                   mpc_expert_of(a->down), a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights, a->top_k,
+                   down, a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights, a->top_k,
                    a->n_embd, a->d_out, a->accumulate, q0);
     }
 }
@@ -486,6 +489,10 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         !expert_tensor_ok(a->down, a->n_ff, a->n_embd) || !a->d_x || !a->d_ids ||
         !a->d_weights || !a->d_out)
         return MP_CUDA_EINVAL;
+    const bool far = a->d_far_of_cold != NULL;
+    if (far && (!a->gate.d_slots || !a->up.d_slots || !a->down.d_slots || !a->gate.d_far || !a->up.d_far ||
+                !a->down.d_far || a->n_rows >= MOE_GROUP_MIN_ROWS))
+        return MP_CUDA_EINVAL; /* far routes: slot tables and host copies, per-route path only */
     if (a->n_rows == 0)
         return 0;
     const int xv = mp_cuda_vec_dot_type(a->gate.type), hv = mp_cuda_vec_dot_type(a->down.type);
@@ -562,15 +569,19 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
                                              a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
         return mpc_launch_status();
     }
+    /* per-route path; far routes (when asked) read their weights from the host copies */
+    const uint8_t *foc = a->d_far_of_cold;
+    const mpc_expert_t gate = mpc_expert_of(a->gate, foc), up = mpc_expert_of(a->up, foc);
+    const mpc_expert_t down = mpc_expert_of(a->down, foc);
     const bool vec = expert_vec(a->gate) && expert_vec(a->up);
     const bool dec_down = a->down.type == MP_TYPE_Q6_K && !down_split() && mpc_moe_dec_on();
     if (a->gate.type == MP_TYPE_Q4_K && vec && mpc_moe_dec_on()) { /* moe_dec.cu */
-        rc = mpc_moe_dec_gate_up_q4k(mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, a->n_embd,
-                                     a->n_ff, xq, xq_rb, a->d_ids, a->top_k, routes, h, st);
+        rc = mpc_moe_dec_gate_up_q4k(gate, up, a->n_expert, a->n_embd, a->n_ff, xq, xq_rb, a->d_ids, a->top_k,
+                                     routes, h, st);
         if (rc)
             return rc;
     } else {
-#define MPC_CALL(T, V) launch_gate_up<T, V>(a, gate_units, xq, xq_rb, h, st)
+#define MPC_CALL(T, V) launch_gate_up<T, V>(a, gate, up, gate_units, xq, xq_rb, h, st)
         MOE_TYPE_SWITCH(a->gate.type, vec, MPC_CALL)
 #undef MPC_CALL
         if (cudaGetLastError() != cudaSuccess)
@@ -579,13 +590,13 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     if ((rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream)))
         return rc;
     if (dec_down) { /* moe_dec.cu */
-        rc = mpc_moe_dec_down_q6k(mpc_expert_of(a->down), a->n_expert, a->n_ff, a->n_embd, hq, hq_rb, a->d_ids,
-                                  a->d_weights, a->top_k, a->n_rows, a->d_out, a->accumulate, st);
+        rc = mpc_moe_dec_down_q6k(down, a->n_expert, a->n_ff, a->n_embd, hq, hq_rb, a->d_ids, a->d_weights,
+                                  a->top_k, a->n_rows, a->d_out, a->accumulate, st);
         if (rc)
             return rc;
     } else {
         const bool dvec = expert_vec(a->down);
-#define MPC_CALL(T, V) launch_down<T, V>(a, down_units, hq, hq_rb, st)
+#define MPC_CALL(T, V) launch_down<T, V>(a, down, down_units, hq, hq_rb, st)
         MOE_TYPE_SWITCH(a->down.type, dvec, MPC_CALL)
 #undef MPC_CALL
     }

@@ -15,6 +15,8 @@ struct mpc_expert_t {
     size_t expert_bytes;
     const void *const *slots;
     size_t row_bytes;
+    const void *const *far;       // far routes (mp_cuda_moe_args.d_far_of_cold): experts' host copies
+    const uint8_t *far_of_cold;   // NULL: no far routes
 };
 
 // Expert e's weights: its pool slot (NULL: not resident), or base + e * expert_bytes; NULL for an
@@ -29,9 +31,46 @@ __device__ __forceinline__ const uint8_t *mpc_expert_ptr(const mpc_expert_t &t, 
     return t.base + (size_t)e * t.expert_bytes;
 }
 
-static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
+// Far routes. Bit i of the result: route i of a row (ids_row[0 .. top_k)) goes to an expert
+// without a slot (a cold route). t.slots must not be NULL.
+__device__ __forceinline__ uint32_t mpc_cold_mask(const mpc_expert_t &t, const int32_t *ids_row, int64_t top_k,
+                                                  int64_t n_expert)
 {
-    mpc_expert_t r = {(const uint8_t *)t.d_base, t.expert_bytes, t.d_slots, t.row_bytes};
+    uint32_t m = 0;
+    for (int i = 0; i < (int)top_k; i++) {
+        const int32_t e = ids_row[i];
+        if (e >= 0 && e < n_expert && !t.slots[e])
+            m |= 1u << i;
+    }
+    return m;
+}
+
+// Whether cold route k of a row with cold routes `cold` runs far: it is among the first
+// far_of_cold[c] cold routes in slot order.
+__device__ __forceinline__ bool mpc_far_takes(const uint8_t *far_of_cold, uint32_t cold, int k)
+{
+    return __popc(cold & ((1u << k) - 1u)) < (int)far_of_cold[__popc(cold)];
+}
+
+// Route r's (row r / top_k, slot r % top_k) weights: the expert's slot, else its host copy when
+// the route runs far, else NULL (skipped).
+__device__ __forceinline__ const uint8_t *mpc_route_ptr(const mpc_expert_t &t, const int32_t *ids, int64_t r,
+                                                        int64_t top_k, int64_t n_expert)
+{
+    const int32_t e = ids[r];
+    const uint8_t *p = mpc_expert_ptr(t, e, n_expert);
+    if (p || !t.far_of_cold || e < 0 || e >= n_expert)
+        return p;
+    const int64_t row = r / top_k;
+    const uint32_t cold = mpc_cold_mask(t, ids + row * top_k, top_k, n_expert);
+    return mpc_far_takes(t.far_of_cold, cold, (int)(r - row * top_k)) ? (const uint8_t *)t.far[e] : NULL;
+}
+
+// far_of_cold: NULL, or a far-route table (the tensor's d_far is used with it).
+static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t, const uint8_t *far_of_cold = NULL)
+{
+    mpc_expert_t r = {(const uint8_t *)t.d_base, t.expert_bytes, t.d_slots, t.row_bytes, t.d_far,
+                      far_of_cold};
     return r;
 }
 

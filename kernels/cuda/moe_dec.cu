@@ -83,8 +83,7 @@ dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_
     const int64_t j0 = ((int64_t)blockIdx.x * DEC_GU_WARPS + threadIdx.x / MPC_WARP) * R;
     if (j0 >= n_ff)
         return;
-    const int32_t e = ids[r];
-    const uint8_t *gw = mpc_expert_ptr(gate, e, n_expert), *uw = mpc_expert_ptr(up, e, n_expert);
+    const uint8_t *gw = mpc_route_ptr(gate, ids, r, top_k, n_expert), *uw = mpc_route_ptr(up, ids, r, top_k, n_expert);
     if (!gw || !uw) {
         if (lane < R && j0 + lane < n_ff)
             h[r * n_ff + j0 + lane] = 0.0f;
@@ -179,7 +178,7 @@ dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *h
     for (int it0 = 0; it0 < items; it0 += DEC_DOWN_THREADS / 8) { // the same count for every lane
         const int it = it0 + grp, k = it / DB, dl = it % DB;
         const int64_t d = d0 + dl, r = row * top_k + k;
-        const uint8_t *dw = it < items && d < n_embd ? mpc_expert_ptr(down, ids[r], n_expert) : NULL;
+        const uint8_t *dw = it < items && d < n_embd ? mpc_route_ptr(down, ids, r, top_k, n_expert) : NULL;
         float acc = 0.0f;
         if (dw) {
             const uint8_t *wrow = dw + d * down.row_bytes, *hrow = hq + r * hq_row_bytes;

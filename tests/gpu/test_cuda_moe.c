@@ -246,6 +246,8 @@ typedef struct moe_case {
     int64_t n_embd, n_ff, n_expert, top_k, n_rows;
     int use_slots;     /* an expert pool: slot pointers, some experts not resident */
     int accumulate;
+    int far;           /* with use_slots: far routes, the cold experts' weights read from mapped
+                        * host memory, a random count of each row's cold routes (far_of_cold) */
 } moe_case;
 
 static void check_experts(const moe_case *c)
@@ -279,6 +281,24 @@ static void check_experts(const moe_case *c)
     int *resident = malloc(sizeof(int) * (size_t)E);
     for (int64_t e = 0; e < E; e++)
         resident[e] = !c->use_slots || e % 3 != 1;
+    /* far routes: a row with n cold routes runs the first far_of_cold[n] of them (slot order)
+     * from host memory; the other cold routes are skipped */
+    uint8_t far_of_cold[33] = {0};
+    for (int64_t n = 0; n <= K; n++)
+        far_of_cold[n] = c->far ? (uint8_t)(rnd_u64() % (uint64_t)(n + 1)) : 0;
+    if (c->far && K >= 2)
+        far_of_cold[K < 3 ? K : 3] = K < 3 ? (uint8_t)K : 2; /* rows with 3 cold routes run 2 far */
+    int *runs = malloc(sizeof(int) * (size_t)(R * K)); /* route computed: resident or far */
+    for (int64_t r = 0; r < R; r++) {
+        int64_t n_cold = 0, rank = 0;
+        for (int64_t k = 0; k < K; k++)
+            n_cold += !resident[ids[r * K + k]];
+        for (int64_t k = 0; k < K; k++) {
+            const bool cold = !resident[ids[r * K + k]];
+            runs[r * K + k] = !cold || rank < far_of_cold[n_cold];
+            rank += cold;
+        }
+    }
 
     /* ---- CPU reference ---- */
     const mp_type_ops *gops = mp_type_ops_scalar(c->gate_type), *dops = mp_type_ops_scalar(c->down_type);
@@ -300,7 +320,7 @@ static void check_experts(const moe_case *c)
         cr_assert_eq(mp_quantize_activation(gops->vec_dot_type, x + r * D, xq, D), 0);
         for (int64_t k = 0; k < K; k++) {
             const int32_t e = ids[r * K + k];
-            if (!resident[e])
+            if (!runs[r * K + k])
                 continue;
             for (int64_t j = 0; j < F; j++) {
                 g[j] = gops->vec_dot(D, gate + (size_t)e * g_exp + (size_t)j * grb, xq);
@@ -339,6 +359,8 @@ static void check_experts(const moe_case *c)
     uint8_t *d_down = dev_put(down, d_exp * (size_t)E);
     void **slots = NULL, **d_sg = NULL, **d_su = NULL, **d_sd = NULL;
     uint8_t *d_pool[3] = {NULL, NULL, NULL};
+    void **d_far[3] = {NULL, NULL, NULL};
+    uint8_t *h_far[3] = {NULL, NULL, NULL}, *d_foc = NULL;
     if (c->use_slots) {
         /* an expert pool: expert e lives in slot (7e + 3) mod E of a separate buffer, so the
          * kernels must follow the table, not e · expert_bytes */
@@ -355,7 +377,20 @@ static void check_experts(const moe_case *c)
             }
             void **d_s = dev_put(slots, sizeof(void *) * (size_t)E);
             if (which == 0) d_sg = d_s; else if (which == 1) d_su = d_s; else d_sd = d_s;
+            if (!c->far)
+                continue;
+            /* the cold experts' host copy, page-locked and mapped: the kernels read it over the bus */
+            const uint8_t *src = which == 0 ? gate : which == 1 ? up : down;
+            CUDA_OK(cudaHostAlloc((void **)&h_far[which], stride * (size_t)E, cudaHostAllocMapped));
+            memcpy(h_far[which], src, stride * (size_t)E);
+            uint8_t *dev = NULL;
+            CUDA_OK(cudaHostGetDevicePointer((void **)&dev, h_far[which], 0));
+            for (int64_t e = 0; e < E; e++)
+                slots[e] = resident[e] ? NULL : dev + (size_t)e * stride;
+            d_far[which] = dev_put(slots, sizeof(void *) * (size_t)E);
         }
+        if (c->far)
+            d_foc = dev_put(far_of_cold, sizeof far_of_cold);
     }
     float *d_x = dev_put(x, sizeof(float) * (size_t)(R * D));
     int32_t *d_ids = dev_put(ids, sizeof(int32_t) * (size_t)(R * K));
@@ -371,17 +406,21 @@ static void check_experts(const moe_case *c)
         .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = R,
         .d_x = d_x, .d_ids = d_ids, .d_weights = d_rw, .d_out = d_out,
         .accumulate = c->accumulate, .d_scratch = d_scratch, .scratch_bytes = sb,
+        .d_far_of_cold = d_foc,
     };
+    a.gate.d_far = (const void *const *)d_far[0];
+    a.up.d_far = (const void *const *)d_far[1];
+    a.down.d_far = (const void *const *)d_far[2];
     MPC_OK(mp_cuda_moe_experts(&a, NULL));
     float *got = malloc(sizeof(float) * (size_t)(R * D));
     dev_get(got, d_out, sizeof(float) * (size_t)(R * D));
     for (int64_t i = 0; i < R * D; i++) {
         const double tol = 2e-3 * mag[i] + flip[i] + 1e-30 + (c->accumulate ? 0x1p-23 * fabs(init[i]) : 0.0);
         cr_assert(fabs((double)got[i] - ref[i]) <= tol,
-                  "seed %llu: experts %s/%s D %ld F %ld E %ld K %ld rows %ld slots %d acc %d: "
+                  "seed %llu: experts %s/%s D %ld F %ld E %ld K %ld rows %ld slots %d acc %d far %d: "
                   "row %ld element %ld: gpu %.9g, cpu %.9g, |diff| %.3g > tol %.3g",
                   (unsigned long long)g_seed, mp_type_name(c->gate_type), mp_type_name(c->down_type),
-                  (long)D, (long)F, (long)E, (long)K, (long)R, c->use_slots, c->accumulate,
+                  (long)D, (long)F, (long)E, (long)K, (long)R, c->use_slots, c->accumulate, c->far,
                   (long)(i / D), (long)(i % D), got[i], ref[i], fabs((double)got[i] - ref[i]), tol);
     }
     /* x converted by the caller (d_xq, the fused norm + quantize's output) gives the same bytes */
@@ -406,8 +445,13 @@ static void check_experts(const moe_case *c)
     cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_ENOMEM);
 
     cudaFree(d_gate); cudaFree(d_up); cudaFree(d_down);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         cudaFree(d_pool[i]);
+        cudaFree(d_far[i]);
+        cudaFreeHost(h_far[i]);
+    }
+    cudaFree(d_foc);
+    free(runs);
     cudaFree(d_sg); cudaFree(d_su); cudaFree(d_sd);
     cudaFree(d_x); cudaFree(d_ids); cudaFree(d_rw); cudaFree(d_out); cudaFree(d_scratch);
     free(gate); free(up); free(down); free(x); free(ids); free(rw); free(resident); free(xq); free(hq);
@@ -419,7 +463,7 @@ static void check_experts(const moe_case *c)
  * of every type, and pool slots with non-resident experts skipped, added onto a partial. */
 static void decode_shape_cases(void)
 {
-    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0};
+    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0, 0};
     check_experts(&c);
     c.gate_type = c.down_type = MP_TYPE_Q8_0;
     check_experts(&c);
@@ -430,16 +474,16 @@ static void several_rows_cases(void)
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
                          MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-        moe_case c = {types[t], types[(t + 3) % 7], 512, 256, 16, 4, 3, 0, 0};
+        moe_case c = {types[t], types[(t + 3) % 7], 512, 256, 16, 4, 3, 0, 0, 0};
         check_experts(&c);
     }
 }
 
 static void slot_table_cases(void)
 {
-    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1};
+    moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 4, 1, 1, 0};
     check_experts(&c);
-    moe_case c2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0};
+    moe_case c2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 0, 0};
     check_experts(&c2);
 }
 
@@ -466,14 +510,14 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
                          MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-        moe_case c = {types[t], types[(t + 2) % 7], 512, 256, 16, 4, 40, 0, 0};
+        moe_case c = {types[t], types[(t + 2) % 7], 512, 256, 16, 4, 40, 0, 0, 0};
         check_experts(&c);
     }
-    moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0};
+    moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0, 0};
     check_experts(&q);
-    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1};
+    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1, 0};
     check_experts(&sl);
-    moe_case sl2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0};
+    moe_case sl2 = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0, 0};
     check_experts(&sl2);
     mp_cuda_moe_set_mma_min_rows(-1);
 }
@@ -493,41 +537,41 @@ Test(cuda_moe, experts_tensor_core_prefill)
     mp_cuda_moe_set_mma_min_rows(16);
     const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
     for (size_t t = 0; t < 4; t++) {
-        moe_case c = {types[t], types[(t + 1) % 4], 512, 256, 16, 4, 40, 0, 0};
+        moe_case c = {types[t], types[(t + 1) % 4], 512, 256, 16, 4, 40, 0, 0, 0};
         check_experts(&c);
     }
     /* K-quant cases twice: the pipelined kernel (the default) and the first one (mp_cuda_moe_set_mma2) */
     for (int v2 = 1; v2 >= 0; v2--) {
         mp_cuda_moe_set_mma2(v2);
-        moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0};
+        moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0, 0};
         check_experts(&q);
-        moe_case big = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 8, 4, 100, 0, 0}; /* ~50 routes per expert */
+        moe_case big = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 8, 4, 100, 0, 0, 0}; /* ~50 routes per expert */
         check_experts(&big);
-        moe_case odd = {MP_TYPE_Q4_K, MP_TYPE_Q8_0, 512, 288, 8, 4, 40, 0, 0}; /* 288 features: a partial tile */
+        moe_case odd = {MP_TYPE_Q4_K, MP_TYPE_Q8_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* 288 features: a partial tile */
         check_experts(&odd);
-        moe_case down = {MP_TYPE_Q8_0, MP_TYPE_Q4_K, 256, 512, 8, 4, 40, 0, 0}; /* Q4_K down, K 512 */
+        moe_case down = {MP_TYPE_Q8_0, MP_TYPE_Q4_K, 256, 512, 8, 4, 40, 0, 0, 0}; /* Q4_K down, K 512 */
         check_experts(&down);
-        moe_case d6 = {MP_TYPE_Q8_0, MP_TYPE_Q6_K, 288, 512, 8, 4, 40, 0, 0}; /* Q6_K down: a partial tile */
+        moe_case d6 = {MP_TYPE_Q8_0, MP_TYPE_Q6_K, 288, 512, 8, 4, 40, 0, 0, 0}; /* Q6_K down: a partial tile */
         check_experts(&d6);
-        moe_case g6 = {MP_TYPE_Q6_K, MP_TYPE_Q6_K, 256, 768, 8, 4, 40, 0, 0}; /* Q6_K gate/up, 2-byte aligned down rows */
+        moe_case g6 = {MP_TYPE_Q6_K, MP_TYPE_Q6_K, 256, 768, 8, 4, 40, 0, 0, 0}; /* Q6_K gate/up, 2-byte aligned down rows */
         check_experts(&g6);
-        moe_case q8 = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 2048, 768, 128, 8, 64, 0, 0}; /* Q8_0, 30B shapes */
+        moe_case q8 = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 2048, 768, 128, 8, 64, 0, 0, 0}; /* Q8_0, 30B shapes */
         check_experts(&q8);
-        moe_case q40 = {MP_TYPE_Q4_0, MP_TYPE_Q4_0, 512, 256, 8, 4, 100, 0, 0}; /* Q4_0, ~50 routes per expert */
+        moe_case q40 = {MP_TYPE_Q4_0, MP_TYPE_Q4_0, 512, 256, 8, 4, 100, 0, 0, 0}; /* Q4_0, ~50 routes per expert */
         check_experts(&q40);
-        moe_case q8p = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 512, 288, 8, 4, 40, 0, 0}; /* Q8_0 gate: a partial tile */
+        moe_case q8p = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* Q8_0 gate: a partial tile */
         check_experts(&q8p);
-        moe_case q8s = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 1}; /* slots, accumulate */
+        moe_case q8s = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
         check_experts(&q8s);
     }
     mp_cuda_moe_set_mma2(-1);
-    moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0}; /* K 96, and 128 + 32 */
+    moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0, 0}; /* K 96, and 128 + 32 */
     check_experts(&tail);
-    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1};
+    moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1, 0};
     check_experts(&sl);
-    moe_case sl2q = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0};
+    moe_case sl2q = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0, 0};
     check_experts(&sl2q);
-    moe_case many = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0}; /* 65600 routes, 2066 groups */
+    moe_case many = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0, 0}; /* 65600 routes, 2066 groups */
     check_experts(&many);
     mp_cuda_moe_set_mma_min_rows(-1);
 }
@@ -560,10 +604,10 @@ Test(cuda_moe, experts_pair_kernel_shapes)
     seed_rng();
     static const int shapes[][2] = {{1, 4}, {2, 4}, {4, 4}, {1, 8}, {2, 8}, {4, 8}};
     const moe_case cases[] = {
-        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0},
-        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2304, 512, 16, 6, 3, 1, 1},
-        {MP_TYPE_Q4_K, MP_TYPE_F16, 768, 90, 8, 3, 2, 0, 0},
-        {MP_TYPE_F16, MP_TYPE_Q6_K, 102, 256, 12, 9, 2, 0, 0},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0, 0},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2304, 512, 16, 6, 3, 1, 1, 0},
+        {MP_TYPE_Q4_K, MP_TYPE_F16, 768, 90, 8, 3, 2, 0, 0, 0},
+        {MP_TYPE_F16, MP_TYPE_Q6_K, 102, 256, 12, 9, 2, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         mp_cuda_moe_set_decode_shape(shapes[i][0], shapes[i][1]);
@@ -571,6 +615,59 @@ Test(cuda_moe, experts_pair_kernel_shapes)
             check_experts(&cases[c]);
     }
     mp_cuda_moe_set_decode_shape(0, 0);
+}
+
+/* Far routes: each row runs a table-chosen number of its cold routes (slot order) with weights read
+ * from mapped host memory, on every per-route kernel (pair, unit, split down), 1 to 7 rows; the
+ * routes past the count are skipped as the table says, which the CPU reference follows. A step on
+ * the grouped path, or without slot tables or host copies, is refused. */
+static void far_cases(void)
+{
+    const moe_case cases[] = {
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 1, 0, 1},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 5, 1, 1, 1},
+        {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 0, 1},
+        {MP_TYPE_F16, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 1, 1},
+    };
+    for (int rep = 0; rep < 3; rep++) /* fresh routes and a fresh table each time */
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            check_experts(&cases[i]);
+}
+
+Test(cuda_moe, experts_far_routes)
+{
+    seed_rng();
+    far_cases();
+    mp_cuda_moe_set_decode(0);
+    far_cases();
+    mp_cuda_moe_set_decode(-1);
+    mp_cuda_moe_set_down_split(1);
+    far_cases();
+    mp_cuda_moe_set_down_split(-1);
+
+    /* refused: 16 rows (the grouped path), no slot tables, no host copies */
+    uint8_t foc[33] = {0};
+    uint8_t *d_foc = dev_put(foc, sizeof foc);
+    void *d = dev_alloc(1 << 20);
+    const void *const *tab = (const void *const *)d;
+    mp_cuda_moe_args a = {
+        .gate = {MP_TYPE_Q8_0, NULL, 0, tab, 34, tab}, .up = {MP_TYPE_Q8_0, NULL, 0, tab, 34, tab},
+        .down = {MP_TYPE_Q8_0, NULL, 0, tab, 34, tab},
+        .n_embd = 32, .n_ff = 32, .n_expert = 4, .top_k = 2, .n_rows = 16,
+        .d_x = d, .d_ids = d, .d_weights = d, .d_out = d, .d_scratch = d, .scratch_bytes = 1 << 20,
+        .d_far_of_cold = d_foc,
+    };
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far routes on the grouped path");
+    a.n_rows = 1;
+    a.up.d_slots = NULL;
+    a.up.d_base = d;
+    a.up.expert_bytes = 34 * 32;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far routes without slot tables");
+    a.up = a.gate;
+    a.down.d_far = NULL;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far routes without host copies");
+    cudaFree(d);
+    cudaFree(d_foc);
 }
 
 /* The split down variant (one warp per route and output element; mp_cuda_moe_set_down_split) on
@@ -592,7 +689,7 @@ Test(cuda_moe, experts_prefill_beyond_grid_limit)
     seed_rng();
     /* 8200 rows × top-8 = 65600 routes: more than one launch's 65535 grid rows (small matrices
      * keep the CPU reference quick) */
-    moe_case c = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0};
+    moe_case c = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0, 0};
     check_experts(&c);
 }
 #endif
