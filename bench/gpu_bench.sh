@@ -85,7 +85,7 @@ done
 python3 - "$out" $configs <<'PY'
 import json, sys
 out, configs = sys.argv[1], sys.argv[2:]
-print("| config | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy % | rt overhead us | bound tok/s | serial bound tok/s |")
+print("| config | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy/far % | rt overhead us | bound tok/s | serial bound tok/s |")
 print("| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for c in configs:
     try:
@@ -94,8 +94,9 @@ for c in configs:
         print(f"| {c} | failed: {e} | | | | | | | | | | |")
         continue
     for r in d["rows"]:
-        tot = r["routes_gpu"] + r["routes_cpu"] + r["routes_copied"] or 1
-        paths = "/".join(f"{100*r[k]/tot:.1f}" for k in ("routes_gpu", "routes_cpu", "routes_copied"))
+        keys = ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")
+        tot = sum(r.get(k, 0) for k in keys) or 1
+        paths = "/".join(f"{100*r.get(k, 0)/tot:.1f}" for k in keys)
         rt = f'{r["rt_overhead_us"]:.1f}' if r["rt_measured"] else "-"
         b = r.get("bound")
         bound = f'{b["bound_tok_s"]:.2f}' if b else "-"

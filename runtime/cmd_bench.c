@@ -252,9 +252,9 @@ static const char *kind_name(mp_bench_kind k)
 static const char *executor_note(const bench_ctx *c)
 {
     if (c->gpu)
-        return "executor gpu: routes gpu/cpu/copy are the shares of expert routes served by "
-               "resident experts, by the CPU from host memory, and by copying the expert's weights "
-               "to the GPU; rt overhead is the GPU's gap per hybrid MoE layer step minus the CPU "
+        return "executor gpu: routes gpu/cpu/copy/far are the shares of expert routes served by "
+               "resident experts, by the CPU from host memory, by copying the expert's weights "
+               "to the GPU, and by the GPU reading them from host memory over the bus; rt overhead is the GPU's gap per hybrid MoE layer step minus the CPU "
                "expert time (wake-up, submission, copies' latency)";
     return "executor cpu: every expert ran on the CPU; a placement, if given, was only checked "
            "against the budget";
@@ -262,7 +262,7 @@ static const char *executor_note(const bench_ctx *c)
 
 static double share(const mp_gpu_stats *g, int64_t part)
 {
-    const int64_t all = g->routes_gpu + g->routes_cpu + g->routes_copied;
+    const int64_t all = g->routes_gpu + g->routes_cpu + g->routes_copied + g->routes_far;
     return all ? 100.0 * (double)part / (double)all : 0.0;
 }
 
@@ -298,7 +298,7 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     mp_format_bytes(c->size_bytes, size, sizeof size);
     mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
-           "| routing | executor | routes gpu/cpu/copy %% | rt overhead us | test | tok/s median "
+           "| routing | executor | routes gpu/cpu/copy/far %% | rt overhead us | test | tok/s median "
            "| min | max | stddev | bound tok/s (share); serial |\n");
     printf("| --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: "
            "| --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -313,8 +313,9 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
                      100.0 * r->stats.median * b.bound_ms / 1e3, 1e3 / b.serial_ms,
                      100.0 * r->stats.median * b.serial_ms / 1e3);
         if (c->gpu) {
-            snprintf(paths, sizeof paths, "%.1f/%.1f/%.1f", share(&r->gs, r->gs.routes_gpu),
-                     share(&r->gs, r->gs.routes_cpu), share(&r->gs, r->gs.routes_copied));
+            snprintf(paths, sizeof paths, "%.1f/%.1f/%.1f/%.1f", share(&r->gs, r->gs.routes_gpu),
+                     share(&r->gs, r->gs.routes_cpu), share(&r->gs, r->gs.routes_copied),
+                     share(&r->gs, r->gs.routes_far));
             if (r->gs.rt_measured)
                 snprintf(rt, sizeof rt, "%.1f", rt_overhead_us(&r->gs));
         }
@@ -407,6 +408,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&
              add_num(o, "routes_cpu", (double)r->gs.routes_cpu) &&
              add_num(o, "routes_copied", (double)r->gs.routes_copied) &&
+             add_num(o, "routes_far", (double)r->gs.routes_far) &&
              add_num(o, "experts_copied", (double)r->gs.experts_copied) &&
              add_num(o, "hybrid_layer_steps", (double)r->gs.hybrid_layers) &&
              add_num(o, "moe_layer_steps", (double)r->gs.moe_layers) &&

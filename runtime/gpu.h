@@ -42,6 +42,8 @@ typedef struct mp_gpu_stats {
     int64_t routes_gpu;        /* routes served by resident experts */
     int64_t routes_cpu;        /* routes computed on the CPU */
     int64_t routes_copied;     /* routes served by copying the expert's weights to the GPU */
+    int64_t routes_far;        /* decode routes the GPU ran reading the expert's weights from host
+                                * memory over the bus (far routes, mp_gpu_set_far) */
     int64_t experts_copied;    /* expert weight copies (prefill, and decode's split with the CPU) */
     int64_t bytes_copied;      /* their bytes */
     int64_t sync_wait_ns;      /* host time waiting for the GPU's routing (the round trip) */
@@ -115,6 +117,13 @@ int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
  * copies by measured cost, 0 never copies (the default), k > 0 copies k of them per layer step
  * (MP_GPU_DECODE_COPY=auto or N sets it at start). */
 void mp_gpu_set_decode_copy(mp_gpu *g, int k);
+/* Decode (1-row) steps: far routes. A hybrid layer step with c cold routes runs floor(n · c /
+ * top_k) of them on the GPU, whose kernels read those experts' weights from the page-locked host
+ * copy over the bus while the CPU computes the rest (0: none; MP_GPU_FAR=N sets it at start, and
+ * MP_GPU_FAR=0 turns the machinery off). Returns false, changing nothing, when the executor has no
+ * far routes (no page-locked host copy, no hybrid layers, or MP_GPU_FAR=0 at start). Call between
+ * steps. */
+bool mp_gpu_set_far(mp_gpu *g, int n);
 
 /* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS
  * GEMMs over activations rounded to the weights' 16-bit type; smaller steps run GEMVs over f32 (or

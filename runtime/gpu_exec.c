@@ -55,6 +55,7 @@ void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, 
 void mp_gpu_set_measure(mp_gpu *g, bool on) {}
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
 void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
+bool mp_gpu_set_far(mp_gpu *g, int n) { return false; }
 
 #else
 
@@ -436,6 +437,19 @@ static void env_switches(mp_gpu *g)
             fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is neither auto nor 0..%d: decode copies off\n",
                     env, MP_GPU_MAX_TOP_K);
     }
+    /* far routes: N of a whole-cold decode layer step's top_k (scaled for fewer cold routes);
+     * MP_GPU_FAR=0 turns them off altogether (no tables, no expert launches on all-CPU layers) */
+    g->far_full = MP_GPU_FAR_DEFAULT;
+    const char *far = getenv("MP_GPU_FAR");
+    if (far && *far) {
+        char *end = NULL;
+        const long v = strtol(far, &end, 10);
+        if (end != far && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
+            g->far_full = (int)v;
+        else
+            fprintf(stderr, "moeplan: MP_GPU_FAR=%.40s is not 0..%d: the default %d\n", far, MP_GPU_MAX_TOP_K,
+                    MP_GPU_FAR_DEFAULT);
+    }
     g->host_mode = mp_gpu_host_mode_from_env();
 }
 
@@ -546,6 +560,11 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->mem.staging = staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
                                     mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *)))
                              : 0;
+    /* far routes' tables (the host copy that they read is made with the staging buffers) */
+    const size_t far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +
+                             mp_gpu_align(MP_GPU_MAX_TOP_K + 1);
+    if (staging && g->far_full > 0)
+        g->mem.staging += far_bytes;
     g->mem.pool = pool;
     g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool;
 
@@ -613,6 +632,8 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
             CK(cudaMallocHost((void **)&g->h_stage_slots[b], (size_t)(3 * hp->n_expert) * sizeof(void *)),
                "cudaMallocHost");
         }
+        if (g->far_full > 0)
+            g->d_far = take(&stc, far_bytes); /* the table of far routes after it (mp_gpu_far_setup) */
     }
     carve kc = {g->d_kv, 0};
     for (int64_t il = 0; il < hp->n_layer; il++) {
@@ -663,6 +684,8 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     if (staging) {
         init_phase("timing an expert copy");
         mp_gpu_measure_copy(g);
+        if ((st = mp_gpu_far_setup(g, err)))
+            goto fail;
     }
     init_phase("synchronizing");
     CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
@@ -707,13 +730,14 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
     mp_format_bytes(g->mem.scratch + g->mem.staging, t[3], sizeof t[3]);
     mp_format_bytes(g->mem.pool, t[4], sizeof t[4]);
     const mp_gpu_stats *st = &g->stats;
-    const double routes = (double)(st->routes_gpu + st->routes_cpu + st->routes_copied);
+    const double routes = (double)(st->routes_gpu + st->routes_cpu + st->routes_copied + st->routes_far);
     const double pct = routes > 0 ? 100.0 / routes : 0.0;
     snprintf(buf, cap, "%s; memory %s (weights %s, KV %s, scratch %s, expert pool %s); routes gpu "
-             "%.1f %%, cpu %.1f %%, copied %.1f %% (%" PRId64 " expert copies); %" PRId64
+             "%.1f %%, cpu %.1f %%, copied %.1f %% (%" PRId64 " expert copies), far %.1f %%; %" PRId64
              " of %" PRId64 " MoE layer steps hybrid, host wait %.1f us each",
              g->name, t[0], t[1], t[2], t[3], t[4], pct * (double)st->routes_gpu,
              pct * (double)st->routes_cpu, pct * (double)st->routes_copied, st->experts_copied,
+             pct * (double)st->routes_far,
              st->hybrid_layers, st->moe_layers,
              st->hybrid_layers ? (double)st->sync_wait_ns / 1e3 / (double)st->hybrid_layers : 0.0);
     {
@@ -731,8 +755,12 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
             snprintf(dcopy, sizeof dcopy, "%d per layer step", g->decode_copy);
         char host[160];
         mp_gpu_host_report(g, host, sizeof host);
-        snprintf(buf + len, cap - len, "; %s, %s; decode copies %s; decode graphs: %s",
-                 host, copy, dcopy,
+        char far[96] = "off";
+        if (g->d_far_of_cold)
+            snprintf(far, sizeof far, "%d of %d routes of an all-cold layer step", g->far_full,
+                     (int)g->s->m->hp.n_expert_used);
+        snprintf(buf + len, cap - len, "; %s, %s; decode copies %s; far routes %s; decode graphs: %s",
+                 host, copy, dcopy, far,
                  g->graphs_off  ? g->graphs_why
                  : g->step_graph ? "one per step, hybrid layers handing off through mapped host memory"
                  : g->graphs[0]  ? "on, one per segment between hybrid layers"
@@ -755,6 +783,22 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
 {
     g->copy_min_rows = min_rows;
     g->copy_fixed = true;
+}
+
+bool mp_gpu_set_far(mp_gpu *g, int n)
+{
+    if (!g->d_far_of_cold)
+        return false;
+    const int K = (int)g->s->m->hp.n_expert_used;
+    g->far_full = n < 0 ? 0 : n > K ? K : n;
+    for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
+        g->far_of_cold[c] = (uint8_t)(c <= K ? g->far_full * c / K : 0);
+    if (cudaMemcpy(g->d_far_of_cold, g->far_of_cold, sizeof g->far_of_cold, cudaMemcpyHostToDevice) !=
+        cudaSuccess) { /* the old table stays on the device: keep the host's in step with it */
+        cudaGetLastError();
+        return false;
+    }
+    return true;
 }
 
 void mp_gpu_set_decode_copy(mp_gpu *g, int k)

@@ -187,7 +187,8 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
         snprintf(g->host_why, sizeof g->host_why, "MP_GPU_HOST_EXPERTS=copy");
         return MP_OK;
     }
-    const cudaError_t ce = cudaHostRegister(arena, map_bytes, cudaHostRegisterPortable);
+    /* mapped: the far routes' kernels read it over the bus (mp_gpu_far_setup) */
+    const cudaError_t ce = cudaHostRegister(arena, map_bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (ce != cudaSuccess) {
         cudaGetLastError();
         snprintf(g->host_why, sizeof g->host_why, "page-locking failed: %s", cudaGetErrorString(ce));
@@ -226,6 +227,42 @@ void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap)
     else
         snprintf(buf, cap, "host experts in the model's mapping, pageable%s%s%s", g->host_why[0] ? " (" : "",
                  g->host_why, g->host_why[0] ? ")" : "");
+}
+
+mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const int64_t NL = hp->n_layer, E = hp->n_expert;
+    g->d_far_of_cold = NULL;
+    if (!g->d_far || !g->host_registered || g->n_hybrid_layers == 0)
+        return MP_OK; /* off: MP_GPU_FAR=0, no page-locked copy, or nothing cold */
+    void *dev = NULL;
+    if (cudaHostGetDevicePointer(&dev, g->h_arena, 0) != cudaSuccess || !dev) {
+        cudaGetLastError();
+        return MP_OK; /* the copy is not mapped for this device: no far routes */
+    }
+    const size_t n = (size_t)(NL * 3 * E);
+    const void **tab = calloc(n, sizeof *tab);
+    if (!tab)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    for (int64_t il = 0; il < NL; il++)
+        for (int64_t e = 0; e < E; e++) {
+            if (mp_placement_resident(&g->pl, il, e))
+                continue;
+            for (int t = 0; t < 3; t++)
+                tab[(il * 3 + t) * E + e] = (const char *)dev + ((const char *)mp_gpu_host_slice(g, il, t, e) -
+                                                                 g->h_arena);
+        }
+    const cudaError_t ce = cudaMemcpy((void *)g->d_far, tab, n * sizeof *tab, cudaMemcpyHostToDevice);
+    free(tab);
+    if (ce != cudaSuccess)
+        return mp_gpu_cuda_fail(err, "far route table upload", ce);
+    g->d_far_of_cold = (uint8_t *)g->d_far + mp_gpu_align(n * sizeof(void *));
+    if (!mp_gpu_set_far(g, g->far_full)) {
+        g->d_far_of_cold = NULL;
+        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route table");
+    }
+    return MP_OK;
 }
 
 /* The link's time per byte for expert copies as they will run: the first cold expert's three

@@ -22,6 +22,8 @@ static inline size_t mp_gpu_align(size_t b)
     return (b + MP_GPU_ALIGN - 1) & ~(size_t)(MP_GPU_ALIGN - 1);
 }
 #define MP_GPU_MAX_TOP_K 32 /* experts per token the executor supports */
+/* far routes of an all-cold decode layer step by default (MP_GPU_FAR; mp_gpu_set_far) */
+#define MP_GPU_FAR_DEFAULT 2
 
 typedef struct gpu_tensor {
     int type;
@@ -163,6 +165,17 @@ struct mp_gpu {
     double dec_cpu_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of the CPU's time for j decode routes (0: none seen) */
     double dec_copy_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of k decode copies' time, kernel included (ev_dc) */
     int dc_pending;         /* copies of the last decode layer step timed by ev_dc, not yet read */
+    /* decode (1-row) steps: far routes. The GPU's expert kernels read some cold experts' weights
+     * straight from the page-locked host copy over the bus (zero-copy), beside the CPU's cores
+     * computing the others: the host memory gives the two readers together more than the cores
+     * alone (bench/membw_pcie.cu), and nothing leaves the step's one graph. A layer step with c
+     * cold routes runs the first far_of_cold[c] of them far (slot order; the kernels' rule,
+     * kernels/cuda/moe.cuh), the rest on the CPU. */
+    int far_full;           /* far routes of a step whose top_k routes are all cold (MP_GPU_FAR) */
+    uint8_t far_of_cold[MP_GPU_MAX_TOP_K + 1]; /* c -> far routes: floor(far_full · c / top_k) */
+    uint8_t *d_far_of_cold; /* its device copy; NULL: no far routes (off, or no mapped host copy) */
+    const void **d_far;     /* (n_layer, 3, n_expert): each cold expert's slices as the device
+                             * sees them in the host copy (NULL for resident experts) */
     /* host experts (gpu_host.c): where the CPU and the weight copies read each expert */
     const void **h_slices;  /* (n_layer, 3, n_expert): gate, up, down slice of each expert, in
                              * h_arena for the cold ones when copied, else in the model's mapping */
@@ -223,6 +236,8 @@ bool mp_gpu_handoff_possible(const mp_gpu *g);
 /* Handoff mode: the seconds a GPU waits for the host's partial before it fails the step. */
 #define MP_GPU_HANDOFF_TIMEOUT_S 60.0
 int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes);
+/* Whether a step of n rows runs far routes (decode steps, far routes set up, no decode copies). */
+bool mp_gpu_far_on(const mp_gpu *g, int64_t n);
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
@@ -238,6 +253,9 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
 void mp_gpu_measure_copy(mp_gpu *g);
+/* Far routes: fill d_far from the page-locked host copy (a device view of it) and the table of
+ * far routes; leaves d_far_of_cold NULL (far routes off) when there is no such copy. */
+mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err);
 /* Expert e's slice t (0 gate, 1 up, 2 down) of layer il in host memory. */
 static inline const void *mp_gpu_host_slice(const mp_gpu *g, int64_t il, int t, int64_t e)
 {

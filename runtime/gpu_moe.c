@@ -34,6 +34,11 @@ static bool decode_routes(const mp_gpu *g, int64_t n)
     return g->s->route_src && n == 1;
 }
 
+static int64_t E_model(const mp_gpu *g)
+{
+    return g->s->m->hp.n_expert;
+}
+
 static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
                                  int64_t E, int accumulate)
 {
@@ -67,6 +72,11 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.accumulate = accumulate;
     a.d_scratch = g->d_moe_scratch;
     a.scratch_bytes = g->moe_scratch_bytes;
+    if (mp_gpu_far_on(g, n) && mp_gpu_layer_hybrid(g, il)) { /* some cold routes read host memory */
+        for (int t = 0; t < 3; t++)
+            out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * E_model(g);
+        a.d_far_of_cold = g->d_far_of_cold;
+    }
     return a;
 }
 
@@ -74,6 +84,7 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
  * down tables E entries apart, so resident launches pass the tensors one by one. */
 static mp_status launch_resident(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
 {
+    /* (with far routes, also the cold routes that read host memory: moe_args) */
     const gpu_layer *G = &g->layers[il];
     mp_cuda_moe_args a = moe_args(g, il, n, NULL, 0, 0);
     a.gate.d_slots = G->d_slots[0];
@@ -114,6 +125,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     CCHECK(cudaEventRecord(g->ev_stage_ready[b], g->copy_stream), "cudaEventRecord");
     CCHECK(cudaStreamWaitEvent(g->stream, g->ev_stage_ready[b], 0), "staging");
     mp_cuda_moe_args a = moe_args(g, il, n, (const void *const *)g->d_stage_slots[b], E, accumulate);
+    a.d_far_of_cold = NULL; /* copies never run beside far routes (mp_gpu_far_on) */
     KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts (copied)");
     CCHECK(cudaEventRecord(g->ev_stage_free[b], g->stream), "cudaEventRecord");
     g->stats.experts_copied += cnt;
@@ -202,6 +214,11 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
     if (g->copy_fixed)
         return g->copy_min_rows > 0 && n >= g->copy_min_rows;
     return n >= 2; /* decode steps never copy: their graphs replay a fixed set of copies */
+}
+
+bool mp_gpu_far_on(const mp_gpu *g, int64_t n)
+{
+    return n == 1 && g->d_far_of_cold && !decode_copies_on(g, n);
 }
 
 bool mp_gpu_handoff_possible(const mp_gpu *g)
@@ -349,7 +366,7 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         if (g->measure)
             CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
     }
-    if (G->n_resident > 0) {
+    if (G->n_resident > 0 || (hybrid && mp_gpu_far_on(g, n))) {
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
         if ((st = launch_resident(g, il, n, err)))
@@ -430,8 +447,22 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         }
         copied_routes += k;
     }
+    /* decode: far routes, the first far_of_cold[c] of the c cold routes in slot order (the
+     * kernels' rule: kernels/cuda/moe.cuh mpc_route_ptr); the GPU runs them already */
+    int64_t far_routes = 0;
+    const bool far = mp_gpu_far_on(g, n);
+    if (far) {
+        int c = 0;
+        int32_t cold[MP_GPU_MAX_TOP_K];
+        for (int64_t i = 0; i < K; i++)
+            if (!mp_placement_resident(&g->pl, il, h_ids[i]))
+                cold[c++] = h_ids[i];
+        for (int j = 0; j < g->far_of_cold[c]; j++)
+            g->h_mask[cold[j] >> 6] |= (uint64_t)1 << (cold[j] & 63);
+        far_routes = g->far_of_cold[c];
+    }
     /* two staging batches go out before the CPU starts, the rest after it */
-    bool gpu_wrote = G->n_resident > 0;
+    bool gpu_wrote = G->n_resident > 0 || far;
     int done = 0;
     /* by cost only: the copies' time feeds mp_gpu_decode_copies */
     const bool time_copies = decode_copies_on(g, n) && g->decode_copy < 0 && n_copy > 0 &&
@@ -475,6 +506,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     g->stats.moe_layers++;
     g->stats.routes_gpu += hits;
     g->stats.routes_copied += copied_routes;
+    g->stats.routes_far += far_routes;
     g->stats.routes_cpu += n_cpu;
     return MP_OK;
 }
@@ -485,8 +517,9 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->layers[il].n_resident == g->s->m->hp.n_expert)
         return MP_OK;
     if (g->handoff) { /* the partial straight from host memory once the host's flag is set; nothing
-                       * but the resident experts writes d_proj (no copies in this mode) */
-        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0,
+                       * but the resident experts and far routes writes d_proj (no copies in this
+                       * mode) */
+        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0 || mp_gpu_far_on(g, n),
                                      &g->h_flags[g->s->m->hp.n_layer + il],
                                      &g->h_stamps[3 * il + 1], MP_GPU_HANDOFF_TIMEOUT_S, g->stream),
                "partial handoff");
@@ -495,7 +528,8 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->measure)
         CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
-    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || decode_copies_on(g, n);
+    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || decode_copies_on(g, n) ||
+                           mp_gpu_far_on(g, n);
     float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
     CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
     if (gpu_wrote)

@@ -124,6 +124,10 @@ typedef struct run_out {
     mp_gpu_stats stats;
 } run_out;
 
+/* Far routes of an all-cold decode layer step in the next runs (mp_gpu_set_far; -1: the executor's
+ * default) */
+static int g_far = -1;
+
 /* gemv_only: every dense projection runs as a GEMV over f32 activations, prefill included
  * (mp_gpu_set_gemm_min_rows), so that F32/F16/BF16 runs differ only by summation order */
 static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t copy_min_rows, int decode_copy,
@@ -141,6 +145,9 @@ static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t 
         mp_gpu_set_copy_min_rows(mp_session_gpu(s), copy_min_rows);
     if (pl)
         mp_gpu_set_decode_copy(mp_session_gpu(s), decode_copy);
+    if (pl && g_far >= 0 && pl->n_resident_total < pl->n_layer * pl->n_expert)
+        cr_assert(mp_gpu_set_far(mp_session_gpu(s), g_far), "seed %llu: %s: the executor has no far routes",
+                  (unsigned long long)g_seed, pl->desc);
     if (pl && gemv_only)
         mp_gpu_set_gemm_min_rows(mp_session_gpu(s), INT64_MAX);
     int32_t tok[N_EVALS];
@@ -286,27 +293,35 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     fclose(f);
     const uint64_t fill_budget = fill_budget_third(m, &all);
 
-    /* copy_min_rows -1 and decode_copy -1: weight copies by measured cost (the default) */
-    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; int decode_copy; bool copies; } cases[] = {
-        {"cpu", NULL, 0, -1, -1, false},
-        {"layers:2", NULL, 0, -1, -1, false},
-        {"layers-last:1", NULL, 0, -1, -1, false},
-        {"fill", NULL, fill_budget, -1, -1, false},
-        {NULL, file, 0, -1, -1, false},
-        {"cpu", NULL, 0, 0, 0, false},   /* copies off: every cold route on the CPU, prefill included */
-        {"layers:3", NULL, 0, 4, 0, true}, /* prefill experts with >= 4 rows are copied to the GPU */
-        {"cpu", NULL, 0, 0, 3, true},    /* decode only: 3 of each layer's 4 cold experts copied */
-        {"fill", NULL, fill_budget, 0, 1, true}, /* decode: one copy beside resident experts */
+    /* copy_min_rows -1 and decode_copy -1: weight copies by measured cost; far -1: the executor's
+     * far routes (decode steps without decode copies) */
+    const int K = (int)m->hp.n_expert_used;
+    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; int decode_copy; bool copies; int far; } cases[] = {
+        {"cpu", NULL, 0, -1, -1, false, -1},
+        {"layers:2", NULL, 0, -1, -1, false, -1},
+        {"layers-last:1", NULL, 0, -1, -1, false, -1},
+        {"fill", NULL, fill_budget, -1, -1, false, -1},
+        {NULL, file, 0, -1, -1, false, -1},
+        {"cpu", NULL, 0, 0, 0, false, 0},   /* copies and far routes off: every cold route on the CPU */
+        {"layers:3", NULL, 0, 4, 0, true, -1}, /* prefill experts with >= 4 rows are copied to the GPU */
+        {"cpu", NULL, 0, 0, 3, true, -1},    /* decode only: 3 of each layer's 4 cold experts copied */
+        {"fill", NULL, fill_budget, 0, 1, true, -1}, /* decode: one copy beside resident experts */
+        {"cpu", NULL, 0, 0, 0, false, K / 2}, /* far routes: half of each decode layer step's */
+        {"layers:2", NULL, 0, 0, 0, false, K}, /* every cold decode route far */
+        {"fill", NULL, fill_budget, 0, 0, false, K - 1}, /* far beside resident experts */
+        {NULL, file, 0, 0, 0, false, K},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mp_placement pl;
         fprintf(stderr, "hybrid %s %s: case %zu\n", mix, etype ? etype : "", i); /* progress */
         placement(m, cases[i].spec, cases[i].file, cases[i].budget, &pl);
         run_out h;
+        g_far = cases[i].far;
         run_model(m, &pl, cases[i].copy_min_rows, cases[i].decode_copy, gemv_only, &h);
+        g_far = -1;
         char what[512];
-        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, decode copies %d) vs GPU-only", mix,
-                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].decode_copy);
+        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, decode copies %d, far %d) vs GPU-only", mix,
+                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].decode_copy, cases[i].far);
         compare2(what, m, &h, &ref, tol, tol_mean);
         cr_assert_gt(h.stats.routes_cpu, 0, "seed %llu: %s: no route ran on the CPU",
                      (unsigned long long)g_seed, what);
@@ -317,7 +332,11 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
             cr_assert_eq(h.stats.experts_copied, 0, "%s", what);
         if (cases[i].copy_min_rows == 0 && cases[i].decode_copy > 0) /* one route per decode copy */
             cr_assert_eq(h.stats.routes_copied, h.stats.experts_copied, "%s", what);
-        cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied,
+        if (cases[i].far > 0)
+            cr_assert_gt(h.stats.routes_far, 0, "seed %llu: %s: no far route ran", (unsigned long long)g_seed, what);
+        if (cases[i].far == 0 || cases[i].decode_copy != 0) /* off, or decode copies instead */
+            cr_assert_eq(h.stats.routes_far, 0, "%s", what);
+        cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far,
                      ref.stats.routes_gpu, "%s: every route is served exactly once", what);
         free(h.logits);
         mp_placement_free(&pl);
