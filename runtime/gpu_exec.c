@@ -790,7 +790,7 @@ bool mp_gpu_set_far(mp_gpu *g, int n)
     if (!g->d_far_of_cold)
         return false;
     const int K = (int)g->s->m->hp.n_expert_used;
-    g->far_full = n < 0 ? 0 : n > K ? K : n;
+    g->far_full = n < 0 ? 0 : n > g->far_max ? g->far_max : n;
     for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
         g->far_of_cold[c] = (uint8_t)(c <= K ? g->far_full * c / K : 0);
     if (cudaMemcpy(g->d_far_of_cold, g->far_of_cold, sizeof g->far_of_cold, cudaMemcpyHostToDevice) !=

@@ -234,8 +234,11 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     const mp_hparams *hp = &g->s->m->hp;
     const int64_t NL = hp->n_layer, E = hp->n_expert;
     g->d_far_of_cold = NULL;
-    if (!g->d_far || !g->host_registered || g->n_hybrid_layers == 0)
+    if (!g->d_far || !g->d_stage || !g->host_registered || g->n_hybrid_layers == 0)
         return MP_OK; /* off: MP_GPU_FAR=0, no page-locked copy, or nothing cold */
+    /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
+    const int64_t K = hp->n_expert_used;
+    g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
     void *dev = NULL;
     if (cudaHostGetDevicePointer(&dev, g->h_arena, 0) != cudaSuccess || !dev) {
         cudaGetLastError();

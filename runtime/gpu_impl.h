@@ -165,13 +165,14 @@ struct mp_gpu {
     double dec_cpu_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of the CPU's time for j decode routes (0: none seen) */
     double dec_copy_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of k decode copies' time, kernel included (ev_dc) */
     int dc_pending;         /* copies of the last decode layer step timed by ev_dc, not yet read */
-    /* decode (1-row) steps: far routes. The GPU's expert kernels read some cold experts' weights
-     * straight from the page-locked host copy over the bus (zero-copy), beside the CPU's cores
-     * computing the others: the host memory gives the two readers together more than the cores
-     * alone (bench/membw_pcie.cu), and nothing leaves the step's one graph. A layer step with c
-     * cold routes runs the first far_of_cold[c] of them far (slot order; the kernels' rule,
-     * kernels/cuda/moe.cuh), the rest on the CPU. */
+    /* decode (1-row) steps: far routes. The GPU reads some cold experts' weights from the
+     * page-locked host copy over the bus (a gather kernel into the staging buffers, then the
+     * expert kernels), beside the CPU's cores computing the others: the host memory gives the two
+     * readers together more than the cores alone (bench/membw_pcie.cu), and nothing leaves the
+     * step's one graph. A layer step with c cold routes runs the first far_of_cold[c] of them far
+     * (slot order; the kernels' rule, kernels/cuda/moe.cuh), the rest on the CPU. */
     int far_full;           /* far routes of a step whose top_k routes are all cold (MP_GPU_FAR) */
+    int far_max;            /* most far routes a step may run: min(top_k, what staging holds) */
     uint8_t far_of_cold[MP_GPU_MAX_TOP_K + 1]; /* c -> far routes: floor(far_full · c / top_k) */
     uint8_t *d_far_of_cold; /* its device copy; NULL: no far routes (off, or no mapped host copy) */
     const void **d_far;     /* (n_layer, 3, n_expert): each cold expert's slices as the device

@@ -76,6 +76,11 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
         for (int t = 0; t < 3; t++)
             out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * E_model(g);
         a.d_far_of_cold = g->d_far_of_cold;
+        /* gathered into the staging buffers (decode steps never copy beside far routes): as many
+         * as a step may run, whatever the table says now, so that a captured graph serves any */
+        a.far_max = g->far_max;
+        a.d_far_stage = g->d_stage;
+        a.far_stage_bytes = 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max;
     }
     return a;
 }
@@ -126,6 +131,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     CCHECK(cudaStreamWaitEvent(g->stream, g->ev_stage_ready[b], 0), "staging");
     mp_cuda_moe_args a = moe_args(g, il, n, (const void *const *)g->d_stage_slots[b], E, accumulate);
     a.d_far_of_cold = NULL; /* copies never run beside far routes (mp_gpu_far_on) */
+    a.far_max = 0;
     KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts (copied)");
     CCHECK(cudaEventRecord(g->ev_stage_free[b], g->stream), "cudaEventRecord");
     g->stats.experts_copied += cnt;

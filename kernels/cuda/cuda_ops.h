@@ -122,12 +122,21 @@ typedef struct mp_cuda_moe_args {
     size_t scratch_bytes;
     /* Far routes (NULL: none). A row's routes to experts without a slot are cold; with this
      * table (top_k + 1 bytes on the device), a row with c cold routes runs the first
-     * d_far_of_cold[c] of them (in slot order) from each tensor's d_far, reading the weights
-     * from host memory over the bus, and skips the rest (their caller runs them elsewhere: the
-     * CPU). Needs slot tables and d_far on all three tensors, and a step on the per-route path
-     * (fewer than 16 rows); MP_CUDA_EINVAL otherwise. */
+     * min(d_far_of_cold[c], far_max) of them (in slot order) on the GPU and skips the rest (their
+     * caller runs them elsewhere: the CPU). A first kernel gathers those experts' weights from
+     * each tensor's d_far (host memory the device can read) over the bus into d_far_stage, with
+     * wide coalesced reads, and the expert kernels read them there. Needs slot tables and d_far
+     * on all three tensors, a step on the per-route path (fewer than 16 rows), far_max in
+     * 1..top_k and a stage of mp_cuda_moe_far_stage_bytes; MP_CUDA_EINVAL otherwise. */
     const uint8_t *d_far_of_cold;
+    int far_max;
+    void *d_far_stage;        /* 256-byte aligned */
+    size_t far_stage_bytes;
 } mp_cuda_moe_args;
+
+/* The far stage a step of a's shape needs: n_rows × far_max experts of gate, up and down, each
+ * tensor 256-byte aligned. */
+size_t mp_cuda_moe_far_stage_bytes(const mp_cuda_moe_args *a);
 
 size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, int64_t n_ff,
                                  int64_t n_rows, int64_t top_k);

@@ -96,8 +96,8 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
         const int32_t e = __shfl_sync(0xffffffffu, my_id, k);
         const float wk = __shfl_sync(0xffffffffu, my_w, k);
         const uint8_t *dw = mpc_expert_ptr(down, e, n_expert);
-        if (!dw && (cold >> k & 1u) && mpc_far_takes(down.far_of_cold, cold, k))
-            dw = (const uint8_t *)down.far[e];
+        if (!dw && (cold >> k & 1u))
+            dw = mpc_far_ptr(down, row, cold, k);
         if (!dw) // uniform over the warp
             continue;
         const uint8_t *wrow = dw + d * down.row_bytes, *h = hq + (row * top_k + k) * hq_row_bytes;
@@ -271,6 +271,79 @@ static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_
     }
 }
 
+
+// ---- far routes: their experts' weights gathered from host memory ----
+//
+// far_gather_kernel: block (x, y, z) copies chunk x of tensor z (gate, up, down) of far slot y =
+// row · far_max + rank, when the row has that many far routes: the rank-th cold route's expert,
+// from its host copy (read over the bus) into the stage. Reads are 16 bytes per thread, four in
+// flight, a 16 KB chunk per block: the wide coalesced reads a bus transfer wants (the expert
+// kernels' own loads, 4-16 bytes scattered over rows, read host memory at about two thirds of
+// the rate; bench/NOTES-gpu-exec.md run 31).
+#define FAR_CHUNK 16384
+#define FAR_THREADS 256
+
+static size_t far_stride(const mp_cuda_moe_args *a)
+{
+    return align256(a->gate.expert_bytes) + align256(a->up.expert_bytes) + align256(a->down.expert_bytes);
+}
+
+extern "C" size_t mp_cuda_moe_far_stage_bytes(const mp_cuda_moe_args *a)
+{
+    if (!a || a->n_rows < 1 || a->far_max < 1)
+        return 0;
+    return (size_t)a->n_rows * (size_t)a->far_max * far_stride(a);
+}
+
+struct far_src {
+    const void *const *tab[3]; // per tensor: expert e's host copy, as the device sees it
+    size_t bytes[3];
+    size_t off[3];             // the tensor's offset in a stage slot
+};
+
+__global__ void __launch_bounds__(FAR_THREADS)
+far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_t *ids, int64_t top_k, uint8_t *stage)
+{
+    mpc_pdl_wait(); // the ids are the router's
+    mpc_pdl_trigger();
+    const int64_t row = blockIdx.y / gate.far_max;
+    const int rank = (int)(blockIdx.y % gate.far_max), t = blockIdx.z;
+    const size_t at = (size_t)blockIdx.x * FAR_CHUNK;
+    if (at >= src.bytes[t])
+        return;
+    const int32_t *rid = ids + row * top_k;
+    const uint32_t cold = mpc_cold_mask(gate, rid, top_k, n_expert);
+    if (rank >= mpc_far_count(gate, cold))
+        return;
+    int k = 0; // the rank-th set bit of cold
+    for (uint32_t m = cold, left = (uint32_t)rank;; m &= m - 1u, left--)
+        if (!left) {
+            k = __ffs(m) - 1;
+            break;
+        }
+    const uint8_t *from = (const uint8_t *)src.tab[t][rid[k]] + at;
+    uint8_t *to = stage + (blockIdx.y * gate.far_stride + src.off[t]) + at;
+    const size_t n = src.bytes[t] - at < FAR_CHUNK ? src.bytes[t] - at : FAR_CHUNK;
+    if (((uintptr_t)from | (uintptr_t)to | n) % 16 == 0) {
+        const uint4 *f = (const uint4 *)from;
+        uint4 *o = (uint4 *)to;
+        const size_t n16 = n / 16;
+        for (size_t i = threadIdx.x; i < n16; i += 4 * FAR_THREADS) {
+            uint4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (size_t)j * FAR_THREADS < n16)
+                    v[j] = f[i + (size_t)j * FAR_THREADS];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (size_t)j * FAR_THREADS < n16)
+                    o[i + (size_t)j * FAR_THREADS] = v[j];
+        }
+    } else {
+        for (size_t i = threadIdx.x; i < n; i += FAR_THREADS)
+            to[i] = from[i];
+    }
+}
 
 // ---- grouped path (prefill): routes sorted by expert, one weight pass per group ----
 //
@@ -491,8 +564,10 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         return MP_CUDA_EINVAL;
     const bool far = a->d_far_of_cold != NULL;
     if (far && (!a->gate.d_slots || !a->up.d_slots || !a->down.d_slots || !a->gate.d_far || !a->up.d_far ||
-                !a->down.d_far || a->n_rows >= MOE_GROUP_MIN_ROWS))
-        return MP_CUDA_EINVAL; /* far routes: slot tables and host copies, per-route path only */
+                !a->down.d_far || a->n_rows >= MOE_GROUP_MIN_ROWS || a->far_max < 1 || a->far_max > a->top_k ||
+                !a->d_far_stage || (uintptr_t)a->d_far_stage % 256 ||
+                a->far_stage_bytes < mp_cuda_moe_far_stage_bytes(a)))
+        return MP_CUDA_EINVAL; /* far routes: slot tables, host copies, a stage; per-route path only */
     if (a->n_rows == 0)
         return 0;
     const int xv = mp_cuda_vec_dot_type(a->gate.type), hv = mp_cuda_vec_dot_type(a->down.type);
@@ -569,10 +644,30 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
                                              a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
         return mpc_launch_status();
     }
-    /* per-route path; far routes (when asked) read their weights from the host copies */
-    const uint8_t *foc = a->d_far_of_cold;
-    const mpc_expert_t gate = mpc_expert_of(a->gate, foc), up = mpc_expert_of(a->up, foc);
-    const mpc_expert_t down = mpc_expert_of(a->down, foc);
+    /* per-route path; far routes (when asked) gathered into the stage first, read there */
+    mpc_expert_t gate = mpc_expert_of(a->gate), up = mpc_expert_of(a->up), down = mpc_expert_of(a->down);
+    if (far) {
+        far_src src;
+        const mp_cuda_expert_tensor *ts[3] = {&a->gate, &a->up, &a->down};
+        mpc_expert_t *es[3] = {&gate, &up, &down};
+        size_t off = 0, most = 0;
+        for (int t = 0; t < 3; t++) {
+            src.tab[t] = ts[t]->d_far;
+            src.bytes[t] = ts[t]->expert_bytes;
+            src.off[t] = off;
+            es[t]->far_of_cold = a->d_far_of_cold;
+            es[t]->far_stage = (const uint8_t *)a->d_far_stage + off;
+            es[t]->far_stride = far_stride(a);
+            es[t]->far_max = a->far_max;
+            off += align256(ts[t]->expert_bytes);
+            most = ts[t]->expert_bytes > most ? ts[t]->expert_bytes : most;
+        }
+        const dim3 grid((unsigned)((most + FAR_CHUNK - 1) / FAR_CHUNK), (unsigned)(a->n_rows * a->far_max), 3);
+        mpc_launch(far_gather_kernel, grid, dim3(FAR_THREADS), 0, st, gate, src, a->n_expert, a->d_ids, a->top_k,
+                   (uint8_t *)a->d_far_stage);
+        if (cudaGetLastError() != cudaSuccess)
+            return MP_CUDA_ELAUNCH;
+    }
     const bool vec = expert_vec(a->gate) && expert_vec(a->up);
     const bool dec_down = a->down.type == MP_TYPE_Q6_K && !down_split() && mpc_moe_dec_on();
     if (a->gate.type == MP_TYPE_Q4_K && vec && mpc_moe_dec_on()) { /* moe_dec.cu */

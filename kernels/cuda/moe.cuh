@@ -15,8 +15,11 @@ struct mpc_expert_t {
     size_t expert_bytes;
     const void *const *slots;
     size_t row_bytes;
-    const void *const *far;       // far routes (mp_cuda_moe_args.d_far_of_cold): experts' host copies
-    const uint8_t *far_of_cold;   // NULL: no far routes
+    // far routes (mp_cuda_moe_args.d_far_of_cold); far_of_cold NULL: none
+    const uint8_t *far_of_cold;
+    const uint8_t *far_stage;     // this tensor's part of far route (row, rank)'s stage slot:
+    size_t far_stride;            //   far_stage + (row · far_max + rank) · far_stride
+    int far_max;
 };
 
 // Expert e's weights: its pool slot (NULL: not resident), or base + e * expert_bytes; NULL for an
@@ -45,15 +48,25 @@ __device__ __forceinline__ uint32_t mpc_cold_mask(const mpc_expert_t &t, const i
     return m;
 }
 
-// Whether cold route k of a row with cold routes `cold` runs far: it is among the first
-// far_of_cold[c] cold routes in slot order.
-__device__ __forceinline__ bool mpc_far_takes(const uint8_t *far_of_cold, uint32_t cold, int k)
+// Far routes of a row with cold routes `cold`: how many run far (the table's count, at most
+// far_max).
+__device__ __forceinline__ int mpc_far_count(const mpc_expert_t &t, uint32_t cold)
 {
-    return __popc(cold & ((1u << k) - 1u)) < (int)far_of_cold[__popc(cold)];
+    const int z = (int)t.far_of_cold[__popc(cold)];
+    return z < t.far_max ? z : t.far_max;
 }
 
-// Route r's (row r / top_k, slot r % top_k) weights: the expert's slot, else its host copy when
-// the route runs far, else NULL (skipped).
+// Cold route k of row `row`: its gathered weights in the far stage when it is among the row's
+// first mpc_far_count cold routes in slot order, else NULL (skipped).
+__device__ __forceinline__ const uint8_t *mpc_far_ptr(const mpc_expert_t &t, int64_t row, uint32_t cold, int k)
+{
+    const int rank = __popc(cold & ((1u << k) - 1u));
+    return rank < mpc_far_count(t, cold) ? t.far_stage + ((size_t)row * (size_t)t.far_max + (size_t)rank) * t.far_stride
+                                         : NULL;
+}
+
+// Route r's (row r / top_k, slot r % top_k) weights: the expert's slot, else its far stage slot
+// when the route runs far, else NULL (skipped).
 __device__ __forceinline__ const uint8_t *mpc_route_ptr(const mpc_expert_t &t, const int32_t *ids, int64_t r,
                                                         int64_t top_k, int64_t n_expert)
 {
@@ -62,15 +75,12 @@ __device__ __forceinline__ const uint8_t *mpc_route_ptr(const mpc_expert_t &t, c
     if (p || !t.far_of_cold || e < 0 || e >= n_expert)
         return p;
     const int64_t row = r / top_k;
-    const uint32_t cold = mpc_cold_mask(t, ids + row * top_k, top_k, n_expert);
-    return mpc_far_takes(t.far_of_cold, cold, (int)(r - row * top_k)) ? (const uint8_t *)t.far[e] : NULL;
+    return mpc_far_ptr(t, row, mpc_cold_mask(t, ids + row * top_k, top_k, n_expert), (int)(r - row * top_k));
 }
 
-// far_of_cold: NULL, or a far-route table (the tensor's d_far is used with it).
-static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t, const uint8_t *far_of_cold = NULL)
+static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 {
-    mpc_expert_t r = {(const uint8_t *)t.d_base, t.expert_bytes, t.d_slots, t.row_bytes, t.d_far,
-                      far_of_cold};
+    mpc_expert_t r = {(const uint8_t *)t.d_base, t.expert_bytes, t.d_slots, t.row_bytes, NULL, NULL, 0, 0};
     return r;
 }
 

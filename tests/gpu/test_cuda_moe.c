@@ -247,7 +247,8 @@ typedef struct moe_case {
     int use_slots;     /* an expert pool: slot pointers, some experts not resident */
     int accumulate;
     int far;           /* with use_slots: far routes, the cold experts' weights read from mapped
-                        * host memory, a random count of each row's cold routes (far_of_cold) */
+                        * host memory, a random count of each row's cold routes (far_of_cold);
+                        * 1: at most top_k of them (far_max), 2: at most 1 (the table clamped) */
 } moe_case;
 
 static void check_experts(const moe_case *c)
@@ -288,6 +289,7 @@ static void check_experts(const moe_case *c)
         far_of_cold[n] = c->far ? (uint8_t)(rnd_u64() % (uint64_t)(n + 1)) : 0;
     if (c->far && K >= 2)
         far_of_cold[K < 3 ? K : 3] = K < 3 ? (uint8_t)K : 2; /* rows with 3 cold routes run 2 far */
+    const int far_max = c->far == 2 ? 1 : (int)K;
     int *runs = malloc(sizeof(int) * (size_t)(R * K)); /* route computed: resident or far */
     for (int64_t r = 0; r < R; r++) {
         int64_t n_cold = 0, rank = 0;
@@ -295,7 +297,7 @@ static void check_experts(const moe_case *c)
             n_cold += !resident[ids[r * K + k]];
         for (int64_t k = 0; k < K; k++) {
             const bool cold = !resident[ids[r * K + k]];
-            runs[r * K + k] = !cold || rank < far_of_cold[n_cold];
+            runs[r * K + k] = !cold || (rank < far_of_cold[n_cold] && rank < far_max);
             rank += cold;
         }
     }
@@ -411,6 +413,14 @@ static void check_experts(const moe_case *c)
     a.gate.d_far = (const void *const *)d_far[0];
     a.up.d_far = (const void *const *)d_far[1];
     a.down.d_far = (const void *const *)d_far[2];
+    void *d_stage = NULL;
+    if (c->far) {
+        a.far_max = far_max;
+        a.far_stage_bytes = mp_cuda_moe_far_stage_bytes(&a);
+        cr_assert(a.far_stage_bytes > 0);
+        a.d_far_stage = d_stage = dev_alloc(a.far_stage_bytes);
+        CUDA_OK(cudaMemset(d_stage, 0xA5, a.far_stage_bytes)); /* stale bytes, not zeros */
+    }
     MPC_OK(mp_cuda_moe_experts(&a, NULL));
     float *got = malloc(sizeof(float) * (size_t)(R * D));
     dev_get(got, d_out, sizeof(float) * (size_t)(R * D));
@@ -451,6 +461,7 @@ static void check_experts(const moe_case *c)
         cudaFreeHost(h_far[i]);
     }
     cudaFree(d_foc);
+    cudaFree(d_stage);
     free(runs);
     cudaFree(d_sg); cudaFree(d_su); cudaFree(d_sd);
     cudaFree(d_x); cudaFree(d_ids); cudaFree(d_rw); cudaFree(d_out); cudaFree(d_scratch);
@@ -628,6 +639,8 @@ static void far_cases(void)
         {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 5, 1, 1, 1},
         {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 0, 1},
         {MP_TYPE_F16, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 1, 1},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 3, 1, 0, 2}, /* at most one far route a row */
+        {MP_TYPE_Q4_0, MP_TYPE_F32, 96, 150, 9, 5, 2, 1, 1, 1},      /* experts not 16-byte multiples */
     };
     for (int rep = 0; rep < 3; rep++) /* fresh routes and a fresh table each time */
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -645,20 +658,38 @@ Test(cuda_moe, experts_far_routes)
     far_cases();
     mp_cuda_moe_set_down_split(-1);
 
-    /* refused: 16 rows (the grouped path), no slot tables, no host copies */
+    /* refused: 16 rows (the grouped path), no stage or a short one, far_max outside 1..top_k, no
+     * slot tables, no host copies; the same arguments with a stage run */
     uint8_t foc[33] = {0};
     uint8_t *d_foc = dev_put(foc, sizeof foc);
     void *d = dev_alloc(1 << 20);
+    CUDA_OK(cudaMemset(d, 0, 1 << 20));
     const void *const *tab = (const void *const *)d;
     mp_cuda_moe_args a = {
-        .gate = {MP_TYPE_Q8_0, NULL, 0, tab, 34, tab}, .up = {MP_TYPE_Q8_0, NULL, 0, tab, 34, tab},
-        .down = {MP_TYPE_Q8_0, NULL, 0, tab, 34, tab},
+        .gate = {MP_TYPE_Q8_0, NULL, 34 * 32, tab, 34, tab}, .up = {MP_TYPE_Q8_0, NULL, 34 * 32, tab, 34, tab},
+        .down = {MP_TYPE_Q8_0, NULL, 34 * 32, tab, 34, tab},
         .n_embd = 32, .n_ff = 32, .n_expert = 4, .top_k = 2, .n_rows = 16,
-        .d_x = d, .d_ids = d, .d_weights = d, .d_out = d, .d_scratch = d, .scratch_bytes = 1 << 20,
-        .d_far_of_cold = d_foc,
+        .d_x = d, .d_ids = d, .d_weights = d, .d_out = d, .d_scratch = (char *)d + 4096,
+        .scratch_bytes = (1 << 20) - 4096, .d_far_of_cold = d_foc, .far_max = 1,
     };
+    void *d_stage = dev_alloc(1 << 16);
+    a.d_far_stage = d_stage;
+    a.far_stage_bytes = 1 << 16;
     cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far routes on the grouped path");
     a.n_rows = 1;
+    a.far_stage_bytes = mp_cuda_moe_far_stage_bytes(&a) - 1;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "a short far stage");
+    a.far_stage_bytes = 1 << 16;
+    a.d_far_stage = NULL;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "no far stage");
+    a.d_far_stage = d_stage;
+    a.far_max = 3;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far_max above top_k");
+    a.far_max = 0;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far_max 0");
+    a.far_max = 1;
+    MPC_OK(mp_cuda_moe_experts(&a, NULL)); /* both routes cold (NULL slots), none far (a zero table) */
+    CUDA_OK(cudaDeviceSynchronize());
     a.up.d_slots = NULL;
     a.up.d_base = d;
     a.up.expert_bytes = 34 * 32;
@@ -668,6 +699,7 @@ Test(cuda_moe, experts_far_routes)
     cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far routes without host copies");
     cudaFree(d);
     cudaFree(d_foc);
+    cudaFree(d_stage);
 }
 
 /* The split down variant (one warp per route and output element; mp_cuda_moe_set_down_split) on
