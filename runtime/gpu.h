@@ -124,6 +124,8 @@ void mp_gpu_set_decode_copy(mp_gpu *g, int k);
  * far routes (no page-locked host copy, no hybrid layers, or MP_GPU_FAR=0 at start). Call between
  * steps. */
 bool mp_gpu_set_far(mp_gpu *g, int n);
+/* The far routes of an all-cold decode layer step now (0 when the executor has none). */
+int mp_gpu_far(const mp_gpu *g);
 
 /* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS
  * GEMMs over activations rounded to the weights' 16-bit type; smaller steps run GEMVs over f32 (or

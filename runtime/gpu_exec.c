@@ -56,6 +56,7 @@ void mp_gpu_set_measure(mp_gpu *g, bool on) {}
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
 void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
 bool mp_gpu_set_far(mp_gpu *g, int n) { return false; }
+int mp_gpu_far(const mp_gpu *g) { return 0; }
 
 #else
 
@@ -783,6 +784,11 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
 {
     g->copy_min_rows = min_rows;
     g->copy_fixed = true;
+}
+
+int mp_gpu_far(const mp_gpu *g)
+{
+    return g->d_far_of_cold ? g->far_full : 0;
 }
 
 bool mp_gpu_set_far(mp_gpu *g, int n)

@@ -341,6 +341,7 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
 #if MP_HAVE_CUDA
     if ((!why[0] && (st = mp_calib_runtime_sync(m, o, root, device, err))) ||
         (!why[0] && (st = mp_calib_cpu_decode_layer(m, o, root, device, err))) ||
+        (!why[0] && (st = mp_calib_far_decode_layer(m, o, root, device, err))) ||
         (!why[0] && (st = mp_calib_hybrid_layer(m, o, root, device, err))))
         goto out;
 #endif

@@ -78,6 +78,11 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
                                 mp_error *err);
 /* hybrid_layer: a decode step's extra time per layer that holds an expert off the GPU but routes
  * nothing to it (GPU executor; nothing written without a GPU). */
+/* far_decode_layer: the runtime's CPU expert time of one all-cold decode layer step while the GPU
+ * runs the executor's far routes of it (placement cpu, a batch that gives the executor its
+ * staging buffers); nothing when the executor runs no far routes. */
+mp_status mp_calib_far_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                    mp_error *err);
 mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);
 

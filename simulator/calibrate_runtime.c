@@ -5,6 +5,8 @@
  *   sync             the decode round trip's overhead per hybrid layer (placement layers:1);
  *   cpu_decode_layer the CPU experts of one decode layer step, every layer's experts in host
  *                    memory (placement cpu): top_k cold experts, as production streams them;
+ *   far_decode_layer the same step's CPU experts while the GPU runs the executor's far routes
+ *                    of it (the CPU's share of the host memory with the bus's readers beside it);
  *   hybrid_layer     the fixed cost of a layer that holds an expert off the GPU.
  */
 #include <errno.h>
@@ -274,8 +276,11 @@ out:
  * frees) and ns room for one number per repetition. With measure, the round trip's gaps are
  * timed (mp_gpu_set_measure). A session that cannot start is not an error: *per_rep stays NULL
  * and why says what failed. */
+#define DECODE_BATCH 8     /* below MP_GPU_COPY_MIN_ROWS: no staging buffers, so no far routes */
+#define DECODE_BATCH_FAR 64 /* with them: the far routes production decode runs */
 static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const char *spec, int steps, bool measure,
-                              mp_gpu_stats **per_rep_out, double **ns, mp_error *why, mp_error *err)
+                              int64_t n_batch, mp_gpu_stats **per_rep_out, double **ns, int *far, mp_error *why,
+                              mp_error *err)
 {
     const int64_t n_ctx = 256;
     mp_placement pl = {0};
@@ -283,7 +288,7 @@ static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const c
     mp_status st = MP_OK;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     mp_gpu_stats *per_rep = calloc((size_t)o->reps, sizeof *per_rep);
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = o->threads[o->n_threads - 1], .n_batch = 8};
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = o->threads[o->n_threads - 1], .n_batch = n_batch};
     *per_rep_out = NULL;
     *ns = malloc((size_t)o->reps * sizeof(double));
     if (!logits || !per_rep || !*ns) {
@@ -294,6 +299,8 @@ static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const c
         goto out;
     mp_gpu *g = mp_session_gpu(s);
     mp_gpu_set_measure(g, measure);
+    if (far)
+        *far = mp_gpu_far(g);
     uint64_t rng = 5;
     for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
         if (mp_session_n_past(s) + steps > n_ctx)
@@ -327,7 +334,7 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
     mp_gpu_stats *gs = NULL;
     double *ns = NULL;
     mp_error perr;
-    mp_status st = decode_stats(m, o, "layers:1", STEPS, true, &gs, &ns, &perr, err);
+    mp_status st = decode_stats(m, o, "layers:1", STEPS, true, DECODE_BATCH, &gs, &ns, NULL, &perr, err);
     if (st)
         goto out;
     if (!gs) {
@@ -393,7 +400,7 @@ mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, c
     mp_gpu_stats *gs = NULL;
     double *ns = NULL;
     mp_error perr;
-    mp_status st = decode_stats(m, o, "cpu", STEPS, false, &gs, &ns, &perr, err);
+    mp_status st = decode_stats(m, o, "cpu", STEPS, false, DECODE_BATCH, &gs, &ns, NULL, &perr, err);
     if (st)
         goto out;
     if (!gs) {
@@ -428,6 +435,66 @@ mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, c
                     " experts, %d steps x %d reps): median %.1f us (microbenchmark: %.1f us)",
                  K, STEPS, o->reps, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
                  micro >= 0 ? micro / 1000.0 : -1.0);
+out:
+    free(gs);
+    free(ns);
+    return st;
+}
+
+/* ---- far routes: the CPU experts of a decode layer step beside the GPU's far routes ---- */
+
+mp_status mp_calib_far_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                    mp_error *err)
+{
+    char why[256];
+    if (!mp_gpu_available(why, sizeof why))
+        return MP_OK;
+    enum { STEPS = 4 };
+    const int64_t K = m->hp.n_expert_used;
+    mp_gpu_stats *gs = NULL;
+    double *ns = NULL;
+    int far = 0;
+    mp_error perr;
+    mp_status st = decode_stats(m, o, "cpu", STEPS, true, DECODE_BATCH_FAR, &gs, &ns, &far, &perr, err);
+    if (st)
+        goto out;
+    if (!gs || far < 1) {
+        mp_calib_say(o, "calibrate: far_decode_layer not measured (%s)",
+                     !gs ? perr.msg : "the executor runs no far routes: MP_GPU_FAR=0, or no page-locked host copy");
+        goto out;
+    }
+    double overhead = 0;
+    for (int rep = 0; rep < o->reps; rep++) {
+        /* every layer step all-cold: far routes `far` of K, the rest on the CPU */
+        if (gs[rep].hybrid_layers < 1 || gs[rep].routes_far != gs[rep].hybrid_layers * far ||
+            gs[rep].routes_cpu != gs[rep].hybrid_layers * (K - far)) {
+            mp_calib_say(o, "calibrate: far_decode_layer not measured (%" PRId64 " far and %" PRId64 " CPU routes in %"
+                            PRId64 " layer steps, expected %d and %" PRId64 " each)", gs[rep].routes_far,
+                         gs[rep].routes_cpu, gs[rep].hybrid_layers, far, K - far);
+            goto out;
+        }
+        ns[rep] = (double)gs[rep].cpu_expert_ns / (double)gs[rep].hybrid_layers;
+        overhead += gs[rep].rt_measured ? (double)gs[rep].rt_overhead_ns / (double)gs[rep].rt_measured / o->reps : 0;
+    }
+    cJSON *p = mp_calib_point("experts", (double)K, ns, o->reps);
+    if (p && (!cJSON_AddNumberToObject(p, "far", far) ||
+              !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]))) {
+        cJSON_Delete(p); /* not yet owned by root */
+        p = NULL;
+    }
+    if (!p || !cJSON_AddItemToObject(root, "far_decode_layer", p) ||
+        !cJSON_AddStringToObject(device, "far_decode_layer_path",
+                                 "runtime: GPU executor, placement cpu, decode with CUDA graphs and the executor's "
+                                 "far routes, mean CPU expert time per layer step (mp_gpu_stats cpu_expert_ns / "
+                                 "hybrid_layers) while the GPU reads the far routes' weights")) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    /* the round trip's overhead stays that of a CPU-bound step when the far routes finish first */
+    mp_calib_say(o, "calibrate: CPU experts of a decode layer beside %d far routes (placement cpu, %" PRId64
+                    " CPU experts, %d steps x %d reps): median %.1f us; round-trip overhead %.1f us",
+                 far, K - far, STEPS, o->reps, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
+                 overhead / 1000.0);
 out:
     free(gs);
     free(ns);

@@ -588,6 +588,20 @@ int mp_cmd_simulate(int argc, char **argv)
                             "used has %d: its costs are the microbenchmark's, unscaled\n",
                     costs.cpu_decode_layer_threads, cpu->threads);
     }
+    if (costs.far_decode_layer_far > 0) {
+        if (costs.far_decode_layer_threads != cpu->threads || costs.far_decode_layer_experts != (int64_t)trace.top_k)
+            fprintf(stderr, "moeplan simulate: note: far_decode_layer was measured for top-%lld on %d threads, the "
+                            "trace is top-%u and the CPU entry used has %d threads: no far routes simulated\n",
+                    (long long)costs.far_decode_layer_experts, costs.far_decode_layer_threads, trace.top_k,
+                    cpu->threads);
+        else
+            fprintf(stderr, "moeplan simulate: note: far routes as the runtime runs them: floor(%d x c / %lld) of a "
+                            "decode layer step's c cold routes on the GPU over the bus, the CPU's rest at the "
+                            "level of far_decode_layer (%.1f us for %lld experts)\n",
+                    costs.far_decode_layer_far, (long long)costs.far_decode_layer_experts,
+                    costs.far_decode_layer.median_ns / 1e3,
+                    (long long)(costs.far_decode_layer_experts - costs.far_decode_layer_far));
+    }
     if (!costs.has_hybrid_layer) /* said once the run succeeded: errors stay one line */
         fprintf(stderr, "moeplan simulate: note: %s has no hybrid_layer (calibrated before it existed): a layer "
                         "holding any expert off the GPU is charged only its round trip, which under-predicts "

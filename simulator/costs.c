@@ -294,7 +294,7 @@ static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
 static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
 {
     static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
-                                       "h2d", "d2h", "sync", "hybrid_layer", "cpu_decode_layer", "combine",
+                                       "h2d", "d2h", "sync", "hybrid_layer", "cpu_decode_layer", "far_decode_layer", "combine",
                                        "non_moe", "non_moe_context", NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
@@ -359,6 +359,25 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
             return bad(c, "$.cpu_decode_layer.threads", "%.0f: expected at most 1024", t);
         out->cpu_decode_layer_experts = (int64_t)k;
         out->cpu_decode_layer_threads = (int)t;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "far_decode_layer"))) {
+        static const char *const fl_keys[] = {"experts", "far", "threads", "median_ns", "spread_ns", NULL};
+        const char *path = "$.far_decode_layer";
+        double k = 0, f = 0, t = 0;
+        if ((st = check_keys(c, v, path, fl_keys)) || (st = get_int(c, v, path, "experts", 1, &k)) ||
+            (st = get_int(c, v, path, "far", 1, &f)) || (st = get_int(c, v, path, "threads", 1, &t)) ||
+            (st = get_num(c, v, path, "median_ns", 0, &out->far_decode_layer.median_ns)) ||
+            (st = get_num(c, v, path, "spread_ns", 0, &out->far_decode_layer.spread_ns)))
+            return st;
+        if (k > 65536)
+            return bad(c, "$.far_decode_layer.experts", "%.0f: expected at most 65536", k);
+        if (f > k)
+            return bad(c, "$.far_decode_layer.far", "%.0f: expected at most experts (%.0f)", f, k);
+        if (t > 1024)
+            return bad(c, "$.far_decode_layer.threads", "%.0f: expected at most 1024", t);
+        out->far_decode_layer_experts = (int64_t)k;
+        out->far_decode_layer_far = (int)f;
+        out->far_decode_layer_threads = (int)t;
     }
     if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
         return st;

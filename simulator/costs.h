@@ -68,6 +68,14 @@ typedef struct mp_costs {
     mp_cost_stat cpu_decode_layer;
     int64_t cpu_decode_layer_experts;
     int cpu_decode_layer_threads;
+    /* optional ("far_decode_layer"; far 0 when absent): the same step's CPU expert time while the GPU
+     * runs `far` of its `experts` routes as far routes (the runtime's MP_GPU_FAR: a decode layer step
+     * with c cold one-row routes runs floor(far · c / experts) of them on the GPU, reading their
+     * weights over the bus, and the CPU the rest) */
+    mp_cost_stat far_decode_layer;
+    int64_t far_decode_layer_experts;
+    int far_decode_layer_far;
+    int far_decode_layer_threads;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     /* optional ("non_moe_context"; has_non_moe_context false when absent): the one-row point of

@@ -64,7 +64,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             for (uint32_t j = m; j-- > 0;)
                 cpu_from[j] = cpu_from[j + 1] + tab->cpu_ns[rows_of[used[j]]];
             for (uint32_t j = 0; j < m; j++) /* the CPU side's fixed cost while it has experts */
-                cpu_from[j] += tab->cpu_fixed_ns;
+                cpu_from[j] = sim_cpu_side_ns(tab, rows, K, m - j, cpu_from[j] + tab->cpu_fixed_ns);
             for (uint32_t j = 0; j <= m; j++) {
                 if (j > 0)
                     gpu_ns += tab->gpu_ns[rows_of[used[j - 1]]] + (j == 1 ? tab->gpu_fixed_ns : 0);

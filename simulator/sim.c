@@ -175,6 +175,18 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
     tab->non_moe_per_key_ns = c->has_non_moe_context ? k[MP_COST_NON_MOE] * c->non_moe_per_key_ns : 0;
     tab->sync_ns = k[MP_COST_SYNC] * c->sync.median_ns;
     tab->hybrid_ns = k[MP_COST_SYNC] * c->hybrid_layer.median_ns; /* the round trip's fixed cost, scaled alike */
+    /* far routes: the CPU's measured time for its share of an all-cold step, over what the table
+     * gives for that many one-row experts */
+    if (c->far_decode_layer_experts > 0 && c->far_decode_layer_far > 0 &&
+        c->far_decode_layer_threads == cfg->cpu->threads && c->far_decode_layer.median_ns > 0 && max_rows >= 1) {
+        const double model = tab->cpu_fixed_ns +
+                             (double)(c->far_decode_layer_experts - c->far_decode_layer_far) * tab->cpu_ns[1];
+        if (model > 0) {
+            tab->far = c->far_decode_layer_far;
+            tab->far_experts = c->far_decode_layer_experts;
+            tab->far_scale = k[MP_COST_CPU] * c->far_decode_layer.median_ns / model;
+        }
+    }
     /* weights are copied from pinned host memory when the runtime can pin them */
     tab->weight_h2d_ns = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)tab->expert_bytes);
     return MP_OK;
@@ -525,7 +537,8 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
             if (hits)
                 gpu_ns += tab->gpu_fixed_ns;
             if (any_miss)
-                cpu_ns += tab->cpu_fixed_ns;
+                cpu_ns = sim_cpu_side_ns(tab, rows, K, n_used - (uint32_t)(rows == 1 ? hits : 0),
+                                         cpu_ns + tab->cpu_fixed_ns);
             /* the round trip: every step of a layer holding an expert off the GPU (the host sees
              * the routes only through it), and any step with a miss (a copy still in flight) */
             uint32_t rows_rt = 0;

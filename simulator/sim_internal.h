@@ -28,7 +28,31 @@ typedef struct sim_tab {
     double weight_h2d_ns; /* one expert's weights host -> device */
     uint64_t act_row_bytes; /* n_embd f32: one row of activations or of partial output */
     uint64_t expert_bytes;
+    /* far routes (the cost file's far_decode_layer; far 0: none): a one-row invocation of a trace
+     * routed top-far_experts with c cold experts runs floor(far · c / far_experts) of them on the
+     * GPU, which reads their weights over the bus while the CPU computes the rest; the CPU side
+     * then costs far_scale times its usual time for the rest (the host memory shared) */
+    int far;
+    int64_t far_experts;
+    double far_scale;
 } sim_tab;
+
+/* The CPU side of an invocation of `rows` rows of a trace routed top-k, n_cold of whose experts
+ * are not resident, whose CPU time is cpu_ns without far routes (their marginal costs and the
+ * fixed cost): the same, or with far routes the CPU's share of a one-row step. The GPU's far
+ * routes finish before the CPU's rest at the calibrated setting (calibrate checks the round
+ * trip's overhead), so the CPU's time is the layer's host time. One function for the replay and
+ * the planner. */
+static inline double sim_cpu_side_ns(const sim_tab *c, uint32_t rows, uint32_t top_k, uint32_t n_cold, double cpu_ns)
+{
+    if (rows != 1 || c->far <= 0 || n_cold == 0 || (int64_t)top_k != c->far_experts)
+        return cpu_ns;
+    const uint32_t z = (uint32_t)c->far * n_cold / top_k; /* the runtime's far_of_cold */
+    if (z == 0) /* nothing read over the bus: the CPU has the host memory to itself */
+        return cpu_ns;
+    const double rest = cpu_ns - (double)z * c->cpu_ns[1];
+    return c->far_scale * (rest > 0 ? rest : 0);
+}
 
 mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err);
 void sim_tab_free(sim_tab *tab);

@@ -426,6 +426,45 @@ Test(costs, reads_the_optional_cpu_decode_layer)
     }
 }
 
+Test(costs, reads_the_optional_far_decode_layer)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.far_decode_layer_far, 0, "absent: no far routes");
+    mp_costs_free(&c);
+    free(text);
+    parse_with_member("\"far_decode_layer\": {\"experts\": 8, \"far\": 2, \"threads\": 16, \"median_ns\": 201000, "
+                      "\"spread_ns\": 3000}, ", &c);
+    cr_assert_eq(c.far_decode_layer_experts, 8);
+    cr_assert_eq(c.far_decode_layer_far, 2);
+    cr_assert_eq(c.far_decode_layer_threads, 16);
+    cr_assert_eq(c.far_decode_layer.median_ns, 201000);
+    cr_assert_eq(c.far_decode_layer.spread_ns, 3000);
+    mp_costs_free(&c);
+    static const struct { const char *obj, *needle; } bad[] = {
+        {"{\"experts\": 8, \"far\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
+         "$.far_decode_layer.far: expected a finite number >= 1"},
+        {"{\"experts\": 8, \"far\": 9, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
+         "$.far_decode_layer.far: 9: expected at most experts (8)"},
+        {"{\"experts\": 8, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}", "$.far_decode_layer.far: missing"},
+        {"{\"experts\": 8, \"far\": 2, \"threads\": 4096, \"median_ns\": 1, \"spread_ns\": 1}",
+         "$.far_decode_layer.threads: 4096: expected at most 1024"},
+        {"{\"experts\": 8, \"far\": 2, \"threads\": 4, \"median_ns\": -1, \"spread_ns\": 1}",
+         "$.far_decode_layer.median_ns: expected a finite number >= 0"},
+        {"{\"experts\": 8, \"far\": 2, \"threads\": 4, \"median_ns\": 1, \"spread_ns\": 1, \"rows\": 1}",
+         "$.far_decode_layer.rows: unknown key"},
+        {"\"x\"", "$.far_decode_layer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char to[256];
+        snprintf(to, sizeof to, "\"far_decode_layer\": %s, \"sync\":", bad[i].obj);
+        expect_reject("\"sync\":", to, bad[i].needle);
+    }
+}
+
 Test(costs, reads_the_optional_non_moe_context)
 {
     size_t len;

@@ -312,6 +312,58 @@ Test(sim, cpu_decode_layer_scales_the_cpu_entry)
     mp_sim_trace_free(&t);
 }
 
+/* far_decode_layer: with 1 of 2 routes far, the CPU's one remaining expert measured 60 ns (the
+ * table gives 100), so far_scale 0.6. A one-row step with both experts cold runs one far: CPU
+ * side 0.6 * 100 = 60, layer 7 + 20 + 60 + 5 + 3 = 95 (235 without far routes); one cold expert
+ * runs floor(1 * 1 / 2) = 0 far and costs what it did (135). The planner's layer costs are the
+ * replay's. Another thread count or top_k than the trace's leaves the model alone. */
+Test(sim, far_decode_layer_runs_some_cold_routes_on_the_gpu)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    costs.far_decode_layer = (mp_cost_stat){60, 0};
+    costs.far_decode_layer_experts = 2;
+    costs.far_decode_layer_far = 1;
+    costs.far_decode_layer_threads = 8;
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 95.0, 1e-9);
+    mp_sim_result top = run(&t, &c, MP_POL_STATIC_TOPN); /* 7 one of each, 1 with both cold */
+    cr_assert_float_eq(top.train.time_ns, 7 * 135.0 + 95.0, 1e-9);
+
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(tab.far_scale, 0.6, 1e-12);
+    sim_stats st = {0};
+    st.counts = calloc(8, sizeof *st.counts);
+    st.order = malloc(sizeof *st.order * 8);
+    st.train_steps = 4;
+    uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
+    memcpy(st.order, order, sizeof order);
+    double cost[2 * 5];
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(cost[0], 4 * 95.0, 1e-9);  /* layer 0, nothing resident */
+    cr_assert_float_eq(cost[1], 4 * 135.0, 1e-9); /* e0 resident: one cold expert per step */
+    free(st.counts);
+    free(st.order);
+    sim_tab_free(&tab);
+
+    costs.far_decode_layer_threads = 16; /* measured on 16 threads, the entry is 8 */
+    mp_sim_result other = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(other.train.time_ns, 8 * 235.0, 1e-9);
+    costs.far_decode_layer_threads = 8;
+    costs.far_decode_layer_experts = 4; /* measured for a top-4 model, the trace is top-2 */
+    costs.far_decode_layer_far = 2;
+    mp_sim_result other_k = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(other_k.train.time_ns, 8 * 235.0, 1e-9);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&top);
+    mp_sim_result_free(&other);
+    mp_sim_result_free(&other_k);
+    mp_sim_trace_free(&t);
+}
+
 /* non_moe_context: a one-row step at position p attends p + 1 keys and pays per_key_ns for each
  * key beyond the point's (keys 2, 10 ns per key here); multi-row steps pay the curve as it is;
  * every request starts at position 0. One layer, every route to expert 0 (resident): each step's
