@@ -237,8 +237,15 @@ bool mp_gpu_handoff_possible(const mp_gpu *g);
 /* Handoff mode: the seconds a GPU waits for the host's partial before it fails the step. */
 #define MP_GPU_HANDOFF_TIMEOUT_S 60.0
 int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes);
-/* Whether a step of n rows runs far routes (decode steps, far routes set up, no decode copies). */
-bool mp_gpu_far_on(const mp_gpu *g, int64_t n);
+/* Whether layer il's step of n rows runs far routes: decode steps, far routes set up, no decode
+ * copies, and a layer with at most MP_GPU_FAR_RESIDENT of its experts resident. A layer with more
+ * has few cold routes a step (none far at the default: floor(2 c / 8) is 0 below 4), and the gather
+ * launch and the kernels' cold-route count would only lengthen its GPU side: fill 16 GB lost 4.7 %
+ * with far routes on every hybrid layer (bench/NOTES-gpu-exec.md run 31). The simulator applies
+ * the same rule (simulator/sim_internal.h). */
+#define MP_GPU_FAR_RESIDENT_NUM 1
+#define MP_GPU_FAR_RESIDENT_DEN 2
+bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n);
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);

@@ -72,7 +72,7 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.accumulate = accumulate;
     a.d_scratch = g->d_moe_scratch;
     a.scratch_bytes = g->moe_scratch_bytes;
-    if (mp_gpu_far_on(g, n) && mp_gpu_layer_hybrid(g, il)) { /* some cold routes read host memory */
+    if (mp_gpu_far_on(g, il, n)) { /* some cold routes read host memory */
         for (int t = 0; t < 3; t++)
             out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * E_model(g);
         a.d_far_of_cold = g->d_far_of_cold;
@@ -222,9 +222,11 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
     return n >= 2; /* decode steps never copy: their graphs replay a fixed set of copies */
 }
 
-bool mp_gpu_far_on(const mp_gpu *g, int64_t n)
+bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n)
 {
-    return n == 1 && g->d_far_of_cold && !decode_copies_on(g, n);
+    const int64_t E = g->s->m->hp.n_expert;
+    return n == 1 && g->d_far_of_cold && !decode_copies_on(g, n) && g->layers[il].n_resident < E &&
+           g->layers[il].n_resident * MP_GPU_FAR_RESIDENT_DEN <= E * MP_GPU_FAR_RESIDENT_NUM;
 }
 
 bool mp_gpu_handoff_possible(const mp_gpu *g)
@@ -372,7 +374,7 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         if (g->measure)
             CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
     }
-    if (G->n_resident > 0 || (hybrid && mp_gpu_far_on(g, n))) {
+    if (G->n_resident > 0 || mp_gpu_far_on(g, il, n)) {
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
         if ((st = launch_resident(g, il, n, err)))
@@ -456,7 +458,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* decode: far routes, the first far_of_cold[c] of the c cold routes in slot order (the
      * kernels' rule: kernels/cuda/moe.cuh mpc_route_ptr); the GPU runs them already */
     int64_t far_routes = 0;
-    const bool far = mp_gpu_far_on(g, n);
+    const bool far = mp_gpu_far_on(g, il, n);
     if (far) {
         int c = 0;
         int32_t cold[MP_GPU_MAX_TOP_K];
@@ -525,7 +527,7 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->handoff) { /* the partial straight from host memory once the host's flag is set; nothing
                        * but the resident experts and far routes writes d_proj (no copies in this
                        * mode) */
-        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0 || mp_gpu_far_on(g, n),
+        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0 || mp_gpu_far_on(g, il, n),
                                      &g->h_flags[g->s->m->hp.n_layer + il],
                                      &g->h_stamps[3 * il + 1], MP_GPU_HANDOFF_TIMEOUT_S, g->stream),
                "partial handoff");
@@ -535,7 +537,7 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
     const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || decode_copies_on(g, n) ||
-                           mp_gpu_far_on(g, n);
+                           mp_gpu_far_on(g, il, n);
     float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
     CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
     if (gpu_wrote)

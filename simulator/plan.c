@@ -63,17 +63,23 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             cpu_from[m] = 0;
             for (uint32_t j = m; j-- > 0;)
                 cpu_from[j] = cpu_from[j + 1] + tab->cpu_ns[rows_of[used[j]]];
-            for (uint32_t j = 0; j < m; j++) /* the CPU side's fixed cost while it has experts */
-                cpu_from[j] = sim_cpu_side_ns(tab, rows, K, m - j, cpu_from[j] + tab->cpu_fixed_ns);
+            const uint32_t far_hi = E / 2; /* capacities with far routes (sim_far_layer): 0 .. E / 2 */
             for (uint32_t j = 0; j <= m; j++) {
                 if (j > 0)
                     gpu_ns += tab->gpu_ns[rows_of[used[j - 1]]] + (j == 1 ? tab->gpu_fixed_ns : 0);
-                const double piece = sim_layer_ns(tab, gpu_ns, cpu_from[j], rows);
+                /* the CPU side's fixed cost while it has experts, and far routes by capacity */
+                const double cpu_ns = j < m ? cpu_from[j] + tab->cpu_fixed_ns : 0;
                 const uint32_t lo = j == 0 ? 0 : rank_of[used[j - 1]] + 1;
                 const uint32_t hi = j == m ? E - 1 : rank_of[used[j]]; /* inclusive */
-                if (lo <= hi) {
-                    diff[lo] += piece;
-                    diff[hi + 1] -= piece;
+                for (int far = 1; far >= 0; far--) {
+                    const uint32_t a = far ? lo : (lo > far_hi ? lo : far_hi + 1);
+                    const uint32_t b = far ? (hi < far_hi ? hi : far_hi) : hi;
+                    if (a > b)
+                        continue;
+                    const double piece =
+                        sim_layer_ns(tab, gpu_ns, sim_cpu_side_ns(tab, rows, K, m - j, far, cpu_ns), rows);
+                    diff[a] += piece;
+                    diff[b + 1] -= piece;
                 }
                 if (j == m) { /* capacity E: the whole layer resident, no round trip */
                     diff[E] += gpu_ns;

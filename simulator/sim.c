@@ -538,7 +538,7 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
                 gpu_ns += tab->gpu_fixed_ns;
             if (any_miss)
                 cpu_ns = sim_cpu_side_ns(tab, rows, K, n_used - (uint32_t)(rows == 1 ? hits : 0),
-                                         cpu_ns + tab->cpu_fixed_ns);
+                                         sim_far_layer(s->n_resident[l], E), cpu_ns + tab->cpu_fixed_ns);
             /* the round trip: every step of a layer holding an expert off the GPU (the host sees
              * the routes only through it), and any step with a miss (a copy still in flight) */
             uint32_t rows_rt = 0;

@@ -37,15 +37,23 @@ typedef struct sim_tab {
     double far_scale;
 } sim_tab;
 
-/* The CPU side of an invocation of `rows` rows of a trace routed top-k, n_cold of whose experts
- * are not resident, whose CPU time is cpu_ns without far routes (their marginal costs and the
- * fixed cost): the same, or with far routes the CPU's share of a one-row step. The GPU's far
- * routes finish before the CPU's rest at the calibrated setting (calibrate checks the round
- * trip's overhead), so the CPU's time is the layer's host time. One function for the replay and
- * the planner. */
-static inline double sim_cpu_side_ns(const sim_tab *c, uint32_t rows, uint32_t top_k, uint32_t n_cold, double cpu_ns)
+/* Whether the runtime runs far routes on a layer with n_resident of its n_experts resident: at
+ * most half (runtime/gpu_impl.h, MP_GPU_FAR_RESIDENT). */
+static inline bool sim_far_layer(uint32_t n_resident, uint32_t n_experts)
 {
-    if (rows != 1 || c->far <= 0 || n_cold == 0 || (int64_t)top_k != c->far_experts)
+    return (uint64_t)n_resident * 2 <= n_experts;
+}
+
+/* The CPU side of an invocation of `rows` rows of a trace routed top-k, n_cold of whose experts
+ * are not resident, on a layer where far routes run (far_layer) or not, whose CPU time is cpu_ns
+ * without far routes (their marginal costs and the fixed cost): the same, or with far routes the
+ * CPU's share of a one-row step. The GPU's far routes finish before the CPU's rest at the
+ * calibrated setting (calibrate checks the round trip's overhead), so the CPU's time is the
+ * layer's host time. One function for the replay and the planner. */
+static inline double sim_cpu_side_ns(const sim_tab *c, uint32_t rows, uint32_t top_k, uint32_t n_cold, bool far_layer,
+                                     double cpu_ns)
+{
+    if (rows != 1 || c->far <= 0 || n_cold == 0 || !far_layer || (int64_t)top_k != c->far_experts)
         return cpu_ns;
     const uint32_t z = (uint32_t)c->far * n_cold / top_k; /* the runtime's far_of_cold */
     if (z == 0) /* nothing read over the bus: the CPU has the host memory to itself */

@@ -335,6 +335,10 @@ Test(sim, far_decode_layer_runs_some_cold_routes_on_the_gpu)
     mp_error err;
     cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(tab.far_scale, 0.6, 1e-12);
+    /* far routes only on layers with at most half their experts resident (as the runtime) */
+    cr_assert_float_eq(sim_cpu_side_ns(&tab, 1, 2, 2, sim_far_layer(2, 4), 200), 60, 1e-9);
+    cr_assert_float_eq(sim_cpu_side_ns(&tab, 1, 2, 2, sim_far_layer(3, 4), 200), 200, 1e-9);
+    cr_assert_float_eq(sim_cpu_side_ns(&tab, 2, 2, 2, true, 200), 200, 1e-9); /* two rows: none */
     sim_stats st = {0};
     st.counts = calloc(8, sizeof *st.counts);
     st.order = malloc(sizeof *st.order * 8);
@@ -345,6 +349,11 @@ Test(sim, far_decode_layer_runs_some_cold_routes_on_the_gpu)
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(cost[0], 4 * 95.0, 1e-9);  /* layer 0, nothing resident */
     cr_assert_float_eq(cost[1], 4 * 135.0, 1e-9); /* e0 resident: one cold expert per step */
+    /* layer 1 ({0,2} {0,3} {1,3} {0,2}; ranks e0, e2, e3, e1): capacity 1 (e0) leaves step 3
+     * both cold: 95 with far routes, the others 135; capacity 3 (more than half) leaves only e1
+     * cold in step 3 (135), the others all resident (10 + 7 + 20 + 5 + 3 = 35 round trip) */
+    cr_assert_float_eq(cost[5 + 1], 3 * 135.0 + 95.0, 1e-9);
+    cr_assert_float_eq(cost[5 + 3], 3 * 35.0 + 135.0, 1e-9);
     free(st.counts);
     free(st.order);
     sim_tab_free(&tab);
