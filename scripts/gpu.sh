@@ -354,7 +354,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
         exit 2
         ;;
     esac
