@@ -117,9 +117,10 @@ int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
  * copies by measured cost, 0 never copies (the default), k > 0 copies k of them per layer step
  * (MP_GPU_DECODE_COPY=auto or N sets it at start). */
 void mp_gpu_set_decode_copy(mp_gpu *g, int k);
-/* Decode (1-row) steps: far routes. A hybrid layer step with c cold routes runs floor(n · c /
- * top_k) of them on the GPU, whose kernels read those experts' weights from the page-locked host
- * copy over the bus while the CPU computes the rest (0: none; MP_GPU_FAR=N sets it at start, and
+/* Decode (1-row) steps: far routes. A step of a layer with at most half its experts resident and
+ * c cold routes runs floor(n · c / top_k) of them on the GPU, whose kernels read those experts'
+ * weights from the page-locked host copy over the bus while the CPU computes the rest (0: none;
+ * MP_GPU_FAR=N sets it at start, default 2, and
  * MP_GPU_FAR=0 turns the machinery off). Returns false, changing nothing, when the executor has no
  * far routes (no page-locked host copy, no hybrid layers, or MP_GPU_FAR=0 at start). Call between
  * steps. */

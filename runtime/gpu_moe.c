@@ -9,6 +9,9 @@
  *      start on the GPU (into d_proj); the host waits for the copy (the round trip), then
  *        - prefill: cold experts with >= copy_min_rows rows are copied to staging slots and run
  *          on the GPU (accumulating into d_proj), two batches in flight, overlapping the CPU;
+ *        - decode, far routes (mp_gpu_far_on): the resident experts' launch also ran the first
+ *          far_of_cold[c] of the step's c cold routes, their weights gathered from the page-locked
+ *          host copy over the bus (kernels/cuda/moe.cuh); the host leaves those to the GPU;
  *        - the CPU computes the remaining routes (mp_moe_experts_cpu, f32, slot order) into
  *          h_part, which is uploaded and added to d_proj: one f32 add of two f32 partials.
  * Nothing is rounded below f32 on the way, so the result equals the GPU-only combine up to the
