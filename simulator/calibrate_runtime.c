@@ -375,6 +375,23 @@ out:
     return st;
 }
 
+/* root[key] = the point of a decode layer step's measurements ns (o->reps of them) with its experts,
+ * far routes (far > 0 only) and threads, and device[key + "_path"] = path; the point (owned by
+ * root), or NULL when out of memory. */
+static cJSON *add_layer_point(cJSON *root, cJSON *device, const char *key, int64_t experts, int far,
+                              const mp_calib_opts *o, double *ns, const char *path)
+{
+    cJSON *p = mp_calib_point("experts", (double)experts, ns, o->reps);
+    if (!p || (far > 0 && !cJSON_AddNumberToObject(p, "far", far)) ||
+        !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]) || !cJSON_AddItemToObject(root, key, p)) {
+        cJSON_Delete(p); /* not owned by root */
+        return NULL;
+    }
+    char path_key[64];
+    snprintf(path_key, sizeof path_key, "%s_path", key);
+    return cJSON_AddStringToObject(device, path_key, path) ? p : NULL;
+}
+
 /* The concurrent curve's time for k experts of the first CPU entry of the model's kind (-1: none). */
 static double micro_concurrent_ns(const cJSON *root, int64_t k)
 {
@@ -417,16 +434,11 @@ mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, c
         }
         ns[rep] = (double)gs[rep].cpu_expert_ns / (double)gs[rep].hybrid_layers;
     }
-    cJSON *p = mp_calib_point("experts", (double)K, ns, o->reps);
-    if (p && !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1])) {
-        cJSON_Delete(p); /* not yet owned by root */
-        p = NULL;
-    }
-    if (!p || !cJSON_AddItemToObject(root, "cpu_decode_layer", p) ||
-        !cJSON_AddStringToObject(device, "cpu_decode_layer_path",
-                                 "runtime: GPU executor, placement cpu (every expert in host memory), decode "
-                                 "with CUDA graphs, mean CPU expert time per layer step (mp_gpu_stats "
-                                 "cpu_expert_ns / hybrid_layers)")) {
+    cJSON *p = add_layer_point(root, device, "cpu_decode_layer", K, 0, o, ns,
+                               "runtime: GPU executor, placement cpu (every expert in host memory), decode "
+                               "with CUDA graphs, mean CPU expert time per layer step (mp_gpu_stats "
+                               "cpu_expert_ns / hybrid_layers)");
+    if (!p) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
@@ -476,17 +488,11 @@ mp_status mp_calib_far_decode_layer(const mp_model *m, const mp_calib_opts *o, c
         ns[rep] = (double)gs[rep].cpu_expert_ns / (double)gs[rep].hybrid_layers;
         overhead += gs[rep].rt_measured ? (double)gs[rep].rt_overhead_ns / (double)gs[rep].rt_measured / o->reps : 0;
     }
-    cJSON *p = mp_calib_point("experts", (double)K, ns, o->reps);
-    if (p && (!cJSON_AddNumberToObject(p, "far", far) ||
-              !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]))) {
-        cJSON_Delete(p); /* not yet owned by root */
-        p = NULL;
-    }
-    if (!p || !cJSON_AddItemToObject(root, "far_decode_layer", p) ||
-        !cJSON_AddStringToObject(device, "far_decode_layer_path",
-                                 "runtime: GPU executor, placement cpu, decode with CUDA graphs and the executor's "
-                                 "far routes, mean CPU expert time per layer step (mp_gpu_stats cpu_expert_ns / "
-                                 "hybrid_layers) while the GPU reads the far routes' weights")) {
+    cJSON *p = add_layer_point(root, device, "far_decode_layer", K, far, o, ns,
+                               "runtime: GPU executor, placement cpu, decode with CUDA graphs and the executor's "
+                               "far routes, mean CPU expert time per layer step (mp_gpu_stats cpu_expert_ns / "
+                               "hybrid_layers) while the GPU reads the far routes' weights");
+    if (!p) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }

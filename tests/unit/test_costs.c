@@ -47,6 +47,20 @@ static void expect_reject(const char *from, const char *to, const char *needle)
     free(text);
 }
 
+/* An optional member's bad values: each obj as key's value is refused with needle in the message. */
+typedef struct bad_member {
+    const char *obj, *needle;
+} bad_member;
+
+static void reject_members(const char *key, const bad_member *bad, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char to[256];
+        snprintf(to, sizeof to, "\"%s\": %s, \"sync\":", key, bad[i].obj);
+        expect_reject("\"sync\":", to, bad[i].needle);
+    }
+}
+
 Test(costs, loads_the_fixture)
 {
     size_t len;
@@ -405,7 +419,7 @@ Test(costs, reads_the_optional_cpu_decode_layer)
     cr_assert_eq(c.cpu_decode_layer.median_ns, 316000);
     cr_assert_eq(c.cpu_decode_layer.spread_ns, 4000);
     mp_costs_free(&c);
-    static const struct { const char *obj, *needle; } bad[] = {
+    static const bad_member bad[] = {
         {"{\"experts\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
          "$.cpu_decode_layer.experts: expected a finite number >= 1"},
         {"{\"experts\": 2.5, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
@@ -419,11 +433,7 @@ Test(costs, reads_the_optional_cpu_decode_layer)
          "$.cpu_decode_layer.rows: unknown key"},
         {"[1]", "$.cpu_decode_layer"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char to[256];
-        snprintf(to, sizeof to, "\"cpu_decode_layer\": %s, \"sync\":", bad[i].obj);
-        expect_reject("\"sync\":", to, bad[i].needle);
-    }
+    reject_members("cpu_decode_layer", bad, sizeof bad / sizeof bad[0]);
 }
 
 Test(costs, reads_the_optional_far_decode_layer)
@@ -444,7 +454,7 @@ Test(costs, reads_the_optional_far_decode_layer)
     cr_assert_eq(c.far_decode_layer.median_ns, 201000);
     cr_assert_eq(c.far_decode_layer.spread_ns, 3000);
     mp_costs_free(&c);
-    static const struct { const char *obj, *needle; } bad[] = {
+    static const bad_member bad[] = {
         {"{\"experts\": 8, \"far\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
          "$.far_decode_layer.far: expected a finite number >= 1"},
         {"{\"experts\": 8, \"far\": 9, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
@@ -458,11 +468,7 @@ Test(costs, reads_the_optional_far_decode_layer)
          "$.far_decode_layer.rows: unknown key"},
         {"\"x\"", "$.far_decode_layer"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char to[256];
-        snprintf(to, sizeof to, "\"far_decode_layer\": %s, \"sync\":", bad[i].obj);
-        expect_reject("\"sync\":", to, bad[i].needle);
-    }
+    reject_members("far_decode_layer", bad, sizeof bad / sizeof bad[0]);
 }
 
 Test(costs, reads_the_optional_non_moe_context)

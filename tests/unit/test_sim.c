@@ -234,6 +234,20 @@ Test(sim, non_moe_from_the_trace_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* The small trace's train statistics for the planner: every step in the train split, experts
+ * ranked by train count (layer 0: e0 e1 e2 e3; layer 1: e0 e2 e3 e1). Free counts and order. */
+static sim_stats small_stats(void)
+{
+    sim_stats st = {0};
+    st.counts = calloc(8, sizeof *st.counts);
+    st.order = malloc(sizeof *st.order * 8);
+    cr_assert(st.counts && st.order);
+    st.train_steps = 4;
+    static const uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
+    memcpy(st.order, order, sizeof order);
+    return st;
+}
+
 /* Concurrent experts: the GPU's `concurrent` curve {1 expert: 10, 2: 14} splits into fixed 6 +
  * 4 per one-row expert, the CPU's {1: 100, 2: 130} into 70 + 30 (by_rows is flat, so rows add
  * nothing). Per invocation of the small trace (two experts): all on the GPU 6 + 4 + 4 = 14; all on
@@ -260,12 +274,7 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
     cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(tab.gpu_fixed_ns, 6, 1e-9);
     cr_assert_float_eq(tab.cpu_fixed_ns, 70, 1e-9);
-    sim_stats st = {0};
-    st.counts = calloc(8, sizeof *st.counts);
-    st.order = malloc(sizeof *st.order * 8);
-    st.train_steps = 4;
-    uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
-    memcpy(st.order, order, sizeof order);
+    sim_stats st = small_stats();
     double cost[2 * 5];
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
     /* layer 0 with e0 resident: every step is one of each (e0 is in every step): 4 * 135 */
@@ -339,12 +348,7 @@ Test(sim, far_decode_layer_runs_some_cold_routes_on_the_gpu)
     cr_assert_float_eq(sim_cpu_side_ns(&tab, 1, 2, 2, sim_far_layer(2, 4), 200), 60, 1e-9);
     cr_assert_float_eq(sim_cpu_side_ns(&tab, 1, 2, 2, sim_far_layer(3, 4), 200), 200, 1e-9);
     cr_assert_float_eq(sim_cpu_side_ns(&tab, 2, 2, 2, true, 200), 200, 1e-9); /* two rows: none */
-    sim_stats st = {0};
-    st.counts = calloc(8, sizeof *st.counts);
-    st.order = malloc(sizeof *st.order * 8);
-    st.train_steps = 4;
-    uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
-    memcpy(st.order, order, sizeof order);
+    sim_stats st = small_stats();
     double cost[2 * 5];
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(cost[0], 4 * 95.0, 1e-9);  /* layer 0, nothing resident */
