@@ -262,7 +262,7 @@ static const char *executor_note(const bench_ctx *c)
 
 static double share(const mp_gpu_stats *g, int64_t part)
 {
-    const int64_t all = g->routes_gpu + g->routes_cpu + g->routes_copied + g->routes_far;
+    const int64_t all = mp_gpu_stats_routes(g);
     return all ? 100.0 * (double)part / (double)all : 0.0;
 }
 

@@ -101,6 +101,12 @@ const char *mp_gpu_device_name(const mp_gpu *g);
 /* Time the round trip of hybrid layers with CUDA events (a few microseconds per layer; bench). */
 void mp_gpu_set_measure(mp_gpu *g, bool on);
 
+/* Every route the stats counted, whichever path served it (gpu, cpu, copied, far). */
+static inline int64_t mp_gpu_stats_routes(const mp_gpu_stats *st)
+{
+    return st->routes_gpu + st->routes_cpu + st->routes_copied + st->routes_far;
+}
+
 /* One line for run/bench: device, memory by term, routes by path, round-trip wait per hybrid
  * layer: "NVIDIA H200 (sm_90, 139.8 GiB); memory 18.20 GiB (weights 1.10 GiB, KV 0.38 GiB,
  * scratch 0.20 GiB, pool 16.52 GiB); routes gpu 98.1 %, cpu 1.9 %, copied 0.0 %; ..." */

@@ -440,17 +440,7 @@ static void env_switches(mp_gpu *g)
     }
     /* far routes: N of a whole-cold decode layer step's top_k (scaled for fewer cold routes);
      * MP_GPU_FAR=0 turns them off altogether (no tables, no expert launches on all-CPU layers) */
-    g->far_full = MP_GPU_FAR_DEFAULT;
-    const char *far = getenv("MP_GPU_FAR");
-    if (far && *far) {
-        char *end = NULL;
-        const long v = strtol(far, &end, 10);
-        if (end != far && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
-            g->far_full = (int)v;
-        else
-            fprintf(stderr, "moeplan: MP_GPU_FAR=%.40s is not 0..%d: the default %d\n", far, MP_GPU_MAX_TOP_K,
-                    MP_GPU_FAR_DEFAULT);
-    }
+    g->far_full = (int)mp_env_i64("MP_GPU_FAR", 0, MP_GPU_MAX_TOP_K, MP_GPU_FAR_DEFAULT);
     g->host_mode = mp_gpu_host_mode_from_env();
 }
 
@@ -731,7 +721,7 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
     mp_format_bytes(g->mem.scratch + g->mem.staging, t[3], sizeof t[3]);
     mp_format_bytes(g->mem.pool, t[4], sizeof t[4]);
     const mp_gpu_stats *st = &g->stats;
-    const double routes = (double)(st->routes_gpu + st->routes_cpu + st->routes_copied + st->routes_far);
+    const double routes = (double)mp_gpu_stats_routes(st);
     const double pct = routes > 0 ? 100.0 / routes : 0.0;
     snprintf(buf, cap, "%s; memory %s (weights %s, KV %s, scratch %s, expert pool %s); routes gpu "
              "%.1f %%, cpu %.1f %%, copied %.1f %% (%" PRId64 " expert copies), far %.1f %%; %" PRId64

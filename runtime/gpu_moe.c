@@ -37,11 +37,6 @@ static bool decode_routes(const mp_gpu *g, int64_t n)
     return g->s->route_src && n == 1;
 }
 
-static int64_t E_model(const mp_gpu *g)
-{
-    return g->s->m->hp.n_expert;
-}
-
 static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
                                  int64_t E, int accumulate)
 {
@@ -77,7 +72,7 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.scratch_bytes = g->moe_scratch_bytes;
     if (mp_gpu_far_on(g, il, n)) { /* some cold routes read host memory */
         for (int t = 0; t < 3; t++)
-            out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * E_model(g);
+            out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * hp->n_expert;
         a.d_far_of_cold = g->d_far_of_cold;
         /* gathered into the staging buffers (decode steps never copy beside far routes): as many
          * as a step may run, whatever the table says now, so that a captured graph serves any */
@@ -223,6 +218,23 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
     if (g->copy_fixed)
         return g->copy_min_rows > 0 && n >= g->copy_min_rows;
     return n >= 2; /* decode steps never copy: their graphs replay a fixed set of copies */
+}
+
+/* A decode step's cold routes of layer il (experts without a slot), in slot order: their ids into
+ * cold (room for top_k), their count returned. */
+static int cold_routes(const mp_gpu *g, int64_t il, const int32_t *h_ids, int32_t *cold)
+{
+    int c = 0;
+    for (int64_t i = 0; i < g->s->m->hp.n_expert_used; i++)
+        if (!mp_placement_resident(&g->pl, il, h_ids[i]))
+            cold[c++] = h_ids[i];
+    return c;
+}
+
+/* The GPU serves expert e in the current step (copied, or far): the CPU skips it (h_mask). */
+static void leave_to_gpu(mp_gpu *g, int32_t e)
+{
+    g->h_mask[e >> 6] |= (uint64_t)1 << (e & 63);
 }
 
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n)
@@ -439,22 +451,19 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         for (int64_t e = 0; e < E; e++)
             if (!mp_placement_resident(&g->pl, il, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
                 copy_list[n_copy++] = (int32_t)e;
-                g->h_mask[e >> 6] |= (uint64_t)1 << (e & 63);
+                leave_to_gpu(g, (int32_t)e);
                 copied_routes += g->h_count[e];
             }
     }
     /* decode: the cold experts split between copies and the CPU (mp_gpu_decode_copies); the
      * list is taken in slot order, which is as good as any: each has one row */
+    int32_t cold[MP_GPU_MAX_TOP_K];
     if (decode_copies_on(g, n) && n_copy == 0) {
-        int c = 0;
-        int32_t cold[MP_GPU_MAX_TOP_K];
-        for (int64_t i = 0; i < K; i++)
-            if (!mp_placement_resident(&g->pl, il, h_ids[i]))
-                cold[c++] = h_ids[i];
+        const int c = cold_routes(g, il, h_ids, cold);
         const int k = mp_gpu_decode_copies(g, c, mp_model_expert_bytes(m, il));
         for (int j = 0; j < k; j++) {
             copy_list[n_copy++] = cold[j];
-            g->h_mask[cold[j] >> 6] |= (uint64_t)1 << (cold[j] & 63);
+            leave_to_gpu(g, cold[j]);
         }
         copied_routes += k;
     }
@@ -463,13 +472,9 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     int64_t far_routes = 0;
     const bool far = mp_gpu_far_on(g, il, n);
     if (far) {
-        int c = 0;
-        int32_t cold[MP_GPU_MAX_TOP_K];
-        for (int64_t i = 0; i < K; i++)
-            if (!mp_placement_resident(&g->pl, il, h_ids[i]))
-                cold[c++] = h_ids[i];
+        const int c = cold_routes(g, il, h_ids, cold);
         for (int j = 0; j < g->far_of_cold[c]; j++)
-            g->h_mask[cold[j] >> 6] |= (uint64_t)1 << (cold[j] & 63);
+            leave_to_gpu(g, cold[j]);
         far_routes = g->far_of_cold[c];
     }
     /* two staging batches go out before the CPU starts, the rest after it */

@@ -651,13 +651,14 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         const mp_cuda_expert_tensor *ts[3] = {&a->gate, &a->up, &a->down};
         mpc_expert_t *es[3] = {&gate, &up, &down};
         size_t off = 0, most = 0;
+        const size_t stride = far_stride(a);
         for (int t = 0; t < 3; t++) {
             src.tab[t] = ts[t]->d_far;
             src.bytes[t] = ts[t]->expert_bytes;
             src.off[t] = off;
             es[t]->far_of_cold = a->d_far_of_cold;
             es[t]->far_stage = (const uint8_t *)a->d_far_stage + off;
-            es[t]->far_stride = far_stride(a);
+            es[t]->far_stride = stride;
             es[t]->far_max = a->far_max;
             off += align256(ts[t]->expert_bytes);
             most = ts[t]->expert_bytes > most ? ts[t]->expert_bytes : most;
