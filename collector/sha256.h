@@ -1,21 +1,29 @@
-/* collector/sha256.h — SHA-256 (FIPS 180-4), for model file hashes and prompt token hashes in
- * traces. Streaming: init, update any number of times, final. */
+/* collector/sha256.h — SHA-256 of model files, traces, profiles and prompt tokens, through OpenSSL's
+ * libcrypto (EVP; SHA extensions where the CPU has them: a 20 GB model hashes in seconds, not
+ * minutes). Streaming: init, update any number of times, final. */
 #ifndef MP_COLLECTOR_SHA256_H
 #define MP_COLLECTOR_SHA256_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/error.h"
+
 typedef struct mp_sha256 {
-    uint32_t h[8];
-    uint64_t n_bytes;     /* total bytes hashed so far */
-    uint8_t block[64];    /* pending input, n_bytes % 64 bytes of it valid */
+    void *ctx;   /* EVP_MD_CTX; NULL after a failure (out of memory) or after final */
+    bool failed; /* a step failed: final reports it */
 } mp_sha256;
 
 void mp_sha256_init(mp_sha256 *s);
 void mp_sha256_update(mp_sha256 *s, const void *data, size_t n);
-void mp_sha256_final(mp_sha256 *s, uint8_t digest[32]);
+/* The digest, and the context released; false when a step failed (libcrypto out of memory): the
+ * digest is then not valid. */
+bool mp_sha256_final(mp_sha256 *s, uint8_t digest[32]);
 /* digest as 64 lowercase hex digits + NUL */
 void mp_sha256_hex(const uint8_t digest[32], char hex[65]);
+/* The SHA-256 of a whole file as hex; *bytes (may be NULL) its size. Errors name the file (and the
+ * offset of a read error). */
+mp_status mp_sha256_file(const char *path, char hex[65], uint64_t *bytes, mp_error *err);
 
 #endif

@@ -420,7 +420,8 @@ mp_status mp_trace_request_begin(mp_trace_writer *w, int64_t request_id, const c
                             (uint8_t)(tokens[i] >> 16), (uint8_t)((uint32_t)tokens[i] >> 24)};
             mp_sha256_update(&sh, b, 4);
         }
-        mp_sha256_final(&sh, d);
+        if (!mp_sha256_final(&sh, d))
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for the prompt's hash", w->path);
         mp_sha256_hex(d, hex);
     }
     sqlite3_stmt *st = NULL;

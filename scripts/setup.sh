@@ -3,7 +3,7 @@
 # Idempotent: installs only the packages that are missing. CUDA is optional (the toolkit is
 # found through nvcc on PATH or /usr/local/cuda/bin); without it the CUDA code is not built.
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config gcc libsqlite3-dev libcjson-dev libpcre2-dev libcriterion-dev
+pkgs=(meson ninja-build pkg-config gcc libsqlite3-dev libcjson-dev libpcre2-dev libcriterion-dev libssl-dev
       sqlite3 python3 chromium libsimde-dev)
 # libsimde-dev: headers only; test quant_avx512_emul runs the AVX-512 kernels' logic through
 # SIMDe's portable intrinsics on CPUs without AVX-512 (it reports SKIP without them).
