@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "simulator/costs.h"
+#include "runtime/costs.h"
 #include "simulator/sim.h"
 #include "simulator/sim_load.h"
 

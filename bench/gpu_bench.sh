@@ -11,11 +11,12 @@
 # Each configuration is one `moeplan bench -o json` call (JSON in OUTDIR/bench-<name>.json); a
 # markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
 # CONFIGS (names below, default all), PP / TG (test sizes), MODEL, QUANT (the generated preset's
-# mix: q4_k_m, the default, or q8_0).
+# mix: q4_k_m, the default, or q8_0), COSTS (the model's cost file: the executor decides its far
+# routes from it; without it, none).
 set -euo pipefail
 moeplan=${1:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
 out=${2:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
-quant=${QUANT:-q4_k_m} # the preset's mix when MODEL is not given (q4_k_m or q8_0, as issue 3 asks)
+quant=${QUANT:-q4_k_m} # the preset's mix when MODEL is not given (q4_k_m or q8_0: the peer comparison's two)
 model=${MODEL:-/tmp/mp-bench/qwen3-30b-a3b-$quant.gguf}
 threads=${THREADS:-$(nproc)}
 reps=${REPS:-3}
@@ -75,7 +76,7 @@ for c in $configs; do
     fi
     echo "gpu_bench: $c: ${flags[$c]}" >&2
     # shellcheck disable=SC2086
-    if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json ${flags[$c]} \
+    if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json ${flags[$c]} ${COSTS:+--costs "$COSTS"} \
             >"$out/bench-$c.json" 2>"$out/bench-$c.err"; then
         echo "gpu_bench: $c failed: $(tail -1 "$out/bench-$c.err")" >&2
     fi

@@ -4,7 +4,7 @@
 #
 #   [MOEPLAN=build/cli/moeplan] [MODEL=m.gguf | PRESET=qwen3-30b-a3b QUANT=q4_k_m]
 #   [COSTS=costs.json] [BUDGETS="8GiB 12GiB 16GiB 24GiB", or "+SIZE": SIZE beyond the fixed part] [POLICIES="static-topn ... plan"]
-#   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K (its first K lines: JSON Lines)] [REPS=1] [THREADS=N] [MATCH=exact|budget]
+#   [PROMPTS=examples/prompts.jsonl] [NPROMPTS=K (its first K lines: JSON Lines)] [REPS=1] [THREADS=N] [MATCH=budget|exact]
 #   [EXECUTOR=auto|gpu|cpu] [OUT=out/sim-accuracy] [WORK=dir for a generated model, default OUT]
 #   [TRACE=trace.db: replay this trace of the model instead of collecting one]
 #   bash bench/sim_accuracy.sh
@@ -17,16 +17,17 @@
 #  (THREADS, when set, goes to collect, bench and simulate: the cost file's CPU entry of N threads)
 #  3. a trace: `moeplan collect` of the prompts (the first NPROMPTS lines when set) -> $OUT/trace.db;
 #  4. T, the trace's routing rows per layer (a one-policy simulate), and the GPU memory the runtime
-#     holds besides experts (weights + KV cache + scratch) for a T-position session (a 1-token bench);
-#  5. per budget and policy: `moeplan simulate --as-decode --non-expert-bytes FIXED --emit-profile`
-#     -> predicted ms/token over the whole trace; then `moeplan bench --profile P.strp
+#     holds besides experts (weights + KV cache + scratch) for a T-position session (a 1-token bench;
+#     only "+SIZE" budgets need it: simulate counts the same bytes itself from -m and --ctx-size);
+#  5. per budget and policy: `moeplan simulate --as-decode --ctx-size T --emit-profile` -> predicted
+#     ms/token over the whole trace; then `moeplan bench --profile P.strp --costs COSTS
 #     --route-replay TRACE -p 0 -n T-1 --ctx T`: every repetition decodes the trace's T rows once,
-#     one row per step, with the trace's routing -> measured ms/token = 1000 / median tok/s.
-#     MATCH=exact (default): bench loads exactly the profile's resident experts (no --gpu-budget,
-#     so the run's placement is the simulated one) and the script checks that the run's GPU bytes
-#     (weights + KV + scratch + experts) fit the budget. MATCH=budget: bench also gets --gpu-budget
-#     B, and the runtime takes the profile's ranked experts while they fit, which can be more than
-#     the policy chose (whole-layer policies, plan); the table's "resident sim/run" shows it;
+#     one row per step, with the trace's routing, and the executor decides its far routes from the
+#     same cost file the simulator charged them by -> measured ms/token = 1000 / median tok/s.
+#     MATCH=budget (default): bench also gets --gpu-budget B, as a user runs a profile made for B;
+#     the runtime places the profile's slots (fewer only if B does not hold them). MATCH=exact: no
+#     --gpu-budget, and the script checks that the run's GPU bytes (weights + KV + scratch +
+#     experts) fit the budget. The table's "resident sim/run" shows what each side placed;
 #  6. $OUT/sim-accuracy.md (table) and $OUT/sim-accuracy.json, written to temporary names and renamed.
 # Any failing step stops the script with "sim_accuracy: error: STEP: ..." and exit 1; the step's
 # log is in $OUT/logs/. The table names the executor that ran: "cpu" rows were measured with every
@@ -41,7 +42,7 @@ PROMPTS=${PROMPTS:-examples/prompts.jsonl}
 BUDGETS=${BUDGETS:-8GiB 12GiB 16GiB 24GiB}
 POLICIES=${POLICIES:-static-topn static-equal first-n-cpu best-layers plan}
 REPS=${REPS:-1}
-MATCH=${MATCH:-exact}
+MATCH=${MATCH:-budget}
 EXECUTOR=${EXECUTOR:-auto}
 OUT=${OUT:-out/sim-accuracy}
 WORK=${WORK:-$OUT}
@@ -131,7 +132,7 @@ EOF
 
 # 4. rows per layer (simulate --as-decode counts each routing row as one token) and the fixed bytes
 run "trace row count (simulate)" rows.log "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" --budget 1TiB \
-    --policy static-topn --as-decode --json "$OUT/sim/rows.json"
+    --policy static-topn --as-decode --json "$OUT/sim/rows.json" "${thr[@]}"
 T=$(json "$OUT/sim/rows.json" "int(d['budgets'][0]['policies'][0]['in_sample']['tokens'] + d['budgets'][0]['policies'][0]['held_out']['tokens'])")
 [[ "$T" =~ ^[0-9]+$ ]] && [ "$T" -ge 2 ] || die "rows: cannot read the trace's row count from $OUT/sim/rows.json (got '$T'; need at least 2 rows)"
 n_gen=$((T - 1))
@@ -169,12 +170,12 @@ EOF
         benchj=$OUT/bench/$tag.json
         log "simulate $tag"
         run "simulate $tag" "simulate-$tag.log" "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" \
-            --non-expert-bytes "$FIXED" --budget "$bb" --policy "$p" --profile-policy "$p" --as-decode \
+            --ctx-size "$T" --budget "$bb" --policy "$p" --profile-policy "$p" --as-decode \
             --emit-profile "$prof" --json "$simj" "${thr[@]}"
         log "bench $tag (tg$n_gen x $REPS + warm-up)"
         budget_flag=()
         [ "$MATCH" = exact ] || budget_flag=(--gpu-budget "$bb")
-        if ! "$MOEPLAN" bench -m "$MODEL" --profile "$prof" "${budget_flag[@]}" --route-replay "$trace" \
+        if ! "$MOEPLAN" bench -m "$MODEL" --profile "$prof" "${budget_flag[@]}" --costs "$COSTS" --route-replay "$trace" \
             -p 0 -n "$n_gen" --ctx "$T" -r "$REPS" --executor "$EXECUTOR" "${thr[@]}" -o json \
             >"$benchj" 2>"$OUT/logs/bench-$tag.log"; then
             die "bench $tag failed: $(tail -n 1 "$OUT/logs/bench-$tag.log") (log: $OUT/logs/bench-$tag.log)"
@@ -193,6 +194,8 @@ tokens = ins["tokens"] + held["tokens"]
 if tokens != int(rows):
     sys.exit("%s: %d tokens replayed, the trace has %s rows" % (simj, tokens, rows))
 pred_ms = (ins["time_ns"] + held["time_ns"]) / tokens / 1e6
+floor_ms = (ins["floor_ns"] + held["floor_ns"]) / tokens / 1e6
+sim_far = (ins["routes_far"] + held["routes_far"]) / max(1, ins["decisions"] + held["decisions"])
 row = json.load(open(benchj))["rows"][0]
 if not row.get("route_replay") or row.get("n_gen") != int(rows) - 1:
     sys.exit("%s: not a replayed tg%d row" % (benchj, int(rows) - 1))
@@ -212,6 +215,12 @@ print(json.dumps({
     "predicted_ms_per_token_held_out": held["ms_per_token"],
     "predicted_hit_rate_in_sample": ins["hit_rate"], "predicted_hit_rate_held_out": held["hit_rate"],
     "measured_ms_per_token": meas_ms,
+    "floor_ms_per_token": floor_ms,
+    "predicted_far_share": sim_far,
+    "measured_far_share": row.get("routes_far", 0) / max(1, sum(row.get(k, 0) for k in
+                                                           ("routes_gpu", "routes_cpu", "routes_copied", "routes_far"))),
+    "measured_cpu_share": row.get("routes_cpu", 0) / max(1, sum(row.get(k, 0) for k in
+                                                           ("routes_gpu", "routes_cpu", "routes_copied", "routes_far"))),
     "measured_tok_s_samples": row["samples_tok_s"],
     "error_pct": 100.0 * (pred_ms - meas_ms) / meas_ms,
     "executor": row["executor"], "threads": row["threads"], "isa": row["isa"],
@@ -223,6 +232,8 @@ print(json.dumps({
     "simulation": simj, "bench": benchj,
 }))
 EOF
+        # under scripts/gpu.sh: bring back what has finished, should the call's time run out
+        if declare -F pack >/dev/null; then pack || true; fi
     done
 done
 
@@ -244,13 +255,14 @@ if any(e == "cpu" for e in executors):
     lines += ["**Measured with the CPU executor: every expert ran on the CPU whatever the placement "
               "says. These rows test the pipeline, not the simulator; the errors below are not its "
               "accuracy.**", ""]
-lines += ["| budget | policy | resident sim/run | predicted ms/token | measured ms/token | error % | executor "
-          "| hybrid layers/token | rt gap us | rt overhead us |",
-          "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+lines += ["| budget | policy | resident sim/run | predicted ms/token | measured ms/token | error % | floor ms/token "
+          "| far routes % sim/run | cpu routes % run | executor | hybrid layers/token | rt gap us | rt overhead us |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
 for r in res:
-    lines.append("| %s | %s | %d/%d | %.4f | %.4f | %+.1f | %s | %.1f | %.1f | %.1f |" % (
+    lines.append("| %s | %s | %d/%d | %.4f | %.4f | %+.1f | %.4f | %.1f/%.1f | %.1f | %s | %.1f | %.1f | %.1f |" % (
         r["budget"], r["policy"], r["resident_simulated"], r["resident_measured"],
-        r["predicted_ms_per_token"], r["measured_ms_per_token"], r["error_pct"], r["executor"],
+        r["predicted_ms_per_token"], r["measured_ms_per_token"], r["error_pct"], r["floor_ms_per_token"],
+        100 * r["predicted_far_share"], 100 * r["measured_far_share"], 100 * r["measured_cpu_share"], r["executor"],
         r.get("hybrid_layers_per_step", 0), r.get("rt_gap_us", 0), r.get("rt_overhead_us", 0)))
 worst = max(abs(r["error_pct"]) for r in res)
 lines += ["", "error %% = (predicted − measured) / measured; largest |error| %.1f %% (target ≤ 10 %%)%s." %

@@ -45,7 +45,7 @@ mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64
  * thread cannot be had. Used by bench/membw.c and by `moeplan bench` for the decode bound. */
 double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
 
-/* The bound of a hybrid decode step (issue 3's definition), all per step in milliseconds:
+/* The bound of a hybrid decode step, all per step in milliseconds:
  *   gpu  = the step's wall time minus the GPU's idle gaps at its hybrid layers (the GPU part);
  *   cpu  = the bytes of the CPU's experts / the host's read bandwidth (the CPU part at bandwidth);
  *   sync = hybrid layers x the round trip's overhead per layer (measured);

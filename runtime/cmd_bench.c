@@ -195,6 +195,8 @@ typedef struct bench_ctx {
     char quant[128];      /* distinct expert tensor types, "Q4_K+Q6_K" */
     int threads;
     int threads_pinned; /* workers pinned to a CPU each (threadpool.c) */
+    const char *costs;  /* --costs: the decode costs the executor's far routes were decided by */
+    int64_t far_layers; /* hybrid layers with far routes on */
     const char *isa;
     const char *placement; /* mp_placement.desc */
     const char *budget;    /* --gpu-budget as given, NULL: none */
@@ -404,6 +406,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_str(o, "executor", c->gpu ? "gpu" : "cpu") &&
              add_str(o, "device", c->gpu ? c->device : NULL) &&
              add_str(o, "host_experts", c->gpu ? c->host : NULL) &&
+             add_str(o, "costs", c->costs) && add_num(o, "far_layers", (double)c->far_layers) &&
              add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
              add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&
              add_num(o, "routes_cpu", (double)r->gs.routes_cpu) &&
@@ -586,6 +589,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
         mp_gpu_host_report(g, c.host, sizeof c.host);
         mp_gpu_get_memory(g, &c.mem);
         mp_gpu_set_measure(g, true);
+        c.far_layers = mp_gpu_far_layers(g);
     }
     if (c.gpu && c.pl.host_expert_bytes > 0 && o->n_tg > 0) { /* for the decode bound */
         fprintf(stderr, "moeplan bench: host read bandwidth (1 GiB, %d threads)...\n", mp_session_n_threads(s));
@@ -601,6 +605,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
     c.file_type = mp_gguf_get_u32(m->gguf, "general.file_type", &ftype, &ignored) ? -1 : (int64_t)ftype;
     quant_mix(m, c.quant, sizeof c.quant);
     c.threads = mp_session_n_threads(s);
+    c.costs = o->pl.costs;
     c.threads_pinned = mp_session_n_pinned(s);
     c.isa = mp_kernels_isa();
     c.placement = c.pl.desc;

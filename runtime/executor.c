@@ -1,9 +1,12 @@
 /* runtime/executor.c — the executor decision (executor.h). */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "runtime/decide.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
+#include "runtime/threadpool.h"
 
 mp_status mp_executor_parse(const char *text, mp_executor_kind *out, mp_error *err)
 {
@@ -65,6 +68,17 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
     }
     if ((st = mp_placement_for_model(m, &eff, n_ctx, n_batch, pl, err)))
         return st;
+    if (o->costs) { /* the decisions' costs: this model's, on this many threads */
+        if (!(pl->decode_costs = malloc(sizeof *pl->decode_costs))) {
+            mp_placement_free(pl);
+            return mp_fail(err, MP_ERR_NOMEM, "--costs: out of memory");
+        }
+        const int threads = sp->n_threads > 0 ? sp->n_threads : mp_cpu_count();
+        if ((st = mp_decode_costs_load(o->costs, m, threads, pl->decode_costs, err))) {
+            mp_placement_free(pl);
+            return mp_error_prefix(err, "--costs");
+        }
+    }
     *use_gpu = true;
     return MP_OK;
 }

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/decide.h"
 #include "runtime/error.h"
 #include "runtime/placement.h"
 
@@ -43,7 +44,7 @@ typedef struct mp_gpu_stats {
     int64_t routes_cpu;        /* routes computed on the CPU */
     int64_t routes_copied;     /* routes served by copying the expert's weights to the GPU */
     int64_t routes_far;        /* decode routes the GPU ran reading the expert's weights from host
-                                * memory over the bus (far routes, mp_gpu_set_far) */
+                                * memory over the bus (far routes, mp_gpu_set_far_plan) */
     int64_t experts_copied;    /* expert weight copies (prefill, and decode's split with the CPU) */
     int64_t bytes_copied;      /* their bytes */
     int64_t sync_wait_ns;      /* host time waiting for the GPU's routing (the round trip) */
@@ -57,6 +58,9 @@ typedef struct mp_gpu_stats {
     int64_t rt_measured;       /* hybrid layer steps measured */
     int64_t rt_gap_ns;
     int64_t rt_overhead_ns;
+    /* one graph: the GPU's side of those steps, from the rows' publish to its wait kernel's first
+     * poll (resident experts and far routes); 0 in segments */
+    int64_t rt_gpu_ns;
     int64_t graphs_captured;   /* decode segments captured as CUDA graphs */
     int64_t graph_launch_ns;   /* host time inside cudaGraphLaunch, all steps */
     int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs
@@ -119,20 +123,17 @@ void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap);
  * the step (0: never copy). The default is chosen by cost at mp_gpu_new (docs/runtime.md). */
 void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows);
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
-/* Decode (1-row) steps: k < 0 splits each hybrid layer's cold experts between the CPU and weight
- * copies by measured cost, 0 never copies (the default), k > 0 copies k of them per layer step
- * (MP_GPU_DECODE_COPY=auto or N sets it at start). */
-void mp_gpu_set_decode_copy(mp_gpu *g, int k);
-/* Decode (1-row) steps: far routes. A step of a layer with at most half its experts resident and
- * c cold routes runs floor(n · c / top_k) of them on the GPU, whose kernels read those experts'
- * weights from the page-locked host copy over the bus while the CPU computes the rest (0: none;
- * MP_GPU_FAR=N sets it at start, default 2, and
- * MP_GPU_FAR=0 turns the machinery off). Returns false, changing nothing, when the executor has no
- * far routes (no page-locked host copy, no hybrid layers, or MP_GPU_FAR=0 at start). Call between
- * steps. */
-bool mp_gpu_set_far(mp_gpu *g, int n);
-/* The far routes of an all-cold decode layer step now (0 when the executor has none). */
-int mp_gpu_far(const mp_gpu *g);
+/* Decode (1-row) steps: far routes (runtime/decide.h). A layer whose decision is on and whose step
+ * has c cold routes runs the first table[c] of them (at most mp_gpu_far_max) on the GPU, whose
+ * kernels read those experts' weights from the page-locked host copy over the bus while the CPU
+ * computes the rest. At start the executor decides every hybrid layer from the session's decode
+ * costs (mp_session_params.decode_costs; none without them). mp_gpu_set_far_plan replaces the
+ * decisions (layers: n_layer of them; NULL: all off; all-resident layers stay off), between
+ * steps; false, changing nothing, when a layer asks for far routes and the executor has none
+ * (no page-locked host copy, no staging buffers, no hybrid layer) or a table upload fails. */
+int mp_gpu_far_max(const mp_gpu *g); /* 0: no far routes possible */
+bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers);
+int64_t mp_gpu_far_layers(const mp_gpu *g); /* layers with far routes on */
 
 /* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS
  * GEMMs over activations rounded to the weights' 16-bit type; smaller steps run GEMVs over f32 (or

@@ -54,9 +54,9 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, 
 void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "no host experts"); }
 void mp_gpu_set_measure(mp_gpu *g, bool on) {}
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
-void mp_gpu_set_decode_copy(mp_gpu *g, int k) {}
-bool mp_gpu_set_far(mp_gpu *g, int n) { return false; }
-int mp_gpu_far(const mp_gpu *g) { return 0; }
+int mp_gpu_far_max(const mp_gpu *g) { return 0; }
+int64_t mp_gpu_far_layers(const mp_gpu *g) { return 0; }
+bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers) { return false; }
 
 #else
 
@@ -319,8 +319,6 @@ void mp_gpu_free(mp_gpu *g)
             cudaEventDestroy(g->ev_stage_ready[b]);
         if (g->ev_stage_free[b])
             cudaEventDestroy(g->ev_stage_free[b]);
-        if (g->ev_dc[b])
-            cudaEventDestroy(g->ev_dc[b]);
     }
     if (g->ev_moe)
         for (int64_t i = 0; i < 2 * g->s->m->hp.n_layer; i++)
@@ -334,13 +332,10 @@ void mp_gpu_free(mp_gpu *g)
     free(g->ev_rt);
     free(g->rt_pending);
     if (g->graphs)
-        for (int64_t i = 0; i <= g->s->m->hp.n_layer; i++)
-            if (g->graphs[i])
-                cudaGraphExecDestroy(g->graphs[i]);
+        mp_gpu_drop_graphs(g);
     free(g->graphs);
-    if (g->step_graph)
-        cudaGraphExecDestroy(g->step_graph);
     free(g->seg_stop);
+    free(g->far);
     free(g->rt_cpu_ns);
     if (g->ev_host)
         cudaEventDestroy(g->ev_host);
@@ -368,9 +363,11 @@ void mp_gpu_free(mp_gpu *g)
 
 static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_error *err)
 {
-    *dst = *src;
+    *dst = *src; /* the executor keeps the map and the counts; what else src owns stays src's */
     dst->profile_image = NULL;
     dst->profile_image_bytes = 0;
+    dst->cold_routes = dst->all_routes = NULL;
+    dst->decode_costs = NULL;
     const size_t words = (size_t)(src->n_layer * src->words_per_layer);
     dst->bits = malloc(words * sizeof *dst->bits);
     dst->n_resident = malloc((size_t)src->n_layer * sizeof *dst->n_resident);
@@ -396,8 +393,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
 
 /* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_ONE_GRAPH=0 (a
- * decode step with hybrid layers as graph segments between them, not one graph), MP_GPU_DECODE_COPY
- * (auto or N, as mp_gpu_set_decode_copy), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
+ * decode step with hybrid layers as graph segments between them, not one graph),
+ * MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
  * Q, K and V projections of a decode step one after the other, not side by side; mp_env_off),
  * MP_GPU_ROUTER_FUSED=0 (a decode step's router as a GEMV and a top-k launch, not one).
  * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
@@ -422,25 +419,6 @@ static void env_switches(mp_gpu *g)
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
     }
-    /* off by default: on the H200 host the CPU's 16 cores already draw the host memory's bandwidth,
-     * and copies beside them measured a wash (layers:48 +3..7 %, fill 16 GB -13..-23 %;
-     * bench/NOTES-gpu-exec.md, run 8). MP_GPU_DECODE_COPY=auto (by cost) or N turns them on. */
-    g->decode_copy = 0;
-    const char *env = getenv("MP_GPU_DECODE_COPY");
-    if (env) {
-        char *end = NULL;
-        const long v = strtol(env, &end, 10);
-        if (!strcmp(env, "auto"))
-            g->decode_copy = -1;
-        else if (end != env && !*end && v >= 0 && v <= MP_GPU_MAX_TOP_K)
-            g->decode_copy = (int)v;
-        else
-            fprintf(stderr, "moeplan: MP_GPU_DECODE_COPY=%s is neither auto nor 0..%d: decode copies off\n",
-                    env, MP_GPU_MAX_TOP_K);
-    }
-    /* far routes: N of a whole-cold decode layer step's top_k (scaled for fewer cold routes);
-     * MP_GPU_FAR=0 turns them off altogether (no tables, no expert launches on all-CPU layers) */
-    g->far_full = (int)mp_env_i64("MP_GPU_FAR", 0, MP_GPU_MAX_TOP_K, MP_GPU_FAR_DEFAULT);
     g->host_mode = mp_gpu_host_mode_from_env();
 }
 
@@ -468,6 +446,28 @@ static mp_status calibrate_stamps(mp_gpu *g, mp_error *err)
     g->stamp_off_ns = lo + (hi - lo) / 2;
     g->stamp_err_ns = g->stats.stamp_err_ns = (hi - lo) / 2;
     return MP_OK;
+}
+
+/* Far routes by the decision model: each hybrid layer's decision from the session's decode costs
+ * and the placement's cold share (its profile's routing counts, else uniform). Without decode
+ * costs, or without a page-locked host copy, none. */
+static mp_status decide_far(mp_gpu *g, const mp_placement *pl, mp_error *err)
+{
+    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
+    if (!g->d_far_of_cold || !pl->decode_costs)
+        return MP_OK;
+    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
+    if (!plan)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    for (int64_t il = 0; il < L; il++)
+        if (pl->n_resident[il] < E)
+            mp_decide_far_layer(pl->decode_costs,
+                                mp_decide_cold_share(pl->cold_routes ? pl->cold_routes[il] : 0,
+                                                     pl->all_routes ? pl->all_routes[il] : 0, pl->n_resident[il], E),
+                                &plan[il]);
+    const bool ok = mp_gpu_set_far_plan(g, plan);
+    free(plan);
+    return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
 }
 
 /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs) */
@@ -516,11 +516,12 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->ev_rt = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_rt);
     g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
+    g->far = calloc((size_t)hp->n_layer, sizeof *g->far);
     g->graphs = calloc((size_t)hp->n_layer + 1, sizeof *g->graphs);
     g->seg_stop = calloc((size_t)hp->n_layer + 1, sizeof *g->seg_stop);
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
-    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns ||
+    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far ||
         !g->graphs || !g->seg_stop ||
         !g->h_mask || !g->h_count) {
         st = mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
@@ -528,6 +529,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     }
     if ((st = copy_placement(pl, &g->pl, err)))
         goto fail;
+    g->decode_costs = pl->decode_costs != NULL;
 
     /* (1) the plan */
     init_phase("planning device memory");
@@ -551,10 +553,11 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->mem.staging = staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
                                     mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *)))
                              : 0;
-    /* far routes' tables (the host copy that they read is made with the staging buffers) */
+    /* far routes' tables: where each cold expert is in the host copy, and each layer's decision
+     * (the host copy that they read is made with the staging buffers) */
     const size_t far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +
-                             mp_gpu_align(MP_GPU_MAX_TOP_K + 1);
-    if (staging && g->far_full > 0)
+                             mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1));
+    if (staging)
         g->mem.staging += far_bytes;
     g->mem.pool = pool;
     g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool;
@@ -600,7 +603,6 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     CK(cudaEventCreateWithFlags(&g->ev_io, cudaEventDisableTiming), "cudaEventCreate");
     for (int b = 0; b < 2; b++) {
         CK(cudaEventCreateWithFlags(&g->ev_stage_ready[b], cudaEventDisableTiming), "cudaEventCreate");
-        CK(cudaEventCreate(&g->ev_dc[b]), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&g->ev_stage_free[b], cudaEventDisableTiming), "cudaEventCreate");
     }
     for (int64_t i = 0; i < 2 * hp->n_layer; i++) {
@@ -623,8 +625,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
             CK(cudaMallocHost((void **)&g->h_stage_slots[b], (size_t)(3 * hp->n_expert) * sizeof(void *)),
                "cudaMallocHost");
         }
-        if (g->far_full > 0)
-            g->d_far = take(&stc, far_bytes); /* the table of far routes after it (mp_gpu_far_setup) */
+        g->d_far = take(&stc, far_bytes); /* the tables of far routes after it (mp_gpu_far_setup) */
     }
     carve kc = {g->d_kv, 0};
     for (int64_t il = 0; il < hp->n_layer; il++) {
@@ -675,7 +676,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     if (staging) {
         init_phase("timing an expert copy");
         mp_gpu_measure_copy(g);
-        if ((st = mp_gpu_far_setup(g, err)))
+        if ((st = mp_gpu_far_setup(g, err)) || (st = decide_far(g, pl, err)))
             goto fail;
     }
     init_phase("synchronizing");
@@ -739,19 +740,18 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
         else if (g->d_stage)
             snprintf(copy, sizeof copy, "copied by cost (link %.1f GB/s, CPU %.1f us per route)",
                      g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_ns_per_route / 1e3);
-        char dcopy[64] = "off";
-        if (g->d_stage && g->decode_copy < 0)
-            snprintf(dcopy, sizeof dcopy, "split with the CPU by cost");
-        else if (g->d_stage && g->decode_copy > 0)
-            snprintf(dcopy, sizeof dcopy, "%d per layer step", g->decode_copy);
         char host[160];
         mp_gpu_host_report(g, host, sizeof host);
-        char far[96] = "off";
-        if (g->d_far_of_cold)
-            snprintf(far, sizeof far, "%d of %d routes of an all-cold layer step", g->far_full,
-                     (int)g->s->m->hp.n_expert_used);
-        snprintf(buf + len, cap - len, "; %s, %s; decode copies %s; far routes %s; decode graphs: %s",
-                 host, copy, dcopy, far,
+        char far[160] = "off: no page-locked host copy";
+        if (!g->n_hybrid_layers)
+            snprintf(far, sizeof far, "off: no host experts");
+        else if (g->d_far_of_cold && !g->decode_costs)
+            snprintf(far, sizeof far, "off: no decode costs (--costs, from `moeplan calibrate`)");
+        else if (g->d_far_of_cold)
+            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs)",
+                     g->n_far_layers, g->n_hybrid_layers);
+        snprintf(buf + len, cap - len, "; %s, %s; far routes %s; decode graphs: %s",
+                 host, copy, far,
                  g->graphs_off  ? g->graphs_why
                  : g->step_graph ? "one per step, hybrid layers handing off through mapped host memory"
                  : g->graphs[0]  ? "on, one per segment between hybrid layers"
@@ -776,30 +776,59 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
     g->copy_fixed = true;
 }
 
-int mp_gpu_far(const mp_gpu *g)
+int mp_gpu_far_max(const mp_gpu *g)
 {
-    return g->d_far_of_cold ? g->far_full : 0;
+    return g->d_far_of_cold ? g->far_max : 0;
 }
 
-bool mp_gpu_set_far(mp_gpu *g, int n)
+int64_t mp_gpu_far_layers(const mp_gpu *g)
 {
-    if (!g->d_far_of_cold)
-        return false;
-    const int K = (int)g->s->m->hp.n_expert_used;
-    g->far_full = n < 0 ? 0 : n > g->far_max ? g->far_max : n;
-    for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
-        g->far_of_cold[c] = (uint8_t)(c <= K ? g->far_full * c / K : 0);
-    if (cudaMemcpy(g->d_far_of_cold, g->far_of_cold, sizeof g->far_of_cold, cudaMemcpyHostToDevice) !=
-        cudaSuccess) { /* the old table stays on the device: keep the host's in step with it */
-        cudaGetLastError();
-        return false;
+    return g->n_far_layers;
+}
+
+void mp_gpu_drop_graphs(mp_gpu *g)
+{
+    for (int64_t i = 0; i <= g->s->m->hp.n_layer; i++)
+        if (g->graphs[i]) {
+            cudaGraphExecDestroy(g->graphs[i]);
+            g->graphs[i] = NULL;
+        }
+    if (g->step_graph)
+        cudaGraphExecDestroy(g->step_graph);
+    g->step_graph = NULL;
+}
+
+bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
+{
+    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
+    if (!g->d_far_of_cold) {
+        for (int64_t il = 0; layers && il < L; il++)
+            if (layers[il].on)
+                return false;
+        return true; /* all off: nothing to change */
     }
+    uint8_t tab[MP_GPU_MAX_TOP_K + 1];
+    bool changed = false;
+    int64_t on = 0;
+    for (int64_t il = 0; il < L; il++) {
+        mp_far_layer fl = {0};
+        if (layers && g->layers[il].n_resident < E) /* an all-resident layer has no cold route */
+            fl = layers[il];
+        for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
+            tab[c] = fl.on ? (fl.table[c] < g->far_max ? fl.table[c] : (uint8_t)g->far_max) : 0;
+        if (cudaMemcpy(g->d_far_of_cold + il * (MP_GPU_MAX_TOP_K + 1), tab, sizeof tab, cudaMemcpyHostToDevice) !=
+            cudaSuccess) { /* the device keeps its old tables: keep the host's decisions in step */
+            cudaGetLastError();
+            return false;
+        }
+        changed |= fl.on != g->far[il].on;
+        g->far[il] = fl;
+        on += fl.on;
+    }
+    g->n_far_layers = on;
+    if (changed) /* a layer's far routes are launched, or no longer, in the captured graphs */
+        mp_gpu_drop_graphs(g);
     return true;
-}
-
-void mp_gpu_set_decode_copy(mp_gpu *g, int k)
-{
-    g->decode_copy = k < 0 ? -1 : k > MP_GPU_MAX_TOP_K ? MP_GPU_MAX_TOP_K : k;
 }
 
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows)

@@ -231,9 +231,10 @@ static void collect_round_trips(mp_gpu *g, bool handoff)
             if (!pub || seen < pub || seen < polled)
                 continue;
             gap = (int64_t)(seen - pub);
-            const int64_t ready = (int64_t)(polled - pub) > g->rt_cpu_ns[il] ? (int64_t)(polled - pub)
-                                                                             : g->rt_cpu_ns[il];
+            const int64_t gpu_side = polled > pub ? (int64_t)(polled - pub) : 0;
+            const int64_t ready = gpu_side > g->rt_cpu_ns[il] ? gpu_side : g->rt_cpu_ns[il];
             overhead = gap - ready;
+            g->stats.rt_gpu_ns += gpu_side;
         } else {
             float ms = 0;
             if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {
@@ -458,7 +459,7 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
     int64_t from = 0, stop = 0;
     bool handoff = false;
-    if (graphs && head_rows == 1 && g->n_hybrid_layers > 0 && mp_gpu_handoff_possible(g)) {
+    if (graphs && head_rows == 1 && g->n_hybrid_layers > 0 && !g->one_graph_off) {
         if ((st = one_graph_step(g, pos0, &handoff, err)))
             return st;
         if (handoff)

@@ -234,11 +234,9 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     const mp_hparams *hp = &g->s->m->hp;
     const int64_t NL = hp->n_layer, E = hp->n_expert;
     g->d_far_of_cold = NULL;
+    g->far_max = 0;
     if (!g->d_far || !g->d_stage || !g->host_registered || g->n_hybrid_layers == 0)
-        return MP_OK; /* off: MP_GPU_FAR=0, no page-locked copy, or nothing cold */
-    /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
-    const int64_t K = hp->n_expert_used;
-    g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
+        return MP_OK; /* none possible: no page-locked copy, or nothing cold */
     void *dev = NULL;
     if (cudaHostGetDevicePointer(&dev, g->h_arena, 0) != cudaSuccess || !dev) {
         cudaGetLastError();
@@ -261,9 +259,13 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     if (ce != cudaSuccess)
         return mp_gpu_cuda_fail(err, "far route table upload", ce);
     g->d_far_of_cold = (uint8_t *)g->d_far + mp_gpu_align(n * sizeof(void *));
-    if (!mp_gpu_set_far(g, g->far_full)) {
+    /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
+    const int64_t K = hp->n_expert_used;
+    g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
+    if (!mp_gpu_set_far_plan(g, NULL)) { /* every layer off until decided */
         g->d_far_of_cold = NULL;
-        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route table");
+        g->far_max = 0;
+        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
     }
     return MP_OK;
 }

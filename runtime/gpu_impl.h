@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <time.h>
 
+#include "runtime/decide.h"
 #include "runtime/gpu.h"
 #include "runtime/session_impl.h"
 
@@ -21,9 +22,7 @@ static inline size_t mp_gpu_align(size_t b)
 {
     return (b + MP_GPU_ALIGN - 1) & ~(size_t)(MP_GPU_ALIGN - 1);
 }
-#define MP_GPU_MAX_TOP_K 32 /* experts per token the executor supports */
-/* far routes of an all-cold decode layer step by default (MP_GPU_FAR; mp_gpu_set_far) */
-#define MP_GPU_FAR_DEFAULT 2
+#define MP_GPU_MAX_TOP_K MP_DECIDE_MAX_K /* experts per token the executor supports */
 
 typedef struct gpu_tensor {
     int type;
@@ -106,7 +105,6 @@ struct mp_gpu {
 
     cudaEvent_t ev_host;    /* routing and rows are on the host */
     cudaEvent_t ev_stage_ready[2], ev_stage_free[2];
-    cudaEvent_t ev_dc[2];      /* a decode layer step's copies: first copy issued, copied experts done */
     cudaEvent_t *ev_moe;    /* (2 n_layer) around each layer's GPU experts (hooks timing) */
     cudaEvent_t *ev_rt;     /* (2 n_layer) after the D2H / before the H2D of hybrid layers */
     bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
@@ -157,24 +155,21 @@ struct mp_gpu {
     bool copy_fixed;        /* true: copy_min_rows decides; false: the cost model below */
     double pcie_ns_per_byte; /* measured at start: one expert's weights, host mapping → staging */
     double cpu_ns_per_route; /* EWMA of the CPU's time per route in prefill steps (0: unknown) */
-    /* decode (1-row) steps: the cold experts of a layer are split between the CPU and weight
-     * copies to staging, which run at the same time (the copy engine reads host memory beside
-     * the CPU's cores): k of c cold experts go over the link where max(copy time of k, CPU time
-     * of c - k) is least (mp_gpu_decode_copies) */
-    int decode_copy;        /* -1: by that cost; 0: never; k > 0: k per layer step (tests, A/B) */
-    double dec_cpu_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of the CPU's time for j decode routes (0: none seen) */
-    double dec_copy_ns[MP_GPU_MAX_TOP_K + 1]; /* EWMA of k decode copies' time, kernel included (ev_dc) */
-    int dc_pending;         /* copies of the last decode layer step timed by ev_dc, not yet read */
     /* decode (1-row) steps: far routes. The GPU reads some cold experts' weights from the
      * page-locked host copy over the bus (a gather kernel into the staging buffers, then the
      * expert kernels), beside the CPU's cores computing the others: the host memory gives the two
      * readers together more than the cores alone (bench/membw_pcie.cu), and nothing leaves the
-     * step's one graph. A layer step with c cold routes runs the first far_of_cold[c] of them far
-     * (slot order; the kernels' rule, kernels/cuda/moe.cuh), the rest on the CPU. */
-    int far_full;           /* far routes of a step whose top_k routes are all cold (MP_GPU_FAR) */
-    int far_max;            /* most far routes a step may run: min(top_k, what staging holds) */
-    uint8_t far_of_cold[MP_GPU_MAX_TOP_K + 1]; /* c -> far routes: floor(far_full · c / top_k) */
-    uint8_t *d_far_of_cold; /* its device copy; NULL: no far routes (off, or no mapped host copy) */
+     * step's one graph. A layer with far routes on, whose step has c cold routes, runs the first
+     * far[il].table[c] of them far (slot order; the kernels' rule, kernels/cuda/moe.cuh), the
+     * rest on the CPU. Which layers and how many: the decision model (runtime/decide.h) from the
+     * session's decode costs; none without them. */
+    int far_max;            /* most far routes a step may run: min(top_k, what staging holds); 0: no
+                             * far routes possible (no page-locked host copy, no staging) */
+    mp_far_layer *far;      /* (n_layer) each layer's decision (all off without decode costs) */
+    bool decode_costs;      /* the placement came with decode costs (--costs) */
+    int64_t n_far_layers;   /* layers with far routes on */
+    uint8_t *d_far_of_cold; /* (n_layer, MP_GPU_MAX_TOP_K + 1) the tables on the device; NULL: no
+                             * far routes possible */
     const void **d_far;     /* (n_layer, 3, n_expert): each cold expert's slices as the device
                              * sees them in the host copy (NULL for resident experts) */
     /* host experts (gpu_host.c): where the CPU and the weight copies read each expert */
@@ -231,21 +226,14 @@ mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err);
  * measured PCIe time per byte; before the CPU cost is known, rows >= MP_GPU_COPY_MIN_ROWS). */
 #define MP_GPU_COST_MIN_ROUTES 64 /* CPU routes in a step for a cost sample */
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
-/* Whether a decode step may run as one graph with mapped-memory handoffs: decode copies (which
- * the host enqueues between a layer's routing and its combine) need the segments. */
-bool mp_gpu_handoff_possible(const mp_gpu *g);
 /* Handoff mode: the seconds a GPU waits for the host's partial before it fails the step. */
 #define MP_GPU_HANDOFF_TIMEOUT_S 60.0
-int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes);
-/* Whether layer il's step of n rows runs far routes: decode steps, far routes set up, no decode
- * copies, and a layer with at most MP_GPU_FAR_RESIDENT of its experts resident. A layer with more
- * has few cold routes a step (none far at the default: floor(2 c / 8) is 0 below 4), and the gather
- * launch and the kernels' cold-route count would only lengthen its GPU side: fill 16 GB lost 4.7 %
- * with far routes on every hybrid layer (bench/NOTES-gpu-exec.md run 31). The simulator applies
- * the same rule (simulator/sim_internal.h). */
-#define MP_GPU_FAR_RESIDENT_NUM 1
-#define MP_GPU_FAR_RESIDENT_DEN 2
+/* Whether layer il's step of n rows runs far routes: a decode step on a layer whose decision is
+ * on (mp_gpu_set_far_plan, or the decision model at start). */
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n);
+/* Drop the captured decode graphs (a change of which layers run far routes changes their
+ * structure); the next decode step captures anew. */
+void mp_gpu_drop_graphs(mp_gpu *g);
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
@@ -261,8 +249,8 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
 void mp_gpu_measure_copy(mp_gpu *g);
-/* Far routes: fill d_far from the page-locked host copy (a device view of it) and the table of
- * far routes; leaves d_far_of_cold NULL (far routes off) when there is no such copy. */
+/* Far routes: fill d_far from the page-locked host copy (a device view of it) and set far_max;
+ * leaves d_far_of_cold NULL and far_max 0 (no far routes) when there is no such copy. */
 mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err);
 /* Expert e's slice t (0 gate, 1 up, 2 down) of layer il in host memory. */
 static inline const void *mp_gpu_host_slice(const mp_gpu *g, int64_t il, int t, int64_t e)

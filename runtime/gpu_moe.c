@@ -7,11 +7,13 @@
  *   2. every expert resident: one mp_cuda_moe_experts launch pair writes d_proj. Done.
  *   3. otherwise: the rows (f32), ids and weights go to pinned host memory; the resident experts
  *      start on the GPU (into d_proj); the host waits for the copy (the round trip), then
- *        - prefill: cold experts with >= copy_min_rows rows are copied to staging slots and run
- *          on the GPU (accumulating into d_proj), two batches in flight, overlapping the CPU;
- *        - decode, far routes (mp_gpu_far_on): the resident experts' launch also ran the first
- *          far_of_cold[c] of the step's c cold routes, their weights gathered from the page-locked
- *          host copy over the bus (kernels/cuda/moe.cuh); the host leaves those to the GPU;
+ *        - prefill: cold experts whose rows take the CPU longer than their copy takes
+ *          (mp_decide_copy) are copied to staging slots and run on the GPU (accumulating into
+ *          d_proj), two batches in flight, overlapping the CPU;
+ *        - decode, far routes (mp_gpu_far_on: the layer's decision, runtime/decide.h): the
+ *          resident experts' launch also ran the first table[c] of the step's c cold routes,
+ *          their weights gathered from the page-locked host copy over the bus
+ *          (kernels/cuda/moe.cuh); the host leaves those to the GPU;
  *        - the CPU computes the remaining routes (mp_moe_experts_cpu, f32, slot order) into
  *          h_part, which is uploaded and added to d_proj: one f32 add of two f32 partials.
  * Nothing is rounded below f32 on the way, so the result equals the GPU-only combine up to the
@@ -73,9 +75,9 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     if (mp_gpu_far_on(g, il, n)) { /* some cold routes read host memory */
         for (int t = 0; t < 3; t++)
             out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * hp->n_expert;
-        a.d_far_of_cold = g->d_far_of_cold;
-        /* gathered into the staging buffers (decode steps never copy beside far routes): as many
-         * as a step may run, whatever the table says now, so that a captured graph serves any */
+        a.d_far_of_cold = g->d_far_of_cold + il * (MP_GPU_MAX_TOP_K + 1);
+        /* gathered into the staging buffers (decode steps never copy): as many as a step may
+         * run, whatever the table says now, so that a captured graph serves any */
         a.far_max = g->far_max;
         a.d_far_stage = g->d_stage;
         a.far_stage_bytes = 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max;
@@ -128,7 +130,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     CCHECK(cudaEventRecord(g->ev_stage_ready[b], g->copy_stream), "cudaEventRecord");
     CCHECK(cudaStreamWaitEvent(g->stream, g->ev_stage_ready[b], 0), "staging");
     mp_cuda_moe_args a = moe_args(g, il, n, (const void *const *)g->d_stage_slots[b], E, accumulate);
-    a.d_far_of_cold = NULL; /* copies never run beside far routes (mp_gpu_far_on) */
+    a.d_far_of_cold = NULL; /* copies are prefill's, far routes decode's (mp_gpu_far_on) */
     a.far_max = 0;
     KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts (copied)");
     CCHECK(cudaEventRecord(g->ev_stage_free[b], g->stream), "cudaEventRecord");
@@ -152,62 +154,8 @@ static mp_status stage_some(mp_gpu *g, int64_t il, int64_t n, const int32_t *lis
     return MP_OK;
 }
 
-/* Decode: how many of the c cold experts of a 1-row layer step to copy to staging, the rest
- * running on the CPU at the same time. The step waits for the slower side: k copies take
- * k · bytes · (measured PCIe time per byte) plus the GPU's kernel after the last one, the CPU's
- * c - k routes what this session measured for that count (dec_cpu_ns; before that, the count's
- * share of a measured one). Returns the k with the least max(copy, CPU), 0 while nothing is known
- * (the first decode steps measure the CPU). */
-#define MP_GPU_DECODE_COPY_TAIL_NS 8000.0 /* the copied experts' kernel after the last copy */
-/* Time for count j from a table of EWMAs (0: not seen): the entry, else j times the per-item time
- * of the nearest measured count (below first: fixed overheads make it an overestimate above), else
- * fallback (0: unknown). */
-static double by_count(const double *tab, int j, double fallback_per_item)
-{
-    if (j <= 0)
-        return 0;
-    if (tab[j] > 0)
-        return tab[j];
-    for (int d = 1; d <= MP_GPU_MAX_TOP_K; d++) {
-        if (j - d >= 1 && tab[j - d] > 0)
-            return tab[j - d] / (j - d) * j;
-        if (j + d <= MP_GPU_MAX_TOP_K && tab[j + d] > 0)
-            return tab[j + d] / (j + d) * j;
-    }
-    return fallback_per_item * j;
-}
-
-int mp_gpu_decode_copies(const mp_gpu *g, int c, size_t expert_bytes)
-{
-    if (g->decode_copy >= 0)
-        return g->decode_copy < c ? g->decode_copy : c;
-    if (c <= 0 || g->pcie_ns_per_byte <= 0 || by_count(g->dec_cpu_ns, c, 0) <= 0)
-        return 0;
-    /* copies alone on the link until some were timed beside the CPU's work */
-    const double copy1 = (double)expert_bytes * g->pcie_ns_per_byte + MP_GPU_DECODE_COPY_TAIL_NS;
-    int best_k = 0;
-    double best = by_count(g->dec_cpu_ns, c, 0);
-    for (int k = 1; k <= c; k++) {
-        const double cpu = by_count(g->dec_cpu_ns, c - k, 0);
-        const double copy = by_count(g->dec_copy_ns, k, copy1);
-        const double t = cpu > copy ? cpu : copy;
-        if (t < best)
-            best = t, best_k = k;
-    }
-    return best_k;
-}
-
-/* A decode step's layer may copy experts, so its combine adds the CPU's partial to d_proj (which
- * mp_gpu_moe_host zeroes when nothing on the GPU wrote it): a captured decode graph replays one
- * combine whatever the step copied. */
-static bool decode_copies_on(const mp_gpu *g, int64_t n)
-{
-    return n == 1 && g->d_stage && g->decode_copy != 0;
-}
-
 /* One sample into an exponentially weighted mean of measured times (0: none yet), keeping `keep`
- * of the old value: the decode CPU and copy times (dec_cpu_ns, dec_copy_ns), the prefill CPU's
- * time per route (cpu_ns_per_route). */
+ * of the old value: the prefill CPU's time per route (cpu_ns_per_route). */
 static void ewma(double *e, double sample_ns, double keep)
 {
     *e = *e > 0 ? keep * *e + (1.0 - keep) * sample_ns : sample_ns;
@@ -239,14 +187,7 @@ static void leave_to_gpu(mp_gpu *g, int32_t e)
 
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n)
 {
-    const int64_t E = g->s->m->hp.n_expert;
-    return n == 1 && g->d_far_of_cold && !decode_copies_on(g, n) && g->layers[il].n_resident < E &&
-           g->layers[il].n_resident * MP_GPU_FAR_RESIDENT_DEN <= E * MP_GPU_FAR_RESIDENT_NUM;
-}
-
-bool mp_gpu_handoff_possible(const mp_gpu *g)
-{
-    return !g->one_graph_off && !decode_copies_on(g, 1);
+    return n == 1 && g->d_far_of_cold && g->far[il].on;
 }
 
 /* Handoff mode: wait until the GPU has published layer il's rows (its flag in mapped memory). The
@@ -279,13 +220,11 @@ bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
 {
     if (g->copy_fixed)
         return rows >= g->copy_min_rows && g->copy_min_rows > 0;
-    if (rows < 2)
-        return false;
-    if (g->cpu_ns_per_route <= 0 || g->pcie_ns_per_byte <= 0) /* nothing measured yet */
-        return rows >= MP_GPU_COPY_MIN_ROWS;
     /* the CPU's time for these rows against the copy's time on the link (the GPU's compute of
-     * one expert is a few microseconds and runs while the next copy streams) */
-    return (double)rows * g->cpu_ns_per_route > (double)expert_bytes * g->pcie_ns_per_byte;
+     * one expert is a few microseconds and runs while the next copy streams): the decision
+     * model's rule, on the executor's own measurements */
+    return mp_decide_copy(rows, (double)rows * g->cpu_ns_per_route, (double)expert_bytes * g->pcie_ns_per_byte,
+                          MP_GPU_COPY_MIN_ROWS);
 }
 
 
@@ -426,15 +365,6 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     g->stats.sync_wait_ns += t->sync_ns;
     t->d2h_bytes = (int64_t)((size_t)(n * D) * sizeof(float)) + (s->route_src ? 0 : 2 * n * K * 4);
 
-    /* the last decode copies' time (they finished before this layer's routing reached the host) */
-    if (g->dc_pending > 0) {
-        float ms = 0;
-        if (cudaEventElapsedTime(&ms, g->ev_dc[0], g->ev_dc[1]) == cudaSuccess && ms > 0)
-            ewma(&g->dec_copy_ns[g->dc_pending], (double)ms * 1e6, 0.8);
-        cudaGetLastError();
-        g->dc_pending = 0;
-    }
-
     /* which routes run where: resident, copied (prefill), CPU */
     memcpy(g->h_mask, G->resident, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
     int64_t hits = 0;
@@ -455,40 +385,23 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                 copied_routes += g->h_count[e];
             }
     }
-    /* decode: the cold experts split between copies and the CPU (mp_gpu_decode_copies); the
-     * list is taken in slot order, which is as good as any: each has one row */
-    int32_t cold[MP_GPU_MAX_TOP_K];
-    if (decode_copies_on(g, n) && n_copy == 0) {
-        const int c = cold_routes(g, il, h_ids, cold);
-        const int k = mp_gpu_decode_copies(g, c, mp_model_expert_bytes(m, il));
-        for (int j = 0; j < k; j++) {
-            copy_list[n_copy++] = cold[j];
-            leave_to_gpu(g, cold[j]);
-        }
-        copied_routes += k;
-    }
-    /* decode: far routes, the first far_of_cold[c] of the c cold routes in slot order (the
-     * kernels' rule: kernels/cuda/moe.cuh mpc_route_ptr); the GPU runs them already */
+    /* decode: far routes, the first table[c] of the c cold routes in slot order (the kernels'
+     * rule: kernels/cuda/moe.cuh mpc_route_ptr, at most far_max); the GPU runs them already */
     int64_t far_routes = 0;
     const bool far = mp_gpu_far_on(g, il, n);
     if (far) {
+        int32_t cold[MP_GPU_MAX_TOP_K];
         const int c = cold_routes(g, il, h_ids, cold);
-        for (int j = 0; j < g->far_of_cold[c]; j++)
+        const int z = g->far[il].table[c] < g->far_max ? g->far[il].table[c] : g->far_max;
+        for (int j = 0; j < z; j++)
             leave_to_gpu(g, cold[j]);
-        far_routes = g->far_of_cold[c];
+        far_routes = z;
     }
     /* two staging batches go out before the CPU starts, the rest after it */
     bool gpu_wrote = G->n_resident > 0 || far;
     int done = 0;
-    /* by cost only: the copies' time feeds mp_gpu_decode_copies */
-    const bool time_copies = decode_copies_on(g, n) && g->decode_copy < 0 && n_copy > 0 &&
-                             n_copy <= MP_GPU_MAX_TOP_K;
-    if (time_copies)
-        CCHECK(cudaEventRecord(g->ev_dc[0], g->copy_stream), "cudaEventRecord");
     if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
         return st;
-    if (decode_copies_on(g, n) && !gpu_wrote) /* mp_gpu_moe_end adds the partial to d_proj */
-        CCHECK(cudaMemsetAsync(g->d_proj, 0, (size_t)D * sizeof(float), g->stream), "combine");
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): the H2D of mp_gpu_moe_end is unconditional, so
      * that a captured decode graph replays the same copies every step */
@@ -497,17 +410,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
-    if (g->decode_copy < 0 && n == 1 && n_cpu > 0 && n_cpu <= MP_GPU_MAX_TOP_K) /* by cost: its CPU side */
-        ewma(&g->dec_cpu_ns[n_cpu], (double)t->cpu_expert_ns, 0.8);
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
         ewma(&g->cpu_ns_per_route, (double)t->cpu_expert_ns / (double)n_cpu, 0.7);
     }
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
         return st;
-    if (time_copies) {
-        CCHECK(cudaEventRecord(g->ev_dc[1], g->stream), "cudaEventRecord");
-        g->dc_pending = n_copy;
-    }
     g->copied_this_step = n_copy > 0;
     if (g->measure) {
         g->rt_pending[il] = true;
@@ -544,8 +451,7 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->measure)
         CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
-    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || decode_copies_on(g, n) ||
-                           mp_gpu_far_on(g, il, n);
+    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || mp_gpu_far_on(g, il, n);
     float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
     CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
     if (gpu_wrote)

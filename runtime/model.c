@@ -194,3 +194,18 @@ size_t mp_model_dense_bytes(const mp_model *m)
     }
     return total;
 }
+
+void mp_model_expert_quant(const mp_layer *L, char out[16])
+{
+    const char *g = mp_type_name(L->gate_exps.type), *u = mp_type_name(L->up_exps.type),
+               *d = mp_type_name(L->down_exps.type);
+    g = g ? g : "?";
+    u = u ? u : "?";
+    d = d ? d : "?";
+    if (L->gate_exps.type == L->up_exps.type && L->up_exps.type == L->down_exps.type)
+        snprintf(out, 16, "%s", g);
+    else if (L->gate_exps.type == L->up_exps.type)
+        snprintf(out, 16, "%s/%s", g, d);
+    else
+        snprintf(out, 16, "%s/%s/%s", g, u, d);
+}

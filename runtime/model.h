@@ -103,6 +103,9 @@ void mp_shape_format(const int64_t ne[4], char *buf, size_t cap);
 size_t mp_model_expert_bytes(const mp_model *m, int64_t il);
 /* Bytes of everything that is not a routed expert (attention, norms, router, embeddings, head). */
 size_t mp_model_dense_bytes(const mp_model *m);
+/* The expert types of a layer as cost files name them: the gate type when gate, up and down
+ * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most 14 characters. */
+void mp_model_expert_quant(const mp_layer *L, char out[16]);
 
 /* The byte slice of expert e within an expert tensor (ne[2] = n_expert). */
 static inline const void *mp_expert_slice(const mp_tensor *t, int64_t e)

@@ -23,6 +23,13 @@ bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *v
 {
     const bool is_spec = !strcmp(flag, "--placement"), is_file = !strcmp(flag, "--placement-file"),
                is_prof = !strcmp(flag, "--profile"), is_budget = !strcmp(flag, "--gpu-budget");
+    if (!strcmp(flag, "--costs")) {
+        *st = o->costs ? mp_fail(err, MP_ERR_ARG, "--costs given twice")
+              : !*value ? mp_fail(err, MP_ERR_ARG, "--costs: empty value") : MP_OK;
+        if (!*st)
+            o->costs = value;
+        return true;
+    }
     if (!strcmp(flag, "--executor")) {
         mp_executor_kind k;
         if (o->executor_given)
@@ -206,10 +213,10 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
                                   &prof, err)))
         return st;
     uint64_t n_slots = MP_STRP_PROFILE_SLOTS;
-    if (o->budget_bytes) { /* as many ranked experts as fit, in ranked order */
+    if (o->budget_bytes) { /* its slots, as many as fit, in ranked order */
         uint64_t used = 0;
         n_slots = 0;
-        for (uint32_t i = 0; i < prof.n_ranked; i++) {
+        for (uint32_t i = 0; i < prof.slots; i++) {
             const uint64_t b = g->expert_bytes[prof.ranked[i].layer];
             if (b > p->budget.expert_avail_bytes - used)
                 break;
@@ -227,9 +234,25 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
         for (int64_t e = 0; e < g->n_expert; e++)
             if (res[il * g->n_expert + e])
                 SET_BIT(p, il, e);
+    if (prof.counts || prof.freq) { /* the routing the profile was made from, per layer */
+        p->cold_routes = calloc((size_t)g->n_layer, sizeof *p->cold_routes);
+        p->all_routes = calloc((size_t)g->n_layer, sizeof *p->all_routes);
+        if (!p->cold_routes || !p->all_routes) {
+            free(res);
+            mp_strp_free(&prof);
+            return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
+        }
+        for (int64_t il = 0; il < g->n_layer; il++)
+            for (int64_t e = 0; e < g->n_expert; e++) {
+                const size_t i = (size_t)(il * g->n_expert + e);
+                const double w = prof.counts ? (double)prof.counts[i] : (double)prof.freq[i];
+                p->all_routes[il] += w;
+                p->cold_routes[il] += res[i] ? 0 : w;
+            }
+    }
     snprintf(p->desc, sizeof p->desc, "profile %s (%" PRIu32 " of %" PRIu32 " ranked experts%s)",
              o->profile, n, prof.n_ranked,
-             o->budget_bytes ? ", as many as the budget allows" : ", the profile's slots");
+             o->budget_bytes ? ", of its slots as many as the budget holds" : ", the profile's slots");
     free(res);
     mp_strp_free(&prof);
     return MP_OK;
@@ -374,6 +397,9 @@ void mp_placement_free(mp_placement *p)
     free(p->bits);
     free(p->n_resident);
     free(p->profile_image);
+    free(p->cold_routes);
+    free(p->all_routes);
+    free(p->decode_costs);
     memset(p, 0, sizeof *p);
 }
 

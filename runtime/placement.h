@@ -48,12 +48,13 @@ typedef struct mp_placement_opts {
     int64_t n_layers_arg;      /* N of layers:N / layers-last:N */
     int executor;              /* --executor: mp_executor_kind (runtime/executor.h), 0 = auto */
     bool executor_given;
+    const char *costs;         /* --costs FILE: the GPU executor's decode costs (far routes), NULL: none */
 } mp_placement_opts;
 
 /* Help text for the four flags, for the commands' --help. */
 extern const char mp_placement_flags_help[];
 
-/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, --executor, store value into o
+/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, --executor, --costs, store value into o
  * (parsing the spec and budget strings) and return true with *st set (MP_OK or MP_ERR_ARG with a
  * one-line message). Returns false for any other flag. o must start zeroed. */
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
@@ -120,6 +121,13 @@ typedef struct mp_placement {
     mp_gpu_budget budget;
     uint8_t *profile_image;     /* the STRP file as read (--profile), for callers to hash; else NULL */
     size_t profile_image_bytes;
+    /* (n_layer) a profile's routing counts (or frequencies) per layer: those of its experts outside
+     * the pool and all of them; NULL when the placement has none. The decision model's cold share
+     * (runtime/decide.h, mp_decide_cold_share) is read from them. */
+    double *cold_routes, *all_routes;
+    /* The decode costs the GPU executor decides far routes from (runtime/decide.h; --costs, loaded
+     * by mp_executor_plan for a GPU run), owned; NULL: none, so no far routes. */
+    struct mp_decode_costs *decode_costs;
 } mp_placement;
 
 /* Build and check the placement for geometry g; n_ctx and n_batch are the session's (resolved)

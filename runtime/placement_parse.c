@@ -15,10 +15,13 @@ const char mp_placement_flags_help[] =
     "                         --gpu-budget allows, spread over layers, lowest ids first;\n"
     "                         the GPU executor's default, under the device's free memory)\n"
     "      --placement-file F per-layer resident experts, lines 'LAYER: E,E,A-B' (docs/placement.md)\n"
-    "      --profile P.strp   STRP v1 profile: its slots, or as many ranked experts as the budget allows\n"
+    "      --profile P.strp   STRP v1 profile: its slots (fewer when --gpu-budget does not hold them)\n"
     "      --gpu-budget SIZE  all GPU memory the runtime may use (16GiB, 12GB, 8000MiB, bytes)\n"
     "      --executor E       auto (default: the GPU executor when a CUDA device is usable), gpu,\n"
-    "                         or cpu (the CPU forward pass; a placement is only checked, reported)\n";
+    "                         or cpu (the CPU forward pass; a placement is only checked, reported)\n"
+    "      --costs FILE       this model's cost file (moeplan calibrate): the GPU executor decides\n"
+    "                         far routes by it (decode steps reading cold experts over the bus);\n"
+    "                         none without it\n";
 
 typedef struct unit {
     const char *name;

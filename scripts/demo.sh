@@ -37,11 +37,14 @@ if python3 -c 'import json,sys; sys.exit(0 if json.load(open("out/costs.json")).
     echo "(no GPU here: simulating with $costs, measured on an H200 for this model)"
 fi
 step "simulate: placements under GPU budgets -> out/profile.strp"
+# a budget that holds what the runtime keeps on the GPU besides experts at run's default context
+# (weights, KV cache, scratch: bench's gpu_fixed_bytes, the same count as --gpu-budget's) and about
+# a third of the experts
+fixed=$($mp bench -m out/tiny.gguf -p 0 -n 1 -r 1 --ctx 512 --executor cpu -o json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["rows"][0]["gpu_fixed_bytes"])')
 budget=$($mp inspect --json out/tiny.gguf | python3 -c '
 import json, sys
-d = json.load(sys.stdin)
-# room for the non-expert weights plus about a third of the experts
-print(d["non_expert_bytes"] + d["expert_bytes"] // 3)')
+print(int(sys.argv[1]) + json.load(sys.stdin)["expert_bytes"] // 3)' "$fixed")
 $mp simulate out/trace.db -m out/tiny.gguf --costs "$costs" --budget "$budget" \
     --emit-profile out/profile.strp --json out/simulate.json
 step "profile: inspect and verify against the model"
@@ -53,4 +56,5 @@ if [ "$costs" != out/costs.json ]; then
     exec_flag=(--executor cpu)
     echo "(no GPU here: the CPU executor runs every expert; the profile's placement is only checked)"
 fi
-$mp run -m out/tiny.gguf -p "Explain mixture of experts" -n 32 --profile out/profile.strp "${exec_flag[@]}"
+$mp run -m out/tiny.gguf -p "Explain mixture of experts" -n 32 --profile out/profile.strp --gpu-budget "$budget" \
+    --costs "$costs" "${exec_flag[@]}"

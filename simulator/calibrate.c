@@ -111,7 +111,7 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root)
     double sum = 0;
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         char quant[16];
-        mp_calib_quant_name(&m->layers[il], quant);
+        mp_model_expert_quant(&m->layers[il], quant);
         double v = -1;
         const cJSON *e;
         cJSON_ArrayForEach(e, entries) {
@@ -134,21 +134,6 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root)
         sum += v;
     }
     return sum;
-}
-
-void mp_calib_quant_name(const mp_layer *L, char out[16])
-{
-    const char *g = mp_type_name(L->gate_exps.type), *u = mp_type_name(L->up_exps.type),
-               *d = mp_type_name(L->down_exps.type);
-    g = g ? g : "?";
-    u = u ? u : "?";
-    d = d ? d : "?";
-    if (L->gate_exps.type == L->up_exps.type && L->up_exps.type == L->down_exps.type)
-        snprintf(out, 16, "%s", g);
-    else if (L->gate_exps.type == L->up_exps.type)
-        snprintf(out, 16, "%s/%s", g, d);
-    else
-        snprintf(out, 16, "%s/%s/%s", g, u, d);
 }
 
 void mp_calib_defaults(mp_calib_opts *o, bool quick)
@@ -201,30 +186,6 @@ static void cpu_model(char *out, size_t cap)
     fclose(f);
 }
 
-static mp_status hash_model(const char *path, char hex[65], uint64_t *size_bytes, mp_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "model %s: cannot open: %s", path, strerror(errno));
-    mp_sha256 h;
-    mp_sha256_init(&h);
-    static uint8_t buf[1 << 20];
-    size_t n;
-    *size_bytes = 0;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        mp_sha256_update(&h, buf, n);
-        *size_bytes += n;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "model %s: offset %llu: read error while hashing", path,
-                       (unsigned long long)*size_bytes);
-    uint8_t d[32];
-    mp_sha256_final(&h, d);
-    mp_sha256_hex(d, hex);
-    return MP_OK;
-}
 
 static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *device, mp_error *err)
 {
@@ -237,7 +198,7 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
     uint64_t size_bytes = 0;
     mp_calib_say(o, "calibrate: hashing %s (SHA-256; it also brings the weights into the page cache)",
                  o->model_path);
-    mp_status st = hash_model(o->model_path, hex, &size_bytes, err);
+    mp_status st = mp_sha256_file(o->model_path, hex, &size_bytes, err);
     if (st)
         return st;
     cJSON *threads = cJSON_CreateArray();
@@ -284,18 +245,24 @@ static const char notes_text[] =
     "marked resident; GPU: mp_cuda_moe_experts) with one row routed to `experts` distinct experts, "
     "which share the call's fixed costs. See docs/simulator.md (calibrate).";
 
+mp_status mp_calib_missing(cJSON *missing, const char *what, const char *why, mp_error *err)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (!e || !cJSON_AddStringToObject(e, "what", what) || !cJSON_AddStringToObject(e, "why", why)) {
+        cJSON_Delete(e);
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    }
+    cJSON_AddItemToArray(missing, e);
+    return MP_OK;
+}
+
 static mp_status add_missing(cJSON *missing, const char *why, mp_error *err)
 {
-    static const char *const what[] = {"gpu_expert", "h2d", "d2h", "sync"};
-    for (int i = 0; i < 4; i++) {
-        cJSON *e = cJSON_CreateObject();
-        if (!e || !cJSON_AddStringToObject(e, "what", what[i]) || !cJSON_AddStringToObject(e, "why", why)) {
-            cJSON_Delete(e);
-            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        }
-        cJSON_AddItemToArray(missing, e);
-    }
-    return MP_OK;
+    static const char *const what[] = {"gpu_expert", "h2d", "d2h", "sync", "decode_layers"};
+    mp_status st = MP_OK;
+    for (int i = 0; i < 5 && !st; i++)
+        st = mp_calib_missing(missing, what[i], why, err);
+    return st;
 }
 
 mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
@@ -340,20 +307,21 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
         cJSON_AddItemToObject(root, "non_moe_context", context);
 #if MP_HAVE_CUDA
     if ((!why[0] && (st = mp_calib_runtime_sync(m, o, root, device, err))) ||
-        (!why[0] && (st = mp_calib_cpu_decode_layer(m, o, root, device, err))) ||
-        (!why[0] && (st = mp_calib_far_decode_layer(m, o, root, device, err))) ||
-        (!why[0] && (st = mp_calib_hybrid_layer(m, o, root, device, err))))
+        (!why[0] && (st = mp_calib_decode_layers(m, o, root, device, missing, err))))
         goto out;
 #endif
+    if ((st = mp_calib_host_read(o, root, err)))
+        goto out;
     if (why[0]) {
-        mp_calib_say(o, "calibrate: no GPU measurements: %s (gpu_expert, h2d, d2h and sync are listed in "
-                        "$.missing; the simulator needs them for GPU placements)", why);
+        mp_calib_say(o, "calibrate: no GPU measurements: %s (gpu_expert, h2d, d2h, sync and decode_layers are "
+                        "listed in $.missing; the simulator needs them for GPU placements)", why);
         if (!cJSON_AddStringToObject(device, "gpu", "none") || (st = add_missing(missing, why, err)))
             goto out;
-        cJSON_AddItemToObject(root, "missing", missing);
-    } else {
-        cJSON_Delete(missing);
     }
+    if (cJSON_GetArraySize(missing) > 0) /* a GPU without the grid lists only decode_layers */
+        cJSON_AddItemToObject(root, "missing", missing);
+    else
+        cJSON_Delete(missing);
     missing = NULL;
     char *text = cJSON_Print(root);
     if (!text) {

@@ -1,5 +1,5 @@
 /* simulator/calibrate.h — `moeplan calibrate`: microbenchmarks of this machine that become a
- * cost file (simulator/costs.h, schemas/costs.schema.json).
+ * cost file (runtime/costs.h, schemas/costs.schema.json).
  *
  * What is measured, each point as the median and spread (p75 - p25) of `reps` repetitions after
  * warm-up runs that are not recorded:

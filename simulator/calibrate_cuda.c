@@ -229,7 +229,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         const mp_layer *L = &m->layers[il];
         char quant[16];
-        mp_calib_quant_name(L, quant);
+        mp_model_expert_quant(L, quant);
         bool seen = false;
         for (int64_t j = 0; j < il && !seen; j++)
             seen = m->layers[j].gate_exps.type == L->gate_exps.type && m->layers[j].up_exps.type == L->up_exps.type &&

@@ -35,9 +35,6 @@ int mp_calib_concurrent_ks(const mp_model *m, int *ks);
  * quantizers and kernels take no shortcut on them). */
 void mp_calib_fill(float *x, int64_t n, uint64_t *state);
 
-/* The expert type name of a layer for costs.json's "quant": the gate type when gate, up and down
- * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most 14 characters. */
-void mp_calib_quant_name(const mp_layer *L, char out[16]);
 
 /* Appends the cpu_expert entries to arr; adds facts (rotation footprint, caches) to device. */
 mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
@@ -58,33 +55,29 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
  * point is missing. */
 double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root);
 
-/* With a usable GPU and the microbenchmark's "sync" in root: replaces it (kept in device as
- * "sync_microbenchmark") by the round trip's overhead as the GPU executor pays it in a decode step
- * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
- * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
- * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
 /* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
  * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
  * sp->placement is NULL, *s stays NULL and err says why ("placement: ..." when the placement could
  * not be built). */
 mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *val, mp_session_params *sp,
                                mp_placement *pl, mp_session **s, mp_error *err);
-/* $.cpu_decode_layer: the runtime's CPU expert time per decode layer step with every expert in
- * host memory (top_k cold experts per layer step, as production streams them); nothing without a
- * GPU. simulate scales the CPU expert curve to it (docs/simulator.md). */
-mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                    mp_error *err);
+/* With a usable GPU and the microbenchmark's "sync" in root: replaces it (kept in device as
+ * "sync_microbenchmark") by the round trip's overhead as the GPU executor pays it in a decode step
+ * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
+ * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
+ * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
 mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);
-/* hybrid_layer: a decode step's extra time per layer that holds an expert off the GPU but routes
- * nothing to it (GPU executor; nothing written without a GPU). */
-/* far_decode_layer: the runtime's CPU expert time of one all-cold decode layer step while the GPU
- * runs the executor's far routes of it (placement cpu, a batch that gives the executor its
- * staging buffers); nothing when the executor runs no far routes. */
-mp_status mp_calib_far_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                    mp_error *err);
-mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                mp_error *err);
+/* $.decode_layers: the decode layer grid (runtime/decide.h) through the GPU executor, after the
+ * non-MoE curve (each point is a step's wall time minus it); with a usable GPU only. When the
+ * executor cannot measure it, an entry in missing says why (not an error). */
+mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                 cJSON *missing, mp_error *err);
+/* $.host_read: the cores' read bandwidth of host memory at the largest thread count (best of a
+ * few rounds; the spread is best minus worst). */
+mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err);
+/* Append {"what", "why"} to $.missing. */
+mp_status mp_calib_missing(cJSON *missing, const char *what, const char *why, mp_error *err);
 
 /* GPU parts (calibrate_cuda.c, built with MP_HAVE_CUDA). Adds "gpu_expert", "h2d", "d2h" and
  * "sync" to root and the GPU's facts to device; or, when no usable device exists, returns MP_OK

@@ -3,11 +3,10 @@
  *   non_moe          the time per step outside the MoE experts (the GPU executor with every expert
  *                    resident, CUDA graphs at one row; else the CPU forward pass);
  *   sync             the decode round trip's overhead per hybrid layer (placement layers:1);
- *   cpu_decode_layer the CPU experts of one decode layer step, every layer's experts in host
- *                    memory (placement cpu): top_k cold experts, as production streams them;
- *   far_decode_layer the same step's CPU experts while the GPU runs the executor's far routes
- *                    of it (the CPU's share of the host memory with the bus's readers beside it);
- *   hybrid_layer     the fixed cost of a layer that holds an expert off the GPU.
+ *   decode_layers    the grid the decision model chooses far routes from (runtime/decide.h):
+ *                    a one-row step's time per layer with c of its top_k routes cold (a route
+ *                    source chooses them), f of those far, far routes on or off;
+ *   host_read        the host memory's read bandwidth by the cores (the decode floor).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/bench.h"
 #include "runtime/gpu.h"
 #include "runtime/hooks.h"
 #include "runtime/placement.h"
@@ -279,7 +279,7 @@ out:
 #define DECODE_BATCH 8     /* below MP_GPU_COPY_MIN_ROWS: no staging buffers, so no far routes */
 #define DECODE_BATCH_FAR 64 /* with them: the far routes production decode runs */
 static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const char *spec, int steps, bool measure,
-                              int64_t n_batch, mp_gpu_stats **per_rep_out, double **ns, int *far, mp_error *why,
+                              int64_t n_batch, mp_gpu_stats **per_rep_out, double **ns, mp_error *why,
                               mp_error *err)
 {
     const int64_t n_ctx = 256;
@@ -299,8 +299,6 @@ static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const c
         goto out;
     mp_gpu *g = mp_session_gpu(s);
     mp_gpu_set_measure(g, measure);
-    if (far)
-        *far = mp_gpu_far(g);
     uint64_t rng = 5;
     for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
         if (mp_session_n_past(s) + steps > n_ctx)
@@ -334,7 +332,7 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
     mp_gpu_stats *gs = NULL;
     double *ns = NULL;
     mp_error perr;
-    mp_status st = decode_stats(m, o, "layers:1", STEPS, true, DECODE_BATCH, &gs, &ns, NULL, &perr, err);
+    mp_status st = decode_stats(m, o, "layers:1", STEPS, true, DECODE_BATCH, &gs, &ns, &perr, err);
     if (st)
         goto out;
     if (!gs) {
@@ -375,253 +373,318 @@ out:
     return st;
 }
 
-/* root[key] = the point of a decode layer step's measurements ns (o->reps of them) with its experts,
- * far routes (far > 0 only) and threads, and device[key + "_path"] = path; the point (owned by
- * root), or NULL when out of memory. */
-static cJSON *add_layer_point(cJSON *root, cJSON *device, const char *key, int64_t experts, int far,
-                              const mp_calib_opts *o, double *ns, const char *path)
-{
-    cJSON *p = mp_calib_point("experts", (double)experts, ns, o->reps);
-    if (!p || (far > 0 && !cJSON_AddNumberToObject(p, "far", far)) ||
-        !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]) || !cJSON_AddItemToObject(root, key, p)) {
-        cJSON_Delete(p); /* not owned by root */
-        return NULL;
-    }
-    char path_key[64];
-    snprintf(path_key, sizeof path_key, "%s_path", key);
-    return cJSON_AddStringToObject(device, path_key, path) ? p : NULL;
-}
+/* ---- the decode layer grid ---- */
 
-/* The concurrent curve's time for k experts of the first CPU entry of the model's kind (-1: none). */
-static double micro_concurrent_ns(const cJSON *root, int64_t k)
-{
-    const cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "cpu_expert"), 0);
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(e, "concurrent")) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(p, "experts");
-        const cJSON *y = cJSON_GetObjectItemCaseSensitive(p, "median_ns");
-        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && x->valuedouble == (double)k)
-            return y->valuedouble;
-    }
-    return -1;
-}
-
-mp_status mp_calib_cpu_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                    mp_error *err)
-{
-    char why[256];
-    if (!mp_gpu_available(why, sizeof why))
-        return MP_OK;
-    enum { STEPS = 4 }; /* decode steps per repetition: n_layer layer steps each */
-    const int64_t K = m->hp.n_expert_used;
-    mp_gpu_stats *gs = NULL;
-    double *ns = NULL;
-    mp_error perr;
-    mp_status st = decode_stats(m, o, "cpu", STEPS, false, DECODE_BATCH, &gs, &ns, NULL, &perr, err);
-    if (st)
-        goto out;
-    if (!gs) {
-        mp_calib_say(o, "calibrate: cpu_decode_layer not measured (%s)", perr.msg);
-        goto out;
-    }
-    for (int rep = 0; rep < o->reps; rep++) {
-        /* every route of every layer step on the CPU, or the point would not be top_k experts */
-        if (gs[rep].hybrid_layers < 1 || gs[rep].routes_cpu != gs[rep].hybrid_layers * K) {
-            mp_calib_say(o, "calibrate: cpu_decode_layer not measured (%" PRId64 " CPU routes in %" PRId64
-                            " layer steps, expected %" PRId64 " each)", gs[rep].routes_cpu,
-                         gs[rep].hybrid_layers, K);
-            goto out;
-        }
-        ns[rep] = (double)gs[rep].cpu_expert_ns / (double)gs[rep].hybrid_layers;
-    }
-    cJSON *p = add_layer_point(root, device, "cpu_decode_layer", K, 0, o, ns,
-                               "runtime: GPU executor, placement cpu (every expert in host memory), decode "
-                               "with CUDA graphs, mean CPU expert time per layer step (mp_gpu_stats "
-                               "cpu_expert_ns / hybrid_layers)");
-    if (!p) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        goto out;
-    }
-    const double micro = micro_concurrent_ns(root, K);
-    mp_calib_say(o, "calibrate: CPU experts of a decode layer in the runtime (placement cpu, %" PRId64
-                    " experts, %d steps x %d reps): median %.1f us (microbenchmark: %.1f us)",
-                 K, STEPS, o->reps, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
-                 micro >= 0 ? micro / 1000.0 : -1.0);
-out:
-    free(gs);
-    free(ns);
-    return st;
-}
-
-/* ---- far routes: the CPU experts of a decode layer step beside the GPU's far routes ---- */
-
-mp_status mp_calib_far_decode_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                    mp_error *err)
-{
-    char why[256];
-    if (!mp_gpu_available(why, sizeof why))
-        return MP_OK;
-    enum { STEPS = 4 };
-    const int64_t K = m->hp.n_expert_used;
-    mp_gpu_stats *gs = NULL;
-    double *ns = NULL;
-    int far = 0;
-    mp_error perr;
-    mp_status st = decode_stats(m, o, "cpu", STEPS, true, DECODE_BATCH_FAR, &gs, &ns, &far, &perr, err);
-    if (st)
-        goto out;
-    if (!gs || far < 1) {
-        mp_calib_say(o, "calibrate: far_decode_layer not measured (%s)",
-                     !gs ? perr.msg : "the executor runs no far routes: MP_GPU_FAR=0, or no page-locked host copy");
-        goto out;
-    }
-    double overhead = 0;
-    for (int rep = 0; rep < o->reps; rep++) {
-        /* every layer step all-cold: far routes `far` of K, the rest on the CPU */
-        if (gs[rep].hybrid_layers < 1 || gs[rep].routes_far != gs[rep].hybrid_layers * far ||
-            gs[rep].routes_cpu != gs[rep].hybrid_layers * (K - far)) {
-            mp_calib_say(o, "calibrate: far_decode_layer not measured (%" PRId64 " far and %" PRId64 " CPU routes in %"
-                            PRId64 " layer steps, expected %d and %" PRId64 " each)", gs[rep].routes_far,
-                         gs[rep].routes_cpu, gs[rep].hybrid_layers, far, K - far);
-            goto out;
-        }
-        ns[rep] = (double)gs[rep].cpu_expert_ns / (double)gs[rep].hybrid_layers;
-        overhead += gs[rep].rt_measured ? (double)gs[rep].rt_overhead_ns / (double)gs[rep].rt_measured / o->reps : 0;
-    }
-    cJSON *p = add_layer_point(root, device, "far_decode_layer", K, far, o, ns,
-                               "runtime: GPU executor, placement cpu, decode with CUDA graphs and the executor's "
-                               "far routes, mean CPU expert time per layer step (mp_gpu_stats cpu_expert_ns / "
-                               "hybrid_layers) while the GPU reads the far routes' weights");
-    if (!p) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        goto out;
-    }
-    /* the round trip's overhead stays that of a CPU-bound step when the far routes finish first */
-    mp_calib_say(o, "calibrate: CPU experts of a decode layer beside %d far routes (placement cpu, %" PRId64
-                    " CPU experts, %d steps x %d reps): median %.1f us; round-trip overhead %.1f us",
-                 far, K - far, STEPS, o->reps, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
-                 overhead / 1000.0);
-out:
-    free(gs);
-    free(ns);
-    return st;
-}
-
-/* ---- the fixed cost of a hybrid layer ---- */
-
-/* Routes that never reach the last expert: random distinct ids below n_expert - 1, random weights
- * summing to 1. */
-typedef struct avoid_last {
+/* Routes with exactly `cold` of top_k on experts outside the pool in every layer: the pool holds
+ * experts [0, resident) of each layer; each row draws top_k - cold distinct ids below `resident`
+ * and `cold` at or above it, in random slots (the kernels run the first far routes in slot
+ * order), with random weights summing to 1. */
+typedef struct grid_routes {
     uint64_t rng;
-    int64_t n_expert;
-} avoid_last;
+    int64_t n_expert, resident;
+    int cold;
+} grid_routes;
 
-static int avoid_last_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids, float *w)
+static uint64_t grid_next(grid_routes *g)
+{
+    g->rng = g->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return g->rng >> 33;
+}
+
+static int grid_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids, float *w)
 {
     (void)layer;
-    avoid_last *a = user;
+    grid_routes *g = user;
     for (int64_t r = 0; r < n_rows; r++) {
-        float sum = 0.0f;
+        int32_t *row = ids + r * top_k;
         for (int64_t k = 0; k < top_k; k++) {
-            int32_t id;
+            const bool cold = k < g->cold;
+            const int64_t lo = cold ? g->resident : 0, span = cold ? g->n_expert - g->resident : g->resident;
             bool dup;
             do {
-                a->rng = a->rng * 6364136223846793005ull + 1442695040888963407ull;
-                id = (int32_t)((a->rng >> 33) % (uint64_t)(a->n_expert - 1));
+                row[k] = (int32_t)(lo + (int64_t)(grid_next(g) % (uint64_t)span));
                 dup = false;
                 for (int64_t j = 0; j < k; j++)
-                    dup |= ids[r * top_k + j] == id;
+                    dup |= row[j] == row[k];
             } while (dup);
-            ids[r * top_k + k] = id;
-            w[r * top_k + k] = 0.5f + (float)((a->rng >> 20) & 0xff) / 256.0f;
-            sum += w[r * top_k + k];
         }
+        for (int64_t k = top_k - 1; k > 0; k--) { /* cold routes into random slots */
+            const int64_t j = (int64_t)(grid_next(g) % (uint64_t)(k + 1));
+            const int32_t t = row[k];
+            row[k] = row[j];
+            row[j] = t;
+        }
+        float sum = 0;
+        for (int64_t k = 0; k < top_k; k++)
+            sum += w[r * top_k + k] = 0.5f + (float)(grid_next(g) & 0xff) / 256.0f;
         for (int64_t k = 0; k < top_k; k++)
             w[r * top_k + k] /= sum;
     }
     return 0;
 }
 
-/* Decode wall time per step (ns[0 .. reps)) under placement option opt = val, with routes that
- * avoid the last expert. */
-static mp_status time_decode(const mp_model *m, const mp_calib_opts *o, const char *opt, const char *val,
-                             double *ns, mp_error *err)
+/* The non-MoE time of a one-row step at `keys` keys of context, from root's non_moe curve and its
+ * context term (what calibrate measured before): < 0 when root has no one-row point. */
+static double non_moe_at(const cJSON *root, double keys)
 {
-    enum { STEPS = 16 };
-    avoid_last routes = {.rng = 11, .n_expert = m->hp.n_expert};
-    mp_route_source src = {&routes, avoid_last_route};
-    mp_session_params sp = {.n_ctx = 256, .n_threads = o->threads[o->n_threads - 1], .n_batch = 8,
-                            .route_src = &src};
+    const cJSON *p0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "non_moe"), 0);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(p0, "rows"), *med = cJSON_GetObjectItemCaseSensitive(p0, "median_ns");
+    if (!cJSON_IsNumber(rows) || rows->valuedouble != 1 || !cJSON_IsNumber(med))
+        return -1;
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context");
+    const cJSON *k0 = cJSON_GetObjectItemCaseSensitive(ctx, "keys"), *pk = cJSON_GetObjectItemCaseSensitive(ctx, "per_key_ns");
+    double ns = med->valuedouble;
+    if (cJSON_IsNumber(k0) && cJSON_IsNumber(pk))
+        ns += pk->valuedouble * (keys - k0->valuedouble);
+    return ns > 0 ? ns : 0;
+}
+
+/* One repetition of a grid point: from the start of the context, WARM one-row steps untimed (the
+ * first captures the decode graph anew when the far routes changed), then STEPS timed; the layer
+ * time (their mean wall time minus the non-MoE time at their keys, over n_layer), the CPU and GPU
+ * side per layer step into *layer, *cpu, *gpu. *ok false, with why, when the executor did not run
+ * the routes as asked (the point would describe another step). */
+enum { GRID_WARM = 2, GRID_STEPS = 8 };
+static mp_status grid_rep(mp_session *s, const mp_model *m, const cJSON *root, int cold, int far, float *logits,
+                          double *layer, double *cpu, double *gpu, bool *ok, char *why, size_t why_cap, mp_error *err)
+{
+    mp_gpu *g = mp_session_gpu(s);
+    const int64_t L = m->hp.n_layer, K = m->hp.n_expert_used;
+    mp_status st = MP_OK;
+    int32_t tok = 7;
+    mp_session_reset(s);
+    int64_t t0 = 0;
+    for (int i = 0; i < GRID_WARM + GRID_STEPS && !st; i++) {
+        if (i == GRID_WARM) {
+            mp_gpu_stats_reset(g);
+            t0 = mp_calib_now_ns();
+        }
+        tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
+        st = mp_session_eval(s, &tok, 1, false, logits, err);
+    }
+    if (st)
+        return st;
+    const double step_ns = (double)(mp_calib_now_ns() - t0) / GRID_STEPS;
+    mp_gpu_stats gs;
+    mp_gpu_get_stats(g, &gs);
+    const int64_t lsteps = gs.hybrid_layers;
+    *ok = lsteps == (int64_t)GRID_STEPS * L && gs.routes_far == lsteps * far && gs.routes_cpu == lsteps * (cold - far) &&
+          gs.routes_gpu == lsteps * (K - cold);
+    if (!*ok) {
+        snprintf(why, why_cap, "%" PRId64 " hybrid layer steps with %" PRId64 " GPU, %" PRId64 " far and %" PRId64
+                 " CPU routes, expected %" PRId64 " with %" PRId64 ", %d and %" PRId64 " each", lsteps, gs.routes_gpu,
+                 gs.routes_far, gs.routes_cpu, (int64_t)GRID_STEPS * L, K - cold, far, (int64_t)(cold - far));
+        return MP_OK;
+    }
+    /* the timed steps sit at positions GRID_WARM .. GRID_WARM + GRID_STEPS - 1 */
+    const double nm = non_moe_at(root, GRID_WARM + (GRID_STEPS + 1) / 2.0);
+    *layer = (step_ns - (nm > 0 ? nm : 0)) / (double)L;
+    *cpu = (double)gs.cpu_expert_ns / (double)lsteps;
+    *gpu = gs.rt_measured ? (double)gs.rt_gpu_ns / (double)gs.rt_measured : 0;
+    return MP_OK;
+}
+
+static double median_of(double *x, int n)
+{
+    mp_calib_sort(x, n);
+    return mp_calib_quantile(x, n, 0.5);
+}
+
+/* The far plan of a grid point on every layer: far routes off (f < 0), or on with f of c cold. */
+static void grid_plan(mp_far_layer *plan, int64_t L, int c, int f)
+{
+    for (int64_t il = 0; il < L; il++) {
+        memset(&plan[il], 0, sizeof plan[il]);
+        plan[il].on = f >= 0;
+        plan[il].table[c] = (uint8_t)(f > 0 ? f : 0);
+    }
+}
+
+mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
+                                 cJSON *missing, mp_error *err)
+{
+    const int64_t L = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    const int threads = o->threads[o->n_threads - 1];
+    /* the pool holds `resident` experts of every layer: enough for K - cold hits down to cold_min */
+    const int64_t resident = K <= E - K ? K : E - K;
+    const int cold_min = (int)(K - resident);
+    char path[] = "/tmp/moeplan-calib-XXXXXX";
+    char why[320] = "";
+    const int fd = resident > 0 ? mkstemp(path) : -1;
+    FILE *pf = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (resident > 0 && !pf) {
+        if (fd >= 0)
+            close(fd), unlink(path);
+        snprintf(why, sizeof why, "temporary placement file: %s", strerror(errno));
+        return mp_calib_missing(missing, "decode_layers", why, err);
+    }
+    for (int64_t il = 0; pf && il < L; il++)
+        fprintf(pf, "%" PRId64 ": 0-%" PRId64 "\n", il, resident - 1);
+    if (pf && fclose(pf)) {
+        unlink(path);
+        snprintf(why, sizeof why, "temporary placement file: %s", strerror(errno));
+        return mp_calib_missing(missing, "decode_layers", why, err);
+    }
+    grid_routes routes = {.rng = 17, .n_expert = E, .resident = resident, .cold = cold_min};
+    mp_route_source src = {&routes, grid_route};
+    /* a batch that gives the executor its staging buffers, and so its far routes */
+    mp_session_params sp = {.n_ctx = 256, .n_threads = threads, .n_batch = DECODE_BATCH_FAR, .route_src = &src};
     mp_placement pl = {0};
     mp_session *s = NULL;
-    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    mp_status st = logits ? mp_calib_gpu_session(m, opt, val, &sp, &pl, &s, err)
-                          : mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-    int32_t tok = 1;
-    for (int rep = -mp_calib_warmups(o) - 1; !st && rep < o->reps; rep++) { /* one more warm-up: graph capture */
-        if (mp_session_n_past(s) + STEPS > sp.n_ctx)
-            mp_session_reset(s);
-        const int64_t t0 = mp_calib_now_ns();
-        for (int i = 0; i < STEPS && !st; i++) {
-            tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
-            st = mp_session_eval(s, &tok, 1, false, logits, err);
-        }
-        if (rep >= 0)
-            ns[rep] = (double)(mp_calib_now_ns() - t0) / STEPS;
+    mp_error perr;
+    mp_status st = MP_OK;
+    const int64_t t_start = mp_calib_now_ns();
+    if (resident > 0 ? mp_calib_gpu_session(m, "--placement-file", path, &sp, &pl, &s, &perr)
+                     : mp_calib_gpu_session(m, "--placement", "cpu", &sp, &pl, &s, &perr)) {
+        if (resident > 0)
+            unlink(path);
+        snprintf(why, sizeof why, "the GPU executor did not start: %.280s", perr.msg);
+        return mp_calib_missing(missing, "decode_layers", why, err);
     }
+    if (resident > 0)
+        unlink(path);
+    mp_gpu *g = mp_session_gpu(s);
+    mp_gpu_set_measure(g, true);
+    const int far_max = mp_gpu_far_max(g) < (int)K ? mp_gpu_far_max(g) : (int)K;
+    /* the points: (cold c, far f) for c = cold_min .. K, f = -1 (off) .. min(c, far_max) */
+    int n_pts = 0, pc[(MP_DECIDE_MAX_K + 1) * (MP_DECIDE_MAX_K + 2)], pfar[(MP_DECIDE_MAX_K + 1) * (MP_DECIDE_MAX_K + 2)];
+    for (int c = cold_min; c <= K; c++)
+        for (int f = -1; f <= (c < far_max ? c : far_max); f++)
+            pc[n_pts] = c, pfar[n_pts++] = f;
+    mp_calib_say(o, "calibrate: decode layer grid: %d points (cold routes %d..%" PRId64 " of top-%" PRId64 ", far "
+                    "routes 0..%d on and off), %d passes over them of %d timed steps each (passes interleave the "
+                    "points, so that the host's drift spreads over all), %" PRId64 " resident experts a layer",
+                 n_pts, cold_min, K, K, far_max, o->reps, GRID_STEPS, resident);
+    if (far_max < 1)
+        mp_calib_say(o, "calibrate: decode layer grid: far routes not measured: the executor has none (no "
+                        "page-locked host copy of the experts)");
+    cJSON *grid = cJSON_CreateObject(), *pts = cJSON_CreateArray();
+    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
+    double *layer = malloc((size_t)n_pts * (size_t)o->reps * sizeof(double));
+    double *cpu = malloc((size_t)n_pts * (size_t)o->reps * sizeof(double));
+    double *gpu = malloc((size_t)n_pts * (size_t)o->reps * sizeof(double));
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    char quant[16];
+    mp_model_expert_quant(&m->layers[0], quant);
+    if (!grid || !pts || !plan || !layer || !cpu || !gpu || !logits || !cJSON_AddStringToObject(grid, "quant", quant) ||
+        !cJSON_AddNumberToObject(grid, "n_embd", (double)m->hp.n_embd) ||
+        !cJSON_AddNumberToObject(grid, "n_ff", (double)m->hp.n_ff_exp) ||
+        !cJSON_AddNumberToObject(grid, "n_expert", (double)E) || !cJSON_AddNumberToObject(grid, "top_k", (double)K) ||
+        !cJSON_AddNumberToObject(grid, "far_max", far_max > 0 ? far_max : 0) ||
+        !cJSON_AddNumberToObject(grid, "threads", threads) ||
+        !cJSON_AddNumberToObject(grid, "expert_bytes", (double)mp_model_expert_bytes(m, 0))) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    /* pass -1 warms every point up once (graph captures, the host copy's pages); it is not kept */
+    for (int pass = -1; pass < o->reps && !why[0]; pass++) {
+        for (int i = 0; i < n_pts && !why[0]; i++) {
+            routes.cold = pc[i];
+            grid_plan(plan, L, pc[i], pfar[i]);
+            if (!mp_gpu_set_far_plan(g, plan)) {
+                snprintf(why, sizeof why, "the executor refused far routes on every layer");
+                break;
+            }
+            double lt = 0, ct = 0, gt = 0;
+            bool ok = true;
+            if ((st = grid_rep(s, m, root, pc[i], pfar[i] > 0 ? pfar[i] : 0, logits, &lt, &ct, &gt, &ok, why, sizeof why,
+                               err)))
+                goto out;
+            if (!ok || pass < 0)
+                continue;
+            layer[(size_t)i * o->reps + pass] = lt;
+            cpu[(size_t)i * o->reps + pass] = ct;
+            gpu[(size_t)i * o->reps + pass] = gt;
+        }
+        if (!why[0] && pass >= 0) {
+            const double elapsed = (double)(mp_calib_now_ns() - t_start) / 1e9;
+            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s, %.0f s left]", pass + 1, o->reps,
+                         elapsed, elapsed / (pass + 2) * (o->reps - pass - 1));
+        }
+    }
+    if (why[0]) {
+        mp_calib_say(o, "calibrate: decode layer grid not measured: %s", why);
+        st = mp_calib_missing(missing, "decode_layers", why, err);
+        goto out;
+    }
+    double spread_sum = 0, spread_max = 0;
+    for (int i = 0; i < n_pts; i++) {
+        const int c = pc[i], f = pfar[i] > 0 ? pfar[i] : 0;
+        double *lt = layer + (size_t)i * o->reps;
+        const double cpu_ns = median_of(cpu + (size_t)i * o->reps, o->reps);
+        const double gpu_ns = median_of(gpu + (size_t)i * o->reps, o->reps);
+        cJSON *p = mp_calib_point(NULL, 0, lt, o->reps); /* sorts lt */
+        if (!p || !cJSON_AddNumberToObject(p, "cold", c) || !cJSON_AddNumberToObject(p, "far", f) ||
+            !cJSON_AddBoolToObject(p, "far_on", pfar[i] >= 0) || !cJSON_AddNumberToObject(p, "cpu_ns", round(cpu_ns)) ||
+            !cJSON_AddNumberToObject(p, "gpu_ns", round(gpu_ns))) {
+            cJSON_Delete(p);
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            goto out;
+        }
+        cJSON_AddItemToArray(pts, p);
+        const double med = cJSON_GetObjectItem(p, "median_ns")->valuedouble;
+        const double rel = med > 0 ? cJSON_GetObjectItem(p, "spread_ns")->valuedouble / med : 0;
+        spread_sum += rel;
+        spread_max = rel > spread_max ? rel : spread_max;
+        char mode[48];
+        if (pfar[i] < 0)
+            snprintf(mode, sizeof mode, "far routes off");
+        else
+            snprintf(mode, sizeof mode, "far routes on, %d far", f);
+        mp_calib_say(o, "calibrate: decode layer, %d of %" PRId64 " routes cold, %s: %.1f us (CPU %.1f, GPU %.1f) per "
+                        "layer, spread %.1f %%", c, K, mode, med / 1e3, cpu_ns / 1e3, gpu_ns / 1e3, 100 * rel);
+    }
+    cJSON_AddItemToObject(grid, "points", pts);
+    pts = NULL;
+    cJSON_AddItemToObject(root, "decode_layers", grid);
+    grid = NULL;
+    mp_calib_say(o, "calibrate: decode layer grid: %d points in %.1f s; repetition spread (p75 - p25) %.1f %% of the "
+                    "layer time on average, %.1f %% at most", n_pts, (double)(mp_calib_now_ns() - t_start) / 1e9,
+                 100 * spread_sum / (n_pts ? n_pts : 1), 100 * spread_max);
+    if (!cJSON_AddStringToObject(device, "decode_layers_path",
+                                 "runtime: GPU executor, decode with CUDA graphs and a route source giving every layer "
+                                 "`cold` routes outside the pool; far routes set per point (mp_gpu_set_far_plan); "
+                                 "passes interleave the points; median_ns: step wall time minus the non-MoE curve's "
+                                 "one-row time, over n_layer"))
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+out:
+    cJSON_Delete(grid);
+    cJSON_Delete(pts);
+    free(plan);
+    free(layer);
+    free(cpu);
+    free(gpu);
+    free(logits);
     mp_session_free(s);
     mp_placement_free(&pl);
-    free(logits);
     return st;
 }
 
-mp_status mp_calib_hybrid_layer(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
-                                mp_error *err)
+/* ---- the host's read bandwidth ---- */
+
+mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
 {
-    char why[256];
-    const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
-    if (!mp_gpu_available(why, sizeof why) || E < 2)
-        return MP_OK;
-    /* every layer keeps all experts but the last on the GPU; the routes never reach the last */
-    char path[] = "/tmp/moeplan-calib-XXXXXX";
-    const int fd = mkstemp(path);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        if (fd >= 0)
-            close(fd);
-        mp_calib_say(o, "calibrate: hybrid_layer not measured (temporary placement file: %s)", strerror(errno));
-        return MP_OK;
+    enum { ROUNDS = 3 };
+    const int threads = o->threads[o->n_threads - 1];
+    const size_t bytes = o->quick ? (size_t)256 << 20 : (size_t)1 << 30; /* far past any LLC */
+    double gbs[ROUNDS], lo = 0, hi = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        gbs[r] = mp_bench_host_read_gbs(bytes, threads, 2);
+        lo = r == 0 || gbs[r] < lo ? gbs[r] : lo;
+        hi = gbs[r] > hi ? gbs[r] : hi;
     }
-    for (int64_t il = 0; il < L; il++)
-        fprintf(f, "%" PRId64 ": 0-%" PRId64 "\n", il, E - 2);
-    const bool written = fclose(f) == 0;
-    double *a = malloc((size_t)o->reps * sizeof(double)), *b = malloc((size_t)o->reps * sizeof(double));
-    mp_status st = MP_OK;
-    mp_error perr;
-    if (!a || !b) {
-        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-    } else if (!written || time_decode(m, o, "--placement", "gpu", b, &perr) ||
-               time_decode(m, o, "--placement-file", path, a, &perr)) {
-        mp_calib_say(o, "calibrate: hybrid_layer not measured (%s)", written ? perr.msg : "placement file not written");
-    } else {
-        mp_calib_sort(b, o->reps);
-        const double base = mp_calib_quantile(b, o->reps, 0.5);
-        for (int i = 0; i < o->reps; i++) /* per hybrid layer; noise below the all-resident step is 0 */
-            a[i] = a[i] > base ? (a[i] - base) / (double)L : 0.0;
-        cJSON *p = mp_calib_point(NULL, 0, a, o->reps);
-        if (!p || !cJSON_AddItemToObject(root, "hybrid_layer", p) ||
-            !cJSON_AddStringToObject(device, "hybrid_layer_path",
-                                     "runtime: GPU executor, decode with CUDA graphs and routes that avoid "
-                                     "the last expert; every layer holding all experts but the last against "
-                                     "every expert resident, step-time difference per layer"))
-            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        else
-            mp_calib_say(o, "calibrate: hybrid layer with nothing for the CPU: %.1f us per layer beyond its GPU "
-                            "experts (decode %.1f us/step all resident)",
-                         cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, base / 1000.0);
+    if (!(hi > 0))
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: host read bandwidth: no memory for a %zu-byte buffer or no "
+                       "%d threads", bytes, threads);
+    /* the best round: the floor it gives must not be above what the host can do */
+    cJSON *p = cJSON_CreateObject();
+    if (!p || !cJSON_AddNumberToObject(p, "gbs", round(hi * 100) / 100) ||
+        !cJSON_AddNumberToObject(p, "spread_gbs", round((hi - lo) * 100) / 100) ||
+        !cJSON_AddNumberToObject(p, "threads", threads) || !cJSON_AddItemToObject(root, "host_read", p)) {
+        cJSON_Delete(p);
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     }
-    unlink(path);
-    free(a);
-    free(b);
-    return st;
+    mp_calib_say(o, "calibrate: host read bandwidth (%d threads, %zu MiB): %.1f GB/s, best of %d rounds (lowest %.1f)",
+                 threads, bytes >> 20, hi, ROUNDS, lo);
+    return MP_OK;
 }

@@ -15,7 +15,7 @@
 #include "cli/commands.h"
 #include "runtime/atomic_file.h"
 #include "simulator/calibrate.h"
-#include "simulator/costs.h"
+#include "runtime/costs.h"
 
 static void usage(FILE *f)
 {

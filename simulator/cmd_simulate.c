@@ -14,9 +14,12 @@
 
 #include "cli/commands.h"
 #include "collector/sha256.h"
+#include "runtime/costs.h"
 #include "runtime/model.h"
+#include "runtime/numparse.h"
+#include "runtime/placement.h"
+#include "runtime/session.h"
 #include "runtime/strp.h"
-#include "simulator/costs.h"
 #include "simulator/report.h"
 #include "simulator/sim.h"
 #include "simulator/sim_load.h"
@@ -30,12 +33,18 @@ static void usage(FILE *f)
             "Replay the trace's routing under each GPU memory budget and placement policy with the\n"
             "cost model, and predict hit rates, transfers and decode speed (docs/simulator.md).\n\n"
             "  --costs FILE          cost model (schemas/costs.schema.json, from moeplan calibrate)\n"
-            "  --budget LIST         GPU memory for the model, e.g. 8GiB,16GiB,24GiB (B, KiB, MiB,\n"
-            "                        GiB, KB, MB, GB); holds the non-expert weights + resident experts\n"
-            "  -m, --model GGUF      the traced model: its non-expert bytes (unless given below)\n"
-            "                        and a check that its expert shape is the trace's\n"
-            "  --non-expert-bytes N  bytes of the model's non-expert weights (default: from\n"
-            "                        --model, else 0)\n"
+            "  --budget LIST         GPU memory for the model, e.g. 8GiB,16GiB,24GiB (B, KB MB GB TB,\n"
+            "                        KiB MiB GiB TiB, case-insensitive): the same meaning as\n"
+            "                        run/bench/collect --gpu-budget, so a profile made for B runs\n"
+            "                        under --gpu-budget B: weights + KV cache for --ctx + scratch for\n"
+            "                        --batch-size + resident experts\n"
+            "  -m, --model GGUF      the traced model: the budget's fixed part (weights, KV cache,\n"
+            "                        scratch), expert sizes, and a check that its shape is the trace's\n"
+            "  -c, --ctx-size N      context the runtime will hold (default: the runtime's, the\n"
+            "                        model's trained context up to 4096)\n"
+            "  -b, --batch-size N    rows per prefill chunk (default: the runtime's, 512 up to --ctx)\n"
+            "  --non-expert-bytes N  the GPU bytes besides the expert pool, instead of -m's estimate\n"
+            "                        (weights + KV cache + scratch, as bench reports gpu_fixed_bytes)\n"
             "  --policy LIST         policies, comma-separated, or 'all' (default): %s",
             "");
     for (int p = 0; p < MP_POL_COUNT; p++)
@@ -71,40 +80,6 @@ static void usage(FILE *f)
             "                        (window-lfu); e.g. --sweep alpha=0.5,0.8,0.9,0.99\n");
 }
 
-/* "16GiB", "512MiB", "1e9" (bytes), "24GB". */
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0) || !isfinite(v))
-        return -1;
-    double mult = 1;
-    if (!*end || !strcmp(end, "B"))
-        mult = 1;
-    else if (!strcmp(end, "KiB"))
-        mult = 1024.0;
-    else if (!strcmp(end, "MiB"))
-        mult = 1024.0 * 1024;
-    else if (!strcmp(end, "GiB"))
-        mult = 1024.0 * 1024 * 1024;
-    else if (!strcmp(end, "TiB"))
-        mult = 1024.0 * 1024 * 1024 * 1024;
-    else if (!strcmp(end, "KB"))
-        mult = 1e3;
-    else if (!strcmp(end, "MB"))
-        mult = 1e6;
-    else if (!strcmp(end, "GB"))
-        mult = 1e9;
-    else
-        return -1;
-    double b = v * mult;
-    if (b > 1.8e19)
-        return -1;
-    *out = (uint64_t)llround(b);
-    return 0;
-}
-
 static int parse_num(const char *s, double *out)
 {
     char *end;
@@ -116,32 +91,13 @@ static int parse_num(const char *s, double *out)
     return 0;
 }
 
-static mp_status hash_file(const char *path, char hex[65], mp_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    mp_sha256 h;
-    mp_sha256_init(&h);
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        mp_sha256_update(&h, buf, n);
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "%s: read error while hashing", path);
-    uint8_t d[32];
-    mp_sha256_final(&h, d);
-    mp_sha256_hex(d, hex);
-    return MP_OK;
-}
 
 typedef struct opts {
     const char *trace, *costs, *json, *svg, *profile;
     const char *placement_profile; /* --placement-profile: replayed as policy 'profile' */
-    const char *model; /* --model: non-expert bytes and a shape check from the GGUF */
+    const char *model; /* --model: the budget's fixed part, expert sizes and a shape check */
     bool non_expert_given;
+    int64_t ctx, batch; /* --ctx-size, --batch-size (0: the runtime's defaults) */
     uint64_t budgets[MAX_BUDGETS];
     int n_budgets;
     bool policies[MP_POL_COUNT];
@@ -151,6 +107,38 @@ typedef struct opts {
     bool llamacpp, sensitivity, as_decode;
     mp_sim_sweep sweep; /* n_values 0: no --sweep */
 } opts;
+
+/* --budget LIST: comma-separated sizes in the runtime's grammar (mp_parse_bytes, as --gpu-budget);
+ * an empty item is an error. Returns 0, or 2 after saying what is wrong. */
+static int parse_budgets(const char *v, opts *o)
+{
+    const char *p = v;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        mp_error perr;
+        if (len == 0 || len >= sizeof item) {
+            fprintf(stderr, "moeplan simulate: error: --budget '%s': %s at offset %zu: expected SIZE[,SIZE...] like "
+                            "8GiB,16GiB\n", v, len ? "an item too long" : "an empty item", (size_t)(p - v));
+            return 2;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (o->n_budgets == MAX_BUDGETS) {
+            fprintf(stderr, "moeplan simulate: error: --budget '%s': more than %d sizes\n", v, MAX_BUDGETS);
+            return 2;
+        }
+        if (mp_parse_bytes(item, &o->budgets[o->n_budgets], &perr)) {
+            fprintf(stderr, "moeplan simulate: error: --budget: %s\n", perr.msg);
+            return 2;
+        }
+        o->n_budgets++;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
 
 /* --sweep PARAM=V1,V2,...: the parameter, its policy, and values checked as --alpha etc. are */
 static int parse_sweep(const char *v, mp_sim_sweep *sw)
@@ -231,16 +219,8 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 return 2;
             }
         } else if (!strcmp(a, "--budget")) {
-            char buf[1024];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (o->n_budgets == MAX_BUDGETS || parse_size(tok, &o->budgets[o->n_budgets])) {
-                    fprintf(stderr, "moeplan simulate: error: --budget '%s': expected up to %d sizes like 16GiB\n",
-                            tok, MAX_BUDGETS);
-                    return 2;
-                }
-                o->n_budgets++;
-            }
+            if (parse_budgets(v, o))
+                return 2;
         } else if (!strcmp(a, "--sweep")) {
             if (o->sweep.n_values) {
                 fprintf(stderr, "moeplan simulate: error: --sweep given twice: one parameter per run\n");
@@ -253,8 +233,17 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->model = v;
         } else if (!strcmp(a, "--non-expert-bytes")) {
             o->non_expert_given = true;
-            if (parse_size(v, &cfg->non_expert_bytes)) {
-                fprintf(stderr, "moeplan simulate: error: --non-expert-bytes '%s': expected a size\n", v);
+            mp_error perr;
+            if (mp_parse_bytes(v, &cfg->non_expert_bytes, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: --non-expert-bytes: %s\n", perr.msg);
+                return 2;
+            }
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "--ctx") || !strcmp(a, "-b") ||
+                   !strcmp(a, "--batch-size")) {
+            const bool ctx = a[1] == 'c' || a[2] == 'c';
+            if (!mp_parse_i64(v, 1, ctx ? (int64_t)1 << 22 : 65536, ctx ? &o->ctx : &o->batch)) {
+                fprintf(stderr, "moeplan simulate: error: %s '%s': expected an integer 1..%d\n", a, v,
+                        ctx ? 1 << 22 : 65536);
                 return 2;
             }
         } else if (!strcmp(a, "--policy") || !strcmp(a, "--profile-policy")) {
@@ -496,26 +485,82 @@ static int rank_policies(const mp_sim_budget_run *run, int rank[MP_POL_COUNT])
     return n ? order[0] : -1;
 }
 
-/* --model: the GGUF's non-expert bytes, after checking that its expert shape is the trace's. */
-static mp_status apply_model(const char *path, const char *trace_path, const mp_sim_trace_facts *facts,
-                             bool set_non_expert, mp_sim_config *cfg, mp_error *err)
+/* --model: checks that its expert shape is the trace's; then what the runtime will hold on the GPU
+ * besides experts, as run/bench/collect --gpu-budget count it (weights, KV cache for the context,
+ * scratch for the batch: mp_gpu_budget_compute, the runtime's own estimate; unless
+ * --non-expert-bytes gave it), the largest layer's expert size (the slots a budget holds, so that
+ * they fit in whichever layers the policy puts them, as the runtime places them), and whether the
+ * runtime will have the staging buffers that prefill weight copies need. o->ctx and o->batch get
+ * the sizes the session resolves them to. */
+static mp_status apply_model(const char *path, const char *trace_path, const mp_sim_trace_facts *facts, opts *o,
+                             mp_sim_config *cfg, uint64_t *slot_bytes, mp_error *err)
 {
     mp_model *m = NULL;
     mp_status st = mp_model_load(path, &m, err);
     if (st)
         return st;
+    mp_placement_geom g = {0};
     const int64_t bytes = (int64_t)mp_model_expert_bytes(m, 0);
     if ((facts->expert_bytes > 0 && facts->expert_bytes != bytes) || (facts->n_embd > 0 && facts->n_embd != m->hp.n_embd) ||
-        (facts->n_ff > 0 && facts->n_ff != m->hp.n_ff_exp)) /* <= 0: the trace does not say */
+        (facts->n_ff > 0 && facts->n_ff != m->hp.n_ff_exp)) { /* <= 0: the trace does not say */
         st = mp_fail(err, MP_ERR_ARG,
                      "%s: experts of %lld bytes (hidden %lld, FFN %lld) do not match trace %s "
                      "(%lld bytes, hidden %lld, FFN %lld)",
                      path, (long long)bytes, (long long)m->hp.n_embd, (long long)m->hp.n_ff_exp, trace_path,
                      (long long)facts->expert_bytes, (long long)facts->n_embd, (long long)facts->n_ff);
-    else if (set_non_expert)
-        cfg->non_expert_bytes = mp_model_dense_bytes(m);
+        goto out;
+    }
+    const mp_session_params sp = {.n_ctx = o->ctx, .n_batch = o->batch};
+    mp_gpu_budget b;
+    if ((st = mp_session_resolve_sizes(m, &sp, &o->ctx, &o->batch, err)) ||
+        (st = mp_placement_geom_from_model(m, &g, err)) ||
+        (st = mp_gpu_budget_compute(&g, 0, o->ctx, o->batch, &b, err)))
+        goto out;
+    if (!o->non_expert_given)
+        cfg->non_expert_bytes = b.fixed_bytes;
+    *slot_bytes = 0;
+    for (int64_t il = 0; il < g.n_layer; il++)
+        *slot_bytes = g.expert_bytes[il] > *slot_bytes ? g.expert_bytes[il] : *slot_bytes;
+    cfg->no_copies = o->batch < MP_GPU_COPY_MIN_ROWS;
+out:
+    mp_placement_geom_free(&g);
     mp_model_free(m);
     return st;
+}
+
+/* What the run's predictions rest on, said once they exist (errors stay one line): the budget's
+ * fixed part, the CPU level, the far routes decided, and any layer step held to the floor. */
+static void notes(const opts *o, const mp_sim_config *cfg, const mp_sim_budget_run *runs, const mp_sim_trace *t)
+{
+    char fixed[32];
+    mp_format_bytes(cfg->non_expert_bytes, fixed, sizeof fixed);
+    if (o->model)
+        fprintf(stderr, "moeplan simulate: note: each budget holds %s besides experts (%s at --ctx-size %lld, "
+                        "--batch-size %lld, as --gpu-budget counts it)\n", fixed,
+                o->non_expert_given ? "--non-expert-bytes" : "weights, KV cache and scratch",
+                (long long)o->ctx, (long long)o->batch);
+    const double f = mp_sim_cpu_anchor(cfg->costs, cfg->cpu);
+    if (f != 1.0)
+        fprintf(stderr, "moeplan simulate: note: CPU expert curves x %.3f: the decode grid's all-cold step (%d CPU "
+                        "experts, far routes off) measured in the runtime, over the %d-thread microbenchmark\n",
+                f, cfg->costs->decode.top_k, cfg->cpu->threads);
+    uint64_t floored = 0, far = 0, routes = 0;
+    for (int b = 0; b < o->n_budgets; b++)
+        for (int p = 0; p < MP_POL_COUNT; p++)
+            if (runs[b].ran[p]) {
+                const mp_sim_metrics *m[2] = {&runs[b].res[p].train, &runs[b].res[p].test};
+                for (int k = 0; k < 2; k++)
+                    floored += m[k]->floored, far += m[k]->routes_far, routes += m[k]->decisions;
+            }
+    if (far)
+        fprintf(stderr, "moeplan simulate: note: far routes (the GPU reading cold experts over the bus, as the "
+                        "runtime decides them from the decode grid): %.1f %% of all routes simulated\n",
+                100.0 * (double)far / (double)(routes ? routes : 1));
+    if (floored)
+        fprintf(stderr, "moeplan simulate: note: %llu layer steps were charged the floor of reading their cold "
+                        "experts from host memory (%s's costs are below it: calibrate this model again)\n",
+                (unsigned long long)floored, o->costs);
+    (void)t;
 }
 
 int mp_cmd_simulate(int argc, char **argv)
@@ -552,7 +597,12 @@ int mp_cmd_simulate(int argc, char **argv)
         mp_costs_free(&costs);
         return 1;
     }
-    if (o.model && apply_model(o.model, o.trace, &facts, !o.non_expert_given, &cfg, &err))
+    if (!o.model && !o.non_expert_given) {
+        mp_fail(&err, MP_ERR_ARG, "--budget counts everything the runtime holds on the GPU (weights, KV cache, "
+                "scratch, experts), as --gpu-budget does: expected -m MODEL (or --non-expert-bytes N)");
+        goto fail;
+    }
+    if (o.model && apply_model(o.model, o.trace, &facts, &o, &cfg, &cfg.slot_bytes, &err))
         goto fail;
     if (o.placement_profile) { /* the reader refuses a profile of another geometry */
         const mp_strp_geometry geo = {mp_sim_trace_blocks(&trace), trace.n_experts};
@@ -570,43 +620,14 @@ int mp_cmd_simulate(int argc, char **argv)
         gpu_entry.expert_bytes = (uint64_t)facts.expert_bytes;
     }
     cfg.costs = &costs;
+    cfg.costs_name = o.costs;
     cfg.gpu = &gpu_entry;
     cfg.cpu = cpu;
     if (run_all(&trace, &cfg, &o, runs, &err))
         goto fail;
     if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
         goto fail;
-    if (costs.cpu_decode_layer_experts > 0) {
-        const double f = mp_sim_cpu_anchor(&costs, cpu);
-        if (f != 1.0)
-            fprintf(stderr, "moeplan simulate: note: CPU expert costs x %.3f: the runtime's decode layer of %lld "
-                            "CPU experts measured %.1f us (cpu_decode_layer), the %d-thread curves give %.1f\n",
-                    f, (long long)costs.cpu_decode_layer_experts, costs.cpu_decode_layer.median_ns / 1e3,
-                    cpu->threads, costs.cpu_decode_layer.median_ns / f / 1e3);
-        else if (cpu->threads != costs.cpu_decode_layer_threads)
-            fprintf(stderr, "moeplan simulate: note: cpu_decode_layer was measured on %d threads, the CPU entry "
-                            "used has %d: its costs are the microbenchmark's, unscaled\n",
-                    costs.cpu_decode_layer_threads, cpu->threads);
-    }
-    if (costs.far_decode_layer_far > 0) {
-        if (costs.far_decode_layer_threads != cpu->threads || costs.far_decode_layer_experts != (int64_t)trace.top_k)
-            fprintf(stderr, "moeplan simulate: note: far_decode_layer was measured for top-%lld on %d threads, the "
-                            "trace is top-%u and the CPU entry used has %d threads: no far routes simulated\n",
-                    (long long)costs.far_decode_layer_experts, costs.far_decode_layer_threads, trace.top_k,
-                    cpu->threads);
-        else
-            fprintf(stderr, "moeplan simulate: note: far routes as the runtime runs them: floor(%d x c / %lld) of a "
-                            "decode layer step's c cold routes on the GPU over the bus, the CPU's rest at the "
-                            "level of far_decode_layer (%.1f us for %lld experts)\n",
-                    costs.far_decode_layer_far, (long long)costs.far_decode_layer_experts,
-                    costs.far_decode_layer.median_ns / 1e3,
-                    (long long)(costs.far_decode_layer_experts - costs.far_decode_layer_far));
-    }
-    if (!costs.has_hybrid_layer) /* said once the run succeeded: errors stay one line */
-        fprintf(stderr, "moeplan simulate: note: %s has no hybrid_layer (calibrated before it existed): a layer "
-                        "holding any expert off the GPU is charged only its round trip, which under-predicts "
-                        "per-expert placements (docs/simulator.md); a new `moeplan calibrate` measures it\n",
-                o.costs);
+    notes(&o, &cfg, runs, &trace);
     mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL,
                          o.sweep.n_values ? &o.sweep : NULL};
     if (o.llamacpp) {
@@ -649,7 +670,7 @@ int mp_cmd_simulate(int argc, char **argv)
     if (o.profile) {
         const mp_sim_result *r = &runs[0].res[o.profile_policy];
         char costs_hex[65], trace_hex[65], manifest[4096];
-        if (hash_file(o.costs, costs_hex, &err) || hash_file(o.trace, trace_hex, &err))
+        if (mp_sha256_file(o.costs, costs_hex, NULL, &err) || mp_sha256_file(o.trace, trace_hex, NULL, &err))
             goto fail;
         if ((size_t)snprintf(manifest, sizeof manifest, "%s.json", o.profile) >= sizeof manifest) {
             mp_fail(&err, MP_ERR_ARG, "--emit-profile %s: path too long", o.profile);

@@ -19,7 +19,10 @@
 /* Per invocation, the time as a function of c is piecewise constant: it changes only at the
  * ranks of the experts the invocation routes to. With those m experts sorted by rank
  * r_1 < ... < r_m, for c in [r_j + 1, r_{j+1}] exactly the first j are hits and the other m - j
- * run on the CPU. Each piece is added to a difference array. */
+ * are cold. Each piece is added to a difference array. A one-row step's time also depends on the
+ * layer's far decision, which depends on c (through the cold share of the top-c placement): such
+ * pieces go to two arrays, one with far routes on and one off, and each capacity takes the one of
+ * its decision (far_on). */
 mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_stats *st, double *cost,
                            mp_error *err)
 {
@@ -27,17 +30,33 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
     uint32_t *rank_of = malloc(sizeof *rank_of * E);   // (E) rank of each expert in the layer
     uint32_t *rows_of = calloc(E, sizeof *rows_of);    // (E) rows per expert in the invocation
     uint16_t *used = malloc(sizeof *used * E);         // (E) distinct experts, sorted by rank
-    double *diff = malloc(sizeof *diff * ((size_t)E + 2));      // (E + 2)
-    double *cpu_from = malloc(sizeof *cpu_from * ((size_t)E + 1)); // (E + 1) CPU time of used[j..m)
-    if (!rank_of || !rows_of || !used || !diff || !cpu_from) {
-        free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from);
+    double *diff = malloc(sizeof *diff * 2 * ((size_t)E + 2)); // (2, E + 2): far routes off, on
+    double *cpu_from = malloc(sizeof *cpu_from * 3 * ((size_t)E + 1)); // (3, E + 1) of used[j..m):
+    // CPU time, copy time, copied experts' GPU time
+    uint32_t *copied_from = malloc(sizeof *copied_from * ((size_t)E + 1)); // (E + 1) copied experts of used[j..m)
+    mp_far_layer *far = malloc(sizeof *far * (size_t)E); // (E) the decision of capacities 0 .. E - 1
+    if (!rank_of || !rows_of || !used || !diff || !cpu_from || !copied_from || !far) {
+        free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from), free(copied_from), free(far);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: plan: out of memory");
     }
+    double *copy_from = cpu_from + (E + 1), *gcopy_from = cpu_from + 2 * ((size_t)E + 1);
+    double *diff_on = diff + (E + 2);
     for (uint32_t l = 0; l < L; l++) {
         const uint32_t *order = st->order + (size_t)l * E;
+        const uint64_t *counts = st->counts + (size_t)l * E;
         for (uint32_t r = 0; r < E; r++)
             rank_of[order[r]] = r;
-        memset(diff, 0, sizeof *diff * ((size_t)E + 2));
+        /* the far decision of each capacity below E: its top-c resident, the rest's train routes
+         * cold (decide_far in sim.c, and the runtime from the profile's counts) */
+        double all = 0, cold = 0;
+        for (uint32_t e = 0; e < E; e++)
+            all += (double)counts[e];
+        cold = all;
+        for (uint32_t c = 0; c < E; c++) {
+            mp_decide_far_layer(&tab->dc, mp_decide_cold_share(cold, all, c, E), &far[c]);
+            cold -= (double)counts[order[c]];
+        }
+        memset(diff, 0, sizeof *diff * 2 * ((size_t)E + 2));
         for (uint64_t si = 0; si < st->train_steps; si++) {
             const mp_sim_step *step = &t->steps[si];
             const uint16_t *ids = mp_sim_step_ids(t, step, l);
@@ -54,48 +73,71 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                     used[j] = e;
                 }
             }
-            /* j = 0: nothing hits; move one expert at a time from the CPU side to the GPU side.
+            /* j = 0: nothing hits; move one expert at a time from the cold side to the GPU side.
              * Every capacity below E makes the round trip (sim_layer_ns), so the last piece, all
-             * used experts resident, splits into capacities < E (round trip, no CPU experts) and
+             * used experts resident, splits into capacities < E (round trip, no cold experts) and
              * E (none). */
             double gpu_ns = 0;
             const uint32_t rows = step->rows;
-            cpu_from[m] = 0;
-            for (uint32_t j = m; j-- > 0;)
-                cpu_from[j] = cpu_from[j + 1] + tab->cpu_ns[rows_of[used[j]]];
-            const uint32_t far_hi = E / 2; /* capacities with far routes (sim_far_layer): 0 .. E / 2 */
+            cpu_from[m] = copy_from[m] = gcopy_from[m] = 0;
+            copied_from[m] = 0;
+            for (uint32_t j = m; j-- > 0;) { /* cold experts run on the CPU or are copied (sim.c) */
+                const uint32_t c = rows_of[used[j]];
+                const bool copy = rows > 1 && sim_copies(tab, c);
+                cpu_from[j] = cpu_from[j + 1] + (copy ? 0 : tab->cpu_ns[c]);
+                copy_from[j] = copy_from[j + 1] + (copy ? tab->weight_h2d_ns : 0);
+                gcopy_from[j] = gcopy_from[j + 1] + (copy ? tab->gpu_ns[c] : 0);
+                copied_from[j] = copied_from[j + 1] + copy;
+            }
             for (uint32_t j = 0; j <= m; j++) {
                 if (j > 0)
-                    gpu_ns += tab->gpu_ns[rows_of[used[j - 1]]] + (j == 1 ? tab->gpu_fixed_ns : 0);
-                /* the CPU side's fixed cost while it has experts, and far routes by capacity */
-                const double cpu_ns = j < m ? cpu_from[j] + tab->cpu_fixed_ns : 0;
+                    gpu_ns += tab->gpu_ns[rows_of[used[j - 1]]];
+                const uint32_t n_cold = m - j;
+                const bool gpu_any = j > 0 || copied_from[j] > 0;
+                const double g = gpu_ns + (gpu_any ? tab->gpu_fixed_ns : 0);
+                const double cpu_ns = n_cold > copied_from[j] ? cpu_from[j] + tab->cpu_fixed_ns : 0;
+                const double curve =
+                    sim_layer_ns(tab, g, cpu_ns, copy_from[j], gcopy_from[j], n_cold, rows);
                 const uint32_t lo = j == 0 ? 0 : rank_of[used[j - 1]] + 1;
-                const uint32_t hi = j == m ? E - 1 : rank_of[used[j]]; /* inclusive */
-                for (int far = 1; far >= 0; far--) {
-                    const uint32_t a = far ? lo : (lo > far_hi ? lo : far_hi + 1);
-                    const uint32_t b = far ? (hi < far_hi ? hi : far_hi) : hi;
-                    if (a > b)
-                        continue;
-                    const double piece =
-                        sim_layer_ns(tab, gpu_ns, sim_cpu_side_ns(tab, rows, K, m - j, far, cpu_ns), rows);
-                    diff[a] += piece;
-                    diff[b + 1] -= piece;
+                const uint32_t hi = j == m ? E - 1 : rank_of[used[j]]; /* inclusive, capacities < E */
+                if (lo <= hi) {
+                    double piece[2] = {curve, curve};
+                    if (rows == 1) { /* the decode grid, far routes off and on (as the replay) */
+                        uint32_t unused;
+                        const mp_far_layer off = {0};
+                        const double t_off = sim_decode_layer_ns(tab, &off, n_cold, &unused);
+                        if (!isnan(t_off))
+                            piece[0] = t_off;
+                        /* every capacity of the piece with far routes on has the same table */
+                        for (uint32_t c = lo; c <= hi; c++)
+                            if (far[c].on) {
+                                const double t_on = sim_decode_layer_ns(tab, &far[c], n_cold, &unused);
+                                piece[1] = isnan(t_on) ? curve : t_on;
+                                break;
+                            }
+                    }
+                    diff[lo] += piece[0];
+                    diff[hi + 1] -= piece[0];
+                    diff_on[lo] += piece[1];
+                    diff_on[hi + 1] -= piece[1];
                 }
                 if (j == m) { /* capacity E: the whole layer resident, no round trip */
-                    diff[E] += gpu_ns;
-                    diff[E + 1] -= gpu_ns;
+                    const double full = j > 0 ? gpu_ns + tab->gpu_fixed_ns : 0;
+                    diff[E] += full;
+                    diff_on[E] += full;
                 }
             }
             for (uint32_t j = 0; j < m; j++)
                 rows_of[used[j]] = 0;
         }
-        double run = 0;
+        double run = 0, run_on = 0;
         for (uint32_t c = 0; c <= E; c++) {
             run += diff[c];
-            cost[(size_t)l * (E + 1) + c] = run;
+            run_on += diff_on[c];
+            cost[(size_t)l * (E + 1) + c] = c < E && far[c].on ? run_on : run;
         }
     }
-    free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from);
+    free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from), free(copied_from), free(far);
     return MP_OK;
 }
 
@@ -142,5 +184,49 @@ mp_status plan_capacities(const double *cost, uint32_t n_layers, uint32_t n_expe
         s -= cap[l];
     }
     free(prev), free(next), free(choice);
+    return MP_OK;
+}
+
+/* The capacities of the baselines plan is compared with, each a per-layer top-c placement like
+ * plan's (pol_static_placement places the same experts): all-cpu, first-n-cpu, static-equal,
+ * static-topn. */
+enum { BASE_ALL_CPU, BASE_FIRST_N_CPU, BASE_STATIC_EQUAL, BASE_STATIC_TOPN, N_BASE };
+
+static void baseline_caps(int which, const sim_stats *st, uint32_t L, uint32_t E, uint64_t slots, uint32_t *cap)
+{
+    const uint64_t full = slots / E < L ? slots / E : L;
+    for (uint32_t l = 0; l < L; l++) {
+        uint64_t c = 0;
+        if (which == BASE_FIRST_N_CPU)
+            c = l >= L - full ? E : 0;
+        else if (which == BASE_STATIC_EQUAL)
+            c = slots / L + (l < slots % L);
+        cap[l] = (uint32_t)(c < E ? c : E);
+    }
+    if (which == BASE_STATIC_TOPN)
+        for (uint64_t i = 0; i < slots && i < (uint64_t)L * E; i++)
+            cap[st->global[i] / E]++;
+}
+
+mp_status plan_no_loser(const double *cost, const sim_stats *st, uint32_t L, uint32_t E, uint64_t slots,
+                        uint32_t *cap, mp_error *err)
+{
+    uint32_t *alt = malloc(sizeof *alt * L);
+    if (!alt)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: plan: out of memory");
+    double best = 0;
+    for (uint32_t l = 0; l < L; l++)
+        best += cost[(size_t)l * (E + 1) + cap[l]];
+    for (int b = 0; b < N_BASE; b++) {
+        baseline_caps(b, st, L, E, slots, alt);
+        double t = 0;
+        for (uint32_t l = 0; l < L; l++)
+            t += cost[(size_t)l * (E + 1) + alt[l]];
+        if (t < best * (1 - 1e-12)) { /* the exact optimum cannot lose: rounding, or a bug */
+            best = t;
+            memcpy(cap, alt, sizeof *alt * L);
+        }
+    }
+    free(alt);
     return MP_OK;
 }

@@ -78,6 +78,8 @@ static mp_status place_plan(const mp_sim_trace *t, const sim_tab *tab, const sim
         s = plan_layer_costs(t, tab, st, cost, err);
     if (!s)
         s = plan_capacities(cost, L, E, slots, cap, err);
+    if (!s)
+        s = plan_no_loser(cost, st, L, E, slots, cap, err);
     for (uint32_t l = 0; !s && l < L; l++)
         place_layer_top(st, E, l, cap[l], resident);
     free(cost);

@@ -120,6 +120,11 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
     cJSON_AddNumberToObject(o, "d2h_activation_bytes", (double)m->d2h_act_bytes);
     cJSON_AddNumberToObject(o, "admissions", (double)m->admissions);
     cJSON_AddNumberToObject(o, "evictions", (double)m->evictions);
+    cJSON_AddNumberToObject(o, "routes_far", (double)m->routes_far);
+    cJSON_AddNumberToObject(o, "experts_copied", (double)m->experts_copied);
+    /* the floor of reading the cold experts from host memory, and the layer steps held to it */
+    cJSON_AddNumberToObject(o, "floor_ns", m->floor_ns);
+    cJSON_AddNumberToObject(o, "floored_layer_steps", (double)m->floored);
     cJSON *layers = cJSON_AddArrayToObject(o, "layer_hit_rate");
     for (uint32_t l = 0; layers && l < n_layers; l++)
         cJSON_AddItemToArray(layers, m->layer_decisions[l]

@@ -122,27 +122,61 @@ static double marginal_ns(const mp_cost_expert *e, double slope_ns, uint32_t row
     return v > 0 ? v : 0;
 }
 
+/* The grid's point of cold routes c with far routes off, or NULL. */
+static const mp_cost_decode_point *decode_off_point(const mp_costs *c, int cold)
+{
+    for (int i = 0; i < c->decode.n_points; i++)
+        if (!c->decode.points[i].far_on && c->decode.points[i].cold == cold)
+            return &c->decode.points[i];
+    return NULL;
+}
+
 double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
 {
-    const int64_t K = c->cpu_decode_layer_experts;
-    if (K < 1 || cpu->threads != c->cpu_decode_layer_threads)
+    const int K = c->decode.top_k;
+    const mp_cost_decode_point *p = decode_off_point(c, K);
+    if (!p || cpu->threads != c->decode.threads || p->cpu_ns <= 0)
         return 1.0;
     double fixed, slope;
     expert_split(cpu, &fixed, &slope);
     const double model = fixed + (double)K * marginal_ns(cpu, slope, 1);
-    return model > 0 && c->cpu_decode_layer.median_ns > 0 ? c->cpu_decode_layer.median_ns / model : 1.0;
+    return model > 0 ? p->cpu_ns / model : 1.0;
 }
 
-mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err)
+/* The grid scaled like the tables (sensitivity): a point's time is max(CPU, GPU side) plus the
+ * rest (the round trip's own cost), so the longer side takes its part's factor and the rest the
+ * round trip's (MP_COST_SYNC). */
+static void scale_grid(const mp_costs *c, const double *k, mp_decode_costs *dc)
+{
+    for (int i = 0; i < c->decode.n_points; i++) {
+        const mp_cost_decode_point *p = &c->decode.points[i];
+        const bool cpu_long = p->cpu_ns >= p->gpu_ns;
+        const double side = cpu_long ? p->cpu_ns : p->gpu_ns;
+        const double rest = p->layer.median_ns > side ? p->layer.median_ns - side : 0;
+        const double t = (p->layer.median_ns - rest) * k[cpu_long ? MP_COST_CPU : MP_COST_GPU] + rest * k[MP_COST_SYNC];
+        if (p->far_on)
+            dc->on_ns[p->cold][p->far] = t;
+        else
+            dc->off_ns[p->cold] = t;
+    }
+}
+
+mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_trace *t, mp_error *err)
 {
     memset(tab, 0, sizeof *tab);
     const mp_costs *c = cfg->costs;
+    const uint32_t max_rows = t->max_rows;
     if (!c || !cfg->gpu || !cfg->cpu)
         return mp_fail(err, MP_ERR_ARG, "simulate: no cost model (costs and its GPU/CPU expert entries)");
     for (int i = 0; i < MP_COST_PARTS; i++)
         if (!isfinite(cfg->scale[i]) || cfg->scale[i] < 0)
             return mp_fail(err, MP_ERR_ARG, "simulate: cost scale of %s: expected a finite number >= 0",
                            mp_sim_cost_part_name(i));
+    const mp_decode_shape shape = {cfg->gpu->quant, cfg->gpu->n_embd, cfg->gpu->n_ff, t->n_experts, (int)t->top_k,
+                                   cfg->cpu->threads, cfg->gpu->expert_bytes};
+    mp_status st = mp_decode_costs_from(c, cfg->costs_name, &shape, &tab->dc, err);
+    if (st)
+        return mp_error_prefix(err, "simulate");
     size_t n = (size_t)max_rows + 1;
     double **tabs[] = {&tab->gpu_ns, &tab->cpu_ns, &tab->d2h_ns, &tab->h2d_act_ns, &tab->combine_ns, &tab->non_moe_ns};
     for (int i = 0; i < 6; i++)
@@ -153,6 +187,7 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
     tab->max_rows = max_rows;
     tab->act_row_bytes = (uint64_t)cfg->gpu->n_embd * sizeof(float);
     tab->expert_bytes = cfg->gpu->expert_bytes;
+    tab->copies = !cfg->no_copies;
     const mp_cost_curve *h2d = cfg->pageable ? &c->h2d_pageable : &c->h2d_pinned;
     const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
     const double *k = cfg->scale;
@@ -174,19 +209,8 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_row
     tab->non_moe_keys = c->has_non_moe_context ? c->non_moe_keys : 0;
     tab->non_moe_per_key_ns = c->has_non_moe_context ? k[MP_COST_NON_MOE] * c->non_moe_per_key_ns : 0;
     tab->sync_ns = k[MP_COST_SYNC] * c->sync.median_ns;
-    tab->hybrid_ns = k[MP_COST_SYNC] * c->hybrid_layer.median_ns; /* the round trip's fixed cost, scaled alike */
-    /* far routes: the CPU's measured time for its share of an all-cold step, over what the table
-     * gives for that many one-row experts */
-    if (c->far_decode_layer_experts > 0 && c->far_decode_layer_far > 0 &&
-        c->far_decode_layer_threads == cfg->cpu->threads && c->far_decode_layer.median_ns > 0 && max_rows >= 1) {
-        const double model = tab->cpu_fixed_ns +
-                             (double)(c->far_decode_layer_experts - c->far_decode_layer_far) * tab->cpu_ns[1];
-        if (model > 0) {
-            tab->far = c->far_decode_layer_far;
-            tab->far_experts = c->far_decode_layer_experts;
-            tab->far_scale = k[MP_COST_CPU] * c->far_decode_layer.median_ns / model;
-        }
-    }
+    scale_grid(c, k, &tab->dc);
+    mp_decode_costs_settle(&tab->dc);
     /* weights are copied from pinned host memory when the runtime can pin them */
     tab->weight_h2d_ns = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)tab->expert_bytes);
     return MP_OK;
@@ -214,6 +238,7 @@ struct sim_engine {
     uint16_t *res_list;   /* (L, E) per layer, its n_resident resident experts first */
     uint32_t *res_pos;    /* (L, E) position of a resident expert in its layer's res_list */
     uint32_t *cap;        /* (L) */
+    mp_far_layer *far;    /* (L) each layer's far routes (runtime/decide.h), decided once placed */
     bool ideal;           /* admissions are free and instant (Belady's bound) */
     double clock_ns, link_free_ns;
     inflight *fifo;       /* ring of in-flight weight copies, in link order */
@@ -344,6 +369,28 @@ static void share_link(sim_engine *s, double at_ns, double dur_ns)
     s->link_free_ns += dur_ns;
 }
 
+/* Each hybrid layer's far routes, as the runtime decides them (runtime/decide.h): from the share
+ * of the train split's routes that reach the layer's non-resident experts, which is what the
+ * runtime reads from the profile's counts table (the train counts, make_profile); online policies
+ * start from nothing and change residency as they go, so they take the uniform share of their
+ * capacity. */
+static void decide_far(sim_engine *s, const sim_stats *st, bool online)
+{
+    for (uint32_t l = 0; l < s->L; l++) {
+        memset(&s->far[l], 0, sizeof s->far[l]);
+        if (!online && s->n_resident[l] == s->E)
+            continue;
+        double cold = 0, all = 0;
+        for (uint32_t e = 0; !online && e < s->E; e++) {
+            const double w = (double)st->counts[(size_t)l * s->E + e];
+            all += w;
+            cold += s->resident[(size_t)l * s->E + e] ? 0 : w;
+        }
+        const int64_t n_res = online ? s->cap[l] : s->n_resident[l];
+        mp_decide_far_layer(&s->tab->dc, mp_decide_cold_share(cold, all, n_res, s->E), &s->far[l]);
+    }
+}
+
 /* ---- statistics of the train steps ---- */
 
 static const uint64_t *sort_counts; /* qsort has no context argument; the replay is single-threaded */
@@ -414,10 +461,11 @@ mp_status mp_sim_slots(const mp_sim_trace *t, const mp_sim_config *cfg, uint64_t
         return mp_fail(err, MP_ERR_ARG, "simulate: no expert size (cost file GPU expert entry)");
     if (cfg->budget_bytes < cfg->non_expert_bytes)
         return mp_fail(err, MP_ERR_LIMIT,
-                       "simulate: budget %llu bytes is smaller than the non-expert weights (%llu bytes): "
-                       "expected a budget that holds them",
+                       "simulate: budget %llu bytes is smaller than what the runtime holds besides experts "
+                       "(%llu bytes: weights, KV cache, scratch): expected a budget that holds them",
                        (unsigned long long)cfg->budget_bytes, (unsigned long long)cfg->non_expert_bytes);
-    uint64_t n = (cfg->budget_bytes - cfg->non_expert_bytes) / cfg->gpu->expert_bytes;
+    const uint64_t slot = cfg->slot_bytes ? cfg->slot_bytes : cfg->gpu->expert_bytes;
+    uint64_t n = (cfg->budget_bytes - cfg->non_expert_bytes) / slot;
     uint64_t cells = (uint64_t)t->n_layers * t->n_experts;
     *slots = n < cells ? n : cells;
     return MP_OK;
@@ -518,31 +566,36 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
                     used[n_used++] = e;
             }
             const size_t base = (size_t)l * E;
-            double gpu_ns = 0, cpu_ns = 0;
+            double gpu_ns = 0, cpu_ns = 0, copy_ns = 0, copied_gpu_ns = 0;
             uint64_t hits = 0;
-            bool any_miss = false;
+            uint32_t n_cold = 0, n_copied = 0;
             for (uint32_t u = 0; u < n_used; u++) {
                 uint16_t e = used[u];
                 uint32_t c = rows_of[e];
                 if (s->resident[base + e] && ready_at(s, base + e) <= start_ns) {
                     gpu_ns += tab->gpu_ns[c];
                     hits += c;
+                    continue;
+                }
+                n_cold++;
+                if (s->resident[base + e])
+                    m->late += c;
+                if (rows > 1 && sim_copies(tab, c)) { /* the runtime copies it (runtime/decide.h) */
+                    copy_ns += tab->weight_h2d_ns;
+                    copied_gpu_ns += tab->gpu_ns[c];
+                    n_copied++;
                 } else {
                     cpu_ns += tab->cpu_ns[c];
-                    any_miss = true;
-                    if (s->resident[base + e])
-                        m->late += c;
                 }
             }
-            if (hits)
+            if (hits || n_copied)
                 gpu_ns += tab->gpu_fixed_ns;
-            if (any_miss)
-                cpu_ns = sim_cpu_side_ns(tab, rows, K, n_used - (uint32_t)(rows == 1 ? hits : 0),
-                                         sim_far_layer(s->n_resident[l], E), cpu_ns + tab->cpu_fixed_ns);
+            if (n_cold > n_copied)
+                cpu_ns += tab->cpu_fixed_ns;
             /* the round trip: every step of a layer holding an expert off the GPU (the host sees
              * the routes only through it), and any step with a miss (a copy still in flight) */
             uint32_t rows_rt = 0;
-            if (any_miss || s->n_resident[l] < E) {
+            if (n_cold || s->n_resident[l] < E) {
                 rows_rt = rows;
                 uint64_t act_bytes = rows_rt * tab->act_row_bytes;
                 m->cpu_invocations++;
@@ -551,7 +604,19 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
                 double act_h2d_at_ns = start_ns + tab->d2h_ns[rows_rt] + tab->sync_ns + cpu_ns;
                 share_link(s, act_h2d_at_ns, tab->h2d_act_ns[rows_rt]);
             }
-            s->clock_ns = start_ns + sim_layer_ns(tab, gpu_ns, cpu_ns, rows_rt);
+            const double floor_ns = mp_decide_floor_ns(&tab->dc, (double)n_cold * (double)tab->expert_bytes);
+            /* a one-row step of a hybrid layer: the decode grid, with the layer's far decision */
+            uint32_t far = 0;
+            double layer_ns = rows == 1 && s->n_resident[l] < E ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far)
+                                                                : NAN;
+            if (isnan(layer_ns))
+                layer_ns = sim_layer_ns(tab, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0;
+            m->routes_far += far;
+            m->experts_copied += n_copied;
+            m->h2d_weight_bytes += (uint64_t)n_copied * tab->expert_bytes;
+            m->floor_ns += floor_ns;
+            m->floored += floor_ns > 0 && layer_ns <= floor_ns;
+            s->clock_ns = start_ns + layer_ns;
             m->decisions += n_ids;
             m->hits += hits;
             m->layer_decisions[l] += n_ids;
@@ -590,7 +655,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     const uint32_t L = t->n_layers, E = t->n_experts;
     const size_t cells = (size_t)L * E;
     sim_tab tab;
-    if ((st = sim_tab_build(&tab, cfg, t->max_rows, err)))
+    if ((st = sim_tab_build(&tab, cfg, t, err)))
         return st;
     sim_stats stats = {0};
     sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY};
@@ -615,9 +680,11 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     s.res_pos = malloc(sizeof *s.res_pos * cells);
     s.n_resident = calloc(L, sizeof *s.n_resident);
     s.cap = calloc(L, sizeof *s.cap);
+    s.far = calloc(L, sizeof *s.far);
     if ((st = stats_build(t, cfg->train_frac, &stats, err)))
         goto done;
-    if (!rows_of || !used || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident || !s.cap) {
+    if (!rows_of || !used || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident ||
+        !s.cap || !s.far) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
         goto done;
     }
@@ -640,12 +707,24 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     }
     if (policy == MP_POL_BELADY)
         pol_belady_initial(pol, &s); /* the offline optimum also starts optimally */
+    decide_far(&s, &stats, mp_sim_policy_is_online(policy));
     for (uint32_t l = 0; l < L; l++)
         r->resident_initial += s.n_resident[l];
     replay(&s, t, &stats, pol, r, rows_of, used);
     if (s.oom) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for in-flight copies");
         goto done;
+    }
+    /* no prediction beats reading the cold experts from host memory (every layer step is held to
+     * its floor: a failure here is a bug in the replay, not in the costs) */
+    for (int part = 0; part < 2; part++) {
+        const mp_sim_metrics *m = part ? &r->test : &r->train;
+        if (m->time_ns < m->floor_ns * (1 - 1e-9)) {
+            st = mp_fail(err, MP_ERR_INTERNAL, "simulate: %s predicted %.0f ns, below the floor of %.0f ns that "
+                         "host memory allows for its cold experts", mp_sim_policy_name(policy), m->time_ns,
+                         m->floor_ns);
+            goto done;
+        }
     }
     st = make_profile(t, &stats, mp_sim_policy_is_online(policy) ? NULL : s.resident, &r->profile, err);
     if (!st && mp_sim_policy_is_online(policy)) {
@@ -665,6 +744,7 @@ done:
     free(s.res_pos);
     free(s.n_resident);
     free(s.cap);
+    free(s.far);
     free(s.fifo);
     free(step_non_moe_ns);
     if (st)

@@ -35,7 +35,7 @@
 
 #include "runtime/error.h"
 #include "runtime/strp.h"
-#include "simulator/costs.h"
+#include "runtime/costs.h"
 
 typedef struct mp_sim_step {
     uint32_t request;  /* request id (contiguous in the trace) */
@@ -125,14 +125,20 @@ const char *mp_sim_non_moe_source_name(mp_sim_non_moe_source s); /* "costs", "tr
 
 typedef struct mp_sim_config {
     const mp_costs *costs;
+    const char *costs_name;     /* the cost file, for errors (NULL: "(memory)") */
     const mp_cost_expert *gpu;  /* the entries for the model's expert quant/shape */
     const mp_cost_expert *cpu;
-    uint64_t budget_bytes;      /* GPU memory for the model: non-expert weights + resident experts */
-    uint64_t non_expert_bytes;
+    uint64_t budget_bytes;      /* GPU memory for the model, as --gpu-budget counts it: everything
+                                 * the runtime holds (non_expert_bytes) + resident experts */
+    uint64_t non_expert_bytes;  /* weights, KV cache and scratch (mp_gpu_budget_compute) */
+    uint64_t slot_bytes;        /* what one resident expert takes of the budget (0: gpu's
+                                 * expert_bytes): the largest layer's, so that any placement fits */
     double train_frac;          /* in [0, 1]: share of requests (in trace order) used to plan */
     double alpha, beta, epsilon; /* decayed LFU */
     uint32_t window;            /* windowed LFU: invocations per layer */
     bool pageable;              /* host buffers pageable instead of pinned */
+    bool no_copies;             /* steps of several rows never copy cold experts (a runtime without
+                                 * staging buffers: a batch below MP_GPU_COPY_MIN_ROWS rows) */
     mp_sim_non_moe_source non_moe_source; /* MP_NON_MOE_TRACE needs the trace's non_moe_ns */
     double scale[MP_COST_PARTS];
     /* MP_POL_PROFILE: the profile to replay (geometry = the trace's), or NULL. Its first
@@ -151,6 +157,12 @@ typedef struct mp_sim_metrics {
     uint64_t cpu_invocations;   /* layer invocations that sent rows to the CPU (paid a round trip) */
     uint64_t h2d_weight_bytes, h2d_act_bytes, d2h_act_bytes;
     uint64_t admissions, evictions;
+    uint64_t routes_far;        /* decode routes the GPU runs reading their weights over the bus */
+    uint64_t experts_copied;    /* cold experts copied for steps of several rows */
+    /* the floor: reading every invocation's cold experts from host memory at the host's and the
+     * bus's bandwidth together (runtime/decide.h); time_ns >= floor_ns, the replay checks it */
+    double floor_ns;
+    uint64_t floored;           /* layer invocations charged their floor (costs below physics) */
     uint64_t *layer_decisions, *layer_hits; /* (n_layers) */
 } mp_sim_metrics;
 
@@ -164,8 +176,8 @@ typedef struct mp_sim_result {
     mp_strp profile;            /* counts table = train routing counts */
 } mp_sim_result;
 
-/* Slots for a budget: (budget - non_expert) / expert_bytes, at most n_layers * n_experts. Fails
- * (MP_ERR_LIMIT) when the budget does not hold the non-expert weights. */
+/* Slots for a budget: (budget - non_expert) / slot_bytes, at most n_layers * n_experts. Fails
+ * (MP_ERR_LIMIT) when the budget does not hold the non-expert part. */
 mp_status mp_sim_slots(const mp_sim_trace *t, const mp_sim_config *cfg, uint64_t *slots, mp_error *err);
 
 mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_policy policy,
@@ -181,10 +193,11 @@ static inline double mp_sim_tok_s(const mp_sim_metrics *m)
     return m->time_ns > 0 ? (double)m->tokens * 1e9 / m->time_ns : 0.0;
 }
 
-/* The factor simulate applies to the CPU entry's costs: the cost file's cpu_decode_layer (the
- * runtime's CPU time for a decode layer step of K cold one-row experts) over what the entry's curves
- * give for K one-row experts; 1 when the file has none or it was measured on another thread count.
- * The microbenchmark's curves give the shape (by rows, by experts), the runtime the level. */
+/* The factor simulate applies to the CPU entry's costs: the CPU time of the decode grid's all-cold
+ * point (the runtime's CPU experts of a decode layer step of top_k cold one-row experts, far routes
+ * off) over what the entry's curves give for top_k one-row experts; 1 when the grid lacks it or
+ * was measured on another thread count. The microbenchmark's curves give the shape (by rows, by
+ * experts), the runtime the level. */
 double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu);
 
 #endif

@@ -4,6 +4,9 @@
 #ifndef MP_SIMULATOR_SIM_INTERNAL_H
 #define MP_SIMULATOR_SIM_INTERNAL_H
 
+#include <math.h>
+
+#include "runtime/decide.h"
 #include "simulator/sim.h"
 
 /* Costs tabulated for 0..max_rows routed rows (index = rows), scaled by mp_sim_config.scale, so
@@ -24,65 +27,60 @@ typedef struct sim_tab {
     double non_moe_keys;        /* one-row steps: non_moe_ns[1] holds at this many keys of context, */
     double non_moe_per_key_ns;  /* and each key beyond costs this (0: no context term) */
     double sync_ns;      /* one round trip */
-    double hybrid_ns;    /* a hybrid layer's extra time when its host has nothing to compute */
     double weight_h2d_ns; /* one expert's weights host -> device */
     uint64_t act_row_bytes; /* n_embd f32: one row of activations or of partial output */
     uint64_t expert_bytes;
-    /* far routes (the cost file's far_decode_layer; far 0: none): a one-row invocation of a trace
-     * routed top-far_experts with c cold experts runs floor(far · c / far_experts) of them on the
-     * GPU, which reads their weights over the bus while the CPU computes the rest; the CPU side
-     * then costs far_scale times its usual time for the rest (the host memory shared) */
-    int far;
-    int64_t far_experts;
-    double far_scale;
+    /* One-row (decode) steps of hybrid layers: the cost file's decode grid (scaled as the table
+     * above), which the decision model chooses far routes from and the replay charges
+     * (runtime/decide.h); every layer step is also held to the floor of reading its cold experts
+     * from host memory (mp_decide_floor_ns). */
+    mp_decode_costs dc;
+    bool copies;         /* steps of several rows copy cold experts by the decision model */
 } sim_tab;
 
-/* Whether the runtime runs far routes on a layer with n_resident of its n_experts resident: at
- * most half (runtime/gpu_impl.h, MP_GPU_FAR_RESIDENT). */
-static inline bool sim_far_layer(uint32_t n_resident, uint32_t n_experts)
-{
-    return (uint64_t)n_resident * 2 <= n_experts;
-}
-
-/* The CPU side of an invocation of `rows` rows of a trace routed top-k, n_cold of whose experts
- * are not resident, on a layer where far routes run (far_layer) or not, whose CPU time is cpu_ns
- * without far routes (their marginal costs and the fixed cost): the same, or with far routes the
- * CPU's share of a one-row step. The GPU's far routes finish before the CPU's rest at the
- * calibrated setting (calibrate checks the round trip's overhead), so the CPU's time is the
- * layer's host time. One function for the replay and the planner. */
-static inline double sim_cpu_side_ns(const sim_tab *c, uint32_t rows, uint32_t top_k, uint32_t n_cold, bool far_layer,
-                                     double cpu_ns)
-{
-    if (rows != 1 || c->far <= 0 || n_cold == 0 || !far_layer || (int64_t)top_k != c->far_experts)
-        return cpu_ns;
-    const uint32_t z = (uint32_t)c->far * n_cold / top_k; /* the runtime's far_of_cold */
-    if (z == 0) /* nothing read over the bus: the CPU has the host memory to itself */
-        return cpu_ns;
-    const double rest = cpu_ns - (double)z * c->cpu_ns[1];
-    return c->far_scale * (rest > 0 ? rest : 0);
-}
-
-mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, uint32_t max_rows, mp_error *err);
+mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_trace *t, mp_error *err);
 void sim_tab_free(sim_tab *tab);
 
-/* Time of one layer invocation: GPU hits overlapped with the round trip (D2H of the step's
- * rows, the host's wake-up, its CPU experts, H2D of the partial outputs, the combine). The GPU
- * side of a layer that makes the round trip also pays hybrid_ns (measured by calibrate: the
- * copies, the merge and the split of the decode graph at that layer, which it pays even when the
- * host has nothing to compute; 0 from cost files without it).
- * rows_rt is 0 when the layer makes no round trip. The runtime makes one at every step of a layer
- * that holds any expert outside the GPU, whether or not this step's routes reach one: its host
- * learns the routes only through the round trip itself (so the callers pass the step's rows for
- * such a layer, and for any step with a miss). One formula for the replay and for the planner,
- * so that the planner's predictions are the replay's. */
-static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns, uint32_t rows_rt)
+/* A one-row step of a hybrid layer (some expert off the GPU) with `cold` of its routes outside
+ * the pool, on a layer whose far decision is fl: the grid's time, held to the floor. The layer's
+ * far routes (for the metrics) in *far. NaN when the grid lacks the point. */
+static inline double sim_decode_layer_ns(const sim_tab *c, const mp_far_layer *fl, uint32_t cold, uint32_t *far)
 {
-    if (!rows_rt)
-        return gpu_ns;
-    const double path_ns =
-        c->d2h_ns[rows_rt] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_rt] + c->combine_ns[rows_rt];
-    const double gpu_side_ns = gpu_ns + c->hybrid_ns;
-    return gpu_side_ns > path_ns ? gpu_side_ns : path_ns;
+    const double t = mp_decide_decode_ns(&c->dc, fl, (int)cold);
+    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)cold * (double)c->expert_bytes);
+    *far = fl->on ? fl->table[cold] : 0;
+    return t > floor_ns ? t : isnan(t) ? t : floor_ns;
+}
+
+/* Time of one layer invocation of several rows (and of one-row steps the grid lacks): GPU hits,
+ * and the copies of cold experts the decision model copies (on the copy engine beside the hits,
+ * each copied expert's kernel after its copy), overlapped with the round trip (D2H of the step's
+ * rows, the host's wake-up, its CPU experts, H2D of the partial outputs, the combine); at least
+ * the floor of reading n_cold cold experts from host memory. rows_rt is 0 when the layer makes no
+ * round trip. The runtime makes one at every step of a layer that holds any expert outside the
+ * GPU, whether or not this step's routes reach one: its host learns the routes only through the
+ * round trip itself (so the callers pass the step's rows for such a layer, and for any step with
+ * a miss). One formula for the replay and for the planner, so that the planner's predictions are
+ * the replay's. */
+static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns, double copy_ns,
+                                  double copied_gpu_ns, uint32_t n_cold, uint32_t rows_rt)
+{
+    const double gpu_side_ns = (gpu_ns > copy_ns ? gpu_ns : copy_ns) + copied_gpu_ns;
+    double t = gpu_side_ns;
+    if (rows_rt) {
+        const double path_ns =
+            c->d2h_ns[rows_rt] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_rt] + c->combine_ns[rows_rt];
+        t = gpu_side_ns > path_ns ? gpu_side_ns : path_ns;
+    }
+    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)n_cold * (double)c->expert_bytes);
+    return t > floor_ns ? t : floor_ns;
+}
+
+/* Whether a cold expert of `rows` routed rows in a step of several rows is copied to the GPU: the
+ * decision model's rule on the cost file's CPU and copy times. */
+static inline bool sim_copies(const sim_tab *c, uint32_t rows)
+{
+    return c->copies && mp_decide_copy(rows, c->cpu_ns[rows], c->weight_h2d_ns, 0);
 }
 
 typedef struct sim_engine sim_engine; /* sim.c */
@@ -133,5 +131,11 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
 /* Capacities minimizing the summed cost under sum(cap) <= slots (exact DP). cap: (n_layers). */
 mp_status plan_capacities(const double *cost, uint32_t n_layers, uint32_t n_experts, uint64_t slots,
                           uint32_t *cap, mp_error *err);
+/* The planner never recommends a loser: cap is replaced by the capacities of any baseline it
+ * evaluated (all-cpu, first-n-cpu, static-equal, static-topn, all top-c placements) whose summed
+ * cost is lower. The DP is exact for the family, so this changes nothing unless rounding or a bug
+ * made it miss; it keeps the promise checked where the plan is made. */
+mp_status plan_no_loser(const double *cost, const sim_stats *st, uint32_t L, uint32_t E, uint64_t slots,
+                        uint32_t *cap, mp_error *err);
 
 #endif

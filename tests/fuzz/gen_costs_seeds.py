@@ -10,7 +10,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
     costs = json.load(f)
 missing = []
-for key in ["gpu_expert", "h2d", "d2h", "sync"]:
+for key in ["gpu_expert", "h2d", "d2h", "sync", "decode_layers"]:
     del costs[key]
     missing.append({"what": key, "why": "no CUDA device"})
 costs["missing"] = missing
@@ -18,15 +18,16 @@ costs["notes"] = "fuzz seed: the fixture without its GPU parts (a CPU-only cost 
 with open(os.path.join(here, "seeds", "costs", "cpu_only.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")
 
-# optional_fields.json: the fixture with the optional runtime measurements (hybrid_layer,
-# cpu_decode_layer, far_decode_layer, non_moe_context), so the fuzzer starts from their parsers too
+# optional_fields.json: the fixture with the optional non_moe_context and the members older
+# calibrations wrote (hybrid_layer, cpu_decode_layer, far_decode_layer: accepted and ignored), so
+# the fuzzer starts from those parsers too
 with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
     costs = json.load(f)
 costs["hybrid_layer"] = {"median_ns": 27000, "spread_ns": 300}
 costs["cpu_decode_layer"] = {"experts": 8, "threads": 16, "median_ns": 316000, "spread_ns": 4000}
 costs["far_decode_layer"] = {"experts": 8, "far": 2, "threads": 16, "median_ns": 245700, "spread_ns": 2500}
 costs["non_moe_context"] = {"keys": 4.5, "per_key_ns": 41.25}
-costs["notes"] = ("fuzz seed: the fixture with the optional hybrid_layer, cpu_decode_layer, far_decode_layer and "
-                  "non_moe_context")
+costs["notes"] = ("fuzz seed: the fixture with the optional non_moe_context and the members of older "
+                  "calibrations")
 with open(os.path.join(here, "seeds", "costs", "optional_fields.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")

@@ -1,6 +1,6 @@
 /* tests/gpu/test_calibrate.c — `moeplan calibrate --quick` on a machine with a CUDA device: the
  * cost file has every GPU part (gpu_expert for the tiny model's expert kind, h2d/d2h pinned and
- * pageable, sync), nothing in $.missing, and loads with mp_costs_load. Where no CUDA device
+ * pageable, sync, the decode layer grid), nothing in $.missing, and loads with mp_costs_load. Where no CUDA device
  * exists, gpu_main.c skips the executable (exit 77) saying why. No assertion is about speed. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "simulator/costs.h"
+#include "runtime/costs.h"
+#include "runtime/decide.h"
+#include "runtime/model.h"
 
 static int run_cli(const char *dir, const char *args, char *out, size_t cap)
 {
@@ -77,11 +79,41 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert(c.has_non_moe_context, "non_moe_context missing: %s", out);
     cr_assert(c.non_moe_keys >= 1 && c.non_moe_keys <= 64, "non_moe_context.keys %g", c.non_moe_keys);
     cr_assert(c.non_moe_per_key_ns >= 0);
-    /* the runtime's CPU experts of a decode layer with every expert in host memory: top_k of them */
-    cr_assert_not_null(strstr(out, "calibrate: CPU experts of a decode layer in the runtime"), "%s", out);
-    cr_assert_eq(c.cpu_decode_layer_experts, 4, "cpu_decode_layer.experts %ld", (long)c.cpu_decode_layer_experts);
-    cr_assert(c.cpu_decode_layer.median_ns > 0, "cpu_decode_layer %g ns", c.cpu_decode_layer.median_ns);
-    cr_assert_eq(c.cpu_decode_layer_threads, c.cpu_expert[c.n_cpu_expert - 1].threads);
+    /* the decode grid: the tiny model's experts (16, top-4), every count of cold routes 0..4 with
+     * far routes off, and with them on for every measured far count; each point a positive layer
+     * time, and the all-cold step's CPU time on the CPU side */
+    const mp_cost_decode *d = &c.decode;
+    cr_assert_not_null(strstr(out, "calibrate: decode layer grid:"), "%s", out);
+    cr_assert_eq(d->top_k, 4);
+    cr_assert_eq(d->n_expert, 16);
+    cr_assert_str_eq(d->quant, "Q4_K/Q6_K");
+    cr_assert_eq(d->threads, c.cpu_expert[c.n_cpu_expert - 1].threads);
+    cr_assert(d->far_max >= 1 && d->far_max <= 4, "far_max %d: the executor has far routes here", d->far_max);
+    int off = 0, on = 0;
+    for (int i = 0; i < d->n_points; i++) {
+        const mp_cost_decode_point *p = &d->points[i];
+        cr_assert(p->layer.median_ns > 0, "point %d: %g ns", i, p->layer.median_ns);
+        cr_assert(p->cold == 0 || p->cpu_ns > 0 || p->far == p->cold, "point %d: cold %d, CPU %g ns", i, p->cold,
+                  p->cpu_ns);
+        off += !p->far_on;
+        on += p->far_on;
+    }
+    cr_assert_eq(off, 5, "far-off points: one per cold count 0..4");
+    int want_on = 0;
+    for (int cold = 0; cold <= 4; cold++)
+        want_on += 1 + (cold < d->far_max ? cold : d->far_max);
+    cr_assert_eq(on, want_on);
+    /* the host's read bandwidth, positive, on the same threads */
+    cr_assert(c.host_read_gbs > 0, "host_read %g GB/s", c.host_read_gbs);
+    cr_assert_eq(c.host_read_threads, d->threads);
+    /* and the file runs the simulator: the grid matches the model */
+    mp_decode_costs dc;
+    mp_model *m = NULL;
+    char model[128];
+    snprintf(model, sizeof model, "%s/tiny.gguf", dir);
+    cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_decode_costs_load(path, m, d->threads, &dc, &err), MP_OK, "%s", err.msg);
+    mp_model_free(m);
     mp_costs_free(&c);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f);

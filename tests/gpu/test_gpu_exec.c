@@ -124,14 +124,29 @@ typedef struct run_out {
     mp_gpu_stats stats;
 } run_out;
 
-/* Far routes of an all-cold decode layer step in the next runs (mp_gpu_set_far; -1: the executor's
- * default) */
+/* Far routes of an all-cold decode layer step in the next runs, on every hybrid layer: a step with
+ * c cold routes runs g_far * c / top_k of them far (mp_gpu_set_far_plan); -1: the executor's own
+ * decisions (none: these runs have no decode costs) */
 static int g_far = -1;
+
+static void set_far_everywhere(mp_gpu *g, const mp_model *m, int far)
+{
+    const int64_t L = m->hp.n_layer, K = m->hp.n_expert_used;
+    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
+    cr_assert_not_null(plan);
+    for (int64_t il = 0; il < L; il++) {
+        plan[il].on = true;
+        for (int64_t c = 0; c <= K; c++)
+            plan[il].table[c] = (uint8_t)(far * c / K);
+    }
+    cr_assert(mp_gpu_set_far_plan(g, plan), "seed %llu: the executor has no far routes", (unsigned long long)g_seed);
+    free(plan);
+}
 
 /* gemv_only: every dense projection runs as a GEMV over f32 activations, prefill included
  * (mp_gpu_set_gemm_min_rows), so that F32/F16/BF16 runs differ only by summation order */
-static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t copy_min_rows, int decode_copy,
-                             bool gemv_only, bool route_src, run_out *out)
+static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t copy_min_rows, bool gemv_only,
+                             bool route_src, run_out *out)
 {
     const int64_t V = m->hp.n_vocab;
     routes rs = {m->hp.n_expert, g_seed, 0};
@@ -143,11 +158,8 @@ static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t 
     cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
     if (pl && copy_min_rows >= 0)
         mp_gpu_set_copy_min_rows(mp_session_gpu(s), copy_min_rows);
-    if (pl)
-        mp_gpu_set_decode_copy(mp_session_gpu(s), decode_copy);
     if (pl && g_far >= 0 && pl->n_resident_total < pl->n_layer * pl->n_expert)
-        cr_assert(mp_gpu_set_far(mp_session_gpu(s), g_far), "seed %llu: %s: the executor has no far routes",
-                  (unsigned long long)g_seed, pl->desc);
+        set_far_everywhere(mp_session_gpu(s), m, g_far);
     if (pl && gemv_only)
         mp_gpu_set_gemm_min_rows(mp_session_gpu(s), INT64_MAX);
     int32_t tok[N_EVALS];
@@ -170,10 +182,10 @@ static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t 
 
 /* routes from route_fn (a route source), so that runs whose partials differ in summation order
  * still route alike */
-static void run_model(const mp_model *m, const mp_placement *pl, int64_t copy_min_rows, int decode_copy,
-                      bool gemv_only, run_out *out)
+static void run_model(const mp_model *m, const mp_placement *pl, int64_t copy_min_rows, bool gemv_only,
+                      run_out *out)
 {
-    run_model_routed(m, pl, copy_min_rows, decode_copy, gemv_only, true, out);
+    run_model_routed(m, pl, copy_min_rows, gemv_only, true, out);
 }
 
 /* Per row, max |a - ref| / max |ref|: the worst row must stay within tol and the mean over rows
@@ -251,8 +263,8 @@ static void gpu_vs_cpu(const char *arch, const char *mix, const char *etype)
     mp_placement pl;
     placement(m, "gpu", NULL, 0, &pl);
     run_out cpu, gpu;
-    run_model(m, NULL, -1, -1, false, &cpu);
-    run_model(m, &pl, -1, -1, false, &gpu);
+    run_model(m, NULL, -1, false, &cpu);
+    run_model(m, &pl, -1, false, &gpu);
     char what[128];
     snprintf(what, sizeof what, "%s %s %s: GPU vs CPU executor", arch, mix, etype ? etype : "");
     compare(what, m, &gpu, &cpu, 2e-2);
@@ -281,7 +293,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     mp_placement all;
     placement(m, "gpu", NULL, 0, &all);
     run_out ref;
-    run_model(m, &all, -1, -1, gemv_only, &ref);
+    run_model(m, &all, -1, gemv_only, &ref);
     cr_assert_eq(ref.stats.routes_cpu, 0);
 
     char file[400];
@@ -293,23 +305,21 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     fclose(f);
     const uint64_t fill_budget = fill_budget_third(m, &all);
 
-    /* copy_min_rows -1 and decode_copy -1: weight copies by measured cost; far -1: the executor's
-     * far routes (decode steps without decode copies) */
+    /* copy_min_rows -1: prefill weight copies by measured cost; far -1: the executor's own far
+     * decisions (these sessions have no decode costs: none) */
     const int K = (int)m->hp.n_expert_used;
-    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; int decode_copy; bool copies; int far; } cases[] = {
-        {"cpu", NULL, 0, -1, -1, false, -1},
-        {"layers:2", NULL, 0, -1, -1, false, -1},
-        {"layers-last:1", NULL, 0, -1, -1, false, -1},
-        {"fill", NULL, fill_budget, -1, -1, false, -1},
-        {NULL, file, 0, -1, -1, false, -1},
-        {"cpu", NULL, 0, 0, 0, false, 0},   /* copies and far routes off: every cold route on the CPU */
-        {"layers:3", NULL, 0, 4, 0, true, -1}, /* prefill experts with >= 4 rows are copied to the GPU */
-        {"cpu", NULL, 0, 0, 3, true, -1},    /* decode only: 3 of each layer's 4 cold experts copied */
-        {"fill", NULL, fill_budget, 0, 1, true, -1}, /* decode: one copy beside resident experts */
-        {"cpu", NULL, 0, 0, 0, false, K / 2}, /* far routes: half of each decode layer step's */
-        {"layers:2", NULL, 0, 0, 0, false, K}, /* every cold decode route far */
-        {"fill", NULL, fill_budget, 0, 0, false, K - 1}, /* far beside resident experts */
-        {NULL, file, 0, 0, 0, false, K},
+    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; bool copies; int far; } cases[] = {
+        {"cpu", NULL, 0, -1, false, -1},
+        {"layers:2", NULL, 0, -1, false, -1},
+        {"layers-last:1", NULL, 0, -1, false, -1},
+        {"fill", NULL, fill_budget, -1, false, -1},
+        {NULL, file, 0, -1, false, -1},
+        {"cpu", NULL, 0, 0, false, 0},   /* copies off, far routes on but none run: all on the CPU */
+        {"layers:3", NULL, 0, 4, true, -1}, /* prefill experts with >= 4 rows are copied to the GPU */
+        {"cpu", NULL, 0, 0, false, K / 2}, /* far routes: half of each decode layer step's */
+        {"layers:2", NULL, 0, 0, false, K}, /* every cold decode route far */
+        {"fill", NULL, fill_budget, 0, false, K - 1}, /* far beside resident experts */
+        {NULL, file, 0, 0, false, K},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mp_placement pl;
@@ -317,24 +327,22 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         placement(m, cases[i].spec, cases[i].file, cases[i].budget, &pl);
         run_out h;
         g_far = cases[i].far;
-        run_model(m, &pl, cases[i].copy_min_rows, cases[i].decode_copy, gemv_only, &h);
+        run_model(m, &pl, cases[i].copy_min_rows, gemv_only, &h);
         g_far = -1;
         char what[512];
-        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, decode copies %d, far %d) vs GPU-only", mix,
-                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].decode_copy, cases[i].far);
+        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, far %d) vs GPU-only", mix,
+                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].far);
         compare2(what, m, &h, &ref, tol, tol_mean);
         cr_assert_gt(h.stats.routes_cpu, 0, "seed %llu: %s: no route ran on the CPU",
                      (unsigned long long)g_seed, what);
         if (cases[i].copies)
             cr_assert(h.stats.experts_copied > 0 && h.stats.routes_copied > 0,
                       "seed %llu: %s: the weight-copy path did not run", (unsigned long long)g_seed, what);
-        if (cases[i].copy_min_rows == 0 && cases[i].decode_copy == 0)
+        if (cases[i].copy_min_rows == 0)
             cr_assert_eq(h.stats.experts_copied, 0, "%s", what);
-        if (cases[i].copy_min_rows == 0 && cases[i].decode_copy > 0) /* one route per decode copy */
-            cr_assert_eq(h.stats.routes_copied, h.stats.experts_copied, "%s", what);
         if (cases[i].far > 0)
             cr_assert_gt(h.stats.routes_far, 0, "seed %llu: %s: no far route ran", (unsigned long long)g_seed, what);
-        if (cases[i].far == 0 || cases[i].decode_copy != 0) /* off, or decode copies instead */
+        if (cases[i].far <= 0) /* none decided, or none in the tables */
             cr_assert_eq(h.stats.routes_far, 0, "%s", what);
         cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far,
                      ref.stats.routes_gpu, "%s: every route is served exactly once", what);
@@ -353,7 +361,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
  * the GEMV path: a prefill GEMM rounds its activations to 16 bits, which turns summation-order
  * differences into rounding flips of about that type's precision (measured on the H200 with GEMMs:
  * BF16 2.3e-3, F16 2.4e-4; docs/runtime.md). The quantized cases below run the GEMM path.
- * The F32 case hung until 2026-11-29 (seventh session): page-locking the model's file mapping did
+ * The F32 case hung until 2026-11-29: page-locking the model's file mapping did
  * not return (runtime/gpu_host.c); the executor now page-locks its own copy of the cold experts. */
 Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
@@ -369,15 +377,15 @@ Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K",
  * K/V projections on forked streams run the same kernels on the same inputs, only launched
  * differently: a prefill, a multi-row step and graph-replayed decode steps must give the plain
  * launches' logits bit for bit, all-GPU and hybrid (a one-graph decode step; prefill weight
- * copies from 4 rows; decode copies in graph segments). A kernel that reads its predecessor's
+ * copies from 4 rows; far routes). A kernel that reads its predecessor's
  * output before mpc_pdl_wait() would differ here. Weight copies are fixed, not by measured cost:
  * a timing-dependent choice between copying an expert and running it on the CPU changes the
- * summation order (it failed this test once on the H200, tenth session). */
+ * summation order (it failed this test once on the H200, 2026-12-01). */
 Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
 {
     mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
-    const struct { const char *spec; int64_t copy_min_rows; int decode_copy; } cases[] = {
-        {"gpu", 0, 0}, {"layers:2", 4, 0}, {"layers:2", 0, 2}};
+    const struct { const char *spec; int64_t copy_min_rows; int far; } cases[] = {
+        {"gpu", 0, -1}, {"layers:2", 4, -1}, {"layers:2", 0, 2}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const char *spec = cases[c].spec;
         mp_placement pl;
@@ -385,15 +393,17 @@ Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
         run_out plain, fast;
         mp_cuda_set_pdl(0);
         setenv("MP_GPU_QKV_FORK", "0", 1);
-        run_model(m, &pl, cases[c].copy_min_rows, cases[c].decode_copy, false, &plain);
+        g_far = cases[c].far;
+        run_model(m, &pl, cases[c].copy_min_rows, false, &plain);
         mp_cuda_set_pdl(1);
         setenv("MP_GPU_QKV_FORK", "1", 1);
-        run_model(m, &pl, cases[c].copy_min_rows, cases[c].decode_copy, false, &fast);
+        run_model(m, &pl, cases[c].copy_min_rows, false, &fast);
+        g_far = -1;
         unsetenv("MP_GPU_QKV_FORK");
         mp_cuda_set_pdl(-1);
         char what[160];
-        snprintf(what, sizeof what, "%s (copies from %ld rows, %d decode copies), with PDL and forked K/V "
-                 "against without", spec, (long)cases[c].copy_min_rows, cases[c].decode_copy);
+        snprintf(what, sizeof what, "%s (copies from %ld rows, far %d), with PDL and forked K/V "
+                 "against without", spec, (long)cases[c].copy_min_rows, cases[c].far);
         compare_bits(m, &fast, &plain, what);
         free(plain.logits);
         free(fast.logits);
@@ -423,9 +433,9 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
             setenv("MP_GPU_ONE_GRAPH", "0", 1);
             /* prefill copies off: by cost, they depend on timings, and a copied expert's rows are
              * summed on the GPU in another order than on the CPU */
-            run_model_routed(m, &pl, 0, 0, false, src, &seg);
+            run_model_routed(m, &pl, 0, false, src, &seg);
             unsetenv("MP_GPU_ONE_GRAPH");
-            run_model_routed(m, &pl, 0, 0, false, src, &one);
+            run_model_routed(m, &pl, 0, false, src, &one);
             cr_assert_eq(seg.stats.one_graph_steps, 0, "%s: MP_GPU_ONE_GRAPH=0 ran one-graph steps", pl.desc);
             cr_assert_eq(one.stats.one_graph_steps, N_DECODE, "%s: %lld of the %d decode steps ran as one graph",
                          pl.desc, (long long)one.stats.one_graph_steps, N_DECODE);
@@ -460,9 +470,9 @@ Test(gpu_exec, fused_router_changes_no_bit)
         placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
         run_out split, fused;
         setenv("MP_GPU_ROUTER_FUSED", "0", 1);
-        run_model_routed(m, &pl, 0, 0, false, false, &split);
+        run_model_routed(m, &pl, 0, false, false, &split);
         unsetenv("MP_GPU_ROUTER_FUSED");
-        run_model_routed(m, &pl, 0, 0, false, false, &fused);
+        run_model_routed(m, &pl, 0, false, false, &fused);
         char what[400];
         snprintf(what, sizeof what, "%s, with the fused router against without", pl.desc);
         compare_bits(m, &fused, &split, what);
@@ -470,6 +480,57 @@ Test(gpu_exec, fused_router_changes_no_bit)
         free(fused.logits);
         mp_placement_free(&pl);
     }
+    mp_placement_free(&all);
+    mp_model_free(m);
+}
+
+/* ---- 2c. far routes decided by the decode costs ---- */
+
+/* The executor decides far routes from the placement's decode costs (runtime/decide.h): a grid in
+ * which one far route per cold count pays turns every hybrid layer on and runs them (and the
+ * output still equals GPU-only's up to summation order); one in which far routes cost more turns
+ * every layer off and runs none; an all-resident layer never has them. */
+Test(gpu_exec, far_routes_follow_the_decode_costs)
+{
+    mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
+    const int K = (int)m->hp.n_expert_used;
+    mp_placement all;
+    placement(m, "gpu", NULL, 0, &all);
+    run_out ref;
+    run_model(m, &all, 0, false, &ref);
+    for (int pays = 1; pays >= 0; pays--) {
+        mp_placement pl;
+        placement(m, "layers:2", NULL, 0, &pl);
+        pl.decode_costs = calloc(1, sizeof *pl.decode_costs);
+        mp_decode_costs *dc = pl.decode_costs;
+        dc->top_k = K;
+        dc->far_max = 1;
+        for (int c = 0; c <= K; c++) {
+            dc->off_ns[c] = 100.0 * (c + 1);
+            dc->on_ns[c][0] = dc->off_ns[c] + 5;
+            for (int f = 1; f <= MP_DECIDE_MAX_K; f++)
+                dc->on_ns[c][f] = NAN;
+            if (c >= 1) /* far: 40 ns saved, or 40 lost */
+                dc->on_ns[c][1] = dc->off_ns[c] + (pays ? -40 : 40);
+        }
+        run_out h;
+        run_model(m, &pl, 0, false, &h);
+        char what[128];
+        snprintf(what, sizeof what, "layers:2 with far routes that %s", pays ? "pay" : "lose");
+        if (pays) {
+            /* both CPU layers on (every route cold: cold share 1): one far route in each of their
+             * decode steps, none in the prefill and multi-row steps */
+            cr_assert_eq(h.stats.routes_far, (int64_t)N_DECODE * 2, "%s: %lld far routes", what,
+                         (long long)h.stats.routes_far);
+            compare2(what, m, &h, &ref, 3e-2, 5e-3);
+        } else {
+            cr_assert_eq(h.stats.routes_far, 0, "%s", what);
+        }
+        cr_assert_eq(mp_gpu_stats_routes(&h.stats), ref.stats.routes_gpu, "%s: every route served once", what);
+        free(h.logits);
+        mp_placement_free(&pl);
+    }
+    free(ref.logits);
     mp_placement_free(&all);
     mp_model_free(m);
 }

@@ -19,7 +19,7 @@
 #include "collector/import.h"
 #include "runtime/model.h"
 #include "simulator/calibrate_impl.h"
-#include "simulator/costs.h"
+#include "runtime/costs.h"
 
 static char dir[256], model[512];
 
@@ -139,9 +139,14 @@ Test(calibrate, quick_run_writes_a_cost_file_that_loads)
     cr_assert_not_null(strstr(out, "experts x 1 row in one call"), "%s", out);
     check_curve(&c.combine, rows, 3, "combine");
     check_curve(&c.non_moe, rows, 3, "non_moe");
+    /* the host's read bandwidth, on the most threads measured, always there */
+    cr_assert(c.host_read_gbs > 0, "host_read %g GB/s", c.host_read_gbs);
+    cr_assert_eq(c.host_read_threads, 2);
+    cr_assert_not_null(strstr(out, "calibrate: host read bandwidth (2 threads"), "%s", out);
 
     /* GPU parts: all present, or all listed in $.missing (this build or machine has no GPU) */
-    const unsigned all = MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC;
+    const unsigned all = MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC |
+                         MP_COST_ABSENT_DECODE;
     cr_assert(c.absent == 0 || c.absent == all, "absent bits %#x", c.absent);
     if (c.absent) {
         cr_assert_eq(c.n_gpu_expert, 0);
@@ -310,10 +315,10 @@ Test(calibrate, decode_moe_time_from_the_gpu_entries, .init = setup, .fini = tea
     mp_error e;
     cr_assert_eq(mp_model_load(model, &m, &e), MP_OK, "%s", e.msg);
     char quant[16], text[1024];
-    mp_calib_quant_name(&m->layers[0], quant);
+    mp_model_expert_quant(&m->layers[0], quant);
     for (int64_t il = 1; il < m->hp.n_layer; il++) { /* the tiny preset has one kind of expert */
         char q[16];
-        mp_calib_quant_name(&m->layers[il], q);
+        mp_model_expert_quant(&m->layers[il], q);
         cr_assert_str_eq(q, quant);
     }
     const long D = (long)m->hp.n_embd, F = (long)m->hp.n_ff_exp, K = (long)m->hp.n_expert_used;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "simulator/costs.h"
+#include "runtime/costs.h"
 
 static char *fixture_text(size_t *len)
 {
@@ -45,20 +45,6 @@ static void expect_reject(const char *from, const char *to, const char *needle)
     cr_assert_null(c.gpu_expert);
     free(mut);
     free(text);
-}
-
-/* An optional member's bad values: each obj as key's value is refused with needle in the message. */
-typedef struct bad_member {
-    const char *obj, *needle;
-} bad_member;
-
-static void reject_members(const char *key, const bad_member *bad, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        char to[256];
-        snprintf(to, sizeof to, "\"%s\": %s, \"sync\":", key, bad[i].obj);
-        expect_reject("\"sync\":", to, bad[i].needle);
-    }
 }
 
 Test(costs, loads_the_fixture)
@@ -241,17 +227,20 @@ static char *without_gpu(const char *const *drop, int n_drop, const char *extra_
 
 Test(costs, cpu_only_file_lists_what_is_missing)
 {
-    const char *all[] = {"gpu_expert", "h2d", "d2h", "sync"};
+    const char *all[] = {"gpu_expert", "h2d", "d2h", "sync", "decode_layers"};
     mp_costs c;
     mp_error err;
-    char *t = without_gpu(all, 4, NULL);
+    char *t = without_gpu(all, 5, NULL);
     cr_assert_eq(mp_costs_parse(t, strlen(t), "cpu.json", &c, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(c.absent, MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC);
+    cr_assert_eq(c.absent, MP_COST_ABSENT_GPU_EXPERT | MP_COST_ABSENT_H2D | MP_COST_ABSENT_D2H | MP_COST_ABSENT_SYNC |
+                               MP_COST_ABSENT_DECODE);
+    cr_assert_eq(c.decode.n_points, 0);
     cr_assert_eq(c.n_gpu_expert, 0);
     cr_assert_eq(c.h2d_pinned.n_points, 0);
     cr_assert_eq(c.n_cpu_expert, 2);
     cr_assert_eq(mp_costs_require_gpu(&c, "cpu.json", &err), MP_ERR_ARG);
-    cr_assert_not_null(strstr(err.msg, "costs cpu.json: no GPU measurements (gpu_expert, h2d, d2h, sync listed in $.missing)"),
+    cr_assert_not_null(strstr(err.msg, "costs cpu.json: no GPU measurements (gpu_expert, h2d, d2h, sync, "
+                                       "decode_layers listed in $.missing)"),
                        "%s", err.msg);
     mp_costs_free(&c);
     cJSON_free(t);
@@ -285,7 +274,8 @@ Test(costs, rejects_inconsistent_missing_lists)
     } cases[] = {
         {"h2d", "$.h2d: present and also listed in $.missing"},
         {"sync", "$.missing[1].what: \"sync\" listed twice"},
-        {"cpu_expert", "$.missing[1].what: expected one of \"gpu_expert\", \"h2d\", \"d2h\", \"sync\""},
+        {"cpu_expert", "$.missing[1].what: expected one of \"gpu_expert\", \"h2d\", \"d2h\", \"sync\", "
+                       "\"decode_layers\""},
     };
     for (int i = 0; i < 3; i++) {
         char *t = without_gpu(sync_only, 1, cases[i].extra);
@@ -381,94 +371,100 @@ static void parse_with_member(const char *member, mp_costs *c)
     free(text);
 }
 
-Test(costs, reads_the_optional_hybrid_layer)
+Test(costs, reads_the_decode_grid_and_host_read)
 {
     size_t len;
     char *text = fixture_text(&len);
     mp_costs c;
     mp_error err;
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(c.hybrid_layer.median_ns, 0, "absent: zero");
-    cr_assert(!c.has_hybrid_layer);
+    const mp_cost_decode *d = &c.decode;
+    cr_assert_eq(d->n_points, 8);
+    cr_assert_str_eq(d->quant, "Q4_K");
+    cr_assert_eq(d->n_embd, 2048);
+    cr_assert_eq(d->n_ff, 768);
+    cr_assert_eq(d->n_expert, 4);
+    cr_assert_eq(d->top_k, 2);
+    cr_assert_eq(d->far_max, 1);
+    cr_assert_eq(d->threads, 16);
+    cr_assert_eq(d->expert_bytes, 1000000);
+    cr_assert_eq(d->points[5].cold, 1);
+    cr_assert_eq(d->points[5].far, 1);
+    cr_assert(d->points[5].far_on);
+    cr_assert(!d->points[1].far_on);
+    cr_assert_eq(d->points[5].layer.median_ns, 90000);
+    cr_assert_eq(d->points[5].layer.spread_ns, 2000);
+    cr_assert_eq(d->points[5].cpu_ns, 0);
+    cr_assert_eq(d->points[5].gpu_ns, 70000);
+    cr_assert_eq(c.host_read_gbs, 50);
+    cr_assert_eq(c.host_read_spread_gbs, 2);
+    cr_assert_eq(c.host_read_threads, 16);
     mp_costs_free(&c);
     free(text);
-    parse_with_member("\"hybrid_layer\": {\"median_ns\": 21000, \"spread_ns\": 700}, ", &c);
-    cr_assert_eq(c.hybrid_layer.median_ns, 21000);
-    cr_assert_eq(c.hybrid_layer.spread_ns, 700);
-    cr_assert(c.has_hybrid_layer);
-    mp_costs_free(&c);
-    expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": -5, \"spread_ns\": 1}, \"sync\":",
-                  "$.hybrid_layer.median_ns: expected a finite number >= 0");
-    expect_reject("\"sync\":", "\"hybrid_layer\": {\"median_ns\": 5}, \"sync\":", "$.hybrid_layer.spread_ns: missing");
 }
 
-Test(costs, reads_the_optional_cpu_decode_layer)
+Test(costs, refuses_bad_decode_grids)
 {
-    size_t len;
-    char *text = fixture_text(&len);
-    mp_costs c;
-    mp_error err;
-    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(c.cpu_decode_layer_experts, 0, "absent: no experts");
-    mp_costs_free(&c);
-    free(text);
-    parse_with_member("\"cpu_decode_layer\": {\"experts\": 8, \"threads\": 16, \"median_ns\": 316000, "
-                      "\"spread_ns\": 4000}, ", &c);
-    cr_assert_eq(c.cpu_decode_layer_experts, 8);
-    cr_assert_eq(c.cpu_decode_layer_threads, 16);
-    cr_assert_eq(c.cpu_decode_layer.median_ns, 316000);
-    cr_assert_eq(c.cpu_decode_layer.spread_ns, 4000);
-    mp_costs_free(&c);
-    static const bad_member bad[] = {
-        {"{\"experts\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
-         "$.cpu_decode_layer.experts: expected a finite number >= 1"},
-        {"{\"experts\": 2.5, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
-         "$.cpu_decode_layer.experts: expected an integer >= 1"},
-        {"{\"experts\": 8, \"median_ns\": 1, \"spread_ns\": 1}", "$.cpu_decode_layer.threads: missing"},
-        {"{\"experts\": 8, \"threads\": 4096, \"median_ns\": 1, \"spread_ns\": 1}",
-         "$.cpu_decode_layer.threads: 4096: expected at most 1024"},
-        {"{\"experts\": 8, \"threads\": 4, \"median_ns\": 1e999, \"spread_ns\": 1}",
-         "$.cpu_decode_layer.median_ns: expected a finite number >= 0"},
-        {"{\"experts\": 8, \"threads\": 4, \"median_ns\": 1, \"spread_ns\": 1, \"rows\": 1}",
-         "$.cpu_decode_layer.rows: unknown key"},
-        {"[1]", "$.cpu_decode_layer"},
+#define P5 "{\"cold\": 1, \"far\": 1, \"far_on\": true, \"median_ns\": 90000"
+    static const struct { const char *from, *to, *needle; } bad[] = {
+        {"\"top_k\": 2,", "\"top_k\": 0,", "$.decode_layers.top_k: expected a finite number >= 1"},
+        {"\"top_k\": 2,", "\"top_k\": 33,", "$.decode_layers.top_k: 33: expected at most 32"},
+        {"\"top_k\": 2,", "\"top_k\": 5,", "$.decode_layers.top_k: 5: expected at most 32 and at most n_expert"},
+        {"\"far_max\": 1,", "\"far_max\": 3,", "$.decode_layers.far_max: 3: expected at most top_k (2)"},
+        {"\"threads\": 16, \"expert_bytes\"", "\"threads\": 0, \"expert_bytes\"",
+         "$.decode_layers.threads: expected a finite number >= 1"},
+        {"\"n_expert\": 4,", "", "$.decode_layers.n_expert: missing"},
+        {"\"quant\": \"Q4_K\", \"n_embd\": 2048, \"n_ff\": 768, \"n_expert\"",
+         "\"quant\": 4, \"n_embd\": 2048, \"n_ff\": 768, \"n_expert\"", "$.decode_layers.quant: expected a type name"},
+        {"{\"cold\": 2, \"far\": 0, \"far_on\": false", "{\"cold\": 3, \"far\": 0, \"far_on\": false",
+         "$.decode_layers.points[2].cold: 3: expected at most top_k (2)"},
+        {"{\"cold\": 0, \"far\": 0, \"far_on\": true", "{\"cold\": 0, \"far\": 1, \"far_on\": true",
+         "$.decode_layers.points[3].far: 1: expected at most cold (0) and far_max (1)"},
+        {"{\"cold\": 1, \"far\": 0, \"far_on\": false", "{\"cold\": 1, \"far\": 1, \"far_on\": false",
+         "$.decode_layers.points[1].far: 1 with far_on false: expected 0"},
+        {"{\"cold\": 1, \"far\": 0, \"far_on\": false", "{\"cold\": 1, \"far\": 0, \"far_on\": 0",
+         "$.decode_layers.points[1].far_on: expected true or false"},
+        {"{\"cold\": 2, \"far\": 0, \"far_on\": false", "{\"cold\": 1, \"far\": 0, \"far_on\": false",
+         "$.decode_layers.points[2]: cold 1, far 0, far_on false: repeats point 1"},
+        {P5, "{\"cold\": 1, \"far\": 1, \"far_on\": true, \"median_ns\": -1",
+         "$.decode_layers.points[5].median_ns: expected a finite number >= 0"},
+        {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"gpu_ns\": 70000", "$.decode_layers.points[5].cpu_ns: missing"},
+        {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"rows\": 1",
+         "$.decode_layers.points[5].rows: unknown key"},
+        {"\"gbs\": 50,", "\"gbs\": 0,", "$.host_read.gbs: expected a bandwidth > 0"},
+        {"\"spread_gbs\": 2,", "", "$.host_read.spread_gbs: missing"},
     };
-    reject_members("cpu_decode_layer", bad, sizeof bad / sizeof bad[0]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_reject(bad[i].from, bad[i].to, bad[i].needle);
 }
 
-Test(costs, reads_the_optional_far_decode_layer)
+/* A cost file from before the decode grid (and the host's read bandwidth) existed: refused, with
+ * the command that makes a new one, whether or not it has the members that came before. */
+Test(costs, refuses_files_without_the_grid_saying_to_calibrate_again)
 {
     size_t len;
     char *text = fixture_text(&len);
-    mp_costs c;
-    mp_error err;
-    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(c.far_decode_layer_far, 0, "absent: no far routes");
-    mp_costs_free(&c);
+    for (int old_members = 0; old_members < 2; old_members++)
+        for (int drop = 0; drop < 2; drop++) {
+            cJSON *root = cJSON_Parse(text);
+            cr_assert_not_null(root);
+            cJSON_DeleteItemFromObjectCaseSensitive(root, drop ? "host_read" : "decode_layers");
+            if (old_members) { /* what older calibrations wrote instead */
+                cJSON *h = cJSON_AddObjectToObject(root, "hybrid_layer");
+                cJSON_AddNumberToObject(h, "median_ns", 21000);
+                cJSON_AddNumberToObject(h, "spread_ns", 700);
+            }
+            char *mut = cJSON_PrintUnformatted(root);
+            mp_costs c;
+            mp_error err;
+            cr_assert_eq(mp_costs_parse(mut, strlen(mut), "old.json", &c, &err), MP_ERR_FORMAT);
+            cr_assert_not_null(strstr(err.msg, drop ? "costs old.json: $.host_read: missing" :
+                                                      "costs old.json: $.decode_layers: missing"), "%s", err.msg);
+            cr_assert_not_null(strstr(err.msg, "run `moeplan calibrate -m MODEL` again"), "%s", err.msg);
+            cJSON_free(mut);
+            cJSON_Delete(root);
+        }
     free(text);
-    parse_with_member("\"far_decode_layer\": {\"experts\": 8, \"far\": 2, \"threads\": 16, \"median_ns\": 201000, "
-                      "\"spread_ns\": 3000}, ", &c);
-    cr_assert_eq(c.far_decode_layer_experts, 8);
-    cr_assert_eq(c.far_decode_layer_far, 2);
-    cr_assert_eq(c.far_decode_layer_threads, 16);
-    cr_assert_eq(c.far_decode_layer.median_ns, 201000);
-    cr_assert_eq(c.far_decode_layer.spread_ns, 3000);
-    mp_costs_free(&c);
-    static const bad_member bad[] = {
-        {"{\"experts\": 8, \"far\": 0, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
-         "$.far_decode_layer.far: expected a finite number >= 1"},
-        {"{\"experts\": 8, \"far\": 9, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}",
-         "$.far_decode_layer.far: 9: expected at most experts (8)"},
-        {"{\"experts\": 8, \"threads\": 1, \"median_ns\": 1, \"spread_ns\": 1}", "$.far_decode_layer.far: missing"},
-        {"{\"experts\": 8, \"far\": 2, \"threads\": 4096, \"median_ns\": 1, \"spread_ns\": 1}",
-         "$.far_decode_layer.threads: 4096: expected at most 1024"},
-        {"{\"experts\": 8, \"far\": 2, \"threads\": 4, \"median_ns\": -1, \"spread_ns\": 1}",
-         "$.far_decode_layer.median_ns: expected a finite number >= 0"},
-        {"{\"experts\": 8, \"far\": 2, \"threads\": 4, \"median_ns\": 1, \"spread_ns\": 1, \"rows\": 1}",
-         "$.far_decode_layer.rows: unknown key"},
-        {"\"x\"", "$.far_decode_layer"},
-    };
-    reject_members("far_decode_layer", bad, sizeof bad / sizeof bad[0]);
 }
 
 Test(costs, reads_the_optional_non_moe_context)

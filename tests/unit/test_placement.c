@@ -420,11 +420,13 @@ Test(placement, profile_slots_and_budget_prefix)
     cr_assert_eq(p.profile_image_bytes, 24 + 4 * 4);
     cr_assert(strstr(p.desc, "2 of 4 ranked experts") != NULL, "%s", p.desc);
     mp_placement_free(&p);
-    /* a budget with room for 3 experts: the first 3 ranked, beyond the profile's slots */
+    /* a budget with room for 3 experts: still the profile's 2 slots (the placement it was made
+     * for; a profile made for a budget runs under it as simulated) */
     o.budget_bytes = HAND_FIXED + 350;
     cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
-    assert_layer_bits(&p, 0, 0x5);
+    assert_layer_bits(&p, 0, 0x1);
     assert_layer_bits(&p, 1, 0x8);
+    cr_assert(strstr(p.desc, "2 of 4 ranked experts, of its slots as many as the budget holds") != NULL, "%s", p.desc);
     mp_placement_free(&p);
     /* a budget with room for 1 */
     o.budget_bytes = HAND_FIXED + 199;
@@ -548,13 +550,13 @@ Test(placement, collect_records_profile_hash_and_budget)
     char hex[65];
     mp_sha256_init(&s);
     mp_sha256_update(&s, buf, n);
-    mp_sha256_final(&s, d);
+    cr_assert(mp_sha256_final(&s, d));
     mp_sha256_hex(d, hex);
     cr_assert_not_null(run->profile_sha256);
     cr_assert_str_eq(run->profile_sha256, hex);
     cr_assert_eq(run->budget_bytes, 64 << 20);
-    /* 64 MiB leaves room for all 3 ranked experts (beyond the profile's 2 slots) */
-    cr_assert(strstr(run->config_json, "3 of 3 ranked experts") != NULL, "%s", run->config_json);
+    /* 64 MiB has room for all 3 ranked experts: the profile's 2 slots are placed */
+    cr_assert(strstr(run->config_json, "2 of 3 ranked experts") != NULL, "%s", run->config_json);
     cr_assert(strstr(run->config_json, "\"executor\":\"cpu (every expert ran on the CPU") != NULL, "%s",
               run->config_json);
     mp_trace_reader_close(r);

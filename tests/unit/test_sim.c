@@ -112,25 +112,6 @@ Test(sim, static_topn_by_hand)
     mp_sim_trace_free(&t);
 }
 
-/* The cost file's hybrid_layer (150 ns here) is added to the GPU side of every layer that makes
- * the round trip, and nowhere else. */
-Test(sim, hybrid_layer_cost_on_the_gpu_side)
-{
-    mp_sim_trace t;
-    decode_trace(&t, 2, 4, 2, 4, small_ids);
-    mp_sim_config c = config(1500, 2);
-    costs.hybrid_layer = (mp_cost_stat){150, 0};
-    mp_sim_result r = run(&t, &c, MP_POL_STATIC_TOPN);
-    /* one hit + one miss: max(10 + 150, 7 + 20 + 100 + 5 + 3) = 160; two misses: max(0 + 150, 235)
-     * = 235. 7 * 160 + 235 = 1355 ns. */
-    cr_assert_float_eq(r.train.time_ns, 1355, 1e-9);
-    mp_sim_result g = run(&t, &c, MP_POL_ALL_GPU); /* no layer makes the round trip */
-    cr_assert_float_eq(g.train.time_ns, 8 * 20.0, 1e-9);
-    mp_sim_result_free(&r);
-    mp_sim_result_free(&g);
-    mp_sim_trace_free(&t);
-}
-
 /* When the round trip costs nothing next to the GPU experts, a layer's capacities from "every
  * expert its train split routes to" up to all of them tie; the planner takes the largest, since
  * the held-out requests may route to the rest. small_ids route to experts 0-3 only: in layers of
@@ -271,7 +252,7 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
 
     sim_tab tab;
     mp_error err;
-    cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(tab.gpu_fixed_ns, 6, 1e-9);
     cr_assert_float_eq(tab.cpu_fixed_ns, 70, 1e-9);
     sim_stats st = small_stats();
@@ -290,90 +271,148 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
     mp_sim_trace_free(&t);
 }
 
-/* cpu_decode_layer anchors the CPU entry's level: 2 one-row CPU experts cost 70 + 2 * 30 = 130 ns
- * by the curve; the runtime measured 260, so every CPU cost doubles. Another thread count than
- * the entry's leaves it alone. */
-Test(sim, cpu_decode_layer_scales_the_cpu_entry)
+/* A decode grid for the small traces' top-2 Q4_K 4x8 experts on 8 threads: off[c] with far routes
+ * off, on[c][f] with them on (f <= min(c, 1)); n_expert E. */
+static mp_cost_decode_point grid_pts[16];
+static void set_grid(uint32_t E, const double off[3], const double on[3][2])
 {
-    mp_sim_trace t;
-    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    int n = 0;
+    for (int c = 0; c <= 2; c++) {
+        grid_pts[n++] = (mp_cost_decode_point){c, 0, false, {off[c], 0}, c * 100.0, 10};
+        for (int f = 0; f <= (c < 1 ? c : 1); f++)
+            grid_pts[n++] = (mp_cost_decode_point){c, f, true, {on[c][f], 0}, (c - f) * 100.0, 10 + f * 60.0};
+    }
+    costs.decode = (mp_cost_decode){n, grid_pts, "Q4_K", 4, 8, E, 2, 1, 8, 0};
+    costs.decode.expert_bytes = gpu_entry.expert_bytes;
+}
+
+/* The grid's all-cold point with far routes off anchors the CPU entry's level: 2 one-row CPU
+ * experts cost 70 + 2 * 30 = 130 ns by the curve; the runtime's step spent 200 (set_grid: 100 per
+ * CPU expert), so every CPU cost of the curves (steps the grid lacks) is x 200/130. Another thread
+ * count than the entry's leaves it alone. */
+Test(sim, decode_grid_anchors_the_cpu_entry)
+{
     mp_sim_config c = config(1500, 2);
     static double xs_k[2] = {1, 2};
     static mp_cost_stat ck[2] = {{100, 0}, {130, 0}};
     cpu_entry.concurrent = (mp_cost_curve){2, xs_k, ck};
-    costs.cpu_decode_layer = (mp_cost_stat){260, 0};
-    costs.cpu_decode_layer_experts = 2;
-    costs.cpu_decode_layer_threads = 8;
-    cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 2.0, 1e-12);
-    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU); /* 7 + 20 + 2 * 130 + 5 + 3 per layer step */
-    cr_assert_float_eq(cpu.train.time_ns, 8 * 295.0, 1e-9);
-    /* static-topn: 7 steps of one GPU hit + one CPU miss: max(10, 7 + 20 + 2 * (70 + 30) + 5 + 3);
-     * one all-CPU step: 295 */
-    mp_sim_result top = run(&t, &c, MP_POL_STATIC_TOPN);
-    cr_assert_float_eq(top.train.time_ns, 7 * 235.0 + 295.0, 1e-9);
-    costs.cpu_decode_layer_threads = 16; /* measured on 16 threads, the entry is 8 */
+    const double off[3] = {35, 135, 235}, on[3][2] = {{35, 0}, {135, 135}, {235, 235}};
+    set_grid(4, off, on);
+    cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 200.0 / 130.0, 1e-12);
+    /* two rows of one expert on the CPU: 70 + (30 + 100 - 100) scaled, through the curves */
+    sim_tab tab;
+    mp_error err;
+    mp_sim_trace t;
+    cr_assert_eq(mp_sim_trace_init(&t, 1, 4, 2, NULL, &err), MP_OK);
+    const uint16_t two_rows[4] = {0, 1, 0, 1};
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 2, two_rows, "t", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(tab.cpu_fixed_ns, 70 * 200.0 / 130.0, 1e-9);
+    cr_assert_float_eq(tab.cpu_ns[2], 30 * 200.0 / 130.0, 1e-9);
+    sim_tab_free(&tab);
+    mp_sim_trace_free(&t);
+    costs.decode.threads = 16; /* measured on 16 threads, the entry is 8 */
     cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 1.0, 1e-12);
-    mp_sim_result plain = run(&t, &c, MP_POL_ALL_CPU);
-    cr_assert_float_eq(plain.train.time_ns, 8 * 165.0, 1e-9);
-    mp_sim_result_free(&cpu);
-    mp_sim_result_free(&top);
-    mp_sim_result_free(&plain);
+    mp_sim_result r;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    cr_assert_eq(mp_sim_run(&t, &c, MP_POL_ALL_CPU, &r, &err), MP_ERR_ARG, "a grid of another thread count");
+    cr_assert_not_null(strstr(err.msg, "measured on 16 CPU threads, this run uses 8"), "%s", err.msg);
     mp_sim_trace_free(&t);
 }
 
-/* far_decode_layer: with 1 of 2 routes far, the CPU's one remaining expert measured 60 ns (the
- * table gives 100), so far_scale 0.6. A one-row step with both experts cold runs one far: CPU
- * side 0.6 * 100 = 60, layer 7 + 20 + 60 + 5 + 3 = 95 (235 without far routes); one cold expert
- * runs floor(1 * 1 / 2) = 0 far and costs what it did (135). The planner's layer costs are the
- * replay's. Another thread count or top_k than the trace's leaves the model alone. */
-Test(sim, far_decode_layer_runs_some_cold_routes_on_the_gpu)
+/* One-row steps of hybrid layers take the grid's time for their count of cold routes, with the far
+ * decision the runtime makes (runtime/decide.h): here far routes pay (one of a step's cold routes
+ * far: c=1 120 instead of 150, c=2 180 instead of 250; the gather costs 5 when none runs).
+ * all-cpu: cold share 1, every step c=2: 8 x 180, one far route per layer step.
+ * static-topn, e0 resident in both layers: layer 0's train routes are cold with share 4/8 (e1 2,
+ * e2 1, e3 1 of 8), layer 1's 5/8: both expect less with far routes on (layer 0: 0.25 x 45 + 0.5 x
+ * 120 + 0.25 x 180 = 116.25 against 147.5). Layer 0: 4 steps c=1 (480); layer 1: 3 steps c=1, one
+ * c=2 (540): 1020. With far routes dearer than the CPU alone, every layer turns them off and the
+ * grid's off points are charged: all-cpu 8 x 250, static-topn 4 x 150 + 3 x 150 + 250. The
+ * planner's layer costs are the replay's, with its decision per capacity. */
+Test(sim, decode_grid_with_far_decisions_by_hand)
 {
     mp_sim_trace t;
     decode_trace(&t, 2, 4, 2, 4, small_ids);
     mp_sim_config c = config(1500, 2);
-    costs.far_decode_layer = (mp_cost_stat){60, 0};
-    costs.far_decode_layer_experts = 2;
-    costs.far_decode_layer_far = 1;
-    costs.far_decode_layer_threads = 8;
+    const double off[3] = {40, 150, 250}, pays[3][2] = {{45, 0}, {155, 120}, {255, 180}};
+    set_grid(4, off, pays);
     mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
-    cr_assert_float_eq(cpu.train.time_ns, 8 * 95.0, 1e-9);
-    mp_sim_result top = run(&t, &c, MP_POL_STATIC_TOPN); /* 7 one of each, 1 with both cold */
-    cr_assert_float_eq(top.train.time_ns, 7 * 135.0 + 95.0, 1e-9);
-
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 180.0, 1e-9);
+    cr_assert_eq(cpu.train.routes_far, 8);
+    mp_sim_result top = run(&t, &c, MP_POL_STATIC_TOPN);
+    cr_assert_float_eq(top.train.time_ns, 480 + 540, 1e-9);
+    cr_assert_eq(top.train.routes_far, 8);
+    mp_sim_result gpu = run(&t, &c, MP_POL_ALL_GPU); /* no hybrid layer: the GPU curve, no grid */
+    cr_assert_float_eq(gpu.train.time_ns, 8 * 20.0, 1e-9);
     sim_tab tab;
     mp_error err;
-    cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
-    cr_assert_float_eq(tab.far_scale, 0.6, 1e-12);
-    /* far routes only on layers with at most half their experts resident (as the runtime) */
-    cr_assert_float_eq(sim_cpu_side_ns(&tab, 1, 2, 2, sim_far_layer(2, 4), 200), 60, 1e-9);
-    cr_assert_float_eq(sim_cpu_side_ns(&tab, 1, 2, 2, sim_far_layer(3, 4), 200), 200, 1e-9);
-    cr_assert_float_eq(sim_cpu_side_ns(&tab, 2, 2, 2, true, 200), 200, 1e-9); /* two rows: none */
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     sim_stats st = small_stats();
+    static const uint64_t counts[8] = {4, 2, 1, 1, 3, 1, 2, 2};
+    memcpy(st.counts, counts, sizeof counts);
     double cost[2 * 5];
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
-    cr_assert_float_eq(cost[0], 4 * 95.0, 1e-9);  /* layer 0, nothing resident */
-    cr_assert_float_eq(cost[1], 4 * 135.0, 1e-9); /* e0 resident: one cold expert per step */
-    /* layer 1 ({0,2} {0,3} {1,3} {0,2}; ranks e0, e2, e3, e1): capacity 1 (e0) leaves step 3
-     * both cold: 95 with far routes, the others 135; capacity 3 (more than half) leaves only e1
-     * cold in step 3 (135), the others all resident (10 + 7 + 20 + 5 + 3 = 35 round trip) */
-    cr_assert_float_eq(cost[5 + 1], 3 * 135.0 + 95.0, 1e-9);
-    cr_assert_float_eq(cost[5 + 3], 3 * 35.0 + 135.0, 1e-9);
+    cr_assert_float_eq(cost[0], 4 * 180.0, 1e-9); /* layer 0, capacity 0 */
+    cr_assert_float_eq(cost[1], 4 * 120.0, 1e-9); /* capacity 1 (e0): as the replay */
+    cr_assert_float_eq(cost[5 + 1], 540, 1e-9);
+    cr_assert_float_eq(cost[4], 4 * 20.0, 1e-9);  /* capacity 4: all resident, no round trip */
+    sim_tab_free(&tab);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&top);
+    mp_sim_result_free(&gpu);
+
+    const double loses[3][2] = {{45, 0}, {155, 160}, {255, 260}};
+    set_grid(4, off, loses);
+    cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 250.0, 1e-9);
+    cr_assert_eq(cpu.train.routes_far, 0);
+    top = run(&t, &c, MP_POL_STATIC_TOPN);
+    cr_assert_float_eq(top.train.time_ns, 7 * 150.0 + 250, 1e-9);
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(cost[1], 4 * 150.0, 1e-9);
     free(st.counts);
     free(st.order);
     sim_tab_free(&tab);
-
-    costs.far_decode_layer_threads = 16; /* measured on 16 threads, the entry is 8 */
-    mp_sim_result other = run(&t, &c, MP_POL_ALL_CPU);
-    cr_assert_float_eq(other.train.time_ns, 8 * 235.0, 1e-9);
-    costs.far_decode_layer_threads = 8;
-    costs.far_decode_layer_experts = 4; /* measured for a top-4 model, the trace is top-2 */
-    costs.far_decode_layer_far = 2;
-    mp_sim_result other_k = run(&t, &c, MP_POL_ALL_CPU);
-    cr_assert_float_eq(other_k.train.time_ns, 8 * 235.0, 1e-9);
     mp_sim_result_free(&cpu);
     mp_sim_result_free(&top);
-    mp_sim_result_free(&other);
-    mp_sim_result_free(&other_k);
+    mp_sim_trace_free(&t);
+}
+
+/* The floor: no layer step beats reading its cold experts from host memory. With the host read at
+ * 0.001 bytes/ns beside the bus's 200 (the costs' best pinned copy, 1000 bytes in 5 ns), two cold
+ * experts of 1e6 bytes take at least 2e6 / 200.001 = 9999.95 ns, far above the curves' 235: all-cpu
+ * is charged the floor in every layer step, and counts them. */
+Test(sim, no_prediction_beats_the_floor)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1000000, 2);
+    costs.host_read_gbs = 0.001;
+    const double fl = 2e6 / (0.001 + 200.0);
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * fl, 1e-6);
+    cr_assert_float_eq(cpu.train.floor_ns, 8 * fl, 1e-6);
+    cr_assert_eq(cpu.train.floored, 8);
+    mp_sim_result gpu = run(&t, &c, MP_POL_ALL_GPU); /* nothing cold: no floor */
+    cr_assert_float_eq(gpu.train.floor_ns, 0, 1e-12);
+    cr_assert_float_eq(gpu.train.time_ns, 8 * 20.0, 1e-9);
+    /* a grid below the floor is held to it as well */
+    const double off[3] = {1, 2, 3}, on[3][2] = {{1, 0}, {2, 2}, {3, 3}};
+    set_grid(4, off, on);
+    mp_sim_result g = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(g.train.time_ns, 8 * fl, 1e-6);
+    for (int p = 0; p < MP_POL_COUNT; p++) {
+        if (p == MP_POL_PROFILE)
+            continue;
+        mp_sim_result r = run(&t, &c, (mp_sim_policy)p);
+        cr_assert_geq(r.train.time_ns, r.train.floor_ns, "%s", mp_sim_policy_name(p));
+        mp_sim_result_free(&r);
+    }
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&gpu);
+    mp_sim_result_free(&g);
     mp_sim_trace_free(&t);
 }
 
@@ -415,7 +454,7 @@ Test(sim, plan_layer_costs_by_hand)
     mp_sim_config c = config(1500, 2);
     sim_tab tab;
     mp_error err;
-    cr_assert_eq(sim_tab_build(&tab, &c, t.max_rows, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     sim_stats st = {0};
     st.counts = calloc(8, sizeof *st.counts);
     st.order = malloc(sizeof *st.order * 8);
@@ -724,8 +763,8 @@ Test(sim, rejects_bad_traces_and_budgets)
     c.budget_bytes = 999; /* below the 1000 bytes of non-expert weights */
     mp_sim_result r;
     cr_assert_eq(mp_sim_run(&t, &c, MP_POL_LFU, &r, &err), MP_ERR_LIMIT);
-    cr_assert_not_null(strstr(err.msg, "budget 999 bytes is smaller than the non-expert weights (1000 bytes)"), "%s",
-                       err.msg);
+    cr_assert_not_null(strstr(err.msg, "budget 999 bytes is smaller than what the runtime holds besides experts "
+                                       "(1000 bytes"), "%s", err.msg);
     c = config(1100, 2);
     c.alpha = 0;
     cr_assert_eq(mp_sim_run(&t, &c, MP_POL_DECAYED_LFU, &r, &err), MP_ERR_ARG);

@@ -132,7 +132,7 @@ Test(sim_accuracy, a_failing_step_stops_with_one_line_and_no_report, .timeout = 
     cr_assert_eq(script(env, err, sizeof err), 1, "%s", err);
     const char *e = strstr(err, "sim_accuracy: error: simulate 1MiB-plan failed");
     cr_assert_not_null(e, "%s", err);
-    cr_assert(strstr(e, "smaller than the non-expert weights") != NULL, "%s", err);
+    cr_assert(strstr(e, "smaller than what the runtime holds besides experts") != NULL, "%s", err);
     cr_assert_null(strchr(e, '\n') ? strchr(strchr(e, '\n') + 1, '\n') : NULL, "more than one "
                    "error line: %s", e);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);

@@ -14,6 +14,7 @@
 #include "collector/import.h"
 #include "collector/trace.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 #include "runtime/strp.h"
 #include "simulator/sim_load.h"
 
@@ -162,8 +163,6 @@ Test(simulate, cli_end_to_end)
              costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "2 MoE layers x 4 experts, top-2, 2 requests"), "%s", out);
-    /* the fixture predates hybrid_layer: the run says what that costs the prediction */
-    cr_assert_not_null(strstr(out, "has no hybrid_layer (calibrated before it existed)"), "%s", out);
     cr_assert_not_null(strstr(out, "budget 0.00 GiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
     cr_assert_not_null(strstr(out, "llama.cpp:    (every layer fits: no override needed)"), "%s", out);
     cr_assert_not_null(strstr(out, "-ot 'blk\\.(4|7)\\.ffn_.*_exps\\.=CPU'"), "%s", out);
@@ -209,12 +208,31 @@ Test(simulate, cli_errors_are_one_line)
     snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1MB --non-expert-bytes 2MB",
              costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
-    cr_assert_not_null(strstr(out, "moeplan simulate: error: simulate: budget 1000000 bytes is smaller than the "
-                                   "non-expert weights (2000000 bytes)"), "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan simulate: error: simulate: budget 1000000 bytes is smaller than what "
+                                   "the runtime holds besides experts (2000000 bytes"), "%s", out);
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
-    snprintf(args, sizeof args, "simulate t.db --costs '%s' --budget 1GB", costs_path());
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --budget 1GB --non-expert-bytes 1MB", costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "2 GPU expert entries match"), "%s", out);
+    /* a budget means what --gpu-budget means: without the model nothing says what it holds */
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1GB", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "--budget counts everything the runtime holds on the GPU (weights, KV cache, "
+                                   "scratch, experts), as --gpu-budget does: expected -m MODEL"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    /* the runtime's size grammar, and no empty item */
+    const char *bad_budgets[][2] = {
+        {"50MiB,", "an empty item at offset 6"}, {"50MiB,,60MiB", "an empty item at offset 6"},
+        {",50MiB", "an empty item at offset 0"}, {"0", "expected a positive size"}, {"1e9", "expected a positive size"},
+        {"-5GB", "expected a positive size"}};
+    for (size_t i = 0; i < sizeof bad_budgets / sizeof bad_budgets[0]; i++) {
+        snprintf(args, sizeof args, "simulate t.db --costs x.json --budget '%s'", bad_budgets[i][0]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s: %s", bad_budgets[i][0], out);
+        cr_assert_not_null(strstr(out, bad_budgets[i][1]), "%s: %s", bad_budgets[i][0], out);
+    }
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 16gib --non-expert-bytes 1MB",
+             costs_path()); /* units are case-insensitive, as --gpu-budget's */
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(run_cli("simulate t.db --costs r.csv --budget 1GB", out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "costs r.csv: offset"), "%s", out);
     cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 12parsecs", out, sizeof out), 2, "%s", out);
@@ -331,7 +349,44 @@ Test(simulate, sweep_points_equal_single_runs)
     }
 }
 
-Test(simulate, model_gives_the_non_expert_bytes)
+/* The fixture's costs as if calibrated for the HF tiny model (3 layers x 8 experts top-2, F32
+ * 64x48, 36864-byte experts): dir/tiny-costs.json. */
+static void write_tiny_costs(void)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/tiny-costs.json", dir);
+    FILE *f = fopen(costs_path(), "rb");
+    static char text[1 << 16];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    cJSON_DeleteItemFromArray(cJSON_GetObjectItem(root, "gpu_expert"), 1);
+    cJSON *entries[] = {cJSON_GetArrayItem(cJSON_GetObjectItem(root, "gpu_expert"), 0),
+                        cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cpu_expert"), 0),
+                        cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cpu_expert"), 1),
+                        cJSON_GetObjectItem(root, "decode_layers")};
+    for (int i = 0; i < 4; i++) {
+        cJSON_ReplaceItemInObject(entries[i], "quant", cJSON_CreateString("F32"));
+        cJSON_ReplaceItemInObject(entries[i], "n_embd", cJSON_CreateNumber(64));
+        cJSON_ReplaceItemInObject(entries[i], "n_ff", cJSON_CreateNumber(48));
+        cJSON_ReplaceItemInObject(entries[i], "expert_bytes", cJSON_CreateNumber(36864));
+    }
+    cJSON_ReplaceItemInObject(entries[3], "n_expert", cJSON_CreateNumber(8));
+    char *out = cJSON_Print(root);
+    f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    cJSON_free(out);
+    cJSON_Delete(root);
+}
+
+/* --budget means what --gpu-budget means: with -m, its fixed part is what the runtime holds
+ * besides experts (weights, KV cache for --ctx-size, scratch for --batch-size), computed by the
+ * runtime's own budget code; --non-expert-bytes replaces it. And a profile made for a budget loads
+ * under --gpu-budget of that budget with exactly its resident experts. */
+Test(simulate, budget_means_what_gpu_budget_means)
 {
     static char out[8192];
     char args[4096], model[1024], expect[256];
@@ -339,23 +394,70 @@ Test(simulate, model_gives_the_non_expert_bytes)
     mp_model *m = NULL;
     mp_error err;
     cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
-    const size_t dense = mp_model_dense_bytes(m);
-    mp_model_free(m);
-    /* a budget of 1000 bytes is below any model's non-expert weights: the refusal names them */
-    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1000B -m '%s'", costs_path(), model);
+    mp_placement_geom g;
+    mp_gpu_budget b;
+    cr_assert_eq(mp_placement_geom_from_model(m, &g, &err), MP_OK, "%s", err.msg);
+    const int64_t ctx = 96, batch = 64;
+    cr_assert_eq(mp_gpu_budget_compute(&g, 0, ctx, batch, &b, &err), MP_OK, "%s", err.msg);
+    cr_assert_gt(b.kv_bytes, 0);
+    cr_assert_gt(b.scratch_bytes, 0);
+    /* a trace of this model */
+    char prompts[700];
+    snprintf(prompts, sizeof prompts, "%s/p.json", dir);
+    FILE *f = fopen(prompts, "w");
+    fputs("[\"routing a few tokens\", \"and a second request\"]", f);
+    fclose(f);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts p.json --trace c.db --max-tokens 6 --raw-prompts --no-progress",
+             model);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    write_tiny_costs();
+    snprintf(args, sizeof args, "simulate c.db --costs tiny-costs.json --budget 1000B -m '%s' --ctx-size %lld "
+             "--batch-size %lld", model, (long long)ctx, (long long)batch);
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
-    snprintf(expect, sizeof expect, "is smaller than the non-expert weights (%zu bytes)", dense);
+    snprintf(expect, sizeof expect, "smaller than what the runtime holds besides experts (%llu bytes",
+             (unsigned long long)b.fixed_bytes);
     cr_assert_not_null(strstr(out, expect), "expected '%s' in: %s", expect, out);
     /* an explicit --non-expert-bytes wins over the model's */
-    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 1000B -m '%s' --non-expert-bytes 2000",
-             costs_path(), model);
+    snprintf(args, sizeof args, "simulate c.db --costs tiny-costs.json --budget 1000B -m '%s' --non-expert-bytes 2000",
+             model);
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
-    cr_assert_not_null(strstr(out, "non-expert weights (2000 bytes)"), "%s", out);
+    cr_assert_not_null(strstr(out, "besides experts (2000 bytes"), "%s", out);
+    /* a profile for room of 5 experts beyond the fixed part, loaded under that --gpu-budget */
+    const uint64_t eb = g.expert_bytes[0], budget = b.fixed_bytes + 5 * eb + eb / 2;
+    for (int pol = 0; pol < 2; pol++) {
+        const char *policy = pol ? "plan" : "static-topn";
+        snprintf(args, sizeof args, "simulate c.db --costs tiny-costs.json --budget %lluB -m '%s' --ctx-size %lld "
+                 "--batch-size %lld --policy %s --emit-profile p%d.strp", (unsigned long long)budget, model,
+                 (long long)ctx, (long long)batch, policy, pol);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+        cr_assert_not_null(strstr(out, "note: each budget holds"), "%s", out);
+        char prof[800];
+        snprintf(prof, sizeof prof, "%s/p%d.strp", dir, pol);
+        mp_strp p;
+        cr_assert_eq(mp_strp_read_file(prof, NULL, &p, &err), MP_OK, "%s", err.msg);
+        cr_assert_leq(p.slots, 5, "%s: %u slots for room of 5", policy, p.slots);
+        mp_placement_opts po = {0};
+        mp_status pst;
+        char budget_text[32];
+        snprintf(budget_text, sizeof budget_text, "%lluB", (unsigned long long)budget);
+        cr_assert(mp_placement_opts_set(&po, "--profile", prof, &pst, &err) && !pst, "%s", err.msg);
+        cr_assert(mp_placement_opts_set(&po, "--gpu-budget", budget_text, &pst, &err) && !pst, "%s", err.msg);
+        mp_placement pl;
+        cr_assert_eq(mp_placement_for_model(m, &po, ctx, batch, &pl, &err), MP_OK, "%s: %s", policy, err.msg);
+        cr_assert_eq(pl.n_resident_total, (int64_t)p.slots, "%s: the runtime placed %lld of the profile's %u", policy,
+                     (long long)pl.n_resident_total, p.slots);
+        for (uint32_t i = 0; i < p.slots; i++)
+            cr_assert(mp_placement_resident(&pl, p.ranked[i].layer, p.ranked[i].expert));
+        mp_placement_free(&pl);
+        mp_strp_free(&p);
+    }
     /* a missing model is one line naming it */
     snprintf(args, sizeof args, "simulate t.db --costs '%s' --budget 1GB -m absent.gguf", costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "absent.gguf"), "%s", out);
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    mp_placement_geom_free(&g);
+    mp_model_free(m);
 }
 
 Test(simulate, model_of_another_shape_is_refused)

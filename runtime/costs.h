@@ -1,4 +1,4 @@
-/* simulator/costs.h — the cost model: measured times of every piece of a hybrid MoE step, loaded
+/* runtime/costs.h — the cost model: measured times of every piece of a hybrid MoE step, loaded
  * from costs.json (schemas/costs.schema.json; written by `moeplan calibrate`).
  *
  * Every measurement is a median with a spread (the interquartile range, p75 - p25), in ns. Costs
@@ -10,12 +10,14 @@
  * entry has n_embd, n_ff, expert_bytes >= 1 (CPU entries: threads >= 1).
  *
  * A cost file from a machine without a GPU (`moeplan calibrate` there) may lack the GPU
- * measurements: gpu_expert, h2d, d2h and sync are each either present, or absent and named in
- * $.missing with the reason; never both, never neither. `absent` records which; such a file is
- * valid, and whatever needs a GPU cost asks mp_costs_require_gpu first.
+ * measurements: gpu_expert, h2d, d2h, sync and decode_layers are each either present, or absent
+ * and named in $.missing with the reason; never both, never neither. `absent` records which;
+ * such a file is valid, and whatever needs a GPU cost asks mp_costs_require_gpu first. host_read
+ * is always there. A file written before decode_layers and host_read existed is refused by the loader with
+ * a message that says to run `moeplan calibrate` again (its decode costs would be guesses).
  */
-#ifndef MP_SIMULATOR_COSTS_H
-#define MP_SIMULATOR_COSTS_H
+#ifndef MP_RUNTIME_COSTS_H
+#define MP_RUNTIME_COSTS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +37,7 @@ typedef struct mp_cost_curve {
 } mp_cost_curve;
 
 #define MP_COST_QUANT_MAX 16
+#define MP_COST_DECODE_MAX_K 32 /* top_k of a decode grid (the GPU executor's MP_GPU_MAX_TOP_K) */
 
 /* One expert FFN (gate, up, down) of a quant type and shape, timed over routed rows. */
 typedef struct mp_cost_expert {
@@ -50,6 +53,29 @@ typedef struct mp_cost_expert {
     mp_cost_curve concurrent;
 } mp_cost_expert;
 
+/* One point of the decode layer grid: the runtime's one-row layer step with `cold` of its top_k
+ * routes on experts outside the GPU pool, `far` of which the GPU ran reading their weights over
+ * the bus, on a layer with far routes on (the gather launched every step) or off (far 0). */
+typedef struct mp_cost_decode_point {
+    int cold, far;
+    bool far_on;
+    mp_cost_stat layer;   /* the step's time per layer beyond its non-MoE share (what a layer adds) */
+    double cpu_ns;        /* of which the CPU experts' time (mean) */
+    double gpu_ns;        /* and the GPU's side from the routing handoff to its partial wait (mean) */
+} mp_cost_decode_point;
+
+typedef struct mp_cost_decode {
+    int n_points;                  /* 0: absent */
+    mp_cost_decode_point *points;  /* unique (cold, far, far_on); far <= min(cold, far_max) */
+    /* the model and run the grid was measured for: a grid is valid only for them */
+    char quant[MP_COST_QUANT_MAX];
+    int64_t n_embd, n_ff, n_expert;
+    int top_k;                     /* 1..32 */
+    int far_max;                   /* most far routes measured, 0..top_k (0: far routes not measured) */
+    int threads;
+    uint64_t expert_bytes;
+} mp_cost_decode;
+
 typedef struct mp_costs {
     mp_cost_expert *gpu_expert; /* (n_gpu_expert) */
     int n_gpu_expert;
@@ -58,24 +84,14 @@ typedef struct mp_costs {
     mp_cost_curve h2d_pinned, h2d_pageable; /* by bytes: latency at small sizes, bandwidth beyond */
     mp_cost_curve d2h_pinned, d2h_pageable;
     mp_cost_stat sync;      /* one GPU->CPU->GPU round trip of a MoE layer (doorbell + waits) */
-    /* optional ("hybrid_layer"; zeros when absent): what a decode step pays per layer that holds an
-     * expert off the GPU but routes nothing to it, beyond that layer's GPU experts */
-    mp_cost_stat hybrid_layer;
-    bool has_hybrid_layer;  /* the file has it (calibrations before 2026-11-29's fourth session lack it) */
-    /* optional ("cpu_decode_layer"; experts 0 when absent): the runtime's CPU expert time of one decode
-     * layer step with `experts` one-row experts on `threads` threads, every expert in host memory (what production pays;
-     * the cpu_expert curves are microbenchmarks, which simulate scales to it) */
-    mp_cost_stat cpu_decode_layer;
-    int64_t cpu_decode_layer_experts;
-    int cpu_decode_layer_threads;
-    /* optional ("far_decode_layer"; far 0 when absent): the same step's CPU expert time while the GPU
-     * runs `far` of its `experts` routes as far routes (the runtime's MP_GPU_FAR: a decode layer step
-     * with c cold one-row routes runs floor(far · c / experts) of them on the GPU, reading their
-     * weights over the bus, and the CPU the rest) */
-    mp_cost_stat far_decode_layer;
-    int64_t far_decode_layer_experts;
-    int far_decode_layer_far;
-    int far_decode_layer_threads;
+    /* $.decode_layers (MP_COST_ABSENT_DECODE when a file from a machine without a GPU lists it in
+     * $.missing): the runtime's one-row (decode) layer steps, the grid the decision model chooses
+     * far routes from (runtime/decide.h) */
+    mp_cost_decode decode;
+    /* $.host_read: the host memory's read bandwidth as the cores stream it (the physical floor of
+     * the CPU's expert reads; runtime/decide.h mp_decide_floor_ns) */
+    double host_read_gbs, host_read_spread_gbs;
+    int host_read_threads;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     /* optional ("non_moe_context"; has_non_moe_context false when absent): the one-row point of
@@ -91,6 +107,7 @@ typedef struct mp_costs {
 #define MP_COST_ABSENT_H2D 2u
 #define MP_COST_ABSENT_D2H 4u
 #define MP_COST_ABSENT_SYNC 8u
+#define MP_COST_ABSENT_DECODE 16u
 
 mp_status mp_costs_load(const char *path, mp_costs *out, mp_error *err);
 /* Parse a JSON text of len bytes; name is used in error messages. */

@@ -1,4 +1,4 @@
-/* simulator/costs.c — loading and evaluating costs.json (see costs.h, schemas/costs.schema.json).
+/* runtime/costs.c — loading and evaluating costs.json (see costs.h, schemas/costs.schema.json).
  *
  * The loader is strict: unknown or repeated keys, missing fields, non-finite or negative numbers,
  * empty or unsorted curves are each a one-line error naming the file and the JSON path
@@ -6,7 +6,7 @@
  * silently different cost model. The GPU measurements may be absent only when $.missing says
  * why (a cost file calibrated on a machine without a GPU, see costs.h).
  */
-#include "simulator/costs.h"
+#include "runtime/costs.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -252,6 +252,7 @@ static const struct {
     {"h2d", MP_COST_ABSENT_H2D},
     {"d2h", MP_COST_ABSENT_D2H},
     {"sync", MP_COST_ABSENT_SYNC},
+    {"decode_layers", MP_COST_ABSENT_DECODE},
 };
 #define N_OPTIONAL_GPU ((int)(sizeof optional_gpu / sizeof optional_gpu[0]))
 
@@ -283,7 +284,7 @@ static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
             if (!strcmp(what->valuestring, optional_gpu[k].key))
                 bit = optional_gpu[k].bit;
         if (!bit)
-            return bad(c, wpath, "expected one of \"gpu_expert\", \"h2d\", \"d2h\", \"sync\"");
+            return bad(c, wpath, "expected one of \"gpu_expert\", \"h2d\", \"d2h\", \"sync\", \"decode_layers\"");
         if (*listed & bit)
             return bad(c, wpath, "\"%s\" listed twice", what->valuestring);
         *listed |= bit;
@@ -291,11 +292,133 @@ static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
     return MP_OK;
 }
 
+/* $.host_read: {"gbs", "spread_gbs", "threads"}, gbs > 0. */
+static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
+{
+    static const char *const keys[] = {"gbs", "spread_gbs", "threads", NULL};
+    const char *path = "$.host_read";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "host_read");
+    if (!v)
+        return bad(c, path, "missing: the file was written by an older `moeplan calibrate`, without the host's "
+                   "read bandwidth; run `moeplan calibrate -m MODEL` again");
+    double t = 0;
+    mp_status st;
+    if ((st = check_keys(c, v, path, keys)) || (st = get_num(c, v, path, "gbs", 0, &out->host_read_gbs)) ||
+        (st = get_num(c, v, path, "spread_gbs", 0, &out->host_read_spread_gbs)) ||
+        (st = get_int(c, v, path, "threads", 1, &t)))
+        return st;
+    if (!(out->host_read_gbs > 0))
+        return bad(c, "$.host_read.gbs", "expected a bandwidth > 0");
+    if (t > 4096)
+        return bad(c, "$.host_read.threads", "%.0f: expected at most 4096", t);
+    out->host_read_threads = (int)t;
+    return MP_OK;
+}
+
+/* $.decode_layers: the model it was measured for and its points (see costs.h). */
+static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
+{
+    static const char *const keys[] = {"quant", "n_embd", "n_ff", "n_expert", "top_k", "far_max", "threads",
+                                       "expert_bytes", "points", NULL};
+    static const char *const pkeys[] = {"cold", "far", "far_on", "median_ns", "spread_ns", "cpu_ns", "gpu_ns", NULL};
+    const char *path = "$.decode_layers";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *q, *pts;
+    double x;
+    mp_status st = check_keys(c, v, path, keys);
+    if (st || (st = get_member(c, v, path, "quant", &q)))
+        return st;
+    if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_COST_QUANT_MAX)
+        return bad(c, "$.decode_layers.quant", "expected a type name of 1..%d characters", MP_COST_QUANT_MAX - 1);
+    snprintf(d->quant, sizeof d->quant, "%s", q->valuestring);
+    if ((st = get_int(c, v, path, "n_embd", 1, &x)))
+        return st;
+    d->n_embd = (int64_t)x;
+    if ((st = get_int(c, v, path, "n_ff", 1, &x)))
+        return st;
+    d->n_ff = (int64_t)x;
+    if ((st = get_int(c, v, path, "n_expert", 1, &x)))
+        return st;
+    d->n_expert = (int64_t)x;
+    if ((st = get_int(c, v, path, "expert_bytes", 1, &x)))
+        return st;
+    d->expert_bytes = (uint64_t)x;
+    if ((st = get_int(c, v, path, "top_k", 1, &x)))
+        return st;
+    if (x > MP_COST_DECODE_MAX_K || x > (double)d->n_expert)
+        return bad(c, "$.decode_layers.top_k", "%.0f: expected at most %d and at most n_expert", x,
+                   MP_COST_DECODE_MAX_K);
+    d->top_k = (int)x;
+    if ((st = get_int(c, v, path, "far_max", 0, &x)))
+        return st;
+    if (x > d->top_k)
+        return bad(c, "$.decode_layers.far_max", "%.0f: expected at most top_k (%d)", x, d->top_k);
+    d->far_max = (int)x;
+    if ((st = get_int(c, v, path, "threads", 1, &x)))
+        return st;
+    if (x > 4096)
+        return bad(c, "$.decode_layers.threads", "%.0f: expected at most 4096", x);
+    d->threads = (int)x;
+    if ((st = get_member(c, v, path, "points", &pts)))
+        return st;
+    const int n = cJSON_GetArraySize(pts);
+    /* at most one point per (cold, far, far_on) */
+    const int most = (d->top_k + 1) * (d->top_k + 2);
+    if (!cJSON_IsArray(pts) || n < 1 || n > most)
+        return bad(c, "$.decode_layers.points", "expected an array of 1..%d points", most);
+    if (!(d->points = calloc((size_t)n, sizeof *d->points)))
+        return mp_fail(c->err, MP_ERR_NOMEM, "costs %s: %s: out of memory", c->name, path);
+    int i = 0;
+    for (const cJSON *p = pts->child; p; p = p->next, i++) {
+        char sub[PATH_MAX_CHARS], key[PATH_MAX_CHARS];
+        join_index(sub, "$.decode_layers.points", i);
+        mp_cost_decode_point *pt = &d->points[i];
+        const cJSON *on;
+        if ((st = check_keys(c, p, sub, pkeys)) || (st = get_int(c, p, sub, "cold", 0, &x)))
+            return st;
+        if (x > d->top_k) {
+            join(key, sub, "cold");
+            return bad(c, key, "%.0f: expected at most top_k (%d)", x, d->top_k);
+        }
+        pt->cold = (int)x;
+        if ((st = get_int(c, p, sub, "far", 0, &x)))
+            return st;
+        if (x > pt->cold || x > d->far_max) {
+            join(key, sub, "far");
+            return bad(c, key, "%.0f: expected at most cold (%d) and far_max (%d)", x, pt->cold, d->far_max);
+        }
+        pt->far = (int)x;
+        if ((st = get_member(c, p, sub, "far_on", &on)))
+            return st;
+        join(key, sub, "far_on");
+        if (!cJSON_IsBool(on))
+            return bad(c, key, "expected true or false");
+        pt->far_on = cJSON_IsTrue(on);
+        if (!pt->far_on && pt->far) {
+            join(key, sub, "far");
+            return bad(c, key, "%d with far_on false: expected 0 (far routes off run none)", pt->far);
+        }
+        if ((st = get_num(c, p, sub, "median_ns", 0, &pt->layer.median_ns)) ||
+            (st = get_num(c, p, sub, "spread_ns", 0, &pt->layer.spread_ns)) ||
+            (st = get_num(c, p, sub, "cpu_ns", 0, &pt->cpu_ns)) || (st = get_num(c, p, sub, "gpu_ns", 0, &pt->gpu_ns)))
+            return st;
+        for (int j = 0; j < i; j++)
+            if (d->points[j].cold == pt->cold && d->points[j].far == pt->far && d->points[j].far_on == pt->far_on)
+                return bad(c, sub, "cold %d, far %d, far_on %s: repeats point %d", pt->cold, pt->far,
+                           pt->far_on ? "true" : "false", j);
+    }
+    d->n_points = n;
+    return MP_OK;
+}
+
 static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
 {
+    /* hybrid_layer, cpu_decode_layer and far_decode_layer are the members older calibrations
+     * wrote instead of decode_layers: known, so that such a file gets the message below (run
+     * calibrate again) rather than "unknown key", and otherwise ignored */
     static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
-                                       "h2d", "d2h", "sync", "hybrid_layer", "cpu_decode_layer", "far_decode_layer", "combine",
-                                       "non_moe", "non_moe_context", NULL};
+                                       "h2d", "d2h", "sync", "decode_layers", "host_read", "combine", "non_moe",
+                                       "non_moe_context", "hybrid_layer", "cpu_decode_layer", "far_decode_layer",
+                                       NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
         return st;
@@ -323,6 +446,9 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         bool present = cJSON_GetObjectItemCaseSensitive(root, optional_gpu[k].key) != NULL;
         if (present && (listed & optional_gpu[k].bit))
             return bad(c, path, "present and also listed in $.missing: expected one or the other");
+        if (!present && !(listed & optional_gpu[k].bit) && optional_gpu[k].bit == MP_COST_ABSENT_DECODE)
+            return bad(c, path, "missing: the file was written by an older `moeplan calibrate`, without the "
+                       "decode layer grid; run `moeplan calibrate -m MODEL` again");
         if (!present && !(listed & optional_gpu[k].bit))
             return bad(c, path, "missing (expected the measurement, or an entry in $.missing saying why not)");
     }
@@ -339,46 +465,10 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
     if (!(listed & MP_COST_ABSENT_SYNC) &&
         ((st = get_member(c, root, "$", "sync", &v)) || (st = get_stat(c, v, "$.sync", &out->sync))))
         return st;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "hybrid_layer"))) {
-        if ((st = get_stat(c, v, "$.hybrid_layer", &out->hybrid_layer)))
-            return st;
-        out->has_hybrid_layer = true;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "cpu_decode_layer"))) {
-        static const char *const dl_keys[] = {"experts", "threads", "median_ns", "spread_ns", NULL};
-        const char *path = "$.cpu_decode_layer";
-        double k = 0, t = 0;
-        if ((st = check_keys(c, v, path, dl_keys)) || (st = get_int(c, v, path, "experts", 1, &k)) ||
-            (st = get_int(c, v, path, "threads", 1, &t)) ||
-            (st = get_num(c, v, path, "median_ns", 0, &out->cpu_decode_layer.median_ns)) ||
-            (st = get_num(c, v, path, "spread_ns", 0, &out->cpu_decode_layer.spread_ns)))
-            return st;
-        if (k > 65536)
-            return bad(c, "$.cpu_decode_layer.experts", "%.0f: expected at most 65536", k);
-        if (t > 1024)
-            return bad(c, "$.cpu_decode_layer.threads", "%.0f: expected at most 1024", t);
-        out->cpu_decode_layer_experts = (int64_t)k;
-        out->cpu_decode_layer_threads = (int)t;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "far_decode_layer"))) {
-        static const char *const fl_keys[] = {"experts", "far", "threads", "median_ns", "spread_ns", NULL};
-        const char *path = "$.far_decode_layer";
-        double k = 0, f = 0, t = 0;
-        if ((st = check_keys(c, v, path, fl_keys)) || (st = get_int(c, v, path, "experts", 1, &k)) ||
-            (st = get_int(c, v, path, "far", 1, &f)) || (st = get_int(c, v, path, "threads", 1, &t)) ||
-            (st = get_num(c, v, path, "median_ns", 0, &out->far_decode_layer.median_ns)) ||
-            (st = get_num(c, v, path, "spread_ns", 0, &out->far_decode_layer.spread_ns)))
-            return st;
-        if (k > 65536)
-            return bad(c, "$.far_decode_layer.experts", "%.0f: expected at most 65536", k);
-        if (f > k)
-            return bad(c, "$.far_decode_layer.far", "%.0f: expected at most experts (%.0f)", f, k);
-        if (t > 1024)
-            return bad(c, "$.far_decode_layer.threads", "%.0f: expected at most 1024", t);
-        out->far_decode_layer_experts = (int64_t)k;
-        out->far_decode_layer_far = (int)f;
-        out->far_decode_layer_threads = (int)t;
-    }
+    if (!(listed & MP_COST_ABSENT_DECODE) && (st = get_decode(c, root, &out->decode)))
+        return st;
+    if ((st = get_host_read(c, root, out)))
+        return st;
     if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
         return st;
     if ((st = get_member(c, root, "$", "non_moe", &v)) || (st = get_curve(c, v, "$.non_moe", "rows", &out->non_moe)))
@@ -432,6 +522,7 @@ void mp_costs_free(mp_costs *c)
     curve_free(&c->d2h_pageable);
     curve_free(&c->combine);
     curve_free(&c->non_moe);
+    free(c->decode.points);
     memset(c, 0, sizeof *c);
 }
 

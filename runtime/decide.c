@@ -1,0 +1,150 @@
+/* runtime/decide.c — the decision model (see decide.h). CUDA-free: the executor and the simulator
+ * both link it. */
+#include "runtime/decide.h"
+
+#include <math.h>
+#include <string.h>
+
+mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
+                               mp_decode_costs *out, mp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    name = name ? name : "(memory)";
+    const mp_cost_decode *d = &c->decode;
+    if (c->absent & MP_COST_ABSENT_DECODE)
+        return mp_fail(err, MP_ERR_ARG, "costs %s: no decode layer grid (listed in $.missing): expected a cost "
+                       "file from `moeplan calibrate -m MODEL` on a machine with a CUDA device", name);
+    for (int i = 0; i <= MP_DECIDE_MAX_K; i++) {
+        out->off_ns[i] = NAN;
+        for (int j = 0; j <= MP_DECIDE_MAX_K; j++)
+            out->on_ns[i][j] = NAN;
+    }
+    out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
+    for (int i = 0; i < c->h2d_pinned.n_points; i++)
+        if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
+            out->bus_bytes_per_ns = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;
+    if (!d->n_points) /* a grid without points (the loader refuses such a file): no decode point, so
+                       * callers charge every decode step by their own model */
+        return MP_OK;
+    const bool quant_differs = shape->quant && strcmp(shape->quant, d->quant);
+    if (d->top_k != shape->top_k || d->n_embd != shape->n_embd || d->n_ff != shape->n_ff ||
+        d->n_expert != shape->n_expert || quant_differs || (shape->expert_bytes && d->expert_bytes != shape->expert_bytes))
+        return mp_fail(err, MP_ERR_ARG,
+                       "costs %s: the decode layer grid was measured for %lld experts top-%d of %s %lldx%lld (%llu "
+                       "bytes), this model has %lld top-%d of %s %lldx%lld (%llu bytes): run `moeplan calibrate -m "
+                       "MODEL` for this model", name, (long long)d->n_expert, d->top_k, d->quant,
+                       (long long)d->n_embd, (long long)d->n_ff, (unsigned long long)d->expert_bytes,
+                       (long long)shape->n_expert, shape->top_k, shape->quant ? shape->quant : "?",
+                       (long long)shape->n_embd, (long long)shape->n_ff, (unsigned long long)shape->expert_bytes);
+    if (d->threads != shape->threads)
+        return mp_fail(err, MP_ERR_ARG, "costs %s: the decode layer grid was measured on %d CPU threads, this run "
+                       "uses %d: run with --threads %d, or `moeplan calibrate --threads %d`", name, d->threads,
+                       shape->threads, d->threads, shape->threads);
+    out->top_k = d->top_k;
+    out->far_max = d->far_max;
+    out->expert_bytes = d->expert_bytes;
+    for (int i = 0; i < d->n_points; i++) {
+        const mp_cost_decode_point *p = &d->points[i];
+        if (p->cold < 0 || p->cold > d->top_k || p->far < 0 || p->far > p->cold || p->far > d->far_max ||
+            (!p->far_on && p->far) || !(p->layer.median_ns >= 0)) /* the loader refuses these */
+            return mp_fail(err, MP_ERR_ARG, "costs %s: decode layer grid point %d (cold %d, far %d): out of range",
+                           name, i, p->cold, p->far);
+        if (p->far_on)
+            out->on_ns[p->cold][p->far] = p->layer.median_ns;
+        else
+            out->off_ns[p->cold] = p->layer.median_ns;
+    }
+    mp_decode_costs_settle(out);
+    return MP_OK;
+}
+
+void mp_decode_costs_settle(mp_decode_costs *dc)
+{
+    /* far routes on with none run is the same step as off plus the gather's launch: never faster.
+     * A grid that measured it faster measured noise, which must not turn a layer on for nothing */
+    for (int c = 0; c <= dc->top_k && c <= MP_DECIDE_MAX_K; c++)
+        if (isfinite(dc->on_ns[c][0]) && isfinite(dc->off_ns[c]) && dc->on_ns[c][0] < dc->off_ns[c])
+            dc->on_ns[c][0] = dc->off_ns[c];
+}
+
+mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,
+                               mp_error *err)
+{
+    mp_costs c;
+    mp_status st = mp_costs_load(path, &c, err);
+    if (st)
+        return st;
+    char quant[16];
+    mp_model_expert_quant(&m->layers[0], quant);
+    const mp_decode_shape shape = {quant,       m->hp.n_embd, m->hp.n_ff_exp, m->hp.n_expert, (int)m->hp.n_expert_used,
+                                   threads,     mp_model_expert_bytes(m, 0)};
+    st = mp_decode_costs_from(&c, path, &shape, out, err);
+    mp_costs_free(&c);
+    return st;
+}
+
+double mp_decide_cold_share(double cold_routes, double all_routes, int64_t n_resident, int64_t n_expert)
+{
+    if (all_routes > 0)
+        return (cold_routes < all_routes ? (cold_routes > 0 ? cold_routes : 0) : all_routes) / all_routes;
+    if (n_expert <= 0)
+        return 0;
+    const int64_t r = n_resident < 0 ? 0 : n_resident > n_expert ? n_expert : n_resident;
+    return (double)(n_expert - r) / (double)n_expert;
+}
+
+void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_layer *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!dc || dc->far_max < 1)
+        return;
+    const int K = dc->top_k;
+    const double p = cold_share < 0 ? 0 : cold_share > 1 ? 1 : cold_share;
+    double e_on = 0, e_off = 0, choose = 1; /* choose = C(K, c) */
+    bool known = true;
+    mp_far_layer fl = {.on = true};
+    for (int c = 0; c <= K; c++) {
+        if (c > 0)
+            choose = choose * (double)(K - c + 1) / (double)c;
+        const int f_hi = c < dc->far_max ? c : dc->far_max;
+        int best = 0;
+        for (int f = 1; f <= f_hi; f++)
+            if (isfinite(dc->on_ns[c][f]) && (!isfinite(dc->on_ns[c][best]) || dc->on_ns[c][f] < dc->on_ns[c][best]))
+                best = f;
+        fl.table[c] = (uint8_t)best;
+        const double prob = choose * pow(p, c) * pow(1 - p, K - c);
+        if (prob < 1e-12) /* a count this layer (almost) never sees decides nothing */
+            continue;
+        if (!isfinite(dc->on_ns[c][best]) || !isfinite(dc->off_ns[c])) {
+            known = false;
+            continue;
+        }
+        e_on += prob * dc->on_ns[c][best];
+        e_off += prob * dc->off_ns[c];
+    }
+    if (known && e_on < e_off)
+        *out = fl;
+}
+
+double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c)
+{
+    if (!dc || c < 0 || c > dc->top_k)
+        return NAN;
+    return fl && fl->on ? dc->on_ns[c][fl->table[c]] : dc->off_ns[c];
+}
+
+double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
+{
+    if (!dc || !(dc->host_bytes_per_ns > 0) || !(bytes > 0)) /* the host's bandwidth unknown: no floor */
+        return 0;
+    return bytes / (dc->host_bytes_per_ns + dc->bus_bytes_per_ns);
+}
+
+bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_rows)
+{
+    if (rows < 2)
+        return false;
+    if (cpu_ns <= 0 || copy_ns <= 0) /* nothing measured yet */
+        return min_rows > 0 && rows >= min_rows;
+    return cpu_ns > copy_ns;
+}

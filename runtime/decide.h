@@ -1,0 +1,109 @@
+/* runtime/decide.h — the decision model: where the routed experts of a MoE layer step run.
+ *
+ * One module decides and both sides call it: the GPU executor carries out its decisions
+ * (runtime/gpu_exec.c, gpu_moe.c) and the simulator charges them (simulator/sim.c, plan.c), so a
+ * prediction is made for the choices the runtime will make. Its inputs are measurements of this
+ * model on this machine (`moeplan calibrate`'s cost file), never constants tuned on one shape.
+ *
+ * The paths of a routed expert that is not resident in the GPU pool:
+ *   CPU     the host's cores read its weights and compute its rows;
+ *   far     (one-row steps) the GPU reads its weights from page-locked host memory over the bus,
+ *           beside the cores computing the others: the two readers together draw more of the
+ *           host memory's bandwidth than the cores alone;
+ *   copied  (steps of several rows) its weights are copied to a staging slot and it runs on the
+ *           GPU, when its rows would take the CPU longer than the copy takes.
+ *
+ * Far routes, per layer. A one-row step with c of its top_k routes cold may run f of them far,
+ * 0 <= f <= min(c, far_max); the kernels run the first f cold routes in slot order. The cost
+ * file's decode grid has the layer's time for each (c, f) with far routes on (their gather is
+ * launched every step, whatever f) and for each c with them off. A layer's decision:
+ *   table[c] = the measured f with the least time for c cold routes (ties: fewer far routes);
+ *   on       = over c ~ Binomial(top_k, cold_share), the expected time with the table is below
+ *              the expected time with far routes off.
+ * cold_share is the share of the layer's routes that reach experts outside the pool: from the
+ * placement's routing counts (a profile's table) when there are any, else (n_expert -
+ * n_resident) / n_expert, which is the share under uniform routing (mp_decide_cold_share).
+ *
+ * The floor: reading `bytes` of expert weights that are not on the GPU takes at least bytes /
+ * (host read bandwidth + bus bandwidth), whoever reads them; no predicted layer time is below it.
+ */
+#ifndef MP_RUNTIME_DECIDE_H
+#define MP_RUNTIME_DECIDE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/costs.h"
+#include "runtime/error.h"
+#include "runtime/model.h"
+
+#define MP_DECIDE_MAX_K MP_COST_DECODE_MAX_K
+
+/* The decode grid of one model on one machine, by cold routes c and far routes f (ns per layer
+ * step; NaN where not measured). */
+typedef struct mp_decode_costs {
+    int top_k;
+    int far_max;                                      /* 0: far routes not measured */
+    uint64_t expert_bytes;
+    double off_ns[MP_DECIDE_MAX_K + 1];               /* [c], far routes off */
+    double on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* [c][f], far routes on */
+    double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers */
+} mp_decode_costs;
+
+/* What a grid must have been measured for: the model's experts and the run's CPU threads. */
+typedef struct mp_decode_shape {
+    const char *quant; /* the expert types as calibrate names them ("Q4_K/Q6_K"); NULL: not checked */
+    int64_t n_embd, n_ff, n_expert;
+    int top_k;
+    int threads;
+    uint64_t expert_bytes; /* 0: not checked */
+} mp_decode_shape;
+
+/* The grid of cost file c (name for errors) for a model and run of this shape: MP_ERR_ARG naming
+ * what differs and saying to calibrate this model, or when the file lists the grid in $.missing
+ * (a machine without a GPU). bus bandwidth: the best of the file's pinned host-to-device copies.
+ * A grid without points (in-memory cost models; the loader refuses such a file) gives every point
+ * NaN: callers charge decode steps by their own model. A far-on point with no far route measured
+ * below its far-off twin is raised to it (mp_decode_costs_settle). */
+mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
+                               mp_decode_costs *out, mp_error *err);
+
+/* The grid's physics after its points are set (mp_decode_costs_from calls it; so does a caller that
+ * rescales the points): far routes on with none run never beat them off. */
+void mp_decode_costs_settle(mp_decode_costs *dc);
+
+/* The decode costs of cost file `path` for model m run on `threads` CPU threads: the file loaded
+ * (mp_costs_load) and its grid checked against the model's first layer's experts and the threads
+ * (mp_decode_costs_from). For the commands' --costs. */
+mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,
+                               mp_error *err);
+
+/* The share of a layer's routes that reach non-resident experts: cold_routes / all_routes when
+ * the placement has routing counts or frequencies (all_routes > 0), else (n_expert - n_resident)
+ * / n_expert. */
+double mp_decide_cold_share(double cold_routes, double all_routes, int64_t n_resident, int64_t n_expert);
+
+/* One layer's far routes: on, and f for each count of cold routes. */
+typedef struct mp_far_layer {
+    bool on;
+    uint8_t table[MP_DECIDE_MAX_K + 1];
+} mp_far_layer;
+
+/* The decision for a hybrid layer whose routes are cold with probability cold_share (dc NULL, or
+ * a grid without far routes: off). */
+void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_layer *out);
+
+/* The grid's time of a one-row step with c cold routes on a layer that decided fl; NaN when the
+ * grid lacks that point (the caller falls back on its own model). */
+double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c);
+
+/* The least time in which host memory yields `bytes` of expert weights: bytes / (host read +
+ * bus bandwidth); 0 when the host's bandwidth is not known. */
+double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
+
+/* Steps of several rows: copy a cold expert with `rows` routed rows to the GPU when its CPU time
+ * cpu_ns exceeds its copy's copy_ns; before either is known (<= 0), when rows >= min_rows. A
+ * one-row step never copies (decode steps run their cold routes on the CPU or far). */
+bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_rows);
+
+#endif

@@ -1,0 +1,188 @@
+/* tests/unit/test_decide.c — the decision model (runtime/decide.h) by hand: far decisions from a
+ * decode grid for top-1, top-2 and top-8 shapes, the cold share, the prefill copy rule, the floor,
+ * and the grid's checks against the model and the run it is used for. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "runtime/decide.h"
+
+/* A grid for top_k K with every point NaN, far routes measured up to far_max. */
+static mp_decode_costs empty_grid(int K, int far_max)
+{
+    mp_decode_costs dc;
+    memset(&dc, 0, sizeof dc);
+    dc.top_k = K;
+    dc.far_max = far_max;
+    for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
+        dc.off_ns[c] = NAN;
+        for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
+            dc.on_ns[c][f] = NAN;
+    }
+    return dc;
+}
+
+/* A bandwidth-bound host, as the developers' probe saw one (cores 100 bytes/ns alone, 78 beside
+ * the bus's readers; bus 45; a gather launch of 10 us): a step's CPU side reads (c - f) experts of
+ * B bytes, its GPU side f, and the layer takes the longer of the two plus a 20 us round trip. */
+static mp_decode_costs bandwidth_grid(int K, double B)
+{
+    mp_decode_costs dc = empty_grid(K, K);
+    for (int c = 0; c <= K; c++) {
+        dc.off_ns[c] = 20000 + c * B / 100.0;
+        for (int f = 0; f <= c; f++) {
+            const double cpu = (c - f) * B / (f ? 78.0 : 100.0), gpu = 10000 + f * B / 45.0;
+            dc.on_ns[c][f] = 20000 + (cpu > gpu ? cpu : gpu);
+        }
+    }
+    return dc;
+}
+
+/* top-8 experts of 2.9 MB (Qwen3-30B-A3B Q4_K_M): an all-cold step reads 23 MB in 232 us on the
+ * cores alone; three far routes split it best (cores 5 x 2.9 / 78 = 186 us beside the bus's
+ * 10 + 3 x 2.9 / 45 = 203 us; two leave the cores 223 us, four the bus 268 us), and the layer turns
+ * far routes on. */
+Test(decide, top8_small_experts_split_the_reads)
+{
+    const double B = 2.9e6;
+    mp_decode_costs dc = bandwidth_grid(8, B);
+    mp_far_layer fl;
+    mp_decide_far_layer(&dc, 1.0, &fl); /* every route cold (a whole layer on the CPU) */
+    cr_assert(fl.on);
+    /* for each c the f with the least max(CPU, GPU) side: check against a direct search */
+    for (int c = 0; c <= 8; c++) {
+        int best = 0;
+        for (int f = 1; f <= c; f++)
+            if (dc.on_ns[c][f] < dc.on_ns[c][best])
+                best = f;
+        cr_assert_eq(fl.table[c], best, "c=%d: table %d, best %d", c, fl.table[c], best);
+    }
+    cr_assert_eq(fl.table[0], 0);
+    cr_assert_eq(fl.table[1], 0, "one cold route: the gather's 10 us + 64 us on the bus lose to 29 us on the cores");
+    cr_assert_eq(fl.table[8], 3);
+    cr_assert_float_eq(mp_decide_decode_ns(&dc, &fl, 8), dc.on_ns[8][3], 1e-9);
+    /* a layer with almost everything resident: cold routes are rare, the gather's launch is paid
+     * every step: off */
+    mp_decide_far_layer(&dc, 0.02, &fl);
+    cr_assert(!fl.on);
+    cr_assert_float_eq(mp_decide_decode_ns(&dc, &fl, 1), dc.off_ns[1], 1e-9);
+}
+
+/* top-2 experts of 114 MB (Mixtral-8x7B Q4_K_M): the cores read both in 2.28 ms; one far route
+ * takes the bus 2.54 ms, longer than the cores' two: far routes never pay, whatever the share. */
+Test(decide, top2_large_experts_stay_on_the_cpu)
+{
+    mp_decode_costs dc = bandwidth_grid(2, 114e6);
+    for (double share = 0; share <= 1.0; share += 0.125) {
+        mp_far_layer fl;
+        mp_decide_far_layer(&dc, share, &fl);
+        cr_assert(!fl.on, "share %g: far routes on", share);
+        cr_assert_eq(fl.table[2], 0);
+    }
+    /* a machine whose bus outreads its cores (cores 20 bytes/ns, 18 beside the bus): far pays */
+    for (int c = 0; c <= 2; c++) {
+        dc.off_ns[c] = 20000 + c * 114e6 / 20.0;
+        for (int f = 0; f <= c; f++) {
+            const double cpu = (c - f) * 114e6 / 18.0, gpu = 10000 + f * 114e6 / 45.0;
+            dc.on_ns[c][f] = 20000 + (cpu > gpu ? cpu : gpu);
+        }
+    }
+    mp_far_layer fl;
+    mp_decide_far_layer(&dc, 1.0, &fl);
+    cr_assert(fl.on);
+    cr_assert_eq(fl.table[1], 1);
+    cr_assert_eq(fl.table[2], 2, "both far: 5.10 ms on the bus against 6.35 ms for one each");
+}
+
+/* top-1: the one cold route is far or not; a grid without far points (far_max 0) never turns them
+ * on; nor does a layer whose likely counts lack a point (nothing to compare). */
+Test(decide, top1_and_missing_points)
+{
+    mp_decode_costs dc = empty_grid(1, 1);
+    dc.off_ns[0] = 30, dc.off_ns[1] = 100;
+    dc.on_ns[0][0] = 32, dc.on_ns[1][0] = 102, dc.on_ns[1][1] = 60;
+    mp_far_layer fl;
+    mp_decide_far_layer(&dc, 0.5, &fl); /* 0.5 x 32 + 0.5 x 60 = 46 < 65 */
+    cr_assert(fl.on);
+    cr_assert_eq(fl.table[1], 1);
+    mp_decide_far_layer(&dc, 0.01, &fl); /* 0.99 x 32 + 0.01 x 60 = 32.3 > 30.7 */
+    cr_assert(!fl.on);
+    dc.far_max = 0;
+    mp_decide_far_layer(&dc, 1.0, &fl);
+    cr_assert(!fl.on);
+    dc.far_max = 1;
+    dc.on_ns[0][0] = NAN; /* count 0 is likely at share 0.5 and has no far-on point */
+    mp_decide_far_layer(&dc, 0.5, &fl);
+    cr_assert(!fl.on);
+    mp_decide_far_layer(&dc, 1.0, &fl); /* at share 1 count 0 never happens */
+    cr_assert(fl.on);
+    mp_decide_far_layer(NULL, 1.0, &fl);
+    cr_assert(!fl.on);
+    cr_assert(isnan(mp_decide_decode_ns(&dc, &fl, 2)), "a count beyond top_k has no time");
+}
+
+Test(decide, cold_share_copy_rule_and_floor)
+{
+    cr_assert_float_eq(mp_decide_cold_share(30, 120, 5, 8), 0.25, 1e-12); /* from the counts */
+    cr_assert_float_eq(mp_decide_cold_share(0, 0, 6, 8), 0.25, 1e-12);   /* uniform: 2 of 8 cold */
+    cr_assert_float_eq(mp_decide_cold_share(0, 0, 0, 8), 1.0, 1e-12);
+    cr_assert_float_eq(mp_decide_cold_share(500, 120, 5, 8), 1.0, 1e-12); /* clamped */
+    /* copies: decode never; before costs are known by rows; then by time */
+    cr_assert(!mp_decide_copy(1, 1e9, 1, 32));
+    cr_assert(!mp_decide_copy(31, 0, 0, 32));
+    cr_assert(mp_decide_copy(32, 0, 0, 32));
+    cr_assert(mp_decide_copy(4, 2000, 1000, 32));
+    cr_assert(!mp_decide_copy(400, 1000, 1000, 32));
+    /* the floor: host 90 + bus 55 bytes/ns; none without the host's bandwidth */
+    mp_decode_costs dc = empty_grid(2, 0);
+    dc.host_bytes_per_ns = 90, dc.bus_bytes_per_ns = 55;
+    cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 1e6, 1e-6);
+    cr_assert_float_eq(mp_decide_floor_ns(&dc, 0), 0, 1e-12);
+    dc.host_bytes_per_ns = 0;
+    cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 0, 1e-12);
+}
+
+/* A cost file's grid is for one model and one thread count: anything else is refused with what
+ * differs and the command that fixes it. */
+Test(decide, grid_of_another_model_or_run_is_refused)
+{
+    static mp_cost_decode_point pts[2] = {{0, 0, false, {1000, 10}, 0, 800}, {1, 1, true, {2000, 10}, 0, 1900}};
+    static double xs[2] = {4096, 1048576};
+    static mp_cost_stat ys[2] = {{4000, 0}, {24000, 0}};
+    mp_costs c;
+    memset(&c, 0, sizeof c);
+    c.decode = (mp_cost_decode){2, pts, "Q4_K/Q6_K", 2048, 768, 128, 8, 8, 16, 2936832};
+    c.host_read_gbs = 90;
+    c.h2d_pinned = (mp_cost_curve){2, xs, ys};
+    const mp_decode_shape ok = {"Q4_K/Q6_K", 2048, 768, 128, 8, 16, 2936832};
+    mp_decode_costs dc;
+    mp_error err;
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &ok, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(dc.off_ns[0], 1000, 1e-9);
+    cr_assert_float_eq(dc.on_ns[1][1], 2000, 1e-9);
+    cr_assert(isnan(dc.off_ns[1]) && isnan(dc.on_ns[2][1]));
+    cr_assert_float_eq(dc.host_bytes_per_ns, 90, 1e-12);
+    cr_assert_float_eq(dc.bus_bytes_per_ns, 1048576.0 / 24000, 1e-9); /* the best pinned copy */
+    mp_decode_shape other = ok;
+    other.top_k = 2, other.n_embd = 4096, other.n_ff = 14336, other.n_expert = 8;
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &other, &dc, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "costs c.json: the decode layer grid was measured for 128 experts top-8 of "
+                                       "Q4_K/Q6_K 2048x768"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "run `moeplan calibrate -m MODEL` for this model"), "%s", err.msg);
+    other = ok;
+    other.threads = 8;
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &other, &dc, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "measured on 16 CPU threads, this run uses 8: run with --threads 16"), "%s",
+                       err.msg);
+    other = ok;
+    other.quant = "Q8_0";
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &other, &dc, &err), MP_ERR_ARG);
+    c.absent = MP_COST_ABSENT_DECODE;
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &ok, &dc, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "no decode layer grid (listed in $.missing)"), "%s", err.msg);
+    c.absent = 0;
+    pts[1].far = 2; /* beyond cold: a hand-built grid the loader would refuse */
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &ok, &dc, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "point 1 (cold 1, far 2): out of range"), "%s", err.msg);
+    pts[1].far = 1;
+}
