@@ -1,12 +1,13 @@
 /* bench/gen_routing_trace.c — writes a synthetic routing trace for benchmarking `moeplan analyze`.
  *
- * usage: gen_routing_trace OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED]
+ * usage: gen_routing_trace OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW]]]
  * Defaults: 48 layers, 128 experts, top-8, 100-token prefill (then 1-row decode steps up to
- * TOKENS per request), seed 1. The trace is written with the collector's writer (f16 weights,
- * u8 ids), exactly what a live capture stores.
+ * TOKENS per request), seed 1, experts of 3 x 2048 x 768 x 9/16 bytes (a Q4_K 30B-A3B expert;
+ * give the model's to simulate it with -m), Zipf exponent 0.8. The trace is written with the
+ * collector's writer (f16 weights, u8 ids), exactly what a live capture stores.
  *
  * Routing model (so the statistics have something to find): each layer has its own Zipf-like
- * popularity (exponent 0.8 over a per-layer random permutation of the experts); with probability
+ * popularity (exponent SKEW over a per-layer random permutation of the experts); with probability
  * 0.3 a slot repeats an expert of the same layer's previous token (temporal locality). Ids within
  * a row are distinct; weights are a decreasing softmax-like sequence renormalized to sum to 1.
  */
@@ -35,7 +36,7 @@ static double uniform(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED]\n",
+        fprintf(stderr, "usage: %s OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW]]]\n",
                 argv[0]);
         return 2;
     }
@@ -44,8 +45,10 @@ int main(int argc, char **argv)
     const int L = argc > 4 ? atoi(argv[4]) : 48, E = argc > 5 ? atoi(argv[5]) : 128;
     const int K = argc > 6 ? atoi(argv[6]) : 8, P = argc > 7 ? atoi(argv[7]) : 100;
     rng_state = argc > 8 ? strtoull(argv[8], NULL, 10) | 1 : 1;
+    const long long expert_bytes = argc > 9 ? atoll(argv[9]) : 3LL * 2048 * 768 * 9 / 16;
+    const double skew = argc > 10 ? atof(argv[10]) : 0.8;
     if (n_req < 1 || n_tok < 1 || L < 1 || L > 4096 || E < 2 || E > 256 || K < 1 || K > E ||
-        P < 1 || P > n_tok) {
+        P < 1 || P > n_tok || expert_bytes < 1 || !(skew >= 0 && skew <= 16)) {
         fprintf(stderr, "gen_routing_trace: bad arguments\n");
         return 2;
     }
@@ -64,7 +67,7 @@ int main(int argc, char **argv)
             perm[l * E + e] = perm[l * E + j], perm[l * E + j] = t;
         }
         for (int e = 0; e < E; e++)
-            cdf[l * E + e] = (acc += pow(e + 1, -0.8));
+            cdf[l * E + e] = (acc += pow(e + 1, -skew));
         for (int e = 0; e < E; e++)
             cdf[l * E + e] /= acc;
     }
@@ -94,7 +97,7 @@ int main(int argc, char **argv)
         char name[32];
         snprintf(name, sizeof name, "blk.%d.ffn_moe", l);
         mp_trace_node nd = {.node_index = l, .node_type = "moe", .node_name = name, .layer = l,
-                            .n_experts = E, .top_k = K, .expert_bytes = 3 * 2048 * 768 * 9 / 16,
+                            .n_experts = E, .top_k = K, .expert_bytes = expert_bytes,
                             .weight_format = MP_TRACE_W_F16};
         if (mp_trace_add_node(tw, &nd, &err) != MP_OK)
             goto fail;

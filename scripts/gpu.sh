@@ -50,6 +50,9 @@
 #   calibrate-tiny  moeplan calibrate on the tiny preset -> $OUT/costs-h200-tiny.json (the demo's)
 #   calibrate  moeplan calibrate on the qwen3-30b-a3b preset (Q4_K_M) -> $OUT/costs-h200.json
 #              (extra flags in CALIBRATE_ARGS, e.g. "--reps 9")
+#   accuracy-matrix  simulated vs measured decode ms/token per shape x budget x policy: qwen3-30b-a3b
+#              q4_k_m and q8_0, mixtral, olmoe, a 256-expert qwen3moe, flame with its real routing
+#              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks) -> $OUT/accuracy-matrix/matrix.md
 #   sim-accuracy  simulated vs measured decode ms/token per budget and policy on the qwen3-30b-a3b
 #              preset (bench/sim_accuracy.sh) -> $OUT/sim-accuracy.{md,json,log}; costs from
 #              $OUT/costs-h200.json when the calibrate stage ran first, else
@@ -334,6 +337,17 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
         ;;
+    accuracy-matrix)
+        # simulated vs measured decode across model shapes (bench/accuracy_matrix.sh; MATRIX_SHAPES,
+        # MATRIX_POLICIES, MATRIX_CALIBRATE_ARGS), models under /tmp/mp-matrix, deleted after use
+        build || { rc=1; continue; }
+        MOEPLAN=build-gpu/cli/moeplan GEN=build-gpu/bench/gen_routing_trace OUT="$OUT/accuracy-matrix" \
+            SHAPES="${MATRIX_SHAPES:-qwen3-q4 mixtral-q4 olmoe-q4 qwen3-256 flame qwen3-q8}" \
+            POLICIES="${MATRIX_POLICIES:-first-n-cpu static-topn plan}" \
+            CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" \
+            bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
     sim-accuracy)
         build || { rc=1; continue; }
         ensure_model || { rc=1; continue; }
@@ -354,7 +368,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, sim-accuracy)" >&2
         exit 2
         ;;
     esac
