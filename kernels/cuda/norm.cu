@@ -170,7 +170,7 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
 }
 
 // The same with one warp per (row, head), QKV_WARP_HEADS heads per block: the prefill profile
-// (bench/results/cupti-profile-h200-2026-11-29-s5-gpu.md) put qkv_finish_kernel at 100.7 µs per
+// (bench/results/2026-11-29-h200-cupti-profile-gpu-2.md) put qkv_finish_kernel at 100.7 µs per
 // layer for 336 rows, one 256-thread block with four barriers per 128-element head. Bit-identical
 // to it: the head sits in shared memory as there; the norm's partial sums are the ones norm_row's
 // 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
