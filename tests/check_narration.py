@@ -2,8 +2,8 @@
 """tests/check_narration.py: the tree states facts about the project, not the story of its making.
 
 Fails (exit 1), printing FILE:LINE: TEXT for each hit, where a tracked file's text numbers the
-sessions, device calls or people that produced it, or where a tracked path is named by one
-(bench/results/*-s13/, *call4*). A measurement is a dated record instead: machine, date, commit
+work sessions or the runs on the GPU machine that produced it, or names the people behind them,
+or where a tracked path is named by a session or a run (bench/results/*-s13/, *call4*). A measurement is a dated record instead: machine, date, commit
 where known, command, numbers (docs/benchmarks.md).
 
 Scans `git ls-files` of the source root (MP_SOURCE_ROOT, else this file's parent's parent).
@@ -19,7 +19,8 @@ import re
 import subprocess
 import sys
 
-# Text: sessions by ordinal or by position, issue numbers, device calls, people.
+# Text: sessions by ordinal or by position, issue numbers, numbered runs on the GPU machine
+# ("call 4"), people.
 TEXT = re.compile(
     r"\b([a-z]+(st|nd|rd|th)|[0-9]+(st|nd|rd|th))[ ]sessions?\b"
     r"|\b(this|next|same|previous|last|earlier|later|that)[ ]sessions?\b"
