@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 # Text: sessions by ordinal or by position, issue numbers, numbered runs on the GPU machine
-# ("call 4"), people.
+# ("call" and a number), people.
 TEXT = re.compile(
     r"\b([a-z]+(st|nd|rd|th)|[0-9]+(st|nd|rd|th))[ ]sessions?\b"
     r"|\b(this|next|same|previous|last|earlier|later|that)[ ]sessions?\b"
