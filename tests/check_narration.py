@@ -3,8 +3,9 @@
 
 Fails (exit 1), printing FILE:LINE: TEXT for each hit, where a tracked file's text numbers the
 work sessions or the runs on the GPU machine that produced it, or names the people behind them,
-or where a tracked path is named by a session or a run (bench/results/*-s13/, *call4*). A measurement is a dated record instead: machine, date, commit
-where known, command, numbers (docs/benchmarks.md).
+or where a tracked path is named by a session or a run (bench/results/*-s13/, *call4*). A
+measurement is a dated record instead: machine, date, commit where known, command, numbers
+(docs/benchmarks.md).
 
 Scans `git ls-files` of the source root (MP_SOURCE_ROOT, else this file's parent's parent).
 Skipped: files with a NUL byte in their first 8 KiB (binary), GGUF/SQLite/STRP data, and
