@@ -25,7 +25,8 @@ import sys
 TEXT = re.compile(
     r"\b([a-z]+(st|nd|rd|th)|[0-9]+(st|nd|rd|th))[ ]sessions?\b"
     r"|\b(this|next|same|previous|last|earlier|later|that)[ ]sessions?\b"
-    r"|\b(two|three|four|five|several|both|earlier|previous|later|last|other|those|these)[ ]sessions\b"
+    r"|\b(two|three|four|five|several|both|earlier|previous|later|last|other|those|these)"
+    r"[ ]sessions\b"
     r"|\bsessions?[ ][0-9]+\b"
     r"|\bissue[ ][0-9]+"
     r"|\bdevice[ ]calls?\b"

@@ -137,8 +137,8 @@ template <> struct mma2_w<MP_TYPE_Q4_0> : mma2_whole16<9> {
 // Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
 // feature and group), the activation scales (ND per route) and, for Q4_K only, the activation
 // sums its mins need (NS per route). Only what a type uses: a first Q8_0 version (branch
-// mma2-q8, 2026-11-29) kept scales and sums per group for every type, which pushed Q6_K down past four blocks per SM
-// and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
+// mma2-q8, 2026-11-29) kept scales and sums per group for every type, which pushed Q6_K down
+// past four blocks per SM and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
 template <int T, int MATS> struct mma2_smem {
     typedef mma2_w<T> W;
     typedef mma2_a<W::A> AT;

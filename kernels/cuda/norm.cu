@@ -53,7 +53,8 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
         /* every load first (x, y and w), then the stores: a store to x or out between two loads
          * would make the compiler keep the program order (the rows may alias), and each load
          * would then wait out the previous one's latency; 7.4 µs per 2048-element row on the
-         * H200 (bench/results/2026-11-29-h200-cupti-profile-gpu-2.md) where one latency is about 1 µs */
+         * H200 (bench/results/2026-11-29-h200-cupti-profile-gpu-2.md) where one latency is
+         * about 1 µs */
 #pragma unroll
         for (int j = 0; j < R; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
