@@ -25,7 +25,7 @@ typedef struct mp_session_params {
     const mp_hooks *hooks;            /* NULL: no tracing */
     const mp_route_source *route_src; /* NULL: the router decides */
     /* NULL: the CPU executor. Else the GPU executor (runtime/gpu.h) with this expert placement,
-     * built for this session's n_ctx and n_batch (mp_placement_for_model); needs a CUDA device. */
+     * built for the session's n_ctx and n_batch (mp_placement_for_model); needs a CUDA device. */
     const struct mp_placement *placement;
 } mp_session_params;
 

@@ -3,7 +3,7 @@
 // about the arithmetic, and the host side that picks one of the two.
 #include "kernels/cuda/moe_mma.cuh"
 
-// ---- pipelined (v2): K-quants, and Q8_0 / Q4_0 since the eighth session ----
+// ---- pipelined (v2): K-quants, and Q8_0 / Q4_0 (since commit 10405f5) ----
 //
 // Why: the kernel above stages K through shared memory as unpacked int8, every weight word
 // fetched, unpacked and stored by a thread before a barrier, with no loads in flight during the
@@ -136,9 +136,9 @@ template <> struct mma2_w<MP_TYPE_Q4_0> : mma2_whole16<9> {
 
 // Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
 // feature and group), the activation scales (ND per route) and, for Q4_K only, the activation
-// sums its mins need (NS per route). Only what a type uses: the seventh session's Q8_0 version
-// kept scales and sums per group for every type, which pushed Q6_K down past four blocks per SM
-// and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
+// sums its mins need (NS per route). Only what a type uses: a first Q8_0 version (branch
+// mma2-q8, 2026-11-29) kept scales and sums per group for every type, which pushed Q6_K down
+// past four blocks per SM and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
 template <int T, int MATS> struct mma2_smem {
     typedef mma2_w<T> W;
     typedef mma2_a<W::A> AT;

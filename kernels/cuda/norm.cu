@@ -35,9 +35,10 @@ __device__ __forceinline__ float block_sum(float sum)
 // kernels bit-identical to the launches they replace.
 // R: elements per thread held in registers (rows up to R x blockDim; longer rows take the loop
 // below). The row kernels launch with norm_threads(n) threads and the smallest R that holds the
-// row, so that a 2,048-element row is 2 elements on each of 1,024 threads: the fifth session's
-// 256 threads with 16 predicated slots each spent ~1,000 dependent instructions per warp on one
-// row, 7.5 us in Nsight Compute with 0.15 instructions issued per cycle (eighth session).
+// row, so that a 2,048-element row is 2 elements on each of 1,024 threads: one 256-thread block
+// per row with 16 predicated slots each (before commit c7c1139) spent ~1,000 dependent
+// instructions per warp on one row, 7.5 us in Nsight Compute with 0.15 instructions issued per
+// cycle (H200, 2026-12-01).
 #define NORM_REG_ELEMS 16
 template <int R = NORM_REG_ELEMS>
 __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr, const float *w, int64_t n,
@@ -52,7 +53,8 @@ __device__ __forceinline__ void norm_row(float *outr, float *xr, const float *yr
         /* every load first (x, y and w), then the stores: a store to x or out between two loads
          * would make the compiler keep the program order (the rows may alias), and each load
          * would then wait out the previous one's latency; 7.4 µs per 2048-element row on the
-         * H200 (fifth session's profile) where one latency is about 1 µs */
+         * H200 (bench/results/2026-11-29-h200-cupti-profile-gpu-2.md) where one latency is
+         * about 1 µs */
 #pragma unroll
         for (int j = 0; j < R; j++) {
             const int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
@@ -170,14 +172,14 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
 }
 
 // The same with one warp per (row, head), QKV_WARP_HEADS heads per block: the prefill profile
-// (bench/results/cupti-profile-h200-2026-11-29-s5-gpu.md) put qkv_finish_kernel at 100.7 µs per
+// (bench/results/2026-11-29-h200-cupti-profile-gpu-2.md) put qkv_finish_kernel at 100.7 µs per
 // layer for 336 rows, one 256-thread block with four barriers per 128-element head. Bit-identical
 // to it: the head sits in shared memory as there; the norm's partial sums are the ones norm_row's
 // 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
 // reduced as block_sum reduces them (a shuffle-down tree per virtual warp, then one over the 8
 // warp sums with zeros above them), and the scale, weights and RoPE pairs are the same
-// expressions (mpc_rope_pair). The default for prefill since it was measured (2026-11-29, seventh
-// session: pp512 3,565 -> 3,712 tok/s, pp2048 2,328 -> 2,389 on the H200; bench/NOTES-gpu-exec.md
+// expressions (mpc_rope_pair). The default for prefill since it was measured (H200, 2026-11-29:
+// pp512 3,565 -> 3,712 tok/s, pp2048 2,328 -> 2,389 on the H200; bench/NOTES-gpu-exec.md
 // run 11); mp_cuda_set_qkv_finish_warp(0) or MP_CUDA_QKV_WARP=0 runs the block kernel always.
 #define QKV_WARP_HEADS 8
 #define QKV_WARP_MAX_HD 1024 // shared memory: QKV_WARP_HEADS heads of this many floats, 32 KiB
@@ -250,7 +252,7 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
 
 // Which kernel: the warp kernel from QKV_WARP_MIN_ROWS rows, the block kernel below them. At one
 // row the warp kernel's 5 blocks (Qwen3-30B-A3B: 40 heads) leave most SMs idle: decode tg128 went
-// 231.5 -> 225.9 tok/s with it (2026-11-29, the same call as the prefill gain above).
+// 231.5 -> 225.9 tok/s with it (2026-11-29, the same A/B run as the prefill gain above).
 #define QKV_WARP_MIN_ROWS 16
 static int g_qkv_warp = -2; // -2: from MP_CUDA_QKV_WARP at the next call; -1 by rows; 0 never; 1 always
 
@@ -329,7 +331,7 @@ __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const
 
 // Threads per row for the row kernels (rmsnorm, add_rmsnorm, rmsnorm_quant: one choice, so that
 // the fused kernels stay bit-identical to the separate ones): 2 elements per thread up to 1,024
-// threads, at least 256. MP_CUDA_NORM_THREADS=256 restores the fifth session's 256 (A/B).
+// threads, at least 256. MP_CUDA_NORM_THREADS=256 restores one 256-thread block per row (A/B).
 static int g_norm_threads = -1; // -1: not read yet; 0: by row length; else that many
 
 static bool norm_threads_valid(long t)
