@@ -2,7 +2,7 @@
 // the per-route path of mp_cuda_moe_experts (fewer rows than the grouped path's 16) where these
 // types and alignments hold; moe.cu's unit kernels serve every other case.
 //
-// Why separate kernels: Nsight Compute on the H200 (bench/results/ncu-decode-h200-2026-12-01-s8.txt)
+// Why separate kernels: Nsight Compute on the H200 (bench/results/2026-12-01-h200-ncu-decode.txt)
 // had the unit kernels at 27.5 % (gate/up) and 13.1 % (down) of DRAM bandwidth. gate/up used 117
 // registers (4 blocks per SM, three waves of 1,536 blocks); down ran one warp per output element
 // with 24 of 32 lanes busy (768 / 32 units) and its routes one after the other, in 0.3 of a wave.

@@ -306,7 +306,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     const uint64_t fill_budget = fill_budget_third(m, &all);
 
     /* copy_min_rows -1: prefill weight copies by measured cost; far -1: the executor's own far
-     * decisions (these sessions have no decode costs: none) */
+     * decisions (without decode costs in these placements: none) */
     const int K = (int)m->hp.n_expert_used;
     struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; bool copies; int far; } cases[] = {
         {"cpu", NULL, 0, -1, false, -1},
