@@ -1,7 +1,10 @@
 /* collector/route_replay.c — route replay from a trace (see collector/route_replay.h).
  *
- * One routing iterator per layer, each skipping the records of other nodes: n_layer scans of the
- * routing table in lockstep, constant memory (one decoded record per layer), no index needed.
+ * The whole trace's routing is read and checked once, at open, into one array of rows per layer;
+ * a step's routes are then copies out of memory. (Reading the trace as the run goes, one iterator
+ * per layer each skipping the other nodes' records, cost a decode step 0.18 ms at 48 layers on
+ * the H200 host, 2026-11-29: 4.46 against 4.28 ms per token all-GPU, bench/results/
+ * 2026-11-29-h200-decode-ab.txt. That made every replayed measurement slower than production.)
  */
 #include "collector/route_replay.h"
 
@@ -16,18 +19,16 @@
 #include "collector/trace_read.h"
 
 #define RR_MAX_RECORD_VALUES ((int64_t)1 << 26) /* ids of one record (n_rows × top_k) */
+#define RR_MAX_VALUES ((int64_t)1 << 27) /* ids of the whole trace held in memory (1 GiB with weights) */
 
 typedef struct rr_layer {
     int64_t node_index;
     int64_t id_bytes;
     const char *weight_format;   /* owned by the reader */
-    mp_trace_routing_iter *it;   /* NULL until the first fetch */
-    int32_t *ids;                /* (n_rows, top_k) of the current record */
+    int32_t *ids;                /* (n_rows, top_k) every routing row of the node, in trace order */
     float *w;                    /* (n_rows, top_k) */
-    int64_t cap_values;
-    int64_t n_rows, cursor;      /* rows in the current record, rows of it already replayed */
-    int64_t request_id, step;    /* of the current record, for errors */
-    int64_t rows_since_start;    /* rows read since the stream (re)started */
+    int64_t n_rows, cap_rows;
+    int64_t cursor;              /* the next row to replay */
     int64_t rows_served;
     int64_t wraps;
 } rr_layer;
@@ -47,7 +48,6 @@ void mp_route_replay_close(mp_route_replay *rr)
     if (!rr)
         return;
     for (int64_t i = 0; rr->layers && i < rr->n_layer; i++) {
-        mp_trace_routing_end(rr->layers[i].it);
         free(rr->layers[i].ids);
         free(rr->layers[i].w);
     }
@@ -55,6 +55,87 @@ void mp_route_replay_close(mp_route_replay *rr)
     mp_trace_reader_close(rr->r);
     free(rr->path);
     free(rr);
+}
+
+/* Read every routing record of the trace into its layer's rows, each checked (ids in range, finite
+ * weights), and refuse a node without rows or a trace larger than RR_MAX_VALUES routes. */
+static mp_status load_routes(mp_route_replay *rr, mp_error *err)
+{
+    mp_trace_routing_iter *it = NULL;
+    mp_status st = mp_trace_routing_begin(rr->r, &it, err);
+    if (st)
+        return st;
+    const int64_t K = rr->top_k;
+    int64_t total = 0;
+    for (;;) {
+        mp_trace_routing_rec rec;
+        const int rc = mp_trace_routing_next(it, &rec, err);
+        if (rc <= 0) {
+            st = (mp_status)rc;
+            break;
+        }
+        rr_layer *L = NULL;
+        for (int64_t l = 0; l < rr->n_layer && !L; l++) /* nodes are few: a scan */
+            if (rr->layers[l].node_index == rec.node_index)
+                L = &rr->layers[l];
+        if (!L)
+            continue;
+        if (rec.n_rows < 1 || rec.n_rows > RR_MAX_RECORD_VALUES / K) {
+            st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64 ", step %" PRId64
+                         ", node %" PRId64 "): %" PRId64 " rows, expected 1..%" PRId64, rr->path, rec.request_id,
+                         rec.step, rec.node_index, rec.n_rows, RR_MAX_RECORD_VALUES / K);
+            break;
+        }
+        total += rec.n_rows * K;
+        if (total > RR_MAX_VALUES) {
+            st = mp_fail(err, MP_ERR_LIMIT, "route replay: trace %s: more than %" PRId64 " routes: replay holds "
+                         "the trace in memory; replay a shorter trace", rr->path, RR_MAX_VALUES);
+            break;
+        }
+        if (L->n_rows + rec.n_rows > L->cap_rows) {
+            int64_t cap = L->cap_rows ? 2 * L->cap_rows : 256;
+            while (cap < L->n_rows + rec.n_rows)
+                cap *= 2;
+            int32_t *ids = realloc(L->ids, (size_t)(cap * K) * sizeof *ids);
+            if (ids)
+                L->ids = ids;
+            float *w = realloc(L->w, (size_t)(cap * K) * sizeof *w);
+            if (w)
+                L->w = w;
+            if (!ids || !w) {
+                st = mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory for %" PRId64 " routing rows",
+                             cap);
+                break;
+            }
+            L->cap_rows = cap;
+        }
+        const int64_t n = rec.n_rows * K;
+        int32_t *ids = L->ids + L->n_rows * K;
+        float *w = L->w + L->n_rows * K;
+        st = mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, L->id_bytes, n, ids, err);
+        if (!st)
+            st = mp_trace_decode_weights(rec.weights, rec.weights_bytes, L->weight_format, n, w, err);
+        if (st) {
+            mp_error_prefix(err, "route replay: trace %s: routing (request %" PRId64 ", step %" PRId64 ", node %"
+                            PRId64 ")", rr->path, rec.request_id, rec.step, rec.node_index);
+            break;
+        }
+        for (int64_t i = 0; i < n && !st; i++)
+            if (ids[i] < 0 || ids[i] >= rr->n_expert || !isfinite(w[i]))
+                st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64 ", step %"
+                             PRId64 ", node %" PRId64 ") row %" PRId64 " slot %" PRId64 ": expected an expert id "
+                             "in [0, %" PRId64 ") and a finite weight, found %d and %g", rr->path, rec.request_id,
+                             rec.step, rec.node_index, i / K, i % K, rr->n_expert, (int)ids[i], (double)w[i]);
+        if (st)
+            break;
+        L->n_rows += rec.n_rows;
+    }
+    mp_trace_routing_end(it);
+    for (int64_t l = 0; !st && l < rr->n_layer; l++)
+        if (rr->layers[l].n_rows == 0)
+            st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: node %" PRId64 " has no routing rows",
+                         rr->path, rr->layers[l].node_index);
+    return st;
 }
 
 mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t n_expert,
@@ -109,83 +190,13 @@ mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t 
         rr->layers[i].id_bytes = nodes[i].id_bytes;
         rr->layers[i].weight_format = nodes[i].weight_format;
     }
-    if ((st = mp_sha256_file(trace_path, rr->sha256, NULL, err)))
+    if ((st = load_routes(rr, err)) || (st = mp_sha256_file(trace_path, rr->sha256, NULL, err)))
         goto fail;
     *out = rr;
     return MP_OK;
 fail:
     mp_route_replay_close(rr);
     return st;
-}
-
-/* Load layer L's next record of its node (restarting the stream at the end: a wrap). */
-static mp_status next_record(mp_route_replay *rr, rr_layer *L, mp_error *err)
-{
-    for (;;) {
-        if (!L->it) {
-            mp_status st = mp_trace_routing_begin(rr->r, &L->it, err);
-            if (st)
-                return st;
-            L->rows_since_start = 0;
-        }
-        mp_trace_routing_rec rec;
-        const int rc = mp_trace_routing_next(L->it, &rec, err);
-        if (rc < 0)
-            return (mp_status)rc;
-        if (rc == 0) {
-            mp_trace_routing_end(L->it);
-            L->it = NULL;
-            if (L->rows_since_start == 0)
-                return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: node %" PRId64
-                               " has no routing rows", rr->path, L->node_index);
-            L->wraps++;
-            continue;
-        }
-        if (rec.node_index != L->node_index)
-            continue;
-        const int64_t K = rr->top_k;
-        if (rec.n_rows < 1 || rec.n_rows > RR_MAX_RECORD_VALUES / K)
-            return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64
-                           ", step %" PRId64 ", node %" PRId64 "): %" PRId64 " rows, expected 1..%"
-                           PRId64, rr->path, rec.request_id, rec.step, rec.node_index, rec.n_rows,
-                           RR_MAX_RECORD_VALUES / K);
-        const int64_t n = rec.n_rows * K;
-        if (n > L->cap_values) {
-            int32_t *ids = realloc(L->ids, (size_t)n * sizeof *ids);
-            if (ids)
-                L->ids = ids;
-            float *w = realloc(L->w, (size_t)n * sizeof *w);
-            if (w)
-                L->w = w;
-            if (!ids || !w)
-                return mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
-            L->cap_values = n;
-        }
-        mp_status st = mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, L->id_bytes, n,
-                                           L->ids, err);
-        if (!st)
-            st = mp_trace_decode_weights(rec.weights, rec.weights_bytes, L->weight_format, n, L->w,
-                                         err);
-        if (st)
-            return mp_error_prefix(err, "route replay: trace %s: routing (request %" PRId64
-                                   ", step %" PRId64 ", node %" PRId64 ")", rr->path,
-                                   rec.request_id, rec.step, rec.node_index);
-        for (int64_t i = 0; i < n; i++) {
-            if (L->ids[i] < 0 || L->ids[i] >= rr->n_expert || !isfinite(L->w[i]))
-                return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %"
-                               PRId64 ", step %" PRId64 ", node %" PRId64 ") row %" PRId64
-                               " slot %" PRId64 ": expected an expert id in [0, %" PRId64 ") and "
-                               "a finite weight, found %d and %g", rr->path, rec.request_id,
-                               rec.step, rec.node_index, i / K, i % K, rr->n_expert,
-                               (int)L->ids[i], (double)L->w[i]);
-        }
-        L->n_rows = rec.n_rows;
-        L->cursor = 0;
-        L->request_id = rec.request_id;
-        L->step = rec.step;
-        L->rows_since_start += rec.n_rows;
-        return MP_OK;
-    }
 }
 
 static int replay_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k,
@@ -198,10 +209,9 @@ static int replay_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k
                        top_k, rr->n_layer, rr->top_k);
     rr_layer *L = &rr->layers[layer];
     for (int64_t r = 0; r < n_rows; r++) {
-        if (L->cursor == L->n_rows) {
-            mp_status st = next_record(rr, L, &rr->err);
-            if (st)
-                return st;
+        if (L->cursor == L->n_rows) { /* the stream ran out: from the trace's first row again */
+            L->cursor = 0;
+            L->wraps++;
         }
         memcpy(expert_ids + r * top_k, L->ids + L->cursor * top_k, (size_t)top_k * sizeof *expert_ids);
         memcpy(weights + r * top_k, L->w + L->cursor * top_k, (size_t)top_k * sizeof *weights);

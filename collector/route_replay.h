@@ -11,8 +11,8 @@
  * Invariants: open refuses a trace that is not complete or whose geometry (MoE nodes, experts,
  * top-k) differs from the model's, naming both; every row handed to the runtime has top_k ids in
  * [0, n_experts) and finite weights (a record that breaks this stops the run with an error naming
- * the trace, request, step and node). Memory is one decoded record per layer; each layer streams
- * through its own iterator over the routing table.
+ * the trace, request, step and node: at open, which reads and checks the whole trace's routing
+ * into memory, 8 bytes per route, at most 2^27 routes). A step's routes are copies out of it.
  */
 #ifndef MP_COLLECTOR_ROUTE_REPLAY_H
 #define MP_COLLECTOR_ROUTE_REPLAY_H
