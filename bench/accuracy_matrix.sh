@@ -131,39 +131,5 @@ EOF
     if declare -F pack >/dev/null; then pack || true; fi
 done
 
-python3 - "$OUT" $SHAPES <<'EOF' || failed=1
-import json, os, sys
-out, shapes = sys.argv[1], sys.argv[2:]
-lines = ["| shape | budget | policy | resident | predicted ms/token | measured ms/token | error % | floor ms/token "
-         "| far % sim/run | cpu % run |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-gains, worst, n = [], 0.0, 0
-for s in shapes:
-    p = os.path.join(out, s, "sim-accuracy.json")
-    if not os.path.exists(p):
-        lines.append("| %s | (no result) | | | | | | | | |" % s)
-        continue
-    rows = json.load(open(p))["rows"]
-    for r in rows:
-        n += 1
-        worst = max(worst, abs(r["error_pct"]))
-        lines.append("| %s | %s | %s | %d | %.3f | %.3f | %+.1f | %.3f | %.1f/%.1f | %.1f |" % (
-            s, r["budget"], r["policy"], r["resident_measured"], r["predicted_ms_per_token"],
-            r["measured_ms_per_token"], r["error_pct"], r["floor_ms_per_token"], 100 * r["predicted_far_share"],
-            100 * r["measured_far_share"], 100 * r["measured_cpu_share"]))
-    by = {}
-    for r in rows:
-        by.setdefault(r["budget"], {})[r["policy"]] = r["measured_ms_per_token"]
-    for b, pol in by.items():
-        if "plan" in pol and "first-n-cpu" in pol:
-            gains.append("| %s | %s | %.2f |" % (s, b, pol["first-n-cpu"] / pol["plan"]))
-text = ["# Simulated vs measured decode ms/token, by model shape", ""] + lines + [
-    "", "%d rows; largest |error| %.1f %% (target <= 10 %%)." % (n, worst), "",
-    "## plan against first-n-cpu (measured speed ratio)", "", "| shape | budget | plan speed / first-n-cpu speed |",
-    "| --- | --- | ---: |"] + gains
-tmp = os.path.join(out, "matrix.md.tmp.%d" % os.getpid())
-with open(tmp, "w") as f:
-    f.write("\n".join(text) + "\n")
-os.replace(tmp, os.path.join(out, "matrix.md"))
-print("\n".join(text))
-EOF
+python3 bench/accuracy_table.py "$OUT" $SHAPES || failed=1
 exit $failed

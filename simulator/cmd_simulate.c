@@ -62,6 +62,9 @@ static void usage(FILE *f)
             "                        or the cost file's only GPU entry)\n"
             "  --threads N           CPU entry with N threads (default: the most threads in the file)\n"
             "  --pageable            host buffers are pageable (default pinned)\n"
+            "  --host-read-gbs GBS   predict for a host that reads its memory at GBS GB/s now (a busy or\n"
+            "                        another host; default: the cost file's host_read): the CPU's expert\n"
+            "                        costs scale by host_read / GBS\n"
             "  --alpha A --beta B --epsilon E   decayed LFU (defaults 0.9, 1, 0.1)\n"
             "  --window W            windowed LFU: invocations per layer (default 64)\n"
             "  --json OUT.json       write every result as JSON\n"
@@ -273,6 +276,12 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                     o->profile_policy = p;
                 }
             }
+        } else if (!strcmp(a, "--host-read-gbs")) {
+            if (parse_num(v, &num) || !(num > 0) || num > 1e6) {
+                fprintf(stderr, "moeplan simulate: error: --host-read-gbs '%s': expected a bandwidth > 0 in GB/s\n", v);
+                return 2;
+            }
+            cfg->host_read_gbs = num;
         } else if (!strcmp(a, "--train-frac") || !strcmp(a, "--alpha") || !strcmp(a, "--beta") ||
                    !strcmp(a, "--epsilon") || !strcmp(a, "--window") || !strcmp(a, "--threads")) {
             if (parse_num(v, &num)) {

@@ -190,7 +190,15 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     tab->copies = !cfg->no_copies;
     const mp_cost_curve *h2d = cfg->pageable ? &c->h2d_pageable : &c->h2d_pinned;
     const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
-    const double *k = cfg->scale;
+    if (!(cfg->host_read_gbs >= 0) || !isfinite(cfg->host_read_gbs))
+        return mp_fail(err, MP_ERR_ARG, "simulate: host read bandwidth %g GB/s: expected a finite number > 0 "
+                       "(or 0: the cost file's)", cfg->host_read_gbs);
+    double k[MP_COST_PARTS];
+    memcpy(k, cfg->scale, sizeof k);
+    if (cfg->host_read_gbs > 0 && c->host_read_gbs > 0) { /* predicted at the host's bandwidth now */
+        k[MP_COST_CPU] *= c->host_read_gbs / cfg->host_read_gbs;
+        tab->dc.host_bytes_per_ns = cfg->host_read_gbs;
+    }
     double gpu_fixed, gpu_slope, cpu_fixed, cpu_slope;
     expert_split(cfg->gpu, &gpu_fixed, &gpu_slope);
     expert_split(cfg->cpu, &cpu_fixed, &cpu_slope);

@@ -141,6 +141,11 @@ typedef struct mp_sim_config {
                                  * staging buffers: a batch below MP_GPU_COPY_MIN_ROWS rows) */
     mp_sim_non_moe_source non_moe_source; /* MP_NON_MOE_TRACE needs the trace's non_moe_ns */
     double scale[MP_COST_PARTS];
+    /* The host memory's read bandwidth to predict for, in GB/s (0: the cost file's host_read, as
+     * calibrated): the CPU's expert costs scale by host_read / this (decode experts stream their
+     * weights: bandwidth-bound), and the floor uses it. A host whose bandwidth drifts (busy
+     * neighbours) decodes at the bandwidth it has. */
+    double host_read_gbs;
     /* MP_POL_PROFILE: the profile to replay (geometry = the trace's), or NULL. Its first
      * min(profile slots, budget slots) ranked experts are resident, as the runtime's --profile
      * places them when the budget holds them. */
