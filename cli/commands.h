@@ -20,5 +20,6 @@ int mp_cmd_collect(int argc, char **argv); /* collector/cmd_collect.c */
 int mp_cmd_analyze(int argc, char **argv); /* analyzer/cmd_analyze.c */
 int mp_cmd_simulate(int argc, char **argv); /* simulator/cmd_simulate.c */
 int mp_cmd_calibrate(int argc, char **argv); /* simulator/cmd_calibrate.c */
+int mp_cmd_plan(int argc, char **argv);      /* simulator/cmd_plan.c */
 
 #endif

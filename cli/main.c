@@ -35,6 +35,7 @@ static const command commands[] = {
     {"analyze", mp_cmd_analyze, "validate traces; expert popularity, coverage, locality, drift"},
     {"calibrate", mp_cmd_calibrate, "measure this machine's costs (CPU/GPU experts, copies, sync) into costs.json"},
     {"simulate", mp_cmd_simulate, "replay a trace under budgets and placement policies; emit profiles"},
+    {"plan", mp_cmd_plan, "make a profile for one budget and check it: predicted against measured decode"},
     {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);

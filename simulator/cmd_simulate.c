@@ -53,6 +53,7 @@ static void usage(FILE *f)
             "\n  --train-frac F        share of requests (in trace order) used to plan (default 0.7);\n"
             "                        the rest is held out and every result is shown for both parts\n"
             "  --as-decode           replay every row as its own one-row step (prefill routing as decode)\n"
+            "  --max-rows N          replay only the trace's first N routing rows (per layer)\n"
             "  --non-moe costs|trace non-MoE time per step (attention, norms, router, head): the cost\n"
             "                        file's curve by the step's rows (costs, default), or the trace's\n"
             "                        measured step duration minus its MoE time from the timing table\n"
@@ -101,6 +102,7 @@ typedef struct opts {
     const char *model; /* --model: the budget's fixed part, expert sizes and a shape check */
     bool non_expert_given;
     int64_t ctx, batch; /* --ctx-size, --batch-size (0: the runtime's defaults) */
+    int64_t max_rows;   /* --max-rows (0: all) */
     uint64_t budgets[MAX_BUDGETS];
     int n_budgets;
     bool policies[MP_POL_COUNT];
@@ -275,6 +277,11 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                     }
                     o->profile_policy = p;
                 }
+            }
+        } else if (!strcmp(a, "--max-rows")) {
+            if (!mp_parse_i64(v, 1, INT64_MAX, &o->max_rows)) {
+                fprintf(stderr, "moeplan simulate: error: --max-rows '%s': expected a row count >= 1\n", v);
+                return 2;
             }
         } else if (!strcmp(a, "--host-read-gbs")) {
             if (parse_num(v, &num) || !(num > 0) || num > 1e6) {
@@ -606,6 +613,8 @@ int mp_cmd_simulate(int argc, char **argv)
         mp_costs_free(&costs);
         return 1;
     }
+    if (o.max_rows)
+        mp_sim_trace_keep_rows(&trace, (uint64_t)o.max_rows);
     if (!o.model && !o.non_expert_given) {
         mp_fail(&err, MP_ERR_ARG, "--budget counts everything the runtime holds on the GPU (weights, KV cache, "
                 "scratch, experts), as --gpu-budget does: expected -m MODEL (or --non-expert-bytes N)");

@@ -77,6 +77,9 @@ mp_status mp_sim_trace_add_step(mp_sim_trace *t, uint32_t request, uint32_t rows
 mp_status mp_sim_trace_set_non_moe(mp_sim_trace *t, const double *non_moe_ns, uint64_t n, const char *where,
                                    mp_error *err);
 void mp_sim_trace_free(mp_sim_trace *t);
+/* Keep the steps that hold the first max_rows routing rows (at least the first step), the rest
+ * dropped: a replay of a trace's beginning (plan's measured check decodes that many rows). */
+void mp_sim_trace_keep_rows(mp_sim_trace *t, uint64_t max_rows);
 static inline const uint16_t *mp_sim_step_ids(const mp_sim_trace *t, const mp_sim_step *s, uint32_t layer)
 {
     return t->ids + s->ids_off + (uint64_t)layer * s->rows * t->top_k;

@@ -132,3 +132,18 @@ mp_status mp_sim_trace_add_step(mp_sim_trace *t, uint32_t request, uint32_t rows
         t->max_rows = rows;
     return MP_OK;
 }
+
+void mp_sim_trace_keep_rows(mp_sim_trace *t, uint64_t max_rows)
+{
+    uint64_t rows = 0, k = 0;
+    while (k < t->n_steps && (k == 0 || rows + t->steps[k].rows <= max_rows))
+        rows += t->steps[k++].rows;
+    if (k == t->n_steps)
+        return;
+    t->n_steps = k;
+    t->n_ids = t->steps[k - 1].ids_off + (uint64_t)t->steps[k - 1].rows * t->n_layers * t->top_k;
+    t->n_requests = 0;
+    for (uint64_t i = 0; i < k; i++) /* a request's steps are contiguous */
+        t->n_requests += i == 0 || t->steps[i].request != t->steps[i - 1].request;
+    t->last_request = t->steps[k - 1].request;
+}

@@ -1,0 +1,104 @@
+/* tests/unit/test_plan.c — `moeplan plan` end to end on the tiny preset: the profile and its
+ * manifest are written for one budget, the check decodes with them and the trace's routing, and
+ * the predicted and measured speeds stand side by side; on the CPU executor (this machine has no
+ * GPU) the difference is more than 10 % and the warning names the executor as the likely cause.
+ * Bad input is refused in one line: missing arguments, an online policy, a budget list, an
+ * existing profile without --force, a trace of one row. Speeds are never compared with a number. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/strp.h"
+#include "tests/unit/cli_util.h"
+
+static char dir[256], costs[700];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/mp_test_plan_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(chdir(dir), 0); /* the commands' relative paths are the test's files */
+    snprintf(costs, sizeof costs, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
+    static char out[1 << 16];
+    cr_assert_eq(mp_test_moeplan(dir, "mkmodel --preset tiny --quiet -o tiny.gguf", MP_TEST_MERGED, out, sizeof out), 0,
+                 "%s", out);
+    char path[300];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("[\"Explain mixture of experts\", \"Why is the sky blue\"]", f);
+    fclose(f);
+    cr_assert_eq(mp_test_moeplan(dir, "collect -m tiny.gguf --prompts p.json --raw-prompts --trace t.db --max-tokens 12 "
+                                      "--no-progress --executor cpu", MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(plan, .init = setup, .fini = teardown);
+
+Test(plan, makes_a_profile_and_checks_it)
+{
+    static char out[1 << 16];
+    char args[2048];
+    /* 64 MiB: the tiny model's weights, KV cache and scratch, and room for experts */
+    snprintf(args, sizeof args, "plan t.db -m tiny.gguf --costs '%s' --budget 64MiB -o p.strp --verify-tokens 8 "
+             "--executor cpu -r 3", costs);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "profile p.strp (plan, "), "%s", out);
+    const char *pred = strstr(out, "plan: plan at 64MiB: predicted "), *meas = strstr(out, "plan: measured ");
+    cr_assert(pred && meas && pred < meas, "%s", out);
+    cr_assert_not_null(strstr(pred, "over the trace's first 9 rows as decode steps"), "%s", out);
+    cr_assert_not_null(strstr(meas, "tg8, median of 3"), "%s", out);
+    cr_assert_not_null(strstr(out, "plan: warning: measured and predicted differ by "), "%s", out);
+    cr_assert_not_null(strstr(out, "likely the check ran on the CPU executor"), "%s", out);
+    /* the baselines plan must not lose to were simulated beside it */
+    cr_assert_not_null(strstr(out, "first-n-cpu"), "%s", out);
+    cr_assert_not_null(strstr(out, "static-topn"), "%s", out);
+    char path[300];
+    snprintf(path, sizeof path, "%s/p.strp", dir);
+    mp_strp p;
+    mp_error err;
+    cr_assert_eq(mp_strp_read_file(path, NULL, &p, &err), MP_OK, "%s", err.msg);
+    cr_assert_gt(p.slots, 0, "room in the budget: experts placed");
+    mp_strp_free(&p);
+    snprintf(path, sizeof path, "%s/p.strp.json", dir);
+    cr_assert_eq(access(path, R_OK), 0);
+    /* an existing profile is replaced only with --force */
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan plan: error: p.strp exists (use --force to replace it)"), "%s", out);
+    /* the profile only */
+    snprintf(args, sizeof args, "plan t.db -m tiny.gguf --costs '%s' --budget 64MiB -o q.strp --verify-tokens 0",
+             costs);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "plan: measured"), "%s", out);
+}
+
+Test(plan, bad_input_is_one_line)
+{
+    static char out[8192];
+    char args[2048];
+    const struct { const char *args, *needle; int rc; } bad[] = {
+        {"plan t.db -m tiny.gguf --budget 64MiB -o p.strp", "needs TRACE.db, -m MODEL, --costs, --budget and -o", 2},
+        {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp --policy lru", "--policy 'lru': expected a "
+                                                                                        "static policy", 2},
+        {"plan t.db -m tiny.gguf --costs c.json --budget 8GiB,16GiB -o p.strp", "--budget '8GiB,16GiB': one size", 2},
+        {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp -r 0", "invalid value '0' for -r", 2},
+        {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp --bogus 1", "unknown option '--bogus'", 2},
+        {"plan missing.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp", "missing.db", 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(mp_test_moeplan(dir, bad[i].args, MP_TEST_MERGED, out, sizeof out), bad[i].rc, "%s: %s",
+                     bad[i].args, out);
+        cr_assert_not_null(strstr(out, bad[i].needle), "%s: %s", bad[i].args, out);
+        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    }
+    snprintf(args, sizeof args, "plan --help");
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "usage: moeplan plan TRACE.db"), "%s", out);
+}
