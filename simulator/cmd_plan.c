@@ -9,6 +9,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -263,7 +264,10 @@ int mp_cmd_plan(int argc, char **argv)
                         "--verify-tokens 0)\n", o.trace, rows);
         return 1;
     }
-    /* 1. the profile: the policy beside the baselines it must not lose to */
+    if (access(o.out, F_OK) == 0 && !o.force) {
+        fprintf(stderr, "moeplan plan: error: %s exists (use --force to replace it)\n", o.out);
+        return 1;
+    }
     char json_path[] = "/tmp/moeplan-plan-XXXXXX";
     const int fd = mkstemp(json_path);
     if (fd < 0) {
@@ -272,28 +276,26 @@ int mp_cmd_plan(int argc, char **argv)
     }
     close(fd);
     unlink(json_path); /* simulate writes it through its own temporary and rename */
+    /* 1. the profile, from the whole trace: the policy beside the baselines it must not lose to */
     char policies[160], max_rows[32], ctx[32], threads[32];
     snprintf(policies, sizeof policies, "first-n-cpu,static-topn,static-equal,all-cpu,%s", o.policy);
     snprintf(max_rows, sizeof max_rows, "%" PRId64, n + 1);
     snprintf(ctx, sizeof ctx, "%" PRId64, o.ctx);
     snprintf(threads, sizeof threads, "%" PRId64, o.threads);
     const char *sargv[32] = {"simulate", o.trace, "--costs", o.costs, "-m", o.model, "--budget", o.budget,
-                             "--policy", policies, "--profile-policy", o.policy, "--as-decode", "--emit-profile",
-                             o.out, "--json", json_path};
-    int sargc = 17;
-    if (o.verify > 0)
-        sargv[sargc++] = "--max-rows", sargv[sargc++] = max_rows;
+                             "--as-decode", "--json", json_path};
+    int sargc = 11;
     if (o.ctx)
         sargv[sargc++] = "--ctx-size", sargv[sargc++] = ctx;
     if (o.threads)
         sargv[sargc++] = "--threads", sargv[sargc++] = threads;
-    if (access(o.out, F_OK) == 0 && !o.force) {
-        fprintf(stderr, "moeplan plan: error: %s exists (use --force to replace it)\n", o.out);
-        return 1;
-    }
+    const int common = sargc;
+    const char *make[] = {"--policy", policies, "--profile-policy", o.policy, "--emit-profile", o.out};
+    for (size_t i = 0; i < sizeof make / sizeof make[0]; i++)
+        sargv[sargc++] = make[i];
     rc = mp_cmd_simulate(sargc, (char **)sargv);
-    double pred = 0;
-    const mp_status pst = rc ? MP_ERR_ARG : predicted_ms(json_path, o.policy, &pred, &err);
+    double pred_all = 0;
+    mp_status pst = rc ? MP_ERR_ARG : predicted_ms(json_path, o.policy, &pred_all, &err);
     unlink(json_path);
     if (rc)
         return rc;
@@ -301,10 +303,38 @@ int mp_cmd_plan(int argc, char **argv)
         fprintf(stderr, "moeplan plan: error: %s\n", err.msg);
         return 1;
     }
-    printf("\nplan: %s at %s: predicted %.3f ms/token (%.1f tok/s) over the trace's first %" PRId64 " rows as "
-           "decode steps\n", o.policy, o.budget, pred, pred > 0 ? 1000 / pred : 0.0, n + 1);
+    printf("\nplan: %s at %s: predicted %.3f ms/token (%.1f tok/s) over the trace's %" PRId64 " rows as decode "
+           "steps\n", o.policy, o.budget, pred_all, pred_all > 0 ? 1000 / pred_all : 0.0, rows);
     if (o.verify == 0)
         return 0;
+    /* the prediction for the rows the check decodes, with the profile just written placed as the
+     * runtime places it under the budget (policy profile) and its far routes decided from its table */
+    sargc = common;
+    const char *check[] = {"--policy", "profile", "--placement-profile", o.out, "--max-rows", max_rows};
+    for (size_t i = 0; i < sizeof check / sizeof check[0]; i++)
+        sargv[sargc++] = check[i];
+    fflush(stdout);
+    const int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
+    if (saved < 0 || null < 0 || dup2(null, STDOUT_FILENO) < 0) { /* its table would repeat the one above */
+        fprintf(stderr, "moeplan plan: error: redirecting the second simulation's table: %s\n", strerror(errno));
+        return 1;
+    }
+    close(null);
+    rc = mp_cmd_simulate(sargc, (char **)sargv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    double pred = 0;
+    pst = rc ? MP_ERR_ARG : predicted_ms(json_path, "profile", &pred, &err);
+    unlink(json_path);
+    if (rc)
+        return rc;
+    if (pst) {
+        fprintf(stderr, "moeplan plan: error: %s\n", err.msg);
+        return 1;
+    }
+    printf("plan: the check's %" PRId64 " rows: predicted %.3f ms/token (%.1f tok/s)\n", n + 1, pred,
+           pred > 0 ? 1000 / pred : 0.0);
     /* 2. the check */
     double meas = 0, gbs = 0;
     bool gpu = false;

@@ -378,19 +378,26 @@ static void share_link(sim_engine *s, double at_ns, double dur_ns)
 }
 
 /* Each hybrid layer's far routes, as the runtime decides them (runtime/decide.h): from the share
- * of the train split's routes that reach the layer's non-resident experts, which is what the
- * runtime reads from the profile's counts table (the train counts, make_profile); online policies
- * start from nothing and change residency as they go, so they take the uniform share of their
- * capacity. */
-static void decide_far(sim_engine *s, const sim_stats *st, bool online)
+ * of the layer's routes that reach its non-resident experts in the routing the placement carries.
+ * The runtime reads it from the profile's table: for a profile this replay writes, the train
+ * counts (make_profile); for a given profile (policy profile), that profile's own counts or
+ * frequencies, whatever this trace's train split says. Online policies start from nothing and
+ * change residency as they go, so they take the uniform share of their capacity. */
+static void decide_far(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, const mp_strp *given,
+                       bool online)
 {
+    const bool table = given && (given->counts || given->freq);
     for (uint32_t l = 0; l < s->L; l++) {
         memset(&s->far[l], 0, sizeof s->far[l]);
         if (!online && s->n_resident[l] == s->E)
             continue;
         double cold = 0, all = 0;
+        const size_t row = table && t->model_layer[l] < given->n_layers ? (size_t)t->model_layer[l] * given->n_experts
+                                                                         : 0;
         for (uint32_t e = 0; !online && e < s->E; e++) {
-            const double w = (double)st->counts[(size_t)l * s->E + e];
+            const double w = !table ? (double)st->counts[(size_t)l * s->E + e]
+                             : given->counts ? (double)given->counts[row + e]
+                                             : (double)given->freq[row + e];
             all += w;
             cold += s->resident[(size_t)l * s->E + e] ? 0 : w;
         }
@@ -715,7 +722,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     }
     if (policy == MP_POL_BELADY)
         pol_belady_initial(pol, &s); /* the offline optimum also starts optimally */
-    decide_far(&s, &stats, mp_sim_policy_is_online(policy));
+    decide_far(&s, t, &stats, policy == MP_POL_PROFILE ? cfg->profile : NULL, mp_sim_policy_is_online(policy));
     for (uint32_t l = 0; l < L; l++)
         r->resident_initial += s.n_resident[l];
     replay(&s, t, &stats, pol, r, rows_of, used);

@@ -1,6 +1,7 @@
 /* tests/unit/test_plan.c — `moeplan plan` end to end on the tiny preset: the profile and its
  * manifest are written for one budget, the check decodes with them and the trace's routing, and
- * the predicted and measured speeds stand side by side; on the CPU executor (this machine has no
+ * the predicted (for the whole trace, and for the check's rows under the profile just written) and
+ * measured speeds stand side by side; on the CPU executor (this machine has no
  * GPU) the difference is more than 10 % and the warning names the executor as the likely cause.
  * Bad input is refused in one line: missing arguments, an online policy, a budget list, an
  * existing profile without --force, a trace of one row. Speeds are never compared with a number. */
@@ -53,7 +54,10 @@ Test(plan, makes_a_profile_and_checks_it)
     cr_assert_not_null(strstr(out, "profile p.strp (plan, "), "%s", out);
     const char *pred = strstr(out, "plan: plan at 64MiB: predicted "), *meas = strstr(out, "plan: measured ");
     cr_assert(pred && meas && pred < meas, "%s", out);
-    cr_assert_not_null(strstr(pred, "over the trace's first 9 rows as decode steps"), "%s", out);
+    cr_assert_not_null(strstr(pred, "rows as decode steps"), "%s", out);
+    /* the check's own prediction: its 9 rows (a 1-token prompt and 8 steps) under the profile */
+    const char *chk = strstr(out, "plan: the check's 9 rows: predicted ");
+    cr_assert(chk && pred < chk && chk < meas, "%s", out);
     cr_assert_not_null(strstr(meas, "tg8, median of 3"), "%s", out);
     cr_assert_not_null(strstr(out, "plan: warning: measured and predicted differ by "), "%s", out);
     cr_assert_not_null(strstr(out, "likely the check ran on the CPU executor"), "%s", out);
@@ -66,6 +70,13 @@ Test(plan, makes_a_profile_and_checks_it)
     mp_error err;
     cr_assert_eq(mp_strp_read_file(path, NULL, &p, &err), MP_OK, "%s", err.msg);
     cr_assert_gt(p.slots, 0, "room in the budget: experts placed");
+    /* made from the whole trace's train split, not only the check's rows: the first of the two
+     * requests (a prompt and 12 tokens) routes more than the check's 9 rows x 4 layers x top-4 */
+    cr_assert_not_null(p.counts);
+    uint64_t routes = 0;
+    for (size_t i = 0; i < (size_t)p.n_layers * p.n_experts; i++)
+        routes += p.counts[i];
+    cr_assert_gt(routes, 9 * 4 * 4, "%llu train routes in the profile", (unsigned long long)routes);
     mp_strp_free(&p);
     snprintf(path, sizeof path, "%s/p.strp.json", dir);
     cr_assert_eq(access(path, R_OK), 0);

@@ -358,6 +358,24 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     cr_assert_float_eq(cost[5 + 1], 540, 1e-9);
     cr_assert_float_eq(cost[4], 4 * 20.0, 1e-9);  /* capacity 4: all resident, no round trip */
     sim_tab_free(&tab);
+    /* a given profile (policy profile) is decided from its own table, as the runtime reads it:
+     * static-topn's profile (the train counts) replays as static-topn, far routes and all; the
+     * same placement with counts that put 100 of 105 routes on e0 has cold share 5/105 in both
+     * layers, where far routes lose (expected on - off = 0.907 x 5 - 0.0907 x 30 - 0.0023 x 70 >
+     * 0): the grid's off points, layer 0 4 x 150, layer 1 3 x 150 + 250 */
+    cr_assert_not_null(top.profile.counts);
+    c.profile = &top.profile;
+    mp_sim_result prof = run(&t, &c, MP_POL_PROFILE);
+    cr_assert_float_eq(prof.train.time_ns, 480 + 540, 1e-9);
+    cr_assert_eq(prof.train.routes_far, 8);
+    mp_sim_result_free(&prof);
+    static const uint64_t skewed[8] = {100, 2, 2, 1, 100, 2, 2, 1};
+    memcpy(top.profile.counts, skewed, sizeof skewed);
+    prof = run(&t, &c, MP_POL_PROFILE);
+    cr_assert_float_eq(prof.train.time_ns, 4 * 150.0 + 3 * 150.0 + 250, 1e-9);
+    cr_assert_eq(prof.train.routes_far, 0);
+    mp_sim_result_free(&prof);
+    c.profile = NULL;
     mp_sim_result_free(&cpu);
     mp_sim_result_free(&top);
     mp_sim_result_free(&gpu);
