@@ -4,7 +4,8 @@
 #   mkmodel (tiny qwen3moe, skewed routers) -> inspect -> collect a routing trace over
 #   examples/prompts.jsonl -> analyze it (report/) -> calibrate this machine's costs ->
 #   simulate placements under GPU budgets and emit an STRP profile -> inspect and verify it ->
-#   generate text with the profile's placement (the GPU executor where a GPU is usable).
+#   generate text with the profile's placement (the GPU executor where a GPU is usable) ->
+#   `moeplan plan`: the same budget's profile made and checked against a measured decode.
 # On a machine without a GPU, calibrate measures the CPU side only, so the simulation uses the
 # cost file measured on an H200 for this same model (examples/costs-h200-tiny.json).
 # Everything it writes goes to out/ (git-ignored).
@@ -58,3 +59,6 @@ if [ "$costs" != out/costs.json ]; then
 fi
 $mp run -m out/tiny.gguf -p "Explain mixture of experts" -n 32 --profile out/profile.strp --gpu-budget "$budget" \
     --costs "$costs" "${exec_flag[@]}"
+step "plan: the same budget's profile made and checked against a measured decode, in one command"
+$mp plan out/trace.db -m out/tiny.gguf --costs "$costs" --budget "$budget" -o out/plan.strp --force \
+    --verify-tokens 32 "${exec_flag[@]}" | tail -4
