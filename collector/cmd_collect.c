@@ -46,26 +46,6 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static mp_status hash_file(const char *path, char hex[65], mp_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    static uint8_t buf[1 << 20];
-    mp_sha256 s;
-    mp_sha256_init(&s);
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        mp_sha256_update(&s, buf, n);
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "%s: read error while hashing", path);
-    uint8_t d[32];
-    mp_sha256_final(&s, d);
-    mp_sha256_hex(d, hex);
-    return MP_OK;
-}
 
 static void cpu_model(char *out, size_t cap)
 {
@@ -319,7 +299,7 @@ int mp_cmd_collect(int argc, char **argv)
     if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
         (st = mp_model_load(o.model_path, &m, &err)) ||
         (st = mp_tokenizer_load(m->gguf, &tok, &err)) ||
-        (st = hash_file(o.model_path, sha, &err)))
+        (st = mp_sha256_file(o.model_path, "model", sha, NULL, &err)))
         goto out;
     if (!o.raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE) {
         st = mp_fail(&err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use "

@@ -9,6 +9,8 @@
  * records of one step have the same n_rows; a node keeps one (name, type, top_k) identity.
  */
 #include "collector/import_internal.h"
+#include "runtime/atomic_file.h"
+#include "runtime/input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -422,24 +424,21 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
                          mp_import_result *res, mp_error *err)
 {
     memset(res, 0, sizeof *res);
-    struct stat si, so;
-    if (stat(in_path, &si) != 0)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", in_path, strerror(errno));
-    if (!S_ISREG(si.st_mode))
-        return mp_fail(err, MP_ERR_IO, "%s: not a regular file", in_path);
-    if (stat(out_path, &so) == 0) {
-        if (so.st_dev == si.st_dev && so.st_ino == si.st_ino)
-            return mp_fail(err, MP_ERR_ARG, "output %s is the input file", out_path);
-        if (!opt->force)
-            return mp_fail(err, MP_ERR_IO, "trace %s: file exists (use --force to replace it)",
-                           out_path);
+    struct stat si;
+    int fd;
+    mp_status os = mp_input_open(in_path, NULL, MP_INPUT_NO_CAP, &fd, &si, err);
+    if (os)
+        return os;
+    const mp_file_ref in_ref = {in_path, "the input"};
+    if ((os = mp_output_check(out_path, "trace", opt->force, &in_ref, 1, err))) {
+        close(fd);
+        return os;
     }
-    if (opt->n_experts < 0 || opt->n_experts > 65536)
+    if (opt->n_experts < 0 || opt->n_experts > 65536) {
+        close(fd);
         return mp_fail(err, MP_ERR_ARG, "--experts %lld: expected 1..65536",
                        (long long)opt->n_experts);
-    int fd = open(in_path, O_RDONLY);
-    if (fd < 0)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", in_path, strerror(errno));
+    }
     size_t n = (size_t)si.st_size;
     const char *data = "";
     void *map = NULL;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/input_file.h"
+
 static void where_of(const char *data, size_t n, const char *at, int64_t *line, int64_t *col)
 {
     *line = 1;
@@ -195,39 +197,11 @@ mp_status mp_prompts_load(const char *path, mp_prompt_set *out, mp_error *err)
 {
     out->items = NULL;
     out->n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= MP_PROMPTS_MAX_FILE_BYTES) {
-                free(buf);
-                fclose(f);
-                return mp_fail(err, MP_ERR_LIMIT, "%s: larger than %zu bytes", path,
-                               MP_PROMPTS_MAX_FILE_BYTES);
-            }
-            cap = cap ? 2 * cap : 65536;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return mp_fail(err, MP_ERR_IO, "%s: read error", path);
-    }
+    char *buf;
+    size_t n;
+    mp_status rs = mp_input_read_all(path, "prompts", MP_PROMPTS_MAX_FILE_BYTES, &buf, &n, err);
+    if (rs)
+        return rs;
     mp_status st = mp_prompts_parse(path, buf ? buf : "", n, out, err);
     free(buf);
     return st;

@@ -41,31 +41,6 @@ struct mp_route_replay {
     char sha256[65];
 };
 
-static mp_status hash_file(const char *path, char hex[65], mp_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    uint8_t *buf = malloc(1 << 20);
-    if (!buf) {
-        fclose(f);
-        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    mp_sha256 s;
-    mp_sha256_init(&s);
-    size_t n;
-    while ((n = fread(buf, 1, 1 << 20, f)) > 0)
-        mp_sha256_update(&s, buf, n);
-    const bool bad = ferror(f);
-    fclose(f);
-    free(buf);
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "%s: read error while hashing", path);
-    uint8_t d[32];
-    mp_sha256_final(&s, d);
-    mp_sha256_hex(d, hex);
-    return MP_OK;
-}
 
 void mp_route_replay_close(mp_route_replay *rr)
 {
@@ -134,7 +109,7 @@ mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t 
         rr->layers[i].id_bytes = nodes[i].id_bytes;
         rr->layers[i].weight_format = nodes[i].weight_format;
     }
-    if ((st = hash_file(trace_path, rr->sha256, err)))
+    if ((st = mp_sha256_file(trace_path, "trace", rr->sha256, NULL, err)))
         goto fail;
     *out = rr;
     return MP_OK;

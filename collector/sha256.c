@@ -2,8 +2,13 @@
  * Invariant: s->block holds the n_bytes % 64 bytes not yet compressed. */
 #include "collector/sha256.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "runtime/input_file.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -91,4 +96,44 @@ void mp_sha256_hex(const uint8_t digest[32], char hex[65])
 {
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
+mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
+                         mp_error *err)
+{
+    int fd;
+    mp_status st = mp_input_open(path, what, MP_INPUT_NO_CAP, &fd, NULL, err);
+    if (st)
+        return st;
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    if (!buf) {
+        close(fd);
+        return mp_fail(err, MP_ERR_NOMEM, "%s %s: out of memory", what, path);
+    }
+    mp_sha256 s;
+    mp_sha256_init(&s);
+    for (;;) {
+        const ssize_t n = read(fd, buf, CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            st = mp_fail(err, MP_ERR_IO, "%s %s: offset %llu: read error while hashing: %s", what,
+                         path, (unsigned long long)s.n_bytes, strerror(errno));
+            break;
+        }
+        if (n == 0)
+            break;
+        mp_sha256_update(&s, buf, (size_t)n);
+    }
+    close(fd);
+    free(buf);
+    if (st)
+        return st;
+    if (size_bytes)
+        *size_bytes = s.n_bytes;
+    uint8_t d[32];
+    mp_sha256_final(&s, d);
+    mp_sha256_hex(d, hex);
+    return MP_OK;
 }

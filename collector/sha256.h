@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/error.h"
+
 typedef struct mp_sha256 {
     uint32_t h[8];
     uint64_t n_bytes;     /* total bytes hashed so far */
@@ -17,5 +19,10 @@ void mp_sha256_update(mp_sha256 *s, const void *data, size_t n);
 void mp_sha256_final(mp_sha256 *s, uint8_t digest[32]);
 /* digest as 64 lowercase hex digits + NUL */
 void mp_sha256_hex(const uint8_t digest[32], char hex[65]);
+/* The hex digest of a whole file, opened as an input (runtime/input_file.h: a FIFO or directory
+ * is refused); what names it in errors ("model", "trace"); *size_bytes (may be NULL) gets the
+ * bytes hashed. */
+mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
+                         mp_error *err);
 
 #endif

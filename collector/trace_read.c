@@ -20,6 +20,7 @@
  */
 #include "kernels/quant.h"
 #include "collector/trace_read.h"
+#include "runtime/input_file.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +251,12 @@ mp_status mp_trace_reader_open(const char *path, mp_trace_reader **out, mp_error
     if (!r || !(r->path = strdup(path))) {
         free(r);
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
+    }
+    /* SQLite's own open would block on a FIFO and call a directory "disk I/O error" */
+    mp_status cs = mp_input_check(path, "trace", MP_INPUT_NO_CAP, NULL, err);
+    if (cs) {
+        mp_trace_reader_close(r);
+        return cs;
     }
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {

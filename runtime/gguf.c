@@ -27,6 +27,7 @@
 
 #include "kernels/quant.h"
 #include "runtime/gguf_impl.h"
+#include "runtime/input_file.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host (GGUF v3 files are little-endian)"
@@ -611,19 +612,11 @@ mp_status mp_gguf_open_buffer(const void *buf, size_t size, const char *name, mp
 mp_status mp_gguf_open(const char *path, mp_gguf **out, mp_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mp_fail(err, MP_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return mp_fail(err, MP_ERR_IO, "file %s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return mp_fail(err, MP_ERR_IO, "file %s: not a regular file", path);
-    }
+    mp_status st = mp_input_open(path, "file", MP_INPUT_NO_CAP, &fd, &sb, err);
+    if (st)
+        return st;
     uint64_t size = (uint64_t)sb.st_size;
     if (size == 0) {
         close(fd);

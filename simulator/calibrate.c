@@ -203,27 +203,7 @@ static void cpu_model(char *out, size_t cap)
 
 static mp_status hash_model(const char *path, char hex[65], uint64_t *size_bytes, mp_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "model %s: cannot open: %s", path, strerror(errno));
-    mp_sha256 h;
-    mp_sha256_init(&h);
-    static uint8_t buf[1 << 20];
-    size_t n;
-    *size_bytes = 0;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        mp_sha256_update(&h, buf, n);
-        *size_bytes += n;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "model %s: offset %llu: read error while hashing", path,
-                       (unsigned long long)*size_bytes);
-    uint8_t d[32];
-    mp_sha256_final(&h, d);
-    mp_sha256_hex(d, hex);
-    return MP_OK;
+    return mp_sha256_file(path, "model", hex, size_bytes, err);
 }
 
 static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *device, mp_error *err)

@@ -116,26 +116,6 @@ static int parse_num(const char *s, double *out)
     return 0;
 }
 
-static mp_status hash_file(const char *path, char hex[65], mp_error *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    mp_sha256 h;
-    mp_sha256_init(&h);
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        mp_sha256_update(&h, buf, n);
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "%s: read error while hashing", path);
-    uint8_t d[32];
-    mp_sha256_final(&h, d);
-    mp_sha256_hex(d, hex);
-    return MP_OK;
-}
 
 typedef struct opts {
     const char *trace, *costs, *json, *svg, *profile;
@@ -649,7 +629,8 @@ int mp_cmd_simulate(int argc, char **argv)
     if (o.profile) {
         const mp_sim_result *r = &runs[0].res[o.profile_policy];
         char costs_hex[65], trace_hex[65], manifest[4096];
-        if (hash_file(o.costs, costs_hex, &err) || hash_file(o.trace, trace_hex, &err))
+        if (mp_sha256_file(o.costs, "costs", costs_hex, NULL, &err) ||
+            mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err))
             goto fail;
         if ((size_t)snprintf(manifest, sizeof manifest, "%s.json", o.profile) >= sizeof manifest) {
             mp_fail(&err, MP_ERR_ARG, "--emit-profile %s: path too long", o.profile);
