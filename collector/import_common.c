@@ -353,22 +353,13 @@ mp_status mp_import_check_buffer(mp_import_format f, const char *name, const cha
     return s;
 }
 
-static void unlink_trace(const char *path)
-{
-    static const char *suffix[] = {"", "-wal", "-shm", "-journal"};
-    char p[4200];
-    for (int i = 0; i < 4; i++) {
-        snprintf(p, sizeof p, "%s%s", path, suffix[i]);
-        unlink(p);
-    }
-}
-
-/* Write the trace (pass 2) into tmp_path. */
+/* Write the trace (pass 2): it appears at out_path only when complete. */
 static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *in_path,
-                             const char *tmp_path, const char *data, size_t n, mp_error *err)
+                             const char *out_path, bool force, const char *data, size_t n,
+                             mp_error *err)
 {
     mp_status s;
-    if ((s = mp_trace_writer_open(tmp_path, true, &c->w, err)))
+    if ((s = mp_trace_writer_create(out_path, force, &c->w, err)))
         return s;
     int64_t n_nodes = 0;
     for (int i = 0; i < MAX_NODES; i++)
@@ -455,9 +446,8 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     mp_import_ctx c = {.pass = 1, .name = in_path, .n_experts_given = opt->n_experts,
                        .wf = opt->weight_format, .max_id = -1};
     c.nodes = calloc(MAX_NODES, sizeof *c.nodes);
-    char *tmp = malloc(strlen(out_path) + 32);
     mp_status s = MP_OK;
-    if (!c.nodes || !tmp) {
+    if (!c.nodes) {
         s = mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", in_path);
         goto done;
     }
@@ -472,20 +462,10 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     res->n_experts_inferred = c.n_experts_given == 0;
     for (int i = 0; i < MAX_NODES; i++)
         res->n_nodes += c.nodes[i] != NULL;
-    sprintf(tmp, "%s.partial-%d", out_path, (int)getpid());
-    if ((s = write_trace(&c, f, in_path, tmp, data, n, err))) {
-        unlink_trace(tmp);
-        goto done;
-    }
-    if (rename(tmp, out_path) != 0) {
-        s = mp_fail(err, MP_ERR_IO, "trace %s: cannot rename %s into place: %s", out_path, tmp,
-                    strerror(errno));
-        unlink_trace(tmp);
-    }
+    s = write_trace(&c, f, in_path, out_path, opt->force, data, n, err);
 done:
     if (map)
         munmap(map, n);
-    free(tmp);
     free_nodes(c.nodes);
     free(c.done_keys);
     return s;

@@ -211,7 +211,7 @@ Test(route_replay, refuses_another_geometry_before_writing_a_trace)
     snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --force "
              "--no-progress --route-replay '%s'", model, prompts, src_db, src_db);
     cr_assert_eq(sh(args, out, sizeof out), 2, "%s", out);
-    cr_assert(strstr(out, "is the --route-replay trace") != NULL, "%s", out);
+    cr_assert(strstr(out, "the same file as the --route-replay trace") != NULL, "%s", out);
     /* not a trace at all */
     snprintf(args, sizeof args, "run -m '%s' -p hello -n 2 --route-replay '%s'", model, prompts);
     cr_assert_eq(sh(args, out, sizeof out), 1, "%s", out);
