@@ -8,6 +8,7 @@
 
 #include "analyzer/analyze.h"
 #include "cli/commands.h"
+#include "runtime/atomic_file.h"
 #include "runtime/numparse.h"
 
 static void usage(FILE *f)
@@ -117,7 +118,7 @@ int mp_cmd_analyze(int argc, char **argv)
         goto done;
     }
     for (int i = 0; i < o.n_traces; i++)
-        if (o.out_dir && !strcmp(traces[i], o.out_dir)) {
+        if (o.out_dir && mp_same_file(traces[i], o.out_dir)) {
             rc = bad_usage("--out %s: is also an input trace", o.out_dir);
             goto done;
         }

@@ -187,7 +187,8 @@ mp_status mp_an_write_json(const mp_an_report *r, const char *dir, mp_error *err
     cJSON_Delete(root);
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory building summary.json");
-    FILE *f = mp_an_open_out(dir, "summary.json", err);
+    mp_an_out out;
+    FILE *f = mp_an_open_out(&out, dir, "summary.json", err);
     if (!f) {
         free(text);
         return err->code;
@@ -195,5 +196,5 @@ mp_status mp_an_write_json(const mp_an_report *r, const char *dir, mp_error *err
     fputs(text, f);
     fputc('\n', f);
     free(text);
-    return mp_an_close_out(f, dir, "summary.json", err);
+    return mp_an_close_out(&out, err);
 }

@@ -245,16 +245,17 @@ mp_status mp_an_svg_chart(const mp_an_report *r, int which, FILE *f, mp_error *e
 mp_status mp_an_write_svg(const mp_an_report *r, const char *dir, mp_error *err)
 {
     for (int k = 0; k < MP_AN_N_CHARTS; k++) {
-        FILE *f = mp_an_open_out(dir, mp_an_chart_files[k], err);
+        mp_an_out out;
+        FILE *f = mp_an_open_out(&out, dir, mp_an_chart_files[k], err);
         if (!f)
             return err->code;
         fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
         mp_status st = mp_an_svg_chart(r, k, f, err);
         if (st != MP_OK) {
-            fclose(f);
+            mp_an_abort_out(&out);
             return st;
         }
-        if ((st = mp_an_close_out(f, dir, mp_an_chart_files[k], err)) != MP_OK)
+        if ((st = mp_an_close_out(&out, err)) != MP_OK)
             return st;
     }
     return MP_OK;

@@ -291,7 +291,7 @@ Test(simulate, sweep_points_equal_single_runs)
     cr_assert_eq(cJSON_GetArraySize(pts), 2);
     const char *alphas[2] = {"0.5", "0.95"};
     for (int v = 0; v < 2; v++) {
-        snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --policy decayed-lfu --alpha %s --json a.json",
+        snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --policy decayed-lfu --alpha %s --json a.json --force",
                  costs_path(), common, alphas[v]);
         cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
         cJSON *one = read_json("a.json");
