@@ -1,7 +1,9 @@
 /* collector/route_replay.c — route replay from a trace (see collector/route_replay.h).
  *
- * One routing iterator per layer, each skipping the records of other nodes: n_layer scans of the
- * routing table in lockstep, constant memory (one decoded record per layer), no index needed.
+ * The trace is read through the collector's fail-closed reader (collector/trace_check.h), as the
+ * analyzer and the simulator read it: one checked iterator per layer, each handing out only its
+ * node's records (every record is still checked): n_layer scans of the routing table in lockstep,
+ * constant memory (one decoded record per layer), no index needed.
  */
 #include "collector/route_replay.h"
 
@@ -13,15 +15,14 @@
 #include <string.h>
 
 #include "collector/sha256.h"
+#include "collector/trace_check.h"
 #include "collector/trace_read.h"
 
 #define RR_MAX_RECORD_VALUES ((int64_t)1 << 26) /* ids of one record (n_rows × top_k) */
 
 typedef struct rr_layer {
     int64_t node_index;
-    int64_t id_bytes;
-    const char *weight_format;   /* owned by the reader */
-    mp_trace_routing_iter *it;   /* NULL until the first fetch */
+    mp_trace_check_iter *it;     /* NULL until the first fetch */
     int32_t *ids;                /* (n_rows, top_k) of the current record */
     float *w;                    /* (n_rows, top_k) */
     int64_t cap_values;
@@ -33,7 +34,8 @@ typedef struct rr_layer {
 } rr_layer;
 
 struct mp_route_replay {
-    mp_trace_reader *r;
+    mp_trace_check *c;
+    mp_trace_reader *r;          /* c's */
     char *path;
     int64_t n_layer, n_expert, top_k;
     rr_layer *layers;            /* (n_layer) */
@@ -47,12 +49,12 @@ void mp_route_replay_close(mp_route_replay *rr)
     if (!rr)
         return;
     for (int64_t i = 0; rr->layers && i < rr->n_layer; i++) {
-        mp_trace_routing_end(rr->layers[i].it);
+        mp_trace_check_end(rr->layers[i].it);
         free(rr->layers[i].ids);
         free(rr->layers[i].w);
     }
     free(rr->layers);
-    mp_trace_reader_close(rr->r);
+    mp_trace_check_close(rr->c);
     free(rr->path);
     free(rr);
 }
@@ -69,15 +71,12 @@ mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t 
     rr->n_layer = n_layer;
     rr->n_expert = n_expert;
     rr->top_k = top_k;
-    mp_status st = mp_trace_reader_open(trace_path, &rr->r, err);
-    if (st)
-        goto fail;
-    const mp_trace_run *run = mp_trace_reader_run(rr->r);
-    if (!run->status || strcmp(run->status, "complete")) {
-        st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: run status '%s': replay needs "
-                     "a complete trace", trace_path, run->status ? run->status : "(none)");
+    mp_status st = mp_trace_check_open(trace_path, NULL, NULL, &rr->c, err); /* fail closed */
+    if (st) {
+        mp_error_prefix(err, "route replay");
         goto fail;
     }
+    rr->r = mp_trace_check_reader(rr->c);
     const int64_t n_nodes = mp_trace_reader_n_nodes(rr->r);
     const mp_trace_node_info *nodes = mp_trace_reader_nodes(rr->r);
     bool match = n_nodes == n_layer;
@@ -104,11 +103,8 @@ mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t 
         st = mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
         goto fail;
     }
-    for (int64_t i = 0; i < n_layer; i++) {
+    for (int64_t i = 0; i < n_layer; i++)
         rr->layers[i].node_index = nodes[i].node_index;
-        rr->layers[i].id_bytes = nodes[i].id_bytes;
-        rr->layers[i].weight_format = nodes[i].weight_format;
-    }
     if ((st = mp_sha256_file(trace_path, "trace", rr->sha256, NULL, err)))
         goto fail;
     *out = rr;
@@ -123,17 +119,17 @@ static mp_status next_record(mp_route_replay *rr, rr_layer *L, mp_error *err)
 {
     for (;;) {
         if (!L->it) {
-            mp_status st = mp_trace_routing_begin(rr->r, &L->it, err);
+            mp_status st = mp_trace_check_begin(rr->c, L->node_index, &L->it, err);
             if (st)
                 return st;
             L->rows_since_start = 0;
         }
-        mp_trace_routing_rec rec;
-        const int rc = mp_trace_routing_next(L->it, &rec, err);
+        mp_trace_checked_rec rec;
+        const int rc = mp_trace_check_next(L->it, &rec, err);
         if (rc < 0)
-            return (mp_status)rc;
+            return mp_error_prefix(err, "route replay");
         if (rc == 0) {
-            mp_trace_routing_end(L->it);
+            mp_trace_check_end(L->it);
             L->it = NULL;
             if (L->rows_since_start == 0)
                 return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: node %" PRId64
@@ -141,11 +137,9 @@ static mp_status next_record(mp_route_replay *rr, rr_layer *L, mp_error *err)
             L->wraps++;
             continue;
         }
-        if (rec.node_index != L->node_index)
-            continue;
         const int64_t K = rr->top_k;
-        if (rec.n_rows < 1 || rec.n_rows > RR_MAX_RECORD_VALUES / K)
-            return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64
+        if (rec.n_rows > RR_MAX_RECORD_VALUES / K)
+            return mp_fail(err, MP_ERR_LIMIT, "route replay: trace %s: routing (request %" PRId64
                            ", step %" PRId64 ", node %" PRId64 "): %" PRId64 " rows, expected 1..%"
                            PRId64, rr->path, rec.request_id, rec.step, rec.node_index, rec.n_rows,
                            RR_MAX_RECORD_VALUES / K);
@@ -161,23 +155,9 @@ static mp_status next_record(mp_route_replay *rr, rr_layer *L, mp_error *err)
                 return mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
             L->cap_values = n;
         }
-        mp_status st = mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, L->id_bytes, n,
-                                           L->ids, err);
-        if (!st)
-            st = mp_trace_decode_weights(rec.weights, rec.weights_bytes, L->weight_format, n, L->w,
-                                         err);
-        if (st)
-            return mp_error_prefix(err, "route replay: trace %s: routing (request %" PRId64
-                                   ", step %" PRId64 ", node %" PRId64 ")", rr->path,
-                                   rec.request_id, rec.step, rec.node_index);
-        for (int64_t i = 0; i < n; i++) {
-            if (L->ids[i] < 0 || L->ids[i] >= rr->n_expert || !isfinite(L->w[i]))
-                return mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %"
-                               PRId64 ", step %" PRId64 ", node %" PRId64 ") row %" PRId64
-                               " slot %" PRId64 ": expected an expert id in [0, %" PRId64 ") and "
-                               "a finite weight, found %d and %g", rr->path, rec.request_id,
-                               rec.step, rec.node_index, i / K, i % K, rr->n_expert,
-                               (int)L->ids[i], (double)L->w[i]);
+        for (int64_t i = 0; i < n; i++) { /* checked: ids < n_experts, weights finite, >= 0 */
+            L->ids[i] = rec.expert_ids[i];
+            L->w[i] = rec.weights[i];
         }
         L->n_rows = rec.n_rows;
         L->cursor = 0;

@@ -339,6 +339,45 @@ const mp_trace_node_info *mp_trace_reader_node(const mp_trace_reader *r, int64_t
     return lo < r->n_nodes && r->nodes[lo].node_index == node_index ? &r->nodes[lo] : NULL;
 }
 
+mp_status mp_trace_reader_count_rows(mp_trace_reader *r, const char *table, int64_t *out,
+                                     mp_error *err)
+{
+    *out = 0;
+    const char *sql = !strcmp(table, "timing") ? "SELECT count(*) FROM timing"
+                      : !strcmp(table, "cupti") ? "SELECT count(*) FROM cupti"
+                                                : NULL;
+    if (!sql)
+        return mp_fail(err, MP_ERR_INTERNAL, "trace %s: no row count for table %s", r->path, table);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        const bool missing = strstr(sqlite3_errmsg(r->db), "no such table") != NULL;
+        sqlite3_finalize(st);
+        return missing ? MP_OK : sql_err(r, err, "counting rows");
+    }
+    const int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? MP_OK : sql_err(r, err, "counting rows");
+}
+
+mp_status mp_trace_reader_quick_check(mp_trace_reader *r, mp_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "checking the file's pages");
+    const int rc = sqlite3_step(st);
+    const char *res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    mp_status s = MP_OK;
+    if (rc != SQLITE_ROW)
+        s = sql_err(r, err, "checking the file's pages");
+    else if (!res || strcmp(res, "ok"))
+        s = mp_fail(err, MP_ERR_FORMAT, "trace %s: the file's pages fail SQLite's quick_check (%s): "
+                    "expected an undamaged database", r->path, res ? res : "no result");
+    sqlite3_finalize(st);
+    return s;
+}
+
 static mp_status begin_stmt(mp_trace_reader *r, const char *sql, sqlite3_stmt **st, mp_error *err)
 {
     if (sqlite3_prepare_v2(r->db, sql, -1, st, NULL) != SQLITE_OK)

@@ -21,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
+#include <sys/random.h>
 
 #include "collector/sha256.h"
 #include "runtime/atomic_file.h"
@@ -319,6 +321,32 @@ static mp_status bad_order(mp_trace_writer *w, mp_error *err, const char *call)
     return mp_fail(err, MP_ERR_ARG, "trace %s: %s called out of order", w->path, call);
 }
 
+/* config_json (a JSON object, or NULL: {}) with "run_id": 32 hex digits of 128 random bits
+ * added: what tells a copy of a trace from another run of the same prompts (the analyzer refuses
+ * to merge one run twice), whatever the files are called. A config that is not a JSON object is
+ * stored as given (NULL only when out of memory). */
+static char *with_run_id(const char *config_json)
+{
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) { /* never blocks once booted */
+        const uint64_t t = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+        for (int i = 0; i < 16; i++)
+            rnd[i] = (uint8_t)(t >> (8 * (i % 8))) ^ (uint8_t)(i * 37);
+    }
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    cJSON *cfg = config_json ? cJSON_Parse(config_json) : cJSON_CreateObject();
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return config_json ? strdup(config_json) : NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "run_id");
+    char *text = cJSON_AddStringToObject(cfg, "run_id", hex) ? cJSON_PrintUnformatted(cfg) : NULL;
+    cJSON_Delete(cfg);
+    return text;
+}
+
 mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *in, mp_error *err)
 {
     mp_status s;
@@ -364,7 +392,13 @@ mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *in, mp_e
     bind_int_or_null(st, 18, in->threads);
     bind_text_or_null(st, 19, in->profile_sha256);
     bind_int_or_null(st, 20, in->budget_bytes);
-    bind_text_or_null(st, 21, in->config_json);
+    char *config = with_run_id(in->config_json);
+    if (!config) {
+        sqlite3_finalize(st);
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for the run's config", w->path);
+    }
+    sqlite3_bind_text(st, 21, config, -1, SQLITE_TRANSIENT);
+    free(config);
     sqlite3_bind_text(st, 22, t, -1, SQLITE_TRANSIENT);
     s = step_once(w, st, err, "writing the run row");
     sqlite3_finalize(st);
