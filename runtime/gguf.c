@@ -325,9 +325,11 @@ static mp_status read_alignment(mp_gguf *g, cursor *c)
                        "file %s: offset %llu: expected general.alignment to be a u32, found %s",
                        c->name, (unsigned long long)kv->key_offset, mp_gguf_vtype_name(kv->type));
     uint32_t a = gguf_rd32(g->base + kv->value_offset);
-    if (a == 0 || (a & (a - 1)) != 0)
+    /* GGUF requires a multiple of 8; below that f32 and f16 tensor data could start at an
+     * address their loads may not use (misaligned access) */
+    if (a < 8 || (a & (a - 1)) != 0)
         return mp_fail(c->err, MP_ERR_FORMAT,
-                       "file %s: offset %llu: expected general.alignment to be a power of two, "
+                       "file %s: offset %llu: expected general.alignment to be a power of two >= 8, "
                        "found %u",
                        c->name, (unsigned long long)kv->value_offset, a);
     g->alignment = a;

@@ -193,9 +193,9 @@ mp_status mp_gguf_writer_set_alignment(mp_gguf_writer *w, uint32_t alignment, mp
     mp_status st = usable(w, err);
     if (st)
         return st;
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > MAX_ALIGNMENT)
+    if (alignment < 8 || (alignment & (alignment - 1)) != 0 || alignment > MAX_ALIGNMENT)
         return wfail(w, err, MP_ERR_ARG,
-                     "file %s: alignment %u is not a power of two in 1..%u", w->path, alignment,
+                     "file %s: alignment %u is not a power of two in 8..%u", w->path, alignment,
                      MAX_ALIGNMENT);
     if (w->alignment_set)
         return wfail(w, err, MP_ERR_ARG, "file %s: alignment set twice", w->path);

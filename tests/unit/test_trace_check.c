@@ -162,6 +162,9 @@ Test(trace_check, node_table_and_run_disagree)
     all_refuse("UPDATE run SET n_moe_layers = 3", "nodes: 2 rows but the run says 3 MoE layers");
     all_refuse("UPDATE run SET status = 'running'", "run status is 'running', expected 'complete'");
     all_refuse("DELETE FROM footer", "footer: missing");
+    /* 2^62 bytes per expert overflowed the analyzer's capacity sums (negative bytes printed) */
+    all_refuse("UPDATE nodes SET expert_bytes = 4611686018427387904 WHERE node_index = 1",
+               "node 1: expert_bytes 4611686018427387904, expected at most 2^40");
 }
 
 /* 17 nodes of 65,536 experts: 1,114,112 pairs, over the limit, refused from the node table (the
