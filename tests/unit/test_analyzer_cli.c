@@ -260,6 +260,18 @@ Test(analyzer_cli, usage_errors)
     snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, t);
     moeplan(&r, args);
     cr_assert_eq(r.status, 2, "output equal to an input");
+    /* flags that exclude each other are refused, not one silently ignored */
+    const char *exclusive[][2] = {
+        {"--validate-only --out x", "give it or --out DIR, not both"},
+        {"--out x --train-frac 0.5 --train-requests 0:1", "give one"},
+        {"--out x --max-problems 5", "--max-problems applies to --validate-only"},
+    };
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "analyze '%s' %s", t, exclusive[i][0]);
+        moeplan(&r, args);
+        cr_assert_eq(r.status, 2, "%s accepted", exclusive[i][0]);
+        cr_assert_not_null(strstr(r.err, exclusive[i][1]), "%s", r.err);
+    }
     snprintf(args, sizeof args, "analyze '%s' --out '%s/r' --train-requests 0:99", t, tmpdir);
     moeplan(&r, args);
     cr_assert_eq(r.status, 1);
