@@ -78,7 +78,7 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
         fprintf(f, "<figure>\n");
         mp_status st = mp_an_svg_chart(r, k, f, err);
         if (st != MP_OK) {
-            fclose(f);
+            mp_an_abort_out(&out);
             return st;
         }
         fprintf(f, "<figcaption><a href=\"%s\">%s</a></figcaption></figure>\n",

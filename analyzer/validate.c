@@ -3,6 +3,7 @@
  * different models or node tables, and the same run given twice. */
 #include "analyzer/validate.h"
 #include "runtime/atomic_file.h"
+#include "runtime/json.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -121,7 +122,10 @@ static mp_status check_same_model(const mp_an_input *in, int ti, mp_an_problems 
         PROBLEM("trace %s: the same file as %s: its requests would be counted twice, expected "
                 "distinct traces", p, p0);
     char id0[40], id1[40];
+    const mp_json_mark mark = mp_json_begin();
     const bool has0 = run_id(a, id0), has1 = run_id(b, id1);
+    if (mp_json_failed_since(mark))
+        return MP_ERR_NOMEM; /* not "no run id": out of memory */
     if ((has0 && has1 && !strcmp(id0, id1)) ||
         (!has0 && !has1 && str_eq_null(a->start_time, b->start_time) &&
          str_eq_null(a->end_time, b->end_time) && str_eq_null(a->config_json, b->config_json) &&
@@ -166,7 +170,10 @@ mp_status mp_an_input_open(mp_an_input *in, const char *const *paths, int n_path
         in->meta[i].request_base = in->n_requests;
         in->meta[i].n_requests = mp_trace_reader_n_requests(in->trace[i]);
         in->n_requests += in->meta[i].n_requests;
-        if (i > 0 && check_same_model(in, i, pb) != MP_OK)
+        const mp_status ms = i > 0 ? check_same_model(in, i, pb) : MP_OK;
+        if (ms == MP_ERR_NOMEM)
+            return mp_fail(err, ms, "analyzer: out of memory comparing %s with %s", paths[i], paths[0]);
+        if (ms != MP_OK)
             return MP_ERR_FORMAT;
     }
     /* the node table the statistics use: the first trace's (the others agree or were reported) */

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/json.h"
 #include "cli/commands.h"
 #include "collector/collect_opts.h"
 #include "collector/cupti.h"
@@ -141,6 +142,7 @@ static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps
                                const prompt_result *res, int64_t n_done, mp_outfile *out,
                                mp_error *err)
 {
+    const mp_json_mark mark = mp_json_begin(); /* a failed cJSON allocation drops a member */
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
     cJSON_AddStringToObject(root, "model", o->model_path);
     cJSON_AddStringToObject(root, "trace", o->trace_path);
@@ -156,19 +158,19 @@ static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps
         cJSON_AddNumberToObject(p, "prefill_tok_s", r->prefill_ns ? (double)r->n_prompt_tokens * 1e9 / (double)r->prefill_ns : 0);
         /* decode steps evaluate n_gen - 1 tokens (the last sampled token is not evaluated) */
         cJSON_AddNumberToObject(p, "decode_tok_s", r->decode_ns && r->n_gen_tokens > 1 ? (double)(r->n_gen_tokens - 1) * 1e9 / (double)r->decode_ns : 0);
-        cJSON_AddItemToArray(arr, p);
+        mp_json_append(arr, p);
         tot_gen += r->n_gen_tokens > 1 ? r->n_gen_tokens - 1 : 0;
         tot_decode_ns += r->decode_ns;
         tot_prompt += r->n_prompt_tokens;
         tot_prefill_ns += r->prefill_ns;
     }
-    cJSON_AddItemToObject(root, "prompts", arr);
+    mp_json_attach(root, "prompts", arr);
     cJSON *tot = cJSON_CreateObject();
     cJSON_AddNumberToObject(tot, "n_prompts", (double)n_done);
     cJSON_AddNumberToObject(tot, "prefill_tok_s", tot_prefill_ns ? (double)tot_prompt * 1e9 / (double)tot_prefill_ns : 0);
     cJSON_AddNumberToObject(tot, "decode_tok_s", tot_decode_ns ? (double)tot_gen * 1e9 / (double)tot_decode_ns : 0);
-    cJSON_AddItemToObject(root, "total", tot);
-    char *text = cJSON_Print(root);
+    mp_json_attach(root, "total", tot);
+    char *text = mp_json_failed_since(mark) ? NULL : cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "results: out of memory");

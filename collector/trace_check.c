@@ -15,6 +15,7 @@
 
 #include "collector/trace.h"
 #include "kernels/quant.h"
+#include "runtime/json.h"
 
 typedef struct req_key {
     int64_t request_id, ord;
@@ -127,7 +128,11 @@ static mp_status check_run(mp_trace_check *c, mp_error *err)
     if (!run->has_footer)
         PROBLEM1("trace %s: footer: missing, expected the footer row that closes a complete run",
                  path);
-    if (has_truncation_marker(run))
+    const mp_json_mark mark = mp_json_begin();
+    const bool truncated = has_truncation_marker(run);
+    if (mp_json_failed_since(mark)) /* not "no marker": a failed parse must not pass a trace */
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory reading run.config_json", path);
+    if (truncated)
         PROBLEM1("trace %s: run.config_json: carries a truncation marker (source %s, %s): the "
                  "imported routing lost records, expected an untruncated trace",
                  path, or_null(run->source), or_null(run->source_path));

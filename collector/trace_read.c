@@ -84,16 +84,30 @@ static mp_status sql_err(mp_trace_reader *r, mp_error *err, const char *what)
     return mp_fail(err, MP_ERR_FORMAT, "trace %s: %s: %s", r->path, what, sqlite3_errmsg(r->db));
 }
 
+/* A header pragma that fails: "not a SQLite database" only when SQLite says so; a hot journal
+ * left by a writer that was killed mid-transaction reads as "attempt to write a readonly
+ * database" to a read-only reader, and is named as such. */
+static mp_status header_err(mp_trace_reader *r, mp_error *err)
+{
+    const int code = sqlite3_errcode(r->db) & 0xff;
+    if (code == SQLITE_NOTADB)
+        return sql_err(r, err, "not a SQLite database");
+    if (code == SQLITE_READONLY)
+        return sql_err(r, err, "a journal beside it holds an unfinished transaction (its writer was "
+                       "killed), which a read-only reader cannot roll back");
+    return sql_err(r, err, "reading the database header");
+}
+
 static mp_status pragma_int(mp_trace_reader *r, const char *sql, int64_t *out, mp_error *err)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return sql_err(r, err, "not a SQLite database");
+        return header_err(r, err);
     int rc = sqlite3_step(st);
     *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
-        return sql_err(r, err, "not a SQLite database");
+        return header_err(r, err);
     return MP_OK;
 }
 

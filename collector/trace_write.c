@@ -27,6 +27,8 @@
 
 #include "collector/sha256.h"
 #include "runtime/atomic_file.h"
+#include "runtime/fault.h"
+#include "runtime/json.h"
 #include "kernels/quant.h"
 
 #define MAX_NODES (MP_TRACE_MAX_NODE_INDEX + 1)
@@ -187,10 +189,10 @@ static void remove_with_journals(const char *path)
 static mp_status writer_open(const char *db_path, const char *name, mp_trace_writer **out,
                              mp_error *err)
 {
-    mp_trace_writer *w = calloc(1, sizeof *w);
+    mp_trace_writer *w = mp_fault_calloc(1, sizeof *w);
     if (!w)
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", name);
-    w->path = strdup(name);
+    w->path = mp_fault_strdup(name);
     w->t0_ns = now_ns();
     memset(w->layer_to_node, 0xff, sizeof w->layer_to_node);
     if (!w->path) {
@@ -336,13 +338,19 @@ static char *with_run_id(const char *config_json)
     char hex[33];
     for (int i = 0; i < 16; i++)
         snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    const mp_json_mark mark = mp_json_begin();
     cJSON *cfg = config_json ? cJSON_Parse(config_json) : cJSON_CreateObject();
+    if (mp_json_failed_since(mark)) { /* out of memory, not a config that is no object */
+        cJSON_Delete(cfg);
+        return NULL;
+    }
     if (!cJSON_IsObject(cfg)) {
         cJSON_Delete(cfg);
-        return config_json ? strdup(config_json) : NULL;
+        return config_json ? mp_fault_strdup(config_json) : NULL;
     }
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "run_id");
-    char *text = cJSON_AddStringToObject(cfg, "run_id", hex) ? cJSON_PrintUnformatted(cfg) : NULL;
+    char *text = cJSON_AddStringToObject(cfg, "run_id", hex) && !mp_json_failed_since(mark)
+                     ? cJSON_PrintUnformatted(cfg) : NULL;
     cJSON_Delete(cfg);
     return text;
 }
@@ -551,14 +559,14 @@ static mp_status grow_buffers(mp_trace_writer *w, size_t ids_bytes, size_t weigh
                               mp_error *err)
 {
     if (ids_bytes > w->ids_cap_bytes) {
-        uint8_t *ids = realloc(w->ids_buf, ids_bytes);
+        uint8_t *ids = mp_fault_realloc(w->ids_buf, ids_bytes);
         if (!ids)
             return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
         w->ids_buf = ids;
         w->ids_cap_bytes = ids_bytes;
     }
     if (weights_bytes > w->weights_cap_bytes) {
-        uint8_t *wts = realloc(w->weights_buf, weights_bytes);
+        uint8_t *wts = mp_fault_realloc(w->weights_buf, weights_bytes);
         if (!wts)
             return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
         w->weights_buf = wts;

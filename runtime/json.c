@@ -49,6 +49,22 @@ cJSON *mp_json_parse_strict(const char *text, size_t len, mp_json_error *e)
     return v;
 }
 
+bool mp_json_attach(cJSON *obj, const char *key, cJSON *item)
+{
+    if (obj && item && cJSON_AddItemToObject(obj, key, item))
+        return true;
+    cJSON_Delete(item);
+    return false;
+}
+
+bool mp_json_append(cJSON *arr, cJSON *item)
+{
+    if (arr && item && cJSON_AddItemToArray(arr, item))
+        return true;
+    cJSON_Delete(item);
+    return false;
+}
+
 static uint64_t json_failures;
 static bool hooks_installed;
 

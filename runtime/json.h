@@ -27,6 +27,12 @@ typedef struct mp_json_error {
 /* The value in text[0..len), or NULL with *e filled. */
 cJSON *mp_json_parse_strict(const char *text, size_t len, mp_json_error *e);
 
+/* cJSON_AddItemToObject / cJSON_AddItemToArray that free item when it cannot be attached (obj
+ * NULL after a failed allocation, or the attach itself out of memory): cJSON leaves it to the
+ * caller, and unchecked calls leaked it. Return whether it was attached. */
+bool mp_json_attach(cJSON *obj, const char *key, cJSON *item);
+bool mp_json_append(cJSON *arr, cJSON *item);
+
 /* Failed cJSON allocations so far (installs the counting allocator on first use). */
 typedef struct mp_json_mark {
     uint64_t failures;

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/fault.h"
 #include "runtime/input_file.h"
 
 static uint32_t get_u32(const uint8_t *p)
@@ -407,7 +408,7 @@ mp_status mp_strp_encode(const mp_strp *p, uint8_t **out, size_t *out_size, mp_e
     uint64_t size = pairs_offset(p->n_ranked) + width * cells;
     if (size > SIZE_MAX)
         return mp_fail(err, MP_ERR_LIMIT, "profile: %llu bytes do not fit in memory", (unsigned long long)size);
-    uint8_t *b = malloc((size_t)size);
+    uint8_t *b = mp_fault_malloc((size_t)size); /* the writer's image: a fault point */
     if (!b)
         return mp_fail(err, MP_ERR_NOMEM, "profile: out of memory for %llu bytes", (unsigned long long)size);
     memcpy(b, "STRP", 4);
