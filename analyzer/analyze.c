@@ -2,7 +2,8 @@
  *
  * The output directory is built as OUT.tmp.<pid> beside OUT and renamed at the very end; any
  * failure removes the temporary directory, so OUT is never half-written. With --force an existing
- * OUT is moved aside first and removed only after the new one is in place.
+ * OUT is moved aside first and removed only after the new one is in place, and only if it holds
+ * nothing but report files (check_out_dir, before any work).
  */
 #include "analyzer/analyze.h"
 
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "analyzer/report.h"
+#include "runtime/input_file.h"
 
 void mp_an_options_init(mp_an_options *o)
 {
@@ -57,7 +59,8 @@ typedef struct pass_ctx {
     int64_t max_experts;
     int64_t cur_request, cur_rows;
     uint64_t cur_routes;
-    FILE *req_csv;
+    FILE *req_csv;      /* req_out's stream, NULL once closed */
+    mp_an_out req_out;
     mp_an_request_dist *dist;
 } pass_ctx;
 
@@ -231,6 +234,7 @@ bad:
 
 /* ---- output directory ---- */
 
+/* Remove a report directory made only of report files (check_out_dir verified that). */
 static void remove_tree(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -248,15 +252,68 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
-static mp_status publish(const char *tmp, const char *out, bool force, mp_error *err)
+static bool is_report_file(const char *name)
+{
+    for (int i = 0; mp_an_report_files[i]; i++)
+        if (!strcmp(name, mp_an_report_files[i]))
+            return true;
+    return false;
+}
+
+/* Before any work: --out names a new directory in a writable one, or (with --force) an existing
+ * report directory. Replacing one must lose nothing but an old report, so a directory holding
+ * anything else — a subdirectory, a file the analyzer does not write, an input trace (compared
+ * by device and inode, whatever its name) — is refused, and so is --out inside nothing but
+ * itself. */
+static mp_status check_out_dir(const mp_an_options *o, mp_error *err)
+{
+    const char *out = o->out_dir;
+    mp_file_ref in[64];
+    const int n_in = o->n_traces < 63 ? o->n_traces : 63;
+    for (int i = 0; i < n_in; i++)
+        in[i] = (mp_file_ref){o->traces[i], "input trace"};
+    in[n_in] = (mp_file_ref){o->model_path, "--model"};
+    struct stat sb;
+    if (stat(out, &sb) != 0) /* a new directory: its parent must exist and be writable */
+        return mp_output_check(out, "--out", false, in, n_in + 1, err);
+    if (!S_ISDIR(sb.st_mode))
+        return mp_fail(err, MP_ERR_IO, "analyzer: --out %s: exists and is %s, expected a report "
+                       "directory", out, S_ISREG(sb.st_mode) ? "a file" : mp_file_kind(sb.st_mode));
+    if (!o->force)
+        return mp_fail(err, MP_ERR_IO, "analyzer: output %s exists (pass --force to replace it)",
+                       out);
+    DIR *d = opendir(out);
+    if (!d)
+        return mp_fail(err, MP_ERR_IO, "analyzer: --out %s: cannot list: %s", out, strerror(errno));
+    mp_status st = MP_OK;
+    char path[4400];
+    for (struct dirent *e; st == MP_OK && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+        struct stat eb;
+        const bool regular = lstat(path, &eb) == 0 && S_ISREG(eb.st_mode);
+        if (!regular || !is_report_file(e->d_name))
+            st = mp_fail(err, MP_ERR_IO, "analyzer: --out %s: holds '%s', which is not a file of "
+                         "a moeplan report: refusing to replace the directory (move it away or "
+                         "choose another --out)", out, e->d_name);
+        for (int i = 0; st == MP_OK && i <= n_in; i++)
+            if (in[i].path && mp_same_file(path, in[i].path))
+                st = mp_fail(err, MP_ERR_ARG, "analyzer: --out %s: its %s is the %s %s: refusing "
+                             "to replace the directory", out, e->d_name, in[i].role, in[i].path);
+    }
+    closedir(d);
+    return st;
+}
+
+/* Put tmp in place of out: the old report is moved aside, the new one renamed in, and only then
+ * the old one removed (check_out_dir made sure it holds nothing else). */
+static mp_status publish(const char *tmp, const char *out, mp_error *err)
 {
     char old[4200];
     bool moved = false;
     struct stat sb;
     if (stat(out, &sb) == 0) {
-        if (!force)
-            return mp_fail(err, MP_ERR_IO, "analyzer: output %s exists (pass --force to replace it)",
-                           out);
         snprintf(old, sizeof old, "%s.old.%ld", out, (long)getpid());
         if (rename(out, old) != 0)
             return mp_fail(err, MP_ERR_IO, "analyzer: output %s: cannot move aside: %s", out,
@@ -292,10 +349,9 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     memset(&dist, 0, sizeof dist);
     memset(&c, 0, sizeof c);
     if (!o->validate_only && o->out_dir) {
-        struct stat sb;
-        if (!o->force && stat(o->out_dir, &sb) == 0)
-            return mp_fail(err, MP_ERR_IO, "analyzer: output %s exists (pass --force to replace "
-                           "it)", o->out_dir);
+        mp_status cs = check_out_dir(o, err);
+        if (cs)
+            return cs;
     }
     mp_status st = mp_an_input_open(&in, o->traces, o->n_traces, o->model_path, pb, err);
     /* --validate-only: one scan for problems. Otherwise the one pass validates as it reads: its
@@ -341,7 +397,7 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     c.dist = &dist;
     c.max_experts = in.max_experts;
     c.cur_request = -1;
-    if (!(c.req_csv = mp_an_open_out(tmp, "requests.csv", err))) {
+    if (!(c.req_csv = mp_an_open_out(&c.req_out, tmp, "requests.csv", err))) {
         st = err->code;
         goto out;
     }
@@ -355,7 +411,11 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     mp_an_rowsel_free(&c.sel);
     if (st == MP_ERR_FORMAT && pb->n > 0)
         st = mp_fail(err, MP_ERR_FORMAT, "%s", pb->msg[0]);
-    mp_status cst = mp_an_close_out(c.req_csv, tmp, "requests.csv", st == MP_OK ? err : NULL);
+    mp_status cst = MP_OK;
+    if (st == MP_OK)
+        cst = mp_an_close_out(&c.req_out, err);
+    else
+        mp_an_abort_out(&c.req_out);
     c.req_csv = NULL;
     if (st == MP_OK)
         st = cst;
@@ -377,14 +437,14 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     if ((st = mp_an_write_csv(&rep, tmp, err)) != MP_OK || (st = mp_an_write_svg(&rep, tmp, err)) != MP_OK ||
         (st = mp_an_write_json(&rep, tmp, err)) != MP_OK || (st = mp_an_write_html(&rep, tmp, err)) != MP_OK)
         goto out;
-    if ((st = publish(tmp, o->out_dir, o->force, err)) != MP_OK)
+    if ((st = publish(tmp, o->out_dir, err)) != MP_OK)
         goto out;
     tmp[0] = '\0';
     if (decisions_out)
         *decisions_out = stats.total_routes;
 out:
     if (c.req_csv)
-        fclose(c.req_csv);
+        mp_an_abort_out(&c.req_out);
     if (tmp[0])
         remove_tree(tmp);
     free(c.count_before), free(c.cur), free(c.history), free(c.order);

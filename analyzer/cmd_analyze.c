@@ -8,6 +8,7 @@
 
 #include "analyzer/analyze.h"
 #include "cli/commands.h"
+#include "runtime/atomic_file.h"
 #include "runtime/numparse.h"
 
 static void usage(FILE *f)
@@ -52,6 +53,7 @@ int mp_cmd_analyze(int argc, char **argv)
     if (!traces)
         return 1;
     int rc = 2;
+    bool train_frac_given = false, max_problems_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const bool has_val = i + 1 < argc;
@@ -80,6 +82,7 @@ int mp_cmd_analyze(int argc, char **argv)
                 goto done;
             }
         } else if (!strcmp(a, "--train-frac") && has_val) {
+            train_frac_given = true;
             char *end;
             o.train_frac = strtod(argv[++i], &end);
             if (end == argv[i] || *end || !(o.train_frac > 0 && o.train_frac < 1)) {
@@ -90,6 +93,7 @@ int mp_cmd_analyze(int argc, char **argv)
         } else if (!strcmp(a, "--train-requests") && has_val) {
             o.train_requests = argv[++i];
         } else if (!strcmp(a, "--max-problems") && has_val) {
+            max_problems_given = true;
             if (!mp_parse_i64(argv[++i], 1, 1000000, &o.max_problems)) {
                 rc = bad_usage("--max-problems '%s': expected an integer in 1..1000000", argv[i]);
                 goto done;
@@ -112,12 +116,27 @@ int mp_cmd_analyze(int argc, char **argv)
         rc = bad_usage("%sexpected at least one TRACE.db", "");
         goto done;
     }
+    /* flags that cannot both hold: refused rather than one silently ignored */
+    if (o.validate_only && o.out_dir) {
+        rc = bad_usage("%s--validate-only writes nothing: give it or --out DIR, not both", "");
+        goto done;
+    }
+    if (train_frac_given && o.train_requests) {
+        rc = bad_usage("%s--train-frac and --train-requests both choose the training requests: "
+                       "give one", "");
+        goto done;
+    }
+    if (max_problems_given && !o.validate_only) {
+        rc = bad_usage("%s--max-problems applies to --validate-only (a report stops at the first "
+                       "problem)", "");
+        goto done;
+    }
     if (!o.validate_only && !o.out_dir) {
         rc = bad_usage("%s--out DIR is required (or --validate-only)", "");
         goto done;
     }
     for (int i = 0; i < o.n_traces; i++)
-        if (o.out_dir && !strcmp(traces[i], o.out_dir)) {
+        if (o.out_dir && mp_same_file(traces[i], o.out_dir)) {
             rc = bad_usage("--out %s: is also an input trace", o.out_dir);
             goto done;
         }

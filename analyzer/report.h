@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "analyzer/analyze.h"
+#include "runtime/atomic_file.h"
 
 typedef struct mp_an_report {
     const mp_an_options *opt;
@@ -25,9 +26,20 @@ mp_status mp_an_write_json(const mp_an_report *r, const char *dir, mp_error *err
 mp_status mp_an_write_svg(const mp_an_report *r, const char *dir, mp_error *err);
 mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err);
 
-/* Shared by the writers: open dir/name for writing; close, reporting a write error. */
-FILE *mp_an_open_out(const char *dir, const char *name, mp_error *err);
-mp_status mp_an_close_out(FILE *f, const char *dir, const char *name, mp_error *err);
+/* Shared by the writers: create dir/name (in the fresh temporary report directory) as a stream
+ * whose writes are checked (runtime/atomic_file.h); close flushes and fsyncs it, reporting the
+ * first failed write with its offset and errno; abort removes it. */
+typedef struct mp_an_out {
+    mp_outfile file;
+    FILE *f;
+} mp_an_out;
+FILE *mp_an_open_out(mp_an_out *o, const char *dir, const char *name, mp_error *err);
+mp_status mp_an_close_out(mp_an_out *o, mp_error *err);
+void mp_an_abort_out(mp_an_out *o);
+
+/* Every file a report directory holds (NULL-terminated); --force replaces only a directory
+ * made of these. */
+extern const char *const mp_an_report_files[];
 
 /* The charts, each written to its own .svg file and embedded in report.html. */
 #define MP_AN_N_CHARTS 4

@@ -8,24 +8,26 @@
 
 #include "analyzer/report.h"
 
-FILE *mp_an_open_out(const char *dir, const char *name, mp_error *err)
+FILE *mp_an_open_out(mp_an_out *o, const char *dir, const char *name, mp_error *err)
 {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        mp_fail(err, MP_ERR_IO, "analyzer: %s: cannot create: %s", path, strerror(errno));
-    return f;
+    o->f = NULL;
+    if (mp_outfile_open(&o->file, path, "report file", MP_OUT_DIRECT, err))
+        return NULL;
+    return o->f = mp_outfile_stream(&o->file, err);
 }
 
-mp_status mp_an_close_out(FILE *f, const char *dir, const char *name, mp_error *err)
+mp_status mp_an_close_out(mp_an_out *o, mp_error *err)
 {
-    const bool bad = ferror(f) != 0;
-    const int e = errno;
-    if (fclose(f) != 0 || bad)
-        return mp_fail(err, MP_ERR_IO, "analyzer: %s/%s: write failed: %s", dir, name,
-                       strerror(bad ? e : errno));
-    return MP_OK;
+    o->f = NULL;
+    return mp_outfile_commit(&o->file, err);
+}
+
+void mp_an_abort_out(mp_an_out *o)
+{
+    o->f = NULL;
+    mp_outfile_abort(&o->file);
 }
 
 int mp_an_representative_nodes(int32_t n_nodes, int32_t out[5])
@@ -252,11 +254,12 @@ mp_status mp_an_write_csv(const mp_an_report *r, const char *dir, mp_error *err)
         {"drift.csv", write_drift},
     };
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
-        FILE *f = mp_an_open_out(dir, tables[i].name, err);
+        mp_an_out out;
+        FILE *f = mp_an_open_out(&out, dir, tables[i].name, err);
         if (!f)
             return err->code;
         tables[i].fn(r, f);
-        mp_status st = mp_an_close_out(f, dir, tables[i].name, err);
+        mp_status st = mp_an_close_out(&out, err);
         if (st != MP_OK)
             return st;
     }

@@ -7,7 +7,6 @@
 #include "analyzer/report.h"
 #include "analyzer/svg.h"
 
-extern const char *const mp_an_report_files[];
 
 static void esc(FILE *f, const char *s)
 {
@@ -33,7 +32,8 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
 {
     const mp_an_stats *s = r->st;
     const mp_an_summary *sum = r->sum;
-    FILE *f = mp_an_open_out(dir, "report.html", err);
+    mp_an_out out;
+    FILE *f = mp_an_open_out(&out, dir, "report.html", err);
     if (!f)
         return err->code;
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -78,7 +78,7 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
         fprintf(f, "<figure>\n");
         mp_status st = mp_an_svg_chart(r, k, f, err);
         if (st != MP_OK) {
-            fclose(f);
+            mp_an_abort_out(&out);
             return st;
         }
         fprintf(f, "<figcaption><a href=\"%s\">%s</a></figcaption></figure>\n",
@@ -105,5 +105,5 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
     for (int i = 0; mp_an_report_files[i]; i++)
         fprintf(f, "<li><a href=\"%s\">%s</a></li>\n", mp_an_report_files[i], mp_an_report_files[i]);
     fprintf(f, "</ul>\n<p>Column definitions: docs/analyzer.md.</p>\n</body></html>\n");
-    return mp_an_close_out(f, dir, "report.html", err);
+    return mp_an_close_out(&out, err);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/json.h"
 #include "analyzer/report.h"
 
 const char *const mp_an_report_files[] = {
@@ -39,7 +40,7 @@ static cJSON *capacity(const int64_t *experts, const uint64_t *bytes, int64_t by
         cJSON_AddNumberToObject(o, "experts", (double)experts[t]);
         cJSON_AddNumberToObject(o, "bytes", bytes ? (double)bytes[t]
                                                   : (double)(experts[t] * bytes_per_expert));
-        cJSON_AddItemToArray(a, o);
+        mp_json_append(a, o);
     }
     return a;
 }
@@ -57,14 +58,14 @@ static cJSON *build(const mp_an_report *r)
         const mp_trace_run *run = mp_trace_reader_run(r->in->trace[i]);
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "path", r->in->meta[i].path);
-        cJSON_AddItemToObject(t, "source", str_or_null(run->source));
-        cJSON_AddItemToObject(t, "source_path", str_or_null(run->source_path));
-        cJSON_AddItemToObject(t, "model_sha256", str_or_null(run->model_sha256));
-        cJSON_AddItemToObject(t, "architecture", str_or_null(run->architecture));
+        mp_json_attach(t, "source", str_or_null(run->source));
+        mp_json_attach(t, "source_path", str_or_null(run->source_path));
+        mp_json_attach(t, "model_sha256", str_or_null(run->model_sha256));
+        mp_json_attach(t, "architecture", str_or_null(run->architecture));
         cJSON_AddNumberToObject(t, "requests", (double)r->in->meta[i].n_requests);
-        cJSON_AddItemToArray(traces, t);
+        mp_json_append(traces, t);
     }
-    cJSON_AddItemToObject(root, "model", str_or_null(r->opt->model_path));
+    mp_json_attach(root, "model", str_or_null(r->opt->model_path));
     bool bytes_known = true;
     for (int32_t i = 0; i < r->st->n_nodes; i++)
         bytes_known &= r->st->nodes[i].expert_bytes > 0;
@@ -83,7 +84,7 @@ static cJSON *build(const mp_an_report *r)
     cJSON_AddStringToObject(cap, "greedy_gain", sum->by_bytes ? "per_byte" : "per_expert");
     cJSON_AddNumberToObject(cap, "experts_total", (double)sum->n_global);
     cJSON_AddNumberToObject(cap, "bytes_total", (double)sum->global_bytes[sum->n_global]);
-    cJSON_AddItemToObject(cap, "capacity", capacity(sum->global_cap_experts, sum->global_cap_bytes, 0));
+    mp_json_attach(cap, "capacity", capacity(sum->global_cap_experts, sum->global_cap_bytes, 0));
 
     cJSON *con = cJSON_AddObjectToObject(root, "concentration");
     cJSON_AddNumberToObject(con, "mean_entropy_norm", sum->mean_entropy_norm);
@@ -110,7 +111,7 @@ static cJSON *build(const mp_an_report *r)
         cJSON_AddNumberToObject(d, "segment", seg);
         cJSON_AddNumberToObject(d, "routes", (double)sum->seg_routes[seg]);
         cJSON_AddNumberToObject(d, "heldout_half_coverage", sum->seg_heldout_half[seg]);
-        cJSON_AddItemToArray(drift, d);
+        mp_json_append(drift, d);
     }
 
     cJSON *loc = cJSON_AddObjectToObject(root, "locality");
@@ -130,7 +131,7 @@ static cJSON *build(const mp_an_report *r)
         cJSON_AddNumberToObject(o, "weight_hi", (double)(b + 1) / MP_AN_WEIGHT_BINS);
         cJSON_AddNumberToObject(o, "routes", (double)s->weight_routes[b]);
         cJSON_AddNumberToObject(o, "reused_frac", (double)s->weight_reused[b] / (double)s->weight_routes[b]);
-        cJSON_AddItemToArray(wr, o);
+        mp_json_append(wr, o);
     }
 
     cJSON *req = cJSON_AddObjectToObject(root, "requests");
@@ -138,7 +139,7 @@ static cJSON *build(const mp_an_report *r)
     static const char *const metric[4] = {"distinct_frac", "entropy_norm",
                                           "history_top_half_share", "history_tv_distance"};
     for (int m = 0; m < 4; m++)
-        cJSON_AddItemToObject(req, metric[m], quantiles(r->req, m));
+        mp_json_attach(req, metric[m], quantiles(r->req, m));
 
     cJSON *nodes = cJSON_AddArrayToObject(root, "nodes");
     for (int32_t i = 0; i < s->n_nodes; i++) {
@@ -171,23 +172,25 @@ static cJSON *build(const mp_an_report *r)
             cJSON_AddNullToObject(o, "next_layer_pred");
         cJSON_AddNumberToObject(o, "half_in_sample", ns->cov_in_sample[n->n_experts / 2]);
         cJSON_AddNumberToObject(o, "half_heldout", ns->cov_heldout[n->n_experts / 2]);
-        cJSON_AddItemToObject(o, "capacity", capacity(ns->capacity, NULL, n->expert_bytes));
-        cJSON_AddItemToArray(nodes, o);
+        mp_json_attach(o, "capacity", capacity(ns->capacity, NULL, n->expert_bytes));
+        mp_json_append(nodes, o);
     }
     cJSON *files = cJSON_AddArrayToObject(root, "files");
     for (int i = 0; mp_an_report_files[i]; i++)
-        cJSON_AddItemToArray(files, cJSON_CreateString(mp_an_report_files[i]));
+        mp_json_append(files, cJSON_CreateString(mp_an_report_files[i]));
     return root;
 }
 
 mp_status mp_an_write_json(const mp_an_report *r, const char *dir, mp_error *err)
 {
+    const mp_json_mark mark = mp_json_begin(); /* a failed cJSON allocation drops a member */
     cJSON *root = build(r);
-    char *text = root ? cJSON_Print(root) : NULL;
+    char *text = root && !mp_json_failed_since(mark) ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory building summary.json");
-    FILE *f = mp_an_open_out(dir, "summary.json", err);
+    mp_an_out out;
+    FILE *f = mp_an_open_out(&out, dir, "summary.json", err);
     if (!f) {
         free(text);
         return err->code;
@@ -195,5 +198,5 @@ mp_status mp_an_write_json(const mp_an_report *r, const char *dir, mp_error *err
     fputs(text, f);
     fputc('\n', f);
     free(text);
-    return mp_an_close_out(f, dir, "summary.json", err);
+    return mp_an_close_out(&out, err);
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "runtime/fault.h"
 #include "analyzer/report.h"
 #include "analyzer/svg.h"
 
@@ -78,9 +79,9 @@ static mp_status coverage(const mp_an_report *r, FILE *f)
     const mp_an_summary *sum = r->sum;
     const int64_t n = sum->n_global;
     int64_t maxE = sum->max_experts;
-    double *gx = malloc((size_t)(n + 1) * sizeof *gx), *gy = malloc((size_t)(n + 1) * sizeof *gy);
-    double *ux = malloc((size_t)(maxE + 1) * sizeof *ux), *uy = malloc((size_t)(maxE + 1) * sizeof *uy);
-    double *tx = malloc((MAX_POINTS + 2) * sizeof *tx), *ty = malloc((MAX_POINTS + 2) * sizeof *ty);
+    double *gx = mp_fault_malloc((size_t)(n + 1) * sizeof *gx), *gy = mp_fault_malloc((size_t)(n + 1) * sizeof *gy);
+    double *ux = mp_fault_malloc((size_t)(maxE + 1) * sizeof *ux), *uy = mp_fault_malloc((size_t)(maxE + 1) * sizeof *uy);
+    double *tx = mp_fault_malloc((MAX_POINTS + 2) * sizeof *tx), *ty = mp_fault_malloc((MAX_POINTS + 2) * sizeof *ty);
     if (!gx || !gy || !ux || !uy || !tx || !ty) {
         free(gx), free(gy), free(ux), free(uy), free(tx), free(ty);
         return MP_ERR_NOMEM;
@@ -139,12 +140,12 @@ static mp_status rank_threshold(const mp_an_report *r, FILE *f)
     mp_status st = MP_OK;
     for (int k = 0; k < n_rep; k++) {
         const int64_t N = s->nodes[rep[k]].n_experts;
-        xs[ns] = malloc((size_t)(N + 1) * sizeof(double));
+        xs[ns] = mp_fault_malloc((size_t)(N + 1) * sizeof(double));
         if (!xs[ns]) {
             st = MP_ERR_NOMEM;
             goto out;
         }
-        ys[ns] = malloc((MAX_POINTS + 2) * 2 * sizeof(double));
+        ys[ns] = mp_fault_malloc((MAX_POINTS + 2) * 2 * sizeof(double));
         if (!ys[ns]) {
             ns++;
             st = MP_ERR_NOMEM;
@@ -185,10 +186,10 @@ static mp_status heldout(const mp_an_report *r, FILE *f)
 {
     const mp_an_summary *sum = r->sum;
     const int64_t n = sum->n_global;
-    double *x = malloc((size_t)(n + 1) * sizeof *x);
+    double *x = mp_fault_malloc((size_t)(n + 1) * sizeof *x);
     double *t[3];
     for (int k = 0; k < 3; k++)
-        t[k] = malloc((MAX_POINTS + 2) * 2 * sizeof(double));
+        t[k] = mp_fault_malloc((MAX_POINTS + 2) * 2 * sizeof(double));
     if (!x || !t[0] || !t[1] || !t[2]) {
         free(x), free(t[0]), free(t[1]), free(t[2]);
         return MP_ERR_NOMEM;
@@ -219,9 +220,9 @@ mp_status mp_an_svg_chart(const mp_an_report *r, int which, FILE *f, mp_error *e
     mp_status st = MP_OK;
     if (which == 0) {
         const int32_t rows = r->st->n_nodes;
-        double *value = malloc((size_t)rows * (size_t)r->sum->max_experts * sizeof *value);
-        char **labels = calloc((size_t)rows, sizeof *labels);
-        char *label_buf = malloc((size_t)rows * 32);
+        double *value = mp_fault_malloc((size_t)rows * (size_t)r->sum->max_experts * sizeof *value);
+        char **labels = mp_fault_calloc((size_t)rows, sizeof *labels);
+        char *label_buf = mp_fault_malloc((size_t)rows * 32);
         if (value && labels && label_buf) {
             for (int32_t i = 0; i < rows; i++)
                 labels[i] = label_buf + 32 * i;
@@ -245,16 +246,17 @@ mp_status mp_an_svg_chart(const mp_an_report *r, int which, FILE *f, mp_error *e
 mp_status mp_an_write_svg(const mp_an_report *r, const char *dir, mp_error *err)
 {
     for (int k = 0; k < MP_AN_N_CHARTS; k++) {
-        FILE *f = mp_an_open_out(dir, mp_an_chart_files[k], err);
+        mp_an_out out;
+        FILE *f = mp_an_open_out(&out, dir, mp_an_chart_files[k], err);
         if (!f)
             return err->code;
         fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
         mp_status st = mp_an_svg_chart(r, k, f, err);
         if (st != MP_OK) {
-            fclose(f);
+            mp_an_abort_out(&out);
             return st;
         }
-        if ((st = mp_an_close_out(f, dir, mp_an_chart_files[k], err)) != MP_OK)
+        if ((st = mp_an_close_out(&out, err)) != MP_OK)
             return st;
     }
     return MP_OK;

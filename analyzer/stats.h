@@ -21,12 +21,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "collector/trace_check.h"
 #include "runtime/error.h"
 
 #define MP_AN_SEGMENTS 10       /* requests are cut into this many order segments (drift) */
 #define MP_AN_LOG2_BUCKETS 40   /* histograms of distances/lengths: bucket b holds [2^b, 2^(b+1)) */
 #define MP_AN_WEIGHT_BINS 20    /* router weight histogram over [0, 1], last bin includes 1 */
-#define MP_AN_MAX_TOPK 64
+#define MP_AN_MAX_TOPK MP_TRACE_MAX_TOPK /* the trace checker refuses more */
 #define MP_AN_TRANSITION_MAX_EXPERTS 256 /* transition tables are n_nodes × E² u32 counts */
 #define MP_AN_N_TARGETS 5
 #define MP_AN_PENDING 32        /* transition increments in flight (power of two) */

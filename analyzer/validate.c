@@ -1,6 +1,9 @@
-/* analyzer/validate.c — stage 1 of validation (see validate.h): run, footer presence, truncation
- * marker, node table, requests table, and agreement between merged traces. */
+/* analyzer/validate.c — stage 1 of validation (see validate.h): each trace's tables through the
+ * collector's checker (collector/trace_check.h), then what only a merge can get wrong: traces of
+ * different models or node tables, and the same run given twice. */
 #include "analyzer/validate.h"
+#include "runtime/atomic_file.h"
+#include "runtime/json.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -58,113 +61,16 @@ static const char *or_null(const char *s)
     return s ? s : "NULL";
 }
 
-/* An importer that met a truncation marker (onnxruntime's moe_routing_truncated) records it in
- * the run's config_json as "truncated": true (or a truncation object); such a trace has lost
- * routing and is refused even if its run says complete. */
-static bool has_truncation_marker(const mp_trace_run *run)
+/* The writer's run id (config_json.run_id, 32 hex digits), if the trace has one. */
+static bool run_id(const mp_trace_run *run, char out[40])
 {
-    if (!run->config_json)
-        return false;
-    cJSON *cfg = cJSON_Parse(run->config_json);
-    if (!cfg)
-        return false;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "truncated");
-    bool marked = t && !cJSON_IsFalse(t) && !cJSON_IsNull(t);
+    out[0] = '\0';
+    cJSON *cfg = run->config_json ? cJSON_Parse(run->config_json) : NULL;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(cfg, "run_id");
+    if (cJSON_IsString(id) && strlen(id->valuestring) < 40)
+        snprintf(out, 40, "%s", id->valuestring);
     cJSON_Delete(cfg);
-    return marked;
-}
-
-static mp_status check_run(const char *path, const mp_trace_run *run, mp_an_problems *pb)
-{
-    if (!run->status || strcmp(run->status, "complete"))
-        PROBLEM("trace %s: run status is '%s', expected 'complete' (the run was interrupted, "
-                "aborted%s%s, or is still being written)",
-                path, or_null(run->status), run->error ? ": " : "", run->error ? run->error : "");
-    if (!run->has_footer)
-        PROBLEM("trace %s: footer: missing, expected the footer row that closes a complete run",
-                path);
-    if (has_truncation_marker(run))
-        PROBLEM("trace %s: run.config_json: carries a truncation marker (source %s, %s): the "
-                "imported routing lost records, expected an untruncated trace",
-                path, or_null(run->source), or_null(run->source_path));
-    return MP_OK;
-}
-
-static mp_status check_nodes(const char *path, const mp_trace_reader *r, mp_an_problems *pb)
-{
-    const int64_t n = mp_trace_reader_n_nodes(r);
-    const mp_trace_node_info *nd = mp_trace_reader_nodes(r);
-    const mp_trace_run *run = mp_trace_reader_run(r);
-    if (n < 1)
-        PROBLEM("trace %s: nodes: empty, expected one row per MoE layer", path);
-    for (int64_t i = 0; i < n; i++) {
-        const mp_trace_node_info *x = &nd[i];
-        if (x->n_experts < 1 || x->n_experts > 65536 || x->top_k < 1 || x->top_k > x->n_experts ||
-            x->top_k > MP_AN_MAX_TOPK)
-            PROBLEM("trace %s: node %lld: %lld experts, top-%lld, expected 1..65536 experts and "
-                    "top-k in 1..min(n_experts, %d)",
-                    path, (long long)x->node_index, (long long)x->n_experts, (long long)x->top_k,
-                    MP_AN_MAX_TOPK);
-        if (!(x->id_bytes == 1 && x->n_experts <= 256) && x->id_bytes != 2)
-            PROBLEM("trace %s: node %lld: id_bytes %lld cannot hold ids of %lld experts, expected "
-                    "1 (<= 256 experts) or 2",
-                    path, (long long)x->node_index, (long long)x->id_bytes,
-                    (long long)x->n_experts);
-        if (mp_trace_weight_bytes(x->weight_format) == 0)
-            PROBLEM("trace %s: node %lld: weight_format '%s', expected 'f16' or 'f32'", path,
-                    (long long)x->node_index, or_null(x->weight_format));
-        if (run->n_experts >= 0 && x->n_experts != run->n_experts)
-            PROBLEM("trace %s: node %lld: %lld experts but the run says %lld", path,
-                    (long long)x->node_index, (long long)x->n_experts, (long long)run->n_experts);
-        if (run->top_k >= 0 && x->top_k != run->top_k)
-            PROBLEM("trace %s: node %lld: top-%lld but the run says top-%lld", path,
-                    (long long)x->node_index, (long long)x->top_k, (long long)run->top_k);
-    }
-    if (run->n_moe_layers >= 0 && run->n_moe_layers != n)
-        PROBLEM("trace %s: nodes: %lld rows but the run says %lld MoE layers", path, (long long)n,
-                (long long)run->n_moe_layers);
-    return MP_OK;
-}
-
-static mp_status check_requests(const char *path, const mp_trace_reader *r, mp_an_problems *pb)
-{
-    const int64_t n = mp_trace_reader_n_requests(r);
-    const mp_trace_request_info *q = mp_trace_reader_requests(r);
-    for (int64_t i = 0; i < n; i++) {
-        if (q[i].ord != i)
-            PROBLEM("trace %s: request %lld: ord %lld, expected %lld (requests are numbered 0, 1, "
-                    "2, ... in the order they ran: one is missing or repeated)",
-                    path, (long long)q[i].request_id, (long long)q[i].ord, (long long)i);
-        if (i > 0 && q[i].request_id <= q[i - 1].request_id)
-            PROBLEM("trace %s: request %lld (ord %lld): out of order, expected a request_id above "
-                    "%lld (that of ord %lld)",
-                    path, (long long)q[i].request_id, (long long)q[i].ord,
-                    (long long)q[i - 1].request_id, (long long)q[i - 1].ord);
-        if (i > 0 && q[i].start_ns >= 0 && q[i - 1].end_ns >= 0 && q[i].start_ns < q[i - 1].end_ns)
-            PROBLEM("trace %s: request %lld (ord %lld): starts at %lld ns, before request %lld "
-                    "ended (%lld ns): overlapping requests, expected one at a time",
-                    path, (long long)q[i].request_id, (long long)q[i].ord,
-                    (long long)q[i].start_ns, (long long)q[i - 1].request_id,
-                    (long long)q[i - 1].end_ns);
-        if (q[i].start_ns >= 0 && q[i].end_ns >= 0 && q[i].end_ns < q[i].start_ns)
-            PROBLEM("trace %s: request %lld: ends (%lld ns) before it starts (%lld ns)", path,
-                    (long long)q[i].request_id, (long long)q[i].end_ns, (long long)q[i].start_ns);
-        /* a repeated external id means the same prompt entry was recorded twice */
-        if (q[i].external_id)
-            for (int64_t j = 0; j < i; j++)
-                if (q[j].external_id && !strcmp(q[j].external_id, q[i].external_id)) {
-                    PROBLEM("trace %s: request %lld (ord %lld): external id '%s' repeats request "
-                            "%lld, expected each prompt once",
-                            path, (long long)q[i].request_id, (long long)q[i].ord,
-                            q[i].external_id, (long long)q[j].request_id);
-                    break;
-                }
-    }
-    const mp_trace_run *run = mp_trace_reader_run(r);
-    if (run->has_footer && run->footer_n_requests != n)
-        PROBLEM("trace %s: footer: n_requests %lld, but the requests table has %lld rows", path,
-                (long long)run->footer_n_requests, (long long)n);
-    return MP_OK;
+    return out[0] != '\0';
 }
 
 /* A merged trace must come from the same model and have the same node identities as the first. */
@@ -209,14 +115,24 @@ static mp_status check_same_model(const mp_an_input *in, int ti, mp_an_problems 
                     or_null(x0[i].node_name), (long long)x0[i].layer, (long long)x0[i].n_experts,
                     (long long)x0[i].top_k, (long long)x0[i].expert_bytes);
     }
-    /* the same run given twice would count every request twice: the same file (by real path),
-     * or the same foreign file imported twice */
-    char *r0 = realpath(p0, NULL), *r1 = realpath(p, NULL);
-    const bool same_file = r0 && r1 && !strcmp(r0, r1);
-    free(r0), free(r1);
-    if (same_file)
+    /* the same run given twice would count every request twice: the same file (by device and
+     * inode), a copy of it (the same run id, or for traces written before run ids the same run
+     * row and footer), or the same foreign file imported twice */
+    if (mp_same_file(p0, p))
         PROBLEM("trace %s: the same file as %s: its requests would be counted twice, expected "
                 "distinct traces", p, p0);
+    char id0[40], id1[40];
+    const mp_json_mark mark = mp_json_begin();
+    const bool has0 = run_id(a, id0), has1 = run_id(b, id1);
+    if (mp_json_failed_since(mark))
+        return MP_ERR_NOMEM; /* not "no run id": out of memory */
+    if ((has0 && has1 && !strcmp(id0, id1)) ||
+        (!has0 && !has1 && str_eq_null(a->start_time, b->start_time) &&
+         str_eq_null(a->end_time, b->end_time) && str_eq_null(a->config_json, b->config_json) &&
+         a->footer_n_steps == b->footer_n_steps && a->footer_n_routing == b->footer_n_routing))
+        PROBLEM("trace %s: the same run as %s (%s%s): a copy, whose requests would be counted "
+                "twice, expected distinct runs", p, p0, has0 ? "run id " : "run row and footer",
+                has0 ? id0 : "");
     if (a->source_path && b->source_path && !strcmp(a->source_path, b->source_path))
         PROBLEM("trace %s: imported from the same file as %s (%s): its requests would be "
                 "counted twice, expected distinct traces", p, p0, a->source_path);
@@ -228,29 +144,36 @@ static void copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+/* The collector's checker reports into the analyzer's problem list. */
+static mp_status to_problems(void *user, const char *msg)
+{
+    return mp_an_problem(user, "%s", msg);
+}
+
 mp_status mp_an_input_open(mp_an_input *in, const char *const *paths, int n_paths,
                            const char *model_path, mp_an_problems *pb, mp_error *err)
 {
     memset(in, 0, sizeof *in);
+    in->check = calloc((size_t)n_paths, sizeof *in->check);
     in->trace = calloc((size_t)n_paths, sizeof *in->trace);
     in->meta = calloc((size_t)n_paths, sizeof *in->meta);
-    if (!in->trace || !in->meta)
+    if (!in->check || !in->trace || !in->meta)
         return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
     for (int i = 0; i < n_paths; i++) {
-        mp_status st = mp_trace_reader_open(paths[i], &in->trace[i], err);
+        /* stage 1 of this trace: the collector's fail-closed checks of its tables */
+        mp_status st = mp_trace_check_open(paths[i], to_problems, pb, &in->check[i], err);
         if (st != MP_OK)
-            return st;
+            return st == MP_ERR_FORMAT && pb->n > 0 ? MP_ERR_FORMAT : st;
+        in->trace[i] = mp_trace_check_reader(in->check[i]);
         in->n_traces = i + 1;
         in->meta[i].path = paths[i];
         in->meta[i].request_base = in->n_requests;
         in->meta[i].n_requests = mp_trace_reader_n_requests(in->trace[i]);
         in->n_requests += in->meta[i].n_requests;
-    }
-    for (int i = 0; i < n_paths; i++) {
-        const mp_trace_run *run = mp_trace_reader_run(in->trace[i]);
-        if (check_run(paths[i], run, pb) != MP_OK || check_nodes(paths[i], in->trace[i], pb) != MP_OK ||
-            check_requests(paths[i], in->trace[i], pb) != MP_OK ||
-            (i > 0 && check_same_model(in, i, pb) != MP_OK))
+        const mp_status ms = i > 0 ? check_same_model(in, i, pb) : MP_OK;
+        if (ms == MP_ERR_NOMEM)
+            return mp_fail(err, ms, "analyzer: out of memory comparing %s with %s", paths[i], paths[0]);
+        if (ms != MP_OK)
             return MP_ERR_FORMAT;
     }
     /* the node table the statistics use: the first trace's (the others agree or were reported) */
@@ -281,7 +204,8 @@ mp_status mp_an_input_open(mp_an_input *in, const char *const *paths, int n_path
 void mp_an_input_close(mp_an_input *in)
 {
     for (int i = 0; i < in->n_traces; i++)
-        mp_trace_reader_close(in->trace[i]);
+        mp_trace_check_close(in->check[i]);
+    free(in->check);
     free(in->trace);
     free(in->meta);
     free(in->nodes);

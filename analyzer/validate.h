@@ -1,16 +1,15 @@
 /* analyzer/validate.h — fail-closed validation of one or more traces, and the validated record
  * stream the statistics are computed from.
  *
- * Two stages, both reporting problems into an mp_an_problems list:
- *  1. mp_an_input_open: per trace, what the tables say before any routing is read: run status
- *     'complete', footer present, no truncation marker, a sane node table, requests in order
- *     without repeats or overlaps; across traces: same model (SHA-256), same shapes, identical
- *     node identities; with a model: node shapes and bytes per expert equal to the GGUF's.
- *  2. mp_an_scan: streams every trace's steps and routing (merge-joined by (request, step)) and
- *     checks each record: step numbering, requests with no steps or unknown to the requests
- *     table, a routing record per node per step, rows equal to the step's, id and weight counts
- *     of rows × top-k, truncated BLOBs, ids in [0, n_experts), no repeated id in a row, finite
- *     non-negative weights; at each trace's end, the footer counts against what was read.
+ * Two stages, both reporting problems into an mp_an_problems list. Each trace's own checks are
+ * the collector's (collector/trace_check.h, the one fail-closed reader the simulator and route
+ * replay use too); this module adds what only a merge of traces or a model can get wrong:
+ *  1. mp_an_input_open: per trace, the checker's stage 1 (tables: run, footer, nodes, requests);
+ *     across traces: same model (SHA-256), same shapes, identical node identities, and no run
+ *     given twice (the same file by device and inode, or a copy: the same run id); with a model:
+ *     node shapes and bytes per expert equal to the GGUF's.
+ *  2. mp_an_scan: the checker's stage 2 over every trace in turn (steps and routing, each record
+ *     decoded and checked; at each trace's end the footer counts).
  *
  * Records are (request, step, node) whatever the trace's schema version (the reader slices a
  * version 2 step row per node), so every check and location is the same for both versions.
@@ -24,6 +23,7 @@
 
 #include "analyzer/rows.h"
 #include "analyzer/stats.h"
+#include "collector/trace_check.h"
 #include "collector/trace_read.h"
 
 typedef struct mp_an_problems {
@@ -46,7 +46,8 @@ typedef struct mp_an_trace_meta {
 
 typedef struct mp_an_input {
     int n_traces;
-    mp_trace_reader **trace;  /* (n_traces) */
+    mp_trace_check **check;   /* (n_traces) each trace through the collector's checker */
+    mp_trace_reader **trace;  /* (n_traces) their readers (owned by check) */
     mp_an_trace_meta *meta;   /* (n_traces) */
     int32_t n_nodes;
     mp_an_node *nodes;        /* (n_nodes) from the first trace; the others must agree */

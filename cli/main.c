@@ -1,4 +1,5 @@
 /* cli/main.c — the `moeplan` binary: dispatches subcommands to the modules that own them. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,6 +66,10 @@ int main(int argc, char **argv)
         printf("moeplan %s\n", MP_VERSION);
         return 0;
     }
+    /* Under a file-size limit (ulimit -f) a write past it raises SIGXFSZ, whose default action
+     * kills the process silently, leaving temporaries behind; ignored, the write fails with EFBIG
+     * and the writer reports it in one line and cleans up (runtime/atomic_file.h). */
+    signal(SIGXFSZ, SIG_IGN);
     mp_hang_dump_arm();
     const char *isa_note = mp_kernels_isa_warning(); /* an MP_ISA not honored is said, once */
     if (isa_note)

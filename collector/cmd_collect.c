@@ -8,7 +8,10 @@
  *   trace (run metadata, one node per MoE layer with bytes per expert) → per prompt: template,
  *   encode, prefill, greedy decode, with the routing recorded through the hooks → footer →
  *   results JSON (temp name, then rename).
- * A failure after the trace exists marks the run aborted (with the reason) and leaves the file.
+ * The trace is written as a temporary beside --trace and renamed over it only once its footer
+ * is written (collector/trace.h, mp_trace_writer_create): a run that fails for any reason (a
+ * prompt too long for the context, a full disk, a file-size limit, --trace-max-bytes) removes
+ * the temporary and leaves an existing trace and results file as they were.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/json.h"
 #include "cli/commands.h"
 #include "collector/collect_opts.h"
 #include "collector/cupti.h"
@@ -26,6 +30,7 @@
 #include "collector/sha256.h"
 #include "collector/trace.h"
 #include "kernels/quant.h"
+#include "runtime/atomic_file.h"
 #include "runtime/model.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
@@ -131,9 +136,13 @@ static char *config_with_placement(const char *base, const mp_collect_opts *o,
     return text;
 }
 
+/* The results JSON, written into out's temporary (renamed by the caller once the trace is in
+ * place, so that a trace that fails to finish leaves the old results file too). */
 static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps,
-                               const prompt_result *res, int64_t n_done, mp_error *err)
+                               const prompt_result *res, int64_t n_done, mp_outfile *out,
+                               mp_error *err)
 {
+    const mp_json_mark mark = mp_json_begin(); /* a failed cJSON allocation drops a member */
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
     cJSON_AddStringToObject(root, "model", o->model_path);
     cJSON_AddStringToObject(root, "trace", o->trace_path);
@@ -149,35 +158,27 @@ static mp_status write_results(const mp_collect_opts *o, const mp_prompt_set *ps
         cJSON_AddNumberToObject(p, "prefill_tok_s", r->prefill_ns ? (double)r->n_prompt_tokens * 1e9 / (double)r->prefill_ns : 0);
         /* decode steps evaluate n_gen - 1 tokens (the last sampled token is not evaluated) */
         cJSON_AddNumberToObject(p, "decode_tok_s", r->decode_ns && r->n_gen_tokens > 1 ? (double)(r->n_gen_tokens - 1) * 1e9 / (double)r->decode_ns : 0);
-        cJSON_AddItemToArray(arr, p);
+        mp_json_append(arr, p);
         tot_gen += r->n_gen_tokens > 1 ? r->n_gen_tokens - 1 : 0;
         tot_decode_ns += r->decode_ns;
         tot_prompt += r->n_prompt_tokens;
         tot_prefill_ns += r->prefill_ns;
     }
-    cJSON_AddItemToObject(root, "prompts", arr);
+    mp_json_attach(root, "prompts", arr);
     cJSON *tot = cJSON_CreateObject();
     cJSON_AddNumberToObject(tot, "n_prompts", (double)n_done);
     cJSON_AddNumberToObject(tot, "prefill_tok_s", tot_prefill_ns ? (double)tot_prompt * 1e9 / (double)tot_prefill_ns : 0);
     cJSON_AddNumberToObject(tot, "decode_tok_s", tot_decode_ns ? (double)tot_gen * 1e9 / (double)tot_decode_ns : 0);
-    cJSON_AddItemToObject(root, "total", tot);
-    char *text = cJSON_Print(root);
+    mp_json_attach(root, "total", tot);
+    char *text = mp_json_failed_since(mark) ? NULL : cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "results: out of memory");
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.partial-%d", o->results_path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    mp_status s = MP_OK;
-    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0) {
-        s = mp_fail(err, MP_ERR_IO, "results %s: cannot write: %s", o->results_path,
-                    strerror(errno));
-        unlink(tmp);
-    } else if (rename(tmp, o->results_path) != 0) {
-        s = mp_fail(err, MP_ERR_IO, "results %s: cannot rename into place: %s", o->results_path,
-                    strerror(errno));
-        unlink(tmp);
-    }
+    const size_t len = strlen(text);
+    text[len] = '\n'; /* cJSON_Print's terminator becomes the file's last newline */
+    mp_status s = mp_outfile_open(out, o->results_path, "results", 0, err);
+    if (!s)
+        s = mp_outfile_write(out, text, len + 1, err);
     free(text);
     return s;
 }
@@ -289,6 +290,7 @@ int mp_cmd_collect(int argc, char **argv)
     mp_cupti *cupti = NULL;
     mp_cupti_hooks_state chs;
     char *config_full = NULL;
+    mp_outfile results_out = {.fd = -1}; /* staged until the trace is in place */
     char profile_sha[65];
     int64_t n_done = 0;
     char sha[65], cpu[256], quant[256], config[512];
@@ -299,7 +301,7 @@ int mp_cmd_collect(int argc, char **argv)
     if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
         (st = mp_model_load(o.model_path, &m, &err)) ||
         (st = mp_tokenizer_load(m->gguf, &tok, &err)) ||
-        (st = mp_sha256_file(o.model_path, sha, NULL, &err)))
+        (st = mp_sha256_file(o.model_path, "model", sha, NULL, &err)))
         goto out;
     if (!o.raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE) {
         st = mp_fail(&err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use "
@@ -332,7 +334,7 @@ int mp_cmd_collect(int argc, char **argv)
         goto out;
     /* the trace is created only once the run is known to be possible (replay geometry,
      * placement and budget checked): a refused run leaves no file behind */
-    if ((st = mp_trace_writer_open(o.trace_path, o.force, &w, &err)))
+    if ((st = mp_trace_writer_create(o.trace_path, o.force, &w, &err)))
         goto out;
     labels = calloc((size_t)ps.n * 2, sizeof *labels); /* ids, then texts */
     if (!labels) {
@@ -446,7 +448,9 @@ int mp_cmd_collect(int argc, char **argv)
         if (st)
             goto out;
     }
-    if ((st = mp_trace_finish(w, &err)) || (st = write_results(&o, &ps, res, n_done, &err)))
+    if ((st = write_results(&o, &ps, res, n_done, &results_out, &err)))
+        goto out;
+    if ((st = mp_trace_finish(w, &err)) || (st = mp_outfile_commit(&results_out, &err)))
         goto out;
     mp_trace_counts c = mp_trace_writer_counts(w);
     printf("collected %lld prompts: %lld steps, %lld routing records -> %s (results: %s)\n",
@@ -488,6 +492,7 @@ out:
         mp_error e4;
         mp_cupti_stop(cupti, NULL, &e4); /* the run failed already; its error is the one shown */
     }
+    mp_outfile_abort(&results_out);
     mp_trace_writer_close(w);
     mp_session_free(s);
     mp_route_replay_close(rr);

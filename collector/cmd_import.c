@@ -81,15 +81,12 @@ int mp_cmd_import(int argc, char **argv)
         return 2;
     }
     opt.format = (mp_import_format)f;
-    if (!strcmp(in, out)) {
-        fprintf(stderr, "moeplan import: error: output %s is the input file\n", out);
-        return 2;
-    }
     mp_import_result res;
     mp_error err;
-    if (mp_import_file(in, out, &opt, &res, &err) != MP_OK) {
+    const mp_status st = mp_import_file(in, out, &opt, &res, &err); /* refuses out == in itself */
+    if (st != MP_OK) {
         fprintf(stderr, "moeplan import: error: %s\n", err.msg);
-        return 1;
+        return st == MP_ERR_ARG ? 2 : 1;
     }
     printf("imported %s (%s): %lld requests, %lld steps, %lld routing records, %lld nodes, "
            "%lld experts%s -> %s\n",

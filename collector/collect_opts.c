@@ -1,5 +1,7 @@
 /* collector/collect_opts.c — `moeplan collect` options and pre-flight path checks (see header). */
 #include "collector/collect_opts.h"
+#include "runtime/atomic_file.h"
+#include "runtime/input_file.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -136,55 +138,24 @@ mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_er
     return MP_OK;
 }
 
-/* A canonical name for path: realpath of its directory + its last component. */
-static bool canonical(const char *path, char out[PATH_MAX * 2])
-{
-    char a[PATH_MAX], b[PATH_MAX], dir_real[PATH_MAX];
-    snprintf(a, sizeof a, "%s", path);
-    snprintf(b, sizeof b, "%s", path);
-    if (!realpath(dirname(a), dir_real))
-        return false;
-    snprintf(out, PATH_MAX * 2, "%s/%s", dir_real, basename(b));
-    return true;
-}
-
-/* Same file: same canonical name, or both exist with the same device and inode. */
-static bool same_file(const char *x, const char *y)
-{
-    struct stat sx, sy;
-    if (stat(x, &sx) == 0 && stat(y, &sy) == 0)
-        return sx.st_dev == sy.st_dev && sx.st_ino == sy.st_ino;
-    char cx[PATH_MAX * 2], cy[PATH_MAX * 2];
-    if (canonical(x, cx) && canonical(y, cy))
-        return !strcmp(cx, cy);
-    return !strcmp(x, y);
-}
-
 mp_status mp_collect_check_paths(const mp_collect_opts *o, mp_error *err)
 {
-    const char *inputs[2] = {o->model_path, o->prompts_path};
-    const char *in_names[2] = {"the model", "the prompt file"};
-    const char *outputs[2] = {o->trace_path, o->results_path};
-    const char *out_names[2] = {"trace", "results file"};
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            if (same_file(outputs[i], inputs[j]))
-                return mp_fail(err, MP_ERR_ARG, "%s %s is %s", out_names[i], outputs[i],
-                               in_names[j]);
-    for (int i = 0; o->route_replay && i < 2; i++)
-        if (same_file(outputs[i], o->route_replay))
-            return mp_fail(err, MP_ERR_ARG, "%s %s is the --route-replay trace", out_names[i],
-                           outputs[i]);
-    if (same_file(o->trace_path, o->results_path))
-        return mp_fail(err, MP_ERR_ARG, "the trace and the results file are both %s",
-                       o->trace_path);
-    struct stat sb;
-    for (int i = 0; i < 2; i++)
-        if (!o->force && stat(outputs[i], &sb) == 0)
-            return mp_fail(err, MP_ERR_IO, "%s %s exists (use --force to replace it)",
-                           out_names[i], outputs[i]);
-    for (int j = 0; j < 2; j++)
-        if (stat(inputs[j], &sb) != 0)
-            return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", inputs[j], strerror(errno));
-    return MP_OK;
+    mp_status st;
+    const mp_file_ref inputs[] = {
+        {o->model_path, "the model"},
+        {o->prompts_path, "the prompt file"},
+        {o->route_replay, "the --route-replay trace"},
+        {o->placement.file, "the --placement-file"},
+        {o->placement.profile, "the --profile"},
+    };
+    const int n_inputs = (int)(sizeof inputs / sizeof inputs[0]);
+    for (int j = 0; j < n_inputs; j++)
+        if (inputs[j].path && (st = mp_input_check(inputs[j].path, NULL, MP_INPUT_NO_CAP, NULL, err)))
+            return st;
+    mp_file_ref others[sizeof inputs / sizeof inputs[0] + 1];
+    memcpy(others, inputs, sizeof inputs);
+    if ((st = mp_output_check(o->trace_path, "trace", o->force, others, n_inputs, err)))
+        return st;
+    others[n_inputs] = (mp_file_ref){o->trace_path, "the trace"};
+    return mp_output_check(o->results_path, "results file", o->force, others, n_inputs + 1, err);
 }

@@ -9,6 +9,8 @@
  * records of one step have the same n_rows; a node keeps one (name, type, top_k) identity.
  */
 #include "collector/import_internal.h"
+#include "runtime/atomic_file.h"
+#include "runtime/input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -351,22 +353,13 @@ mp_status mp_import_check_buffer(mp_import_format f, const char *name, const cha
     return s;
 }
 
-static void unlink_trace(const char *path)
-{
-    static const char *suffix[] = {"", "-wal", "-shm", "-journal"};
-    char p[4200];
-    for (int i = 0; i < 4; i++) {
-        snprintf(p, sizeof p, "%s%s", path, suffix[i]);
-        unlink(p);
-    }
-}
-
-/* Write the trace (pass 2) into tmp_path. */
+/* Write the trace (pass 2): it appears at out_path only when complete. */
 static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *in_path,
-                             const char *tmp_path, const char *data, size_t n, mp_error *err)
+                             const char *out_path, bool force, const char *data, size_t n,
+                             mp_error *err)
 {
     mp_status s;
-    if ((s = mp_trace_writer_open(tmp_path, true, &c->w, err)))
+    if ((s = mp_trace_writer_create(out_path, force, &c->w, err)))
         return s;
     int64_t n_nodes = 0;
     for (int i = 0; i < MAX_NODES; i++)
@@ -422,24 +415,21 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
                          mp_import_result *res, mp_error *err)
 {
     memset(res, 0, sizeof *res);
-    struct stat si, so;
-    if (stat(in_path, &si) != 0)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", in_path, strerror(errno));
-    if (!S_ISREG(si.st_mode))
-        return mp_fail(err, MP_ERR_IO, "%s: not a regular file", in_path);
-    if (stat(out_path, &so) == 0) {
-        if (so.st_dev == si.st_dev && so.st_ino == si.st_ino)
-            return mp_fail(err, MP_ERR_ARG, "output %s is the input file", out_path);
-        if (!opt->force)
-            return mp_fail(err, MP_ERR_IO, "trace %s: file exists (use --force to replace it)",
-                           out_path);
+    struct stat si;
+    int fd;
+    mp_status os = mp_input_open(in_path, NULL, MP_INPUT_NO_CAP, &fd, &si, err);
+    if (os)
+        return os;
+    const mp_file_ref in_ref = {in_path, "the input"};
+    if ((os = mp_output_check(out_path, "trace", opt->force, &in_ref, 1, err))) {
+        close(fd);
+        return os;
     }
-    if (opt->n_experts < 0 || opt->n_experts > 65536)
+    if (opt->n_experts < 0 || opt->n_experts > 65536) {
+        close(fd);
         return mp_fail(err, MP_ERR_ARG, "--experts %lld: expected 1..65536",
                        (long long)opt->n_experts);
-    int fd = open(in_path, O_RDONLY);
-    if (fd < 0)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", in_path, strerror(errno));
+    }
     size_t n = (size_t)si.st_size;
     const char *data = "";
     void *map = NULL;
@@ -456,9 +446,8 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     mp_import_ctx c = {.pass = 1, .name = in_path, .n_experts_given = opt->n_experts,
                        .wf = opt->weight_format, .max_id = -1};
     c.nodes = calloc(MAX_NODES, sizeof *c.nodes);
-    char *tmp = malloc(strlen(out_path) + 32);
     mp_status s = MP_OK;
-    if (!c.nodes || !tmp) {
+    if (!c.nodes) {
         s = mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", in_path);
         goto done;
     }
@@ -473,20 +462,10 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     res->n_experts_inferred = c.n_experts_given == 0;
     for (int i = 0; i < MAX_NODES; i++)
         res->n_nodes += c.nodes[i] != NULL;
-    sprintf(tmp, "%s.partial-%d", out_path, (int)getpid());
-    if ((s = write_trace(&c, f, in_path, tmp, data, n, err))) {
-        unlink_trace(tmp);
-        goto done;
-    }
-    if (rename(tmp, out_path) != 0) {
-        s = mp_fail(err, MP_ERR_IO, "trace %s: cannot rename %s into place: %s", out_path, tmp,
-                    strerror(errno));
-        unlink_trace(tmp);
-    }
+    s = write_trace(&c, f, in_path, out_path, opt->force, data, n, err);
 done:
     if (map)
         munmap(map, n);
-    free(tmp);
     free_nodes(c.nodes);
     free(c.done_keys);
     return s;

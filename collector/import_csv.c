@@ -285,6 +285,15 @@ mp_status mp_import_parse_csv(const char *data, size_t n, mp_import_ctx *c, mp_e
     if (!st)
         return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", mp_import_name(c));
     mp_status s = MP_OK;
+    /* a NUL would end a field early for the number parsers (strtoll stops there): refuse it */
+    const char *nul = memchr(data, 0, n);
+    if (nul) {
+        int64_t line = 1;
+        for (const char *p = data; p < nul; p++)
+            line += *p == '\n';
+        s = mp_fail(err, MP_ERR_FORMAT, "%s: line %lld (offset %zu): NUL byte, expected CSV text",
+                    mp_import_name(c), (long long)line, (size_t)(nul - data));
+    }
     size_t off = 0;
     int64_t line_no = 0;
     while (off < n && s == MP_OK) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "collector/import_internal.h"
+#include "runtime/json.h"
 
 typedef struct ort_state {
     int32_t *ids;     /* (cap) reused across records */
@@ -96,11 +97,15 @@ static mp_status parse_record(const char *json, size_t len, const char *where, o
                               mp_import_ctx *c, mp_error *err)
 {
     const char *nm = mp_import_name(c);
-    cJSON *j = cJSON_ParseWithLength(json, len);
+    mp_json_error je;
+    cJSON *j = mp_json_parse_strict(json, len, &je);
+    if (!j && je.key[0])
+        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: moe_routing: key \"%s\" repeated, expected "
+                       "each key once", nm, where, je.key);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: moe_routing: expected a JSON object", nm,
-                       where);
+        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: moe_routing: expected a JSON object%s", nm,
+                       where, j ? "" : " and nothing after it");
     }
     mp_status s = MP_OK;
     const cJSON *rq = cJSON_GetObjectItemCaseSensitive(j, "request_id");
@@ -188,7 +193,8 @@ static mp_status parse_footer(const char *json, size_t len, const char *where, o
                               mp_import_ctx *c, mp_error *err)
 {
     const char *nm = mp_import_name(c);
-    cJSON *j = cJSON_ParseWithLength(json, len);
+    mp_json_error je;
+    cJSON *j = mp_json_parse_strict(json, len, &je);
     int64_t prompts, runs, records;
     if (!j || !json_int(cJSON_GetObjectItemCaseSensitive(j, "prompts"), 0, INT64_MAX / 2, &prompts) ||
         !json_int(cJSON_GetObjectItemCaseSensitive(j, "prompt_runs"), 0, INT64_MAX / 2, &runs) ||

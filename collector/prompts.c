@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/bytelevel.h"
+#include "runtime/input_file.h"
+#include "runtime/json.h"
+
 static void where_of(const char *data, size_t n, const char *at, int64_t *line, int64_t *col)
 {
     *line = 1;
@@ -53,6 +57,14 @@ static mp_status add(mp_prompt_set *s, size_t *cap, const cJSON *e, const char *
         return mp_fail(err, MP_ERR_FORMAT, "%s: %s: \"prompt\" must be a string", name, where);
     if (text->valuestring[0] == 0)
         return mp_fail(err, MP_ERR_FORMAT, "%s: %s: empty prompt", name, where);
+    /* checked here, where the offset is the prompt's own: the tokenizer sees the prompt inside
+     * the chat template and would count the template's bytes too */
+    const size_t text_len = strlen(text->valuestring);
+    const size_t bad = mp_utf8_invalid_at((const uint8_t *)text->valuestring, text_len);
+    if (bad < text_len)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: %s: \"prompt\": byte %zu of the prompt: invalid "
+                       "UTF-8 (byte 0x%02x), expected UTF-8 text", name, where, bad,
+                       (unsigned char)text->valuestring[bad]);
     int64_t max_tokens = -1;
     if (maxt) {
         double v = cJSON_IsNumber(maxt) ? maxt->valuedouble : -1;
@@ -105,24 +117,18 @@ static mp_status add(mp_prompt_set *s, size_t *cap, const cJSON *e, const char *
 static mp_status parse_array(const char *name, const char *data, size_t n, mp_prompt_set *s,
                              mp_error *err)
 {
-    const char *end_ptr = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(data, n, &end_ptr, false);
+    mp_json_error je;
+    cJSON *root = mp_json_parse_strict(data, n, &je);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
+        if (je.key[0])
+            return mp_fail(err, MP_ERR_FORMAT, "%s: key \"%s\" repeated in an object, expected "
+                           "each key once", name, je.key);
         int64_t line, col;
-        where_of(data, n, at && at >= data && at <= data + n ? at : data + n, &line, &col);
-        return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld column %lld: not valid JSON (expected a "
-                       "JSON array of prompts, or JSON Lines)", name, (long long)line,
-                       (long long)col);
+        where_of(data, n, data + je.offset, &line, &col);
+        return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld column %lld: %s (expected a JSON array "
+                       "of prompts, or JSON Lines)", name, (long long)line, (long long)col,
+                       strcmp(je.what, "not valid JSON") ? "text after the JSON array" : je.what);
     }
-    for (const char *p = end_ptr; p && p < data + n; p++)
-        if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t' && *p != 0) {
-            int64_t line, col;
-            where_of(data, n, p, &line, &col);
-            cJSON_Delete(root);
-            return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld column %lld: text after the JSON "
-                           "array", name, (long long)line, (long long)col);
-        }
     mp_status st = MP_OK;
     size_t cap = 0;
     int64_t i = 0;
@@ -156,7 +162,14 @@ static mp_status parse_lines(const char *name, const char *data, size_t n, mp_pr
         if (a == len)
             continue; /* blank line */
         snprintf(where, sizeof where, "line %lld", (long long)line_no);
-        cJSON *j = cJSON_ParseWithLength(line, len);
+        mp_json_error je;
+        cJSON *j = mp_json_parse_strict(line, len, &je);
+        if (!j && je.key[0])
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s: key \"%s\" repeated, expected each key "
+                           "once", name, where, je.key);
+        if (!j && strcmp(je.what, "not valid JSON"))
+            return mp_fail(err, MP_ERR_FORMAT, "%s: %s column %zu: text after the JSON value, "
+                           "expected one prompt per line", name, where, je.offset + 1);
         if (!j)
             return mp_fail(err, MP_ERR_FORMAT, "%s: %s: not valid JSON (expected a string or an "
                            "object with \"prompt\")", name, where);
@@ -195,39 +208,11 @@ mp_status mp_prompts_load(const char *path, mp_prompt_set *out, mp_error *err)
 {
     out->items = NULL;
     out->n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= MP_PROMPTS_MAX_FILE_BYTES) {
-                free(buf);
-                fclose(f);
-                return mp_fail(err, MP_ERR_LIMIT, "%s: larger than %zu bytes", path,
-                               MP_PROMPTS_MAX_FILE_BYTES);
-            }
-            cap = cap ? 2 * cap : 65536;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return mp_fail(err, MP_ERR_IO, "%s: read error", path);
-    }
+    char *buf;
+    size_t n;
+    mp_status rs = mp_input_read_all(path, "prompts", MP_PROMPTS_MAX_FILE_BYTES, &buf, &n, err);
+    if (rs)
+        return rs;
     mp_status st = mp_prompts_parse(path, buf ? buf : "", n, out, err);
     free(buf);
     return st;

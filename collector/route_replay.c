@@ -1,7 +1,8 @@
 /* collector/route_replay.c — route replay from a trace (see collector/route_replay.h).
  *
- * The whole trace's routing is read and checked once, at open, into one array of rows per layer;
- * a step's routes are then copies out of memory. (Reading the trace as the run goes, one iterator
+ * The whole trace's routing is read once, at open, through the collector's fail-closed reader
+ * (collector/trace_check.h: every record checked, as the analyzer and the simulator read it) into
+ * one array of rows per layer; a step's routes are then copies out of memory. (Reading the trace as the run goes, one iterator
  * per layer each skipping the other nodes' records, cost a decode step 0.18 ms at 48 layers on
  * the H200 host, 2026-11-29: 4.46 against 4.28 ms per token all-GPU, bench/results/
  * 2026-11-29-h200-decode-ab.txt. That made every replayed measurement slower than production.)
@@ -10,12 +11,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collector/sha256.h"
+#include "collector/trace_check.h"
 #include "collector/trace_read.h"
 
 #define RR_MAX_RECORD_VALUES ((int64_t)1 << 26) /* ids of one record (n_rows × top_k) */
@@ -23,8 +24,6 @@
 
 typedef struct rr_layer {
     int64_t node_index;
-    int64_t id_bytes;
-    const char *weight_format;   /* owned by the reader */
     int32_t *ids;                /* (n_rows, top_k) every routing row of the node, in trace order */
     float *w;                    /* (n_rows, top_k) */
     int64_t n_rows, cap_rows;
@@ -34,7 +33,8 @@ typedef struct rr_layer {
 } rr_layer;
 
 struct mp_route_replay {
-    mp_trace_reader *r;
+    mp_trace_check *c;
+    mp_trace_reader *r;          /* c's */
     char *path;
     int64_t n_layer, n_expert, top_k;
     rr_layer *layers;            /* (n_layer) */
@@ -52,26 +52,27 @@ void mp_route_replay_close(mp_route_replay *rr)
         free(rr->layers[i].w);
     }
     free(rr->layers);
-    mp_trace_reader_close(rr->r);
+    mp_trace_check_close(rr->c);
     free(rr->path);
     free(rr);
 }
 
-/* Read every routing record of the trace into its layer's rows, each checked (ids in range, finite
- * weights), and refuse a node without rows or a trace larger than RR_MAX_VALUES routes. */
+/* Read every routing record of the trace into its layer's rows (the checked iterator: ids in range
+ * and distinct, weights finite), and refuse a node without rows or a trace larger than
+ * RR_MAX_VALUES routes. */
 static mp_status load_routes(mp_route_replay *rr, mp_error *err)
 {
-    mp_trace_routing_iter *it = NULL;
-    mp_status st = mp_trace_routing_begin(rr->r, &it, err);
+    mp_trace_check_iter *it = NULL;
+    mp_status st = mp_trace_check_begin(rr->c, -1, &it, err);
     if (st)
-        return st;
+        return mp_error_prefix(err, "route replay");
     const int64_t K = rr->top_k;
     int64_t total = 0;
     for (;;) {
-        mp_trace_routing_rec rec;
-        const int rc = mp_trace_routing_next(it, &rec, err);
+        mp_trace_checked_rec rec;
+        const int rc = mp_trace_check_next(it, &rec, err);
         if (rc <= 0) {
-            st = (mp_status)rc;
+            st = rc < 0 ? mp_error_prefix(err, "route replay") : MP_OK;
             break;
         }
         rr_layer *L = NULL;
@@ -81,7 +82,7 @@ static mp_status load_routes(mp_route_replay *rr, mp_error *err)
         if (!L)
             continue;
         if (rec.n_rows < 1 || rec.n_rows > RR_MAX_RECORD_VALUES / K) {
-            st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64 ", step %" PRId64
+            st = mp_fail(err, MP_ERR_LIMIT, "route replay: trace %s: routing (request %" PRId64 ", step %" PRId64
                          ", node %" PRId64 "): %" PRId64 " rows, expected 1..%" PRId64, rr->path, rec.request_id,
                          rec.step, rec.node_index, rec.n_rows, RR_MAX_RECORD_VALUES / K);
             break;
@@ -112,25 +113,13 @@ static mp_status load_routes(mp_route_replay *rr, mp_error *err)
         const int64_t n = rec.n_rows * K;
         int32_t *ids = L->ids + L->n_rows * K;
         float *w = L->w + L->n_rows * K;
-        st = mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, L->id_bytes, n, ids, err);
-        if (!st)
-            st = mp_trace_decode_weights(rec.weights, rec.weights_bytes, L->weight_format, n, w, err);
-        if (st) {
-            mp_error_prefix(err, "route replay: trace %s: routing (request %" PRId64 ", step %" PRId64 ", node %"
-                            PRId64 ")", rr->path, rec.request_id, rec.step, rec.node_index);
-            break;
+        for (int64_t i = 0; i < n; i++) { /* checked: ids < n_experts, weights finite, >= 0 */
+            ids[i] = rec.expert_ids[i];
+            w[i] = rec.weights[i];
         }
-        for (int64_t i = 0; i < n && !st; i++)
-            if (ids[i] < 0 || ids[i] >= rr->n_expert || !isfinite(w[i]))
-                st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: routing (request %" PRId64 ", step %"
-                             PRId64 ", node %" PRId64 ") row %" PRId64 " slot %" PRId64 ": expected an expert id "
-                             "in [0, %" PRId64 ") and a finite weight, found %d and %g", rr->path, rec.request_id,
-                             rec.step, rec.node_index, i / K, i % K, rr->n_expert, (int)ids[i], (double)w[i]);
-        if (st)
-            break;
         L->n_rows += rec.n_rows;
     }
-    mp_trace_routing_end(it);
+    mp_trace_check_end(it);
     for (int64_t l = 0; !st && l < rr->n_layer; l++)
         if (rr->layers[l].n_rows == 0)
             st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: node %" PRId64 " has no routing rows",
@@ -150,15 +139,12 @@ mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t 
     rr->n_layer = n_layer;
     rr->n_expert = n_expert;
     rr->top_k = top_k;
-    mp_status st = mp_trace_reader_open(trace_path, &rr->r, err);
-    if (st)
-        goto fail;
-    const mp_trace_run *run = mp_trace_reader_run(rr->r);
-    if (!run->status || strcmp(run->status, "complete")) {
-        st = mp_fail(err, MP_ERR_FORMAT, "route replay: trace %s: run status '%s': replay needs "
-                     "a complete trace", trace_path, run->status ? run->status : "(none)");
+    mp_status st = mp_trace_check_open(trace_path, NULL, NULL, &rr->c, err); /* fail closed */
+    if (st) {
+        mp_error_prefix(err, "route replay");
         goto fail;
     }
+    rr->r = mp_trace_check_reader(rr->c);
     const int64_t n_nodes = mp_trace_reader_n_nodes(rr->r);
     const mp_trace_node_info *nodes = mp_trace_reader_nodes(rr->r);
     bool match = n_nodes == n_layer;
@@ -185,12 +171,9 @@ mp_status mp_route_replay_open(const char *trace_path, int64_t n_layer, int64_t 
         st = mp_fail(err, MP_ERR_NOMEM, "route replay: out of memory");
         goto fail;
     }
-    for (int64_t i = 0; i < n_layer; i++) {
+    for (int64_t i = 0; i < n_layer; i++)
         rr->layers[i].node_index = nodes[i].node_index;
-        rr->layers[i].id_bytes = nodes[i].id_bytes;
-        rr->layers[i].weight_format = nodes[i].weight_format;
-    }
-    if ((st = load_routes(rr, err)) || (st = mp_sha256_file(trace_path, rr->sha256, NULL, err)))
+    if ((st = load_routes(rr, err)) || (st = mp_sha256_file(trace_path, "trace", rr->sha256, NULL, err)))
         goto fail;
     *out = rr;
     return MP_OK;

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "runtime/input_file.h"
 
 void mp_sha256_init(mp_sha256 *s)
 {
@@ -35,36 +38,46 @@ void mp_sha256_hex(const uint8_t digest[32], char hex[65])
         snprintf(hex + 2 * i, 3, "%02x", digest[i]);
 }
 
-mp_status mp_sha256_file(const char *path, char hex[65], uint64_t *bytes, mp_error *err)
+mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
+                         mp_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    mp_status st = mp_input_open(path, what, MP_INPUT_NO_CAP, &fd, NULL, err);
+    if (st)
+        return st;
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = malloc(CHUNK);
     if (!buf) {
-        fclose(f);
-        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
+        close(fd);
+        return mp_fail(err, MP_ERR_NOMEM, "%s %s: out of memory", what, path);
     }
     mp_sha256 s;
     mp_sha256_init(&s);
     uint64_t total = 0;
-    size_t n;
-    while ((n = fread(buf, 1, CHUNK, f)) > 0) {
-        mp_sha256_update(&s, buf, n);
-        total += n;
+    for (;;) {
+        const ssize_t n = read(fd, buf, CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            st = mp_fail(err, MP_ERR_IO, "%s %s: offset %llu: read error while hashing: %s", what, path,
+                         (unsigned long long)total, strerror(errno));
+            break;
+        }
+        if (n == 0)
+            break;
+        mp_sha256_update(&s, buf, (size_t)n);
+        total += (uint64_t)n;
     }
-    const bool bad = ferror(f);
-    fclose(f);
+    close(fd);
     free(buf);
     uint8_t d[32];
     const bool ok = mp_sha256_final(&s, d); /* releases the context on every path */
-    if (bad)
-        return mp_fail(err, MP_ERR_IO, "%s: offset %llu: read error while hashing", path, (unsigned long long)total);
+    if (st)
+        return st;
     if (!ok)
-        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory for the hash", path);
+        return mp_fail(err, MP_ERR_NOMEM, "%s %s: out of memory for the hash", what, path);
     mp_sha256_hex(d, hex);
-    if (bytes)
-        *bytes = total;
+    if (size_bytes)
+        *size_bytes = total;
     return MP_OK;
 }

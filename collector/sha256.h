@@ -22,8 +22,10 @@ void mp_sha256_update(mp_sha256 *s, const void *data, size_t n);
 bool mp_sha256_final(mp_sha256 *s, uint8_t digest[32]);
 /* digest as 64 lowercase hex digits + NUL */
 void mp_sha256_hex(const uint8_t digest[32], char hex[65]);
-/* The SHA-256 of a whole file as hex; *bytes (may be NULL) its size. Errors name the file (and the
- * offset of a read error). */
-mp_status mp_sha256_file(const char *path, char hex[65], uint64_t *bytes, mp_error *err);
+/* The hex digest of a whole file, opened as an input (runtime/input_file.h: a FIFO or directory
+ * is refused); what names it in errors ("model", "trace"); *size_bytes (may be NULL) gets the
+ * bytes hashed. */
+mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
+                         mp_error *err);
 
 #endif

@@ -61,9 +61,17 @@ typedef struct mp_trace_node {
 
 typedef struct mp_trace_writer mp_trace_writer;
 
-/* Create a trace at path. An existing file is refused (MP_ERR_IO naming it) unless force, in
- * which case it (and its -wal/-shm) is replaced. Journal: WAL, synchronous=NORMAL. */
+/* Create a trace at path, written in place. An existing file is refused (MP_ERR_IO naming it)
+ * unless force, in which case it (and its -wal/-shm) is replaced at once. Journal: WAL,
+ * synchronous=NORMAL. */
 mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **out, mp_error *err);
+/* Create a trace that appears at path only when it is complete (what commands use): the
+ * database is written as path.tmp.<pid> (runtime/atomic_file.h), finish fsyncs it and renames it
+ * over path, and close before a successful finish removes it. An existing path is refused
+ * without force and, with force, survives every failure untouched. A kill -9 leaves the
+ * temporary, a valid database whose status says the run is incomplete. Messages name path. */
+mp_status mp_trace_writer_create(const char *path, bool force, mp_trace_writer **out,
+                                 mp_error *err);
 /* Cap the trace file at about max_bytes (SQLite max_page_count): a run that would grow past it
  * stops with a clear error and status 'aborted', as on a full disk. 0: no cap. */
 mp_status mp_trace_writer_limit_bytes(mp_trace_writer *w, int64_t max_bytes, mp_error *err);
@@ -108,7 +116,8 @@ typedef struct mp_trace_cupti_rec {
 mp_status mp_trace_add_cupti(mp_trace_writer *w, const mp_trace_cupti_rec *rec, mp_error *err);
 
 /* Write the footer and mark the run complete; the file is switched out of WAL so that it is one
- * self-contained file. No request may be open. */
+ * self-contained file. No request may be open. A writer from mp_trace_writer_create is closed
+ * and renamed into place here (only the counters remain usable). */
 mp_status mp_trace_finish(mp_trace_writer *w, mp_error *err);
 /* Mark the run aborted with a reason (best effort; returns the first error if it cannot). */
 mp_status mp_trace_abort(mp_trace_writer *w, const char *reason, mp_error *err);

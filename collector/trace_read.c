@@ -20,6 +20,7 @@
  */
 #include "kernels/quant.h"
 #include "collector/trace_read.h"
+#include "runtime/input_file.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -83,16 +84,30 @@ static mp_status sql_err(mp_trace_reader *r, mp_error *err, const char *what)
     return mp_fail(err, MP_ERR_FORMAT, "trace %s: %s: %s", r->path, what, sqlite3_errmsg(r->db));
 }
 
+/* A header pragma that fails: "not a SQLite database" only when SQLite says so; a hot journal
+ * left by a writer that was killed mid-transaction reads as "attempt to write a readonly
+ * database" to a read-only reader, and is named as such. */
+static mp_status header_err(mp_trace_reader *r, mp_error *err)
+{
+    const int code = sqlite3_errcode(r->db) & 0xff;
+    if (code == SQLITE_NOTADB)
+        return sql_err(r, err, "not a SQLite database");
+    if (code == SQLITE_READONLY)
+        return sql_err(r, err, "a journal beside it holds an unfinished transaction (its writer was "
+                       "killed), which a read-only reader cannot roll back");
+    return sql_err(r, err, "reading the database header");
+}
+
 static mp_status pragma_int(mp_trace_reader *r, const char *sql, int64_t *out, mp_error *err)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return sql_err(r, err, "not a SQLite database");
+        return header_err(r, err);
     int rc = sqlite3_step(st);
     *out = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
-        return sql_err(r, err, "not a SQLite database");
+        return header_err(r, err);
     return MP_OK;
 }
 
@@ -251,6 +266,12 @@ mp_status mp_trace_reader_open(const char *path, mp_trace_reader **out, mp_error
         free(r);
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
     }
+    /* SQLite's own open would block on a FIFO and call a directory "disk I/O error" */
+    mp_status cs = mp_input_check(path, "trace", MP_INPUT_NO_CAP, NULL, err);
+    if (cs) {
+        mp_trace_reader_close(r);
+        return cs;
+    }
     if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         mp_fail(err, MP_ERR_IO, "trace %s: cannot open: %s", path,
@@ -330,6 +351,45 @@ const mp_trace_node_info *mp_trace_reader_node(const mp_trace_reader *r, int64_t
             hi = mid;
     }
     return lo < r->n_nodes && r->nodes[lo].node_index == node_index ? &r->nodes[lo] : NULL;
+}
+
+mp_status mp_trace_reader_count_rows(mp_trace_reader *r, const char *table, int64_t *out,
+                                     mp_error *err)
+{
+    *out = 0;
+    const char *sql = !strcmp(table, "timing") ? "SELECT count(*) FROM timing"
+                      : !strcmp(table, "cupti") ? "SELECT count(*) FROM cupti"
+                                                : NULL;
+    if (!sql)
+        return mp_fail(err, MP_ERR_INTERNAL, "trace %s: no row count for table %s", r->path, table);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        const bool missing = strstr(sqlite3_errmsg(r->db), "no such table") != NULL;
+        sqlite3_finalize(st);
+        return missing ? MP_OK : sql_err(r, err, "counting rows");
+    }
+    const int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? MP_OK : sql_err(r, err, "counting rows");
+}
+
+mp_status mp_trace_reader_quick_check(mp_trace_reader *r, mp_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK)
+        return sql_err(r, err, "checking the file's pages");
+    const int rc = sqlite3_step(st);
+    const char *res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    mp_status s = MP_OK;
+    if (rc != SQLITE_ROW)
+        s = sql_err(r, err, "checking the file's pages");
+    else if (!res || strcmp(res, "ok"))
+        s = mp_fail(err, MP_ERR_FORMAT, "trace %s: the file's pages fail SQLite's quick_check (%s): "
+                    "expected an undamaged database", r->path, res ? res : "no result");
+    sqlite3_finalize(st);
+    return s;
 }
 
 static mp_status begin_stmt(mp_trace_reader *r, const char *sql, sqlite3_stmt **st, mp_error *err)

@@ -84,6 +84,13 @@ const mp_trace_node_info *mp_trace_reader_node(const mp_trace_reader *r, int64_t
 int64_t mp_trace_reader_n_requests(const mp_trace_reader *r);
 const mp_trace_request_info *mp_trace_reader_requests(const mp_trace_reader *r);
 
+/* Rows of table "timing" or "cupti" (a table the schema version lacks: 0), for the footer. */
+mp_status mp_trace_reader_count_rows(mp_trace_reader *r, const char *table, int64_t *out,
+                                     mp_error *err);
+/* PRAGMA quick_check: MP_ERR_FORMAT naming the first problem SQLite finds in the file's pages
+ * (a page that reads as valid records can still be one another page also claims). */
+mp_status mp_trace_reader_quick_check(mp_trace_reader *r, mp_error *err);
+
 /* ---- streaming iterators: next returns 1 (a record), 0 (end), or a negative mp_status ---- */
 
 typedef struct mp_trace_step_rec {

@@ -21,9 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
+#include <sys/random.h>
 
 #include "collector/sha256.h"
+#include "runtime/atomic_file.h"
+#include "runtime/fault.h"
+#include "runtime/json.h"
 #include "kernels/quant.h"
 
 #define MAX_NODES (MP_TRACE_MAX_NODE_INDEX + 1)
@@ -68,6 +73,10 @@ struct mp_trace_writer {
     uint8_t *ids_buf;          /* (step rows) × row_id_bytes: the open step's expert_ids BLOB */
     uint8_t *weights_buf;      /* (step rows) × row_w_bytes: its weights BLOB */
     size_t ids_cap_bytes, weights_cap_bytes;
+    int64_t max_bytes;         /* mp_trace_writer_limit_bytes, 0: none */
+    bool atomic;               /* made by mp_trace_writer_create: the database is out.tmp until
+                                * finish renames it to path; close before that removes it */
+    mp_outfile out;
 };
 
 static int64_t now_ns(void)
@@ -93,17 +102,29 @@ void mp_trace_run_info_init(mp_trace_run_info *info)
 }
 
 static void mark_aborted(mp_trace_writer *w, const char *reason);
+static void finalize_and_close(mp_trace_writer *w);
 
-/* Record the first SQLite failure, roll back the open step and mark the run aborted. */
+/* Record the first SQLite failure, roll back the open step and mark the run aborted. The
+ * message says the cause in the user's terms: the OS error of an I/O failure (EFBIG under a
+ * file-size limit, ENOSPC on a full disk) and, for SQLITE_FULL without one, the size limit
+ * (max_page_count) that stopped it, not "database or disk is full". */
 static mp_status sql_fail(mp_trace_writer *w, mp_error *err, const char *what)
 {
     int code = sqlite3_extended_errcode(w->db);
     mp_status st = (code & 0xff) == SQLITE_FULL || (code & 0xff) == SQLITE_IOERR ||
                            (code & 0xff) == SQLITE_CANTOPEN || (code & 0xff) == SQLITE_READONLY
                        ? MP_ERR_IO
-                       : MP_ERR_INTERNAL;
-    mp_fail(err, st, "trace %s: %s: %s (sqlite error %d)", w->path, what, sqlite3_errmsg(w->db),
-            code);
+                       : (code & 0xff) == SQLITE_NOMEM ? MP_ERR_NOMEM : MP_ERR_INTERNAL;
+    const int sys = sqlite3_system_errno(w->db);
+    if ((code & 0xff) == SQLITE_FULL && sys != ENOSPC && w->max_bytes > 0)
+        mp_fail(err, st, "trace %s: %s: the trace reached its size limit of %lld bytes "
+                "(--trace-max-bytes)", w->path, what, (long long)w->max_bytes);
+    else if (((code & 0xff) == SQLITE_IOERR || (code & 0xff) == SQLITE_FULL) && sys != 0)
+        mp_fail(err, st, "trace %s: %s: %s%s (sqlite error %d)", w->path, what, strerror(sys),
+                sys == EFBIG ? " (the file-size limit, ulimit -f)" : "", code);
+    else
+        mp_fail(err, st, "trace %s: %s: %s (sqlite error %d)", w->path, what,
+                sqlite3_errmsg(w->db), code);
     if (w->failed == MP_OK) {
         w->failed = st;
         snprintf(w->failed_msg, sizeof w->failed_msg, "%s", err ? err->msg : what);
@@ -130,6 +151,8 @@ static void mark_aborted(mp_trace_writer *w, const char *reason)
 {
     /* Best effort: the failing condition (disk full) may stop this too; then the run stays
      * 'running', which readers treat as incomplete as well. */
+    if (!w->db)
+        return;
     if (w->in_txn || !sqlite3_get_autocommit(w->db))
         sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
     w->in_txn = false;
@@ -162,33 +185,24 @@ static void remove_with_journals(const char *path)
     }
 }
 
-mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **out, mp_error *err)
+/* Open (create) the database at db_path; messages name name. */
+static mp_status writer_open(const char *db_path, const char *name, mp_trace_writer **out,
+                             mp_error *err)
 {
-    *out = NULL;
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        if (!force)
-            return mp_fail(err, MP_ERR_IO, "trace %s: file exists (use --force to replace it)",
-                           path);
-        if (!S_ISREG(sb.st_mode))
-            return mp_fail(err, MP_ERR_IO, "trace %s: exists and is not a regular file", path);
-    }
-    if (force)
-        remove_with_journals(path);
-    mp_trace_writer *w = calloc(1, sizeof *w);
+    mp_trace_writer *w = mp_fault_calloc(1, sizeof *w);
     if (!w)
-        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
-    w->path = strdup(path);
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", name);
+    w->path = mp_fault_strdup(name);
     w->t0_ns = now_ns();
     memset(w->layer_to_node, 0xff, sizeof w->layer_to_node);
     if (!w->path) {
         free(w);
-        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", name);
     }
-    int rc = sqlite3_open_v2(path, &w->db,
+    int rc = sqlite3_open_v2(db_path, &w->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        mp_fail(err, MP_ERR_IO, "trace %s: cannot create: %s", path,
+        mp_fail(err, MP_ERR_IO, "trace %s: cannot create: %s", name,
                 w->db ? sqlite3_errmsg(w->db) : "out of memory");
         sqlite3_close(w->db);
         free(w->path);
@@ -223,6 +237,39 @@ mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **o
     return MP_OK;
 }
 
+mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **out, mp_error *err)
+{
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (!force)
+            return mp_fail(err, MP_ERR_IO, "trace %s: file exists (use --force to replace it)",
+                           path);
+        if (!S_ISREG(sb.st_mode))
+            return mp_fail(err, MP_ERR_IO, "trace %s: exists and is not a regular file", path);
+    }
+    if (force)
+        remove_with_journals(path);
+    return writer_open(path, path, out, err);
+}
+
+mp_status mp_trace_writer_create(const char *path, bool force, mp_trace_writer **out,
+                                 mp_error *err)
+{
+    *out = NULL;
+    mp_status st = mp_output_check(path, "trace", force, NULL, 0, err);
+    mp_outfile o;
+    if (st || (st = mp_outfile_open(&o, path, "trace", MP_OUT_NO_FD, err)))
+        return st;
+    if ((st = writer_open(o.tmp, path, out, err))) {
+        mp_outfile_abort(&o);
+        return st;
+    }
+    (*out)->atomic = true;
+    (*out)->out = o;
+    return MP_OK;
+}
+
 mp_status mp_trace_writer_limit_bytes(mp_trace_writer *w, int64_t max_bytes, mp_error *err)
 {
     mp_status s;
@@ -240,6 +287,7 @@ mp_status mp_trace_writer_limit_bytes(mp_trace_writer *w, int64_t max_bytes, mp_
         page = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     int64_t pages = max_bytes ? (max_bytes + page - 1) / page : 4294967294LL;
+    w->max_bytes = max_bytes;
     snprintf(sql, sizeof sql, "PRAGMA max_page_count=%lld", (long long)pages);
     return exec(w, sql, err, "setting the size limit");
 }
@@ -273,6 +321,38 @@ static mp_status step_once(mp_trace_writer *w, sqlite3_stmt *st, mp_error *err, 
 static mp_status bad_order(mp_trace_writer *w, mp_error *err, const char *call)
 {
     return mp_fail(err, MP_ERR_ARG, "trace %s: %s called out of order", w->path, call);
+}
+
+/* config_json (a JSON object, or NULL: {}) with "run_id": 32 hex digits of 128 random bits
+ * added: what tells a copy of a trace from another run of the same prompts (the analyzer refuses
+ * to merge one run twice), whatever the files are called. A config that is not a JSON object is
+ * stored as given (NULL only when out of memory). */
+static char *with_run_id(const char *config_json)
+{
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) { /* never blocks once booted */
+        const uint64_t t = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+        for (int i = 0; i < 16; i++)
+            rnd[i] = (uint8_t)(t >> (8 * (i % 8))) ^ (uint8_t)(i * 37);
+    }
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    const mp_json_mark mark = mp_json_begin();
+    cJSON *cfg = config_json ? cJSON_Parse(config_json) : cJSON_CreateObject();
+    if (mp_json_failed_since(mark)) { /* out of memory, not a config that is no object */
+        cJSON_Delete(cfg);
+        return NULL;
+    }
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return config_json ? mp_fault_strdup(config_json) : NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "run_id");
+    char *text = cJSON_AddStringToObject(cfg, "run_id", hex) && !mp_json_failed_since(mark)
+                     ? cJSON_PrintUnformatted(cfg) : NULL;
+    cJSON_Delete(cfg);
+    return text;
 }
 
 mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *in, mp_error *err)
@@ -320,7 +400,13 @@ mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *in, mp_e
     bind_int_or_null(st, 18, in->threads);
     bind_text_or_null(st, 19, in->profile_sha256);
     bind_int_or_null(st, 20, in->budget_bytes);
-    bind_text_or_null(st, 21, in->config_json);
+    char *config = with_run_id(in->config_json);
+    if (!config) {
+        sqlite3_finalize(st);
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for the run's config", w->path);
+    }
+    sqlite3_bind_text(st, 21, config, -1, SQLITE_TRANSIENT);
+    free(config);
     sqlite3_bind_text(st, 22, t, -1, SQLITE_TRANSIENT);
     s = step_once(w, st, err, "writing the run row");
     sqlite3_finalize(st);
@@ -474,14 +560,14 @@ static mp_status grow_buffers(mp_trace_writer *w, size_t ids_bytes, size_t weigh
                               mp_error *err)
 {
     if (ids_bytes > w->ids_cap_bytes) {
-        uint8_t *ids = realloc(w->ids_buf, ids_bytes);
+        uint8_t *ids = mp_fault_realloc(w->ids_buf, ids_bytes);
         if (!ids)
             return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
         w->ids_buf = ids;
         w->ids_cap_bytes = ids_bytes;
     }
     if (weights_bytes > w->weights_cap_bytes) {
-        uint8_t *wts = realloc(w->weights_buf, weights_bytes);
+        uint8_t *wts = mp_fault_realloc(w->weights_buf, weights_bytes);
         if (!wts)
             return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", w->path);
         w->weights_buf = wts;
@@ -747,6 +833,14 @@ mp_status mp_trace_finish(mp_trace_writer *w, mp_error *err)
     if ((s = exec(w, "PRAGMA journal_mode=DELETE", err, "leaving WAL mode")))
         return s;
     w->state = ST_FINISHED;
+    if (w->atomic) { /* complete: close, fsync, and only now replace whatever was at path */
+        finalize_and_close(w);
+        if ((s = mp_outfile_commit(&w->out, err))) {
+            w->failed = s;
+            snprintf(w->failed_msg, sizeof w->failed_msg, "%s", err ? err->msg : "commit failed");
+            return s;
+        }
+    }
     return MP_OK;
 }
 
@@ -760,6 +854,17 @@ mp_status mp_trace_abort(mp_trace_writer *w, const char *reason, mp_error *err)
     return MP_OK;
 }
 
+static void finalize_and_close(mp_trace_writer *w)
+{
+    sqlite3_finalize(w->ins_routing);
+    sqlite3_finalize(w->ins_timing);
+    sqlite3_finalize(w->ins_step);
+    sqlite3_finalize(w->ins_cupti);
+    w->ins_routing = w->ins_timing = w->ins_step = w->ins_cupti = NULL;
+    sqlite3_close(w->db);
+    w->db = NULL;
+}
+
 mp_trace_counts mp_trace_writer_counts(const mp_trace_writer *w)
 {
     return w->counts;
@@ -771,11 +876,9 @@ void mp_trace_writer_close(mp_trace_writer *w)
         return;
     if (w->db && !sqlite3_get_autocommit(w->db))
         sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL); /* an unfinished step is not kept */
-    sqlite3_finalize(w->ins_routing);
-    sqlite3_finalize(w->ins_timing);
-    sqlite3_finalize(w->ins_step);
-    sqlite3_finalize(w->ins_cupti);
-    sqlite3_close(w->db);
+    finalize_and_close(w);
+    if (w->atomic)
+        mp_outfile_abort(&w->out); /* unfinished: the temporary goes, path keeps its old file */
     free(w->ids_buf);
     free(w->weights_buf);
     free(w->path);

@@ -28,6 +28,7 @@
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
 #include "runtime/tokenizer.h"
+#include "runtime/input_file.h"
 #include "runtime/numparse.h"
 
 static void usage(FILE *f)
@@ -158,43 +159,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
 
 static mp_status read_file(const char *path, char **out, size_t *len, mp_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        if (cap > ((size_t)1 << 30)) {
-            free(buf);
-            fclose(f);
-            return mp_fail(err, MP_ERR_LIMIT, "%s: prompt file larger than 1 GiB", path);
-        }
-        char *nb = realloc(buf, cap * 2 + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (!buf) {
-        fclose(f);
-        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory reading the prompt", path);
-    }
-    const bool failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return mp_fail(err, MP_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return MP_OK;
+    return mp_input_read_all(path, "prompt file", (uint64_t)1 << 30, out, len, err);
 }
 
 static double now_s(void)

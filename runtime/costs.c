@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/input_file.h"
+
 #define PATH_MAX_CHARS 256
 
 typedef struct ctx {
@@ -552,34 +554,12 @@ mp_status mp_costs_parse(const char *text, size_t len, const char *name, mp_cost
 mp_status mp_costs_load(const char *path, mp_costs *out, mp_error *err)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "costs %s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 14, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
-            break;
-        if (cap >= (size_t)64 << 20) { /* a cost file is a few KiB; refuse to slurp a wrong file */
-            free(buf);
-            fclose(f);
-            return mp_fail(err, MP_ERR_LIMIT, "costs %s: offset %zu: file larger than 64 MiB: expected a cost file",
-                           path, len);
-        }
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-    }
-    bool io_error = ferror(f);
-    fclose(f);
-    if (!buf)
-        return mp_fail(err, MP_ERR_NOMEM, "costs %s: out of memory", path);
-    if (io_error) {
-        free(buf);
-        return mp_fail(err, MP_ERR_IO, "costs %s: offset %zu: read error", path, len);
-    }
+    /* a cost file is a few KiB; refuse to slurp a wrong file */
+    char *buf;
+    size_t len;
+    mp_status rs = mp_input_read_all(path, "costs", (uint64_t)64 << 20, &buf, &len, err);
+    if (rs)
+        return rs;
     mp_status st = mp_costs_parse(buf, len, path, out, err);
     free(buf);
     return st;

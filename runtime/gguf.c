@@ -27,6 +27,7 @@
 
 #include "kernels/quant.h"
 #include "runtime/gguf_impl.h"
+#include "runtime/input_file.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host (GGUF v3 files are little-endian)"
@@ -324,9 +325,11 @@ static mp_status read_alignment(mp_gguf *g, cursor *c)
                        "file %s: offset %llu: expected general.alignment to be a u32, found %s",
                        c->name, (unsigned long long)kv->key_offset, mp_gguf_vtype_name(kv->type));
     uint32_t a = gguf_rd32(g->base + kv->value_offset);
-    if (a == 0 || (a & (a - 1)) != 0)
+    /* GGUF requires a multiple of 8; below that f32 and f16 tensor data could start at an
+     * address their loads may not use (misaligned access) */
+    if (a < 8 || (a & (a - 1)) != 0)
         return mp_fail(c->err, MP_ERR_FORMAT,
-                       "file %s: offset %llu: expected general.alignment to be a power of two, "
+                       "file %s: offset %llu: expected general.alignment to be a power of two >= 8, "
                        "found %u",
                        c->name, (unsigned long long)kv->value_offset, a);
     g->alignment = a;
@@ -611,19 +614,11 @@ mp_status mp_gguf_open_buffer(const void *buf, size_t size, const char *name, mp
 mp_status mp_gguf_open(const char *path, mp_gguf **out, mp_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return mp_fail(err, MP_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return mp_fail(err, MP_ERR_IO, "file %s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return mp_fail(err, MP_ERR_IO, "file %s: not a regular file", path);
-    }
+    mp_status st = mp_input_open(path, "file", MP_INPUT_NO_CAP, &fd, &sb, err);
+    if (st)
+        return st;
     uint64_t size = (uint64_t)sb.st_size;
     if (size == 0) {
         close(fd);

@@ -1,9 +1,10 @@
 /* runtime/gguf_write.c — streaming GGUF v3 writer (see gguf.h for the usage protocol).
  *
  * Metadata (keys and tensor infos) is serialized into memory as it is added; tensor data is
- * streamed straight to PATH.tmp.<pid> once the header has been written, which happens at the
- * first mp_gguf_write_data (or at finish when there is no data). finish renames the temporary
- * file to PATH only after every tensor received exactly its byte count.
+ * streamed straight to PATH.tmp.<pid> (runtime/atomic_file.h) once the header has been written,
+ * which happens at the first mp_gguf_write_data (or at finish when there is no data). finish
+ * fsyncs the temporary file and renames it to PATH only after every tensor received exactly its
+ * byte count. Every allocation and write passes a fault point (runtime/fault.h).
  *
  * Invariants:
  *  - keys and tensor names are unique; every tensor info is valid for the reader (n_dims 1..4,
@@ -20,6 +21,8 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
+#include "runtime/atomic_file.h"
+#include "runtime/fault.h"
 #include "runtime/gguf.h"
 #include "runtime/gguf_impl.h"
 
@@ -42,8 +45,9 @@ typedef struct bytes {
 } bytes;
 
 struct mp_gguf_writer {
-    char *path, *tmp_path;
-    FILE *f;
+    char *path;
+    mp_outfile out;    /* the temporary being written */
+    FILE *f;           /* out's checked stream, NULL once dropped or committed */
     uint32_t alignment;
     bool alignment_set;
     bytes kv;          /* serialized key/value records, in order */
@@ -63,9 +67,8 @@ struct mp_gguf_writer {
 static void drop_file(mp_gguf_writer *w)
 {
     if (w->f) {
-        fclose(w->f);
         w->f = NULL;
-        unlink(w->tmp_path);
+        mp_outfile_abort(&w->out);
     }
 }
 
@@ -101,7 +104,7 @@ static bool put(bytes *b, const void *p, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n)
             cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
-        uint8_t *q = realloc(b->p, cap);
+        uint8_t *q = mp_fault_realloc(b->p, cap);
         if (!q)
             return false;
         b->p = q;
@@ -132,11 +135,11 @@ static mp_status begin_kv(mp_gguf_writer *w, const char *key, mp_gguf_vtype type
     for (int64_t i = 0; i < w->n_kv; i++)
         if (!strcmp(w->keys[i], key))
             return wfail(w, err, MP_ERR_ARG, "file %s: duplicate key '%s'", w->path, key);
-    char **keys = realloc(w->keys, (size_t)(w->n_kv + 1) * sizeof *keys);
+    char **keys = mp_fault_realloc(w->keys, (size_t)(w->n_kv + 1) * sizeof *keys);
     if (!keys)
         return wfail(w, err, MP_ERR_NOMEM, "file %s: out of memory", w->path);
     w->keys = keys;
-    if (!(keys[w->n_kv] = strdup(key)))
+    if (!(keys[w->n_kv] = mp_fault_strdup(key)))
         return wfail(w, err, MP_ERR_NOMEM, "file %s: out of memory", w->path);
     w->n_kv++;
     if (!put_str(&w->kv, key, n) || !put_u32(&w->kv, (uint32_t)type))
@@ -190,9 +193,9 @@ mp_status mp_gguf_writer_set_alignment(mp_gguf_writer *w, uint32_t alignment, mp
     mp_status st = usable(w, err);
     if (st)
         return st;
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > MAX_ALIGNMENT)
+    if (alignment < 8 || (alignment & (alignment - 1)) != 0 || alignment > MAX_ALIGNMENT)
         return wfail(w, err, MP_ERR_ARG,
-                     "file %s: alignment %u is not a power of two in 1..%u", w->path, alignment,
+                     "file %s: alignment %u is not a power of two in 8..%u", w->path, alignment,
                      MAX_ALIGNMENT);
     if (w->alignment_set)
         return wfail(w, err, MP_ERR_ARG, "file %s: alignment set twice", w->path);
@@ -315,13 +318,13 @@ mp_status mp_gguf_add_tensor_info(mp_gguf_writer *w, const char *name, uint32_t 
     t.nbytes = nbytes;
     if (w->n_tensors == w->cap_tensors) {
         int64_t cap = w->cap_tensors ? w->cap_tensors * 2 : 16;
-        wtensor *nt = realloc(w->tensors, (size_t)cap * sizeof *nt);
+        wtensor *nt = mp_fault_realloc(w->tensors, (size_t)cap * sizeof *nt);
         if (!nt)
             return wfail(w, err, MP_ERR_NOMEM, "file %s: out of memory", w->path);
         w->tensors = nt;
         w->cap_tensors = cap;
     }
-    if (!(t.name = strdup(name)))
+    if (!(t.name = mp_fault_strdup(name)))
         return wfail(w, err, MP_ERR_NOMEM, "file %s: out of memory", w->path);
     w->tensors[w->n_tensors++] = t;
     return MP_OK;
@@ -331,9 +334,12 @@ mp_status mp_gguf_add_tensor_info(mp_gguf_writer *w, const char *name, uint32_t 
 
 static mp_status emit(mp_gguf_writer *w, const void *p, size_t n, mp_error *err)
 {
-    if (n && fwrite(p, 1, n, w->f) != n)
-        return wfail(w, err, MP_ERR_IO, "file %s: write failed at offset %llu: %s", w->tmp_path,
-                     (unsigned long long)w->pos, strerror(errno));
+    if (n && fwrite(p, 1, n, w->f) != n) {
+        const int e = w->out.write_errno ? w->out.write_errno : errno ? errno : EIO;
+        return wfail(w, err, MP_ERR_IO, "file %s: offset %llu: write failed: %s%s", w->path,
+                     (unsigned long long)w->pos, strerror(e),
+                     e == EFBIG ? " (the file-size limit, ulimit -f)" : "");
+    }
     w->pos += n;
     return MP_OK;
 }
@@ -394,26 +400,20 @@ static mp_status write_header(mp_gguf_writer *w, mp_error *err)
 mp_status mp_gguf_writer_open(const char *path, mp_gguf_writer **out, mp_error *err)
 {
     *out = NULL;
-    mp_gguf_writer *w = calloc(1, sizeof *w);
+    mp_gguf_writer *w = mp_fault_calloc(1, sizeof *w);
     if (!w)
         return mp_fail(err, MP_ERR_NOMEM, "file %s: out of memory", path);
     w->alignment = 32;
-    w->path = strdup(path);
-    size_t cap = strlen(path) + 32;
-    w->tmp_path = malloc(cap);
-    if (!w->path || !w->tmp_path) {
-        free(w->path);
-        free(w->tmp_path);
+    w->path = mp_fault_strdup(path);
+    if (!w->path) {
         free(w);
         return mp_fail(err, MP_ERR_NOMEM, "file %s: out of memory", path);
     }
-    snprintf(w->tmp_path, cap, "%s.tmp.%ld", path, (long)getpid());
-    w->f = fopen(w->tmp_path, "wb");
-    if (!w->f) {
-        mp_status st = mp_fail(err, MP_ERR_IO, "file %s: cannot create: %s", w->tmp_path,
-                               strerror(errno));
+    mp_status st = mp_outfile_open(&w->out, path, "file", 0, err);
+    if (!st && !(w->f = mp_outfile_stream(&w->out, err)))
+        st = err ? err->code : MP_ERR_NOMEM;
+    if (st) {
         free(w->path);
-        free(w->tmp_path);
         free(w);
         return st;
     }
@@ -462,7 +462,6 @@ static void writer_free(mp_gguf_writer *w)
     free(w->tensors);
     free(w->kv.p);
     free(w->path);
-    free(w->tmp_path);
     free(w);
 }
 
@@ -478,20 +477,9 @@ mp_status mp_gguf_writer_finish(mp_gguf_writer *w, mp_error *err)
                    w->path, t->name, (long long)w->cur + 1, (long long)w->n_tensors,
                    (unsigned long long)w->cur_done, (unsigned long long)t->nbytes);
     }
-    if (!st && (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0))
-        st = wfail(w, err, MP_ERR_IO, "file %s: flush failed at offset %llu: %s", w->tmp_path,
-                   (unsigned long long)w->pos, strerror(errno));
-    if (!st) {
-        int rc = fclose(w->f);
+    if (!st) { /* flush, fsync, rename: PATH is the whole file or what it was */
         w->f = NULL;
-        if (rc != 0) {
-            st = mp_fail(err, MP_ERR_IO, "file %s: close failed: %s", w->tmp_path, strerror(errno));
-            unlink(w->tmp_path);
-        } else if (rename(w->tmp_path, w->path) != 0) {
-            st = mp_fail(err, MP_ERR_IO, "file %s: cannot rename %s to it: %s", w->path,
-                         w->tmp_path, strerror(errno));
-            unlink(w->tmp_path);
-        }
+        st = mp_outfile_commit(&w->out, err);
     }
     writer_free(w);
     return st;

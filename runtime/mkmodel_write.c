@@ -34,6 +34,7 @@
 
 #include "kernels/quant.h"
 #include "runtime/gguf.h"
+#include "runtime/atomic_file.h"
 #include "runtime/mkmodel.h"
 #include "runtime/mkmodel_blocks.h"
 #include "runtime/threadpool.h"
@@ -448,10 +449,7 @@ static mp_status check_output_path(const char *path, bool force, mp_error *err)
 {
     if (!path || !*path)
         return mp_fail(err, MP_ERR_ARG, "-o: expected an output path");
-    if (!force && access(path, F_OK) == 0)
-        return mp_fail(err, MP_ERR_ARG, "file %s: exists; expected a new path (or --force to "
-                       "overwrite it)", path);
-    return MP_OK;
+    return mp_output_check(path, "file", force, NULL, 0, err);
 }
 
 mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool force,

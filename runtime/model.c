@@ -7,6 +7,7 @@
 #include "runtime/model.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,7 +97,7 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
                        where, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
                        hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_vocab);
     /* generous sanity limits, so that size products below cannot overflow */
-    if (hp->n_layer > 4096 || hp->n_embd > (1 << 20) || hp->n_head > 4096 || hp->head_dim > 8192 ||
+    if (hp->n_layer > MP_MODEL_MAX_LAYERS || hp->n_embd > (1 << 20) || hp->n_head > 4096 || hp->head_dim > 8192 ||
         hp->n_expert > 65536 || hp->n_ff_exp > (1 << 20) || hp->n_vocab > (1 << 24))
         return mp_fail(err, MP_ERR_LIMIT, "%s: hyperparameters exceed the supported limits", where);
     if (hp->n_head % hp->n_head_kv != 0)
@@ -111,8 +112,9 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
         return mp_fail(err, MP_ERR_FORMAT,
                        "%s: rope dimension %" PRId64 " must be even and in [2, head dim %" PRId64 "]",
                        where, hp->rot_dim, hp->head_dim);
-    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
-        return mp_fail(err, MP_ERR_FORMAT, "%s: rms epsilon %g and rope freq base %g must be > 0",
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f) || !isfinite(hp->rms_eps) ||
+        !isfinite(hp->rope_freq_base))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: rms epsilon %g and rope freq base %g must be finite and > 0",
                        where, (double)hp->rms_eps, (double)hp->rope_freq_base);
 
     const int64_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;

@@ -20,6 +20,10 @@
 #include "runtime/error.h"
 #include "runtime/gguf.h"
 
+/* Layers a model may have: above any published MoE model (DeepSeek-V3: 61), and it bounds what
+ * is allocated per layer from a file's block_count. */
+#define MP_MODEL_MAX_LAYERS 4096
+
 typedef enum mp_arch { MP_ARCH_QWEN3MOE = 0, MP_ARCH_OLMOE = 1, MP_ARCH_MIXTRAL = 2 } mp_arch;
 typedef enum mp_qk_norm { MP_QK_NORM_NONE = 0, MP_QK_NORM_PER_HEAD = 1, MP_QK_NORM_FULL = 2 } mp_qk_norm;
 typedef enum mp_rope_style { MP_ROPE_NEOX = 0, MP_ROPE_NORM = 1 } mp_rope_style;

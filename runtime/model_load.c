@@ -127,6 +127,10 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
         (st = get_count(ld, "expert_count", &hp->n_expert, err)) ||
         (st = get_count(ld, "expert_used_count", &hp->n_expert_used, err)))
         return st;
+    /* before anything is allocated per layer (0xFFFFFFFF layers reached a 3 GB calloc) */
+    if (hp->n_layer > MP_MODEL_MAX_LAYERS)
+        return mp_fail(err, MP_ERR_LIMIT, "%s: metadata key %sblock_count: %" PRId64 ", expected "
+                       "1..%d", ld->path, ld->prefix, hp->n_layer, MP_MODEL_MAX_LAYERS);
     int64_t value_len = hp->head_dim;
     if ((st = get_count_opt(ld, "attention.value_length", hp->head_dim, &value_len, err)))
         return st;

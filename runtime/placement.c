@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 
 #include "runtime/executor.h"
+#include "runtime/input_file.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 
-#define MP_PLACEMENT_MAX_PROFILE_BYTES ((size_t)1 << 30)
 
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
                            mp_status *st, mp_error *err)
@@ -162,37 +162,16 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     return MP_OK;
 }
 
-static mp_status read_whole(const char *path, uint8_t **out, size_t *size, mp_error *err)
+/* A placement file lists at most 65536 layers of 65536 expert ids: far below this. */
+#define MP_PLACEMENT_MAX_FILE_BYTES ((uint64_t)64 << 20)
+
+static mp_status read_whole(const char *path, const char *what, uint64_t max_bytes, uint8_t **out,
+                            size_t *size, mp_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return mp_fail(err, MP_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > MP_PLACEMENT_MAX_PROFILE_BYTES) {
-        fclose(f);
-        return mp_fail(err, MP_ERR_LIMIT, "%s: %lld bytes, more than the 1 GiB accepted", path,
-                       (long long)sb.st_size);
-    }
-    uint8_t *buf = malloc((size_t)sb.st_size + 1);
-    if (!buf) {
-        fclose(f);
-        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", path);
-    }
-    const size_t n = fread(buf, 1, (size_t)sb.st_size, f);
-    const bool bad = ferror(f) || n != (size_t)sb.st_size;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return mp_fail(err, MP_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *size = n;
-    return MP_OK;
+    char *data;
+    mp_status st = mp_input_read_all(path, what, max_bytes, &data, size, err);
+    *out = (uint8_t *)data;
+    return st;
 }
 
 #define SET_BIT(p, il, e) ((p)->bits[(il) * (p)->words_per_layer + ((e) >> 6)] |= (uint64_t)1 << ((e) & 63))
@@ -200,7 +179,7 @@ static mp_status read_whole(const char *path, uint8_t **out, size_t *size, mp_er
 static mp_status place_profile(const mp_placement_geom *g, const mp_placement_opts *o,
                                mp_placement *p, mp_error *err)
 {
-    mp_status st = read_whole(o->profile, &p->profile_image, &p->profile_image_bytes, err);
+    mp_status st = read_whole(o->profile, "profile", MP_STRP_MAX_FILE_BYTES, &p->profile_image, &p->profile_image_bytes, err);
     if (st)
         return st;
     if (g->n_layer > MP_STRP_MAX_DIM || g->n_expert > MP_STRP_MAX_DIM)
@@ -305,7 +284,7 @@ static mp_status place_by_mode(const mp_placement_geom *g, const mp_placement_op
     case MP_PLACEMENT_FILE: {
         uint8_t *text = NULL;
         size_t len = 0;
-        mp_status st = read_whole(o->file, &text, &len, err);
+        mp_status st = read_whole(o->file, "placement file", MP_PLACEMENT_MAX_FILE_BYTES, &text, &len, err);
         if (st)
             return st;
         st = mp_placement_file_parse((const char *)text, len, o->file, L, E, p->bits, err);

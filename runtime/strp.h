@@ -14,7 +14,8 @@
  *  - every ranked pair is in range and no pair appears twice;
  *  - a 4-byte table is valid as int32 slots (each -1 or in [0, slots)) or as f32 frequencies (each
  *    0 or a finite normal value > 0); when both hold (an all-zero table) the kind is
- *    MP_STRP_TABLE_4BYTE_AMBIGUOUS and both views are filled.
+ *    MP_STRP_TABLE_4BYTE_AMBIGUOUS and both views are filled;
+ *  - the entries of a u64 count table sum to at most 2^64 - 1 (sums of them never wrap).
  * The reader never returns a partial profile: on any error *out is left empty.
  */
 #ifndef MP_RUNTIME_STRP_H
@@ -30,6 +31,10 @@
 #define MP_STRP_HEADER_BYTES 24u
 #define MP_STRP_PAIR_BYTES 4u
 #define MP_STRP_MAX_DIM 65536u
+/* Files larger than this are refused before they are read. The largest profile a model we know
+ * needs is a few MB (Qwen3-235B: 94 × 128 experts with a u64 table, 96 KiB + pairs); 1 GiB also
+ * bounds what a wrong file given as a profile can make a reader allocate. */
+#define MP_STRP_MAX_FILE_BYTES ((uint64_t)1 << 30)
 
 typedef enum mp_strp_table {
     MP_STRP_TABLE_NONE = 0,

@@ -1,5 +1,7 @@
 /* runtime/strp_write.c — writing STRP profiles and their JSON manifests to disk.
  * Both go through mp_write_file_atomic: a reader sees the previous file or the new one. */
+#include "runtime/json.h"
+#include "runtime/fault.h"
 #include "runtime/strp.h"
 
 #include "runtime/atomic_file.h"
@@ -46,6 +48,7 @@ mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, co
     if (m->n_params < 0 || m->n_params > MP_STRP_MAX_PARAMS)
         return mp_fail(err, MP_ERR_ARG, "manifest %s: %d policy parameters: expected 0..%d", path,
                        m->n_params, MP_STRP_MAX_PARAMS);
+    const mp_json_mark mark = mp_json_begin();
     cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
     ok = ok && cJSON_AddStringToObject(root, "format", "moeplan-strp-manifest");
@@ -75,12 +78,12 @@ mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, co
     ok = ok && add_num(root, "train_frac", m->train_frac);
     ok = ok && add_num(root, "predicted_tok_s", m->predicted_tok_s);
     ok = ok && add_num(root, "heldout_coverage", m->heldout_coverage);
-    char *text = ok ? cJSON_Print(root) : NULL;
+    char *text = ok && !mp_json_failed_since(mark) ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "manifest %s: out of memory building JSON (or a NULL parameter name)", path);
     size_t len = strlen(text);
-    char *withnl = realloc(text, len + 2);
+    char *withnl = mp_fault_realloc(text, len + 2);
     if (!withnl) {
         free(text);
         return mp_fail(err, MP_ERR_NOMEM, "manifest %s: out of memory", path);

@@ -136,14 +136,17 @@ int mp_cmd_calibrate(int argc, char **argv)
             return usage_error("--reps: expected an integer 3..100000, got", reps);
         o.reps = (int)v;
     }
-    struct stat sb;
-    if (!force && stat(out, &sb) == 0) {
-        fprintf(stderr, "moeplan calibrate: error: %s exists (use --force to overwrite it)\n", out);
-        return 1;
+    /* the output first, before minutes of measurements: not the model, not an existing file
+     * without --force, in a directory that exists and is writable */
+    mp_error err;
+    const mp_file_ref model_ref = {model, "the model"};
+    mp_status ost = mp_output_check(out, "--out", force, &model_ref, 1, &err);
+    if (ost) {
+        fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);
+        return ost == MP_ERR_ARG ? 2 : 1;
     }
     o.progress = progress;
 
-    mp_error err;
     char *json = NULL;
     if (mp_calibrate(&o, &json, &err)) {
         fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);
@@ -158,8 +161,8 @@ int mp_cmd_calibrate(int argc, char **argv)
         return 1;
     }
     mp_costs_free(&check);
-    if (!force && stat(out, &sb) == 0) { /* appeared while measuring */
-        fprintf(stderr, "moeplan calibrate: error: %s exists (use --force to overwrite it)\n", out);
+    if (mp_output_check(out, "--out", force, &model_ref, 1, &err)) { /* changed while measuring */
+        fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);
         free(json);
         return 1;
     }

@@ -23,6 +23,8 @@
 #include "runtime/costs.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
+#include "runtime/input_file.h"
+#include "runtime/json.h"
 #include "runtime/numparse.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
@@ -141,34 +143,38 @@ static int parse_args(int argc, char **argv, plan_opts *o)
 /* The predicted ms/token of policy in simulate's JSON report (in-sample and held-out together). */
 static mp_status predicted_ms(const char *json_path, const char *policy, double *ms, mp_error *err)
 {
-    FILE *f = fopen(json_path, "rb");
-    if (!f)
-        return mp_fail(err, MP_ERR_IO, "%s: cannot open: %s", json_path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 65536 > cap && !(text = realloc(text, cap = cap ? 2 * cap : 1 << 20)))
-            break;
-        const size_t n = fread(text + len, 1, cap - len, f);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    fclose(f);
-    cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+    char *text;
+    size_t len;
+    mp_status st = mp_input_read_all(json_path, "simulate's report", (uint64_t)1 << 30, &text, &len, err);
+    if (st)
+        return st;
+    mp_json_error je;
+    cJSON *root = mp_json_parse_strict(text, len, &je);
     free(text);
+    if (!root)
+        return mp_fail(err, MP_ERR_FORMAT, "simulate's report %s: offset %zu: %s", json_path, je.offset, je.what);
     const cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "budgets"), 0), "policies");
     const cJSON *p;
-    mp_status st = mp_fail(err, MP_ERR_INTERNAL, "%s: no result for policy %s", json_path, policy);
+    st = mp_fail(err, MP_ERR_INTERNAL, "simulate's report %s: no result for policy %s", json_path, policy);
     cJSON_ArrayForEach(p, pols) {
         const cJSON *name = cJSON_GetObjectItem(p, "policy");
         if (!cJSON_IsString(name) || strcmp(name->valuestring, policy))
             continue;
         const cJSON *in = cJSON_GetObjectItem(p, "in_sample"), *out = cJSON_GetObjectItem(p, "held_out");
-        const double t = cJSON_GetObjectItem(in, "time_ns")->valuedouble + cJSON_GetObjectItem(out, "time_ns")->valuedouble;
-        const double n = cJSON_GetObjectItem(in, "tokens")->valuedouble + cJSON_GetObjectItem(out, "tokens")->valuedouble;
+        const cJSON *v[4] = {cJSON_GetObjectItem(in, "time_ns"), cJSON_GetObjectItem(out, "time_ns"),
+                             cJSON_GetObjectItem(in, "tokens"), cJSON_GetObjectItem(out, "tokens")};
+        bool ok = true;
+        for (int i = 0; i < 4; i++)
+            ok &= cJSON_IsNumber(v[i]);
+        if (!ok) {
+            st = mp_fail(err, MP_ERR_INTERNAL, "simulate's report %s: policy %s: expected in_sample and held_out "
+                         "time_ns and tokens", json_path, policy);
+            break;
+        }
+        const double t = v[0]->valuedouble + v[1]->valuedouble, n = v[2]->valuedouble + v[3]->valuedouble;
         *ms = n > 0 ? t / n / 1e6 : 0;
         st = MP_OK;
+        break;
     }
     cJSON_Delete(root);
     return st;
@@ -293,6 +299,8 @@ int mp_cmd_plan(int argc, char **argv)
     const char *make[] = {"--policy", policies, "--profile-policy", o.policy, "--emit-profile", o.out};
     for (size_t i = 0; i < sizeof make / sizeof make[0]; i++)
         sargv[sargc++] = make[i];
+    if (o.force)
+        sargv[sargc++] = "--force"; /* simulate replaces an existing profile only with it */
     rc = mp_cmd_simulate(sargc, (char **)sargv);
     double pred_all = 0;
     mp_status pst = rc ? MP_ERR_ARG : predicted_ms(json_path, o.policy, &pred_all, &err);

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "collector/sha256.h"
+#include "runtime/atomic_file.h"
 #include "runtime/costs.h"
 #include "runtime/model.h"
 #include "runtime/numparse.h"
@@ -70,6 +71,7 @@ static void usage(FILE *f)
             "  --window W            windowed LFU: invocations per layer (default 64)\n"
             "  --json OUT.json       write every result as JSON\n"
             "  --svg OUT.svg         write a chart of tok/s by budget and policy\n"
+            "  --force               replace existing output files (never an input)\n"
             "  --emit-profile OUT.strp  write the STRP profile (+ OUT.strp.json manifest) of\n"
             "                        --profile-policy (default plan) at the first budget\n"
             "  --profile-policy P    a static policy for --emit-profile\n"
@@ -110,6 +112,7 @@ typedef struct opts {
     const char *expert_quant;
     int threads;
     bool llamacpp, sensitivity, as_decode;
+    bool force; /* --force: replace existing outputs */
     mp_sim_sweep sweep; /* n_values 0: no --sweep */
 } opts;
 
@@ -195,7 +198,7 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             return 0;
         }
         bool flag = !strcmp(a, "--as-decode") || !strcmp(a, "--pageable") || !strcmp(a, "--emit-llamacpp") ||
-                    !strcmp(a, "--sensitivity");
+                    !strcmp(a, "--sensitivity") || !strcmp(a, "--force");
         if (a[0] == '-' && !flag && i + 1 >= argc) {
             fprintf(stderr, "moeplan simulate: error: %s needs a value (try --help)\n", a);
             return 2;
@@ -328,6 +331,8 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->llamacpp = true;
         } else if (!strcmp(a, "--sensitivity")) {
             o->sensitivity = true;
+        } else if (!strcmp(a, "--force")) {
+            o->force = true;
         } else if (a[0] == '-') {
             fprintf(stderr, "moeplan simulate: error: unknown option '%s' (try --help)\n", a);
             return 2;
@@ -579,6 +584,29 @@ static void notes(const opts *o, const mp_sim_config *cfg, const mp_sim_budget_r
     (void)t;
 }
 
+/* Every output against every input and the outputs before it, before any work: none may
+ * replace an input (compared by device and inode) or another output, and an existing one is
+ * replaced only with --force (runtime/atomic_file.h). manifest gets OUT.strp.json. */
+static mp_status check_outputs(const opts *o, char *manifest, size_t cap, mp_error *err)
+{
+    if (o->profile && (size_t)snprintf(manifest, cap, "%s.json", o->profile) >= cap)
+        return mp_fail(err, MP_ERR_ARG, "--emit-profile %s: path too long", o->profile);
+    mp_file_ref known[8] = {{o->trace, "the trace"}, {o->costs, "--costs"}, {o->model, "--model"},
+                            {o->placement_profile, "--placement-profile"}};
+    int n = 4;
+    const mp_file_ref outputs[] = {{o->json, "--json"}, {o->svg, "--svg"}, {o->profile, "--emit-profile"},
+                                   {o->profile ? manifest : NULL, "the profile's manifest"}};
+    for (int i = 0; i < 4; i++) {
+        if (!outputs[i].path)
+            continue;
+        mp_status st = mp_output_check(outputs[i].path, outputs[i].role, o->force, known, n, err);
+        if (st)
+            return st;
+        known[n++] = outputs[i];
+    }
+    return MP_OK;
+}
+
 int mp_cmd_simulate(int argc, char **argv)
 {
     mp_sim_config cfg;
@@ -598,6 +626,12 @@ int mp_cmd_simulate(int argc, char **argv)
     char *ot[MAX_BUDGETS] = {0};
     mp_cost_expert gpu_entry;
     const mp_cost_expert *gpu, *cpu;
+    char manifest[4096];
+    mp_status ost = check_outputs(&o, manifest, sizeof manifest, &err);
+    if (ost) {
+        fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
+        return ost == MP_ERR_ARG ? 2 : 1;
+    }
     rc = 1;
     if (mp_costs_load(o.costs, &costs, &err)) {
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
@@ -687,13 +721,10 @@ int mp_cmd_simulate(int argc, char **argv)
         goto fail;
     if (o.profile) {
         const mp_sim_result *r = &runs[0].res[o.profile_policy];
-        char costs_hex[65], trace_hex[65], manifest[4096];
-        if (mp_sha256_file(o.costs, costs_hex, NULL, &err) || mp_sha256_file(o.trace, trace_hex, NULL, &err))
+        char costs_hex[65], trace_hex[65];
+        if (mp_sha256_file(o.costs, "costs", costs_hex, NULL, &err) ||
+            mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err))
             goto fail;
-        if ((size_t)snprintf(manifest, sizeof manifest, "%s.json", o.profile) >= sizeof manifest) {
-            mp_fail(&err, MP_ERR_ARG, "--emit-profile %s: path too long", o.profile);
-            goto fail;
-        }
         mp_strp_manifest m;
         mp_strp_manifest_init(&m);
         m.model_sha256 = facts.model_sha256[0] ? facts.model_sha256 : NULL;

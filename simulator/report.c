@@ -1,5 +1,7 @@
 /* simulator/report.c — table, JSON and SVG of a simulation (see report.h). Every number printed
  * comes from an mp_sim_result; nothing is estimated here. */
+#include "runtime/json.h"
+#include "runtime/fault.h"
 #include "simulator/report.h"
 
 #include <cjson/cJSON.h>
@@ -127,7 +129,7 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
     cJSON_AddNumberToObject(o, "floored_layer_steps", (double)m->floored);
     cJSON *layers = cJSON_AddArrayToObject(o, "layer_hit_rate");
     for (uint32_t l = 0; layers && l < n_layers; l++)
-        cJSON_AddItemToArray(layers, m->layer_decisions[l]
+        mp_json_append(layers, m->layer_decisions[l]
                                          ? cJSON_CreateNumber((double)m->layer_hits[l] / (double)m->layer_decisions[l])
                                          : cJSON_CreateNull());
     return o;
@@ -136,6 +138,7 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
 mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_error *err)
 {
     const mp_sim_trace *t = rep->trace;
+    const mp_json_mark mark = mp_json_begin(); /* a failed cJSON allocation drops a member */
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return mp_fail(err, MP_ERR_NOMEM, "report %s: out of memory", path);
@@ -151,7 +154,7 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
     cJSON_AddNumberToObject(geo, "steps", (double)t->n_steps);
     cJSON *layers = cJSON_AddArrayToObject(geo, "model_layers");
     for (uint32_t l = 0; layers && l < t->n_layers; l++)
-        cJSON_AddItemToArray(layers, cJSON_CreateNumber(t->model_layer[l]));
+        mp_json_append(layers, cJSON_CreateNumber(t->model_layer[l]));
     cJSON *cfg = cJSON_AddObjectToObject(root, "config");
     cJSON_AddNumberToObject(cfg, "train_frac", rep->cfg->train_frac);
     cJSON_AddNumberToObject(cfg, "non_expert_bytes", (double)rep->cfg->non_expert_bytes);
@@ -168,7 +171,8 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
     for (int b = 0; budgets && b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
         cJSON *bo = cJSON_CreateObject();
-        cJSON_AddItemToArray(budgets, bo);
+        if (!mp_json_append(budgets, bo))
+            bo = NULL; /* freed: the adds below become no-ops */
         cJSON_AddNumberToObject(bo, "budget_bytes", (double)run->budget_bytes);
         cJSON_AddNumberToObject(bo, "slots", (double)run->slots);
         if (rep->llamacpp_ot && rep->llamacpp_ot[b])
@@ -178,11 +182,12 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
             if (!run->ran[p])
                 continue;
             cJSON *po = cJSON_CreateObject();
-            cJSON_AddItemToArray(pols, po);
+            if (!mp_json_append(pols, po))
+                po = NULL; /* freed: the adds below become no-ops */
             cJSON_AddStringToObject(po, "policy", mp_sim_policy_name(p));
             cJSON_AddNumberToObject(po, "resident_initial", (double)run->res[p].resident_initial);
-            cJSON_AddItemToObject(po, "in_sample", metrics_json(&run->res[p].train, t->n_layers));
-            cJSON_AddItemToObject(po, "held_out", metrics_json(&run->res[p].test, t->n_layers));
+            mp_json_attach(po, "in_sample", metrics_json(&run->res[p].train, t->n_layers));
+            mp_json_attach(po, "held_out", metrics_json(&run->res[p].test, t->n_layers));
         }
     }
     if (rep->sweep) {
@@ -193,16 +198,18 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
         cJSON *pts = cJSON_AddArrayToObject(so, "points");
         for (int v = 0; pts && v < sw->n_values; v++) {
             cJSON *po = cJSON_CreateObject();
-            cJSON_AddItemToArray(pts, po);
+            if (!mp_json_append(pts, po))
+                po = NULL; /* freed: the adds below become no-ops */
             cJSON_AddNumberToObject(po, "value", sw->values[v]);
             cJSON *bs = cJSON_AddArrayToObject(po, "budgets");
             for (int b = 0; bs && b < rep->n_runs; b++) {
                 const mp_sim_result *r = &sw->res[(size_t)v * rep->n_runs + b];
                 cJSON *bo = cJSON_CreateObject();
-                cJSON_AddItemToArray(bs, bo);
+                if (!mp_json_append(bs, bo))
+                    bo = NULL; /* freed: the adds below become no-ops */
                 cJSON_AddNumberToObject(bo, "budget_bytes", (double)rep->runs[b].budget_bytes);
-                cJSON_AddItemToObject(bo, "in_sample", metrics_json(&r->train, t->n_layers));
-                cJSON_AddItemToObject(bo, "held_out", metrics_json(&r->test, t->n_layers));
+                mp_json_attach(bo, "in_sample", metrics_json(&r->train, t->n_layers));
+                mp_json_attach(bo, "held_out", metrics_json(&r->test, t->n_layers));
             }
         }
     }
@@ -211,18 +218,19 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
         for (int c = 0; sens && c < MP_COST_PARTS; c++)
             for (int k = 0; k < 2; k++) {
                 cJSON *so = cJSON_CreateObject();
-                cJSON_AddItemToArray(sens, so);
+                if (!mp_json_append(sens, so))
+                    so = NULL; /* freed: the adds below become no-ops */
                 cJSON_AddStringToObject(so, "cost", mp_sim_cost_part_name(c));
                 cJSON_AddNumberToObject(so, "factor", k ? 1.2 : 0.8);
                 cJSON *best = cJSON_AddArrayToObject(so, "best_policy");
                 cJSON *moved = cJSON_AddArrayToObject(so, "policies_moved");
                 for (int b = 0; b < rep->n_runs && b < 16; b++) {
-                    cJSON_AddItemToArray(best, cJSON_CreateString(mp_sim_policy_name(rep->sens.best[c][k][b])));
-                    cJSON_AddItemToArray(moved, cJSON_CreateNumber(rep->sens.rank_changes[c][k][b]));
+                    mp_json_append(best, cJSON_CreateString(mp_sim_policy_name(rep->sens.best[c][k][b])));
+                    mp_json_append(moved, cJSON_CreateNumber(rep->sens.rank_changes[c][k][b]));
                 }
             }
     }
-    char *text = cJSON_Print(root);
+    char *text = mp_json_failed_since(mark) ? NULL : cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "report %s: out of memory", path);
@@ -254,7 +262,7 @@ mp_status mp_sim_report_svg(const char *path, const mp_sim_report *rep, mp_error
     int group_w = n_pol * bar_w + gap;
     int width = left + rep->n_runs * group_w + 180;
     size_t cap = 4096 + (size_t)rep->n_runs * n_pol * 256 + MP_POL_COUNT * 200;
-    char *svg = malloc(cap);
+    char *svg = mp_fault_malloc(cap);
     if (!svg)
         return mp_fail(err, MP_ERR_NOMEM, "report %s: out of memory", path);
     size_t n = 0;

@@ -1,9 +1,10 @@
-/* simulator/sim_load.c — load a moeplan trace (collector/trace_read.h) into an mp_sim_trace.
+/* simulator/sim_load.c — load a moeplan trace into an mp_sim_trace.
  *
- * Fails closed on anything the replay cannot interpret: a trace that is not complete (status and
- * footer), nodes of unequal geometry, a step missing a node or with rows that differ between its
- * nodes, blobs of the wrong size, routing records fewer or more than the footer says. Each error
- * names the trace file and the routing record (request, step, node).
+ * The routing comes through the collector's fail-closed reader (collector/trace_check.h), the
+ * one the analyzer uses: a trace the analyzer refuses (status, footer counts, steps, node table,
+ * ids, weights, damaged pages) is refused here with the same one-line message. On top of it the
+ * replay needs nodes of one geometry (experts, top-k) on increasing layers, at most
+ * MP_STRP_MAX_DIM of them, and request ids that fit in 32 bits.
  *
  * With mp_sim_load_options.non_moe, each routed step's measured non-MoE time is read beside its
  * routing (the steps and timing tables, streamed in the same (request, step) order), and fails
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collector/trace_check.h"
 #include "collector/trace_read.h"
 
 /* The measured non-MoE time of the routed steps, read in routing order (one entry per traced
@@ -207,35 +209,24 @@ static mp_status nm_finish(non_moe_reader *nm, bool as_decode, mp_sim_trace *out
     return st;
 }
 
-static mp_status fail_rec(mp_error *err, const char *path, const mp_trace_routing_rec *rec, const char *what)
-{
-    return mp_fail(err, MP_ERR_FORMAT, "trace %s: routing record (request %lld, step %lld, node %lld): %s", path,
-                   (long long)rec->request_id, (long long)rec->step, (long long)rec->node_index, what);
-}
-
 mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp_sim_trace *out,
                             mp_sim_trace_facts *facts, mp_error *err)
 {
     memset(out, 0, sizeof *out);
     memset(facts, 0, sizeof *facts);
-    mp_trace_reader *r;
-    mp_status st = mp_trace_reader_open(path, &r, err);
+    mp_trace_check *chk;
+    mp_status st = mp_trace_check_open(path, NULL, NULL, &chk, err); /* no sink: fail closed */
     if (st)
         return st;
+    mp_trace_reader *r = mp_trace_check_reader(chk);
     const mp_trace_run *run = mp_trace_reader_run(r);
     int64_t n_nodes = mp_trace_reader_n_nodes(r);
     const mp_trace_node_info *nodes = mp_trace_reader_nodes(r);
     uint32_t *model_layer = NULL;
-    int32_t *ids32 = NULL;
     uint16_t *block = NULL;
-    mp_trace_routing_iter *it = NULL;
+    mp_trace_check_iter *it = NULL;
     non_moe_reader nm = {0};
     const bool want_non_moe = opt && opt->non_moe;
-    if (!run->status || strcmp(run->status, "complete") != 0 || !run->has_footer) {
-        st = mp_fail(err, MP_ERR_FORMAT, "trace %s: status '%s'%s: expected a complete trace (status 'complete' and a footer)",
-                     path, run->status ? run->status : "NULL", run->has_footer ? "" : ", no footer");
-        goto done;
-    }
     if (n_nodes < 1 || n_nodes > MP_STRP_MAX_DIM) {
         st = mp_fail(err, MP_ERR_FORMAT, "trace %s: %lld nodes: expected 1..%u MoE nodes", path, (long long)n_nodes,
                      MP_STRP_MAX_DIM);
@@ -274,64 +265,53 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
     snprintf(facts->model_sha256, sizeof facts->model_sha256, "%s", run->model_sha256 ? run->model_sha256 : "");
     snprintf(facts->quant, sizeof facts->quant, "%s", run->quant_types ? run->quant_types : "");
 
-    if ((st = mp_trace_routing_begin(r, &it, err)))
+    if ((st = mp_trace_check_begin(chk, -1, &it, err)))
         goto done;
     if (want_non_moe && (st = nm_begin(&nm, r, path, err)))
         goto done;
-    /* One step at a time: L records in node order with equal n_rows, then the step is added. */
+    /* One step at a time: L records in node order with the step's n_rows (the checker
+     * guarantees both), then the step is added. */
     uint64_t cap_rows = 0;
-    int64_t cur_req = -1, cur_step = -1, n_records = 0;
+    int64_t cur_req = -1, cur_step = -1;
     uint32_t have = 0, rows = 0;
-    mp_trace_routing_rec rec;
+    mp_trace_checked_rec rec;
     int rc;
     char where[160];
-    while ((rc = mp_trace_routing_next(it, &rec, err)) == 1) {
-        n_records++;
+    while ((rc = mp_trace_check_next(it, &rec, err)) == 1) {
         if (rec.request_id != cur_req || rec.step != cur_step) {
-            if (have != 0) {
-                st = fail_rec(err, path, &rec, "the previous step lacks nodes: expected every node in every step");
-                goto done;
-            }
             cur_req = rec.request_id;
             cur_step = rec.step;
-            rows = 0;
+            have = 0;
         }
-        if (rec.node_index != nodes[have].node_index) {
-            st = fail_rec(err, path, &rec, "node out of sequence: expected every node of the step, in order");
+        if (rec.node != (int32_t)have) {
+            st = mp_fail(err, MP_ERR_INTERNAL, "trace %s: routing (request %lld, step %lld, node %lld): "
+                         "out of sequence after the trace checks", path, (long long)rec.request_id,
+                         (long long)rec.step, (long long)rec.node_index);
             goto done;
         }
-        if (rec.n_rows < 1 || (uint64_t)rec.n_rows > UINT32_MAX / ((uint64_t)K * L) || (have > 0 && rec.n_rows != rows)) {
-            st = fail_rec(err, path, &rec, "n_rows invalid or different from the step's first node");
+        if ((uint64_t)rec.n_rows > UINT32_MAX / ((uint64_t)K * L)) {
+            st = mp_fail(err, MP_ERR_LIMIT, "trace %s: routing (request %lld, step %lld): %lld rows: expected "
+                         "at most %llu for %u nodes x top-%u", path, (long long)rec.request_id,
+                         (long long)rec.step, (long long)rec.n_rows,
+                         (unsigned long long)(UINT32_MAX / ((uint64_t)K * L)), L, K);
             goto done;
         }
         rows = (uint32_t)rec.n_rows;
         uint64_t n = (uint64_t)rows * K;
         if (have == 0 && rows > cap_rows) {
-            free(ids32);
             free(block);
-            ids32 = malloc(sizeof *ids32 * n);
             block = malloc(sizeof *block * n * L);
-            if (!ids32 || !block) {
+            if (!block) {
                 st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for a step of %u rows", path, rows);
                 goto done;
             }
             cap_rows = rows;
         }
-        if ((st = mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, nodes[have].id_bytes, (int64_t)n, ids32, err))) {
-            mp_error_prefix(err, "trace %s: routing record (request %lld, step %lld, node %lld)", path,
-                            (long long)rec.request_id, (long long)rec.step, (long long)rec.node_index);
-            goto done;
-        }
-        for (uint64_t i = 0; i < n; i++) {
-            if (ids32[i] < 0 || (uint32_t)ids32[i] >= E) {
-                st = fail_rec(err, path, &rec, "expert id out of range");
-                goto done;
-            }
-            block[(uint64_t)have * n + i] = (uint16_t)ids32[i];
-        }
+        memcpy(block + (uint64_t)have * n, rec.expert_ids, sizeof *block * n);
         if (++have == L) {
             if (rec.request_id < 0 || rec.request_id > UINT32_MAX) {
-                st = fail_rec(err, path, &rec, "request id out of range");
+                st = mp_fail(err, MP_ERR_LIMIT, "trace %s: routing (request %lld, step %lld): request id out "
+                             "of range: expected 0..2^32-1", path, (long long)rec.request_id, (long long)rec.step);
                 goto done;
             }
             snprintf(where, sizeof where, "trace %s: step (request %lld, step %lld)", path, (long long)rec.request_id,
@@ -364,16 +344,6 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
         st = (mp_status)rc;
         goto done;
     }
-    if (have != 0) {
-        st = mp_fail(err, MP_ERR_FORMAT, "trace %s: the last step (request %lld, step %lld) lacks nodes %u..%u", path,
-                     (long long)cur_req, (long long)cur_step, have, L - 1);
-        goto done;
-    }
-    if (n_records != run->footer_n_routing) {
-        st = mp_fail(err, MP_ERR_FORMAT, "trace %s: %lld routing records: expected the footer's %lld", path,
-                     (long long)n_records, (long long)run->footer_n_routing);
-        goto done;
-    }
     if (out->n_steps == 0) {
         st = mp_fail(err, MP_ERR_FORMAT, "trace %s: no routing records: expected at least one step", path);
         goto done;
@@ -382,12 +352,10 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
         st = nm_finish(&nm, opt->as_decode, out, err);
 done:
     nm_free(&nm);
-    if (it)
-        mp_trace_routing_end(it);
+    mp_trace_check_end(it);
     free(model_layer);
-    free(ids32);
     free(block);
-    mp_trace_reader_close(r);
+    mp_trace_check_close(chk);
     if (st)
         mp_sim_trace_free(out);
     return st;

@@ -33,6 +33,10 @@ def main():
         'repeat.strp': profile(4, 8, 2, [(1, 1), (2, 2), (1, 1)]),
         'badtable.strp': profile(4, 8, 2, [(1, 1), (2, 2)]) + b'\0' * 7,
         'trunc.strp': profile(4, 8, 5, cells[:10])[:30],
+        # a count table whose total passes 2^64 - 1 (refused: sums of counts must not wrap)
+        'regress_count_sum_wraps.strp': profile(2, 2, 1, [(0, 1)], [(1 << 64) - 1, 1, 0, 0], 'Q'),
+        'u64-max-total.strp': profile(2, 2, 1, [(0, 1)], [(1 << 64) - 2, 1, 0, 0], 'Q'),
+        'f32-wide.strp': profile(16, 64, 8, cells[:8], [1.0] * 1024, 'f'),
     }
     os.makedirs(OUT, exist_ok=True)
     for name, data in seeds.items():

@@ -151,6 +151,60 @@ Test(analyzer_cli, report_is_complete_and_consistent)
     free(t);
 }
 
+/* --force replaces a report directory and nothing else: a directory holding an input trace, a
+ * subdirectory or a foreign file is refused before any work, with everything in it kept. */
+Test(analyzer_cli, force_replaces_only_a_report_directory)
+{
+    char out[512], args[2048], p[700];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    cr_assert_eq(mkdir(out, 0777), 0);
+    char *t = make_trace(out, "t.db", (trace_opts){0}); /* the input inside --out */
+    run_result r;
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "holds 't.db', which is not a file of a moeplan report"), "%s", r.err);
+    cr_assert(exists(t), "the input trace was deleted");
+    /* the same trace hard-linked under a report file's name is found by inode */
+    snprintf(p, sizeof p, "%s/summary.json", out);
+    cr_assert_eq(link(t, p), 0);
+    char *t2 = make_trace(tmpdir, "t2.db", (trace_opts){0});
+    cr_assert_eq(rename(t, t2), 0); /* t2 is now the inode that summary.json names */
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force", t2, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "its summary.json is the input trace"), "%s", r.err);
+    cr_assert(exists(p));
+    cr_assert_eq(unlink(p), 0);
+    /* a subdirectory */
+    snprintf(p, sizeof p, "%s/keep", out);
+    cr_assert_eq(mkdir(p, 0777), 0);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "holds 'keep'"), "%s", r.err);
+    cr_assert(exists(p));
+    cr_assert_eq(rmdir(p), 0);
+    /* an empty directory, then the report it became, are replaced */
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    no_temporaries();
+    snprintf(p, sizeof p, "%s/report.old.", tmpdir);
+    DIR *d = opendir(tmpdir);
+    for (struct dirent *e; (e = readdir(d));)
+        cr_assert_null(strstr(e->d_name, ".old."), "left behind: %s", e->d_name);
+    closedir(d);
+    /* a missing parent directory is named before any work */
+    snprintf(args, sizeof args, "analyze '%s' --out '%s/no/such/dir'", t2, tmpdir);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "No such file or directory"), "%s", r.err);
+    cr_assert_null(strstr(r.err, ".tmp."), "%s", r.err);
+    free(t);
+    free(t2);
+}
+
 Test(analyzer_cli, bad_trace_one_line_error_nothing_written)
 {
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
@@ -206,6 +260,18 @@ Test(analyzer_cli, usage_errors)
     snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, t);
     moeplan(&r, args);
     cr_assert_eq(r.status, 2, "output equal to an input");
+    /* flags that exclude each other are refused, not one silently ignored */
+    const char *exclusive[][2] = {
+        {"--validate-only --out x", "give it or --out DIR, not both"},
+        {"--out x --train-frac 0.5 --train-requests 0:1", "give one"},
+        {"--out x --max-problems 5", "--max-problems applies to --validate-only"},
+    };
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "analyze '%s' %s", t, exclusive[i][0]);
+        moeplan(&r, args);
+        cr_assert_eq(r.status, 2, "%s accepted", exclusive[i][0]);
+        cr_assert_not_null(strstr(r.err, exclusive[i][1]), "%s", r.err);
+    }
     snprintf(args, sizeof args, "analyze '%s' --out '%s/r' --train-requests 0:99", t, tmpdir);
     moeplan(&r, args);
     cr_assert_eq(r.status, 1);

@@ -226,6 +226,17 @@ Test(calibrate, bad_model_is_one_line_and_writes_nothing)
     cr_assert_neq(access(path, F_OK), 0);
 }
 
+/* The output is checked before a single measurement: a missing directory fails at once. */
+Test(calibrate, missing_output_directory_fails_before_measuring)
+{
+    static char out[1 << 16];
+    const char *args = "calibrate -m tiny.gguf --out no/such/dir/c.json --threads 1 --rows 1,2 --reps 3";
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan calibrate: error: --out no/such/dir/c.json: directory no/such/dir: "
+                                   "No such file or directory"), "%s", out);
+    cr_assert_null(strstr(out, "calibrate: hashing"), "started measuring before failing: %s", out);
+}
+
 Test(calibrate, refuses_to_overwrite_without_force)
 {
     static char out[1 << 16];
@@ -236,7 +247,7 @@ Test(calibrate, refuses_to_overwrite_without_force)
     fclose(f);
     const char *args = "calibrate -m tiny.gguf --out costs.json --quick --threads 1 --rows 1,2 --reps 3";
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
-    cr_assert_not_null(strstr(out, "moeplan calibrate: error: costs.json exists (use --force"), "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan calibrate: error: --out costs.json: file exists (use --force"), "%s", out);
     char buf[64] = {0};
     f = fopen(path, "r");
     cr_assert_not_null(fgets(buf, sizeof buf, f));

@@ -187,6 +187,39 @@ Test(cmd_collect, sync_and_async_writers_record_identical_routing)
     cr_assert_gt(prefill_steps, 2);
 }
 
+static char *read_all(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    char *b = malloc(*n + 1);
+    cr_assert_eq(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+/* Files in tmpdir that look like a writer's temporary ("*.tmp.*", "-wal", "-shm"). */
+static int temporaries(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -cE '\\.tmp\\.|-wal$|-shm$|-journal$'", tmpdir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    cr_assert_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
 Test(cmd_collect, bad_inputs_fail_before_a_trace_exists)
 {
     char args[2048], err[4096], trace[300];
@@ -202,16 +235,42 @@ Test(cmd_collect, bad_inputs_fail_before_a_trace_exists)
     cr_assert_neq(access(trace, F_OK), 0);
     snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s'", model, prompts, model);
     cr_assert_eq(moeplan(args, err, sizeof err), 2);
-    cr_assert(strstr(err, "is the model"), "%s", err);
+    cr_assert(strstr(err, "the same file as the model"), "%s", err);
     snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 9999",
              model, prompts, trace);
     cr_assert_eq(moeplan(args, err, sizeof err), 1);
     cr_assert(strstr(err, "exceed the context"), "%s", err);
-    /* that failure came after the trace was created: it is kept, marked aborted */
-    mp_trace_reader *r;
-    mp_error e;
-    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
-    cr_assert_str_eq(mp_trace_reader_run(r)->status, "aborted");
-    cr_assert(strstr(mp_trace_reader_run(r)->error, "exceed the context"));
-    mp_trace_reader_close(r);
+    /* that failure came after the trace was created: its temporary is gone, no trace appears */
+    cr_assert_neq(access(trace, F_OK), 0, "a failed run left a trace");
+    cr_assert_eq(temporaries(), 0, "a failed run left a temporary");
+
+    /* an existing trace and results file survive failing --force runs byte for byte */
+    char results[320];
+    snprintf(results, sizeof results, "%s/bad.results.json", tmpdir);
+    FILE *f = fopen(prompts, "w"); /* 60 prompts: a trace of ~200 KB, past the cap below */
+    for (int i = 0; i < 60; i++)
+        fprintf(f, "\"Hello world number %d, tell me about experts\"\n", i);
+    fclose(f);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 8 "
+             "--no-progress", model, prompts, trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    size_t n_trace, n_results;
+    char *old_trace = read_all(trace, &n_trace), *old_results = read_all(results, &n_results);
+    const char *failing[] = {"--max-tokens 9999", "--max-tokens 8 --trace-max-bytes 100000"};
+    const char *why[] = {"exceed the context", "size limit of 100000 bytes (--trace-max-bytes)"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --force "
+                 "--no-progress %s", model, prompts, trace, failing[i]);
+        cr_assert_eq(moeplan(args, err, sizeof err), 1, "%s", err);
+        cr_assert(strstr(err, why[i]), "%s", err);
+        cr_assert_eq(count_lines(err), 1, "%s", err);
+        size_t n1, n2;
+        char *now_trace = read_all(trace, &n1), *now_results = read_all(results, &n2);
+        cr_assert(n1 == n_trace && !memcmp(now_trace, old_trace, n1), "%s changed the trace", failing[i]);
+        cr_assert(n2 == n_results && !memcmp(now_results, old_results, n2), "%s changed the results",
+                  failing[i]);
+        free(now_trace), free(now_results);
+        cr_assert_eq(temporaries(), 0, "%s left a temporary", failing[i]);
+    }
+    free(old_trace), free(old_results);
 }

@@ -85,13 +85,13 @@ Test(collect_opts, output_equal_to_an_input_or_the_other_output)
     mp_error err;
     cr_assert_eq(parse(&o, &err, "./m.gguf", "--force", NULL), MP_OK);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_ERR_ARG);
-    cr_assert(strstr(err.msg, "is the model"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "the same file as the model"), "%s", err.msg);
     cr_assert_eq(parse(&o, &err, "t.db", "--results", "p.jsonl"), MP_OK);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_ERR_ARG);
-    cr_assert(strstr(err.msg, "is the prompt file"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "the same file as the prompt file"), "%s", err.msg);
     cr_assert_eq(parse(&o, &err, "t.db", "--results", "./t.db"), MP_OK);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_ERR_ARG);
-    cr_assert(strstr(err.msg, "are both"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "the same file as the trace"), "%s", err.msg);
     /* a symlink to the model is the model */
     cr_assert_eq(symlink(model, "link.db"), 0);
     cr_assert_eq(parse(&o, &err, "link.db", "--force", NULL), MP_OK);
@@ -106,14 +106,14 @@ Test(collect_opts, existing_outputs_need_force)
     fclose(f);
     cr_assert_eq(parse(&o, &err, "t.db", NULL, NULL), MP_OK);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_ERR_IO);
-    cr_assert(strstr(err.msg, "trace t.db exists (use --force"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "trace t.db: file exists (use --force"), "%s", err.msg);
     cr_assert_eq(parse(&o, &err, "t.db", "--force", NULL), MP_OK);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_OK, "%s", err.msg);
     f = fopen("u.results.json", "w");
     fclose(f);
     cr_assert_eq(parse(&o, &err, "u.db", NULL, NULL), MP_OK);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_ERR_IO);
-    cr_assert(strstr(err.msg, "results file u.results.json exists"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "results file u.results.json: file exists"), "%s", err.msg);
 }
 
 Test(collect_opts, missing_inputs)

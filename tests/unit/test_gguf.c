@@ -24,6 +24,7 @@
 
 #include "kernels/quant.h"
 #include "runtime/gguf.h"
+#include "runtime/model.h"
 
 /* ---- helpers ---- */
 
@@ -631,6 +632,10 @@ Test(gguf, rejects_bad_alignment)
     at = u32(&b, 0);
     expect_fail(&b, MP_ERR_FORMAT, at, "alignment 0");
     header(&b, 3, 0, 1);
+    str(&b, "general.alignment"), u32(&b, MP_GGUF_UINT32);
+    at = u32(&b, 1); /* a power of two, but f32 data could then start at any address */
+    expect_fail(&b, MP_ERR_FORMAT, at, "alignment 1");
+    header(&b, 3, 0, 1);
     at = str(&b, "general.alignment");
     u32(&b, MP_GGUF_UINT64), u64(&b, 32);
     expect_fail(&b, MP_ERR_FORMAT, at, "alignment as u64");
@@ -954,4 +959,43 @@ Test(gguf, writer_open_in_missing_directory_fails)
     cr_assert_eq(mp_gguf_writer_open("/nonexistent-dir/x.gguf", &w, &err), MP_ERR_IO);
     cr_assert_null(w);
     cr_assert_not_null(strstr(err.msg, "/nonexistent-dir/x.gguf"), "%s", err.msg);
+}
+
+/* Hyperparameters a hostile file declares are checked before they size anything: block_count
+ * 0xFFFFFFFF reached a 3 GB calloc (ASan aborted), rope.freq_base = +inf was accepted. */
+static mp_status load_hparams(uint32_t block_count, float freq_base, mp_error *err)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/h.gguf", tmpdir);
+    unlink(path);
+    mp_gguf_writer *w;
+    cr_assert_eq(mp_gguf_writer_open(path, &w, err), MP_OK, "%s", err->msg);
+    cr_assert_eq(mp_gguf_add_str(w, "general.architecture", "qwen3moe", err), MP_OK);
+    const char *keys[] = {"qwen3moe.block_count", "qwen3moe.context_length", "qwen3moe.embedding_length",
+                          "qwen3moe.attention.head_count", "qwen3moe.expert_count",
+                          "qwen3moe.expert_used_count", "qwen3moe.expert_feed_forward_length"};
+    const uint32_t vals[] = {block_count, 64, 8, 1, 4, 2, 8};
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(mp_gguf_add_u32(w, keys[i], vals[i], err), MP_OK, "%s", err->msg);
+    cr_assert_eq(mp_gguf_add_f32(w, "qwen3moe.rope.freq_base", freq_base, err), MP_OK);
+    cr_assert_eq(mp_gguf_add_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f, err), MP_OK);
+    const int64_t ne[2] = {8, 4};
+    cr_assert_eq(mp_gguf_add_tensor_info(w, "token_embd.weight", 2, ne, MP_TYPE_F32, err), MP_OK);
+    static float zeros[32];
+    cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, err), MP_OK);
+    cr_assert_eq(mp_gguf_writer_finish(w, err), MP_OK, "%s", err->msg);
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(path, &m, err);
+    mp_model_free(m);
+    return st;
+}
+
+Test(gguf, hostile_hyperparameters_are_refused_before_use)
+{
+    mp_error err;
+    cr_assert_eq(load_hparams(0xFFFFFFFFu, 1e6f, &err), MP_ERR_LIMIT);
+    cr_assert(strstr(err.msg, "qwen3moe.block_count: 4294967295, expected 1..4096"), "%s", err.msg);
+    cr_assert_eq(load_hparams(1, INFINITY, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "rope freq base inf must be finite and > 0"), "%s", err.msg);
+    cr_assert_eq(load_hparams(1, NAN, &err), MP_ERR_FORMAT);
 }

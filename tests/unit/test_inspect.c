@@ -234,38 +234,65 @@ Test(inspect, hang_dump_variable_is_checked)
     unsetenv("MP_HANG_DUMP_S");
 }
 
-/* MP_HANG_DUMP_S=1 on a command that waits: `run -f FIFO` blocks reading its prompt until a
- * writer comes (a child, after 2.5 s). The dump must have printed the main thread's stack and
- * what the kernel says of it (state, wait channel) by then. The watcher prints without malloc,
- * so it also works while the main thread holds the address space's lock. */
+/* MP_HANG_DUMP_S=1 on a command that waits: `inspect --tensors` of a model with 4,000 tensors
+ * prints ~300 KB into a pipe that nobody reads for 2.5 s, so its main thread blocks in write()
+ * once the pipe's 64 KiB are full (an input FIFO no longer works for this: inputs that are not
+ * regular files are refused before they are opened). The dump must have printed the main
+ * thread's stack and what the kernel says of it (state, wait channel) by then. The watcher
+ * prints without malloc, so it also works while the main thread holds the address space's lock. */
 Test(inspect, hang_dump_prints_a_waiting_main_thread, .timeout = 60)
 {
     char dir[] = "/tmp/mp_hang_dump_XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
-    char fifo[64];
-    snprintf(fifo, sizeof fifo, "%s/prompt", dir);
-    cr_assert_eq(mkfifo(fifo, 0600), 0);
-    const pid_t writer = fork();
-    cr_assert(writer >= 0);
-    if (writer == 0) {
-        usleep(2500000);
-        const int fd = open(fifo, O_WRONLY);
-        if (fd >= 0 && write(fd, "hello", 5) == 5)
-            close(fd);
-        _exit(0);
+    char model[64], err_path[64];
+    snprintf(model, sizeof model, "%s/many.gguf", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", dir);
+    mp_gguf_writer *w;
+    mp_error err;
+    cr_assert_eq(mp_gguf_writer_open(model, &w, &err), MP_OK, "%s", err.msg);
+    const int64_t ne[1] = {8};
+    char name[64];
+    for (int i = 0; i < 4000; i++) {
+        snprintf(name, sizeof name, "blk.%d.some_long_tensor_name.weight", i);
+        cr_assert_eq(mp_gguf_add_tensor_info(w, name, 1, ne, MP_TYPE_F32, &err), MP_OK, "%s", err.msg);
     }
-    cr_assert_eq(setenv("MP_HANG_DUMP_S", "1", 1), 0);
-    const char *args[] = {"run", "-m", fixture(), "-f", fifo, "-n", "1", NULL};
-    run_result r = run_moeplan(args);
-    unsetenv("MP_HANG_DUMP_S");
+    static float zeros[8];
+    for (int i = 0; i < 4000; i++)
+        cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, &err), MP_OK);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+    int out[2];
+    cr_assert_eq(pipe(out), 0);
+    const int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(err_fd >= 0);
+    const pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err_fd, 2);
+        close(out[0]);
+        setenv("MP_HANG_DUMP_S", "1", 1);
+        const char *exe = getenv("MP_MOEPLAN");
+        execl(exe, exe, "inspect", model, "--tensors", (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    close(err_fd);
+    usleep(2500000);
+    char buf[65536];
+    while (read(out[0], buf, sizeof buf) > 0)
+        ;
+    close(out[0]);
     int ws;
-    cr_assert_eq(waitpid(writer, &ws, 0), writer);
-    unlink(fifo);
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "inspect failed");
+    char *text = slurp(err_path);
+    unlink(err_path);
+    unlink(model);
     rmdir(dir);
-    cr_assert_not_null(strstr(r.err, "== main thread stack (MP_HANG_DUMP_S)"), "%s", r.err);
-    cr_assert_not_null(strstr(r.err, "== main thread stat: "), "%s", r.err);
-    cr_assert_not_null(strstr(r.err, "== main thread wchan: "), "%s", r.err);
-    free_result(&r);
+    cr_assert_not_null(strstr(text, "== main thread stack (MP_HANG_DUMP_S)"), "%s", text);
+    cr_assert_not_null(strstr(text, "== main thread stat: "), "%s", text);
+    cr_assert_not_null(strstr(text, "== main thread wchan: "), "%s", text);
+    free(text);
 }
 
 /* Expert tensors that disagree (expert counts, a missing part, not 3-D) are an error, not a

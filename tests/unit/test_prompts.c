@@ -72,6 +72,13 @@ Test(prompts, bad_max_tokens) { parse_bad("{\"prompt\": \"a\", \"max_tokens\": 0
 Test(prompts, fractional_max_tokens) { parse_bad("{\"prompt\": \"a\", \"max_tokens\": 2.5}", "\"max_tokens\" must be an integer"); }
 Test(prompts, repeated_id) { parse_bad("{\"prompt\": \"a\", \"id\": \"x\"}\n{\"prompt\": \"b\", \"id\": \"x\"}", "line 2: id \"x\" repeats prompt 0's"); }
 Test(prompts, text_after_array) { parse_bad("[\"a\"] [\"b\"]", "line 1 column 7: text after the JSON array"); }
+/* One value per line: a second object on the line was silently dropped before. */
+Test(prompts, two_values_on_one_line) { parse_bad("{\"prompt\":\"a\"}{\"prompt\":\"b\"}\n", "line 1 column 15: text after the JSON value"); }
+Test(prompts, repeated_key_jsonl) { parse_bad("\"x\"\n{\"prompt\": \"a\", \"prompt\": \"b\"}\n", "line 2: key \"prompt\" repeated"); }
+Test(prompts, repeated_key_array) { parse_bad("[{\"prompt\": \"a\", \"id\": 1, \"id\": 2}]", "key \"id\" repeated"); }
+
+Test(prompts, invalid_utf8_names_the_prompt_byte) { parse_bad("\"ok\"\n{\"prompt\": \"ab\xff\"}\n", "line 2: \"prompt\": byte 2 of the prompt: invalid UTF-8 (byte 0xff)"); }
+
 Test(prompts, nul_byte)
 {
     mp_prompt_set s;

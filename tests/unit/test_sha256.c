@@ -59,13 +59,15 @@ Test(sha256, whole_files_and_their_errors)
     hex_of(data, n, 65536, want);
     uint64_t bytes = 0;
     mp_error err;
-    cr_assert_eq(mp_sha256_file(path, got, &bytes, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_sha256_file(path, "model", got, &bytes, &err), MP_OK, "%s", err.msg);
     cr_assert_str_eq(got, want);
     cr_assert_eq(bytes, n);
-    cr_assert_eq(mp_sha256_file(dir, got, NULL, &err), MP_ERR_IO, "a directory is not hashed");
+    cr_assert_eq(mp_sha256_file(dir, "model", got, NULL, &err), MP_ERR_IO, "a directory is not hashed");
     cr_assert_not_null(strstr(err.msg, dir), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "a directory, expected a regular file"), "%s", err.msg);
     unlink(path);
-    cr_assert_eq(mp_sha256_file(path, got, NULL, &err), MP_ERR_IO);
+    cr_assert_eq(mp_sha256_file(path, "trace", got, NULL, &err), MP_ERR_IO);
+    cr_assert_not_null(strstr(err.msg, "trace "), "%s", err.msg);
     cr_assert_not_null(strstr(err.msg, "cannot open"), "%s", err.msg);
     rmdir(dir);
     free(data);

@@ -49,7 +49,7 @@ static mp_strp make_profile(uint32_t L, uint32_t E, uint32_t n_ranked, uint32_t 
     if (kind == MP_STRP_TABLE_U64_COUNT) {
         p.counts = malloc(sizeof *p.counts * cells);
         for (uint32_t c = 0; c < cells; c++)
-            p.counts[c] = ((uint64_t)rand() << 20) ^ (uint64_t)rand();
+            p.counts[c] = ((uint64_t)rand() << 8) ^ (uint64_t)rand(); /* totals stay below 2^64 */
     } else if (kind == MP_STRP_TABLE_I32_SLOT) {
         p.slot_of = malloc(sizeof *p.slot_of * cells);
         for (uint32_t c = 0; c < cells; c++)
@@ -437,6 +437,59 @@ Test(strp, read_file_larger_than_one_read_chunk)
     cr_assert(!memcmp(q.counts, p.counts, 90000 * sizeof *p.counts));
     mp_strp_free(&q);
     mp_strp_free(&p);
+}
+
+Test(strp, count_table_whose_total_wraps_is_refused)
+{
+    mp_strp p = make_profile(2, 3, 4, 2, MP_STRP_TABLE_U64_COUNT, 5);
+    for (int c = 0; c < 6; c++)
+        p.counts[c] = 0;
+    p.counts[0] = UINT64_MAX - 1;
+    p.counts[3] = 2; /* the running total passes 2^64 - 1 at entry 3 */
+    mp_error err;
+    uint8_t *img;
+    size_t size;
+    cr_assert_eq(mp_strp_encode(&p, &img, &size, &err), MP_ERR_FORMAT, "the writer accepted it");
+    cr_assert_not_null(strstr(err.msg, "offset 64: u64 count table"), "%s", err.msg);
+    p.counts[3] = 1; /* exactly 2^64 - 1 in all */
+    cr_assert_eq(mp_strp_encode(&p, &img, &size, &err), MP_OK, "%s", err.msg);
+    img[40 + 8 * 5] = 1; /* the last entry becomes 1: the total wraps there */
+    expect_reject(img, size, NULL, "offset 80: u64 count table", "sum past 2^64-1");
+    free(img);
+    mp_strp_free(&p);
+}
+
+/* What is not a profile file is refused from its header or its kind, without reading it all. */
+Test(strp, read_file_refuses_fifos_devices_and_huge_files_from_the_header)
+{
+    char path[512];
+    mp_strp q;
+    mp_error err;
+    snprintf(path, sizeof path, "%s/fifo.strp", tmpdir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    cr_assert_eq(mp_strp_read_file(path, NULL, &q, &err), MP_ERR_IO);
+    cr_assert_not_null(strstr(err.msg, "a FIFO, expected a regular file"), "%s", err.msg);
+    cr_assert_eq(mp_strp_read_file("/dev/zero", NULL, &q, &err), MP_ERR_IO);
+    cr_assert_not_null(strstr(err.msg, "a character device"), "%s", err.msg);
+    /* 6 GB (sparse) of zeros: refused at offset 0 from 24 bytes */
+    snprintf(path, sizeof path, "%s/huge.strp", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert_eq(ftruncate(fileno(f), (off_t)6 << 30), 0);
+    fclose(f);
+    cr_assert_eq(mp_strp_read_file(path, NULL, &q, &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "offset 0: magic 00 00 00 00"), "%s", err.msg);
+    /* a valid header for 65536 x 65536 with a 4-byte table: 16 GiB, over the cap */
+    uint8_t h[24] = {'S', 'T', 'R', 'P'};
+    put32(h + 4, 1);
+    put32(h + 8, 65536);
+    put32(h + 12, 65536);
+    f = fopen(path, "w");
+    fwrite(h, 1, sizeof h, f);
+    cr_assert_eq(ftruncate(fileno(f), 24 + ((off_t)4 << 32)), 0);
+    fclose(f);
+    cr_assert_eq(mp_strp_read_file(path, NULL, &q, &err), MP_ERR_LIMIT);
+    cr_assert_not_null(strstr(err.msg, "more than the 1073741824 accepted"), "%s", err.msg);
+    cr_assert(q.ranked == NULL && q.counts == NULL);
 }
 
 Test(strp, manifest_records_fields_and_nulls)

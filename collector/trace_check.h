@@ -1,0 +1,85 @@
+/* collector/trace_check.h — the fail-closed trace reader: every consumer of routing (the
+ * analyzer, the simulator's loader, route replay) reads it through here, so a trace that one of
+ * them refuses, none of them accepts.
+ *
+ * Built on the raw reader (trace_read.h), which reports what is stored; this module decides what
+ * is valid, in two stages:
+ *  1. mp_trace_check_open, from the tables alone: PRAGMA quick_check; run status 'complete',
+ *     footer present, no truncation marker; a node table of 1..4096 sane nodes (1..65536 experts,
+ *     top-k in 1..min(experts, 64), id_bytes that hold the ids, f16/f32 weights) agreeing with the
+ *     run row, and at most MP_TRACE_MAX_NODE_EXPERTS (node, expert) pairs, so that what a
+ *     consumer allocates per pair is bounded before it allocates; requests numbered 0, 1, 2, ...
+ *     in request_id order, without overlaps or repeated external ids; the footer's request count.
+ *  2. an iterator (mp_trace_check_begin/next) that streams steps and routing merge-joined by
+ *     (request, step) and checks every record: step numbering, phase, rows; a record per node per
+ *     step with the step's rows; id and weight BLOBs of rows × top-k; ids in [0, n_experts) and
+ *     distinct within a row; weights finite and >= 0. At the end: requests without steps, and the
+ *     footer's steps, routing, timing and cupti counts against the tables.
+ * Records are (request, step, node) whatever the schema version, so every check and location is
+ * the same for both. Each problem is one line naming the trace and as much of (request, step,
+ * node, row, slot) as applies.
+ *
+ * Problems go to a sink. Without one (NULL) the first problem is the error: open or next returns
+ * MP_ERR_FORMAT with it, which is what the simulator and route replay want. With one (the
+ * analyzer's --validate-only), the sink decides: MP_OK skips the offending item and goes on,
+ * anything else stops. Only records without any problem are handed out, and none after the first
+ * problem, so no consumer ever computes with invalid input.
+ *
+ * Memory: the reader's (nodes, requests), a has-steps flag per request, a stamp per expert for the
+ * repeated-id check and the decode buffers of the largest record: nothing grows with the number
+ * of steps.
+ */
+#ifndef MP_COLLECTOR_TRACE_CHECK_H
+#define MP_COLLECTOR_TRACE_CHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "collector/trace_read.h"
+
+#define MP_TRACE_MAX_TOPK 64
+/* n_nodes × max experts per node. The largest MoE models published have ~60 MoE layers × 384
+ * experts (Kimi K2: 23,424 pairs); 2^20 leaves room and bounds the analyzer's per-pair
+ * statistics (~100 bytes each) at ~100 MB. A 272 KB trace that declared 4,096 × 65,536 drove
+ * the analyzer to 24 GB before this limit. */
+#define MP_TRACE_MAX_NODE_EXPERTS ((int64_t)1 << 20)
+
+/* A problem's one-line message; return MP_OK to skip the item and go on, else stop. */
+typedef mp_status (*mp_trace_problem_fn)(void *user, const char *msg);
+
+typedef struct mp_trace_check mp_trace_check;
+typedef struct mp_trace_check_iter mp_trace_check_iter;
+
+/* Open path and run stage 1. Returns MP_OK when the tables could be looked at (with a sink:
+ * problems may have been reported; mp_trace_check_problems says how many), MP_ERR_FORMAT when a
+ * problem stopped it, or another error (I/O, memory). On any error *out is NULL. */
+mp_status mp_trace_check_open(const char *path, mp_trace_problem_fn sink, void *sink_user,
+                              mp_trace_check **out, mp_error *err);
+void mp_trace_check_close(mp_trace_check *c);
+mp_trace_reader *mp_trace_check_reader(const mp_trace_check *c);
+/* Problems reported so far, by this trace's open and iterators. */
+int64_t mp_trace_check_problems(const mp_trace_check *c);
+
+/* One valid routing record. Pointers are valid until the next call to next or end. */
+typedef struct mp_trace_checked_rec {
+    int64_t request_id;
+    int64_t request_ord;        /* the request's position in the requests table */
+    int64_t step;
+    int64_t node_index;
+    int32_t node;               /* position in the node table (node_index order) */
+    int32_t phase;              /* mp_phase: 0 prefill, 1 decode */
+    int64_t n_rows, top_k, n_experts;
+    const uint16_t *expert_ids; /* (n_rows, top_k): < n_experts, distinct within a row */
+    const float *weights;       /* (n_rows, top_k): finite, >= 0 */
+} mp_trace_checked_rec;
+
+/* Stream stage 2 over the whole trace. only_node >= 0 hands out that node's records only (every
+ * record is still checked). */
+mp_status mp_trace_check_begin(mp_trace_check *c, int64_t only_node, mp_trace_check_iter **out,
+                               mp_error *err);
+/* 1: a record; 0: the end (every end-of-trace check passed or was reported to the sink); < 0:
+ * an mp_status, err filled (MP_ERR_FORMAT: a problem, without a sink or when the sink stopped). */
+int mp_trace_check_next(mp_trace_check_iter *it, mp_trace_checked_rec *rec, mp_error *err);
+void mp_trace_check_end(mp_trace_check_iter *it);
+
+#endif
