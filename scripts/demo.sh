@@ -43,7 +43,7 @@ d = json.load(sys.stdin)
 # room for the non-expert weights plus about a third of the experts
 print(d["non_expert_bytes"] + d["expert_bytes"] // 3)')
 $mp simulate out/trace.db -m out/tiny.gguf --costs "$costs" --budget "$budget" \
-    --emit-profile out/profile.strp --json out/simulate.json
+    --emit-profile out/profile.strp --json out/simulate.json --force
 step "profile: inspect and verify against the model"
 $mp profile inspect out/profile.strp | head -20
 $mp profile verify out/profile.strp -m out/tiny.gguf
