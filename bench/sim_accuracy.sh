@@ -132,7 +132,7 @@ EOF
 
 # 4. rows per layer (simulate --as-decode counts each routing row as one token) and the fixed bytes
 run "trace row count (simulate)" rows.log "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" --budget 1TiB \
-    --policy static-topn --as-decode --json "$OUT/sim/rows.json" "${thr[@]}"
+    --policy static-topn --as-decode --json "$OUT/sim/rows.json" --force "${thr[@]}"
 T=$(json "$OUT/sim/rows.json" "int(d['budgets'][0]['policies'][0]['in_sample']['tokens'] + d['budgets'][0]['policies'][0]['held_out']['tokens'])")
 [[ "$T" =~ ^[0-9]+$ ]] && [ "$T" -ge 2 ] || die "rows: cannot read the trace's row count from $OUT/sim/rows.json (got '$T'; need at least 2 rows)"
 n_gen=$((T - 1))
@@ -171,7 +171,7 @@ EOF
         log "simulate $tag"
         run "simulate $tag" "simulate-$tag.log" "$MOEPLAN" simulate "$trace" --costs "$COSTS" -m "$MODEL" \
             --ctx-size "$T" --budget "$bb" --policy "$p" --profile-policy "$p" --as-decode \
-            --emit-profile "$prof" --json "$simj" "${thr[@]}"
+            --emit-profile "$prof" --json "$simj" --force "${thr[@]}"
         log "bench $tag (tg$n_gen x $REPS + warm-up)"
         budget_flag=()
         [ "$MATCH" = exact ] || budget_flag=(--gpu-budget "$bb")

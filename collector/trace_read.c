@@ -640,7 +640,10 @@ static int routing_next_v2(mp_trace_routing_iter *it, mp_trace_routing_rec *rec,
     } else {
         rec->expert_ids = ib ? it->ids : NULL;
         rec->weights = wb ? it->weights : NULL;
-        it->ids += ib, it->weights += wb;
+        if (ib) /* an empty BLOB reads as NULL, and NULL + 0 is undefined */
+            it->ids += ib;
+        if (wb)
+            it->weights += wb;
     }
     rec->expert_ids_bytes = ib;
     rec->weights_bytes = wb;

@@ -47,7 +47,7 @@ budget=$($mp inspect --json out/tiny.gguf | python3 -c '
 import json, sys
 print(int(sys.argv[1]) + json.load(sys.stdin)["expert_bytes"] // 3)' "$fixed")
 $mp simulate out/trace.db -m out/tiny.gguf --costs "$costs" --budget "$budget" \
-    --emit-profile out/profile.strp --json out/simulate.json
+    --emit-profile out/profile.strp --json out/simulate.json --force
 step "profile: inspect and verify against the model"
 $mp profile inspect out/profile.strp | head -20
 $mp profile verify out/profile.strp -m out/tiny.gguf

@@ -235,21 +235,21 @@ typedef struct sweep_case {
     void *ctx;
 } sweep_case;
 
-/* Every point up to 600, then every 7th (SQLite's allocations make the trace writer's sweep
+/* Every point up to 600 (a persistent fault: up to 100), then every 7th (SQLite's allocations make the trace writer's sweep
  * 5,206 points long, 50 s of child processes on 2 cores, 2.5 min under ASan: more than CI can
  * give); MP_FAULT_SWEEP_FULL=1 takes every point. Returns the sweep's length in points. */
-static int64_t next_nth(int64_t nth)
+static int64_t next_nth(int64_t nth, bool persist)
 {
     static int full = -1;
     if (full < 0)
         full = getenv("MP_FAULT_SWEEP_FULL") && !strcmp(getenv("MP_FAULT_SWEEP_FULL"), "1");
-    return nth < 600 || full ? nth + 1 : nth + 7;
+    return full || (nth < 600 && !persist) || nth < 100 ? nth + 1 : nth + 7;
 }
 
 static int64_t sweep(const sweep_case *c, int64_t max_points)
 {
     int64_t last_failing = 0;
-    for (int64_t nth = 1; nth <= max_points; last_failing = nth, nth = next_nth(nth)) {
+    for (int64_t nth = 1; nth <= max_points; last_failing = nth, nth = next_nth(nth, c->persist)) {
         c->reset(c->ctx);
         const pid_t pid = fork();
         cr_assert(pid >= 0);
