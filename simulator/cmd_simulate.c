@@ -51,8 +51,9 @@ static void usage(FILE *f)
     for (int p = 0; p < MP_POL_COUNT; p++)
         fprintf(f, "%s%s", p ? ", " : "", mp_sim_policy_name(p));
     fprintf(f,
-            "\n  --train-frac F        share of requests (in trace order) used to plan (default 0.7);\n"
-            "                        the rest is held out and every result is shown for both parts\n"
+            "\n  --train-frac F        share of requests (in trace order) used to plan (default 0.7, and\n"
+            "                        at least one request); the rest is held out and every result is\n"
+            "                        shown for both parts\n"
             "  --as-decode           replay every row as its own one-row step (prefill routing as decode)\n"
             "  --max-rows N          replay only the trace's first N routing rows (per layer)\n"
             "  --non-moe costs|trace non-MoE time per step (attention, norms, router, head): the cost\n"
@@ -256,8 +257,19 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             }
         } else if (!strcmp(a, "--policy") || !strcmp(a, "--profile-policy")) {
             char buf[1024];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if ((size_t)snprintf(buf, sizeof buf, "%s", v) >= sizeof buf) {
+                fprintf(stderr, "moeplan simulate: error: %s: a list longer than %zu characters\n", a, sizeof buf - 1);
+                return 2;
+            }
+            for (char *tok = buf, *next; tok; tok = next) { /* every item, empty ones too */
+                next = strchr(tok, ',');
+                if (next)
+                    *next++ = 0;
+                if (!*tok) {
+                    fprintf(stderr, "moeplan simulate: error: %s '%s': an empty item at offset %zu: expected "
+                                    "P[,P...] (try --help)\n", a, v, (size_t)(tok - buf));
+                    return 2;
+                }
                 int p = mp_sim_policy_from_name(tok);
                 if (!strcmp(a, "--policy") && !strcmp(tok, "all")) {
                     for (int q = 0; q < MP_POL_COUNT; q++)
@@ -299,8 +311,9 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 return 2;
             }
             if (!strcmp(a, "--train-frac")) {
-                if (!(num >= 0 && num <= 1)) {
-                    fprintf(stderr, "moeplan simulate: error: --train-frac %s: expected 0..1\n", v);
+                if (!(num > 0 && num <= 1)) {
+                    fprintf(stderr, "moeplan simulate: error: --train-frac %s: expected a share > 0 and <= 1 "
+                                    "(the static policies are planned from it)\n", v);
                     return 2;
                 }
                 cfg->train_frac = num;

@@ -436,8 +436,11 @@ static mp_status stats_build(const mp_sim_trace *t, double train_frac, sim_stats
         stats_free(st);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for statistics");
     }
-    /* the first ceil-free floor(train_frac * n_requests) requests, in trace order */
+    /* the first floor(train_frac * n_requests) requests, in trace order, and at least one: a
+     * trace of one request (one long prompt) would otherwise plan every static policy from nothing */
     uint32_t n_train = (uint32_t)floor(train_frac * t->n_requests + 1e-9);
+    if (n_train == 0 && train_frac > 0 && t->n_requests > 0)
+        n_train = 1;
     uint32_t seen = 0;
     uint64_t s = 0;
     for (; s < t->n_steps; s++) {

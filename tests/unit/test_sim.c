@@ -789,3 +789,22 @@ Test(sim, rejects_bad_traces_and_budgets)
     cr_assert_not_null(strstr(err.msg, "alpha 0"), "%s", err.msg);
     mp_sim_trace_free(&t);
 }
+
+/* A trace of one request (one long prompt) trains on that request: the static policies are never
+ * planned from nothing, whatever the share (0.7 of 1 request is no whole request). */
+Test(sim, one_request_is_the_train_split)
+{
+    mp_sim_trace t;
+    random_trace(&t, 11, 3, 16, 2, 1, 20, false); /* 20 one-row steps */
+    mp_sim_config c = config(1100, 12);
+    c.train_frac = 0.7;
+    mp_sim_result r = run(&t, &c, MP_POL_STATIC_TOPN);
+    cr_assert_eq(r.train.steps, 20);
+    cr_assert_eq(r.test.steps, 0);
+    uint64_t routes = 0;
+    for (size_t i = 0; i < (size_t)r.profile.n_layers * r.profile.n_experts; i++)
+        routes += r.profile.counts[i];
+    cr_assert_eq(routes, 20 * 3 * 2, "the profile's counts are the request's routes");
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}

@@ -238,6 +238,17 @@ Test(simulate, cli_errors_are_one_line)
     cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 12parsecs", out, sizeof out), 2, "%s", out);
     cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 1GB --policy fastest", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "unknown policy"), "%s", out);
+    const char *bad_lists[][2] = {
+        {"--policy ''", "--policy '': an empty item at offset 0"},
+        {"--policy static-topn,,plan", "--policy 'static-topn,,plan': an empty item at offset 12"},
+        {"--policy plan,", "an empty item at offset 5"},
+        {"--train-frac 0", "--train-frac 0: expected a share > 0 and <= 1"},
+        {"--train-frac 1.5", "expected a share > 0 and <= 1"}};
+    for (size_t i = 0; i < sizeof bad_lists / sizeof bad_lists[0]; i++) {
+        snprintf(args, sizeof args, "simulate t.db --costs x.json --budget 1GB %s", bad_lists[i][0]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s: %s", bad_lists[i][0], out);
+        cr_assert_not_null(strstr(out, bad_lists[i][1]), "%s: %s", bad_lists[i][0], out);
+    }
     cr_assert_eq(run_cli("simulate t.db --costs x.json --budget 1GB --profile-policy lru", out, sizeof out), 2, "%s",
                  out);
     cr_assert_eq(run_cli("simulate --help", out, sizeof out), 0, "%s", out);
