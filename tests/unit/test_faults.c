@@ -235,15 +235,23 @@ typedef struct sweep_case {
     void *ctx;
 } sweep_case;
 
-/* Every point up to 600 (a persistent fault: up to 100), then every 7th (SQLite's allocations make the trace writer's sweep
- * 5,206 points long, 50 s of child processes on 2 cores, 2.5 min under ASan: more than CI can
- * give); MP_FAULT_SWEEP_FULL=1 takes every point. Returns the sweep's length in points. */
+/* Every point up to DENSE (a persistent fault: up to 100), then every STRIDE-th. SQLite's
+ * allocations make the trace writer's sweep 5,206 points long: every point is 50 s of child
+ * processes on 2 cores, more than CI can give. Under ASan a child costs about 5 times as much
+ * (the five sweeps at 600 / 7 took 410 s on the 2-core development machine, the trace writer's
+ * 238 of them), so a sanitized build samples more thinly; MP_FAULT_SWEEP_FULL=1 takes every
+ * point. */
+#if defined(__SANITIZE_ADDRESS__)
+enum { SWEEP_DENSE = 150, SWEEP_STRIDE = 17 };
+#else
+enum { SWEEP_DENSE = 600, SWEEP_STRIDE = 7 };
+#endif
 static int64_t next_nth(int64_t nth, bool persist)
 {
     static int full = -1;
     if (full < 0)
         full = getenv("MP_FAULT_SWEEP_FULL") && !strcmp(getenv("MP_FAULT_SWEEP_FULL"), "1");
-    return full || (nth < 600 && !persist) || nth < 100 ? nth + 1 : nth + 7;
+    return full || (nth < SWEEP_DENSE && !persist) || nth < 100 ? nth + 1 : nth + SWEEP_STRIDE;
 }
 
 static int64_t sweep(const sweep_case *c, int64_t max_points)

@@ -64,6 +64,16 @@ static expected_prompt *load_expected(uint32_t *n_prompts, uint32_t *n_vocab)
     return e;
 }
 
+static void free_expected(expected_prompt *e, uint32_t n_prompts)
+{
+    for (uint32_t i = 0; i < n_prompts; i++) {
+        free(e[i].ids);
+        free(e[i].logits);
+        free(e[i].continuation);
+    }
+    free(e);
+}
+
 static mp_model *load_model(void)
 {
     char *path = fixture_path("qwen3moe-tiny-f32.gguf");
@@ -106,6 +116,7 @@ Test(hf_parity, logits_match_transformers_f32)
         mp_session_free(s);
     }
     mp_model_free(m);
+    free_expected(e, n_prompts);
 }
 
 Test(hf_parity, greedy_continuations_match_transformers)
@@ -131,4 +142,5 @@ Test(hf_parity, greedy_continuations_match_transformers)
     free(logits);
     mp_session_free(s);
     mp_model_free(m);
+    free_expected(e, n_prompts);
 }

@@ -313,7 +313,7 @@ Test(simulate, sweep_points_equal_single_runs)
              costs_path(), common);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "sweep: decayed-lfu over alpha"), "%s", out);
-    cJSON *sw = cJSON_GetObjectItem(read_json("s.json"), "sweep");
+    cJSON *swept = read_json("s.json"), *sw = cJSON_GetObjectItem(swept, "sweep");
     cr_assert_not_null(sw);
     cr_assert_str_eq(cJSON_GetObjectItem(sw, "param")->valuestring, "alpha");
     cJSON *pts = cJSON_GetObjectItem(sw, "points");
@@ -343,6 +343,7 @@ Test(simulate, sweep_points_equal_single_runs)
         }
         cJSON_Delete(one);
     }
+    cJSON_Delete(swept);
     /* bad sweeps are usage errors, in one line */
     static const char *const bad[][2] = {
         {"--sweep gamma=1", "expected PARAM=V1,V2,... with PARAM alpha, beta"},
