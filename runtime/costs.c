@@ -97,6 +97,22 @@ static mp_status get_num(ctx *c, const cJSON *obj, const char *path, const char 
     return MP_OK;
 }
 
+/* obj.quant: a type name of 1..MP_COST_QUANT_MAX - 1 characters, into out (MP_COST_QUANT_MAX). */
+static mp_status get_quant(ctx *c, const cJSON *obj, const char *path, char *out)
+{
+    const cJSON *q;
+    mp_status st = get_member(c, obj, path, "quant", &q);
+    if (st)
+        return st;
+    if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_COST_QUANT_MAX) {
+        char sub[PATH_MAX_CHARS];
+        join(sub, path, "quant");
+        return bad(c, sub, "expected a type name of 1..%d characters", MP_COST_QUANT_MAX - 1);
+    }
+    snprintf(out, MP_COST_QUANT_MAX, "%s", q->valuestring);
+    return MP_OK;
+}
+
 static mp_status get_int(ctx *c, const cJSON *obj, const char *path, const char *key, double min, double *out)
 {
     mp_status st = get_num(c, obj, path, key, min, out);
@@ -180,17 +196,10 @@ static mp_status get_experts(ctx *c, const cJSON *root, const char *key, bool cp
     int i = 0;
     for (const cJSON *e = arr->child; e; e = e->next, i++) {
         mp_cost_expert *x = &(*out)[i];
-        char sub[PATH_MAX_CHARS], qpath[PATH_MAX_CHARS];
+        char sub[PATH_MAX_CHARS];
         join_index(sub, path, i);
-        if ((st = check_keys(c, e, sub, cpu ? cpu_keys : gpu_keys)))
+        if ((st = check_keys(c, e, sub, cpu ? cpu_keys : gpu_keys)) || (st = get_quant(c, e, sub, x->quant)))
             return st;
-        const cJSON *q;
-        if ((st = get_member(c, e, sub, "quant", &q)))
-            return st;
-        join(qpath, sub, "quant");
-        if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_COST_QUANT_MAX)
-            return bad(c, qpath, "expected a type name of 1..%d characters", MP_COST_QUANT_MAX - 1);
-        snprintf(x->quant, sizeof x->quant, "%s", q->valuestring);
         double v;
         if ((st = get_int(c, e, sub, "n_embd", 1, &v)))
             return st;
@@ -324,14 +333,11 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
                                        "expert_bytes", "points", NULL};
     static const char *const pkeys[] = {"cold", "far", "far_on", "median_ns", "spread_ns", "cpu_ns", "gpu_ns", NULL};
     const char *path = "$.decode_layers";
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *q, *pts;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *pts;
     double x;
     mp_status st = check_keys(c, v, path, keys);
-    if (st || (st = get_member(c, v, path, "quant", &q)))
+    if (st || (st = get_quant(c, v, path, d->quant)))
         return st;
-    if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_COST_QUANT_MAX)
-        return bad(c, "$.decode_layers.quant", "expected a type name of 1..%d characters", MP_COST_QUANT_MAX - 1);
-    snprintf(d->quant, sizeof d->quant, "%s", q->valuestring);
     if ((st = get_int(c, v, path, "n_embd", 1, &x)))
         return st;
     d->n_embd = (int64_t)x;

@@ -229,13 +229,9 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
         *gbs = (before + after) / 2;
     }
     if (!st) {
-        for (int i = 1; i < o->reps; i++) /* the median of the samples (insertion sort: a few) */
-            for (int j = i; j > 0 && samples[j] < samples[j - 1]; j--) {
-                const double t = samples[j];
-                samples[j] = samples[j - 1], samples[j - 1] = t;
-            }
-        const double tok_s = o->reps % 2 ? samples[o->reps / 2] : (samples[o->reps / 2 - 1] + samples[o->reps / 2]) / 2;
-        *ms = tok_s > 0 ? 1000.0 / tok_s : 0;
+        mp_bench_stats bs; /* the median as bench reports it */
+        mp_bench_stats_compute(samples, (int)o->reps, &bs);
+        *ms = bs.median > 0 ? 1000.0 / bs.median : 0;
     }
     mp_session_free(s);
     mp_placement_free(&pl);

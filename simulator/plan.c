@@ -52,9 +52,13 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
         for (uint32_t e = 0; e < E; e++)
             all += (double)counts[e];
         cold = all;
+        const mp_far_layer *far_on = NULL; /* the table f(c) is the grid's, the same for every
+                                            * capacity: only whether a capacity turns it on differs */
         for (uint32_t c = 0; c < E; c++) {
             mp_decide_far_layer(&tab->dc, mp_decide_cold_share(cold, all, c, E), &far[c]);
             cold -= (double)counts[order[c]];
+            if (far[c].on && !far_on)
+                far_on = &far[c];
         }
         memset(diff, 0, sizeof *diff * 2 * ((size_t)E + 2));
         for (uint64_t si = 0; si < st->train_steps; si++) {
@@ -108,13 +112,11 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                         const double t_off = sim_decode_layer_ns(tab, &off, n_cold, &unused);
                         if (!isnan(t_off))
                             piece[0] = t_off;
-                        /* every capacity of the piece with far routes on has the same table */
-                        for (uint32_t c = lo; c <= hi; c++)
-                            if (far[c].on) {
-                                const double t_on = sim_decode_layer_ns(tab, &far[c], n_cold, &unused);
-                                piece[1] = isnan(t_on) ? curve : t_on;
-                                break;
-                            }
+                        /* read only by the piece's capacities that turn far routes on */
+                        if (far_on) {
+                            const double t_on = sim_decode_layer_ns(tab, far_on, n_cold, &unused);
+                            piece[1] = isnan(t_on) ? curve : t_on;
+                        }
                     }
                     diff[lo] += piece[0];
                     diff[hi + 1] -= piece[0];
