@@ -32,7 +32,7 @@ TEXT = re.compile(
     r"|\bcalls?[ ][0-9]+\b"
     r"|\bs[0-9]+[ ]calls?\b"
     r"|\bthe[ ]lead\b"
-    r"|\blead.s\b"
+    r"|\blea[d].s\b"
     r"|\bother[ ]helpers\b",
     re.IGNORECASE)
 
