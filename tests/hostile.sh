@@ -127,15 +127,19 @@ unchanged "a write past the file-size limit"
 no_temporaries "file-size limit"
 
 # ---- kill -9: the old output survives; what the killed run left is refused ----
-for i in $(seq 1 200); do echo "\"Prompt number $i about experts and routing\""; done > long.jsonl
+# long enough that no run finishes before its kill (200 prompts x 16 tokens took under 1 s on the
+# 2-core development machine; this is 40 times the work)
+for i in $(seq 1 2000); do echo "\"Prompt number $i about experts and routing\""; done > long.jsonl
 snapshot big.db
 for delay in 0.05 0.2 0.5 1.0; do
     cases=$((cases + 1))
-    "$B" collect -m "$MODEL" --prompts long.jsonl --trace big.db --max-tokens 16 --no-progress --force >/dev/null 2>&1 &
+    "$B" collect -m "$MODEL" --prompts long.jsonl --trace big.db --max-tokens 64 --no-progress --force >/dev/null 2>&1 &
     pid=$!
     sleep "$delay"
     kill -9 "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
+    st=$?
+    [ "$st" = 137 ] || fail "collect was to be killed at ${delay}s but ended by itself (exit $st): lengthen long.jsonl"
     unchanged "big.db after collect was killed at ${delay}s"
     for left in big.db.tmp.*; do
         case $left in *-wal | *-shm | *-journal) continue ;; esac
