@@ -2,7 +2,7 @@
  * manifest are written for one budget, the check decodes with them and the trace's routing, and
  * the predicted (for the whole trace, and for the check's rows under the profile just written) and
  * measured speeds stand side by side; on the CPU executor (this machine has no
- * GPU) the difference is more than 10 % and the warning names the executor as the likely cause.
+ * GPU) a warning says the two do not compare, whatever the difference.
  * Bad input is refused in one line: missing arguments, an online policy, a budget list, an
  * existing profile without --force, a trace of one row. Speeds are never compared with a number. */
 #include <criterion/criterion.h>
@@ -59,8 +59,10 @@ Test(plan, makes_a_profile_and_checks_it)
     const char *chk = strstr(out, "plan: the check's 9 rows: predicted ");
     cr_assert(chk && pred < chk && chk < meas, "%s", out);
     cr_assert_not_null(strstr(meas, "tg8, median of 3"), "%s", out);
-    cr_assert_not_null(strstr(out, "plan: warning: measured and predicted differ by "), "%s", out);
-    cr_assert_not_null(strstr(out, "likely the check ran on the CPU executor"), "%s", out);
+    /* whatever the difference, a CPU check is said not to compare (the prediction is the GPU's) */
+    cr_assert_not_null(strstr(out, "plan: warning: the check ran on the CPU executor, the prediction is the GPU "
+                                   "executor's: the two do not compare"), "%s", out);
+    cr_assert_null(strstr(out, "plan: warning: measured and predicted differ by "), "%s", out);
     /* the baselines plan must not lose to were simulated beside it */
     cr_assert_not_null(strstr(out, "first-n-cpu"), "%s", out);
     cr_assert_not_null(strstr(out, "static-topn"), "%s", out);
