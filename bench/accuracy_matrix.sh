@@ -9,7 +9,7 @@
 #
 #   [MOEPLAN=build/cli/moeplan] [GEN=build/bench/gen_routing_trace] [SHAPES="qwen3-q4 mixtral-q4 ..."]
 #   [POLICIES="first-n-cpu static-topn plan"] [THREADS=N (default: all CPUs)] [WORK=/tmp/mp-matrix]
-#   [OUT=out/accuracy-matrix] [CALIBRATE_ARGS="--rows 1,2,4 --reps 3"] [KEEP_MODELS=0]
+#   [OUT=out/accuracy-matrix] [CALIBRATE_ARGS="--rows 1,2,4 --reps 3"] [REPS=1] [KEEP_MODELS=0]
 #   bash bench/accuracy_matrix.sh
 #
 # Shapes: name, model, trace (REQUESTS x TOKENS synthetic decode rows, Zipf exponent 1.0 with
@@ -22,6 +22,7 @@
 #   olmoe-q4    --preset olmoe --quant q4_k_m (16 x 64 experts, top-8, 4.1 MB experts): f0.25 .. f0.9
 #   flame       --preset flame with FLAME-MoE-290M's real routing (tests/fixtures/traces: 8 sequences
 #               x 64 tokens, 25 layers x 64 experts, top-6): f0.25 .. f0.9
+# REPS: measured repetitions of each row's decode (bench -r; the row's median), after a warm-up.
 # Models are deleted after their shape (they are tens of GB) unless KEEP_MODELS=1. Results:
 # $OUT/<shape>/sim-accuracy.{md,json} and $OUT/matrix.md. A failing shape is reported and the next
 # one runs; the exit status is 1 when any failed.
@@ -36,6 +37,7 @@ THREADS=${THREADS:-$(nproc)}
 WORK=${WORK:-/tmp/mp-matrix}
 OUT=${OUT:-out/accuracy-matrix}
 CALIBRATE_ARGS=${CALIBRATE_ARGS:---rows 1,2,4 --reps 3}
+REPS=${REPS:-1}
 BIG_BUDGETS="8GiB 12GiB 16GiB 24GiB"
 SMALL_BUDGETS="f0.25 f0.5 f0.75 f0.9"
 
@@ -121,7 +123,7 @@ EOF
     done
     log "$name: sim_accuracy, budgets$bb, policies $POLICIES"
     if ! MOEPLAN="$MOEPLAN" MODEL="$model" COSTS="$costs" TRACE="$trace" BUDGETS="${bb# }" POLICIES="$POLICIES" \
-        THREADS="$THREADS" EXECUTOR=gpu OUT="$dir" bash bench/sim_accuracy.sh >"$dir/sim-accuracy.log" 2>&1; then
+        THREADS="$THREADS" REPS="$REPS" EXECUTOR=gpu OUT="$dir" bash bench/sim_accuracy.sh >"$dir/sim-accuracy.log" 2>&1; then
         log "$name: sim_accuracy failed: $(tail -1 "$dir/sim-accuracy.log")"
         failed=1
     fi

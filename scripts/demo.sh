@@ -8,12 +8,16 @@
 #   `moeplan plan`: the same budget's profile made and checked against a measured decode.
 # On a machine without a GPU, calibrate measures the CPU side only, so the simulation uses the
 # cost file measured on an H200 for this same model (examples/costs-h200-tiny.json).
-# Everything it writes goes to out/ (git-ignored).
+# Everything it writes goes to out/ (git-ignored). On the GPU machine, which reaches no package
+# registry, `bash scripts/gpu.sh demo` runs it with DEMO_BUILD=build-gpu (a build made there, no
+# setup step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/build.sh build
-mp=build/cli/moeplan
+if [ -z "${DEMO_BUILD:-}" ]; then
+    bash scripts/setup.sh
+    bash scripts/build.sh build
+fi
+mp=${DEMO_BUILD:-build}/cli/moeplan
 mkdir -p out
 step() { printf '\n=== %s\n' "$*"; }
 

@@ -52,7 +52,10 @@
 #              (extra flags in CALIBRATE_ARGS, e.g. "--reps 9")
 #   accuracy-matrix  simulated vs measured decode ms/token per shape x budget x policy: qwen3-30b-a3b
 #              q4_k_m and q8_0, mixtral, olmoe, a 256-expert qwen3moe, flame with its real routing
-#              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks) -> $OUT/accuracy-matrix/matrix.md
+#              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks, MATRIX_REPS measured repetitions per
+#              row, default 3) -> $OUT/accuracy-matrix/matrix.md
+#   demo       scripts/demo.sh (the README's first command) with this build: calibrate measures the
+#              GPU here, run and plan use the GPU executor -> $OUT/demo.log
 #   sim-accuracy  simulated vs measured decode ms/token per budget and policy on the qwen3-30b-a3b
 #              preset (bench/sim_accuracy.sh) -> $OUT/sim-accuracy.{md,json,log}; costs from
 #              $OUT/costs-h200.json when the calibrate stage ran first, else
@@ -344,8 +347,13 @@ for stage in "${stages[@]}"; do
         MOEPLAN=build-gpu/cli/moeplan GEN=build-gpu/bench/gen_routing_trace OUT="$OUT/accuracy-matrix" \
             SHAPES="${MATRIX_SHAPES:-qwen3-q4 mixtral-q4 olmoe-q4 qwen3-256 flame qwen3-q8}" \
             POLICIES="${MATRIX_POLICIES:-first-n-cpu static-topn plan}" \
-            CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" \
+            CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" REPS="${MATRIX_REPS:-3}" \
             bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
+    demo)
+        build || { rc=1; continue; }
+        DEMO_BUILD=build-gpu bash scripts/demo.sh 2>&1 | tee "$OUT/demo.log" | tail -30
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     sim-accuracy)
@@ -368,7 +376,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, demo, sim-accuracy)" >&2
         exit 2
         ;;
     esac
