@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/hang_dump.h"
 #include "kernels/quant.h"
+#include "runtime/build_info.h"
 #include "collector/route_replay.h"
 
 /* `run` and `bench` live in the runtime, which never links the trace reader: the CLI, above
@@ -44,11 +45,22 @@ static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 static void usage(FILE *f)
 {
     fprintf(f, "moeplan %s — profile MoE routing and plan expert placement\n\n"
-               "usage: moeplan COMMAND [options]   (moeplan COMMAND --help for each)\n\ncommands:\n",
+               "usage: moeplan COMMAND [options]   (moeplan COMMAND --help for each)\n"
+               "       moeplan --version\n\ncommands:\n",
             MP_VERSION);
     for (int i = 0; i < n_commands; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "  %-10s %s\n", "version", "print the version");
+    fprintf(f, "  %-10s %s\n", "version", "print the version, the git commit and the build options");
+    fprintf(f, "\noptions:\n"
+               "  -h, --help     show this help\n"
+               "  -V, --version  print the version, the git commit and the build options\n");
+}
+
+/* "moeplan VERSION", then one "KEY VALUE" line each for the commit and the build options, so that
+ * a script can take one with awk '$1 == "commit" { print $2 }'. */
+static void print_version(void)
+{
+    printf("moeplan %s\ncommit %s\nbuild %s\n", MP_VERSION, mp_build_commit(), mp_build_options());
 }
 
 int main(int argc, char **argv)
@@ -62,8 +74,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (!strcmp(name, "version") || !strcmp(name, "--version")) {
-        printf("moeplan %s\n", MP_VERSION);
+    if (!strcmp(name, "version") || !strcmp(name, "--version") || !strcmp(name, "-V")) {
+        print_version();
         return 0;
     }
     /* Under a file-size limit (ulimit -f) a write past it raises SIGXFSZ, whose default action
