@@ -27,6 +27,7 @@
 
 #include "collector/sha256.h"
 #include "runtime/atomic_file.h"
+#include "runtime/build_info.h"
 #include "runtime/fault.h"
 #include "runtime/json.h"
 #include "kernels/quant.h"
@@ -373,9 +374,10 @@ mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *in, mp_e
     if ((s = prepare(w, "INSERT INTO run(id, moeplan_version, source, source_path, model_path,"
                         " model_sha256, architecture, n_layers, n_moe_layers, n_experts, top_k,"
                         " n_embd, n_ff_expert, n_vocab, quant_types, device, gpu_name, cpu_model,"
-                        " threads, profile_sha256, budget_bytes, config_json, start_time, status)"
+                        " threads, profile_sha256, budget_bytes, config_json, start_time, status,"
+                        " moeplan_commit, moeplan_build)"
                         " VALUES (1,?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,"
-                        "?18,?19,?20,?21,?22,'running')",
+                        "?18,?19,?20,?21,?22,'running',?23,?24)",
                      &st, err)))
         return s;
     char t[32];
@@ -408,6 +410,8 @@ mp_status mp_trace_set_run(mp_trace_writer *w, const mp_trace_run_info *in, mp_e
     sqlite3_bind_text(st, 21, config, -1, SQLITE_TRANSIENT);
     free(config);
     sqlite3_bind_text(st, 22, t, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 23, mp_build_commit(), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 24, mp_build_options(), -1, SQLITE_STATIC);
     s = step_once(w, st, err, "writing the run row");
     sqlite3_finalize(st);
     if (s == MP_OK)

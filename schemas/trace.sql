@@ -44,7 +44,11 @@ CREATE TABLE run (
   start_time      TEXT NOT NULL, -- ISO 8601 UTC
   end_time        TEXT,          -- set by finish or abort
   status          TEXT NOT NULL CHECK (status IN ('running', 'complete', 'aborted')),
-  error           TEXT           -- why the run was aborted
+  error           TEXT,          -- why the run was aborted
+  -- Added to version 2 without changing it: readers name their columns, so they ignore these,
+  -- and traces written before these existed lack them.
+  moeplan_commit  TEXT,     -- git describe of the writer's source tree, 'unknown' outside a checkout
+  moeplan_build   TEXT      -- the writer's build options ('buildtype=release cuda=enabled ...')
 );
 
 CREATE TABLE nodes (

@@ -1,7 +1,8 @@
 /* tests/unit/test_cmd_collect.c — `moeplan collect` end to end on the tiny Qwen3-MoE fixture
  * (tests/fixtures/hf): the trace is complete and consistent with the run (requests, steps, rows,
  * routing per layer, ids in range, renormalized weights), both writer paths record identical
- * routing, the results JSON matches, and bad inputs fail before a trace exists. */
+ * routing, the results JSON matches, the run row names the writer's version, commit and build, and
+ * bad inputs fail before a trace exists. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "collector/trace_read.h"
+#include "runtime/build_info.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256], model[512], prompts[300];
@@ -185,6 +187,53 @@ Test(cmd_collect, sync_and_async_writers_record_identical_routing)
     cr_assert_eq(same, a, "%lld of %lld routing records differ", (long long)(a - same), (long long)a);
     /* --batch 8 splits the 47-token prompt into prefill chunks: several prefill steps */
     cr_assert_gt(prefill_steps, 2);
+}
+
+/* The run row names the moeplan that wrote it: version, commit and build options, as the binary's
+ * --version says; a trace whose run table lacks the commit and build columns (as traces written
+ * before they existed do) still opens and validates. */
+Test(cmd_collect, trace_records_the_writers_build)
+{
+    write_prompts("[\"Hello world\"]");
+    char args[2048], err[4096], trace[300];
+    snprintf(trace, sizeof trace, "%s/run.db", tmpdir);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 2 "
+             "--no-progress", model, prompts, trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open(trace, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT moeplan_version, moeplan_commit, moeplan_build FROM run",
+                                    -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), MP_VERSION);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), mp_build_commit());
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 2), mp_build_options());
+    sqlite3_finalize(st);
+    cr_assert_gt(strlen(mp_build_commit()), 0);
+    cr_assert_not_null(strstr(mp_build_options(), "buildtype="), "%s", mp_build_options());
+
+    /* the run table without the two columns: a copy of the others (ALTER TABLE DROP COLUMN
+     * refuses this table's commented DDL) */
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT group_concat(name, ', ') FROM pragma_table_info('run')"
+                                        " WHERE name NOT IN ('moeplan_commit', 'moeplan_build')",
+                                    -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    char sql[1024];
+    snprintf(sql, sizeof sql, "CREATE TABLE run_without AS SELECT %s FROM run; DROP TABLE run;"
+             " ALTER TABLE run_without RENAME TO run", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT moeplan_commit FROM run", -1, &st, NULL), SQLITE_ERROR);
+    sqlite3_close(db);
+    mp_trace_reader *r;
+    mp_error e;
+    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
+    cr_assert_str_eq(mp_trace_reader_run(r)->moeplan_version, MP_VERSION);
+    mp_trace_reader_close(r);
+    snprintf(args, sizeof args, "analyze --validate-only '%s'", trace);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
 }
 
 static char *read_all(const char *path, size_t *n)
