@@ -30,6 +30,7 @@
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/bench.h"
+#include "runtime/build_info.h"
 #include "runtime/gguf.h"
 #include "runtime/model.h"
 #include "runtime/executor.h"
@@ -375,6 +376,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
     cJSON *root = cJSON_CreateObject();
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "rows") : NULL;
     bool ok = arr && add_str(root, "moeplan_version", MP_VERSION) &&
+              add_str(root, "moeplan_commit", mp_build_commit()) &&
               add_str(root, "note", executor_note(c));
     for (int i = 0; ok && i < n_rows; i++) {
         const bench_row *r = &rows[i];
@@ -386,7 +388,11 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
         }
         char test[48];
         snprintf(test, sizeof test, "%s%" PRId64, kind_name(r->kind), r->n);
-        ok = add_str(o, "model_file", c->file) && add_num(o, "model_size_bytes", (double)c->size_bytes) &&
+        /* which build measured: a row copied out of its file still says (speeds of a debug or
+         * sanitizer build are not comparable with a release build's) */
+        ok = add_str(o, "moeplan_version", MP_VERSION) && add_str(o, "moeplan_commit", mp_build_commit()) &&
+             add_str(o, "moeplan_build", mp_build_options());
+        ok = ok && add_str(o, "model_file", c->file) && add_num(o, "model_size_bytes", (double)c->size_bytes) &&
              add_str(o, "arch", c->arch) && add_str(o, "quant", c->quant) &&
              (c->file_type < 0 ? cJSON_AddNullToObject(o, "gguf_file_type") != NULL :
                                  add_num(o, "gguf_file_type", (double)c->file_type)) &&

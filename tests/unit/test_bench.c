@@ -3,10 +3,11 @@
  *
  * The CLI tests run the built binary on tests/fixtures/hf/qwen3moe-tiny-f32.gguf (small and quick to
  * load) and check the output's structure: one JSON row per (test, size) with R positive samples and
- * consistent statistics, the placement and budget in every row, the markdown table, strict flag
- * parsing (exit 2, one line), and a test longer than the context (exit 1, no stdout). Speeds are
- * never compared against a number: only that they are measured (> 0). The helper tests use fresh
- * random inputs, seeded from the clock (or MP_TEST_SEED); the seed is printed on failure. */
+ * consistent statistics, the placement and budget and the build that measured in every row, the
+ * markdown table, strict flag parsing (exit 2, one line), and a test longer than the context
+ * (exit 1, no stdout). Speeds are never compared against a number: only that they are measured
+ * (> 0). The helper tests use fresh random inputs, seeded from the clock (or MP_TEST_SEED); the
+ * seed is printed on failure. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "runtime/bench.h"
+#include "runtime/build_info.h"
 #include "runtime/gpu.h"
 #include "tests/unit/cli_util.h"
 
@@ -77,6 +79,9 @@ static void check_row(const cJSON *row, const char *test, const char *kind, doub
     const bool gpu = !strcmp(str_of(row, "executor"), "gpu");
     cr_assert(gpu ? mp_gpu_available(why, sizeof why) : !strcmp(str_of(row, "executor"), "cpu"),
               "executor %s", str_of(row, "executor"));
+    cr_assert_str_eq(str_of(row, "moeplan_version"), MP_VERSION);
+    cr_assert_str_eq(str_of(row, "moeplan_commit"), mp_build_commit());
+    cr_assert_str_eq(str_of(row, "moeplan_build"), mp_build_options());
     cr_assert_str_eq(str_of(row, "model_file"), "qwen3moe-tiny-f32.gguf");
     cr_assert_str_eq(str_of(row, "arch"), "qwen3moe");
     cr_assert_str_eq(str_of(row, "quant"), "F32");
@@ -134,6 +139,8 @@ Test(bench, json_rows_with_placement_and_budget)
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_prompt"), 1);
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_gen"), 8);
     cr_assert_not_null(strstr(str_of(root, "note"), "executor cpu"));
+    cr_assert_str_eq(str_of(root, "moeplan_version"), MP_VERSION);
+    cr_assert_str_eq(str_of(root, "moeplan_commit"), mp_build_commit());
     /* progress: a warm-up and every repetition of every test */
     cr_assert_not_null(strstr(err, "pp32: warm-up"), "%s", err);
     cr_assert_not_null(strstr(err, "tg8: repetition 3/3"), "%s", err);
