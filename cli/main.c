@@ -1,4 +1,6 @@
-/* cli/main.c — the `moeplan` binary: dispatches subcommands to the modules that own them. */
+/* cli/main.c — the `moeplan` binary: reads the knobs (runtime/knobs.h) from the environment once,
+ * refusing a value that is not allowed, sets the kernels' switches from them, and dispatches
+ * subcommands to the modules that own them. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +9,7 @@
 #include "cli/hang_dump.h"
 #include "kernels/quant.h"
 #include "collector/route_replay.h"
+#include "runtime/knobs.h"
 
 /* `run` and `bench` live in the runtime, which never links the trace reader: the CLI, above
  * both, hands them route replay as a function table (docs/placement.md). */
@@ -70,8 +73,15 @@ int main(int argc, char **argv)
      * kills the process silently, leaving temporaries behind; ignored, the write fails with EFBIG
      * and the writer reports it in one line and cleans up (runtime/atomic_file.h). */
     signal(SIGXFSZ, SIG_IGN);
-    mp_hang_dump_arm();
-    const char *isa_note = mp_kernels_isa_warning(); /* an MP_ISA not honored is said, once */
+    mp_knobs knobs;
+    mp_error err;
+    if (mp_knobs_start(&knobs, &err)) {
+        fprintf(stderr, "moeplan: %s\n", err.msg);
+        return 2;
+    }
+    if (knobs.hang_dump_s && !mp_hang_dump_arm((unsigned)knobs.hang_dump_s))
+        fprintf(stderr, "moeplan: MP_HANG_DUMP_S: could not arm the stack dump\n");
+    const char *isa_note = mp_kernels_isa_warning(); /* an MP_ISA the CPU lacks is said, once */
     if (isa_note)
         fprintf(stderr, "moeplan: warning: %s\n", isa_note);
     for (int i = 0; i < n_commands; i++)
