@@ -13,34 +13,36 @@
 
 /* `run` and `bench` live in the runtime, which never links the trace reader: the CLI, above
  * both, hands them route replay as a function table (docs/placement.md). */
-static int cmd_run(int argc, char **argv)
+static int cmd_run(int argc, char **argv, const mp_knobs *knobs)
 {
-    return mp_cmd_run_with(argc, argv, &mp_route_replay_ops);
+    return mp_cmd_run_with(argc, argv, &mp_route_replay_ops, knobs);
 }
 
-static int cmd_bench(int argc, char **argv)
+static int cmd_bench(int argc, char **argv, const mp_knobs *knobs)
 {
-    return mp_cmd_bench_with(argc, argv, &mp_route_replay_ops);
+    return mp_cmd_bench_with(argc, argv, &mp_route_replay_ops, knobs);
 }
 
+/* One of fn (commands the knobs do not reach) and with_knobs (those they do) is set. */
 typedef struct command {
     const char *name;
     int (*fn)(int argc, char **argv);
+    int (*with_knobs)(int argc, char **argv, const mp_knobs *knobs);
     const char *summary;
 } command;
 
 static const command commands[] = {
-    {"run", cmd_run, "generate text from a GGUF MoE model"},
-    {"bench", cmd_bench, "measure prefill and decode tok/s (pp/tg tests, repetitions, md/json)"},
-    {"inspect", mp_cmd_inspect, "print a GGUF model's metadata, tensors and bytes per expert"},
-    {"mkmodel", mp_cmd_mkmodel, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
-    {"collect", mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},
-    {"import", mp_cmd_import, "convert onnxruntime / Strata / CSV routing traces into a trace"},
-    {"analyze", mp_cmd_analyze, "validate traces; expert popularity, coverage, locality, drift"},
-    {"calibrate", mp_cmd_calibrate, "measure this machine's costs (CPU/GPU experts, copies, sync) into costs.json"},
-    {"simulate", mp_cmd_simulate, "replay a trace under budgets and placement policies; emit profiles"},
-    {"plan", mp_cmd_plan, "make a profile for one budget and check it: predicted against measured decode"},
-    {"profile", mp_cmd_profile, "inspect or verify an STRP placement profile"},
+    {"run", NULL, cmd_run, "generate text from a GGUF MoE model"},
+    {"bench", NULL, cmd_bench, "measure prefill and decode tok/s (pp/tg tests, repetitions, md/json)"},
+    {"inspect", mp_cmd_inspect, NULL, "print a GGUF model's metadata, tensors and bytes per expert"},
+    {"mkmodel", mp_cmd_mkmodel, NULL, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
+    {"collect", NULL, mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},
+    {"import", mp_cmd_import, NULL, "convert onnxruntime / Strata / CSV routing traces into a trace"},
+    {"analyze", mp_cmd_analyze, NULL, "validate traces; expert popularity, coverage, locality, drift"},
+    {"calibrate", NULL, mp_cmd_calibrate, "measure this machine's costs (CPU/GPU experts, copies, sync) into costs.json"},
+    {"simulate", mp_cmd_simulate, NULL, "replay a trace under budgets and placement policies; emit profiles"},
+    {"plan", NULL, mp_cmd_plan, "make a profile for one budget and check it: predicted against measured decode"},
+    {"profile", mp_cmd_profile, NULL, "inspect or verify an STRP placement profile"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 
@@ -86,7 +88,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "moeplan: warning: %s\n", isa_note);
     for (int i = 0; i < n_commands; i++)
         if (!strcmp(name, commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+            return commands[i].fn ? commands[i].fn(argc - 1, argv + 1)
+                                  : commands[i].with_knobs(argc - 1, argv + 1, &knobs);
     fprintf(stderr, "moeplan: unknown command '%s' (try moeplan --help)\n", name);
     return 2;
 }

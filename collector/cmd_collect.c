@@ -254,7 +254,7 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
     return MP_OK;
 }
 
-int mp_cmd_collect(int argc, char **argv)
+int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
 {
     mp_collect_opts o;
     mp_error err;
@@ -317,7 +317,7 @@ int mp_cmd_collect(int argc, char **argv)
         goto out;
     }
     mp_session_params sessp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads, .n_batch = o.n_batch,
-                               .hooks = &hooks};
+                               .hooks = &hooks, .knobs = knobs};
     if (o.route_replay) {
         if ((st = mp_route_replay_open(o.route_replay, m->hp.n_layer, m->hp.n_expert,
                                        m->hp.n_expert_used, &rr, &err)))

@@ -60,7 +60,7 @@ static void usage(FILE *f)
             "      --ctx N          context length (default: the largest test's need; a test\n"
             "                       longer than the model's trained context needs --ctx)\n"
             "      --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
-            "      --no-simd        use the scalar reference kernels\n"
+            "      --no-simd        use the scalar reference kernels (as MP_ISA=scalar)\n"
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
             "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "  -o, --output FMT     md (default) or json\n"
@@ -522,7 +522,8 @@ static mp_status print_plan(const bench_opts *o, const mp_model *m, const bench_
     return MP_OK;
 }
 
-static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, mp_error *err)
+static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, const mp_knobs *knobs,
+                       mp_error *err)
 {
     mp_model *m = NULL;
     mp_session *s = NULL;
@@ -561,7 +562,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
                             "use smaller -p/-n, or --ctx N to go past it");
         goto done;
     }
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0, .knobs = knobs};
     if (o->route_replay) {
         if (!replay) {
             st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
@@ -668,10 +669,12 @@ done:
 
 int mp_cmd_bench(int argc, char **argv)
 {
-    return mp_cmd_bench_with(argc, argv, NULL);
+    mp_knobs defaults;
+    mp_knobs_defaults(&defaults);
+    return mp_cmd_bench_with(argc, argv, NULL, &defaults);
 }
 
-int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay)
+int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay, const mp_knobs *knobs)
 {
     bench_opts o;
     const int rc = parse_args(argc, argv, &o);
@@ -679,10 +682,13 @@ int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay)
         return 0;
     if (rc == 2)
         return 2;
-    if (o.no_simd)
-        mp_kernels_force_scalar(1);
     mp_error err = {0};
-    if (bench(&o, replay, &err) != MP_OK) {
+    mp_knobs k = *knobs;
+    if (o.no_simd) { /* the flag form of MP_ISA=scalar */
+        mp_knobs_set(&k, "MP_ISA", "scalar", MP_KNOB_FLAG, &err);
+        mp_knobs_apply_kernels(&k);
+    }
+    if (bench(&o, replay, &k, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan bench: error: %s\n", err.msg);
         return 1;

@@ -1,6 +1,7 @@
 /* tests/unit/test_knobs.c — the knob table (runtime/knobs.h): every type parses, each entry sets
  * its own field, values that are not allowed are refused in one line naming the variable, the
- * value and what was expected; a bad value stops any command before it runs. */
+ * value and what was expected; a bad value stops any command before it runs; no library file but
+ * runtime/knobs.c reads the environment. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -305,4 +306,33 @@ Test(knobs, a_bad_value_stops_any_command)
         free(out);
     }
     unsetenv("MP_GPU_HOST_EXPERTS");
+}
+
+/* The knob table is the only reader of the environment in the library and the programs (tests
+ * read their own variables): a getenv call anywhere else would be a knob outside the table. */
+Test(knobs, no_other_library_code_reads_the_environment)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && git ls-files -- kernels runtime collector analyzer simulator cli bench 2>/dev/null | "
+             "grep -E '\\.(c|h|cu|cuh)$' | xargs -r grep -ln 'getenv' --", root);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char found[4096] = "";
+    size_t n = fread(found, 1, sizeof found - 1, p);
+    found[n] = 0;
+    pclose(p);
+    char listed[4200];
+    snprintf(listed, sizeof listed, "cd '%s' && git ls-files -- runtime/knobs.c", root);
+    p = popen(listed, "r");
+    cr_assert_not_null(p);
+    char self[256] = "";
+    n = fread(self, 1, sizeof self - 1, p);
+    self[n] = 0;
+    pclose(p);
+    if (!*self)
+        cr_skip_test("not a git checkout: the sources cannot be listed");
+    cr_assert_str_eq(found, "runtime/knobs.c\n", "getenv outside the knob table:\n%s", found);
 }
