@@ -1,6 +1,6 @@
 /* cli/commands.h — every subcommand's entry point. Each is defined in the module that owns it
  * and returns the process exit status (0 ok, 1 failure, 2 usage error); none calls exit().
- * Commands that run the model take the knobs main read at start
+ * Commands that run the model (or print the knobs) take the knobs main read at start
  * (runtime/knobs.h); the others never see them. */
 #ifndef MP_CLI_COMMANDS_H
 #define MP_CLI_COMMANDS_H
@@ -14,6 +14,7 @@ int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay, co
 int mp_cmd_bench(int argc, char **argv);   /* runtime/cmd_bench.c (no route replay, default knobs) */
 /* `bench` with --route-replay served by replay, as mp_cmd_run_with. */
 int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay, const mp_knobs *knobs);
+int mp_cmd_config(int argc, char **argv, const mp_knobs *knobs); /* runtime/cmd_config.c */
 int mp_cmd_inspect(int argc, char **argv); /* runtime/cmd_inspect.c */
 int mp_cmd_mkmodel(int argc, char **argv); /* runtime/cmd_mkmodel.c */
 int mp_cmd_profile(int argc, char **argv); /* runtime/cmd_profile.c */

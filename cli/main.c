@@ -43,6 +43,7 @@ static const command commands[] = {
     {"simulate", mp_cmd_simulate, NULL, "replay a trace under budgets and placement policies; emit profiles"},
     {"plan", NULL, mp_cmd_plan, "make a profile for one budget and check it: predicted against measured decode"},
     {"profile", mp_cmd_profile, NULL, "inspect or verify an STRP placement profile"},
+    {"config", NULL, mp_cmd_config, "print every MP_* knob: value, default, where it came from, what it does"},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

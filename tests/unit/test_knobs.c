@@ -1,6 +1,7 @@
 /* tests/unit/test_knobs.c — the knob table (runtime/knobs.h): every type parses, each entry sets
  * its own field, values that are not allowed are refused in one line naming the variable, the
- * value and what was expected; a bad value stops any command before it runs; no library file but
+ * value and what was expected; `moeplan config` lists every knob (text, JSON) and docs/config.md
+ * holds its --doc table; a bad value stops any command before it runs; no library file but
  * runtime/knobs.c reads the environment. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -292,10 +293,85 @@ Test(knobs, apply_sets_the_isa_cap)
     cr_assert_str_eq(mp_kernels_isa(), best);
 }
 
+/* `moeplan config`: a header and one line per knob, in table order, with the environment's value
+ * and source; --json the same as objects; an unknown argument exits 2. */
+Test(knobs, config_lists_every_knob)
+{
+    char err[4096];
+    cr_assert_eq(setenv("MP_MOE_PIPE_UNITS", "12", 1), 0);
+    int rc = mp_test_moeplan(tmpdir, "config", MP_TEST_STDERR, err, sizeof err);
+    char *out = mp_test_stdout(tmpdir);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(err, "");
+    const char *line = out;
+    cr_assert_eq(strncmp(line, "knob ", 5), 0, "%s", out);
+    line = strchr(line, '\n') + 1;
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const mp_knob_def *d = mp_knob_at(i);
+        const size_t n = strlen(d->name);
+        cr_assert(!strncmp(line, d->name, n) && line[n] == ' ', "line %d is not %s: %.80s", i + 1, d->name, line);
+        const char *end = strchr(line, '\n');
+        cr_assert_not_null(end);
+        char text[512];
+        snprintf(text, sizeof text, "%.*s", (int)(end - line), line);
+        cr_assert_not_null(strstr(text, d->doc), "%s: no doc line in '%s'", d->name, text);
+        char dflt[64], want[160];
+        const bool env = !strcmp(d->name, "MP_MOE_PIPE_UNITS");
+        mp_knob_default_text(i, dflt, sizeof dflt);
+        snprintf(want, sizeof want, " %-8s %-8s %-7s ", env ? "12" : dflt, dflt, env ? "env" : "default");
+        cr_assert_not_null(strstr(text, want), "%s: '%s' lacks '%s'", d->name, text, want);
+        line = end + 1;
+    }
+    cr_assert_eq(*line, '\0', "lines after the last knob: %s", line);
+    free(out);
+
+    rc = mp_test_moeplan(tmpdir, "config --json", MP_TEST_STDERR, err, sizeof err);
+    out = mp_test_stdout(tmpdir);
+    cr_assert_eq(rc, 0, "%s", err);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "%s", out);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "knobs");
+    cr_assert_eq(cJSON_GetArraySize(arr), mp_knob_count());
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const cJSON *o = cJSON_GetArrayItem(arr, i);
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "name")->valuestring, mp_knob_at(i)->name);
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "doc")->valuestring, mp_knob_at(i)->doc);
+        const bool env = !strcmp(mp_knob_at(i)->name, "MP_MOE_PIPE_UNITS");
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "source")->valuestring, env ? "env" : "default");
+        if (env)
+            cr_assert_eq(cJSON_GetObjectItemCaseSensitive(o, "value")->valuedouble, 12);
+    }
+    cJSON_Delete(root);
+    free(out);
+    unsetenv("MP_MOE_PIPE_UNITS");
+    cr_assert_eq(mp_test_moeplan(tmpdir, "config --yaml", MP_TEST_STDERR, err, sizeof err), 2);
+    cr_assert_not_null(strstr(err, "unknown argument '--yaml'"), "%s", err);
+    cr_assert_eq(mp_test_moeplan(tmpdir, "config --help", MP_TEST_STDERR, err, sizeof err), 0);
+}
+
+/* docs/config.md holds `moeplan config --doc` verbatim: the page and the table cannot drift apart
+ * (regenerate the page's table with that command when this fails). */
+Test(knobs, docs_hold_the_table)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char err[1024], path[4096];
+    cr_assert_eq(mp_test_moeplan(tmpdir, "config --doc", MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    char *table = mp_test_stdout(tmpdir);
+    for (int i = 0; i < mp_knob_count(); i++)
+        cr_assert_not_null(strstr(table, mp_knob_at(i)->name), "--doc lacks %s", mp_knob_at(i)->name);
+    snprintf(path, sizeof path, "%s/docs/config.md", root);
+    char *page = mp_test_slurp(path);
+    cr_assert_not_null(strstr(page, table), "docs/config.md does not hold `moeplan config --doc`'s table; "
+                       "regenerate it:\n%s", table);
+    free(page);
+    free(table);
+}
+
 /* A bad value stops every command before it runs: exit 2, one line on stderr, nothing on stdout. */
 Test(knobs, a_bad_value_stops_any_command)
 {
-    const char *cmds[] = {"inspect --help", "simulate --help"};
+    const char *cmds[] = {"config", "inspect --help", "simulate --help"};
     cr_assert_eq(setenv("MP_GPU_HOST_EXPERTS", "pinnned", 1), 0);
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char err[1024];
