@@ -109,7 +109,8 @@ static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int6
 
 /* The run's config JSON plus what placement and route replay add (strings escaped by cJSON). */
 static char *config_with_placement(const char *base, const mp_collect_opts *o,
-                                   const mp_placement *pl, const mp_route_replay *rr, bool gpu)
+                                   const mp_placement *pl, const mp_route_replay *rr, bool gpu,
+                                   const mp_knobs *knobs)
 {
     cJSON *c = cJSON_Parse(base);
     if (!c)
@@ -131,7 +132,7 @@ static char *config_with_placement(const char *base, const mp_collect_opts *o,
     } else {
         cJSON_AddNullToObject(c, "route_replay");
     }
-    char *text = cJSON_PrintUnformatted(c);
+    char *text = mp_knobs_add_json(knobs, c) ? cJSON_PrintUnformatted(c) : NULL;
     cJSON_Delete(c);
     return text;
 }
@@ -368,7 +369,7 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
              o.store_prompts ? "true" : "false", (long long)mp_session_n_ctx(s),
              (long long)o.n_batch, mp_session_n_threads(s), o.sync_writer ? "sync" : "thread",
              "see requests.external_id");
-    if (!(config_full = config_with_placement(config, &o, &pl, rr, use_gpu))) {
+    if (!(config_full = config_with_placement(config, &o, &pl, rr, use_gpu, knobs))) {
         st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
         goto out;
     }

@@ -212,6 +212,7 @@ typedef struct bench_ctx {
     double host_gbs;       /* host read bandwidth for the decode bound (GPU executor with host
                             * experts): the larger of two probes, 0: not measured */
     double host_probe[2];  /* the probes before and after the tests */
+    const mp_knobs *knobs; /* the knobs the session ran with (every row records them) */
 } bench_ctx;
 
 #define HOST_BW_BYTES ((size_t)1 << 30) /* the bandwidth probe's buffer: far past any LLC */
@@ -427,7 +428,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&
              add_num(o, "n_gen", r->kind == MP_BENCH_TG ? (double)r->n : 0.0) &&
              add_num(o, "n_ctx", (double)c->n_ctx) && add_num(o, "seed", (double)seed) &&
-             add_num(o, "warmup", 1) && add_num(o, "repetitions", reps);
+             add_num(o, "warmup", 1) && add_num(o, "repetitions", reps) && mp_knobs_add_json(c->knobs, o);
         cJSON *samples = ok ? cJSON_AddArrayToObject(o, "samples_tok_s") : NULL;
         ok = ok && samples;
         for (int k = 0; ok && k < reps; k++) {
@@ -613,6 +614,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
     c.budget = o->pl.budget_text;
     c.n_ctx = mp_session_n_ctx(s);
     c.replay = o->route_replay;
+    c.knobs = knobs;
 
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     if (!logits) {
