@@ -130,6 +130,12 @@ static mp_model *synthetic(int64_t n_layer, int type)
 
 int main(int argc, char **argv)
 {
+    mp_knobs knobs; /* the environment's MP_* knobs, as moeplan reads them */
+    mp_error kerr;
+    if (mp_knobs_start(&knobs, &kerr)) {
+        fprintf(stderr, "%s: %s\n", "bench_forward", kerr.msg);
+        return 2;
+    }
     const char *model_path = NULL;
     int threads = mp_cpu_count(), prompt = 64, gen = 32, layers = 4, type = MP_TYPE_Q4_K;
     long regions = 200000;
@@ -158,7 +164,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    mp_pool *pool = mp_pool_new(threads);
+    mp_pool *pool = mp_pool_new(threads, knobs.pool_pin);
     for (long r = 0; r < 1000; r++) /* warm up: wake every worker */
         mp_pool_run(pool, threads, empty_task, NULL);
     double t0 = now_s();
@@ -180,7 +186,7 @@ int main(int argc, char **argv)
         m = synthetic(layers, type);
     }
     const mp_hparams *hp = &m->hp;
-    mp_session_params sp = {.n_ctx = prompt + gen + 1, .n_threads = threads, .n_batch = 0};
+    mp_session_params sp = {.n_ctx = prompt + gen + 1, .n_threads = threads, .n_batch = 0, .knobs = &knobs};
     mp_session *s = NULL;
     if (mp_session_new(m, &sp, &s, &err)) {
         fprintf(stderr, "bench_forward: %s\n", err.msg);

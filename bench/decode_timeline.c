@@ -146,6 +146,12 @@ static int usage(FILE *f, int rc)
 
 int main(int argc, char **argv)
 {
+    mp_knobs knobs; /* the environment's MP_* knobs, as moeplan reads them */
+    mp_error kerr;
+    if (mp_knobs_start(&knobs, &kerr)) {
+        fprintf(stderr, "%s: %s\n", "decode_timeline", kerr.msg);
+        return 2;
+    }
     const char *path = NULL;
     int64_t tokens = 16, threads = 0, ctx = 512;
     mp_placement_opts po = {0};
@@ -189,7 +195,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "decode_timeline: %s\n", err.msg);
         return 1;
     }
-    mp_session_params sp = {.n_ctx = ctx, .n_threads = (int)threads, .n_batch = 512};
+    mp_session_params sp = {.n_ctx = ctx, .n_threads = (int)threads, .n_batch = 512, .knobs = &knobs};
     int64_t n_ctx = 0, n_batch = 0;
     mp_placement pl;
     if (mp_session_resolve_sizes(m, &sp, &n_ctx, &n_batch, &err) ||

@@ -37,6 +37,7 @@
 #include "kernels/quant.h"
 #include "runtime/bench.h"
 #include "runtime/error.h"
+#include "runtime/knobs.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
 #include "runtime/numparse.h"
@@ -185,11 +186,15 @@ int main(int argc, char **argv)
                         "each: give one\n");
         return 2;
     }
+    mp_knobs knobs; /* the environment's, as moeplan reads them; the A/B flags change a copy */
+    mp_error kerr;
+    if (mp_knobs_start(&knobs, &kerr)) {
+        fprintf(stderr, "moe_cpu_stream: %s\n", kerr.msg);
+        return 2;
+    }
     /* a level this CPU lacks would silently run the best one (dispatch.c): refuse it instead */
     for (int v = 0; isa[0][0] && v < 2; v++) {
-        setenv("MP_ISA", isa[v], 1);
-        mp_kernels_force_scalar(0);
-        if (strcmp(mp_kernels_isa(), isa[v])) {
+        if (mp_kernels_set_isa_cap(isa[v]) || strcmp(mp_kernels_isa(), isa[v])) {
             fprintf(stderr, "moe_cpu_stream: --compare-isa: this CPU has no '%s' kernels (it runs %s)\n", isa[v],
                     mp_kernels_isa());
             return 2;
@@ -229,13 +234,9 @@ int main(int argc, char **argv)
     const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
     arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
-    if (compare_pin)
-        setenv("MP_POOL_PIN", "1", 1);
-    pool = mp_pool_new((int)threads);
+    pool = mp_pool_new((int)threads, compare_pin || knobs.pool_pin);
     if (compare_pin) {
-        setenv("MP_POOL_PIN", "0", 1);
-        pool2 = mp_pool_new((int)threads);
-        unsetenv("MP_POOL_PIN");
+        pool2 = mp_pool_new((int)threads, false);
         if (pool && pool2 && mp_pool_n_pinned(pool) == 0) {
             fprintf(stderr, "moe_cpu_stream: --compare-pin: %d threads cannot be pinned here (more threads "
                             "than CPUs)\n", (int)threads);
@@ -243,12 +244,11 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    s = mp_moe_scratch_new(hp, 1, (int)threads);
+    s = mp_moe_scratch_new(hp, 1, (int)threads, &knobs);
+    mp_knobs other = knobs; /* --compare*: the other mode */
     if (compare_combine)
-        setenv("MP_MOE_CPU_COMBINE", "0", 1);
-    s2 = mp_moe_scratch_new(hp, 1, (int)threads); /* --compare*: the other mode */
-    if (compare_combine)
-        unsetenv("MP_MOE_CPU_COMBINE");
+        other.moe_cpu_combine = false;
+    s2 = mp_moe_scratch_new(hp, 1, (int)threads, &other);
     ns = malloc((size_t)(tokens * L) * sizeof *ns);
     ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
     x = malloc((size_t)D * sizeof *x);
@@ -305,10 +305,8 @@ int main(int argc, char **argv)
         const bool second = ab && (t & 1);
         if (profile && t == 0) /* the warm-up's calls are not profiled either */
             mp_moe_scratch_profile(s, true), mp_moe_scratch_profile(s2, true);
-        if (isa[0][0]) { /* the level is decided again on next use, from MP_ISA */
-            setenv("MP_ISA", isa[second], 1);
-            mp_kernels_force_scalar(0);
-        }
+        if (isa[0][0]) /* the level is decided again on next use */
+            mp_kernels_set_isa_cap(isa[second]);
         for (int64_t il = 0; il < L; il++) {
             for (int64_t k = 0; k < K; k++) {
                 int32_t e;

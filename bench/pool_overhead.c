@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "runtime/knobs.h"
 #include "runtime/threadpool.h"
 
 static int64_t now_ns(void)
@@ -41,13 +42,19 @@ static int cmp_i64(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    mp_knobs knobs; /* the environment's MP_* knobs, as moeplan reads them */
+    mp_error kerr;
+    if (mp_knobs_start(&knobs, &kerr)) {
+        fprintf(stderr, "%s: %s\n", "pool_overhead", kerr.msg);
+        return 2;
+    }
     const int T = argc > 1 ? atoi(argv[1]) : mp_cpu_count();
     const int reps = argc > 2 ? atoi(argv[2]) : 2000;
     if (T < 1 || reps < 10) {
         fprintf(stderr, "usage: pool_overhead [THREADS >= 1 [REPS >= 10]]\n");
         return 2;
     }
-    mp_pool *pool = mp_pool_new(T);
+    mp_pool *pool = mp_pool_new(T, knobs.pool_pin);
     int64_t *ns = malloc((size_t)reps * sizeof *ns);
     if (!pool || !ns) {
         fprintf(stderr, "pool_overhead: out of memory\n");

@@ -25,10 +25,11 @@ static double now_s(void)
 
 /* One request: prefill n_prompt tokens, then decode n_tokens; returns decode tok/s. */
 static double run_once(const mp_model *m, const mp_hooks *hooks, int threads, int64_t n_prompt,
-                       int64_t n_tokens, int64_t request_id, mp_error *err)
+                       int64_t n_tokens, int64_t request_id, const mp_knobs *knobs, mp_error *err)
 {
     mp_session *s;
-    mp_session_params p = {.n_ctx = n_prompt + n_tokens + 1, .n_threads = threads, .hooks = hooks};
+    mp_session_params p = {.n_ctx = n_prompt + n_tokens + 1, .n_threads = threads, .hooks = hooks,
+                           .knobs = knobs};
     if (mp_session_new(m, &p, &s, err))
         return -1;
     int32_t *toks = malloc((size_t)(n_prompt + n_tokens) * sizeof *toks);
@@ -53,6 +54,12 @@ static double run_once(const mp_model *m, const mp_hooks *hooks, int threads, in
 
 int main(int argc, char **argv)
 {
+    mp_knobs knobs; /* the environment's MP_* knobs, as moeplan reads them */
+    mp_error kerr;
+    if (mp_knobs_start(&knobs, &kerr)) {
+        fprintf(stderr, "%s: %s\n", "mp_trace_overhead", kerr.msg);
+        return 2;
+    }
     if (argc < 2) {
         fprintf(stderr, "usage: mp_trace_overhead MODEL.gguf [--tokens N] [--prompt N] "
                         "[--rounds N] [--threads N]\n");
@@ -102,7 +109,7 @@ int main(int argc, char **argv)
             if (mode == 2)
                 h = mp_trace_hooks(&hs, w);
             double rate = run_once(m, mode ? &h : NULL, threads, n_prompt, n_tokens,
-                                   mode ? req++ : 0, &err);
+                                   mode ? req++ : 0, &knobs, &err);
             if (as && mp_trace_async_stop(as, &err))
                 goto fail;
             if (rate < 0)

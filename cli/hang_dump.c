@@ -5,14 +5,13 @@
  * ioctl) takes no signal, so each time the watcher also prints what the kernel says of the main
  * thread: its state, wait channel, current system call and, where readable, its kernel stack.
  * For machines without gdb where ptrace is not an option (the GPU machine). Off
- * unless the variable is set. */
+ * unless the variable is set (main reads it with the other knobs, runtime/knobs.h). */
 #include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,17 +79,8 @@ static void *watch(void *arg)
     return NULL;
 }
 
-void mp_hang_dump_arm(void)
+bool mp_hang_dump_arm(unsigned seconds)
 {
-    const char *v = getenv("MP_HANG_DUMP_S");
-    if (!v || !*v)
-        return;
-    char *end = NULL;
-    const long s = strtol(v, &end, 10);
-    if (*end || s < 1 || s > 86400) {
-        fprintf(stderr, "moeplan: MP_HANG_DUMP_S=%s: expected seconds 1..86400; no stack dump\n", v);
-        return;
-    }
     void *warm[2];
     backtrace(warm, 2); /* loads the unwinder now: the handler must not load a library */
     main_thread = pthread_self();
@@ -100,9 +90,8 @@ void mp_hang_dump_arm(void)
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     pthread_t t;
-    if (sigaction(SIGUSR2, &sa, NULL) != 0 || pthread_create(&t, NULL, watch, (void *)(uintptr_t)s) != 0) {
-        fprintf(stderr, "moeplan: MP_HANG_DUMP_S: could not arm the stack dump\n");
-        return;
-    }
+    if (sigaction(SIGUSR2, &sa, NULL) != 0 || pthread_create(&t, NULL, watch, (void *)(uintptr_t)seconds) != 0)
+        return false;
     pthread_detach(t);
+    return true;
 }

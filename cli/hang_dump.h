@@ -2,7 +2,11 @@
 #ifndef MP_CLI_HANG_DUMP_H
 #define MP_CLI_HANG_DUMP_H
 
-/* Arms the dump when MP_HANG_DUMP_S is set (before any other thread starts); else nothing. */
-void mp_hang_dump_arm(void);
+#include <stdbool.h>
+
+/* Arms the dump to fire after `seconds` (MP_HANG_DUMP_S, 1..86400, from the knobs main read;
+ * call before any other thread starts). false, with nothing armed, when the signal handler or the
+ * watcher thread cannot be had. */
+bool mp_hang_dump_arm(unsigned seconds);
 
 #endif

@@ -109,7 +109,8 @@ static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int6
 
 /* The run's config JSON plus what placement and route replay add (strings escaped by cJSON). */
 static char *config_with_placement(const char *base, const mp_collect_opts *o,
-                                   const mp_placement *pl, const mp_route_replay *rr, bool gpu)
+                                   const mp_placement *pl, const mp_route_replay *rr, bool gpu,
+                                   const mp_knobs *knobs)
 {
     cJSON *c = cJSON_Parse(base);
     if (!c)
@@ -131,7 +132,7 @@ static char *config_with_placement(const char *base, const mp_collect_opts *o,
     } else {
         cJSON_AddNullToObject(c, "route_replay");
     }
-    char *text = cJSON_PrintUnformatted(c);
+    char *text = mp_knobs_add_json(knobs, c) ? cJSON_PrintUnformatted(c) : NULL;
     cJSON_Delete(c);
     return text;
 }
@@ -254,7 +255,7 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
     return MP_OK;
 }
 
-int mp_cmd_collect(int argc, char **argv)
+int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
 {
     mp_collect_opts o;
     mp_error err;
@@ -317,7 +318,7 @@ int mp_cmd_collect(int argc, char **argv)
         goto out;
     }
     mp_session_params sessp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads, .n_batch = o.n_batch,
-                               .hooks = &hooks};
+                               .hooks = &hooks, .knobs = knobs};
     if (o.route_replay) {
         if ((st = mp_route_replay_open(o.route_replay, m->hp.n_layer, m->hp.n_expert,
                                        m->hp.n_expert_used, &rr, &err)))
@@ -368,7 +369,7 @@ int mp_cmd_collect(int argc, char **argv)
              o.store_prompts ? "true" : "false", (long long)mp_session_n_ctx(s),
              (long long)o.n_batch, mp_session_n_threads(s), o.sync_writer ? "sync" : "thread",
              "see requests.external_id");
-    if (!(config_full = config_with_placement(config, &o, &pl, rr, use_gpu))) {
+    if (!(config_full = config_with_placement(config, &o, &pl, rr, use_gpu, knobs))) {
         st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
         goto out;
     }

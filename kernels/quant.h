@@ -120,16 +120,19 @@ const mp_type_ops *mp_type_ops_get(int type);    /* dispatched (fastest supporte
 const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
 
 /* Which SIMD level the dispatcher chose: "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (AVX-512
- * F+BW+VL+VNNI). The environment variable MP_ISA=scalar|avx2|avx512 caps it (a level the CPU
- * lacks, or an unknown name, is ignored: the best supported level is used, and
- * mp_kernels_isa_warning says so). */
+ * F+BW+VL+VNNI): the best the CPU supports, capped by mp_kernels_set_isa_cap (a cap the CPU lacks
+ * leaves its best level, and mp_kernels_isa_warning says so). */
 const char *mp_kernels_isa(void);
-/* NULL when MP_ISA is unset, empty or honored; else one sentence saying why it was not and which
- * level runs instead ("MP_ISA=avx1024 is not a level (scalar, avx2, avx512): using avx512"), for
- * the command line to print as a warning. Valid until the next call. */
+/* Cap the level at "scalar", "avx2" or "avx512" (NULL: no cap), from the next lookup on; programs
+ * set it once at start from MP_ISA (runtime/knobs.h). Returns 0, or -1 for another name (then no
+ * cap). */
+int mp_kernels_set_isa_cap(const char *level);
+/* NULL when no cap is set or the CPU has the capped level; else one sentence saying that it lacks
+ * it and which level runs instead ("MP_ISA=avx512: this CPU's best is avx2: using avx2"), for the
+ * command line to print as a warning. Valid until the next call. */
 const char *mp_kernels_isa_warning(void);
-/* Force the scalar reference everywhere (tests, --no-simd). Call before any mp_type_ops_get.
- * Each call also makes the next lookup re-decide the level (and re-read MP_ISA). */
+/* Force the scalar reference everywhere (tests, benchmarks). Call before any mp_type_ops_get.
+ * Each call also makes the next lookup re-decide the level. */
 void mp_kernels_force_scalar(int on);
 /* The table of one level ("scalar", "avx2", "avx512"; per type falling back to the level below
  * where that level has no kernel), whatever was dispatched: for benchmarks and tests comparing

@@ -61,7 +61,7 @@ static void usage(FILE *f)
             "      --ctx N          context length (default: the largest test's need; a test\n"
             "                       longer than the model's trained context needs --ctx)\n"
             "      --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
-            "      --no-simd        use the scalar reference kernels\n"
+            "      --no-simd        use the scalar reference kernels (as MP_ISA=scalar)\n"
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
             "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "  -o, --output FMT     md (default) or json\n"
@@ -213,6 +213,7 @@ typedef struct bench_ctx {
     double host_gbs;       /* host read bandwidth for the decode bound (GPU executor with host
                             * experts): the larger of two probes, 0: not measured */
     double host_probe[2];  /* the probes before and after the tests */
+    const mp_knobs *knobs; /* the knobs the session ran with (every row records them) */
 } bench_ctx;
 
 #define HOST_BW_BYTES ((size_t)1 << 30) /* the bandwidth probe's buffer: far past any LLC */
@@ -433,7 +434,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "n_prompt", r->kind == MP_BENCH_PP ? (double)r->n : 1.0) &&
              add_num(o, "n_gen", r->kind == MP_BENCH_TG ? (double)r->n : 0.0) &&
              add_num(o, "n_ctx", (double)c->n_ctx) && add_num(o, "seed", (double)seed) &&
-             add_num(o, "warmup", 1) && add_num(o, "repetitions", reps);
+             add_num(o, "warmup", 1) && add_num(o, "repetitions", reps) && mp_knobs_add_json(c->knobs, o);
         cJSON *samples = ok ? cJSON_AddArrayToObject(o, "samples_tok_s") : NULL;
         ok = ok && samples;
         for (int k = 0; ok && k < reps; k++) {
@@ -528,7 +529,8 @@ static mp_status print_plan(const bench_opts *o, const mp_model *m, const bench_
     return MP_OK;
 }
 
-static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, mp_error *err)
+static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, const mp_knobs *knobs,
+                       mp_error *err)
 {
     mp_model *m = NULL;
     mp_session *s = NULL;
@@ -567,7 +569,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
                             "use smaller -p/-n, or --ctx N to go past it");
         goto done;
     }
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0, .knobs = knobs};
     if (o->route_replay) {
         if (!replay) {
             st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
@@ -618,6 +620,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, m
     c.budget = o->pl.budget_text;
     c.n_ctx = mp_session_n_ctx(s);
     c.replay = o->route_replay;
+    c.knobs = knobs;
 
     logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
     if (!logits) {
@@ -674,10 +677,12 @@ done:
 
 int mp_cmd_bench(int argc, char **argv)
 {
-    return mp_cmd_bench_with(argc, argv, NULL);
+    mp_knobs defaults;
+    mp_knobs_defaults(&defaults);
+    return mp_cmd_bench_with(argc, argv, NULL, &defaults);
 }
 
-int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay)
+int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay, const mp_knobs *knobs)
 {
     bench_opts o;
     const int rc = parse_args(argc, argv, &o);
@@ -685,10 +690,13 @@ int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay)
         return 0;
     if (rc == 2)
         return 2;
-    if (o.no_simd)
-        mp_kernels_force_scalar(1);
     mp_error err = {0};
-    if (bench(&o, replay, &err) != MP_OK) {
+    mp_knobs k = *knobs;
+    if (o.no_simd) { /* the flag form of MP_ISA=scalar */
+        mp_knobs_set(&k, "MP_ISA", "scalar", MP_KNOB_FLAG, &err);
+        mp_knobs_apply_kernels(&k);
+    }
+    if (bench(&o, replay, &k, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan bench: error: %s\n", err.msg);
         return 1;

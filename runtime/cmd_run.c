@@ -51,7 +51,7 @@ static void usage(FILE *f)
             "      --seed S         sampler seed (default 0, unsigned 64-bit)\n"
             "      --ctx N          context length in tokens (default min(model's, 4096))\n"
             "      --raw            feed the prompt as is (no chat template)\n"
-            "      --no-simd        use the scalar reference kernels\n"
+            "      --no-simd        use the scalar reference kernels (as MP_ISA=scalar)\n"
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
             "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "%s"
@@ -179,7 +179,8 @@ static void emit(const mp_tokenizer *tok, int32_t id)
     fflush(stdout);
 }
 
-static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, mp_error *err)
+static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, const mp_knobs *knobs,
+                          mp_error *err)
 {
     mp_model *m = NULL;
     mp_tokenizer *tok = NULL;
@@ -244,7 +245,7 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
         goto done;
     }
 
-    mp_session_params sp = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = 0};
+    mp_session_params sp = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = 0, .knobs = knobs};
     if (o->route_replay) {
         if (!replay) {
             st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
@@ -351,10 +352,12 @@ done:
 
 int mp_cmd_run(int argc, char **argv)
 {
-    return mp_cmd_run_with(argc, argv, NULL);
+    mp_knobs defaults;
+    mp_knobs_defaults(&defaults);
+    return mp_cmd_run_with(argc, argv, NULL, &defaults);
 }
 
-int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay)
+int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay, const mp_knobs *knobs)
 {
     run_opts o;
     const int rc = parse_args(argc, argv, &o);
@@ -362,10 +365,13 @@ int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay)
         return 0;
     if (rc == 2)
         return 2;
-    if (o.no_simd)
-        mp_kernels_force_scalar(1);
     mp_error err = {0};
-    if (generate(&o, replay, &err) != MP_OK) {
+    mp_knobs k = *knobs;
+    if (o.no_simd) { /* the flag form of MP_ISA=scalar */
+        mp_knobs_set(&k, "MP_ISA", "scalar", MP_KNOB_FLAG, &err);
+        mp_knobs_apply_kernels(&k);
+    }
+    if (generate(&o, replay, &k, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan run: error: %s\n", err.msg);
         return 1;

@@ -64,7 +64,6 @@ bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers) { return false; 
 #include "kernels/quant.h"
 #include "runtime/gpu_impl.h"
 #include "runtime/matmul.h"
-#include "runtime/numparse.h"
 
 mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e)
 {
@@ -391,35 +390,25 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
         }                                               \
     } while (0)
 
-/* The environment's A/B switches of the executor, read once at its start: MP_GPU_GEMM_MIN_ROWS
+/* The executor's A/B switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_ONE_GRAPH=0 (a
  * decode step with hybrid layers as graph segments between them, not one graph),
- * MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the
- * Q, K and V projections of a decode step one after the other, not side by side; mp_env_off),
- * MP_GPU_ROUTER_FUSED=0 (a decode step's router as a GEMV and a top-k launch, not one).
- * A value that is not understood is said on stderr: a typo must not pass for an A/B. */
-static void env_switches(mp_gpu *g)
+ * MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the Q, K and V projections of a decode
+ * step one after the other, not side by side), MP_GPU_ROUTER_FUSED=0 (a decode step's router as
+ * a GEMV and a top-k launch, not one), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1. */
+static void knob_switches(mp_gpu *g, const mp_knobs *k)
 {
-    const char *gmr = getenv("MP_GPU_GEMM_MIN_ROWS"); /* as mp_gpu_set_gemm_min_rows (A/B, repro) */
-    if (gmr && *gmr) {
-        char *end = NULL;
-        const long long v = strtoll(gmr, &end, 10);
-        if (*end || v < 0) /* a typo must not pass for an A/B */
-            fprintf(stderr, "moeplan: MP_GPU_GEMM_MIN_ROWS=%.40s is not a row count: the default %d\n", gmr,
-                    MP_GPU_GEMM_MIN_ROWS);
-        else if (v > MP_GPU_GEMM_MIN_ROWS) /* never below it: the GEMM scratch was sized for it */
-            g->gemm_min_rows = v;
-    }
-    g->qkv_serial = mp_env_off("MP_GPU_QKV_FORK", "Q, K and V side by side"); /* Q, K, V in one stream (A/B) */
-    g->router_split = mp_env_off("MP_GPU_ROUTER_FUSED", "the decode router in one launch"); /* A/B */
-    /* decode steps with hybrid layers as segments between them, the host waiting on events (A/B) */
-    g->one_graph_off = mp_env_off("MP_GPU_ONE_GRAPH", "one graph per decode step");
-    g->step_stamps = mp_env_on("MP_GPU_STEP_STAMPS", "decode steps stamped (a diagnostic)");
-    if (mp_env_off("MP_GPU_GRAPHS", "decode graphs on")) { /* enqueue every decode step (A/B) */
+    g->gemm_min_rows = k->gpu_gemm_min_rows; /* never below MP_GPU_GEMM_MIN_ROWS: the table's range */
+    g->qkv_serial = !k->gpu_qkv_fork;
+    g->router_split = !k->gpu_router_fused;
+    g->one_graph_off = !k->gpu_one_graph;
+    g->step_stamps = k->gpu_step_stamps;
+    if (!k->gpu_graphs) {
         g->graphs_off = true;
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
     }
-    g->host_mode = mp_gpu_host_mode_from_env();
+    g->host_mode = k->gpu_host_experts;
+    g->init_trace = k->gpu_init_trace;
 }
 
 /* MP_GPU_STEP_STAMPS=1: allocate the two stamps and map the GPU's timer to the host clock. Each of
@@ -470,15 +459,11 @@ static mp_status decide_far(mp_gpu *g, const mp_placement *pl, mp_error *err)
     return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
 }
 
-/* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs) */
-static void init_phase(const char *what)
+/* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs; a
+ * diagnostic that prints from the library on purpose: a hung start returns no error to print) */
+static void init_phase(const mp_gpu *g, const char *what)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("MP_GPU_INIT_TRACE");
-        on = e && !strcmp(e, "1");
-    }
-    if (on)
+    if (g->init_trace)
         fprintf(stderr, "moeplan: GPU executor: %s\n", what);
 }
 
@@ -508,8 +493,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->s = s;
     g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
-    g->gemm_min_rows = MP_GPU_GEMM_MIN_ROWS;
-    env_switches(g);
+    knob_switches(g, &s->knobs);
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     g->timing = calloc((size_t)hp->n_layer, sizeof *g->timing);
     g->ev_moe = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_moe);
@@ -532,7 +516,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->decode_costs = pl->decode_costs != NULL;
 
     /* (1) the plan */
-    init_phase("planning device memory");
+    init_phase(g, "planning device memory");
     size_t pool = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const size_t slot = expert_slot_bytes(&m->layers[il]);
@@ -591,7 +575,7 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
              (double)total_b / (1024.0 * 1024 * 1024));
 
     /* (3) allocation */
-    init_phase("streams, events, device and pinned memory, cuBLAS");
+    init_phase(g, "streams, events, device and pinned memory, cuBLAS");
     CK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
@@ -666,24 +650,24 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     }
 
     /* (4) weights */
-    init_phase("weights and resident experts");
+    init_phase(g, "weights and resident experts");
     wc = (carve){g->d_weights, 0};
     if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)))
         goto fail;
-    init_phase(staging && g->n_hybrid_layers ? "copying and page-locking the host experts" : "host experts");
+    init_phase(g, staging && g->n_hybrid_layers ? "copying and page-locking the host experts" : "host experts");
     if ((st = mp_gpu_host_experts(g, staging, err)))
         goto fail;
     if (staging) {
-        init_phase("timing an expert copy");
+        init_phase(g, "timing an expert copy");
         mp_gpu_measure_copy(g);
         if ((st = mp_gpu_far_setup(g, err)) || (st = decide_far(g, pl, err)))
             goto fail;
     }
-    init_phase("synchronizing");
+    init_phase(g, "synchronizing");
     CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
     CK(cudaMemset(g->d_count, 0, sizeof(unsigned)), "cudaMemset");
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    init_phase("ready");
+    init_phase(g, "ready");
     *out = g;
     return MP_OK;
 fail:

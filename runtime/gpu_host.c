@@ -3,7 +3,8 @@
  * The CPU computes the cold experts' routes, and prefill (and, when asked, decode) copies some of
  * them to the GPU. Both read g->h_slices: each expert's gate, up and down slice. By default those
  * point into a copy of the cold experts in anonymous memory, page-locked with cudaHostRegister,
- * so that expert copies run at the pinned rate (MP_GPU_HOST_EXPERTS, below).
+ * so that expert copies run at the pinned rate (MP_GPU_HOST_EXPERTS, runtime/knobs.h: pinned, copy
+ * or mapping, in g->host_mode).
  *
  * Why a copy and not the model's file mapping page-locked in place (what the executor did until
  * 2026-11-29): cudaHostRegister of a file-backed mapping pins page-cache pages for the long term,
@@ -30,21 +31,6 @@
 #include "runtime/gpu_impl.h"
 #include "runtime/placement.h"
 
-
-/* MP_GPU_HOST_EXPERTS: pinned (default), copy (the copy, pageable) or mapping (the model's file
- * mapping, pageable: no copy). A value not understood is said and the default kept. */
-int mp_gpu_host_mode_from_env(void)
-{
-    const char *v = getenv("MP_GPU_HOST_EXPERTS");
-    if (!v || !*v || !strcmp(v, "pinned"))
-        return MP_GPU_HOST_PINNED;
-    if (!strcmp(v, "copy"))
-        return MP_GPU_HOST_COPY;
-    if (!strcmp(v, "mapping"))
-        return MP_GPU_HOST_MAPPING;
-    fprintf(stderr, "moeplan: MP_GPU_HOST_EXPERTS=%.40s is not pinned, copy or mapping: pinned\n", v);
-    return MP_GPU_HOST_PINNED;
-}
 
 /* Bytes of the mapping that starts at a in transparent huge pages, from /proc/self/smaps (its
  * AnonHugePages line), or -1 when that cannot be read. Why it is worth saying: the CPU experts

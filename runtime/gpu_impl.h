@@ -128,6 +128,7 @@ struct mp_gpu {
     uint64_t *h_stamps;      /* (3 n_layer): the GPU's timer (ns) at layer il's publish, when its
                               * wait kernel began polling and when it saw the host's flag: the
                               * round trip's gap and overhead (mp_gpu_set_measure) */
+    bool init_trace;         /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr */
     /* MP_GPU_STEP_STAMPS=1 (a diagnostic): a decode step stamps the GPU's timer at its start and
      * end (h_step[0], h_step[1]); stamp_off_ns = GPU timer - host clock (mp_gpu_now_ns), measured
      * at start to within stamp_err_ns; last_sync_ns: the host clock when the last step drained */
@@ -178,7 +179,7 @@ struct mp_gpu {
     char *h_arena;          /* the cold experts' copy (anonymous memory), or NULL */
     size_t h_arena_bytes;
     int64_t h_arena_huge;   /* bytes of h_arena in transparent huge pages (smaps), -1: unknown */
-    int host_mode;          /* MP_GPU_HOST_PINNED / _COPY / _MAPPING (MP_GPU_HOST_EXPERTS) */
+    int host_mode;          /* MP_GPU_HOST_PINNED / _COPY / _MAPPING (MP_GPU_HOST_EXPERTS, knobs.h) */
     bool host_registered;   /* h_arena is page-locked (cudaHostRegister) */
     char host_why[96];      /* why the copy or its page-locking is not in place ("" when it is) */
     mp_gpu_stats stats;
@@ -243,8 +244,6 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
  * staging buffers and hybrid layers) it also copies the cold experts into anonymous memory and
  * page-locks it, as host_mode asks; a copy or page-locking that cannot be made leaves the mapping
  * or a pageable copy, said by mp_gpu_host_report (gpu.h). Fails only when out of memory for the table. */
-enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
-int mp_gpu_host_mode_from_env(void);
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */

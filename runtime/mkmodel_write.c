@@ -476,7 +476,7 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
     if ((size_t)max_row * sizeof(float) > out_cap)
         out_cap = (size_t)max_row * sizeof(float);
 
-    mp_pool *pool = mp_pool_new(n_threads);
+    mp_pool *pool = mp_pool_new(n_threads, false); /* quantizing: where the threads run does not matter */
     float **scratch = calloc((size_t)n_threads, sizeof *scratch);
     uint8_t *out = malloc(out_cap);
     int ok = pool && scratch && out;

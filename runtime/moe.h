@@ -12,16 +12,19 @@
 
 #include "runtime/error.h"
 #include "runtime/hooks.h"
+#include "runtime/knobs.h"
 #include "runtime/model.h"
 #include "runtime/threadpool.h"
 
 typedef struct mp_moe_scratch mp_moe_scratch;
 
-mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads);
+/* knobs (NULL: the defaults): MP_MOE_CPU_PIPELINE, MP_MOE_CPU_COMBINE, MP_MOE_PIPE_UNITS and
+ * MP_MOE_CPU_PROFILE, taken when the scratch is made. */
+mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads, const mp_knobs *knobs);
 void mp_moe_scratch_free(mp_moe_scratch *s);
 /* Calls of up to a few rows (decode) run gate/up and down in one pipelined pool region (on by
- * default; MP_MOE_CPU_PIPELINE=0 in the environment when the scratch is made, or this, turns it
- * off: two regions with a barrier between them). The results are the same bits either way. */
+ * default; MP_MOE_CPU_PIPELINE=0 when the scratch is made, or this, turns it off: two regions
+ * with a barrier between them). The results are the same bits either way. */
 void mp_moe_scratch_set_pipelined(mp_moe_scratch *s, bool on);
 
 /* Where a pipelined decode call's time goes (a diagnostic; bench/moe_cpu_stream --profile). Sums
@@ -47,8 +50,8 @@ typedef struct mp_moe_cpu_profile {
 bool mp_moe_scratch_profile(mp_moe_scratch *s, bool on);
 void mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out);
 /* One line of per-call means (µs) and the thread slots' shares (%), or "no pipelined calls".
- * MP_MOE_CPU_PROFILE=1 in the environment profiles every scratch from its creation and prints
- * this line on stderr when the scratch is freed (a bench row's CPU side). */
+ * MP_MOE_CPU_PROFILE=1 profiles every scratch from its creation and prints this line on stderr
+ * when the scratch is freed (a bench row's CPU side). */
 void mp_moe_cpu_profile_format(const mp_moe_cpu_profile *p, char *buf, size_t cap);
 
 /* The router's (or route source's) latest choice in the scratch: (max_rows, top_k) each. */

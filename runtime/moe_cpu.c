@@ -34,7 +34,7 @@
 #include "kernels/quant.h"
 #include "runtime/matmul.h"
 #include "runtime/moe.h"
-#include "runtime/numparse.h"
+#include "runtime/knobs.h"
 #include "runtime/threadpool.h"
 
 static int64_t now_ns(void)
@@ -89,10 +89,10 @@ struct mp_moe_scratch {
     bool prof_env;       /* profiling from MP_MOE_CPU_PROFILE=1: printed when freed */
 };
 
-/* Rows up to which a call runs its experts in one pipelined region, and the units per thread each
- * half is cut into there (more units: a shorter tail when the threads run at uneven speeds). */
+/* Rows up to which a call runs its experts in one pipelined region (the units per thread each
+ * half is cut into there: MP_MOE_PIPE_UNITS; more units, a shorter tail when the threads run at
+ * uneven speeds). */
 #define MP_MOE_PIPE_ROWS 4
-#define MP_MOE_PIPE_UNITS 8
 #define MP_MOE_PROFILE_TASKS 1024
 
 void mp_moe_scratch_free(mp_moe_scratch *s)
@@ -127,8 +127,13 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
     free(s);
 }
 
-mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads)
+mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads, const mp_knobs *knobs)
 {
+    mp_knobs defaults;
+    if (!knobs) {
+        mp_knobs_defaults(&defaults);
+        knobs = &defaults;
+    }
     mp_moe_scratch *s = calloc(1, sizeof *s);
     if (!s || max_rows < 1)
         return s ? (free(s), NULL) : NULL;
@@ -159,11 +164,11 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->left = malloc((size_t)hp->n_expert * sizeof *s->left);
     s->ready = malloc((size_t)hp->n_expert * sizeof *s->ready);
     s->range_left = malloc((size_t)(hp->n_embd / 16 + 1) * sizeof *s->range_left);
-    s->pipelined = !mp_env_off("MP_MOE_CPU_PIPELINE", "pipelined"); /* 0: two regions always (A/B) */
-    s->combine_in_region = !mp_env_off("MP_MOE_CPU_COMBINE", "combined in the region"); /* A/B */
-    if (mp_env_on("MP_MOE_CPU_PROFILE", "not profiled"))
+    s->pipelined = knobs->moe_cpu_pipeline; /* off: two regions always (A/B) */
+    s->combine_in_region = knobs->moe_cpu_combine; /* A/B */
+    if (knobs->moe_cpu_profile)
         s->prof_env = mp_moe_scratch_profile(s, true);
-    s->pipe_units = (int)mp_env_i64("MP_MOE_PIPE_UNITS", 1, 64, MP_MOE_PIPE_UNITS); /* A/B of the units per thread */
+    s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {

@@ -86,10 +86,14 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     s->hooks = p->hooks;
     s->route_src = p->route_src;
     s->n_prompt = -1;
+    if (p->knobs)
+        s->knobs = *p->knobs;
+    else
+        mp_knobs_defaults(&s->knobs);
     const int64_t Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
     const int64_t widest = Q > hp->n_embd ? Q : hp->n_embd;
-    s->pool = mp_pool_new(n_threads);
-    s->moe = mp_moe_scratch_new(hp, n_batch, n_threads);
+    s->pool = mp_pool_new(n_threads, s->knobs.pool_pin);
+    s->moe = mp_moe_scratch_new(hp, n_batch, n_threads, &s->knobs);
     const bool cpu_kv = p->placement == NULL; /* the GPU executor keeps its cache on the device */
     s->k_cache = cpu_kv ? alloc_floats(hp->n_layer, n_ctx, KV) : NULL;
     s->v_cache = cpu_kv ? alloc_floats(hp->n_layer, n_ctx, KV) : NULL;

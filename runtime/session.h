@@ -16,6 +16,7 @@
 
 #include "runtime/error.h"
 #include "runtime/hooks.h"
+#include "runtime/knobs.h"
 #include "runtime/model.h"
 
 typedef struct mp_session_params {
@@ -27,6 +28,9 @@ typedef struct mp_session_params {
     /* NULL: the CPU executor. Else the GPU executor (runtime/gpu.h) with this expert placement,
      * built for the session's n_ctx and n_batch (mp_placement_for_model); needs a CUDA device. */
     const struct mp_placement *placement;
+    /* NULL: every knob at its default. Else the knobs the program read at start (the session
+     * keeps a copy): its pool, CPU MoE block and GPU executor take theirs from it. */
+    const mp_knobs *knobs;
 } mp_session_params;
 
 typedef struct mp_session mp_session;

@@ -23,6 +23,7 @@ struct mp_session {
     const mp_route_source *route_src;  /* NULL: the router decides */
     mp_moe_scratch *moe;
     mp_gpu *gpu;                       /* NULL: the CPU forward pass (forward.c) */
+    mp_knobs knobs;                    /* mp_session_params.knobs, or the defaults */
 
     float *k_cache;   /* (n_layer, n_ctx, n_head_kv * head_dim); NULL with a GPU executor */
     float *v_cache;   /* (n_layer, n_ctx, n_head_kv * head_dim) */

@@ -34,17 +34,17 @@
  * and wake per region costs more than the region's work. After MP_POOL_SPIN_ITERS empty polls a
  * worker sleeps, so an idle pool (between requests, or while the tokenizer runs) burns no CPU.
  *
- * Pinning (Linux, MP_POOL_PIN=1; off by default until it is measured on the GPU host): when the
- * pool has no more threads than the process may run on, worker i is pinned to the i-th CPU of the
- * process's affinity set, so that the scheduler does not move a thread in the middle of streaming
- * its share of an expert (its hardware prefetch streams and L2 stay on one core); the caller,
- * thread 0, stays where the application put it, and the set's first CPU is left to it. An
- * oversubscribed pool (more threads than CPUs, as the tests on a 2-core machine) is never pinned:
- * waiting threads must be able to move away from the one they wait for.
+ * Pinning (Linux, pin_workers: MP_POOL_PIN=1 for a session; off by default until it is measured
+ * on the GPU host): when the pool has no more threads than the process may run on, worker i is
+ * pinned to the i-th CPU of the process's affinity set, so that the scheduler does not move a
+ * thread in the middle of streaming its share of an expert (its hardware prefetch streams and L2
+ * stay on one core); the caller, thread 0, stays where the application put it, and the set's
+ * first CPU is left to it. An oversubscribed pool (more threads than CPUs, as the tests on a
+ * 2-core machine) is never pinned: waiting threads must be able to move away from the one they
+ * wait for.
  */
 #include "runtime/threadpool.h"
 
-#include "runtime/numparse.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -236,7 +236,7 @@ static bool pin_worker(pthread_t t, int cpu)
 #endif
 }
 
-mp_pool *mp_pool_new(int n_threads)
+mp_pool *mp_pool_new(int n_threads, bool pin_workers)
 {
     if (n_threads < 1)
         return NULL;
@@ -276,7 +276,7 @@ mp_pool *mp_pool_new(int n_threads)
         return NULL;
     }
     int cpus[1024];
-    const bool pin = mp_env_on("MP_POOL_PIN", "worker threads not pinned") && allowed_cpus(cpus, 1024) >= n_threads;
+    const bool pin = pin_workers && allowed_cpus(cpus, 1024) >= n_threads;
     for (int i = 0; i < n_threads - 1; i++) {
         p->args[i].pool = p;
         p->args[i].thread = i + 1;

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "runtime/error.h"
+#include "runtime/knobs.h"
 
 #define MP_CALIB_LIST_MAX 32
 
@@ -37,6 +38,7 @@ typedef struct mp_calib_opts {
     /* progress lines ("calibrate: cpu expert Q4_K/Q6_K 2048x768 t=16 rows=64 ...") */
     void (*progress)(void *user, const char *line);
     void *progress_user;
+    const mp_knobs *knobs;          /* the sessions', pools' and CPU MoE blocks' knobs (NULL: defaults) */
 } mp_calib_opts;
 
 /* Fill o with the defaults for this machine (quick or full); model_path stays NULL. */

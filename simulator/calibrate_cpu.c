@@ -126,7 +126,7 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
     const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used, words = (E + 63) / 64;
     int ks[MP_CALIB_MAX_KS];
     const int n_ks = mp_calib_concurrent_ks(m, ks);
-    mp_moe_scratch *scratch = mp_moe_scratch_new(&m->hp, 1, mp_pool_n_threads(pool));
+    mp_moe_scratch *scratch = mp_moe_scratch_new(&m->hp, 1, mp_pool_n_threads(pool), o->knobs);
     int32_t *ids = malloc((size_t)K * sizeof *ids);
     float *w = malloc((size_t)K * sizeof *w);
     uint64_t *resident = malloc((size_t)words * sizeof *resident);
@@ -264,7 +264,7 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
         int64_t next = 0; /* rotation counter over (layer, expert) of this kind */
         for (int ti = 0; ti < o->n_threads; ti++) {
             const int t = o->threads[ti];
-            mp_pool *pool = mp_pool_new(t);
+            mp_pool *pool = mp_pool_new(t, o->knobs && o->knobs->pool_pin);
             cJSON *entry = cJSON_CreateObject(), *points = cJSON_CreateArray();
             if (!pool || !entry || !points || !cJSON_AddStringToObject(entry, "quant", quant) ||
                 !cJSON_AddNumberToObject(entry, "n_embd", (double)D) ||
@@ -351,7 +351,7 @@ mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     float *weights = malloc((size_t)max_rows * (size_t)K * sizeof(float));
     float *out = malloc((size_t)max_rows * (size_t)D * sizeof(float));
     double *ns = malloc((size_t)o->reps * sizeof(double));
-    mp_pool *pool = mp_pool_new(t);
+    mp_pool *pool = mp_pool_new(t, o->knobs && o->knobs->pool_pin);
     mp_status st = MP_OK;
     if (!parts || !weights || !out || !ns || !pool) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory for the combine of %d rows", max_rows);

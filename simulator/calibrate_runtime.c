@@ -161,7 +161,7 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     hooks.moe_timing = add_moe_ns;
     /* room for a step of every size after some context, so attention sees a few hundred keys */
     int64_t n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = max_rows, .hooks = &hooks};
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = max_rows, .hooks = &hooks, .knobs = o->knobs};
     mp_session *s = NULL;
     mp_placement pl = {0};
     int32_t *tokens = malloc((size_t)max_rows * sizeof(int32_t));
@@ -288,7 +288,8 @@ static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const c
     mp_status st = MP_OK;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     mp_gpu_stats *per_rep = calloc((size_t)o->reps, sizeof *per_rep);
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = o->threads[o->n_threads - 1], .n_batch = n_batch};
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = o->threads[o->n_threads - 1], .n_batch = n_batch,
+                            .knobs = o->knobs};
     *per_rep_out = NULL;
     *ns = malloc((size_t)o->reps * sizeof(double));
     if (!logits || !per_rep || !*ns) {
@@ -528,7 +529,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     grid_routes routes = {.rng = 17, .n_expert = E, .resident = resident, .cold = cold_min};
     mp_route_source src = {&routes, grid_route};
     /* a batch that gives the executor its staging buffers, and so its far routes */
-    mp_session_params sp = {.n_ctx = 256, .n_threads = threads, .n_batch = DECODE_BATCH_FAR, .route_src = &src};
+    mp_session_params sp = {.n_ctx = 256, .n_threads = threads, .n_batch = DECODE_BATCH_FAR, .route_src = &src,
+                            .knobs = o->knobs};
     mp_placement pl = {0};
     mp_session *s = NULL;
     mp_error perr;

@@ -87,7 +87,7 @@ static void progress(void *user, const char *line)
     fprintf(stderr, "%s\n", line);
 }
 
-int mp_cmd_calibrate(int argc, char **argv)
+int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
 {
     const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL;
     bool quick = false, force = false;
@@ -146,6 +146,7 @@ int mp_cmd_calibrate(int argc, char **argv)
         return ost == MP_ERR_ARG ? 2 : 1;
     }
     o.progress = progress;
+    o.knobs = knobs;
 
     char *json = NULL;
     if (mp_calibrate(&o, &json, &err)) {

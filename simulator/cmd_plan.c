@@ -62,6 +62,7 @@ typedef struct plan_opts {
     const char *trace, *model, *costs, *budget, *out, *policy, *executor;
     bool force;
     int64_t ctx, threads, verify, reps;
+    const mp_knobs *knobs; /* the measured session's */
 } plan_opts;
 
 /* 0 go on, 1 help shown, 2 usage error (said) */
@@ -203,7 +204,7 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
         mp_placement_opts_set(&po, flags[i][0], flags[i][1], &pst, err);
         st = pst;
     }
-    mp_session_params sp = {.n_ctx = n + 1, .n_threads = (int)o->threads};
+    mp_session_params sp = {.n_ctx = n + 1, .n_threads = (int)o->threads, .knobs = o->knobs};
     if (!st)
         st = mp_route_replay_ops.open(o->trace, m->hp.n_layer, m->hp.n_expert, m->hp.n_expert_used, &replay, &src,
                                       err);
@@ -244,12 +245,13 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
     return st;
 }
 
-int mp_cmd_plan(int argc, char **argv)
+int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
 {
     plan_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : 2;
+    o.knobs = knobs;
     mp_error err;
     /* the rows the check decodes: the trace's first n + 1 (a 1-token prompt, then n steps) */
     mp_sim_trace t;

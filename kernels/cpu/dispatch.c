@@ -7,16 +7,14 @@
  *   scalar  the reference (quant_scalar.c, quantize.c)
  * A level without a kernel for some type falls back, per type, to the next level down.
  * Overrides, for A/B runs and tests: mp_kernels_force_scalar(1) wins over everything; else the
- * environment variable MP_ISA=scalar|avx2|avx512 caps the level (read when the level is decided,
- * i.e. on first use and after each mp_kernels_force_scalar call). A level the CPU lacks, or an
- * unknown name, is refused: the best level this CPU has is used instead (no crash, no output;
- * mp_kernels_isa() says what was chosen).
+ * cap set by mp_kernels_set_isa_cap (the program sets it once at start from MP_ISA,
+ * runtime/knobs.h) caps the level. A cap above the CPU's best level leaves the best level (no
+ * crash, no output; mp_kernels_isa() says what was chosen, mp_kernels_isa_warning why).
  *
  * Invariant: every table's vec_dot_type and quantize_row equal the scalar table's, so activations
  * quantized once serve every variant, and weights quantized by any variant decode identically.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,6 +59,7 @@ static const char *const k_isa_names[] = {[ISA_SCALAR] = "scalar", [ISA_AVX2] = 
 static int g_isa = ISA_UNKNOWN;     /* written once (benign identical races), read with atomics */
 static int g_cpu_isa = ISA_UNKNOWN; /* the best level the CPU has; cpuid traps in a VM: cached */
 static int g_force_scalar = 0;
+static int g_isa_cap = ISA_UNKNOWN; /* mp_kernels_set_isa_cap; UNKNOWN: no cap */
 
 /* The best level this CPU (and OS: __builtin_cpu_supports checks that the kernel saves the
  * registers) supports. */
@@ -110,8 +109,8 @@ static int detect_isa(void)
     if (__atomic_load_n(&g_force_scalar, __ATOMIC_RELAXED))
         return ISA_SCALAR;
     const int best = cpu_isa();
-    const int wanted = isa_from_name(getenv("MP_ISA"));
-    return wanted != ISA_UNKNOWN && wanted < best ? wanted : best;
+    const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED);
+    return cap != ISA_UNKNOWN && cap < best ? cap : best;
 }
 
 static int current_isa(void)
@@ -135,21 +134,22 @@ const char *mp_kernels_isa(void)
     return k_isa_names[current_isa()];
 }
 
+int mp_kernels_set_isa_cap(const char *level)
+{
+    const int cap = isa_from_name(level);
+    __atomic_store_n(&g_isa_cap, cap, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_isa, ISA_UNKNOWN, __ATOMIC_RELEASE); /* re-decide on next use */
+    return level && cap == ISA_UNKNOWN ? -1 : 0;
+}
+
 const char *mp_kernels_isa_warning(void)
 {
     static _Thread_local char msg[160];
-    const char *env = getenv("MP_ISA");
-    if (!env || !env[0])
+    const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED), best = cpu_isa();
+    if (cap == ISA_UNKNOWN || cap <= best)
         return NULL;
-    const int wanted = isa_from_name(env), best = cpu_isa();
-    if (wanted == ISA_UNKNOWN)
-        snprintf(msg, sizeof msg, "MP_ISA=%.40s is not a level (scalar, avx2, avx512): using %s", env,
-                 mp_kernels_isa());
-    else if (wanted > best)
-        snprintf(msg, sizeof msg, "MP_ISA=%s: this CPU's best is %s: using %s", env, k_isa_names[best],
-                 mp_kernels_isa());
-    else
-        return NULL;
+    snprintf(msg, sizeof msg, "MP_ISA=%s: this CPU's best is %s: using %s", k_isa_names[cap], k_isa_names[best],
+             mp_kernels_isa());
     return msg;
 }
 

@@ -21,20 +21,6 @@ extern "C" {
 }
 #include "kernels/cuda/cuda_ops.h"
 
-// A two-way A/B switch of the kernels from the environment (host side): 1 when `name` is `on`,
-// 0 when it is unset, empty or `off`; any other value reads as off and is said on stderr, so that
-// a typo does not pass for an A/B.
-static inline int mpc_env_switch(const char *name, const char *on, const char *off)
-{
-    const char *v = getenv(name);
-    if (!v || !*v || !strcmp(v, off))
-        return 0;
-    if (!strcmp(v, on))
-        return 1;
-    fprintf(stderr, "moeplan: warning: %s=%.40s is not %s or %s: using %s\n", name, v, on, off, off);
-    return 0;
-}
-
 // ---- programmatic dependent launch (Hopper) ----
 // A decode step is a chain of small kernels, each a few microseconds, and each waits for the one
 // before it to finish before its own blocks start. Launched with PDL (mpc_launch on a stream of
@@ -90,7 +76,8 @@ __device__ __forceinline__ void mpc_prefetch_l2(const void *p, size_t n, int lan
 #endif
 }
 
-// PDL on or off for this process: on for compute capability >= 9.0 unless MP_CUDA_PDL=0.
+// PDL on or off for this process: on for compute capability >= 9.0 unless mp_cuda_set_pdl(0)
+// (MP_CUDA_PDL=0).
 int mpc_pdl_enabled(void);
 
 // kernel<<<grid, block, smem, st>>>(args...), with PDL when it is enabled and st is a stream of

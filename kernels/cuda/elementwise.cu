@@ -151,13 +151,13 @@ extern "C" void mp_cuda_set_pdl(int on)
 
 int mpc_pdl_enabled(void)
 {
-    if (g_pdl < 0) { // the first launch decides: a device of compute capability 9.0+, MP_CUDA_PDL not 0
+    if (g_pdl < 0) { // the first launch decides: on for a device of compute capability 9.0+
         int dev = 0, major = 0;
         const bool hopper = cudaGetDevice(&dev) == cudaSuccess &&
                             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                             major >= 9;
         cudaGetLastError();
-        g_pdl = hopper && !mpc_env_switch("MP_CUDA_PDL", "0", "1");
+        g_pdl = hopper;
     }
     return g_pdl;
 }

@@ -153,17 +153,15 @@ down_split_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const ui
     }
 }
 
-static int g_down_split = -1; // -1: not decided yet (MP_CUDA_MOE_DOWN=split|warp), else 0/1
+static int g_down_split = 0; // 1: the split variant (MP_CUDA_MOE_DOWN=split), 0: warp (the default)
 
 extern "C" void mp_cuda_moe_set_down_split(int on)
 {
-    g_down_split = on < 0 ? -1 : on != 0;
+    g_down_split = on > 0;
 }
 
 static bool down_split(void)
 {
-    if (g_down_split < 0)
-        g_down_split = mpc_env_switch("MP_CUDA_MOE_DOWN", "split", "warp");
     return g_down_split == 1;
 }
 
@@ -177,16 +175,16 @@ static bool down_split(void)
 // at 32 / 64 / 96 / 128 / 512 rows against grouped 471 / 696 / 915 / 1134 / 3990: they cross
 // near 55 rows. Its Q8_0 version (moe_mma2.cu, 2026-12-01) measured 469 / 499 / 775 us at
 // 32 / 64 / 512 rows against grouped 400 / 588 / 3,498: a crossing between 32 and 64 rows as well.
-// MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default;
-// the tests force it (mp_cuda_moe_set_mma_min_rows).
+// MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default
+// (the program sets it at start through mp_cuda_moe_set_mma_min_rows; the tests force it so too).
 #define MOE_MMA_MIN_ROWS_2 64   /* every type, pipelined kernel */
 #define MOE_MMA_MIN_ROWS_K 192  /* Q4_K/Q6_K gates, first kernel (MP_CUDA_MOE_MMA2=0) */
 #define MOE_MMA_MIN_ROWS_0 320  /* Q8_0/Q4_0 gates, first kernel */
-static int64_t g_mma_min_rows = -1;
+static int64_t g_mma_min_rows = -2; // 0: never; -2: the default, by the gate's type; else rows
 
 extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
 {
-    g_mma_min_rows = rows < 0 ? -1 : rows;
+    g_mma_min_rows = rows < 0 ? -2 : rows;
 }
 
 extern "C" int mp_cuda_moe_mma_available(void)
@@ -196,17 +194,6 @@ extern "C" int mp_cuda_moe_mma_available(void)
 
 static int64_t mma_min_rows(int gate_type)
 {
-    if (g_mma_min_rows == -1) {
-        const char *v = getenv("MP_CUDA_MOE_MMA");
-        char *end = NULL;
-        const long n = v ? strtol(v, &end, 10) : 1;
-        g_mma_min_rows = -2;
-        if (v && *v && !*end && (n == 0 || n >= 16))
-            g_mma_min_rows = n;
-        else if (v && *v && (*end || n != 1)) /* a typo must not pass for an A/B */
-            fprintf(stderr, "moeplan: warning: MP_CUDA_MOE_MMA=%.40s is not 0, 1 or rows >= 16: tensor-core "
-                            "experts from the default rows\n", v);
-    }
     if (g_mma_min_rows != -2)
         return g_mma_min_rows;
     if (mpc_moe_mma2_on()) /* every type has the pipelined kernel */

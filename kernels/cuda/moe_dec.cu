@@ -205,7 +205,7 @@ dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *h
 
 // ---- switches and launchers ----
 
-static int g_dec = -1; // -1: from MP_CUDA_MOE_DEC at the next call
+static int g_dec = 1; // 1: the pair kernels (the default), 0: the unit kernels (MP_CUDA_MOE_DEC=unit)
 // the shape (mp_cuda_moe_set_decode_shape); 0: the defaults
 static int g_gu_rows = 0, g_down_outs = 0;
 
@@ -216,7 +216,7 @@ static int g_gu_rows = 0, g_down_outs = 0;
 
 extern "C" void mp_cuda_moe_set_decode(int on)
 {
-    g_dec = on < 0 ? -1 : on != 0;
+    g_dec = on != 0;
 }
 
 extern "C" void mp_cuda_moe_set_decode_shape(int gate_rows, int down_outs)
@@ -227,8 +227,6 @@ extern "C" void mp_cuda_moe_set_decode_shape(int gate_rows, int down_outs)
 
 bool mpc_moe_dec_on(void)
 {
-    if (g_dec < 0)
-        g_dec = !mpc_env_switch("MP_CUDA_MOE_DEC", "unit", "pair");
     return g_dec == 1;
 }
 

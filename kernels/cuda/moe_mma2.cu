@@ -285,19 +285,17 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
 #endif
 }
 
-// v2 serves every type where its alignment holds; MP_CUDA_MOE_MMA2=0 (or mp_cuda_moe_set_mma2(0))
+// v2 serves every type where its alignment holds; mp_cuda_moe_set_mma2(0) (MP_CUDA_MOE_MMA2=0)
 // keeps every type on the kernel above (A/B runs, tests)
-static int g_mma2 = -1;
+static int g_mma2 = 1;
 
 extern "C" void mp_cuda_moe_set_mma2(int on)
 {
-    g_mma2 = on < 0 ? -1 : on != 0;
+    g_mma2 = on != 0;
 }
 
 bool mpc_moe_mma2_on(void)
 {
-    if (g_mma2 < 0)
-        g_mma2 = !mpc_env_switch("MP_CUDA_MOE_MMA2", "0", "1");
     return g_mma2 == 1;
 }
 

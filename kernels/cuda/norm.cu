@@ -254,25 +254,15 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
 // row the warp kernel's 5 blocks (Qwen3-30B-A3B: 40 heads) leave most SMs idle: decode tg128 went
 // 231.5 -> 225.9 tok/s with it (2026-11-29, the same A/B run as the prefill gain above).
 #define QKV_WARP_MIN_ROWS 16
-static int g_qkv_warp = -2; // -2: from MP_CUDA_QKV_WARP at the next call; -1 by rows; 0 never; 1 always
+static int g_qkv_warp = -1; // -1 by rows (the default); 0 never; 1 always (MP_CUDA_QKV_WARP)
 
 extern "C" void mp_cuda_set_qkv_finish_warp(int on)
 {
-    g_qkv_warp = on < 0 ? -2 : on != 0;
+    g_qkv_warp = on < 0 ? -1 : on != 0;
 }
 
 static bool qkv_warp(int64_t n_rows)
 {
-    if (g_qkv_warp == -2) {
-        const char *v = getenv("MP_CUDA_QKV_WARP");
-        g_qkv_warp = -1;
-        if (v && !strcmp(v, "0"))
-            g_qkv_warp = 0;
-        else if (v && !strcmp(v, "1"))
-            g_qkv_warp = 1;
-        else if (v && *v && strcmp(v, "auto"))
-            fprintf(stderr, "moeplan: warning: MP_CUDA_QKV_WARP=%.40s is not 0, 1 or auto: using auto\n", v);
-    }
     return g_qkv_warp == 1 || (g_qkv_warp == -1 && n_rows >= QKV_WARP_MIN_ROWS);
 }
 
@@ -332,7 +322,7 @@ __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const
 // Threads per row for the row kernels (rmsnorm, add_rmsnorm, rmsnorm_quant: one choice, so that
 // the fused kernels stay bit-identical to the separate ones): 2 elements per thread up to 1,024
 // threads, at least 256. MP_CUDA_NORM_THREADS=256 restores one 256-thread block per row (A/B).
-static int g_norm_threads = -1; // -1: not read yet; 0: by row length; else that many
+static int g_norm_threads = 0; // 0: by row length (the default); else that many
 
 static bool norm_threads_valid(long t)
 {
@@ -346,18 +336,6 @@ extern "C" void mp_cuda_set_norm_threads(int threads)
 
 static int norm_threads(int64_t n)
 {
-    if (g_norm_threads < 0) {
-        const char *v = getenv("MP_CUDA_NORM_THREADS");
-        g_norm_threads = 0;
-        if (v && *v && strcmp(v, "auto")) {
-            char *end = NULL;
-            const long t = strtol(v, &end, 10);
-            if (!*end && norm_threads_valid(t))
-                g_norm_threads = (int)t;
-            else
-                fprintf(stderr, "moeplan: warning: MP_CUDA_NORM_THREADS=%.40s is not 256, 512, 1024 or auto: using auto\n", v);
-        }
-    }
     if (g_norm_threads > 0)
         return g_norm_threads;
     int64_t t = (n / 2 + 31) / 32 * 32;

@@ -128,6 +128,18 @@ typedef struct run_out {
  * c cold routes runs g_far * c / top_k of them far (mp_gpu_set_far_plan); -1: the executor's own
  * decisions (none: these runs have no decode costs) */
 static int g_far = -1;
+/* the sessions' knobs (runtime/knobs.h; NULL: the defaults), for the executor's A/B switches */
+static const mp_knobs *g_knobs = NULL;
+
+/* the default knobs with name=value (one of the table's allowed values) */
+static mp_knobs knobs_with(const char *name, const char *value)
+{
+    mp_knobs k;
+    mp_error e = {0};
+    mp_knobs_defaults(&k);
+    cr_assert_eq(mp_knobs_set(&k, name, value, MP_KNOB_ENV, &e), MP_OK, "%s", e.msg);
+    return k;
+}
 
 static void set_far_everywhere(mp_gpu *g, const mp_model *m, int far)
 {
@@ -152,7 +164,7 @@ static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t 
     routes rs = {m->hp.n_expert, g_seed, 0};
     mp_route_source src = {&rs, route_fn};
     mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = 64, .route_src = route_src ? &src : NULL,
-                            .placement = pl};
+                            .placement = pl, .knobs = g_knobs};
     mp_session *s;
     mp_error e;
     cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
@@ -391,15 +403,16 @@ Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
         mp_placement pl;
         placement(m, spec, NULL, 0, &pl);
         run_out plain, fast;
+        const mp_knobs serial = knobs_with("MP_GPU_QKV_FORK", "0"), fork = knobs_with("MP_GPU_QKV_FORK", "1");
         mp_cuda_set_pdl(0);
-        setenv("MP_GPU_QKV_FORK", "0", 1);
+        g_knobs = &serial;
         g_far = cases[c].far;
         run_model(m, &pl, cases[c].copy_min_rows, false, &plain);
         mp_cuda_set_pdl(1);
-        setenv("MP_GPU_QKV_FORK", "1", 1);
+        g_knobs = &fork;
         run_model(m, &pl, cases[c].copy_min_rows, false, &fast);
         g_far = -1;
-        unsetenv("MP_GPU_QKV_FORK");
+        g_knobs = NULL;
         mp_cuda_set_pdl(-1);
         char what[160];
         snprintf(what, sizeof what, "%s (copies from %ld rows, far %d), with PDL and forked K/V "
@@ -430,11 +443,12 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
             mp_placement pl;
             placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
             run_out seg, one;
-            setenv("MP_GPU_ONE_GRAPH", "0", 1);
+            const mp_knobs segments = knobs_with("MP_GPU_ONE_GRAPH", "0");
+            g_knobs = &segments;
             /* prefill copies off: by cost, they depend on timings, and a copied expert's rows are
              * summed on the GPU in another order than on the CPU */
             run_model_routed(m, &pl, 0, false, src, &seg);
-            unsetenv("MP_GPU_ONE_GRAPH");
+            g_knobs = NULL;
             run_model_routed(m, &pl, 0, false, src, &one);
             cr_assert_eq(seg.stats.one_graph_steps, 0, "%s: MP_GPU_ONE_GRAPH=0 ran one-graph steps", pl.desc);
             cr_assert_eq(one.stats.one_graph_steps, N_DECODE, "%s: %lld of the %d decode steps ran as one graph",
@@ -469,9 +483,10 @@ Test(gpu_exec, fused_router_changes_no_bit)
         mp_placement pl;
         placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
         run_out split, fused;
-        setenv("MP_GPU_ROUTER_FUSED", "0", 1);
+        const mp_knobs unfused = knobs_with("MP_GPU_ROUTER_FUSED", "0");
+        g_knobs = &unfused;
         run_model_routed(m, &pl, 0, false, false, &split);
-        unsetenv("MP_GPU_ROUTER_FUSED");
+        g_knobs = NULL;
         run_model_routed(m, &pl, 0, false, false, &fused);
         char what[400];
         snprintf(what, sizeof what, "%s, with the fused router against without", pl.desc);

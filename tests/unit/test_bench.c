@@ -19,6 +19,7 @@
 #include "runtime/bench.h"
 #include "runtime/build_info.h"
 #include "runtime/gpu.h"
+#include "runtime/knobs.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
@@ -144,6 +145,44 @@ Test(bench, json_rows_with_placement_and_budget)
     /* progress: a warm-up and every repetition of every test */
     cr_assert_not_null(strstr(err, "pp32: warm-up"), "%s", err);
     cr_assert_not_null(strstr(err, "tg8: repetition 3/3"), "%s", err);
+    cJSON_Delete(root);
+    free(out);
+}
+
+/* Every JSON row records the knobs the run had: every knob of the table, and which came from the
+ * environment or a flag (--no-simd is the flag form of MP_ISA=scalar). */
+Test(bench, json_rows_record_the_knobs)
+{
+    for (int i = 0; i < mp_knob_count(); i++)
+        unsetenv(mp_knob_at(i)->name);
+    cr_assert_eq(setenv("MP_MOE_CPU_COMBINE", "0", 1), 0);
+    cr_assert_eq(setenv("MP_ISA", "avx2", 1), 0);
+    char err[16384], *out;
+    const int rc = bench("-p 8 -n 2 -r 1 -t 1 -o json --executor cpu --no-simd", err, sizeof err, &out);
+    unsetenv("MP_MOE_CPU_COMBINE");
+    unsetenv("MP_ISA");
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows"), *row;
+    cr_assert_eq(cJSON_GetArraySize(rows), 2);
+    cJSON_ArrayForEach(row, rows) {
+        cr_assert_str_eq(str_of(row, "isa"), "scalar");
+        const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(row, "knobs");
+        cr_assert(cJSON_IsObject(knobs));
+        cr_assert_eq(cJSON_GetArraySize(knobs), mp_knob_count());
+        for (int i = 0; i < mp_knob_count(); i++)
+            cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(knobs, mp_knob_at(i)->name), "%s not recorded",
+                               mp_knob_at(i)->name);
+        cr_assert_str_eq(str_of(knobs, "MP_ISA"), "scalar", "the flag wins over the environment");
+        cr_assert_eq(num_of(knobs, "MP_MOE_CPU_COMBINE"), 0);
+        cr_assert_eq(num_of(knobs, "MP_MOE_PIPE_UNITS"), 8);
+        cr_assert_str_eq(str_of(knobs, "MP_GPU_HOST_EXPERTS"), "pinned");
+        const cJSON *set = cJSON_GetObjectItemCaseSensitive(row, "knobs_set");
+        cr_assert_eq(cJSON_GetArraySize(set), 2);
+        cr_assert_str_eq(str_of(set, "MP_ISA"), "flag");
+        cr_assert_str_eq(str_of(set, "MP_MOE_CPU_COMBINE"), "env");
+    }
     cJSON_Delete(root);
     free(out);
 }

@@ -15,6 +15,7 @@
 
 #include "collector/trace_read.h"
 #include "runtime/build_info.h"
+#include "runtime/knobs.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256], model[512], prompts[300];
@@ -152,6 +153,53 @@ Test(cmd_collect, trace_is_complete_and_consistent)
     cr_assert_str_eq(cJSON_GetObjectItem(p1, "id")->valuestring, "moe");
     cr_assert_eq((int64_t)cJSON_GetObjectItem(p1, "n_gen_tokens")->valuedouble, n_gen_1);
     cJSON_Delete(j);
+}
+
+/* The run's config_json records every knob the run had (runtime/knobs.h) and which the environment
+ * set: a trace says how it ran. */
+Test(cmd_collect, run_config_records_the_knobs)
+{
+    write_prompts("\"Hello world\"\n");
+    char args[2048], err[4096], trace[300];
+    snprintf(trace, sizeof trace, "%s/knobs.db", tmpdir);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 3 --no-progress", model,
+             prompts, trace);
+    for (int i = 0; i < mp_knob_count(); i++)
+        unsetenv(mp_knob_at(i)->name);
+    cr_assert_eq(setenv("MP_MOE_PIPE_UNITS", "5", 1), 0);
+    cr_assert_eq(setenv("MP_GPU_HOST_EXPERTS", "copy", 1), 0);
+    const int rc = moeplan(args, err, sizeof err);
+    unsetenv("MP_MOE_PIPE_UNITS");
+    unsetenv("MP_GPU_HOST_EXPERTS");
+    cr_assert_eq(rc, 0, "%s", err);
+    mp_trace_reader *r;
+    mp_error e;
+    cr_assert_eq(mp_trace_reader_open(trace, &r, &e), MP_OK, "%s", e.msg);
+    cJSON *cfg = cJSON_Parse(mp_trace_reader_run(r)->config_json);
+    cr_assert_not_null(cfg);
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(cfg, "knobs");
+    cr_assert(cJSON_IsObject(knobs), "%s", mp_trace_reader_run(r)->config_json);
+    cr_assert_eq(cJSON_GetArraySize(knobs), mp_knob_count());
+    mp_knobs want;
+    mp_knobs_defaults(&want);
+    want.moe_pipe_units = 5;
+    want.gpu_host_experts = MP_GPU_HOST_COPY;
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(knobs, mp_knob_at(i)->name);
+        char text[64];
+        cr_assert_not_null(v, "%s not recorded", mp_knob_at(i)->name);
+        if (cJSON_IsString(v))
+            cr_assert_str_eq(v->valuestring, mp_knob_value_text(&want, i, text, sizeof text), "%s",
+                             mp_knob_at(i)->name);
+        else
+            cr_assert_eq((int64_t)v->valuedouble, mp_knob_value(&want, i), "%s", mp_knob_at(i)->name);
+    }
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(cfg, "knobs_set");
+    cr_assert_eq(cJSON_GetArraySize(set), 2);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(set, "MP_MOE_PIPE_UNITS")->valuestring, "env");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(set, "MP_GPU_HOST_EXPERTS")->valuestring, "env");
+    cJSON_Delete(cfg);
+    mp_trace_reader_close(r);
 }
 
 Test(cmd_collect, sync_and_async_writers_record_identical_routing)

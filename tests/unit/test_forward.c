@@ -979,7 +979,7 @@ Test(threadpool, every_task_runs_exactly_once)
     const int thread_counts[] = {1, 2, 3, 5, 8};
     for (size_t ti = 0; ti < sizeof thread_counts / sizeof thread_counts[0]; ti++) {
         const int nt = thread_counts[ti];
-        mp_pool *pool = mp_pool_new(nt);
+        mp_pool *pool = mp_pool_new(nt, false);
         cr_assert(pool);
         cr_assert_eq(mp_pool_n_threads(pool), nt);
         for (int region = 0; region < 400; region++) {
@@ -1000,7 +1000,7 @@ Test(threadpool, every_task_runs_exactly_once)
         }
         mp_pool_free(pool);
     }
-    cr_assert_null(mp_pool_new(0));
+    cr_assert_null(mp_pool_new(0, false));
     cr_assert_geq(mp_cpu_count(), 1);
 }
 
@@ -1041,11 +1041,10 @@ Test(threadpool, workers_pinned_when_the_pool_fits)
             cpus[n_cpus++] = c;
     const int nt = n_cpus < 8 ? n_cpus : 8;
     for (int off = 0; off < 2; off++) {
-        setenv("MP_POOL_PIN", off ? "0" : "1", 1);
-        mp_pool *pool = mp_pool_new(nt);
+        mp_pool *pool = mp_pool_new(nt, !off);
         cr_assert(pool);
-        cr_assert_eq(mp_pool_n_pinned(pool), off || nt == 1 ? 0 : nt - 1, "%d threads on %d CPUs, MP_POOL_PIN=%s: "
-                     "%d workers pinned", nt, n_cpus, off ? "0" : "1", mp_pool_n_pinned(pool));
+        cr_assert_eq(mp_pool_n_pinned(pool), off || nt == 1 ? 0 : nt - 1, "%d threads on %d CPUs, pin %s: "
+                     "%d workers pinned", nt, n_cpus, off ? "off" : "on", mp_pool_n_pinned(pool));
         static pin_job j;
         memset(&j, 0, sizeof j);
         j.n_threads = nt;
@@ -1058,19 +1057,28 @@ Test(threadpool, workers_pinned_when_the_pool_fits)
         if (atomic_load(&j.ran[0]))
             cr_assert(atomic_load(&j.one_cpu[0]) == 0 || n_cpus == 1, "the caller was pinned");
         mp_pool_free(pool);
-        unsetenv("MP_POOL_PIN");
     }
-    /* more threads than CPUs: nothing pinned; and nothing without the switch */
-    setenv("MP_POOL_PIN", "1", 1);
-    mp_pool *over = mp_pool_new(n_cpus + 1);
-    unsetenv("MP_POOL_PIN");
+    /* more threads than CPUs: nothing pinned */
+    mp_pool *over = mp_pool_new(n_cpus + 1, true);
     cr_assert(over);
     cr_assert_eq(mp_pool_n_pinned(over), 0);
     mp_pool_free(over);
-    mp_pool *dflt = mp_pool_new(nt);
-    cr_assert(dflt);
-    cr_assert_eq(mp_pool_n_pinned(dflt), 0, "pinned without MP_POOL_PIN=1");
-    mp_pool_free(dflt);
+    /* a session's pool as its knobs say: not pinned by default, pinned with MP_POOL_PIN=1 */
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    test_model *tm = build_model(&hp, 1);
+    mp_knobs pin;
+    mp_error err = {0};
+    mp_knobs_defaults(&pin);
+    cr_assert_eq(mp_knobs_set(&pin, "MP_POOL_PIN", "1", MP_KNOB_ENV, &err), MP_OK, "%s", err.msg);
+    for (int with = 0; with < 2; with++) {
+        mp_session_params p = {.n_ctx = 16, .n_threads = nt, .knobs = with ? &pin : NULL};
+        mp_session *s = NULL;
+        cr_assert_eq(mp_session_new(&tm->m, &p, &s, &err), MP_OK, "session: %s", err.msg);
+        cr_assert_eq(mp_session_n_pinned(s), with && nt > 1 ? nt - 1 : 0, "%d threads, %s: %d workers pinned", nt,
+                     with ? "MP_POOL_PIN=1" : "the default knobs", mp_session_n_pinned(s));
+        mp_session_free(s);
+    }
+    free_model(tm);
 }
 
 /* Tasks that sometimes stall (a yield or a 50 µs sleep, as a descheduled thread would), with more
@@ -1096,7 +1104,7 @@ Test(threadpool, stalled_threads_and_oversubscription_keep_exactly_once)
     enum { MAX_TASKS = 200 };
     static atomic_int hits[MAX_TASKS];
     const int nt = 16; /* CI machines have 2 cores */
-    mp_pool *pool = mp_pool_new(nt);
+    mp_pool *pool = mp_pool_new(nt, false);
     cr_assert(pool);
     const int64_t sizes[] = {2, 3, 15, 16, 17, 31, 128, 199};
     for (int region = 0; region < 200; region++) {

@@ -64,8 +64,8 @@ static void split_once(const char *mix, int64_t n_rows)
     char path[] = "/tmp/mp_moe_split_XXXXXX";
     mp_model *m = make_model(mix, path);
     const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used;
-    mp_pool *pool = mp_pool_new(2);
-    mp_moe_scratch *sc = mp_moe_scratch_new(&m->hp, n_rows, 2);
+    mp_pool *pool = mp_pool_new(2, false);
+    mp_moe_scratch *sc = mp_moe_scratch_new(&m->hp, n_rows, 2, NULL);
     float *x = malloc(sizeof(float) * (size_t)(n_rows * D));
     float *whole = malloc(sizeof(float) * (size_t)(n_rows * D));
     float *a = malloc(sizeof(float) * (size_t)(n_rows * D)), *b = malloc(sizeof(float) * (size_t)(n_rows * D));
@@ -177,9 +177,9 @@ static void pipelined_once(const char *mix, int threads)
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
     mp_model *m = make_model(mix, path);
     const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used, R = 4;
-    mp_pool *pool = mp_pool_new(threads);
-    mp_moe_scratch *piped = mp_moe_scratch_new(&m->hp, R, threads);
-    mp_moe_scratch *plain = mp_moe_scratch_new(&m->hp, R, threads);
+    mp_pool *pool = mp_pool_new(threads, false);
+    mp_moe_scratch *piped = mp_moe_scratch_new(&m->hp, R, threads, NULL);
+    mp_moe_scratch *plain = mp_moe_scratch_new(&m->hp, R, threads, NULL);
     cr_assert(pool && piped && plain);
     mp_moe_scratch_set_pipelined(piped, true);
     mp_moe_scratch_set_pipelined(plain, false);

@@ -585,7 +585,7 @@ static const char *expected_isa(void)
  * and infinite elements, signed zeros, subnormals, all-zero blocks and a huge amax. */
 Test(quant, simd_activation_quantizers_match_reference)
 {
-    unsetenv("MP_ISA");
+    mp_kernels_set_isa_cap(NULL);
     mp_kernels_force_scalar(0);
     if (!strcmp(mp_kernels_isa(), "scalar"))
         cr_skip_test("this CPU has no AVX2: the activation quantizers run the reference only");
@@ -630,7 +630,7 @@ Test(quant, simd_activation_quantizers_match_reference)
 
 Test(quant, dispatch_follows_cpu_and_force_scalar)
 {
-    unsetenv("MP_ISA"); /* this test is about the default; the override has its own test */
+    mp_kernels_set_isa_cap(NULL); /* this test is about the default; the cap has its own test */
     mp_kernels_force_scalar(0);
     cr_assert_str_eq(mp_kernels_isa(), expected_isa());
     mp_kernels_force_scalar(1);
@@ -643,9 +643,10 @@ Test(quant, dispatch_follows_cpu_and_force_scalar)
         cr_assert_eq(mp_type_ops_get(k_weight_types[t]), mp_type_ops_isa(k_weight_types[t], expected_isa()));
 }
 
-/* MP_ISA caps the level; a level above the CPU's, or a name that is no level, is refused and the
- * CPU's best is used; force_scalar wins over it. mp_type_ops_isa refuses levels the CPU lacks. */
-Test(quant, mp_isa_override)
+/* The ISA cap (MP_ISA, set at start through mp_kernels_set_isa_cap) caps the level; a level above
+ * the CPU's leaves the CPU's best and says so, a name that is no level is refused; force_scalar
+ * wins over the cap. mp_type_ops_isa refuses levels the CPU lacks. */
+Test(quant, isa_cap)
 {
     const char *levels[] = {"scalar", "avx2", "avx512"};
     const char *best = expected_isa();
@@ -654,42 +655,35 @@ Test(quant, mp_isa_override)
         if (strcmp(levels[i], best) == 0)
             best_rank = i;
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(setenv("MP_ISA", levels[i], 1), 0);
-        mp_kernels_force_scalar(0); /* re-decide */
+        cr_assert_eq(mp_kernels_set_isa_cap(levels[i]), 0);
         const char *want = i <= best_rank ? levels[i] : best;
-        cr_assert_str_eq(mp_kernels_isa(), want, "MP_ISA=%s on a CPU whose best is %s", levels[i], best);
+        cr_assert_str_eq(mp_kernels_isa(), want, "cap %s on a CPU whose best is %s", levels[i], best);
         for (int t = 0; t < N_WEIGHT_TYPES; t++) {
             const mp_type_ops *ops = mp_type_ops_get(k_weight_types[t]);
-            cr_assert_eq(ops, mp_type_ops_isa(k_weight_types[t], want), "MP_ISA=%s: %s table", levels[i],
+            cr_assert_eq(ops, mp_type_ops_isa(k_weight_types[t], want), "cap %s: %s table", levels[i],
                          mp_type_name(k_weight_types[t]));
             cr_assert_eq(ops->vec_dot_type, mp_type_ops_scalar(k_weight_types[t])->vec_dot_type);
             cr_assert_eq(ops->quantize_row, mp_type_ops_scalar(k_weight_types[t])->quantize_row);
         }
-        if (i > best_rank)
+        if (i > best_rank) {
             cr_assert_null(mp_type_ops_isa(MP_TYPE_Q4_K, levels[i]), "%s table on a CPU without it", levels[i]);
-        else
+            const char *w = mp_kernels_isa_warning(); /* a cap the CPU lacks is not silent */
+            cr_assert(w && strstr(w, "this CPU's best is") && strstr(w, levels[i]), "%s", w ? w : "(none)");
+        } else {
             cr_assert_not_null(mp_type_ops_isa(MP_TYPE_Q4_K, levels[i]));
+            cr_assert_null(mp_kernels_isa_warning(), "an honored cap needs no warning");
+        }
     }
-    cr_assert_eq(setenv("MP_ISA", "avx1024", 1), 0);
-    mp_kernels_force_scalar(0);
-    cr_assert_str_eq(mp_kernels_isa(), best, "an unknown MP_ISA must be ignored");
-    const char *w = mp_kernels_isa_warning(); /* ... but not silently */
-    cr_assert(w && strstr(w, "MP_ISA=avx1024 is not a level (scalar, avx2, avx512): using ") && strstr(w, best),
-              "%s", w ? w : "(none)");
-    cr_assert_eq(setenv("MP_ISA", "scalar", 1), 0);
-    cr_assert_null(mp_kernels_isa_warning(), "an honored MP_ISA needs no warning");
-    if (best_rank < 2) {
-        cr_assert_eq(setenv("MP_ISA", "avx512", 1), 0);
-        w = mp_kernels_isa_warning();
-        cr_assert(w && strstr(w, "this CPU's best is"), "%s", w ? w : "(none)");
-    }
-    cr_assert_eq(setenv("MP_ISA", "avx1024", 1), 0);
+    cr_assert_eq(mp_kernels_set_isa_cap("avx1024"), -1, "a name that is no level");
+    cr_assert_str_eq(mp_kernels_isa(), best, "a refused name sets no cap");
+    cr_assert_null(mp_kernels_isa_warning());
     cr_assert_null(mp_type_ops_isa(MP_TYPE_Q4_K, "avx1024"));
     cr_assert_null(mp_type_ops_isa(MP_TYPE_Q4_K, NULL));
     cr_assert_null(mp_type_ops_isa(MP_TYPE_Q8_K, "scalar"), "Q8_K has no weight kernels");
-    cr_assert_eq(setenv("MP_ISA", "avx2", 1), 0);
+    cr_assert_eq(mp_kernels_set_isa_cap("avx2"), 0);
     mp_kernels_force_scalar(1);
-    cr_assert_str_eq(mp_kernels_isa(), "scalar", "force_scalar wins over MP_ISA");
+    cr_assert_str_eq(mp_kernels_isa(), "scalar", "force_scalar wins over the cap");
     mp_kernels_force_scalar(0);
-    unsetenv("MP_ISA");
+    cr_assert_eq(mp_kernels_set_isa_cap(NULL), 0);
+    cr_assert_str_eq(mp_kernels_isa(), best);
 }

@@ -1,0 +1,132 @@
+/* runtime/cmd_config.c — `moeplan config [--json | --doc]`: every knob of the table
+ * (runtime/knobs.h) with its value in this environment, its default, where the value came from
+ * and its doc line; --doc prints the table docs/config.md holds (defaults only, so that the page
+ * does not depend on who generated it).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "runtime/knobs.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moeplan config [--json | --doc]\n\n"
+               "Prints every MP_* environment variable (knob) moeplan reads: its value here, its\n"
+               "default, where the value came from (default or env), what it allows and what it\n"
+               "does. moeplan reads them once when it starts; a value that is not allowed stops\n"
+               "every command with one line naming the variable, the value and what it expects.\n"
+               "Traces (run.config_json) and bench's JSON rows record the values they ran with.\n\n"
+               "      --json   the same as one JSON object\n"
+               "      --doc    the table of docs/config.md (markdown: the defaults, not the values here)\n"
+               "  -h, --help   show this help\n");
+}
+
+static void print_text(const mp_knobs *k)
+{
+    int width = 4;
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const int n = (int)strlen(mp_knob_at(i)->name);
+        width = n > width ? n : width;
+    }
+    printf("%-*s  %-8s %-8s %-7s  %s\n", width, "knob", "value", "default", "source", "allowed: what it does");
+    for (int i = 0; i < mp_knob_count(); i++) {
+        char value[64], dflt[64], allowed[128];
+        printf("%-*s  %-8s %-8s %-7s  %s: %s\n", width, mp_knob_at(i)->name,
+               mp_knob_value_text(k, i, value, sizeof value),
+               mp_knob_default_text(i, dflt, sizeof dflt), mp_knob_source_name((mp_knob_source)k->source[i]),
+               mp_knob_allowed_text(i, allowed, sizeof allowed), mp_knob_at(i)->doc);
+    }
+}
+
+/* a choice as its word, a switch or number as a JSON number (as the trace and bench record them) */
+static bool add_value(cJSON *o, const char *key, const mp_knob_def *d, int64_t v, const char *text)
+{
+    return (d->type == MP_KNOB_CHOICE ? cJSON_AddStringToObject(o, key, text)
+                                      : cJSON_AddNumberToObject(o, key, (double)v)) != NULL;
+}
+
+static int print_json(const mp_knobs *k)
+{
+    static const char *const types[] = {[MP_KNOB_SWITCH] = "switch", [MP_KNOB_NUMBER] = "number",
+                                        [MP_KNOB_CHOICE] = "choice"};
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arr = root ? cJSON_AddArrayToObject(root, "knobs") : NULL;
+    bool ok = arr != NULL;
+    for (int i = 0; ok && i < mp_knob_count(); i++) {
+        const mp_knob_def *d = mp_knob_at(i);
+        char value[64], dflt[64], allowed[128];
+        cJSON *o = cJSON_CreateObject();
+        ok = o && cJSON_AddItemToArray(arr, o);
+        if (!ok) {
+            cJSON_Delete(o);
+            break;
+        }
+        ok = cJSON_AddStringToObject(o, "name", d->name) && cJSON_AddStringToObject(o, "type", types[d->type]) &&
+             add_value(o, "value", d, mp_knob_value(k, i), mp_knob_value_text(k, i, value, sizeof value)) &&
+             add_value(o, "default", d, d->dflt, mp_knob_default_text(i, dflt, sizeof dflt)) &&
+             cJSON_AddStringToObject(o, "source", mp_knob_source_name((mp_knob_source)k->source[i])) &&
+             cJSON_AddStringToObject(o, "allowed", mp_knob_allowed_text(i, allowed, sizeof allowed)) &&
+             cJSON_AddStringToObject(o, "doc", d->doc);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) {
+        fprintf(stderr, "moeplan config: error: out of memory building the JSON output\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    cJSON_free(text);
+    return 0;
+}
+
+/* s with every '|' as "\|" (a markdown table cell) */
+static void cell(const char *s)
+{
+    for (; *s; s++)
+        printf(*s == '|' ? "\\|" : "%c", *s);
+}
+
+static void print_doc(void)
+{
+    printf("| knob | allowed | default | what it does |\n|---|---|---|---|\n");
+    for (int i = 0; i < mp_knob_count(); i++) {
+        char dflt[64], allowed[128];
+        printf("| `%s` | `", mp_knob_at(i)->name);
+        cell(mp_knob_allowed_text(i, allowed, sizeof allowed));
+        printf("` | `%s` | ", mp_knob_default_text(i, dflt, sizeof dflt));
+        cell(mp_knob_at(i)->doc);
+        printf(" |\n");
+    }
+}
+
+int mp_cmd_config(int argc, char **argv, const mp_knobs *knobs)
+{
+    bool json = false, doc = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--doc")) {
+            doc = true;
+        } else {
+            fprintf(stderr, "moeplan config: error: unknown argument '%s' (see moeplan config --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (json && doc) {
+        fprintf(stderr, "moeplan config: error: --json and --doc exclude each other (see moeplan config --help)\n");
+        return 2;
+    }
+    if (doc) {
+        print_doc();
+        return 0;
+    }
+    if (json)
+        return print_json(knobs);
+    print_text(knobs);
+    return 0;
+}

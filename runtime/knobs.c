@@ -1,0 +1,348 @@
+/* runtime/knobs.c — the knob table (see knobs.h) and its reader, printers and JSON.
+ *
+ * The table is the one place a knob's name, type, allowed values, default and doc are written;
+ * docs/config.md holds its `moeplan config --doc` output, and tests/unit/test_knobs.c fails when
+ * the two differ. Adding a knob: a field in mp_knobs, an entry here, the code that uses the field,
+ * and docs/config.md regenerated.
+ */
+#include "runtime/knobs.h"
+
+#include "mp_config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "runtime/numparse.h"
+#include "runtime/placement.h"
+#if MP_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+static const mp_knob_choice k_isa[] = {{"best", MP_KNOB_ISA_BEST},
+                                       {"scalar", MP_KNOB_ISA_SCALAR},
+                                       {"avx2", MP_KNOB_ISA_AVX2},
+                                       {"avx512", MP_KNOB_ISA_AVX512}};
+static const mp_knob_choice k_host[] = {
+    {"pinned", MP_GPU_HOST_PINNED}, {"copy", MP_GPU_HOST_COPY}, {"mapping", MP_GPU_HOST_MAPPING}};
+static const mp_knob_choice k_moe_dec[] = {{"pair", 1}, {"unit", 0}};
+static const mp_knob_choice k_moe_down[] = {{"warp", 0}, {"split", 1}};
+static const mp_knob_choice k_qkv_warp[] = {{"auto", -1}, {"0", 0}, {"1", 1}};
+static const mp_knob_choice k_norm_threads[] = {{"auto", 0}, {"256", 256}, {"512", 512}, {"1024", 1024}};
+
+#define FIELD(f) offsetof(mp_knobs, f)
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define SWITCH(name, f, dflt, doc) {name, MP_KNOB_SWITCH, FIELD(f), 0, 1, 0, {0, 0}, NULL, 0, dflt, doc}
+#define NUMBER(name, f, lo, hi, dflt, doc) {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, dflt, doc}
+#define NUMBER_ALSO(name, f, lo, hi, n_also, a0, a1, dflt, doc) \
+    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, n_also, {a0, a1}, NULL, 0, dflt, doc}
+#define CHOICE(name, f, list, dflt, doc) {name, MP_KNOB_CHOICE, FIELD(f), 0, 0, 0, {0, 0}, list, N(list), dflt, doc}
+
+#define ROWS_MAX 2147483647 /* a row threshold past any batch: that path never runs */
+
+static const mp_knob_def k_knobs[] = {
+    CHOICE("MP_ISA", isa, k_isa, MP_KNOB_ISA_BEST,
+           "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best)"),
+    SWITCH("MP_POOL_PIN", pool_pin, 0,
+           "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs"),
+    SWITCH("MP_MOE_CPU_PIPELINE", moe_cpu_pipeline, 1,
+           "runs a decode step's CPU experts in one pipelined pool region (0: two regions with a barrier)"),
+    SWITCH("MP_MOE_CPU_COMBINE", moe_cpu_combine, 1,
+           "combines the pipelined region's output range by range inside it (0: on the caller after it)"),
+    NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8,
+           "units per thread in each half of the pipelined region"),
+    SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
+           "prints where each CPU expert call's time goes, one line on stderr when the session ends"),
+    SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1,
+           "runs decode steps as CUDA graphs (0: every step enqueued launch by launch)"),
+    SWITCH("MP_GPU_ONE_GRAPH", gpu_one_graph, 1,
+           "runs a decode step with hybrid layers as one graph handing off through mapped host memory "
+           "(0: graph segments with copies and events)"),
+    SWITCH("MP_GPU_ROUTER_FUSED", gpu_router_fused, 1,
+           "runs a decode step's router in one launch (0: a GEMV and a top-k launch)"),
+    SWITCH("MP_GPU_QKV_FORK", gpu_qkv_fork, 1,
+           "runs a decode step's K and V projections on side streams beside Q (0: one after another)"),
+    SWITCH("MP_GPU_STEP_STAMPS", gpu_step_stamps, 0,
+           "stamps each decode step's GPU span, launch and host gaps into bench's JSON"),
+    NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_GPU_GEMM_MIN_ROWS, ROWS_MAX, MP_GPU_GEMM_MIN_ROWS,
+           "prefill rows from which dense projections run as cuBLAS GEMMs"),
+    CHOICE("MP_GPU_HOST_EXPERTS", gpu_host_experts, k_host, MP_GPU_HOST_PINNED,
+           "where the GPU executor keeps the cold experts: a page-locked copy, a pageable copy, the model's "
+           "file mapping"),
+    SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0,
+           "prints each start-up phase of the GPU executor on stderr (where a start hangs)"),
+    CHOICE("MP_CUDA_MOE_DEC", cuda_moe_dec, k_moe_dec, 1,
+           "decode experts on the pair kernels for Q4_K gate/up and Q6_K down (unit: the unit kernels)"),
+    CHOICE("MP_CUDA_MOE_DOWN", cuda_moe_down, k_moe_down, 0,
+           "decode down launch: a warp per output element over every route (split: a warp per route and element)"),
+    NUMBER_ALSO("MP_CUDA_MOE_MMA", cuda_moe_mma, 16, ROWS_MAX, 2, 0, 1, 1,
+                "prefill experts on the tensor cores from this many rows; 0: never; 1: by type (64 rows with "
+                "the pipelined kernel)"),
+    SWITCH("MP_CUDA_MOE_MMA2", cuda_moe_mma2, 1,
+           "tensor-core experts on the pipelined kernel (0: the first kernel, from 192 rows for Q4_K/Q6_K, "
+           "320 for Q8_0/Q4_0)"),
+    CHOICE("MP_CUDA_QKV_WARP", cuda_qkv_warp, k_qkv_warp, -1,
+           "the warp-per-head Q/K/V finish: auto from 16 rows, 0 never, 1 always"),
+    CHOICE("MP_CUDA_NORM_THREADS", cuda_norm_threads, k_norm_threads, 0,
+           "threads per row of the row norms; auto: 2 elements per thread, 256 to 1024"),
+    SWITCH("MP_CUDA_PDL", cuda_pdl, 1,
+           "programmatic dependent launch of decode kernels on compute capability 9.0+ (0: each waits for "
+           "the one before)"),
+    NUMBER_ALSO("MP_HANG_DUMP_S", hang_dump_s, 1, 86400, 1, 0, 0, 0,
+                "after this many seconds, prints the main thread's stack and kernel-side state on stderr "
+                "(0: off)"),
+};
+
+_Static_assert(N(k_knobs) <= MP_KNOBS_MAX, "mp_knobs.source has a slot per knob");
+
+int mp_knob_count(void)
+{
+    return N(k_knobs);
+}
+
+const mp_knob_def *mp_knob_at(int i)
+{
+    return &k_knobs[i];
+}
+
+static int knob_index(const char *name)
+{
+    for (int i = 0; i < N(k_knobs); i++)
+        if (!strcmp(k_knobs[i].name, name))
+            return i;
+    return -1;
+}
+
+const mp_knob_def *mp_knob_find(const char *name)
+{
+    const int i = knob_index(name);
+    return i < 0 ? NULL : &k_knobs[i];
+}
+
+/* Store v (an allowed value of d) into its field of k. */
+static void store(mp_knobs *k, const mp_knob_def *d, int64_t v)
+{
+    char *field = (char *)k + d->offset;
+    switch (d->type) {
+    case MP_KNOB_SWITCH: *(bool *)field = v != 0; break;
+    case MP_KNOB_NUMBER: *(int64_t *)field = v; break;
+    case MP_KNOB_CHOICE: *(int *)field = (int)v; break;
+    }
+}
+
+static int64_t load(const mp_knobs *k, const mp_knob_def *d)
+{
+    const char *field = (const char *)k + d->offset;
+    switch (d->type) {
+    case MP_KNOB_SWITCH: return *(const bool *)field;
+    case MP_KNOB_NUMBER: return *(const int64_t *)field;
+    case MP_KNOB_CHOICE: return *(const int *)field;
+    }
+    return 0;
+}
+
+void mp_knobs_defaults(mp_knobs *k)
+{
+    memset(k, 0, sizeof *k);
+    for (int i = 0; i < N(k_knobs); i++)
+        store(k, &k_knobs[i], k_knobs[i].dflt);
+}
+
+/* Whether text is an allowed value of d; *v: the value then. */
+static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
+{
+    switch (d->type) {
+    case MP_KNOB_SWITCH:
+        if (strcmp(text, "0") && strcmp(text, "1"))
+            return false;
+        *v = text[0] == '1';
+        return true;
+    case MP_KNOB_NUMBER:
+        if (!mp_parse_i64(text, INT64_MIN, INT64_MAX, v))
+            return false;
+        if (*v >= d->lo && *v <= d->hi)
+            return true;
+        for (int a = 0; a < d->n_also; a++)
+            if (*v == d->also[a])
+                return true;
+        return false;
+    case MP_KNOB_CHOICE:
+        for (int c = 0; c < d->n_choices; c++)
+            if (!strcmp(text, d->choices[c].word)) {
+                *v = d->choices[c].value;
+                return true;
+            }
+        return false;
+    }
+    return false;
+}
+
+/* What d expects, for the refusal: "0 or 1", "a whole number in 1..64", "0, 1 or a whole number
+ * in 16..2147483647", "one of pinned, copy, mapping". */
+static const char *expected_text(const mp_knob_def *d, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    switch (d->type) {
+    case MP_KNOB_SWITCH: snprintf(buf, cap, "0 or 1"); break;
+    case MP_KNOB_NUMBER:
+        for (int a = 0; a < d->n_also && used < cap; a++)
+            used += (size_t)snprintf(buf + used, cap - used, "%" PRId64 "%s", d->also[a],
+                                     a + 1 < d->n_also ? ", " : " or ");
+        if (used < cap)
+            snprintf(buf + used, cap - used, "a whole number in %" PRId64 "..%" PRId64, d->lo, d->hi);
+        break;
+    case MP_KNOB_CHOICE:
+        used = (size_t)snprintf(buf, cap, "one of ");
+        for (int c = 0; c < d->n_choices && used < cap; c++)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", c ? ", " : "", d->choices[c].word);
+        break;
+    }
+    return buf;
+}
+
+mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_source source, mp_error *err)
+{
+    const int i = knob_index(name);
+    if (i < 0)
+        return mp_fail(err, MP_ERR_ARG, "%s: no such knob (moeplan config lists them)", name);
+    const mp_knob_def *d = &k_knobs[i];
+    int64_t v = d->dflt;
+    if (text && *text && !parse(d, text, &v)) {
+        char expected[160];
+        return mp_fail(err, MP_ERR_ARG, "%s=%.60s: expected %s", name, text,
+                       expected_text(d, expected, sizeof expected));
+    }
+    store(k, d, v);
+    k->source[i] = (uint8_t)(text && *text ? source : MP_KNOB_DEFAULT);
+    return MP_OK;
+}
+
+mp_status mp_knobs_read(mp_knobs *k, mp_knob_lookup lookup, void *ctx, mp_error *err)
+{
+    mp_knobs_defaults(k);
+    for (int i = 0; i < N(k_knobs); i++) {
+        mp_status st = mp_knobs_set(k, k_knobs[i].name, lookup(ctx, k_knobs[i].name), MP_KNOB_ENV, err);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
+static const char *env_lookup(void *ctx, const char *name)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+mp_status mp_knobs_read_env(mp_knobs *k, mp_error *err)
+{
+    return mp_knobs_read(k, env_lookup, NULL, err);
+}
+
+/* The word of choice value v of d, or NULL when d has none for it (not a choice). */
+static const char *choice_word(const mp_knob_def *d, int64_t v)
+{
+    for (int c = 0; c < d->n_choices; c++)
+        if (d->choices[c].value == v)
+            return d->choices[c].word;
+    return NULL;
+}
+
+static const char *text_of(const mp_knob_def *d, int64_t v, char *buf, size_t cap)
+{
+    const char *word = choice_word(d, v);
+    if (word)
+        snprintf(buf, cap, "%s", word);
+    else
+        snprintf(buf, cap, "%" PRId64, v);
+    return buf;
+}
+
+int64_t mp_knob_value(const mp_knobs *k, int i)
+{
+    return load(k, &k_knobs[i]);
+}
+
+const char *mp_knob_value_text(const mp_knobs *k, int i, char *buf, size_t cap)
+{
+    return text_of(&k_knobs[i], load(k, &k_knobs[i]), buf, cap);
+}
+
+const char *mp_knob_default_text(int i, char *buf, size_t cap)
+{
+    return text_of(&k_knobs[i], k_knobs[i].dflt, buf, cap);
+}
+
+const char *mp_knob_allowed_text(int i, char *buf, size_t cap)
+{
+    const mp_knob_def *d = &k_knobs[i];
+    size_t used = 0;
+    buf[0] = '\0';
+    switch (d->type) {
+    case MP_KNOB_SWITCH: snprintf(buf, cap, "0|1"); break;
+    case MP_KNOB_NUMBER:
+        for (int a = 0; a < d->n_also && used < cap; a++)
+            used += (size_t)snprintf(buf + used, cap - used, "%" PRId64 "%s", d->also[a],
+                                     a + 1 < d->n_also ? ", " : " or ");
+        if (used < cap)
+            snprintf(buf + used, cap - used, "%" PRId64 "..%" PRId64, d->lo, d->hi);
+        break;
+    case MP_KNOB_CHOICE:
+        for (int c = 0; c < d->n_choices && used < cap; c++)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", c ? "|" : "", d->choices[c].word);
+        break;
+    }
+    return buf;
+}
+
+const char *mp_knob_source_name(mp_knob_source s)
+{
+    return s == MP_KNOB_ENV ? "env" : s == MP_KNOB_FLAG ? "flag" : "default";
+}
+
+const char *mp_knobs_isa_cap(const mp_knobs *k)
+{
+    return k->isa == MP_KNOB_ISA_BEST ? NULL : choice_word(mp_knob_find("MP_ISA"), k->isa);
+}
+
+void mp_knobs_apply_kernels(const mp_knobs *k)
+{
+    mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
+#if MP_HAVE_CUDA
+    mp_cuda_moe_set_decode(k->cuda_moe_dec);
+    mp_cuda_moe_set_down_split(k->cuda_moe_down);
+    mp_cuda_moe_set_mma_min_rows(k->cuda_moe_mma == 1 ? -1 : k->cuda_moe_mma);
+    mp_cuda_moe_set_mma2(k->cuda_moe_mma2);
+    mp_cuda_set_qkv_finish_warp(k->cuda_qkv_warp);
+    mp_cuda_set_norm_threads(k->cuda_norm_threads);
+    mp_cuda_set_pdl(k->cuda_pdl ? -1 : 0); /* on: where the device has it (compute capability 9.0+) */
+#endif
+}
+
+mp_status mp_knobs_start(mp_knobs *k, mp_error *err)
+{
+    mp_status st = mp_knobs_read_env(k, err);
+    if (!st)
+        mp_knobs_apply_kernels(k);
+    return st;
+}
+
+bool mp_knobs_add_json(const mp_knobs *k, cJSON *obj)
+{
+    cJSON *values = cJSON_AddObjectToObject(obj, "knobs");
+    cJSON *set = cJSON_AddObjectToObject(obj, "knobs_set");
+    bool ok = values && set;
+    for (int i = 0; ok && i < N(k_knobs); i++) {
+        const mp_knob_def *d = &k_knobs[i];
+        char text[64];
+        ok = (d->type == MP_KNOB_CHOICE
+                  ? cJSON_AddStringToObject(values, d->name, mp_knob_value_text(k, i, text, sizeof text))
+                  : cJSON_AddNumberToObject(values, d->name, (double)load(k, d))) != NULL;
+        if (ok && k->source[i] != MP_KNOB_DEFAULT)
+            ok = cJSON_AddStringToObject(set, d->name, mp_knob_source_name((mp_knob_source)k->source[i])) != NULL;
+    }
+    return ok;
+}

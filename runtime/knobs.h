@@ -1,0 +1,135 @@
+/* runtime/knobs.h — the MP_* environment variables ("knobs") that change how moeplan runs: one
+ * table (knobs.c) gives each its name, type, allowed values, default and a line of doc.
+ *
+ * A program reads them once when it starts (mp_knobs_read_env) and hands the result down as a
+ * const mp_knobs: to the session (mp_session_params.knobs), and from it to the CPU MoE block, the
+ * thread pool and the GPU executor; the process-wide kernel switches (CPU ISA cap, CUDA kernel
+ * variants) are set from it once by mp_knobs_apply_kernels. No other code reads the environment.
+ *
+ * Types: a switch is "0" or "1"; a number is one plain decimal integer in [lo, hi], or one of at
+ * most two values a knob also allows outside that range; a choice is one word of a list. Unset or
+ * empty: the default. Anything else is refused, in one line naming the variable, the value and
+ * what was expected, so that a typo never passes for an A/B run.
+ *
+ * Invariant: every field of mp_knobs holds an allowed value of its knob (the readers refuse the
+ * rest), so code below may use them without checking.
+ */
+#ifndef MP_RUNTIME_KNOBS_H
+#define MP_RUNTIME_KNOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/error.h"
+
+/* MP_ISA: the level the CPU kernels are capped at (kernels/quant.h); BEST: no cap */
+enum { MP_KNOB_ISA_BEST, MP_KNOB_ISA_SCALAR, MP_KNOB_ISA_AVX2, MP_KNOB_ISA_AVX512 };
+/* MP_GPU_HOST_EXPERTS: where the GPU executor keeps the cold experts (runtime/gpu_host.c) */
+enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
+
+#define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
+
+typedef enum mp_knob_source { MP_KNOB_DEFAULT = 0, MP_KNOB_ENV = 1, MP_KNOB_FLAG = 2 } mp_knob_source;
+
+typedef struct mp_knobs {
+    /* CPU kernels and the CPU executor */
+    int isa;                 /* MP_ISA: MP_KNOB_ISA_* */
+    bool pool_pin;           /* MP_POOL_PIN */
+    bool moe_cpu_pipeline;   /* MP_MOE_CPU_PIPELINE */
+    bool moe_cpu_combine;    /* MP_MOE_CPU_COMBINE */
+    int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
+    bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
+    /* the GPU executor */
+    bool gpu_graphs;         /* MP_GPU_GRAPHS */
+    bool gpu_one_graph;      /* MP_GPU_ONE_GRAPH */
+    bool gpu_router_fused;   /* MP_GPU_ROUTER_FUSED */
+    bool gpu_qkv_fork;       /* MP_GPU_QKV_FORK */
+    bool gpu_step_stamps;    /* MP_GPU_STEP_STAMPS */
+    int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_GPU_GEMM_MIN_ROWS (placement.h) */
+    int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */
+    bool gpu_init_trace;     /* MP_GPU_INIT_TRACE */
+    /* the CUDA kernels (kernels/cuda/cuda_ops.h) */
+    int cuda_moe_dec;        /* MP_CUDA_MOE_DEC: 1 pair kernels, 0 unit kernels */
+    int cuda_moe_down;       /* MP_CUDA_MOE_DOWN: 0 warp, 1 split */
+    int64_t cuda_moe_mma;    /* MP_CUDA_MOE_MMA: 0 never, 1 the default rows by type, else >= 16 rows */
+    bool cuda_moe_mma2;      /* MP_CUDA_MOE_MMA2 */
+    int cuda_qkv_warp;       /* MP_CUDA_QKV_WARP: -1 auto (by rows), 0 never, 1 always */
+    int cuda_norm_threads;   /* MP_CUDA_NORM_THREADS: 0 auto (by row length), 256, 512, 1024 */
+    bool cuda_pdl;           /* MP_CUDA_PDL */
+    /* every command (cli/hang_dump.c) */
+    int64_t hang_dump_s;     /* MP_HANG_DUMP_S: 0 off, else 1..86400 */
+
+    uint8_t source[MP_KNOBS_MAX]; /* mp_knob_source of each table entry, in table order */
+} mp_knobs;
+
+typedef enum mp_knob_type { MP_KNOB_SWITCH, MP_KNOB_NUMBER, MP_KNOB_CHOICE } mp_knob_type;
+
+typedef struct mp_knob_choice {
+    const char *word;
+    int value;
+} mp_knob_choice;
+
+/* One entry of the table. The field at `offset` of mp_knobs is a bool (switch), an int64_t
+ * (number) or an int (choice: the value of the chosen word). */
+typedef struct mp_knob_def {
+    const char *name;
+    mp_knob_type type;
+    size_t offset;
+    int64_t lo, hi;             /* number: the range */
+    int n_also;                 /* number: values allowed outside [lo, hi] (0..2) */
+    int64_t also[2];
+    const mp_knob_choice *choices; /* choice: (n_choices) words */
+    int n_choices;
+    int64_t dflt;               /* switch 0/1, the number, or the choice's value */
+    const char *doc;            /* one line */
+} mp_knob_def;
+
+int mp_knob_count(void);
+const mp_knob_def *mp_knob_at(int i); /* 0 <= i < mp_knob_count() */
+const mp_knob_def *mp_knob_find(const char *name); /* NULL: no such knob */
+
+/* Every knob at its default, every source MP_KNOB_DEFAULT. */
+void mp_knobs_defaults(mp_knobs *k);
+
+/* Set one knob from its text (as the environment would give it) and record where it came from.
+ * Unset (NULL) or empty: the default, source MP_KNOB_DEFAULT. MP_ERR_ARG with one line naming
+ * name=text and what the knob expects when the text is not an allowed value; k is unchanged then. */
+mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_source source, mp_error *err);
+
+/* Fill k from lookup(ctx, name) for every knob of the table (a NULL answer: unset). Stops at the
+ * first value that is not allowed (MP_ERR_ARG, mp_knobs_set's line). */
+typedef const char *(*mp_knob_lookup)(void *ctx, const char *name);
+mp_status mp_knobs_read(mp_knobs *k, mp_knob_lookup lookup, void *ctx, mp_error *err);
+/* mp_knobs_read from the process environment: for a program's main, once, at start. */
+mp_status mp_knobs_read_env(mp_knobs *k, mp_error *err);
+
+/* The value of table entry i in k: the switch (0/1), the number, or the choice's value. */
+int64_t mp_knob_value(const mp_knobs *k, int i);
+/* The value of table entry i in k as the environment spells it ("1", "64", "pinned"), and the
+ * default likewise; "0|1", "1..64", "0, 1 or 16..2147483647", "pinned|copy|mapping" for what the
+ * entry allows. Each returns buf. */
+const char *mp_knob_value_text(const mp_knobs *k, int i, char *buf, size_t cap);
+const char *mp_knob_default_text(int i, char *buf, size_t cap);
+const char *mp_knob_allowed_text(int i, char *buf, size_t cap);
+const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag" */
+
+/* The cap MP_ISA sets for kernels/quant.h's mp_kernels_set_isa_cap: NULL (best) or the level. */
+const char *mp_knobs_isa_cap(const mp_knobs *k);
+
+/* Set the process-wide kernel switches from k: the CPU ISA cap and, in a build with CUDA, the
+ * CUDA kernels' variants (MP_CUDA_*). Called by a program after reading its knobs, before any
+ * kernel runs, and again when a flag changes one (run/bench --no-simd). */
+void mp_knobs_apply_kernels(const mp_knobs *k);
+/* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
+ * benchmark program). */
+mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
+
+/* k as JSON members of obj: "knobs": {NAME: value, ...} with every knob (switches and numbers as JSON numbers,
+ * choices as strings), and "knobs_set": {NAME: "env"|"flag"} for those not at their default's
+ * source. For the trace's run config and bench's JSON rows. false when out of memory. */
+bool mp_knobs_add_json(const mp_knobs *k, cJSON *obj);
+
+#endif

@@ -1,0 +1,414 @@
+/* tests/unit/test_knobs.c — the knob table (runtime/knobs.h): every type parses, each entry sets
+ * its own field, values that are not allowed are refused in one line naming the variable, the
+ * value and what was expected; `moeplan config` lists every knob (text, JSON) and docs/config.md
+ * holds its --doc table; a bad value stops any command before it runs; no library file but
+ * runtime/knobs.c reads the environment. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "runtime/knobs.h"
+#include "tests/unit/cli_util.h"
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_knobs_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    for (int i = 0; i < mp_knob_count(); i++) /* the tests' commands see only the knobs they set */
+        unsetenv(mp_knob_at(i)->name);
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(knobs, .init = setup, .fini = teardown);
+
+static int index_of(const char *name)
+{
+    for (int i = 0; i < mp_knob_count(); i++)
+        if (!strcmp(mp_knob_at(i)->name, name))
+            return i;
+    cr_assert_fail("no knob %s in the table", name);
+    return -1;
+}
+
+static void set_ok(mp_knobs *k, const char *name, const char *text)
+{
+    mp_error err = {0};
+    cr_assert_eq(mp_knobs_set(k, name, text, MP_KNOB_ENV, &err), MP_OK, "%s=%s: %s", name, text, err.msg);
+}
+
+Test(knobs, table_is_well_formed)
+{
+    cr_assert_gt(mp_knob_count(), 0);
+    cr_assert_leq(mp_knob_count(), MP_KNOBS_MAX);
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const mp_knob_def *d = mp_knob_at(i);
+        cr_assert_eq(strncmp(d->name, "MP_", 3), 0, "%s", d->name);
+        cr_assert_eq(mp_knob_find(d->name), d);
+        for (int j = 0; j < i; j++)
+            cr_assert_str_neq(mp_knob_at(j)->name, d->name, "%s twice", d->name);
+        cr_assert(d->doc && *d->doc && !strchr(d->doc, '\n'), "%s: the doc is one line", d->name);
+        cr_assert_lt(d->offset, offsetof(mp_knobs, source), "%s: not a knob field", d->name);
+    }
+    cr_assert_null(mp_knob_find("MP_NOT_A_KNOB"));
+}
+
+/* Each type: switches "0"/"1", numbers in range and the values a knob also allows, choices by word;
+ * unset and empty give the default, with source default. Every field is read back by name, so an
+ * entry pointing at the wrong field fails here. */
+Test(knobs, every_type_parses)
+{
+    mp_knobs k;
+    mp_knobs_defaults(&k);
+    cr_assert(k.gpu_graphs && !k.pool_pin && k.moe_pipe_units == 8 && k.cuda_moe_mma == 1 &&
+              k.gpu_gemm_min_rows == 32 && k.gpu_host_experts == MP_GPU_HOST_PINNED && k.cuda_qkv_warp == -1 &&
+              k.cuda_norm_threads == 0 && k.isa == MP_KNOB_ISA_BEST && k.hang_dump_s == 0 && k.cuda_moe_dec == 1 &&
+              k.cuda_moe_down == 0 && k.cuda_moe_mma2 && k.cuda_pdl && k.moe_cpu_pipeline && k.moe_cpu_combine);
+    set_ok(&k, "MP_GPU_GRAPHS", "0");
+    cr_assert(!k.gpu_graphs);
+    cr_assert_eq(k.source[index_of("MP_GPU_GRAPHS")], MP_KNOB_ENV);
+    set_ok(&k, "MP_GPU_GRAPHS", "1");
+    cr_assert(k.gpu_graphs);
+    set_ok(&k, "MP_GPU_GRAPHS", "0");
+    set_ok(&k, "MP_GPU_GRAPHS", "");
+    cr_assert(k.gpu_graphs, "empty: the default");
+    cr_assert_eq(k.source[index_of("MP_GPU_GRAPHS")], MP_KNOB_DEFAULT);
+    set_ok(&k, "MP_POOL_PIN", "1");
+    cr_assert(k.pool_pin);
+    set_ok(&k, "MP_POOL_PIN", NULL);
+    cr_assert(!k.pool_pin, "unset: the default");
+
+    const struct { const char *name, *text; int64_t want; } numbers[] = {
+        {"MP_MOE_PIPE_UNITS", "1", 1}, {"MP_MOE_PIPE_UNITS", "64", 64}, {"MP_CUDA_MOE_MMA", "0", 0},
+        {"MP_CUDA_MOE_MMA", "1", 1}, {"MP_CUDA_MOE_MMA", "16", 16}, {"MP_CUDA_MOE_MMA", "2147483647", 2147483647},
+        {"MP_GPU_GEMM_MIN_ROWS", "32", 32}, {"MP_GPU_GEMM_MIN_ROWS", "100000", 100000},
+        {"MP_HANG_DUMP_S", "0", 0}, {"MP_HANG_DUMP_S", "86400", 86400}};
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        set_ok(&k, numbers[i].name, numbers[i].text);
+        cr_assert_eq(mp_knob_value(&k, index_of(numbers[i].name)), numbers[i].want, "%s=%s", numbers[i].name,
+                     numbers[i].text);
+    }
+    cr_assert(k.moe_pipe_units == 64 && k.cuda_moe_mma == 2147483647 && k.gpu_gemm_min_rows == 100000 &&
+              k.hang_dump_s == 86400);
+
+    set_ok(&k, "MP_GPU_HOST_EXPERTS", "mapping");
+    cr_assert_eq(k.gpu_host_experts, MP_GPU_HOST_MAPPING);
+    set_ok(&k, "MP_GPU_HOST_EXPERTS", "copy");
+    cr_assert_eq(k.gpu_host_experts, MP_GPU_HOST_COPY);
+    set_ok(&k, "MP_CUDA_QKV_WARP", "0");
+    cr_assert_eq(k.cuda_qkv_warp, 0);
+    set_ok(&k, "MP_CUDA_QKV_WARP", "1");
+    cr_assert_eq(k.cuda_qkv_warp, 1);
+    set_ok(&k, "MP_CUDA_NORM_THREADS", "512");
+    cr_assert_eq(k.cuda_norm_threads, 512);
+    set_ok(&k, "MP_CUDA_MOE_DEC", "unit");
+    cr_assert_eq(k.cuda_moe_dec, 0);
+    set_ok(&k, "MP_CUDA_MOE_DOWN", "split");
+    cr_assert_eq(k.cuda_moe_down, 1);
+    set_ok(&k, "MP_ISA", "avx2");
+    cr_assert_eq(k.isa, MP_KNOB_ISA_AVX2);
+    cr_assert_str_eq(mp_knobs_isa_cap(&k), "avx2");
+    set_ok(&k, "MP_ISA", "best");
+    cr_assert_null(mp_knobs_isa_cap(&k), "best: no cap");
+    char buf[64];
+    cr_assert_str_eq(mp_knob_value_text(&k, index_of("MP_GPU_HOST_EXPERTS"), buf, sizeof buf), "copy");
+    cr_assert_str_eq(mp_knob_value_text(&k, index_of("MP_CUDA_NORM_THREADS"), buf, sizeof buf), "512");
+    cr_assert_str_eq(mp_knob_default_text(index_of("MP_CUDA_QKV_WARP"), buf, sizeof buf), "auto");
+}
+
+/* Every entry's default, as its text, parses back to the default; and a value other than the
+ * default changes that entry's field and no other one. */
+Test(knobs, each_entry_sets_its_own_field)
+{
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const mp_knob_def *d = mp_knob_at(i);
+        mp_knobs k;
+        mp_knobs_defaults(&k);
+        char text[64];
+        set_ok(&k, d->name, mp_knob_default_text(i, text, sizeof text));
+        cr_assert_eq(mp_knob_value(&k, i), d->dflt, "%s=%s", d->name, text);
+        int64_t other = d->dflt;
+        switch (d->type) {
+        case MP_KNOB_SWITCH: other = !d->dflt; break;
+        case MP_KNOB_NUMBER: other = d->dflt == d->hi ? d->lo : d->hi; break;
+        case MP_KNOB_CHOICE:
+            for (int c = 0; c < d->n_choices; c++)
+                if (d->choices[c].value != d->dflt)
+                    other = d->choices[c].value;
+            break;
+        }
+        cr_assert_neq(other, d->dflt, "%s has a single allowed value", d->name);
+        mp_knobs_defaults(&k);
+        /* the other value through its own text, as the environment would give it */
+        mp_knobs probe = k;
+        char *field = (char *)&probe + d->offset;
+        if (d->type == MP_KNOB_SWITCH)
+            *(bool *)field = other;
+        else if (d->type == MP_KNOB_NUMBER)
+            *(int64_t *)field = other;
+        else
+            *(int *)field = (int)other;
+        set_ok(&k, d->name, mp_knob_value_text(&probe, i, text, sizeof text));
+        cr_assert_eq(mp_knob_value(&k, i), other, "%s=%s", d->name, text);
+        mp_knobs dflt;
+        mp_knobs_defaults(&dflt);
+        for (int j = 0; j < mp_knob_count(); j++)
+            if (j != i)
+                cr_assert_eq(mp_knob_value(&k, j), mp_knob_value(&dflt, j), "%s=%s changed %s", d->name, text,
+                             mp_knob_at(j)->name);
+    }
+}
+
+/* Values that are not allowed: MP_ERR_ARG, one line "NAME=VALUE: expected ...", the knobs as they
+ * were. Among them the values the variables' former readers took without a word (a gemm
+ * threshold under 32 rows was raised to 32; MP_GPU_INIT_TRACE=yes read as off). */
+Test(knobs, refuses_values_not_allowed_in_one_line)
+{
+    const struct { const char *name, *text, *msg; } bad[] = {
+        {"MP_GPU_GRAPHS", "off", "MP_GPU_GRAPHS=off: expected 0 or 1"},
+        {"MP_POOL_PIN", "2", "MP_POOL_PIN=2: expected 0 or 1"},
+        {"MP_GPU_INIT_TRACE", "yes", "MP_GPU_INIT_TRACE=yes: expected 0 or 1"},
+        {"MP_GPU_QKV_FORK", " 1", "MP_GPU_QKV_FORK= 1: expected 0 or 1"},
+        {"MP_MOE_PIPE_UNITS", "0", "MP_MOE_PIPE_UNITS=0: expected a whole number in 1..64"},
+        {"MP_MOE_PIPE_UNITS", "65", "MP_MOE_PIPE_UNITS=65: expected a whole number in 1..64"},
+        {"MP_MOE_PIPE_UNITS", "4x", "MP_MOE_PIPE_UNITS=4x: expected a whole number in 1..64"},
+        {"MP_MOE_PIPE_UNITS", "+8", "MP_MOE_PIPE_UNITS=+8: expected a whole number in 1..64"},
+        {"MP_CUDA_MOE_MMA", "15", "MP_CUDA_MOE_MMA=15: expected 0, 1 or a whole number in 16..2147483647"},
+        {"MP_CUDA_MOE_MMA", "-1", "MP_CUDA_MOE_MMA=-1: expected 0, 1 or a whole number in 16..2147483647"},
+        {"MP_GPU_GEMM_MIN_ROWS", "31", "MP_GPU_GEMM_MIN_ROWS=31: expected a whole number in 32..2147483647"},
+        {"MP_GPU_GEMM_MIN_ROWS", "99999999999999999999",
+         "MP_GPU_GEMM_MIN_ROWS=99999999999999999999: expected a whole number in 32..2147483647"},
+        {"MP_HANG_DUMP_S", "86401", "MP_HANG_DUMP_S=86401: expected 0 or a whole number in 1..86400"},
+        {"MP_GPU_HOST_EXPERTS", "pinnned", "MP_GPU_HOST_EXPERTS=pinnned: expected one of pinned, copy, mapping"},
+        {"MP_ISA", "avx1024", "MP_ISA=avx1024: expected one of best, scalar, avx2, avx512"},
+        {"MP_ISA", "AVX2", "MP_ISA=AVX2: expected one of best, scalar, avx2, avx512"},
+        {"MP_CUDA_NORM_THREADS", "128", "MP_CUDA_NORM_THREADS=128: expected one of auto, 256, 512, 1024"},
+        {"MP_CUDA_QKV_WARP", "yes", "MP_CUDA_QKV_WARP=yes: expected one of auto, 0, 1"},
+        {"MP_CUDA_MOE_DEC", "pairs", "MP_CUDA_MOE_DEC=pairs: expected one of pair, unit"},
+        {"MP_NOT_A_KNOB", "1", "MP_NOT_A_KNOB: no such knob (moeplan config lists them)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp_knobs k, before;
+        mp_knobs_defaults(&k);
+        set_ok(&k, "MP_MOE_PIPE_UNITS", "12"); /* not the default, so that a reset would show */
+        before = k;
+        mp_error err = {0};
+        cr_assert_eq(mp_knobs_set(&k, bad[i].name, bad[i].text, MP_KNOB_ENV, &err), MP_ERR_ARG, "%s=%s accepted",
+                     bad[i].name, bad[i].text);
+        cr_assert_str_eq(err.msg, bad[i].msg);
+        cr_assert_eq(memcmp(&k, &before, sizeof k), 0, "%s=%s changed the knobs", bad[i].name, bad[i].text);
+    }
+}
+
+typedef struct fake_env {
+    const char *const (*pairs)[2];
+    int n;
+} fake_env;
+
+static const char *fake_lookup(void *ctx, const char *name)
+{
+    const fake_env *e = ctx;
+    for (int i = 0; i < e->n; i++)
+        if (!strcmp(e->pairs[i][0], name))
+            return e->pairs[i][1];
+    return NULL;
+}
+
+/* mp_knobs_read: every knob from the lookup, sources recorded; the first bad value stops it. */
+Test(knobs, read_records_sources_and_stops_at_a_bad_value)
+{
+    static const char *const good[][2] = {
+        {"MP_GPU_GRAPHS", "0"}, {"MP_ISA", "scalar"}, {"MP_MOE_PIPE_UNITS", ""}, {"MP_OTHER", "x"}};
+    fake_env env = {good, 4};
+    mp_knobs k;
+    mp_error err = {0};
+    cr_assert_eq(mp_knobs_read(&k, fake_lookup, &env, &err), MP_OK, "%s", err.msg);
+    cr_assert(!k.gpu_graphs && k.isa == MP_KNOB_ISA_SCALAR && k.moe_pipe_units == 8);
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const char *n = mp_knob_at(i)->name;
+        const bool set = !strcmp(n, "MP_GPU_GRAPHS") || !strcmp(n, "MP_ISA");
+        cr_assert_eq(k.source[i], set ? MP_KNOB_ENV : MP_KNOB_DEFAULT, "%s", n);
+    }
+    static const char *const bad[][2] = {{"MP_GPU_GRAPHS", "0"}, {"MP_CUDA_PDL", "no"}};
+    env = (fake_env){bad, 2};
+    cr_assert_eq(mp_knobs_read(&k, fake_lookup, &env, &err), MP_ERR_ARG);
+    cr_assert_str_eq(err.msg, "MP_CUDA_PDL=no: expected 0 or 1");
+}
+
+/* The JSON the trace's run config and bench's rows carry: every knob, typed, and the ones not at
+ * their default's source with where they came from. */
+Test(knobs, json_carries_every_knob)
+{
+    mp_knobs k;
+    mp_knobs_defaults(&k);
+    set_ok(&k, "MP_MOE_PIPE_UNITS", "3");
+    mp_error err = {0};
+    cr_assert_eq(mp_knobs_set(&k, "MP_ISA", "scalar", MP_KNOB_FLAG, &err), MP_OK);
+    cJSON *o = cJSON_CreateObject();
+    cr_assert(mp_knobs_add_json(&k, o));
+    const cJSON *values = cJSON_GetObjectItemCaseSensitive(o, "knobs");
+    const cJSON *set = cJSON_GetObjectItemCaseSensitive(o, "knobs_set");
+    cr_assert_eq(cJSON_GetArraySize(values), mp_knob_count());
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const mp_knob_def *d = mp_knob_at(i);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(values, d->name);
+        cr_assert_not_null(v, "%s missing", d->name);
+        if (d->type == MP_KNOB_CHOICE) {
+            char text[64];
+            cr_assert(cJSON_IsString(v), "%s", d->name);
+            cr_assert_str_eq(v->valuestring, mp_knob_value_text(&k, i, text, sizeof text));
+        } else {
+            cr_assert(cJSON_IsNumber(v), "%s", d->name);
+            cr_assert_eq((int64_t)v->valuedouble, mp_knob_value(&k, i), "%s", d->name);
+        }
+    }
+    cr_assert_eq(cJSON_GetObjectItemCaseSensitive(values, "MP_MOE_PIPE_UNITS")->valuedouble, 3);
+    cr_assert_eq(cJSON_GetArraySize(set), 2);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(set, "MP_MOE_PIPE_UNITS")->valuestring, "env");
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(set, "MP_ISA")->valuestring, "flag");
+    cJSON_Delete(o);
+}
+
+Test(knobs, apply_sets_the_isa_cap)
+{
+    mp_knobs k;
+    mp_knobs_defaults(&k);
+    mp_knobs_apply_kernels(&k);
+    const char *best = mp_kernels_isa();
+    set_ok(&k, "MP_ISA", "scalar");
+    mp_knobs_apply_kernels(&k);
+    cr_assert_str_eq(mp_kernels_isa(), "scalar");
+    mp_knobs_defaults(&k);
+    mp_knobs_apply_kernels(&k);
+    cr_assert_str_eq(mp_kernels_isa(), best);
+}
+
+/* `moeplan config`: a header and one line per knob, in table order, with the environment's value
+ * and source; --json the same as objects; an unknown argument exits 2. */
+Test(knobs, config_lists_every_knob)
+{
+    char err[4096];
+    cr_assert_eq(setenv("MP_MOE_PIPE_UNITS", "12", 1), 0);
+    int rc = mp_test_moeplan(tmpdir, "config", MP_TEST_STDERR, err, sizeof err);
+    char *out = mp_test_stdout(tmpdir);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(err, "");
+    const char *line = out;
+    cr_assert_eq(strncmp(line, "knob ", 5), 0, "%s", out);
+    line = strchr(line, '\n') + 1;
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const mp_knob_def *d = mp_knob_at(i);
+        const size_t n = strlen(d->name);
+        cr_assert(!strncmp(line, d->name, n) && line[n] == ' ', "line %d is not %s: %.80s", i + 1, d->name, line);
+        const char *end = strchr(line, '\n');
+        cr_assert_not_null(end);
+        char text[512];
+        snprintf(text, sizeof text, "%.*s", (int)(end - line), line);
+        cr_assert_not_null(strstr(text, d->doc), "%s: no doc line in '%s'", d->name, text);
+        char dflt[64], want[160];
+        const bool env = !strcmp(d->name, "MP_MOE_PIPE_UNITS");
+        mp_knob_default_text(i, dflt, sizeof dflt);
+        snprintf(want, sizeof want, " %-8s %-8s %-7s ", env ? "12" : dflt, dflt, env ? "env" : "default");
+        cr_assert_not_null(strstr(text, want), "%s: '%s' lacks '%s'", d->name, text, want);
+        line = end + 1;
+    }
+    cr_assert_eq(*line, '\0', "lines after the last knob: %s", line);
+    free(out);
+
+    rc = mp_test_moeplan(tmpdir, "config --json", MP_TEST_STDERR, err, sizeof err);
+    out = mp_test_stdout(tmpdir);
+    cr_assert_eq(rc, 0, "%s", err);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "%s", out);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "knobs");
+    cr_assert_eq(cJSON_GetArraySize(arr), mp_knob_count());
+    for (int i = 0; i < mp_knob_count(); i++) {
+        const cJSON *o = cJSON_GetArrayItem(arr, i);
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "name")->valuestring, mp_knob_at(i)->name);
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "doc")->valuestring, mp_knob_at(i)->doc);
+        const bool env = !strcmp(mp_knob_at(i)->name, "MP_MOE_PIPE_UNITS");
+        cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "source")->valuestring, env ? "env" : "default");
+        if (env)
+            cr_assert_eq(cJSON_GetObjectItemCaseSensitive(o, "value")->valuedouble, 12);
+    }
+    cJSON_Delete(root);
+    free(out);
+    unsetenv("MP_MOE_PIPE_UNITS");
+    cr_assert_eq(mp_test_moeplan(tmpdir, "config --yaml", MP_TEST_STDERR, err, sizeof err), 2);
+    cr_assert_not_null(strstr(err, "unknown argument '--yaml'"), "%s", err);
+    cr_assert_eq(mp_test_moeplan(tmpdir, "config --help", MP_TEST_STDERR, err, sizeof err), 0);
+}
+
+/* docs/config.md holds `moeplan config --doc` verbatim: the page and the table cannot drift apart
+ * (regenerate the page's table with that command when this fails). */
+Test(knobs, docs_hold_the_table)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char err[1024], path[4096];
+    cr_assert_eq(mp_test_moeplan(tmpdir, "config --doc", MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    char *table = mp_test_stdout(tmpdir);
+    for (int i = 0; i < mp_knob_count(); i++)
+        cr_assert_not_null(strstr(table, mp_knob_at(i)->name), "--doc lacks %s", mp_knob_at(i)->name);
+    snprintf(path, sizeof path, "%s/docs/config.md", root);
+    char *page = mp_test_slurp(path);
+    cr_assert_not_null(strstr(page, table), "docs/config.md does not hold `moeplan config --doc`'s table; "
+                       "regenerate it:\n%s", table);
+    free(page);
+    free(table);
+}
+
+/* A bad value stops every command before it runs: exit 2, one line on stderr, nothing on stdout. */
+Test(knobs, a_bad_value_stops_any_command)
+{
+    const char *cmds[] = {"config", "inspect --help", "simulate --help"};
+    cr_assert_eq(setenv("MP_GPU_HOST_EXPERTS", "pinnned", 1), 0);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char err[1024];
+        cr_assert_eq(mp_test_moeplan(tmpdir, cmds[i], MP_TEST_STDERR, err, sizeof err), 2, "%s", cmds[i]);
+        cr_assert_str_eq(err, "moeplan: MP_GPU_HOST_EXPERTS=pinnned: expected one of pinned, copy, mapping\n");
+        char *out = mp_test_stdout(tmpdir);
+        cr_assert_str_eq(out, "", "%s printed: %s", cmds[i], out);
+        free(out);
+    }
+    unsetenv("MP_GPU_HOST_EXPERTS");
+}
+
+/* The knob table is the only reader of the environment in the library and the programs (tests
+ * read their own variables): a getenv call anywhere else would be a knob outside the table. */
+Test(knobs, no_other_library_code_reads_the_environment)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && git ls-files -- kernels runtime collector analyzer simulator cli bench 2>/dev/null | "
+             "grep -E '\\.(c|h|cu|cuh)$' | xargs -r grep -ln 'getenv' --", root);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char found[4096] = "";
+    size_t n = fread(found, 1, sizeof found - 1, p);
+    found[n] = 0;
+    pclose(p);
+    char listed[4200];
+    snprintf(listed, sizeof listed, "cd '%s' && git ls-files -- runtime/knobs.c", root);
+    p = popen(listed, "r");
+    cr_assert_not_null(p);
+    char self[256] = "";
+    n = fread(self, 1, sizeof self - 1, p);
+    self[n] = 0;
+    pclose(p);
+    if (!*self)
+        cr_skip_test("not a git checkout: the sources cannot be listed");
+    cr_assert_str_eq(found, "runtime/knobs.c\n", "getenv outside the knob table:\n%s", found);
+}
