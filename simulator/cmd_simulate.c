@@ -420,7 +420,7 @@ static char *llamacpp_override(const mp_sim_trace *t, const mp_sim_result *r, do
         free(per_layer);
         return NULL;
     }
-    for (uint32_t i = 0; i < r->profile.slots; i++)
+    for (uint32_t i = 0; i < mp_strp_resident(&r->profile); i++)
         per_layer[r->profile.ranked[i].layer]++;
     size_t n = (size_t)snprintf(s, cap, "-ot 'blk\\.(");
     int n_cpu = 0;
@@ -755,7 +755,7 @@ int mp_cmd_simulate(int argc, char **argv)
         if (mp_strp_write_file(o.profile, &r->profile, &err) || mp_strp_manifest_write(manifest, &m, &r->profile, &err))
             goto fail;
         printf("\nprofile %s (%s, %u resident of %u ranked) and manifest %s written\n", o.profile,
-               m.policy, r->profile.slots, r->profile.n_ranked, manifest);
+               m.policy, mp_strp_resident(&r->profile), mp_strp_ranking_len(&r->profile), manifest);
     }
     rc = 0;
     goto done;

@@ -358,7 +358,7 @@ static void strp_check_ok(void *ctx)
 
 Test(faults, strp_writer_and_manifest)
 {
-    strp_ctx s = {.p = {.n_layers = 3, .n_experts = 4, .slots = 2, .n_ranked = 3,
+    strp_ctx s = {.p = {.n_layers = 3, .n_experts = 4, .slots = 3, .n_ranked = 3,
                         .table = MP_STRP_TABLE_U64_COUNT}};
     mp_strp_pair pairs[3] = {{0, 1}, {2, 3}, {1, 0}};
     uint64_t counts[12] = {1, 9, 0, 0, 5, 0, 0, 0, 0, 0, 0, 7};

@@ -72,6 +72,7 @@ Test(plan, makes_a_profile_and_checks_it)
     mp_error err;
     cr_assert_eq(mp_strp_read_file(path, NULL, &p, &err), MP_OK, "%s", err.msg);
     cr_assert_gt(p.slots, 0, "room in the budget: experts placed");
+    cr_assert_eq(p.n_ranked, p.slots, "the pairs are the resident set");
     /* made from the whole trace's train split, not only the check's rows: the first of the two
      * requests (a prompt and 12 tokens) routes more than the check's 9 rows x 4 layers x top-4 */
     cr_assert_not_null(p.counts);

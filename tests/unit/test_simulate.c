@@ -175,8 +175,12 @@ Test(simulate, cli_end_to_end)
     mp_error err;
     mp_strp_geometry g = {8, 4}; /* model layers 0..7 */
     cr_assert_eq(mp_strp_read_file(path, &g, &p, &err), MP_OK, "%s", err.msg);
+    /* no resident pairs; the counts rank the 8 experts of MoE layers 4 and 7, none of the dense ones */
     cr_assert_eq(p.slots, 0);
-    cr_assert_eq(p.n_ranked, 8);
+    cr_assert_eq(p.n_ranked, 0);
+    cr_assert_eq(p.n_tail, 8);
+    for (uint32_t i = 0; i < p.n_tail; i++)
+        cr_assert(p.tail[i].layer == 4 || p.tail[i].layer == 7, "tail %u: layer %u", i, p.tail[i].layer);
     cr_assert_eq(p.table, MP_STRP_TABLE_U64_COUNT);
     /* train = request 0: layer 4 routes e0 x3, e1 x2, e2 x1 */
     cr_assert_eq(p.counts[4 * 4 + 0], 3);
