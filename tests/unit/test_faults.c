@@ -29,6 +29,7 @@
 #include "runtime/gguf.h"
 #include "runtime/strp.h"
 #include "tests/unit/analyzer_fixture.h"
+#include "tests/unit/cli_util.h"
 
 static char dir[256];
 
@@ -373,6 +374,9 @@ Test(faults, strp_writer_and_manifest)
                         .check_ok = strp_check_ok, .reset = strp_reset, .ctx = &s};
         cr_assert_gt(sweep(&c, 2000), 5);
     }
+    char msg[512];
+    cr_assert_eq(strp_op(&s, msg, sizeof msg), 0, "%s", msg);
+    mp_test_strp_loads(at("p.strp"));
     free(s.old_profile.p), free(s.old_manifest.p);
 }
 

@@ -450,6 +450,7 @@ Test(placement, profile_slots_and_budget_prefix)
     mp_strp prof = {.n_layers = 2, .n_experts = 4, .slots = 2, .n_ranked = 2, .ranked = (mp_strp_pair *)pairs,
                     .table = MP_STRP_TABLE_U64_COUNT, .counts = counts};
     cr_assert_eq(mp_strp_write_file(path, &prof, &e), MP_OK, "%s", e.msg);
+    mp_test_strp_loads(path);
     o.budget_bytes = 0;
     cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
     assert_layer_bits(&p, 0, 0x1);

@@ -1,6 +1,8 @@
 /* tests/unit/test_strp.c — STRP v1: round trips of every table kind, every fail-closed case of the
  * reader (with the byte offset in the message), the conventions for slots and n_ranked and the
- * ranking a table gives past the pairs, the atomic writer, the manifest, and the CLI. */
+ * ranking a table gives past the pairs, the atomic writer, the manifest, and the CLI. Every file
+ * written through mp_strp_write_file is also read by tests/strp_compat.py's reader, which refuses
+ * n_ranked > slots as Strata's and the llama.cpp fork's readers do. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "runtime/strp.h"
+#include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
 
@@ -393,6 +396,7 @@ Test(strp, write_file_is_atomic_and_reads_back)
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(count_dir_entries(tmpdir), 1, "a temporary file was left behind");
+    mp_test_strp_loads(path);
     mp_strp q;
     mp_strp_geometry g = {5, 6};
     cr_assert_eq(mp_strp_read_file(path, &g, &q, &err), MP_OK, "%s", err.msg);
@@ -439,6 +443,7 @@ Test(strp, read_file_larger_than_one_read_chunk)
     mp_strp p = make_profile(300, 300, 5000, 5000, MP_STRP_TABLE_U64_COUNT, 9);
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     mp_strp q;
     cr_assert_eq(mp_strp_read_file(path, NULL, &q, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(q.table, MP_STRP_TABLE_U64_COUNT);
@@ -570,6 +575,7 @@ Test(strp, cli_inspect_and_verify)
         p.counts[c] = 0; /* layer 1 has no routing: it ranks nothing */
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     const unsigned in_layer1 = (p.ranked[0].layer == 1) + (p.ranked[1].layer == 1);
     snprintf(args, sizeof args, "profile verify '%s' --layers 3 --experts 4", path);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
@@ -617,12 +623,14 @@ Test(strp, cli_verify_against_a_gguf_model)
     mp_strp p = make_profile(3, 8, 4, 4, MP_STRP_TABLE_U64_COUNT, 13);
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     snprintf(args, sizeof args, "profile verify '%s' -m '%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf'", path, root);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "valid STRP v1 for 3 layers x 8 experts"), "%s", out);
     mp_strp_free(&p);
     p = make_profile(4, 8, 4, 4, MP_STRP_TABLE_NONE, 14);
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "offset 8: geometry 4 layers x 8 experts: expected the model's 3 layers x 8 experts"),
                        "%s", out);
