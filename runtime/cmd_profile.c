@@ -77,7 +77,7 @@ static void print_table(const mp_strp *p)
     uint64_t cells = (uint64_t)p->n_layers * p->n_experts;
     printf("table:     %s\n", mp_strp_table_name(p->table));
     if (p->counts) {
-        /* Routes served by the resident set (the first `slots` pairs): the profile's promise. */
+        /* Routes served by the resident set (the first min(slots, n_ranked) pairs): the profile's promise. */
         uint64_t total = 0, resident = 0;
         for (uint64_t c = 0; c < cells; c++)
             total += p->counts[c];
