@@ -14,13 +14,16 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moeplan profile inspect PROFILE [--top N]\n"
             "       moeplan profile verify PROFILE (-m MODEL.gguf | --layers N --experts M)\n\n"
-            "inspect  print the header, the first N ranked pairs (default 10), resident experts per\n"
-            "         layer and the trailing table (kind, and for counts the share of routes the\n"
-            "         resident experts serve)\n"
+            "inspect  print the header, the resident set and the whole ranking's length, the first N\n"
+            "         ranked experts (default 10; past the pairs, the ranking the table gives),\n"
+            "         resident experts per layer and the trailing table (kind, and for counts the\n"
+            "         share of routes the resident experts serve)\n"
             "verify   read the profile fail-closed and check that its geometry is the model's:\n"
             "         -m reads <arch>.block_count and <arch>.expert_count from the GGUF; or give\n"
             "         --layers N --experts M (layers are the model's block indices). Exit 0 only if\n"
             "         the profile is valid for that model.\n\n"
+            "Both say whether readers that refuse n_ranked > slots (Strata's read_expert_profile,\n"
+            "the llama.cpp fork's llama_read_expert_profile) load the file.\n"
             "The format is described in schemas/strp.md.\n");
 }
 
@@ -62,19 +65,26 @@ static mp_status model_geometry(const char *path, uint32_t *layers, uint32_t *ex
     return st;
 }
 
+/* What the readers that refuse n_ranked > slots make of the file. */
+static const char *others_verdict(const mp_strp *p)
+{
+    return p->n_ranked > p->slots ? "refused by readers that refuse n_ranked > slots (Strata, the llama.cpp fork)"
+                                  : "loads in readers that refuse n_ranked > slots (Strata, the llama.cpp fork)";
+}
+
 static void print_table(const mp_strp *p)
 {
     uint64_t cells = (uint64_t)p->n_layers * p->n_experts;
     printf("table:     %s\n", mp_strp_table_name(p->table));
     if (p->counts) {
-        /* Routes served by the resident set (the first `slots` pairs): the profile's promise. */
+        /* Routes served by the resident set (the first min(slots, n_ranked) pairs): the profile's promise. */
         uint64_t total = 0, resident = 0;
         for (uint64_t c = 0; c < cells; c++)
             total += p->counts[c];
-        for (uint32_t i = 0; i < p->slots; i++)
+        for (uint32_t i = 0; i < mp_strp_resident(p); i++)
             resident += p->counts[(uint64_t)p->ranked[i].layer * p->n_experts + p->ranked[i].expert];
         printf("routes:    %" PRIu64 " counted, %" PRIu64 " served by the %u resident experts (%.2f%%)\n",
-               total, resident, p->slots, total ? 100.0 * (double)resident / (double)total : 0.0);
+               total, resident, mp_strp_resident(p), total ? 100.0 * (double)resident / (double)total : 0.0);
     }
     if (p->slot_of) {
         uint64_t n_resident = 0;
@@ -104,7 +114,10 @@ static int inspect(const char *path, uint32_t top)
     printf("profile:   %s\n", path);
     printf("format:    STRP v%u\n", MP_STRP_VERSION);
     printf("geometry:  %u layers x %u experts\n", p.n_layers, p.n_experts);
-    printf("slots:     %u resident of %u ranked\n", p.slots, p.n_ranked);
+    printf("header:    slots %u, n_ranked %u: %s\n", p.slots, p.n_ranked, others_verdict(&p));
+    printf("resident:  %u (the first min(slots, n_ranked) pairs)\n", mp_strp_resident(&p));
+    printf("ranking:   %u = %u pairs + %u ranked after them by the table\n", mp_strp_ranking_len(&p), p.n_ranked,
+           p.n_tail);
     print_table(&p);
     uint32_t *per_layer = calloc(p.n_layers, sizeof *per_layer); // (n_layers)
     if (!per_layer) {
@@ -112,20 +125,23 @@ static int inspect(const char *path, uint32_t top)
         mp_strp_free(&p);
         return 1;
     }
-    for (uint32_t i = 0; i < p.slots; i++)
+    for (uint32_t i = 0; i < mp_strp_resident(&p); i++)
         per_layer[p.ranked[i].layer]++;
     printf("resident per layer:");
     for (uint32_t l = 0; l < p.n_layers; l++)
         printf("%s%u", l ? " " : " ", per_layer[l]);
     printf("\n");
     free(per_layer);
-    uint32_t n = top < p.n_ranked ? top : p.n_ranked;
+    const uint32_t n = top < mp_strp_ranking_len(&p) ? top : mp_strp_ranking_len(&p);
     printf("top %u ranked (rank layer expert%s):\n", n, p.counts ? " count" : "");
     for (uint32_t i = 0; i < n; i++) {
-        printf("  %5u %5u %5u", i, p.ranked[i].layer, p.ranked[i].expert);
+        const mp_strp_pair q = mp_strp_ranked_at(&p, i);
+        printf("  %5u %5u %5u", i, q.layer, q.expert);
         if (p.counts)
-            printf(" %" PRIu64, p.counts[(uint64_t)p.ranked[i].layer * p.n_experts + p.ranked[i].expert]);
-        printf("%s\n", i < p.slots ? "" : "  (not resident)");
+            printf(" %" PRIu64, p.counts[(uint64_t)q.layer * p.n_experts + q.expert]);
+        printf("%s\n", i < mp_strp_resident(&p) ? ""
+                        : i < p.n_ranked         ? "  (not resident)"
+                                                 : "  (not resident; from the table)");
     }
     mp_strp_free(&p);
     return 0;
@@ -204,8 +220,10 @@ int mp_cmd_profile(int argc, char **argv)
             fprintf(stderr, "moeplan profile: error: %s\n", err.msg);
             return 1;
         }
-        printf("%s: valid STRP v1 for %u layers x %u experts: %u resident of %u ranked, table %s\n",
-               path, p.n_layers, p.n_experts, p.slots, p.n_ranked, mp_strp_table_name(p.table));
+        printf("%s: valid STRP v1 for %u layers x %u experts: %u resident of %u ranked (%u pairs, slots %u), "
+               "table %s; %s\n",
+               path, p.n_layers, p.n_experts, mp_strp_resident(&p), mp_strp_ranking_len(&p), p.n_ranked, p.slots,
+               mp_strp_table_name(p.table), others_verdict(&p));
         mp_strp_free(&p);
         return 0;
     }

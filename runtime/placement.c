@@ -192,10 +192,10 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
                                   &prof, err)))
         return st;
     uint64_t n_slots = MP_STRP_PROFILE_SLOTS;
-    if (o->budget_bytes) { /* its slots, as many as fit, in ranked order */
+    if (o->budget_bytes) { /* its resident set, as many as fit, in ranked order */
         uint64_t used = 0;
         n_slots = 0;
-        for (uint32_t i = 0; i < prof.slots; i++) {
+        for (uint32_t i = 0; i < mp_strp_resident(&prof); i++) {
             const uint64_t b = g->expert_bytes[prof.ranked[i].layer];
             if (b > p->budget.expert_avail_bytes - used)
                 break;
@@ -230,7 +230,7 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
             }
     }
     snprintf(p->desc, sizeof p->desc, "profile %s (%" PRIu32 " of %" PRIu32 " ranked experts%s)",
-             o->profile, n, prof.n_ranked,
+             o->profile, n, mp_strp_ranking_len(&prof),
              o->budget_bytes ? ", of its slots as many as the budget holds" : ", the profile's slots");
     free(res);
     mp_strp_free(&prof);

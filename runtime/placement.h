@@ -4,7 +4,7 @@
  * stay in host memory. It is built from one of:
  *   --placement gpu | cpu | layers:N | layers-last:N | fill
  *   --placement-file FILE   (text, one line per layer: "L: e,e,a-b" — docs/placement.md)
- *   --profile OUT.strp      (STRP v1: the profile's slots, or as many ranked experts as fit)
+ *   --profile OUT.strp      (STRP v1: the profile's resident set, or as many of it as fit)
  * and checked against --gpu-budget BYTES, which covers ALL device memory the runtime will use:
  *   non-expert weights + KV cache + scratch + expert pool (resident experts × bytes per expert).
  *

@@ -15,7 +15,7 @@ const char mp_placement_flags_help[] =
     "                         --gpu-budget allows, spread over layers, lowest ids first;\n"
     "                         the GPU executor's default, under the device's free memory)\n"
     "      --placement-file F per-layer resident experts, lines 'LAYER: E,E,A-B' (docs/placement.md)\n"
-    "      --profile P.strp   STRP v1 profile: its slots (fewer when --gpu-budget does not hold them)\n"
+    "      --profile P.strp   STRP v1 profile: its resident set (fewer when --gpu-budget does not hold it)\n"
     "      --gpu-budget SIZE  all GPU memory the runtime may use (16GiB, 12GB, 8000MiB, bytes)\n"
     "      --executor E       auto (default: the GPU executor when a CUDA device is usable), gpu,\n"
     "                         or cpu (the CPU forward pass; a placement is only checked, reported)\n"

@@ -3,7 +3,8 @@
  * One set of checks serves the reader (offsets are positions in the file) and the writer (offsets
  * are the positions the value would take in the file), so what we write we can always read back.
  * Memory the reader allocates is bounded by the file size: the duplicate check sorts the pairs
- * instead of allocating an n_layers × n_experts bitmap (up to 2^32 cells for a 24-byte file).
+ * instead of allocating an n_layers × n_experts bitmap (up to 2^32 cells for a 24-byte file), and
+ * the tail (mp_strp_rank_tail) needs per-cell memory only when a table of that many cells is there.
  */
 #include "runtime/strp.h"
 
@@ -79,9 +80,12 @@ static mp_status check_geometry(const char *name, uint32_t n_layers, uint32_t n_
         return mp_fail(err, MP_ERR_FORMAT,
                        "profile %s: offset 20: n_ranked %u: expected at most n_layers x n_experts = %llu",
                        name, n_ranked, (unsigned long long)cells);
-    if (slots > n_ranked)
-        return mp_fail(err, MP_ERR_FORMAT, "profile %s: offset 16: slots %u: expected at most n_ranked %u",
-                       name, slots, n_ranked);
+    /* slots is not bound by n_ranked: slots < n_ranked (the resident set, then more ranked pairs)
+     * and slots > n_ranked (room the pairs do not fill) are both read (schemas/strp.md) */
+    if (slots > cells)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "profile %s: offset 16: slots %u: expected at most n_layers x n_experts = %llu",
+                       name, slots, (unsigned long long)cells);
     return MP_OK;
 }
 
@@ -228,7 +232,93 @@ void mp_strp_free(mp_strp *p)
     free(p->counts);
     free(p->slot_of);
     free(p->freq);
+    free(p->tail);
     memset(p, 0, sizeof *p);
+}
+
+/* A tail candidate: its routing weight and its cell (layer * n_experts + expert). */
+typedef struct tail_cell {
+    uint64_t weight;
+    uint32_t cell;
+} tail_cell;
+
+static int by_weight_then_cell(const void *a, const void *b)
+{
+    const tail_cell *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight > y->weight ? -1 : 1;
+    return x->cell < y->cell ? -1 : x->cell > y->cell;
+}
+
+/* A cell's routing weight as an orderable integer: the count, or the f32 frequency's bit pattern
+ * (the table holds only +0 and positive normal floats, whose bit patterns order as their values). */
+static uint64_t cell_weight(const mp_strp *p, uint64_t c)
+{
+    if (p->counts)
+        return p->counts[c];
+    uint32_t bits;
+    memcpy(&bits, &p->freq[c], sizeof bits);
+    return bits;
+}
+
+/* A row of zeros is a layer without routing (a dense block): none of its cells is an expert. */
+static bool layer_routed(const mp_strp *p, uint64_t layer)
+{
+    for (uint64_t e = 0; e < p->n_experts; e++)
+        if (cell_weight(p, layer * p->n_experts + e) != 0)
+            return true;
+    return false;
+}
+
+mp_status mp_strp_rank_tail(mp_strp *p, mp_error *err)
+{
+    free(p->tail);
+    p->tail = NULL;
+    p->n_tail = 0;
+    if (!p->counts && !p->freq)
+        return MP_OK;
+    const uint64_t cells = (uint64_t)p->n_layers * p->n_experts;
+    uint8_t *listed = calloc((size_t)cells, 1); // (n_layers, n_experts)
+    if (!listed)
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory ranking %llu experts", (unsigned long long)cells);
+    for (uint32_t i = 0; i < p->n_ranked; i++)
+        listed[(uint64_t)p->ranked[i].layer * p->n_experts + p->ranked[i].expert] = 1;
+    uint64_t n = 0;
+    for (uint64_t l = 0; l < p->n_layers; l++) {
+        if (!layer_routed(p, l))
+            continue;
+        for (uint64_t c = l * p->n_experts; c < (l + 1) * p->n_experts; c++)
+            n += !listed[c];
+    }
+    /* the ranking's length is a u32: 2^32 cells (65536 x 65536) with nothing listed is one too many */
+    if (n > UINT32_MAX - p->n_ranked) {
+        free(listed);
+        return mp_fail(err, MP_ERR_LIMIT, "%llu experts ranked after %u pairs: expected at most %u in all",
+                       (unsigned long long)n, p->n_ranked, UINT32_MAX);
+    }
+    tail_cell *by = n ? malloc(sizeof *by * n) : NULL; // (n)
+    mp_strp_pair *tail = n ? malloc(sizeof *tail * n) : NULL; // (n)
+    if (n && (!by || !tail)) {
+        free(listed), free(by), free(tail);
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory ranking %llu experts", (unsigned long long)n);
+    }
+    uint64_t k = 0;
+    for (uint64_t l = 0; l < p->n_layers; l++) {
+        if (!layer_routed(p, l))
+            continue;
+        for (uint64_t c = l * p->n_experts; c < (l + 1) * p->n_experts; c++)
+            if (!listed[c])
+                by[k++] = (tail_cell){cell_weight(p, c), (uint32_t)c};
+    }
+    if (n > 1)
+        qsort(by, (size_t)n, sizeof *by, by_weight_then_cell);
+    for (uint64_t i = 0; i < n; i++)
+        tail[i] = (mp_strp_pair){(uint16_t)(by[i].cell / p->n_experts), (uint16_t)(by[i].cell % p->n_experts)};
+    free(listed);
+    free(by);
+    p->tail = tail;
+    p->n_tail = (uint32_t)n;
+    return MP_OK;
 }
 
 /* Decode a 4-byte table: decide int32 slots vs f32 frequencies (strp.h, schemas/strp.md). */
@@ -337,18 +427,20 @@ static mp_status read_image(const uint8_t *b, size_t size, const char *name,
     const uint8_t *tab = b + pairs_end;
     if (rest == 0) {
         p->table = MP_STRP_TABLE_NONE;
-        return MP_OK;
-    }
-    if (rest == 8 * cells) {
+    } else if (rest == 8 * cells) {
         p->table = MP_STRP_TABLE_U64_COUNT;
         p->counts = malloc(sizeof *p->counts * cells); // (n_layers, n_experts)
         if (!p->counts)
             return mp_fail(err, MP_ERR_NOMEM, "profile %s: out of memory for the count table", name);
         for (uint64_t c = 0; c < cells; c++)
             p->counts[c] = get_u64(tab + 8 * c);
-        return check_count_sum(p->counts, cells, pairs_end, name, err);
+        st = check_count_sum(p->counts, cells, pairs_end, name, err);
+    } else {
+        st = read_table4(tab, pairs_end, cells, name, p, err); /* rest == 4 × cells (header) */
     }
-    return read_table4(tab, pairs_end, cells, name, p, err); /* rest == 4 × cells (header) */
+    if (!st && (st = mp_strp_rank_tail(p, err)))
+        mp_error_prefix(err, "profile %s", name);
+    return st;
 }
 
 mp_status mp_strp_read_buffer(const void *buf, size_t size, const char *name,
@@ -440,11 +532,13 @@ mp_status mp_strp_encode(const mp_strp *p, uint8_t **out, size_t *out_size, mp_e
 
 uint32_t mp_strp_placement(const mp_strp *p, uint64_t n_slots, uint8_t *resident)
 {
-    uint64_t n = n_slots == MP_STRP_PROFILE_SLOTS ? p->slots : n_slots;
-    if (n > p->n_ranked)
-        n = p->n_ranked;
+    uint64_t n = n_slots == MP_STRP_PROFILE_SLOTS ? mp_strp_resident(p) : n_slots;
+    if (n > mp_strp_ranking_len(p))
+        n = mp_strp_ranking_len(p);
     memset(resident, 0, (size_t)p->n_layers * p->n_experts);
-    for (uint64_t i = 0; i < n; i++)
-        resident[(size_t)p->ranked[i].layer * p->n_experts + p->ranked[i].expert] = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        const mp_strp_pair q = mp_strp_ranked_at(p, i);
+        resident[(size_t)q.layer * p->n_experts + q.expert] = 1;
+    }
     return (uint32_t)n;
 }

@@ -1,5 +1,6 @@
 /* runtime/strp_write.c — writing STRP profiles and their JSON manifests to disk.
- * Both go through mp_write_file_atomic: a reader sees the previous file or the new one. */
+ * Both go through mp_write_file_atomic: a reader sees the previous file or the new one.
+ * Every profile written loads in the readers that refuse n_ranked > slots (schemas/strp.md). */
 #include "runtime/json.h"
 #include "runtime/fault.h"
 #include "runtime/strp.h"
@@ -14,6 +15,12 @@
 
 mp_status mp_strp_write_file(const char *path, const mp_strp *p, mp_error *err)
 {
+    if (p->n_ranked > p->slots)
+        return mp_fail(err, MP_ERR_ARG,
+                       "writing %s: n_ranked %u > slots %u: Strata's and the llama.cpp fork's readers "
+                       "refuse such a file; expected the resident set as the pairs (n_ranked <= slots) "
+                       "and the rest of the ranking in the routing table",
+                       path, p->n_ranked, p->slots);
     uint8_t *img;
     size_t size;
     mp_status st = mp_strp_encode(p, &img, &size, err);
@@ -48,6 +55,14 @@ mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, co
     if (m->n_params < 0 || m->n_params > MP_STRP_MAX_PARAMS)
         return mp_fail(err, MP_ERR_ARG, "manifest %s: %d policy parameters: expected 0..%d", path,
                        m->n_params, MP_STRP_MAX_PARAMS);
+    /* the ranking's length as a reader of the file derives it, whatever tail p carries */
+    mp_strp derived = *p;
+    derived.tail = NULL;
+    mp_status st = mp_strp_rank_tail(&derived, err);
+    if (st)
+        return mp_error_prefix(err, "manifest %s", path);
+    const uint32_t n_ranking = mp_strp_ranking_len(&derived);
+    free(derived.tail);
     const mp_json_mark mark = mp_json_begin();
     cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
@@ -62,6 +77,10 @@ mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, co
     ok = ok && cJSON_AddNumberToObject(strp, "slots", p->slots);
     ok = ok && cJSON_AddNumberToObject(strp, "n_ranked", p->n_ranked);
     ok = ok && cJSON_AddStringToObject(strp, "table", mp_strp_table_name(p->table));
+    /* what the header does not say: the resident set, and the whole ranking (pairs, then the
+     * experts the table ranks after them) that a reader derives */
+    ok = ok && cJSON_AddNumberToObject(strp, "resident", mp_strp_resident(p));
+    ok = ok && cJSON_AddNumberToObject(strp, "n_ranking", n_ranking);
     cJSON *model = ok ? cJSON_AddObjectToObject(root, "model") : NULL;
     ok = ok && model && add_str(model, "sha256", m->model_sha256) && add_str(model, "path", m->model_path);
     /* budget_bytes may exceed 2^53 only for absurd budgets; a double keeps every real one exact */
@@ -90,7 +109,7 @@ mp_status mp_strp_manifest_write(const char *path, const mp_strp_manifest *m, co
     }
     withnl[len] = '\n';
     withnl[len + 1] = '\0';
-    mp_status st = mp_write_file_atomic(path, withnl, len + 1, "manifest", err);
+    st = mp_write_file_atomic(path, withnl, len + 1, "manifest", err);
     free(withnl);
     return st;
 }

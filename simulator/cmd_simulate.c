@@ -77,8 +77,8 @@ static void usage(FILE *f)
             "                        --profile-policy (default plan) at the first budget\n"
             "  --profile-policy P    a static policy for --emit-profile\n"
             "  --placement-profile P.strp  also replay this STRP profile's placement (policy\n"
-            "                        'profile': its first min(its slots, the budget's) ranked experts\n"
-            "                        resident), e.g. a profile made from another trace\n"
+            "                        'profile': its resident set, or as much of it as the budget's\n"
+            "                        slots hold), e.g. a profile made from another trace\n"
             "  --emit-llamacpp       print, per budget, the llama.cpp -ot override that keeps the best\n"
             "                        whole layers on the GPU, with its simulated speed\n"
             "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
@@ -420,7 +420,7 @@ static char *llamacpp_override(const mp_sim_trace *t, const mp_sim_result *r, do
         free(per_layer);
         return NULL;
     }
-    for (uint32_t i = 0; i < r->profile.slots; i++)
+    for (uint32_t i = 0; i < mp_strp_resident(&r->profile); i++)
         per_layer[r->profile.ranked[i].layer]++;
     size_t n = (size_t)snprintf(s, cap, "-ot 'blk\\.(");
     int n_cpu = 0;
@@ -755,7 +755,7 @@ int mp_cmd_simulate(int argc, char **argv)
         if (mp_strp_write_file(o.profile, &r->profile, &err) || mp_strp_manifest_write(manifest, &m, &r->profile, &err))
             goto fail;
         printf("\nprofile %s (%s, %u resident of %u ranked) and manifest %s written\n", o.profile,
-               m.policy, r->profile.slots, r->profile.n_ranked, manifest);
+               m.policy, mp_strp_resident(&r->profile), mp_strp_ranking_len(&r->profile), manifest);
     }
     rc = 0;
     goto done;

@@ -129,8 +129,7 @@ mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, 
         if (p->n_layers != blocks || p->n_experts != E)
             return mp_fail(err, MP_ERR_ARG, "simulate: the profile is for %u layers x %u experts, the trace's model "
                            "has %u x %u", p->n_layers, p->n_experts, blocks, E);
-        uint64_t n = slots < p->slots ? slots : p->slots;
-        n = n < p->n_ranked ? n : p->n_ranked;
+        const uint64_t n = slots < mp_strp_resident(p) ? slots : mp_strp_resident(p);
         for (uint64_t i = 0; i < n; i++) {
             uint32_t l = 0; /* model_layer is increasing */
             while (l < L && t->model_layer[l] < p->ranked[i].layer)

@@ -503,16 +503,19 @@ void mp_sim_result_free(mp_sim_result *r)
     mp_strp_free(&r->profile);
 }
 
-/* The profile: resident experts first (in global count order), then every other expert. */
-static mp_status make_profile(const mp_sim_trace *t, const sim_stats *st, const uint8_t *resident, mp_strp *p,
-                              mp_error *err)
+/* The profile: its resident experts as the pairs, in global count order, and slots = n_ranked
+ * (the readers that refuse n_ranked > slots load it); the train counts as its table, from which
+ * every reader derives the rest of the ranking (mp_strp_rank_tail: every other expert of the MoE
+ * layers by count, the order a runtime with more room takes them in). The resident set is the
+ * static placement, or with resident NULL the first n_top experts of the global count order. */
+static mp_status make_profile(const mp_sim_trace *t, const sim_stats *st, const uint8_t *resident, uint64_t n_top,
+                              mp_strp *p, mp_error *err)
 {
     size_t cells = (size_t)t->n_layers * t->n_experts;
     uint32_t model_layers = mp_sim_trace_blocks(t);
     memset(p, 0, sizeof *p);
     p->n_layers = model_layers;
     p->n_experts = t->n_experts;
-    p->n_ranked = (uint32_t)cells;
     p->ranked = malloc(sizeof *p->ranked * cells);
     p->counts = calloc((size_t)model_layers * t->n_experts, sizeof *p->counts);
     if (!p->ranked || !p->counts) {
@@ -520,19 +523,20 @@ static mp_status make_profile(const mp_sim_trace *t, const sim_stats *st, const 
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the profile");
     }
     p->table = MP_STRP_TABLE_U64_COUNT;
-    uint32_t k = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < cells; i++) {
-            uint32_t c = st->global[i];
-            if ((resident && resident[c]) == (pass == 0)) {
-                uint32_t l = c / t->n_experts, e = c % t->n_experts;
-                p->ranked[k++] = (mp_strp_pair){(uint16_t)t->model_layer[l], (uint16_t)e};
-                p->slots += pass == 0;
-            }
+    for (size_t i = 0; i < cells; i++) {
+        uint32_t c = st->global[i];
+        if (resident ? resident[c] != 0 : i < n_top) {
+            uint32_t l = c / t->n_experts, e = c % t->n_experts;
+            p->ranked[p->n_ranked++] = (mp_strp_pair){(uint16_t)t->model_layer[l], (uint16_t)e};
         }
+    }
+    p->slots = p->n_ranked;
     for (size_t c = 0; c < cells; c++)
         p->counts[(size_t)t->model_layer[c / t->n_experts] * t->n_experts + c % t->n_experts] = st->counts[c];
-    return mp_strp_validate(p, "simulated profile", err);
+    mp_status status = mp_strp_validate(p, "simulated profile", err);
+    if (!status && (status = mp_strp_rank_tail(p, err)))
+        mp_error_prefix(err, "simulate: the profile's ranking");
+    return status;
 }
 
 static mp_status metrics_init(mp_sim_metrics *m, uint32_t n_layers, mp_error *err)
@@ -744,11 +748,8 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
             goto done;
         }
     }
-    st = make_profile(t, &stats, mp_sim_policy_is_online(policy) ? NULL : s.resident, &r->profile, err);
-    if (!st && mp_sim_policy_is_online(policy)) {
-        /* an online policy has no fixed placement: export the train ranking with the budget's slots */
-        r->profile.slots = (uint32_t)r->slots;
-    }
+    /* an online policy has no fixed placement: export the train ranking, the budget's slots resident */
+    st = make_profile(t, &stats, mp_sim_policy_is_online(policy) ? NULL : s.resident, r->slots, &r->profile, err);
 done:
     pol_free(pol);
     stats_free(&stats);

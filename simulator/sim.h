@@ -179,9 +179,11 @@ typedef struct mp_sim_result {
     uint64_t slots;             /* resident experts the budget allows (all layers) */
     uint64_t resident_initial;  /* experts resident when the replay starts */
     mp_sim_metrics train, test;
-    /* The placement to export: experts ranked most valuable first with the first `slots_used`
-     * resident. Static policies: their placement; online ones: their initial ranking. */
-    mp_strp profile;            /* counts table = train routing counts */
+    /* The placement to export: the resident experts as its pairs, most valuable first, slots =
+     * n_ranked, and the train routing counts as its table, which ranks every other expert after
+     * them (profile.tail). Static policies: their placement; online ones: the first `slots` of
+     * the train ranking. */
+    mp_strp profile;
 } mp_sim_result;
 
 /* Slots for a budget: (budget - non_expert) / slot_bytes, at most n_layers * n_experts. Fails

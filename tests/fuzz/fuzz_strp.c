@@ -6,7 +6,10 @@
  *    which is a reading, not a writable kind) and re-encodes to exactly the input bytes;
  *  - the file reader (which decides from the 24-byte header and the file's size before it reads
  *    the rest, trailing table included) agrees with the buffer reader: the same status, and an
- *    accepted profile with the same encoding. The bytes are given to it as a memfd.
+ *    accepted profile with the same encoding. The bytes are given to it as a memfd;
+ *  - the tail of an accepted profile (the ranking its table gives after the pairs) is exactly the
+ *    unlisted experts of the layers with routing, by weight descending and then by cell, and the
+ *    placement never takes more than the pairs and the tail.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +21,60 @@
 #include "runtime/strp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint64_t weight(const mp_strp *p, uint64_t c)
+{
+    if (p->counts)
+        return p->counts[c];
+    uint32_t bits;
+    memcpy(&bits, &p->freq[c], sizeof bits);
+    return bits; /* +0 or a positive normal float: bit patterns order as the values */
+}
+
+/* The tail's definition, checked from scratch (a table is there when the tail is not empty, so
+ * n_layers x n_experts is bounded by the input's size). */
+static void check_tail(const mp_strp *p)
+{
+    if (!p->counts && !p->freq) {
+        if (p->n_tail || p->tail)
+            abort();
+        return;
+    }
+    const uint64_t cells = (uint64_t)p->n_layers * p->n_experts;
+    uint8_t *listed = calloc((size_t)cells, 1);
+    if (!listed)
+        abort();
+    for (uint32_t i = 0; i < p->n_ranked; i++)
+        listed[(uint64_t)p->ranked[i].layer * p->n_experts + p->ranked[i].expert] = 1;
+    uint64_t expected = 0;
+    for (uint64_t l = 0; l < p->n_layers; l++) {
+        bool routed = false;
+        for (uint64_t e = 0; e < p->n_experts; e++)
+            routed = routed || weight(p, l * p->n_experts + e) != 0;
+        for (uint64_t e = 0; routed && e < p->n_experts; e++)
+            expected += !listed[l * p->n_experts + e];
+    }
+    if (expected != p->n_tail || (p->n_tail && !p->tail))
+        abort();
+    for (uint32_t i = 0; i < p->n_tail; i++) {
+        if (p->tail[i].layer >= p->n_layers || p->tail[i].expert >= p->n_experts)
+            abort();
+        const uint64_t c = (uint64_t)p->tail[i].layer * p->n_experts + p->tail[i].expert;
+        if (listed[c])
+            abort(); /* listed, or already in the tail */
+        listed[c] = 1;
+        if (i > 0) {
+            const uint64_t b = (uint64_t)p->tail[i - 1].layer * p->n_experts + p->tail[i - 1].expert;
+            if (weight(p, b) < weight(p, c) || (weight(p, b) == weight(p, c) && b > c))
+                abort();
+        }
+    }
+    uint8_t *res = malloc((size_t)cells);
+    if (!res || mp_strp_placement(p, UINT64_MAX - 1, res) != p->n_ranked + p->n_tail)
+        abort();
+    free(res);
+    free(listed);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -52,10 +109,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mp_strp_free(&q);
     }
     if (st != MP_OK) {
-        if (err.msg[0] == '\0' || strchr(err.msg, '\n') || p.ranked || p.counts || p.slot_of || p.freq)
+        if (err.msg[0] == '\0' || strchr(err.msg, '\n') || p.ranked || p.counts || p.slot_of || p.freq || p.tail)
             abort();
         return 0;
     }
+    check_tail(&p);
     if (p.table == MP_STRP_TABLE_4BYTE_AMBIGUOUS) {
         p.table = MP_STRP_TABLE_I32_SLOT; /* all zeros: the int32 reading re-encodes identically */
     }

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """tests/fuzz/gen_strp_seeds.py — writes the STRP seed corpus (tests/fuzz/seeds/strp/): one valid
-profile of every table kind, and a few invalid ones (repeated pair, bad table size, truncation).
+profile of every table kind, every convention of slots and n_ranked (fewer slots than pairs, as
+moeplan's older files; as many, as Strata's and moeplan's files; more), tables that rank experts
+after the pairs (u64 counts and f32 frequencies with a layer of zeros and ties), and a few invalid
+ones (repeated pair, bad table size, truncation, slots past n_layers x n_experts).
 Run from the repository root; deterministic (fixed random seed)."""
 import os
 import random
@@ -16,6 +19,19 @@ def profile(n_layers, n_experts, slots, pairs, table=None, fmt=None):
     if table is not None:
         b += struct.pack('<%d%s' % (len(table), fmt), *table)
     return b
+
+
+def routed_counts(n_layers, n_experts, dense):
+    """Counts with ties and zeros; the layers in dense have none (no MoE block)."""
+    return [0 if l in dense else random.choice([0, 1, 1, 5, 9]) for l in range(n_layers)
+            for _ in range(n_experts)]
+
+
+def rank_table(n_layers, n_experts, pairs):
+    table = [-1] * (n_layers * n_experts)
+    for rank, (layer, expert) in enumerate(pairs):
+        table[layer * n_experts + expert] = rank
+    return table
 
 
 def main():
@@ -37,6 +53,15 @@ def main():
         'regress_count_sum_wraps.strp': profile(2, 2, 1, [(0, 1)], [(1 << 64) - 1, 1, 0, 0], 'Q'),
         'u64-max-total.strp': profile(2, 2, 1, [(0, 1)], [(1 << 64) - 2, 1, 0, 0], 'Q'),
         'f32-wide.strp': profile(16, 64, 8, cells[:8], [1.0] * 1024, 'f'),
+        # slots = n_ranked = the resident set; the counts rank the rest (layer 2 has no routing)
+        'resident-u64.strp': profile(4, 8, 5, cells[:5], routed_counts(4, 8, dense=(2,)), 'Q'),
+        'no-room-u64.strp': profile(4, 8, 0, [], routed_counts(4, 8, dense=(0, 3)), 'Q'),
+        'resident-f32.strp': profile(4, 8, 2, cells[:2], [c / 4.0 for c in routed_counts(4, 8, dense=(1,))], 'f'),
+        # Strata's writer: everything ranked, slots = n_ranked, each pair's rank as an int32 table
+        'strata-rank.strp': profile(4, 8, 32, cells, rank_table(4, 8, cells), 'i'),
+        # more slots than pairs, which Strata's readers load
+        'spare-slots.strp': profile(4, 8, 8, cells[:3], rank_table(4, 8, cells[:3]), 'i'),
+        'slots-past-cells.strp': profile(4, 8, 33, cells[:3]),
     }
     os.makedirs(OUT, exist_ok=True)
     for name, data in seeds.items():

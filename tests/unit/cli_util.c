@@ -56,3 +56,18 @@ char *mp_test_stdout(const char *dir)
     snprintf(path, sizeof path, "%s/stdout", dir);
     return mp_test_slurp(path);
 }
+
+void mp_test_strp_loads(const char *path)
+{
+    const char *root = getenv("MP_SOURCE_ROOT");
+    cr_assert_not_null(root, "MP_SOURCE_ROOT is not set (run through meson test)");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/strp_compat.py' check '%s' 2>&1", root, path);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "cannot run %s", cmd);
+    char out[2048];
+    const size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    const int st = pclose(f);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s does not load in the other STRP readers: %s", path, out);
+}

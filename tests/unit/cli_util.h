@@ -24,4 +24,8 @@ int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_
 char *mp_test_slurp(const char *path);
 char *mp_test_stdout(const char *dir);
 
+/* Fail the test unless the STRP profile at path loads in the readers that refuse n_ranked > slots
+ * (Strata's, the llama.cpp fork's), as tests/strp_compat.py's reader (no moeplan code) reads them. */
+void mp_test_strp_loads(const char *path);
+
 #endif

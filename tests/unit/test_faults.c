@@ -29,6 +29,7 @@
 #include "runtime/gguf.h"
 #include "runtime/strp.h"
 #include "tests/unit/analyzer_fixture.h"
+#include "tests/unit/cli_util.h"
 
 static char dir[256];
 
@@ -358,7 +359,7 @@ static void strp_check_ok(void *ctx)
 
 Test(faults, strp_writer_and_manifest)
 {
-    strp_ctx s = {.p = {.n_layers = 3, .n_experts = 4, .slots = 2, .n_ranked = 3,
+    strp_ctx s = {.p = {.n_layers = 3, .n_experts = 4, .slots = 3, .n_ranked = 3,
                         .table = MP_STRP_TABLE_U64_COUNT}};
     mp_strp_pair pairs[3] = {{0, 1}, {2, 3}, {1, 0}};
     uint64_t counts[12] = {1, 9, 0, 0, 5, 0, 0, 0, 0, 0, 0, 7};
@@ -373,6 +374,9 @@ Test(faults, strp_writer_and_manifest)
                         .check_ok = strp_check_ok, .reset = strp_reset, .ctx = &s};
         cr_assert_gt(sweep(&c, 2000), 5);
     }
+    char msg[512];
+    cr_assert_eq(strp_op(&s, msg, sizeof msg), 0, "%s", msg);
+    mp_test_strp_loads(at("p.strp"));
     free(s.old_profile.p), free(s.old_manifest.p);
 }
 

@@ -394,13 +394,22 @@ Test(placement, file_mode_through_build)
 
 /* ---- STRP profiles ---- */
 
+/* A profile without a table, in any convention (slots < n as moeplan's older files have it): its
+ * bytes straight from the encoder, since the file writer lists no more pairs than slots. */
 static void write_profile(const char *path, uint32_t L, uint32_t E, uint32_t slots,
                           const mp_strp_pair *pairs, uint32_t n)
 {
     mp_strp prof = {.n_layers = L, .n_experts = E, .slots = slots, .n_ranked = n,
                     .ranked = (mp_strp_pair *)pairs, .table = MP_STRP_TABLE_NONE};
     mp_error e;
-    cr_assert_eq(mp_strp_write_file(path, &prof, &e), MP_OK, "%s", e.msg);
+    uint8_t *img;
+    size_t size;
+    cr_assert_eq(mp_strp_encode(&prof, &img, &size, &e), MP_OK, "%s", e.msg);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(img, 1, size, f), size);
+    cr_assert_eq(fclose(f), 0);
+    free(img);
 }
 
 Test(placement, profile_slots_and_budget_prefix)
@@ -429,6 +438,31 @@ Test(placement, profile_slots_and_budget_prefix)
     cr_assert(strstr(p.desc, "2 of 4 ranked experts, of its slots as many as the budget holds") != NULL, "%s", p.desc);
     mp_placement_free(&p);
     /* a budget with room for 1 */
+    o.budget_bytes = HAND_FIXED + 199;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 1);
+    assert_layer_bits(&p, 1, 0x8);
+    mp_placement_free(&p);
+
+    /* the same resident set as moeplan writes it: only the 2 resident pairs, slots 2, and counts
+     * that rank the other 6 experts after them. The same placement, under any budget. */
+    uint64_t counts[8] = {9, 0, 5, 0, /**/ 0, 4, 0, 9};
+    mp_strp prof = {.n_layers = 2, .n_experts = 4, .slots = 2, .n_ranked = 2, .ranked = (mp_strp_pair *)pairs,
+                    .table = MP_STRP_TABLE_U64_COUNT, .counts = counts};
+    cr_assert_eq(mp_strp_write_file(path, &prof, &e), MP_OK, "%s", e.msg);
+    mp_test_strp_loads(path);
+    o.budget_bytes = 0;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    assert_layer_bits(&p, 0, 0x1);
+    assert_layer_bits(&p, 1, 0x8);
+    cr_assert(strstr(p.desc, "2 of 8 ranked experts") != NULL, "%s", p.desc);
+    mp_placement_free(&p);
+    o.budget_bytes = HAND_FIXED + 350;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 2);
+    assert_layer_bits(&p, 0, 0x1);
+    assert_layer_bits(&p, 1, 0x8);
+    mp_placement_free(&p);
     o.budget_bytes = HAND_FIXED + 199;
     cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(p.n_resident_total, 1);

@@ -71,7 +71,9 @@ Test(plan, makes_a_profile_and_checks_it)
     mp_strp p;
     mp_error err;
     cr_assert_eq(mp_strp_read_file(path, NULL, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     cr_assert_gt(p.slots, 0, "room in the budget: experts placed");
+    cr_assert_eq(p.n_ranked, p.slots, "the pairs are the resident set");
     /* made from the whole trace's train split, not only the check's rows: the first of the two
      * requests (a prompt and 12 tokens) routes more than the check's 9 rows x 4 layers x top-4 */
     cr_assert_not_null(p.counts);
@@ -90,6 +92,8 @@ Test(plan, makes_a_profile_and_checks_it)
              costs);
     cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
     cr_assert_null(strstr(out, "plan: measured"), "%s", out);
+    snprintf(path, sizeof path, "%s/q.strp", dir);
+    mp_test_strp_loads(path);
 }
 
 Test(plan, bad_input_is_one_line)

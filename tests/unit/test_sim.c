@@ -99,15 +99,22 @@ Test(sim, static_topn_by_hand)
     cr_assert_eq(r.train.d2h_act_bytes, 8 * 16);
     cr_assert_eq(r.train.admissions, 0);
     cr_assert_eq(r.test.decisions, 0);
-    /* the profile: 2 resident first, then every other expert; counts table = train counts */
+    /* the profile: the 2 resident as its pairs (slots = n_ranked), counts table = train counts, and
+     * from it every other expert by count, ties by (layer, expert): layer 0 routes e0 x4, e1 x2,
+     * e2 x1, e3 x1; layer 1 e0 x3, e1 x1, e2 x2, e3 x2 */
     cr_assert_eq(r.profile.slots, 2);
-    cr_assert_eq(r.profile.n_ranked, 8);
+    cr_assert_eq(r.profile.n_ranked, 2);
     cr_assert_eq(r.profile.ranked[0].layer, 0);
     cr_assert_eq(r.profile.ranked[0].expert, 0);
     cr_assert_eq(r.profile.ranked[1].layer, 1);
     cr_assert_eq(r.profile.ranked[1].expert, 0);
     cr_assert_eq(r.profile.counts[0 * 4 + 0], 4);
     cr_assert_eq(r.profile.counts[1 * 4 + 2], 2);
+    const mp_strp_pair tail[] = {{0, 1}, {1, 2}, {1, 3}, {0, 2}, {0, 3}, {1, 1}};
+    cr_assert_eq(r.profile.n_tail, 6);
+    for (int i = 0; i < 6; i++)
+        cr_assert(r.profile.tail[i].layer == tail[i].layer && r.profile.tail[i].expert == tail[i].expert,
+                  "tail %d: (%u, %u)", i, r.profile.tail[i].layer, r.profile.tail[i].expert);
     mp_sim_result_free(&r);
     mp_sim_trace_free(&t);
 }

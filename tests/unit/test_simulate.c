@@ -17,6 +17,7 @@
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 #include "simulator/sim_load.h"
+#include "tests/unit/cli_util.h"
 
 static char dir[256], csv[512], db[512];
 
@@ -175,8 +176,13 @@ Test(simulate, cli_end_to_end)
     mp_error err;
     mp_strp_geometry g = {8, 4}; /* model layers 0..7 */
     cr_assert_eq(mp_strp_read_file(path, &g, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
+    /* no resident pairs; the counts rank the 8 experts of MoE layers 4 and 7, none of the dense ones */
     cr_assert_eq(p.slots, 0);
-    cr_assert_eq(p.n_ranked, 8);
+    cr_assert_eq(p.n_ranked, 0);
+    cr_assert_eq(p.n_tail, 8);
+    for (uint32_t i = 0; i < p.n_tail; i++)
+        cr_assert(p.tail[i].layer == 4 || p.tail[i].layer == 7, "tail %u: layer %u", i, p.tail[i].layer);
     cr_assert_eq(p.table, MP_STRP_TABLE_U64_COUNT);
     /* train = request 0: layer 4 routes e0 x3, e1 x2, e2 x1 */
     cr_assert_eq(p.counts[4 * 4 + 0], 3);
@@ -265,6 +271,9 @@ Test(simulate, replays_a_given_profile)
     snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --budget 3000000B --policy static-topn "
              "--profile-policy static-topn --emit-profile topn.strp", costs_path(), common);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    char topn_path[700];
+    snprintf(topn_path, sizeof topn_path, "%s/topn.strp", dir);
+    mp_test_strp_loads(topn_path);
     snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --budget 3000000B,9000000B --policy static-topn "
              "--placement-profile topn.strp --json pp.json", costs_path(), common);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
@@ -296,6 +305,7 @@ Test(simulate, replays_a_given_profile)
                      .table = MP_STRP_TABLE_NONE};
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &other, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     snprintf(args, sizeof args, "simulate t.db --costs '%s' %s --budget 3000000B --placement-profile other.strp",
              costs_path(), common);
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
@@ -447,6 +457,7 @@ Test(simulate, budget_means_what_gpu_budget_means)
         snprintf(prof, sizeof prof, "%s/p%d.strp", dir, pol);
         mp_strp p;
         cr_assert_eq(mp_strp_read_file(prof, NULL, &p, &err), MP_OK, "%s", err.msg);
+        mp_test_strp_loads(prof);
         cr_assert_leq(p.slots, 5, "%s: %u slots for room of 5", policy, p.slots);
         mp_placement_opts po = {0};
         mp_status pst;

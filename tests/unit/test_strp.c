@@ -1,5 +1,8 @@
 /* tests/unit/test_strp.c — STRP v1: round trips of every table kind, every fail-closed case of the
- * reader (with the byte offset in the message), the atomic writer, the manifest, and the CLI. */
+ * reader (with the byte offset in the message), the conventions for slots and n_ranked and the
+ * ranking a table gives past the pairs, the atomic writer, the manifest, and the CLI. Every file
+ * written through mp_strp_write_file is also read by tests/strp_compat.py's reader, which refuses
+ * n_ranked > slots as Strata's and the llama.cpp fork's readers do. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -12,6 +15,7 @@
 #include <unistd.h>
 
 #include "runtime/strp.h"
+#include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
 
@@ -226,8 +230,8 @@ Test(strp, rejects_header_faults_with_offsets)
     expect_reject(b, size, &g, "offset 20: n_ranked 33", "at most n_layers x n_experts = 32");
 
     memcpy(b, img, size);
-    put32(b + 16, 11);
-    expect_reject(b, size, &g, "offset 16: slots 11", "at most n_ranked 10");
+    put32(b + 16, 33);
+    expect_reject(b, size, &g, "offset 16: slots 33", "at most n_layers x n_experts = 32");
 
     free(b);
     free(img);
@@ -388,10 +392,11 @@ Test(strp, write_file_is_atomic_and_reads_back)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/p.strp", tmpdir);
-    mp_strp p = make_profile(5, 6, 12, 7, MP_STRP_TABLE_U64_COUNT, 8);
+    mp_strp p = make_profile(5, 6, 12, 12, MP_STRP_TABLE_U64_COUNT, 8);
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(count_dir_entries(tmpdir), 1, "a temporary file was left behind");
+    mp_test_strp_loads(path);
     mp_strp q;
     mp_strp_geometry g = {5, 6};
     cr_assert_eq(mp_strp_read_file(path, &g, &q, &err), MP_OK, "%s", err.msg);
@@ -399,21 +404,28 @@ Test(strp, write_file_is_atomic_and_reads_back)
     cr_assert(!memcmp(q.counts, p.counts, 30 * sizeof *p.counts));
     mp_strp_free(&q);
 
-    /* an invalid profile leaves the existing file untouched and no temporary behind */
+    /* an invalid profile, or one that lists more pairs than its slots (the other STRP readers
+     * refuse it), leaves the existing file untouched and no temporary behind */
     struct stat before, after;
     cr_assert_eq(stat(path, &before), 0);
-    p.slots = 13;
+    p.slots = 31;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_ERR_FORMAT);
     cr_assert_not_null(strstr(err.msg, path), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "offset 16: slots 31"), "%s", err.msg);
+    p.slots = 11;
+    cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, path), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "n_ranked 12 > slots 11"), "%s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'));
     cr_assert_eq(stat(path, &after), 0);
     cr_assert_eq(before.st_size, after.st_size);
     cr_assert_eq(before.st_ino, after.st_ino);
     cr_assert_eq(count_dir_entries(tmpdir), 1);
+    p.slots = 12;
 
     /* an unwritable place is an I/O error naming the path */
     char bad[600];
     snprintf(bad, sizeof bad, "%s/no/such/dir/p.strp", tmpdir);
-    p.slots = 7;
     cr_assert_eq(mp_strp_write_file(bad, &p, &err), MP_ERR_IO);
     cr_assert_not_null(strstr(err.msg, "no/such/dir"), "%s", err.msg);
     cr_assert(!exists(bad));
@@ -428,9 +440,10 @@ Test(strp, read_file_larger_than_one_read_chunk)
     /* 300 x 300 x 8 bytes: the reader's growing buffer must deliver every byte */
     char path[512];
     snprintf(path, sizeof path, "%s/big.strp", tmpdir);
-    mp_strp p = make_profile(300, 300, 5000, 4000, MP_STRP_TABLE_U64_COUNT, 9);
+    mp_strp p = make_profile(300, 300, 5000, 5000, MP_STRP_TABLE_U64_COUNT, 9);
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     mp_strp q;
     cr_assert_eq(mp_strp_read_file(path, NULL, &q, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(q.table, MP_STRP_TABLE_U64_COUNT);
@@ -520,6 +533,10 @@ Test(strp, manifest_records_fields_and_nulls)
     cr_assert_eq(cJSON_GetObjectItem(strp, "n_layers")->valuedouble, 3);
     cr_assert_eq(cJSON_GetObjectItem(strp, "slots")->valuedouble, 3);
     cr_assert_str_eq(cJSON_GetObjectItem(strp, "table")->valuestring, "u64-count");
+    /* the resident set, and the ranking a reader derives: the 6 pairs, then the 6 other experts
+     * (every row of the random counts has routes), though p itself carries no tail */
+    cr_assert_eq(cJSON_GetObjectItem(strp, "resident")->valuedouble, 3);
+    cr_assert_eq(cJSON_GetObjectItem(strp, "n_ranking")->valuedouble, 12);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "sha256")->valuestring, "ab12");
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "path")));
     cr_assert_eq(cJSON_GetObjectItem(j, "budget_bytes")->valuedouble, 8589934592.0);
@@ -553,12 +570,19 @@ Test(strp, cli_inspect_and_verify)
 {
     char path[512], args[1024], out[8192];
     snprintf(path, sizeof path, "%s/c.strp", tmpdir);
-    mp_strp p = make_profile(3, 4, 6, 2, MP_STRP_TABLE_U64_COUNT, 11);
+    mp_strp p = make_profile(3, 4, 2, 2, MP_STRP_TABLE_U64_COUNT, 11);
+    for (int c = 4; c < 8; c++)
+        p.counts[c] = 0; /* layer 1 has no routing: it ranks nothing */
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
+    const unsigned in_layer1 = (p.ranked[0].layer == 1) + (p.ranked[1].layer == 1);
     snprintf(args, sizeof args, "profile verify '%s' --layers 3 --experts 4", path);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
-    cr_assert_not_null(strstr(out, "valid STRP v1 for 3 layers x 4 experts: 2 resident of 6 ranked, table u64-count"), "%s", out);
+    char want[256];
+    snprintf(want, sizeof want, "valid STRP v1 for 3 layers x 4 experts: 2 resident of %u ranked (2 pairs, slots 2), "
+             "table u64-count; loads in readers that refuse n_ranked > slots", 2 + 8 - (2 - in_layer1));
+    cr_assert_not_null(strstr(out, want), "expected '%s' in %s", want, out);
     snprintf(args, sizeof args, "profile verify '%s' --layers 3 --experts 5", path);
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "moeplan profile: error: profile"), "%s", out);
@@ -568,6 +592,22 @@ Test(strp, cli_inspect_and_verify)
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "3 layers x 4 experts"), "%s", out);
     cr_assert_not_null(strstr(out, "table:     u64-count"), "%s", out);
+    cr_assert_not_null(strstr(out, "header:    slots 2, n_ranked 2: loads in"), "%s", out);
+    cr_assert_not_null(strstr(out, "(not resident; from the table)"), "%s", out);
+    /* moeplan's older files (slots < n_ranked) still read, and are said not to load elsewhere */
+    mp_strp old = make_profile(3, 4, 6, 2, MP_STRP_TABLE_U64_COUNT, 11);
+    uint8_t *img;
+    size_t size;
+    cr_assert_eq(mp_strp_encode(&old, &img, &size, &err), MP_OK, "%s", err.msg);
+    FILE *f = fopen(path, "wb");
+    cr_assert_eq(fwrite(img, 1, size, f), size);
+    fclose(f);
+    free(img);
+    snprintf(args, sizeof args, "profile verify '%s' --layers 3 --experts 4", path);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "2 resident of 12 ranked (6 pairs, slots 2), table u64-count; refused by readers "
+                                   "that refuse n_ranked > slots"), "%s", out);
+    mp_strp_free(&old);
     cr_assert_eq(run_cli("profile verify", out, sizeof out), 2, "%s", out);
     cr_assert_eq(run_cli("profile --help", out, sizeof out), 0, "%s", out);
     mp_strp_free(&p);
@@ -580,15 +620,17 @@ Test(strp, cli_verify_against_a_gguf_model)
     cr_assert_not_null(root);
     char path[512], args[2048], out[8192];
     snprintf(path, sizeof path, "%s/m.strp", tmpdir);
-    mp_strp p = make_profile(3, 8, 10, 4, MP_STRP_TABLE_U64_COUNT, 13);
+    mp_strp p = make_profile(3, 8, 4, 4, MP_STRP_TABLE_U64_COUNT, 13);
     mp_error err;
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     snprintf(args, sizeof args, "profile verify '%s' -m '%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf'", path, root);
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "valid STRP v1 for 3 layers x 8 experts"), "%s", out);
     mp_strp_free(&p);
-    p = make_profile(4, 8, 10, 4, MP_STRP_TABLE_NONE, 14);
+    p = make_profile(4, 8, 4, 4, MP_STRP_TABLE_NONE, 14);
     cr_assert_eq(mp_strp_write_file(path, &p, &err), MP_OK, "%s", err.msg);
+    mp_test_strp_loads(path);
     cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "offset 8: geometry 4 layers x 8 experts: expected the model's 3 layers x 8 experts"),
                        "%s", out);
@@ -618,4 +660,109 @@ Test(strp, placement_takes_the_ranked_prefix)
     for (int c = 0; c < 12; c++)
         cr_assert_eq(res[c], 0);
     mp_strp_free(&p);
+}
+
+/* The ranking past the pairs: every expert not listed, in the layers the table shows routing in,
+ * by count (or frequency) descending, ties by layer then expert; a placement with more room than
+ * the resident set continues with it. */
+Test(strp, the_table_ranks_the_experts_after_the_pairs)
+{
+    /* 3 layers x 3 experts; layer 1 is dense (no routing); counts with a tie and a zero */
+    uint64_t counts[9] = {5, 0, 9, /**/ 0, 0, 0, /**/ 9, 2, 7};
+    mp_strp_pair pairs[] = {{2, 0}, {0, 2}};
+    mp_strp p = {.n_layers = 3, .n_experts = 3, .slots = 2, .n_ranked = 2, .ranked = pairs,
+                 .table = MP_STRP_TABLE_U64_COUNT, .counts = counts};
+    size_t size;
+    uint8_t *img = encode(&p, &size);
+    mp_strp q;
+    mp_error err;
+    cr_assert_eq(mp_strp_read_buffer(img, size, "t", NULL, &q, &err), MP_OK, "%s", err.msg);
+    const mp_strp_pair want[] = {{2, 0}, {0, 2}, {2, 2}, {0, 0}, {2, 1}, {0, 1}};
+    cr_assert_eq(q.n_tail, 4);
+    cr_assert_eq(mp_strp_ranking_len(&q), 6);
+    for (uint32_t i = 0; i < 6; i++)
+        cr_assert(mp_strp_ranked_at(&q, i).layer == want[i].layer && mp_strp_ranked_at(&q, i).expert == want[i].expert,
+                  "rank %u: (%u, %u)", i, mp_strp_ranked_at(&q, i).layer, mp_strp_ranked_at(&q, i).expert);
+    uint8_t res[9];
+    cr_assert_eq(mp_strp_placement(&q, MP_STRP_PROFILE_SLOTS, res), 2);
+    cr_assert(res[2 * 3 + 0] && res[0 * 3 + 2] && !res[2 * 3 + 2]);
+    cr_assert_eq(mp_strp_placement(&q, 4, res), 4); /* more room: the table's next two */
+    cr_assert(res[2 * 3 + 2] && res[0 * 3 + 0] && !res[2 * 3 + 1]);
+    cr_assert_eq(mp_strp_placement(&q, 100, res), 6); /* never a dense layer's cell */
+    for (int e = 0; e < 3; e++)
+        cr_assert_eq(res[1 * 3 + e], 0);
+    mp_strp_free(&q);
+
+    /* the same order from f32 frequencies; an int32 slot table ranks nothing */
+    float freq[9];
+    for (int c = 0; c < 9; c++)
+        freq[c] = (float)counts[c] / 3.0f;
+    p.table = MP_STRP_TABLE_F32_FREQ;
+    p.counts = NULL;
+    p.freq = freq;
+    free(img);
+    img = encode(&p, &size);
+    cr_assert_eq(mp_strp_read_buffer(img, size, "t", NULL, &q, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(q.table, MP_STRP_TABLE_F32_FREQ);
+    cr_assert_eq(q.n_tail, 4);
+    for (uint32_t i = 0; i < 6; i++)
+        cr_assert(mp_strp_ranked_at(&q, i).layer == want[i].layer && mp_strp_ranked_at(&q, i).expert == want[i].expert,
+                  "f32 rank %u", i);
+    mp_strp_free(&q);
+    int32_t slot_of[9] = {-1, -1, 1, -1, -1, -1, 0, -1, -1};
+    p.table = MP_STRP_TABLE_I32_SLOT;
+    p.freq = NULL;
+    p.slot_of = slot_of;
+    free(img);
+    img = encode(&p, &size);
+    cr_assert_eq(mp_strp_read_buffer(img, size, "t", NULL, &q, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(q.table, MP_STRP_TABLE_I32_SLOT);
+    cr_assert_eq(q.n_tail, 0);
+    cr_assert_null(q.tail);
+    cr_assert_eq(mp_strp_placement(&q, 100, res), 2);
+    mp_strp_free(&q);
+    free(img);
+
+    /* in memory, the same function derives it (and replaces an older tail) */
+    p.table = MP_STRP_TABLE_U64_COUNT;
+    p.slot_of = NULL;
+    p.counts = counts;
+    cr_assert_eq(mp_strp_rank_tail(&p, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(p.n_tail, 4);
+    counts[0] = 0;
+    counts[2] = 0; /* layer 0 loses its routing: only layer 2's two unlisted experts remain */
+    cr_assert_eq(mp_strp_rank_tail(&p, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(p.n_tail, 2);
+    cr_assert(p.tail[0].layer == 2 && p.tail[0].expert == 2 && p.tail[1].layer == 2 && p.tail[1].expert == 1);
+    free(p.tail);
+}
+
+/* slots below, equal to and above n_ranked all read: the resident set is the first
+ * min(slots, n_ranked) pairs. */
+Test(strp, every_convention_of_slots_and_n_ranked_reads)
+{
+    const struct { uint32_t slots, n_ranked, resident; } conv[] = {
+        {3, 8, 3},  /* moeplan's older files: the resident set, then more ranked pairs */
+        {8, 8, 8},  /* Strata's and moeplan's: the pairs are the resident set */
+        {12, 8, 8}, /* more slots than pairs (Strata's readers load it) */
+        {0, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof conv / sizeof conv[0]; k++) {
+        mp_strp p = make_profile(4, 5, conv[k].n_ranked, conv[k].slots, MP_STRP_TABLE_NONE, 16 + (unsigned)k);
+        size_t size;
+        uint8_t *img = encode(&p, &size);
+        mp_strp q;
+        mp_error err;
+        cr_assert_eq(mp_strp_read_buffer(img, size, "c", NULL, &q, &err), MP_OK, "%zu: %s", k, err.msg);
+        cr_assert_eq(q.slots, conv[k].slots);
+        cr_assert_eq(q.n_ranked, conv[k].n_ranked);
+        cr_assert_eq(mp_strp_resident(&q), conv[k].resident, "%zu", k);
+        uint8_t res[20];
+        cr_assert_eq(mp_strp_placement(&q, MP_STRP_PROFILE_SLOTS, res), conv[k].resident, "%zu", k);
+        for (uint32_t i = 0; i < q.n_ranked; i++)
+            cr_assert_eq(res[q.ranked[i].layer * 5 + q.ranked[i].expert], i < conv[k].resident, "%zu: pair %u", k, i);
+        mp_strp_free(&q);
+        mp_strp_free(&p);
+        free(img);
+    }
 }
