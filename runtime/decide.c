@@ -93,6 +93,19 @@ double mp_decide_cold_share(double cold_routes, double all_routes, int64_t n_res
     return (double)(n_expert - r) / (double)n_expert;
 }
 
+void mp_decide_layer_routes(const uint64_t *counts, const float *freq, const uint8_t *resident, int64_t n_expert,
+                            double *cold, double *all)
+{
+    double c = 0, a = 0;
+    for (int64_t e = 0; e < n_expert; e++) {
+        const double w = counts ? (double)counts[e] : freq ? (double)freq[e] : 0;
+        a += w;
+        c += resident[e] ? 0 : w;
+    }
+    *cold = c;
+    *all = a;
+}
+
 void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_layer *out)
 {
     memset(out, 0, sizeof *out);

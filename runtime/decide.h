@@ -83,6 +83,14 @@ mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads,
  * / n_expert. */
 double mp_decide_cold_share(double cold_routes, double all_routes, int64_t n_resident, int64_t n_expert);
 
+/* One layer's routes by residency, the inputs of mp_decide_cold_share: *all the sum of the
+ * layer's routing weights, *cold the sum over experts that resident[e] marks 0. The weights are
+ * counts (a trace's or a profile's u64 table) or, with counts NULL, frequencies (a profile's f32
+ * table); n_expert entries each, the layer's row. The runtime sums a profile's row here and the
+ * simulator the row its policy places from, so both decide from the same share. */
+void mp_decide_layer_routes(const uint64_t *counts, const float *freq, const uint8_t *resident, int64_t n_expert,
+                            double *cold, double *all);
+
 /* One layer's far routes: on, and f for each count of cold routes. */
 typedef struct mp_far_layer {
     bool on;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/decide.h"
 #include "runtime/executor.h"
 #include "runtime/input_file.h"
 #include "runtime/placement.h"
@@ -221,13 +222,11 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
             mp_strp_free(&prof);
             return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
         }
-        for (int64_t il = 0; il < g->n_layer; il++)
-            for (int64_t e = 0; e < g->n_expert; e++) {
-                const size_t i = (size_t)(il * g->n_expert + e);
-                const double w = prof.counts ? (double)prof.counts[i] : (double)prof.freq[i];
-                p->all_routes[il] += w;
-                p->cold_routes[il] += res[i] ? 0 : w;
-            }
+        for (int64_t il = 0; il < g->n_layer; il++) {
+            const size_t row = (size_t)il * (size_t)g->n_expert;
+            mp_decide_layer_routes(prof.counts ? prof.counts + row : NULL, prof.freq ? prof.freq + row : NULL, res + row,
+                                   g->n_expert, &p->cold_routes[il], &p->all_routes[il]);
+        }
     }
     snprintf(p->desc, sizeof p->desc, "profile %s (%" PRIu32 " of %" PRIu32 " ranked experts%s)",
              o->profile, n, mp_strp_ranking_len(&prof),

@@ -394,13 +394,10 @@ static void decide_far(sim_engine *s, const mp_sim_trace *t, const sim_stats *st
         double cold = 0, all = 0;
         const size_t row = table && t->model_layer[l] < given->n_layers ? (size_t)t->model_layer[l] * given->n_experts
                                                                          : 0;
-        for (uint32_t e = 0; !online && e < s->E; e++) {
-            const double w = !table ? (double)st->counts[(size_t)l * s->E + e]
-                             : given->counts ? (double)given->counts[row + e]
-                                             : (double)given->freq[row + e];
-            all += w;
-            cold += s->resident[(size_t)l * s->E + e] ? 0 : w;
-        }
+        if (!online)
+            mp_decide_layer_routes(!table ? st->counts + (size_t)l * s->E : given->counts ? given->counts + row : NULL,
+                                   table && !given->counts ? given->freq + row : NULL, s->resident + (size_t)l * s->E,
+                                   s->E, &cold, &all);
         const int64_t n_res = online ? s->cap[l] : s->n_resident[l];
         mp_decide_far_layer(&s->tab->dc, mp_decide_cold_share(cold, all, n_res, s->E), &s->far[l]);
     }

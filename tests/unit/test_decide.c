@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/decide.h"
+#include "tests/rng.h"
 
 /* A grid for top_k K with every point NaN, far routes measured up to far_max. */
 static mp_decode_costs empty_grid(int K, int far_max)
@@ -140,6 +141,38 @@ Test(decide, cold_share_copy_rule_and_floor)
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 0), 0, 1e-12);
     dc.host_bytes_per_ns = 0;
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 0, 1e-12);
+}
+
+/* A layer's routes by residency from counts, from frequencies, and from neither (then the share
+ * falls back to the uniform one), on a fresh random row each run. */
+Test(decide, layer_routes_from_a_row_and_a_mask)
+{
+    enum { E = 37 };
+    uint64_t counts[E];
+    float freq[E];
+    uint8_t res[E];
+    seed_rng();
+    double want_cold = 0, want_all = 0, want_fcold = 0, want_fall = 0;
+    int n_res = 0;
+    for (int e = 0; e < E; e++) {
+        counts[e] = (uint64_t)(rnd_u64() % 1000);
+        freq[e] = (float)(rnd_u64() % 1000) / 1000.0f;
+        res[e] = rnd_u64() % 3 == 0;
+        n_res += res[e];
+        want_all += (double)counts[e], want_fall += (double)freq[e];
+        if (!res[e])
+            want_cold += (double)counts[e], want_fcold += (double)freq[e];
+    }
+    double cold, all;
+    mp_decide_layer_routes(counts, NULL, res, E, &cold, &all);
+    cr_assert_float_eq(cold, want_cold, 1e-9, "seed %llu", (unsigned long long)g_seed);
+    cr_assert_float_eq(all, want_all, 1e-9, "seed %llu", (unsigned long long)g_seed);
+    mp_decide_layer_routes(NULL, freq, res, E, &cold, &all);
+    cr_assert_float_eq(cold, want_fcold, 1e-6);
+    cr_assert_float_eq(all, want_fall, 1e-6);
+    mp_decide_layer_routes(NULL, NULL, res, E, &cold, &all);
+    cr_assert(cold == 0 && all == 0);
+    cr_assert_float_eq(mp_decide_cold_share(cold, all, n_res, E), (double)(E - n_res) / E, 1e-12);
 }
 
 /* A cost file's grid is for one model and one thread count: anything else is refused with what
