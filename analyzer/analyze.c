@@ -64,10 +64,16 @@ typedef struct pass_ctx {
     mp_an_request_dist *dist;
 } pass_ctx;
 
-static int32_t segment_of(int64_t ord, int64_t n_requests)
+int32_t mp_an_n_segments(int64_t n_requests)
 {
-    int64_t s = ord * MP_AN_SEGMENTS / (n_requests > 0 ? n_requests : 1);
-    return (int32_t)(s < MP_AN_SEGMENTS ? s : MP_AN_SEGMENTS - 1);
+    return (int32_t)(n_requests < MP_AN_SEGMENTS ? (n_requests > 0 ? n_requests : 1) : MP_AN_SEGMENTS);
+}
+
+int32_t mp_an_segment_of(int64_t ord, int64_t n_requests)
+{
+    const int32_t n_seg = mp_an_n_segments(n_requests);
+    int64_t s = ord * n_seg / (n_requests > 0 ? n_requests : 1);
+    return (int32_t)(s < n_seg ? s : n_seg - 1);
 }
 
 static void hist_add(uint32_t *hist, double v)
@@ -175,7 +181,7 @@ static mp_status tag_and_select(void *user, const mp_an_record *r, mp_error *err
     pass_ctx *c = user;
     mp_an_record t = *r;
     t.train = c->train[r->request_ord];
-    t.segment = segment_of(r->request_ord, c->n_requests);
+    t.segment = mp_an_segment_of(r->request_ord, c->n_requests);
     return mp_an_rowsel_add(&c->sel, &t, err);
 }
 

@@ -30,6 +30,12 @@ typedef struct mp_an_options {
 
 void mp_an_options_init(mp_an_options *o);
 
+/* Drift segments: requests in merged order cut into min(MP_AN_SEGMENTS, n_requests) segments
+ * of (nearly) equal request counts, numbered 0, 1, ... without gaps: every segment holds at
+ * least one request. */
+int32_t mp_an_n_segments(int64_t n_requests);
+int32_t mp_an_segment_of(int64_t ord, int64_t n_requests);
+
 /* Per-request distributions, summarized: quantiles over requests. */
 #define MP_AN_HIST_BINS 1000
 typedef struct mp_an_request_dist {

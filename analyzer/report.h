@@ -41,11 +41,17 @@ void mp_an_abort_out(mp_an_out *o);
  * made of these. */
 extern const char *const mp_an_report_files[];
 
-/* The charts, each written to its own .svg file and embedded in report.html. */
-#define MP_AN_N_CHARTS 4
+/* The charts, each written to its own .svg file and embedded in report.html: heat map, coverage,
+ * rank threshold, held-out, locality, weight reuse, drift, requests. */
+#define MP_AN_N_CHARTS 8
 extern const char *const mp_an_chart_files[MP_AN_N_CHARTS];
 extern const char *const mp_an_chart_ids[MP_AN_N_CHARTS];
 mp_status mp_an_svg_chart(const mp_an_report *r, int which, FILE *f, mp_error *err);
+
+/* The global greedy budget under uniform routing (each row's experts drawn uniformly): a
+ * polyline of n_nodes + 1 points, x in the budget's unit (bytes when sum->by_bytes, else
+ * experts), y the share of routes served. The caller frees x and y; -1 when out of memory. */
+int mp_an_uniform_coverage(const mp_an_report *r, double **x, double **y);
 
 /* The representative nodes of the rank-threshold chart: first, quarter, middle, three quarters,
  * last (deduplicated). Returns how many (<= 5). */

@@ -219,20 +219,14 @@ static void write_drift(const mp_an_report *r, FILE *f)
 {
     const int64_t n = r->in->n_requests;
     fprintf(f, "segment,first_request_ord,last_request_ord,routes,heldout_half_coverage\n");
-    for (int s = 0; s < MP_AN_SEGMENTS; s++) {
-        int64_t first = -1, last = -1;
-        for (int64_t o = 0; o < n; o++) {
-            int64_t seg = o * MP_AN_SEGMENTS / n;
-            if (seg == s) {
-                if (first < 0)
-                    first = o;
-                last = o;
-            }
-        }
-        if (first < 0)
-            continue;
+    int64_t first = 0;
+    for (int s = 0; s < mp_an_n_segments(n); s++) {
+        int64_t last = first;
+        while (last + 1 < n && mp_an_segment_of(last + 1, n) == s)
+            last++;
         fprintf(f, "%d,%lld,%lld,%llu,%.6f\n", s, (long long)first, (long long)last,
                 (unsigned long long)r->sum->seg_routes[s], r->sum->seg_heldout_half[s]);
+        first = last + 1;
     }
 }
 

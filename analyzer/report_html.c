@@ -1,7 +1,11 @@
-/* analyzer/report_html.c — report.html: one self-contained page (inline CSS, the four charts
+/* analyzer/report_html.c — report.html: one self-contained page (inline CSS, the charts
  * embedded as inline SVG, no scripts, no external resources) that also links the CSV, SVG and
- * JSON files beside it. Every piece of trace text is escaped. */
+ * JSON files beside it. It opens with the answers (how skewed, which experts, which budget, each
+ * against uniform routing), then the charts that back them. Every piece of trace text is
+ * escaped. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "analyzer/report.h"
@@ -27,6 +31,39 @@ static void bytes_cell(FILE *f, double b)
     mp_svg_bytes(buf, sizeof buf, b);
     fprintf(f, "<td>%s</td>", b > 0 ? buf : "?");
 }
+
+/* Budget (in the uniform polyline's unit) at which uniform routing serves target: the polyline
+ * inverted by linear interpolation; -1 if it never does. */
+static double uniform_need(const double *x, const double *y, int n, double target)
+{
+    for (int i = 1; i < n; i++)
+        if (y[i] >= target - 1e-12) {
+            const double dy = y[i] - y[i - 1];
+            return dy > 0 ? x[i - 1] + (x[i] - x[i - 1]) * (target - y[i - 1]) / dy : x[i - 1];
+        }
+    return -1;
+}
+
+/* Share served under uniform routing at budget b (same polyline). */
+static double uniform_at(const double *x, const double *y, int n, double b)
+{
+    for (int i = 1; i < n; i++)
+        if (b <= x[i]) {
+            const double dx = x[i] - x[i - 1];
+            return dx > 0 ? y[i - 1] + (y[i] - y[i - 1]) * (b - x[i - 1]) / dx : y[i];
+        }
+    return n ? y[n - 1] : 0;
+}
+
+static const char *const chart_heading[MP_AN_N_CHARTS] = {
+    "Which experts: popularity per layer", "Which budget: coverage", "Per-layer shortlists",
+    "Does it generalize: held-out requests", "Locality: reuse and runs",
+    "Router weight and reuse", "Drift over the requests", "Per-request distributions"};
+
+/* the CSV each chart draws */
+static const char *const chart_data[MP_AN_N_CHARTS] = {
+    "popularity.csv", "coverage_global.csv", "rank_threshold.csv", "coverage_global.csv",
+    "locality.csv", "weight_reuse.csv", "drift.csv", "requests.csv"};
 
 mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err)
 {
@@ -59,30 +96,68 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
         esc(f, run->model_sha256 ? run->model_sha256 : "unknown");
         fprintf(f, "</td><td>%lld</td></tr>\n", (long long)r->in->meta[i].n_requests);
     }
-    fprintf(f, "</table>\n<h2>Capacity (one budget across all layers, greedy per %s)</h2>\n"
-               "<table id=\"capacity\"><tr><th>coverage</th><th>experts</th><th>bytes</th></tr>\n",
+    double *ux = NULL, *uy = NULL;
+    const int n_uniform = mp_an_uniform_coverage(r, &ux, &uy);
+    if (n_uniform < 0) {
+        mp_an_abort_out(&out);
+        return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory writing report.html");
+    }
+    const int64_t half = sum->n_global / 2;
+    const double half_unit = sum->by_bytes ? (double)sum->global_bytes[half] : (double)half;
+    fprintf(f, "</table>\n<h2 id=\"glance\">At a glance</h2>\n<ul>\n"
+               "<li>Skew: the most popular half of the experts (%lld of %lld, one budget across "
+               "layers) serves <b>%.1f %%</b> of the routes; with uniform routing the same budget "
+               "would serve %.1f %%.</li>\n",
+            (long long)half, (long long)sum->n_global, 100 * sum->global_cov[half],
+            100 * uniform_at(ux, uy, n_uniform, half_unit));
+    fprintf(f, "<li>Learned on %lld training requests, that half serves %.1f %% of the held-out "
+               "requests' routes (%.1f %% in-sample). Mean normalized entropy %.3f (1 = uniform), "
+               "mean Gini %.3f (0 = uniform).</li>\n</ul>\n",
+            (long long)r->n_train_requests, 100 * sum->global_heldout[half],
+            100 * sum->global_in_sample[half], sum->mean_entropy_norm, sum->mean_gini);
+    fprintf(f, "<h2>Which budget: capacity (one budget across all layers, greedy per %s)</h2>\n"
+               "<table id=\"capacity\"><tr><th>coverage</th><th>experts</th><th>bytes</th>"
+               "<th>uniform routing would need</th></tr>\n",
             sum->by_bytes ? "byte" : "expert");
     for (int t = 0; t < MP_AN_N_TARGETS; t++) {
         fprintf(f, "<tr><td>%.0f %%</td><td>%lld of %lld</td>", mp_an_targets[t] * 100,
                 (long long)sum->global_cap_experts[t], (long long)sum->n_global);
         bytes_cell(f, (double)sum->global_cap_bytes[t]);
+        const double need = uniform_need(ux, uy, n_uniform, mp_an_targets[t]);
+        if (need < 0)
+            fprintf(f, "<td>-</td>");
+        else if (sum->by_bytes)
+            bytes_cell(f, need);
+        else
+            fprintf(f, "<td>%.0f experts</td>", ceil(need - 1e-9));
         fprintf(f, "</tr>\n");
     }
-    const int64_t half = sum->n_global / 2;
-    fprintf(f, "</table>\n<p>Half the experts (popularity learned on %lld training requests): "
-               "in-sample %.1f %%, held-out %.1f %% of routes. Mean normalized entropy %.3f, mean "
-               "Gini %.3f.</p>\n",
-            (long long)r->n_train_requests, 100 * sum->global_in_sample[half],
-            100 * sum->global_heldout[half], sum->mean_entropy_norm, sum->mean_gini);
+    free(ux), free(uy);
+    /* the hottest (layer, expert) pairs: the first picks of the global greedy */
+    const int64_t n_hot = sum->n_global < 10 ? sum->n_global : 10;
+    fprintf(f, "</table>\n<h2>Which experts: the first %lld of the global budget</h2>\n"
+               "<table id=\"hot\"><tr><th>pick</th><th>layer</th><th>expert</th>"
+               "<th>share of the layer's routes</th><th>vs uniform</th></tr>\n",
+            (long long)n_hot);
+    for (int64_t p = 0; p < n_hot; p++) {
+        const mp_an_pick *pk = &sum->global_order[p];
+        const mp_an_node_acc *a = &s->acc[pk->node];
+        const double sh = a->routes ? (double)a->count[pk->expert] / (double)a->routes : 0;
+        fprintf(f, "<tr><td>%lld</td><td>%lld</td><td>%d</td><td>%.2f %%</td><td>%.2fx</td></tr>\n",
+                (long long)p + 1, (long long)s->nodes[pk->node].layer, pk->expert, 100 * sh,
+                sh * (double)s->nodes[pk->node].n_experts);
+    }
+    fprintf(f, "</table>\n");
     for (int k = 0; k < MP_AN_N_CHARTS; k++) {
-        fprintf(f, "<figure>\n");
+        fprintf(f, "<h2>%s</h2>\n<figure>\n", chart_heading[k]);
         mp_status st = mp_an_svg_chart(r, k, f, err);
         if (st != MP_OK) {
             mp_an_abort_out(&out);
             return st;
         }
-        fprintf(f, "<figcaption><a href=\"%s\">%s</a></figcaption></figure>\n",
-                mp_an_chart_files[k], mp_an_chart_files[k]);
+        fprintf(f, "<figcaption><a href=\"%s\">%s</a> (data: <a href=\"%s\">%s</a>)</figcaption>"
+                   "</figure>\n",
+                mp_an_chart_files[k], mp_an_chart_files[k], chart_data[k], chart_data[k]);
     }
     fprintf(f, "<h2>Layers</h2>\n<table id=\"nodes\"><tr><th>node</th><th class=\"l\">name</th>"
                "<th>layer</th><th>experts</th><th>top-k</th><th>expert bytes</th><th>routes</th>"

@@ -13,7 +13,8 @@ const char *const mp_an_report_files[] = {
     "summary.json", "report.html", "nodes.csv", "popularity.csv", "experts_global.csv",
     "coverage.csv", "coverage_global.csv", "capacity.csv", "rank_threshold.csv", "locality.csv",
     "weight_reuse.csv", "drift.csv", "requests.csv", "heatmap.svg", "coverage.svg",
-    "rank_threshold.svg", "heldout.svg", NULL};
+    "rank_threshold.svg", "heldout.svg", "locality.svg", "weight_reuse.svg", "drift.svg",
+    "requests.svg", NULL};
 
 static cJSON *str_or_null(const char *s)
 {
@@ -104,9 +105,7 @@ static cJSON *build(const mp_an_report *r)
     cJSON_AddNumberToObject(gen, "half_budget_heldout", sum->global_heldout[half]);
     cJSON_AddNumberToObject(gen, "half_budget_all", sum->global_cov[half]);
     cJSON *drift = cJSON_AddArrayToObject(gen, "drift");
-    for (int seg = 0; seg < MP_AN_SEGMENTS; seg++) {
-        if (!sum->seg_routes[seg])
-            continue;
+    for (int seg = 0; seg < mp_an_n_segments(r->in->n_requests); seg++) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddNumberToObject(d, "segment", seg);
         cJSON_AddNumberToObject(d, "routes", (double)sum->seg_routes[seg]);

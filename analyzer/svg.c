@@ -22,7 +22,7 @@ static void put_escaped(FILE *f, const char *s)
     }
 }
 
-void mp_svg_bytes(char *buf, size_t cap, double bytes)
+void mp_svg_bytes_sig(char *buf, size_t cap, double bytes, int sig)
 {
     static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -30,13 +30,75 @@ void mp_svg_bytes(char *buf, size_t cap, double bytes)
         bytes /= 1024;
         u++;
     }
-    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.3g %s", bytes, unit[u]);
+    /* %g would print 1000 MiB as "1e+03": never fewer digits than the integer part has */
+    const int int_digits = fabs(bytes) >= 1 ? (int)floor(log10(fabs(bytes))) + 1 : 1;
+    if (u == 0)
+        snprintf(buf, cap, "%.0f %s", bytes, unit[u]);
+    else
+        snprintf(buf, cap, "%.*g %s", sig > int_digits ? sig : int_digits, bytes, unit[u]);
 }
 
-static void tick_label(char *buf, size_t cap, double v, bool bytes)
+void mp_svg_bytes(char *buf, size_t cap, double bytes)
+{
+    mp_svg_bytes_sig(buf, cap, bytes, 3);
+}
+
+void mp_svg_bytes_labels(char *label, size_t cap, const double *bytes, int n)
+{
+    /* 17 significant digits tell every pair of doubles apart; bytes are exact far below that */
+    for (int sig = 3; sig <= 17; sig++) {
+        for (int i = 0; i < n; i++)
+            mp_svg_bytes_sig(label + (size_t)i * cap, cap, bytes[i], sig);
+        bool distinct = true;
+        for (int i = 0; i < n && distinct; i++)
+            for (int j = i + 1; j < n && distinct; j++)
+                distinct = bytes[i] == bytes[j] || strcmp(label + (size_t)i * cap, label + (size_t)j * cap);
+        if (distinct)
+            return;
+    }
+    for (int i = 0; i < n; i++)
+        snprintf(label + (size_t)i * cap, cap, "%.0f B", bytes[i]);
+}
+
+int mp_svg_ticks(double lo, double hi, bool integer, bool bytes, double *out, int max)
+{
+    if (!(hi > lo) || max < 2) {
+        out[0] = lo;
+        return 1;
+    }
+    double unit = 1;
+    if (bytes)
+        while (hi / unit >= 1024 && unit < 1099511627776.0)
+            unit *= 1024;
+    /* the smallest 1-2-5 step giving at most max - 1 intervals */
+    const double raw = (hi - lo) / unit / (max - 1);
+    double mag = pow(10, floor(log10(raw)));
+    double step = mag;
+    static const double mult[] = {1, 2, 5, 10};
+    for (int i = 0; i < 4; i++)
+        if (mult[i] * mag >= raw * (1 - 1e-9)) {
+            step = mult[i] * mag;
+            break;
+        }
+    step *= unit;
+    if (integer && step < 1)
+        step = 1;
+    int n = 0;
+    for (double k = ceil(lo / step - 1e-9); n < max; k++) {
+        const double v = k * step;
+        if (v > hi + step * 1e-9)
+            break;
+        out[n++] = fabs(v) < step * 1e-9 ? 0 : v; /* never "-0" */
+    }
+    return n;
+}
+
+static void tick_label(char *buf, size_t cap, double v, bool bytes, bool pow2)
 {
     if (bytes)
-        mp_svg_bytes(buf, cap, v);
+        mp_svg_bytes_sig(buf, cap, v, 4);
+    else if (pow2)
+        snprintf(buf, cap, "%.0f", pow(2, v));
     else
         snprintf(buf, cap, "%.4g", v);
 }
@@ -63,25 +125,35 @@ void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, i
     fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
     put_escaped(f, c->title);
     fprintf(f, "</text>\n");
-    /* axes frame and ticks: 5 intervals on each axis */
+    /* axes frame and round ticks */
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n",
             ML, MT, W - ML - MR, H - MT - MB);
     char buf[64];
-    for (int i = 0; i <= 5; i++) {
-        double xv = c->x_min + (c->x_max - c->x_min) * i / 5, yv = c->y_min + (c->y_max - c->y_min) * i / 5;
-        double px = sx(c, xv), py = sy(c, yv);
+    double tick[12];
+    int n = mp_svg_ticks(c->x_min, c->x_max, c->x_integer || c->x_pow2, c->x_bytes, tick, 8);
+    for (int i = 0; i < n; i++) {
+        const double px = sx(c, tick[i]);
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#ddd\"/>\n", px, MT,
                 px, H - MB);
+        tick_label(buf, sizeof buf, tick[i], c->x_bytes, c->x_pow2);
+        fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", px, H - MB + 15, buf);
+    }
+    n = mp_svg_ticks(c->y_min, c->y_max, false, false, tick, 7);
+    for (int i = 0; i < n; i++) {
+        const double py = sy(c, tick[i]);
         fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#ddd\"/>\n", ML, py,
                 W - MR, py);
-        tick_label(buf, sizeof buf, xv, c->x_bytes);
-        fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", px, H - MB + 15, buf);
-        tick_label(buf, sizeof buf, yv, false);
+        tick_label(buf, sizeof buf, tick[i], false, false);
         fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n", ML - 5, py + 4, buf);
-        if (c->top_label) {
-            tick_label(buf, sizeof buf, xv * c->top_scale, c->top_bytes);
+    }
+    if (c->top_label && c->top_scale > 0) {
+        /* the top axis has its own round values, placed where x * top_scale reaches them */
+        n = mp_svg_ticks(c->x_min * c->top_scale, c->x_max * c->top_scale, c->top_integer,
+                         c->top_bytes, tick, 8);
+        for (int i = 0; i < n; i++) {
+            tick_label(buf, sizeof buf, tick[i], c->top_bytes, false);
             fprintf(f, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\" fill=\"#555\">%s</text>\n",
-                    px, MT - 5, buf);
+                    sx(c, tick[i] / c->top_scale), MT - 5, buf);
         }
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (W - MR + ML) / 2, H - 12);
@@ -90,7 +162,7 @@ void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, i
             (H - MB + MT) / 2);
     put_escaped(f, c->y_label);
     fprintf(f, "</text>\n");
-    if (c->top_label) {
+    if (c->top_label && c->top_scale > 0) {
         fprintf(f, "<text x=\"%d\" y=\"32\" text-anchor=\"middle\" fill=\"#555\">", (W - MR + ML) / 2);
         put_escaped(f, c->top_label);
         fprintf(f, "</text>\n");
@@ -103,6 +175,9 @@ void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, i
         for (int i = 0; i < x->n; i++)
             fprintf(f, "%.2f,%.2f ", sx(c, x->x[i]), sy(c, x->y[i]));
         fprintf(f, "\"/>\n");
+        for (int i = 0; x->markers && i < x->n; i++)
+            fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>", sx(c, x->x[i]),
+                    sy(c, x->y[i]), x->color);
         const int ly = MT + 12 + 16 * k;
         fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>",
                 W - MR + 10, ly - 4, W - MR + 30, ly - 4, x->color,
@@ -128,46 +203,77 @@ static void ramp(double v, int rgb[3])
         rgb[c] = (int)(stops[i][c] + (stops[i + 1][c] - stops[i][c]) * t + 0.5);
 }
 
-void mp_svg_heatmap(FILE *f, const char *id, const char *title, const double *value, int rows,
-                    int cols, int col_scale, const char *const *row_labels, const char *x_label,
-                    const char *y_label)
+void mp_svg_heatmap(FILE *f, const mp_svg_heat *h)
 {
-    const int left = 110, top = 40, right = 20, bottom = 45, plot_w = 640;
-    const double cw = (double)plot_w / cols;
-    const double ch = rows <= 64 ? 10 : 640.0 / rows;
-    const int w = left + plot_w + right, h = top + (int)(ch * rows + 0.5) + bottom;
+    /* margins: row labels and the y title on the left, the colour bar on the right */
+    const int left = 110, top = 40, bottom = 50, plot_w = 600, bar_x = left + plot_w + 30, bar_w = 16;
+    const int w = bar_x + bar_w + 64;
+    const double cw = (double)plot_w / h->cols;
+    /* rows share about 560 px, but never fall below the legible minimum nor grow past 28 */
+    double ch = 560.0 / h->rows;
+    ch = ch < MP_SVG_MIN_ROW_PX ? MP_SVG_MIN_ROW_PX : ch > 28 ? 28 : ch;
+    const double plot_h = ch * h->rows;
+    /* the colour bar keeps room for its labels even beside a single row */
+    const double bar_h = plot_h < 140 ? 140 : plot_h > 320 ? 320 : plot_h;
+    const int total_h = top + (int)((plot_h > bar_h ? plot_h : bar_h) + 0.5) + bottom;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"");
-    put_escaped(f, id);
+    put_escaped(f, h->id);
     fprintf(f, "\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"10\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
-            w, h, w, h, w, h);
+               "font-size=\"11\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
+            w, total_h, w, total_h, w, total_h);
     fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", left);
-    put_escaped(f, title);
+    put_escaped(f, h->title);
     fprintf(f, "</text>\n");
-    const int label_every = rows > 32 ? (rows + 31) / 32 : 1;
-    for (int r = 0; r < rows; r++) {
-        for (int c = 0; c < cols; c++) {
+    for (int r = 0; r < h->rows; r++) {
+        for (int c = 0; c < h->cols; c++) {
             int rgb[3];
-            ramp(value[(size_t)r * (size_t)cols + (size_t)c], rgb);
-            fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+            ramp(h->value[(size_t)r * (size_t)h->cols + (size_t)c], rgb);
+            fprintf(f, "<rect class=\"cell\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
                        "fill=\"#%02x%02x%02x\"/>",
                     left + c * cw, top + r * ch, cw + 0.05, ch + 0.05, rgb[0], rgb[1], rgb[2]);
         }
         fputc('\n', f);
-        if (r % label_every == 0) {
-            fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">", left - 4, top + r * ch + ch * 0.8);
-            put_escaped(f, row_labels[r]);
-            fprintf(f, "</text>\n");
-        }
+        fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">", left - 4, top + r * ch + ch / 2 + 4);
+        put_escaped(f, h->row_labels[r]);
+        fprintf(f, "</text>\n");
     }
-    const int col_every = cols > 16 ? cols / 8 : 1;
-    for (int c = 0; c < cols; c += col_every)
-        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%d</text>\n",
-                left + (c + 0.5) * cw, top + rows * ch + 12, c * col_scale);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", left + plot_w / 2, h - 8);
-    put_escaped(f, x_label);
-    fprintf(f, "</text>\n<text transform=\"translate(12 %d) rotate(-90)\" text-anchor=\"middle\">",
-            top + (int)(rows * ch / 2));
-    put_escaped(f, y_label);
-    fprintf(f, "</text>\n</svg>\n");
+    /* column ticks: round expert ids at the left edge of their column */
+    double tick[12];
+    const int n = mp_svg_ticks(0, (double)(h->cols * h->col_scale), true, false, tick, 9);
+    for (int i = 0; i < n; i++) {
+        const double x = left + tick[i] / h->col_scale * cw;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#444\"/>", x,
+                top + plot_h, x, top + plot_h + 4);
+        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%.0f</text>\n", x,
+                top + plot_h + 16, tick[i]);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"middle\">", left + plot_w / 2, top + plot_h + 36);
+    put_escaped(f, h->x_label);
+    fprintf(f, "</text>\n<text transform=\"translate(16 %d) rotate(-90)\" text-anchor=\"middle\">",
+            top + (int)(plot_h / 2));
+    put_escaped(f, h->y_label);
+    fprintf(f, "</text>\n");
+    /* colour bar: the ramp in 32 steps, top = 1, labelled at the scale's values */
+    fprintf(f, "<g id=\"");
+    put_escaped(f, h->id);
+    fprintf(f, "-scale\"><text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", bar_x + bar_w / 2, top - 8);
+    put_escaped(f, h->scale_title);
+    fprintf(f, "</text>\n");
+    for (int i = 0; i < 32; i++) {
+        int rgb[3];
+        ramp(1 - (i + 0.5) / 32, rgb);
+        fprintf(f, "<rect x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"#%02x%02x%02x\"/>",
+                bar_x, top + bar_h * i / 32, bar_w, bar_h / 32 + 0.05, rgb[0], rgb[1], rgb[2]);
+    }
+    fprintf(f, "\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%.2f\" fill=\"none\" stroke=\"#444\"/>\n",
+            bar_x, top, bar_w, bar_h);
+    for (int i = 0; i < h->n_scale; i++) {
+        const double y = top + bar_h * (1 - (double)i / (h->n_scale - 1));
+        fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#444\"/>"
+                   "<text x=\"%d\" y=\"%.2f\">",
+                bar_x + bar_w, y, bar_x + bar_w + 4, y, bar_x + bar_w + 6, y + 4);
+        put_escaped(f, h->scale_labels[i]);
+        fprintf(f, "</text>\n");
+    }
+    fprintf(f, "</g>\n</svg>\n");
 }

@@ -1,5 +1,6 @@
 /* analyzer/svg.h — a very small SVG writer for the report's charts: line charts with axes,
- * ticks and a legend, and rectangles for heat maps. Output is plain SVG 1.1 text (no scripts, no
+ * round ticks (1-2-5 steps; whole numbers on integer axes) and a legend, and rectangles for heat
+ * maps with a colour bar. Output is plain SVG 1.1 text (no scripts, no
  * external references) so that it embeds in the HTML report as is.
  */
 #ifndef MP_ANALYZER_SVG_H
@@ -15,6 +16,7 @@ typedef struct mp_svg_series {
     int n;
     const char *color;
     bool dashed;
+    bool markers; /* a dot at every point (short series: a lone point draws no line) */
 } mp_svg_series;
 
 typedef struct mp_svg_chart {
@@ -26,17 +28,40 @@ typedef struct mp_svg_chart {
     const char *top_label;
     double top_scale;
     bool x_bytes, top_bytes; /* format tick labels as byte sizes (KiB, MiB, GiB) */
+    bool x_integer, top_integer; /* counts (experts, segments): ticks on whole numbers only */
+    bool x_pow2;           /* x is log2 of the value: ticks on whole exponents, labelled 2^x */
 } mp_svg_chart;
 
 void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, int n_series);
 
 /* Heat map: rows × cols cells, value (rows, cols) in [0, 1] (colour scale); column c is labelled
- * c × col_scale (its first expert when experts are grouped). */
-void mp_svg_heatmap(FILE *f, const char *id, const char *title, const double *value, int rows,
-                    int cols, int col_scale, const char *const *row_labels, const char *x_label,
-                    const char *y_label);
+ * c × col_scale (its first expert when experts are grouped). Rows are at least
+ * MP_SVG_MIN_ROW_PX tall (the chart grows with the layer count). The colour bar beside it is
+ * labelled with scale_labels[i] at value i / (n_scale - 1). */
+#define MP_SVG_MIN_ROW_PX 14
+typedef struct mp_svg_heat {
+    const char *id, *title, *x_label, *y_label;
+    const double *value; /* (rows, cols) */
+    int rows, cols, col_scale;
+    const char *const *row_labels; /* (rows) */
+    const char *scale_title;
+    const char *const *scale_labels; /* (n_scale) */
+    int n_scale;
+} mp_svg_heat;
+void mp_svg_heatmap(FILE *f, const mp_svg_heat *h);
 
-/* Format a byte count as "512 B", "1.5 KiB", "3.2 GiB". */
+/* Round tick values over [lo, hi]: a 1-2-5 step times a power of ten (of 1024 for bytes, in the
+ * unit of hi), at least 1 when integer; at most max ticks. Returns how many. */
+int mp_svg_ticks(double lo, double hi, bool integer, bool bytes, double *out, int max);
+
+/* Format a byte count as "512 B", "1.5 KiB", "3.2 GiB" (3 significant digits, at least the
+ * integer part). */
 void mp_svg_bytes(char *buf, size_t cap, double bytes);
+/* The same with sig significant digits. */
+void mp_svg_bytes_sig(char *buf, size_t cap, double bytes, int sig);
+/* Labels for n byte counts that tell them apart: the fewest significant digits (3 or more) at
+ * which distinct counts get distinct labels, exact bytes ("1000001 B") where no precision does.
+ * label[i] holds cap bytes. */
+void mp_svg_bytes_labels(char *label, size_t cap, const double *bytes, int n);
 
 #endif

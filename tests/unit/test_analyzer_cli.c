@@ -151,6 +151,44 @@ Test(analyzer_cli, report_is_complete_and_consistent)
     free(t);
 }
 
+/* Fewer requests than MP_AN_SEGMENTS: one segment per request, numbered 0, 1, 2 (not 0, 3, 6),
+ * the same in drift.csv and summary.json; each segment's routes are its request's routes
+ * (6 rows x 2 nodes x top-2 = 24). */
+Test(analyzer_cli, drift_segments_are_numbered_without_gaps)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    char p[700], csv[4096];
+    snprintf(p, sizeof p, "%s/drift.csv", out);
+    slurp(p, csv, sizeof csv);
+    char *line = strchr(csv, '\n');
+    cr_assert_not_null(line);
+    for (int seg = 0; seg < N_REQ; seg++) {
+        int s, first, last, routes;
+        cr_assert_eq(sscanf(line + 1, "%d,%d,%d,%d,", &s, &first, &last, &routes), 4, "%s", csv);
+        cr_assert_eq(s, seg, "%s", csv);
+        cr_assert_eq(first, seg, "%s", csv);
+        cr_assert_eq(last, seg, "%s", csv);
+        cr_assert_eq(routes, 6 * N_NODES * TOP_K, "%s", csv);
+        line = strchr(line + 1, '\n');
+        cr_assert_not_null(line);
+    }
+    cr_assert_eq(line[1], '\0', "more segments than requests: %s", csv);
+    cJSON *j = load_summary(out);
+    const cJSON *drift = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "generalization"), "drift");
+    cr_assert_eq(cJSON_GetArraySize(drift), N_REQ);
+    for (int seg = 0; seg < N_REQ; seg++)
+        cr_assert_eq(num(cJSON_GetArrayItem(drift, seg), "segment", NULL), seg);
+    cJSON_Delete(j);
+    free(t);
+}
+
 /* --force replaces a report directory and nothing else: a directory holding an input trace, a
  * subdirectory or a foreign file is refused before any work, with everything in it kept. */
 Test(analyzer_cli, force_replaces_only_a_report_directory)

@@ -443,3 +443,68 @@ Test(analyzer_stats, transitions_follow_the_highest_weight)
     cr_assert_eq(s.acc[0].same_layer_rows, 2);
     mp_an_stats_free(&s);
 }
+
+/* ---- chart axes and size labels (analyzer/svg.h) ---- */
+#include "analyzer/svg.h"
+
+Test(svg, ticks_are_round_1_2_5_steps)
+{
+    double t[16];
+    /* 0..1600 experts: 8 ticks at most -> step 500 (200 would need 9) */
+    int n = mp_svg_ticks(0, 1600, true, false, t, 8);
+    cr_assert_eq(n, 4);
+    for (int i = 0; i < n; i++)
+        cr_assert_float_eq(t[i], 500.0 * i, 1e-9);
+    /* 64 experts split in 5 would be 12.8: the 1-2-5 step is 10 */
+    n = mp_svg_ticks(0, 64, true, false, t, 8);
+    cr_assert_eq(n, 7);
+    cr_assert_float_eq(t[1], 10, 1e-9);
+    cr_assert_float_eq(t[6], 60, 1e-9);
+    /* an integer axis never ticks between whole numbers: 0..3 -> 0 1 2 3 */
+    n = mp_svg_ticks(0, 3, true, false, t, 8);
+    cr_assert_eq(n, 4);
+    cr_assert_float_eq(t[3], 3, 1e-9);
+    /* shares: 0 0.2 .. 1, and never a negative zero */
+    n = mp_svg_ticks(0, 1, false, false, t, 7);
+    cr_assert_eq(n, 6);
+    cr_assert_float_eq(t[1], 0.2, 1e-12);
+    cr_assert(!signbit(t[0]));
+    /* bytes: round in the unit of the top value: 0..100 MiB -> steps of 20 MiB */
+    n = mp_svg_ticks(0, 100.0 * 1048576, false, true, t, 8);
+    cr_assert_eq(n, 6);
+    cr_assert_float_eq(t[1], 20.0 * 1048576, 1e-3);
+    char buf[64];
+    mp_svg_bytes(buf, sizeof buf, t[1]);
+    cr_assert_str_eq(buf, "20 MiB");
+}
+
+Test(svg, byte_sizes_keep_their_integer_digits)
+{
+    char buf[64];
+    mp_svg_bytes(buf, sizeof buf, 1000.0 * 1048576); /* %.3g alone would print 1e+03 */
+    cr_assert_str_eq(buf, "1000 MiB");
+    mp_svg_bytes(buf, sizeof buf, 1536);
+    cr_assert_str_eq(buf, "1.5 KiB");
+    mp_svg_bytes(buf, sizeof buf, 512);
+    cr_assert_str_eq(buf, "512 B");
+}
+
+Test(svg, budget_labels_are_distinct_and_right)
+{
+    char l[4][32];
+    /* the tiny model's budgets: a few MiB, where "%.2f GiB" printed 0.00 for all */
+    const double small[3] = {1000000, 4000000, 9000000};
+    mp_svg_bytes_labels(&l[0][0], sizeof l[0], small, 3);
+    cr_assert_str_eq(l[0], "977 KiB"); /* 1e6 / 1024 = 976.56 */
+    cr_assert_str_eq(l[1], "3.81 MiB"); /* 4e6 / 2^20 = 3.815 */
+    cr_assert_str_eq(l[2], "8.58 MiB"); /* 9e6 / 2^20 = 8.583 */
+    /* close budgets get more digits until they differ: 8 GiB and 8 GiB + 10 MiB */
+    const double close[2] = {8.0 * 1073741824, 8.0 * 1073741824 + 10.0 * 1048576};
+    mp_svg_bytes_labels(&l[0][0], sizeof l[0], close, 2);
+    cr_assert_str_eq(l[0], "8 GiB");
+    cr_assert_str_eq(l[1], "8.01 GiB"); /* 8.0098 */
+    /* budgets one byte apart: exact bytes */
+    const double bytes[2] = {4000000, 4000001};
+    mp_svg_bytes_labels(&l[0][0], sizeof l[0], bytes, 2);
+    cr_assert_neq(strcmp(l[0], l[1]), 0, "%s = %s", l[0], l[1]);
+}
