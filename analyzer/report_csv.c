@@ -70,7 +70,7 @@ static void write_nodes(const mp_an_report *r, FILE *f)
         fprintf(f, ",cap%02d_experts", (int)(mp_an_targets[t] * 100 + 0.5));
     for (int t = 0; t < MP_AN_N_TARGETS; t++)
         fprintf(f, ",cap%02d_bytes", (int)(mp_an_targets[t] * 100 + 0.5));
-    fputc('\n', f);
+    fputs(",same_routing_as\n", f);
     for (int32_t i = 0; i < r->st->n_nodes; i++) {
         const mp_an_node *n = &r->st->nodes[i];
         const mp_an_node_summary *ns = &r->sum->node[i];
@@ -91,6 +91,10 @@ static void write_nodes(const mp_an_report *r, FILE *f)
             fprintf(f, ",%lld", (long long)ns->capacity[t]);
         for (int t = 0; t < MP_AN_N_TARGETS; t++)
             fprintf(f, ",%lld", (long long)(ns->capacity[t] * n->expert_bytes));
+        if (ns->same_routing_as >= 0)
+            fprintf(f, ",%lld", (long long)r->st->nodes[ns->same_routing_as].node_index);
+        else
+            fputc(',', f);
         fputc('\n', f);
     }
 }

@@ -115,6 +115,26 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
                "mean Gini %.3f (0 = uniform).</li>\n</ul>\n",
             (long long)r->n_train_requests, 100 * sum->global_heldout[half],
             100 * sum->global_in_sample[half], sum->mean_entropy_norm, sum->mean_gini);
+    if (sum->n_same_routing > 0) {
+        /* one line per group, named by its first node */
+        fprintf(f, "<ul id=\"same-routing\">\n");
+        for (int32_t i = 0; i < s->n_nodes; i++) {
+            bool first = true;
+            for (int32_t j = i + 1; j < s->n_nodes; j++) {
+                if (sum->node[j].same_routing_as != i)
+                    continue;
+                if (first)
+                    fprintf(f, "<li><b>Identical routing</b>: layer %lld (node %lld)",
+                            (long long)s->nodes[i].layer, (long long)s->nodes[i].node_index);
+                fprintf(f, ", layer %lld (node %lld)", (long long)s->nodes[j].layer,
+                        (long long)s->nodes[j].node_index);
+                first = false;
+            }
+            if (!first)
+                fprintf(f, " chose the same experts for every token (a copied router?).</li>\n");
+        }
+        fprintf(f, "</ul>\n");
+    }
     fprintf(f, "<h2>Which budget: capacity (one budget across all layers, greedy per %s)</h2>\n"
                "<table id=\"capacity\"><tr><th>coverage</th><th>experts</th><th>bytes</th>"
                "<th>uniform routing would need</th></tr>\n",
@@ -162,7 +182,7 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
     fprintf(f, "<h2>Layers</h2>\n<table id=\"nodes\"><tr><th>node</th><th class=\"l\">name</th>"
                "<th>layer</th><th>experts</th><th>top-k</th><th>expert bytes</th><th>routes</th>"
                "<th>entropy (norm.)</th><th>Gini</th><th>top-half share</th><th>stay</th>"
-               "<th>experts for 90 %%</th></tr>\n");
+               "<th>experts for 90 %%</th><th>same routing as node</th></tr>\n");
     for (int32_t i = 0; i < s->n_nodes; i++) {
         const mp_an_node *n = &s->nodes[i];
         const mp_an_node_summary *ns = &sum->node[i];
@@ -171,10 +191,13 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
         fprintf(f, "</td><td>%lld</td><td>%lld</td><td>%lld</td>", (long long)n->layer,
                 (long long)n->n_experts, (long long)n->top_k);
         bytes_cell(f, (double)n->expert_bytes);
-        fprintf(f, "<td>%llu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%lld</td>"
-                   "</tr>\n",
+        fprintf(f, "<td>%llu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%lld</td>",
                 (unsigned long long)s->acc[i].routes, ns->entropy_norm, ns->gini,
                 ns->coverage[n->n_experts / 2], ns->stay_frac, (long long)ns->capacity[2]);
+        if (ns->same_routing_as >= 0)
+            fprintf(f, "<td>%lld</td></tr>\n", (long long)s->nodes[ns->same_routing_as].node_index);
+        else
+            fprintf(f, "<td></td></tr>\n");
     }
     fprintf(f, "</table>\n<h2>Files</h2>\n<ul id=\"files\">\n");
     for (int i = 0; mp_an_report_files[i]; i++)

@@ -172,6 +172,10 @@ static cJSON *build(const mp_an_report *r)
         cJSON_AddNumberToObject(o, "half_in_sample", ns->cov_in_sample[n->n_experts / 2]);
         cJSON_AddNumberToObject(o, "half_heldout", ns->cov_heldout[n->n_experts / 2]);
         mp_json_attach(o, "capacity", capacity(ns->capacity, NULL, n->expert_bytes));
+        if (ns->same_routing_as >= 0)
+            cJSON_AddNumberToObject(o, "same_routing_as", (double)s->nodes[ns->same_routing_as].node_index);
+        else
+            cJSON_AddNullToObject(o, "same_routing_as");
         mp_json_append(nodes, o);
     }
     cJSON *files = cJSON_AddArrayToObject(root, "files");

@@ -155,8 +155,11 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
             bump_later(s, &next_tab[(size_t)s->prev_top1[row] * (size_t)E + (size_t)top1]);
             s->acc[s->prev_node].next_layer_rows++;
         }
+        uint64_t set0 = 0, set1 = 0; /* order-free hashes of the row's expert set */
         for (int64_t j = 0; j < k; j++) {
             const uint16_t e = ids[j];
+            set0 += mp_an_mix64(e + 1);
+            set1 += mp_an_mix64(e + 0x9e3779b97f4a7c15ULL);
             a->count[e]++;
             seg[e]++;
             if (r->train)
@@ -184,6 +187,8 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
             u->wbin = (uint8_t)weight_bin(w[j]);
             u->slot = (uint8_t)j;
         }
+        a->route_print[0] = mp_an_mix64(a->route_print[0] ^ set0);
+        a->route_print[1] = mp_an_mix64(a->route_print[1] + set1 * 0xd6e8feb86659fd93ULL);
         s->prev_top1[row] = (uint16_t)top1;
         a->prev_top1 = top1;
         a->t++;

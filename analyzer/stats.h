@@ -90,6 +90,10 @@ typedef struct mp_an_node_acc {
     uint64_t reuse[MP_AN_LOG2_BUCKETS];    /* reuse distance d (tokens) in bucket floor(log2 d) */
     uint64_t runs[MP_AN_LOG2_BUCKETS];     /* completed runs of consecutive tokens, by length */
     uint64_t same_layer_rows, next_layer_rows; /* rows that fed each transition table */
+    /* 128-bit fingerprint of the node's routing, row by row: each row's set of experts (slot
+     * order and weights left out) folded into the stream in token order. Two nodes with equal
+     * fingerprints and row counts chose the same experts for every token (a copied router). */
+    uint64_t route_print[2];
 } mp_an_node_acc;
 
 typedef struct mp_an_config {
@@ -134,6 +138,17 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err);
  * call once after the last record (and before reading the transition tables). */
 void mp_an_stats_finish(mp_an_stats *s);
 void mp_an_stats_free(mp_an_stats *s);
+
+/* A 64-bit mixer (the SplitMix64 finalizer): consecutive ids map to unrelated words, so sums of
+ * mixed ids tell sets apart. */
+static inline uint64_t mp_an_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
 
 /* Histogram bucket of a positive distance/length: floor(log2 v), clamped (inline: it runs once
  * per routing decision). */

@@ -289,6 +289,22 @@ mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *er
     mp_an_rank(out->expert_count, out->max_experts, expert_order, out->expert_rank);
     free(expert_order);
     free(offset);
+    /* identical routing: each node against the nodes before it (n_nodes² fingerprint compares) */
+    for (int32_t i = 0; i < s->n_nodes; i++) {
+        const mp_an_node_acc *a = &s->acc[i];
+        out->node[i].same_routing_as = -1;
+        for (int32_t j = 0; j < i && a->t > 0; j++) {
+            const mp_an_node_acc *b = &s->acc[j];
+            if (b->t == a->t && s->nodes[j].n_experts == s->nodes[i].n_experts &&
+                s->nodes[j].top_k == s->nodes[i].top_k && b->route_print[0] == a->route_print[0] &&
+                b->route_print[1] == a->route_print[1]) {
+                /* point at the group's first node */
+                out->node[i].same_routing_as = out->node[j].same_routing_as >= 0 ? out->node[j].same_routing_as : j;
+                out->n_same_routing++;
+                break;
+            }
+        }
+    }
     return MP_OK;
 nomem:
     free(offset);

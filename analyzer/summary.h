@@ -29,6 +29,10 @@ typedef struct mp_an_node_summary {
     double next_layer_pred; /* same, for the next node's top-1 of the same token */
     bool has_same_layer, has_next_layer;
     double seg_heldout_half[MP_AN_SEGMENTS]; /* each segment's routes served by train top-E/2 */
+    /* Identical routing: the first node (position, lower than this one) that saw the same rows
+     * and chose the same set of experts as this node for every one of them (equal row counts,
+     * experts, top-k and route fingerprints, stats.h), or -1. */
+    int32_t same_routing_as;
 } mp_an_node_summary;
 
 typedef struct mp_an_pick {
@@ -58,6 +62,7 @@ typedef struct mp_an_summary {
     uint64_t *expert_count; /* (max_experts) */
     int32_t *expert_rank;   /* (max_experts) */
     double mean_entropy_norm, mean_gini;
+    int32_t n_same_routing; /* nodes whose same_routing_as is set */
 } mp_an_summary;
 
 mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *err);

@@ -508,3 +508,65 @@ Test(svg, budget_labels_are_distinct_and_right)
     mp_svg_bytes_labels(&l[0][0], sizeof l[0], bytes, 2);
     cr_assert_neq(strcmp(l[0], l[1]), 0, "%s = %s", l[0], l[1]);
 }
+
+/* Identical routing: nodes that chose the same set of experts for every token. Six nodes see the
+ * same 2 requests x 3 steps x 3 rows; the expectation is recomputed naively, row by row, from
+ * the id arrays (sets compared, slot order ignored). */
+Test(analyzer_stats, identical_routing_is_flagged_and_only_then)
+{
+    enum { NN = 6, E = 8, K = 2, ROWS = 3, REQ = 2, STEPS = 3, N_ROWS = REQ * STEPS * ROWS };
+    mp_an_node nodes[NN];
+    for (int i = 0; i < NN; i++)
+        nodes[i] = node(i, E, K, 100);
+    uint16_t ids[NN][N_ROWS][K];
+    for (int row = 0; row < N_ROWS; row++) {
+        const int a = (row * 3 + (row / ROWS) * 5) % E, b = (a + 1 + row % 3) % E;
+        ids[0][row][0] = (uint16_t)a, ids[0][row][1] = (uint16_t)b;
+        ids[1][row][0] = (uint16_t)b, ids[1][row][1] = (uint16_t)a;             /* slots swapped: same */
+        ids[2][row][0] = (uint16_t)a, ids[2][row][1] = (uint16_t)b;             /* one row differs */
+        ids[3][row][0] = (uint16_t)((a + 1) % E), ids[3][row][1] = (uint16_t)((b + 1) % E); /* relabelled */
+        ids[4][row][0] = (uint16_t)a, ids[4][row][1] = (uint16_t)b;             /* exact copy */
+        const int other = row % ROWS == 0 ? row + 1 : row % ROWS == 1 ? row - 1 : row; /* tokens swapped */
+        const int oa = (other * 3 + (other / ROWS) * 5) % E, ob = (oa + 1 + other % 3) % E;
+        ids[5][row][0] = (uint16_t)oa, ids[5][row][1] = (uint16_t)ob;
+    }
+    /* the last row of node 2: a different second expert */
+    ids[2][N_ROWS - 1][1] = (uint16_t)((ids[2][N_ROWS - 1][1] + 1) % E == ids[2][N_ROWS - 1][0]
+                                           ? (ids[2][N_ROWS - 1][1] + 2) % E
+                                           : (ids[2][N_ROWS - 1][1] + 1) % E);
+    mp_an_stats s;
+    init(&s, nodes, NN, 8);
+    for (int req = 0; req < REQ; req++)
+        for (int step = 0; step < STEPS; step++)
+            for (int nd = 0; nd < NN; nd++)
+                feed(&s, req, step, nd, step ? 1 : 0, req == 0, &ids[nd][(req * STEPS + step) * ROWS][0],
+                     ROWS, K, 0.5f);
+    mp_an_stats_finish(&s);
+    mp_an_summary sum;
+    mp_error err;
+    cr_assert_eq(mp_an_summarize(&s, &sum, &err), MP_OK, "%s", err.msg);
+    /* naive: the first earlier node whose every row holds the same two experts */
+    int flagged = 0;
+    for (int i = 0; i < NN; i++) {
+        int want = -1;
+        for (int j = 0; j < i && want < 0; j++) {
+            bool same = true;
+            for (int row = 0; row < N_ROWS && same; row++)
+                same = (ids[i][row][0] == ids[j][row][0] && ids[i][row][1] == ids[j][row][1]) ||
+                       (ids[i][row][0] == ids[j][row][1] && ids[i][row][1] == ids[j][row][0]);
+            if (same)
+                want = j;
+        }
+        flagged += want >= 0;
+        cr_assert_eq(sum.node[i].same_routing_as, want, "node %d: %d, expected %d", i,
+                     sum.node[i].same_routing_as, want);
+    }
+    /* what the cases are: 1 and 4 repeat node 0; 2 (one row), 3 (relabelled), 5 (tokens
+     * swapped within steps) do not */
+    cr_assert_eq(flagged, 2);
+    cr_assert_eq(sum.node[1].same_routing_as, 0);
+    cr_assert_eq(sum.node[4].same_routing_as, 0);
+    cr_assert_eq(sum.n_same_routing, 2);
+    mp_an_summary_free(&sum);
+    mp_an_stats_free(&s);
+}
