@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analyzer/svg.h"
 #include "runtime/atomic_file.h"
 
 const mp_sim_metrics *mp_sim_rank_metrics(const mp_sim_result *r)
@@ -263,8 +264,18 @@ mp_status mp_sim_report_svg(const char *path, const mp_sim_report *rep, mp_error
     int width = left + rep->n_runs * group_w + 180;
     size_t cap = 4096 + (size_t)rep->n_runs * n_pol * 256 + MP_POL_COUNT * 200;
     char *svg = mp_fault_malloc(cap);
-    if (!svg)
+    /* budget labels: as many digits as it takes to tell the budgets apart (a few MiB each for
+     * a tiny model, where "%.2f GiB" printed 0.00 for all of them) */
+    enum { LABEL = 32 };
+    char *label = mp_fault_malloc((size_t)(rep->n_runs > 0 ? rep->n_runs : 1) * LABEL);
+    double *budget = mp_fault_malloc((size_t)(rep->n_runs > 0 ? rep->n_runs : 1) * sizeof *budget);
+    if (!svg || !label || !budget) {
+        free(svg), free(label), free(budget);
         return mp_fail(err, MP_ERR_NOMEM, "report %s: out of memory", path);
+    }
+    for (int b = 0; b < rep->n_runs; b++)
+        budget[b] = (double)rep->runs[b].budget_bytes;
+    mp_svg_bytes_labels(label, LABEL, budget, rep->n_runs);
     size_t n = 0;
 #define EMIT(...) n += (size_t)snprintf(svg + n, cap > n ? cap - n : 0, __VA_ARGS__)
     EMIT("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
@@ -291,8 +302,8 @@ mp_status mp_sim_report_svg(const char *path, const mp_sim_report *rep, mp_error
             }
             k++;
         }
-        EMIT("<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%.2f GiB</text>\n", x0 + n_pol * bar_w / 2,
-             top + height + 16, gib(rep->runs[b].budget_bytes));
+        EMIT("<text class=\"budget\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+             x0 + n_pol * bar_w / 2, top + height + 16, label + (size_t)b * LABEL);
     }
     int ly = top;
     for (int p = 0; p < MP_POL_COUNT; p++) {
@@ -304,6 +315,7 @@ mp_status mp_sim_report_svg(const char *path, const mp_sim_report *rep, mp_error
     }
     EMIT("</svg>\n");
 #undef EMIT
+    free(label), free(budget);
     if (n >= cap) {
         free(svg);
         return mp_fail(err, MP_ERR_INTERNAL, "report %s: SVG buffer too small", path);

@@ -203,8 +203,22 @@ Test(simulate, cli_end_to_end)
     cJSON_Delete(root);
     snprintf(path, sizeof path, "%s/p.strp.json", dir);
     cr_assert_eq(access(path, R_OK), 0);
+    /* the budgets' labels: distinct and right (1e6 B = 977 KiB, 4e6 B = 3.81 MiB, 9e6 B = 8.58 MiB),
+     * in budget order */
     snprintf(path, sizeof path, "%s/r.svg", dir);
-    cr_assert_eq(access(path, R_OK), 0);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no %s", path);
+    static char svg[1 << 16];
+    svg[fread(svg, 1, sizeof svg - 1, f)] = '\0';
+    fclose(f);
+    static const char *const want[] = {">977 KiB</text>", ">3.81 MiB</text>", ">8.58 MiB</text>"};
+    const char *at = svg;
+    for (int i = 0; i < 3; i++) {
+        const char *hit = strstr(at, want[i]);
+        cr_assert_not_null(hit, "budget label %s missing or out of order in %s", want[i], path);
+        at = hit + 1;
+    }
+    cr_assert_null(strstr(svg, "0.00 GiB"), "%s", path);
 }
 
 Test(simulate, cli_errors_are_one_line)
