@@ -345,28 +345,84 @@ Test(analyzer_cli, report_renders_in_headless_chromium, .timeout = 300)
     FILE *f = fopen(blank, "w");
     fputs("<!DOCTYPE html><html><body></body></html>\n", f);
     fclose(f);
+    /* probe.html: the report with a script that measures what the browser laid out, each chart's
+     * box, the smallest text on it in CSS pixels (font size x the SVG's scale) and what it drew,
+     * written into the DOM that --dump-dom prints */
+    static char page[1 << 20];
+    char p[600];
+    snprintf(p, sizeof p, "%s/report.html", out);
+    slurp(p, page, sizeof page);
+    char *end = strstr(page, "</body>");
+    cr_assert_not_null(end, "report.html has no </body>");
+    *end = '\0';
+    snprintf(p, sizeof p, "%s/probe.html", tmpdir);
+    f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "%s<script>\n"
+               "var out = [];\n"
+               "document.querySelectorAll('svg[id^=chart-]').forEach(function (s) {\n"
+               "  var r = s.getBoundingClientRect(), scale = r.width / s.viewBox.baseVal.width;\n"
+               "  var min = 1e9;\n"
+               "  s.querySelectorAll('text').forEach(function (t) {\n"
+               "    min = Math.min(min, parseFloat(getComputedStyle(t).fontSize) * scale); });\n"
+               "  out.push(s.id + ' ' + Math.round(r.width) + ' ' + Math.round(r.height) + ' ' +\n"
+               "           min.toFixed(1) + ' ' + s.querySelectorAll('polyline, rect.cell').length);\n"
+               "});\n"
+               "var cell = document.querySelector('#chart-heatmap rect.cell').getBoundingClientRect();\n"
+               "out.push('heatmap-row ' + cell.height.toFixed(1) + ' ' +\n"
+               "         document.querySelectorAll('#chart-heatmap-scale text').length);\n"
+               "var pre = document.createElement('pre'); pre.id = 'probe';\n"
+               "pre.textContent = out.join('\\n'); document.body.appendChild(pre);\n"
+               "</script></body></html>\n", page);
+    fclose(f);
     const char *flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars "
                         "--window-size=1200,2400";
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "cd '%s' && timeout 120 chromium %s --user-data-dir='%s/chr' --dump-dom "
-             "'file://%s/report.html' > dom.html 2>/dev/null && "
+             "'file://%s/probe.html' > dom.html 2>/dev/null && "
              "timeout 120 chromium %s --user-data-dir='%s/chr' --screenshot='%s/report.png' "
              "'file://%s/report.html' >/dev/null 2>&1 && "
              "timeout 120 chromium %s --user-data-dir='%s/chr' --screenshot='%s/blank.png' "
              "'file://%s' >/dev/null 2>&1",
-             tmpdir, flags, tmpdir, out, flags, tmpdir, tmpdir, out, flags, tmpdir, tmpdir, blank);
+             tmpdir, flags, tmpdir, tmpdir, flags, tmpdir, tmpdir, out, flags, tmpdir, tmpdir, blank);
     cr_assert_eq(system(cmd), 0, "chromium failed: %s", cmd);
     static char dom[1 << 20];
-    char p[600];
     snprintf(p, sizeof p, "%s/dom.html", tmpdir);
     slurp(p, dom, sizeof dom);
-    static const char *const want[] = {"id=\"title\"", "id=\"chart-heatmap\"",
-                                       "id=\"chart-coverage\"", "id=\"chart-rank-threshold\"",
-                                       "id=\"chart-heldout\"", "<polyline", "id=\"nodes\"",
-                                       "href=\"nodes.csv\"", NULL};
+    static const char *const want[] = {"id=\"title\"", "id=\"glance\"", "id=\"capacity\"",
+                                       "id=\"hot\"", "<polyline", "id=\"nodes\"",
+                                       "href=\"nodes.csv\"", "href=\"locality.csv\"", NULL};
     for (int i = 0; want[i]; i++)
         cr_assert_not_null(strstr(dom, want[i]), "the rendered DOM lacks %s", want[i]);
+    /* every chart laid out at a readable size, with text of at least 9 CSS px and something
+     * drawn; heat-map rows at least 14 px; the colour bar labelled at its 7 values */
+    const char *probe = strstr(dom, "<pre id=\"probe\">");
+    cr_assert_not_null(probe, "the probe script did not run");
+    probe += strlen("<pre id=\"probe\">");
+    static const char *const charts[] = {"chart-heatmap", "chart-coverage", "chart-rank-threshold",
+                                         "chart-heldout", "chart-locality", "chart-weight-reuse",
+                                         "chart-drift", "chart-requests"};
+    for (size_t c = 0; c < sizeof charts / sizeof charts[0]; c++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s ", charts[c]);
+        const char *line = strstr(probe, key);
+        cr_assert_not_null(line, "%s was not rendered: %s", charts[c], probe);
+        int w, h, drawn;
+        double min_font;
+        cr_assert_eq(sscanf(line + strlen(key), "%d %d %lf %d", &w, &h, &min_font, &drawn), 4, "%s", line);
+        cr_assert_geq(w, 600, "%s: %d px wide", charts[c], w);
+        cr_assert_geq(h, 200, "%s: %d px high", charts[c], h);
+        cr_assert_geq(min_font, 9.0, "%s: text of %.1f px", charts[c], min_font);
+        cr_assert_gt(drawn, 0, "%s: nothing drawn", charts[c]);
+    }
+    const char *row = strstr(probe, "heatmap-row ");
+    cr_assert_not_null(row, "%s", probe);
+    double row_px;
+    int scale_labels;
+    cr_assert_eq(sscanf(row + strlen("heatmap-row "), "%lf %d", &row_px, &scale_labels), 2);
+    cr_assert_geq(row_px, 14.0, "heat-map rows of %.1f px", row_px);
+    cr_assert_eq(scale_labels, 8, "colour bar: a title and 7 values expected, %d texts", scale_labels);
     char png[600];
     snprintf(png, sizeof png, "%s/report.png", tmpdir);
     const long report_bytes = file_size(png);
