@@ -56,6 +56,8 @@ step "profile: inspect and verify against the model"
 $mp profile inspect out/profile.strp | head -20
 $mp profile verify out/profile.strp -m out/tiny.gguf
 step "run: generate text with the profile's placement"
+echo "(the tiny model's weights are random: its text is gibberish by design; what the run shows is"
+echo " the placement working and the tokens per second)"
 exec_flag=()
 if [ "$costs" != out/costs.json ]; then
     exec_flag=(--executor cpu)
