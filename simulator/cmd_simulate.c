@@ -27,13 +27,16 @@
 #include "simulator/sim_load.h"
 
 #define MAX_BUDGETS 16
+#define MAX_TRACES 16 /* TRACE.db arguments: shards of one model's collection */
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: moeplan simulate TRACE.db --costs costs.json --budget SIZE[,SIZE...] [options]\n\n"
+            "usage: moeplan simulate TRACE.db [TRACE.db...] --costs costs.json --budget SIZE[,SIZE...] [options]\n\n"
             "Replay the trace's routing under each GPU memory budget and placement policy with the\n"
-            "cost model, and predict hit rates, transfers and decode speed (docs/simulator.md).\n\n"
+            "cost model, and predict hit rates, transfers and decode speed (docs/simulator.md).\n"
+            "Several traces of one model (collected on several machines) replay as one, in the order\n"
+            "given, their requests distinct (docs/collect.md).\n\n"
             "  --costs FILE          cost model (schemas/costs.schema.json, from moeplan calibrate)\n"
             "  --budget LIST         GPU memory for the model, e.g. 8GiB,16GiB,24GiB (B, KB MB GB TB,\n"
             "                        KiB MiB GiB TiB, case-insensitive): the same meaning as\n"
@@ -103,7 +106,9 @@ static int parse_num(const char *s, double *out)
 
 
 typedef struct opts {
-    const char *trace, *costs, *json, *svg, *profile;
+    const char *trace, *costs, *json, *svg, *profile; /* trace: the first of traces */
+    const char *traces[MAX_TRACES];
+    int n_traces;
     const char *placement_profile; /* --placement-profile: replayed as policy 'profile' */
     const char *model; /* --model: the budget's fixed part, expert sizes and a shape check */
     bool non_expert_given;
@@ -353,10 +358,11 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
         } else if (a[0] == '-') {
             fprintf(stderr, "moeplan simulate: error: unknown option '%s' (try --help)\n", a);
             return 2;
-        } else if (!o->trace) {
-            o->trace = a;
+        } else if (o->n_traces < MAX_TRACES) {
+            o->traces[o->n_traces++] = a;
+            o->trace = o->traces[0];
         } else {
-            fprintf(stderr, "moeplan simulate: error: unexpected argument '%s'\n", a);
+            fprintf(stderr, "moeplan simulate: error: '%s': more than %d traces\n", a, MAX_TRACES);
             return 2;
         }
         if (v)
@@ -702,9 +708,11 @@ static mp_status check_outputs(const opts *o, char *manifest, size_t cap, mp_err
 {
     if (o->profile && (size_t)snprintf(manifest, cap, "%s.json", o->profile) >= cap)
         return mp_fail(err, MP_ERR_ARG, "--emit-profile %s: path too long", o->profile);
-    mp_file_ref known[8] = {{o->trace, "the trace"}, {o->costs, "--costs"}, {o->model, "--model"},
-                            {o->placement_profile, "--placement-profile"}};
-    int n = 4;
+    mp_file_ref known[8 + MAX_TRACES] = {{o->costs, "--costs"}, {o->model, "--model"},
+                                         {o->placement_profile, "--placement-profile"}};
+    int n = 3;
+    for (int t = 0; t < o->n_traces; t++)
+        known[n++] = (mp_file_ref){o->traces[t], "a trace"};
     const mp_file_ref outputs[] = {{o->json, "--json"}, {o->svg, "--svg"}, {o->profile, "--emit-profile"},
                                    {o->profile ? manifest : NULL, "the profile's manifest"}};
     for (int i = 0; i < 4; i++) {
@@ -755,7 +763,7 @@ int mp_cmd_simulate(int argc, char **argv)
         mp_costs_free(&costs);
         return 1;
     }
-    if (mp_sim_load_trace(o.trace, &lo, &trace, &facts, &err)) {
+    if (mp_sim_load_traces(o.traces, o.n_traces, &lo, &trace, &facts, &err)) {
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
         mp_costs_free(&costs);
         return 1;
@@ -795,7 +803,10 @@ int mp_cmd_simulate(int argc, char **argv)
     if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
         goto fail;
     notes(&o, &cfg, runs, &trace);
-    mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL, NULL,
+    char trace_names[4096] = "";
+    for (int t = 0, n = 0; t < o.n_traces && n < (int)sizeof trace_names; t++)
+        n += snprintf(trace_names + n, sizeof trace_names - (size_t)n, "%s%s", t ? " + " : "", o.traces[t]);
+    mp_sim_report rep = {trace_names, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL, NULL,
                          o.sweep.n_values ? &o.sweep : NULL};
     if (o.llamacpp) {
         for (int b = 0; b < o.n_budgets; b++) {
@@ -841,7 +852,7 @@ int mp_cmd_simulate(int argc, char **argv)
         const mp_sim_result *r = &runs[0].res[o.profile_policy];
         char costs_hex[65], trace_hex[65];
         if (mp_sha256_file(o.costs, "costs", costs_hex, NULL, &err) ||
-            mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err))
+            (o.n_traces == 1 && mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err)))
             goto fail;
         mp_strp_manifest m;
         mp_strp_manifest_init(&m);
@@ -851,7 +862,7 @@ int mp_cmd_simulate(int argc, char **argv)
         m.params[m.n_params++] = (mp_strp_param){"non_expert_bytes", (double)cfg.non_expert_bytes};
         m.params[m.n_params++] = (mp_strp_param){"expert_bytes", (double)gpu_entry.expert_bytes};
         m.costs_sha256 = costs_hex;
-        m.trace_sha256 = trace_hex;
+        m.trace_sha256 = o.n_traces == 1 ? trace_hex : NULL; /* null: made from several traces */
         m.train_frac = cfg.train_frac;
         m.predicted_tok_s = mp_sim_tok_s(mp_sim_rank_metrics(r));
         /* coverage: the share of held-out routes the profile's resident experts serve */
