@@ -712,7 +712,7 @@ static mp_status check_outputs(const opts *o, char *manifest, size_t cap, mp_err
                                          {o->placement_profile, "--placement-profile"}};
     int n = 3;
     for (int t = 0; t < o->n_traces; t++)
-        known[n++] = (mp_file_ref){o->traces[t], "a trace"};
+        known[n++] = (mp_file_ref){o->traces[t], o->n_traces == 1 ? "the trace" : "a trace"};
     const mp_file_ref outputs[] = {{o->json, "--json"}, {o->svg, "--svg"}, {o->profile, "--emit-profile"},
                                    {o->profile ? manifest : NULL, "the profile's manifest"}};
     for (int i = 0; i < 4; i++) {
