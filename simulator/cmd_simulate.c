@@ -21,18 +21,22 @@
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "runtime/strp.h"
+#include "simulator/llamacpp.h"
 #include "simulator/report.h"
 #include "simulator/sim.h"
 #include "simulator/sim_load.h"
 
 #define MAX_BUDGETS 16
+#define MAX_TRACES 16 /* TRACE.db arguments: shards of one model's collection */
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: moeplan simulate TRACE.db --costs costs.json --budget SIZE[,SIZE...] [options]\n\n"
+            "usage: moeplan simulate TRACE.db [TRACE.db...] --costs costs.json --budget SIZE[,SIZE...] [options]\n\n"
             "Replay the trace's routing under each GPU memory budget and placement policy with the\n"
-            "cost model, and predict hit rates, transfers and decode speed (docs/simulator.md).\n\n"
+            "cost model, and predict hit rates, transfers and decode speed (docs/simulator.md).\n"
+            "Several traces of one model (collected on several machines) replay as one, in the order\n"
+            "given, their requests distinct (docs/collect.md).\n\n"
             "  --costs FILE          cost model (schemas/costs.schema.json, from moeplan calibrate)\n"
             "  --budget LIST         GPU memory for the model, e.g. 8GiB,16GiB,24GiB (B, KB MB GB TB,\n"
             "                        KiB MiB GiB TiB, case-insensitive): the same meaning as\n"
@@ -79,8 +83,10 @@ static void usage(FILE *f)
             "  --placement-profile P.strp  also replay this STRP profile's placement (policy\n"
             "                        'profile': its resident set, or as much of it as the budget's\n"
             "                        slots hold), e.g. a profile made from another trace\n"
-            "  --emit-llamacpp       print, per budget, the llama.cpp -ot override that keeps the best\n"
-            "                        whole layers on the GPU, with its simulated speed\n"
+            "  --emit-llamacpp       print, per budget, the llama-server command (needs -m) whose -ot or\n"
+            "                        --n-cpu-moe keeps the best whole layers' experts on the GPU under the\n"
+            "                        budget less llama.cpp's weights, KV cache and compute buffers, with its\n"
+            "                        predicted ms/token beside the per-expert plan's\n"
             "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
             "  --sweep PARAM=V,V,..  run one online policy over values of a parameter at every\n"
             "                        budget: alpha, beta, epsilon (decayed-lfu) or window\n"
@@ -100,7 +106,9 @@ static int parse_num(const char *s, double *out)
 
 
 typedef struct opts {
-    const char *trace, *costs, *json, *svg, *profile;
+    const char *trace, *costs, *json, *svg, *profile; /* trace: the first of traces */
+    const char *traces[MAX_TRACES];
+    int n_traces;
     const char *placement_profile; /* --placement-profile: replayed as policy 'profile' */
     const char *model; /* --model: the budget's fixed part, expert sizes and a shape check */
     bool non_expert_given;
@@ -115,6 +123,7 @@ typedef struct opts {
     bool llamacpp, sensitivity, as_decode;
     bool force; /* --force: replace existing outputs */
     mp_sim_sweep sweep; /* n_values 0: no --sweep */
+    mp_llamacpp_gpu lc; /* --emit-llamacpp: llama.cpp's GPU memory for -m at --ctx-size */
 } opts;
 
 /* --budget LIST: comma-separated sizes in the runtime's grammar (mp_parse_bytes, as --gpu-budget);
@@ -349,10 +358,11 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
         } else if (a[0] == '-') {
             fprintf(stderr, "moeplan simulate: error: unknown option '%s' (try --help)\n", a);
             return 2;
-        } else if (!o->trace) {
-            o->trace = a;
+        } else if (o->n_traces < MAX_TRACES) {
+            o->traces[o->n_traces++] = a;
+            o->trace = o->traces[0];
         } else {
-            fprintf(stderr, "moeplan simulate: error: unexpected argument '%s'\n", a);
+            fprintf(stderr, "moeplan simulate: error: '%s': more than %d traces\n", a, MAX_TRACES);
             return 2;
         }
         if (v)
@@ -360,6 +370,11 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
     }
     if (!o->trace || !o->costs || !o->n_budgets) {
         fprintf(stderr, "moeplan simulate: error: needs TRACE.db, --costs and --budget (try --help)\n");
+        return 2;
+    }
+    if (o->llamacpp && !o->model) {
+        fprintf(stderr, "moeplan simulate: error: --emit-llamacpp needs -m MODEL: the command names the GGUF, and "
+                        "its metadata sizes llama.cpp's KV cache and weights\n");
         return 2;
     }
     if (!any_policy)
@@ -372,8 +387,6 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
         return 2;
     }
     o->policies[MP_POL_ALL_GPU] = o->policies[MP_POL_ALL_CPU] = true; /* baselines, always */
-    if (o->llamacpp)
-        o->policies[MP_POL_BEST_LAYERS] = o->policies[MP_POL_PLAN] = true;
     if (o->profile)
         o->policies[o->profile_policy] = true;
     return -1; /* go on */
@@ -408,32 +421,106 @@ static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *fac
     return MP_OK;
 }
 
-/* -ot override for llama.cpp from a whole-layer placement: the layers not fully resident on CPU. */
-static char *llamacpp_override(const mp_sim_trace *t, const mp_sim_result *r, double tok_s_layers,
-                               double tok_s_plan)
+/* --emit-llamacpp at one budget: the whole-layer placement llama.cpp can express (best-layers,
+ * replayed with llama.cpp's own GPU memory as the budget's fixed part and its expert tensors as
+ * the slots), its command, what the GPU then holds, and its prediction beside the per-expert
+ * plan's in the same memory (what an STRP profile would give llama.cpp) and all-CPU's. Returns the
+ * table's text (malloc'd; NULL with *st set on failure) and fills *out (out->command malloc'd,
+ * NULL when llama.cpp's own needs exceed the budget). */
+static char *llamacpp_block(const mp_sim_trace *t, const mp_sim_config *cfg, const opts *o,
+                            const mp_sim_budget_run *run, mp_sim_llamacpp *out, mp_error *err, mp_status *st)
 {
-    size_t cap = 128 + (size_t)t->n_layers * 8;
-    char *s = malloc(cap + 128);
-    uint32_t *per_layer = calloc(mp_sim_trace_blocks(t), sizeof *per_layer);
-    if (!s || !per_layer) {
-        free(s);
-        free(per_layer);
+    const mp_llamacpp_gpu *x = &o->lc;
+    const size_t cap = 16384;
+    char *text = malloc(cap), *cmd = malloc(cap);
+    bool *cpu_block = calloc(x->n_blocks, sizeof *cpu_block);
+    uint32_t *per_block = calloc(x->n_blocks, sizeof *per_block);
+    *out = (mp_sim_llamacpp){.weights_bytes = x->weights_bytes, .kv_bytes = x->kv_bytes,
+                             .compute_bytes = x->compute_bytes, .kv_cells = x->n_ctx};
+    *st = MP_OK;
+    if (!text || !cmd || !cpu_block || !per_block) {
+        free(text), free(cmd), free(cpu_block), free(per_block);
+        *st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the llama.cpp command");
         return NULL;
     }
-    for (uint32_t i = 0; i < mp_strp_resident(&r->profile); i++)
-        per_layer[r->profile.ranked[i].layer]++;
-    size_t n = (size_t)snprintf(s, cap, "-ot 'blk\\.(");
-    int n_cpu = 0;
-    for (uint32_t l = 0; l < t->n_layers; l++)
-        if (per_layer[t->model_layer[l]] < t->n_experts)
-            n += (size_t)snprintf(s + n, cap - n, "%s%u", n_cpu++ ? "|" : "", t->model_layer[l]);
-    if (!n_cpu)
-        n = (size_t)snprintf(s, cap, "(every layer fits: no override needed)");
-    else
-        n += (size_t)snprintf(s + n, cap - n, ")\\.ffn_.*_exps\\.=CPU'");
-    snprintf(s + n, cap + 128 - n, "  [%.1f tok/s; per-expert plan %.1f tok/s]", tok_s_layers, tok_s_plan);
-    free(per_layer);
-    return s;
+    char budget[32], weights[32], kv[32], compute[32], fixed[32], experts[32], total[32];
+    mp_format_bytes(run->budget_bytes, budget, sizeof budget);
+    mp_format_bytes(x->weights_bytes, weights, sizeof weights);
+    mp_format_bytes(x->kv_bytes, kv, sizeof kv);
+    mp_format_bytes(x->compute_bytes, compute, sizeof compute);
+    mp_format_bytes(x->fixed_bytes, fixed, sizeof fixed);
+    if (run->budget_bytes < x->fixed_bytes) {
+        snprintf(text, cap, "no command: llama.cpp's own GPU memory (weights %s + KV cache %s at -c %lld + compute "
+                 "buffers %s, estimated) = %s exceeds the budget %s", weights, kv, (long long)o->ctx, compute,
+                 fixed, budget);
+        free(cmd), free(cpu_block), free(per_block);
+        return text;
+    }
+    /* one slot = the largest per-expert share of a layer's expert tensors, so that any whole
+     * layers the policy picks fit */
+    uint64_t slot = 0;
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        const uint64_t b = (x->expert_bytes[t->model_layer[l]] + t->n_experts - 1) / t->n_experts;
+        slot = b > slot ? b : slot;
+    }
+    mp_sim_config c = *cfg;
+    c.budget_bytes = run->budget_bytes;
+    c.non_expert_bytes = x->fixed_bytes;
+    c.slot_bytes = slot;
+    mp_sim_result r, plan;
+    memset(&r, 0, sizeof r);
+    memset(&plan, 0, sizeof plan);
+    if ((*st = mp_sim_run(t, &c, MP_POL_BEST_LAYERS, &r, err)) || (*st = mp_sim_run(t, &c, MP_POL_PLAN, &plan, err))) {
+        mp_sim_result_free(&r);
+        free(text), free(cmd), free(cpu_block), free(per_block);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < mp_strp_resident(&r.profile); i++)
+        per_block[r.profile.ranked[i].layer]++;
+    uint64_t gpu_expert_bytes = 0;
+    size_t n = 0;
+    char cpu_list[4096] = "";
+    uint32_t n_cpu = 0;
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        const uint32_t b = t->model_layer[l];
+        cpu_block[b] = per_block[b] < t->n_experts;
+        if (!cpu_block[b])
+            gpu_expert_bytes += x->expert_bytes[b];
+        else if (n < sizeof cpu_list)
+            n += (size_t)snprintf(cpu_list + n, sizeof cpu_list - n, "%s%u", n_cpu++ ? "," : "", b);
+        else
+            n_cpu++;
+    }
+    mp_format_bytes(gpu_expert_bytes, experts, sizeof experts);
+    mp_format_bytes(x->fixed_bytes + gpu_expert_bytes, total, sizeof total);
+    const mp_sim_metrics *ml = mp_sim_rank_metrics(&r), *mp = mp_sim_rank_metrics(&plan),
+                         *mc = mp_sim_rank_metrics(&run->res[MP_POL_ALL_CPU]);
+    const double ms_layers = ml->tokens ? ml->time_ns / 1e6 / (double)ml->tokens : 0,
+                 ms_plan = mp->tokens ? mp->time_ns / 1e6 / (double)mp->tokens : 0,
+                 ms_cpu = mc->tokens ? mc->time_ns / 1e6 / (double)mc->tokens : 0;
+    char kept[96] = "";
+    if (ms_cpu > ms_plan)
+        snprintf(kept, sizeof kept, ": it keeps %.0f %% of the plan's gain over all-CPU",
+                 100.0 * (ms_cpu - ms_layers) / (ms_cpu - ms_plan));
+    if (!mp_llamacpp_command(o->model, o->ctx, x, cpu_block, cmd, cap)) {
+        snprintf(cmd, cap, "(the command is longer than %zu bytes)", cap - 1);
+    }
+    snprintf(text, cap,
+             "%s\n"
+             "                experts on the CPU: %s%s (%u of %u MoE layers); GPU: weights %s + KV cache %s (-c %lld "
+             "as %lld cells, F16) + compute buffers %s (estimate, docs/simulator.md) + experts %s = %s of %s\n"
+             "                predicted %.4f ms/token for these whole layers, %.4f for the per-expert plan in "
+             "the same memory, %.4f all-CPU%s; llama.cpp places whole tensors (all experts of a layer): per-expert placement needs "
+             "the STRP profile (--emit-profile, schemas/strp.md)",
+             cmd, n_cpu ? "blocks " : "none", cpu_list, n_cpu, t->n_layers, weights, kv, (long long)o->ctx,
+             (long long)x->n_ctx, compute, experts, total, budget, ms_layers, ms_plan, ms_cpu, kept);
+    mp_sim_result_free(&r);
+    mp_sim_result_free(&plan);
+    free(cpu_block), free(per_block);
+    out->command = cmd;
+    out->gpu_expert_bytes = gpu_expert_bytes;
+    out->ms_layers = ms_layers, out->ms_plan = ms_plan, out->ms_all_cpu = ms_cpu;
+    return text;
 }
 
 static void free_runs(mp_sim_budget_run *runs, int n)
@@ -519,6 +606,21 @@ static int rank_policies(const mp_sim_budget_run *run, int rank[MP_POL_COUNT])
     return n ? order[0] : -1;
 }
 
+/* --emit-llamacpp: the model's expert tensors must sit in the blocks of the trace's MoE layers. */
+static mp_status llamacpp_check_blocks(const mp_llamacpp_gpu *x, const mp_sim_trace *t, const opts *o, mp_error *err)
+{
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < x->n_blocks; b++)
+        n += x->expert_bytes[b] > 0;
+    for (uint32_t l = 0; l < t->n_layers; l++)
+        if (t->model_layer[l] >= x->n_blocks || !x->expert_bytes[t->model_layer[l]])
+            n = UINT32_MAX;
+    if (n != t->n_layers)
+        return mp_fail(err, MP_ERR_ARG, "%s: its expert tensors (blk.N.ffn_*_exps) are not in the blocks of trace "
+                       "%s's %u MoE layers: expected the traced model", o->model, o->trace, t->n_layers);
+    return MP_OK;
+}
+
 /* --model: checks that its expert shape is the trace's; then what the runtime will hold on the GPU
  * besides experts, as run/bench/collect --gpu-budget count it (weights, KV cache for the context,
  * scratch for the batch: mp_gpu_budget_compute, the runtime's own estimate; unless
@@ -552,6 +654,8 @@ static mp_status apply_model(const char *path, const char *trace_path, const mp_
         goto out;
     if (!o->non_expert_given)
         cfg->non_expert_bytes = b.fixed_bytes;
+    if (o->llamacpp && (st = mp_llamacpp_gpu_from_gguf(m->gguf, o->ctx, &o->lc, err)))
+        goto out;
     *slot_bytes = 0;
     for (int64_t il = 0; il < g.n_layer; il++)
         *slot_bytes = g.expert_bytes[il] > *slot_bytes ? g.expert_bytes[il] : *slot_bytes;
@@ -604,9 +708,11 @@ static mp_status check_outputs(const opts *o, char *manifest, size_t cap, mp_err
 {
     if (o->profile && (size_t)snprintf(manifest, cap, "%s.json", o->profile) >= cap)
         return mp_fail(err, MP_ERR_ARG, "--emit-profile %s: path too long", o->profile);
-    mp_file_ref known[8] = {{o->trace, "the trace"}, {o->costs, "--costs"}, {o->model, "--model"},
-                            {o->placement_profile, "--placement-profile"}};
-    int n = 4;
+    mp_file_ref known[8 + MAX_TRACES] = {{o->costs, "--costs"}, {o->model, "--model"},
+                                         {o->placement_profile, "--placement-profile"}};
+    int n = 3;
+    for (int t = 0; t < o->n_traces; t++)
+        known[n++] = (mp_file_ref){o->traces[t], o->n_traces == 1 ? "the trace" : "a trace"};
     const mp_file_ref outputs[] = {{o->json, "--json"}, {o->svg, "--svg"}, {o->profile, "--emit-profile"},
                                    {o->profile ? manifest : NULL, "the profile's manifest"}};
     for (int i = 0; i < 4; i++) {
@@ -637,6 +743,8 @@ int mp_cmd_simulate(int argc, char **argv)
     mp_sim_budget_run runs[MAX_BUDGETS];
     memset(runs, 0, sizeof runs);
     char *ot[MAX_BUDGETS] = {0};
+    mp_sim_llamacpp lc[MAX_BUDGETS];
+    memset(lc, 0, sizeof lc);
     mp_cost_expert gpu_entry;
     const mp_cost_expert *gpu, *cpu;
     char manifest[4096];
@@ -655,7 +763,7 @@ int mp_cmd_simulate(int argc, char **argv)
         mp_costs_free(&costs);
         return 1;
     }
-    if (mp_sim_load_trace(o.trace, &lo, &trace, &facts, &err)) {
+    if (mp_sim_load_traces(o.traces, o.n_traces, &lo, &trace, &facts, &err)) {
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
         mp_costs_free(&costs);
         return 1;
@@ -668,6 +776,8 @@ int mp_cmd_simulate(int argc, char **argv)
         goto fail;
     }
     if (o.model && apply_model(o.model, o.trace, &facts, &o, &cfg, &cfg.slot_bytes, &err))
+        goto fail;
+    if (o.llamacpp && llamacpp_check_blocks(&o.lc, &trace, &o, &err))
         goto fail;
     if (o.placement_profile) { /* the reader refuses a profile of another geometry */
         const mp_strp_geometry geo = {mp_sim_trace_blocks(&trace), trace.n_experts};
@@ -693,14 +803,20 @@ int mp_cmd_simulate(int argc, char **argv)
     if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
         goto fail;
     notes(&o, &cfg, runs, &trace);
-    mp_sim_report rep = {o.trace, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL,
+    char trace_names[4096] = "";
+    for (int t = 0, n = 0; t < o.n_traces && n < (int)sizeof trace_names; t++)
+        n += snprintf(trace_names + n, sizeof trace_names - (size_t)n, "%s%s", t ? " + " : "", o.traces[t]);
+    mp_sim_report rep = {trace_names, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL, NULL,
                          o.sweep.n_values ? &o.sweep : NULL};
     if (o.llamacpp) {
-        for (int b = 0; b < o.n_budgets; b++)
-            ot[b] = llamacpp_override(&trace, &runs[b].res[MP_POL_BEST_LAYERS],
-                                      mp_sim_tok_s(mp_sim_rank_metrics(&runs[b].res[MP_POL_BEST_LAYERS])),
-                                      mp_sim_tok_s(mp_sim_rank_metrics(&runs[b].res[MP_POL_PLAN])));
+        for (int b = 0; b < o.n_budgets; b++) {
+            mp_status st;
+            ot[b] = llamacpp_block(&trace, &cfg, &o, &runs[b], &lc[b], &err, &st);
+            if (st)
+                goto fail;
+        }
         rep.llamacpp_ot = ot;
+        rep.llamacpp = lc;
     }
     if (o.sensitivity) {
         int base_rank[MAX_BUDGETS][MP_POL_COUNT];
@@ -736,7 +852,7 @@ int mp_cmd_simulate(int argc, char **argv)
         const mp_sim_result *r = &runs[0].res[o.profile_policy];
         char costs_hex[65], trace_hex[65];
         if (mp_sha256_file(o.costs, "costs", costs_hex, NULL, &err) ||
-            mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err))
+            (o.n_traces == 1 && mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err)))
             goto fail;
         mp_strp_manifest m;
         mp_strp_manifest_init(&m);
@@ -746,7 +862,7 @@ int mp_cmd_simulate(int argc, char **argv)
         m.params[m.n_params++] = (mp_strp_param){"non_expert_bytes", (double)cfg.non_expert_bytes};
         m.params[m.n_params++] = (mp_strp_param){"expert_bytes", (double)gpu_entry.expert_bytes};
         m.costs_sha256 = costs_hex;
-        m.trace_sha256 = trace_hex;
+        m.trace_sha256 = o.n_traces == 1 ? trace_hex : NULL; /* null: made from several traces */
         m.train_frac = cfg.train_frac;
         m.predicted_tok_s = mp_sim_tok_s(mp_sim_rank_metrics(r));
         /* coverage: the share of held-out routes the profile's resident experts serve */
@@ -764,7 +880,8 @@ fail:
     rc = 1;
 done:
     for (int b = 0; b < MAX_BUDGETS; b++)
-        free(ot[b]);
+        free(ot[b]), free(lc[b].command);
+    mp_llamacpp_gpu_free(&o.lc);
     free_runs(runs, o.n_budgets);
     for (int i = 0; o.sweep.res && i < o.sweep.n_values * o.n_budgets; i++)
         mp_sim_result_free(&o.sweep.res[i]);

@@ -176,8 +176,22 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
             bo = NULL; /* freed: the adds below become no-ops */
         cJSON_AddNumberToObject(bo, "budget_bytes", (double)run->budget_bytes);
         cJSON_AddNumberToObject(bo, "slots", (double)run->slots);
-        if (rep->llamacpp_ot && rep->llamacpp_ot[b])
-            cJSON_AddStringToObject(bo, "llamacpp_override", rep->llamacpp_ot[b]);
+        if (rep->llamacpp) {
+            const mp_sim_llamacpp *lc = &rep->llamacpp[b];
+            cJSON *lo = cJSON_AddObjectToObject(bo, "llamacpp");
+            if (lc->command)
+                cJSON_AddStringToObject(lo, "command", lc->command);
+            cJSON_AddNumberToObject(lo, "weights_bytes", (double)lc->weights_bytes);
+            cJSON_AddNumberToObject(lo, "kv_bytes", (double)lc->kv_bytes);
+            cJSON_AddNumberToObject(lo, "kv_cells", (double)lc->kv_cells);
+            cJSON_AddNumberToObject(lo, "compute_bytes", (double)lc->compute_bytes);
+            if (lc->command) {
+                cJSON_AddNumberToObject(lo, "gpu_expert_bytes", (double)lc->gpu_expert_bytes);
+                cJSON_AddNumberToObject(lo, "ms_per_token", lc->ms_layers);
+                cJSON_AddNumberToObject(lo, "plan_ms_per_token", lc->ms_plan);
+                cJSON_AddNumberToObject(lo, "all_cpu_ms_per_token", lc->ms_all_cpu);
+            }
+        }
         cJSON *pols = cJSON_AddArrayToObject(bo, "policies");
         for (int p = 0; pols && p < MP_POL_COUNT; p++) {
             if (!run->ran[p])

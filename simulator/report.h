@@ -32,6 +32,15 @@ typedef struct mp_sim_sweep {
     mp_sim_result *res;         /* (n_values, n_runs): value-major */
 } mp_sim_sweep;
 
+/* The llama.cpp command at one budget and what it rests on (simulate --emit-llamacpp). */
+typedef struct mp_sim_llamacpp {
+    char *command;          /* NULL where llama.cpp's own GPU memory exceeds the budget */
+    uint64_t weights_bytes, kv_bytes, compute_bytes, gpu_expert_bytes;
+    int64_t kv_cells;       /* n_ctx as llama.cpp pads it */
+    double ms_layers, ms_plan, ms_all_cpu; /* per token: the command's layers, the per-expert plan
+                                            * in the same memory, no expert on the GPU */
+} mp_sim_llamacpp;
+
 typedef struct mp_sim_report {
     const char *trace_path, *costs_path;
     const mp_sim_config *cfg;
@@ -39,8 +48,9 @@ typedef struct mp_sim_report {
     mp_sim_budget_run *runs; /* (n_runs) */
     int n_runs;
     mp_sim_sensitivity sens;
-    /* the llama.cpp override per budget (NULL if not asked) */
+    /* --emit-llamacpp per budget (NULL if not asked): the table's lines, and the numbers */
     char **llamacpp_ot;      /* (n_runs) */
+    const mp_sim_llamacpp *llamacpp; /* (n_runs) */
     const mp_sim_sweep *sweep; /* NULL without --sweep */
 } mp_sim_report;
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "collector/trace_check.h"
+#include "analyzer/validate.h"
 #include "collector/trace_read.h"
 
 /* The measured non-MoE time of the routed steps, read in routing order (one entry per traced
@@ -356,6 +357,83 @@ done:
     free(model_layer);
     free(block);
     mp_trace_check_close(chk);
+    if (st)
+        mp_sim_trace_free(out);
+    return st;
+}
+
+/* Several traces of one model: the analyzer's merge rules first (analyzer/validate.h: same model
+ * SHA-256, shapes and node table; no run given twice), then each trace's steps after the ones
+ * before, its requests renumbered past theirs so that requests of different traces stay
+ * distinct. Counts add because every step is kept as it is. */
+mp_status mp_sim_load_traces(const char *const *paths, int n_paths, const mp_sim_load_options *opt,
+                             mp_sim_trace *out, mp_sim_trace_facts *facts, mp_error *err)
+{
+    if (n_paths == 1)
+        return mp_sim_load_trace(paths[0], opt, out, facts, err);
+    memset(out, 0, sizeof *out);
+    mp_an_problems pb;
+    mp_an_input in;
+    mp_status st = mp_an_problems_init(&pb, 1, err);
+    if (st)
+        return st;
+    st = mp_an_input_open(&in, paths, n_paths, NULL, &pb, err);
+    if (st == MP_ERR_FORMAT && pb.n > 0)
+        st = mp_fail(err, MP_ERR_FORMAT, "%s", pb.msg[0]);
+    mp_an_input_close(&in);
+    mp_an_problems_free(&pb);
+    if (st)
+        return st;
+    if ((st = mp_sim_load_trace(paths[0], opt, out, facts, err)))
+        return st;
+    double *non_moe = NULL; /* (n_steps) of every trace, when they have it */
+    uint64_t n_non_moe = 0;
+    uint32_t base = 0; /* the next trace's requests start past every request so far */
+    for (uint64_t s = 0; s < out->n_steps; s++)
+        base = out->steps[s].request >= base ? out->steps[s].request + 1 : base;
+    if (out->non_moe_ns) {
+        non_moe = malloc(sizeof *non_moe * (out->n_steps ? out->n_steps : 1));
+        if (!non_moe) {
+            mp_sim_trace_free(out);
+            return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory merging traces");
+        }
+        memcpy(non_moe, out->non_moe_ns, sizeof *non_moe * out->n_steps);
+        n_non_moe = out->n_steps;
+        free(out->non_moe_ns); /* steps are appended first; the times are attached at the end */
+        out->non_moe_ns = NULL;
+    }
+    for (int k = 1; !st && k < n_paths; k++) {
+        mp_sim_trace t;
+        mp_sim_trace_facts f;
+        if ((st = mp_sim_load_trace(paths[k], opt, &t, &f, err)))
+            break;
+        uint32_t next = base;
+        for (uint64_t s = 0; !st && s < t.n_steps; s++) {
+            const mp_sim_step *step = &t.steps[s];
+            if ((uint64_t)step->request + base >= UINT32_MAX)
+                st = mp_fail(err, MP_ERR_LIMIT, "trace %s: request %u: more than 2^32 requests in the traces",
+                             paths[k], step->request);
+            else
+                st = mp_sim_trace_add_step(out, base + step->request, step->rows, t.ids + step->ids_off, paths[k],
+                                           err);
+            next = base + step->request >= next ? base + step->request + 1 : next;
+        }
+        if (!st && non_moe) {
+            double *grown = realloc(non_moe, sizeof *non_moe * (n_non_moe + t.n_steps + 1));
+            if (!grown)
+                st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory merging traces");
+            else {
+                non_moe = grown;
+                memcpy(non_moe + n_non_moe, t.non_moe_ns, sizeof *non_moe * t.n_steps);
+                n_non_moe += t.n_steps;
+            }
+        }
+        base = next;
+        mp_sim_trace_free(&t);
+    }
+    if (!st && non_moe)
+        st = mp_sim_trace_set_non_moe(out, non_moe, n_non_moe, paths[0], err);
+    free(non_moe);
     if (st)
         mp_sim_trace_free(out);
     return st;

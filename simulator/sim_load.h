@@ -31,4 +31,12 @@ typedef struct mp_sim_trace_facts {
 mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp_sim_trace *out,
                             mp_sim_trace_facts *facts, mp_error *err);
 
+/* Several complete traces of one model as one (n_paths >= 1; one is mp_sim_load_trace): refused,
+ * naming both files and what differs, unless they pass the analyzer's merge checks (same model
+ * SHA-256, shapes and node table; not the same run twice, by file, run id or import source);
+ * then their steps in the order given, each trace's requests renumbered after the previous
+ * traces' so that they stay distinct. facts are the first trace's (the others' model agrees). */
+mp_status mp_sim_load_traces(const char *const *paths, int n_paths, const mp_sim_load_options *opt,
+                             mp_sim_trace *out, mp_sim_trace_facts *facts, mp_error *err);
+
 #endif
