@@ -41,27 +41,30 @@ void mp_cli_init(mp_cli *c, const char *cmd, const mp_cli_opt *opts, int argc, c
     opterr = 0;
 }
 
-/* Levenshtein distance of a and b (short strings: option names). */
+/* Edit distance of a and b (short strings: option names): insertions, deletions, substitutions
+ * and swaps of two neighbouring letters, the commonest typo, each count one. */
 static size_t distance(const char *a, const char *b)
 {
-    size_t la = strlen(a), lb = strlen(b);
+    const size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63)
         return 64;
-    size_t row[64];
+    size_t d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
     for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
-            const size_t up = row[j];
-            const size_t sub = diag + (a[i - 1] != b[j - 1]);
-            const size_t del = row[j] + 1, ins = row[j - 1] + 1;
-            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-            diag = up;
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
         }
-    }
-    return row[lb];
+    return d[la][lb];
 }
 
 const char *mp_cli_suggest(const mp_cli_opt *opts, const char *name)
@@ -83,8 +86,8 @@ const char *mp_cli_suggest(const mp_cli_opt *opts, const char *name)
     }
     if (n_prefix == 1) /* an abbreviation of exactly one name */
         return prefix_of;
-    /* a typo: one or two edits, fewer than half the name's letters */
-    return best && best_d <= 2 && 2 * best_d < len ? best : NULL;
+    /* a typo: one edit in a short name, two in a longer one */
+    return best && best_d <= (len <= 4 ? 1u : 2u) ? best : NULL;
 }
 
 int mp_cli_usage_error(const char *cmd, const char *msg)
@@ -118,6 +121,14 @@ static int unknown_long(mp_cli *c, const char *name)
     else
         mp_fail(&c->err, MP_ERR_ARG, "unknown option '--%s'", name);
     return MP_CLI_ERROR;
+}
+
+static bool is_long_name(const mp_cli *c, const char *name)
+{
+    for (int i = 0; c->opts[i].name || c->opts[i].short_name; i++)
+        if (c->opts[i].name && !strcmp(c->opts[i].name, name))
+            return true;
+    return false;
 }
 
 static void set_names(mp_cli *c, const mp_cli_opt *o, const char *given)
@@ -175,6 +186,8 @@ int mp_cli_next(mp_cli *c, const char **value)
     }
     const bool long_token = token && !in_cluster && !strncmp(token, "--", 2);
     if (r == ':') {
+        if (long_token && !is_long_name(c, long_name_of(token, name, sizeof name)))
+            return unknown_long(c, name); /* getopt took an abbreviation */
         if (long_token)
             mp_fail(&c->err, MP_ERR_ARG, "option --%s needs a value", long_name_of(token, name, sizeof name));
         else
@@ -186,12 +199,10 @@ int mp_cli_next(mp_cli *c, const char **value)
             mp_fail(&c->err, MP_ERR_ARG, "unknown option '-%c'", optopt);
             return MP_CLI_ERROR;
         }
-        long_name_of(token, name, sizeof name);
-        for (int i = 0; c->opts[i].name || c->opts[i].short_name; i++)
-            if (c->opts[i].name && !strcmp(c->opts[i].name, name)) { /* --flag=value */
-                mp_fail(&c->err, MP_ERR_ARG, "option --%s takes no value", name);
-                return MP_CLI_ERROR;
-            }
+        if (is_long_name(c, long_name_of(token, name, sizeof name))) { /* --flag=value */
+            mp_fail(&c->err, MP_ERR_ARG, "option --%s takes no value", name);
+            return MP_CLI_ERROR;
+        }
         return unknown_long(c, name);
     }
     const mp_cli_opt *o = NULL;
