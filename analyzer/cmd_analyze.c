@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "analyzer/analyze.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "runtime/atomic_file.h"
 #include "runtime/numparse.h"
@@ -21,7 +22,7 @@ static void usage(FILE *f)
             "CSV tables, summary.json, SVG charts and report.html (see docs/analyzer.md).\n"
             "\n"
             "options:\n"
-            "  --out DIR             report directory (written atomically; must not exist)\n"
+            "  -o, --out, --output DIR  report directory (written atomically; must not exist)\n"
             "  --force               replace an existing DIR\n"
             "  --model MODEL.gguf    also check node shapes and bytes per expert against the GGUF\n"
             "  --rows all|decode|final\n"
@@ -34,7 +35,7 @@ static void usage(FILE *f)
             "  --reuse-window N      tokens within which a reused expert counts as reused (8)\n"
             "  --validate-only       only validate; list every problem (up to --max-problems)\n"
             "  --max-problems N      problems listed by --validate-only (default 100)\n"
-            "  --help                this text\n");
+            "  -h, --help            this text\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg)
@@ -45,6 +46,24 @@ static int bad_usage(const char *fmt, const char *arg)
     return 2;
 }
 
+enum { OPT_MODEL = 256, OPT_FORCE, OPT_VALIDATE_ONLY, OPT_ROWS, OPT_TRAIN_FRAC, OPT_TRAIN_REQUESTS,
+       OPT_MAX_PROBLEMS, OPT_REUSE_WINDOW };
+
+static const mp_cli_opt analyze_flags[] = {
+    {"out", 'o', true, 'o', NULL},
+    {"output", 0, true, 'o', NULL},
+    {"force", 0, false, OPT_FORCE, NULL},
+    {"model", 0, true, OPT_MODEL, NULL},
+    {"rows", 0, true, OPT_ROWS, NULL},
+    {"train-frac", 0, true, OPT_TRAIN_FRAC, NULL},
+    {"train-requests", 0, true, OPT_TRAIN_REQUESTS, NULL},
+    {"reuse-window", 0, true, OPT_REUSE_WINDOW, NULL},
+    {"validate-only", 0, false, OPT_VALIDATE_ONLY, NULL},
+    {"max-problems", 0, true, OPT_MAX_PROBLEMS, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 int mp_cmd_analyze(int argc, char **argv)
 {
     mp_an_options o;
@@ -54,23 +73,34 @@ int mp_cmd_analyze(int argc, char **argv)
         return 1;
     int rc = 2;
     bool train_frac_given = false, max_problems_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    mp_cli c;
+    mp_cli_init(&c, "analyze", analyze_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        switch (id) {
+        case MP_CLI_ERROR:
+            rc = mp_cli_usage_error("analyze", c.err.msg);
+            goto done;
+        case 'h':
             usage(stdout);
             rc = 0;
             goto done;
-        } else if (!strcmp(a, "--out") && has_val) {
-            o.out_dir = argv[++i];
-        } else if (!strcmp(a, "--model") && has_val) {
-            o.model_path = argv[++i];
-        } else if (!strcmp(a, "--force")) {
+        case MP_CLI_POSITIONAL:
+            traces[o.n_traces++] = v;
+            break;
+        case 'o':
+            o.out_dir = v;
+            break;
+        case OPT_MODEL:
+            o.model_path = v;
+            break;
+        case OPT_FORCE:
             o.force = true;
-        } else if (!strcmp(a, "--validate-only")) {
+            break;
+        case OPT_VALIDATE_ONLY:
             o.validate_only = true;
-        } else if (!strcmp(a, "--rows") && has_val) {
-            const char *v = argv[++i];
+            break;
+        case OPT_ROWS:
             if (!strcmp(v, "all"))
                 o.rows = MP_AN_ROWS_ALL;
             else if (!strcmp(v, "decode"))
@@ -81,35 +111,33 @@ int mp_cmd_analyze(int argc, char **argv)
                 rc = bad_usage("--rows '%s': expected all, decode or final", v);
                 goto done;
             }
-        } else if (!strcmp(a, "--train-frac") && has_val) {
+            break;
+        case OPT_TRAIN_FRAC: {
             train_frac_given = true;
             char *end;
-            o.train_frac = strtod(argv[++i], &end);
-            if (end == argv[i] || *end || !(o.train_frac > 0 && o.train_frac < 1)) {
-                rc = bad_usage("--train-frac '%s': expected a number strictly between 0 and 1",
-                               argv[i]);
+            o.train_frac = strtod(v, &end);
+            if (end == v || *end || !(o.train_frac > 0 && o.train_frac < 1)) {
+                rc = bad_usage("--train-frac '%s': expected a number strictly between 0 and 1", v);
                 goto done;
             }
-        } else if (!strcmp(a, "--train-requests") && has_val) {
-            o.train_requests = argv[++i];
-        } else if (!strcmp(a, "--max-problems") && has_val) {
+            break;
+        }
+        case OPT_TRAIN_REQUESTS:
+            o.train_requests = v;
+            break;
+        case OPT_MAX_PROBLEMS:
             max_problems_given = true;
-            if (!mp_parse_i64(argv[++i], 1, 1000000, &o.max_problems)) {
-                rc = bad_usage("--max-problems '%s': expected an integer in 1..1000000", argv[i]);
+            if (!mp_parse_i64(v, 1, 1000000, &o.max_problems)) {
+                rc = bad_usage("--max-problems '%s': expected an integer in 1..1000000", v);
                 goto done;
             }
-        } else if (!strcmp(a, "--reuse-window") && has_val) {
-            if (!mp_parse_i64(argv[++i], 1, 1 << 30, &o.reuse_window)) {
-                rc = bad_usage("--reuse-window '%s': expected a positive integer", argv[i]);
+            break;
+        case OPT_REUSE_WINDOW:
+            if (!mp_parse_i64(v, 1, 1 << 30, &o.reuse_window)) {
+                rc = bad_usage("--reuse-window '%s': expected a positive integer", v);
                 goto done;
             }
-        } else if (a[0] == '-' && a[1]) {
-            rc = bad_usage(has_val || strncmp(a, "--", 2) ? "unknown option or missing value: %s"
-                                                          : "%s: missing value",
-                           a);
-            goto done;
-        } else {
-            traces[o.n_traces++] = a;
+            break;
         }
     }
     if (o.n_traces == 0) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/hang_dump.h"
 #include "kernels/quant.h"
@@ -51,7 +52,7 @@ static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 static void usage(FILE *f)
 {
     fprintf(f, "moeplan %s — profile MoE routing and plan expert placement\n\n"
-               "usage: moeplan COMMAND [options]   (moeplan COMMAND --help for each)\n"
+               "usage: moeplan COMMAND [options]   (moeplan help COMMAND, or COMMAND --help, for each)\n"
                "       moeplan --version\n\ncommands:\n",
             MP_VERSION);
     for (int i = 0; i < n_commands; i++)
@@ -69,20 +70,61 @@ static void print_version(void)
     printf("moeplan %s\ncommit %s\nbuild %s\n", MP_VERSION, mp_build_commit(), mp_build_options());
 }
 
+/* The command called name, or NULL. */
+static const command *find_command(const char *name)
+{
+    for (int i = 0; i < n_commands; i++)
+        if (!strcmp(name, commands[i].name))
+            return &commands[i];
+    return NULL;
+}
+
+/* "unknown command 'X'" with the nearest command's name when X looks like a typo of it. */
+static int unknown_command(const char *name)
+{
+    mp_cli_opt names[sizeof commands / sizeof commands[0] + 2] = {{0}};
+    for (int i = 0; i < n_commands; i++)
+        names[i] = (mp_cli_opt){commands[i].name, 0, false, 1, NULL};
+    names[n_commands] = (mp_cli_opt){"version", 0, false, 1, NULL};
+    const char *near = mp_cli_suggest(names, name);
+    if (near)
+        fprintf(stderr, "moeplan: error: unknown command '%s'; did you mean %s? (see moeplan --help)\n",
+                name, near);
+    else
+        fprintf(stderr, "moeplan: error: unknown command '%s' (see moeplan --help)\n", name);
+    return MP_EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return MP_EXIT_USAGE;
     }
     const char *name = argv[1];
+    /* `moeplan help CMD` is `moeplan CMD --help` */
+    char help_flag[] = "--help";
+    char *help_argv[4] = {argv[0], NULL, help_flag, NULL};
+    if (!strcmp(name, "help") && argc > 2) {
+        if (argc > 3) {
+            fprintf(stderr, "moeplan: error: help takes one COMMAND, got '%s' and '%s' (see moeplan --help)\n",
+                    argv[2], argv[3]);
+            return MP_EXIT_USAGE;
+        }
+        name = help_argv[1] = argv[2];
+        const bool global = !strcmp(name, "help") || !strcmp(name, "--help") || !strcmp(name, "-h");
+        if (!global && strcmp(name, "version") && !find_command(name))
+            return unknown_command(name);
+        argc = 3;
+        argv = help_argv;
+    }
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
         usage(stdout);
-        return 0;
+        return MP_EXIT_OK;
     }
     if (!strcmp(name, "version") || !strcmp(name, "--version") || !strcmp(name, "-V")) {
         print_version();
-        return 0;
+        return MP_EXIT_OK;
     }
     /* Under a file-size limit (ulimit -f) a write past it raises SIGXFSZ, whose default action
      * kills the process silently, leaving temporaries behind; ignored, the write fails with EFBIG
@@ -92,17 +134,15 @@ int main(int argc, char **argv)
     mp_error err;
     if (mp_knobs_start(&knobs, &err)) {
         fprintf(stderr, "moeplan: %s\n", err.msg);
-        return 2;
+        return MP_EXIT_USAGE;
     }
     if (knobs.hang_dump_s && !mp_hang_dump_arm((unsigned)knobs.hang_dump_s))
         fprintf(stderr, "moeplan: MP_HANG_DUMP_S: could not arm the stack dump\n");
     const char *isa_note = mp_kernels_isa_warning(); /* an MP_ISA the CPU lacks is said, once */
     if (isa_note)
         fprintf(stderr, "moeplan: warning: %s\n", isa_note);
-    for (int i = 0; i < n_commands; i++)
-        if (!strcmp(name, commands[i].name))
-            return commands[i].fn ? commands[i].fn(argc - 1, argv + 1)
-                                  : commands[i].with_knobs(argc - 1, argv + 1, &knobs);
-    fprintf(stderr, "moeplan: unknown command '%s' (try moeplan --help)\n", name);
-    return 2;
+    const command *cmd = find_command(name);
+    if (!cmd)
+        return unknown_command(name);
+    return cmd->fn ? cmd->fn(argc - 1, argv + 1) : cmd->with_knobs(argc - 1, argv + 1, &knobs);
 }

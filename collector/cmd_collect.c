@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "runtime/json.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "collector/collect_opts.h"
 #include "collector/cupti.h"
@@ -259,10 +260,8 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
 {
     mp_collect_opts o;
     mp_error err;
-    if (mp_collect_opts_parse(argc, argv, &o, &err)) {
-        fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
-        return 2;
-    }
+    if (mp_collect_opts_parse(argc, argv, &o, &err))
+        return mp_cli_usage_error("collect", err.msg);
     if (o.help) {
         mp_collect_usage(stdout);
         return 0;

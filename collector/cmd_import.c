@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "collector/import.h"
 
@@ -17,68 +18,83 @@ static void usage(FILE *f)
             "  --trace OUT.db   the trace to write (refused if it exists, unless --force)\n"
             "  --force          replace an existing OUT.db\n"
             "  --experts N      routed experts per layer (default: largest id seen + 1)\n"
-            "  --weights FMT    store router weights as f32 (default, as read) or f16\n");
+            "  --weights FMT    store router weights as f32 (default, as read) or f16\n"
+            "  -h, --help       show this help\n");
 }
+
+enum { OPT_TRACE = 256, OPT_EXPERTS, OPT_WEIGHTS, OPT_FORCE };
+
+static const mp_cli_opt import_flags[] = {
+    {"trace", 0, true, OPT_TRACE, NULL},
+    {"experts", 0, true, OPT_EXPERTS, NULL},
+    {"weights", 0, true, OPT_WEIGHTS, NULL},
+    {"force", 0, false, OPT_FORCE, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
 
 int mp_cmd_import(int argc, char **argv)
 {
     const char *format = NULL, *in = NULL, *out = NULL;
     mp_import_options opt = {.format = MP_IMPORT_AUTO, .weight_format = MP_TRACE_W_F32};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    mp_cli c;
+    mp_cli_init(&c, "import", import_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("import", c.err.msg);
+        case 'h':
             usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--force")) {
+            return MP_EXIT_OK;
+        case OPT_FORCE:
             opt.force = true;
-        } else if (!strcmp(a, "--trace") || !strcmp(a, "--experts") || !strcmp(a, "--weights")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "moeplan import: error: %s needs a value\n", a);
-                return 2;
+            break;
+        case OPT_TRACE:
+            out = v;
+            break;
+        case OPT_WEIGHTS:
+            if (!strcmp(v, "f16"))
+                opt.weight_format = MP_TRACE_W_F16;
+            else if (!strcmp(v, "f32"))
+                opt.weight_format = MP_TRACE_W_F32;
+            else {
+                fprintf(stderr, "moeplan import: error: --weights %s: expected f16 or f32\n", v);
+                return MP_EXIT_USAGE;
             }
-            const char *v = argv[++i];
-            if (!strcmp(a, "--trace")) {
-                out = v;
-            } else if (!strcmp(a, "--weights")) {
-                if (!strcmp(v, "f16"))
-                    opt.weight_format = MP_TRACE_W_F16;
-                else if (!strcmp(v, "f32"))
-                    opt.weight_format = MP_TRACE_W_F32;
-                else {
-                    fprintf(stderr, "moeplan import: error: --weights %s: expected f16 or f32\n", v);
-                    return 2;
-                }
+            break;
+        case OPT_EXPERTS: {
+            char *end;
+            long long n = strtoll(v, &end, 10);
+            if (*v == 0 || *end || n < 1 || n > 65536) {
+                fprintf(stderr, "moeplan import: error: --experts %s: expected an integer in "
+                                "1..65536\n", v);
+                return MP_EXIT_USAGE;
+            }
+            opt.n_experts = n;
+            break;
+        }
+        case MP_CLI_POSITIONAL:
+            if (!format) {
+                format = v;
+            } else if (!in) {
+                in = v;
             } else {
-                char *end;
-                long long n = strtoll(v, &end, 10);
-                if (*v == 0 || *end || n < 1 || n > 65536) {
-                    fprintf(stderr, "moeplan import: error: --experts %s: expected an integer in "
-                                    "1..65536\n", v);
-                    return 2;
-                }
-                opt.n_experts = n;
+                fprintf(stderr, "moeplan import: error: unexpected argument %s (see --help)\n", v);
+                return MP_EXIT_USAGE;
             }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "moeplan import: error: unknown option %s (see --help)\n", a);
-            return 2;
-        } else if (!format) {
-            format = a;
-        } else if (!in) {
-            in = a;
-        } else {
-            fprintf(stderr, "moeplan import: error: unexpected argument %s (see --help)\n", a);
-            return 2;
+            break;
         }
     }
     if (!format || !in || !out) {
         fprintf(stderr, "moeplan import: error: expected FORMAT IN --trace OUT.db (see --help)\n");
-        return 2;
+        return MP_EXIT_USAGE;
     }
     int f = mp_import_format_parse(format);
     if (f < 0) {
         fprintf(stderr, "moeplan import: error: unknown format '%s': expected onnxruntime-log, "
                         "strata, csv or auto\n", format);
-        return 2;
+        return MP_EXIT_USAGE;
     }
     opt.format = (mp_import_format)f;
     mp_import_result res;
@@ -86,7 +102,7 @@ int mp_cmd_import(int argc, char **argv)
     const mp_status st = mp_import_file(in, out, &opt, &res, &err); /* refuses out == in itself */
     if (st != MP_OK) {
         fprintf(stderr, "moeplan import: error: %s\n", err.msg);
-        return st == MP_ERR_ARG ? 2 : 1;
+        return st == MP_ERR_ARG ? MP_EXIT_USAGE : MP_EXIT_FAILURE;
     }
     printf("imported %s (%s): %lld requests, %lld steps, %lld routing records, %lld nodes, "
            "%lld experts%s -> %s\n",

@@ -1,5 +1,6 @@
 /* collector/collect_opts.c — `moeplan collect` options and pre-flight path checks (see header). */
 #include "collector/collect_opts.h"
+#include "cli/args.h"
 #include "runtime/atomic_file.h"
 #include "runtime/input_file.h"
 
@@ -27,7 +28,9 @@ void mp_collect_usage(FILE *f)
             "  --max-tokens N        tokens to generate per prompt (default 128)\n"
             "  --raw-prompts         feed prompts as they are (default: the model's chat template)\n"
             "  --store-prompts       keep the prompt text in the trace (default: only a hash)\n"
-            "  --threads N  --ctx N  --batch N   runtime settings (0: defaults)\n"
+            "  -t, --threads N       CPU threads (0: all online CPUs, the default)\n"
+            "  -c, --ctx-size, --ctx N  context length (0: the runtime's default)\n"
+            "  -b, --batch-size, --batch N  rows per prefill chunk (0: the runtime's default)\n"
             "  --trace-max-bytes N   stop (run aborted) if the trace would grow past N bytes\n"
             "  --sync-writer         write SQLite inside the hooks instead of a writer thread\n"
             "  --no-progress         no progress bar\n"
@@ -37,6 +40,8 @@ void mp_collect_usage(FILE *f)
             "  --route-replay TRACE  take every layer's expert choices from TRACE (same layers,\n"
             "                        experts, top-k) instead of the router (docs/placement.md)\n"
             "%s"
+            MP_CLI_NGL_HELP
+            "  -h, --help            show this help\n"
             "Placement is validated against the budget and recorded in the trace; this build has\n"
             "no GPU executor, so every expert runs on the CPU.\n", mp_placement_flags_help);
 }
@@ -54,73 +59,88 @@ static mp_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t 
     return MP_OK;
 }
 
+enum { OPT_PROMPTS = 256, OPT_TRACE, OPT_RESULTS, OPT_MAX_TOKENS, OPT_TRACE_MAX_BYTES,
+       OPT_ROUTE_REPLAY, OPT_FORCE, OPT_RAW_PROMPTS, OPT_STORE_PROMPTS, OPT_NO_PROGRESS,
+       OPT_SYNC_WRITER, OPT_CUPTI, OPT_PLACEMENT, OPT_NGL };
+
+static const mp_cli_opt collect_flags[] = {
+    {"model", 'm', true, 'm', NULL},
+    {"prompts", 0, true, OPT_PROMPTS, NULL},
+    {"trace", 0, true, OPT_TRACE, NULL},
+    {"results", 0, true, OPT_RESULTS, NULL},
+    {"max-tokens", 0, true, OPT_MAX_TOKENS, NULL},
+    {"threads", 't', true, 't', NULL},
+    {"ctx-size", 'c', true, 'c', NULL},
+    {"ctx", 0, true, 'c', NULL},
+    {"batch-size", 'b', true, 'b', NULL},
+    {"batch", 0, true, 'b', NULL},
+    {"trace-max-bytes", 0, true, OPT_TRACE_MAX_BYTES, NULL},
+    {"route-replay", 0, true, OPT_ROUTE_REPLAY, NULL},
+    {"force", 0, false, OPT_FORCE, NULL},
+    {"raw-prompts", 0, false, OPT_RAW_PROMPTS, NULL},
+    {"store-prompts", 0, false, OPT_STORE_PROMPTS, NULL},
+    {"no-progress", 0, false, OPT_NO_PROGRESS, NULL},
+    {"sync-writer", 0, false, OPT_SYNC_WRITER, NULL},
+    {"cupti", 0, false, OPT_CUPTI, NULL},
+    MP_CLI_PLACEMENT_OPTS(OPT_PLACEMENT),
+    MP_CLI_NGL_OPTS(OPT_NGL),
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_error *err)
 {
     memset(o, 0, sizeof *o);
     o->progress = true;
     o->max_tokens = 128;
     const char *results = NULL;
-    mp_status s;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    mp_status s = MP_OK;
+    mp_cli c;
+    mp_cli_init(&c, "collect", collect_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END && !s;) {
+        int64_t x = 0;
+        switch (id) {
+        case MP_CLI_ERROR:
+            *err = c.err;
+            return err->code;
+        case MP_CLI_POSITIONAL:
+            return mp_fail(err, MP_ERR_ARG, "unexpected argument %s", v);
+        case 'h':
             o->help = true;
             return MP_OK;
-        }
-        static const char *flags[] = {"--force", "--raw-prompts", "--store-prompts",
-                                      "--no-progress", "--sync-writer", "--cupti"};
-        bool *flag_dst[] = {&o->force, &o->raw_prompts, &o->store_prompts, &o->progress,
-                            &o->sync_writer, &o->cupti};
-        bool matched = false;
-        for (int f = 0; f < 6; f++)
-            if (!strcmp(a, flags[f])) {
-                *flag_dst[f] = f != 3; /* --no-progress clears */
-                matched = true;
-            }
-        if (matched)
-            continue;
-        if (a[0] != '-')
-            return mp_fail(err, MP_ERR_ARG, "unexpected argument %s (see --help)", a);
-        if (i + 1 >= argc)
-            return mp_fail(err, MP_ERR_ARG, "%s needs a value (see --help)", a);
-        const char *v = argv[++i];
-        int64_t x = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            o->model_path = v;
-        } else if (!strcmp(a, "--prompts")) {
-            o->prompts_path = v;
-        } else if (!strcmp(a, "--trace")) {
-            o->trace_path = v;
-        } else if (!strcmp(a, "--results")) {
-            results = v;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if ((s = parse_i64(a, v, 1, 1000000000, &o->max_tokens, err)))
-                return s;
-        } else if (!strcmp(a, "--threads")) {
-            if ((s = parse_i64(a, v, 0, 4096, &x, err)))
-                return s;
-            o->n_threads = (int)x;
-        } else if (!strcmp(a, "--ctx")) {
-            if ((s = parse_i64(a, v, 0, INT64_C(1) << 24, &o->n_ctx, err)))
-                return s;
-        } else if (!strcmp(a, "--batch")) {
-            if ((s = parse_i64(a, v, 0, INT64_C(1) << 20, &o->n_batch, err)))
-                return s;
-        } else if (!strcmp(a, "--trace-max-bytes")) {
-            if ((s = parse_i64(a, v, 0, INT64_MAX / 2, &o->trace_max_bytes, err)))
-                return s;
-        } else if (!strcmp(a, "--route-replay")) {
-            o->route_replay = v;
-        } else if (mp_placement_opts_set(&o->placement, a, v, &s, err)) {
-            if (s)
-                return s;
-        } else {
-            return mp_fail(err, MP_ERR_ARG, "unknown option %s (see --help)", a);
+        case OPT_FORCE: o->force = true; break;
+        case OPT_RAW_PROMPTS: o->raw_prompts = true; break;
+        case OPT_STORE_PROMPTS: o->store_prompts = true; break;
+        case OPT_NO_PROGRESS: o->progress = false; break;
+        case OPT_SYNC_WRITER: o->sync_writer = true; break;
+        case OPT_CUPTI: o->cupti = true; break;
+        case 'm': o->model_path = v; break;
+        case OPT_PROMPTS: o->prompts_path = v; break;
+        case OPT_TRACE: o->trace_path = v; break;
+        case OPT_RESULTS: results = v; break;
+        case OPT_ROUTE_REPLAY: o->route_replay = v; break;
+        case OPT_MAX_TOKENS: s = parse_i64(c.given, v, 1, 1000000000, &o->max_tokens, err); break;
+        case 't':
+            if (!(s = parse_i64(c.given, v, 0, 4096, &x, err)))
+                o->n_threads = (int)x;
+            break;
+        case 'c': s = parse_i64(c.given, v, 0, INT64_C(1) << 24, &o->n_ctx, err); break;
+        case 'b': s = parse_i64(c.given, v, 0, INT64_C(1) << 20, &o->n_batch, err); break;
+        case OPT_TRACE_MAX_BYTES: s = parse_i64(c.given, v, 0, INT64_MAX / 2, &o->trace_max_bytes, err); break;
+        case OPT_NGL:
+            if (!(s = parse_i64(c.given, v, -1, INT32_MAX, &x, err)))
+                mp_cli_note_ngl("collect", v);
+            break;
+        case OPT_PLACEMENT:
+            mp_placement_opts_set(&o->placement, c.flag, v, &s, err);
+            break;
         }
     }
+    if (s)
+        return s;
     if (!o->model_path || !o->prompts_path || !o->trace_path)
-        return mp_fail(err, MP_ERR_ARG, "expected -m MODEL --prompts FILE --trace OUT.db (see "
-                       "--help)");
+        return mp_fail(err, MP_ERR_ARG, "expected -m MODEL --prompts FILE --trace OUT.db");
     if (!o->trace_path[0] || !o->model_path[0] || !o->prompts_path[0])
         return mp_fail(err, MP_ERR_ARG, "empty path");
     if (results) {

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/bench.h"
@@ -58,17 +59,19 @@ static void usage(FILE *f)
             "  -n, --n-gen LIST     generation sizes, comma-separated (default 128; 0: no tg tests)\n"
             "  -r, --repetitions R  timed repetitions per test (default 5, 1..1000)\n"
             "  -t, --threads N      CPU threads (default: all online CPUs, 1..1024)\n"
-            "      --ctx N          context length (default: the largest test's need; a test\n"
-            "                       longer than the model's trained context needs --ctx)\n"
-            "      --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
+            "  -c, --ctx-size, --ctx N  context length (default: the largest test's need; a\n"
+            "                       test longer than the model's trained context needs it)\n"
+            "  -s, --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
             "      --no-simd        use the scalar reference kernels (as MP_ISA=scalar)\n"
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
             "                       with the same layers, experts and top-k (docs/placement.md)\n"
-            "  -o, --output FMT     md (default) or json\n"
+            "  -o, --output FMT     the format of stdout: md (default) or json (as llama-bench's\n"
+            "                       -o; bench writes no file)\n"
             "      --dry-run        plan the executor and the placement against the budget for\n"
             "                       these tests, print the plan and exit: nothing runs (exit 1\n"
             "                       with the reason when it does not fit)\n"
             "%s"
+            MP_CLI_NGL_HELP
             "  -h, --help           show this help\n"
             "\n"
             "Results go to stdout after the last test; progress goes to stderr. Rows name the\n"
@@ -123,63 +126,76 @@ typedef struct bench_opts {
     const char *route_replay; /* --route-replay TRACE, NULL: the router decides */
 } bench_opts;
 
+enum { OPT_CTX = 256, OPT_NO_SIMD, OPT_DRY_RUN, OPT_ROUTE_REPLAY, OPT_PLACEMENT, OPT_NGL };
+
+static const mp_cli_opt bench_flags[] = {
+    {"model", 'm', true, 'm', NULL},
+    {"n-prompt", 'p', true, 'p', NULL},
+    {"n-gen", 'n', true, 'n', NULL},
+    {"repetitions", 'r', true, 'r', NULL},
+    {"threads", 't', true, 't', NULL},
+    {"ctx-size", 'c', true, 'c', NULL},
+    {"ctx", 0, true, 'c', NULL},
+    {"seed", 's', true, 's', NULL},
+    {"no-simd", 0, false, OPT_NO_SIMD, NULL},
+    {"route-replay", 0, true, OPT_ROUTE_REPLAY, NULL},
+    {"output", 'o', true, 'o', NULL},
+    {"dry-run", 0, false, OPT_DRY_RUN, NULL},
+    MP_CLI_PLACEMENT_OPTS(OPT_PLACEMENT),
+    MP_CLI_NGL_OPTS(OPT_NGL),
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 /* 0 ok, 1 help shown, 2 usage error (reported) */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define IS(s, l) (!strcmp(a, s) || !strcmp(a, l))
-        if (IS("-h", "--help")) {
-            usage(stdout);
-            return 1;
-        } else if (!strcmp(a, "--no-simd")) {
-            o->no_simd = true;
-            continue;
-        } else if (!strcmp(a, "--dry-run")) {
-            o->dry_run = true;
-            continue;
-        }
-        if (a[0] != '-')
-            return usage_error("unexpected argument '%s'%s", a, "");
-        if (!v)
-            return usage_error("option %s needs a value%s", a, "");
+    mp_cli c;
+    mp_cli_init(&c, "bench", bench_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
         bool ok = true;
         mp_status pst;
         mp_error perr;
-        if (mp_placement_opts_set(&o->pl, a, v, &pst, &perr)) {
-            if (pst)
+        int64_t ngl;
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("bench", c.err.msg);
+        case MP_CLI_POSITIONAL:
+            return usage_error("unexpected argument '%s'%s", v, "");
+        case 'h':
+            usage(stdout);
+            return 1;
+        case OPT_NO_SIMD: o->no_simd = true; break;
+        case OPT_DRY_RUN: o->dry_run = true; break;
+        case OPT_PLACEMENT:
+            if (mp_placement_opts_set(&o->pl, c.flag, v, &pst, &perr), pst)
                 return usage_error("%s%s", perr.msg, "");
-        } else if (!strcmp(a, "--route-replay"))
-            o->route_replay = v;
-        else if (IS("-m", "--model"))
-            o->model = v;
-        else if (IS("-p", "--n-prompt"))
-            ok = parse_list(v, o->pp, &o->n_pp);
-        else if (IS("-n", "--n-gen"))
-            ok = parse_list(v, o->tg, &o->n_tg);
-        else if (IS("-r", "--repetitions"))
-            ok = mp_parse_i64(v, 1, MAX_REPS, &o->reps);
-        else if (IS("-t", "--threads"))
-            ok = mp_parse_i64(v, 1, 1024, &o->threads);
-        else if (!strcmp(a, "--ctx"))
-            ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
-        else if (!strcmp(a, "--seed"))
-            ok = mp_parse_u64(v, &o->seed);
-        else if (IS("-o", "--output")) {
+            break;
+        case OPT_NGL:
+            if ((ok = mp_parse_i64(v, -1, INT32_MAX, &ngl)))
+                mp_cli_note_ngl("bench", v);
+            break;
+        case OPT_ROUTE_REPLAY: o->route_replay = v; break;
+        case 'm': o->model = v; break;
+        case 'p': ok = parse_list(v, o->pp, &o->n_pp); break;
+        case 'n': ok = parse_list(v, o->tg, &o->n_tg); break;
+        case 'r': ok = mp_parse_i64(v, 1, MAX_REPS, &o->reps); break;
+        case 't': ok = mp_parse_i64(v, 1, 1024, &o->threads); break;
+        case 'c': ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx); break;
+        case 's': ok = mp_parse_u64(v, &o->seed); break;
+        case 'o':
             if (!strcmp(v, "json"))
                 o->json = true;
             else if (!strcmp(v, "md"))
                 o->json = false;
             else
-                return usage_error("invalid value '%s' for %s (expected md or json)", v, a);
-        } else
-            return usage_error("unknown option '%s'%s", a, "");
-#undef IS
+                return usage_error("invalid value '%s' for %s (expected md or json)", v, c.given);
+            break;
+        }
         if (!ok)
-            return usage_error("invalid value '%s' for %s", v, a);
-        i++;
+            return usage_error("invalid value '%s' for %s", v, c.given);
     }
     if (!o->model)
         return usage_error("-m MODEL is required%s%s", "", "");

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "runtime/knobs.h"
 
@@ -100,21 +101,37 @@ static void print_doc(void)
     }
 }
 
+enum { OPT_JSON = 256, OPT_DOC };
+
+static const mp_cli_opt config_flags[] = {
+    {"json", 0, false, OPT_JSON, NULL},
+    {"doc", 0, false, OPT_DOC, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 int mp_cmd_config(int argc, char **argv, const mp_knobs *knobs)
 {
     bool json = false, doc = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    mp_cli c;
+    mp_cli_init(&c, "config", config_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("config", c.err.msg);
+        case MP_CLI_POSITIONAL:
+            fprintf(stderr, "moeplan config: error: unexpected argument '%s' (see moeplan config --help)\n", v);
+            return MP_EXIT_USAGE;
+        case 'h':
             usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json")) {
+            return MP_EXIT_OK;
+        case OPT_JSON:
             json = true;
-        } else if (!strcmp(argv[i], "--doc")) {
+            break;
+        case OPT_DOC:
             doc = true;
-        } else {
-            fprintf(stderr, "moeplan config: error: unknown argument '%s' (see moeplan config --help)\n", argv[i]);
-            return 2;
+            break;
         }
     }
     if (json && doc) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/gguf.h"
@@ -423,32 +424,47 @@ static void usage(FILE *f)
             "blk.N.ffn_{gate,up,down}_exps.weight) with expert and non-expert totals.\n\n"
             "  --tensors   also list every tensor: name, type, shape, bytes, file offset\n"
             "  --json      print one JSON object instead of text\n"
-            "  --help      show this help\n\n"
+            "  -h, --help  show this help\n\n"
             "Exit status: 0 ok, 1 unreadable or malformed file, 2 usage error.\n");
 }
+
+enum { OPT_TENSORS = 256, OPT_JSON };
+
+static const mp_cli_opt inspect_flags[] = {
+    {"tensors", 0, false, OPT_TENSORS, NULL},
+    {"json", 0, false, OPT_JSON, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
 
 int mp_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
     bool tensors = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    mp_cli c;
+    mp_cli_init(&c, "inspect", inspect_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("inspect", c.err.msg);
+        case 'h':
             usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--tensors"))
+            return MP_EXIT_OK;
+        case OPT_TENSORS:
             tensors = true;
-        else if (!strcmp(a, "--json"))
+            break;
+        case OPT_JSON:
             json = true;
-        else if (a[0] == '-' && a[1] != 0) {
-            fprintf(stderr, "moeplan inspect: error: unknown option '%s' (try --help)\n", a);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "moeplan inspect: error: expected one MODEL, got '%s' and '%s'\n",
-                    path, a);
-            return 2;
-        } else
-            path = a;
+            break;
+        case MP_CLI_POSITIONAL:
+            if (path) {
+                fprintf(stderr, "moeplan inspect: error: expected one MODEL, got '%s' and '%s'\n", path, v);
+                return MP_EXIT_USAGE;
+            }
+            path = v;
+            break;
+        }
     }
     if (!path) {
         fprintf(stderr, "moeplan inspect: error: missing MODEL argument (try --help)\n");

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/mkmodel.h"
@@ -41,8 +42,8 @@ static void usage(FILE *f)
         "                     TYPE is F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K\n"
         "  --skew S           Zipf exponent of each layer's expert popularity (default %.2f;\n"
         "                     0 = uniform); each layer ranks its experts in its own random order\n"
-        "  --seed N           PRNG seed (default 0)\n"
-        "  --threads N        quantization threads (default: all CPUs; does not change the output)\n"
+        "  -s, --seed N       PRNG seed (default 0)\n"
+        "  -t, --threads N    quantization threads (default: all CPUs; does not change the output)\n"
         "  -o, --output PATH  output file (written to PATH.tmp.<pid>, then renamed)\n"
         "  --force            overwrite PATH if it exists\n"
         "  --quiet            no progress output\n"
@@ -139,80 +140,112 @@ static bool on_progress(void *user, uint64_t done, uint64_t total)
     return true;
 }
 
-/* Flags taking a value, and where they go. */
-static int is_value_flag(const char *a)
-{
-    static const char *const flags[] = {"--preset", "--arch", "--layers", "--hidden", "--heads",
-        "--kv-heads", "--head-dim", "--experts", "--top-k", "--expert-ff", "--vocab", "--ctx",
-        "--rope-base", "--rms-eps", "--name", "--quant", "--skew", "--seed", "--threads", "-o",
-        "--output", NULL};
-    for (int i = 0; flags[i]; i++)
-        if (!strcmp(a, flags[i]))
-            return 1;
-    return !strncmp(a, "--type-", 7);
-}
+enum { OPT_VALUE = 1, OPT_TYPE, OPT_FORCE, OPT_QUIET, OPT_DRY_RUN };
+
+/* Every flag that takes a value is OPT_VALUE (told apart by its name), each --type-CLASS is
+ * OPT_TYPE (the class is the name's tail: mp_mkmodel_set_type checks it again). */
+static const mp_cli_opt mkmodel_flags[] = {
+    {"preset", 0, true, OPT_VALUE, NULL}, {"arch", 0, true, OPT_VALUE, NULL},
+    {"layers", 0, true, OPT_VALUE, NULL}, {"hidden", 0, true, OPT_VALUE, NULL},
+    {"heads", 0, true, OPT_VALUE, NULL}, {"kv-heads", 0, true, OPT_VALUE, NULL},
+    {"head-dim", 0, true, OPT_VALUE, NULL}, {"experts", 0, true, OPT_VALUE, NULL},
+    {"top-k", 0, true, OPT_VALUE, NULL}, {"expert-ff", 0, true, OPT_VALUE, NULL},
+    {"vocab", 0, true, OPT_VALUE, NULL}, {"ctx", 0, true, OPT_VALUE, NULL},
+    {"rope-base", 0, true, OPT_VALUE, NULL}, {"rms-eps", 0, true, OPT_VALUE, NULL},
+    {"name", 0, true, OPT_VALUE, NULL}, {"quant", 0, true, OPT_VALUE, NULL},
+    {"skew", 0, true, OPT_VALUE, NULL}, {"seed", 's', true, OPT_VALUE, NULL},
+    {"threads", 't', true, OPT_VALUE, NULL}, {"output", 'o', true, OPT_VALUE, NULL},
+    {"type-embd", 0, true, OPT_TYPE, NULL}, {"type-output", 0, true, OPT_TYPE, NULL},
+    {"type-attn", 0, true, OPT_TYPE, NULL}, {"type-attn-q", 0, true, OPT_TYPE, NULL},
+    {"type-attn-k", 0, true, OPT_TYPE, NULL}, {"type-attn-v", 0, true, OPT_TYPE, NULL},
+    {"type-attn-output", 0, true, OPT_TYPE, NULL}, {"type-router", 0, true, OPT_TYPE, NULL},
+    {"type-experts", 0, true, OPT_TYPE, NULL}, {"type-ffn-gate", 0, true, OPT_TYPE, NULL},
+    {"type-ffn-up", 0, true, OPT_TYPE, NULL}, {"type-ffn-down", 0, true, OPT_TYPE, NULL},
+    {"type-norm", 0, true, OPT_TYPE, NULL},
+    {"force", 0, false, OPT_FORCE, NULL}, {"quiet", 0, false, OPT_QUIET, NULL},
+    {"dry-run", 0, false, OPT_DRY_RUN, NULL}, {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
+/* One flag with a value as given, by its canonical name ("--seed" for -s too). */
+typedef struct mk_flag {
+    int id;
+    char name[32];
+    const char *value;
+} mk_flag;
+
+static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags);
 
 int mp_cmd_mkmodel(int argc, char **argv)
 {
+    mk_flag *flags = calloc((size_t)argc + 1, sizeof *flags);
+    if (!flags) {
+        fprintf(stderr, "moeplan mkmodel: error: out of memory\n");
+        return MP_EXIT_FAILURE;
+    }
+    int n_flags = 0;
+    const int rc = mkmodel(argc, argv, flags, &n_flags);
+    free(flags);
+    return rc;
+}
+
+/* Pass 1 (the command line, the preset or architecture, --quant, the --type-CLASS overrides in
+ * order), then pass 2 (shapes and generator settings) over the flags pass 1 kept. */
+static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
+{
     const char *preset = NULL, *arch = NULL, *quant = NULL, *out_path = NULL;
     bool force = false, quiet = false, dry_run = false;
-    /* Pass 1: what the rest builds on, and the structure of the command line. */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    mp_cli c;
+    mp_cli_init(&c, "mkmodel", mkmodel_flags, argc, argv);
+    const char *given;
+    for (int id; (id = mp_cli_next(&c, &given)) != MP_CLI_END;) {
+        const char *v = given;
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("mkmodel", c.err.msg);
+        case MP_CLI_POSITIONAL:
+            return usage_error("unexpected argument '%s'%s", v, "");
+        case 'h':
             usage(stdout);
-            return 0;
+            return MP_EXIT_OK;
+        case OPT_FORCE: force = true; break;
+        case OPT_QUIET: quiet = true; break;
+        case OPT_DRY_RUN: dry_run = true; break;
+        default:
+            flags[*n_flags].id = id;
+            snprintf(flags[*n_flags].name, sizeof flags[*n_flags].name, "%s", c.flag);
+            flags[*n_flags].value = v;
+            const char *a = c.flag;
+            if (!strcmp(a, "--preset"))
+                preset = v;
+            else if (!strcmp(a, "--arch"))
+                arch = v;
+            else if (!strcmp(a, "--quant"))
+                quant = v;
+            else if (!strcmp(a, "--output"))
+                out_path = v;
+            (*n_flags)++;
         }
-        if (!strcmp(a, "--force")) {
-            force = true;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--dry-run")) {
-            dry_run = true;
-            continue;
-        }
-        if (!is_value_flag(a))
-            return usage_error("unexpected argument '%s'%s", a, "");
-        if (i + 1 >= argc)
-            return usage_error("%s: expected a value after it%s", a, "");
-        const char *v = argv[++i];
-        if (!strcmp(a, "--preset"))
-            preset = v;
-        else if (!strcmp(a, "--arch"))
-            arch = v;
-        else if (!strcmp(a, "--quant"))
-            quant = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
-            out_path = v;
     }
     if (!preset == !arch)
         return usage_error("expected exactly one of --preset NAME or --arch ARCH%s%s", "", "");
     if (!out_path || !*out_path)
         return usage_error("expected -o OUT.gguf%s%s", "", "");
-
     mp_mkmodel_config cfg;
     mp_error err = {0};
     mp_status st = preset ? mp_mkmodel_preset(preset, &cfg, &err) : mp_mkmodel_arch(arch, &cfg, &err);
     if (!st && quant)
         st = mp_mkmodel_set_mix(&cfg, quant, &err);
-    for (int i = 1; i < argc && !st; i++)
-        if (!strncmp(argv[i], "--type-", 7) && i + 1 < argc)
-            st = mp_mkmodel_set_type(&cfg, argv[i] + 7, argv[i + 1], &err), i++;
+    for (int i = 0; i < *n_flags && !st; i++)
+        if (flags[i].id == OPT_TYPE)
+            st = mp_mkmodel_set_type(&cfg, flags[i].name + 7, flags[i].value, &err);
     if (st) {
         fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
         return 2;
     }
-
     /* Pass 2: shapes and generator settings. */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!is_value_flag(a))
-            continue;
-        const char *v = argv[++i];
+    for (int i = 0; i < *n_flags; i++) {
+        const char *a = flags[i].name, *v = flags[i].value;
         struct {
             const char *flag;
             int64_t *dst;

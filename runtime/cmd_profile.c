@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "runtime/gguf.h"
 #include "runtime/strp.h"
@@ -13,7 +14,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: moeplan profile inspect PROFILE [--top N]\n"
-            "       moeplan profile verify PROFILE (-m MODEL.gguf | --layers N --experts M)\n\n"
+            "       moeplan profile verify PROFILE (-m, --model MODEL.gguf | --layers N --experts M)\n\n"
             "inspect  print the header, the resident set and the whole ranking's length, the first N\n"
             "         ranked experts (default 10; past the pairs, the ranking the table gives),\n"
             "         resident experts per layer and the trailing table (kind, and for counts the\n"
@@ -147,6 +148,17 @@ static int inspect(const char *path, uint32_t top)
     return 0;
 }
 
+enum { OPT_TOP = 256, OPT_LAYERS, OPT_EXPERTS };
+
+static const mp_cli_opt profile_flags[] = {
+    {"top", 0, true, OPT_TOP, NULL},
+    {"model", 'm', true, 'm', NULL},
+    {"layers", 0, true, OPT_LAYERS, NULL},
+    {"experts", 0, true, OPT_EXPERTS, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 int mp_cmd_profile(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -158,40 +170,41 @@ int mp_cmd_profile(int argc, char **argv)
     uint32_t top = 10, layers = 0, experts = 0;
     bool have_layers = false, have_experts = false;
     const char *model = NULL;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    mp_cli c;
+    mp_cli_init(&c, "profile", profile_flags, argc - 1, argv + 1); /* after the subcommand */
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        uint32_t n;
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("profile", c.err.msg);
+        case 'h':
             usage(stdout);
-            return 0;
-        }
-        bool takes_value = !strcmp(a, "--top") || !strcmp(a, "--layers") || !strcmp(a, "--experts") ||
-                           !strcmp(a, "-m");
-        if (takes_value && i + 1 >= argc) {
-            fprintf(stderr, "moeplan profile: error: %s needs a value\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "--top") || !strcmp(a, "--layers") || !strcmp(a, "--experts")) {
-            uint32_t v;
-            if (parse_u32(argv[++i], &v)) {
-                fprintf(stderr, "moeplan profile: error: %s '%s': expected a non-negative integer\n", a, argv[i]);
-                return 2;
+            return MP_EXIT_OK;
+        case 'm':
+            model = v;
+            break;
+        case OPT_TOP:
+        case OPT_LAYERS:
+        case OPT_EXPERTS:
+            if (parse_u32(v, &n)) {
+                fprintf(stderr, "moeplan profile: error: %s '%s': expected a non-negative integer\n", c.flag, v);
+                return MP_EXIT_USAGE;
             }
-            if (!strcmp(a, "--top"))
-                top = v;
-            else if (!strcmp(a, "--layers"))
-                layers = v, have_layers = true;
+            if (id == OPT_TOP)
+                top = n;
+            else if (id == OPT_LAYERS)
+                layers = n, have_layers = true;
             else
-                experts = v, have_experts = true;
-        } else if (!strcmp(a, "-m")) {
-            model = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "moeplan profile: error: unknown option '%s' (try --help)\n", a);
-            return 2;
-        } else if (!path) {
-            path = a;
-        } else {
-            fprintf(stderr, "moeplan profile: error: unexpected argument '%s'\n", a);
-            return 2;
+                experts = n, have_experts = true;
+            break;
+        case MP_CLI_POSITIONAL:
+            if (path) {
+                fprintf(stderr, "moeplan profile: error: unexpected argument '%s'\n", v);
+                return MP_EXIT_USAGE;
+            }
+            path = v;
+            break;
         }
     }
     if (!path) {

@@ -7,7 +7,8 @@
  * (runtime/executor.h), else (or with --executor cpu) every expert runs on the CPU and the summary
  * says so. --route-replay goes through the function table the CLI passes to
  * mp_cmd_run_with (the runtime never links the trace reader). Every numeric flag is parsed strictly (whole
- * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1.
+ * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1. Flags are
+ * read by the shared parser (cli/args.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
@@ -48,13 +50,15 @@ static void usage(FILE *f)
             "      --temp T         sampling temperature (default 0: greedy, 0..100)\n"
             "      --top-k K        keep the K most likely tokens (default 0: off)\n"
             "      --top-p P        nucleus sampling mass (default 1: off, 0..1)\n"
-            "      --seed S         sampler seed (default 0, unsigned 64-bit)\n"
-            "      --ctx N          context length in tokens (default min(model's, 4096))\n"
+            "  -s, --seed S         sampler seed (default 0, unsigned 64-bit)\n"
+            "  -c, --ctx-size, --ctx N  context length in tokens (default min(model's, 4096))\n"
+            "  -b, --batch-size N   rows per prefill chunk (default: 512, at most the context)\n"
             "      --raw            feed the prompt as is (no chat template)\n"
             "      --no-simd        use the scalar reference kernels (as MP_ISA=scalar)\n"
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
             "                       with the same layers, experts and top-k (docs/placement.md)\n"
             "%s"
+            MP_CLI_NGL_HELP
             "  -h, --help           show this help\n"
             "\n"
             "Text goes to stdout; a summary line (prompt tokens, prefill tok/s, generated tokens,\n"
@@ -86,7 +90,7 @@ static bool parse_f32(const char *s, double lo, double hi, float *out)
 
 typedef struct run_opts {
     const char *model, *prompt, *file;
-    int64_t n_predict, threads, top_k, ctx;
+    int64_t n_predict, threads, top_k, ctx, batch; /* batch 0: the runtime's default */
     float temp, top_p;
     uint64_t seed;
     bool raw, no_simd;
@@ -94,61 +98,78 @@ typedef struct run_opts {
     const char *route_replay;
 } run_opts;
 
+enum { OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_RAW, OPT_NO_SIMD, OPT_ROUTE_REPLAY, OPT_PLACEMENT,
+       OPT_NGL };
+
+static const mp_cli_opt run_flags[] = {
+    {"model", 'm', true, 'm', NULL},
+    {"prompt", 'p', true, 'p', NULL},
+    {"file", 'f', true, 'f', NULL},
+    {"n-predict", 'n', true, 'n', NULL},
+    {"threads", 't', true, 't', NULL},
+    {"temp", 0, true, OPT_TEMP, NULL},
+    {"top-k", 0, true, OPT_TOP_K, NULL},
+    {"top-p", 0, true, OPT_TOP_P, NULL},
+    {"seed", 's', true, 's', NULL},
+    {"ctx-size", 'c', true, 'c', NULL},
+    {"ctx", 0, true, 'c', NULL},
+    {"batch-size", 'b', true, 'b', NULL},
+    {"raw", 0, false, OPT_RAW, NULL},
+    {"no-simd", 0, false, OPT_NO_SIMD, NULL},
+    {"route-replay", 0, true, OPT_ROUTE_REPLAY, NULL},
+    MP_CLI_PLACEMENT_OPTS(OPT_PLACEMENT),
+    MP_CLI_NGL_OPTS(OPT_NGL),
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 /* 0 ok, 1 help shown, 2 usage error (reported) */
 static int parse_args(int argc, char **argv, run_opts *o)
 {
     *o = (run_opts){.n_predict = 64, .threads = 0, .top_k = 0, .ctx = 0, .temp = 0.0f,
                     .top_p = 1.0f, .seed = 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define IS(s, l) (!strcmp(a, s) || !strcmp(a, l))
-        if (IS("-h", "--help")) {
-            usage(stdout);
-            return 1;
-        } else if (!strcmp(a, "--raw")) {
-            o->raw = true;
-            continue;
-        } else if (!strcmp(a, "--no-simd")) {
-            o->no_simd = true;
-            continue;
-        }
-        if (!v)
-            return usage_error("option %s needs a value%s", a, "");
+    mp_cli c;
+    mp_cli_init(&c, "run", run_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
         bool ok = true;
         mp_status pst;
         mp_error perr;
-        if (mp_placement_opts_set(&o->pl, a, v, &pst, &perr)) {
-            if (pst)
+        int64_t ngl;
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("run", c.err.msg);
+        case MP_CLI_POSITIONAL:
+            return usage_error("unexpected argument '%s'%s", v, "");
+        case 'h':
+            usage(stdout);
+            return 1;
+        case OPT_RAW: o->raw = true; break;
+        case OPT_NO_SIMD: o->no_simd = true; break;
+        case OPT_PLACEMENT:
+            if (mp_placement_opts_set(&o->pl, c.flag, v, &pst, &perr), pst)
                 return usage_error("%s%s", perr.msg, "");
-        } else if (!strcmp(a, "--route-replay"))
-            o->route_replay = v;
-        else if (IS("-m", "--model"))
-            o->model = v;
-        else if (IS("-p", "--prompt"))
-            o->prompt = v;
-        else if (IS("-f", "--file"))
-            o->file = v;
-        else if (IS("-n", "--n-predict"))
-            ok = mp_parse_i64(v, 0, 1000000, &o->n_predict);
-        else if (IS("-t", "--threads"))
-            ok = mp_parse_i64(v, 1, 1024, &o->threads);
-        else if (!strcmp(a, "--temp"))
-            ok = parse_f32(v, 0.0, 100.0, &o->temp);
-        else if (!strcmp(a, "--top-k"))
-            ok = mp_parse_i64(v, 0, INT32_MAX, &o->top_k);
-        else if (!strcmp(a, "--top-p"))
-            ok = parse_f32(v, 0.0, 1.0, &o->top_p);
-        else if (!strcmp(a, "--seed"))
-            ok = mp_parse_u64(v, &o->seed);
-        else if (!strcmp(a, "--ctx"))
-            ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
-        else
-            return usage_error("unknown option '%s'%s", a, "");
-#undef IS
+            break;
+        case OPT_NGL:
+            if (!(ok = mp_parse_i64(v, -1, INT32_MAX, &ngl)))
+                break;
+            mp_cli_note_ngl("run", v);
+            break;
+        case OPT_ROUTE_REPLAY: o->route_replay = v; break;
+        case 'm': o->model = v; break;
+        case 'p': o->prompt = v; break;
+        case 'f': o->file = v; break;
+        case 'n': ok = mp_parse_i64(v, 0, 1000000, &o->n_predict); break;
+        case 't': ok = mp_parse_i64(v, 1, 1024, &o->threads); break;
+        case OPT_TEMP: ok = parse_f32(v, 0.0, 100.0, &o->temp); break;
+        case OPT_TOP_K: ok = mp_parse_i64(v, 0, INT32_MAX, &o->top_k); break;
+        case OPT_TOP_P: ok = parse_f32(v, 0.0, 1.0, &o->top_p); break;
+        case 's': ok = mp_parse_u64(v, &o->seed); break;
+        case 'c': ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx); break;
+        case 'b': ok = mp_parse_i64(v, 1, (int64_t)1 << 20, &o->batch); break;
+        }
         if (!ok)
-            return usage_error("invalid value '%s' for %s", v, a);
-        i++;
+            return usage_error("invalid value '%s' for %s", v, c.given);
     }
     if (!o->model)
         return usage_error("-m MODEL is required%s%s", "", "");
@@ -245,7 +266,7 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
         goto done;
     }
 
-    mp_session_params sp = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = 0, .knobs = knobs};
+    mp_session_params sp = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = o->batch, .knobs = knobs};
     if (o->route_replay) {
         if (!replay) {
             st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
@@ -267,7 +288,7 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
     const int64_t n_ctx = mp_session_n_ctx(s);
     if ((int64_t)n_prompt > n_ctx) {
         st = mp_fail(err, MP_ERR_LIMIT, "the prompt has %zu tokens, more than the context of %" PRId64
-                     " (use --ctx)", n_prompt, n_ctx);
+                     " (use -c/--ctx-size)", n_prompt, n_ctx);
         goto done;
     }
     mp_sampler_params smp_p = {.temperature = o->temp, .top_k = (int32_t)o->top_k,

@@ -22,8 +22,22 @@
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
                            mp_status *st, mp_error *err)
 {
-    const bool is_spec = !strcmp(flag, "--placement"), is_file = !strcmp(flag, "--placement-file"),
-               is_prof = !strcmp(flag, "--profile"), is_budget = !strcmp(flag, "--gpu-budget");
+    /* llama.cpp's spellings: --cpu-moe is --placement cpu, --n-cpu-moe N is --placement layers:N
+     * (the experts of the first N layers on the CPU, as llama.cpp's flag) */
+    const bool cpu_moe = !strcmp(flag, "--cpu-moe"), n_cpu_moe = !strcmp(flag, "--n-cpu-moe");
+    if (cpu_moe)
+        value = "cpu";
+    else if (n_cpu_moe) {
+        if (!*value || strlen(value) > 8 || strspn(value, "0123456789") != strlen(value)) {
+            *st = mp_fail(err, MP_ERR_ARG, "--n-cpu-moe '%s': expected a layer count, 0..65536", value);
+            return true;
+        }
+        snprintf(o->alias_spec, sizeof o->alias_spec, "layers:%s", value);
+        value = o->alias_spec;
+    }
+    const bool is_spec = !strcmp(flag, "--placement") || cpu_moe || n_cpu_moe,
+               is_file = !strcmp(flag, "--placement-file"), is_prof = !strcmp(flag, "--profile"),
+               is_budget = !strcmp(flag, "--gpu-budget");
     if (!strcmp(flag, "--costs")) {
         *st = o->costs ? mp_fail(err, MP_ERR_ARG, "--costs given twice")
               : !*value ? mp_fail(err, MP_ERR_ARG, "--costs: empty value") : MP_OK;

@@ -49,12 +49,15 @@ typedef struct mp_placement_opts {
     int executor;              /* --executor: mp_executor_kind (runtime/executor.h), 0 = auto */
     bool executor_given;
     const char *costs;         /* --costs FILE: the GPU executor's decode costs (far routes), NULL: none */
+    char alias_spec[24];       /* "layers:N" of --n-cpu-moe N: spec points here then, so a copy of
+                                * the struct is valid only while this one lives */
 } mp_placement_opts;
 
 /* Help text for the four flags, for the commands' --help. */
 extern const char mp_placement_flags_help[];
 
-/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, --executor, --costs, store value into o
+/* If flag is one of --placement, --placement-file, --profile, --gpu-budget, --executor, --costs,
+ * --n-cpu-moe N (--placement layers:N) or --cpu-moe (--placement cpu; value unused), store value into o
  * (parsing the spec and budget strings) and return true with *st set (MP_OK or MP_ERR_ARG with a
  * one-line message). Returns false for any other flag. o must start zeroed. */
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,

@@ -14,6 +14,8 @@ const char mp_placement_flags_help[] =
     "                         first N layers on the CPU), layers-last:N, fill (as many as\n"
     "                         --gpu-budget allows, spread over layers, lowest ids first;\n"
     "                         the GPU executor's default, under the device's free memory)\n"
+    "      --n-cpu-moe N      llama.cpp's spelling of --placement layers:N\n"
+    "      --cpu-moe          llama.cpp's spelling of --placement cpu\n"
     "      --placement-file F per-layer resident experts, lines 'LAYER: E,E,A-B' (docs/placement.md)\n"
     "      --profile P.strp   STRP v1 profile: its resident set (fewer when --gpu-budget does not hold it)\n"
     "      --gpu-budget SIZE  all GPU memory the runtime may use (16GiB, 12GB, 8000MiB, bytes)\n"

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "runtime/atomic_file.h"
 #include "simulator/calibrate.h"
@@ -28,8 +29,8 @@ static void usage(FILE *f)
             "GPU the GPU parts are listed in the file's \"missing\" with the reason.\n\n"
             "options:\n"
             "  -m, --model MODEL  GGUF MoE model whose experts are measured\n"
-            "  --out FILE         cost file to write (atomically)\n"
-            "  --threads LIST     CPU thread counts, e.g. 1,4,16 (default 1,2,4,.. and all CPUs;\n"
+            "  -o, --out, --output FILE  cost file to write (atomically)\n"
+            "  -t, --threads LIST  CPU thread counts, e.g. 1,4,16 (default 1,2,4,.. and all CPUs;\n"
             "                     --quick: 1 and all CPUs)\n"
             "  --rows LIST        routed rows / tokens per step, e.g. 1,2,4,8,16,64,256\n"
             "                     (default 1,2,4,8,16,32,64,128,256; --quick: 1,4,16)\n"
@@ -87,35 +88,45 @@ static void progress(void *user, const char *line)
     fprintf(stderr, "%s\n", line);
 }
 
+enum { OPT_ROWS = 256, OPT_REPS, OPT_QUICK, OPT_FORCE };
+
+static const mp_cli_opt calibrate_flags[] = {
+    {"model", 'm', true, 'm', NULL},
+    {"out", 'o', true, 'o', NULL},
+    {"output", 0, true, 'o', NULL},
+    {"threads", 't', true, 't', NULL},
+    {"rows", 0, true, OPT_ROWS, NULL},
+    {"reps", 0, true, OPT_REPS, NULL},
+    {"quick", 0, false, OPT_QUICK, NULL},
+    {"force", 0, false, OPT_FORCE, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
 {
     const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL;
     bool quick = false, force = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    mp_cli c;
+    mp_cli_init(&c, "calibrate", calibrate_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("calibrate", c.err.msg);
+        case MP_CLI_POSITIONAL:
+            return usage_error("unexpected argument", v);
+        case 'h':
             usage(stdout);
-            return 0;
+            return MP_EXIT_OK;
+        case OPT_QUICK: quick = true; break;
+        case OPT_FORCE: force = true; break;
+        case 'm': model = v; break;
+        case 'o': out = v; break;
+        case 't': threads = v; break;
+        case OPT_ROWS: rows = v; break;
+        case OPT_REPS: reps = v; break;
         }
-        if (!strcmp(a, "--quick")) {
-            quick = true;
-            continue;
-        }
-        if (!strcmp(a, "--force")) {
-            force = true;
-            continue;
-        }
-        const char **dst = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model
-                            : !strcmp(a, "--out")                     ? &out
-                            : !strcmp(a, "--threads")                 ? &threads
-                            : !strcmp(a, "--rows")                    ? &rows
-                            : !strcmp(a, "--reps")                    ? &reps
-                                                                      : NULL;
-        if (!dst)
-            return usage_error(a[0] == '-' ? "unknown option" : "unexpected argument", a);
-        if (i + 1 >= argc)
-            return usage_error("expected a value after", a);
-        *dst = argv[++i];
     }
     if (!model || !out)
         return usage_error("needs -m MODEL and --out FILE", NULL);
@@ -131,10 +142,10 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
     if (reps) {
         char *end;
         errno = 0;
-        long v = strtol(reps, &end, 10);
-        if (end == reps || *end || errno || v < 3 || v > 100000)
+        long n = strtol(reps, &end, 10);
+        if (end == reps || *end || errno || n < 3 || n > 100000)
             return usage_error("--reps: expected an integer 3..100000, got", reps);
-        o.reps = (int)v;
+        o.reps = (int)n;
     }
     /* the output first, before minutes of measurements: not the model, not an existing file
      * without --force, in a directory that exists and is writable */

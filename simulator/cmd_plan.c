@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "collector/route_replay.h"
 #include "runtime/bench.h"
@@ -47,7 +48,7 @@ static void usage(FILE *f)
             "                        --force\n"
             "  --force               replace an existing profile\n"
             "  --policy P            the placement policy (default plan; a static policy)\n"
-            "  -c, --ctx-size N      the context the profile is for (the budget's KV cache; default the\n"
+            "  -c, --ctx-size, --ctx N  the context the profile is for (the budget's KV cache; default the\n"
             "                        runtime's)\n"
             "  -t, --threads N       CPU threads (default: all online CPUs; the cost file's grid must\n"
             "                        have been measured on as many)\n"
@@ -65,64 +66,63 @@ typedef struct plan_opts {
     const mp_knobs *knobs; /* the measured session's */
 } plan_opts;
 
+enum { OPT_COSTS = 256, OPT_BUDGET, OPT_POLICY, OPT_EXECUTOR, OPT_VERIFY, OPT_FORCE };
+
+static const mp_cli_opt plan_flags[] = {
+    {"model", 'm', true, 'm', NULL},
+    {"costs", 0, true, OPT_COSTS, NULL},
+    {"budget", 0, true, OPT_BUDGET, NULL},
+    {"output", 'o', true, 'o', NULL},
+    {"force", 0, false, OPT_FORCE, NULL},
+    {"policy", 0, true, OPT_POLICY, NULL},
+    {"ctx-size", 'c', true, 'c', NULL},
+    {"ctx", 0, true, 'c', NULL},
+    {"threads", 't', true, 't', NULL},
+    {"verify-tokens", 0, true, OPT_VERIFY, NULL},
+    {"repetitions", 'r', true, 'r', NULL},
+    {"executor", 0, true, OPT_EXECUTOR, NULL},
+    {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
 /* 0 go on, 1 help shown, 2 usage error (said) */
 static int parse_args(int argc, char **argv, plan_opts *o)
 {
     *o = (plan_opts){.policy = "plan", .verify = 128, .reps = 3, .executor = "auto"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define IS(s, l) (!strcmp(a, s) || !strcmp(a, l))
-        if (IS("-h", "--help")) {
+    mp_cli c;
+    mp_cli_init(&c, "plan", plan_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        bool ok = true;
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("plan", c.err.msg);
+        case 'h':
             usage(stdout);
             return 1;
-        }
-        if (!strcmp(a, "--force")) {
-            o->force = true;
-            continue;
-        }
-        if (a[0] != '-') {
+        case MP_CLI_POSITIONAL:
             if (o->trace) {
-                fprintf(stderr, "moeplan plan: error: unexpected argument '%s' (see moeplan plan --help)\n", a);
+                fprintf(stderr, "moeplan plan: error: unexpected argument '%s' (see moeplan plan --help)\n", v);
                 return 2;
             }
-            o->trace = a;
-            continue;
+            o->trace = v;
+            break;
+        case OPT_FORCE: o->force = true; break;
+        case 'm': o->model = v; break;
+        case OPT_COSTS: o->costs = v; break;
+        case OPT_BUDGET: o->budget = v; break;
+        case 'o': o->out = v; break;
+        case OPT_POLICY: o->policy = v; break;
+        case OPT_EXECUTOR: o->executor = v; break;
+        case 'c': ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx); break;
+        case 't': ok = mp_parse_i64(v, 1, 1024, &o->threads); break;
+        case OPT_VERIFY: ok = mp_parse_i64(v, 0, (int64_t)1 << 20, &o->verify); break;
+        case 'r': ok = mp_parse_i64(v, 1, 100, &o->reps); break;
         }
-        if (!v) {
-            fprintf(stderr, "moeplan plan: error: %s needs a value (see moeplan plan --help)\n", a);
-            return 2;
-        }
-        bool ok = true;
-        if (IS("-m", "--model"))
-            o->model = v;
-        else if (!strcmp(a, "--costs"))
-            o->costs = v;
-        else if (!strcmp(a, "--budget"))
-            o->budget = v;
-        else if (IS("-o", "--output"))
-            o->out = v;
-        else if (!strcmp(a, "--policy"))
-            o->policy = v;
-        else if (!strcmp(a, "--executor"))
-            o->executor = v;
-        else if (IS("-c", "--ctx-size"))
-            ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx);
-        else if (IS("-t", "--threads"))
-            ok = mp_parse_i64(v, 1, 1024, &o->threads);
-        else if (!strcmp(a, "--verify-tokens"))
-            ok = mp_parse_i64(v, 0, (int64_t)1 << 20, &o->verify);
-        else if (IS("-r", "--repetitions"))
-            ok = mp_parse_i64(v, 1, 100, &o->reps);
-        else {
-            fprintf(stderr, "moeplan plan: error: unknown option '%s' (see moeplan plan --help)\n", a);
-            return 2;
-        }
-#undef IS
         if (!ok) {
-            fprintf(stderr, "moeplan plan: error: invalid value '%s' for %s\n", v, a);
+            fprintf(stderr, "moeplan plan: error: invalid value '%s' for %s\n", v, c.given);
             return 2;
         }
-        i++;
     }
     const int p = o->policy ? mp_sim_policy_from_name(o->policy) : -1;
     if (!o->trace || !o->model || !o->costs || !o->budget || !o->out) {

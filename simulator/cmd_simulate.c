@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "collector/sha256.h"
 #include "runtime/atomic_file.h"
@@ -45,7 +46,7 @@ static void usage(FILE *f)
             "                        scratch for --batch-size + resident experts\n"
             "  -m, --model GGUF      the traced model: the budget's fixed part (weights, KV cache,\n"
             "                        scratch), expert sizes, and a check that its shape is the trace's\n"
-            "  -c, --ctx-size N      context the runtime will hold (default: the runtime's, the\n"
+            "  -c, --ctx-size, --ctx N  context the runtime will hold (default: the runtime's, the\n"
             "                        model's trained context up to 4096)\n"
             "  -b, --batch-size N    rows per prefill chunk (default: the runtime's, 512 up to --ctx-size)\n"
             "  --non-expert-bytes N  the GPU bytes besides the expert pool, instead of -m's estimate\n"
@@ -67,7 +68,7 @@ static void usage(FILE *f)
             "                        of the decode steps); a trace without durations or timing is refused\n"
             "  --expert QUANT        choose the cost entries of this quant type (default: the trace's,\n"
             "                        or the cost file's only GPU entry)\n"
-            "  --threads N           CPU entry with N threads (default: the most threads in the file)\n"
+            "  -t, --threads N       CPU entry with N threads (default: the most threads in the file)\n"
             "  --pageable            host buffers are pageable (default pinned)\n"
             "  --host-read-gbs GBS   predict for a host that reads its memory at GBS GB/s now (a busy or\n"
             "                        another host; default: the cost file's host_read): the CPU's expert\n"
@@ -195,25 +196,48 @@ static int parse_sweep(const char *v, mp_sim_sweep *sw)
     return -1;
 }
 
+static const mp_cli_opt simulate_flags[] = {
+    {"costs", 0, true, 1, NULL}, {"budget", 0, true, 1, NULL}, {"model", 'm', true, 1, NULL},
+    {"ctx-size", 'c', true, 1, NULL}, {"ctx", 0, true, 1, NULL}, {"batch-size", 'b', true, 1, NULL},
+    {"non-expert-bytes", 0, true, 1, NULL}, {"policy", 0, true, 1, NULL},
+    {"train-frac", 0, true, 1, NULL}, {"as-decode", 0, false, 1, NULL},
+    {"max-rows", 0, true, 1, NULL}, {"non-moe", 0, true, 1, NULL}, {"expert", 0, true, 1, NULL},
+    {"threads", 't', true, 1, NULL}, {"pageable", 0, false, 1, NULL},
+    {"host-read-gbs", 0, true, 1, NULL}, {"alpha", 0, true, 1, NULL}, {"beta", 0, true, 1, NULL},
+    {"epsilon", 0, true, 1, NULL}, {"window", 0, true, 1, NULL}, {"json", 0, true, 1, NULL},
+    {"svg", 0, true, 1, NULL}, {"force", 0, false, 1, NULL}, {"emit-profile", 0, true, 1, NULL},
+    {"profile-policy", 0, true, 1, NULL}, {"placement-profile", 0, true, 1, NULL},
+    {"emit-llamacpp", 0, false, 1, NULL}, {"sensitivity", 0, false, 1, NULL},
+    {"sweep", 0, true, 1, NULL}, {"help", 'h', false, 'h', NULL}, {0},
+};
+
 static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
 {
     memset(o, 0, sizeof *o);
     o->profile_policy = MP_POL_PLAN;
     o->threads = INT_MAX;
     bool any_policy = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    mp_cli c;
+    mp_cli_init(&c, "simulate", simulate_flags, argc, argv);
+    const char *v;
+    for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
+        if (id == MP_CLI_ERROR)
+            return mp_cli_usage_error("simulate", c.err.msg);
+        if (id == 'h') {
             usage(stdout);
-            return 0;
+            return MP_EXIT_OK;
         }
-        bool flag = !strcmp(a, "--as-decode") || !strcmp(a, "--pageable") || !strcmp(a, "--emit-llamacpp") ||
-                    !strcmp(a, "--sensitivity") || !strcmp(a, "--force");
-        if (a[0] == '-' && !flag && i + 1 >= argc) {
-            fprintf(stderr, "moeplan simulate: error: %s needs a value (try --help)\n", a);
-            return 2;
+        if (id == MP_CLI_POSITIONAL) {
+            if (o->n_traces == MAX_TRACES) {
+                fprintf(stderr, "moeplan simulate: error: '%s': more than %d traces\n", v, MAX_TRACES);
+                return 2;
+            }
+            o->traces[o->n_traces++] = v;
+            o->trace = o->traces[0];
+            continue;
         }
-        const char *v = flag || a[0] != '-' ? NULL : argv[i + 1];
+        /* the option by its canonical spelling ("--ctx-size" for -c and --ctx too) */
+        const char *a = c.flag;
         double num;
         if (!strcmp(a, "--costs")) {
             o->costs = v;
@@ -247,7 +271,7 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             int r = parse_sweep(v, &o->sweep);
             if (r >= 0)
                 return r;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        } else if (!strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "--non-expert-bytes")) {
             o->non_expert_given = true;
@@ -256,11 +280,10 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 fprintf(stderr, "moeplan simulate: error: --non-expert-bytes: %s\n", perr.msg);
                 return 2;
             }
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "--ctx") || !strcmp(a, "-b") ||
-                   !strcmp(a, "--batch-size")) {
-            const bool ctx = a[1] == 'c' || a[2] == 'c';
+        } else if (!strcmp(a, "--ctx-size") || !strcmp(a, "--batch-size")) {
+            const bool ctx = !strcmp(a, "--ctx-size");
             if (!mp_parse_i64(v, 1, ctx ? (int64_t)1 << 22 : 65536, ctx ? &o->ctx : &o->batch)) {
-                fprintf(stderr, "moeplan simulate: error: %s '%s': expected an integer 1..%d\n", a, v,
+                fprintf(stderr, "moeplan simulate: error: %s '%s': expected an integer 1..%d\n", c.given, v,
                         ctx ? 1 << 22 : 65536);
                 return 2;
             }
@@ -355,18 +378,10 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->sensitivity = true;
         } else if (!strcmp(a, "--force")) {
             o->force = true;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "moeplan simulate: error: unknown option '%s' (try --help)\n", a);
-            return 2;
-        } else if (o->n_traces < MAX_TRACES) {
-            o->traces[o->n_traces++] = a;
-            o->trace = o->traces[0];
         } else {
-            fprintf(stderr, "moeplan simulate: error: '%s': more than %d traces\n", a, MAX_TRACES);
-            return 2;
+            fprintf(stderr, "moeplan simulate: error: internal: option %s not handled\n", a);
+            return MP_EXIT_FAILURE;
         }
-        if (v)
-            i++;
     }
     if (!o->trace || !o->costs || !o->n_budgets) {
         fprintf(stderr, "moeplan simulate: error: needs TRACE.db, --costs and --budget (try --help)\n");

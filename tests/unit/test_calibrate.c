@@ -192,8 +192,9 @@ Test(calibrate, rejects_bad_flags)
         {"calibrate -m tiny.gguf --out c.json --threads 1,,2", "--threads '1,,2': at character 3"},
         {"calibrate -m tiny.gguf --out c.json --rows 1,4,x", "--rows '1,4,x': at character 5"},
         {"calibrate -m tiny.gguf --out c.json --rows 99999999", "expected a comma-separated list of integers 1..4096"},
-        {"calibrate -m tiny.gguf --out c.json --bogus", "unknown option --bogus"},
-        {"calibrate -m tiny.gguf --out c.json --threads", "expected a value after --threads"},
+        {"calibrate -m tiny.gguf --out c.json --bogus", "unknown option '--bogus'"},
+        {"calibrate -m tiny.gguf --out c.json --thread 4", "unknown option '--thread'; did you mean --threads?"},
+        {"calibrate -m tiny.gguf --out c.json --threads", "option --threads needs a value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(run_cli(bad[i].args, out, sizeof out), 2, "%s: %s", bad[i].args, out);

@@ -345,7 +345,7 @@ Test(knobs, config_lists_every_knob)
     free(out);
     unsetenv("MP_MOE_PIPE_UNITS");
     cr_assert_eq(mp_test_moeplan(tmpdir, "config --yaml", MP_TEST_STDERR, err, sizeof err), 2);
-    cr_assert_not_null(strstr(err, "unknown argument '--yaml'"), "%s", err);
+    cr_assert_not_null(strstr(err, "unknown option '--yaml'"), "%s", err);
     cr_assert_eq(mp_test_moeplan(tmpdir, "config --help", MP_TEST_STDERR, err, sizeof err), 0);
 }
 
