@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "analyzer/analyze.h"
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "runtime/atomic_file.h"
 #include "runtime/numparse.h"

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "runtime/json.h"
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "collector/collect_opts.h"
 #include "collector/cupti.h"

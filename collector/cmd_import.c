@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "collector/import.h"
 

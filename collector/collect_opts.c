@@ -1,6 +1,6 @@
 /* collector/collect_opts.c — `moeplan collect` options and pre-flight path checks (see header). */
 #include "collector/collect_opts.h"
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "runtime/atomic_file.h"
 #include "runtime/input_file.h"
 

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/bench.h"

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "runtime/knobs.h"
 

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/mkmodel.h"

@@ -8,7 +8,7 @@
  * says so. --route-replay goes through the function table the CLI passes to
  * mp_cmd_run_with (the runtime never links the trace reader). Every numeric flag is parsed strictly (whole
  * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1. Flags are
- * read by the shared parser (cli/args.h).
+ * read by the shared parser (runtime/args.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "collector/route_replay.h"
 #include "runtime/bench.h"

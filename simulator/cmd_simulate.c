@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "runtime/args.h"
 #include "cli/commands.h"
 #include "collector/sha256.h"
 #include "runtime/atomic_file.h"

@@ -1,4 +1,4 @@
-/* cli/args.h — the one command-line parser of every subcommand, on glibc's getopt_long.
+/* runtime/args.h — the one command-line parser of every subcommand, on glibc's getopt_long.
  *
  * Conventions it enforces (docs/user-guide.md, "Command line conventions"):
  *   --opt value and --opt=value are the same; -x value, -xvalue and bundled short flags work;

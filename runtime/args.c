@@ -1,4 +1,4 @@
-/* cli/args.c — the shared command-line parser (see args.h).
+/* runtime/args.c — the shared command-line parser (see args.h).
  *
  * getopt_long runs in RETURN_IN_ORDER mode ("-" first in the short string: an argument that is
  * not an option comes back as code 1, where it stands, so argv is never permuted) and with ":"
@@ -7,7 +7,7 @@
  * flags; that is where the spelling of an option, its abbreviation check and the single-dash
  * words (-ngl) are read from.
  */
-#include "cli/args.h"
+#include "runtime/args.h"
 
 #include <stdio.h>
 #include <string.h>
