@@ -179,25 +179,32 @@ static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
     return false;
 }
 
-/* What d expects, for the refusal: "0 or 1", "a whole number in 1..64", "0, 1 or a whole number
- * in 16..2147483647", "one of pinned, copy, mapping". */
-static const char *expected_text(const mp_knob_def *d, char *buf, size_t cap)
+/* What d takes, in one of two styles: prose for a refusal ("0 or 1", "a whole number in 1..64",
+ * "0, 1 or a whole number in 16..2147483647", "one of pinned, copy, mapping") or the table's
+ * short form ("0|1", "1..64", "0, 1 or 16..2147483647", "pinned|copy|mapping"). */
+typedef struct allowed_style {
+    const char *sw, *range, *choices, *sep;
+} allowed_style;
+static const allowed_style k_prose = {"0 or 1", "a whole number in ", "one of ", ", "};
+static const allowed_style k_table = {"0|1", "", "", "|"};
+
+static const char *allowed_text(const mp_knob_def *d, const allowed_style *st, char *buf, size_t cap)
 {
     size_t used = 0;
     buf[0] = '\0';
     switch (d->type) {
-    case MP_KNOB_SWITCH: snprintf(buf, cap, "0 or 1"); break;
+    case MP_KNOB_SWITCH: snprintf(buf, cap, "%s", st->sw); break;
     case MP_KNOB_NUMBER:
         for (int a = 0; a < d->n_also && used < cap; a++)
             used += (size_t)snprintf(buf + used, cap - used, "%" PRId64 "%s", d->also[a],
                                      a + 1 < d->n_also ? ", " : " or ");
         if (used < cap)
-            snprintf(buf + used, cap - used, "a whole number in %" PRId64 "..%" PRId64, d->lo, d->hi);
+            snprintf(buf + used, cap - used, "%s%" PRId64 "..%" PRId64, st->range, d->lo, d->hi);
         break;
     case MP_KNOB_CHOICE:
-        used = (size_t)snprintf(buf, cap, "one of ");
+        used = (size_t)snprintf(buf, cap, "%s", st->choices);
         for (int c = 0; c < d->n_choices && used < cap; c++)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", c ? ", " : "", d->choices[c].word);
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", c ? st->sep : "", d->choices[c].word);
         break;
     }
     return buf;
@@ -213,7 +220,7 @@ mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_
     if (text && *text && !parse(d, text, &v)) {
         char expected[160];
         return mp_fail(err, MP_ERR_ARG, "%s=%.60s: expected %s", name, text,
-                       expected_text(d, expected, sizeof expected));
+                       allowed_text(d, &k_prose, expected, sizeof expected));
     }
     store(k, d, v);
     k->source[i] = (uint8_t)(text && *text ? source : MP_KNOB_DEFAULT);
@@ -278,24 +285,7 @@ const char *mp_knob_default_text(int i, char *buf, size_t cap)
 
 const char *mp_knob_allowed_text(int i, char *buf, size_t cap)
 {
-    const mp_knob_def *d = &k_knobs[i];
-    size_t used = 0;
-    buf[0] = '\0';
-    switch (d->type) {
-    case MP_KNOB_SWITCH: snprintf(buf, cap, "0|1"); break;
-    case MP_KNOB_NUMBER:
-        for (int a = 0; a < d->n_also && used < cap; a++)
-            used += (size_t)snprintf(buf + used, cap - used, "%" PRId64 "%s", d->also[a],
-                                     a + 1 < d->n_also ? ", " : " or ");
-        if (used < cap)
-            snprintf(buf + used, cap - used, "%" PRId64 "..%" PRId64, d->lo, d->hi);
-        break;
-    case MP_KNOB_CHOICE:
-        for (int c = 0; c < d->n_choices && used < cap; c++)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", c ? "|" : "", d->choices[c].word);
-        break;
-    }
-    return buf;
+    return allowed_text(&k_knobs[i], &k_table, buf, cap);
 }
 
 const char *mp_knob_source_name(mp_knob_source s)
