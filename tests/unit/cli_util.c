@@ -71,3 +71,27 @@ void mp_test_strp_loads(const char *path)
     const int st = pclose(f);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s does not load in the other STRP readers: %s", path, out);
 }
+
+void mp_test_tiny_model(const char *dir, const char *model)
+{
+    static char out[1 << 16];
+    char args[600];
+    snprintf(args, sizeof args, "mkmodel --preset tiny --quiet -o '%s'", model);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+}
+
+void mp_test_collect_tiny(const char *dir, const char *model, const char *prompts_file, const char *prompts_json,
+                          const char *trace)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, prompts_file);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(prompts_json, f);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+    static char out[1 << 16];
+    char args[1024];
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --raw-prompts --trace '%s' --max-tokens 12 "
+             "--no-progress --executor cpu", model, prompts_file, trace);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+}

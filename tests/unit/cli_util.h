@@ -24,6 +24,13 @@ int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_
 char *mp_test_slurp(const char *path);
 char *mp_test_stdout(const char *dir);
 
+/* In dir (the current directory): DIR/MODEL, the tiny preset made by `moeplan mkmodel`, and
+ * DIR/TRACE collected from it on the CPU executor over the JSON array of prompts given as text
+ * (written to DIR/PROMPTS_FILE), 12 tokens each. Fails the test on any error. */
+void mp_test_tiny_model(const char *dir, const char *model);
+void mp_test_collect_tiny(const char *dir, const char *model, const char *prompts_file, const char *prompts_json,
+                          const char *trace);
+
 /* Fail the test unless the STRP profile at path loads in the readers that refuse n_ranked > slots
  * (Strata's, the llama.cpp fork's), as tests/strp_compat.py's reader (no moeplan code) reads them. */
 void mp_test_strp_loads(const char *path);

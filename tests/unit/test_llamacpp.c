@@ -20,14 +20,9 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(dir));
     cr_assert_eq(chdir(dir), 0);
     snprintf(costs, sizeof costs, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
-    static char out[1 << 16];
-    cr_assert_eq(mp_test_moeplan(dir, "mkmodel --preset tiny --quiet -o tiny.gguf", MP_TEST_MERGED, out, sizeof out), 0,
-                 "%s", out);
-    FILE *f = fopen("p.json", "w");
-    fputs("[\"Explain mixture of experts\", \"Why is the sky blue\"]", f);
-    fclose(f);
-    cr_assert_eq(mp_test_moeplan(dir, "collect -m tiny.gguf --prompts p.json --raw-prompts --trace t.db --max-tokens 12 "
-                                      "--no-progress --executor cpu", MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    mp_test_tiny_model(dir, "tiny.gguf");
+    mp_test_collect_tiny(dir, "tiny.gguf", "p.json", "[\"Explain mixture of experts\", \"Why is the sky blue\"]",
+                         "t.db");
 }
 
 static void teardown(void)

@@ -13,38 +13,17 @@
 
 static char dir[256], costs[700];
 
-static void write_file(const char *name, const char *text)
-{
-    FILE *f = fopen(name, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static void collect(const char *model, const char *prompts, const char *trace)
-{
-    static char out[1 << 16];
-    char args[1024];
-    snprintf(args, sizeof args, "collect -m %s --prompts %s --raw-prompts --trace %s --max-tokens 12 --no-progress "
-             "--executor cpu", model, prompts, trace);
-    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
-}
-
 static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/mp_test_shards_XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     cr_assert_eq(chdir(dir), 0);
     snprintf(costs, sizeof costs, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
-    static char out[1 << 16];
-    cr_assert_eq(mp_test_moeplan(dir, "mkmodel --preset tiny --quiet -o tiny.gguf", MP_TEST_MERGED, out, sizeof out), 0,
-                 "%s", out);
-    write_file("a.json", "[\"Explain mixture of experts\", \"Name three colours\"]");
-    write_file("b.json", "[\"Why is the sky blue\"]");
-    write_file("ab.json", "[\"Explain mixture of experts\", \"Name three colours\", \"Why is the sky blue\"]");
-    collect("tiny.gguf", "a.json", "a.db");
-    collect("tiny.gguf", "b.json", "b.db");
-    collect("tiny.gguf", "ab.json", "ab.db");
+    mp_test_tiny_model(dir, "tiny.gguf");
+    mp_test_collect_tiny(dir, "tiny.gguf", "a.json", "[\"Explain mixture of experts\", \"Name three colours\"]", "a.db");
+    mp_test_collect_tiny(dir, "tiny.gguf", "b.json", "[\"Why is the sky blue\"]", "b.db");
+    mp_test_collect_tiny(dir, "tiny.gguf", "ab.json",
+                         "[\"Explain mixture of experts\", \"Name three colours\", \"Why is the sky blue\"]", "ab.db");
 }
 
 static void teardown(void)
@@ -109,6 +88,6 @@ Test(shards, refuses_what_does_not_merge)
     static char out[1 << 16];
     cr_assert_eq(mp_test_moeplan(dir, "mkmodel --preset tiny --seed 3 --quiet -o other.gguf", MP_TEST_MERGED, out,
                                  sizeof out), 0, "%s", out);
-    collect("other.gguf", "b.json", "other.db");
+    mp_test_collect_tiny(dir, "other.gguf", "b.json", "[\"Why is the sky blue\"]", "other.db");
     refused("a.db other.db", "moeplan simulate: error: trace other.db: model SHA-256 ", "differs from a.db's");
 }
