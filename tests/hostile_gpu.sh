@@ -52,18 +52,12 @@ case_() {
     fi
 }
 
-# strp NAME VERSION N_LAYERS N_EXPERTS SLOTS N_RANKED PAIRS... (PAIRS: layer:expert), written
-# here byte by byte following schemas/strp.md, not by moeplan
+# strp NAME VERSION N_LAYERS N_EXPERTS SLOTS N_RANKED PAIRS... (PAIRS: layer:expert), written by
+# tests/strp_compat.py's writer (the published layout, no moeplan code); N_RANKED is the count of
+# PAIRS, as the writer sets it
 strp() {
-    python3 - "$@" <<'EOF'
-import struct, sys
-name, version, nl, ne, slots, nr = sys.argv[1], *map(int, sys.argv[2:7])
-pairs = [tuple(map(int, p.split(":"))) for p in sys.argv[7:]]
-with open(name, "wb") as f:
-    f.write(b"STRP" + struct.pack("<5I", version, nl, ne, slots, nr))
-    for l, e in pairs:
-        f.write(struct.pack("<2H", l, e))
-EOF
+    [ "$6" = $(($# - 6)) ] || { echo "FAIL: strp $1: n_ranked $6 but $(($# - 6)) pairs"; exit 1; }
+    python3 "$ROOT/tests/strp_compat.py" write "$1" "$2" "$3" "$4" "$5" "${@:7}"
 }
 
 mkfifo fifo

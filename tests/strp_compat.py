@@ -15,6 +15,10 @@ appends an int32 table holding each pair's rank (-1: not ranked).
       the file, the offset and what was expected, and exit 1. The C tests run it on every profile
       moeplan writes.
 
+  strp_compat.py write FILE VERSION N_LAYERS N_EXPERTS SLOTS [LAYER:EXPERT...]
+      Write FILE with that header and those pairs (n_ranked: their count), no table, whatever
+      the values: the hostile-input tests make refused profiles with it.
+
   strp_compat.py selftest
       The meson test `strp_compat` (MP_MOEPLAN: the moeplan binary; MP_SOURCE_ROOT: the tree).
       1. Files written here in every convention (Strata's; moeplan's, slots = n_ranked with a u64
@@ -45,9 +49,9 @@ class Refused(Exception):
 
 # ---- the writer: the published layout, nothing of moeplan's ----
 
-def write_profile(path, n_layers, n_experts, slots, pairs, table=None, fmt=None):
+def write_profile(path, n_layers, n_experts, slots, pairs, table=None, fmt=None, version=1):
     """table: n_layers * n_experts entries of struct format fmt ('i' int32, 'f' f32, 'Q' u64)."""
-    data = HEADER.pack(b"STRP", 1, n_layers, n_experts, slots, len(pairs))
+    data = HEADER.pack(b"STRP", version, n_layers, n_experts, slots, len(pairs))
     data += b"".join(struct.pack("<HH", layer, expert) for layer, expert in pairs)
     if table is not None:
         assert len(table) == n_layers * n_experts
@@ -318,6 +322,11 @@ def selftest():
 def main(argv):
     if len(argv) >= 2 and argv[1] == "selftest":
         return selftest()
+    if len(argv) >= 7 and argv[1] == "write":
+        version, n_layers, n_experts, slots = map(int, argv[3:7])
+        pairs = [tuple(map(int, p.split(":"))) for p in argv[7:]]
+        write_profile(argv[2], n_layers, n_experts, slots, pairs, version=version)
+        return 0
     if len(argv) >= 3 and argv[1] == "check":
         args, geometry = argv[2:], {}
         for flag in ("--layers", "--experts"):
@@ -329,7 +338,8 @@ def main(argv):
             print("strp_compat: --layers and --experts go together")
             return 2
         return check(args, geometry.get("--layers"), geometry.get("--experts"))
-    print("usage: strp_compat.py check FILE... [--layers N --experts M] | strp_compat.py selftest")
+    print("usage: strp_compat.py check FILE... [--layers N --experts M] | strp_compat.py write FILE VERSION "
+          "N_LAYERS N_EXPERTS SLOTS [LAYER:EXPERT...] | strp_compat.py selftest")
     return 2
 
 
