@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "analyzer/report.h"
-#include "runtime/input_file.h"
+#include "base/input_file.h"
 
 void mp_an_options_init(mp_an_options *o)
 {

@@ -7,10 +7,10 @@
 #include <time.h>
 
 #include "analyzer/analyze.h"
-#include "runtime/args.h"
-#include "cli/commands.h"
-#include "runtime/atomic_file.h"
-#include "runtime/numparse.h"
+#include "base/args.h"
+#include "analyzer/commands.h"
+#include "base/atomic_file.h"
+#include "base/numparse.h"
 
 static void usage(FILE *f)
 {

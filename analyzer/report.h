@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 #include "analyzer/analyze.h"
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 typedef struct mp_an_report {
     const mp_an_options *opt;
@@ -27,7 +27,7 @@ mp_status mp_an_write_svg(const mp_an_report *r, const char *dir, mp_error *err)
 mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err);
 
 /* Shared by the writers: create dir/name (in the fresh temporary report directory) as a stream
- * whose writes are checked (runtime/atomic_file.h); close flushes and fsyncs it, reporting the
+ * whose writes are checked (base/atomic_file.h); close flushes and fsyncs it, reporting the
  * first failed write with its offset and errno; abort removes it. */
 typedef struct mp_an_out {
     mp_outfile file;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/json.h"
+#include "base/json.h"
 #include "analyzer/report.h"
 
 const char *const mp_an_report_files[] = {

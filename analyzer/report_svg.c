@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "runtime/fault.h"
+#include "base/fault.h"
 #include "analyzer/report.h"
 #include "analyzer/svg.h"
 

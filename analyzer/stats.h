@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "collector/trace_check.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #define MP_AN_SEGMENTS 10       /* requests are cut into this many order segments (drift) */
 #define MP_AN_LOG2_BUCKETS 40   /* histograms of distances/lengths: bucket b holds [2^b, 2^(b+1)) */

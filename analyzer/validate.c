@@ -2,8 +2,8 @@
  * collector's checker (collector/trace_check.h), then what only a merge can get wrong: traces of
  * different models or node tables, and the same run given twice. */
 #include "analyzer/validate.h"
-#include "runtime/atomic_file.h"
-#include "runtime/json.h"
+#include "base/atomic_file.h"
+#include "base/json.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>

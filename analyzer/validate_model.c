@@ -1,7 +1,7 @@
 /* analyzer/validate_model.c — --model checks: every node's shape and bytes per expert against
  * the GGUF the trace claims to come from.
  *
- * From the GGUF (runtime/gguf.h, read over mmap, nothing loaded): general.architecture, then
+ * From the GGUF (gguf/gguf.h, read over mmap, nothing loaded): general.architecture, then
  * ARCH.block_count, ARCH.expert_count and ARCH.expert_used_count; a node's bytes per expert are
  * the exact sizes of blk.LAYER.ffn_{gate,up,down}_exps.weight divided by their expert dimension
  * (ne[2]), summed. A node whose trace has no byte count takes the GGUF's (reported in the JSON).
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "analyzer/validate.h"
-#include "runtime/gguf.h"
+#include "gguf/gguf.h"
 
 #define PROBLEM(...)                                                                              \
     do {                                                                                          \

@@ -25,9 +25,10 @@
 #include "collector/cupti.h"
 #include "runtime/gpu.h"
 #include "runtime/model.h"
-#include "runtime/numparse.h"
+#include "base/numparse.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
+#include "base/clock.h"
 
 typedef struct span {
     int name;                /* index into names */
@@ -130,13 +131,6 @@ static int by_charged(const void *a, const void *b)
     return x->charged_ns > y->charged_ns ? -1 : x->charged_ns < y->charged_ns;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int usage(FILE *f, int rc)
 {
     fprintf(f, "usage: decode_timeline -m MODEL.gguf [--placement P=gpu] [--gpu-budget B] [--tokens N=16]\n"
@@ -228,13 +222,13 @@ int main(int argc, char **argv)
         if (t == 0) {
             st = mp_cupti_flush(cu, discard_sink, NULL, &err);
             mp_gpu_get_stats(mp_session_gpu(s), &gs0);
-            t0 = now_s();
+            t0 = mp_now_s();
         }
         if (!st)
             st = mp_session_eval(s, &tok, 1, false, logits, &err);
         tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
     }
-    const double wall = now_s() - t0;
+    const double wall = mp_now_s() - t0;
     mp_gpu_stats gs_end;
     mp_gpu_get_stats(mp_session_gpu(s), &gs_end);
     if (!st)

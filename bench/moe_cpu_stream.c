@@ -36,19 +36,13 @@
 
 #include "kernels/quant.h"
 #include "runtime/bench.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/knobs.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
-#include "runtime/numparse.h"
+#include "base/numparse.h"
 #include "runtime/threadpool.h"
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#include "base/clock.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static uint64_t rng(void) /* xorshift64* */
@@ -319,16 +313,16 @@ int main(int argc, char **argv)
                 } while (dup);
                 ids[k] = e;
             }
-            const int64_t t0 = now_ns();
+            const int64_t t0 = mp_now_ns();
             mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), out,
                                compare_pin && second ? pool2 : pool, second && !compare_pin ? s2 : s);
-            const int64_t t1 = now_ns();
+            const int64_t t1 = mp_now_ns();
             sink += out[0];
             if (t >= 0 && second)
                 ns2[n_b++] = t1 - t0;
             else if (t >= 0)
                 ns[n_a++] = t1 - t0;
-            while (now_ns() - t1 < gap_ns)
+            while (mp_now_ns() - t1 < gap_ns)
                 ;
         }
         if (token_gap_us > 0) {

@@ -14,13 +14,7 @@
 
 #include "runtime/knobs.h"
 #include "runtime/threadpool.h"
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#include "base/clock.h"
 
 static volatile double sink;
 
@@ -63,28 +57,28 @@ int main(int argc, char **argv)
     /* calibrate the task's iterations to ~0.5 µs on one thread */
     int iters = 100;
     for (;;) {
-        const int64_t t0 = now_ns();
+        const int64_t t0 = mp_now_ns();
         for (int i = 0; i < 1000; i++)
             work_task(&iters, i, 0);
-        const double per_ns = (double)(now_ns() - t0) / 1000.0;
+        const double per_ns = (double)(mp_now_ns() - t0) / 1000.0;
         if (per_ns > 400 || iters > (1 << 24))
             break;
         iters *= 2;
     }
-    const int64_t t0 = now_ns();
+    const int64_t t0 = mp_now_ns();
     for (int i = 0; i < 1000; i++)
         work_task(&iters, i, 0);
-    const double task_ns = (double)(now_ns() - t0) / 1000.0;
+    const double task_ns = (double)(mp_now_ns() - t0) / 1000.0;
     printf("pool_overhead: %d threads, task %.0f ns, %d regions per size, median per region\n", T, task_ns, reps);
     printf("| tasks | median us | work alone us | overhead us |\n| ---: | ---: | ---: | ---: |\n");
     const int64_t sizes[] = {T, 4 * (int64_t)T, 128};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         const int64_t n = sizes[si];
         for (int r = -reps / 10; r < reps; r++) {
-            const int64_t a = now_ns();
+            const int64_t a = mp_now_ns();
             mp_pool_run(pool, n, work_task, &iters);
             if (r >= 0)
-                ns[r] = now_ns() - a;
+                ns[r] = mp_now_ns() - a;
         }
         qsort(ns, (size_t)reps, sizeof *ns, cmp_i64);
         const double med = (double)ns[reps / 2] / 1000.0;

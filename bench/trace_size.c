@@ -18,19 +18,13 @@
 #include <time.h>
 
 #include "collector/trace.h"
+#include "base/clock.h"
 
 /* A skewed draw in [0, 1): popular experts near 0, as real routing is (u^3). */
 static double pow2_skew(int r)
 {
     double u = (double)r / ((double)RAND_MAX + 1.0);
     return u * u * u;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -95,7 +89,7 @@ int main(int argc, char **argv)
     } else {
         h = mp_trace_hooks(&hs, w);
     }
-    double t_all0 = now_s();
+    double t_all0 = mp_now_s();
     int32_t *ids = malloc((size_t)(prompt * top_k) * sizeof *ids); /* (prompt, top_k) */
     float *wt = malloc((size_t)(prompt * top_k) * sizeof *wt);     /* (prompt, top_k) */
     int32_t *tokens = calloc((size_t)prompt, sizeof *tokens);
@@ -115,20 +109,20 @@ int main(int argc, char **argv)
                         wt[i * top_k + k] = 1.0f / (float)top_k;
                     }
                 if (l == 0 && step_us > 0) { /* the forward pass this step would take */
-                    double until = now_s() + (double)step_us * 1e-6;
-                    while (now_s() < until)
+                    double until = mp_now_s() + (double)step_us * 1e-6;
+                    while (mp_now_s() < until)
                         ;
                 }
                 if (!trace_on)
                     continue;
-                double t0 = now_s();
+                double t0 = mp_now_s();
                 if (l == 0)
                     h.step_begin(h.user, r, s, s ? MP_PHASE_DECODE : MP_PHASE_PREFILL, rows,
                                  s ? prompt + s - 1 : 0);
                 h.routing(h.user, l, rows, top_k, ids, wt);
                 if (l == layers - 1)
                     h.step_end(h.user, 1000);
-                t_write += now_s() - t0;
+                t_write += mp_now_s() - t0;
             }
             n_steps++;
         }
@@ -137,7 +131,7 @@ int main(int argc, char **argv)
     }
     if (async && mp_trace_async_stop(as, &err))
         goto fail;
-    double t_all = now_s() - t_all0;
+    double t_all = mp_now_s() - t_all0;
     if (hs.status) {
         err = hs.error;
         goto fail;

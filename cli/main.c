@@ -5,11 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/args.h"
+#include "analyzer/commands.h"
+#include "collector/commands.h"
+#include "gguf/commands.h"
+#include "mkmodel/commands.h"
+#include "runtime/commands.h"
+#include "simulator/commands.h"
 #include "cli/hang_dump.h"
 #include "kernels/quant.h"
-#include "runtime/build_info.h"
+#include "base/build_info.h"
 #include "collector/route_replay.h"
 #include "runtime/knobs.h"
 
@@ -128,7 +133,7 @@ int main(int argc, char **argv)
     }
     /* Under a file-size limit (ulimit -f) a write past it raises SIGXFSZ, whose default action
      * kills the process silently, leaving temporaries behind; ignored, the write fails with EFBIG
-     * and the writer reports it in one line and cleans up (runtime/atomic_file.h). */
+     * and the writer reports it in one line and cleans up (base/atomic_file.h). */
     signal(SIGXFSZ, SIG_IGN);
     mp_knobs knobs;
     mp_error err;

@@ -21,36 +21,30 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/json.h"
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/json.h"
+#include "base/args.h"
+#include "collector/commands.h"
 #include "collector/collect_opts.h"
 #include "collector/cupti.h"
 #include "collector/prompts.h"
 #include "collector/route_replay.h"
-#include "collector/sha256.h"
+#include "base/sha256.h"
 #include "collector/trace.h"
 #include "kernels/quant.h"
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 #include "runtime/model.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "base/clock.h"
 
 typedef struct prompt_result {
     int64_t n_prompt_tokens, n_gen_tokens;
     int64_t prefill_ns, decode_ns;
 } prompt_result;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 
 static void cpu_model(char *out, size_t cap)
@@ -89,7 +83,7 @@ static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int6
     if (!o->progress || (!final && !isatty(2))) /* a log file gets the final line only */
         return;
     static int64_t last_ns;
-    int64_t t = now_ns();
+    int64_t t = mp_now_ns();
     if (!final && t - last_ns < 100000000) /* at most 10 redraws per second */
         return;
     last_ns = t;
@@ -230,14 +224,14 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
     }
     r->n_prompt_tokens = (int64_t)n_ids;
     mp_session_begin_request(s, request_id, ids, (int64_t)n_ids);
-    int64_t t = now_ns();
+    int64_t t = mp_now_ns();
     st = mp_session_eval(s, ids, (int64_t)n_ids, false, logits, err);
     free(ids);
-    r->prefill_ns = now_ns() - t;
+    r->prefill_ns = mp_now_ns() - t;
     if (st)
         return mp_error_prefix(err, "prompt %s: prefill", p->id);
     *tokens_done += (int64_t)n_ids;
-    t = now_ns();
+    t = mp_now_ns();
     int64_t n_gen = 0;
     for (;;) {
         int32_t next = mp_sampler_sample(smp, logits);
@@ -249,7 +243,7 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
         (*tokens_done)++;
         progress(o, done, total, *tokens_done, t0_ns, false);
     }
-    r->decode_ns = now_ns() - t;
+    r->decode_ns = mp_now_ns() - t;
     r->n_gen_tokens = n_gen;
     mp_session_end_request(s, n_gen);
     (void)m;
@@ -326,7 +320,7 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
         sessp.route_src = &route_src;
     }
     /* executor and placement (checked against the budget) before anything is written */
-    if ((st = mp_executor_plan(m, (mp_executor_kind)o.placement.executor, &o.placement, &sessp, &pl,
+    if ((st = mp_executor_plan(m, o.placement.executor, &o.placement, &sessp, &pl,
                                &use_gpu, &err)))
         goto out;
     sessp.placement = use_gpu ? &pl : NULL;
@@ -417,7 +411,7 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
         if ((st = mp_trace_add_node(w, &nd, &err)))
             goto out;
     }
-    int64_t t0 = now_ns(), tokens_done = 0;
+    int64_t t0 = mp_now_ns(), tokens_done = 0;
     for (int64_t i = 0; i < ps.n; i++) {
         if ((st = run_prompt(&o, &ps.items[i], i, m, tok, s, smp, logits, &res[i], &tokens_done,
                              t0, i, ps.n, &err)))

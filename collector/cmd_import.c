@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/args.h"
+#include "collector/commands.h"
 #include "collector/import.h"
 
 static void usage(FILE *f)

@@ -1,8 +1,8 @@
 /* collector/collect_opts.c — `moeplan collect` options and pre-flight path checks (see header). */
 #include "collector/collect_opts.h"
-#include "runtime/args.h"
-#include "runtime/atomic_file.h"
-#include "runtime/input_file.h"
+#include "base/args.h"
+#include "base/atomic_file.h"
+#include "base/input_file.h"
 
 #include <errno.h>
 #include <libgen.h>

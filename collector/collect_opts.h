@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/placement.h"
 
 typedef struct mp_collect_opts {

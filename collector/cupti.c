@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "collector/cupti.h"
+#include "base/clock.h"
 
 /* The record layouts of the CUPTI this file is compiled against (the library fills the newest
  * version its major release knows; headers and library come from the same toolkit). */
@@ -65,13 +66,6 @@ static const CUpti_ActivityKind g_kinds[] = {
     CUPTI_ACTIVITY_KIND_DRIVER,
 };
 enum { N_KINDS = sizeof g_kinds / sizeof g_kinds[0] };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static const char *cupti_str(CUptiResult r)
 {
@@ -353,12 +347,12 @@ static mp_status drain(mp_cupti *c, mp_cupti_sink_fn sink, void *user, mp_error 
 
 mp_status mp_cupti_flush(mp_cupti *c, mp_cupti_sink_fn sink, void *sink_user, mp_error *err)
 {
-    const int64_t t0 = now_ns();
+    const int64_t t0 = mp_now_ns();
     if (!sink)
         return mp_fail(err, MP_ERR_ARG, "cupti: flush needs a sink");
     mp_status s = drain(c, sink, sink_user, err);
     c->counts.n_flushes++;
-    c->counts.flush_ns += now_ns() - t0;
+    c->counts.flush_ns += mp_now_ns() - t0;
     return s;
 }
 

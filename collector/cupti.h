@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "collector/trace.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/hooks.h"
 
 typedef struct mp_cupti mp_cupti;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "collector/trace.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 typedef enum mp_import_format {
     MP_IMPORT_AUTO = 0,

@@ -9,8 +9,8 @@
  * records of one step have the same n_rows; a node keeps one (name, type, top_k) identity.
  */
 #include "collector/import_internal.h"
-#include "runtime/atomic_file.h"
-#include "runtime/input_file.h"
+#include "base/atomic_file.h"
+#include "base/input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

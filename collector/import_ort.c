@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "collector/import_internal.h"
-#include "runtime/json.h"
+#include "base/json.h"
 
 typedef struct ort_state {
     int32_t *ids;     /* (cap) reused across records */

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/bytelevel.h"
-#include "runtime/input_file.h"
-#include "runtime/json.h"
+#include "tokenizer/bytelevel.h"
+#include "base/input_file.h"
+#include "base/json.h"
 
 static void where_of(const char *data, size_t n, const char *at, int64_t *line, int64_t *col)
 {

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 typedef struct mp_prompt {
     char *text;          /* non-empty, NUL-terminated */

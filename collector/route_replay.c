@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collector/sha256.h"
+#include "base/sha256.h"
 #include "collector/trace_check.h"
 #include "collector/trace_read.h"
 

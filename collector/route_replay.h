@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/hooks.h"
 
 typedef struct mp_route_replay mp_route_replay;

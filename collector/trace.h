@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/hooks.h"
 
 #define MP_TRACE_SCHEMA_VERSION 2 /* written; readers also read version 1 */
@@ -66,7 +66,7 @@ typedef struct mp_trace_writer mp_trace_writer;
  * synchronous=NORMAL. */
 mp_status mp_trace_writer_open(const char *path, bool force, mp_trace_writer **out, mp_error *err);
 /* Create a trace that appears at path only when it is complete (what commands use): the
- * database is written as path.tmp.<pid> (runtime/atomic_file.h), finish fsyncs it and renames it
+ * database is written as path.tmp.<pid> (base/atomic_file.h), finish fsyncs it and renames it
  * over path, and close before a successful finish removes it. An existing path is refused
  * without force and, with force, survives every failure untouched. A kill -9 leaves the
  * temporary, a valid database whose status says the run is incomplete. Messages name path. */

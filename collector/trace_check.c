@@ -15,7 +15,7 @@
 
 #include "collector/trace.h"
 #include "kernels/quant.h"
-#include "runtime/json.h"
+#include "base/json.h"
 
 typedef struct req_key {
     int64_t request_id, ord;

@@ -20,7 +20,7 @@
  */
 #include "kernels/quant.h"
 #include "collector/trace_read.h"
-#include "runtime/input_file.h"
+#include "base/input_file.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "collector/trace.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 /* Run metadata. Strings are NULL and integers -1 where the trace stores NULL. Owned by the reader. */
 typedef struct mp_trace_run {

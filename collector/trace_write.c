@@ -25,12 +25,13 @@
 #include <sqlite3.h>
 #include <sys/random.h>
 
-#include "collector/sha256.h"
-#include "runtime/atomic_file.h"
-#include "runtime/build_info.h"
-#include "runtime/fault.h"
-#include "runtime/json.h"
+#include "base/sha256.h"
+#include "base/atomic_file.h"
+#include "base/build_info.h"
+#include "base/fault.h"
+#include "base/json.h"
 #include "kernels/quant.h"
+#include "base/clock.h"
 
 #define MAX_NODES (MP_TRACE_MAX_NODE_INDEX + 1)
 
@@ -79,13 +80,6 @@ struct mp_trace_writer {
                                 * finish renames it to path; close before that removes it */
     mp_outfile out;
 };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void utc_now(char out[32])
 {
@@ -194,7 +188,7 @@ static mp_status writer_open(const char *db_path, const char *name, mp_trace_wri
     if (!w)
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", name);
     w->path = mp_fault_strdup(name);
-    w->t0_ns = now_ns();
+    w->t0_ns = mp_now_ns();
     memset(w->layer_to_node, 0xff, sizeof w->layer_to_node);
     if (!w->path) {
         free(w);
@@ -332,7 +326,7 @@ static char *with_run_id(const char *config_json)
 {
     uint8_t rnd[16];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) { /* never blocks once booted */
-        const uint64_t t = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+        const uint64_t t = (uint64_t)mp_now_ns() ^ ((uint64_t)getpid() << 32);
         for (int i = 0; i < 16; i++)
             rnd[i] = (uint8_t)(t >> (8 * (i % 8))) ^ (uint8_t)(i * 37);
     }
@@ -902,7 +896,7 @@ static void hk_request_begin(void *user, int64_t request_id, const int32_t *toke
     mp_trace_hooks_state *h = user;
     if (h->status == MP_OK)
         record(h, mp_trace_request_begin(h->w, request_id, NULL, tokens, n, NULL,
-                                         now_ns() - h->clock_start_ns, &h->error));
+                                         mp_now_ns() - h->clock_start_ns, &h->error));
 }
 
 static void hk_step_begin(void *user, int64_t request_id, int64_t step, mp_phase phase,
@@ -959,7 +953,7 @@ static void hk_request_end(void *user, int64_t n_generated)
 {
     mp_trace_hooks_state *h = user;
     if (h->status == MP_OK)
-        record(h, mp_trace_request_end(h->w, n_generated, now_ns() - h->clock_start_ns,
+        record(h, mp_trace_request_end(h->w, n_generated, mp_now_ns() - h->clock_start_ns,
                                        &h->error));
 }
 

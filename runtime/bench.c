@@ -1,6 +1,7 @@
 /* runtime/bench.c — see bench.h. Timing uses CLOCK_MONOTONIC; ids come from splitmix64 so the
  * sequence depends only on (seed, kind, N) and not on the C library's rand(). */
 #include "runtime/bench.h"
+#include "base/clock.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -56,13 +57,6 @@ int64_t mp_bench_positions(mp_bench_kind kind, int64_t n)
     return kind == MP_BENCH_PP ? n : 1 + n;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One repetition from an empty cache; returns tok/s of the timed part in *tok_s. */
 static mp_status run_once(mp_session *s, mp_bench_kind kind, const int32_t *ids, int64_t n,
                           float *logits, double *tok_s, mp_error *err)
@@ -71,17 +65,17 @@ static mp_status run_once(mp_session *s, mp_bench_kind kind, const int32_t *ids,
     mp_session_reset(s);
     double t0, t1;
     if (kind == MP_BENCH_PP) {
-        t0 = now_s();
+        t0 = mp_now_s();
         st = mp_session_eval(s, ids, n, false, logits, err);
-        t1 = now_s();
+        t1 = mp_now_s();
     } else {
         /* ids[0] is the 1-token prompt (untimed); ids[1..n] are fed one decode step each */
         if ((st = mp_session_eval(s, ids, 1, false, logits, err)))
             return st;
-        t0 = now_s();
+        t0 = mp_now_s();
         for (int64_t i = 1; i <= n && !st; i++)
             st = mp_session_eval(s, ids + i, 1, false, logits, err);
-        t1 = now_s();
+        t1 = mp_now_s();
     }
     if (st)
         return st;
@@ -182,13 +176,13 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps)
                 if (pthread_create(&tid[started], NULL, avx2 ? read_words_avx2 : read_words, &w[started]))
                     break;
             }
-            const double t0 = now_s();
+            const double t0 = mp_now_s();
             __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
             for (int t = 0; t < started; t++) {
                 pthread_join(tid[t], NULL);
                 total += w[t].sum;
             }
-            const double dt = now_s() - t0;
+            const double dt = mp_now_s() - t0;
             if (started < threads) { /* fewer threads than asked: no valid number */
                 best = 0;
                 break;

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/session.h"
 
 typedef enum mp_bench_kind { MP_BENCH_PP = 0, MP_BENCH_TG = 1 } mp_bench_kind;

@@ -27,18 +27,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/args.h"
+#include "runtime/commands.h"
 #include "kernels/quant.h"
 #include "runtime/bench.h"
-#include "runtime/build_info.h"
-#include "runtime/gguf.h"
+#include "base/build_info.h"
+#include "gguf/gguf.h"
 #include "runtime/model.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
-#include "runtime/numparse.h"
+#include "base/numparse.h"
 
 #define MAX_SIZES 32
 #define MAX_REPS 1000
@@ -598,7 +598,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         sp.route_src = &route_src;
     }
     /* the executor and placement are decided before any work, against the session's sizes */
-    if ((st = mp_executor_plan(m, (mp_executor_kind)o->pl.executor, &o->pl, &sp, &c.pl, &c.gpu, err)))
+    if ((st = mp_executor_plan(m, o->pl.executor, &o->pl, &sp, &c.pl, &c.gpu, err)))
         goto done;
     sp.placement = c.gpu ? &c.pl : NULL;
     if (o->dry_run) {

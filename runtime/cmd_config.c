@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/args.h"
+#include "runtime/commands.h"
 #include "runtime/knobs.h"
 
 static void usage(FILE *f)

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
-#include "runtime/gguf.h"
+#include "base/args.h"
+#include "runtime/commands.h"
+#include "gguf/gguf.h"
 #include "runtime/strp.h"
 
 static void usage(FILE *f)

@@ -8,7 +8,7 @@
  * says so. --route-replay goes through the function table the CLI passes to
  * mp_cmd_run_with (the runtime never links the trace reader). Every numeric flag is parsed strictly (whole
  * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1. Flags are
- * read by the shared parser (runtime/args.h).
+ * read by the shared parser (base/args.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/args.h"
+#include "runtime/commands.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
 #include "runtime/executor.h"
@@ -29,9 +29,10 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
-#include "runtime/tokenizer.h"
-#include "runtime/input_file.h"
-#include "runtime/numparse.h"
+#include "tokenizer/tokenizer.h"
+#include "base/input_file.h"
+#include "base/numparse.h"
+#include "base/clock.h"
 
 static void usage(FILE *f)
 {
@@ -183,13 +184,6 @@ static mp_status read_file(const char *path, char **out, size_t *len, mp_error *
     return mp_input_read_all(path, "prompt file", (uint64_t)1 << 30, out, len, err);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void emit(const mp_tokenizer *tok, int32_t id)
 {
     char buf[256];
@@ -280,7 +274,7 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
     }
     /* the executor and the placement are decided before any work, against the session's sizes */
     bool use_gpu = false;
-    if ((st = mp_executor_plan(m, (mp_executor_kind)o->pl.executor, &o->pl, &sp, &pl, &use_gpu, err)))
+    if ((st = mp_executor_plan(m, o->pl.executor, &o->pl, &sp, &pl, &use_gpu, err)))
         goto done;
     sp.placement = use_gpu ? &pl : NULL;
     if ((st = mp_session_new(m, &sp, &s, err)))
@@ -300,13 +294,13 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
         goto done;
     }
 
-    const double t0 = now_s();
+    const double t0 = mp_now_s();
     if ((st = mp_session_eval(s, prompt, (int64_t)n_prompt, false, logits, err)))
         goto eval_failed;
-    const double t_prefill = now_s() - t0;
+    const double t_prefill = mp_now_s() - t0;
 
     int64_t n_gen = 0;
-    const double t1 = now_s();
+    const double t1 = mp_now_s();
     while (n_gen < o->n_predict) {
         const int32_t next = mp_sampler_sample(smp, logits);
         n_gen++;
@@ -322,7 +316,7 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
         if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
             goto eval_failed;
     }
-    const double t_decode = now_s() - t1;
+    const double t_decode = mp_now_s() - t1;
     /* decode speed counts forward passes: the first token comes from the prefill's logits */
     const int64_t n_decode_evals = n_gen > 0 ? n_gen - 1 : 0;
     printf("\n");

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/input_file.h"
+#include "base/input_file.h"
 
 #define PATH_MAX_CHARS 256
 

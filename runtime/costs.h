@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 typedef struct mp_cost_stat {
     double median_ns;

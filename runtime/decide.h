@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "runtime/costs.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/model.h"
 
 #define MP_DECIDE_MAX_K MP_COST_DECODE_MAX_K

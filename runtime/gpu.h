@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "runtime/decide.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/placement.h"
 
 typedef struct mp_session mp_session;

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "runtime/numparse.h"
+#include "base/numparse.h"
 #include "runtime/placement.h"
 #if MP_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"

@@ -23,7 +23,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 /* MP_ISA: the level the CPU kernels are capped at (kernels/quant.h); BEST: no cap */
 enum { MP_KNOB_ISA_BEST, MP_KNOB_ISA_SCALAR, MP_KNOB_ISA_AVX2, MP_KNOB_ISA_AVX512 };

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
-#include "runtime/gguf.h"
+#include "base/error.h"
+#include "gguf/gguf.h"
 
 /* Layers a model may have: above any published MoE model (DeepSeek-V3: 61), and it bounds what
  * is allocated per layer from a file's block_count. */

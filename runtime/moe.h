@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/hooks.h"
 #include "runtime/knobs.h"
 #include "runtime/model.h"

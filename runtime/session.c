@@ -14,6 +14,7 @@
 #include "runtime/gpu.h"
 #include "runtime/matmul.h"
 #include "runtime/session_impl.h"
+#include "base/clock.h"
 
 void mp_session_free(mp_session *s)
 {
@@ -134,13 +135,6 @@ mp_gpu *mp_session_gpu(mp_session *s)
     return s->gpu;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
                           float *logits, mp_error *err)
 {
@@ -163,7 +157,7 @@ mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool 
             chunk_logits = logits + done * n_vocab;
         else if (logits && last)
             chunk_logits = logits;
-        const int64_t t0_ns = s->hooks ? now_ns() : 0;
+        const int64_t t0_ns = s->hooks ? mp_now_ns() : 0;
         if (s->hooks && s->hooks->step_begin) {
             bool prefill = s->n_prompt >= 0 ? s->n_past < s->n_prompt
                                             : (s->n_past == 0 || chunk > 1);
@@ -175,7 +169,7 @@ mp_status mp_session_eval(mp_session *s, const int32_t *tokens, int64_t n, bool 
         if (st)
             return st;
         if (s->hooks && s->hooks->step_end)
-            s->hooks->step_end(s->hooks->user, now_ns() - t0_ns);
+            s->hooks->step_end(s->hooks->user, mp_now_ns() - t0_ns);
         s->step++;
         done += chunk;
     }

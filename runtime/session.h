@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/hooks.h"
 #include "runtime/knobs.h"
 #include "runtime/model.h"

@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/fault.h"
-#include "runtime/input_file.h"
+#include "base/fault.h"
+#include "base/input_file.h"
 
 static uint32_t get_u32(const uint8_t *p)
 {

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 #define MP_STRP_VERSION 1u
 #define MP_STRP_HEADER_BYTES 24u

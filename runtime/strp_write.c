@@ -1,11 +1,11 @@
 /* runtime/strp_write.c — writing STRP profiles and their JSON manifests to disk.
  * Both go through mp_write_file_atomic: a reader sees the previous file or the new one.
  * Every profile written loads in the readers that refuse n_ranked > slots (schemas/strp.md). */
-#include "runtime/json.h"
-#include "runtime/fault.h"
+#include "base/json.h"
+#include "base/fault.h"
 #include "runtime/strp.h"
 
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collector/sha256.h"
+#include "base/sha256.h"
 #include "kernels/quant.h"
 #include "mp_config.h"
 #include "runtime/threadpool.h"

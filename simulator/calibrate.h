@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/knobs.h"
 
 #define MP_CALIB_LIST_MAX 32

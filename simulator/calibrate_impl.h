@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
-#include "runtime/atomic_file.h"
+#include "base/args.h"
+#include "simulator/commands.h"
+#include "base/atomic_file.h"
 #include "simulator/calibrate.h"
 #include "runtime/costs.h"
 

@@ -18,16 +18,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
+#include "base/args.h"
+#include "simulator/commands.h"
 #include "collector/route_replay.h"
 #include "runtime/bench.h"
 #include "runtime/costs.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
-#include "runtime/input_file.h"
-#include "runtime/json.h"
-#include "runtime/numparse.h"
+#include "base/input_file.h"
+#include "base/json.h"
+#include "base/numparse.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "simulator/sim.h"
@@ -210,7 +210,7 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
                                       err);
     if (!st) {
         sp.route_src = &src;
-        st = mp_executor_plan(m, (mp_executor_kind)po.executor, &po, &sp, &pl, gpu, err);
+        st = mp_executor_plan(m, po.executor, &po, &sp, &pl, gpu, err);
     }
     if (!st) {
         sp.placement = *gpu ? &pl : NULL;

@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/args.h"
-#include "cli/commands.h"
-#include "collector/sha256.h"
-#include "runtime/atomic_file.h"
+#include "base/args.h"
+#include "simulator/commands.h"
+#include "base/sha256.h"
+#include "base/atomic_file.h"
 #include "runtime/costs.h"
 #include "runtime/model.h"
-#include "runtime/numparse.h"
+#include "base/numparse.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "runtime/strp.h"
@@ -718,7 +718,7 @@ static void notes(const opts *o, const mp_sim_config *cfg, const mp_sim_budget_r
 
 /* Every output against every input and the outputs before it, before any work: none may
  * replace an input (compared by device and inode) or another output, and an existing one is
- * replaced only with --force (runtime/atomic_file.h). manifest gets OUT.strp.json. */
+ * replaced only with --force (base/atomic_file.h). manifest gets OUT.strp.json. */
 static mp_status check_outputs(const opts *o, char *manifest, size_t cap, mp_error *err)
 {
     if (o->profile && (size_t)snprintf(manifest, cap, "%s.json", o->profile) >= cap)

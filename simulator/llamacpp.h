@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
-#include "runtime/gguf.h"
+#include "base/error.h"
+#include "gguf/gguf.h"
 
 #define MP_LLAMACPP_CTX_PAD 256 /* llama.cpp pads n_ctx to this (src/llama-context.cpp) */
 #define MP_LLAMACPP_UBATCH 512  /* llama.cpp's default --ubatch-size */

@@ -1,7 +1,7 @@
 /* simulator/report.c — table, JSON and SVG of a simulation (see report.h). Every number printed
  * comes from an mp_sim_result; nothing is estimated here. */
-#include "runtime/json.h"
-#include "runtime/fault.h"
+#include "base/json.h"
+#include "base/fault.h"
 #include "simulator/report.h"
 
 #include <cjson/cJSON.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "analyzer/svg.h"
-#include "runtime/atomic_file.h"
+#include "base/atomic_file.h"
 
 const mp_sim_metrics *mp_sim_rank_metrics(const mp_sim_result *r)
 {

@@ -1,5 +1,5 @@
 /* simulator/report.h — the outputs of `moeplan simulate`: a text table, a JSON document and an
- * SVG chart of policies × budgets. Files are written atomically (runtime/atomic_file.h). */
+ * SVG chart of policies × budgets. Files are written atomically (base/atomic_file.h). */
 #ifndef MP_SIMULATOR_REPORT_H
 #define MP_SIMULATOR_REPORT_H
 

@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/strp.h"
 #include "runtime/costs.h"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/check_version.py VERSION BUILD_OPTIONS: `moeplan --version`, `-V` and `version` print the
 same three lines: "moeplan VERSION" (meson's project version), "commit C" with C what
-runtime/git_commit.py says of the source tree, and "build BUILD_OPTIONS" (meson.build's string
+base/git_commit.py says of the source tree, and "build BUILD_OPTIONS" (meson.build's string
 for this build directory). And git_commit.py itself: "unknown" for a tree without a .git of its
 own, even one inside another git checkout; the short hash of HEAD in a fresh repository.
 
@@ -28,7 +28,7 @@ def main():
     version, build_options = sys.argv[1], sys.argv[2]
     moeplan = os.environ["MP_MOEPLAN"]
     root = os.environ["MP_SOURCE_ROOT"]
-    git_commit = os.path.join(root, "runtime", "git_commit.py")
+    git_commit = os.path.join(root, "base", "git_commit.py")
 
     commit = run([sys.executable, git_commit, root]).stdout.strip()
     expected = f"moeplan {version}\ncommit {commit}\nbuild {build_options}\n"

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_gguf.c — libFuzzer target for the GGUF reader (runtime/gguf.c).
+/* tests/fuzz/fuzz_gguf.c — libFuzzer target for the GGUF reader (gguf/gguf.c).
  *
  * Feeds arbitrary bytes to mp_gguf_open_buffer. On success every getter is exercised on every key
  * and tensor, and each tensor's first and last data byte is read, so that any out-of-bounds view
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/gguf.h"
+#include "gguf/gguf.h"
 
 static void check(bool ok)
 {

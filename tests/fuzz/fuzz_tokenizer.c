@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/bytelevel.h"
-#include "runtime/tokenizer.h"
+#include "tokenizer/bytelevel.h"
+#include "tokenizer/tokenizer.h"
 
 static const char *const k_pres[2] = {"gpt-2", "qwen2"};
 

@@ -29,7 +29,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "runtime/gpu.h"
-#include "runtime/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"

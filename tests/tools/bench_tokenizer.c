@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static double now_s(void)
 {

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static char *read_file(const char *path, size_t *len)
 {

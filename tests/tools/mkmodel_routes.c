@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 
 int main(int argc, char **argv)
 {

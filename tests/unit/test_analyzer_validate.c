@@ -447,7 +447,7 @@ Test(analyzer_validate, validate_only_lists_every_problem)
 /* ---- --model: node shapes and bytes per expert against a GGUF ---- */
 
 #include "kernels/quant.h"
-#include "runtime/gguf.h"
+#include "gguf/gguf.h"
 
 /* A GGUF with 2 blocks of 8 experts, top-2, whose experts are gate/up [16, 8, 8] and down
  * [8, 16, 8] in f32: 3 × 512 = 1536 bytes per expert. */

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "runtime/bench.h"
-#include "runtime/build_info.h"
+#include "base/build_info.h"
 #include "runtime/gpu.h"
 #include "runtime/knobs.h"
 #include "tests/unit/cli_util.h"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "collector/trace_read.h"
-#include "runtime/build_info.h"
+#include "base/build_info.h"
 #include "runtime/knobs.h"
 #include "tests/unit/cli_util.h"
 

@@ -1,9 +1,9 @@
-/* tests/unit/test_error.c — one-line errors (runtime/error.c): formatting, newlines folded, a
+/* tests/unit/test_error.c — one-line errors (base/error.c): formatting, newlines folded, a
  * prefix added in front, and a message cut at the buffer's end marked with "...". */
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 Test(error, formats_one_line)
 {

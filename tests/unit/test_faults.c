@@ -1,6 +1,6 @@
 /* tests/unit/test_faults.c — fault injection, as SQLite's test_malloc and I/O error tests: every
  * allocation and write of the trace writer, the report writers (analyze, simulate), the GGUF
- * writer and the STRP writer is made to fail in turn (runtime/fault.h: the Nth fault point from
+ * writer and the STRP writer is made to fail in turn (base/fault.h: the Nth fault point from
  * arming; for the trace writer also SQLite's own allocations and its VFS writes, syncs and
  * truncations). For every N the operation must fail cleanly — an error, one line — leave every
  * pre-existing output byte for byte as it was (or, for a command with several outputs, each one
@@ -20,13 +20,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/commands.h"
+#include "analyzer/commands.h"
+#include "simulator/commands.h"
 #include "collector/import.h"
 #include "collector/trace.h"
 #include "collector/trace_check.h"
 #include "kernels/quant.h"
-#include "runtime/fault.h"
-#include "runtime/gguf.h"
+#include "base/fault.h"
+#include "gguf/gguf.h"
 #include "runtime/strp.h"
 #include "tests/unit/analyzer_fixture.h"
 #include "tests/unit/cli_util.h"

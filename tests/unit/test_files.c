@@ -1,5 +1,5 @@
-/* tests/unit/test_files.c — the input and output rules of runtime/input_file.h and
- * runtime/atomic_file.h: FIFOs, devices and directories refused before a blocking open, size caps,
+/* tests/unit/test_files.c — the input and output rules of base/input_file.h and
+ * base/atomic_file.h: FIFOs, devices and directories refused before a blocking open, size caps,
  * outputs that alias an input (hard links, other spellings), --force, missing directories, and
  * the atomic writer under injected faults and a file-size limit: the old file byte-identical and
  * no temporary left behind, whatever fails. */
@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/atomic_file.h"
-#include "runtime/fault.h"
-#include "runtime/input_file.h"
+#include "base/atomic_file.h"
+#include "base/fault.h"
+#include "base/input_file.h"
 
 static char dir[256];
 

@@ -1145,9 +1145,9 @@ Test(forward, thread_count_does_not_change_logits)
 
 #include <unistd.h>
 
-#include "cli/commands.h"
-#include "runtime/gguf.h"
-#include "runtime/tokenizer.h"
+#include "runtime/commands.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct gguf_opts {
     const char *arch;          /* general.architecture */

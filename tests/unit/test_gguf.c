@@ -1,4 +1,4 @@
-/* tests/unit/test_gguf.c — the GGUF reader and writer (runtime/gguf.c, runtime/gguf_write.c).
+/* tests/unit/test_gguf.c — the GGUF reader and writer (gguf/gguf.c, gguf/gguf_write.c).
  *
  *  - round trip: every value type, arrays, every supported tensor type with random data (the seed
  *    is printed on failure), a custom alignment, data streamed in uneven chunks;
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
-#include "runtime/gguf.h"
+#include "gguf/gguf.h"
 #include "runtime/model.h"
 
 /* ---- helpers ---- */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
-#include "runtime/gguf.h"
+#include "gguf/gguf.h"
 
 typedef struct run_result {
     int status; /* exit code */

@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/commands.h"
+#include "mkmodel/commands.h"
 #include "kernels/quant.h"
-#include "runtime/gguf.h"
-#include "runtime/mkmodel.h"
+#include "gguf/gguf.h"
+#include "mkmodel/mkmodel.h"
 #include "runtime/model.h"
 
 static char tmp_dir[256];

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "kernels/quant.h"
-#include "runtime/mkmodel_blocks.h"
+#include "mkmodel/mkmodel_blocks.h"
 
 static uint64_t next_bits(void *state)
 {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/mkmodel.h"
+#include "mkmodel/mkmodel.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
 #include "runtime/threadpool.h"

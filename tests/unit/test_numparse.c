@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 
-#include "runtime/numparse.h"
+#include "base/numparse.h"
 
 Test(numparse, accepts_plain_decimals_in_range)
 {

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "collector/sha256.h"
+#include "base/sha256.h"
 #include "collector/trace_read.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"

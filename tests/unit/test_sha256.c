@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collector/sha256.h"
+#include "base/sha256.h"
 
 static void hex_of(const void *data, size_t n, size_t piece, char hex[65])
 {

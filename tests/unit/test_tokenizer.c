@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/bytelevel.h"
-#include "runtime/tokenizer.h"
+#include "tokenizer/bytelevel.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- helpers ---- */
 

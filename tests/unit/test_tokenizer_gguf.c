@@ -1,7 +1,7 @@
 /* tests/unit/test_tokenizer_gguf.c — mp_tokenizer_load on real GGUF files: the tiny Qwen3-MoE
  * fixture written by the `gguf` Python package (tests/fixtures/hf), and small files written with
  * mp_gguf_writer whose tokenizer.ggml.* metadata is wrong in one way each.
- * Needs the GGUF reader and writer (runtime/gguf.c, gguf_write.c).
+ * Needs the GGUF reader and writer (gguf/gguf.c, gguf_write.c).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/bytelevel.h"
-#include "runtime/gguf.h"
-#include "runtime/tokenizer.h"
+#include "tokenizer/bytelevel.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 Test(tokenizer_gguf, loads_hf_fixture_vocabulary)
 {

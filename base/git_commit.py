@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""base/git_commit.py SOURCE_ROOT: print `git describe --tags --always --dirty` of the git
+checkout at SOURCE_ROOT, or "unknown" where SOURCE_ROOT has no .git of its own (a release tarball,
+even one unpacked inside another repository), git is missing, or git fails. Meson's vcs_tag runs
+it at every build (runtime/meson.build); nothing it prints goes to stderr."""
+import os
+import subprocess
+import sys
+
+
+def describe(root):
+    git_dir = os.path.join(root, ".git")  # a directory, or a file naming one (a worktree)
+    if not os.path.exists(git_dir):
+        return "unknown"
+    try:
+        out = subprocess.run(["git", "--git-dir", git_dir, "--work-tree", root,
+                              "describe", "--tags", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and commit else "unknown"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: git_commit.py SOURCE_ROOT")
+    print(describe(sys.argv[1]))

@@ -1,0 +1,340 @@
+/* mkmodel/cmd_mkmodel.c — `moeplan mkmodel`: write a synthetic GGUF MoE model.
+ *
+ * Flags are applied in a fixed order whatever their order on the command line: the preset or
+ * architecture first, then --quant, then the --type-CLASS overrides (left to right, so a later one
+ * wins), then the shape and generator flags. Exit status: 0 written, 1 failure, 2 usage error.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/args.h"
+#include "mkmodel/commands.h"
+#include "kernels/quant.h"
+#include "mkmodel/mkmodel.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: moeplan mkmodel (--preset NAME | --arch ARCH) [options] -o OUT.gguf\n"
+        "\n"
+        "Write a synthetic MoE model in GGUF: real tensor names, shapes and metadata keys, random\n"
+        "weights from a seed, a byte-level BPE vocabulary, and routers with a tunable popularity\n"
+        "skew. The same flags and seed always give the same bytes.\n"
+        "\n"
+        "  --preset NAME      tiny (CI-sized, default q4_k_m: a few MB), flame (25 x 64 experts,\n"
+        "                     top-6: FLAME-MoE-290M's routing geometry), qwen3-30b-a3b, olmoe, mixtral\n"
+        "  --arch ARCH        qwen3moe, olmoe or mixtral with tiny shapes (then set the shape flags)\n"
+        "  --layers N  --hidden N  --heads N  --kv-heads N  --head-dim N\n"
+        "  --experts N  --top-k N  --expert-ff N  --vocab N  --ctx N\n"
+        "                     override the preset's shape\n"
+        "  --rope-base F  --rms-eps F  --name STR\n"
+        "  --quant MIX        q4_k_m (default: attn_v, ffn_down_exps and output Q6_K, other\n"
+        "                     matrices Q4_K), q8_0, bf16, f16, f32; norms and router stay F32\n"
+        "  --type-CLASS TYPE  override one class: CLASS is embd, output, attn, attn-q, attn-k,\n"
+        "                     attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, norm;\n"
+        "                     TYPE is F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K\n"
+        "  --skew S           Zipf exponent of each layer's expert popularity (default %.2f;\n"
+        "                     0 = uniform); each layer ranks its experts in its own random order\n"
+        "  -s, --seed N       PRNG seed (default 0)\n"
+        "  -t, --threads N    quantization threads (default: all CPUs; does not change the output)\n"
+        "  -o, --output PATH  output file (written to PATH.tmp.<pid>, then renamed)\n"
+        "  --force            overwrite PATH if it exists\n"
+        "  --quiet            no progress output\n"
+        "  --dry-run          check the flags and print the tensor count and data size; write nothing\n"
+        "  -h, --help         this help\n",
+        MP_MK_DEFAULT_SKEW);
+}
+
+static int usage_error(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "moeplan mkmodel: error: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (see moeplan mkmodel --help)\n");
+    return 2;
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < 1)
+        return usage_error("%s '%s': expected a positive integer", flag, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *flag, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-')
+        return usage_error("%s '%s': expected a non-negative integer", flag, s);
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end)
+        return usage_error("%s '%s': expected a non-negative integer", flag, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_f64(const char *flag, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return usage_error("%s '%s': expected a number", flag, s);
+    *out = v;
+    return 0;
+}
+
+typedef struct progress_state {
+    struct timespec start;
+    double last_print_s;
+    int tty;
+    int show;
+    int printed;
+} progress_state;
+
+static double since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static bool on_progress(void *user, uint64_t done, uint64_t total)
+{
+    progress_state *ps = user;
+    if (interrupted)
+        return false;
+    if (!ps->show)
+        return true;
+    double t = since(&ps->start);
+    /* A terminal gets a live line; a log gets a line every 10 s. */
+    double every_s = ps->tty ? 0.5 : 10.0;
+    if (done < total && t - ps->last_print_s < every_s)
+        return true;
+    ps->last_print_s = t;
+    double frac = total ? (double)done / (double)total : 1.0;
+    double eta_s = frac > 0 ? t / frac - t : 0;
+    fprintf(stderr, "%smkmodel: %5.1f%% of %.2f GB, %.0fs elapsed, ETA %.0fs%s",
+            ps->tty ? "\r" : "", 100.0 * frac, (double)total / 1e9, t, eta_s,
+            ps->tty ? "   " : "\n");
+    ps->printed = 1;
+    return true;
+}
+
+enum { OPT_VALUE = 1, OPT_TYPE, OPT_FORCE, OPT_QUIET, OPT_DRY_RUN };
+
+/* Every flag that takes a value is OPT_VALUE (told apart by its name), each --type-CLASS is
+ * OPT_TYPE (the class is the name's tail: mp_mkmodel_set_type checks it again). */
+static const mp_cli_opt mkmodel_flags[] = {
+    {"preset", 0, true, OPT_VALUE, NULL}, {"arch", 0, true, OPT_VALUE, NULL},
+    {"layers", 0, true, OPT_VALUE, NULL}, {"hidden", 0, true, OPT_VALUE, NULL},
+    {"heads", 0, true, OPT_VALUE, NULL}, {"kv-heads", 0, true, OPT_VALUE, NULL},
+    {"head-dim", 0, true, OPT_VALUE, NULL}, {"experts", 0, true, OPT_VALUE, NULL},
+    {"top-k", 0, true, OPT_VALUE, NULL}, {"expert-ff", 0, true, OPT_VALUE, NULL},
+    {"vocab", 0, true, OPT_VALUE, NULL}, {"ctx", 0, true, OPT_VALUE, NULL},
+    {"rope-base", 0, true, OPT_VALUE, NULL}, {"rms-eps", 0, true, OPT_VALUE, NULL},
+    {"name", 0, true, OPT_VALUE, NULL}, {"quant", 0, true, OPT_VALUE, NULL},
+    {"skew", 0, true, OPT_VALUE, NULL}, {"seed", 's', true, OPT_VALUE, NULL},
+    {"threads", 't', true, OPT_VALUE, NULL}, {"output", 'o', true, OPT_VALUE, NULL},
+    {"type-embd", 0, true, OPT_TYPE, NULL}, {"type-output", 0, true, OPT_TYPE, NULL},
+    {"type-attn", 0, true, OPT_TYPE, NULL}, {"type-attn-q", 0, true, OPT_TYPE, NULL},
+    {"type-attn-k", 0, true, OPT_TYPE, NULL}, {"type-attn-v", 0, true, OPT_TYPE, NULL},
+    {"type-attn-output", 0, true, OPT_TYPE, NULL}, {"type-router", 0, true, OPT_TYPE, NULL},
+    {"type-experts", 0, true, OPT_TYPE, NULL}, {"type-ffn-gate", 0, true, OPT_TYPE, NULL},
+    {"type-ffn-up", 0, true, OPT_TYPE, NULL}, {"type-ffn-down", 0, true, OPT_TYPE, NULL},
+    {"type-norm", 0, true, OPT_TYPE, NULL},
+    {"force", 0, false, OPT_FORCE, NULL}, {"quiet", 0, false, OPT_QUIET, NULL},
+    {"dry-run", 0, false, OPT_DRY_RUN, NULL}, {"help", 'h', false, 'h', NULL},
+    {0},
+};
+
+/* One flag with a value as given, by its canonical name ("--seed" for -s too). */
+typedef struct mk_flag {
+    int id;
+    char name[32];
+    const char *value;
+} mk_flag;
+
+static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags);
+
+int mp_cmd_mkmodel(int argc, char **argv)
+{
+    mk_flag *flags = calloc((size_t)argc + 1, sizeof *flags);
+    if (!flags) {
+        fprintf(stderr, "moeplan mkmodel: error: out of memory\n");
+        return MP_EXIT_FAILURE;
+    }
+    int n_flags = 0;
+    const int rc = mkmodel(argc, argv, flags, &n_flags);
+    free(flags);
+    return rc;
+}
+
+/* Pass 1 (the command line, the preset or architecture, --quant, the --type-CLASS overrides in
+ * order), then pass 2 (shapes and generator settings) over the flags pass 1 kept. */
+static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
+{
+    const char *preset = NULL, *arch = NULL, *quant = NULL, *out_path = NULL;
+    bool force = false, quiet = false, dry_run = false;
+    mp_cli c;
+    mp_cli_init(&c, "mkmodel", mkmodel_flags, argc, argv);
+    const char *given;
+    for (int id; (id = mp_cli_next(&c, &given)) != MP_CLI_END;) {
+        const char *v = given;
+        switch (id) {
+        case MP_CLI_ERROR:
+            return mp_cli_usage_error("mkmodel", c.err.msg);
+        case MP_CLI_POSITIONAL:
+            return usage_error("unexpected argument '%s'%s", v, "");
+        case 'h':
+            usage(stdout);
+            return MP_EXIT_OK;
+        case OPT_FORCE: force = true; break;
+        case OPT_QUIET: quiet = true; break;
+        case OPT_DRY_RUN: dry_run = true; break;
+        default:
+            flags[*n_flags].id = id;
+            snprintf(flags[*n_flags].name, sizeof flags[*n_flags].name, "%s", c.flag);
+            flags[*n_flags].value = v;
+            const char *a = c.flag;
+            if (!strcmp(a, "--preset"))
+                preset = v;
+            else if (!strcmp(a, "--arch"))
+                arch = v;
+            else if (!strcmp(a, "--quant"))
+                quant = v;
+            else if (!strcmp(a, "--output"))
+                out_path = v;
+            (*n_flags)++;
+        }
+    }
+    if (!preset == !arch)
+        return usage_error("expected exactly one of --preset NAME or --arch ARCH%s%s", "", "");
+    if (!out_path || !*out_path)
+        return usage_error("expected -o OUT.gguf%s%s", "", "");
+    mp_mkmodel_config cfg;
+    mp_error err = {0};
+    mp_status st = preset ? mp_mkmodel_preset(preset, &cfg, &err) : mp_mkmodel_arch(arch, &cfg, &err);
+    if (!st && quant)
+        st = mp_mkmodel_set_mix(&cfg, quant, &err);
+    for (int i = 0; i < *n_flags && !st; i++)
+        if (flags[i].id == OPT_TYPE)
+            st = mp_mkmodel_set_type(&cfg, flags[i].name + 7, flags[i].value, &err);
+    if (st) {
+        fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
+        return 2;
+    }
+    /* Pass 2: shapes and generator settings. */
+    for (int i = 0; i < *n_flags; i++) {
+        const char *a = flags[i].name, *v = flags[i].value;
+        struct {
+            const char *flag;
+            int64_t *dst;
+        } shape[] = {{"--layers", &cfg.n_layer},     {"--hidden", &cfg.n_embd},
+                     {"--heads", &cfg.n_head},       {"--kv-heads", &cfg.n_head_kv},
+                     {"--head-dim", &cfg.head_dim},  {"--experts", &cfg.n_expert},
+                     {"--top-k", &cfg.n_expert_used}, {"--expert-ff", &cfg.n_ff_exp},
+                     {"--vocab", &cfg.n_vocab},      {"--ctx", &cfg.n_ctx}};
+        int matched = 0;
+        for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++)
+            if (!strcmp(a, shape[k].flag)) {
+                if (parse_i64(a, v, shape[k].dst))
+                    return 2;
+                matched = 1;
+            }
+        if (matched)
+            continue;
+        double d;
+        if (!strcmp(a, "--skew")) {
+            if (parse_f64(a, v, &d))
+                return 2;
+            if (d < 0 || d > 16)
+                return usage_error("--skew '%s': expected a number in 0..16%s", v, "");
+            cfg.skew = d;
+        } else if (!strcmp(a, "--rope-base") || !strcmp(a, "--rms-eps")) {
+            if (parse_f64(a, v, &d))
+                return 2;
+            if (!(d > 0) || d > 1e30)
+                return usage_error("%s '%s': expected a positive number", a, v);
+            *(!strcmp(a, "--rope-base") ? &cfg.rope_freq_base : &cfg.rms_eps) = (float)d;
+        } else if (!strcmp(a, "--seed")) {
+            if (parse_u64(a, v, &cfg.seed))
+                return 2;
+        } else if (!strcmp(a, "--threads")) {
+            int64_t n;
+            if (parse_i64(a, v, &n))
+                return 2;
+            if (n > 1024)
+                return usage_error("--threads '%s': expected 1..1024%s", v, "");
+            cfg.n_threads = (int)n;
+        } else if (!strcmp(a, "--name")) {
+            if (strlen(v) >= sizeof cfg.name)
+                return usage_error("--name '%s': expected at most 63 bytes%s", v, "");
+            snprintf(cfg.name, sizeof cfg.name, "%s", v);
+        }
+    }
+    st = mp_mkmodel_validate(&cfg, &err);
+    if (st) {
+        fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
+        return 2;
+    }
+
+    mp_mk_tensor *tensors = NULL;
+    int64_t n_tensors = 0;
+    st = mp_mkmodel_plan(&cfg, &tensors, &n_tensors, &err);
+    uint64_t total = st ? 0 : mp_mkmodel_data_bytes(tensors, n_tensors);
+    free(tensors);
+    if (!st && dry_run) {
+        printf("would write %s: %lld tensors, %llu bytes of tensor data, %s %s\n", out_path,
+               (long long)n_tensors, (unsigned long long)total,
+               cfg.preset[0] ? cfg.preset : "custom", cfg.mix);
+        return 0;
+    }
+    progress_state ps = {.tty = isatty(2)};
+    clock_gettime(CLOCK_MONOTONIC, &ps.start);
+    /* Only large models are worth a progress line. */
+    ps.show = !quiet && total >= ((uint64_t)64 << 20);
+    /* Ctrl-C / SIGTERM stop at the next chunk, and the writer removes its temporary file. */
+    struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    if (!st)
+        st = mp_mkmodel_write(&cfg, out_path, force, on_progress, &ps, &err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (ps.printed && ps.tty)
+        fputc('\n', stderr);
+    if (st) {
+        fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
+        return st == MP_ERR_ARG ? 2 : 1;
+    }
+    struct stat sb;
+    long long size = stat(out_path, &sb) == 0 ? (long long)sb.st_size : -1;
+    printf("wrote %s: %lld bytes, %lld tensors, %s %s, %lld layers x %lld experts (top-%lld), "
+           "skew %.2f, seed %llu, %.1f s\n",
+           out_path, size, (long long)n_tensors, cfg.preset[0] ? cfg.preset : "custom", cfg.mix,
+           (long long)cfg.n_layer, (long long)cfg.n_expert, (long long)cfg.n_expert_used, cfg.skew,
+           (unsigned long long)cfg.seed, since(&ps.start));
+    return 0;
+}

@@ -1,0 +1,380 @@
+/* mkmodel/mkmodel.c — mkmodel's configuration: presets, quant mixes, per-class types, validation,
+ * and the tensor plan (names, shapes, types in file order). Generation and writing live in
+ * mkmodel/mkmodel_write.c.
+ *
+ * Shapes follow llama.cpp's GGUF conventions: ne[0] is the input dimension of a matrix, so a
+ * projection from n_embd to m has ne = [n_embd, m]; expert tensors stack experts in ne[2]:
+ * gate/up ne = [n_embd, n_ff_exp, n_expert], down ne = [n_ff_exp, n_embd, n_expert].
+ */
+#include "mkmodel/mkmodel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels/quant.h"
+
+const char *const mp_mkmodel_preset_names[] = {"tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral",
+                                               NULL};
+
+static const char *const class_names[MP_MK_N_CLASSES] = {
+    [MP_MK_EMBD] = "embd",         [MP_MK_OUTPUT] = "output",     [MP_MK_ATTN_Q] = "attn-q",
+    [MP_MK_ATTN_K] = "attn-k",     [MP_MK_ATTN_V] = "attn-v",     [MP_MK_ATTN_OUT] = "attn-output",
+    [MP_MK_ROUTER] = "router",     [MP_MK_FFN_GATE] = "ffn-gate", [MP_MK_FFN_UP] = "ffn-up",
+    [MP_MK_FFN_DOWN] = "ffn-down", [MP_MK_NORM] = "norm",
+};
+
+static void set_shape(mp_mkmodel_config *c, int64_t n_layer, int64_t n_embd, int64_t n_head,
+                      int64_t n_head_kv, int64_t head_dim, int64_t n_expert, int64_t top_k,
+                      int64_t n_ff_exp, int64_t n_vocab, int64_t n_ctx)
+{
+    c->n_layer = n_layer;
+    c->n_embd = n_embd;
+    c->n_head = n_head;
+    c->n_head_kv = n_head_kv;
+    c->head_dim = head_dim;
+    c->n_expert = n_expert;
+    c->n_expert_used = top_k;
+    c->n_ff_exp = n_ff_exp;
+    c->n_vocab = n_vocab;
+    c->n_ctx = n_ctx;
+}
+
+static void defaults(mp_mkmodel_config *c, mp_arch arch)
+{
+    memset(c, 0, sizeof *c);
+    c->arch = arch;
+    c->skew = MP_MK_DEFAULT_SKEW;
+    c->seed = 0;
+    /* CI-sized: every row length is a multiple of 256 so that the K-quants (the q4_k_m default)
+     * apply; a few MB in q4_k_m. */
+    set_shape(c, 4, 256, 4, 2, 64, 16, 4, 256, 512, 512);
+    switch (arch) {
+    case MP_ARCH_QWEN3MOE: c->rope_freq_base = 1e6f; c->rms_eps = 1e-6f; break;
+    case MP_ARCH_OLMOE: c->rope_freq_base = 1e4f; c->rms_eps = 1e-5f; break;
+    case MP_ARCH_MIXTRAL: c->rope_freq_base = 1e6f; c->rms_eps = 1e-5f; break;
+    }
+    mp_mkmodel_set_mix(c, "q4_k_m", NULL);
+}
+
+static const char *arch_cli_name(mp_arch a)
+{
+    switch (a) {
+    case MP_ARCH_QWEN3MOE: return "qwen3moe";
+    case MP_ARCH_OLMOE: return "olmoe";
+    case MP_ARCH_MIXTRAL: return "mixtral";
+    }
+    return "?";
+}
+
+mp_status mp_mkmodel_arch(const char *arch_name, mp_mkmodel_config *cfg, mp_error *err)
+{
+    mp_arch arch;
+    if (!strcmp(arch_name, "qwen3moe"))
+        arch = MP_ARCH_QWEN3MOE;
+    else if (!strcmp(arch_name, "olmoe"))
+        arch = MP_ARCH_OLMOE;
+    else if (!strcmp(arch_name, "mixtral") || !strcmp(arch_name, "llama"))
+        arch = MP_ARCH_MIXTRAL;
+    else
+        return mp_fail(err, MP_ERR_ARG,
+                       "--arch '%s': expected one of qwen3moe, olmoe, mixtral", arch_name);
+    defaults(cfg, arch);
+    snprintf(cfg->name, sizeof cfg->name, "moeplan-synthetic-%s", arch_cli_name(arch));
+    return MP_OK;
+}
+
+mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *err)
+{
+    if (!strcmp(name, "tiny")) {
+        defaults(cfg, MP_ARCH_QWEN3MOE);
+    } else if (!strcmp(name, "flame")) {
+        /* The routing geometry of FLAME-MoE-290M (25 MoE layers, 64 experts, top-6), for replaying
+         * and comparing with its real traces; the dense sizes are kept small. */
+        defaults(cfg, MP_ARCH_QWEN3MOE);
+        set_shape(cfg, 25, 256, 4, 4, 64, 64, 6, 256, 2048, 2048);
+    } else if (!strcmp(name, "qwen3-30b-a3b")) {
+        defaults(cfg, MP_ARCH_QWEN3MOE);
+        set_shape(cfg, 48, 2048, 32, 4, 128, 128, 8, 768, 151936, 40960);
+        cfg->rope_freq_base = 1e6f;
+        cfg->rms_eps = 1e-6f;
+    } else if (!strcmp(name, "olmoe")) {
+        defaults(cfg, MP_ARCH_OLMOE);
+        set_shape(cfg, 16, 2048, 16, 16, 128, 64, 8, 1024, 50304, 4096);
+    } else if (!strcmp(name, "mixtral")) {
+        defaults(cfg, MP_ARCH_MIXTRAL);
+        set_shape(cfg, 32, 4096, 32, 8, 128, 8, 2, 14336, 32000, 32768);
+    } else {
+        return mp_fail(err, MP_ERR_ARG,
+                       "--preset '%s': expected one of tiny, flame, qwen3-30b-a3b, olmoe, mixtral",
+                       name);
+    }
+    snprintf(cfg->preset, sizeof cfg->preset, "%s", name);
+    snprintf(cfg->name, sizeof cfg->name, "moeplan-synthetic-%s", name);
+    return MP_OK;
+}
+
+mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *err)
+{
+    int matrix;
+    if (!strcasecmp(mix, "q4_k_m"))
+        matrix = MP_TYPE_Q4_K;
+    else if (!strcasecmp(mix, "q8_0"))
+        matrix = MP_TYPE_Q8_0;
+    else if (!strcasecmp(mix, "bf16"))
+        matrix = MP_TYPE_BF16;
+    else if (!strcasecmp(mix, "f16"))
+        matrix = MP_TYPE_F16;
+    else if (!strcasecmp(mix, "f32"))
+        matrix = MP_TYPE_F32;
+    else
+        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q4_k_m, q8_0, bf16, f16, f32",
+                       mix);
+    for (int c = 0; c < MP_MK_N_CLASSES; c++)
+        cfg->types[c] = matrix;
+    /* Vectors and the router stay in F32 in every mix: they are tiny, and the router's logits
+     * decide the routing this tool exists to control. */
+    cfg->types[MP_MK_NORM] = MP_TYPE_F32;
+    cfg->types[MP_MK_ROUTER] = MP_TYPE_F32;
+    if (matrix == MP_TYPE_Q4_K) {
+        /* Q4_K_M's recipe: the tensors most sensitive to quantization error get 6 bits. */
+        cfg->types[MP_MK_ATTN_V] = MP_TYPE_Q6_K;
+        cfg->types[MP_MK_FFN_DOWN] = MP_TYPE_Q6_K;
+        cfg->types[MP_MK_OUTPUT] = MP_TYPE_Q6_K;
+    }
+    int i = 0;
+    for (; mix[i] && i < MP_MK_NAME_MAX - 1; i++)
+        cfg->mix[i] = (char)(mix[i] >= 'A' && mix[i] <= 'Z' ? mix[i] - 'A' + 'a' : mix[i]);
+    cfg->mix[i] = '\0';
+    return MP_OK;
+}
+
+mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const char *type_name,
+                              mp_error *err)
+{
+    int type = mp_type_from_name(type_name);
+    if (type < 0 || !mp_type_supported(type))
+        return mp_fail(err, MP_ERR_ARG,
+                       "--type-%s '%s': expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K",
+                       group, type_name);
+    int first = -1, last = -1;
+    if (!strcmp(group, "attn")) {
+        first = MP_MK_ATTN_Q;
+        last = MP_MK_ATTN_OUT;
+    } else if (!strcmp(group, "experts")) {
+        first = MP_MK_FFN_GATE;
+        last = MP_MK_FFN_DOWN;
+    } else {
+        for (int c = 0; c < MP_MK_N_CLASSES; c++)
+            if (!strcmp(group, class_names[c]))
+                first = last = c;
+    }
+    if (first < 0)
+        return mp_fail(err, MP_ERR_ARG,
+                       "--type-%s: unknown tensor class; expected embd, output, attn, attn-q, "
+                       "attn-k, attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, "
+                       "norm",
+                       group);
+    for (int c = first; c <= last; c++)
+        cfg->types[c] = type;
+    snprintf(cfg->mix, sizeof cfg->mix, "custom");
+    return MP_OK;
+}
+
+/* The row length (ne[0]) of every tensor of a class. */
+static int64_t class_row_len(const mp_mkmodel_config *c, mp_mk_class cls)
+{
+    switch (cls) {
+    case MP_MK_EMBD:
+    case MP_MK_OUTPUT:
+    case MP_MK_ATTN_Q:
+    case MP_MK_ATTN_K:
+    case MP_MK_ATTN_V:
+    case MP_MK_ROUTER:
+    case MP_MK_FFN_GATE:
+    case MP_MK_FFN_UP: return c->n_embd;
+    case MP_MK_ATTN_OUT: return c->n_head * c->head_dim;
+    case MP_MK_FFN_DOWN: return c->n_ff_exp;
+    case MP_MK_NORM: return c->head_dim; /* the shortest norm: per-head q/k norms */
+    case MP_MK_N_CLASSES: break;
+    }
+    return 0;
+}
+
+static const char *class_row_what(mp_mk_class cls)
+{
+    switch (cls) {
+    case MP_MK_ATTN_OUT: return "heads x head dim";
+    case MP_MK_FFN_DOWN: return "expert FFN size";
+    case MP_MK_NORM: return "head dim";
+    default: return "hidden size";
+    }
+}
+
+/* A type whose block divides n, preferring the closest in bits to the one that did not fit. */
+static const char *suggest_type(int type, int64_t n)
+{
+    static const int by_size[] = {MP_TYPE_Q4_K, MP_TYPE_Q4_0, MP_TYPE_Q6_K, MP_TYPE_Q8_0,
+                                  MP_TYPE_F16, MP_TYPE_F32};
+    if (type == MP_TYPE_Q4_K || type == MP_TYPE_Q4_0) {
+        if (mp_type_row_bytes(MP_TYPE_Q4_0, n))
+            return "Q4_0";
+    }
+    if (mp_type_row_bytes(MP_TYPE_Q8_0, n))
+        return "Q8_0";
+    for (size_t i = 0; i < sizeof by_size / sizeof by_size[0]; i++)
+        if (mp_type_row_bytes(by_size[i], n))
+            return mp_type_name(by_size[i]);
+    return "F32";
+}
+
+#define MK_MAX_DIM ((int64_t)1 << 24)
+
+mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
+{
+    struct {
+        const char *flag;
+        int64_t v;
+        int64_t max;
+    } dims[] = {
+        {"--layers", c->n_layer, 4096},        {"--hidden", c->n_embd, 1 << 17},
+        {"--heads", c->n_head, 1024},          {"--kv-heads", c->n_head_kv, 1024},
+        {"--head-dim", c->head_dim, 4096},     {"--experts", c->n_expert, 65536},
+        {"--top-k", c->n_expert_used, 65536},  {"--expert-ff", c->n_ff_exp, 1 << 20},
+        {"--vocab", c->n_vocab, MK_MAX_DIM},   {"--ctx", c->n_ctx, 1 << 30},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v < 1 || dims[i].v > dims[i].max)
+            return mp_fail(err, MP_ERR_ARG, "%s %lld: expected an integer in 1..%lld", dims[i].flag,
+                           (long long)dims[i].v, (long long)dims[i].max);
+    if (c->n_head % c->n_head_kv)
+        return mp_fail(err, MP_ERR_ARG, "--heads %lld, --kv-heads %lld: expected heads to be a "
+                       "multiple of kv-heads (grouped-query attention)",
+                       (long long)c->n_head, (long long)c->n_head_kv);
+    if (c->head_dim % 2)
+        return mp_fail(err, MP_ERR_ARG, "--head-dim %lld: expected an even number (RoPE rotates "
+                       "pairs)", (long long)c->head_dim);
+    if (c->n_expert_used > c->n_expert)
+        return mp_fail(err, MP_ERR_ARG, "--top-k %lld: expected at most --experts (%lld)",
+                       (long long)c->n_expert_used, (long long)c->n_expert);
+    if (c->n_expert > UINT16_MAX)
+        return mp_fail(err, MP_ERR_ARG, "--experts %lld: expected at most 65535",
+                       (long long)c->n_expert);
+    if (!(c->skew >= 0.0 && c->skew <= 16.0))
+        return mp_fail(err, MP_ERR_ARG, "--skew %g: expected a number in 0..16", c->skew);
+    if (!(c->rope_freq_base > 0.0f) || !(c->rms_eps > 0.0f))
+        return mp_fail(err, MP_ERR_ARG, "rope base %g / rms eps %g: expected positive numbers",
+                       (double)c->rope_freq_base, (double)c->rms_eps);
+    if (c->n_threads < 0 || c->n_threads > 1024)
+        return mp_fail(err, MP_ERR_ARG, "--threads %d: expected 0..1024", c->n_threads);
+    for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
+        int type = c->types[cls];
+        if (!mp_type_supported(type))
+            return mp_fail(err, MP_ERR_ARG, "--type-%s: type id %d is not supported",
+                           class_names[cls], type);
+        int64_t n = class_row_len(c, (mp_mk_class)cls);
+        int64_t n2 = cls == MP_MK_NORM ? c->n_embd : n; /* norms also have hidden-size rows */
+        if (!mp_type_row_bytes(type, n) || !mp_type_row_bytes(type, n2)) {
+            int64_t bad = mp_type_row_bytes(type, n) ? n2 : n;
+            return mp_fail(err, MP_ERR_ARG,
+                           "--type-%s %s: rows of %s tensors have %lld elements (%s), not a "
+                           "multiple of %s's block of %lld; use --type-%s %s or change the shape",
+                           class_names[cls], mp_type_name(type), class_names[cls], (long long)bad,
+                           cls == MP_MK_NORM && bad == n2 ? "hidden size" : class_row_what(cls),
+                           mp_type_name(type), (long long)mp_type_block_elems(type),
+                           class_names[cls], suggest_type(type, bad));
+        }
+    }
+    /* Whole-tensor sizes must fit size_t arithmetic comfortably (the biggest is an expert stack). */
+    double biggest = (double)c->n_embd * (double)c->n_ff_exp * (double)c->n_expert * 4.0;
+    double embd = (double)c->n_embd * (double)c->n_vocab * 4.0;
+    if (biggest > 1e15 || embd > 1e15)
+        return mp_fail(err, MP_ERR_ARG, "shape: a tensor would exceed 1 PB; expected a smaller "
+                       "model");
+    return MP_OK;
+}
+
+typedef struct plan_builder {
+    mp_mk_tensor *t;
+    int64_t n, cap;
+} plan_builder;
+
+static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer,
+               const char *suffix, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    if (b->n == b->cap) {
+        int64_t cap = b->cap ? b->cap * 2 : 64;
+        mp_mk_tensor *t = realloc(b->t, (size_t)cap * sizeof *t);
+        if (!t)
+            return -1;
+        b->t = t;
+        b->cap = cap;
+    }
+    mp_mk_tensor *t = &b->t[b->n++];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "blk.%lld.%s.weight", (long long)layer, suffix);
+    else
+        snprintf(t->name, sizeof t->name, "%s.weight", suffix);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->ne[3] = 1;
+    t->type = c->types[cls];
+    t->cls = cls;
+    t->layer = layer;
+    return 0;
+}
+
+mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, int64_t *n,
+                          mp_error *err)
+{
+    mp_status st = mp_mkmodel_validate(c, err);
+    if (st)
+        return st;
+    plan_builder b = {0};
+    const int64_t E = c->n_embd, Q = c->n_head * c->head_dim, KV = c->n_head_kv * c->head_dim;
+    int fail = 0;
+    fail |= add(&b, c, MP_MK_EMBD, -1, "token_embd", 2, E, c->n_vocab, 1);
+    for (int64_t il = 0; il < c->n_layer && !fail; il++) {
+        fail |= add(&b, c, MP_MK_NORM, il, "attn_norm", 1, E, 1, 1);
+        fail |= add(&b, c, MP_MK_ATTN_Q, il, "attn_q", 2, E, Q, 1);
+        fail |= add(&b, c, MP_MK_ATTN_K, il, "attn_k", 2, E, KV, 1);
+        fail |= add(&b, c, MP_MK_ATTN_V, il, "attn_v", 2, E, KV, 1);
+        fail |= add(&b, c, MP_MK_ATTN_OUT, il, "attn_output", 2, Q, E, 1);
+        if (c->arch == MP_ARCH_QWEN3MOE) { /* RMSNorm per head over head_dim */
+            fail |= add(&b, c, MP_MK_NORM, il, "attn_q_norm", 1, c->head_dim, 1, 1);
+            fail |= add(&b, c, MP_MK_NORM, il, "attn_k_norm", 1, c->head_dim, 1, 1);
+        } else if (c->arch == MP_ARCH_OLMOE) { /* RMSNorm over all heads at once */
+            fail |= add(&b, c, MP_MK_NORM, il, "attn_q_norm", 1, Q, 1, 1);
+            fail |= add(&b, c, MP_MK_NORM, il, "attn_k_norm", 1, KV, 1, 1);
+        }
+        fail |= add(&b, c, MP_MK_NORM, il, "ffn_norm", 1, E, 1, 1);
+        fail |= add(&b, c, MP_MK_ROUTER, il, "ffn_gate_inp", 2, E, c->n_expert, 1);
+        fail |= add(&b, c, MP_MK_FFN_GATE, il, "ffn_gate_exps", 3, E, c->n_ff_exp, c->n_expert);
+        fail |= add(&b, c, MP_MK_FFN_UP, il, "ffn_up_exps", 3, E, c->n_ff_exp, c->n_expert);
+        fail |= add(&b, c, MP_MK_FFN_DOWN, il, "ffn_down_exps", 3, c->n_ff_exp, E, c->n_expert);
+    }
+    fail |= add(&b, c, MP_MK_NORM, -1, "output_norm", 1, E, 1, 1);
+    fail |= add(&b, c, MP_MK_OUTPUT, -1, "output", 2, E, c->n_vocab, 1);
+    if (fail) {
+        free(b.t);
+        return mp_fail(err, MP_ERR_NOMEM, "mkmodel: out of memory for the tensor list");
+    }
+    *tensors = b.t;
+    *n = b.n;
+    return MP_OK;
+}
+
+uint64_t mp_mkmodel_data_bytes(const mp_mk_tensor *tensors, int64_t n)
+{
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const mp_mk_tensor *t = &tensors[i];
+        total += (uint64_t)mp_type_row_bytes(t->type, t->ne[0]) * (uint64_t)t->ne[1] *
+                 (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+    }
+    return total;
+}

@@ -1,0 +1,135 @@
+/* mkmodel/mkmodel_blocks.c — random quantized blocks written directly, for mkmodel's expert tensors.
+ *
+ * Why: expert tensors are ~97 % of a large MoE model (29 G of the qwen3-30b-a3b preset's 30 G
+ * weights), and quantizing Gaussian floats with the K-quant scale search costs ~400 ns per weight
+ * on this project's CPUs: hours for one model. Benchmarks only need weights of the right format,
+ * size and scale, so expert rows are drawn directly in the quantized domain: quants uniform over
+ * their range, centred on the code that dequantizes to exactly 0, with per-block scales that give
+ * the requested standard deviation. The result is a valid block of its type (the kernels' own
+ * dequantizer reads it; tests/unit/test_mkmodel_blocks.c checks mean, spread and the zeros).
+ *
+ * Invariants: deterministic in (rng state); element 0 of a row can be forced to exactly 0.0 and
+ * a whole row to all zeros (mkmodel's bias channel, see mkmodel_write.c).
+ */
+#include "mkmodel/mkmodel_blocks.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+
+/* Standard deviation of a quant drawn uniformly from 0..n-1 (about its mean). */
+static float uniform_std(int n)
+{
+    return sqrtf(((float)n * (float)n - 1.0f) / 12.0f);
+}
+
+bool mp_mk_blocks_supported(int type)
+{
+    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q6_K || type == MP_TYPE_Q8_0 || type == MP_TYPE_Q4_0;
+}
+
+/* Q4_K: x = d * sc_j * q - dmin * m_j over 8 sub-blocks of 32. With m_j = sc_j and dmin = 8 d,
+ * x = d * sc_j * (q - 8): q = 8 is exactly zero (dmin = 8 d is exact in f16: a power-of-two
+ * multiple), and the spread is d * sc_j * std(q). */
+static void q4_K_block(mp_block_q4_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    uint8_t sc[8];
+    float sc_sum = 0;
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(32 + next(r) % 32); /* 6-bit scales in 32..63 */
+        sc_sum += sc[j];
+    }
+    const float d = std / (uniform_std(16) * sc_sum / 8.0f);
+    b->d = mp_f32_to_f16(d);
+    b->dmin = mp_f32_to_f16(8.0f * mp_f16_to_f32(b->d));
+    /* 6-bit scale/min packing of the format: j < 4 in the low 6 bits of bytes j and j + 4;
+     * j >= 4 split into a low nibble (byte j + 4) and 2 high bits (top of bytes j - 4 and j). */
+    memset(b->scales, 0, sizeof b->scales);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            b->scales[j] |= sc[j] & 63;
+            b->scales[j + 4] |= sc[j] & 63;
+        } else {
+            b->scales[j + 4] = (uint8_t)((sc[j] & 0xF) | ((sc[j] & 0xF) << 4));
+            b->scales[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+            b->scales[j] |= (uint8_t)((sc[j] >> 4) << 6);
+        }
+    }
+    for (int i = 0; i < MP_QK_K / 2; i += 8) {
+        uint64_t bits = next(r);
+        memcpy(b->qs + i, &bits, 8);
+    }
+    if (zero_first) /* element 0 is the low nibble of qs[0] */
+        b->qs[0] = (uint8_t)((b->qs[0] & 0xF0) | 8);
+}
+
+/* Q6_K: x = d * scale_j * (q - 32) over 16 sub-blocks of 16, q in 0..63. */
+static void q6_K_block(mp_block_q6_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    float sc_sum = 0;
+    for (int j = 0; j < MP_QK_K / 16; j++) {
+        b->scales[j] = (int8_t)(64 + next(r) % 64); /* 64..127 */
+        sc_sum += b->scales[j];
+    }
+    b->d = mp_f32_to_f16(std / (uniform_std(64) * sc_sum / 16.0f));
+    for (int i = 0; i < MP_QK_K / 2; i += 8) {
+        uint64_t bits = next(r);
+        memcpy(b->ql + i, &bits, 8);
+    }
+    for (int i = 0; i < MP_QK_K / 4; i += 8) {
+        uint64_t bits = next(r);
+        memcpy(b->qh + i, &bits, 8);
+    }
+    if (zero_first) { /* element 0: low nibble of ql[0], low 2 bits of qh[0]; q = 32 = 0b10'0000 */
+        b->ql[0] = (uint8_t)(b->ql[0] & 0xF0);
+        b->qh[0] = (uint8_t)((b->qh[0] & 0xFC) | 2);
+    }
+}
+
+static void q8_0_block(mp_block_q8_0 *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    b->d = mp_f32_to_f16(std / uniform_std(255));
+    for (int i = 0; i < MP_QK8_0; i += 8) {
+        uint64_t bits = next(r);
+        for (int k = 0; k < 8; k++) {
+            int8_t q = (int8_t)(bits >> (8 * k));
+            b->qs[i + k] = q == -128 ? 127 : q; /* symmetric range -127..127 */
+        }
+    }
+    if (zero_first)
+        b->qs[0] = 0;
+}
+
+/* Q4_0: x = d * (q - 8), q in 0..15. */
+static void q4_0_block(mp_block_q4_0 *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    b->d = mp_f32_to_f16(std / uniform_std(16));
+    uint64_t bits = next(r);
+    memcpy(b->qs, &bits, 8);
+    bits = next(r);
+    memcpy(b->qs + 8, &bits, 8);
+    if (zero_first)
+        b->qs[0] = (uint8_t)((b->qs[0] & 0xF0) | 8);
+}
+
+void mp_mk_random_row(int type, int64_t n, float std, bool zero_first, bool zero_row,
+                      uint64_t (*next)(void *), void *rng_state, void *dst)
+{
+    const size_t row_bytes = mp_type_row_bytes(type, n);
+    if (zero_row) { /* all-zero bytes: every scale is +0.0, so every element is exactly 0 */
+        memset(dst, 0, row_bytes);
+        return;
+    }
+    const int64_t n_blocks = n / mp_type_block_elems(type);
+    for (int64_t i = 0; i < n_blocks; i++) {
+        const bool z = zero_first && i == 0;
+        switch (type) {
+        case MP_TYPE_Q4_K: q4_K_block((mp_block_q4_K *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_Q6_K: q6_K_block((mp_block_q6_K *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_Q8_0: q8_0_block((mp_block_q8_0 *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_Q4_0: q4_0_block((mp_block_q4_0 *)dst + i, std, z, next, rng_state); break;
+        default: return;
+        }
+    }
+}

@@ -1,0 +1,43 @@
+/* tokenizer/chat.c — chat templates: turn one user message into the prompt text a chat model was
+ * trained on. Only the single-turn user → assistant form is produced (what `moeplan run` and the
+ * prompt runner need); the result is plain text whose special-token strings the caller encodes
+ * with parse_special on.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+
+typedef struct chat_template {
+    const char *name;
+    const char *before; /* text before the message */
+    const char *after;  /* text after it: up to the assistant's first token */
+} chat_template;
+
+static const chat_template k_templates[] = {
+    /* ChatML, as used by the qwen2 / qwen3 families. */
+    {"chatml", "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
+};
+
+mp_status mp_chat_apply(const char *template_name, const char *user_msg, char **out, mp_error *err)
+{
+    *out = NULL;
+    if (!user_msg)
+        return mp_fail(err, MP_ERR_ARG, "chat template: no user message");
+    const chat_template *tpl = NULL;
+    for (size_t i = 0; i < sizeof k_templates / sizeof k_templates[0]; i++)
+        if (template_name && strcmp(template_name, k_templates[i].name) == 0)
+            tpl = &k_templates[i];
+    if (!tpl)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "chat template '%s': unsupported, expected chatml",
+                       template_name ? template_name : "(null)");
+    size_t lb = strlen(tpl->before), lm = strlen(user_msg), la = strlen(tpl->after);
+    char *s = malloc(lb + lm + la + 1);
+    if (!s)
+        return mp_fail(err, MP_ERR_NOMEM, "chat template '%s': out of memory", tpl->name);
+    memcpy(s, tpl->before, lb);
+    memcpy(s + lb, user_msg, lm);
+    memcpy(s + lb + lm, tpl->after, la + 1);
+    *out = s;
+    return MP_OK;
+}
