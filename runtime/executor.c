@@ -8,24 +8,6 @@
 #include "runtime/gpu.h"
 #include "runtime/threadpool.h"
 
-mp_status mp_executor_parse(const char *text, mp_executor_kind *out, mp_error *err)
-{
-    if (!strcmp(text, "auto"))
-        *out = MP_EXECUTOR_AUTO;
-    else if (!strcmp(text, "cpu"))
-        *out = MP_EXECUTOR_CPU;
-    else if (!strcmp(text, "gpu"))
-        *out = MP_EXECUTOR_GPU;
-    else
-        return mp_fail(err, MP_ERR_ARG, "--executor: '%s' is not auto, cpu or gpu", text);
-    return MP_OK;
-}
-
-const char *mp_executor_name(mp_executor_kind k)
-{
-    return k == MP_EXECUTOR_GPU ? "gpu" : k == MP_EXECUTOR_CPU ? "cpu" : "auto";
-}
-
 bool mp_placement_opts_given(const mp_placement_opts *o)
 {
     return o->spec || o->file || o->profile || o->budget_text;

@@ -15,17 +15,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
 
 #define MP_EXECUTOR_RESERVE_BYTES ((uint64_t)1 << 30) /* left free on the device by default */
-
-typedef enum mp_executor_kind { MP_EXECUTOR_AUTO = 0, MP_EXECUTOR_CPU = 1, MP_EXECUTOR_GPU = 2 } mp_executor_kind;
-
-/* "auto", "cpu", "gpu" (one line on anything else). */
-mp_status mp_executor_parse(const char *text, mp_executor_kind *out, mp_error *err);
-const char *mp_executor_name(mp_executor_kind k);
 
 /* Decide the executor for a session of model m with params sp (its sizes are resolved here) and
  * build the placement (always: `cpu` when no flag names one and the CPU executor runs); *use_gpu

@@ -13,8 +13,7 @@
 #include <sys/stat.h>
 
 #include "runtime/decide.h"
-#include "runtime/executor.h"
-#include "runtime/input_file.h"
+#include "base/input_file.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 
@@ -50,7 +49,7 @@ bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *v
         if (o->executor_given)
             *st = mp_fail(err, MP_ERR_ARG, "--executor given twice");
         else if ((*st = mp_executor_parse(value, &k, err)) == MP_OK)
-            o->executor = (int)k, o->executor_given = true;
+            o->executor = k, o->executor_given = true;
         return true;
     }
     if (!is_spec && !is_file && !is_prof && !is_budget)

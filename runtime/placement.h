@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/model.h"
 
 typedef enum mp_placement_mode {
@@ -38,6 +38,13 @@ typedef enum mp_placement_mode {
 
 /* The placement flags as given on the command line (strings; validated by mp_placement_build,
  * the syntax of spec and budget already by mp_placement_opts_set). */
+/* Which executor runs a session (--executor; the decision itself: runtime/executor.h). */
+typedef enum mp_executor_kind { MP_EXECUTOR_AUTO = 0, MP_EXECUTOR_CPU = 1, MP_EXECUTOR_GPU = 2 } mp_executor_kind;
+
+/* "auto", "cpu", "gpu" (one line on anything else). */
+mp_status mp_executor_parse(const char *text, mp_executor_kind *out, mp_error *err);
+const char *mp_executor_name(mp_executor_kind k);
+
 typedef struct mp_placement_opts {
     const char *spec;          /* --placement, NULL: not given */
     const char *file;          /* --placement-file */
@@ -46,7 +53,7 @@ typedef struct mp_placement_opts {
     uint64_t budget_bytes;     /* parsed --gpu-budget (0 when not given) */
     mp_placement_mode mode;    /* parsed --placement (CPU when none) */
     int64_t n_layers_arg;      /* N of layers:N / layers-last:N */
-    int executor;              /* --executor: mp_executor_kind (runtime/executor.h), 0 = auto */
+    mp_executor_kind executor; /* --executor (the choice: runtime/executor.h), 0 = auto */
     bool executor_given;
     const char *costs;         /* --costs FILE: the GPU executor's decode costs (far routes), NULL: none */
     char alias_spec[24];       /* "layers:N" of --n-cpu-moe N: spec points here then, so a copy of

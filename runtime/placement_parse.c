@@ -283,3 +283,21 @@ mp_status mp_placement_file_parse(const char *text, size_t len, const char *name
     free(first_line);
     return st;
 }
+
+mp_status mp_executor_parse(const char *text, mp_executor_kind *out, mp_error *err)
+{
+    if (!strcmp(text, "auto"))
+        *out = MP_EXECUTOR_AUTO;
+    else if (!strcmp(text, "cpu"))
+        *out = MP_EXECUTOR_CPU;
+    else if (!strcmp(text, "gpu"))
+        *out = MP_EXECUTOR_GPU;
+    else
+        return mp_fail(err, MP_ERR_ARG, "--executor: '%s' is not auto, cpu or gpu", text);
+    return MP_OK;
+}
+
+const char *mp_executor_name(mp_executor_kind k)
+{
+    return k == MP_EXECUTOR_GPU ? "gpu" : k == MP_EXECUTOR_CPU ? "cpu" : "auto";
+}
