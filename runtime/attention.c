@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "kernels/ops.h"
-#include "runtime/session_impl.h"
+#include "runtime/state.h"
 
 typedef struct attn_job {
     mp_session *s;

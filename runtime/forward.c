@@ -16,7 +16,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "runtime/matmul.h"
-#include "runtime/session_impl.h"
+#include "runtime/state.h"
 
 typedef struct row_job {
     mp_session *s;

@@ -92,7 +92,7 @@ mp_status mp_gpu_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_err
 mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err);
 void mp_gpu_free(mp_gpu *g);
 
-/* One forward chunk on the device (the contract of mp_forward in session_impl.h). */
+/* One forward chunk on the device (the contract of mp_forward in state.h). */
 mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
                          float *logits, mp_error *err);
 

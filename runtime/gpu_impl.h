@@ -13,7 +13,7 @@
 
 #include "runtime/decide.h"
 #include "runtime/gpu.h"
-#include "runtime/session_impl.h"
+#include "runtime/state.h"
 
 /* scratch shapes: MP_GPU_* in runtime/placement.h */
 #define MP_GPU_ALIGN 256 /* every device allocation part, expert slot and host expert slice starts

@@ -13,7 +13,7 @@
 
 #include "runtime/gpu.h"
 #include "runtime/matmul.h"
-#include "runtime/session_impl.h"
+#include "runtime/state.h"
 #include "base/clock.h"
 
 void mp_session_free(mp_session *s)

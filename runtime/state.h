@@ -1,12 +1,13 @@
-/* runtime/session_impl.h — the inside of an mp_session, shared by session.c (lifetime, KV cache,
- * request bookkeeping), forward.c (the forward pass) and attention.c. Not a public contract.
+/* runtime/state.h — the inside of an mp_session: its sizes, KV cache, activations and request
+ * bookkeeping, shared by session.c (lifetime, requests, mp_session_eval), forward.c (the forward
+ * pass) and attention.c; the GPU executor reads its sizes and hooks. Not a public contract.
  *
  * Invariants: every buffer is allocated once in mp_session_new for n_batch rows and n_ctx
  * positions; an eval never allocates. Cache rows [0, n_past) of every layer hold the keys and
  * values of the tokens evaluated since the last reset, keys after q/k norm and RoPE.
  */
-#ifndef MP_RUNTIME_SESSION_IMPL_H
-#define MP_RUNTIME_SESSION_IMPL_H
+#ifndef MP_RUNTIME_STATE_H
+#define MP_RUNTIME_STATE_H
 
 #include "runtime/moe.h"
 #include "runtime/session.h"
