@@ -34,7 +34,7 @@
 #include "base/build_info.h"
 #include "gguf/gguf.h"
 #include "runtime/model.h"
-#include "runtime/executor.h"
+#include "runtime/engine.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
@@ -218,7 +218,7 @@ typedef struct bench_ctx {
     const char *placement; /* mp_placement.desc */
     const char *budget;    /* --gpu-budget as given, NULL: none */
     int64_t file_type;     /* general.file_type, -1 when absent */
-    mp_placement pl;
+    const mp_placement *pl; /* the engine's */
     int64_t n_ctx;
     bool gpu;              /* the GPU executor ran */
     char device[320];
@@ -298,15 +298,15 @@ static double rt_overhead_us(const mp_gpu_stats *g)
 static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
 {
     const mp_gpu_stats *g = &r->gs;
-    const uint64_t cells = (uint64_t)c->pl.n_layer * (uint64_t)c->pl.n_expert;
-    const uint64_t n_host = cells - (uint64_t)c->pl.n_resident_total;
+    const uint64_t cells = (uint64_t)c->pl->n_layer * (uint64_t)c->pl->n_expert;
+    const uint64_t n_host = cells - (uint64_t)c->pl->n_resident_total;
     if (!c->gpu || r->kind != MP_BENCH_TG || g->steps < 1 || g->hybrid_layers < 1 || g->rt_measured < 1 ||
         r->stats.median <= 0 || c->host_gbs <= 0 || n_host == 0)
         return false;
     const double layers = (double)g->hybrid_layers / (double)g->steps;
     const double gap_ms = layers * (double)g->rt_gap_ns / (double)g->rt_measured / 1e6;
     const double sync_ms = layers * (double)g->rt_overhead_ns / (double)g->rt_measured / 1e6;
-    const double cpu_bytes = (double)g->routes_cpu / (double)g->steps * (double)c->pl.host_expert_bytes /
+    const double cpu_bytes = (double)g->routes_cpu / (double)g->steps * (double)c->pl->host_expert_bytes /
                              (double)n_host;
     mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, b);
     return b->bound_ms > 0;
@@ -316,7 +316,7 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
 {
     char size[32], gpu[32];
     mp_format_bytes(c->size_bytes, size, sizeof size);
-    mp_format_bytes(c->pl.gpu_expert_bytes, gpu, sizeof gpu);
+    mp_format_bytes(c->pl->gpu_expert_bytes, gpu, sizeof gpu);
     printf("| model | size | arch | quant | threads | isa | placement | gpu budget | gpu experts "
            "| routing | executor | routes gpu/cpu/copy/far %% | rt overhead us | test | tok/s median "
            "| min | max | stddev | bound tok/s (share); serial |\n");
@@ -416,14 +416,14 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "threads", c->threads) && add_num(o, "threads_pinned", c->threads_pinned) &&
              add_str(o, "isa", c->isa) &&
              add_str(o, "placement", c->placement) && add_str(o, "gpu_budget", c->budget) &&
-             add_num(o, "gpu_budget_bytes", (double)c->pl.budget.budget_bytes) &&
-             add_num(o, "gpu_expert_bytes", (double)c->pl.gpu_expert_bytes) &&
-             add_num(o, "host_expert_bytes", (double)c->pl.host_expert_bytes) &&
-             add_num(o, "experts_resident", (double)c->pl.n_resident_total) &&
-             add_num(o, "gpu_fixed_bytes", (double)c->pl.budget.fixed_bytes) &&
-             add_num(o, "gpu_dense_bytes", (double)c->pl.budget.dense_bytes) &&
-             add_num(o, "gpu_kv_bytes", (double)c->pl.budget.kv_bytes) &&
-             add_num(o, "gpu_scratch_bytes", (double)c->pl.budget.scratch_bytes) &&
+             add_num(o, "gpu_budget_bytes", (double)c->pl->budget.budget_bytes) &&
+             add_num(o, "gpu_expert_bytes", (double)c->pl->gpu_expert_bytes) &&
+             add_num(o, "host_expert_bytes", (double)c->pl->host_expert_bytes) &&
+             add_num(o, "experts_resident", (double)c->pl->n_resident_total) &&
+             add_num(o, "gpu_fixed_bytes", (double)c->pl->budget.fixed_bytes) &&
+             add_num(o, "gpu_dense_bytes", (double)c->pl->budget.dense_bytes) &&
+             add_num(o, "gpu_kv_bytes", (double)c->pl->budget.kv_bytes) &&
+             add_num(o, "gpu_scratch_bytes", (double)c->pl->budget.scratch_bytes) &&
              add_str(o, "route_replay", c->replay) &&
              add_str(o, "route_replay_summary", c->replay ? c->replay_desc : NULL) &&
              add_str(o, "executor", c->gpu ? "gpu" : "cpu") &&
@@ -507,13 +507,13 @@ static mp_status print_plan(const bench_opts *o, const mp_model *m, const bench_
                             mp_error *err)
 {
     char line[1024];
-    mp_placement_summary(&c->pl, line, sizeof line);
+    mp_placement_summary(c->pl, line, sizeof line);
     const char *executor = c->gpu ? "gpu" : "cpu";
     if (!o->json) {
         printf("plan: executor %s; context %" PRId64 "; %s\n", executor, n_ctx, line);
         return MP_OK;
     }
-    const mp_placement *p = &c->pl;
+    const mp_placement *p = c->pl;
     cJSON *root = cJSON_CreateObject();
     bool ok = root && cJSON_AddStringToObject(root, "model", o->model) &&
               cJSON_AddStringToObject(root, "executor", executor) &&
@@ -548,22 +548,21 @@ static mp_status print_plan(const bench_opts *o, const mp_model *m, const bench_
 static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, const mp_knobs *knobs,
                        mp_error *err)
 {
-    mp_model *m = NULL;
+    mp_engine e = {0};
     mp_session *s = NULL;
     float *logits = NULL;
     bench_ctx c = {0};
     const int n_rows = o->n_pp + o->n_tg;
     bench_row rows[2 * MAX_SIZES] = {{0}};
-    void *replay_state = NULL;
-    mp_route_source route_src;
     mp_status st;
 
     for (int i = 0; i < n_rows; i++) {
         rows[i].kind = i < o->n_pp ? MP_BENCH_PP : MP_BENCH_TG;
         rows[i].n = i < o->n_pp ? o->pp[i] : o->tg[i - o->n_pp];
     }
-    if ((st = mp_model_load(o->model, &m, err)))
+    if ((st = mp_engine_load(&e, o->model, err)))
         goto done;
+    const mp_model *m = e.model;
     /* the context: --ctx, or what the largest test needs, which must fit the trained context */
     int64_t need = 0;
     int worst = 0;
@@ -585,28 +584,19 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
                             "use smaller -p/-n, or --ctx N to go past it");
         goto done;
     }
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0, .knobs = knobs};
-    if (o->route_replay) {
-        if (!replay) {
-            st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
-                         "moeplan binary provides it)");
-            goto done;
-        }
-        if ((st = replay->open(o->route_replay, m->hp.n_layer, m->hp.n_expert,
-                               m->hp.n_expert_used, &replay_state, &route_src, err)))
-            goto done;
-        sp.route_src = &route_src;
-    }
+    e.params = (mp_session_params){.n_ctx = n_ctx, .n_threads = (int)o->threads, .n_batch = 0, .knobs = knobs};
     /* the executor and placement are decided before any work, against the session's sizes */
-    if ((st = mp_executor_plan(m, o->pl.executor, &o->pl, &sp, &c.pl, &c.gpu, err)))
+    if ((st = mp_engine_plan(&e, &o->pl, o->route_replay, replay, err)))
         goto done;
-    sp.placement = c.gpu ? &c.pl : NULL;
+    c.pl = &e.placement;
+    c.gpu = e.gpu;
     if (o->dry_run) {
         st = print_plan(o, m, &c, n_ctx, err);
         goto done;
     }
-    if ((st = mp_session_new(m, &sp, &s, err)))
+    if ((st = mp_engine_start(&e, err)))
         goto done;
+    s = e.session;
     if (c.gpu) {
         mp_gpu *g = mp_session_gpu(s);
         snprintf(c.device, sizeof c.device, "%s", mp_gpu_device_name(g));
@@ -615,7 +605,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         mp_gpu_set_measure(g, true);
         c.far_layers = mp_gpu_far_layers(g);
     }
-    if (c.gpu && c.pl.host_expert_bytes > 0 && o->n_tg > 0) { /* for the decode bound */
+    if (c.gpu && c.pl->host_expert_bytes > 0 && o->n_tg > 0) { /* for the decode bound */
         fprintf(stderr, "moeplan bench: host read bandwidth (1 GiB, %d threads)...\n", mp_session_n_threads(s));
         c.host_probe[0] = mp_bench_host_read_gbs(HOST_BW_BYTES, mp_session_n_threads(s), 3);
         fprintf(stderr, "moeplan bench: host read bandwidth %.1f GB/s\n", c.host_probe[0]);
@@ -632,7 +622,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
     c.costs = o->pl.costs;
     c.threads_pinned = mp_session_n_pinned(s);
     c.isa = mp_kernels_isa();
-    c.placement = c.pl.desc;
+    c.placement = c.pl->desc;
     c.budget = o->pl.budget_text;
     c.n_ctx = mp_session_n_ctx(s);
     c.replay = o->route_replay;
@@ -652,9 +642,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         if ((st = mp_bench_run_test(s, rows[i].kind, rows[i].n, o->seed,
                                     m->hp.n_vocab, (int)o->reps, logits, rows[i].samples,
                                     progress, &pc, err))) {
-            /* a replay that stopped the test knows why; the runtime only knows that it stopped */
-            if (replay_state && replay->error(replay_state)->code)
-                *err = *replay->error(replay_state);
+            mp_engine_step_error(&e, err);
             mp_error_prefix(err, "%s%" PRId64, kind_name(rows[i].kind), rows[i].n);
             goto done;
         }
@@ -673,8 +661,8 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         fprintf(stderr, "moeplan bench: host read bandwidth after the tests %.1f GB/s; the bound uses %.1f\n",
                 c.host_probe[1], c.host_gbs);
     }
-    if (replay_state)
-        replay->describe(replay_state, c.replay_desc, sizeof c.replay_desc);
+    if (e.replay_state)
+        e.replay->describe(e.replay_state, c.replay_desc, sizeof c.replay_desc);
     if (o->json)
         st = print_json(&c, rows, n_rows, (int)o->reps, o->seed, err);
     else
@@ -682,12 +670,8 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
 done:
     for (int i = 0; i < n_rows; i++)
         free(rows[i].samples);
-    mp_placement_free(&c.pl);
     free(logits);
-    mp_session_free(s); /* before the replay: the session holds its route source */
-    if (replay_state)
-        replay->close(replay_state);
-    mp_model_free(m);
+    mp_engine_close(&e);
     return st;
 }
 

@@ -23,7 +23,7 @@
 #include "runtime/commands.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
-#include "runtime/executor.h"
+#include "runtime/engine.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/sampler.h"
@@ -194,95 +194,144 @@ static void emit(const mp_tokenizer *tok, int32_t id)
     fflush(stdout);
 }
 
+/* The prompt's tokens: the text (-p, or -f's file), in the chatml template for qwen3moe unless
+ * --raw, after BOS when the tokenizer adds one. *out is malloc'd; at least one token. */
+static mp_status encode_prompt(const run_opts *o, const mp_model *m, const mp_tokenizer *tok,
+                               int32_t **out, size_t *n_out, mp_error *err)
+{
+    char *text = NULL, *templated = NULL;
+    int32_t *enc = NULL;
+    size_t text_len = 0, n_enc = 0;
+    mp_status st;
+    if (o->file)
+        st = read_file(o->file, &text, &text_len, err);
+    else if ((text = strdup(o->prompt)))
+        text_len = strlen(text), st = MP_OK;
+    else
+        st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
+    /* qwen3moe is a chat model; the others (and --raw) get the text as is */
+    const bool chat = !o->raw && m->hp.arch == MP_ARCH_QWEN3MOE;
+    if (!st && chat)
+        st = mp_chat_apply("chatml", text, &templated, err);
+    if (!st && (st = mp_tokenizer_encode(tok, chat ? templated : text, chat ? strlen(templated) : text_len, chat,
+                                         &enc, &n_enc, err)))
+        mp_error_prefix(err, "%s", o->file ? o->file : "prompt");
+    const bool bos = mp_tokenizer_add_bos(tok) && mp_tokenizer_bos(tok) >= 0;
+    int32_t *prompt = st ? NULL : malloc((n_enc + 1) * sizeof *prompt);
+    if (!st && !prompt)
+        st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
+    size_t n = 0;
+    if (!st) {
+        if (bos)
+            prompt[n++] = mp_tokenizer_bos(tok);
+        memcpy(prompt + n, enc, n_enc * sizeof *enc);
+        n += n_enc;
+        if (n == 0)
+            st = mp_fail(err, MP_ERR_ARG, "the prompt is empty (no tokens)");
+    }
+    free(enc);
+    free(templated);
+    free(text);
+    if (st) {
+        free(prompt);
+        return st;
+    }
+    *out = prompt;
+    *n_out = n;
+    return MP_OK;
+}
+
+typedef struct gen_timing {
+    double prefill_s, decode_s;
+    int64_t n_gen;
+} gen_timing;
+
+/* Prefill the prompt, then sample and stream tokens until -n, an end-of-generation token or a full
+ * context. */
+static mp_status prefill_and_decode(const run_opts *o, mp_session *s, const mp_tokenizer *tok,
+                                    mp_sampler *smp, const int32_t *prompt, size_t n_prompt, float *logits,
+                                    gen_timing *t, mp_error *err)
+{
+    const int64_t n_ctx = mp_session_n_ctx(s);
+    const double t0 = mp_now_s();
+    mp_status st = mp_session_eval(s, prompt, (int64_t)n_prompt, false, logits, err);
+    if (st)
+        return st;
+    t->prefill_s = mp_now_s() - t0;
+    const double t1 = mp_now_s();
+    while (t->n_gen < o->n_predict) {
+        const int32_t next = mp_sampler_sample(smp, logits);
+        t->n_gen++;
+        if (mp_tokenizer_is_eog(tok, next))
+            break;
+        emit(tok, next);
+        if (t->n_gen == o->n_predict)
+            break;
+        if (mp_session_n_past(s) >= n_ctx) {
+            fprintf(stderr, "\nmoeplan run: context of %" PRId64 " tokens is full; stopping\n", n_ctx);
+            break;
+        }
+        if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
+            return st;
+    }
+    t->decode_s = mp_now_s() - t1;
+    return MP_OK;
+}
+
+/* The summary on stderr: speeds, then the placement and executor, then the replay. */
+static void print_summary(const run_opts *o, const mp_engine *e, size_t n_prompt, const gen_timing *t)
+{
+    /* decode speed counts forward passes: the first token comes from the prefill's logits */
+    const int64_t n_decode_evals = t->n_gen > 0 ? t->n_gen - 1 : 0;
+    printf("\n");
+    fflush(stdout); /* the text's last line before the summary on stderr */
+    fprintf(stderr,
+            "moeplan run: prompt tokens %zu, prefill %.2f tok/s, generated tokens %" PRId64
+            ", decode %.2f tok/s, threads %d, isa %s\n",
+            n_prompt, t->prefill_s > 0 ? (double)n_prompt / t->prefill_s : 0.0, t->n_gen,
+            t->decode_s > 0 && n_decode_evals > 0 ? (double)n_decode_evals / t->decode_s : 0.0,
+            mp_session_n_threads(e->session), mp_kernels_isa());
+    char line[1024];
+    if (e->gpu) {
+        mp_placement_summary(&e->placement, line, sizeof line);
+        fprintf(stderr, "moeplan run: placement: %s\n", line);
+        mp_gpu_report(mp_session_gpu(e->session), line, sizeof line);
+        fprintf(stderr, "moeplan run: executor gpu: %s\n", line);
+    } else if (mp_placement_opts_given(&o->pl)) {
+        mp_placement_summary(&e->placement, line, sizeof line);
+        fprintf(stderr, "moeplan run: placement: %s (executor cpu: all experts ran on the CPU)\n", line);
+    }
+    if (e->replay_state) {
+        e->replay->describe(e->replay_state, line, sizeof line);
+        fprintf(stderr, "moeplan run: %s\n", line);
+    }
+}
+
 static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, const mp_knobs *knobs,
                           mp_error *err)
 {
-    mp_model *m = NULL;
+    mp_engine e = {.params = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = o->batch, .knobs = knobs}};
     mp_tokenizer *tok = NULL;
-    mp_session *s = NULL;
     mp_sampler *smp = NULL;
-    char *text = NULL, *templated = NULL;
     int32_t *prompt = NULL;
     float *logits = NULL;
-    size_t text_len = 0, n_prompt = 0;
-    mp_placement pl = {0};
-    void *replay_state = NULL;
-    mp_route_source route_src;
+    size_t n_prompt = 0;
+    gen_timing t = {0};
     mp_status st;
-
-    if (o->file) {
-        if ((st = read_file(o->file, &text, &text_len, err)))
-            goto done;
-    } else {
-        text_len = strlen(o->prompt);
-        if (!(text = strdup(o->prompt))) {
-            st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-    }
-    if ((st = mp_model_load(o->model, &m, err)))
+    if ((st = mp_engine_load(&e, o->model, err)) || (st = mp_tokenizer_load(e.model->gguf, &tok, err)))
         goto done;
-    if ((st = mp_tokenizer_load(m->gguf, &tok, err)))
-        goto done;
+    const mp_model *m = e.model;
     if (mp_tokenizer_n_vocab(tok) > m->hp.n_vocab) {
         st = mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer has %d tokens, token_embd.weight only %" PRId64
                      " rows", o->model, (int)mp_tokenizer_n_vocab(tok), m->hp.n_vocab);
         goto done;
     }
-    /* qwen3moe is a chat model; the others (and --raw) get the text as is */
-    const bool chat = !o->raw && m->hp.arch == MP_ARCH_QWEN3MOE;
-    if (chat) {
-        if ((st = mp_chat_apply("chatml", text, &templated, err)))
-            goto done;
-    }
-    const char *in = chat ? templated : text;
-    const size_t in_len = chat ? strlen(templated) : text_len;
-    int32_t *enc = NULL;
-    size_t n_enc = 0;
-    if ((st = mp_tokenizer_encode(tok, in, in_len, chat, &enc, &n_enc, err))) {
-        mp_error_prefix(err, "%s", o->file ? o->file : "prompt");
+    if ((st = encode_prompt(o, m, tok, &prompt, &n_prompt, err)) ||
+        (st = mp_engine_plan(&e, &o->pl, o->route_replay, replay, err)) || (st = mp_engine_start(&e, err)))
         goto done;
-    }
-    const bool bos = mp_tokenizer_add_bos(tok) && mp_tokenizer_bos(tok) >= 0;
-    prompt = malloc((n_enc + 1) * sizeof *prompt);
-    if (!prompt) {
-        free(enc);
-        st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (bos)
-        prompt[n_prompt++] = mp_tokenizer_bos(tok);
-    memcpy(prompt + n_prompt, enc, n_enc * sizeof *enc);
-    n_prompt += n_enc;
-    free(enc);
-    if (n_prompt == 0) {
-        st = mp_fail(err, MP_ERR_ARG, "the prompt is empty (no tokens)");
-        goto done;
-    }
-
-    mp_session_params sp = {.n_ctx = o->ctx, .n_threads = (int)o->threads, .n_batch = o->batch, .knobs = knobs};
-    if (o->route_replay) {
-        if (!replay) {
-            st = mp_fail(err, MP_ERR_UNSUPPORTED, "--route-replay is not available here (the "
-                         "moeplan binary provides it)");
-            goto done;
-        }
-        if ((st = replay->open(o->route_replay, m->hp.n_layer, m->hp.n_expert,
-                               m->hp.n_expert_used, &replay_state, &route_src, err)))
-            goto done;
-        sp.route_src = &route_src;
-    }
-    /* the executor and the placement are decided before any work, against the session's sizes */
-    bool use_gpu = false;
-    if ((st = mp_executor_plan(m, o->pl.executor, &o->pl, &sp, &pl, &use_gpu, err)))
-        goto done;
-    sp.placement = use_gpu ? &pl : NULL;
-    if ((st = mp_session_new(m, &sp, &s, err)))
-        goto done;
-    const int64_t n_ctx = mp_session_n_ctx(s);
-    if ((int64_t)n_prompt > n_ctx) {
+    if ((int64_t)n_prompt > mp_session_n_ctx(e.session)) {
         st = mp_fail(err, MP_ERR_LIMIT, "the prompt has %zu tokens, more than the context of %" PRId64
-                     " (use -c/--ctx-size)", n_prompt, n_ctx);
+                     " (use -c/--ctx-size)", n_prompt, mp_session_n_ctx(e.session));
         goto done;
     }
     mp_sampler_params smp_p = {.temperature = o->temp, .top_k = (int32_t)o->top_k,
@@ -293,75 +342,16 @@ static mp_status generate(const run_opts *o, const mp_route_replay_api *replay, 
         st = mp_fail(err, MP_ERR_NOMEM, "out of memory for the logits");
         goto done;
     }
-
-    const double t0 = mp_now_s();
-    if ((st = mp_session_eval(s, prompt, (int64_t)n_prompt, false, logits, err)))
-        goto eval_failed;
-    const double t_prefill = mp_now_s() - t0;
-
-    int64_t n_gen = 0;
-    const double t1 = mp_now_s();
-    while (n_gen < o->n_predict) {
-        const int32_t next = mp_sampler_sample(smp, logits);
-        n_gen++;
-        if (mp_tokenizer_is_eog(tok, next))
-            break;
-        emit(tok, next);
-        if (n_gen == o->n_predict)
-            break;
-        if (mp_session_n_past(s) >= n_ctx) {
-            fprintf(stderr, "\nmoeplan run: context of %" PRId64 " tokens is full; stopping\n", n_ctx);
-            break;
-        }
-        if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
-            goto eval_failed;
-    }
-    const double t_decode = mp_now_s() - t1;
-    /* decode speed counts forward passes: the first token comes from the prefill's logits */
-    const int64_t n_decode_evals = n_gen > 0 ? n_gen - 1 : 0;
-    printf("\n");
-    fflush(stdout); /* the text's last line before the summary on stderr */
-    fprintf(stderr,
-            "moeplan run: prompt tokens %zu, prefill %.2f tok/s, generated tokens %" PRId64
-            ", decode %.2f tok/s, threads %d, isa %s\n",
-            n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0, n_gen,
-            t_decode > 0 && n_decode_evals > 0 ? (double)n_decode_evals / t_decode : 0.0,
-            mp_session_n_threads(s), mp_kernels_isa());
-    if (use_gpu) {
-        char line[1024];
-        mp_placement_summary(&pl, line, sizeof line);
-        fprintf(stderr, "moeplan run: placement: %s\n", line);
-        mp_gpu_report(mp_session_gpu(s), line, sizeof line);
-        fprintf(stderr, "moeplan run: executor gpu: %s\n", line);
-    } else if (mp_placement_opts_given(&o->pl)) {
-        char line[1024];
-        mp_placement_summary(&pl, line, sizeof line);
-        fprintf(stderr, "moeplan run: placement: %s (executor cpu: all experts ran on the CPU)\n",
-                line);
-    }
-    if (replay_state) {
-        char line[1024];
-        replay->describe(replay_state, line, sizeof line);
-        fprintf(stderr, "moeplan run: %s\n", line);
-    }
-    st = MP_OK;
-    goto done;
-eval_failed:
-    /* a replay that stopped the run knows why; the runtime only knows that it stopped */
-    if (replay_state && replay->error(replay_state)->code)
-        *err = *replay->error(replay_state);
+    if ((st = prefill_and_decode(o, e.session, tok, smp, prompt, n_prompt, logits, &t, err)))
+        mp_engine_step_error(&e, err);
+    else
+        print_summary(o, &e, n_prompt, &t);
 done:
-    if (replay_state)
-        replay->close(replay_state);
-    mp_placement_free(&pl);
     mp_sampler_free(smp);
     free(logits);
-    mp_session_free(s);
     free(prompt);
-    free(templated);
-    free(text);
+    mp_engine_close(&e);
     mp_tokenizer_free(tok);
-    mp_model_free(m);
     return st;
 }
 
