@@ -58,8 +58,9 @@
 #              (bench/decode_check.sh: the all-resident step, the decode grid's c = 0 and c = top_k
 #              points, pools of two sizes, one hybrid layer first or last, with and without route
 #              replay and step stamps) on DECODE_CHECK_PRESET (default flame; mixtral takes ~3 min
-#              more), calibrated there unless DECODE_CHECK_COSTS; DECODE_CHECK_CONFIGS,
-#              DECODE_CHECK_ROUNDS, DECODE_CHECK_REPS, DECODE_CHECK_N ("63 511": short and long tg)
+#              more), calibrated there (DECODE_CHECK_CALIBRATE_ARGS, default "--rows 1,2,4,16,64
+#              --reps 3") unless DECODE_CHECK_COSTS; DECODE_CHECK_CONFIGS, DECODE_CHECK_ROUNDS,
+#              DECODE_CHECK_REPS, DECODE_CHECK_N ("63 511": short and long tg)
 #              -> $OUT/decode-check/decode-check.md
 #   demo       scripts/demo.sh (the README's first command) with this build: calibrate measures the
 #              GPU here, run and plan use the GPU executor -> $OUT/demo.log
@@ -362,7 +363,8 @@ for stage in "${stages[@]}"; do
         build || { rc=1; continue; }
         read -r dc_short dc_long <<<"${DECODE_CHECK_N:-63 511}"
         MOEPLAN=build-gpu/cli/moeplan PRESET="${DECODE_CHECK_PRESET:-flame}" COSTS="${DECODE_CHECK_COSTS:-}" \
-            CONFIGS="${DECODE_CHECK_CONFIGS:-}" ROUNDS="${DECODE_CHECK_ROUNDS:-1}" REPS="${DECODE_CHECK_REPS:-3}" \
+            CALIBRATE_ARGS="${DECODE_CHECK_CALIBRATE_ARGS:-}" CONFIGS="${DECODE_CHECK_CONFIGS:-}" \
+            ROUNDS="${DECODE_CHECK_ROUNDS:-1}" REPS="${DECODE_CHECK_REPS:-3}" \
             N_SHORT="$dc_short" N_LONG="$dc_long" WORK=/tmp/mp-decode-check OUT="$OUT/decode-check" \
             bash bench/decode_check.sh 2>&1 | tee "$OUT/decode-check.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
