@@ -98,22 +98,8 @@ for name in $SHAPES; do
     trace=$dir/trace.db
     rm -f "$trace"
     if [ "$tr" = flame ]; then
-        # the CSV numbers FLAME's MoE layers 2..26; the flame preset's blocks are 0..24. Its
-        # sequences, in order, become one (positions continue), as bench decodes them
-        python3 - tests/fixtures/traces/flame-moe-290m-prefill-seq0-7.csv "$dir/flame.csv" <<'EOF' || { failed=1; continue; }
-import csv, sys
-src, dst = sys.argv[1:3]
-with open(src) as f, open(dst, "w", newline="") as g:
-    r = csv.DictReader(f)
-    w = csv.DictWriter(g, fieldnames=r.fieldnames)
-    w.writeheader()
-    at, pos = None, -1
-    for row in r:
-        if (row["seq"], row["pos"]) != at:
-            at, pos = (row["seq"], row["pos"]), pos + 1
-        row["seq"], row["pos"], row["layer"] = "0", str(pos), str(int(row["layer"]) - 2)
-        w.writerow(row)
-EOF
+        # FLAME's layers as the preset's blocks, its sequences as one request (bench/flame_csv.py)
+        python3 bench/flame_csv.py "$dir/flame.csv" || { failed=1; continue; }
         "$MOEPLAN" import csv "$dir/flame.csv" --trace "$trace" --experts "$E" >"$dir/import.log" 2>&1 ||
             { log "$name: import failed: $(tail -1 "$dir/import.log")"; failed=1; continue; }
     else
