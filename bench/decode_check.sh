@@ -15,7 +15,12 @@
 #                the same layer step with the resident experts' weights spread as a large placement
 #                spreads them (c0-bigpool - c0-grid: the pool's size, i.e. the GPU's L2)
 #   c0-bigpool-hot  the large pool with the routes of c0-grid: its size alone, without the spread
+#   gpu-trace    all experts resident, routes replayed from TRACE (a trace of the model; for the
+#                flame preset FLAME's own routing by default, bench/flame_csv.py): real routing
+#                against gpu-replay's uniform one
 #   cK-grid      the grid's pool, every route cold (the grid's c = top_k point): the CPU level
+#   cK-grid-far  the same with --costs, so that the executor runs far routes as the matrix's rows
+#                do (the grid's far-on point of the table's f, read from the run's counts)
 #   cK-first     one hybrid layer, the first (the grid's pool, every route cold), every other layer
 #                resident: what a step with few hybrid layers pays beyond the grid's per-layer
 #                level, which spreads the costs of a hybrid step over all its layers
@@ -26,8 +31,8 @@
 #
 #   [MOEPLAN=build/cli/moeplan] [PRESET=flame] [QUANT=q4_k_m] [MODEL=m.gguf] [COSTS=costs.json]
 #   [CALIBRATE_ARGS="--rows 1,2,4,16,64 --reps 3"] [REPS=3] [N_SHORT=63] [N_LONG=511] [THREADS=N]
-#   [ROUNDS=1] [CONFIGS="gpu-router gpu-replay c0-grid ..."] [EXECUTOR=gpu] [WORK=/tmp/mp-decode-check]
-#   [OUT=out/decode-check] bash bench/decode_check.sh
+#   [ROUNDS=1] [CONFIGS="gpu-router gpu-replay c0-grid ..."] [TRACE=t.db] [EXECUTOR=gpu]
+#   [WORK=/tmp/mp-decode-check] [OUT=out/decode-check] bash bench/decode_check.sh
 #
 # COSTS: the model's cost file (default: `moeplan calibrate` here, into $OUT/costs.json). ROUNDS:
 # the configuration list runs that many times, each configuration a new process (the spread
@@ -49,9 +54,13 @@ N_LONG=${N_LONG:-511}
 THREADS=${THREADS:-$(nproc)}
 ROUNDS=${ROUNDS:-1}
 EXECUTOR=${EXECUTOR:-gpu}
-CONFIGS=${CONFIGS:-gpu-router gpu-replay c0-grid c0-bigpool c0-bigpool-hot cK-grid cK-first cK-last gpu-router+stamps c0-grid+stamps}
 WORK=${WORK:-/tmp/mp-decode-check}
 OUT=${OUT:-out/decode-check}
+TRACE=${TRACE:-}
+[ -n "$TRACE" ] || [ "$PRESET" != flame ] || [ -n "${MODEL:-}" ] || TRACE=$OUT/traces/flame.db
+default_configs="gpu-router gpu-replay c0-grid c0-bigpool c0-bigpool-hot cK-grid cK-grid-far cK-first cK-last"
+[ -z "$TRACE" ] || default_configs+=" gpu-trace"
+CONFIGS=${CONFIGS:-$default_configs gpu-router+stamps c0-grid+stamps}
 
 die() { echo "decode_check: error: $*" >&2; exit 1; }
 log() { echo "[decode_check $(date +%H:%M:%S)] $*" >&2; }
@@ -70,7 +79,9 @@ done
 case "$EXECUTOR" in gpu | cpu) ;; *) die "EXECUTOR '$EXECUTOR': expected gpu or cpu" ;; esac
 read -r -a configs <<<"$CONFIGS"
 for c in "${configs[@]}"; do
-    case "${c%+stamps}" in gpu-router | gpu-replay | c0-grid | c0-bigpool | c0-bigpool-hot | cK-grid | cK-first | cK-last) ;;
+    case "${c%+stamps}" in
+    gpu-router | gpu-replay | c0-grid | c0-bigpool | c0-bigpool-hot | cK-grid | cK-grid-far | cK-first | cK-last) ;;
+    gpu-trace) [ -n "$TRACE" ] || die "CONFIGS: gpu-trace needs TRACE (a trace of the model's geometry)" ;;
     *) die "CONFIGS: unknown configuration '$c'" ;;
     esac
 done
@@ -132,6 +143,12 @@ for t in uniform hot big cold cold-first cold-last; do
     run "import $t" "import-$t.log" "$MOEPLAN" import csv "$OUT/traces/$t.csv" --trace "$OUT/traces/$t.db" \
         --experts "$E" --force
 done
+if [ "$TRACE" = "$OUT/traces/flame.db" ]; then
+    run "FLAME's routing" flame-csv.log python3 bench/flame_csv.py "$OUT/traces/flame.csv"
+    run "import flame" import-flame.log "$MOEPLAN" import csv "$OUT/traces/flame.csv" --trace "$TRACE" \
+        --experts "$E" --force
+fi
+[ -z "$TRACE" ] || [ -f "$TRACE" ] || die "trace '$TRACE' not found"
 
 # configuration -> bench flags
 flags() {
@@ -141,7 +158,9 @@ flags() {
     c0-grid) echo "--placement-file $OUT/traces/pool$R.txt --route-replay $OUT/traces/hot.db" ;;
     c0-bigpool) echo "--placement-file $OUT/traces/pool$BIG.txt --route-replay $OUT/traces/big.db" ;;
     c0-bigpool-hot) echo "--placement-file $OUT/traces/pool$BIG.txt --route-replay $OUT/traces/hot.db" ;;
+    gpu-trace) echo "--placement gpu --route-replay $TRACE" ;;
     cK-grid) echo "--placement-file $OUT/traces/pool$R.txt --route-replay $OUT/traces/cold.db" ;;
+    cK-grid-far) echo "--placement-file $OUT/traces/pool$R.txt --route-replay $OUT/traces/cold.db --costs $COSTS" ;;
     cK-first | cK-last)
         echo "--placement-file $OUT/traces/pool-${1#cK-}.txt --route-replay $OUT/traces/cold-${1#cK-}.db" ;;
     esac
@@ -181,12 +200,18 @@ def nm(n):  # the non-MoE time of a tg n row's steps: positions 1 .. n attend 2 
     keys = (n + 3) / 2
     return nm0 + ctx["per_key_ns"] / 1e3 * (keys - ctx["keys"]), keys
 
-def moe_model(base):  # what the simulator charges for the MoE layers of one step, us
+on = {(p["cold"], p["far"]): p for p in grid["points"] if p["far_on"]}
+
+def moe_model(base, r):  # what the simulator charges for the MoE layers of one step, us
     if base.startswith("gpu-"):
         return L * conc
     if base in ("cK-first", "cK-last"):
         return (L - 1) * conc + off[K]["median_ns"] / 1e3
-    return L * off[K if base == "cK-grid" else 0]["median_ns"] / 1e3
+    if base == "cK-grid-far" and r.get("far_layers"):  # the far-on point of the f the layers ran
+        f = round(r["routes_far"] / max(1, r["hybrid_layer_steps"]))
+        t = on[(K, f)]["median_ns"]
+        return L * (max(t, off[K]["median_ns"]) if f == 0 else t) / 1e3  # as mp_decode_costs_settle
+    return L * off[K if base.startswith("cK-grid") else 0]["median_ns"] / 1e3
 
 rows = {}
 for path in sorted(glob.glob(os.path.join(out, "bench", "*.json"))):
@@ -211,7 +236,7 @@ for cfg in configs:
         lo = min(1e3 / x for r in rs for x in r["samples_tok_s"])
         hi = max(1e3 / x for r in rs for x in r["samples_tok_s"])
         nmn, keys = nm(n)
-        model = (nmn + moe_model(base)) / 1e3
+        model = (nmn + moe_model(base, rs[0])) / 1e3
         meas[(cfg, n)] = (ms, model)
         doc_rows.append({"configuration": cfg, "n_gen": n, "keys": keys, "measured_ms_per_token": ms,
                          "model_ms_per_token": model, "rounds": len(rs)})
@@ -244,15 +269,17 @@ for cfg in ("gpu-router", "c0-grid"):
         lines.append("- %s, tg%d - tg%d: measured %+.1f us/token, the context term says %+.1f" % (cfg, n_long, n_short, got, want))
         lines.append("- %s at tg%d against the cost file: %+.1f us/token" % (cfg, n_short, 1e3 * (meas[(cfg, n_short)][0] - meas[(cfg, n_short)][1])))
 say("route replay's own cost (gpu-replay - gpu-router, tg%d)" % n_long, d("gpu-replay", "gpu-router", n_long))
+say("the trace's routing against uniform routing (gpu-trace - gpu-replay)", d("gpu-trace", "gpu-replay", n_long))
 say("hybrid layers with every route resident (c0-grid - gpu-router, tg%d; the grid says %+.1f)" % (
     n_long, L * (off[0]["median_ns"] / 1e3 - conc)), d("c0-grid", "gpu-router", n_long))
 say("the pool's size and spread (c0-bigpool - c0-grid)", d("c0-bigpool", "c0-grid", n_long))
 say("the pool's size alone (c0-bigpool-hot - c0-grid)", d("c0-bigpool-hot", "c0-grid", n_long))
 say("the spread alone (c0-bigpool - c0-bigpool-hot)", d("c0-bigpool", "c0-bigpool-hot", n_long))
-if ("cK-grid", n_long) in meas:
-    ms, model = meas[("cK-grid", n_long)]
-    lines.append("- every route cold (cK-grid) against the grid's c = %d point: %+.1f us/token (%+.1f %%)" % (
-        K, 1e3 * (ms - model), 100 * (ms - model) / model))
+for cfg, what in (("cK-grid", "far-off"), ("cK-grid-far", "far-on")):
+    if (cfg, n_long) in meas:
+        ms, model = meas[(cfg, n_long)]
+        lines.append("- every route cold (%s) against the grid's c = %d %s point: %+.1f us/token (%+.1f %%)" % (
+            cfg, K, what, 1e3 * (ms - model), 100 * (ms - model) / model))
 for one in ("cK-first", "cK-last"):
     if (one, n_long) in meas:
         ms, model = meas[(one, n_long)]

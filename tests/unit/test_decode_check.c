@@ -7,8 +7,8 @@
  * keys, plus each layer's charge: the GPU experts' concurrent point at top_k for resident layers,
  * the grid's far-off point of c = 0 or c = top_k for hybrid ones); bench ran the placement each
  * configuration names (the grid's pool on every layer, or on the first layer only, every other
- * layer resident); measured times are positive. An unknown configuration is refused up front in
- * one line. Speeds are never compared against a number. */
+ * layer resident); measured times are positive. An unknown configuration, and real routing
+ * without a trace, are refused up front in one line. Speeds are never compared against a number. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -168,4 +168,7 @@ Test(decode_check, an_unknown_configuration_is_refused_in_one_line)
     char err[16384];
     cr_assert_eq(script("PRESET=tiny CONFIGS='gpu-router c9-grid'", err, sizeof err), 1, "%s", err);
     cr_assert_str_eq(err, "decode_check: error: CONFIGS: unknown configuration 'c9-grid'\n");
+    /* real routing needs a trace: only the flame preset has one by default */
+    cr_assert_eq(script("PRESET=tiny CONFIGS=gpu-trace", err, sizeof err), 1, "%s", err);
+    cr_assert_str_eq(err, "decode_check: error: CONFIGS: gpu-trace needs TRACE (a trace of the model's geometry)\n");
 }
