@@ -21,7 +21,10 @@
 #   qwen3-256   --preset qwen3-30b-a3b --layers 40 --experts 256 --expert-ff 512 (top-8, 2.0 MB experts)
 #   olmoe-q4    --preset olmoe --quant q4_k_m (16 x 64 experts, top-8, 4.1 MB experts): f0.25 .. f0.9
 #   flame       --preset flame with FLAME-MoE-290M's real routing (tests/fixtures/traces: 8 sequences
-#               x 64 tokens, 25 layers x 64 experts, top-6): f0.25 .. f0.9
+#               x 64 tokens, 25 layers x 64 experts, top-6), imported as one sequence of 512
+#               positions: bench decodes the trace's rows as one context, and the simulator charges
+#               a step's attention by its position in its request (180 ns per key of context on the
+#               H200 is 40 us of a ~1 ms token between 8 requests of 64 and one of 512): f0.25 .. f0.9
 # REPS: measured repetitions of each row's decode (bench -r; the row's median), after a warm-up.
 # Models are deleted after their shape (they are tens of GB) unless KEEP_MODELS=1. Results:
 # $OUT/<shape>/sim-accuracy.{md,json} and $OUT/matrix.md. A failing shape is reported and the next
@@ -95,18 +98,8 @@ for name in $SHAPES; do
     trace=$dir/trace.db
     rm -f "$trace"
     if [ "$tr" = flame ]; then
-        # the CSV numbers FLAME's MoE layers 2..26; the flame preset's blocks are 0..24
-        python3 - tests/fixtures/traces/flame-moe-290m-prefill-seq0-7.csv "$dir/flame.csv" <<'EOF' || { failed=1; continue; }
-import csv, sys
-src, dst = sys.argv[1:3]
-with open(src) as f, open(dst, "w", newline="") as g:
-    r = csv.DictReader(f)
-    w = csv.DictWriter(g, fieldnames=r.fieldnames)
-    w.writeheader()
-    for row in r:
-        row["layer"] = str(int(row["layer"]) - 2)
-        w.writerow(row)
-EOF
+        # FLAME's layers as the preset's blocks, its sequences as one request (bench/flame_csv.py)
+        python3 bench/flame_csv.py "$dir/flame.csv" || { failed=1; continue; }
         "$MOEPLAN" import csv "$dir/flame.csv" --trace "$trace" --experts "$E" >"$dir/import.log" 2>&1 ||
             { log "$name: import failed: $(tail -1 "$dir/import.log")"; failed=1; continue; }
     else

@@ -226,9 +226,13 @@ print(json.dumps({
     "executor": row["executor"], "threads": row["threads"], "isa": row["isa"],
     "placement": row["placement"], "route_replay_summary": row["route_replay_summary"],
     # what the run spent on round trips (GPU executor; 0 elsewhere): hybrid layer steps per decode
-    # step, the GPU's idle gap per hybrid layer step and its part beyond the CPU experts
-    "hybrid_layers_per_step": row.get("hybrid_layer_steps", 0) / max(1, int(rows)),
+    # step (the counters cover every timed repetition: gpu_steps of them, or REPS x T from bench
+    # files that predate it), the GPU's idle gap per hybrid layer step and its part beyond the CPU
+    # experts, and the CPU experts' own time per hybrid layer step
+    "hybrid_layers_per_step": row.get("hybrid_layer_steps", 0) / max(1, row.get("gpu_steps") or
+                                                                     row["repetitions"] * int(rows)),
     "rt_gap_us": row.get("rt_gap_us", 0), "rt_overhead_us": row.get("rt_overhead_us", 0),
+    "cpu_expert_us": row.get("cpu_expert_us"),
     "simulation": simj, "bench": benchj,
 }))
 EOF

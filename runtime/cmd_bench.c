@@ -436,12 +436,15 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "routes_copied", (double)r->gs.routes_copied) &&
              add_num(o, "routes_far", (double)r->gs.routes_far) &&
              add_num(o, "experts_copied", (double)r->gs.experts_copied) &&
+             add_num(o, "gpu_steps", (double)r->gs.steps) &&
              add_num(o, "hybrid_layer_steps", (double)r->gs.hybrid_layers) &&
              add_num(o, "moe_layer_steps", (double)r->gs.moe_layers) &&
              add_num(o, "rt_measured", (double)r->gs.rt_measured) &&
              add_num(o, "rt_gap_us", r->gs.rt_measured ? (double)r->gs.rt_gap_ns / 1e3 /
                                                          (double)r->gs.rt_measured : 0.0) &&
              add_num(o, "rt_overhead_us", rt_overhead_us(&r->gs)) &&
+             add_num(o, "cpu_expert_us", r->gs.hybrid_layers ? (double)r->gs.cpu_expert_ns / 1e3 /
+                                                               (double)r->gs.hybrid_layers : 0.0) &&
              add_num(o, "graph_launch_us", r->gs.steps ? (double)r->gs.graph_launch_ns / 1e3 /
                                                          (double)r->gs.steps : 0.0) &&
              add_stamps(o, &r->gs) &&

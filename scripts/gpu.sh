@@ -54,6 +54,14 @@
 #              q4_k_m and q8_0, mixtral, olmoe, a 256-expert qwen3moe, flame with its real routing
 #              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks, MATRIX_REPS measured repetitions per
 #              row, default 3) -> $OUT/accuracy-matrix/matrix.md
+#   decode-check  the cost file's one-row decode model against bench, one factor at a time
+#              (bench/decode_check.sh: the all-resident step, the decode grid's c = 0 and c = top_k
+#              points, pools of two sizes, one hybrid layer first or last, with and without route
+#              replay and step stamps) on DECODE_CHECK_PRESET (default flame; mixtral takes ~3 min
+#              more), calibrated there (DECODE_CHECK_CALIBRATE_ARGS, default "--rows 1,2,4,16,64
+#              --reps 3") unless DECODE_CHECK_COSTS; DECODE_CHECK_CONFIGS, DECODE_CHECK_ROUNDS,
+#              DECODE_CHECK_REPS, DECODE_CHECK_N ("63 511": short and long tg)
+#              -> $OUT/decode-check/decode-check.md
 #   demo       scripts/demo.sh (the README's first command) with this build: calibrate measures the
 #              GPU here, run and plan use the GPU executor -> $OUT/demo.log
 #   sim-accuracy  simulated vs measured decode ms/token per budget and policy on the qwen3-30b-a3b
@@ -350,6 +358,17 @@ for stage in "${stages[@]}"; do
             CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" REPS="${MATRIX_REPS:-3}" \
             bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
+    decode-check)
+        build || { rc=1; continue; }
+        read -r dc_short dc_long <<<"${DECODE_CHECK_N:-63 511}"
+        MOEPLAN=build-gpu/cli/moeplan PRESET="${DECODE_CHECK_PRESET:-flame}" COSTS="${DECODE_CHECK_COSTS:-}" \
+            CALIBRATE_ARGS="${DECODE_CHECK_CALIBRATE_ARGS:-}" CONFIGS="${DECODE_CHECK_CONFIGS:-}" \
+            ROUNDS="${DECODE_CHECK_ROUNDS:-1}" REPS="${DECODE_CHECK_REPS:-3}" \
+            N_SHORT="$dc_short" N_LONG="$dc_long" WORK=/tmp/mp-decode-check OUT="$OUT/decode-check" \
+            bash bench/decode_check.sh 2>&1 | tee "$OUT/decode-check.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        rm -f /tmp/mp-decode-check/*.gguf # tens of GB for the large presets
         ;;
     demo)
         build || { rc=1; continue; }

@@ -4,7 +4,9 @@
  * On a tiny generated model (q4_k_m mix) with the first two layers' experts on the CPU
  * (--placement layers:2), a pp64 and a tg16 row (the prompt makes the session's batch large
  * enough for the executor to stage expert copies, and so to hold the host experts in its
- * page-locked copy rather than the model's mapping): in the tg row the executor is the GPU's, some routes ran on the CPU, the
+ * page-locked copy rather than the model's mapping): in the tg row the executor is the GPU's, some routes ran on the CPU, its
+ * counters cover the timed steps (gpu_steps, hybrid layer steps and routes add up, the CPU experts
+ * took some time), the
  * bound object is there and self-consistent (its bandwidth is the larger of the two probes, both
  * measured; bound <= serial bound; the shares are the median over the bounds), and the host line
  * says how much of the host copy is in huge pages (a share in 0..100 %). Speeds are only checked
@@ -63,6 +65,13 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     cr_assert(cJSON_IsString(ex) && !strcmp(ex->valuestring, "gpu"));
     cr_assert_gt(num_of(row, "routes_cpu"), 0.0);
     cr_assert_gt(num_of(row, "routes_gpu"), 0.0);
+    /* the counters cover the 2 timed repetitions of 1 + 16 steps; 2 of the tiny model's 4 layers
+     * are hybrid in each; every route of them is served once */
+    cr_assert_eq(num_of(row, "gpu_steps"), 2 * 17.0);
+    cr_assert_eq(num_of(row, "hybrid_layer_steps"), 2 * 17.0 * 2);
+    cr_assert_eq(num_of(row, "routes_gpu") + num_of(row, "routes_cpu") + num_of(row, "routes_far") +
+                     num_of(row, "routes_copied"), 2 * 17.0 * 4 * 4);
+    cr_assert_gt(num_of(row, "cpu_expert_us"), 0.0);
     const double med = num_of(row, "median_tok_s");
     cr_assert_gt(med, 0.0);
 

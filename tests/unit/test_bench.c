@@ -135,6 +135,9 @@ Test(bench, json_rows_with_placement_and_budget)
         cr_assert_gt(num_of(row, "host_expert_bytes"), 0);
         /* the decode bound is a GPU executor's: null on CPU rows, and no bandwidth probe ran */
         cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(row, "bound")));
+        /* so are its counters: no step, no CPU expert time */
+        cr_assert_eq(num_of(row, "gpu_steps"), 0);
+        cr_assert_eq(num_of(row, "cpu_expert_us"), 0);
     }
     cr_assert_null(strstr(err, "host read bandwidth"), "%s", err);
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_prompt"), 1);

@@ -1,0 +1,174 @@
+/* tests/unit/test_decode_check.c — bench/decode_check.sh end to end on the tiny preset.
+ *
+ * The script is run as a user runs it (PRESET=tiny, the H200 costs measured for that preset, the
+ * CPU executor, tg 3 and 7, one repetition) with the built moeplan. Checked: the JSON report has a
+ * row per configuration and test, in order; each row's keys and model are the cost file's numbers
+ * put together here independently (the non-MoE point moved by its per-key term to the row's mean
+ * keys, plus each layer's charge: the GPU experts' concurrent point at top_k for resident layers,
+ * the grid's far-off point of c = 0 or c = top_k for hybrid ones); bench ran the placement each
+ * configuration names (the grid's pool on every layer, or on the first layer only, every other
+ * layer resident); measured times are positive. An unknown configuration, and real routing
+ * without a trace, are refused up front in one line. Speeds are never compared against a number. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "tests/unit/cli_util.h"
+
+static char tmpdir[256];
+static const char *root, *moeplan;
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_decode_check_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    root = getenv("MP_SOURCE_ROOT");
+    moeplan = getenv("MP_MOEPLAN");
+    cr_assert(root && moeplan, "MP_SOURCE_ROOT / MP_MOEPLAN are not set (run through meson test)");
+}
+
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(decode_check, .init = setup, .fini = teardown);
+
+/* Run the script with env (shell assignments), OUT=tmpdir/out and WORK=tmpdir; stderr into err.
+ * Exit status. */
+static int script(const char *env, char *err, size_t cap)
+{
+    char cmd[4096], path[512];
+    snprintf(path, sizeof path, "%s/stderr", tmpdir);
+    snprintf(cmd, sizeof cmd, "MOEPLAN='%s' OUT='%s/out' WORK='%s' %s bash '%s/bench/decode_check.sh' "
+             ">'%s/stdout' 2>'%s'", moeplan, tmpdir, tmpdir, env, root, tmpdir, path);
+    const int rc = system(cmd);
+    cr_assert(rc != -1 && WIFEXITED(rc), "the script did not exit normally");
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    const size_t n = fread(err, 1, cap - 1, f);
+    err[n] = 0;
+    fclose(f);
+    return WEXITSTATUS(rc);
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsString(v), "%s is not a string", k);
+    return v->valuestring;
+}
+
+/* The cost file's pieces of the model, read here. */
+typedef struct costs_parts {
+    double nm_ns, nm_keys, per_key_ns, conc_ns, off0_ns, offk_ns;
+} costs_parts;
+
+static costs_parts parts_of(const char *path, int top_k)
+{
+    char *text = mp_test_slurp(path);
+    cJSON *c = cJSON_Parse(text);
+    cr_assert_not_null(c);
+    costs_parts p = {0};
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(c, "non_moe"))
+        if (num(e, "rows") == 1)
+            p.nm_ns = num(e, "median_ns");
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(c, "non_moe_context");
+    p.nm_keys = num(ctx, "keys");
+    p.per_key_ns = num(ctx, "per_key_ns");
+    const cJSON *conc = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "gpu_expert"), 0),
+                                                         "concurrent");
+    cJSON_ArrayForEach(e, conc)
+        if (num(e, "experts") == top_k)
+            p.conc_ns = num(e, "median_ns");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "decode_layers"), "points"))
+        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "far_on"))) {
+            if (num(e, "cold") == 0)
+                p.off0_ns = num(e, "median_ns");
+            if (num(e, "cold") == top_k)
+                p.offk_ns = num(e, "median_ns");
+        }
+    cr_assert(p.nm_ns > 0 && p.conc_ns > 0 && p.off0_ns > 0 && p.offk_ns > 0, "the tiny cost file lacks a part");
+    cJSON_Delete(c);
+    free(text);
+    return p;
+}
+
+Test(decode_check, tiny_preset_end_to_end, .timeout = 600)
+{
+    char env[1024], err[16384], path[512];
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu N_SHORT=3 "
+             "N_LONG=7 REPS=1 THREADS=1 CONFIGS='gpu-router c0-grid cK-first'", root);
+    cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/out/decode-check.json", tmpdir);
+    char *text = mp_test_slurp(path);
+    cJSON *doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "not JSON: %s", text);
+    cr_assert_str_eq(str(doc, "format"), "moeplan-decode-check");
+    const int L = (int)num(doc, "layers"), K = (int)num(doc, "top_k");
+    cr_assert(L == 4 && K == 4, "the tiny preset is 4 layers of top-4: %d, %d", L, K);
+    cr_assert_eq(num(doc, "grid_pool"), 4); /* min(top_k, 16 - top_k) */
+    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", root);
+    const costs_parts p = parts_of(path, K);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 5);
+    const struct {
+        const char *cfg;
+        int n;
+        double moe_ns;
+    } want[5] = {{"gpu-router", 3, L * p.conc_ns},
+                 {"gpu-router", 7, L * p.conc_ns},
+                 {"c0-grid", 3, L * p.off0_ns},
+                 {"c0-grid", 7, L * p.off0_ns},
+                 {"cK-first", 7, (L - 1) * p.conc_ns + p.offk_ns}};
+    for (int i = 0; i < 5; i++) {
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        cr_assert_str_eq(str(r, "configuration"), want[i].cfg);
+        cr_assert_eq(num(r, "n_gen"), want[i].n);
+        const double keys = (want[i].n + 3) / 2.0; /* positions 1 .. n attend 2 .. n + 1 keys */
+        cr_assert_float_eq(num(r, "keys"), keys, 1e-12);
+        const double model_ms = (p.nm_ns + p.per_key_ns * (keys - p.nm_keys) + want[i].moe_ns) / 1e6;
+        cr_assert_float_eq(num(r, "model_ms_per_token"), model_ms, 1e-9, "row %d: %g, want %g", i,
+                           num(r, "model_ms_per_token"), model_ms);
+        cr_assert_gt(num(r, "measured_ms_per_token"), 0, "row %d", i);
+    }
+    cJSON_Delete(doc);
+    free(text);
+    /* the placements bench ran: the grid's pool everywhere, or on the first layer only */
+    snprintf(path, sizeof path, "%s/out/bench/c0-grid-1.json", tmpdir);
+    text = mp_test_slurp(path);
+    cr_assert_not_null(strstr(text, "/out/traces/pool4.txt"), "%s", text);
+    free(text);
+    snprintf(path, sizeof path, "%s/out/traces/pool-first.txt", tmpdir);
+    text = mp_test_slurp(path);
+    cr_assert_str_eq(text, "0: 0-3\n1: 0-15\n2: 0-15\n3: 0-15\n");
+    free(text);
+    snprintf(path, sizeof path, "%s/out/decode-check.md", tmpdir);
+    text = mp_test_slurp(path);
+    cr_assert_not_null(strstr(text, "| cK-first | 7 | 5 | "), "%s", text);
+    free(text);
+}
+
+Test(decode_check, an_unknown_configuration_is_refused_in_one_line)
+{
+    char err[16384];
+    cr_assert_eq(script("PRESET=tiny CONFIGS='gpu-router c9-grid'", err, sizeof err), 1, "%s", err);
+    cr_assert_str_eq(err, "decode_check: error: CONFIGS: unknown configuration 'c9-grid'\n");
+    /* real routing needs a trace: only the flame preset has one by default */
+    cr_assert_eq(script("PRESET=tiny CONFIGS=gpu-trace", err, sizeof err), 1, "%s", err);
+    cr_assert_str_eq(err, "decode_check: error: CONFIGS: gpu-trace needs TRACE (a trace of the model's geometry)\n");
+}
