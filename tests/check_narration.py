@@ -22,7 +22,8 @@ import sys
 # Text: sessions by ordinal or by position, issue numbers, numbered runs on the GPU machine
 # ("call" and a number), people.
 TEXT = re.compile(
-    r"\b([a-z]+(st|nd|rd|th)|[0-9]+(st|nd|rd|th))[ ]sessions?\b"
+    r"\b(first|second|third|[a-z]*(fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|teenth|tieth)"
+    r"|[0-9]+(st|nd|rd|th))[ ]sessions?\b"
     r"|\b(this|next|same|previous|last|earlier|later|that)[ ]sessions?\b"
     r"|\b(two|three|four|five|several|both|earlier|previous|later|last|other|those|these)"
     r"[ ]sessions\b"
