@@ -27,10 +27,6 @@ static const mp_knob_choice k_isa[] = {{"best", MP_KNOB_ISA_BEST},
                                        {"avx512", MP_KNOB_ISA_AVX512}};
 static const mp_knob_choice k_host[] = {
     {"pinned", MP_GPU_HOST_PINNED}, {"copy", MP_GPU_HOST_COPY}, {"mapping", MP_GPU_HOST_MAPPING}};
-static const mp_knob_choice k_moe_dec[] = {{"pair", 1}, {"unit", 0}};
-static const mp_knob_choice k_moe_down[] = {{"warp", 0}, {"split", 1}};
-static const mp_knob_choice k_qkv_warp[] = {{"auto", -1}, {"0", 0}, {"1", 1}};
-static const mp_knob_choice k_norm_threads[] = {{"auto", 0}, {"256", 256}, {"512", 512}, {"1024", 1024}};
 
 #define FIELD(f) offsetof(mp_knobs, f)
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -73,29 +69,28 @@ static const mp_knob_def k_knobs[] = {
            "file mapping"),
     SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0,
            "prints each start-up phase of the GPU executor on stderr (where a start hangs)"),
-    CHOICE("MP_CUDA_MOE_DEC", cuda_moe_dec, k_moe_dec, 1,
-           "decode experts on the pair kernels for Q4_K gate/up and Q6_K down (unit: the unit kernels)"),
-    CHOICE("MP_CUDA_MOE_DOWN", cuda_moe_down, k_moe_down, 0,
-           "decode down launch: a warp per output element over every route (split: a warp per route and element)"),
-    NUMBER_ALSO("MP_CUDA_MOE_MMA", cuda_moe_mma, 16, ROWS_MAX, 2, 0, 1, 1,
-                "prefill experts on the tensor cores from this many rows; 0: never; 1: by type (64 rows with "
-                "the pipelined kernel)"),
-    SWITCH("MP_CUDA_MOE_MMA2", cuda_moe_mma2, 1,
-           "tensor-core experts on the pipelined kernel (0: the first kernel, from 192 rows for Q4_K/Q6_K, "
-           "320 for Q8_0/Q4_0)"),
-    CHOICE("MP_CUDA_QKV_WARP", cuda_qkv_warp, k_qkv_warp, -1,
-           "the warp-per-head Q/K/V finish: auto from 16 rows, 0 never, 1 always"),
-    CHOICE("MP_CUDA_NORM_THREADS", cuda_norm_threads, k_norm_threads, 0,
-           "threads per row of the row norms; auto: 2 elements per thread, 256 to 1024"),
     SWITCH("MP_CUDA_PDL", cuda_pdl, 1,
            "programmatic dependent launch of decode kernels on compute capability 9.0+ (0: each waits for "
-           "the one before)"),
+           "the one before, so that a profiler's kernel durations leave out the wait)"),
     NUMBER_ALSO("MP_HANG_DUMP_S", hang_dump_s, 1, 86400, 1, 0, 0, 0,
                 "after this many seconds, prints the main thread's stack and kernel-side state on stderr "
                 "(0: off)"),
 };
 
 _Static_assert(N(k_knobs) <= MP_KNOBS_MAX, "mp_knobs.source has a slot per knob");
+
+/* Knobs whose losing arm was measured and removed (docs/config.md, "Retired knobs"): set, they stop
+ * the command, so that an A/B run written for them cannot measure one arm twice. */
+static const struct {
+    const char *name, *now;
+} k_retired[] = {
+    {"MP_CUDA_MOE_DEC", "decode experts run the pair kernels for Q4_K gate/up and Q6_K down"},
+    {"MP_CUDA_MOE_DOWN", "the decode down launch is a warp per output element"},
+    {"MP_CUDA_MOE_MMA", "prefill experts take the tensor cores from the rows where they win"},
+    {"MP_CUDA_MOE_MMA2", "the tensor-core experts take the pipelined kernel wherever it fits"},
+    {"MP_CUDA_QKV_WARP", "the Q/K/V finish takes a warp per head from 16 rows"},
+    {"MP_CUDA_NORM_THREADS", "the row norms take 2 elements per thread"},
+};
 
 int mp_knob_count(void)
 {
@@ -180,8 +175,9 @@ static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
 }
 
 /* What d takes, in one of two styles: prose for a refusal ("0 or 1", "a whole number in 1..64",
- * "0, 1 or a whole number in 16..2147483647", "one of pinned, copy, mapping") or the table's
- * short form ("0|1", "1..64", "0, 1 or 16..2147483647", "pinned|copy|mapping"). */
+ * "0 or a whole number in 1..86400", "one of pinned, copy, mapping") or the table's short form
+ * ("0|1", "1..64", "0 or 1..86400", "pinned|copy|mapping"); with two values besides the range,
+ * "0, 1 or ...". */
 typedef struct allowed_style {
     const char *sw, *range, *choices, *sep;
 } allowed_style;
@@ -234,6 +230,12 @@ mp_status mp_knobs_read(mp_knobs *k, mp_knob_lookup lookup, void *ctx, mp_error 
         mp_status st = mp_knobs_set(k, k_knobs[i].name, lookup(ctx, k_knobs[i].name), MP_KNOB_ENV, err);
         if (st)
             return st;
+    }
+    for (int i = 0; i < N(k_retired); i++) {
+        const char *text = lookup(ctx, k_retired[i].name);
+        if (text && *text)
+            return mp_fail(err, MP_ERR_ARG, "%s=%.60s: no longer a knob: %s (docs/config.md, \"Retired knobs\")",
+                           k_retired[i].name, text, k_retired[i].now);
     }
     return MP_OK;
 }
@@ -302,12 +304,6 @@ void mp_knobs_apply_kernels(const mp_knobs *k)
 {
     mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
 #if MP_HAVE_CUDA
-    mp_cuda_moe_set_decode(k->cuda_moe_dec);
-    mp_cuda_moe_set_down_split(k->cuda_moe_down);
-    mp_cuda_moe_set_mma_min_rows(k->cuda_moe_mma == 1 ? -1 : k->cuda_moe_mma);
-    mp_cuda_moe_set_mma2(k->cuda_moe_mma2);
-    mp_cuda_set_qkv_finish_warp(k->cuda_qkv_warp);
-    mp_cuda_set_norm_threads(k->cuda_norm_threads);
     mp_cuda_set_pdl(k->cuda_pdl ? -1 : 0); /* on: where the device has it (compute capability 9.0+) */
 #endif
 }
