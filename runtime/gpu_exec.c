@@ -330,10 +330,7 @@ void mp_gpu_free(mp_gpu *g)
                 cudaEventDestroy(g->ev_rt[i]);
     free(g->ev_rt);
     free(g->rt_pending);
-    if (g->graphs)
-        mp_gpu_drop_graphs(g);
-    free(g->graphs);
-    free(g->seg_stop);
+    mp_gpu_drop_graphs(g);
     free(g->far);
     free(g->rt_cpu_ns);
     if (g->ev_host)
@@ -390,18 +387,12 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
         }                                               \
     } while (0)
 
-/* The executor's A/B switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
- * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_ONE_GRAPH=0 (a
- * decode step with hybrid layers as graph segments between them, not one graph),
- * MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the Q, K and V projections of a decode
- * step one after the other, not side by side), MP_GPU_ROUTER_FUSED=0 (a decode step's router as
- * a GEMV and a top-k launch, not one), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1. */
+/* The executor's switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
+ * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued: a profiler's view of
+ * every launch), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1. */
 static void knob_switches(mp_gpu *g, const mp_knobs *k)
 {
     g->gemm_min_rows = k->gpu_gemm_min_rows; /* never below MP_GPU_GEMM_MIN_ROWS: the table's range */
-    g->qkv_serial = !k->gpu_qkv_fork;
-    g->router_split = !k->gpu_router_fused;
-    g->one_graph_off = !k->gpu_one_graph;
     g->step_stamps = k->gpu_step_stamps;
     if (!k->gpu_graphs) {
         g->graphs_off = true;
@@ -501,12 +492,9 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
     g->far = calloc((size_t)hp->n_layer, sizeof *g->far);
-    g->graphs = calloc((size_t)hp->n_layer + 1, sizeof *g->graphs);
-    g->seg_stop = calloc((size_t)hp->n_layer + 1, sizeof *g->seg_stop);
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
     if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far ||
-        !g->graphs || !g->seg_stop ||
         !g->h_mask || !g->h_count) {
         st = mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
         goto fail;
@@ -631,7 +619,8 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         int unified = 0;
         if (cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, 0) != cudaSuccess || !unified) {
             cudaGetLastError();
-            g->one_graph_off = true;
+            g->graphs_off = true; /* a decode graph's hybrid layers hand off through mapped memory */
+            snprintf(g->graphs_why, sizeof g->graphs_why, "off (no unified addressing)");
             if (g->step_stamps)
                 fprintf(stderr, "moeplan: MP_GPU_STEP_STAMPS: this device has no unified addressing: no stamps\n");
             g->step_stamps = false;
@@ -736,10 +725,10 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
                      g->n_far_layers, g->n_hybrid_layers);
         snprintf(buf + len, cap - len, "; %s, %s; far routes %s; decode graphs: %s",
                  host, copy, far,
-                 g->graphs_off  ? g->graphs_why
-                 : g->step_graph ? "one per step, hybrid layers handing off through mapped host memory"
-                 : g->graphs[0]  ? "on, one per segment between hybrid layers"
-                                 : "not used");
+                 g->graphs_off        ? g->graphs_why
+                 : !g->step_graph     ? "not used"
+                 : g->n_hybrid_layers ? "one per step, hybrid layers handing off through mapped host memory"
+                                      : "one per step");
     }
     if (st->rt_measured) {
         const size_t len = strlen(buf);
@@ -772,11 +761,6 @@ int64_t mp_gpu_far_layers(const mp_gpu *g)
 
 void mp_gpu_drop_graphs(mp_gpu *g)
 {
-    for (int64_t i = 0; i <= g->s->m->hp.n_layer; i++)
-        if (g->graphs[i]) {
-            cudaGraphExecDestroy(g->graphs[i]);
-            g->graphs[i] = NULL;
-        }
     if (g->step_graph)
         cudaGraphExecDestroy(g->step_graph);
     g->step_graph = NULL;

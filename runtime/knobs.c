@@ -52,14 +52,8 @@ static const mp_knob_def k_knobs[] = {
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
            "prints where each CPU expert call's time goes, one line on stderr when the session ends"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1,
-           "runs decode steps as CUDA graphs (0: every step enqueued launch by launch)"),
-    SWITCH("MP_GPU_ONE_GRAPH", gpu_one_graph, 1,
-           "runs a decode step with hybrid layers as one graph handing off through mapped host memory "
-           "(0: graph segments with copies and events)"),
-    SWITCH("MP_GPU_ROUTER_FUSED", gpu_router_fused, 1,
-           "runs a decode step's router in one launch (0: a GEMV and a top-k launch)"),
-    SWITCH("MP_GPU_QKV_FORK", gpu_qkv_fork, 1,
-           "runs a decode step's K and V projections on side streams beside Q (0: one after another)"),
+           "runs a decode step as one CUDA graph (0: enqueued launch by launch, as a profiler wants to see "
+           "them; hybrid layers hand off with copies and events then)"),
     SWITCH("MP_GPU_STEP_STAMPS", gpu_step_stamps, 0,
            "stamps each decode step's GPU span, launch and host gaps into bench's JSON"),
     NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_GPU_GEMM_MIN_ROWS, ROWS_MAX, MP_GPU_GEMM_MIN_ROWS,
@@ -90,6 +84,9 @@ static const struct {
     {"MP_CUDA_MOE_MMA2", "the tensor-core experts take the pipelined kernel wherever it fits"},
     {"MP_CUDA_QKV_WARP", "the Q/K/V finish takes a warp per head from 16 rows"},
     {"MP_CUDA_NORM_THREADS", "the row norms take 2 elements per thread"},
+    {"MP_GPU_ONE_GRAPH", "a decode step is one graph, hybrid layers handing off through mapped memory"},
+    {"MP_GPU_ROUTER_FUSED", "a decode step's router is one launch"},
+    {"MP_GPU_QKV_FORK", "a decode step's K and V projections run beside Q"},
 };
 
 int mp_knob_count(void)

@@ -44,9 +44,6 @@ typedef struct mp_knobs {
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */
-    bool gpu_one_graph;      /* MP_GPU_ONE_GRAPH */
-    bool gpu_router_fused;   /* MP_GPU_ROUTER_FUSED */
-    bool gpu_qkv_fork;       /* MP_GPU_QKV_FORK */
     bool gpu_step_stamps;    /* MP_GPU_STEP_STAMPS */
     int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_GPU_GEMM_MIN_ROWS (placement.h) */
     int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */

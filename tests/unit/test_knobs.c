@@ -164,7 +164,7 @@ Test(knobs, refuses_values_not_allowed_in_one_line)
         {"MP_GPU_GRAPHS", "off", "MP_GPU_GRAPHS=off: expected 0 or 1"},
         {"MP_POOL_PIN", "2", "MP_POOL_PIN=2: expected 0 or 1"},
         {"MP_GPU_INIT_TRACE", "yes", "MP_GPU_INIT_TRACE=yes: expected 0 or 1"},
-        {"MP_GPU_QKV_FORK", " 1", "MP_GPU_QKV_FORK= 1: expected 0 or 1"},
+        {"MP_GPU_STEP_STAMPS", " 1", "MP_GPU_STEP_STAMPS= 1: expected 0 or 1"},
         {"MP_MOE_PIPE_UNITS", "0", "MP_MOE_PIPE_UNITS=0: expected a whole number in 1..64"},
         {"MP_MOE_PIPE_UNITS", "65", "MP_MOE_PIPE_UNITS=65: expected a whole number in 1..64"},
         {"MP_MOE_PIPE_UNITS", "4x", "MP_MOE_PIPE_UNITS=4x: expected a whole number in 1..64"},
