@@ -43,10 +43,6 @@ static const mp_knob_def k_knobs[] = {
            "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs"),
-    SWITCH("MP_MOE_CPU_PIPELINE", moe_cpu_pipeline, 1,
-           "runs a decode step's CPU experts in one pipelined pool region (0: two regions with a barrier)"),
-    SWITCH("MP_MOE_CPU_COMBINE", moe_cpu_combine, 1,
-           "combines the pipelined region's output range by range inside it (0: on the caller after it)"),
     NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8,
            "units per thread in each half of the pipelined region"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
@@ -87,6 +83,8 @@ static const struct {
     {"MP_GPU_ONE_GRAPH", "a decode step is one graph, hybrid layers handing off through mapped memory"},
     {"MP_GPU_ROUTER_FUSED", "a decode step's router is one launch"},
     {"MP_GPU_QKV_FORK", "a decode step's K and V projections run beside Q"},
+    {"MP_MOE_CPU_PIPELINE", "a decode step's CPU experts run in one pipelined pool region"},
+    {"MP_MOE_CPU_COMBINE", "the pipelined region combines its output range by range inside it"},
 };
 
 int mp_knob_count(void)

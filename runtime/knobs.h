@@ -38,8 +38,6 @@ typedef struct mp_knobs {
     /* CPU kernels and the CPU executor */
     int isa;                 /* MP_ISA: MP_KNOB_ISA_* */
     bool pool_pin;           /* MP_POOL_PIN */
-    bool moe_cpu_pipeline;   /* MP_MOE_CPU_PIPELINE */
-    bool moe_cpu_combine;    /* MP_MOE_CPU_COMBINE */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */

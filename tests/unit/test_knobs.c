@@ -72,7 +72,7 @@ Test(knobs, every_type_parses)
     mp_knobs_defaults(&k);
     cr_assert(k.gpu_graphs && !k.pool_pin && k.moe_pipe_units == 8 && k.gpu_gemm_min_rows == 32 &&
               k.gpu_host_experts == MP_GPU_HOST_PINNED && k.isa == MP_KNOB_ISA_BEST && k.hang_dump_s == 0 &&
-              k.cuda_pdl && k.moe_cpu_pipeline && k.moe_cpu_combine);
+              k.cuda_pdl);
     set_ok(&k, "MP_GPU_GRAPHS", "0");
     cr_assert(!k.gpu_graphs);
     cr_assert_eq(k.source[index_of("MP_GPU_GRAPHS")], MP_KNOB_ENV);
