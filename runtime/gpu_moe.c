@@ -280,18 +280,18 @@ static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
      * production costs (sim_accuracy.sh compares the two); replayed prefill steps skip it. */
     const bool host_routes = s->route_src != NULL;
     const bool hybrid = G->n_resident < E;
-    bool published = false; /* the router's launch also handed the row (and routes) to the host */
     if (host_routes && !decode_routes(g, n)) {
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
         CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
-    } else if (n == 1 && mp_cuda_router_gemv_supported(G->gate_inp.type)) {
-        /* decode: the GEMV and the top-k in one launch, with the handoff folded in (a graph step;
-         * against a GEMV and a top-k launch: −0.4 µs per layer, −1.3 with the publish, H200,
-         * bench/NOTES-gpu-exec.md run 25) */
+    } else if (n == 1) {
+        /* decode: the GEMV and the top-k in one launch; in a graph step whose layer is hybrid, the
+         * same launch hands the row (and routes) to the host through mapped memory (against a GEMV,
+         * a top-k and a publish launch: −0.4 µs per layer, −1.3 on a hybrid layer, H200,
+         * bench/NOTES-gpu-exec.md run 25). Router weights are F32, F16 or BF16 (model_load.c). */
         const gpu_tensor *R = &G->gate_inp;
-        published = hybrid && g->handoff;
+        const bool published = hybrid && g->handoff;
         KCHECK(mp_cuda_router_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, g->d_router, K,
                                    hp->expert_weights_norm, g->d_ids, g->d_w, g->d_count,
                                    published ? g->h_x : NULL, published && !host_routes ? h_ids : NULL, h_w,
@@ -311,14 +311,10 @@ static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     }
 
     /* 2. the host gets the rows of a hybrid layer, and the routes when it needs them (CPU
-     * experts or the routing hook); then the resident experts run (on a hybrid layer, while the
-     * host works). An all-resident layer is done after this. */
-    if (hybrid && g->handoff) { /* one graph per step: rows and routes through mapped memory */
-        const bool ids = !host_routes;
-        if (!published)
-            KCHECK(mp_cuda_host_publish(g->d_xb, g->h_x, n * D, ids ? g->d_ids : NULL, h_ids, g->d_w, h_w, n * K,
-                                        &g->h_flags[il], &g->h_stamps[3 * il], g->stream), "row handoff");
-    } else if (hybrid) {
+     * experts or the routing hook): in a graph step the router's launch handed them over, else
+     * they are copied down; then the resident experts run (on a hybrid layer, while the host
+     * works). An all-resident layer is done after this. */
+    if (hybrid && !g->handoff) {
         CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
                                g->stream), "row copy");
     }

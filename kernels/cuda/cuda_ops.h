@@ -175,8 +175,10 @@ int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int6
  * bit-identical to mp_cuda_gemv, then mp_cuda_router's softmax/top-k/renormalization of that row
  * into d_ids/d_weights (k), bit-identical to mp_cuda_router. d_count: one unsigned int of device
  * memory, 0 before the launch and 0 again after it (one launch at a time per counter). With
- * h_flag not NULL it also hands off as mp_cuda_host_publish does: h_x = d_x, h_ids/h_w = the
- * routes when h_ids is not NULL, *h_stamp (when not NULL), then *h_flag = 1 after a system fence. */
+ * h_flag not NULL it also hands the row to the host: h_x = d_x (n_in floats), h_ids/h_w = the
+ * routes when h_ids is not NULL, *h_stamp (the GPU's global timer, ns; when not NULL), then
+ * *h_flag = 1 after a system-scope fence: a host that reads 1 from *h_flag sees everything written
+ * before it (the hybrid decode step's handoff of a layer's row to the host). */
 int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_expert, int64_t n_in,
                         const float *d_x, float *d_logits, int64_t k, int renorm, int32_t *d_ids, float *d_weights,
                         unsigned *d_count, float *h_x, int32_t *h_ids, float *h_w, uint32_t *h_flag,
@@ -204,12 +206,6 @@ int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream);
  * h_ pointers here are page-locked host memory (cudaMallocHost) that the kernels read and write
  * directly. Both launch one block. */
 
-/* h_x[0..n_x) = d_x (16-byte aligned), and when d_ids is not NULL h_ids/h_w[0..n_k) = d_ids/d_w;
- * then *h_stamp = the GPU's global timer (ns; when h_stamp is not NULL) and *h_flag = 1, after a
- * system-scope fence: a host that reads 1 from *h_flag sees everything written before it. */
-int mp_cuda_host_publish(const float *d_x, float *h_x, int64_t n_x, const int32_t *d_ids, int32_t *h_ids,
-                         const float *d_w, float *h_w, int64_t n_k, uint32_t *h_flag, uint64_t *h_stamp,
-                         void *stream);
 /* Waits until the host sets *h_flag to 1 (the kernel traps after timeout_s seconds, which fails
  * the stream), then d_proj[i] = h_part[i] (d_proj[i] + h_part[i] with accumulate) for i < n,
  * h_part read from host memory (never from a cache); h_stamp (when not NULL; two entries) = the

@@ -757,8 +757,8 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
 // Each block then fences and counts itself done on a device counter; the last one runs
 // router_row on all logits (the others' writes are visible: fence, then the counter, then L2
 // reads) and sets the counter back to 0 for the next launch. With a handoff target (h_flag), the
-// last block also publishes the row, ids and weights to host memory and sets the flag, as
-// handoff.cu's publish_kernel: one launch instead of three.
+// last block also publishes the row, ids and weights to host memory and sets the flag (handoff.cu
+// has the ordering rules): one launch where a GEMV, a top-k and a publish launch were three.
 #define ROUTER_GEMV_WARPS 4
 
 template <int T, bool VEC>
