@@ -6,8 +6,8 @@
  *   - 151936 × 2048 (Qwen3's output head),
  * with n_x = 1 (decode) and n_x = 4, 8 (the batched variant), and mp_cuda_moe_experts on a
  * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, and all-Q8_0; replayed as a
- * CUDA graph like decode runs it, with the warp and the split down variants side by side; prefill
- * calls of 64 and 512 rows on the grouped and the tensor-core paths side by side), and prints
+ * CUDA graph like decode runs it; prefill calls of 64 and 512 rows on the grouped and the
+ * tensor-core paths side by side), and prints
  * the weight bytes streamed per call divided by the median time (CUDA events) as GB/s — the
  * number to hold against the H200's ~4.8 TB/s HBM bandwidth.
  * Small problems would sit in the 50 MB L2 after the first call and time the cache, not HBM: the
@@ -145,10 +145,9 @@ static void bench_gemv(int type, int64_t n_out, int64_t n_in, int reps)
 
 /* One decode MoE call (1 row, top-8 of 128 experts), captured as a CUDA graph per weight copy with
  * its timing events (external record nodes) and replayed, as the runtime's decode graphs run it:
- * the GPU time without the host's launch gaps. The caller sets the kernels' switches
- * (mp_cuda_moe_set_down_split, mp_cuda_moe_set_decode, ...) and names them in `variant`, so
- * variants are measured side by side in one run. */
-static void bench_moe(int gate_type, int down_type, const char *variant, int reps)
+ * the GPU time without the host's launch gaps. `kernels` names what runs (moe_dec.cu's pair
+ * kernels for Q4_K/Q6_K, moe.cu's unit kernels otherwise). */
+static void bench_moe(int gate_type, int down_type, const char *kernels, int reps)
 {
     const int64_t D = 2048, F = 768, E = 128, K = 8;
     const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
@@ -211,7 +210,7 @@ static void bench_moe(int gate_type, int down_type, const char *variant, int rep
     qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     const double bytes = (double)K * (2.0 * (double)g_exp + (double)d_exp);
     printf("| moe (graph, %s) | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
-           variant, mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
+           kernels, mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
            bytes / (ms[reps / 2] * 1e-3) / 1e9, ms[0] * 1e3);
     for (int c = 0; c < n_graphs; c++)
         cudaGraphExecDestroy(exec[c]);
@@ -225,7 +224,7 @@ static void bench_moe(int gate_type, int down_type, const char *variant, int rep
 
 /* One prefill MoE call of n_rows rows (top-8 of 128 experts, random distinct routes per row),
  * enqueued and timed by events: the grouped CUDA-core path (mma 0) against the tensor-core path
- * (mma 1, moe_mma.cu), side by side. TFLOP/s counts 2 · routes · 3 · n_embd · n_ff. */
+ * (mma 1: the pipelined kernel, moe_mma2.cu, at these shapes), side by side. TFLOP/s counts 2 · routes · 3 · n_embd · n_ff. */
 static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int mma, int reps)
 {
     const int64_t D = 2048, F = 768, E = 128, K = 8, routes = n_rows * K;
@@ -306,7 +305,7 @@ int main(int argc, char **argv)
         (argc > 1 && !strcmp(argv[1], "--help"))) {
         printf("usage: bench_cuda [REPS [prefill|decode]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
                "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512\n"
-               "       rows; decode: only the 1-row expert call, every kernel variant and shape)\n");
+               "       rows; decode: only the 1-row expert call, Q4_K/Q6_K and Q8_0, twice)\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     char why[256];
@@ -328,25 +327,11 @@ int main(int argc, char **argv)
             }
         return 0;
     }
-    if (decode_only) { /* the decode kernels' variants and shapes (moe_dec.cu), alternated */
-        static const struct { int dec, split, rows, outs; const char *name; } v[] = {
-            {0, 0, 0, 0, "unit kernels, down warp"},
-            {0, 1, 0, 0, "unit kernels, down split"},
-            {1, 0, 2, 4, "pair kernels, 2 rows/warp, 4 outs/block"},
-            {1, 0, 1, 4, "pair kernels, 1 row/warp, 4 outs/block"},
-            {1, 0, 4, 4, "pair kernels, 4 rows/warp, 4 outs/block"},
-            {1, 0, 2, 8, "pair kernels, 2 rows/warp, 8 outs/block"},
-        };
-        for (int round = 0; round < 2; round++)
-            for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-                mp_cuda_moe_set_decode(v[i].dec);
-                mp_cuda_moe_set_down_split(v[i].split);
-                mp_cuda_moe_set_decode_shape(v[i].rows, v[i].outs);
-                bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, v[i].name, reps);
-            }
-        mp_cuda_moe_set_decode(-1);
-        mp_cuda_moe_set_down_split(-1);
-        mp_cuda_moe_set_decode_shape(0, 0);
+    if (decode_only) { /* the 1-row expert call, twice */
+        for (int round = 0; round < 2; round++) {
+            bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, "pair kernels", reps);
+            bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, "unit kernels", reps);
+        }
         return 0;
     }
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
@@ -355,16 +340,8 @@ int main(int argc, char **argv)
         bench_gemv(types[t], 768 * 8, 2048, reps);
         bench_gemv(types[t], 151936, 2048, reps);
     }
-    for (int dec = 1; dec >= 0; dec--) /* the decode kernels (moe_dec.cu) against the unit kernels */
-        for (int split = 0; split < 2 - dec; split++) { /* and the unit kernels' two down variants */
-            const char *name = dec ? "pair kernels" : split ? "unit kernels, down split" : "unit kernels, down warp";
-            mp_cuda_moe_set_decode(dec);
-            mp_cuda_moe_set_down_split(split);
-            bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, name, reps);
-            bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, name, reps);
-        }
-    mp_cuda_moe_set_decode(-1);
-    mp_cuda_moe_set_down_split(-1);
+    bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, "pair kernels", reps);
+    bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, "unit kernels", reps);
     for (int mma = 0; mma < 2; mma++) /* prefill: the CUDA-core and the tensor-core paths side by side */
         for (int64_t rows = 64; rows <= 512; rows *= 8) {
             bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);

@@ -5,7 +5,7 @@
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
  *                        [--gap-us G=0] [--token-gap-us U=0]
- *                        [--compare | --compare-isa A,B | --compare-pin | --compare-combine] [--profile]
+ *                        [--compare | --compare-isa A,B | --compare-pin] [--profile]
  *
  * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
  * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
@@ -17,9 +17,7 @@
  * memory bandwidth drifts by ±15 % within minutes, so only an A/B interleaved this finely is
  * trustworthy. --compare-isa A,B alternates the CPU kernels' level (MP_ISA, e.g. avx512,avx2)
  * the same way, and --compare-pin a pool whose workers are pinned to CPUs (MP_POOL_PIN=1;
- * runtime/threadpool.c) against one whose are not. --compare-combine: the
- * pipelined region combining each row range in its last down unit against the caller combining
- * after the region (MP_MOE_CPU_COMBINE=0). --profile says where a call's time goes (mp_moe_scratch_profile:
+ * runtime/threadpool.c) against one whose are not. --profile says where a call's time goes (mp_moe_scratch_profile:
  * the region's start, the threads' late starts, gate/up, down, waits for an expert's hidden rows,
  * the tail after each thread's last unit). --token-gap-us sleeps U µs after each token's L calls, as the runtime's CPU side
  * rests while the GPU runs the all-resident layers (layers:12: ~2.5 ms per token). Why: the offloaded rows' CPU side took ~357 µs per layer step at
@@ -96,7 +94,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
                "                      [--gap-us G=0] [--token-gap-us U=0]\n"
-               "                      [--compare | --compare-isa A,B | --compare-pin | --compare-combine] [--profile]\n");
+               "                      [--compare | --compare-isa A,B | --compare-pin] [--profile]\n");
 }
 
 /* A whole-string number of microseconds in [0, hi). */
@@ -121,11 +119,10 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t L = 48, tokens = 16, threads = mp_cpu_count();
     double gap_us = 0, token_gap_us = 0;
-    bool compare = false, compare_pin = false, compare_combine = false, profile = false;
+    bool compare = false, compare_pin = false, profile = false;
     char isa[2][16] = {"", ""};
     const struct { const char *name; bool *on; } switches[] = {
-        {"--compare", &compare}, {"--compare-combine", &compare_combine}, {"--compare-pin", &compare_pin},
-        {"--profile", &profile}};
+        {"--compare", &compare}, {"--compare-pin", &compare_pin}, {"--profile", &profile}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -175,9 +172,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_cpu_stream: -m MODEL.gguf is required (see --help)\n");
         return 2;
     }
-    if ((int)compare + (int)compare_pin + (int)compare_combine + (int)(isa[0][0] != 0) > 1) {
-        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa, --compare-pin and --compare-combine are one A/B "
-                        "each: give one\n");
+    if ((int)compare + (int)compare_pin + (int)(isa[0][0] != 0) > 1) {
+        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa and --compare-pin are one A/B each: give one\n");
         return 2;
     }
     mp_knobs knobs; /* the environment's, as moeplan reads them; the A/B flags change a copy */
@@ -239,10 +235,7 @@ int main(int argc, char **argv)
         }
     }
     s = mp_moe_scratch_new(hp, 1, (int)threads, &knobs);
-    mp_knobs other = knobs; /* --compare*: the other mode */
-    if (compare_combine)
-        other.moe_cpu_combine = false;
-    s2 = mp_moe_scratch_new(hp, 1, (int)threads, &other);
+    s2 = mp_moe_scratch_new(hp, 1, (int)threads, &knobs); /* --compare*: the other mode's */
     ns = malloc((size_t)(tokens * L) * sizeof *ns);
     ns2 = malloc((size_t)(tokens * L) * sizeof *ns2);
     x = malloc((size_t)D * sizeof *x);
@@ -293,7 +286,7 @@ int main(int argc, char **argv)
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare || compare_pin || compare_combine || isa[0][0];
+    const bool ab = compare || compare_pin || isa[0][0];
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
@@ -337,9 +330,6 @@ int main(int argc, char **argv)
         snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
     else if (isa[0][0])
         snprintf(label[0], sizeof label[0], ", %s", isa[0]), snprintf(label[1], sizeof label[1], ", %s", isa[1]);
-    else if (compare_combine)
-        snprintf(label[0], sizeof label[0], ", combined in the region"),
-            snprintf(label[1], sizeof label[1], ", combined after it");
     else if (compare_pin)
         snprintf(label[0], sizeof label[0], ", %d workers pinned", mp_pool_n_pinned(pool)),
             snprintf(label[1], sizeof label[1], ", not pinned");

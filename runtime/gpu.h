@@ -59,9 +59,9 @@ typedef struct mp_gpu_stats {
     int64_t rt_gap_ns;
     int64_t rt_overhead_ns;
     /* one graph: the GPU's side of those steps, from the rows' publish to its wait kernel's first
-     * poll (resident experts and far routes); 0 in segments */
+     * poll (resident experts and far routes); 0 in enqueued steps */
     int64_t rt_gpu_ns;
-    int64_t graphs_captured;   /* decode segments captured as CUDA graphs */
+    int64_t graphs_captured;   /* decode steps captured as CUDA graphs */
     int64_t graph_launch_ns;   /* host time inside cudaGraphLaunch, all steps */
     int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs
                                 * through mapped host memory) */

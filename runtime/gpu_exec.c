@@ -1,10 +1,13 @@
 /* runtime/gpu_exec.c — the GPU executor's lifetime: device checks, the memory plan and budget,
  * weight upload, the expert pool (see gpu.h).
  *
- * Order in mp_gpu_new: (1) size every device allocation from the model, the session and the
- * placement; (2) refuse when the sum exceeds the budget, naming each term; (3) allocate four
- * arenas (weights, KV, scratch + staging, pool) and carve them; (4) upload dense weights and the
- * resident experts (256-byte aligned slots, so the MoE kernel may use 128-bit loads).
+ * Order in mp_gpu_new (build): (1) size every device allocation from the model, the session and
+ * the placement (plan_memory); (2) refuse when the sum exceeds the budget, naming each term
+ * (check_budget); (3) streams and events, four device arenas (weights, KV, scratch + staging, pool)
+ * carved, page-locked host buffers, cuBLAS (create_streams, alloc_device, alloc_pinned,
+ * setup_blas); (4) upload dense weights and the resident experts (256-byte aligned slots, so the
+ * MoE kernel may use 128-bit loads); (5) the cold experts' host copy, the copy cost and the far
+ * routes (setup_host_experts).
  * Without CUDA in the build every entry point reports that the GPU executor is unavailable.
  */
 #include "mp_config.h"
@@ -330,10 +333,7 @@ void mp_gpu_free(mp_gpu *g)
                 cudaEventDestroy(g->ev_rt[i]);
     free(g->ev_rt);
     free(g->rt_pending);
-    if (g->graphs)
-        mp_gpu_drop_graphs(g);
-    free(g->graphs);
-    free(g->seg_stop);
+    mp_gpu_drop_graphs(g);
     free(g->far);
     free(g->rt_cpu_ns);
     if (g->ev_host)
@@ -381,27 +381,12 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     return MP_OK;
 }
 
-#define CK(call, what)                                  \
-    do {                                                \
-        cudaError_t e_ = (call);                        \
-        if (e_ != cudaSuccess) {                        \
-            st = mp_gpu_cuda_fail(err, what, e_);       \
-            goto fail;                                  \
-        }                                               \
-    } while (0)
-
-/* The executor's A/B switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
- * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued), MP_GPU_ONE_GRAPH=0 (a
- * decode step with hybrid layers as graph segments between them, not one graph),
- * MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_QKV_FORK=0 (the Q, K and V projections of a decode
- * step one after the other, not side by side), MP_GPU_ROUTER_FUSED=0 (a decode step's router as
- * a GEMV and a top-k launch, not one), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1. */
+/* The executor's switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
+ * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued: a profiler's view of
+ * every launch), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1. */
 static void knob_switches(mp_gpu *g, const mp_knobs *k)
 {
     g->gemm_min_rows = k->gpu_gemm_min_rows; /* never below MP_GPU_GEMM_MIN_ROWS: the table's range */
-    g->qkv_serial = !k->gpu_qkv_fork;
-    g->router_split = !k->gpu_router_fused;
-    g->one_graph_off = !k->gpu_one_graph;
     g->step_stamps = k->gpu_step_stamps;
     if (!k->gpu_graphs) {
         g->graphs_off = true;
@@ -467,14 +452,14 @@ static void init_phase(const mp_gpu *g, const char *what)
         fprintf(stderr, "moeplan: GPU executor: %s\n", what);
 }
 
-mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
+/* ---- mp_gpu_new, phase by phase ---- */
+
+/* What the executor supports: a device, a placement of this model's shape, the kernels' limits. */
+static mp_status check_support(const mp_hparams *hp, const mp_placement *pl, mp_error *err)
 {
-    *out = NULL;
     char why[256];
     if (!mp_cuda_available(why, sizeof why))
         return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s", why);
-    const mp_model *m = s->m;
-    const mp_hparams *hp = &m->hp;
     if (pl->n_layer != hp->n_layer || pl->n_expert != hp->n_expert)
         return mp_fail(err, MP_ERR_ARG, "GPU executor: the placement has %" PRId64 " layers × %"
                        PRId64 " experts, the model %" PRId64 " × %" PRId64,
@@ -483,17 +468,14 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         return mp_fail(err, MP_ERR_LIMIT, "GPU executor: %" PRId64 " experts (max 1024), top-%" PRId64
                        " (max 32) or head_dim %" PRId64 " (max 256) unsupported",
                        hp->n_expert, hp->n_expert_used, hp->head_dim);
-    /* low-latency waits for the decode round trip; harmless if the context already exists */
-    cudaSetDeviceFlags(cudaDeviceScheduleSpin);
-    cudaGetLastError();
+    return MP_OK;
+}
 
-    mp_status st = MP_OK;
-    mp_gpu *g = calloc(1, sizeof *g);
-    if (!g)
-        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    g->s = s;
-    g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
-    knob_switches(g, &s->knobs);
+/* The host-side tables: per layer (device tensors, hook timing, events, round trips, far
+ * decisions), the step's expert mask and counts, and the executor's copy of the placement. */
+static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     g->timing = calloc((size_t)hp->n_layer, sizeof *g->timing);
     g->ev_moe = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_moe);
@@ -501,52 +483,56 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
     g->far = calloc((size_t)hp->n_layer, sizeof *g->far);
-    g->graphs = calloc((size_t)hp->n_layer + 1, sizeof *g->graphs);
-    g->seg_stop = calloc((size_t)hp->n_layer + 1, sizeof *g->seg_stop);
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
     if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far ||
-        !g->graphs || !g->seg_stop ||
-        !g->h_mask || !g->h_count) {
-        st = mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-        goto fail;
-    }
-    if ((st = copy_placement(pl, &g->pl, err)))
-        goto fail;
+        !g->h_mask || !g->h_count)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->decode_costs = pl->decode_costs != NULL;
+    return copy_placement(pl, &g->pl, err);
+}
 
-    /* (1) the plan */
-    init_phase(g, "planning device memory");
+/* (1) Every device allocation's size, before any is made, into g->mem by term (and
+ * expert_bytes_max, n_hybrid_layers). *staging: the executor gets staging buffers (hybrid layers
+ * and prefill-sized batches); with them, *far_bytes of far-route tables. */
+static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, size_t *far_bytes, mp_error *err)
+{
+    const mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
     size_t pool = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
-        const size_t slot = expert_slot_bytes(&m->layers[il]);
+        const size_t slot = expert_slot_bytes(&s->m->layers[il]);
         g->expert_bytes_max = slot > g->expert_bytes_max ? slot : g->expert_bytes_max;
         pool += slot * (size_t)pl->n_resident[il];
         g->n_hybrid_layers += pl->n_resident[il] < hp->n_expert;
     }
-    carve sc = {NULL, 0};
+    carve sc = {NULL, 0}, wc = {NULL, 0};
     carve_scratch(g, &sc);
+    mp_status st = upload_weights(g, &wc, err); /* sizing pass: copies nothing */
+    if (st)
+        return st;
     const int64_t KV = hp->n_head_kv * hp->head_dim;
-    carve wc = {NULL, 0};
-    if ((st = upload_weights(g, &wc, err))) /* sizing pass: copies nothing */
-        goto fail;
     g->mem.weights = wc.used;
     g->mem.kv = 2 * mp_gpu_align((size_t)(s->n_ctx * KV) * 2) * (size_t)hp->n_layer;
     g->mem.scratch = sc.used;
-    const bool staging = g->n_hybrid_layers > 0 && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
-    g->mem.staging = staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
-                                    mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *)))
-                             : 0;
+    *staging = g->n_hybrid_layers > 0 && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
     /* far routes' tables: where each cold expert is in the host copy, and each layer's decision
      * (the host copy that they read is made with the staging buffers) */
-    const size_t far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +
-                             mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1));
-    if (staging)
-        g->mem.staging += far_bytes;
+    *far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +
+                 mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1));
+    g->mem.staging = *staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
+                                     mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *))) +
+                                    *far_bytes
+                              : 0;
     g->mem.pool = pool;
     g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool;
+    return MP_OK;
+}
 
-    /* (2) the budget */
+/* (2) The plan against the placement's budget (every term named) and the device's free memory;
+ * the device's name. */
+static mp_status check_budget(mp_gpu *g, const mp_placement *pl, mp_error *err)
+{
     if (pl->budget.budget_bytes && g->mem.total > pl->budget.budget_bytes) {
         char b[5][32];
         mp_format_bytes(pl->budget.budget_bytes, b[0], sizeof b[0]);
@@ -554,125 +540,188 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
         mp_format_bytes(g->mem.pool, b[2], sizeof b[2]);
         mp_format_bytes(g->mem.total, b[3], sizeof b[3]);
         mp_format_bytes(g->mem.kv, b[4], sizeof b[4]);
-        st = mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s (fixed %s incl. KV cache %s, "
-                     "expert pool %s) but the GPU budget is %s: lower --ctx or --batch, or place "
-                     "fewer experts on the GPU", b[3], b[1], b[4], b[2], b[0]);
-        goto fail;
+        return mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s (fixed %s incl. KV cache %s, "
+                       "expert pool %s) but the GPU budget is %s: lower --ctx or --batch, or place "
+                       "fewer experts on the GPU", b[3], b[1], b[4], b[2], b[0]);
     }
     size_t free_b = 0, total_b = 0;
-    CK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    CCHECK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
     if (g->mem.total > free_b) {
         char need[32], have[32];
         mp_format_bytes(g->mem.total, need, sizeof need);
         mp_format_bytes(free_b, have, sizeof have);
-        st = mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s of device memory, %s free: use "
-                     "--gpu-budget with --placement fill (or fewer experts)", need, have);
-        goto fail;
+        return mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s of device memory, %s free: use "
+                       "--gpu-budget with --placement fill (or fewer experts)", need, have);
     }
     struct cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    CCHECK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     snprintf(g->name, sizeof g->name, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
              (double)total_b / (1024.0 * 1024 * 1024));
+    return MP_OK;
+}
 
-    /* (3) allocation */
-    init_phase(g, "streams, events, device and pinned memory, cuBLAS");
-    CK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    CK(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    CK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
+/* (3) The streams (the forward pass's, the prefill copies', the K/V side streams) and events. */
+static mp_status create_streams(mp_gpu *g, mp_error *err)
+{
+    CCHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CCHECK(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CCHECK(cudaEventCreateWithFlags(&g->ev_fork, cudaEventDisableTiming), "cudaEventCreate");
     for (int i = 0; i < 2; i++) {
-        CK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "cudaStreamCreate");
-        CK(cudaEventCreateWithFlags(&g->ev_join[i], cudaEventDisableTiming), "cudaEventCreate");
+        CCHECK(cudaStreamCreateWithFlags(&g->side[i], cudaStreamNonBlocking), "cudaStreamCreate");
+        CCHECK(cudaEventCreateWithFlags(&g->ev_join[i], cudaEventDisableTiming), "cudaEventCreate");
     }
-    CK(cudaEventCreateWithFlags(&g->ev_host, cudaEventDisableTiming), "cudaEventCreate");
-    CK(cudaEventCreateWithFlags(&g->ev_io, cudaEventDisableTiming), "cudaEventCreate");
+    CCHECK(cudaEventCreateWithFlags(&g->ev_host, cudaEventDisableTiming), "cudaEventCreate");
+    CCHECK(cudaEventCreateWithFlags(&g->ev_io, cudaEventDisableTiming), "cudaEventCreate");
     for (int b = 0; b < 2; b++) {
-        CK(cudaEventCreateWithFlags(&g->ev_stage_ready[b], cudaEventDisableTiming), "cudaEventCreate");
-        CK(cudaEventCreateWithFlags(&g->ev_stage_free[b], cudaEventDisableTiming), "cudaEventCreate");
+        CCHECK(cudaEventCreateWithFlags(&g->ev_stage_ready[b], cudaEventDisableTiming), "cudaEventCreate");
+        CCHECK(cudaEventCreateWithFlags(&g->ev_stage_free[b], cudaEventDisableTiming), "cudaEventCreate");
     }
-    for (int64_t i = 0; i < 2 * hp->n_layer; i++) {
-        CK(cudaEventCreate(&g->ev_moe[i]), "cudaEventCreate");
-        CK(cudaEventCreate(&g->ev_rt[i]), "cudaEventCreate");
+    for (int64_t i = 0; i < 2 * g->s->m->hp.n_layer; i++) {
+        CCHECK(cudaEventCreate(&g->ev_moe[i]), "cudaEventCreate");
+        CCHECK(cudaEventCreate(&g->ev_rt[i]), "cudaEventCreate");
     }
-    CK(cudaMalloc((void **)&g->d_weights, g->mem.weights), "cudaMalloc (weights)");
-    CK(cudaMalloc((void **)&g->d_kv, g->mem.kv), "cudaMalloc (KV cache)");
-    CK(cudaMalloc((void **)&g->d_scratch, g->mem.scratch + g->mem.staging), "cudaMalloc (scratch)");
+    return MP_OK;
+}
+
+/* (3) The device arenas of the plan, carved: scratch (the cuBLAS workspace at its end), after it
+ * the staging buffers and far-route tables, the KV cache; weights and pool are filled by
+ * upload_weights and upload_experts. */
+static mp_status alloc_device(mp_gpu *g, bool staging, size_t far_bytes, mp_error *err)
+{
+    const mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
+    CCHECK(cudaMalloc((void **)&g->d_weights, g->mem.weights), "cudaMalloc (weights)");
+    CCHECK(cudaMalloc((void **)&g->d_kv, g->mem.kv), "cudaMalloc (KV cache)");
+    CCHECK(cudaMalloc((void **)&g->d_scratch, g->mem.scratch + g->mem.staging), "cudaMalloc (scratch)");
     if (g->mem.pool)
-        CK(cudaMalloc((void **)&g->d_pool, g->mem.pool), "cudaMalloc (expert pool)");
-    sc = (carve){g->d_scratch, 0};
+        CCHECK(cudaMalloc((void **)&g->d_pool, g->mem.pool), "cudaMalloc (expert pool)");
+    carve sc = {g->d_scratch, 0};
     carve_scratch(g, &sc);
-    char *ws = g->d_scratch + sc.used - MP_GPU_BLAS_WS_BYTES;
     if (staging) {
         carve stc = {g->d_scratch + g->mem.scratch, 0};
         g->d_stage = take(&stc, 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max);
         for (int b = 0; b < 2; b++) {
             g->d_stage_slots[b] = take(&stc, (size_t)(3 * hp->n_expert) * sizeof(void *));
-            CK(cudaMallocHost((void **)&g->h_stage_slots[b], (size_t)(3 * hp->n_expert) * sizeof(void *)),
-               "cudaMallocHost");
+            CCHECK(cudaMallocHost((void **)&g->h_stage_slots[b], (size_t)(3 * hp->n_expert) * sizeof(void *)),
+                   "cudaMallocHost");
         }
         g->d_far = take(&stc, far_bytes); /* the tables of far routes after it (mp_gpu_far_setup) */
     }
+    const int64_t KV = hp->n_head_kv * hp->head_dim;
     carve kc = {g->d_kv, 0};
     for (int64_t il = 0; il < hp->n_layer; il++) {
         g->layers[il].k_cache = take(&kc, (size_t)(s->n_ctx * KV) * 2);
         g->layers[il].v_cache = take(&kc, (size_t)(s->n_ctx * KV) * 2);
     }
-    const size_t B = (size_t)s->n_batch, K = (size_t)hp->n_expert_used, D = (size_t)hp->n_embd;
-    CK(cudaMallocHost((void **)&g->h_io, 2 * B * sizeof(int32_t)), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_ids, (size_t)hp->n_layer * B * K * sizeof(int32_t)), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_w, (size_t)hp->n_layer * B * K * sizeof(float)), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_route1, (size_t)(2 * hp->n_layer) * K * sizeof(uint32_t)), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_flags, (size_t)(2 * hp->n_layer) * sizeof *g->h_flags), "cudaMallocHost");
-    CK(cudaMallocHost((void **)&g->h_stamps, (size_t)(3 * hp->n_layer) * sizeof *g->h_stamps), "cudaMallocHost");
-    memset(g->h_stamps, 0, (size_t)(3 * hp->n_layer) * sizeof *g->h_stamps);
-    {
-        /* the handoff and stamp kernels use host pointers as device pointers: unified addressing */
-        int unified = 0;
-        if (cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, 0) != cudaSuccess || !unified) {
-            cudaGetLastError();
-            g->one_graph_off = true;
-            if (g->step_stamps)
-                fprintf(stderr, "moeplan: MP_GPU_STEP_STAMPS: this device has no unified addressing: no stamps\n");
-            g->step_stamps = false;
-        }
+    return MP_OK;
+}
+
+/* (3) The page-locked host buffers: tokens and positions, routes, rows and partials, the handoff
+ * flags and stamps, logits. The handoff and stamp kernels use host pointers as device pointers: a
+ * device without unified addressing gets neither (decode graphs and step stamps off). */
+static mp_status alloc_pinned(mp_gpu *g, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const size_t B = (size_t)g->s->n_batch, K = (size_t)hp->n_expert_used, D = (size_t)hp->n_embd;
+    const size_t L = (size_t)hp->n_layer;
+    CCHECK(cudaMallocHost((void **)&g->h_io, 2 * B * sizeof(int32_t)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_ids, L * B * K * sizeof(int32_t)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_w, L * B * K * sizeof(float)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_route1, 2 * L * K * sizeof(uint32_t)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_x, B * D * sizeof(float)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_part, B * D * sizeof(float)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_flags, 2 * L * sizeof *g->h_flags), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_stamps, 3 * L * sizeof *g->h_stamps), "cudaMallocHost");
+    memset(g->h_stamps, 0, 3 * L * sizeof *g->h_stamps);
+    CCHECK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),
+           "cudaMallocHost");
+    int unified = 0;
+    if (cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, 0) != cudaSuccess || !unified) {
+        cudaGetLastError();
+        g->graphs_off = true; /* a decode graph's hybrid layers hand off through mapped memory */
+        snprintf(g->graphs_why, sizeof g->graphs_why, "off (no unified addressing)");
+        if (g->step_stamps)
+            fprintf(stderr, "moeplan: MP_GPU_STEP_STAMPS: this device has no unified addressing: no stamps\n");
+        g->step_stamps = false;
     }
-    if (g->step_stamps && (st = calibrate_stamps(g, err)))
-        goto fail;
-    CK(cudaMallocHost((void **)&g->h_logits, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * sizeof(float)),
-       "cudaMallocHost");
+    return g->step_stamps ? calibrate_stamps(g, err) : MP_OK;
+}
+
+/* (3) cuBLAS on the executor's stream, its workspace the last MP_GPU_BLAS_WS_BYTES of the scratch
+ * arena (carve_scratch), so that the budget counts it. */
+static mp_status setup_blas(mp_gpu *g, mp_error *err)
+{
     int rc = mp_cuda_blas_create(&g->blas, g->stream);
     if (!rc)
-        rc = mp_cuda_blas_set_workspace(g->blas, ws, MP_GPU_BLAS_WS_BYTES);
-    if (rc) {
-        st = mp_gpu_kernel_fail(err, "cuBLAS setup", rc);
-        goto fail;
-    }
+        rc = mp_cuda_blas_set_workspace(g->blas, g->d_scratch + g->mem.scratch - MP_GPU_BLAS_WS_BYTES,
+                                        MP_GPU_BLAS_WS_BYTES);
+    return rc ? mp_gpu_kernel_fail(err, "cuBLAS setup", rc) : MP_OK;
+}
 
-    /* (4) weights */
+/* (5) The cold experts in host memory (gpu_host.c: a page-locked copy with staging buffers) and,
+ * with the staging buffers, the measured copy cost and the far routes' tables and decisions. */
+static mp_status setup_host_experts(mp_gpu *g, const mp_placement *pl, bool staging, mp_error *err)
+{
+    init_phase(g, staging ? "copying and page-locking the host experts" : "host experts");
+    mp_status st = mp_gpu_host_experts(g, staging, err);
+    if (st || !staging)
+        return st;
+    init_phase(g, "timing an expert copy");
+    mp_gpu_measure_copy(g);
+    if ((st = mp_gpu_far_setup(g, err)))
+        return st;
+    return decide_far(g, pl, err);
+}
+
+/* Everything after the checks, in order; on failure mp_gpu_new frees what was made. */
+static mp_status build(mp_gpu *g, const mp_placement *pl, mp_error *err)
+{
+    bool staging = false;
+    size_t far_bytes = 0;
+    mp_status st;
+    if ((st = alloc_host_tables(g, pl, err)))
+        return st;
+    init_phase(g, "planning device memory");
+    if ((st = plan_memory(g, pl, &staging, &far_bytes, err)) || (st = check_budget(g, pl, err)))
+        return st;
+    init_phase(g, "streams, events, device and pinned memory, cuBLAS");
+    if ((st = create_streams(g, err)) || (st = alloc_device(g, staging, far_bytes, err)) ||
+        (st = alloc_pinned(g, err)) || (st = setup_blas(g, err)))
+        return st;
     init_phase(g, "weights and resident experts");
-    wc = (carve){g->d_weights, 0};
-    if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)))
-        goto fail;
-    init_phase(g, staging && g->n_hybrid_layers ? "copying and page-locking the host experts" : "host experts");
-    if ((st = mp_gpu_host_experts(g, staging, err)))
-        goto fail;
-    if (staging) {
-        init_phase(g, "timing an expert copy");
-        mp_gpu_measure_copy(g);
-        if ((st = mp_gpu_far_setup(g, err)) || (st = decide_far(g, pl, err)))
-            goto fail;
-    }
+    carve wc = {g->d_weights, 0};
+    if ((st = upload_weights(g, &wc, err)) || (st = upload_experts(g, err)) ||
+        (st = setup_host_experts(g, pl, staging, err)))
+        return st;
     init_phase(g, "synchronizing");
-    CK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
-    CK(cudaMemset(g->d_count, 0, sizeof(unsigned)), "cudaMemset");
-    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    CCHECK(cudaMemset(g->d_bad, 0, sizeof(int)), "cudaMemset");
+    CCHECK(cudaMemset(g->d_count, 0, sizeof(unsigned)), "cudaMemset");
+    CCHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     init_phase(g, "ready");
+    return MP_OK;
+}
+
+mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
+{
+    *out = NULL;
+    mp_status st = check_support(&s->m->hp, pl, err);
+    if (st)
+        return st;
+    /* low-latency waits for the decode round trip; harmless if the context already exists */
+    cudaSetDeviceFlags(cudaDeviceScheduleSpin);
+    cudaGetLastError();
+    mp_gpu *g = calloc(1, sizeof *g);
+    if (!g)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    g->s = s;
+    g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
+    knob_switches(g, &s->knobs);
+    if ((st = build(g, pl, err))) {
+        mp_gpu_free(g);
+        return st;
+    }
     *out = g;
     return MP_OK;
-fail:
-    mp_gpu_free(g);
-    return st;
 }
 
 void mp_gpu_get_memory(const mp_gpu *g, mp_gpu_memory *out)
@@ -736,10 +785,10 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
                      g->n_far_layers, g->n_hybrid_layers);
         snprintf(buf + len, cap - len, "; %s, %s; far routes %s; decode graphs: %s",
                  host, copy, far,
-                 g->graphs_off  ? g->graphs_why
-                 : g->step_graph ? "one per step, hybrid layers handing off through mapped host memory"
-                 : g->graphs[0]  ? "on, one per segment between hybrid layers"
-                                 : "not used");
+                 g->graphs_off        ? g->graphs_why
+                 : !g->step_graph     ? "not used"
+                 : g->n_hybrid_layers ? "one per step, hybrid layers handing off through mapped host memory"
+                                      : "one per step");
     }
     if (st->rt_measured) {
         const size_t len = strlen(buf);
@@ -772,11 +821,6 @@ int64_t mp_gpu_far_layers(const mp_gpu *g)
 
 void mp_gpu_drop_graphs(mp_gpu *g)
 {
-    for (int64_t i = 0; i <= g->s->m->hp.n_layer; i++)
-        if (g->graphs[i]) {
-            cudaGraphExecDestroy(g->graphs[i]);
-            g->graphs[i] = NULL;
-        }
     if (g->step_graph)
         cudaGraphExecDestroy(g->step_graph);
     g->step_graph = NULL;

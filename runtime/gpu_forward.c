@@ -1,13 +1,22 @@
 /* runtime/gpu_forward.c — the transformer forward pass on the device (the GPU twin of forward.c).
  *
- * Reads top to bottom like forward.c: embedding, then per layer
- *   RMSNorm → Q/K/V → q/k norm → RoPE → K, V into the F16 cache → attention → wo → residual,
- *   RMSNorm → MoE block (gpu_moe.c: router, resident experts, CPU experts) → residual,
- * then the final norm and the output head for the rows whose logits are wanted.
+ * Reads top to bottom like forward.c (enqueue_step): embedding, then per layer
+ *   RMSNorm → Q/K/V → q/k norm, RoPE, K and V into the F16 cache → attention → wo → residual,
+ *   RMSNorm → MoE block (one call: gpu_moe.c, where the hybrid CPU/GPU details live) → residual,
+ * then the final norm and the output head for the rows whose logits are wanted. Residual adds
+ * are fused into the next norm (pending_add).
  * Everything is enqueued on one stream; the host waits only where it must: in MoE layers with
  * CPU routes (the routing round trip) and for the logits. Projections of fewer than
  * MP_GPU_GEMM_MIN_ROWS rows are GEMVs over activations converted to the weights' partner format
  * (as the CPU does); larger ones go through cuBLAS (kernels/cuda/gemm.cu).
+ *
+ * A decode step (one row, no hooks, no prefill copies) is one CUDA graph, captured on first use
+ * and replayed at every position: the host launches it, then serves its hybrid layers' CPU experts
+ * in order through mapped host memory (graph_step). Other steps are enqueued launch by launch, the
+ * host serving each hybrid layer between its begin and its end (mp_gpu_moe_layer).
+ *
+ * Time: at decode, ~13 kernels of 2-10 µs per layer, the experts the largest (bench/NOTES-gpu-exec.md
+ * run 25); in hybrid layers, the CPU experts.
  */
 #include "mp_config.h"
 
@@ -57,15 +66,16 @@ static mp_status proj(mp_gpu *g, const gpu_tensor *t, const float *d_in, int64_t
 }
 
 /* Q, K and V of the rows in d_xb. A GEMV-sized step whose activations are already converted for
- * all three (the attention norm did it) runs K and V on the side streams beside Q: three small
- * launches that each wait out the memory's latency then cost about one (in a decode graph they
- * are parallel branches). Otherwise one after the other. */
+ * all three (the attention norm did it) runs K and V on the side streams beside Q: three
+ * latency-bound launches then cost about one (in a decode graph they are parallel branches;
+ * all-GPU tg128 +3.5 % on the H200, bench/NOTES-gpu-exec.md run 16). Otherwise one after the
+ * other. */
 static mp_status qkv_proj(mp_gpu *g, const gpu_layer *L, int64_t n, mp_error *err)
 {
     const mp_hparams *hp = &g->s->m->hp;
     const int64_t Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
     mp_status st;
-    const bool fork = !g->qkv_serial && n < g->gemm_min_rows && g->act_src == g->d_xb &&
+    const bool fork = n < g->gemm_min_rows && g->act_src == g->d_xb &&
                       mp_cuda_vec_dot_type(L->wq.type) == g->act_vdt &&
                       mp_cuda_vec_dot_type(L->wk.type) == g->act_vdt &&
                       mp_cuda_vec_dot_type(L->wv.type) == g->act_vdt;
@@ -88,31 +98,38 @@ static mp_status qkv_proj(mp_gpu *g, const gpu_layer *L, int64_t n, mp_error *er
     return MP_OK;
 }
 
+/* RMSNorm(d_x) into d_xb with weights w: the previous block's residual add, when pending, fused into
+ * it (x += d_proj first); with vdt a quantized format (Q8_0, Q8_K), the normed rows also converted
+ * to it into d_act, for the projections or experts that read them. */
+static mp_status norm_in(mp_gpu *g, const float *w, int64_t n, int vdt, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const int64_t D = hp->n_embd;
+    const float *add = g->pending_add ? g->d_proj : NULL;
+    g->pending_add = false;
+    g->act_src = NULL;
+    if (vdt == MP_TYPE_Q8_0 || vdt == MP_TYPE_Q8_K) {
+        KCHECK(mp_cuda_rmsnorm_quant(g->d_xb, g->d_x, add, w, n, D, hp->rms_eps, vdt, g->d_act, g->stream),
+               "residual add + rmsnorm + quantize");
+        g->act_src = g->d_xb;
+        g->act_vdt = vdt;
+    } else if (add) {
+        KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, add, w, n, D, hp->rms_eps, g->stream), "residual add + rmsnorm");
+    } else {
+        KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, w, n, D, hp->rms_eps, g->stream), "rmsnorm");
+    }
+    return MP_OK;
+}
+
+/* The attention block of layer il on d_xb (normed) → d_proj: Q/K/V, q/k norm and RoPE, K and V into
+ * the cache, attention, wo. */
 static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0, mp_error *err)
 {
     const mp_hparams *hp = &g->s->m->hp;
     const mp_arch_traits *tr = mp_arch_get(hp->arch);
     const gpu_layer *L = &g->layers[il];
-    const int64_t D = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd;
+    const int64_t hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd;
     mp_status st;
-
-    /* the previous layer's residual add, when pending, is fused into this norm; for GEMV-sized
-     * steps the norm also converts its output for Q, K and V (proj finds it in d_act) */
-    const int vdt_q = mp_cuda_vec_dot_type(L->wq.type);
-    if (n < g->gemm_min_rows && (vdt_q == MP_TYPE_Q8_0 || vdt_q == MP_TYPE_Q8_K)) {
-        KCHECK(mp_cuda_rmsnorm_quant(g->d_xb, g->d_x, g->pending_add ? g->d_proj : NULL, L->attn_norm, n, D,
-                                     hp->rms_eps, vdt_q, g->d_act, g->stream), "residual add + rmsnorm + quantize");
-        g->act_src = g->d_xb;
-        g->act_vdt = vdt_q;
-    } else {
-        if (g->pending_add)
-            KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->attn_norm, n, D, hp->rms_eps, g->stream),
-                   "residual add + rmsnorm");
-        else
-            KCHECK(mp_cuda_rmsnorm(g->d_xb, g->d_x, L->attn_norm, n, D, hp->rms_eps, g->stream), "rmsnorm");
-        g->act_src = NULL;
-    }
-    g->pending_add = false;
     if ((st = qkv_proj(g, L, n, err)))
         return st;
     const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
@@ -142,22 +159,7 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
                                     g->d_att_scratch, g->att_scratch_bytes, g->stream), "attention");
     }
     g->act_src = NULL;
-    if ((st = proj(g, &L->wo, g->d_att, n, g->d_proj, D, err)))
-        return st;
-    /* residual add fused into the MoE block's norm, which also converts its output for the
-     * experts when they take quantized activations (the MoE kernels then skip that launch) */
-    const int vdt_e = mp_cuda_vec_dot_type(g->s->m->layers[il].gate_exps.type);
-    g->act_src = NULL;
-    g->moe_xq = NULL;
-    if (vdt_e == MP_TYPE_Q8_0 || vdt_e == MP_TYPE_Q8_K) {
-        KCHECK(mp_cuda_rmsnorm_quant(g->d_xb, g->d_x, g->d_proj, L->ffn_norm, n, D, hp->rms_eps, vdt_e, g->d_act,
-                                     g->stream), "residual add + rmsnorm + quantize");
-        g->moe_xq = g->d_act;
-    } else {
-        KCHECK(mp_cuda_add_rmsnorm(g->d_xb, g->d_x, g->d_proj, L->ffn_norm, n, D, hp->rms_eps, g->stream),
-               "residual add + rmsnorm");
-    }
-    return MP_OK;
+    return proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err);
 }
 
 /* Enqueue the head for rows [r0, r0 + rows): norm, projection, logits to h_logits. */
@@ -176,6 +178,7 @@ static mp_status head_enqueue(mp_gpu *g, int64_t r0, int64_t rows, mp_error *err
     return MP_OK;
 }
 
+/* The head for more rows than one enqueue holds, after the step: MP_GPU_HEAD_ROWS at a time. */
 static mp_status head(mp_gpu *g, int64_t n, bool all_logits, float *logits, mp_error *err)
 {
     const int64_t V = g->s->m->hp.n_vocab;
@@ -190,6 +193,160 @@ static mp_status head(mp_gpu *g, int64_t n, bool all_logits, float *logits, mp_e
     }
     return MP_OK;
 }
+
+/* One step of n rows at positions pos0.., from the tokens and positions in h_io: embedding, the
+ * layers, and the head for the last head_rows rows (0: none; at most MP_GPU_HEAD_ROWS). Enqueued
+ * (or captured into a graph: g->capturing); a hybrid layer's host work runs inside
+ * mp_gpu_moe_layer unless the step hands off through mapped memory (g->handoff: a graph step, whose
+ * host serves its hybrid layers after the launch). */
+static mp_status enqueue_step(mp_gpu *g, int64_t n, int64_t pos0, int64_t head_rows, mp_error *err)
+{
+    const mp_session *s = g->s;
+    const mp_hparams *hp = &s->m->hp;
+    const mp_hooks *hk = s->hooks;
+    mp_status st;
+
+    /* embedding: the tokens (and positions) up, then each token's row dequantized */
+    if (g->step_stamps)
+        KCHECK(mp_cuda_stamp(&g->h_step[0], g->stream), "step stamp");
+    CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream), "token upload");
+    CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream),
+           "token upload");
+    CCHECK(mp_gpu_record(g, g->ev_io), "cudaEventRecord");
+    if (s->route_src && n == 1) /* every layer's replayed routes, packed by mp_gpu_fetch_routes */
+        CCHECK(cudaMemcpyAsync(g->d_rids, g->h_route1, (size_t)(2 * hp->n_layer * hp->n_expert_used) * 4,
+                               cudaMemcpyHostToDevice, g->stream), "route upload");
+    KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab, hp->n_embd,
+                            g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
+    g->pending_add = false;
+
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const gpu_layer *L = &g->layers[il];
+        if (hk && hk->layer_begin)
+            hk->layer_begin(hk->user, il);
+        /* attention block; GEMV-sized steps convert the normed rows for Q, K and V in the norm */
+        const int vdt_q = n < g->gemm_min_rows ? mp_cuda_vec_dot_type(L->wq.type) : MP_TYPE_F32;
+        if ((st = norm_in(g, L->attn_norm, n, vdt_q, err)) || (st = attention_block(g, il, n, pos0, err)))
+            return st;
+        g->pending_add = true;
+        /* MoE block; the norm converts its rows for the experts when they take quantized ones */
+        const int vdt_e = mp_cuda_vec_dot_type(s->m->layers[il].gate_exps.type);
+        if ((st = norm_in(g, L->ffn_norm, n, vdt_e, err)))
+            return st;
+        g->moe_xq = g->act_src ? g->d_act : NULL;
+        g->act_src = NULL;
+        st = mp_gpu_moe_layer(g, il, n, err); /* d_xb → d_proj */
+        g->moe_xq = NULL;
+        if (st)
+            return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
+        g->pending_add = true;
+        if (hk && hk->layer_end)
+            hk->layer_end(hk->user, il);
+    }
+
+    if (g->pending_add) { /* the last layer's residual: the head reads x */
+        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
+        g->pending_add = false;
+    }
+    if (head_rows > 0 && (st = head_enqueue(g, n - head_rows, head_rows, err)))
+        return st;
+    if (g->step_stamps)
+        KCHECK(mp_cuda_stamp(&g->h_step[1], g->stream), "step stamp");
+    return MP_OK;
+}
+
+/* ---- decode steps as one CUDA graph ---- */
+
+/* Capture the 1-row decode step as g->step_graph (a capture runs nothing: the caller launches it).
+ * On a capture error the graphs are turned off for the session (graphs_why says why) and the
+ * caller enqueues the step instead. */
+static mp_status capture_step(mp_gpu *g, int64_t pos0, mp_error *err)
+{
+    cudaGraph_t graph = NULL;
+    mp_status st = MP_OK;
+    cudaError_t e = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        st = mp_gpu_cuda_fail(err, "graph capture", e);
+    } else {
+        g->capturing = true;
+        st = enqueue_step(g, 1, pos0, 1, err);
+        g->capturing = false;
+        e = cudaStreamEndCapture(g->stream, &graph);
+        if (!st && e != cudaSuccess)
+            st = mp_gpu_cuda_fail(err, "graph capture", e);
+        if (!st && (e = cudaGraphInstantiate(&g->step_graph, graph, 0)) != cudaSuccess)
+            st = mp_gpu_cuda_fail(err, "graph instantiation", e);
+        if (graph)
+            cudaGraphDestroy(graph);
+    }
+    if (st) {
+        cudaGetLastError();
+        g->step_graph = NULL;
+        g->graphs_off = true;
+        g->act_src = NULL; /* nothing enqueued during the capture ran */
+        snprintf(g->graphs_why, sizeof g->graphs_why, "off (%.140s)", err->msg);
+        return st;
+    }
+    g->stats.graphs_captured++;
+    return MP_OK;
+}
+
+/* cudaGraphLaunch, its host time counted in the statistics (graph_launch_ns); the step's launch
+ * also notes when it began and returned (step stamps). */
+static cudaError_t launch_graph(mp_gpu *g, cudaGraphExec_t exec)
+{
+    const int64_t t0 = mp_gpu_now_ns();
+    const cudaError_t e = cudaGraphLaunch(exec, g->stream);
+    const int64_t t1 = mp_gpu_now_ns();
+    g->stats.graph_launch_ns += t1 - t0;
+    g->launch_ns[0] = t0, g->launch_ns[1] = t1;
+    return e;
+}
+
+/* A decode step as one graph: launched once; each hybrid layer hands its rows and routes to the
+ * host and takes the CPU's partial back through page-locked host memory the kernels read and
+ * write (g->handoff), while the host serves the hybrid layers in order. Against graph segments
+ * between hybrid layers with copies and events (H200, layers:48): the GPU's time per token
+ * 3.23-3.26 → 2.70-2.77 ms, the round trip's overhead 10.0-11.6 → 2.4-3.3 µs per hybrid layer
+ * (bench/NOTES-gpu-exec.md run 23). *ran is false when the capture failed (graphs are then off
+ * for the session and nothing ran): the caller enqueues the step. A failure on the host releases
+ * every waiting layer before it returns, so that the graph drains instead of spinning until its
+ * timeout. */
+static mp_status graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *err)
+{
+    const int64_t L = g->s->m->hp.n_layer;
+    mp_status st = MP_OK;
+    *ran = false;
+    g->handoff = true;
+    if (!g->step_graph && capture_step(g, pos0, err) != MP_OK) {
+        g->handoff = false;
+        return MP_OK;
+    }
+    /* the previous step drained (mp_gpu_forward synchronized): no kernel reads the flags now */
+    memset(g->h_flags, 0, (size_t)(2 * L) * sizeof *g->h_flags);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    const cudaError_t e = launch_graph(g, g->step_graph);
+    if (e != cudaSuccess) {
+        g->handoff = false;
+        return mp_gpu_cuda_fail(err, "graph launch", e);
+    }
+    *ran = true;
+    if (g->n_hybrid_layers)
+        g->stats.one_graph_steps++;
+    for (int64_t il = 0; il < L && !st; il++)
+        if (mp_gpu_layer_hybrid(g, il))
+            st = mp_gpu_moe_host(g, il, 1, err);
+    g->handoff = false;
+    if (st) {
+        for (int64_t j = 0; j < L; j++)
+            __atomic_store_n(&g->h_flags[L + j], 1, __ATOMIC_RELEASE);
+        cudaStreamSynchronize(g->stream);
+        cudaGetLastError();
+    }
+    return st;
+}
+
+/* ---- after the step ---- */
 
 /* Hooks of the step, after the stream has drained: routing and timing per MoE layer. */
 static void report_hooks(mp_gpu *g, int64_t n)
@@ -250,118 +407,6 @@ static void collect_round_trips(mp_gpu *g, bool handoff)
     }
 }
 
-/* Enqueue one segment of the step: finish hybrid layer `from - 1` (when from > 0 and it is
- * hybrid), then layers from `from` on, up to and including the begin of the next hybrid layer's
- * MoE (*stop = its index) or through the last layer (*stop = n_layer; with head_rows > 0 also the
- * head for the last head_rows rows). */
-static mp_status enqueue_segment(mp_gpu *g, int64_t n, int64_t pos0, int64_t from, int64_t head_rows,
-                                 int64_t *stop, mp_error *err)
-{
-    const mp_session *s = g->s;
-    const mp_hparams *hp = &s->m->hp;
-    mp_status st;
-    if (from == 0) {
-        g->pending_add = false;
-        if (g->step_stamps)
-            KCHECK(mp_cuda_stamp(&g->h_step[0], g->stream), "step stamp");
-        CCHECK(cudaMemcpyAsync(g->d_tok, g->h_io, (size_t)n * 4, cudaMemcpyHostToDevice, g->stream),
-               "token upload");
-        CCHECK(cudaMemcpyAsync(g->d_pos, g->h_io + s->n_batch, (size_t)n * 4, cudaMemcpyHostToDevice,
-                               g->stream), "token upload");
-        CCHECK(mp_gpu_record(g, g->ev_io), "cudaEventRecord");
-        if (s->route_src && n == 1) /* every layer's replayed routes, packed by mp_gpu_fetch_routes */
-            CCHECK(cudaMemcpyAsync(g->d_rids, g->h_route1, (size_t)(2 * hp->n_layer * hp->n_expert_used) * 4,
-                                   cudaMemcpyHostToDevice, g->stream), "route upload");
-        KCHECK(mp_cuda_get_rows(g->tok_embd.type, g->tok_embd.d, g->tok_embd.row_bytes, hp->n_vocab,
-                                hp->n_embd, g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
-    } else {
-        if ((st = mp_gpu_moe_end(g, from - 1, n, err)))
-            return st;
-        g->pending_add = true; /* fused into the next norm */
-        if (s->hooks && s->hooks->layer_end)
-            s->hooks->layer_end(s->hooks->user, from - 1);
-    }
-    for (int64_t il = from; il < hp->n_layer; il++) {
-        if (s->hooks && s->hooks->layer_begin)
-            s->hooks->layer_begin(s->hooks->user, il);
-        if ((st = attention_block(g, il, n, pos0, err)))
-            return st;
-        g->act_src = NULL;
-        if ((st = mp_gpu_moe_begin(g, il, n, err)))
-            return st;
-        if (mp_gpu_layer_hybrid(g, il)) {
-            if (!g->handoff) {
-                *stop = il;
-                return MP_OK;
-            }
-            if ((st = mp_gpu_moe_end(g, il, n, err))) /* waits for the host on the GPU */
-                return st;
-        }
-        g->pending_add = true; /* fused into the next norm */
-        if (s->hooks && s->hooks->layer_end)
-            s->hooks->layer_end(s->hooks->user, il);
-    }
-    *stop = hp->n_layer;
-    if (g->pending_add) { /* the last layer's residual: the head reads x */
-        KCHECK(mp_cuda_add(g->d_x, g->d_proj, n * hp->n_embd, g->stream), "residual add");
-        g->pending_add = false;
-    }
-    if (head_rows > 0 && (st = head_enqueue(g, n - head_rows, head_rows, err)))
-        return st;
-    if (g->step_stamps)
-        KCHECK(mp_cuda_stamp(&g->h_step[1], g->stream), "step stamp");
-    return MP_OK;
-}
-
-/* Capture segment `from` of the 1-row decode step as a graph into *exec (the caller launches it: a
- * capture does not run the work); with g->handoff, from is 0 and the segment is the whole step.
- * On a capture error the graphs are turned off for the session and the caller enqueues the
- * segment instead. */
-static mp_status capture_segment(mp_gpu *g, int64_t pos0, int64_t from, int64_t *stop, cudaGraphExec_t *exec,
-                                 mp_error *err)
-{
-    cudaGraph_t graph = NULL;
-    mp_status st = MP_OK;
-    cudaError_t e = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
-    if (e != cudaSuccess) {
-        st = mp_gpu_cuda_fail(err, "graph capture", e);
-    } else {
-        g->capturing = true;
-        st = enqueue_segment(g, 1, pos0, from, 1, stop, err);
-        g->capturing = false;
-        e = cudaStreamEndCapture(g->stream, &graph);
-        if (!st && e != cudaSuccess)
-            st = mp_gpu_cuda_fail(err, "graph capture", e);
-        if (!st && (e = cudaGraphInstantiate(exec, graph, 0)) != cudaSuccess)
-            st = mp_gpu_cuda_fail(err, "graph instantiation", e);
-        if (graph)
-            cudaGraphDestroy(graph);
-    }
-    if (st) {
-        cudaGetLastError();
-        *exec = NULL;
-        g->graphs_off = true;
-        g->act_src = NULL; /* nothing enqueued during the capture ran */
-        snprintf(g->graphs_why, sizeof g->graphs_why, "off (%.140s)", err->msg);
-        return st;
-    }
-    g->stats.graphs_captured++;
-    return MP_OK;
-}
-
-/* cudaGraphLaunch, its host time counted in the statistics (graph_launch_ns); the step's first
- * launch also notes when it began and returned (step stamps). */
-static cudaError_t launch_graph(mp_gpu *g, cudaGraphExec_t exec)
-{
-    const int64_t t0 = mp_gpu_now_ns();
-    const cudaError_t e = cudaGraphLaunch(exec, g->stream);
-    const int64_t t1 = mp_gpu_now_ns();
-    g->stats.graph_launch_ns += t1 - t0;
-    if (!g->launch_ns[0])
-        g->launch_ns[0] = t0, g->launch_ns[1] = t1;
-    return e;
-}
-
 /* After a stamped step drained at sync_ns (host clock): where its wall time went. Only graph steps
  * count (an enqueued step's launches are spread over its enqueueing). */
 static void count_stamps(mp_gpu *g, int64_t pos0, int64_t sync_ns)
@@ -379,47 +424,6 @@ static void count_stamps(mp_gpu *g, int64_t pos0, int64_t sync_ns)
     }
     g->last_sync_ns = g->launch_ns[0] ? sync_ns : 0;
     g->last_pos = pos0 + 1;
-}
-
-/* A decode step with hybrid layers as one graph (g->handoff): launched once, then the host serves
- * the hybrid layers in order through mapped memory while the GPU runs. *ran is false when the
- * capture failed (graphs are then off for the session and nothing ran): the caller goes on with
- * the segmented path. A failure on the host releases every waiting layer before it returns, so
- * that the graph drains instead of spinning until its timeout. */
-static mp_status one_graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *err)
-{
-    const int64_t L = g->s->m->hp.n_layer;
-    mp_status st = MP_OK;
-    *ran = false;
-    g->handoff = true;
-    if (!g->step_graph) {
-        int64_t stop = 0;
-        if (capture_segment(g, pos0, 0, &stop, &g->step_graph, err) != MP_OK) {
-            g->handoff = false;
-            return MP_OK;
-        }
-    }
-    /* the previous step drained (mp_gpu_forward synchronized): no kernel reads the flags now */
-    memset(g->h_flags, 0, (size_t)(2 * L) * sizeof *g->h_flags);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    const cudaError_t e = launch_graph(g, g->step_graph);
-    if (e != cudaSuccess) {
-        g->handoff = false;
-        return mp_gpu_cuda_fail(err, "graph launch", e);
-    }
-    *ran = true;
-    g->stats.one_graph_steps++;
-    for (int64_t il = 0; il < L && !st; il++)
-        if (mp_gpu_layer_hybrid(g, il))
-            st = mp_gpu_moe_host(g, il, 1, err);
-    g->handoff = false;
-    if (st) {
-        for (int64_t j = 0; j < L; j++)
-            __atomic_store_n(&g->h_flags[L + j], 1, __ATOMIC_RELEASE);
-        cudaStreamSynchronize(g->stream);
-        cudaGetLastError();
-    }
-    return st;
 }
 
 mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
@@ -452,40 +456,17 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     g->stats.moe_layers += n_full;
     g->stats.routes_gpu += n_full * n * hp->n_expert_used;
 
-    /* a decode step replays captured graphs unless something host-side runs inside a layer
-     * (hooks) or a prefill copy could be chosen */
-    const bool graphs = n == 1 && !g->graphs_off && !s->hooks &&
-                        !(g->d_stage && mp_gpu_copy_enabled(g, 1));
+    /* a decode step replays its graph unless something host-side runs inside a layer (hooks) or a
+     * prefill copy could be chosen; a capture that fails turns graphs off for the session and the
+     * step is enqueued as usual (nothing of the failed capture ran) */
     const int64_t head_rows = logits ? (all_logits ? n : 1) : 0;
-    int64_t from = 0, stop = 0;
+    const bool graphs = n == 1 && head_rows == 1 && !g->graphs_off && !s->hooks &&
+                        !(g->d_stage && mp_gpu_copy_enabled(g, 1));
     bool handoff = false;
-    if (graphs && head_rows == 1 && g->n_hybrid_layers > 0 && !g->one_graph_off) {
-        if ((st = one_graph_step(g, pos0, &handoff, err)))
-            return st;
-        if (handoff)
-            stop = L; /* the whole step is on the stream */
-    }
-    while (!handoff) {
-        bool launched = false;
-        if (graphs && head_rows == 1 && !g->graphs_off) {
-            /* a capture that fails turns graphs off for the session (capture_segment records
-             * why) and this segment is enqueued as usual: nothing of the failed capture ran */
-            if (g->graphs[from] ||
-                capture_segment(g, pos0, from, &g->seg_stop[from], &g->graphs[from], err) == MP_OK) {
-                stop = g->seg_stop[from];
-                CCHECK(launch_graph(g, g->graphs[from]), "graph launch");
-                launched = true;
-            }
-        }
-        if (!launched && (st = enqueue_segment(g, n, pos0, from, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0,
-                                               &stop, err)))
-            return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
-        if (stop == L)
-            break;
-        if ((st = mp_gpu_moe_host(g, stop, n, err)))
-            return st;
-        from = stop + 1;
-    }
+    if (graphs && (st = graph_step(g, pos0, &handoff, err)))
+        return st;
+    if (!handoff && (st = enqueue_step(g, n, pos0, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0, err)))
+        return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
     CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
     if (g->step_stamps)
         count_stamps(g, pos0, mp_gpu_now_ns());

@@ -1,5 +1,6 @@
 /* runtime/gpu_impl.h — the inside of an mp_gpu, shared by gpu_exec.c (device setup, weight upload,
- * expert pool, budget) and gpu_forward.c / gpu_moe.c (the forward pass). Built only with CUDA.
+ * expert pool, budget), gpu_host.c (host experts) and gpu_forward.c / gpu_moe.c (the forward pass).
+ * Built only with CUDA.
  *
  * Invariants: every device buffer is allocated once by mp_gpu_new and counted in mem; a forward
  * never allocates. d_slots_* of a layer hold n_expert device pointers: the pool slot of a resident
@@ -49,9 +50,6 @@ struct mp_gpu {
      * `stream`, in graphs as parallel branches): three latency-bound launches cost about one */
     cudaStream_t side[2];
     cudaEvent_t ev_fork, ev_join[2];
-    bool qkv_serial;           /* MP_GPU_QKV_FORK=0: Q, K, V one after the other (A/B) */
-    bool router_split;         /* MP_GPU_ROUTER_FUSED=0: a decode step's router as a GEMV and a
-                                * top-k launch (and the handoff's publish as its own), not one */
     void *blas;
 
     char *d_weights;           /* arena: dense weights */
@@ -112,17 +110,11 @@ struct mp_gpu {
     bool measure;
     bool copied_this_step;  /* the current hybrid layer copied experts (d_proj holds GPU work) */
     bool pending_add;       /* d_x += d_proj is still to do (fused into the next norm) */
-    /* decode (1 row) as CUDA graphs: segment k runs from the end of hybrid layer k-1 to the
-     * start of hybrid layer k's host work (or to the logits); captured on first use */
-    cudaGraphExec_t *graphs; /* (n_layer + 1), by the segment's first layer */
-    int64_t *seg_stop;       /* (n_layer + 1) the hybrid layer a segment stops at (n_layer: end) */
-    /* a decode step with hybrid layers as ONE graph (MP_GPU_ONE_GRAPH, on by default): each hybrid
-     * layer hands its rows and routes to the host, and takes the CPU's partial back, through
-     * page-locked host memory the kernels read and write (kernels/cuda/handoff.cu), instead of
-     * copies, an event and a graph launch per hybrid layer */
+    /* a decode (1-row) step as ONE CUDA graph, captured on first use: each hybrid layer hands its
+     * rows and routes to the host, and takes the CPU's partial back, through page-locked host
+     * memory the kernels read and write (kernels/cuda/handoff.cu) */
     cudaGraphExec_t step_graph;
-    bool one_graph_off;      /* MP_GPU_ONE_GRAPH=0: segments as above (A/B) */
-    bool handoff;            /* the step being enqueued or run hands off through mapped memory */
+    bool handoff;            /* the step being captured or run hands off through mapped memory */
     uint32_t *h_flags;       /* (2 n_layer): [il] rows of layer il published (GPU → host), [n_layer
                               * + il] its partial written (host → GPU); zeroed before each step */
     uint64_t *h_stamps;      /* (3 n_layer): the GPU's timer (ns) at layer il's publish, when its
@@ -135,9 +127,9 @@ struct mp_gpu {
     bool step_stamps;
     uint64_t *h_step;
     int64_t stamp_off_ns, stamp_err_ns, last_sync_ns, last_pos;
-    int64_t launch_ns[2];    /* the step's first graph launch began and returned (0: none yet) */
+    int64_t launch_ns[2];    /* the step's graph launch began and returned (0: none) */
     bool capturing;          /* enqueueing into a graph capture */
-    bool graphs_off;         /* capture failed once, or disabled (MP_GPU_GRAPHS=0) */
+    bool graphs_off;         /* capture failed once, no unified addressing, or MP_GPU_GRAPHS=0 */
     char graphs_why[160];
 
     cudaEvent_t ev_io;      /* the step's token/position upload has been consumed */
@@ -207,20 +199,22 @@ struct mp_gpu {
 mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e);
 mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code);
 
-/* The MoE block of layer il on the device (gpu_moe.c): d_xb (n, n_embd) normed input →
- * d_proj, in three parts so that the decode step can be captured as CUDA graphs between the
- * host's work:
- *   begin  (enqueued) routing; all-resident layers: the experts, done; hybrid layers: rows and
- *          routes to the host, an event, the resident experts;
- *   host   (host only) wait for the event, decide prefill copies (enqueued), CPU experts into
- *          h_part; statistics;
- *   end    (enqueued) hybrid layers: h_part up and added to d_proj.
- * With g->handoff (a decode step captured as one graph), begin publishes the rows and routes into
- * mapped host memory with a flag, host spins on that flag and sets its own when h_part is
- * written, and end is a kernel that waits for the host's flag and adds h_part from host memory. */
+/* The MoE block of layer il on the device (gpu_moe.c): d_xb (n, n_embd) normed input → d_proj.
+ * All-resident layers: routing and the experts, enqueued. Hybrid layers: the rows and routes go to
+ * the host, the resident experts run, the host computes the CPU experts into h_part
+ * (mp_gpu_moe_host), and h_part is added to d_proj. Enqueued, the host part runs inside this call,
+ * between the two (it waits for an event after the rows' copy). With g->handoff (a decode step
+ * captured as one graph) the layer publishes the rows and routes into mapped host memory with a
+ * flag, and a kernel waits for the host's flag and adds h_part from host memory; the host serves
+ * the layer after the graph's launch (mp_gpu_moe_host, in layer order). */
+mp_status mp_gpu_moe_layer(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
+/* The host part of hybrid layer il: wait for the rows (the event, or the handoff flag), decide
+ * prefill copies (enqueued), run the CPU experts into h_part, set the host's flag (handoff);
+ * statistics. */
+mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il);
 /* Route source only: fill h_ids/h_w with every layer's routes for this step of n rows (checked
- * with mp_moe_check_routes), before the step enqueues anything; mp_gpu_moe_begin uploads them. */
+ * with mp_moe_check_routes), before the step enqueues anything; mp_gpu_moe_layer uploads them. */
 mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err);
 /* Prefill weight copies: whether a step of n rows may copy, and whether copying one cold expert
  * with `rows` rows beats computing them on the CPU (rows × CPU time per route against bytes ×
@@ -236,9 +230,6 @@ bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n);
  * structure); the next decode step captures anew. */
 void mp_gpu_drop_graphs(mp_gpu *g);
 bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
-mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
-mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
-mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err);
 
 /* Host experts (gpu_host.c). mp_gpu_host_experts fills h_slices; with copy (the executor has
  * staging buffers and hybrid layers) it also copies the cold experts into anonymous memory and

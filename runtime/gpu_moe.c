@@ -1,12 +1,13 @@
-/* runtime/gpu_moe.c — one MoE layer on the GPU executor: routing, resident experts, and the hybrid
- * path for experts that live in host memory (gpu.h has the picture).
+/* runtime/gpu_moe.c — one MoE layer on the GPU executor (mp_gpu_moe_layer): routing, resident
+ * experts, and the hybrid path for experts that live in host memory (gpu.h has the picture).
  *
  * Per layer and step:
  *   1. routing: the router GEMV + softmax/top-k on the device, or the route source on the host
  *      (uploaded);
  *   2. every expert resident: one mp_cuda_moe_experts launch pair writes d_proj. Done.
- *   3. otherwise: the rows (f32), ids and weights go to pinned host memory; the resident experts
- *      start on the GPU (into d_proj); the host waits for the copy (the round trip), then
+ *   3. otherwise: the rows (f32), ids and weights go to pinned host memory (copied, with an event;
+ *      in a decode graph step, published into mapped memory with a flag); the resident experts
+ *      start on the GPU (into d_proj); the host waits for the rows (the round trip), then
  *        - prefill: cold experts whose rows take the CPU longer than their copy takes
  *          (mp_decide_copy) are copied to staging slots and run on the GPU (accumulating into
  *          d_proj), two batches in flight, overlapping the CPU;
@@ -255,7 +256,9 @@ bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il)
     return g->layers[il].n_resident < g->s->m->hp.n_expert;
 }
 
-mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+/* Enqueue layer il's routing, the handoff of its rows and routes to the host (hybrid layers), and
+ * its resident experts (and far routes) into d_proj. */
+static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
 {
     mp_session *s = g->s;
     const mp_hparams *hp = &s->m->hp;
@@ -277,16 +280,18 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
      * production costs (sim_accuracy.sh compares the two); replayed prefill steps skip it. */
     const bool host_routes = s->route_src != NULL;
     const bool hybrid = G->n_resident < E;
-    bool published = false; /* the router's launch also handed the row (and routes) to the host */
     if (host_routes && !decode_routes(g, n)) {
         CCHECK(cudaMemcpyAsync(g->d_ids, h_ids, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
         CCHECK(cudaMemcpyAsync(g->d_w, h_w, (size_t)(n * K) * 4, cudaMemcpyHostToDevice, g->stream),
                "route upload");
-    } else if (n == 1 && !g->router_split && mp_cuda_router_gemv_supported(G->gate_inp.type)) {
-        /* decode: the GEMV and the top-k in one launch, with the handoff folded in (one graph) */
+    } else if (n == 1) {
+        /* decode: the GEMV and the top-k in one launch; in a graph step whose layer is hybrid, the
+         * same launch hands the row (and routes) to the host through mapped memory (against a GEMV,
+         * a top-k and a publish launch: −0.4 µs per layer, −1.3 on a hybrid layer, H200,
+         * bench/NOTES-gpu-exec.md run 25). Router weights are F32, F16 or BF16 (model_load.c). */
         const gpu_tensor *R = &G->gate_inp;
-        published = hybrid && g->handoff;
+        const bool published = hybrid && g->handoff;
         KCHECK(mp_cuda_router_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, g->d_router, K,
                                    hp->expert_weights_norm, g->d_ids, g->d_w, g->d_count,
                                    published ? g->h_x : NULL, published && !host_routes ? h_ids : NULL, h_w,
@@ -306,14 +311,10 @@ mp_status mp_gpu_moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     }
 
     /* 2. the host gets the rows of a hybrid layer, and the routes when it needs them (CPU
-     * experts or the routing hook); then the resident experts run (on a hybrid layer, while the
-     * host works). An all-resident layer is done after this. */
-    if (hybrid && g->handoff) { /* one graph per step: rows and routes through mapped memory */
-        const bool ids = !host_routes;
-        if (!published)
-            KCHECK(mp_cuda_host_publish(g->d_xb, g->h_x, n * D, ids ? g->d_ids : NULL, h_ids, g->d_w, h_w, n * K,
-                                        &g->h_flags[il], &g->h_stamps[3 * il], g->stream), "row handoff");
-    } else if (hybrid) {
+     * experts or the routing hook): in a graph step the router's launch handed them over, else
+     * they are copied down; then the resident experts run (on a hybrid layer, while the host
+     * works). An all-resident layer is done after this. */
+    if (hybrid && !g->handoff) {
         CCHECK(cudaMemcpyAsync(g->h_x, g->d_xb, (size_t)(n * D) * sizeof(float), cudaMemcpyDeviceToHost,
                                g->stream), "row copy");
     }
@@ -403,8 +404,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
         return st;
     const int64_t c0_ns = mp_gpu_now_ns();
-    /* always written (zeros without CPU routes): the H2D of mp_gpu_moe_end is unconditional, so
-     * that a captured decode graph replays the same copies every step */
+    /* always written (zeros without CPU routes): moe_end adds it unconditionally, so that a
+     * captured decode graph is the same at every step */
     const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask,
                                              g->h_slices + il * 3 * m->hp.n_expert, g->h_part,
                                              s->pool, s->moe);
@@ -434,7 +435,9 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     return MP_OK;
 }
 
-mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+/* Enqueue the CPU's partial of hybrid layer il into d_proj: from mapped host memory once the host's
+ * flag is set (g->handoff), else copied up and added. */
+static mp_status moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
 {
     const int64_t D = g->s->m->hp.n_embd;
     if (g->layers[il].n_resident == g->s->m->hp.n_expert)
@@ -460,5 +463,14 @@ mp_status mp_gpu_moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     return MP_OK;
 }
 
+mp_status mp_gpu_moe_layer(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    mp_status st = moe_begin(g, il, n, err);
+    if (st || !mp_gpu_layer_hybrid(g, il))
+        return st;
+    if (!g->handoff && (st = mp_gpu_moe_host(g, il, n, err)))
+        return st;
+    return moe_end(g, il, n, err);
+}
 
 #endif

@@ -27,10 +27,6 @@ static const mp_knob_choice k_isa[] = {{"best", MP_KNOB_ISA_BEST},
                                        {"avx512", MP_KNOB_ISA_AVX512}};
 static const mp_knob_choice k_host[] = {
     {"pinned", MP_GPU_HOST_PINNED}, {"copy", MP_GPU_HOST_COPY}, {"mapping", MP_GPU_HOST_MAPPING}};
-static const mp_knob_choice k_moe_dec[] = {{"pair", 1}, {"unit", 0}};
-static const mp_knob_choice k_moe_down[] = {{"warp", 0}, {"split", 1}};
-static const mp_knob_choice k_qkv_warp[] = {{"auto", -1}, {"0", 0}, {"1", 1}};
-static const mp_knob_choice k_norm_threads[] = {{"auto", 0}, {"256", 256}, {"512", 512}, {"1024", 1024}};
 
 #define FIELD(f) offsetof(mp_knobs, f)
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -47,23 +43,13 @@ static const mp_knob_def k_knobs[] = {
            "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs"),
-    SWITCH("MP_MOE_CPU_PIPELINE", moe_cpu_pipeline, 1,
-           "runs a decode step's CPU experts in one pipelined pool region (0: two regions with a barrier)"),
-    SWITCH("MP_MOE_CPU_COMBINE", moe_cpu_combine, 1,
-           "combines the pipelined region's output range by range inside it (0: on the caller after it)"),
     NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8,
            "units per thread in each half of the pipelined region"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
            "prints where each CPU expert call's time goes, one line on stderr when the session ends"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1,
-           "runs decode steps as CUDA graphs (0: every step enqueued launch by launch)"),
-    SWITCH("MP_GPU_ONE_GRAPH", gpu_one_graph, 1,
-           "runs a decode step with hybrid layers as one graph handing off through mapped host memory "
-           "(0: graph segments with copies and events)"),
-    SWITCH("MP_GPU_ROUTER_FUSED", gpu_router_fused, 1,
-           "runs a decode step's router in one launch (0: a GEMV and a top-k launch)"),
-    SWITCH("MP_GPU_QKV_FORK", gpu_qkv_fork, 1,
-           "runs a decode step's K and V projections on side streams beside Q (0: one after another)"),
+           "runs a decode step as one CUDA graph (0: enqueued launch by launch, as a profiler wants to see "
+           "them; hybrid layers hand off with copies and events then)"),
     SWITCH("MP_GPU_STEP_STAMPS", gpu_step_stamps, 0,
            "stamps each decode step's GPU span, launch and host gaps into bench's JSON"),
     NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_GPU_GEMM_MIN_ROWS, ROWS_MAX, MP_GPU_GEMM_MIN_ROWS,
@@ -73,29 +59,33 @@ static const mp_knob_def k_knobs[] = {
            "file mapping"),
     SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0,
            "prints each start-up phase of the GPU executor on stderr (where a start hangs)"),
-    CHOICE("MP_CUDA_MOE_DEC", cuda_moe_dec, k_moe_dec, 1,
-           "decode experts on the pair kernels for Q4_K gate/up and Q6_K down (unit: the unit kernels)"),
-    CHOICE("MP_CUDA_MOE_DOWN", cuda_moe_down, k_moe_down, 0,
-           "decode down launch: a warp per output element over every route (split: a warp per route and element)"),
-    NUMBER_ALSO("MP_CUDA_MOE_MMA", cuda_moe_mma, 16, ROWS_MAX, 2, 0, 1, 1,
-                "prefill experts on the tensor cores from this many rows; 0: never; 1: by type (64 rows with "
-                "the pipelined kernel)"),
-    SWITCH("MP_CUDA_MOE_MMA2", cuda_moe_mma2, 1,
-           "tensor-core experts on the pipelined kernel (0: the first kernel, from 192 rows for Q4_K/Q6_K, "
-           "320 for Q8_0/Q4_0)"),
-    CHOICE("MP_CUDA_QKV_WARP", cuda_qkv_warp, k_qkv_warp, -1,
-           "the warp-per-head Q/K/V finish: auto from 16 rows, 0 never, 1 always"),
-    CHOICE("MP_CUDA_NORM_THREADS", cuda_norm_threads, k_norm_threads, 0,
-           "threads per row of the row norms; auto: 2 elements per thread, 256 to 1024"),
     SWITCH("MP_CUDA_PDL", cuda_pdl, 1,
            "programmatic dependent launch of decode kernels on compute capability 9.0+ (0: each waits for "
-           "the one before)"),
+           "the one before, so that a profiler's kernel durations leave out the wait)"),
     NUMBER_ALSO("MP_HANG_DUMP_S", hang_dump_s, 1, 86400, 1, 0, 0, 0,
                 "after this many seconds, prints the main thread's stack and kernel-side state on stderr "
                 "(0: off)"),
 };
 
 _Static_assert(N(k_knobs) <= MP_KNOBS_MAX, "mp_knobs.source has a slot per knob");
+
+/* Knobs whose losing arm was measured and removed (docs/config.md, "Retired knobs"): set, they stop
+ * the command, so that an A/B run written for them cannot measure one arm twice. */
+static const struct {
+    const char *name, *now;
+} k_retired[] = {
+    {"MP_CUDA_MOE_DEC", "decode experts run the pair kernels for Q4_K gate/up and Q6_K down"},
+    {"MP_CUDA_MOE_DOWN", "the decode down launch is a warp per output element"},
+    {"MP_CUDA_MOE_MMA", "prefill experts take the tensor cores from the rows where they win"},
+    {"MP_CUDA_MOE_MMA2", "the tensor-core experts take the pipelined kernel wherever it fits"},
+    {"MP_CUDA_QKV_WARP", "the Q/K/V finish takes a warp per head from 16 rows"},
+    {"MP_CUDA_NORM_THREADS", "the row norms take 2 elements per thread"},
+    {"MP_GPU_ONE_GRAPH", "a decode step is one graph, hybrid layers handing off through mapped memory"},
+    {"MP_GPU_ROUTER_FUSED", "a decode step's router is one launch"},
+    {"MP_GPU_QKV_FORK", "a decode step's K and V projections run beside Q"},
+    {"MP_MOE_CPU_PIPELINE", "a decode step's CPU experts run in one pipelined pool region"},
+    {"MP_MOE_CPU_COMBINE", "the pipelined region combines its output range by range inside it"},
+};
 
 int mp_knob_count(void)
 {
@@ -180,8 +170,9 @@ static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
 }
 
 /* What d takes, in one of two styles: prose for a refusal ("0 or 1", "a whole number in 1..64",
- * "0, 1 or a whole number in 16..2147483647", "one of pinned, copy, mapping") or the table's
- * short form ("0|1", "1..64", "0, 1 or 16..2147483647", "pinned|copy|mapping"). */
+ * "0 or a whole number in 1..86400", "one of pinned, copy, mapping") or the table's short form
+ * ("0|1", "1..64", "0 or 1..86400", "pinned|copy|mapping"); with two values besides the range,
+ * "0, 1 or ...". */
 typedef struct allowed_style {
     const char *sw, *range, *choices, *sep;
 } allowed_style;
@@ -234,6 +225,12 @@ mp_status mp_knobs_read(mp_knobs *k, mp_knob_lookup lookup, void *ctx, mp_error 
         mp_status st = mp_knobs_set(k, k_knobs[i].name, lookup(ctx, k_knobs[i].name), MP_KNOB_ENV, err);
         if (st)
             return st;
+    }
+    for (int i = 0; i < N(k_retired); i++) {
+        const char *text = lookup(ctx, k_retired[i].name);
+        if (text && *text)
+            return mp_fail(err, MP_ERR_ARG, "%s=%.60s: no longer a knob: %s (docs/config.md, \"Retired knobs\")",
+                           k_retired[i].name, text, k_retired[i].now);
     }
     return MP_OK;
 }
@@ -302,12 +299,6 @@ void mp_knobs_apply_kernels(const mp_knobs *k)
 {
     mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
 #if MP_HAVE_CUDA
-    mp_cuda_moe_set_decode(k->cuda_moe_dec);
-    mp_cuda_moe_set_down_split(k->cuda_moe_down);
-    mp_cuda_moe_set_mma_min_rows(k->cuda_moe_mma == 1 ? -1 : k->cuda_moe_mma);
-    mp_cuda_moe_set_mma2(k->cuda_moe_mma2);
-    mp_cuda_set_qkv_finish_warp(k->cuda_qkv_warp);
-    mp_cuda_set_norm_threads(k->cuda_norm_threads);
     mp_cuda_set_pdl(k->cuda_pdl ? -1 : 0); /* on: where the device has it (compute capability 9.0+) */
 #endif
 }

@@ -3,8 +3,8 @@
  *
  * A program reads them once when it starts (mp_knobs_read_env) and hands the result down as a
  * const mp_knobs: to the session (mp_session_params.knobs), and from it to the CPU MoE block, the
- * thread pool and the GPU executor; the process-wide kernel switches (CPU ISA cap, CUDA kernel
- * variants) are set from it once by mp_knobs_apply_kernels. No other code reads the environment.
+ * thread pool and the GPU executor; the process-wide kernel switches (CPU ISA cap, the CUDA
+ * kernels' programmatic dependent launch) are set from it once by mp_knobs_apply_kernels. No other code reads the environment.
  *
  * Types: a switch is "0" or "1"; a number is one plain decimal integer in [lo, hi], or one of at
  * most two values a knob also allows outside that range; a choice is one word of a list. Unset or
@@ -38,26 +38,15 @@ typedef struct mp_knobs {
     /* CPU kernels and the CPU executor */
     int isa;                 /* MP_ISA: MP_KNOB_ISA_* */
     bool pool_pin;           /* MP_POOL_PIN */
-    bool moe_cpu_pipeline;   /* MP_MOE_CPU_PIPELINE */
-    bool moe_cpu_combine;    /* MP_MOE_CPU_COMBINE */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */
-    bool gpu_one_graph;      /* MP_GPU_ONE_GRAPH */
-    bool gpu_router_fused;   /* MP_GPU_ROUTER_FUSED */
-    bool gpu_qkv_fork;       /* MP_GPU_QKV_FORK */
     bool gpu_step_stamps;    /* MP_GPU_STEP_STAMPS */
     int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_GPU_GEMM_MIN_ROWS (placement.h) */
     int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */
     bool gpu_init_trace;     /* MP_GPU_INIT_TRACE */
     /* the CUDA kernels (kernels/cuda/cuda_ops.h) */
-    int cuda_moe_dec;        /* MP_CUDA_MOE_DEC: 1 pair kernels, 0 unit kernels */
-    int cuda_moe_down;       /* MP_CUDA_MOE_DOWN: 0 warp, 1 split */
-    int64_t cuda_moe_mma;    /* MP_CUDA_MOE_MMA: 0 never, 1 the default rows by type, else >= 16 rows */
-    bool cuda_moe_mma2;      /* MP_CUDA_MOE_MMA2 */
-    int cuda_qkv_warp;       /* MP_CUDA_QKV_WARP: -1 auto (by rows), 0 never, 1 always */
-    int cuda_norm_threads;   /* MP_CUDA_NORM_THREADS: 0 auto (by row length), 256, 512, 1024 */
     bool cuda_pdl;           /* MP_CUDA_PDL */
     /* every command (cli/hang_dump.c) */
     int64_t hang_dump_s;     /* MP_HANG_DUMP_S: 0 off, else 1..86400 */
@@ -100,7 +89,8 @@ void mp_knobs_defaults(mp_knobs *k);
 mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_source source, mp_error *err);
 
 /* Fill k from lookup(ctx, name) for every knob of the table (a NULL answer: unset). Stops at the
- * first value that is not allowed (MP_ERR_ARG, mp_knobs_set's line). */
+ * first value that is not allowed (MP_ERR_ARG, mp_knobs_set's line), or at a retired knob that is
+ * set (MP_ERR_ARG: "NAME=VALUE: no longer a knob: what runs instead (docs/config.md, ...)"). */
 typedef const char *(*mp_knob_lookup)(void *ctx, const char *name);
 mp_status mp_knobs_read(mp_knobs *k, mp_knob_lookup lookup, void *ctx, mp_error *err);
 /* mp_knobs_read from the process environment: for a program's main, once, at start. */
@@ -109,7 +99,7 @@ mp_status mp_knobs_read_env(mp_knobs *k, mp_error *err);
 /* The value of table entry i in k: the switch (0/1), the number, or the choice's value. */
 int64_t mp_knob_value(const mp_knobs *k, int i);
 /* The value of table entry i in k as the environment spells it ("1", "64", "pinned"), and the
- * default likewise; "0|1", "1..64", "0, 1 or 16..2147483647", "pinned|copy|mapping" for what the
+ * default likewise; "0|1", "1..64", "0 or 1..86400", "pinned|copy|mapping" for what the
  * entry allows. Each returns buf. */
 const char *mp_knob_value_text(const mp_knobs *k, int i, char *buf, size_t cap);
 const char *mp_knob_default_text(int i, char *buf, size_t cap);
@@ -120,7 +110,7 @@ const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag" *
 const char *mp_knobs_isa_cap(const mp_knobs *k);
 
 /* Set the process-wide kernel switches from k: the CPU ISA cap and, in a build with CUDA, the
- * CUDA kernels' variants (MP_CUDA_*). Called by a program after reading its knobs, before any
+ * CUDA kernels' programmatic dependent launch (MP_CUDA_PDL). Called by a program after reading its knobs, before any
  * kernel runs, and again when a flag changes one (run/bench --no-simd). */
 void mp_knobs_apply_kernels(const mp_knobs *k);
 /* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every

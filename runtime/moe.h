@@ -18,13 +18,13 @@
 
 typedef struct mp_moe_scratch mp_moe_scratch;
 
-/* knobs (NULL: the defaults): MP_MOE_CPU_PIPELINE, MP_MOE_CPU_COMBINE, MP_MOE_PIPE_UNITS and
- * MP_MOE_CPU_PROFILE, taken when the scratch is made. */
+/* knobs (NULL: the defaults): MP_MOE_PIPE_UNITS and MP_MOE_CPU_PROFILE, taken when the scratch is
+ * made. */
 mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads, const mp_knobs *knobs);
 void mp_moe_scratch_free(mp_moe_scratch *s);
-/* Calls of up to a few rows (decode) run gate/up and down in one pipelined pool region (on by
- * default; MP_MOE_CPU_PIPELINE=0 when the scratch is made, or this, turns it off: two regions
- * with a barrier between them). The results are the same bits either way. */
+/* Calls of up to a few rows (decode) run gate/up and down in one pipelined pool region, larger
+ * ones (prefill) in two regions with a barrier between them. Off, this makes every call take the
+ * two regions: for the test that both give the same bits and for moe_cpu_stream's A/B. */
 void mp_moe_scratch_set_pipelined(mp_moe_scratch *s, bool on);
 
 /* Where a pipelined decode call's time goes (a diagnostic; bench/moe_cpu_stream --profile). Sums

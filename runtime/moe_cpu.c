@@ -79,7 +79,6 @@ struct mp_moe_scratch {
     atomic_int *left;    /* (n_expert) pipelined: gate/up units of active expert a not yet finished */
     atomic_int *ready;   /* (n_expert) pipelined: active expert a's hidden rows are converted */
     atomic_int *range_left; /* (n_embd / 16 + 1) pipelined: down units of the row range not yet done */
-    bool combine_in_region; /* pipelined calls combine inside the region (MP_MOE_CPU_COMBINE=0: after) */
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
     int pipe_units;      /* units per thread of each pipelined half (MP_MOE_PIPE_UNITS) */
     /* profiling (mp_moe_scratch_profile): the sums, and per pipelined task (= pool thread) its
@@ -164,8 +163,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->left = malloc((size_t)hp->n_expert * sizeof *s->left);
     s->ready = malloc((size_t)hp->n_expert * sizeof *s->ready);
     s->range_left = malloc((size_t)(hp->n_embd / 16 + 1) * sizeof *s->range_left);
-    s->pipelined = knobs->moe_cpu_pipeline; /* off: two regions always (A/B) */
-    s->combine_in_region = knobs->moe_cpu_combine; /* A/B */
+    s->pipelined = true;
     if (knobs->moe_cpu_profile)
         s->prof_env = mp_moe_scratch_profile(s, true);
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
@@ -419,7 +417,7 @@ typedef struct pipe_job {
     int64_t chunk_gu, per_gu, chunk_dn, per_dn;
     int64_t n_gu, n_dn;        /* units of each half */
     atomic_int_fast64_t next_gu, next_dn;
-    float *out;                /* combine in the region: the rows to write (NULL: the caller does) */
+    float *out;                /* the rows the region combines */
     int64_t n_rows;
 } pipe_job;
 
@@ -489,7 +487,7 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         const int64_t w1 = pt ? now_ns() : 0;
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */
-        if (p->out && atomic_fetch_sub_explicit(&s->range_left[i % p->per_dn], 1, memory_order_acq_rel) == 1)
+        if (atomic_fetch_sub_explicit(&s->range_left[i % p->per_dn], 1, memory_order_acq_rel) == 1)
             combine_range(s, p->out, p->n_rows, t.r0, t.r1);
         if (pt)
             pt[3] += w1 - w0, pt[2] += now_ns() - w1;
@@ -523,8 +521,6 @@ static void profile_region(mp_moe_scratch *s, int tasks, int64_t r0, int64_t r1)
     p->last_start_ns += last;
     p->gu_done_ns += gu;
 }
-
-#define MP_MOE_COMBINE_INLINE_ROWS 2
 
 typedef struct combine_job {
     const mp_moe_scratch *s;
@@ -583,8 +579,8 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     const int h_vdt = j.down_ops->vec_dot_type;
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
-    bool combined = false;
-    if (s->pipelined && n_rows <= MP_MOE_PIPE_ROWS) {
+    const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;
+    if (pipelined) {
         pipe_job p = {.j = &j, .h_vdt = h_vdt, .n_rows = n_rows};
         int64_t n_active = 0;
         for (int64_t e = 0; e < s->n_expert; e++)
@@ -604,17 +600,14 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
             atomic_store_explicit(&s->left[a], (int)p.per_gu, memory_order_relaxed);
             atomic_store_explicit(&s->ready[a], 0, memory_order_relaxed);
         }
-        if (s->combine_in_region) {
-            for (int64_t r = 0; r < p.per_dn; r++)
-                atomic_store_explicit(&s->range_left[r], (int)n_active, memory_order_relaxed);
-            p.out = out;
-        }
+        for (int64_t r = 0; r < p.per_dn; r++)
+            atomic_store_explicit(&s->range_left[r], (int)n_active, memory_order_relaxed);
+        p.out = out;
         /* the pool's region start publishes these stores to the workers */
         const int64_t r0 = s->prof ? now_ns() : 0;
         if (s->prof)
             s->prof->pre_ns += r0 - call0;
         mp_pool_run(pool, mp_pool_n_threads(pool), pipe_task, &p);
-        combined = p.out != NULL;
         if (s->prof)
             profile_region(s, mp_pool_n_threads(pool), r0, now_ns());
     } else {
@@ -625,14 +618,9 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     }
 
     const int64_t post0 = s->prof ? now_ns() : 0;
-    if (!combined) { /* the combine of two-region calls, or of pipelined ones with MP_MOE_CPU_COMBINE=0 */
+    if (!pipelined) { /* a pipelined call combined its rows inside the region */
         combine_job cj = {s, out};
-        if (n_rows <= MP_MOE_COMBINE_INLINE_ROWS) /* a decode row: 8 axpys of n_embd, ~1-2 us on the
-                                                  * caller, less than a region's start and finish */
-            for (int64_t r = 0; r < n_rows; r++)
-                combine_task(&cj, r, 0);
-        else
-            mp_pool_run(pool, n_rows, combine_task, &cj);
+        mp_pool_run(pool, n_rows, combine_task, &cj);
     }
     if (s->prof) {
         const int64_t end = now_ns();

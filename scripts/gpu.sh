@@ -29,9 +29,9 @@
 #              side by side (bench/membw_pcie.cu; MEMBW_PCIE_ARGS) -> $OUT/membw-pcie.log
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
-#   bench-decode   the 1-row expert call (Q4_K/Q6_K, 30B shapes): unit and pair kernels, every
-#              shape, alternated (bench_cuda REPS decode; DECODE_REPS, default 200)
-#   ncu-moe-dec    Nsight Compute durations of bench-decode's first variants' kernels
+#   bench-decode   the 1-row expert call (30B shapes): Q4_K/Q6_K on the pair kernels, Q8_0 on the
+#              unit kernels, twice (bench_cuda REPS decode; DECODE_REPS, default 200)
+#   ncu-moe-dec    Nsight Compute durations of bench-decode's kernels
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 32 ... 512 rows
 #              (bench_cuda REPS prefill)
 #   ncu-decode Nsight Compute of the all-GPU decode step's small kernels (NCU_KERNELS, NCU_SKIP,
@@ -233,8 +233,8 @@ for stage in "${stages[@]}"; do
         build-gpu/bench/bench_cuda "${DECODE_REPS:-200}" decode 2>&1 | tee "$OUT/bench-decode.log" || rc=1
         ;;
     ncu-moe-dec)
-        # Nsight Compute durations of the 1-row expert call's kernels, first variants of bench-decode
-        # (unit kernels, split down, pair kernels with 2 and 1 rows per warp: 24 launches each)
+        # Nsight Compute durations of the 1-row expert call's kernels (bench-decode: the pair kernels'
+        # call, then the unit kernels' on Q8_0, twice: 6 replays of a 4-kernel call each, 24 launches)
         build || { rc=1; continue; }
         timeout 300 ncu --clock-control none --graph-profiling node --launch-count "${NCU_COUNT:-96}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats \

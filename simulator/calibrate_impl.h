@@ -64,7 +64,7 @@ mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *v
 /* With a usable GPU and the microbenchmark's "sync" in root: replaces it (kept in device as
  * "sync_microbenchmark") by the round trip's overhead as the GPU executor pays it in a decode step
  * (placement layers:1, CUDA graphs, mp_gpu_set_measure): the host's wake-up, its bookkeeping and
- * the next segment's submission, which the microbenchmark's bare copy + sync + copy leaves out.
+ * the flags' latency, which the microbenchmark's bare copy + sync + copy leaves out.
  * Without a device, or when the model cannot run on it, root is left as it is (said on stderr). */
 mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);

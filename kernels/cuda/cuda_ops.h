@@ -148,30 +148,16 @@ size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, i
  * gate and up must have the same type; top_k <= 32. Two launches plus two activation
  * conversions. */
 int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
-/* The down launch of steps below the grouped path (decode): 1 = one warp per route and output
- * element (the split variant, not yet measured), 0 = one warp per output element over every
- * route (the default; also any negative value). Process-wide, set at start from MP_CUDA_MOE_DOWN
- * (runtime/knobs.h); for A/B runs and tests. */
-void mp_cuda_moe_set_down_split(int on);
-/* The per-route path's kernels for Q4_K gate/up (16-byte aligned rows) and Q6_K down
- * (moe_dec.cu: a lane per Q4_K sub-block pair, 8 lanes per Q6_K (element, route) dot, several rows
- * per warp): 1 on (the default; also any negative value), 0 off (moe.cu's unit kernels for every
- * type). The split down variant, when chosen, takes precedence over the Q6_K kernel. Process-wide,
- * set at start from MP_CUDA_MOE_DEC (pair|unit); for A/B runs and tests. */
-void mp_cuda_moe_set_decode(int on);
-/* Their shape, for the benchmark and the tests: gate/up rows per warp (1, 2, 4) and down output
- * elements per block (4, 8); 0 (or another value) keeps the default (2, 4). */
-void mp_cuda_moe_set_decode_shape(int gate_rows, int down_outs);
-/* Steps of at least `rows` rows (and at least the grouped path's 16) run Q4_0/Q8_0/Q4_K/Q6_K
- * experts on the tensor cores (exact int8 products per scale group, scales in F32: the CPU's
- * vec_dot up to summation order); 0: never; -1: the default, measured on the H200: from 64 rows
- * for Q4_K/Q6_K gates with the pipelined kernel, 192 without it, 320 for Q8_0/Q4_0. Process-wide,
- * set at start from MP_CUDA_MOE_MMA (0: off, N: from N rows); for A/B runs and tests. */
+/* On the per-route path (fewer than 16 rows: decode), Q4_K gate/up with 16-byte aligned rows and
+ * Q6_K down run moe_dec.cu's kernels (a lane per Q4_K sub-block pair, 8 lanes per Q6_K (element,
+ * route) dot), every other case one warp per output row over every route (moe.cu). From 16 rows
+ * the routes are grouped by expert; quantized experts (Q4_0, Q8_0, Q4_K, Q6_K) run on the tensor
+ * cores (exact int8 products per scale group, scales in F32: the CPU's vec_dot up to summation
+ * order) from 64 rows where the pipelined kernel takes both launches, from 320 rows where the first
+ * kernel takes one (Q8_0/Q4_0 rows whose K is not a multiple of 256): where the H200's measurements
+ * cross. mp_cuda_moe_set_mma_min_rows(rows) sets one threshold for both instead (0: never; a
+ * negative value: the measured ones), process-wide: for tests and benchmarks. */
 void mp_cuda_moe_set_mma_min_rows(int64_t rows);
-/* Q4_K and Q6_K experts on the tensor cores through the pipelined kernel (cp.async double-buffered raw
- * stages; moe_mma.cu) where its alignment holds: 1 on, 0 off (the first tensor-core kernel for
- * every type); a negative value: on, the default. Process-wide, set at start from MP_CUDA_MOE_MMA2. */
-void mp_cuda_moe_set_mma2(int on);
 /* 1 when this build and device run the tensor-core path (sm_80+ code), else 0. */
 int mp_cuda_moe_mma_available(void);
 
@@ -189,8 +175,10 @@ int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int6
  * bit-identical to mp_cuda_gemv, then mp_cuda_router's softmax/top-k/renormalization of that row
  * into d_ids/d_weights (k), bit-identical to mp_cuda_router. d_count: one unsigned int of device
  * memory, 0 before the launch and 0 again after it (one launch at a time per counter). With
- * h_flag not NULL it also hands off as mp_cuda_host_publish does: h_x = d_x, h_ids/h_w = the
- * routes when h_ids is not NULL, *h_stamp (when not NULL), then *h_flag = 1 after a system fence. */
+ * h_flag not NULL it also hands the row to the host: h_x = d_x (n_in floats), h_ids/h_w = the
+ * routes when h_ids is not NULL, *h_stamp (the GPU's global timer, ns; when not NULL), then
+ * *h_flag = 1 after a system-scope fence: a host that reads 1 from *h_flag sees everything written
+ * before it (the hybrid decode step's handoff of a layer's row to the host). */
 int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_expert, int64_t n_in,
                         const float *d_x, float *d_logits, int64_t k, int renorm, int32_t *d_ids, float *d_weights,
                         unsigned *d_count, float *h_x, int32_t *h_ids, float *h_w, uint32_t *h_flag,
@@ -218,12 +206,6 @@ int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream);
  * h_ pointers here are page-locked host memory (cudaMallocHost) that the kernels read and write
  * directly. Both launch one block. */
 
-/* h_x[0..n_x) = d_x (16-byte aligned), and when d_ids is not NULL h_ids/h_w[0..n_k) = d_ids/d_w;
- * then *h_stamp = the GPU's global timer (ns; when h_stamp is not NULL) and *h_flag = 1, after a
- * system-scope fence: a host that reads 1 from *h_flag sees everything written before it. */
-int mp_cuda_host_publish(const float *d_x, float *h_x, int64_t n_x, const int32_t *d_ids, int32_t *h_ids,
-                         const float *d_w, float *h_w, int64_t n_k, uint32_t *h_flag, uint64_t *h_stamp,
-                         void *stream);
 /* Waits until the host sets *h_flag to 1 (the kernel traps after timeout_s seconds, which fails
  * the stream), then d_proj[i] = h_part[i] (d_proj[i] + h_part[i] with accumulate) for i < n,
  * h_part read from host memory (never from a cache); h_stamp (when not NULL; two entries) = the
@@ -263,24 +245,17 @@ int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const floa
  * n_head_kv, head_dim) is RMS-normalized with d_q_norm / d_k_norm (head_dim weights each, or NULL
  * for none) as mp_cuda_rmsnorm does per head; then RoPE as mp_cuda_rope (style, rot_dim,
  * freq_base); the results are written back, and K and V (n_rows, n_head_kv, head_dim) go to the
- * caches as mp_cuda_kv_store2_at. Bit-identical to those launches (tests/gpu/test_cuda_norm.c). */
+ * caches as mp_cuda_kv_store2_at. Bit-identical to those launches (tests/gpu/test_cuda_norm.c).
+ * Steps of 16 rows or more run one warp per (row, head), smaller ones one block per (row, head):
+ * the same results bit for bit, the faster launch for each (prefill, decode). */
 int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm, const float *d_k_norm,
                        int norm, int64_t n_rows, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                        int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, float eps,
                        uint16_t *d_kcache, uint16_t *d_vcache, void *stream);
-/* mp_cuda_qkv_finish with one warp per (row, head) instead of one block (same results, bit for
- * bit): 1 always, 0 never, -1 the default: the warp kernel from 16 rows, measured faster in
- * prefill and slower at one row. Process-wide, set at start from MP_CUDA_QKV_WARP (0, 1, auto);
- * for A/B runs and tests. */
-void mp_cuda_set_qkv_finish_warp(int on);
-/* Threads per row of the row-norm kernels (mp_cuda_rmsnorm, mp_cuda_add_rmsnorm,
- * mp_cuda_rmsnorm_quant; one choice for all three, which keeps them bit-identical to each
- * other): 256, 512 or 1024; anything else: by row length (2 elements per thread, 256 to 1024
- * threads; the default). Process-wide, set at start from MP_CUDA_NORM_THREADS; A/B and tests. */
-void mp_cuda_set_norm_threads(int threads);
 /* Programmatic dependent launch for the decode step's kernels (kernels/cuda/common.cuh): 1 on,
  * 0 off, -1 the default: on for compute capability 9.0 and newer (decided at the first launch).
- * Process-wide, set at start from MP_CUDA_PDL (0: off); for A/B runs and tests. */
+ * Process-wide, set at start from MP_CUDA_PDL (0: off, so that a profiler's per-kernel durations
+ * exclude the time a kernel waited for its predecessor); and by tests. */
 void mp_cuda_set_pdl(int on);
 
 /* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */

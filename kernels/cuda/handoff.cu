@@ -1,38 +1,18 @@
-// kernels/cuda/handoff.cu — the hybrid decode step's two handoffs between the GPU and the host,
+// kernels/cuda/handoff.cu — the hybrid decode step's handoffs between the GPU and the host,
 // through page-locked host memory that the device reads and writes directly (mapped memory).
 //
 // A decode step whose hybrid layers hand off this way is one CUDA graph: no copy nodes, no graph
 // boundary at each hybrid layer, no event for the host to wait on (runtime/gpu_forward.c).
 //   publish: the layer's MoE input rows (and the router's ids and weights) into host memory,
-//            then a flag the host spins on;
-//   wait:    one block spins on the host's flag, then adds the host's partial to d_proj.
+//            then a flag the host spins on: the decode router's launch does it
+//            (mp_cuda_router_gemv, moe.cu; mpc_host_signal sets the flag);
+//   wait:    one block spins on the host's flag, then adds the host's partial to d_proj (here).
 // Ordering: the publisher's threads fence at system scope before one of them sets the flag, so
 // the host sees the rows whenever it sees the flag. The host writes its partial before its flag
 // (x86 stores are ordered; the runtime stores the flag with release semantics); the waiting thread
 // polls with volatile loads (relaxed, system scope), fences, and the block reads the partial with
 // ld.global.cv (never from a cache line of an earlier step).
 #include "kernels/cuda/common.cuh"
-
-__global__ void publish_kernel(const float *x, float *h_x, int64_t n_x, const int32_t *ids, int32_t *h_ids,
-                               const float *w, float *h_w, int64_t n_k, uint32_t *h_flag, uint64_t *h_stamp)
-{
-    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
-    mpc_pdl_trigger();
-    const int64_t n4 = n_x / 4; // rows are n_embd floats, 16-byte aligned (checked by the entry point)
-    for (int64_t i = threadIdx.x; i < n4; i += blockDim.x)
-        ((float4 *)h_x)[i] = ((const float4 *)x)[i];
-    for (int64_t i = 4 * n4 + threadIdx.x; i < n_x; i += blockDim.x)
-        h_x[i] = x[i];
-    if (ids)
-        for (int64_t i = threadIdx.x; i < n_k; i += blockDim.x) {
-            h_ids[i] = ids[i];
-            h_w[i] = w[i];
-        }
-    __threadfence_system(); // this thread's writes reach the host before the flag
-    __syncthreads();
-    if (threadIdx.x == 0)
-        mpc_host_signal(h_flag, h_stamp);
-}
 
 __global__ void wait_add_kernel(float *proj, const float *h_part, int64_t n, int accumulate,
                                 const uint32_t *h_flag, uint64_t *h_stamp, uint64_t timeout_ns)
@@ -63,18 +43,6 @@ __global__ void wait_add_kernel(float *proj, const float *h_part, int64_t n, int
         const float p = __ldcv(h_part + i);
         proj[i] = accumulate ? proj[i] + p : p;
     }
-}
-
-extern "C" int mp_cuda_host_publish(const float *d_x, float *h_x, int64_t n_x, const int32_t *d_ids,
-                                    int32_t *h_ids, const float *d_w, float *h_w, int64_t n_k,
-                                    uint32_t *h_flag, uint64_t *h_stamp, void *stream)
-{
-    if (n_x < 0 || n_k < 0 || !d_x || !h_x || !h_flag || ((uintptr_t)d_x | (uintptr_t)h_x) % 16 ||
-        (d_ids && (!h_ids || !d_w || !h_w)))
-        return MP_CUDA_EINVAL;
-    mpc_launch(publish_kernel, dim3(1), dim3(512), 0, (cudaStream_t)stream, d_x, h_x, n_x, d_ids, h_ids, d_w, h_w,
-               n_k, h_flag, h_stamp);
-    return mpc_launch_status();
 }
 
 extern "C" int mp_cuda_host_wait_add(float *d_proj, const float *h_part, int64_t n, int accumulate,

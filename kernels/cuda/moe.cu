@@ -10,7 +10,7 @@
 //             combine is fused, deterministic, and rounds once per output element (no atomics).
 // Activations are converted to the weights' partner formats (cuda_ops.h) in between, exactly as
 // the CPU path does, so CPU experts and GPU experts see the same quantized inputs.
-// Q4_K gate/up and Q6_K down take moe_dec.cu's kernels on this path instead (mp_cuda_moe_set_decode).
+// Q4_K gate/up (16-byte aligned rows) and Q6_K down take moe_dec.cu's kernels on this path instead.
 // Routes whose expert has no slot (d_slots[e] == NULL: not resident) or an id outside
 // [0, n_expert) contribute nothing; the hybrid runtime adds the CPU's partial (accumulate).
 #include "kernels/cuda/common.cuh"
@@ -112,79 +112,22 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
         out[row * n_embd + d] = accumulate ? out[row * n_embd + d] + acc : acc;
 }
 
-// down, split variant (mp_cuda_moe_set_down_split): one block per output element (d, row) with
-// one warp per route k, so a decode step runs n_embd x top_k warps instead of n_embd, each with a
-// single pass over its route's row (24 units of 32 for n_ff 768: one load per lane). Each warp
-// sums its row; the block's first thread adds weight_k x row_k in slot order: deterministic, one
-// rounding into out, as the warp variant. Written 2026-11-29 against the warp
-// variant's 13.3 µs per decode layer on the H200 (~0.8 TB/s for 10 MB); not yet measured.
-template <int T, bool VEC>
-__global__ void __launch_bounds__(1024)
-down_split_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const uint8_t *hq,
-                  size_t hq_row_bytes, const int32_t *ids, const float *weights, int64_t top_k,
-                  int64_t n_embd, float *out, int accumulate, int64_t row_base)
-{
-    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
-    mpc_pdl_trigger();
-    __shared__ float part[32];
-    const int lane = threadIdx.x % MPC_WARP, k = threadIdx.x / MPC_WARP;
-    const int64_t row = row_base + blockIdx.y, d = blockIdx.x;
-    const int64_t r = row * top_k + k;
-    const uint8_t *dw = mpc_route_ptr(down, ids, r, top_k, n_expert);
-    float acc = 0.0f;
-    if (dw) { // uniform over the warp
-        const uint8_t *wrow = dw + d * down.row_bytes, *h = hq + r * hq_row_bytes;
-        for (int64_t u = lane; u < n_units; u += MPC_WARP) {
-            mpc_unit<T, VEC> w0;
-            w0.load(wrow, u);
-            acc += w0.dot(h, u);
-        }
-    }
-    acc = mpc_warp_sum(acc);
-    if (lane == 0)
-        part[k] = dw ? weights[r] * acc : 0.0f;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float s = 0.0f;
-        for (int j = 0; j < (int)top_k; j++)
-            s += part[j];
-        float *o = out + row * n_embd + d;
-        *o = accumulate ? *o + s : s;
-    }
-}
-
-static int g_down_split = 0; // 1: the split variant (MP_CUDA_MOE_DOWN=split), 0: warp (the default)
-
-extern "C" void mp_cuda_moe_set_down_split(int on)
-{
-    g_down_split = on > 0;
-}
-
-static bool down_split(void)
-{
-    return g_down_split == 1;
-}
-
-// Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu); 0:
-// never; -1: not decided yet; -2: the default, by the gate's type. Measured on the H200
-// (bench_cuda 20 prefill, 30B expert shapes, 2026-11-29): Q4_K/Q6_K tensor cores 1337 / 1953 us
-// at 64 / 512 rows against the CUDA-core grouped path's 685 / 1148 / 1644 / 2105 / 3996 us at
-// 64 / 128 / 192 / 256 / 512 rows: the lines cross near 170 rows. Q8_0: 1512 / 2418 against
-// 590 ... 1813 (256) ... 3490: near 290 rows (Q4_0, not measured, is taken as Q8_0). With the
-// pipelined kernel for Q4_K/Q6_K (moe_mma.cu, 2026-11-29): 597 / 651 / 664 / 667 / 989 us
-// at 32 / 64 / 96 / 128 / 512 rows against grouped 471 / 696 / 915 / 1134 / 3990: they cross
-// near 55 rows. Its Q8_0 version (moe_mma2.cu, 2026-12-01) measured 469 / 499 / 775 us at
-// 32 / 64 / 512 rows against grouped 400 / 588 / 3,498: a crossing between 32 and 64 rows as well.
-// MP_CUDA_MOE_MMA=0 turns the path off, =N (N >= 16) sets one threshold, =1 keeps the default
-// (the program sets it at start through mp_cuda_moe_set_mma_min_rows; the tests force it so too).
-#define MOE_MMA_MIN_ROWS_2 64   /* every type, pipelined kernel */
-#define MOE_MMA_MIN_ROWS_K 192  /* Q4_K/Q6_K gates, first kernel (MP_CUDA_MOE_MMA2=0) */
-#define MOE_MMA_MIN_ROWS_0 320  /* Q8_0/Q4_0 gates, first kernel */
-static int64_t g_mma_min_rows = -2; // 0: never; -2: the default, by the gate's type; else rows
+// Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu), by the
+// kernel that takes them (mpc_moe_mma_plan): where the H200's measurements against the CUDA-core
+// grouped path cross (bench_cuda 20 prefill, 30B expert shapes, top-8 of 128). The pipelined kernel
+// (moe_mma2.cu): Q4_K/Q6_K 597 / 651 / 664 / 667 / 989 us at 32 / 64 / 96 / 128 / 512 rows against
+// grouped 471 / 696 / 915 / 1134 / 3990 (2026-11-29), Q8_0 469 / 499 / 775 us at 32 / 64 / 512 rows
+// against 400 / 588 / 3,498 (2026-12-01): both cross between 32 and 64 rows. The first kernel, which
+// takes Q8_0/Q4_0 rows whose K is not a multiple of 256: Q8_0 1512 / 2418 us at 64 / 512 rows
+// against grouped 590 ... 1813 (256) ... 3490: near 290 rows (2026-11-29).
+// mp_cuda_moe_set_mma_min_rows overrides both (tests force the path from 16 rows; 0: never).
+#define MOE_MMA_MIN_ROWS_PIPELINED 64
+#define MOE_MMA_MIN_ROWS_FIRST 320
+static int64_t g_mma_min_rows = -1; // -1: by kernel, above; 0: never; else rows
 
 extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
 {
-    g_mma_min_rows = rows < 0 ? -2 : rows;
+    g_mma_min_rows = rows < 0 ? -1 : rows;
 }
 
 extern "C" int mp_cuda_moe_mma_available(void)
@@ -192,13 +135,15 @@ extern "C" int mp_cuda_moe_mma_available(void)
     return mpc_moe_mma_ok(MP_TYPE_Q8_0, MP_TYPE_Q8_0);
 }
 
-static int64_t mma_min_rows(int gate_type)
+// Whether a step of n_rows rows whose tensor-core plan is `plan` (MPC_MMA_*) runs on the tensor cores.
+static bool mma_rows(int plan, int64_t n_rows)
 {
-    if (g_mma_min_rows != -2)
-        return g_mma_min_rows;
-    if (mpc_moe_mma2_on()) /* every type has the pipelined kernel */
-        return MOE_MMA_MIN_ROWS_2;
-    return gate_type == MP_TYPE_Q4_K || gate_type == MP_TYPE_Q6_K ? MOE_MMA_MIN_ROWS_K : MOE_MMA_MIN_ROWS_0;
+    if (plan == MPC_MMA_NONE)
+        return false;
+    const int64_t min = g_mma_min_rows >= 0 ? g_mma_min_rows
+                        : plan == MPC_MMA_PIPELINED ? MOE_MMA_MIN_ROWS_PIPELINED
+                                                    : MOE_MMA_MIN_ROWS_FIRST;
+    return min > 0 && n_rows >= min;
 }
 
 static size_t align256(size_t b)
@@ -240,16 +185,8 @@ template <int T, bool VEC>
 static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_units, const uint8_t *hq,
                         size_t hq_rb, cudaStream_t st)
 {
-    const bool split = down_split() && a->n_embd <= 0x7fffffff;
     for (int64_t q0 = 0; q0 < a->n_rows; q0 += MOE_MAX_GRID_Y) {
         const int64_t nq = a->n_rows - q0 < MOE_MAX_GRID_Y ? a->n_rows - q0 : MOE_MAX_GRID_Y;
-        if (split) {
-            const dim3 grid((unsigned)a->n_embd, (unsigned)nq);
-            mpc_launch(down_split_kernel<T, VEC>, dim3(grid), dim3((unsigned)(a->top_k * MPC_WARP)), 0, st,
-                       down, a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights,
-                       a->top_k, a->n_embd, a->d_out, a->accumulate, q0);
-            continue;
-        }
         const dim3 grid((unsigned)((a->n_embd + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nq);
         mpc_launch(down_combine_kernel<T, VEC>, dim3(grid), dim3(MOE_WARPS * MPC_WARP), 0, st,
                    down, a->n_expert, n_units, hq, hq_rb, a->d_ids, a->d_weights, a->top_k,
@@ -335,8 +272,8 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
 //
 // group_kernel (one block): counting sort of the routes by expert into perm, and a table of
 // groups (expert, first index into perm, count <= gs: MOE_GROUP here, MPC_MMA_GROUP for the
-// tensor-core path of moe_mma.cu, which takes over from mma_min_rows() rows). Order within an expert is
-// arbitrary (atomics): every route's output is computed by itself, so the result does not
+// tensor-core path of moe_mma.cu, which takes the steps mma_rows() gives it). Order within an
+// expert is arbitrary (atomics): every route's output is computed by itself, so the result does not
 // depend on it. gate_up_grouped / down_grouped: a warp owns one output row j of the group's
 // expert and dots it with the group's activation rows (each weight unit loaded once for all of
 // them), writing h / y per route. combine_kernel: out[row] (+)= Σ_k w[row, k] · y[route] in slot
@@ -579,10 +516,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     const int64_t down_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
                                           a->down.type == MP_TYPE_BF16 ? 1 : 32);
     const int64_t max_groups = routes / MOE_GROUP + a->n_expert;
-    const int64_t mma_rows = mma_min_rows(a->gate.type);
-    const bool mma = mma_rows > 0 && a->n_rows >= mma_rows && a->n_rows >= MOE_GROUP_MIN_ROWS &&
-                     routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y && a->n_expert <= 1024 &&
-                     mpc_moe_mma_ok(a->gate.type, a->down.type);
+    const bool mma = a->n_rows >= MOE_GROUP_MIN_ROWS && routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y &&
+                     a->n_expert <= 1024 && mma_rows(mpc_moe_mma_plan(a, xq, xq_rb, hq, hq_rb), a->n_rows);
     if (mma || (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024)) {
         /* grouped: the scratch after hq holds perm, groups, the group count and y; the routes are
          * sorted by expert into groups of MOE_GROUP (CUDA cores) or MPC_MMA_GROUP (tensor cores,
@@ -656,8 +591,7 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
             return MP_CUDA_ELAUNCH;
     }
     const bool vec = expert_vec(a->gate) && expert_vec(a->up);
-    const bool dec_down = a->down.type == MP_TYPE_Q6_K && !down_split() && mpc_moe_dec_on();
-    if (a->gate.type == MP_TYPE_Q4_K && vec && mpc_moe_dec_on()) { /* moe_dec.cu */
+    if (a->gate.type == MP_TYPE_Q4_K && vec) { /* moe_dec.cu */
         rc = mpc_moe_dec_gate_up_q4k(gate, up, a->n_expert, a->n_embd, a->n_ff, xq, xq_rb, a->d_ids, a->top_k,
                                      routes, h, st);
         if (rc)
@@ -671,7 +605,7 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     }
     if ((rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream)))
         return rc;
-    if (dec_down) { /* moe_dec.cu */
+    if (a->down.type == MP_TYPE_Q6_K) { /* moe_dec.cu */
         rc = mpc_moe_dec_down_q6k(down, a->n_expert, a->n_ff, a->n_embd, hq, hq_rb, a->d_ids, a->d_weights,
                                   a->top_k, a->n_rows, a->d_out, a->accumulate, st);
         if (rc)
@@ -823,8 +757,8 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
 // Each block then fences and counts itself done on a device counter; the last one runs
 // router_row on all logits (the others' writes are visible: fence, then the counter, then L2
 // reads) and sets the counter back to 0 for the next launch. With a handoff target (h_flag), the
-// last block also publishes the row, ids and weights to host memory and sets the flag, as
-// handoff.cu's publish_kernel: one launch instead of three.
+// last block also publishes the row, ids and weights to host memory and sets the flag (handoff.cu
+// has the ordering rules): one launch where a GEMV, a top-k and a publish launch were three.
 #define ROUTER_GEMV_WARPS 4
 
 template <int T, bool VEC>

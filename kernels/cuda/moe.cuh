@@ -95,9 +95,13 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 // Whether the tensor-core path serves experts of these types on the current device (sm_80+
 // code in this build, and a supported type pair).
 bool mpc_moe_mma_ok(int gate_type, int down_type);
-// Whether experts take the pipelined tensor-core kernel (moe_mma2.cu; MP_CUDA_MOE_MMA2,
-// mp_cuda_moe_set_mma2; on by default) where its alignment holds.
-bool mpc_moe_mma2_on(void);
+// Which tensor-core kernels a grouped step of a's experts takes (xq, hq: its activation rows for
+// gate/up and for down, xq_rb, hq_rb bytes apart): PIPELINED when both launches fit the pipelined
+// kernel (moe_mma2.cu), FIRST when the first kernel takes one of them (Q8_0 and Q4_0 rows whose K
+// is not a multiple of 256), NONE otherwise (the CUDA-core grouped path: a type without an int8
+// form, a build or device without sm_80 code, a K-quant launch the pipelined kernel cannot stage).
+enum { MPC_MMA_NONE = 0, MPC_MMA_FIRST = 1, MPC_MMA_PIPELINED = 2 };
+int mpc_moe_mma_plan(const mp_cuda_moe_args *a, const uint8_t *xq, size_t xq_rb, const uint8_t *hq, size_t hq_rb);
 
 // h[route, j] = silu(gate_e · x_row) * (up_e · x_row) for every route of every group (x rows
 // xq_row_bytes apart in the gate's partner format; row = route / top_k); groups of experts
@@ -115,9 +119,7 @@ int mpc_moe_mma_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff
 
 // ---- decode experts for the K-quant mix (moe_dec.cu) ----
 //
-// Whether the per-route path takes them (mp_cuda_moe_set_decode, MP_CUDA_MOE_DEC=unit|pair; on
-// by default).
-bool mpc_moe_dec_on(void);
+// The per-route path takes them wherever these types and alignments hold (moe.cu).
 // h[route, j] = silu(gate_e · x_row) * (up_e · x_row) for Q4_K gate/up with 16-byte aligned rows
 // (x in Q8_K, rows xq_rb apart; row = route / top_k).
 int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd, int64_t n_ff,

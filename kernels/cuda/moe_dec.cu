@@ -11,21 +11,22 @@
 //
 // gate/up (dec_gate_up_q4k): a lane owns a Q4_K sub-block pair (64 elements: the low and high
 // nibbles of 32 quant bytes, one 128-bit pair of loads, each byte read once), so a 2,048-element
-// row is one pass of a warp; a warp computes R rows j of gate and of up for its route, every
+// row is one pass of a warp; a warp computes R (DEC_GU_ROWS, 2) rows j of gate and of up for its route, every
 // row's loads issued before the first dot. x's pair is loaded once per pass for all of them.
 // down (dec_down_q6k): a group of 8 lanes owns one (output element d, route k) dot; lane t takes
 // half t / 4 and the 8-element run t % 4 of every 128-element quarter (32 elements per super-block,
 // 24 bytes: 16 of low nibbles, 8 of high bits, each read once). A block of 256 threads computes
-// DB output elements for all top_k routes (a warp's 4 groups: 4 consecutive rows of one
+// DB (DEC_DOWN_OUTS, 4) output elements for all top_k routes (a warp's 4 groups: 4 consecutive rows of one
 // expert), keeps weight_k · dot in shared memory and sums them in slot order: the combine is
 // fused, deterministic, one rounding per output element, as moe.cu's down kernels.
 // Integer products per sub-block are exact (dp4a), as the CPU's vec_dot; only the float scaling
 // and the summation order differ.
 // Measured on the H200 (`bench_cuda 100 decode`, one decode MoE call of the 30B shapes as a graph,
 // bench/NOTES-gpu-exec.md run 30): 26.2 µs with the unit kernels, 19.5 with these; all-GPU tg128
-// 299 → 319 tok/s. Tried and dropped: 8 outputs per down block, 4 rows per gate/up warp, the
-// down experts sent toward L2 by gate/up, the down rows staged in shared memory by 16-byte
-// loads, and h converted to Q8_K inside the down kernel (all slower).
+// 299 → 319 tok/s (297-298 → 334-335 in a later run alternating the two). Tried and dropped: 8 outputs
+// per down block, 4 rows per gate/up warp, the down experts sent toward L2 by gate/up, the down
+// rows staged in shared memory by 16-byte loads, and h converted to Q8_K inside the down kernel
+// (all slower).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.cuh"
 
@@ -203,47 +204,24 @@ dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *h
     }
 }
 
-// ---- switches and launchers ----
+// ---- launchers ----
 
-static int g_dec = 1; // 1: the pair kernels (the default), 0: the unit kernels (MP_CUDA_MOE_DEC=unit)
-// the shape (mp_cuda_moe_set_decode_shape); 0: the defaults
-static int g_gu_rows = 0, g_down_outs = 0;
-
-// Measured on the H200 (bench_cuda 100 decode, bench/NOTES-gpu-exec.md run 30): 1 or 2 rows per
-// warp alike, 4 slower; 4 outputs per block faster than 8.
-#define DEC_GU_ROWS_DEFAULT 2
-#define DEC_DOWN_OUTS_DEFAULT 4
-
-extern "C" void mp_cuda_moe_set_decode(int on)
-{
-    g_dec = on != 0;
-}
-
-extern "C" void mp_cuda_moe_set_decode_shape(int gate_rows, int down_outs)
-{
-    g_gu_rows = gate_rows == 1 || gate_rows == 2 || gate_rows == 4 ? gate_rows : 0;
-    g_down_outs = down_outs == 4 || down_outs == 8 ? down_outs : 0;
-}
-
-bool mpc_moe_dec_on(void)
-{
-    return g_dec == 1;
-}
+// The shape, measured on the H200 (bench_cuda 100 decode, bench/NOTES-gpu-exec.md run 30): 2 rows
+// per gate/up warp (1 row the same, 19.8 against 19.5 µs for the call; 4 rows 22.4) and 4 outputs
+// per down block (8: 22.4).
+#define DEC_GU_ROWS 2
+#define DEC_DOWN_OUTS 4
 
 int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd, int64_t n_ff,
                             const uint8_t *xq, size_t xq_rb, const int32_t *ids, int64_t top_k, int64_t routes,
                             float *h, cudaStream_t st)
 {
-    const int rows = g_gu_rows ? g_gu_rows : DEC_GU_ROWS_DEFAULT;
-    const int64_t per_block = (int64_t)DEC_GU_WARPS * rows, pairs = n_embd / 64;
+    const int64_t per_block = (int64_t)DEC_GU_WARPS * DEC_GU_ROWS, pairs = n_embd / 64;
     for (int64_t r0 = 0; r0 < routes; r0 += MOE_MAX_GRID_Y) {
         const int64_t nr = routes - r0 < MOE_MAX_GRID_Y ? routes - r0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((n_ff + per_block - 1) / per_block), (unsigned)nr);
-        const dim3 block(DEC_GU_WARPS * MPC_WARP);
-        void (*kernel)(mpc_expert_t, mpc_expert_t, int64_t, int64_t, const uint8_t *, size_t, const int32_t *,
-                       int64_t, int64_t, float *, int64_t) =
-            rows == 1 ? dec_gate_up_q4k<1> : rows == 2 ? dec_gate_up_q4k<2> : dec_gate_up_q4k<4>;
-        mpc_launch(kernel, grid, block, 0, st, gate, up, n_expert, pairs, xq, xq_rb, ids, top_k, n_ff, h, r0);
+        mpc_launch(dec_gate_up_q4k<DEC_GU_ROWS>, grid, dim3(DEC_GU_WARPS * MPC_WARP), 0, st, gate, up, n_expert,
+                   pairs, xq, xq_rb, ids, top_k, n_ff, h, r0);
     }
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }
@@ -252,12 +230,11 @@ int mpc_moe_dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_ff, int6
                          size_t hq_rb, const int32_t *ids, const float *weights, int64_t top_k, int64_t n_rows,
                          float *out, int accumulate, cudaStream_t st)
 {
-    const int outs = g_down_outs ? g_down_outs : DEC_DOWN_OUTS_DEFAULT;
     for (int64_t q0 = 0; q0 < n_rows; q0 += MOE_MAX_GRID_Y) {
         const int64_t nq = n_rows - q0 < MOE_MAX_GRID_Y ? n_rows - q0 : MOE_MAX_GRID_Y;
-        const dim3 grid((unsigned)((n_embd + outs - 1) / outs), (unsigned)nq);
-        mpc_launch(outs == 4 ? dec_down_q6k<4> : dec_down_q6k<8>, grid, dim3(DEC_DOWN_THREADS), 0, st, down,
-                   n_expert, n_ff / 256, hq, hq_rb, ids, weights, top_k, n_embd, out, accumulate, q0);
+        const dim3 grid((unsigned)((n_embd + DEC_DOWN_OUTS - 1) / DEC_DOWN_OUTS), (unsigned)nq);
+        mpc_launch(dec_down_q6k<DEC_DOWN_OUTS>, grid, dim3(DEC_DOWN_THREADS), 0, st, down, n_expert, n_ff / 256, hq,
+                   hq_rb, ids, weights, top_k, n_embd, out, accumulate, q0);
     }
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }

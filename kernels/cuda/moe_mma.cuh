@@ -90,10 +90,13 @@ __device__ __forceinline__ void mma_store(const float (&acc)[MATS][4], int m0, i
 }
 
 // The pipelined kernel (moe_mma2.cu) for weight type `type` and MATS matrices (2: gate and up,
-// SwiGLU; 1: down), with moe_mma.cu's launch arguments: false, launching nothing, where it does
-// not apply (off, K % 256 != 0, alignment, or no opt-in shared memory), so that the caller runs the
-// first kernel instead.
-bool mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
+// SwiGLU; 1: down), with moe_mma.cu's launch arguments. mpc_moe_mma2_fits: whether it takes such a
+// launch (K % 256 == 0; Q4_K, Q8_0, Q4_0 weight rows and bases 16-byte aligned; activation rows
+// 4-byte aligned; its opt-in shared memory granted, asked once per kernel); mpc_moe_mma2_launch
+// launches it (only where it fits).
+bool mpc_moe_mma2_fits(int type, int mats, const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t K,
+                       const uint8_t *act, size_t act_rb);
+void mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
                          int64_t N, const uint8_t *act, size_t act_rb, int64_t act_div, const int32_t *perm,
                          const int4 *groups, const int32_t *n_groups, int64_t max_groups, float *out,
                          cudaStream_t st);

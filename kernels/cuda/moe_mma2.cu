@@ -1,19 +1,22 @@
 // kernels/cuda/moe_mma2.cu — the pipelined tensor-core kernel for the grouped experts of a
-// prefill step (every quantized expert type); moe_mma.cu holds the first kernel, the reasoning
-// about the arithmetic, and the host side that picks one of the two.
+// prefill step (every quantized expert type, wherever its rows can be staged: mpc_moe_mma2_fits);
+// moe_mma.cu holds the first kernel, the reasoning about the arithmetic, and the host side that
+// picks one of the two.
 #include "kernels/cuda/moe_mma.cuh"
 
 // ---- pipelined (v2): K-quants, and Q8_0 / Q4_0 (since commit 10405f5) ----
 //
-// Why: the kernel above stages K through shared memory as unpacked int8, every weight word
-// fetched, unpacked and stored by a thread before a barrier, with no loads in flight during the
-// MMAs: Nsight Compute (bench/NOTES-gpu-exec.md run 10) put half its stalls on global loads at
-// 25 % occupancy, ~20 TFLOP/s. Here the raw bytes of the next 256-element stage (one super-block
+// Why: the first kernel (moe_mma.cu) stages K through shared memory as unpacked int8, every weight
+// word fetched, unpacked and stored by a thread before a barrier, with no loads in flight during
+// the MMAs: Nsight Compute on its Q4_K/Q6_K launches (bench/NOTES-gpu-exec.md run 10) put half its
+// stalls on global loads at 25 % occupancy, ~20 TFLOP/s. This one took the 30B MoE prefill call at
+// 512 rows from 1,953 to 925 µs (Q4_K/Q6_K) and from 2,418 to 736 µs (Q8_0) on the H200 (runs 13
+// and 18). Here the raw bytes of the next 256-element stage (one super-block
 // per weight row, or eight Q8_0/Q4_0 blocks; one Q8_K block or eight Q8_0 blocks per route) are
 // copied with cp.async while the current stage
 // computes; a stage's scales are decoded once into shared memory; each lane unpacks its B
 // fragment straight from the raw bytes. Tile: 32 routes x 64 features per block, each warp 16
-// features (two n8 tiles). The arithmetic per scale group is the kernel above's, in the same
+// features (two n8 tiles). The arithmetic per scale group is the first kernel's, in the same
 // order (exact integer sums, then acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its
 // results are the same numbers. Needs K % 256 == 0 and activation rows 4-byte aligned; Q4_K,
 // Q8_0 and Q4_0 also 16-byte aligned weight rows and expert bases (the pool's and staging's
@@ -285,63 +288,68 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
 #endif
 }
 
-// v2 serves every type where its alignment holds; mp_cuda_moe_set_mma2(0) (MP_CUDA_MOE_MMA2=0)
-// keeps every type on the kernel above (A/B runs, tests)
-static int g_mma2 = 1;
-
-extern "C" void mp_cuda_moe_set_mma2(int on)
+// Its opt-in shared memory (more than 48 KiB of dynamic shared memory is opt-in, per kernel),
+// asked for once: whether it was granted.
+template <int T, int MATS>
+static bool mma2_ready(void)
 {
-    g_mma2 = on != 0;
+    static int granted = -1;
+    if (granted < 0) {
+        granted = cudaFuncSetAttribute(moe_mma2_kernel<T, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       mma2_smem<T, MATS>::bytes) == cudaSuccess;
+        if (!granted)
+            cudaGetLastError();
+    }
+    return granted;
 }
 
-bool mpc_moe_mma2_on(void)
+bool mpc_moe_mma2_fits(int type, int mats, const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t K,
+                       const uint8_t *act, size_t act_rb)
 {
-    return g_mma2 == 1;
+    const bool a16 = type == MP_TYPE_Q6_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
+                                              (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
+    if (K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
+        return false;
+    switch (type) {
+    case MP_TYPE_Q4_0: return mats == 2 ? mma2_ready<MP_TYPE_Q4_0, 2>() : mma2_ready<MP_TYPE_Q4_0, 1>();
+    case MP_TYPE_Q8_0: return mats == 2 ? mma2_ready<MP_TYPE_Q8_0, 2>() : mma2_ready<MP_TYPE_Q8_0, 1>();
+    case MP_TYPE_Q4_K: return mats == 2 ? mma2_ready<MP_TYPE_Q4_K, 2>() : mma2_ready<MP_TYPE_Q4_K, 1>();
+    case MP_TYPE_Q6_K: return mats == 2 ? mma2_ready<MP_TYPE_Q6_K, 2>() : mma2_ready<MP_TYPE_Q6_K, 1>();
+    default: return false;
+    }
 }
 
 template <int T, int MATS>
-static bool launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
+static void launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
                         size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
                         const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
 {
-    const bool a16 = T == MP_TYPE_Q6_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
-                                          (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
-    if (!mpc_moe_mma2_on() || K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
-        return false;
-    typedef mma2_smem<T, MATS> SM;
-    static bool attr_set = false; // more than 48 KiB of dynamic shared memory is opt-in, per kernel
-    if (!attr_set) {
-        if (cudaFuncSetAttribute(moe_mma2_kernel<T, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize, SM::bytes) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        attr_set = true;
-    }
     const dim3 grid((unsigned)((N + MMA2_N - 1) / MMA2_N), (unsigned)max_groups);
-    moe_mma2_kernel<T, MATS><<<grid, MMA_THREADS, SM::bytes, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div,
-                                                                   perm, groups, n_groups, out);
-    return true;
+    moe_mma2_kernel<T, MATS><<<grid, MMA_THREADS, mma2_smem<T, MATS>::bytes, st>>>(
+        w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, out);
 }
 
-bool mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
+void mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
                          int64_t N, const uint8_t *act, size_t act_rb, int64_t act_div, const int32_t *perm,
                          const int4 *groups, const int32_t *n_groups, int64_t max_groups, float *out,
                          cudaStream_t st)
 {
 #define MMA2_CASE(T)                                                                                          \
     case T:                                                                                                   \
-        return mats == 2 ? launch_mma2<T, 2>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups,       \
-                                             n_groups, max_groups, out, st)                                   \
-                         : launch_mma2<T, 1>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups,       \
-                                             n_groups, max_groups, out, st);
+        if (mats == 2)                                                                                        \
+            launch_mma2<T, 2>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, max_groups, \
+                              out, st);                                                                       \
+        else                                                                                                  \
+            launch_mma2<T, 1>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, max_groups, \
+                              out, st);                                                                       \
+        break;
     switch (type) {
         MMA2_CASE(MP_TYPE_Q4_0)
         MMA2_CASE(MP_TYPE_Q8_0)
         MMA2_CASE(MP_TYPE_Q4_K)
         MMA2_CASE(MP_TYPE_Q6_K)
     default:
-        return false;
+        break;
     }
 #undef MMA2_CASE
 }

@@ -178,9 +178,8 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
 // 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
 // reduced as block_sum reduces them (a shuffle-down tree per virtual warp, then one over the 8
 // warp sums with zeros above them), and the scale, weights and RoPE pairs are the same
-// expressions (mpc_rope_pair). The default for prefill since it was measured (H200, 2026-11-29:
-// pp512 3,565 -> 3,712 tok/s, pp2048 2,328 -> 2,389 on the H200; bench/NOTES-gpu-exec.md
-// run 11); mp_cuda_set_qkv_finish_warp(0) or MP_CUDA_QKV_WARP=0 runs the block kernel always.
+// expressions (mpc_rope_pair). Prefill takes it (H200, 2026-11-29: pp512 3,565 -> 3,712 tok/s,
+// pp2048 2,328 -> 2,389 against the block kernel; bench/NOTES-gpu-exec.md run 11).
 #define QKV_WARP_HEADS 8
 #define QKV_WARP_MAX_HD 1024 // shared memory: QKV_WARP_HEADS heads of this many floats, 32 KiB
 __global__ void __launch_bounds__(QKV_WARP_HEADS * 32)
@@ -254,17 +253,6 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
 // row the warp kernel's 5 blocks (Qwen3-30B-A3B: 40 heads) leave most SMs idle: decode tg128 went
 // 231.5 -> 225.9 tok/s with it (2026-11-29, the same A/B run as the prefill gain above).
 #define QKV_WARP_MIN_ROWS 16
-static int g_qkv_warp = -1; // -1 by rows (the default); 0 never; 1 always (MP_CUDA_QKV_WARP)
-
-extern "C" void mp_cuda_set_qkv_finish_warp(int on)
-{
-    g_qkv_warp = on < 0 ? -1 : on != 0;
-}
-
-static bool qkv_warp(int64_t n_rows)
-{
-    return g_qkv_warp == 1 || (g_qkv_warp == -1 && n_rows >= QKV_WARP_MIN_ROWS);
-}
 
 extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm,
                                   const float *d_k_norm, int norm, int64_t n_rows, int64_t n_head,
@@ -279,7 +267,7 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
     const int64_t blocks = n_rows * (n_head + 2 * n_head_kv);
     if (blocks == 0)
         return 0;
-    if (qkv_warp(n_rows) && head_dim <= QKV_WARP_MAX_HD) {
+    if (n_rows >= QKV_WARP_MIN_ROWS && head_dim <= QKV_WARP_MAX_HD) {
         mpc_launch(qkv_finish_warp_kernel, dim3((unsigned)((blocks + QKV_WARP_HEADS - 1) / QKV_WARP_HEADS)),
                    dim3(QKV_WARP_HEADS * 32), (size_t)(QKV_WARP_HEADS * head_dim) * sizeof(float),
                    (cudaStream_t)stream, d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv, head_dim,
@@ -321,23 +309,10 @@ __global__ void rmsnorm_quant_kernel(float *out, float *x, const float *y, const
 
 // Threads per row for the row kernels (rmsnorm, add_rmsnorm, rmsnorm_quant: one choice, so that
 // the fused kernels stay bit-identical to the separate ones): 2 elements per thread up to 1,024
-// threads, at least 256. MP_CUDA_NORM_THREADS=256 restores one 256-thread block per row (A/B).
-static int g_norm_threads = 0; // 0: by row length (the default); else that many
-
-static bool norm_threads_valid(long t)
-{
-    return t == 256 || t == 512 || t == 1024;
-}
-
-extern "C" void mp_cuda_set_norm_threads(int threads)
-{
-    g_norm_threads = norm_threads_valid(threads) ? threads : 0;
-}
-
+// threads, at least 256. Against one 256-thread block per row: all-GPU tg128 266.8 -> 279.5 tok/s
+// on the H200 (2026-12-01, bench/NOTES-gpu-exec.md run 17).
 static int norm_threads(int64_t n)
 {
-    if (g_norm_threads > 0)
-        return g_norm_threads;
     int64_t t = (n / 2 + 31) / 32 * 32;
     return t < 256 ? 256 : t > 1024 ? 1024 : (int)t;
 }

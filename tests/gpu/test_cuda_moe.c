@@ -469,9 +469,10 @@ static void check_experts(const moe_case *c)
     free(g); free(u); free(hdq); free(wrow); free(ref); free(mag); free(flip); free(init); free(got); free(slots);
 }
 
-/* The per-route path (< 16 rows), for both down variants: the Qwen3-30B-A3B decode shape
- * (hidden 2048, expert FFN 768, 128 experts, top-8; Q4_K_M-like mix, then all Q8_0), several rows
- * of every type, and pool slots with non-resident experts skipped, added onto a partial. */
+/* The per-route path (< 16 rows; moe_dec.cu's kernels for Q4_K gate/up and Q6_K down, moe.cu's
+ * unit kernels for the rest): the Qwen3-30B-A3B decode shape (hidden 2048, expert FFN 768, 128
+ * experts, top-8; Q4_K_M-like mix, then all Q8_0), several rows of every type as gate and as down,
+ * and pool slots with non-resident experts skipped, added onto a partial. */
 static void decode_shape_cases(void)
 {
     moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0, 0};
@@ -533,14 +534,14 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 
-/* Quantized experts on the tensor cores (moe_mma.cu), forced from 16 rows: every quantized type
- * as gate and as down, a qwen3-shaped prefill, experts with more than one group of 32 routes, a K
- * that ends in a partial 128-element stage, slot tables with skipped experts plus accumulate, and
- * more routes than one launch's 65535 grid rows would take per route; every type through both
- * tensor-core kernels (the pipelined one with partial 64-feature tiles, Q6_K rows that are only
- * 2-byte aligned, and Q8_0/Q4_0 blocks whose quants are only 2-byte aligned); against the same CPU
- * reference
- * (vec_dot over the CPU's quantized activations). */
+/* Quantized experts on the tensor cores, forced from 16 rows: every quantized type as gate and as
+ * down, against the same CPU reference (vec_dot over the CPU's quantized activations). The
+ * pipelined kernel (moe_mma2.cu) takes every launch whose K is a multiple of 256: a qwen3-shaped
+ * prefill, experts with more than one group of 32 routes, partial 64-feature tiles, Q6_K rows that
+ * are only 2-byte aligned, Q8_0/Q4_0 blocks whose quants are only 2-byte aligned, slot tables with
+ * skipped experts plus accumulate, more routes than one launch's 65535 grid rows. The first kernel
+ * (moe_mma.cu) takes Q8_0 and Q4_0 launches whose K is not: K 96 and 160 (a partial 128-element
+ * stage), 288 (the downs of two cases above), ~50 routes per expert, slot tables plus accumulate. */
 Test(cuda_moe, experts_tensor_core_prefill)
 {
     seed_rng();
@@ -551,39 +552,40 @@ Test(cuda_moe, experts_tensor_core_prefill)
         moe_case c = {types[t], types[(t + 1) % 4], 512, 256, 16, 4, 40, 0, 0, 0};
         check_experts(&c);
     }
-    /* K-quant cases twice: the pipelined kernel (the default) and the first one (mp_cuda_moe_set_mma2) */
-    for (int v2 = 1; v2 >= 0; v2--) {
-        mp_cuda_moe_set_mma2(v2);
-        moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0, 0};
-        check_experts(&q);
-        moe_case big = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 8, 4, 100, 0, 0, 0}; /* ~50 routes per expert */
-        check_experts(&big);
-        moe_case odd = {MP_TYPE_Q4_K, MP_TYPE_Q8_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* 288 features: a partial tile */
-        check_experts(&odd);
-        moe_case down = {MP_TYPE_Q8_0, MP_TYPE_Q4_K, 256, 512, 8, 4, 40, 0, 0, 0}; /* Q4_K down, K 512 */
-        check_experts(&down);
-        moe_case d6 = {MP_TYPE_Q8_0, MP_TYPE_Q6_K, 288, 512, 8, 4, 40, 0, 0, 0}; /* Q6_K down: a partial tile */
-        check_experts(&d6);
-        moe_case g6 = {MP_TYPE_Q6_K, MP_TYPE_Q6_K, 256, 768, 8, 4, 40, 0, 0, 0}; /* Q6_K gate/up, 2-byte aligned down rows */
-        check_experts(&g6);
-        moe_case q8 = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 2048, 768, 128, 8, 64, 0, 0, 0}; /* Q8_0, 30B shapes */
-        check_experts(&q8);
-        moe_case q40 = {MP_TYPE_Q4_0, MP_TYPE_Q4_0, 512, 256, 8, 4, 100, 0, 0, 0}; /* Q4_0, ~50 routes per expert */
-        check_experts(&q40);
-        moe_case q8p = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* Q8_0 gate: a partial tile */
-        check_experts(&q8p);
-        moe_case q8s = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
-        check_experts(&q8s);
-    }
-    mp_cuda_moe_set_mma2(-1);
-    moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0, 0}; /* K 96, and 128 + 32 */
-    check_experts(&tail);
+    /* the pipelined kernel (odd, q8p: gate/up; their down's K 288 takes the first kernel) */
+    moe_case q = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 64, 0, 0, 0};
+    check_experts(&q);
+    moe_case big = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 8, 4, 100, 0, 0, 0}; /* ~50 routes per expert */
+    check_experts(&big);
+    moe_case odd = {MP_TYPE_Q4_K, MP_TYPE_Q8_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* 288 features: a partial tile */
+    check_experts(&odd);
+    moe_case down = {MP_TYPE_Q8_0, MP_TYPE_Q4_K, 256, 512, 8, 4, 40, 0, 0, 0}; /* Q4_K down, K 512 */
+    check_experts(&down);
+    moe_case d6 = {MP_TYPE_Q8_0, MP_TYPE_Q6_K, 288, 512, 8, 4, 40, 0, 0, 0}; /* Q6_K down: a partial tile */
+    check_experts(&d6);
+    moe_case g6 = {MP_TYPE_Q6_K, MP_TYPE_Q6_K, 256, 768, 8, 4, 40, 0, 0, 0}; /* Q6_K gate/up, 2-byte aligned down rows */
+    check_experts(&g6);
+    moe_case q8 = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 2048, 768, 128, 8, 64, 0, 0, 0}; /* Q8_0, 30B shapes */
+    check_experts(&q8);
+    moe_case q40 = {MP_TYPE_Q4_0, MP_TYPE_Q4_0, 512, 256, 8, 4, 100, 0, 0, 0}; /* Q4_0, ~50 routes per expert */
+    check_experts(&q40);
+    moe_case q8p = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* Q8_0 gate: a partial tile */
+    check_experts(&q8p);
+    moe_case q8s = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
+    check_experts(&q8s);
     moe_case sl = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 33, 1, 1, 0};
     check_experts(&sl);
     moe_case sl2q = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 256, 512, 12, 6, 17, 1, 0, 0};
     check_experts(&sl2q);
-    moe_case many = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0, 0}; /* 65600 routes, 2066 groups */
+    /* the first kernel (K not a multiple of 256) */
+    moe_case tail = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 4, 2, 20, 0, 0, 0}; /* K 96, and 128 + 32 */
+    check_experts(&tail);
+    moe_case many = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, 160, 96, 8, 4, 100, 0, 0, 0}; /* ~50 routes per expert */
     check_experts(&many);
+    moe_case fs = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 96, 160, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
+    check_experts(&fs);
+    moe_case grid = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0, 0}; /* 65600 routes, 2066 groups */
+    check_experts(&grid);
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 
@@ -593,43 +595,25 @@ Test(cuda_moe, experts_slot_table_and_accumulate)
     slot_table_cases();
 }
 
-/* The unit kernels (moe.cu) where the pair kernels (moe_dec.cu) serve Q4_K gate/up and Q6_K down
- * by default: every per-route case above again, each against the CPU reference. */
-Test(cuda_moe, experts_unit_kernels)
+/* The pair kernels' partial passes (gate/up: 2 rows per warp, 4 warps per block; down: 4 outputs
+ * per block), each against the CPU reference: 36 sub-block pairs per row (a second, partial pass of
+ * the warp) with pool slots and accumulate; 12 pairs (a partial first pass) with n_ff 93 (a warp's
+ * second row past n_ff; an F16 down); and a Q6_K down of 102 outputs (a partial last block) with
+ * top-9 routes (more (output, route) dots than a block has lane groups). */
+Test(cuda_moe, experts_pair_kernel_partial_passes)
 {
     seed_rng();
-    mp_cuda_moe_set_decode(0);
-    decode_shape_cases();
-    several_rows_cases();
-    slot_table_cases();
-    mp_cuda_moe_set_decode(-1);
-}
-
-/* Every shape of the pair kernels (gate/up rows per warp 1, 2, 4; down outputs per block 4, 8),
- * each on: the decode shape; 36 sub-block pairs per row (a second, partial pass of the warp) with pool
- * slots and accumulate; 12 pairs (a partial first pass) with n_ff 90 (a warp's last rows past
- * n_ff; an F16 down); and a Q6_K down of 102 outputs (a partial last block) with top-9 routes
- * (more (output, route) dots than a block has lane groups). */
-Test(cuda_moe, experts_pair_kernel_shapes)
-{
-    seed_rng();
-    static const int shapes[][2] = {{1, 4}, {2, 4}, {4, 4}, {1, 8}, {2, 8}, {4, 8}};
     const moe_case cases[] = {
-        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0, 0},
         {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2304, 512, 16, 6, 3, 1, 1, 0},
-        {MP_TYPE_Q4_K, MP_TYPE_F16, 768, 90, 8, 3, 2, 0, 0, 0},
+        {MP_TYPE_Q4_K, MP_TYPE_F16, 768, 93, 8, 3, 2, 0, 0, 0},
         {MP_TYPE_F16, MP_TYPE_Q6_K, 102, 256, 12, 9, 2, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        mp_cuda_moe_set_decode_shape(shapes[i][0], shapes[i][1]);
-        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-            check_experts(&cases[c]);
-    }
-    mp_cuda_moe_set_decode_shape(0, 0);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        check_experts(&cases[c]);
 }
 
 /* Far routes: each row runs a table-chosen number of its cold routes (slot order) with weights read
- * from mapped host memory, on every per-route kernel (pair, unit, split down), 1 to 7 rows; the
+ * from mapped host memory, on every per-route kernel (pair and unit), 1 to 7 rows; the
  * routes past the count are skipped as the table says, which the CPU reference follows. A step on
  * the grouped path, or without slot tables or host copies, is refused. */
 static void far_cases(void)
@@ -651,12 +635,6 @@ Test(cuda_moe, experts_far_routes)
 {
     seed_rng();
     far_cases();
-    mp_cuda_moe_set_decode(0);
-    far_cases();
-    mp_cuda_moe_set_decode(-1);
-    mp_cuda_moe_set_down_split(1);
-    far_cases();
-    mp_cuda_moe_set_down_split(-1);
 
     /* refused: 16 rows (the grouped path), no stage or a short one, far_max outside 1..top_k, no
      * slot tables, no host copies; the same arguments with a stage run */
@@ -702,17 +680,6 @@ Test(cuda_moe, experts_far_routes)
     cudaFree(d_stage);
 }
 
-/* The split down variant (one warp per route and output element; mp_cuda_moe_set_down_split) on
- * every per-route case above. */
-Test(cuda_moe, experts_down_split_variant)
-{
-    seed_rng();
-    mp_cuda_moe_set_down_split(1);
-    decode_shape_cases();
-    several_rows_cases();
-    slot_table_cases();
-    mp_cuda_moe_set_down_split(-1);
-}
 #endif
 
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)

@@ -91,7 +91,7 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
     const size_t cb = sizeof(uint16_t) * (size_t)(n_ctx * KV);
     float *q = malloc(qb), *k = malloc(kb), *v = malloc(kb), *qw = malloc(sizeof(float) * hd),
           *kw = malloc(sizeof(float) * hd);
-    int32_t pos[16];
+    int32_t pos[64];
     uint16_t *cache0 = malloc(cb);
     for (int64_t i = 0; i < rows * Q; i++)
         q[i] = (float)rand() / RAND_MAX * 4.0f - 2.0f;
@@ -104,7 +104,7 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
         kw[i] = (float)rand() / RAND_MAX + 0.5f;
     }
     for (int64_t r = 0; r < rows; r++)
-        pos[r] = (int32_t)((r * 7 + seed) % n_ctx); /* distinct for rows <= 9: 7 is prime to 64 */
+        pos[r] = (int32_t)((r * 7 + seed) % n_ctx); /* distinct for rows <= 64: 7 is prime to 64 */
     for (int64_t i = 0; i < n_ctx * KV; i++)
         cache0[i] = (uint16_t)(rand() & 0x3bff); /* finite f16 patterns */
     float *dq, *dk, *dv, *dqw, *dkw;
@@ -167,18 +167,18 @@ Test(cuda_norm, qkv_finish_equals_norm_rope_and_store)
 {
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
-    /* both kernels: a block per head, and a warp per head (mp_cuda_set_qkv_finish_warp) */
-    for (int warp = 0; warp < 2; warp++) {
-        mp_cuda_set_qkv_finish_warp(warp);
-        for (int norm = 0; norm < 2; norm++) {
-            check_qkv_finish(1, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed);      /* qwen3 decode */
-            check_qkv_finish(5, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed + 1);  /* several rows */
-            check_qkv_finish(3, 8, 8, 64, 32, MP_CUDA_ROPE_NORM, norm, seed + 2);     /* partial, interleaved */
-            check_qkv_finish(2, 6, 2, 320, 320, MP_CUDA_ROPE_NEOX, norm, seed + 3);   /* head wider than a block */
-            check_qkv_finish(9, 6, 3, 96, 64, MP_CUDA_ROPE_NORM, norm, seed + 4);     /* 108 heads: a partial block */
-        }
+    /* both kernels: a block per head (below 16 rows), and a warp per head (from 16 rows) */
+    for (int norm = 0; norm < 2; norm++) {
+        check_qkv_finish(1, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed);      /* qwen3 decode */
+        check_qkv_finish(5, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed + 1);  /* several rows */
+        check_qkv_finish(3, 8, 8, 64, 32, MP_CUDA_ROPE_NORM, norm, seed + 2);     /* partial, interleaved */
+        check_qkv_finish(2, 6, 2, 320, 320, MP_CUDA_ROPE_NEOX, norm, seed + 3);   /* head wider than a block */
+        check_qkv_finish(9, 6, 3, 96, 64, MP_CUDA_ROPE_NORM, norm, seed + 4);     /* partial rotation */
+        check_qkv_finish(16, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, norm, seed + 5); /* qwen3 prefill: warps */
+        check_qkv_finish(17, 8, 8, 64, 32, MP_CUDA_ROPE_NORM, norm, seed + 6);    /* partial, interleaved */
+        check_qkv_finish(16, 6, 2, 320, 320, MP_CUDA_ROPE_NEOX, norm, seed + 7);  /* 320-wide heads: 10 elements a lane */
+        check_qkv_finish(19, 6, 3, 96, 64, MP_CUDA_ROPE_NORM, norm, seed + 8);    /* 228 heads: a partial block */
     }
-    mp_cuda_set_qkv_finish_warp(-1);
     /* bad shapes are refused */
     cr_assert_eq(mp_cuda_qkv_finish(NULL, NULL, NULL, NULL, NULL, 0, 1, 32, 4, 128, 128, NULL, 1e4f, 0, 1e-6f, NULL,
                                     NULL, NULL), MP_CUDA_EINVAL);

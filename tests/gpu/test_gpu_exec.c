@@ -128,7 +128,7 @@ typedef struct run_out {
  * c cold routes runs g_far * c / top_k of them far (mp_gpu_set_far_plan); -1: the executor's own
  * decisions (none: these runs have no decode costs) */
 static int g_far = -1;
-/* the sessions' knobs (runtime/knobs.h; NULL: the defaults), for the executor's A/B switches */
+/* the sessions' knobs (runtime/knobs.h; NULL: the defaults), for the executor's switches */
 static const mp_knobs *g_knobs = NULL;
 
 /* the default knobs with name=value (one of the table's allowed values) */
@@ -385,15 +385,15 @@ Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K",
 
 /* ---- 2b. launch paths that must not change a bit ---- */
 
-/* Programmatic dependent launch (kernels start while the kernel before them finishes) and the
- * K/V projections on forked streams run the same kernels on the same inputs, only launched
- * differently: a prefill, a multi-row step and graph-replayed decode steps must give the plain
- * launches' logits bit for bit, all-GPU and hybrid (a one-graph decode step; prefill weight
- * copies from 4 rows; far routes). A kernel that reads its predecessor's
- * output before mpc_pdl_wait() would differ here. Weight copies are fixed, not by measured cost:
- * a timing-dependent choice between copying an expert and running it on the CPU changes the
+/* Programmatic dependent launch (kernels start while the kernel before them finishes) runs the
+ * same kernels on the same inputs, only launched differently: a prefill, a multi-row step and
+ * graph-replayed decode steps (whose K and V projections run on forked streams) must give the
+ * plain launches' logits bit for bit, all-GPU and hybrid (a one-graph decode step; prefill weight
+ * copies from 4 rows; far routes). A kernel that reads its predecessor's output before
+ * mpc_pdl_wait() would differ here. Weight copies are fixed, not by measured cost: a
+ * timing-dependent choice between copying an expert and running it on the CPU changes the
  * summation order (it failed this test once on the H200, 2026-12-01). */
-Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
+Test(gpu_exec, pdl_changes_no_bit)
 {
     mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
     const struct { const char *spec; int64_t copy_min_rows; int far; } cases[] = {
@@ -403,20 +403,16 @@ Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
         mp_placement pl;
         placement(m, spec, NULL, 0, &pl);
         run_out plain, fast;
-        const mp_knobs serial = knobs_with("MP_GPU_QKV_FORK", "0"), fork = knobs_with("MP_GPU_QKV_FORK", "1");
         mp_cuda_set_pdl(0);
-        g_knobs = &serial;
         g_far = cases[c].far;
         run_model(m, &pl, cases[c].copy_min_rows, false, &plain);
         mp_cuda_set_pdl(1);
-        g_knobs = &fork;
         run_model(m, &pl, cases[c].copy_min_rows, false, &fast);
         g_far = -1;
-        g_knobs = NULL;
         mp_cuda_set_pdl(-1);
         char what[160];
-        snprintf(what, sizeof what, "%s (copies from %ld rows, far %d), with PDL and forked K/V "
-                 "against without", spec, (long)cases[c].copy_min_rows, cases[c].far);
+        snprintf(what, sizeof what, "%s (copies from %ld rows, far %d), with PDL against without", spec,
+                 (long)cases[c].copy_min_rows, cases[c].far);
         compare_bits(m, &fast, &plain, what);
         free(plain.logits);
         free(fast.logits);
@@ -426,11 +422,12 @@ Test(gpu_exec, pdl_and_qkv_fork_change_no_bit)
 }
 
 /* A decode step with hybrid layers runs as one graph whose hybrid layers hand off through mapped
- * host memory (MP_GPU_ONE_GRAPH, the default), or as graph segments with copies and events
- * (MP_GPU_ONE_GRAPH=0): the same kernels on the same values, the CPU's partial added in the same
- * f32 operation, so the logits must agree bit for bit, with routes from a route source and from
- * the router (whose ids and weights then travel through the handoff too), for whole-CPU layers
- * and for layers with resident experts (the partial added to theirs). */
+ * host memory; enqueued (MP_GPU_GRAPHS=0, and every prefill step), they hand off with copies and
+ * events, the host computing between the layer's launches: the same kernels on the same values,
+ * the CPU's partial added in the same f32 operation, so the logits must agree bit for bit, with
+ * routes from a route source and from the router (whose ids and weights then travel through the
+ * handoff too: published by the router's own launch), for whole-CPU layers and for layers with
+ * resident experts (the partial added to theirs). */
 Test(gpu_exec, one_graph_step_changes_no_bit)
 {
     mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
@@ -443,58 +440,28 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
             mp_placement pl;
             placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
             run_out seg, one;
-            const mp_knobs segments = knobs_with("MP_GPU_ONE_GRAPH", "0");
-            g_knobs = &segments;
+            const mp_knobs enqueued = knobs_with("MP_GPU_GRAPHS", "0");
+            g_knobs = &enqueued;
             /* prefill copies off: by cost, they depend on timings, and a copied expert's rows are
              * summed on the GPU in another order than on the CPU */
             run_model_routed(m, &pl, 0, false, src, &seg);
             g_knobs = NULL;
             run_model_routed(m, &pl, 0, false, src, &one);
-            cr_assert_eq(seg.stats.one_graph_steps, 0, "%s: MP_GPU_ONE_GRAPH=0 ran one-graph steps", pl.desc);
+            cr_assert_eq(seg.stats.one_graph_steps, 0, "%s: MP_GPU_GRAPHS=0 ran one-graph steps", pl.desc);
+            cr_assert_eq(seg.stats.graphs_captured, 0, "%s: MP_GPU_GRAPHS=0 captured a graph", pl.desc);
             cr_assert_eq(one.stats.one_graph_steps, N_DECODE, "%s: %lld of the %d decode steps ran as one graph",
                          pl.desc, (long long)one.stats.one_graph_steps, N_DECODE);
             cr_assert_gt(one.stats.routes_cpu, 0, "%s: no route ran on the CPU", pl.desc);
             cr_assert_eq(one.stats.routes_cpu, seg.stats.routes_cpu, "%s: the two runs routed differently",
                          pl.desc);
             char what[400];
-            snprintf(what, sizeof what, "%s, routes from %s, as one graph against in segments", pl.desc,
+            snprintf(what, sizeof what, "%s, routes from %s, as one graph against enqueued", pl.desc,
                      src ? "a route source" : "the router");
             compare_bits(m, &one, &seg, what);
             free(seg.logits);
             free(one.logits);
             mp_placement_free(&pl);
         }
-    mp_placement_free(&all);
-    mp_model_free(m);
-}
-
-/* A decode step's router as one launch (GEMV + top-k, and in a one-graph step the handoff to the
- * host folded in) or as separate launches (MP_GPU_ROUTER_FUSED=0): the same per-warp dot and the
- * same top-k, so the logits must agree bit for bit with routes from the router, all-resident,
- * whole-CPU layers and resident + CPU layers. */
-Test(gpu_exec, fused_router_changes_no_bit)
-{
-    mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
-    mp_placement all;
-    placement(m, "gpu", NULL, 0, &all);
-    const struct { const char *spec; uint64_t budget; } cases[] = {
-        {"gpu", 0}, {"layers:2", 0}, {"fill", fill_budget_third(m, &all)}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        mp_placement pl;
-        placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
-        run_out split, fused;
-        const mp_knobs unfused = knobs_with("MP_GPU_ROUTER_FUSED", "0");
-        g_knobs = &unfused;
-        run_model_routed(m, &pl, 0, false, false, &split);
-        g_knobs = NULL;
-        run_model_routed(m, &pl, 0, false, false, &fused);
-        char what[400];
-        snprintf(what, sizeof what, "%s, with the fused router against without", pl.desc);
-        compare_bits(m, &fused, &split, what);
-        free(split.logits);
-        free(fused.logits);
-        mp_placement_free(&pl);
-    }
     mp_placement_free(&all);
     mp_model_free(m);
 }

@@ -158,11 +158,11 @@ Test(bench, json_rows_record_the_knobs)
 {
     for (int i = 0; i < mp_knob_count(); i++)
         unsetenv(mp_knob_at(i)->name);
-    cr_assert_eq(setenv("MP_MOE_CPU_COMBINE", "0", 1), 0);
+    cr_assert_eq(setenv("MP_POOL_PIN", "1", 1), 0);
     cr_assert_eq(setenv("MP_ISA", "avx2", 1), 0);
     char err[16384], *out;
     const int rc = bench("-p 8 -n 2 -r 1 -t 1 -o json --executor cpu --no-simd", err, sizeof err, &out);
-    unsetenv("MP_MOE_CPU_COMBINE");
+    unsetenv("MP_POOL_PIN");
     unsetenv("MP_ISA");
     cr_assert_eq(rc, 0, "rc %d: %s", rc, err);
     cJSON *root = cJSON_Parse(out);
@@ -178,13 +178,13 @@ Test(bench, json_rows_record_the_knobs)
             cr_assert_not_null(cJSON_GetObjectItemCaseSensitive(knobs, mp_knob_at(i)->name), "%s not recorded",
                                mp_knob_at(i)->name);
         cr_assert_str_eq(str_of(knobs, "MP_ISA"), "scalar", "the flag wins over the environment");
-        cr_assert_eq(num_of(knobs, "MP_MOE_CPU_COMBINE"), 0);
+        cr_assert_eq(num_of(knobs, "MP_POOL_PIN"), 1);
         cr_assert_eq(num_of(knobs, "MP_MOE_PIPE_UNITS"), 8);
         cr_assert_str_eq(str_of(knobs, "MP_GPU_HOST_EXPERTS"), "pinned");
         const cJSON *set = cJSON_GetObjectItemCaseSensitive(row, "knobs_set");
         cr_assert_eq(cJSON_GetArraySize(set), 2);
         cr_assert_str_eq(str_of(set, "MP_ISA"), "flag");
-        cr_assert_str_eq(str_of(set, "MP_MOE_CPU_COMBINE"), "env");
+        cr_assert_str_eq(str_of(set, "MP_POOL_PIN"), "env");
     }
     cJSON_Delete(root);
     free(out);

@@ -1,6 +1,6 @@
 /* tests/unit/test_moe_cpu_stream.c — bench/moe_cpu_stream (its path in MP_MOE_CPU_STREAM, set by
- * tests/meson.build) on the tiny preset: the timing line, --profile's breakdown, --compare-combine's
- * two variants, and bad input refused with a one-line error and a non-zero exit. */
+ * tests/meson.build) on the tiny preset: the timing line, --profile's breakdown, --compare's two
+ * variants, and bad input refused with a one-line error and a non-zero exit. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,12 +59,12 @@ Test(moe_cpu_stream, profile_says_where_a_call_goes)
     cr_assert_not_null(strstr(out, "contiguous stream"), "%s", out);
 }
 
-Test(moe_cpu_stream, compare_combine_times_both_variants)
+Test(moe_cpu_stream, compare_times_both_variants)
 {
     char out[8192];
-    cr_assert_eq(run("--layers 2 --tokens 4 --threads 2 --compare-combine", out, sizeof out), 0, "%s", out);
-    cr_assert_eq(count(out, "combined in the region: per call median"), 1, "%s", out);
-    cr_assert_eq(count(out, "combined after it: per call median"), 1, "%s", out);
+    cr_assert_eq(run("--layers 2 --tokens 4 --threads 2 --compare", out, sizeof out), 0, "%s", out);
+    cr_assert_eq(count(out, "pipelined: per call median"), 1, "%s", out);
+    cr_assert_eq(count(out, "two regions: per call median"), 1, "%s", out);
 }
 
 Test(moe_cpu_stream, bad_input_is_refused)
@@ -75,6 +75,6 @@ Test(moe_cpu_stream, bad_input_is_refused)
     cr_assert_eq(count(out, "\n"), 1, "one line: %s", out);
     cr_assert_eq(run("--layers 2 --threads 0", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "--threads '0'"), "%s", out);
-    cr_assert_eq(run("--layers 2 --compare --compare-combine", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(run("--layers 2 --compare --compare-pin", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "one A/B each"), "%s", out);
 }
