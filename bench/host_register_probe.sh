@@ -3,7 +3,7 @@
 # host memory, for each weight type and file system? The F32 hybrid run hung inside
 # cudaHostRegister of the model's file mapping (H200 machine, 2026-11-29: only F32 in /tmp, on
 # ext4; the main thread running in the kernel, a second thread blocked in mmap); the executor now
-# page-locks its own copy (runtime/gpu_host.c). This runs `bench --placement cpu` (every expert on
+# page-locks its own copy (gpu/gpu_host.c). This runs `bench --placement cpu` (every expert on
 # the host) on tiny models of several types and from several file systems, 15 s each, and says for
 # each: finished or killed, and where the executor kept the host experts. Facts about the machine
 # first (kernel, file systems, THP).

@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     int64_t *ns = NULL, *ns2 = NULL;
     float *x = NULL, *out = NULL;
 
-    /* the copy, as runtime/gpu_host.c lays it out */
+    /* the copy, as gpu/gpu_host.c lays it out */
     size_t bytes = 0;
     for (int64_t il = 0; il < L; il++) {
         const mp_layer *Ly = &m->layers[il];

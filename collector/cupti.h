@@ -17,8 +17,10 @@
  *    flush and the correlation table is emptied (a flush synchronizes the device first, so every
  *    activity issued before it has been delivered).
  *
- * Without CUPTI in the build (cupti_none.c) or without a CUDA device, mp_cupti_start fails with
- * a one-line reason and nothing else is reachable.
+ * The capture itself (gpu/cupti.c) lives in the GPU module (runtime/gpu_module.h) with everything
+ * else that links CUDA; mp_cupti_start loads it (cupti_api.c hands every call to the module's
+ * table). Without CUPTI in the build, without the module or without a CUDA device, mp_cupti_start
+ * fails with a one-line reason and nothing else is reachable.
  */
 #ifndef MP_COLLECTOR_CUPTI_H
 #define MP_COLLECTOR_CUPTI_H
@@ -90,6 +92,17 @@ static inline void mp_cupti_external_id_decode(uint64_t id, int64_t *request_id,
     *step = (int64_t)((id >> 12) & 16777215);
     *node_index = id & MP_CUPTI_NO_NODE_BIT ? -1 : (int64_t)(id & 4095);
 }
+
+/* The module's table: mp_cupti_start ... mp_cupti_stop, in their order (gpu/module.c fills it). */
+typedef struct mp_cupti_table {
+    size_t size; /* sizeof(mp_cupti_table) of the module's build: the loader checks it */
+    mp_status (*start)(mp_cupti **out, mp_error *err);
+    mp_status (*push)(mp_cupti *c, int64_t request_id, int64_t step, int64_t node_index, mp_error *err);
+    mp_status (*pop)(mp_cupti *c, mp_error *err);
+    mp_status (*flush)(mp_cupti *c, mp_cupti_sink_fn sink, void *sink_user, mp_error *err);
+    mp_cupti_counts (*get_counts)(const mp_cupti *c);
+    mp_status (*stop)(mp_cupti *c, mp_cupti_counts *final, mp_error *err);
+} mp_cupti_table;
 
 /* ---- live capture: hooks that tag GPU work and store the records step by step ---- */
 

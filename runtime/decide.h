@@ -1,7 +1,7 @@
 /* runtime/decide.h — the decision model: where the routed experts of a MoE layer step run.
  *
  * One module decides and both sides call it: the GPU executor carries out its decisions
- * (runtime/gpu_exec.c, gpu_moe.c) and the simulator charges them (simulator/sim.c, plan.c), so a
+ * (gpu/gpu_exec.c, gpu_moe.c) and the simulator charges them (simulator/sim.c, plan.c), so a
  * prediction is made for the choices the runtime will make. Its inputs are measurements of this
  * model on this machine (`moeplan calibrate`'s cost file), never constants tuned on one shape.
  *

@@ -21,6 +21,13 @@
  *
  * Invariants: no allocation, no host synchronization on the all-resident decode path except the
  * final logits copy; with hooks on, routing is copied back once per step (not per layer).
+ *
+ * The executor lives in the GPU module (gpu/, loaded at run time: runtime/gpu_module.h); the
+ * functions below are the program's side of it (gpu_api.c), which hand each call to the module's
+ * table (mp_gpu_executor_table) once mp_gpu_available or mp_gpu_new has loaded it. Without the
+ * module (a build without CUDA, a machine without the CUDA libraries) mp_gpu_available says why and
+ * mp_gpu_new and mp_gpu_memory_info fail with that line; no mp_gpu can exist, so the others are
+ * never reached.
  */
 #ifndef MP_RUNTIME_GPU_H
 #define MP_RUNTIME_GPU_H
@@ -142,5 +149,29 @@ int64_t mp_gpu_far_layers(const mp_gpu *g); /* layers with far routes on */
  * F16/BF16 models without the 16-bit rounding of prefill activations, which amplifies
  * summation-order differences to about that type's precision. */
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows);
+
+/* The module's table: one member per function of this header, in their order (gpu/module.c fills it). */
+typedef struct mp_gpu_executor_table {
+    size_t size; /* sizeof(mp_gpu_executor_table) of the module's build: the loader checks it */
+    int (*available)(char *why, size_t why_cap);
+    mp_status (*memory_info)(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err);
+    mp_status (*new_)(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err);
+    void (*free_)(mp_gpu *g);
+    mp_status (*forward)(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
+                         mp_error *err);
+    void (*get_memory)(const mp_gpu *g, mp_gpu_memory *out);
+    void (*get_stats)(const mp_gpu *g, mp_gpu_stats *out);
+    void (*stats_reset)(mp_gpu *g);
+    const char *(*device_name)(const mp_gpu *g);
+    void (*set_measure)(mp_gpu *g, bool on);
+    void (*report)(const mp_gpu *g, char *buf, size_t cap);
+    void (*host_report)(const mp_gpu *g, char *buf, size_t cap);
+    void (*set_copy_min_rows)(mp_gpu *g, int64_t min_rows);
+    int64_t (*copy_min_rows)(const mp_gpu *g);
+    int (*far_max)(const mp_gpu *g);
+    bool (*set_far_plan)(mp_gpu *g, const mp_far_layer *layers);
+    int64_t (*far_layers)(const mp_gpu *g);
+    void (*set_gemm_min_rows)(mp_gpu *g, int64_t min_rows);
+} mp_gpu_executor_table;
 
 #endif

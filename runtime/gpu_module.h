@@ -26,7 +26,7 @@
 
 #define MP_GPU_MODULE_FILE "libmoeplan-gpu.so"
 
-/* What the module says of itself (its one exported record, MP_GPU_MODULE_INFO_SYMBOL). */
+/* What the module says of itself (its one exported record, MP_GPU_MODULE_INFO_SYMBOL: "mp_gpu_module"). */
 typedef struct mp_gpu_module_info {
     const char *version; /* MP_VERSION */
     const char *commit;  /* base/build_commit.h at the module's build */
@@ -34,7 +34,7 @@ typedef struct mp_gpu_module_info {
     /* the table called name (MP_GPU_TABLE_*), or NULL when the module has none of that name */
     const void *(*table)(const char *name);
 } mp_gpu_module_info;
-#define MP_GPU_MODULE_INFO_SYMBOL "mp_gpu_module_info"
+#define MP_GPU_MODULE_INFO_SYMBOL "mp_gpu_module"
 
 #define MP_GPU_TABLE_EXECUTOR "executor" /* runtime/gpu.h */
 #define MP_GPU_TABLE_CUPTI "cupti"       /* collector/cupti.h */

@@ -17,9 +17,6 @@
 #include "kernels/quant.h"
 #include "base/numparse.h"
 #include "runtime/placement.h"
-#if MP_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
 
 static const mp_knob_choice k_isa[] = {{"best", MP_KNOB_ISA_BEST},
                                        {"scalar", MP_KNOB_ISA_SCALAR},
@@ -298,9 +295,6 @@ const char *mp_knobs_isa_cap(const mp_knobs *k)
 void mp_knobs_apply_kernels(const mp_knobs *k)
 {
     mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
-#if MP_HAVE_CUDA
-    mp_cuda_set_pdl(k->cuda_pdl ? -1 : 0); /* on: where the device has it (compute capability 9.0+) */
-#endif
 }
 
 mp_status mp_knobs_start(mp_knobs *k, mp_error *err)

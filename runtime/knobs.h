@@ -3,8 +3,9 @@
  *
  * A program reads them once when it starts (mp_knobs_read_env) and hands the result down as a
  * const mp_knobs: to the session (mp_session_params.knobs), and from it to the CPU MoE block, the
- * thread pool and the GPU executor; the process-wide kernel switches (CPU ISA cap, the CUDA
- * kernels' programmatic dependent launch) are set from it once by mp_knobs_apply_kernels. No other code reads the environment.
+ * thread pool and the GPU executor (which sets the CUDA kernels' launch switch, MP_CUDA_PDL, from
+ * them); the CPU kernels' ISA cap is set from it once by mp_knobs_apply_kernels. No other code
+ * reads the environment.
  *
  * Types: a switch is "0" or "1"; a number is one plain decimal integer in [lo, hi], or one of at
  * most two values a knob also allows outside that range; a choice is one word of a list. Unset or
@@ -27,7 +28,7 @@
 
 /* MP_ISA: the level the CPU kernels are capped at (kernels/quant.h); BEST: no cap */
 enum { MP_KNOB_ISA_BEST, MP_KNOB_ISA_SCALAR, MP_KNOB_ISA_AVX2, MP_KNOB_ISA_AVX512 };
-/* MP_GPU_HOST_EXPERTS: where the GPU executor keeps the cold experts (runtime/gpu_host.c) */
+/* MP_GPU_HOST_EXPERTS: where the GPU executor keeps the cold experts (gpu/gpu_host.c) */
 enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
@@ -109,9 +110,8 @@ const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag" *
 /* The cap MP_ISA sets for kernels/quant.h's mp_kernels_set_isa_cap: NULL (best) or the level. */
 const char *mp_knobs_isa_cap(const mp_knobs *k);
 
-/* Set the process-wide kernel switches from k: the CPU ISA cap and, in a build with CUDA, the
- * CUDA kernels' programmatic dependent launch (MP_CUDA_PDL). Called by a program after reading its knobs, before any
- * kernel runs, and again when a flag changes one (run/bench --no-simd). */
+/* Set the CPU kernels' process-wide ISA cap from k. Called by a program after reading its knobs,
+ * before any kernel runs, and again when a flag changes it (run/bench --no-simd). */
 void mp_knobs_apply_kernels(const mp_knobs *k);
 /* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
  * benchmark program). */

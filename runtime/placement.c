@@ -122,7 +122,7 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     *out = (mp_gpu_budget){.budget_bytes = budget_bytes, .dense_bytes = g->dense_bytes};
     out->kv_bytes = sat_u64((u128)n_ctx * (u128)g->n_layer * (u128)g->n_head_kv *
                             (u128)g->head_dim * 2u * MP_GPU_KV_ELEM_BYTES);
-    /* an upper bound of what the GPU executor carves (runtime/gpu_exec.c), term by term */
+    /* an upper bound of what the GPU executor carves (gpu/gpu_exec.c), term by term */
     const u128 B = (u128)n_batch, D = (u128)g->n_embd, Q = (u128)g->n_head * (u128)g->head_dim;
     const u128 KV = (u128)g->n_head_kv * (u128)g->head_dim, E = (u128)g->n_expert;
     const u128 K = (u128)g->n_expert_used, F = (u128)g->n_ff_exp, W = D > Q ? D : Q;

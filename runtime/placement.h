@@ -98,7 +98,7 @@ void mp_placement_geom_free(mp_placement_geom *g);
  *                   and weight-arena padding (the terms are in placement.c, docs/placement.md).
  * The executor computes its exact sizes again and enforces the budget with those. */
 #define MP_GPU_KV_ELEM_BYTES 2 /* the GPU KV cache holds F16 */
-/* Shapes of the GPU executor's scratch (runtime/gpu_exec.c), shared with the estimate above. */
+/* Shapes of the GPU executor's scratch (gpu/gpu_exec.c), shared with the estimate above. */
 #define MP_GPU_GEMM_MIN_ROWS 32    /* dense projections of >= this many rows go through cuBLAS */
 #define MP_GPU_ATT_ROWS 64         /* attention runs in chunks of this many query rows */
 #define MP_GPU_HEAD_ROWS 32        /* output-head rows per chunk (all_logits) */

@@ -22,6 +22,7 @@
 #include "kernels/quant.h"
 #include "mp_config.h"
 #include "runtime/threadpool.h"
+#include "runtime/gpu_module.h"
 #include "simulator/calibrate_impl.h"
 
 int64_t mp_calib_now_ns(void)
@@ -265,6 +266,18 @@ static mp_status add_missing(cJSON *missing, const char *why, mp_error *err)
     return st;
 }
 
+/* The GPU microbenchmarks (gpu/calibrate_cuda.c) through the GPU module's table: MP_OK with why
+ * empty after they ran, or MP_OK with why saying why there are none (no module, no device). */
+static mp_status calib_gpu(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device, char *why,
+                           size_t why_cap, mp_error *err)
+{
+    const mp_calib_gpu_table *t = mp_gpu_module_table(MP_GPU_TABLE_CALIBRATE, sizeof *t, why, why_cap);
+    if (!t)
+        return MP_OK;
+    why[0] = 0;
+    return t->gpu(m, o, root, device, why, why_cap, err);
+}
+
 mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
 {
     *json_out = NULL;
@@ -291,25 +304,18 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
         goto out;
 
     /* the GPU parts before non_moe: its one-row point subtracts the GPU experts' graph time */
-    char why[512];
-#if MP_HAVE_CUDA
-    why[0] = 0;
-    if ((st = mp_calib_gpu(m, o, root, device, why, sizeof why, err)))
+    char why[768];
+    if ((st = calib_gpu(m, o, root, device, why, sizeof why, err)))
         goto out;
-#else
-    snprintf(why, sizeof why, "this build has no CUDA (nvcc was not found when it was configured)");
-#endif
     cJSON *context = NULL;
     if ((st = mp_calib_non_moe(m, o, non_moe, device, why[0] ? -1.0 : mp_calib_decode_moe_ns(m, root), &context,
                                err)))
         goto out;
     if (context)
         cJSON_AddItemToObject(root, "non_moe_context", context);
-#if MP_HAVE_CUDA
     if ((!why[0] && (st = mp_calib_runtime_sync(m, o, root, device, err))) ||
         (!why[0] && (st = mp_calib_decode_layers(m, o, root, device, missing, err))))
         goto out;
-#endif
     if ((st = mp_calib_host_read(o, root, err)))
         goto out;
     if (why[0]) {

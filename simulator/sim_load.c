@@ -83,7 +83,7 @@ static bool before(int64_t a, int64_t b, int64_t c, int64_t d)
  * the combine (merge_ns) are what the replay itself charges for a layer, so they are what is
  * taken out; the GPU's experts run while the host computes its own (and its copies), hence the
  * max, as in sim_layer_ns. sync_ns stays in the remainder: the GPU executor measures it as the
- * host's wait for the device's event (runtime/gpu_moe.c), and the device is then still running
+ * host's wait for the device's event (gpu/gpu_moe.c), and the device is then still running
  * the kernels queued before the MoE block (attention, norms, router, and any all-resident layers
  * before it), so it is mostly non-MoE time and cannot be split from the round trip's own latency.
  * Values are >= 0 (checked); doubles hold them exactly up to 2^53 ns. */

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""tests/check_install.py MESON BUILD_DIR PREFIX BINDIR MANDIR DATADIR: `meson install --destdir`
+"""tests/check_install.py MESON BUILD_DIR PREFIX BINDIR MANDIR DATADIR LIBDIR [GPU_MODULE]: `meson install --destdir`
 into a temporary directory puts every file of the package where meson.build says: the binary,
 moeplan(1), the bash and zsh completions (byte-identical to the build's), and under
 share/doc/moeplan README.md, LICENSE and every file of docs/, schemas/ and examples/; the installed
 binary finds its libraries, runs and prints the same --version as the built one; man finds the
-installed page.
+installed page; with a GPU module in the build (GPU_MODULE, its file name), the module is installed
+under LIBDIR/moeplan, its libraries are found, and the installed binary loads it (on a machine
+without a device it then says "no CUDA device", not that the module is missing).
 
 MP_SOURCE_ROOT and MP_MOEPLAN (the built binary) come from tests/meson.build.
 """
@@ -36,7 +38,8 @@ def files_under(top):
 
 
 def main():
-    meson, build, prefix, bindir, mandir, datadir = sys.argv[1:7]
+    meson, build, prefix, bindir, mandir, datadir, libdir = sys.argv[1:8]
+    module = sys.argv[8] if len(sys.argv) > 8 else ""
     source = os.environ["MP_SOURCE_ROOT"]
     built = os.environ["MP_MOEPLAN"]
     with tempfile.TemporaryDirectory(prefix="mp_install_") as destdir:
@@ -60,6 +63,17 @@ def main():
               f"installed moeplan --version: exit {installed.returncode}, {installed.stdout!r} "
               f"{installed.stderr!r}; the built one prints {expected.stdout!r}")
         check(installed.stdout.startswith("moeplan "), f"--version printed {installed.stdout!r}")
+        if module:
+            lib = at(libdir, "moeplan", module)
+            if check(os.path.isfile(lib), f"{lib}: the GPU module is not installed"):
+                if shutil.which("ldd"):
+                    libs = run(["ldd", lib]).stdout
+                    check("not found" not in libs, f"ldd {lib}: {libs}")
+                model = os.path.join(source, "tests", "fixtures", "hf", "qwen3moe-tiny-f32.gguf")
+                r = run([exe, "run", "-m", model, "-p", "hi", "-n", "1", "--executor", "gpu"])
+                check("not installed beside moeplan" not in r.stderr and "did not load" not in r.stderr
+                      and "another build" not in r.stderr,
+                      f"the installed moeplan does not load its GPU module: {r.stderr.strip()}")
 
         generated = os.path.join(build, "cli", "helpdoc")
         for name, path in (("moeplan.1", at(mandir, "man1", "moeplan.1")),
@@ -94,6 +108,6 @@ def report():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 7:
-        sys.exit("usage: check_install.py MESON BUILD_DIR PREFIX BINDIR MANDIR DATADIR")
+    if len(sys.argv) not in (8, 9):
+        sys.exit("usage: check_install.py MESON BUILD_DIR PREFIX BINDIR MANDIR DATADIR LIBDIR [GPU_MODULE]")
     sys.exit(main())

@@ -235,16 +235,25 @@ def files_written_here(cases, tmp, root):
             f.write(data)
         cases.expect(check([bad], quiet=True) == 1, "the reader here loads a file with a bad %s" % name)
 
-    # the profiles recorded under bench/results (moeplan's older convention): read as before, and
-    # rewritten with only their resident set listed they give moeplan the same whole ranking
+    # the profiles recorded under bench/results: those in moeplan's older convention (every expert
+    # listed) read as before, and rewritten with only their resident set listed they give moeplan
+    # the same whole ranking; those in the current one (the resident set listed, the counts after
+    # it) give the resident set and then the counts' order
     recorded = sorted(glob.glob(os.path.join(root, "bench", "results", "**", "*.strp"), recursive=True))
     cases.expect(len(recorded) > 0, "no recorded profiles under bench/results")
     for path in recorded:
         header, pairs, width, table = read_profile_any(path)
         old = moeplan_reading(path)
+        cells_n = header["n_layers"] * header["n_experts"]
+        if header["n_ranked"] <= header["slots"]:
+            counts = list(struct.unpack("<%dQ" % cells_n, table)) if width == 8 else None
+            want = pairs + (tail(header["n_layers"], header["n_experts"], pairs, counts) if counts else [])
+            cases.expect(old["ranking"] == want and old["resident"] == header["n_ranked"],
+                         "%s: moeplan reads the resident set and the counts' order differently" % path)
+            cases.expect(check([path]) == 0, "%s: the reader here refuses it" % path)
+            continue
         cases.expect(old["ranking"] == pairs and old["resident"] == header["slots"],
                      "%s: moeplan reads the recorded ranking differently" % path)
-        cells_n = header["n_layers"] * header["n_experts"]
         counts = list(struct.unpack("<%dQ" % cells_n, table)) if width == 8 else None
         new = os.path.join(tmp, "rewritten.strp")
         write_profile(new, header["n_layers"], header["n_experts"], header["slots"], pairs[:header["slots"]],

@@ -47,7 +47,7 @@ __device__ __forceinline__ void mpc_pdl_trigger()
 #endif
 }
 
-// The GPU's global timer in nanoseconds (the handoff stamps: runtime/gpu_forward.c measures the
+// The GPU's global timer in nanoseconds (the handoff stamps: gpu/gpu_forward.c measures the
 // host round trip's gap with them).
 __device__ __forceinline__ uint64_t mpc_globaltimer_ns()
 {

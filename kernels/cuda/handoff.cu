@@ -2,7 +2,7 @@
 // through page-locked host memory that the device reads and writes directly (mapped memory).
 //
 // A decode step whose hybrid layers hand off this way is one CUDA graph: no copy nodes, no graph
-// boundary at each hybrid layer, no event for the host to wait on (runtime/gpu_forward.c).
+// boundary at each hybrid layer, no event for the host to wait on (gpu/gpu_forward.c).
 //   publish: the layer's MoE input rows (and the router's ids and weights) into host memory,
 //            then a flag the host spins on: the decode router's launch does it
 //            (mp_cuda_router_gemv, moe.cu; mpc_host_signal sets the flag);
@@ -56,7 +56,7 @@ extern "C" int mp_cuda_host_wait_add(float *d_proj, const float *h_part, int64_t
     return mpc_launch_status();
 }
 
-// A diagnostic (MP_GPU_STEP_STAMPS, runtime/gpu_forward.c): *h_stamp = the GPU's global timer when
+// A diagnostic (MP_GPU_STEP_STAMPS, gpu/gpu_forward.c): *h_stamp = the GPU's global timer when
 // the kernels before this one on the stream have finished, then a system fence.
 __global__ void stamp_kernel(uint64_t *h_stamp)
 {

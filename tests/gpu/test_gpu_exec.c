@@ -374,7 +374,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
  * differences into rounding flips of about that type's precision (measured on the H200 with GEMMs:
  * BF16 2.3e-3, F16 2.4e-4; docs/runtime.md). The quantized cases below run the GEMM path.
  * The F32 case hung until 2026-11-29: page-locking the model's file mapping did
- * not return (runtime/gpu_host.c); the executor now page-locks its own copy of the cold experts. */
+ * not return (gpu/gpu_host.c); the executor now page-locks its own copy of the cold experts. */
 Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, true, 1e-4, 2e-5); }
@@ -403,13 +403,14 @@ Test(gpu_exec, pdl_changes_no_bit)
         mp_placement pl;
         placement(m, spec, NULL, 0, &pl);
         run_out plain, fast;
-        mp_cuda_set_pdl(0);
+        const mp_knobs no_pdl = knobs_with("MP_CUDA_PDL", "0"), pdl = knobs_with("MP_CUDA_PDL", "1");
         g_far = cases[c].far;
+        g_knobs = &no_pdl;
         run_model(m, &pl, cases[c].copy_min_rows, false, &plain);
-        mp_cuda_set_pdl(1);
+        g_knobs = &pdl; /* the H200 this runs on has compute capability 9.0: PDL on */
         run_model(m, &pl, cases[c].copy_min_rows, false, &fast);
+        g_knobs = NULL;
         g_far = -1;
-        mp_cuda_set_pdl(-1);
         char what[160];
         snprintf(what, sizeof what, "%s (copies from %ld rows, far %d), with PDL against without", spec,
                  (long)cases[c].copy_min_rows, cases[c].far);

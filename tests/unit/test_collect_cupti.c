@@ -16,9 +16,7 @@
 #include "mp_config.h"
 #include "tests/unit/cli_util.h"
 #include "tests/unit/trace_fixture.h"
-#if MP_HAVE_CUPTI
-#include <cuda_runtime_api.h>
-#endif
+#include "runtime/gpu.h"
 
 static char tmpdir[256];
 
@@ -230,8 +228,8 @@ Test(collect_cupti, outcome_matches_the_machine)
     cr_assert_eq(rc, 1, "%s", out);
     cr_assert(strstr(out, "moeplan collect: error: --cupti: CUPTI unavailable"), "%s", out);
 #else
-    int n_dev = 0; /* the question mp_cupti_start asks */
-    const bool device = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    char why[768]; /* the question mp_cupti_start asks, through the GPU module */
+    const bool device = mp_gpu_available(why, sizeof why);
     if (!device) {
         cr_assert_eq(rc, 1, "%s", out);
         cr_assert(strstr(out, "moeplan collect: error: --cupti: no CUDA device ("), "%s", out);

@@ -1,4 +1,4 @@
-/* runtime/gpu_forward.c — the transformer forward pass on the device (the GPU twin of forward.c).
+/* gpu/gpu_forward.c — the transformer forward pass on the device (the GPU twin of forward.c).
  *
  * Reads top to bottom like forward.c (enqueue_step): embedding, then per layer
  *   RMSNorm → Q/K/V → q/k norm, RoPE, K and V into the F16 cache → attention → wo → residual,
@@ -20,15 +20,13 @@
  */
 #include "mp_config.h"
 
-#if MP_HAVE_CUDA
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"
-#include "runtime/gpu_impl.h"
+#include "gpu/gpu_impl.h"
 
 /* d_out (n, out_stride) = t · d_in rows (n, t->n_in). The converted activations are kept in d_act
  * for the next call with the same input (Q, K and V share one conversion); callers that rewrite
@@ -484,4 +482,9 @@ mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool a
     return MP_OK;
 }
 
-#endif
+void mp_gpu_drop_graphs(mp_gpu *g)
+{
+    if (g->step_graph)
+        cudaGraphExecDestroy(g->step_graph);
+    g->step_graph = NULL;
+}

@@ -1,4 +1,4 @@
-/* collector/cupti.c — CUPTI activity capture (cupti.h), built where the CUDA toolkit has CUPTI.
+/* gpu/cupti.c — CUPTI activity capture (cupti.h), built where the CUDA toolkit has CUPTI.
  *
  * Buffers: CUPTI asks for empty buffers (buffer_requested) and hands full ones back
  * (buffer_completed), from any thread, at any time. Both only move buffers between two lists under

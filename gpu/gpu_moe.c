@@ -1,4 +1,4 @@
-/* runtime/gpu_moe.c — one MoE layer on the GPU executor (mp_gpu_moe_layer): routing, resident
+/* gpu/gpu_moe.c — one MoE layer on the GPU executor (mp_gpu_moe_layer): routing, resident
  * experts, and the hybrid path for experts that live in host memory (gpu.h has the picture).
  *
  * Per layer and step:
@@ -22,14 +22,12 @@
  */
 #include "mp_config.h"
 
-#if MP_HAVE_CUDA
-
 #include <inttypes.h>
 #include <limits.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_ops.h"
-#include "runtime/gpu_impl.h"
+#include "gpu/gpu_impl.h"
 #include "runtime/moe.h"
 #include "runtime/threadpool.h"
 
@@ -227,7 +225,6 @@ bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
     return mp_decide_copy(rows, (double)rows * g->cpu_ns_per_route, (double)expert_bytes * g->pcie_ns_per_byte,
                           MP_GPU_COPY_MIN_ROWS);
 }
-
 
 mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err)
 {
@@ -472,5 +469,3 @@ mp_status mp_gpu_moe_layer(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         return st;
     return moe_end(g, il, n, err);
 }
-
-#endif

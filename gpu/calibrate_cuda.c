@@ -1,4 +1,4 @@
-/* simulator/calibrate_cuda.c — the GPU benchmarks of `moeplan calibrate` (built with MP_HAVE_CUDA;
+/* gpu/calibrate_cuda.c — the GPU benchmarks of `moeplan calibrate` (built with MP_HAVE_CUDA;
  * plain C on the CUDA runtime API and kernels/cuda/cuda_ops.h).
  *
  *  - h2d / d2h by size (4 KiB .. 64 MiB): pinned copies are timed by CUDA events around the
@@ -17,8 +17,6 @@
  *    MiB on real models, several times the GPU's L2).
  */
 #include "mp_config.h"
-
-#if MP_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
 #include <inttypes.h>
@@ -176,7 +174,7 @@ static mp_status capture_experts(const mp_cuda_moe_args *a, cudaStream_t s, cuda
     *exec = NULL;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     /* external event-record nodes: a plain record inside a capture is only a dependency within
-     * the graph, never recorded for the host (runtime/gpu_impl.h, mp_gpu_record) */
+     * the graph, never recorded for the host (gpu/gpu_impl.h, mp_gpu_record) */
     cudaError_t rec0 = cudaEventRecordWithFlags(ev0, s, cudaEventRecordExternal);
     const int rc = mp_cuda_moe_experts(a, s);
     cudaError_t rec1 = cudaEventRecordWithFlags(ev1, s, cudaEventRecordExternal);
@@ -434,5 +432,3 @@ out:
     free(ns);
     return st;
 }
-
-#endif /* MP_HAVE_CUDA */

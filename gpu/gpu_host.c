@@ -1,4 +1,4 @@
-/* runtime/gpu_host.c — where the GPU executor's cold experts live in host memory.
+/* gpu/gpu_host.c — where the GPU executor's cold experts live in host memory.
  *
  * The CPU computes the cold experts' routes, and prefill (and, when asked, decode) copies some of
  * them to the GPU. Both read g->h_slices: each expert's gate, up and down slice. By default those
@@ -19,8 +19,6 @@
  */
 #include "mp_config.h"
 
-#if MP_HAVE_CUDA
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,9 +26,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "runtime/gpu_impl.h"
+#include "gpu/gpu_impl.h"
 #include "runtime/placement.h"
-
 
 /* Bytes of the mapping that starts at a in transparent huge pages, from /proc/self/smaps (its
  * AnonHugePages line), or -1 when that cannot be read. Why it is worth saying: the CPU experts
@@ -215,47 +212,6 @@ void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap)
                  g->host_why, g->host_why[0] ? ")" : "");
 }
 
-mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
-{
-    const mp_hparams *hp = &g->s->m->hp;
-    const int64_t NL = hp->n_layer, E = hp->n_expert;
-    g->d_far_of_cold = NULL;
-    g->far_max = 0;
-    if (!g->d_far || !g->d_stage || !g->host_registered || g->n_hybrid_layers == 0)
-        return MP_OK; /* none possible: no page-locked copy, or nothing cold */
-    void *dev = NULL;
-    if (cudaHostGetDevicePointer(&dev, g->h_arena, 0) != cudaSuccess || !dev) {
-        cudaGetLastError();
-        return MP_OK; /* the copy is not mapped for this device: no far routes */
-    }
-    const size_t n = (size_t)(NL * 3 * E);
-    const void **tab = calloc(n, sizeof *tab);
-    if (!tab)
-        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    for (int64_t il = 0; il < NL; il++)
-        for (int64_t e = 0; e < E; e++) {
-            if (mp_placement_resident(&g->pl, il, e))
-                continue;
-            for (int t = 0; t < 3; t++)
-                tab[(il * 3 + t) * E + e] = (const char *)dev + ((const char *)mp_gpu_host_slice(g, il, t, e) -
-                                                                 g->h_arena);
-        }
-    const cudaError_t ce = cudaMemcpy((void *)g->d_far, tab, n * sizeof *tab, cudaMemcpyHostToDevice);
-    free(tab);
-    if (ce != cudaSuccess)
-        return mp_gpu_cuda_fail(err, "far route table upload", ce);
-    g->d_far_of_cold = (uint8_t *)g->d_far + mp_gpu_align(n * sizeof(void *));
-    /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
-    const int64_t K = hp->n_expert_used;
-    g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
-    if (!mp_gpu_set_far_plan(g, NULL)) { /* every layer off until decided */
-        g->d_far_of_cold = NULL;
-        g->far_max = 0;
-        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
-    }
-    return MP_OK;
-}
-
 /* The link's time per byte for expert copies as they will run: the first cold expert's three
  * slices from host memory (as the executor holds them) into the staging buffer; best of 3. */
 void mp_gpu_measure_copy(mp_gpu *g)
@@ -297,5 +253,3 @@ void mp_gpu_measure_copy(mp_gpu *g)
         return;
     }
 }
-
-#endif

@@ -1,4 +1,4 @@
-/* runtime/gpu_impl.h — the inside of an mp_gpu, shared by gpu_exec.c (device setup, weight upload,
+/* gpu/gpu_impl.h — the inside of an mp_gpu, shared by gpu_exec.c (device setup, weight upload,
  * expert pool, budget), gpu_host.c (host experts) and gpu_forward.c / gpu_moe.c (the forward pass).
  * Built only with CUDA.
  *
@@ -6,8 +6,8 @@
  * never allocates. d_slots_* of a layer hold n_expert device pointers: the pool slot of a resident
  * expert, NULL for the others (the MoE kernel skips NULL routes). Host buffers h_* are pinned.
  */
-#ifndef MP_RUNTIME_GPU_IMPL_H
-#define MP_RUNTIME_GPU_IMPL_H
+#ifndef MP_GPU_GPU_IMPL_H
+#define MP_GPU_GPU_IMPL_H
 
 #include <cuda_runtime_api.h>
 #include <time.h>
@@ -239,9 +239,12 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
 void mp_gpu_measure_copy(mp_gpu *g);
-/* Far routes: fill d_far from the page-locked host copy (a device view of it) and set far_max;
- * leaves d_far_of_cold NULL and far_max 0 (no far routes) when there is no such copy. */
+/* Far routes (gpu_far.c). mp_gpu_far_setup fills d_far from the page-locked host copy (a device
+ * view of it) and sets far_max; it leaves d_far_of_cold NULL and far_max 0 (no far routes) when
+ * there is no such copy. mp_gpu_far_decide sets every hybrid layer's decision from the
+ * placement's decode costs (none without them). */
 mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err);
+mp_status mp_gpu_far_decide(mp_gpu *g, const mp_placement *pl, mp_error *err);
 /* Expert e's slice t (0 gate, 1 up, 2 down) of layer il in host memory. */
 static inline const void *mp_gpu_host_slice(const mp_gpu *g, int64_t il, int t, int64_t e)
 {

@@ -1,4 +1,4 @@
-/* runtime/gpu_exec.c — the GPU executor's lifetime: device checks, the memory plan and budget,
+/* gpu/gpu_exec.c — the GPU executor's lifetime: device checks, the memory plan and budget,
  * weight upload, the expert pool (see gpu.h).
  *
  * Order in mp_gpu_new (build): (1) size every device allocation from the model, the session and
@@ -8,7 +8,6 @@
  * setup_blas); (4) upload dense weights and the resident experts (256-byte aligned slots, so the
  * MoE kernel may use 128-bit loads); (5) the cold experts' host copy, the copy cost and the far
  * routes (setup_host_experts).
- * Without CUDA in the build every entry point reports that the GPU executor is unavailable.
  */
 #include "mp_config.h"
 
@@ -20,65 +19,10 @@
 
 #include "runtime/gpu.h"
 
-#if !MP_HAVE_CUDA
-
-int mp_gpu_available(char *why, size_t why_cap)
-{
-    snprintf(why, why_cap, "this build has no CUDA (configure with nvcc present, -Dcuda=enabled)");
-    return 0;
-}
-
-mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
-{
-    *out = NULL;
-    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: this build has no CUDA");
-}
-
-void mp_gpu_free(mp_gpu *g) {}
-
-mp_status mp_gpu_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err)
-{
-    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: this build has no CUDA");
-}
-
-mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
-                         float *logits, mp_error *err)
-{
-    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: this build has no CUDA");
-}
-
-void mp_gpu_get_memory(const mp_gpu *g, mp_gpu_memory *out) { memset(out, 0, sizeof *out); }
-void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out) { memset(out, 0, sizeof *out); }
-void mp_gpu_stats_reset(mp_gpu *g) {}
-const char *mp_gpu_device_name(const mp_gpu *g) { return "none"; }
-void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows) {}
-void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows) {}
-void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "none"); }
-void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap) { snprintf(buf, cap, "no host experts"); }
-void mp_gpu_set_measure(mp_gpu *g, bool on) {}
-int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return 0; }
-int mp_gpu_far_max(const mp_gpu *g) { return 0; }
-int64_t mp_gpu_far_layers(const mp_gpu *g) { return 0; }
-bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers) { return false; }
-
-#else
-
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"
-#include "runtime/gpu_impl.h"
+#include "gpu/gpu_impl.h"
 #include "runtime/matmul.h"
-
-mp_status mp_gpu_cuda_fail(mp_error *err, const char *what, cudaError_t e)
-{
-    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s: %s", what, cudaGetErrorString(e));
-}
-
-mp_status mp_gpu_kernel_fail(mp_error *err, const char *what, int code)
-{
-    cudaError_t e = cudaGetLastError();
-    return mp_fail(err, MP_ERR_DEVICE, "GPU executor: %s: %s%s%s", what, mp_cuda_strerror(code),
-                   e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
-}
 
 int mp_gpu_available(char *why, size_t why_cap)
 {
@@ -383,7 +327,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
 
 /* The executor's switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued: a profiler's view of
- * every launch), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1. */
+ * every launch), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1, and
+ * the CUDA kernels' MP_CUDA_PDL. */
 static void knob_switches(mp_gpu *g, const mp_knobs *k)
 {
     g->gemm_min_rows = k->gpu_gemm_min_rows; /* never below MP_GPU_GEMM_MIN_ROWS: the table's range */
@@ -394,6 +339,9 @@ static void knob_switches(mp_gpu *g, const mp_knobs *k)
     }
     g->host_mode = k->gpu_host_experts;
     g->init_trace = k->gpu_init_trace;
+    /* process-wide in the kernels: the last executor made sets it (sessions of one process share
+     * their knobs in practice: main reads them once) */
+    mp_cuda_set_pdl(k->cuda_pdl ? -1 : 0); /* on: where the device has it (compute capability 9.0+) */
 }
 
 /* MP_GPU_STEP_STAMPS=1: allocate the two stamps and map the GPU's timer to the host clock. Each of
@@ -420,28 +368,6 @@ static mp_status calibrate_stamps(mp_gpu *g, mp_error *err)
     g->stamp_off_ns = lo + (hi - lo) / 2;
     g->stamp_err_ns = g->stats.stamp_err_ns = (hi - lo) / 2;
     return MP_OK;
-}
-
-/* Far routes by the decision model: each hybrid layer's decision from the session's decode costs
- * and the placement's cold share (its profile's routing counts, else uniform). Without decode
- * costs, or without a page-locked host copy, none. */
-static mp_status decide_far(mp_gpu *g, const mp_placement *pl, mp_error *err)
-{
-    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
-    if (!g->d_far_of_cold || !pl->decode_costs)
-        return MP_OK;
-    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
-    if (!plan)
-        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    for (int64_t il = 0; il < L; il++)
-        if (pl->n_resident[il] < E)
-            mp_decide_far_layer(pl->decode_costs,
-                                mp_decide_cold_share(pl->cold_routes ? pl->cold_routes[il] : 0,
-                                                     pl->all_routes ? pl->all_routes[il] : 0, pl->n_resident[il], E),
-                                &plan[il]);
-    const bool ok = mp_gpu_set_far_plan(g, plan);
-    free(plan);
-    return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
 }
 
 /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs; a
@@ -670,7 +596,7 @@ static mp_status setup_host_experts(mp_gpu *g, const mp_placement *pl, bool stag
     mp_gpu_measure_copy(g);
     if ((st = mp_gpu_far_setup(g, err)))
         return st;
-    return decide_far(g, pl, err);
+    return mp_gpu_far_decide(g, pl, err);
 }
 
 /* Everything after the checks, in order; on failure mp_gpu_new frees what was made. */
@@ -809,56 +735,6 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
     g->copy_fixed = true;
 }
 
-int mp_gpu_far_max(const mp_gpu *g)
-{
-    return g->d_far_of_cold ? g->far_max : 0;
-}
-
-int64_t mp_gpu_far_layers(const mp_gpu *g)
-{
-    return g->n_far_layers;
-}
-
-void mp_gpu_drop_graphs(mp_gpu *g)
-{
-    if (g->step_graph)
-        cudaGraphExecDestroy(g->step_graph);
-    g->step_graph = NULL;
-}
-
-bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
-{
-    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
-    if (!g->d_far_of_cold) {
-        for (int64_t il = 0; layers && il < L; il++)
-            if (layers[il].on)
-                return false;
-        return true; /* all off: nothing to change */
-    }
-    uint8_t tab[MP_GPU_MAX_TOP_K + 1];
-    bool changed = false;
-    int64_t on = 0;
-    for (int64_t il = 0; il < L; il++) {
-        mp_far_layer fl = {0};
-        if (layers && g->layers[il].n_resident < E) /* an all-resident layer has no cold route */
-            fl = layers[il];
-        for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
-            tab[c] = fl.on ? (fl.table[c] < g->far_max ? fl.table[c] : (uint8_t)g->far_max) : 0;
-        if (cudaMemcpy(g->d_far_of_cold + il * (MP_GPU_MAX_TOP_K + 1), tab, sizeof tab, cudaMemcpyHostToDevice) !=
-            cudaSuccess) { /* the device keeps its old tables: keep the host's decisions in step */
-            cudaGetLastError();
-            return false;
-        }
-        changed |= fl.on != g->far[il].on;
-        g->far[il] = fl;
-        on += fl.on;
-    }
-    g->n_far_layers = on;
-    if (changed) /* a layer's far routes are launched, or no longer, in the captured graphs */
-        mp_gpu_drop_graphs(g);
-    return true;
-}
-
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows)
 {
     /* never below the default: the GEMM scratch was sized for steps of at least that many rows */
@@ -869,5 +745,3 @@ int64_t mp_gpu_copy_min_rows(const mp_gpu *g)
 {
     return g->d_stage && g->copy_fixed ? g->copy_min_rows : 0;
 }
-
-#endif

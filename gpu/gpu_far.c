@@ -1,0 +1,122 @@
+/* gpu/gpu_far.c — far routes (runtime/decide.h): a decode step's cold routes that the GPU runs
+ * itself, its kernels reading the experts' weights from the page-locked host copy over the bus.
+ * Here: the device table of every cold expert's host address (mp_gpu_far_setup, once at start),
+ * each layer's decision from the session's decode costs (mp_gpu_far_decide), and the per-layer
+ * tables the decode kernels read (mp_gpu_set_far_plan: how many of a step's c cold routes run far).
+ *
+ * Invariant: g->far[] (the host's decisions) and the device's tables change together or not at
+ * all; a layer whose far routes turn on or off drops the captured decode graphs, which launch them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu/gpu_impl.h"
+#include "runtime/placement.h"
+
+mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const int64_t NL = hp->n_layer, E = hp->n_expert;
+    g->d_far_of_cold = NULL;
+    g->far_max = 0;
+    if (!g->d_far || !g->d_stage || !g->host_registered || g->n_hybrid_layers == 0)
+        return MP_OK; /* none possible: no page-locked copy, or nothing cold */
+    void *dev = NULL;
+    if (cudaHostGetDevicePointer(&dev, g->h_arena, 0) != cudaSuccess || !dev) {
+        cudaGetLastError();
+        return MP_OK; /* the copy is not mapped for this device: no far routes */
+    }
+    const size_t n = (size_t)(NL * 3 * E);
+    const void **tab = calloc(n, sizeof *tab);
+    if (!tab)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    for (int64_t il = 0; il < NL; il++)
+        for (int64_t e = 0; e < E; e++) {
+            if (mp_placement_resident(&g->pl, il, e))
+                continue;
+            for (int t = 0; t < 3; t++)
+                tab[(il * 3 + t) * E + e] = (const char *)dev + ((const char *)mp_gpu_host_slice(g, il, t, e) -
+                                                                 g->h_arena);
+        }
+    const cudaError_t ce = cudaMemcpy((void *)g->d_far, tab, n * sizeof *tab, cudaMemcpyHostToDevice);
+    free(tab);
+    if (ce != cudaSuccess)
+        return mp_gpu_cuda_fail(err, "far route table upload", ce);
+    g->d_far_of_cold = (uint8_t *)g->d_far + mp_gpu_align(n * sizeof(void *));
+    /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
+    const int64_t K = hp->n_expert_used;
+    g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
+    if (!mp_gpu_set_far_plan(g, NULL)) { /* every layer off until decided */
+        g->d_far_of_cold = NULL;
+        g->far_max = 0;
+        return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
+    }
+    return MP_OK;
+}
+
+/* Far routes by the decision model: each hybrid layer's decision from the session's decode costs
+ * and the placement's cold share (its profile's routing counts, else uniform). Without decode
+ * costs, or without a page-locked host copy, none. */
+mp_status mp_gpu_far_decide(mp_gpu *g, const mp_placement *pl, mp_error *err)
+{
+    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
+    if (!g->d_far_of_cold || !pl->decode_costs)
+        return MP_OK;
+    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
+    if (!plan)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    for (int64_t il = 0; il < L; il++)
+        if (pl->n_resident[il] < E)
+            mp_decide_far_layer(pl->decode_costs,
+                                mp_decide_cold_share(pl->cold_routes ? pl->cold_routes[il] : 0,
+                                                     pl->all_routes ? pl->all_routes[il] : 0, pl->n_resident[il], E),
+                                &plan[il]);
+    const bool ok = mp_gpu_set_far_plan(g, plan);
+    free(plan);
+    return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
+}
+
+int mp_gpu_far_max(const mp_gpu *g)
+{
+    return g->d_far_of_cold ? g->far_max : 0;
+}
+
+int64_t mp_gpu_far_layers(const mp_gpu *g)
+{
+    return g->n_far_layers;
+}
+
+bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
+{
+    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
+    if (!g->d_far_of_cold) {
+        for (int64_t il = 0; layers && il < L; il++)
+            if (layers[il].on)
+                return false;
+        return true; /* all off: nothing to change */
+    }
+    uint8_t tab[MP_GPU_MAX_TOP_K + 1];
+    bool changed = false;
+    int64_t on = 0;
+    for (int64_t il = 0; il < L; il++) {
+        mp_far_layer fl = {0};
+        if (layers && g->layers[il].n_resident < E) /* an all-resident layer has no cold route */
+            fl = layers[il];
+        for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
+            tab[c] = fl.on ? (fl.table[c] < g->far_max ? fl.table[c] : (uint8_t)g->far_max) : 0;
+        if (cudaMemcpy(g->d_far_of_cold + il * (MP_GPU_MAX_TOP_K + 1), tab, sizeof tab, cudaMemcpyHostToDevice) !=
+            cudaSuccess) { /* the device keeps its old tables: keep the host's decisions in step */
+            cudaGetLastError();
+            return false;
+        }
+        changed |= fl.on != g->far[il].on;
+        g->far[il] = fl;
+        on += fl.on;
+    }
+    g->n_far_layers = on;
+    if (changed) /* a layer's far routes are launched, or no longer, in the captured graphs */
+        mp_gpu_drop_graphs(g);
+    return true;
+}

@@ -1,0 +1,76 @@
+/* gpu/module.c — what libmoeplan-gpu.so hands the program that loads it (runtime/gpu_module.h):
+ * one record, mp_gpu_module, naming the build the module belongs to and giving out its
+ * tables by name: the GPU executor (runtime/gpu.h), CUPTI capture (collector/cupti.h) and
+ * calibrate's GPU microbenchmarks (simulator/calibrate_impl.h).
+ *
+ * Everything else the module defines is hidden (it is compiled with -fvisibility=hidden), so the
+ * program's own functions of the same names (runtime/gpu_api.c, collector/cupti_api.c) never
+ * interpose on the module's; what the module takes from the rest of moeplan (the session, the
+ * CPU experts, the decision model, the trace's record types) it takes from the program. */
+#include <string.h>
+
+#include "base/build_commit.h"
+#include "collector/cupti.h"
+#include "mp_config.h"
+#include "runtime/gpu.h"
+#include "runtime/gpu_module.h"
+#include "simulator/calibrate_impl.h"
+
+static const mp_gpu_executor_table executor = {
+    .size = sizeof(mp_gpu_executor_table),
+    .available = mp_gpu_available,
+    .memory_info = mp_gpu_memory_info,
+    .new_ = mp_gpu_new,
+    .free_ = mp_gpu_free,
+    .forward = mp_gpu_forward,
+    .get_memory = mp_gpu_get_memory,
+    .get_stats = mp_gpu_get_stats,
+    .stats_reset = mp_gpu_stats_reset,
+    .device_name = mp_gpu_device_name,
+    .set_measure = mp_gpu_set_measure,
+    .report = mp_gpu_report,
+    .host_report = mp_gpu_host_report,
+    .set_copy_min_rows = mp_gpu_set_copy_min_rows,
+    .copy_min_rows = mp_gpu_copy_min_rows,
+    .far_max = mp_gpu_far_max,
+    .set_far_plan = mp_gpu_set_far_plan,
+    .far_layers = mp_gpu_far_layers,
+    .set_gemm_min_rows = mp_gpu_set_gemm_min_rows,
+};
+
+#if MP_HAVE_CUPTI
+static const mp_cupti_table cupti = {
+    .size = sizeof(mp_cupti_table),
+    .start = mp_cupti_start,
+    .push = mp_cupti_push,
+    .pop = mp_cupti_pop,
+    .flush = mp_cupti_flush,
+    .get_counts = mp_cupti_get_counts,
+    .stop = mp_cupti_stop,
+};
+#endif
+
+static const mp_calib_gpu_table calibrate = {
+    .size = sizeof(mp_calib_gpu_table),
+    .gpu = mp_calib_gpu,
+};
+
+static const void *table(const char *name)
+{
+    if (!strcmp(name, MP_GPU_TABLE_EXECUTOR))
+        return &executor;
+#if MP_HAVE_CUPTI
+    if (!strcmp(name, MP_GPU_TABLE_CUPTI))
+        return &cupti;
+#endif
+    if (!strcmp(name, MP_GPU_TABLE_CALIBRATE))
+        return &calibrate;
+    return NULL;
+}
+
+__attribute__((visibility("default"))) const mp_gpu_module_info mp_gpu_module = {
+    .version = MP_VERSION,
+    .commit = MP_BUILD_COMMIT,
+    .options = MP_BUILD_OPTIONS,
+    .table = table,
+};
