@@ -357,13 +357,12 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o)
 }
 
 /* What the simulation found: the table, and the profile it wrote, on stdout. */
-static void print_result(const mp_simulate_options *o, const mp_simulate_result *r)
+static void print_result(const mp_simulate_result *r)
 {
     const mp_sim_report rep = mp_simulate_report(r);
     mp_sim_report_table(stdout, &rep);
-    if (r->profile_written)
-        printf("\nprofile %s (%s, %u resident of %u ranked) and manifest %s written\n", o->profile,
-               mp_sim_policy_name(o->profile_policy), r->profile_resident, r->profile_ranked, r->manifest);
+    if (r->profile_line[0])
+        printf("\n%s\n", r->profile_line);
 }
 
 int mp_cmd_simulate(int argc, char **argv)
@@ -384,8 +383,8 @@ int mp_cmd_simulate(int argc, char **argv)
     if (st)
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
     else
-        print_result(&o, r);
-    const int status = !st ? 0 : !r->checked && st == MP_ERR_ARG ? 2 : 1; /* refused before any work: usage */
+        print_result(r);
+    const int status = !st ? MP_EXIT_OK : mp_simulate_refused(st, r) ? MP_EXIT_USAGE : MP_EXIT_FAILURE;
     mp_simulate_result_free(r);
     free(r);
     return status;

@@ -529,9 +529,8 @@ static mp_status write_profile(const mp_simulate_options *o, mp_simulate_result 
     if ((st = mp_strp_write_file(o->profile, &res->profile, err)) ||
         (st = mp_strp_manifest_write(r->manifest, &m, &res->profile, err)))
         return st;
-    r->profile_written = true;
-    r->profile_resident = mp_strp_resident(&res->profile);
-    r->profile_ranked = mp_strp_ranking_len(&res->profile);
+    snprintf(r->profile_line, sizeof r->profile_line, "profile %s (%s, %u resident of %u ranked) and manifest %s written",
+             o->profile, m.policy, mp_strp_resident(&res->profile), mp_strp_ranking_len(&res->profile), r->manifest);
     return MP_OK;
 }
 

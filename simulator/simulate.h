@@ -61,9 +61,7 @@ typedef struct mp_simulate_options {
 void mp_simulate_options_init(mp_simulate_options *o);
 
 typedef struct mp_simulate_result {
-    /* false while the options and outputs are being checked: a failure then is the caller's
-     * (MP_ERR_ARG: outputs that would replace an input or each other), before any work */
-    bool checked;
+    bool checked;                  /* the options and outputs passed their checks (mp_simulate_refused) */
     mp_sim_trace trace;            /* the routing replayed (after max_rows) */
     mp_sim_trace_facts facts;
     char trace_names[4096];        /* the traces, " + " between them */
@@ -80,10 +78,10 @@ typedef struct mp_simulate_result {
     mp_llamacpp_gpu llamacpp_gpu;  /* llama.cpp's own GPU memory for the model */
     char *llamacpp_text[MP_SIMULATE_MAX_BUDGETS]; /* (n_budgets) the table's lines, or NULL */
     mp_sim_llamacpp llamacpp[MP_SIMULATE_MAX_BUDGETS];
-    /* the profile written (options' profile), the manifest beside it and what it holds */
-    bool profile_written;
+    /* the profile written (options' profile), the manifest beside it, and both said in one line
+     * ("profile P (POLICY, N resident of M ranked) and manifest P.json written"; empty: none) */
     char manifest[4096];
-    uint32_t profile_resident, profile_ranked;
+    char profile_line[8400];
     /* What the predictions rest on, one line each, without the command's name: the budget's
      * fixed part, the expert size the trace gave, the CPU level, the far routes, floored steps. */
     char notes[MP_SIMULATE_MAX_NOTES][512];
@@ -95,6 +93,13 @@ typedef struct mp_simulate_result {
  * it was filled, never copied. */
 mp_status mp_simulate(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err);
 void mp_simulate_result_free(mp_simulate_result *r);
+
+/* Whether mp_simulate's failure st was the caller's: options or outputs refused before any work
+ * (MP_ERR_ARG), which a command reports as a usage error. */
+static inline bool mp_simulate_refused(mp_status st, const mp_simulate_result *r)
+{
+    return st == MP_ERR_ARG && !r->checked;
+}
 
 /* Whether p can be the profile's policy: a static one (an online cache has no fixed placement to
  * export). MP_ERR_ARG naming it otherwise. */
