@@ -265,6 +265,28 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
     return st;
 }
 
+/* The check's measured speed beside the prediction, and a warning where the two do not compare
+ * (a CPU executor) or differ by more than 10 % (with the likely cause). */
+static void say_comparison(const plan_opts *o, int64_t n, double pred, double meas, double gbs, double cal, bool gpu,
+                           const char *placement)
+{
+    const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
+    printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
+           "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o->reps,
+           e, gbs, cal);
+    if (!gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
+        printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
+               "not compare (run the check where a CUDA device is usable)\n");
+    else if (fabs(e) > 10) {
+        const char *cause = cal > 0 && fabs(gbs / cal - 1) > 0.1
+                                ? "the host's read bandwidth differs from the calibration's (a busy host: check "
+                                  "again later, or `simulate --host-read-gbs` for the bandwidth it has)"
+                                : "an uncosted path or a stale calibration (calibrate this model again)";
+        printf("plan: warning: measured and predicted differ by %.1f %% (more than 10 %%): likely %s\n", fabs(e),
+               cause);
+    }
+}
+
 int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
 {
     plan_opts o;
@@ -328,21 +350,7 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
         rc = 1;
         goto done;
     }
-    const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
-    printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
-           "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o.reps,
-           e, gbs, cal);
-    if (!gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
-        printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
-               "not compare (run the check where a CUDA device is usable)\n");
-    else if (fabs(e) > 10) {
-        const char *cause = cal > 0 && fabs(gbs / cal - 1) > 0.1
-                                ? "the host's read bandwidth differs from the calibration's (a busy host: check "
-                                  "again later, or `simulate --host-read-gbs` for the bandwidth it has)"
-                                : "an uncosted path or a stale calibration (calibrate this model again)";
-        printf("plan: warning: measured and predicted differ by %.1f %% (more than 10 %%): likely %s\n", fabs(e),
-               cause);
-    }
+    say_comparison(&o, n, pred, meas, gbs, cal, gpu, placement);
 done:
     mp_simulate_result_free(made);
     mp_simulate_result_free(chk);

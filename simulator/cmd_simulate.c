@@ -163,6 +163,89 @@ static int parse_sweep(const char *v, mp_sim_sweep *sw)
     return -1;
 }
 
+/* --policy or --profile-policy (flag) LIST: every item a policy by name ("all" too for --policy).
+ * Returns 0, or 2 after saying what is wrong. */
+static int parse_policies(const char *a, const char *v, mp_simulate_options *o, bool *any_policy)
+{
+    char buf[1024];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", v) >= sizeof buf) {
+        fprintf(stderr, "moeplan simulate: error: %s: a list longer than %zu characters\n", a, sizeof buf - 1);
+        return 2;
+    }
+    for (char *tok = buf, *next; tok; tok = next) { /* every item, empty ones too */
+        next = strchr(tok, ',');
+        if (next)
+            *next++ = 0;
+        if (!*tok) {
+            fprintf(stderr, "moeplan simulate: error: %s '%s': an empty item at offset %zu: expected "
+                            "P[,P...] (try --help)\n", a, v, (size_t)(tok - buf));
+            return 2;
+        }
+        int p = mp_sim_policy_from_name(tok);
+        if (!strcmp(a, "--policy") && !strcmp(tok, "all")) {
+            for (int q = 0; q < MP_POL_COUNT; q++)
+                o->policies[q] = q != MP_POL_PROFILE; /* with --placement-profile only */
+            *any_policy = true;
+            continue;
+        }
+        if (p < 0) {
+            fprintf(stderr, "moeplan simulate: error: %s '%s': unknown policy (try --help)\n", a, tok);
+            return 2;
+        }
+        if (!strcmp(a, "--policy")) {
+            o->policies[p] = true;
+            *any_policy = true;
+        } else {
+            mp_error perr;
+            if (mp_simulate_check_profile_policy(p, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: %s\n", perr.msg);
+                return 2;
+            }
+            o->profile_policy = p;
+        }
+    }
+    return 0;
+}
+
+/* --train-frac, --alpha, --beta, --epsilon, --window or --threads (flag) V: a number in the flag's
+ * range. Returns 0, or 2 after saying what is wrong. */
+static int parse_number(const char *a, const char *v, mp_simulate_options *o)
+{
+    mp_sim_config *cfg = &o->cfg;
+    double num;
+    if (parse_num(v, &num)) {
+        fprintf(stderr, "moeplan simulate: error: %s '%s': expected a number\n", a, v);
+        return 2;
+    }
+    if (!strcmp(a, "--train-frac")) {
+        if (!(num > 0 && num <= 1)) {
+            fprintf(stderr, "moeplan simulate: error: --train-frac %s: expected a share > 0 and <= 1 "
+                            "(the static policies are planned from it)\n", v);
+            return 2;
+        }
+        cfg->train_frac = num;
+    } else if (!strcmp(a, "--alpha")) {
+        cfg->alpha = num;
+    } else if (!strcmp(a, "--beta")) {
+        cfg->beta = num;
+    } else if (!strcmp(a, "--epsilon")) {
+        cfg->epsilon = num;
+    } else if (!strcmp(a, "--window")) {
+        if (num < 1 || num > 65536 || num != floor(num)) {
+            fprintf(stderr, "moeplan simulate: error: --window %s: expected an integer 1..65536\n", v);
+            return 2;
+        }
+        cfg->window = (uint32_t)num;
+    } else {
+        if (num < 1 || num > 4096 || num != floor(num)) {
+            fprintf(stderr, "moeplan simulate: error: --threads %s: expected an integer 1..4096\n", v);
+            return 2;
+        }
+        o->threads = (int)num;
+    }
+    return 0;
+}
+
 static const mp_cli_opt simulate_flags[] = {
     {"costs", 0, true, 1, NULL}, {"budget", 0, true, 1, NULL}, {"model", 'm', true, 1, NULL},
     {"ctx-size", 'c', true, 1, NULL}, {"ctx", 0, true, 1, NULL}, {"batch-size", 'b', true, 1, NULL},
@@ -255,43 +338,8 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o)
                 return 2;
             }
         } else if (!strcmp(a, "--policy") || !strcmp(a, "--profile-policy")) {
-            char buf[1024];
-            if ((size_t)snprintf(buf, sizeof buf, "%s", v) >= sizeof buf) {
-                fprintf(stderr, "moeplan simulate: error: %s: a list longer than %zu characters\n", a, sizeof buf - 1);
+            if (parse_policies(a, v, o, &any_policy))
                 return 2;
-            }
-            for (char *tok = buf, *next; tok; tok = next) { /* every item, empty ones too */
-                next = strchr(tok, ',');
-                if (next)
-                    *next++ = 0;
-                if (!*tok) {
-                    fprintf(stderr, "moeplan simulate: error: %s '%s': an empty item at offset %zu: expected "
-                                    "P[,P...] (try --help)\n", a, v, (size_t)(tok - buf));
-                    return 2;
-                }
-                int p = mp_sim_policy_from_name(tok);
-                if (!strcmp(a, "--policy") && !strcmp(tok, "all")) {
-                    for (int q = 0; q < MP_POL_COUNT; q++)
-                        o->policies[q] = q != MP_POL_PROFILE; /* with --placement-profile only */
-                    any_policy = true;
-                    continue;
-                }
-                if (p < 0) {
-                    fprintf(stderr, "moeplan simulate: error: %s '%s': unknown policy (try --help)\n", a, tok);
-                    return 2;
-                }
-                if (!strcmp(a, "--policy")) {
-                    o->policies[p] = true;
-                    any_policy = true;
-                } else {
-                    mp_error perr;
-                    if (mp_simulate_check_profile_policy(p, &perr)) {
-                        fprintf(stderr, "moeplan simulate: error: %s\n", perr.msg);
-                        return 2;
-                    }
-                    o->profile_policy = p;
-                }
-            }
         } else if (!strcmp(a, "--max-rows")) {
             if (!mp_parse_i64(v, 1, INT64_MAX, &o->max_rows)) {
                 fprintf(stderr, "moeplan simulate: error: --max-rows '%s': expected a row count >= 1\n", v);
@@ -305,36 +353,8 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o)
             cfg->host_read_gbs = num;
         } else if (!strcmp(a, "--train-frac") || !strcmp(a, "--alpha") || !strcmp(a, "--beta") ||
                    !strcmp(a, "--epsilon") || !strcmp(a, "--window") || !strcmp(a, "--threads")) {
-            if (parse_num(v, &num)) {
-                fprintf(stderr, "moeplan simulate: error: %s '%s': expected a number\n", a, v);
+            if (parse_number(a, v, o))
                 return 2;
-            }
-            if (!strcmp(a, "--train-frac")) {
-                if (!(num > 0 && num <= 1)) {
-                    fprintf(stderr, "moeplan simulate: error: --train-frac %s: expected a share > 0 and <= 1 "
-                                    "(the static policies are planned from it)\n", v);
-                    return 2;
-                }
-                cfg->train_frac = num;
-            } else if (!strcmp(a, "--alpha")) {
-                cfg->alpha = num;
-            } else if (!strcmp(a, "--beta")) {
-                cfg->beta = num;
-            } else if (!strcmp(a, "--epsilon")) {
-                cfg->epsilon = num;
-            } else if (!strcmp(a, "--window")) {
-                if (num < 1 || num > 65536 || num != floor(num)) {
-                    fprintf(stderr, "moeplan simulate: error: --window %s: expected an integer 1..65536\n", v);
-                    return 2;
-                }
-                cfg->window = (uint32_t)num;
-            } else {
-                if (num < 1 || num > 4096 || num != floor(num)) {
-                    fprintf(stderr, "moeplan simulate: error: --threads %s: expected an integer 1..4096\n", v);
-                    return 2;
-                }
-                o->threads = (int)num;
-            }
         } else if (!strcmp(a, "--as-decode")) {
             o->as_decode = true;
         } else if (!strcmp(a, "--pageable")) {

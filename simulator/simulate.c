@@ -297,12 +297,60 @@ static mp_status replay_sweep(const mp_simulate_options *o, mp_simulate_result *
     return MP_OK;
 }
 
-/* The llama.cpp command at one budget: the whole-layer placement llama.cpp can express
- * (best-layers, replayed with llama.cpp's own GPU memory as the budget's fixed part and its expert
- * tensors as the slots), its command, what the GPU then holds, and its prediction beside the
- * per-expert plan's in the same memory (what an STRP profile would give llama.cpp) and all-CPU's.
- * *text gets the table's lines (malloc'd) and *out the numbers (out->command malloc'd, NULL when
- * llama.cpp's own needs exceed the budget). */
+static double ms_per_token(const mp_sim_result *res)
+{
+    const mp_sim_metrics *m = mp_sim_rank_metrics(res);
+    return m->tokens ? m->time_ns / 1e6 / (double)m->tokens : 0;
+}
+
+/* The whole layers llama.cpp can keep on the GPU at a budget: best-layers, replayed with
+ * llama.cpp's own GPU memory as the budget's fixed part and its expert tensors as the slots;
+ * cpu_block (n_blocks, zeroed) gets the blocks whose experts stay on the CPU, *ms_layers its
+ * prediction and *ms_plan the per-expert plan's in the same memory (what an STRP profile would
+ * give llama.cpp). */
+static mp_status llamacpp_layers(const mp_simulate_result *r, uint64_t budget_bytes, bool *cpu_block,
+                                 double *ms_layers, double *ms_plan, mp_error *err)
+{
+    const mp_llamacpp_gpu *x = &r->llamacpp_gpu;
+    const mp_sim_trace *t = &r->trace;
+    /* one slot = the largest per-expert share of a layer's expert tensors, so that any whole
+     * layers the policy picks fit */
+    uint64_t slot = 0;
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        const uint64_t b = (x->expert_bytes[t->model_layer[l]] + t->n_experts - 1) / t->n_experts;
+        slot = b > slot ? b : slot;
+    }
+    mp_sim_config c = r->cfg;
+    c.budget_bytes = budget_bytes;
+    c.non_expert_bytes = x->fixed_bytes;
+    c.slot_bytes = slot;
+    uint32_t *per_block = calloc(x->n_blocks, sizeof *per_block); /* (n_blocks) resident experts */
+    if (!per_block)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the llama.cpp command");
+    mp_sim_result layers, plan;
+    memset(&layers, 0, sizeof layers);
+    memset(&plan, 0, sizeof plan);
+    mp_status st = mp_sim_run(t, &c, MP_POL_BEST_LAYERS, &layers, err);
+    if (!st)
+        st = mp_sim_run(t, &c, MP_POL_PLAN, &plan, err);
+    if (!st) {
+        for (uint32_t i = 0; i < mp_strp_resident(&layers.profile); i++)
+            per_block[layers.profile.ranked[i].layer]++;
+        for (uint32_t l = 0; l < t->n_layers; l++)
+            cpu_block[t->model_layer[l]] = per_block[t->model_layer[l]] < t->n_experts;
+        *ms_layers = ms_per_token(&layers);
+        *ms_plan = ms_per_token(&plan);
+    }
+    mp_sim_result_free(&layers);
+    mp_sim_result_free(&plan);
+    free(per_block);
+    return st;
+}
+
+/* The llama.cpp command at one budget (llamacpp_layers), what the GPU then holds, and its
+ * prediction beside the per-expert plan's and all-CPU's. *text_out gets the table's lines
+ * (malloc'd) and *out the numbers (out->command malloc'd, NULL when llama.cpp's own needs exceed
+ * the budget). */
 static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_result *r, const mp_sim_budget_run *run,
                              char **text_out, mp_sim_llamacpp *out, mp_error *err)
 {
@@ -311,12 +359,11 @@ static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_res
     const size_t cap = 16384;
     char *text = malloc(cap), *cmd = malloc(cap);
     bool *cpu_block = calloc(x->n_blocks, sizeof *cpu_block);
-    uint32_t *per_block = calloc(x->n_blocks, sizeof *per_block);
     *text_out = NULL;
     *out = (mp_sim_llamacpp){.weights_bytes = x->weights_bytes, .kv_bytes = x->kv_bytes,
                              .compute_bytes = x->compute_bytes, .kv_cells = x->n_ctx};
-    if (!text || !cmd || !cpu_block || !per_block) {
-        free(text), free(cmd), free(cpu_block), free(per_block);
+    if (!text || !cmd || !cpu_block) {
+        free(text), free(cmd), free(cpu_block);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the llama.cpp command");
     }
     char budget[32], weights[32], kv[32], compute[32], fixed[32], experts[32], total[32];
@@ -329,41 +376,22 @@ static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_res
         snprintf(text, cap, "no command: llama.cpp's own GPU memory (weights %s + KV cache %s at -c %lld + compute "
                  "buffers %s, estimated) = %s exceeds the budget %s", weights, kv, (long long)r->ctx, compute,
                  fixed, budget);
-        free(cmd), free(cpu_block), free(per_block);
+        free(cmd), free(cpu_block);
         *text_out = text;
         return MP_OK;
     }
-    /* one slot = the largest per-expert share of a layer's expert tensors, so that any whole
-     * layers the policy picks fit */
-    uint64_t slot = 0;
-    for (uint32_t l = 0; l < t->n_layers; l++) {
-        const uint64_t b = (x->expert_bytes[t->model_layer[l]] + t->n_experts - 1) / t->n_experts;
-        slot = b > slot ? b : slot;
-    }
-    mp_sim_config c = r->cfg;
-    c.budget_bytes = run->budget_bytes;
-    c.non_expert_bytes = x->fixed_bytes;
-    c.slot_bytes = slot;
-    mp_sim_result layers, plan;
-    memset(&layers, 0, sizeof layers);
-    memset(&plan, 0, sizeof plan);
-    mp_status st = mp_sim_run(t, &c, MP_POL_BEST_LAYERS, &layers, err);
-    if (!st)
-        st = mp_sim_run(t, &c, MP_POL_PLAN, &plan, err);
+    double ms_layers = 0, ms_plan = 0;
+    mp_status st = llamacpp_layers(r, run->budget_bytes, cpu_block, &ms_layers, &ms_plan, err);
     if (st) {
-        mp_sim_result_free(&layers);
-        free(text), free(cmd), free(cpu_block), free(per_block);
+        free(text), free(cmd), free(cpu_block);
         return st;
     }
-    for (uint32_t i = 0; i < mp_strp_resident(&layers.profile); i++)
-        per_block[layers.profile.ranked[i].layer]++;
     uint64_t gpu_expert_bytes = 0;
     size_t n = 0;
     char cpu_list[4096] = "";
     uint32_t n_cpu = 0;
     for (uint32_t l = 0; l < t->n_layers; l++) {
         const uint32_t b = t->model_layer[l];
-        cpu_block[b] = per_block[b] < t->n_experts;
         if (!cpu_block[b])
             gpu_expert_bytes += x->expert_bytes[b];
         else if (n < sizeof cpu_list)
@@ -373,11 +401,7 @@ static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_res
     }
     mp_format_bytes(gpu_expert_bytes, experts, sizeof experts);
     mp_format_bytes(x->fixed_bytes + gpu_expert_bytes, total, sizeof total);
-    const mp_sim_metrics *ml = mp_sim_rank_metrics(&layers), *mp = mp_sim_rank_metrics(&plan),
-                         *mc = mp_sim_rank_metrics(&run->res[MP_POL_ALL_CPU]);
-    const double ms_layers = ml->tokens ? ml->time_ns / 1e6 / (double)ml->tokens : 0,
-                 ms_plan = mp->tokens ? mp->time_ns / 1e6 / (double)mp->tokens : 0,
-                 ms_cpu = mc->tokens ? mc->time_ns / 1e6 / (double)mc->tokens : 0;
+    const double ms_cpu = ms_per_token(&run->res[MP_POL_ALL_CPU]);
     char kept[96] = "";
     if (ms_cpu > ms_plan)
         snprintf(kept, sizeof kept, ": it keeps %.0f %% of the plan's gain over all-CPU",
@@ -394,9 +418,7 @@ static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_res
              "the STRP profile (--emit-profile, schemas/strp.md)",
              cmd, n_cpu ? "blocks " : "none", cpu_list, n_cpu, t->n_layers, weights, kv, (long long)r->ctx,
              (long long)x->n_ctx, compute, experts, total, budget, ms_layers, ms_plan, ms_cpu, kept);
-    mp_sim_result_free(&layers);
-    mp_sim_result_free(&plan);
-    free(cpu_block), free(per_block);
+    free(cpu_block);
     out->command = cmd;
     out->gpu_expert_bytes = gpu_expert_bytes;
     out->ms_layers = ms_layers, out->ms_plan = ms_plan, out->ms_all_cpu = ms_cpu;
