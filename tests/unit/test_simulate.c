@@ -164,7 +164,7 @@ Test(simulate, cli_end_to_end)
              costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "2 MoE layers x 4 experts, top-2, 2 requests"), "%s", out);
-    cr_assert_not_null(strstr(out, "budget 0.00 GiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
+    cr_assert_not_null(strstr(out, "budget 3.81 MiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
     cr_assert_not_null(strstr(out, "sensitivity (each cost x0.8 / x1.2"), "%s", out);
     cr_assert_not_null(strstr(out, "non_moe    x1.2:"), "%s", out);
     /* 1e6 budget: no slots; the profile is written for the first budget */
