@@ -256,6 +256,8 @@ struct sim_engine {
     double shift_ns;
     mp_sim_metrics *m;    /* the split being replayed */
     bool oom;
+    void (*progress)(void *user, uint64_t decisions); /* mp_sim_config's */
+    void *progress_user;
 };
 
 /* When the expert's weights are on the GPU (hot: once per routed expert and invocation). */
@@ -641,6 +643,8 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
         m->tokens += rows;
         m->steps++;
         m->time_ns += s->clock_ns - step_start_ns;
+        if (s->progress && ((si + 1) % MP_SIM_PROGRESS_STEPS == 0 || si + 1 == t->n_steps))
+            s->progress(s->progress_user, r->train.decisions + r->test.decisions);
     }
 }
 
@@ -670,7 +674,8 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     if ((st = sim_tab_build(&tab, cfg, t, err)))
         return st;
     sim_stats stats = {0};
-    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY};
+    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY,
+                    .progress = cfg->progress, .progress_user = cfg->progress_user};
     pol_state *pol = NULL;
     double *step_non_moe_ns = NULL; /* (n_steps) the trace's, scaled like the cost file's */
     if (cfg->non_moe_source == MP_NON_MOE_TRACE) {

@@ -225,6 +225,37 @@ static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r
 
 /* ---- replays ---- */
 
+/* The progress of the replays: the options' callback, what is done, and one replay's decisions
+ * (every replay walks every step of the trace). mp_sim_config.progress_user of the replays. */
+typedef struct progress_tracker {
+    mp_simulate_progress_fn fn;
+    void *user;
+    mp_simulate_progress done;
+    uint64_t per_replay;
+} progress_tracker;
+
+static void on_decisions(void *user, uint64_t decisions)
+{
+    progress_tracker *tr = user;
+    mp_simulate_progress now = tr->done;
+    now.decisions += decisions;
+    tr->fn(tr->user, &now);
+}
+
+/* One replay (mp_sim_run), counted into the progress when c has one. */
+static mp_status replay_one(const mp_sim_trace *t, const mp_sim_config *c, mp_sim_policy policy, mp_sim_result *out,
+                            mp_error *err)
+{
+    const mp_status st = mp_sim_run(t, c, policy, out, err);
+    if (!st && c->progress == on_decisions) {
+        progress_tracker *tr = c->progress_user;
+        tr->done.replays++;
+        tr->done.decisions += tr->per_replay;
+        tr->fn(tr->user, &tr->done);
+    }
+    return st;
+}
+
 static void free_runs(mp_sim_budget_run *runs, int n)
 {
     for (int b = 0; b < n; b++)
@@ -260,7 +291,7 @@ static mp_status replay_budgets(const mp_simulate_options *o, const mp_sim_trace
         for (int p = 0; p < MP_POL_COUNT; p++) {
             if (!run[p])
                 continue;
-            if ((st = mp_sim_run(t, &c, (mp_sim_policy)p, &runs[b].res[p], err)))
+            if ((st = replay_one(t, &c, (mp_sim_policy)p, &runs[b].res[p], err)))
                 return st;
             runs[b].ran[p] = true;
         }
@@ -289,12 +320,19 @@ static mp_status replay_sweep(const mp_simulate_options *o, mp_simulate_result *
             c.window = (uint32_t)x;
         for (int b = 0; b < o->n_budgets; b++) {
             c.budget_bytes = o->budgets[b];
-            mp_status st = mp_sim_run(&r->trace, &c, sw->policy, &sw->res[(size_t)v * o->n_budgets + b], err);
+            mp_status st = replay_one(&r->trace, &c, sw->policy, &sw->res[(size_t)v * o->n_budgets + b], err);
             if (st)
                 return st;
         }
     }
     return MP_OK;
+}
+
+/* Whether llama.cpp's own GPU memory (weights, KV cache, compute buffers) fits the budget: only
+ * then is there a command, and its layers to replay. */
+static bool llamacpp_fits(const mp_simulate_result *r, uint64_t budget_bytes)
+{
+    return budget_bytes >= r->llamacpp_gpu.fixed_bytes;
 }
 
 static double ms_per_token(const mp_sim_result *res)
@@ -330,9 +368,9 @@ static mp_status llamacpp_layers(const mp_simulate_result *r, uint64_t budget_by
     mp_sim_result layers, plan;
     memset(&layers, 0, sizeof layers);
     memset(&plan, 0, sizeof plan);
-    mp_status st = mp_sim_run(t, &c, MP_POL_BEST_LAYERS, &layers, err);
+    mp_status st = replay_one(t, &c, MP_POL_BEST_LAYERS, &layers, err);
     if (!st)
-        st = mp_sim_run(t, &c, MP_POL_PLAN, &plan, err);
+        st = replay_one(t, &c, MP_POL_PLAN, &plan, err);
     if (!st) {
         for (uint32_t i = 0; i < mp_strp_resident(&layers.profile); i++)
             per_block[layers.profile.ranked[i].layer]++;
@@ -372,7 +410,7 @@ static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_res
     mp_format_bytes(x->kv_bytes, kv, sizeof kv);
     mp_format_bytes(x->compute_bytes, compute, sizeof compute);
     mp_format_bytes(x->fixed_bytes, fixed, sizeof fixed);
-    if (run->budget_bytes < x->fixed_bytes) {
+    if (!llamacpp_fits(r, run->budget_bytes)) {
         snprintf(text, cap, "no command: llama.cpp's own GPU memory (weights %s + KV cache %s at -c %lld + compute "
                  "buffers %s, estimated) = %s exceeds the budget %s", weights, kv, (long long)r->ctx, compute,
                  fixed, budget);
@@ -490,6 +528,41 @@ static mp_status replay_sensitivity(const mp_simulate_options *o, mp_simulate_re
     return MP_OK;
 }
 
+/* How many replays the options make (for the progress): what replay_budgets, replay_sweep,
+ * replay_llamacpp and replay_sensitivity run. */
+static int count_replays(const mp_simulate_options *o, const mp_simulate_result *r)
+{
+    bool run[MP_POL_COUNT];
+    policies_run(o, run);
+    int per_budget = 0;
+    for (int p = 0; p < MP_POL_COUNT; p++)
+        per_budget += run[p];
+    int n = per_budget * o->n_budgets * (1 + (o->sensitivity ? 2 * MP_COST_PARTS : 0));
+    n += r->sweep.n_values * o->n_budgets;
+    for (int b = 0; o->llamacpp && b < o->n_budgets; b++)
+        n += llamacpp_fits(r, o->budgets[b]) ? 2 : 0; /* best-layers and plan */
+    return n;
+}
+
+static void make_notes(const mp_simulate_options *o, mp_simulate_result *r);
+
+/* Every replay the options ask for, and the notes on what they rest on. */
+static mp_status replay_all(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    r->n_budgets = o->n_budgets;
+    mp_status st = replay_budgets(o, &r->trace, &r->cfg, r->runs, err);
+    if (st)
+        return st;
+    if (r->sweep.n_values && (st = replay_sweep(o, r, err)))
+        return st;
+    make_notes(o, r);
+    if (o->llamacpp && (st = replay_llamacpp(o, r, err)))
+        return st;
+    if (o->sensitivity && (st = replay_sensitivity(o, r, err)))
+        return st;
+    return MP_OK;
+}
+
 /* ---- notes and outputs ---- */
 
 /* What the predictions rest on, said once they exist: the budget's fixed part, the CPU level, the
@@ -588,15 +661,17 @@ mp_status mp_simulate(const mp_simulate_options *o, mp_simulate_result *r, mp_er
     r->checked = true;
     if ((st = load_inputs(o, r, err)))
         return st;
-    r->n_budgets = o->n_budgets;
-    if ((st = replay_budgets(o, &r->trace, &r->cfg, r->runs, err)))
-        return st;
-    if (r->sweep.n_values && (st = replay_sweep(o, r, err)))
-        return st;
-    make_notes(o, r);
-    if (o->llamacpp && (st = replay_llamacpp(o, r, err)))
-        return st;
-    if (o->sensitivity && (st = replay_sensitivity(o, r, err)))
+    progress_tracker tr = {o->progress, o->progress_user, {0}, r->trace.n_ids};
+    if (o->progress) { /* the replays count into tr while it lives */
+        tr.done.replays_total = count_replays(o, r);
+        tr.done.decisions_total = (uint64_t)tr.done.replays_total * tr.per_replay;
+        r->cfg.progress = on_decisions;
+        r->cfg.progress_user = &tr;
+    }
+    st = replay_all(o, r, err);
+    r->cfg.progress = NULL;
+    r->cfg.progress_user = NULL;
+    if (st)
         return st;
     return write_outputs(o, r, err);
 }

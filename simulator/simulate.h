@@ -26,6 +26,15 @@
 #define MP_SIMULATE_MAX_TRACES 16  /* shards of one model's collection */
 #define MP_SIMULATE_MAX_NOTES 8
 
+/* Where a simulation stands: the routing decisions replayed and the replays finished, of all
+ * its replays (every policy at every budget, the sweep, the llama.cpp command's layers, the
+ * sensitivity re-runs). */
+typedef struct mp_simulate_progress {
+    uint64_t decisions, decisions_total;
+    int replays, replays_total;
+} mp_simulate_progress;
+typedef void (*mp_simulate_progress_fn)(void *user, const mp_simulate_progress *p);
+
 typedef struct mp_simulate_options {
     const char *traces[MP_SIMULATE_MAX_TRACES]; /* (n_traces) replayed as one, in this order */
     int n_traces;
@@ -55,6 +64,10 @@ typedef struct mp_simulate_options {
     /* train_frac, the online policies' parameters, pageable, host_read_gbs, non_moe_source and
      * (with non_expert_given) non_expert_bytes; the rest is set from the inputs. */
     mp_sim_config cfg;
+    /* Told where the replays stand, during them (NULL: never): every few thousand steps of a
+     * replay and after each. */
+    mp_simulate_progress_fn progress;
+    void *progress_user;
 } mp_simulate_options;
 
 /* Defaults: cfg as mp_sim_config_init, profile_policy plan, threads INT_MAX, nothing else set. */
