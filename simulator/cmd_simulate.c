@@ -268,8 +268,8 @@ static const mp_cli_opt simulate_flags[] = {
 };
 
 /* ---- the progress line ----
- * A stand-in, local to this command, for a shared progress helper, in that helper's line format:
- * `simulate: DONE/TOTAL decisions (PCT %), RATE decisions/s, replay R/N, M:SS elapsed, ETA M:SS`.
+ * Drawn here, by the command; the library only counts (mp_simulate_options.progress):
+ * `simulate: DONE/TOTAL decisions (PCT %), RATE M decisions/s, replay R/N, M:SS elapsed, ETA M:SS`.
  * On a terminal the line is redrawn in place at most 10 times a second and ended when the
  * simulation is (kept only if one was drawn); asked for with --progress elsewhere, a line every
  * 10 s and the last one. Without a terminal and without --progress, nothing (tests, logs). */
