@@ -1,7 +1,8 @@
 /* simulator/simulate.c — `moeplan simulate` as a library call (see simulate.h): the options are
- * checked (check_options, check_outputs), the inputs loaded (load_inputs), every replay run
- * (replay_budgets, replay_sweep, replay_llamacpp, replay_sensitivity), the notes made
- * (make_notes) and the outputs written (write_outputs), in that order. */
+ * checked (check_options, check_outputs), the inputs loaded (load_inputs), every replay run and
+ * counted into the progress (replay_all: replay_budgets, replay_sweep, make_notes,
+ * replay_llamacpp, replay_sensitivity, each replay through replay_one) and the outputs written
+ * (write_outputs), in that order. */
 #include "simulator/simulate.h"
 
 #include <limits.h>
