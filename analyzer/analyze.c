@@ -121,7 +121,7 @@ static mp_status close_request(pass_ctx *c, mp_error *err)
                 dist += fabs(p - (double)c->history[e] / (double)hist_total);
         }
         if (hist_total) {
-            mp_an_rank(c->history, E, c->order, NULL);
+            mp_popularity_rank(c->history, E, c->order, NULL);
             for (int64_t r = 0; r < E / 2; r++)
                 top_half += cnt[c->order[r]];
         } else {

@@ -37,27 +37,41 @@ mp_status mp_an_stats_init(mp_an_stats *s, const mp_an_node *nodes, int32_t n_no
     s->prev_node = -1;
     if (n_nodes <= 0)
         return mp_fail(err, MP_ERR_ARG, "analyzer: the trace has no MoE nodes");
-    s->nodes = calloc((size_t)n_nodes, sizeof *s->nodes);
-    s->acc = calloc((size_t)n_nodes, sizeof *s->acc);
-    if (!s->nodes || !s->acc)
-        goto nomem;
-    memcpy(s->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
-    for (int32_t i = 0; i < n_nodes; i++) {
-        size_t E = (size_t)nodes[i].n_experts;
-        if (E < 1 || E > 65536 || nodes[i].top_k < 1 || nodes[i].top_k > MP_AN_MAX_TOPK ||
-            nodes[i].top_k > nodes[i].n_experts)
-            return mp_an_stats_free(s),
-                   mp_fail(err, MP_ERR_UNSUPPORTED,
+    for (int32_t i = 0; i < n_nodes; i++)
+        if (nodes[i].n_experts < 1 || nodes[i].n_experts > 65536 || nodes[i].top_k < 1 ||
+            nodes[i].top_k > MP_AN_MAX_TOPK || nodes[i].top_k > nodes[i].n_experts)
+            return mp_fail(err, MP_ERR_UNSUPPORTED,
                            "analyzer: node %lld: %lld experts, top-%lld (supported: 1..65536 "
                            "experts, top-k 1..%d)",
                            (long long)nodes[i].node_index, (long long)nodes[i].n_experts,
                            (long long)nodes[i].top_k, MP_AN_MAX_TOPK);
+    s->nodes = calloc((size_t)n_nodes, sizeof *s->nodes);
+    s->acc = calloc((size_t)n_nodes, sizeof *s->acc);
+    int64_t *n_experts = malloc((size_t)n_nodes * sizeof *n_experts);
+    if (!s->nodes || !s->acc || !n_experts) {
+        free(n_experts);
+        goto nomem;
+    }
+    memcpy(s->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
+    for (int32_t i = 0; i < n_nodes; i++)
+        n_experts[i] = nodes[i].n_experts;
+    mp_status st = mp_popularity_init(&s->pop, n_nodes, n_experts, err);
+    if (!st)
+        st = mp_popularity_init(&s->pop_train, n_nodes, n_experts, err);
+    for (int seg = 0; !st && seg < MP_AN_SEGMENTS; seg++)
+        st = mp_popularity_init(&s->pop_seg[seg], n_nodes, n_experts, err);
+    free(n_experts);
+    if (st) {
+        mp_an_stats_free(s);
+        return st;
+    }
+    for (int32_t i = 0; i < n_nodes; i++) {
+        size_t E = (size_t)nodes[i].n_experts;
         mp_an_node_acc *a = &s->acc[i];
-        a->count = calloc(E, sizeof *a->count);
-        a->train_count = calloc(E, sizeof *a->train_count);
-        a->seg_count = calloc(E * MP_AN_SEGMENTS, sizeof *a->seg_count);
+        a->count = mp_popularity_node(&s->pop, i);
+        a->train_count = mp_popularity_node(&s->pop_train, i);
         a->use = calloc(E, sizeof *a->use);
-        if (!a->count || !a->train_count || !a->seg_count || !a->use)
+        if (!a->use)
             goto nomem;
         for (size_t e = 0; e < E; e++)
             a->use[e].last_t = -1;
@@ -83,9 +97,12 @@ void mp_an_stats_free(mp_an_stats *s)
     if (s->acc)
         for (int32_t i = 0; i < s->n_nodes; i++) {
             mp_an_node_acc *a = &s->acc[i];
-            free(a->count), free(a->train_count), free(a->seg_count), free(a->use);
-            free(a->same_layer), free(a->next_layer);
+            free(a->use), free(a->same_layer), free(a->next_layer);
         }
+    mp_popularity_free(&s->pop);
+    mp_popularity_free(&s->pop_train);
+    for (int seg = 0; seg < MP_AN_SEGMENTS; seg++)
+        mp_popularity_free(&s->pop_seg[seg]);
     free(s->acc);
     free(s->nodes);
     free(s->prev_top1);
@@ -116,7 +133,6 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
     mp_an_node_acc *a = &s->acc[r->node];
     const int64_t E = s->nodes[r->node].n_experts, k = r->top_k;
     const int64_t window = s->cfg.reuse_window;
-    uint64_t *seg = a->seg_count + (size_t)r->segment * (size_t)E;
     const bool pair_next = s->prev_node == r->node - 1 && s->prev_req == r->request_ord &&
                            s->prev_step == r->step && s->prev_rows == r->n_rows &&
                            s->acc[s->prev_node].next_layer != NULL;
@@ -138,6 +154,11 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
         s->prev_cap = r->n_rows;
     }
 
+    const uint64_t routes = (uint64_t)(r->n_rows * k);
+    mp_popularity_add(&s->pop, r->node, r->expert_ids, routes);
+    mp_popularity_add(&s->pop_seg[r->segment], r->node, r->expert_ids, routes);
+    if (r->train)
+        mp_popularity_add(&s->pop_train, r->node, r->expert_ids, routes);
     /* Hot loop: where the analyzer's time goes, one iteration per routing decision. */
     for (int64_t row = 0; row < r->n_rows; row++) {
         const uint16_t *ids = r->expert_ids + row * k;
@@ -160,10 +181,6 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
             const uint16_t e = ids[j];
             set0 += mp_an_mix64(e + 1);
             set1 += mp_an_mix64(e + 0x9e3779b97f4a7c15ULL);
-            a->count[e]++;
-            seg[e]++;
-            if (r->train)
-                a->train_count[e]++;
             mp_an_expert_use *u = &a->use[e];
             const int64_t last = u->last_t;
             if (last < 0) {
@@ -194,7 +211,6 @@ mp_status mp_an_stats_add(mp_an_stats *s, const mp_an_record *r, mp_error *err)
         a->t++;
     }
     a->prev_request = r->request_ord;
-    const uint64_t routes = (uint64_t)(r->n_rows * k);
     a->routes += routes;
     a->seg_routes[r->segment] += routes;
     if (r->train)

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "collector/popularity.h"
 #include "collector/trace_check.h"
 #include "base/error.h"
 
@@ -75,9 +76,9 @@ typedef struct mp_an_expert_use {
 
 /* Per-node accumulators. Arrays of E = the node's n_experts unless said otherwise. */
 typedef struct mp_an_node_acc {
-    uint64_t *count;       /* (E) routes per expert, all requests */
-    uint64_t *train_count; /* (E) routes per expert, training requests only */
-    uint64_t *seg_count;   /* (MP_AN_SEGMENTS, E) routes per expert per order segment */
+    const uint64_t *count;       /* (E) routes per expert, all requests: the node's row of
+                                  * mp_an_stats.pop (a view) */
+    const uint64_t *train_count; /* (E) the same, training requests only (mp_an_stats.pop_train) */
     mp_an_expert_use *use; /* (E) */
     uint32_t *same_layer;  /* (E, E) top-1 at t -> top-1 at t+1, same node; NULL if E is big */
     uint32_t *next_layer;  /* (E, E) top-1 here -> top-1 of the next node, same token */
@@ -106,6 +107,9 @@ typedef struct mp_an_stats {
     int32_t n_nodes;
     mp_an_node *nodes;   /* (n_nodes) copied at init */
     mp_an_node_acc *acc; /* (n_nodes) */
+    /* Popularity, the collector's counter: routes per (node, expert) of all requests, of the
+     * training requests, and of each order segment (drift). */
+    mp_popularity pop, pop_train, pop_seg[MP_AN_SEGMENTS];
     uint64_t total_routes;
     uint64_t total_rows; /* token rows summed over nodes */
     uint64_t n_requests_seen;

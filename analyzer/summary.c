@@ -6,28 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* qsort has no context argument: the counts being sorted travel in a thread-local. */
-static _Thread_local const uint64_t *sort_count;
-
-static int by_count_desc(const void *pa, const void *pb)
-{
-    uint16_t a = *(const uint16_t *)pa, b = *(const uint16_t *)pb;
-    if (sort_count[a] != sort_count[b])
-        return sort_count[a] > sort_count[b] ? -1 : 1;
-    return (a > b) - (a < b); /* ties go to the lower expert id */
-}
-
-void mp_an_rank(const uint64_t *count, int64_t n, uint16_t *order, int32_t *rank)
-{
-    for (int64_t e = 0; e < n; e++)
-        order[e] = (uint16_t)e;
-    sort_count = count;
-    qsort(order, (size_t)n, sizeof *order, by_count_desc);
-    if (rank)
-        for (int64_t r = 0; r < n; r++)
-            rank[order[r]] = (int32_t)r;
-}
-
 int64_t mp_an_capacity(const double *coverage, int64_t n_experts, double target)
 {
     for (int64_t n = 0; n <= n_experts; n++)
@@ -102,45 +80,28 @@ static void concentration(const uint64_t *count, const uint16_t *order, int64_t 
                      : 0;
 }
 
-static _Thread_local const double *sort_gain;
-
-static int by_gain_desc(const void *pa, const void *pb)
+/* Greedy global budget: (node, expert) pairs by descending gain = count (per byte when by_bytes),
+ * the collector's ranking of cells. Within a node the gain order equals the count order, so this
+ * is the exact greedy by marginal gain. flat ids: offset[node] + expert. */
+static mp_status greedy(const mp_an_stats *s, bool train, bool by_bytes, uint32_t *flat_order, mp_error *err)
 {
-    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
-    if (sort_gain[a] != sort_gain[b])
-        return sort_gain[a] > sort_gain[b] ? -1 : 1;
-    return (a > b) - (a < b); /* ties: lower node, then lower expert */
+    double *unit = NULL;
+    if (by_bytes) {
+        if (!(unit = malloc((size_t)s->n_nodes * sizeof *unit)))
+            return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory while summarizing");
+        for (int32_t i = 0; i < s->n_nodes; i++)
+            unit[i] = (double)s->nodes[i].expert_bytes;
+    }
+    mp_status st = mp_popularity_rank_cells(train ? &s->pop_train : &s->pop, unit, flat_order, err);
+    free(unit);
+    return st;
 }
 
-/* Greedy global budget: take (node, expert) pairs by descending gain = count (per byte when
- * by_bytes). Within a node the gain order equals the count order, so this is the exact greedy
- * by marginal gain. flat ids: offset[node] + expert. */
-static mp_status greedy(const mp_an_stats *s, const int64_t *offset, bool train, bool by_bytes,
-                        int64_t *flat_order)
+static mp_an_pick flat_pick(const mp_an_stats *s, uint32_t flat)
 {
-    int64_t n = offset[s->n_nodes];
-    double *gain = malloc((size_t)n * sizeof *gain);
-    if (!gain)
-        return MP_ERR_NOMEM;
-    for (int32_t i = 0; i < s->n_nodes; i++)
-        for (int64_t e = 0; e < s->nodes[i].n_experts; e++) {
-            uint64_t c = train ? s->acc[i].train_count[e] : s->acc[i].count[e];
-            double g = (double)c;
-            if (by_bytes)
-                g /= (double)s->nodes[i].expert_bytes;
-            gain[offset[i] + e] = g;
-            flat_order[offset[i] + e] = offset[i] + e;
-        }
-    sort_gain = gain;
-    qsort(flat_order, (size_t)n, sizeof *flat_order, by_gain_desc);
-    free(gain);
-    return MP_OK;
-}
-
-static mp_an_pick flat_pick(const mp_an_stats *s, const int64_t *offset, int64_t flat)
-{
+    const int64_t *offset = s->pop.offset;
     int32_t i = 0;
-    while (flat >= offset[i + 1])
+    while ((int64_t)flat >= offset[i + 1])
         i++;
     return (mp_an_pick){i, (uint16_t)(flat - offset[i])};
 }
@@ -163,7 +124,7 @@ static mp_status node_summary(const mp_an_stats *s, int32_t i, mp_an_node_summar
         free(test), free(test_order);
         return MP_ERR_NOMEM;
     }
-    mp_an_rank(a->count, E, ns->order, ns->rank);
+    mp_popularity_rank(a->count, E, ns->order, ns->rank);
     coverage_of(a->count, ns->order, E, ns->coverage);
     for (int t = 0; t < MP_AN_N_TARGETS; t++)
         ns->capacity[t] = mp_an_capacity(ns->coverage, E, mp_an_targets[t]);
@@ -171,15 +132,15 @@ static mp_status node_summary(const mp_an_stats *s, int32_t i, mp_an_node_summar
 
     for (int64_t e = 0; e < E; e++)
         test[e] = a->count[e] - a->train_count[e];
-    mp_an_rank(a->train_count, E, ns->train_order, NULL);
-    mp_an_rank(test, E, test_order, NULL);
+    mp_popularity_rank(a->train_count, E, ns->train_order, NULL);
+    mp_popularity_rank(test, E, test_order, NULL);
     coverage_of(a->train_count, ns->train_order, E, ns->cov_in_sample);
     coverage_of(test, ns->train_order, E, ns->cov_heldout);
     coverage_of(test, test_order, E, ns->cov_oracle);
     for (int seg = 0; seg < MP_AN_SEGMENTS; seg++) {
         uint64_t hit = 0;
         for (int64_t r = 0; r < E / 2; r++)
-            hit += a->seg_count[(size_t)seg * (size_t)E + ns->train_order[r]];
+            hit += mp_popularity_node(&s->pop_seg[seg], i)[ns->train_order[r]];
         ns->seg_heldout_half[seg] = a->seg_routes[seg] ? (double)hit / (double)a->seg_routes[seg] : 0;
     }
 
@@ -198,18 +159,16 @@ static mp_status node_summary(const mp_an_stats *s, int32_t i, mp_an_node_summar
 
 mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *err)
 {
+    mp_status st = MP_OK;
     memset(out, 0, sizeof *out);
     out->n_nodes = s->n_nodes;
     out->node = calloc((size_t)s->n_nodes, sizeof *out->node);
-    int64_t *offset = malloc(((size_t)s->n_nodes + 1) * sizeof *offset);
-    if (!out->node || !offset)
+    if (!out->node)
         goto nomem;
     out->by_bytes = true;
-    offset[0] = 0;
     for (int32_t i = 0; i < s->n_nodes; i++) {
         if (node_summary(s, i, &out->node[i]) != MP_OK)
             goto nomem;
-        offset[i + 1] = offset[i] + s->nodes[i].n_experts;
         if (s->nodes[i].expert_bytes <= 0)
             out->by_bytes = false;
         if (s->nodes[i].n_experts > out->max_experts)
@@ -217,8 +176,8 @@ mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *er
         out->train_routes += s->acc[i].train_routes;
         out->heldout_routes += s->acc[i].routes - s->acc[i].train_routes;
     }
-    const int64_t n = out->n_global = offset[s->n_nodes];
-    int64_t *flat = malloc((size_t)n * sizeof *flat);
+    const int64_t n = out->n_global = s->pop.offset[s->n_nodes];
+    uint32_t *flat = malloc((size_t)n * sizeof *flat);
     out->global_order = malloc((size_t)n * sizeof *out->global_order);
     out->global_cov = malloc((size_t)(n + 1) * sizeof(double));
     out->global_bytes = malloc((size_t)(n + 1) * sizeof(uint64_t));
@@ -234,14 +193,14 @@ mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *er
         goto nomem;
     }
     /* all requests: coverage and bytes along the greedy order */
-    if (greedy(s, offset, false, out->by_bytes, flat) != MP_OK) {
+    if ((st = greedy(s, false, out->by_bytes, flat, err))) {
         free(flat), free(expert_order);
-        goto nomem;
+        goto fail;
     }
     uint64_t acc = 0, bytes = 0;
     out->global_cov[0] = 0, out->global_bytes[0] = 0;
     for (int64_t p = 0; p < n; p++) {
-        mp_an_pick pk = flat_pick(s, offset, flat[p]);
+        mp_an_pick pk = flat_pick(s, flat[p]);
         out->global_order[p] = pk;
         acc += s->acc[pk.node].count[pk.expert];
         bytes += (uint64_t)(s->nodes[pk.node].expert_bytes > 0 ? s->nodes[pk.node].expert_bytes : 0);
@@ -253,14 +212,14 @@ mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *er
         out->global_cap_bytes[t] = out->global_bytes[out->global_cap_experts[t]];
     }
     /* training counts: the same greedy, judged in-sample and on the held-out routes */
-    if (greedy(s, offset, true, out->by_bytes, flat) != MP_OK) {
+    if ((st = greedy(s, true, out->by_bytes, flat, err))) {
         free(flat), free(expert_order);
-        goto nomem;
+        goto fail;
     }
     uint64_t in = 0, out_acc = 0;
     out->global_in_sample[0] = out->global_heldout[0] = 0;
     for (int64_t p = 0; p < n; p++) {
-        mp_an_pick pk = flat_pick(s, offset, flat[p]);
+        mp_an_pick pk = flat_pick(s, flat[p]);
         uint64_t c = s->acc[pk.node].count[pk.expert], tr = s->acc[pk.node].train_count[pk.expert];
         in += tr;
         out_acc += c - tr;
@@ -286,9 +245,8 @@ mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *er
         for (int64_t e = 0; e < s->nodes[i].n_experts; e++)
             out->expert_count[e] += s->acc[i].count[e];
     }
-    mp_an_rank(out->expert_count, out->max_experts, expert_order, out->expert_rank);
+    mp_popularity_rank(out->expert_count, out->max_experts, expert_order, out->expert_rank);
     free(expert_order);
-    free(offset);
     /* identical routing: each node against the nodes before it (n_nodes² fingerprint compares) */
     for (int32_t i = 0; i < s->n_nodes; i++) {
         const mp_an_node_acc *a = &s->acc[i];
@@ -307,9 +265,10 @@ mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *er
     }
     return MP_OK;
 nomem:
-    free(offset);
+    st = mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory while summarizing");
+fail:
     mp_an_summary_free(out);
-    return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory while summarizing");
+    return st;
 }
 
 void mp_an_summary_free(mp_an_summary *sum)

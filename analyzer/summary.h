@@ -68,8 +68,6 @@ typedef struct mp_an_summary {
 mp_status mp_an_summarize(const mp_an_stats *s, mp_an_summary *out, mp_error *err);
 void mp_an_summary_free(mp_an_summary *sum);
 
-/* Sort experts by descending count, ties to the lower id: order (n) and, if non-NULL, rank (n). */
-void mp_an_rank(const uint64_t *count, int64_t n, uint16_t *order, int32_t *rank);
 /* Smallest n with coverage[n] >= target (coverage has n_experts+1 entries). */
 int64_t mp_an_capacity(const double *coverage, int64_t n_experts, double target);
 

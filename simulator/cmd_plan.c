@@ -8,9 +8,6 @@
  * with the likely cause: the host's read bandwidth now against the calibration's, or else an
  * uncosted path or a stale calibration.
  */
-#include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,16 +19,12 @@
 #include "simulator/commands.h"
 #include "collector/route_replay.h"
 #include "runtime/bench.h"
-#include "runtime/costs.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
-#include "base/input_file.h"
-#include "base/json.h"
 #include "base/numparse.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
-#include "simulator/sim.h"
-#include "simulator/sim_load.h"
+#include "simulator/simulate.h"
 
 #define HOST_PROBE_BYTES ((size_t)1 << 30)
 
@@ -61,6 +54,7 @@ static void usage(FILE *f)
 
 typedef struct plan_opts {
     const char *trace, *model, *costs, *budget, *out, *policy, *executor;
+    uint64_t budget_bytes; /* budget, parsed */
     bool force;
     int64_t ctx, threads, verify, reps;
     const mp_knobs *knobs; /* the measured session's */
@@ -139,47 +133,73 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         fprintf(stderr, "moeplan plan: error: --budget '%s': one size (simulate compares several)\n", o->budget);
         return 2;
     }
+    mp_error perr;
+    if (mp_parse_bytes(o->budget, &o->budget_bytes, &perr)) {
+        fprintf(stderr, "moeplan plan: error: --budget: %s\n", perr.msg);
+        return 2;
+    }
     return 0;
 }
 
-/* The predicted ms/token of policy in simulate's JSON report (in-sample and held-out together). */
-static mp_status predicted_ms(const char *json_path, const char *policy, double *ms, mp_error *err)
+/* What both simulations share: the trace's rows as decode steps, at the budget, for the model,
+ * context and threads the check runs with. */
+static void simulate_options(const plan_opts *o, mp_simulate_options *so)
 {
-    char *text;
-    size_t len;
-    mp_status st = mp_input_read_all(json_path, "simulate's report", (uint64_t)1 << 30, &text, &len, err);
-    if (st)
-        return st;
-    mp_json_error je;
-    cJSON *root = mp_json_parse_strict(text, len, &je);
-    free(text);
-    if (!root)
-        return mp_fail(err, MP_ERR_FORMAT, "simulate's report %s: offset %zu: %s", json_path, je.offset, je.what);
-    const cJSON *pols = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "budgets"), 0), "policies");
-    const cJSON *p;
-    st = mp_fail(err, MP_ERR_INTERNAL, "simulate's report %s: no result for policy %s", json_path, policy);
-    cJSON_ArrayForEach(p, pols) {
-        const cJSON *name = cJSON_GetObjectItem(p, "policy");
-        if (!cJSON_IsString(name) || strcmp(name->valuestring, policy))
-            continue;
-        const cJSON *in = cJSON_GetObjectItem(p, "in_sample"), *out = cJSON_GetObjectItem(p, "held_out");
-        const cJSON *v[4] = {cJSON_GetObjectItem(in, "time_ns"), cJSON_GetObjectItem(out, "time_ns"),
-                             cJSON_GetObjectItem(in, "tokens"), cJSON_GetObjectItem(out, "tokens")};
-        bool ok = true;
-        for (int i = 0; i < 4; i++)
-            ok &= cJSON_IsNumber(v[i]);
-        if (!ok) {
-            st = mp_fail(err, MP_ERR_INTERNAL, "simulate's report %s: policy %s: expected in_sample and held_out "
-                         "time_ns and tokens", json_path, policy);
-            break;
-        }
-        const double t = v[0]->valuedouble + v[1]->valuedouble, n = v[2]->valuedouble + v[3]->valuedouble;
-        *ms = n > 0 ? t / n / 1e6 : 0;
-        st = MP_OK;
-        break;
+    mp_simulate_options_init(so);
+    so->traces[0] = o->trace;
+    so->n_traces = 1;
+    so->costs = o->costs;
+    so->model = o->model;
+    so->budgets[0] = o->budget_bytes;
+    so->n_budgets = 1;
+    so->as_decode = true;
+    so->ctx = o->ctx;
+    if (o->threads)
+        so->threads = (int)o->threads;
+}
+
+/* 1. The profile, from the whole trace: the policy beside the baselines it must not lose to,
+ * written to o->out (replaced only with --force). */
+static void profile_options(const plan_opts *o, mp_simulate_options *so)
+{
+    simulate_options(o, so);
+    const mp_sim_policy p = (mp_sim_policy)mp_sim_policy_from_name(o->policy);
+    const mp_sim_policy beside[] = {MP_POL_FIRST_N_CPU, MP_POL_STATIC_TOPN, MP_POL_STATIC_EQUAL, MP_POL_ALL_CPU, p};
+    for (size_t i = 0; i < sizeof beside / sizeof beside[0]; i++)
+        so->policies[beside[i]] = true;
+    so->profile_policy = p;
+    so->profile = o->out;
+    so->force = o->force;
+}
+
+/* 2. The prediction for the rows the check decodes, with the profile just written placed as the
+ * runtime places it under the budget (policy profile) and its far routes decided from its table. */
+static void check_options(const plan_opts *o, int64_t rows, mp_simulate_options *so)
+{
+    simulate_options(o, so);
+    so->policies[MP_POL_PROFILE] = true;
+    so->placement_profile = o->out;
+    so->max_rows = rows;
+}
+
+/* Run one simulation into r: its notes on stderr, or its error; the exit status of a failure, 0 on
+ * success. The check's simulation (after: the profile's, whose notes were said) says only the
+ * notes that differ, as the check's. */
+static int simulate(const mp_simulate_options *so, mp_simulate_result *r, const mp_simulate_result *after)
+{
+    mp_error err;
+    const mp_status st = mp_simulate(so, r, &err);
+    for (int i = 0; i < r->n_notes; i++) {
+        bool said = false;
+        for (int j = 0; after && j < after->n_notes; j++)
+            said |= !strcmp(r->notes[i], after->notes[j]);
+        if (!said)
+            fprintf(stderr, "moeplan plan: note: %s%s\n", after ? "the check's rows: " : "", r->notes[i]);
     }
-    cJSON_Delete(root);
-    return st;
+    if (!st)
+        return MP_EXIT_OK;
+    fprintf(stderr, "moeplan plan: error: %s\n", err.msg);
+    return mp_simulate_refused(st, r) ? MP_EXIT_USAGE : MP_EXIT_FAILURE;
 }
 
 /* The check: n decode steps after a 1-token prompt under the profile and the budget, the trace's
@@ -245,6 +265,28 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
     return st;
 }
 
+/* The check's measured speed beside the prediction, and a warning where the two do not compare
+ * (a CPU executor) or differ by more than 10 % (with the likely cause). */
+static void say_comparison(const plan_opts *o, int64_t n, double pred, double meas, double gbs, double cal, bool gpu,
+                           const char *placement)
+{
+    const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
+    printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
+           "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o->reps,
+           e, gbs, cal);
+    if (!gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
+        printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
+               "not compare (run the check where a CUDA device is usable)\n");
+    else if (fabs(e) > 10) {
+        const char *cause = cal > 0 && fabs(gbs / cal - 1) > 0.1
+                                ? "the host's read bandwidth differs from the calibration's (a busy host: check "
+                                  "again later, or `simulate --host-read-gbs` for the bandwidth it has)"
+                                : "an uncosted path or a stale calibration (calibrate this model again)";
+        printf("plan: warning: measured and predicted differ by %.1f %% (more than 10 %%): likely %s\n", fabs(e),
+               cause);
+    }
+}
+
 int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
 {
     plan_opts o;
@@ -273,103 +315,45 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
         fprintf(stderr, "moeplan plan: error: %s exists (use --force to replace it)\n", o.out);
         return 1;
     }
-    char json_path[] = "/tmp/moeplan-plan-XXXXXX";
-    const int fd = mkstemp(json_path);
-    if (fd < 0) {
-        fprintf(stderr, "moeplan plan: error: a temporary file in /tmp: %s\n", strerror(errno));
+    mp_simulate_result *made = calloc(1, sizeof *made), *chk = calloc(1, sizeof *chk); /* large */
+    if (!made || !chk) {
+        free(made), free(chk);
+        fprintf(stderr, "moeplan plan: error: out of memory\n");
         return 1;
     }
-    close(fd);
-    unlink(json_path); /* simulate writes it through its own temporary and rename */
-    /* 1. the profile, from the whole trace: the policy beside the baselines it must not lose to */
-    char policies[160], max_rows[32], ctx[32], threads[32];
-    snprintf(policies, sizeof policies, "first-n-cpu,static-topn,static-equal,all-cpu,%s", o.policy);
-    snprintf(max_rows, sizeof max_rows, "%" PRId64, n + 1);
-    snprintf(ctx, sizeof ctx, "%" PRId64, o.ctx);
-    snprintf(threads, sizeof threads, "%" PRId64, o.threads);
-    const char *sargv[32] = {"simulate", o.trace, "--costs", o.costs, "-m", o.model, "--budget", o.budget,
-                             "--as-decode", "--json", json_path};
-    int sargc = 11;
-    if (o.ctx)
-        sargv[sargc++] = "--ctx-size", sargv[sargc++] = ctx;
-    if (o.threads)
-        sargv[sargc++] = "--threads", sargv[sargc++] = threads;
-    const int common = sargc;
-    const char *make[] = {"--policy", policies, "--profile-policy", o.policy, "--emit-profile", o.out};
-    for (size_t i = 0; i < sizeof make / sizeof make[0]; i++)
-        sargv[sargc++] = make[i];
-    if (o.force)
-        sargv[sargc++] = "--force"; /* simulate replaces an existing profile only with it */
-    rc = mp_cmd_simulate(sargc, (char **)sargv);
-    double pred_all = 0;
-    mp_status pst = rc ? MP_ERR_ARG : predicted_ms(json_path, o.policy, &pred_all, &err);
-    unlink(json_path);
-    if (rc)
-        return rc;
-    if (pst) {
-        fprintf(stderr, "moeplan plan: error: %s\n", err.msg);
-        return 1;
-    }
+    mp_simulate_options so;
+    profile_options(&o, &so);
+    if ((rc = simulate(&so, made, NULL)))
+        goto done;
+    const mp_sim_report rep = mp_simulate_report(made);
+    mp_sim_report_table(stdout, &rep);
+    printf("\n%s\n", made->profile_line);
+    const mp_sim_policy policy = so.profile_policy;
+    const double pred_all = mp_simulate_ms_per_token(made, 0, policy), cal = made->costs.host_read_gbs;
     printf("\nplan: %s at %s: predicted %.3f ms/token (%.1f tok/s) over the trace's %" PRId64 " rows as decode "
            "steps\n", o.policy, o.budget, pred_all, pred_all > 0 ? 1000 / pred_all : 0.0, rows);
     if (o.verify == 0)
-        return 0;
-    /* the prediction for the rows the check decodes, with the profile just written placed as the
-     * runtime places it under the budget (policy profile) and its far routes decided from its table */
-    sargc = common;
-    const char *check[] = {"--policy", "profile", "--placement-profile", o.out, "--max-rows", max_rows};
-    for (size_t i = 0; i < sizeof check / sizeof check[0]; i++)
-        sargv[sargc++] = check[i];
-    fflush(stdout);
-    const int saved = dup(STDOUT_FILENO), null = open("/dev/null", O_WRONLY);
-    if (saved < 0 || null < 0 || dup2(null, STDOUT_FILENO) < 0) { /* its table would repeat the one above */
-        fprintf(stderr, "moeplan plan: error: redirecting the second simulation's table: %s\n", strerror(errno));
-        return 1;
-    }
-    close(null);
-    rc = mp_cmd_simulate(sargc, (char **)sargv);
-    fflush(stdout);
-    dup2(saved, STDOUT_FILENO);
-    close(saved);
-    double pred = 0;
-    pst = rc ? MP_ERR_ARG : predicted_ms(json_path, "profile", &pred, &err);
-    unlink(json_path);
-    if (rc)
-        return rc;
-    if (pst) {
-        fprintf(stderr, "moeplan plan: error: %s\n", err.msg);
-        return 1;
-    }
+        goto done;
+    check_options(&o, n + 1, &so);
+    if ((rc = simulate(&so, chk, made)))
+        goto done;
+    const double pred = mp_simulate_ms_per_token(chk, 0, MP_POL_PROFILE);
     printf("plan: the check's %" PRId64 " rows: predicted %.3f ms/token (%.1f tok/s)\n", n + 1, pred,
            pred > 0 ? 1000 / pred : 0.0);
-    /* 2. the check */
+    /* 3. the check */
     double meas = 0, gbs = 0;
     bool gpu = false;
     char placement[400] = "";
+    fflush(stdout);
     if (measure(&o, n, &meas, &gbs, &gpu, placement, sizeof placement, &err)) {
         fprintf(stderr, "moeplan plan: error: check: %s\n", err.msg);
-        return 1;
+        rc = 1;
+        goto done;
     }
-    mp_costs costs;
-    double cal = 0;
-    if (!mp_costs_load(o.costs, &costs, &err)) {
-        cal = costs.host_read_gbs;
-        mp_costs_free(&costs);
-    }
-    const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
-    printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
-           "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o.reps,
-           e, gbs, cal);
-    if (!gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
-        printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
-               "not compare (run the check where a CUDA device is usable)\n");
-    else if (fabs(e) > 10) {
-        const char *cause = cal > 0 && fabs(gbs / cal - 1) > 0.1
-                                ? "the host's read bandwidth differs from the calibration's (a busy host: check "
-                                  "again later, or `simulate --host-read-gbs` for the bandwidth it has)"
-                                : "an uncosted path or a stale calibration (calibrate this model again)";
-        printf("plan: warning: measured and predicted differ by %.1f %% (more than 10 %%): likely %s\n", fabs(e),
-               cause);
-    }
-    return 0;
+    say_comparison(&o, n, pred, meas, gbs, cal, gpu, placement);
+done:
+    mp_simulate_result_free(made);
+    mp_simulate_result_free(chk);
+    free(made), free(chk);
+    return rc;
 }

@@ -1,9 +1,8 @@
-/* simulator/cmd_simulate.c — `moeplan simulate TRACE.db --costs costs.json --budget 8GiB,...`.
- *
- * Loads the trace and the cost model, replays every chosen policy at every budget (plus the
- * all-GPU and all-CPU baselines), prints a table, and optionally writes JSON, SVG, an STRP
- * profile with its manifest, and the llama.cpp whole-layer override. Everything is validated
- * before anything is written; outputs are written atomically.
+/* simulator/cmd_simulate.c — `moeplan simulate TRACE.db --costs costs.json --budget 8GiB,...`:
+ * the command line into mp_simulate_options, the simulation (simulator/simulate.h: it loads,
+ * replays every chosen policy at every budget plus the all-GPU and all-CPU baselines, and writes
+ * the JSON, SVG, STRP profile and manifest asked for), then what it found printed: the notes on
+ * stderr, the table and the profile written on stdout.
  */
 #include <errno.h>
 #include <limits.h>
@@ -11,24 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/args.h"
 #include "simulator/commands.h"
-#include "base/sha256.h"
-#include "base/atomic_file.h"
-#include "runtime/costs.h"
-#include "runtime/model.h"
 #include "base/numparse.h"
 #include "runtime/placement.h"
-#include "runtime/session.h"
-#include "runtime/strp.h"
-#include "simulator/llamacpp.h"
 #include "simulator/report.h"
-#include "simulator/sim.h"
-#include "simulator/sim_load.h"
-
-#define MAX_BUDGETS 16
-#define MAX_TRACES 16 /* TRACE.db arguments: shards of one model's collection */
+#include "simulator/simulate.h"
 
 static void usage(FILE *f)
 {
@@ -91,7 +81,10 @@ static void usage(FILE *f)
             "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
             "  --sweep PARAM=V,V,..  run one online policy over values of a parameter at every\n"
             "                        budget: alpha, beta, epsilon (decayed-lfu) or window\n"
-            "                        (window-lfu); e.g. --sweep alpha=0.5,0.8,0.9,0.99\n");
+            "                        (window-lfu); e.g. --sweep alpha=0.5,0.8,0.9,0.99\n"
+            "  --progress            a progress line on stderr (decisions and replays done, ETA) even\n"
+            "                        when stderr is not a terminal (then a line every 10 s and the last)\n"
+            "  --no-progress         no progress line, not even on a terminal\n");
 }
 
 static int parse_num(const char *s, double *out)
@@ -106,30 +99,9 @@ static int parse_num(const char *s, double *out)
 }
 
 
-typedef struct opts {
-    const char *trace, *costs, *json, *svg, *profile; /* trace: the first of traces */
-    const char *traces[MAX_TRACES];
-    int n_traces;
-    const char *placement_profile; /* --placement-profile: replayed as policy 'profile' */
-    const char *model; /* --model: the budget's fixed part, expert sizes and a shape check */
-    bool non_expert_given;
-    int64_t ctx, batch; /* --ctx-size, --batch-size (0: the runtime's defaults) */
-    int64_t max_rows;   /* --max-rows (0: all) */
-    uint64_t budgets[MAX_BUDGETS];
-    int n_budgets;
-    bool policies[MP_POL_COUNT];
-    int profile_policy;
-    const char *expert_quant;
-    int threads;
-    bool llamacpp, sensitivity, as_decode;
-    bool force; /* --force: replace existing outputs */
-    mp_sim_sweep sweep; /* n_values 0: no --sweep */
-    mp_llamacpp_gpu lc; /* --emit-llamacpp: llama.cpp's GPU memory for -m at --ctx-size */
-} opts;
-
 /* --budget LIST: comma-separated sizes in the runtime's grammar (mp_parse_bytes, as --gpu-budget);
  * an empty item is an error. Returns 0, or 2 after saying what is wrong. */
-static int parse_budgets(const char *v, opts *o)
+static int parse_budgets(const char *v, mp_simulate_options *o)
 {
     const char *p = v;
     for (;;) {
@@ -144,8 +116,8 @@ static int parse_budgets(const char *v, opts *o)
         }
         memcpy(item, p, len);
         item[len] = 0;
-        if (o->n_budgets == MAX_BUDGETS) {
-            fprintf(stderr, "moeplan simulate: error: --budget '%s': more than %d sizes\n", v, MAX_BUDGETS);
+        if (o->n_budgets == MP_SIMULATE_MAX_BUDGETS) {
+            fprintf(stderr, "moeplan simulate: error: --budget '%s': more than %d sizes\n", v, MP_SIMULATE_MAX_BUDGETS);
             return 2;
         }
         if (mp_parse_bytes(item, &o->budgets[o->n_budgets], &perr)) {
@@ -196,6 +168,89 @@ static int parse_sweep(const char *v, mp_sim_sweep *sw)
     return -1;
 }
 
+/* --policy or --profile-policy (flag) LIST: every item a policy by name ("all" too for --policy).
+ * Returns 0, or 2 after saying what is wrong. */
+static int parse_policies(const char *a, const char *v, mp_simulate_options *o, bool *any_policy)
+{
+    char buf[1024];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", v) >= sizeof buf) {
+        fprintf(stderr, "moeplan simulate: error: %s: a list longer than %zu characters\n", a, sizeof buf - 1);
+        return 2;
+    }
+    for (char *tok = buf, *next; tok; tok = next) { /* every item, empty ones too */
+        next = strchr(tok, ',');
+        if (next)
+            *next++ = 0;
+        if (!*tok) {
+            fprintf(stderr, "moeplan simulate: error: %s '%s': an empty item at offset %zu: expected "
+                            "P[,P...] (try --help)\n", a, v, (size_t)(tok - buf));
+            return 2;
+        }
+        int p = mp_sim_policy_from_name(tok);
+        if (!strcmp(a, "--policy") && !strcmp(tok, "all")) {
+            for (int q = 0; q < MP_POL_COUNT; q++)
+                o->policies[q] = q != MP_POL_PROFILE; /* with --placement-profile only */
+            *any_policy = true;
+            continue;
+        }
+        if (p < 0) {
+            fprintf(stderr, "moeplan simulate: error: %s '%s': unknown policy (try --help)\n", a, tok);
+            return 2;
+        }
+        if (!strcmp(a, "--policy")) {
+            o->policies[p] = true;
+            *any_policy = true;
+        } else {
+            mp_error perr;
+            if (mp_simulate_check_profile_policy(p, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: %s\n", perr.msg);
+                return 2;
+            }
+            o->profile_policy = p;
+        }
+    }
+    return 0;
+}
+
+/* --train-frac, --alpha, --beta, --epsilon, --window or --threads (flag) V: a number in the flag's
+ * range. Returns 0, or 2 after saying what is wrong. */
+static int parse_number(const char *a, const char *v, mp_simulate_options *o)
+{
+    mp_sim_config *cfg = &o->cfg;
+    double num;
+    if (parse_num(v, &num)) {
+        fprintf(stderr, "moeplan simulate: error: %s '%s': expected a number\n", a, v);
+        return 2;
+    }
+    if (!strcmp(a, "--train-frac")) {
+        if (!(num > 0 && num <= 1)) {
+            fprintf(stderr, "moeplan simulate: error: --train-frac %s: expected a share > 0 and <= 1 "
+                            "(the static policies are planned from it)\n", v);
+            return 2;
+        }
+        cfg->train_frac = num;
+    } else if (!strcmp(a, "--alpha")) {
+        cfg->alpha = num;
+    } else if (!strcmp(a, "--beta")) {
+        cfg->beta = num;
+    } else if (!strcmp(a, "--epsilon")) {
+        cfg->epsilon = num;
+    } else if (!strcmp(a, "--window")) {
+        if (num < 1 || num > 65536 || num != floor(num)) {
+            fprintf(stderr, "moeplan simulate: error: --window %s: expected an integer 1..65536\n", v);
+            return 2;
+        }
+        cfg->window = (uint32_t)num;
+    } else {
+        if (num < 1 || num > 4096 || num != floor(num)) {
+            fprintf(stderr, "moeplan simulate: error: --threads %s: expected an integer 1..4096\n", v);
+            return 2;
+        }
+        o->threads = (int)num;
+    }
+    return 0;
+}
+
 static const mp_cli_opt simulate_flags[] = {
     {"costs", 0, true, 1, NULL}, {"budget", 0, true, 1, NULL}, {"model", 'm', true, 1, NULL},
     {"ctx-size", 'c', true, 1, NULL}, {"ctx", 0, true, 1, NULL}, {"batch-size", 'b', true, 1, NULL},
@@ -208,14 +263,101 @@ static const mp_cli_opt simulate_flags[] = {
     {"svg", 0, true, 1, NULL}, {"force", 0, false, 1, NULL}, {"emit-profile", 0, true, 1, NULL},
     {"profile-policy", 0, true, 1, NULL}, {"placement-profile", 0, true, 1, NULL},
     {"emit-llamacpp", 0, false, 1, NULL}, {"sensitivity", 0, false, 1, NULL},
-    {"sweep", 0, true, 1, NULL}, {"help", 'h', false, 'h', NULL}, {0},
+    {"sweep", 0, true, 1, NULL}, {"progress", 0, false, 1, NULL}, {"no-progress", 0, false, 1, NULL},
+    {"help", 'h', false, 'h', NULL}, {0},
 };
 
-static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
+/* ---- the progress line ----
+ * Drawn here, by the command; the library only counts (mp_simulate_options.progress):
+ * `simulate: DONE/TOTAL decisions (PCT %), RATE M decisions/s, replay R/N, M:SS elapsed, ETA M:SS`.
+ * On a terminal the line is redrawn in place at most 10 times a second and ended when the
+ * simulation is (kept only if one was drawn); asked for with --progress elsewhere, a line every
+ * 10 s and the last one. Without a terminal and without --progress, nothing (tests, logs). */
+
+typedef enum progress_mode { PROGRESS_AUTO, PROGRESS_ON, PROGRESS_OFF } progress_mode;
+
+typedef struct progress_line {
+    FILE *out;               /* NULL: no line */
+    bool tty, open;          /* open: a terminal line drawn and not yet ended */
+    int64_t t0_ns, last_ns;  /* start, and the last line drawn */
+    mp_simulate_progress at; /* the last count */
+} progress_line;
+
+static int64_t now_ns(void)
 {
-    memset(o, 0, sizeof *o);
-    o->profile_policy = MP_POL_PLAN;
-    o->threads = INT_MAX;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* "1:05", or "2:03:09" past an hour */
+static void clock_text(char *buf, size_t cap, double s)
+{
+    const long long t = s > 0 ? (long long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, cap, "%lld:%02lld", t / 60, t % 60);
+}
+
+static void progress_draw(progress_line *pl, int64_t t_ns, bool final)
+{
+    const mp_simulate_progress *p = &pl->at;
+    const double elapsed_s = (double)(t_ns - pl->t0_ns) * 1e-9, rate = elapsed_s > 0 ? (double)p->decisions / elapsed_s : 0;
+    char elapsed[32], eta[48] = "";
+    clock_text(elapsed, sizeof elapsed, elapsed_s);
+    if (p->decisions > 0 && p->decisions < p->decisions_total) {
+        char t[32];
+        clock_text(t, sizeof t, elapsed_s * (double)(p->decisions_total - p->decisions) / (double)p->decisions);
+        snprintf(eta, sizeof eta, ", ETA %s", t);
+    }
+    fprintf(pl->out, "%ssimulate: %llu/%llu decisions (%.1f %%), %.2f M decisions/s, replay %d/%d, %s elapsed%s%s",
+            pl->tty ? "\r" : "", (unsigned long long)p->decisions, (unsigned long long)p->decisions_total,
+            p->decisions_total ? 100.0 * (double)p->decisions / (double)p->decisions_total : 100.0, rate / 1e6,
+            p->replays, p->replays_total, elapsed, eta, pl->tty ? "\033[K" : "\n");
+    if (pl->tty && final)
+        fputc('\n', pl->out);
+    fflush(pl->out);
+    pl->open = pl->tty && !final;
+    pl->last_ns = t_ns;
+}
+
+static void on_progress(void *user, const mp_simulate_progress *p)
+{
+    progress_line *pl = user;
+    pl->at = *p;
+    const int64_t t = now_ns();
+    if (t - pl->last_ns >= (pl->tty ? 100000000 : INT64_C(10000000000)))
+        progress_draw(pl, t, false);
+}
+
+/* Where the line goes (NULL: none), and o told to report to it. */
+static void progress_begin(progress_line *pl, progress_mode mode, mp_simulate_options *o)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->tty = isatty(fileno(stderr));
+    pl->out = mode == PROGRESS_ON || (mode == PROGRESS_AUTO && pl->tty) ? stderr : NULL;
+    if (!pl->out)
+        return;
+    pl->t0_ns = pl->last_ns = now_ns();
+    o->progress = on_progress;
+    o->progress_user = pl;
+}
+
+/* The last line: kept on a terminal if one was drawn, always with --progress elsewhere. */
+static void progress_end(progress_line *pl, bool ok)
+{
+    if (pl->out && (pl->open || (!pl->tty && ok)))
+        progress_draw(pl, now_ns(), true);
+}
+
+/* The command line into o (mp_simulate checks how the options go together). Returns -1 to go on,
+ * or the exit status: 0 after --help, 2 after saying what is wrong. */
+static int parse_args(int argc, char **argv, mp_simulate_options *o, progress_mode *progress)
+{
+    mp_simulate_options_init(o);
+    *progress = PROGRESS_AUTO;
+    mp_sim_config *cfg = &o->cfg;
     bool any_policy = false;
     mp_cli c;
     mp_cli_init(&c, "simulate", simulate_flags, argc, argv);
@@ -228,12 +370,11 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             return MP_EXIT_OK;
         }
         if (id == MP_CLI_POSITIONAL) {
-            if (o->n_traces == MAX_TRACES) {
-                fprintf(stderr, "moeplan simulate: error: '%s': more than %d traces\n", v, MAX_TRACES);
+            if (o->n_traces == MP_SIMULATE_MAX_TRACES) {
+                fprintf(stderr, "moeplan simulate: error: '%s': more than %d traces\n", v, MP_SIMULATE_MAX_TRACES);
                 return 2;
             }
             o->traces[o->n_traces++] = v;
-            o->trace = o->traces[0];
             continue;
         }
         /* the option by its canonical spelling ("--ctx-size" for -c and --ctx too) */
@@ -288,43 +429,8 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
                 return 2;
             }
         } else if (!strcmp(a, "--policy") || !strcmp(a, "--profile-policy")) {
-            char buf[1024];
-            if ((size_t)snprintf(buf, sizeof buf, "%s", v) >= sizeof buf) {
-                fprintf(stderr, "moeplan simulate: error: %s: a list longer than %zu characters\n", a, sizeof buf - 1);
+            if (parse_policies(a, v, o, &any_policy))
                 return 2;
-            }
-            for (char *tok = buf, *next; tok; tok = next) { /* every item, empty ones too */
-                next = strchr(tok, ',');
-                if (next)
-                    *next++ = 0;
-                if (!*tok) {
-                    fprintf(stderr, "moeplan simulate: error: %s '%s': an empty item at offset %zu: expected "
-                                    "P[,P...] (try --help)\n", a, v, (size_t)(tok - buf));
-                    return 2;
-                }
-                int p = mp_sim_policy_from_name(tok);
-                if (!strcmp(a, "--policy") && !strcmp(tok, "all")) {
-                    for (int q = 0; q < MP_POL_COUNT; q++)
-                        o->policies[q] = q != MP_POL_PROFILE; /* with --placement-profile only */
-                    any_policy = true;
-                    continue;
-                }
-                if (p < 0) {
-                    fprintf(stderr, "moeplan simulate: error: %s '%s': unknown policy (try --help)\n", a, tok);
-                    return 2;
-                }
-                if (!strcmp(a, "--policy")) {
-                    o->policies[p] = true;
-                    any_policy = true;
-                } else {
-                    if (mp_sim_policy_is_online(p)) {
-                        fprintf(stderr, "moeplan simulate: error: --profile-policy %s: expected a static policy "
-                                        "(an online cache has no fixed placement to export)\n", tok);
-                        return 2;
-                    }
-                    o->profile_policy = p;
-                }
-            }
         } else if (!strcmp(a, "--max-rows")) {
             if (!mp_parse_i64(v, 1, INT64_MAX, &o->max_rows)) {
                 fprintf(stderr, "moeplan simulate: error: --max-rows '%s': expected a row count >= 1\n", v);
@@ -338,36 +444,8 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             cfg->host_read_gbs = num;
         } else if (!strcmp(a, "--train-frac") || !strcmp(a, "--alpha") || !strcmp(a, "--beta") ||
                    !strcmp(a, "--epsilon") || !strcmp(a, "--window") || !strcmp(a, "--threads")) {
-            if (parse_num(v, &num)) {
-                fprintf(stderr, "moeplan simulate: error: %s '%s': expected a number\n", a, v);
+            if (parse_number(a, v, o))
                 return 2;
-            }
-            if (!strcmp(a, "--train-frac")) {
-                if (!(num > 0 && num <= 1)) {
-                    fprintf(stderr, "moeplan simulate: error: --train-frac %s: expected a share > 0 and <= 1 "
-                                    "(the static policies are planned from it)\n", v);
-                    return 2;
-                }
-                cfg->train_frac = num;
-            } else if (!strcmp(a, "--alpha")) {
-                cfg->alpha = num;
-            } else if (!strcmp(a, "--beta")) {
-                cfg->beta = num;
-            } else if (!strcmp(a, "--epsilon")) {
-                cfg->epsilon = num;
-            } else if (!strcmp(a, "--window")) {
-                if (num < 1 || num > 65536 || num != floor(num)) {
-                    fprintf(stderr, "moeplan simulate: error: --window %s: expected an integer 1..65536\n", v);
-                    return 2;
-                }
-                cfg->window = (uint32_t)num;
-            } else {
-                if (num < 1 || num > 4096 || num != floor(num)) {
-                    fprintf(stderr, "moeplan simulate: error: --threads %s: expected an integer 1..4096\n", v);
-                    return 2;
-                }
-                o->threads = (int)num;
-            }
         } else if (!strcmp(a, "--as-decode")) {
             o->as_decode = true;
         } else if (!strcmp(a, "--pageable")) {
@@ -378,531 +456,53 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             o->sensitivity = true;
         } else if (!strcmp(a, "--force")) {
             o->force = true;
+        } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
+            *progress = !strcmp(a, "--progress") ? PROGRESS_ON : PROGRESS_OFF;
         } else {
             fprintf(stderr, "moeplan simulate: error: internal: option %s not handled\n", a);
             return MP_EXIT_FAILURE;
         }
     }
-    if (!o->trace || !o->costs || !o->n_budgets) {
-        fprintf(stderr, "moeplan simulate: error: needs TRACE.db, --costs and --budget (try --help)\n");
-        return 2;
-    }
-    if (o->llamacpp && !o->model) {
-        fprintf(stderr, "moeplan simulate: error: --emit-llamacpp needs -m MODEL: the command names the GGUF, and "
-                        "its metadata sizes llama.cpp's KV cache and weights\n");
-        return 2;
-    }
     if (!any_policy)
         for (int q = 0; q < MP_POL_COUNT; q++)
-            o->policies[q] = q != MP_POL_PROFILE;
-    if (o->placement_profile)
-        o->policies[MP_POL_PROFILE] = true;
-    if (o->policies[MP_POL_PROFILE] && !o->placement_profile) {
-        fprintf(stderr, "moeplan simulate: error: --policy profile needs --placement-profile P.strp\n");
-        return 2;
-    }
-    o->policies[MP_POL_ALL_GPU] = o->policies[MP_POL_ALL_CPU] = true; /* baselines, always */
-    if (o->profile)
-        o->policies[o->profile_policy] = true;
+            o->policies[q] = q != MP_POL_PROFILE; /* with --placement-profile only */
     return -1; /* go on */
 }
 
-/* The cost entries for the trace's experts (see --expert, --threads). */
-static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *facts, const opts *o,
-                                const mp_cost_expert **gpu, const mp_cost_expert **cpu, mp_error *err)
+/* What the simulation found: the table, and the profile it wrote, on stdout. */
+static void print_result(const mp_simulate_result *r)
 {
-    *gpu = NULL;
-    const char *quant = o->expert_quant ? o->expert_quant : facts->quant[0] ? facts->quant : NULL;
-    int matches = 0;
-    for (int i = 0; i < c->n_gpu_expert; i++) {
-        const mp_cost_expert *e = &c->gpu_expert[i];
-        if (quant && strcmp(e->quant, quant) && (o->expert_quant || c->n_gpu_expert > 1))
-            continue;
-        if (facts->n_embd > 0 && facts->n_ff > 0 && (e->n_embd != facts->n_embd || e->n_ff != facts->n_ff))
-            continue;
-        if (!*gpu)
-            *gpu = e;
-        matches++;
-    }
-    if (matches != 1)
-        return mp_fail(err, MP_ERR_ARG,
-                       "costs %s: %d GPU expert entries match (quant %s, shape %lldx%lld): expected exactly one "
-                       "(choose with --expert QUANT)",
-                       o->costs, matches, quant ? quant : "any", (long long)facts->n_embd, (long long)facts->n_ff);
-    *cpu = mp_costs_find_cpu(c, (*gpu)->quant, (*gpu)->n_embd, (*gpu)->n_ff, o->threads);
-    if (!*cpu)
-        return mp_fail(err, MP_ERR_ARG, "costs %s: no CPU expert entry for %s %lldx%lld: expected one beside the GPU entry",
-                       o->costs, (*gpu)->quant, (long long)(*gpu)->n_embd, (long long)(*gpu)->n_ff);
-    return MP_OK;
-}
-
-/* --emit-llamacpp at one budget: the whole-layer placement llama.cpp can express (best-layers,
- * replayed with llama.cpp's own GPU memory as the budget's fixed part and its expert tensors as
- * the slots), its command, what the GPU then holds, and its prediction beside the per-expert
- * plan's in the same memory (what an STRP profile would give llama.cpp) and all-CPU's. Returns the
- * table's text (malloc'd; NULL with *st set on failure) and fills *out (out->command malloc'd,
- * NULL when llama.cpp's own needs exceed the budget). */
-static char *llamacpp_block(const mp_sim_trace *t, const mp_sim_config *cfg, const opts *o,
-                            const mp_sim_budget_run *run, mp_sim_llamacpp *out, mp_error *err, mp_status *st)
-{
-    const mp_llamacpp_gpu *x = &o->lc;
-    const size_t cap = 16384;
-    char *text = malloc(cap), *cmd = malloc(cap);
-    bool *cpu_block = calloc(x->n_blocks, sizeof *cpu_block);
-    uint32_t *per_block = calloc(x->n_blocks, sizeof *per_block);
-    *out = (mp_sim_llamacpp){.weights_bytes = x->weights_bytes, .kv_bytes = x->kv_bytes,
-                             .compute_bytes = x->compute_bytes, .kv_cells = x->n_ctx};
-    *st = MP_OK;
-    if (!text || !cmd || !cpu_block || !per_block) {
-        free(text), free(cmd), free(cpu_block), free(per_block);
-        *st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the llama.cpp command");
-        return NULL;
-    }
-    char budget[32], weights[32], kv[32], compute[32], fixed[32], experts[32], total[32];
-    mp_format_bytes(run->budget_bytes, budget, sizeof budget);
-    mp_format_bytes(x->weights_bytes, weights, sizeof weights);
-    mp_format_bytes(x->kv_bytes, kv, sizeof kv);
-    mp_format_bytes(x->compute_bytes, compute, sizeof compute);
-    mp_format_bytes(x->fixed_bytes, fixed, sizeof fixed);
-    if (run->budget_bytes < x->fixed_bytes) {
-        snprintf(text, cap, "no command: llama.cpp's own GPU memory (weights %s + KV cache %s at -c %lld + compute "
-                 "buffers %s, estimated) = %s exceeds the budget %s", weights, kv, (long long)o->ctx, compute,
-                 fixed, budget);
-        free(cmd), free(cpu_block), free(per_block);
-        return text;
-    }
-    /* one slot = the largest per-expert share of a layer's expert tensors, so that any whole
-     * layers the policy picks fit */
-    uint64_t slot = 0;
-    for (uint32_t l = 0; l < t->n_layers; l++) {
-        const uint64_t b = (x->expert_bytes[t->model_layer[l]] + t->n_experts - 1) / t->n_experts;
-        slot = b > slot ? b : slot;
-    }
-    mp_sim_config c = *cfg;
-    c.budget_bytes = run->budget_bytes;
-    c.non_expert_bytes = x->fixed_bytes;
-    c.slot_bytes = slot;
-    mp_sim_result r, plan;
-    memset(&r, 0, sizeof r);
-    memset(&plan, 0, sizeof plan);
-    if ((*st = mp_sim_run(t, &c, MP_POL_BEST_LAYERS, &r, err)) || (*st = mp_sim_run(t, &c, MP_POL_PLAN, &plan, err))) {
-        mp_sim_result_free(&r);
-        free(text), free(cmd), free(cpu_block), free(per_block);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < mp_strp_resident(&r.profile); i++)
-        per_block[r.profile.ranked[i].layer]++;
-    uint64_t gpu_expert_bytes = 0;
-    size_t n = 0;
-    char cpu_list[4096] = "";
-    uint32_t n_cpu = 0;
-    for (uint32_t l = 0; l < t->n_layers; l++) {
-        const uint32_t b = t->model_layer[l];
-        cpu_block[b] = per_block[b] < t->n_experts;
-        if (!cpu_block[b])
-            gpu_expert_bytes += x->expert_bytes[b];
-        else if (n < sizeof cpu_list)
-            n += (size_t)snprintf(cpu_list + n, sizeof cpu_list - n, "%s%u", n_cpu++ ? "," : "", b);
-        else
-            n_cpu++;
-    }
-    mp_format_bytes(gpu_expert_bytes, experts, sizeof experts);
-    mp_format_bytes(x->fixed_bytes + gpu_expert_bytes, total, sizeof total);
-    const mp_sim_metrics *ml = mp_sim_rank_metrics(&r), *mp = mp_sim_rank_metrics(&plan),
-                         *mc = mp_sim_rank_metrics(&run->res[MP_POL_ALL_CPU]);
-    const double ms_layers = ml->tokens ? ml->time_ns / 1e6 / (double)ml->tokens : 0,
-                 ms_plan = mp->tokens ? mp->time_ns / 1e6 / (double)mp->tokens : 0,
-                 ms_cpu = mc->tokens ? mc->time_ns / 1e6 / (double)mc->tokens : 0;
-    char kept[96] = "";
-    if (ms_cpu > ms_plan)
-        snprintf(kept, sizeof kept, ": it keeps %.0f %% of the plan's gain over all-CPU",
-                 100.0 * (ms_cpu - ms_layers) / (ms_cpu - ms_plan));
-    if (!mp_llamacpp_command(o->model, o->ctx, x, cpu_block, cmd, cap)) {
-        snprintf(cmd, cap, "(the command is longer than %zu bytes)", cap - 1);
-    }
-    snprintf(text, cap,
-             "%s\n"
-             "                experts on the CPU: %s%s (%u of %u MoE layers); GPU: weights %s + KV cache %s (-c %lld "
-             "as %lld cells, F16) + compute buffers %s (estimate, docs/simulator.md) + experts %s = %s of %s\n"
-             "                predicted %.4f ms/token for these whole layers, %.4f for the per-expert plan in "
-             "the same memory, %.4f all-CPU%s; llama.cpp places whole tensors (all experts of a layer): per-expert placement needs "
-             "the STRP profile (--emit-profile, schemas/strp.md)",
-             cmd, n_cpu ? "blocks " : "none", cpu_list, n_cpu, t->n_layers, weights, kv, (long long)o->ctx,
-             (long long)x->n_ctx, compute, experts, total, budget, ms_layers, ms_plan, ms_cpu, kept);
-    mp_sim_result_free(&r);
-    mp_sim_result_free(&plan);
-    free(cpu_block), free(per_block);
-    out->command = cmd;
-    out->gpu_expert_bytes = gpu_expert_bytes;
-    out->ms_layers = ms_layers, out->ms_plan = ms_plan, out->ms_all_cpu = ms_cpu;
-    return text;
-}
-
-static void free_runs(mp_sim_budget_run *runs, int n)
-{
-    for (int b = 0; b < n; b++)
-        for (int p = 0; p < MP_POL_COUNT; p++)
-            if (runs[b].ran[p])
-                mp_sim_result_free(&runs[b].res[p]);
-}
-
-/* Run every chosen policy at every budget; fills runs. */
-static mp_status run_all(const mp_sim_trace *t, const mp_sim_config *cfg, const opts *o, mp_sim_budget_run *runs,
-                         mp_error *err)
-{
-    for (int b = 0; b < o->n_budgets; b++) {
-        mp_sim_config c = *cfg;
-        c.budget_bytes = o->budgets[b];
-        runs[b].budget_bytes = o->budgets[b];
-        mp_status st = mp_sim_slots(t, &c, &runs[b].slots, err);
-        if (st)
-            return st;
-        for (int p = 0; p < MP_POL_COUNT; p++) {
-            if (!o->policies[p])
-                continue;
-            if ((st = mp_sim_run(t, &c, (mp_sim_policy)p, &runs[b].res[p], err)))
-                return st;
-            runs[b].ran[p] = true;
-        }
-    }
-    return MP_OK;
-}
-
-/* --sweep: o->sweep.policy at every budget for every value of o->sweep.param, the other
- * parameters as in cfg; fills o->sweep.res (value-major, freed by the caller). */
-static mp_status run_sweep(const mp_sim_trace *t, const mp_sim_config *cfg, opts *o, mp_error *err)
-{
-    mp_sim_sweep *sw = &o->sweep;
-    sw->res = calloc((size_t)sw->n_values * (size_t)o->n_budgets, sizeof *sw->res);
-    if (!sw->res)
-        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the sweep");
-    for (int v = 0; v < sw->n_values; v++) {
-        mp_sim_config c = *cfg;
-        const double x = sw->values[v];
-        if (!strcmp(sw->param, "alpha"))
-            c.alpha = x;
-        else if (!strcmp(sw->param, "beta"))
-            c.beta = x;
-        else if (!strcmp(sw->param, "epsilon"))
-            c.epsilon = x;
-        else
-            c.window = (uint32_t)x;
-        for (int b = 0; b < o->n_budgets; b++) {
-            c.budget_bytes = o->budgets[b];
-            mp_status st = mp_sim_run(t, &c, sw->policy, &sw->res[(size_t)v * o->n_budgets + b], err);
-            if (st)
-                return st;
-        }
-    }
-    return MP_OK;
-}
-
-/* Policies ordered by tok/s (held-out where it exists); returns the best. rank[p] = position. */
-static int rank_policies(const mp_sim_budget_run *run, int rank[MP_POL_COUNT])
-{
-    int order[MP_POL_COUNT], n = 0;
-    for (int p = 0; p < MP_POL_COUNT; p++)
-        if (run->ran[p] && p != MP_POL_ALL_GPU && p != MP_POL_BELADY) /* unattainable references */
-            order[n++] = p;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0; j--) {
-            double a = mp_sim_tok_s(mp_sim_rank_metrics(&run->res[order[j - 1]]));
-            double b = mp_sim_tok_s(mp_sim_rank_metrics(&run->res[order[j]]));
-            if (b > a) {
-                int x = order[j];
-                order[j] = order[j - 1];
-                order[j - 1] = x;
-            }
-        }
-    for (int p = 0; p < MP_POL_COUNT; p++)
-        rank[p] = -1;
-    for (int i = 0; i < n; i++)
-        rank[order[i]] = i;
-    return n ? order[0] : -1;
-}
-
-/* --emit-llamacpp: the model's expert tensors must sit in the blocks of the trace's MoE layers. */
-static mp_status llamacpp_check_blocks(const mp_llamacpp_gpu *x, const mp_sim_trace *t, const opts *o, mp_error *err)
-{
-    uint32_t n = 0;
-    for (uint32_t b = 0; b < x->n_blocks; b++)
-        n += x->expert_bytes[b] > 0;
-    for (uint32_t l = 0; l < t->n_layers; l++)
-        if (t->model_layer[l] >= x->n_blocks || !x->expert_bytes[t->model_layer[l]])
-            n = UINT32_MAX;
-    if (n != t->n_layers)
-        return mp_fail(err, MP_ERR_ARG, "%s: its expert tensors (blk.N.ffn_*_exps) are not in the blocks of trace "
-                       "%s's %u MoE layers: expected the traced model", o->model, o->trace, t->n_layers);
-    return MP_OK;
-}
-
-/* --model: checks that its expert shape is the trace's; then what the runtime will hold on the GPU
- * besides experts, as run/bench/collect --gpu-budget count it (weights, KV cache for the context,
- * scratch for the batch: mp_gpu_budget_compute, the runtime's own estimate; unless
- * --non-expert-bytes gave it), the largest layer's expert size (the slots a budget holds, so that
- * they fit in whichever layers the policy puts them, as the runtime places them), and whether the
- * runtime will have the staging buffers that prefill weight copies need. o->ctx and o->batch get
- * the sizes the session resolves them to. */
-static mp_status apply_model(const char *path, const char *trace_path, const mp_sim_trace_facts *facts, opts *o,
-                             mp_sim_config *cfg, uint64_t *slot_bytes, mp_error *err)
-{
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(path, &m, err);
-    if (st)
-        return st;
-    mp_placement_geom g = {0};
-    const int64_t bytes = (int64_t)mp_model_expert_bytes(m, 0);
-    if ((facts->expert_bytes > 0 && facts->expert_bytes != bytes) || (facts->n_embd > 0 && facts->n_embd != m->hp.n_embd) ||
-        (facts->n_ff > 0 && facts->n_ff != m->hp.n_ff_exp)) { /* <= 0: the trace does not say */
-        st = mp_fail(err, MP_ERR_ARG,
-                     "%s: experts of %lld bytes (hidden %lld, FFN %lld) do not match trace %s "
-                     "(%lld bytes, hidden %lld, FFN %lld)",
-                     path, (long long)bytes, (long long)m->hp.n_embd, (long long)m->hp.n_ff_exp, trace_path,
-                     (long long)facts->expert_bytes, (long long)facts->n_embd, (long long)facts->n_ff);
-        goto out;
-    }
-    const mp_session_params sp = {.n_ctx = o->ctx, .n_batch = o->batch};
-    mp_gpu_budget b;
-    if ((st = mp_session_resolve_sizes(m, &sp, &o->ctx, &o->batch, err)) ||
-        (st = mp_placement_geom_from_model(m, &g, err)) ||
-        (st = mp_gpu_budget_compute(&g, 0, o->ctx, o->batch, &b, err)))
-        goto out;
-    if (!o->non_expert_given)
-        cfg->non_expert_bytes = b.fixed_bytes;
-    if (o->llamacpp && (st = mp_llamacpp_gpu_from_gguf(m->gguf, o->ctx, &o->lc, err)))
-        goto out;
-    *slot_bytes = 0;
-    for (int64_t il = 0; il < g.n_layer; il++)
-        *slot_bytes = g.expert_bytes[il] > *slot_bytes ? g.expert_bytes[il] : *slot_bytes;
-    cfg->no_copies = o->batch < MP_GPU_COPY_MIN_ROWS;
-out:
-    mp_placement_geom_free(&g);
-    mp_model_free(m);
-    return st;
-}
-
-/* What the run's predictions rest on, said once they exist (errors stay one line): the budget's
- * fixed part, the CPU level, the far routes decided, and any layer step held to the floor. */
-static void notes(const opts *o, const mp_sim_config *cfg, const mp_sim_budget_run *runs, const mp_sim_trace *t)
-{
-    char fixed[32];
-    mp_format_bytes(cfg->non_expert_bytes, fixed, sizeof fixed);
-    if (o->model)
-        fprintf(stderr, "moeplan simulate: note: each budget holds %s besides experts (%s at --ctx-size %lld, "
-                        "--batch-size %lld, as --gpu-budget counts it)\n", fixed,
-                o->non_expert_given ? "--non-expert-bytes" : "weights, KV cache and scratch",
-                (long long)o->ctx, (long long)o->batch);
-    const double f = mp_sim_cpu_anchor(cfg->costs, cfg->cpu);
-    if (f != 1.0)
-        fprintf(stderr, "moeplan simulate: note: CPU expert curves x %.3f: the decode grid's all-cold step (%d CPU "
-                        "experts, far routes off) measured in the runtime, over the %d-thread microbenchmark\n",
-                f, cfg->costs->decode.top_k, cfg->cpu->threads);
-    uint64_t floored = 0, far = 0, routes = 0;
-    for (int b = 0; b < o->n_budgets; b++)
-        for (int p = 0; p < MP_POL_COUNT; p++)
-            if (runs[b].ran[p]) {
-                const mp_sim_metrics *m[2] = {&runs[b].res[p].train, &runs[b].res[p].test};
-                for (int k = 0; k < 2; k++)
-                    floored += m[k]->floored, far += m[k]->routes_far, routes += m[k]->decisions;
-            }
-    if (far)
-        fprintf(stderr, "moeplan simulate: note: far routes (the GPU reading cold experts over the bus, as the "
-                        "runtime decides them from the decode grid): %.1f %% of all routes simulated\n",
-                100.0 * (double)far / (double)(routes ? routes : 1));
-    if (floored)
-        fprintf(stderr, "moeplan simulate: note: %llu layer steps were charged the floor of reading their cold "
-                        "experts from host memory (%s's costs are below it: calibrate this model again)\n",
-                (unsigned long long)floored, o->costs);
-    (void)t;
-}
-
-/* Every output against every input and the outputs before it, before any work: none may
- * replace an input (compared by device and inode) or another output, and an existing one is
- * replaced only with --force (base/atomic_file.h). manifest gets OUT.strp.json. */
-static mp_status check_outputs(const opts *o, char *manifest, size_t cap, mp_error *err)
-{
-    if (o->profile && (size_t)snprintf(manifest, cap, "%s.json", o->profile) >= cap)
-        return mp_fail(err, MP_ERR_ARG, "--emit-profile %s: path too long", o->profile);
-    mp_file_ref known[8 + MAX_TRACES] = {{o->costs, "--costs"}, {o->model, "--model"},
-                                         {o->placement_profile, "--placement-profile"}};
-    int n = 3;
-    for (int t = 0; t < o->n_traces; t++)
-        known[n++] = (mp_file_ref){o->traces[t], o->n_traces == 1 ? "the trace" : "a trace"};
-    const mp_file_ref outputs[] = {{o->json, "--json"}, {o->svg, "--svg"}, {o->profile, "--emit-profile"},
-                                   {o->profile ? manifest : NULL, "the profile's manifest"}};
-    for (int i = 0; i < 4; i++) {
-        if (!outputs[i].path)
-            continue;
-        mp_status st = mp_output_check(outputs[i].path, outputs[i].role, o->force, known, n, err);
-        if (st)
-            return st;
-        known[n++] = outputs[i];
-    }
-    return MP_OK;
+    const mp_sim_report rep = mp_simulate_report(r);
+    mp_sim_report_table(stdout, &rep);
+    if (r->profile_line[0])
+        printf("\n%s\n", r->profile_line);
 }
 
 int mp_cmd_simulate(int argc, char **argv)
 {
-    mp_sim_config cfg;
-    mp_sim_config_init(&cfg);
-    opts o;
-    int rc = parse_args(argc, argv, &o, &cfg);
+    mp_simulate_options o;
+    progress_mode mode;
+    const int rc = parse_args(argc, argv, &o, &mode);
     if (rc >= 0)
         return rc;
     mp_error err;
-    mp_costs costs;
-    mp_sim_trace trace;
-    mp_strp placed = {0}; /* --placement-profile */
-    mp_sim_trace_facts facts;
-    mp_sim_load_options lo = {.as_decode = o.as_decode, .non_moe = cfg.non_moe_source == MP_NON_MOE_TRACE};
-    mp_sim_budget_run runs[MAX_BUDGETS];
-    memset(runs, 0, sizeof runs);
-    char *ot[MAX_BUDGETS] = {0};
-    mp_sim_llamacpp lc[MAX_BUDGETS];
-    memset(lc, 0, sizeof lc);
-    mp_cost_expert gpu_entry;
-    const mp_cost_expert *gpu, *cpu;
-    char manifest[4096];
-    mp_status ost = check_outputs(&o, manifest, sizeof manifest, &err);
-    if (ost) {
-        fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
-        return ost == MP_ERR_ARG ? 2 : 1;
-    }
-    rc = 1;
-    if (mp_costs_load(o.costs, &costs, &err)) {
-        fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
+    mp_simulate_result *r = malloc(sizeof *r); /* large: every policy's results at every budget */
+    if (!r) {
+        fprintf(stderr, "moeplan simulate: error: out of memory\n");
         return 1;
     }
-    if (mp_costs_require_gpu(&costs, o.costs, &err)) { /* every budget places experts on a GPU */
+    progress_line pl;
+    progress_begin(&pl, mode, &o);
+    const mp_status st = mp_simulate(&o, r, &err);
+    progress_end(&pl, st == MP_OK);
+    for (int i = 0; i < r->n_notes; i++) /* what the replays rest on, even when a later step failed */
+        fprintf(stderr, "moeplan simulate: note: %s\n", r->notes[i]);
+    if (st)
         fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
-        mp_costs_free(&costs);
-        return 1;
-    }
-    if (mp_sim_load_traces(o.traces, o.n_traces, &lo, &trace, &facts, &err)) {
-        fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
-        mp_costs_free(&costs);
-        return 1;
-    }
-    if (o.max_rows)
-        mp_sim_trace_keep_rows(&trace, (uint64_t)o.max_rows);
-    if (!o.model && !o.non_expert_given) {
-        mp_fail(&err, MP_ERR_ARG, "--budget counts everything the runtime holds on the GPU (weights, KV cache, "
-                "scratch, experts), as --gpu-budget does: expected -m MODEL (or --non-expert-bytes N)");
-        goto fail;
-    }
-    if (o.model && apply_model(o.model, o.trace, &facts, &o, &cfg, &cfg.slot_bytes, &err))
-        goto fail;
-    if (o.llamacpp && llamacpp_check_blocks(&o.lc, &trace, &o, &err))
-        goto fail;
-    if (o.placement_profile) { /* the reader refuses a profile of another geometry */
-        const mp_strp_geometry geo = {mp_sim_trace_blocks(&trace), trace.n_experts};
-        if (mp_strp_read_file(o.placement_profile, &geo, &placed, &err))
-            goto fail;
-        cfg.profile = &placed;
-    }
-    if (choose_entries(&costs, &facts, &o, &gpu, &cpu, &err))
-        goto fail;
-    gpu_entry = *gpu;
-    if (facts.expert_bytes > 0 && (uint64_t)facts.expert_bytes != gpu_entry.expert_bytes) {
-        /* the trace measured the real model: its expert size wins over the calibration's */
-        fprintf(stderr, "moeplan simulate: note: expert size %lld bytes from the trace (cost file says %llu)\n",
-                (long long)facts.expert_bytes, (unsigned long long)gpu_entry.expert_bytes);
-        gpu_entry.expert_bytes = (uint64_t)facts.expert_bytes;
-    }
-    cfg.costs = &costs;
-    cfg.costs_name = o.costs;
-    cfg.gpu = &gpu_entry;
-    cfg.cpu = cpu;
-    if (run_all(&trace, &cfg, &o, runs, &err))
-        goto fail;
-    if (o.sweep.n_values && run_sweep(&trace, &cfg, &o, &err))
-        goto fail;
-    notes(&o, &cfg, runs, &trace);
-    char trace_names[4096] = "";
-    for (int t = 0, n = 0; t < o.n_traces && n < (int)sizeof trace_names; t++)
-        n += snprintf(trace_names + n, sizeof trace_names - (size_t)n, "%s%s", t ? " + " : "", o.traces[t]);
-    mp_sim_report rep = {trace_names, o.costs, &cfg, &trace, runs, o.n_budgets, {0}, NULL, NULL,
-                         o.sweep.n_values ? &o.sweep : NULL};
-    if (o.llamacpp) {
-        for (int b = 0; b < o.n_budgets; b++) {
-            mp_status st;
-            ot[b] = llamacpp_block(&trace, &cfg, &o, &runs[b], &lc[b], &err, &st);
-            if (st)
-                goto fail;
-        }
-        rep.llamacpp_ot = ot;
-        rep.llamacpp = lc;
-    }
-    if (o.sensitivity) {
-        int base_rank[MAX_BUDGETS][MP_POL_COUNT];
-        for (int b = 0; b < o.n_budgets; b++)
-            rank_policies(&runs[b], base_rank[b]);
-        for (int c = 0; c < MP_COST_PARTS; c++)
-            for (int k = 0; k < 2; k++) {
-                mp_sim_config sc = cfg;
-                sc.scale[c] = k ? 1.2 : 0.8;
-                mp_sim_budget_run alt[MAX_BUDGETS];
-                memset(alt, 0, sizeof alt);
-                mp_status st = run_all(&trace, &sc, &o, alt, &err);
-                for (int b = 0; !st && b < o.n_budgets && b < 16; b++) {
-                    int rank[MP_POL_COUNT];
-                    rep.sens.best[c][k][b] = rank_policies(&alt[b], rank);
-                    int moved = 0;
-                    for (int p = 0; p < MP_POL_COUNT; p++)
-                        moved += rank[p] != base_rank[b][p];
-                    rep.sens.rank_changes[c][k][b] = moved;
-                }
-                free_runs(alt, o.n_budgets);
-                if (st)
-                    goto fail;
-            }
-        rep.sens.done = true;
-    }
-    mp_sim_report_table(stdout, &rep);
-    if (o.json && mp_sim_report_json(o.json, &rep, &err))
-        goto fail;
-    if (o.svg && mp_sim_report_svg(o.svg, &rep, &err))
-        goto fail;
-    if (o.profile) {
-        const mp_sim_result *r = &runs[0].res[o.profile_policy];
-        char costs_hex[65], trace_hex[65];
-        if (mp_sha256_file(o.costs, "costs", costs_hex, NULL, &err) ||
-            (o.n_traces == 1 && mp_sha256_file(o.trace, "trace", trace_hex, NULL, &err)))
-            goto fail;
-        mp_strp_manifest m;
-        mp_strp_manifest_init(&m);
-        m.model_sha256 = facts.model_sha256[0] ? facts.model_sha256 : NULL;
-        m.budget_bytes = runs[0].budget_bytes;
-        m.policy = mp_sim_policy_name(o.profile_policy);
-        m.params[m.n_params++] = (mp_strp_param){"non_expert_bytes", (double)cfg.non_expert_bytes};
-        m.params[m.n_params++] = (mp_strp_param){"expert_bytes", (double)gpu_entry.expert_bytes};
-        m.costs_sha256 = costs_hex;
-        m.trace_sha256 = o.n_traces == 1 ? trace_hex : NULL; /* null: made from several traces */
-        m.train_frac = cfg.train_frac;
-        m.predicted_tok_s = mp_sim_tok_s(mp_sim_rank_metrics(r));
-        /* coverage: the share of held-out routes the profile's resident experts serve */
-        if (r->test.decisions)
-            m.heldout_coverage = mp_sim_hit_rate(&r->test);
-        if (mp_strp_write_file(o.profile, &r->profile, &err) || mp_strp_manifest_write(manifest, &m, &r->profile, &err))
-            goto fail;
-        printf("\nprofile %s (%s, %u resident of %u ranked) and manifest %s written\n", o.profile,
-               m.policy, mp_strp_resident(&r->profile), mp_strp_ranking_len(&r->profile), manifest);
-    }
-    rc = 0;
-    goto done;
-fail:
-    fprintf(stderr, "moeplan simulate: error: %s\n", err.msg);
-    rc = 1;
-done:
-    for (int b = 0; b < MAX_BUDGETS; b++)
-        free(ot[b]), free(lc[b].command);
-    mp_llamacpp_gpu_free(&o.lc);
-    free_runs(runs, o.n_budgets);
-    for (int i = 0; o.sweep.res && i < o.sweep.n_values * o.n_budgets; i++)
-        mp_sim_result_free(&o.sweep.res[i]);
-    free(o.sweep.res);
-    mp_sim_trace_free(&trace);
-    mp_costs_free(&costs);
-    mp_strp_free(&placed);
-    return rc;
+    else
+        print_result(r);
+    const int status = !st ? MP_EXIT_OK : mp_simulate_refused(st, r) ? MP_EXIT_USAGE : MP_EXIT_FAILURE;
+    mp_simulate_result_free(r);
+    free(r);
+    return status;
 }

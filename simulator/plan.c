@@ -42,8 +42,8 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
     double *copy_from = cpu_from + (E + 1), *gcopy_from = cpu_from + 2 * ((size_t)E + 1);
     double *diff_on = diff + (E + 2);
     for (uint32_t l = 0; l < L; l++) {
-        const uint32_t *order = st->order + (size_t)l * E;
-        const uint64_t *counts = st->counts + (size_t)l * E;
+        const uint16_t *order = st->order + (size_t)l * E;
+        const uint64_t *counts = st->train.count + (size_t)l * E;
         for (uint32_t r = 0; r < E; r++)
             rank_of[order[r]] = r;
         /* the far decision of each capacity below E: its top-c resident, the rest's train routes

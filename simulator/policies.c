@@ -15,7 +15,7 @@
 
 static void place_layer_top(const sim_stats *st, uint32_t n_experts, uint32_t layer, uint32_t n, uint8_t *resident)
 {
-    const uint32_t *order = st->order + (size_t)layer * n_experts;
+    const uint16_t *order = st->order + (size_t)layer * n_experts;
     for (uint32_t i = 0; i < n && i < n_experts; i++)
         resident[(size_t)layer * n_experts + order[i]] = 1;
 }

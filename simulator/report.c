@@ -11,13 +11,13 @@
 
 #include "analyzer/svg.h"
 #include "base/atomic_file.h"
+#include "runtime/placement.h"
 
 const mp_sim_metrics *mp_sim_rank_metrics(const mp_sim_result *r)
 {
     return r->test.decisions ? &r->test : &r->train;
 }
 
-static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static void pct_or_dash(FILE *f, const mp_sim_metrics *m)
@@ -43,7 +43,9 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
                                                          : "costs (non_moe curve by the step's rows)");
     for (int b = 0; b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
-        fprintf(f, "\nbudget %.2f GiB (%llu bytes): %llu expert slots of %llu\n", gib(run->budget_bytes),
+        char budget[32]; /* in the unit that shows it: a tiny model's budgets are a few MiB */
+        mp_format_bytes(run->budget_bytes, budget, sizeof budget);
+        fprintf(f, "\nbudget %s (%llu bytes): %llu expert slots of %llu\n", budget,
                 (unsigned long long)run->budget_bytes, (unsigned long long)run->slots,
                 (unsigned long long)t->n_layers * t->n_experts);
         fprintf(f, "  %-13s %8s %8s %10s %9s %10s %9s %9s %10s %s\n", "policy", "hit%in", "hit%out", "ms/token",
@@ -69,13 +71,15 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
         const mp_sim_sweep *sw = rep->sweep;
         fprintf(f, "\nsweep: %s over %s (the other parameters as configured; held-out where it exists)\n",
                 mp_sim_policy_name(sw->policy), sw->param);
-        fprintf(f, "  %-12s %10s %8s %8s %10s %9s %9s %9s\n", "budget GiB", sw->param, "hit%in", "hit%out",
+        fprintf(f, "  %-12s %10s %8s %8s %10s %9s %9s %9s\n", "budget", sw->param, "hit%in", "hit%out",
                 "ms/token", "tok/s", "admits", "evicts");
         for (int b = 0; b < rep->n_runs; b++)
             for (int v = 0; v < sw->n_values; v++) {
                 const mp_sim_result *r = &sw->res[(size_t)v * rep->n_runs + b];
                 const mp_sim_metrics *m = mp_sim_rank_metrics(r);
-                fprintf(f, "  %-12.2f %10g", gib(rep->runs[b].budget_bytes), sw->values[v]);
+                char budget[32];
+                mp_format_bytes(rep->runs[b].budget_bytes, budget, sizeof budget);
+                fprintf(f, "  %-12s %10g", budget, sw->values[v]);
                 pct_or_dash(f, &r->train);
                 pct_or_dash(f, &r->test);
                 fprintf(f, " %10.4f %9.1f %9llu %9llu\n", m->tokens ? m->time_ns / 1e6 / (double)m->tokens : 0,

@@ -45,11 +45,11 @@ typedef struct mp_sim_report {
     const char *trace_path, *costs_path;
     const mp_sim_config *cfg;
     const mp_sim_trace *trace;
-    mp_sim_budget_run *runs; /* (n_runs) */
+    const mp_sim_budget_run *runs; /* (n_runs) */
     int n_runs;
     mp_sim_sensitivity sens;
     /* --emit-llamacpp per budget (NULL if not asked): the table's lines, and the numbers */
-    char **llamacpp_ot;      /* (n_runs) */
+    char *const *llamacpp_ot; /* (n_runs) */
     const mp_sim_llamacpp *llamacpp; /* (n_runs) */
     const mp_sim_sweep *sweep; /* NULL without --sweep */
 } mp_sim_report;

@@ -256,6 +256,8 @@ struct sim_engine {
     double shift_ns;
     mp_sim_metrics *m;    /* the split being replayed */
     bool oom;
+    void (*progress)(void *user, uint64_t decisions); /* mp_sim_config's */
+    void *progress_user;
 };
 
 /* When the expert's weights are on the GPU (hot: once per routed expert and invocation). */
@@ -395,7 +397,7 @@ static void decide_far(sim_engine *s, const mp_sim_trace *t, const sim_stats *st
         const size_t row = table && t->model_layer[l] < given->n_layers ? (size_t)t->model_layer[l] * given->n_experts
                                                                          : 0;
         if (!online)
-            mp_decide_layer_routes(!table ? st->counts + (size_t)l * s->E : given->counts ? given->counts + row : NULL,
+            mp_decide_layer_routes(!table ? st->train.count + (size_t)l * s->E : given->counts ? given->counts + row : NULL,
                                    table && !given->counts ? given->freq + row : NULL, s->resident + (size_t)l * s->E,
                                    s->E, &cold, &all);
         const int64_t n_res = online ? s->cap[l] : s->n_resident[l];
@@ -405,36 +407,19 @@ static void decide_far(sim_engine *s, const mp_sim_trace *t, const sim_stats *st
 
 /* ---- statistics of the train steps ---- */
 
-static const uint64_t *sort_counts; /* qsort has no context argument; the replay is single-threaded */
-static int by_count_desc(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    if (sort_counts[x] != sort_counts[y])
-        return sort_counts[x] > sort_counts[y] ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
-
 static void stats_free(sim_stats *st)
 {
-    free(st->counts);
+    mp_popularity_free(&st->train);
     free(st->order);
     free(st->global);
     memset(st, 0, sizeof *st);
 }
 
-static mp_status stats_build(const mp_sim_trace *t, double train_frac, sim_stats *st, mp_error *err)
+/* The train split: the first floor(train_frac * n_requests) requests, in trace order, and at least
+ * one: a trace of one request (one long prompt) would otherwise plan every static policy from
+ * nothing. Returns the steps it covers, [0, train_steps). */
+static uint64_t train_steps(const mp_sim_trace *t, double train_frac)
 {
-    memset(st, 0, sizeof *st);
-    size_t cells = (size_t)t->n_layers * t->n_experts;
-    st->counts = calloc(cells, sizeof *st->counts);
-    st->order = malloc(sizeof *st->order * cells);
-    st->global = malloc(sizeof *st->global * cells);
-    if (!st->counts || !st->order || !st->global) {
-        stats_free(st);
-        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for statistics");
-    }
-    /* the first floor(train_frac * n_requests) requests, in trace order, and at least one: a
-     * trace of one request (one long prompt) would otherwise plan every static policy from nothing */
     uint32_t n_train = (uint32_t)floor(train_frac * t->n_requests + 1e-9);
     if (n_train == 0 && train_frac > 0 && t->n_requests > 0)
         n_train = 1;
@@ -445,25 +430,35 @@ static mp_status stats_build(const mp_sim_trace *t, double train_frac, sim_stats
             seen++;
         if (seen > n_train)
             break;
-        const mp_sim_step *step = &t->steps[s];
-        for (uint32_t l = 0; l < t->n_layers; l++) {
-            const uint16_t *ids = mp_sim_step_ids(t, step, l);
-            for (uint64_t i = 0; i < (uint64_t)step->rows * t->top_k; i++)
-                st->counts[(size_t)l * t->n_experts + ids[i]]++;
-        }
     }
-    st->train_steps = s;
-    sort_counts = st->counts;
-    for (size_t c = 0; c < cells; c++)
-        st->global[c] = (uint32_t)c;
-    qsort(st->global, cells, sizeof *st->global, by_count_desc);
-    for (uint32_t l = 0; l < t->n_layers; l++) {
-        uint32_t *o = st->order + (size_t)l * t->n_experts;
-        for (uint32_t e = 0; e < t->n_experts; e++)
-            o[e] = l * t->n_experts + e;
-        qsort(o, t->n_experts, sizeof *o, by_count_desc);
-        for (uint32_t e = 0; e < t->n_experts; e++)
-            o[e] -= l * t->n_experts;
+    return s;
+}
+
+static mp_status stats_build(const mp_sim_trace *t, double train_frac, sim_stats *st, mp_error *err)
+{
+    memset(st, 0, sizeof *st);
+    const size_t cells = (size_t)t->n_layers * t->n_experts;
+    mp_status status = mp_popularity_init_uniform(&st->train, (int32_t)t->n_layers, t->n_experts, err);
+    if (status)
+        return mp_error_prefix(err, "simulate");
+    st->order = malloc(sizeof *st->order * cells);
+    st->global = malloc(sizeof *st->global * cells);
+    if (!st->order || !st->global) {
+        stats_free(st);
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for statistics");
+    }
+    st->train_steps = train_steps(t, train_frac);
+    for (uint64_t s = 0; s < st->train_steps; s++) {
+        const mp_sim_step *step = &t->steps[s];
+        for (uint32_t l = 0; l < t->n_layers; l++)
+            mp_popularity_add(&st->train, (int32_t)l, mp_sim_step_ids(t, step, l), (uint64_t)step->rows * t->top_k);
+    }
+    for (uint32_t l = 0; l < t->n_layers; l++)
+        mp_popularity_rank(mp_popularity_node(&st->train, (int32_t)l), t->n_experts,
+                           st->order + (size_t)l * t->n_experts, NULL);
+    if ((status = mp_popularity_rank_cells(&st->train, NULL, st->global, err))) {
+        stats_free(st);
+        return mp_error_prefix(err, "simulate");
     }
     return MP_OK;
 }
@@ -529,7 +524,7 @@ static mp_status make_profile(const mp_sim_trace *t, const sim_stats *st, const 
     }
     p->slots = p->n_ranked;
     for (size_t c = 0; c < cells; c++)
-        p->counts[(size_t)t->model_layer[c / t->n_experts] * t->n_experts + c % t->n_experts] = st->counts[c];
+        p->counts[(size_t)t->model_layer[c / t->n_experts] * t->n_experts + c % t->n_experts] = st->train.count[c];
     mp_status status = mp_strp_validate(p, "simulated profile", err);
     if (!status && (status = mp_strp_rank_tail(p, err)))
         mp_error_prefix(err, "simulate: the profile's ranking");
@@ -648,6 +643,8 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
         m->tokens += rows;
         m->steps++;
         m->time_ns += s->clock_ns - step_start_ns;
+        if (s->progress && ((si + 1) % MP_SIM_PROGRESS_STEPS == 0 || si + 1 == t->n_steps))
+            s->progress(s->progress_user, r->train.decisions + r->test.decisions);
     }
 }
 
@@ -677,7 +674,8 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     if ((st = sim_tab_build(&tab, cfg, t, err)))
         return st;
     sim_stats stats = {0};
-    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY};
+    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY,
+                    .progress = cfg->progress, .progress_user = cfg->progress_user};
     pol_state *pol = NULL;
     double *step_non_moe_ns = NULL; /* (n_steps) the trace's, scaled like the cost file's */
     if (cfg->non_moe_source == MP_NON_MOE_TRACE) {

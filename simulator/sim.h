@@ -153,7 +153,14 @@ typedef struct mp_sim_config {
      * min(profile slots, budget slots) ranked experts are resident, as the runtime's --profile
      * places them when the budget holds them. */
     const mp_strp *profile;
+    /* Called during a replay with the routing decisions it has replayed so far, every
+     * MP_SIM_PROGRESS_STEPS steps and after its last step (NULL: never): how a caller shows the
+     * progress of a long replay; the replay itself never prints. */
+    void (*progress)(void *user, uint64_t decisions);
+    void *progress_user;
 } mp_sim_config;
+
+#define MP_SIM_PROGRESS_STEPS 1024
 
 void mp_sim_config_init(mp_sim_config *c); /* defaults: train 0.7, alpha 0.9, beta 1, eps 0.1, window 64 */
 

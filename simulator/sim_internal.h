@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include "collector/popularity.h"
 #include "runtime/decide.h"
 #include "simulator/sim.h"
 
@@ -101,10 +102,12 @@ void sim_evict(sim_engine *s, uint32_t layer, uint32_t expert);
 /* Place an expert before the replay starts (no copy, nothing counted); needs a free slot. */
 void sim_place(sim_engine *s, uint32_t layer, uint32_t expert);
 
-/* Train statistics and rankings the policies build placements from. */
+/* Train statistics and rankings the policies build placements from: the collector's popularity
+ * counter over the train steps, and its rankings. */
 typedef struct sim_stats {
-    uint64_t *counts;     /* (n_layers, n_experts) routing decisions in the train steps */
-    uint32_t *order;      /* (n_layers, n_experts) per layer, experts by count desc, index asc */
+    mp_popularity train;  /* routes per (layer, expert) in the train steps: every layer has
+                           * n_experts, so train.count is (n_layers, n_experts), cell l*E+e */
+    uint16_t *order;      /* (n_layers, n_experts) per layer, experts by count desc, id asc */
     uint32_t *global;     /* (n_layers * n_experts) cells l*E+e by count desc, cell asc */
     uint64_t train_steps; /* steps [0, train_steps) are train */
 } sim_stats;

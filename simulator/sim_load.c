@@ -210,152 +210,187 @@ static mp_status nm_finish(non_moe_reader *nm, bool as_decode, mp_sim_trace *out
     return st;
 }
 
-mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp_sim_trace *out,
-                            mp_sim_trace_facts *facts, mp_error *err)
+/* The node table as the replay needs it: 1..MP_STRP_MAX_DIM nodes of one geometry (experts,
+ * top-k) on increasing node indices and layers; model_layer (n_nodes) gets each node's block. */
+static mp_status check_nodes(const char *path, const mp_trace_node_info *nodes, int64_t n_nodes,
+                             uint32_t *model_layer, mp_error *err)
 {
-    memset(out, 0, sizeof *out);
-    memset(facts, 0, sizeof *facts);
-    mp_trace_check *chk;
-    mp_status st = mp_trace_check_open(path, NULL, NULL, &chk, err); /* no sink: fail closed */
-    if (st)
-        return st;
-    mp_trace_reader *r = mp_trace_check_reader(chk);
-    const mp_trace_run *run = mp_trace_reader_run(r);
-    int64_t n_nodes = mp_trace_reader_n_nodes(r);
-    const mp_trace_node_info *nodes = mp_trace_reader_nodes(r);
-    uint32_t *model_layer = NULL;
-    uint16_t *block = NULL;
-    mp_trace_check_iter *it = NULL;
-    non_moe_reader nm = {0};
-    const bool want_non_moe = opt && opt->non_moe;
-    if (n_nodes < 1 || n_nodes > MP_STRP_MAX_DIM) {
-        st = mp_fail(err, MP_ERR_FORMAT, "trace %s: %lld nodes: expected 1..%u MoE nodes", path, (long long)n_nodes,
-                     MP_STRP_MAX_DIM);
-        goto done;
-    }
-    model_layer = malloc(sizeof *model_layer * (size_t)n_nodes);
-    if (!model_layer) {
-        st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
-        goto done;
-    }
     for (int64_t i = 0; i < n_nodes; i++) {
         const mp_trace_node_info *n = &nodes[i];
-        if (n->node_index < 0 || (i > 0 && n->node_index <= nodes[i - 1].node_index) || n->n_experts != nodes[0].n_experts || n->top_k != nodes[0].top_k || n->layer < 0 ||
-            n->layer >= MP_STRP_MAX_DIM || (i > 0 && n->layer <= nodes[i - 1].layer)) {
-            st = mp_fail(err, MP_ERR_FORMAT,
-                         "trace %s: node %lld (index %lld, layer %lld, %lld experts, top-%lld): expected increasing "
-                         "node indices and layers with the experts and top-k of node 0 (%lld, %lld)",
-                         path, (long long)i, (long long)n->node_index, (long long)n->layer, (long long)n->n_experts,
-                         (long long)n->top_k, (long long)nodes[0].n_experts, (long long)nodes[0].top_k);
-            goto done;
-        }
+        if (n->node_index < 0 || (i > 0 && n->node_index <= nodes[i - 1].node_index) ||
+            n->n_experts != nodes[0].n_experts || n->top_k != nodes[0].top_k || n->layer < 0 ||
+            n->layer >= MP_STRP_MAX_DIM || (i > 0 && n->layer <= nodes[i - 1].layer))
+            return mp_fail(err, MP_ERR_FORMAT,
+                           "trace %s: node %lld (index %lld, layer %lld, %lld experts, top-%lld): expected increasing "
+                           "node indices and layers with the experts and top-k of node 0 (%lld, %lld)",
+                           path, (long long)i, (long long)n->node_index, (long long)n->layer, (long long)n->n_experts,
+                           (long long)n->top_k, (long long)nodes[0].n_experts, (long long)nodes[0].top_k);
         model_layer[i] = (uint32_t)n->layer;
     }
     if (nodes[0].n_experts < 1 || nodes[0].n_experts > MP_STRP_MAX_DIM || nodes[0].top_k < 1 ||
-        nodes[0].top_k > nodes[0].n_experts) {
-        st = mp_fail(err, MP_ERR_FORMAT, "trace %s: nodes have %lld experts, top-%lld: expected 1 <= top-k <= experts <= %u",
-                     path, (long long)nodes[0].n_experts, (long long)nodes[0].top_k, MP_STRP_MAX_DIM);
-        goto done;
-    }
-    const uint32_t L = (uint32_t)n_nodes, E = (uint32_t)nodes[0].n_experts, K = (uint32_t)nodes[0].top_k;
-    if ((st = mp_sim_trace_init(out, L, E, K, model_layer, err)))
-        goto done;
+        nodes[0].top_k > nodes[0].n_experts)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "trace %s: nodes have %lld experts, top-%lld: expected 1 <= top-k <= experts <= %u", path,
+                       (long long)nodes[0].n_experts, (long long)nodes[0].top_k, MP_STRP_MAX_DIM);
+    return MP_OK;
+}
+
+/* An empty mp_sim_trace of the trace's geometry, and what the run says about the model. */
+static mp_status trace_geometry(mp_trace_reader *r, const char *path, mp_sim_trace *out, mp_sim_trace_facts *facts,
+                                mp_error *err)
+{
+    const int64_t n_nodes = mp_trace_reader_n_nodes(r);
+    const mp_trace_node_info *nodes = mp_trace_reader_nodes(r);
+    if (n_nodes < 1 || n_nodes > MP_STRP_MAX_DIM)
+        return mp_fail(err, MP_ERR_FORMAT, "trace %s: %lld nodes: expected 1..%u MoE nodes", path,
+                       (long long)n_nodes, MP_STRP_MAX_DIM);
+    uint32_t *model_layer = malloc(sizeof *model_layer * (size_t)n_nodes);
+    if (!model_layer)
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
+    mp_status st = check_nodes(path, nodes, n_nodes, model_layer, err);
+    if (!st)
+        st = mp_sim_trace_init(out, (uint32_t)n_nodes, (uint32_t)nodes[0].n_experts, (uint32_t)nodes[0].top_k,
+                               model_layer, err);
+    free(model_layer);
+    if (st)
+        return st;
+    const mp_trace_run *run = mp_trace_reader_run(r);
     facts->expert_bytes = nodes[0].expert_bytes;
     facts->n_embd = run->n_embd;
     facts->n_ff = run->n_ff_expert;
     snprintf(facts->model_sha256, sizeof facts->model_sha256, "%s", run->model_sha256 ? run->model_sha256 : "");
     snprintf(facts->quant, sizeof facts->quant, "%s", run->quant_types ? run->quant_types : "");
+    return MP_OK;
+}
 
-    if ((st = mp_trace_check_begin(chk, -1, &it, err)))
-        goto done;
-    if (want_non_moe && (st = nm_begin(&nm, r, path, err)))
-        goto done;
-    /* One step at a time: L records in node order with the step's n_rows (the checker
-     * guarantees both), then the step is added. */
-    uint64_t cap_rows = 0;
-    int64_t cur_req = -1, cur_step = -1;
-    uint32_t have = 0, rows = 0;
-    mp_trace_checked_rec rec;
-    int rc;
+/* One traced step gathered from its records, which the checker hands out in node order, each
+ * with the step's rows: ids is (n_layers, rows, top_k) once `have` reaches n_layers. */
+typedef struct step_block {
+    uint16_t *ids;     /* (n_layers, cap_rows, top_k) */
+    uint64_t cap_rows;
+    int64_t request, step;
+    uint32_t have, rows;
+} step_block;
+
+/* Add rec to the step it belongs to; *whole when it completes the step. */
+static mp_status gather(step_block *b, const mp_trace_checked_rec *rec, const mp_sim_trace *t, const char *path,
+                        bool *whole, mp_error *err)
+{
+    const uint32_t L = t->n_layers, K = t->top_k;
+    *whole = false;
+    if (rec->request_id != b->request || rec->step != b->step) {
+        b->request = rec->request_id;
+        b->step = rec->step;
+        b->have = 0;
+    }
+    if (rec->node != (int32_t)b->have)
+        return mp_fail(err, MP_ERR_INTERNAL, "trace %s: routing (request %lld, step %lld, node %lld): "
+                       "out of sequence after the trace checks", path, (long long)rec->request_id,
+                       (long long)rec->step, (long long)rec->node_index);
+    if ((uint64_t)rec->n_rows > UINT32_MAX / ((uint64_t)K * L))
+        return mp_fail(err, MP_ERR_LIMIT, "trace %s: routing (request %lld, step %lld): %lld rows: expected "
+                       "at most %llu for %u nodes x top-%u", path, (long long)rec->request_id,
+                       (long long)rec->step, (long long)rec->n_rows,
+                       (unsigned long long)(UINT32_MAX / ((uint64_t)K * L)), L, K);
+    b->rows = (uint32_t)rec->n_rows;
+    const uint64_t n = (uint64_t)b->rows * K;
+    if (b->have == 0 && b->rows > b->cap_rows) {
+        free(b->ids);
+        if (!(b->ids = malloc(sizeof *b->ids * n * L))) {
+            b->cap_rows = 0;
+            return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for a step of %u rows", path, b->rows);
+        }
+        b->cap_rows = b->rows;
+    }
+    memcpy(b->ids + (uint64_t)b->have * n, rec->expert_ids, sizeof *b->ids * n);
+    if (++b->have < L)
+        return MP_OK;
+    if (rec->request_id < 0 || rec->request_id > UINT32_MAX)
+        return mp_fail(err, MP_ERR_LIMIT, "trace %s: routing (request %lld, step %lld): request id out "
+                       "of range: expected 0..2^32-1", path, (long long)rec->request_id, (long long)rec->step);
+    b->have = 0;
+    *whole = true;
+    return MP_OK;
+}
+
+/* The gathered step into out: as it is, or with as_decode every row as its own one-row step (real
+ * routing replayed as if decoded). */
+static mp_status add_block(mp_sim_trace *out, const step_block *b, bool as_decode, const char *path, mp_error *err)
+{
     char where[160];
+    snprintf(where, sizeof where, "trace %s: step (request %lld, step %lld)", path, (long long)b->request,
+             (long long)b->step);
+    if (!as_decode)
+        return mp_sim_trace_add_step(out, (uint32_t)b->request, b->rows, b->ids, where, err);
+    const uint32_t L = out->n_layers, K = out->top_k;
+    const uint64_t n = (uint64_t)b->rows * K;
+    uint16_t *one = malloc(sizeof *one * (size_t)L * K); /* (n_layers, 1, top_k) */
+    if (!one)
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
+    mp_status st = MP_OK;
+    for (uint32_t row = 0; row < b->rows && !st; row++) {
+        for (uint32_t l = 0; l < L; l++)
+            memcpy(one + (size_t)l * K, b->ids + (uint64_t)l * n + (uint64_t)row * K, sizeof *one * K);
+        st = mp_sim_trace_add_step(out, (uint32_t)b->request, 1, one, where, err);
+    }
+    free(one);
+    return st;
+}
+
+/* Every step of the trace's routing, from the checked records of it, into out (and, when nm is
+ * given, each step's measured non-MoE time beside it). */
+static mp_status read_routing(mp_trace_check_iter *it, const char *path, bool as_decode, non_moe_reader *nm,
+                              mp_sim_trace *out, mp_error *err)
+{
+    step_block b = {.request = -1, .step = -1};
+    mp_trace_checked_rec rec;
+    mp_status st = MP_OK;
+    int rc;
     while ((rc = mp_trace_check_next(it, &rec, err)) == 1) {
-        if (rec.request_id != cur_req || rec.step != cur_step) {
-            cur_req = rec.request_id;
-            cur_step = rec.step;
-            have = 0;
-        }
-        if (rec.node != (int32_t)have) {
-            st = mp_fail(err, MP_ERR_INTERNAL, "trace %s: routing (request %lld, step %lld, node %lld): "
-                         "out of sequence after the trace checks", path, (long long)rec.request_id,
-                         (long long)rec.step, (long long)rec.node_index);
-            goto done;
-        }
-        if ((uint64_t)rec.n_rows > UINT32_MAX / ((uint64_t)K * L)) {
-            st = mp_fail(err, MP_ERR_LIMIT, "trace %s: routing (request %lld, step %lld): %lld rows: expected "
-                         "at most %llu for %u nodes x top-%u", path, (long long)rec.request_id,
-                         (long long)rec.step, (long long)rec.n_rows,
-                         (unsigned long long)(UINT32_MAX / ((uint64_t)K * L)), L, K);
-            goto done;
-        }
-        rows = (uint32_t)rec.n_rows;
-        uint64_t n = (uint64_t)rows * K;
-        if (have == 0 && rows > cap_rows) {
-            free(block);
-            block = malloc(sizeof *block * n * L);
-            if (!block) {
-                st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for a step of %u rows", path, rows);
-                goto done;
-            }
-            cap_rows = rows;
-        }
-        memcpy(block + (uint64_t)have * n, rec.expert_ids, sizeof *block * n);
-        if (++have == L) {
-            if (rec.request_id < 0 || rec.request_id > UINT32_MAX) {
-                st = mp_fail(err, MP_ERR_LIMIT, "trace %s: routing (request %lld, step %lld): request id out "
-                             "of range: expected 0..2^32-1", path, (long long)rec.request_id, (long long)rec.step);
-                goto done;
-            }
-            snprintf(where, sizeof where, "trace %s: step (request %lld, step %lld)", path, (long long)rec.request_id,
-                     (long long)rec.step);
-            if (want_non_moe &&
-                (st = nm_step(&nm, rec.request_id, rec.step, rows, opt->as_decode ? rows : 1, err)))
-                goto done;
-            if (opt && opt->as_decode) {
-                /* every row becomes a one-row step: real routing replayed as if decoded */
-                uint16_t *one = malloc(sizeof *one * (size_t)L * K);
-                if (!one) {
-                    st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
-                    goto done;
-                }
-                for (uint32_t row = 0; row < rows && !st; row++) {
-                    for (uint32_t l = 0; l < L; l++)
-                        memcpy(one + (size_t)l * K, block + (uint64_t)l * n + (uint64_t)row * K, sizeof *one * K);
-                    st = mp_sim_trace_add_step(out, (uint32_t)rec.request_id, 1, one, where, err);
-                }
-                free(one);
-            } else {
-                st = mp_sim_trace_add_step(out, (uint32_t)rec.request_id, rows, block, where, err);
-            }
-            if (st)
-                goto done;
-            have = 0;
-        }
+        bool whole;
+        if ((st = gather(&b, &rec, out, path, &whole, err)))
+            break;
+        if (!whole)
+            continue;
+        if (nm && (st = nm_step(nm, b.request, b.step, b.rows, as_decode ? b.rows : 1, err)))
+            break;
+        if ((st = add_block(out, &b, as_decode, path, err)))
+            break;
     }
-    if (rc < 0) {
-        st = (mp_status)rc;
-        goto done;
-    }
-    if (out->n_steps == 0) {
-        st = mp_fail(err, MP_ERR_FORMAT, "trace %s: no routing records: expected at least one step", path);
-        goto done;
-    }
-    if (want_non_moe)
-        st = nm_finish(&nm, opt->as_decode, out, err);
-done:
+    free(b.ids);
+    if (st)
+        return st;
+    if (rc < 0)
+        return (mp_status)rc;
+    if (out->n_steps == 0)
+        return mp_fail(err, MP_ERR_FORMAT, "trace %s: no routing records: expected at least one step", path);
+    return MP_OK;
+}
+
+mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp_sim_trace *out,
+                            mp_sim_trace_facts *facts, mp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    memset(facts, 0, sizeof *facts);
+    const bool as_decode = opt && opt->as_decode, want_non_moe = opt && opt->non_moe;
+    mp_trace_check *chk;
+    mp_status st = mp_trace_check_open(path, NULL, NULL, &chk, err); /* no sink: fail closed */
+    if (st)
+        return st;
+    mp_trace_reader *r = mp_trace_check_reader(chk);
+    mp_trace_check_iter *it = NULL;
+    non_moe_reader nm = {0};
+    st = trace_geometry(r, path, out, facts, err);
+    if (!st)
+        st = mp_trace_check_begin(chk, -1, &it, err);
+    if (!st && want_non_moe)
+        st = nm_begin(&nm, r, path, err);
+    if (!st)
+        st = read_routing(it, path, as_decode, want_non_moe ? &nm : NULL, out, err);
+    if (!st && want_non_moe)
+        st = nm_finish(&nm, as_decode, out, err);
     nm_free(&nm);
     mp_trace_check_end(it);
-    free(model_layer);
-    free(block);
     mp_trace_check_close(chk);
     if (st)
         mp_sim_trace_free(out);

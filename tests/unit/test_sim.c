@@ -223,15 +223,15 @@ Test(sim, non_moe_from_the_trace_by_hand)
 }
 
 /* The small trace's train statistics for the planner: every step in the train split, experts
- * ranked by train count (layer 0: e0 e1 e2 e3; layer 1: e0 e2 e3 e1). Free counts and order. */
+ * ranked by train count (layer 0: e0 e1 e2 e3; layer 1: e0 e2 e3 e1). Free train.count and order. */
 static sim_stats small_stats(void)
 {
     sim_stats st = {0};
-    st.counts = calloc(8, sizeof *st.counts);
+    st.train.count = calloc(8, sizeof *st.train.count);
     st.order = malloc(sizeof *st.order * 8);
-    cr_assert(st.counts && st.order);
+    cr_assert(st.train.count && st.order);
     st.train_steps = 4;
-    static const uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
+    static const uint16_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
     memcpy(st.order, order, sizeof order);
     return st;
 }
@@ -269,7 +269,7 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
     cr_assert_float_eq(cost[0], 4 * 165.0, 1e-9);
     cr_assert_float_eq(cost[1], 4 * 135.0, 1e-9);
     cr_assert_float_eq(cost[4], 4 * 14.0, 1e-9);
-    free(st.counts);
+    free(st.train.count);
     free(st.order);
     sim_tab_free(&tab);
     mp_sim_result_free(&g);
@@ -357,7 +357,7 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     sim_stats st = small_stats();
     static const uint64_t counts[8] = {4, 2, 1, 1, 3, 1, 2, 2};
-    memcpy(st.counts, counts, sizeof counts);
+    memcpy(st.train.count, counts, sizeof counts);
     double cost[2 * 5];
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(cost[0], 4 * 180.0, 1e-9); /* layer 0, capacity 0 */
@@ -397,7 +397,7 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(cost[1], 4 * 150.0, 1e-9);
-    free(st.counts);
+    free(st.train.count);
     free(st.order);
     sim_tab_free(&tab);
     mp_sim_result_free(&cpu);
@@ -481,11 +481,11 @@ Test(sim, plan_layer_costs_by_hand)
     mp_error err;
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     sim_stats st = {0};
-    st.counts = calloc(8, sizeof *st.counts);
+    st.train.count = calloc(8, sizeof *st.train.count);
     st.order = malloc(sizeof *st.order * 8);
     st.train_steps = 4;
     /* layer 0 order e0 e1 e2 e3; layer 1 order e0 e2 e3 e1 */
-    uint32_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
+    uint16_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
     memcpy(st.order, order, sizeof order);
     double cost[2 * 5];
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
@@ -510,7 +510,7 @@ Test(sim, plan_layer_costs_by_hand)
     cr_assert_eq(cap[0], 2);
     cr_assert_eq(cap[1], 4);
     cr_assert_float_eq(cost[cap[0]] + cost[5 + cap[1]], 420, 1e-9);
-    free(st.counts);
+    free(st.train.count);
     free(st.order);
     sim_tab_free(&tab);
     mp_sim_trace_free(&t);

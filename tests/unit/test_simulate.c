@@ -164,7 +164,7 @@ Test(simulate, cli_end_to_end)
              costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "2 MoE layers x 4 experts, top-2, 2 requests"), "%s", out);
-    cr_assert_not_null(strstr(out, "budget 0.00 GiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
+    cr_assert_not_null(strstr(out, "budget 3.81 MiB (4000000 bytes): 3 expert slots of 8"), "%s", out);
     cr_assert_not_null(strstr(out, "sensitivity (each cost x0.8 / x1.2"), "%s", out);
     cr_assert_not_null(strstr(out, "non_moe    x1.2:"), "%s", out);
     /* 1e6 budget: no slots; the profile is written for the first budget */
@@ -217,6 +217,30 @@ Test(simulate, cli_end_to_end)
         at = hit + 1;
     }
     cr_assert_null(strstr(svg, "0.00 GiB"), "%s", path);
+}
+
+/* --progress: the progress line on stderr even where stderr is not a terminal, its last line
+ * counting every routing decision of every replay: 2 requests x 3 rows x 2 layers x top-2 = 24
+ * per replay; lru beside all-gpu and all-cpu at two budgets is 6 replays, 144 decisions. Without
+ * it (and without a terminal, as here) there is no line; --no-progress after it turns it off. */
+Test(simulate, progress_line_counts_every_replay)
+{
+    static char out[1 << 16];
+    char args[2048];
+    const char *flags[3] = {"--progress", "", "--progress --no-progress"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 2000000B,3000000B "
+                 "--non-expert-bytes 1000000 --policy lru %s", costs_path(), flags[i]);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+        const char *line = strstr(out, "simulate: 144/144 decisions (100.0 %), ");
+        if (i == 0) {
+            cr_assert_not_null(line, "%s", out);
+            cr_assert_not_null(strstr(line, "replay 6/6, "), "%s", out);
+            cr_assert_null(strstr(line, "ETA"), "the last line has no ETA: %s", out);
+        } else {
+            cr_assert_null(strstr(out, "decisions ("), "%s: %s", flags[i], out);
+        }
+    }
 }
 
 Test(simulate, cli_errors_are_one_line)

@@ -1,0 +1,720 @@
+/* simulator/simulate.c — `moeplan simulate` as a library call (see simulate.h): the options are
+ * checked (check_options, check_outputs), the inputs loaded (load_inputs), every replay run and
+ * counted into the progress (replay_all: replay_budgets, replay_sweep, make_notes,
+ * replay_llamacpp, replay_sensitivity, each replay through replay_one) and the outputs written
+ * (write_outputs), in that order. */
+#include "simulator/simulate.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sha256.h"
+#include "base/atomic_file.h"
+#include "runtime/model.h"
+#include "runtime/placement.h"
+#include "runtime/session.h"
+
+void mp_simulate_options_init(mp_simulate_options *o)
+{
+    memset(o, 0, sizeof *o);
+    mp_sim_config_init(&o->cfg);
+    o->profile_policy = MP_POL_PLAN;
+    o->threads = INT_MAX;
+}
+
+/* ---- checks before any work ---- */
+
+mp_status mp_simulate_check_profile_policy(int p, mp_error *err)
+{
+    if (p < 0 || p >= MP_POL_COUNT || mp_sim_policy_is_online(p))
+        return mp_fail(err, MP_ERR_ARG, "--profile-policy %s: expected a static policy (an online cache has no "
+                       "fixed placement to export)", mp_sim_policy_name(p));
+    return MP_OK;
+}
+
+/* Options that contradict each other or lack what they need. */
+static mp_status check_options(const mp_simulate_options *o, mp_error *err)
+{
+    if (o->n_traces < 1 || o->n_traces > MP_SIMULATE_MAX_TRACES || !o->costs || o->n_budgets < 1 ||
+        o->n_budgets > MP_SIMULATE_MAX_BUDGETS)
+        return mp_fail(err, MP_ERR_ARG, "needs TRACE.db, --costs and --budget (try --help)");
+    if (o->llamacpp && !o->model)
+        return mp_fail(err, MP_ERR_ARG, "--emit-llamacpp needs -m MODEL: the command names the GGUF, and its "
+                       "metadata sizes llama.cpp's KV cache and weights");
+    if (o->policies[MP_POL_PROFILE] && !o->placement_profile)
+        return mp_fail(err, MP_ERR_ARG, "--policy profile needs --placement-profile P.strp");
+    return mp_simulate_check_profile_policy(o->profile_policy, err);
+}
+
+/* Every output against every input and the outputs before it, before any work: none may
+ * replace an input (compared by device and inode) or another output, and an existing one is
+ * replaced only with force (base/atomic_file.h). manifest gets PROFILE.json. */
+static mp_status check_outputs(const mp_simulate_options *o, char *manifest, size_t cap, mp_error *err)
+{
+    if (o->profile && (size_t)snprintf(manifest, cap, "%s.json", o->profile) >= cap)
+        return mp_fail(err, MP_ERR_ARG, "--emit-profile %s: path too long", o->profile);
+    mp_file_ref known[8 + MP_SIMULATE_MAX_TRACES] = {{o->costs, "--costs"}, {o->model, "--model"},
+                                                     {o->placement_profile, "--placement-profile"}};
+    int n = 3;
+    for (int t = 0; t < o->n_traces; t++)
+        known[n++] = (mp_file_ref){o->traces[t], o->n_traces == 1 ? "the trace" : "a trace"};
+    const mp_file_ref outputs[] = {{o->json, "--json"}, {o->svg, "--svg"}, {o->profile, "--emit-profile"},
+                                   {o->profile ? manifest : NULL, "the profile's manifest"}};
+    for (int i = 0; i < 4; i++) {
+        if (!outputs[i].path)
+            continue;
+        mp_status st = mp_output_check(outputs[i].path, outputs[i].role, o->force, known, n, err);
+        if (st)
+            return st;
+        known[n++] = outputs[i];
+    }
+    return MP_OK;
+}
+
+/* ---- inputs ---- */
+
+static void add_note(mp_simulate_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_note(mp_simulate_result *r, const char *fmt, ...)
+{
+    if (r->n_notes == MP_SIMULATE_MAX_NOTES)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->notes[r->n_notes++], sizeof r->notes[0], fmt, ap);
+    va_end(ap);
+}
+
+/* The cost entries for the trace's experts (the options' expert quant and threads). */
+static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *facts, const mp_simulate_options *o,
+                                const mp_cost_expert **gpu, const mp_cost_expert **cpu, mp_error *err)
+{
+    *gpu = NULL;
+    const char *quant = o->expert_quant ? o->expert_quant : facts->quant[0] ? facts->quant : NULL;
+    int matches = 0;
+    for (int i = 0; i < c->n_gpu_expert; i++) {
+        const mp_cost_expert *e = &c->gpu_expert[i];
+        if (quant && strcmp(e->quant, quant) && (o->expert_quant || c->n_gpu_expert > 1))
+            continue;
+        if (facts->n_embd > 0 && facts->n_ff > 0 && (e->n_embd != facts->n_embd || e->n_ff != facts->n_ff))
+            continue;
+        if (!*gpu)
+            *gpu = e;
+        matches++;
+    }
+    if (matches != 1)
+        return mp_fail(err, MP_ERR_ARG,
+                       "costs %s: %d GPU expert entries match (quant %s, shape %lldx%lld): expected exactly one "
+                       "(choose with --expert QUANT)",
+                       o->costs, matches, quant ? quant : "any", (long long)facts->n_embd, (long long)facts->n_ff);
+    *cpu = mp_costs_find_cpu(c, (*gpu)->quant, (*gpu)->n_embd, (*gpu)->n_ff, o->threads);
+    if (!*cpu)
+        return mp_fail(err, MP_ERR_ARG, "costs %s: no CPU expert entry for %s %lldx%lld: expected one beside the GPU entry",
+                       o->costs, (*gpu)->quant, (long long)(*gpu)->n_embd, (long long)(*gpu)->n_ff);
+    return MP_OK;
+}
+
+/* The model: checks that its expert shape is the trace's; then what the runtime will hold on the
+ * GPU besides experts, as run/bench/collect --gpu-budget count it (weights, KV cache for the
+ * context, scratch for the batch: mp_gpu_budget_compute, the runtime's own estimate; unless
+ * non_expert_given), the largest layer's expert size (the slots a budget holds, so that they fit
+ * in whichever layers the policy puts them, as the runtime places them), and whether the runtime
+ * will have the staging buffers that prefill weight copies need. r->ctx and r->batch get the sizes
+ * the session resolves them to; with llamacpp, r->llamacpp_gpu what llama.cpp would hold. */
+static mp_status apply_model(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    const mp_sim_trace_facts *facts = &r->facts;
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(o->model, &m, err);
+    if (st)
+        return st;
+    mp_placement_geom g = {0};
+    const int64_t bytes = (int64_t)mp_model_expert_bytes(m, 0);
+    if ((facts->expert_bytes > 0 && facts->expert_bytes != bytes) || (facts->n_embd > 0 && facts->n_embd != m->hp.n_embd) ||
+        (facts->n_ff > 0 && facts->n_ff != m->hp.n_ff_exp)) { /* <= 0: the trace does not say */
+        st = mp_fail(err, MP_ERR_ARG,
+                     "%s: experts of %lld bytes (hidden %lld, FFN %lld) do not match trace %s "
+                     "(%lld bytes, hidden %lld, FFN %lld)",
+                     o->model, (long long)bytes, (long long)m->hp.n_embd, (long long)m->hp.n_ff_exp, o->traces[0],
+                     (long long)facts->expert_bytes, (long long)facts->n_embd, (long long)facts->n_ff);
+        goto out;
+    }
+    const mp_session_params sp = {.n_ctx = r->ctx, .n_batch = r->batch};
+    mp_gpu_budget b;
+    if ((st = mp_session_resolve_sizes(m, &sp, &r->ctx, &r->batch, err)) ||
+        (st = mp_placement_geom_from_model(m, &g, err)) ||
+        (st = mp_gpu_budget_compute(&g, 0, r->ctx, r->batch, &b, err)))
+        goto out;
+    if (!o->non_expert_given)
+        r->cfg.non_expert_bytes = b.fixed_bytes;
+    if (o->llamacpp && (st = mp_llamacpp_gpu_from_gguf(m->gguf, r->ctx, &r->llamacpp_gpu, err)))
+        goto out;
+    r->cfg.slot_bytes = 0;
+    for (int64_t il = 0; il < g.n_layer; il++)
+        r->cfg.slot_bytes = g.expert_bytes[il] > r->cfg.slot_bytes ? g.expert_bytes[il] : r->cfg.slot_bytes;
+    r->cfg.no_copies = r->batch < MP_GPU_COPY_MIN_ROWS;
+out:
+    mp_placement_geom_free(&g);
+    mp_model_free(m);
+    return st;
+}
+
+/* llamacpp: the model's expert tensors must sit in the blocks of the trace's MoE layers. */
+static mp_status llamacpp_check_blocks(const mp_simulate_options *o, const mp_simulate_result *r, mp_error *err)
+{
+    const mp_llamacpp_gpu *x = &r->llamacpp_gpu;
+    const mp_sim_trace *t = &r->trace;
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < x->n_blocks; b++)
+        n += x->expert_bytes[b] > 0;
+    for (uint32_t l = 0; l < t->n_layers; l++)
+        if (t->model_layer[l] >= x->n_blocks || !x->expert_bytes[t->model_layer[l]])
+            n = UINT32_MAX;
+    if (n != t->n_layers)
+        return mp_fail(err, MP_ERR_ARG, "%s: its expert tensors (blk.N.ffn_*_exps) are not in the blocks of trace "
+                       "%s's %u MoE layers: expected the traced model", o->model, o->traces[0], t->n_layers);
+    return MP_OK;
+}
+
+/* The cost model, the traces, the model's sizes, the placement profile and the cost entries, all
+ * checked against each other; r->cfg is then the replay's. */
+static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    mp_status st = mp_costs_load(o->costs, &r->costs, err);
+    if (st)
+        return st;
+    if ((st = mp_costs_require_gpu(&r->costs, o->costs, err))) /* every budget places experts on a GPU */
+        return st;
+    const mp_sim_load_options lo = {.as_decode = o->as_decode, .non_moe = o->cfg.non_moe_source == MP_NON_MOE_TRACE};
+    if ((st = mp_sim_load_traces(o->traces, o->n_traces, &lo, &r->trace, &r->facts, err)))
+        return st;
+    for (int t = 0, n = 0; t < o->n_traces && n < (int)sizeof r->trace_names; t++)
+        n += snprintf(r->trace_names + n, sizeof r->trace_names - (size_t)n, "%s%s", t ? " + " : "", o->traces[t]);
+    if (o->max_rows)
+        mp_sim_trace_keep_rows(&r->trace, (uint64_t)o->max_rows);
+    if (!o->model && !o->non_expert_given)
+        return mp_fail(err, MP_ERR_ARG, "--budget counts everything the runtime holds on the GPU (weights, KV cache, "
+                       "scratch, experts), as --gpu-budget does: expected -m MODEL (or --non-expert-bytes N)");
+    if (o->model && (st = apply_model(o, r, err)))
+        return st;
+    if (o->llamacpp && (st = llamacpp_check_blocks(o, r, err)))
+        return st;
+    if (o->placement_profile) { /* the reader refuses a profile of another geometry */
+        const mp_strp_geometry geo = {mp_sim_trace_blocks(&r->trace), r->trace.n_experts};
+        if ((st = mp_strp_read_file(o->placement_profile, &geo, &r->placed, err)))
+            return st;
+        r->cfg.profile = &r->placed;
+    }
+    const mp_cost_expert *gpu, *cpu;
+    if ((st = choose_entries(&r->costs, &r->facts, o, &gpu, &cpu, err)))
+        return st;
+    r->gpu = *gpu;
+    if (r->facts.expert_bytes > 0 && (uint64_t)r->facts.expert_bytes != r->gpu.expert_bytes) {
+        /* the trace measured the real model: its expert size wins over the calibration's */
+        add_note(r, "expert size %lld bytes from the trace (cost file says %llu)", (long long)r->facts.expert_bytes,
+                 (unsigned long long)r->gpu.expert_bytes);
+        r->gpu.expert_bytes = (uint64_t)r->facts.expert_bytes;
+    }
+    r->cfg.costs = &r->costs;
+    r->cfg.costs_name = o->costs;
+    r->cfg.gpu = &r->gpu;
+    r->cfg.cpu = cpu;
+    return MP_OK;
+}
+
+/* ---- replays ---- */
+
+/* The progress of the replays: the options' callback, what is done, and one replay's decisions
+ * (every replay walks every step of the trace). mp_sim_config.progress_user of the replays. */
+typedef struct progress_tracker {
+    mp_simulate_progress_fn fn;
+    void *user;
+    mp_simulate_progress done;
+    uint64_t per_replay;
+} progress_tracker;
+
+static void on_decisions(void *user, uint64_t decisions)
+{
+    progress_tracker *tr = user;
+    mp_simulate_progress now = tr->done;
+    now.decisions += decisions;
+    tr->fn(tr->user, &now);
+}
+
+/* One replay (mp_sim_run), counted into the progress when c has one. */
+static mp_status replay_one(const mp_sim_trace *t, const mp_sim_config *c, mp_sim_policy policy, mp_sim_result *out,
+                            mp_error *err)
+{
+    const mp_status st = mp_sim_run(t, c, policy, out, err);
+    if (!st && c->progress == on_decisions) {
+        progress_tracker *tr = c->progress_user;
+        tr->done.replays++;
+        tr->done.decisions += tr->per_replay;
+        tr->fn(tr->user, &tr->done);
+    }
+    return st;
+}
+
+static void free_runs(mp_sim_budget_run *runs, int n)
+{
+    for (int b = 0; b < n; b++)
+        for (int p = 0; p < MP_POL_COUNT; p++)
+            if (runs[b].ran[p])
+                mp_sim_result_free(&runs[b].res[p]);
+}
+
+/* The policies replayed at every budget: the options' and the ones always added. */
+static void policies_run(const mp_simulate_options *o, bool run[MP_POL_COUNT])
+{
+    memcpy(run, o->policies, sizeof o->policies);
+    run[MP_POL_ALL_GPU] = run[MP_POL_ALL_CPU] = true; /* baselines, always */
+    if (o->placement_profile)
+        run[MP_POL_PROFILE] = true;
+    if (o->profile)
+        run[o->profile_policy] = true;
+}
+
+/* Every policy at every budget under cfg; fills runs (n_budgets). */
+static mp_status replay_budgets(const mp_simulate_options *o, const mp_sim_trace *t, const mp_sim_config *cfg,
+                                mp_sim_budget_run *runs, mp_error *err)
+{
+    bool run[MP_POL_COUNT];
+    policies_run(o, run);
+    for (int b = 0; b < o->n_budgets; b++) {
+        mp_sim_config c = *cfg;
+        c.budget_bytes = o->budgets[b];
+        runs[b].budget_bytes = o->budgets[b];
+        mp_status st = mp_sim_slots(t, &c, &runs[b].slots, err);
+        if (st)
+            return st;
+        for (int p = 0; p < MP_POL_COUNT; p++) {
+            if (!run[p])
+                continue;
+            if ((st = replay_one(t, &c, (mp_sim_policy)p, &runs[b].res[p], err)))
+                return st;
+            runs[b].ran[p] = true;
+        }
+    }
+    return MP_OK;
+}
+
+/* The sweep: its policy at every budget for every value of its parameter, the other parameters as
+ * configured; fills r->sweep.res (value-major). */
+static mp_status replay_sweep(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    mp_sim_sweep *sw = &r->sweep;
+    sw->res = calloc((size_t)sw->n_values * (size_t)o->n_budgets, sizeof *sw->res);
+    if (!sw->res)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the sweep");
+    for (int v = 0; v < sw->n_values; v++) {
+        mp_sim_config c = r->cfg;
+        const double x = sw->values[v];
+        if (!strcmp(sw->param, "alpha"))
+            c.alpha = x;
+        else if (!strcmp(sw->param, "beta"))
+            c.beta = x;
+        else if (!strcmp(sw->param, "epsilon"))
+            c.epsilon = x;
+        else
+            c.window = (uint32_t)x;
+        for (int b = 0; b < o->n_budgets; b++) {
+            c.budget_bytes = o->budgets[b];
+            mp_status st = replay_one(&r->trace, &c, sw->policy, &sw->res[(size_t)v * o->n_budgets + b], err);
+            if (st)
+                return st;
+        }
+    }
+    return MP_OK;
+}
+
+/* Whether llama.cpp's own GPU memory (weights, KV cache, compute buffers) fits the budget: only
+ * then is there a command, and its layers to replay. */
+static bool llamacpp_fits(const mp_simulate_result *r, uint64_t budget_bytes)
+{
+    return budget_bytes >= r->llamacpp_gpu.fixed_bytes;
+}
+
+static double ms_per_token(const mp_sim_result *res)
+{
+    const mp_sim_metrics *m = mp_sim_rank_metrics(res);
+    return m->tokens ? m->time_ns / 1e6 / (double)m->tokens : 0;
+}
+
+/* The whole layers llama.cpp can keep on the GPU at a budget: best-layers, replayed with
+ * llama.cpp's own GPU memory as the budget's fixed part and its expert tensors as the slots;
+ * cpu_block (n_blocks, zeroed) gets the blocks whose experts stay on the CPU, *ms_layers its
+ * prediction and *ms_plan the per-expert plan's in the same memory (what an STRP profile would
+ * give llama.cpp). */
+static mp_status llamacpp_layers(const mp_simulate_result *r, uint64_t budget_bytes, bool *cpu_block,
+                                 double *ms_layers, double *ms_plan, mp_error *err)
+{
+    const mp_llamacpp_gpu *x = &r->llamacpp_gpu;
+    const mp_sim_trace *t = &r->trace;
+    /* one slot = the largest per-expert share of a layer's expert tensors, so that any whole
+     * layers the policy picks fit */
+    uint64_t slot = 0;
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        const uint64_t b = (x->expert_bytes[t->model_layer[l]] + t->n_experts - 1) / t->n_experts;
+        slot = b > slot ? b : slot;
+    }
+    mp_sim_config c = r->cfg;
+    c.budget_bytes = budget_bytes;
+    c.non_expert_bytes = x->fixed_bytes;
+    c.slot_bytes = slot;
+    uint32_t *per_block = calloc(x->n_blocks, sizeof *per_block); /* (n_blocks) resident experts */
+    if (!per_block)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the llama.cpp command");
+    mp_sim_result layers, plan;
+    memset(&layers, 0, sizeof layers);
+    memset(&plan, 0, sizeof plan);
+    mp_status st = replay_one(t, &c, MP_POL_BEST_LAYERS, &layers, err);
+    if (!st)
+        st = replay_one(t, &c, MP_POL_PLAN, &plan, err);
+    if (!st) {
+        for (uint32_t i = 0; i < mp_strp_resident(&layers.profile); i++)
+            per_block[layers.profile.ranked[i].layer]++;
+        for (uint32_t l = 0; l < t->n_layers; l++)
+            cpu_block[t->model_layer[l]] = per_block[t->model_layer[l]] < t->n_experts;
+        *ms_layers = ms_per_token(&layers);
+        *ms_plan = ms_per_token(&plan);
+    }
+    mp_sim_result_free(&layers);
+    mp_sim_result_free(&plan);
+    free(per_block);
+    return st;
+}
+
+/* The llama.cpp command at one budget (llamacpp_layers), what the GPU then holds, and its
+ * prediction beside the per-expert plan's and all-CPU's. *text_out gets the table's lines
+ * (malloc'd) and *out the numbers (out->command malloc'd, NULL when llama.cpp's own needs exceed
+ * the budget). */
+static mp_status llamacpp_at(const mp_simulate_options *o, const mp_simulate_result *r, const mp_sim_budget_run *run,
+                             char **text_out, mp_sim_llamacpp *out, mp_error *err)
+{
+    const mp_llamacpp_gpu *x = &r->llamacpp_gpu;
+    const mp_sim_trace *t = &r->trace;
+    const size_t cap = 16384;
+    char *text = malloc(cap), *cmd = malloc(cap);
+    bool *cpu_block = calloc(x->n_blocks, sizeof *cpu_block);
+    *text_out = NULL;
+    *out = (mp_sim_llamacpp){.weights_bytes = x->weights_bytes, .kv_bytes = x->kv_bytes,
+                             .compute_bytes = x->compute_bytes, .kv_cells = x->n_ctx};
+    if (!text || !cmd || !cpu_block) {
+        free(text), free(cmd), free(cpu_block);
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the llama.cpp command");
+    }
+    char budget[32], weights[32], kv[32], compute[32], fixed[32], experts[32], total[32];
+    mp_format_bytes(run->budget_bytes, budget, sizeof budget);
+    mp_format_bytes(x->weights_bytes, weights, sizeof weights);
+    mp_format_bytes(x->kv_bytes, kv, sizeof kv);
+    mp_format_bytes(x->compute_bytes, compute, sizeof compute);
+    mp_format_bytes(x->fixed_bytes, fixed, sizeof fixed);
+    if (!llamacpp_fits(r, run->budget_bytes)) {
+        snprintf(text, cap, "no command: llama.cpp's own GPU memory (weights %s + KV cache %s at -c %lld + compute "
+                 "buffers %s, estimated) = %s exceeds the budget %s", weights, kv, (long long)r->ctx, compute,
+                 fixed, budget);
+        free(cmd), free(cpu_block);
+        *text_out = text;
+        return MP_OK;
+    }
+    double ms_layers = 0, ms_plan = 0;
+    mp_status st = llamacpp_layers(r, run->budget_bytes, cpu_block, &ms_layers, &ms_plan, err);
+    if (st) {
+        free(text), free(cmd), free(cpu_block);
+        return st;
+    }
+    uint64_t gpu_expert_bytes = 0;
+    size_t n = 0;
+    char cpu_list[4096] = "";
+    uint32_t n_cpu = 0;
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        const uint32_t b = t->model_layer[l];
+        if (!cpu_block[b])
+            gpu_expert_bytes += x->expert_bytes[b];
+        else if (n < sizeof cpu_list)
+            n += (size_t)snprintf(cpu_list + n, sizeof cpu_list - n, "%s%u", n_cpu++ ? "," : "", b);
+        else
+            n_cpu++;
+    }
+    mp_format_bytes(gpu_expert_bytes, experts, sizeof experts);
+    mp_format_bytes(x->fixed_bytes + gpu_expert_bytes, total, sizeof total);
+    const double ms_cpu = ms_per_token(&run->res[MP_POL_ALL_CPU]);
+    char kept[96] = "";
+    if (ms_cpu > ms_plan)
+        snprintf(kept, sizeof kept, ": it keeps %.0f %% of the plan's gain over all-CPU",
+                 100.0 * (ms_cpu - ms_layers) / (ms_cpu - ms_plan));
+    if (!mp_llamacpp_command(o->model, r->ctx, x, cpu_block, cmd, cap)) {
+        snprintf(cmd, cap, "(the command is longer than %zu bytes)", cap - 1);
+    }
+    snprintf(text, cap,
+             "%s\n"
+             "                experts on the CPU: %s%s (%u of %u MoE layers); GPU: weights %s + KV cache %s (-c %lld "
+             "as %lld cells, F16) + compute buffers %s (estimate, docs/simulator.md) + experts %s = %s of %s\n"
+             "                predicted %.4f ms/token for these whole layers, %.4f for the per-expert plan in "
+             "the same memory, %.4f all-CPU%s; llama.cpp places whole tensors (all experts of a layer): per-expert placement needs "
+             "the STRP profile (--emit-profile, schemas/strp.md)",
+             cmd, n_cpu ? "blocks " : "none", cpu_list, n_cpu, t->n_layers, weights, kv, (long long)r->ctx,
+             (long long)x->n_ctx, compute, experts, total, budget, ms_layers, ms_plan, ms_cpu, kept);
+    free(cpu_block);
+    out->command = cmd;
+    out->gpu_expert_bytes = gpu_expert_bytes;
+    out->ms_layers = ms_layers, out->ms_plan = ms_plan, out->ms_all_cpu = ms_cpu;
+    *text_out = text;
+    return MP_OK;
+}
+
+static mp_status replay_llamacpp(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    for (int b = 0; b < o->n_budgets; b++) {
+        mp_status st = llamacpp_at(o, r, &r->runs[b], &r->llamacpp_text[b], &r->llamacpp[b], err);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
+/* Policies ordered by tok/s (held-out where it exists); returns the best. rank[p] = position. */
+static int rank_policies(const mp_sim_budget_run *run, int rank[MP_POL_COUNT])
+{
+    int order[MP_POL_COUNT], n = 0;
+    for (int p = 0; p < MP_POL_COUNT; p++)
+        if (run->ran[p] && p != MP_POL_ALL_GPU && p != MP_POL_BELADY) /* unattainable references */
+            order[n++] = p;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            double a = mp_sim_tok_s(mp_sim_rank_metrics(&run->res[order[j - 1]]));
+            double b = mp_sim_tok_s(mp_sim_rank_metrics(&run->res[order[j]]));
+            if (b > a) {
+                int x = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = x;
+            }
+        }
+    for (int p = 0; p < MP_POL_COUNT; p++)
+        rank[p] = -1;
+    for (int i = 0; i < n; i++)
+        rank[order[i]] = i;
+    return n ? order[0] : -1;
+}
+
+/* Sensitivity: everything again with each cost x0.8 and x1.2; per budget the best policy and how
+ * many policies changed rank against r->runs. */
+static mp_status replay_sensitivity(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    int base_rank[MP_SIMULATE_MAX_BUDGETS][MP_POL_COUNT];
+    for (int b = 0; b < o->n_budgets; b++)
+        rank_policies(&r->runs[b], base_rank[b]);
+    for (int c = 0; c < MP_COST_PARTS; c++)
+        for (int k = 0; k < 2; k++) {
+            mp_sim_config sc = r->cfg;
+            sc.scale[c] = k ? 1.2 : 0.8;
+            mp_sim_budget_run alt[MP_SIMULATE_MAX_BUDGETS];
+            memset(alt, 0, sizeof alt);
+            mp_status st = replay_budgets(o, &r->trace, &sc, alt, err);
+            for (int b = 0; !st && b < o->n_budgets; b++) {
+                int rank[MP_POL_COUNT];
+                r->sens.best[c][k][b] = rank_policies(&alt[b], rank);
+                int moved = 0;
+                for (int p = 0; p < MP_POL_COUNT; p++)
+                    moved += rank[p] != base_rank[b][p];
+                r->sens.rank_changes[c][k][b] = moved;
+            }
+            free_runs(alt, o->n_budgets);
+            if (st)
+                return st;
+        }
+    r->sens.done = true;
+    return MP_OK;
+}
+
+/* How many replays the options make (for the progress): what replay_budgets, replay_sweep,
+ * replay_llamacpp and replay_sensitivity run. */
+static int count_replays(const mp_simulate_options *o, const mp_simulate_result *r)
+{
+    bool run[MP_POL_COUNT];
+    policies_run(o, run);
+    int per_budget = 0;
+    for (int p = 0; p < MP_POL_COUNT; p++)
+        per_budget += run[p];
+    int n = per_budget * o->n_budgets * (1 + (o->sensitivity ? 2 * MP_COST_PARTS : 0));
+    n += r->sweep.n_values * o->n_budgets;
+    for (int b = 0; o->llamacpp && b < o->n_budgets; b++)
+        n += llamacpp_fits(r, o->budgets[b]) ? 2 : 0; /* best-layers and plan */
+    return n;
+}
+
+static void make_notes(const mp_simulate_options *o, mp_simulate_result *r);
+
+/* Every replay the options ask for, and the notes on what they rest on. */
+static mp_status replay_all(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    r->n_budgets = o->n_budgets;
+    mp_status st = replay_budgets(o, &r->trace, &r->cfg, r->runs, err);
+    if (st)
+        return st;
+    if (r->sweep.n_values && (st = replay_sweep(o, r, err)))
+        return st;
+    make_notes(o, r);
+    if (o->llamacpp && (st = replay_llamacpp(o, r, err)))
+        return st;
+    if (o->sensitivity && (st = replay_sensitivity(o, r, err)))
+        return st;
+    return MP_OK;
+}
+
+/* ---- notes and outputs ---- */
+
+/* What the predictions rest on, said once they exist: the budget's fixed part, the CPU level, the
+ * far routes decided, and any layer step held to the floor. */
+static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
+{
+    const mp_sim_config *cfg = &r->cfg;
+    char fixed[32];
+    mp_format_bytes(cfg->non_expert_bytes, fixed, sizeof fixed);
+    if (o->model)
+        add_note(r, "each budget holds %s besides experts (%s at --ctx-size %lld, --batch-size %lld, as --gpu-budget "
+                 "counts it)", fixed, o->non_expert_given ? "--non-expert-bytes" : "weights, KV cache and scratch",
+                 (long long)r->ctx, (long long)r->batch);
+    const double f = mp_sim_cpu_anchor(cfg->costs, cfg->cpu);
+    if (f != 1.0)
+        add_note(r, "CPU expert curves x %.3f: the decode grid's all-cold step (%d CPU experts, far routes off) "
+                 "measured in the runtime, over the %d-thread microbenchmark", f, cfg->costs->decode.top_k,
+                 cfg->cpu->threads);
+    uint64_t floored = 0, far = 0, routes = 0;
+    for (int b = 0; b < r->n_budgets; b++)
+        for (int p = 0; p < MP_POL_COUNT; p++)
+            if (r->runs[b].ran[p]) {
+                const mp_sim_metrics *m[2] = {&r->runs[b].res[p].train, &r->runs[b].res[p].test};
+                for (int k = 0; k < 2; k++)
+                    floored += m[k]->floored, far += m[k]->routes_far, routes += m[k]->decisions;
+            }
+    if (far)
+        add_note(r, "far routes (the GPU reading cold experts over the bus, as the runtime decides them from the "
+                 "decode grid): %.1f %% of all routes simulated", 100.0 * (double)far / (double)(routes ? routes : 1));
+    if (floored)
+        add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
+                 "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);
+}
+
+/* The profile of the profile policy at the first budget, and its manifest (r->manifest). */
+static mp_status write_profile(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    const mp_sim_result *res = &r->runs[0].res[o->profile_policy];
+    char costs_hex[65], trace_hex[65];
+    mp_status st = mp_sha256_file(o->costs, "costs", costs_hex, NULL, err);
+    if (!st && o->n_traces == 1)
+        st = mp_sha256_file(o->traces[0], "trace", trace_hex, NULL, err);
+    if (st)
+        return st;
+    mp_strp_manifest m;
+    mp_strp_manifest_init(&m);
+    m.model_sha256 = r->facts.model_sha256[0] ? r->facts.model_sha256 : NULL;
+    m.budget_bytes = r->runs[0].budget_bytes;
+    m.policy = mp_sim_policy_name(o->profile_policy);
+    m.params[m.n_params++] = (mp_strp_param){"non_expert_bytes", (double)r->cfg.non_expert_bytes};
+    m.params[m.n_params++] = (mp_strp_param){"expert_bytes", (double)r->gpu.expert_bytes};
+    m.costs_sha256 = costs_hex;
+    m.trace_sha256 = o->n_traces == 1 ? trace_hex : NULL; /* null: made from several traces */
+    m.train_frac = r->cfg.train_frac;
+    m.predicted_tok_s = mp_sim_tok_s(mp_sim_rank_metrics(res));
+    /* coverage: the share of held-out routes the profile's resident experts serve */
+    if (res->test.decisions)
+        m.heldout_coverage = mp_sim_hit_rate(&res->test);
+    if ((st = mp_strp_write_file(o->profile, &res->profile, err)) ||
+        (st = mp_strp_manifest_write(r->manifest, &m, &res->profile, err)))
+        return st;
+    snprintf(r->profile_line, sizeof r->profile_line, "profile %s (%s, %u resident of %u ranked) and manifest %s written",
+             o->profile, m.policy, mp_strp_resident(&res->profile), mp_strp_ranking_len(&res->profile), r->manifest);
+    return MP_OK;
+}
+
+static mp_status write_outputs(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    const mp_sim_report rep = mp_simulate_report(r);
+    mp_status st = MP_OK;
+    if (o->json && (st = mp_sim_report_json(o->json, &rep, err)))
+        return st;
+    if (o->svg && (st = mp_sim_report_svg(o->svg, &rep, err)))
+        return st;
+    if (o->profile)
+        st = write_profile(o, r, err);
+    return st;
+}
+
+/* ---- the entry ---- */
+
+mp_status mp_simulate(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->costs_path = o->costs;
+    r->cfg = o->cfg;
+    r->ctx = o->ctx;
+    r->batch = o->batch;
+    r->sweep = o->sweep;
+    r->sweep.res = NULL;
+    mp_status st = check_options(o, err);
+    if (!st)
+        st = check_outputs(o, r->manifest, sizeof r->manifest, err);
+    if (st)
+        return st;
+    r->checked = true;
+    if ((st = load_inputs(o, r, err)))
+        return st;
+    progress_tracker tr = {o->progress, o->progress_user, {0}, r->trace.n_ids};
+    if (o->progress) { /* the replays count into tr while it lives */
+        tr.done.replays_total = count_replays(o, r);
+        tr.done.decisions_total = (uint64_t)tr.done.replays_total * tr.per_replay;
+        r->cfg.progress = on_decisions;
+        r->cfg.progress_user = &tr;
+    }
+    st = replay_all(o, r, err);
+    r->cfg.progress = NULL;
+    r->cfg.progress_user = NULL;
+    if (st)
+        return st;
+    return write_outputs(o, r, err);
+}
+
+void mp_simulate_result_free(mp_simulate_result *r)
+{
+    for (int b = 0; b < MP_SIMULATE_MAX_BUDGETS; b++)
+        free(r->llamacpp_text[b]), free(r->llamacpp[b].command);
+    mp_llamacpp_gpu_free(&r->llamacpp_gpu);
+    free_runs(r->runs, r->n_budgets);
+    for (int i = 0; r->sweep.res && i < r->sweep.n_values * r->n_budgets; i++)
+        mp_sim_result_free(&r->sweep.res[i]);
+    free(r->sweep.res);
+    mp_sim_trace_free(&r->trace);
+    mp_costs_free(&r->costs);
+    mp_strp_free(&r->placed);
+    memset(r, 0, sizeof *r);
+}
+
+mp_sim_report mp_simulate_report(const mp_simulate_result *r)
+{
+    const bool llamacpp = r->llamacpp_text[0] != NULL; /* made at every budget or none */
+    return (mp_sim_report){
+        .trace_path = r->trace_names,
+        .costs_path = r->costs_path,
+        .cfg = &r->cfg,
+        .trace = &r->trace,
+        .runs = r->runs,
+        .n_runs = r->n_budgets,
+        .sens = r->sens,
+        .llamacpp_ot = llamacpp ? r->llamacpp_text : NULL,
+        .llamacpp = llamacpp ? r->llamacpp : NULL,
+        .sweep = r->sweep.n_values ? &r->sweep : NULL,
+    };
+}
+
+double mp_simulate_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p)
+{
+    if (b < 0 || b >= r->n_budgets || p < 0 || p >= MP_POL_COUNT || !r->runs[b].ran[p])
+        return 0;
+    const mp_sim_result *res = &r->runs[b].res[p];
+    const double time_ns = res->train.time_ns + res->test.time_ns;
+    const uint64_t tokens = res->train.tokens + res->test.tokens;
+    return tokens ? time_ns / (double)tokens / 1e6 : 0;
+}
