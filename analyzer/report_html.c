@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "analyzer/report.h"
-#include "analyzer/svg.h"
+#include "base/svg.h"
 
 
 static void esc(FILE *f, const char *s)

@@ -17,7 +17,7 @@
 
 #include "base/fault.h"
 #include "analyzer/report.h"
-#include "analyzer/svg.h"
+#include "base/svg.h"
 
 #define MAX_POINTS 600
 

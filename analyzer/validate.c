@@ -51,94 +51,6 @@ mp_status mp_an_problem(mp_an_problems *pb, const char *fmt, ...)
             return MP_ERR_FORMAT;                                                                 \
     } while (0)
 
-static bool str_eq_null(const char *a, const char *b)
-{
-    return (!a && !b) || (a && b && !strcmp(a, b));
-}
-
-static const char *or_null(const char *s)
-{
-    return s ? s : "NULL";
-}
-
-/* The writer's run id (config_json.run_id, 32 hex digits), if the trace has one. */
-static bool run_id(const mp_trace_run *run, char out[40])
-{
-    out[0] = '\0';
-    cJSON *cfg = run->config_json ? cJSON_Parse(run->config_json) : NULL;
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(cfg, "run_id");
-    if (cJSON_IsString(id) && strlen(id->valuestring) < 40)
-        snprintf(out, 40, "%s", id->valuestring);
-    cJSON_Delete(cfg);
-    return out[0] != '\0';
-}
-
-/* A merged trace must come from the same model and have the same node identities as the first. */
-static mp_status check_same_model(const mp_an_input *in, int ti, mp_an_problems *pb)
-{
-    const char *p0 = in->meta[0].path, *p = in->meta[ti].path;
-    const mp_trace_run *a = mp_trace_reader_run(in->trace[0]), *b = mp_trace_reader_run(in->trace[ti]);
-    if (!str_eq_null(a->model_sha256, b->model_sha256))
-        PROBLEM("trace %s: model SHA-256 %s differs from %s's %s: only traces of the same model "
-                "merge",
-                p, or_null(b->model_sha256), p0, or_null(a->model_sha256));
-    if (a->n_experts != b->n_experts || a->top_k != b->top_k || a->n_layers != b->n_layers ||
-        a->n_moe_layers != b->n_moe_layers || !str_eq_null(a->architecture, b->architecture))
-        PROBLEM("trace %s: shape (%s, %lld layers, %lld MoE layers, %lld experts, top-%lld) "
-                "differs from %s's (%s, %lld, %lld, %lld, top-%lld)",
-                p, or_null(b->architecture), (long long)b->n_layers, (long long)b->n_moe_layers,
-                (long long)b->n_experts, (long long)b->top_k, p0, or_null(a->architecture),
-                (long long)a->n_layers, (long long)a->n_moe_layers, (long long)a->n_experts,
-                (long long)a->top_k);
-    const int64_t n0 = mp_trace_reader_n_nodes(in->trace[0]), n1 = mp_trace_reader_n_nodes(in->trace[ti]);
-    const mp_trace_node_info *x0 = mp_trace_reader_nodes(in->trace[0]);
-    const mp_trace_node_info *x1 = mp_trace_reader_nodes(in->trace[ti]);
-    for (int64_t i = 0; i < (n0 > n1 ? n0 : n1); i++) {
-        if (i >= n0 || i >= n1) {
-            const mp_trace_node_info *x = i >= n0 ? &x1[i] : &x0[i];
-            PROBLEM("trace %s: node %lld ('%s'): present in %s only, expected the same node "
-                    "table in every merged trace",
-                    p, (long long)x->node_index, or_null(x->node_name), i >= n0 ? p : p0);
-            continue;
-        }
-        if (x0[i].node_index != x1[i].node_index || !str_eq_null(x0[i].node_type, x1[i].node_type) ||
-            !str_eq_null(x0[i].node_name, x1[i].node_name) || x0[i].layer != x1[i].layer ||
-            x0[i].n_experts != x1[i].n_experts || x0[i].top_k != x1[i].top_k ||
-            x0[i].expert_bytes != x1[i].expert_bytes)
-            PROBLEM("trace %s: node row %lld: (index %lld, type '%s', name '%s', layer %lld, %lld "
-                    "experts, top-%lld, %lld bytes) disagrees with %s's (%lld, '%s', '%s', %lld, "
-                    "%lld, top-%lld, %lld bytes)",
-                    p, (long long)i, (long long)x1[i].node_index, or_null(x1[i].node_type),
-                    or_null(x1[i].node_name), (long long)x1[i].layer, (long long)x1[i].n_experts,
-                    (long long)x1[i].top_k, (long long)x1[i].expert_bytes, p0,
-                    (long long)x0[i].node_index, or_null(x0[i].node_type),
-                    or_null(x0[i].node_name), (long long)x0[i].layer, (long long)x0[i].n_experts,
-                    (long long)x0[i].top_k, (long long)x0[i].expert_bytes);
-    }
-    /* the same run given twice would count every request twice: the same file (by device and
-     * inode), a copy of it (the same run id, or for traces written before run ids the same run
-     * row and footer), or the same foreign file imported twice */
-    if (mp_same_file(p0, p))
-        PROBLEM("trace %s: the same file as %s: its requests would be counted twice, expected "
-                "distinct traces", p, p0);
-    char id0[40], id1[40];
-    const mp_json_mark mark = mp_json_begin();
-    const bool has0 = run_id(a, id0), has1 = run_id(b, id1);
-    if (mp_json_failed_since(mark))
-        return MP_ERR_NOMEM; /* not "no run id": out of memory */
-    if ((has0 && has1 && !strcmp(id0, id1)) ||
-        (!has0 && !has1 && str_eq_null(a->start_time, b->start_time) &&
-         str_eq_null(a->end_time, b->end_time) && str_eq_null(a->config_json, b->config_json) &&
-         a->footer_n_steps == b->footer_n_steps && a->footer_n_routing == b->footer_n_routing))
-        PROBLEM("trace %s: the same run as %s (%s%s): a copy, whose requests would be counted "
-                "twice, expected distinct runs", p, p0, has0 ? "run id " : "run row and footer",
-                has0 ? id0 : "");
-    if (a->source_path && b->source_path && !strcmp(a->source_path, b->source_path))
-        PROBLEM("trace %s: imported from the same file as %s (%s): its requests would be "
-                "counted twice, expected distinct traces", p, p0, a->source_path);
-    return MP_OK;
-}
-
 static void copy_str(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src ? src : "");
@@ -170,7 +82,8 @@ mp_status mp_an_input_open(mp_an_input *in, const char *const *paths, int n_path
         in->meta[i].request_base = in->n_requests;
         in->meta[i].n_requests = mp_trace_reader_n_requests(in->trace[i]);
         in->n_requests += in->meta[i].n_requests;
-        const mp_status ms = i > 0 ? check_same_model(in, i, pb) : MP_OK;
+        const mp_status ms = i > 0 ? mp_trace_check_merge(in->check[0], paths[0], in->check[i], paths[i],
+                                                          to_problems, pb) : MP_OK;
         if (ms == MP_ERR_NOMEM)
             return mp_fail(err, ms, "analyzer: out of memory comparing %s with %s", paths[i], paths[0]);
         if (ms != MP_OK)

@@ -17,7 +17,7 @@
  *    flush and the correlation table is emptied (a flush synchronizes the device first, so every
  *    activity issued before it has been delivered).
  *
- * The capture itself (gpu/cupti.c) lives in the GPU module (runtime/gpu_module.h) with everything
+ * The capture itself (gpu/cupti_capture.c) lives in the GPU module (runtime/gpu_module.h) with everything
  * else that links CUDA; mp_cupti_start loads it (cupti_api.c hands every call to the module's
  * table). Without CUPTI in the build, without the module or without a CUDA device, mp_cupti_start
  * fails with a one-line reason and nothing else is reachable.
@@ -32,7 +32,7 @@
 #include "base/error.h"
 #include "runtime/hooks.h"
 
-typedef struct mp_cupti mp_cupti;
+typedef struct mp_cupti_capture mp_cupti; /* opaque: defined by the capture (gpu/cupti_capture.c) */
 
 /* What a session has seen so far. */
 typedef struct mp_cupti_counts {

@@ -82,4 +82,13 @@ mp_status mp_trace_check_begin(mp_trace_check *c, int64_t only_node, mp_trace_ch
 int mp_trace_check_next(mp_trace_check_iter *it, mp_trace_checked_rec *rec, mp_error *err);
 void mp_trace_check_end(mp_trace_check_iter *it);
 
+/* Several traces read as one (analyze and simulate of sharded collections): other, opened
+ * after first, must come from the same model (SHA-256), have the same shapes and node table, and
+ * be another run — not the same file, a copy of it (the same run id, or for traces without one the
+ * same run row and footer) or the same foreign file imported twice, whose requests would count
+ * twice. Each problem goes to sink as one line naming both paths. MP_ERR_FORMAT when the sink
+ * says stop, MP_ERR_NOMEM, else MP_OK (problems may have been reported). */
+mp_status mp_trace_check_merge(const mp_trace_check *first, const char *first_path, const mp_trace_check *other,
+                               const char *other_path, mp_trace_problem_fn sink, void *sink_user);
+
 #endif

@@ -1,7 +1,7 @@
 /* gpu/gpu_exec.c — the GPU executor's lifetime: device checks, the memory plan and budget,
  * weight upload, the expert pool (see gpu.h).
  *
- * Order in mp_gpu_new (build): (1) size every device allocation from the model, the session and
+ * Order in mp_gpu_exec_new (build): (1) size every device allocation from the model, the session and
  * the placement (plan_memory); (2) refuse when the sum exceeds the budget, naming each term
  * (check_budget); (3) streams and events, four device arenas (weights, KV, scratch + staging, pool)
  * carved, page-locked host buffers, cuBLAS (create_streams, alloc_device, alloc_pinned,
@@ -24,12 +24,12 @@
 #include "gpu/gpu_impl.h"
 #include "runtime/matmul.h"
 
-int mp_gpu_available(char *why, size_t why_cap)
+int mp_gpu_exec_available(char *why, size_t why_cap)
 {
     return mp_cuda_available(why, why_cap);
 }
 
-mp_status mp_gpu_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err)
+mp_status mp_gpu_exec_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err)
 {
     size_t f = 0, t = 0;
     cudaError_t e = cudaMemGetInfo(&f, &t);
@@ -101,7 +101,7 @@ static void carve_scratch(mp_gpu *g, carve *c)
     if (B >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
         g->gemm_scratch_bytes = mp_cuda_gemm_scratch_bytes(max64(D, Q), B, MP_GPU_GEMM_TILE);
     g->d_gemm_scratch = take(c, g->gemm_scratch_bytes);
-    take(c, MP_GPU_BLAS_WS_BYTES); /* the cuBLAS workspace: last, found by mp_gpu_new */
+    take(c, MP_GPU_BLAS_WS_BYTES); /* the cuBLAS workspace: last, found by mp_gpu_exec_new */
 }
 
 static size_t expert_slot_bytes(const mp_layer *L)
@@ -235,7 +235,7 @@ static mp_status upload_experts(mp_gpu *g, mp_error *err)
 
 /* ---- lifetime ---- */
 
-void mp_gpu_free(mp_gpu *g)
+void mp_gpu_exec_free(mp_gpu *g)
 {
     if (!g)
         return;
@@ -326,7 +326,7 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
 }
 
 /* The executor's switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
- * (as mp_gpu_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued: a profiler's view of
+ * (as mp_gpu_exec_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued: a profiler's view of
  * every launch), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1, and
  * the CUDA kernels' MP_CUDA_PDL. */
 static void knob_switches(mp_gpu *g, const mp_knobs *k)
@@ -370,7 +370,7 @@ static mp_status calibrate_stamps(mp_gpu *g, mp_error *err)
     return MP_OK;
 }
 
-/* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr as it starts (where a start hangs; a
+/* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_exec_new on stderr as it starts (where a start hangs; a
  * diagnostic that prints from the library on purpose: a hung start returns no error to print) */
 static void init_phase(const mp_gpu *g, const char *what)
 {
@@ -378,7 +378,7 @@ static void init_phase(const mp_gpu *g, const char *what)
         fprintf(stderr, "moeplan: GPU executor: %s\n", what);
 }
 
-/* ---- mp_gpu_new, phase by phase ---- */
+/* ---- mp_gpu_exec_new, phase by phase ---- */
 
 /* What the executor supports: a device, a placement of this model's shape, the kernels' limits. */
 static mp_status check_support(const mp_hparams *hp, const mp_placement *pl, mp_error *err)
@@ -599,7 +599,7 @@ static mp_status setup_host_experts(mp_gpu *g, const mp_placement *pl, bool stag
     return mp_gpu_far_decide(g, pl, err);
 }
 
-/* Everything after the checks, in order; on failure mp_gpu_new frees what was made. */
+/* Everything after the checks, in order; on failure mp_gpu_exec_new frees what was made. */
 static mp_status build(mp_gpu *g, const mp_placement *pl, mp_error *err)
 {
     bool staging = false;
@@ -627,7 +627,7 @@ static mp_status build(mp_gpu *g, const mp_placement *pl, mp_error *err)
     return MP_OK;
 }
 
-mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
+mp_status mp_gpu_exec_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err)
 {
     *out = NULL;
     mp_status st = check_support(&s->m->hp, pl, err);
@@ -643,36 +643,36 @@ mp_status mp_gpu_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_err
     g->copy_min_rows = MP_GPU_COPY_MIN_ROWS;
     knob_switches(g, &s->knobs);
     if ((st = build(g, pl, err))) {
-        mp_gpu_free(g);
+        mp_gpu_exec_free(g);
         return st;
     }
     *out = g;
     return MP_OK;
 }
 
-void mp_gpu_get_memory(const mp_gpu *g, mp_gpu_memory *out)
+void mp_gpu_exec_get_memory(const mp_gpu *g, mp_gpu_memory *out)
 {
     *out = g->mem;
 }
 
-void mp_gpu_get_stats(const mp_gpu *g, mp_gpu_stats *out)
+void mp_gpu_exec_get_stats(const mp_gpu *g, mp_gpu_stats *out)
 {
     *out = g->stats;
 }
 
-void mp_gpu_stats_reset(mp_gpu *g)
+void mp_gpu_exec_stats_reset(mp_gpu *g)
 {
     memset(&g->stats, 0, sizeof g->stats);
     g->stats.stamp_err_ns = g->stamp_err_ns;
     g->last_sync_ns = 0; /* the next step's host gap is not counted */
 }
 
-const char *mp_gpu_device_name(const mp_gpu *g)
+const char *mp_gpu_exec_device_name(const mp_gpu *g)
 {
     return g->name;
 }
 
-void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
+void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
 {
     char t[6][32];
     mp_format_bytes(g->mem.total, t[0], sizeof t[0]);
@@ -700,7 +700,7 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
             snprintf(copy, sizeof copy, "copied by cost (link %.1f GB/s, CPU %.1f us per route)",
                      g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_ns_per_route / 1e3);
         char host[160];
-        mp_gpu_host_report(g, host, sizeof host);
+        mp_gpu_exec_host_report(g, host, sizeof host);
         char far[160] = "off: no page-locked host copy";
         if (!g->n_hybrid_layers)
             snprintf(far, sizeof far, "off: no host experts");
@@ -724,24 +724,24 @@ void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap)
     }
 }
 
-void mp_gpu_set_measure(mp_gpu *g, bool on)
+void mp_gpu_exec_set_measure(mp_gpu *g, bool on)
 {
     g->measure = on;
 }
 
-void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
+void mp_gpu_exec_set_copy_min_rows(mp_gpu *g, int64_t min_rows)
 {
     g->copy_min_rows = min_rows;
     g->copy_fixed = true;
 }
 
-void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows)
+void mp_gpu_exec_set_gemm_min_rows(mp_gpu *g, int64_t min_rows)
 {
     /* never below the default: the GEMM scratch was sized for steps of at least that many rows */
     g->gemm_min_rows = min_rows > MP_GPU_GEMM_MIN_ROWS ? min_rows : MP_GPU_GEMM_MIN_ROWS;
 }
 
-int64_t mp_gpu_copy_min_rows(const mp_gpu *g)
+int64_t mp_gpu_exec_copy_min_rows(const mp_gpu *g)
 {
     return g->d_stage && g->copy_fixed ? g->copy_min_rows : 0;
 }

@@ -2,7 +2,7 @@
  * itself, its kernels reading the experts' weights from the page-locked host copy over the bus.
  * Here: the device table of every cold expert's host address (mp_gpu_far_setup, once at start),
  * each layer's decision from the session's decode costs (mp_gpu_far_decide), and the per-layer
- * tables the decode kernels read (mp_gpu_set_far_plan: how many of a step's c cold routes run far).
+ * tables the decode kernels read (mp_gpu_exec_set_far_plan: how many of a step's c cold routes run far).
  *
  * Invariant: g->far[] (the host's decisions) and the device's tables change together or not at
  * all; a layer whose far routes turn on or off drops the captured decode graphs, which launch them.
@@ -48,7 +48,7 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
     const int64_t K = hp->n_expert_used;
     g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
-    if (!mp_gpu_set_far_plan(g, NULL)) { /* every layer off until decided */
+    if (!mp_gpu_exec_set_far_plan(g, NULL)) { /* every layer off until decided */
         g->d_far_of_cold = NULL;
         g->far_max = 0;
         return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
@@ -73,22 +73,22 @@ mp_status mp_gpu_far_decide(mp_gpu *g, const mp_placement *pl, mp_error *err)
                                 mp_decide_cold_share(pl->cold_routes ? pl->cold_routes[il] : 0,
                                                      pl->all_routes ? pl->all_routes[il] : 0, pl->n_resident[il], E),
                                 &plan[il]);
-    const bool ok = mp_gpu_set_far_plan(g, plan);
+    const bool ok = mp_gpu_exec_set_far_plan(g, plan);
     free(plan);
     return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
 }
 
-int mp_gpu_far_max(const mp_gpu *g)
+int mp_gpu_exec_far_max(const mp_gpu *g)
 {
     return g->d_far_of_cold ? g->far_max : 0;
 }
 
-int64_t mp_gpu_far_layers(const mp_gpu *g)
+int64_t mp_gpu_exec_far_layers(const mp_gpu *g)
 {
     return g->n_far_layers;
 }
 
-bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
+bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
 {
     const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
     if (!g->d_far_of_cold) {

@@ -320,7 +320,7 @@ static mp_status graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *err)
         g->handoff = false;
         return MP_OK;
     }
-    /* the previous step drained (mp_gpu_forward synchronized): no kernel reads the flags now */
+    /* the previous step drained (mp_gpu_exec_forward synchronized): no kernel reads the flags now */
     memset(g->h_flags, 0, (size_t)(2 * L) * sizeof *g->h_flags);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     const cudaError_t e = launch_graph(g, g->step_graph);
@@ -366,7 +366,7 @@ static void report_hooks(mp_gpu *g, int64_t n)
     }
 }
 
-/* After the stream drained: the round-trip gaps of this step's hybrid layers (mp_gpu_set_measure):
+/* After the stream drained: the round-trip gaps of this step's hybrid layers (mp_gpu_exec_set_measure):
  * from the GPU's timer stamps when the step handed off through mapped memory (publish to the
  * host's flag seen; the overhead counts from when the GPU was ready for the partial), else from
  * the events after the rows' copy and before the partial's. */
@@ -424,7 +424,7 @@ static void count_stamps(mp_gpu *g, int64_t pos0, int64_t sync_ns)
     g->last_pos = pos0 + 1;
 }
 
-mp_status mp_gpu_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
+mp_status mp_gpu_exec_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
                          float *logits, mp_error *err)
 {
     mp_gpu *g = s->gpu;

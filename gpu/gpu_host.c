@@ -194,7 +194,7 @@ void mp_gpu_host_experts_free(mp_gpu *g)
     g->h_slices = NULL;
 }
 
-void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap)
+void mp_gpu_exec_host_report(const mp_gpu *g, char *buf, size_t cap)
 {
     char size[32], huge[48] = "";
     mp_format_bytes(g->h_arena_bytes, size, sizeof size);

@@ -2,7 +2,7 @@
  * expert pool, budget), gpu_host.c (host experts) and gpu_forward.c / gpu_moe.c (the forward pass).
  * Built only with CUDA.
  *
- * Invariants: every device buffer is allocated once by mp_gpu_new and counted in mem; a forward
+ * Invariants: every device buffer is allocated once by mp_gpu_exec_new and counted in mem; a forward
  * never allocates. d_slots_* of a layer hold n_expert device pointers: the pool slot of a resident
  * expert, NULL for the others (the MoE kernel skips NULL routes). Host buffers h_* are pinned.
  */
@@ -119,8 +119,8 @@ struct mp_gpu {
                               * + il] its partial written (host → GPU); zeroed before each step */
     uint64_t *h_stamps;      /* (3 n_layer): the GPU's timer (ns) at layer il's publish, when its
                               * wait kernel began polling and when it saw the host's flag: the
-                              * round trip's gap and overhead (mp_gpu_set_measure) */
-    bool init_trace;         /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_new on stderr */
+                              * round trip's gap and overhead (mp_gpu_exec_set_measure) */
+    bool init_trace;         /* MP_GPU_INIT_TRACE=1: each phase of mp_gpu_exec_new on stderr */
     /* MP_GPU_STEP_STAMPS=1 (a diagnostic): a decode step stamps the GPU's timer at its start and
      * end (h_step[0], h_step[1]); stamp_off_ns = GPU timer - host clock (mp_gpu_now_ns), measured
      * at start to within stamp_err_ns; last_sync_ns: the host clock when the last step drained */
@@ -143,8 +143,8 @@ struct mp_gpu {
     size_t expert_bytes_max;
     int64_t n_hybrid_layers; /* layers with at least one expert in host memory */
     int64_t gemm_min_rows;  /* dense projections of >= this many rows use cuBLAS (MP_GPU_GEMM_MIN_ROWS;
-                             * mp_gpu_set_gemm_min_rows) */
-    int64_t copy_min_rows;  /* fixed threshold (mp_gpu_set_copy_min_rows; 0: never copy) */
+                             * mp_gpu_exec_set_gemm_min_rows) */
+    int64_t copy_min_rows;  /* fixed threshold (mp_gpu_exec_set_copy_min_rows; 0: never copy) */
     bool copy_fixed;        /* true: copy_min_rows decides; false: the cost model below */
     double pcie_ns_per_byte; /* measured at start: one expert's weights, host mapping → staging */
     double cpu_ns_per_route; /* EWMA of the CPU's time per route in prefill steps (0: unknown) */
@@ -224,7 +224,7 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
 /* Handoff mode: the seconds a GPU waits for the host's partial before it fails the step. */
 #define MP_GPU_HANDOFF_TIMEOUT_S 60.0
 /* Whether layer il's step of n rows runs far routes: a decode step on a layer whose decision is
- * on (mp_gpu_set_far_plan, or the decision model at start). */
+ * on (mp_gpu_exec_set_far_plan, or the decision model at start). */
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n);
 /* Drop the captured decode graphs (a change of which layers run far routes changes their
  * structure); the next decode step captures anew. */
@@ -234,7 +234,7 @@ bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
 /* Host experts (gpu_host.c). mp_gpu_host_experts fills h_slices; with copy (the executor has
  * staging buffers and hybrid layers) it also copies the cold experts into anonymous memory and
  * page-locks it, as host_mode asks; a copy or page-locking that cannot be made leaves the mapping
- * or a pageable copy, said by mp_gpu_host_report (gpu.h). Fails only when out of memory for the table. */
+ * or a pageable copy, said by mp_gpu_exec_host_report (gpu.h). Fails only when out of memory for the table. */
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
@@ -264,5 +264,28 @@ static inline int64_t mp_gpu_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+/* The executor's entry points: runtime/gpu.h's functions as the module implements them (same
+ * contracts; module.c puts them in the executor table, and the module's own files call these, never
+ * the program's side of gpu.h). */
+int mp_gpu_exec_available(char *why, size_t why_cap);
+mp_status mp_gpu_exec_memory_info(uint64_t *free_bytes, uint64_t *total_bytes, mp_error *err);
+mp_status mp_gpu_exec_new(mp_session *s, const mp_placement *pl, mp_gpu **out, mp_error *err);
+void mp_gpu_exec_free(mp_gpu *g);
+mp_status mp_gpu_exec_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
+                              mp_error *err);
+void mp_gpu_exec_get_memory(const mp_gpu *g, mp_gpu_memory *out);
+void mp_gpu_exec_get_stats(const mp_gpu *g, mp_gpu_stats *out);
+void mp_gpu_exec_stats_reset(mp_gpu *g);
+const char *mp_gpu_exec_device_name(const mp_gpu *g);
+void mp_gpu_exec_set_measure(mp_gpu *g, bool on);
+void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap);
+void mp_gpu_exec_host_report(const mp_gpu *g, char *buf, size_t cap);
+void mp_gpu_exec_set_copy_min_rows(mp_gpu *g, int64_t min_rows);
+int64_t mp_gpu_exec_copy_min_rows(const mp_gpu *g);
+int mp_gpu_exec_far_max(const mp_gpu *g);
+bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers);
+int64_t mp_gpu_exec_far_layers(const mp_gpu *g);
+void mp_gpu_exec_set_gemm_min_rows(mp_gpu *g, int64_t min_rows);
 
 #endif

@@ -3,14 +3,16 @@
  * tables by name: the GPU executor (runtime/gpu.h), CUPTI capture (collector/cupti.h) and
  * calibrate's GPU microbenchmarks (simulator/calibrate_impl.h).
  *
- * Everything else the module defines is hidden (it is compiled with -fvisibility=hidden), so the
- * program's own functions of the same names (runtime/gpu_api.c, collector/cupti_api.c) never
- * interpose on the module's; what the module takes from the rest of moeplan (the session, the
- * CPU experts, the decision model, the trace's record types) it takes from the program. */
+ * Everything else the module defines is hidden (it is compiled with -fvisibility=hidden) and named
+ * apart from the program's side of each table (runtime/gpu_api.c's mp_gpu_* are mp_gpu_exec_* here,
+ * collector/cupti_api.c's mp_cupti_* are mp_cupti_cap_*); what the module takes from the rest of
+ * moeplan (the session, the CPU experts, the decision model, the trace's record types) it takes
+ * from the program. */
 #include <string.h>
 
 #include "base/build_commit.h"
-#include "collector/cupti.h"
+#include "gpu/gpu_impl.h"
+#include "gpu/module.h"
 #include "mp_config.h"
 #include "runtime/gpu.h"
 #include "runtime/gpu_module.h"
@@ -18,35 +20,35 @@
 
 static const mp_gpu_executor_table executor = {
     .size = sizeof(mp_gpu_executor_table),
-    .available = mp_gpu_available,
-    .memory_info = mp_gpu_memory_info,
-    .new_ = mp_gpu_new,
-    .free_ = mp_gpu_free,
-    .forward = mp_gpu_forward,
-    .get_memory = mp_gpu_get_memory,
-    .get_stats = mp_gpu_get_stats,
-    .stats_reset = mp_gpu_stats_reset,
-    .device_name = mp_gpu_device_name,
-    .set_measure = mp_gpu_set_measure,
-    .report = mp_gpu_report,
-    .host_report = mp_gpu_host_report,
-    .set_copy_min_rows = mp_gpu_set_copy_min_rows,
-    .copy_min_rows = mp_gpu_copy_min_rows,
-    .far_max = mp_gpu_far_max,
-    .set_far_plan = mp_gpu_set_far_plan,
-    .far_layers = mp_gpu_far_layers,
-    .set_gemm_min_rows = mp_gpu_set_gemm_min_rows,
+    .available = mp_gpu_exec_available,
+    .memory_info = mp_gpu_exec_memory_info,
+    .new_ = mp_gpu_exec_new,
+    .free_ = mp_gpu_exec_free,
+    .forward = mp_gpu_exec_forward,
+    .get_memory = mp_gpu_exec_get_memory,
+    .get_stats = mp_gpu_exec_get_stats,
+    .stats_reset = mp_gpu_exec_stats_reset,
+    .device_name = mp_gpu_exec_device_name,
+    .set_measure = mp_gpu_exec_set_measure,
+    .report = mp_gpu_exec_report,
+    .host_report = mp_gpu_exec_host_report,
+    .set_copy_min_rows = mp_gpu_exec_set_copy_min_rows,
+    .copy_min_rows = mp_gpu_exec_copy_min_rows,
+    .far_max = mp_gpu_exec_far_max,
+    .set_far_plan = mp_gpu_exec_set_far_plan,
+    .far_layers = mp_gpu_exec_far_layers,
+    .set_gemm_min_rows = mp_gpu_exec_set_gemm_min_rows,
 };
 
 #if MP_HAVE_CUPTI
 static const mp_cupti_table cupti = {
     .size = sizeof(mp_cupti_table),
-    .start = mp_cupti_start,
-    .push = mp_cupti_push,
-    .pop = mp_cupti_pop,
-    .flush = mp_cupti_flush,
-    .get_counts = mp_cupti_get_counts,
-    .stop = mp_cupti_stop,
+    .start = mp_cupti_cap_start,
+    .push = mp_cupti_cap_push,
+    .pop = mp_cupti_cap_pop,
+    .flush = mp_cupti_cap_flush,
+    .get_counts = mp_cupti_cap_get_counts,
+    .stop = mp_cupti_cap_stop,
 };
 #endif
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyzer/svg.h"
+#include "base/svg.h"
 #include "base/atomic_file.h"
 #include "runtime/placement.h"
 

@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "collector/trace_check.h"
-#include "analyzer/validate.h"
 #include "collector/trace_read.h"
 
 /* The measured non-MoE time of the routed steps, read in routing order (one entry per traced
@@ -397,8 +396,41 @@ mp_status mp_sim_load_trace(const char *path, const mp_sim_load_options *opt, mp
     return st;
 }
 
-/* Several traces of one model: the analyzer's merge rules first (analyzer/validate.h: same model
- * SHA-256, shapes and node table; no run given twice), then each trace's steps after the ones
+/* The first problem stops the merge: it is the error. */
+static mp_status first_problem(void *user, const char *msg)
+{
+    mp_error *e = user;
+    if (!e->code)
+        mp_fail(e, MP_ERR_FORMAT, "%s", msg);
+    return MP_ERR_FORMAT;
+}
+
+/* Every trace's tables through the checker's stage 1, and each against the first by the merge
+ * rules; the routing itself is checked as each trace is read. */
+static mp_status check_merge(const char *const *paths, int n_paths, mp_error *err)
+{
+    mp_trace_check **c = calloc((size_t)n_paths, sizeof *c);
+    if (!c)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
+    mp_error problem = {0};
+    mp_status st = MP_OK;
+    for (int i = 0; i < n_paths && !st; i++) {
+        st = mp_trace_check_open(paths[i], first_problem, &problem, &c[i], err);
+        if (!st && i > 0)
+            st = mp_trace_check_merge(c[0], paths[0], c[i], paths[i], first_problem, &problem);
+        if (st == MP_ERR_NOMEM && !problem.code)
+            mp_fail(err, st, "simulate: out of memory comparing %s with %s", paths[i], paths[0]);
+    }
+    if (st && problem.code)
+        *err = problem;
+    for (int i = 0; i < n_paths; i++)
+        mp_trace_check_close(c[i]);
+    free(c);
+    return st;
+}
+
+/* Several traces of one model: the merge rules first (collector/trace_check.h: same model SHA-256,
+ * shapes and node table; no run given twice), then each trace's steps after the ones
  * before, its requests renumbered past theirs so that requests of different traces stay
  * distinct. Counts add because every step is kept as it is. */
 mp_status mp_sim_load_traces(const char *const *paths, int n_paths, const mp_sim_load_options *opt,
@@ -407,16 +439,7 @@ mp_status mp_sim_load_traces(const char *const *paths, int n_paths, const mp_sim
     if (n_paths == 1)
         return mp_sim_load_trace(paths[0], opt, out, facts, err);
     memset(out, 0, sizeof *out);
-    mp_an_problems pb;
-    mp_an_input in;
-    mp_status st = mp_an_problems_init(&pb, 1, err);
-    if (st)
-        return st;
-    st = mp_an_input_open(&in, paths, n_paths, NULL, &pb, err);
-    if (st == MP_ERR_FORMAT && pb.n > 0)
-        st = mp_fail(err, MP_ERR_FORMAT, "%s", pb.msg[0]);
-    mp_an_input_close(&in);
-    mp_an_problems_free(&pb);
+    mp_status st = check_merge(paths, n_paths, err);
     if (st)
         return st;
     if ((st = mp_sim_load_trace(paths[0], opt, out, facts, err)))

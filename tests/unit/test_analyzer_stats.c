@@ -444,8 +444,8 @@ Test(analyzer_stats, transitions_follow_the_highest_weight)
     mp_an_stats_free(&s);
 }
 
-/* ---- chart axes and size labels (analyzer/svg.h) ---- */
-#include "analyzer/svg.h"
+/* ---- chart axes and size labels (base/svg.h) ---- */
+#include "base/svg.h"
 
 Test(svg, ticks_are_round_1_2_5_steps)
 {

@@ -1,8 +1,8 @@
-/* gpu/cupti.c — CUPTI activity capture (cupti.h), built where the CUDA toolkit has CUPTI.
+/* gpu/cupti_capture.c — CUPTI activity capture (cupti.h), built where the CUDA toolkit has CUPTI.
  *
  * Buffers: CUPTI asks for empty buffers (buffer_requested) and hands full ones back
  * (buffer_completed), from any thread, at any time. Both only move buffers between two lists under
- * g_mu: `free_list` (ready to lend) and `done` (filled, waiting for mp_cupti_flush, FIFO). The
+ * g_mu: `free_list` (ready to lend) and `done` (filled, waiting for mp_cupti_cap_flush, FIFO). The
  * records are parsed on the flushing thread only. A flush synchronizes the device and forces
  * CUPTI to hand every buffer over, so all records of the work issued before it are in `done`:
  * external-correlation records are collected first (pass 1), then kernel / memcpy records are
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "collector/cupti.h"
+#include "gpu/module.h"
 #include "base/clock.h"
 
 /* The record layouts of the CUPTI this file is compiled against (the library fills the newest
@@ -47,14 +47,14 @@ typedef struct corr_pair {
     uint64_t external_id;    /* ours, mp_cupti_external_id */
 } corr_pair;
 
-struct mp_cupti {
+struct mp_cupti_capture {
     buf *free_list;
     buf *done_head, *done_tail;
     int64_t n_buffers;
     mp_cupti_counts counts;
     corr_pair *corr;         /* (n_corr) pass-1 table of the flush in progress */
     size_t n_corr, cap_corr;
-    int depth;               /* ids pushed through mp_cupti_push and not popped */
+    int depth;               /* ids pushed through mp_cupti_cap_push and not popped */
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -125,7 +125,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     pthread_mutex_unlock(&g_mu);
 }
 
-mp_status mp_cupti_start(mp_cupti **out, mp_error *err)
+mp_status mp_cupti_cap_start(mp_cupti **out, mp_error *err)
 {
     *out = NULL;
     int n_dev = 0;
@@ -168,7 +168,7 @@ mp_status mp_cupti_start(mp_cupti **out, mp_error *err)
     return MP_OK;
 }
 
-mp_status mp_cupti_push(mp_cupti *c, int64_t request_id, int64_t step, int64_t node_index,
+mp_status mp_cupti_cap_push(mp_cupti *c, int64_t request_id, int64_t step, int64_t node_index,
                         mp_error *err)
 {
     if (request_id < 0 || request_id > MP_TRACE_MAX_REQUEST_ID || step < 0 ||
@@ -185,7 +185,7 @@ mp_status mp_cupti_push(mp_cupti *c, int64_t request_id, int64_t step, int64_t n
     return MP_OK;
 }
 
-mp_status mp_cupti_pop(mp_cupti *c, mp_error *err)
+mp_status mp_cupti_cap_pop(mp_cupti *c, mp_error *err)
 {
     uint64_t last = 0;
     CUptiResult r = cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0,
@@ -345,7 +345,7 @@ static mp_status drain(mp_cupti *c, mp_cupti_sink_fn sink, void *user, mp_error 
     return s;
 }
 
-mp_status mp_cupti_flush(mp_cupti *c, mp_cupti_sink_fn sink, void *sink_user, mp_error *err)
+mp_status mp_cupti_cap_flush(mp_cupti *c, mp_cupti_sink_fn sink, void *sink_user, mp_error *err)
 {
     const int64_t t0 = mp_now_ns();
     if (!sink)
@@ -356,7 +356,7 @@ mp_status mp_cupti_flush(mp_cupti *c, mp_cupti_sink_fn sink, void *sink_user, mp
     return s;
 }
 
-mp_cupti_counts mp_cupti_get_counts(const mp_cupti *c)
+mp_cupti_counts mp_cupti_cap_get_counts(const mp_cupti *c)
 {
     pthread_mutex_lock(&g_mu); /* n_dropped and max_buffers move in CUPTI's callbacks */
     mp_cupti_counts n = c->counts;
@@ -364,14 +364,14 @@ mp_cupti_counts mp_cupti_get_counts(const mp_cupti *c)
     return n;
 }
 
-mp_status mp_cupti_stop(mp_cupti *c, mp_cupti_counts *final, mp_error *err)
+mp_status mp_cupti_cap_stop(mp_cupti *c, mp_cupti_counts *final, mp_error *err)
 {
     if (!c)
         return MP_OK;
     mp_status s = MP_OK;
     mp_error e2;
     while (c->depth > 0) {
-        mp_status p = mp_cupti_pop(c, s ? &e2 : err);
+        mp_status p = mp_cupti_cap_pop(c, s ? &e2 : err);
         if (p) {
             s = s ? s : p;
             c->depth = 0;
@@ -382,7 +382,7 @@ mp_status mp_cupti_stop(mp_cupti *c, mp_cupti_counts *final, mp_error *err)
     mp_status d = drain(c, NULL, NULL, s ? &e2 : err);
     s = s ? s : d;
     if (final)
-        *final = mp_cupti_get_counts(c);
+        *final = mp_cupti_cap_get_counts(c);
     pthread_mutex_lock(&g_mu);
     g_active = NULL; /* a buffer CUPTI hands back from now on is freed by buffer_completed */
     while (c->free_list) {

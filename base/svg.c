@@ -1,8 +1,8 @@
-/* analyzer/svg.c — the SVG primitives of svg.h. Coordinates are in user units of a fixed
+/* base/svg.c — the SVG primitives of svg.h. Coordinates are in user units of a fixed
  * 760 × 420 canvas (line charts); text is escaped; numbers are printed with %.2f. */
 #include <stdbool.h>
 
-#include "analyzer/svg.h"
+#include "base/svg.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,10 +1,10 @@
-/* analyzer/svg.h — a very small SVG writer for the report's charts: line charts with axes,
- * round ticks (1-2-5 steps; whole numbers on integer axes) and a legend, and rectangles for heat
- * maps with a colour bar. Output is plain SVG 1.1 text (no scripts, no
+/* base/svg.h — a very small SVG writer for the charts of the analyzer's and the simulator's
+ * reports: line charts with axes, round ticks (1-2-5 steps; whole numbers on integer axes) and a
+ * legend, and rectangles for heat maps with a colour bar. Output is plain SVG 1.1 text (no scripts, no
  * external references) so that it embeds in the HTML report as is.
  */
-#ifndef MP_ANALYZER_SVG_H
-#define MP_ANALYZER_SVG_H
+#ifndef MP_BASE_SVG_H
+#define MP_BASE_SVG_H
 
 #include <stdbool.h>
 #include <stddef.h>
