@@ -18,6 +18,7 @@
 #include "base/args.h"
 #include "simulator/commands.h"
 #include "collector/route_replay.h"
+#include "runtime/engine.h"
 #include "runtime/bench.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
@@ -208,15 +209,11 @@ static int simulate(const mp_simulate_options *so, mp_simulate_result *r, const 
 static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs, bool *gpu, char *placement,
                          size_t cap, mp_error *err)
 {
-    mp_model *m = NULL;
-    mp_session *s = NULL;
-    mp_placement pl = {0};
-    void *replay = NULL;
-    mp_route_source src;
+    mp_engine e = {.params = {.n_ctx = n + 1, .n_threads = (int)o->threads, .knobs = o->knobs}};
     float *logits = NULL;
     double *samples = calloc((size_t)o->reps, sizeof *samples);
     mp_placement_opts po = {0};
-    mp_status st = samples ? mp_model_load(o->model, &m, err) : mp_fail(err, MP_ERR_NOMEM, "plan: out of memory");
+    mp_status st = samples ? mp_engine_load(&e, o->model, err) : mp_fail(err, MP_ERR_NOMEM, "plan: out of memory");
     const char *const flags[][2] = {{"--profile", o->out}, {"--gpu-budget", o->budget}, {"--costs", o->costs},
                                     {"--executor", o->executor}};
     for (size_t i = 0; !st && i < sizeof flags / sizeof flags[0]; i++) {
@@ -224,29 +221,22 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
         mp_placement_opts_set(&po, flags[i][0], flags[i][1], &pst, err);
         st = pst;
     }
-    mp_session_params sp = {.n_ctx = n + 1, .n_threads = (int)o->threads, .knobs = o->knobs};
-    if (!st)
-        st = mp_route_replay_ops.open(o->trace, m->hp.n_layer, m->hp.n_expert, m->hp.n_expert_used, &replay, &src,
-                                      err);
-    if (!st) {
-        sp.route_src = &src;
-        st = mp_executor_plan(m, po.executor, &po, &sp, &pl, gpu, err);
+    if (!st && !(st = mp_engine_plan(&e, &po, o->trace, &mp_route_replay_ops, err))) {
+        *gpu = e.gpu;
+        snprintf(placement, cap, "%s", e.placement.desc);
+        st = mp_engine_start(&e, err);
     }
-    if (!st) {
-        sp.placement = *gpu ? &pl : NULL;
-        snprintf(placement, cap, "%s", pl.desc);
-        st = mp_session_new(m, &sp, &s, err);
-    }
-    if (!st && !(logits = malloc((size_t)m->hp.n_vocab * sizeof *logits)))
+    if (!st && !(logits = malloc((size_t)e.model->hp.n_vocab * sizeof *logits)))
         st = mp_fail(err, MP_ERR_NOMEM, "plan: out of memory");
     if (!st) {
-        const int threads = mp_session_n_threads(s);
+        const int threads = mp_session_n_threads(e.session);
         const double before = mp_bench_host_read_gbs(HOST_PROBE_BYTES, threads, 2);
         fprintf(stderr, "moeplan plan: check: tg%" PRId64 " x %" PRId64 " with the profile (%s), routing from %s\n", n,
                 o->reps, *gpu ? "GPU executor" : "CPU executor", o->trace);
-        st = mp_bench_run_test(s, MP_BENCH_TG, n, 0, m->hp.n_vocab, (int)o->reps, logits, samples, NULL, NULL, err);
-        if (st && replay && mp_route_replay_ops.error(replay)->code) /* the source's own reason */
-            *err = *mp_route_replay_ops.error(replay);
+        st = mp_bench_run_test(e.session, MP_BENCH_TG, n, 0, e.model->hp.n_vocab, (int)o->reps, logits, samples, NULL,
+                               NULL, err);
+        if (st)
+            mp_engine_step_error(&e, err);
         const double after = mp_bench_host_read_gbs(HOST_PROBE_BYTES, threads, 2);
         *gbs = (before + after) / 2;
     }
@@ -255,11 +245,7 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
         mp_bench_stats_compute(samples, (int)o->reps, &bs);
         *ms = bs.median > 0 ? 1000.0 / bs.median : 0;
     }
-    mp_session_free(s);
-    mp_placement_free(&pl);
-    if (replay)
-        mp_route_replay_ops.close(replay);
-    mp_model_free(m);
+    mp_engine_close(&e);
     free(logits);
     free(samples);
     return st;
