@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "runtime/error.h"
+#include "runtime/progress.h"
 
 typedef struct mp_sha256 {
     void *ctx;   /* EVP_MD_CTX; NULL after a failure (out of memory) or after final */
@@ -27,5 +28,9 @@ void mp_sha256_hex(const uint8_t digest[32], char hex[65]);
  * bytes hashed. */
 mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
                          mp_error *err);
+/* The same, counting the bytes hashed into progress (runtime/progress.h; NULL: none), whose
+ * total becomes the file's size: a model of tens of GB read from disk takes minutes. */
+mp_status mp_sha256_file_progress(const char *path, const char *what, char hex[65],
+                                  uint64_t *size_bytes, mp_progress *progress, mp_error *err);
 
 #endif
