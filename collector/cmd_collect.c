@@ -83,16 +83,6 @@ static void quant_types(const mp_model *m, char *out, size_t cap)
              u ? u : "?", d ? d : "?");
 }
 
-/* The prompts done, and the tokens evaluated beside them (the rate that matters). */
-static void progress(mp_progress *pr, int64_t done, int64_t tokens, int64_t t0_ns)
-{
-    const double el_s = (double)(now_ns() - t0_ns) * 1e-9;
-    mp_progress_detail(pr, "%lld tokens, %.1f tok/s", (long long)tokens,
-                       el_s > 0 ? (double)tokens / el_s : 0.0);
-    mp_progress_set(pr, done);
-    mp_progress_poll(pr); /* a long prompt's tokens redraw the line too */
-}
-
 /* The model file's SHA-256, with its own progress line (a model read from disk takes minutes). */
 static mp_status hash_model(const mp_collect_opts *o, char sha[65], mp_error *err)
 {
@@ -200,7 +190,7 @@ static void report_cupti(const mp_cupti_counts *c)
 static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_t request_id,
                             const mp_model *m, const mp_tokenizer *tok, mp_session *s,
                             mp_sampler *smp, float *logits, prompt_result *r, int64_t *tokens_done,
-                            int64_t t0_ns, int64_t done, mp_progress *pr, mp_error *err)
+                            mp_progress *pr, mp_error *err)
 {
     char *text = NULL;
     mp_status st;
@@ -233,6 +223,7 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
     if (st)
         return mp_error_prefix(err, "prompt %s: prefill", p->id);
     *tokens_done += (int64_t)n_ids;
+    mp_progress_add2(pr, (int64_t)n_ids);
     t = now_ns();
     int64_t n_gen = 0;
     for (;;) {
@@ -243,7 +234,8 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
         if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
             return mp_error_prefix(err, "prompt %s: decode step %lld", p->id, (long long)n_gen);
         (*tokens_done)++;
-        progress(pr, done, *tokens_done, t0_ns);
+        mp_progress_add2(pr, 1);
+        mp_progress_poll(pr); /* a long prompt's tokens redraw the line too */
     }
     r->decode_ns = now_ns() - t;
     r->n_gen_tokens = n_gen;
@@ -414,11 +406,12 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
         if ((st = mp_trace_add_node(w, &nd, &err)))
             goto out;
     }
-    int64_t t0 = now_ns(), tokens_done = 0;
+    int64_t tokens_done = 0;
     mp_progress_begin(&pr, mp_progress_stream(o.progress), "collect", "prompts", ps.n);
+    mp_progress_count2(&pr, "tokens");
     for (int64_t i = 0; i < ps.n; i++) {
         if ((st = run_prompt(&o, &ps.items[i], i, m, tok, s, smp, logits, &res[i], &tokens_done,
-                             t0, i, &pr, &err)))
+                             &pr, &err)))
             goto out;
         n_done++;
         if (o.sync_writer && hs.status) { /* the async writer reports at stop */
@@ -431,7 +424,7 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
             st = chs.status;
             goto out;
         }
-        progress(&pr, i + 1, tokens_done, t0);
+        mp_progress_set(&pr, i + 1);
     }
     mp_progress_end(&pr);
     if (as) {

@@ -37,6 +37,23 @@ void mp_progress_begin(mp_progress *p, FILE *out, const char *label, const char 
     p->t0_ns = p->last_line_ns = now_ns();
 }
 
+void mp_progress_count2(mp_progress *p, const char *unit2)
+{
+    if (p && p->out) {
+        p->unit2 = unit2;
+        p->done2 = 0;
+    }
+}
+
+void mp_progress_next(mp_progress *p, const char *label, const char *unit, int64_t total)
+{
+    if (!p || !p->out)
+        return;
+    FILE *out = p->out;
+    mp_progress_end(p);
+    mp_progress_begin(p, out, label, unit, total);
+}
+
 void mp_progress_set_total(mp_progress *p, int64_t total)
 {
     if (p)
@@ -76,6 +93,12 @@ static void format_line(const mp_progress *p, int64_t t_ns, char *buf, size_t ca
     size_t n = 0;
 #define PUT(...) (n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__))
     PUT("%s: ", p->label);
+    if (!p->unit) { /* a step that cannot be counted: what it is and how long it has run */
+        char t[32];
+        clock_text(t, sizeof t, elapsed_s);
+        PUT("%s%s%s elapsed", p->detail, p->detail[0] ? ", " : "", t);
+        return;
+    }
     if (is_bytes(p)) {
         const double scale = (p->total ? p->total : p->done) >= (INT64_C(1) << 30) ? 1073741824.0 : 1048576.0;
         const char *u = scale > 1048576.0 ? "GiB" : "MiB";
@@ -99,6 +122,9 @@ static void format_line(const mp_progress *p, int64_t t_ns, char *buf, size_t ca
         PUT(", %.1f k %s/s", rate / 1e3, p->unit);
     else
         PUT(", %.1f %s/s", rate, p->unit);
+    if (p->unit2)
+        PUT(", %lld %s (%.1f %s/s)", (long long)p->done2, p->unit2,
+            elapsed_s > 0 ? (double)p->done2 / elapsed_s : 0.0, p->unit2);
     if (p->detail[0])
         PUT(", %s", p->detail);
     char t[32];

@@ -12,8 +12,11 @@
  *  - on a terminal, one line redrawn in place (\r) at most 10 times a second, and kept (ended by
  *    a newline) by mp_progress_end;
  *  - on anything else (a log, a pipe: only when asked for), a line every 10 s and the final one.
- * A line reads `LABEL: DONE/TOTAL UNIT (PCT %), RATE UNIT/s, DETAIL, M:SS elapsed, ETA M:SS`;
- * without a total, no percentage and no ETA. The unit MP_PROGRESS_BYTES prints sizes in MiB/GiB.
+ * A line reads `LABEL: DONE/TOTAL UNIT (PCT %), RATE UNIT/s, COUNT2 UNIT2 (RATE2 UNIT2/s),
+ * DETAIL, M:SS elapsed, ETA M:SS`; without a total, no percentage and no ETA; the second count
+ * (what is found along the way: tokens beside prompts, records beside bytes) only when the step
+ * has one. The unit MP_PROGRESS_BYTES prints sizes in MiB/GiB; a step without a unit (one that
+ * cannot be counted, such as one SQL statement) shows `LABEL: DETAIL, M:SS elapsed`.
  *
  * Cost: the clock is read only when the count reaches next_check, which is placed about 50 ms of
  * work ahead at the rate measured so far, so counting once per record costs a compare.
@@ -39,9 +42,11 @@ typedef struct mp_progress {
     bool line_open;       /* tty: a line is drawn and not yet ended by a newline */
     char label[64];       /* "import", "sha256 model.gguf", ... */
     char detail[96];      /* the caller's extra ("1234 tokens, 45.6 tok/s"), "" if none */
-    const char *unit;     /* "records", "prompts", MP_PROGRESS_BYTES, ... */
+    const char *unit;     /* "records", "prompts", MP_PROGRESS_BYTES, ...; NULL: not counted */
+    const char *unit2;    /* the second count's unit, NULL if none */
     int64_t total;        /* 0: unknown (no percentage, no ETA) */
     int64_t done;         /* counted so far; next_check > done between polls */
+    int64_t done2;        /* the second count */
     int64_t next_check;
     int64_t t0_ns, last_line_ns;
 } mp_progress;
@@ -53,6 +58,10 @@ FILE *mp_progress_stream(mp_progress_mode mode);
  * makes p silent. Nothing is drawn until the first count. */
 void mp_progress_begin(mp_progress *p, FILE *out, const char *label, const char *unit,
                        int64_t total);
+/* A second count shown with its rate, in unit2 (a string that outlives p), from 0. */
+void mp_progress_count2(mp_progress *p, const char *unit2);
+/* End this step's line and start the next step's on the same stream (a library's second pass). */
+void mp_progress_next(mp_progress *p, const char *label, const char *unit, int64_t total);
 /* The total, once known (a file's size after it is opened). */
 void mp_progress_set_total(mp_progress *p, int64_t total);
 /* Text shown after the rate (printf-style), e.g. a second count; "" clears it. */
@@ -75,6 +84,13 @@ static inline void mp_progress_add(mp_progress *p, int64_t n)
 {
     if (p && p->out)
         mp_progress_set(p, p->done + n);
+}
+
+/* The second count; drawn with the next line (it never reads the clock itself). */
+static inline void mp_progress_add2(mp_progress *p, int64_t n)
+{
+    if (p && p->out)
+        p->done2 += n;
 }
 
 #endif
