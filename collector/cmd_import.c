@@ -109,5 +109,8 @@ int mp_cmd_import(int argc, char **argv)
            in, mp_import_format_name(res.format), (long long)res.n_requests,
            (long long)res.n_steps, (long long)res.n_routing, (long long)res.n_nodes,
            (long long)res.n_experts, res.n_experts_inferred ? " (inferred)" : "", out);
+    if (res.weights_uniform)
+        printf("note: %s has no router weights: every choice is stored with weight 1/top_k "
+               "(config_json says so)\n", in);
     return 0;
 }

@@ -31,6 +31,14 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *rec, mp_error *e
 int64_t mp_import_n_experts_limit(const mp_import_ctx *c);
 /* The file's name, for parsers' messages. */
 const char *mp_import_name(const mp_import_ctx *c);
+/* The input has no router weights: the parser gives every choice 1/top_k, and the trace's
+ * config_json and the import's result say so. */
+void mp_import_note_uniform_weights(mp_import_ctx *c);
+
+/* CSV: the bytes of a UTF-8 byte order mark at data (3 or 0); whether data starts like a routing
+ * CSV's header (seq,pos,layer, plain or quoted, after a byte order mark). */
+size_t mp_import_csv_bom(const char *data, size_t n);
+bool mp_import_csv_looks_like(const char *data, size_t n);
 
 typedef mp_status (*mp_import_parse_fn)(const char *data, size_t n, mp_import_ctx *c,
                                         mp_error *err);

@@ -87,3 +87,21 @@ Test(cmd_import, imports_and_refuses_to_overwrite)
     snprintf(args, sizeof args, "import csv '%s' --trace '%s' --force", in, out);
     cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
 }
+
+/* An id-only CSV (no router weights) imports, and the command says what it stored instead. */
+Test(cmd_import, ids_only_csv_says_weights_are_uniform)
+{
+    char in[300], args[1024], err[4096], out[300];
+    snprintf(in, sizeof in, "%s/ids.csv", tmpdir);
+    snprintf(out, sizeof out, "%s/t.db", tmpdir);
+    FILE *f = fopen(in, "w");
+    fputs("\"seq\",\"pos\",\"layer\",\"e0\",\"e1\"\r\n\"0\",\"0\",\"1\",\"5\",\"2\"\r\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "import auto '%s' --trace '%s'", in, out);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    char *so = mp_test_stdout(tmpdir);
+    cr_assert(strstr(so, "imported ") && strstr(so, "(csv): 1 requests"), "%s", so);
+    cr_assert(strstr(so, "ids.csv has no router weights: every choice is stored with weight "
+                         "1/top_k"), "%s", so);
+    free(so);
+}
