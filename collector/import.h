@@ -19,6 +19,7 @@
 
 #include "collector/trace.h"
 #include "runtime/error.h"
+#include "runtime/progress.h"
 
 typedef enum mp_import_format {
     MP_IMPORT_AUTO = 0,
@@ -32,6 +33,9 @@ typedef struct mp_import_options {
     int64_t n_experts;        /* 0: infer as (largest id seen + 1) and say so in config_json */
     mp_trace_weight_format weight_format; /* default f32: imports keep the weights they read */
     bool force;               /* replace an existing output */
+    mp_progress *progress;    /* NULL: none. Counts the first pass in input bytes (total: the
+                               * file's size; records found as the second count), then the
+                               * second in records written (mp_progress_next "import: write") */
 } mp_import_options;
 
 typedef struct mp_import_result {

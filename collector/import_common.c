@@ -38,6 +38,7 @@ struct mp_import_ctx {
     int64_t n_experts;        /* pass 2: the node table's n_experts */
     mp_trace_weight_format wf;
     bool weights_uniform;     /* the input had no weights: each choice got 1/top_k */
+    mp_progress *progress;    /* NULL: none; pass 1 counts input bytes, pass 2 records */
     import_node **nodes;      /* (MAX_NODES) by node_index; NULL: not seen */
     int64_t max_id;           /* largest id seen, -1 before any */
     /* request and step being assembled */
@@ -280,10 +281,13 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
     c->last_node = r->node_index;
     c->n_routing++;
     c->step_nodes++;
-    if (c->pass == 2)
-        return mp_trace_add_routing(c->w, r->node_index, r->n_rows, r->top_k, r->ids, r->weights,
-                                    err);
-    return MP_OK;
+    if (c->pass == 1) { /* the record found, and the input read up to it */
+        mp_progress_add2(c->progress, 1);
+        mp_progress_set(c->progress, (int64_t)r->offset);
+        return MP_OK;
+    }
+    mp_progress_add(c->progress, 1);
+    return mp_trace_add_routing(c->w, r->node_index, r->n_rows, r->top_k, r->ids, r->weights, err);
 }
 
 static void free_nodes(import_node **nodes)
@@ -402,6 +406,7 @@ static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *i
             goto fail;
         rank++;
     }
+    mp_progress_next(c->progress, "import: write", "records", c->n_routing); /* pass 1's count */
     c->pass = 2;
     ctx_reset(c);
     if ((s = run_pass(c, f, data, n, err)) || (s = mp_trace_finish(c->w, err)))
@@ -448,7 +453,9 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     close(fd);
     mp_import_format f = opt->format == MP_IMPORT_AUTO ? mp_import_detect(data, n) : opt->format;
     mp_import_ctx c = {.pass = 1, .name = in_path, .n_experts_given = opt->n_experts,
-                       .wf = opt->weight_format, .max_id = -1};
+                       .wf = opt->weight_format, .max_id = -1, .progress = opt->progress};
+    mp_progress_set_total(c.progress, (int64_t)n);
+    mp_progress_count2(c.progress, "records");
     c.nodes = calloc(MAX_NODES, sizeof *c.nodes);
     mp_status s = MP_OK;
     if (!c.nodes) {

@@ -41,6 +41,7 @@ typedef struct csv_state {
     float *row_w;          /* (n_pos, k) */
     size_t row_cap;
     int64_t seq_start_line;
+    size_t offset;         /* bytes read up to the start of the current line */
 } csv_state;
 
 static bool parse_i64(const char *s, size_t len, int64_t *out)
@@ -110,7 +111,7 @@ static mp_status flush_seq(csv_state *st, mp_import_ctx *c, mp_error *err)
                            .node_index = st->layers[li], .node_name = name, .node_type = "moe",
                            .layer = st->layers[li], .n_rows = st->n_pos, .top_k = st->k,
                            .ids = st->row_ids, .weights = st->row_w, .phase = MP_PHASE_PREFILL,
-                           .where = where};
+                           .where = where, .offset = st->offset};
         mp_status s = mp_import_emit(c, &r, err);
         if (s)
             return s;
@@ -373,6 +374,7 @@ mp_status mp_import_parse_csv(const char *data, size_t n, mp_import_ctx *c, mp_e
     int64_t line_no = 0;
     while (off < n && s == MP_OK) {
         const char *line = data + off;
+        st->offset = off;
         const char *nl = memchr(line, '\n', n - off);
         size_t len = nl ? (size_t)(nl - line) : n - off;
         off += len + (nl ? 1 : 0);
@@ -389,6 +391,7 @@ mp_status mp_import_parse_csv(const char *data, size_t n, mp_import_ctx *c, mp_e
     if (s == MP_OK && line_no == 0)
         s = mp_fail(err, MP_ERR_FORMAT, "%s: empty file, expected the header seq,pos,layer,e0..,"
                     "w0..", mp_import_name(c));
+    st->offset = n;
     if (s == MP_OK)
         s = flush_seq(st, c, err);
     free(st->ids);

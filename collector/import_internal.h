@@ -24,6 +24,7 @@ typedef struct mp_import_rec {
     const float *weights;    /* (n_rows, top_k) */
     int phase;               /* -1: step 0 prefill, later steps decode; else an mp_phase */
     const char *where;       /* "line 12" / "offset 345": for messages */
+    size_t offset;           /* bytes of the input read up to this record: the import's progress */
 } mp_import_rec;
 
 mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *rec, mp_error *err);
