@@ -19,6 +19,7 @@ int mp_cmd_inspect(int argc, char **argv); /* runtime/cmd_inspect.c */
 int mp_cmd_mkmodel(int argc, char **argv); /* runtime/cmd_mkmodel.c */
 int mp_cmd_profile(int argc, char **argv); /* runtime/cmd_profile.c */
 int mp_cmd_import(int argc, char **argv);  /* collector/cmd_import.c */
+int mp_cmd_trace(int argc, char **argv);   /* collector/cmd_trace.c */
 int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs); /* collector/cmd_collect.c */
 
 int mp_cmd_analyze(int argc, char **argv); /* analyzer/cmd_analyze.c */
