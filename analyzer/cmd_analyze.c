@@ -33,6 +33,10 @@ static void usage(FILE *f)
             "  --train-requests LIST learn on these requests instead: [TRACE:]REQUEST_ID,...\n"
             "                        (TRACE: 0-based position of the trace on the command line)\n"
             "  --reuse-window N      tokens within which a reused expert counts as reused (8)\n"
+            "  --simulation FILE     moeplan simulate's --json output for these traces: the report\n"
+            "                        adds the predicted tok/s of every policy at every budget (a\n"
+            "                        chart, a table, the best placement per budget against all-CPU\n"
+            "                        and whole layers) and simulation.csv, simulation.svg\n"
             "  --validate-only       only validate; list every problem (up to --max-problems)\n"
             "  --max-problems N      problems listed by --validate-only (default 100)\n"
             "  -h, --help            this text\n");
@@ -47,7 +51,7 @@ static int bad_usage(const char *fmt, const char *arg)
 }
 
 enum { OPT_MODEL = 256, OPT_FORCE, OPT_VALIDATE_ONLY, OPT_ROWS, OPT_TRAIN_FRAC, OPT_TRAIN_REQUESTS,
-       OPT_MAX_PROBLEMS, OPT_REUSE_WINDOW };
+       OPT_MAX_PROBLEMS, OPT_REUSE_WINDOW, OPT_SIMULATION };
 
 static const mp_cli_opt analyze_flags[] = {
     {"out", 'o', true, 'o', NULL},
@@ -58,6 +62,7 @@ static const mp_cli_opt analyze_flags[] = {
     {"train-frac", 0, true, OPT_TRAIN_FRAC, NULL},
     {"train-requests", 0, true, OPT_TRAIN_REQUESTS, NULL},
     {"reuse-window", 0, true, OPT_REUSE_WINDOW, NULL},
+    {"simulation", 0, true, OPT_SIMULATION, NULL},
     {"validate-only", 0, false, OPT_VALIDATE_ONLY, NULL},
     {"max-problems", 0, true, OPT_MAX_PROBLEMS, NULL},
     {"help", 'h', false, 'h', NULL},
@@ -125,6 +130,9 @@ int mp_cmd_analyze(int argc, char **argv)
         case OPT_TRAIN_REQUESTS:
             o.train_requests = v;
             break;
+        case OPT_SIMULATION:
+            o.simulation_path = v;
+            break;
         case OPT_MAX_PROBLEMS:
             max_problems_given = true;
             if (!mp_parse_i64(v, 1, 1000000, &o.max_problems)) {
@@ -152,6 +160,10 @@ int mp_cmd_analyze(int argc, char **argv)
     if (train_frac_given && o.train_requests) {
         rc = bad_usage("%s--train-frac and --train-requests both choose the training requests: "
                        "give one", "");
+        goto done;
+    }
+    if (o.simulation_path && o.validate_only) {
+        rc = bad_usage("%s--simulation adds to a report, which --validate-only does not write", "");
         goto done;
     }
     if (max_problems_given && !o.validate_only) {
