@@ -390,6 +390,8 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     mp_status st = mp_an_input_open(&in, o->traces, o->n_traces, o->model_path, pb, err);
     if (st == MP_OK && pb->n == 0 && sim)
         st = check_simulation(o, sim, &in, err);
+    in.progress = o->progress;
+    mp_progress_set_total(o->progress, mp_an_input_records(&in));
     /* --validate-only: one scan for problems. Otherwise the one pass validates as it reads: its
      * accumulators live in memory only and are dropped at the first problem. */
     if (st == MP_OK && o->validate_only)

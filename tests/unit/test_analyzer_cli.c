@@ -152,6 +152,27 @@ Test(analyzer_cli, report_is_complete_and_consistent)
     free(t);
 }
 
+/* --progress: the line counts the routing records of all traces against their footers (two
+ * traces of the same model, 18 records each); --validate-only reads them too. */
+Test(analyzer_cli, progress_counts_the_records_of_all_traces)
+{
+    char *a = make_trace(tmpdir, "a.db", (trace_opts){0});
+    char *b = make_trace(tmpdir, "b.db", (trace_opts){0});
+    char args[2048];
+    run_result r;
+    snprintf(args, sizeof args, "analyze '%s' '%s' --out '%s/rep' --progress", a, b, tmpdir);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    static const char both[] = "analyze: 36/36 records (100.0 %), ", one[] = "analyze: 18/18 records (100.0 %), ";
+    cr_assert(!strncmp(r.err, both, strlen(both)), "%s", r.err);
+    cr_assert(strchr(r.err, '\n') && !strchr(r.err, '\n')[1], "one line, the last: %s", r.err);
+    snprintf(args, sizeof args, "analyze '%s' --validate-only --progress", a);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(!strncmp(r.err, one, strlen(one)), "%s", r.err);
+    free(a), free(b);
+}
+
 /* Fewer requests than MP_AN_SEGMENTS: one segment per request, numbered 0, 1, 2 (not 0, 3, 6),
  * the same in drift.csv and summary.json; each segment's routes are its request's routes
  * (6 rows x 2 nodes x top-2 = 24). */
