@@ -88,6 +88,9 @@ static void usage(FILE *f)
             "                        --n-cpu-moe keeps the best whole layers' experts on the GPU under the\n"
             "                        budget less llama.cpp's weights, KV cache and compute buffers, with its\n"
             "                        predicted ms/token beside the per-expert plan's\n"
+            "  --llamacpp-compute-buffer SIZE  llama.cpp's compute buffers for --emit-llamacpp as\n"
+            "                        llama-server printed them (\"CUDA0 compute buffer size\"),\n"
+            "                        instead of the estimate (an upper bound)\n"
             "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
             "  --sweep PARAM=V,V,..  run one online policy over values of a parameter at every\n"
             "                        budget: alpha, beta, epsilon (decayed-lfu) or window\n"
@@ -122,6 +125,7 @@ typedef struct opts {
     const char *expert_quant;
     int threads;
     bool llamacpp, sensitivity, as_decode;
+    uint64_t llamacpp_compute_bytes; /* --llamacpp-compute-buffer (0: the estimate) */
     bool force; /* --force: replace existing outputs */
     mp_sim_sweep sweep; /* n_values 0: no --sweep */
     mp_llamacpp_gpu lc; /* --emit-llamacpp: llama.cpp's GPU memory for -m at --ctx-size */
@@ -207,7 +211,7 @@ static const mp_cli_opt simulate_flags[] = {
     {"epsilon", 0, true, 1, NULL}, {"window", 0, true, 1, NULL}, {"json", 0, true, 1, NULL},
     {"svg", 0, true, 1, NULL}, {"force", 0, false, 1, NULL}, {"emit-profile", 0, true, 1, NULL},
     {"profile-policy", 0, true, 1, NULL}, {"placement-profile", 0, true, 1, NULL},
-    {"emit-llamacpp", 0, false, 1, NULL}, {"sensitivity", 0, false, 1, NULL},
+    {"emit-llamacpp", 0, false, 1, NULL}, {"sensitivity", 0, false, 1, NULL}, {"llamacpp-compute-buffer", 0, true, 1, NULL},
     {"sweep", 0, true, 1, NULL}, {"help", 'h', false, 'h', NULL}, {0},
 };
 
@@ -374,6 +378,12 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
             cfg->pageable = true;
         } else if (!strcmp(a, "--emit-llamacpp")) {
             o->llamacpp = true;
+        } else if (!strcmp(a, "--llamacpp-compute-buffer")) {
+            mp_error perr;
+            if (mp_parse_bytes(v, &o->llamacpp_compute_bytes, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: --llamacpp-compute-buffer: %s\n", perr.msg);
+                return 2;
+            }
         } else if (!strcmp(a, "--sensitivity")) {
             o->sensitivity = true;
         } else if (!strcmp(a, "--force")) {
@@ -385,6 +395,10 @@ static int parse_args(int argc, char **argv, opts *o, mp_sim_config *cfg)
     }
     if (!o->trace || !o->costs || !o->n_budgets) {
         fprintf(stderr, "moeplan simulate: error: needs TRACE.db, --costs and --budget (try --help)\n");
+        return 2;
+    }
+    if (o->llamacpp_compute_bytes && !o->llamacpp) {
+        fprintf(stderr, "moeplan simulate: error: --llamacpp-compute-buffer applies to --emit-llamacpp\n");
         return 2;
     }
     if (o->llamacpp && !o->model) {
@@ -671,6 +685,8 @@ static mp_status apply_model(const char *path, const char *trace_path, const mp_
         cfg->non_expert_bytes = b.fixed_bytes;
     if (o->llamacpp && (st = mp_llamacpp_gpu_from_gguf(m->gguf, o->ctx, &o->lc, err)))
         goto out;
+    if (o->llamacpp && o->llamacpp_compute_bytes)
+        mp_llamacpp_gpu_set_compute_bytes(&o->lc, o->llamacpp_compute_bytes);
     *slot_bytes = 0;
     for (int64_t il = 0; il < g.n_layer; il++)
         *slot_bytes = g.expert_bytes[il] > *slot_bytes ? g.expert_bytes[il] : *slot_bytes;
