@@ -181,6 +181,11 @@ static mp_status insert_routes(writer *w, mp_error *err)
     for (int64_t c = 0; c < n_cells; c++)
         total += w->count[c];
     mp_progress_next(w->progress, "materialize: write", "routes", (int64_t)total);
+    if (st == MP_OK && total < w->buffer_routes)
+        w->buffer_routes = total > 0 ? total : 1; /* a short trace needs a short buffer */
+    if (st == MP_OK && !(w->buf = malloc(w->buffer_routes * sizeof *w->buf)))
+        st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for the routes table's buffer",
+                     w->path);
     for (int64_t lo = 0, hi; st == MP_OK && lo < n_cells; lo = hi) {
         uint64_t routes = w->count[lo];
         for (hi = lo + 1; hi < n_cells && routes + w->count[hi] <= w->buffer_routes; hi++)
@@ -310,10 +315,9 @@ mp_status mp_trace_materialize_buffered(const char *path, uint64_t buffer_routes
     /* the checker bounds nodes × experts (MP_TRACE_MAX_NODE_EXPERTS): the count table is small */
     w.count = calloc((size_t)w.n_nodes * (size_t)w.n_experts, sizeof *w.count);
     w.next = malloc((size_t)w.n_nodes * (size_t)w.n_experts * sizeof *w.next);
-    w.buffer_routes = buffer_routes > 0 ? buffer_routes : 1;
-    w.buf = malloc(w.buffer_routes * sizeof *w.buf);
-    if (!w.count || !w.next || !w.buf) {
-        st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for the routes table's buffers",
+    w.buffer_routes = buffer_routes > 0 ? buffer_routes : 1; /* allocated once counted */
+    if (!w.count || !w.next) {
+        st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory for the routes table's counts",
                      path);
         goto done;
     }
