@@ -17,6 +17,7 @@
 
 #include <sqlite3.h>
 
+#include "collector/trace.h"
 #include "collector/trace_check.h"
 #include "runtime/atomic_file.h"
 
@@ -31,10 +32,13 @@ static int on_sqlite_progress(void *user)
 static mp_status sql_fail(sqlite3 *db, const char *path, const char *doing, mp_error *err)
 {
     const int code = sqlite3_errcode(db) & 0xff;
+    char cause[256];
+    mp_trace_sql_cause(db, cause, sizeof cause);
     return mp_fail(err, code == SQLITE_NOMEM ? MP_ERR_NOMEM : MP_ERR_IO, "trace %s: %s: %s%s",
-                   path, doing, sqlite3_errmsg(db),
-                   code == SQLITE_FULL ? " (the copy needs the trace's size and the table's "
-                                         "again in free space beside the trace)" : "");
+                   path, doing, cause,
+                   code == SQLITE_FULL || sqlite3_system_errno(db) == ENOSPC
+                       ? "; the copy needs the trace's size and the table's (about 47 bytes per "
+                         "routing decision) in free space beside the trace" : "");
 }
 
 /* Run the statements of sql in order, at most max of them (-1: all); *rest gets the text after
@@ -124,10 +128,12 @@ static mp_status insert(writer *w, int64_t cell, const route_slot *r, mp_error *
     sqlite3_bind_int64(s, 5, r->row);
     sqlite3_bind_int64(s, 6, r->rank);
     sqlite3_bind_double(s, 7, r->weight);
-    const int rc = sqlite3_step(s);
+    if (sqlite3_step(s) != SQLITE_DONE) { /* the cause before reset clears it */
+        const mp_status st = sql_fail(w->db, w->path, "writing the routes table", err);
+        sqlite3_reset(s);
+        return st;
+    }
     sqlite3_reset(s);
-    if (rc != SQLITE_DONE)
-        return sql_fail(w->db, w->path, "writing the routes table", err);
     w->n_routes++;
     mp_progress_add(w->progress, 1);
     return MP_OK;
