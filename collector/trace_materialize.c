@@ -2,9 +2,9 @@
  * then replaces it (see trace_materialize.h for the invariants).
  *
  * Where the time goes: one INSERT per routing choice (SQLite's per-row cost, ~1 µs, each an
- * append), then the index's sort. The copy is private until it is renamed, so it is written without a journal and
- * without syncs (synchronous=OFF, journal_mode=OFF): a crash can only spoil the temporary, which
- * is never renamed; the one fsync is mp_outfile_commit's, before the rename.
+ * append), then the index's sort. The copy is private until it is renamed, so it is written
+ * without a journal and without syncs (synchronous=OFF, journal_mode=OFF): a crash can only spoil
+ * the temporary, which is never renamed; the one fsync is mp_outfile_commit's, before the rename.
  */
 #include "collector/trace_materialize.h"
 
@@ -36,7 +36,7 @@ static mp_status sql_fail(sqlite3 *db, const char *path, const char *doing, mp_e
     mp_trace_sql_cause(db, cause, sizeof cause);
     return mp_fail(err, code == SQLITE_NOMEM ? MP_ERR_NOMEM : MP_ERR_IO, "trace %s: %s: %s%s",
                    path, doing, cause,
-                   code == SQLITE_FULL || sqlite3_system_errno(db) == ENOSPC
+                   code == SQLITE_FULL /* ENOSPC */
                        ? "; the copy needs the trace's size and the table's (about 47 bytes per "
                          "routing decision) in free space beside the trace" : "");
 }

@@ -15,9 +15,9 @@
  *    has the trace open keeps reading the file it opened;
  *  - idempotent: a trace that has the table already is left alone (the table only ever appears
  *    complete, so having it means having all of it).
- * The copy needs the trace's size again in free space, and the table takes about 10 times the
- * routing BLOBs' bytes (8-byte weights, keys): it is asked for, never written by collect or
- * import. Memory: a 256 MiB buffer that regroups the routes by (node, expert), a count per
+ * The copy needs the trace's size again in free space, and the table takes about 47 bytes per
+ * decision, 13 times the trace (8-byte weights, keys, the index): it is asked for, never written
+ * by collect or import. Memory: a 256 MiB buffer that regroups the routes by (node, expert), a count per
  * (node, expert), and SQLite's cache (128 MiB) and sorter.
  */
 #ifndef MP_COLLECTOR_TRACE_MATERIALIZE_H
