@@ -263,7 +263,24 @@ static bool is_report_file(const char *name)
     for (int i = 0; mp_an_report_files[i]; i++)
         if (!strcmp(name, mp_an_report_files[i]))
             return true;
+    for (int i = 0; mp_an_simulation_files[i]; i++)
+        if (!strcmp(name, mp_an_simulation_files[i]))
+            return true;
     return false;
+}
+
+/* The simulation must be of these traces' model: its geometry is theirs. */
+static mp_status check_simulation(const mp_an_options *o, const mp_an_simulation *sim,
+                                  const mp_an_input *in, mp_error *err)
+{
+    const int64_t top_k = in->n_nodes ? in->nodes[0].top_k : 0;
+    if (sim->moe_layers == in->n_nodes && sim->experts == in->max_experts && sim->top_k == top_k)
+        return MP_OK;
+    return mp_fail(err, MP_ERR_FORMAT, "simulation %s: $.trace_geometry: %lld MoE layers x %lld "
+                   "experts, top-%lld, but the analyzed traces have %d x %lld, top-%lld: expected "
+                   "a simulation of these traces' model", o->simulation_path,
+                   (long long)sim->moe_layers, (long long)sim->experts, (long long)sim->top_k,
+                   in->n_nodes, (long long)in->max_experts, (long long)top_k);
 }
 
 /* Before any work: --out names a new directory in a writable one, or (with --force) an existing
@@ -274,14 +291,15 @@ static bool is_report_file(const char *name)
 static mp_status check_out_dir(const mp_an_options *o, mp_error *err)
 {
     const char *out = o->out_dir;
-    mp_file_ref in[64];
+    mp_file_ref in[65];
     const int n_in = o->n_traces < 63 ? o->n_traces : 63;
     for (int i = 0; i < n_in; i++)
         in[i] = (mp_file_ref){o->traces[i], "input trace"};
     in[n_in] = (mp_file_ref){o->model_path, "--model"};
+    in[n_in + 1] = (mp_file_ref){o->simulation_path, "--simulation"};
     struct stat sb;
     if (stat(out, &sb) != 0) /* a new directory: its parent must exist and be writable */
-        return mp_output_check(out, "--out", false, in, n_in + 1, err);
+        return mp_output_check(out, "--out", false, in, n_in + 2, err);
     if (!S_ISDIR(sb.st_mode))
         return mp_fail(err, MP_ERR_IO, "analyzer: --out %s: exists and is %s, expected a report "
                        "directory", out, S_ISREG(sb.st_mode) ? "a file" : mp_file_kind(sb.st_mode));
@@ -303,7 +321,7 @@ static mp_status check_out_dir(const mp_an_options *o, mp_error *err)
             st = mp_fail(err, MP_ERR_IO, "analyzer: --out %s: holds '%s', which is not a file of "
                          "a moeplan report: refusing to replace the directory (move it away or "
                          "choose another --out)", out, e->d_name);
-        for (int i = 0; st == MP_OK && i <= n_in; i++)
+        for (int i = 0; st == MP_OK && i <= n_in + 1; i++)
             if (in[i].path && mp_same_file(path, in[i].path))
                 st = mp_fail(err, MP_ERR_ARG, "analyzer: --out %s: its %s is the %s %s: refusing "
                              "to replace the directory", out, e->d_name, in[i].role, in[i].path);
@@ -350,6 +368,7 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     bool *train = NULL;
     char tmp[4200] = "";
     pass_ctx c;
+    mp_an_simulation *sim = NULL;
     memset(&stats, 0, sizeof stats);
     memset(&sum, 0, sizeof sum);
     memset(&dist, 0, sizeof dist);
@@ -359,7 +378,20 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
         if (cs)
             return cs;
     }
+    if (o->simulation_path && !o->validate_only) { /* a bad file is refused before any work */
+        if (!(sim = malloc(sizeof *sim)))
+            return mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
+        mp_status ss = mp_an_simulation_load(o->simulation_path, sim, err);
+        if (ss) {
+            free(sim);
+            return ss;
+        }
+    }
     mp_status st = mp_an_input_open(&in, o->traces, o->n_traces, o->model_path, pb, err);
+    if (st == MP_OK && pb->n == 0 && sim)
+        st = check_simulation(o, sim, &in, err);
+    in.progress = o->progress;
+    mp_progress_set_total(o->progress, mp_an_input_records(&in));
     /* --validate-only: one scan for problems. Otherwise the one pass validates as it reads: its
      * accumulators live in memory only and are dropped at the first problem. */
     if (st == MP_OK && o->validate_only)
@@ -439,9 +471,10 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
         dist.mean[m] = dist.n[m] ? dist.mean[m] / (double)dist.n[m] : 0;
 
     mp_an_report rep = {.opt = o, .in = &in, .st = &stats, .sum = &sum, .req = &dist,
-                        .n_train_requests = n_train};
+                        .n_train_requests = n_train, .sim = sim};
     if ((st = mp_an_write_csv(&rep, tmp, err)) != MP_OK || (st = mp_an_write_svg(&rep, tmp, err)) != MP_OK ||
-        (st = mp_an_write_json(&rep, tmp, err)) != MP_OK || (st = mp_an_write_html(&rep, tmp, err)) != MP_OK)
+        (st = mp_an_write_json(&rep, tmp, err)) != MP_OK || (st = mp_an_write_html(&rep, tmp, err)) != MP_OK ||
+        (sim && (st = mp_an_write_simulation(&rep, tmp, err)) != MP_OK))
         goto out;
     if ((st = publish(tmp, o->out_dir, err)) != MP_OK)
         goto out;
@@ -455,6 +488,7 @@ out:
         remove_tree(tmp);
     free(c.count_before), free(c.cur), free(c.history), free(c.order);
     free(train);
+    free(sim);
     mp_an_summary_free(&sum);
     if (stats.acc)
         mp_an_stats_free(&stats);

@@ -26,6 +26,10 @@ typedef struct mp_an_options {
     bool validate_only;
     int64_t max_problems;      /* with validate_only */
     int64_t reuse_window;      /* tokens (near-future reuse); default 8 */
+    const char *simulation_path; /* --simulation: simulate --json's file for the report (NULL:
+                                  * none); read and checked against the traces before the pass */
+    mp_progress *progress;     /* NULL: none. Counts the routing records read, of all traces'
+                                * (their footers' n_routing) */
 } mp_an_options;
 
 void mp_an_options_init(mp_an_options *o);

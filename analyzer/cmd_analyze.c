@@ -33,8 +33,15 @@ static void usage(FILE *f)
             "  --train-requests LIST learn on these requests instead: [TRACE:]REQUEST_ID,...\n"
             "                        (TRACE: 0-based position of the trace on the command line)\n"
             "  --reuse-window N      tokens within which a reused expert counts as reused (8)\n"
+            "  --simulation FILE     moeplan simulate's --json output for these traces: the report\n"
+            "                        adds the predicted tok/s of every policy at every budget (a\n"
+            "                        chart, a table, the best placement per budget against all-CPU\n"
+            "                        and whole layers) and simulation.csv, simulation.svg\n"
             "  --validate-only       only validate; list every problem (up to --max-problems)\n"
             "  --max-problems N      problems listed by --validate-only (default 100)\n"
+            "  --progress            the progress line on stderr also without a terminal (a line\n"
+            "                        every 10 s and the last)\n"
+            "  --no-progress         no progress line (default: one only when stderr is a terminal)\n"
             "  -h, --help            this text\n");
 }
 
@@ -47,7 +54,7 @@ static int bad_usage(const char *fmt, const char *arg)
 }
 
 enum { OPT_MODEL = 256, OPT_FORCE, OPT_VALIDATE_ONLY, OPT_ROWS, OPT_TRAIN_FRAC, OPT_TRAIN_REQUESTS,
-       OPT_MAX_PROBLEMS, OPT_REUSE_WINDOW };
+       OPT_MAX_PROBLEMS, OPT_REUSE_WINDOW, OPT_SIMULATION, OPT_PROGRESS, OPT_NO_PROGRESS };
 
 static const mp_cli_opt analyze_flags[] = {
     {"out", 'o', true, 'o', NULL},
@@ -58,6 +65,9 @@ static const mp_cli_opt analyze_flags[] = {
     {"train-frac", 0, true, OPT_TRAIN_FRAC, NULL},
     {"train-requests", 0, true, OPT_TRAIN_REQUESTS, NULL},
     {"reuse-window", 0, true, OPT_REUSE_WINDOW, NULL},
+    {"simulation", 0, true, OPT_SIMULATION, NULL},
+    {"progress", 0, false, OPT_PROGRESS, NULL},
+    {"no-progress", 0, false, OPT_NO_PROGRESS, NULL},
     {"validate-only", 0, false, OPT_VALIDATE_ONLY, NULL},
     {"max-problems", 0, true, OPT_MAX_PROBLEMS, NULL},
     {"help", 'h', false, 'h', NULL},
@@ -73,6 +83,7 @@ int mp_cmd_analyze(int argc, char **argv)
         return 1;
     int rc = 2;
     bool train_frac_given = false, max_problems_given = false;
+    mp_progress_mode progress_mode = MP_PROGRESS_AUTO;
     mp_cli c;
     mp_cli_init(&c, "analyze", analyze_flags, argc, argv);
     const char *v;
@@ -125,6 +136,15 @@ int mp_cmd_analyze(int argc, char **argv)
         case OPT_TRAIN_REQUESTS:
             o.train_requests = v;
             break;
+        case OPT_SIMULATION:
+            o.simulation_path = v;
+            break;
+        case OPT_PROGRESS:
+            progress_mode = MP_PROGRESS_ON;
+            break;
+        case OPT_NO_PROGRESS:
+            progress_mode = MP_PROGRESS_OFF;
+            break;
         case OPT_MAX_PROBLEMS:
             max_problems_given = true;
             if (!mp_parse_i64(v, 1, 1000000, &o.max_problems)) {
@@ -154,6 +174,10 @@ int mp_cmd_analyze(int argc, char **argv)
                        "give one", "");
         goto done;
     }
+    if (o.simulation_path && o.validate_only) {
+        rc = bad_usage("%s--simulation adds to a report, which --validate-only does not write", "");
+        goto done;
+    }
     if (max_problems_given && !o.validate_only) {
         rc = bad_usage("%s--max-problems applies to --validate-only (a report stops at the first "
                        "problem)", "");
@@ -181,7 +205,11 @@ int mp_cmd_analyze(int argc, char **argv)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t decisions = 0;
+    mp_progress progress;
+    mp_progress_begin(&progress, mp_progress_stream(progress_mode), "analyze", "records", 0);
+    o.progress = &progress;
     mp_status st = mp_an_run(&o, &pb, &decisions, &err);
+    mp_progress_end(&progress);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (o.validate_only && pb.n > 0) {

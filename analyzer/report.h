@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "analyzer/analyze.h"
+#include "analyzer/simulation.h"
 #include "base/atomic_file.h"
 
 typedef struct mp_an_report {
@@ -19,6 +20,7 @@ typedef struct mp_an_report {
     const mp_an_summary *sum;
     const mp_an_request_dist *req;
     int64_t n_train_requests;
+    const mp_an_simulation *sim; /* --simulation, NULL without */
 } mp_an_report;
 
 mp_status mp_an_write_csv(const mp_an_report *r, const char *dir, mp_error *err);
@@ -40,6 +42,23 @@ void mp_an_abort_out(mp_an_out *o);
 /* Every file a report directory holds (NULL-terminated); --force replaces only a directory
  * made of these. */
 extern const char *const mp_an_report_files[];
+
+/* With --simulation (report_sim.c): simulation.csv and simulation.svg, the predicted tok/s of
+ * every policy at every budget (held-out where the simulation has it), the chart also embedded in
+ * report.html. mp_an_simulation_files lists them (NULL-terminated): a --force may replace them. */
+extern const char *const mp_an_simulation_files[];
+mp_status mp_an_write_simulation(const mp_an_report *r, const char *dir, mp_error *err);
+void mp_an_sim_chart(const mp_an_report *r, FILE *f);
+/* At budget index b: the fastest placement (all-gpu and belady left out: one ignores the budget,
+ * the other is a bound, not a placement), the fastest whole-layer one (first-n-cpu, last-n-cpu,
+ * best-layers: what llama.cpp's -ot expresses), and the baselines; -1 where none ran. */
+typedef struct mp_an_sim_verdict {
+    int best, whole_layer, all_cpu, all_gpu; /* policy indices */
+} mp_an_sim_verdict;
+void mp_an_sim_verdict_at(const mp_an_simulation *s, int b, mp_an_sim_verdict *v);
+/* The smallest budget (index) whose best placement is within 5 % of the largest budget's best;
+ * -1 if no placement ran. */
+int mp_an_sim_enough_budget(const mp_an_simulation *s);
 
 /* The charts, each written to its own .svg file and embedded in report.html: heat map, coverage,
  * rank threshold, held-out, locality, weight reuse, drift, requests. */

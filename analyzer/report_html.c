@@ -65,6 +65,119 @@ static const char *const chart_data[MP_AN_N_CHARTS] = {
     "popularity.csv", "coverage_global.csv", "rank_threshold.csv", "coverage_global.csv",
     "locality.csv", "weight_reuse.csv", "drift.csv", "requests.csv"};
 
+/* A predicted speed or time: whole numbers from 1000, else 3 or 4 significant digits. */
+static void num_text(char *buf, size_t cap, double v)
+{
+    snprintf(buf, cap, v >= 1000 ? "%.0f" : v >= 10 ? "%.1f" : "%.3g", v);
+}
+
+/* The budgets' labels, in budget order: as many digits as tell them apart (49.5 MiB, 49.6 MiB). */
+#define SIM_LABEL 32
+static void budget_labels(const mp_an_simulation *s, char label[][SIM_LABEL])
+{
+    double bytes[MP_AN_SIM_MAX_BUDGETS];
+    for (int i = 0; i < s->n_budgets; i++)
+        bytes[i] = s->budget_bytes[s->order[i]];
+    mp_svg_bytes_labels(&label[0][0], SIM_LABEL, bytes, s->n_budgets);
+}
+
+/* The at-a-glance line of --simulation: at the largest budget, the best placement against all-CPU
+ * and the best whole-layer placement; the smallest budget within 5 % of it. */
+static void sim_glance(FILE *f, const mp_an_simulation *s)
+{
+    const int last = s->order[s->n_budgets - 1];
+    mp_an_sim_verdict v;
+    mp_an_sim_verdict_at(s, last, &v);
+    if (v.best < 0)
+        return;
+    char label[MP_AN_SIM_MAX_BUDGETS][SIM_LABEL], t[32];
+    budget_labels(s, label);
+    const double best = s->pt[last][v.best].tok_s;
+    num_text(t, sizeof t, best);
+    fprintf(f, "<li id=\"sim-glance\">Simulated: at the largest budget, %s, the best placement "
+               "(<b>%s</b>) predicts <b>%s tok/s</b>", label[s->n_budgets - 1], s->policy[v.best], t);
+    if (v.all_cpu >= 0)
+        fprintf(f, ", %.2fx every expert on the CPU", best / s->pt[last][v.all_cpu].tok_s);
+    if (v.whole_layer >= 0)
+        fprintf(f, ", %.2fx the best whole-layer placement (%s, what llama.cpp's -ot and "
+                   "--n-cpu-moe can express)", best / s->pt[last][v.whole_layer].tok_s,
+                s->policy[v.whole_layer]);
+    const int enough = mp_an_sim_enough_budget(s);
+    for (int i = 0; enough >= 0 && enough != last && i < s->n_budgets; i++)
+        if (s->order[i] == enough)
+            fprintf(f, "; %s already comes within 5 %% of it", label[i]);
+    fprintf(f, ".</li>\n");
+}
+
+/* --simulation: what each budget buys, as a verdict per budget, the chart and the whole table. */
+static void sim_section(FILE *f, const mp_an_report *r)
+{
+    const mp_an_simulation *s = r->sim;
+    fprintf(f, "<h2 id=\"simulation\">Is it worth exploiting: predicted speed by budget and "
+               "placement</h2>\n<p>From <a href=\"simulation.csv\">the simulation</a> ");
+    esc(f, r->opt->simulation_path);
+    fprintf(f, " (moeplan simulate of ");
+    esc(f, s->trace);
+    fprintf(f, "): decode tok/s predicted on the held-out requests where the simulation has "
+               "them, else in-sample. Per-expert placements keep the most routed experts (the "
+               "table above) on the GPU; whole-layer placements keep whole layers.</p>\n"
+               "<table id=\"sim-verdict\"><tr><th>GPU budget</th><th class=\"l\">best placement"
+               "</th><th>tok/s</th><th>vs all on the CPU</th><th class=\"l\">best whole-layer"
+               "</th><th>best vs whole-layer</th><th>of all on the GPU</th></tr>\n");
+    char label[MP_AN_SIM_MAX_BUDGETS][SIM_LABEL], t[32], u[32];
+    budget_labels(s, label);
+    for (int i = 0; i < s->n_budgets; i++) {
+        const int k = s->order[i];
+        mp_an_sim_verdict v;
+        mp_an_sim_verdict_at(s, k, &v);
+        fprintf(f, "<tr><td>%s</td>", label[i]);
+        if (v.best < 0) {
+            fprintf(f, "<td class=\"l\">-</td><td>-</td><td>-</td><td class=\"l\">-</td><td>-"
+                       "</td><td>-</td></tr>\n");
+            continue;
+        }
+        const double best = s->pt[k][v.best].tok_s;
+        num_text(t, sizeof t, best);
+        fprintf(f, "<td class=\"l\">%s</td><td>%s</td>", s->policy[v.best], t);
+        if (v.all_cpu >= 0)
+            fprintf(f, "<td>%.2fx</td>", best / s->pt[k][v.all_cpu].tok_s);
+        else
+            fprintf(f, "<td>-</td>");
+        if (v.whole_layer >= 0)
+            fprintf(f, "<td class=\"l\">%s</td><td>%.2fx</td>", s->policy[v.whole_layer],
+                    best / s->pt[k][v.whole_layer].tok_s);
+        else
+            fprintf(f, "<td class=\"l\">-</td><td>-</td>");
+        if (v.all_gpu >= 0)
+            fprintf(f, "<td>%.1f %%</td></tr>\n", 100 * best / s->pt[k][v.all_gpu].tok_s);
+        else
+            fprintf(f, "<td>-</td></tr>\n");
+    }
+    fprintf(f, "</table>\n<figure>\n");
+    mp_an_sim_chart(r, f);
+    fprintf(f, "<figcaption><a href=\"simulation.svg\">simulation.svg</a> (data: <a href=\""
+               "simulation.csv\">simulation.csv</a>)</figcaption></figure>\n"
+               "<table id=\"sim-table\"><tr><th class=\"l\">policy</th>");
+    for (int i = 0; i < s->n_budgets; i++)
+        fprintf(f, "<th>%s</th>", label[i]);
+    fprintf(f, "</tr>\n");
+    for (int p = 0; p < s->n_policies; p++) {
+        fprintf(f, "<tr><td class=\"l\">%s</td>", s->policy[p]);
+        for (int i = 0; i < s->n_budgets; i++) {
+            const mp_an_sim_point *pt = &s->pt[s->order[i]][p];
+            num_text(t, sizeof t, pt->tok_s);
+            num_text(u, sizeof u, pt->ms_per_token);
+            if (pt->ran)
+                fprintf(f, "<td>%s tok/s<br>%s ms/token%s</td>", t, u,
+                        pt->held_out ? "" : " (in-sample)");
+            else
+                fprintf(f, "<td>-</td>");
+        }
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</table>\n");
+}
+
 mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err)
 {
     const mp_an_stats *s = r->st;
@@ -112,9 +225,12 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
             100 * uniform_at(ux, uy, n_uniform, half_unit));
     fprintf(f, "<li>Learned on %lld training requests, that half serves %.1f %% of the held-out "
                "requests' routes (%.1f %% in-sample). Mean normalized entropy %.3f (1 = uniform), "
-               "mean Gini %.3f (0 = uniform).</li>\n</ul>\n",
+               "mean Gini %.3f (0 = uniform).</li>\n",
             (long long)r->n_train_requests, 100 * sum->global_heldout[half],
             100 * sum->global_in_sample[half], sum->mean_entropy_norm, sum->mean_gini);
+    if (r->sim)
+        sim_glance(f, r->sim);
+    fprintf(f, "</ul>\n");
     if (sum->n_same_routing > 0) {
         /* one line per group, named by its first node */
         fprintf(f, "<ul id=\"same-routing\">\n");
@@ -168,6 +284,8 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
                 sh * (double)s->nodes[pk->node].n_experts);
     }
     fprintf(f, "</table>\n");
+    if (r->sim)
+        sim_section(f, r);
     for (int k = 0; k < MP_AN_N_CHARTS; k++) {
         fprintf(f, "<h2>%s</h2>\n<figure>\n", chart_heading[k]);
         mp_status st = mp_an_svg_chart(r, k, f, err);
@@ -202,6 +320,9 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
     fprintf(f, "</table>\n<h2>Files</h2>\n<ul id=\"files\">\n");
     for (int i = 0; mp_an_report_files[i]; i++)
         fprintf(f, "<li><a href=\"%s\">%s</a></li>\n", mp_an_report_files[i], mp_an_report_files[i]);
+    for (int i = 0; r->sim && mp_an_simulation_files[i]; i++)
+        fprintf(f, "<li><a href=\"%s\">%s</a></li>\n", mp_an_simulation_files[i],
+                mp_an_simulation_files[i]);
     fprintf(f, "</ul>\n<p>Column definitions: docs/analyzer.md.</p>\n</body></html>\n");
     return mp_an_close_out(&out, err);
 }

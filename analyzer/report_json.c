@@ -181,6 +181,8 @@ static cJSON *build(const mp_an_report *r)
     cJSON *files = cJSON_AddArrayToObject(root, "files");
     for (int i = 0; mp_an_report_files[i]; i++)
         mp_json_append(files, cJSON_CreateString(mp_an_report_files[i]));
+    for (int i = 0; r->sim && mp_an_simulation_files[i]; i++)
+        mp_json_append(files, cJSON_CreateString(mp_an_simulation_files[i]));
     return root;
 }
 

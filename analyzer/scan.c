@@ -7,6 +7,16 @@
  */
 #include "analyzer/validate.h"
 
+int64_t mp_an_input_records(const mp_an_input *in)
+{
+    int64_t n = 0;
+    for (int ti = 0; ti < in->n_traces; ti++) {
+        const mp_trace_run *run = mp_trace_reader_run(in->trace[ti]);
+        n += run->has_footer && run->footer_n_routing > 0 ? run->footer_n_routing : 0;
+    }
+    return n;
+}
+
 mp_status mp_an_scan(mp_an_input *in, mp_an_problems *pb, mp_an_emit_fn emit, void *user,
                      mp_error *err)
 {
@@ -18,6 +28,7 @@ mp_status mp_an_scan(mp_an_input *in, mp_an_problems *pb, mp_an_emit_fn emit, vo
         mp_trace_checked_rec rec;
         int rc;
         while ((rc = mp_trace_check_next(it, &rec, err)) == 1) {
+            mp_progress_add(in->progress, 1);
             if (!emit || pb->n > 0)
                 continue; /* after a problem (of any trace) nothing more is emitted */
             mp_an_record out = {

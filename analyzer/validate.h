@@ -25,6 +25,7 @@
 #include "analyzer/stats.h"
 #include "collector/trace_check.h"
 #include "collector/trace_read.h"
+#include "base/progress.h"
 
 typedef struct mp_an_problems {
     int64_t max;  /* stop once this many are recorded (>= 1) */
@@ -55,6 +56,8 @@ typedef struct mp_an_input {
     int64_t max_experts;
     const char *model_sha256; /* first trace's, NULL if unknown */
     bool bytes_from_model;    /* expert_bytes came from --model (the trace had none) */
+    mp_progress *progress;    /* set by the caller after open (NULL: none): mp_an_scan counts
+                               * every record read into it */
 } mp_an_input;
 
 /* Open every trace and run stage 1. Returns MP_OK when it could look at everything (check
@@ -63,6 +66,9 @@ typedef struct mp_an_input {
 mp_status mp_an_input_open(mp_an_input *in, const char *const *paths, int n_paths,
                            const char *model_path, mp_an_problems *pb, mp_error *err);
 void mp_an_input_close(mp_an_input *in);
+
+/* The routing records of every trace by their footers (the total of mp_an_scan's count). */
+int64_t mp_an_input_records(const mp_an_input *in);
 
 /* Stage 2: stream all traces in order; emit (may be NULL: validate only) gets each valid record
  * with request_ord, step, node, phase, rows, top_k, ids and weights set (train and segment are

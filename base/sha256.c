@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/input_file.h"
@@ -41,10 +42,18 @@ void mp_sha256_hex(const uint8_t digest[32], char hex[65])
 mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
                          mp_error *err)
 {
+    return mp_sha256_file_progress(path, what, hex, size_bytes, NULL, err);
+}
+
+mp_status mp_sha256_file_progress(const char *path, const char *what, char hex[65],
+                                  uint64_t *size_bytes, mp_progress *progress, mp_error *err)
+{
     int fd;
-    mp_status st = mp_input_open(path, what, MP_INPUT_NO_CAP, &fd, NULL, err);
+    struct stat sb;
+    mp_status st = mp_input_open(path, what, MP_INPUT_NO_CAP, &fd, &sb, err);
     if (st)
         return st;
+    mp_progress_set_total(progress, (int64_t)sb.st_size);
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = malloc(CHUNK);
     if (!buf) {
@@ -67,6 +76,7 @@ mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint6
             break;
         mp_sha256_update(&s, buf, (size_t)n);
         total += (uint64_t)n;
+        mp_progress_set(progress, (int64_t)total);
     }
     close(fd);
     free(buf);

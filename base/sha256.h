@@ -1,14 +1,15 @@
 /* base/sha256.h — SHA-256 of model files, traces, profiles and prompt tokens, through OpenSSL's
  * libcrypto (EVP; SHA extensions where the CPU has them: a 20 GB model hashes in seconds, not
  * minutes). Streaming: init, update any number of times, final. */
-#ifndef MP_BASE_SHA256_H
-#define MP_BASE_SHA256_H
+#ifndef MP_COLLECTOR_SHA256_H
+#define MP_COLLECTOR_SHA256_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/progress.h"
 
 typedef struct mp_sha256 {
     void *ctx;   /* EVP_MD_CTX; NULL after a failure (out of memory) or after final */
@@ -27,5 +28,9 @@ void mp_sha256_hex(const uint8_t digest[32], char hex[65]);
  * bytes hashed. */
 mp_status mp_sha256_file(const char *path, const char *what, char hex[65], uint64_t *size_bytes,
                          mp_error *err);
+/* The same, counting the bytes hashed into progress (base/progress.h; NULL: none), whose
+ * total becomes the file's size: a model of tens of GB read from disk takes minutes. */
+mp_status mp_sha256_file_progress(const char *path, const char *what, char hex[65],
+                                  uint64_t *size_bytes, mp_progress *progress, mp_error *err);
 
 #endif

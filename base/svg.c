@@ -99,8 +99,8 @@ static void tick_label(char *buf, size_t cap, double v, bool bytes, bool pow2)
         mp_svg_bytes_sig(buf, cap, v, 4);
     else if (pow2)
         snprintf(buf, cap, "%.0f", pow(2, v));
-    else
-        snprintf(buf, cap, "%.4g", v);
+    else /* whole numbers up to a billion as such: 15000, not 1.5e+04 */
+        snprintf(buf, cap, fabs(v) >= 1e4 && fabs(v) < 1e9 && v == floor(v) ? "%.0f" : "%.4g", v);
 }
 
 static double sx(const mp_svg_chart *c, double x)

@@ -45,6 +45,7 @@ static const command commands[] = {
     {"mkmodel", mp_cmd_mkmodel, NULL, "write a synthetic GGUF MoE model (presets, quant mixes, skew)"},
     {"collect", NULL, mp_cmd_collect, "run prompts through a model and record routing + timing into a trace"},
     {"import", mp_cmd_import, NULL, "convert onnxruntime / Strata / CSV routing traces into a trace"},
+    {"trace", mp_cmd_trace, NULL, "materialize a trace's routing as an indexed table for fast sqlite3 queries"},
     {"analyze", mp_cmd_analyze, NULL, "validate traces; expert popularity, coverage, locality, drift"},
     {"calibrate", NULL, mp_cmd_calibrate, "measure this machine's costs (CPU/GPU experts, copies, sync) into costs.json"},
     {"simulate", mp_cmd_simulate, NULL, "replay a trace under budgets and placement policies; emit profiles"},

@@ -77,29 +77,15 @@ static void quant_types(const mp_model *m, char *out, size_t cap)
              u ? u : "?", d ? d : "?");
 }
 
-static void progress(const mp_collect_opts *o, int64_t done, int64_t total, int64_t tokens,
-                     int64_t t0_ns, bool final)
+/* The model file's SHA-256, with its own progress line (a model read from disk takes minutes). */
+static mp_status hash_model(const mp_collect_opts *o, char sha[65], mp_error *err)
 {
-    if (!o->progress || (!final && !isatty(2))) /* a log file gets the final line only */
-        return;
-    static int64_t last_ns;
-    int64_t t = mp_now_ns();
-    if (!final && t - last_ns < 100000000) /* at most 10 redraws per second */
-        return;
-    last_ns = t;
-    double el = (double)(t - t0_ns) * 1e-9;
-    double frac = total ? (double)done / (double)total : 1.0;
-    double eta = frac > 0 ? el * (1 - frac) / frac : 0;
-    char bar[31];
-    int fill = (int)(frac * 30);
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
-    bar[30] = 0;
-    fprintf(stderr, "%s[%s] %lld/%lld prompts  %lld tokens  %.1f tok/s  ETA %d:%02d%s",
-            isatty(2) ? "\r" : "", bar, (long long)done, (long long)total, (long long)tokens,
-            el > 0 ? (double)tokens / el : 0.0, (int)(eta / 60), (int)eta % 60,
-            final ? "\n" : "");
-    fflush(stderr);
+    mp_progress pr;
+    mp_progress_begin(&pr, mp_progress_stream(o->progress), "collect: SHA-256 of the model",
+                      MP_PROGRESS_BYTES, 0);
+    const mp_status st = mp_sha256_file_progress(o->model_path, "model", sha, NULL, &pr, err);
+    mp_progress_end(&pr);
+    return st;
 }
 
 /* The run's config JSON plus what placement and route replay add (strings escaped by cJSON). */
@@ -198,7 +184,7 @@ static void report_cupti(const mp_cupti_counts *c)
 static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_t request_id,
                             const mp_model *m, const mp_tokenizer *tok, mp_session *s,
                             mp_sampler *smp, float *logits, prompt_result *r, int64_t *tokens_done,
-                            int64_t t0_ns, int64_t done, int64_t total, mp_error *err)
+                            mp_progress *pr, mp_error *err)
 {
     char *text = NULL;
     mp_status st;
@@ -231,6 +217,7 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
     if (st)
         return mp_error_prefix(err, "prompt %s: prefill", p->id);
     *tokens_done += (int64_t)n_ids;
+    mp_progress_add2(pr, (int64_t)n_ids);
     t = mp_now_ns();
     int64_t n_gen = 0;
     for (;;) {
@@ -241,7 +228,8 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
         if ((st = mp_session_eval(s, &next, 1, false, logits, err)))
             return mp_error_prefix(err, "prompt %s: decode step %lld", p->id, (long long)n_gen);
         (*tokens_done)++;
-        progress(o, done, total, *tokens_done, t0_ns, false);
+        mp_progress_add2(pr, 1);
+        mp_progress_poll(pr); /* a long prompt's tokens redraw the line too */
     }
     r->decode_ns = mp_now_ns() - t;
     r->n_gen_tokens = n_gen;
@@ -288,6 +276,7 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
     char profile_sha[65];
     int64_t n_done = 0;
     char sha[65], cpu[256], quant[256], config[512];
+    mp_progress pr = {0}; /* the prompts' progress; silent until begun */
     if (o.cupti && (st = mp_cupti_start(&cupti, &err))) {
         mp_error_prefix(&err, "--cupti");
         goto out;
@@ -295,7 +284,7 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
     if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
         (st = mp_model_load(o.model_path, &m, &err)) ||
         (st = mp_tokenizer_load(m->gguf, &tok, &err)) ||
-        (st = mp_sha256_file(o.model_path, "model", sha, NULL, &err)))
+        (st = hash_model(&o, sha, &err)))
         goto out;
     if (!o.raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE) {
         st = mp_fail(&err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use "
@@ -411,10 +400,12 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
         if ((st = mp_trace_add_node(w, &nd, &err)))
             goto out;
     }
-    int64_t t0 = mp_now_ns(), tokens_done = 0;
+    int64_t tokens_done = 0;
+    mp_progress_begin(&pr, mp_progress_stream(o.progress), "collect", "prompts", ps.n);
+    mp_progress_count2(&pr, "tokens");
     for (int64_t i = 0; i < ps.n; i++) {
         if ((st = run_prompt(&o, &ps.items[i], i, m, tok, s, smp, logits, &res[i], &tokens_done,
-                             t0, i, ps.n, &err)))
+                             &pr, &err)))
             goto out;
         n_done++;
         if (o.sync_writer && hs.status) { /* the async writer reports at stop */
@@ -427,8 +418,9 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
             st = chs.status;
             goto out;
         }
-        progress(&o, i + 1, ps.n, tokens_done, t0, i + 1 == ps.n);
+        mp_progress_set(&pr, i + 1);
     }
+    mp_progress_end(&pr);
     if (as) {
         st = mp_trace_async_stop(as, &err);
         as = NULL;
@@ -500,8 +492,7 @@ out:
     mp_model_free(m);
     mp_prompts_free(&ps);
     if (st) {
-        if (o.progress && isatty(2))
-            fputc('\n', stderr);
+        mp_progress_end(&pr); /* ends the line where the run stopped */
         fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
         return 1;
     }

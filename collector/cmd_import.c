@@ -1,5 +1,6 @@
 /* collector/cmd_import.c — `moeplan import FORMAT IN --trace OUT.db [--force] [--experts N]
- * [--weights f16|f32]`: foreign routing traces into the moeplan trace schema. */
+ * [--weights f16|f32] [--progress | --no-progress]`: foreign routing traces into the moeplan
+ * trace schema. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: moeplan import FORMAT IN --trace OUT.db [--force] [--experts N] [--weights f16|f32]\n"
+            "                      [--progress | --no-progress]\n"
             "\n"
             "Convert a foreign routing trace into a moeplan trace (docs/trace-format.md).\n"
             "FORMAT: onnxruntime-log | strata | csv | auto (detect from the content)\n"
@@ -19,16 +21,21 @@ static void usage(FILE *f)
             "  --force          replace an existing OUT.db\n"
             "  --experts N      routed experts per layer (default: largest id seen + 1)\n"
             "  --weights FMT    store router weights as f32 (default, as read) or f16\n"
+            "  --progress       the progress line on stderr also without a terminal (a line\n"
+            "                   every 10 s and the last of each pass)\n"
+            "  --no-progress    no progress line (default: one only when stderr is a terminal)\n"
             "  -h, --help       show this help\n");
 }
 
-enum { OPT_TRACE = 256, OPT_EXPERTS, OPT_WEIGHTS, OPT_FORCE };
+enum { OPT_TRACE = 256, OPT_EXPERTS, OPT_WEIGHTS, OPT_FORCE, OPT_PROGRESS, OPT_NO_PROGRESS };
 
 static const mp_cli_opt import_flags[] = {
     {"trace", 0, true, OPT_TRACE, NULL},
     {"experts", 0, true, OPT_EXPERTS, NULL},
     {"weights", 0, true, OPT_WEIGHTS, NULL},
     {"force", 0, false, OPT_FORCE, NULL},
+    {"progress", 0, false, OPT_PROGRESS, NULL},
+    {"no-progress", 0, false, OPT_NO_PROGRESS, NULL},
     {"help", 'h', false, 'h', NULL},
     {0},
 };
@@ -37,6 +44,7 @@ int mp_cmd_import(int argc, char **argv)
 {
     const char *format = NULL, *in = NULL, *out = NULL;
     mp_import_options opt = {.format = MP_IMPORT_AUTO, .weight_format = MP_TRACE_W_F32};
+    mp_progress_mode progress = MP_PROGRESS_AUTO;
     mp_cli c;
     mp_cli_init(&c, "import", import_flags, argc, argv);
     const char *v;
@@ -49,6 +57,12 @@ int mp_cmd_import(int argc, char **argv)
             return MP_EXIT_OK;
         case OPT_FORCE:
             opt.force = true;
+            break;
+        case OPT_PROGRESS:
+            progress = MP_PROGRESS_ON;
+            break;
+        case OPT_NO_PROGRESS:
+            progress = MP_PROGRESS_OFF;
             break;
         case OPT_TRACE:
             out = v;
@@ -99,7 +113,11 @@ int mp_cmd_import(int argc, char **argv)
     opt.format = (mp_import_format)f;
     mp_import_result res;
     mp_error err;
+    mp_progress pr;
+    mp_progress_begin(&pr, mp_progress_stream(progress), "import: check", MP_PROGRESS_BYTES, 0);
+    opt.progress = &pr;
     const mp_status st = mp_import_file(in, out, &opt, &res, &err); /* refuses out == in itself */
+    mp_progress_end(&pr);
     if (st != MP_OK) {
         fprintf(stderr, "moeplan import: error: %s\n", err.msg);
         return st == MP_ERR_ARG ? MP_EXIT_USAGE : MP_EXIT_FAILURE;
@@ -109,5 +127,8 @@ int mp_cmd_import(int argc, char **argv)
            in, mp_import_format_name(res.format), (long long)res.n_requests,
            (long long)res.n_steps, (long long)res.n_routing, (long long)res.n_nodes,
            (long long)res.n_experts, res.n_experts_inferred ? " (inferred)" : "", out);
+    if (res.weights_uniform)
+        printf("note: %s has no router weights: every choice is stored with weight 1/top_k "
+               "(config_json says so)\n", in);
     return 0;
 }

@@ -33,7 +33,9 @@ void mp_collect_usage(FILE *f)
             "  -b, --batch-size, --batch N  rows per prefill chunk (0: the runtime's default)\n"
             "  --trace-max-bytes N   stop (run aborted) if the trace would grow past N bytes\n"
             "  --sync-writer         write SQLite inside the hooks instead of a writer thread\n"
-            "  --no-progress         no progress bar\n"
+            "  --progress            the progress line on stderr also without a terminal (a line\n"
+            "                        every 10 s and the last); default: only on a terminal\n"
+            "  --no-progress         no progress line\n"
             "  --cupti               record GPU kernels and copies (CUPTI) per step and layer into\n"
             "                        the trace's cupti table; needs a CUDA device and a build with\n"
             "                        CUPTI, else refused\n"
@@ -60,7 +62,7 @@ static mp_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t 
 }
 
 enum { OPT_PROMPTS = 256, OPT_TRACE, OPT_RESULTS, OPT_MAX_TOKENS, OPT_TRACE_MAX_BYTES,
-       OPT_ROUTE_REPLAY, OPT_FORCE, OPT_RAW_PROMPTS, OPT_STORE_PROMPTS, OPT_NO_PROGRESS,
+       OPT_ROUTE_REPLAY, OPT_FORCE, OPT_RAW_PROMPTS, OPT_STORE_PROMPTS, OPT_PROGRESS, OPT_NO_PROGRESS,
        OPT_SYNC_WRITER, OPT_CUPTI, OPT_PLACEMENT, OPT_NGL };
 
 static const mp_cli_opt collect_flags[] = {
@@ -79,6 +81,7 @@ static const mp_cli_opt collect_flags[] = {
     {"force", 0, false, OPT_FORCE, NULL},
     {"raw-prompts", 0, false, OPT_RAW_PROMPTS, NULL},
     {"store-prompts", 0, false, OPT_STORE_PROMPTS, NULL},
+    {"progress", 0, false, OPT_PROGRESS, NULL},
     {"no-progress", 0, false, OPT_NO_PROGRESS, NULL},
     {"sync-writer", 0, false, OPT_SYNC_WRITER, NULL},
     {"cupti", 0, false, OPT_CUPTI, NULL},
@@ -91,7 +94,6 @@ static const mp_cli_opt collect_flags[] = {
 mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_error *err)
 {
     memset(o, 0, sizeof *o);
-    o->progress = true;
     o->max_tokens = 128;
     const char *results = NULL;
     mp_status s = MP_OK;
@@ -112,7 +114,8 @@ mp_status mp_collect_opts_parse(int argc, char **argv, mp_collect_opts *o, mp_er
         case OPT_FORCE: o->force = true; break;
         case OPT_RAW_PROMPTS: o->raw_prompts = true; break;
         case OPT_STORE_PROMPTS: o->store_prompts = true; break;
-        case OPT_NO_PROGRESS: o->progress = false; break;
+        case OPT_PROGRESS: o->progress = MP_PROGRESS_ON; break;
+        case OPT_NO_PROGRESS: o->progress = MP_PROGRESS_OFF; break;
         case OPT_SYNC_WRITER: o->sync_writer = true; break;
         case OPT_CUPTI: o->cupti = true; break;
         case 'm': o->model_path = v; break;

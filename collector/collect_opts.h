@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "runtime/placement.h"
+#include "base/progress.h"
 
 typedef struct mp_collect_opts {
     const char *model_path;    /* -m, --model */
@@ -23,7 +24,7 @@ typedef struct mp_collect_opts {
     bool force;                /* replace an existing trace / results file */
     bool raw_prompts;          /* no chat template */
     bool store_prompts;        /* keep prompt text in the trace */
-    bool progress;             /* progress bar on stderr (--no-progress: off) */
+    mp_progress_mode progress; /* the progress line: AUTO (a terminal), --progress, --no-progress */
     bool sync_writer;          /* --sync-writer: SQLite inside the hooks (default: writer thread) */
     bool cupti;                /* --cupti: GPU kernel / memcpy records into the trace's cupti table */
     int64_t max_tokens;        /* per prompt unless the prompt file says otherwise (default 128) */

@@ -1,7 +1,8 @@
 /* collector/import.h — importers of foreign routing traces into the moeplan trace schema.
  *
  * Formats (docs/trace-format.md, "Imports"): onnxruntime QMoE routing logs, Strata
- * --dump-routing binaries, and routing CSV files (seq,pos,layer,e0..,w0..).
+ * --dump-routing binaries, and routing CSV files (seq,pos,layer,e0..[,w0..]; without w columns
+ * every choice is stored with weight 1/top_k).
  *
  * Every importer parses the input twice: a first pass validates everything and learns the node
  * table (and the expert count when not given); the second pass writes the trace. A malformed
@@ -18,6 +19,7 @@
 
 #include "collector/trace.h"
 #include "base/error.h"
+#include "base/progress.h"
 
 typedef enum mp_import_format {
     MP_IMPORT_AUTO = 0,
@@ -31,20 +33,24 @@ typedef struct mp_import_options {
     int64_t n_experts;        /* 0: infer as (largest id seen + 1) and say so in config_json */
     mp_trace_weight_format weight_format; /* default f32: imports keep the weights they read */
     bool force;               /* replace an existing output */
+    mp_progress *progress;    /* NULL: none. Counts the first pass in input bytes (total: the
+                               * file's size; records found as the second count), then the
+                               * second in records written (mp_progress_next "import: write") */
 } mp_import_options;
 
 typedef struct mp_import_result {
     mp_import_format format;
     int64_t n_requests, n_steps, n_routing, n_nodes, n_experts;
     bool n_experts_inferred;
+    bool weights_uniform;     /* the input had no router weights: each choice got 1/top_k */
 } mp_import_result;
 
 /* "onnxruntime-log", "strata", "csv" (NULL for AUTO / unknown). */
 const char *mp_import_format_name(mp_import_format f);
 /* Parse a format name (the CLI's FORMAT, "auto" included); -1 if unknown. */
 int mp_import_format_parse(const char *name);
-/* Guess the format of a file's first bytes: CSV header "seq,pos,layer", a log line with
- * "moe_routing", else Strata binary. */
+/* Guess the format of a file's first bytes: CSV header "seq,pos,layer" (fields quoted or not,
+ * after a UTF-8 byte order mark or not), a log line with "moe_routing", else Strata binary. */
 mp_import_format mp_import_detect(const char *data, size_t n);
 
 /* Import in_path into a new trace at out_path (refused if it exists unless force, or if it is

@@ -37,6 +37,8 @@ struct mp_import_ctx {
     int64_t n_experts_given;  /* 0: infer */
     int64_t n_experts;        /* pass 2: the node table's n_experts */
     mp_trace_weight_format wf;
+    bool weights_uniform;     /* the input had no weights: each choice got 1/top_k */
+    mp_progress *progress;    /* NULL: none; pass 1 counts input bytes, pass 2 records */
     import_node **nodes;      /* (MAX_NODES) by node_index; NULL: not seen */
     int64_t max_id;           /* largest id seen, -1 before any */
     /* request and step being assembled */
@@ -58,6 +60,7 @@ struct mp_import_ctx {
 
 const char *mp_import_name(const mp_import_ctx *c) { return c->name; }
 int64_t mp_import_n_experts_limit(const mp_import_ctx *c) { return c->n_experts_given; }
+void mp_import_note_uniform_weights(mp_import_ctx *c) { c->weights_uniform = true; }
 
 const char *mp_import_format_name(mp_import_format f)
 {
@@ -81,7 +84,7 @@ int mp_import_format_parse(const char *name)
 
 mp_import_format mp_import_detect(const char *data, size_t n)
 {
-    if (n >= 13 && !memcmp(data, "seq,pos,layer", 13))
+    if (mp_import_csv_looks_like(data, n))
         return MP_IMPORT_CSV;
     size_t look = n < 65536 ? n : 65536;
     if (memmem(data, look, "moe_routing", 11))
@@ -278,10 +281,13 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
     c->last_node = r->node_index;
     c->n_routing++;
     c->step_nodes++;
-    if (c->pass == 2)
-        return mp_trace_add_routing(c->w, r->node_index, r->n_rows, r->top_k, r->ids, r->weights,
-                                    err);
-    return MP_OK;
+    if (c->pass == 1) { /* the record found, and the input read up to it */
+        mp_progress_add2(c->progress, 1);
+        mp_progress_set(c->progress, (int64_t)r->offset);
+        return MP_OK;
+    }
+    mp_progress_add(c->progress, 1);
+    return mp_trace_add_routing(c->w, r->node_index, r->n_rows, r->top_k, r->ids, r->weights, err);
 }
 
 static void free_nodes(import_node **nodes)
@@ -364,9 +370,11 @@ static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *i
     int64_t n_nodes = 0;
     for (int i = 0; i < MAX_NODES; i++)
         n_nodes += c->nodes[i] != NULL;
-    char config[256];
-    snprintf(config, sizeof config, "{\"import_format\":\"%s\",\"n_experts_inferred\":%s}",
-             mp_import_format_name(f), c->n_experts_given > 0 ? "false" : "true");
+    char config[384];
+    snprintf(config, sizeof config, "{\"import_format\":\"%s\",\"n_experts_inferred\":%s%s}",
+             mp_import_format_name(f), c->n_experts_given > 0 ? "false" : "true",
+             c->weights_uniform ? ",\"weights\":\"uniform: the input has no router weights, "
+                                  "each choice was given 1/top_k\"" : "");
     mp_trace_run_info info;
     mp_trace_run_info_init(&info);
     info.source = f == MP_IMPORT_ORT_LOG ? "onnxruntime" : f == MP_IMPORT_STRATA ? "strata" : "csv";
@@ -398,6 +406,7 @@ static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *i
             goto fail;
         rank++;
     }
+    mp_progress_next(c->progress, "import: write", "records", c->n_routing); /* pass 1's count */
     c->pass = 2;
     ctx_reset(c);
     if ((s = run_pass(c, f, data, n, err)) || (s = mp_trace_finish(c->w, err)))
@@ -444,7 +453,9 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     close(fd);
     mp_import_format f = opt->format == MP_IMPORT_AUTO ? mp_import_detect(data, n) : opt->format;
     mp_import_ctx c = {.pass = 1, .name = in_path, .n_experts_given = opt->n_experts,
-                       .wf = opt->weight_format, .max_id = -1};
+                       .wf = opt->weight_format, .max_id = -1, .progress = opt->progress};
+    mp_progress_set_total(c.progress, (int64_t)n);
+    mp_progress_count2(c.progress, "records");
     c.nodes = calloc(MAX_NODES, sizeof *c.nodes);
     mp_status s = MP_OK;
     if (!c.nodes) {
@@ -460,6 +471,7 @@ mp_status mp_import_file(const char *in_path, const char *out_path, const mp_imp
     res->n_routing = c.n_routing;
     res->n_experts = c.n_experts;
     res->n_experts_inferred = c.n_experts_given == 0;
+    res->weights_uniform = c.weights_uniform;
     for (int i = 0; i < MAX_NODES; i++)
         res->n_nodes += c.nodes[i] != NULL;
     s = write_trace(&c, f, in_path, out_path, opt->force, data, n, err);

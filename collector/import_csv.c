@@ -1,9 +1,15 @@
-/* collector/import_csv.c — routing CSV: header `seq,pos,layer,e0..e{k-1},w0..w{k-1}`.
+/* collector/import_csv.c — routing CSV: header `seq,pos,layer,e0..e{k-1}[,w0..w{k-1}]`.
  *
  * Mapping (docs/trace-format.md): each seq is one request holding ONE prefill step whose rows are
  * the positions 0..P-1; each layer is a node (node_index = layer = the CSV's layer number) with
  * the routing of all P rows. Rows must come grouped by seq, then by pos (0, 1, 2, ...), and every
  * pos must list the same layers in the same increasing order (the shape of a real prefill dump).
+ * The e columns are taken in the router's order (e0 its first choice).
+ * Text: RFC 4180 fields (any field may be "quoted", as spreadsheet and pandas QUOTE_ALL exports
+ * write them; no value moeplan reads holds a quote, a comma or a line break), CRLF or LF line
+ * ends, a UTF-8 byte order mark before the header.
+ * A file without w columns (expert ids only) gets weight 1/top_k for every choice, and the
+ * import says so (mp_import_note_uniform_weights: config_json and the command's output).
  * Memory: one seq is buffered (P × layers × k), never the whole file.
  */
 #include <errno.h>
@@ -20,6 +26,7 @@
 
 typedef struct csv_state {
     int k;
+    bool has_weights;      /* the header has w0..w{k-1}; else every weight is 1/k */
     int64_t seq;           /* current seq, valid if have_seq */
     bool have_seq;
     char seq_text[32];
@@ -34,6 +41,7 @@ typedef struct csv_state {
     float *row_w;          /* (n_pos, k) */
     size_t row_cap;
     int64_t seq_start_line;
+    size_t offset;         /* bytes read up to the start of the current line */
 } csv_state;
 
 static bool parse_i64(const char *s, size_t len, int64_t *out)
@@ -103,7 +111,7 @@ static mp_status flush_seq(csv_state *st, mp_import_ctx *c, mp_error *err)
                            .node_index = st->layers[li], .node_name = name, .node_type = "moe",
                            .layer = st->layers[li], .n_rows = st->n_pos, .top_k = st->k,
                            .ids = st->row_ids, .weights = st->row_w, .phase = MP_PHASE_PREFILL,
-                           .where = where};
+                           .where = where, .offset = st->offset};
         mp_status s = mp_import_emit(c, &r, err);
         if (s)
             return s;
@@ -113,22 +121,59 @@ static mp_status flush_seq(csv_state *st, mp_import_ctx *c, mp_error *err)
     return MP_OK;
 }
 
-/* Split one line into fields (at most max); returns the count, or -1 if there are more. */
-static int split(const char *line, size_t len, const char **f, size_t *fl, int max)
+/* Split one line into fields (at most max). A field may be quoted: "..." with "" for a quote
+ * inside (a comma inside is text); f/fl then give the text between the quotes, with any "" left
+ * doubled (no value moeplan reads holds a quote, so its parser refuses such a field). Returns the
+ * count, -1 if there are more than max fields, or -2 with *bad_col (1-based) the column of a
+ * quoted field that is not closed or has text after its closing quote. */
+static int split(const char *line, size_t len, const char **f, size_t *fl, int max, int *bad_col)
 {
     int n = 0;
-    size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i == len || line[i] == ',') {
-            if (n == max)
-                return -1;
+    size_t i = 0;
+    for (;;) {
+        if (n == max)
+            return -1;
+        if (i < len && line[i] == '"') {
+            const size_t start = ++i;
+            for (; i < len; i++)
+                if (line[i] == '"') {
+                    if (i + 1 < len && line[i + 1] == '"')
+                        i++; /* "" inside a quoted field */
+                    else
+                        break;
+                }
+            if (i >= len || (i + 1 < len && line[i + 1] != ',')) {
+                *bad_col = n + 1;
+                return -2;
+            }
             f[n] = line + start;
             fl[n] = i - start;
-            n++;
-            start = i + 1;
+            i++; /* the closing quote */
+        } else {
+            const size_t start = i;
+            while (i < len && line[i] != ',')
+                i++;
+            f[n] = line + start;
+            fl[n] = i - start;
         }
+        n++;
+        if (i >= len)
+            return n;
+        i++; /* the comma */
     }
-    return n;
+}
+
+/* "line N: column C: a quoted field that is not closed, or text after its closing quote" */
+static mp_status bad_quote(mp_import_ctx *c, int64_t line_no, int col, mp_error *err)
+{
+    return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld: column %d: a quoted field without its "
+                   "closing quote, or text after it: expected \"TEXT\" followed by a comma or the "
+                   "line's end", mp_import_name(c), (long long)line_no, col);
+}
+
+static bool field_is(const char *f, size_t fl, const char *want)
+{
+    return fl == strlen(want) && !memcmp(f, want, fl);
 }
 
 static mp_status parse_header(const char *line, size_t len, csv_state *st, mp_import_ctx *c,
@@ -137,19 +182,43 @@ static mp_status parse_header(const char *line, size_t len, csv_state *st, mp_im
     const char *nm = mp_import_name(c);
     const char *f[3 + 2 * CSV_MAX_K];
     size_t fl[3 + 2 * CSV_MAX_K];
-    int n = split(line, len, f, fl, 3 + 2 * CSV_MAX_K);
-    if (n < 5 || (n - 3) % 2 || fl[0] != 3 || memcmp(f[0], "seq", 3) || fl[1] != 3 ||
-        memcmp(f[1], "pos", 3) || fl[2] != 5 || memcmp(f[2], "layer", 5))
+    int bad_col = 0;
+    const int n = split(line, len, f, fl, 3 + 2 * CSV_MAX_K, &bad_col);
+    if (n == -2)
+        return bad_quote(c, 1, bad_col, err);
+    if (n < 4 || !field_is(f[0], fl[0], "seq") || !field_is(f[1], fl[1], "pos") ||
+        !field_is(f[2], fl[2], "layer"))
         return mp_fail(err, MP_ERR_FORMAT, "%s: line 1: expected the header seq,pos,layer,e0..,"
-                       "w0.. (as many w as e, at most %d each)", nm, CSV_MAX_K);
-    st->k = (n - 3) / 2;
-    for (int i = 0; i < 2 * st->k; i++) {
-        char want[16];
-        snprintf(want, sizeof want, "%c%d", i < st->k ? 'e' : 'w', i % st->k);
-        if (fl[3 + i] != strlen(want) || memcmp(f[3 + i], want, fl[3 + i]))
-            return mp_fail(err, MP_ERR_FORMAT, "%s: line 1: column %d is '%.*s', expected '%s'",
-                           nm, 4 + i, (int)(fl[3 + i] > 32 ? 32 : fl[3 + i]), f[3 + i], want);
+                       "w0.. (as many w as e, or no w at all; at most %d each)", nm, CSV_MAX_K);
+    /* e0, e1, ... then either nothing or w0, w1, ... as many */
+    int k = 0;
+    char want[16];
+    for (; 3 + k < n; k++) {
+        snprintf(want, sizeof want, "e%d", k);
+        if (!field_is(f[3 + k], fl[3 + k], want))
+            break;
     }
+    if (k == 0)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: line 1: column 4 is '%.*s', expected 'e0'", nm,
+                       (int)(fl[3] > 32 ? 32 : fl[3]), f[3]);
+    if (k > CSV_MAX_K)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: line 1: %d e columns, expected at most %d", nm, k,
+                       CSV_MAX_K);
+    const int n_w = n - 3 - k;
+    if (n_w != 0 && n_w != k)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: line 1: %d columns after e0..e%d, expected "
+                       "w0..w%d (as many w as e) or none (expert ids only)", nm, n_w, k - 1, k - 1);
+    st->k = k;
+    st->has_weights = n_w == k;
+    for (int i = 0; i < n_w; i++) {
+        snprintf(want, sizeof want, "w%d", i);
+        if (!field_is(f[3 + k + i], fl[3 + k + i], want))
+            return mp_fail(err, MP_ERR_FORMAT, "%s: line 1: column %d is '%.*s', expected '%s'",
+                           nm, 4 + k + i, (int)(fl[3 + k + i] > 32 ? 32 : fl[3 + k + i]),
+                           f[3 + k + i], want);
+    }
+    if (!st->has_weights)
+        mp_import_note_uniform_weights(c);
     return MP_OK;
 }
 
@@ -159,8 +228,11 @@ static mp_status parse_row(const char *line, size_t len, int64_t line_no, csv_st
     const char *nm = mp_import_name(c);
     const char *f[3 + 2 * CSV_MAX_K];
     size_t fl[3 + 2 * CSV_MAX_K];
-    int want = 3 + 2 * st->k;
-    int n = split(line, len, f, fl, want);
+    const int want = 3 + (st->has_weights ? 2 : 1) * st->k;
+    int bad_col = 0;
+    const int n = split(line, len, f, fl, want, &bad_col);
+    if (n == -2)
+        return bad_quote(c, line_no, bad_col, err);
     if (n != want)
         return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld: expected %d fields, got %s%d", nm,
                        (long long)line_no, want, n < 0 ? "more than " : "", n < 0 ? want : n);
@@ -265,6 +337,10 @@ static mp_status parse_row(const char *line, size_t len, int64_t line_no, csv_st
                 return mp_fail(err, MP_ERR_FORMAT, "%s: line %lld: e%d: expert %lld chosen twice",
                                nm, (long long)line_no, i, (long long)e);
         st->ids[idx + (size_t)i] = (int32_t)e;
+        if (!st->has_weights) {
+            st->weights[idx + (size_t)i] = 1.0f / (float)st->k;
+            continue;
+        }
         const char *wf = f[3 + st->k + i];
         size_t wl = fl[3 + st->k + i];
         float *wv = &st->weights[idx + (size_t)i];
@@ -298,20 +374,24 @@ mp_status mp_import_parse_csv(const char *data, size_t n, mp_import_ctx *c, mp_e
     int64_t line_no = 0;
     while (off < n && s == MP_OK) {
         const char *line = data + off;
+        st->offset = off;
         const char *nl = memchr(line, '\n', n - off);
         size_t len = nl ? (size_t)(nl - line) : n - off;
         off += len + (nl ? 1 : 0);
         line_no++;
         if (len > 0 && line[len - 1] == '\r')
             len--;
-        if (line_no == 1)
-            s = parse_header(line, len, st, c, err);
+        if (line_no == 1) {
+            const size_t bom = mp_import_csv_bom(line, len);
+            s = parse_header(line + bom, len - bom, st, c, err);
+        }
         else if (len > 0)
             s = parse_row(line, len, line_no, st, c, err);
     }
     if (s == MP_OK && line_no == 0)
         s = mp_fail(err, MP_ERR_FORMAT, "%s: empty file, expected the header seq,pos,layer,e0..,"
                     "w0..", mp_import_name(c));
+    st->offset = n;
     if (s == MP_OK)
         s = flush_seq(st, c, err);
     free(st->ids);
@@ -320,4 +400,18 @@ mp_status mp_import_parse_csv(const char *data, size_t n, mp_import_ctx *c, mp_e
     free(st->row_w);
     free(st);
     return s;
+}
+
+size_t mp_import_csv_bom(const char *data, size_t n)
+{
+    return n >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3) ? 3 : 0;
+}
+
+bool mp_import_csv_looks_like(const char *data, size_t n)
+{
+    const size_t bom = mp_import_csv_bom(data, n);
+    data += bom, n -= bom;
+    static const char plain[] = "seq,pos,layer", quoted[] = "\"seq\",\"pos\",\"layer\"";
+    return (n >= sizeof plain - 1 && !memcmp(data, plain, sizeof plain - 1)) ||
+           (n >= sizeof quoted - 1 && !memcmp(data, quoted, sizeof quoted - 1));
 }

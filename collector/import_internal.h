@@ -24,6 +24,7 @@ typedef struct mp_import_rec {
     const float *weights;    /* (n_rows, top_k) */
     int phase;               /* -1: step 0 prefill, later steps decode; else an mp_phase */
     const char *where;       /* "line 12" / "offset 345": for messages */
+    size_t offset;           /* bytes of the input read up to this record: the import's progress */
 } mp_import_rec;
 
 mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *rec, mp_error *err);
@@ -31,6 +32,14 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *rec, mp_error *e
 int64_t mp_import_n_experts_limit(const mp_import_ctx *c);
 /* The file's name, for parsers' messages. */
 const char *mp_import_name(const mp_import_ctx *c);
+/* The input has no router weights: the parser gives every choice 1/top_k, and the trace's
+ * config_json and the import's result say so. */
+void mp_import_note_uniform_weights(mp_import_ctx *c);
+
+/* CSV: the bytes of a UTF-8 byte order mark at data (3 or 0); whether data starts like a routing
+ * CSV's header (seq,pos,layer, plain or quoted, after a byte order mark). */
+size_t mp_import_csv_bom(const char *data, size_t n);
+bool mp_import_csv_looks_like(const char *data, size_t n);
 
 typedef mp_status (*mp_import_parse_fn)(const char *data, size_t n, mp_import_ctx *c,
                                         mp_error *err);

@@ -25,6 +25,7 @@ typedef struct ort_state {
     size_t cap;
     int64_t n_records, n_prompt_starts, prompts_total;
     bool prompt_open, footer_seen;
+    size_t offset;             /* bytes read up to the end of the current line */
 } ort_state;
 
 static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
@@ -181,7 +182,8 @@ static mp_status parse_record(const char *json, size_t len, const char *where, o
     mp_import_rec r = {.request_key = key, .request_ext = ext, .node_index = node_index,
                        .node_name = name->valuestring, .node_type = type->valuestring,
                        .layer = -1, .n_rows = rows, .top_k = k, .ids = st->ids,
-                       .weights = st->weights, .phase = -1, .where = where};
+                       .weights = st->weights, .phase = -1, .where = where,
+                       .offset = st->offset};
     s = mp_import_emit(c, &r, err);
     st->n_records++;
 out:
@@ -272,6 +274,7 @@ mp_status mp_import_parse_ort_log(const char *data, size_t n, mp_import_ctx *c, 
         const char *nl = memchr(line, '\n', n - off);
         size_t len = nl ? (size_t)(nl - line) : n - off;
         off += len + (nl ? 1 : 0);
+        st.offset = off;
         line_no++;
         snprintf(where, sizeof where, "line %lld", (long long)line_no);
         const char *tag = memmem(line, len, "moe_routing", 11);

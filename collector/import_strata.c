@@ -55,7 +55,7 @@ mp_status mp_import_parse_strata(const char *data, size_t n, mp_import_ctx *c, m
         mp_import_rec r = {.request_key = 0, .request_ext = NULL, .node_index = layer,
                            .node_name = name, .node_type = "moe", .layer = layer, .n_rows = 1,
                            .top_k = k, .ids = ids, .weights = weights, .phase = MP_PHASE_DECODE,
-                           .where = where};
+                           .where = where, .offset = off + 8 + body};
         mp_status s = mp_import_emit(c, &r, err);
         if (s)
             return s;

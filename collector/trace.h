@@ -16,6 +16,7 @@
 #define MP_COLLECTOR_TRACE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -158,5 +159,11 @@ void mp_trace_async_add_cupti(mp_trace_async *a, const mp_trace_cupti_rec *rec);
 
 /* The schema text (schemas/trace.sql, embedded at build time). */
 extern const char mp_trace_schema_sql[];
+
+/* Why a write through db (a SQLite connection of a trace) failed, in the user's terms, into buf:
+ * the OS error of an I/O failure ("File too large (the file-size limit, ulimit -f)", "No space
+ * left on device"), else SQLite's message; the extended SQLite code after it. */
+struct sqlite3;
+void mp_trace_sql_cause(struct sqlite3 *db, char *buf, size_t cap);
 
 #endif

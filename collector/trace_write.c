@@ -99,6 +99,19 @@ void mp_trace_run_info_init(mp_trace_run_info *info)
 static void mark_aborted(mp_trace_writer *w, const char *reason);
 static void finalize_and_close(mp_trace_writer *w);
 
+void mp_trace_sql_cause(sqlite3 *db, char *buf, size_t cap)
+{
+    const int code = sqlite3_extended_errcode(db);
+    int sys = sqlite3_system_errno(db);
+    if (sys == 0) /* not kept on every path (a write of a page the cache spilled): the file's own */
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_LAST_ERRNO, &sys);
+    if (((code & 0xff) == SQLITE_IOERR || (code & 0xff) == SQLITE_FULL) && sys != 0)
+        snprintf(buf, cap, "%s%s (sqlite error %d)", strerror(sys),
+                 sys == EFBIG ? " (the file-size limit, ulimit -f)" : "", code);
+    else
+        snprintf(buf, cap, "%s (sqlite error %d)", sqlite3_errmsg(db), code);
+}
+
 /* Record the first SQLite failure, roll back the open step and mark the run aborted. The
  * message says the cause in the user's terms: the OS error of an I/O failure (EFBIG under a
  * file-size limit, ENOSPC on a full disk) and, for SQLITE_FULL without one, the size limit
@@ -114,12 +127,11 @@ static mp_status sql_fail(mp_trace_writer *w, mp_error *err, const char *what)
     if ((code & 0xff) == SQLITE_FULL && sys != ENOSPC && w->max_bytes > 0)
         mp_fail(err, st, "trace %s: %s: the trace reached its size limit of %lld bytes "
                 "(--trace-max-bytes)", w->path, what, (long long)w->max_bytes);
-    else if (((code & 0xff) == SQLITE_IOERR || (code & 0xff) == SQLITE_FULL) && sys != 0)
-        mp_fail(err, st, "trace %s: %s: %s%s (sqlite error %d)", w->path, what, strerror(sys),
-                sys == EFBIG ? " (the file-size limit, ulimit -f)" : "", code);
-    else
-        mp_fail(err, st, "trace %s: %s: %s (sqlite error %d)", w->path, what,
-                sqlite3_errmsg(w->db), code);
+    else {
+        char cause[256];
+        mp_trace_sql_cause(w->db, cause, sizeof cause);
+        mp_fail(err, st, "trace %s: %s: %s", w->path, what, cause);
+    }
     if (w->failed == MP_OK) {
         w->failed = st;
         snprintf(w->failed_msg, sizeof w->failed_msg, "%s", err ? err->msg : what);

@@ -18,6 +18,7 @@
 #include "mkmodel/commands.h"
 #include "kernels/quant.h"
 #include "mkmodel/mkmodel.h"
+#include "base/progress.h"
 
 static void usage(FILE *f)
 {
@@ -95,14 +96,6 @@ static int parse_f64(const char *flag, const char *s, double *out)
     return 0;
 }
 
-typedef struct progress_state {
-    struct timespec start;
-    double last_print_s;
-    int tty;
-    int show;
-    int printed;
-} progress_state;
-
 static double since(const struct timespec *t0)
 {
     struct timespec now;
@@ -118,25 +111,13 @@ static void on_signal(int sig)
     interrupted = 1;
 }
 
+/* Counts the bytes written into the progress line; false stops the writer after a signal. */
 static bool on_progress(void *user, uint64_t done, uint64_t total)
 {
-    progress_state *ps = user;
     if (interrupted)
         return false;
-    if (!ps->show)
-        return true;
-    double t = since(&ps->start);
-    /* A terminal gets a live line; a log gets a line every 10 s. */
-    double every_s = ps->tty ? 0.5 : 10.0;
-    if (done < total && t - ps->last_print_s < every_s)
-        return true;
-    ps->last_print_s = t;
-    double frac = total ? (double)done / (double)total : 1.0;
-    double eta_s = frac > 0 ? t / frac - t : 0;
-    fprintf(stderr, "%smkmodel: %5.1f%% of %.2f GB, %.0fs elapsed, ETA %.0fs%s",
-            ps->tty ? "\r" : "", 100.0 * frac, (double)total / 1e9, t, eta_s,
-            ps->tty ? "   " : "\n");
-    ps->printed = 1;
+    mp_progress_set_total(user, (int64_t)total);
+    mp_progress_set(user, (int64_t)done);
     return true;
 }
 
@@ -309,10 +290,12 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
                cfg.preset[0] ? cfg.preset : "custom", cfg.mix);
         return 0;
     }
-    progress_state ps = {.tty = isatty(2)};
-    clock_gettime(CLOCK_MONOTONIC, &ps.start);
-    /* Only large models are worth a progress line. */
-    ps.show = !quiet && total >= ((uint64_t)64 << 20);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    /* Only large models are worth a progress line (a terminal's redrawn, a log's every 10 s). */
+    mp_progress pr;
+    mp_progress_begin(&pr, !quiet && total >= ((uint64_t)64 << 20) ? stderr : NULL, "mkmodel",
+                      MP_PROGRESS_BYTES, (int64_t)total);
     /* Ctrl-C / SIGTERM stop at the next chunk, and the writer removes its temporary file. */
     struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
     sigemptyset(&sa.sa_mask);
@@ -320,11 +303,10 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     if (!st)
-        st = mp_mkmodel_write(&cfg, out_path, force, on_progress, &ps, &err);
+        st = mp_mkmodel_write(&cfg, out_path, force, on_progress, &pr, &err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    if (ps.printed && ps.tty)
-        fputc('\n', stderr);
+    mp_progress_end(&pr);
     if (st) {
         fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
         return st == MP_ERR_ARG ? 2 : 1;
@@ -335,6 +317,6 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
            "skew %.2f, seed %llu, %.1f s\n",
            out_path, size, (long long)n_tensors, cfg.preset[0] ? cfg.preset : "custom", cfg.mix,
            (long long)cfg.n_layer, (long long)cfg.n_expert, (long long)cfg.n_expert_used, cfg.skew,
-           (unsigned long long)cfg.seed, since(&ps.start));
+           (unsigned long long)cfg.seed, since(&start));
     return 0;
 }

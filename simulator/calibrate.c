@@ -199,7 +199,10 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
     uint64_t size_bytes = 0;
     mp_calib_say(o, "calibrate: hashing %s (SHA-256; it also brings the weights into the page cache)",
                  o->model_path);
-    mp_status st = mp_sha256_file(o->model_path, "model", hex, &size_bytes, err);
+    mp_progress_next(o->hash_progress, "calibrate: SHA-256 of the model", MP_PROGRESS_BYTES, 0);
+    mp_status st = mp_sha256_file_progress(o->model_path, "model", hex, &size_bytes,
+                                           o->hash_progress, err);
+    mp_progress_end(o->hash_progress); /* before the measurements' lines */
     if (st)
         return st;
     cJSON *threads = cJSON_CreateArray();

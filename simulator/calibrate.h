@@ -24,6 +24,7 @@
 
 #include "base/error.h"
 #include "runtime/knobs.h"
+#include "base/progress.h"
 
 #define MP_CALIB_LIST_MAX 32
 
@@ -38,6 +39,7 @@ typedef struct mp_calib_opts {
     /* progress lines ("calibrate: cpu expert Q4_K/Q6_K 2048x768 t=16 rows=64 ...") */
     void (*progress)(void *user, const char *line);
     void *progress_user;
+    mp_progress *hash_progress;     /* the model's SHA-256, in bytes (its own line; NULL: none) */
     const mp_knobs *knobs;          /* the sessions', pools' and CPU MoE blocks' knobs (NULL: defaults) */
 } mp_calib_opts;
 

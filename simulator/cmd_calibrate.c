@@ -158,6 +158,9 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
     }
     o.progress = progress;
     o.knobs = knobs;
+    mp_progress hash_progress; /* on a terminal: the SHA-256 of a model read from disk takes minutes */
+    mp_progress_begin(&hash_progress, mp_progress_stream(MP_PROGRESS_AUTO), "calibrate", NULL, 0);
+    o.hash_progress = &hash_progress;
 
     char *json = NULL;
     if (mp_calibrate(&o, &json, &err)) {

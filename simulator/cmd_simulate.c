@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/args.h"
+#include "base/progress.h"
 #include "simulator/commands.h"
 #include "base/numparse.h"
 #include "runtime/placement.h"
@@ -78,6 +79,9 @@ static void usage(FILE *f)
             "                        --n-cpu-moe keeps the best whole layers' experts on the GPU under the\n"
             "                        budget less llama.cpp's weights, KV cache and compute buffers, with its\n"
             "                        predicted ms/token beside the per-expert plan's\n"
+            "  --llamacpp-compute-buffer SIZE  llama.cpp's compute buffers for --emit-llamacpp as\n"
+            "                        llama-server printed them (\"CUDA0 compute buffer size\"),\n"
+            "                        instead of the estimate (an upper bound)\n"
             "  --sensitivity         re-rank the policies with each cost x0.8 and x1.2\n"
             "  --sweep PARAM=V,V,..  run one online policy over values of a parameter at every\n"
             "                        budget: alpha, beta, epsilon (decayed-lfu) or window\n"
@@ -263,100 +267,29 @@ static const mp_cli_opt simulate_flags[] = {
     {"svg", 0, true, 1, NULL}, {"force", 0, false, 1, NULL}, {"emit-profile", 0, true, 1, NULL},
     {"profile-policy", 0, true, 1, NULL}, {"placement-profile", 0, true, 1, NULL},
     {"emit-llamacpp", 0, false, 1, NULL}, {"sensitivity", 0, false, 1, NULL},
+    {"llamacpp-compute-buffer", 0, true, 1, NULL},
     {"sweep", 0, true, 1, NULL}, {"progress", 0, false, 1, NULL}, {"no-progress", 0, false, 1, NULL},
     {"help", 'h', false, 'h', NULL}, {0},
 };
 
-/* ---- the progress line ----
- * Drawn here, by the command; the library only counts (mp_simulate_options.progress):
- * `simulate: DONE/TOTAL decisions (PCT %), RATE M decisions/s, replay R/N, M:SS elapsed, ETA M:SS`.
- * On a terminal the line is redrawn in place at most 10 times a second and ended when the
- * simulation is (kept only if one was drawn); asked for with --progress elsewhere, a line every
- * 10 s and the last one. Without a terminal and without --progress, nothing (tests, logs). */
-
-typedef enum progress_mode { PROGRESS_AUTO, PROGRESS_ON, PROGRESS_OFF } progress_mode;
-
-typedef struct progress_line {
-    FILE *out;               /* NULL: no line */
-    bool tty, open;          /* open: a terminal line drawn and not yet ended */
-    int64_t t0_ns, last_ns;  /* start, and the last line drawn */
-    mp_simulate_progress at; /* the last count */
-} progress_line;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* "1:05", or "2:03:09" past an hour */
-static void clock_text(char *buf, size_t cap, double s)
-{
-    const long long t = s > 0 ? (long long)(s + 0.5) : 0;
-    if (t >= 3600)
-        snprintf(buf, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
-    else
-        snprintf(buf, cap, "%lld:%02lld", t / 60, t % 60);
-}
-
-static void progress_draw(progress_line *pl, int64_t t_ns, bool final)
-{
-    const mp_simulate_progress *p = &pl->at;
-    const double elapsed_s = (double)(t_ns - pl->t0_ns) * 1e-9, rate = elapsed_s > 0 ? (double)p->decisions / elapsed_s : 0;
-    char elapsed[32], eta[48] = "";
-    clock_text(elapsed, sizeof elapsed, elapsed_s);
-    if (p->decisions > 0 && p->decisions < p->decisions_total) {
-        char t[32];
-        clock_text(t, sizeof t, elapsed_s * (double)(p->decisions_total - p->decisions) / (double)p->decisions);
-        snprintf(eta, sizeof eta, ", ETA %s", t);
-    }
-    fprintf(pl->out, "%ssimulate: %llu/%llu decisions (%.1f %%), %.2f M decisions/s, replay %d/%d, %s elapsed%s%s",
-            pl->tty ? "\r" : "", (unsigned long long)p->decisions, (unsigned long long)p->decisions_total,
-            p->decisions_total ? 100.0 * (double)p->decisions / (double)p->decisions_total : 100.0, rate / 1e6,
-            p->replays, p->replays_total, elapsed, eta, pl->tty ? "\033[K" : "\n");
-    if (pl->tty && final)
-        fputc('\n', pl->out);
-    fflush(pl->out);
-    pl->open = pl->tty && !final;
-    pl->last_ns = t_ns;
-}
-
+/* ---- the progress line (base/progress.h) ----
+ * Drawn here, by the command; the library only counts (mp_simulate_options.progress): the
+ * decisions of every replay against their total, with the replay in hand in the detail. */
 static void on_progress(void *user, const mp_simulate_progress *p)
 {
-    progress_line *pl = user;
-    pl->at = *p;
-    const int64_t t = now_ns();
-    if (t - pl->last_ns >= (pl->tty ? 100000000 : INT64_C(10000000000)))
-        progress_draw(pl, t, false);
-}
-
-/* Where the line goes (NULL: none), and o told to report to it. */
-static void progress_begin(progress_line *pl, progress_mode mode, mp_simulate_options *o)
-{
-    memset(pl, 0, sizeof *pl);
-    pl->tty = isatty(fileno(stderr));
-    pl->out = mode == PROGRESS_ON || (mode == PROGRESS_AUTO && pl->tty) ? stderr : NULL;
-    if (!pl->out)
-        return;
-    pl->t0_ns = pl->last_ns = now_ns();
-    o->progress = on_progress;
-    o->progress_user = pl;
-}
-
-/* The last line: kept on a terminal if one was drawn, always with --progress elsewhere. */
-static void progress_end(progress_line *pl, bool ok)
-{
-    if (pl->out && (pl->open || (!pl->tty && ok)))
-        progress_draw(pl, now_ns(), true);
+    mp_progress *pl = user;
+    if (pl->total != (int64_t)p->decisions_total)
+        mp_progress_set_total(pl, (int64_t)p->decisions_total);
+    mp_progress_detail(pl, "replay %d/%d", p->replays, p->replays_total);
+    mp_progress_set(pl, (int64_t)p->decisions);
 }
 
 /* The command line into o (mp_simulate checks how the options go together). Returns -1 to go on,
  * or the exit status: 0 after --help, 2 after saying what is wrong. */
-static int parse_args(int argc, char **argv, mp_simulate_options *o, progress_mode *progress)
+static int parse_args(int argc, char **argv, mp_simulate_options *o, mp_progress_mode *progress)
 {
     mp_simulate_options_init(o);
-    *progress = PROGRESS_AUTO;
+    *progress = MP_PROGRESS_AUTO;
     mp_sim_config *cfg = &o->cfg;
     bool any_policy = false;
     mp_cli c;
@@ -452,12 +385,18 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o, progress_mo
             cfg->pageable = true;
         } else if (!strcmp(a, "--emit-llamacpp")) {
             o->llamacpp = true;
+        } else if (!strcmp(a, "--llamacpp-compute-buffer")) {
+            mp_error perr;
+            if (mp_parse_bytes(v, &o->llamacpp_compute_bytes, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: --llamacpp-compute-buffer: %s\n", perr.msg);
+                return 2;
+            }
         } else if (!strcmp(a, "--sensitivity")) {
             o->sensitivity = true;
         } else if (!strcmp(a, "--force")) {
             o->force = true;
         } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
-            *progress = !strcmp(a, "--progress") ? PROGRESS_ON : PROGRESS_OFF;
+            *progress = !strcmp(a, "--progress") ? MP_PROGRESS_ON : MP_PROGRESS_OFF;
         } else {
             fprintf(stderr, "moeplan simulate: error: internal: option %s not handled\n", a);
             return MP_EXIT_FAILURE;
@@ -481,7 +420,7 @@ static void print_result(const mp_simulate_result *r)
 int mp_cmd_simulate(int argc, char **argv)
 {
     mp_simulate_options o;
-    progress_mode mode;
+    mp_progress_mode mode;
     const int rc = parse_args(argc, argv, &o, &mode);
     if (rc >= 0)
         return rc;
@@ -491,10 +430,14 @@ int mp_cmd_simulate(int argc, char **argv)
         fprintf(stderr, "moeplan simulate: error: out of memory\n");
         return 1;
     }
-    progress_line pl;
-    progress_begin(&pl, mode, &o);
+    mp_progress pl;
+    mp_progress_begin(&pl, mp_progress_stream(mode), "simulate", "decisions", 0);
+    if (pl.out) {
+        o.progress = on_progress;
+        o.progress_user = &pl;
+    }
     const mp_status st = mp_simulate(&o, r, &err);
-    progress_end(&pl, st == MP_OK);
+    mp_progress_end(&pl);
     for (int i = 0; i < r->n_notes; i++) /* what the replays rest on, even when a later step failed */
         fprintf(stderr, "moeplan simulate: note: %s\n", r->notes[i]);
     if (st)

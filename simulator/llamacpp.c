@@ -140,6 +140,13 @@ mp_status mp_llamacpp_gpu_from_gguf(const mp_gguf *g, int64_t n_ctx, mp_llamacpp
     return MP_OK;
 }
 
+void mp_llamacpp_gpu_set_compute_bytes(mp_llamacpp_gpu *x, uint64_t compute_bytes)
+{
+    x->compute_bytes = compute_bytes;
+    x->compute_given = true;
+    x->fixed_bytes = x->weights_bytes + x->kv_bytes + x->compute_bytes;
+}
+
 /* Append to buf at *n, keeping the NUL; false once it does not fit. */
 static bool put(char *buf, size_t cap, size_t *n, const char *fmt, const char *s, long long v)
 {

@@ -13,7 +13,7 @@
  *   - weights: every tensor but the expert tensors and token_embd (the input layer stays on the
  *     CPU); a model without output.weight gets a GPU copy of token_embd as its output;
  *   - compute buffers: an estimate of this module's own (MP_LLAMACPP_UBATCH rows), see
- *     mp_llamacpp_gpu.compute_bytes. */
+ *     mp_llamacpp_gpu.compute_bytes, or the size llama.cpp printed, when the user gives it. */
 #ifndef MP_SIMULATOR_LLAMACPP_H
 #define MP_SIMULATOR_LLAMACPP_H
 
@@ -44,6 +44,8 @@ typedef struct mp_llamacpp_gpu {
      * hidden-size vectors (residual, norms, q, k, v, attention output). llama.cpp prints the real
      * size at load ("CUDA0 compute buffer size"). */
     uint64_t compute_bytes;
+    bool compute_given;         /* compute_bytes is the user's (mp_llamacpp_gpu_set_compute_bytes),
+                                 * not the estimate */
     uint64_t fixed_bytes;       /* weights + KV cache + compute buffers */
     uint32_t n_blocks;          /* block_count */
     uint64_t *expert_bytes;     /* (n_blocks) bytes of blk.N's expert tensors (0: a dense block) */
@@ -54,6 +56,10 @@ typedef struct mp_llamacpp_gpu {
  * head_count, naming the file and the key. Free with mp_llamacpp_gpu_free. */
 mp_status mp_llamacpp_gpu_from_gguf(const mp_gguf *g, int64_t n_ctx, mp_llamacpp_gpu *out, mp_error *err);
 void mp_llamacpp_gpu_free(mp_llamacpp_gpu *x);
+/* llama.cpp's compute buffers as llama-server reported them for this model and context ("CUDA0
+ * compute buffer size" at load; simulate --llamacpp-compute-buffer SIZE) in place of the estimate,
+ * which bounds them from above and can be far above: fixed_bytes follows. */
+void mp_llamacpp_gpu_set_compute_bytes(mp_llamacpp_gpu *x, uint64_t compute_bytes);
 
 /* Whether a tensor name is one of llama.cpp's expert tensors (blk.N.ffn_*_exps / _chexps, any
  * suffix such as .weight or .bias); *block gets N. */

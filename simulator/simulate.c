@@ -41,6 +41,8 @@ static mp_status check_options(const mp_simulate_options *o, mp_error *err)
     if (o->n_traces < 1 || o->n_traces > MP_SIMULATE_MAX_TRACES || !o->costs || o->n_budgets < 1 ||
         o->n_budgets > MP_SIMULATE_MAX_BUDGETS)
         return mp_fail(err, MP_ERR_ARG, "needs TRACE.db, --costs and --budget (try --help)");
+    if (o->llamacpp_compute_bytes && !o->llamacpp)
+        return mp_fail(err, MP_ERR_ARG, "--llamacpp-compute-buffer applies to --emit-llamacpp");
     if (o->llamacpp && !o->model)
         return mp_fail(err, MP_ERR_ARG, "--emit-llamacpp needs -m MODEL: the command names the GGUF, and its "
                        "metadata sizes llama.cpp's KV cache and weights");
@@ -151,6 +153,8 @@ static mp_status apply_model(const mp_simulate_options *o, mp_simulate_result *r
         r->cfg.non_expert_bytes = b.fixed_bytes;
     if (o->llamacpp && (st = mp_llamacpp_gpu_from_gguf(m->gguf, r->ctx, &r->llamacpp_gpu, err)))
         goto out;
+    if (o->llamacpp && o->llamacpp_compute_bytes)
+        mp_llamacpp_gpu_set_compute_bytes(&r->llamacpp_gpu, o->llamacpp_compute_bytes);
     r->cfg.slot_bytes = 0;
     for (int64_t il = 0; il < g.n_layer; il++)
         r->cfg.slot_bytes = g.expert_bytes[il] > r->cfg.slot_bytes ? g.expert_bytes[il] : r->cfg.slot_bytes;

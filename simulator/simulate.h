@@ -55,6 +55,7 @@ typedef struct mp_simulate_options {
     int threads;                   /* the CPU entry of this many threads (INT_MAX: the most) */
     bool as_decode;                /* every row as its own one-row step */
     bool llamacpp;                 /* the llama.cpp command at every budget (needs model) */
+    uint64_t llamacpp_compute_bytes; /* llama.cpp's compute buffers as it printed them (0: the estimate) */
     bool sensitivity;              /* re-rank with each cost x0.8 and x1.2 */
     bool force;                    /* outputs may replace existing files (never an input) */
     const char *json, *svg;        /* outputs, or NULL */

@@ -2,7 +2,7 @@
 # tests/hostile.sh — the hostile-input suite: what a user (or an accident) can hand every command.
 # FIFOs, /dev/zero and directories where files belong; outputs that are inputs; existing outputs
 # without --force; a file-size limit (ulimit -f) under every writer; kill -9 in the middle of a
-# collect and an analyze. Each case asserts the exit status, one clear error line, pre-existing
+# collect, an analyze and a trace materialize. Each case asserts the exit status, one clear error line, pre-existing
 # files byte for byte, and no temporaries left (after kill -9: the old output untouched, and what
 # the killed run left refused by the analyzer). Needs MP_MOEPLAN and MP_SOURCE_ROOT
 # (tests/meson.build sets both). Every command runs under `timeout`: a hang is a failure, not a
@@ -77,6 +77,7 @@ for bad in fifo /dev/zero adir; do
     run 1 "$kind" "$B" import csv "$bad" --trace x.db
     run 1 "$kind" "$B" collect -m "$MODEL" --prompts "$bad" --trace c.db --no-progress
     run 1 "$kind" "$B" calibrate -m "$bad" --out c.json
+    run 1 "$kind" "$B" trace materialize "$bad"
 done
 [ ! -e rep ] && [ ! -e x.db ] && [ ! -e c.db ] && [ ! -e c.json ] || fail "a refused run left an output"
 no_temporaries "non-regular inputs"
@@ -122,6 +123,8 @@ run 1 "File too large (the file-size limit, ulimit -f)" "${limited[@]}" 16 "$B" 
 run 1 "File too large (the file-size limit, ulimit -f)" "${limited[@]}" 16 "$B" import csv r.csv --trace t.db --force
 run 1 "File too large (the file-size limit, ulimit -f)" "${limited[@]}" 4 "$B" analyze big.db --out rep3 --force
 run 1 "File too large (the file-size limit, ulimit -f)" "${limited[@]}" 1 "$B" simulate t.db $SIM --json s.json --svg s.svg --emit-profile s.strp --force
+# the copy of the trace fits, the table does not: the trace stays as it was
+run 1 "File too large (the file-size limit, ulimit -f)" "${limited[@]}" $(( $(stat -c %s big.db) / 1024 + 8 )) "$B" trace materialize big.db
 run 1 "File too large (the file-size limit, ulimit -f)" "${limited[@]}" 64 "$B" mkmodel --preset tiny -o m.gguf --force --quiet
 unchanged "a write past the file-size limit"
 no_temporaries "file-size limit"
@@ -163,6 +166,35 @@ for delay in 0.01 0.05; do
     rm -rf rep3.tmp.* rep3.old.*
 done
 [ -d rep3 ] || fail "analyze --force killed mid-run lost the old report"
+# trace materialize killed at any moment: the trace is as it was, or has the whole table (the
+# copy is renamed over it only once complete); either way every reader accepts it
+awk 'BEGIN { print "seq,pos,layer,e0,e1,e2,e3,w0,w1,w2,w3"
+             for (s = 0; s < 40; s++) for (p = 0; p < 256; p++) for (l = 0; l < 8; l++) {
+                 a = (s + p + l) % 32; print s "," p "," l "," a "," (a + 1) % 32 "," (a + 5) % 32 "," (a + 9) % 32 ",0.4,0.3,0.2,0.1" } }' > routes.csv
+run 0 "" "$B" import csv routes.csv --trace routes.db
+for delay in 0.02 0.1 0.3 3; do
+    cases=$((cases + 1))
+    cp routes.db m.db
+    before=$(sha256sum < m.db)
+    "$B" trace materialize m.db --no-progress >/dev/null 2>&1 &
+    pid=$!
+    sleep "$delay"
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    after=$(sha256sum < m.db)
+    timeout 60 "$B" analyze m.db --validate-only >/dev/null 2>err.txt ||
+        fail "after trace materialize was killed at ${delay}s the trace is refused: $(head -c 300 err.txt)"
+    rm -f m.db.tmp.*
+    timeout 60 "$B" trace materialize m.db --no-progress >out.txt 2>err.txt ||
+        fail "after trace materialize was killed at ${delay}s it does not run again: $(head -c 300 err.txt)"
+    if [ "$after" = "$before" ]; then # killed before the rename: the trace as it was
+        grep -q "routes table: 327680 rows" out.txt ||
+            fail "killed at ${delay}s, the trace as it was, yet materialized again: $(cat out.txt)"
+    else # after it: the whole table
+        grep -q "has the routes table already" out.txt ||
+            fail "killed at ${delay}s, the trace is neither as it was nor whole: $(cat out.txt)"
+    fi
+done
 no_temporaries "kill -9"
 
 echo "hostile inputs: $cases cases, $fails failures"

@@ -2,7 +2,7 @@
 """tests/llamacpp_check.py — checks `moeplan simulate --emit-llamacpp` against the GGUF itself,
 with no moeplan code: its own GGUF reader, llama.cpp's sizes and Python's regex engine.
 
-usage: llamacpp_check.py MODEL.gguf REPORT.json CTX BUDGET_BYTES[,...]
+usage: llamacpp_check.py MODEL.gguf REPORT.json CTX BUDGET_BYTES[,...] [COMPUTE_BYTES]
 
 For every budget of the simulate JSON report: the KV cache, weights and compute buffers equal
 an independent calculation from the GGUF's metadata and tensor list (KV: n_ctx padded to 256 x
@@ -10,7 +10,8 @@ sum over blocks of head_count_kv x (key_length + value_length) x 2 bytes, F16); 
 -ot regex (re.search, as llama.cpp's std::regex_search) or --n-cpu-moe N (llama.cpp's
 common/common.h: one regex blk\\.i + LLM_FFN_EXPS_REGEX per block i < N) selects exactly the
 expert tensors of whole blocks and nothing else; -ot is printed only when those blocks are not a
-prefix; and what the GPU then holds fits the budget. Prints one line per budget:
+prefix; and what the GPU then holds fits the budget. With COMPUTE_BYTES (simulate's
+--llamacpp-compute-buffer) the compute buffers are expected to be that instead of the estimate. Prints one line per budget:
 `budget B: cpu blocks 1,2 via -ot` (or `via --n-cpu-moe`, `none`, `no command`)."""
 import json
 import re
@@ -115,6 +116,8 @@ def main():
     model, report, ctx, budgets = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(",")
     kv, tensors = read_gguf(model)
     kv_bytes, cells, weights, compute = expected(kv, tensors, ctx)
+    if len(sys.argv) > 5:
+        compute = int(sys.argv[5])
     by_block = {}
     for name, (_ne, b) in tensors.items():
         m = EXPERT.search(name)

@@ -1,7 +1,8 @@
 /* tests/unit/test_analyzer_cli.c — `moeplan analyze` end to end through the binary: the report
  * directory appears whole or not at all, errors are one line with exit 1 (usage: 2), row modes
- * count what they should, summary.json lists files that exist, and report.html renders in
- * headless Chromium (scripts/setup.sh installs it; without it this test FAILS, it never skips). */
+ * count what they should, summary.json lists files that exist, --simulation adds its section or
+ * is refused in one line, and report.html renders in headless Chromium, the simulation's chart
+ * included (scripts/setup.sh installs it; without it this test FAILS, it never skips). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -149,6 +150,27 @@ Test(analyzer_cli, report_is_complete_and_consistent)
     cJSON_Delete(j);
     no_temporaries();
     free(t);
+}
+
+/* --progress: the line counts the routing records of all traces against their footers (two
+ * traces of the same model, 18 records each); --validate-only reads them too. */
+Test(analyzer_cli, progress_counts_the_records_of_all_traces)
+{
+    char *a = make_trace(tmpdir, "a.db", (trace_opts){0});
+    char *b = make_trace(tmpdir, "b.db", (trace_opts){0});
+    char args[2048];
+    run_result r;
+    snprintf(args, sizeof args, "analyze '%s' '%s' --out '%s/rep' --progress", a, b, tmpdir);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    static const char both[] = "analyze: 36/36 records (100.0 %), ", one[] = "analyze: 18/18 records (100.0 %), ";
+    cr_assert(!strncmp(r.err, both, strlen(both)), "%s", r.err);
+    cr_assert(strchr(r.err, '\n') && !strchr(r.err, '\n')[1], "one line, the last: %s", r.err);
+    snprintf(args, sizeof args, "analyze '%s' --validate-only --progress", a);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert(!strncmp(r.err, one, strlen(one)), "%s", r.err);
+    free(a), free(b);
 }
 
 /* Fewer requests than MP_AN_SEGMENTS: one segment per request, numbered 0, 1, 2 (not 0, 3, 6),
@@ -322,6 +344,102 @@ Test(analyzer_cli, usage_errors)
     free(t);
 }
 
+/* simulate --json's shape for the fixture's model (2 layers x 8 experts, top-2): three budgets,
+ * the baselines, a whole-layer and two per-expert placements (held-out metrics). */
+static void write_simulation(const char *path, int experts)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"format\": \"moeplan-simulation\", \"version\": 1, \"trace\": \"t.db\", "
+               "\"trace_geometry\": {\"moe_layers\": 2, \"experts\": %d, \"top_k\": 2}, "
+               "\"budgets\": [", experts);
+    static const char *const pol[] = {"all-gpu", "all-cpu", "first-n-cpu", "static-topn", "plan"};
+    for (int b = 0; b < 3; b++) {
+        fprintf(f, "%s{\"budget_bytes\": %d, \"slots\": %d, \"policies\": [", b ? ", " : "",
+                (b + 1) << 20, 2 * (b + 1));
+        for (int p = 0; p < 5; p++) {
+            const double tok_s = p == 0 ? 100 : p == 1 ? 20 : 20 + (10 + 5 * p) * (b + 1);
+            fprintf(f, "%s{\"policy\": \"%s\", \"in_sample\": {\"decisions\": 40, \"tok_s\": %g, "
+                       "\"ms_per_token\": %g}, \"held_out\": {\"decisions\": 32, \"tok_s\": %g, "
+                       "\"ms_per_token\": %g}}", p ? ", " : "", pol[p], tok_s, 1000 / tok_s,
+                    tok_s * 0.9, 1000 / (tok_s * 0.9));
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+}
+
+/* --simulation: the report gains simulation.csv and .svg (listed in summary.json) and a section;
+ * a bad file or one of another model is refused in one line before any work, nothing written;
+ * with --validate-only it is a usage error. */
+Test(analyzer_cli, simulation_section_and_refusals)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char out[512], sim[512], args[2048], p[700];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(sim, sizeof sim, "%s/sim.json", tmpdir);
+    run_result r;
+    write_simulation(sim, 64);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --simulation '%s'", t, out, sim);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    char want[1024];
+    snprintf(want, sizeof want, "moeplan analyze: error: simulation %s: $.trace_geometry: 2 MoE "
+             "layers x 64 experts, top-2, but the analyzed traces have 2 x 8, top-2: expected a "
+             "simulation of these traces' model\n", sim);
+    cr_assert_str_eq(r.err, want);
+    cr_assert(!exists(out));
+    FILE *f = fopen(sim, "w");
+    fputs("{\"format\": \"moeplan-simulation\", \"version\": 1}", f);
+    fclose(f);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "simulation ") && strstr(r.err, "sim.json: $.trace: missing\n"), "%s", r.err);
+    cr_assert(!exists(out));
+    no_temporaries();
+    snprintf(args, sizeof args, "analyze '%s' --validate-only --simulation '%s'", t, sim);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err, "--simulation adds to a report"), "%s", r.err);
+
+    write_simulation(sim, 8);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --simulation '%s'", t, out, sim);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *j = load_summary(out);
+    int listed = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "files")) {
+        snprintf(p, sizeof p, "%s/%s", out, e->valuestring);
+        cr_assert(exists(p), "summary.json lists %s but it is missing", e->valuestring);
+        listed += !strcmp(e->valuestring, "simulation.csv") || !strcmp(e->valuestring, "simulation.svg");
+    }
+    cr_assert_eq(listed, 2);
+    cJSON_Delete(j);
+    static char text[1 << 20];
+    snprintf(p, sizeof p, "%s/simulation.csv", out);
+    slurp(p, text, sizeof text);
+    cr_assert(!strncmp(text, "budget_bytes,policy,split,tok_s,ms_per_token\n1048576,\"all-gpu\","
+                             "held_out,90,11.1111\n", 78), "%s", text);
+    snprintf(p, sizeof p, "%s/report.html", out);
+    slurp(p, text, sizeof text);
+    /* at 3 MiB, held out: plan (0.9 x (20 + 30 x 3) = 99) against all-CPU (18) and first-n-cpu
+     * (0.9 x (20 + 20 x 3) = 72) */
+    cr_assert(strstr(text, "the best placement (<b>plan</b>) predicts <b>99.0 tok/s</b>, 5.50x every "
+                           "expert on the CPU, 1.38x the best whole-layer placement (first-n-cpu"),
+              "%s", strstr(text, "sim-glance") ? strstr(text, "sim-glance") : text);
+    cr_assert(strstr(text, "id=\"chart-simulation\"") && strstr(text, "id=\"sim-table\""));
+    /* a report with the simulation's files is a report: --force replaces it */
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    snprintf(p, sizeof p, "%s/simulation.csv", out);
+    cr_assert(!exists(p), "the new report has no simulation");
+    no_temporaries();
+    free(t);
+}
+
 static long file_size(const char *path)
 {
     struct stat sb;
@@ -333,9 +451,11 @@ Test(analyzer_cli, report_renders_in_headless_chromium, .timeout = 300)
     cr_assert_eq(system("command -v chromium >/dev/null 2>&1"), 0,
                  "chromium is not installed: run scripts/setup.sh (Debian package 'chromium')");
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
-    char out[512], args[2048];
+    char out[512], args[2048], sim[512];
     snprintf(out, sizeof out, "%s/report", tmpdir);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    snprintf(sim, sizeof sim, "%s/sim.json", tmpdir);
+    write_simulation(sim, 8); /* the simulation's chart is laid out too */
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --simulation '%s'", t, out, sim);
     run_result r;
     moeplan(&r, args);
     cr_assert_eq(r.status, 0, "%s", r.err);
@@ -392,7 +512,9 @@ Test(analyzer_cli, report_renders_in_headless_chromium, .timeout = 300)
     slurp(p, dom, sizeof dom);
     static const char *const want[] = {"id=\"title\"", "id=\"glance\"", "id=\"capacity\"",
                                        "id=\"hot\"", "<polyline", "id=\"nodes\"",
-                                       "href=\"nodes.csv\"", "href=\"locality.csv\"", NULL};
+                                       "href=\"nodes.csv\"", "href=\"locality.csv\"",
+                                       "id=\"sim-glance\"", "id=\"sim-verdict\"",
+                                       "id=\"sim-table\"", "href=\"simulation.csv\"", NULL};
     for (int i = 0; want[i]; i++)
         cr_assert_not_null(strstr(dom, want[i]), "the rendered DOM lacks %s", want[i]);
     /* every chart laid out at a readable size, with text of at least 9 CSS px and something
@@ -402,7 +524,7 @@ Test(analyzer_cli, report_renders_in_headless_chromium, .timeout = 300)
     probe += strlen("<pre id=\"probe\">");
     static const char *const charts[] = {"chart-heatmap", "chart-coverage", "chart-rank-threshold",
                                          "chart-heldout", "chart-locality", "chart-weight-reuse",
-                                         "chart-drift", "chart-requests"};
+                                         "chart-drift", "chart-requests", "chart-simulation"};
     for (size_t c = 0; c < sizeof charts / sizeof charts[0]; c++) {
         char key[64];
         snprintf(key, sizeof key, "%s ", charts[c]);

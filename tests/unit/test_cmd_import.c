@@ -87,3 +87,46 @@ Test(cmd_import, imports_and_refuses_to_overwrite)
     snprintf(args, sizeof args, "import csv '%s' --trace '%s' --force", in, out);
     cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
 }
+
+/* An id-only CSV (no router weights) imports, and the command says what it stored instead. */
+Test(cmd_import, ids_only_csv_says_weights_are_uniform)
+{
+    char in[300], args[1024], err[4096], out[300];
+    snprintf(in, sizeof in, "%s/ids.csv", tmpdir);
+    snprintf(out, sizeof out, "%s/t.db", tmpdir);
+    FILE *f = fopen(in, "w");
+    fputs("\"seq\",\"pos\",\"layer\",\"e0\",\"e1\"\r\n\"0\",\"0\",\"1\",\"5\",\"2\"\r\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "import auto '%s' --trace '%s'", in, out);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    char *so = mp_test_stdout(tmpdir);
+    cr_assert(strstr(so, "imported ") && strstr(so, "(csv): 1 requests"), "%s", so);
+    cr_assert(strstr(so, "ids.csv has no router weights: every choice is stored with weight "
+                         "1/top_k"), "%s", so);
+    free(so);
+}
+
+/* --progress draws the two passes' lines (input bytes with the records found, then records
+ * written); without it and without a terminal, stderr stays empty. */
+Test(cmd_import, progress_lines_when_asked)
+{
+    char in[300], args[1024], err[4096], out[300];
+    snprintf(in, sizeof in, "%s/t.csv", tmpdir);
+    snprintf(out, sizeof out, "%s/t.db", tmpdir);
+    FILE *f = fopen(in, "w");
+    fputs("seq,pos,layer,e0,e1,w0,w1\n0,0,1,5,2,0.5,0.25\n0,1,1,3,2,0.5,0.25\n1,0,1,3,2,0.5,0.25\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "import csv '%s' --trace '%s' --progress", in, out);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(lines(err), 2, "%s", err);
+    cr_assert(strstr(err, "import: check: 0.0/0.0 MiB (100.0 %), ") &&
+              strstr(err, ", 2 records ("), "%s", err);
+    cr_assert(strstr(err, "\nimport: write: 2/2 records (100.0 %), "), "%s", err);
+    snprintf(args, sizeof args, "import csv '%s' --trace '%s' --force", in, out);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(err, "");
+    snprintf(args, sizeof args, "import csv '%s' --trace '%s' --force --progress --no-progress", in,
+             out);
+    cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(err, "", "the last of --progress and --no-progress wins");
+}

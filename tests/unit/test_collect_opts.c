@@ -53,13 +53,15 @@ Test(collect_opts, defaults_and_results_beside_the_trace)
     cr_assert_eq(parse(&o, &err, "out/run1.db", NULL, NULL), MP_OK, "%s", err.msg);
     cr_assert_str_eq(o.results_path, "out/run1.results.json");
     cr_assert_eq(o.max_tokens, 128);
-    cr_assert(o.progress && !o.force && !o.raw_prompts && !o.sync_writer && !o.cupti);
+    cr_assert(o.progress == MP_PROGRESS_AUTO && !o.force && !o.raw_prompts && !o.sync_writer && !o.cupti);
     cr_assert_eq(parse(&o, &err, "t.db", "--results", "r.json"), MP_OK);
     cr_assert_str_eq(o.results_path, "r.json");
     cr_assert_eq(parse(&o, &err, "t.db", "--no-progress", "--raw-prompts"), MP_OK);
-    cr_assert(!o.progress && o.raw_prompts);
+    cr_assert(o.progress == MP_PROGRESS_OFF && o.raw_prompts);
+    cr_assert_eq(parse(&o, &err, "t.db", "--progress", NULL), MP_OK);
+    cr_assert_eq(o.progress, MP_PROGRESS_ON);
     cr_assert_eq(parse(&o, &err, "t.db", "--cupti", "--sync-writer"), MP_OK, "%s", err.msg);
-    cr_assert(o.cupti && o.sync_writer && o.progress);
+    cr_assert(o.cupti && o.sync_writer && o.progress == MP_PROGRESS_AUTO);
     cr_assert_eq(mp_collect_check_paths(&o, &err), MP_OK, "%s", err.msg);
 }
 

@@ -11,6 +11,8 @@
 #include "collector/import.h"
 #include "collector/trace_read.h"
 
+#include <sqlite3.h>
+
 static char tmpdir[256], out_path[300], in_path[300];
 
 static void setup(void)
@@ -202,6 +204,133 @@ Test(import, csv_empty_file) {
 Test(import, csv_header_only) {
     write_file(in_path, csv_head, strlen(csv_head));
     expect_refused(MP_IMPORT_CSV, 0, "no routing records");
+}
+
+/* Quoted fields (any of them: spreadsheet and pandas QUOTE_ALL exports), CRLF line ends and a
+ * UTF-8 byte order mark read as the plain file does, and are detected as CSV. */
+static char *routes_text(const char *path)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT group_concat(v, ';') FROM (SELECT request_id || ','"
+                                    " || step || ',' || node_index || ',' || row || ',' || rank ||"
+                                    " ',' || expert_id || ',' || weight AS v FROM route_choices"
+                                    " ORDER BY request_id, step, node_index, row, rank)", -1, &st,
+                                    NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    char *text = strdup((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return text;
+}
+
+static const char csv_plain[] = "seq,pos,layer,e0,e1,w0,w1\n0,0,0,1,2,0.5,0.25\n0,0,1,3,2,0.75,0.125\n"
+                                "0,1,0,0,2,0.5,0.5\n0,1,1,1,3,0.625,0.25\n7,0,0,2,1,1,0\n7,0,1,0,3,0.5,0.5\n";
+
+Test(import, csv_quoted_fields_crlf_and_a_byte_order_mark_read_as_the_plain_file)
+{
+    write_file(in_path, csv_plain, strlen(csv_plain));
+    mp_error err;
+    cr_assert_eq(import(MP_IMPORT_CSV, 0, &err), MP_OK, "%s", err.msg);
+    char *plain = routes_text(out_path);
+    unlink(out_path);
+    /* every field quoted, CRLF, a BOM; and a few fields quoted the other way round */
+    static const char *const variants[] = {
+        "\xEF\xBB\xBF\"seq\",\"pos\",\"layer\",\"e0\",\"e1\",\"w0\",\"w1\"\r\n"
+        "\"0\",\"0\",\"0\",\"1\",\"2\",\"0.5\",\"0.25\"\r\n\"0\",\"0\",\"1\",\"3\",\"2\",\"0.75\",\"0.125\"\r\n"
+        "\"0\",\"1\",\"0\",\"0\",\"2\",\"0.5\",\"0.5\"\r\n\"0\",\"1\",\"1\",\"1\",\"3\",\"0.625\",\"0.25\"\r\n"
+        "\"7\",\"0\",\"0\",\"2\",\"1\",\"1\",\"0\"\r\n\"7\",\"0\",\"1\",\"0\",\"3\",\"0.5\",\"0.5\"\r\n",
+        "\"seq\",\"pos\",\"layer\",e0,e1,\"w0\",w1\n0,0,0,\"1\",2,0.5,\"0.25\"\n0,0,1,3,2,0.75,0.125\n"
+        "0,1,0,0,2,0.5,0.5\n0,1,1,1,3,0.625,0.25\n\"7\",0,0,2,1,1,0\n7,0,1,0,3,0.5,0.5",
+    };
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        write_file(in_path, variants[i], strlen(variants[i]));
+        cr_assert_eq(import(MP_IMPORT_AUTO, 0, &err), MP_OK, "variant %zu: %s", i, err.msg);
+        char *got = routes_text(out_path);
+        cr_assert_str_eq(got, plain, "variant %zu", i);
+        free(got);
+        unlink(out_path);
+    }
+    free(plain);
+}
+
+/* Expert ids without router weights: every choice weighs 1/top_k, and the trace says so. */
+Test(import, csv_ids_only_get_weight_one_over_top_k)
+{
+    static const char ids_only[] = "seq,pos,layer,e0,e1,e2\n0,0,0,1,2,3\n0,0,1,3,2,0\n0,1,0,0,2,4\n"
+                                   "0,1,1,1,3,2\n";
+    write_file(in_path, ids_only, strlen(ids_only));
+    for (int wf = 0; wf < 2; wf++) {
+        mp_import_options opt = {.format = MP_IMPORT_AUTO, .weight_format = wf ? MP_TRACE_W_F16
+                                                                                : MP_TRACE_W_F32};
+        mp_import_result res;
+        mp_error err;
+        cr_assert_eq(mp_import_file(in_path, out_path, &opt, &res, &err), MP_OK, "%s", err.msg);
+        cr_assert(res.weights_uniform);
+        cr_assert_eq(res.n_routing, 2);
+        mp_trace_reader *r;
+        cr_assert_eq(mp_trace_reader_open(out_path, &r, &err), MP_OK, "%s", err.msg);
+        cr_assert(strstr(mp_trace_reader_run(r)->config_json, "\"weights\":\"uniform: the input "
+                         "has no router weights, each choice was given 1/top_k\""), "%s",
+                  mp_trace_reader_run(r)->config_json);
+        mp_trace_routing_iter *it;
+        cr_assert_eq(mp_trace_routing_begin(r, &it, &err), MP_OK);
+        mp_trace_routing_rec rec;
+        int32_t ids[6];
+        float w[6];
+        int n = 0, rc;
+        while ((rc = mp_trace_routing_next(it, &rec, &err)) == 1) {
+            cr_assert_eq(mp_trace_decode_ids(rec.expert_ids, rec.expert_ids_bytes, 1, 6, ids, &err),
+                         MP_OK);
+            cr_assert_eq(mp_trace_decode_weights(rec.weights, rec.weights_bytes, wf ? "f16" : "f32",
+                                                 6, w, &err), MP_OK, "%s", err.msg);
+            for (int i = 0; i < 6; i++)
+                cr_assert_float_eq(w[i], 1.0f / 3.0f, wf ? 1e-3 : 0, "weight %d: %g", i, (double)w[i]);
+            cr_assert_eq(ids[0], rec.node_index == 0 ? 1 : 3); /* e0 of pos 0, in router order */
+            n++;
+        }
+        cr_assert_eq(rc, 0);
+        cr_assert_eq(n, 2);
+        mp_trace_routing_end(it);
+        mp_trace_reader_close(r);
+        unlink(out_path);
+    }
+    /* a file with weights does not say so */
+    write_file(in_path, csv_plain, strlen(csv_plain));
+    mp_import_options opt = {.format = MP_IMPORT_CSV, .weight_format = MP_TRACE_W_F32};
+    mp_import_result res;
+    mp_error err;
+    cr_assert_eq(mp_import_file(in_path, out_path, &opt, &res, &err), MP_OK, "%s", err.msg);
+    cr_assert(!res.weights_uniform);
+}
+
+static void raw_case(const char *text, const char *want)
+{
+    write_file(in_path, text, strlen(text));
+    expect_refused(MP_IMPORT_CSV, 0, want);
+}
+
+Test(import, csv_header_forms_refused)
+{
+    raw_case("seq,pos,layer,e0,e1,w0\n0,0,0,1,2,0.5\n",
+             "line 1: 1 columns after e0..e1, expected w0..w1 (as many w as e) or none");
+    raw_case("seq,pos,layer,e0,x\n0,0,0,1,2\n", "line 1: column 5 is 'x', expected 'w0'");
+    raw_case("seq,pos,layer,w0\n0,0,0,1\n", "line 1: column 4 is 'w0', expected 'e0'");
+    raw_case("\"seq\",\"pos\",\"layer,e0,e1\n", "line 1: column 3: a quoted field without its "
+             "closing quote");
+    raw_case("seq,pos\n", "line 1: expected the header seq,pos,layer,e0..,w0..");
+}
+
+Test(import, csv_quotes_and_ids_only_rows_refused_with_their_place)
+{
+    raw_case("seq,pos,layer,e0,e1\n0,0,0,1,2\n0,0,1,\"3,2\n", "line 3: column 4: a quoted field "
+             "without its closing quote, or text after it");
+    raw_case("seq,pos,layer,e0,e1\n0,0,0,\"1\"2,2\n", "line 2: column 4: a quoted field");
+    raw_case("seq,pos,layer,e0,e1\n0,0,0,1,2,0.5,0.5\n", "line 2: expected 5 fields, got more "
+             "than 5");
+    raw_case("seq,pos,layer,e0,e1\n0,0,0,\"1\"\"\",2\n", "line 2: e0 '1\"\"' is not an expert id");
+    raw_case("seq,pos,layer,e0,e1\n0,0,0,\"\",2\n", "line 2: e0 '' is not an expert id");
 }
 
 /* ---------------- onnxruntime logs ---------------- */

@@ -32,13 +32,14 @@ static void teardown(void)
     cr_assert_eq(system(cmd), 0);
 }
 
-/* Runs tests/llamacpp_check.py on r.json; returns its output (static), failing unless it exits 0. */
-static const char *check(int ctx, const char *budgets)
+/* Runs tests/llamacpp_check.py on r.json (compute: the compute buffers it must find, "" for its
+ * own estimate); returns its output (static), failing unless it exits 0. */
+static const char *check_compute(int ctx, const char *budgets, const char *compute)
 {
     static char out[8192];
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "python3 '%s/tests/llamacpp_check.py' tiny.gguf r.json %d %s 2>&1",
-             getenv("MP_SOURCE_ROOT"), ctx, budgets);
+    snprintf(cmd, sizeof cmd, "python3 '%s/tests/llamacpp_check.py' tiny.gguf r.json %d %s %s 2>&1",
+             getenv("MP_SOURCE_ROOT"), ctx, budgets, compute);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
     const size_t n = fread(out, 1, sizeof out - 1, f);
@@ -46,6 +47,11 @@ static const char *check(int ctx, const char *budgets)
     const int st = pclose(f);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s", cmd, out);
     return out;
+}
+
+static const char *check(int ctx, const char *budgets)
+{
+    return check_compute(ctx, budgets, "");
 }
 
 TestSuite(llamacpp, .init = setup, .fini = teardown);
@@ -73,6 +79,30 @@ Test(llamacpp, commands_at_several_budgets)
     cr_assert_not_null(strstr(out, "for the per-expert plan in the same memory"), "%s", out);
     cr_assert_not_null(strstr(out, "per-expert placement needs the STRP profile"), "%s", out);
     cr_assert_not_null(strstr(out, "exceeds the budget 16.00 MiB"), "%s", out);
+}
+
+/* --llamacpp-compute-buffer: llama.cpp's compute buffers as llama-server printed them replace
+ * the estimate (15 MiB for the tiny model at -c 300): with 2 MiB, 16 MiB holds llama.cpp and
+ * every layer's experts on the CPU, where the estimate left no command. */
+Test(llamacpp, compute_buffer_given)
+{
+    static char out[1 << 17];
+    char args[2048];
+    snprintf(args, sizeof args, "simulate t.db -m tiny.gguf -c 300 --costs '%s' --non-expert-bytes 8MiB --budget "
+             "16MiB,64MiB --policy plan --emit-llamacpp --llamacpp-compute-buffer 2MiB --json r.json", costs);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    const char *res = check_compute(300, "16777216,67108864", "2097152");
+    cr_assert_null(strstr(res, "no command"), "%s", res);
+    cr_assert_not_null(strstr(res, "budget 16777216: cpu blocks "), "%s", res);
+    /* the same size grammar as every size; a usage error without --emit-llamacpp */
+    snprintf(args, sizeof args, "simulate t.db -m tiny.gguf --costs '%s' --non-expert-bytes 8MiB --budget 21MiB "
+             "--emit-llamacpp --llamacpp-compute-buffer 2MB2", costs);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--llamacpp-compute-buffer: size '2MB2': unknown unit 'MB2'"), "%s", out);
+    snprintf(args, sizeof args, "simulate t.db -m tiny.gguf --costs '%s' --non-expert-bytes 8MiB --budget 21MiB "
+             "--llamacpp-compute-buffer 2MiB", costs);
+    cr_assert_eq(mp_test_moeplan(dir, args, MP_TEST_MERGED, out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--llamacpp-compute-buffer applies to --emit-llamacpp"), "%s", out);
 }
 
 Test(llamacpp, needs_the_model)
@@ -108,4 +138,13 @@ Test(llamacpp, command_builder, .init = NULL, .fini = NULL)
     cr_assert(mp_llamacpp_expert_tensor("blk.3.ffn_down_chexps.weight", 28, &block) && block == 3);
     cr_assert_not(mp_llamacpp_expert_tensor("blk.3.ffn_down_shexp.weight", 27, &block));
     cr_assert_not(mp_llamacpp_expert_tensor("blk.3.ffn_gate_inp.weight", 25, &block));
+}
+
+Test(llamacpp, compute_bytes_given_replace_the_estimate, .init = NULL, .fini = NULL)
+{
+    mp_llamacpp_gpu x = {.weights_bytes = 100, .kv_bytes = 20, .compute_bytes = 500, .fixed_bytes = 620};
+    mp_llamacpp_gpu_set_compute_bytes(&x, 7);
+    cr_assert(x.compute_given);
+    cr_assert_eq(x.compute_bytes, 7);
+    cr_assert_eq(x.fixed_bytes, 127, "the fixed part follows");
 }
