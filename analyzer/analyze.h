@@ -34,24 +34,6 @@ typedef struct mp_an_options {
 
 void mp_an_options_init(mp_an_options *o);
 
-/* Drift segments: requests in merged order cut into min(MP_AN_SEGMENTS, n_requests) segments
- * of (nearly) equal request counts, numbered 0, 1, ... without gaps: every segment holds at
- * least one request. */
-int32_t mp_an_n_segments(int64_t n_requests);
-int32_t mp_an_segment_of(int64_t ord, int64_t n_requests);
-
-/* Per-request distributions, summarized: quantiles over requests. */
-#define MP_AN_HIST_BINS 1000
-typedef struct mp_an_request_dist {
-    int64_t n_requests;
-    /* histograms over [0, 1] of: mean distinct-expert fraction per node, mean normalized entropy,
-     * share of routes in the top half of the earlier requests' popularity, total-variation
-     * distance from the earlier requests' distribution (the last two: requests with a history) */
-    uint32_t hist[4][MP_AN_HIST_BINS];
-    int64_t n[4]; /* requests in each histogram */
-    double mean[4];
-} mp_an_request_dist;
-double mp_an_hist_quantile(const uint32_t *hist, int64_t n, double q);
 
 /* Run everything. Problems found by validation are in pb (initialized by the caller with the
  * limit: 1, or max_problems with validate_only); the return is MP_ERR_FORMAT with err holding the

@@ -252,3 +252,31 @@ void mp_an_stats_finish(mp_an_stats *s)
         }
     }
 }
+
+/* ---- drift segments and per-request distributions (stats.h) ---- */
+
+int32_t mp_an_n_segments(int64_t n_requests)
+{
+    return (int32_t)(n_requests < MP_AN_SEGMENTS ? (n_requests > 0 ? n_requests : 1) : MP_AN_SEGMENTS);
+}
+
+int32_t mp_an_segment_of(int64_t ord, int64_t n_requests)
+{
+    const int32_t n_seg = mp_an_n_segments(n_requests);
+    int64_t s = ord * n_seg / (n_requests > 0 ? n_requests : 1);
+    return (int32_t)(s < n_seg ? s : n_seg - 1);
+}
+
+double mp_an_hist_quantile(const uint32_t *hist, int64_t n, double q)
+{
+    if (n <= 0)
+        return 0;
+    const double want = q * (double)n;
+    double acc = 0;
+    for (int b = 0; b < MP_AN_HIST_BINS; b++) {
+        acc += hist[b];
+        if (acc >= want)
+            return (b + 0.5) / MP_AN_HIST_BINS;
+    }
+    return 1;
+}

@@ -164,4 +164,23 @@ static inline int mp_an_log2_bucket(uint64_t v)
     return b < MP_AN_LOG2_BUCKETS ? b : MP_AN_LOG2_BUCKETS - 1;
 }
 
+/* Drift segments: requests in merged order cut into min(MP_AN_SEGMENTS, n_requests) segments
+ * of (nearly) equal request counts, numbered 0, 1, ... without gaps: every segment holds at
+ * least one request. */
+int32_t mp_an_n_segments(int64_t n_requests);
+int32_t mp_an_segment_of(int64_t ord, int64_t n_requests);
+
+/* Per-request distributions, summarized: quantiles over requests. */
+#define MP_AN_HIST_BINS 1000
+typedef struct mp_an_request_dist {
+    int64_t n_requests;
+    /* histograms over [0, 1] of: mean distinct-expert fraction per node, mean normalized entropy,
+     * share of routes in the top half of the earlier requests' popularity, total-variation
+     * distance from the earlier requests' distribution (the last two: requests with a history) */
+    uint32_t hist[4][MP_AN_HIST_BINS];
+    int64_t n[4]; /* requests in each histogram */
+    double mean[4];
+} mp_an_request_dist;
+double mp_an_hist_quantile(const uint32_t *hist, int64_t n, double q);
+
 #endif

@@ -1,96 +1,21 @@
-/* collector/import_common.c — the two-pass import driver shared by every foreign format.
- *
- * Pass 1 (check) validates each record exactly as the writer would and learns the node table;
- * pass 2 (write) replays the same parse into an mp_trace_writer. Because pass 1 has already
- * accepted every record, pass 2 can fail only on I/O.
+/* collector/import_common.c — the context every format parser emits its records into
+ * (import_internal.h): requests, steps and nodes assembled from a record stream, checked in the
+ * first pass and written in the second.
  *
  * Invariants: records of one foreign request are contiguous (a request that reappears after
  * another is refused); within a request, steps are numbered from 0 by node wrap-around; all
  * records of one step have the same n_rows; a node keeps one (name, type, top_k) identity.
  */
 #include "collector/import_internal.h"
-#include "base/atomic_file.h"
-#include "base/input_file.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#define MAX_NODES (MP_TRACE_MAX_NODE_INDEX + 1)
-#define NAME_MAX_BYTES 128
-
-typedef struct import_node {
-    char name[NAME_MAX_BYTES], type[NAME_MAX_BYTES];
-    int64_t top_k, layer;
-} import_node;
-
-struct mp_import_ctx {
-    int pass;                 /* 1: check, 2: write */
-    const char *name;
-    mp_trace_writer *w;       /* pass 2 only */
-    int64_t n_experts_given;  /* 0: infer */
-    int64_t n_experts;        /* pass 2: the node table's n_experts */
-    mp_trace_weight_format wf;
-    bool weights_uniform;     /* the input had no weights: each choice got 1/top_k */
-    mp_progress *progress;    /* NULL: none; pass 1 counts input bytes, pass 2 records */
-    import_node **nodes;      /* (MAX_NODES) by node_index; NULL: not seen */
-    int64_t max_id;           /* largest id seen, -1 before any */
-    /* request and step being assembled */
-    bool have_req;
-    int64_t req_key, req_ord, step, last_node, step_rows, n_prompt_rows, n_decode_steps;
-    int step_phase;
-    int64_t *done_keys;       /* open-addressing set of finished request keys (cap power of 2) */
-    size_t done_cap, done_n;
-    int64_t n_steps, n_routing;
-    /* pass 1: every step must route every node (the trace stores a step's nodes in one row);
-     * a partial step is found with the step's record count against the most seen so far (and,
-     * at the end, against the nodes seen): its first record's place names it */
-    int64_t step_nodes, max_step_nodes, first_step_nodes;
-    char step_at[96], first_step_at[96];
-    bool have_partial;
-    int64_t partial_nodes;
-    char partial_at[96];
-};
 
 const char *mp_import_name(const mp_import_ctx *c) { return c->name; }
 int64_t mp_import_n_experts_limit(const mp_import_ctx *c) { return c->n_experts_given; }
 void mp_import_note_uniform_weights(mp_import_ctx *c) { c->weights_uniform = true; }
-
-const char *mp_import_format_name(mp_import_format f)
-{
-    switch (f) {
-    case MP_IMPORT_ORT_LOG: return "onnxruntime-log";
-    case MP_IMPORT_STRATA: return "strata";
-    case MP_IMPORT_CSV: return "csv";
-    default: return NULL;
-    }
-}
-
-int mp_import_format_parse(const char *name)
-{
-    if (!strcmp(name, "auto"))
-        return MP_IMPORT_AUTO;
-    for (int f = MP_IMPORT_ORT_LOG; f <= MP_IMPORT_CSV; f++)
-        if (!strcmp(name, mp_import_format_name((mp_import_format)f)))
-            return f;
-    return -1;
-}
-
-mp_import_format mp_import_detect(const char *data, size_t n)
-{
-    if (mp_import_csv_looks_like(data, n))
-        return MP_IMPORT_CSV;
-    size_t look = n < 65536 ? n : 65536;
-    if (memmem(data, look, "moe_routing", 11))
-        return MP_IMPORT_ORT_LOG;
-    return MP_IMPORT_STRATA;
-}
 
 static uint64_t mix(int64_t k)
 {
@@ -161,7 +86,7 @@ static mp_status close_step(mp_import_ctx *c, mp_error *err)
     return MP_OK;
 }
 
-static mp_status close_request(mp_import_ctx *c, mp_error *err)
+mp_status mp_import_close_request(mp_import_ctx *c, mp_error *err)
 {
     mp_status s;
     if (!c->have_req)
@@ -205,15 +130,15 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
         if (r->ids[i] > c->max_id)
             c->max_id = r->ids[i];
     }
-    import_node *nd = c->nodes[r->node_index];
+    mp_import_node *nd = c->nodes[r->node_index];
     const char *name = r->node_name ? r->node_name : "", *type = r->node_type ? r->node_type : "";
     if (!nd) {
         if (c->pass == 2)
             return mp_fail(err, MP_ERR_INTERNAL, "%s: %s: node %lld unseen in the first pass", nm,
                            at, (long long)r->node_index);
-        if (strlen(name) >= NAME_MAX_BYTES || strlen(type) >= NAME_MAX_BYTES)
+        if (strlen(name) >= MP_IMPORT_NAME_BYTES || strlen(type) >= MP_IMPORT_NAME_BYTES)
             return mp_fail(err, MP_ERR_FORMAT, "%s: %s: node name or type longer than %d bytes",
-                           nm, at, NAME_MAX_BYTES - 1);
+                           nm, at, MP_IMPORT_NAME_BYTES - 1);
         nd = c->nodes[r->node_index] = calloc(1, sizeof *nd);
         if (!nd)
             return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", nm);
@@ -229,7 +154,7 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
     }
 
     if (!c->have_req || r->request_key != c->req_key) {
-        if ((s = close_request(c, err)))
+        if ((s = mp_import_close_request(c, err)))
             return s;
         bool was;
         if ((s = done_insert(c, r->request_key, &was, err)))
@@ -290,26 +215,16 @@ mp_status mp_import_emit(mp_import_ctx *c, const mp_import_rec *r, mp_error *err
     return mp_trace_add_routing(c->w, r->node_index, r->n_rows, r->top_k, r->ids, r->weights, err);
 }
 
-static void free_nodes(import_node **nodes)
+void mp_import_free_nodes(mp_import_node **nodes)
 {
     if (!nodes)
         return;
-    for (int i = 0; i < MAX_NODES; i++)
+    for (int i = 0; i < MP_IMPORT_MAX_NODES; i++)
         free(nodes[i]);
     free(nodes);
 }
 
-static mp_import_parse_fn parser_of(mp_import_format f)
-{
-    switch (f) {
-    case MP_IMPORT_ORT_LOG: return mp_import_parse_ort_log;
-    case MP_IMPORT_STRATA: return mp_import_parse_strata;
-    case MP_IMPORT_CSV: return mp_import_parse_csv;
-    default: return NULL;
-    }
-}
-
-static void ctx_reset(mp_import_ctx *c)
+void mp_import_ctx_reset(mp_import_ctx *c)
 {
     c->have_req = false;
     c->req_ord = 0;
@@ -317,168 +232,4 @@ static void ctx_reset(mp_import_ctx *c)
     c->done_n = 0;
     for (size_t i = 0; i < c->done_cap; i++)
         c->done_keys[i] = INT64_MIN;
-}
-
-static mp_status run_pass(mp_import_ctx *c, mp_import_format f, const char *data, size_t n,
-                          mp_error *err)
-{
-    mp_status s = parser_of(f)(data, n, c, err);
-    if (s == MP_OK)
-        s = close_request(c, err);
-    if (s == MP_OK && c->pass == 1 && c->n_routing == 0)
-        s = mp_fail(err, MP_ERR_FORMAT, "%s: no routing records (expected %s data)", c->name,
-                    mp_import_format_name(f));
-    if (s == MP_OK && c->pass == 1) {
-        int64_t n_nodes = 0;
-        for (int i = 0; i < MAX_NODES; i++)
-            n_nodes += c->nodes[i] != NULL;
-        if (c->max_step_nodes < n_nodes) /* no step has them all: the first one is short */
-            s = mp_fail(err, MP_ERR_FORMAT, "%s: %s: a step with routing for %lld of the %lld "
-                        "nodes seen, expected every node in every step", c->name,
-                        c->first_step_at, (long long)c->first_step_nodes, (long long)n_nodes);
-        else if (c->have_partial)
-            s = mp_fail(err, MP_ERR_FORMAT, "%s: %s: a step with routing for %lld of the %lld "
-                        "nodes seen, expected every node in every step", c->name, c->partial_at,
-                        (long long)c->partial_nodes, (long long)n_nodes);
-    }
-    return s;
-}
-
-mp_status mp_import_check_buffer(mp_import_format f, const char *name, const char *data, size_t n,
-                                 int64_t n_experts, mp_error *err)
-{
-    if (f == MP_IMPORT_AUTO)
-        f = mp_import_detect(data, n);
-    mp_import_ctx c = {.pass = 1, .name = name, .n_experts_given = n_experts, .max_id = -1};
-    c.nodes = calloc(MAX_NODES, sizeof *c.nodes);
-    if (!c.nodes)
-        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", name);
-    mp_status s = run_pass(&c, f, data, n, err);
-    free_nodes(c.nodes);
-    free(c.done_keys);
-    return s;
-}
-
-/* Write the trace (pass 2): it appears at out_path only when complete. */
-static mp_status write_trace(mp_import_ctx *c, mp_import_format f, const char *in_path,
-                             const char *out_path, bool force, const char *data, size_t n,
-                             mp_error *err)
-{
-    mp_status s;
-    if ((s = mp_trace_writer_create(out_path, force, &c->w, err)))
-        return s;
-    int64_t n_nodes = 0;
-    for (int i = 0; i < MAX_NODES; i++)
-        n_nodes += c->nodes[i] != NULL;
-    char config[384];
-    snprintf(config, sizeof config, "{\"import_format\":\"%s\",\"n_experts_inferred\":%s%s}",
-             mp_import_format_name(f), c->n_experts_given > 0 ? "false" : "true",
-             c->weights_uniform ? ",\"weights\":\"uniform: the input has no router weights, "
-                                  "each choice was given 1/top_k\"" : "");
-    mp_trace_run_info info;
-    mp_trace_run_info_init(&info);
-    info.source = f == MP_IMPORT_ORT_LOG ? "onnxruntime" : f == MP_IMPORT_STRATA ? "strata" : "csv";
-    info.source_path = in_path;
-    info.n_moe_layers = n_nodes;
-    info.n_experts = c->n_experts;
-    info.config_json = config;
-    int64_t top_k = -1;
-    for (int i = 0; i < MAX_NODES; i++)
-        if (c->nodes[i])
-            top_k = top_k < 0 || top_k == c->nodes[i]->top_k ? c->nodes[i]->top_k : -2;
-    info.top_k = top_k >= 0 ? top_k : -1; /* NULL when nodes differ */
-    if ((s = mp_trace_set_run(c->w, &info, err)))
-        goto fail;
-    int64_t rank = 0;
-    for (int i = 0; i < MAX_NODES; i++) {
-        import_node *nd = c->nodes[i];
-        if (!nd)
-            continue;
-        if (nd->top_k > c->n_experts) {
-            s = mp_fail(err, MP_ERR_FORMAT, "%s: node %d has top-%lld but only %lld experts",
-                        c->name, i, (long long)nd->top_k, (long long)c->n_experts);
-            goto fail;
-        }
-        mp_trace_node tn = {.node_index = i, .node_type = nd->type, .node_name = nd->name,
-                            .layer = nd->layer >= 0 ? nd->layer : rank, .n_experts = c->n_experts,
-                            .top_k = nd->top_k, .expert_bytes = -1, .weight_format = c->wf};
-        if ((s = mp_trace_add_node(c->w, &tn, err)))
-            goto fail;
-        rank++;
-    }
-    mp_progress_next(c->progress, "import: write", "records", c->n_routing); /* pass 1's count */
-    c->pass = 2;
-    ctx_reset(c);
-    if ((s = run_pass(c, f, data, n, err)) || (s = mp_trace_finish(c->w, err)))
-        goto fail;
-    mp_trace_writer_close(c->w);
-    c->w = NULL;
-    return MP_OK;
-fail:
-    mp_trace_writer_close(c->w);
-    c->w = NULL;
-    return s;
-}
-
-mp_status mp_import_file(const char *in_path, const char *out_path, const mp_import_options *opt,
-                         mp_import_result *res, mp_error *err)
-{
-    memset(res, 0, sizeof *res);
-    struct stat si;
-    int fd;
-    mp_status os = mp_input_open(in_path, NULL, MP_INPUT_NO_CAP, &fd, &si, err);
-    if (os)
-        return os;
-    const mp_file_ref in_ref = {in_path, "the input"};
-    if ((os = mp_output_check(out_path, "trace", opt->force, &in_ref, 1, err))) {
-        close(fd);
-        return os;
-    }
-    if (opt->n_experts < 0 || opt->n_experts > 65536) {
-        close(fd);
-        return mp_fail(err, MP_ERR_ARG, "--experts %lld: expected 1..65536",
-                       (long long)opt->n_experts);
-    }
-    size_t n = (size_t)si.st_size;
-    const char *data = "";
-    void *map = NULL;
-    if (n > 0) {
-        map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            close(fd);
-            return mp_fail(err, MP_ERR_IO, "%s: cannot map: %s", in_path, strerror(errno));
-        }
-        data = map;
-    }
-    close(fd);
-    mp_import_format f = opt->format == MP_IMPORT_AUTO ? mp_import_detect(data, n) : opt->format;
-    mp_import_ctx c = {.pass = 1, .name = in_path, .n_experts_given = opt->n_experts,
-                       .wf = opt->weight_format, .max_id = -1, .progress = opt->progress};
-    mp_progress_set_total(c.progress, (int64_t)n);
-    mp_progress_count2(c.progress, "records");
-    c.nodes = calloc(MAX_NODES, sizeof *c.nodes);
-    mp_status s = MP_OK;
-    if (!c.nodes) {
-        s = mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", in_path);
-        goto done;
-    }
-    if ((s = run_pass(&c, f, data, n, err)))
-        goto done;
-    c.n_experts = c.n_experts_given > 0 ? c.n_experts_given : c.max_id + 1;
-    res->format = f;
-    res->n_requests = c.req_ord;
-    res->n_steps = c.n_steps;
-    res->n_routing = c.n_routing;
-    res->n_experts = c.n_experts;
-    res->n_experts_inferred = c.n_experts_given == 0;
-    res->weights_uniform = c.weights_uniform;
-    for (int i = 0; i < MAX_NODES; i++)
-        res->n_nodes += c.nodes[i] != NULL;
-    s = write_trace(&c, f, in_path, out_path, opt->force, data, n, err);
-done:
-    if (map)
-        munmap(map, n);
-    free_nodes(c.nodes);
-    free(c.done_keys);
-    return s;
 }
