@@ -76,7 +76,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     /* the non-MoE time comes from the GPU executor here, and is a positive time per step */
     check_curve(&c.non_moe, 3, "non_moe");
     /* its one-row point near the start of the context, and the cost of each further key */
-    cr_assert(c.has_non_moe_context, "non_moe_context missing: %s", out);
+    cr_assert(c.non_moe_linear, "non_moe_context missing: %s", out);
     cr_assert(c.non_moe_keys >= 1 && c.non_moe_keys <= 64, "non_moe_context.keys %g", c.non_moe_keys);
     cr_assert(c.non_moe_per_key_ns >= 0);
     /* the decode grid: the tiny model's experts (16, top-4), every count of cold routes 0..4 with
