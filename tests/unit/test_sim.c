@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "simulator/calibrate_impl.h"
 #include "simulator/sim.h"
 #include "simulator/sim_internal.h"
 
@@ -504,8 +505,9 @@ Test(sim, non_moe_context_curve_by_position)
 /* What a one-row step with hybrid layers pays once (decode_layers.hybrid_step, S = 60 here, the
  * grid's levels measured with both layers hybrid): all-cpu, both layers hybrid, pays its levels
  * (2 x 250 a step: the levels hold S / 2 each); first-n-cpu with one whole layer resident pays
- * layer 0's level less S / 2, S once, and layer 1's GPU experts (20): 250 + 30 + 20 a step. The
- * planner: the same layer costs, net of
+ * layer 0's level less S / 2, S once, and layer 1's GPU experts (20): 250 + 30 + 20 a step. A step
+ * with one hybrid layer measured at 300 (level 250, the resident layer 20) gives S = 60 through
+ * calibrate's derivation, and the replay rebuilds it. The planner: the same layer costs, net of
  * S / 2 for each hybrid layer, and S once per one-row train step beside them; with room for every
  * expert the placement without hybrid layers, which pays no once, wins. */
 Test(sim, the_once_per_step_cost_of_hybrid_steps)
@@ -517,13 +519,14 @@ Test(sim, the_once_per_step_cost_of_hybrid_steps)
     set_grid(4, off, loses);
     mp_sim_result cpu0 = run(&t, &c, MP_POL_ALL_CPU), first0 = run(&t, &c, MP_POL_FIRST_N_CPU);
     cr_assert_float_eq(first0.train.time_ns, 4 * (250 + 20.0), 1e-9);
-    const double S = 60;
+    const double S = mp_calib_hybrid_step_ns(300, 0, 20, 250, 2);
+    cr_assert_float_eq(S, 60, 1e-9);
     costs.decode.hybrid_step = (mp_cost_stat){S, 0};
     costs.decode.hybrid_step_layers = 2;
     mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU), first = run(&t, &c, MP_POL_FIRST_N_CPU);
     cr_assert_float_eq(cpu.train.time_ns, cpu0.train.time_ns, 1e-9);
     cr_assert_float_eq(cpu.train.time_ns, 8 * 250.0, 1e-9);
-    cr_assert_float_eq(first.train.time_ns, 4 * 300.0, 1e-9);
+    cr_assert_float_eq(first.train.time_ns, 4 * 300.0, 1e-9); /* the step it was derived from */
     cr_assert_float_eq(first.train.floor_ns, first0.train.floor_ns, 1e-9);
     sim_tab tab;
     mp_error err;
