@@ -75,7 +75,8 @@ typedef struct mp_cost_decode {
     int threads;
     uint64_t expert_bytes;
     /* optional (0 where a file predates them): the experts of each layer the grid's pool held, and
-     * the one-row steps timed per point and pass (from position 1, after a 1-token prompt) */
+     * the most one-row steps timed per point and pass (from position 1, after a 1-token prompt;
+     * calibrate stops a run of slow steps sooner) */
     int64_t pool;
     int steps;
     /* optional (hybrid_step_layers 0 when absent): what a one-row step with at least one hybrid

@@ -531,20 +531,25 @@ static bool grid_non_moe_from(const cJSON *root, grid_non_moe *g)
  *    (and as the non-MoE curve's first point, whose keys they share): the 8 steps at positions 2-9
  *    that the grid timed before ran Mixtral's whole-CPU layer at 2082 us where bench's processes
  *    took 2307-2570, and flame's c = 0 point 48 us/token under bench's;
- *  - at most GRID_PASSES_MAX passes: each pass times every point for GRID_STEPS steps, ~67 steps
- *    with the warm-up and the prompt. A pass takes flame (35 points, ~1.3 ms a step) ~3 s,
- *    qwen3-30b-a3b (54 points, ~10 ms) ~36 s, Mixtral (9 points, ~57 ms on average) ~34 s: the
- *    15 passes of calibrate's default --reps would take 9 minutes on the 30B preset. 3 passes of 64
- *    steps time more steps per point (192) than 15 of the old 8 (120), the steps of one pass in one
- *    interval; the passes still interleave the points, so that the host's drift spreads over all. */
-enum { GRID_WARM = 2, GRID_STEPS = CONTEXT_WINDOW, GRID_PASSES_MAX = 3 };
+ *  - but no run longer than GRID_RUN_NS once it has GRID_MIN_STEPS: a run is sustained decode
+ *    either way (Mixtral's all-cold step takes ~69 ms, so 29 steps; the old burst was 8, 0.55 s),
+ *    and 64 steps of every point would make Mixtral's pass 36 s;
+ *  - at most GRID_PASSES_MAX passes: a pass takes flame (35 points, ~1.3 ms a step) ~3 s,
+ *    qwen3-30b-a3b (54 points, ~10 ms, every run 64 steps) ~36 s, Mixtral (9 points, 6.8-150 ms)
+ *    ~17 s: the 15 passes of calibrate's default --reps would take 9 minutes on the 30B preset.
+ *    3 passes of 64 steps time more steps per point (192) than 15 of the old 8 (120), the steps of
+ *    one pass in one interval; the passes still interleave the points, so that the host's drift
+ *    spreads over all. */
+enum { GRID_WARM = 2, GRID_STEPS = CONTEXT_WINDOW, GRID_MIN_STEPS = 16, GRID_PASSES_MAX = 3 };
+#define GRID_RUN_NS ((int64_t)2000000000)
 
 /* One run of a point: GRID_WARM untimed one-row steps (the first captures the decode graph anew
  * after a change of the far plan; *warm_ns the last one's time), then, when timed, a reset, a
- * 1-token prompt and GRID_STEPS one-row steps in one interval (positions 1 .. GRID_STEPS): *step_ns
- * their mean, *gs the executor's counters over them. */
+ * 1-token prompt and *steps one-row steps in one interval (positions 1 .. *steps: GRID_STEPS, or
+ * fewer, at least GRID_MIN_STEPS, once they have taken GRID_RUN_NS): *step_ns their mean, *gs the
+ * executor's counters over them. */
 static mp_status sustained_run(mp_session *s, const mp_model *m, bool timed, float *logits, double *step_ns,
-                               double *warm_ns, mp_gpu_stats *gs, mp_error *err)
+                               int *steps, double *warm_ns, mp_gpu_stats *gs, mp_error *err)
 {
     mp_gpu *g = mp_session_gpu(s);
     mp_status st = MP_OK;
@@ -563,30 +568,33 @@ static mp_status sustained_run(mp_session *s, const mp_model *m, bool timed, flo
         return st;
     mp_gpu_stats_reset(g);
     const int64_t t0 = mp_calib_now_ns();
-    for (int i = 0; i < GRID_STEPS && !st; i++) {
+    int n = 0;
+    while (!st && n < GRID_STEPS && (n < GRID_MIN_STEPS || mp_calib_now_ns() - t0 < GRID_RUN_NS)) {
         tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
         st = mp_session_eval(s, &tok, 1, false, logits, err);
+        n++;
     }
-    *step_ns = (double)(mp_calib_now_ns() - t0) / GRID_STEPS;
+    *step_ns = (double)(mp_calib_now_ns() - t0) / n;
+    *steps = n;
     mp_gpu_get_stats(g, gs);
     return st;
 }
 
-/* The keys the timed steps of a run attend on average (positions 1 .. GRID_STEPS). */
-static double grid_keys(void)
+/* The keys the timed steps of a run of `steps` attend on average (positions 1 .. steps). */
+static double grid_keys(int steps)
 {
-    return 1 + (GRID_STEPS + 1) / 2.0;
+    return 1 + (steps + 1) / 2.0;
 }
 
-/* Whether the executor ran a run's steps as asked: GRID_STEPS steps of L layers, n_hybrid of them
- * hybrid, each with `far` far and cold - far CPU routes, every other route on the GPU (else why says
- * what ran: the point would describe another step). */
-static bool ran_as_asked(const mp_gpu_stats *gs, int64_t L, int64_t n_hybrid, int64_t K, int cold, int far, char *why,
-                         size_t why_cap)
+/* Whether the executor ran a run's `steps` steps as asked: L layers, n_hybrid of them hybrid, each
+ * with `far` far and cold - far CPU routes, every other route on the GPU (else why says what ran:
+ * the point would describe another step). */
+static bool ran_as_asked(const mp_gpu_stats *gs, int steps, int64_t L, int64_t n_hybrid, int64_t K, int cold, int far,
+                         char *why, size_t why_cap)
 {
-    const int64_t lsteps = (int64_t)GRID_STEPS * n_hybrid;
+    const int64_t lsteps = (int64_t)steps * n_hybrid;
     if (gs->hybrid_layers == lsteps && gs->routes_far == lsteps * far && gs->routes_cpu == lsteps * (cold - far) &&
-        gs->routes_gpu == (int64_t)GRID_STEPS * L * K - lsteps * cold)
+        gs->routes_gpu == (int64_t)steps * L * K - lsteps * cold)
         return true;
     snprintf(why, why_cap, "%" PRId64 " hybrid layer steps with %" PRId64 " GPU, %" PRId64 " far and %" PRId64
              " CPU routes, expected %" PRId64 " with %" PRId64 ", %d and %" PRId64 " each", gs->hybrid_layers,
@@ -708,14 +716,15 @@ static mp_status hybrid_step(const mp_model *m, const mp_calib_opts *o, const gr
     }
     if (!why[0] && grid_session(m, o, pool, 1, &src, &pl, &s, why) == MP_OK) {
         mp_gpu_set_measure(mp_session_gpu(s), true); /* as the grid's steps */
-        const double nm_ns = mp_costs_decode_non_moe_ns(&nm->c, grid_keys());
         double warm = 0, step = 0;
+        int steps = 0;
         mp_gpu_stats gs;
         for (int pass = -1; pass < passes && !why[0]; pass++) {
-            if ((st = sustained_run(s, m, true, logits, &step, &warm, &gs, err)))
+            if ((st = sustained_run(s, m, true, logits, &step, &steps, &warm, &gs, err)))
                 goto out;
-            if (ran_as_asked(&gs, L, 1, K, (int)K, 0, why, sizeof why) && pass >= 0)
-                ns[pass] = mp_calib_hybrid_step_ns(step, nm_ns, resident_ns, level_ns, L);
+            if (ran_as_asked(&gs, steps, L, 1, K, (int)K, 0, why, sizeof why) && pass >= 0)
+                ns[pass] = mp_calib_hybrid_step_ns(step, mp_costs_decode_non_moe_ns(&nm->c, grid_keys(steps)),
+                                                   resident_ns, level_ns, L);
         }
     }
     if (why[0]) {
@@ -780,10 +789,12 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         for (int f = -1; f <= (c < far_max ? c : far_max); f++)
             pc[n_pts] = c, pfar[n_pts++] = f;
     mp_calib_say(o, "calibrate: decode layer grid: %d points (cold routes %d..%" PRId64 " of top-%" PRId64 ", far "
-                    "routes 0..%d on and off), %d passes over them of %d one-row steps each after a 1-token prompt "
-                    "(passes interleave the points, so that the host's drift spreads over all), a pool of %" PRId64
+                    "routes 0..%d on and off), %d passes over them of %d one-row steps each after a 1-token prompt, "
+                    "or as many as %.0f s hold (passes interleave the points, so that the host's drift spreads over "
+                    "all), a pool of %" PRId64
                     " experts a layer (of %" PRId64 "; %.1f GiB free on the device)",
-                 n_pts, cold_min, K, K, far_max, passes, GRID_STEPS, resident, E, (double)free_bytes / (1 << 30));
+                 n_pts, cold_min, K, K, far_max, passes, GRID_STEPS, GRID_RUN_NS / 1e9, resident, E,
+                 (double)free_bytes / (1 << 30));
     if (far_max < 1)
         mp_calib_say(o, "calibrate: decode layer grid: far routes not measured: the executor has none (no "
                         "page-locked host copy of the experts)");
@@ -807,7 +818,6 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
-    const double nm_ns = mp_costs_decode_non_moe_ns(&nm.c, grid_keys());
     /* pass -1 warms every point up (graph captures, the host copy's pages) and times a step of each,
      * from which the time the passes take is said before they start */
     double eta_ns = 0;
@@ -820,16 +830,21 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                 break;
             }
             double step = 0, warm = 0;
+            int steps = 0;
             mp_gpu_stats gs;
-            if ((st = sustained_run(s, m, pass >= 0, logits, &step, &warm, &gs, err)))
+            if ((st = sustained_run(s, m, pass >= 0, logits, &step, &steps, &warm, &gs, err)))
                 goto out;
-            if (pass < 0) {
-                eta_ns += warm * (GRID_WARM + 1 + GRID_STEPS) * passes;
+            if (pass < 0) { /* GRID_STEPS steps, or as many as GRID_RUN_NS holds (at least GRID_MIN_STEPS) */
+                const double run = warm * GRID_STEPS < (double)GRID_RUN_NS ? warm * GRID_STEPS
+                                   : warm * GRID_MIN_STEPS > (double)GRID_RUN_NS ? warm * GRID_MIN_STEPS
+                                                                                 : (double)GRID_RUN_NS;
+                eta_ns += (warm * (GRID_WARM + 1) + run) * passes;
                 continue;
             }
             const int f = pfar[i] > 0 ? pfar[i] : 0;
-            if (!ran_as_asked(&gs, L, L, K, pc[i], f, why, sizeof why))
+            if (!ran_as_asked(&gs, steps, L, L, K, pc[i], f, why, sizeof why))
                 break;
+            const double nm_ns = mp_costs_decode_non_moe_ns(&nm.c, grid_keys(steps));
             layer[(size_t)i * passes + pass] = (step - nm_ns) / (double)L;
             cpu[(size_t)i * passes + pass] = (double)gs.cpu_expert_ns / (double)gs.hybrid_layers;
             gpu[(size_t)i * passes + pass] = gs.rt_measured ? (double)gs.rt_gpu_ns / (double)gs.rt_measured : 0;
@@ -900,7 +915,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                                  "`cold` routes outside its pool (`pool` experts a layer, as many as the device held, "
                                  "the other routes spread over it); far routes set per point (mp_gpu_set_far_plan); "
                                  "passes interleave the points; a point's pass: `steps` one-row steps after a 1-token "
-                                 "prompt; median_ns: their mean wall time minus the non-MoE curve at their keys, over "
+                                 "prompt (fewer, at least 16, once they have taken 2 s); median_ns: their mean wall time minus the non-MoE curve at their keys, over "
                                  "n_layer; hybrid_step: the all-cold point on the first layer alone "
                                  "(mp_calib_hybrid_step_ns)"))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
