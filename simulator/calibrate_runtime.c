@@ -660,8 +660,10 @@ static mp_status grid_session(const mp_model *m, const mp_calib_opts *o, int64_t
     mp_error perr;
     const mp_status st = mp_calib_gpu_session(m, "--placement-file", path, &sp, pl, s, &perr);
     unlink(path);
-    if (st)
+    if (st) {
         snprintf(why, 320, "the GPU executor did not start: %.280s", perr.msg);
+        mp_placement_free(pl);
+    }
     return st;
 }
 
