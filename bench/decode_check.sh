@@ -9,8 +9,9 @@
 #                positions it is calibrate's own measurement; N_LONG - N_SHORT tests the context term
 #   gpu-replay   the same with routes replayed from a trace (uniform over every expert): the route
 #                source's own cost per step
-#   c0-grid      the grid's pool (min(top_k, n_expert - top_k) experts a layer, experts 0.. of each
-#                layer), every route resident: the grid's c = 0 point as bench runs it
+#   c0-grid      the grid's pool (the cost file's decode_layers.pool experts a layer, experts 0.. of
+#                each layer; min(top_k, n_expert - top_k) for a file that predates it), every route
+#                resident, spread over the pool: the grid's c = 0 point as bench runs it
 #   c0-bigpool   a pool of n_expert - top_k experts a layer, every route resident, uniform over it:
 #                the same layer step with the resident experts' weights spread as a large placement
 #                spreads them (c0-bigpool - c0-grid: the pool's size, i.e. the GPU's L2)
@@ -23,7 +24,8 @@
 #                do (the grid's far-on point of the table's f, read from the run's counts)
 #   cK-first     one hybrid layer, the first (the grid's pool, every route cold), every other layer
 #                resident: what a step with few hybrid layers pays beyond the grid's per-layer
-#                level, which spreads the costs of a hybrid step over all its layers
+#                level, which spreads the costs of a hybrid step over all its layers (calibrate's
+#                decode_layers.hybrid_step measures this step; the model charges it once)
 #   cK-last      the same with the last layer hybrid (cK-first - cK-last: the host still
 #                launching the step's graph when the first layer hands off)
 #   *+stamps     the same with MP_GPU_STEP_STAMPS=1: the host's gap and launch per step beside the
@@ -97,9 +99,7 @@ run inspect inspect.log "$MOEPLAN" inspect --json "$MODEL"
 read -r L E K <<<"$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(len(d["moe_layers"]), d["moe_layers"][0]["experts"], [x["value"] for x in d["metadata"] if x["key"].endswith(".expert_used_count")][0])' "$OUT/logs/inspect.log.out")" ||
     die "cannot read the model's geometry from $OUT/logs/inspect.log.out"
 [ "$E" -ge $((K + 1)) ] || die "the model has $E experts of top-$K: no pool leaves a route cold"
-R=$((K < E - K ? K : E - K)) # the grid's pool (simulator/calibrate_runtime.c)
 BIG=$((E - K))
-log "$L MoE layers x $E experts, top-$K; grid pool $R, large pool $BIG experts a layer"
 
 if [ -z "${COSTS:-}" ]; then
     COSTS=$OUT/costs.json
@@ -109,6 +109,11 @@ if [ -z "${COSTS:-}" ]; then
         ${CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}
 fi
 [ -f "$COSTS" ] || die "cost file '$COSTS' not found"
+# the grid's pool: the cost file's (simulator/calibrate_runtime.c), or, in a file that predates it,
+# min(top_k, n_expert - top_k)
+R=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["decode_layers"]; k,e=int(sys.argv[2]),int(sys.argv[3]); print(d.get("pool", min(k, e - k)))' "$COSTS" "$K" "$E") ||
+    die "cannot read the grid's pool from $COSTS"
+log "$L MoE layers x $E experts, top-$K; grid pool $R, large pool $BIG experts a layer"
 
 # placements (every layer's experts 0 .. n-1; one layer's, the others all resident) and traces of
 # one sequence of N_LONG + 1 rows
@@ -190,28 +195,44 @@ L, K, R, n_short, n_long, rounds = map(int, sys.argv[3:9])
 executor, configs = sys.argv[9], sys.argv[10].split()
 c = json.load(open(costs_path))
 nm0 = [p for p in c["non_moe"] if p["rows"] == 1][0]["median_ns"] / 1e3
-ctx = c.get("non_moe_context") or {"keys": 0, "per_key_ns": 0}
+ctx = c.get("non_moe_context") or {}
 grid = c["decode_layers"]
 off = {p["cold"]: p for p in grid["points"] if not p["far_on"]}
 gpu = [e for e in c["gpu_expert"] if e.get("quant") == grid["quant"]] or c["gpu_expert"]
 conc = max(gpu[0]["concurrent"], key=lambda p: p["experts"])["median_ns"] / 1e3
+hs = grid.get("hybrid_step") or {"median_ns": 0, "layers": L}
+once, share = hs["median_ns"] / 1e3, hs["median_ns"] / 1e3 / hs["layers"]
 
-def nm(n):  # the non-MoE time of a tg n row's steps: positions 1 .. n attend 2 .. n + 1 keys
-    keys = (n + 3) / 2
-    return nm0 + ctx["per_key_ns"] / 1e3 * (keys - ctx["keys"]), keys
+def nm_at(keys):  # runtime/costs.c mp_costs_decode_non_moe_ns, in us (test_decode_check holds them equal)
+    pts = ctx.get("points")
+    if pts:  # the measured curve, each end going on with its segment's slope (at least 0)
+        xs, ys = [p["keys"] for p in pts], [p["median_ns"] / 1e3 for p in pts]
+        if keys >= xs[-1]:
+            return max(ys[-1] + max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0) * (keys - xs[-1]), 0)
+        if keys < xs[0]:
+            return max(ys[0] - max((ys[1] - ys[0]) / (xs[1] - xs[0]), 0) * (xs[0] - keys), 0)
+        i = next(j for j in range(1, len(xs)) if keys < xs[j])
+        return max(ys[i - 1] + (ys[i] - ys[i - 1]) * (keys - xs[i - 1]) / (xs[i] - xs[i - 1]), 0)
+    if "per_key_ns" in ctx:  # the linear term of an older cost file
+        return max(nm0 + ctx["per_key_ns"] / 1e3 * (keys - ctx["keys"]), 0)
+    return nm0
+
+def nm(n):  # the non-MoE time of a tg n row's steps: positions 1 .. n attend 2 .. n + 1 keys (their mean)
+    return sum(nm_at(p + 1) for p in range(1, n + 1)) / n, (n + 3) / 2
 
 on = {(p["cold"], p["far"]): p for p in grid["points"] if p["far_on"]}
 
 def moe_model(base, r):  # what the simulator charges for the MoE layers of one step, us
     if base.startswith("gpu-"):
         return L * conc
-    if base in ("cK-first", "cK-last"):
-        return (L - 1) * conc + off[K]["median_ns"] / 1e3
+    if base in ("cK-first", "cK-last"):  # one hybrid layer: its level less its share, the once
+        return (L - 1) * conc + off[K]["median_ns"] / 1e3 - share + once
+    hyb = once - L * share  # every layer hybrid (simulator/sim_internal.h): 0 when the grid had L layers
     if base == "cK-grid-far" and r.get("far_layers"):  # the far-on point of the f the layers ran
         f = round(r["routes_far"] / max(1, r["hybrid_layer_steps"]))
         t = on[(K, f)]["median_ns"]
-        return L * (max(t, off[K]["median_ns"]) if f == 0 else t) / 1e3  # as mp_decode_costs_settle
-    return L * off[K if base.startswith("cK-grid") else 0]["median_ns"] / 1e3
+        return L * (max(t, off[K]["median_ns"]) if f == 0 else t) / 1e3 + hyb  # as mp_decode_costs_settle
+    return L * off[K if base.startswith("cK-grid") else 0]["median_ns"] / 1e3 + hyb
 
 rows = {}
 for path in sorted(glob.glob(os.path.join(out, "bench", "*.json"))):
@@ -247,11 +268,20 @@ for cfg in configs:
             "%.1f" % r0["rt_overhead_us"] if "rt_overhead_us" in r0 else "-", r0.get("graph_launch_us", 0),
             "%.1f" % r0["step_host_gap_us"] if "step_host_gap_us" in r0 else "-",
             "%.1f" % r0["step_gpu_us"] if "step_gpu_us" in r0 else "-"))
-lines += ["", "Model: the non-MoE point (%.1f us at %.1f keys, %.1f ns per key) at the row's keys, plus each "
-          "layer's charge in the simulator: resident, the GPU experts' concurrent point at top_k (%.1f us); "
-          "hybrid, the grid's far-off point of its cold routes (c = 0: %.1f us, c = %d: %.1f us). What the "
-          "differences say:" % (nm0, ctx["keys"], ctx["per_key_ns"], conc, off[0]["median_ns"] / 1e3, K,
-                                off[K]["median_ns"] / 1e3), ""]
+if ctx.get("points"):
+    context = "the measured curve of %d points, %s keys" % (len(ctx["points"]), ", ".join(
+        "%.1f us at %g" % (p["median_ns"] / 1e3, p["keys"]) for p in ctx["points"]))
+elif "per_key_ns" in ctx:
+    context = "%.1f us at %.1f keys, %.1f ns per key (the linear term of an older cost file)" % (
+        nm0, ctx["keys"], ctx["per_key_ns"])
+else:
+    context = "%.1f us, no context term" % nm0
+lines += ["", "Model: the non-MoE time of a one-row step by its keys (%s), averaged over the row's steps, plus "
+          "each layer's charge in the simulator: resident, the GPU experts' concurrent point at top_k (%.1f us); "
+          "hybrid, the grid's far-off point of its cold routes (c = 0: %.1f us, c = %d: %.1f us; pool %d), less "
+          "its share (%.2f us) of what a step with hybrid layers pays once (%.1f us), which such a step pays "
+          "whole. What the differences say:" % (context, conc, off[0]["median_ns"] / 1e3, K,
+                                                off[K]["median_ns"] / 1e3, R, share, once), ""]
 
 def d(a, b, n):  # measured a - measured b, us/token
     if (a, n) in meas and (b, n) in meas:
@@ -283,13 +313,14 @@ for cfg, what in (("cK-grid", "far-off"), ("cK-grid-far", "far-on")):
 for one in ("cK-first", "cK-last"):
     if (one, n_long) in meas:
         ms, model = meas[(one, n_long)]
-        lines.append("- one hybrid layer (%s, every route cold) against the model: %+.1f us/token (the grid "
-                     "charges a hybrid step's own costs 1/%d per hybrid layer)" % (one, 1e3 * (ms - model), L))
+        lines.append("- one hybrid layer (%s, every route cold) against the model: %+.1f us/token (%s)" % (
+            one, 1e3 * (ms - model), "the model charges the once of hybrid steps whole" if once else
+            "the cost file has no once of hybrid steps: the grid's levels hold 1/%d of it each" % L))
 say("the host still launching at the first layer (cK-first - cK-last)", d("cK-first", "cK-last", n_long))
 text = "\n".join(lines) + "\n"
-doc = {"format": "moeplan-decode-check", "version": 1, "costs": costs_path, "layers": L, "top_k": K,
-       "grid_pool": R, "executor": executor, "non_moe_us": nm0, "non_moe_keys": ctx["keys"],
-       "per_key_ns": ctx["per_key_ns"], "resident_layer_us": conc, "rows": doc_rows}
+doc = {"format": "moeplan-decode-check", "version": 2, "costs": costs_path, "layers": L, "top_k": K,
+       "grid_pool": R, "executor": executor, "non_moe_us": nm0, "non_moe_context": ctx,
+       "hybrid_step_us": once, "resident_layer_us": conc, "rows": doc_rows}
 for name, body in (("decode-check.md", text), ("decode-check.json", json.dumps(doc, indent=1) + "\n")):
     tmp = os.path.join(out, name + ".tmp.%d" % os.getpid())
     with open(tmp, "w") as f:

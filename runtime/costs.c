@@ -138,8 +138,10 @@ static mp_status get_stat(ctx *c, const cJSON *obj, const char *path, mp_cost_st
     return st;
 }
 
-/* A curve: an array of {x_key: N, median_ns, spread_ns} with x strictly increasing, >= 1. */
-static mp_status get_curve(ctx *c, const cJSON *arr, const char *path, const char *x_key, mp_cost_curve *out)
+/* A curve: an array of {x_key: N, median_ns, spread_ns} with x strictly increasing, >= 1; whole
+ * numbers unless whole is false (mean keys of context). */
+static mp_status get_curve_of(ctx *c, const cJSON *arr, const char *path, const char *x_key, bool whole,
+                              mp_cost_curve *out)
 {
     if (!cJSON_IsArray(arr))
         return bad(c, path, "expected an array of {\"%s\", \"median_ns\", \"spread_ns\"} points", x_key);
@@ -158,7 +160,7 @@ static mp_status get_curve(ctx *c, const cJSON *arr, const char *path, const cha
         join_index(sub, path, i);
         mp_status st = check_keys(c, pt, sub, keys);
         if (!st)
-            st = get_int(c, pt, sub, x_key, 1, &out->x[i]);
+            st = whole ? get_int(c, pt, sub, x_key, 1, &out->x[i]) : get_num(c, pt, sub, x_key, 1, &out->x[i]);
         if (!st)
             st = get_num(c, pt, sub, "median_ns", 0, &out->y[i].median_ns);
         if (!st)
@@ -168,11 +170,16 @@ static mp_status get_curve(ctx *c, const cJSON *arr, const char *path, const cha
         if (i > 0 && out->x[i] <= out->x[i - 1]) {
             char xs[PATH_MAX_CHARS];
             join(xs, sub, x_key);
-            return bad(c, xs, "%.0f: expected > the previous point's %.0f (points sorted by %s)",
+            return bad(c, xs, "%g: expected > the previous point's %g (points sorted by %s)",
                        out->x[i], out->x[i - 1], x_key);
         }
     }
     return MP_OK;
+}
+
+static mp_status get_curve(ctx *c, const cJSON *arr, const char *path, const char *x_key, mp_cost_curve *out)
+{
+    return get_curve_of(c, arr, path, x_key, true, out);
 }
 
 static mp_status get_experts(ctx *c, const cJSON *root, const char *key, bool cpu, mp_cost_expert **out, int *n_out)
@@ -330,7 +337,7 @@ static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
 static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
 {
     static const char *const keys[] = {"quant", "n_embd", "n_ff", "n_expert", "top_k", "far_max", "threads",
-                                       "expert_bytes", "points", NULL};
+                                       "expert_bytes", "pool", "steps", "hybrid_step", "points", NULL};
     static const char *const pkeys[] = {"cold", "far", "far_on", "median_ns", "spread_ns", "cpu_ns", "gpu_ns", NULL};
     const char *path = "$.decode_layers";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *pts;
@@ -366,6 +373,35 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
     if (x > 4096)
         return bad(c, "$.decode_layers.threads", "%.0f: expected at most 4096", x);
     d->threads = (int)x;
+    /* optional: the pool and steps the points were measured with (older files lack them) */
+    if (cJSON_GetObjectItemCaseSensitive(v, "pool")) {
+        if ((st = get_int(c, v, path, "pool", 0, &x)))
+            return st;
+        if (x > (double)d->n_expert - 1)
+            return bad(c, "$.decode_layers.pool", "%.0f: expected at most n_expert - 1 (%lld): a route must "
+                       "find an expert outside the pool", x, (long long)d->n_expert - 1);
+        d->pool = (int64_t)x;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(v, "steps")) {
+        if ((st = get_int(c, v, path, "steps", 1, &x)))
+            return st;
+        if (x > 1e6)
+            return bad(c, "$.decode_layers.steps", "%.0f: expected at most 1000000", x);
+        d->steps = (int)x;
+    }
+    const cJSON *hs = cJSON_GetObjectItemCaseSensitive(v, "hybrid_step");
+    if (hs) {
+        static const char *const hkeys[] = {"median_ns", "spread_ns", "layers", NULL};
+        const char *hpath = "$.decode_layers.hybrid_step";
+        if ((st = check_keys(c, hs, hpath, hkeys)) ||
+            (st = get_num(c, hs, hpath, "median_ns", 0, &d->hybrid_step.median_ns)) ||
+            (st = get_num(c, hs, hpath, "spread_ns", 0, &d->hybrid_step.spread_ns)) ||
+            (st = get_int(c, hs, hpath, "layers", 2, &x)))
+            return st;
+        if (x > 65536)
+            return bad(c, "$.decode_layers.hybrid_step.layers", "%.0f: expected at most 65536", x);
+        d->hybrid_step_layers = (int64_t)x;
+    }
     if ((st = get_member(c, v, path, "points", &pts)))
         return st;
     const int n = cJSON_GetArraySize(pts);
@@ -415,6 +451,30 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
                            pt->far_on ? "true" : "false", j);
     }
     d->n_points = n;
+    return MP_OK;
+}
+
+/* $.non_moe_context: {"points": [{"keys", "median_ns", "spread_ns"}, ...]} (>= 2 points, keys
+ * strictly increasing), or the older {"keys", "per_key_ns"}; never a mix. */
+static mp_status get_context(ctx *c, const cJSON *v, mp_costs *out)
+{
+    const char *path = "$.non_moe_context";
+    if (cJSON_IsObject(v) && cJSON_GetObjectItemCaseSensitive(v, "points")) {
+        static const char *const keys[] = {"points", NULL};
+        mp_status st = check_keys(c, v, path, keys);
+        if (!st)
+            st = get_curve_of(c, cJSON_GetObjectItemCaseSensitive(v, "points"), "$.non_moe_context.points", "keys",
+                              false, &out->non_moe_by_keys);
+        if (!st && out->non_moe_by_keys.n_points < 2)
+            st = bad(c, "$.non_moe_context.points", "expected at least 2 points (a curve by keys of context)");
+        return st;
+    }
+    static const char *const keys[] = {"keys", "per_key_ns", NULL};
+    mp_status st;
+    if ((st = check_keys(c, v, path, keys)) || (st = get_num(c, v, path, "keys", 0, &out->non_moe_keys)) ||
+        (st = get_num(c, v, path, "per_key_ns", 0, &out->non_moe_per_key_ns)))
+        return st;
+    out->non_moe_linear = true;
     return MP_OK;
 }
 
@@ -481,14 +541,8 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return st;
     if ((st = get_member(c, root, "$", "non_moe", &v)) || (st = get_curve(c, v, "$.non_moe", "rows", &out->non_moe)))
         return st;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context"))) {
-        static const char *const nc_keys[] = {"keys", "per_key_ns", NULL};
-        const char *path = "$.non_moe_context";
-        if ((st = check_keys(c, v, path, nc_keys)) || (st = get_num(c, v, path, "keys", 0, &out->non_moe_keys)) ||
-            (st = get_num(c, v, path, "per_key_ns", 0, &out->non_moe_per_key_ns)))
-            return st;
-        out->has_non_moe_context = true;
-    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context")) && (st = get_context(c, v, out)))
+        return st;
     return MP_OK;
 }
 
@@ -530,6 +584,7 @@ void mp_costs_free(mp_costs *c)
     curve_free(&c->d2h_pageable);
     curve_free(&c->combine);
     curve_free(&c->non_moe);
+    curve_free(&c->non_moe_by_keys);
     free(c->decode.points);
     memset(c, 0, sizeof *c);
 }
@@ -598,6 +653,42 @@ double mp_cost_curve_ns(const mp_cost_curve *c, double x)
     }
     double t = (x - xs[lo]) / (xs[hi] - xs[lo]);
     return c->y[lo].median_ns + t * (c->y[hi].median_ns - c->y[lo].median_ns);
+}
+
+double mp_costs_decode_non_moe_ns(const mp_costs *c, double keys)
+{
+    const mp_cost_curve *k = &c->non_moe_by_keys;
+    double ns;
+    if (k->n_points >= 2) {
+        /* attention's time falls with fewer keys: below the first point the first segment goes on
+         * down, as beyond the last the last segment goes on up (mp_cost_curve_ns) */
+        if (keys >= k->x[0])
+            return mp_cost_curve_ns(k, keys);
+        const double slope = (k->y[1].median_ns - k->y[0].median_ns) / (k->x[1] - k->x[0]);
+        ns = k->y[0].median_ns - (slope > 0 ? slope : 0) * (k->x[0] - keys);
+    } else if (k->n_points == 1) {
+        ns = k->y[0].median_ns;
+    } else {
+        ns = mp_cost_curve_ns(&c->non_moe, 1);
+        if (c->non_moe_linear)
+            ns += c->non_moe_per_key_ns * (keys - c->non_moe_keys);
+    }
+    return ns > 0 ? ns : 0;
+}
+
+void mp_costs_context_describe(const mp_costs *c, char *buf, size_t cap)
+{
+    const mp_cost_curve *k = &c->non_moe_by_keys;
+    if (k->n_points > 0)
+        snprintf(buf, cap, "one-row steps by their keys of context: the measured curve of %d points, %g .. %g keys",
+                 k->n_points, k->x[0], k->x[k->n_points - 1]);
+    else if (c->non_moe_linear)
+        snprintf(buf, cap, "one-row steps by their keys of context: linear, %g ns per key from %g keys (a cost file "
+                 "from before the measured curve: run `moeplan calibrate` again for it)", c->non_moe_per_key_ns,
+                 c->non_moe_keys);
+    else
+        snprintf(buf, cap, "one-row steps: no context term (the cost file has none: run `moeplan calibrate` "
+                 "again for it)");
 }
 
 const mp_cost_expert *mp_costs_find_gpu(const mp_costs *c, const char *quant, int64_t n_embd, int64_t n_ff)

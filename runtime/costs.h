@@ -74,6 +74,18 @@ typedef struct mp_cost_decode {
     int far_max;                   /* most far routes measured, 0..top_k (0: far routes not measured) */
     int threads;
     uint64_t expert_bytes;
+    /* optional (0 where a file predates them): the experts of each layer the grid's pool held, and
+     * the most one-row steps timed per point and pass (from position 1, after a 1-token prompt;
+     * calibrate stops a run of slow steps sooner) */
+    int64_t pool;
+    int steps;
+    /* optional (hybrid_step_layers 0 when absent): what a one-row step with at least one hybrid
+     * layer pays once, beyond its hybrid layers' own time (the host's side of the step: its wake-up
+     * at the first handoff, the route source). The points were measured with every one of
+     * hybrid_step_layers layers hybrid, so each holds hybrid_step / hybrid_step_layers of it; calibrate
+     * measures it as one hybrid layer beside resident ones (docs/simulator.md, Calibrate). */
+    mp_cost_stat hybrid_step;
+    int64_t hybrid_step_layers;
 } mp_cost_decode;
 
 typedef struct mp_costs {
@@ -94,11 +106,15 @@ typedef struct mp_costs {
     int host_read_threads;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
-    /* optional ("non_moe_context"; has_non_moe_context false when absent): the one-row point of
-     * non_moe was measured at non_moe_keys keys of context on average, and a one-row step costs
-     * non_moe_per_key_ns more per key beyond that (attention reads the whole KV cache) */
+    /* optional $.non_moe_context: a one-row step's non-MoE time by the keys of context it attends
+     * (attention reads the whole KV cache; a decode step at position p attends p + 1 keys), read
+     * through mp_costs_decode_non_moe_ns only. Either the measured curve (non_moe_by_keys: x the mean
+     * keys of a run of steps, >= 1, not necessarily whole; y their non-MoE time; >= 2 points), or, in
+     * files written before it, one linear term (non_moe_linear: the rows-1 point of non_moe holds at
+     * non_moe_keys, and each key beyond costs non_moe_per_key_ns); or neither (n_points 0, false). */
+    mp_cost_curve non_moe_by_keys;
     double non_moe_keys, non_moe_per_key_ns;
-    bool has_non_moe_context;
+    bool non_moe_linear;
     unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */
 } mp_costs;
 
@@ -122,6 +138,16 @@ mp_status mp_costs_require_gpu(const mp_costs *c, const char *name, mp_error *er
  * (a fixed latency floor); linear between points; beyond the last point, linear with the last
  * segment's slope (clamped at >= 0), or proportional to x when the curve has one point. */
 double mp_cost_curve_ns(const mp_cost_curve *c, double x);
+
+/* The non-MoE time in ns of a one-row step that attends `keys` keys of context: the curve of
+ * $.non_moe_context, piecewise-linear, each end extended with its segment's slope (at least 0; the
+ * result at least 0); a file with the older linear term: the rows-1 point of non_moe plus
+ * per_key_ns x (keys - its keys), at least 0; without either: the rows-1 point whatever the keys.
+ * The one reading of the context for every consumer (simulate, plan, calibrate's grid). */
+double mp_costs_decode_non_moe_ns(const mp_costs *c, double keys);
+/* One phrase naming how mp_costs_decode_non_moe_ns reads c's context, for reports: "curve of N
+ * points, K0 .. K1 keys", or the linear term of an older file with what to do about it, or none. */
+void mp_costs_context_describe(const mp_costs *c, char *buf, size_t cap);
 
 /* The expert entry for a quant and shape: exact match, else NULL. For CPU entries the one with
  * the given threads, else the one with the most threads below it, else the fewest above. */

@@ -106,11 +106,11 @@ void mp_calib_fill(float *x, int64_t n, uint64_t *state)
     }
 }
 
-double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root)
+double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from_layer)
 {
     const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "gpu_expert");
     double sum = 0;
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+    for (int64_t il = from_layer; il < m->hp.n_layer; il++) {
         char quant[16];
         mp_model_expert_quant(&m->layers[il], quant);
         double v = -1;
@@ -311,7 +311,7 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
     if ((st = calib_gpu(m, o, root, device, why, sizeof why, err)))
         goto out;
     cJSON *context = NULL;
-    if ((st = mp_calib_non_moe(m, o, non_moe, device, why[0] ? -1.0 : mp_calib_decode_moe_ns(m, root), &context,
+    if ((st = mp_calib_non_moe(m, o, non_moe, device, why[0] ? -1.0 : mp_calib_decode_moe_ns(m, root, 0), &context,
                                err)))
         goto out;
     if (context)

@@ -43,17 +43,40 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
 mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr, mp_error *err);
 /* The non-MoE curve (rows) from mp_session_eval at the largest thread count. decode_moe_ns >= 0
  * (a GPU): the MoE time of a one-row step as the cost model charges it (every layer's `concurrent`
- * GPU point at top_k experts, measured as CUDA graphs); the one-row point is then the
- * graph-replayed step near the start of the context minus it, so that the model rebuilds the
- * measured step, and *context gets $.non_moe_context (the point's mean keys and the step's cost
- * per key, from the same steps near 2,048 keys; NULL when not measured). < 0: every point
- * subtracts the MoE time of a step run with the timing hooks, as multi-row points do. */
+ * GPU point at top_k experts, measured as CUDA graphs); the one-row steps are then measured by the
+ * context sweep (graph-replayed windows of 64 steps from each of mp_calib_context_starts), each
+ * window's step minus it, so that the model rebuilds the measured steps: the first window (positions
+ * 1 .. 64) is the one-row point, and *context gets $.non_moe_context {"points": every window's}
+ * (NULL when the context holds one window). < 0: every point subtracts the MoE time of a step run
+ * with the timing hooks, as multi-row points do. */
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
                            double decode_moe_ns, cJSON **context, mp_error *err);
-/* Every layer's GPU time for one row routed to top_k experts, from root's gpu_expert entries (the
- * last `concurrent` point of the entry of the layer's quant and shape); < 0 when an entry or its
- * point is missing. */
-double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root);
+/* The starts of the context sweep's windows of `window` one-row steps in a context of n_ctx
+ * positions: 1 (after a 1-token prompt: where bench's tg and production decode start), then 128,
+ * 256, ... doubling (the time of attention bends most at short contexts) while a window fits
+ * before the last one, and the last window of the context (n_ctx - window): into starts (cap
+ * entries), ascending, each window clear of the next. Returns how many (0 when not even one fits). */
+int mp_calib_context_starts(int64_t n_ctx, int window, int64_t *starts, int cap);
+/* The GPU time of layers from_layer .. n_layer - 1 for one row routed to top_k experts each, from
+ * root's gpu_expert entries (the last `concurrent` point of the entry of the layer's quant and
+ * shape): what simulate charges those layers all resident; < 0 when an entry or its point is
+ * missing. */
+double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from_layer);
+/* The decode grid's pool: experts per layer resident, as many as the device's free_bytes hold
+ * beside the session's own fixed_bytes and reserve_bytes left free, one expert of every layer
+ * taking row_bytes (0: no limit), and at most n_expert - top_k (a step with every route cold needs
+ * top_k experts outside the pool); 0 when n_expert <= top_k. */
+int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
+                           uint64_t fixed_bytes, uint64_t reserve_bytes);
+/* The once-per-step cost of hybrid steps (decode_layers.hybrid_step) from a step of n_layer layers
+ * with one hybrid layer: step_ns its wall time, non_moe_ns the non-MoE time at its keys, resident_ns
+ * what the model charges its other layers (resident), level_ns the grid's level of the hybrid
+ * layer's point (measured with every layer hybrid, so holding S / n_layer). The model charges such a
+ * step non_moe + resident + level - S / n_layer + S (simulator/sim_internal.h, sim_hybrid_layer_ns),
+ * which is step_ns for S = (step - non_moe - resident - level) x n_layer / (n_layer - 1). 0 for one
+ * layer (that step is the grid's). Not clamped: the repetitions' median is (mp_calib_point). */
+double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double resident_ns, double level_ns,
+                               int64_t n_layer);
 
 /* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
  * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
@@ -69,8 +92,11 @@ mp_status mp_calib_gpu_session(const mp_model *m, const char *opt, const char *v
 mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                 mp_error *err);
 /* $.decode_layers: the decode layer grid (runtime/decide.h) through the GPU executor, after the
- * non-MoE curve (each point is a step's wall time minus it); with a usable GPU only. When the
- * executor cannot measure it, an entry in missing says why (not an error). */
+ * non-MoE curve (each point is a step's wall time minus it at the step's keys), with a pool of
+ * mp_calib_grid_pool experts a layer, each point a run of one-row steps after a 1-token prompt, and
+ * its once-per-step cost of hybrid steps (hybrid_step) when the device holds every expert but one
+ * layer's cold ones; with a usable GPU only. When the executor cannot measure it, an entry in
+ * missing says why (not an error). */
 mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                  cJSON *missing, mp_error *err);
 /* $.host_read: the cores' read bandwidth of host memory at the largest thread count (best of a

@@ -1,11 +1,14 @@
 /* simulator/calibrate_runtime.c — what `moeplan calibrate` measures through the runtime's own
  * forward pass (see calibrate.h), so that the costs are what production pays:
  *   non_moe          the time per step outside the MoE experts (the GPU executor with every expert
- *                    resident, CUDA graphs at one row; else the CPU forward pass);
+ *                    resident, CUDA graphs at one row; else the CPU forward pass), and a one-row
+ *                    step's by its keys of context (non_moe_context: the context sweep);
  *   sync             the decode round trip's overhead per hybrid layer (placement layers:1);
  *   decode_layers    the grid the decision model chooses far routes from (runtime/decide.h):
  *                    a one-row step's time per layer with c of its top_k routes cold (a route
- *                    source chooses them), f of those far, far routes on or off;
+ *                    source chooses them), f of those far, far routes on or off, on a pool as
+ *                    large as the device holds; and what a step with hybrid layers pays once
+ *                    (hybrid_step: one hybrid layer beside resident ones);
  *   host_read        the host memory's read bandwidth by the cores (the decode floor).
  */
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include "runtime/bench.h"
+#include "runtime/executor.h"
 #include "runtime/gpu.h"
 #include "runtime/hooks.h"
 #include "runtime/placement.h"
@@ -56,97 +60,128 @@ static int32_t random_token(uint64_t *rng, int64_t n_vocab)
     return (int32_t)((*rng >> 33) % (uint64_t)n_vocab);
 }
 
-/* One-row steps as `bench` and production decode run them: back to back, graph-replayed and
- * without hooks. Each repetition resets the session, fills it to position `start` (a 1-token
- * prompt, or steps of up to max_rows random tokens; untimed), then times `steps` one-row steps
- * in one interval: ns[0 .. reps) gets the mean step of each recorded repetition, *mean_keys the
- * keys those steps attended on average. (Timing each step alone, after a reset to the start of
- * the context, measured 3.80 ms where bench's tg128 measured 4.28 on the H200, 2026-11-29:
- * calibrate now times what bench times.) */
-static mp_status decode_run(mp_session *s, const mp_model *m, const mp_calib_opts *o, int64_t start, int steps,
-                            int max_rows, int32_t *tokens, float *logits, uint64_t *rng, double *ns,
-                            double *mean_keys, mp_error *err)
+int mp_calib_context_starts(int64_t n_ctx, int window, int64_t *starts, int cap)
+{
+    int n = 0;
+    if (cap < 1 || window < 1 || n_ctx < 1 + window)
+        return 0;
+    starts[n++] = 1;
+    const int64_t last = n_ctx - window;
+    for (int64_t p = 128; p + window <= last && n < cap - 1; p *= 2)
+        if (p >= starts[n - 1] + window)
+            starts[n++] = p;
+    if (last >= starts[n - 1] + window && n < cap)
+        starts[n++] = last;
+    return n;
+}
+
+/* The context sweep: one-row steps as `bench` and production decode run them (back to back,
+ * graph-replayed, no hooks) in windows of CONTEXT_WINDOW steps at each of the n starts
+ * (mp_calib_context_starts). Each sweep resets the session, runs a 1-token prompt, then per window
+ * fills the context up to its start (untimed, steps of up to fill_rows random tokens) and times its
+ * steps in one interval: ns[w * reps + rep] the window's mean step of each recorded sweep,
+ * keys[w] the keys its steps attend on average. One unrecorded sweep first warms every window
+ * (graph capture, the KV cache's pages) and times the sweep, from which the time left is said.
+ * (Each step timed alone after a reset measured 3.80 ms where bench's tg128 measured 4.28 on the
+ * H200, 2026-11-29: calibrate times what bench times.) */
+#define CONTEXT_WINDOW 64
+#define CONTEXT_MAX 24
+#define CONTEXT_FILL_ROWS 512
+static mp_status context_sweep(mp_session *s, const mp_model *m, const mp_calib_opts *o, const int64_t *starts,
+                               int n, int fill_rows, int32_t *tokens, float *logits, uint64_t *rng, double *ns,
+                               double *keys, mp_error *err)
 {
     mp_status st;
     mp_session_set_hooks(s, NULL);
-    for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
+    for (int rep = -1; rep < o->reps; rep++) {
+        const int64_t sweep_t0 = mp_calib_now_ns();
         mp_session_reset(s);
-        while (mp_session_n_past(s) < start) {
-            const int64_t left = start - mp_session_n_past(s), n = left < max_rows ? left : max_rows;
-            for (int64_t i = 0; i < n; i++)
-                tokens[i] = random_token(rng, m->hp.n_vocab);
-            if ((st = mp_session_eval(s, tokens, n, false, logits, err)))
-                return st;
+        tokens[0] = random_token(rng, m->hp.n_vocab); /* the prompt: position 0 */
+        if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
+            return st;
+        for (int w = 0; w < n; w++) {
+            while (mp_session_n_past(s) < starts[w]) {
+                const int64_t left = starts[w] - mp_session_n_past(s), k = left < fill_rows ? left : fill_rows;
+                for (int64_t i = 0; i < k; i++)
+                    tokens[i] = random_token(rng, m->hp.n_vocab);
+                if ((st = mp_session_eval(s, tokens, k, false, logits, err)))
+                    return st;
+            }
+            const int64_t t0 = mp_calib_now_ns();
+            for (int i = 0; i < CONTEXT_WINDOW; i++) {
+                tokens[0] = random_token(rng, m->hp.n_vocab);
+                if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
+                    return st;
+            }
+            if (rep >= 0)
+                ns[(size_t)w * o->reps + rep] = (double)(mp_calib_now_ns() - t0) / CONTEXT_WINDOW;
+            keys[w] = (double)starts[w] + (CONTEXT_WINDOW + 1) / 2.0; /* positions p attend p + 1 keys */
         }
-        const int64_t t0 = mp_calib_now_ns();
-        for (int i = 0; i < steps; i++) {
-            tokens[0] = random_token(rng, m->hp.n_vocab);
-            if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
-                return st;
-        }
-        if (rep >= 0)
-            ns[rep] = (double)(mp_calib_now_ns() - t0) / steps;
+        if (rep < 0)
+            mp_calib_say(o, "calibrate: non-MoE context sweep: %d windows of %d one-row steps from positions "
+                            "%" PRId64 " .. %" PRId64 ", %d sweeps: about %.0f s",
+                         n, CONTEXT_WINDOW, starts[0], starts[n - 1], o->reps,
+                         (double)(mp_calib_now_ns() - sweep_t0) / 1e9 * o->reps);
     }
-    *mean_keys = (double)start + (steps + 1) / 2.0; /* steps at positions start .. start + steps - 1 */
     return MP_OK;
 }
 
-/* The one-row GPU point: decode steps after a 1-token prompt (positions 1 .. 64, as bench's tg
- * runs them) minus what simulate charges for their experts (decode_moe_ns), and the context
- * term: the same steps from position ~1,984 (or the context's end), (long - short) / (their
- * keys' difference) per key. Adds the point to arr; *context gets {keys, per_key_ns} (NULL when
- * the context is too short to tell). */
-#define NON_MOE_SHORT_KEYS 64
+/* The one-row GPU points: the context sweep's windows minus what simulate charges for their experts
+ * (decode_moe_ns). The first window (positions 1 .. 64, as bench's tg runs them) is the non_moe
+ * curve's one-row point, added to arr; *context gets {"points": [{keys, median_ns, spread_ns}]},
+ * every window's (NULL when the context holds one window: too short to tell). */
 static mp_status non_moe_decode(mp_session *s, const mp_model *m, const mp_calib_opts *o, cJSON *arr,
-                                double decode_moe_ns, int64_t n_ctx, int max_rows, int32_t *tokens,
-                                float *logits, uint64_t *rng, double *ns, cJSON **context, mp_error *err)
+                                double decode_moe_ns, int64_t n_ctx, int fill_rows, int32_t *tokens,
+                                float *logits, uint64_t *rng, cJSON **context, mp_error *err)
 {
-    double keys_s = 0, keys_l = 0, *long_ns = malloc((size_t)o->reps * sizeof(double));
-    mp_status st = long_ns ? MP_OK : mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    int64_t starts[CONTEXT_MAX];
+    double keys[CONTEXT_MAX];
+    const int n = mp_calib_context_starts(n_ctx, CONTEXT_WINDOW, starts, CONTEXT_MAX);
     *context = NULL;
-    if (!st)
-        st = decode_run(s, m, o, 1, NON_MOE_SHORT_KEYS, max_rows, tokens, logits, rng, ns, &keys_s, err);
-    const int64_t hi = n_ctx < 2048 ? n_ctx : 2048, lo = hi - NON_MOE_SHORT_KEYS;
-    const bool has_long = lo >= 4 * NON_MOE_SHORT_KEYS;
-    if (!st && has_long)
-        st = decode_run(s, m, o, lo, NON_MOE_SHORT_KEYS, max_rows, tokens, logits, rng, long_ns, &keys_l, err);
-    if (st) {
-        free(long_ns);
-        return st;
-    }
-    double step_s = 0, per_key = 0;
-    for (int i = 0; i < o->reps; i++)
-        step_s += ns[i] / o->reps;
-    if (has_long) { /* medians of the two positions' wall times (long_ns is scratch) */
-        mp_calib_sort(long_ns, o->reps);
-        const double long_med = mp_calib_quantile(long_ns, o->reps, 0.5);
-        for (int i = 0; i < o->reps; i++)
-            long_ns[i] = ns[i];
-        mp_calib_sort(long_ns, o->reps);
-        per_key = (long_med - mp_calib_quantile(long_ns, o->reps, 0.5)) / (keys_l - keys_s);
-        per_key = per_key > 0 ? per_key : 0; /* noise: attention never gets cheaper with more keys */
-        *context = cJSON_CreateObject();
-        if (!*context || !cJSON_AddNumberToObject(*context, "keys", round(keys_s * 10) / 10) ||
-            !cJSON_AddNumberToObject(*context, "per_key_ns", round(per_key * 1000) / 1000)) {
-            cJSON_Delete(*context);
-            *context = NULL;
-            free(long_ns);
-            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-        }
-    }
-    for (int i = 0; i < o->reps; i++)
-        ns[i] -= decode_moe_ns; /* mp_calib_point keeps the point >= 0 */
-    free(long_ns);
-    cJSON *p = mp_calib_point("rows", 1, ns, o->reps);
-    if (!p)
+    if (n < 1)
+        return mp_fail(err, MP_ERR_ARG, "calibrate: the context of %" PRId64 " tokens holds no %d decode steps",
+                       n_ctx, CONTEXT_WINDOW + 1);
+    double *ns = malloc((size_t)n * (size_t)o->reps * sizeof(double));
+    if (!ns)
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-    cJSON_AddItemToArray(arr, p);
-    mp_calib_say(o, "calibrate: non-MoE step rows 1 (back-to-back graph-replayed steps, %.0f keys): median %.1f us (mean step %.1f "
-                    "us, modelled MoE in it %.1f us); %s %.1f ns per key of context",
-                 keys_s, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0, step_s / 1000.0,
-                 decode_moe_ns / 1000.0, has_long ? "measured at ~2,048 keys:" : "context too short to measure:",
-                 per_key);
-    return MP_OK;
+    mp_status st = context_sweep(s, m, o, starts, n, fill_rows, tokens, logits, rng, ns, keys, err);
+    cJSON *pts = NULL;
+    if (!st && n >= 2 && (!(*context = cJSON_CreateObject()) || !(pts = cJSON_AddArrayToObject(*context, "points"))))
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    for (int w = 0; !st && w < n; w++) {
+        double *x = ns + (size_t)w * o->reps, step = 0;
+        for (int i = 0; i < o->reps; i++) {
+            step += x[i] / o->reps;
+            x[i] -= decode_moe_ns; /* mp_calib_point keeps a point >= 0 */
+        }
+        cJSON *p = mp_calib_point("keys", keys[w], x, o->reps);
+        cJSON *q = w == 0 ? mp_calib_point("rows", 1, x, o->reps) : NULL;
+        if (!p || (w == 0 && !q)) {
+            cJSON_Delete(p);
+            cJSON_Delete(q);
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            break;
+        }
+        if (pts)
+            cJSON_AddItemToArray(pts, p);
+        else
+            cJSON_Delete(p);
+        if (q)
+            cJSON_AddItemToArray(arr, q);
+        mp_calib_say(o, "calibrate: non-MoE step rows 1 at %.1f keys (%d back-to-back graph-replayed steps from "
+                        "position %" PRId64 "): median %.1f us (mean step %.1f us, modelled MoE in it %.1f us)",
+                     keys[w], CONTEXT_WINDOW, starts[w], mp_calib_quantile(x, o->reps, 0.5) / 1000.0, step / 1000.0,
+                     decode_moe_ns / 1000.0);
+    }
+    if (!st && n < 2)
+        mp_calib_say(o, "calibrate: non-MoE context: the context of %" PRId64 " tokens is too short to measure",
+                     n_ctx);
+    if (st) {
+        cJSON_Delete(*context);
+        *context = NULL;
+    }
+    free(ns);
+    return st;
 }
 
 mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
@@ -159,12 +194,17 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     mp_hooks hooks = {0};
     hooks.user = &moe_ns;
     hooks.moe_timing = add_moe_ns;
-    /* room for a step of every size after some context, so attention sees a few hundred keys */
+    /* the context the runtime gives a run by default (min(the model's, 4096)): the context sweep's
+     * curve spans it (beyond it the simulator extends its last segment), and it leaves room for a
+     * step of every size after some context, so attention sees a few hundred keys */
     int64_t n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
-    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = max_rows, .hooks = &hooks, .knobs = o->knobs};
+    /* the runtime's default batch, so that the sweep fills the context between its windows in a
+     * few steps (a step of any size only writes the KV cache that the timed steps read) */
+    const int batch = max_rows > CONTEXT_FILL_ROWS ? max_rows : CONTEXT_FILL_ROWS;
+    mp_session_params sp = {.n_ctx = n_ctx, .n_threads = t, .n_batch = batch, .hooks = &hooks, .knobs = o->knobs};
     mp_session *s = NULL;
     mp_placement pl = {0};
-    int32_t *tokens = malloc((size_t)max_rows * sizeof(int32_t));
+    int32_t *tokens = malloc((size_t)batch * sizeof(int32_t));
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     double *ns = malloc((size_t)o->reps * sizeof(double));
     mp_status st = MP_OK;
@@ -198,8 +238,8 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
             continue;
         }
         if (gpu && rows == 1 && decode_moe_ns >= 0) { /* what the cost model charges, and the context term */
-            if ((st = non_moe_decode(s, m, o, arr, decode_moe_ns, n_ctx, max_rows, tokens, logits, &rng, ns,
-                                     context, err)))
+            if ((st = non_moe_decode(s, m, o, arr, decode_moe_ns, n_ctx, (int)mp_session_n_batch(s), tokens, logits,
+                                     &rng, context, err)))
                 goto out;
             continue;
         }
@@ -254,9 +294,11 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
         !cJSON_AddStringToObject(device, "non_moe_path",
                                  !gpu ? "cpu forward pass (runtime/session.h)"
                                  : decode_moe_ns >= 0
-                                     ? "gpu executor, every expert resident; 1 row: the CUDA-graph step minus "
-                                       "every layer's gpu_expert concurrent time at top_k (what simulate "
-                                       "charges); more rows: minus the MoE kernels' time from CUDA events"
+                                     ? "gpu executor, every expert resident; 1 row: the CUDA-graph steps of the "
+                                       "context sweep's first window (positions 1 .. 64) minus every layer's "
+                                       "gpu_expert concurrent time at top_k (what simulate charges), and "
+                                       "non_moe_context the same for every window; more rows: minus the MoE "
+                                       "kernels' time from CUDA events"
                                      : "gpu executor, every expert resident (CUDA graphs at 1 row); MoE "
                                        "kernel time from CUDA events subtracted"))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
@@ -376,13 +418,14 @@ out:
 
 /* ---- the decode layer grid ---- */
 
-/* Routes with exactly `cold` of top_k on experts outside the pool in every layer: the pool holds
- * experts [0, resident) of each layer; each row draws top_k - cold distinct ids below `resident`
- * and `cold` at or above it, in random slots (the kernels run the first far routes in slot
- * order), with random weights summing to 1. */
+/* Routes with exactly `cold` of top_k on experts outside the pool in each of the first n_hybrid
+ * layers: the pool holds experts [0, resident) of such a layer; each row draws top_k - cold distinct
+ * ids below `resident` and `cold` at or above it, in random slots (the kernels run the first far
+ * routes in slot order), with random weights summing to 1. The layers from n_hybrid on hold every
+ * expert and draw top_k distinct ids of all of them, spread as a model's own routing spreads them. */
 typedef struct grid_routes {
     uint64_t rng;
-    int64_t n_expert, resident;
+    int64_t n_expert, resident, n_hybrid;
     int cold;
 } grid_routes;
 
@@ -394,13 +437,14 @@ static uint64_t grid_next(grid_routes *g)
 
 static int grid_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *ids, float *w)
 {
-    (void)layer;
     grid_routes *g = user;
+    const bool hybrid = layer < g->n_hybrid;
     for (int64_t r = 0; r < n_rows; r++) {
         int32_t *row = ids + r * top_k;
         for (int64_t k = 0; k < top_k; k++) {
-            const bool cold = k < g->cold;
-            const int64_t lo = cold ? g->resident : 0, span = cold ? g->n_expert - g->resident : g->resident;
+            const bool cold = hybrid && k < g->cold;
+            const int64_t lo = cold ? g->resident : 0;
+            const int64_t span = !hybrid ? g->n_expert : cold ? g->n_expert - g->resident : g->resident;
             bool dup;
             do {
                 row[k] = (int32_t)(lo + (int64_t)(grid_next(g) % (uint64_t)span));
@@ -424,65 +468,138 @@ static int grid_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, 
     return 0;
 }
 
-/* The non-MoE time of a one-row step at `keys` keys of context, from root's non_moe curve and its
- * context term (what calibrate measured before): < 0 when root has no one-row point. */
-static double non_moe_at(const cJSON *root, double keys)
+int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
+                           uint64_t fixed_bytes, uint64_t reserve_bytes)
 {
-    const cJSON *p0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "non_moe"), 0);
-    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(p0, "rows"), *med = cJSON_GetObjectItemCaseSensitive(p0, "median_ns");
-    if (!cJSON_IsNumber(rows) || rows->valuedouble != 1 || !cJSON_IsNumber(med))
-        return -1;
-    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context");
-    const cJSON *k0 = cJSON_GetObjectItemCaseSensitive(ctx, "keys"), *pk = cJSON_GetObjectItemCaseSensitive(ctx, "per_key_ns");
-    double ns = med->valuedouble;
-    if (cJSON_IsNumber(k0) && cJSON_IsNumber(pk))
-        ns += pk->valuedouble * (keys - k0->valuedouble);
-    return ns > 0 ? ns : 0;
+    const int64_t most = n_expert - top_k; /* every route cold needs top_k experts outside the pool */
+    if (most <= 0)
+        return 0;
+    if (row_bytes == 0)
+        return most;
+    const uint64_t held = fixed_bytes + reserve_bytes;
+    const uint64_t fit = free_bytes > held ? (free_bytes - held) / row_bytes : 0;
+    return fit < (uint64_t)most ? (int64_t)fit : most;
 }
 
-/* One repetition of a grid point: from the start of the context, WARM one-row steps untimed (the
- * first captures the decode graph anew when the far routes changed), then STEPS timed; the layer
- * time (their mean wall time minus the non-MoE time at their keys, over n_layer), the CPU and GPU
- * side per layer step into *layer, *cpu, *gpu. *ok false, with why, when the executor did not run
- * the routes as asked (the point would describe another step). */
-enum { GRID_WARM = 2, GRID_STEPS = 8 };
-static mp_status grid_rep(mp_session *s, const mp_model *m, const cJSON *root, int cold, int far, float *logits,
-                          double *layer, double *cpu, double *gpu, bool *ok, char *why, size_t why_cap, mp_error *err)
+double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double resident_ns, double level_ns,
+                               int64_t n_layer)
+{
+    if (n_layer < 2) /* one layer: the step with one hybrid layer is the grid's own */
+        return 0;
+    return (step_ns - non_moe_ns - resident_ns - level_ns) * (double)n_layer / (double)(n_layer - 1);
+}
+
+/* What calibrate measured of the non-MoE time (root's non_moe one-row point and its non_moe_context
+ * curve), read as the cost model reads it (mp_costs_decode_non_moe_ns): the grid and the hybrid step
+ * take from their steps what simulate charges at the same keys. */
+typedef struct grid_non_moe {
+    mp_costs c; /* only non_moe and non_moe_by_keys are set, on the arrays below */
+    double x1, xk[CONTEXT_MAX];
+    mp_cost_stat y1, yk[CONTEXT_MAX];
+} grid_non_moe;
+
+static bool grid_non_moe_from(const cJSON *root, grid_non_moe *g)
+{
+    memset(g, 0, sizeof *g);
+    const cJSON *p0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "non_moe"), 0);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(p0, "rows");
+    const cJSON *med = cJSON_GetObjectItemCaseSensitive(p0, "median_ns");
+    if (!cJSON_IsNumber(rows) || rows->valuedouble != 1 || !cJSON_IsNumber(med))
+        return false;
+    g->x1 = 1;
+    g->y1.median_ns = med->valuedouble;
+    g->c.non_moe = (mp_cost_curve){1, &g->x1, &g->y1};
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context");
+    const cJSON *pts = cJSON_GetObjectItemCaseSensitive(ctx, "points");
+    const cJSON *p;
+    int n = 0;
+    cJSON_ArrayForEach(p, pts) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(p, "keys");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, "median_ns");
+        if (n < CONTEXT_MAX && cJSON_IsNumber(k) && cJSON_IsNumber(v)) {
+            g->xk[n] = k->valuedouble;
+            g->yk[n++].median_ns = v->valuedouble;
+        }
+    }
+    if (n >= 2)
+        g->c.non_moe_by_keys = (mp_cost_curve){n, g->xk, g->yk};
+    return true;
+}
+
+/* How the grid runs each point, and why (H200 host, 2026-12-02):
+ *  - GRID_STEPS one-row steps back to back after a 1-token prompt, as bench and production decode
+ *    (and as the non-MoE curve's first point, whose keys they share): the 8 steps at positions 2-9
+ *    that the grid timed before ran Mixtral's whole-CPU layer at 2082 us where bench's processes
+ *    took 2307-2570, and flame's c = 0 point 48 us/token under bench's;
+ *  - but no run longer than GRID_RUN_NS once it has GRID_MIN_STEPS: a run is sustained decode
+ *    either way (Mixtral's all-cold step takes ~69 ms, so 29 steps; the old burst was 8, 0.55 s),
+ *    and 64 steps of every point would make Mixtral's pass 36 s;
+ *  - at most GRID_PASSES_MAX passes: a pass takes flame (35 points, ~1.3 ms a step) ~3 s,
+ *    qwen3-30b-a3b (54 points, ~10 ms, every run 64 steps) ~36 s, Mixtral (9 points, 6.8-150 ms)
+ *    ~17 s: the 15 passes of calibrate's default --reps would take 9 minutes on the 30B preset.
+ *    3 passes of 64 steps time more steps per point (192) than 15 of the old 8 (120), the steps of
+ *    one pass in one interval; the passes still interleave the points, so that the host's drift
+ *    spreads over all. */
+enum { GRID_WARM = 2, GRID_STEPS = CONTEXT_WINDOW, GRID_MIN_STEPS = 16, GRID_PASSES_MAX = 3 };
+#define GRID_RUN_NS ((int64_t)2000000000)
+
+/* One run of a point: GRID_WARM untimed one-row steps (the first captures the decode graph anew
+ * after a change of the far plan; *warm_ns the last one's time), then, when timed, a reset, a
+ * 1-token prompt and *steps one-row steps in one interval (positions 1 .. *steps: GRID_STEPS, or
+ * fewer, at least GRID_MIN_STEPS, once they have taken GRID_RUN_NS): *step_ns their mean, *gs the
+ * executor's counters over them. */
+static mp_status sustained_run(mp_session *s, const mp_model *m, bool timed, float *logits, double *step_ns,
+                               int *steps, double *warm_ns, mp_gpu_stats *gs, mp_error *err)
 {
     mp_gpu *g = mp_session_gpu(s);
-    const int64_t L = m->hp.n_layer, K = m->hp.n_expert_used;
     mp_status st = MP_OK;
     int32_t tok = 7;
     mp_session_reset(s);
-    int64_t t0 = 0;
-    for (int i = 0; i < GRID_WARM + GRID_STEPS && !st; i++) {
-        if (i == GRID_WARM) {
-            mp_gpu_stats_reset(g);
-            t0 = mp_calib_now_ns();
-        }
+    for (int i = 0; i < GRID_WARM && !st; i++) {
+        const int64_t t0 = mp_calib_now_ns();
         tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
         st = mp_session_eval(s, &tok, 1, false, logits, err);
+        *warm_ns = (double)(mp_calib_now_ns() - t0);
     }
-    if (st)
+    if (st || !timed)
         return st;
-    const double step_ns = (double)(mp_calib_now_ns() - t0) / GRID_STEPS;
-    mp_gpu_stats gs;
-    mp_gpu_get_stats(g, &gs);
-    const int64_t lsteps = gs.hybrid_layers;
-    *ok = lsteps == (int64_t)GRID_STEPS * L && gs.routes_far == lsteps * far && gs.routes_cpu == lsteps * (cold - far) &&
-          gs.routes_gpu == lsteps * (K - cold);
-    if (!*ok) {
-        snprintf(why, why_cap, "%" PRId64 " hybrid layer steps with %" PRId64 " GPU, %" PRId64 " far and %" PRId64
-                 " CPU routes, expected %" PRId64 " with %" PRId64 ", %d and %" PRId64 " each", lsteps, gs.routes_gpu,
-                 gs.routes_far, gs.routes_cpu, (int64_t)GRID_STEPS * L, K - cold, far, (int64_t)(cold - far));
-        return MP_OK;
+    mp_session_reset(s);
+    if ((st = mp_session_eval(s, &tok, 1, false, logits, err))) /* the prompt: position 0 */
+        return st;
+    mp_gpu_stats_reset(g);
+    const int64_t t0 = mp_calib_now_ns();
+    int n = 0;
+    while (!st && n < GRID_STEPS && (n < GRID_MIN_STEPS || mp_calib_now_ns() - t0 < GRID_RUN_NS)) {
+        tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
+        st = mp_session_eval(s, &tok, 1, false, logits, err);
+        n++;
     }
-    /* the timed steps sit at positions GRID_WARM .. GRID_WARM + GRID_STEPS - 1 */
-    const double nm = non_moe_at(root, GRID_WARM + (GRID_STEPS + 1) / 2.0);
-    *layer = (step_ns - (nm > 0 ? nm : 0)) / (double)L;
-    *cpu = (double)gs.cpu_expert_ns / (double)lsteps;
-    *gpu = gs.rt_measured ? (double)gs.rt_gpu_ns / (double)gs.rt_measured : 0;
-    return MP_OK;
+    *step_ns = (double)(mp_calib_now_ns() - t0) / n;
+    *steps = n;
+    mp_gpu_get_stats(g, gs);
+    return st;
+}
+
+/* The keys the timed steps of a run of `steps` attend on average (positions 1 .. steps). */
+static double grid_keys(int steps)
+{
+    return 1 + (steps + 1) / 2.0;
+}
+
+/* Whether the executor ran a run's `steps` steps as asked: L layers, n_hybrid of them hybrid, each
+ * with `far` far and cold - far CPU routes, every other route on the GPU (else why says what ran:
+ * the point would describe another step). */
+static bool ran_as_asked(const mp_gpu_stats *gs, int steps, int64_t L, int64_t n_hybrid, int64_t K, int cold, int far,
+                         char *why, size_t why_cap)
+{
+    const int64_t lsteps = (int64_t)steps * n_hybrid;
+    if (gs->hybrid_layers == lsteps && gs->routes_far == lsteps * far && gs->routes_cpu == lsteps * (cold - far) &&
+        gs->routes_gpu == (int64_t)steps * L * K - lsteps * cold)
+        return true;
+    snprintf(why, why_cap, "%" PRId64 " hybrid layer steps with %" PRId64 " GPU, %" PRId64 " far and %" PRId64
+             " CPU routes, expected %" PRId64 " with %" PRId64 ", %d and %" PRId64 " each", gs->hybrid_layers,
+             gs->routes_gpu, gs->routes_far, gs->routes_cpu, lsteps, K - cold, far, (int64_t)(cold - far));
+    return false;
 }
 
 static double median_of(double *x, int n)
@@ -501,50 +618,170 @@ static void grid_plan(mp_far_layer *plan, int64_t L, int c, int f)
     }
 }
 
+/* A temporary placement file (path: a mkstemp template): layers below n_hybrid hold experts
+ * 0 .. pool - 1, the others all. why (cap 320) when it cannot be written. */
+static bool pool_file(char *path, int64_t L, int64_t pool, int64_t n_hybrid, char *why)
+{
+    const int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        snprintf(why, 320, "temporary placement file: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd), unlink(path);
+        return false;
+    }
+    for (int64_t il = 0; il < L; il++) {
+        if (il >= n_hybrid)
+            fprintf(f, "%" PRId64 ": all\n", il);
+        else if (pool > 0)
+            fprintf(f, "%" PRId64 ": 0-%" PRId64 "\n", il, pool - 1);
+        else
+            fprintf(f, "%" PRId64 ": none\n", il);
+    }
+    if (fclose(f)) {
+        snprintf(why, 320, "temporary placement file: %s", strerror(errno));
+        unlink(path);
+        return false;
+    }
+    return true;
+}
+
+/* A grid session: the GPU executor with the pool file's placement, the route source, and a batch
+ * that gives it its staging buffers and the page-locked host copy (far routes need them). */
+#define GRID_CTX 256
+static mp_status grid_session(const mp_model *m, const mp_calib_opts *o, int64_t pool, int64_t n_hybrid,
+                              mp_route_source *src, mp_placement *pl, mp_session **s, char *why)
+{
+    char path[] = "/tmp/moeplan-calib-XXXXXX";
+    if (!pool_file(path, m->hp.n_layer, pool, n_hybrid, why))
+        return MP_ERR_IO;
+    mp_session_params sp = {.n_ctx = GRID_CTX, .n_threads = o->threads[o->n_threads - 1],
+                            .n_batch = DECODE_BATCH_FAR, .route_src = src, .knobs = o->knobs};
+    mp_error perr;
+    const mp_status st = mp_calib_gpu_session(m, "--placement-file", path, &sp, pl, s, &perr);
+    unlink(path);
+    if (st) {
+        snprintf(why, 320, "the GPU executor did not start: %.280s", perr.msg);
+        mp_placement_free(pl);
+    }
+    return st;
+}
+
+/* Device memory for the grid's sessions: free now, what a session holds besides its pool (weights,
+ * KV cache, scratch and staging: mp_gpu_budget_compute's upper bound), and one expert of every layer
+ * (*row_bytes) and of each (layer_bytes, n_layer: may be NULL). */
+static mp_status grid_memory(const mp_model *m, uint64_t *free_bytes, uint64_t *fixed_bytes, uint64_t *row_bytes,
+                             mp_error *err)
+{
+    uint64_t total = 0;
+    mp_placement_geom geo;
+    mp_gpu_budget b;
+    mp_status st = mp_gpu_memory_info(free_bytes, &total, err);
+    if (st || (st = mp_placement_geom_from_model(m, &geo, err)))
+        return st;
+    st = mp_gpu_budget_compute(&geo, 0, GRID_CTX, DECODE_BATCH_FAR, &b, err);
+    *fixed_bytes = b.fixed_bytes;
+    *row_bytes = 0;
+    for (int64_t il = 0; il < geo.n_layer; il++)
+        *row_bytes += geo.expert_bytes[il];
+    mp_placement_geom_free(&geo);
+    return st;
+}
+
+/* decode_layers.hybrid_step (costs.h): the grid's all-cold point with far routes off on the first
+ * layer alone, every other layer holding all its experts, timed as a grid point; each pass gives
+ * mp_calib_hybrid_step_ns of its step against the non-MoE time at its keys, the other layers'
+ * resident charge (resident_ns: their gpu_expert concurrent point at top_k, what simulate charges)
+ * and the grid's level of that point (level_ns). Needs room on the device for every expert but the
+ * first layer's cold ones; without it (or with one layer) it is left out and calibrate says why. */
+static mp_status hybrid_step(const mp_model *m, const mp_calib_opts *o, const grid_non_moe *nm, double level_ns,
+                             double resident_ns, int64_t pool, int passes, uint64_t room_bytes, cJSON *grid,
+                             mp_error *err)
+{
+    const int64_t L = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    char why[320] = "";
+    if (L < 2)
+        snprintf(why, sizeof why, "the model has one layer");
+    else if (room_bytes < (uint64_t)(L - 1) * (uint64_t)E * mp_model_expert_bytes(m, 1) +
+                              (uint64_t)pool * mp_model_expert_bytes(m, 0))
+        snprintf(why, sizeof why, "every expert but the first layer's cold ones does not fit on the device");
+    grid_routes routes = {.rng = 29, .n_expert = E, .resident = pool, .n_hybrid = 1, .cold = (int)K};
+    mp_route_source src = {&routes, grid_route};
+    mp_placement pl = {0};
+    mp_session *s = NULL;
+    mp_status st = MP_OK;
+    double *ns = malloc((size_t)passes * sizeof(double));
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
+    if (!ns || !logits) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    if (!why[0] && grid_session(m, o, pool, 1, &src, &pl, &s, why) == MP_OK) {
+        mp_gpu_set_measure(mp_session_gpu(s), true); /* as the grid's steps */
+        double warm = 0, step = 0;
+        int steps = 0;
+        mp_gpu_stats gs;
+        for (int pass = -1; pass < passes && !why[0]; pass++) {
+            if ((st = sustained_run(s, m, true, logits, &step, &steps, &warm, &gs, err)))
+                goto out;
+            if (ran_as_asked(&gs, steps, L, 1, K, (int)K, 0, why, sizeof why) && pass >= 0)
+                ns[pass] = mp_calib_hybrid_step_ns(step, mp_costs_decode_non_moe_ns(&nm->c, grid_keys(steps)),
+                                                   resident_ns, level_ns, L);
+        }
+    }
+    if (why[0]) {
+        mp_calib_say(o, "calibrate: decode layer grid: the once-per-step cost of hybrid steps not measured: %s", why);
+        goto out;
+    }
+    cJSON *p = mp_calib_point(NULL, 0, ns, passes);
+    if (!p || !cJSON_AddNumberToObject(p, "layers", (double)L) || !cJSON_AddItemToObject(grid, "hybrid_step", p)) {
+        cJSON_Delete(p);
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
+    mp_calib_say(o, "calibrate: decode layer grid: a step with hybrid layers pays %.1f us once (one hybrid layer, "
+                    "every route cold, beside %" PRId64 " resident layers; spread %.1f us)",
+                 cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1e3, L - 1,
+                 cJSON_GetObjectItem(p, "spread_ns")->valuedouble / 1e3);
+out:
+    mp_session_free(s);
+    mp_placement_free(&pl);
+    free(ns);
+    free(logits);
+    return st;
+}
+
 mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                  cJSON *missing, mp_error *err)
 {
     const int64_t L = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
     const int threads = o->threads[o->n_threads - 1];
-    /* the pool holds `resident` experts of every layer: enough for K - cold hits down to cold_min */
-    const int64_t resident = K <= E - K ? K : E - K;
-    const int cold_min = (int)(K - resident);
-    char path[] = "/tmp/moeplan-calib-XXXXXX";
+    const int passes = o->reps < GRID_PASSES_MAX ? o->reps : GRID_PASSES_MAX;
     char why[320] = "";
-    const int fd = resident > 0 ? mkstemp(path) : -1;
-    FILE *pf = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (resident > 0 && !pf) {
-        if (fd >= 0)
-            close(fd), unlink(path);
-        snprintf(why, sizeof why, "temporary placement file: %s", strerror(errno));
+    grid_non_moe nm;
+    if (!grid_non_moe_from(root, &nm))
+        return mp_calib_missing(missing, "decode_layers", "no one-row non-MoE point to take from its steps", err);
+    /* The pool: as many experts of every layer as the device holds beside the session, up to
+     * E - top_k (every route cold needs top_k outside it): the placements production runs hold many
+     * experts a layer, and the routes spread over them (flame, H200, 2026-12-02: a pool of 58 with
+     * the routes spread over it cost +2.35 us a layer step over the pool of 6 the grid held before,
+     * which fit the GPU's L2 for the whole model). */
+    uint64_t free_bytes = 0, fixed_bytes = 0, row_bytes = 0;
+    mp_error merr;
+    if (grid_memory(m, &free_bytes, &fixed_bytes, &row_bytes, &merr)) {
+        snprintf(why, sizeof why, "the device's free memory: %.280s", merr.msg);
         return mp_calib_missing(missing, "decode_layers", why, err);
     }
-    for (int64_t il = 0; pf && il < L; il++)
-        fprintf(pf, "%" PRId64 ": 0-%" PRId64 "\n", il, resident - 1);
-    if (pf && fclose(pf)) {
-        unlink(path);
-        snprintf(why, sizeof why, "temporary placement file: %s", strerror(errno));
-        return mp_calib_missing(missing, "decode_layers", why, err);
-    }
-    grid_routes routes = {.rng = 17, .n_expert = E, .resident = resident, .cold = cold_min};
+    const int64_t resident = mp_calib_grid_pool(E, K, row_bytes, free_bytes, fixed_bytes, MP_EXECUTOR_RESERVE_BYTES);
+    const int cold_min = (int)(K - resident > 0 ? K - resident : 0);
+    grid_routes routes = {.rng = 17, .n_expert = E, .resident = resident, .n_hybrid = L, .cold = cold_min};
     mp_route_source src = {&routes, grid_route};
-    /* a batch that gives the executor its staging buffers, and so its far routes */
-    mp_session_params sp = {.n_ctx = 256, .n_threads = threads, .n_batch = DECODE_BATCH_FAR, .route_src = &src,
-                            .knobs = o->knobs};
     mp_placement pl = {0};
     mp_session *s = NULL;
-    mp_error perr;
     mp_status st = MP_OK;
     const int64_t t_start = mp_calib_now_ns();
-    if (resident > 0 ? mp_calib_gpu_session(m, "--placement-file", path, &sp, &pl, &s, &perr)
-                     : mp_calib_gpu_session(m, "--placement", "cpu", &sp, &pl, &s, &perr)) {
-        if (resident > 0)
-            unlink(path);
-        snprintf(why, sizeof why, "the GPU executor did not start: %.280s", perr.msg);
+    if (grid_session(m, o, resident, L, &src, &pl, &s, why))
         return mp_calib_missing(missing, "decode_layers", why, err);
-    }
-    if (resident > 0)
-        unlink(path);
     mp_gpu *g = mp_session_gpu(s);
     mp_gpu_set_measure(g, true);
     const int far_max = mp_gpu_far_max(g) < (int)K ? mp_gpu_far_max(g) : (int)K;
@@ -554,17 +791,20 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         for (int f = -1; f <= (c < far_max ? c : far_max); f++)
             pc[n_pts] = c, pfar[n_pts++] = f;
     mp_calib_say(o, "calibrate: decode layer grid: %d points (cold routes %d..%" PRId64 " of top-%" PRId64 ", far "
-                    "routes 0..%d on and off), %d passes over them of %d timed steps each (passes interleave the "
-                    "points, so that the host's drift spreads over all), %" PRId64 " resident experts a layer",
-                 n_pts, cold_min, K, K, far_max, o->reps, GRID_STEPS, resident);
+                    "routes 0..%d on and off), %d passes over them of %d one-row steps each after a 1-token prompt, "
+                    "or as many as %.0f s hold (passes interleave the points, so that the host's drift spreads over "
+                    "all), a pool of %" PRId64
+                    " experts a layer (of %" PRId64 "; %.1f GiB free on the device)",
+                 n_pts, cold_min, K, K, far_max, passes, GRID_STEPS, GRID_RUN_NS / 1e9, resident, E,
+                 (double)free_bytes / (1 << 30));
     if (far_max < 1)
         mp_calib_say(o, "calibrate: decode layer grid: far routes not measured: the executor has none (no "
                         "page-locked host copy of the experts)");
     cJSON *grid = cJSON_CreateObject(), *pts = cJSON_CreateArray();
     mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
-    double *layer = malloc((size_t)n_pts * (size_t)o->reps * sizeof(double));
-    double *cpu = malloc((size_t)n_pts * (size_t)o->reps * sizeof(double));
-    double *gpu = malloc((size_t)n_pts * (size_t)o->reps * sizeof(double));
+    double *layer = malloc((size_t)n_pts * (size_t)passes * sizeof(double));
+    double *cpu = malloc((size_t)n_pts * (size_t)passes * sizeof(double));
+    double *gpu = malloc((size_t)n_pts * (size_t)passes * sizeof(double));
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     char quant[16];
     mp_model_expert_quant(&m->layers[0], quant);
@@ -574,12 +814,16 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         !cJSON_AddNumberToObject(grid, "n_expert", (double)E) || !cJSON_AddNumberToObject(grid, "top_k", (double)K) ||
         !cJSON_AddNumberToObject(grid, "far_max", far_max > 0 ? far_max : 0) ||
         !cJSON_AddNumberToObject(grid, "threads", threads) ||
-        !cJSON_AddNumberToObject(grid, "expert_bytes", (double)mp_model_expert_bytes(m, 0))) {
+        !cJSON_AddNumberToObject(grid, "expert_bytes", (double)mp_model_expert_bytes(m, 0)) ||
+        !cJSON_AddNumberToObject(grid, "pool", (double)resident) ||
+        !cJSON_AddNumberToObject(grid, "steps", GRID_STEPS)) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
-    /* pass -1 warms every point up once (graph captures, the host copy's pages); it is not kept */
-    for (int pass = -1; pass < o->reps && !why[0]; pass++) {
+    /* pass -1 warms every point up (graph captures, the host copy's pages) and times a step of each,
+     * from which the time the passes take is said before they start */
+    double eta_ns = 0;
+    for (int pass = -1; pass < passes && !why[0]; pass++) {
         for (int i = 0; i < n_pts && !why[0]; i++) {
             routes.cold = pc[i];
             grid_plan(plan, L, pc[i], pfar[i]);
@@ -587,35 +831,46 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                 snprintf(why, sizeof why, "the executor refused far routes on every layer");
                 break;
             }
-            double lt = 0, ct = 0, gt = 0;
-            bool ok = true;
-            if ((st = grid_rep(s, m, root, pc[i], pfar[i] > 0 ? pfar[i] : 0, logits, &lt, &ct, &gt, &ok, why, sizeof why,
-                               err)))
+            double step = 0, warm = 0;
+            int steps = 0;
+            mp_gpu_stats gs;
+            if ((st = sustained_run(s, m, pass >= 0, logits, &step, &steps, &warm, &gs, err)))
                 goto out;
-            if (!ok || pass < 0)
+            if (pass < 0) { /* GRID_STEPS steps, or as many as GRID_RUN_NS holds (at least GRID_MIN_STEPS) */
+                const double run = warm * GRID_STEPS < (double)GRID_RUN_NS ? warm * GRID_STEPS
+                                   : warm * GRID_MIN_STEPS > (double)GRID_RUN_NS ? warm * GRID_MIN_STEPS
+                                                                                 : (double)GRID_RUN_NS;
+                eta_ns += (warm * (GRID_WARM + 1) + run) * passes;
                 continue;
-            layer[(size_t)i * o->reps + pass] = lt;
-            cpu[(size_t)i * o->reps + pass] = ct;
-            gpu[(size_t)i * o->reps + pass] = gt;
+            }
+            const int f = pfar[i] > 0 ? pfar[i] : 0;
+            if (!ran_as_asked(&gs, steps, L, L, K, pc[i], f, why, sizeof why))
+                break;
+            const double nm_ns = mp_costs_decode_non_moe_ns(&nm.c, grid_keys(steps));
+            layer[(size_t)i * passes + pass] = (step - nm_ns) / (double)L;
+            cpu[(size_t)i * passes + pass] = (double)gs.cpu_expert_ns / (double)gs.hybrid_layers;
+            gpu[(size_t)i * passes + pass] = gs.rt_measured ? (double)gs.rt_gpu_ns / (double)gs.rt_measured : 0;
         }
-        if (!why[0] && pass >= 0) {
-            const double elapsed = (double)(mp_calib_now_ns() - t_start) / 1e9;
-            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s, %.0f s left]", pass + 1, o->reps,
-                         elapsed, elapsed / (pass + 2) * (o->reps - pass - 1));
-        }
+        const double elapsed = (double)(mp_calib_now_ns() - t_start) / 1e9;
+        if (!why[0] && pass < 0)
+            mp_calib_say(o, "calibrate: decode layer grid: about %.0f s for %d passes (the warm-up's step times), "
+                            "then the once-per-step cost of hybrid steps", eta_ns / 1e9, passes);
+        else if (!why[0])
+            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s, %.0f s left]", pass + 1, passes,
+                         elapsed, elapsed / (pass + 2) * (passes - pass - 1));
     }
     if (why[0]) {
         mp_calib_say(o, "calibrate: decode layer grid not measured: %s", why);
         st = mp_calib_missing(missing, "decode_layers", why, err);
         goto out;
     }
-    double spread_sum = 0, spread_max = 0;
+    double spread_sum = 0, spread_max = 0, level_all_cold = -1;
     for (int i = 0; i < n_pts; i++) {
         const int c = pc[i], f = pfar[i] > 0 ? pfar[i] : 0;
-        double *lt = layer + (size_t)i * o->reps;
-        const double cpu_ns = median_of(cpu + (size_t)i * o->reps, o->reps);
-        const double gpu_ns = median_of(gpu + (size_t)i * o->reps, o->reps);
-        cJSON *p = mp_calib_point(NULL, 0, lt, o->reps); /* sorts lt */
+        double *lt = layer + (size_t)i * passes;
+        const double cpu_ns = median_of(cpu + (size_t)i * passes, passes);
+        const double gpu_ns = median_of(gpu + (size_t)i * passes, passes);
+        cJSON *p = mp_calib_point(NULL, 0, lt, passes); /* sorts lt */
         if (!p || !cJSON_AddNumberToObject(p, "cold", c) || !cJSON_AddNumberToObject(p, "far", f) ||
             !cJSON_AddBoolToObject(p, "far_on", pfar[i] >= 0) || !cJSON_AddNumberToObject(p, "cpu_ns", round(cpu_ns)) ||
             !cJSON_AddNumberToObject(p, "gpu_ns", round(gpu_ns))) {
@@ -628,6 +883,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         const double rel = med > 0 ? cJSON_GetObjectItem(p, "spread_ns")->valuedouble / med : 0;
         spread_sum += rel;
         spread_max = rel > spread_max ? rel : spread_max;
+        if (c == K && pfar[i] < 0)
+            level_all_cold = med;
         char mode[48];
         if (pfar[i] < 0)
             snprintf(mode, sizeof mode, "far routes off");
@@ -638,16 +895,31 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     }
     cJSON_AddItemToObject(grid, "points", pts);
     pts = NULL;
-    cJSON_AddItemToObject(root, "decode_layers", grid);
-    grid = NULL;
     mp_calib_say(o, "calibrate: decode layer grid: %d points in %.1f s; repetition spread (p75 - p25) %.1f %% of the "
                     "layer time on average, %.1f %% at most", n_pts, (double)(mp_calib_now_ns() - t_start) / 1e9,
                  100 * spread_sum / (n_pts ? n_pts : 1), 100 * spread_max);
+    /* the grid's session holds the device's memory: free it before the next */
+    mp_session_free(s);
+    s = NULL;
+    mp_placement_free(&pl);
+    const double resident_ns = mp_calib_decode_moe_ns(m, root, 1);
+    if (resident_ns >= 0 && level_all_cold >= 0 &&
+        (st = hybrid_step(m, o, &nm, level_all_cold, resident_ns, resident, passes,
+                          free_bytes > fixed_bytes + MP_EXECUTOR_RESERVE_BYTES
+                              ? free_bytes - fixed_bytes - MP_EXECUTOR_RESERVE_BYTES
+                              : 0,
+                          grid, err)))
+        goto out;
+    cJSON_AddItemToObject(root, "decode_layers", grid);
+    grid = NULL;
     if (!cJSON_AddStringToObject(device, "decode_layers_path",
                                  "runtime: GPU executor, decode with CUDA graphs and a route source giving every layer "
-                                 "`cold` routes outside the pool; far routes set per point (mp_gpu_set_far_plan); "
-                                 "passes interleave the points; median_ns: step wall time minus the non-MoE curve's "
-                                 "one-row time, over n_layer"))
+                                 "`cold` routes outside its pool (`pool` experts a layer, as many as the device held, "
+                                 "the other routes spread over it); far routes set per point (mp_gpu_set_far_plan); "
+                                 "passes interleave the points; a point's pass: `steps` one-row steps after a 1-token "
+                                 "prompt (fewer, at least 16, once they have taken 2 s); median_ns: their mean wall time minus the non-MoE curve at their keys, over "
+                                 "n_layer; hybrid_step: the all-cold point on the first layer alone "
+                                 "(mp_calib_hybrid_step_ns)"))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
 out:
     cJSON_Delete(grid);

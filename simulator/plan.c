@@ -24,7 +24,7 @@
  * pieces go to two arrays, one with far routes on and one off, and each capacity takes the one of
  * its decision (far_on). */
 mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_stats *st, double *cost,
-                           mp_error *err)
+                           double *once_ns, mp_error *err)
 {
     const uint32_t L = t->n_layers, E = t->n_experts, K = t->top_k;
     uint32_t *rank_of = malloc(sizeof *rank_of * E);   // (E) rank of each expert in the layer
@@ -41,6 +41,11 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
     }
     double *copy_from = cpu_from + (E + 1), *gcopy_from = cpu_from + 2 * ((size_t)E + 1);
     double *diff_on = diff + (E + 2);
+    if (once_ns) { /* every one-row train step of a placement with a hybrid layer pays it once */
+        *once_ns = 0;
+        for (uint64_t si = 0; si < st->train_steps; si++)
+            *once_ns += t->steps[si].rows == 1 ? tab->hybrid_step_ns : 0;
+    }
     for (uint32_t l = 0; l < L; l++) {
         const uint16_t *order = st->order + (size_t)l * E;
         const uint64_t *counts = st->train.count + (size_t)l * E;
@@ -117,6 +122,9 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                             const double t_on = sim_decode_layer_ns(tab, far_on, n_cold, &unused);
                             piece[1] = isnan(t_on) ? curve : t_on;
                         }
+                        /* net of the step's once, which *once_ns carries */
+                        piece[0] = sim_hybrid_layer_ns(tab, piece[0], n_cold, false);
+                        piece[1] = sim_hybrid_layer_ns(tab, piece[1], n_cold, false);
                     }
                     diff[lo] += piece[0];
                     diff[hi + 1] -= piece[0];
@@ -210,20 +218,28 @@ static void baseline_caps(int which, const sim_stats *st, uint32_t L, uint32_t E
             cap[st->global[i] / E]++;
 }
 
+/* A placement's planned total: its layers' costs, and the once when any layer is hybrid. */
+static double plan_total(const double *cost, uint32_t L, uint32_t E, double once_ns, const uint32_t *cap)
+{
+    double t = 0;
+    bool hybrid = false;
+    for (uint32_t l = 0; l < L; l++) {
+        t += cost[(size_t)l * (E + 1) + cap[l]];
+        hybrid |= cap[l] < E;
+    }
+    return t + (hybrid ? once_ns : 0);
+}
+
 mp_status plan_no_loser(const double *cost, const sim_stats *st, uint32_t L, uint32_t E, uint64_t slots,
-                        uint32_t *cap, mp_error *err)
+                        double once_ns, uint32_t *cap, mp_error *err)
 {
     uint32_t *alt = malloc(sizeof *alt * L);
     if (!alt)
         return mp_fail(err, MP_ERR_NOMEM, "simulate: plan: out of memory");
-    double best = 0;
-    for (uint32_t l = 0; l < L; l++)
-        best += cost[(size_t)l * (E + 1) + cap[l]];
+    double best = plan_total(cost, L, E, once_ns, cap);
     for (int b = 0; b < N_BASE; b++) {
         baseline_caps(b, st, L, E, slots, alt);
-        double t = 0;
-        for (uint32_t l = 0; l < L; l++)
-            t += cost[(size_t)l * (E + 1) + alt[l]];
+        const double t = plan_total(cost, L, E, once_ns, alt);
         if (t < best * (1 - 1e-12)) { /* the exact optimum cannot lose: rounding, or a bug */
             best = t;
             memcpy(cap, alt, sizeof *alt * L);

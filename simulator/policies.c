@@ -37,7 +37,7 @@ static mp_status place_best_layers(const mp_sim_trace *t, const sim_tab *tab, co
         free(layers);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for layer costs");
     }
-    mp_status s = plan_layer_costs(t, tab, st, cost, err);
+    mp_status s = plan_layer_costs(t, tab, st, cost, NULL, err); /* whole layers: the once is the same */
     if (!s) {
         for (uint32_t l = 0; l < L; l++)
             layers[l] = l;
@@ -72,14 +72,15 @@ static mp_status place_plan(const mp_sim_trace *t, const sim_tab *tab, const sim
     double *cost = malloc(sizeof *cost * (size_t)L * (E + 1)); // (L, E + 1)
     uint32_t *cap = malloc(sizeof *cap * L);                  // (L)
     mp_status s = MP_OK;
+    double once_ns = 0;
     if (!cost || !cap)
         s = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the planner");
     if (!s)
-        s = plan_layer_costs(t, tab, st, cost, err);
+        s = plan_layer_costs(t, tab, st, cost, &once_ns, err);
     if (!s)
         s = plan_capacities(cost, L, E, slots, cap, err);
     if (!s)
-        s = plan_no_loser(cost, st, L, E, slots, cap, err);
+        s = plan_no_loser(cost, st, L, E, slots, once_ns, cap, err);
     for (uint32_t l = 0; !s && l < L; l++)
         place_layer_top(st, E, l, cap[l], resident);
     free(cost);

@@ -38,9 +38,17 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
             rep->cfg->gpu->quant, (long long)rep->cfg->gpu->n_embd, (long long)rep->cfg->gpu->n_ff,
             (unsigned long long)rep->cfg->gpu->expert_bytes, rep->cfg->cpu->threads,
             rep->cfg->pageable ? "pageable" : "pinned");
-    fprintf(f, "non-MoE time per step: %s\n",
-            rep->cfg->non_moe_source == MP_NON_MOE_TRACE ? "trace (measured step duration - MoE timing)"
-                                                         : "costs (non_moe curve by the step's rows)");
+    char context[320];
+    mp_costs_context_describe(rep->cfg->costs, context, sizeof context);
+    if (rep->cfg->non_moe_source == MP_NON_MOE_TRACE)
+        fprintf(f, "non-MoE time per step: trace (measured step duration - MoE timing)\n");
+    else
+        fprintf(f, "non-MoE time per step: costs (non_moe curve by the step's rows; %s)\n", context);
+    const mp_cost_decode *d = &rep->cfg->costs->decode;
+    if (d->hybrid_step_layers >= 2)
+        fprintf(f, "one-row steps with hybrid layers: %.1f us once per step beside the grid's levels (measured "
+                   "with one hybrid layer of %lld)\n",
+                d->hybrid_step.median_ns / 1e3, (long long)d->hybrid_step_layers);
     for (int b = 0; b < rep->n_runs; b++) {
         const mp_sim_budget_run *run = &rep->runs[b];
         char budget[32]; /* in the unit that shows it: a tiny model's budgets are a few MiB */

@@ -214,9 +214,13 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
         tab->combine_ns[r] = k[MP_COST_COMBINE] * mp_cost_curve_ns(&c->combine, r);
         tab->non_moe_ns[r] = k[MP_COST_NON_MOE] * mp_cost_curve_ns(&c->non_moe, r);
     }
-    tab->non_moe_keys = c->has_non_moe_context ? c->non_moe_keys : 0;
-    tab->non_moe_per_key_ns = c->has_non_moe_context ? k[MP_COST_NON_MOE] * c->non_moe_per_key_ns : 0;
+    tab->costs = c;
+    tab->non_moe_k = k[MP_COST_NON_MOE];
     tab->sync_ns = k[MP_COST_SYNC] * c->sync.median_ns;
+    if (c->decode.hybrid_step_layers >= 2) { /* the host's side of a step: scaled as the round trip */
+        tab->hybrid_step_ns = k[MP_COST_SYNC] * c->decode.hybrid_step.median_ns;
+        tab->hybrid_share_ns = tab->hybrid_step_ns / (double)c->decode.hybrid_step_layers;
+    }
     scale_grid(c, k, &tab->dc);
     mp_decode_costs_settle(&tab->dc);
     /* weights are copied from pinned host memory when the runtime can pin them */
@@ -560,13 +564,12 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
         if (step->request != request)
             request = step->request, pos = 0;
         const double step_start_ns = s->clock_ns;
-        double non_moe_ns = s->step_non_moe_ns ? s->step_non_moe_ns[si] : tab->non_moe_ns[rows];
-        if (!s->step_non_moe_ns && rows == 1 && tab->non_moe_per_key_ns > 0) {
-            /* a decode step attends pos + 1 keys; the cost file's point holds at non_moe_keys */
-            non_moe_ns += tab->non_moe_per_key_ns * ((double)(pos + 1) - tab->non_moe_keys);
-            non_moe_ns = non_moe_ns > 0 ? non_moe_ns : 0;
-        }
+        /* a decode step attends pos + 1 keys */
+        const double non_moe_ns = s->step_non_moe_ns ? s->step_non_moe_ns[si]
+                                  : rows == 1        ? sim_decode_non_moe_ns(tab, (double)(pos + 1))
+                                                     : tab->non_moe_ns[rows];
         pos += rows;
+        bool hybrid_step = false; /* a one-row hybrid layer seen in this step (sim_hybrid_layer_ns) */
         const double non_moe_share_ns = non_moe_ns / L;
         for (uint32_t l = 0; l < L; l++) {
             s->clock_ns += non_moe_share_ns;
@@ -621,10 +624,14 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
             const double floor_ns = mp_decide_floor_ns(&tab->dc, (double)n_cold * (double)tab->expert_bytes);
             /* a one-row step of a hybrid layer: the decode grid, with the layer's far decision */
             uint32_t far = 0;
-            double layer_ns = rows == 1 && s->n_resident[l] < E ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far)
-                                                                : NAN;
+            const bool hybrid = rows == 1 && s->n_resident[l] < E;
+            double layer_ns = hybrid ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far) : NAN;
             if (isnan(layer_ns))
                 layer_ns = sim_layer_ns(tab, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0;
+            if (hybrid) {
+                layer_ns = sim_hybrid_layer_ns(tab, layer_ns, n_cold, !hybrid_step);
+                hybrid_step = true;
+            }
             m->routes_far += far;
             m->experts_copied += n_copied;
             m->h2d_weight_bytes += (uint64_t)n_copied * tab->expert_bytes;

@@ -24,9 +24,9 @@ typedef struct sim_tab {
     double *d2h_ns;      /* (max_rows + 1) activations of `rows` rows to the host */
     double *h2d_act_ns;  /* (max_rows + 1) partial outputs of `rows` rows back */
     double *combine_ns;  /* (max_rows + 1) */
-    double *non_moe_ns;  /* (max_rows + 1) per step, by its rows */
-    double non_moe_keys;        /* one-row steps: non_moe_ns[1] holds at this many keys of context, */
-    double non_moe_per_key_ns;  /* and each key beyond costs this (0: no context term) */
+    double *non_moe_ns;  /* (max_rows + 1) per step, by its rows (one-row steps: sim_decode_non_moe_ns) */
+    const mp_costs *costs; /* the cost file, for what depends on more than rows (a one-row step's context) */
+    double non_moe_k;    /* the scale of non-MoE costs (sensitivity) */
     double sync_ns;      /* one round trip */
     double weight_h2d_ns; /* one expert's weights host -> device */
     uint64_t act_row_bytes; /* n_embd f32: one row of activations or of partial output */
@@ -36,6 +36,11 @@ typedef struct sim_tab {
      * (runtime/decide.h); every layer step is also held to the floor of reading its cold experts
      * from host memory (mp_decide_floor_ns). */
     mp_decode_costs dc;
+    /* What a one-row step with at least one hybrid layer pays once (the cost file's
+     * decode_layers.hybrid_step, scaled as the round trip; 0 when the file has none), and the share
+     * of it each of the grid's levels holds (the grid measured every layer hybrid): see
+     * sim_hybrid_layer_ns. */
+    double hybrid_step_ns, hybrid_share_ns;
     bool copies;         /* steps of several rows copy cold experts by the decision model */
 } sim_tab;
 
@@ -51,6 +56,29 @@ static inline double sim_decode_layer_ns(const sim_tab *c, const mp_far_layer *f
     const double floor_ns = mp_decide_floor_ns(&c->dc, (double)cold * (double)c->expert_bytes);
     *far = fl->on ? fl->table[cold] : 0;
     return t > floor_ns ? t : isnan(t) ? t : floor_ns;
+}
+
+/* A one-row step's hybrid layer (one holding an expert off the GPU) as charged, from t_ns, its time
+ * as sim_decode_layer_ns (or, where the grid lacks the point, sim_layer_ns) gives it. The grid
+ * measured every layer hybrid, so each of its levels holds a share (hybrid_share_ns) of what a step
+ * with hybrid layers pays once (hybrid_step_ns: the host's side of the step, measured as one hybrid
+ * layer beside resident ones): the share comes off, held to the floor of the layer's n_cold cold
+ * experts, and the step's first hybrid layer pays the whole once. So a step of h hybrid layers pays
+ * its levels plus hybrid_step_ns x (1 - h / the grid's layers): what calibrate measured with one
+ * hybrid layer and with all of them. One rule for the replay and the planner (which adds the once
+ * per one-row step of a placement with a hybrid layer: plan_layer_costs). */
+static inline double sim_hybrid_layer_ns(const sim_tab *c, double t_ns, uint32_t n_cold, bool first)
+{
+    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)n_cold * (double)c->expert_bytes);
+    const double t = t_ns - c->hybrid_share_ns;
+    return (t > floor_ns ? t : floor_ns) + (first ? c->hybrid_step_ns : 0);
+}
+
+/* The non-MoE time of a one-row step at `keys` keys of context (the cost file's one reading of it,
+ * mp_costs_decode_non_moe_ns), scaled like the table. */
+static inline double sim_decode_non_moe_ns(const sim_tab *c, double keys)
+{
+    return c->non_moe_k * mp_costs_decode_non_moe_ns(c->costs, keys);
 }
 
 /* Time of one layer invocation of several rows (and of one-row steps the grid lacks): GPU hits,
@@ -128,17 +156,21 @@ void pol_belady_initial(pol_state *p, sim_engine *s);
 void pol_free(pol_state *p);
 
 /* Planner (plan.c): per-layer time of the train steps with the top-c experts resident, for
- * c = 0..n_experts: cost (n_layers, n_experts + 1), in ns. */
+ * c = 0..n_experts: cost (n_layers, n_experts + 1), in ns; *once_ns (may be NULL) what a placement
+ * with any capacity below n_experts pays besides: the once of each one-row train step
+ * (sim_hybrid_layer_ns), which is no sum over layers. */
 mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_stats *st, double *cost,
-                           mp_error *err);
+                           double *once_ns, mp_error *err);
 /* Capacities minimizing the summed cost under sum(cap) <= slots (exact DP). cap: (n_layers). */
 mp_status plan_capacities(const double *cost, uint32_t n_layers, uint32_t n_experts, uint64_t slots,
                           uint32_t *cap, mp_error *err);
 /* The planner never recommends a loser: cap is replaced by the capacities of any baseline it
- * evaluated (all-cpu, first-n-cpu, static-equal, static-topn, all top-c placements) whose summed
- * cost is lower. The DP is exact for the family, so this changes nothing unless rounding or a bug
- * made it miss; it keeps the promise checked where the plan is made. */
+ * evaluated (all-cpu, first-n-cpu, static-equal, static-topn, all top-c placements) whose total
+ * (summed cost, plus once_ns when a capacity is below n_experts) is lower. The DP is exact for the
+ * summed costs, so this changes nothing unless rounding or a bug made it miss, or the once: it is
+ * no sum over layers (every placement with a hybrid layer pays it), and the one placement that does
+ * not pay it, every layer whole when the slots hold them, is first-n-cpu's. */
 mp_status plan_no_loser(const double *cost, const sim_stats *st, uint32_t L, uint32_t E, uint64_t slots,
-                        uint32_t *cap, mp_error *err);
+                        double once_ns, uint32_t *cap, mp_error *err);
 
 #endif

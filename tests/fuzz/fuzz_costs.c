@@ -1,6 +1,6 @@
 /* tests/fuzz/fuzz_costs.c — libFuzzer target for the costs.json loader.
- * Property: the loader succeeds (and then every curve evaluates to a finite, non-negative time at
- * any size, a CPU-only file included) or fails with a non-empty one-line message and nothing allocated. */
+ * Property: the loader succeeds (and then every curve, a one-row step's context included, evaluates
+ * to a finite, non-negative time at any size, a CPU-only file included) or fails with a non-empty one-line message and nothing allocated. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < 6; i++) {
         double t = (c.n_gpu_expert ? mp_cost_curve_ns(&c.gpu_expert[0].by_rows, xs[i]) : 0) +
                    mp_cost_curve_ns(&c.h2d_pinned, xs[i]) + mp_cost_curve_ns(&c.cpu_expert[0].by_rows, xs[i]) +
-                   mp_cost_curve_ns(&c.non_moe, xs[i]);
+                   mp_cost_curve_ns(&c.non_moe, xs[i]) + mp_costs_decode_non_moe_ns(&c, xs[i]);
         if (!(t >= 0) || isnan(t))
             abort();
     }

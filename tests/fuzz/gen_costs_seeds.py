@@ -2,7 +2,9 @@
 """tests/fuzz/gen_costs_seeds.py — writes tests/fuzz/seeds/costs/cpu_only.json: the cost fixture
 (tests/fixtures/costs/fixture.json) without its GPU parts, each listed in $.missing, as a file
 from `moeplan calibrate` on a machine without a GPU looks; and optional_fields.json: the fixture
-with the optional runtime measurements. Standard library only."""
+with the optional runtime measurements (the older linear context term); context_curve.json: the
+fixture with the measured context curve and the grid's optional pool, steps and hybrid_step.
+Standard library only."""
 import json
 import os
 
@@ -30,4 +32,17 @@ costs["non_moe_context"] = {"keys": 4.5, "per_key_ns": 41.25}
 costs["notes"] = ("fuzz seed: the fixture with the optional non_moe_context and the members of older "
                   "calibrations")
 with open(os.path.join(here, "seeds", "costs", "optional_fields.json"), "w") as f:
+    f.write(json.dumps(costs, indent=1) + "\n")
+
+# context_curve.json: the measured context curve and the grid's optional members
+with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
+    costs = json.load(f)
+costs["non_moe_context"] = {"points": [{"keys": 33.5, "median_ns": 500000, "spread_ns": 900},
+                                       {"keys": 160.5, "median_ns": 563500, "spread_ns": 1100},
+                                       {"keys": 2080.5, "median_ns": 803500, "spread_ns": 2000}]}
+costs["decode_layers"]["pool"] = 2
+costs["decode_layers"]["steps"] = 64
+costs["decode_layers"]["hybrid_step"] = {"median_ns": 37000, "spread_ns": 900, "layers": 25}
+costs["notes"] = "fuzz seed: the fixture with the measured context curve and the grid's optional members"
+with open(os.path.join(here, "seeds", "costs", "context_curve.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")

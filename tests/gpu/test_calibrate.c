@@ -75,10 +75,16 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert_eq(c.gpu_expert[0].concurrent.n_points, c.cpu_expert[0].concurrent.n_points);
     /* the non-MoE time comes from the GPU executor here, and is a positive time per step */
     check_curve(&c.non_moe, 3, "non_moe");
-    /* its one-row point near the start of the context, and the cost of each further key */
-    cr_assert(c.has_non_moe_context, "non_moe_context missing: %s", out);
-    cr_assert(c.non_moe_keys >= 1 && c.non_moe_keys <= 64, "non_moe_context.keys %g", c.non_moe_keys);
-    cr_assert(c.non_moe_per_key_ns >= 0);
+    /* the one-row steps by context: the tiny preset's context of 512 holds windows from positions
+     * 1, 128, 256 and 448 (mean keys 33.5 .. 480.5); the first is the non_moe curve's one-row point */
+    const mp_cost_curve *k = &c.non_moe_by_keys;
+    cr_assert(!c.non_moe_linear, "the older linear term: %s", out);
+    cr_assert_eq(k->n_points, 4, "non_moe_context: %d points", k->n_points);
+    const double keys[4] = {33.5, 160.5, 288.5, 480.5};
+    for (int i = 0; i < 4; i++)
+        cr_assert_float_eq(k->x[i], keys[i], 1e-9, "point %d at %g keys", i, k->x[i]);
+    cr_assert_float_eq(k->y[0].median_ns, c.non_moe.y[0].median_ns, 1e-9);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 33.5), c.non_moe.y[0].median_ns, 1e-9);
     /* the decode grid: the tiny model's experts (16, top-4), every count of cold routes 0..4 with
      * far routes off, and with them on for every measured far count; each point a positive layer
      * time, and the all-cold step's CPU time on the CPU side */
@@ -99,6 +105,12 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
         on += p->far_on;
     }
     cr_assert_eq(off, 5, "far-off points: one per cold count 0..4");
+    /* the pool as large as a step with every route cold allows (16 - 4: the device holds it), the
+     * points' steps, and the once-per-step cost from one hybrid layer of the model's 4 */
+    cr_assert_eq(d->pool, 12);
+    cr_assert_eq(d->steps, 64);
+    cr_assert_eq(d->hybrid_step_layers, 4, "hybrid_step: %s", out);
+    cr_assert(d->hybrid_step.median_ns >= 0);
     int want_on = 0;
     for (int cold = 0; cold <= 4; cold++)
         want_on += 1 + (cold < d->far_max ? cold : d->far_max);

@@ -320,7 +320,8 @@ Test(calibrate, simulate_refuses_cost_file_without_gpu)
 }
 
 /* The one-row MoE time the non-MoE point subtracts: every layer's gpu_expert entry (by quant and
- * shape), its last concurrent point at top_k experts; -1 when an entry or that point is missing. */
+ * shape), its last concurrent point at top_k experts, from a given layer on; -1 when an entry or
+ * that point is missing. */
 Test(calibrate, decode_moe_time_from_the_gpu_entries, .init = setup, .fini = teardown)
 {
     mp_model *m;
@@ -338,16 +339,73 @@ Test(calibrate, decode_moe_time_from_the_gpu_entries, .init = setup, .fini = tea
                       "[{\"experts\": 1, \"median_ns\": 100}, {\"experts\": %ld, \"median_ns\": 250}]}]}";
     snprintf(text, sizeof text, fmt, quant, D, F, K);
     cJSON *root = cJSON_Parse(text);
-    cr_assert_float_eq(mp_calib_decode_moe_ns(m, root), 250.0 * (double)m->hp.n_layer, 1e-9);
+    cr_assert_float_eq(mp_calib_decode_moe_ns(m, root, 0), 250.0 * (double)m->hp.n_layer, 1e-9);
+    /* from a layer on: the layers a step with one hybrid layer keeps resident */
+    cr_assert_float_eq(mp_calib_decode_moe_ns(m, root, 1), 250.0 * (double)(m->hp.n_layer - 1), 1e-9);
     cJSON_Delete(root);
     snprintf(text, sizeof text, fmt, quant, D, F + 1, K); /* another shape */
     root = cJSON_Parse(text);
-    cr_assert_lt(mp_calib_decode_moe_ns(m, root), 0);
+    cr_assert_lt(mp_calib_decode_moe_ns(m, root, 0), 0);
     cJSON_Delete(root);
     snprintf(text, sizeof text, fmt, quant, D, F, K - 1); /* the curve stops short of top_k */
     root = cJSON_Parse(text);
-    cr_assert_lt(mp_calib_decode_moe_ns(m, root), 0);
+    cr_assert_lt(mp_calib_decode_moe_ns(m, root, 0), 0);
     cJSON_Delete(root);
-    cr_assert_lt(mp_calib_decode_moe_ns(m, NULL), 0);
+    cr_assert_lt(mp_calib_decode_moe_ns(m, NULL, 0), 0);
     mp_model_free(m);
+}
+
+/* The context sweep's windows of 64 steps: from position 1, then 128, 256, ... while a window
+ * fits before the context's last, and that last one; each window clear of the next. */
+Test(calibrate, context_sweep_windows)
+{
+    int64_t s[24];
+    const int64_t want4096[] = {1, 128, 256, 512, 1024, 2048, 4032};
+    cr_assert_eq(mp_calib_context_starts(4096, 64, s, 24), 7);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(s[i], want4096[i], "window %d starts at %lld", i, (long long)s[i]);
+    const int64_t want2048[] = {1, 128, 256, 512, 1024, 1984}; /* the flame preset's context */
+    cr_assert_eq(mp_calib_context_starts(2048, 64, s, 24), 6);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(s[i], want2048[i], "window %d starts at %lld", i, (long long)s[i]);
+    const int64_t want512[] = {1, 128, 256, 448}; /* the tiny preset's */
+    cr_assert_eq(mp_calib_context_starts(512, 64, s, 24), 4);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(s[i], want512[i]);
+    cr_assert_eq(mp_calib_context_starts(200, 64, s, 24), 2); /* 1, and the last window, 136 */
+    cr_assert_eq(s[1], 136);
+    cr_assert_eq(mp_calib_context_starts(128, 64, s, 24), 1); /* no room for a second window */
+    cr_assert_eq(mp_calib_context_starts(64, 64, s, 24), 0);  /* none for the first either */
+    cr_assert_eq(mp_calib_context_starts(1 << 20, 64, s, 3), 3); /* cap: the first, one more, the last */
+    cr_assert(s[0] == 1 && s[1] == 128 && s[2] == (1 << 20) - 64);
+}
+
+/* The grid's pool: up to n_expert - top_k experts a layer, as many as the device's free memory
+ * holds beside the session and the reserve. */
+Test(calibrate, grid_pool_under_a_memory_cap)
+{
+    const uint64_t G = (uint64_t)1 << 30, row = 25 * 127488; /* flame: one expert of each of 25 layers */
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, 140 * G, G / 10, G), 58); /* an H200: the whole E - K */
+    /* room for 10 experts a layer, and for 9.99 */
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G + G / 10 + 10 * row, G / 10, G), 10);
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G + G / 10 + 10 * row - 1, G / 10, G), 9);
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G / 2, G / 10, G), 0); /* below the reserve */
+    cr_assert_eq(mp_calib_grid_pool(8, 2, 32 * 114229248ull, 140 * G, 2 * G, G), 6); /* Mixtral on an H200 */
+    cr_assert_eq(mp_calib_grid_pool(8, 2, 32 * 114229248ull, 16 * G, 2 * G, G), 3);  /* on a 16 GiB card */
+    cr_assert_eq(mp_calib_grid_pool(4, 4, row, 140 * G, 0, 0), 0); /* top_k = n_expert: no pool */
+    cr_assert_eq(mp_calib_grid_pool(16, 4, 0, 0, 0, 0), 12);       /* no size known: no cap */
+}
+
+/* The once-per-step cost of hybrid steps from a step with one hybrid layer of L: a model of S =
+ * 30 us on top of per-layer levels (a resident layer 10 us, the hybrid layer's own 40 us, the
+ * non-MoE 500 us) measures the one-hybrid-layer step at 500 + 24 x 10 + 40 + 30 = 810 us and the
+ * grid's level (every layer hybrid) at 40 + 30 / 25: the derivation gives 30 back. */
+Test(calibrate, hybrid_step_from_one_hybrid_layer)
+{
+    const double L = 25, S = 30e3, res = 10e3, own = 40e3, nm = 500e3;
+    const double step = nm + (L - 1) * res + own + S, level = own + S / L;
+    cr_assert_float_eq(mp_calib_hybrid_step_ns(step, nm, (L - 1) * res, level, 25), S, 1e-6);
+    /* a step no dearer than the grid's level says: no once */
+    cr_assert_float_eq(mp_calib_hybrid_step_ns(nm + (L - 1) * res + level, nm, (L - 1) * res, level, 25), 0, 1e-6);
+    cr_assert_eq(mp_calib_hybrid_step_ns(step, nm, 0, level, 1), 0); /* one layer: the grid's own step */
 }

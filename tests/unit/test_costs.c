@@ -474,11 +474,11 @@ Test(costs, reads_the_optional_non_moe_context)
     mp_costs c;
     mp_error err;
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
-    cr_assert(!c.has_non_moe_context, "absent: no context term");
+    cr_assert(!c.non_moe_linear && c.non_moe_by_keys.n_points == 0, "absent: no context term");
     mp_costs_free(&c);
     free(text);
     parse_with_member("\"non_moe_context\": {\"keys\": 32.5, \"per_key_ns\": 41.25}, ", &c);
-    cr_assert(c.has_non_moe_context);
+    cr_assert(c.non_moe_linear);
     cr_assert_eq(c.non_moe_keys, 32.5);
     cr_assert_eq(c.non_moe_per_key_ns, 41.25);
     mp_costs_free(&c);
@@ -487,4 +487,117 @@ Test(costs, reads_the_optional_non_moe_context)
                   "$.non_moe_context.keys: expected a finite number >= 0");
     expect_reject("\"sync\":", "\"non_moe_context\": {\"keys\": 1, \"per_key_ns\": 1, \"rows\": 1}, \"sync\":",
                   "$.non_moe_context.rows: unknown key");
+}
+
+/* The measured context curve: a one-row step's non-MoE time by its keys, piecewise-linear through
+ * the points, each end extended with its segment's slope (33.5 keys 500 us, 160.5 keys 563.5 us,
+ * 2080.5 keys 803.5 us: 500 ns per key, then 125). */
+Test(costs, the_context_curve_by_hand)
+{
+    mp_costs c;
+    parse_with_member("\"non_moe_context\": {\"points\": [{\"keys\": 33.5, \"median_ns\": 500000, \"spread_ns\": 10},"
+                      "{\"keys\": 160.5, \"median_ns\": 563500, \"spread_ns\": 10},"
+                      "{\"keys\": 2080.5, \"median_ns\": 803500, \"spread_ns\": 10}]}, ", &c);
+    cr_assert(!c.non_moe_linear);
+    cr_assert_eq(c.non_moe_by_keys.n_points, 3);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 33.5), 500000, 1e-6);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 97), 500000 + 500 * 63.5, 1e-6);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 257), 563500 + 125 * 96.5, 1e-6);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 4096), 803500 + 125 * 2015.5, 1e-6); /* beyond: 125 */
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 1.5), 500000 - 500 * 32, 1e-6);     /* below: 500 */
+    char line[320];
+    mp_costs_context_describe(&c, line, sizeof line);
+    cr_assert_str_eq(line, "one-row steps by their keys of context: the measured curve of 3 points, 33.5 .. 2080.5 keys");
+    mp_costs_free(&c);
+    /* a curve that falls (noise) is not extended below its first point, and no time is negative */
+    parse_with_member("\"non_moe_context\": {\"points\": [{\"keys\": 10, \"median_ns\": 900, \"spread_ns\": 0},"
+                      "{\"keys\": 20, \"median_ns\": 100, \"spread_ns\": 0}]}, ", &c);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 2), 900, 1e-9);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 15), 500, 1e-9);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 40), 100, 1e-9); /* the last slope, at least 0 */
+    mp_costs_free(&c);
+}
+
+/* A file from before the curve: the one linear term, still read, and said so (with what to do);
+ * a file with neither: the non_moe curve's one-row point whatever the keys, said as well. */
+Test(costs, older_context_terms_stay_readable_and_are_named)
+{
+    mp_costs c;
+    char line[320];
+    parse_with_member("\"non_moe_context\": {\"keys\": 33.5, \"per_key_ns\": 179.6}, ", &c);
+    cr_assert(c.non_moe_linear);
+    cr_assert_eq(c.non_moe_by_keys.n_points, 0);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 257), 500000 + 179.6 * (257 - 33.5), 1e-6);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 1), 500000 - 179.6 * 32.5, 1e-6);
+    mp_costs_context_describe(&c, line, sizeof line);
+    cr_assert_str_eq(line, "one-row steps by their keys of context: linear, 179.6 ns per key from 33.5 keys (a cost "
+                           "file from before the measured curve: run `moeplan calibrate` again for it)");
+    mp_costs_free(&c);
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 1), 500000, 1e-9);
+    cr_assert_float_eq(mp_costs_decode_non_moe_ns(&c, 4000), 500000, 1e-9);
+    mp_costs_context_describe(&c, line, sizeof line);
+    cr_assert_not_null(strstr(line, "no context term"), "%s", line);
+    mp_costs_free(&c);
+    free(text);
+}
+
+Test(costs, context_curves_that_are_refused)
+{
+    const char *at = "\"sync\":";
+    expect_reject(at, "\"non_moe_context\": {\"points\": [{\"keys\": 33.5, \"median_ns\": 1, \"spread_ns\": 0}]}, \"sync\":",
+                  "$.non_moe_context.points: expected at least 2 points");
+    expect_reject(at, "\"non_moe_context\": {\"points\": [{\"keys\": 33.5, \"median_ns\": 1, \"spread_ns\": 0}, "
+                      "{\"keys\": 33.5, \"median_ns\": 2, \"spread_ns\": 0}]}, \"sync\":",
+                  "$.non_moe_context.points[1].keys: 33.5: expected > the previous point's 33.5");
+    expect_reject(at, "\"non_moe_context\": {\"points\": [{\"keys\": 0.5, \"median_ns\": 1, \"spread_ns\": 0}, "
+                      "{\"keys\": 3, \"median_ns\": 2, \"spread_ns\": 0}]}, \"sync\":",
+                  "$.non_moe_context.points[0].keys: expected a finite number >= 1");
+    expect_reject(at, "\"non_moe_context\": {\"points\": [], \"keys\": 3, \"per_key_ns\": 1}, \"sync\":",
+                  "$.non_moe_context.keys: unknown key");
+    expect_reject(at, "\"non_moe_context\": {\"points\": [{\"keys\": 3, \"median_ns\": 1, \"spread_ns\": 0, "
+                      "\"rows\": 1}, {\"keys\": 4, \"median_ns\": 1, \"spread_ns\": 0}]}, \"sync\":",
+                  "$.non_moe_context.points[0].rows: unknown key");
+}
+
+/* The grid's optional pool, steps and once-per-step cost of hybrid steps: read when present (0
+ * when a file predates them), each refused out of range with its path. */
+Test(costs, the_grids_pool_steps_and_hybrid_step)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert(c.decode.pool == 0 && c.decode.steps == 0 && c.decode.hybrid_step_layers == 0);
+    mp_costs_free(&c);
+    free(text);
+    const char *from = "\"expert_bytes\": 1000000,\n                    \"points\"";
+    const char *to = "\"expert_bytes\": 1000000, \"pool\": 2, \"steps\": 64, "
+                     "\"hybrid_step\": {\"median_ns\": 37000, \"spread_ns\": 900, \"layers\": 25}, \"points\"";
+    text = fixture_text(&len);
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "the fixture's decode_layers changed");
+    char mut[1 << 16];
+    snprintf(mut, sizeof mut, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.decode.pool, 2);
+    cr_assert_eq(c.decode.steps, 64);
+    cr_assert_eq(c.decode.hybrid_step.median_ns, 37000);
+    cr_assert_eq(c.decode.hybrid_step.spread_ns, 900);
+    cr_assert_eq(c.decode.hybrid_step_layers, 25);
+    mp_costs_free(&c);
+    free(text);
+    expect_reject(from, "\"expert_bytes\": 1000000, \"pool\": 4, \"points\"",
+                  "$.decode_layers.pool: 4: expected at most n_expert - 1 (3)");
+    expect_reject(from, "\"expert_bytes\": 1000000, \"steps\": 0, \"points\"",
+                  "$.decode_layers.steps: expected a finite number >= 1");
+    expect_reject(from, "\"expert_bytes\": 1000000, \"hybrid_step\": {\"median_ns\": 1, \"spread_ns\": 0, \"layers\": 1}, "
+                        "\"points\"",
+                  "$.decode_layers.hybrid_step.layers: expected a finite number >= 2");
+    expect_reject(from, "\"expert_bytes\": 1000000, \"hybrid_step\": {\"median_ns\": 1, \"layers\": 3}, \"points\"",
+                  "$.decode_layers.hybrid_step.spread_ns: missing");
 }

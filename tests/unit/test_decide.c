@@ -184,7 +184,8 @@ Test(decide, grid_of_another_model_or_run_is_refused)
     static mp_cost_stat ys[2] = {{4000, 0}, {24000, 0}};
     mp_costs c;
     memset(&c, 0, sizeof c);
-    c.decode = (mp_cost_decode){2, pts, "Q4_K/Q6_K", 2048, 768, 128, 8, 8, 16, 2936832};
+    c.decode = (mp_cost_decode){.n_points = 2, .points = pts, .quant = "Q4_K/Q6_K", .n_embd = 2048, .n_ff = 768,
+                                 .n_expert = 128, .top_k = 8, .far_max = 8, .threads = 16, .expert_bytes = 2936832};
     c.host_read_gbs = 90;
     c.h2d_pinned = (mp_cost_curve){2, xs, ys};
     const mp_decode_shape ok = {"Q4_K/Q6_K", 2048, 768, 128, 8, 16, 2936832};

@@ -7,8 +7,12 @@
  * keys, plus each layer's charge: the GPU experts' concurrent point at top_k for resident layers,
  * the grid's far-off point of c = 0 or c = top_k for hybrid ones); bench ran the placement each
  * configuration names (the grid's pool on every layer, or on the first layer only, every other
- * layer resident); measured times are positive. An unknown configuration, and real routing
- * without a trace, are refused up front in one line. Speeds are never compared against a number. */
+ * layer resident); measured times are positive. With a cost file of the measured context curve,
+ * the grid's pool and the once of hybrid steps, the script's model is the simulator's: the
+ * non-MoE time of each step through mp_costs_decode_non_moe_ns (the script keeps a copy of it in
+ * Python), the once charged as sim_hybrid_layer_ns charges it. An unknown configuration, and real
+ * routing without a trace, are refused up front in one line. Speeds are never compared against a
+ * number. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "runtime/costs.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
@@ -88,8 +93,10 @@ static costs_parts parts_of(const char *path, int top_k)
         if (num(e, "rows") == 1)
             p.nm_ns = num(e, "median_ns");
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(c, "non_moe_context");
-    p.nm_keys = num(ctx, "keys");
-    p.per_key_ns = num(ctx, "per_key_ns");
+    if (cJSON_GetObjectItemCaseSensitive(ctx, "per_key_ns")) { /* the linear term of an older file */
+        p.nm_keys = num(ctx, "keys");
+        p.per_key_ns = num(ctx, "per_key_ns");
+    }
     const cJSON *conc = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "gpu_expert"), 0),
                                                          "concurrent");
     cJSON_ArrayForEach(e, conc)
@@ -171,4 +178,94 @@ Test(decode_check, an_unknown_configuration_is_refused_in_one_line)
     /* real routing needs a trace: only the flame preset has one by default */
     cr_assert_eq(script("PRESET=tiny CONFIGS=gpu-trace", err, sizeof err), 1, "%s", err);
     cr_assert_str_eq(err, "decode_check: error: CONFIGS: gpu-trace needs TRACE (a trace of the model's geometry)\n");
+}
+
+/* The tiny costs with the measured context curve (a concave one: 33.5 keys the file's one-row point,
+ * 160.5 keys +10 us, 480.5 +14 us), the grid's pool (12 of 16) and a once of 5 us over 4 layers. The
+ * rows' model: the curve averaged over the row's steps (tg 7 attends 2 .. 8 keys, below the first
+ * point: along the first segment; tg 255 2 .. 256, across the bend at 160.5, where the mean of
+ * the steps is not the curve at their mean keys), the resident layers, and the hybrid ones' levels
+ * less their share of the once, which a step with hybrid layers pays whole. */
+Test(decode_check, the_model_is_the_simulators_with_a_context_curve, .timeout = 600)
+{
+    char path[512], costs[512], env[1024], err[16384];
+    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", root);
+    char *text = mp_test_slurp(path);
+    cJSON *c = cJSON_Parse(text);
+    cr_assert_not_null(c);
+    free(text);
+    const double nm0 = num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "non_moe"), 0), "median_ns");
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "non_moe_context");
+    cJSON *ctx = cJSON_AddObjectToObject(c, "non_moe_context"), *pts = cJSON_AddArrayToObject(ctx, "points");
+    const double keys[3] = {33.5, 160.5, 480.5}, add[3] = {0, 10000, 14000};
+    for (int i = 0; i < 3; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddNumberToObject(p, "keys", keys[i]);
+        cJSON_AddNumberToObject(p, "median_ns", nm0 + add[i]);
+        cJSON_AddNumberToObject(p, "spread_ns", 0);
+        cJSON_AddItemToArray(pts, p);
+    }
+    cJSON *grid = cJSON_GetObjectItemCaseSensitive(c, "decode_layers"), *hs;
+    cJSON_AddNumberToObject(grid, "pool", 12);
+    cJSON_AddNumberToObject(grid, "steps", 64);
+    hs = cJSON_AddObjectToObject(grid, "hybrid_step");
+    cJSON_AddNumberToObject(hs, "median_ns", 5000);
+    cJSON_AddNumberToObject(hs, "spread_ns", 0);
+    cJSON_AddNumberToObject(hs, "layers", 4);
+    snprintf(costs, sizeof costs, "%s/curve.json", tmpdir);
+    char *out = cJSON_Print(c);
+    FILE *f = fopen(costs, "w");
+    cr_assert_not_null(f);
+    fputs(out, f);
+    fclose(f);
+    cJSON_free(out);
+    cJSON_Delete(c);
+    mp_costs cm;
+    mp_error e;
+    cr_assert_eq(mp_costs_load(costs, &cm, &e), MP_OK, "%s", e.msg);
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s' EXECUTOR=cpu N_SHORT=7 N_LONG=255 REPS=1 THREADS=1 "
+             "CONFIGS='gpu-router c0-grid cK-first'", costs);
+    cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/out/decode-check.json", tmpdir);
+    text = mp_test_slurp(path);
+    cJSON *doc = cJSON_Parse(text);
+    cr_assert_not_null(doc, "not JSON: %s", text);
+    const int L = (int)num(doc, "layers"), K = (int)num(doc, "top_k");
+    cr_assert_eq(num(doc, "grid_pool"), 12);
+    const costs_parts p = parts_of(costs, K);
+    const double S = 5000, share = S / 4;
+    const struct {
+        const char *cfg;
+        int n;
+        double moe_ns;
+    } want[5] = {{"gpu-router", 7, L * p.conc_ns},
+                 {"gpu-router", 255, L * p.conc_ns},
+                 {"c0-grid", 7, L * (p.off0_ns - share) + S},
+                 {"c0-grid", 255, L * (p.off0_ns - share) + S},
+                 {"cK-first", 255, (L - 1) * p.conc_ns + p.offk_ns - share + S}};
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 5);
+    for (int i = 0; i < 5; i++) {
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        cr_assert_str_eq(str(r, "configuration"), want[i].cfg);
+        double nm = 0; /* positions 1 .. n attend 2 .. n + 1 keys */
+        for (int pos = 1; pos <= want[i].n; pos++)
+            nm += mp_costs_decode_non_moe_ns(&cm, pos + 1) / want[i].n;
+        if (want[i].n == 7)
+            cr_assert_lt(nm, nm0, "below the curve's first point: along its first segment");
+        const double model_ms = (nm + want[i].moe_ns) / 1e6;
+        cr_assert_float_eq(num(r, "model_ms_per_token"), model_ms, 1e-9, "row %d: %g, want %g", i,
+                           num(r, "model_ms_per_token"), model_ms);
+    }
+    cJSON_Delete(doc);
+    free(text);
+    mp_costs_free(&cm);
+    snprintf(path, sizeof path, "%s/out/traces/pool-first.txt", tmpdir);
+    text = mp_test_slurp(path);
+    cr_assert_str_eq(text, "0: 0-11\n1: 0-15\n2: 0-15\n3: 0-15\n");
+    free(text);
+    snprintf(path, sizeof path, "%s/out/decode-check.md", tmpdir);
+    text = mp_test_slurp(path);
+    cr_assert_not_null(strstr(text, "the measured curve of 3 points"), "%s", text);
+    free(text);
 }

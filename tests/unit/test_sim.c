@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "simulator/calibrate_impl.h"
 #include "simulator/sim.h"
 #include "simulator/sim_internal.h"
 
@@ -264,7 +265,7 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
     cr_assert_float_eq(tab.cpu_fixed_ns, 70, 1e-9);
     sim_stats st = small_stats();
     double cost[2 * 5];
-    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
     /* layer 0 with e0 resident: every step is one of each (e0 is in every step): 4 * 135 */
     cr_assert_float_eq(cost[0], 4 * 165.0, 1e-9);
     cr_assert_float_eq(cost[1], 4 * 135.0, 1e-9);
@@ -289,7 +290,8 @@ static void set_grid(uint32_t E, const double off[3], const double on[3][2])
         for (int f = 0; f <= (c < 1 ? c : 1); f++)
             grid_pts[n++] = (mp_cost_decode_point){c, f, true, {on[c][f], 0}, (c - f) * 100.0, 10 + f * 60.0};
     }
-    costs.decode = (mp_cost_decode){n, grid_pts, "Q4_K", 4, 8, E, 2, 1, 8, 0};
+    costs.decode = (mp_cost_decode){.n_points = n, .points = grid_pts, .quant = "Q4_K", .n_embd = 4, .n_ff = 8,
+                                     .n_expert = E, .top_k = 2, .far_max = 1, .threads = 8};
     costs.decode.expert_bytes = gpu_entry.expert_bytes;
 }
 
@@ -359,7 +361,7 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     static const uint64_t counts[8] = {4, 2, 1, 1, 3, 1, 2, 2};
     memcpy(st.train.count, counts, sizeof counts);
     double cost[2 * 5];
-    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(cost[0], 4 * 180.0, 1e-9); /* layer 0, capacity 0 */
     cr_assert_float_eq(cost[1], 4 * 120.0, 1e-9); /* capacity 1 (e0): as the replay */
     cr_assert_float_eq(cost[5 + 1], 540, 1e-9);
@@ -395,7 +397,7 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     top = run(&t, &c, MP_POL_STATIC_TOPN);
     cr_assert_float_eq(top.train.time_ns, 7 * 150.0 + 250, 1e-9);
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(cost[1], 4 * 150.0, 1e-9);
     free(st.train.count);
     free(st.order);
@@ -460,7 +462,7 @@ Test(sim, non_moe_context_by_position)
     costs.non_moe = (mp_cost_curve){2, xs_rows, hundred};
     mp_sim_result plain = run(&t, &c, MP_POL_ALL_GPU);
     cr_assert_float_eq(plain.train.time_ns, 6 * 110.0, 1e-9);
-    costs.has_non_moe_context = true;
+    costs.non_moe_linear = true;
     costs.non_moe_keys = 2;
     costs.non_moe_per_key_ns = 10;
     /* request 0: keys 1, 2, 3 -> 90, 100, 110; request 1: the 2-row step 100, then keys 3, 4 */
@@ -468,6 +470,118 @@ Test(sim, non_moe_context_by_position)
     cr_assert_float_eq(ctx.train.time_ns, 90 + 100 + 110 + 100 + 110 + 120 + 6 * 10.0, 1e-9);
     mp_sim_result_free(&plain);
     mp_sim_result_free(&ctx);
+    mp_sim_trace_free(&t);
+}
+
+/* The measured context curve in the replay: each one-row step pays the curve at its keys (here 100
+ * ns at 2 keys, 140 at 6: 10 ns per key, extended below the first point), the 2-row step the rows
+ * curve, as with the older linear term above. */
+Test(sim, non_moe_context_curve_by_position)
+{
+    mp_sim_trace t;
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(&t, 1, 4, 1, NULL, &err), MP_OK, "%s", err.msg);
+    const uint16_t one[1] = {0}, two[2] = {0, 0};
+    const struct { uint32_t request, rows; } steps[] = {{0, 1}, {0, 1}, {0, 1}, {1, 2}, {1, 1}, {1, 1}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        cr_assert_eq(mp_sim_trace_add_step(&t, steps[i].request, steps[i].rows, steps[i].rows == 1 ? one : two,
+                                           "test", &err), MP_OK, "%s", err.msg);
+    mp_sim_config c = config(1500, 4);
+    static mp_cost_stat hundred[2] = {{100, 0}, {100, 0}}, by_keys[2] = {{100, 0}, {140, 0}};
+    static double keys[2] = {2, 6};
+    costs.non_moe = (mp_cost_curve){2, xs_rows, hundred};
+    costs.non_moe_by_keys = (mp_cost_curve){2, keys, by_keys};
+    /* request 0: keys 1, 2, 3 -> 90, 100, 110; request 1: the 2-row step 100, then keys 3, 4 */
+    mp_sim_result r = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(r.train.time_ns, 90 + 100 + 110 + 100 + 110 + 120 + 6 * 10.0, 1e-9);
+    c.scale[MP_COST_NON_MOE] = 2; /* sensitivity scales it as the rest of the non-MoE time */
+    mp_sim_result r2 = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(r2.train.time_ns, 2 * (90 + 100 + 110 + 100 + 110 + 120) + 6 * 10.0, 1e-9);
+    mp_sim_result_free(&r);
+    mp_sim_result_free(&r2);
+    mp_sim_trace_free(&t);
+}
+
+/* What a one-row step with hybrid layers pays once (decode_layers.hybrid_step, S = 60 here, the
+ * grid's levels measured with both layers hybrid): all-cpu, both layers hybrid, pays its levels
+ * (2 x 250 a step: the levels hold S / 2 each); first-n-cpu with one whole layer resident pays
+ * layer 0's level less S / 2, S once, and layer 1's GPU experts (20): 250 + 30 + 20 a step. A step
+ * with one hybrid layer measured at 300 (level 250, the resident layer 20) gives S = 60 through
+ * calibrate's derivation, and the replay rebuilds it. The planner: the same layer costs, net of
+ * S / 2 for each hybrid layer, and S once per one-row train step beside them; with room for every
+ * expert the placement without hybrid layers, which pays no once, wins. */
+Test(sim, the_once_per_step_cost_of_hybrid_steps)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 4);
+    const double off[3] = {40, 150, 250}, loses[3][2] = {{45, 0}, {155, 160}, {255, 260}};
+    set_grid(4, off, loses);
+    mp_sim_result cpu0 = run(&t, &c, MP_POL_ALL_CPU), first0 = run(&t, &c, MP_POL_FIRST_N_CPU);
+    cr_assert_float_eq(first0.train.time_ns, 4 * (250 + 20.0), 1e-9);
+    const double S = mp_calib_hybrid_step_ns(300, 0, 20, 250, 2);
+    cr_assert_float_eq(S, 60, 1e-9);
+    costs.decode.hybrid_step = (mp_cost_stat){S, 0};
+    costs.decode.hybrid_step_layers = 2;
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU), first = run(&t, &c, MP_POL_FIRST_N_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, cpu0.train.time_ns, 1e-9);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 250.0, 1e-9);
+    cr_assert_float_eq(first.train.time_ns, 4 * 300.0, 1e-9); /* the step it was derived from */
+    cr_assert_float_eq(first.train.floor_ns, first0.train.floor_ns, 1e-9);
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(tab.hybrid_step_ns, 60, 1e-12);
+    cr_assert_float_eq(tab.hybrid_share_ns, 30, 1e-12);
+    sim_stats st = small_stats();
+    static const uint64_t counts[8] = {4, 2, 1, 1, 3, 1, 2, 2};
+    memcpy(st.counts, counts, sizeof counts);
+    double cost[2 * 5], once = 0;
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &once, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(once, 4 * 60.0, 1e-9);
+    cr_assert_float_eq(cost[0], 4 * (250 - 30.0), 1e-9); /* layer 0, capacity 0: net of S / 2 */
+    cr_assert_float_eq(cost[4], 4 * 20.0, 1e-9);          /* capacity 4: whole, no share */
+    cr_assert_float_eq(cost[0] + cost[5 + 4] + once, first.train.time_ns, 1e-9);
+    sim_tab_free(&tab);
+    free(st.counts);
+    free(st.order);
+    /* Layers of 6 experts, e4 and e5 never routed to, and room for all 12: a layer holding its 4 or
+     * 5 used experts nets 4 x (40 - 30) = 40 against 4 x 20 whole, so the layer costs alone keep
+     * both hybrid (80 against 160); with the once (4 x 60) whole layers win, and plan takes them. */
+    mp_sim_trace t6;
+    decode_trace(&t6, 2, 6, 2, 4, small_ids);
+    mp_sim_config all = config(1500, 12);
+    set_grid(6, off, loses);
+    costs.decode.hybrid_step = (mp_cost_stat){S, 0};
+    costs.decode.hybrid_step_layers = 2;
+    cr_assert_eq(sim_tab_build(&tab, &all, &t6, &err), MP_OK, "%s", err.msg);
+    st = small_stats();
+    st.counts = realloc(st.counts, 12 * sizeof *st.counts);
+    st.order = realloc(st.order, 12 * sizeof *st.order);
+    static const uint64_t counts6[12] = {4, 2, 1, 1, 0, 0, 3, 1, 2, 2, 0, 0};
+    static const uint32_t order6[12] = {0, 1, 2, 3, 4, 5, 0, 2, 3, 1, 4, 5};
+    memcpy(st.counts, counts6, sizeof counts6);
+    memcpy(st.order, order6, sizeof order6);
+    double cost6[2 * 7];
+    uint32_t cap[2];
+    cr_assert_eq(plan_layer_costs(&t6, &tab, &st, cost6, &once, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan_capacities(cost6, 2, 6, 12, cap, &err), MP_OK);
+    cr_assert(cap[0] < 6 && cap[1] < 6, "the summed layer costs alone keep hybrid layers: (%u, %u)", cap[0], cap[1]);
+    cr_assert_float_eq(cost6[cap[0]] + cost6[7 + cap[1]], 80, 1e-9);
+    sim_tab_free(&tab);
+    free(st.counts);
+    free(st.order);
+    mp_sim_result plan = run(&t6, &all, MP_POL_PLAN), gpu = run(&t6, &all, MP_POL_ALL_GPU);
+    cr_assert_eq(plan.resident_initial, 12);
+    cr_assert_float_eq(plan.train.time_ns, gpu.train.time_ns, 1e-9);
+    cr_assert_float_eq(gpu.train.time_ns, 8 * 20.0, 1e-9);
+    mp_sim_trace_free(&t6);
+    mp_sim_result_free(&cpu0);
+    mp_sim_result_free(&first0);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&first);
+    mp_sim_result_free(&plan);
+    mp_sim_result_free(&gpu);
     mp_sim_trace_free(&t);
 }
 
@@ -488,7 +602,7 @@ Test(sim, plan_layer_costs_by_hand)
     uint16_t order[8] = {0, 1, 2, 3, 0, 2, 3, 1};
     memcpy(st.order, order, sizeof order);
     double cost[2 * 5];
-    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
     /* Below c = 4 every step makes the round trip: one with both experts resident costs
      * max(20, 7 + 20 + 5) + 3 = 35. Layer 0: c=0 4*235; c=1 4*135; c=2 35+35+135+135;
      * c=3 35+35+35+135; c=4 4*20 (no round trip) */
@@ -714,17 +828,20 @@ Test(sim, plan_is_the_fastest_static_placement_on_random_traces)
         random_trace(&t, seed, 4, 16, 3, 10, 25, true);
         for (uint64_t slots = 0; slots <= 64; slots += 8) {
             mp_sim_config c = config(1100, slots);
-            /* a dear round trip makes concentrating CPU work pay: vary it with the seed */
+            /* a dear round trip makes concentrating CPU work pay: vary it with the seed; and a once
+             * per step of hybrid layers (no sum over layers: the planner adds it apart) */
             costs.sync.median_ns = 20.0 * (1 + k * 10);
+            costs.decode.hybrid_step = (mp_cost_stat){k % 2 ? 50.0 * k : 0, 0};
+            costs.decode.hybrid_step_layers = 4;
             c.train_frac = 1.0; /* in-sample: the planner optimizes exactly what is measured */
             mp_sim_result plan = run(&t, &c, MP_POL_PLAN);
             cr_assert_leq(plan.profile.slots, slots);
             for (int p = 0; p < 6; p++) {
                 mp_sim_result r = run(&t, &c, statics[p]);
                 cr_assert_leq(plan.train.time_ns, r.train.time_ns * (1 + 1e-12),
-                              "seed %u slots %llu sync %g: plan %.1f ns > %s %.1f ns", seed,
-                              (unsigned long long)slots, costs.sync.median_ns, plan.train.time_ns,
-                              mp_sim_policy_name(statics[p]), r.train.time_ns);
+                              "seed %u slots %llu sync %g once %g: plan %.1f ns > %s %.1f ns", seed,
+                              (unsigned long long)slots, costs.sync.median_ns, costs.decode.hybrid_step.median_ns,
+                              plan.train.time_ns, mp_sim_policy_name(statics[p]), r.train.time_ns);
                 mp_sim_result_free(&r);
             }
             mp_sim_result_free(&plan);

@@ -757,3 +757,63 @@ Test(simulate, cli_non_moe_trace_refusals)
              "--non-moe trace", costs_path());
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
 }
+
+/* The fixture as a cost file in dir with the first `from` replaced by `to`. */
+static void costs_with(const char *name, const char *from, const char *to)
+{
+    FILE *f = fopen(costs_path(), "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16], mut[1 << 17];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    const char *at = strstr(text, from);
+    cr_assert_not_null(at, "the fixture lacks %s", from);
+    snprintf(mut, sizeof mut, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(mut, f);
+    fclose(f);
+}
+
+/* How one-row steps are read from the cost file is said in one line of the table's header, never
+ * silently: the measured context curve, the older linear term (with what to do), or none; and a
+ * grid's once-per-step cost of hybrid steps in one more. */
+Test(simulate, the_table_names_the_one_row_model)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    costs_with("linear.json", "\"sync\":", "\"non_moe_context\": {\"keys\": 33.5, \"per_key_ns\": 179.6}, \"sync\":");
+    costs_with("curve.json", "\"sync\":",
+               "\"non_moe_context\": {\"points\": [{\"keys\": 33.5, \"median_ns\": 500000, \"spread_ns\": 0}, "
+               "{\"keys\": 160.5, \"median_ns\": 563500, \"spread_ns\": 0}]}, \"sync\":");
+    const struct { const char *costs, *line; } cases[] = {
+        {"linear.json", "non-MoE time per step: costs (non_moe curve by the step's rows; one-row steps by their keys "
+                        "of context: linear, 179.6 ns per key from 33.5 keys (a cost file from before the measured "
+                        "curve: run `moeplan calibrate` again for it))\n"},
+        {"curve.json", "non-MoE time per step: costs (non_moe curve by the step's rows; one-row steps by their keys of "
+                       "context: the measured curve of 2 points, 33.5 .. 160.5 keys)\n"},
+        {NULL, "non-MoE time per step: costs (non_moe curve by the step's rows; one-row steps: no context term (the "
+               "cost file has none: run `moeplan calibrate` again for it))\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B "
+                 "--non-expert-bytes 1000000", cases[i].costs ? cases[i].costs : costs_path());
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+        const char *at = strstr(out, cases[i].line);
+        cr_assert_not_null(at, "%s", out);
+        cr_assert_null(strstr(at + 1, "non-MoE time per step"), "said twice: %s", out);
+        cr_assert_null(strstr(out, "once per step"), "%s", out);
+    }
+    costs_with("once.json", "\"expert_bytes\": 1000000,\n                    \"points\"",
+               "\"expert_bytes\": 1000000, \"hybrid_step\": {\"median_ns\": 37000, \"spread_ns\": 0, \"layers\": 25}, "
+               "\"points\"");
+    snprintf(args, sizeof args, "simulate timed.db --costs once.json --expert Q4_K --budget 3000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "\none-row steps with hybrid layers: 37.0 us once per step beside the grid's levels "
+                                   "(measured with one hybrid layer of 25)\n"), "%s", out);
+}
