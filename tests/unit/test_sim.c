@@ -535,7 +535,7 @@ Test(sim, the_once_per_step_cost_of_hybrid_steps)
     cr_assert_float_eq(tab.hybrid_share_ns, 30, 1e-12);
     sim_stats st = small_stats();
     static const uint64_t counts[8] = {4, 2, 1, 1, 3, 1, 2, 2};
-    memcpy(st.counts, counts, sizeof counts);
+    memcpy(st.train.count, counts, sizeof counts);
     double cost[2 * 5], once = 0;
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, &once, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(once, 4 * 60.0, 1e-9);
@@ -543,7 +543,7 @@ Test(sim, the_once_per_step_cost_of_hybrid_steps)
     cr_assert_float_eq(cost[4], 4 * 20.0, 1e-9);          /* capacity 4: whole, no share */
     cr_assert_float_eq(cost[0] + cost[5 + 4] + once, first.train.time_ns, 1e-9);
     sim_tab_free(&tab);
-    free(st.counts);
+    free(st.train.count);
     free(st.order);
     /* Layers of 6 experts, e4 and e5 never routed to, and room for all 12: a layer holding its 4 or
      * 5 used experts nets 4 x (40 - 30) = 40 against 4 x 20 whole, so the layer costs alone keep
@@ -556,11 +556,11 @@ Test(sim, the_once_per_step_cost_of_hybrid_steps)
     costs.decode.hybrid_step_layers = 2;
     cr_assert_eq(sim_tab_build(&tab, &all, &t6, &err), MP_OK, "%s", err.msg);
     st = small_stats();
-    st.counts = realloc(st.counts, 12 * sizeof *st.counts);
+    st.train.count = realloc(st.train.count, 12 * sizeof *st.train.count);
     st.order = realloc(st.order, 12 * sizeof *st.order);
     static const uint64_t counts6[12] = {4, 2, 1, 1, 0, 0, 3, 1, 2, 2, 0, 0};
-    static const uint32_t order6[12] = {0, 1, 2, 3, 4, 5, 0, 2, 3, 1, 4, 5};
-    memcpy(st.counts, counts6, sizeof counts6);
+    static const uint16_t order6[12] = {0, 1, 2, 3, 4, 5, 0, 2, 3, 1, 4, 5};
+    memcpy(st.train.count, counts6, sizeof counts6);
     memcpy(st.order, order6, sizeof order6);
     double cost6[2 * 7];
     uint32_t cap[2];
@@ -569,7 +569,7 @@ Test(sim, the_once_per_step_cost_of_hybrid_steps)
     cr_assert(cap[0] < 6 && cap[1] < 6, "the summed layer costs alone keep hybrid layers: (%u, %u)", cap[0], cap[1]);
     cr_assert_float_eq(cost6[cap[0]] + cost6[7 + cap[1]], 80, 1e-9);
     sim_tab_free(&tab);
-    free(st.counts);
+    free(st.train.count);
     free(st.order);
     mp_sim_result plan = run(&t6, &all, MP_POL_PLAN), gpu = run(&t6, &all, MP_POL_ALL_GPU);
     cr_assert_eq(plan.resident_initial, 12);
