@@ -118,8 +118,14 @@ log "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 build() {
     [ -f build-gpu/build.ninja ] || meson setup build-gpu -Dsm_arch=90 >"$OUT/setup.log" 2>&1 \
         || { tail -30 "$OUT/setup.log"; return 1; }
-    # shellcheck disable=SC2086 # MP_GPU_TARGETS: only these ninja targets (e.g. cli/moeplan)
-    ninja -C build-gpu ${MP_GPU_TARGETS:-} >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
+    # MP_GPU_TARGETS: only these ninja targets (e.g. cli/moeplan); moeplan's GPU side is the module
+    # gpu/libmoeplan-gpu.so, which it loads only from its own build: built with it, always
+    local targets=${MP_GPU_TARGETS:-}
+    case " $targets " in
+    *" cli/moeplan "*) targets="$targets gpu/libmoeplan-gpu.so" ;;
+    esac
+    # shellcheck disable=SC2086
+    ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
 }
 
 # the qwen3-30b-a3b preset in Q4_K_M, made once per machine (bench-cpu's bench/cpu_decode.sh and
@@ -157,7 +163,8 @@ for stage in "${stages[@]}"; do
         base=${AB_BASE:-.base}
         [ -f "$base/meson.build" ] || { log "bench-ab: no source tree in $base"; rc=1; continue; }
         { [ -f "$base/build-gpu/build.ninja" ] || meson setup "$base/build-gpu" "$base" -Dsm_arch=90 >"$OUT/setup-base.log" 2>&1; } &&
-            ninja -C "$base/build-gpu" cli/moeplan >"$OUT/build-base.log" 2>&1 ||
+            ninja -C "$base/build-gpu" cli/moeplan $([ -f "$base/gpu/meson.build" ] && echo gpu/libmoeplan-gpu.so) \
+                >"$OUT/build-base.log" 2>&1 ||
             { tail -30 "$OUT/build-base.log" "$OUT/setup-base.log" 2>/dev/null; rc=1; continue; }
         for round in $(seq 1 "${AB_ROUNDS:-2}"); do
             for side in head base; do
