@@ -565,9 +565,8 @@ static mp_status alloc_pinned(mp_gpu *g, mp_error *err)
     if (cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, 0) != cudaSuccess || !unified) {
         cudaGetLastError();
         g->graphs_off = true; /* a decode graph's hybrid layers hand off through mapped memory */
-        snprintf(g->graphs_why, sizeof g->graphs_why, "off (no unified addressing)");
-        if (g->step_stamps)
-            fprintf(stderr, "moeplan: MP_GPU_STEP_STAMPS: this device has no unified addressing: no stamps\n");
+        snprintf(g->graphs_why, sizeof g->graphs_why, "off (no unified addressing%s)",
+                 g->step_stamps ? "; MP_GPU_STEP_STAMPS: no stamps either" : "");
         g->step_stamps = false;
     }
     return g->step_stamps ? calibrate_stamps(g, err) : MP_OK;

@@ -674,6 +674,10 @@ done:
     for (int i = 0; i < n_rows; i++)
         free(rows[i].samples);
     free(logits);
+    char profile[512]; /* MP_MOE_CPU_PROFILE=1 */
+    mp_engine_profile_line(&e, profile, sizeof profile);
+    if (profile[0])
+        fprintf(stderr, "moeplan bench: %s\n", profile);
     mp_engine_close(&e);
     return st;
 }

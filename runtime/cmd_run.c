@@ -350,6 +350,10 @@ done:
     mp_sampler_free(smp);
     free(logits);
     free(prompt);
+    char profile[512]; /* MP_MOE_CPU_PROFILE=1 */
+    mp_engine_profile_line(&e, profile, sizeof profile);
+    if (profile[0])
+        fprintf(stderr, "moeplan run: %s\n", profile);
     mp_engine_close(&e);
     mp_tokenizer_free(tok);
     return st;

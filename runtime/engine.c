@@ -1,6 +1,12 @@
 /* runtime/engine.c — model, replay, executor plan and session, in order (engine.h). */
 #include "runtime/engine.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "runtime/moe.h"
+#include "runtime/state.h"
+
 mp_status mp_engine_load(mp_engine *e, const char *model_path, mp_error *err)
 {
     return mp_model_load(model_path, &e->model, err);
@@ -34,6 +40,17 @@ void mp_engine_step_error(const mp_engine *e, mp_error *err)
 {
     if (e->replay_state && e->replay->error(e->replay_state)->code)
         *err = *e->replay->error(e->replay_state);
+}
+
+void mp_engine_profile_line(const mp_engine *e, char *buf, size_t cap)
+{
+    mp_moe_cpu_profile p;
+    buf[0] = 0;
+    if (!e->session || !e->session->moe || !mp_moe_scratch_profile_get(e->session->moe, &p))
+        return;
+    char line[400];
+    mp_moe_cpu_profile_format(&p, line, sizeof line);
+    snprintf(buf, cap, "CPU experts (MP_MOE_CPU_PROFILE), %" PRId64 " calls: %s", p.calls, line);
 }
 
 void mp_engine_close(mp_engine *e)

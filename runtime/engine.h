@@ -50,6 +50,10 @@ mp_status mp_engine_start(mp_engine *e, mp_error *err);
  * knows that it stopped), copied into err; else err is left alone. */
 void mp_engine_step_error(const mp_engine *e, mp_error *err);
 
+/* With MP_MOE_CPU_PROFILE=1: "CPU experts (MP_MOE_CPU_PROFILE), N calls: ..." (where the CPU
+ * experts' time went, runtime/moe.h) for the command to print when it ends; "" otherwise. */
+void mp_engine_profile_line(const mp_engine *e, char *buf, size_t cap);
+
 void mp_engine_close(mp_engine *e);
 
 #endif

@@ -43,7 +43,7 @@ static const mp_knob_def k_knobs[] = {
     NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8,
            "units per thread in each half of the pipelined region"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
-           "prints where each CPU expert call's time goes, one line on stderr when the session ends"),
+           "prints where each CPU expert call's time goes, one line on stderr when run, bench or plan ends"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1,
            "runs a decode step as one CUDA graph (0: enqueued launch by launch, as a profiler wants to see "
            "them; hybrid layers hand off with copies and events then)"),

@@ -48,10 +48,11 @@ typedef struct mp_moe_cpu_profile {
 /* on: start (or restart from zero) profiling this scratch's calls; off: stop. Returns false when
  * out of memory. */
 bool mp_moe_scratch_profile(mp_moe_scratch *s, bool on);
-void mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out);
+/* The sums so far; false (out zeroed) when the scratch is not profiling. */
+bool mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out);
 /* One line of per-call means (µs) and the thread slots' shares (%), or "no pipelined calls".
- * MP_MOE_CPU_PROFILE=1 profiles every scratch from its creation and prints this line on stderr
- * when the scratch is freed (a bench row's CPU side). */
+ * MP_MOE_CPU_PROFILE=1 profiles every scratch from its creation; the commands that run the model
+ * print this line when they end (mp_engine_profile_line: a bench row's CPU side). */
 void mp_moe_cpu_profile_format(const mp_moe_cpu_profile *p, char *buf, size_t cap);
 
 /* The router's (or route source's) latest choice in the scratch: (max_rows, top_k) each. */

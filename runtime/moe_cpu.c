@@ -85,7 +85,6 @@ struct mp_moe_scratch {
      * start, the end of its gate/up units, its down units' time, its ready waits and its end */
     mp_moe_cpu_profile *prof;
     int64_t (*ptimes)[5];
-    bool prof_env;       /* profiling from MP_MOE_CPU_PROFILE=1: printed when freed */
 };
 
 /* Rows up to which a call runs its experts in one pipelined region (the units per thread each
@@ -98,11 +97,6 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
 {
     if (!s)
         return;
-    if (s->prof && s->prof_env) {
-        char line[400];
-        mp_moe_cpu_profile_format(s->prof, line, sizeof line);
-        fprintf(stderr, "moeplan: CPU experts (MP_MOE_CPU_PROFILE), %" PRId64 " calls: %s\n", s->prof->calls, line);
-    }
     free(s->router);
     free(s->ids);
     free(s->weights);
@@ -165,7 +159,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->range_left = malloc((size_t)(hp->n_embd / 16 + 1) * sizeof *s->range_left);
     s->pipelined = true;
     if (knobs->moe_cpu_profile)
-        s->prof_env = mp_moe_scratch_profile(s, true);
+        mp_moe_scratch_profile(s, true); /* out of memory: no profile, said by its absence */
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
     if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
@@ -200,12 +194,13 @@ bool mp_moe_scratch_profile(mp_moe_scratch *s, bool on)
     return true;
 }
 
-void mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out)
+bool mp_moe_scratch_profile_get(const mp_moe_scratch *s, mp_moe_cpu_profile *out)
 {
     if (s->prof)
         *out = *s->prof;
     else
         memset(out, 0, sizeof *out);
+    return s->prof != NULL;
 }
 
 void mp_moe_cpu_profile_format(const mp_moe_cpu_profile *p, char *buf, size_t cap)

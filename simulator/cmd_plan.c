@@ -245,6 +245,10 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
         mp_bench_stats_compute(samples, (int)o->reps, &bs);
         *ms = bs.median > 0 ? 1000.0 / bs.median : 0;
     }
+    char profile[512]; /* MP_MOE_CPU_PROFILE=1 */
+    mp_engine_profile_line(&e, profile, sizeof profile);
+    if (profile[0])
+        fprintf(stderr, "moeplan plan: %s\n", profile);
     mp_engine_close(&e);
     free(logits);
     free(samples);
