@@ -21,6 +21,7 @@
 #include "runtime/model.h"
 #include "runtime/session.h"
 #include "runtime/threadpool.h"
+#include "runtime/knobs_apply.h"
 
 static double now_s(void)
 {

@@ -29,6 +29,7 @@
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "base/clock.h"
+#include "runtime/knobs_apply.h"
 
 typedef struct span {
     int name;                /* index into names */

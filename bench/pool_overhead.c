@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "runtime/knobs.h"
+#include "base/knobs.h"
+#include "runtime/knobs_apply.h"
 #include "runtime/threadpool.h"
 #include "base/clock.h"
 

@@ -15,6 +15,7 @@
 #include "collector/trace.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
+#include "runtime/knobs_apply.h"
 
 static double now_s(void)
 {

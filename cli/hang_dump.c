@@ -5,7 +5,7 @@
  * ioctl) takes no signal, so each time the watcher also prints what the kernel says of the main
  * thread: its state, wait channel, current system call and, where readable, its kernel stack.
  * For machines without gdb where ptrace is not an option (the GPU machine). Off
- * unless the variable is set (main reads it with the other knobs, runtime/knobs.h). */
+ * unless the variable is set (main reads it with the other knobs, base/knobs.h). */
 #include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* cli/main.c — the `moeplan` binary: reads the knobs (runtime/knobs.h) from the environment once,
+/* cli/main.c — the `moeplan` binary: reads the knobs (base/knobs.h) from the environment once,
  * refusing a value that is not allowed, sets the kernels' switches from them, and dispatches
  * subcommands to the modules that own them. */
 #include <signal.h>
@@ -16,7 +16,8 @@
 #include "kernels/quant.h"
 #include "base/build_info.h"
 #include "collector/route_replay.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
+#include "runtime/knobs_apply.h"
 
 /* `run` and `bench` live in the runtime, which never links the trace reader: the CLI, above
  * both, hands them route replay as a function table (docs/placement.md). */

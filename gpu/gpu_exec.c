@@ -325,7 +325,7 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     return MP_OK;
 }
 
-/* The executor's switches, from the session's knobs (runtime/knobs.h): MP_GPU_GEMM_MIN_ROWS
+/* The executor's switches, from the session's knobs (base/knobs.h): MP_GPU_GEMM_MIN_ROWS
  * (as mp_gpu_exec_set_gemm_min_rows), MP_GPU_GRAPHS=0 (decode steps enqueued: a profiler's view of
  * every launch), MP_GPU_HOST_EXPERTS (gpu_host.c), MP_GPU_STEP_STAMPS=1, MP_GPU_INIT_TRACE=1, and
  * the CUDA kernels' MP_CUDA_PDL. */

@@ -3,7 +3,7 @@
  * The CPU computes the cold experts' routes, and prefill (and, when asked, decode) copies some of
  * them to the GPU. Both read g->h_slices: each expert's gate, up and down slice. By default those
  * point into a copy of the cold experts in anonymous memory, page-locked with cudaHostRegister,
- * so that expert copies run at the pinned rate (MP_GPU_HOST_EXPERTS, runtime/knobs.h: pinned, copy
+ * so that expert copies run at the pinned rate (MP_GPU_HOST_EXPERTS, base/knobs.h: pinned, copy
  * or mapping, in g->host_mode).
  *
  * Why a copy and not the model's file mapping page-locked in place (what the executor did until

@@ -124,7 +124,7 @@ const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
  * leaves its best level, and mp_kernels_isa_warning says so). */
 const char *mp_kernels_isa(void);
 /* Cap the level at "scalar", "avx2" or "avx512" (NULL: no cap), from the next lookup on; programs
- * set it once at start from MP_ISA (runtime/knobs.h). Returns 0, or -1 for another name (then no
+ * set it once at start from MP_ISA (base/knobs.h). Returns 0, or -1 for another name (then no
  * cap). */
 int mp_kernels_set_isa_cap(const char *level);
 /* NULL when no cap is set or the CPU has the capped level; else one sentence saying that it lacks

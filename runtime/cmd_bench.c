@@ -39,6 +39,7 @@
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "base/numparse.h"
+#include "runtime/knobs_apply.h"
 
 #define MAX_SIZES 32
 #define MAX_REPS 1000

@@ -1,5 +1,5 @@
 /* runtime/cmd_config.c — `moeplan config [--json | --doc]`: every knob of the table
- * (runtime/knobs.h) with its value in this environment, its default, where the value came from
+ * (base/knobs.h) with its value in this environment, its default, where the value came from
  * and its doc line; --doc prints the table docs/config.md holds (defaults only, so that the page
  * does not depend on who generated it).
  */
@@ -8,7 +8,7 @@
 
 #include "base/args.h"
 #include "runtime/commands.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 
 static void usage(FILE *f)
 {

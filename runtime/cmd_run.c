@@ -33,6 +33,7 @@
 #include "base/input_file.h"
 #include "base/numparse.h"
 #include "base/clock.h"
+#include "runtime/knobs_apply.h"
 
 static void usage(FILE *f)
 {

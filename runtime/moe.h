@@ -12,7 +12,7 @@
 
 #include "base/error.h"
 #include "runtime/hooks.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 #include "runtime/model.h"
 #include "runtime/threadpool.h"
 

@@ -34,7 +34,7 @@
 #include "kernels/quant.h"
 #include "runtime/matmul.h"
 #include "runtime/moe.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 #include "runtime/threadpool.h"
 
 static int64_t now_ns(void)

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/knobs.h"
 #include "runtime/model.h"
 
 typedef enum mp_placement_mode {
@@ -99,7 +100,7 @@ void mp_placement_geom_free(mp_placement_geom *g);
  * The executor computes its exact sizes again and enforces the budget with those. */
 #define MP_GPU_KV_ELEM_BYTES 2 /* the GPU KV cache holds F16 */
 /* Shapes of the GPU executor's scratch (gpu/gpu_exec.c), shared with the estimate above. */
-#define MP_GPU_GEMM_MIN_ROWS 32    /* dense projections of >= this many rows go through cuBLAS */
+#define MP_GPU_GEMM_MIN_ROWS MP_KNOB_GEMM_MIN_ROWS /* dense projections of >= this many rows go through cuBLAS */
 #define MP_GPU_ATT_ROWS 64         /* attention runs in chunks of this many query rows */
 #define MP_GPU_HEAD_ROWS 32        /* output-head rows per chunk (all_logits) */
 #define MP_GPU_GEMM_TILE 2048      /* weight rows dequantized per cuBLAS tile */

@@ -16,7 +16,7 @@
 
 #include "base/error.h"
 #include "runtime/hooks.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 #include "runtime/model.h"
 
 typedef struct mp_session_params {

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 #include "base/progress.h"
 
 #define MP_CALIB_LIST_MAX 32

@@ -8,7 +8,7 @@
  * A level without a kernel for some type falls back, per type, to the next level down.
  * Overrides, for A/B runs and tests: mp_kernels_force_scalar(1) wins over everything; else the
  * cap set by mp_kernels_set_isa_cap (the program sets it once at start from MP_ISA,
- * runtime/knobs.h) caps the level. A cap above the CPU's best level leaves the best level (no
+ * base/knobs.h) caps the level. A cap above the CPU's best level leaves the best level (no
  * crash, no output; mp_kernels_isa() says what was chosen, mp_kernels_isa_warning why).
  *
  * Invariant: every table's vec_dot_type and quantize_row equal the scalar table's, so activations

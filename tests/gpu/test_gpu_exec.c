@@ -128,7 +128,7 @@ typedef struct run_out {
  * c cold routes runs g_far * c / top_k of them far (mp_gpu_set_far_plan); -1: the executor's own
  * decisions (none: these runs have no decode costs) */
 static int g_far = -1;
-/* the sessions' knobs (runtime/knobs.h; NULL: the defaults), for the executor's switches */
+/* the sessions' knobs (base/knobs.h; NULL: the defaults), for the executor's switches */
 static const mp_knobs *g_knobs = NULL;
 
 /* the default knobs with name=value (one of the table's allowed values) */

@@ -19,7 +19,7 @@
 #include "runtime/bench.h"
 #include "base/build_info.h"
 #include "runtime/gpu.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];

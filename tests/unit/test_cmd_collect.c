@@ -15,7 +15,7 @@
 
 #include "collector/trace_read.h"
 #include "base/build_info.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256], model[512], prompts[300];
@@ -155,7 +155,7 @@ Test(cmd_collect, trace_is_complete_and_consistent)
     cJSON_Delete(j);
 }
 
-/* The run's config_json records every knob the run had (runtime/knobs.h) and which the environment
+/* The run's config_json records every knob the run had (base/knobs.h) and which the environment
  * set: a trace says how it ran. */
 Test(cmd_collect, run_config_records_the_knobs)
 {

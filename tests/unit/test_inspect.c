@@ -211,7 +211,7 @@ Test(inspect, missing_file_and_usage_errors)
     free_result(&r);
 }
 
-/* MP_HANG_DUMP_S (cli/hang_dump.c, any command; a knob, runtime/knobs.h): a value that is not 0
+/* MP_HANG_DUMP_S (cli/hang_dump.c, any command; a knob, base/knobs.h): a value that is not 0
  * (off) or 1..86400 seconds stops the command in one line, exit 2, before it runs; a valid one
  * arms the dump silently. */
 Test(inspect, hang_dump_variable_is_checked)

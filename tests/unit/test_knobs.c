@@ -1,8 +1,8 @@
-/* tests/unit/test_knobs.c — the knob table (runtime/knobs.h): every type parses, each entry sets
+/* tests/unit/test_knobs.c — the knob table (base/knobs.h): every type parses, each entry sets
  * its own field, values that are not allowed are refused in one line naming the variable, the
  * value and what was expected; `moeplan config` lists every knob (text, JSON) and docs/config.md
  * holds its --doc table; a bad value stops any command before it runs; no library file but
- * runtime/knobs.c reads the environment. */
+ * base/knobs.c reads the environment. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "runtime/knobs.h"
+#include "base/knobs.h"
+#include "runtime/knobs_apply.h"
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
@@ -392,7 +393,7 @@ Test(knobs, no_other_library_code_reads_the_environment)
     found[n] = 0;
     pclose(p);
     char listed[4200];
-    snprintf(listed, sizeof listed, "cd '%s' && git ls-files -- runtime/knobs.c", root);
+    snprintf(listed, sizeof listed, "cd '%s' && git ls-files -- base/knobs.c", root);
     p = popen(listed, "r");
     cr_assert_not_null(p);
     char self[256] = "";
@@ -401,5 +402,5 @@ Test(knobs, no_other_library_code_reads_the_environment)
     pclose(p);
     if (!*self)
         cr_skip_test("not a git checkout: the sources cannot be listed");
-    cr_assert_str_eq(found, "runtime/knobs.c\n", "getenv outside the knob table:\n%s", found);
+    cr_assert_str_eq(found, "base/knobs.c\n", "getenv outside the knob table:\n%s", found);
 }

@@ -1,5 +1,5 @@
 /* tests/unit/test_numparse.c — the strict flag-value parser every command (and the knob table,
- * runtime/knobs.c) uses. */
+ * base/knobs.c) uses. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 

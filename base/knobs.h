@@ -1,4 +1,4 @@
-/* runtime/knobs.h — the MP_* environment variables ("knobs") that change how moeplan runs: one
+/* base/knobs.h — the MP_* environment variables ("knobs") that change how moeplan runs: one
  * table (knobs.c) gives each its name, type, allowed values, default and a line of doc.
  *
  * A program reads them once when it starts (mp_knobs_read_env) and hands the result down as a
@@ -15,8 +15,8 @@
  * Invariant: every field of mp_knobs holds an allowed value of its knob (the readers refuse the
  * rest), so code below may use them without checking.
  */
-#ifndef MP_RUNTIME_KNOBS_H
-#define MP_RUNTIME_KNOBS_H
+#ifndef MP_BASE_KNOBS_H
+#define MP_BASE_KNOBS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,6 +31,10 @@ enum { MP_KNOB_ISA_BEST, MP_KNOB_ISA_SCALAR, MP_KNOB_ISA_AVX2, MP_KNOB_ISA_AVX51
 /* MP_GPU_HOST_EXPERTS: where the GPU executor keeps the cold experts (gpu/gpu_host.c) */
 enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 
+/* MP_GPU_GEMM_MIN_ROWS's floor: the GPU executor sizes its GEMM scratch for steps of at least this
+ * many rows (runtime/placement.h's MP_GPU_GEMM_MIN_ROWS is this value) */
+#define MP_KNOB_GEMM_MIN_ROWS 32
+
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 
 typedef enum mp_knob_source { MP_KNOB_DEFAULT = 0, MP_KNOB_ENV = 1, MP_KNOB_FLAG = 2 } mp_knob_source;
@@ -44,7 +48,7 @@ typedef struct mp_knobs {
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */
     bool gpu_step_stamps;    /* MP_GPU_STEP_STAMPS */
-    int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_GPU_GEMM_MIN_ROWS (placement.h) */
+    int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_KNOB_GEMM_MIN_ROWS */
     int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */
     bool gpu_init_trace;     /* MP_GPU_INIT_TRACE */
     /* the CUDA kernels (kernels/cuda/cuda_ops.h) */
@@ -109,13 +113,6 @@ const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag" *
 
 /* The cap MP_ISA sets for kernels/quant.h's mp_kernels_set_isa_cap: NULL (best) or the level. */
 const char *mp_knobs_isa_cap(const mp_knobs *k);
-
-/* Set the CPU kernels' process-wide ISA cap from k. Called by a program after reading its knobs,
- * before any kernel runs, and again when a flag changes it (run/bench --no-simd). */
-void mp_knobs_apply_kernels(const mp_knobs *k);
-/* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
- * benchmark program). */
-mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
 
 /* k as JSON members of obj: "knobs": {NAME: value, ...} with every knob (switches and numbers as JSON numbers,
  * choices as strings), and "knobs_set": {NAME: "env"|"flag"} for those not at their default's

@@ -1,11 +1,11 @@
-/* runtime/knobs.c — the knob table (see knobs.h) and its reader, printers and JSON.
+/* base/knobs.c — the knob table (see knobs.h) and its reader, printers and JSON.
  *
  * The table is the one place a knob's name, type, allowed values, default and doc are written;
  * docs/config.md holds its `moeplan config --doc` output, and tests/unit/test_knobs.c fails when
  * the two differ. Adding a knob: a field in mp_knobs, an entry here, the code that uses the field,
  * and docs/config.md regenerated.
  */
-#include "runtime/knobs.h"
+#include "base/knobs.h"
 
 #include "mp_config.h"
 
@@ -14,9 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/quant.h"
 #include "base/numparse.h"
-#include "runtime/placement.h"
 
 static const mp_knob_choice k_isa[] = {{"best", MP_KNOB_ISA_BEST},
                                        {"scalar", MP_KNOB_ISA_SCALAR},
@@ -49,7 +47,7 @@ static const mp_knob_def k_knobs[] = {
            "them; hybrid layers hand off with copies and events then)"),
     SWITCH("MP_GPU_STEP_STAMPS", gpu_step_stamps, 0,
            "stamps each decode step's GPU span, launch and host gaps into bench's JSON"),
-    NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_GPU_GEMM_MIN_ROWS, ROWS_MAX, MP_GPU_GEMM_MIN_ROWS,
+    NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_KNOB_GEMM_MIN_ROWS, ROWS_MAX, MP_KNOB_GEMM_MIN_ROWS,
            "prefill rows from which dense projections run as cuBLAS GEMMs"),
     CHOICE("MP_GPU_HOST_EXPERTS", gpu_host_experts, k_host, MP_GPU_HOST_PINNED,
            "where the GPU executor keeps the cold experts: a page-locked copy, a pageable copy, the model's "
@@ -292,18 +290,6 @@ const char *mp_knobs_isa_cap(const mp_knobs *k)
     return k->isa == MP_KNOB_ISA_BEST ? NULL : choice_word(mp_knob_find("MP_ISA"), k->isa);
 }
 
-void mp_knobs_apply_kernels(const mp_knobs *k)
-{
-    mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
-}
-
-mp_status mp_knobs_start(mp_knobs *k, mp_error *err)
-{
-    mp_status st = mp_knobs_read_env(k, err);
-    if (!st)
-        mp_knobs_apply_kernels(k);
-    return st;
-}
 
 bool mp_knobs_add_json(const mp_knobs *k, cJSON *obj)
 {

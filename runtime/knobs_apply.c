@@ -1,0 +1,17 @@
+/* runtime/knobs_apply.c — the knobs' reach into the kernels (knobs_apply.h). */
+#include "runtime/knobs_apply.h"
+
+#include "kernels/quant.h"
+
+void mp_knobs_apply_kernels(const mp_knobs *k)
+{
+    mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
+}
+
+mp_status mp_knobs_start(mp_knobs *k, mp_error *err)
+{
+    mp_status st = mp_knobs_read_env(k, err);
+    if (!st)
+        mp_knobs_apply_kernels(k);
+    return st;
+}

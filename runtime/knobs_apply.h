@@ -1,0 +1,15 @@
+/* runtime/knobs_apply.h — the knobs (base/knobs.h) where they reach the kernels: the CPU kernels'
+ * process-wide ISA cap, set once when a program starts and again when a flag changes it. */
+#ifndef MP_RUNTIME_KNOBS_APPLY_H
+#define MP_RUNTIME_KNOBS_APPLY_H
+
+#include "base/knobs.h"
+
+/* Set the CPU kernels' process-wide ISA cap from k. Called by a program after reading its knobs,
+ * before any kernel runs, and again when a flag changes it (run/bench --no-simd). */
+void mp_knobs_apply_kernels(const mp_knobs *k);
+/* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
+ * benchmark program). */
+mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
+
+#endif
