@@ -33,7 +33,7 @@
 #include "kernels/quant.h"
 #include "base/atomic_file.h"
 #include "runtime/model.h"
-#include "runtime/executor.h"
+#include "runtime/engine.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"
 #include "runtime/sampler.h"
@@ -91,7 +91,7 @@ static mp_status hash_model(const mp_collect_opts *o, char sha[65], mp_error *er
 /* The run's config JSON plus what placement and route replay add (strings escaped by cJSON). */
 static char *config_with_placement(const char *base, const mp_collect_opts *o,
                                    const mp_placement *pl, const mp_route_replay *rr, bool gpu,
-                                   const mp_knobs *knobs)
+                                   const mp_knobs *knobs) /* rr: the engine's replay state, or NULL */
 {
     cJSON *c = cJSON_Parse(base);
     if (!c)
@@ -238,6 +238,250 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
     return MP_OK;
 }
 
+/* A collect run's state, phase by phase (start → open_trace → run_prompts → finish; close frees
+ * whatever was made). */
+typedef struct collect_run {
+    const mp_collect_opts *o;
+    const mp_knobs *knobs;
+    mp_prompt_set ps;
+    mp_engine e;              /* model, route replay, placement, session */
+    mp_tokenizer *tok;
+    mp_sampler *smp;
+    float *logits;            /* (n_vocab) */
+    prompt_result *res;       /* (prompts) */
+    const char **labels;      /* (2 × prompts): external ids, then texts */
+    mp_trace_writer *w;
+    mp_trace_async *as;       /* NULL: the synchronous writer (or stopped) */
+    mp_trace_hooks_state hs;
+    mp_hooks hooks;           /* filled once the trace exists; the session holds its address */
+    mp_cupti *cupti;          /* --cupti, until stopped */
+    mp_cupti_hooks_state chs;
+    mp_cupti_counts cupti_counts;
+    char *config_full;
+    mp_outfile results_out;   /* staged until the trace is in place */
+    mp_progress pr;           /* the prompts' progress; silent until begun */
+    int64_t n_done;
+    char sha[65], profile_sha[65], cpu[256], quant[256];
+} collect_run;
+
+/* CUPTI (refused here, before any output exists), prompts, the model and its SHA-256, the
+ * buffers, then the engine: route replay, executor and placement (checked against the budget),
+ * the session. Nothing is written yet. */
+static mp_status start(collect_run *c, mp_error *err)
+{
+    const mp_collect_opts *o = c->o;
+    mp_status st;
+    if (o->cupti && (st = mp_cupti_start(&c->cupti, err)))
+        return mp_error_prefix(err, "--cupti");
+    if ((st = mp_prompts_load(o->prompts_path, &c->ps, err)) || (st = mp_engine_load(&c->e, o->model_path, err)) ||
+        (st = mp_tokenizer_load(c->e.model->gguf, &c->tok, err)) || (st = hash_model(o, c->sha, err)))
+        return st;
+    const mp_model *m = c->e.model;
+    if (!o->raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use --raw-prompts",
+                       o->model_path, mp_arch_get(m->hp.arch)->name);
+    c->res = calloc((size_t)c->ps.n, sizeof *c->res);
+    c->logits = malloc((size_t)m->hp.n_vocab * sizeof *c->logits);
+    mp_sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
+    c->smp = mp_sampler_new(&sp, m->hp.n_vocab);
+    c->labels = calloc((size_t)c->ps.n * 2, sizeof *c->labels);
+    if (!c->res || !c->logits || !c->smp || !c->labels)
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory");
+    c->e.params = (mp_session_params){.n_ctx = o->n_ctx, .n_threads = o->n_threads, .n_batch = o->n_batch,
+                                      .hooks = &c->hooks, .knobs = c->knobs};
+    if ((st = mp_engine_plan(&c->e, &o->placement, o->route_replay, &mp_route_replay_ops, err)))
+        return st;
+    return mp_engine_start(&c->e, err);
+}
+
+/* The trace's run row: the model, the device, the config with the placement, replay and knobs. */
+static mp_status set_run(collect_run *c, mp_error *err)
+{
+    const mp_collect_opts *o = c->o;
+    const mp_model *m = c->e.model;
+    mp_session *s = c->e.session;
+    const mp_placement *pl = &c->e.placement;
+    char config[512];
+    cpu_model(c->cpu, sizeof c->cpu);
+    quant_types(m, c->quant, sizeof c->quant);
+    snprintf(config, sizeof config,
+             "{\"max_tokens\":%lld,\"raw_prompts\":%s,\"store_prompts\":%s,\"n_ctx\":%lld,"
+             "\"n_batch\":%lld,\"threads\":%d,\"sampling\":\"greedy\",\"writer\":\"%s\","
+             "\"prompts\":\"%s\"}",
+             (long long)o->max_tokens, o->raw_prompts ? "true" : "false", o->store_prompts ? "true" : "false",
+             (long long)mp_session_n_ctx(s), (long long)o->n_batch, mp_session_n_threads(s),
+             o->sync_writer ? "sync" : "thread", "see requests.external_id");
+    if (!(c->config_full = config_with_placement(config, o, pl, c->e.replay_state, c->e.gpu, c->knobs)))
+        return mp_fail(err, MP_ERR_NOMEM, "out of memory");
+    mp_trace_run_info info;
+    mp_trace_run_info_init(&info);
+    info.source = "moeplan";
+    info.model_path = o->model_path;
+    info.model_sha256 = c->sha;
+    info.architecture = mp_arch_get(m->hp.arch)->name;
+    info.n_layers = m->hp.n_layer;
+    info.n_moe_layers = m->hp.n_layer;
+    info.n_experts = m->hp.n_expert;
+    info.top_k = m->hp.n_expert_used;
+    info.n_embd = m->hp.n_embd;
+    info.n_ff_expert = m->hp.n_ff_exp;
+    info.n_vocab = m->hp.n_vocab;
+    info.quant_types = c->quant;
+    info.device = c->e.gpu ? mp_gpu_device_name(mp_session_gpu(s)) : "cpu";
+    info.cpu_model = c->cpu;
+    info.threads = mp_session_n_threads(s);
+    info.config_json = c->config_full;
+    if (pl->profile_image) { /* the hash of the bytes the placement was built from */
+        mp_sha256 psh;
+        uint8_t d[32];
+        mp_sha256_init(&psh);
+        mp_sha256_update(&psh, pl->profile_image, pl->profile_image_bytes);
+        if (!mp_sha256_final(&psh, d))
+            return mp_fail(err, MP_ERR_NOMEM, "out of memory for the profile's hash");
+        mp_sha256_hex(d, c->profile_sha);
+        info.profile_sha256 = c->profile_sha;
+    }
+    if (o->placement.budget_bytes)
+        info.budget_bytes = (int64_t)(o->placement.budget_bytes > INT64_MAX ? INT64_MAX : o->placement.budget_bytes);
+    return mp_trace_set_run(c->w, &info, err);
+}
+
+/* The trace, created only once the run is known to be possible (replay geometry, placement and
+ * budget checked: a refused run leaves no file behind), its hooks (synchronous or on the writer
+ * thread; CUPTI's around them), the run row and one node per MoE layer. */
+static mp_status open_trace(collect_run *c, mp_error *err)
+{
+    const mp_collect_opts *o = c->o;
+    mp_status st;
+    if ((st = mp_trace_writer_create(o->trace_path, o->force, &c->w, err)))
+        return st;
+    for (int64_t i = 0; i < c->ps.n; i++) {
+        c->labels[i] = c->ps.items[i].id;
+        c->labels[c->ps.n + i] = c->ps.items[i].text;
+    }
+    mp_trace_writer_set_request_labels(c->w, c->labels, o->store_prompts ? c->labels + c->ps.n : NULL, c->ps.n);
+    if (o->trace_max_bytes && (st = mp_trace_writer_limit_bytes(c->w, o->trace_max_bytes, err)))
+        return st;
+    if (o->sync_writer)
+        c->hooks = mp_trace_hooks(&c->hs, c->w);
+    else if ((st = mp_trace_async_start(c->w, &c->as, &c->hooks, err)))
+        return st;
+    if (c->cupti) { /* tag GPU work per (step, layer); records stored at each step's end */
+        mp_hooks inner = c->hooks;
+        c->hooks = o->sync_writer ? mp_cupti_hooks(&c->chs, c->cupti, &inner, mp_cupti_sink_trace, c->w)
+                                  : mp_cupti_hooks(&c->chs, c->cupti, &inner, mp_cupti_sink_async, c->as);
+    }
+    if ((st = set_run(c, err)))
+        return st;
+    const mp_model *m = c->e.model;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
+        char name[48];
+        snprintf(name, sizeof name, "blk.%lld.ffn_moe", (long long)il);
+        mp_trace_node nd = {.node_index = il, .node_type = "moe", .node_name = name, .layer = il,
+                            .n_experts = m->hp.n_expert, .top_k = m->hp.n_expert_used,
+                            .expert_bytes = (int64_t)mp_model_expert_bytes(m, il), .weight_format = MP_TRACE_W_F16};
+        if ((st = mp_trace_add_node(c->w, &nd, err)))
+            return st;
+    }
+    return MP_OK;
+}
+
+/* Every prompt in turn, the hooks recording it; a writer or CUPTI failure stops the run. */
+static mp_status run_prompts(collect_run *c, mp_error *err)
+{
+    int64_t tokens_done = 0;
+    mp_progress_begin(&c->pr, mp_progress_stream(c->o->progress), "collect", "prompts", c->ps.n);
+    mp_progress_count2(&c->pr, "tokens");
+    for (int64_t i = 0; i < c->ps.n; i++) {
+        mp_status st = run_prompt(c->o, &c->ps.items[i], i, c->e.model, c->tok, c->e.session, c->smp, c->logits,
+                                  &c->res[i], &tokens_done, &c->pr, err);
+        if (st)
+            return st;
+        c->n_done++;
+        if (c->o->sync_writer && c->hs.status) { /* the async writer reports at stop */
+            *err = c->hs.error;
+            return c->hs.status;
+        }
+        if (c->cupti && c->chs.status) {
+            *err = c->chs.error;
+            return c->chs.status;
+        }
+        mp_progress_set(&c->pr, i + 1);
+    }
+    mp_progress_end(&c->pr);
+    return MP_OK;
+}
+
+/* The writer thread and CUPTI stopped, the results staged, the trace's footer written, then the
+ * results renamed into place, and the summary printed. */
+static mp_status finish(collect_run *c, mp_error *err)
+{
+    const mp_collect_opts *o = c->o;
+    mp_status st;
+    if (c->as) {
+        st = mp_trace_async_stop(c->as, err);
+        c->as = NULL;
+        if (st)
+            return st;
+    }
+    if (c->cupti) { /* stopped before finish: records that arrive now have no step to go to */
+        st = mp_cupti_stop(c->cupti, &c->cupti_counts, err);
+        c->cupti = NULL;
+        if (st)
+            return st;
+    }
+    if ((st = write_results(o, &c->ps, c->res, c->n_done, &c->results_out, err)) ||
+        (st = mp_trace_finish(c->w, err)) || (st = mp_outfile_commit(&c->results_out, err)))
+        return st;
+    mp_trace_counts n = mp_trace_writer_counts(c->w);
+    printf("collected %lld prompts: %lld steps, %lld routing records -> %s (results: %s)\n",
+           (long long)n.n_requests, (long long)n.n_steps, (long long)n.n_routing, o->trace_path, o->results_path);
+    char line[1024];
+    mp_placement_summary(&c->e.placement, line, sizeof line);
+    if (c->e.gpu) {
+        printf("placement: %s\n", line);
+        mp_gpu_report(mp_session_gpu(c->e.session), line, sizeof line);
+        printf("executor gpu: %s\n", line);
+    } else {
+        printf("placement: %s (executor cpu: all experts ran on the CPU)\n", line);
+    }
+    if (c->e.replay_state) {
+        c->e.replay->describe(c->e.replay_state, line, sizeof line);
+        printf("%s\n", line);
+    }
+    if (o->cupti)
+        report_cupti(&c->cupti_counts);
+    return MP_OK;
+}
+
+/* Free everything; after a failure, the trace's temporary is removed (an existing trace and
+ * results file stay as they were) and the error st carries is kept over any later one. */
+static void close_run(collect_run *c, mp_status st, mp_error *err)
+{
+    if (c->as) {
+        mp_error e2;
+        mp_trace_async_stop(c->as, &e2); /* the run failed already; its error is the one shown */
+    }
+    if (st && c->w) {
+        mp_error e3;
+        mp_trace_abort(c->w, err->msg, &e3);
+    }
+    if (c->cupti) {
+        mp_error e4;
+        mp_cupti_stop(c->cupti, NULL, &e4);
+    }
+    mp_outfile_abort(&c->results_out);
+    mp_trace_writer_close(c->w);
+    mp_engine_close(&c->e);
+    free(c->config_full);
+    mp_sampler_free(c->smp);
+    free(c->logits);
+    free(c->res);
+    free(c->labels);
+    mp_tokenizer_free(c->tok);
+    mp_prompts_free(&c->ps);
+}
+
 int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
 {
     mp_collect_opts o;
@@ -253,246 +497,14 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
         fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
         return st == MP_ERR_ARG ? 2 : 1;
     }
-    mp_prompt_set ps = {0};
-    mp_model *m = NULL;
-    mp_tokenizer *tok = NULL;
-    mp_trace_writer *w = NULL;
-    mp_trace_async *as = NULL;
-    mp_session *s = NULL;
-    mp_sampler *smp = NULL;
-    float *logits = NULL;
-    prompt_result *res = NULL;
-    const char **labels = NULL; /* (2 × n prompts): external ids, then texts */
-    mp_trace_hooks_state hs;
-    mp_hooks hooks = {0}; /* filled once the trace exists; the session holds its address */
-    mp_placement pl = {0};
-    bool use_gpu = false;
-    mp_route_replay *rr = NULL;
-    mp_route_source route_src;
-    mp_cupti *cupti = NULL;
-    mp_cupti_hooks_state chs;
-    char *config_full = NULL;
-    mp_outfile results_out = {.fd = -1}; /* staged until the trace is in place */
-    char profile_sha[65];
-    int64_t n_done = 0;
-    char sha[65], cpu[256], quant[256], config[512];
-    mp_progress pr = {0}; /* the prompts' progress; silent until begun */
-    if (o.cupti && (st = mp_cupti_start(&cupti, &err))) {
-        mp_error_prefix(&err, "--cupti");
-        goto out;
-    }
-    if ((st = mp_prompts_load(o.prompts_path, &ps, &err)) ||
-        (st = mp_model_load(o.model_path, &m, &err)) ||
-        (st = mp_tokenizer_load(m->gguf, &tok, &err)) ||
-        (st = hash_model(&o, sha, &err)))
-        goto out;
-    if (!o.raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE) {
-        st = mp_fail(&err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use "
-                     "--raw-prompts", o.model_path, mp_arch_get(m->hp.arch)->name);
-        goto out;
-    }
-    res = calloc((size_t)ps.n, sizeof *res);
-    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    mp_sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
-    smp = mp_sampler_new(&sp, m->hp.n_vocab);
-    if (!res || !logits || !smp) {
-        st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    mp_session_params sessp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads, .n_batch = o.n_batch,
-                               .hooks = &hooks, .knobs = knobs};
-    if (o.route_replay) {
-        if ((st = mp_route_replay_open(o.route_replay, m->hp.n_layer, m->hp.n_expert,
-                                       m->hp.n_expert_used, &rr, &err)))
-            goto out;
-        route_src = mp_route_replay_source(rr);
-        sessp.route_src = &route_src;
-    }
-    /* executor and placement (checked against the budget) before anything is written */
-    if ((st = mp_executor_plan(m, o.placement.executor, &o.placement, &sessp, &pl,
-                               &use_gpu, &err)))
-        goto out;
-    sessp.placement = use_gpu ? &pl : NULL;
-    if ((st = mp_session_new(m, &sessp, &s, &err)))
-        goto out;
-    /* the trace is created only once the run is known to be possible (replay geometry,
-     * placement and budget checked): a refused run leaves no file behind */
-    if ((st = mp_trace_writer_create(o.trace_path, o.force, &w, &err)))
-        goto out;
-    labels = calloc((size_t)ps.n * 2, sizeof *labels); /* ids, then texts */
-    if (!labels) {
-        st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    for (int64_t i = 0; i < ps.n; i++) {
-        labels[i] = ps.items[i].id;
-        labels[ps.n + i] = ps.items[i].text;
-    }
-    mp_trace_writer_set_request_labels(w, labels, o.store_prompts ? labels + ps.n : NULL, ps.n);
-    if (o.trace_max_bytes && (st = mp_trace_writer_limit_bytes(w, o.trace_max_bytes, &err)))
-        goto out;
-    if (o.sync_writer) {
-        hooks = mp_trace_hooks(&hs, w);
-    } else if ((st = mp_trace_async_start(w, &as, &hooks, &err))) {
-        goto out;
-    }
-    if (cupti) { /* tag GPU work per (step, layer); records stored at each step's end */
-        mp_hooks inner = hooks;
-        hooks = o.sync_writer ? mp_cupti_hooks(&chs, cupti, &inner, mp_cupti_sink_trace, w)
-                              : mp_cupti_hooks(&chs, cupti, &inner, mp_cupti_sink_async, as);
-    }
-    cpu_model(cpu, sizeof cpu);
-    quant_types(m, quant, sizeof quant);
-    snprintf(config, sizeof config,
-             "{\"max_tokens\":%lld,\"raw_prompts\":%s,\"store_prompts\":%s,\"n_ctx\":%lld,"
-             "\"n_batch\":%lld,\"threads\":%d,\"sampling\":\"greedy\",\"writer\":\"%s\","
-             "\"prompts\":\"%s\"}",
-             (long long)o.max_tokens, o.raw_prompts ? "true" : "false",
-             o.store_prompts ? "true" : "false", (long long)mp_session_n_ctx(s),
-             (long long)o.n_batch, mp_session_n_threads(s), o.sync_writer ? "sync" : "thread",
-             "see requests.external_id");
-    if (!(config_full = config_with_placement(config, &o, &pl, rr, use_gpu, knobs))) {
-        st = mp_fail(&err, MP_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    mp_trace_run_info info;
-    mp_trace_run_info_init(&info);
-    info.source = "moeplan";
-    info.model_path = o.model_path;
-    info.model_sha256 = sha;
-    info.architecture = mp_arch_get(m->hp.arch)->name;
-    info.n_layers = m->hp.n_layer;
-    info.n_moe_layers = m->hp.n_layer;
-    info.n_experts = m->hp.n_expert;
-    info.top_k = m->hp.n_expert_used;
-    info.n_embd = m->hp.n_embd;
-    info.n_ff_expert = m->hp.n_ff_exp;
-    info.n_vocab = m->hp.n_vocab;
-    info.quant_types = quant;
-    info.device = use_gpu ? mp_gpu_device_name(mp_session_gpu(s)) : "cpu";
-    info.cpu_model = cpu;
-    info.threads = mp_session_n_threads(s);
-    info.config_json = config_full;
-    if (pl.profile_image) { /* the hash of the bytes the placement was built from */
-        mp_sha256 psh;
-        uint8_t d[32];
-        mp_sha256_init(&psh);
-        mp_sha256_update(&psh, pl.profile_image, pl.profile_image_bytes);
-        if (!mp_sha256_final(&psh, d)) {
-            st = mp_fail(&err, MP_ERR_NOMEM, "out of memory for the profile's hash");
-            goto out;
-        }
-        mp_sha256_hex(d, profile_sha);
-        info.profile_sha256 = profile_sha;
-    }
-    if (o.placement.budget_bytes)
-        info.budget_bytes = (int64_t)(o.placement.budget_bytes > INT64_MAX ? INT64_MAX
-                                                                          : o.placement.budget_bytes);
-    if ((st = mp_trace_set_run(w, &info, &err)))
-        goto out;
-    for (int64_t il = 0; il < m->hp.n_layer; il++) {
-        char name[48];
-        snprintf(name, sizeof name, "blk.%lld.ffn_moe", (long long)il);
-        mp_trace_node nd = {.node_index = il, .node_type = "moe", .node_name = name, .layer = il,
-                            .n_experts = m->hp.n_expert, .top_k = m->hp.n_expert_used,
-                            .expert_bytes = (int64_t)mp_model_expert_bytes(m, il),
-                            .weight_format = MP_TRACE_W_F16};
-        if ((st = mp_trace_add_node(w, &nd, &err)))
-            goto out;
-    }
-    int64_t tokens_done = 0;
-    mp_progress_begin(&pr, mp_progress_stream(o.progress), "collect", "prompts", ps.n);
-    mp_progress_count2(&pr, "tokens");
-    for (int64_t i = 0; i < ps.n; i++) {
-        if ((st = run_prompt(&o, &ps.items[i], i, m, tok, s, smp, logits, &res[i], &tokens_done,
-                             &pr, &err)))
-            goto out;
-        n_done++;
-        if (o.sync_writer && hs.status) { /* the async writer reports at stop */
-            err = hs.error;
-            st = hs.status;
-            goto out;
-        }
-        if (cupti && chs.status) {
-            err = chs.error;
-            st = chs.status;
-            goto out;
-        }
-        mp_progress_set(&pr, i + 1);
-    }
-    mp_progress_end(&pr);
-    if (as) {
-        st = mp_trace_async_stop(as, &err);
-        as = NULL;
-        if (st)
-            goto out;
-    }
-    mp_cupti_counts cc = {0};
-    if (cupti) { /* stopped before finish: records that arrive now have no step to go to */
-        st = mp_cupti_stop(cupti, &cc, &err);
-        cupti = NULL;
-        if (st)
-            goto out;
-    }
-    if ((st = write_results(&o, &ps, res, n_done, &results_out, &err)))
-        goto out;
-    if ((st = mp_trace_finish(w, &err)) || (st = mp_outfile_commit(&results_out, &err)))
-        goto out;
-    mp_trace_counts c = mp_trace_writer_counts(w);
-    printf("collected %lld prompts: %lld steps, %lld routing records -> %s (results: %s)\n",
-           (long long)c.n_requests, (long long)c.n_steps, (long long)c.n_routing, o.trace_path,
-           o.results_path);
-    {
-        char line[1024];
-        mp_placement_summary(&pl, line, sizeof line);
-        if (use_gpu) {
-            printf("placement: %s\n", line);
-            mp_gpu_report(mp_session_gpu(s), line, sizeof line);
-            printf("executor gpu: %s\n", line);
-        } else {
-            printf("placement: %s (executor cpu: all experts ran on the CPU)\n", line);
-        }
-        if (rr)
-            printf("routing replayed from %s: %lld rows per layer, %lld wrap(s)\n", o.route_replay,
-                   (long long)mp_route_replay_rows(rr), (long long)mp_route_replay_wraps(rr));
-        if (o.cupti)
-            report_cupti(&cc);
-    }
-out:
-    /* a replay that stopped the run knows why; the runtime only knows that it stopped */
-    if (st && rr && mp_route_replay_error(rr)->code)
-        err = *mp_route_replay_error(rr);
-    if (as) {
-        mp_error e2;
-        mp_status s2 = mp_trace_async_stop(as, &e2);
-        if (st == MP_OK && s2) {
-            st = s2;
-            err = e2;
-        }
-    }
-    if (st && w) {
-        mp_error e3;
-        mp_trace_abort(w, err.msg, &e3);
-    }
-    if (cupti) {
-        mp_error e4;
-        mp_cupti_stop(cupti, NULL, &e4); /* the run failed already; its error is the one shown */
-    }
-    mp_outfile_abort(&results_out);
-    mp_trace_writer_close(w);
-    mp_session_free(s);
-    mp_route_replay_close(rr);
-    mp_placement_free(&pl);
-    free(config_full);
-    mp_sampler_free(smp);
-    free(logits);
-    free(res);
-    free(labels);
-    mp_tokenizer_free(tok);
-    mp_model_free(m);
-    mp_prompts_free(&ps);
+    collect_run c = {.o = &o, .knobs = knobs, .results_out = {.fd = -1}};
+    if (!(st = start(&c, &err)) && !(st = open_trace(&c, &err)) && !(st = run_prompts(&c, &err)))
+        st = finish(&c, &err);
+    if (st)
+        mp_engine_step_error(&c.e, &err); /* a replay that stopped the run knows why */
+    close_run(&c, st, &err);
     if (st) {
-        mp_progress_end(&pr); /* ends the line where the run stopped */
+        mp_progress_end(&c.pr); /* ends the line where the run stopped */
         fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
         return 1;
     }
