@@ -1,5 +1,6 @@
 /* runtime/engine.h — starting the model, one way for every command that runs it (run, bench,
- * collect, plan, calibrate's runtime points):
+ * collect, plan's check; calibrate, which measures sessions of explicit placements on one loaded
+ * model, makes them with mp_calib_gpu_session):
  *
  *   mp_engine_load   open the GGUF model (mmap, fail-closed)
  *   mp_engine_plan   attach the route replay, if any; decide the executor and build the placement
