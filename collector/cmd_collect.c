@@ -40,32 +40,13 @@
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 #include "base/clock.h"
+#include "base/machine.h"
 
 typedef struct prompt_result {
     int64_t n_prompt_tokens, n_gen_tokens;
     int64_t prefill_ns, decode_ns;
 } prompt_result;
 
-
-static void cpu_model(char *out, size_t cap)
-{
-    snprintf(out, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c += 1 + (c[1] == ' ');
-                c[strcspn(c, "\n")] = 0;
-                snprintf(out, cap, "%s", c);
-            }
-            break;
-        }
-    fclose(f);
-}
 
 /* "Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q6_K:ffn_down_exps" for layer 0 (the expert weights). */
 static void quant_types(const mp_model *m, char *out, size_t cap)
@@ -302,7 +283,7 @@ static mp_status set_run(collect_run *c, mp_error *err)
     mp_session *s = c->e.session;
     const mp_placement *pl = &c->e.placement;
     char config[512];
-    cpu_model(c->cpu, sizeof c->cpu);
+    mp_cpu_model_name(c->cpu, sizeof c->cpu);
     quant_types(m, c->quant, sizeof c->quant);
     snprintf(config, sizeof config,
              "{\"max_tokens\":%lld,\"raw_prompts\":%s,\"store_prompts\":%s,\"n_ctx\":%lld,"

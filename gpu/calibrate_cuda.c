@@ -72,12 +72,12 @@ static mp_status copies(const mp_calib_opts *o, bool to_device, void *d_buf, voi
             const size_t n = sizes[si];
             void *dst = to_device ? d_buf : h, *src = to_device ? h : d_buf;
             for (int rep = -2; rep < o->reps; rep++) {
-                const int64_t t0 = mp_calib_now_ns();
+                const int64_t t0 = mp_now_ns();
                 CK(cudaEventRecord(ev0, s));
                 CK(cudaMemcpyAsync(dst, src, n, kind, s));
                 CK(cudaEventRecord(ev1, s));
                 CK(cudaStreamSynchronize(s));
-                const int64_t host_ns = mp_calib_now_ns() - t0;
+                const int64_t host_ns = mp_now_ns() - t0;
                 if (rep >= 0)
                     ns[rep] = pinned ? 1e6 * event_ms(ev0, ev1) : (double)host_ns;
             }
@@ -104,7 +104,7 @@ static mp_status round_trip(const mp_model *m, const mp_calib_opts *o, void *d_b
     if (!host_ns)
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     for (int rep = -3; rep < o->reps; rep++) {
-        const int64_t t0 = mp_calib_now_ns();
+        const int64_t t0 = mp_now_ns();
         CK(cudaEventRecord(ev[0], s));
         CK(cudaMemcpyAsync(h_pinned, d_buf, row_bytes, cudaMemcpyDeviceToHost, s));
         CK(cudaEventRecord(ev[1], s));
@@ -113,7 +113,7 @@ static mp_status round_trip(const mp_model *m, const mp_calib_opts *o, void *d_b
         CK(cudaMemcpyAsync((char *)d_buf + row_bytes, h_pinned, row_bytes, cudaMemcpyHostToDevice, s));
         CK(cudaEventRecord(ev[3], s));
         CK(cudaStreamSynchronize(s));
-        const int64_t total_ns = mp_calib_now_ns() - t0;
+        const int64_t total_ns = mp_now_ns() - t0;
         if (rep >= 0) {
             ns[rep] = 1e6 * event_ms(ev[1], ev[2]);
             host_ns[rep] = (double)total_ns;

@@ -109,11 +109,6 @@ static void run_expert(expert_bench *b, mp_pool *pool, const float *x, char *xq,
     mp_pool_run(pool, (D + b->chunk - 1) / b->chunk, down_task, b);
 }
 
-int mp_calib_warmups(const mp_calib_opts *o)
-{
-    return o->quick ? 1 : 3;
-}
-
 /* The `concurrent` curve of a CPU entry: mp_moe_experts_cpu — the runtime's own function — over
  * one row routed to k distinct experts, for k in mp_calib_concurrent_ks.
  * Each repetition takes the next k experts of the next layer of the kind, so the weights come from
@@ -150,10 +145,10 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
                 if (j >= k)
                     resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
             }
-            const int64_t t0 = mp_calib_now_ns();
+            const int64_t t0 = mp_now_ns();
             mp_moe_experts_cpu(m, layer, x, 1, ids, w, resident, NULL, out, pool, scratch);
             if (rep >= 0)
-                ns[rep] = (double)(mp_calib_now_ns() - t0);
+                ns[rep] = (double)(mp_now_ns() - t0);
         }
         cJSON *p = mp_calib_point("experts", k, ns, o->reps);
         if (!p) {
@@ -286,10 +281,10 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
                 for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, next++) {
                     b.layer = kind->layers[(next / E) % kind->n_layers];
                     b.expert = next % E;
-                    const int64_t t0 = mp_calib_now_ns();
+                    const int64_t t0 = mp_now_ns();
                     run_expert(&b, pool, x, xq, hq);
                     if (rep >= 0)
-                        ns[rep] = (double)(mp_calib_now_ns() - t0);
+                        ns[rep] = (double)(mp_now_ns() - t0);
                 }
                 cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
                 if (!p) {
@@ -363,10 +358,10 @@ mp_status mp_calib_combine(const mp_model *m, const mp_calib_opts *o, cJSON *arr
     for (int ri = 0; ri < o->n_rows; ri++) {
         combine_bench c = {parts, weights, out, D, K};
         for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
-            const int64_t t0 = mp_calib_now_ns();
+            const int64_t t0 = mp_now_ns();
             mp_pool_run(pool, o->rows[ri], combine_task, &c);
             if (rep >= 0)
-                ns[rep] = (double)(mp_calib_now_ns() - t0);
+                ns[rep] = (double)(mp_now_ns() - t0);
         }
         cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
         if (!p) {

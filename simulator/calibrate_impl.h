@@ -14,9 +14,9 @@
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
+#include "base/clock.h"
 #include "simulator/calibrate.h"
 
-int64_t mp_calib_now_ns(void);
 /* Unrecorded repetitions before a measurement's first recorded one (fewer with --quick). */
 int mp_calib_warmups(const mp_calib_opts *o);
 /* A progress line through o->progress (if set), printf-style. */

@@ -94,7 +94,7 @@ static mp_status context_sweep(mp_session *s, const mp_model *m, const mp_calib_
     mp_status st;
     mp_session_set_hooks(s, NULL);
     for (int rep = -1; rep < o->reps; rep++) {
-        const int64_t sweep_t0 = mp_calib_now_ns();
+        const int64_t sweep_t0 = mp_now_ns();
         mp_session_reset(s);
         tokens[0] = random_token(rng, m->hp.n_vocab); /* the prompt: position 0 */
         if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
@@ -107,21 +107,21 @@ static mp_status context_sweep(mp_session *s, const mp_model *m, const mp_calib_
                 if ((st = mp_session_eval(s, tokens, k, false, logits, err)))
                     return st;
             }
-            const int64_t t0 = mp_calib_now_ns();
+            const int64_t t0 = mp_now_ns();
             for (int i = 0; i < CONTEXT_WINDOW; i++) {
                 tokens[0] = random_token(rng, m->hp.n_vocab);
                 if ((st = mp_session_eval(s, tokens, 1, false, logits, err)))
                     return st;
             }
             if (rep >= 0)
-                ns[(size_t)w * o->reps + rep] = (double)(mp_calib_now_ns() - t0) / CONTEXT_WINDOW;
+                ns[(size_t)w * o->reps + rep] = (double)(mp_now_ns() - t0) / CONTEXT_WINDOW;
             keys[w] = (double)starts[w] + (CONTEXT_WINDOW + 1) / 2.0; /* positions p attend p + 1 keys */
         }
         if (rep < 0)
             mp_calib_say(o, "calibrate: non-MoE context sweep: %d windows of %d one-row steps from positions "
                             "%" PRId64 " .. %" PRId64 ", %d sweeps: about %.0f s",
                          n, CONTEXT_WINDOW, starts[0], starts[n - 1], o->reps,
-                         (double)(mp_calib_now_ns() - sweep_t0) / 1e9 * o->reps);
+                         (double)(mp_now_ns() - sweep_t0) / 1e9 * o->reps);
     }
     return MP_OK;
 }
@@ -247,9 +247,9 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
          * stops once it has used NON_MOE_POINT_NS, so the default list fits a 10-minute run */
         int n_rec = 0;
         double step_sum = 0, moe_sum = 0;
-        const int64_t point_t0 = mp_calib_now_ns();
+        const int64_t point_t0 = mp_now_ns();
         for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++) {
-            if (n_rec >= 3 && mp_calib_now_ns() - point_t0 > NON_MOE_POINT_NS)
+            if (n_rec >= 3 && mp_now_ns() - point_t0 > NON_MOE_POINT_NS)
                 break;
             if (mp_session_n_past(s) + rows * (gpu ? 2 : 1) > n_ctx)
                 mp_session_reset(s);
@@ -263,10 +263,10 @@ mp_status mp_calib_non_moe(const mp_model *m, const mp_calib_opts *o, cJSON *arr
                 if (st)
                     goto out;
             }
-            const int64_t t0 = mp_calib_now_ns();
+            const int64_t t0 = mp_now_ns();
             if ((st = mp_session_eval(s, tokens, rows, false, logits, err)))
                 goto out;
-            const int64_t step_ns = mp_calib_now_ns() - t0;
+            const int64_t step_ns = mp_now_ns() - t0;
             if (rep >= 0) { /* mp_calib_point keeps the point >= 0 if noise makes this negative */
                 ns[n_rec++] = (double)(step_ns - moe_ns);
                 step_sum += (double)step_ns;
@@ -556,10 +556,10 @@ static mp_status sustained_run(mp_session *s, const mp_model *m, bool timed, flo
     int32_t tok = 7;
     mp_session_reset(s);
     for (int i = 0; i < GRID_WARM && !st; i++) {
-        const int64_t t0 = mp_calib_now_ns();
+        const int64_t t0 = mp_now_ns();
         tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
         st = mp_session_eval(s, &tok, 1, false, logits, err);
-        *warm_ns = (double)(mp_calib_now_ns() - t0);
+        *warm_ns = (double)(mp_now_ns() - t0);
     }
     if (st || !timed)
         return st;
@@ -567,14 +567,14 @@ static mp_status sustained_run(mp_session *s, const mp_model *m, bool timed, flo
     if ((st = mp_session_eval(s, &tok, 1, false, logits, err))) /* the prompt: position 0 */
         return st;
     mp_gpu_stats_reset(g);
-    const int64_t t0 = mp_calib_now_ns();
+    const int64_t t0 = mp_now_ns();
     int n = 0;
-    while (!st && n < GRID_STEPS && (n < GRID_MIN_STEPS || mp_calib_now_ns() - t0 < GRID_RUN_NS)) {
+    while (!st && n < GRID_STEPS && (n < GRID_MIN_STEPS || mp_now_ns() - t0 < GRID_RUN_NS)) {
         tok = (int32_t)((tok * 7919 + 13) % m->hp.n_vocab);
         st = mp_session_eval(s, &tok, 1, false, logits, err);
         n++;
     }
-    *step_ns = (double)(mp_calib_now_ns() - t0) / n;
+    *step_ns = (double)(mp_now_ns() - t0) / n;
     *steps = n;
     mp_gpu_get_stats(g, gs);
     return st;
@@ -779,7 +779,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     mp_placement pl = {0};
     mp_session *s = NULL;
     mp_status st = MP_OK;
-    const int64_t t_start = mp_calib_now_ns();
+    const int64_t t_start = mp_now_ns();
     if (grid_session(m, o, resident, L, &src, &pl, &s, why))
         return mp_calib_missing(missing, "decode_layers", why, err);
     mp_gpu *g = mp_session_gpu(s);
@@ -851,7 +851,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
             cpu[(size_t)i * passes + pass] = (double)gs.cpu_expert_ns / (double)gs.hybrid_layers;
             gpu[(size_t)i * passes + pass] = gs.rt_measured ? (double)gs.rt_gpu_ns / (double)gs.rt_measured : 0;
         }
-        const double elapsed = (double)(mp_calib_now_ns() - t_start) / 1e9;
+        const double elapsed = (double)(mp_now_ns() - t_start) / 1e9;
         if (!why[0] && pass < 0)
             mp_calib_say(o, "calibrate: decode layer grid: about %.0f s for %d passes (the warm-up's step times), "
                             "then the once-per-step cost of hybrid steps", eta_ns / 1e9, passes);
@@ -896,7 +896,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     cJSON_AddItemToObject(grid, "points", pts);
     pts = NULL;
     mp_calib_say(o, "calibrate: decode layer grid: %d points in %.1f s; repetition spread (p75 - p25) %.1f %% of the "
-                    "layer time on average, %.1f %% at most", n_pts, (double)(mp_calib_now_ns() - t_start) / 1e9,
+                    "layer time on average, %.1f %% at most", n_pts, (double)(mp_now_ns() - t_start) / 1e9,
                  100 * spread_sum / (n_pts ? n_pts : 1), 100 * spread_max);
     /* the grid's session holds the device's memory: free it before the next */
     mp_session_free(s);
