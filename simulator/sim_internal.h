@@ -112,7 +112,7 @@ static inline bool sim_copies(const sim_tab *c, uint32_t rows)
     return c->copies && mp_decide_copy(rows, c->cpu_ns[rows], c->weight_h2d_ns, 0);
 }
 
-typedef struct sim_engine sim_engine; /* sim.c */
+typedef struct sim_engine sim_engine; /* sim_engine.h */
 
 /* Residency, as the policies see and change it. */
 bool sim_is_resident(const sim_engine *s, uint32_t layer, uint32_t expert);
