@@ -10,7 +10,7 @@ csv=${MP_FLAME_CSV:-../shared/data/traces/flame-moe-290m-prefill.csv}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$build/cli/moeplan" import csv "$csv" --trace "$tmp/flame.db" --experts 64 >/dev/null
-costs=tests/fixtures/costs/fixture.json   # synthetic costs: the replay's speed does not depend on them
+costs=${MP_SIM_COSTS:-bench/results/2026-12-02-h200-accuracy-matrix-calibrate-regime/flame/costs.json} # a calibration of the flame preset on the H200 (the decode grid must be of the trace's shape; the replay's speed does not depend on the numbers)
 for mode in "" "--as-decode"; do
     for slots in 400 800; do
         taskset -c 0 "$build/bench/bench_simulate" "$tmp/flame.db" "$costs" --expert Q4_K --reps 5 \
