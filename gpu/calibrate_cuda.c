@@ -1,4 +1,4 @@
-/* gpu/calibrate_cuda.c — the GPU benchmarks of `moeplan calibrate` (built with MP_HAVE_CUDA;
+/* gpu/calibrate_cuda.c — the GPU benchmarks of `moeplan calibrate` (in the GPU module;
  * plain C on the CUDA runtime API and kernels/cuda/cuda_ops.h).
  *
  *  - h2d / d2h by size (4 KiB .. 64 MiB): pinned copies are timed by CUDA events around the

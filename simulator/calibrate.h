@@ -9,7 +9,7 @@
  *    every layer of that kind) so the weights come from memory, not from the CPU caches;
  *  - combine: the weighted sum of top_k expert outputs per row (the CPU side of the merge);
  *  - non_moe: a forward step of r tokens (mp_session_eval) minus its MoE blocks' time;
- *  - with a usable CUDA device (calibrate_cuda.c): H2D/D2H by size pinned and pageable, the
+ *  - with a usable CUDA device (gpu/calibrate_cuda.c, in the GPU module): H2D/D2H by size pinned and pageable, the
  *    decode round trip per MoE layer beyond its copies (sync), and the GPU expert kernel vs rows.
  * What cannot be measured here is named in the JSON's $.missing with the reason.
  *

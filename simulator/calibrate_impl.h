@@ -105,7 +105,7 @@ mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
 /* Append {"what", "why"} to $.missing. */
 mp_status mp_calib_missing(cJSON *missing, const char *what, const char *why, mp_error *err);
 
-/* GPU parts (gpu/calibrate_cuda.c, in the GPU module: calibrate.c calls it through the module's
+/* GPU parts (gpu/calibrate_cuda.c, in the GPU module: calibrate_run.c calls it through the module's
  * table, mp_calib_gpu_table). Adds "gpu_expert", "h2d", "d2h" and
  * "sync" to root and the GPU's facts to device; or, when no usable device exists, returns MP_OK
  * with the reason in why (root untouched). Errors are CUDA failures on a usable device. */
