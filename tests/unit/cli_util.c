@@ -11,27 +11,60 @@ int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, cha
     return mp_test_run("MP_MOEPLAN", dir, args, what, out, cap);
 }
 
-int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_capture what, char *out,
-                size_t cap)
+/* Run the shell command line cmd in dir's files: out gets what `what` says (NUL-terminated, at
+ * most cap - 1 bytes). The exit status; fails the test if the process did not exit normally. */
+static int run_captured(const char *cmd, const char *dir, mp_test_capture what, char *out, size_t cap)
 {
-    const char *exe = getenv(exe_env);
-    cr_assert_not_null(exe, "%s is not set (run through meson test)", exe_env);
-    char cmd[8192], path[4096];
+    char line[12288], path[4096];
     if (what == MP_TEST_MERGED) {
-        snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>&1", exe, args, dir);
+        snprintf(line, sizeof line, "%s >'%s/out' 2>&1", cmd, dir);
         snprintf(path, sizeof path, "%s/out", dir);
     } else {
-        snprintf(cmd, sizeof cmd, "'%s' %s >'%s/stdout' 2>'%s/stderr'", exe, args, dir, dir);
+        snprintf(line, sizeof line, "%s >'%s/stdout' 2>'%s/stderr'", cmd, dir, dir);
         snprintf(path, sizeof path, "%s/stderr", dir);
     }
-    int st = system(cmd);
-    cr_assert(WIFEXITED(st), "did not exit normally: %s", cmd);
+    int st = system(line);
+    cr_assert(WIFEXITED(st), "did not exit normally: %s", line);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "cannot read %s", path);
     size_t n = fread(out, 1, cap - 1, f);
     out[n] = 0;
     fclose(f);
     return WEXITSTATUS(st);
+}
+
+int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_capture what, char *out,
+                size_t cap)
+{
+    const char *exe = getenv(exe_env);
+    cr_assert_not_null(exe, "%s is not set (run through meson test)", exe_env);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s", exe, args);
+    return run_captured(cmd, dir, what, out, cap);
+}
+
+int mp_test_bench_script(const char *dir, const char *script, const char *env, char *err, size_t cap)
+{
+    const char *root = getenv("MP_SOURCE_ROOT"), *moeplan = getenv("MP_MOEPLAN");
+    cr_assert(root && moeplan, "MP_SOURCE_ROOT / MP_MOEPLAN are not set (run through meson test)");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "MOEPLAN='%s' OUT='%s/out' WORK='%s' %s bash '%s/bench/%s'", moeplan, dir, dir, env,
+             root, script);
+    return run_captured(cmd, dir, MP_TEST_STDERR, err, cap);
+}
+
+double mp_test_json_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "%s is not a number", key);
+    return v->valuedouble;
+}
+
+const char *mp_test_json_str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsString(v), "%s is not a string", key);
+    return v->valuestring;
 }
 
 char *mp_test_slurp(const char *path)

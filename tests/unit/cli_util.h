@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <cjson/cJSON.h>
+
 typedef enum mp_test_capture {
     MP_TEST_STDERR, /* out gets stderr; stdout is kept in DIR/stdout */
     MP_TEST_MERGED, /* out gets stdout and stderr interleaved (DIR/out) */
@@ -18,6 +20,15 @@ int mp_test_moeplan(const char *dir, const char *args, mp_test_capture what, cha
  * tests/meson.build, e.g. MP_MOE_CPU_STREAM). */
 int mp_test_run(const char *exe_env, const char *dir, const char *args, mp_test_capture what, char *out,
                 size_t cap);
+
+/* Run the script bench/SCRIPT of the source tree (MP_SOURCE_ROOT) with bash, env (shell
+ * assignments, "" for none) before it, MOEPLAN the built binary, OUT=DIR/out and WORK=DIR: its
+ * stdout kept in DIR/stdout, its stderr into err (as mp_test_moeplan's). The exit status. */
+int mp_test_bench_script(const char *dir, const char *script, const char *env, char *err, size_t cap);
+
+/* o's member key, failing the test unless it is a number / a string. */
+double mp_test_json_num(const cJSON *o, const char *key);
+const char *mp_test_json_str(const cJSON *o, const char *key);
 
 /* The whole file at path as a malloc'd NUL-terminated string (fails the test if it cannot be read);
  * mp_test_stdout(dir) is DIR/stdout, what mp_test_moeplan kept of the last run's stdout. */

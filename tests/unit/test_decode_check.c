@@ -25,15 +25,14 @@
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
-static const char *root, *moeplan;
+static const char *root;
 
 static void setup(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_decode_check_XXXXXX");
     cr_assert_not_null(mkdtemp(tmpdir));
     root = getenv("MP_SOURCE_ROOT");
-    moeplan = getenv("MP_MOEPLAN");
-    cr_assert(root && moeplan, "MP_SOURCE_ROOT / MP_MOEPLAN are not set (run through meson test)");
+    cr_assert(root, "MP_SOURCE_ROOT is not set (run through meson test)");
 }
 
 static void teardown(void)
@@ -45,37 +44,12 @@ static void teardown(void)
 
 TestSuite(decode_check, .init = setup, .fini = teardown);
 
-/* Run the script with env (shell assignments), OUT=tmpdir/out and WORK=tmpdir; stderr into err.
- * Exit status. */
+/* The script with env (shell assignments), as cli_util.h runs bench scripts; stderr into err. */
 static int script(const char *env, char *err, size_t cap)
 {
-    char cmd[4096], path[512];
-    snprintf(path, sizeof path, "%s/stderr", tmpdir);
-    snprintf(cmd, sizeof cmd, "MOEPLAN='%s' OUT='%s/out' WORK='%s' %s bash '%s/bench/decode_check.sh' "
-             ">'%s/stdout' 2>'%s'", moeplan, tmpdir, tmpdir, env, root, tmpdir, path);
-    const int rc = system(cmd);
-    cr_assert(rc != -1 && WIFEXITED(rc), "the script did not exit normally");
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    const size_t n = fread(err, 1, cap - 1, f);
-    err[n] = 0;
-    fclose(f);
-    return WEXITSTATUS(rc);
+    return mp_test_bench_script(tmpdir, "decode_check.sh", env, err, cap);
 }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
-    return v->valuedouble;
-}
-
-static const char *str(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsString(v), "%s is not a string", k);
-    return v->valuestring;
-}
 
 /* The cost file's pieces of the model, read here. */
 typedef struct costs_parts {
@@ -90,24 +64,24 @@ static costs_parts parts_of(const char *path, int top_k)
     costs_parts p = {0};
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(c, "non_moe"))
-        if (num(e, "rows") == 1)
-            p.nm_ns = num(e, "median_ns");
+        if (mp_test_json_num(e, "rows") == 1)
+            p.nm_ns = mp_test_json_num(e, "median_ns");
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(c, "non_moe_context");
     if (cJSON_GetObjectItemCaseSensitive(ctx, "per_key_ns")) { /* the linear term of an older file */
-        p.nm_keys = num(ctx, "keys");
-        p.per_key_ns = num(ctx, "per_key_ns");
+        p.nm_keys = mp_test_json_num(ctx, "keys");
+        p.per_key_ns = mp_test_json_num(ctx, "per_key_ns");
     }
     const cJSON *conc = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "gpu_expert"), 0),
                                                          "concurrent");
     cJSON_ArrayForEach(e, conc)
-        if (num(e, "experts") == top_k)
-            p.conc_ns = num(e, "median_ns");
+        if (mp_test_json_num(e, "experts") == top_k)
+            p.conc_ns = mp_test_json_num(e, "median_ns");
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "decode_layers"), "points"))
         if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "far_on"))) {
-            if (num(e, "cold") == 0)
-                p.off0_ns = num(e, "median_ns");
-            if (num(e, "cold") == top_k)
-                p.offk_ns = num(e, "median_ns");
+            if (mp_test_json_num(e, "cold") == 0)
+                p.off0_ns = mp_test_json_num(e, "median_ns");
+            if (mp_test_json_num(e, "cold") == top_k)
+                p.offk_ns = mp_test_json_num(e, "median_ns");
         }
     cr_assert(p.nm_ns > 0 && p.conc_ns > 0 && p.off0_ns > 0 && p.offk_ns > 0, "the tiny cost file lacks a part");
     cJSON_Delete(c);
@@ -125,10 +99,10 @@ Test(decode_check, tiny_preset_end_to_end, .timeout = 600)
     char *text = mp_test_slurp(path);
     cJSON *doc = cJSON_Parse(text);
     cr_assert_not_null(doc, "not JSON: %s", text);
-    cr_assert_str_eq(str(doc, "format"), "moeplan-decode-check");
-    const int L = (int)num(doc, "layers"), K = (int)num(doc, "top_k");
+    cr_assert_str_eq(mp_test_json_str(doc, "format"), "moeplan-decode-check");
+    const int L = (int)mp_test_json_num(doc, "layers"), K = (int)mp_test_json_num(doc, "top_k");
     cr_assert(L == 4 && K == 4, "the tiny preset is 4 layers of top-4: %d, %d", L, K);
-    cr_assert_eq(num(doc, "grid_pool"), 4); /* min(top_k, 16 - top_k) */
+    cr_assert_eq(mp_test_json_num(doc, "grid_pool"), 4); /* min(top_k, 16 - top_k) */
     snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", root);
     const costs_parts p = parts_of(path, K);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
@@ -144,14 +118,14 @@ Test(decode_check, tiny_preset_end_to_end, .timeout = 600)
                  {"cK-first", 7, (L - 1) * p.conc_ns + p.offk_ns}};
     for (int i = 0; i < 5; i++) {
         const cJSON *r = cJSON_GetArrayItem(rows, i);
-        cr_assert_str_eq(str(r, "configuration"), want[i].cfg);
-        cr_assert_eq(num(r, "n_gen"), want[i].n);
+        cr_assert_str_eq(mp_test_json_str(r, "configuration"), want[i].cfg);
+        cr_assert_eq(mp_test_json_num(r, "n_gen"), want[i].n);
         const double keys = (want[i].n + 3) / 2.0; /* positions 1 .. n attend 2 .. n + 1 keys */
-        cr_assert_float_eq(num(r, "keys"), keys, 1e-12);
+        cr_assert_float_eq(mp_test_json_num(r, "keys"), keys, 1e-12);
         const double model_ms = (p.nm_ns + p.per_key_ns * (keys - p.nm_keys) + want[i].moe_ns) / 1e6;
-        cr_assert_float_eq(num(r, "model_ms_per_token"), model_ms, 1e-9, "row %d: %g, want %g", i,
-                           num(r, "model_ms_per_token"), model_ms);
-        cr_assert_gt(num(r, "measured_ms_per_token"), 0, "row %d", i);
+        cr_assert_float_eq(mp_test_json_num(r, "model_ms_per_token"), model_ms, 1e-9, "row %d: %g, want %g", i,
+                           mp_test_json_num(r, "model_ms_per_token"), model_ms);
+        cr_assert_gt(mp_test_json_num(r, "measured_ms_per_token"), 0, "row %d", i);
     }
     cJSON_Delete(doc);
     free(text);
@@ -194,7 +168,8 @@ Test(decode_check, the_model_is_the_simulators_with_a_context_curve, .timeout = 
     cJSON *c = cJSON_Parse(text);
     cr_assert_not_null(c);
     free(text);
-    const double nm0 = num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "non_moe"), 0), "median_ns");
+    const double nm0 =
+        mp_test_json_num(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "non_moe"), 0), "median_ns");
     cJSON_DeleteItemFromObjectCaseSensitive(c, "non_moe_context");
     cJSON *ctx = cJSON_AddObjectToObject(c, "non_moe_context"), *pts = cJSON_AddArrayToObject(ctx, "points");
     const double keys[3] = {33.5, 160.5, 480.5}, add[3] = {0, 10000, 14000};
@@ -230,8 +205,8 @@ Test(decode_check, the_model_is_the_simulators_with_a_context_curve, .timeout = 
     text = mp_test_slurp(path);
     cJSON *doc = cJSON_Parse(text);
     cr_assert_not_null(doc, "not JSON: %s", text);
-    const int L = (int)num(doc, "layers"), K = (int)num(doc, "top_k");
-    cr_assert_eq(num(doc, "grid_pool"), 12);
+    const int L = (int)mp_test_json_num(doc, "layers"), K = (int)mp_test_json_num(doc, "top_k");
+    cr_assert_eq(mp_test_json_num(doc, "grid_pool"), 12);
     const costs_parts p = parts_of(costs, K);
     const double S = 5000, share = S / 4;
     const struct {
@@ -247,15 +222,15 @@ Test(decode_check, the_model_is_the_simulators_with_a_context_curve, .timeout = 
     cr_assert_eq(cJSON_GetArraySize(rows), 5);
     for (int i = 0; i < 5; i++) {
         const cJSON *r = cJSON_GetArrayItem(rows, i);
-        cr_assert_str_eq(str(r, "configuration"), want[i].cfg);
+        cr_assert_str_eq(mp_test_json_str(r, "configuration"), want[i].cfg);
         double nm = 0; /* positions 1 .. n attend 2 .. n + 1 keys */
         for (int pos = 1; pos <= want[i].n; pos++)
             nm += mp_costs_decode_non_moe_ns(&cm, pos + 1) / want[i].n;
         if (want[i].n == 7)
             cr_assert_lt(nm, nm0, "below the curve's first point: along its first segment");
         const double model_ms = (nm + want[i].moe_ns) / 1e6;
-        cr_assert_float_eq(num(r, "model_ms_per_token"), model_ms, 1e-9, "row %d: %g, want %g", i,
-                           num(r, "model_ms_per_token"), model_ms);
+        cr_assert_float_eq(mp_test_json_num(r, "model_ms_per_token"), model_ms, 1e-9, "row %d: %g, want %g", i,
+                           mp_test_json_num(r, "model_ms_per_token"), model_ms);
     }
     cJSON_Delete(doc);
     free(text);

@@ -21,15 +21,14 @@
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
-static const char *root, *moeplan;
+static const char *root;
 
 static void setup(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_sim_accuracy_XXXXXX");
     cr_assert_not_null(mkdtemp(tmpdir));
     root = getenv("MP_SOURCE_ROOT");
-    moeplan = getenv("MP_MOEPLAN");
-    cr_assert(root && moeplan, "MP_SOURCE_ROOT / MP_MOEPLAN are not set (run through meson test)");
+    cr_assert(root, "MP_SOURCE_ROOT is not set (run through meson test)");
 }
 
 static void teardown(void)
@@ -41,36 +40,12 @@ static void teardown(void)
 
 TestSuite(sim_accuracy, .init = setup, .fini = teardown);
 
-/* Run the script with env (shell assignments) and OUT=tmpdir/out; stderr into err. Exit status. */
+/* The script with env (shell assignments), as cli_util.h runs bench scripts; stderr into err. */
 static int script(const char *env, char *err, size_t cap)
 {
-    char cmd[4096], path[512];
-    snprintf(path, sizeof path, "%s/stderr", tmpdir);
-    snprintf(cmd, sizeof cmd, "MOEPLAN='%s' OUT='%s/out' WORK='%s' %s bash '%s/bench/sim_accuracy.sh' "
-             ">'%s/stdout' 2>'%s'", moeplan, tmpdir, tmpdir, env, root, tmpdir, path);
-    const int rc = system(cmd);
-    cr_assert(rc != -1 && WIFEXITED(rc), "the script did not exit normally");
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    const size_t n = fread(err, 1, cap - 1, f);
-    err[n] = 0;
-    fclose(f);
-    return WEXITSTATUS(rc);
+    return mp_test_bench_script(tmpdir, "sim_accuracy.sh", env, err, cap);
 }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "%s is not a number", k);
-    return v->valuedouble;
-}
-
-static const char *str(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsString(v), "%s is not a string", k);
-    return v->valuestring;
-}
 
 Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
 {
@@ -82,10 +57,10 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     char *text = mp_test_slurp(path);
     cJSON *doc = cJSON_Parse(text);
     cr_assert_not_null(doc, "not JSON: %s", text);
-    cr_assert_str_eq(str(doc, "format"), "moeplan-sim-accuracy");
-    const double T = num(doc, "trace_rows_per_layer");
+    cr_assert_str_eq(mp_test_json_str(doc, "format"), "moeplan-sim-accuracy");
+    const double T = mp_test_json_num(doc, "trace_rows_per_layer");
     cr_assert_gt(T, 1);
-    cr_assert_gt(num(doc, "gpu_fixed_bytes"), 0);
+    cr_assert_gt(mp_test_json_num(doc, "gpu_fixed_bytes"), 0);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
     cr_assert_eq(cJSON_GetArraySize(rows), 4);
     const char *want[4][2] = {{"+2MiB", "plan"}, {"+2MiB", "static-topn"}, {"+4MiB", "plan"},
@@ -94,23 +69,25 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     snprintf(summary, sizeof summary, ": %.0f rows per layer, 1 wrap(s)", 2 * T);
     for (int i = 0; i < 4; i++) {
         const cJSON *r = cJSON_GetArrayItem(rows, i);
-        cr_assert_str_eq(str(r, "budget"), want[i][0]);
-        cr_assert_str_eq(str(r, "policy"), want[i][1]);
-        cr_assert_eq(num(r, "budget_bytes"), num(doc, "gpu_fixed_bytes") + (i < 2 ? 2 : 4) * 1048576.0);
-        cr_assert_eq(num(r, "resident_simulated"), num(r, "resident_measured"), "row %d", i);
-        cr_assert_leq(num(r, "run_gpu_bytes"), num(r, "budget_bytes"), "row %d", i);
-        const double pred = num(r, "predicted_ms_per_token"), meas = num(r, "measured_ms_per_token");
+        cr_assert_str_eq(mp_test_json_str(r, "budget"), want[i][0]);
+        cr_assert_str_eq(mp_test_json_str(r, "policy"), want[i][1]);
+        cr_assert_eq(mp_test_json_num(r, "budget_bytes"),
+                     mp_test_json_num(doc, "gpu_fixed_bytes") + (i < 2 ? 2 : 4) * 1048576.0);
+        cr_assert_eq(mp_test_json_num(r, "resident_simulated"), mp_test_json_num(r, "resident_measured"), "row %d", i);
+        cr_assert_leq(mp_test_json_num(r, "run_gpu_bytes"), mp_test_json_num(r, "budget_bytes"), "row %d", i);
+        const double pred = mp_test_json_num(r, "predicted_ms_per_token");
+        const double meas = mp_test_json_num(r, "measured_ms_per_token");
         cr_assert(pred > 0 && meas > 0, "row %d: %g / %g", i, pred, meas);
-        cr_assert_float_eq(num(r, "error_pct"), 100.0 * (pred - meas) / meas, 1e-9 * fabs(pred + meas));
-        cr_assert_str_eq(str(r, "executor"), "cpu");
-        cr_assert(strstr(str(r, "route_replay_summary"), summary) != NULL, "row %d: %s, want %s", i,
-                  str(r, "route_replay_summary"), summary);
-        cr_assert(strstr(str(r, "placement"), "profile ") == str(r, "placement"), "%s",
-                  str(r, "placement"));
+        cr_assert_float_eq(mp_test_json_num(r, "error_pct"), 100.0 * (pred - meas) / meas, 1e-9 * fabs(pred + meas));
+        cr_assert_str_eq(mp_test_json_str(r, "executor"), "cpu");
+        cr_assert(strstr(mp_test_json_str(r, "route_replay_summary"), summary) != NULL, "row %d: %s, want %s", i,
+                  mp_test_json_str(r, "route_replay_summary"), summary);
+        cr_assert(strstr(mp_test_json_str(r, "placement"), "profile ") == mp_test_json_str(r, "placement"), "%s",
+                  mp_test_json_str(r, "placement"));
     }
     /* a larger budget never holds fewer experts for the same policy */
-    cr_assert_geq(num(cJSON_GetArrayItem(rows, 3), "resident_simulated"),
-                  num(cJSON_GetArrayItem(rows, 1), "resident_simulated"));
+    cr_assert_geq(mp_test_json_num(cJSON_GetArrayItem(rows, 3), "resident_simulated"),
+                  mp_test_json_num(cJSON_GetArrayItem(rows, 1), "resident_simulated"));
     cJSON_Delete(doc);
     free(text);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);
