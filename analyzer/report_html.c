@@ -11,20 +11,6 @@
 #include "analyzer/report.h"
 #include "base/svg.h"
 
-
-static void esc(FILE *f, const char *s)
-{
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
-    }
-}
-
 static void bytes_cell(FILE *f, double b)
 {
     char buf[64];
@@ -115,9 +101,9 @@ static void sim_section(FILE *f, const mp_an_report *r)
     const mp_an_simulation *s = r->sim;
     fprintf(f, "<h2 id=\"simulation\">Is it worth exploiting: predicted speed by budget and "
                "placement</h2>\n<p>From <a href=\"simulation.csv\">the simulation</a> ");
-    esc(f, r->opt->simulation_path);
+    mp_svg_put_escaped(f, r->opt->simulation_path);
     fprintf(f, " (moeplan simulate of ");
-    esc(f, s->trace);
+    mp_svg_put_escaped(f, s->trace);
     fprintf(f, "): decode tok/s predicted on the held-out requests where the simulation has "
                "them, else in-sample. Per-expert placements keep the most routed experts (the "
                "table above) on the GPU; whole-layer placements keep whole layers.</p>\n"
@@ -202,11 +188,11 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
     for (int i = 0; i < r->in->n_traces; i++) {
         const mp_trace_run *run = mp_trace_reader_run(r->in->trace[i]);
         fprintf(f, "<tr><td class=\"l\">");
-        esc(f, r->in->meta[i].path);
+        mp_svg_put_escaped(f, r->in->meta[i].path);
         fprintf(f, "</td><td class=\"l\">");
-        esc(f, run->source);
+        mp_svg_put_escaped(f, run->source);
         fprintf(f, "</td><td class=\"l\">");
-        esc(f, run->model_sha256 ? run->model_sha256 : "unknown");
+        mp_svg_put_escaped(f, run->model_sha256 ? run->model_sha256 : "unknown");
         fprintf(f, "</td><td>%lld</td></tr>\n", (long long)r->in->meta[i].n_requests);
     }
     double *ux = NULL, *uy = NULL;
@@ -305,7 +291,7 @@ mp_status mp_an_write_html(const mp_an_report *r, const char *dir, mp_error *err
         const mp_an_node *n = &s->nodes[i];
         const mp_an_node_summary *ns = &sum->node[i];
         fprintf(f, "<tr><td>%lld</td><td class=\"l\">", (long long)n->node_index);
-        esc(f, n->name);
+        mp_svg_put_escaped(f, n->name);
         fprintf(f, "</td><td>%lld</td><td>%lld</td><td>%lld</td>", (long long)n->layer,
                 (long long)n->n_experts, (long long)n->top_k);
         bytes_cell(f, (double)n->expert_bytes);

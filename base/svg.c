@@ -9,7 +9,7 @@
 
 enum { W = 760, H = 420, ML = 70, MR = 170, MT = 50, MB = 55 }; /* canvas and margins */
 
-static void put_escaped(FILE *f, const char *s)
+void mp_svg_put_escaped(FILE *f, const char *s)
 {
     for (; s && *s; s++) {
         switch (*s) {
@@ -118,12 +118,12 @@ static double sy(const mp_svg_chart *c, double y)
 void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, int n_series)
 {
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"");
-    put_escaped(f, c->id);
+    mp_svg_put_escaped(f, c->id);
     fprintf(f, "\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
             W, H, W, H, W, H);
     fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
-    put_escaped(f, c->title);
+    mp_svg_put_escaped(f, c->title);
     fprintf(f, "</text>\n");
     /* axes frame and round ticks */
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n",
@@ -157,14 +157,14 @@ void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, i
         }
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (W - MR + ML) / 2, H - 12);
-    put_escaped(f, c->x_label);
+    mp_svg_put_escaped(f, c->x_label);
     fprintf(f, "</text>\n<text transform=\"translate(16 %d) rotate(-90)\" text-anchor=\"middle\">",
             (H - MB + MT) / 2);
-    put_escaped(f, c->y_label);
+    mp_svg_put_escaped(f, c->y_label);
     fprintf(f, "</text>\n");
     if (c->top_label && c->top_scale > 0) {
         fprintf(f, "<text x=\"%d\" y=\"32\" text-anchor=\"middle\" fill=\"#555\">", (W - MR + ML) / 2);
-        put_escaped(f, c->top_label);
+        mp_svg_put_escaped(f, c->top_label);
         fprintf(f, "</text>\n");
     }
     for (int k = 0; k < n_series; k++) {
@@ -183,7 +183,7 @@ void mp_svg_line_chart(FILE *f, const mp_svg_chart *c, const mp_svg_series *s, i
                 W - MR + 10, ly - 4, W - MR + 30, ly - 4, x->color,
                 x->dashed ? " stroke-dasharray=\"5 3\"" : "");
         fprintf(f, "<text x=\"%d\" y=\"%d\">", W - MR + 35, ly);
-        put_escaped(f, x->label);
+        mp_svg_put_escaped(f, x->label);
         fprintf(f, "</text>\n");
     }
     fprintf(f, "</svg>\n");
@@ -217,12 +217,12 @@ void mp_svg_heatmap(FILE *f, const mp_svg_heat *h)
     const double bar_h = plot_h < 140 ? 140 : plot_h > 320 ? 320 : plot_h;
     const int total_h = top + (int)((plot_h > bar_h ? plot_h : bar_h) + 0.5) + bottom;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"");
-    put_escaped(f, h->id);
+    mp_svg_put_escaped(f, h->id);
     fprintf(f, "\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
             w, total_h, w, total_h, w, total_h);
     fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", left);
-    put_escaped(f, h->title);
+    mp_svg_put_escaped(f, h->title);
     fprintf(f, "</text>\n");
     for (int r = 0; r < h->rows; r++) {
         for (int c = 0; c < h->cols; c++) {
@@ -234,7 +234,7 @@ void mp_svg_heatmap(FILE *f, const mp_svg_heat *h)
         }
         fputc('\n', f);
         fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">", left - 4, top + r * ch + ch / 2 + 4);
-        put_escaped(f, h->row_labels[r]);
+        mp_svg_put_escaped(f, h->row_labels[r]);
         fprintf(f, "</text>\n");
     }
     /* column ticks: round expert ids at the left edge of their column */
@@ -248,16 +248,16 @@ void mp_svg_heatmap(FILE *f, const mp_svg_heat *h)
                 top + plot_h + 16, tick[i]);
     }
     fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"middle\">", left + plot_w / 2, top + plot_h + 36);
-    put_escaped(f, h->x_label);
+    mp_svg_put_escaped(f, h->x_label);
     fprintf(f, "</text>\n<text transform=\"translate(16 %d) rotate(-90)\" text-anchor=\"middle\">",
             top + (int)(plot_h / 2));
-    put_escaped(f, h->y_label);
+    mp_svg_put_escaped(f, h->y_label);
     fprintf(f, "</text>\n");
     /* colour bar: the ramp in 32 steps, top = 1, labelled at the scale's values */
     fprintf(f, "<g id=\"");
-    put_escaped(f, h->id);
+    mp_svg_put_escaped(f, h->id);
     fprintf(f, "-scale\"><text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", bar_x + bar_w / 2, top - 8);
-    put_escaped(f, h->scale_title);
+    mp_svg_put_escaped(f, h->scale_title);
     fprintf(f, "</text>\n");
     for (int i = 0; i < 32; i++) {
         int rgb[3];
@@ -272,7 +272,7 @@ void mp_svg_heatmap(FILE *f, const mp_svg_heat *h)
         fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#444\"/>"
                    "<text x=\"%d\" y=\"%.2f\">",
                 bar_x + bar_w, y, bar_x + bar_w + 4, y, bar_x + bar_w + 6, y + 4);
-        put_escaped(f, h->scale_labels[i]);
+        mp_svg_put_escaped(f, h->scale_labels[i]);
         fprintf(f, "</text>\n");
     }
     fprintf(f, "</g>\n</svg>\n");

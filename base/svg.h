@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* Text into SVG or HTML: <, >, & and " as entities (chart labels, and the report page's own text). */
+void mp_svg_put_escaped(FILE *f, const char *s);
+
 typedef struct mp_svg_series {
     const char *label;
     const double *x, *y; /* (n) */
