@@ -67,7 +67,7 @@ const char *mp_test_json_str(const cJSON *o, const char *key)
     return v->valuestring;
 }
 
-char *mp_test_slurp(const char *path)
+char *mp_test_slurp_n(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "cannot read %s", path);
@@ -80,7 +80,14 @@ char *mp_test_slurp(const char *path)
     cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n, "short read of %s", path);
     s[n] = 0;
     fclose(f);
+    if (size)
+        *size = (size_t)n;
     return s;
+}
+
+char *mp_test_slurp(const char *path)
+{
+    return mp_test_slurp_n(path, NULL);
 }
 
 char *mp_test_stdout(const char *dir)

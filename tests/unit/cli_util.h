@@ -33,6 +33,8 @@ const char *mp_test_json_str(const cJSON *o, const char *key);
 /* The whole file at path as a malloc'd NUL-terminated string (fails the test if it cannot be read);
  * mp_test_stdout(dir) is DIR/stdout, what mp_test_moeplan kept of the last run's stdout. */
 char *mp_test_slurp(const char *path);
+/* The same, with its size in *size (the file may hold NUL bytes). */
+char *mp_test_slurp_n(const char *path, size_t *size);
 char *mp_test_stdout(const char *dir);
 
 /* In dir (the current directory): DIR/MODEL, the tiny preset made by `moeplan mkmodel`, and

@@ -284,19 +284,6 @@ Test(cmd_collect, trace_records_the_writers_build)
     cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
 }
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    char *b = malloc(*n + 1);
-    cr_assert_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 /* Files in tmpdir that look like a writer's temporary ("*.tmp.*", "-wal", "-shm"). */
 static int temporaries(void)
 {
@@ -352,7 +339,7 @@ Test(cmd_collect, bad_inputs_fail_before_a_trace_exists)
              "--no-progress", model, prompts, trace);
     cr_assert_eq(moeplan(args, err, sizeof err), 0, "%s", err);
     size_t n_trace, n_results;
-    char *old_trace = read_all(trace, &n_trace), *old_results = read_all(results, &n_results);
+    char *old_trace = mp_test_slurp_n(trace, &n_trace), *old_results = mp_test_slurp_n(results, &n_results);
     const char *failing[] = {"--max-tokens 9999", "--max-tokens 8 --trace-max-bytes 100000"};
     const char *why[] = {"exceed the context", "size limit of 100000 bytes (--trace-max-bytes)"};
     for (int i = 0; i < 2; i++) {
@@ -362,7 +349,7 @@ Test(cmd_collect, bad_inputs_fail_before_a_trace_exists)
         cr_assert(strstr(err, why[i]), "%s", err);
         cr_assert_eq(count_lines(err), 1, "%s", err);
         size_t n1, n2;
-        char *now_trace = read_all(trace, &n1), *now_results = read_all(results, &n2);
+        char *now_trace = mp_test_slurp_n(trace, &n1), *now_results = mp_test_slurp_n(results, &n2);
         cr_assert(n1 == n_trace && !memcmp(now_trace, old_trace, n1), "%s changed the trace", failing[i]);
         cr_assert(n2 == n_results && !memcmp(now_results, old_results, n2), "%s changed the results",
                   failing[i]);

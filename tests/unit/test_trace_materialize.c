@@ -60,24 +60,10 @@ static int64_t scalar(const char *path, const char *query)
     return scalar_with(path, NULL, query);
 }
 
-/* The whole file (the caller frees it); *n its size. */
-static char *bytes_of(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    char *b = malloc(*n + 1);
-    cr_assert_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 static bool same_bytes(const char *path, const char *b, size_t n)
 {
     size_t m;
-    char *c = bytes_of(path, &m);
+    char *c = mp_test_slurp_n(path, &m);
     const bool same = m == n && !memcmp(b, c, n);
     free(c);
     return same;
@@ -156,7 +142,7 @@ Test(trace_materialize, a_second_run_leaves_the_trace_alone)
     struct stat a, b;
     cr_assert_eq(stat(path, &a), 0);
     size_t n;
-    char *before = bytes_of(path, &n);
+    char *before = mp_test_slurp_n(path, &n);
     cr_assert_eq(mp_trace_materialize(path, NULL, &res, &err), MP_OK, "%s", err.msg);
     cr_assert(res.already);
     cr_assert_eq(res.n_routes, 0);
@@ -175,7 +161,7 @@ static void expect_refused(const char *breakage)
     char *path = make_trace(tmpdir, "t.db", (trace_opts){0});
     sql(path, breakage);
     size_t n;
-    char *before = bytes_of(path, &n);
+    char *before = mp_test_slurp_n(path, &n);
     mp_trace_check *c;
     mp_error want, err;
     mp_status st = mp_trace_check_open(path, NULL, NULL, &c, &want);
@@ -214,7 +200,7 @@ Test(trace_materialize, a_failure_at_any_fault_point_leaves_the_trace_as_it_was)
 {
     char *path = make_trace(tmpdir, "t.db", (trace_opts){0});
     size_t n;
-    char *before = bytes_of(path, &n);
+    char *before = mp_test_slurp_n(path, &n);
     int failures = 0;
     for (int64_t nth = 1; nth < 1000; nth++) {
         mp_trace_materialize_result res;
