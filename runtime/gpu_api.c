@@ -6,16 +6,22 @@
 
 #include "runtime/gpu_module.h"
 
+/* The table once found: set by the first lookup that succeeds, read on every call after (the
+ * forward pass calls through it at each step, so it is not looked up by name there). */
+static const mp_gpu_executor_table *found;
+
 static const mp_gpu_executor_table *table(char *why, size_t why_cap)
 {
-    return mp_gpu_module_table(MP_GPU_TABLE_EXECUTOR, sizeof(mp_gpu_executor_table), why, why_cap);
+    const mp_gpu_executor_table *t = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
+    if (!t && (t = mp_gpu_module_table(MP_GPU_TABLE_EXECUTOR, sizeof(mp_gpu_executor_table), why, why_cap)))
+        __atomic_store_n(&found, t, __ATOMIC_RELEASE);
+    return t;
 }
 
-/* The table once an mp_gpu exists (mp_gpu_new loaded it). */
+/* The table once an mp_gpu exists (mp_gpu_new found it). */
 static const mp_gpu_executor_table *loaded(void)
 {
-    char why[8];
-    return table(why, sizeof why);
+    return __atomic_load_n(&found, __ATOMIC_ACQUIRE);
 }
 
 int mp_gpu_available(char *why, size_t why_cap)
