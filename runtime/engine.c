@@ -1,4 +1,5 @@
-/* runtime/engine.c — model, replay, executor plan and session, in order (engine.h). */
+/* runtime/engine.c — the engine entry (engine.h): the model, its route replay, the executor plan,
+ * then the session. */
 #include "runtime/engine.h"
 
 #include <inttypes.h>
