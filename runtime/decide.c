@@ -161,3 +161,37 @@ bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_row
         return min_rows > 0 && rows >= min_rows;
     return cpu_ns > copy_ns;
 }
+
+/* The grid's least time for a step with c cold routes (far on or off); NaN when not measured. */
+static double best_decode_ns(const mp_decode_costs *dc, int c)
+{
+    double best = dc->off_ns[c];
+    for (int f = 0; f <= c && f <= dc->far_max; f++)
+        if (isfinite(dc->on_ns[c][f]) && !(dc->on_ns[c][f] >= best))
+            best = dc->on_ns[c][f];
+    return best;
+}
+
+void mp_decide_tier_costs(const mp_decode_costs *dc, double *route_saving_ns, double *copy_cost_ns)
+{
+    *route_saving_ns = 0;
+    *copy_cost_ns = 0;
+    if (!dc)
+        return;
+    const double bytes = (double)dc->expert_bytes;
+    if (dc->host_bytes_per_ns > 0)
+        *copy_cost_ns = bytes / dc->host_bytes_per_ns;
+    const int k = dc->top_k;
+    const double all = k > 0 && k <= MP_DECIDE_MAX_K ? best_decode_ns(dc, k) : NAN, none = k > 0 ? best_decode_ns(dc, 0) : NAN;
+    if (isfinite(all) && isfinite(none) && all > none)
+        *route_saving_ns = (all - none) / k;
+    else if (dc->host_bytes_per_ns > 0)
+        *route_saving_ns = bytes / dc->host_bytes_per_ns;
+}
+
+bool mp_decide_admit(double score_gain, double route_saving_ns, double copy_cost_ns)
+{
+    if (!(route_saving_ns > 0) || !(score_gain > 0))
+        return false;
+    return score_gain * route_saving_ns > copy_cost_ns;
+}

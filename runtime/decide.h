@@ -114,4 +114,22 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
  * one-row step never copies (decode steps run their cold routes on the CPU or far). */
 bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_rows);
 
+/* The adaptive tier's prices (runtime/tier.h, policy cost), from the decode grid:
+ *   route_saving_ns  what one route saves when its expert has a slot: the grid's least time for a
+ *                    step of top_k cold routes less its time for none, per route (far routes on or
+ *                    off, whichever the grid says is faster); without those points, expert_bytes
+ *                    read by the cores at the host's bandwidth;
+ *   copy_cost_ns     what one admission's copy costs the steps it overlaps: its bytes at the host's
+ *                    read bandwidth. The copy engine reads host memory beside the cores, and in a
+ *                    step with cold routes the cores are bound by that memory: each byte the bus
+ *                    takes is one the cores wait for. An upper bound when the copy overlaps idle
+ *                    host memory.
+ * Both 0 when the grid has neither points nor the host's bandwidth. */
+void mp_decide_tier_costs(const mp_decode_costs *dc, double *route_saving_ns, double *copy_cost_ns);
+
+/* The cost policy's swap rule: admit a candidate whose score (routes expected over the score's
+ * memory) exceeds the victim's by score_gain when the routes it saves pay for its copy:
+ * score_gain × route_saving_ns > copy_cost_ns. Nothing is admitted while the saving is unknown (<= 0). */
+bool mp_decide_admit(double score_gain, double route_saving_ns, double copy_cost_ns);
+
 #endif
