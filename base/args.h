@@ -62,7 +62,9 @@ typedef struct mp_cli {
     {"placement", 0, true, id, NULL}, {"placement-file", 0, true, id, NULL},                   \
     {"profile", 0, true, id, NULL}, {"gpu-budget", 0, true, id, NULL},                         \
     {"executor", 0, true, id, NULL}, {"costs", 0, true, id, NULL},                             \
-    {"n-cpu-moe", 0, true, id, NULL}, {"cpu-moe", 0, false, id, NULL}
+    {"n-cpu-moe", 0, true, id, NULL}, {"cpu-moe", 0, false, id, NULL},                       \
+    {"adaptive", 0, true, id, NULL}, {"adaptive-slots", 0, true, id, NULL},                    \
+    {"adaptive-inflight", 0, true, id, NULL}
 
 /* llama.cpp's GPU-layers flag, accepted and ignored with a note (mp_cli_note_ngl). */
 #define MP_CLI_NGL_OPTS(id)                                                                     \

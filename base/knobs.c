@@ -54,6 +54,9 @@ static const mp_knob_def k_knobs[] = {
            "file mapping"),
     SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0,
            "prints each start-up phase of the GPU executor on stderr (where a start hangs)"),
+    NUMBER("MP_GPU_TIER_HOLD", gpu_tier_hold, 0, 1000, 0,
+           "steps an adaptive tier copy stays in flight after it landed before its expert serves (a test of "
+           "the steps that run while copies are in flight; 0: it serves from the step after it landed)"),
     SWITCH("MP_CUDA_PDL", cuda_pdl, 1,
            "programmatic dependent launch of decode kernels on compute capability 9.0+ (0: each waits for "
            "the one before, so that a profiler's kernel durations leave out the wait)"),

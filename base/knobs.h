@@ -51,6 +51,7 @@ typedef struct mp_knobs {
     int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_KNOB_GEMM_MIN_ROWS */
     int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */
     bool gpu_init_trace;     /* MP_GPU_INIT_TRACE */
+    int64_t gpu_tier_hold;   /* MP_GPU_TIER_HOLD: 0..1000 steps */
     /* the CUDA kernels (kernels/cuda/cuda_ops.h) */
     bool cuda_pdl;           /* MP_CUDA_PDL */
     /* every command (cli/hang_dump.c) */

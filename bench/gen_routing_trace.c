@@ -1,6 +1,6 @@
 /* bench/gen_routing_trace.c — writes a synthetic routing trace for benchmarking `moeplan analyze`.
  *
- * usage: gen_routing_trace OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW]]]
+ * usage: gen_routing_trace OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW [DRIFT]]]]
  * Defaults: 48 layers, 128 experts, top-8, 100-token prefill (then 1-row decode steps up to
  * TOKENS per request), seed 1, experts of 3 x 2048 x 768 x 9/16 bytes (a Q4_K 30B-A3B expert;
  * give the model's to simulate it with -m), Zipf exponent 0.8. The trace is written with the
@@ -36,7 +36,7 @@ static double uniform(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW]]]\n",
+        fprintf(stderr, "usage: %s OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW [DRIFT]]]]\n",
                 argv[0]);
         return 2;
     }
@@ -47,8 +47,9 @@ int main(int argc, char **argv)
     rng_state = argc > 8 ? strtoull(argv[8], NULL, 10) | 1 : 1;
     const long long expert_bytes = argc > 9 ? atoll(argv[9]) : 3LL * 2048 * 768 * 9 / 16;
     const double skew = argc > 10 ? atof(argv[10]) : 0.8;
+    const double drift = argc > 11 ? atof(argv[11]) : 0.0;
     if (n_req < 1 || n_tok < 1 || L < 1 || L > 4096 || E < 2 || E > 256 || K < 1 || K > E ||
-        P < 1 || P > n_tok || expert_bytes < 1 || !(skew >= 0 && skew <= 16)) {
+        P < 1 || P > n_tok || expert_bytes < 1 || !(skew >= 0 && skew <= 16) || !(drift >= 0 && drift <= 1)) {
         fprintf(stderr, "gen_routing_trace: bad arguments\n");
         return 2;
     }
@@ -103,6 +104,12 @@ int main(int argc, char **argv)
             goto fail;
     }
     for (int rq = 0; rq < n_req; rq++) {
+        for (int l = 0; rq > 0 && drift > 0 && l < L; l++) /* the popularity drifts */
+            for (int e = 0; e < E; e++)
+                if (uniform() < drift) {
+                    int j = (int)(rng() % (uint64_t)E), t = perm[l * E + e];
+                    perm[l * E + e] = perm[l * E + j], perm[l * E + j] = t;
+                }
         if (mp_trace_request_begin(tw, rq, NULL, NULL, P, NULL, -1, &err) != MP_OK)
             goto fail;
         for (int i = 0; i < L * K; i++)

@@ -181,24 +181,24 @@ static mp_status upload_weights(mp_gpu *g, carve *cv, mp_error *err)
         if ((st = upload(&c, &L->k_norm, &p, err)))
             return st;
         G->k_norm = p;
-        for (int t = 0; t < 3; t++)
-            G->d_slots[t] = take(&c, table_bytes);
     }
+    g->d_tables = take(&c, table_bytes * 3 * (size_t)m->hp.n_layer);
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        for (int t = 0; t < 3; t++)
+            g->layers[il].d_slots[t] = g->d_tables ? g->d_tables + (il * 3 + t) * m->hp.n_expert : NULL;
     *cv = c;
     return MP_OK;
 }
 
-/* Copy the resident experts into the pool and fill each layer's slot tables. */
+/* Copy the resident experts into the pool and fill the slot tables (their host copy, h_tables,
+ * then one upload). */
 static mp_status upload_experts(mp_gpu *g, mp_error *err)
 {
     const mp_model *m = g->s->m;
     const int64_t E = m->hp.n_expert;
     carve c = {g->d_pool, 0};
-    const void **table = malloc((size_t)(3 * E) * sizeof *table);
-    if (!table)
-        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    mp_status st = MP_OK;
-    for (int64_t il = 0; il < m->hp.n_layer && !st; il++) {
+    const void **table = g->h_tables;
+    for (int64_t il = 0; il < m->hp.n_layer; il++) {
         const mp_layer *L = &m->layers[il];
         gpu_layer *G = &g->layers[il];
         const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
@@ -207,30 +207,19 @@ static mp_status upload_experts(mp_gpu *g, mp_error *err)
         for (int64_t e = 0; e < E; e++) {
             const bool res = mp_placement_resident(&g->pl, il, e);
             for (int t = 0; t < 3; t++) {
-                table[t * E + e] = NULL;
+                table[(il * 3 + t) * E + e] = NULL;
                 if (!res)
                     continue;
                 const size_t bytes = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
                 void *d = take(&c, bytes);
-                cudaError_t ce = cudaMemcpy(d, mp_expert_slice(ts[t], e), bytes, cudaMemcpyHostToDevice);
-                if (ce != cudaSuccess) {
-                    st = mp_gpu_cuda_fail(err, "expert upload", ce);
-                    break;
-                }
-                table[t * E + e] = d;
+                CCHECK(cudaMemcpy(d, mp_expert_slice(ts[t], e), bytes, cudaMemcpyHostToDevice), "expert upload");
+                table[(il * 3 + t) * E + e] = d;
             }
-            if (st)
-                break;
-        }
-        for (int t = 0; t < 3 && !st; t++) {
-            cudaError_t ce = cudaMemcpy((void *)G->d_slots[t], table + t * E, (size_t)E * sizeof *table,
-                                        cudaMemcpyHostToDevice);
-            if (ce != cudaSuccess)
-                st = mp_gpu_cuda_fail(err, "slot table upload", ce);
         }
     }
-    free(table);
-    return st;
+    CCHECK(cudaMemcpy((void *)g->d_tables, table, (size_t)(m->hp.n_layer * 3 * E) * sizeof *table,
+                      cudaMemcpyHostToDevice), "slot table upload");
+    return MP_OK;
 }
 
 /* ---- lifetime ---- */
@@ -243,12 +232,15 @@ void mp_gpu_exec_free(mp_gpu *g)
         cudaStreamSynchronize(g->stream);
     if (g->copy_stream)
         cudaStreamSynchronize(g->copy_stream);
+    mp_gpu_tier_free(g);
     mp_gpu_host_experts_free(g);
     mp_cuda_blas_destroy(g->blas);
     cudaFree(g->d_weights);
     cudaFree(g->d_kv);
     cudaFree(g->d_scratch);
     cudaFree(g->d_pool);
+    cudaFree(g->d_tier);
+    cudaFreeHost(g->h_tables);
     cudaFreeHost(g->h_io);
     cudaFreeHost(g->h_route1);
     cudaFreeHost(g->h_ids);
@@ -339,6 +331,7 @@ static void knob_switches(mp_gpu *g, const mp_knobs *k)
     }
     g->host_mode = k->gpu_host_experts;
     g->init_trace = k->gpu_init_trace;
+    g->tier_hold = k->gpu_tier_hold;
     /* process-wide in the kernels: the last executor made sets it (sessions of one process share
      * their knobs in practice: main reads them once) */
     mp_cuda_set_pdl(k->cuda_pdl ? -1 : 0); /* on: where the device has it (compute capability 9.0+) */
@@ -451,7 +444,8 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
                                     *far_bytes
                               : 0;
     g->mem.pool = pool;
-    g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool;
+    g->mem.tier = mp_gpu_tier_bytes(g, pl);
+    g->mem.total = g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging + g->mem.pool + g->mem.tier;
     return MP_OK;
 }
 
@@ -460,15 +454,16 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
 static mp_status check_budget(mp_gpu *g, const mp_placement *pl, mp_error *err)
 {
     if (pl->budget.budget_bytes && g->mem.total > pl->budget.budget_bytes) {
-        char b[5][32];
+        char b[6][32];
         mp_format_bytes(pl->budget.budget_bytes, b[0], sizeof b[0]);
         mp_format_bytes(g->mem.weights + g->mem.kv + g->mem.scratch + g->mem.staging, b[1], sizeof b[1]);
         mp_format_bytes(g->mem.pool, b[2], sizeof b[2]);
         mp_format_bytes(g->mem.total, b[3], sizeof b[3]);
         mp_format_bytes(g->mem.kv, b[4], sizeof b[4]);
+        mp_format_bytes(g->mem.tier, b[5], sizeof b[5]);
         return mp_fail(err, MP_ERR_LIMIT, "GPU executor: needs %s (fixed %s incl. KV cache %s, "
-                       "expert pool %s) but the GPU budget is %s: lower --ctx or --batch, or place "
-                       "fewer experts on the GPU", b[3], b[1], b[4], b[2], b[0]);
+                       "expert pool %s, adaptive tier %s) but the GPU budget is %s: lower --ctx or --batch, "
+                       "--adaptive-slots, or place fewer experts on the GPU", b[3], b[1], b[4], b[2], b[5], b[0]);
     }
     size_t free_b = 0, total_b = 0;
     CCHECK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -521,6 +516,8 @@ static mp_status alloc_device(mp_gpu *g, bool staging, size_t far_bytes, mp_erro
     CCHECK(cudaMalloc((void **)&g->d_scratch, g->mem.scratch + g->mem.staging), "cudaMalloc (scratch)");
     if (g->mem.pool)
         CCHECK(cudaMalloc((void **)&g->d_pool, g->mem.pool), "cudaMalloc (expert pool)");
+    if (g->mem.tier)
+        CCHECK(cudaMalloc((void **)&g->d_tier, g->mem.tier), "cudaMalloc (adaptive tier)");
     carve sc = {g->d_scratch, 0};
     carve_scratch(g, &sc);
     if (staging) {
@@ -551,6 +548,7 @@ static mp_status alloc_pinned(mp_gpu *g, mp_error *err)
     const size_t B = (size_t)g->s->n_batch, K = (size_t)hp->n_expert_used, D = (size_t)hp->n_embd;
     const size_t L = (size_t)hp->n_layer;
     CCHECK(cudaMallocHost((void **)&g->h_io, 2 * B * sizeof(int32_t)), "cudaMallocHost");
+    CCHECK(cudaMallocHost((void **)&g->h_tables, 3 * L * (size_t)hp->n_expert * sizeof *g->h_tables), "cudaMallocHost");
     CCHECK(cudaMallocHost((void **)&g->h_ids, L * B * K * sizeof(int32_t)), "cudaMallocHost");
     CCHECK(cudaMallocHost((void **)&g->h_w, L * B * K * sizeof(float)), "cudaMallocHost");
     CCHECK(cudaMallocHost((void **)&g->h_route1, 2 * L * K * sizeof(uint32_t)), "cudaMallocHost");
@@ -583,12 +581,16 @@ static mp_status setup_blas(mp_gpu *g, mp_error *err)
     return rc ? mp_gpu_kernel_fail(err, "cuBLAS setup", rc) : MP_OK;
 }
 
-/* (5) The cold experts in host memory (gpu_host.c: a page-locked copy with staging buffers) and,
- * with the staging buffers, the measured copy cost and the far routes' tables and decisions. */
+/* (5) The cold experts in host memory (gpu_host.c: a page-locked copy with staging buffers or an
+ * adaptive tier, whose copies read it) and, with the staging buffers, the measured copy cost and
+ * the far routes' tables and decisions; then the tier (none: g->live is the placement's bits). */
 static mp_status setup_host_experts(mp_gpu *g, const mp_placement *pl, bool staging, mp_error *err)
 {
-    init_phase(g, staging ? "copying and page-locking the host experts" : "host experts");
-    mp_status st = mp_gpu_host_experts(g, staging, err);
+    const bool copy = staging || g->mem.tier > 0;
+    init_phase(g, copy ? "copying and page-locking the host experts" : "host experts");
+    mp_status st = mp_gpu_host_experts(g, copy, err);
+    if (!st && (st = mp_gpu_tier_setup(g, pl, err)) == MP_OK && g->gt)
+        init_phase(g, "adaptive tier");
     if (st || !staging)
         return st;
     init_phase(g, "timing an expert copy");
@@ -714,6 +716,13 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
                  : !g->step_graph     ? "not used"
                  : g->n_hybrid_layers ? "one per step, hybrid layers handing off through mapped host memory"
                                       : "one per step");
+    }
+    if (g->gt) {
+        const size_t len = strlen(buf);
+        char tier[200], tb[32];
+        mp_gpu_tier_report(g, tier, sizeof tier);
+        mp_format_bytes(g->mem.tier, tb, sizeof tb);
+        snprintf(buf + len, cap - len, "; adaptive tier (%s, %s): %s", mp_tier_policy_name(g->pl.tier_policy), tb, tier);
     }
     if (st->rt_measured) {
         const size_t len = strlen(buf);

@@ -466,6 +466,9 @@ mp_status mp_gpu_exec_forward(mp_session *s, const int32_t *tokens, int64_t n, b
     if (!handoff && (st = enqueue_step(g, n, pos0, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0, err)))
         return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
     CCHECK(cudaStreamSynchronize(g->stream), "forward pass");
+    /* the step has drained: the adaptive tier's moves of this step, ahead of the next */
+    if ((st = mp_gpu_tier_apply(g, err)))
+        return st;
     if (g->step_stamps)
         count_stamps(g, pos0, mp_gpu_now_ns());
     if (logits) {

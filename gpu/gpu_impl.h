@@ -25,6 +25,8 @@ static inline size_t mp_gpu_align(size_t b)
 }
 #define MP_GPU_MAX_TOP_K MP_DECIDE_MAX_K /* experts per token the executor supports */
 
+typedef struct gpu_tier gpu_tier; /* gpu_tier.c */
+
 typedef struct gpu_tensor {
     int type;
     const void *d;       /* device copy, rows row_bytes apart */
@@ -57,6 +59,11 @@ struct mp_gpu {
     char *d_scratch;           /* arena: activations and kernel scratch */
     char *d_stage;             /* arena: 2 staging buffers of MP_GPU_STAGE_EXPERTS experts */
     char *d_pool;              /* arena: resident experts */
+    char *d_tier;              /* arena: the adaptive tier's slots (gpu_tier.c), or NULL */
+    /* every layer's three slot tables, (n_layer, 3, n_expert) device pointers in one array (the
+     * tier uploads the ones that changed in one copy), and their pinned host copy */
+    const void **d_tables;
+    const void **h_tables;
     mp_gpu_memory mem;
 
     gpu_tensor tok_embd, output;
@@ -174,10 +181,24 @@ struct mp_gpu {
     int host_mode;          /* MP_GPU_HOST_PINNED / _COPY / _MAPPING (MP_GPU_HOST_EXPERTS, knobs.h) */
     bool host_registered;   /* h_arena is page-locked (cudaHostRegister) */
     char host_why[96];      /* why the copy or its page-locking is not in place ("" when it is) */
+    /* the adaptive tier (gpu_tier.c; NULL: none). live: (n_layer, words_per_layer) the experts the
+     * GPU serves now, the placement's and the tier's READY ones: the host's view of the device's
+     * slot tables, both changed only between steps (mp_gpu_tier_apply). Without a tier it is the
+     * placement's bits. */
+    struct mp_tier *tier;
+    const uint64_t *live;
+    gpu_tier *gt;
+    int64_t tier_hold;      /* MP_GPU_TIER_HOLD: steps a landed copy is still treated as in flight */
     mp_gpu_stats stats;
     mp_moe_timing *timing;  /* (n_layer) of the current step, for the hooks */
     char name[320];
 };
+
+/* Expert e of layer il is served by the GPU in the current step (resident or a READY tier slot). */
+static inline bool mp_gpu_live(const mp_gpu *g, int64_t il, int64_t e)
+{
+    return (g->live[il * g->pl.words_per_layer + (e >> 6)] >> (e & 63)) & 1u;
+}
 
 /* In functions with an `mp_error *err`: return the failure of a kernel entry point (KCHECK) or
  * of a CUDA runtime call (CCHECK), naming what failed. */
@@ -226,6 +247,9 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
 /* Whether layer il's step of n rows runs far routes: a decode step on a layer whose decision is
  * on (mp_gpu_exec_set_far_plan, or the decision model at start). */
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n);
+/* Layer il's GPU experts' launch runs in a step of n rows (it writes d_proj): the layer has
+ * resident experts, far routes on, or tier slots. */
+bool mp_gpu_gpu_part(const mp_gpu *g, int64_t il, int64_t n);
 /* Drop the captured decode graphs (a change of which layers run far routes changes their
  * structure); the next decode step captures anew. */
 void mp_gpu_drop_graphs(mp_gpu *g);
@@ -239,6 +263,20 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
 void mp_gpu_measure_copy(mp_gpu *g);
+/* The adaptive tier (gpu_tier.c; the picture there). mp_gpu_tier_bytes: the device memory of pl's
+ * tier slots (expert_bytes_max each); mp_gpu_tier_setup (after the host experts and the pool) makes
+ * the tier, or sets g->live to the placement's bits when there is none; mp_gpu_tier_observe hands
+ * a hybrid layer's routes to the policy (host side of the step); mp_gpu_tier_apply carries out the
+ * step's moves once it has drained; mp_gpu_tier_serves: layer il has tier slots (its GPU experts'
+ * launch runs whatever the static placement holds). */
+size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl);
+mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err);
+void mp_gpu_tier_free(mp_gpu *g);
+void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids);
+mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err);
+bool mp_gpu_tier_serves(const mp_gpu *g, int64_t il);
+void mp_gpu_tier_report(const mp_gpu *g, char *buf, size_t cap);
+
 /* Far routes (gpu_far.c). mp_gpu_far_setup fills d_far from the page-locked host copy (a device
  * view of it) and sets far_max; it leaves d_far_of_cold NULL and far_max 0 (no far routes) when
  * there is no such copy. mp_gpu_far_decide sets every hybrid layer's decision from the

@@ -173,7 +173,7 @@ static int cold_routes(const mp_gpu *g, int64_t il, const int32_t *h_ids, int32_
 {
     int c = 0;
     for (int64_t i = 0; i < g->s->m->hp.n_expert_used; i++)
-        if (!mp_placement_resident(&g->pl, il, h_ids[i]))
+        if (!mp_gpu_live(g, il, h_ids[i]))
             cold[c++] = h_ids[i];
     return c;
 }
@@ -187,6 +187,11 @@ static void leave_to_gpu(mp_gpu *g, int32_t e)
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n)
 {
     return n == 1 && g->d_far_of_cold && g->far[il].on;
+}
+
+bool mp_gpu_gpu_part(const mp_gpu *g, int64_t il, int64_t n)
+{
+    return g->layers[il].n_resident > 0 || mp_gpu_far_on(g, il, n) || mp_gpu_tier_serves(g, il);
 }
 
 /* Handoff mode: wait until the GPU has published layer il's rows (its flag in mapped memory). The
@@ -326,7 +331,7 @@ static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         if (g->measure)
             CCHECK(mp_gpu_record(g, g->ev_rt[2 * il]), "cudaEventRecord");
     }
-    if (G->n_resident > 0 || mp_gpu_far_on(g, il, n)) {
+    if (mp_gpu_gpu_part(g, il, n)) {
         if (want_timing)
             CCHECK(cudaEventRecord(g->ev_moe[2 * il], g->stream), "cudaEventRecord");
         if ((st = launch_resident(g, il, n, err)))
@@ -363,11 +368,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     g->stats.sync_wait_ns += t->sync_ns;
     t->d2h_bytes = (int64_t)((size_t)(n * D) * sizeof(float)) + (s->route_src ? 0 : 2 * n * K * 4);
 
-    /* which routes run where: resident, copied (prefill), CPU */
-    memcpy(g->h_mask, G->resident, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
+    /* which routes run where: resident (the placement's or the tier's), copied (prefill), CPU */
+    memcpy(g->h_mask, g->live + il * g->pl.words_per_layer, (size_t)g->pl.words_per_layer * sizeof *g->h_mask);
     int64_t hits = 0;
     for (int64_t i = 0; i < n * K; i++)
-        hits += mp_placement_resident(&g->pl, il, h_ids[i]);
+        hits += mp_gpu_live(g, il, h_ids[i]);
     int32_t copy_list[1024];
     int n_copy = 0;
     int64_t copied_routes = 0;
@@ -377,7 +382,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
             g->h_count[h_ids[i]]++;
         const size_t bytes = mp_model_expert_bytes(m, il);
         for (int64_t e = 0; e < E; e++)
-            if (!mp_placement_resident(&g->pl, il, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
+            if (!mp_gpu_live(g, il, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
                 copy_list[n_copy++] = (int32_t)e;
                 leave_to_gpu(g, (int32_t)e);
                 copied_routes += g->h_count[e];
@@ -396,7 +401,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         far_routes = z;
     }
     /* two staging batches go out before the CPU starts, the rest after it */
-    bool gpu_wrote = G->n_resident > 0 || far;
+    bool gpu_wrote = mp_gpu_gpu_part(g, il, n);
     int done = 0;
     if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
         return st;
@@ -414,6 +419,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
         return st;
     g->copied_this_step = n_copy > 0;
+    mp_gpu_tier_observe(g, il, n, h_ids); /* its moves wait until the step has drained */
     if (g->measure) {
         g->rt_pending[il] = true;
         g->rt_cpu_ns[il] = t->cpu_expert_ns;
@@ -442,7 +448,7 @@ static mp_status moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->handoff) { /* the partial straight from host memory once the host's flag is set; nothing
                        * but the resident experts and far routes writes d_proj (no copies in this
                        * mode) */
-        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, g->layers[il].n_resident > 0 || mp_gpu_far_on(g, il, n),
+        KCHECK(mp_cuda_host_wait_add(g->d_proj, g->h_part, n * D, mp_gpu_gpu_part(g, il, n),
                                      &g->h_flags[g->s->m->hp.n_layer + il],
                                      &g->h_stamps[3 * il + 1], MP_GPU_HANDOFF_TIMEOUT_S, g->stream),
                "partial handoff");
@@ -451,7 +457,7 @@ static mp_status moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->measure)
         CCHECK(mp_gpu_record(g, g->ev_rt[2 * il + 1]), "cudaEventRecord");
     const size_t x_bytes = (size_t)(n * D) * sizeof(float);
-    const bool gpu_wrote = g->layers[il].n_resident > 0 || g->copied_this_step || mp_gpu_far_on(g, il, n);
+    const bool gpu_wrote = mp_gpu_gpu_part(g, il, n) || g->copied_this_step;
     float *dst = gpu_wrote ? g->d_tmp : g->d_proj;
     CCHECK(cudaMemcpyAsync(dst, g->h_part, x_bytes, cudaMemcpyHostToDevice, g->stream), "partial copy");
     if (gpu_wrote)

@@ -353,6 +353,15 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
         mp_format_bytes(c->mem.total, mem, sizeof mem);
         printf("\nGPU: %s; device memory used %s; %s.\n", c->device, mem, c->host);
     }
+    for (int i = 0; c->gpu && c->pl->tier_slots && i < n_rows; i++) {
+        const mp_gpu_stats *t = &rows[i].gs;
+        char tb[32];
+        mp_format_bytes((uint64_t)t->tier_bytes, tb, sizeof tb);
+        printf("%sadaptive tier (%s, %" PRIu64 " slots) %s%" PRId64 ": %.1f %% of routes served by its slots, %" PRId64
+               " late (copy in flight), %" PRId64 " admissions, %" PRId64 " evictions, %s copied\n", i ? "" : "\n",
+               mp_tier_policy_name(c->pl->tier_policy), c->pl->tier_slots, kind_name(rows[i].kind), rows[i].n,
+               share(t, t->tier_hits), t->tier_late, t->tier_admissions, t->tier_evictions, tb);
+    }
     printf("\n%s.\n", executor_note(c));
     if (c->host_gbs > 0)
         printf("bound: of a decode row with hybrid layers, max(GPU part, CPU experts' bytes / host read "
@@ -437,6 +446,13 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "routes_copied", (double)r->gs.routes_copied) &&
              add_num(o, "routes_far", (double)r->gs.routes_far) &&
              add_num(o, "experts_copied", (double)r->gs.experts_copied) &&
+             add_str(o, "adaptive", c->pl->tier_slots ? mp_tier_policy_name(c->pl->tier_policy) : "off") &&
+             add_num(o, "adaptive_slots", (double)c->pl->tier_slots) &&
+             add_num(o, "adaptive_bytes", (double)c->pl->tier_bytes) &&
+             add_num(o, "tier_hits", (double)r->gs.tier_hits) && add_num(o, "tier_late", (double)r->gs.tier_late) &&
+             add_num(o, "tier_admissions", (double)r->gs.tier_admissions) &&
+             add_num(o, "tier_evictions", (double)r->gs.tier_evictions) &&
+             add_num(o, "tier_copy_bytes", (double)r->gs.tier_bytes) &&
              add_num(o, "gpu_steps", (double)r->gs.steps) &&
              add_num(o, "hybrid_layer_steps", (double)r->gs.hybrid_layers) &&
              add_num(o, "moe_layer_steps", (double)r->gs.moe_layers) &&

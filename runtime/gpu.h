@@ -80,11 +80,15 @@ typedef struct mp_gpu_stats {
     int64_t stamped_steps, step_host_gaps; /* the gap counts only a step that follows its step */
     int64_t step_host_gap_ns, step_start_lag_ns, step_gpu_ns, step_drain_lag_ns;
     int64_t stamp_err_ns;
+    /* the adaptive tier (runtime/tier.h): routes its slots served (counted in routes_gpu too),
+     * routes to experts whose copy had not landed (served cold: late), its admissions, evictions
+     * and copied bytes */
+    int64_t tier_hits, tier_late, tier_admissions, tier_evictions, tier_bytes;
 } mp_gpu_stats;
 
 /* Device memory the executor allocates, by term (bytes). */
 typedef struct mp_gpu_memory {
-    uint64_t weights, kv, scratch, staging, pool, total;
+    uint64_t weights, kv, scratch, staging, pool, tier, total;
 } mp_gpu_memory;
 
 /* 1 if this build has the GPU executor and a usable device; else 0 with the reason in why. */

@@ -17,6 +17,49 @@
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 
+/* --adaptive POLICY, --adaptive-slots N | P%, --adaptive-inflight N */
+static mp_status adaptive_set(mp_placement_opts *o, const char *flag, const char *value, mp_error *err)
+{
+    if (!strcmp(flag, "--adaptive")) {
+        if (o->adaptive_given)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive given twice");
+        mp_status st = mp_tier_policy_parse(value, &o->adaptive, err);
+        if (st)
+            return st;
+        o->adaptive_given = true;
+        return MP_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    if (!strcmp(flag, "--adaptive-slots")) {
+        if (o->adaptive_slots || o->adaptive_share > 0)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots given twice");
+        const size_t n = strlen(value);
+        if (n > 1 && value[n - 1] == '%') {
+            const double pct = strtod(value, &end);
+            if (end != value + n - 1 || errno || !(pct > 0) || pct > 100)
+                return mp_fail(err, MP_ERR_ARG, "--adaptive-slots '%s': expected N expert slots or P%% of the "
+                               "budget's room for experts, 0 < P <= 100", value);
+            o->adaptive_share = pct / 100.0;
+            return MP_OK;
+        }
+        const unsigned long long v = strtoull(value, &end, 10);
+        if (!n || *end || errno || value[0] == '-' || v < 1 || v > (1ull << 32))
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots '%s': expected N expert slots (1..2^32) or P%% of "
+                           "the budget's room for experts", value);
+        o->adaptive_slots = v;
+        return MP_OK;
+    }
+    if (!strcmp(flag, "--adaptive-inflight")) {
+        const unsigned long long v = strtoull(value, &end, 10);
+        if (!*value || *end || errno || value[0] == '-' || v < 1 || v > 4096)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-inflight '%s': expected copies in flight, 1..4096", value);
+        o->adaptive_inflight = (uint32_t)v;
+        return MP_OK;
+    }
+    return mp_fail(err, MP_ERR_ARG, "%s: unknown flag (expected --adaptive, --adaptive-slots or "
+                   "--adaptive-inflight)", flag);
+}
 
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
                            mp_status *st, mp_error *err)
@@ -42,6 +85,10 @@ bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *v
               : !*value ? mp_fail(err, MP_ERR_ARG, "--costs: empty value") : MP_OK;
         if (!*st)
             o->costs = value;
+        return true;
+    }
+    if (!strncmp(flag, "--adaptive", 10)) {
+        *st = adaptive_set(o, flag, value, err);
         return true;
     }
     if (!strcmp(flag, "--executor")) {
@@ -249,6 +296,79 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
     return MP_OK;
 }
 
+static uint64_t max_expert_bytes(const mp_placement_geom *g)
+{
+    uint64_t b = 0;
+    for (int64_t il = 0; il < g->n_layer; il++)
+        b = g->expert_bytes[il] > b ? g->expert_bytes[il] : b;
+    return b;
+}
+
+/* The tier asked for: its policy (cost when only --adaptive-slots is given), its slots (N, or P%
+ * of the budget's room for experts, 10 % with a budget when neither is given) and the bytes they
+ * take off the budget (*room). */
+static mp_status tier_request(const mp_placement_geom *g, const mp_placement_opts *o, mp_placement *p,
+                              uint64_t *room, mp_error *err)
+{
+    const bool sized = o->adaptive_slots || o->adaptive_share > 0;
+    *room = 0;
+    p->tier_policy = o->adaptive_given ? o->adaptive : sized ? MP_TIER_COST : MP_TIER_OFF;
+    if (p->tier_policy == MP_TIER_OFF) {
+        if (sized || o->adaptive_inflight)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-%s given with --adaptive off: expected no tier flag, or a "
+                           "policy", sized ? "slots" : "inflight");
+        return MP_OK;
+    }
+    const uint64_t per = max_expert_bytes(g);
+    double share = o->adaptive_share;
+    if (!sized) {
+        if (!o->budget_bytes)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive %s: expected --adaptive-slots N (or P%% with --gpu-budget) "
+                           "for the tier's size", mp_tier_policy_name(p->tier_policy));
+        share = 0.10;
+    }
+    if (share > 0) {
+        if (!o->budget_bytes)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots %.0f%%: a share of the budget needs --gpu-budget "
+                           "(or give N slots)", share * 100.0);
+        p->tier_slots = per ? (uint64_t)(share * (double)p->budget.expert_avail_bytes / (double)per) : 0;
+        if (!p->tier_slots)
+            return mp_fail(err, MP_ERR_LIMIT, "--adaptive-slots %.0f%%: the budget's room for experts holds no "
+                           "expert slot at that share", share * 100.0);
+    } else {
+        p->tier_slots = o->adaptive_slots;
+    }
+    p->tier_inflight = o->adaptive_inflight ? o->adaptive_inflight : (uint32_t)(2 * g->n_expert_used);
+    if (o->budget_bytes) {
+        const unsigned __int128 b = (unsigned __int128)p->tier_slots * per;
+        *room = b > p->budget.expert_avail_bytes ? p->budget.expert_avail_bytes + 1 : (uint64_t)b;
+    }
+    return MP_OK;
+}
+
+/* The tier's slots spread over the layers with host experts (mp_tier_split), and their bytes. */
+static mp_status tier_split(const mp_placement_geom *g, mp_placement *p, mp_error *err)
+{
+    if (p->tier_policy == MP_TIER_OFF || !p->tier_slots)
+        return MP_OK;
+    const size_t cells = (size_t)g->n_layer * (size_t)g->n_expert;
+    uint8_t *pinned = malloc(cells ? cells : 1);
+    p->tier_cap = calloc((size_t)g->n_layer, sizeof *p->tier_cap);
+    if (!pinned || !p->tier_cap) {
+        free(pinned);
+        return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
+    }
+    for (int64_t il = 0; il < g->n_layer; il++)
+        for (int64_t e = 0; e < g->n_expert; e++)
+            pinned[il * g->n_expert + e] = mp_placement_resident(p, il, e);
+    p->tier_slots = mp_tier_split(p->tier_slots, (uint32_t)g->n_layer, (uint32_t)g->n_expert, pinned, p->tier_cap);
+    free(pinned);
+    p->tier_bytes = 0;
+    for (int64_t il = 0; il < g->n_layer; il++)
+        p->tier_bytes += (uint64_t)p->tier_cap[il] * g->expert_bytes[il];
+    return MP_OK;
+}
+
 static mp_status place_by_mode(const mp_placement_geom *g, const mp_placement_opts *o,
                                mp_placement *p, mp_error *err)
 {
@@ -327,7 +447,18 @@ mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts
         mp_placement_free(&p);
         return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
     }
-    if ((st = place_by_mode(g, o, &p, err))) {
+    /* the adaptive tier's room comes off the budget's before the placement fills it */
+    uint64_t tier_room = 0;
+    if ((st = tier_request(g, o, &p, &tier_room, err))) {
+        mp_placement_free(&p);
+        return st;
+    }
+    const uint64_t avail = p.budget.expert_avail_bytes;
+    if (o->budget_bytes)
+        p.budget.expert_avail_bytes = tier_room < avail ? avail - tier_room : 0;
+    st = place_by_mode(g, o, &p, err);
+    p.budget.expert_avail_bytes = avail;
+    if (st) {
         mp_placement_free(&p);
         return st;
     }
@@ -344,6 +475,21 @@ mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts
             min_b = g->expert_bytes[il] < min_b ? g->expert_bytes[il] : min_b;
             max_b = g->expert_bytes[il] > max_b ? g->expert_bytes[il] : max_b;
         }
+    }
+    if ((st = tier_split(g, &p, err))) {
+        mp_placement_free(&p);
+        return st;
+    }
+    if (o->budget_bytes && p.tier_bytes && p.gpu_expert_bytes + p.tier_bytes > p.budget.expert_avail_bytes) {
+        char a[32], need[32], tb[32];
+        mp_format_bytes(p.budget.expert_avail_bytes, a, sizeof a);
+        mp_format_bytes(p.gpu_expert_bytes, need, sizeof need);
+        mp_format_bytes(p.tier_bytes, tb, sizeof tb);
+        st = mp_fail(err, MP_ERR_LIMIT, "budget %s leaves %s for experts; placement '%s' needs %s and the adaptive "
+                     "tier's %" PRIu64 " slots %s: lower --adaptive-slots or place fewer experts",
+                     o->budget_text ? o->budget_text : "?", a, p.desc, need, p.tier_slots, tb);
+        mp_placement_free(&p);
+        return st;
     }
     if (o->budget_bytes && p.gpu_expert_bytes > p.budget.expert_avail_bytes) {
         char b[32], d[32], k[32], s[32], a[32], need[32], each[80];
@@ -391,6 +537,7 @@ void mp_placement_free(mp_placement *p)
     free(p->cold_routes);
     free(p->all_routes);
     free(p->decode_costs);
+    free(p->tier_cap);
     memset(p, 0, sizeof *p);
 }
 
@@ -424,12 +571,17 @@ void mp_placement_summary(const mp_placement *p, char *buf, size_t cap)
         groups++;
         il = j + 1;
     }
-    char gpu[32], ex[32], fx[32], host[32], b[32];
-    mp_format_bytes(p->budget.fixed_bytes + p->gpu_expert_bytes, gpu, sizeof gpu);
+    char gpu[32], ex[32], fx[32], host[32], b[32], tb[32];
+    mp_format_bytes(p->budget.fixed_bytes + p->gpu_expert_bytes + p->tier_bytes, gpu, sizeof gpu);
     mp_format_bytes(p->gpu_expert_bytes, ex, sizeof ex);
     mp_format_bytes(p->budget.fixed_bytes, fx, sizeof fx);
     mp_format_bytes(p->host_expert_bytes, host, sizeof host);
-    PUT("); GPU %s (experts %s + weights, KV cache, scratch %s)", gpu, ex, fx);
+    PUT("); GPU %s (experts %s + weights, KV cache, scratch %s", gpu, ex, fx);
+    if (p->tier_bytes) {
+        mp_format_bytes(p->tier_bytes, tb, sizeof tb);
+        PUT(" + adaptive tier %s: %" PRIu64 " slots, %s", tb, p->tier_slots, mp_tier_policy_name(p->tier_policy));
+    }
+    PUT(")");
     if (p->budget.budget_bytes) {
         mp_format_bytes(p->budget.budget_bytes, b, sizeof b);
         PUT(" of budget %s", b);

@@ -26,6 +26,7 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "runtime/model.h"
+#include "runtime/tier.h"
 
 typedef enum mp_placement_mode {
     MP_PLACEMENT_CPU = 0,         /* every expert in host memory */
@@ -59,13 +60,21 @@ typedef struct mp_placement_opts {
     const char *costs;         /* --costs FILE: the GPU executor's decode costs (far routes), NULL: none */
     char alias_spec[24];       /* "layers:N" of --n-cpu-moe N: spec points here then, so a copy of
                                 * the struct is valid only while this one lives */
+    /* the adaptive tier (runtime/tier.h): --adaptive POLICY, --adaptive-slots N | P%,
+     * --adaptive-inflight N */
+    mp_tier_policy adaptive;
+    bool adaptive_given;
+    uint64_t adaptive_slots;   /* N; 0 with adaptive_share or when not given */
+    double adaptive_share;     /* P% / 100 of the budget's expert room; 0: not given */
+    uint32_t adaptive_inflight;/* 0: not given (the default: 2 × top_k) */
 } mp_placement_opts;
 
 /* Help text for the four flags, for the commands' --help. */
 extern const char mp_placement_flags_help[];
 
 /* If flag is one of --placement, --placement-file, --profile, --gpu-budget, --executor, --costs,
- * --n-cpu-moe N (--placement layers:N) or --cpu-moe (--placement cpu; value unused), store value into o
+ * --n-cpu-moe N (--placement layers:N), --cpu-moe (--placement cpu; value unused), --adaptive,
+ * --adaptive-slots or --adaptive-inflight, store value into o
  * (parsing the spec and budget strings) and return true with *st set (MP_OK or MP_ERR_ARG with a
  * one-line message). Returns false for any other flag. o must start zeroed. */
 bool mp_placement_opts_set(mp_placement_opts *o, const char *flag, const char *value,
@@ -139,6 +148,15 @@ typedef struct mp_placement {
     /* The decode costs the GPU executor decides far routes from (runtime/decide.h; --costs, loaded
      * by mp_executor_plan for a GPU run), owned; NULL: none, so no far routes. */
     struct mp_decode_costs *decode_costs;
+    /* The adaptive tier (runtime/tier.h): slots besides the static residents, counted in the
+     * budget; tier_slots 0 (policy off): none. tier_cap (n_layer) is the slots of each layer
+     * (mp_tier_split over the layers with host experts), tier_bytes their bytes. With a budget the
+     * tier's room is taken first and the static placement (fill, a profile) gets what is left. */
+    mp_tier_policy tier_policy;
+    uint64_t tier_slots;
+    uint32_t *tier_cap;
+    uint64_t tier_bytes;
+    uint32_t tier_inflight;    /* copies in flight at once over all layers */
 } mp_placement;
 
 /* Build and check the placement for geometry g; n_ctx and n_batch are the session's (resolved)

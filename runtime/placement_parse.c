@@ -23,7 +23,14 @@ const char mp_placement_flags_help[] =
     "                         or cpu (the CPU forward pass; a placement is only checked, reported)\n"
     "      --costs FILE       this model's cost file (moeplan calibrate): the GPU executor decides\n"
     "                         far routes by it (decode steps reading cold experts over the bus);\n"
-    "                         none without it\n";
+    "                         none without it\n"
+    "      --adaptive POLICY  an adaptive tier of GPU expert slots besides the placement, filled\n"
+    "                         while running: off, lru, lfu, decayed-lfu, window-lfu, or cost\n"
+    "                         (the default with --adaptive-slots: admits an expert only when the\n"
+    "                         routes it is expected to serve pay for its copy; needs --costs)\n"
+    "      --adaptive-slots N the tier's size: N expert slots, or P% of the budget's room for\n"
+    "                         experts (taken before the placement; default 10% with a budget)\n"
+    "      --adaptive-inflight N  tier copies in flight at once (default 2 × top-k)\n";
 
 typedef struct unit {
     const char *name;

@@ -54,6 +54,9 @@
 #              q4_k_m and q8_0, mixtral, olmoe, a 256-expert qwen3moe, flame with its real routing
 #              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks, MATRIX_REPS measured repetitions per
 #              row, default 3) -> $OUT/accuracy-matrix/matrix.md
+#   adaptive-ab  the adaptive tier against the static profile at the same budget, alternated
+#              (bench/adaptive_ab.sh; ADAPTIVE_SHAPE flame or drift, ADAPTIVE_BUDGETS, ADAPTIVE_POLICY,
+#              ADAPTIVE_SLOTS, ADAPTIVE_ROUNDS, ADAPTIVE_REPS) -> $OUT/adaptive-ab/adaptive-ab.md
 #   decode-check  the cost file's one-row decode model against bench, one factor at a time
 #              (bench/decode_check.sh: the all-resident step, the decode grid's c = 0 and c = top_k
 #              points, pools of two sizes, one hybrid layer first or last, with and without route
@@ -366,6 +369,46 @@ for stage in "${stages[@]}"; do
             bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
+    adaptive-ab)
+        # the adaptive tier against the static profile at the same budget (bench/adaptive_ab.sh):
+        # ADAPTIVE_SHAPE flame (FLAME-MoE's real routing, 8 sequences as one context) or drift (the
+        # qwen3-30b-a3b preset, synthetic routing whose popularity drifts between 4 requests)
+        build || { rc=1; continue; }
+        aw=/tmp/mp-adaptive
+        mkdir -p "$aw" "$OUT/adaptive-ab"
+        case "${ADAPTIVE_SHAPE:-flame}" in
+        flame)
+            amk="--preset flame --quant q4_k_m"
+            abud=${ADAPTIVE_BUDGETS:-f0.25 f0.5 f0.75}
+            ;;
+        drift)
+            amk="--preset qwen3-30b-a3b --quant q4_k_m"
+            abud=${ADAPTIVE_BUDGETS:-8GiB 12GiB 16GiB}
+            ;;
+        *) log "adaptive-ab: ADAPTIVE_SHAPE '${ADAPTIVE_SHAPE}': expected flame or drift"; rc=1; continue ;;
+        esac
+        amodel=$aw/${ADAPTIVE_SHAPE:-flame}.gguf
+        # shellcheck disable=SC2086
+        [ -f "$amodel" ] || build-gpu/cli/moeplan mkmodel $amk --quiet -o "$amodel" || { rc=1; continue; }
+        read -r aL aE aK aEB <<<"$(build-gpu/cli/moeplan inspect --json "$amodel" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["moe_layers"]), d["moe_layers"][0]["experts"], [x["value"] for x in d["metadata"] if x["key"].endswith(".expert_used_count")][0], d["moe_layers"][0]["bytes_per_expert"])')"
+        atrace=$aw/trace.db
+        rm -f "$atrace"
+        if [ "${ADAPTIVE_SHAPE:-flame}" = flame ]; then
+            python3 bench/flame_csv.py "$aw/flame.csv" && build-gpu/cli/moeplan import csv "$aw/flame.csv" \
+                --trace "$atrace" --experts "$aE" >"$OUT/adaptive-ab/import.log" 2>&1 || { rc=1; continue; }
+        else
+            build-gpu/bench/gen_routing_trace "$atrace" 4 64 "$aL" "$aE" "$aK" 1 7 "$aEB" 1.0 "${ADAPTIVE_DRIFT:-0.5}" \
+                >"$OUT/adaptive-ab/trace.log" 2>&1 || { rc=1; continue; }
+        fi
+        acosts=${ADAPTIVE_COSTS:-$aw/costs.json}
+        [ -f "$acosts" ] || build-gpu/cli/moeplan calibrate -m "$amodel" --out "$acosts" --force \
+            ${ADAPTIVE_CALIBRATE_ARGS:---rows 1,2,4 --reps 3} >"$OUT/adaptive-ab/calibrate.log" 2>&1 || { rc=1; continue; }
+        cp "$acosts" "$OUT/adaptive-ab/costs.json"
+        MOEPLAN=build-gpu/cli/moeplan MODEL="$amodel" COSTS="$acosts" TRACE="$atrace" BUDGETS="$abud" \
+            POLICY="${ADAPTIVE_POLICY:-cost}" SLOTS="${ADAPTIVE_SLOTS:-10%}" ROUNDS="${ADAPTIVE_ROUNDS:-2}" \
+            REPS="${ADAPTIVE_REPS:-3}" OUT="$OUT/adaptive-ab" bash bench/adaptive_ab.sh 2>&1 | tee "$OUT/adaptive-ab.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
     decode-check)
         build || { rc=1; continue; }
         read -r dc_short dc_long <<<"${DECODE_CHECK_N:-63 511}"
@@ -402,7 +445,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, demo, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy)" >&2
         exit 2
         ;;
     esac

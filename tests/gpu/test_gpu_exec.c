@@ -27,7 +27,11 @@
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include <unistd.h>
 
+#include <inttypes.h>
+
+#include "base/fault.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "runtime/decide.h"
 #include "runtime/gpu.h"
 #include "mkmodel/mkmodel.h"
 #include "runtime/model.h"
@@ -467,7 +471,150 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
     mp_model_free(m);
 }
 
-/* ---- 2c. far routes decided by the decode costs ---- */
+/* ---- 2c. the adaptive tier ---- */
+
+#define N_TIER_PROMPT 8
+#define N_TIER_DECODE 40
+
+/* A prompt of N_TIER_PROMPT rows, then N_TIER_DECODE decode steps (one graph each where the
+ * executor makes one); out->logits holds the decode steps' rows. report: the executor's line. */
+static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, char *report, size_t cap,
+                       int64_t fault_at)
+{
+    const int64_t V = m->hp.n_vocab;
+    routes rs = {m->hp.n_expert, g_seed, 0};
+    mp_route_source src = {&rs, route_fn};
+    mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = 16, .route_src = &src, .placement = pl,
+                            .knobs = g_knobs};
+    mp_session *s;
+    mp_error e;
+    cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
+    mp_gpu_set_gemm_min_rows(mp_session_gpu(s), INT64_MAX); /* GEMV prefill: f32 activations throughout */
+    int32_t tok[N_TIER_PROMPT + N_TIER_DECODE];
+    uint64_t h = g_seed;
+    for (int i = 0; i < N_TIER_PROMPT + N_TIER_DECODE; i++)
+        tok[i] = (int32_t)((h = mix64(h + 11)) % (uint64_t)V);
+    float *prompt = malloc(sizeof(float) * (size_t)V);
+    out->logits = malloc(sizeof(float) * (size_t)(N_TIER_DECODE * V));
+    cr_assert(prompt && out->logits);
+    cr_assert_eq(mp_session_eval(s, tok, N_TIER_PROMPT, false, prompt, &e), MP_OK, "%s", e.msg);
+    if (fault_at > 0)
+        mp_fault_arm(fault_at, false);
+    for (int i = 0; i < N_TIER_DECODE; i++)
+        cr_assert_eq(mp_session_eval(s, tok + N_TIER_PROMPT + i, 1, false, out->logits + i * V, &e), MP_OK, "%s",
+                     e.msg);
+    if (fault_at > 0) {
+        cr_assert_eq(mp_fault_failures(), 1, "the armed tier copy was not reached");
+        mp_fault_arm(0, false);
+    }
+    free(prompt);
+    mp_gpu_get_stats(mp_session_gpu(s), &out->stats);
+    mp_gpu_report(mp_session_gpu(s), report, cap);
+    mp_session_free(s);
+}
+
+static void compare_decode(const char *what, const mp_model *m, const run_out *a, const run_out *ref)
+{
+    const int64_t V = m->hp.n_vocab;
+    double worst = 0;
+    for (int64_t r = 0; r < N_TIER_DECODE; r++) {
+        double mx = 0, d = 0;
+        for (int64_t v = 0; v < V; v++) {
+            mx = fmax(mx, fabs(ref->logits[r * V + v]));
+            d = fmax(d, fabs((double)a->logits[r * V + v] - ref->logits[r * V + v]));
+        }
+        cr_assert(isfinite(d) && mx > 0, "seed %llu: %s: row %ld not finite", (unsigned long long)g_seed, what, (long)r);
+        worst = fmax(worst, d / mx);
+    }
+    fprintf(stderr, "  %s: worst row %.3g\n", what, worst);
+    cr_assert(worst <= 1e-4, "seed %llu: %s: logits differ by %.3g of the row's max |logit| (tolerance 1e-4)",
+              (unsigned long long)g_seed, what, worst);
+}
+
+/* Promotion while decoding: a placement with an adaptive tier gives the all-GPU logits up to
+ * summation order (F32 experts: 1e-4 of the row's largest logit, as the hybrid cases above; a
+ * route served twice, by a tier slot and the CPU, or by a slot holding another expert's weights,
+ * moves rows by O(1e-2)), with every route served exactly once, while experts are admitted and
+ * evicted every few steps (random routes over few slots). With MP_GPU_TIER_HOLD copies stay in
+ * flight for steps after they land, so routes reach LOADING experts (served cold, counted late);
+ * the cost policy admits by its prices (here: any expert routed twice within its memory). An
+ * expert copy that cannot be enqueued stops the tier and the run goes on with the placement alone,
+ * with the same logits. */
+Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
+{
+    mp_model *m = make_model("qwen3moe", "f32", NULL);
+    const int64_t L = m->hp.n_layer;
+    mp_placement all;
+    placement(m, "gpu", NULL, 0, &all);
+    run_out ref;
+    char report[2048];
+    run_decode(m, &all, &ref, report, sizeof report, 0);
+    const struct { const char *spec, *policy; const char *hold; bool costs; int64_t fault_at; } cases[] = {
+        {"cpu", "lru", "0", false, 0},
+        {"layers:2", "lfu", "0", false, 0},
+        {"cpu", "lru", "3", false, 0},
+        {"cpu", "cost", "0", true, 0},
+        {"cpu", "lru", "0", false, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp_placement_opts o = {0};
+        mp_status st = MP_OK;
+        mp_error e;
+        char slots[16];
+        snprintf(slots, sizeof slots, "%ld", (long)(2 * L));
+        cr_assert(mp_placement_opts_set(&o, "--placement", cases[i].spec, &st, &e) && !st, "%s", e.msg);
+        cr_assert(mp_placement_opts_set(&o, "--adaptive", cases[i].policy, &st, &e) && !st, "%s", e.msg);
+        cr_assert(mp_placement_opts_set(&o, "--adaptive-slots", slots, &st, &e) && !st, "%s", e.msg);
+        mp_placement pl;
+        cr_assert_eq(mp_placement_for_model(m, &o, 128, 16, &pl, &e), MP_OK, "%s", e.msg);
+        cr_assert_gt(pl.tier_slots, 0);
+        if (cases[i].costs) { /* prices only: the host's bandwidth, no grid (far routes stay off) */
+            pl.decode_costs = calloc(1, sizeof *pl.decode_costs);
+            cr_assert_not_null(pl.decode_costs);
+            mp_decode_costs *dc = pl.decode_costs;
+            dc->top_k = (int)m->hp.n_expert_used;
+            dc->expert_bytes = mp_model_expert_bytes(m, 0);
+            dc->host_bytes_per_ns = 10.0;
+            for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
+                dc->off_ns[c] = NAN;
+                for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
+                    dc->on_ns[c][f] = NAN;
+            }
+        }
+        const mp_knobs k = knobs_with("MP_GPU_TIER_HOLD", cases[i].hold);
+        g_knobs = &k;
+        run_out t;
+        run_decode(m, &pl, &t, report, sizeof report, cases[i].fault_at);
+        g_knobs = NULL;
+        char what[256];
+        snprintf(what, sizeof what, "%s + adaptive %s (%" PRIu64 " slots, hold %s%s)", cases[i].spec, cases[i].policy,
+                 pl.tier_slots, cases[i].hold, cases[i].fault_at ? ", a copy fails" : "");
+        fprintf(stderr, "%s: %s\n", what, report);
+        compare_decode(what, m, &t, &ref);
+        cr_assert_eq(t.stats.routes_gpu + t.stats.routes_cpu + t.stats.routes_copied + t.stats.routes_far,
+                     ref.stats.routes_gpu, "%s: every route is served exactly once", what);
+        cr_assert_gt(t.stats.tier_admissions, 0, "%s: nothing admitted", what);
+        cr_assert_leq(t.stats.tier_hits, t.stats.routes_gpu, "%s", what);
+        cr_assert_gt(t.stats.routes_cpu, 0, "%s: no route ran on the CPU", what);
+        if (cases[i].fault_at) {
+            cr_assert(strstr(report, "stopped: an expert copy failed: injected fault"), "%s: %s", what, report);
+        } else {
+            cr_assert_gt(t.stats.tier_hits, 0, "%s: no route served by a tier slot", what);
+            cr_assert_gt(t.stats.tier_bytes, 0, "%s", what);
+        }
+        if (!strcmp(cases[i].policy, "lru") && !cases[i].fault_at)
+            cr_assert_gt(t.stats.tier_evictions, 0, "%s: nothing evicted", what);
+        if (strcmp(cases[i].hold, "0"))
+            cr_assert_gt(t.stats.tier_late, 0, "%s: no route reached a copy in flight", what);
+        free(t.logits);
+        mp_placement_free(&pl);
+    }
+    free(ref.logits);
+    mp_placement_free(&all);
+    mp_model_free(m);
+}
+
+/* ---- 2d. far routes decided by the decode costs ---- */
 
 /* The executor decides far routes from the placement's decode costs (runtime/decide.h): a grid in
  * which one far route per cold count pays turns every hybrid layer on and runs them (and the

@@ -595,3 +595,95 @@ Test(placement, collect_records_profile_hash_and_budget)
               run->config_json);
     mp_trace_reader_close(r);
 }
+
+/* ---- the adaptive tier's flags and budget (runtime/tier.h) ---- */
+
+static mp_status build_tier(const char *spec, uint64_t budget, const char *const *flags, mp_placement *p,
+                            mp_error *e)
+{
+    mp_placement_opts o = {0};
+    mp_status st;
+    cr_assert(mp_placement_opts_set(&o, "--placement", spec, &st, e) && !st, "%s", e->msg);
+    for (int i = 0; flags[i]; i += 2) {
+        cr_assert(mp_placement_opts_set(&o, flags[i], flags[i + 1], &st, e), "%s", flags[i]);
+        if (st)
+            return st;
+    }
+    o.budget_bytes = budget;
+    return mp_placement_build(&hand, &o, 16, 4, p, e);
+}
+
+Test(placement, adaptive_tier_slots_and_budget)
+{
+    mp_placement p;
+    mp_error e;
+    /* 3 slots over the two layers with host experts (cpu: both): 2 + 1, 100 B each; cost by default */
+    const char *three[] = {"--adaptive-slots", "3", NULL};
+    cr_assert_eq(build_tier("cpu", 0, three, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.tier_policy, MP_TIER_COST);
+    cr_assert_eq(p.tier_slots, 3);
+    cr_assert_eq(p.tier_cap[0], 2);
+    cr_assert_eq(p.tier_cap[1], 1);
+    cr_assert_eq(p.tier_bytes, 300);
+    cr_assert_eq(p.tier_inflight, 4, "2 × top-k by default");
+    mp_placement_free(&p);
+    /* layers-last:1: layer 0 whole on the GPU, so every slot goes to layer 1 (at most its 4 experts) */
+    const char *many[] = {"--adaptive", "lru", "--adaptive-slots", "9", "--adaptive-inflight", "2", NULL};
+    cr_assert_eq(build_tier("layers-last:1", 0, many, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.tier_policy, MP_TIER_LRU);
+    cr_assert_eq(p.tier_cap[0], 0);
+    cr_assert_eq(p.tier_cap[1], 4);
+    cr_assert_eq(p.tier_slots, 4);
+    cr_assert_eq(p.tier_inflight, 2);
+    mp_placement_free(&p);
+    /* the tier's room is taken before fill: 500 B, 50 % = 2 slots (200 B), fill gets 300 B: 3 experts */
+    const char *half[] = {"--adaptive", "lfu", "--adaptive-slots", "50%", NULL};
+    cr_assert_eq(build_tier("fill", HAND_FIXED + 500, half, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 3);
+    cr_assert_eq(p.tier_slots, 2);
+    cr_assert_eq(p.gpu_expert_bytes + p.tier_bytes, 500);
+    mp_placement_free(&p);
+    /* a budget with a policy and no size: 10 % of the room (1000 B: one slot) */
+    const char *dflt[] = {"--adaptive", "window-lfu", NULL};
+    cr_assert_eq(build_tier("cpu", HAND_FIXED + 1000, dflt, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.tier_slots, 1);
+    mp_placement_free(&p);
+    /* a full budget refuses, naming the tier */
+    const char *four[] = {"--adaptive-slots", "4", NULL};
+    cr_assert_eq(build_tier("layers:1", HAND_FIXED + 500, four, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "the adaptive tier's 4 slots 400 B") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "lower --adaptive-slots") != NULL, "%s", e.msg);
+    /* off: nothing */
+    const char *off[] = {"--adaptive", "off", NULL};
+    cr_assert_eq(build_tier("cpu", 0, off, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.tier_slots, 0);
+    cr_assert_null(p.tier_cap);
+    mp_placement_free(&p);
+}
+
+Test(placement, adaptive_tier_flags_refused_in_one_line)
+{
+    static const struct {
+        const char *flags[7];
+        const char *msg;
+    } bad[] = {
+        {{"--adaptive", "fifo", NULL}, "fifo"},
+        {{"--adaptive", "lru", "--adaptive", "lfu", NULL}, "--adaptive given twice"},
+        {{"--adaptive-slots", "0", NULL}, "--adaptive-slots '0'"},
+        {{"--adaptive-slots", "-3", NULL}, "--adaptive-slots '-3'"},
+        {{"--adaptive-slots", "101%", NULL}, "0 < P <= 100"},
+        {{"--adaptive-slots", "x%", NULL}, "--adaptive-slots 'x%'"},
+        {{"--adaptive-slots", "2", "--adaptive-slots", "3", NULL}, "given twice"},
+        {{"--adaptive-inflight", "0", NULL}, "--adaptive-inflight '0'"},
+        {{"--adaptive", "off", "--adaptive-slots", "2", NULL}, "--adaptive-slots given with --adaptive off"},
+        {{"--adaptive", "lru", NULL}, "expected --adaptive-slots N"},
+        {{"--adaptive-slots", "10%", NULL}, "needs --gpu-budget"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp_placement p;
+        mp_error e = {0};
+        cr_assert_neq(build_tier("cpu", 0, bad[i].flags, &p, &e), MP_OK, "case %zu", i);
+        cr_assert(strstr(e.msg, bad[i].msg) != NULL, "case %zu: %s", i, e.msg);
+        cr_assert_null(strchr(e.msg, '\n'), "case %zu: one line: %s", i, e.msg);
+    }
+}

@@ -1,0 +1,336 @@
+/* gpu/gpu_tier.c — the adaptive expert tier on the GPU executor: its slots in device memory, and
+ * the shared policy's moves (runtime/tier.h) carried out.
+ *
+ * Per step:
+ *   - during the step, after each hybrid layer's CPU work, the experts the layer routed to go to
+ *     the policy (mp_gpu_tier_observe); its moves wait in a list;
+ *   - when the step has drained, before the next is enqueued (mp_gpu_tier_apply):
+ *       1. the experts whose copy landed (the slot's event) become live: the host's live bits and
+ *          the device's slot tables point at their slot;
+ *       2. each waiting move's victim stops being live (bit cleared, table entries NULL);
+ *       3. the slot tables that changed go up in one copy on the compute stream, ahead of the next
+ *          step's work (a captured decode graph reads them when it runs, so it needs no capture);
+ *       4. the moves' weight copies go out on the tier's own stream once that upload has executed
+ *          (an event), from the page-locked host copy, each followed by its slot's event.
+ * A slot's memory is written only by its own copy, which starts after every step that read the
+ * slot's previous expert has drained and after that expert's table entries went NULL; a LOADING
+ * slot is never a victim (the policy's invariant). So no step reads a slot while it is written,
+ * and no step waits for a copy: an expert whose copy is in flight keeps running on the CPU (or far).
+ * The host decides which routes the CPU runs from the live bits and the kernels from the tables;
+ * both change only here, between steps, so they agree.
+ */
+#include "mp_config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fault.h"
+#include "gpu/gpu_impl.h"
+#include "runtime/tier.h"
+
+struct gpu_tier {
+    char *d_arena;             /* the slots, slot_bytes apart, layer by layer */
+    size_t slot_bytes;
+    uint32_t *first;           /* (n_layer) the layer's first slot in the arena */
+    uint32_t *layer_of;        /* (n_slots) */
+    uint32_t n_slots;
+    uint64_t *live;            /* (n_layer, words_per_layer): g->live points here */
+    cudaStream_t stream;       /* the tier's weight copies */
+    cudaEvent_t *ev_land;      /* (n_slots) the slot's copy has landed */
+    uint32_t *loading;         /* slots whose copy is in flight */
+    int64_t *held;             /* (n_slots) MP_GPU_TIER_HOLD: steps the slot's landed copy still waits */
+    uint32_t n_loading;
+    cudaEvent_t ev_tables;     /* the tables' upload has executed */
+    mp_tier_move *moves;       /* the step's moves, applied when it has drained */
+    uint32_t n_moves, cap_moves;
+    uint16_t *used;            /* (n_expert) scratch: an invocation's distinct experts */
+    uint32_t *rows_of;         /* (n_expert) scratch: their rows, zero between calls */
+    int64_t lo, hi;            /* layers whose tables changed since the last upload: [lo, hi) */
+    mp_tier_stats folded;      /* the tier's counters already added to g->stats */
+    char stopped[200];         /* why the tier stopped ("" while it runs) */
+};
+
+size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl)
+{
+    if (pl->tier_policy == MP_TIER_OFF || !pl->tier_cap)
+        return 0;
+    size_t n = 0;
+    for (int64_t il = 0; il < pl->n_layer; il++)
+        n += pl->tier_cap[il];
+    return n * g->expert_bytes_max;
+}
+
+bool mp_gpu_tier_serves(const mp_gpu *g, int64_t il)
+{
+    return g->tier && mp_tier_cap(g->tier, (uint32_t)il) > 0;
+}
+
+static void mark(mp_gpu *g, int64_t il)
+{
+    gpu_tier *t = g->gt;
+    t->lo = il < t->lo ? il : t->lo;
+    t->hi = il + 1 > t->hi ? il + 1 : t->hi;
+}
+
+/* Expert e of layer il served from `slot` (NULL: not served): the live bit and the three table
+ * entries of the host's copy (uploaded by mp_gpu_tier_apply). */
+static void set_live(mp_gpu *g, int64_t il, int64_t e, const char *slot)
+{
+    gpu_tier *t = g->gt;
+    const mp_layer *L = &g->s->m->layers[il];
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    const int64_t E = g->s->m->hp.n_expert;
+    uint64_t *w = &t->live[il * g->pl.words_per_layer + (e >> 6)];
+    *w = slot ? *w | (uint64_t)1 << (e & 63) : *w & ~((uint64_t)1 << (e & 63));
+    for (int k = 0; k < 3; k++) {
+        g->h_tables[(il * 3 + k) * E + e] = slot;
+        if (slot)
+            slot += mp_gpu_align(ts[k]->row_bytes * (size_t)ts[k]->ne[1]);
+    }
+    mark(g, il);
+}
+
+static char *slot_ptr(const gpu_tier *t, uint32_t s)
+{
+    return t->d_arena + (size_t)s * t->slot_bytes;
+}
+
+mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
+{
+    g->live = g->pl.bits;
+    if (pl->tier_policy == MP_TIER_OFF || !pl->tier_slots || !pl->tier_cap)
+        return MP_OK;
+    const mp_hparams *hp = &g->s->m->hp;
+    const int64_t L = hp->n_layer, E = hp->n_expert;
+    if (!g->host_registered)
+        return mp_fail(err, MP_ERR_ARG, "adaptive tier: the host experts are not page-locked (%s): its copies "
+                       "would stall the decode steps; run without --adaptive",
+                       g->host_why[0] ? g->host_why : "no host copy");
+    mp_tier_params tp;
+    mp_tier_params_default(&tp);
+    tp.policy = pl->tier_policy;
+    tp.top_k = (uint32_t)hp->n_expert_used;
+    tp.max_rows = (uint32_t)g->s->n_batch;
+    tp.max_loading = pl->tier_inflight;
+    if (tp.policy == MP_TIER_COST) {
+        if (!pl->decode_costs)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive cost: expected --costs FILE (from `moeplan calibrate`): its "
+                           "admissions are priced by this model's decode costs; or choose lru, lfu, decayed-lfu "
+                           "or window-lfu");
+        mp_decide_tier_costs(pl->decode_costs, &tp.route_saving_ns, &tp.copy_cost_ns);
+    }
+    gpu_tier *t = calloc(1, sizeof *t);
+    if (!t)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    g->gt = t;
+    uint8_t *pinned = malloc((size_t)(L * E));
+    t->first = calloc((size_t)L, sizeof *t->first);
+    t->live = malloc((size_t)(L * g->pl.words_per_layer) * sizeof *t->live);
+    t->used = malloc((size_t)E * sizeof *t->used);
+    t->rows_of = calloc((size_t)E, sizeof *t->rows_of);
+    const int64_t width = E < g->s->n_batch * hp->n_expert_used ? E : g->s->n_batch * hp->n_expert_used;
+    t->cap_moves = (uint32_t)(L * width);
+    t->moves = malloc((size_t)t->cap_moves * sizeof *t->moves);
+    if (!pinned || !t->first || !t->live || !t->used || !t->rows_of || !t->moves) {
+        free(pinned);
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    }
+    for (int64_t il = 0; il < L; il++) {
+        t->first[il] = t->n_slots;
+        t->n_slots += pl->tier_cap[il];
+        for (int64_t e = 0; e < E; e++)
+            pinned[il * E + e] = mp_placement_resident(&g->pl, il, e);
+    }
+    mp_status st = mp_tier_new(&g->tier, (uint32_t)L, (uint32_t)E, pl->tier_cap, pinned, &tp, err);
+    free(pinned);
+    if (st)
+        return st;
+    t->layer_of = malloc((size_t)t->n_slots * sizeof *t->layer_of);
+    t->loading = malloc((size_t)t->n_slots * sizeof *t->loading);
+    t->ev_land = calloc((size_t)t->n_slots, sizeof *t->ev_land);
+    t->held = calloc((size_t)t->n_slots, sizeof *t->held);
+    if (!t->layer_of || !t->loading || !t->ev_land || !t->held)
+        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+    for (int64_t il = 0; il < L; il++)
+        for (uint32_t k = 0; k < pl->tier_cap[il]; k++)
+            t->layer_of[t->first[il] + k] = (uint32_t)il;
+    memcpy(t->live, g->pl.bits, (size_t)(L * g->pl.words_per_layer) * sizeof *t->live);
+    g->live = t->live;
+    t->lo = L, t->hi = 0;
+    t->slot_bytes = g->expert_bytes_max;
+    t->d_arena = g->d_tier;
+    CCHECK(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking), "cudaStreamCreate (tier copies)");
+    CCHECK(cudaEventCreateWithFlags(&t->ev_tables, cudaEventDisableTiming), "cudaEventCreate");
+    for (uint32_t s = 0; s < t->n_slots; s++)
+        CCHECK(cudaEventCreateWithFlags(&t->ev_land[s], cudaEventDisableTiming), "cudaEventCreate");
+    return MP_OK;
+}
+
+void mp_gpu_tier_free(mp_gpu *g)
+{
+    gpu_tier *t = g->gt;
+    if (!t)
+        return;
+    if (t->stream) {
+        cudaStreamSynchronize(t->stream);
+        cudaStreamDestroy(t->stream);
+    }
+    if (t->ev_tables)
+        cudaEventDestroy(t->ev_tables);
+    for (uint32_t s = 0; t->ev_land && s < t->n_slots; s++)
+        if (t->ev_land[s])
+            cudaEventDestroy(t->ev_land[s]);
+    cudaGetLastError();
+    mp_tier_free(g->tier);
+    g->tier = NULL;
+    free(t->first);
+    free(t->layer_of);
+    free(t->live);
+    free(t->ev_land);
+    free(t->loading);
+    free(t->held);
+    free(t->moves);
+    free(t->used);
+    free(t->rows_of);
+    free(t);
+    g->gt = NULL;
+    g->live = g->pl.bits;
+}
+
+void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids)
+{
+    gpu_tier *t = g->gt;
+    if (!t || t->stopped[0] || !mp_tier_cap(g->tier, (uint32_t)il))
+        return;
+    const int64_t K = g->s->m->hp.n_expert_used;
+    uint32_t n_used = 0;
+    for (int64_t i = 0; i < n * K; i++) /* first appearance order: the trace's order, as the simulator reads it */
+        if (!t->rows_of[ids[i]]++)
+            t->used[n_used++] = (uint16_t)ids[i];
+    t->n_moves += mp_tier_after(g->tier, (uint32_t)il, t->used, t->rows_of, n_used, t->moves + t->n_moves,
+                                t->cap_moves - t->n_moves);
+    for (uint32_t u = 0; u < n_used; u++)
+        t->rows_of[t->used[u]] = 0;
+}
+
+/* A weight copy could not be enqueued: the tier stops, the run goes on with the placement alone.
+ * Every tier expert stops being live (its table entries NULL, uploaded ahead of the next step), the
+ * waiting moves are dropped and nothing is admitted any more; copies already in flight land in
+ * slots no table names. */
+static mp_status stop(mp_gpu *g, const char *what, const char *why, mp_error *err)
+{
+    gpu_tier *t = g->gt;
+    const mp_hparams *hp = &g->s->m->hp;
+    snprintf(t->stopped, sizeof t->stopped, "stopped: %s failed: %s", what, why);
+    cudaGetLastError();
+    for (int64_t il = 0; il < hp->n_layer; il++)
+        for (int64_t e2 = 0; e2 < hp->n_expert; e2++)
+            if (mp_gpu_live(g, il, e2) && !mp_placement_resident(&g->pl, il, e2))
+                set_live(g, il, e2, NULL);
+    t->n_moves = 0;
+    t->n_loading = 0;
+    if (t->hi > t->lo) {
+        const size_t off = (size_t)(t->lo * 3 * hp->n_expert), n = (size_t)((t->hi - t->lo) * 3 * hp->n_expert);
+        CCHECK(cudaMemcpyAsync((void *)(g->d_tables + off), g->h_tables + off, n * sizeof *g->h_tables,
+                               cudaMemcpyHostToDevice, g->stream), "adaptive tier: slot table upload");
+        t->lo = hp->n_layer, t->hi = 0;
+    }
+    return MP_OK;
+}
+
+static void fold_stats(mp_gpu *g)
+{
+    gpu_tier *t = g->gt;
+    const mp_tier_stats *s = mp_tier_stats_of(g->tier);
+    g->stats.tier_hits += (int64_t)(s->hits - t->folded.hits);
+    g->stats.tier_late += (int64_t)(s->late - t->folded.late);
+    g->stats.tier_admissions += (int64_t)(s->admissions - t->folded.admissions);
+    g->stats.tier_evictions += (int64_t)(s->evictions - t->folded.evictions);
+    t->folded = *s;
+}
+
+mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
+{
+    gpu_tier *t = g->gt;
+    if (!t || t->stopped[0])
+        return MP_OK;
+    const int64_t E = g->s->m->hp.n_expert;
+    /* 1. copies that landed */
+    for (uint32_t i = 0; i < t->n_loading;) {
+        const uint32_t s = t->loading[i];
+        const cudaError_t e = cudaEventQuery(t->ev_land[s]);
+        if (e == cudaErrorNotReady) {
+            i++;
+            continue;
+        }
+        if (e != cudaSuccess)
+            return mp_gpu_cuda_fail(err, "adaptive tier: expert copy", e);
+        if (t->held[s]-- > 0) { /* MP_GPU_TIER_HOLD: served cold a while longer */
+            i++;
+            continue;
+        }
+        const uint32_t il = t->layer_of[s], k = s - t->first[il];
+        mp_tier_landed(g->tier, il, k);
+        set_live(g, il, mp_tier_expert_in(g->tier, il, k), slot_ptr(t, s));
+        t->loading[i] = t->loading[--t->n_loading];
+    }
+    /* 2. the victims */
+    for (uint32_t i = 0; i < t->n_moves; i++)
+        if (t->moves[i].victim >= 0)
+            set_live(g, t->moves[i].layer, t->moves[i].victim, NULL);
+    /* 3. the tables that changed, ahead of the next step */
+    if (t->hi > t->lo) {
+        const size_t off = (size_t)(t->lo * 3 * E), n = (size_t)((t->hi - t->lo) * 3 * E);
+        CCHECK(cudaMemcpyAsync((void *)(g->d_tables + off), g->h_tables + off, n * sizeof *g->h_tables,
+                               cudaMemcpyHostToDevice, g->stream), "adaptive tier: slot table upload");
+        t->lo = g->s->m->hp.n_layer, t->hi = 0;
+    }
+    /* 4. the copies, once the tables no longer name their slots' old experts */
+    if (t->n_moves) {
+        CCHECK(cudaEventRecord(t->ev_tables, g->stream), "cudaEventRecord");
+        CCHECK(cudaStreamWaitEvent(t->stream, t->ev_tables, 0), "cudaStreamWaitEvent");
+    }
+    for (uint32_t i = 0; i < t->n_moves; i++) {
+        const mp_tier_move *mv = &t->moves[i];
+        const uint32_t s = t->first[mv->layer] + mv->slot;
+        const mp_layer *L = &g->s->m->layers[mv->layer];
+        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        char *dst = slot_ptr(t, s);
+        for (int k = 0; k < 3; k++) {
+            const size_t bytes = ts[k]->row_bytes * (size_t)ts[k]->ne[1];
+            const bool injected = mp_fault_point(); /* tests: a copy that cannot be enqueued */
+            const cudaError_t e = injected ? cudaErrorUnknown
+                                           : cudaMemcpyAsync(dst, mp_gpu_host_slice(g, mv->layer, k, mv->expert),
+                                                             bytes, cudaMemcpyHostToDevice, t->stream);
+            if (e != cudaSuccess)
+                return stop(g, "an expert copy", injected ? "injected fault" : cudaGetErrorString(e), err);
+            dst += mp_gpu_align(bytes);
+            g->stats.tier_bytes += (int64_t)bytes;
+        }
+        const cudaError_t e = cudaEventRecord(t->ev_land[s], t->stream);
+        if (e != cudaSuccess)
+            return stop(g, "an expert copy's event", cudaGetErrorString(e), err);
+        t->held[s] = g->tier_hold;
+        t->loading[t->n_loading++] = s;
+    }
+    t->n_moves = 0;
+    fold_stats(g);
+    return MP_OK;
+}
+
+void mp_gpu_tier_report(const mp_gpu *g, char *buf, size_t cap)
+{
+    if (!g->gt) {
+        snprintf(buf, cap, "off");
+        return;
+    }
+    if (g->gt->stopped[0]) {
+        snprintf(buf, cap, "%s", g->gt->stopped);
+        return;
+    }
+    const mp_tier_stats *s = mp_tier_stats_of(g->tier);
+    snprintf(buf, cap, "%" PRIu32 " slots; %" PRIu64 " routes served, %" PRIu64 " late, %" PRIu64 " admissions, %" PRIu64
+             " evictions, %" PRIu64 " refused", g->gt->n_slots, s->hits, s->late, s->admissions, s->evictions, s->refused);
+}
