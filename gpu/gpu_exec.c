@@ -303,6 +303,7 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     dst->profile_image_bytes = 0;
     dst->cold_routes = dst->all_routes = NULL;
     dst->decode_costs = NULL;
+    dst->tier_cap = NULL; /* read from src by mp_gpu_tier_setup, which keeps its own */
     const size_t words = (size_t)(src->n_layer * src->words_per_layer);
     dst->bits = malloc(words * sizeof *dst->bits);
     dst->n_resident = malloc((size_t)src->n_layer * sizeof *dst->n_resident);
@@ -705,6 +706,8 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
         char far[160] = "off: no page-locked host copy";
         if (!g->n_hybrid_layers)
             snprintf(far, sizeof far, "off: no host experts");
+        else if (!g->d_stage && g->host_registered)
+            snprintf(far, sizeof far, "off: no staging buffers (batches below %d rows)", MP_GPU_COPY_MIN_ROWS);
         else if (g->d_far_of_cold && !g->decode_costs)
             snprintf(far, sizeof far, "off: no decode costs (--costs, from `moeplan calibrate`)");
         else if (g->d_far_of_cold)
