@@ -329,6 +329,14 @@ static mp_status graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *err)
         return mp_gpu_cuda_fail(err, "graph launch", e);
     }
     *ran = true;
+    /* the tier's copies decided by the step before, while this one runs */
+    if ((st = mp_gpu_tier_copies(g, err))) {
+        cudaStreamSynchronize(g->stream); /* nothing waits on the host yet: the graph drains */
+        g->handoff = false;
+        for (int64_t j = 0; j < L; j++)
+            __atomic_store_n(&g->h_flags[L + j], 1, __ATOMIC_RELEASE);
+        return st;
+    }
     if (g->n_hybrid_layers)
         g->stats.one_graph_steps++;
     for (int64_t il = 0; il < L && !st; il++)
@@ -462,6 +470,8 @@ mp_status mp_gpu_exec_forward(mp_session *s, const int32_t *tokens, int64_t n, b
                         !(g->d_stage && mp_gpu_copy_enabled(g, 1));
     bool handoff = false;
     if (graphs && (st = graph_step(g, pos0, &handoff, err)))
+        return st;
+    if (!handoff && (st = mp_gpu_tier_copies(g, err)))
         return st;
     if (!handoff && (st = enqueue_step(g, n, pos0, head_rows <= MP_GPU_HEAD_ROWS ? head_rows : 0, err)))
         return st; /* the cache rows of this chunk are not counted: n_past is unchanged */

@@ -267,13 +267,15 @@ void mp_gpu_measure_copy(mp_gpu *g);
  * tier slots (expert_bytes_max each); mp_gpu_tier_setup (after the host experts and the pool) makes
  * the tier, or sets g->live to the placement's bits when there is none; mp_gpu_tier_observe hands
  * a hybrid layer's routes to the policy (host side of the step); mp_gpu_tier_apply carries out the
- * step's moves once it has drained; mp_gpu_tier_serves: layer il has tier slots (its GPU experts'
+ * step's moves once it has drained, but their weight copies, which mp_gpu_tier_copies enqueues once
+ * the next step has been launched (before any of its layers hands its routes to the policy); mp_gpu_tier_serves: layer il has tier slots (its GPU experts'
  * launch runs whatever the static placement holds). */
 size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl);
 mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err);
 void mp_gpu_tier_free(mp_gpu *g);
 void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids);
 mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err);
+mp_status mp_gpu_tier_copies(mp_gpu *g, mp_error *err);
 bool mp_gpu_tier_serves(const mp_gpu *g, int64_t il);
 void mp_gpu_tier_report(const mp_gpu *g, char *buf, size_t cap);
 

@@ -10,8 +10,10 @@
  *       2. each waiting move's victim stops being live (bit cleared, table entries NULL);
  *       3. the slot tables that changed go up in one copy on the compute stream, ahead of the next
  *          step's work (a captured decode graph reads them when it runs, so it needs no capture);
- *       4. the moves' weight copies go out on the tier's own stream once that upload has executed
- *          (an event), from the page-locked host copy, each followed by its slot's event.
+ *       4. the moves' weight copies wait on the tier's own stream for that upload (an event); they
+ *          are enqueued once the next step is under way (mp_gpu_tier_copies, after its graph's
+ *          launch: the host's calls are then off the path between two steps), from the page-locked
+ *          host copy, each followed by its slot's event.
  * A slot's memory is written only by its own copy, which starts after every step that read the
  * slot's previous expert has drained and after that expert's table entries went NULL; a LOADING
  * slot is never a victim (the policy's invariant). So no step reads a slot while it is written,
@@ -50,6 +52,7 @@ struct gpu_tier {
     int64_t lo, hi;            /* layers whose tables changed since the last upload: [lo, hi) */
     mp_tier_stats folded;      /* the tier's counters already added to g->stats */
     char stopped[200];         /* why the tier stopped ("" while it runs) */
+    bool clear_pending;        /* stopped, its experts still live until the step under way drains */
 };
 
 size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl)
@@ -216,21 +219,31 @@ void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids)
 }
 
 /* A weight copy could not be enqueued: the tier stops, the run goes on with the placement alone.
- * Every tier expert stops being live (its table entries NULL, uploaded ahead of the next step), the
- * waiting moves are dropped and nothing is admitted any more; copies already in flight land in
- * slots no table names. */
+ * Nothing is admitted any more and the waiting moves are dropped; copies already in flight land in
+ * slots no table will name. The step under way still reads the tables it started with, so the tier
+ * experts stop being live (bits cleared, table entries NULL) when it has drained (clear_stopped,
+ * from mp_gpu_tier_apply), for the host and the device at once as every other change. */
 static mp_status stop(mp_gpu *g, const char *what, const char *why, mp_error *err)
+{
+    (void)err;
+    gpu_tier *t = g->gt;
+    snprintf(t->stopped, sizeof t->stopped, "stopped: %s failed: %s", what, why);
+    cudaGetLastError();
+    t->n_moves = 0;
+    t->n_loading = 0;
+    t->clear_pending = true;
+    return MP_OK;
+}
+
+static mp_status clear_stopped(mp_gpu *g, mp_error *err)
 {
     gpu_tier *t = g->gt;
     const mp_hparams *hp = &g->s->m->hp;
-    snprintf(t->stopped, sizeof t->stopped, "stopped: %s failed: %s", what, why);
-    cudaGetLastError();
+    t->clear_pending = false;
     for (int64_t il = 0; il < hp->n_layer; il++)
-        for (int64_t e2 = 0; e2 < hp->n_expert; e2++)
-            if (mp_gpu_live(g, il, e2) && !mp_placement_resident(&g->pl, il, e2))
-                set_live(g, il, e2, NULL);
-    t->n_moves = 0;
-    t->n_loading = 0;
+        for (int64_t e = 0; e < hp->n_expert; e++)
+            if (mp_gpu_live(g, il, e) && !mp_placement_resident(&g->pl, il, e))
+                set_live(g, il, e, NULL);
     if (t->hi > t->lo) {
         const size_t off = (size_t)(t->lo * 3 * hp->n_expert), n = (size_t)((t->hi - t->lo) * 3 * hp->n_expert);
         CCHECK(cudaMemcpyAsync((void *)(g->d_tables + off), g->h_tables + off, n * sizeof *g->h_tables,
@@ -254,8 +267,10 @@ static void fold_stats(mp_gpu *g)
 mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
 {
     gpu_tier *t = g->gt;
-    if (!t || t->stopped[0])
+    if (!t)
         return MP_OK;
+    if (t->stopped[0])
+        return t->clear_pending ? clear_stopped(g, err) : MP_OK;
     const int64_t E = g->s->m->hp.n_expert;
     /* 1. copies that landed */
     for (uint32_t i = 0; i < t->n_loading;) {
@@ -287,11 +302,20 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
                                cudaMemcpyHostToDevice, g->stream), "adaptive tier: slot table upload");
         t->lo = g->s->m->hp.n_layer, t->hi = 0;
     }
-    /* 4. the copies, once the tables no longer name their slots' old experts */
-    if (t->n_moves) {
+    /* 4. the copies wait for the tables' upload; they are enqueued once the next step is under way
+     * (mp_gpu_tier_copies), off the path between two steps */
+    if (t->n_moves)
         CCHECK(cudaEventRecord(t->ev_tables, g->stream), "cudaEventRecord");
-        CCHECK(cudaStreamWaitEvent(t->stream, t->ev_tables, 0), "cudaStreamWaitEvent");
-    }
+    fold_stats(g);
+    return MP_OK;
+}
+
+mp_status mp_gpu_tier_copies(mp_gpu *g, mp_error *err)
+{
+    gpu_tier *t = g->gt;
+    if (!t || t->stopped[0] || !t->n_moves)
+        return MP_OK;
+    CCHECK(cudaStreamWaitEvent(t->stream, t->ev_tables, 0), "cudaStreamWaitEvent");
     for (uint32_t i = 0; i < t->n_moves; i++) {
         const mp_tier_move *mv = &t->moves[i];
         const uint32_t s = t->first[mv->layer] + mv->slot;
@@ -316,7 +340,6 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
         t->loading[t->n_loading++] = s;
     }
     t->n_moves = 0;
-    fold_stats(g);
     return MP_OK;
 }
 
