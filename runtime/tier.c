@@ -343,16 +343,24 @@ static int32_t weakest_ready(const mp_tier *t, uint32_t l)
     return victim;
 }
 
-/* Whether candidate c takes the place of victim v (-1: a free slot) by the policy's rule. */
-static bool admits(const mp_tier *t, uint32_t l, uint32_t c, int32_t v)
+/* Whether candidate c, which the invocation routed rows_now rows to, takes the place of victim v
+ * (-1: a free slot) by the policy's rule. */
+static bool admits(const mp_tier *t, uint32_t l, uint32_t c, uint32_t rows_now, int32_t v)
 {
     const size_t base = (size_t)l * t->E;
     switch (t->p.policy) {
     case MP_TIER_LRU: /* a free slot always; else the victim must not serve this invocation */
         return v < 0 || t->last_use[base + (uint32_t)v] != t->tick;
     case MP_TIER_COST: { /* routes expected over the score's memory, priced (runtime/decide.h) */
+        /* The candidate's routes to come are estimated from its uses before this invocation: its
+         * score then, (score − beta · rows_now) / alpha, which under a steady rate of r routes an
+         * invocation is r / (1 − alpha), the routes of the score's memory. The routes just served
+         * ran cold already: counted as evidence, a first use alone would nearly pay for a copy of
+         * small experts (flame on the H200: 3.6 admissions a step, 3-5 % of routes on the tier,
+         * 5-11 % slower than the static profile; bench/NOTES-adaptive.md). */
         const double scale = t->layer_scale[l];
-        const double gain = (t->score[base + c] - (v < 0 ? 0.0 : t->score[base + (uint32_t)v])) / scale;
+        const double before = (t->score[base + c] / scale - t->p.beta * rows_now) / t->p.alpha;
+        const double gain = before - (v < 0 ? 0.0 : t->score[base + (uint32_t)v] / scale);
         return mp_decide_admit(gain, t->p.route_saving_ns, t->p.copy_cost_ns);
     }
     default: /* lfu, decayed-lfu, window-lfu: a free slot always; else beat the victim by 1 + epsilon */
@@ -404,7 +412,7 @@ uint32_t mp_tier_after(mp_tier *t, uint32_t l, const uint16_t *used, const uint3
         const uint16_t c = cand[i];
         const bool free_slot = t->n_filled[l] < t->cap[l];
         const int32_t victim = free_slot ? -1 : weakest_ready(t, l);
-        if ((!free_slot && victim < 0) || !admits(t, l, c, victim))
+        if ((!free_slot && victim < 0) || !admits(t, l, c, rows_of[c], victim))
             break;
         uint32_t slot;
         if (victim < 0) {

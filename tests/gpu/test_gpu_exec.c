@@ -537,7 +537,8 @@ static void compare_decode(const char *what, const mp_model *m, const run_out *a
  * moves rows by O(1e-2)), with every route served exactly once, while experts are admitted and
  * evicted every few steps (random routes over few slots). With MP_GPU_TIER_HOLD copies stay in
  * flight for steps after they land, so routes reach LOADING experts (served cold, counted late);
- * the cost policy admits by its prices (here: any expert routed twice within its memory). An
+ * the cost policy admits by its prices (here: an expert whose routes before the current one
+ * exceed one within its score's memory). An
  * expert copy that cannot be enqueued stops the tier and the run goes on with the placement alone,
  * with the same logits. */
 Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
