@@ -12,6 +12,10 @@
  *    give the GPU's idle gap between the end of the D2H and the start of the H2D; with no CPU
  *    work in between that gap is the round trip's own cost (host wake-up + submission), which
  *    the simulator adds to the copies' times. The host-clock total is kept in device.
+ *  - tier_admit: the host's time to enqueue what one adaptive tier admission enqueues (the three
+ *    weight copies of the first layer's expert from page-locked memory, the slot's event, the
+ *    upload of one layer's slot tables): the part of an admission's cost that the copy's bytes do
+ *    not say (runtime/decide.h, mp_decide_tier_costs).
  *  - gpu_expert: mp_cuda_moe_experts with r rows all routed to one expert (top_k 1), per kind
  *    of expert, rotating over the experts of one layer of that kind (uploaded once: hundreds of
  *    MiB on real models, several times the GPU's L2).
@@ -134,6 +138,47 @@ static mp_status round_trip(const mp_model *m, const mp_calib_opts *o, void *d_b
                  cJSON_GetObjectItem(total, "median_ns")->valuedouble / 1000.0, row_bytes);
 out:
     free(host_ns);
+    return st;
+}
+
+/* $.tier_admit: the host time of one admission's calls (see the top). The copies read d_buf's
+ * first bytes back from h_pinned (at most MAX_COPY_BYTES in all, as the expert's slices). */
+static mp_status tier_admit(const mp_model *m, const mp_calib_opts *o, void *d_buf, void *h_pinned, cudaStream_t s,
+                            cudaEvent_t ev, double *ns, cJSON *root, mp_error *err)
+{
+    const mp_layer *L = &m->layers[0];
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    size_t bytes[3], total = 0;
+    for (int t = 0; t < 3; t++)
+        total += bytes[t] = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+    const size_t table = (size_t)(3 * m->hp.n_expert) * sizeof(void *);
+    mp_status st = MP_OK;
+    if (total + table > MAX_COPY_BYTES) { /* one admission's bytes beyond the copy buffers: scaled */
+        for (int t = 0; t < 3; t++)
+            bytes[t] = bytes[t] * (MAX_COPY_BYTES - table) / total;
+    }
+    for (int rep = -3; rep < o->reps; rep++) {
+        CK(cudaStreamSynchronize(s));
+        const int64_t t0 = mp_now_ns();
+        size_t off = 0;
+        for (int t = 0; t < 3; t++, off += bytes[t - 1])
+            CK(cudaMemcpyAsync((char *)d_buf + off, (char *)h_pinned + off, bytes[t], cudaMemcpyHostToDevice, s));
+        CK(cudaEventRecord(ev, s));
+        CK(cudaMemcpyAsync((char *)d_buf + off, (char *)h_pinned + off, table, cudaMemcpyHostToDevice, s));
+        const int64_t t1 = mp_now_ns();
+        if (rep >= 0)
+            ns[rep] = (double)(t1 - t0);
+    }
+    CK(cudaStreamSynchronize(s));
+    cJSON *p = mp_calib_point(NULL, 0, ns, o->reps);
+    if (!p || !cJSON_AddNumberToObject(p, "expert_bytes", (double)total)) {
+        cJSON_Delete(p);
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    }
+    cJSON_AddItemToObject(root, "tier_admit", p);
+    mp_calib_say(o, "calibrate: adaptive tier admission: %.1f us of host calls (3 copies, an event, a slot table)",
+                 cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+out:
     return st;
 }
 
@@ -411,6 +456,7 @@ mp_status mp_calib_gpu(const mp_model *m, const mp_calib_opts *o, cJSON *root, c
     if ((st = copies(o, true, d_buf, h_pinned, h_pageable, s, ev[0], ev[1], ns, h2d, err)) ||
         (st = copies(o, false, d_buf, h_pinned, h_pageable, s, ev[0], ev[1], ns, d2h, err)) ||
         (st = round_trip(m, o, d_buf, h_pinned, s, ev, ns, root, device, err)) ||
+        (st = tier_admit(m, o, d_buf, h_pinned, s, ev[0], ns, root, err)) ||
         (st = gpu_experts(m, o, s, ev[0], ev[1], ns, gpu, device, err)))
         goto out;
     cJSON_AddItemToObject(root, "gpu_expert", gpu);

@@ -24,6 +24,7 @@
 #include "mp_config.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,10 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
         if (!pl->decode_costs)
             return mp_fail(err, MP_ERR_ARG, "--adaptive cost: expected --costs FILE (from `moeplan calibrate`): its "
                            "admissions are priced by this model's decode costs; or choose lru, lfu, decayed-lfu "
+                           "or window-lfu");
+        if (!isfinite(pl->decode_costs->admit_ns))
+            return mp_fail(err, MP_ERR_ARG, "--adaptive cost: the cost file has no $.tier_admit (written before the "
+                           "adaptive tier): run `moeplan calibrate -m MODEL` again, or choose lru, lfu, decayed-lfu "
                            "or window-lfu");
         mp_decide_tier_costs(pl->decode_costs, &tp.route_saving_ns, &tp.copy_cost_ns);
     }

@@ -486,7 +486,7 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
     static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
                                        "h2d", "d2h", "sync", "decode_layers", "host_read", "combine", "non_moe",
                                        "non_moe_context", "hybrid_layer", "cpu_decode_layer", "far_decode_layer",
-                                       NULL};
+                                       "tier_admit", NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
         return st;
@@ -543,6 +543,15 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return st;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "non_moe_context")) && (st = get_context(c, v, out)))
         return st;
+    out->tier_admit.median_ns = -1; /* optional: files written before the adaptive tier lack it */
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "tier_admit"))) {
+        static const char *const akeys[] = {"median_ns", "spread_ns", "expert_bytes", NULL};
+        if ((st = check_keys(c, v, "$.tier_admit", akeys)) ||
+            (st = get_num(c, v, "$.tier_admit", "median_ns", 0, &out->tier_admit.median_ns)) ||
+            (st = get_num(c, v, "$.tier_admit", "spread_ns", 0, &out->tier_admit.spread_ns)) ||
+            (st = get_num(c, v, "$.tier_admit", "expert_bytes", 1, &out->tier_admit_bytes)))
+            return st;
+    }
     return MP_OK;
 }
 

@@ -96,6 +96,11 @@ typedef struct mp_costs {
     mp_cost_curve h2d_pinned, h2d_pageable; /* by bytes: latency at small sizes, bandwidth beyond */
     mp_cost_curve d2h_pinned, d2h_pageable;
     mp_cost_stat sync;      /* one GPU->CPU->GPU round trip of a MoE layer (doorbell + waits) */
+    /* optional $.tier_admit: the host's time to enqueue one adaptive tier admission (its copies,
+     * event and slot table upload), for tier_admit_bytes of expert; median_ns < 0 when the file
+     * has none (written before the tier) */
+    mp_cost_stat tier_admit;
+    double tier_admit_bytes;
     /* $.decode_layers (MP_COST_ABSENT_DECODE when a file from a machine without a GPU lists it in
      * $.missing): the runtime's one-row (decode) layer steps, the grid the decision model chooses
      * far routes from (runtime/decide.h) */

@@ -20,6 +20,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
             out->on_ns[i][j] = NAN;
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
+    out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
     for (int i = 0; i < c->h2d_pinned.n_points; i++)
         if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
             out->bus_bytes_per_ns = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;
@@ -181,6 +182,8 @@ void mp_decide_tier_costs(const mp_decode_costs *dc, double *route_saving_ns, do
     const double bytes = (double)dc->expert_bytes;
     if (dc->host_bytes_per_ns > 0)
         *copy_cost_ns = bytes / dc->host_bytes_per_ns;
+    if (isfinite(dc->admit_ns))
+        *copy_cost_ns += dc->admit_ns;
     const int k = dc->top_k;
     const double all = k > 0 && k <= MP_DECIDE_MAX_K ? best_decode_ns(dc, k) : NAN, none = k > 0 ? best_decode_ns(dc, 0) : NAN;
     if (isfinite(all) && isfinite(none) && all > none)

@@ -48,6 +48,7 @@ typedef struct mp_decode_costs {
     double off_ns[MP_DECIDE_MAX_K + 1];               /* [c], far routes off */
     double on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* [c][f], far routes on */
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers */
+    double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
 } mp_decode_costs;
 
 /* What a grid must have been measured for: the model's experts and the run's CPU threads. */
@@ -119,11 +120,12 @@ bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_row
  *                    step of top_k cold routes less its time for none, per route (far routes on or
  *                    off, whichever the grid says is faster); without those points, expert_bytes
  *                    read by the cores at the host's bandwidth;
- *   copy_cost_ns     what one admission's copy costs the steps it overlaps: its bytes at the host's
- *                    read bandwidth. The copy engine reads host memory beside the cores, and in a
- *                    step with cold routes the cores are bound by that memory: each byte the bus
- *                    takes is one the cores wait for. An upper bound when the copy overlaps idle
- *                    host memory.
+ *   copy_cost_ns     what one admission costs the steps it overlaps: its bytes at the host's read
+ *                    bandwidth, plus the host's calls that enqueue it (admit_ns, calibrate's
+ *                    $.tier_admit: flame's 127 KB experts cost more in calls than in bytes). The
+ *                    copy engine reads host memory beside the cores, and in a step with cold routes
+ *                    the cores are bound by that memory: each byte the bus takes is one the cores
+ *                    wait for. An upper bound when the copy overlaps idle host memory.
  * Both 0 when the grid has neither points nor the host's bandwidth. */
 void mp_decide_tier_costs(const mp_decode_costs *dc, double *route_saving_ns, double *copy_cost_ns);
 

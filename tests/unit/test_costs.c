@@ -601,3 +601,36 @@ Test(costs, the_grids_pool_steps_and_hybrid_step)
     expect_reject(from, "\"expert_bytes\": 1000000, \"hybrid_step\": {\"median_ns\": 1, \"layers\": 3}, \"points\"",
                   "$.decode_layers.hybrid_step.spread_ns: missing");
 }
+
+/* $.tier_admit is optional: absent, the admission's host calls are unknown (median -1, and the
+ * decode costs' admit_ns NaN, which --adaptive cost refuses); present, it is read and checked. */
+Test(costs, tier_admit_optional_and_checked)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_lt(c.tier_admit.median_ns, 0, "the fixture has no tier_admit");
+    mp_costs_free(&c);
+    const char *sync = "\"sync\":";
+    char *at = strstr(text, sync);
+    cr_assert_not_null(at);
+    const char *add = "\"tier_admit\": {\"median_ns\": 9000, \"spread_ns\": 500, \"expert_bytes\": 1000000}, ";
+    char *mut = malloc(len + strlen(add) + 1);
+    memcpy(mut, text, (size_t)(at - text));
+    strcpy(mut + (at - text), add);
+    strcat(mut, at);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.tier_admit.median_ns, 9000);
+    cr_assert_eq(c.tier_admit_bytes, 1000000);
+    mp_costs_free(&c);
+    free(mut);
+    free(text);
+    expect_reject("\"sync\":", "\"tier_admit\": {\"median_ns\": -5, \"spread_ns\": 0, \"expert_bytes\": 1}, \"sync\":",
+                  "$.tier_admit.median_ns: expected a finite number >= 0");
+    expect_reject("\"sync\":", "\"tier_admit\": {\"median_ns\": 5, \"spread_ns\": 0, \"expert_bytes\": 1, \"x\": 1}, \"sync\":",
+                  "$.tier_admit.x");
+    expect_reject("\"sync\":", "\"tier_admit\": {\"median_ns\": 5, \"spread_ns\": 0}, \"sync\":",
+                  "$.tier_admit.expert_bytes");
+}

@@ -220,3 +220,34 @@ Test(decide, grid_of_another_model_or_run_is_refused)
     cr_assert_not_null(strstr(err.msg, "point 1 (cold 1, far 2): out of range"), "%s", err.msg);
     pts[1].far = 1;
 }
+
+/* The adaptive tier's prices by hand: a grid of top-2 with 100 ns all resident and 500 ns all cold
+ * (far routes off and on alike) saves 200 ns a route; a 1000-byte expert at 10 bytes/ns costs 100
+ * ns of host memory plus 50 ns of calls. Without grid points the saving is the expert's bytes at
+ * the host's bandwidth; without the calls measured, only the bytes. The swap rule: strictly above. */
+Test(decide, tier_prices_and_swap_rule)
+{
+    mp_decode_costs dc = empty_grid(2, 0);
+    dc.expert_bytes = 1000;
+    dc.host_bytes_per_ns = 10;
+    dc.admit_ns = 50;
+    dc.off_ns[0] = 100, dc.off_ns[1] = 300, dc.off_ns[2] = 500;
+    double save, copy;
+    mp_decide_tier_costs(&dc, &save, &copy);
+    cr_assert_float_eq(save, 200, 1e-9);
+    cr_assert_float_eq(copy, 150, 1e-9);
+    dc.on_ns[2][0] = 400; /* far routes on, none run: cheaper than off here, so it is the least */
+    mp_decide_tier_costs(&dc, &save, &copy);
+    cr_assert_float_eq(save, 150, 1e-9);
+    dc.off_ns[2] = dc.on_ns[2][0] = NAN;
+    dc.admit_ns = NAN;
+    mp_decide_tier_costs(&dc, &save, &copy);
+    cr_assert_float_eq(save, 100, 1e-9);
+    cr_assert_float_eq(copy, 100, 1e-9);
+    mp_decide_tier_costs(NULL, &save, &copy);
+    cr_assert(save == 0 && copy == 0);
+    cr_assert(mp_decide_admit(1.51, 100, 150));
+    cr_assert(!mp_decide_admit(1.5, 100, 150));
+    cr_assert(!mp_decide_admit(10, 0, 0), "an unknown saving admits nothing");
+    cr_assert(!mp_decide_admit(-1, 100, 0));
+}
