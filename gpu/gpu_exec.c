@@ -304,6 +304,8 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     dst->cold_routes = dst->all_routes = NULL;
     dst->decode_costs = NULL;
     dst->tier_cap = NULL; /* read from src by mp_gpu_tier_setup, which keeps its own */
+    dst->tier_warm = NULL;
+    dst->n_tier_warm = 0;
     const size_t words = (size_t)(src->n_layer * src->words_per_layer);
     dst->bits = malloc(words * sizeof *dst->bits);
     dst->n_resident = malloc((size_t)src->n_layer * sizeof *dst->n_resident);

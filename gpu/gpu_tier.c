@@ -54,6 +54,7 @@ struct gpu_tier {
     mp_tier_stats folded;      /* the tier's counters already added to g->stats */
     char stopped[200];         /* why the tier stopped ("" while it runs) */
     bool clear_pending;        /* stopped, its experts still live until the step under way drains */
+    uint32_t warm;             /* slots filled at start from the profile's ranking */
 };
 
 size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl)
@@ -169,6 +170,29 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
     t->lo = L, t->hi = 0;
     t->slot_bytes = g->expert_bytes_max;
     t->d_arena = g->d_tier;
+    /* the profile's next-ranked experts fill the slots first (READY at the first step) */
+    for (uint32_t i = 0; i < pl->n_tier_warm; i++) {
+        const uint32_t il = pl->tier_warm[i][0], e = pl->tier_warm[i][1];
+        if (il >= (uint32_t)L || e >= (uint32_t)E || !mp_tier_place(g->tier, il, e))
+            continue;
+        const uint32_t s = t->first[il] + (uint32_t)mp_tier_slot_of(g->tier, il, e);
+        const mp_layer *Ly = &g->s->m->layers[il];
+        const mp_tensor *ts[3] = {&Ly->gate_exps, &Ly->up_exps, &Ly->down_exps};
+        char *dst = slot_ptr(t, s);
+        for (int k = 0; k < 3; k++) {
+            const size_t bytes = ts[k]->row_bytes * (size_t)ts[k]->ne[1];
+            CCHECK(cudaMemcpy(dst, mp_gpu_host_slice(g, il, k, e), bytes, cudaMemcpyHostToDevice),
+                   "adaptive tier: first experts' upload");
+            dst += mp_gpu_align(bytes);
+        }
+        set_live(g, il, e, slot_ptr(t, s));
+        t->warm++;
+    }
+    if (t->hi > t->lo) {
+        CCHECK(cudaMemcpy((void *)g->d_tables, g->h_tables, (size_t)(3 * L * E) * sizeof *g->h_tables,
+                          cudaMemcpyHostToDevice), "adaptive tier: slot table upload");
+        t->lo = L, t->hi = 0;
+    }
     CCHECK(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking), "cudaStreamCreate (tier copies)");
     CCHECK(cudaEventCreateWithFlags(&t->ev_tables, cudaEventDisableTiming), "cudaEventCreate");
     for (uint32_t s = 0; s < t->n_slots; s++)
@@ -359,6 +383,7 @@ void mp_gpu_tier_report(const mp_gpu *g, char *buf, size_t cap)
         return;
     }
     const mp_tier_stats *s = mp_tier_stats_of(g->tier);
-    snprintf(buf, cap, "%" PRIu32 " slots; %" PRIu64 " routes served, %" PRIu64 " late, %" PRIu64 " admissions, %" PRIu64
-             " evictions, %" PRIu64 " refused", g->gt->n_slots, s->hits, s->late, s->admissions, s->evictions, s->refused);
+    snprintf(buf, cap, "%" PRIu32 " slots (%" PRIu32 " filled at start from the profile's ranking); %" PRIu64
+             " routes served, %" PRIu64 " late, %" PRIu64 " admissions, %" PRIu64 " evictions, %" PRIu64 " refused",
+             g->gt->n_slots, g->gt->warm, s->hits, s->late, s->admissions, s->evictions, s->refused);
 }

@@ -270,6 +270,21 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
         return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
     }
     const uint32_t n = mp_strp_placement(&prof, n_slots, res);
+    const uint32_t len = mp_strp_ranking_len(&prof);
+    if (p->tier_policy != MP_TIER_OFF && len > n) { /* the tier's first experts: the ranking goes on */
+        p->tier_warm = malloc((size_t)(len - n) * sizeof *p->tier_warm);
+        if (!p->tier_warm) {
+            free(res);
+            mp_strp_free(&prof);
+            return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
+        }
+        for (uint32_t i = n; i < len; i++) {
+            const mp_strp_pair pr = mp_strp_ranked_at(&prof, i);
+            p->tier_warm[p->n_tier_warm][0] = pr.layer;
+            p->tier_warm[p->n_tier_warm][1] = pr.expert;
+            p->n_tier_warm++;
+        }
+    }
     for (int64_t il = 0; il < g->n_layer; il++)
         for (int64_t e = 0; e < g->n_expert; e++)
             if (res[il * g->n_expert + e])
@@ -538,6 +553,7 @@ void mp_placement_free(mp_placement *p)
     free(p->all_routes);
     free(p->decode_costs);
     free(p->tier_cap);
+    free(p->tier_warm);
     memset(p, 0, sizeof *p);
 }
 

@@ -157,6 +157,11 @@ typedef struct mp_placement {
     uint32_t *tier_cap;
     uint64_t tier_bytes;
     uint32_t tier_inflight;    /* copies in flight at once over all layers */
+    /* With a profile and a tier: the profile's ranking after the experts placed, (layer, expert)
+     * pairs in rank order, owned. The tier starts with as many of them as its slots hold, so that
+     * at the first step the placement and the tier hold what the profile ranks best; NULL: none. */
+    uint32_t (*tier_warm)[2];
+    uint32_t n_tier_warm;
 } mp_placement;
 
 /* Build and check the placement for geometry g; n_ctx and n_batch are the session's (resolved)

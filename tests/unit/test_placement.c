@@ -687,3 +687,30 @@ Test(placement, adaptive_tier_flags_refused_in_one_line)
         cr_assert_null(strchr(e.msg, '\n'), "case %zu: one line: %s", i, e.msg);
     }
 }
+
+/* With a tier, a profile's ranking after the experts placed is the tier's first experts, in rank
+ * order: 2 slots of a profile ranking (1,3), (0,0), (0,2), (1,1) place the first two; the tier
+ * starts from (0,2), (1,1). Without a tier nothing is kept. */
+Test(placement, profile_ranking_fills_the_tier_first)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/warm.strp", tmpdir);
+    const mp_strp_pair pairs[] = {{1, 3}, {0, 0}, {0, 2}, {1, 1}};
+    write_profile(path, 2, 4, 2, pairs, 4);
+    mp_placement_opts o = {.profile = path};
+    mp_placement p;
+    mp_error e;
+    mp_status st;
+    cr_assert(mp_placement_opts_set(&o, "--adaptive", "lru", &st, &e) && !st, "%s", e.msg);
+    cr_assert(mp_placement_opts_set(&o, "--adaptive-slots", "2", &st, &e) && !st, "%s", e.msg);
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 2);
+    cr_assert_eq(p.n_tier_warm, 2);
+    cr_assert(p.tier_warm[0][0] == 0 && p.tier_warm[0][1] == 2);
+    cr_assert(p.tier_warm[1][0] == 1 && p.tier_warm[1][1] == 1);
+    mp_placement_free(&p);
+    mp_placement_opts plain = {.profile = path};
+    cr_assert_eq(mp_placement_build(&hand, &plain, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_null(p.tier_warm);
+    mp_placement_free(&p);
+}
