@@ -66,6 +66,12 @@ typedef struct mp_tier_params {
 /* The defaults of every policy parameter (alpha 0.9, beta 1, epsilon 0, window 64, max_loading 0). */
 void mp_tier_params_default(mp_tier_params *p);
 
+/* The valid range of a policy parameter ("alpha", "beta", "epsilon", "window"): NULL when v lies in
+ * it, else the range as text ("0 < alpha <= 1", "beta > 0", "epsilon >= 0", "an integer window
+ * 1..65536"); "a known parameter" for another name. mp_tier_new checks the parameters its policy
+ * reads with it, and a command line can check its flags with it before. */
+const char *mp_tier_param_range(const char *param, double v);
+
 typedef enum mp_tier_state { MP_TIER_NONE = 0, MP_TIER_LOADING = 1, MP_TIER_READY = 2 } mp_tier_state;
 
 typedef struct mp_tier_move {
@@ -109,6 +115,9 @@ void mp_tier_landed(mp_tier *t, uint32_t l, uint32_t slot);
 bool mp_tier_place(mp_tier *t, uint32_t l, uint32_t e);
 
 mp_tier_state mp_tier_state_of(const mp_tier *t, uint32_t l, uint32_t e);
+/* Layer l's states by expert (n_experts mp_tier_state values), changed in place by the calls above:
+ * a replay reads it once per invocation instead of calling mp_tier_state_of per route. */
+const uint8_t *mp_tier_states(const mp_tier *t, uint32_t l);
 int32_t mp_tier_slot_of(const mp_tier *t, uint32_t l, uint32_t e);     /* -1: none */
 int32_t mp_tier_expert_in(const mp_tier *t, uint32_t l, uint32_t slot); /* -1: free */
 uint32_t mp_tier_cap(const mp_tier *t, uint32_t l);
