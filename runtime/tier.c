@@ -323,22 +323,31 @@ static int32_t weakest_ready(const mp_tier *t, uint32_t l)
 {
     const int32_t *slots = t->slot_expert + t->first[l];
     const uint8_t *state = t->state + (size_t)l * t->E;
-    const bool lru = t->p.policy == MP_TIER_LRU;
-    const double *score = t->score + (size_t)l * t->E;
-    const uint64_t *last = t->last_use + (size_t)l * t->E;
+    const uint32_t n = t->n_filled[l];
     int32_t victim = -1;
-    for (uint32_t s = 0; s < t->n_filled[l]; s++) {
+    /* the best key kept in a register: this loop is most of a replay's time under lru */
+    if (t->p.policy == MP_TIER_LRU) {
+        const uint64_t *last = t->last_use + (size_t)l * t->E;
+        uint64_t least = 0;
+        for (uint32_t s = 0; s < n; s++) {
+            const int32_t e = slots[s];
+            if (state[e] != MP_TIER_READY)
+                continue;
+            const uint64_t k = last[e];
+            if (victim < 0 || k < least || (k == least && e < victim))
+                victim = e, least = k;
+        }
+        return victim;
+    }
+    const double *score = t->score + (size_t)l * t->E;
+    double least = 0;
+    for (uint32_t s = 0; s < n; s++) {
         const int32_t e = slots[s];
         if (state[e] != MP_TIER_READY)
             continue;
-        if (victim < 0) {
-            victim = e;
-            continue;
-        }
-        const bool weaker = lru ? last[e] < last[victim] || (last[e] == last[victim] && e < victim)
-                                : score[e] < score[victim] || (score[e] == score[victim] && e < victim);
-        if (weaker)
-            victim = e;
+        const double k = score[e];
+        if (victim < 0 || k < least || (k == least && e < victim))
+            victim = e, least = k;
     }
     return victim;
 }
