@@ -195,7 +195,7 @@ Test(simulate, cli_end_to_end)
     cJSON *b2 = cJSON_GetArrayItem(budgets, 2);
     cr_assert_eq(cJSON_GetObjectItem(b2, "slots")->valuedouble, 8);
     cJSON *pols = cJSON_GetObjectItem(b2, "policies");
-    cr_assert_eq(cJSON_GetArraySize(pols), 13);
+    cr_assert_eq(cJSON_GetArraySize(pols), 14); /* every policy but profile (no --placement-profile) */
     cJSON *held = cJSON_GetObjectItem(cJSON_GetArrayItem(pols, 0), "held_out");
     cr_assert_eq(cJSON_GetObjectItem(held, "hit_rate")->valuedouble, 1.0); /* all-gpu */
     cJSON_Delete(root);
