@@ -139,7 +139,7 @@ typedef struct mp_sim_config {
     uint64_t slot_bytes;        /* what one resident expert takes of the budget (0: gpu's
                                  * expert_bytes): the largest layer's, so that any placement fits */
     double train_frac;          /* in [0, 1]: share of requests (in trace order) used to plan */
-    double alpha, beta, epsilon; /* decayed LFU */
+    double alpha, beta, epsilon; /* decayed LFU (alpha also cost's memory) */
     uint32_t window;            /* windowed LFU: invocations per layer */
     bool pageable;              /* host buffers pageable instead of pinned */
     bool no_copies;             /* steps of several rows never copy cold experts (a runtime without
