@@ -323,22 +323,31 @@ static int32_t weakest_ready(const mp_tier *t, uint32_t l)
 {
     const int32_t *slots = t->slot_expert + t->first[l];
     const uint8_t *state = t->state + (size_t)l * t->E;
-    const bool lru = t->p.policy == MP_TIER_LRU;
-    const double *score = t->score + (size_t)l * t->E;
-    const uint64_t *last = t->last_use + (size_t)l * t->E;
+    const uint32_t n = t->n_filled[l];
     int32_t victim = -1;
-    for (uint32_t s = 0; s < t->n_filled[l]; s++) {
+    /* the best key kept in a register: this loop is most of a replay's time under lru */
+    if (t->p.policy == MP_TIER_LRU) {
+        const uint64_t *last = t->last_use + (size_t)l * t->E;
+        uint64_t least = 0;
+        for (uint32_t s = 0; s < n; s++) {
+            const int32_t e = slots[s];
+            if (state[e] != MP_TIER_READY)
+                continue;
+            const uint64_t k = last[e];
+            if (victim < 0 || k < least || (k == least && e < victim))
+                victim = e, least = k;
+        }
+        return victim;
+    }
+    const double *score = t->score + (size_t)l * t->E;
+    double least = 0;
+    for (uint32_t s = 0; s < n; s++) {
         const int32_t e = slots[s];
         if (state[e] != MP_TIER_READY)
             continue;
-        if (victim < 0) {
-            victim = e;
-            continue;
-        }
-        const bool weaker = lru ? last[e] < last[victim] || (last[e] == last[victim] && e < victim)
-                                : score[e] < score[victim] || (score[e] == score[victim] && e < victim);
-        if (weaker)
-            victim = e;
+        const double k = score[e];
+        if (victim < 0 || k < least || (k == least && e < victim))
+            victim = e, least = k;
     }
     return victim;
 }
@@ -353,13 +362,14 @@ static bool admits(const mp_tier *t, uint32_t l, uint32_t c, uint32_t rows_now, 
         return v < 0 || t->last_use[base + (uint32_t)v] != t->tick;
     case MP_TIER_COST: { /* routes expected over the score's memory, priced (runtime/decide.h) */
         /* The candidate's routes to come are estimated from its uses before this invocation: its
-         * score then, (score − beta · rows_now) / alpha, which under a steady rate of r routes an
-         * invocation is r / (1 − alpha), the routes of the score's memory. The routes just served
+         * score then, (score − rows_now) / alpha (cost adds each route with weight 1), which under a
+         * steady rate of r routes an invocation is r / (1 − alpha), the routes of the score's
+         * memory. The routes just served
          * ran cold already: counted as evidence, a first use alone would nearly pay for a copy of
          * small experts (flame on the H200: 3.6 admissions a step, 3-5 % of routes on the tier,
          * 5-11 % slower than the static profile; bench/NOTES-adaptive.md). */
         const double scale = t->layer_scale[l];
-        const double before = (t->score[base + c] / scale - t->p.beta * rows_now) / t->p.alpha;
+        const double before = (t->score[base + c] / scale - rows_now) / t->p.alpha;
         const double gain = before - (v < 0 ? 0.0 : t->score[base + (uint32_t)v] / scale);
         return mp_decide_admit(gain, t->p.route_saving_ns, t->p.copy_cost_ns);
     }

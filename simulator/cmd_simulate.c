@@ -64,8 +64,15 @@ static void usage(FILE *f)
             "  --host-read-gbs GBS   predict for a host that reads its memory at GBS GB/s now (a busy or\n"
             "                        another host; default: the cost file's host_read): the CPU's expert\n"
             "                        costs scale by host_read / GBS\n"
-            "  --alpha A --beta B --epsilon E   decayed LFU (defaults 0.9, 1, 0.1)\n"
+            "  --alpha A --beta B --epsilon E   decayed LFU (defaults 0.9, 1, 0.1; alpha also cost's memory)\n"
             "  --window W            windowed LFU: invocations per layer (default 64)\n"
+            "  --adaptive POLICY     replay every static policy again with the runtime's adaptive expert\n"
+            "                        tier beside its placement: lru, lfu, decayed-lfu, window-lfu or cost\n"
+            "                        (runtime/tier.h, with the runtime's parameters), its slots taken from\n"
+            "                        the budget's; a step's admissions are copied when the step ends\n"
+            "  --adaptive-slots N    the tier's expert slots (needs --adaptive), spread over the layers\n"
+            "                        with experts off the GPU; the static policy places the rest\n"
+            "  --adaptive-inflight N the tier's copies in flight at once (default 2 x top-k)\n"
             "  --json OUT.json       write every result as JSON\n"
             "  --svg OUT.svg         write a chart of tok/s by budget and policy\n"
             "  --force               replace existing output files (never an input)\n"
@@ -269,6 +276,7 @@ static const mp_cli_opt simulate_flags[] = {
     {"emit-llamacpp", 0, false, 1, NULL}, {"sensitivity", 0, false, 1, NULL},
     {"llamacpp-compute-buffer", 0, true, 1, NULL},
     {"sweep", 0, true, 1, NULL}, {"progress", 0, false, 1, NULL}, {"no-progress", 0, false, 1, NULL},
+    {"adaptive", 0, true, 1, NULL}, {"adaptive-slots", 0, true, 1, NULL}, {"adaptive-inflight", 0, true, 1, NULL},
     {"help", 'h', false, 'h', NULL}, {0},
 };
 
@@ -364,6 +372,25 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o, mp_progress
         } else if (!strcmp(a, "--policy") || !strcmp(a, "--profile-policy")) {
             if (parse_policies(a, v, o, &any_policy))
                 return 2;
+        } else if (!strcmp(a, "--adaptive")) {
+            mp_error perr;
+            if (o->adaptive != MP_TIER_OFF || mp_tier_policy_parse(v, &o->adaptive, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: --adaptive: %s\n",
+                        o->adaptive != MP_TIER_OFF ? "given twice: one tier per run" : perr.msg);
+                return 2;
+            }
+        } else if (!strcmp(a, "--adaptive-slots") || !strcmp(a, "--adaptive-inflight")) {
+            const bool slots = !strcmp(a, "--adaptive-slots");
+            int64_t n;
+            if (!mp_parse_i64(v, 1, slots ? INT64_MAX : 4096, &n)) {
+                fprintf(stderr, "moeplan simulate: error: %s '%s': expected %s\n", a, v,
+                        slots ? "the tier's expert slots, an integer >= 1" : "copies in flight, an integer 1..4096");
+                return 2;
+            }
+            if (slots)
+                o->adaptive_slots = (uint64_t)n;
+            else
+                o->adaptive_inflight = (uint32_t)n;
         } else if (!strcmp(a, "--max-rows")) {
             if (!mp_parse_i64(v, 1, INT64_MAX, &o->max_rows)) {
                 fprintf(stderr, "moeplan simulate: error: --max-rows '%s': expected a row count >= 1\n", v);

@@ -1,9 +1,11 @@
 /* simulator/policies.c — placement policies: static placements built from train statistics, and
- * online caches updated after every invocation (LFU, decayed LFU, windowed LFU, LRU, Belady).
+ * Belady's offline optimum. The online policies (lfu, decayed-lfu, window-lfu, lru, cost) are the
+ * adaptive tier's (runtime/tier.c), which the replay drives as the runtime does; pol_tier_policy
+ * names each one's.
  *
- * Online policies keep one cache per layer (capacities set by the engine); they only ever admit
- * experts the current invocation routed to (demand admission) and evict residents. Ties are
- * broken by expert index so that every replay is deterministic.
+ * Belady keeps one cache per layer (capacities set by the engine) on the engine's residency,
+ * admits only experts the current invocation routed to and evicts the resident used farthest in
+ * the future. Ties are broken by expert index so that every replay is deterministic.
  */
 #include "simulator/sim_internal.h"
 
@@ -148,41 +150,38 @@ mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, 
 
 /* ---- online policies ---- */
 
-struct pol_state {
-    mp_sim_policy kind;
+mp_tier_policy pol_tier_policy(mp_sim_policy policy)
+{
+    switch (policy) {
+    case MP_POL_LFU:
+        return MP_TIER_LFU;
+    case MP_POL_DECAYED_LFU:
+        return MP_TIER_DECAYED_LFU;
+    case MP_POL_WINDOW_LFU:
+        return MP_TIER_WINDOW_LFU;
+    case MP_POL_LRU:
+        return MP_TIER_LRU;
+    case MP_POL_COST:
+        return MP_TIER_COST;
+    default:
+        return MP_TIER_OFF;
+    }
+}
+
+struct belady_state {
     const mp_sim_trace *t;
     uint32_t L, E;
-    double alpha, beta, epsilon;
-    uint32_t window;
-    double *score;        /* (L, E) LFU count / decayed score (scaled by layer_scale) / window count */
-    double *layer_scale;  /* (L) decayed LFU: alpha^-invocations, so that old scores need no decay */
-    uint64_t *last_use;   /* (L, E) LRU: invocation tick of the last use */
-    uint64_t tick;
-    /* windowed LFU: per layer a ring of the last `window` invocations' (expert, rows) lists */
-    uint32_t win_width;   /* most experts one invocation can route to: min(E, top_k * max_rows) */
-    uint16_t *win_e;      /* (L, window, win_width) */
-    uint32_t *win_rows;   /* (L, window, win_width) */
-    uint32_t *win_n;      /* (L, window) experts in each remembered invocation */
-    uint32_t *win_head, *win_len; /* (L) */
-    /* Belady: per cell, the steps at which the layer routes to the expert (CSR) */
+    /* per cell, the steps at which the layer routes to the expert (CSR) */
     uint64_t *occ_start;  /* (L * E + 1) */
     uint32_t *occ;        /* (total uses) step indices, ascending per cell */
     uint64_t *occ_ptr;    /* (L * E) the next use not yet passed */
     uint16_t *cand;       /* (E) scratch: admission candidates */
 };
 
-void pol_free(pol_state *p)
+void belady_free(belady_state *p)
 {
     if (!p)
         return;
-    free(p->score);
-    free(p->layer_scale);
-    free(p->last_use);
-    free(p->win_e);
-    free(p->win_rows);
-    free(p->win_n);
-    free(p->win_head);
-    free(p->win_len);
     free(p->occ_start);
     free(p->occ);
     free(p->occ_ptr);
@@ -190,7 +189,7 @@ void pol_free(pol_state *p)
     free(p);
 }
 
-static mp_status belady_index(pol_state *p, mp_error *err)
+static mp_status belady_index(belady_state *p, mp_error *err)
 {
     const mp_sim_trace *t = p->t;
     const size_t cells = (size_t)p->L * p->E;
@@ -243,138 +242,34 @@ static mp_status belady_index(pol_state *p, mp_error *err)
     return MP_OK;
 }
 
-mp_status pol_init(pol_state **out, const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_policy policy,
-                   mp_error *err)
+mp_status belady_init(belady_state **out, const mp_sim_trace *t, mp_error *err)
 {
     *out = NULL;
-    pol_state *p = calloc(1, sizeof *p);
+    belady_state *p = calloc(1, sizeof *p);
     if (!p)
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
-    p->kind = policy;
     p->t = t;
     p->L = t->n_layers;
     p->E = t->n_experts;
-    p->alpha = cfg->alpha;
-    p->beta = cfg->beta;
-    p->epsilon = policy == MP_POL_DECAYED_LFU ? cfg->epsilon : 0.0;
-    p->window = cfg->window;
-    const size_t cells = (size_t)p->L * p->E;
     mp_status s = MP_OK;
-    if (policy == MP_POL_DECAYED_LFU &&
-        (mp_sim_param_range("alpha", cfg->alpha) || mp_sim_param_range("beta", cfg->beta) ||
-         mp_sim_param_range("epsilon", cfg->epsilon)))
-        s = mp_fail(err, MP_ERR_ARG, "simulate: decayed-lfu: alpha %g, beta %g, epsilon %g: expected 0 < alpha <= 1, "
-                    "beta > 0, epsilon >= 0", cfg->alpha, cfg->beta, cfg->epsilon);
-    if (!s && policy == MP_POL_WINDOW_LFU && mp_sim_param_range("window", (double)cfg->window))
-        s = mp_fail(err, MP_ERR_ARG, "simulate: window-lfu: window %u: expected 1..65536 invocations", cfg->window);
-    if (!s) {
-        p->score = calloc(cells, sizeof *p->score);
-        p->layer_scale = malloc(sizeof *p->layer_scale * p->L);
-        p->last_use = calloc(cells, sizeof *p->last_use);
-        p->cand = malloc(sizeof *p->cand * p->E);
-        if (!p->score || !p->layer_scale || !p->last_use || !p->cand)
-            s = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for policy state");
-    }
-    for (uint32_t l = 0; !s && l < p->L; l++)
-        p->layer_scale[l] = 1.0;
-    if (!s && policy == MP_POL_WINDOW_LFU) {
-        size_t slots = (size_t)p->L * p->window;
-        uint64_t width = (uint64_t)t->top_k * t->max_rows;
-        p->win_width = width < p->E ? (uint32_t)width : p->E;
-        p->win_e = malloc(sizeof *p->win_e * slots * p->win_width);
-        p->win_rows = malloc(sizeof *p->win_rows * slots * p->win_width);
-        p->win_n = calloc(slots, sizeof *p->win_n);
-        p->win_head = calloc(p->L, sizeof *p->win_head);
-        p->win_len = calloc(p->L, sizeof *p->win_len);
-        if (!p->win_e || !p->win_rows || !p->win_n || !p->win_head || !p->win_len)
-            s = mp_fail(err, MP_ERR_NOMEM, "simulate: window-lfu: out of memory for a window of %u", p->window);
-    }
-    if (!s && policy == MP_POL_BELADY)
+    if (!(p->cand = malloc(sizeof *p->cand * p->E)))
+        s = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for policy state");
+    if (!s)
         s = belady_index(p, err);
     if (s) {
-        pol_free(p);
+        belady_free(p);
         return s;
     }
     *out = p;
     return MP_OK;
 }
 
-/* Candidates: the invocation's experts that are not resident, by score desc (index asc on ties).
- * Swap rule: while the best candidate beats the weakest resident by the factor (1 + epsilon),
- * evict that resident and admit the candidate. Fill free slots first. */
-static void lfu_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
-{
-    const double *score = p->score + (size_t)l * p->E;
-    const uint8_t *res = sim_resident_row(s, l);
-    uint16_t *cand = p->cand;
-    uint32_t n = 0;
-    for (uint32_t u = 0; u < n_used; u++)
-        if (!res[used[u]]) {
-            uint16_t e = used[u];
-            uint32_t j = n++;
-            while (j > 0 && (score[cand[j - 1]] < score[e] || (score[cand[j - 1]] == score[e] && cand[j - 1] > e))) {
-                cand[j] = cand[j - 1];
-                j--;
-            }
-            cand[j] = e;
-        }
-    uint32_t cap = sim_cap(s, l);
-    for (uint32_t i = 0; i < n; i++) {
-        if (sim_n_resident(s, l) < cap) {
-            sim_admit(s, l, cand[i]);
-            continue;
-        }
-        if (cap == 0)
-            return;
-        uint32_t victim = UINT32_MAX, n_res;
-        const uint16_t *list = sim_resident_list(s, l, &n_res);
-        for (uint32_t j = 0; j < n_res; j++) {
-            uint32_t e = list[j]; /* the weakest; the lowest index on ties */
-            if (victim == UINT32_MAX || score[e] < score[victim] || (score[e] == score[victim] && e < victim))
-                victim = e;
-        }
-        if (!(score[cand[i]] > (1.0 + p->epsilon) * score[victim]))
-            return; /* candidates are sorted: no later one passes either */
-        sim_evict(s, l, victim);
-        sim_admit(s, l, cand[i]);
-    }
-}
-
-static void lru_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
-{
-    const uint64_t *last = p->last_use + (size_t)l * p->E;
-    const uint8_t *res = sim_resident_row(s, l);
-    uint32_t cap = sim_cap(s, l);
-    for (uint32_t u = 0; u < n_used; u++) {
-        uint16_t e = used[u];
-        if (res[e])
-            continue;
-        if (sim_n_resident(s, l) < cap) {
-            sim_admit(s, l, e);
-            continue;
-        }
-        if (cap == 0)
-            return;
-        uint32_t victim = UINT32_MAX, n_res;
-        const uint16_t *list = sim_resident_list(s, l, &n_res);
-        for (uint32_t i = 0; i < n_res; i++) {
-            uint32_t x = list[i]; /* the least recently used; the lowest index on ties */
-            if (victim == UINT32_MAX || last[x] < last[victim] || (last[x] == last[victim] && x < victim))
-                victim = x;
-        }
-        if (last[victim] == p->tick)
-            return; /* every resident serves this invocation */
-        sim_evict(s, l, victim);
-        sim_admit(s, l, e);
-    }
-}
-
-static uint64_t belady_next(const pol_state *p, size_t cell)
+static uint64_t belady_next(const belady_state *p, size_t cell)
 {
     return p->occ_ptr[cell] < p->occ_start[cell + 1] ? p->occ[p->occ_ptr[cell]] : UINT64_MAX;
 }
 
-void pol_belady_initial(pol_state *p, sim_engine *s)
+void belady_initial(belady_state *p, sim_engine *s)
 {
     /* per layer, the cap experts used soonest (selection by repeated minimum: caps are small) */
     for (uint32_t l = 0; l < p->L; l++) {
@@ -396,7 +291,7 @@ void pol_belady_initial(pol_state *p, sim_engine *s)
     }
 }
 
-static void belady_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
+void belady_after(belady_state *p, sim_engine *s, uint32_t l, const uint16_t *used, uint32_t n_used)
 {
     const size_t base = (size_t)l * p->E;
     const uint8_t *res = sim_resident_row(s, l);
@@ -440,65 +335,5 @@ static void belady_admit(pol_state *p, sim_engine *s, uint32_t l, const uint16_t
             return;
         sim_evict(s, l, victim);
         sim_admit(s, l, cand[i]);
-    }
-}
-
-/* Hot path of the online policies: called once per (step, layer). */
-void pol_after(pol_state *p, sim_engine *s, uint32_t l, uint64_t step, const uint16_t *used,
-               const uint32_t *rows_of, uint32_t n_used)
-{
-    (void)step;
-    double *score = p->score + (size_t)l * p->E;
-    switch (p->kind) {
-    case MP_POL_LFU:
-        for (uint32_t u = 0; u < n_used; u++)
-            score[used[u]] += rows_of[used[u]];
-        lfu_admit(p, s, l, used, n_used);
-        return;
-    case MP_POL_DECAYED_LFU: {
-        /* score_t = alpha * score_{t-1} + beta * rows_t, stored divided by alpha^t: only the
-         * experts used now change, and comparisons within a layer are unaffected */
-        double scale = p->layer_scale[l] /= p->alpha;
-        for (uint32_t u = 0; u < n_used; u++)
-            score[used[u]] += p->beta * rows_of[used[u]] * scale;
-        if (scale > 1e150) {
-            for (uint32_t e = 0; e < p->E; e++)
-                score[e] /= scale;
-            p->layer_scale[l] = 1.0;
-        }
-        lfu_admit(p, s, l, used, n_used);
-        return;
-    }
-    case MP_POL_WINDOW_LFU: {
-        size_t ring = (size_t)l * p->window;
-        if (p->win_len[l] == p->window) { /* forget the oldest invocation */
-            size_t old = ring + p->win_head[l];
-            for (uint32_t i = 0; i < p->win_n[old]; i++)
-                score[p->win_e[old * p->win_width + i]] -= p->win_rows[old * p->win_width + i];
-            p->win_head[l] = (p->win_head[l] + 1) % p->window;
-            p->win_len[l]--;
-        }
-        size_t slot = ring + (p->win_head[l] + p->win_len[l]) % p->window;
-        p->win_n[slot] = n_used;
-        for (uint32_t u = 0; u < n_used; u++) {
-            p->win_e[slot * p->win_width + u] = used[u];
-            p->win_rows[slot * p->win_width + u] = rows_of[used[u]];
-            score[used[u]] += rows_of[used[u]];
-        }
-        p->win_len[l]++;
-        lfu_admit(p, s, l, used, n_used);
-        return;
-    }
-    case MP_POL_LRU:
-        p->tick++;
-        for (uint32_t u = 0; u < n_used; u++)
-            p->last_use[(size_t)l * p->E + used[u]] = p->tick;
-        lru_admit(p, s, l, used, n_used);
-        return;
-    case MP_POL_BELADY:
-        belady_admit(p, s, l, used, n_used);
-        return;
-    default:
-        return;
     }
 }

@@ -28,6 +28,42 @@ static void pct_or_dash(FILE *f, const mp_sim_metrics *m)
         fprintf(f, " %8s", "-");
 }
 
+/* --adaptive at one budget: each static policy's placement with the tier beside it. */
+static void adaptive_table(FILE *f, const mp_sim_report *rep, const mp_sim_budget_run *run)
+{
+    int first = -1;
+    for (int p = 0; p < MP_POL_COUNT && first < 0; p++)
+        if (run->ran_adaptive[p])
+            first = p;
+    if (first < 0)
+        return;
+    const mp_sim_result *a = &run->adaptive[first];
+    char per[32];
+    mp_format_bytes(rep->cfg->slot_bytes ? rep->cfg->slot_bytes : rep->cfg->gpu->expert_bytes, per, sizeof per);
+    fprintf(f, "  adaptive tier %s: %llu of the budget's %llu slots (%s each), the static placement the rest; at most "
+               "%u copies in flight, a step's moves copied when it ends\n",
+            mp_tier_policy_name(a->tier_policy), (unsigned long long)rep->adaptive_slots,
+            (unsigned long long)run->slots, per, a->tier_inflight);
+    fprintf(f, "  %-18s %8s %8s %10s %9s %6s %8s %9s %9s %9s %10s\n", "policy+tier", "hit%in", "hit%out", "ms/token",
+            "tok/s", "slots", "tier-hit%", "late", "admits", "evicts", "copy MiB");
+    for (int p = 0; p < MP_POL_COUNT; p++) {
+        if (!run->ran_adaptive[p])
+            continue;
+        const mp_sim_result *r = &run->adaptive[p];
+        const mp_sim_metrics *m = mp_sim_rank_metrics(r);
+        char name[40];
+        snprintf(name, sizeof name, "%s+%s", mp_sim_policy_name(p), mp_tier_policy_name(r->tier_policy));
+        fprintf(f, "  %-18s", name);
+        pct_or_dash(f, &r->train);
+        pct_or_dash(f, &r->test);
+        fprintf(f, " %10.4f %9.1f %6llu %9.2f %9llu %9llu %9llu %10.2f\n",
+                m->tokens ? m->time_ns / 1e6 / (double)m->tokens : 0, mp_sim_tok_s(m),
+                (unsigned long long)r->tier_slots, m->decisions ? 100.0 * (double)m->tier_hits / (double)m->decisions : 0,
+                (unsigned long long)m->late, (unsigned long long)m->admissions, (unsigned long long)m->evictions,
+                mib(m->h2d_weight_bytes));
+    }
+}
+
 void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
 {
     const mp_sim_trace *t = rep->trace;
@@ -74,6 +110,7 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
         }
         if (rep->llamacpp_ot && rep->llamacpp_ot[b])
             fprintf(f, "  llama.cpp:    %s\n", rep->llamacpp_ot[b]);
+        adaptive_table(f, rep, run);
     }
     if (rep->sweep) {
         const mp_sim_sweep *sw = rep->sweep;
@@ -119,6 +156,8 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
     else
         cJSON_AddNullToObject(o, "hit_rate");
     cJSON_AddNumberToObject(o, "late_misses", (double)m->late);
+    cJSON_AddNumberToObject(o, "tier_hits", (double)m->tier_hits);
+    cJSON_AddNumberToObject(o, "tier_refused", (double)m->tier_refused);
     cJSON_AddNumberToObject(o, "tokens", (double)m->tokens);
     cJSON_AddNumberToObject(o, "steps", (double)m->steps);
     cJSON_AddNumberToObject(o, "time_ns", m->time_ns);
@@ -215,6 +254,17 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
             cJSON_AddNumberToObject(po, "resident_initial", (double)run->res[p].resident_initial);
             mp_json_attach(po, "in_sample", metrics_json(&run->res[p].train, t->n_layers));
             mp_json_attach(po, "held_out", metrics_json(&run->res[p].test, t->n_layers));
+            if (run->ran_adaptive[p]) { /* the same placement with the adaptive tier beside it */
+                const mp_sim_result *a = &run->adaptive[p];
+                cJSON *ao = cJSON_AddObjectToObject(po, "adaptive");
+                cJSON_AddStringToObject(ao, "policy", mp_tier_policy_name(a->tier_policy));
+                cJSON_AddNumberToObject(ao, "slots_asked", (double)rep->adaptive_slots);
+                cJSON_AddNumberToObject(ao, "slots", (double)a->tier_slots);
+                cJSON_AddNumberToObject(ao, "inflight", a->tier_inflight);
+                cJSON_AddNumberToObject(ao, "resident_initial", (double)a->resident_initial);
+                mp_json_attach(ao, "in_sample", metrics_json(&a->train, t->n_layers));
+                mp_json_attach(ao, "held_out", metrics_json(&a->test, t->n_layers));
+            }
         }
     }
     if (rep->sweep) {

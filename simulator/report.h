@@ -12,6 +12,10 @@ typedef struct mp_sim_budget_run {
     uint64_t slots;
     mp_sim_result res[MP_POL_COUNT];
     bool ran[MP_POL_COUNT];
+    /* --adaptive: each static policy's placement with the adaptive tier beside it (its slots taken
+     * from the budget's), where ran_adaptive */
+    mp_sim_result adaptive[MP_POL_COUNT];
+    bool ran_adaptive[MP_POL_COUNT];
 } mp_sim_budget_run;
 
 /* Sensitivity: for each cost part and factor (0.8, 1.2), the policy ranking's top at each budget
@@ -52,6 +56,7 @@ typedef struct mp_sim_report {
     char *const *llamacpp_ot; /* (n_runs) */
     const mp_sim_llamacpp *llamacpp; /* (n_runs) */
     const mp_sim_sweep *sweep; /* NULL without --sweep */
+    uint64_t adaptive_slots;   /* --adaptive-slots (the tier's slots asked; 0: no --adaptive) */
 } mp_sim_report;
 
 /* Held-out metrics if the split has any, else in-sample: what a ranking should use. */

@@ -14,7 +14,8 @@ static const char *const policy_names[MP_POL_COUNT] = {
     [MP_POL_FIRST_N_CPU] = "first-n-cpu", [MP_POL_LAST_N_CPU] = "last-n-cpu",
     [MP_POL_BEST_LAYERS] = "best-layers", [MP_POL_LFU] = "lfu",
     [MP_POL_DECAYED_LFU] = "decayed-lfu", [MP_POL_WINDOW_LFU] = "window-lfu",
-    [MP_POL_LRU] = "lru",                 [MP_POL_BELADY] = "belady",
+    [MP_POL_LRU] = "lru",                 [MP_POL_COST] = "cost",
+    [MP_POL_BELADY] = "belady",
     [MP_POL_PLAN] = "plan",               [MP_POL_PROFILE] = "profile",
 };
 
@@ -33,21 +34,13 @@ int mp_sim_policy_from_name(const char *name)
 
 const char *mp_sim_param_range(const char *param, double v)
 {
-    if (!strcmp(param, "alpha"))
-        return isfinite(v) && v > 0 && v <= 1 ? NULL : "0 < alpha <= 1";
-    if (!strcmp(param, "beta"))
-        return isfinite(v) && v > 0 ? NULL : "beta > 0";
-    if (!strcmp(param, "epsilon"))
-        return isfinite(v) && v >= 0 ? NULL : "epsilon >= 0";
-    if (!strcmp(param, "window"))
-        return v >= 1 && v <= 65536 && v == floor(v) ? NULL : "an integer window 1..65536";
-    return "a known parameter";
+    return mp_tier_param_range(param, v);
 }
 
 bool mp_sim_policy_is_online(mp_sim_policy p)
 {
     return p == MP_POL_LFU || p == MP_POL_DECAYED_LFU || p == MP_POL_WINDOW_LFU || p == MP_POL_LRU ||
-           p == MP_POL_BELADY;
+           p == MP_POL_COST || p == MP_POL_BELADY;
 }
 
 const char *mp_sim_cost_part_name(mp_sim_cost_part p)

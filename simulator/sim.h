@@ -36,6 +36,7 @@
 #include "base/error.h"
 #include "runtime/strp.h"
 #include "runtime/costs.h"
+#include "runtime/tier.h"
 
 typedef struct mp_sim_step {
     uint32_t request;  /* request id (contiguous in the trace) */
@@ -97,6 +98,7 @@ typedef enum mp_sim_policy {
     MP_POL_DECAYED_LFU,     /* score = alpha * score + beta * rows; swap if cpu_max > (1+eps) gpu_min */
     MP_POL_WINDOW_LFU,      /* counts over the layer's last `window` invocations */
     MP_POL_LRU,
+    MP_POL_COST,            /* decayed score, a swap only when its routes pay for its copy (runtime/decide.h) */
     MP_POL_BELADY,          /* offline optimum of hits for per-layer caches; free admissions */
     MP_POL_PLAN,            /* per-layer capacities chosen by simulated time (exact DP) */
     MP_POL_PROFILE,         /* a given STRP profile's placement (mp_sim_config.profile) */
@@ -109,7 +111,7 @@ bool mp_sim_policy_is_online(mp_sim_policy p);
 /* The valid range of an online policy's parameter ("alpha", "beta", "epsilon": decayed-lfu;
  * "window": window-lfu): NULL when v lies in it, else the range as text ("0 < alpha <= 1",
  * "beta > 0", "epsilon >= 0", "an integer window 1..65536"); "a known parameter" for another
- * name. One check for the command line's --sweep and for the policies' own. */
+ * name. The adaptive tier's own check (mp_tier_param_range), for the command line's --sweep. */
 const char *mp_sim_param_range(const char *param, double v);
 
 /* Cost multipliers (sensitivity analysis): 1.0 = as measured. */
@@ -137,7 +139,7 @@ typedef struct mp_sim_config {
     uint64_t slot_bytes;        /* what one resident expert takes of the budget (0: gpu's
                                  * expert_bytes): the largest layer's, so that any placement fits */
     double train_frac;          /* in [0, 1]: share of requests (in trace order) used to plan */
-    double alpha, beta, epsilon; /* decayed LFU */
+    double alpha, beta, epsilon; /* decayed LFU (alpha also cost's memory) */
     uint32_t window;            /* windowed LFU: invocations per layer */
     bool pageable;              /* host buffers pageable instead of pinned */
     bool no_copies;             /* steps of several rows never copy cold experts (a runtime without
@@ -153,6 +155,16 @@ typedef struct mp_sim_config {
      * min(profile slots, budget slots) ranked experts are resident, as the runtime's --profile
      * places them when the budget holds them. */
     const mp_strp *profile;
+    /* The adaptive tier on a static policy's placement, as the runtime runs it (runtime/tier.h;
+     * MP_TIER_OFF: none; online policies refuse it): adaptive_slots of the budget's slots are the
+     * tier's, spread over the layers with experts off the GPU (mp_tier_split), and the static
+     * policy places the rest, pinned. The tier's parameters are the runtime's (mp_tier_params_default;
+     * cost: its prices from the decode grid), at most adaptive_inflight copies in flight (0: 2 ×
+     * top_k); a step's moves start their copies when the step ends, and its landed copies serve
+     * from the next step. */
+    mp_tier_policy adaptive;
+    uint64_t adaptive_slots;
+    uint32_t adaptive_inflight;
     /* Called during a replay with the routing decisions it has replayed so far, every
      * MP_SIM_PROGRESS_STEPS steps and after its last step (NULL: never): how a caller shows the
      * progress of a long replay; the replay itself never prints. */
@@ -167,6 +179,9 @@ void mp_sim_config_init(mp_sim_config *c); /* defaults: train 0.7, alpha 0.9, be
 typedef struct mp_sim_metrics {
     uint64_t decisions, hits;   /* routing decisions (row, expert) and those served by the GPU */
     uint64_t late;              /* misses of admitted experts whose copy had not finished */
+    uint64_t tier_hits;         /* hits of the adaptive tier's slots (in hits too; online policies:
+                                 * all their hits) */
+    uint64_t tier_refused;      /* candidates the tier's policy turned away (runtime/tier.h) */
     uint64_t tokens, steps;
     double time_ns;
     uint64_t cpu_invocations;   /* layer invocations that sent rows to the CPU (paid a round trip) */
@@ -185,6 +200,9 @@ typedef struct mp_sim_result {
     mp_sim_policy policy;
     uint64_t slots;             /* resident experts the budget allows (all layers) */
     uint64_t resident_initial;  /* experts resident when the replay starts */
+    uint64_t tier_slots;        /* the adaptive tier's slots (online policies: the cache; 0: none) */
+    mp_tier_policy tier_policy; /* its policy (MP_TIER_OFF: none) */
+    uint32_t tier_inflight;     /* its bound on copies in flight (0: none) */
     mp_sim_metrics train, test;
     /* The placement to export: the resident experts as its pairs, most valuable first, slots =
      * n_ranked, and the train routing counts as its table, which ranks every other expert after

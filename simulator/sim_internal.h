@@ -1,5 +1,6 @@
-/* simulator/sim_internal.h — what the replay engine (sim.c) and the policies (policies.c,
- * plan.c) share: cost tables by rows, the layer-time formula, and the residency state.
+/* simulator/sim_internal.h — what the replay engine (sim.c, sim_replay.c, sim_engine.c) and the
+ * policies (policies.c, plan.c) share: cost tables by rows, the layer-time formula, and the
+ * residency state.
  * Not a public header: only simulator/ includes it. */
 #ifndef MP_SIMULATOR_SIM_INTERNAL_H
 #define MP_SIMULATOR_SIM_INTERNAL_H
@@ -8,6 +9,7 @@
 
 #include "collector/popularity.h"
 #include "runtime/decide.h"
+#include "runtime/tier.h"
 #include "simulator/sim.h"
 
 /* Costs tabulated for 0..max_rows routed rows (index = rows), scaled by mp_sim_config.scale, so
@@ -114,17 +116,19 @@ static inline bool sim_copies(const sim_tab *c, uint32_t rows)
 
 typedef struct sim_engine sim_engine; /* sim_engine.h */
 
-/* Residency, as the policies see and change it. */
+/* Static residency, as Belady sees and changes it (the online policies' slots are the adaptive
+ * tier's, runtime/tier.h). */
 bool sim_is_resident(const sim_engine *s, uint32_t layer, uint32_t expert);
 /* The layer's residency flags (n_experts), valid until the next sim_admit/sim_evict changes them
- * (they change in place): policies scan it directly in their victim searches. */
+ * (they change in place). */
 const uint8_t *sim_resident_row(const sim_engine *s, uint32_t layer);
 /* The layer's resident experts as a list (*n of them, in no particular order; changes in place
  * with admissions and evictions): victim searches scan cap entries, not n_experts. */
 const uint16_t *sim_resident_list(const sim_engine *s, uint32_t layer, uint32_t *n);
 uint32_t sim_n_resident(const sim_engine *s, uint32_t layer);
 uint32_t sim_cap(const sim_engine *s, uint32_t layer);
-/* Start the copy of an expert's weights (after the current invocation); needs a free slot. */
+/* Belady's admissions: free and instant (a hit from the layer's next invocation on), counted with
+ * their bytes; need a free slot. */
 void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert);
 void sim_evict(sim_engine *s, uint32_t layer, uint32_t expert);
 /* Place an expert before the replay starts (no copy, nothing counted); needs a free slot. */
@@ -141,19 +145,19 @@ typedef struct sim_stats {
 } sim_stats;
 
 /* Static placements: fill resident (n_layers, n_experts) for the policy; returns experts placed. */
-typedef struct pol_state pol_state;
 mp_status pol_static_placement(const mp_sim_trace *t, const mp_sim_config *cfg, const sim_tab *tab,
                                const sim_stats *st, mp_sim_policy policy, uint64_t slots, uint8_t *resident,
                                mp_error *err);
-/* Online policies: state, and the hook after each invocation: used (n_used) are the experts the
- * invocation routed to, rows_of (n_experts) the rows each received. */
-mp_status pol_init(pol_state **out, const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_policy policy,
-                   mp_error *err);
-void pol_after(pol_state *p, sim_engine *s, uint32_t layer, uint64_t step, const uint16_t *used,
-               const uint32_t *rows_of, uint32_t n_used);
-/* Belady starts with each layer's cache holding the experts used soonest. */
-void pol_belady_initial(pol_state *p, sim_engine *s);
-void pol_free(pol_state *p);
+/* The adaptive tier's policy of an online policy (MP_TIER_OFF for Belady and the static ones). */
+mp_tier_policy pol_tier_policy(mp_sim_policy policy);
+/* Belady: the future uses of every (layer, expert), the hook after each invocation (used, n_used:
+ * the experts the invocation routed to), and the start with each layer's cache holding the
+ * experts used soonest. */
+typedef struct belady_state belady_state;
+mp_status belady_init(belady_state **out, const mp_sim_trace *t, mp_error *err);
+void belady_after(belady_state *p, sim_engine *s, uint32_t layer, const uint16_t *used, uint32_t n_used);
+void belady_initial(belady_state *p, sim_engine *s);
+void belady_free(belady_state *p);
 
 /* Planner (plan.c): per-layer time of the train steps with the top-c experts resident, for
  * c = 0..n_experts: cost (n_layers, n_experts + 1), in ns; *once_ns (may be NULL) what a placement

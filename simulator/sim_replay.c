@@ -1,7 +1,8 @@
 /* simulator/sim_replay.c — the replay (mp_sim_run, sim.h): the train steps' statistics, the
- * policy's placement, each step's layers charged through the cost tables (sim.c) while the
- * engine's state (sim_engine.c) follows the policy's admissions, the far routes decided as the
- * runtime decides them, and the profile a static policy makes. */
+ * policy's placement (static, Belady's cache, or the adaptive tier's slots: an online policy's
+ * alone, or --adaptive's beside a static placement), each step's layers charged through the cost
+ * tables (sim.c) while the engine's state (sim_engine.c) follows the admissions, the far routes
+ * decided as the runtime decides them, and the profile a static policy makes. */
 #include "simulator/sim_engine.h"
 
 #include <math.h>
@@ -172,7 +173,7 @@ static mp_status metrics_init(mp_sim_metrics *m, uint32_t n_layers, mp_error *er
 
 /* Replay every step. Hot loop: per (step, layer), one pass over the rows' expert ids to count
  * rows per expert, one pass over the distinct experts to time them; nothing else per decision. */
-static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, pol_state *pol, mp_sim_result *r,
+static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, belady_state *bel, mp_sim_result *r,
                    uint32_t *rows_of, uint16_t *used)
 /* rows_of (n_experts): rows routed to each expert in the current invocation, zero between;
  * used (n_experts): the distinct experts of the invocation */
@@ -208,19 +209,24 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
                     used[n_used++] = e;
             }
             const size_t base = (size_t)l * E;
+            if (s->tier && !s->step_sync && s->fifo_len)
+                sim_tier_land(s, start_ns); /* copies finished by now serve this invocation */
+            const uint8_t *tier_state = s->tier ? mp_tier_states(s->tier, l) : s->no_tier;
             double gpu_ns = 0, cpu_ns = 0, copy_ns = 0, copied_gpu_ns = 0;
             uint64_t hits = 0;
             uint32_t n_cold = 0, n_copied = 0;
             for (uint32_t u = 0; u < n_used; u++) {
                 uint16_t e = used[u];
                 uint32_t c = rows_of[e];
-                if (s->resident[base + e] && sim_ready_at(s, base + e) <= start_ns) {
+                const bool tier_hit = tier_state[e] == MP_TIER_READY;
+                if (s->resident[base + e] || tier_hit) {
                     gpu_ns += tab->gpu_ns[c];
                     hits += c;
+                    m->tier_hits += tier_hit ? c : 0;
                     continue;
                 }
                 n_cold++;
-                if (s->resident[base + e])
+                if (tier_state[e] == MP_TIER_LOADING) /* admitted, its copy not landed: served cold */
                     m->late += c;
                 if (rows > 1 && sim_copies(tab, c)) { /* the runtime copies it (runtime/decide.h) */
                     copy_ns += tab->weight_h2d_ns;
@@ -267,11 +273,15 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, po
             m->hits += hits;
             m->layer_decisions[l] += n_ids;
             m->layer_hits[l] += hits;
-            if (pol)
-                pol_after(pol, s, l, si, used, rows_of, n_used);
+            if (s->tier)
+                sim_tier_after(s, l, used, rows_of, n_used);
+            else if (bel)
+                belady_after(bel, s, l, used, n_used);
             for (uint32_t u = 0; u < n_used; u++)
                 rows_of[used[u]] = 0;
         }
+        if (s->step_sync) /* the step has drained: its landed copies serve, its moves' copies start */
+            sim_tier_step_end(s);
         m->tokens += rows;
         m->steps++;
         m->time_ns += s->clock_ns - step_start_ns;
@@ -300,15 +310,24 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     mp_status st = mp_sim_slots(t, cfg, &r->slots, err);
     if (st)
         return st;
+    const bool online = mp_sim_policy_is_online(policy);
+    const bool adaptive = !online && cfg->adaptive != MP_TIER_OFF;
+    if (online && cfg->adaptive != MP_TIER_OFF)
+        return mp_fail(err, MP_ERR_ARG, "simulate: an adaptive tier beside online policy %s: expected a static "
+                       "policy's placement under it", mp_sim_policy_name(policy));
+    if (adaptive && cfg->adaptive_slots > r->slots)
+        return mp_fail(err, MP_ERR_LIMIT, "simulate: the adaptive tier's %llu slots exceed the budget's %llu expert "
+                       "slots: expected at most them", (unsigned long long)cfg->adaptive_slots,
+                       (unsigned long long)r->slots);
     const uint32_t L = t->n_layers, E = t->n_experts;
     const size_t cells = (size_t)L * E;
     sim_tab tab;
     if ((st = sim_tab_build(&tab, cfg, t, err)))
         return st;
     sim_stats stats = {0};
-    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .ideal = policy == MP_POL_BELADY,
+    sim_engine s = {.t = t, .tab = &tab, .L = L, .E = E, .step_sync = adaptive,
                     .progress = cfg->progress, .progress_user = cfg->progress_user};
-    pol_state *pol = NULL;
+    belady_state *bel = NULL;
     double *step_non_moe_ns = NULL; /* (n_steps) the trace's, scaled like the cost file's */
     if (cfg->non_moe_source == MP_NON_MOE_TRACE) {
         if (!(step_non_moe_ns = malloc(sizeof *step_non_moe_ns * t->n_steps))) {
@@ -322,9 +341,10 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     }
     uint32_t *rows_of = calloc(E, sizeof *rows_of);
     uint16_t *used = malloc(sizeof *used * E);
+    uint8_t *no_tier = calloc(E, 1);
+    uint32_t *tier_cap = calloc(L, sizeof *tier_cap);
+    s.no_tier = no_tier;
     s.resident = calloc(cells, 1);
-    s.ready_ns = calloc(cells, sizeof *s.ready_ns);
-    s.n_queued = calloc(cells, sizeof *s.n_queued);
     s.res_list = malloc(sizeof *s.res_list * cells);
     s.res_pos = malloc(sizeof *s.res_pos * cells);
     s.n_resident = calloc(L, sizeof *s.n_resident);
@@ -332,21 +352,16 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     s.far = calloc(L, sizeof *s.far);
     if ((st = stats_build(t, cfg->train_frac, &stats, err)))
         goto done;
-    if (!rows_of || !used || !s.resident || !s.ready_ns || !s.n_queued || !s.res_list || !s.res_pos || !s.n_resident ||
+    if (!rows_of || !used || !no_tier || !tier_cap || !s.resident || !s.res_list || !s.res_pos || !s.n_resident ||
         !s.cap || !s.far) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
         goto done;
     }
     if ((st = metrics_init(&r->train, L, err)) || (st = metrics_init(&r->test, L, err)))
         goto done;
-    if (mp_sim_policy_is_online(policy)) {
-        /* per-layer caches of equal size: the slots split evenly, the remainder to the first layers */
-        for (uint32_t l = 0; l < L; l++)
-            s.cap[l] = (uint32_t)(r->slots / L + (l < r->slots % L));
-        if ((st = pol_init(&pol, t, cfg, policy, err)))
-            goto done;
-    } else {
-        if ((st = pol_static_placement(t, cfg, &tab, &stats, policy, r->slots, s.resident, err)))
+    if (!online) { /* the static placement: the budget's slots, less the adaptive tier's */
+        if ((st = pol_static_placement(t, cfg, &tab, &stats, policy, r->slots - (adaptive ? cfg->adaptive_slots : 0),
+                                       s.resident, err)))
             goto done;
         for (size_t c = 0; c < cells; c++)
             if (s.resident[c])
@@ -354,12 +369,47 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         for (uint32_t l = 0; l < L; l++)
             s.cap[l] = s.n_resident[l];
     }
-    if (policy == MP_POL_BELADY)
-        pol_belady_initial(pol, &s); /* the offline optimum also starts optimally */
-    decide_far(&s, t, &stats, policy == MP_POL_PROFILE ? cfg->profile : NULL, mp_sim_policy_is_online(policy));
+    if (online || adaptive) { /* per-layer caches: the slots split evenly over the layers with room */
+        r->tier_slots = mp_tier_split(online ? r->slots : cfg->adaptive_slots, L, E, online ? NULL : s.resident,
+                                      online ? s.cap : tier_cap);
+    }
+    if (policy == MP_POL_BELADY) {
+        if ((st = belady_init(&bel, t, err)))
+            goto done;
+        belady_initial(bel, &s); /* the offline optimum also starts optimally */
+    } else if (online || adaptive) {
+        mp_tier_params tp;
+        mp_tier_params_default(&tp);
+        tp.top_k = t->top_k;
+        tp.max_rows = t->max_rows;
+        if (online) { /* the command line's parameters; copies unbounded */
+            tp.policy = pol_tier_policy(policy);
+            tp.alpha = cfg->alpha;
+            tp.beta = cfg->beta;
+            tp.epsilon = policy == MP_POL_DECAYED_LFU ? cfg->epsilon : 0.0;
+            tp.window = cfg->window;
+        } else { /* the runtime's (gpu/gpu_tier.c) */
+            tp.policy = cfg->adaptive;
+            tp.max_loading = cfg->adaptive_inflight ? cfg->adaptive_inflight : 2 * t->top_k;
+        }
+        if (tp.policy == MP_TIER_COST) /* priced by this machine's decode grid, as the runtime prices it */
+            mp_decide_tier_costs(&tab.dc, &tp.route_saving_ns, &tp.copy_cost_ns);
+        r->tier_policy = tp.policy;
+        r->tier_inflight = tp.max_loading;
+        if ((st = mp_tier_new(&s.tier, L, E, online ? s.cap : tier_cap, online ? NULL : s.resident, &tp, err))) {
+            mp_error_prefix(err, "simulate");
+            goto done;
+        }
+        s.cap_moves = E;
+        if (!(s.moves = malloc(sizeof *s.moves * s.cap_moves))) {
+            st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the adaptive tier's moves");
+            goto done;
+        }
+    }
+    decide_far(&s, t, &stats, policy == MP_POL_PROFILE ? cfg->profile : NULL, online);
     for (uint32_t l = 0; l < L; l++)
         r->resident_initial += s.n_resident[l];
-    replay(&s, t, &stats, pol, r, rows_of, used);
+    replay(&s, t, &stats, bel, r, rows_of, used);
     if (s.oom) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for in-flight copies");
         goto done;
@@ -376,21 +426,23 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         }
     }
     /* an online policy has no fixed placement: export the train ranking, the budget's slots resident */
-    st = make_profile(t, &stats, mp_sim_policy_is_online(policy) ? NULL : s.resident, r->slots, &r->profile, err);
+    st = make_profile(t, &stats, online ? NULL : s.resident, r->slots, &r->profile, err);
 done:
-    pol_free(pol);
+    belady_free(bel);
+    mp_tier_free(s.tier);
     stats_free(&stats);
     sim_tab_free(&tab);
     free(rows_of);
     free(used);
+    free(no_tier);
+    free(tier_cap);
     free(s.resident);
-    free(s.ready_ns);
-    free(s.n_queued);
     free(s.res_list);
     free(s.res_pos);
     free(s.n_resident);
     free(s.cap);
     free(s.far);
+    free(s.moves);
     free(s.fifo);
     free(step_non_moe_ns);
     if (st)

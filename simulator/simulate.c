@@ -48,6 +48,12 @@ static mp_status check_options(const mp_simulate_options *o, mp_error *err)
                        "metadata sizes llama.cpp's KV cache and weights");
     if (o->policies[MP_POL_PROFILE] && !o->placement_profile)
         return mp_fail(err, MP_ERR_ARG, "--policy profile needs --placement-profile P.strp");
+    if (o->adaptive != MP_TIER_OFF && !o->adaptive_slots)
+        return mp_fail(err, MP_ERR_ARG, "--adaptive %s needs --adaptive-slots N: the tier's expert slots, taken from "
+                       "each budget's", mp_tier_policy_name(o->adaptive));
+    if (o->adaptive == MP_TIER_OFF && (o->adaptive_slots || o->adaptive_inflight))
+        return mp_fail(err, MP_ERR_ARG, "--adaptive-%s applies to an adaptive tier: expected --adaptive POLICY",
+                       o->adaptive_slots ? "slots" : "inflight");
     return mp_simulate_check_profile_policy(o->profile_policy, err);
 }
 
@@ -264,9 +270,19 @@ static mp_status replay_one(const mp_sim_trace *t, const mp_sim_config *c, mp_si
 static void free_runs(mp_sim_budget_run *runs, int n)
 {
     for (int b = 0; b < n; b++)
-        for (int p = 0; p < MP_POL_COUNT; p++)
+        for (int p = 0; p < MP_POL_COUNT; p++) {
             if (runs[b].ran[p])
                 mp_sim_result_free(&runs[b].res[p]);
+            if (runs[b].ran_adaptive[p])
+                mp_sim_result_free(&runs[b].adaptive[p]);
+        }
+}
+
+/* Whether policy p gets a run with the adaptive tier beside it: a static placement that leaves
+ * experts off the GPU (all-gpu leaves none). */
+static bool adaptive_beside(const mp_simulate_options *o, int p)
+{
+    return o->adaptive != MP_TIER_OFF && !mp_sim_policy_is_online(p) && p != MP_POL_ALL_GPU;
 }
 
 /* The policies replayed at every budget: the options' and the ones always added. */
@@ -301,6 +317,27 @@ static mp_status replay_budgets(const mp_simulate_options *o, const mp_sim_trace
             runs[b].ran[p] = true;
         }
     }
+    return MP_OK;
+}
+
+/* --adaptive: every static policy that ran at a budget, again with the adaptive tier beside its
+ * placement (runs[b].adaptive). */
+static mp_status replay_adaptive(const mp_simulate_options *o, mp_simulate_result *r, mp_error *err)
+{
+    for (int b = 0; b < o->n_budgets; b++)
+        for (int p = 0; p < MP_POL_COUNT; p++) {
+            if (!r->runs[b].ran[p] || !adaptive_beside(o, p))
+                continue;
+            mp_sim_config c = r->cfg;
+            c.budget_bytes = o->budgets[b];
+            c.adaptive = o->adaptive;
+            c.adaptive_slots = o->adaptive_slots;
+            c.adaptive_inflight = o->adaptive_inflight;
+            mp_status st = replay_one(&r->trace, &c, (mp_sim_policy)p, &r->runs[b].adaptive[p], err);
+            if (st)
+                return st;
+            r->runs[b].ran_adaptive[p] = true;
+        }
     return MP_OK;
 }
 
@@ -539,10 +576,12 @@ static int count_replays(const mp_simulate_options *o, const mp_simulate_result 
 {
     bool run[MP_POL_COUNT];
     policies_run(o, run);
-    int per_budget = 0;
-    for (int p = 0; p < MP_POL_COUNT; p++)
+    int per_budget = 0, adaptive = 0;
+    for (int p = 0; p < MP_POL_COUNT; p++) {
         per_budget += run[p];
-    int n = per_budget * o->n_budgets * (1 + (o->sensitivity ? 2 * MP_COST_PARTS : 0));
+        adaptive += run[p] && adaptive_beside(o, p);
+    }
+    int n = per_budget * o->n_budgets * (1 + (o->sensitivity ? 2 * MP_COST_PARTS : 0)) + adaptive * o->n_budgets;
     n += r->sweep.n_values * o->n_budgets;
     for (int b = 0; o->llamacpp && b < o->n_budgets; b++)
         n += llamacpp_fits(r, o->budgets[b]) ? 2 : 0; /* best-layers and plan */
@@ -557,6 +596,8 @@ static mp_status replay_all(const mp_simulate_options *o, mp_simulate_result *r,
     r->n_budgets = o->n_budgets;
     mp_status st = replay_budgets(o, &r->trace, &r->cfg, r->runs, err);
     if (st)
+        return st;
+    if (o->adaptive != MP_TIER_OFF && (st = replay_adaptive(o, r, err)))
         return st;
     if (r->sweep.n_values && (st = replay_sweep(o, r, err)))
         return st;
@@ -654,10 +695,12 @@ mp_status mp_simulate(const mp_simulate_options *o, mp_simulate_result *r, mp_er
     memset(r, 0, sizeof *r);
     r->costs_path = o->costs;
     r->cfg = o->cfg;
+    r->cfg.adaptive = MP_TIER_OFF; /* the tier only in the adaptive runs (replay_adaptive) */
     r->ctx = o->ctx;
     r->batch = o->batch;
     r->sweep = o->sweep;
     r->sweep.res = NULL;
+    r->adaptive_slots = o->adaptive != MP_TIER_OFF ? o->adaptive_slots : 0;
     mp_status st = check_options(o, err);
     if (!st)
         st = check_outputs(o, r->manifest, sizeof r->manifest, err);
@@ -710,6 +753,7 @@ mp_sim_report mp_simulate_report(const mp_simulate_result *r)
         .llamacpp_ot = llamacpp ? r->llamacpp_text : NULL,
         .llamacpp = llamacpp ? r->llamacpp : NULL,
         .sweep = r->sweep.n_values ? &r->sweep : NULL,
+        .adaptive_slots = r->adaptive_slots,
     };
 }
 

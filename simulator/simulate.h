@@ -62,6 +62,12 @@ typedef struct mp_simulate_options {
     const char *profile;           /* the STRP profile at the first budget (+ PROFILE.json), or NULL */
     const char *placement_profile; /* an STRP profile replayed as policy 'profile', or NULL */
     mp_sim_sweep sweep;            /* n_values 0: no sweep (res is the result's) */
+    /* --adaptive POLICY --adaptive-slots N [--adaptive-inflight K]: every static policy replayed
+     * again with an adaptive tier of N of the budget's slots beside its placement, as the runtime
+     * runs one (mp_sim_config.adaptive; MP_TIER_OFF: none) */
+    mp_tier_policy adaptive;
+    uint64_t adaptive_slots;
+    uint32_t adaptive_inflight;    /* 0: 2 x top_k, the runtime's default */
     /* train_frac, the online policies' parameters, pageable, host_read_gbs, non_moe_source and
      * (with non_expert_given) non_expert_bytes; the rest is set from the inputs. */
     mp_sim_config cfg;
@@ -88,6 +94,7 @@ typedef struct mp_simulate_result {
     int n_budgets;
     mp_sim_budget_run runs[MP_SIMULATE_MAX_BUDGETS]; /* (n_budgets) every policy replayed */
     mp_sim_sweep sweep;            /* the options' sweep with its results (res: value-major) */
+    uint64_t adaptive_slots;       /* the options' (0: no --adaptive; the runs' adaptive results) */
     mp_sim_sensitivity sens;
     mp_llamacpp_gpu llamacpp_gpu;  /* llama.cpp's own GPU memory for the model */
     char *llamacpp_text[MP_SIMULATE_MAX_BUDGETS]; /* (n_budgets) the table's lines, or NULL */

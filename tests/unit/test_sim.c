@@ -672,7 +672,9 @@ Test(sim, activation_copies_delay_weight_copies_on_the_shared_link)
 Test(sim, belady_by_hand)
 {
     /* 1 slot, sequence 0 1 0 1 2 0. Belady starts with e0 (used first) and never swaps it for e1
-     * (next used later than e0): hits at steps 0, 2, 5. LRU starts empty and always swaps: 0. */
+     * (next used later than e0): hits at steps 0, 2, 5. LRU starts empty: s0 [0,135) admits e0, copy
+     * [135,240); s1 [135,270) e1 finds e0 LOADING, never a victim: refused; s2 [270,305) e0 hits;
+     * s3 [305,440) e1 evicts e0, copy [440,545); s4 e2 finds e1 LOADING: refused; s5 e0 misses. */
     const uint16_t ids[] = {0, 1, 0, 1, 2, 0};
     mp_sim_trace t;
     decode_trace(&t, 1, 3, 1, 6, ids);
@@ -681,7 +683,9 @@ Test(sim, belady_by_hand)
     cr_assert_eq(b.train.hits, 3);
     cr_assert_eq(b.train.admissions, 0);
     mp_sim_result l = run(&t, &c, MP_POL_LRU);
-    cr_assert_eq(l.train.hits, 0);
+    cr_assert_eq(l.train.hits, 1);
+    cr_assert_eq(l.train.admissions, 3);
+    cr_assert_eq(l.train.tier_refused, 2);
     mp_sim_result_free(&b);
     mp_sim_result_free(&l);
     mp_sim_trace_free(&t);
@@ -726,6 +730,122 @@ Test(sim, lfu_variants_by_hand)
     cr_assert_eq(r.train.admissions, 2);
     cr_assert_eq(r.train.hits, 1); /* copy [540,645): s4 [540,675) late, s5 hit */
     mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
+/* The cost policy prices admissions from the decode grid (runtime/decide.h): a route saves
+ * (240 - 40) / 2 = 100 ns (the all-cold step less the all-resident one, per route) and a copy of
+ * 1000 bytes at the host's 10 bytes/ns costs 100 ns, so a swap needs a gain above 1 route (alpha
+ * 0.5). A candidate's routes to come are its score before the invocation, (score - rows now) /
+ * alpha. 1 slot, top-2, steps {0,1} {0,1} {0,2} {2,3} {2,3} {2,3}, each after 100 ns of non-MoE
+ * time (the 5 ns copies land before the next step):
+ *   s0 0 = 1 = 1, before 0: both refused;
+ *   s1 0 = 1 = 1.5, before 1: gain 1 into the free slot, not above: both refused;
+ *   s2 0 = 1.75, before 1.5: admitted; 2 finds 0 LOADING: refused;
+ *   s3 2 = 1.5, before 1, against 0 = 0.875: gain 0.125, refused (both);
+ *   s4 2 = 1.75, before 1.5, against 0 = 0.4375: gain 1.0625, swap; 3 finds 2 LOADING: refused;
+ *   s5 2 hits (1.875); 3 (before 1.5) against it: refused.
+ * Time: cold routes 2 2 2 2 2 1 at the grid's 240 / 140, plus 6 x 100 = 1940. With the host at
+ * 1 byte/ns a copy costs 1000 ns (10 routes: alpha 0.5 never scores 2): nothing is admitted and
+ * every step is all-cold, 6 x 340. */
+Test(sim, cost_policy_by_hand)
+{
+    const uint16_t ids[] = {0, 1, 0, 1, 0, 2, 2, 3, 2, 3, 2, 3};
+    mp_sim_trace t;
+    decode_trace(&t, 1, 4, 2, 6, ids);
+    mp_sim_config c = config(1000, 1);
+    static mp_cost_stat non_moe_y[2] = {{100, 0}, {100, 0}};
+    costs.non_moe = (mp_cost_curve){2, xs_rows, non_moe_y};
+    const double off[3] = {40, 140, 240}, loses[3][2] = {{45, 0}, {155, 160}, {255, 260}};
+    set_grid(4, off, loses);
+    costs.host_read_gbs = 10;
+    c.alpha = 0.5;
+    mp_sim_result r = run(&t, &c, MP_POL_COST);
+    cr_assert_eq(r.tier_policy, MP_TIER_COST);
+    cr_assert_eq(r.train.admissions, 2);
+    cr_assert_eq(r.train.evictions, 1);
+    cr_assert_eq(r.train.hits, 1);
+    cr_assert_eq(r.train.tier_hits, 1);
+    cr_assert_eq(r.train.late, 0);
+    cr_assert_eq(r.train.tier_refused, 9);
+    cr_assert_float_eq(r.train.time_ns, 1940, 1e-9);
+    mp_sim_result_free(&r);
+    costs.host_read_gbs = 1;
+    r = run(&t, &c, MP_POL_COST);
+    cr_assert_eq(r.train.admissions, 0);
+    cr_assert_float_eq(r.train.time_ns, 6 * 340.0, 1e-9);
+    mp_sim_result_free(&r);
+    mp_sim_trace_free(&t);
+}
+
+/* The adaptive tier beside a static placement, as the runtime runs it: a step's moves start their
+ * copies when the step ends, and copies landed during a step serve from the next step on. 2
+ * layers, layer 0 routing e0 and layer 1 e1 at every step, top-1, copies of 105 ns.
+ *   all-cpu + lru, 2 slots (one per layer): s0 l0 [0,135) and l1 [135,270) miss, both admitted;
+ *   their copies start at 270: [270,375), [375,480). s1: both LOADING (late): l0 [270,405), whose
+ *   partial output (at 397) delays the queued copy to 485, l1 [405,540). They land at 540: s2 and
+ *   s3 hit (35 each, the layers still hybrid): 270 + 270 + 70 + 70 = 680, 4 hits, 2 late.
+ *   The online lru of the same slots copies at each invocation's end and lands at the next's
+ *   start: l0's copy [135,240) serves s1 (hit, 35), l1's [270,375) is pushed to 380 by l0's
+ *   partial at 297 and misses s1's l1 at 305: 270 + 170 + 70 + 70 = 580, 5 hits, 1 late.
+ *   One copy in flight at most: l1's candidate is refused at s0 and s1 (l0's copy lands at the end
+ *   of s1), admitted at s2 (copy [710,815)), late at s3: 270 + 270 + 170 + 170 = 880.
+ *   first-n-cpu with 3 slots, 1 of them the tier's: layer 1 whole (pinned, no round trip: 10 ns),
+ *   the tier's slot in layer 0 (the only one with room): s0 135 + 10, copy [145,250); s1 late
+ *   [145,280) + 10; s2, s3 hit: 45 each: 380, 6 hits (2 the tier's), 1 late. */
+Test(sim, adaptive_tier_copies_at_step_ends)
+{
+    const uint16_t ids[] = {0, 1, 0, 1, 0, 1, 0, 1};
+    mp_sim_trace t;
+    decode_trace(&t, 2, 2, 1, 4, ids);
+    mp_sim_config c = config(1100, 2);
+    c.adaptive = MP_TIER_LRU;
+    c.adaptive_slots = 2;
+    mp_sim_result a = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(a.tier_slots, 2);
+    cr_assert_eq(a.tier_inflight, 2, "the runtime's default: 2 x top-k");
+    cr_assert_eq(a.resident_initial, 0);
+    cr_assert_float_eq(a.train.time_ns, 680, 1e-9);
+    cr_assert_eq(a.train.hits, 4);
+    cr_assert_eq(a.train.tier_hits, 4);
+    cr_assert_eq(a.train.late, 2);
+    cr_assert_eq(a.train.admissions, 2);
+    cr_assert_eq(a.train.h2d_weight_bytes, 2200);
+    mp_sim_result_free(&a);
+    mp_sim_config online = config(1100, 2);
+    mp_sim_result o = run(&t, &online, MP_POL_LRU);
+    cr_assert_float_eq(o.train.time_ns, 580, 1e-9);
+    cr_assert_eq(o.train.hits, 5);
+    cr_assert_eq(o.train.late, 1);
+    mp_sim_result_free(&o);
+    c.adaptive_inflight = 1;
+    a = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(a.train.time_ns, 880, 1e-9);
+    cr_assert_eq(a.train.hits, 2);
+    cr_assert_eq(a.train.late, 2);
+    cr_assert_eq(a.train.tier_refused, 2);
+    mp_sim_result_free(&a);
+    c = config(1100, 3);
+    c.adaptive = MP_TIER_LRU;
+    c.adaptive_slots = 1;
+    a = run(&t, &c, MP_POL_FIRST_N_CPU);
+    cr_assert_eq(a.resident_initial, 2, "the static placement gets the budget's slots less the tier's");
+    cr_assert_eq(a.tier_slots, 1);
+    cr_assert_float_eq(a.train.time_ns, 380, 1e-9);
+    cr_assert_eq(a.train.hits, 6);
+    cr_assert_eq(a.train.tier_hits, 2);
+    cr_assert_eq(a.train.late, 1);
+    mp_sim_result_free(&a);
+    /* refusals: a tier larger than the budget's slots; a tier beside an online policy */
+    mp_sim_result r;
+    mp_error err;
+    c.adaptive_slots = 4;
+    cr_assert_eq(mp_sim_run(&t, &c, MP_POL_FIRST_N_CPU, &r, &err), MP_ERR_LIMIT);
+    cr_assert_str_eq(err.msg, "simulate: the adaptive tier's 4 slots exceed the budget's 3 expert slots: expected at "
+                              "most them");
+    c.adaptive_slots = 1;
+    cr_assert_eq(mp_sim_run(&t, &c, MP_POL_LFU, &r, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "beside online policy lfu"), "%s", err.msg);
     mp_sim_trace_free(&t);
 }
 

@@ -195,7 +195,7 @@ Test(simulate, cli_end_to_end)
     cJSON *b2 = cJSON_GetArrayItem(budgets, 2);
     cr_assert_eq(cJSON_GetObjectItem(b2, "slots")->valuedouble, 8);
     cJSON *pols = cJSON_GetObjectItem(b2, "policies");
-    cr_assert_eq(cJSON_GetArraySize(pols), 13);
+    cr_assert_eq(cJSON_GetArraySize(pols), 14); /* every policy but profile (no --placement-profile) */
     cJSON *held = cJSON_GetObjectItem(cJSON_GetArrayItem(pols, 0), "held_out");
     cr_assert_eq(cJSON_GetObjectItem(held, "hit_rate")->valuedouble, 1.0); /* all-gpu */
     cJSON_Delete(root);
@@ -295,6 +295,67 @@ Test(simulate, cli_errors_are_one_line)
                  out);
     cr_assert_eq(run_cli("simulate --help", out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "--emit-profile"), "%s", out);
+}
+
+/* --adaptive: every static policy but all-gpu again with the tier beside its placement, in the
+ * table and as each policy's "adaptive" object in the JSON; its slots come out of the budget's. */
+Test(simulate, adaptive_tier_beside_static_policies)
+{
+    static char out[1 << 16];
+    char args[2048];
+    /* 1e6 non-expert + 3 experts of 1e6, and 8 (every expert): the tier takes 1 of them */
+    snprintf(args, sizeof args,
+             "simulate t.db --costs '%s' --expert Q4_K --budget 4000000B,9000000B --non-expert-bytes 1000000 "
+             "--train-frac 0.5 --policy static-topn,lru --adaptive lru --adaptive-slots 1 --json a.json --progress",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    /* replays: all-gpu, all-cpu, static-topn, lru at 2 budgets, and all-cpu, static-topn beside a tier */
+    cr_assert_not_null(strstr(out, "replay 12/12, "), "%s", out);
+    cr_assert_not_null(strstr(out, "adaptive tier lru: 1 of the budget's 3 slots"), "%s", out);
+    cr_assert_not_null(strstr(out, "at most 4 copies in flight"), "2 x top-2: %s", out);
+    cr_assert_not_null(strstr(out, "  static-topn+lru "), "%s", out);
+    cr_assert_not_null(strstr(out, "  all-cpu+lru "), "%s", out);
+    cr_assert_null(strstr(out, "all-gpu+lru"), "%s", out);
+    cr_assert_null(strstr(out, "lru+lru"), "%s", out);
+    cJSON *root = read_json("a.json");
+    for (int b = 0; b < 2; b++) {
+        cJSON *top = find_policy(root, b, "static-topn"), *ad = cJSON_GetObjectItem(top, "adaptive");
+        cr_assert_not_null(ad, "budget %d", b);
+        cr_assert_str_eq(cJSON_GetObjectItem(ad, "policy")->valuestring, "lru");
+        cr_assert_eq(cJSON_GetObjectItem(ad, "slots_asked")->valuedouble, 1);
+        cr_assert_eq(cJSON_GetObjectItem(ad, "slots")->valuedouble, 1);
+        cr_assert_eq(cJSON_GetObjectItem(ad, "inflight")->valuedouble, 4);
+        /* the static placement holds the budget's slots less the tier's: 2 of 3, 7 of 8 */
+        cr_assert_eq(cJSON_GetObjectItem(ad, "resident_initial")->valuedouble, b ? 7 : 2);
+        cr_assert_eq(cJSON_GetObjectItem(top, "resident_initial")->valuedouble, b ? 8 : 3);
+        cJSON *held = cJSON_GetObjectItem(ad, "held_out");
+        cr_assert_not_null(cJSON_GetObjectItem(held, "tier_hits"));
+        cr_assert_not_null(cJSON_GetObjectItem(held, "late_misses"));
+        cr_assert_not_null(cJSON_GetObjectItem(held, "h2d_weight_bytes"));
+        cr_assert_leq(cJSON_GetObjectItem(held, "tier_hits")->valuedouble, cJSON_GetObjectItem(held, "hits")->valuedouble);
+        cr_assert_null(cJSON_GetObjectItem(find_policy(root, b, "lru"), "adaptive"));
+        cr_assert_null(cJSON_GetObjectItem(find_policy(root, b, "all-gpu"), "adaptive"));
+        cr_assert_not_null(cJSON_GetObjectItem(find_policy(root, b, "all-cpu"), "adaptive"));
+    }
+    cJSON_Delete(root);
+    /* refusals, each one line: usage errors (2) before any work, a tier the budget does not hold (1) */
+    const char *bad[][3] = {
+        {"--adaptive fifo --adaptive-slots 1",
+         "--adaptive: adaptive tier policy 'fifo': expected off, lru, lfu, decayed-lfu, window-lfu or cost", "2"},
+        {"--adaptive lru", "--adaptive lru needs --adaptive-slots N", "2"},
+        {"--adaptive-slots 2", "--adaptive-slots applies to an adaptive tier: expected --adaptive POLICY", "2"},
+        {"--adaptive cost --adaptive-slots 1 --adaptive-inflight 0", "--adaptive-inflight '0': expected copies in "
+                                                                     "flight, an integer 1..4096", "2"},
+        {"--adaptive cost --adaptive-slots x", "--adaptive-slots 'x': expected the tier's expert slots", "2"},
+        {"--adaptive cost --adaptive-slots 4", "the adaptive tier's 4 slots exceed the budget's 3 expert slots", "1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 4000000B "
+                 "--non-expert-bytes 1000000 --policy static-topn %s", costs_path(), bad[i][0]);
+        cr_assert_eq(run_cli(args, out, sizeof out), atoi(bad[i][2]), "%s: %s", bad[i][0], out);
+        cr_assert_not_null(strstr(out, bad[i][1]), "%s: %s", bad[i][0], out);
+        cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    }
 }
 
 /* --placement-profile: a profile emitted for static-topn replays as static-topn did (policy

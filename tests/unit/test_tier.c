@@ -249,6 +249,7 @@ Test(tier, cost_admits_when_the_routes_pay_for_the_copy)
     assert_move(&m[0], 0, 0, 0, -1);
     cr_assert_eq(invoke1(t, 0, 1, 2, m), 0);
     cr_assert_eq(invoke1(t, 0, 1, 2, m), 1);
+    assert_move(&m[0], 0, 0, 1, 0);
     cr_assert_eq(mp_tier_stats_of(t)->refused, 4);
     mp_tier_free(t);
     /* a copy that costs nothing: any gain pays, from the second use (a first use is no evidence);
