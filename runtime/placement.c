@@ -237,6 +237,63 @@ static mp_status read_whole(const char *path, const char *what, uint64_t max_byt
 
 #define SET_BIT(p, il, e) ((p)->bits[(il) * (p)->words_per_layer + ((e) >> 6)] |= (uint64_t)1 << ((e) & 63))
 
+static uint64_t max_expert_bytes(const mp_placement_geom *g)
+{
+    uint64_t b = 0;
+    for (int64_t il = 0; il < g->n_layer; il++)
+        b = g->expert_bytes[il] > b ? g->expert_bytes[il] : b;
+    return b;
+}
+
+/* The adaptive tier beside a profile (mp_tier_carve): the budget's room left beside the profile's
+ * experts, then its placed experts, the lowest-ranked first, never out of a layer it holds whole;
+ * the carved experts are the tier's first. */
+static mp_status carve_tier(const mp_placement_geom *g, const mp_strp *prof, uint32_t n_placed, uint8_t *res,
+                            mp_placement *p, mp_error *err)
+{
+    uint32_t *order = malloc((size_t)(n_placed ? n_placed : 1) * sizeof *order);
+    uint32_t *warm = malloc((size_t)p->tier_slots * sizeof *warm);
+    p->tier_cap = calloc((size_t)g->n_layer, sizeof *p->tier_cap);
+    if (!order || !warm || !p->tier_cap) {
+        free(order);
+        free(warm);
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", "placement");
+    }
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < n_placed; i++) {
+        const mp_strp_pair pr = mp_strp_ranked_at(prof, i);
+        if (pr.layer < g->n_layer && pr.expert < g->n_expert)
+            order[n++] = (uint32_t)(pr.layer * g->n_expert + pr.expert);
+    }
+    /* the room the budget has left beside the profile's experts, in slots of the largest expert;
+     * without a budget the tier is all room */
+    uint64_t free_slots = p->tier_slots;
+    if (p->budget.budget_bytes) {
+        uint64_t placed = 0;
+        for (int64_t il = 0; il < g->n_layer; il++)
+            for (int64_t e = 0; e < g->n_expert; e++)
+                placed += res[il * g->n_expert + e] ? g->expert_bytes[il] : 0;
+        const uint64_t per = max_expert_bytes(g), room = p->budget.expert_avail_bytes;
+        free_slots = per && room > placed ? (room - placed) / per : 0;
+    }
+    uint64_t n_warm = 0;
+    p->tier_slots = mp_tier_carve(res, (uint32_t)g->n_layer, (uint32_t)g->n_expert, order, n, p->tier_slots,
+                                  free_slots, p->tier_cap, warm, &n_warm);
+    free(order);
+    p->tier_warm = malloc((size_t)(n_warm ? n_warm : 1) * sizeof *p->tier_warm);
+    if (!p->tier_warm) {
+        free(warm);
+        return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
+    }
+    for (uint64_t i = 0; i < n_warm; i++) {
+        p->tier_warm[i][0] = warm[i] / (uint32_t)g->n_expert;
+        p->tier_warm[i][1] = warm[i] % (uint32_t)g->n_expert;
+    }
+    p->n_tier_warm = (uint32_t)n_warm;
+    free(warm);
+    return MP_OK;
+}
+
 static mp_status place_profile(const mp_placement_geom *g, const mp_placement_opts *o,
                                mp_placement *p, mp_error *err)
 {
@@ -270,20 +327,10 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
         return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
     }
     const uint32_t n = mp_strp_placement(&prof, n_slots, res);
-    const uint32_t len = mp_strp_ranking_len(&prof);
-    if (p->tier_policy != MP_TIER_OFF && len > n) { /* the tier's first experts: the ranking goes on */
-        p->tier_warm = malloc((size_t)(len - n) * sizeof *p->tier_warm);
-        if (!p->tier_warm) {
-            free(res);
-            mp_strp_free(&prof);
-            return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", o->profile);
-        }
-        for (uint32_t i = n; i < len; i++) {
-            const mp_strp_pair pr = mp_strp_ranked_at(&prof, i);
-            p->tier_warm[p->n_tier_warm][0] = pr.layer;
-            p->tier_warm[p->n_tier_warm][1] = pr.expert;
-            p->n_tier_warm++;
-        }
+    if (p->tier_policy != MP_TIER_OFF && p->tier_slots && (st = carve_tier(g, &prof, n, res, p, err))) {
+        free(res);
+        mp_strp_free(&prof);
+        return st;
     }
     for (int64_t il = 0; il < g->n_layer; il++)
         for (int64_t e = 0; e < g->n_expert; e++)
@@ -311,13 +358,6 @@ static mp_status place_profile(const mp_placement_geom *g, const mp_placement_op
     return MP_OK;
 }
 
-static uint64_t max_expert_bytes(const mp_placement_geom *g)
-{
-    uint64_t b = 0;
-    for (int64_t il = 0; il < g->n_layer; il++)
-        b = g->expert_bytes[il] > b ? g->expert_bytes[il] : b;
-    return b;
-}
 
 /* The tier asked for: its policy (cost when only --adaptive-slots is given), its slots (N, or P%
  * of the budget's room for experts, 10 % with a budget when neither is given) and the bytes they
@@ -366,6 +406,8 @@ static mp_status tier_split(const mp_placement_geom *g, mp_placement *p, mp_erro
 {
     if (p->tier_policy == MP_TIER_OFF || !p->tier_slots)
         return MP_OK;
+    if (p->tier_cap) /* carved out of a profile's placement (carve_tier) */
+        goto bytes;
     const size_t cells = (size_t)g->n_layer * (size_t)g->n_expert;
     uint8_t *pinned = malloc(cells ? cells : 1);
     p->tier_cap = calloc((size_t)g->n_layer, sizeof *p->tier_cap);
@@ -378,6 +420,7 @@ static mp_status tier_split(const mp_placement_geom *g, mp_placement *p, mp_erro
             pinned[il * g->n_expert + e] = mp_placement_resident(p, il, e);
     p->tier_slots = mp_tier_split(p->tier_slots, (uint32_t)g->n_layer, (uint32_t)g->n_expert, pinned, p->tier_cap);
     free(pinned);
+bytes:
     p->tier_bytes = 0;
     for (int64_t il = 0; il < g->n_layer; il++)
         p->tier_bytes += (uint64_t)p->tier_cap[il] * g->expert_bytes[il];
@@ -468,8 +511,9 @@ mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts
         mp_placement_free(&p);
         return st;
     }
+    /* (a profile's tier is carved out of its placed experts instead: carve_tier) */
     const uint64_t avail = p.budget.expert_avail_bytes;
-    if (o->budget_bytes)
+    if (o->budget_bytes && p.mode != MP_PLACEMENT_PROFILE)
         p.budget.expert_avail_bytes = tier_room < avail ? avail - tier_room : 0;
     st = place_by_mode(g, o, &p, err);
     p.budget.expert_avail_bytes = avail;

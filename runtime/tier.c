@@ -504,3 +504,36 @@ const mp_tier_stats *mp_tier_stats_of(const mp_tier *t)
 {
     return &t->stats;
 }
+
+uint64_t mp_tier_carve(uint8_t *resident, uint32_t n_layers, uint32_t n_experts, const uint32_t *order,
+                       uint64_t n_order, uint64_t slots, uint64_t free_slots, uint32_t *cap, uint32_t *warm,
+                       uint64_t *n_warm)
+{
+    /* the budget's room first: spread over the layers with experts outside the placement */
+    uint64_t given = mp_tier_split(free_slots < slots ? free_slots : slots, n_layers, n_experts, resident, cap);
+    uint64_t carved = 0;
+    uint8_t *whole = order && given < slots ? malloc(n_layers) : NULL; /* none: nothing is carved */
+    for (uint32_t l = 0; whole && l < n_layers; l++) {
+        uint32_t in_layer = 0;
+        for (uint32_t e = 0; e < n_experts; e++)
+            in_layer += resident[(size_t)l * n_experts + e];
+        whole[l] = in_layer == n_experts;
+    }
+    for (uint64_t i = n_order; whole && i-- > 0 && given < slots;) { /* then the lowest-ranked residents */
+        const uint32_t c = order[i], l = c / n_experts;
+        if (l >= n_layers || !resident[c] || whole[l])
+            continue;
+        resident[c] = 0;
+        cap[l]++;
+        warm[carved++] = c;
+        given++;
+    }
+    free(whole);
+    for (uint64_t i = 0; i < carved / 2; i++) { /* best first */
+        const uint32_t x = warm[i];
+        warm[i] = warm[carved - 1 - i];
+        warm[carved - 1 - i] = x;
+    }
+    *n_warm = carved;
+    return given;
+}

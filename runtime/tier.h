@@ -101,6 +101,22 @@ void mp_tier_free(mp_tier *t);
  * experts outside the pinned set. cap: (n_layers). Returns the slots given out. */
 uint64_t mp_tier_split(uint64_t slots, uint32_t n_layers, uint32_t n_experts, const uint8_t *pinned, uint32_t *cap);
 
+/* The tier beside a static placement, one rule for the runtime (a profile's placement) and the
+ * simulator (a policy's placement, whose ranking is the profile it emits): of `slots` slots, as
+ * many as the budget has room left for beside the placement (free_slots) are spread over the
+ * layers with experts outside it (mp_tier_split); the rest are carved out of the placement, its
+ * lowest-ranked residents first, but never out of a layer it holds whole (a whole layer runs
+ * without the round trip to the host, which a layer with a tier slot pays at every step).
+ * resident (n_layers, n_experts) is the placement, changed in place: the carved experts leave it;
+ * order: n_order cells (layer · n_experts + expert) best first, the residents among them ranked
+ * (NULL: nothing is carved); cap (n_layers) gets the tier's slots per layer; warm (room for
+ * `slots` cells) the carved experts best first, *n_warm of them, which the tier starts with
+ * (mp_tier_place, in that order): at the first step the placement and the tier together hold the
+ * placement's experts, and no layer changes between whole and hybrid. Returns the slots given. */
+uint64_t mp_tier_carve(uint8_t *resident, uint32_t n_layers, uint32_t n_experts, const uint32_t *order,
+                       uint64_t n_order, uint64_t slots, uint64_t free_slots, uint32_t *cap, uint32_t *warm,
+                       uint64_t *n_warm);
+
 /* After an invocation of layer l: used[0 .. n_used) the distinct experts it routed to, rows_of[e]
  * (indexed by expert) their rows. Counts hits and late routes, updates the policy, and writes its
  * moves to out (at most max_out; n_used is always enough); returns their number. */

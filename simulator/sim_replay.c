@@ -343,6 +343,9 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     uint16_t *used = malloc(sizeof *used * E);
     uint8_t *no_tier = calloc(E, 1);
     uint32_t *tier_cap = calloc(L, sizeof *tier_cap);
+    uint8_t *placed = NULL; /* adaptive: the static placement before the tier was carved out of it */
+    uint32_t *warm = NULL;  /* adaptive: the carved experts, best first (n_warm) */
+    uint64_t n_warm = 0;
     s.no_tier = no_tier;
     s.resident = calloc(cells, 1);
     s.res_list = malloc(sizeof *s.res_list * cells);
@@ -359,20 +362,31 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     }
     if ((st = metrics_init(&r->train, L, err)) || (st = metrics_init(&r->test, L, err)))
         goto done;
-    if (!online) { /* the static placement: the budget's slots, less the adaptive tier's */
-        if ((st = pol_static_placement(t, cfg, &tab, &stats, policy, r->slots - (adaptive ? cfg->adaptive_slots : 0),
-                                       s.resident, err)))
+    if (!online) { /* the static placement: the budget's slots */
+        if ((st = pol_static_placement(t, cfg, &tab, &stats, policy, r->slots, s.resident, err)))
             goto done;
+        if (adaptive) { /* the tier carved out of it as the runtime carves it out of the profile this run
+                         * emits (its residents in global count order: make_profile), which keeps the
+                         * placement before the carving */
+            if (!(placed = malloc(cells)) || !(warm = malloc(sizeof *warm * (cfg->adaptive_slots ? cfg->adaptive_slots : 1)))) {
+                st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the adaptive tier");
+                goto done;
+            }
+            memcpy(placed, s.resident, cells);
+            uint64_t n_placed = 0;
+            for (size_t c = 0; c < cells; c++)
+                n_placed += s.resident[c];
+            r->tier_slots = mp_tier_carve(s.resident, L, E, stats.global, cells, cfg->adaptive_slots,
+                                          r->slots > n_placed ? r->slots - n_placed : 0, tier_cap, warm, &n_warm);
+        }
         for (size_t c = 0; c < cells; c++)
             if (s.resident[c])
                 sim_set_resident(&s, (uint32_t)(c / E), (uint32_t)(c % E));
         for (uint32_t l = 0; l < L; l++)
             s.cap[l] = s.n_resident[l];
     }
-    if (online || adaptive) { /* per-layer caches: the slots split evenly over the layers with room */
-        r->tier_slots = mp_tier_split(online ? r->slots : cfg->adaptive_slots, L, E, online ? NULL : s.resident,
-                                      online ? s.cap : tier_cap);
-    }
+    if (online) /* per-layer caches: the slots split evenly over the layers */
+        r->tier_slots = mp_tier_split(r->slots, L, E, NULL, s.cap);
     if (policy == MP_POL_BELADY) {
         if ((st = belady_init(&bel, t, err)))
             goto done;
@@ -400,6 +414,8 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
             mp_error_prefix(err, "simulate");
             goto done;
         }
+        for (uint64_t i = 0; adaptive && i < n_warm; i++) /* the carved experts, READY at the start */
+            mp_tier_place(s.tier, warm[i] / E, warm[i] % E);
         s.cap_moves = E;
         if (!(s.moves = malloc(sizeof *s.moves * s.cap_moves))) {
             st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the adaptive tier's moves");
@@ -426,8 +442,10 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         }
     }
     /* an online policy has no fixed placement: export the train ranking, the budget's slots resident */
-    st = make_profile(t, &stats, online ? NULL : s.resident, r->slots, &r->profile, err);
+    st = make_profile(t, &stats, online ? NULL : placed ? placed : s.resident, r->slots, &r->profile, err);
 done:
+    free(placed);
+    free(warm);
     belady_free(bel);
     mp_tier_free(s.tier);
     stats_free(&stats);

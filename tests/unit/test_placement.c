@@ -688,9 +688,12 @@ Test(placement, adaptive_tier_flags_refused_in_one_line)
     }
 }
 
-/* With a tier, a profile's ranking after the experts placed is the tier's first experts, in rank
- * order: 2 slots of a profile ranking (1,3), (0,0), (0,2), (1,1) place the first two; the tier
- * starts from (0,2), (1,1). Without a tier nothing is kept. */
+/* With a tier, a profile's placement gives up its lowest-ranked experts to the tier when the budget
+ * has no room left beside it, never those of a layer it holds whole: a profile placing (1,3), (0,0)
+ * in rank order under a budget of exactly those two, with 2 slots of tier, moves both into it, best
+ * first (layer 1 then layer 0, one slot each). With layer 0 whole (a profile of all four of its
+ * experts and (1,3), a budget of five), the tier gets (1,3) alone: 1 slot of the 2 asked. Without a
+ * budget the tier is room beside the profile: nothing is carved. */
 Test(placement, profile_ranking_fills_the_tier_first)
 {
     char path[512];
@@ -703,11 +706,36 @@ Test(placement, profile_ranking_fills_the_tier_first)
     mp_status st;
     cr_assert(mp_placement_opts_set(&o, "--adaptive", "lru", &st, &e) && !st, "%s", e.msg);
     cr_assert(mp_placement_opts_set(&o, "--adaptive-slots", "2", &st, &e) && !st, "%s", e.msg);
+    o.budget_bytes = HAND_FIXED + 200;
+    cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident_total, 0);
+    cr_assert_eq(p.tier_slots, 2);
+    cr_assert_eq(p.n_tier_warm, 2);
+    cr_assert(p.tier_warm[0][0] == 1 && p.tier_warm[0][1] == 3);
+    cr_assert(p.tier_warm[1][0] == 0 && p.tier_warm[1][1] == 0);
+    cr_assert(p.tier_cap[0] == 1 && p.tier_cap[1] == 1);
+    cr_assert_eq(p.tier_bytes, 200);
+    mp_placement_free(&p);
+    char whole[512];
+    snprintf(whole, sizeof whole, "%s/whole.strp", tmpdir);
+    const mp_strp_pair wp[] = {{0, 0}, {0, 1}, {1, 3}, {0, 2}, {0, 3}};
+    write_profile(whole, 2, 4, 5, wp, 5);
+    mp_placement_opts ow = {.profile = whole};
+    cr_assert(mp_placement_opts_set(&ow, "--adaptive", "lru", &st, &e) && !st, "%s", e.msg);
+    cr_assert(mp_placement_opts_set(&ow, "--adaptive-slots", "2", &st, &e) && !st, "%s", e.msg);
+    ow.budget_bytes = HAND_FIXED + 500;
+    cr_assert_eq(mp_placement_build(&hand, &ow, 16, 4, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.n_resident[0], 4, "layer 0 stays whole");
+    cr_assert_eq(p.n_resident[1], 0);
+    cr_assert_eq(p.tier_slots, 1);
+    cr_assert(p.tier_warm[0][0] == 1 && p.tier_warm[0][1] == 3);
+    mp_placement_free(&p);
+    o.budget_bytes = 0;
     cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(p.n_resident_total, 2);
-    cr_assert_eq(p.n_tier_warm, 2);
-    cr_assert(p.tier_warm[0][0] == 0 && p.tier_warm[0][1] == 2);
-    cr_assert(p.tier_warm[1][0] == 1 && p.tier_warm[1][1] == 1);
+    cr_assert_eq(p.n_tier_warm, 0);
+    cr_assert_eq(p.tier_slots, 2);
+    cr_assert(p.tier_cap[0] + p.tier_cap[1] == 2);
     mp_placement_free(&p);
     mp_placement_opts plain = {.profile = path};
     cr_assert_eq(mp_placement_build(&hand, &plain, 16, 4, &p, &e), MP_OK, "%s", e.msg);
