@@ -16,7 +16,8 @@
 # Every row decodes the trace's rows once per repetition (-p 0 -n T-1 --ctx T) with the executor
 # deciding far routes and pricing the tier from COSTS. $OUT/adaptive-ab.md: per budget, each side's
 # median over its rounds, the ratio adaptive / static, the spread over rounds, and the tier's
-# share of routes served, late routes, admissions and bytes copied. A failing step stops the script
+# share of routes served, late routes, admissions and bytes copied; and `moeplan simulate --adaptive`'s
+# prediction of both sides (the tier with the slots the runtime gave it). A failing step stops the script
 # with "adaptive_ab: error: STEP: ..." and exit 1 (logs in $OUT/logs/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -102,6 +103,26 @@ print(json.dumps({"budget": budget, "side": side, "round": int(rnd), "tok_s": so
 EOF
         done
     done
+    # the prediction: the same profile's policy with the tier the runtime gave (its slots, as bench
+    # reported them), from the same trace and costs
+    slots=$(json "$OUT/bench/$b-adaptive-$ROUNDS.json" "int(d['rows'][0]['adaptive_slots'])")
+    log "budget $b: simulate --adaptive $POLICY --adaptive-slots $slots"
+    if [ "$slots" -gt 0 ]; then
+        "$MOEPLAN" simulate "$TRACE" --costs "$COSTS" -m "$MODEL" --ctx-size "$T" --budget "$bb" --policy "$STATIC" \
+            --as-decode --adaptive "$POLICY" --adaptive-slots "$slots" --json "$OUT/sim-adaptive-$b.json" --force \
+            "${thr[@]}" >"$OUT/logs/sim-adaptive-$b.out" 2>"$OUT/logs/sim-adaptive-$b.log" ||
+            die "simulate --adaptive $b: $(tail -n 1 "$OUT/logs/sim-adaptive-$b.log")"
+        python3 - "$b" "$STATIC" "$OUT/sim-adaptive-$b.json" >>"$results" <<'EOF' || die "reading the prediction failed"
+import json, sys
+budget, static, path = sys.argv[1:4]
+pol = [x for x in json.load(open(path))["budgets"][0]["policies"] if x["policy"] == static][0]
+def ms(o):
+    tok = o["in_sample"]["tokens"] + o["held_out"]["tokens"]
+    return (o["in_sample"]["time_ns"] + o["held_out"]["time_ns"]) / tok / 1e6
+print(json.dumps({"budget": budget, "side": "predicted", "static_ms": ms(pol), "adaptive_ms": ms(pol["adaptive"]),
+                  "slots": pol["adaptive"]["slots"]}))
+EOF
+    fi
 done
 
 python3 - "$results" "$OUT/adaptive-ab.md" "$POLICY" "$SLOTS" "$STATIC" "$ROUNDS" <<'EOF' || die "table failed"
@@ -109,17 +130,23 @@ import json, os, statistics, sys
 src, dst, policy, slots, static, rounds = sys.argv[1:7]
 rows = [json.loads(l) for l in open(src)]
 out = ["| budget | %s tok/s (rounds) | adaptive %s %s tok/s (rounds) | adaptive / static | tier slots | "
-       "routes on tier slots | late | admissions | evictions | copied |" % (static, policy, slots),
-       "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+       "routes on tier slots | late | admissions | evictions | copied | predicted static / adaptive tok/s "
+       "(error against measured) |" % (static, policy, slots),
+       "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
 for b in dict.fromkeys(r["budget"] for r in rows):
     s = [r for r in rows if r["budget"] == b and r["side"] == "static"]
     a = [r for r in rows if r["budget"] == b and r["side"] == "adaptive"]
+    p = [r for r in rows if r["budget"] == b and r["side"] == "predicted"]
     ms, ma = statistics.median(x["tok_s"] for x in s), statistics.median(x["tok_s"] for x in a)
     last = a[-1]
-    out.append("| %s | %.2f (%s) | %.2f (%s) | %.3f | %d | %.1f %% | %d | %d | %d | %.2f GB |" % (
+    pred = "-"
+    if p:
+        ps, pa = 1e3 / p[0]["static_ms"], 1e3 / p[0]["adaptive_ms"]
+        pred = "%.2f / %.2f (%+.1f %% / %+.1f %%)" % (ps, pa, 100 * (ps / ms - 1), 100 * (pa / ma - 1))
+    out.append("| %s | %.2f (%s) | %.2f (%s) | %.3f | %d | %.1f %% | %d | %d | %d | %.2f GB | %s |" % (
         b, ms, " / ".join("%.2f" % x["tok_s"] for x in s), ma, " / ".join("%.2f" % x["tok_s"] for x in a),
         ma / ms, last["slots"], 100 * last["tier_share"], last["tier_late"], last["admissions"], last["evictions"],
-        last["copy_bytes"] / 1e9))
+        last["copy_bytes"] / 1e9, pred))
 out.append("")
 out.append("Static and adaptive rows alternated %s times in one run (commit %s); the tier's counts are "
            "its last round's." % (rounds, rows[0]["commit"]))
