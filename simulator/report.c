@@ -40,7 +40,8 @@ static void adaptive_table(FILE *f, const mp_sim_report *rep, const mp_sim_budge
     const mp_sim_result *a = &run->adaptive[first];
     char per[32];
     mp_format_bytes(rep->cfg->slot_bytes ? rep->cfg->slot_bytes : rep->cfg->gpu->expert_bytes, per, sizeof per);
-    fprintf(f, "  adaptive tier %s: %llu of the budget's %llu slots (%s each), the static placement the rest; at most "
+    fprintf(f, "  adaptive tier %s: %llu of the budget's %llu slots (%s each): the room the placement leaves, then its "
+               "lowest-ranked experts outside whole layers (the slots column: what each got); at most "
                "%u copies in flight, a step's moves copied when it ends\n",
             mp_tier_policy_name(a->tier_policy), (unsigned long long)rep->adaptive_slots,
             (unsigned long long)run->slots, per, a->tier_inflight);
