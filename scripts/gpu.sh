@@ -400,7 +400,7 @@ for stage in "${stages[@]}"; do
             build-gpu/bench/gen_routing_trace "$atrace" 4 64 "$aL" "$aE" "$aK" 1 7 "$aEB" 1.0 "${ADAPTIVE_DRIFT:-0.5}" \
                 >"$OUT/adaptive-ab/trace.log" 2>&1 || { rc=1; continue; }
         fi
-        acosts=${ADAPTIVE_COSTS:-$aw/costs.json}
+        acosts=${ADAPTIVE_COSTS:-$aw/${ADAPTIVE_SHAPE:-flame}-costs.json}
         [ -f "$acosts" ] || build-gpu/cli/moeplan calibrate -m "$amodel" --out "$acosts" --force \
             ${ADAPTIVE_CALIBRATE_ARGS:---rows 1,2,4 --reps 3} >"$OUT/adaptive-ab/calibrate.log" 2>&1 || { rc=1; continue; }
         cp "$acosts" "$OUT/adaptive-ab/costs.json"
