@@ -74,6 +74,17 @@ static cJSON *build(const mp_an_report *r)
                             !bytes_known ? "unknown" : r->in->bytes_from_model ? "model" : "trace");
     cJSON_AddStringToObject(root, "rows", mp_an_rows_name(r->opt->rows));
 
+    if (r->tier && r->tier->present) { /* the GPU executor's adaptive tier, from the timing rows */
+        const mp_an_tier *t = r->tier;
+        cJSON *at = cJSON_AddObjectToObject(root, "adaptive_tier");
+        cJSON_AddNumberToObject(at, "routes", (double)t->routes);
+        cJSON_AddNumberToObject(at, "tier_hits", (double)t->hits);
+        cJSON_AddNumberToObject(at, "tier_share", t->routes ? (double)t->hits / (double)t->routes : 0.0);
+        cJSON_AddNumberToObject(at, "late", (double)t->late);
+        cJSON_AddNumberToObject(at, "admissions", (double)t->admissions);
+        cJSON_AddNumberToObject(at, "evictions", (double)t->evictions);
+        cJSON_AddNumberToObject(at, "copy_bytes", (double)t->copy_bytes);
+    }
     cJSON *tot = cJSON_AddObjectToObject(root, "totals");
     cJSON_AddNumberToObject(tot, "requests", (double)r->in->n_requests);
     cJSON_AddNumberToObject(tot, "nodes", s->n_nodes);

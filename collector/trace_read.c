@@ -399,6 +399,21 @@ static mp_status begin_stmt(mp_trace_reader *r, const char *sql, sqlite3_stmt **
     return MP_OK;
 }
 
+/* Whether table has column: columns added to a schema version after its first writers are read
+ * only where they exist. */
+static bool has_column(mp_trace_reader *r, const char *table, const char *column)
+{
+    sqlite3_stmt *st = NULL;
+    bool found = false;
+    if (sqlite3_prepare_v2(r->db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+        found = sqlite3_step(st) == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
 static int next_row(mp_trace_reader *r, sqlite3_stmt *st, mp_error *err, const char *what)
 {
     int rc = sqlite3_step(st);
@@ -682,9 +697,14 @@ mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, 
     if (!*out)
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
     (*out)->r = r;
-    mp_status s = begin_stmt(r, "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
-                                " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses FROM timing"
-                                " ORDER BY key", &(*out)->st, err);
+    /* the adaptive tier's columns were added to version 2: traces written before lack them */
+    const bool tier = has_column(r, "timing", "tier_hits");
+    mp_status s = begin_stmt(r, tier ? "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
+                                       " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses, tier_hits, tier_late,"
+                                       " tier_admissions, tier_evictions, tier_copy_bytes FROM timing ORDER BY key"
+                                     : "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
+                                       " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses, 0, 0, 0, 0, 0"
+                                       " FROM timing ORDER BY key", &(*out)->st, err);
     if (s) {
         free(*out);
         *out = NULL;
@@ -713,6 +733,11 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     t->merge_ns = int_col(st, 8);
     t->hits = int_col(st, 9);
     t->misses = int_col(st, 10);
+    t->tier_hits = sqlite3_column_int64(st, 11); /* NULL reads 0: no tier */
+    t->tier_late = sqlite3_column_int64(st, 12);
+    t->tier_admissions = sqlite3_column_int64(st, 13);
+    t->tier_evictions = sqlite3_column_int64(st, 14);
+    t->tier_copy_bytes = sqlite3_column_int64(st, 15);
     return 1;
 }
 

@@ -226,8 +226,9 @@ static mp_status writer_open(const char *db_path, const char *name, mp_trace_wri
         (st = prepare(w, "INSERT INTO routing(key, n_rows, expert_ids, weights) VALUES (?1,?2,?3,?4)",
                       &w->ins_routing, err)) ||
         (st = prepare(w, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
-                         " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses)"
-                         " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+                         " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses, tier_hits, tier_late,"
+                         " tier_admissions, tier_evictions, tier_copy_bytes)"
+                         " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
                       &w->ins_timing, err)) ||
         (st = prepare(w, "INSERT INTO steps(request_id, step, phase, n_rows, pos, duration_ns)"
                          " VALUES (?1,?2,?3,?4,?5,?6)",
@@ -721,9 +722,11 @@ mp_status mp_trace_add_timing(mp_trace_writer *w, int64_t node_index, const mp_m
                        "table", w->path, (long long)node_index);
     sqlite3_stmt *st = w->ins_timing;
     sqlite3_bind_int64(st, 1, pack_key(w->request_id, w->step, node_index));
-    const int64_t v[10] = {t->gpu_expert_ns, t->cpu_expert_ns, t->h2d_bytes, t->h2d_ns,
-                           t->d2h_bytes, t->d2h_ns, t->sync_ns, t->merge_ns, t->hits, t->misses};
-    for (int i = 0; i < 10; i++)
+    const int64_t v[15] = {t->gpu_expert_ns, t->cpu_expert_ns, t->h2d_bytes, t->h2d_ns,
+                           t->d2h_bytes, t->d2h_ns, t->sync_ns, t->merge_ns, t->hits, t->misses,
+                           t->tier_hits, t->tier_late, t->tier_admissions, t->tier_evictions,
+                           t->tier_copy_bytes};
+    for (int i = 0; i < 15; i++)
         sqlite3_bind_int64(st, 2 + i, v[i]);
     if ((s = step_once(w, st, err, "writing timing")))
         return s;

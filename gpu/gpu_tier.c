@@ -241,8 +241,16 @@ void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids)
     for (int64_t i = 0; i < n * K; i++) /* first appearance order: the trace's order, as the simulator reads it */
         if (!t->rows_of[ids[i]]++)
             t->used[n_used++] = (uint16_t)ids[i];
+    const mp_tier_stats before = *mp_tier_stats_of(g->tier);
     t->n_moves += mp_tier_after(g->tier, (uint32_t)il, t->used, t->rows_of, n_used, t->moves + t->n_moves,
                                 t->cap_moves - t->n_moves);
+    const mp_tier_stats *after = mp_tier_stats_of(g->tier);
+    mp_moe_timing *tm = &g->timing[il]; /* the step's record of the layer (collect's timing rows) */
+    tm->tier_hits = (int64_t)(after->hits - before.hits);
+    tm->tier_late = (int64_t)(after->late - before.late);
+    tm->tier_admissions = (int64_t)(after->admissions - before.admissions);
+    tm->tier_evictions = (int64_t)(after->evictions - before.evictions);
+    tm->tier_copy_bytes = tm->tier_admissions * (int64_t)mp_model_expert_bytes(g->s->m, il);
     for (uint32_t u = 0; u < n_used; u++)
         t->rows_of[t->used[u]] = 0;
 }

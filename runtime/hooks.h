@@ -24,6 +24,10 @@ typedef struct mp_moe_timing {
     int64_t merge_ns;
     int64_t hits;    /* routes served by resident (GPU) experts */
     int64_t misses;  /* routes served from host memory */
+    /* the adaptive tier (runtime/tier.h; 0 without one): routes its slots served (in hits too),
+     * routes to experts whose copy had not landed (in misses), and the admissions, evictions and
+     * copy bytes the layer's invocation decided (the copies go out when the step has drained) */
+    int64_t tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes;
 } mp_moe_timing;
 
 typedef struct mp_hooks {

@@ -106,6 +106,13 @@ CREATE TABLE timing (
   merge_ns      INTEGER NOT NULL,
   hits          INTEGER NOT NULL,           -- routes served by GPU-resident experts
   misses        INTEGER NOT NULL,           -- routes served from host memory
+  -- Added to version 2 without changing it (NULL or absent in traces written before): the GPU
+  -- executor's adaptive tier at this node and step (0 without one).
+  tier_hits       INTEGER,                  -- routes its slots served (counted in hits too)
+  tier_late       INTEGER,                  -- routes to experts whose copy had not landed (in misses)
+  tier_admissions INTEGER,                  -- experts the invocation admitted (copied after the step)
+  tier_evictions  INTEGER,
+  tier_copy_bytes INTEGER,                  -- the admissions' weight bytes
   request_id    INTEGER GENERATED ALWAYS AS (key >> 36) VIRTUAL,
   step          INTEGER GENERATED ALWAYS AS ((key >> 12) & 16777215) VIRTUAL,
   node_index    INTEGER GENERATED ALWAYS AS (key & 4095) VIRTUAL

@@ -692,3 +692,38 @@ Test(analyzer_cli, many_experts_two_byte_ids)
     cr_assert_not_null(strstr(svg, "expert id (groups of 4)"), "heat map not grouped");
     free(t);
 }
+
+/* The adaptive tier's counts in the timing rows (what collect --adaptive records) are summed into
+ * summary.json's adaptive_tier; a trace without them has none. Two rows: (request 0, step 0, node
+ * 0) and (request 0, step 1, node 1). */
+Test(analyzer_cli, adaptive_tier_from_the_timing_rows)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cJSON *j = load_summary(out);
+    cr_assert_null(cJSON_GetObjectItemCaseSensitive(j, "adaptive_tier"), "no timing rows, no tier");
+    cJSON_Delete(j);
+    sql(t, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns, sync_ns,"
+           " merge_ns, hits, misses, tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes)"
+           " VALUES (0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 3, 2, 1, 1, 0, 4096),"
+           " (4097, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 8192)");
+    sql(t, "UPDATE footer SET n_timing = 2"); /* the footer counts them, as the writer's would */
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    j = load_summary(out);
+    cr_assert_eq(num(j, "adaptive_tier", "routes"), 10);
+    cr_assert_eq(num(j, "adaptive_tier", "tier_hits"), 3);
+    cr_assert_float_eq(num(j, "adaptive_tier", "tier_share"), 0.3, 1e-12);
+    cr_assert_eq(num(j, "adaptive_tier", "late"), 1);
+    cr_assert_eq(num(j, "adaptive_tier", "admissions"), 3);
+    cr_assert_eq(num(j, "adaptive_tier", "evictions"), 2);
+    cr_assert_eq(num(j, "adaptive_tier", "copy_bytes"), 12288);
+    cJSON_Delete(j);
+    free(t);
+}

@@ -100,7 +100,9 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
                     all_w[nv++] = wt[i];
                 }
                 h.routing(h.user, l, rows, top_k, ids, wt);
-                mp_moe_timing t = {.cpu_expert_ns = 100 * l + s, .hits = l, .misses = rows};
+                mp_moe_timing t = {.cpu_expert_ns = 100 * l + s, .hits = l, .misses = rows, .tier_hits = s,
+                                   .tier_late = l, .tier_admissions = r, .tier_evictions = s + l,
+                                   .tier_copy_bytes = 1000 * r + s};
                 h.moe_timing(h.user, l, &t);
             }
             h.step_end(h.user, 1000 + s);
@@ -223,6 +225,11 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
     int n_t = 0;
     while (mp_trace_timing_next(ti, &tr, &err) == 1) {
         cr_assert_eq(tr.t.cpu_expert_ns, 100 * tr.node_index + tr.step);
+        cr_assert_eq(tr.t.tier_hits, tr.step);
+        cr_assert_eq(tr.t.tier_late, tr.node_index);
+        cr_assert_eq(tr.t.tier_admissions, tr.request_id - 10);
+        cr_assert_eq(tr.t.tier_evictions, tr.step + tr.node_index);
+        cr_assert_eq(tr.t.tier_copy_bytes, 1000 * (tr.request_id - 10) + tr.step);
         n_t++;
     }
     cr_assert_eq(n_t, n_req * (n_gen + 1) * n_nodes);
@@ -636,4 +643,49 @@ Test(trace, decode_helpers_check_sizes)
     cr_assert_eq(mp_trace_decode_weights(blob, 4, "f16", 2, w, &err), MP_OK);
     cr_assert_eq(mp_trace_decode_weights(blob, 4, "f32", 2, w, &err), MP_ERR_FORMAT);
     cr_assert_eq(mp_trace_decode_weights(blob, 4, "bf16", 2, w, &err), MP_ERR_FORMAT);
+}
+
+/* A trace written before the adaptive tier's columns existed (same schema version): its timing
+ * rows read with the tier's counts 0. Made by dropping the columns from a fresh trace. */
+Test(trace, timing_without_tier_columns_reads)
+{
+    char path[300];
+    path_in(path, sizeof path, "old.db");
+    mp_trace_writer *w = open_with_nodes(path, 1, 8, 2, MP_TRACE_W_F16);
+    mp_trace_hooks_state hs;
+    mp_hooks h = mp_trace_hooks(&hs, w);
+    mp_error err;
+    int32_t prompt[2] = {1, 2};
+    h.request_begin(h.user, 0, prompt, 2);
+    h.step_begin(h.user, 0, 0, MP_PHASE_PREFILL, 1, 0);
+    int32_t ids[2] = {3, 5};
+    float wt[2] = {0.5f, 0.5f};
+    h.routing(h.user, 0, 1, 2, ids, wt);
+    mp_moe_timing t = {.cpu_expert_ns = 7, .hits = 1, .misses = 1, .tier_hits = 1};
+    h.moe_timing(h.user, 0, &t);
+    h.step_end(h.user, 10);
+    h.request_end(h.user, 0);
+    cr_assert_eq(hs.status, MP_OK, "%s", hs.error.msg);
+    cr_assert_eq(mp_trace_finish(w, &err), MP_OK, "%s", err.msg);
+    mp_trace_writer_close(w);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    const char *cols[] = {"tier_hits", "tier_late", "tier_admissions", "tier_evictions", "tier_copy_bytes"};
+    for (int i = 0; i < 5; i++) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "ALTER TABLE timing DROP COLUMN %s", cols[i]);
+        cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    }
+    sqlite3_close(db);
+    mp_trace_reader *r;
+    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+    mp_trace_timing_iter *ti;
+    cr_assert_eq(mp_trace_timing_begin(r, &ti, &err), MP_OK, "%s", err.msg);
+    mp_trace_timing_rec tr;
+    cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 1, "%s", err.msg);
+    cr_assert_eq(tr.t.cpu_expert_ns, 7);
+    cr_assert_eq(tr.t.tier_hits, 0);
+    cr_assert_eq(tr.t.tier_copy_bytes, 0);
+    mp_trace_timing_end(ti);
+    mp_trace_reader_close(r);
 }
