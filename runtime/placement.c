@@ -34,21 +34,7 @@ static mp_status adaptive_set(mp_placement_opts *o, const char *flag, const char
     if (!strcmp(flag, "--adaptive-slots")) {
         if (o->adaptive_slots || o->adaptive_share > 0)
             return mp_fail(err, MP_ERR_ARG, "--adaptive-slots given twice");
-        const size_t n = strlen(value);
-        if (n > 1 && value[n - 1] == '%') {
-            const double pct = strtod(value, &end);
-            if (end != value + n - 1 || errno || !(pct > 0) || pct > 100)
-                return mp_fail(err, MP_ERR_ARG, "--adaptive-slots '%s': expected N expert slots or P%% of the "
-                               "budget's room for experts, 0 < P <= 100", value);
-            o->adaptive_share = pct / 100.0;
-            return MP_OK;
-        }
-        const unsigned long long v = strtoull(value, &end, 10);
-        if (!n || *end || errno || value[0] == '-' || v < 1 || v > (1ull << 32))
-            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots '%s': expected N expert slots (1..2^32) or P%% of "
-                           "the budget's room for experts", value);
-        o->adaptive_slots = v;
-        return MP_OK;
+        return mp_tier_size_parse(value, &o->adaptive_slots, &o->adaptive_share, err);
     }
     if (!strcmp(flag, "--adaptive-inflight")) {
         const unsigned long long v = strtoull(value, &end, 10);
@@ -375,24 +361,18 @@ static mp_status tier_request(const mp_placement_geom *g, const mp_placement_opt
         return MP_OK;
     }
     const uint64_t per = max_expert_bytes(g);
-    double share = o->adaptive_share;
-    if (!sized) {
-        if (!o->budget_bytes)
-            return mp_fail(err, MP_ERR_ARG, "--adaptive %s: expected --adaptive-slots N (or P%% with --gpu-budget) "
-                           "for the tier's size", mp_tier_policy_name(p->tier_policy));
-        share = 0.10;
+    if (!o->adaptive_slots && !o->budget_bytes) { /* a share, or the default share, of no budget */
+        if (sized)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots %.0f%%: a share of the budget needs --gpu-budget (or "
+                           "give N slots)", o->adaptive_share * 100.0);
+        return mp_fail(err, MP_ERR_ARG, "--adaptive %s: expected --adaptive-slots N (or a share with --gpu-budget) "
+                       "for the tier's size", mp_tier_policy_name(p->tier_policy));
     }
-    if (share > 0) {
-        if (!o->budget_bytes)
-            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots %.0f%%: a share of the budget needs --gpu-budget "
-                           "(or give N slots)", share * 100.0);
-        p->tier_slots = per ? (uint64_t)(share * (double)p->budget.expert_avail_bytes / (double)per) : 0;
-        if (!p->tier_slots)
-            return mp_fail(err, MP_ERR_LIMIT, "--adaptive-slots %.0f%%: the budget's room for experts holds no "
-                           "expert slot at that share", share * 100.0);
-    } else {
-        p->tier_slots = o->adaptive_slots;
-    }
+    p->tier_slots = mp_tier_size_slots(o->adaptive_slots, o->adaptive_share,
+                                       per ? p->budget.expert_avail_bytes / per : 0);
+    if (!p->tier_slots)
+        return mp_fail(err, MP_ERR_LIMIT, "--adaptive-slots %.0f%%: the budget's room for experts holds no expert "
+                       "slot at that share", (o->adaptive_share > 0 ? o->adaptive_share : MP_TIER_DEFAULT_SHARE) * 100.0);
     p->tier_inflight = o->adaptive_inflight ? o->adaptive_inflight : (uint32_t)(2 * g->n_expert_used);
     if (o->budget_bytes) {
         const unsigned __int128 b = (unsigned __int128)p->tier_slots * per;

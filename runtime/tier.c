@@ -15,6 +15,7 @@
  */
 #include "runtime/tier.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,4 +537,34 @@ uint64_t mp_tier_carve(uint8_t *resident, uint32_t n_layers, uint32_t n_experts,
     }
     *n_warm = carved;
     return given;
+}
+
+mp_status mp_tier_size_parse(const char *text, uint64_t *slots, double *share, mp_error *err)
+{
+    *slots = 0;
+    *share = 0;
+    const size_t n = strlen(text);
+    char *end = NULL;
+    errno = 0;
+    if (n > 1 && text[n - 1] == '%') {
+        const double pct = strtod(text, &end);
+        if (end != text + n - 1 || errno || !(pct > 0) || pct > 100)
+            return mp_fail(err, MP_ERR_ARG, "--adaptive-slots '%s': expected N expert slots or P%% of the budget's "
+                           "room for experts, 0 < P <= 100", text);
+        *share = pct / 100.0;
+        return MP_OK;
+    }
+    const unsigned long long v = n && text[0] != '-' && text[0] != '+' ? strtoull(text, &end, 10) : 0;
+    if (!n || !end || *end || errno || v < 1 || v > (1ull << 32))
+        return mp_fail(err, MP_ERR_ARG, "--adaptive-slots '%s': expected N expert slots (1..2^32) or P%% of the "
+                       "budget's room for experts", text);
+    *slots = v;
+    return MP_OK;
+}
+
+uint64_t mp_tier_size_slots(uint64_t slots, double share, uint64_t room_slots)
+{
+    if (slots)
+        return slots;
+    return (uint64_t)((share > 0 ? share : MP_TIER_DEFAULT_SHARE) * (double)room_slots);
 }

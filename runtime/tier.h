@@ -63,6 +63,16 @@ typedef struct mp_tier_params {
     double copy_cost_ns;         /* cost: what one admission's copy costs the steps it overlaps */
 } mp_tier_params;
 
+/* The tier's size as --adaptive-slots gives it, for run/bench/collect and simulate alike: "N" expert
+ * slots (1 .. 2^32; *share 0) or "P%" of the budget's room for experts (0 < P <= 100; *slots 0).
+ * One line naming the flag's value and the grammar on anything else. */
+mp_status mp_tier_size_parse(const char *text, uint64_t *slots, double *share, mp_error *err);
+
+/* The slots a size asks for beside a budget whose room for experts holds room_slots experts:
+ * slots, or share × room_slots rounded down; neither given (both 0): MP_TIER_DEFAULT_SHARE of it. */
+#define MP_TIER_DEFAULT_SHARE 0.10
+uint64_t mp_tier_size_slots(uint64_t slots, double share, uint64_t room_slots);
+
 /* The defaults of every policy parameter (alpha 0.9, beta 1, epsilon 0, window 64, max_loading 0). */
 void mp_tier_params_default(mp_tier_params *p);
 

@@ -70,8 +70,9 @@ static void usage(FILE *f)
             "                        tier beside its placement: lru, lfu, decayed-lfu, window-lfu or cost\n"
             "                        (runtime/tier.h, with the runtime's parameters), its slots taken from\n"
             "                        the budget's; a step's admissions are copied when the step ends\n"
-            "  --adaptive-slots N    the tier's expert slots (needs --adaptive), spread over the layers\n"
-            "                        with experts off the GPU; the static policy places the rest\n"
+            "  --adaptive-slots N    the tier's size (needs --adaptive): N expert slots, or P%% of each\n"
+            "                        budget's (default 10%%, as run/bench/collect): the room the static\n"
+            "                        placement leaves, then its lowest-ranked experts outside whole layers\n"
             "  --adaptive-inflight N the tier's copies in flight at once (default 2 x top-k)\n"
             "  --json OUT.json       write every result as JSON\n"
             "  --svg OUT.svg         write a chart of tok/s by budget and policy\n"
@@ -379,18 +380,19 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o, mp_progress
                         o->adaptive != MP_TIER_OFF ? "given twice: one tier per run" : perr.msg);
                 return 2;
             }
-        } else if (!strcmp(a, "--adaptive-slots") || !strcmp(a, "--adaptive-inflight")) {
-            const bool slots = !strcmp(a, "--adaptive-slots");
-            int64_t n;
-            if (!mp_parse_i64(v, 1, slots ? INT64_MAX : 4096, &n)) {
-                fprintf(stderr, "moeplan simulate: error: %s '%s': expected %s\n", a, v,
-                        slots ? "the tier's expert slots, an integer >= 1" : "copies in flight, an integer 1..4096");
+        } else if (!strcmp(a, "--adaptive-slots")) {
+            mp_error perr;
+            if (mp_tier_size_parse(v, &o->adaptive_slots, &o->adaptive_share, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: %s\n", perr.msg);
                 return 2;
             }
-            if (slots)
-                o->adaptive_slots = (uint64_t)n;
-            else
-                o->adaptive_inflight = (uint32_t)n;
+        } else if (!strcmp(a, "--adaptive-inflight")) {
+            int64_t n;
+            if (!mp_parse_i64(v, 1, 4096, &n)) {
+                fprintf(stderr, "moeplan simulate: error: %s '%s': expected copies in flight, an integer 1..4096\n", a, v);
+                return 2;
+            }
+            o->adaptive_inflight = (uint32_t)n;
         } else if (!strcmp(a, "--max-rows")) {
             if (!mp_parse_i64(v, 1, INT64_MAX, &o->max_rows)) {
                 fprintf(stderr, "moeplan simulate: error: --max-rows '%s': expected a row count >= 1\n", v);

@@ -43,7 +43,7 @@ static void adaptive_table(FILE *f, const mp_sim_report *rep, const mp_sim_budge
     fprintf(f, "  adaptive tier %s: %llu of the budget's %llu slots (%s each): the room the placement leaves, then its "
                "lowest-ranked experts outside whole layers (the slots column: what each got); at most "
                "%u copies in flight, a step's moves copied when it ends\n",
-            mp_tier_policy_name(a->tier_policy), (unsigned long long)rep->adaptive_slots,
+            mp_tier_policy_name(a->tier_policy), (unsigned long long)a->tier_asked,
             (unsigned long long)run->slots, per, a->tier_inflight);
     fprintf(f, "  %-18s %8s %8s %10s %9s %6s %8s %9s %9s %9s %10s\n", "policy+tier", "hit%in", "hit%out", "ms/token",
             "tok/s", "slots", "tier-hit%", "late", "admits", "evicts", "copy MiB");
@@ -259,7 +259,7 @@ mp_status mp_sim_report_json(const char *path, const mp_sim_report *rep, mp_erro
                 const mp_sim_result *a = &run->adaptive[p];
                 cJSON *ao = cJSON_AddObjectToObject(po, "adaptive");
                 cJSON_AddStringToObject(ao, "policy", mp_tier_policy_name(a->tier_policy));
-                cJSON_AddNumberToObject(ao, "slots_asked", (double)rep->adaptive_slots);
+                cJSON_AddNumberToObject(ao, "slots_asked", (double)a->tier_asked);
                 cJSON_AddNumberToObject(ao, "slots", (double)a->tier_slots);
                 cJSON_AddNumberToObject(ao, "inflight", a->tier_inflight);
                 cJSON_AddNumberToObject(ao, "resident_initial", (double)a->resident_initial);

@@ -156,14 +156,17 @@ typedef struct mp_sim_config {
      * places them when the budget holds them. */
     const mp_strp *profile;
     /* The adaptive tier on a static policy's placement, as the runtime runs it (runtime/tier.h;
-     * MP_TIER_OFF: none; online policies refuse it): adaptive_slots of the budget's slots are the
-     * tier's, spread over the layers with experts off the GPU (mp_tier_split), and the static
-     * policy places the rest, pinned. The tier's parameters are the runtime's (mp_tier_params_default;
+     * MP_TIER_OFF: none; online policies refuse it): adaptive_slots of them, or adaptive_share of
+     * the budget's (both 0: MP_TIER_DEFAULT_SHARE; mp_tier_size_slots), given beside the static
+     * policy's placement by the runtime's rule (mp_tier_carve: the room it leaves, then its
+     * lowest-ranked experts outside whole layers), the rest of it pinned. The tier's parameters are
+     * the runtime's (mp_tier_params_default;
      * cost: its prices from the decode grid), at most adaptive_inflight copies in flight (0: 2 ×
      * top_k); a step's moves start their copies when the step ends, and its landed copies serve
      * from the next step. */
     mp_tier_policy adaptive;
     uint64_t adaptive_slots;
+    double adaptive_share;
     uint32_t adaptive_inflight;
     /* Called during a replay with the routing decisions it has replayed so far, every
      * MP_SIM_PROGRESS_STEPS steps and after its last step (NULL: never): how a caller shows the
@@ -201,6 +204,7 @@ typedef struct mp_sim_result {
     uint64_t slots;             /* resident experts the budget allows (all layers) */
     uint64_t resident_initial;  /* experts resident when the replay starts */
     uint64_t tier_slots;        /* the adaptive tier's slots (online policies: the cache; 0: none) */
+    uint64_t tier_asked;        /* the adaptive tier's slots asked at this budget (mp_tier_size_slots) */
     mp_tier_policy tier_policy; /* its policy (MP_TIER_OFF: none) */
     uint32_t tier_inflight;     /* its bound on copies in flight (0: none) */
     mp_sim_metrics train, test;

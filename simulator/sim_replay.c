@@ -315,10 +315,12 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     if (online && cfg->adaptive != MP_TIER_OFF)
         return mp_fail(err, MP_ERR_ARG, "simulate: an adaptive tier beside online policy %s: expected a static "
                        "policy's placement under it", mp_sim_policy_name(policy));
-    if (adaptive && cfg->adaptive_slots > r->slots)
+    const uint64_t tier_asked = adaptive ? mp_tier_size_slots(cfg->adaptive_slots, cfg->adaptive_share, r->slots) : 0;
+    if (adaptive && tier_asked > r->slots)
         return mp_fail(err, MP_ERR_LIMIT, "simulate: the adaptive tier's %llu slots exceed the budget's %llu expert "
-                       "slots: expected at most them", (unsigned long long)cfg->adaptive_slots,
+                       "slots: expected at most them", (unsigned long long)tier_asked,
                        (unsigned long long)r->slots);
+    r->tier_asked = tier_asked;
     const uint32_t L = t->n_layers, E = t->n_experts;
     const size_t cells = (size_t)L * E;
     sim_tab tab;
@@ -368,7 +370,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         if (adaptive) { /* the tier carved out of it as the runtime carves it out of the profile this run
                          * emits (its residents in global count order: make_profile), which keeps the
                          * placement before the carving */
-            if (!(placed = malloc(cells)) || !(warm = malloc(sizeof *warm * (cfg->adaptive_slots ? cfg->adaptive_slots : 1)))) {
+            if (!(placed = malloc(cells)) || !(warm = malloc(sizeof *warm * (tier_asked ? tier_asked : 1)))) {
                 st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the adaptive tier");
                 goto done;
             }
@@ -376,7 +378,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
             uint64_t n_placed = 0;
             for (size_t c = 0; c < cells; c++)
                 n_placed += s.resident[c];
-            r->tier_slots = mp_tier_carve(s.resident, L, E, stats.global, cells, cfg->adaptive_slots,
+            r->tier_slots = mp_tier_carve(s.resident, L, E, stats.global, cells, tier_asked,
                                           r->slots > n_placed ? r->slots - n_placed : 0, tier_cap, warm, &n_warm);
         }
         for (size_t c = 0; c < cells; c++)

@@ -48,12 +48,9 @@ static mp_status check_options(const mp_simulate_options *o, mp_error *err)
                        "metadata sizes llama.cpp's KV cache and weights");
     if (o->policies[MP_POL_PROFILE] && !o->placement_profile)
         return mp_fail(err, MP_ERR_ARG, "--policy profile needs --placement-profile P.strp");
-    if (o->adaptive != MP_TIER_OFF && !o->adaptive_slots)
-        return mp_fail(err, MP_ERR_ARG, "--adaptive %s needs --adaptive-slots N: the tier's expert slots, taken from "
-                       "each budget's", mp_tier_policy_name(o->adaptive));
-    if (o->adaptive == MP_TIER_OFF && (o->adaptive_slots || o->adaptive_inflight))
+    if (o->adaptive == MP_TIER_OFF && (o->adaptive_slots || o->adaptive_share > 0 || o->adaptive_inflight))
         return mp_fail(err, MP_ERR_ARG, "--adaptive-%s applies to an adaptive tier: expected --adaptive POLICY",
-                       o->adaptive_slots ? "slots" : "inflight");
+                       o->adaptive_slots || o->adaptive_share > 0 ? "slots" : "inflight");
     return mp_simulate_check_profile_policy(o->profile_policy, err);
 }
 
@@ -332,6 +329,7 @@ static mp_status replay_adaptive(const mp_simulate_options *o, mp_simulate_resul
             c.budget_bytes = o->budgets[b];
             c.adaptive = o->adaptive;
             c.adaptive_slots = o->adaptive_slots;
+            c.adaptive_share = o->adaptive_share;
             c.adaptive_inflight = o->adaptive_inflight;
             mp_status st = replay_one(&r->trace, &c, (mp_sim_policy)p, &r->runs[b].adaptive[p], err);
             if (st)

@@ -62,11 +62,13 @@ typedef struct mp_simulate_options {
     const char *profile;           /* the STRP profile at the first budget (+ PROFILE.json), or NULL */
     const char *placement_profile; /* an STRP profile replayed as policy 'profile', or NULL */
     mp_sim_sweep sweep;            /* n_values 0: no sweep (res is the result's) */
-    /* --adaptive POLICY --adaptive-slots N [--adaptive-inflight K]: every static policy replayed
-     * again with an adaptive tier of N of the budget's slots beside its placement, as the runtime
-     * runs one (mp_sim_config.adaptive; MP_TIER_OFF: none) */
+    /* --adaptive POLICY [--adaptive-slots N | P%] [--adaptive-inflight K]: every static policy
+     * replayed again with an adaptive tier of N slots, or P % of each budget's (default 10 %: the
+     * runtime's grammar and default, mp_tier_size_parse), beside its placement, as the runtime runs
+     * one (mp_sim_config.adaptive; MP_TIER_OFF: none) */
     mp_tier_policy adaptive;
     uint64_t adaptive_slots;
+    double adaptive_share;
     uint32_t adaptive_inflight;    /* 0: 2 x top_k, the runtime's default */
     /* train_frac, the online policies' parameters, pageable, host_read_gbs, non_moe_source and
      * (with non_expert_given) non_expert_bytes; the rest is set from the inputs. */

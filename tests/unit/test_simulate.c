@@ -339,15 +339,30 @@ Test(simulate, adaptive_tier_beside_static_policies)
         cr_assert_not_null(cJSON_GetObjectItem(find_policy(root, b, "all-cpu"), "adaptive"));
     }
     cJSON_Delete(root);
+    /* a share of each budget's slots, the runtime's grammar: 50 % of 3 and of 8 slots ask 1 and 4 */
+    snprintf(args, sizeof args,
+             "simulate t.db --costs '%s' --expert Q4_K --budget 4000000B,9000000B --non-expert-bytes 1000000 "
+             "--train-frac 0.5 --policy static-topn --adaptive lru --adaptive-slots 50%% --json a.json --force",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    root = read_json("a.json");
+    for (int b = 0; b < 2; b++) {
+        cJSON *ad = cJSON_GetObjectItem(find_policy(root, b, "static-topn"), "adaptive");
+        cr_assert_not_null(ad, "budget %d", b);
+        cr_assert_eq(cJSON_GetObjectItem(ad, "slots_asked")->valuedouble, b ? 4 : 1);
+    }
+    cJSON_Delete(root);
     /* refusals, each one line: usage errors (2) before any work, a tier the budget does not hold (1) */
     const char *bad[][3] = {
         {"--adaptive fifo --adaptive-slots 1",
          "--adaptive: adaptive tier policy 'fifo': expected off, lru, lfu, decayed-lfu, window-lfu or cost", "2"},
-        {"--adaptive lru", "--adaptive lru needs --adaptive-slots N", "2"},
         {"--adaptive-slots 2", "--adaptive-slots applies to an adaptive tier: expected --adaptive POLICY", "2"},
         {"--adaptive cost --adaptive-slots 1 --adaptive-inflight 0", "--adaptive-inflight '0': expected copies in "
                                                                      "flight, an integer 1..4096", "2"},
-        {"--adaptive cost --adaptive-slots x", "--adaptive-slots 'x': expected the tier's expert slots", "2"},
+        {"--adaptive cost --adaptive-slots x", "--adaptive-slots 'x': expected N expert slots (1..2^32) or P% of the "
+                                               "budget's room for experts", "2"},
+        {"--adaptive cost --adaptive-slots 101%", "--adaptive-slots '101%': expected N expert slots or P% of the budget's "
+                                                  "room for experts, 0 < P <= 100", "2"},
         {"--adaptive cost --adaptive-slots 4", "the adaptive tier's 4 slots exceed the budget's 3 expert slots", "1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
