@@ -111,8 +111,8 @@ static void run_expert(expert_bench *b, mp_pool *pool, const float *x, char *xq,
 
 /* The `concurrent` curve of a CPU entry: mp_moe_experts_cpu — the runtime's own function — over
  * one row routed to k distinct experts, for k in mp_calib_concurrent_ks.
- * Each repetition takes the next k experts of the next layer of the kind, so the weights come from
- * memory. A decode step's CPU experts run as one such call: their threads' start and join, the
+ * Each repetition takes the next layer of the kind and, after each pass over the layers, the next
+ * group of experts, so the weights come from memory. A decode step's CPU experts run as one such call: their threads' start and join, the
  * activation conversion and the combine are paid once, and the experts' weights stream together. */
 static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const expert_kind *kind, mp_pool *pool,
                                 const float *x, float *out, double *ns, int64_t *next, cJSON *entry,
@@ -137,11 +137,15 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
             w[j] = 1.0f / (float)K;
         for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, (*next)++) {
             const int64_t layer = kind->layers[*next % kind->n_layers];
-            /* the row's K routes go to K consecutive ids mod E (distinct, as E >= K); the last
-             * K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
+            /* the row's K routes go to K consecutive ids mod E (distinct, as E >= K), the group
+             * moving on after each pass over the layers: a group taken from *next alone would repeat
+             * in a layer whenever the layers' count and E / K share factors (48 layers, 128 / 8:
+             * every layer always read the same 8 experts, 1.2 GB in all, warm in the caches); the
+             * last K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
             memset(resident, 0, (size_t)words * sizeof *resident);
+            const int64_t group = *next / kind->n_layers;
             for (int64_t j = 0; j < K; j++) {
-                ids[j] = (int32_t)((*next * K + j) % E);
+                ids[j] = (int32_t)((group * K + j) % E);
                 if (j >= k)
                     resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
             }
