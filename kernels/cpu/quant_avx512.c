@@ -11,7 +11,7 @@
  * quarter block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
  * int32) applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x
  * s8, four products into an int32 lane) replaces maddubs + madd in the Q8_0/Q4_0 dots and
- * maddubs in the Q4_K one (whose sums pack two chunks into one vpdpwssd). Q8_0/Q4_0 stay
+ * maddubs in the K-quant ones (whose sums pack two chunks into one vpdpwssd). Q8_0/Q4_0 stay
  * 256-bit, one 32-byte block per vector: packing two blocks into 512 bits cost more in lane
  * inserts and scale blends than it saved (bench/NOTES-kernels.md).
  *
@@ -20,10 +20,9 @@
  *    multiplies |w| (u8; 128 for a Q8_0 weight of -128 is right) by x * sign(w), which stays in
  *    range because activation quants are in [-127, 127] (quant_impl.h); vpdpbusd does not
  *    saturate (4 products of at most 128 * 127 in an int32);
- *  - Q4_K (q in 0..15): vpdpbusd sums of 4 products are at most 4 * 15 * 127 = 7620, so packs
- *    (signed saturation to int16) keeps them exact;
- *  - Q6_K (u = q + 32 in 0..63) goes through maddubs into int16 pairs: 2 * 63 * 127 < 32767
- *    for the same reason.
+ *  - Q4_K (q in 0..15) and Q6_K (u = q + 32 in 0..63): vpdpbusd sums of 4 products are at
+ *    most 4 * 15 * 127 = 7620 and 4 * 63 * 127 = 32004, so packs (signed saturation to int16)
+ *    keeps them exact, for the same reason.
  * No alignment is assumed: every vector load is unaligned, and tails are scalar (no masked
  * loads, so nothing is ever read past a row's last byte).
  *
@@ -291,20 +290,19 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
 /* ---- K-quants (activation row is Q8_K) ---- */
 
 /* Lane i of a 32 x int16 vector takes word INDEX of a vector of scales: the permutexvar
- * indices that spread sub-block scales over the int16 pair sums of one 64-element chunk. */
+ * indices that spread sub-block scales over the int16 words of two packed chunk sums. */
 #define R4(v) v, v, v, v
-#define R8(v) R4(v), R4(v)
 /* Q4_K pair of chunks p (see q4_K_block_dot): in each 128-bit lane, words 0-3 belong to
  * sub-block 4p + (lane >= 2), words 4-7 to sub-block 4p + 2 + (lane >= 2) */
 static const uint16_t k_q4_K_scale_idx[2][32] = {
     {R4(0), R4(2), R4(0), R4(2), R4(1), R4(3), R4(1), R4(3)},
     {R4(4), R4(6), R4(4), R4(6), R4(5), R4(7), R4(5), R4(7)}};
-/* Q6_K chunk k: lanes 8j..8j+7 (elements 64k+16j..+15) use scale 4k+j */
-static const uint16_t k_q6_K_scale_idx[4][32] = {
-    {R8(0), R8(1), R8(2), R8(3)}, {R8(4), R8(5), R8(6), R8(7)},
-    {R8(8), R8(9), R8(10), R8(11)}, {R8(12), R8(13), R8(14), R8(15)}};
+/* Q6_K pair of chunks p (see q6_K_block_dot): in 128-bit lane j, words 0-3 belong to group
+ * 8p + j, words 4-7 to group 8p + 4 + j */
+static const uint16_t k_q6_K_scale_idx[2][32] = {
+    {R4(0), R4(4), R4(1), R4(5), R4(2), R4(6), R4(3), R4(7)},
+    {R4(8), R4(12), R4(9), R4(13), R4(10), R4(14), R4(11), R4(15)}};
 #undef R4
-#undef R8
 
 static inline float q8_K_scale(const mp_block_q8_K *y)
 {
@@ -377,36 +375,46 @@ static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *
 /* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order: u[k] holds
  * elements 64k..64k+63 (see the scalar dequantizer for the layout). Half h of the block is
  * ql[64h..64h+63] (low nibbles: elements +0..63, high: +64..127) and qh[32h..32h+31], whose
- * bit pairs 0-1, 2-3, 4-5, 6-7 top up elements +0..31, +32..63, +64..95, +96..127. */
+ * bit pairs 0-1, 2-3, 4-5, 6-7 top up elements +0..31, +32..63, +64..95, +96..127: qh is
+ * broadcast to both 256-bit halves and each half's words shift by its own count (masked). */
 static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    const uint32_t lower = 0x0000FFFFu, upper = 0xFFFF0000u; /* word masks of the 256-bit halves */
     for (int h = 0; h < 2; h++) {
         const __m512i ql = loadu512(b->ql + 64 * h);
-        const __m256i qh = loadu256(b->qh + 32 * h);
-        const __m512i top01 = join256(_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2));
-        const __m512i top23 = join256(qh, _mm256_srli_epi16(qh, 2));
-        u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(top01, m2));
-        u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(top23, m2));
+        const __m512i qh = _mm512_broadcast_i64x4(loadu256(b->qh + 32 * h));
+        const __m512i top01 = _mm512_mask_mov_epi16(_mm512_slli_epi16(qh, 2), lower, _mm512_slli_epi16(qh, 4));
+        const __m512i top23 = _mm512_mask_mov_epi16(qh, upper, _mm512_srli_epi16(qh, 2));
+        /* (ql & m4) | (top & m2): vpternlogd, imm 0xEA = (a & b) | c */
+        u[2 * h] = _mm512_ternarylogic_epi32(ql, m4, _mm512_and_si512(top01, m2), 0xEA);
+        u[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m4, _mm512_and_si512(top23, m2), 0xEA);
     }
 }
 
+/* One Q6_K weight block against n_x Q8_K blocks. vpdpbusd sums 4 products u * y per int32 lane
+ * (one group of 16 elements per 128-bit lane), at most 4 * 63 * 127 = 32004, so two chunks pack
+ * losslessly into int16 words and one vpdpwssd applies eight group scales. */
 static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                          __m512 *acc, __m256 *accm)
 {
-    __m512i u[4], scale[4];
+    (void)accm; /* Q6_K has no min terms */
+    __m512i u[4], scale[2];
     q6_K_unpack(b, u);
     const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
-    for (int k = 0; k < 4; k++)
-        scale[k] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[k]), _mm512_castsi256_si512(sc16));
+    /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum: -32 sc (|sc| <= 128) */
+    const __m256i sc16_m32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+    for (int p = 0; p < 2; p++)
+        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[p]), _mm512_castsi256_si512(sc16));
     const float d = f16(b->d);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum */
-        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y->bsums), sc16), 5);
-        __m512i sumi = zext256(_mm256_sub_epi32(_mm256_setzero_si256(), corr));
-        for (int k = 0; k < 4; k++)
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], loadu512(y->qs + 64 * k)), scale[k]);
+        __m512i sumi = zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m32));
+        for (int p = 0; p < 2; p++) {
+            const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
+            const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
+        }
         acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
     }
 }
