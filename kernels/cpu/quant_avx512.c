@@ -7,10 +7,11 @@
  * then sub), so they are bit-identical to it; the dot products use explicit FMAs.
  *
  * What AVX-512 buys over quant_avx2.c: 64-byte vectors for the float types and the K-quants (a
- * Q8_K activation chunk of 64, a Q4_K half block unpacked in three instructions, a Q6_K quarter
- * block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into int32)
- * applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x s8,
- * four products into an int32 lane) replaces maddubs + madd in the Q8_0/Q4_0 dots. Those stay
+ * Q8_K activation chunk of 64 against 64 weights unpacked from a broadcast 32-byte load, a Q6_K
+ * quarter block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
+ * int32) applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x
+ * s8, four products into an int32 lane) replaces maddubs + madd in the Q8_0/Q4_0 dots and
+ * maddubs in the K-quant ones (whose sums pack two chunks into one vpdpwssd). Q8_0/Q4_0 stay
  * 256-bit, one 32-byte block per vector: packing two blocks into 512 bits cost more in lane
  * inserts and scale blends than it saved (bench/NOTES-kernels.md).
  *
@@ -19,8 +20,9 @@
  *    multiplies |w| (u8; 128 for a Q8_0 weight of -128 is right) by x * sign(w), which stays in
  *    range because activation quants are in [-127, 127] (quant_impl.h); vpdpbusd does not
  *    saturate (4 products of at most 128 * 127 in an int32);
- *  - Q4_K (q in 0..15) and Q6_K (u = q + 32 in 0..63) go through maddubs into int16 pairs:
- *    2 * 63 * 127 < 32767 for the same reason.
+ *  - Q4_K (q in 0..15) and Q6_K (u = q + 32 in 0..63): vpdpbusd sums of 4 products are at
+ *    most 4 * 15 * 127 = 7620 and 4 * 63 * 127 = 32004, so packs (signed saturation to int16)
+ *    keeps them exact, for the same reason.
  * No alignment is assumed: every vector load is unaligned, and tails are scalar (no masked
  * loads, so nothing is ever read past a row's last byte).
  *
@@ -288,19 +290,19 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
 /* ---- K-quants (activation row is Q8_K) ---- */
 
 /* Lane i of a 32 x int16 vector takes word INDEX of a vector of scales: the permutexvar
- * indices that spread sub-block scales over the int16 pair sums of one 64-element chunk. */
-#define R8(v) v, v, v, v, v, v, v, v
-#define R16(v) R8(v), R8(v)
-/* Q4_K half h, low (k = 2h) or high (k = 2h + 1) nibbles: lanes 0-15 hold sub-block 4h + (k & 1),
- * lanes 16-31 sub-block 4h + 2 + (k & 1) */
-static const uint16_t k_q4_K_scale_idx[4][32] = {
-    {R16(0), R16(2)}, {R16(1), R16(3)}, {R16(4), R16(6)}, {R16(5), R16(7)}};
-/* Q6_K chunk k: lanes 8j..8j+7 (elements 64k+16j..+15) use scale 4k+j */
-static const uint16_t k_q6_K_scale_idx[4][32] = {
-    {R8(0), R8(1), R8(2), R8(3)}, {R8(4), R8(5), R8(6), R8(7)},
-    {R8(8), R8(9), R8(10), R8(11)}, {R8(12), R8(13), R8(14), R8(15)}};
-#undef R8
-#undef R16
+ * indices that spread sub-block scales over the int16 words of two packed chunk sums. */
+#define R4(v) v, v, v, v
+/* Q4_K pair of chunks p (see q4_K_block_dot): in each 128-bit lane, words 0-3 belong to
+ * sub-block 4p + (lane >= 2), words 4-7 to sub-block 4p + 2 + (lane >= 2) */
+static const uint16_t k_q4_K_scale_idx[2][32] = {
+    {R4(0), R4(2), R4(0), R4(2), R4(1), R4(3), R4(1), R4(3)},
+    {R4(4), R4(6), R4(4), R4(6), R4(5), R4(7), R4(5), R4(7)}};
+/* Q6_K pair of chunks p (see q6_K_block_dot): in 128-bit lane j, words 0-3 belong to group
+ * 8p + j, words 4-7 to group 8p + 4 + j */
+static const uint16_t k_q6_K_scale_idx[2][32] = {
+    {R4(0), R4(4), R4(1), R4(5), R4(2), R4(6), R4(3), R4(7)},
+    {R4(8), R4(12), R4(9), R4(13), R4(10), R4(14), R4(11), R4(15)}};
+#undef R4
 
 static inline float q8_K_scale(const mp_block_q8_K *y)
 {
@@ -309,80 +311,110 @@ static inline float q8_K_scale(const mp_block_q8_K *y)
     return d;
 }
 
-/* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
- * contribution, as 16 float lanes. Half h of the block (elements 128h..128h+127) is 64 bytes of
- * qs: their low nibbles are sub-blocks 4h and 4h+2, their high nibbles 4h+1 and 4h+3, so each
- * half unpacks in three instructions and the activations are paired to match (two 32-byte
- * loads into one vector per sub-block pair). */
-static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                         __m512 *acc)
+/* The 64 weights of Q4_K chunk c (elements 64c..64c+63 = sub-blocks 2c, 2c+1), in element
+ * order, from qs[32c..32c+31] (low nibbles: sub-block 2c, high: 2c+1): a 256-bit broadcast
+ * load puts the 32 bytes in both halves, the upper half's words shift right by 4 (masked), and
+ * one AND keeps the nibbles. The weights then meet the activations as they lie in memory (one
+ * 64-byte load, no lane inserts). */
+static inline __m512i q4_K_chunk(const uint8_t *qs)
 {
-    uint8_t sc[8], m[8];
-    mp_q4_K_unpack_scales(b->scales, sc, m);
-    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-    const __m512i mask = _mm512_set1_epi8(0x0F);
-    __m512i lo[2], hi[2], scale[4];
-    for (int h = 0; h < 2; h++) {
-        const __m512i q = loadu512(b->qs + 64 * h);
-        lo[h] = _mm512_and_si512(q, mask);
-        hi[h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
-    }
-    for (int k = 0; k < 4; k++)
-        scale[k] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[k]), sc16);
+    const __m512i q = _mm512_broadcast_i64x4(loadu256(qs));
+    const __m512i shifted = _mm512_mask_mov_epi16(q, 0xFFFF0000u, _mm512_srli_epi16(q, 4)); /* one masked vpsrlw */
+    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0F));
+}
+
+/* A Q4_K block's 8 six-bit scales (bytes 0-7) and mins (bytes 8-15), unpacked in SIMD
+ * registers from the block's first 16 bytes (d, dmin, the 12 packed bytes as dwords w0-w2): the
+ * same bit moves as mp_q4_K_unpack_scales, dword lanes [sc 0-3, sc 4-7, m 0-3, m 4-7]. */
+static inline __m128i q4_K_scales_mins(const mp_block_q4_K *b)
+{
+    const __m128i v = loadu128(b);                                                  /* [d dmin, w0, w1, w2] */
+    const __m128i lo = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xED), _mm_setr_epi32(0, 0, 0, 4)); /* [w0, w2, w1, w2 >> 4] */
+    const __m128i top = _mm_srli_epi32(_mm_shuffle_epi32(v, 0x84), 2);             /* [., w0 >> 2, ., w1 >> 2] */
+    const __m128i top_bits = _mm_and_si128(top, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    /* (lo & masks) | top_bits */
+    return _mm_ternarylogic_epi32(lo, _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F), top_bits, 0xEA);
+}
+
+/* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
+ * contribution, as 16 float lanes. vpdpbusd sums 4 products q * y (q in 0..15) per int32 lane,
+ * at most 4 * 15 * 127 = 7620, so two chunks' lanes pack losslessly into int16 words (packs,
+ * per 128-bit lane) and one vpdpwssd applies the scales of four sub-blocks: two scale vectors
+ * per block instead of one per chunk. */
+static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc, __m256 *accm)
+{
+    const __m128i sm = q4_K_scales_mins(b);
+    const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    __m512i q[4], scale[2];
+    for (int c = 0; c < 4; c++)
+        q[c] = q4_K_chunk(b->qs + 32 * c);
+    for (int p = 0; p < 2; p++)
+        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[p]), sc16);
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
-    const __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    const float d = f16(b->d), dmin = f16(b->dmin);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+    /* [d, dmin, 0, 0]: both f16 scales in one conversion */
+    uint32_t d_dmin;
+    memcpy(&d_dmin, b, sizeof(d_dmin));
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin));
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
         __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const int8_t *yh = y->qs + 128 * h;
-            const __m512i y_lo = join256(loadu256(yh), loadu256(yh + 64));
-            const __m512i y_hi = join256(loadu256(yh + 32), loadu256(yh + 96));
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo[h], y_lo), scale[2 * h]);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(hi[h], y_hi), scale[2 * h + 1]);
+        for (int p = 0; p < 2; p++) {
+            const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * p], loadu512(y->qs + 128 * p));
+            const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * p + 1], loadu512(y->qs + 128 * p + 64));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
         }
-        const __m512i summ = zext256(_mm256_madd_epi16(loadu256(y->bsums), mins16));
-        const float yd = q8_K_scale(y);
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * yd), _mm512_cvtepi32_ps(sumi), acc[i]);
-        acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * yd), _mm512_cvtepi32_ps(summ), acc[i]);
+        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
+        const __m128 dm_y = _mm_mul_ps(dm, _mm_set1_ps(q8_K_scale(y))); /* [d yd, dmin yd, 0, 0] */
+        acc[i] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm_y), _mm512_cvtepi32_ps(sumi), acc[i]);
+        accm[i] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm_y)), _mm256_cvtepi32_ps(summ), accm[i]);
     }
 }
 
 /* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order: u[k] holds
  * elements 64k..64k+63 (see the scalar dequantizer for the layout). Half h of the block is
  * ql[64h..64h+63] (low nibbles: elements +0..63, high: +64..127) and qh[32h..32h+31], whose
- * bit pairs 0-1, 2-3, 4-5, 6-7 top up elements +0..31, +32..63, +64..95, +96..127. */
+ * bit pairs 0-1, 2-3, 4-5, 6-7 top up elements +0..31, +32..63, +64..95, +96..127: qh is
+ * broadcast to both 256-bit halves and each half's words shift by its own count (masked). */
 static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    const uint32_t lower = 0x0000FFFFu, upper = 0xFFFF0000u; /* word masks of the 256-bit halves */
     for (int h = 0; h < 2; h++) {
         const __m512i ql = loadu512(b->ql + 64 * h);
-        const __m256i qh = loadu256(b->qh + 32 * h);
-        const __m512i top01 = join256(_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2));
-        const __m512i top23 = join256(qh, _mm256_srli_epi16(qh, 2));
-        u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(top01, m2));
-        u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(top23, m2));
+        const __m512i qh = _mm512_broadcast_i64x4(loadu256(b->qh + 32 * h));
+        const __m512i top01 = _mm512_mask_mov_epi16(_mm512_slli_epi16(qh, 2), lower, _mm512_slli_epi16(qh, 4));
+        const __m512i top23 = _mm512_mask_mov_epi16(qh, upper, _mm512_srli_epi16(qh, 2));
+        /* (ql & m4) | (top & m2): vpternlogd, imm 0xEA = (a & b) | c */
+        u[2 * h] = _mm512_ternarylogic_epi32(ql, m4, _mm512_and_si512(top01, m2), 0xEA);
+        u[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m4, _mm512_and_si512(top23, m2), 0xEA);
     }
 }
 
+/* One Q6_K weight block against n_x Q8_K blocks. vpdpbusd sums 4 products u * y per int32 lane
+ * (one group of 16 elements per 128-bit lane), at most 4 * 63 * 127 = 32004, so two chunks pack
+ * losslessly into int16 words and one vpdpwssd applies eight group scales. */
 static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                         __m512 *acc)
+                                         __m512 *acc, __m256 *accm)
 {
-    __m512i u[4], scale[4];
+    (void)accm; /* Q6_K has no min terms */
+    __m512i u[4], scale[2];
     q6_K_unpack(b, u);
     const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
-    for (int k = 0; k < 4; k++)
-        scale[k] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[k]), _mm512_castsi256_si512(sc16));
+    /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum: -32 sc (|sc| <= 128) */
+    const __m256i sc16_m32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+    for (int p = 0; p < 2; p++)
+        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[p]), _mm512_castsi256_si512(sc16));
     const float d = f16(b->d);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum */
-        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y->bsums), sc16), 5);
-        __m512i sumi = zext256(_mm256_sub_epi32(_mm256_setzero_si256(), corr));
-        for (int k = 0; k < 4; k++)
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u[k], loadu512(y->qs + 64 * k)), scale[k]);
+        __m512i sumi = zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m32));
+        for (int p = 0; p < 2; p++) {
+            const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
+            const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
+        }
         acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
     }
 }
@@ -394,16 +426,19 @@ static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *
         const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
         const uint8_t *px = x; /* (n_x, x_stride) rows of Q8_K blocks */                            \
         __m512 acc[MP_GEMM_TILE];                                                                   \
-        for (int i = 0; i < MP_GEMM_TILE; i++)                                                      \
+        __m256 accm[MP_GEMM_TILE]; /* a second chain, 8 lanes: Q4_K's min terms */                \
+        for (int i = 0; i < MP_GEMM_TILE; i++) {                                                    \
             acc[i] = _mm512_setzero_ps();                                                           \
+            accm[i] = _mm256_setzero_ps();                                                          \
+        }                                                                                           \
         if (n_x > MP_GEMM_TILE)                                                                     \
             n_x = MP_GEMM_TILE;                                                                     \
         for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {                                              \
             mp_prefetch_weights(bw + ib, sizeof(*bw));                                              \
-            BLOCK_DOT(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);                \
+            BLOCK_DOT(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc, accm);         \
         }                                                                                           \
         for (int i = 0; i < n_x; i++)                                                               \
-            out[i] = hsum512(acc[i]);                                                               \
+            out[i] = hsum512(acc[i]) + hsum256(accm[i]);                                            \
     }
 
 DEFINE_K_ROWS_DOT(q4_K_rows_dot, mp_block_q4_K, q4_K_block_dot)
