@@ -330,11 +330,12 @@ static mp_status graph_step(mp_gpu *g, int64_t pos0, bool *ran, mp_error *err)
     }
     *ran = true;
     /* the tier's copies decided by the step before, while this one runs */
-    if ((st = mp_gpu_tier_copies(g, err))) {
-        cudaStreamSynchronize(g->stream); /* nothing waits on the host yet: the graph drains */
+    if ((st = mp_gpu_tier_copies(g, err))) { /* release every waiting layer, then let the graph drain */
         g->handoff = false;
         for (int64_t j = 0; j < L; j++)
             __atomic_store_n(&g->h_flags[L + j], 1, __ATOMIC_RELEASE);
+        cudaStreamSynchronize(g->stream);
+        cudaGetLastError();
         return st;
     }
     if (g->n_hybrid_layers)
