@@ -55,6 +55,8 @@ struct gpu_tier {
     char stopped[200];         /* why the tier stopped ("" while it runs) */
     bool clear_pending;        /* stopped, its experts still live until the step under way drains */
     uint32_t warm;             /* slots filled at start from the profile's ranking */
+    bool moves_applied;        /* mp_gpu_tier_apply handled the waiting moves' victims and recorded
+                                * ev_tables after their tables: their copies may go out */
 };
 
 size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl)
@@ -343,6 +345,7 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
      * (mp_gpu_tier_copies), off the path between two steps */
     if (t->n_moves)
         CCHECK(cudaEventRecord(t->ev_tables, g->stream), "cudaEventRecord");
+    t->moves_applied = t->n_moves > 0;
     fold_stats(g);
     return MP_OK;
 }
@@ -350,8 +353,11 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
 mp_status mp_gpu_tier_copies(mp_gpu *g, mp_error *err)
 {
     gpu_tier *t = g->gt;
-    if (!t || t->stopped[0] || !t->n_moves)
+    /* (a step that failed before it drained left its moves unapplied: they wait for the next
+     * apply, so that no copy overwrites a slot whose expert the tables still name) */
+    if (!t || t->stopped[0] || !t->n_moves || !t->moves_applied)
         return MP_OK;
+    t->moves_applied = false;
     CCHECK(cudaStreamWaitEvent(t->stream, t->ev_tables, 0), "cudaStreamWaitEvent");
     for (uint32_t i = 0; i < t->n_moves; i++) {
         const mp_tier_move *mv = &t->moves[i];
