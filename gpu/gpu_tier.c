@@ -104,6 +104,21 @@ static char *slot_ptr(const gpu_tier *t, uint32_t s)
     return t->d_arena + (size_t)s * t->slot_bytes;
 }
 
+/* The slot tables of the layers that changed since the last upload, in one copy on the compute
+ * stream (ahead of whatever is enqueued next there). */
+static mp_status upload_tables(mp_gpu *g, mp_error *err)
+{
+    gpu_tier *t = g->gt;
+    const int64_t E = g->s->m->hp.n_expert;
+    if (t->hi <= t->lo)
+        return MP_OK;
+    const size_t off = (size_t)(t->lo * 3 * E), n = (size_t)((t->hi - t->lo) * 3 * E);
+    CCHECK(cudaMemcpyAsync((void *)(g->d_tables + off), g->h_tables + off, n * sizeof *g->h_tables,
+                           cudaMemcpyHostToDevice, g->stream), "adaptive tier: slot table upload");
+    t->lo = g->s->m->hp.n_layer, t->hi = 0;
+    return MP_OK;
+}
+
 mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
 {
     g->live = g->pl.bits;
@@ -190,11 +205,9 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
         set_live(g, il, e, slot_ptr(t, s));
         t->warm++;
     }
-    if (t->hi > t->lo) {
-        CCHECK(cudaMemcpy((void *)g->d_tables, g->h_tables, (size_t)(3 * L * E) * sizeof *g->h_tables,
-                          cudaMemcpyHostToDevice), "adaptive tier: slot table upload");
-        t->lo = L, t->hi = 0;
-    }
+    mp_status st2 = upload_tables(g, err); /* before the first step on the same stream */
+    if (st2)
+        return st2;
     CCHECK(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking), "cudaStreamCreate (tier copies)");
     CCHECK(cudaEventCreateWithFlags(&t->ev_tables, cudaEventDisableTiming), "cudaEventCreate");
     for (uint32_t s = 0; s < t->n_slots; s++)
@@ -283,13 +296,7 @@ static mp_status clear_stopped(mp_gpu *g, mp_error *err)
         for (int64_t e = 0; e < hp->n_expert; e++)
             if (mp_gpu_live(g, il, e) && !mp_placement_resident(&g->pl, il, e))
                 set_live(g, il, e, NULL);
-    if (t->hi > t->lo) {
-        const size_t off = (size_t)(t->lo * 3 * hp->n_expert), n = (size_t)((t->hi - t->lo) * 3 * hp->n_expert);
-        CCHECK(cudaMemcpyAsync((void *)(g->d_tables + off), g->h_tables + off, n * sizeof *g->h_tables,
-                               cudaMemcpyHostToDevice, g->stream), "adaptive tier: slot table upload");
-        t->lo = hp->n_layer, t->hi = 0;
-    }
-    return MP_OK;
+    return upload_tables(g, err);
 }
 
 static void fold_stats(mp_gpu *g)
@@ -310,7 +317,6 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
         return MP_OK;
     if (t->stopped[0])
         return t->clear_pending ? clear_stopped(g, err) : MP_OK;
-    const int64_t E = g->s->m->hp.n_expert;
     /* 1. copies that landed */
     for (uint32_t i = 0; i < t->n_loading;) {
         const uint32_t s = t->loading[i];
@@ -335,12 +341,9 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
         if (t->moves[i].victim >= 0)
             set_live(g, t->moves[i].layer, t->moves[i].victim, NULL);
     /* 3. the tables that changed, ahead of the next step */
-    if (t->hi > t->lo) {
-        const size_t off = (size_t)(t->lo * 3 * E), n = (size_t)((t->hi - t->lo) * 3 * E);
-        CCHECK(cudaMemcpyAsync((void *)(g->d_tables + off), g->h_tables + off, n * sizeof *g->h_tables,
-                               cudaMemcpyHostToDevice, g->stream), "adaptive tier: slot table upload");
-        t->lo = g->s->m->hp.n_layer, t->hi = 0;
-    }
+    mp_status st = upload_tables(g, err);
+    if (st)
+        return st;
     /* 4. the copies wait for the tables' upload; they are enqueued once the next step is under way
      * (mp_gpu_tier_copies), off the path between two steps */
     if (t->n_moves)
