@@ -61,20 +61,7 @@ results=$OUT/results.jsonl
 EXPERTS=$("$MOEPLAN" inspect --json "$MODEL" 2>"$OUT/logs/inspect.log" | python3 -c 'import json,sys; print(json.load(sys.stdin)["expert_bytes"])') ||
     die "inspect: $(tail -n 1 "$OUT/logs/inspect.log")"
 for b in $BUDGETS; do
-    bb=$b
-    case "$b" in
-    f*) bb=+$(python3 -c 'import sys; print(int(float(sys.argv[1]) * int(sys.argv[2])))' "${b#f}" "$EXPERTS")B ;;
-    esac
-    if [ "${bb:0:1}" = + ]; then
-        bb=$(python3 - "${bb:1}" "$FIXED" <<'EOF'
-import re, sys
-m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(B|KiB|MiB|GiB|KB|MB|GB)?", sys.argv[1])
-units = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
-print(int(float(m.group(1)) * units[m.group(2)]) + int(sys.argv[2]) if m else "")
-EOF
-)
-        [ -n "$bb" ] || die "BUDGETS: '$b': expected +SIZE with SIZE like 3MiB or 1000000"
-    fi
+    bb=$(python3 bench/budget_bytes.py "$b" "$FIXED" "$EXPERTS" 2>"$OUT/logs/budget.err") || die "BUDGETS: $(cat "$OUT/logs/budget.err")"
     prof=$OUT/profiles/$b.strp
     log "budget $b: simulate --policy $STATIC"
     "$MOEPLAN" simulate "$TRACE" --costs "$COSTS" -m "$MODEL" --ctx-size "$T" --budget "$bb" --policy "$STATIC" \

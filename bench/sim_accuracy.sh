@@ -152,17 +152,7 @@ results=$OUT/sim/results.jsonl
 for b in "${budgets[@]}"; do
     # "+SIZE": SIZE for experts on top of the runtime's fixed part (small models, whose fixed part
     # depends on the context); the budget passed on is then a plain byte count
-    bb=$b
-    if [ "${b:0:1}" = + ]; then
-        bb=$(python3 - "${b:1}" "$FIXED" <<'EOF'
-import re, sys
-m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(B|KiB|MiB|GiB|KB|MB|GB)?", sys.argv[1])
-units = {None: 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
-print(int(float(m.group(1)) * units[m.group(2)]) + int(sys.argv[2]) if m else "")
-EOF
-)
-        [ -n "$bb" ] || die "BUDGETS: '$b': expected +SIZE with SIZE like 3MiB, 512KiB or 1000000"
-    fi
+    bb=$(python3 bench/budget_bytes.py "$b" "$FIXED" 2>"$OUT/logs/budget.err") || die "BUDGETS: $(cat "$OUT/logs/budget.err")"
     for p in "${policies[@]}"; do
         tag="$b-$p"
         prof=$OUT/profiles/$tag.strp
