@@ -525,3 +525,34 @@ Test(tier, random_sequences_keep_the_invariants)
         mp_tier_free(t);
     }
 }
+
+/* mp_tier_carve by hand: 3 layers × 4 experts; the placement holds layer 0 whole, layer 1's
+ * experts 0 and 1, layer 2's expert 3; its ranking (best first) 0:0 0:1 0:2 0:3 1:0 2:3 1:1.
+ * No room left (free 0), 3 slots: carved from the lowest-ranked residents outside whole layers,
+ * 1:1, 2:3, 1:0 (layer 0 never), best first in warm: 1:0, 2:3, 1:1; caps 0, 2, 1. With 1 slot of
+ * room and 2 asked: the room goes to the layer with experts off the GPU first in line (layer 1,
+ * by mp_tier_split's order), the other slot is carved (1:1); nothing to carve: only the room. */
+Test(tier, carve_takes_room_then_the_lowest_ranked_outside_whole_layers)
+{
+    enum { L = 3, E = 4 };
+    const uint32_t order[] = {0, 1, 2, 3, 4, 11, 5};
+    uint8_t res[L * E] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1};
+    uint32_t cap[L], warm[4];
+    uint64_t n_warm = 99;
+    cr_assert_eq(mp_tier_carve(res, L, E, order, 7, 3, 0, cap, warm, &n_warm), 3);
+    cr_assert_eq(n_warm, 3);
+    cr_assert(warm[0] == 4 && warm[1] == 11 && warm[2] == 5, "warm %u %u %u", warm[0], warm[1], warm[2]);
+    cr_assert(cap[0] == 0 && cap[1] == 2 && cap[2] == 1, "caps %u %u %u", cap[0], cap[1], cap[2]);
+    const uint8_t left[L * E] = {1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+    cr_assert_eq(memcmp(res, left, sizeof res), 0, "the carved experts leave the placement; layer 0 stays whole");
+    uint8_t res2[L * E] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1};
+    cr_assert_eq(mp_tier_carve(res2, L, E, order, 7, 2, 1, cap, warm, &n_warm), 2);
+    cr_assert_eq(n_warm, 1);
+    cr_assert_eq(warm[0], 5);
+    cr_assert_eq(cap[0], 0, "a whole layer gets no slot");
+    cr_assert(cap[1] == 2 && cap[2] == 0, "caps %u %u: the room's slot and the carved one, both layer 1's", cap[1],
+              cap[2]);
+    uint8_t res3[L * E] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    cr_assert_eq(mp_tier_carve(res3, L, E, order, 7, 2, 0, cap, warm, &n_warm), 0, "every layer whole: nothing");
+    cr_assert_eq(n_warm, 0);
+}
