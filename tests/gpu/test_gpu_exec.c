@@ -204,15 +204,15 @@ static void run_model(const mp_model *m, const mp_placement *pl, int64_t copy_mi
     run_model_routed(m, pl, copy_min_rows, gemv_only, true, out);
 }
 
-/* Per row, max |a - ref| / max |ref|: the worst row must stay within tol and the mean over rows
- * within tol_mean (tol_mean = tol where one bound is enough). */
-static void compare2(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol,
-                     double tol_mean)
+/* Per row of the first `rows`, max |a - ref| / max |ref|: the worst row must stay within tol and
+ * the mean over rows within tol_mean (tol_mean = tol where one bound is enough). */
+static void compare_rows(const char *what, const mp_model *m, const run_out *a, const run_out *ref, int64_t rows,
+                         double tol, double tol_mean)
 {
     const int64_t V = m->hp.n_vocab;
     double worst = 0, sum = 0;
     int64_t worst_row = 0;
-    for (int64_t r = 0; r < N_EVALS; r++) {
+    for (int64_t r = 0; r < rows; r++) {
         double mx = 0, d = 0;
         for (int64_t v = 0; v < V; v++) {
             mx = fmax(mx, fabs(ref->logits[r * V + v]));
@@ -224,12 +224,19 @@ static void compare2(const char *what, const mp_model *m, const run_out *a, cons
         if (d / mx > worst)
             worst = d / mx, worst_row = r;
     }
-    const double mean = sum / N_EVALS;
+    const double mean = sum / (double)rows;
     fprintf(stderr, "  %s: worst row %.3g (row %ld), mean %.3g\n", what, worst, (long)worst_row, mean);
     cr_assert(worst <= tol && mean <= tol_mean,
               "seed %llu: %s: logits differ by %.3g of the row's max |logit| at row %ld, %.3g on average "
               "(tolerances %.3g, %.3g on average)", (unsigned long long)g_seed, what, worst, (long)worst_row,
               mean, tol, tol_mean);
+}
+
+/* compare_rows over a run's N_EVALS rows */
+static void compare2(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol,
+                     double tol_mean)
+{
+    compare_rows(what, m, a, ref, N_EVALS, tol, tol_mean);
 }
 
 static void compare(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol)
@@ -513,23 +520,6 @@ static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, 
     mp_session_free(s);
 }
 
-static void compare_decode(const char *what, const mp_model *m, const run_out *a, const run_out *ref)
-{
-    const int64_t V = m->hp.n_vocab;
-    double worst = 0;
-    for (int64_t r = 0; r < N_TIER_DECODE; r++) {
-        double mx = 0, d = 0;
-        for (int64_t v = 0; v < V; v++) {
-            mx = fmax(mx, fabs(ref->logits[r * V + v]));
-            d = fmax(d, fabs((double)a->logits[r * V + v] - ref->logits[r * V + v]));
-        }
-        cr_assert(isfinite(d) && mx > 0, "seed %llu: %s: row %ld not finite", (unsigned long long)g_seed, what, (long)r);
-        worst = fmax(worst, d / mx);
-    }
-    fprintf(stderr, "  %s: worst row %.3g\n", what, worst);
-    cr_assert(worst <= 1e-4, "seed %llu: %s: logits differ by %.3g of the row's max |logit| (tolerance 1e-4)",
-              (unsigned long long)g_seed, what, worst);
-}
 
 /* Promotion while decoding: a placement with an adaptive tier gives the all-GPU logits up to
  * summation order (F32 experts: 1e-4 of the row's largest logit, as the hybrid cases above; a
@@ -591,7 +581,7 @@ Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
         snprintf(what, sizeof what, "%s + adaptive %s (%" PRIu64 " slots, hold %s%s)", cases[i].spec, cases[i].policy,
                  pl.tier_slots, cases[i].hold, cases[i].fault_at ? ", a copy fails" : "");
         fprintf(stderr, "%s: %s\n", what, report);
-        compare_decode(what, m, &t, &ref);
+        compare_rows(what, m, &t, &ref, N_TIER_DECODE, 1e-4, 1e-4);
         cr_assert_eq(t.stats.routes_gpu + t.stats.routes_cpu + t.stats.routes_copied + t.stats.routes_far,
                      ref.stats.routes_gpu, "%s: every route is served exactly once", what);
         cr_assert_gt(t.stats.tier_admissions, 0, "%s: nothing admitted", what);
