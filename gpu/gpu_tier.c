@@ -51,7 +51,6 @@ struct gpu_tier {
     uint16_t *used;            /* (n_expert) scratch: an invocation's distinct experts */
     uint32_t *rows_of;         /* (n_expert) scratch: their rows, zero between calls */
     int64_t lo, hi;            /* layers whose tables changed since the last upload: [lo, hi) */
-    mp_tier_stats folded;      /* the tier's counters already added to g->stats */
     char stopped[200];         /* why the tier stopped ("" while it runs) */
     bool clear_pending;        /* stopped, its experts still live until the step under way drains */
     uint32_t warm;             /* slots filled at start from the profile's ranking */
@@ -102,6 +101,25 @@ static void set_live(mp_gpu *g, int64_t il, int64_t e, const char *slot)
 static char *slot_ptr(const gpu_tier *t, uint32_t s)
 {
     return t->d_arena + (size_t)s * t->slot_bytes;
+}
+
+/* Expert e of layer il's weights, from the page-locked host copy into the slot at dst (its three
+ * tensors each starting aligned, as set_live names them), enqueued on stream; *bytes their sum. */
+static cudaError_t enqueue_expert(const mp_gpu *g, int64_t il, int64_t e, char *dst, cudaStream_t stream,
+                                  int64_t *bytes)
+{
+    const mp_layer *L = &g->s->m->layers[il];
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    *bytes = 0;
+    for (int k = 0; k < 3; k++) {
+        const size_t n = ts[k]->row_bytes * (size_t)ts[k]->ne[1];
+        const cudaError_t c = cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, k, e), n, cudaMemcpyHostToDevice, stream);
+        if (c != cudaSuccess)
+            return c;
+        dst += mp_gpu_align(n);
+        *bytes += (int64_t)n;
+    }
+    return cudaSuccess;
 }
 
 /* The slot tables of the layers that changed since the last upload, in one copy on the compute
@@ -193,15 +211,10 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
         if (il >= (uint32_t)L || e >= (uint32_t)E || !mp_tier_place(g->tier, il, e))
             continue;
         const uint32_t s = t->first[il] + (uint32_t)mp_tier_slot_of(g->tier, il, e);
-        const mp_layer *Ly = &g->s->m->layers[il];
-        const mp_tensor *ts[3] = {&Ly->gate_exps, &Ly->up_exps, &Ly->down_exps};
-        char *dst = slot_ptr(t, s);
-        for (int k = 0; k < 3; k++) {
-            const size_t bytes = ts[k]->row_bytes * (size_t)ts[k]->ne[1];
-            CCHECK(cudaMemcpy(dst, mp_gpu_host_slice(g, il, k, e), bytes, cudaMemcpyHostToDevice),
-                   "adaptive tier: first experts' upload");
-            dst += mp_gpu_align(bytes);
-        }
+        int64_t bytes;
+        /* on the compute stream, ahead of the tables' upload and every step; start-up ends with a
+         * device synchronization */
+        CCHECK(enqueue_expert(g, il, e, slot_ptr(t, s), g->stream, &bytes), "adaptive tier: first experts' upload");
         set_live(g, il, e, slot_ptr(t, s));
         t->warm++;
     }
@@ -260,12 +273,18 @@ void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids)
     t->n_moves += mp_tier_after(g->tier, (uint32_t)il, t->used, t->rows_of, n_used, t->moves + t->n_moves,
                                 t->cap_moves - t->n_moves);
     const mp_tier_stats *after = mp_tier_stats_of(g->tier);
-    mp_moe_timing *tm = &g->timing[il]; /* the step's record of the layer (collect's timing rows) */
+    /* the tier's counters change only here: the invocation's share goes to the step's record of the
+     * layer (collect's timing rows) and to the executor's statistics */
+    mp_moe_timing *tm = &g->timing[il];
     tm->tier_hits = (int64_t)(after->hits - before.hits);
     tm->tier_late = (int64_t)(after->late - before.late);
     tm->tier_admissions = (int64_t)(after->admissions - before.admissions);
     tm->tier_evictions = (int64_t)(after->evictions - before.evictions);
     tm->tier_copy_bytes = tm->tier_admissions * (int64_t)mp_model_expert_bytes(g->s->m, il);
+    g->stats.tier_hits += tm->tier_hits;
+    g->stats.tier_late += tm->tier_late;
+    g->stats.tier_admissions += tm->tier_admissions;
+    g->stats.tier_evictions += tm->tier_evictions;
     for (uint32_t u = 0; u < n_used; u++)
         t->rows_of[t->used[u]] = 0;
 }
@@ -297,17 +316,6 @@ static mp_status clear_stopped(mp_gpu *g, mp_error *err)
             if (mp_gpu_live(g, il, e) && !mp_placement_resident(&g->pl, il, e))
                 set_live(g, il, e, NULL);
     return upload_tables(g, err);
-}
-
-static void fold_stats(mp_gpu *g)
-{
-    gpu_tier *t = g->gt;
-    const mp_tier_stats *s = mp_tier_stats_of(g->tier);
-    g->stats.tier_hits += (int64_t)(s->hits - t->folded.hits);
-    g->stats.tier_late += (int64_t)(s->late - t->folded.late);
-    g->stats.tier_admissions += (int64_t)(s->admissions - t->folded.admissions);
-    g->stats.tier_evictions += (int64_t)(s->evictions - t->folded.evictions);
-    t->folded = *s;
 }
 
 mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
@@ -349,7 +357,6 @@ mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err)
     if (t->n_moves)
         CCHECK(cudaEventRecord(t->ev_tables, g->stream), "cudaEventRecord");
     t->moves_applied = t->n_moves > 0;
-    fold_stats(g);
     return MP_OK;
 }
 
@@ -365,21 +372,14 @@ mp_status mp_gpu_tier_copies(mp_gpu *g, mp_error *err)
     for (uint32_t i = 0; i < t->n_moves; i++) {
         const mp_tier_move *mv = &t->moves[i];
         const uint32_t s = t->first[mv->layer] + mv->slot;
-        const mp_layer *L = &g->s->m->layers[mv->layer];
-        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        char *dst = slot_ptr(t, s);
-        for (int k = 0; k < 3; k++) {
-            const size_t bytes = ts[k]->row_bytes * (size_t)ts[k]->ne[1];
-            const bool injected = mp_fault_point(); /* tests: a copy that cannot be enqueued */
-            const cudaError_t e = injected ? cudaErrorUnknown
-                                           : cudaMemcpyAsync(dst, mp_gpu_host_slice(g, mv->layer, k, mv->expert),
-                                                             bytes, cudaMemcpyHostToDevice, t->stream);
-            if (e != cudaSuccess)
-                return stop(g, "an expert copy", injected ? "injected fault" : cudaGetErrorString(e), err);
-            dst += mp_gpu_align(bytes);
-            g->stats.tier_bytes += (int64_t)bytes;
-        }
-        const cudaError_t e = cudaEventRecord(t->ev_land[s], t->stream);
+        const bool injected = mp_fault_point(); /* tests: a copy that cannot be enqueued */
+        int64_t bytes = 0;
+        cudaError_t e = injected ? cudaErrorUnknown
+                                 : enqueue_expert(g, mv->layer, mv->expert, slot_ptr(t, s), t->stream, &bytes);
+        if (e != cudaSuccess)
+            return stop(g, "an expert copy", injected ? "injected fault" : cudaGetErrorString(e), err);
+        g->stats.tier_bytes += bytes;
+        e = cudaEventRecord(t->ev_land[s], t->stream);
         if (e != cudaSuccess)
             return stop(g, "an expert copy's event", cudaGetErrorString(e), err);
         t->held[s] = g->tier_hold;
