@@ -444,8 +444,10 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     for (int m = 0; m < 4; m++)
         dist.mean[m] = dist.n[m] ? dist.mean[m] / (double)dist.n[m] : 0;
 
-    mp_an_tier tier;
-    if ((st = mp_an_tier_totals(&in, &tier, err)) != MP_OK)
+    mp_trace_tier_totals tier = {0};
+    for (int i = 0; i < in.n_traces && st == MP_OK; i++)
+        st = mp_trace_tier_add(in.trace[i], &tier, err);
+    if (st != MP_OK)
         goto out;
     mp_an_report rep = {.opt = o, .in = &in, .st = &stats, .sum = &sum, .req = &dist,
                         .n_train_requests = n_train, .sim = sim, .tier = &tier};
@@ -471,33 +473,4 @@ out:
         mp_an_stats_free(&stats);
     mp_an_input_close(&in);
     return st;
-}
-
-mp_status mp_an_tier_totals(const mp_an_input *in, mp_an_tier *out, mp_error *err)
-{
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < in->n_traces; i++) {
-        mp_trace_timing_iter *it;
-        mp_status st = mp_trace_timing_begin(in->trace[i], &it, err);
-        if (st)
-            return st;
-        mp_trace_timing_rec rec;
-        int rc;
-        while ((rc = mp_trace_timing_next(it, &rec, err)) == 1) {
-            const mp_moe_timing *t = &rec.t;
-            if (!t->tier_hits && !t->tier_late && !t->tier_admissions && !t->tier_evictions)
-                continue;
-            out->present = true;
-            out->routes += (t->hits > 0 ? t->hits : 0) + (t->misses > 0 ? t->misses : 0);
-            out->hits += t->tier_hits;
-            out->late += t->tier_late;
-            out->admissions += t->tier_admissions;
-            out->evictions += t->tier_evictions;
-            out->copy_bytes += t->tier_copy_bytes;
-        }
-        mp_trace_timing_end(it);
-        if (rc != 0) /* an error status, err filled */
-            return (mp_status)rc;
-    }
-    return MP_OK;
 }

@@ -7,24 +7,11 @@
 #ifndef MP_ANALYZER_REPORT_H
 #define MP_ANALYZER_REPORT_H
 
-#include <stdbool.h>
 #include <stdio.h>
 
 #include "analyzer/analyze.h"
 #include "analyzer/simulation.h"
 #include "base/atomic_file.h"
-
-/* The adaptive tier's counts over the traces' timing rows (every row, whatever --rows selects:
- * they are the executor's, not the routing's); present false when no row has any (no tier, or
- * traces without timing). */
-typedef struct mp_an_tier {
-    bool present;
-    int64_t routes;      /* hits + misses of the rows with a tier count */
-    int64_t hits, late, admissions, evictions, copy_bytes;
-} mp_an_tier;
-
-/* Sum the tier's counts of every trace's timing rows into out. */
-mp_status mp_an_tier_totals(const mp_an_input *in, mp_an_tier *out, mp_error *err);
 
 typedef struct mp_an_report {
     const mp_an_options *opt;
@@ -34,7 +21,7 @@ typedef struct mp_an_report {
     const mp_an_request_dist *req;
     int64_t n_train_requests;
     const mp_an_simulation *sim; /* --simulation, NULL without */
-    const mp_an_tier *tier;
+    const mp_trace_tier_totals *tier; /* the traces' adaptive tier counts (mp_trace_tier_add) */
 } mp_an_report;
 
 mp_status mp_an_write_csv(const mp_an_report *r, const char *dir, mp_error *err);

@@ -75,7 +75,7 @@ static cJSON *build(const mp_an_report *r)
     cJSON_AddStringToObject(root, "rows", mp_an_rows_name(r->opt->rows));
 
     if (r->tier && r->tier->present) { /* the GPU executor's adaptive tier, from the timing rows */
-        const mp_an_tier *t = r->tier;
+        const mp_trace_tier_totals *t = r->tier;
         cJSON *at = cJSON_AddObjectToObject(root, "adaptive_tier");
         cJSON_AddNumberToObject(at, "routes", (double)t->routes);
         cJSON_AddNumberToObject(at, "tier_hits", (double)t->hits);

@@ -793,3 +793,28 @@ mp_status mp_trace_decode_weights(const void *blob, size_t blob_bytes, const cha
     }
     return MP_OK;
 }
+
+mp_status mp_trace_tier_add(mp_trace_reader *r, mp_trace_tier_totals *out, mp_error *err)
+{
+    if (!has_column(r, "timing", "tier_hits")) /* written before the tier's columns */
+        return MP_OK;
+    sqlite3_stmt *st;
+    mp_status s = begin_stmt(r, "SELECT count(*), sum(hits + misses), sum(tier_hits), sum(tier_late),"
+                                " sum(tier_admissions), sum(tier_evictions), sum(tier_copy_bytes) FROM timing"
+                                " WHERE tier_hits <> 0 OR tier_late <> 0 OR tier_admissions <> 0"
+                                " OR tier_evictions <> 0", &st, err);
+    if (s)
+        return s;
+    const int rc = next_row(r, st, err, "reading the adaptive tier's counts");
+    if (rc == 1 && sqlite3_column_int64(st, 0) > 0) {
+        out->present = true;
+        out->routes += sqlite3_column_int64(st, 1);
+        out->hits += sqlite3_column_int64(st, 2);
+        out->late += sqlite3_column_int64(st, 3);
+        out->admissions += sqlite3_column_int64(st, 4);
+        out->evictions += sqlite3_column_int64(st, 5);
+        out->copy_bytes += sqlite3_column_int64(st, 6);
+    }
+    sqlite3_finalize(st);
+    return rc == 1 ? MP_OK : (mp_status)rc;
+}

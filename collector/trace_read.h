@@ -138,6 +138,17 @@ mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, 
 int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_error *err);
 void mp_trace_timing_end(mp_trace_timing_iter *it);
 
+/* The GPU executor's adaptive tier over a trace's timing rows: its counts summed over the rows that
+ * have any (present false when none has: no tier, or a trace from before its columns), and those
+ * rows' routes (hits + misses). One query; added to *out, so that the sums of several traces can
+ * gather in one (zero it first). */
+typedef struct mp_trace_tier_totals {
+    bool present;
+    int64_t routes;
+    int64_t hits, late, admissions, evictions, copy_bytes;
+} mp_trace_tier_totals;
+mp_status mp_trace_tier_add(mp_trace_reader *r, mp_trace_tier_totals *out, mp_error *err);
+
 /* ---- decoding helpers (they check sizes, never values: ranges are the analyzer's job) ---- */
 
 /* Decode n ids of id_bytes (1 or 2) each from blob (blob_bytes long) into out[n].

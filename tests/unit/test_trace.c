@@ -687,5 +687,8 @@ Test(trace, timing_without_tier_columns_reads)
     cr_assert_eq(tr.t.tier_hits, 0);
     cr_assert_eq(tr.t.tier_copy_bytes, 0);
     mp_trace_timing_end(ti);
+    mp_trace_tier_totals tot = {0};
+    cr_assert_eq(mp_trace_tier_add(r, &tot, &err), MP_OK, "%s", err.msg);
+    cr_assert(!tot.present, "no tier columns: no tier");
     mp_trace_reader_close(r);
 }
