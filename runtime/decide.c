@@ -107,6 +107,18 @@ void mp_decide_layer_routes(const uint64_t *counts, const float *freq, const uin
     *all = a;
 }
 
+/* The far routes f of a step with c cold routes whose measured time with far routes on is least
+ * (the fewer on ties; 0 when none is measured). */
+static int best_far(const mp_decode_costs *dc, int c)
+{
+    const int f_hi = c < dc->far_max ? c : dc->far_max;
+    int best = 0;
+    for (int f = 1; f <= f_hi; f++)
+        if (isfinite(dc->on_ns[c][f]) && (!isfinite(dc->on_ns[c][best]) || dc->on_ns[c][f] < dc->on_ns[c][best]))
+            best = f;
+    return best;
+}
+
 void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_layer *out)
 {
     memset(out, 0, sizeof *out);
@@ -120,11 +132,7 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
     for (int c = 0; c <= K; c++) {
         if (c > 0)
             choose = choose * (double)(K - c + 1) / (double)c;
-        const int f_hi = c < dc->far_max ? c : dc->far_max;
-        int best = 0;
-        for (int f = 1; f <= f_hi; f++)
-            if (isfinite(dc->on_ns[c][f]) && (!isfinite(dc->on_ns[c][best]) || dc->on_ns[c][f] < dc->on_ns[c][best]))
-                best = f;
+        const int best = best_far(dc, c);
         fl.table[c] = (uint8_t)best;
         const double prob = choose * pow(p, c) * pow(1 - p, K - c);
         if (prob < 1e-12) /* a count this layer (almost) never sees decides nothing */
@@ -166,11 +174,8 @@ bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_row
 /* The grid's least time for a step with c cold routes (far on or off); NaN when not measured. */
 static double best_decode_ns(const mp_decode_costs *dc, int c)
 {
-    double best = dc->off_ns[c];
-    for (int f = 0; f <= c && f <= dc->far_max; f++)
-        if (isfinite(dc->on_ns[c][f]) && !(dc->on_ns[c][f] >= best))
-            best = dc->on_ns[c][f];
-    return best;
+    const double off = dc->off_ns[c], on = dc->on_ns[c][best_far(dc, c)];
+    return isfinite(on) && !(on >= off) ? on : off;
 }
 
 void mp_decide_tier_costs(const mp_decode_costs *dc, double *route_saving_ns, double *copy_cost_ns)
