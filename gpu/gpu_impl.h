@@ -274,6 +274,11 @@ size_t mp_gpu_tier_bytes(const mp_gpu *g, const mp_placement *pl);
 mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err);
 void mp_gpu_tier_free(mp_gpu *g);
 void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids);
+/* Prefill: the experts list[0..cnt) of layer il were staged at stage (expert_bytes_max apart) and
+ * their launch enqueued; those the layer's observed moves admitted are copied from there into their
+ * slots on the compute stream (device to device), so they have landed when the step drains. */
+mp_status mp_gpu_tier_promote(mp_gpu *g, int64_t il, const int32_t *list, int cnt, const char *stage,
+                              mp_error *err);
 mp_status mp_gpu_tier_apply(mp_gpu *g, mp_error *err);
 mp_status mp_gpu_tier_copies(mp_gpu *g, mp_error *err);
 bool mp_gpu_tier_serves(const mp_gpu *g, int64_t il);

@@ -10,7 +10,8 @@
  *      start on the GPU (into d_proj); the host waits for the rows (the round trip), then
  *        - prefill: cold experts whose rows take the CPU longer than their copy takes
  *          (mp_decide_copy) are copied to staging slots and run on the GPU (accumulating into
- *          d_proj), two batches in flight, overlapping the CPU;
+ *          d_proj), two batches in flight, overlapping the CPU; those the adaptive tier admits
+ *          go on from staging into its slots (gpu_tier.c);
  *        - decode, far routes (mp_gpu_far_on: the layer's decision, runtime/decide.h): the
  *          resident experts' launch also ran the first table[c] of the step's c cold routes,
  *          their weights gathered from the page-locked host copy over the bus
@@ -132,6 +133,11 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     a.d_far_of_cold = NULL; /* copies are prefill's, far routes decode's (mp_gpu_far_on) */
     a.far_max = 0;
     KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts (copied)");
+    /* experts the adaptive tier admitted in this invocation go to their slots from here */
+    mp_status st = mp_gpu_tier_promote(g, il, list, cnt, g->d_stage + (size_t)b * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max,
+                                       err);
+    if (st)
+        return st;
     CCHECK(cudaEventRecord(g->ev_stage_free[b], g->stream), "cudaEventRecord");
     g->stats.experts_copied += cnt;
     return MP_OK;
@@ -400,6 +406,9 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
             leave_to_gpu(g, cold[j]);
         far_routes = z;
     }
+    /* the tier's moves for these routes (carried out when the step has drained), decided before the
+     * copies so that an admitted expert being staged goes to its slot from staging */
+    mp_gpu_tier_observe(g, il, n, h_ids);
     /* two staging batches go out before the CPU starts, the rest after it */
     bool gpu_wrote = mp_gpu_gpu_part(g, il, n);
     int done = 0;
@@ -419,7 +428,6 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
         return st;
     g->copied_this_step = n_copy > 0;
-    mp_gpu_tier_observe(g, il, n, h_ids); /* its moves wait until the step has drained */
     if (g->measure) {
         g->rt_pending[il] = true;
         g->rt_cpu_ns[il] = t->cpu_expert_ns;

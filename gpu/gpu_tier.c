@@ -14,6 +14,11 @@
  *          are enqueued once the next step is under way (mp_gpu_tier_copies, after its graph's
  *          launch: the host's calls are then off the path between two steps), from the page-locked
  *          host copy, each followed by its slot's event.
+ * A prefill step that stages cold experts on the GPU (gpu_moe.c) observes the layer before staging;
+ * an admitted expert that is staged goes into its slot from the staging buffer instead, device to
+ * device on the compute stream after the staged experts' launch (mp_gpu_tier_promote): after the
+ * layer's reads of the victim's slot, and landed by the time the step drains, so it serves from the
+ * next step without a host copy.
  * A slot's memory is written only by its own copy, which starts after every step that read the
  * slot's previous expert has drained and after that expert's table entries went NULL; a LOADING
  * slot is never a victim (the policy's invariant). So no step reads a slot while it is written,
@@ -47,7 +52,10 @@ struct gpu_tier {
     uint32_t n_loading;
     cudaEvent_t ev_tables;     /* the tables' upload has executed */
     mp_tier_move *moves;       /* the step's moves, applied when it has drained */
+    uint8_t *staged;           /* (cap_moves) the move's expert was copied from a prefill staging
+                                * buffer during the step (mp_gpu_tier_promote): no host copy */
     uint32_t n_moves, cap_moves;
+    uint32_t layer_moves;      /* moves[layer_moves .. n_moves): the last observed layer's */
     uint16_t *used;            /* (n_expert) scratch: an invocation's distinct experts */
     uint32_t *rows_of;         /* (n_expert) scratch: their rows, zero between calls */
     int64_t lo, hi;            /* layers whose tables changed since the last upload: [lo, hi) */
@@ -177,7 +185,8 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
     const int64_t width = E < g->s->n_batch * hp->n_expert_used ? E : g->s->n_batch * hp->n_expert_used;
     t->cap_moves = (uint32_t)(L * width);
     t->moves = malloc((size_t)t->cap_moves * sizeof *t->moves);
-    if (!pinned || !t->first || !t->live || !t->used || !t->rows_of || !t->moves) {
+    t->staged = calloc((size_t)t->cap_moves, 1);
+    if (!pinned || !t->first || !t->live || !t->used || !t->rows_of || !t->moves || !t->staged) {
         free(pinned);
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     }
@@ -252,6 +261,7 @@ void mp_gpu_tier_free(mp_gpu *g)
     free(t->loading);
     free(t->held);
     free(t->moves);
+    free(t->staged);
     free(t->used);
     free(t->rows_of);
     free(t);
@@ -270,6 +280,7 @@ void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids)
         if (!t->rows_of[ids[i]]++)
             t->used[n_used++] = (uint16_t)ids[i];
     const mp_tier_stats before = *mp_tier_stats_of(g->tier);
+    t->layer_moves = t->n_moves;
     t->n_moves += mp_tier_after(g->tier, (uint32_t)il, t->used, t->rows_of, n_used, t->moves + t->n_moves,
                                 t->cap_moves - t->n_moves);
     const mp_tier_stats *after = mp_tier_stats_of(g->tier);
@@ -300,9 +311,47 @@ static mp_status stop(mp_gpu *g, const char *what, const char *why, mp_error *er
     gpu_tier *t = g->gt;
     snprintf(t->stopped, sizeof t->stopped, "stopped: %s failed: %s", what, why);
     cudaGetLastError();
+    memset(t->staged, 0, t->n_moves);
     t->n_moves = 0;
     t->n_loading = 0;
     t->clear_pending = true;
+    return MP_OK;
+}
+
+mp_status mp_gpu_tier_promote(mp_gpu *g, int64_t il, const int32_t *list, int cnt, const char *stage,
+                              mp_error *err)
+{
+    gpu_tier *t = g->gt;
+    if (!t || t->stopped[0])
+        return MP_OK;
+    const mp_layer *L = &g->s->m->layers[il];
+    const size_t span = mp_gpu_align(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
+                        mp_gpu_align(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
+                        L->down_exps.row_bytes * (size_t)L->down_exps.ne[1];
+    for (uint32_t i = t->layer_moves; i < t->n_moves; i++) {
+        const mp_tier_move *mv = &t->moves[i];
+        if (mv->layer != (uint32_t)il || t->staged[i])
+            continue;
+        for (int j = 0; j < cnt; j++) {
+            if (list[j] != (int32_t)mv->expert)
+                continue;
+            /* on the compute stream after the staged experts' launch: after every read of the
+             * victim's slot in this step (the layer's resident launch came first), before the
+             * staging buffer is written again (its free event is recorded after this) */
+            const uint32_t s = t->first[il] + mv->slot;
+            cudaError_t e = cudaMemcpyAsync(slot_ptr(t, s), stage + (size_t)j * g->expert_bytes_max, span,
+                                            cudaMemcpyDeviceToDevice, g->stream);
+            if (e != cudaSuccess)
+                return stop(g, "a promotion from staging", cudaGetErrorString(e), err);
+            if ((e = cudaEventRecord(t->ev_land[s], g->stream)) != cudaSuccess)
+                return stop(g, "a promotion's event", cudaGetErrorString(e), err);
+            t->held[s] = g->tier_hold;
+            t->loading[t->n_loading++] = s;
+            t->staged[i] = 1;
+            g->stats.tier_promoted++;
+            break;
+        }
+    }
     return MP_OK;
 }
 
@@ -371,6 +420,10 @@ mp_status mp_gpu_tier_copies(mp_gpu *g, mp_error *err)
     CCHECK(cudaStreamWaitEvent(t->stream, t->ev_tables, 0), "cudaStreamWaitEvent");
     for (uint32_t i = 0; i < t->n_moves; i++) {
         const mp_tier_move *mv = &t->moves[i];
+        if (t->staged[i]) { /* copied from staging during its step: landed when the step drained */
+            t->staged[i] = 0;
+            continue;
+        }
         const uint32_t s = t->first[mv->layer] + mv->slot;
         const bool injected = mp_fault_point(); /* tests: a copy that cannot be enqueued */
         int64_t bytes = 0;
@@ -401,6 +454,8 @@ void mp_gpu_tier_report(const mp_gpu *g, char *buf, size_t cap)
     }
     const mp_tier_stats *s = mp_tier_stats_of(g->tier);
     snprintf(buf, cap, "%" PRIu32 " slots (%" PRIu32 " filled at start from the profile's ranking); %" PRIu64
-             " routes served, %" PRIu64 " late, %" PRIu64 " admissions, %" PRIu64 " evictions, %" PRIu64 " refused",
-             g->gt->n_slots, g->gt->warm, s->hits, s->late, s->admissions, s->evictions, s->refused);
+             " routes served, %" PRIu64 " late, %" PRIu64 " admissions (%" PRId64 " from prefill staging), %" PRIu64
+             " evictions, %" PRIu64 " refused",
+             g->gt->n_slots, g->gt->warm, s->hits, s->late, s->admissions, g->stats.tier_promoted, s->evictions,
+             s->refused);
 }

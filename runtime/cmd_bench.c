@@ -358,9 +358,10 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
         char tb[32];
         mp_format_bytes((uint64_t)t->tier_bytes, tb, sizeof tb);
         printf("%sadaptive tier (%s, %" PRIu64 " slots) %s%" PRId64 ": %.1f %% of routes served by its slots, %" PRId64
-               " late (copy in flight), %" PRId64 " admissions, %" PRId64 " evictions, %s copied\n", i ? "" : "\n",
+               " late (copy in flight), %" PRId64 " admissions (%" PRId64 " from prefill staging), %" PRId64
+               " evictions, %s copied from host memory\n", i ? "" : "\n",
                mp_tier_policy_name(c->pl->tier_policy), c->pl->tier_slots, kind_name(rows[i].kind), rows[i].n,
-               share(t, t->tier_hits), t->tier_late, t->tier_admissions, t->tier_evictions, tb);
+               share(t, t->tier_hits), t->tier_late, t->tier_admissions, t->tier_promoted, t->tier_evictions, tb);
     }
     printf("\n%s.\n", executor_note(c));
     if (c->host_gbs > 0)
@@ -453,6 +454,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "tier_admissions", (double)r->gs.tier_admissions) &&
              add_num(o, "tier_evictions", (double)r->gs.tier_evictions) &&
              add_num(o, "tier_copy_bytes", (double)r->gs.tier_bytes) &&
+             add_num(o, "tier_promoted", (double)r->gs.tier_promoted) &&
              add_num(o, "gpu_steps", (double)r->gs.steps) &&
              add_num(o, "hybrid_layer_steps", (double)r->gs.hybrid_layers) &&
              add_num(o, "moe_layer_steps", (double)r->gs.moe_layers) &&

@@ -82,8 +82,9 @@ typedef struct mp_gpu_stats {
     int64_t stamp_err_ns;
     /* the adaptive tier (runtime/tier.h): routes its slots served (counted in routes_gpu too),
      * routes to experts whose copy had not landed (served cold: late), its admissions, evictions
-     * and copied bytes */
-    int64_t tier_hits, tier_late, tier_admissions, tier_evictions, tier_bytes;
+     * and bytes copied from host memory; tier_promoted: admissions copied from a prefill staging
+     * buffer on the device instead (no host copy) */
+    int64_t tier_hits, tier_late, tier_admissions, tier_evictions, tier_bytes, tier_promoted;
 } mp_gpu_stats;
 
 /* Device memory the executor allocates, by term (bytes). */

@@ -486,13 +486,14 @@ Test(gpu_exec, one_graph_step_changes_no_bit)
 /* A prompt of N_TIER_PROMPT rows, then N_TIER_DECODE decode steps (one graph each where the
  * executor makes one); out->logits holds the decode steps' rows. report: the executor's line. */
 static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, char *report, size_t cap,
-                       int64_t fault_at)
+                       int64_t fault_at, int64_t prompt_copy_rows)
 {
     const int64_t V = m->hp.n_vocab;
     routes rs = {m->hp.n_expert, g_seed, 0};
     mp_route_source src = {&rs, route_fn};
-    mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = 16, .route_src = &src, .placement = pl,
-                            .knobs = g_knobs};
+    /* a batch of MP_GPU_COPY_MIN_ROWS: the executor has staging buffers (prefill weight copies) */
+    mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = MP_GPU_COPY_MIN_ROWS, .route_src = &src,
+                            .placement = pl, .knobs = g_knobs};
     mp_session *s;
     mp_error e;
     cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
@@ -504,7 +505,11 @@ static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, 
     float *prompt = malloc(sizeof(float) * (size_t)V);
     out->logits = malloc(sizeof(float) * (size_t)(N_TIER_DECODE * V));
     cr_assert(prompt && out->logits);
+    if (prompt_copy_rows > 0) /* the prompt's cold experts with that many rows are staged; decode copies none */
+        mp_gpu_set_copy_min_rows(mp_session_gpu(s), prompt_copy_rows);
     cr_assert_eq(mp_session_eval(s, tok, N_TIER_PROMPT, false, prompt, &e), MP_OK, "%s", e.msg);
+    if (prompt_copy_rows > 0)
+        mp_gpu_set_copy_min_rows(mp_session_gpu(s), 0);
     if (fault_at > 0)
         mp_fault_arm(fault_at, false);
     for (int i = 0; i < N_TIER_DECODE; i++)
@@ -530,7 +535,9 @@ static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, 
  * the cost policy admits by its prices (here: an expert whose routes before the current one
  * exceed one within its score's memory). An
  * expert copy that cannot be enqueued stops the tier and the run goes on with the placement alone,
- * with the same logits. */
+ * with the same logits. With the prompt's cold experts staged for prefill, the prompt's admissions
+ * go to their slots from the staging buffers (device to device), and the decode steps that read
+ * those slots still give the all-GPU logits. */
 Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
 {
     mp_model *m = make_model("qwen3moe", "f32", NULL);
@@ -539,13 +546,21 @@ Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
     placement(m, "gpu", NULL, 0, &all);
     run_out ref;
     char report[2048];
-    run_decode(m, &all, &ref, report, sizeof report, 0);
-    const struct { const char *spec, *policy; const char *hold; bool costs; int64_t fault_at; } cases[] = {
-        {"cpu", "lru", "0", false, 0},
-        {"layers:2", "lfu", "0", false, 0},
-        {"cpu", "lru", "3", false, 0},
-        {"cpu", "cost", "0", true, 0},
-        {"cpu", "lru", "0", false, 5},
+    run_decode(m, &all, &ref, report, sizeof report, 0, 0);
+    const struct {
+        const char *spec, *policy;
+        const char *hold;
+        bool costs;
+        int64_t fault_at, prompt_copy_rows;
+    } cases[] = {
+        {"cpu", "lru", "0", false, 0, 0},
+        {"layers:2", "lfu", "0", false, 0, 0},
+        {"cpu", "lru", "3", false, 0, 0},
+        {"cpu", "cost", "0", true, 0, 0},
+        {"cpu", "lru", "0", false, 5, 0},
+        /* the prompt's cold experts all staged: its admissions go to their slots from staging */
+        {"cpu", "lru", "0", false, 0, 1},
+        {"layers:2", "lru", "2", false, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mp_placement_opts o = {0};
@@ -575,11 +590,12 @@ Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
         const mp_knobs k = knobs_with("MP_GPU_TIER_HOLD", cases[i].hold);
         g_knobs = &k;
         run_out t;
-        run_decode(m, &pl, &t, report, sizeof report, cases[i].fault_at);
+        run_decode(m, &pl, &t, report, sizeof report, cases[i].fault_at, cases[i].prompt_copy_rows);
         g_knobs = NULL;
         char what[256];
-        snprintf(what, sizeof what, "%s + adaptive %s (%" PRIu64 " slots, hold %s%s)", cases[i].spec, cases[i].policy,
-                 pl.tier_slots, cases[i].hold, cases[i].fault_at ? ", a copy fails" : "");
+        snprintf(what, sizeof what, "%s + adaptive %s (%" PRIu64 " slots, hold %s%s%s)", cases[i].spec,
+                 cases[i].policy, pl.tier_slots, cases[i].hold, cases[i].fault_at ? ", a copy fails" : "",
+                 cases[i].prompt_copy_rows ? ", prompt staged" : "");
         fprintf(stderr, "%s: %s\n", what, report);
         compare_rows(what, m, &t, &ref, N_TIER_DECODE, 1e-4, 1e-4);
         cr_assert_eq(t.stats.routes_gpu + t.stats.routes_cpu + t.stats.routes_copied + t.stats.routes_far,
@@ -597,6 +613,16 @@ Test(gpu_exec, adaptive_tier_equals_gpu, .timeout = 180)
             cr_assert_gt(t.stats.tier_evictions, 0, "%s: nothing evicted", what);
         if (strcmp(cases[i].hold, "0"))
             cr_assert_gt(t.stats.tier_late, 0, "%s: no route reached a copy in flight", what);
+        if (cases[i].prompt_copy_rows) {
+            cr_assert_gt(t.stats.experts_copied, 0, "%s: the prompt staged nothing", what);
+            /* every expert of the prompt was staged, so each of its admissions came from staging:
+             * the decode steps' routes to them read what the device-to-device copy wrote */
+            cr_assert_gt(t.stats.tier_promoted, 0, "%s: no admission from prefill staging", what);
+            cr_assert_lt(t.stats.tier_promoted, t.stats.tier_admissions, "%s: decode admissions copy from the host",
+                         what);
+        } else {
+            cr_assert_eq(t.stats.tier_promoted, 0, "%s: promoted without staging", what);
+        }
         free(t.logits);
         mp_placement_free(&pl);
     }
