@@ -40,6 +40,9 @@ struct mp_trace_async {
     bool quit;
     bool failed;     /* a copy of sync.status != MP_OK, read by the hot path */
     mp_status oom;   /* the hot path could not grow a buffer */
+    /* the hot path's view of the open step: its rows (step_begin) and the layer and top-k of the
+     * last routing call, which give a timing call's served codes their length */
+    int64_t step_rows, routed_layer, routed_top_k;
 };
 
 static uint8_t *reserve(mp_trace_async *a, size_t bytes)
@@ -111,9 +114,13 @@ static void replay(mp_trace_async *a, const ev_buf *b)
             h->routing(h->user, e.a, e.b, e.c, (const int32_t *)p,
                        (const float *)(p + (size_t)(e.b * e.c) * 4));
             break;
-        case EV_TIMING:
-            h->moe_timing(h->user, e.a, (const mp_moe_timing *)p);
+        case EV_TIMING: { /* payload: the struct, then b served codes (b = 0: none) */
+            mp_moe_timing t;
+            memcpy(&t, p, sizeof t);
+            t.served = e.b ? p + sizeof t : NULL;
+            h->moe_timing(h->user, e.a, &t);
             break;
+        }
         case EV_STEP_END:
             h->step_end(h->user, e.a);
             break;
@@ -174,23 +181,35 @@ static void hk_request_begin(void *u, int64_t request_id, const int32_t *tokens,
 static void hk_step_begin(void *u, int64_t request_id, int64_t step, mp_phase phase, int64_t rows,
                           int64_t pos)
 {
+    mp_trace_async *a = u;
     ev_head h = {.type = EV_STEP_BEGIN, .a = request_id, .b = step, .c = phase, .d = rows, .e = pos};
-    put(u, h, NULL, 0, NULL, 0);
+    put(a, h, NULL, 0, NULL, 0);
+    a->step_rows = rows;
+    a->routed_layer = -1;
 }
 
-/* The only per-layer cost of tracing on the hot path: two copies of (n_rows, top_k). */
+/* The per-layer cost of tracing on the hot path: two copies of (n_rows, top_k) here, and the
+ * served codes' (n_rows, top_k) bytes with the timing. */
 static void hk_routing(void *u, int64_t layer, int64_t rows, int64_t top_k, const int32_t *ids,
                        const float *weights)
 {
+    mp_trace_async *a = u;
     ev_head h = {.type = EV_ROUTING, .a = layer, .b = rows, .c = top_k};
     size_t n = rows > 0 && top_k > 0 ? (size_t)(rows * top_k) : 0;
-    put(u, h, ids, n * 4, weights, n * 4);
+    put(a, h, ids, n * 4, weights, n * 4);
+    a->routed_layer = layer;
+    a->routed_top_k = top_k;
 }
 
+/* The served codes are the step's rows × the layer's top-k (runtime/hooks.h: the layer's routing
+ * call comes first); without that call their length is unknown and they are left out (NULL). */
 static void hk_moe_timing(void *u, int64_t layer, const mp_moe_timing *t)
 {
-    ev_head h = {.type = EV_TIMING, .a = layer};
-    put(u, h, t, sizeof *t, NULL, 0);
+    mp_trace_async *a = u;
+    const size_t n = t->served && layer == a->routed_layer && a->step_rows > 0 && a->routed_top_k > 0
+                         ? (size_t)(a->step_rows * a->routed_top_k) : 0;
+    ev_head h = {.type = EV_TIMING, .a = layer, .b = (int64_t)n};
+    put(a, h, t, sizeof *t, t->served, n);
 }
 
 static void hk_step_end(void *u, int64_t duration_ns)
@@ -225,6 +244,7 @@ mp_status mp_trace_async_start(mp_trace_writer *w, mp_trace_async **out, mp_hook
     if (!a)
         return mp_fail(err, MP_ERR_NOMEM, "trace: out of memory");
     a->sync_hooks = mp_trace_hooks(&a->sync, w);
+    a->routed_layer = -1;
     a->cur = &a->bufs[0];
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);

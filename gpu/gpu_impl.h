@@ -107,6 +107,8 @@ struct mp_gpu {
     const void **h_stage_slots[2]; /* (3 n_expert) staging slot tables */
     uint64_t *h_mask;       /* (words_per_layer) resident | copied experts of the current step */
     int64_t *h_count;       /* (n_expert) rows per expert in the current step */
+    uint8_t *h_served;      /* (n_layer, n_batch, top_k) each route's path (mp_served), in h_ids'
+                             * order: the hooks' mp_moe_timing.served, written only for them */
 
     cudaEvent_t ev_host;    /* routing and rows are on the host */
     cudaEvent_t ev_stage_ready[2], ev_stage_free[2];

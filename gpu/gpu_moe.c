@@ -184,6 +184,31 @@ static int cold_routes(const mp_gpu *g, int64_t il, const int32_t *h_ids, int32_
     return c;
 }
 
+/* Each route's path in hybrid layer il's step, for the hooks (mp_moe_timing.served), in h_ids'
+ * order: the placement's resident experts, the tier's slots (live, not resident), far routes (the
+ * first n_far cold routes in slot order: cold_routes' order, the kernels' rule), prefill copies
+ * (set in h_mask, not live), the CPU (the rest). */
+static const uint8_t *fill_served(mp_gpu *g, int64_t il, int64_t n, const int32_t *h_ids, int64_t n_far)
+{
+    const int64_t K = g->s->m->hp.n_expert_used;
+    uint8_t *out = g->h_served + il * g->s->n_batch * K;
+    const uint64_t *mask = g->h_mask;
+    for (int64_t i = 0; i < n * K; i++) {
+        const int32_t e = h_ids[i];
+        if (mp_placement_resident(&g->pl, il, e))
+            out[i] = MP_SERVED_GPU;
+        else if (mp_gpu_live(g, il, e))
+            out[i] = MP_SERVED_TIER;
+        else if (n_far > 0)
+            out[i] = MP_SERVED_FAR, n_far--;
+        else if ((mask[e >> 6] >> (e & 63)) & 1u)
+            out[i] = MP_SERVED_COPY;
+        else
+            out[i] = MP_SERVED_CPU;
+    }
+    return out;
+}
+
 /* The GPU serves expert e in the current step (copied, or far): the CPU skips it (h_mask). */
 static void leave_to_gpu(mp_gpu *g, int32_t e)
 {
@@ -347,6 +372,11 @@ static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     }
     if (!hybrid)
         t->hits = n * K;
+    if (!hybrid && want_timing) { /* every route on a resident expert */
+        uint8_t *served = g->h_served + il * B * K;
+        memset(served, MP_SERVED_GPU, (size_t)(n * K));
+        t->served = served;
+    }
     return MP_OK;
 }
 
@@ -437,6 +467,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     t->h2d_bytes = (int64_t)((size_t)(n * D) * sizeof(float));
     t->hits = hits;
     t->misses = n * K - hits;
+    if (s->hooks && s->hooks->moe_timing)
+        t->served = fill_served(g, il, n, h_ids, far_routes);
     g->stats.hybrid_layers++;
     g->stats.moe_layers++;
     g->stats.routes_gpu += hits;

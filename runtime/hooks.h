@@ -14,6 +14,26 @@
 
 typedef enum mp_phase { MP_PHASE_PREFILL = 0, MP_PHASE_DECODE = 1 } mp_phase;
 
+/* The path that served one route (one (row, slot) of a layer's top-k): the codes of
+ * mp_moe_timing.served, stored as they are in the trace's timing.served (docs/trace-format.md).
+ * Append only: a stored code keeps its meaning. */
+typedef enum mp_served {
+    MP_SERVED_GPU = 0,  /* an expert the placement keeps resident on the GPU */
+    MP_SERVED_TIER = 1, /* an adaptive-tier slot on the GPU (runtime/tier.h) */
+    MP_SERVED_CPU = 2,  /* the host's CPU experts */
+    MP_SERVED_FAR = 3,  /* a decode far route: the GPU reads the host's copy over the bus */
+    MP_SERVED_COPY = 4, /* a prefill copy: the expert staged to the GPU for the step */
+    MP_SERVED_N = 5
+} mp_served;
+
+/* The path's name ("gpu", "tier", "cpu", "far", "copy"; "unknown" outside the codes): the one
+ * spelling every report and message uses. */
+static inline const char *mp_served_name(int code)
+{
+    static const char *const names[MP_SERVED_N] = {"gpu", "tier", "cpu", "far", "copy"};
+    return code >= 0 && code < MP_SERVED_N ? names[code] : "unknown";
+}
+
 /* Per (step, MoE layer) timing of the expert block. Zero where a path did not run. */
 typedef struct mp_moe_timing {
     int64_t gpu_expert_ns;
@@ -28,6 +48,11 @@ typedef struct mp_moe_timing {
      * routes to experts whose copy had not landed (in misses), and the admissions, evictions and
      * copy bytes the layer's invocation decided (the copies go out when the step has drained) */
     int64_t tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes;
+    /* The path of every route (mp_served codes): n_rows × top_k of them, row-major in the order of
+     * the layer's routing call (its expert_ids), which precedes this call in the step. GPU and TIER
+     * codes count to hits, TIER alone to tier_hits, the others to misses. NULL: the executor does
+     * not say. Valid during the call only, as every pointer here. */
+    const uint8_t *served;
 } mp_moe_timing;
 
 typedef struct mp_hooks {

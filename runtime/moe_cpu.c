@@ -63,6 +63,7 @@ struct mp_moe_scratch {
     float *router;       /* (max_rows, n_expert) logits, then probabilities */
     int32_t *ids;        /* (max_rows, top_k) chosen experts */
     float *weights;      /* (max_rows, top_k) their combine weights */
+    uint8_t *served;     /* (max_rows, top_k) MP_SERVED_CPU: the hooks' served codes, every route's */
     int64_t *count;      /* (n_expert) entries routed to each expert */
     int64_t *offset;     /* (n_expert + 1) first entry of each expert */
     int64_t *entry_row;  /* (max_rows * top_k) entry -> source row */
@@ -100,6 +101,7 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
     free(s->router);
     free(s->ids);
     free(s->weights);
+    free(s->served);
     free(s->count);
     free(s->offset);
     free(s->entry_row);
@@ -142,6 +144,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     s->router = malloc((size_t)max_rows * (size_t)hp->n_expert * sizeof(float));
     s->ids = malloc(entries * sizeof(int32_t));
     s->weights = malloc(entries * sizeof(float));
+    s->served = malloc(entries);
     s->count = malloc((size_t)hp->n_expert * sizeof(int64_t));
     s->offset = malloc(((size_t)hp->n_expert + 1) * sizeof(int64_t));
     s->entry_row = malloc(entries * sizeof(int64_t));
@@ -161,12 +164,13 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     if (knobs->moe_cpu_profile)
         mp_moe_scratch_profile(s, true); /* out of memory: no profile, said by its absence */
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
-    if (!s->router || !s->ids || !s->weights || !s->count || !s->offset || !s->entry_row ||
+    if (!s->router || !s->ids || !s->weights || !s->served || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {
         mp_moe_scratch_free(s);
         return NULL;
     }
+    memset(s->served, MP_SERVED_CPU, entries);
     return s;
 }
 
@@ -665,6 +669,7 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
         mp_moe_timing t = {0};
         t.cpu_expert_ns = now_ns() - t0_ns;
         t.misses = n_rows * K; /* the CPU path serves every route from host memory */
+        t.served = s->served;
         hooks->moe_timing(hooks->user, il, &t);
     }
     return MP_OK;

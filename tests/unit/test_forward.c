@@ -510,6 +510,7 @@ typedef struct capture {
     mp_phase step_phase[16];
     int64_t n_steps, row_base;
     int64_t request_id_seen;
+    int64_t n_timing_calls, top_k;
 } capture;
 
 static void cap_step_begin(void *user, int64_t request_id, int64_t step, mp_phase phase,
@@ -542,6 +543,21 @@ static void cap_routing(void *user, int64_t layer, int64_t n_rows, int64_t top_k
             c->ids[c->row_base + r][layer][k] = ids[r * top_k + k];
             c->w[c->row_base + r][layer][k] = w[r * top_k + k];
         }
+    c->top_k = top_k;
+}
+
+/* The CPU forward serves every route on the CPU and says so for each (mp_moe_timing.served). */
+static void cap_timing(void *user, int64_t layer, const mp_moe_timing *t)
+{
+    capture *c = user;
+    const int64_t routes = c->step_rows[c->n_steps - 1] * c->top_k;
+    c->n_timing_calls++;
+    cr_assert_eq(t->misses, routes, "layer %lld", (long long)layer);
+    cr_assert_eq(t->hits, 0);
+    cr_assert_not_null(t->served, "layer %lld: no served codes", (long long)layer);
+    for (int64_t i = 0; i < routes; i++)
+        cr_assert_eq(t->served[i], MP_SERVED_CPU, "layer %lld route %lld: %s", (long long)layer, (long long)i,
+                     mp_served_name(t->served[i]));
 }
 
 static void check_hooks_routing(bool renorm)
@@ -557,7 +573,7 @@ static void check_hooks_routing(bool renorm)
     static capture c;
     memset(&c, 0, sizeof c);
     mp_hooks hooks = {.user = &c, .step_begin = cap_step_begin, .routing = cap_routing,
-                      .step_end = cap_step_end};
+                      .moe_timing = cap_timing, .step_end = cap_step_end};
     mp_session *s = new_session(&tm->m, 2, 4, 32, &hooks, NULL);
     mp_error err = {0};
     mp_session_begin_request(s, 42, tok, 5);
@@ -576,6 +592,7 @@ static void check_hooks_routing(bool renorm)
         cr_assert_eq(c.step_phase[i], want_phase[i], "step %d", i);
     }
     cr_assert_eq(c.n_routing_calls, 4 * hp.n_layer);
+    cr_assert_eq(c.n_timing_calls, 4 * hp.n_layer);
     for (int64_t t = 0; t < N; t++)
         for (int64_t il = 0; il < hp.n_layer; il++) {
             double wsum = 0;
