@@ -22,6 +22,7 @@
 #include "collector/trace_read.h"
 #include "base/input_file.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -697,14 +698,15 @@ mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, 
     if (!*out)
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
     (*out)->r = r;
-    /* the adaptive tier's columns were added to version 2: traces written before lack them */
-    const bool tier = has_column(r, "timing", "tier_hits");
-    mp_status s = begin_stmt(r, tier ? "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
-                                       " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses, tier_hits, tier_late,"
-                                       " tier_admissions, tier_evictions, tier_copy_bytes FROM timing ORDER BY key"
-                                     : "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
-                                       " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses, 0, 0, 0, 0, 0"
-                                       " FROM timing ORDER BY key", &(*out)->st, err);
+    /* the adaptive tier's columns, then served, were added to version 2: traces written before
+     * lack them (each addition came after the one before it, but each is looked for alone) */
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns,"
+             " sync_ns, merge_ns, hits, misses, %s, %s FROM timing ORDER BY key",
+             has_column(r, "timing", "tier_hits") ? "tier_hits, tier_late, tier_admissions, tier_evictions,"
+                                                    " tier_copy_bytes" : "0, 0, 0, 0, 0",
+             has_column(r, "timing", "served") ? "served" : "NULL");
+    mp_status s = begin_stmt(r, sql, &(*out)->st, err);
     if (s) {
         free(*out);
         *out = NULL;
@@ -738,6 +740,15 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     t->tier_admissions = sqlite3_column_int64(st, 13);
     t->tier_evictions = sqlite3_column_int64(st, 14);
     t->tier_copy_bytes = sqlite3_column_int64(st, 15);
+    /* a value of another SQL type reads through SQLite's conversion, as the routing BLOBs do; an
+     * empty one is present (a non-NULL pointer, 0 bytes), not absent */
+    rec->served_bytes = 0;
+    t->served = NULL;
+    if (sqlite3_column_type(st, 16) != SQLITE_NULL) {
+        const uint8_t *b = sqlite3_column_blob(st, 16);
+        rec->served_bytes = (size_t)sqlite3_column_bytes(st, 16);
+        t->served = b ? b : (const uint8_t *)"";
+    }
     return 1;
 }
 

@@ -128,9 +128,13 @@ mp_status mp_trace_routing_begin_range(mp_trace_reader *r, int64_t first_request
 int mp_trace_routing_next(mp_trace_routing_iter *it, mp_trace_routing_rec *rec, mp_error *err);
 void mp_trace_routing_end(mp_trace_routing_iter *it);
 
+/* t.served points at the row's served codes as stored (served_bytes of them, possibly 0; valid
+ * until the next call to next or end), NULL where the row has none: NULL in the database, or a
+ * trace written before the column. Their size and values are unchecked here (trace_check.h). */
 typedef struct mp_trace_timing_rec {
     int64_t request_id, step, node_index;
     mp_moe_timing t;
+    size_t served_bytes;
 } mp_trace_timing_rec;
 typedef struct mp_trace_timing_iter mp_trace_timing_iter;
 /* Timing in (request_id, step, node_index) order. */

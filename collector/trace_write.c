@@ -227,8 +227,8 @@ static mp_status writer_open(const char *db_path, const char *name, mp_trace_wri
                       &w->ins_routing, err)) ||
         (st = prepare(w, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns,"
                          " d2h_bytes, d2h_ns, sync_ns, merge_ns, hits, misses, tier_hits, tier_late,"
-                         " tier_admissions, tier_evictions, tier_copy_bytes)"
-                         " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
+                         " tier_admissions, tier_evictions, tier_copy_bytes, served)"
+                         " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)",
                       &w->ins_timing, err)) ||
         (st = prepare(w, "INSERT INTO steps(request_id, step, phase, n_rows, pos, duration_ns)"
                          " VALUES (?1,?2,?3,?4,?5,?6)",
@@ -728,6 +728,12 @@ mp_status mp_trace_add_timing(mp_trace_writer *w, int64_t node_index, const mp_m
                            t->tier_copy_bytes};
     for (int i = 0; i < 15; i++)
         sqlite3_bind_int64(st, 2 + i, v[i]);
+    /* the step's rows × the node's top-k codes (runtime/hooks.h); stored as given: the checker
+     * (trace_check.h) holds them against hits, misses and tier_hits */
+    if (t->served)
+        sqlite3_bind_blob(st, 17, t->served, (int)(w->step_rows * w->nodes[node_index].top_k), SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 17);
     if ((s = step_once(w, st, err, "writing timing")))
         return s;
     w->step_timing++;

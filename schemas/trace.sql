@@ -113,6 +113,11 @@ CREATE TABLE timing (
   tier_admissions INTEGER,                  -- experts the invocation admitted (copied after the step)
   tier_evictions  INTEGER,
   tier_copy_bytes INTEGER,                  -- the admissions' weight bytes
+  -- Added to version 2 the same way (NULL or absent: not recorded): the path that served each
+  -- route, one byte per route, (n_rows, top_k) row-major in the routing BLOB's order: 0 gpu
+  -- (resident), 1 tier (adaptive-tier slot), 2 cpu, 3 far (decode, read over the bus), 4 copy
+  -- (prefill, staged to the GPU). gpu + tier codes = hits, tier = tier_hits, the rest = misses.
+  served          BLOB,
   request_id    INTEGER GENERATED ALWAYS AS (key >> 36) VIRTUAL,
   step          INTEGER GENERATED ALWAYS AS ((key >> 12) & 16777215) VIRTUAL,
   node_index    INTEGER GENERATED ALWAYS AS (key & 4095) VIRTUAL

@@ -100,10 +100,14 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
                     all_w[nv++] = wt[i];
                 }
                 h.routing(h.user, l, rows, top_k, ids, wt);
+                uint8_t served[32]; /* node 1 says nothing (NULL) */
+                for (int i = 0; i < rows * top_k; i++)
+                    served[i] = (uint8_t)((i + l + s + r) % MP_SERVED_N);
                 mp_moe_timing t = {.cpu_expert_ns = 100 * l + s, .hits = l, .misses = rows, .tier_hits = s,
                                    .tier_late = l, .tier_admissions = r, .tier_evictions = s + l,
-                                   .tier_copy_bytes = 1000 * r + s};
+                                   .tier_copy_bytes = 1000 * r + s, .served = l == 1 ? NULL : served};
                 h.moe_timing(h.user, l, &t);
+                memset(served, 0xee, sizeof served); /* the hooks copied what they keep */
             }
             h.step_end(h.user, 1000 + s);
         }
@@ -230,6 +234,18 @@ static void round_trip(int n_experts, mp_trace_weight_format wf, bool async)
         cr_assert_eq(tr.t.tier_admissions, tr.request_id - 10);
         cr_assert_eq(tr.t.tier_evictions, tr.step + tr.node_index);
         cr_assert_eq(tr.t.tier_copy_bytes, 1000 * (tr.request_id - 10) + tr.step);
+        const int64_t routes = (tr.step == 0 ? 3 + tr.request_id - 10 : 1) * top_k;
+        if (tr.node_index == 1) {
+            cr_assert_null(tr.t.served);
+            cr_assert_eq(tr.served_bytes, 0);
+        } else {
+            cr_assert_not_null(tr.t.served);
+            cr_assert_eq(tr.served_bytes, (size_t)routes);
+            for (int64_t i = 0; i < routes; i++)
+                cr_assert_eq(tr.t.served[i], (i + tr.node_index + tr.step + tr.request_id - 10) % MP_SERVED_N,
+                             "request %lld step %lld node %lld route %lld", (long long)tr.request_id,
+                             (long long)tr.step, (long long)tr.node_index, (long long)i);
+        }
         n_t++;
     }
     cr_assert_eq(n_t, n_req * (n_gen + 1) * n_nodes);
@@ -645,12 +661,10 @@ Test(trace, decode_helpers_check_sizes)
     cr_assert_eq(mp_trace_decode_weights(blob, 4, "bf16", 2, w, &err), MP_ERR_FORMAT);
 }
 
-/* A trace written before the adaptive tier's columns existed (same schema version): its timing
- * rows read with the tier's counts 0. Made by dropping the columns from a fresh trace. */
-Test(trace, timing_without_tier_columns_reads)
+/* One step of one row, top-2, at node 0: the timing row says a tier slot served expert 3 and the
+ * CPU expert 5; then the columns named in drop go (a trace written before they existed). */
+static void old_timing_trace(const char *path, const char *const *drop, int n_drop)
 {
-    char path[300];
-    path_in(path, sizeof path, "old.db");
     mp_trace_writer *w = open_with_nodes(path, 1, 8, 2, MP_TRACE_W_F16);
     mp_trace_hooks_state hs;
     mp_hooks h = mp_trace_hooks(&hs, w);
@@ -661,7 +675,8 @@ Test(trace, timing_without_tier_columns_reads)
     int32_t ids[2] = {3, 5};
     float wt[2] = {0.5f, 0.5f};
     h.routing(h.user, 0, 1, 2, ids, wt);
-    mp_moe_timing t = {.cpu_expert_ns = 7, .hits = 1, .misses = 1, .tier_hits = 1};
+    const uint8_t served[2] = {MP_SERVED_TIER, MP_SERVED_CPU};
+    mp_moe_timing t = {.cpu_expert_ns = 7, .hits = 1, .misses = 1, .tier_hits = 1, .served = served};
     h.moe_timing(h.user, 0, &t);
     h.step_end(h.user, 10);
     h.request_end(h.user, 0);
@@ -670,13 +685,24 @@ Test(trace, timing_without_tier_columns_reads)
     mp_trace_writer_close(w);
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    const char *cols[] = {"tier_hits", "tier_late", "tier_admissions", "tier_evictions", "tier_copy_bytes"};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < n_drop; i++) {
         char sql[96];
-        snprintf(sql, sizeof sql, "ALTER TABLE timing DROP COLUMN %s", cols[i]);
+        snprintf(sql, sizeof sql, "ALTER TABLE timing DROP COLUMN %s", drop[i]);
         cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
     }
     sqlite3_close(db);
+}
+
+/* A trace written before the adaptive tier's columns and served existed (same schema version):
+ * its timing rows read with the tier's counts 0 and no served codes. Made by dropping the columns
+ * from a fresh trace. */
+Test(trace, timing_without_tier_columns_reads)
+{
+    char path[300];
+    path_in(path, sizeof path, "old.db");
+    const char *cols[] = {"tier_hits", "tier_late", "tier_admissions", "tier_evictions", "tier_copy_bytes", "served"};
+    old_timing_trace(path, cols, 6);
+    mp_error err;
     mp_trace_reader *r;
     cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
     mp_trace_timing_iter *ti;
@@ -686,9 +712,42 @@ Test(trace, timing_without_tier_columns_reads)
     cr_assert_eq(tr.t.cpu_expert_ns, 7);
     cr_assert_eq(tr.t.tier_hits, 0);
     cr_assert_eq(tr.t.tier_copy_bytes, 0);
+    cr_assert_null(tr.t.served);
+    cr_assert_eq(tr.served_bytes, 0);
     mp_trace_timing_end(ti);
     mp_trace_tier_totals tot = {0};
     cr_assert_eq(mp_trace_tier_add(r, &tot, &err), MP_OK, "%s", err.msg);
     cr_assert(!tot.present, "no tier columns: no tier");
     mp_trace_reader_close(r);
+}
+
+/* A trace written after the tier's columns but before served: the tier's counts read, the served
+ * codes are absent (NULL); with the column, they read as written. */
+Test(trace, timing_without_served_column_reads)
+{
+    for (int drop = 0; drop < 2; drop++) {
+        char path[300];
+        path_in(path, sizeof path, drop ? "old_served.db" : "served.db");
+        const char *cols[] = {"served"};
+        old_timing_trace(path, cols, drop);
+        mp_error err;
+        mp_trace_reader *r;
+        cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
+        mp_trace_timing_iter *ti;
+        cr_assert_eq(mp_trace_timing_begin(r, &ti, &err), MP_OK, "%s", err.msg);
+        mp_trace_timing_rec tr;
+        cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 1, "%s", err.msg);
+        cr_assert_eq(tr.t.tier_hits, 1);
+        if (drop) {
+            cr_assert_null(tr.t.served);
+            cr_assert_eq(tr.served_bytes, 0);
+        } else {
+            cr_assert_eq(tr.served_bytes, 2);
+            cr_assert_eq(tr.t.served[0], MP_SERVED_TIER);
+            cr_assert_eq(tr.t.served[1], MP_SERVED_CPU);
+        }
+        cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 0, "%s", err.msg);
+        mp_trace_timing_end(ti);
+        mp_trace_reader_close(r);
+    }
 }
