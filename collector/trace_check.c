@@ -35,6 +35,7 @@ struct mp_trace_check {
     req_key *reqs;             /* (n_requests) sorted by request_id */
     int64_t n_requests;
     int64_t max_experts;       /* over usable nodes: the repeated-id stamp's size */
+    mp_trace_served_node *served; /* (n_nodes) the last complete iteration's served totals */
 };
 
 struct mp_trace_check_iter {
@@ -61,6 +62,14 @@ struct mp_trace_check_iter {
     int64_t cap;
     uint32_t *stamp;           /* (max_experts) row serial of the last use: the repeated-id check */
     uint32_t row_serial;
+    /* the timing rows with served codes, merge-joined with the steps: trec is the next one when
+     * trec_rc is 1 (0: none left); served (n_nodes) the codes counted so far, rows_total the rows
+     * of the steps that passed */
+    mp_trace_timing_iter *timing;
+    mp_trace_timing_rec trec;
+    int trec_rc;
+    mp_trace_served_node *served;
+    int64_t rows_total;
 };
 
 static float f16_table[65536];
@@ -256,6 +265,7 @@ void mp_trace_check_close(mp_trace_check *c)
     mp_trace_reader_close(c->r);
     free(c->node_ok);
     free(c->reqs);
+    free(c->served);
     free(c);
 }
 
@@ -297,7 +307,8 @@ mp_status mp_trace_check_open(const char *path, mp_trace_problem_fn sink, void *
     memset(c->pos, 0xff, sizeof c->pos);
     c->node_ok = calloc((size_t)c->n_nodes + 1, sizeof *c->node_ok);
     c->reqs = malloc(((size_t)c->n_requests + 1) * sizeof *c->reqs);
-    if (!c->node_ok || !c->reqs) {
+    c->served = calloc((size_t)c->n_nodes + 1, sizeof *c->served);
+    if (!c->node_ok || !c->reqs || !c->served) {
         mp_trace_check_close(c);
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
     }
@@ -320,6 +331,7 @@ mp_status mp_trace_check_open(const char *path, mp_trace_problem_fn sink, void *
 
 mp_trace_reader *mp_trace_check_reader(const mp_trace_check *c) { return c->r; }
 int64_t mp_trace_check_problems(const mp_trace_check *c) { return c->n_problems; }
+const mp_trace_served_node *mp_trace_check_served(const mp_trace_check *c) { return c->served; }
 
 /* ---- stage 2 ---- */
 
@@ -346,7 +358,7 @@ static mp_status close_step(mp_trace_check_iter *it)
             it->c->n_nodes, (long long)it->nodes[it->nodes_seen].node_index);
 }
 
-static mp_status next_step(mp_trace_check_iter *it, mp_error *err)
+static mp_status load_step(mp_trace_check_iter *it, mp_error *err)
 {
     mp_trace_check *c = it->c;
     if (close_step(it) != MP_OK)
@@ -416,6 +428,103 @@ static int cmp_key(int64_t r1, int64_t s1, int64_t r2, int64_t s2)
     return (s1 > s2) - (s1 < s2);
 }
 
+#define AT "trace %s: request %lld (ord %lld), step %lld, node %lld"
+#define AT_ARGS it->c->path, (long long)rec->request_id, (long long)it->step_ord, \
+                (long long)rec->step, (long long)rec->node_index
+
+/* "0 gpu, 1 tier, ...": the codes and their names, for messages. */
+static const char *served_codes(char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int code = 0; code < MP_SERVED_N && at < cap; code++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%d %s", code ? ", " : "", code, mp_served_name(code));
+    return buf;
+}
+
+/* One timing row's served codes at the current step: rows × top-k of them, each a path, counted
+ * as the row's hits, tier_hits and misses say; then added to the node's totals. */
+static mp_status check_served(mp_trace_check_iter *it, const mp_trace_timing_rec *rec)
+{
+    const mp_trace_check *c = it->c;
+    const int32_t p = rec->node_index >= 0 && rec->node_index <= MP_TRACE_MAX_NODE_INDEX
+                          ? c->pos[rec->node_index] : -1;
+    if (p < 0 || p >= c->n_nodes)
+        PROBLEM(AT ": timing with served codes for a node absent from the node table, expected one of "
+                "the nodes table's", AT_ARGS);
+    if (!c->node_ok[p])
+        return MP_OK; /* reported at open */
+    const int64_t k = it->nodes[p].top_k, rows = it->step.n_rows;
+    if (rec->served_bytes % (size_t)k || (int64_t)(rec->served_bytes / (size_t)k) != rows)
+        PROBLEM(AT ": served BLOB of %zu codes, expected rows × top-k = %lld × %lld", AT_ARGS,
+                rec->served_bytes, (long long)rows, (long long)k);
+    int64_t n[MP_SERVED_N] = {0};
+    const uint8_t *code = rec->t.served;
+    for (size_t i = 0; i < rec->served_bytes; i++) {
+        if (code[i] >= MP_SERVED_N) {
+            char names[128];
+            PROBLEM(AT ", row %lld, slot %lld: served code %u, expected one of %s", AT_ARGS,
+                    (long long)(i / (size_t)k), (long long)(i % (size_t)k), code[i], served_codes(names, sizeof names));
+        }
+        n[code[i]]++;
+    }
+    const int64_t gpu = n[MP_SERVED_GPU] + n[MP_SERVED_TIER], tier = n[MP_SERVED_TIER];
+    const int64_t host = n[MP_SERVED_CPU] + n[MP_SERVED_FAR] + n[MP_SERVED_COPY];
+    if (gpu != rec->t.hits || tier != rec->t.tier_hits || host != rec->t.misses) {
+        char got[160];
+        size_t at = 0;
+        for (int i = 0; i < MP_SERVED_N; i++)
+            at += (size_t)snprintf(got + at, sizeof got - at, "%s%s %lld", i ? ", " : "", mp_served_name(i),
+                                   (long long)n[i]);
+        PROBLEM(AT ": served codes %s, but hits %lld, tier_hits %lld, misses %lld: expected %s + %s = hits, "
+                "%s = tier_hits, %s + %s + %s = misses", AT_ARGS, got, (long long)rec->t.hits,
+                (long long)rec->t.tier_hits, (long long)rec->t.misses, mp_served_name(MP_SERVED_GPU),
+                mp_served_name(MP_SERVED_TIER), mp_served_name(MP_SERVED_TIER), mp_served_name(MP_SERVED_CPU),
+                mp_served_name(MP_SERVED_FAR), mp_served_name(MP_SERVED_COPY));
+    }
+    for (int i = 0; i < MP_SERVED_N; i++)
+        it->served[p].by_path[i] += n[i];
+    return MP_OK;
+}
+
+/* The timing rows with served codes up to the current step (all that are left once the steps have
+ * ended): those of an earlier step lack it in the steps table; those of this step are checked
+ * against its rows, unless the step itself failed (reported with the step). */
+static mp_status served_upto(mp_trace_check_iter *it, mp_error *err)
+{
+    while (it->trec_rc == 1) {
+        const mp_trace_timing_rec *rec = &it->trec;
+        const int cmp = it->have_step ? cmp_key(rec->request_id, rec->step, it->step.request_id, it->step.step) : -1;
+        if (cmp > 0)
+            return MP_OK;
+        mp_status st = MP_OK;
+        if (cmp < 0)
+            st = problem(it->c, &it->stop_err, "trace %s: request %lld, step %lld, node %lld: timing with served "
+                         "codes for a step that the steps table lacks", it->c->path, (long long)rec->request_id,
+                         (long long)rec->step, (long long)rec->node_index);
+        else if (it->step_ok)
+            st = check_served(it, rec);
+        if (st != MP_OK)
+            return st;
+        const int rc = mp_trace_timing_next(it->timing, &it->trec, err);
+        if (rc < 0)
+            return (mp_status)rc;
+        it->trec_rc = rc;
+    }
+    return MP_OK;
+}
+
+/* Leave the current step for the next one (none: the end), then its served codes. */
+static mp_status next_step(mp_trace_check_iter *it, mp_error *err)
+{
+    mp_status st = load_step(it, err);
+    if (st != MP_OK)
+        return st;
+    if (it->have_step && it->step_ok)
+        it->rows_total += it->step.n_rows;
+    return served_upto(it, err);
+}
+
 static mp_status grow(mp_trace_check_iter *it, int64_t n, mp_error *err)
 {
     if (n <= it->cap)
@@ -432,10 +541,6 @@ static mp_status grow(mp_trace_check_iter *it, int64_t n, mp_error *err)
     it->cap = n;
     return MP_OK;
 }
-
-#define AT "trace %s: request %lld (ord %lld), step %lld, node %lld"
-#define AT_ARGS it->c->path, (long long)rec->request_id, (long long)it->step_ord, \
-                (long long)rec->step, (long long)rec->node_index
 
 /* Check and decode one routing record; *ok says whether it may be handed out. Hot: one pass over
  * the record's ids and weights, every check in the same loop. */
@@ -515,6 +620,8 @@ void mp_trace_check_end(mp_trace_check_iter *it)
         return;
     mp_trace_routing_end(it->routing);
     mp_trace_steps_end(it->steps);
+    mp_trace_timing_end(it->timing);
+    free(it->served);
     free(it->has_steps);
     free(it->ids);
     free(it->weights);
@@ -536,13 +643,18 @@ mp_status mp_trace_check_begin(mp_trace_check *c, int64_t only_node, mp_trace_ch
     it->prev_ord = -1;
     it->has_steps = calloc((size_t)c->n_requests + 1, sizeof *it->has_steps);
     it->stamp = calloc((size_t)c->max_experts + 1, sizeof *it->stamp);
+    it->served = calloc((size_t)c->n_nodes + 1, sizeof *it->served);
     mp_status st = MP_OK;
-    if (!it->has_steps || !it->stamp)
+    if (!it->has_steps || !it->stamp || !it->served)
         st = mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", c->path);
     if (!st)
         st = mp_trace_steps_begin(c->r, &it->steps, err);
     if (!st)
         st = mp_trace_routing_begin(c->r, &it->routing, err);
+    if (!st)
+        st = mp_trace_timing_begin_served(c->r, &it->timing, err);
+    if (!st && (it->trec_rc = mp_trace_timing_next(it->timing, &it->trec, err)) < 0)
+        st = (mp_status)it->trec_rc;
     if (st) {
         mp_trace_check_end(it);
         return st;
@@ -667,6 +779,11 @@ static int advance(mp_trace_check_iter *it, mp_trace_checked_rec *out, mp_error 
         return rc;
     if ((st = finish(it, err)) != MP_OK)
         return st;
+    if (c->n_problems == 0) /* the whole trace passed: its served totals are complete */
+        for (int32_t p = 0; p < c->n_nodes; p++) {
+            c->served[p] = it->served[p];
+            c->served[p].routes = it->rows_total * it->nodes[p].top_k;
+        }
     return 0;
 }
 

@@ -13,8 +13,11 @@
  *  2. an iterator (mp_trace_check_begin/next) that streams steps and routing merge-joined by
  *     (request, step) and checks every record: step numbering, phase, rows; a record per node per
  *     step with the step's rows; id and weight BLOBs of rows × top-k; ids in [0, n_experts) and
- *     distinct within a row; weights finite and >= 0. At the end: requests without steps, and the
- *     footer's steps, routing, timing and cupti counts against the tables.
+ *     distinct within a row; weights finite and >= 0; merge-joined too, the timing rows that carry
+ *     served codes (timing.served): for a step and node of the tables, rows × top-k codes, each a
+ *     path (mp_served), whose counts agree with the row's hits, misses and tier_hits. At the end:
+ *     requests without steps, and the footer's steps, routing, timing and cupti counts against
+ *     the tables.
  * Records are (request, step, node) whatever the schema version, so every check and location is
  * the same for both. Each problem is one line naming the trace and as much of (request, step,
  * node, row, slot) as applies.
@@ -26,8 +29,8 @@
  * problem, so no consumer ever computes with invalid input.
  *
  * Memory: the reader's (nodes, requests), a has-steps flag per request, a stamp per expert for the
- * repeated-id check and the decode buffers of the largest record: nothing grows with the number
- * of steps.
+ * repeated-id check, the decode buffers of the largest record and the served totals per node:
+ * nothing grows with the number of steps.
  */
 #ifndef MP_COLLECTOR_TRACE_CHECK_H
 #define MP_COLLECTOR_TRACE_CHECK_H
@@ -81,6 +84,18 @@ mp_status mp_trace_check_begin(mp_trace_check *c, int64_t only_node, mp_trace_ch
  * an mp_status, err filled (MP_ERR_FORMAT: a problem, without a sink or when the sink stopped). */
 int mp_trace_check_next(mp_trace_check_iter *it, mp_trace_checked_rec *rec, mp_error *err);
 void mp_trace_check_end(mp_trace_check_iter *it);
+
+/* The routes of each node by the path that served them, from the timing rows' served codes:
+ * routes = every route of every step (its rows × the node's top-k, whatever a consumer selects);
+ * by_path[code] = those a timing row's served codes put on that path (mp_served); routes − the
+ * sum of by_path had none (a timing row without codes, or no timing row). */
+typedef struct mp_trace_served_node {
+    int64_t routes;
+    int64_t by_path[MP_SERVED_N];
+} mp_trace_served_node;
+/* (n_nodes, node-table order): the totals of the last iteration that reached its end without a
+ * problem (mp_trace_check_next returned 0); all zero before. */
+const mp_trace_served_node *mp_trace_check_served(const mp_trace_check *c);
 
 /* Several traces read as one (analyze and simulate of sharded collections): other, opened
  * after first, must come from the same model (SHA-256), have the same shapes and node table, and

@@ -65,7 +65,11 @@ struct mp_trace_routing_iter {
     size_t slice_cap;
     int64_t *row_bytes;      /* (n_nodes, 2): id and weight bytes per row of each node, 0 if unreadable */
 };
-struct mp_trace_timing_iter { mp_trace_reader *r; sqlite3_stmt *st; };
+struct mp_trace_timing_iter {
+    mp_trace_reader *r;
+    sqlite3_stmt *st;
+    bool served_only; /* mp_trace_timing_begin_served: key, hits, misses, tier_hits, served */
+};
 
 static char *dup_col(sqlite3_stmt *st, int i)
 {
@@ -692,26 +696,55 @@ void mp_trace_routing_end(mp_trace_routing_iter *it)
     routing_iter_free(it);
 }
 
-mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)
+static mp_status timing_begin(mp_trace_reader *r, bool served_only, mp_trace_timing_iter **out, mp_error *err)
 {
     *out = calloc(1, sizeof **out);
     if (!*out)
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
     (*out)->r = r;
+    (*out)->served_only = served_only;
     /* the adaptive tier's columns, then served, were added to version 2: traces written before
      * lack them (each addition came after the one before it, but each is looked for alone) */
+    const bool tier = has_column(r, "timing", "tier_hits"), served = has_column(r, "timing", "served");
     char sql[400];
-    snprintf(sql, sizeof sql, "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns,"
-             " sync_ns, merge_ns, hits, misses, %s, %s FROM timing ORDER BY key",
-             has_column(r, "timing", "tier_hits") ? "tier_hits, tier_late, tier_admissions, tier_evictions,"
-                                                    " tier_copy_bytes" : "0, 0, 0, 0, 0",
-             has_column(r, "timing", "served") ? "served" : "NULL");
+    if (served_only) /* no column: no row */
+        snprintf(sql, sizeof sql, "SELECT key, hits, misses, %s, %s FROM timing%s ORDER BY key",
+                 tier ? "tier_hits" : "0", served ? "served" : "NULL",
+                 served ? " WHERE served IS NOT NULL" : " WHERE 0");
+    else
+        snprintf(sql, sizeof sql, "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns,"
+                 " sync_ns, merge_ns, hits, misses, %s, %s FROM timing ORDER BY key",
+                 tier ? "tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes" : "0, 0, 0, 0, 0",
+                 served ? "served" : "NULL");
     mp_status s = begin_stmt(r, sql, &(*out)->st, err);
     if (s) {
         free(*out);
         *out = NULL;
     }
     return s;
+}
+
+mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)
+{
+    return timing_begin(r, false, out, err);
+}
+
+mp_status mp_trace_timing_begin_served(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)
+{
+    return timing_begin(r, true, out, err);
+}
+
+/* Column i as the row's served codes: a value of another SQL type reads through SQLite's
+ * conversion, as the routing BLOBs do; an empty one is present (a non-NULL pointer, 0 bytes). */
+static void served_col(sqlite3_stmt *st, int i, mp_trace_timing_rec *rec)
+{
+    rec->served_bytes = 0;
+    rec->t.served = NULL;
+    if (sqlite3_column_type(st, i) != SQLITE_NULL) {
+        const uint8_t *b = sqlite3_column_blob(st, i);
+        rec->served_bytes = (size_t)sqlite3_column_bytes(st, i);
+        rec->t.served = b ? b : (const uint8_t *)"";
+    }
 }
 
 int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_error *err)
@@ -725,6 +758,14 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     rec->step = (key >> 12) & MP_TRACE_MAX_STEP;
     rec->node_index = key & MP_TRACE_MAX_NODE_INDEX;
     mp_moe_timing *t = &rec->t;
+    if (it->served_only) {
+        memset(t, 0, sizeof *t);
+        t->hits = int_col(st, 1);
+        t->misses = int_col(st, 2);
+        t->tier_hits = sqlite3_column_int64(st, 3);
+        served_col(st, 4, rec);
+        return 1;
+    }
     t->gpu_expert_ns = int_col(st, 1);
     t->cpu_expert_ns = int_col(st, 2);
     t->h2d_bytes = int_col(st, 3);
@@ -740,15 +781,7 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     t->tier_admissions = sqlite3_column_int64(st, 13);
     t->tier_evictions = sqlite3_column_int64(st, 14);
     t->tier_copy_bytes = sqlite3_column_int64(st, 15);
-    /* a value of another SQL type reads through SQLite's conversion, as the routing BLOBs do; an
-     * empty one is present (a non-NULL pointer, 0 bytes), not absent */
-    rec->served_bytes = 0;
-    t->served = NULL;
-    if (sqlite3_column_type(st, 16) != SQLITE_NULL) {
-        const uint8_t *b = sqlite3_column_blob(st, 16);
-        rec->served_bytes = (size_t)sqlite3_column_bytes(st, 16);
-        t->served = b ? b : (const uint8_t *)"";
-    }
+    served_col(st, 16, rec);
     return 1;
 }
 

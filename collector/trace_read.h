@@ -139,6 +139,10 @@ typedef struct mp_trace_timing_rec {
 typedef struct mp_trace_timing_iter mp_trace_timing_iter;
 /* Timing in (request_id, step, node_index) order. */
 mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err);
+/* Only the timing rows that carry served codes, in the same order, with only what checking them
+ * needs: t.hits, t.misses, t.tier_hits and t.served (the rest 0). A trace without the column has
+ * none. */
+mp_status mp_trace_timing_begin_served(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err);
 int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_error *err);
 void mp_trace_timing_end(mp_trace_timing_iter *it);
 

@@ -156,6 +156,85 @@ Test(trace_check, ids_out_of_range_and_repeated)
                "row 0, slot 1: expert id 2 repeated within the row");
 }
 
+/* A timing row (what the GPU executor's hooks record) at key = request << 36 | step << 12 | node,
+ * counted in the footer as the writer's would be. */
+static const char *timing_row(char *buf, size_t cap, long long key, int hits, int misses, int tier_hits,
+                              const char *served)
+{
+    snprintf(buf, cap, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns,"
+             " sync_ns, merge_ns, hits, misses, tier_hits, served) VALUES (%lld, 0, 0, 0, 0, 0, 0, 0, 0, %d, %d, %d, %s);"
+             " UPDATE footer SET n_timing = n_timing + 1", key, hits, misses, tier_hits, served);
+    return buf;
+}
+
+/* Request 0's prefill (4 rows × top-2) at node 0: gpu 2, tier 2, cpu 2, far 1, copy 1. */
+#define SERVED8 "x'0001020304000102'"
+
+Test(trace_check, served_codes_against_the_step_and_the_counts)
+{
+    char q[1024];
+    all_refuse(timing_row(q, sizeof q, 0, 4, 4, 2, "x'000102'"),
+               "request 0 (ord 0), step 0, node 0: served BLOB of 3 codes, expected rows × top-k = 4 × 2");
+    all_refuse(timing_row(q, sizeof q, 1, 4, 4, 2, "x''"),
+               "request 0 (ord 0), step 0, node 1: served BLOB of 0 codes, expected rows × top-k = 4 × 2");
+    all_refuse(timing_row(q, sizeof q, 0, 4, 4, 2, "x'0001020304000105'"),
+               "request 0 (ord 0), step 0, node 0, row 3, slot 1: served code 5, expected one of 0 gpu, 1 tier, "
+               "2 cpu, 3 far, 4 copy");
+    const char *counts = "served codes gpu 2, tier 2, cpu 2, far 1, copy 1, but hits %d, tier_hits %d, misses %d: "
+                         "expected gpu + tier = hits, tier = tier_hits, cpu + far + copy = misses";
+    const int wrong[3][3] = {{5, 4, 2}, {4, 4, 1}, {4, 3, 2}}; /* hits, misses, tier_hits: one off each */
+    for (int i = 0; i < 3; i++) {
+        char want[300];
+        snprintf(want, sizeof want, counts, wrong[i][0], wrong[i][2], wrong[i][1]);
+        all_refuse(timing_row(q, sizeof q, 0, wrong[i][0], wrong[i][1], wrong[i][2], SERVED8), want);
+    }
+    /* request 1, step 2 (one row) at a step and node the tables lack */
+    all_refuse(timing_row(q, sizeof q, (1LL << 36) | (7 << 12), 1, 1, 0, "x'0002'"),
+               "request 1, step 7, node 0: timing with served codes for a step that the steps table lacks");
+    all_refuse(timing_row(q, sizeof q, (1LL << 36) | (2 << 12) | 5, 1, 1, 0, "x'0002'"),
+               "request 1 (ord 1), step 2, node 5: timing with served codes for a node absent from the node table");
+}
+
+/* Codes that agree with their rows pass every consumer, and the checker sums them per node; rows
+ * without codes (NULL) are not checked and count as unknown. */
+Test(trace_check, served_codes_that_agree_are_summed)
+{
+    char *p = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char q[1024];
+    sql(p, timing_row(q, sizeof q, 0, 4, 4, 2, SERVED8));
+    sql(p, timing_row(q, sizeof q, (2LL << 36) | (1 << 12) | 1, 1, 1, 0, "x'0300'")); /* far, gpu */
+    sql(p, timing_row(q, sizeof q, (2LL << 36) | (2 << 12) | 1, 7, 7, 7, "NULL"));   /* not said */
+    char a[1024], s[1024], r[1024];
+    analyzer_verdict(p, a, sizeof a);
+    simulator_verdict(p, s, sizeof s);
+    replay_verdict(p, r, sizeof r);
+    cr_assert_str_eq(a, "");
+    cr_assert_str_eq(s, "");
+    cr_assert_str_eq(r, "");
+    mp_trace_check *c;
+    mp_error err;
+    cr_assert_eq(mp_trace_check_open(p, NULL, NULL, &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_check_served(c)[0].routes, 0, "nothing before an iteration");
+    mp_trace_check_iter *it;
+    cr_assert_eq(mp_trace_check_begin(c, 1, &it, &err), MP_OK, "%s", err.msg);
+    mp_trace_checked_rec rec;
+    int rc;
+    while ((rc = mp_trace_check_next(it, &rec, &err)) == 1)
+        ;
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    mp_trace_check_end(it);
+    const mp_trace_served_node *sv = mp_trace_check_served(c);
+    /* every node: 3 requests × (4 + 1 + 1) rows × top-2 = 36 routes */
+    const int64_t want[2][MP_SERVED_N] = {{2, 2, 2, 1, 1}, {1, 0, 0, 1, 0}};
+    for (int nd = 0; nd < N_NODES; nd++) {
+        cr_assert_eq(sv[nd].routes, 36, "node %d", nd);
+        for (int code = 0; code < MP_SERVED_N; code++)
+            cr_assert_eq(sv[nd].by_path[code], want[nd][code], "node %d, %s", nd, mp_served_name(code));
+    }
+    mp_trace_check_close(c);
+    free(p);
+}
+
 Test(trace_check, node_table_and_run_disagree)
 {
     all_refuse("UPDATE run SET n_experts = 16", "node 0: 8 experts but the run says 16");
