@@ -343,6 +343,7 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     char tmp[4200] = "";
     pass_ctx c;
     mp_an_simulation *sim = NULL;
+    mp_trace_served_node *served = NULL;
     memset(&stats, 0, sizeof stats);
     memset(&sum, 0, sizeof sum);
     memset(&dist, 0, sizeof dist);
@@ -449,8 +450,21 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
         st = mp_trace_tier_add(in.trace[i], &tier, err);
     if (st != MP_OK)
         goto out;
+    /* the checker summed each trace's served codes in the scan; the traces share one node table */
+    if (!(served = calloc((size_t)in.n_nodes, sizeof *served))) {
+        st = mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < in.n_traces; i++) {
+        const mp_trace_served_node *one = mp_trace_check_served(in.check[i]);
+        for (int32_t p = 0; p < in.n_nodes; p++) {
+            served[p].routes += one[p].routes;
+            for (int code = 0; code < MP_SERVED_N; code++)
+                served[p].by_path[code] += one[p].by_path[code];
+        }
+    }
     mp_an_report rep = {.opt = o, .in = &in, .st = &stats, .sum = &sum, .req = &dist,
-                        .n_train_requests = n_train, .sim = sim, .tier = &tier};
+                        .n_train_requests = n_train, .sim = sim, .tier = &tier, .served = served};
     if ((st = mp_an_write_csv(&rep, tmp, err)) != MP_OK || (st = mp_an_write_svg(&rep, tmp, err)) != MP_OK ||
         (st = mp_an_write_json(&rep, tmp, err)) != MP_OK || (st = mp_an_write_html(&rep, tmp, err)) != MP_OK ||
         (sim && (st = mp_an_write_simulation(&rep, tmp, err)) != MP_OK))
@@ -466,6 +480,7 @@ out:
     if (tmp[0])
         remove_tree(tmp);
     free(c.count_before), free(c.cur), free(c.history), free(c.order);
+    free(served);
     free(train);
     free(sim);
     mp_an_summary_free(&sum);

@@ -46,6 +46,40 @@ static cJSON *capacity(const int64_t *experts, const uint64_t *bytes, int64_t by
     return a;
 }
 
+/* One scope's routes by path (mp_served_name spells the keys) and those without served codes. */
+static void add_paths(cJSON *o, const mp_trace_served_node *v)
+{
+    int64_t known = 0;
+    cJSON_AddNumberToObject(o, "routes", (double)v->routes);
+    for (int c = 0; c < MP_SERVED_N; c++) {
+        cJSON_AddNumberToObject(o, mp_served_name(c), (double)v->by_path[c]);
+        known += v->by_path[c];
+    }
+    cJSON_AddNumberToObject(o, "unknown", (double)(v->routes - known));
+}
+
+/* The routes of every step by the path that served them (timing.served), whatever --rows
+ * selects: totals, then per node. */
+static cJSON *routes_served(const mp_an_report *r)
+{
+    mp_trace_served_node all = {0};
+    cJSON *o = cJSON_CreateObject(), *by_node = cJSON_CreateArray();
+    for (int32_t i = 0; i < r->in->n_nodes; i++) {
+        const mp_trace_served_node *v = &r->served[i];
+        all.routes += v->routes;
+        for (int c = 0; c < MP_SERVED_N; c++)
+            all.by_path[c] += v->by_path[c];
+        cJSON *n = cJSON_CreateObject();
+        cJSON_AddNumberToObject(n, "node_index", (double)r->in->nodes[i].node_index);
+        cJSON_AddNumberToObject(n, "layer", (double)r->in->nodes[i].layer);
+        add_paths(n, v);
+        mp_json_append(by_node, n);
+    }
+    add_paths(o, &all);
+    mp_json_attach(o, "by_node", by_node);
+    return o;
+}
+
 static cJSON *build(const mp_an_report *r)
 {
     const mp_an_stats *s = r->st;
@@ -85,6 +119,7 @@ static cJSON *build(const mp_an_report *r)
         cJSON_AddNumberToObject(at, "evictions", (double)t->evictions);
         cJSON_AddNumberToObject(at, "copy_bytes", (double)t->copy_bytes);
     }
+    mp_json_attach(root, "routes_served", routes_served(r));
     cJSON *tot = cJSON_AddObjectToObject(root, "totals");
     cJSON_AddNumberToObject(tot, "requests", (double)r->in->n_requests);
     cJSON_AddNumberToObject(tot, "nodes", s->n_nodes);

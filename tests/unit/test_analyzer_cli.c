@@ -727,3 +727,60 @@ Test(analyzer_cli, adaptive_tier_from_the_timing_rows)
     cJSON_Delete(j);
     free(t);
 }
+
+/* The served codes of the timing rows (what collect records on the GPU executor) are summed into
+ * summary.json's routes_served, per path and per node, over every step whatever --rows selects;
+ * routes without codes are unknown. The fixture: 2 nodes × 3 requests × (4 + 1 + 1) rows × top-2. */
+Test(analyzer_cli, routes_served_from_the_timing_rows)
+{
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
+    char out[512], args[2048];
+    snprintf(out, sizeof out, "%s/report", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    run_result r;
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cJSON *j = load_summary(out);
+    cr_assert_eq(num(j, "routes_served", "routes"), 72);
+    cr_assert_eq(num(j, "routes_served", "unknown"), 72, "no timing rows: every route unknown");
+    cr_assert_eq(num(j, "routes_served", "gpu"), 0);
+    cJSON_Delete(j);
+    /* request 0's prefill at node 0: gpu 2, tier 2, cpu 2, far 1, copy 1; request 2's first decode
+     * step at node 1: far, gpu; its second: a row without codes */
+    sql(t, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns, sync_ns,"
+           " merge_ns, hits, misses, tier_hits, served) VALUES"
+           " (0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 2, x'0001020304000102'),"
+           " ((2 << 36) | (1 << 12) | 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, x'0300'),"
+           " ((2 << 36) | (2 << 12) | 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, NULL)");
+    sql(t, "UPDATE footer SET n_timing = 3");
+    const char *rows[2] = {"", "--rows decode"};
+    for (int v = 0; v < 2; v++) {
+        snprintf(args, sizeof args, "analyze '%s' --out '%s' --force %s", t, out, rows[v]);
+        moeplan(&r, args);
+        cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+        j = load_summary(out);
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "routes_served");
+        const char *keys[7] = {"routes", "gpu", "tier", "cpu", "far", "copy", "unknown"};
+        const double all[7] = {72, 3, 2, 2, 2, 1, 62}, node[2][7] = {{36, 2, 2, 2, 1, 1, 28}, {36, 1, 0, 0, 1, 0, 34}};
+        for (int k = 0; k < 7; k++)
+            cr_assert_eq(num(rs, keys[k], NULL), all[k], "%s: %s", rows[v], keys[k]);
+        const cJSON *by = cJSON_GetObjectItemCaseSensitive(rs, "by_node");
+        cr_assert_eq(cJSON_GetArraySize(by), 2);
+        for (int n = 0; n < 2; n++) {
+            const cJSON *o = cJSON_GetArrayItem(by, n);
+            cr_assert_eq(num(o, "node_index", NULL), n);
+            cr_assert_eq(num(o, "layer", NULL), n);
+            for (int k = 0; k < 7; k++)
+                cr_assert_eq(num(o, keys[k], NULL), node[n][k], "%s: node %d %s", rows[v], n, keys[k]);
+        }
+        cJSON_Delete(j);
+    }
+    /* a row whose codes contradict its counts is refused, naming the place */
+    sql(t, "UPDATE timing SET hits = 5 WHERE key = 0");
+    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "request 0 (ord 0), step 0, node 0: served codes gpu 2, tier 2, cpu 2, far 1, copy 1, "
+                            "but hits 5"), "stderr: %s", r.err);
+    free(t);
+}
