@@ -7,6 +7,8 @@
 # env:   MOEPLAN, GEN   the binaries (default build/cli/moeplan, build/bench/gen_routing_trace)
 #        TIME           GNU time (default /usr/bin/time)   WORK  scratch folder (default /tmp)
 #        CPU            the core to pin to (default 0)
+#        TIMING         1: the traces also hold a timing row per step and layer with served codes,
+#                       as a live capture does (the analyzer checks and sums them); default 0
 # Prints one line per trace: requests, decisions, seconds, M decisions/s, peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,12 +17,19 @@ gen=${GEN:-build/bench/gen_routing_trace}
 gnutime=${TIME:-/usr/bin/time}
 work=${WORK:-/tmp}/mp_bench_analyze
 cpu=${CPU:-0}
+timing=${TIMING:-0}
 [ $# -gt 0 ] || set -- 25 100
 mkdir -p "$work"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), pinned to core $cpu"
 for n in "$@"; do
-    trace=$work/t$n.v2.db   # named by schema version: a trace left by an older build is not reused
-    [ -f "$trace" ] || "$gen" "$trace" "$n" 1000 >/dev/null
+    # named by schema version (and timing rows): a trace left by an older build is not reused
+    if [ "$timing" = 1 ]; then
+        trace=$work/t$n.v2.timing.db
+        [ -f "$trace" ] || "$gen" "$trace" "$n" 1000 48 128 8 100 1 2654208 0.8 0 1 >/dev/null
+    else
+        trace=$work/t$n.v2.db
+        [ -f "$trace" ] || "$gen" "$trace" "$n" 1000 >/dev/null
+    fi
     rm -rf "$work/report$n"
     taskset -c "$cpu" "$gnutime" -v "$moeplan" analyze "$trace" --out "$work/report$n" \
         >"$work/out$n.txt" 2>"$work/time$n.txt"

@@ -1,10 +1,13 @@
 /* bench/gen_routing_trace.c — writes a synthetic routing trace for benchmarking `moeplan analyze`.
  *
- * usage: gen_routing_trace OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW [DRIFT]]]]
+ * usage: gen_routing_trace OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW [DRIFT [TIMING]]]]]
  * Defaults: 48 layers, 128 experts, top-8, 100-token prefill (then 1-row decode steps up to
  * TOKENS per request), seed 1, experts of 3 x 2048 x 768 x 9/16 bytes (a Q4_K 30B-A3B expert;
  * give the model's to simulate it with -m), Zipf exponent 0.8. The trace is written with the
- * collector's writer (f16 weights, u8 ids), exactly what a live capture stores.
+ * collector's writer (f16 weights, u8 ids), exactly what a live capture stores; with TIMING 1,
+ * also what a live capture adds beside the routing: a timing row per step and layer whose served
+ * codes put experts below EXPERTS / 2 on the GPU and the others on the CPU (hits, misses to match;
+ * the analyzer checks and sums them). Default 0: routing only.
  *
  * Routing model (so the statistics have something to find): each layer has its own Zipf-like
  * popularity (exponent SKEW over a per-layer random permutation of the experts); with probability
@@ -36,7 +39,7 @@ static double uniform(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW [DRIFT]]]]\n",
+        fprintf(stderr, "usage: %s OUT.db REQUESTS TOKENS [LAYERS EXPERTS TOP_K PREFILL SEED [EXPERT_BYTES [SKEW [DRIFT [TIMING]]]]]\n",
                 argv[0]);
         return 2;
     }
@@ -48,7 +51,8 @@ int main(int argc, char **argv)
     const long long expert_bytes = argc > 9 ? atoll(argv[9]) : 3LL * 2048 * 768 * 9 / 16;
     const double skew = argc > 10 ? atof(argv[10]) : 0.8;
     const double drift = argc > 11 ? atof(argv[11]) : 0.0;
-    if (n_req < 1 || n_tok < 1 || L < 1 || L > 4096 || E < 2 || E > 256 || K < 1 || K > E ||
+    const int timing = argc > 12 ? atoi(argv[12]) : 0;
+    if ((timing != 0 && timing != 1) || n_req < 1 || n_tok < 1 || L < 1 || L > 4096 || E < 2 || E > 256 || K < 1 || K > E ||
         P < 1 || P > n_tok || expert_bytes < 1 || !(skew >= 0 && skew <= 16) || !(drift >= 0 && drift <= 1)) {
         fprintf(stderr, "gen_routing_trace: bad arguments\n");
         return 2;
@@ -58,6 +62,7 @@ int main(int argc, char **argv)
     int *perm = malloc((size_t)L * E * sizeof *perm);
     int32_t *ids = malloc((size_t)P * K * L * sizeof *ids);  /* (L, P, K) */
     float *w = malloc((size_t)P * K * sizeof *w);            /* (P, K) */
+    uint8_t *served = malloc((size_t)P * K);                 /* (P, K) */
     int32_t *prev = malloc((size_t)L * K * sizeof *prev);    /* (L, K) last token's ids */
     for (int l = 0; l < L; l++) {
         double acc = 0;
@@ -151,6 +156,16 @@ int main(int argc, char **argv)
                 }
                 if (mp_trace_add_routing(tw, l, rows, K, ids, w, &err) != MP_OK)
                     goto fail;
+                if (timing) {
+                    mp_moe_timing t = {.served = served};
+                    for (int i = 0; i < rows * K; i++) {
+                        served[i] = ids[i] < E / 2 ? MP_SERVED_GPU : MP_SERVED_CPU;
+                        t.hits += served[i] == MP_SERVED_GPU;
+                    }
+                    t.misses = (int64_t)rows * K - t.hits;
+                    if (mp_trace_add_timing(tw, l, &t, &err) != MP_OK)
+                        goto fail;
+                }
             }
             if (mp_trace_step_end(tw, -1, &err) != MP_OK)
                 goto fail;
@@ -164,7 +179,7 @@ int main(int argc, char **argv)
     mp_trace_writer_close(tw);
     printf("%s: %d requests × %d tokens × %d layers × top-%d = %.1f M routing decisions\n", out,
            n_req, n_tok, L, K, (double)n_req * n_tok * L * K / 1e6);
-    free(cdf), free(perm), free(ids), free(w), free(prev);
+    free(cdf), free(perm), free(ids), free(w), free(prev), free(served);
     return 0;
 fail:
     fprintf(stderr, "gen_routing_trace: %s\n", err.msg);
