@@ -758,12 +758,14 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     rec->step = (key >> 12) & MP_TRACE_MAX_STEP;
     rec->node_index = key & MP_TRACE_MAX_NODE_INDEX;
     mp_moe_timing *t = &rec->t;
-    if (it->served_only) {
+    if (it->served_only) { /* few calls per row: this runs for every timing row of a live trace */
         memset(t, 0, sizeof *t);
         t->hits = int_col(st, 1);
         t->misses = int_col(st, 2);
-        t->tier_hits = sqlite3_column_int64(st, 3);
-        served_col(st, 4, rec);
+        t->tier_hits = sqlite3_column_int64(st, 3); /* NULL reads 0: no tier */
+        const uint8_t *b = sqlite3_column_blob(st, 4); /* not NULL in the database: the query's */
+        rec->served_bytes = (size_t)sqlite3_column_bytes(st, 4);
+        t->served = b ? b : (const uint8_t *)"";
         return 1;
     }
     t->gpu_expert_ns = int_col(st, 1);
