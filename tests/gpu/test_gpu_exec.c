@@ -43,6 +43,7 @@
 #define N_MULTI 4
 #define N_DECODE 3
 #define N_EVALS (N_PROMPT + N_MULTI + N_DECODE) /* logits rows per run */
+#define MP_GPU_TEST_MAX_K 16 /* the most experts per token the served-code capture holds */
 
 static char tmpdir[256];
 
@@ -134,6 +135,8 @@ typedef struct run_out {
 static int g_far = -1;
 /* the sessions' knobs (base/knobs.h; NULL: the defaults), for the executor's switches */
 static const mp_knobs *g_knobs = NULL;
+/* the sessions' hooks (NULL: none; with hooks no step runs as a graph) */
+static const mp_hooks *g_hooks = NULL;
 
 /* the default knobs with name=value (one of the table's allowed values) */
 static mp_knobs knobs_with(const char *name, const char *value)
@@ -168,7 +171,7 @@ static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t 
     routes rs = {m->hp.n_expert, g_seed, 0};
     mp_route_source src = {&rs, route_fn};
     mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = 64, .route_src = route_src ? &src : NULL,
-                            .placement = pl, .knobs = g_knobs};
+                            .placement = pl, .knobs = g_knobs, .hooks = g_hooks};
     mp_session *s;
     mp_error e;
     cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
@@ -493,7 +496,7 @@ static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, 
     mp_route_source src = {&rs, route_fn};
     /* a batch of MP_GPU_COPY_MIN_ROWS: the executor has staging buffers (prefill weight copies) */
     mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = MP_GPU_COPY_MIN_ROWS, .route_src = &src,
-                            .placement = pl, .knobs = g_knobs};
+                            .placement = pl, .knobs = g_knobs, .hooks = g_hooks};
     mp_session *s;
     mp_error e;
     cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
@@ -679,6 +682,158 @@ Test(gpu_exec, far_routes_follow_the_decode_costs)
     }
     free(ref.logits);
     mp_placement_free(&all);
+    mp_model_free(m);
+}
+
+/* ---- 2e. the path of every route, as the hooks report it ---- */
+
+/* What the hooks saw: each layer's routing, then its timing, whose served codes are checked
+ * route by route against the placement and the step (checked_timing) and counted. */
+typedef struct served_seen {
+    const mp_placement *pl;
+    bool tier, copies, far;     /* the paths the run may take beside gpu and cpu */
+    int64_t layer, rows, top_k; /* the last routing call */
+    int32_t ids[64 * MP_GPU_TEST_MAX_K];
+    int64_t count[MP_SERVED_N];
+    int64_t hits, calls;
+} served_seen;
+
+static void seen_routing(void *user, int64_t layer, int64_t n_rows, int64_t top_k, const int32_t *ids,
+                         const float *w)
+{
+    (void)w;
+    served_seen *c = user;
+    cr_assert_leq(n_rows * top_k, (int64_t)(sizeof c->ids / sizeof c->ids[0]));
+    c->layer = layer, c->rows = n_rows, c->top_k = top_k;
+    memcpy(c->ids, ids, (size_t)(n_rows * top_k) * sizeof *ids);
+}
+
+/* GPU codes exactly at the placement's resident experts; tier slots only with a tier, far routes
+ * only in one-row steps with far routes on, copies only in larger steps with copies on; the codes'
+ * counts are the timing's hits, tier_hits and misses. */
+static void seen_timing(void *user, int64_t layer, const mp_moe_timing *t)
+{
+    served_seen *c = user;
+    cr_assert_eq(layer, c->layer, "timing of layer %lld after the routing of layer %lld", (long long)layer,
+                 (long long)c->layer);
+    cr_assert_not_null(t->served, "layer %lld: no served codes", (long long)layer);
+    int64_t n[MP_SERVED_N] = {0};
+    for (int64_t i = 0; i < c->rows * c->top_k; i++) {
+        const int32_t e = c->ids[i];
+        const uint8_t code = t->served[i];
+        cr_assert_lt(code, MP_SERVED_N, "layer %lld route %lld: code %u", (long long)layer, (long long)i, code);
+        const bool resident = mp_placement_resident(c->pl, layer, e);
+        cr_assert_eq(code == MP_SERVED_GPU, resident, "seed %llu: layer %lld, %lld rows, route %lld (expert %d%s): %s",
+                     (unsigned long long)g_seed, (long long)layer, (long long)c->rows, (long long)i, e,
+                     resident ? ", resident" : "", mp_served_name(code));
+        cr_assert(code != MP_SERVED_TIER || c->tier, "layer %lld: a tier route without a tier", (long long)layer);
+        cr_assert(code != MP_SERVED_FAR || (c->far && c->rows == 1), "layer %lld, %lld rows: a far route",
+                  (long long)layer, (long long)c->rows);
+        cr_assert(code != MP_SERVED_COPY || (c->copies && c->rows > 1), "layer %lld, %lld rows: a copied route",
+                  (long long)layer, (long long)c->rows);
+        n[code]++;
+    }
+    cr_assert_eq(n[MP_SERVED_GPU] + n[MP_SERVED_TIER], t->hits, "layer %lld: gpu + tier codes against hits",
+                 (long long)layer);
+    cr_assert_eq(n[MP_SERVED_TIER], t->tier_hits, "layer %lld: tier codes against tier_hits", (long long)layer);
+    cr_assert_eq(n[MP_SERVED_CPU] + n[MP_SERVED_FAR] + n[MP_SERVED_COPY], t->misses,
+                 "layer %lld: cpu + far + copy codes against misses", (long long)layer);
+    for (int k = 0; k < MP_SERVED_N; k++)
+        c->count[k] += n[k];
+    c->hits += t->hits;
+    c->calls++;
+}
+
+/* The codes' totals against the executor's own statistics of the run: the same routes on each path. */
+static void seen_matches_stats(const served_seen *c, const mp_gpu_stats *st, const char *what)
+{
+    const int64_t *n = c->count;
+    fprintf(stderr, "  %s: gpu %lld, tier %lld, cpu %lld, far %lld, copy %lld\n", what, (long long)n[0],
+            (long long)n[1], (long long)n[2], (long long)n[3], (long long)n[4]);
+    cr_assert_eq(n[MP_SERVED_GPU] + n[MP_SERVED_TIER], st->routes_gpu, "%s", what);
+    cr_assert_eq(n[MP_SERVED_TIER], st->tier_hits, "%s", what);
+    cr_assert_eq(n[MP_SERVED_CPU], st->routes_cpu, "%s", what);
+    cr_assert_eq(n[MP_SERVED_FAR], st->routes_far, "%s", what);
+    cr_assert_eq(n[MP_SERVED_COPY], st->routes_copied, "%s", what);
+    if (c->pl->n_resident_total > 0)
+        cr_assert_gt(n[MP_SERVED_GPU], 0, "%s: no resident route", what);
+    cr_assert_gt(n[MP_SERVED_CPU], 0, "%s: no CPU route", what);
+}
+
+/* With hooks on, every route's path in the timing hook (mp_moe_timing.served) names where the
+ * executor ran it: resident experts exactly where the placement keeps them, the adaptive tier's
+ * slots (a hybrid placement with a tier, decoding: admissions and evictions every few steps; also
+ * with the prompt staged, whose admissions reach their slots from staging), prefill copies (from 4
+ * rows) and decode far routes, each counted as hits, tier_hits and misses say and as the
+ * executor's statistics count them. */
+Test(gpu_exec, served_codes_name_each_route_s_path, .timeout = 180)
+{
+    mp_model *m = make_model("qwen3moe", "f32", NULL);
+    const int64_t L = m->hp.n_layer;
+    const int K = (int)m->hp.n_expert_used;
+    cr_assert_leq(K, MP_GPU_TEST_MAX_K);
+    served_seen c;
+    const mp_hooks hooks = {.user = &c, .routing = seen_routing, .moe_timing = seen_timing};
+    /* 1. the adaptive tier beside resident layers, decoding; then with the prompt's cold experts
+     * staged (its admissions go to their slots from staging) */
+    for (int64_t prompt_copy_rows = 0; prompt_copy_rows < 2; prompt_copy_rows++) {
+        mp_placement_opts o = {0};
+        mp_status st = MP_OK;
+        mp_error e;
+        char slots[16];
+        snprintf(slots, sizeof slots, "%ld", (long)(2 * L));
+        cr_assert(mp_placement_opts_set(&o, "--placement", "layers:2", &st, &e) && !st, "%s", e.msg);
+        cr_assert(mp_placement_opts_set(&o, "--adaptive", "lru", &st, &e) && !st, "%s", e.msg);
+        cr_assert(mp_placement_opts_set(&o, "--adaptive-slots", slots, &st, &e) && !st, "%s", e.msg);
+        mp_placement pl;
+        cr_assert_eq(mp_placement_for_model(m, &o, 128, 16, &pl, &e), MP_OK, "%s", e.msg);
+        memset(&c, 0, sizeof c);
+        c.pl = &pl;
+        c.tier = true;
+        c.copies = prompt_copy_rows > 0;
+        g_hooks = &hooks;
+        run_out t;
+        char report[2048], what[64];
+        run_decode(m, &pl, &t, report, sizeof report, 0, prompt_copy_rows);
+        g_hooks = NULL;
+        snprintf(what, sizeof what, "layers:2 + adaptive lru%s", prompt_copy_rows ? ", prompt staged" : "");
+        fprintf(stderr, "%s: %s\n", what, report);
+        cr_assert_eq(c.calls, (int64_t)(1 + N_TIER_DECODE) * L, "%s: a timing call per layer and step", what);
+        seen_matches_stats(&c, &t.stats, what);
+        cr_assert_gt(c.count[MP_SERVED_TIER], 0, "%s: no route served by a tier slot", what);
+        if (c.copies)
+            cr_assert_gt(c.count[MP_SERVED_COPY], 0, "%s: no copied route", what);
+        free(t.logits);
+        mp_placement_free(&pl);
+    }
+    /* 2. prefill copies (experts with >= 4 rows), then decode far routes */
+    const struct { const char *spec; int64_t copy_min_rows; int far; } cases[] = {
+        {"layers:3", 4, -1}, {"layers:2", 0, K}, {"cpu", 0, K / 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp_placement pl;
+        placement(m, cases[i].spec, NULL, 0, &pl);
+        memset(&c, 0, sizeof c);
+        c.pl = &pl;
+        c.copies = cases[i].copy_min_rows > 0;
+        c.far = cases[i].far > 0;
+        g_hooks = &hooks;
+        g_far = cases[i].far;
+        run_out h;
+        run_model(m, &pl, cases[i].copy_min_rows, true, &h);
+        g_far = -1;
+        g_hooks = NULL;
+        char what[400];
+        snprintf(what, sizeof what, "%s (copies from %ld rows, far %d)", pl.desc, (long)cases[i].copy_min_rows,
+                 cases[i].far);
+        cr_assert_eq(c.calls, (int64_t)(2 + N_DECODE) * L, "%s: a timing call per layer and step", what);
+        seen_matches_stats(&c, &h.stats, what);
+        if (c.copies)
+            cr_assert_gt(c.count[MP_SERVED_COPY], 0, "%s: no copied route", what);
+        if (c.far)
+            cr_assert_gt(c.count[MP_SERVED_FAR], 0, "%s: no far route", what);
+        free(h.logits);
+        mp_placement_free(&pl);
+    }
     mp_model_free(m);
 }
 
