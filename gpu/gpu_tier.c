@@ -272,9 +272,17 @@ void mp_gpu_tier_free(mp_gpu *g)
 void mp_gpu_tier_observe(mp_gpu *g, int64_t il, int64_t n, const int32_t *ids)
 {
     gpu_tier *t = g->gt;
-    if (!t || t->stopped[0] || !mp_tier_cap(g->tier, (uint32_t)il))
+    if (!t || !mp_tier_cap(g->tier, (uint32_t)il))
         return;
     const int64_t K = g->s->m->hp.n_expert_used;
+    if (t->stopped[0]) { /* no moves; until the step under way drains its experts still serve */
+        int64_t served = 0;
+        for (int64_t i = 0; i < n * K; i++)
+            served += mp_gpu_live(g, il, ids[i]) && !mp_placement_resident(&g->pl, il, ids[i]);
+        g->timing[il].tier_hits = served;
+        g->stats.tier_hits += served;
+        return;
+    }
     uint32_t n_used = 0;
     for (int64_t i = 0; i < n * K; i++) /* first appearance order: the trace's order, as the simulator reads it */
         if (!t->rows_of[ids[i]]++)
