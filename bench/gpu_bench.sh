@@ -12,7 +12,12 @@
 # markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
 # CONFIGS (names below, default all), PP / TG (test sizes), MODEL, QUANT (the generated preset's
 # mix: q4_k_m, the default, or q8_0), COSTS (the model's cost file: the executor decides its far
-# routes from it; without it, none).
+# routes from it; without it, none), ROUNDS (default 1: the configurations run ROUNDS times in turn,
+# config after config, into bench-<name>.r<N>.json; the host's read bandwidth drifts within minutes,
+# so only alternated rounds compare). The table gives each row the host read bandwidth bench
+# measured beside it, its share of the bound (max(GPU part, CPU expert bytes / that bandwidth, far
+# bytes / bus) + round trips) and of the serial bound, and with ROUNDS > 1 each configuration's
+# spread over its rounds ((max - min) / median of the rounds' medians).
 set -euo pipefail
 moeplan=${1:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
 out=${2:?usage: bench/gpu_bench.sh MOEPLAN OUTDIR}
@@ -20,6 +25,8 @@ quant=${QUANT:-q4_k_m} # the preset's mix when MODEL is not given (q4_k_m or q8_
 model=${MODEL:-/tmp/mp-bench/qwen3-30b-a3b-$quant.gguf}
 threads=${THREADS:-$(nproc)}
 reps=${REPS:-3}
+rounds=${ROUNDS:-1}
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench: ROUNDS '$rounds': expected a positive integer" >&2; exit 2; }
 mkdir -p "$out"
 if [ ! -f "$model" ]; then
     mkdir -p "$(dirname "$model")"
@@ -61,6 +68,9 @@ for b in 16 12 8; do
     done
 done
 configs=${CONFIGS:-gpu ncpu12 ncpu24 ncpu36 ncpu48 fill24 fill16 fill12 fill8 lfit16 lfit12 lfit8 llfit16 llfit12 llfit8}
+# the JSON of configuration $1 in round $2 (one round: the name it always had)
+result() { if [ "$rounds" = 1 ]; then echo "$out/bench-$1.json"; else echo "$out/bench-$1.r$2.json"; fi; }
+for round in $(seq 1 "$rounds"); do
 for c in $configs; do
     if [[ ${flags[$c]} == FIT* ]]; then
         read -r _ m b <<<"${flags[$c]}"
@@ -69,40 +79,56 @@ for c in $configs; do
         n=$(fit_layers "$m" "$b")
         if [ -z "$n" ]; then
             echo "gpu_bench: $c: no $m:N fits $b" >&2
-            echo '{"rows": []}' >"$out/bench-$c.json"
+            echo '{"rows": []}' >"$(result "$c" "$round")"
             continue
         fi
         flags[$c]="--placement $m:$n --gpu-budget $b -p ${PP:-512} -n ${TG:-128}"
     fi
+    [ "$rounds" = 1 ] || echo "gpu_bench: round $round" >&2
     echo "gpu_bench: $c: ${flags[$c]}" >&2
+    j=$(result "$c" "$round")
     # shellcheck disable=SC2086
     if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json ${flags[$c]} ${COSTS:+--costs "$COSTS"} \
-            >"$out/bench-$c.json" 2>"$out/bench-$c.err"; then
-        echo "gpu_bench: $c failed: $(tail -1 "$out/bench-$c.err")" >&2
+            >"$j" 2>"${j%.json}.err"; then
+        echo "gpu_bench: $c failed: $(tail -1 "${j%.json}.err")" >&2
     fi
     # under scripts/gpu.sh: bring back what has finished, should the call's time run out
     if declare -F pack >/dev/null; then pack || true; fi
 done
-python3 - "$out" $configs <<'PY'
-import json, sys
-out, configs = sys.argv[1], sys.argv[2:]
-print("| config | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy/far % | rt overhead us | bound tok/s | serial bound tok/s |")
-print("| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+done
+python3 - "$out" "$rounds" $configs <<'PY'
+import json, statistics, sys
+out, rounds, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print("| config | round | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy/far % | rt overhead us | host GB/s | bound tok/s | share of bound | share of serial bound |")
+print("| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+medians = {}
 for c in configs:
-    try:
-        d = json.load(open(f"{out}/bench-{c}.json"))
-    except Exception as e:
-        print(f"| {c} | failed: {e} | | | | | | | | | | |")
-        continue
-    for r in d["rows"]:
-        keys = ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")
-        tot = sum(r.get(k, 0) for k in keys) or 1
-        paths = "/".join(f"{100*r.get(k, 0)/tot:.1f}" for k in keys)
-        rt = f'{r["rt_overhead_us"]:.1f}' if r["rt_measured"] else "-"
-        b = r.get("bound")
-        bound = f'{b["bound_tok_s"]:.2f}' if b else "-"
-        serial = f'{b["serial_bound_tok_s"]:.2f}' if b and "serial_bound_tok_s" in b else "-"
-        print(f'| {c} | {r["placement"]} | {r["gpu_budget"] or "none"} | {r["gpu_expert_bytes"]/2**30:.2f} '
-              f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} | {rt} '
-              f'| {bound} | {serial} |')
+    for rnd in range(1, rounds + 1):
+        path = f"{out}/bench-{c}.json" if rounds == 1 else f"{out}/bench-{c}.r{rnd}.json"
+        try:
+            d = json.load(open(path))
+        except Exception as e:
+            print(f"| {c} | {rnd} | failed: {e} | | | | | | | | | | | | |")
+            continue
+        for r in d["rows"]:
+            keys = ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")
+            tot = sum(r.get(k, 0) for k in keys) or 1
+            paths = "/".join(f"{100*r.get(k, 0)/tot:.1f}" for k in keys)
+            rt = f'{r["rt_overhead_us"]:.1f}' if r["rt_measured"] else "-"
+            b = r.get("bound")
+            host = f'{b["host_read_gbs"]:.1f}' if b and b.get("host_read_gbs") else "-"
+            bound = f'{b["bound_tok_s"]:.2f}' if b else "-"
+            share = f'{b["share_of_bound"]:.2f}' if b else "-"
+            serial = f'{b["share_of_serial_bound"]:.2f}' if b and "share_of_serial_bound" in b else "-"
+            medians.setdefault((c, r["test"]), []).append(r["median_tok_s"])
+            print(f'| {c} | {rnd} | {r["placement"]} | {r["gpu_budget"] or "none"} | {r["gpu_expert_bytes"]/2**30:.2f} '
+                  f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} '
+                  f'| {rt} | {host} | {bound} | {share} | {serial} |')
+if rounds > 1:
+    print()
+    print("| config | test | tok/s, median of the rounds | spread over the rounds |")
+    print("| --- | --- | ---: | ---: |")
+    for (c, test), v in medians.items():
+        m = statistics.median(v)
+        print(f"| {c} | {test} | {m:.2f} | {100 * (max(v) - min(v)) / m:.1f} % |")
 PY
