@@ -7,7 +7,9 @@
  * schema and CHECK constraints off, so that every column may hold what a hostile file holds —
  * nodes (experts, top-k, id_bytes, weight format, indices), the run row (status, geometry), the
  * requests, the steps (numbering, phase, rows) and the routing BLOBs (ids, weights, cut short or
- * padded), the footer's counts. The database goes to a file in /dev/shm (or /tmp).
+ * padded), the timing rows of a routed step (hits, misses, the tier's hits and the served codes:
+ * counts that agree with the codes or not, codes out of range, BLOBs cut short or padded, NULL,
+ * a row for a node the step has not), the footer's counts. The database goes to a file in /dev/shm (or /tmp).
  *
  * Properties (abort on violation, so the fuzzer reports it):
  *  - no crash, no sanitizer report, every error one line naming the file;
@@ -99,10 +101,15 @@ static bool build(const char *path, cursor *c)
     }
     const int n_req = 1 + (int)(byte(c) % 3);
     int64_t n_steps = 0, n_routing = 0;
-    sqlite3_stmt *ins_step, *ins_route;
+    int64_t n_timing = 0;
+    sqlite3_stmt *ins_step, *ins_route, *ins_timing;
     if (sqlite3_prepare_v2(db, "INSERT INTO steps VALUES (?1, ?2, ?3, ?4, NULL, 100)", -1, &ins_step, NULL) ||
         sqlite3_prepare_v2(db, "INSERT INTO routing(key, n_rows, expert_ids, weights) VALUES (?1, ?2, ?3, ?4)",
-                           -1, &ins_route, NULL))
+                           -1, &ins_route, NULL) ||
+        sqlite3_prepare_v2(db, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes,"
+                           " d2h_ns, sync_ns, merge_ns, hits, misses, tier_hits, tier_late, tier_admissions,"
+                           " tier_evictions, tier_copy_bytes, served) VALUES (?1, 1, 1, 0, 0, 0, 0, 0, 0, ?2, ?3, ?4,"
+                           " 0, 0, 0, 0, ?5)", -1, &ins_timing, NULL))
         abort();
     static uint8_t ids[4 * 8 * 8 * 2 + 16], wts[4 * 8 * 8 * 4 + 16];
     for (int r = 0; r < n_req && ok; r++) {
@@ -166,15 +173,46 @@ static bool build(const char *path, cursor *c)
             ok = sqlite3_step(ins_route) == SQLITE_DONE;
             sqlite3_reset(ins_route);
             n_routing += n_nodes;
+            if (!ok || !(sb & 0x08)) /* a step without timing rows */
+                continue;
+            for (int i = 0; i < n_nodes && ok; i++) {
+                /* codes below 5 are paths (byte % 5, mostly), 5..7 out of range; the counts agree
+                 * with the codes unless the recipe says otherwise */
+                static uint8_t served[8 * 8 + 2];
+                const unsigned tb = byte(c);
+                int64_t ns = rows * nodes[i].top_k, hits = 0, tier = 0;
+                for (int64_t j = 0; j < ns; j++) {
+                    const unsigned v = byte(c);
+                    served[j] = (uint8_t)(v >= 252 ? 5 + v % 3 : v % 5);
+                    hits += served[j] <= 1;
+                    tier += served[j] == 1;
+                }
+                if (tb & 0x01 && ns)
+                    ns--; /* cut short */
+                if (tb & 0x02)
+                    served[ns++] = 0; /* one too many */
+                sqlite3_bind_int64(ins_timing, 1, request_id << 36 | step << 12 | (tb & 0x04 ? 4095 : nodes[i].index));
+                sqlite3_bind_int64(ins_timing, 2, hits + (tb & 0x08 ? 1 : 0));
+                sqlite3_bind_int64(ins_timing, 3, rows * nodes[i].top_k - hits - (tb & 0x10 ? 1 : 0));
+                sqlite3_bind_int64(ins_timing, 4, tier + (tb & 0x20 ? 1 : 0));
+                if (tb & 0x40)
+                    sqlite3_bind_null(ins_timing, 5);
+                else
+                    sqlite3_bind_blob(ins_timing, 5, served, (int)ns, SQLITE_STATIC);
+                ok = sqlite3_step(ins_timing) == SQLITE_DONE;
+                sqlite3_reset(ins_timing);
+                n_timing++;
+            }
         }
     }
     sqlite3_finalize(ins_step);
     sqlite3_finalize(ins_route);
+    sqlite3_finalize(ins_timing);
     if (ok && !(flags & 0x20)) {
         const unsigned d = byte(c);
-        snprintf(sql, sizeof sql, "INSERT INTO footer VALUES (1, %d, %lld, %lld, %d, %d)", n_req,
-                 (long long)(n_steps + (d & 1)), (long long)(n_routing + ((d >> 1) & 1)), (d >> 2) & 1,
-                 (d >> 3) & 1);
+        snprintf(sql, sizeof sql, "INSERT INTO footer VALUES (1, %d, %lld, %lld, %lld, %d)", n_req,
+                 (long long)(n_steps + (d & 1)), (long long)(n_routing + ((d >> 1) & 1)),
+                 (long long)(n_timing + ((d >> 2) & 1)), (d >> 3) & 1);
         exec(db, sql);
     }
     sqlite3_close(db);
