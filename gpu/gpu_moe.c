@@ -217,7 +217,10 @@ static void leave_to_gpu(mp_gpu *g, int32_t e)
 
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n)
 {
-    return n == 1 && g->d_far_of_cold && g->far[il].on;
+    /* not beside weight copies (a fixed threshold of one row copies decode experts too): the
+     * kernels' far routes are the first cold ones, and a copied expert is cold as well, so it
+     * would run twice */
+    return n == 1 && g->d_far_of_cold && g->far[il].on && !(g->d_stage && mp_gpu_copy_enabled(g, n));
 }
 
 bool mp_gpu_gpu_part(const mp_gpu *g, int64_t il, int64_t n)
