@@ -290,6 +290,7 @@ void mp_gpu_exec_free(mp_gpu *g)
         cudaEventDestroy(g->ev_fork);
     free(g->h_mask);
     free(g->h_count);
+    free(g->h_copy_list);
     free(g->h_served);
     free(g->timing);
     free(g->layers);
@@ -408,9 +409,10 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
     g->far = calloc((size_t)hp->n_layer, sizeof *g->far);
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
+    g->h_copy_list = calloc((size_t)hp->n_expert, sizeof *g->h_copy_list);
     g->h_served = calloc((size_t)(hp->n_layer * g->s->n_batch * hp->n_expert_used), 1);
     if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far ||
-        !g->h_mask || !g->h_count || !g->h_served)
+        !g->h_mask || !g->h_count || !g->h_copy_list || !g->h_served)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->decode_costs = pl->decode_costs != NULL;
     return copy_placement(pl, &g->pl, err);

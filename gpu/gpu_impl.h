@@ -107,6 +107,7 @@ struct mp_gpu {
     const void **h_stage_slots[2]; /* (3 n_expert) staging slot tables */
     uint64_t *h_mask;       /* (words_per_layer) resident | copied experts of the current step */
     int64_t *h_count;       /* (n_expert) rows per expert in the current step */
+    int32_t *h_copy_list;   /* (n_expert) the current layer step's experts to copy (prefill) */
     uint8_t *h_served;      /* (n_layer, n_batch, top_k) each route's path (mp_served), in h_ids'
                              * order: the hooks' mp_moe_timing.served, written only for them */
 

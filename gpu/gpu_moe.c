@@ -412,7 +412,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     int64_t hits = 0;
     for (int64_t i = 0; i < n * K; i++)
         hits += mp_gpu_live(g, il, h_ids[i]);
-    int32_t copy_list[1024];
+    int32_t *copy_list = g->h_copy_list; /* distinct experts: at most n_expert */
     int n_copy = 0;
     int64_t copied_routes = 0;
     if (g->d_stage && mp_gpu_copy_enabled(g, n)) {

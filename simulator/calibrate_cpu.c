@@ -27,6 +27,7 @@
 #include "runtime/hooks.h"
 #include "runtime/gpu.h"
 #include "runtime/matmul.h"
+#include "runtime/model.h"
 #include "runtime/moe.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
@@ -37,7 +38,7 @@
 typedef struct expert_kind {
     int gate_type, up_type, down_type;
     int64_t n_embd, n_ff;
-    int64_t layers[4096]; /* (n_layers) layer ids of this kind */
+    int64_t layers[MP_MODEL_MAX_LAYERS]; /* (n_layers) layer ids of this kind */
     int n_layers;
 } expert_kind;
 
