@@ -65,6 +65,10 @@
 #              --reps 3") unless DECODE_CHECK_COSTS; DECODE_CHECK_CONFIGS, DECODE_CHECK_ROUNDS,
 #              DECODE_CHECK_REPS, DECODE_CHECK_N ("63 511": short and long tg)
 #              -> $OUT/decode-check/decode-check.md
+#   shape-sweep  the pipeline on small models of unusual shapes (top-1 and top-8, 12 and 40 experts,
+#              FFN widths of 128 and 320, Q8_0 and BF16): collect, calibrate --quick, plan with its
+#              measured check, collect with an adaptive tier and analyze (bench/shape_sweep.sh;
+#              SWEEP_SHAPES) -> $OUT/shape-sweep/shape-sweep.md
 #   demo       scripts/demo.sh (the README's first command) with this build: calibrate measures the
 #              GPU here, run and plan use the GPU executor -> $OUT/demo.log
 #   sim-accuracy  simulated vs measured decode ms/token per budget and policy on the qwen3-30b-a3b
@@ -419,6 +423,13 @@ for stage in "${stages[@]}"; do
             bash bench/decode_check.sh 2>&1 | tee "$OUT/decode-check.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         rm -f /tmp/mp-decode-check/*.gguf # tens of GB for the large presets
+        ;;
+    shape-sweep)
+        build || { rc=1; continue; }
+        MOEPLAN=build-gpu/cli/moeplan OUT="$OUT/shape-sweep" SHAPES="${SWEEP_SHAPES:-}" \
+            bash bench/shape_sweep.sh 2>&1 | tee "$OUT/shape-sweep.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        rm -f "$OUT"/shape-sweep/s*/*.gguf
         ;;
     demo)
         build || { rc=1; continue; }

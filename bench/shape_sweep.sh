@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# bench/shape_sweep.sh — the whole pipeline on small models of unusual shapes, one row per shape:
+# mkmodel, collect, calibrate --quick, plan (profile for a budget of about a third of the experts,
+# then its measured decode beside the prediction), and collect again under that profile with an
+# adaptive tier, whose trace analyze must accept with every route's path recorded.
+#
+#   [MOEPLAN=build/cli/moeplan] [OUT=out/shape-sweep] [SHAPES="spec;spec;..."] [TOKENS=16]
+#   bash bench/shape_sweep.sh
+#
+# A spec is mkmodel's shape flags for --arch qwen3moe (default: top-1 of 12 experts; top-3 of 12
+# with an expert FFN of 320, Q8_0; top-8 of 40 with an FFN of 128, Q8_0; top-2 of 8, BF16; the
+# tiny preset's top-4 of 16). It checks what a model other than the presets exercises: top-k of 1
+# and 8, expert counts that are not powers of two, FFN widths that are not multiples of 256,
+# quantization mixes. Without a CUDA device calibrate measures no GPU costs and the rows stop
+# after collect. $OUT/shape-sweep.md gets the table; a failing step is said in its row (logs in
+# $OUT/logs/) and makes the exit status 1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MOEPLAN=${MOEPLAN:-build/cli/moeplan}
+OUT=${OUT:-out/shape-sweep}
+TOKENS=${TOKENS:-16}
+SHAPES=${SHAPES:-"--experts 12 --top-k 1;--experts 12 --top-k 3 --expert-ff 320 --quant q8_0;--experts 40 --top-k 8 --expert-ff 128 --quant q8_0;--experts 8 --top-k 2 --expert-ff 512 --quant bf16;--experts 16 --top-k 4"}
+[ -x "$MOEPLAN" ] || { echo "shape_sweep: error: moeplan binary '$MOEPLAN' not found (build first, or set MOEPLAN)" >&2; exit 1; }
+mkdir -p "$OUT/logs" || exit 1
+log() { echo "[shape_sweep $(date +%H:%M:%S)] $*" >&2; }
+
+table=$OUT/shape-sweep.md
+{
+    echo "| shape | collect | calibrate | plan: predicted / measured ms/token (error) | adaptive collect + analyze: routes gpu / tier / cpu / far / copy, unknown |"
+    echo "|---|---|---|---|---|"
+} >"$table"
+rc=0
+i=0
+IFS=';' read -r -a specs <<<"$SHAPES"
+for spec in "${specs[@]}"; do
+    i=$((i + 1))
+    w=$OUT/s$i
+    mkdir -p "$w"
+    row="| \`$spec\` |"
+    fail() { row="$row failed: $1 (logs/s$i-$2.log) |"; rc=1; }
+    log "shape $i: $spec"
+    # shellcheck disable=SC2086
+    if ! "$MOEPLAN" mkmodel --arch qwen3moe $spec --quiet --force -o "$w/m.gguf" >"$OUT/logs/s$i-mkmodel.log" 2>&1; then
+        fail "mkmodel: $(tail -n 1 "$OUT/logs/s$i-mkmodel.log")" mkmodel
+        echo "$row" >>"$table"
+        continue
+    fi
+    if ! "$MOEPLAN" collect -m "$w/m.gguf" --prompts examples/prompts.jsonl --trace "$w/t.db" --force --no-progress \
+        --max-tokens "$TOKENS" >"$OUT/logs/s$i-collect.log" 2>&1; then
+        fail "collect: $(tail -n 1 "$OUT/logs/s$i-collect.log")" collect
+        echo "$row" >>"$table"
+        continue
+    fi
+    row="$row ok |"
+    if ! "$MOEPLAN" calibrate -m "$w/m.gguf" --out "$w/costs.json" --quick --force >"$OUT/logs/s$i-calibrate.log" 2>&1; then
+        fail "calibrate: $(tail -n 1 "$OUT/logs/s$i-calibrate.log")" calibrate
+        echo "$row" >>"$table"
+        continue
+    fi
+    if python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("missing") else 1)' "$w/costs.json"; then
+        row="$row no GPU costs (no CUDA device): plan and the tier not run | |"
+        echo "$row" >>"$table"
+        continue
+    fi
+    row="$row ok |"
+    # the budget: what the runtime keeps on the GPU besides experts at the default context, and a
+    # third of the experts (as the demo's)
+    fixed=$("$MOEPLAN" bench -m "$w/m.gguf" -p 0 -n 1 -r 1 --ctx 512 --executor cpu -o json 2>/dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["rows"][0]["gpu_fixed_bytes"])')
+    budget=$("$MOEPLAN" inspect --json "$w/m.gguf" |
+        python3 -c 'import json, sys; print(int(sys.argv[1]) + json.load(sys.stdin)["expert_bytes"] // 3)' "$fixed")
+    if ! "$MOEPLAN" plan "$w/t.db" -m "$w/m.gguf" --costs "$w/costs.json" --budget "$budget" -o "$w/p.strp" --force \
+        --verify-tokens "$TOKENS" >"$OUT/logs/s$i-plan.log" 2>&1; then
+        fail "plan: $(tail -n 1 "$OUT/logs/s$i-plan.log")" plan
+        echo "$row |" >>"$table"
+        continue
+    fi
+    row="$row $(grep -m1 '^plan: measured' "$OUT/logs/s$i-plan.log" | sed 's/^plan: //; s/|/\//g') |"
+    if ! "$MOEPLAN" collect -m "$w/m.gguf" --prompts examples/prompts.jsonl --trace "$w/ta.db" --force --no-progress \
+        --max-tokens "$TOKENS" --profile "$w/p.strp" --gpu-budget "$budget" --costs "$w/costs.json" \
+        --adaptive lru >"$OUT/logs/s$i-collect-adaptive.log" 2>&1; then
+        fail "collect --adaptive: $(tail -n 1 "$OUT/logs/s$i-collect-adaptive.log")" collect-adaptive
+        echo "$row" >>"$table"
+        continue
+    fi
+    if ! "$MOEPLAN" analyze "$w/ta.db" --model "$w/m.gguf" --out "$w/report" --force >"$OUT/logs/s$i-analyze.log" 2>&1; then
+        fail "analyze: $(tail -n 1 "$OUT/logs/s$i-analyze.log")" analyze
+        echo "$row" >>"$table"
+        continue
+    fi
+    served=$(python3 - "$w/report/summary.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))["routes_served"]
+paths = [s[k] for k in ("gpu", "tier", "cpu", "far", "copy")]
+ok = sum(paths) + s["unknown"] == s["routes"] and s["unknown"] == 0 and s["tier"] > 0
+print(" / ".join(str(p) for p in paths), f", {s['unknown']}", "" if ok else " (expected every route's path, some on the tier)")
+sys.exit(0 if ok else 1)
+EOF
+    ) || rc=1
+    row="$row $served |"
+    echo "$row" >>"$table"
+done
+cat "$table"
+exit $rc
