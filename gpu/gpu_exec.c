@@ -54,54 +54,37 @@ static void *take(carve *c, size_t bytes)
     return p;
 }
 
-static int64_t max64(int64_t a, int64_t b)
-{
-    return a > b ? a : b;
-}
-
-/* Scratch layout; called twice: once with c.base NULL to size it, once to carve it. */
+/* Scratch layout; called twice: once with c.base NULL to size it, once to carve it. The sizes are
+ * g->sp's (mp_gpu_scratch_plan, runtime/placement.h), which the budget sums in the same order. */
 static void carve_scratch(mp_gpu *g, carve *c)
 {
-    const mp_session *s = g->s;
-    const mp_hparams *hp = &s->m->hp;
-    const int64_t B = s->n_batch, D = hp->n_embd, Q = hp->n_head * hp->head_dim;
-    const int64_t KV = hp->n_head_kv * hp->head_dim, E = hp->n_expert, K = hp->n_expert_used;
-    g->d_x = take(c, (size_t)(B * D) * 4);
-    g->d_xb = take(c, (size_t)(B * D) * 4);
-    g->d_proj = take(c, (size_t)(B * D) * 4);
-    g->d_tmp = take(c, (size_t)(B * D) * 4);
-    g->d_q = take(c, (size_t)(B * Q) * 4);
-    g->d_att = take(c, (size_t)(B * Q) * 4);
-    g->d_k = take(c, (size_t)(B * KV) * 4);
-    g->d_v = take(c, (size_t)(B * KV) * 4);
-    g->d_router = take(c, (size_t)(B * E) * 4);
-    g->d_ids = take(c, (size_t)(B * K) * 4);
-    g->d_w = take(c, (size_t)(B * K) * 4);
-    g->d_tok = take(c, (size_t)B * 4);
-    g->d_pos = take(c, (size_t)B * 4);
+    const mp_gpu_scratch *z = &g->sp;
+    g->d_x = take(c, z->rows_embd);
+    g->d_xb = take(c, z->rows_embd);
+    g->d_proj = take(c, z->rows_embd);
+    g->d_tmp = take(c, z->rows_embd);
+    g->d_q = take(c, z->rows_q);
+    g->d_att = take(c, z->rows_q);
+    g->d_k = take(c, z->rows_kv);
+    g->d_v = take(c, z->rows_kv);
+    g->d_router = take(c, z->router);
+    g->d_ids = take(c, z->routes);
+    g->d_w = take(c, z->routes);
+    g->d_tok = take(c, z->rows_i32);
+    g->d_pos = take(c, z->rows_i32);
     g->d_bad = take(c, sizeof(int));
     g->d_count = take(c, sizeof(unsigned));
-    g->d_rids = take(c, (size_t)(2 * hp->n_layer * K) * 4);
-    g->d_rw = g->d_rids ? (float *)(g->d_rids + hp->n_layer * K) : NULL;
-    g->d_logits = take(c, (size_t)MP_GPU_HEAD_ROWS * (size_t)hp->n_vocab * 4);
-    g->d_act = take(c, (size_t)B * mp_act_row_bytes_max(max64(D, Q)));
-    size_t moe = 0;
-    for (int64_t il = 0; il < hp->n_layer; il++) {
-        const mp_layer *L = &s->m->layers[il];
-        size_t b = mp_cuda_moe_scratch_bytes(L->gate_exps.type, L->down_exps.type, D,
-                                             hp->n_ff_exp, B, K);
-        moe = b > moe ? b : moe;
-    }
-    g->moe_scratch_bytes = moe;
-    g->d_moe_scratch = take(c, moe);
-    const int64_t att_rows = B < MP_GPU_ATT_ROWS ? B : MP_GPU_ATT_ROWS;
-    g->att_scratch_bytes = mp_cuda_attention_scratch_bytes(att_rows, hp->n_head, hp->head_dim, s->n_ctx);
-    g->d_att_scratch = take(c, g->att_scratch_bytes);
-    g->gemm_scratch_bytes = 0;
-    if (B >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
-        g->gemm_scratch_bytes = mp_cuda_gemm_scratch_bytes(max64(D, Q), B, MP_GPU_GEMM_TILE);
-    g->d_gemm_scratch = take(c, g->gemm_scratch_bytes);
-    take(c, MP_GPU_BLAS_WS_BYTES); /* the cuBLAS workspace: last, found by mp_gpu_exec_new */
+    g->d_rids = take(c, z->replay);
+    g->d_rw = g->d_rids ? (float *)(g->d_rids + g->s->m->hp.n_layer * g->s->m->hp.n_expert_used) : NULL;
+    g->d_logits = take(c, z->logits);
+    g->d_act = take(c, z->act);
+    g->moe_scratch_bytes = z->moe;
+    g->d_moe_scratch = take(c, z->moe);
+    g->att_scratch_bytes = z->att;
+    g->d_att_scratch = take(c, z->att);
+    g->gemm_scratch_bytes = z->gemm;
+    g->d_gemm_scratch = take(c, z->gemm);
+    take(c, z->blas_ws); /* the cuBLAS workspace: last, found by mp_gpu_exec_new */
 }
 
 static size_t expert_slot_bytes(const mp_layer *L)
@@ -432,8 +415,17 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
         pool += slot * (size_t)pl->n_resident[il];
         g->n_hybrid_layers += pl->n_resident[il] < hp->n_expert;
     }
+    mp_placement_geom geo;
+    mp_status gst = mp_placement_geom_from_model(s->m, &geo, err);
+    if (gst)
+        return gst;
+    mp_gpu_scratch_plan(&geo, s->n_ctx, s->n_batch, &g->sp);
+    mp_placement_geom_free(&geo);
     carve sc = {NULL, 0}, wc = {NULL, 0};
     carve_scratch(g, &sc);
+    if (sc.used != g->sp.total) /* the budget counted g->sp.total */
+        return mp_fail(err, MP_ERR_INTERNAL, "GPU executor: scratch carved %zu bytes, planned %zu", sc.used,
+                       g->sp.total);
     mp_status st = upload_weights(g, &wc, err); /* sizing pass: copies nothing */
     if (st)
         return st;

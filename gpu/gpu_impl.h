@@ -17,8 +17,7 @@
 #include "runtime/state.h"
 
 /* scratch shapes: MP_GPU_* in runtime/placement.h */
-#define MP_GPU_ALIGN 256 /* every device allocation part, expert slot and host expert slice starts
-                          * 256-byte aligned (the MoE kernels' 128-bit loads, cp.async, the copy engine) */
+/* MP_GPU_ALIGN: runtime/placement.h, beside the scratch plan the budget counts */
 static inline size_t mp_gpu_align(size_t b)
 {
     return (b + MP_GPU_ALIGN - 1) & ~(size_t)(MP_GPU_ALIGN - 1);
@@ -45,6 +44,7 @@ typedef struct gpu_layer {
 } gpu_layer;
 
 struct mp_gpu {
+    mp_gpu_scratch sp;         /* the scratch buffers (mp_gpu_scratch_plan: the budget counts the same) */
     mp_session *s;
     cudaStream_t stream;       /* everything of the forward pass */
     cudaStream_t copy_stream;  /* expert weight copies (prefill) */

@@ -14,6 +14,8 @@
 
 #include "runtime/decide.h"
 #include "base/input_file.h"
+#include "kernels/cuda_sizes.h"
+#include "runtime/matmul.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 
@@ -130,17 +132,60 @@ mp_status mp_placement_geom_from_model(const mp_model *m, mp_placement_geom *g, 
                              .head_dim = hp->head_dim, .n_ff_exp = hp->n_ff_exp,
                              .n_vocab = hp->n_vocab, .dense_bytes = mp_model_dense_bytes(m)};
     g->expert_bytes = malloc((size_t)hp->n_layer * sizeof *g->expert_bytes);
-    if (!g->expert_bytes)
+    g->gate_type = malloc((size_t)hp->n_layer * sizeof *g->gate_type);
+    g->down_type = malloc((size_t)hp->n_layer * sizeof *g->down_type);
+    if (!g->expert_bytes || !g->gate_type || !g->down_type) {
+        mp_placement_geom_free(g);
         return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
-    for (int64_t il = 0; il < hp->n_layer; il++)
+    }
+    for (int64_t il = 0; il < hp->n_layer; il++) {
         g->expert_bytes[il] = mp_model_expert_bytes(m, il);
+        g->gate_type[il] = m->layers[il].gate_exps.type;
+        g->down_type[il] = m->layers[il].down_exps.type;
+    }
     return MP_OK;
 }
 
 void mp_placement_geom_free(mp_placement_geom *g)
 {
     free(g->expert_bytes);
+    free(g->gate_type);
+    free(g->down_type);
     g->expert_bytes = NULL;
+    g->gate_type = g->down_type = NULL;
+}
+
+static size_t gpu_align(size_t b)
+{
+    return (b + MP_GPU_ALIGN - 1) & ~(size_t)(MP_GPU_ALIGN - 1);
+}
+
+void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_batch, mp_gpu_scratch *out)
+{
+    const size_t B = (size_t)n_batch, D = (size_t)g->n_embd, Q = (size_t)(g->n_head * g->head_dim);
+    const size_t KV = (size_t)(g->n_head_kv * g->head_dim), K = (size_t)g->n_expert_used;
+    const size_t W = D > Q ? D : Q;
+    *out = (mp_gpu_scratch){
+        .rows_embd = B * D * 4, .rows_q = B * Q * 4, .rows_kv = B * KV * 4, .router = B * (size_t)g->n_expert * 4,
+        .routes = B * K * 4, .rows_i32 = B * 4, .replay = 2 * (size_t)g->n_layer * K * 4,
+        .logits = (size_t)MP_GPU_HEAD_ROWS * (size_t)g->n_vocab * 4, .act = B * mp_act_row_bytes_max((int64_t)W),
+        .blas_ws = MP_GPU_BLAS_WS_BYTES};
+    for (int64_t il = 0; il < g->n_layer; il++) {
+        const size_t b = mp_cuda_moe_scratch_bytes(g->gate_type[il], g->down_type[il], g->n_embd, g->n_ff_exp,
+                                                   n_batch, g->n_expert_used);
+        out->moe = b > out->moe ? b : out->moe;
+    }
+    const int64_t att_rows = n_batch < MP_GPU_ATT_ROWS ? n_batch : MP_GPU_ATT_ROWS;
+    out->att = mp_cuda_attention_scratch_bytes(att_rows, g->n_head, g->head_dim, n_ctx);
+    if (n_batch >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
+        out->gemm = mp_cuda_gemm_scratch_bytes((int64_t)W, n_batch, MP_GPU_GEMM_TILE);
+    /* as carved: four embd rows, two q, two kv, the router, two routes, two i32 rows, two flags,
+     * the replayed routes, the logits, the activations, then the kernels' scratch */
+    out->total = 4 * gpu_align(out->rows_embd) + 2 * gpu_align(out->rows_q) + 2 * gpu_align(out->rows_kv) +
+                 gpu_align(out->router) + 2 * gpu_align(out->routes) + 2 * gpu_align(out->rows_i32) +
+                 2 * gpu_align(4) + gpu_align(out->replay) + gpu_align(out->logits) + gpu_align(out->act) +
+                 gpu_align(out->moe ? out->moe : 1) + gpu_align(out->att ? out->att : 1) +
+                 gpu_align(out->gemm ? out->gemm : 1) + gpu_align(out->blas_ws);
 }
 
 static uint64_t sat_u64(unsigned __int128 v)
@@ -155,31 +200,15 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     *out = (mp_gpu_budget){.budget_bytes = budget_bytes, .dense_bytes = g->dense_bytes};
     out->kv_bytes = sat_u64((u128)n_ctx * (u128)g->n_layer * (u128)g->n_head_kv *
                             (u128)g->head_dim * 2u * MP_GPU_KV_ELEM_BYTES);
-    /* an upper bound of what the GPU executor carves (gpu/gpu_exec.c), term by term */
-    const u128 B = (u128)n_batch, D = (u128)g->n_embd, Q = (u128)g->n_head * (u128)g->head_dim;
-    const u128 KV = (u128)g->n_head_kv * (u128)g->head_dim, E = (u128)g->n_expert;
-    const u128 K = (u128)g->n_expert_used, F = (u128)g->n_ff_exp, W = D > Q ? D : Q;
-    const u128 att_rows = B < MP_GPU_ATT_ROWS ? B : MP_GPU_ATT_ROWS;
-    /* attention's split-K scratch (kernels/cuda/attention.cu): chunks of 64 keys for steps of up
-     * to 8 rows, of 256 for larger ones */
-    const u128 small_rows = att_rows < 8 ? att_rows : 8;
-    const u128 att_small = small_rows * (((u128)n_ctx + 63) / 64);
-    const u128 att_big = att_rows * (((u128)n_ctx + 255) / 256);
+    /* the executor's scratch, exactly as it carves it; then upper bounds of its staging, far-route
+     * tables and padding (gpu/gpu_exec.c) */
+    mp_gpu_scratch sc;
+    mp_gpu_scratch_plan(g, n_ctx, n_batch, &sc);
+    const u128 E = (u128)g->n_expert;
     u128 expert_max = 0;
     for (int64_t il = 0; il < g->n_layer; il++)
         expert_max = g->expert_bytes[il] > expert_max ? g->expert_bytes[il] : expert_max;
-    u128 scratch = 4 * B * (4 * D + 2 * Q + 2 * KV + E + 2 * K + 2) /* activations, routes */
-                   + 8 * (u128)g->n_layer * K + 512                  /* replayed decode routes */
-                   + 2 * 4                     /* the bad-token flag, the decode router's counter */
-                   + 2 * B * W                                       /* converted activations */
-                   + B * (2 * D + K * 6 * F)                         /* MoE kernel scratch */
-                   + B * K * (4 * D + 6) + 16 * 1025 + 1024          /* its grouped (prefill) path */
-                   + 4 * (att_small > att_big ? att_small : att_big) * (u128)g->n_head *
-                         ((u128)g->head_dim + 2)
-                   + 2 * W * (B + MP_GPU_GEMM_TILE)                  /* cuBLAS tiles */
-                   + 4 * (u128)MP_GPU_HEAD_ROWS * (u128)g->n_vocab   /* logits */
-                   + MP_GPU_BLAS_WS_BYTES
-                   + 64 * 256;                                       /* alignment */
+    u128 scratch = sc.total;
     if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies */
         scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256);
     /* padding of the weight arena, the per-layer slot tables, and of each pool slot (three

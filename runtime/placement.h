@@ -96,6 +96,7 @@ typedef struct mp_placement_geom {
     int64_t n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_vocab;
     uint64_t dense_bytes;          /* mp_model_dense_bytes */
     uint64_t *expert_bytes;        /* (n_layer) mp_model_expert_bytes per layer, owned */
+    int *gate_type, *down_type;    /* (n_layer) the experts' gate and down tensor types, owned */
 } mp_placement_geom;
 
 mp_status mp_placement_geom_from_model(const mp_model *m, mp_placement_geom *g, mp_error *err);
@@ -103,10 +104,11 @@ void mp_placement_geom_free(mp_placement_geom *g);
 
 /* Device memory other than the expert pool, for a session of n_ctx positions and n_batch rows:
  *   kv_bytes      = n_ctx × n_layer × n_head_kv × head_dim × 2 (K and V) × MP_GPU_KV_ELEM_BYTES
- *   scratch_bytes = an upper bound of the GPU executor's activations, kernel scratch, cuBLAS
- *                   workspace, logits buffer, prefill staging (n_batch >= MP_GPU_COPY_MIN_ROWS)
- *                   and weight-arena padding (the terms are in placement.c, docs/placement.md).
- * The executor computes its exact sizes again and enforces the budget with those. */
+ *   scratch_bytes = the GPU executor's activations, kernel scratch, cuBLAS workspace and logits
+ *                   buffer (mp_gpu_scratch_plan, exact), and an upper bound of its prefill
+ *                   staging (n_batch >= MP_GPU_COPY_MIN_ROWS), far-route tables and weight-arena
+ *                   padding (placement.c, docs/placement.md).
+ * The executor computes its sizes again and enforces the budget with those. */
 #define MP_GPU_KV_ELEM_BYTES 2 /* the GPU KV cache holds F16 */
 /* Shapes of the GPU executor's scratch (gpu/gpu_exec.c), shared with the estimate above. */
 #define MP_GPU_GEMM_MIN_ROWS MP_KNOB_GEMM_MIN_ROWS /* dense projections of >= this many rows go through cuBLAS */
@@ -116,6 +118,30 @@ void mp_placement_geom_free(mp_placement_geom *g);
 #define MP_GPU_BLAS_WS_BYTES ((size_t)32 << 20)
 #define MP_GPU_STAGE_EXPERTS 16    /* experts per staging buffer (prefill weight-copy path) */
 #define MP_GPU_COPY_MIN_ROWS 32    /* default rows of one cold expert above which it is copied */
+#define MP_GPU_ALIGN 256 /* every device allocation part, expert slot and host expert slice starts
+                          * 256-byte aligned (the MoE kernels' 128-bit loads, cp.async, the copy engine) */
+
+/* The GPU executor's scratch for a session of n_ctx positions and n_batch rows, buffer by buffer:
+ * gpu/gpu_exec.c carves exactly these (each rounded up to MP_GPU_ALIGN), and the budget counts
+ * their sum (total), so the two cannot differ. The kernels' own scratch comes from their size
+ * functions (kernels/cuda_sizes.h): the MoE kernels' for the widest layer by its expert types. */
+typedef struct mp_gpu_scratch {
+    size_t rows_embd;  /* n_batch × n_embd f32: x, xb, proj, tmp (four of them) */
+    size_t rows_q;     /* n_batch × n_head × head_dim f32: q, attention out (two) */
+    size_t rows_kv;    /* n_batch × n_head_kv × head_dim f32: k, v (two) */
+    size_t router;     /* n_batch × n_expert f32 */
+    size_t routes;     /* n_batch × top_k: ids (i32), weights (f32) (two) */
+    size_t rows_i32;   /* n_batch i32: tokens, positions (two) */
+    size_t replay;     /* a replayed decode step's routes: 2 × n_layer × top_k × 4 */
+    size_t logits;     /* MP_GPU_HEAD_ROWS × n_vocab f32 */
+    size_t act;        /* n_batch rows of the widest activation (f32: mp_act_row_bytes_max) */
+    size_t moe;        /* mp_cuda_moe_scratch_bytes, the largest over the layers */
+    size_t att;        /* mp_cuda_attention_scratch_bytes for MP_GPU_ATT_ROWS-row chunks */
+    size_t gemm;       /* mp_cuda_gemm_scratch_bytes (0 when no step reaches cuBLAS) */
+    size_t blas_ws;    /* MP_GPU_BLAS_WS_BYTES */
+    size_t total;      /* every buffer above (and two 4-byte flags), each rounded up to MP_GPU_ALIGN */
+} mp_gpu_scratch;
+void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_batch, mp_gpu_scratch *out);
 typedef struct mp_gpu_budget {
     uint64_t budget_bytes;    /* 0: no budget (nothing is refused) */
     uint64_t dense_bytes, kv_bytes, scratch_bytes;

@@ -20,9 +20,10 @@
 // 74 µs per decode layer on the H200, half the decode step; bench/NOTES-gpu-exec.md, run 5.)
 #include "kernels/cuda/common.cuh"
 
-#define ATT_CHUNK_SMALL 64
-#define ATT_CHUNK_MAX 256
-#define ATT_SMALL_ROWS 8
+// the chunking is the scratch size's too (kernels/cuda_sizes.h)
+#define ATT_CHUNK_SMALL MP_CUDA_ATT_CHUNK_SMALL
+#define ATT_CHUNK_MAX MP_CUDA_ATT_CHUNK_MAX
+#define ATT_SMALL_ROWS MP_CUDA_ATT_SMALL_ROWS
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / MPC_WARP)
 #define ATT_MAX_HD 256
@@ -30,7 +31,7 @@
 
 static int64_t att_chunk(int64_t n_rows)
 {
-    return n_rows <= ATT_SMALL_ROWS ? ATT_CHUNK_SMALL : ATT_CHUNK_MAX;
+    return mp_cuda_att_chunk(n_rows);
 }
 
 // keys of row `row`: its position + 1, from the device (graph-replayable decode) or pos0 + row
@@ -170,23 +171,7 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
     }
 }
 
-static size_t scratch_for(int64_t n_rows, int64_t n_head, int64_t head_dim, int64_t n_keys_max)
-{
-    const int64_t chunk = att_chunk(n_rows), n_splits = (n_keys_max + chunk - 1) / chunk;
-    return (size_t)(n_rows * n_head * n_splits * (head_dim + 2)) * sizeof(float);
-}
-
-// enough for any step of 1 ... n_rows rows: the small-step chunking needs more per row
-extern "C" size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head,
-                                                  int64_t head_dim, int64_t n_keys_max)
-{
-    if (n_rows < 1 || n_head < 1 || head_dim < 1 || n_keys_max < 1)
-        return 0;
-    const size_t small = scratch_for(n_rows < ATT_SMALL_ROWS ? n_rows : ATT_SMALL_ROWS, n_head, head_dim,
-                                     n_keys_max);
-    const size_t all = scratch_for(n_rows, n_head, head_dim, n_keys_max);
-    return small > all ? small : all;
-}
+// mp_cuda_attention_scratch_bytes: kernels/cuda_sizes.h
 
 static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                      int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,

@@ -242,25 +242,10 @@ __device__ __forceinline__ void mpc_quantize_q8_K_warp(const float *x, uint8_t *
 }
 
 // Host: bytes of a row of n elements of type t (0 if n is not a multiple of the block size or
-// the type is unknown) — the same facts as mp_type_row_bytes, without linking the C library.
+// the type is unknown): kernels/cuda_sizes.h, which the GPU budget reads too.
 static inline size_t mpc_row_bytes(int t, int64_t n)
 {
-    int64_t be;
-    size_t bb;
-    switch (t) {
-    case MP_TYPE_F32: be = 1; bb = 4; break;
-    case MP_TYPE_F16: be = 1; bb = 2; break;
-    case MP_TYPE_BF16: be = 1; bb = 2; break;
-    case MP_TYPE_Q4_0: be = 32; bb = 18; break;
-    case MP_TYPE_Q8_0: be = 32; bb = 34; break;
-    case MP_TYPE_Q4_K: be = 256; bb = 144; break;
-    case MP_TYPE_Q6_K: be = 256; bb = 210; break;
-    case MP_TYPE_Q8_K: be = 256; bb = 292; break;
-    default: return 0;
-    }
-    if (n <= 0 || n % be)
-        return 0;
-    return (size_t)(n / be) * bb;
+    return mp_cuda_row_bytes(t, n);
 }
 
 static inline int mpc_launch_status(void)

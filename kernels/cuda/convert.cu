@@ -20,20 +20,7 @@ extern "C" const char *mp_cuda_strerror(int code)
     }
 }
 
-extern "C" int mp_cuda_vec_dot_type(int weight_type)
-{
-    switch (weight_type) {
-    case MP_TYPE_F32: case MP_TYPE_F16: case MP_TYPE_BF16: return MP_TYPE_F32;
-    case MP_TYPE_Q4_0: case MP_TYPE_Q8_0: return MP_TYPE_Q8_0;
-    case MP_TYPE_Q4_K: case MP_TYPE_Q6_K: return MP_TYPE_Q8_K;
-    default: return -1;
-    }
-}
-
-extern "C" size_t mp_cuda_row_bytes(int type, int64_t n)
-{
-    return mpc_row_bytes(type, n);
-}
+// mp_cuda_vec_dot_type, mp_cuda_row_bytes: kernels/cuda_sizes.h (the budget reads them too)
 
 // ---- activation quantization: one warp per block ----
 

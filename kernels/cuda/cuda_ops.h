@@ -22,6 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the scratch sizes, row bytes and activation formats of these kernels, CUDA-free:
+ * mp_cuda_vec_dot_type, mp_cuda_row_bytes, mp_cuda_moe_scratch_bytes,
+ * mp_cuda_attention_scratch_bytes, mp_cuda_gemm_scratch_bytes */
+#include "kernels/cuda_sizes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -56,10 +61,6 @@ int mp_cuda_rmsnorm_host(float *out, const float *x, const float *w, int64_t row
 
 /* ---- activations, dequantization ---- */
 
-/* The activation format a weight type's GEMV reads (F32, Q8_0 or Q8_K); -1 if unsupported. */
-int mp_cuda_vec_dot_type(int weight_type);
-/* Bytes of one row of n elements of type (0 if n is not a multiple of its block). */
-size_t mp_cuda_row_bytes(int type, int64_t n);
 
 /* d_q (n_rows, row bytes of vdt) = d_x (n_rows, n) f32 with rows x_stride elements apart, in
  * activation format vdt (F32: copy; Q8_0; Q8_K) — the CPU's mp_quantize_activation bytes. */
@@ -138,8 +139,6 @@ typedef struct mp_cuda_moe_args {
  * tensor 256-byte aligned. */
 size_t mp_cuda_moe_far_stage_bytes(const mp_cuda_moe_args *a);
 
-size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd, int64_t n_ff,
-                                 int64_t n_rows, int64_t top_k);
 
 /* For every route (row, k) to a resident expert e = ids[row, k]:
  *   h = silu(gate_e · x_row) * (up_e · x_row)          (n_ff, f32; one launch for all routes)
@@ -258,9 +257,6 @@ int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_
  * exclude the time a kernel waited for its predecessor); and by tests. */
 void mp_cuda_set_pdl(int on);
 
-/* Scratch floats for mp_cuda_attention with this many rows, heads and keys. */
-size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
-                                       int64_t n_keys_max);
 
 /* Causal GQA attention: query row i (position pos0 + i) of head h attends to cache positions
  * [0, pos0 + i] of kv head h / (n_head / n_head_kv); scores (q·k)/sqrt(head_dim) and softmax in
@@ -289,8 +285,6 @@ void mp_cuda_blas_destroy(void *handle);
  * so that a GPU budget accounts for it (32 MiB suits sm_90). */
 int mp_cuda_blas_set_workspace(void *handle, void *d_ws, size_t bytes);
 
-/* Scratch bytes for mp_cuda_gemm with n_x activation rows of n_in and tile_rows weight rows. */
-size_t mp_cuda_gemm_scratch_bytes(int64_t n_in, int64_t n_x, int64_t tile_rows);
 
 /* d_y[i * y_stride + r] = W[r] · x_i for r < n_out, i < n_x, with d_x (n_x, n_in) f32.
  * Weights are dequantized in tiles of tile_rows rows to F16 (BF16 for BF16 weights), x is

@@ -68,12 +68,7 @@ static size_t align256(size_t b)
     return (b + 255) & ~(size_t)255;
 }
 
-extern "C" size_t mp_cuda_gemm_scratch_bytes(int64_t n_in, int64_t n_x, int64_t tile_rows)
-{
-    if (n_in < 1 || n_x < 1 || tile_rows < 1)
-        return 0;
-    return align256((size_t)(n_x * n_in) * 2) + align256((size_t)(tile_rows * n_in) * 2);
-}
+// mp_cuda_gemm_scratch_bytes: kernels/cuda_sizes.h
 
 template <int T>
 static void launch_tile(const uint8_t *w, size_t row_bytes, int64_t rows, int64_t n, uint16_t *out,

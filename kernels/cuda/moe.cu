@@ -19,9 +19,10 @@
 
 #define MOE_WARPS 4
 // Batches of at least MOE_GROUP_MIN_ROWS rows take the grouped path: routes sorted by expert,
-// each group of up to MOE_GROUP routes of one expert reads that expert's weights once.
-#define MOE_GROUP 8
-#define MOE_GROUP_MIN_ROWS 16
+// each group of up to MOE_GROUP routes of one expert reads that expert's weights once (the
+// constants live with the scratch sizes, kernels/cuda_sizes.h).
+#define MOE_GROUP MP_CUDA_MOE_GROUP
+#define MOE_GROUP_MIN_ROWS MP_CUDA_MOE_GROUP_MIN_ROWS
 
 template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
@@ -151,21 +152,7 @@ static size_t align256(size_t b)
     return (b + 255) & ~(size_t)255;
 }
 
-extern "C" size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int64_t n_embd,
-                                            int64_t n_ff, int64_t n_rows, int64_t top_k)
-{
-    const int xv = mp_cuda_vec_dot_type(gate_type), hv = mp_cuda_vec_dot_type(down_type);
-    if (xv < 0 || hv < 0 || n_rows < 1 || top_k < 1)
-        return 0;
-    const size_t routes = (size_t)(n_rows * top_k);
-    size_t b = align256((size_t)n_rows * mpc_row_bytes(xv, n_embd)) +
-               align256(routes * (size_t)n_ff * sizeof(float)) +
-               align256(routes * mpc_row_bytes(hv, n_ff));
-    if (n_rows >= MOE_GROUP_MIN_ROWS) /* grouped path: perm, groups, count, per-route outputs */
-        b += align256(routes * 4) + align256((routes / MOE_GROUP + 1024 + 1) * 16) + 256 +
-             align256(routes * (size_t)n_embd * sizeof(float));
-    return b;
-}
+// mp_cuda_moe_scratch_bytes: kernels/cuda_sizes.h (its grouped path's buffers are carved below)
 
 
 template <int T, bool VEC>

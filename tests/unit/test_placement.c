@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/sha256.h"
+#include "kernels/quant.h"
 #include "collector/trace_read.h"
 #include "runtime/gpu.h"
 #include "runtime/placement.h"
@@ -198,31 +199,36 @@ Test(placement, file_bad_inputs_name_the_line)
 /* ---- budget arithmetic: a geometry small enough to compute by hand ---- */
 
 static uint64_t hand_expert_bytes[2] = {100, 100};
+static int hand_types[3] = {MP_TYPE_F32, MP_TYPE_F32, MP_TYPE_F32}; /* gate, down; a third layer's */
 static const mp_placement_geom hand = {
     .n_layer = 2, .n_expert = 4, .n_expert_used = 2, .n_embd = 8, .n_head = 2, .n_head_kv = 1,
     .head_dim = 4, .n_ff_exp = 16, .n_vocab = 10, .dense_bytes = 1000,
-    .expert_bytes = hand_expert_bytes};
+    .expert_bytes = hand_expert_bytes, .gate_type = hand_types, .down_type = hand_types};
 /* n_ctx 16, n_batch 4:
  *   kv      = 16 ctx × 2 layers × 1 kv head × 4 dim × 2 (K, V) × 2 bytes           = 512
- *   scratch, the terms of placement.c (B 4, D 8, Q 8, KV 4, E 4, K 2, F 16, W = max(D, Q) 8):
- *     activations, routes   4·4·(4·8 + 2·8 + 2·4 + 4 + 2·2 + 2) = 16·66            = 1056
- *     replayed decode routes 8·2 layers·2 + 512                                    = 544
- *     flags: bad token, decode router's counter  2·4                               = 8
- *     converted acts        2·4·8                                                  = 64
- *     MoE kernel scratch    4·(2·8 + 2·6·16)                                       = 832
- *     its grouped path      4·2·(4·8 + 6) + 16·1025 + 1024                          = 17728
- *     attention             4·max(4 rows·1 64-key split, 4 rows·1 256-key split)
- *                           ·2 heads·(4 + 2)                                       = 192
- *     cuBLAS tiles          2·8·(4 + 2048)                                         = 32832
- *     logits                4·32·10                                                = 1280
+ *   scratch, the executor's buffers (mp_gpu_scratch_plan; B 4, D 8, Q 8, KV 4, E 4, K 2, F 16,
+ *   W = max(D, Q) 8), each rounded up to 256:
+ *     x, xb, proj, tmp      4 × (4·8·4 = 128 → 256)                                = 1024
+ *     q, attention out      2 × (4·8·4 → 256)                                      = 512
+ *     k, v                  2 × (4·4·4 → 256)                                      = 512
+ *     router                4·4·4 → 256                                            = 256
+ *     ids, weights          2 × (4·2·4 → 256)                                      = 512
+ *     tokens, positions     2 × (4·4 → 256)                                        = 512
+ *     two flags             2 × 256                                                = 512
+ *     replayed routes       2·2 layers·2·4 → 256                                   = 256
+ *     logits                32·10·4                                                = 1280
+ *     activations (f32)     4·8·4 → 256                                            = 256
+ *     MoE kernels (F32 experts: f32 activations) 4·8·4 → 256, 8 routes·16·4 = 512,
+ *                           8·16·4 = 512 (no grouped path under 16 rows)            = 1280
+ *     attention             4 rows·2 heads·1 64-key split·(4 + 2)·4 = 192 → 256     = 256
+ *     cuBLAS tiles (the output head's 32 rows reach it) 4·8·2 → 256 + 2048·8·2       = 33024
  *     cuBLAS workspace      32 MiB                                                 = 33554432
- *     alignment             64·256                                                 = 16384
  *     (no staging: 4 rows < MP_GPU_COPY_MIN_ROWS)
  *     padding               2·(3·(4·8 + 256) + 16·256 + 4·3·256) + 4·256            = 17088
- *     total                                                                        = 33642440
- *   fixed   = 1000 + 512 + 33642440                                                = 33643952 */
-#define HAND_SCRATCH 33642440u
-#define HAND_FIXED 33643952u
+ *     total                                                                        = 33611712
+ *   fixed   = 1000 + 512 + 33611712                                                = 33613224 */
+#define HAND_SCRATCH 33611712u
+#define HAND_FIXED 33613224u
 
 Test(placement, budget_arithmetic_by_hand)
 {
@@ -239,7 +245,7 @@ Test(placement, budget_arithmetic_by_hand)
     cr_assert_eq(b.expert_avail_bytes, 0);
     cr_assert_eq(mp_gpu_budget_compute(&hand, HAND_FIXED - 1, 16, 4, &b, &e), MP_ERR_LIMIT);
     cr_assert(strstr(e.msg, "non-expert weights 1000 B + KV cache 512 B (--ctx 16) + scratch "
-                     "32.08 MiB (--batch 4) = 32.09 MiB do not fit") != NULL, "%s", e.msg);
+                     "32.05 MiB (--batch 4) = 32.06 MiB do not fit") != NULL, "%s", e.msg);
     cr_assert_eq(mp_gpu_budget_compute(&hand, 999, 16, 4, &b, &e), MP_ERR_LIMIT);
     cr_assert(strstr(e.msg, "smaller than the non-expert weights alone (1000 B)") != NULL, "%s",
               e.msg);
@@ -345,8 +351,8 @@ Test(placement, modes_and_budget_refusal)
     cr_assert(strstr(e.msg, "the model has 2 layers") != NULL, "%s", e.msg);
     /* gpu needs 800 B of experts; 799 are left */
     cr_assert_eq(build("gpu", HAND_FIXED + 799, &p, &e), MP_ERR_LIMIT);
-    cr_assert(strstr(e.msg, "budget 32.09 MiB: non-expert weights 1000 B + KV cache 512 B + "
-                     "scratch 32.08 MiB leave 799 B for experts; placement 'gpu' needs 800 B "
+    cr_assert(strstr(e.msg, "budget 32.06 MiB: non-expert weights 1000 B + KV cache 512 B + "
+                     "scratch 32.05 MiB leave 799 B for experts; placement 'gpu' needs 800 B "
                      "(8 experts × 100 B)") != NULL, "%s", e.msg);
     cr_assert_eq(p.bits, NULL);
     cr_assert_eq(build("gpu", HAND_FIXED + 800, &p, &e), MP_OK, "%s", e.msg);
