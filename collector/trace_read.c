@@ -79,9 +79,12 @@ static char *dup_col(sqlite3_stmt *st, int i)
     return strdup((const char *)t);
 }
 
+/* Column i as an integer, -1 where NULL. The type is asked only of a 0 (what NULL reads as): one
+ * call instead of two for most values, on every timing row of a live trace. */
 static int64_t int_col(sqlite3_stmt *st, int i)
 {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, i);
+    const int64_t v = sqlite3_column_int64(st, i);
+    return v == 0 && sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : v;
 }
 
 static mp_status sql_err(mp_trace_reader *r, mp_error *err, const char *what)
