@@ -472,7 +472,8 @@ static mp_status check_served(mp_trace_check_iter *it, const mp_trace_timing_rec
     if (!c->node_ok[p])
         return MP_OK; /* reported at open */
     const int64_t k = it->nodes[p].top_k, rows = it->step.n_rows;
-    if (rec->served_bytes % (size_t)k || (int64_t)(rec->served_bytes / (size_t)k) != rows)
+    int64_t want; /* rows × k, by a multiplication: a division per row cost more than the check */
+    if (__builtin_mul_overflow(rows, k, &want) || rec->served_bytes != (uint64_t)want)
         PROBLEM(AT ": served BLOB of %zu codes, expected rows × top-k = %lld × %lld", AT_ARGS,
                 rec->served_bytes, (long long)rows, (long long)k);
     int64_t n[MP_SERVED_N] = {0};
