@@ -445,12 +445,16 @@ mp_status mp_an_run(const mp_an_options *o, mp_an_problems *pb, uint64_t *decisi
     for (int m = 0; m < 4; m++)
         dist.mean[m] = dist.n[m] ? dist.mean[m] / (double)dist.n[m] : 0;
 
+    /* the checker summed each trace's tier counts and served codes in the scan; the traces share
+     * one node table */
     mp_trace_tier_totals tier = {0};
-    for (int i = 0; i < in.n_traces && st == MP_OK; i++)
-        st = mp_trace_tier_add(in.trace[i], &tier, err);
-    if (st != MP_OK)
-        goto out;
-    /* the checker summed each trace's served codes in the scan; the traces share one node table */
+    for (int i = 0; i < in.n_traces; i++)
+        if (!mp_trace_tier_sum(&tier, mp_trace_check_tier(in.check[i]))) {
+            st = mp_fail(err, MP_ERR_FORMAT, "trace %s: timing: the adaptive tier's counts%s pass 2^63 "
+                         "when summed, expected counts a run can reach", in.meta[i].path,
+                         i ? " (with the traces before it)" : "");
+            goto out;
+        }
     if (!(served = calloc((size_t)in.n_nodes, sizeof *served))) {
         st = mp_fail(err, MP_ERR_NOMEM, "analyzer: out of memory");
         goto out;

@@ -21,7 +21,7 @@ typedef struct mp_an_report {
     const mp_an_request_dist *req;
     int64_t n_train_requests;
     const mp_an_simulation *sim; /* --simulation, NULL without */
-    const mp_trace_tier_totals *tier; /* the traces' adaptive tier counts (mp_trace_tier_add) */
+    const mp_trace_tier_totals *tier; /* the traces' adaptive tier counts (mp_trace_check_tier) */
     const mp_trace_served_node *served; /* (n_nodes) routes by the path that served them, summed over
                                          * the traces (mp_trace_check_served) */
 } mp_an_report;

@@ -36,6 +36,7 @@ struct mp_trace_check {
     int64_t n_requests;
     int64_t max_experts;       /* over usable nodes: the repeated-id stamp's size */
     mp_trace_served_node *served; /* (n_nodes) the last complete iteration's served totals */
+    mp_trace_tier_totals tier;    /* the last complete iteration's tier totals */
 };
 
 struct mp_trace_check_iter {
@@ -62,14 +63,16 @@ struct mp_trace_check_iter {
     int64_t cap;
     uint32_t *stamp;           /* (max_experts) row serial of the last use: the repeated-id check */
     uint32_t row_serial;
-    /* the timing rows with served codes, merge-joined with the steps: trec is the next one when
-     * trec_rc is 1 (0: none left); served (n_nodes) the codes counted so far, rows_total the rows
-     * of the steps that passed */
+    /* the timing rows, merge-joined with the steps: trec is the next one when trec_rc is 1 (0:
+     * none left); served (n_nodes) the codes counted so far, rows_total the rows of the steps that
+     * passed, tier the tier's counts so far, n_timing_read the rows read */
     mp_trace_timing_iter *timing;
     mp_trace_timing_rec trec;
     int trec_rc;
     mp_trace_served_node *served;
     int64_t rows_total;
+    mp_trace_tier_totals tier;
+    int64_t n_timing_read;
 };
 
 static float f16_table[65536];
@@ -332,6 +335,20 @@ mp_status mp_trace_check_open(const char *path, mp_trace_problem_fn sink, void *
 mp_trace_reader *mp_trace_check_reader(const mp_trace_check *c) { return c->r; }
 int64_t mp_trace_check_problems(const mp_trace_check *c) { return c->n_problems; }
 const mp_trace_served_node *mp_trace_check_served(const mp_trace_check *c) { return c->served; }
+const mp_trace_tier_totals *mp_trace_check_tier(const mp_trace_check *c) { return &c->tier; }
+
+bool mp_trace_tier_sum(mp_trace_tier_totals *sum, const mp_trace_tier_totals *add)
+{
+    sum->present |= add->present;
+    sum->overflow |= add->overflow;
+    sum->overflow |= __builtin_add_overflow(sum->routes, add->routes, &sum->routes);
+    sum->overflow |= __builtin_add_overflow(sum->hits, add->hits, &sum->hits);
+    sum->overflow |= __builtin_add_overflow(sum->late, add->late, &sum->late);
+    sum->overflow |= __builtin_add_overflow(sum->admissions, add->admissions, &sum->admissions);
+    sum->overflow |= __builtin_add_overflow(sum->evictions, add->evictions, &sum->evictions);
+    sum->overflow |= __builtin_add_overflow(sum->copy_bytes, add->copy_bytes, &sum->copy_bytes);
+    return !sum->overflow;
+}
 
 /* ---- stage 2 ---- */
 
@@ -455,7 +472,8 @@ static mp_status check_served(mp_trace_check_iter *it, const mp_trace_timing_rec
     if (!c->node_ok[p])
         return MP_OK; /* reported at open */
     const int64_t k = it->nodes[p].top_k, rows = it->step.n_rows;
-    if (rec->served_bytes % (size_t)k || (int64_t)(rec->served_bytes / (size_t)k) != rows)
+    int64_t want; /* rows × k, by a multiplication: a division per row cost more than the check */
+    if (__builtin_mul_overflow(rows, k, &want) || rec->served_bytes != (uint64_t)want)
         PROBLEM(AT ": served BLOB of %zu codes, expected rows × top-k = %lld × %lld", AT_ARGS,
                 rec->served_bytes, (long long)rows, (long long)k);
     int64_t n[MP_SERVED_N] = {0};
@@ -487,18 +505,35 @@ static mp_status check_served(mp_trace_check_iter *it, const mp_trace_timing_rec
     return MP_OK;
 }
 
-/* The timing rows with served codes up to the current step (all that are left once the steps have
- * ended): those of an earlier step lack it in the steps table; those of this step are checked
- * against its rows, unless the step itself failed (reported with the step). */
-static mp_status served_upto(mp_trace_check_iter *it, mp_error *err)
+/* One timing row's tier counts, added to the iteration's when it has any. */
+static void tier_row(mp_trace_check_iter *it, const mp_moe_timing *t)
+{
+    if (!(t->tier_hits | t->tier_late | t->tier_admissions | t->tier_evictions))
+        return; /* no tier at this node and step (copy bytes come with admissions) */
+    mp_trace_tier_totals row = {.present = true, .hits = t->tier_hits, .late = t->tier_late,
+                                .admissions = t->tier_admissions, .evictions = t->tier_evictions,
+                                .copy_bytes = t->tier_copy_bytes};
+    row.overflow = __builtin_add_overflow(t->hits, t->misses, &row.routes);
+    mp_trace_tier_sum(&it->tier, &row);
+}
+
+/* The timing rows up to the current step (all that are left once the steps have ended), each read
+ * once: its tier counts summed; its served codes, if any, checked: those of an earlier step lack it
+ * in the steps table; those of this step are checked against its rows, unless the step itself
+ * failed (reported with the step). Hot on a live trace: a row per (step, node). */
+static mp_status timing_upto(mp_trace_check_iter *it, mp_error *err)
 {
     while (it->trec_rc == 1) {
         const mp_trace_timing_rec *rec = &it->trec;
         const int cmp = it->have_step ? cmp_key(rec->request_id, rec->step, it->step.request_id, it->step.step) : -1;
         if (cmp > 0)
             return MP_OK;
+        it->n_timing_read++;
+        tier_row(it, &rec->t);
         mp_status st = MP_OK;
-        if (cmp < 0)
+        if (!rec->t.served)
+            ; /* no codes to check */
+        else if (cmp < 0)
             st = problem(it->c, &it->stop_err, "trace %s: request %lld, step %lld, node %lld: timing with served "
                          "codes for a step that the steps table lacks", it->c->path, (long long)rec->request_id,
                          (long long)rec->step, (long long)rec->node_index);
@@ -514,7 +549,7 @@ static mp_status served_upto(mp_trace_check_iter *it, mp_error *err)
     return MP_OK;
 }
 
-/* Leave the current step for the next one (none: the end), then its served codes. */
+/* Leave the current step for the next one (none: the end), then its timing rows. */
 static mp_status next_step(mp_trace_check_iter *it, mp_error *err)
 {
     mp_status st = load_step(it, err);
@@ -522,7 +557,7 @@ static mp_status next_step(mp_trace_check_iter *it, mp_error *err)
         return st;
     if (it->have_step && it->step_ok)
         it->rows_total += it->step.n_rows;
-    return served_upto(it, err);
+    return timing_upto(it, err);
 }
 
 static mp_status grow(mp_trace_check_iter *it, int64_t n, mp_error *err)
@@ -652,7 +687,7 @@ mp_status mp_trace_check_begin(mp_trace_check *c, int64_t only_node, mp_trace_ch
     if (!st)
         st = mp_trace_routing_begin(c->r, &it->routing, err);
     if (!st)
-        st = mp_trace_timing_begin_served(c->r, &it->timing, err);
+        st = mp_trace_timing_begin_counts(c->r, &it->timing, err);
     if (!st && (it->trec_rc = mp_trace_timing_next(it->timing, &it->trec, err)) < 0)
         st = (mp_status)it->trec_rc;
     if (st) {
@@ -681,9 +716,8 @@ static mp_status finish(mp_trace_check_iter *it, mp_error *err)
     const mp_trace_run *run = mp_trace_reader_run(c->r);
     if (!run->has_footer)
         return MP_OK; /* reported at open */
-    int64_t n_timing, n_cupti;
-    if ((st = mp_trace_reader_count_rows(c->r, "timing", &n_timing, err)) ||
-        (st = mp_trace_reader_count_rows(c->r, "cupti", &n_cupti, err)))
+    int64_t n_cupti; /* the timing rows were all read by now: counted, not counted again */
+    if ((st = mp_trace_reader_count_rows(c->r, "cupti", &n_cupti, err)))
         return st;
     const struct {
         const char *name, *table;
@@ -691,7 +725,7 @@ static mp_status finish(mp_trace_check_iter *it, mp_error *err)
     } counts[] = {
         {"n_steps", "the steps table has %lld rows", run->footer_n_steps, it->n_steps_read},
         {"n_routing", "the routing table has %lld records", run->footer_n_routing, it->n_routing_read},
-        {"n_timing", "the timing table has %lld rows", run->footer_n_timing, n_timing},
+        {"n_timing", "the timing table has %lld rows", run->footer_n_timing, it->n_timing_read},
         {"n_cupti", "the cupti table has %lld rows", run->footer_n_cupti, n_cupti},
     };
     for (int i = 0; i < 4; i++) {
@@ -779,11 +813,13 @@ static int advance(mp_trace_check_iter *it, mp_trace_checked_rec *out, mp_error 
         return rc;
     if ((st = finish(it, err)) != MP_OK)
         return st;
-    if (c->n_problems == 0) /* the whole trace passed: its served totals are complete */
+    if (c->n_problems == 0) { /* the whole trace passed: its served and tier totals are complete */
         for (int32_t p = 0; p < c->n_nodes; p++) {
             c->served[p] = it->served[p];
             c->served[p].routes = it->rows_total * it->nodes[p].top_k;
         }
+        c->tier = it->tier;
+    }
     return 0;
 }
 

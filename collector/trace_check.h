@@ -13,11 +13,11 @@
  *  2. an iterator (mp_trace_check_begin/next) that streams steps and routing merge-joined by
  *     (request, step) and checks every record: step numbering, phase, rows; a record per node per
  *     step with the step's rows; id and weight BLOBs of rows × top-k; ids in [0, n_experts) and
- *     distinct within a row; weights finite and >= 0; merge-joined too, the timing rows that carry
- *     served codes (timing.served): for a step and node of the tables, rows × top-k codes, each a
- *     path (mp_served), whose counts agree with the row's hits, misses and tier_hits. At the end:
- *     requests without steps, and the footer's steps, routing, timing and cupti counts against
- *     the tables.
+ *     distinct within a row; weights finite and >= 0; merge-joined too, the timing rows, in one
+ *     scan: those that carry served codes (timing.served) must be of a step and node of the tables
+ *     and hold rows × top-k codes, each a path (mp_served), whose counts agree with the row's hits,
+ *     misses and tier_hits; every row's adaptive-tier counts are summed. At the end: requests
+ *     without steps, and the footer's steps, routing, timing and cupti counts against the tables.
  * Records are (request, step, node) whatever the schema version, so every check and location is
  * the same for both. Each problem is one line naming the trace and as much of (request, step,
  * node, row, slot) as applies.
@@ -29,8 +29,8 @@
  * problem, so no consumer ever computes with invalid input.
  *
  * Memory: the reader's (nodes, requests), a has-steps flag per request, a stamp per expert for the
- * repeated-id check, the decode buffers of the largest record and the served totals per node:
- * nothing grows with the number of steps.
+ * repeated-id check, the decode buffers of the largest record, the served totals per node and the
+ * tier's totals: nothing grows with the number of steps.
  */
 #ifndef MP_COLLECTOR_TRACE_CHECK_H
 #define MP_COLLECTOR_TRACE_CHECK_H
@@ -96,6 +96,22 @@ typedef struct mp_trace_served_node {
 /* (n_nodes, node-table order): the totals of the last iteration that reached its end without a
  * problem (mp_trace_check_next returned 0); all zero before. */
 const mp_trace_served_node *mp_trace_check_served(const mp_trace_check *c);
+
+/* The GPU executor's adaptive tier over the timing rows (what collect --adaptive records): its
+ * counts (tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes; NULL reads 0)
+ * summed over the rows that have any of the first four (present false when none has: no tier, or a
+ * trace from before its columns), and those rows' routes (hits + misses). overflow: a sum passed
+ * 64 bits, the others are then not to be used. */
+typedef struct mp_trace_tier_totals {
+    bool present, overflow;
+    int64_t routes;
+    int64_t hits, late, admissions, evictions, copy_bytes;
+} mp_trace_tier_totals;
+/* The totals of the last iteration that reached its end without a problem; all zero before. */
+const mp_trace_tier_totals *mp_trace_check_tier(const mp_trace_check *c);
+/* Add add's totals to *sum (the sums of several traces gather in one, zeroed first); false, with
+ * sum->overflow set, where a sum passes 64 bits (or add's had). */
+bool mp_trace_tier_sum(mp_trace_tier_totals *sum, const mp_trace_tier_totals *add);
 
 /* Several traces read as one (analyze and simulate of sharded collections): other, opened
  * after first, must come from the same model (SHA-256), have the same shapes and node table, and

@@ -68,7 +68,7 @@ struct mp_trace_routing_iter {
 struct mp_trace_timing_iter {
     mp_trace_reader *r;
     sqlite3_stmt *st;
-    bool served_only; /* mp_trace_timing_begin_served: key, hits, misses, tier_hits, served */
+    bool counts_only; /* mp_trace_timing_begin_counts: key, hits, misses, the tier's counts, served */
 };
 
 static char *dup_col(sqlite3_stmt *st, int i)
@@ -79,9 +79,12 @@ static char *dup_col(sqlite3_stmt *st, int i)
     return strdup((const char *)t);
 }
 
+/* Column i as an integer, -1 where NULL. The type is asked only of a 0 (what NULL reads as): one
+ * call instead of two for most values, on every timing row of a live trace. */
 static int64_t int_col(sqlite3_stmt *st, int i)
 {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, i);
+    const int64_t v = sqlite3_column_int64(st, i);
+    return v == 0 && sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : v;
 }
 
 static mp_status sql_err(mp_trace_reader *r, mp_error *err, const char *what)
@@ -696,25 +699,25 @@ void mp_trace_routing_end(mp_trace_routing_iter *it)
     routing_iter_free(it);
 }
 
-static mp_status timing_begin(mp_trace_reader *r, bool served_only, mp_trace_timing_iter **out, mp_error *err)
+static mp_status timing_begin(mp_trace_reader *r, bool counts_only, mp_trace_timing_iter **out, mp_error *err)
 {
     *out = calloc(1, sizeof **out);
     if (!*out)
         return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", r->path);
     (*out)->r = r;
-    (*out)->served_only = served_only;
+    (*out)->counts_only = counts_only;
     /* the adaptive tier's columns, then served, were added to version 2: traces written before
      * lack them (each addition came after the one before it, but each is looked for alone) */
     const bool tier = has_column(r, "timing", "tier_hits"), served = has_column(r, "timing", "served");
+    const char *tier_cols = tier ? "tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes"
+                                 : "0, 0, 0, 0, 0";
     char sql[400];
-    if (served_only) /* no column: no row */
-        snprintf(sql, sizeof sql, "SELECT key, hits, misses, %s, %s FROM timing%s ORDER BY key",
-                 tier ? "tier_hits" : "0", served ? "served" : "NULL",
-                 served ? " WHERE served IS NOT NULL" : " WHERE 0");
+    if (counts_only)
+        snprintf(sql, sizeof sql, "SELECT key, hits, misses, %s, %s FROM timing ORDER BY key", tier_cols,
+                 served ? "served" : "NULL");
     else
         snprintf(sql, sizeof sql, "SELECT key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns,"
-                 " sync_ns, merge_ns, hits, misses, %s, %s FROM timing ORDER BY key",
-                 tier ? "tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes" : "0, 0, 0, 0, 0",
+                 " sync_ns, merge_ns, hits, misses, %s, %s FROM timing ORDER BY key", tier_cols,
                  served ? "served" : "NULL");
     mp_status s = begin_stmt(r, sql, &(*out)->st, err);
     if (s) {
@@ -729,22 +732,28 @@ mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, 
     return timing_begin(r, false, out, err);
 }
 
-mp_status mp_trace_timing_begin_served(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)
+mp_status mp_trace_timing_begin_counts(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err)
 {
     return timing_begin(r, true, out, err);
 }
 
-/* Column i as the row's served codes: a value of another SQL type reads through SQLite's
- * conversion, as the routing BLOBs do; an empty one is present (a non-NULL pointer, 0 bytes). */
-static void served_col(sqlite3_stmt *st, int i, mp_trace_timing_rec *rec)
+/* Columns i.. as the row's counts (hits, misses, then the tier's five: NULL reads 0, no tier) and
+ * served codes. served: a value of another SQL type reads through SQLite's conversion, as the
+ * routing BLOBs do; an empty one is present (a non-NULL pointer, 0 bytes). Few calls per column:
+ * this runs for every timing row of a live trace. */
+static void counts_cols(sqlite3_stmt *st, int i, mp_trace_timing_rec *rec)
 {
-    rec->served_bytes = 0;
-    rec->t.served = NULL;
-    if (sqlite3_column_type(st, i) != SQLITE_NULL) {
-        const uint8_t *b = sqlite3_column_blob(st, i);
-        rec->served_bytes = (size_t)sqlite3_column_bytes(st, i);
-        rec->t.served = b ? b : (const uint8_t *)"";
-    }
+    mp_moe_timing *t = &rec->t;
+    t->hits = int_col(st, i);
+    t->misses = int_col(st, i + 1);
+    t->tier_hits = sqlite3_column_int64(st, i + 2);
+    t->tier_late = sqlite3_column_int64(st, i + 3);
+    t->tier_admissions = sqlite3_column_int64(st, i + 4);
+    t->tier_evictions = sqlite3_column_int64(st, i + 5);
+    t->tier_copy_bytes = sqlite3_column_int64(st, i + 6);
+    const uint8_t *b = sqlite3_column_blob(st, i + 7); /* NULL: the value is NULL or empty */
+    rec->served_bytes = b ? (size_t)sqlite3_column_bytes(st, i + 7) : 0;
+    t->served = b ? b : sqlite3_column_type(st, i + 7) != SQLITE_NULL ? (const uint8_t *)"" : NULL;
 }
 
 int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_error *err)
@@ -758,14 +767,10 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     rec->step = (key >> 12) & MP_TRACE_MAX_STEP;
     rec->node_index = key & MP_TRACE_MAX_NODE_INDEX;
     mp_moe_timing *t = &rec->t;
-    if (it->served_only) { /* few calls per row: this runs for every timing row of a live trace */
-        memset(t, 0, sizeof *t);
-        t->hits = int_col(st, 1);
-        t->misses = int_col(st, 2);
-        t->tier_hits = sqlite3_column_int64(st, 3); /* NULL reads 0: no tier */
-        const uint8_t *b = sqlite3_column_blob(st, 4); /* not NULL in the database: the query's */
-        rec->served_bytes = (size_t)sqlite3_column_bytes(st, 4);
-        t->served = b ? b : (const uint8_t *)"";
+    if (it->counts_only) {
+        t->gpu_expert_ns = t->cpu_expert_ns = t->h2d_bytes = t->h2d_ns = 0;
+        t->d2h_bytes = t->d2h_ns = t->sync_ns = t->merge_ns = 0;
+        counts_cols(st, 1, rec);
         return 1;
     }
     t->gpu_expert_ns = int_col(st, 1);
@@ -776,14 +781,7 @@ int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_
     t->d2h_ns = int_col(st, 6);
     t->sync_ns = int_col(st, 7);
     t->merge_ns = int_col(st, 8);
-    t->hits = int_col(st, 9);
-    t->misses = int_col(st, 10);
-    t->tier_hits = sqlite3_column_int64(st, 11); /* NULL reads 0: no tier */
-    t->tier_late = sqlite3_column_int64(st, 12);
-    t->tier_admissions = sqlite3_column_int64(st, 13);
-    t->tier_evictions = sqlite3_column_int64(st, 14);
-    t->tier_copy_bytes = sqlite3_column_int64(st, 15);
-    served_col(st, 16, rec);
+    counts_cols(st, 9, rec);
     return 1;
 }
 
@@ -838,29 +836,4 @@ mp_status mp_trace_decode_weights(const void *blob, size_t blob_bytes, const cha
         }
     }
     return MP_OK;
-}
-
-mp_status mp_trace_tier_add(mp_trace_reader *r, mp_trace_tier_totals *out, mp_error *err)
-{
-    if (!has_column(r, "timing", "tier_hits")) /* written before the tier's columns */
-        return MP_OK;
-    sqlite3_stmt *st;
-    mp_status s = begin_stmt(r, "SELECT count(*), sum(hits + misses), sum(tier_hits), sum(tier_late),"
-                                " sum(tier_admissions), sum(tier_evictions), sum(tier_copy_bytes) FROM timing"
-                                " WHERE tier_hits <> 0 OR tier_late <> 0 OR tier_admissions <> 0"
-                                " OR tier_evictions <> 0", &st, err);
-    if (s)
-        return s;
-    const int rc = next_row(r, st, err, "reading the adaptive tier's counts");
-    if (rc == 1 && sqlite3_column_int64(st, 0) > 0) {
-        out->present = true;
-        out->routes += sqlite3_column_int64(st, 1);
-        out->hits += sqlite3_column_int64(st, 2);
-        out->late += sqlite3_column_int64(st, 3);
-        out->admissions += sqlite3_column_int64(st, 4);
-        out->evictions += sqlite3_column_int64(st, 5);
-        out->copy_bytes += sqlite3_column_int64(st, 6);
-    }
-    sqlite3_finalize(st);
-    return rc == 1 ? MP_OK : (mp_status)rc;
 }

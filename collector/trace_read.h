@@ -139,23 +139,12 @@ typedef struct mp_trace_timing_rec {
 typedef struct mp_trace_timing_iter mp_trace_timing_iter;
 /* Timing in (request_id, step, node_index) order. */
 mp_status mp_trace_timing_begin(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err);
-/* Only the timing rows that carry served codes, in the same order, with only what checking them
- * needs: t.hits, t.misses, t.tier_hits and t.served (the rest 0). A trace without the column has
- * none. */
-mp_status mp_trace_timing_begin_served(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err);
+/* The same rows with only what checking them needs (trace_check.h): t.hits, t.misses, the tier's
+ * counts (t.tier_*: NULL, or a trace from before their columns, reads 0) and t.served; the times
+ * read 0. */
+mp_status mp_trace_timing_begin_counts(mp_trace_reader *r, mp_trace_timing_iter **out, mp_error *err);
 int mp_trace_timing_next(mp_trace_timing_iter *it, mp_trace_timing_rec *rec, mp_error *err);
 void mp_trace_timing_end(mp_trace_timing_iter *it);
-
-/* The GPU executor's adaptive tier over a trace's timing rows: its counts summed over the rows that
- * have any (present false when none has: no tier, or a trace from before its columns), and those
- * rows' routes (hits + misses). One query; added to *out, so that the sums of several traces can
- * gather in one (zero it first). */
-typedef struct mp_trace_tier_totals {
-    bool present;
-    int64_t routes;
-    int64_t hits, late, admissions, evictions, copy_bytes;
-} mp_trace_tier_totals;
-mp_status mp_trace_tier_add(mp_trace_reader *r, mp_trace_tier_totals *out, mp_error *err);
 
 /* ---- decoding helpers (they check sizes, never values: ranges are the analyzer's job) ---- */
 

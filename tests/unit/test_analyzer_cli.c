@@ -725,6 +725,15 @@ Test(analyzer_cli, adaptive_tier_from_the_timing_rows)
     cr_assert_eq(num(j, "adaptive_tier", "evictions"), 2);
     cr_assert_eq(num(j, "adaptive_tier", "copy_bytes"), 12288);
     cJSON_Delete(j);
+    /* counts whose sum passes 2^63: refused in one line, no report */
+    sql(t, "UPDATE timing SET tier_evictions = 4611686018427387904");
+    snprintf(out, sizeof out, "%s/report2", tmpdir);
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
+    moeplan(&r, args);
+    cr_assert_eq(r.status, 1, "stderr: %s", r.err);
+    cr_assert(strstr(r.err, "timing: the adaptive tier's counts pass 2^63 when summed") && strstr(r.err, t),
+              "%s", r.err);
+    cr_assert(!exists(out), "no report");
     free(t);
 }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/quant.h"
 #include "collector/trace.h"
+#include "collector/trace_check.h"
 #include "collector/trace_read.h"
 #include "tests/unit/analyzer_fixture.h"
 
@@ -693,9 +694,28 @@ static void old_timing_trace(const char *path, const char *const *drop, int n_dr
     sqlite3_close(db);
 }
 
+/* The checker's adaptive-tier totals of the trace at path, after an iteration to its end. */
+static mp_trace_tier_totals checked_tier(const char *path)
+{
+    mp_error err;
+    mp_trace_check *c;
+    cr_assert_eq(mp_trace_check_open(path, NULL, NULL, &c, &err), MP_OK, "%s", err.msg);
+    mp_trace_check_iter *it;
+    cr_assert_eq(mp_trace_check_begin(c, -1, &it, &err), MP_OK, "%s", err.msg);
+    mp_trace_checked_rec rec;
+    int rc;
+    while ((rc = mp_trace_check_next(it, &rec, &err)) == 1)
+        ;
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    mp_trace_check_end(it);
+    const mp_trace_tier_totals tot = *mp_trace_check_tier(c);
+    mp_trace_check_close(c);
+    return tot;
+}
+
 /* A trace written before the adaptive tier's columns and served existed (same schema version):
- * its timing rows read with the tier's counts 0 and no served codes. Made by dropping the columns
- * from a fresh trace. */
+ * its timing rows read with the tier's counts 0 and no served codes, and the checker finds no
+ * tier. Made by dropping the columns from a fresh trace. */
 Test(trace, timing_without_tier_columns_reads)
 {
     char path[300];
@@ -715,14 +735,16 @@ Test(trace, timing_without_tier_columns_reads)
     cr_assert_null(tr.t.served);
     cr_assert_eq(tr.served_bytes, 0);
     mp_trace_timing_end(ti);
-    mp_trace_tier_totals tot = {0};
-    cr_assert_eq(mp_trace_tier_add(r, &tot, &err), MP_OK, "%s", err.msg);
-    cr_assert(!tot.present, "no tier columns: no tier");
     mp_trace_reader_close(r);
+    const mp_trace_tier_totals tot = checked_tier(path);
+    cr_assert(!tot.present, "no tier columns: no tier");
+    cr_assert_eq(tot.routes, 0);
+    cr_assert_eq(tot.hits, 0);
 }
 
 /* A trace written after the tier's columns but before served: the tier's counts read, the served
- * codes are absent (NULL); with the column, they read as written. */
+ * codes are absent (NULL); with the column, they read as written. Either way the checker sums the
+ * row's tier counts (one tier hit of 2 routes). */
 Test(trace, timing_without_served_column_reads)
 {
     for (int drop = 0; drop < 2; drop++) {
@@ -749,5 +771,10 @@ Test(trace, timing_without_served_column_reads)
         cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 0, "%s", err.msg);
         mp_trace_timing_end(ti);
         mp_trace_reader_close(r);
+        const mp_trace_tier_totals tot = checked_tier(path);
+        cr_assert(tot.present && !tot.overflow, "drop %d", drop);
+        cr_assert_eq(tot.routes, 2, "drop %d", drop);
+        cr_assert_eq(tot.hits, 1, "drop %d", drop);
+        cr_assert_eq(tot.late + tot.admissions + tot.evictions + tot.copy_bytes, 0, "drop %d", drop);
     }
 }

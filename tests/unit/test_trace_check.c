@@ -235,6 +235,69 @@ Test(trace_check, served_codes_that_agree_are_summed)
     free(p);
 }
 
+/* The checker's tier totals after iterating the trace at path to its end (rc: what next returned
+ * last: 0, or the problem's status). */
+static mp_trace_tier_totals checked_tier(const char *path, int *rc)
+{
+    mp_trace_check *c;
+    mp_error err;
+    cr_assert_eq(mp_trace_check_open(path, NULL, NULL, &c, &err), MP_OK, "%s", err.msg);
+    cr_assert(!mp_trace_check_tier(c)->present, "nothing before an iteration");
+    mp_trace_check_iter *it;
+    cr_assert_eq(mp_trace_check_begin(c, -1, &it, &err), MP_OK, "%s", err.msg);
+    mp_trace_checked_rec rec;
+    while ((*rc = mp_trace_check_next(it, &rec, &err)) == 1)
+        ;
+    mp_trace_check_end(it);
+    const mp_trace_tier_totals tot = *mp_trace_check_tier(c);
+    mp_trace_check_close(c);
+    return tot;
+}
+
+/* The adaptive tier's counts of every timing row, with served codes or without (those are not
+ * checked: one at a step the tables lack passes), are summed by the checker in its scan of the
+ * timing rows, NULL read as 0, over the rows with any tier hit, late route, admission or eviction
+ * (copy bytes alone do not make one), with those rows' routes (hits + misses): summary.json's
+ * adaptive_tier. An iteration that meets a problem leaves none; sums past 2^63 are flagged. */
+Test(trace_check, tier_counts_of_every_timing_row_are_summed)
+{
+    char *p = make_trace(tmpdir, "t.db", (trace_opts){0});
+    sql(p, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns, sync_ns,"
+           " merge_ns, hits, misses, tier_hits, tier_late, tier_admissions, tier_evictions, tier_copy_bytes, served)"
+           " VALUES (0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 2, 1, 1, 0, 4096, " SERVED8 "),"
+           " (1, 0, 0, 0, 0, 0, 0, 0, 0, 5, 3, 0, 0, 2, 1, 8192, NULL),"
+           " (4096, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL),"
+           " (4097, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 512, NULL),"
+           " ((1 << 36) | (7 << 12), 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0, NULL);"
+           " UPDATE footer SET n_timing = 5");
+    char a[1024], s[1024], r[1024];
+    analyzer_verdict(p, a, sizeof a);
+    simulator_verdict(p, s, sizeof s);
+    replay_verdict(p, r, sizeof r);
+    cr_assert_str_eq(a, "");
+    cr_assert_str_eq(s, "");
+    cr_assert_str_eq(r, "");
+    int rc;
+    mp_trace_tier_totals t = checked_tier(p, &rc);
+    cr_assert_eq(rc, 0);
+    cr_assert(t.present && !t.overflow);
+    cr_assert_eq(t.routes, 8 + 8 + 2);
+    cr_assert_eq(t.hits, 2 + 0 + 1);
+    cr_assert_eq(t.late, 1);
+    cr_assert_eq(t.admissions, 1 + 2);
+    cr_assert_eq(t.evictions, 1);
+    cr_assert_eq(t.copy_bytes, 4096 + 8192);
+    sql(p, "UPDATE timing SET tier_evictions = 4611686018427387904 WHERE key IN (4096, 4097)");
+    t = checked_tier(p, &rc);
+    cr_assert_eq(rc, 0);
+    cr_assert(t.present && t.overflow, "1 + 2 × 2^62 evictions pass 2^63");
+    sql(p, "UPDATE footer SET n_timing = 6");
+    t = checked_tier(p, &rc);
+    cr_assert_eq(rc, MP_ERR_FORMAT);
+    cr_assert(!t.present, "a trace with a problem has no totals");
+    free(p);
+}
+
 Test(trace_check, node_table_and_run_disagree)
 {
     all_refuse("UPDATE run SET n_experts = 16", "node 0: 8 experts but the run says 16");
