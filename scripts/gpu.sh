@@ -69,6 +69,10 @@
 #              FFN widths of 128 and 320, Q8_0 and BF16): collect, calibrate --quick, plan with its
 #              measured check, collect with an adaptive tier and analyze (bench/shape_sweep.sh;
 #              SWEEP_SHAPES) -> $OUT/shape-sweep/shape-sweep.md
+#   host-variance  the same decode in alternated processes, MP_POOL_PIN 0 and 1 (bench/host_variance.sh)
+#              on an 8-layer Mixtral-shaped model (114 MB experts), 6 layers' experts on the CPU:
+#              how much one process differs from the next (HV_ROUNDS, HV_PLACEMENT, HV_LAYERS)
+#              -> $OUT/host-variance/host-variance.md
 #   demo       scripts/demo.sh (the README's first command) with this build: calibrate measures the
 #              GPU here, run and plan use the GPU executor -> $OUT/demo.log
 #   sim-accuracy  simulated vs measured decode ms/token per budget and policy on the qwen3-30b-a3b
@@ -423,6 +427,16 @@ for stage in "${stages[@]}"; do
             bash bench/decode_check.sh 2>&1 | tee "$OUT/decode-check.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         rm -f /tmp/mp-decode-check/*.gguf # tens of GB for the large presets
+        ;;
+    host-variance)
+        build || { rc=1; continue; }
+        hv_model=/tmp/mp-hv/mixtral-${HV_LAYERS:-8}.gguf
+        mkdir -p /tmp/mp-hv
+        [ -f "$hv_model" ] || build-gpu/cli/moeplan mkmodel --preset mixtral --layers "${HV_LAYERS:-8}" --quant q4_k_m \
+            --quiet -o "$hv_model" || { rc=1; continue; }
+        MOEPLAN=build-gpu/cli/moeplan MODEL="$hv_model" PLACEMENT="${HV_PLACEMENT:---placement layers:6}" \
+            ROUNDS="${HV_ROUNDS:-4}" OUT="$OUT/host-variance" bash bench/host_variance.sh 2>&1 | tee "$OUT/host-variance.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     shape-sweep)
         build || { rc=1; continue; }
