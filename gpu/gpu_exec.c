@@ -373,8 +373,8 @@ static mp_status check_support(const mp_hparams *hp, const mp_placement *pl, mp_
                        pl->n_layer, pl->n_expert, hp->n_layer, hp->n_expert);
     if (hp->n_expert > 1024 || hp->n_expert_used > MP_GPU_MAX_TOP_K || hp->head_dim > 256)
         return mp_fail(err, MP_ERR_LIMIT, "GPU executor: %" PRId64 " experts (max 1024), top-%" PRId64
-                       " (max 32) or head_dim %" PRId64 " (max 256) unsupported",
-                       hp->n_expert, hp->n_expert_used, hp->head_dim);
+                       " (max %d) or head_dim %" PRId64 " (max 256) unsupported",
+                       hp->n_expert, hp->n_expert_used, MP_GPU_MAX_TOP_K, hp->head_dim);
     return MP_OK;
 }
 
