@@ -10,7 +10,7 @@
  * trace length); steps, routing and timing are streamed one row at a time (sqlite3_step), so
  * iterating a trace of any length uses constant memory. Routing is handed out as one record per
  * (request, step, node) whatever the schema version: version 2 stores one row per step holding
- * every node's block, which the iterator slices by the nodes table (see trace_read.c).
+ * every node's block, which the iterator slices by the nodes table (see trace_read_routing.c).
  *
  * Usage:
  *   mp_trace_reader *r; mp_trace_reader_open("t.db", &r, &err);
