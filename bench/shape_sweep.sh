@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/shape_sweep.sh — the whole pipeline on small models of unusual shapes, one row per shape:
-# mkmodel, collect, calibrate --quick, plan (profile for a budget of about a third of the experts,
+# mkmodel, collect and analyze, calibrate --quick, plan (profile for a budget of about a third of the experts,
 # then its measured decode beside the prediction), and collect again under that profile with an
 # adaptive tier, whose trace analyze must accept with every route's path recorded.
 #
@@ -27,7 +27,7 @@ log() { echo "[shape_sweep $(date +%H:%M:%S)] $*" >&2; }
 
 table=$OUT/shape-sweep.md
 {
-    echo "| shape | collect | calibrate | plan: predicted / measured ms/token (error) | adaptive collect + analyze: routes gpu / tier / cpu / far / copy, unknown |"
+    echo "| shape | collect + analyze | calibrate | plan: predicted / measured ms/token (error) | adaptive collect + analyze: routes gpu / tier / cpu / far / copy, unknown |"
     echo "|---|---|---|---|---|"
 } >"$table"
 rc=0
@@ -49,6 +49,14 @@ for spec in "${specs[@]}"; do
     if ! "$MOEPLAN" collect -m "$w/m.gguf" --prompts examples/prompts.jsonl --trace "$w/t.db" --force --no-progress \
         --max-tokens "$TOKENS" >"$OUT/logs/s$i-collect.log" 2>&1; then
         fail "collect: $(tail -n 1 "$OUT/logs/s$i-collect.log")" collect
+        echo "$row" >>"$table"
+        continue
+    fi
+    # the first trace analyzed: every route's path recorded (all cpu on the CPU executor)
+    if ! "$MOEPLAN" analyze "$w/t.db" --model "$w/m.gguf" --out "$w/report0" --force >"$OUT/logs/s$i-analyze0.log" 2>&1 ||
+        ! python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["routes_served"]; sys.exit(0 if s["unknown"] == 0 and s["routes"] > 0 else 1)' \
+            "$w/report0/summary.json"; then
+        fail "analyze of the first trace: $(tail -n 1 "$OUT/logs/s$i-analyze0.log")" analyze0
         echo "$row" >>"$table"
         continue
     fi
