@@ -159,6 +159,7 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
     cJSON_AddNumberToObject(o, "late_misses", (double)m->late);
     cJSON_AddNumberToObject(o, "tier_hits", (double)m->tier_hits);
     cJSON_AddNumberToObject(o, "tier_refused", (double)m->tier_refused);
+    cJSON_AddNumberToObject(o, "tier_promoted", (double)m->tier_promoted);
     cJSON_AddNumberToObject(o, "tokens", (double)m->tokens);
     cJSON_AddNumberToObject(o, "steps", (double)m->steps);
     cJSON_AddNumberToObject(o, "time_ns", m->time_ns);

@@ -185,6 +185,9 @@ typedef struct mp_sim_metrics {
     uint64_t tier_hits;         /* hits of the adaptive tier's slots (in hits too; online policies:
                                  * all their hits) */
     uint64_t tier_refused;      /* candidates the tier's policy turned away (runtime/tier.h) */
+    uint64_t tier_promoted;     /* admissions whose expert its step staged for a prefill copy: into
+                                 * the slot from staging at the step's end, no copy on the link
+                                 * (the runtime's promotion, gpu/gpu_tier.c); not in h2d_weight_bytes */
     uint64_t tokens, steps;
     double time_ns;
     uint64_t cpu_invocations;   /* layer invocations that sent rows to the CPU (paid a round trip) */

@@ -54,41 +54,56 @@ static void start_copy(sim_engine *s, uint32_t l, uint32_t e)
     s->fifo[(s->fifo_head + s->fifo_len++) % s->fifo_cap] = (inflight){l * s->E + e, end - s->shift_ns};
 }
 
-void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint32_t *rows_of, uint32_t n_used)
+void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint32_t *rows_of, uint32_t n_used,
+                    uint32_t rows)
 {
     if (s->n_moves + n_used > s->cap_moves) { /* step_sync keeps a whole step's moves */
         uint32_t cap = s->cap_moves * 2 > s->n_moves + n_used ? s->cap_moves * 2 : s->n_moves + n_used;
         mp_tier_move *m = realloc(s->moves, sizeof *m * cap);
-        if (!m) {
+        if (m)
+            s->moves = m;
+        uint8_t *st = m ? realloc(s->staged, cap) : NULL;
+        if (!st) {
             s->oom = true;
             return;
         }
-        s->moves = m;
+        s->staged = st;
         s->cap_moves = cap;
     }
     const uint64_t refused = mp_tier_stats_of(s->tier)->refused;
     mp_tier_move *moves = s->moves + s->n_moves;
+    uint8_t *staged = s->staged + s->n_moves;
     const uint32_t n = mp_tier_after(s->tier, l, used, rows_of, n_used, moves, n_used);
     s->m->tier_refused += mp_tier_stats_of(s->tier)->refused - refused;
     for (uint32_t i = 0; i < n; i++) {
         s->m->admissions++;
         s->m->evictions += moves[i].victim >= 0;
         s->n_resident[l] += moves[i].victim < 0;
-        s->m->h2d_weight_bytes += s->tab->expert_bytes;
+        staged[i] = rows > 1 && sim_copies(s->tab, rows_of[moves[i].expert]);
+        if (staged[i])
+            s->m->tier_promoted++;
+        else
+            s->m->h2d_weight_bytes += s->tab->expert_bytes;
     }
     if (s->step_sync) {
         s->n_moves += n;
         return;
     }
     for (uint32_t i = 0; i < n; i++) /* the copy may start only after the deciding invocation */
-        start_copy(s, l, moves[i].expert);
+        if (staged[i])
+            mp_tier_landed(s->tier, l, moves[i].slot);
+        else
+            start_copy(s, l, moves[i].expert);
 }
 
 void sim_tier_step_end(sim_engine *s)
 {
     sim_tier_land(s, s->clock_ns);
     for (uint32_t i = 0; i < s->n_moves; i++)
-        start_copy(s, s->moves[i].layer, s->moves[i].expert);
+        if (s->staged[i])
+            mp_tier_landed(s->tier, s->moves[i].layer, s->moves[i].slot);
+        else
+            start_copy(s, s->moves[i].layer, s->moves[i].expert);
     s->n_moves = 0;
 }
 

@@ -47,6 +47,8 @@ struct sim_engine {
     bool step_sync;
     const uint8_t *no_tier; /* (E) zeros: the tier states of a replay without a tier */
     mp_tier_move *moves;  /* (cap_moves) one invocation's moves, then (step_sync) the step's */
+    uint8_t *staged;      /* (cap_moves) the move's expert was staged for its step's prefill copy
+                           * (sim_copies): it goes into its slot from staging, no copy on the link */
     uint32_t n_moves, cap_moves;
     double clock_ns, link_free_ns;
     inflight *fifo;       /* ring of tier copies, in link order */
@@ -68,11 +70,15 @@ void sim_set_resident(sim_engine *s, uint32_t layer, uint32_t expert);
 void sim_share_link(sim_engine *s, double at_ns, double dur_ns);
 /* The tier told of every copy finished by at_ns: its expert becomes READY. */
 void sim_tier_land(sim_engine *s, double at_ns);
-/* After an invocation of layer l (its distinct experts used, rows_of their rows): the tier's
- * policy decides, and its moves are counted and their copies started (or, with step_sync, kept
- * for the step's end). */
-void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint32_t *rows_of, uint32_t n_used);
-/* The step has ended (step_sync): its landed copies become READY, then its moves' copies start. */
+/* After an invocation of layer l in a step of `rows` rows (its distinct experts used, rows_of their
+ * rows): the tier's policy decides, and its moves are counted and their copies started (or, with
+ * step_sync, kept for the step's end). An admitted expert that the step copies to the GPU (a step
+ * of several rows, sim_copies: the runtime's staging) needs no copy on the link: it is READY at
+ * the step's end (step_sync) or at once. */
+void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint32_t *rows_of, uint32_t n_used,
+                    uint32_t rows);
+/* The step has ended (step_sync): its landed copies and its staged admissions become READY, then
+ * its other moves' copies start. */
 void sim_tier_step_end(sim_engine *s);
 
 #endif

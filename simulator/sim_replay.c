@@ -274,7 +274,7 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
             m->layer_decisions[l] += n_ids;
             m->layer_hits[l] += hits;
             if (s->tier)
-                sim_tier_after(s, l, used, rows_of, n_used);
+                sim_tier_after(s, l, used, rows_of, n_used, rows);
             else if (bel)
                 belady_after(bel, s, l, used, n_used);
             for (uint32_t u = 0; u < n_used; u++)
@@ -419,7 +419,8 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
         for (uint64_t i = 0; adaptive && i < n_warm; i++) /* the carved experts, READY at the start */
             mp_tier_place(s.tier, warm[i] / E, warm[i] % E);
         s.cap_moves = E;
-        if (!(s.moves = malloc(sizeof *s.moves * s.cap_moves))) {
+        s.staged = malloc(s.cap_moves);
+        if (!(s.moves = malloc(sizeof *s.moves * s.cap_moves)) || !s.staged) {
             st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the adaptive tier's moves");
             goto done;
         }
@@ -463,6 +464,7 @@ done:
     free(s.cap);
     free(s.far);
     free(s.moves);
+    free(s.staged);
     free(s.fifo);
     free(step_non_moe_ns);
     if (st)

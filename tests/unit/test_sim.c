@@ -778,6 +778,46 @@ Test(sim, cost_policy_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* A prefill admission whose expert the step copies to the GPU goes into its slot from the staging
+ * buffer, as the runtime's promotion does (gpu/gpu_tier.c): READY when the step ends, no copy on
+ * the link. 1 layer, 2 experts, top-1, all on the CPU with a tier of 1 slot (lru): a prefill step
+ * of 2 rows both routed to e0 (2 rows on the CPU take 100 ns, its copy 5: the step copies it), then
+ * two decode steps routed to e0. With the promotion both decode steps hit the slot; the only
+ * weight bytes on the link are the step's own copy (1000). A runtime without prefill copies
+ * copies e0 from the host when the prefill step ends: the first decode step finds it LOADING
+ * (late), the second hits, and the tier's copy is on the link. */
+Test(sim, prefill_admissions_go_from_staging)
+{
+    const uint16_t prefill[] = {0, 0}, decode[] = {0};
+    mp_sim_trace t;
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(&t, 1, 2, 1, NULL, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 2, prefill, "test", &err), MP_OK, "%s", err.msg);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(mp_sim_trace_add_step(&t, 0, 1, decode, "test", &err), MP_OK, "%s", err.msg);
+    mp_sim_config c = config(1000, 1);
+    c.adaptive = MP_TIER_LRU;
+    c.adaptive_slots = 1;
+    mp_sim_result a = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(a.train.experts_copied, 1, "the prefill step copies e0");
+    cr_assert_eq(a.train.admissions, 1);
+    cr_assert_eq(a.train.tier_promoted, 1);
+    cr_assert_eq(a.train.late, 0);
+    cr_assert_eq(a.train.tier_hits, 2);
+    cr_assert_eq(a.train.h2d_weight_bytes, 1000, "the step's copy only");
+    mp_sim_result_free(&a);
+    c.no_copies = true;
+    a = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(a.train.experts_copied, 0);
+    cr_assert_eq(a.train.admissions, 1);
+    cr_assert_eq(a.train.tier_promoted, 0);
+    cr_assert_eq(a.train.late, 1);
+    cr_assert_eq(a.train.tier_hits, 1);
+    cr_assert_eq(a.train.h2d_weight_bytes, 1000, "the tier's copy only");
+    mp_sim_result_free(&a);
+    mp_sim_trace_free(&t);
+}
+
 /* The adaptive tier beside a static placement, as the runtime runs it: a step's moves start their
  * copies when the step ends, and copies landed during a step serve from the next step on. 2
  * layers, layer 0 routing e0 and layer 1 e1 at every step, top-1, copies of 105 ns.
