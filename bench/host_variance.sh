@@ -15,7 +15,7 @@
 # processes a minute apart (bench/NOTES-simulator.md). A process-to-process spread that pinning
 # removes is the executor's to fix; one that stays is the host's.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 MOEPLAN=${MOEPLAN:-build/cli/moeplan}
 PLACEMENT=${PLACEMENT:---placement layers:8}
@@ -27,7 +27,7 @@ EXTRA=${EXTRA:-}
 OUT=${OUT:-out/host-variance}
 die() { echo "host_variance: error: $*" >&2; exit 1; }
 [ -x "$MOEPLAN" ] || die "moeplan binary '$MOEPLAN' not found (build first, or set MOEPLAN)"
-[ -n "${MODEL:-}" ] && [ -f "$MODEL" ] || die "MODEL: expected an existing GGUF file (got '${MODEL:-}')"
+{ [ -n "${MODEL:-}" ] && [ -f "$MODEL" ]; } || die "MODEL: expected an existing GGUF file (got '${MODEL:-}')"
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS '$ROUNDS': expected a positive integer"
 mkdir -p "$OUT/bench" || die "cannot create $OUT"
 thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)
@@ -42,6 +42,7 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
+# shellcheck disable=SC2086 # PINS is a list of values
 python3 - "$OUT" "$ROUNDS" "$thp" $PINS >"$OUT/host-variance.md" <<'EOF' || die "the table failed"
 import json, statistics, sys
 out, rounds, thp, pins = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]

@@ -15,7 +15,7 @@
 # after collect. $OUT/shape-sweep.md gets the table; a failing step is said in its row (logs in
 # $OUT/logs/) and makes the exit status 1.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 MOEPLAN=${MOEPLAN:-build/cli/moeplan}
 OUT=${OUT:-out/shape-sweep}
