@@ -188,6 +188,14 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
                  gpu_align(out->gemm ? out->gemm : 1) + gpu_align(out->blas_ws);
 }
 
+static uint64_t max_expert_bytes(const mp_placement_geom *g)
+{
+    uint64_t b = 0;
+    for (int64_t il = 0; il < g->n_layer; il++)
+        b = g->expert_bytes[il] > b ? g->expert_bytes[il] : b;
+    return b;
+}
+
 static uint64_t sat_u64(unsigned __int128 v)
 {
     return v > UINT64_MAX ? UINT64_MAX : (uint64_t)v;
@@ -204,10 +212,7 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
      * tables and padding (gpu/gpu_exec.c) */
     mp_gpu_scratch sc;
     mp_gpu_scratch_plan(g, n_ctx, n_batch, &sc);
-    const u128 E = (u128)g->n_expert;
-    u128 expert_max = 0;
-    for (int64_t il = 0; il < g->n_layer; il++)
-        expert_max = g->expert_bytes[il] > expert_max ? g->expert_bytes[il] : expert_max;
+    const u128 E = (u128)g->n_expert, expert_max = max_expert_bytes(g);
     u128 scratch = sc.total;
     if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies */
         scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256);
@@ -251,14 +256,6 @@ static mp_status read_whole(const char *path, const char *what, uint64_t max_byt
 }
 
 #define SET_BIT(p, il, e) ((p)->bits[(il) * (p)->words_per_layer + ((e) >> 6)] |= (uint64_t)1 << ((e) & 63))
-
-static uint64_t max_expert_bytes(const mp_placement_geom *g)
-{
-    uint64_t b = 0;
-    for (int64_t il = 0; il < g->n_layer; il++)
-        b = g->expert_bytes[il] > b ? g->expert_bytes[il] : b;
-    return b;
-}
 
 /* The adaptive tier beside a profile (mp_tier_carve): the budget's room left beside the profile's
  * experts, then its placed experts, the lowest-ranked first, never out of a layer it holds whole;
