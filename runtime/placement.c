@@ -5,7 +5,6 @@
  * computed first, so that a budget too small for it fails before any expert is placed; then the
  * map is filled by the mode; then its expert pool is checked against what the budget leaves.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,20 +30,13 @@ static mp_status adaptive_set(mp_placement_opts *o, const char *flag, const char
         o->adaptive_given = true;
         return MP_OK;
     }
-    char *end = NULL;
-    errno = 0;
     if (!strcmp(flag, "--adaptive-slots")) {
         if (o->adaptive_slots || o->adaptive_share > 0)
             return mp_fail(err, MP_ERR_ARG, "--adaptive-slots given twice");
         return mp_tier_size_parse(value, &o->adaptive_slots, &o->adaptive_share, err);
     }
-    if (!strcmp(flag, "--adaptive-inflight")) {
-        const unsigned long long v = strtoull(value, &end, 10);
-        if (!*value || *end || errno || value[0] == '-' || v < 1 || v > 4096)
-            return mp_fail(err, MP_ERR_ARG, "--adaptive-inflight '%s': expected copies in flight, 1..4096", value);
-        o->adaptive_inflight = (uint32_t)v;
-        return MP_OK;
-    }
+    if (!strcmp(flag, "--adaptive-inflight"))
+        return mp_tier_inflight_parse(value, &o->adaptive_inflight, err);
     return mp_fail(err, MP_ERR_ARG, "%s: unknown flag (expected --adaptive, --adaptive-slots or "
                    "--adaptive-inflight)", flag);
 }
@@ -399,7 +391,7 @@ static mp_status tier_request(const mp_placement_geom *g, const mp_placement_opt
     if (!p->tier_slots)
         return mp_fail(err, MP_ERR_LIMIT, "--adaptive-slots %.0f%%: the budget's room for experts holds no expert "
                        "slot at that share", (o->adaptive_share > 0 ? o->adaptive_share : MP_TIER_DEFAULT_SHARE) * 100.0);
-    p->tier_inflight = o->adaptive_inflight ? o->adaptive_inflight : (uint32_t)(2 * g->n_expert_used);
+    p->tier_inflight = mp_tier_inflight(o->adaptive_inflight, (uint32_t)g->n_expert_used);
     if (o->budget_bytes) {
         const unsigned __int128 b = (unsigned __int128)p->tier_slots * per;
         *room = b > p->budget.expert_avail_bytes ? p->budget.expert_avail_bytes + 1 : (uint64_t)b;

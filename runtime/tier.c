@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/numparse.h"
 #include "runtime/decide.h"
 
 struct mp_tier {
@@ -560,6 +561,21 @@ mp_status mp_tier_size_parse(const char *text, uint64_t *slots, double *share, m
                        "budget's room for experts", text);
     *slots = v;
     return MP_OK;
+}
+
+mp_status mp_tier_inflight_parse(const char *text, uint32_t *inflight, mp_error *err)
+{
+    int64_t n;
+    if (!mp_parse_i64(text, 1, MP_TIER_MAX_INFLIGHT, &n))
+        return mp_fail(err, MP_ERR_ARG, "--adaptive-inflight '%s': expected copies in flight, an integer 1..%d",
+                       text, MP_TIER_MAX_INFLIGHT);
+    *inflight = (uint32_t)n;
+    return MP_OK;
+}
+
+uint32_t mp_tier_inflight(uint32_t inflight, uint32_t top_k)
+{
+    return inflight ? inflight : 2 * top_k;
 }
 
 uint64_t mp_tier_size_slots(uint64_t slots, double share, uint64_t room_slots)

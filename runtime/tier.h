@@ -73,6 +73,13 @@ mp_status mp_tier_size_parse(const char *text, uint64_t *slots, double *share, m
 #define MP_TIER_DEFAULT_SHARE 0.10
 uint64_t mp_tier_size_slots(uint64_t slots, double share, uint64_t room_slots);
 
+/* The tier's copies in flight at once over all layers, as --adaptive-inflight gives it for
+ * run/bench/collect and simulate alike: an integer 1 .. MP_TIER_MAX_INFLIGHT, refused in one line
+ * otherwise; and the bound a run has: the flag's value, or (0: not given) 2 × top_k. */
+#define MP_TIER_MAX_INFLIGHT 4096
+mp_status mp_tier_inflight_parse(const char *text, uint32_t *inflight, mp_error *err);
+uint32_t mp_tier_inflight(uint32_t inflight, uint32_t top_k);
+
 /* The defaults of every policy parameter (alpha 0.9, beta 1, epsilon 0, window 64, max_loading 0). */
 void mp_tier_params_default(mp_tier_params *p);
 

@@ -387,12 +387,11 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o, mp_progress
                 return 2;
             }
         } else if (!strcmp(a, "--adaptive-inflight")) {
-            int64_t n;
-            if (!mp_parse_i64(v, 1, 4096, &n)) {
-                fprintf(stderr, "moeplan simulate: error: %s '%s': expected copies in flight, an integer 1..4096\n", a, v);
+            mp_error perr;
+            if (mp_tier_inflight_parse(v, &o->adaptive_inflight, &perr)) {
+                fprintf(stderr, "moeplan simulate: error: %s\n", perr.msg);
                 return 2;
             }
-            o->adaptive_inflight = (uint32_t)n;
         } else if (!strcmp(a, "--max-rows")) {
             if (!mp_parse_i64(v, 1, INT64_MAX, &o->max_rows)) {
                 fprintf(stderr, "moeplan simulate: error: --max-rows '%s': expected a row count >= 1\n", v);

@@ -406,7 +406,7 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
             tp.window = cfg->window;
         } else { /* the runtime's (gpu/gpu_tier.c) */
             tp.policy = cfg->adaptive;
-            tp.max_loading = cfg->adaptive_inflight ? cfg->adaptive_inflight : 2 * t->top_k;
+            tp.max_loading = mp_tier_inflight(cfg->adaptive_inflight, t->top_k);
         }
         if (tp.policy == MP_TIER_COST) /* priced by this machine's decode grid, as the runtime prices it */
             mp_decide_tier_costs(&tab.dc, &tp.route_saving_ns, &tp.copy_cost_ns);
