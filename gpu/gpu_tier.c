@@ -177,7 +177,7 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
     if (!t)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->gt = t;
-    uint8_t *pinned = malloc((size_t)(L * E));
+    uint8_t *pinned = mp_placement_cells(&g->pl);
     t->first = calloc((size_t)L, sizeof *t->first);
     t->live = malloc((size_t)(L * g->pl.words_per_layer) * sizeof *t->live);
     t->used = malloc((size_t)E * sizeof *t->used);
@@ -193,8 +193,6 @@ mp_status mp_gpu_tier_setup(mp_gpu *g, const mp_placement *pl, mp_error *err)
     for (int64_t il = 0; il < L; il++) {
         t->first[il] = t->n_slots;
         t->n_slots += pl->tier_cap[il];
-        for (int64_t e = 0; e < E; e++)
-            pinned[il * E + e] = mp_placement_resident(&g->pl, il, e);
     }
     mp_status st = mp_tier_new(&g->tier, (uint32_t)L, (uint32_t)E, pl->tier_cap, pinned, &tp, err);
     free(pinned);

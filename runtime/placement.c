@@ -406,16 +406,12 @@ static mp_status tier_split(const mp_placement_geom *g, mp_placement *p, mp_erro
         return MP_OK;
     if (p->tier_cap) /* carved out of a profile's placement (carve_tier) */
         goto bytes;
-    const size_t cells = (size_t)g->n_layer * (size_t)g->n_expert;
-    uint8_t *pinned = malloc(cells ? cells : 1);
+    uint8_t *pinned = mp_placement_cells(p);
     p->tier_cap = calloc((size_t)g->n_layer, sizeof *p->tier_cap);
     if (!pinned || !p->tier_cap) {
         free(pinned);
         return mp_fail(err, MP_ERR_NOMEM, "placement: out of memory");
     }
-    for (int64_t il = 0; il < g->n_layer; il++)
-        for (int64_t e = 0; e < g->n_expert; e++)
-            pinned[il * g->n_expert + e] = mp_placement_resident(p, il, e);
     p->tier_slots = mp_tier_split(p->tier_slots, (uint32_t)g->n_layer, (uint32_t)g->n_expert, pinned, p->tier_cap);
     free(pinned);
 bytes:
@@ -584,6 +580,18 @@ mp_status mp_placement_for_model(const mp_model *m, const mp_placement_opts *o, 
     st = mp_placement_build(&g, o, n_ctx, n_batch, out, err);
     mp_placement_geom_free(&g);
     return st;
+}
+
+uint8_t *mp_placement_cells(const mp_placement *p)
+{
+    const size_t cells = (size_t)p->n_layer * (size_t)p->n_expert;
+    uint8_t *out = malloc(cells ? cells : 1);
+    if (!out)
+        return NULL;
+    for (int64_t il = 0; il < p->n_layer; il++)
+        for (int64_t e = 0; e < p->n_expert; e++)
+            out[il * p->n_expert + e] = mp_placement_resident(p, il, e);
+    return out;
 }
 
 void mp_placement_free(mp_placement *p)

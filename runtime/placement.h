@@ -198,6 +198,10 @@ mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts
 mp_status mp_placement_for_model(const mp_model *m, const mp_placement_opts *o, int64_t n_ctx,
                                  int64_t n_batch, mp_placement *out, mp_error *err);
 void mp_placement_free(mp_placement *p);
+/* The placement's residents as one byte per (layer, expert), layer-major (n_layer × n_expert,
+ * malloc'd, the caller frees it; NULL when out of memory): the form runtime/tier.h takes the
+ * pinned experts in. */
+uint8_t *mp_placement_cells(const mp_placement *p);
 
 static inline bool mp_placement_resident(const mp_placement *p, int64_t il, int64_t e)
 {
