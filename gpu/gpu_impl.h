@@ -200,7 +200,7 @@ struct mp_gpu {
 /* Expert e of layer il is served by the GPU in the current step (resident or a READY tier slot). */
 static inline bool mp_gpu_live(const mp_gpu *g, int64_t il, int64_t e)
 {
-    return (g->live[il * g->pl.words_per_layer + (e >> 6)] >> (e & 63)) & 1u;
+    return mp_bit_get(g->live + il * g->pl.words_per_layer, e);
 }
 
 /* In functions with an `mp_error *err`: return the failure of a kernel entry point (KCHECK) or

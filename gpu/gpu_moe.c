@@ -201,7 +201,7 @@ static const uint8_t *fill_served(mp_gpu *g, int64_t il, int64_t n, const int32_
             out[i] = MP_SERVED_TIER;
         else if (n_far > 0)
             out[i] = MP_SERVED_FAR, n_far--;
-        else if ((mask[e >> 6] >> (e & 63)) & 1u)
+        else if (mp_bit_get(mask, e))
             out[i] = MP_SERVED_COPY;
         else
             out[i] = MP_SERVED_CPU;
@@ -212,7 +212,7 @@ static const uint8_t *fill_served(mp_gpu *g, int64_t il, int64_t n, const int32_
 /* The GPU serves expert e in the current step (copied, or far): the CPU skips it (h_mask). */
 static void leave_to_gpu(mp_gpu *g, int32_t e)
 {
-    g->h_mask[e >> 6] |= (uint64_t)1 << (e & 63);
+    mp_bit_put(g->h_mask, e, true);
 }
 
 bool mp_gpu_far_on(const mp_gpu *g, int64_t il, int64_t n)

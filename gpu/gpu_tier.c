@@ -96,8 +96,7 @@ static void set_live(mp_gpu *g, int64_t il, int64_t e, const char *slot)
     const mp_layer *L = &g->s->m->layers[il];
     const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     const int64_t E = g->s->m->hp.n_expert;
-    uint64_t *w = &t->live[il * g->pl.words_per_layer + (e >> 6)];
-    *w = slot ? *w | (uint64_t)1 << (e & 63) : *w & ~((uint64_t)1 << (e & 63));
+    mp_bit_put(t->live + il * g->pl.words_per_layer, e, slot != NULL);
     for (int k = 0; k < 3; k++) {
         g->h_tables[(il * 3 + k) * E + e] = slot;
         if (slot)

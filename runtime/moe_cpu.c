@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/bits.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "runtime/matmul.h"
@@ -284,7 +285,7 @@ mp_status mp_moe_check_routes(const mp_hparams *hp, int64_t il, int64_t n_rows,
 
 static bool is_resident(const uint64_t *resident, int64_t e)
 {
-    return resident && ((resident[e >> 6] >> (e & 63)) & 1u);
+    return resident && mp_bit_get(resident, e);
 }
 
 /* Counting sort of the routes by expert; within an expert, entries keep row order. Routes to

@@ -247,7 +247,7 @@ static mp_status read_whole(const char *path, const char *what, uint64_t max_byt
     return st;
 }
 
-#define SET_BIT(p, il, e) ((p)->bits[(il) * (p)->words_per_layer + ((e) >> 6)] |= (uint64_t)1 << ((e) & 63))
+#define SET_BIT(p, il, e) mp_bit_put((p)->bits + (il) * (p)->words_per_layer, (e), true)
 
 /* The adaptive tier beside a profile (mp_tier_carve): the budget's room left beside the profile's
  * experts, then its placed experts, the lowest-ranked first, never out of a layer it holds whole;

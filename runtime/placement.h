@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/bits.h"
 #include "base/error.h"
 #include "base/knobs.h"
 #include "runtime/model.h"
@@ -205,7 +206,7 @@ uint8_t *mp_placement_cells(const mp_placement *p);
 
 static inline bool mp_placement_resident(const mp_placement *p, int64_t il, int64_t e)
 {
-    return (p->bits[il * p->words_per_layer + (e >> 6)] >> (e & 63)) & 1u;
+    return mp_bit_get(p->bits + il * p->words_per_layer, e);
 }
 
 /* One line for run/bench output:

@@ -181,8 +181,6 @@ static bool word_is(const line_cursor *c, const char *w)
     return (size_t)(c->end - c->p) == n && !memcmp(c->p, w, n);
 }
 
-#define BIT_SET(bits, e) ((bits)[(e) >> 6] |= (uint64_t)1 << ((e) & 63))
-#define BIT_GET(bits, e) (((bits)[(e) >> 6] >> ((e) & 63)) & 1u)
 
 /* One line (comments and surrounding blanks already cut): "L: list". */
 static mp_status parse_line(line_cursor *c, const char *name, int64_t line, int64_t n_layer,
@@ -211,7 +209,7 @@ static mp_status parse_line(line_cursor *c, const char *name, int64_t line, int6
         return MP_OK;
     if (word_is(c, "all")) {
         for (int64_t e = 0; e < n_expert; e++)
-            BIT_SET(lb, e);
+            mp_bit_put(lb, e, true);
         return MP_OK;
     }
     for (;;) {
@@ -236,10 +234,10 @@ static mp_status parse_line(line_cursor *c, const char *name, int64_t line, int6
                            PRId64 " out of range: the model has experts 0..%" PRId64, name, line,
                            L, b, n_expert - 1);
         for (int64_t e = a; e <= b; e++) {
-            if (BIT_GET(lb, e))
+            if (mp_bit_get(lb, e))
                 return mp_fail(err, MP_ERR_FORMAT, "%s:%" PRId64 ": layer %" PRId64 ": expert %"
                                PRId64 " listed twice", name, line, L, e);
-            BIT_SET(lb, e);
+            mp_bit_put(lb, e, true);
         }
         if (c->p == c->end)
             return MP_OK;
