@@ -87,13 +87,6 @@ static void carve_scratch(mp_gpu *g, carve *c)
     take(c, z->blas_ws); /* the cuBLAS workspace: last, found by mp_gpu_exec_new */
 }
 
-static size_t expert_slot_bytes(const mp_layer *L)
-{
-    return mp_gpu_align(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
-           mp_gpu_align(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
-           mp_gpu_align(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
-}
-
 /* ---- upload ---- */
 
 /* With c->base NULL nothing is copied: the pass only sizes the arena (as carve_scratch does). */
@@ -410,7 +403,7 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
     const mp_hparams *hp = &s->m->hp;
     size_t pool = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
-        const size_t slot = expert_slot_bytes(&s->m->layers[il]);
+        const size_t slot = mp_gpu_expert_layout(&s->m->layers[il], NULL, NULL);
         g->expert_bytes_max = slot > g->expert_bytes_max ? slot : g->expert_bytes_max;
         pool += slot * (size_t)pl->n_resident[il];
         g->n_hybrid_layers += pl->n_resident[il] < hp->n_expert;

@@ -118,9 +118,7 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     size_t bytes = 0;
     for (int64_t il = 0; il < NL; il++) {
         const mp_layer *L = &m->layers[il];
-        const size_t per = mp_gpu_align(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
-                           mp_gpu_align(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
-                           mp_gpu_align(L->down_exps.row_bytes * (size_t)L->down_exps.ne[1]);
+        const size_t per = mp_gpu_expert_layout(L, NULL, NULL);
         const int64_t cold = E - g->pl.n_resident[il];
         n_cold += cold;
         bytes += per * (size_t)cold;
@@ -147,15 +145,14 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     char *p = arena;
     int64_t k = 0;
     for (int64_t il = 0; il < NL; il++) {
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        size_t off[3];
+        const size_t slot = mp_gpu_expert_layout(&m->layers[il], NULL, off);
         for (int64_t e = 0; e < E; e++) {
             if (mp_placement_resident(&g->pl, il, e))
                 continue;
-            for (int t = 0; t < 3; t++) {
-                g->h_slices[(il * 3 + t) * E + e] = p;
-                p += mp_gpu_align(ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
-            }
+            for (int t = 0; t < 3; t++)
+                g->h_slices[(il * 3 + t) * E + e] = p + off[t];
+            p += slot;
             list[k][0] = il;
             list[k][1] = e;
             k++;
@@ -224,23 +221,20 @@ void mp_gpu_measure_copy(mp_gpu *g)
         int64_t e = 0;
         while (mp_placement_resident(&g->pl, il, e))
             e++;
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        size_t nb[3], off[3];
+        mp_gpu_expert_layout(&m->layers[il], nb, off);
         int64_t best = INT64_MAX;
         size_t bytes = 0;
         for (int rep = 0; rep < 3; rep++) {
             const int64_t t0 = mp_gpu_now_ns();
-            char *dst = g->d_stage;
             bytes = 0;
             for (int t = 0; t < 3; t++) {
-                const size_t b = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
-                if (cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, t, e), b, cudaMemcpyHostToDevice,
+                if (cudaMemcpyAsync(g->d_stage + off[t], mp_gpu_host_slice(g, il, t, e), nb[t], cudaMemcpyHostToDevice,
                                     g->copy_stream) != cudaSuccess) {
                     cudaGetLastError();
                     return;
                 }
-                dst += mp_gpu_align(b);
-                bytes += b;
+                bytes += nb[t];
             }
             if (cudaStreamSynchronize(g->copy_stream) != cudaSuccess) {
                 cudaGetLastError();

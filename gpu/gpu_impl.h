@@ -22,6 +22,25 @@ static inline size_t mp_gpu_align(size_t b)
 {
     return (b + MP_GPU_ALIGN - 1) & ~(size_t)(MP_GPU_ALIGN - 1);
 }
+
+/* An expert of layer L wherever the executor holds one whole (the pool's slot sizes, the adaptive
+ * tier's slots, the staging buffers, the page-locked host copy): its gate, up and down slices in
+ * that order, each starting MP_GPU_ALIGN-aligned. Fills bytes[t] (slice t's bytes) and off[t] (its
+ * offset) where not NULL; returns the whole slot's bytes. */
+static inline size_t mp_gpu_expert_layout(const mp_layer *L, size_t bytes[3], size_t off[3])
+{
+    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    size_t at = 0;
+    for (int t = 0; t < 3; t++) {
+        const size_t n = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
+        if (bytes)
+            bytes[t] = n;
+        if (off)
+            off[t] = at;
+        at += mp_gpu_align(n);
+    }
+    return at;
+}
 #define MP_GPU_MAX_TOP_K MP_DECIDE_MAX_K /* experts per token the executor supports */
 
 typedef struct gpu_tier gpu_tier; /* gpu_tier.c */

@@ -113,16 +113,15 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     const void **tab = g->h_stage_slots[b];
     memset(tab, 0, (size_t)(3 * E) * sizeof *tab);
     CCHECK(cudaStreamWaitEvent(g->copy_stream, g->ev_stage_free[b], 0), "staging");
-    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    size_t nb[3], off[3];
+    mp_gpu_expert_layout(L, nb, off);
     for (int j = 0; j < cnt; j++) {
         char *dst = g->d_stage + ((size_t)b * MP_GPU_STAGE_EXPERTS + (size_t)j) * g->expert_bytes_max;
         for (int t = 0; t < 3; t++) {
-            const size_t bytes = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
-            CCHECK(cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, t, list[j]), bytes, cudaMemcpyHostToDevice,
+            CCHECK(cudaMemcpyAsync(dst + off[t], mp_gpu_host_slice(g, il, t, list[j]), nb[t], cudaMemcpyHostToDevice,
                                    g->copy_stream), "expert weight copy");
-            tab[t * E + list[j]] = dst;
-            dst += mp_gpu_align(bytes);
-            g->stats.bytes_copied += (int64_t)bytes;
+            tab[t * E + list[j]] = dst + off[t];
+            g->stats.bytes_copied += (int64_t)nb[t];
         }
     }
     CCHECK(cudaMemcpyAsync((void *)g->d_stage_slots[b], tab, (size_t)(3 * E) * sizeof *tab,

@@ -93,15 +93,12 @@ static void mark(mp_gpu *g, int64_t il)
 static void set_live(mp_gpu *g, int64_t il, int64_t e, const char *slot)
 {
     gpu_tier *t = g->gt;
-    const mp_layer *L = &g->s->m->layers[il];
-    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     const int64_t E = g->s->m->hp.n_expert;
+    size_t off[3];
+    mp_gpu_expert_layout(&g->s->m->layers[il], NULL, off);
     mp_bit_put(t->live + il * g->pl.words_per_layer, e, slot != NULL);
-    for (int k = 0; k < 3; k++) {
-        g->h_tables[(il * 3 + k) * E + e] = slot;
-        if (slot)
-            slot += mp_gpu_align(ts[k]->row_bytes * (size_t)ts[k]->ne[1]);
-    }
+    for (int k = 0; k < 3; k++)
+        g->h_tables[(il * 3 + k) * E + e] = slot ? slot + off[k] : NULL;
     mark(g, il);
 }
 
@@ -110,21 +107,20 @@ static char *slot_ptr(const gpu_tier *t, uint32_t s)
     return t->d_arena + (size_t)s * t->slot_bytes;
 }
 
-/* Expert e of layer il's weights, from the page-locked host copy into the slot at dst (its three
- * tensors each starting aligned, as set_live names them), enqueued on stream; *bytes their sum. */
+/* Expert e of layer il's weights, from the page-locked host copy into the slot at dst (laid out as
+ * mp_gpu_expert_layout says, as set_live names them), enqueued on stream; *bytes their sum. */
 static cudaError_t enqueue_expert(const mp_gpu *g, int64_t il, int64_t e, char *dst, cudaStream_t stream,
                                   int64_t *bytes)
 {
-    const mp_layer *L = &g->s->m->layers[il];
-    const mp_tensor *ts[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    size_t nb[3], off[3];
+    mp_gpu_expert_layout(&g->s->m->layers[il], nb, off);
     *bytes = 0;
     for (int k = 0; k < 3; k++) {
-        const size_t n = ts[k]->row_bytes * (size_t)ts[k]->ne[1];
-        const cudaError_t c = cudaMemcpyAsync(dst, mp_gpu_host_slice(g, il, k, e), n, cudaMemcpyHostToDevice, stream);
+        const cudaError_t c = cudaMemcpyAsync(dst + off[k], mp_gpu_host_slice(g, il, k, e), nb[k],
+                                              cudaMemcpyHostToDevice, stream);
         if (c != cudaSuccess)
             return c;
-        dst += mp_gpu_align(n);
-        *bytes += (int64_t)n;
+        *bytes += (int64_t)nb[k];
     }
     return cudaSuccess;
 }
@@ -329,10 +325,9 @@ mp_status mp_gpu_tier_promote(mp_gpu *g, int64_t il, const int32_t *list, int cn
     gpu_tier *t = g->gt;
     if (!t || t->stopped[0])
         return MP_OK;
-    const mp_layer *L = &g->s->m->layers[il];
-    const size_t span = mp_gpu_align(L->gate_exps.row_bytes * (size_t)L->gate_exps.ne[1]) +
-                        mp_gpu_align(L->up_exps.row_bytes * (size_t)L->up_exps.ne[1]) +
-                        L->down_exps.row_bytes * (size_t)L->down_exps.ne[1];
+    size_t nb[3], off[3];
+    mp_gpu_expert_layout(&g->s->m->layers[il], nb, off);
+    const size_t span = off[2] + nb[2];
     for (uint32_t i = t->layer_moves; i < t->n_moves; i++) {
         const mp_tier_move *mv = &t->moves[i];
         if (mv->layer != (uint32_t)il || t->staged[i])
