@@ -9,7 +9,8 @@
 #
 #   [MOEPLAN=build/cli/moeplan] [GEN=build/bench/gen_routing_trace] [SHAPES="qwen3-q4 mixtral-q4 ..."]
 #   [POLICIES="first-n-cpu static-topn plan"] [THREADS=N (default: all CPUs)] [WORK=/tmp/mp-matrix]
-#   [OUT=out/accuracy-matrix] [CALIBRATE_ARGS="--rows 1,2,4 --reps 3"] [REPS=1] [KEEP_MODELS=0]
+#   [OUT=out/accuracy-matrix] [CALIBRATE_ARGS="--rows 1,2,4 --reps 3"] [REPS=1] [ROUNDS=1] [KEEP_MODELS=0]
+#   [BUDGETS="+8GiB +16GiB": every shape's budgets instead of its own] [REUSE_COSTS=0]
 #   bash bench/accuracy_matrix.sh
 #
 # Shapes: name, model, trace (REQUESTS x TOKENS synthetic decode rows, Zipf exponent 1.0 with
@@ -26,6 +27,10 @@
 #               a step's attention by its position in its request (180 ns per key of context on the
 #               H200 is 40 us of a ~1 ms token between 8 requests of 64 and one of 512): f0.25 .. f0.9
 # REPS: measured repetitions of each row's decode (bench -r; the row's median), after a warm-up.
+# ROUNDS: bench processes per row, alternated over the rows (bench/sim_accuracy.sh: the row's
+# measured speed is the median of every round's samples).
+# REUSE_COSTS=1: a shape whose folder has a costs.json from an earlier run (KEEP_MODELS=1 kept the
+# same model) is not calibrated again; the log says so.
 # Models are deleted after their shape (they are tens of GB) unless KEEP_MODELS=1. Results:
 # $OUT/<shape>/sim-accuracy.{md,json} and $OUT/matrix.md. A failing shape is reported and the next
 # one runs; the exit status is 1 when any failed.
@@ -41,6 +46,7 @@ WORK=${WORK:-/tmp/mp-matrix}
 OUT=${OUT:-out/accuracy-matrix}
 CALIBRATE_ARGS=${CALIBRATE_ARGS:---rows 1,2,4 --reps 3}
 REPS=${REPS:-1}
+ROUNDS=${ROUNDS:-1}
 BIG_BUDGETS="8GiB 12GiB 16GiB 24GiB"
 SMALL_BUDGETS="f0.25 f0.5 f0.75 f0.9"
 
@@ -69,6 +75,7 @@ failed=0
 for name in $SHAPES; do
     spec=$(shape "$name") || { log "unknown shape $name"; failed=1; continue; }
     IFS='|' read -r mk tr budgets <<<"$spec"
+    budgets=${BUDGETS:-$budgets}
     dir=$OUT/$name
     mkdir -p "$dir"
     model=$WORK/$name.gguf
@@ -87,13 +94,17 @@ for name in $SHAPES; do
         '"%d %d %d %d %d" % (len(d["moe_layers"]), d["moe_layers"][0]["experts"], [x["value"] for x in d["metadata"] if x["key"].endswith(".expert_used_count")][0], d["moe_layers"][0]["bytes_per_expert"], d["expert_bytes"])')"
     log "$name: $L MoE layers x $E experts, top-$K, $EB-byte experts ($EXPERTS bytes in all)"
     costs=$dir/costs.json
-    log "$name: calibrate ($CALIBRATE_ARGS)"
-    # shellcheck disable=SC2086
-    if ! "$MOEPLAN" calibrate -m "$model" --out "$costs" --force --threads "$THREADS" $CALIBRATE_ARGS \
-        >"$dir/calibrate.log" 2>&1; then
-        log "$name: calibrate failed: $(tail -1 "$dir/calibrate.log")"
-        failed=1
-        continue
+    if [ "${REUSE_COSTS:-0}" = 1 ] && [ -f "$costs" ]; then
+        log "$name: calibrate skipped (REUSE_COSTS=1): $costs"
+    else
+        log "$name: calibrate ($CALIBRATE_ARGS)"
+        # shellcheck disable=SC2086
+        if ! "$MOEPLAN" calibrate -m "$model" --out "$costs" --force --threads "$THREADS" $CALIBRATE_ARGS \
+            >"$dir/calibrate.log" 2>&1; then
+            log "$name: calibrate failed: $(tail -1 "$dir/calibrate.log")"
+            failed=1
+            continue
+        fi
     fi
     trace=$dir/trace.db
     rm -f "$trace"
@@ -116,7 +127,7 @@ for name in $SHAPES; do
     done
     log "$name: sim_accuracy, budgets$bb, policies $POLICIES"
     if ! MOEPLAN="$MOEPLAN" MODEL="$model" COSTS="$costs" TRACE="$trace" BUDGETS="${bb# }" POLICIES="$POLICIES" \
-        THREADS="$THREADS" REPS="$REPS" EXECUTOR=gpu OUT="$dir" bash bench/sim_accuracy.sh >"$dir/sim-accuracy.log" 2>&1; then
+        THREADS="$THREADS" REPS="$REPS" ROUNDS="$ROUNDS" EXECUTOR=gpu OUT="$dir" bash bench/sim_accuracy.sh >"$dir/sim-accuracy.log" 2>&1; then
         log "$name: sim_accuracy failed: $(tail -1 "$dir/sim-accuracy.log")"
         failed=1
     fi

@@ -2,8 +2,8 @@
 """bench/accuracy_table.py [--resim MOEPLAN] OUT SHAPE... -- the table of bench/accuracy_matrix.sh
 from each shape's results under OUT (OUT/SHAPE/sim-accuracy.json, its bench JSONs, costs.json):
 every row with the host's read bandwidth during the run (the mean of bench's probes before and
-after its tests) against the calibration's, the CPU experts' own rate in the run against the
-decode grid's, the largest error, and each budget's measured plan/first-n-cpu speed ratio.
+after its tests; over the rounds, when sim_accuracy.sh ran several) against the calibration's, the
+CPU experts' own rate in the run (its mean over the rounds) against the decode grid's, the largest error, and each budget's measured plan/first-n-cpu speed ratio.
 Written to OUT/matrix.md (temporary name, renamed) and printed.
 
 The CPU rate: the bytes of the CPU routes over the time the host spent in CPU experts, from
@@ -36,12 +36,22 @@ if len(args) < 2:
 out, shapes = args[0], args[1:]
 
 
-def bench_row(shape_dir, row):
-    """The row's bench JSON row, or None."""
-    try:
-        return json.load(open(os.path.join(shape_dir, "bench", os.path.basename(row["bench"]))))["rows"][0]
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
+def bench_rows(shape_dir, row):
+    """The row's bench JSON rows, one per round (sim_accuracy.sh's ROUNDS; one file before it had
+    rounds); a round whose file cannot be read is None."""
+    rows = []
+    for path in row.get("bench_rounds") or [row["bench"]]:
+        try:
+            rows.append(json.load(open(os.path.join(shape_dir, "bench", os.path.basename(path))))["rows"][0])
+        except (OSError, ValueError, KeyError, IndexError):
+            rows.append(None)
+    return rows
+
+
+def mean_known(values):
+    """The mean of the values that are not None, or None when there are none."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 def run_bandwidth(b):
@@ -130,10 +140,12 @@ for s in shapes:
         meas = r["measured_ms_per_token"]
         count["own"][0] += abs(r["error_pct"]) <= 10
         count["own"][1] = max(count["own"][1], abs(r["error_pct"]))
-        b = bench_row(d, r)
-        bw = run_bandwidth(b)
+        # over the rounds: the mean of the probes' bandwidth and of the CPU experts' rate
+        runs = bench_rows(d, r)
+        bw = mean_known([run_bandwidth(b) for b in runs])
         bw_text = "%.0f (%.0f)" % (bw, cal) if bw else "- (%.0f)" % cal
-        run_rate, grid_rate = cpu_rates(d, r, b, costs)
+        rates = [cpu_rates(d, r, b, costs) for b in runs]
+        run_rate, grid_rate = mean_known([x[0] for x in rates]), rates[0][1]
         rate_text = "%s (%s)" % ("%.1f" % run_rate if run_rate else "-", "%.1f" % grid_rate if grid_rate else "-")
         resim = ""
         if moeplan:

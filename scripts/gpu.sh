@@ -53,7 +53,10 @@
 #   accuracy-matrix  simulated vs measured decode ms/token per shape x budget x policy: qwen3-30b-a3b
 #              q4_k_m and q8_0, mixtral, olmoe, a 256-expert qwen3moe, flame with its real routing
 #              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks, MATRIX_REPS measured repetitions per
-#              row, default 3) -> $OUT/accuracy-matrix/matrix.md
+#              row, default 3; MATRIX_ROUNDS bench processes per row, alternated over the rows;
+#              MATRIX_BUDGETS for every shape; MATRIX_KEEP_MODELS=1 and MATRIX_REUSE_COSTS=1 with a
+#              kept MP_GPU_WORK let a second call reuse a shape's model and costs)
+#              -> $OUT/accuracy-matrix/matrix.md
 #   adaptive-ab  the adaptive tier against the static profile at the same budget, alternated
 #              (bench/adaptive_ab.sh; ADAPTIVE_SHAPE flame or drift, ADAPTIVE_BUDGETS, ADAPTIVE_POLICY,
 #              ADAPTIVE_SLOTS, ADAPTIVE_ROUNDS, ADAPTIVE_REPS) -> $OUT/adaptive-ab/adaptive-ab.md
@@ -374,7 +377,8 @@ for stage in "${stages[@]}"; do
             SHAPES="${MATRIX_SHAPES:-qwen3-q4 mixtral-q4 olmoe-q4 qwen3-256 flame qwen3-q8}" \
             POLICIES="${MATRIX_POLICIES:-first-n-cpu static-topn plan}" \
             CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" REPS="${MATRIX_REPS:-3}" \
-            bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
+            ROUNDS="${MATRIX_ROUNDS:-1}" BUDGETS="${MATRIX_BUDGETS:-}" REUSE_COSTS="${MATRIX_REUSE_COSTS:-0}" \
+            KEEP_MODELS="${MATRIX_KEEP_MODELS:-0}" bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     adaptive-ab)

@@ -51,7 +51,7 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
 {
     char env[1024], err[16384], path[512];
     snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu "
-             "BUDGETS='+2MiB +4MiB' POLICIES='plan static-topn' NPROMPTS=1 REPS=1", root);
+             "BUDGETS='+2MiB +4MiB' POLICIES='plan static-topn' NPROMPTS=1 REPS=1 ROUNDS=2", root);
     cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.json", tmpdir);
     char *text = mp_test_slurp(path);
@@ -61,6 +61,7 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     const double T = mp_test_json_num(doc, "trace_rows_per_layer");
     cr_assert_gt(T, 1);
     cr_assert_gt(mp_test_json_num(doc, "gpu_fixed_bytes"), 0);
+    cr_assert_eq(mp_test_json_num(doc, "rounds"), 2);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
     cr_assert_eq(cJSON_GetArraySize(rows), 4);
     const char *want[4][2] = {{"+2MiB", "plan"}, {"+2MiB", "static-topn"}, {"+4MiB", "plan"},
@@ -84,6 +85,21 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
                   mp_test_json_str(r, "route_replay_summary"), summary);
         cr_assert(strstr(mp_test_json_str(r, "placement"), "profile ") == mp_test_json_str(r, "placement"), "%s",
                   mp_test_json_str(r, "placement"));
+        /* two rounds, one bench file each; measured is the median of the pooled samples (one per
+         * round: their mean), and each round's own median is kept */
+        const cJSON *files = cJSON_GetObjectItemCaseSensitive(r, "bench_rounds");
+        const cJSON *samples = cJSON_GetObjectItemCaseSensitive(r, "measured_tok_s_samples");
+        const cJSON *per = cJSON_GetObjectItemCaseSensitive(r, "measured_ms_per_token_rounds");
+        cr_assert_eq(cJSON_GetArraySize(files), 2, "row %d", i);
+        cr_assert(strstr(cJSON_GetArrayItem(files, 1)->valuestring, ".r2.json") != NULL, "%s",
+                  cJSON_GetArrayItem(files, 1)->valuestring);
+        cr_assert_eq(cJSON_GetArraySize(samples), 2, "row %d", i);
+        cr_assert_eq(cJSON_GetArraySize(per), 2, "row %d", i);
+        const double s0 = cJSON_GetArrayItem(samples, 0)->valuedouble, s1 = cJSON_GetArrayItem(samples, 1)->valuedouble;
+        cr_assert_float_eq(meas, 2000.0 / (s0 + s1), 1e-9 * meas, "row %d: %g from samples %g, %g", i, meas, s0, s1);
+        const double r0 = cJSON_GetArrayItem(per, 0)->valuedouble, r1 = cJSON_GetArrayItem(per, 1)->valuedouble;
+        cr_assert_float_eq(mp_test_json_num(r, "round_spread_pct"), 100.0 * fabs(r0 - r1) / meas, 1e-9 * 100,
+                           "row %d", i);
     }
     /* a larger budget never holds fewer experts for the same policy */
     cr_assert_geq(mp_test_json_num(cJSON_GetArrayItem(rows, 3), "resident_simulated"),
@@ -95,7 +111,7 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     cr_assert(strstr(text, "**Measured with the CPU executor") != NULL, "%s", text);
     cr_assert(strstr(text, "| +4MiB | static-topn | ") != NULL, "%s", text);
     /* the CPU executor makes no round trips: its rows' round-trip columns are zeros */
-    cr_assert(strstr(text, " | cpu | 0.0 | 0.0 | 0.0 |\n") != NULL, "%s", text);
+    cr_assert(strstr(text, " | cpu | 0.0 | 0.0 | 0.0 | ") != NULL, "%s", text);
     free(text);
 }
 
@@ -114,6 +130,8 @@ Test(sim_accuracy, a_failing_step_stops_with_one_line_and_no_report, .timeout = 
                    "error line: %s", e);
     snprintf(path, sizeof path, "%s/out/sim-accuracy.md", tmpdir);
     cr_assert_neq(stat(path, &sb), 0, "a failed run wrote %s", path);
+    cr_assert_eq(script("ROUNDS=0", err, sizeof err), 1, "%s", err);
+    cr_assert(strstr(err, "sim_accuracy: error: ROUNDS '0': expected a positive integer") != NULL, "%s", err);
     /* an online policy has no profile: refused before any work */
     cr_assert_eq(script("POLICIES='plan lru'", err, sizeof err), 1, "%s", err);
     cr_assert(strstr(err, "sim_accuracy: error: POLICIES: 'lru' is not a static policy") != NULL,
