@@ -5,8 +5,10 @@
  * from the same cost file, measured as `bench` measures (one warm-up, then repetitions), and the
  * prediction for the same rows set beside it. A check on the CPU executor is said not to compare
  * (the prediction is the GPU executor's); on the GPU, a difference over 10 % gets one warning line
- * with the likely cause: the host's read bandwidth now against the calibration's, or else an
- * uncosted path or a stale calibration.
+ * with the likely cause. Where CPU experts ran, the check's rows are predicted again at the memory
+ * rate they read at (the host's level during the check, set beside the cost file's grid): a
+ * prediction that holds there says the host's memory moved since calibration; one that does not
+ * points to an uncosted path or a stale calibration.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -203,10 +205,27 @@ static int simulate(const mp_simulate_options *so, mp_simulate_result *r, const 
     return mp_simulate_refused(st, r) ? MP_EXIT_USAGE : MP_EXIT_FAILURE;
 }
 
+/* The check's GPU statistics cover its timed repetitions, as bench's rows do. */
+static void check_progress(void *ctx, int rep, int reps)
+{
+    mp_gpu *g = mp_session_gpu(ctx);
+    (void)reps;
+    if (g && rep == 0)
+        mp_gpu_stats_reset(g);
+}
+
+/* What the check measured: the median ms/token, the host's read bandwidth (mean of a probe before
+ * and one after), whether the GPU executor ran, and its CPU experts' read rate (GB/s; 0 when none
+ * ran on the CPU or the CPU executor ran). */
+typedef struct check_result {
+    double ms, gbs, cpu_gbs;
+    int threads;
+    bool gpu;
+} check_result;
+
 /* The check: n decode steps after a 1-token prompt under the profile and the budget, the trace's
- * routing replayed; *ms the median ms/token, *gbs the host's read bandwidth (mean of a probe before
- * and one after), *gpu whether the GPU executor ran. */
-static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs, bool *gpu, char *placement,
+ * routing replayed; its CPU rate counts expert_bytes per CPU route (the cost file's grid's). */
+static mp_status measure(const plan_opts *o, int64_t n, uint64_t expert_bytes, check_result *out, char *placement,
                          size_t cap, mp_error *err)
 {
     mp_engine e = {.params = {.n_ctx = n + 1, .n_threads = (int)o->threads, .knobs = o->knobs}};
@@ -222,28 +241,34 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
         st = pst;
     }
     if (!st && !(st = mp_engine_plan(&e, &po, o->trace, &mp_route_replay_ops, err))) {
-        *gpu = e.gpu;
+        out->gpu = e.gpu;
         snprintf(placement, cap, "%s", e.placement.desc);
         st = mp_engine_start(&e, err);
     }
     if (!st && !(logits = malloc((size_t)e.model->hp.n_vocab * sizeof *logits)))
         st = mp_fail(err, MP_ERR_NOMEM, "plan: out of memory");
     if (!st) {
-        const int threads = mp_session_n_threads(e.session);
+        const int threads = out->threads = mp_session_n_threads(e.session);
         const double before = mp_bench_host_read_gbs(HOST_PROBE_BYTES, threads, 2);
         fprintf(stderr, "moeplan plan: check: tg%" PRId64 " x %" PRId64 " with the profile (%s), routing from %s\n", n,
-                o->reps, *gpu ? "GPU executor" : "CPU executor", o->trace);
-        st = mp_bench_run_test(e.session, MP_BENCH_TG, n, 0, e.model->hp.n_vocab, (int)o->reps, logits, samples, NULL,
-                               NULL, err);
+                o->reps, out->gpu ? "GPU executor" : "CPU executor", o->trace);
+        st = mp_bench_run_test(e.session, MP_BENCH_TG, n, 0, e.model->hp.n_vocab, (int)o->reps, logits, samples,
+                               check_progress, e.session, err);
         if (st)
             mp_engine_step_error(&e, err);
         const double after = mp_bench_host_read_gbs(HOST_PROBE_BYTES, threads, 2);
-        *gbs = (before + after) / 2;
+        out->gbs = (before + after) / 2;
     }
     if (!st) {
         mp_bench_stats bs; /* the median as bench reports it */
         mp_bench_stats_compute(samples, (int)o->reps, &bs);
-        *ms = bs.median > 0 ? 1000.0 / bs.median : 0;
+        out->ms = bs.median > 0 ? 1000.0 / bs.median : 0;
+        mp_gpu *g = mp_session_gpu(e.session);
+        if (g) {
+            mp_gpu_stats gs;
+            mp_gpu_get_stats(g, &gs);
+            out->cpu_gbs = mp_gpu_stats_cpu_gbs(&gs, expert_bytes);
+        }
     }
     char profile[512]; /* MP_MOE_CPU_PROFILE=1 */
     mp_engine_profile_line(&e, profile, sizeof profile);
@@ -255,23 +280,50 @@ static mp_status measure(const plan_opts *o, int64_t n, double *ms, double *gbs,
     return st;
 }
 
-/* The check's measured speed beside the prediction, and a warning where the two do not compare
- * (a CPU executor) or differ by more than 10 % (with the likely cause). */
-static void say_comparison(const plan_opts *o, int64_t n, double pred, double meas, double gbs, double cal, bool gpu,
-                           const char *placement)
+/* The host's level during the check, as the simulator takes it (--host-read-gbs): the calibration's
+ * host_read scaled by the check's CPU experts' rate over the grid's, so that the CPU's costs scale
+ * by grid rate / check rate. 0 when either rate or the calibration's bandwidth is not known, or the
+ * grid was measured with other threads than the check ran (its rate is then another pool's). */
+static double check_level_gbs(const mp_costs *c, const check_result *r)
 {
+    const double grid = mp_costs_grid_cpu_gbs(c);
+    return grid > 0 && r->cpu_gbs > 0 && c->host_read_gbs > 0 && r->threads == c->decode.threads
+               ? c->host_read_gbs * r->cpu_gbs / grid
+               : 0;
+}
+
+/* The check's measured speed beside the prediction and, where its CPU experts ran, beside the
+ * prediction at the memory rate they had (pred_level, 0: not made); a warning where the two do
+ * not compare (a CPU executor) or differ by more than 10 % (with the likely cause: the host's memory
+ * when the prediction at the check's own rate holds, else an uncosted path or a stale
+ * calibration). */
+static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_level, const check_result *r,
+                           const mp_costs *c, const char *placement)
+{
+    const double meas = r->ms, cal = c->host_read_gbs;
     const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
+    const double e_level = meas > 0 && pred_level > 0 ? 100 * (pred_level - meas) / meas : 0;
     printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
            "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o->reps,
-           e, gbs, cal);
-    if (!gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
+           e, r->gbs, cal);
+    if (r->gpu && pred_level > 0)
+        printf("plan: at the rate the check's CPU experts read (%.1f GB/s; %.1f in the calibration's grid): "
+               "predicted %.3f ms/token, %+.1f %%\n", r->cpu_gbs, mp_costs_grid_cpu_gbs(c), pred_level, e_level);
+    if (!r->gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
         printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
-        const char *cause = cal > 0 && fabs(gbs / cal - 1) > 0.1
-                                ? "the host's read bandwidth differs from the calibration's (a busy host: check "
-                                  "again later, or `simulate --host-read-gbs` for the bandwidth it has)"
-                                : "an uncosted path or a stale calibration (calibrate this model again)";
+        char cause[256];
+        if (pred_level > 0 && fabs(e_level) <= 10)
+            snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
+                     "calibration's at %.1f (a busier or a quieter host: check again later, or `simulate "
+                     "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, mp_costs_grid_cpu_gbs(c),
+                     check_level_gbs(c, r));
+        else if (cal > 0 && fabs(r->gbs / cal - 1) > 0.1)
+            snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
+                     "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");
+        else
+            snprintf(cause, sizeof cause, "an uncosted path or a stale calibration (calibrate this model again)");
         printf("plan: warning: measured and predicted differ by %.1f %% (more than 10 %%): likely %s\n", fabs(e),
                cause);
     }
@@ -305,7 +357,7 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
         fprintf(stderr, "moeplan plan: error: %s exists (use --force to replace it)\n", o.out);
         return 1;
     }
-    mp_simulate_result *made = calloc(1, sizeof *made), *chk = calloc(1, sizeof *chk); /* large */
+    mp_simulate_result *made = calloc(1, sizeof *made), *chk = calloc(1, sizeof *chk), *at = NULL; /* large */
     if (!made || !chk) {
         free(made), free(chk);
         fprintf(stderr, "moeplan plan: error: out of memory\n");
@@ -319,7 +371,7 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
     mp_sim_report_table(stdout, &rep);
     printf("\n%s\n", made->profile_line);
     const mp_sim_policy policy = so.profile_policy;
-    const double pred_all = mp_simulate_ms_per_token(made, 0, policy), cal = made->costs.host_read_gbs;
+    const double pred_all = mp_simulate_ms_per_token(made, 0, policy);
     printf("\nplan: %s at %s: predicted %.3f ms/token (%.1f tok/s) over the trace's %" PRId64 " rows as decode "
            "steps\n", o.policy, o.budget, pred_all, pred_all > 0 ? 1000 / pred_all : 0.0, rows);
     if (o.verify == 0)
@@ -331,19 +383,35 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
     printf("plan: the check's %" PRId64 " rows: predicted %.3f ms/token (%.1f tok/s)\n", n + 1, pred,
            pred > 0 ? 1000 / pred : 0.0);
     /* 3. the check */
-    double meas = 0, gbs = 0;
-    bool gpu = false;
+    check_result cr = {0};
     char placement[400] = "";
     fflush(stdout);
-    if (measure(&o, n, &meas, &gbs, &gpu, placement, sizeof placement, &err)) {
+    if (measure(&o, n, made->costs.decode.expert_bytes, &cr, placement, sizeof placement, &err)) {
         fprintf(stderr, "moeplan plan: error: check: %s\n", err.msg);
         rc = 1;
         goto done;
     }
-    say_comparison(&o, n, pred, meas, gbs, cal, gpu, placement);
+    /* 4. the check's rows again at the memory rate its CPU experts had (the host's level then) */
+    double pred_level = 0;
+    const double level = check_level_gbs(&made->costs, &cr);
+    if (cr.gpu && level > 0) {
+        check_options(&o, n + 1, &so);
+        so.cfg.host_read_gbs = level;
+        if (!(at = calloc(1, sizeof *at))) {
+            fprintf(stderr, "moeplan plan: error: out of memory\n");
+            rc = 1;
+            goto done;
+        }
+        if ((rc = simulate(&so, at, chk)))
+            goto done;
+        pred_level = mp_simulate_ms_per_token(at, 0, MP_POL_PROFILE);
+    }
+    say_comparison(&o, n, pred, pred_level, &cr, &made->costs, placement);
 done:
     mp_simulate_result_free(made);
     mp_simulate_result_free(chk);
-    free(made), free(chk);
+    if (at)
+        mp_simulate_result_free(at);
+    free(made), free(chk), free(at);
     return rc;
 }

@@ -96,3 +96,43 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     cJSON_Delete(root);
     free(out);
 }
+
+/* `moeplan plan`'s check on the GPU, with half the tiny model's experts on the CPU: beside the
+ * measured speed, the check's rows predicted again at the rate its CPU experts read (a rate > 0,
+ * the cost file's grid level: 4 experts of 127,488 bytes in 24,881 ns, 20.5 GB/s), with that
+ * prediction's own error. -t 16: the grid's threads, so that the two rates compare. */
+Test(gpu_bench, plan_check_predicts_again_at_its_cpu_rate)
+{
+    static char out[1 << 16];
+    char cmd[2048], costs[1024];
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    mp_test_collect_tiny(tmpdir, "tiny.gguf", "p.json", "[\"Explain mixture of experts\", \"Why is the sky blue\"]",
+                         "t.db");
+    snprintf(costs, sizeof costs, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
+    /* the runtime's fixed part at --ctx 64 (bench's, the budget's own count), then room for about
+     * half of the model's 64 experts */
+    snprintf(cmd, sizeof cmd, "bench -m tiny.gguf -p 0 -n 1 -r 1 --ctx 64 --executor cpu -o json");
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, out, sizeof out), 0, "%s", out);
+    char *js = mp_test_stdout(tmpdir);
+    cJSON *root = cJSON_Parse(js);
+    cr_assert_not_null(root, "%s", js);
+    const double fixed = num_of(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0),
+                                "gpu_fixed_bytes");
+    cJSON_Delete(root);
+    free(js);
+    snprintf(cmd, sizeof cmd, "plan t.db -m tiny.gguf --costs '%s' --budget %.0fB --ctx 64 -o p.strp "
+             "--verify-tokens 8 --executor gpu -r 3 -t 16", costs, fixed + 4.0 * 1048576);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    const char *m = strstr(out, "plan: measured "), *at = strstr(out, "plan: at the rate the check's CPU experts read (");
+    cr_assert(m && at && m < at, "%s", out);
+    double meas = 0, rate = 0, grid = 0, pred = 0, e = 0;
+    cr_assert_eq(sscanf(m, "plan: measured %lf ms/token", &meas), 1, "%s", m);
+    cr_assert_eq(sscanf(at, "plan: at the rate the check's CPU experts read (%lf GB/s; %lf in the calibration's "
+                            "grid): predicted %lf ms/token, %lf %%", &rate, &grid, &pred, &e), 4, "%s", at);
+    cr_assert(meas > 0 && rate > 0 && pred > 0, "%s", at);
+    cr_assert_float_eq(grid, 20.5, 0.05, "%s", at);
+    /* the error is the printed prediction's against the printed measurement (each rounded to 1 us) */
+    cr_assert_float_eq(e, 100 * (pred - meas) / meas, 0.05 + 100 * 0.001 / meas, "%s", at);
+    cr_assert_null(strstr(out, "the check ran on the CPU executor"), "%s", out);
+}

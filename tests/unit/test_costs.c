@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/costs.h"
+#include "runtime/gpu.h"
 
 static char *fixture_text(size_t *len)
 {
@@ -399,8 +400,26 @@ Test(costs, reads_the_decode_grid_and_host_read)
     cr_assert_eq(c.host_read_gbs, 50);
     cr_assert_eq(c.host_read_spread_gbs, 2);
     cr_assert_eq(c.host_read_threads, 16);
+    /* the grid's CPU level: top_k = 2 experts of 1 MB in the all-cold far-off point's 200 us of CPU
+     * time (not the far-on twin's, not the one-cold point's): 10 GB/s */
+    cr_assert_float_eq(mp_costs_grid_cpu_gbs(&c), 10.0, 1e-12);
+    c.decode.points[2].cpu_ns = 400000;
+    cr_assert_float_eq(mp_costs_grid_cpu_gbs(&c), 5.0, 1e-12);
+    c.decode.points[2].cpu_ns = 0; /* no CPU time measured there: no level */
+    cr_assert_eq(mp_costs_grid_cpu_gbs(&c), 0);
     mp_costs_free(&c);
     free(text);
+}
+
+/* A run's CPU experts' rate: its CPU routes' bytes over their time; none without CPU routes. */
+Test(costs, a_runs_cpu_rate_from_its_stats)
+{
+    mp_gpu_stats st = {.routes_cpu = 30, .cpu_expert_ns = 1500000};
+    cr_assert_float_eq(mp_gpu_stats_cpu_gbs(&st, 2000000), 40.0, 1e-12);
+    st.routes_cpu = 0;
+    cr_assert_eq(mp_gpu_stats_cpu_gbs(&st, 2000000), 0);
+    st.routes_cpu = 30, st.cpu_expert_ns = 0;
+    cr_assert_eq(mp_gpu_stats_cpu_gbs(&st, 2000000), 0);
 }
 
 Test(costs, refuses_bad_decode_grids)
