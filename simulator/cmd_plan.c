@@ -295,7 +295,8 @@ static double check_level_gbs(const mp_costs *c, const check_result *r)
 /* The check's measured speed beside the prediction and, where its CPU experts ran, beside the
  * prediction at the memory rate they had (pred_level, 0: not made); a warning where the two do
  * not compare (a CPU executor) or differ by more than 10 % (with the likely cause: the host's memory
- * when the prediction at the check's own rate holds, else an uncosted path or a stale
+ * when its CPU experts' rate was more than 10 % from the grid's and the prediction at that rate
+ * holds; else the host's read bandwidth when the probes moved; else an uncosted path or a stale
  * calibration). */
 static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_level, const check_result *r,
                            const mp_costs *c, const char *placement)
@@ -314,10 +315,11 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
         char cause[256];
-        if (pred_level > 0 && fabs(e_level) <= 10)
+        const double grid = mp_costs_grid_cpu_gbs(c);
+        if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
                      "calibration's at %.1f (a busier or a quieter host: check again later, or `simulate "
-                     "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, mp_costs_grid_cpu_gbs(c),
+                     "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, grid,
                      check_level_gbs(c, r));
         else if (cal > 0 && fabs(r->gbs / cal - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "

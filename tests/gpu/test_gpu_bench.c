@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/unit/cli_util.h"
 
@@ -105,6 +106,7 @@ Test(gpu_bench, plan_check_predicts_again_at_its_cpu_rate)
 {
     static char out[1 << 16];
     char cmd[2048], costs[1024];
+    cr_assert_eq(chdir(tmpdir), 0); /* the commands' relative paths are the test's files */
     snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
     mp_test_collect_tiny(tmpdir, "tiny.gguf", "p.json", "[\"Explain mixture of experts\", \"Why is the sky blue\"]",
