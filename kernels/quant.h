@@ -23,6 +23,7 @@ typedef enum mp_type {
     MP_TYPE_Q4_0 = 2,
     MP_TYPE_Q8_0 = 8,
     MP_TYPE_Q4_K = 12,
+    MP_TYPE_Q5_K = 13,
     MP_TYPE_Q6_K = 14,
     MP_TYPE_Q8_K = 15, /* activations only: the partner of the K-quants in dot products */
     MP_TYPE_BF16 = 30,
@@ -52,6 +53,16 @@ typedef struct {
     uint8_t scales[MP_K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each, packed */
     uint8_t qs[MP_QK_K / 2];           /* 4-bit quants */
 } mp_block_q4_K;                       /* 144 bytes / 256 elements */
+
+/* Q5_K: Q4_K's scales and mins, and a fifth bit per element: element 32j + l (sub-block j, l < 32)
+ * is q = (its nibble in qs, as Q4_K's) | ((qh[l] >> j) & 1) << 4, in 0..31; x = d sc_j q - dmin m_j. */
+typedef struct {
+    mp_f16 d;                          /* super-block scale for the quantized scales */
+    mp_f16 dmin;                       /* super-block scale for the quantized mins */
+    uint8_t scales[MP_K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each, packed as Q4_K's */
+    uint8_t qh[MP_QK_K / 8];           /* the fifth bits: bit j of byte l for element 32j + l */
+    uint8_t qs[MP_QK_K / 2];           /* the low 4 bits, packed as Q4_K's qs */
+} mp_block_q5_K;                       /* 176 bytes / 256 elements */
 
 typedef struct {
     uint8_t ql[MP_QK_K / 2];      /* quants, lower 4 bits */

@@ -18,6 +18,7 @@
 static_assert(sizeof(mp_block_q4_0) == 2 + MP_QK4_0 / 2, "Q4_0 block is 18 bytes in GGUF");
 static_assert(sizeof(mp_block_q8_0) == 2 + MP_QK8_0, "Q8_0 block is 34 bytes in GGUF");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block is 144 bytes in GGUF");
+static_assert(sizeof(mp_block_q5_K) == 176, "Q5_K block is 176 bytes in GGUF");
 static_assert(sizeof(mp_block_q6_K) == 210, "Q6_K block is 210 bytes in GGUF");
 static_assert(sizeof(mp_block_q8_K) == 292, "Q8_K block is 292 bytes (ggml's layout)");
 static_assert(sizeof(float) == 4, "float is IEEE binary32");
