@@ -97,13 +97,13 @@ size_t mp_type_row_bytes(int type, int64_t n);
 typedef struct mp_type_ops {
     int type;
     /* The format the activation vector must be in for vec_dot: F32 for F32/F16/BF16 weights,
-     * Q8_0 for Q4_0/Q8_0, Q8_K for Q4_K/Q6_K (as ggml does). */
+     * Q8_0 for Q4_0/Q8_0, Q8_K for Q4_K/Q5_K/Q6_K (as ggml does). */
     int vec_dot_type;
     /* dst[0..n) = dequantized src row. */
     void (*dequantize_row)(const void *src, float *dst, int64_t n);
     /* Reference quantizer (round-to-nearest), used by mkmodel and for activations. n must be a
      * multiple of the block size. F16/BF16/Q4_0/Q8_0 give the gguf package's bytes exactly;
-     * Q4_K/Q6_K use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
+     * Q4_K/Q5_K/Q6_K use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
      * with the expected error, not llama.cpp's bit pattern. */
     void (*quantize_row)(const float *src, void *dst, int64_t n);
     /* Dot product of one weight row (this type) with one activation row (vec_dot_type), n elems. */

@@ -120,6 +120,8 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
     int matrix;
     if (!strcasecmp(mix, "q4_k_m"))
         matrix = MP_TYPE_Q4_K;
+    else if (!strcasecmp(mix, "q5_k_m"))
+        matrix = MP_TYPE_Q5_K;
     else if (!strcasecmp(mix, "q8_0"))
         matrix = MP_TYPE_Q8_0;
     else if (!strcasecmp(mix, "bf16"))
@@ -129,7 +131,7 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
     else if (!strcasecmp(mix, "f32"))
         matrix = MP_TYPE_F32;
     else
-        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q4_k_m, q8_0, bf16, f16, f32",
+        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q4_k_m, q5_k_m, q8_0, bf16, f16, f32",
                        mix);
     for (int c = 0; c < MP_MK_N_CLASSES; c++)
         cfg->types[c] = matrix;
@@ -137,8 +139,8 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
      * decide the routing this tool exists to control. */
     cfg->types[MP_MK_NORM] = MP_TYPE_F32;
     cfg->types[MP_MK_ROUTER] = MP_TYPE_F32;
-    if (matrix == MP_TYPE_Q4_K) {
-        /* Q4_K_M's recipe: the tensors most sensitive to quantization error get 6 bits. */
+    if (matrix == MP_TYPE_Q4_K || matrix == MP_TYPE_Q5_K) {
+        /* Q4_K_M's and Q5_K_M's recipe: the tensors most sensitive to quantization error get 6 bits. */
         cfg->types[MP_MK_ATTN_V] = MP_TYPE_Q6_K;
         cfg->types[MP_MK_FFN_DOWN] = MP_TYPE_Q6_K;
         cfg->types[MP_MK_OUTPUT] = MP_TYPE_Q6_K;
@@ -156,7 +158,7 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
     int type = mp_type_from_name(type_name);
     if (type < 0 || !mp_type_supported(type))
         return mp_fail(err, MP_ERR_ARG,
-                       "--type-%s '%s': expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K",
+                       "--type-%s '%s': expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K",
                        group, type_name);
     int first = -1, last = -1;
     if (!strcmp(group, "attn")) {

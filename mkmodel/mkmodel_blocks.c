@@ -26,13 +26,16 @@ static float uniform_std(int n)
 
 bool mp_mk_blocks_supported(int type)
 {
-    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q6_K || type == MP_TYPE_Q8_0 || type == MP_TYPE_Q4_0;
+    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K || type == MP_TYPE_Q6_K || type == MP_TYPE_Q8_0 ||
+           type == MP_TYPE_Q4_0;
 }
 
-/* Q4_K: x = d * sc_j * q - dmin * m_j over 8 sub-blocks of 32. With m_j = sc_j and dmin = 8 d,
- * x = d * sc_j * (q - 8): q = 8 is exactly zero (dmin = 8 d is exact in f16: a power-of-two
- * multiple), and the spread is d * sc_j * std(q). */
-static void q4_K_block(mp_block_q4_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+/* Q4_K and Q5_K: x = d * sc_j * q - dmin * m_j over 8 sub-blocks of 32, q in 0..levels-1. With
+ * m_j = sc_j and dmin = (levels / 2) d, x = d * sc_j * (q - levels / 2): q = levels / 2 is exactly
+ * zero (dmin is exact in f16: a power-of-two multiple of d), and the spread is d * sc_j * std(q).
+ * The head (d, dmin and the packed scales) is the same in both formats. */
+static void affine_K_head(mp_f16 *d_out, mp_f16 *dmin_out, uint8_t scales[MP_K_SCALE_SIZE], int levels, float std,
+                          uint64_t (*next)(void *), void *r)
 {
     uint8_t sc[8];
     float sc_sum = 0;
@@ -40,28 +43,49 @@ static void q4_K_block(mp_block_q4_K *b, float std, bool zero_first, uint64_t (*
         sc[j] = (uint8_t)(32 + next(r) % 32); /* 6-bit scales in 32..63 */
         sc_sum += sc[j];
     }
-    const float d = std / (uniform_std(16) * sc_sum / 8.0f);
-    b->d = mp_f32_to_f16(d);
-    b->dmin = mp_f32_to_f16(8.0f * mp_f16_to_f32(b->d));
+    const float d = std / (uniform_std(levels) * sc_sum / 8.0f);
+    *d_out = mp_f32_to_f16(d);
+    *dmin_out = mp_f32_to_f16((float)(levels / 2) * mp_f16_to_f32(*d_out));
     /* 6-bit scale/min packing of the format: j < 4 in the low 6 bits of bytes j and j + 4;
      * j >= 4 split into a low nibble (byte j + 4) and 2 high bits (top of bytes j - 4 and j). */
-    memset(b->scales, 0, sizeof b->scales);
+    memset(scales, 0, MP_K_SCALE_SIZE);
     for (int j = 0; j < 8; j++) {
         if (j < 4) {
-            b->scales[j] |= sc[j] & 63;
-            b->scales[j + 4] |= sc[j] & 63;
+            scales[j] |= sc[j] & 63;
+            scales[j + 4] |= sc[j] & 63;
         } else {
-            b->scales[j + 4] = (uint8_t)((sc[j] & 0xF) | ((sc[j] & 0xF) << 4));
-            b->scales[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
-            b->scales[j] |= (uint8_t)((sc[j] >> 4) << 6);
+            scales[j + 4] = (uint8_t)((sc[j] & 0xF) | ((sc[j] & 0xF) << 4));
+            scales[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+            scales[j] |= (uint8_t)((sc[j] >> 4) << 6);
         }
     }
-    for (int i = 0; i < MP_QK_K / 2; i += 8) {
-        uint64_t bits = next(r);
-        memcpy(b->qs + i, &bits, 8);
+}
+
+static void random_bytes(uint8_t *p, size_t n, uint64_t (*next)(void *), void *r)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        const uint64_t bits = next(r);
+        memcpy(p + i, &bits, n - i < 8 ? n - i : 8);
     }
-    if (zero_first) /* element 0 is the low nibble of qs[0] */
+}
+
+static void q4_K_block(mp_block_q4_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    affine_K_head(&b->d, &b->dmin, b->scales, 16, std, next, r);
+    random_bytes(b->qs, sizeof b->qs, next, r);
+    if (zero_first) /* element 0 is the low nibble of qs[0]: q = 8 */
         b->qs[0] = (uint8_t)((b->qs[0] & 0xF0) | 8);
+}
+
+static void q5_K_block(mp_block_q5_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    affine_K_head(&b->d, &b->dmin, b->scales, 32, std, next, r);
+    random_bytes(b->qh, sizeof b->qh, next, r);
+    random_bytes(b->qs, sizeof b->qs, next, r);
+    if (zero_first) { /* element 0: the low nibble of qs[0] and bit 0 of qh[0]; q = 16 = 0b1'0000 */
+        b->qs[0] = (uint8_t)(b->qs[0] & 0xF0);
+        b->qh[0] = (uint8_t)(b->qh[0] | 1);
+    }
 }
 
 /* Q6_K: x = d * scale_j * (q - 32) over 16 sub-blocks of 16, q in 0..63. */
@@ -126,6 +150,7 @@ void mp_mk_random_row(int type, int64_t n, float std, bool zero_first, bool zero
         const bool z = zero_first && i == 0;
         switch (type) {
         case MP_TYPE_Q4_K: q4_K_block((mp_block_q4_K *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_Q5_K: q5_K_block((mp_block_q5_K *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q6_K: q6_K_block((mp_block_q6_K *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q8_0: q8_0_block((mp_block_q8_0 *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q4_0: q4_0_block((mp_block_q4_0 *)dst + i, std, z, next, rng_state); break;

@@ -271,12 +271,15 @@ static uint32_t file_type(const mp_mkmodel_config *cfg)
 {
     if (!strcmp(cfg->mix, "q4_k_m"))
         return 15; /* MOSTLY_Q4_K_M */
+    if (!strcmp(cfg->mix, "q5_k_m"))
+        return 17; /* MOSTLY_Q5_K_M */
     switch (cfg->types[MP_MK_FFN_GATE]) {
     case MP_TYPE_F32: return 0;
     case MP_TYPE_F16: return 1;
     case MP_TYPE_Q4_0: return 2;
     case MP_TYPE_Q8_0: return 7;
     case MP_TYPE_Q4_K: return 14; /* MOSTLY_Q4_K_S */
+    case MP_TYPE_Q5_K: return 16; /* MOSTLY_Q5_K_S */
     case MP_TYPE_Q6_K: return 18;
     case MP_TYPE_BF16: return 32;
     }

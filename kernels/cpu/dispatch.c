@@ -40,6 +40,8 @@ static const mp_type_ops k_scalar_ops[] = {
         mp_vec_dot_q8_0_q8_0_scalar),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, mp_dequantize_row_q4_K_scalar, mp_quantize_row_q4_K_ref,
         mp_vec_dot_q4_K_q8_K_scalar),
+    OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref,
+        mp_vec_dot_q5_K_q8_K_scalar),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, mp_dequantize_row_q6_K_scalar, mp_quantize_row_q6_K_ref,
         mp_vec_dot_q6_K_q8_K_scalar),
 };

@@ -113,6 +113,7 @@ static const type_info k_types[] = {
     {MP_TYPE_Q4_0, "Q4_0", MP_QK4_0, sizeof(mp_block_q4_0), 1},
     {MP_TYPE_Q8_0, "Q8_0", MP_QK8_0, sizeof(mp_block_q8_0), 1},
     {MP_TYPE_Q4_K, "Q4_K", MP_QK_K, sizeof(mp_block_q4_K), 1},
+    {MP_TYPE_Q5_K, "Q5_K", MP_QK_K, sizeof(mp_block_q5_K), 1},
     {MP_TYPE_Q6_K, "Q6_K", MP_QK_K, sizeof(mp_block_q6_K), 1},
     {MP_TYPE_Q8_K, "Q8_K", MP_QK_K, sizeof(mp_block_q8_K), 0},
 };

@@ -8,8 +8,8 @@
  * Where the time goes: decode streams every weight byte once per token, so these loops must
  * keep up with DRAM. The unpacking is not free: in cache the K-quant dots run at ~15 GB/s per
  * thread, so the weight stream is prefetched explicitly to overlap DRAM latency with it.
- * Integer invariants: 4- and 6-bit weights are unsigned in the products (Q4_K q in 0..15,
- * Q6_K u = q + 32 in 0..63) so maddubs never saturates: 2 * 63 * 128 < 32767. Signed-by-signed
+ * Integer invariants: 4-, 5- and 6-bit weights are unsigned in the products (Q4_K q in 0..15,
+ * Q5_K q in 0..31, Q6_K u = q + 32 in 0..63) so maddubs never saturates: 2 * 63 * 128 < 32767. Signed-by-signed
  * products (Q4_0, Q8_0) move the sign of the weight onto the activation, which is safe because
  * activation quants are in [-127, 127] (quant_impl.h).
  * No alignment is assumed: every vector load is unaligned (GGUF rows sit at any 2-byte offset).
@@ -320,6 +320,75 @@ static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x
         out[i] = hsum_ps(acc[i]);
 }
 
+/* ---- Q5_K (activation row is Q8_K) ---- */
+
+/* Q4_K's block dot with each element's fifth bit from qh: sub-block j's bit is bit j of qh[l],
+ * moved to bit 4 of its byte (16-bit shifts: a byte's bit 0 after the right shift is its own bit
+ * j, and values below 16 shifted left by 4 stay inside their byte). q in 0..31 keeps maddubs
+ * clear of saturation: 2 * 31 * 127 < 32767. */
+static inline void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                  __m256 *acc)
+{
+    uint8_t sc[8], m[8];
+    mp_q4_K_unpack_scales(b->scales, sc, m);
+    const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i qh = loadu256(b->qh);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = loadu256(b->qs + 32 * c);
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
+        lo[c] = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
+        hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
+    }
+    __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    const float d = f16(b->d), dmin = f16(b->dmin);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i p0 = _mm256_maddubs_epi16(lo[c], loadu256(y->qs + 64 * c));
+            const __m256i p1 = _mm256_maddubs_epi16(hi[c], loadu256(y->qs + 64 * c + 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        acc[i] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(summ), acc[i]);
+    }
+}
+
+static float vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q5_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
+        q5_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
+    }
+    return hsum_ps(acc);
+}
+
+static void vec_dot_multi_q5_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    const mp_block_q5_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n_x, x_stride) rows of Q8_K blocks */
+    __m256 acc[MP_GEMM_TILE];
+    for (int i = 0; i < MP_GEMM_TILE; i++)
+        acc[i] = _mm256_setzero_ps();
+    if (n_x > MP_GEMM_TILE)
+        n_x = MP_GEMM_TILE;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
+        q5_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
+    }
+    for (int i = 0; i < n_x; i++)
+        out[i] = hsum_ps(acc[i]);
+}
+
 static void dequantize_q4_K(const void *src, float *dst, int64_t n)
 {
     const mp_block_q4_K *b = src; /* (n / 256,) */
@@ -557,6 +626,10 @@ static const mp_type_ops k_avx2_ops[] = {
         vec_dot_multi_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
+    /* Q5_K's rows are dequantized by the scalar reference (loaders and tests only: decode and
+     * prefill use vec_dot) */
+    OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
+        vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
         vec_dot_multi_q6_K),
 };

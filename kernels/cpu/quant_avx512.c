@@ -20,9 +20,9 @@
  *    multiplies |w| (u8; 128 for a Q8_0 weight of -128 is right) by x * sign(w), which stays in
  *    range because activation quants are in [-127, 127] (quant_impl.h); vpdpbusd does not
  *    saturate (4 products of at most 128 * 127 in an int32);
- *  - Q4_K (q in 0..15) and Q6_K (u = q + 32 in 0..63): vpdpbusd sums of 4 products are at
- *    most 4 * 15 * 127 = 7620 and 4 * 63 * 127 = 32004, so packs (signed saturation to int16)
- *    keeps them exact, for the same reason.
+ *  - Q4_K (q in 0..15), Q5_K (q in 0..31) and Q6_K (u = q + 32 in 0..63): vpdpbusd sums of 4
+ *    products are at most 4 * 15 * 127 = 7620, 4 * 31 * 127 = 15748 and 4 * 63 * 127 = 32004,
+ *    so packs (signed saturation to int16) keeps them exact, for the same reason.
  * No alignment is assumed: every vector load is unaligned, and tails are scalar (no masked
  * loads, so nothing is ever read past a row's last byte).
  *
@@ -326,7 +326,7 @@ static inline __m512i q4_K_chunk(const uint8_t *qs)
 /* A Q4_K block's 8 six-bit scales (bytes 0-7) and mins (bytes 8-15), unpacked in SIMD
  * registers from the block's first 16 bytes (d, dmin, the 12 packed bytes as dwords w0-w2): the
  * same bit moves as mp_q4_K_unpack_scales, dword lanes [sc 0-3, sc 4-7, m 0-3, m 4-7]. */
-static inline __m128i q4_K_scales_mins(const mp_block_q4_K *b)
+static inline __m128i q4_K_scales_mins(const void *b)
 {
     const __m128i v = loadu128(b);                                                  /* [d dmin, w0, w1, w2] */
     const __m128i lo = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xED), _mm_setr_epi32(0, 0, 0, 4)); /* [w0, w2, w1, w2 >> 4] */
@@ -336,26 +336,35 @@ static inline __m128i q4_K_scales_mins(const mp_block_q4_K *b)
     return _mm_ternarylogic_epi32(lo, _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F), top_bits, 0xEA);
 }
 
-/* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
- * contribution, as 16 float lanes. vpdpbusd sums 4 products q * y (q in 0..15) per int32 lane,
- * at most 4 * 15 * 127 = 7620, so two chunks' lanes pack losslessly into int16 words (packs,
- * per 128-bit lane) and one vpdpwssd applies the scales of four sub-blocks: two scale vectors
- * per block instead of one per chunk. */
-static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                         __m512 *acc, __m256 *accm)
+/* Q5_K chunk c: Q4_K's, each byte topped up with its fifth bit, bit 2c (lower half: sub-block
+ * 2c) or 2c + 1 (upper half) of qh[l], broadcast to both halves and shifted per half (masked). */
+static inline __m512i q5_K_chunk(const uint8_t *qs, const uint8_t *qh, int c)
 {
-    const __m128i sm = q4_K_scales_mins(b);
+    const __m512i h = _mm512_broadcast_i64x4(loadu256(qh));
+    const __m512i shifted = _mm512_mask_mov_epi16(_mm512_srli_epi16(h, 2 * c), 0xFFFF0000u, _mm512_srli_epi16(h, 2 * c + 1));
+    const __m512i top = _mm512_slli_epi16(_mm512_and_si512(shifted, _mm512_set1_epi8(1)), 4);
+    return _mm512_or_si512(q4_K_chunk(qs), top);
+}
+
+/* One Q4_K or Q5_K weight block (head: its first 16 bytes, d, dmin and the packed scales, the
+ * same in both; q: its four chunks unpacked) against n_x Q8_K blocks (x_stride bytes apart):
+ * acc[i] += the block's contribution, as 16 float lanes. vpdpbusd sums 4 products q * y (q in
+ * 0..31) per int32 lane, at most 4 * 31 * 127 = 15748, so two chunks' lanes pack losslessly into
+ * int16 words (packs, per 128-bit lane) and one vpdpwssd applies the scales of four sub-blocks:
+ * two scale vectors per block instead of one per chunk. */
+static ALWAYS_INLINE void affine_K_block_dot(const void *head, const __m512i q[4], const uint8_t *x, size_t x_stride,
+                                             int n_x, __m512 *acc, __m256 *accm)
+{
+    const __m128i sm = q4_K_scales_mins(head);
     const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-    __m512i q[4], scale[2];
-    for (int c = 0; c < 4; c++)
-        q[c] = q4_K_chunk(b->qs + 32 * c);
+    __m512i scale[2];
     for (int p = 0; p < 2; p++)
         scale[p] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[p]), sc16);
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
     /* [d, dmin, 0, 0]: both f16 scales in one conversion */
     uint32_t d_dmin;
-    memcpy(&d_dmin, b, sizeof(d_dmin));
+    memcpy(&d_dmin, head, sizeof(d_dmin));
     const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin));
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
@@ -370,6 +379,24 @@ static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *
         acc[i] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm_y), _mm512_cvtepi32_ps(sumi), acc[i]);
         accm[i] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm_y)), _mm256_cvtepi32_ps(summ), accm[i]);
     }
+}
+
+static ALWAYS_INLINE void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc, __m256 *accm)
+{
+    __m512i q[4];
+    for (int c = 0; c < 4; c++)
+        q[c] = q4_K_chunk(b->qs + 32 * c);
+    affine_K_block_dot(b, q, x, x_stride, n_x, acc, accm);
+}
+
+static ALWAYS_INLINE void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc, __m256 *accm)
+{
+    __m512i q[4];
+    for (int c = 0; c < 4; c++)
+        q[c] = q5_K_chunk(b->qs + 32 * c, b->qh, c);
+    affine_K_block_dot(b, q, x, x_stride, n_x, acc, accm);
 }
 
 /* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order: u[k] holds
@@ -442,6 +469,7 @@ static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *
     }
 
 DEFINE_K_ROWS_DOT(q4_K_rows_dot, mp_block_q4_K, q4_K_block_dot)
+DEFINE_K_ROWS_DOT(q5_K_rows_dot, mp_block_q5_K, q5_K_block_dot)
 DEFINE_K_ROWS_DOT(q6_K_rows_dot, mp_block_q6_K, q6_K_block_dot)
 
 static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
@@ -449,6 +477,19 @@ static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
     float out;
     q4_K_rows_dot(n, w, x, 0, 1, &out);
     return out;
+}
+
+static float vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    float out;
+    q5_K_rows_dot(n, w, x, 0, 1, &out);
+    return out;
+}
+
+static void vec_dot_multi_q5_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
+                               float *out)
+{
+    q5_K_rows_dot(n, w, x, x_stride, n_x, out);
 }
 
 static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
@@ -529,6 +570,9 @@ static const mp_type_ops k_avx512_ops[] = {
         vec_dot_multi_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
+    /* Q5_K's rows are dequantized by the scalar reference (loaders and tests only) */
+    OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
+        vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
         vec_dot_multi_q6_K),
 };

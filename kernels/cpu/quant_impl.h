@@ -27,6 +27,7 @@ void mp_dequantize_row_bf16_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_0_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q8_0_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_q5_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q6_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q8_K_scalar(const void *src, float *dst, int64_t n);
 
@@ -37,6 +38,7 @@ float mp_vec_dot_bf16_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_0_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q8_0_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q6_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 
 /* ---- reference quantizers (quantize.c), all ISAs share them ---- */
@@ -46,6 +48,7 @@ void mp_quantize_row_bf16_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_0_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q5_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q6_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_K_ref(const float *src, void *dst, int64_t n);
 

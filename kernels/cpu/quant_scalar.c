@@ -8,7 +8,7 @@
  * vec_dot accumulates integer products per block exactly (int32), as the formats are designed
  * for, and applies the float scales once per block (per 16/32-element sub-block for the scales
  * of the K-quants, which are integers too). Partner formats: F32/F16/BF16 weights dot an F32
- * row; Q4_0/Q8_0 dot Q8_0; Q4_K/Q6_K dot Q8_K (whose bsums carry the sums the mins need).
+ * row; Q4_0/Q8_0 dot Q8_0; Q4_K/Q5_K/Q6_K dot Q8_K (whose bsums carry the sums the mins need).
  */
 #include <string.h>
 
@@ -81,6 +81,30 @@ void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n)
             for (int l = 0; l < 32; l++) {
                 y[64 * c + l] = d0 * (float)(q[l] & 0x0F) - min0;
                 y[64 * c + 32 + l] = d1 * (float)(q[l] >> 4) - min1;
+            }
+        }
+    }
+}
+
+void mp_dequantize_row_q5_K_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q5_K *b = src; /* (n / 256,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d), dmin = mp_f16_to_f32(b->dmin);
+        float *y = dst + ib * MP_QK_K;
+        /* Q4_K's chunks of 64, each element's fifth bit from qh: bit 2c (low nibbles) and 2c+1
+         * (high nibbles) of qh[l] */
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc0, m0, sc1, m1;
+            mp_q4_K_scale_min(b->scales, 2 * c, &sc0, &m0);
+            mp_q4_K_scale_min(b->scales, 2 * c + 1, &sc1, &m1);
+            const float d0 = d * (float)sc0, min0 = dmin * (float)m0;
+            const float d1 = d * (float)sc1, min1 = dmin * (float)m1;
+            const uint8_t *q = b->qs + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                const int h0 = ((b->qh[l] >> (2 * c)) & 1) << 4, h1 = ((b->qh[l] >> (2 * c + 1)) & 1) << 4;
+                y[64 * c + l] = d0 * (float)((q[l] & 0x0F) + h0) - min0;
+                y[64 * c + 32 + l] = d1 * (float)((q[l] >> 4) + h1) - min1;
             }
         }
     }
@@ -213,6 +237,34 @@ float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x)
             int32_t s = 0;
             for (int l = 0; l < 32; l++)
                 s += ((q[l] >> shift) & 0x0F) * y.qs[32 * j + l];
+            isum_q += sc * s;
+            isum_m += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+        }
+        const float d = mp_f16_to_f32(b->d) * y.d, dmin = mp_f16_to_f32(b->dmin) * y.d;
+        sum += d * (float)isum_q - dmin * (float)isum_m;
+    }
+    return sum;
+}
+
+float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q5_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks; float d may be unaligned */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const mp_block_q5_K *b = &bw[ib];
+        mp_block_q8_K y;
+        memcpy(&y, px + ib * sizeof(y), sizeof(y));
+        /* as Q4_K's, with q = nibble + 16 * (bit j of qh[l]) in 0..31 */
+        int32_t isum_q = 0, isum_m = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            mp_q4_K_scale_min(b->scales, j, &sc, &m);
+            const uint8_t *q = b->qs + 32 * (j / 2);
+            const int shift = 4 * (j & 1);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++)
+                s += (((q[l] >> shift) & 0x0F) | (((b->qh[l] >> j) & 1) << 4)) * y.qs[32 * j + l];
             isum_q += sc * s;
             isum_m += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
         }

@@ -5,7 +5,7 @@
  *   Q4_0: d = x[argmax |x|] / -8, q = min(15, trunc(x / d + 8.5))
  *   Q8_0: d = max |x| / 127,      q = round_half_away(x / d)
  * The K-quants are our own round-to-nearest design, not llama.cpp's bit pattern: each sub-block
- * (32 elements for Q4_K, 16 for Q6_K) gets a least-squares scale (and min) chosen by trying a
+ * (32 elements for Q4_K and Q5_K, 16 for Q6_K) gets a least-squares scale (and min) chosen by trying a
  * small grid of initial scales and refitting twice; then the sub-block scales are themselves
  * quantized against the super-block's f16 scale, and the final quants are recomputed against
  * the scales exactly as they will be decoded, so rounding of the scales cannot compound.
@@ -213,43 +213,68 @@ static float fit_scale_symmetric(const float *x, int n, int qmin, int qmax, floa
     return best_err;
 }
 
+/* One Q4_K/Q5_K super-block of x[0..256): each sub-block of 32 fitted as x ~ scale q - offset with
+ * q in 0..qmax, the 6-bit sub-block scales and mins quantized against f16 d and dmin and packed as
+ * Q4_K packs them, and the final quants q[256] (element order) recomputed against the scales as
+ * the decoder sees them. */
+static void k_affine_block(const float *x, int qmax, mp_f16 *d_out, mp_f16 *dmin_out,
+                           uint8_t packed[MP_K_SCALE_SIZE], uint8_t q[MP_QK_K])
+{
+    float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        fit_scale_offset(x + 32 * j, 32, qmax, &scale[j], &offset[j]);
+        max_scale = fmaxf(max_scale, scale[j]);
+        max_offset = fmaxf(max_offset, offset[j]);
+    }
+    /* 6-bit sub-block scales and mins relative to the f16 super-block scales */
+    const mp_f16 d_h = mp_f32_to_f16(max_scale / 63.0f);
+    const mp_f16 dmin_h = mp_f32_to_f16(max_offset / 63.0f);
+    const float d = mp_f16_to_f32(d_h), dmin = mp_f16_to_f32(dmin_h);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
+        m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(offset[j] / dmin), 0, 63) : 0);
+    }
+    *d_out = d_h;
+    *dmin_out = dmin_h;
+    for (int j = 0; j < 4; j++) {
+        packed[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        packed[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        packed[j + 8] = (uint8_t)((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
+    }
+    for (int j = 0; j < 8; j++) {
+        const float dl = d * (float)sc[j], ml = dmin * (float)m[j];
+        for (int l = 0; l < 32; l++)
+            q[32 * j + l] = (uint8_t)(dl > 0 ? clampi((int)lrintf((x[32 * j + l] + ml) / dl), 0, qmax) : 0);
+    }
+}
+
 void mp_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n)
 {
     mp_block_q4_K *b = dst; /* (n / 256,) */
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        const float *x = src + ib * MP_QK_K;
-        float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            fit_scale_offset(x + 32 * j, 32, 15, &scale[j], &offset[j]);
-            max_scale = fmaxf(max_scale, scale[j]);
-            max_offset = fmaxf(max_offset, offset[j]);
-        }
-        /* 6-bit sub-block scales and mins relative to the f16 super-block scales */
-        const mp_f16 d_h = mp_f32_to_f16(max_scale / 63.0f);
-        const mp_f16 dmin_h = mp_f32_to_f16(max_offset / 63.0f);
-        const float d = mp_f16_to_f32(d_h), dmin = mp_f16_to_f32(dmin_h);
-        uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; j++) {
-            sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
-            m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(offset[j] / dmin), 0, 63) : 0);
-        }
-        b[ib].d = d_h;
-        b[ib].dmin = dmin_h;
-        for (int j = 0; j < 4; j++) {
-            b[ib].scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-            b[ib].scales[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-            b[ib].scales[j + 8] = (uint8_t)((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
-        }
-        /* final quants against the scales exactly as the decoder will see them */
         uint8_t q[MP_QK_K];
-        for (int j = 0; j < 8; j++) {
-            const float dl = d * (float)sc[j], ml = dmin * (float)m[j];
-            for (int l = 0; l < 32; l++)
-                q[32 * j + l] = (uint8_t)(dl > 0 ? clampi((int)lrintf((x[32 * j + l] + ml) / dl), 0, 15) : 0);
-        }
+        k_affine_block(src + ib * MP_QK_K, 15, &b[ib].d, &b[ib].dmin, b[ib].scales, q);
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++)
                 b[ib].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+}
+
+void mp_quantize_row_q5_K_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q5_K *b = dst; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        uint8_t q[MP_QK_K];
+        k_affine_block(src + ib * MP_QK_K, 31, &b[ib].d, &b[ib].dmin, b[ib].scales, q);
+        /* the low nibbles as Q4_K's; the fifth bit of element 32j + l is bit j of qh[l] */
+        memset(b[ib].qh, 0, sizeof(b[ib].qh));
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                b[ib].qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 0x0F) | ((q[64 * c + 32 + l] & 0x0F) << 4));
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 32; l++)
+                b[ib].qh[l] |= (uint8_t)((q[32 * j + l] >> 4) << j);
     }
 }
 

@@ -38,7 +38,7 @@ void *alloc64(size_t bytes)
 }
 
 const int k_weight_types[N_WEIGHT_TYPES] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
 
 int same_float(float a, float b)
 {
@@ -58,7 +58,7 @@ void store_f16(uint8_t *p, float v)
 
 /* Fill a row of weights of `type` with random content that is valid for the type: random
  * quant bits everywhere, scales drawn from sane f16 ranges (so every packed-scale bit pattern
- * of Q4_K and every 6-bit code of Q6_K occurs). */
+ * of Q4_K/Q5_K and every 6-bit code of Q6_K occurs). */
 void random_weight_row(int type, uint8_t *row, int64_t n)
 {
     const size_t bytes = mp_type_row_bytes(type, n);
@@ -90,6 +90,7 @@ void random_weight_row(int type, uint8_t *row, int64_t n)
             store_f16(row + off, scale);
             break;
         case MP_TYPE_Q4_K:
+        case MP_TYPE_Q5_K:
             store_f16(row + off, scale);
             store_f16(row + off + 2, (float)(0.001 + 0.02 * rnd_uniform()));
             break;

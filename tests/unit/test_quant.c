@@ -117,7 +117,7 @@ static void free_fixture(fixture *fx)
     free(fx->deq);
 }
 
-static const char *k_fixtures[] = {"f16", "bf16", "q4_0", "q8_0", "q4_K", "q6_K"};
+static const char *k_fixtures[] = {"f16", "bf16", "q4_0", "q8_0", "q4_K", "q5_K", "q6_K"};
 
 static void check_dequantize_fixture(const mp_type_ops *ops, const fixture *fx, const char *name,
                                      const char *variant)
@@ -320,6 +320,7 @@ Test(quant, kquant_error_in_expected_range)
      * block, max maps to -8) -> ~0.1 sigma; Q8_0 -> ~0.0045 sigma. Bounds leave ~20% slack
      * over those figures, and the K-quants must beat the simpler format of their width. */
     const double e_q4_K = rel_rms_error(MP_TYPE_Q4_K, x, n);
+    const double e_q5_K = rel_rms_error(MP_TYPE_Q5_K, x, n);
     const double e_q6_K = rel_rms_error(MP_TYPE_Q6_K, x, n);
     const double e_q4_0 = rel_rms_error(MP_TYPE_Q4_0, x, n);
     const double e_q8_0 = rel_rms_error(MP_TYPE_Q8_0, x, n);
@@ -327,6 +328,11 @@ Test(quant, kquant_error_in_expected_range)
     cr_assert(e_q4_K < 0.085, "seed %llu: Q4_K relative RMS error %.4f", (unsigned long long)g_seed, e_q4_K);
     cr_assert(e_q4_K > 0.02, "seed %llu: Q4_K error %.4f too small for 4 bits: not quantizing?",
               (unsigned long long)g_seed, e_q4_K);
+    /* Q5_K: Q4_K's design with twice the levels: about half Q4_K's error, and above Q6_K's */
+    cr_log_info("relative RMS error: Q5_K %.4f", e_q5_K);
+    cr_assert(e_q5_K < 0.6 * e_q4_K, "seed %llu: Q5_K %.4f against Q4_K %.4f", (unsigned long long)g_seed, e_q5_K,
+              e_q4_K);
+    cr_assert(e_q5_K > e_q6_K, "seed %llu: Q5_K %.4f below Q6_K %.4f", (unsigned long long)g_seed, e_q5_K, e_q6_K);
     cr_assert(e_q6_K < 0.02, "seed %llu: Q6_K relative RMS error %.4f", (unsigned long long)g_seed, e_q6_K);
     cr_assert(e_q6_K > 0.004, "seed %llu: Q6_K error %.4f too small for 6 bits", (unsigned long long)g_seed, e_q6_K);
     cr_assert(e_q4_K < e_q4_0, "seed %llu: Q4_K %.4f not better than Q4_0 %.4f", (unsigned long long)g_seed,
@@ -533,7 +539,8 @@ Test(quant, type_table)
         {MP_TYPE_F32, "F32", 1, 4, 1},      {MP_TYPE_F16, "F16", 1, 2, 1},
         {MP_TYPE_BF16, "BF16", 1, 2, 1},    {MP_TYPE_Q4_0, "Q4_0", 32, 18, 1},
         {MP_TYPE_Q8_0, "Q8_0", 32, 34, 1},  {MP_TYPE_Q4_K, "Q4_K", 256, 144, 1},
-        {MP_TYPE_Q6_K, "Q6_K", 256, 210, 1}, {MP_TYPE_Q8_K, "Q8_K", 256, 292, 0},
+        {MP_TYPE_Q5_K, "Q5_K", 256, 176, 1}, {MP_TYPE_Q6_K, "Q6_K", 256, 210, 1},
+        {MP_TYPE_Q8_K, "Q8_K", 256, 292, 0},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         cr_assert_eq(mp_type_block_elems(want[i].type), want[i].elems, "%s elems", want[i].name);
@@ -551,7 +558,7 @@ Test(quant, type_table)
     }
     cr_assert_eq(mp_type_from_name("q4_k"), MP_TYPE_Q4_K);
     cr_assert_eq(mp_type_from_name("Q4_"), -1);
-    cr_assert_eq(mp_type_from_name("Q5_K"), -1);
+    cr_assert_eq(mp_type_from_name("Q3_K"), -1);
     cr_assert_eq(mp_type_from_name(NULL), -1);
     cr_assert_null(mp_type_name(3));
     cr_assert_eq(mp_type_block_bytes(99), 0);
