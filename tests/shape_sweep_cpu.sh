@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/shape_sweep_cpu.sh — bench/shape_sweep.sh as a test: small models of shapes no preset has
-# (top-1, top-8, 12 and 40 experts, FFN widths of 128 and 320, Q8_0, BF16) through mkmodel,
+# (top-1, top-8, 12 and 40 experts, FFN widths of 128 and 320, Q8_0, BF16, Q5_K_M) through mkmodel,
 # collect and analyze (every route's path recorded), and calibrate; with a CUDA device also plan and
 # the adaptive tier. Fails when any row fails. Needs MP_MOEPLAN (run through meson test).
 set -uo pipefail

@@ -102,6 +102,8 @@ static inline cudaError_t mpc_launch(void (*kernel)(K...), dim3 grid, dim3 block
 static_assert(sizeof(mp_block_q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(mp_block_q8_0) == 34, "Q8_0 block");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block");
+static_assert(sizeof(mp_block_q5_K) == 176, "Q5_K block");
+static_assert(offsetof(mp_block_q5_K, qh) == 16 && offsetof(mp_block_q5_K, qs) == 48, "Q5_K qh, qs offsets");
 static_assert(sizeof(mp_block_q6_K) == 210, "Q6_K block");
 static_assert(sizeof(mp_block_q8_K) == 292, "Q8_K block");
 static_assert(offsetof(mp_block_q4_K, qs) == 16, "Q4_K qs offset");

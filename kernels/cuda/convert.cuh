@@ -37,6 +37,17 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
         const float d0 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
         const float m0 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
         return __fsub_rn(__fmul_rn(d0, (float)q), m0);
+    } else if (T == MP_TYPE_Q5_K) {
+        const uint8_t *b = row + (i / 256) * 176;
+        const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+        const int j = 2 * c + hi; // sub-block
+        const uint8_t *p = b + 4; // packed scales
+        int sc, m;
+        mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
+        const int q = ((b[48 + 32 * c + l] >> (4 * hi)) & 0x0F) + (((b[16 + l] >> j) & 1) << 4);
+        const float d0 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
+        const float m0 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
+        return __fsub_rn(__fmul_rn(d0, (float)q), m0);
     } else { // MP_TYPE_Q6_K
         const uint8_t *b = row + (i / 256) * 210;
         const int e = (int)(i % 256), h = e / 128, s = (e % 128) / 32, l = e % 32;
@@ -56,6 +67,7 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
     case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0); break; \
     case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0); break; \
     case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break; \
+    case MP_TYPE_Q5_K: CALL(MP_TYPE_Q5_K); break; \
     case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K); break; \
     default: return MP_CUDA_EINVAL;               \
     }

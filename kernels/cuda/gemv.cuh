@@ -2,7 +2,7 @@
 //
 // A unit is the slice of a weight row one lane handles at a time, loaded once into registers
 // and then dotted against one or more activation rows:
-//   - quantized types: 32 elements (a Q4_0/Q8_0 block; a Q4_K sub-block; a Q6_K (half, quarter)
+//   - quantized types: 32 elements (a Q4_0/Q8_0 block; a Q4_K/Q5_K sub-block; a Q6_K (half, quarter)
 //     run of 32 with its two 16-element scales), dotted with __dp4a on the int8 activation quants
 //     of the partner format (Q8_0 or Q8_K, see cuda_ops.h). The integer part of every unit is
 //     exact, as on the CPU; only the float scaling and the summation order differ, so results
@@ -142,6 +142,26 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> 
     }
 };
 
+// Q5_K unit u: Q4_K's (same scales, same dot), each nibble topped up with its fifth bit: bit j of
+// qh[l] for element 32j + l (qh: 32 bytes after the 16-byte head, qs after them).
+template <> struct mpc_unit<MP_TYPE_Q5_K, false> : mpc_unit<MP_TYPE_Q4_K, false> {
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + (u / 8) * 176; // 4-byte aligned (checked by the launchers)
+        j = (int)(u % 8);
+        d = mpc_f16(mpc_ld16(b));
+        dmin = mpc_f16(mpc_ld16(b + 2));
+        const uint8_t *p = b + 4;
+        mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
+        const uint32_t *qh = (const uint32_t *)(b + 16);
+        const uint32_t *qs = (const uint32_t *)(b + 48 + 32 * (j / 2));
+        const int shift = 4 * (j & 1);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            q[k] = (int)(((qs[k] >> shift) & 0x0F0F0F0Fu) | (((qh[k] >> j) & 0x01010101u) << 4));
+    }
+};
+
 // Q6_K unit u: super-block u / 8, j = u % 8 = (half h = j / 4, quarter s = j % 4): elements
 // 128h + 32s + l, l < 32, whose low nibbles are ql[64h + 32(s & 1) + l] (high nibble if s >= 2)
 // and top bits qh[32h + l] >> 2s; scales 8h + 2s (l < 16) and 8h + 2s + 1.
@@ -247,7 +267,7 @@ static inline size_t mpc_weight_align(int type, bool vec)
 {
     if (vec)
         return 16;
-    return type == MP_TYPE_Q4_K ? 4 : 2;
+    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K ? 4 : 2;
 }
 
 // Whether the 128-bit path applies: float weights with rows, x and strides 16-byte aligned;

@@ -64,6 +64,7 @@ static inline void rnd_weight_row(int type, int64_t n, uint8_t *dst)
             put_f16(b, 0.002f * rnd_gauss());
             break;
         case MP_TYPE_Q4_K:
+        case MP_TYPE_Q5_K:
             put_f16(b, 0.0005f * (float)(rnd_uniform() + 0.1));
             put_f16(b + 2, 0.0005f * (float)(rnd_uniform() + 0.1));
             break;

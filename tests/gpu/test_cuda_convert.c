@@ -8,7 +8,7 @@
 #include "tests/gpu/gpu_util.h"
 
 static const int k_weight_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
 
 /* Rows of n floats x_stride apart; row r is scaled by 10^(r % 5 - 2) so that the scales span
  * several binades, and row 1's first block is all zeros (d = 0 must give zero quants). */
@@ -109,7 +109,7 @@ Test(cuda_convert, get_rows_gathers_tokens_and_flags_bad_ids)
 {
     seed_rng();
     const int64_t n_vocab = 1000, n = 512;
-    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, MP_TYPE_Q8_0, MP_TYPE_F16, MP_TYPE_BF16};
+    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K, MP_TYPE_Q8_0, MP_TYPE_F16, MP_TYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const int type = types[t];
         const size_t rb = mp_type_row_bytes(type, n);
