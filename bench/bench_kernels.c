@@ -62,6 +62,7 @@ static void fill_weights(int type, uint8_t *w, size_t bytes)
             break;
         }
         case MP_TYPE_Q4_K:
+        case MP_TYPE_Q5_K:
             memcpy(w + off + 2, &scale, 2); /* dmin; d at offset 0 like Q4_0's */
             /* fall through */
         case MP_TYPE_Q4_0:
@@ -111,7 +112,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
                "  --mb N      weight matrix size per type in MB (default 512; keep it above L3)\n"
                "  --reps N    passes per measurement, the best is reported (default 3)\n"
-               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q4_K Q6_K\n"
+               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K\n"
                "  --no-scalar skip the (slow) scalar reference column\n"
                "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512).\n");
 }
@@ -133,7 +134,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 8) {
             const int t = mp_type_from_name(argv[++i]);
             if (t < 0 || !mp_type_supported(t)) {
-                fprintf(stderr, "bench_kernels: error: --type %s: expected one of F32 F16 BF16 Q4_0 Q8_0 Q4_K Q6_K\n", argv[i]);
+                fprintf(stderr, "bench_kernels: error: --type %s: expected one of F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K\n", argv[i]);
                 return 2;
             }
             types[n_types++] = t;
@@ -148,8 +149,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (n_types == 0) {
-        const int all[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q8_0, MP_TYPE_Q4_0, MP_TYPE_Q6_K, MP_TYPE_Q4_K};
-        for (int i = 0; i < 7; i++)
+        const int all[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q8_0,
+                           MP_TYPE_Q4_0, MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K};
+        for (int i = 0; i < 8; i++)
             types[n_types++] = all[i];
     }
     const int64_t n_cols = 4096;
