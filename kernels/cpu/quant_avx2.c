@@ -255,26 +255,21 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
     }
 }
 
-/* ---- Q4_K (activation row is Q8_K) ---- */
+/* ---- Q4_K and Q5_K (activation row is Q8_K) ---- */
 
-/* One Q4_K weight block against n_x Q8_K blocks (x_stride bytes apart): acc[i] += the block's
- * contribution, kept as 8 float lanes. The unpacked nibbles are shared by all n_x rows. */
-static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                  __m256 *acc)
+/* One Q4_K or Q5_K weight block (its d, dmin and packed scales, the same in both; lo/hi: its four
+ * chunks' low- and high-half quants, one per byte) against n_x Q8_K blocks (x_stride bytes
+ * apart): acc[i] += the block's contribution, kept as 8 float lanes. The unpacked quants are
+ * shared by all n_x rows. */
+static inline void affine_K_block_dot(mp_f16 d_h, mp_f16 dmin_h, const uint8_t *scales, const __m256i lo[4],
+                                      const __m256i hi[4], const uint8_t *x, size_t x_stride, int n_x, __m256 *acc)
 {
     uint8_t sc[8], m[8];
-    mp_q4_K_unpack_scales(b->scales, sc, m);
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    __m256i lo[4], hi[4];
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = loadu256(b->qs + 32 * c);
-        lo[c] = _mm256_and_si256(q, mask);
-        hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-    }
+    mp_q4_K_unpack_scales(scales, sc, m);
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
     __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    const float d = f16(b->d), dmin = f16(b->dmin);
+    const float d = f16(d_h), dmin = f16(dmin_h);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
         __m256i sumi = _mm256_setzero_si256();
@@ -288,6 +283,39 @@ static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size
         acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
         acc[i] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(summ), acc[i]);
     }
+}
+
+static inline void q4_K_block_dot(const mp_block_q4_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                  __m256 *acc)
+{
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = loadu256(b->qs + 32 * c);
+        lo[c] = _mm256_and_si256(q, mask);
+        hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+    }
+    affine_K_block_dot(b->d, b->dmin, b->scales, lo, hi, x, x_stride, n_x, acc);
+}
+
+/* Q5_K: Q4_K's quants with each element's fifth bit from qh: sub-block j's bit is bit j of qh[l],
+ * moved to bit 4 of its byte (16-bit shifts: a byte's bit 0 after the right shift is its own bit
+ * j, and values below 16 shifted left by 4 stay inside their byte). q in 0..31 keeps maddubs
+ * clear of saturation: 2 * 31 * 127 < 32767. */
+static inline void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                  __m256 *acc)
+{
+    const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i qh = loadu256(b->qh);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = loadu256(b->qs + 32 * c);
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
+        lo[c] = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
+        hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
+    }
+    affine_K_block_dot(b->d, b->dmin, b->scales, lo, hi, x, x_stride, n_x, acc);
 }
 
 static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
@@ -318,45 +346,6 @@ static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x
     }
     for (int i = 0; i < n_x; i++)
         out[i] = hsum_ps(acc[i]);
-}
-
-/* ---- Q5_K (activation row is Q8_K) ---- */
-
-/* Q4_K's block dot with each element's fifth bit from qh: sub-block j's bit is bit j of qh[l],
- * moved to bit 4 of its byte (16-bit shifts: a byte's bit 0 after the right shift is its own bit
- * j, and values below 16 shifted left by 4 stay inside their byte). q in 0..31 keeps maddubs
- * clear of saturation: 2 * 31 * 127 < 32767. */
-static inline void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *x, size_t x_stride, int n_x,
-                                  __m256 *acc)
-{
-    uint8_t sc[8], m[8];
-    mp_q4_K_unpack_scales(b->scales, sc, m);
-    const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    const __m256i qh = loadu256(b->qh);
-    __m256i lo[4], hi[4];
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = loadu256(b->qs + 32 * c);
-        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
-        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
-        lo[c] = _mm256_or_si256(_mm256_and_si256(q, mask), h0);
-        hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
-    }
-    __m128i m8 = _mm_loadl_epi64((const __m128i *)m);
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    const float d = f16(b->d), dmin = f16(b->dmin);
-    for (int i = 0; i < n_x; i++) {
-        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i p0 = _mm256_maddubs_epi16(lo[c], loadu256(y->qs + 64 * c));
-            const __m256i p1 = _mm256_maddubs_epi16(hi[c], loadu256(y->qs + 64 * c + 32));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
-        }
-        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
-        acc[i] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(summ), acc[i]);
-    }
 }
 
 static float vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x)
