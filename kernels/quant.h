@@ -22,6 +22,8 @@ typedef enum mp_type {
     MP_TYPE_F16 = 1,
     MP_TYPE_Q4_0 = 2,
     MP_TYPE_Q8_0 = 8,
+    MP_TYPE_Q2_K = 10,
+    MP_TYPE_Q3_K = 11,
     MP_TYPE_Q4_K = 12,
     MP_TYPE_Q5_K = 13,
     MP_TYPE_Q6_K = 14,
@@ -46,6 +48,27 @@ typedef struct {
     mp_f16 d;                  /* scale */
     int8_t qs[MP_QK8_0];       /* quants */
 } mp_block_q8_0;               /* 34 bytes / 32 elements */
+
+/* Q2_K: 16 groups of 16; element 128h + 32j + l (half h, j < 4, l < 32) is q = (qs[32h + l] >> 2j)
+ * & 3 of group 8h + 2j + (l >= 16), x = (d sc_g) q - (dmin m_g), sc_g and m_g the low and high
+ * nibbles of scales[g]. */
+typedef struct {
+    uint8_t scales[MP_QK_K / 16];  /* per group: scale (low nibble) and min (high nibble) */
+    uint8_t qs[MP_QK_K / 4];       /* 2-bit quants */
+    mp_f16 d;                      /* super-block scale for the scales */
+    mp_f16 dmin;                   /* super-block scale for the mins */
+} mp_block_q2_K;                   /* 84 bytes / 256 elements */
+
+/* Q3_K: 16 groups of 16; element 128h + 32j + l is q = ((qs[32h + l] >> 2j) & 3) - 4 when bit
+ * 4h + j of hmask[l] is clear (- 0 when set), in -4..3, of group g = 8h + 2j + (l >= 16), with
+ * x = (d (s_g - 32)) q; s_g, 6 bits: the low nibble of scales[g % 8] (high nibble for g >= 8) and
+ * bits 2 (g / 4) .. +1 of scales[8 + g % 4] on top. */
+typedef struct {
+    uint8_t hmask[MP_QK_K / 8];        /* the third bit of each quant (set: no -4) */
+    uint8_t qs[MP_QK_K / 4];           /* low 2 bits */
+    uint8_t scales[MP_K_SCALE_SIZE];   /* 16 scales of 6 bits, packed */
+    mp_f16 d;                          /* super-block scale */
+} mp_block_q3_K;                       /* 110 bytes / 256 elements */
 
 typedef struct {
     mp_f16 d;                          /* super-block scale for the quantized scales */
@@ -97,13 +120,13 @@ size_t mp_type_row_bytes(int type, int64_t n);
 typedef struct mp_type_ops {
     int type;
     /* The format the activation vector must be in for vec_dot: F32 for F32/F16/BF16 weights,
-     * Q8_0 for Q4_0/Q8_0, Q8_K for Q4_K/Q5_K/Q6_K (as ggml does). */
+     * Q8_0 for Q4_0/Q8_0, Q8_K for the K-quants Q2_K..Q6_K (as ggml does). */
     int vec_dot_type;
     /* dst[0..n) = dequantized src row. */
     void (*dequantize_row)(const void *src, float *dst, int64_t n);
     /* Reference quantizer (round-to-nearest), used by mkmodel and for activations. n must be a
      * multiple of the block size. F16/BF16/Q4_0/Q8_0 give the gguf package's bytes exactly;
-     * Q4_K/Q5_K/Q6_K use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
+     * the K-quants use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
      * with the expected error, not llama.cpp's bit pattern. */
     void (*quantize_row)(const float *src, void *dst, int64_t n);
     /* Dot product of one weight row (this type) with one activation row (vec_dot_type), n elems. */

@@ -41,7 +41,7 @@ static void usage(FILE *f)
         "                     norms and router stay F32\n"
         "  --type-CLASS TYPE  override one class: CLASS is embd, output, attn, attn-q, attn-k,\n"
         "                     attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, norm;\n"
-        "                     TYPE is F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K\n"
+        "                     TYPE is F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K\n"
         "  --skew S           Zipf exponent of each layer's expert popularity (default %.2f;\n"
         "                     0 = uniform); each layer ranks its experts in its own random order\n"
         "  -s, --seed N       PRNG seed (default 0)\n"

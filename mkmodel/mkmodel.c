@@ -158,7 +158,7 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
     int type = mp_type_from_name(type_name);
     if (type < 0 || !mp_type_supported(type))
         return mp_fail(err, MP_ERR_ARG,
-                       "--type-%s '%s': expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K",
+                       "--type-%s '%s': expected one of F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
                        group, type_name);
     int first = -1, last = -1;
     if (!strcmp(group, "attn")) {

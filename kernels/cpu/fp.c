@@ -17,6 +17,8 @@
 
 static_assert(sizeof(mp_block_q4_0) == 2 + MP_QK4_0 / 2, "Q4_0 block is 18 bytes in GGUF");
 static_assert(sizeof(mp_block_q8_0) == 2 + MP_QK8_0, "Q8_0 block is 34 bytes in GGUF");
+static_assert(sizeof(mp_block_q2_K) == 84, "Q2_K block is 84 bytes in GGUF");
+static_assert(sizeof(mp_block_q3_K) == 110, "Q3_K block is 110 bytes in GGUF");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block is 144 bytes in GGUF");
 static_assert(sizeof(mp_block_q5_K) == 176, "Q5_K block is 176 bytes in GGUF");
 static_assert(sizeof(mp_block_q6_K) == 210, "Q6_K block is 210 bytes in GGUF");
@@ -112,6 +114,8 @@ static const type_info k_types[] = {
     {MP_TYPE_BF16, "BF16", 1, sizeof(mp_bf16), 1},
     {MP_TYPE_Q4_0, "Q4_0", MP_QK4_0, sizeof(mp_block_q4_0), 1},
     {MP_TYPE_Q8_0, "Q8_0", MP_QK8_0, sizeof(mp_block_q8_0), 1},
+    {MP_TYPE_Q2_K, "Q2_K", MP_QK_K, sizeof(mp_block_q2_K), 1},
+    {MP_TYPE_Q3_K, "Q3_K", MP_QK_K, sizeof(mp_block_q3_K), 1},
     {MP_TYPE_Q4_K, "Q4_K", MP_QK_K, sizeof(mp_block_q4_K), 1},
     {MP_TYPE_Q5_K, "Q5_K", MP_QK_K, sizeof(mp_block_q5_K), 1},
     {MP_TYPE_Q6_K, "Q6_K", MP_QK_K, sizeof(mp_block_q6_K), 1},

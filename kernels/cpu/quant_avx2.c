@@ -255,6 +255,119 @@ static void dequantize_q8_0(const void *src, float *dst, int64_t n)
     }
 }
 
+/* ---- Q2_K and Q3_K (activation row is Q8_K) ---- */
+
+/* The 8 runs of 32 quants of a Q2_K/Q3_K block, one per byte in element order: run k = 4h + j is
+ * elements 32k..32k+31, bits 2j of qs[32h..32h+31] (quant.h); Q3_K adds 4 where bit k of hmask[l]
+ * is set, so that u = q + 4 in 0..7 (16-bit shifts by less than 8, masked per byte). */
+static inline void k2_runs(const uint8_t *qs, const uint8_t *hmask, __m256i u[8])
+{
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hm = hmask ? loadu256(hmask) : _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i v = loadu256(qs + 32 * h);
+        for (int j = 0; j < 4; j++) {
+            const int k = 4 * h + j;
+            u[k] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
+            if (hmask)
+                u[k] = _mm256_or_si256(u[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, k), one), 2));
+        }
+    }
+}
+
+/* The int32 sums of (group scale) * sum(u y) over a block's 16 groups of 16, for one Q8_K row:
+ * run k's maddubs gives 16 int16 pair sums, lanes 0-7 of group 2k and 8-15 of group 2k + 1, which
+ * one madd against [sc_2k x 8, sc_2k+1 x 8] scales. u in 0..7 keeps maddubs exact (2 * 7 * 127). */
+static inline __m256i k2_scaled_sums(const __m256i u[8], const __m256i scale[8], const mp_block_q8_K *y)
+{
+    __m256i sumi = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k++)
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], loadu256(y->qs + 32 * k)), scale[k]));
+    return sumi;
+}
+
+/* scale[k] = [s[2k] x 8 | s[2k + 1] x 8] for 16 int16 group scales s */
+static inline void k2_scale_vectors(const int16_t s[16], __m256i scale[8])
+{
+    for (int k = 0; k < 8; k++)
+        scale[k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+}
+
+static inline void q2_K_block_dot(const mp_block_q2_K *b, const uint8_t *x, size_t x_stride, int n_x, __m256 *acc)
+{
+    __m256i u[8], scale[8];
+    k2_runs(b->qs, NULL, u);
+    int16_t sc[16];
+    for (int g = 0; g < 16; g++)
+        sc[g] = b->scales[g] & 0x0F;
+    k2_scale_vectors(sc, scale);
+    const __m128i s8 = loadu128(b->scales);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0x0F)));
+    const float d = f16(b->d), dmin = f16(b->dmin);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        const __m256i sumi = k2_scaled_sums(u, scale, y);
+        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        acc[i] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(summ), acc[i]);
+    }
+}
+
+/* Q3_K: sum(q y) = sum(u y) - 4 sum(y), and sum(y) of a group is its bsum */
+static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size_t x_stride, int n_x, __m256 *acc)
+{
+    __m256i u[8], scale[8];
+    k2_runs(b->qs, b->hmask, u);
+    int8_t s8[16];
+    mp_q3_K_scales(b->scales, s8);
+    int16_t sc[16];
+    for (int g = 0; g < 16; g++)
+        sc[g] = s8[g];
+    k2_scale_vectors(sc, scale);
+    const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc);
+    const float d = f16(b->d);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        const __m256i offs = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(y->bsums), sc16), 2);
+        const __m256i sumi = _mm256_sub_epi32(k2_scaled_sums(u, scale, y), offs);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(sumi), acc[i]);
+    }
+}
+
+/* vec_dot and the GEMM tile of a K-quant whose block dot is BLOCK_DOT (exported: the AVX-512
+ * table takes these for Q2_K and Q3_K) */
+#define DEFINE_K_AVX2(DOT, MULTI, BLOCK_T, BLOCK_DOT)                                              \
+    float DOT(int64_t n, const void *w, const void *x)                                              \
+    {                                                                                               \
+        const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
+        const uint8_t *px = x; /* (n / 256,) Q8_K blocks */                                         \
+        __m256 acc = _mm256_setzero_ps();                                                           \
+        for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {                                              \
+            mp_prefetch_weights(bw + ib, sizeof(*bw));                                              \
+            BLOCK_DOT(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);                        \
+        }                                                                                           \
+        return hsum_ps(acc);                                                                        \
+    }                                                                                               \
+    void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)        \
+    {                                                                                               \
+        const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
+        const uint8_t *px = x; /* (n_x, x_stride) rows of Q8_K blocks */                            \
+        __m256 acc[MP_GEMM_TILE];                                                                   \
+        for (int i = 0; i < MP_GEMM_TILE; i++)                                                      \
+            acc[i] = _mm256_setzero_ps();                                                           \
+        if (n_x > MP_GEMM_TILE)                                                                     \
+            n_x = MP_GEMM_TILE;                                                                     \
+        for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {                                              \
+            mp_prefetch_weights(bw + ib, sizeof(*bw));                                              \
+            BLOCK_DOT(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);                \
+        }                                                                                           \
+        for (int i = 0; i < n_x; i++)                                                               \
+            out[i] = hsum_ps(acc[i]);                                                               \
+    }
+
+DEFINE_K_AVX2(mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2, mp_block_q2_K, q2_K_block_dot)
+DEFINE_K_AVX2(mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2, mp_block_q3_K, q3_K_block_dot)
+
 /* ---- Q4_K and Q5_K (activation row is Q8_K) ---- */
 
 /* One Q4_K or Q5_K weight block (its d, dmin and packed scales, the same in both; lo/hi: its four
@@ -615,8 +728,12 @@ static const mp_type_ops k_avx2_ops[] = {
         vec_dot_multi_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
-    /* Q5_K's rows are dequantized by the scalar reference (loaders and tests only: decode and
-     * prefill use vec_dot) */
+    /* Q2_K's, Q3_K's and Q5_K's rows are dequantized by the scalar reference (loaders and tests
+     * only: decode and prefill use vec_dot) */
+    OPS(MP_TYPE_Q2_K, MP_TYPE_Q8_K, mp_dequantize_row_q2_K_scalar, mp_quantize_row_q2_K_ref,
+        mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2),
+    OPS(MP_TYPE_Q3_K, MP_TYPE_Q8_K, mp_dequantize_row_q3_K_scalar, mp_quantize_row_q3_K_ref,
+        mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2),
     OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
         vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,

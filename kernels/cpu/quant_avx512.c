@@ -570,7 +570,12 @@ static const mp_type_ops k_avx512_ops[] = {
         vec_dot_multi_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
-    /* Q5_K's rows are dequantized by the scalar reference (loaders and tests only) */
+    /* Q2_K and Q3_K: the AVX2 kernels (2-bit runs in 16-element groups: the 512-bit unpacking was
+     * not written); Q5_K's rows are dequantized by the scalar reference (loaders and tests only) */
+    OPS(MP_TYPE_Q2_K, MP_TYPE_Q8_K, mp_dequantize_row_q2_K_scalar, mp_quantize_row_q2_K_ref,
+        mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2),
+    OPS(MP_TYPE_Q3_K, MP_TYPE_Q8_K, mp_dequantize_row_q3_K_scalar, mp_quantize_row_q3_K_ref,
+        mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2),
     OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
         vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,

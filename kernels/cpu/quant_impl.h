@@ -26,6 +26,8 @@ void mp_dequantize_row_f16_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_bf16_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_0_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q8_0_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_q2_K_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_q3_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q5_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q6_K_scalar(const void *src, float *dst, int64_t n);
@@ -37,6 +39,13 @@ float mp_vec_dot_f16_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_bf16_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_0_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q8_0_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x);
+/* Q2_K and Q3_K's AVX2 kernels (quant_avx2.c), which the AVX-512 table takes too */
+float mp_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+float mp_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
+void mp_vec_dot_multi_q2_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
+void mp_vec_dot_multi_q3_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
+float mp_vec_dot_q3_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q6_K_q8_K_scalar(int64_t n, const void *w, const void *x);
@@ -47,10 +56,22 @@ void mp_quantize_row_f16_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_bf16_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_0_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q2_K_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q3_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q5_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q6_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_K_ref(const float *src, void *dst, int64_t n);
+
+/* The 16 group scales of a Q3_K block, s_g - 32 in -32..31, from its 12 packed bytes (quant.h). */
+static inline void mp_q3_K_scales(const uint8_t *packed, int8_t s[16])
+{
+    for (int g = 0; g < 16; g++) {
+        const int lo = (packed[g % 8] >> (4 * (g / 8))) & 0x0F;
+        const int hi = (packed[8 + g % 4] >> (2 * (g / 4))) & 3;
+        s[g] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
 
 /* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K block's 12 packed bytes. */
 static inline void mp_q4_K_scale_min(const uint8_t *packed, int j, uint8_t *scale, uint8_t *min)

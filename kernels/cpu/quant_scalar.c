@@ -8,7 +8,7 @@
  * vec_dot accumulates integer products per block exactly (int32), as the formats are designed
  * for, and applies the float scales once per block (per 16/32-element sub-block for the scales
  * of the K-quants, which are integers too). Partner formats: F32/F16/BF16 weights dot an F32
- * row; Q4_0/Q8_0 dot Q8_0; Q4_K/Q5_K/Q6_K dot Q8_K (whose bsums carry the sums the mins need).
+ * row; Q4_0/Q8_0 dot Q8_0; the K-quants Q2_K..Q6_K dot Q8_K (whose bsums carry the sums the mins need).
  */
 #include <string.h>
 
@@ -61,6 +61,42 @@ void mp_dequantize_row_q8_0_scalar(const void *src, float *dst, int64_t n)
         const float d = mp_f16_to_f32(b->d);
         for (int l = 0; l < MP_QK8_0; l++)
             dst[ib * MP_QK8_0 + l] = (float)b->qs[l] * d;
+    }
+}
+
+void mp_dequantize_row_q2_K_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q2_K *b = src; /* (n / 256,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d), dmin = mp_f16_to_f32(b->dmin);
+        float *y = dst + ib * MP_QK_K;
+        /* element e = 16g + l of group g = 8h + 2j + s: bits 2j of qs[32h + 16s + l] */
+        for (int g = 0; g < 16; g++) {
+            const int h = g / 8, j = (g % 8) / 2, s = g % 2;
+            const float dl = d * (float)(b->scales[g] & 0x0F), ml = dmin * (float)(b->scales[g] >> 4);
+            for (int l = 0; l < 16; l++)
+                y[16 * g + l] = dl * (float)((b->qs[32 * h + 16 * s + l] >> (2 * j)) & 3) - ml;
+        }
+    }
+}
+
+void mp_dequantize_row_q3_K_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_q3_K *b = src; /* (n / 256,) blocks */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d);
+        int8_t sc[16];
+        mp_q3_K_scales(b->scales, sc);
+        float *y = dst + ib * MP_QK_K;
+        for (int g = 0; g < 16; g++) {
+            const int h = g / 8, j = (g % 8) / 2, s = g % 2;
+            const float dl = d * (float)sc[g];
+            for (int l = 0; l < 16; l++) {
+                const int lb = 16 * s + l; /* byte of qs and hmask */
+                const int q = ((b->qs[32 * h + lb] >> (2 * j)) & 3) - ((b->hmask[lb] >> (4 * h + j)) & 1 ? 0 : 4);
+                y[16 * g + l] = dl * (float)q;
+            }
+        }
     }
 }
 
@@ -213,6 +249,58 @@ float mp_vec_dot_q8_0_q8_0_scalar(int64_t n, const void *w, const void *x)
         for (int l = 0; l < MP_QK8_0; l++)
             isum += bw[ib].qs[l] * bx[ib].qs[l];
         sum += (mp_f16_to_f32(bw[ib].d) * mp_f16_to_f32(bx[ib].d)) * (float)isum;
+    }
+    return sum;
+}
+
+float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q2_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks; float d may be unaligned */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const mp_block_q2_K *b = &bw[ib];
+        mp_block_q8_K y;
+        memcpy(&y, px + ib * sizeof(y), sizeof(y));
+        /* x ~ (d sc_g) q - dmin m_g per group of 16: the mins need only the group's bsum */
+        int32_t isum_q = 0, isum_m = 0;
+        for (int g = 0; g < 16; g++) {
+            const int h = g / 8, j = (g % 8) / 2, s = g % 2;
+            int32_t t = 0;
+            for (int l = 0; l < 16; l++)
+                t += ((b->qs[32 * h + 16 * s + l] >> (2 * j)) & 3) * y.qs[16 * g + l];
+            isum_q += (b->scales[g] & 0x0F) * t;
+            isum_m += (b->scales[g] >> 4) * y.bsums[g];
+        }
+        const float d = mp_f16_to_f32(b->d) * y.d, dmin = mp_f16_to_f32(b->dmin) * y.d;
+        sum += d * (float)isum_q - dmin * (float)isum_m;
+    }
+    return sum;
+}
+
+float mp_vec_dot_q3_K_q8_K_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q3_K *bw = w; /* (n / 256,) */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const mp_block_q3_K *b = &bw[ib];
+        mp_block_q8_K y;
+        memcpy(&y, px + ib * sizeof(y), sizeof(y));
+        int8_t sc[16];
+        mp_q3_K_scales(b->scales, sc);
+        int32_t isum = 0;
+        for (int g = 0; g < 16; g++) {
+            const int h = g / 8, j = (g % 8) / 2, s = g % 2;
+            int32_t t = 0;
+            for (int l = 0; l < 16; l++) {
+                const int lb = 16 * s + l;
+                const int q = ((b->qs[32 * h + lb] >> (2 * j)) & 3) - ((b->hmask[lb] >> (4 * h + j)) & 1 ? 0 : 4);
+                t += q * y.qs[16 * g + l];
+            }
+            isum += sc[g] * t;
+        }
+        sum += (mp_f16_to_f32(b->d) * y.d) * (float)isum;
     }
     return sum;
 }

@@ -5,7 +5,7 @@
  *   Q4_0: d = x[argmax |x|] / -8, q = min(15, trunc(x / d + 8.5))
  *   Q8_0: d = max |x| / 127,      q = round_half_away(x / d)
  * The K-quants are our own round-to-nearest design, not llama.cpp's bit pattern: each sub-block
- * (32 elements for Q4_K and Q5_K, 16 for Q6_K) gets a least-squares scale (and min) chosen by trying a
+ * (32 elements for Q4_K and Q5_K, 16 for Q2_K, Q3_K and Q6_K) gets a least-squares scale (and min) chosen by trying a
  * small grid of initial scales and refitting twice; then the sub-block scales are themselves
  * quantized against the super-block's f16 scale, and the final quants are recomputed against
  * the scales exactly as they will be decoded, so rounding of the scales cannot compound.
@@ -211,6 +211,70 @@ static float fit_scale_symmetric(const float *x, int n, int qmin, int qmax, floa
         }
     }
     return best_err;
+}
+
+void mp_quantize_row_q2_K_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q2_K *b = dst; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        float scale[16], offset[16], max_scale = 0.0f, max_offset = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            fit_scale_offset(x + 16 * g, 16, 3, &scale[g], &offset[g]);
+            max_scale = fmaxf(max_scale, scale[g]);
+            max_offset = fmaxf(max_offset, offset[g]);
+        }
+        /* 4-bit group scales and mins relative to the f16 super-block scales */
+        b[ib].d = mp_f32_to_f16(max_scale / 15.0f);
+        b[ib].dmin = mp_f32_to_f16(max_offset / 15.0f);
+        const float d = mp_f16_to_f32(b[ib].d), dmin = mp_f16_to_f32(b[ib].dmin);
+        memset(b[ib].qs, 0, sizeof(b[ib].qs));
+        for (int g = 0; g < 16; g++) {
+            const int sc = d > 0 ? clampi((int)lrintf(scale[g] / d), 0, 15) : 0;
+            const int m = dmin > 0 ? clampi((int)lrintf(offset[g] / dmin), 0, 15) : 0;
+            b[ib].scales[g] = (uint8_t)(sc | (m << 4));
+            const float dl = d * (float)sc, ml = dmin * (float)m;
+            const int h = g / 8, j = (g % 8) / 2, s = g % 2; /* the layout in quant.h */
+            for (int l = 0; l < 16; l++) {
+                const int q = dl > 0 ? clampi((int)lrintf((x[16 * g + l] + ml) / dl), 0, 3) : 0;
+                b[ib].qs[32 * h + 16 * s + l] |= (uint8_t)(q << (2 * j));
+            }
+        }
+    }
+}
+
+void mp_quantize_row_q3_K_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q3_K *b = dst; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        float scale[16], amax_scale = 0.0f;
+        for (int g = 0; g < 16; g++) {
+            fit_scale_symmetric(x + 16 * g, 16, -4, 3, &scale[g]);
+            amax_scale = fmaxf(amax_scale, fabsf(scale[g]));
+        }
+        /* 6-bit signed group scales (code - 32 in -32..31) against the f16 super-block scale */
+        b[ib].d = mp_f32_to_f16(amax_scale / 31.0f);
+        const float d = mp_f16_to_f32(b[ib].d);
+        memset(b[ib].scales, 0, sizeof(b[ib].scales));
+        memset(b[ib].qs, 0, sizeof(b[ib].qs));
+        memset(b[ib].hmask, 0, sizeof(b[ib].hmask));
+        for (int g = 0; g < 16; g++) {
+            const int code = d > 0 ? clampi((int)lrintf(scale[g] / d), -32, 31) : 0;
+            const int u = code + 32; /* 0..63 */
+            b[ib].scales[g % 8] |= (uint8_t)((u & 0x0F) << (4 * (g / 8)));
+            b[ib].scales[8 + g % 4] |= (uint8_t)((u >> 4) << (2 * (g / 4)));
+            const float dl = d * (float)code;
+            const int h = g / 8, j = (g % 8) / 2, s = g % 2;
+            for (int l = 0; l < 16; l++) {
+                const int q = dl != 0.0f ? clampi((int)lrintf(x[16 * g + l] / dl), -4, 3) : 0;
+                const int lb = 16 * s + l;
+                /* q + 4 in 0..7: its low 2 bits in qs, its bit 2 in hmask (set: no -4) */
+                b[ib].qs[32 * h + lb] |= (uint8_t)(((q + 4) & 3) << (2 * j));
+                b[ib].hmask[lb] |= (uint8_t)(((q + 4) >> 2) << (4 * h + j));
+            }
+        }
+    }
 }
 
 /* One Q4_K/Q5_K super-block of x[0..256): each sub-block of 32 fitted as x ~ scale q - offset with

@@ -38,7 +38,8 @@ void *alloc64(size_t bytes)
 }
 
 const int k_weight_types[N_WEIGHT_TYPES] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+                                     MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K,
+                                     MP_TYPE_Q5_K, MP_TYPE_Q6_K};
 
 int same_float(float a, float b)
 {
@@ -96,6 +97,13 @@ void random_weight_row(int type, uint8_t *row, int64_t n)
             break;
         case MP_TYPE_Q6_K:
             store_f16(row + off + 208, (rnd_u64() & 1) ? scale : -scale);
+            break;
+        case MP_TYPE_Q2_K:
+            store_f16(row + off + 80, scale);
+            store_f16(row + off + 82, (float)(0.001 + 0.02 * rnd_uniform()));
+            break;
+        case MP_TYPE_Q3_K:
+            store_f16(row + off + 108, (rnd_u64() & 1) ? scale : -scale);
             break;
         }
     }

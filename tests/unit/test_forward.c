@@ -1522,6 +1522,8 @@ Test(forward, q4_0_weights_match_reference) { quantized_matches_reference(MP_TYP
  * or scale costs 100%. F16 weights keep float activations: only the weights' rounding. */
 Test(forward, q4_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q4_K, 0.02); }
 Test(forward, q5_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q5_K, 0.02); }
+Test(forward, q3_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q3_K, 0.02); }
+Test(forward, q2_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q2_K, 0.02); }
 Test(forward, q6_k_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q6_K, 0.02); }
 Test(forward, f16_weights_match_reference) { quantized_matches_reference(MP_TYPE_F16, 0.001); }
 

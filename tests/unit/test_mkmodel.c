@@ -323,7 +323,7 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
         {"--preset", "tiny", "--skew", "nan", "-o", out, NULL},
         {"--preset", "tiny", "--seed", "-3", "-o", out, NULL},
         {"--preset", "tiny", "--quant", "q3_k", "-o", out, NULL},
-        {"--preset", "tiny", "--type-experts", "Q3_K", "-o", out, NULL},
+        {"--preset", "tiny", "--type-experts", "Q4_1", "-o", out, NULL},
         {"--preset", "tiny", "--type-bogus", "Q8_0", "-o", out, NULL},
         {"--preset", "huge", "-o", out, NULL},
         {"--arch", "gpt2", "-o", out, NULL},

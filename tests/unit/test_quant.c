@@ -117,7 +117,7 @@ static void free_fixture(fixture *fx)
     free(fx->deq);
 }
 
-static const char *k_fixtures[] = {"f16", "bf16", "q4_0", "q8_0", "q4_K", "q5_K", "q6_K"};
+static const char *k_fixtures[] = {"f16", "bf16", "q4_0", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
 
 static void check_dequantize_fixture(const mp_type_ops *ops, const fixture *fx, const char *name,
                                      const char *variant)
@@ -321,6 +321,7 @@ Test(quant, kquant_error_in_expected_range)
      * over those figures, and the K-quants must beat the simpler format of their width. */
     const double e_q4_K = rel_rms_error(MP_TYPE_Q4_K, x, n);
     const double e_q5_K = rel_rms_error(MP_TYPE_Q5_K, x, n);
+    const double e_q2_K = rel_rms_error(MP_TYPE_Q2_K, x, n), e_q3_K = rel_rms_error(MP_TYPE_Q3_K, x, n);
     const double e_q6_K = rel_rms_error(MP_TYPE_Q6_K, x, n);
     const double e_q4_0 = rel_rms_error(MP_TYPE_Q4_0, x, n);
     const double e_q8_0 = rel_rms_error(MP_TYPE_Q8_0, x, n);
@@ -329,7 +330,13 @@ Test(quant, kquant_error_in_expected_range)
     cr_assert(e_q4_K > 0.02, "seed %llu: Q4_K error %.4f too small for 4 bits: not quantizing?",
               (unsigned long long)g_seed, e_q4_K);
     /* Q5_K: Q4_K's design with twice the levels: about half Q4_K's error, and above Q6_K's */
-    cr_log_info("relative RMS error: Q5_K %.4f", e_q5_K);
+    cr_log_info("relative RMS error: Q5_K %.4f Q3_K %.4f Q2_K %.4f", e_q5_K, e_q3_K, e_q2_K);
+    /* Q3_K (8 levels, symmetric, groups of 16) about twice Q4_K's error, Q2_K (4 levels with a min)
+     * about twice Q3_K's: bounds ~20 % over the measured 0.144 and 0.264 */
+    cr_assert(e_q3_K > e_q4_K && e_q3_K < 0.17, "seed %llu: Q3_K %.4f (Q4_K %.4f)", (unsigned long long)g_seed,
+              e_q3_K, e_q4_K);
+    cr_assert(e_q2_K > e_q3_K && e_q2_K < 0.32, "seed %llu: Q2_K %.4f (Q3_K %.4f)", (unsigned long long)g_seed,
+              e_q2_K, e_q3_K);
     cr_assert(e_q5_K < 0.6 * e_q4_K, "seed %llu: Q5_K %.4f against Q4_K %.4f", (unsigned long long)g_seed, e_q5_K,
               e_q4_K);
     cr_assert(e_q5_K > e_q6_K, "seed %llu: Q5_K %.4f below Q6_K %.4f", (unsigned long long)g_seed, e_q5_K, e_q6_K);
@@ -539,6 +546,7 @@ Test(quant, type_table)
         {MP_TYPE_F32, "F32", 1, 4, 1},      {MP_TYPE_F16, "F16", 1, 2, 1},
         {MP_TYPE_BF16, "BF16", 1, 2, 1},    {MP_TYPE_Q4_0, "Q4_0", 32, 18, 1},
         {MP_TYPE_Q8_0, "Q8_0", 32, 34, 1},  {MP_TYPE_Q4_K, "Q4_K", 256, 144, 1},
+        {MP_TYPE_Q2_K, "Q2_K", 256, 84, 1},  {MP_TYPE_Q3_K, "Q3_K", 256, 110, 1},
         {MP_TYPE_Q5_K, "Q5_K", 256, 176, 1}, {MP_TYPE_Q6_K, "Q6_K", 256, 210, 1},
         {MP_TYPE_Q8_K, "Q8_K", 256, 292, 0},
     };
@@ -558,7 +566,7 @@ Test(quant, type_table)
     }
     cr_assert_eq(mp_type_from_name("q4_k"), MP_TYPE_Q4_K);
     cr_assert_eq(mp_type_from_name("Q4_"), -1);
-    cr_assert_eq(mp_type_from_name("Q3_K"), -1);
+    cr_assert_eq(mp_type_from_name("Q5_1"), -1);
     cr_assert_eq(mp_type_from_name(NULL), -1);
     cr_assert_null(mp_type_name(3));
     cr_assert_eq(mp_type_block_bytes(99), 0);
