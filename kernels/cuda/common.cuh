@@ -102,6 +102,10 @@ static inline cudaError_t mpc_launch(void (*kernel)(K...), dim3 grid, dim3 block
 static_assert(sizeof(mp_block_q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(mp_block_q8_0) == 34, "Q8_0 block");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block");
+static_assert(sizeof(mp_block_q2_K) == 84 && offsetof(mp_block_q2_K, qs) == 16 && offsetof(mp_block_q2_K, d) == 80,
+              "Q2_K block");
+static_assert(sizeof(mp_block_q3_K) == 110 && offsetof(mp_block_q3_K, qs) == 32 &&
+              offsetof(mp_block_q3_K, scales) == 96 && offsetof(mp_block_q3_K, d) == 108, "Q3_K block");
 static_assert(sizeof(mp_block_q5_K) == 176, "Q5_K block");
 static_assert(offsetof(mp_block_q5_K, qh) == 16 && offsetof(mp_block_q5_K, qs) == 48, "Q5_K qh, qs offsets");
 static_assert(sizeof(mp_block_q6_K) == 210, "Q6_K block");

@@ -37,6 +37,23 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
         const float d0 = __fmul_rn(mpc_f16(mpc_ld16(b)), (float)sc);
         const float m0 = __fmul_rn(mpc_f16(mpc_ld16(b + 2)), (float)m);
         return __fsub_rn(__fmul_rn(d0, (float)q), m0);
+    } else if (T == MP_TYPE_Q2_K) {
+        const uint8_t *b = row + (i / 256) * 84;
+        const int e = (int)(i % 256), g = e / 16, l = e % 16;
+        const int h = g / 8, j = (g % 8) / 2, s = g % 2;
+        const int q = (b[16 + 32 * h + 16 * s + l] >> (2 * j)) & 3;
+        const float dl = __fmul_rn(mpc_f16(mpc_ld16(b + 80)), (float)(b[g] & 0x0F));
+        const float ml = __fmul_rn(mpc_f16(mpc_ld16(b + 82)), (float)(b[g] >> 4));
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    } else if (T == MP_TYPE_Q3_K) {
+        const uint8_t *b = row + (i / 256) * 110;
+        const int e = (int)(i % 256), g = e / 16, l = e % 16;
+        const int h = g / 8, j = (g % 8) / 2, s = g % 2, lb = 16 * s + l;
+        const uint8_t *sc = b + 96;
+        const int sg = (((sc[g % 8] >> (4 * (g / 8))) & 0x0F) | (((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+        const int q = ((b[32 + 32 * h + lb] >> (2 * j)) & 3) - ((b[lb] >> (4 * h + j)) & 1 ? 0 : 4);
+        const float dl = __fmul_rn(mpc_f16(mpc_ld16(b + 108)), (float)sg);
+        return __fmul_rn(dl, (float)q);
     } else if (T == MP_TYPE_Q5_K) {
         const uint8_t *b = row + (i / 256) * 176;
         const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
@@ -66,6 +83,8 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
     case MP_TYPE_BF16: CALL(MP_TYPE_BF16); break; \
     case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0); break; \
     case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0); break; \
+    case MP_TYPE_Q2_K: CALL(MP_TYPE_Q2_K); break; \
+    case MP_TYPE_Q3_K: CALL(MP_TYPE_Q3_K); break; \
     case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break; \
     case MP_TYPE_Q5_K: CALL(MP_TYPE_Q5_K); break; \
     case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K); break; \

@@ -118,6 +118,12 @@ extern "C" int mp_cuda_gemv(int type, const void *d_w, size_t row_bytes, int64_t
             if (vec) launch_gemv<MP_TYPE_Q4_K, true>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
             else launch_gemv<MP_TYPE_Q4_K, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
             break;
+        case MP_TYPE_Q2_K:
+            launch_gemv<MP_TYPE_Q2_K, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
+        case MP_TYPE_Q3_K:
+            launch_gemv<MP_TYPE_Q3_K, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
         case MP_TYPE_Q5_K:
             launch_gemv<MP_TYPE_Q5_K, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
             break;

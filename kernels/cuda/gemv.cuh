@@ -142,6 +142,84 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> 
     }
 };
 
+// Q2_K and Q3_K unit u: super-block u / 8, run k = u % 8 (half h = k / 4, j = k % 4) = elements
+// 32k..32k+31: groups 2k (the first 16) and 2k + 1, whose quants are bits 2j of qs[32h + l]
+// (kernels/quant.h). The dot takes the two groups' dp4a sums apart for their scales; the Q8_K
+// bsums of the two groups give the sums of x that the mins (Q2_K) and the -4 offset (Q3_K) need.
+template <> struct mpc_unit<MP_TYPE_Q2_K, false> {
+    float d, dmin;
+    int sc0, sc1, m0, m1, k;
+    int q[8]; // 0..3, one per byte
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + (u / 8) * 84; // 4-byte aligned (checked by the launchers)
+        k = (int)(u % 8);
+        const int h = k / 4, j = k % 4;
+        d = mpc_f16(mpc_ld16(b + 80));
+        dmin = mpc_f16(mpc_ld16(b + 82));
+        sc0 = b[2 * k] & 0x0F, m0 = b[2 * k] >> 4;
+        sc1 = b[2 * k + 1] & 0x0F, m1 = b[2 * k + 1] >> 4;
+        const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * h);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = (int)((qs[i] >> (2 * j)) & 0x03030303u);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
+        const float dy = *(const float *)b;
+        const int *y = (const int *)(b + 4 + 32 * k);
+        int g0 = 0, g1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            g0 = mpc_dp4a(q[i], y[i], g0);
+            g1 = mpc_dp4a(q[i + 4], y[i + 4], g1);
+        }
+        const int16_t *bs = (const int16_t *)(b + 260) + 2 * k;
+        return __fmul_rn(d, dy) * (float)(sc0 * g0 + sc1 * g1) - __fmul_rn(dmin, dy) * (float)(m0 * bs[0] + m1 * bs[1]);
+    }
+};
+
+template <> struct mpc_unit<MP_TYPE_Q3_K, false> {
+    float d;
+    int s0, s1, k;
+    int q[8]; // u = q + 4 in 0..7, one per byte
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + (u / 8) * 110; // only 2-byte aligned
+        k = (int)(u % 8);
+        const int h = k / 4, j = k % 4;
+        d = mpc_f16(mpc_ld16(b + 108));
+        // group g's 6-bit scale: the low nibble of scales[g % 8] (high for g >= 8), bits 2 (g / 4)
+        // of scales[8 + g % 4] above it
+        const uint8_t *sc = b + 96;
+        const int g0 = 2 * k, g1 = 2 * k + 1;
+        s0 = (((sc[g0 % 8] >> (4 * (g0 / 8))) & 0x0F) | (((sc[8 + g0 % 4] >> (2 * (g0 / 4))) & 3) << 4)) - 32;
+        s1 = (((sc[g1 % 8] >> (4 * (g1 / 8))) & 0x0F) | (((sc[8 + g1 % 4] >> (2 * (g1 / 4))) & 3) << 4)) - 32;
+        uint32_t lw[8], hw[8];
+        mpc_ld_words<8>(b + 32 + 32 * h, lw);
+        mpc_ld_words<8>(b, hw);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = (int)(((lw[i] >> (2 * j)) & 0x03030303u) | (((hw[i] >> k) & 0x01010101u) << 2));
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + (u / 8) * 292;
+        const float dy = *(const float *)b;
+        const int *y = (const int *)(b + 4 + 32 * k);
+        int g0 = 0, g1 = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            g0 = mpc_dp4a(q[i], y[i], g0);
+            g1 = mpc_dp4a(q[i + 4], y[i + 4], g1);
+        }
+        const int16_t *bs = (const int16_t *)(b + 260) + 2 * k;
+        // stored u = q + 4: sum(q y) = sum(u y) - 4 sum(y), sum(y) per 16 is a bsum
+        return __fmul_rn(d, dy) * (float)(s0 * (g0 - 4 * bs[0]) + s1 * (g1 - 4 * bs[1]));
+    }
+};
+
 // Q5_K unit u: Q4_K's (same scales, same dot), each nibble topped up with its fifth bit: bit j of
 // qh[l] for element 32j + l (qh: 32 bytes after the 16-byte head, qs after them).
 template <> struct mpc_unit<MP_TYPE_Q5_K, false> : mpc_unit<MP_TYPE_Q4_K, false> {
@@ -267,7 +345,7 @@ static inline size_t mpc_weight_align(int type, bool vec)
 {
     if (vec)
         return 16;
-    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K ? 4 : 2;
+    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K || type == MP_TYPE_Q2_K ? 4 : 2;
 }
 
 // Whether the 128-bit path applies: float weights with rows, x and strides 16-byte aligned;

@@ -71,6 +71,13 @@ static inline void rnd_weight_row(int type, int64_t n, uint8_t *dst)
         case MP_TYPE_Q6_K:
             put_f16(b + 208, 0.00005f * (float)(rnd_uniform() + 0.1));
             break;
+        case MP_TYPE_Q2_K:
+            put_f16(b + 80, 0.002f * (float)(rnd_uniform() + 0.1));
+            put_f16(b + 82, 0.002f * (float)(rnd_uniform() + 0.1));
+            break;
+        case MP_TYPE_Q3_K:
+            put_f16(b + 108, 0.0005f * (float)(rnd_uniform() + 0.1));
+            break;
         default:
             break;
         }

@@ -8,7 +8,8 @@
 #include "tests/gpu/gpu_util.h"
 
 static const int k_weight_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                                     MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+                                     MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,
+                                     MP_TYPE_Q6_K};
 
 /* Rows of n floats x_stride apart; row r is scaled by 10^(r % 5 - 2) so that the scales span
  * several binades, and row 1's first block is all zeros (d = 0 must give zero quants). */

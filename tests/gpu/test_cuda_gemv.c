@@ -15,7 +15,8 @@
 #include "tests/gpu/gpu_util.h"
 
 static const int k_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                              MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+                              MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,
+                              MP_TYPE_Q6_K};
 
 /* w_offset: bytes the weights are shifted from the allocation (tests unaligned rows). */
 static void check_gemv(int type, int64_t n_out, int64_t n_in, int n_x, size_t w_offset)
@@ -107,6 +108,8 @@ Test(cuda_gemv, unaligned_and_odd_shapes)
     check_gemv(MP_TYPE_Q6_K, 17, 512, 2, 2);
     check_gemv(MP_TYPE_Q4_K, 17, 512, 2, 4);
     check_gemv(MP_TYPE_Q5_K, 17, 512, 2, 4);
+    check_gemv(MP_TYPE_Q2_K, 17, 512, 2, 4);
+    check_gemv(MP_TYPE_Q3_K, 17, 512, 2, 2); /* 110-byte blocks: 2-byte aligned rows */
 }
 
 Test(cuda_gemv, output_head_shape)

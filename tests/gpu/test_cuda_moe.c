@@ -477,6 +477,8 @@ static void decode_shape_cases(void)
 {
     moe_case c5 = {MP_TYPE_Q5_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0, 0}; /* the q5_k_m mix */
     check_experts(&c5);
+    moe_case c3 = {MP_TYPE_Q3_K, MP_TYPE_Q5_K, 2048, 768, 128, 8, 1, 0, 0, 0}; /* a Q3_K_M-like mix */
+    check_experts(&c3);
     moe_case c = {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 0, 0, 0};
     check_experts(&c);
     c.gate_type = c.down_type = MP_TYPE_Q8_0;
@@ -485,8 +487,8 @@ static void decode_shape_cases(void)
 
 static void several_rows_cases(void)
 {
-    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+    const int types[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
+                         MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
     const size_t nt = sizeof types / sizeof *types;
     for (size_t t = 0; t < nt; t++) {
         moe_case c = {types[t], types[(t + 3) % nt], 512, 256, 16, 4, 3, 0, 0, 0};
@@ -522,8 +524,8 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
 {
     seed_rng();
     mp_cuda_moe_set_mma_min_rows(0);
-    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+    const int types[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
+                         MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
     const size_t nt = sizeof types / sizeof *types;
     for (size_t t = 0; t < nt; t++) {
         moe_case c = {types[t], types[(t + 2) % nt], 512, 256, 16, 4, 40, 0, 0, 0};

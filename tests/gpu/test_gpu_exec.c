@@ -306,6 +306,8 @@ Test(gpu_exec, gpu_matches_cpu_qwen3moe_f32) { gpu_vs_cpu("qwen3moe", "f32", NUL
 Test(gpu_exec, gpu_matches_cpu_qwen3moe_q4_k_m) { gpu_vs_cpu("qwen3moe", "q4_k_m", NULL); }
 Test(gpu_exec, gpu_matches_cpu_olmoe_q8_0) { gpu_vs_cpu("olmoe", "q8_0", NULL); }
 Test(gpu_exec, gpu_matches_cpu_mixtral_bf16) { gpu_vs_cpu("mixtral", "bf16", NULL); }
+Test(gpu_exec, gpu_matches_cpu_qwen3moe_q5_k_m) { gpu_vs_cpu("qwen3moe", "q5_k_m", NULL); }
+Test(gpu_exec, gpu_matches_cpu_qwen3moe_q3_k_experts) { gpu_vs_cpu("qwen3moe", "q4_k_m", "Q3_K"); }
 
 /* ---- 2. hybrid vs GPU-only ---- */
 
@@ -401,6 +403,8 @@ Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, false, 3e-2
 Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q5_k_m) { hybrid_vs_gpu("q5_k_m", NULL, false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q2_k_experts) { hybrid_vs_gpu("q4_k_m", "Q2_K", false, 3e-2, 5e-3); }
 
 /* ---- 2b. launch paths that must not change a bit ---- */
 
