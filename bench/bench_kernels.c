@@ -72,6 +72,13 @@ static void fill_weights(int type, uint8_t *w, size_t bytes)
         case MP_TYPE_Q6_K:
             memcpy(w + off + 208, &scale, 2);
             break;
+        case MP_TYPE_Q2_K:
+            memcpy(w + off + 80, &scale, 2);
+            memcpy(w + off + 82, &scale, 2);
+            break;
+        case MP_TYPE_Q3_K:
+            memcpy(w + off + 108, &scale, 2);
+            break;
         }
     }
 }
@@ -112,7 +119,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
                "  --mb N      weight matrix size per type in MB (default 512; keep it above L3)\n"
                "  --reps N    passes per measurement, the best is reported (default 3)\n"
-               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K\n"
+               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
                "  --no-scalar skip the (slow) scalar reference column\n"
                "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512).\n");
 }
@@ -120,7 +127,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     long mb = 512, reps = 3;
-    int types[8], n_types = 0, no_scalar = 0;
+    int types[10], n_types = 0, no_scalar = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -131,10 +138,10 @@ int main(int argc, char **argv)
             mb = strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = strtol(argv[++i], NULL, 10);
-        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 8) {
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 10) {
             const int t = mp_type_from_name(argv[++i]);
             if (t < 0 || !mp_type_supported(t)) {
-                fprintf(stderr, "bench_kernels: error: --type %s: expected one of F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K\n", argv[i]);
+                fprintf(stderr, "bench_kernels: error: --type %s: expected one of F32 F16 BF16 Q4_0 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n", argv[i]);
                 return 2;
             }
             types[n_types++] = t;
@@ -149,9 +156,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (n_types == 0) {
-        const int all[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q8_0,
-                           MP_TYPE_Q4_0, MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K};
-        for (int i = 0; i < 8; i++)
+        const int all[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q8_0, MP_TYPE_Q4_0,
+                           MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K, MP_TYPE_Q3_K, MP_TYPE_Q2_K};
+        for (int i = 0; i < 10; i++)
             types[n_types++] = all[i];
     }
     const int64_t n_cols = 4096;

@@ -286,22 +286,30 @@ static inline __m256i k2_scaled_sums(const __m256i u[8], const __m256i scale[8],
     return sumi;
 }
 
-/* scale[k] = [s[2k] x 8 | s[2k + 1] x 8] for 16 int16 group scales s */
-static inline void k2_scale_vectors(const int16_t s[16], __m256i scale[8])
+/* scale[k] = [s[2k] x 8 | s[2k + 1] x 8] for 16 int8 group scales s8 (signed): as int16 words,
+ * each half of the block's scales broadcast to both 128-bit lanes, then one byte shuffle per run
+ * (within a lane: the low lane picks word 2k % 8, the high lane word 2k % 8 + 1). */
+static inline void k2_scale_vectors(__m128i s8, __m256i scale[8])
 {
-    for (int k = 0; k < 8; k++)
-        scale[k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+    const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+    const __m256i half[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
+    for (int k = 0; k < 8; k++) {
+        const int w = 2 * (k % 4); /* word of the half */
+        const __m256i pick = _mm256_setr_epi8(
+            2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w,
+            2 * w + 1, 2 * w, 2 * w + 1, 2 * w, 2 * w + 1, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2,
+            2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3, 2 * w + 2, 2 * w + 3,
+            2 * w + 2, 2 * w + 3);
+        scale[k] = _mm256_shuffle_epi8(half[k / 4], pick);
+    }
 }
 
 static inline void q2_K_block_dot(const mp_block_q2_K *b, const uint8_t *x, size_t x_stride, int n_x, __m256 *acc)
 {
     __m256i u[8], scale[8];
     k2_runs(b->qs, NULL, u);
-    int16_t sc[16];
-    for (int g = 0; g < 16; g++)
-        sc[g] = b->scales[g] & 0x0F;
-    k2_scale_vectors(sc, scale);
     const __m128i s8 = loadu128(b->scales);
+    k2_scale_vectors(_mm_and_si128(s8, _mm_set1_epi8(0x0F)), scale);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0x0F)));
     const float d = f16(b->d), dmin = f16(b->dmin);
     for (int i = 0; i < n_x; i++) {
@@ -318,13 +326,11 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
 {
     __m256i u[8], scale[8];
     k2_runs(b->qs, b->hmask, u);
-    int8_t s8[16];
-    mp_q3_K_scales(b->scales, s8);
-    int16_t sc[16];
-    for (int g = 0; g < 16; g++)
-        sc[g] = s8[g];
-    k2_scale_vectors(sc, scale);
-    const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc);
+    uint32_t w[4];
+    mp_q3_K_scale_words(b->scales, w);
+    const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]), _mm_set1_epi8(32));
+    k2_scale_vectors(s8, scale);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
     const float d = f16(b->d);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);

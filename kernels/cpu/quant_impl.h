@@ -63,14 +63,31 @@ void mp_quantize_row_q5_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q6_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_K_ref(const float *src, void *dst, int64_t n);
 
-/* The 16 group scales of a Q3_K block, s_g - 32 in -32..31, from its 12 packed bytes (quant.h). */
+/* The 16 six-bit group codes s_g (0..63) of a Q3_K block from its 12 packed bytes (quant.h), four
+ * groups per 32-bit word (little-endian; x86 only, as the SIMD files): groups 0-3 take the low
+ * nibbles of bytes 0-3 and bits 0-1 of bytes 8-11, groups 4-7 the low nibbles of bytes 4-7 and bits
+ * 2-3, groups 8-11 and 12-15 the high nibbles and bits 4-5, 6-7. The SIMD files subtract the 32 in
+ * a register: a byte store and a vector load of the result stalled the AVX2 dot at 5.8 GB/s (12.9
+ * without, bench/NOTES-kernels.md). */
+static inline void mp_q3_K_scale_words(const uint8_t *packed, uint32_t w[4])
+{
+    uint32_t a[3];
+    memcpy(a, packed, sizeof(a));
+    w[0] = (a[0] & 0x0F0F0F0Fu) | ((a[2] & 0x03030303u) << 4);
+    w[1] = (a[1] & 0x0F0F0F0Fu) | (((a[2] >> 2) & 0x03030303u) << 4);
+    w[2] = ((a[0] >> 4) & 0x0F0F0F0Fu) | (((a[2] >> 4) & 0x03030303u) << 4);
+    w[3] = ((a[1] >> 4) & 0x0F0F0F0Fu) | (((a[2] >> 6) & 0x03030303u) << 4);
+}
+
+/* The 16 group scales s_g - 32, in -32..31. */
 static inline void mp_q3_K_scales(const uint8_t *packed, int8_t s[16])
 {
-    for (int g = 0; g < 16; g++) {
-        const int lo = (packed[g % 8] >> (4 * (g / 8))) & 0x0F;
-        const int hi = (packed[8 + g % 4] >> (2 * (g / 4))) & 3;
-        s[g] = (int8_t)((lo | (hi << 4)) - 32);
-    }
+    uint32_t w[4];
+    mp_q3_K_scale_words(packed, w);
+    uint8_t u[16];
+    memcpy(u, w, sizeof(u));
+    for (int g = 0; g < 16; g++)
+        s[g] = (int8_t)(u[g] - 32);
 }
 
 /* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K block's 12 packed bytes. */
