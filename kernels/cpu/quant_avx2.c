@@ -340,10 +340,10 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
     }
 }
 
-/* vec_dot and the GEMM tile of a K-quant whose block dot is BLOCK_DOT (exported: the AVX-512
- * table takes these for Q2_K and Q3_K) */
-#define DEFINE_K_AVX2(DOT, MULTI, BLOCK_T, BLOCK_DOT)                                              \
-    float DOT(int64_t n, const void *w, const void *x)                                              \
+/* vec_dot and the GEMM tile of a K-quant whose block dot is BLOCK_DOT; SC: static, or nothing
+ * for the exported ones (the AVX-512 table takes Q2_K's and Q3_K's) */
+#define DEFINE_K_AVX2(SC, DOT, MULTI, BLOCK_T, BLOCK_DOT)                                          \
+    SC float DOT(int64_t n, const void *w, const void *x)                                           \
     {                                                                                               \
         const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
         const uint8_t *px = x; /* (n / 256,) Q8_K blocks */                                         \
@@ -354,7 +354,7 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
         }                                                                                           \
         return hsum_ps(acc);                                                                        \
     }                                                                                               \
-    void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)        \
+    SC void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)     \
     {                                                                                               \
         const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
         const uint8_t *px = x; /* (n_x, x_stride) rows of Q8_K blocks */                            \
@@ -371,8 +371,8 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
             out[i] = hsum_ps(acc[i]);                                                               \
     }
 
-DEFINE_K_AVX2(mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2, mp_block_q2_K, q2_K_block_dot)
-DEFINE_K_AVX2(mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2, mp_block_q3_K, q3_K_block_dot)
+DEFINE_K_AVX2(, mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2, mp_block_q2_K, q2_K_block_dot)
+DEFINE_K_AVX2(, mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2, mp_block_q3_K, q3_K_block_dot)
 
 /* ---- Q4_K and Q5_K (activation row is Q8_K) ---- */
 
@@ -437,65 +437,9 @@ static inline void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *x, size
     affine_K_block_dot(b->d, b->dmin, b->scales, lo, hi, x, x_stride, n_x, acc);
 }
 
-static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    const mp_block_q4_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        q4_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
-    }
-    return hsum_ps(acc);
-}
+DEFINE_K_AVX2(static, vec_dot_q4_K_q8_K, vec_dot_multi_q4_K, mp_block_q4_K, q4_K_block_dot)
 
-static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    const mp_block_q4_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n_x, x_stride) rows of Q8_K blocks */
-    __m256 acc[MP_GEMM_TILE];
-    for (int i = 0; i < MP_GEMM_TILE; i++)
-        acc[i] = _mm256_setzero_ps();
-    if (n_x > MP_GEMM_TILE)
-        n_x = MP_GEMM_TILE;
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        q4_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
-    }
-    for (int i = 0; i < n_x; i++)
-        out[i] = hsum_ps(acc[i]);
-}
-
-static float vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    const mp_block_q5_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        q5_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
-    }
-    return hsum_ps(acc);
-}
-
-static void vec_dot_multi_q5_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    const mp_block_q5_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n_x, x_stride) rows of Q8_K blocks */
-    __m256 acc[MP_GEMM_TILE];
-    for (int i = 0; i < MP_GEMM_TILE; i++)
-        acc[i] = _mm256_setzero_ps();
-    if (n_x > MP_GEMM_TILE)
-        n_x = MP_GEMM_TILE;
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        q5_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
-    }
-    for (int i = 0; i < n_x; i++)
-        out[i] = hsum_ps(acc[i]);
-}
+DEFINE_K_AVX2(static, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K, mp_block_q5_K, q5_K_block_dot)
 
 static void dequantize_q4_K(const void *src, float *dst, int64_t n)
 {
@@ -572,35 +516,7 @@ static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size
     }
 }
 
-static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    const mp_block_q6_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        q6_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), 0, 1, &acc);
-    }
-    return hsum_ps(acc);
-}
-
-static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    const mp_block_q6_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n_x, x_stride) rows of Q8_K blocks */
-    __m256 acc[MP_GEMM_TILE];
-    for (int i = 0; i < MP_GEMM_TILE; i++)
-        acc[i] = _mm256_setzero_ps();
-    if (n_x > MP_GEMM_TILE)
-        n_x = MP_GEMM_TILE;
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        q6_K_block_dot(&bw[ib], px + ib * sizeof(mp_block_q8_K), x_stride, n_x, acc);
-    }
-    for (int i = 0; i < n_x; i++)
-        out[i] = hsum_ps(acc[i]);
-}
+DEFINE_K_AVX2(static, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K, mp_block_q6_K, q6_K_block_dot)
 
 static void dequantize_q6_K(const void *src, float *dst, int64_t n)
 {

@@ -100,25 +100,42 @@ void mp_dequantize_row_q3_K_scalar(const void *src, float *dst, int64_t n)
     }
 }
 
+/* The 256 quants of a Q4_K (qh NULL) or Q5_K block in element order: 4 chunks of 64, the low
+ * nibbles of qs[32c..32c+31] sub-block 2c and the high ones 2c + 1; Q5_K's fifth bit of element
+ * 32j + l is bit j of qh[l]. */
+static void affine_K_quants(const uint8_t *qs, const uint8_t *qh, uint8_t q[MP_QK_K])
+{
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = qs[32 * c + l] & 0x0F;
+            q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+        }
+    if (qh)
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 32; l++)
+                q[32 * j + l] |= (uint8_t)(((qh[l] >> j) & 1) << 4);
+}
+
+/* y[0..256) of a Q4_K/Q5_K block from its quants: (d sc_j) q - (dmin m_j) per sub-block j */
+static void affine_K_dequant(mp_f16 d_h, mp_f16 dmin_h, const uint8_t *scales, const uint8_t q[MP_QK_K], float *y)
+{
+    const float d = mp_f16_to_f32(d_h), dmin = mp_f16_to_f32(dmin_h);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        mp_q4_K_scale_min(scales, j, &sc, &m);
+        const float dl = d * (float)sc, ml = dmin * (float)m;
+        for (int l = 0; l < 32; l++)
+            y[32 * j + l] = dl * (float)q[32 * j + l] - ml;
+    }
+}
+
 void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n)
 {
     const mp_block_q4_K *b = src; /* (n / 256,) blocks */
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
-        const float d = mp_f16_to_f32(b->d), dmin = mp_f16_to_f32(b->dmin);
-        float *y = dst + ib * MP_QK_K;
-        /* 4 chunks of 64: 32 bytes of qs, low nibbles = sub-block 2c, high = sub-block 2c+1 */
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc0, m0, sc1, m1;
-            mp_q4_K_scale_min(b->scales, 2 * c, &sc0, &m0);
-            mp_q4_K_scale_min(b->scales, 2 * c + 1, &sc1, &m1);
-            const float d0 = d * (float)sc0, min0 = dmin * (float)m0;
-            const float d1 = d * (float)sc1, min1 = dmin * (float)m1;
-            const uint8_t *q = b->qs + 32 * c;
-            for (int l = 0; l < 32; l++) {
-                y[64 * c + l] = d0 * (float)(q[l] & 0x0F) - min0;
-                y[64 * c + 32 + l] = d1 * (float)(q[l] >> 4) - min1;
-            }
-        }
+        uint8_t q[MP_QK_K];
+        affine_K_quants(b->qs, NULL, q);
+        affine_K_dequant(b->d, b->dmin, b->scales, q, dst + ib * MP_QK_K);
     }
 }
 
@@ -126,23 +143,9 @@ void mp_dequantize_row_q5_K_scalar(const void *src, float *dst, int64_t n)
 {
     const mp_block_q5_K *b = src; /* (n / 256,) blocks */
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
-        const float d = mp_f16_to_f32(b->d), dmin = mp_f16_to_f32(b->dmin);
-        float *y = dst + ib * MP_QK_K;
-        /* Q4_K's chunks of 64, each element's fifth bit from qh: bit 2c (low nibbles) and 2c+1
-         * (high nibbles) of qh[l] */
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc0, m0, sc1, m1;
-            mp_q4_K_scale_min(b->scales, 2 * c, &sc0, &m0);
-            mp_q4_K_scale_min(b->scales, 2 * c + 1, &sc1, &m1);
-            const float d0 = d * (float)sc0, min0 = dmin * (float)m0;
-            const float d1 = d * (float)sc1, min1 = dmin * (float)m1;
-            const uint8_t *q = b->qs + 32 * c;
-            for (int l = 0; l < 32; l++) {
-                const int h0 = ((b->qh[l] >> (2 * c)) & 1) << 4, h1 = ((b->qh[l] >> (2 * c + 1)) & 1) << 4;
-                y[64 * c + l] = d0 * (float)((q[l] & 0x0F) + h0) - min0;
-                y[64 * c + 32 + l] = d1 * (float)((q[l] >> 4) + h1) - min1;
-            }
-        }
+        uint8_t q[MP_QK_K];
+        affine_K_quants(b->qs, b->qh, q);
+        affine_K_dequant(b->d, b->dmin, b->scales, q, dst + ib * MP_QK_K);
     }
 }
 
@@ -305,31 +308,37 @@ float mp_vec_dot_q3_K_q8_K_scalar(int64_t n, const void *w, const void *x)
     return sum;
 }
 
+/* The dot of a Q4_K/Q5_K block (its quants unpacked) with a Q8_K block: x ~ sum_j (d sc_j q -
+ * dmin m_j), so the q part needs sum(q y) per sub-block and the min part only sum(y) per
+ * sub-block = two adjacent bsums. */
+static float affine_K_dot(mp_f16 d_h, mp_f16 dmin_h, const uint8_t *scales, const uint8_t q[MP_QK_K],
+                          const mp_block_q8_K *y)
+{
+    int32_t isum_q = 0, isum_m = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        mp_q4_K_scale_min(scales, j, &sc, &m);
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++)
+            s += q[32 * j + l] * y->qs[32 * j + l];
+        isum_q += sc * s;
+        isum_m += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    const float d = mp_f16_to_f32(d_h) * y->d, dmin = mp_f16_to_f32(dmin_h) * y->d;
+    return d * (float)isum_q - dmin * (float)isum_m;
+}
+
 float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x)
 {
     const mp_block_q4_K *bw = w; /* (n / 256,) */
     const uint8_t *px = x;       /* (n / 256,) Q8_K blocks; float d may be unaligned */
     float sum = 0.0f;
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        const mp_block_q4_K *b = &bw[ib];
         mp_block_q8_K y;
         memcpy(&y, px + ib * sizeof(y), sizeof(y));
-        /* x ~ sum_j (d sc_j q - dmin m_j): the q part needs sum(q * y) per sub-block, the min
-         * part only sum(y) per sub-block = two adjacent bsums. */
-        int32_t isum_q = 0, isum_m = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            mp_q4_K_scale_min(b->scales, j, &sc, &m);
-            const uint8_t *q = b->qs + 32 * (j / 2);
-            const int shift = 4 * (j & 1);
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++)
-                s += ((q[l] >> shift) & 0x0F) * y.qs[32 * j + l];
-            isum_q += sc * s;
-            isum_m += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-        }
-        const float d = mp_f16_to_f32(b->d) * y.d, dmin = mp_f16_to_f32(b->dmin) * y.d;
-        sum += d * (float)isum_q - dmin * (float)isum_m;
+        uint8_t q[MP_QK_K];
+        affine_K_quants(bw[ib].qs, NULL, q);
+        sum += affine_K_dot(bw[ib].d, bw[ib].dmin, bw[ib].scales, q, &y);
     }
     return sum;
 }
@@ -337,27 +346,14 @@ float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x)
 float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x)
 {
     const mp_block_q5_K *bw = w; /* (n / 256,) */
-    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks; float d may be unaligned */
+    const uint8_t *px = x;       /* (n / 256,) Q8_K blocks */
     float sum = 0.0f;
     for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        const mp_block_q5_K *b = &bw[ib];
         mp_block_q8_K y;
         memcpy(&y, px + ib * sizeof(y), sizeof(y));
-        /* as Q4_K's, with q = nibble + 16 * (bit j of qh[l]) in 0..31 */
-        int32_t isum_q = 0, isum_m = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            mp_q4_K_scale_min(b->scales, j, &sc, &m);
-            const uint8_t *q = b->qs + 32 * (j / 2);
-            const int shift = 4 * (j & 1);
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++)
-                s += (((q[l] >> shift) & 0x0F) | (((b->qh[l] >> j) & 1) << 4)) * y.qs[32 * j + l];
-            isum_q += sc * s;
-            isum_m += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-        }
-        const float d = mp_f16_to_f32(b->d) * y.d, dmin = mp_f16_to_f32(b->dmin) * y.d;
-        sum += d * (float)isum_q - dmin * (float)isum_m;
+        uint8_t q[MP_QK_K];
+        affine_K_quants(bw[ib].qs, bw[ib].qh, q);
+        sum += affine_K_dot(bw[ib].d, bw[ib].dmin, bw[ib].scales, q, &y);
     }
     return sum;
 }
