@@ -122,6 +122,10 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
         matrix = MP_TYPE_Q4_K;
     else if (!strcasecmp(mix, "q5_k_m"))
         matrix = MP_TYPE_Q5_K;
+    else if (!strcasecmp(mix, "q3_k_m"))
+        matrix = MP_TYPE_Q3_K;
+    else if (!strcasecmp(mix, "q2_k"))
+        matrix = MP_TYPE_Q2_K;
     else if (!strcasecmp(mix, "q8_0"))
         matrix = MP_TYPE_Q8_0;
     else if (!strcasecmp(mix, "bf16"))
@@ -131,7 +135,7 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
     else if (!strcasecmp(mix, "f32"))
         matrix = MP_TYPE_F32;
     else
-        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q4_k_m, q5_k_m, q8_0, bf16, f16, f32",
+        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q2_k, q3_k_m, q4_k_m, q5_k_m, q8_0, bf16, f16, f32",
                        mix);
     for (int c = 0; c < MP_MK_N_CLASSES; c++)
         cfg->types[c] = matrix;
@@ -143,6 +147,11 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
         /* Q4_K_M's and Q5_K_M's recipe: the tensors most sensitive to quantization error get 6 bits. */
         cfg->types[MP_MK_ATTN_V] = MP_TYPE_Q6_K;
         cfg->types[MP_MK_FFN_DOWN] = MP_TYPE_Q6_K;
+        cfg->types[MP_MK_OUTPUT] = MP_TYPE_Q6_K;
+    } else if (matrix == MP_TYPE_Q3_K || matrix == MP_TYPE_Q2_K) {
+        /* after llama.cpp's Q3_K_M and Q2_K: more bits where the error costs most */
+        cfg->types[MP_MK_ATTN_V] = matrix == MP_TYPE_Q3_K ? MP_TYPE_Q5_K : MP_TYPE_Q4_K;
+        cfg->types[MP_MK_FFN_DOWN] = MP_TYPE_Q4_K;
         cfg->types[MP_MK_OUTPUT] = MP_TYPE_Q6_K;
     }
     int i = 0;

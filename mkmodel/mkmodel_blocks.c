@@ -26,8 +26,8 @@ static float uniform_std(int n)
 
 bool mp_mk_blocks_supported(int type)
 {
-    return type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K || type == MP_TYPE_Q6_K || type == MP_TYPE_Q8_0 ||
-           type == MP_TYPE_Q4_0;
+    return type == MP_TYPE_Q2_K || type == MP_TYPE_Q3_K || type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K ||
+           type == MP_TYPE_Q6_K || type == MP_TYPE_Q8_0 || type == MP_TYPE_Q4_0;
 }
 
 /* Q4_K and Q5_K: x = d * sc_j * q - dmin * m_j over 8 sub-blocks of 32, q in 0..levels-1. With
@@ -85,6 +85,46 @@ static void q5_K_block(mp_block_q5_K *b, float std, bool zero_first, uint64_t (*
     if (zero_first) { /* element 0: the low nibble of qs[0] and bit 0 of qh[0]; q = 16 = 0b1'0000 */
         b->qs[0] = (uint8_t)(b->qs[0] & 0xF0);
         b->qh[0] = (uint8_t)(b->qh[0] | 1);
+    }
+}
+
+/* Q2_K: x = (d sc_g) q - (dmin m_g) over 16 groups of 16, q in 0..3. With dmin = d and m_g = sc_g
+ * (even groups) or 2 sc_g (odd), q = 1 or 2 is exactly zero and the groups' mean offsets of +-0.5
+ * step cancel; E[(q - q0)^2] = 1.5 sets d for the spread. */
+static void q2_K_block(mp_block_q2_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    float sc_sum = 0;
+    for (int g = 0; g < 16; g++) {
+        const int sc = 4 + (int)(next(r) % 4); /* 4..7, so that 2 sc fits the 4-bit min */
+        b->scales[g] = (uint8_t)(sc | ((g % 2 ? 2 * sc : sc) << 4));
+        sc_sum += (float)sc;
+    }
+    b->d = mp_f32_to_f16(std / (sqrtf(1.5f) * sc_sum / 16.0f));
+    b->dmin = b->d;
+    random_bytes(b->qs, sizeof b->qs, next, r);
+    if (zero_first) /* element 0: bits 0-1 of qs[0], group 0 (even): q = 1 */
+        b->qs[0] = (uint8_t)((b->qs[0] & 0xFC) | 1);
+}
+
+/* Q3_K: x = (d (s_g - 32)) q over 16 groups of 16, q in -4..3. q = 0 is exactly zero; the group
+ * scales alternate in sign so that the mean of q (-0.5) cancels; E[q^2] = 5.5 sets d. */
+static void q3_K_block(mp_block_q3_K *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    float c_sum = 0;
+    memset(b->scales, 0, sizeof b->scales);
+    for (int g = 0; g < 16; g++) {
+        const int c = 16 + (int)(next(r) % 16); /* |s_g - 32| in 16..31 */
+        const int u = g % 2 ? 32 - c : 32 + c;  /* 6-bit code, 1..63 */
+        b->scales[g % 8] |= (uint8_t)((u & 0x0F) << (4 * (g / 8)));
+        b->scales[8 + g % 4] |= (uint8_t)((u >> 4) << (2 * (g / 4)));
+        c_sum += (float)c;
+    }
+    b->d = mp_f32_to_f16(std / (sqrtf(5.5f) * c_sum / 16.0f));
+    random_bytes(b->hmask, sizeof b->hmask, next, r);
+    random_bytes(b->qs, sizeof b->qs, next, r);
+    if (zero_first) { /* element 0: bits 0-1 of qs[0] and bit 0 of hmask[0]; u = q + 4 = 4 */
+        b->qs[0] = (uint8_t)(b->qs[0] & 0xFC);
+        b->hmask[0] = (uint8_t)(b->hmask[0] | 1);
     }
 }
 
@@ -149,6 +189,8 @@ void mp_mk_random_row(int type, int64_t n, float std, bool zero_first, bool zero
     for (int64_t i = 0; i < n_blocks; i++) {
         const bool z = zero_first && i == 0;
         switch (type) {
+        case MP_TYPE_Q2_K: q2_K_block((mp_block_q2_K *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_Q3_K: q3_K_block((mp_block_q3_K *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q4_K: q4_K_block((mp_block_q4_K *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q5_K: q5_K_block((mp_block_q5_K *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q6_K: q6_K_block((mp_block_q6_K *)dst + i, std, z, next, rng_state); break;

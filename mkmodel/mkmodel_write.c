@@ -273,6 +273,10 @@ static uint32_t file_type(const mp_mkmodel_config *cfg)
         return 15; /* MOSTLY_Q4_K_M */
     if (!strcmp(cfg->mix, "q5_k_m"))
         return 17; /* MOSTLY_Q5_K_M */
+    if (!strcmp(cfg->mix, "q3_k_m"))
+        return 12; /* MOSTLY_Q3_K_M */
+    if (!strcmp(cfg->mix, "q2_k"))
+        return 10; /* MOSTLY_Q2_K */
     switch (cfg->types[MP_MK_FFN_GATE]) {
     case MP_TYPE_F32: return 0;
     case MP_TYPE_F16: return 1;
