@@ -69,7 +69,7 @@
 #              DECODE_CHECK_REPS, DECODE_CHECK_N ("63 511": short and long tg)
 #              -> $OUT/decode-check/decode-check.md
 #   shape-sweep  the pipeline on small models of unusual shapes (top-1 and top-8, 12 and 40 experts,
-#              FFN widths of 128 and 320, Q8_0, BF16 and Q5_K_M): collect, calibrate --quick, plan with its
+#              FFN widths of 128 and 320, Q8_0, BF16, Q5_K_M, Q3_K_M): collect, calibrate --quick, plan with its
 #              measured check, collect with an adaptive tier and analyze (bench/shape_sweep.sh;
 #              SWEEP_SHAPES) -> $OUT/shape-sweep/shape-sweep.md
 #   host-variance  the same decode in alternated processes, MP_POOL_PIN 0 and 1 (bench/host_variance.sh)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/shape_sweep_cpu.sh — bench/shape_sweep.sh as a test: small models of shapes no preset has
-# (top-1, top-8, 12 and 40 experts, FFN widths of 128 and 320, Q8_0, BF16, Q5_K_M) through mkmodel,
+# (top-1, top-8, 12 and 40 experts, FFN widths of 128 and 320, Q8_0, BF16, Q5_K_M, Q3_K_M) through mkmodel,
 # collect and analyze (every route's path recorded), and calibrate; with a CUDA device also plan and
 # the adaptive tier. Fails when any row fails. Needs MP_MOEPLAN (run through meson test).
 set -uo pipefail
@@ -20,6 +20,6 @@ if [ "$rc" != 0 ] || grep -q 'failed' "$out/shape-sweep.md"; then
     exit 1
 fi
 rows=$(grep -c '^| `' "$out/shape-sweep.md")
-[ "$rows" -ge 5 ] || { echo "shape_sweep: $rows rows, expected 5" >&2; exit 1; }
+[ "$rows" -ge 6 ] || { echo "shape_sweep: $rows rows, expected 6" >&2; exit 1; }
 [ "$(grep -c '^| `[^|]*| ok |' "$out/shape-sweep.md")" = "$rows" ] ||
     { echo "shape_sweep: not every shape collected and analyzed" >&2; exit 1; }
