@@ -102,9 +102,9 @@ static void all_refuse(const char *stmt, const char *needle)
     free(p);
 }
 
-Test(trace_check, a_good_trace_is_accepted_by_all)
+/* All three consumers accept the trace at p. */
+static void all_accept(const char *p)
 {
-    char *p = make_trace(tmpdir, "t.db", (trace_opts){0});
     char a[1024], s[1024], r[1024];
     analyzer_verdict(p, a, sizeof a);
     simulator_verdict(p, s, sizeof s);
@@ -112,6 +112,12 @@ Test(trace_check, a_good_trace_is_accepted_by_all)
     cr_assert_str_eq(a, "");
     cr_assert_str_eq(s, "");
     cr_assert_str_eq(r, "");
+}
+
+Test(trace_check, a_good_trace_is_accepted_by_all)
+{
+    char *p = make_trace(tmpdir, "t.db", (trace_opts){0});
+    all_accept(p);
     free(p);
 }
 
@@ -204,13 +210,7 @@ Test(trace_check, served_codes_that_agree_are_summed)
     sql(p, timing_row(q, sizeof q, 0, 4, 4, 2, SERVED8));
     sql(p, timing_row(q, sizeof q, (2LL << 36) | (1 << 12) | 1, 1, 1, 0, "x'0300'")); /* far, gpu */
     sql(p, timing_row(q, sizeof q, (2LL << 36) | (2 << 12) | 1, 7, 7, 7, "NULL"));   /* not said */
-    char a[1024], s[1024], r[1024];
-    analyzer_verdict(p, a, sizeof a);
-    simulator_verdict(p, s, sizeof s);
-    replay_verdict(p, r, sizeof r);
-    cr_assert_str_eq(a, "");
-    cr_assert_str_eq(s, "");
-    cr_assert_str_eq(r, "");
+    all_accept(p);
     mp_trace_check *c;
     mp_error err;
     cr_assert_eq(mp_trace_check_open(p, NULL, NULL, &c, &err), MP_OK, "%s", err.msg);
@@ -270,13 +270,7 @@ Test(trace_check, tier_counts_of_every_timing_row_are_summed)
            " (4097, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 512, NULL),"
            " ((1 << 36) | (7 << 12), 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0, NULL);"
            " UPDATE footer SET n_timing = 5");
-    char a[1024], s[1024], r[1024];
-    analyzer_verdict(p, a, sizeof a);
-    simulator_verdict(p, s, sizeof s);
-    replay_verdict(p, r, sizeof r);
-    cr_assert_str_eq(a, "");
-    cr_assert_str_eq(s, "");
-    cr_assert_str_eq(r, "");
+    all_accept(p);
     int rc;
     mp_trace_tier_totals t = checked_tier(p, &rc);
     cr_assert_eq(rc, 0);
