@@ -371,36 +371,6 @@ static mp_status check_support(const mp_hparams *hp, const mp_placement *pl, mp_
     return MP_OK;
 }
 
-/* Every weight matrix of a type the CUDA kernels take (mp_cuda_vec_dot_type): a type the CPU
- * kernels have and the GPU's lack is refused here, in one line naming the tensor, rather than by a
- * kernel's launch in the middle of a step. Norms are F32 in every supported file. */
-static mp_status check_types(const mp_model *m, mp_error *err)
-{
-    static const char *const names[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp",
-                                        "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-    const mp_tensor *bad = NULL;
-    char where[64] = "";
-    if (mp_cuda_vec_dot_type(m->tok_embd.type) < 0)
-        bad = &m->tok_embd, snprintf(where, sizeof where, "token_embd");
-    else if (mp_cuda_vec_dot_type(m->output.type) < 0)
-        bad = &m->output, snprintf(where, sizeof where, "output");
-    for (int64_t il = 0; !bad && il < m->hp.n_layer; il++) {
-        const mp_layer *L = &m->layers[il];
-        const mp_tensor *t[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_inp, &L->gate_exps, &L->up_exps,
-                                &L->down_exps};
-        for (size_t i = 0; !bad && i < sizeof t / sizeof t[0]; i++)
-            if (mp_cuda_vec_dot_type(t[i]->type) < 0) {
-                bad = t[i];
-                snprintf(where, sizeof where, "blk.%" PRId64 ".%s", il, names[i]);
-            }
-    }
-    if (!bad)
-        return MP_OK;
-    const char *name = mp_type_name(bad->type);
-    return mp_fail(err, MP_ERR_UNSUPPORTED, "GPU executor: tensor %s is %s, which the GPU kernels do not take "
-                   "(the CPU executor does: --executor cpu)", where, name ? name : "of an unknown type");
-}
-
 /* The host-side tables: per layer (device tensors, hook timing, events, round trips, far
  * decisions), the step's expert mask and counts, and the executor's copy of the placement. */
 static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *err)
@@ -654,8 +624,6 @@ mp_status mp_gpu_exec_new(mp_session *s, const mp_placement *pl, mp_gpu **out, m
 {
     *out = NULL;
     mp_status st = check_support(&s->m->hp, pl, err);
-    if (!st)
-        st = check_types(s->m, err);
     if (st)
         return st;
     /* low-latency waits for the decode round trip; harmless if the context already exists */

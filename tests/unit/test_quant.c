@@ -27,6 +27,7 @@
 #include <cpuid.h>
 #endif
 
+#include "kernels/cuda_sizes.h"
 #include "kernels/quant.h"
 #include "quant_check.h"
 
@@ -539,6 +540,26 @@ Test(quant, bf16_round_trip_and_rounding)
 }
 
 /* ---- type table and dispatch ---- */
+
+/* Every type the loader takes has the GPU's row size and activation format (kernels/cuda_sizes.h,
+ * which the CUDA kernels and the budget read): a type added to the CPU table alone fails here, in
+ * CI, rather than in a GPU step. Q8_K is an activation format, no weight. */
+Test(quant, every_loaded_type_has_the_gpu_sizes)
+{
+    int n = 0;
+    for (int t = 0; t < 64; t++) {
+        if (!mp_type_supported(t))
+            continue;
+        n++;
+        cr_assert_eq(mp_cuda_vec_dot_type(t), mp_type_ops_scalar(t)->vec_dot_type, "%s", mp_type_name(t));
+        for (int64_t k = 1; k <= 3; k++) {
+            const int64_t elems = k * mp_type_block_elems(t);
+            cr_assert_eq(mp_cuda_row_bytes(t, elems), mp_type_row_bytes(t, elems), "%s", mp_type_name(t));
+        }
+    }
+    cr_assert_eq(n, N_WEIGHT_TYPES, "the weight types of quant_check.c");
+    cr_assert_eq(mp_cuda_vec_dot_type(MP_TYPE_Q8_K), -1);
+}
 
 Test(quant, type_table)
 {
