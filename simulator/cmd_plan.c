@@ -301,7 +301,7 @@ static double check_level_gbs(const mp_costs *c, const check_result *r)
 static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_level, const check_result *r,
                            const mp_costs *c, const char *placement)
 {
-    const double meas = r->ms, cal = c->host_read_gbs;
+    const double meas = r->ms, cal = c->host_read_gbs, grid = mp_costs_grid_cpu_gbs(c);
     const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
     const double e_level = meas > 0 && pred_level > 0 ? 100 * (pred_level - meas) / meas : 0;
     printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
@@ -309,13 +309,12 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
            e, r->gbs, cal);
     if (r->gpu && pred_level > 0)
         printf("plan: at the rate the check's CPU experts read (%.1f GB/s; %.1f in the calibration's grid): "
-               "predicted %.3f ms/token, %+.1f %%\n", r->cpu_gbs, mp_costs_grid_cpu_gbs(c), pred_level, e_level);
+               "predicted %.3f ms/token, %+.1f %%\n", r->cpu_gbs, grid, pred_level, e_level);
     if (!r->gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
         printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
         char cause[256];
-        const double grid = mp_costs_grid_cpu_gbs(c);
         if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
                      "calibration's at %.1f (a busier or a quieter host: check again later, or `simulate "
