@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/quant.h"
+
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
                                mp_decode_costs *out, mp_error *err)
 {
@@ -43,10 +45,11 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
                        shape->threads, d->threads, shape->threads);
     out->top_k = d->top_k;
     out->far_max = d->far_max;
+    out->far_split = d->far_split > 0 ? d->far_split : 1;
     out->expert_bytes = d->expert_bytes;
     for (int i = 0; i < d->n_points; i++) {
         const mp_cost_decode_point *p = &d->points[i];
-        if (p->cold < 0 || p->cold > d->top_k || p->far < 0 || p->far > p->cold || p->far > d->far_max ||
+        if (p->cold < 0 || p->cold > d->top_k || p->far < 0 || p->far > p->cold * out->far_split || p->far > d->far_max ||
             (!p->far_on && p->far) || !(p->layer.median_ns >= 0)) /* the loader refuses these */
             return mp_fail(err, MP_ERR_ARG, "costs %s: decode layer grid point %d (cold %d, far %d): out of range",
                            name, i, p->cold, p->far);
@@ -107,11 +110,12 @@ void mp_decide_layer_routes(const uint64_t *counts, const float *freq, const uin
     *all = a;
 }
 
-/* The far routes f of a step with c cold routes whose measured time with far routes on is least
+/* The far units f of a step with c cold routes whose measured time with far routes on is least
  * (the fewer on ties; 0 when none is measured). */
 static int best_far(const mp_decode_costs *dc, int c)
 {
-    const int f_hi = c < dc->far_max ? c : dc->far_max;
+    const int units = c * (dc->far_split > 0 ? dc->far_split : 1);
+    const int f_hi = units < dc->far_max ? units : dc->far_max;
     int best = 0;
     for (int f = 1; f <= f_hi; f++)
         if (isfinite(dc->on_ns[c][f]) && (!isfinite(dc->on_ns[c][best]) || dc->on_ns[c][f] < dc->on_ns[c][best]))
@@ -128,7 +132,7 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
     const double p = cold_share < 0 ? 0 : cold_share > 1 ? 1 : cold_share;
     double e_on = 0, e_off = 0, choose = 1; /* choose = C(K, c) */
     bool known = true;
-    mp_far_layer fl = {.on = true};
+    mp_far_layer fl = {.on = true, .split = (uint8_t)(dc->far_split > 0 ? dc->far_split : 1)};
     for (int c = 0; c <= K; c++) {
         if (c > 0)
             choose = choose * (double)(K - c + 1) / (double)c;
@@ -146,6 +150,65 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
     }
     if (known && e_on < e_off)
         *out = fl;
+}
+
+int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule)
+{
+    if (top_k < 1 || granule < 1)
+        return 1;
+    int64_t s = (MP_DECIDE_FAR_RESOLUTION + top_k - 1) / top_k;
+    if (s > n_ff / granule)
+        s = n_ff / granule;
+    if (s > MP_DECIDE_MAX_K / top_k)
+        s = MP_DECIDE_MAX_K / top_k;
+    return s < 1 ? 1 : (int)s;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int64_t mp_decide_split_granule(int down_type)
+{
+    const mp_type_ops *ops = mp_type_ops_scalar(down_type); /* the vec_dot_type is every level's */
+    const int64_t w = mp_type_block_elems(down_type);
+    if (!ops || w < 1)
+        return 0;
+    const int64_t a = mp_type_block_elems(ops->vec_dot_type);
+    if (a < 1)
+        return 0;
+    return w / gcd64(w, a) * a;
+}
+
+int64_t mp_decide_split_rows(int64_t n_ff, int64_t granule, int split, int part)
+{
+    if (granule < 1 || split < 2 || part < 1 || part >= split || n_ff < 2 * granule)
+        return 0;
+    const int64_t units = n_ff / granule;
+    int64_t gpu = (units * part * 2 + split) / (2 * (int64_t)split); /* part / split of it, rounded */
+    gpu = gpu < 1 ? 1 : gpu > units - 1 ? units - 1 : gpu;
+    return n_ff - gpu * granule;
+}
+
+void mp_decide_far_units(int f, int split, int far_max_routes, int *routes, int *part)
+{
+    split = split > 0 ? split : 1;
+    f = f > 0 ? f : 0;
+    int r = f / split, p = f % split;
+    if (p)
+        r++;
+    if (r > far_max_routes) { /* the routes the stage holds, each whole */
+        r = far_max_routes > 0 ? far_max_routes : 0;
+        p = 0;
+    }
+    *routes = r;
+    *part = p;
 }
 
 double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c)

@@ -13,11 +13,16 @@
  *   copied  (steps of several rows) its weights are copied to a staging slot and it runs on the
  *           GPU, when its rows would take the CPU longer than the copy takes.
  *
- * Far routes, per layer. A one-row step with c of its top_k routes cold may run f of them far,
- * 0 <= f <= min(c, far_max); the kernels run the first f cold routes in slot order. The cost
- * file's decode grid has the layer's time for each (c, f) with far routes on (their gather is
- * launched every step, whatever f) and for each c with them off. A layer's decision:
- *   table[c] = the measured f with the least time for c cold routes (ties: fewer far routes);
+ * Far routes, per layer. Far work is counted in units of 1/split of an expert (split = 1: whole
+ * routes; mp_decide_far_split picks it for the model's shape, so that a top-2 model with 114 MB
+ * experts can give the bus a quarter of one, where a top-8 one moves whole routes). A one-row step
+ * with c of its top_k routes cold may run f units far, 0 <= f <= min(c · split, far_max): the
+ * first f / split cold routes in slot order run whole on the GPU, and when f % split > 0 the next
+ * one is split: the GPU runs its last FFN rows (f % split of split parts, mp_decide_split_rows)
+ * and the CPU its first ones, each adding its partial. The cost file's decode grid has the
+ * layer's time for each (c, f) with far routes on (their gather is launched every step, whatever
+ * f) and for each c with them off. A layer's decision:
+ *   table[c] = the measured f with the least time for c cold routes (ties: fewer far units);
  *   on       = over c ~ Binomial(top_k, cold_share), the expected time with the table is below
  *              the expected time with far routes off.
  * cold_share is the share of the layer's routes that reach experts outside the pool: from the
@@ -43,10 +48,11 @@
  * step; NaN where not measured). */
 typedef struct mp_decode_costs {
     int top_k;
-    int far_max;                                      /* 0: far routes not measured */
+    int far_max;                                      /* far units; 0: far routes not measured */
+    int far_split;                                    /* far units per expert (1: whole routes) */
     uint64_t expert_bytes;
     double off_ns[MP_DECIDE_MAX_K + 1];               /* [c], far routes off */
-    double on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* [c][f], far routes on */
+    double on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* [c][f units], far routes on */
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers */
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
 } mp_decode_costs;
@@ -92,11 +98,39 @@ double mp_decide_cold_share(double cold_routes, double all_routes, int64_t n_res
 void mp_decide_layer_routes(const uint64_t *counts, const float *freq, const uint8_t *resident, int64_t n_expert,
                             double *cold, double *all);
 
-/* One layer's far routes: on, and f for each count of cold routes. */
+/* One layer's far routes: on, and the far units f for each count of cold routes, in units of
+ * 1/split of an expert (split 0 reads as 1). */
 typedef struct mp_far_layer {
     bool on;
+    uint8_t split;
     uint8_t table[MP_DECIDE_MAX_K + 1];
 } mp_far_layer;
+
+/* The steps at which far work is chosen: the GPU's share of a step's cold work moves by at most
+ * 1/MP_DECIDE_FAR_RESOLUTION of it. Where the cores' and the bus's shares balance, a step half a
+ * unit off costs at most ~1/16 of the cold work's time; finer units would lengthen calibrate's
+ * grid (one point per unit) for less than the host's drift between runs. */
+#define MP_DECIDE_FAR_RESOLUTION 8
+
+/* Far units per expert for a model whose top_k routes a step, whose experts have n_ff FFN rows,
+ * split at multiples of granule rows (mp_decide_split_granule): ceil(MP_DECIDE_FAR_RESOLUTION /
+ * top_k), at most n_ff / granule and MP_DECIDE_MAX_K / top_k, at least 1. */
+int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule);
+
+/* The rows at which an expert whose down tensor has type down_type can be split between the CPU and
+ * the GPU: a multiple of that type's block and of its activations' block (each side's dot products
+ * then cover whole blocks); 0 for an unknown type. */
+int64_t mp_decide_split_granule(int down_type);
+
+/* The FFN rows the CPU keeps, [0, r0), of a split route whose GPU part is `part` of `split` units
+ * (0 < part < split): r0 = n_ff less part / split of it, rounded to the granule, with at least one
+ * granule on each side; 0 (no split: the GPU runs it whole) when part is 0 or n_ff has fewer than
+ * two granules. */
+int64_t mp_decide_split_rows(int64_t n_ff, int64_t granule, int split, int part);
+
+/* A step's far work, f units of 1/split: the routes the GPU runs (the split one included, at most
+ * far_max_routes) and the split one's part (0: none; it is the last of *routes). */
+void mp_decide_far_units(int f, int split, int far_max_routes, int *routes, int *part);
 
 /* The decision for a hybrid layer whose routes are cold with probability cold_share (dc NULL, or
  * a grid without far routes: off). */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/quant.h"
 #include "runtime/decide.h"
 #include "tests/rng.h"
 
@@ -93,6 +94,120 @@ Test(decide, top2_large_experts_stay_on_the_cpu)
     cr_assert(fl.on);
     cr_assert_eq(fl.table[1], 1);
     cr_assert_eq(fl.table[2], 2, "both far: 5.10 ms on the bus against 6.35 ms for one each");
+}
+
+/* The same top-2 host, with far work in quarter experts (split 4, as calibrate measures a top-2
+ * grid): a step's f units give the bus f/4 of an expert, the cores the rest. Whole routes lost
+ * (above); a split puts 0.38 of the work on the bus beside the cores and pays. */
+static mp_decode_costs split_grid(int K, int split, double B)
+{
+    mp_decode_costs dc = empty_grid(K, K * split);
+    dc.far_split = split;
+    for (int c = 0; c <= K; c++) {
+        dc.off_ns[c] = 20000 + c * B / 100.0;
+        for (int f = 0; f <= c * split; f++) {
+            const double gpu_share = (double)f / split;
+            const double cpu = (c - gpu_share) * B / (f ? 78.0 : 100.0), gpu = 10000 + gpu_share * B / 45.0;
+            dc.on_ns[c][f] = 20000 + (cpu > gpu ? cpu : gpu);
+        }
+    }
+    return dc;
+}
+
+Test(decide, top2_large_experts_split_one_with_the_bus)
+{
+    mp_decode_costs dc = split_grid(2, 4, 114e6);
+    mp_far_layer fl;
+    mp_decide_far_layer(&dc, 1.0, &fl);
+    cr_assert(fl.on, "a split pays on an all-cold layer");
+    cr_assert_eq(fl.split, 4);
+    /* one cold route: 1/4 on the bus takes 10 + 633 us beside the cores' 1096 us; 2/4, 1277 us on
+     * the bus: one quarter is best */
+    cr_assert_eq(fl.table[1], 1, "table[1] = %d", fl.table[1]);
+    /* two cold routes: 3/4 of an expert on the bus (1910 us) beside 1.25 on the cores (1827 us) */
+    cr_assert_eq(fl.table[2], 3, "table[2] = %d", fl.table[2]);
+    cr_assert_float_eq(mp_decide_decode_ns(&dc, &fl, 2), dc.on_ns[2][3], 1e-9);
+    cr_assert_lt(mp_decide_decode_ns(&dc, &fl, 2), dc.off_ns[2]);
+    /* the step's work: 3 units of 4 are one route, split, with 3 parts on the GPU */
+    int routes = -1, part = -1;
+    mp_decide_far_units(fl.table[2], fl.split, 2, &routes, &part);
+    cr_assert_eq(routes, 1);
+    cr_assert_eq(part, 3);
+    /* the floor holds the grid's points: every point at or above its cold bytes over both readers */
+    dc.host_bytes_per_ns = 100;
+    dc.bus_bytes_per_ns = 45;
+    for (int c = 0; c <= 2; c++)
+        for (int f = 0; f <= 4 * c; f++)
+            cr_assert_geq(dc.on_ns[c][f], mp_decide_floor_ns(&dc, c * 114e6), "c=%d f=%d", c, f);
+}
+
+Test(decide, far_units_per_expert_follow_top_k_and_the_rows)
+{
+    cr_assert_eq(mp_decide_far_split(8, 768, 256), 1, "top-8: whole routes");
+    cr_assert_eq(mp_decide_far_split(32, 768, 256), 1);
+    cr_assert_eq(mp_decide_far_split(16, 768, 32), 1);
+    cr_assert_eq(mp_decide_far_split(4, 1536, 256), 2);
+    cr_assert_eq(mp_decide_far_split(3, 1536, 256), 3);
+    cr_assert_eq(mp_decide_far_split(2, 14336, 256), 4, "Mixtral: quarter experts");
+    cr_assert_eq(mp_decide_far_split(1, 14336, 256), 8);
+    cr_assert_eq(mp_decide_far_split(2, 512, 256), 2, "no finer than one granule a unit");
+    cr_assert_eq(mp_decide_far_split(2, 256, 256), 1, "one granule: cannot split");
+    cr_assert_eq(mp_decide_far_split(2, 14336, 0), 1, "unknown granule: whole routes");
+    cr_assert_eq(mp_decide_far_split(0, 14336, 256), 1);
+    for (int k = 1; k <= MP_DECIDE_MAX_K; k++)
+        cr_assert_leq(k * mp_decide_far_split(k, 1 << 20, 1), MP_DECIDE_MAX_K, "top-%d", k);
+}
+
+Test(decide, split_rows_are_whole_blocks_on_both_sides)
+{
+    /* the granule: the down type's block and its activations' block */
+    cr_assert_eq(mp_decide_split_granule(MP_TYPE_Q6_K), 256);
+    cr_assert_eq(mp_decide_split_granule(MP_TYPE_Q4_K), 256);
+    cr_assert_eq(mp_decide_split_granule(MP_TYPE_Q8_0), 32);
+    cr_assert_eq(mp_decide_split_granule(MP_TYPE_Q4_0), 32);
+    cr_assert_eq(mp_decide_split_granule(MP_TYPE_F32), 1);
+    cr_assert_eq(mp_decide_split_granule(-1), 0);
+    /* Mixtral's 14336 rows are 56 super-blocks: quarters of 14 */
+    cr_assert_eq(mp_decide_split_rows(14336, 256, 4, 1), 14336 - 14 * 256);
+    cr_assert_eq(mp_decide_split_rows(14336, 256, 4, 2), 14336 - 28 * 256);
+    cr_assert_eq(mp_decide_split_rows(14336, 256, 4, 3), 14336 - 42 * 256);
+    /* no split: part 0, part >= split, one unit, fewer than two granules */
+    cr_assert_eq(mp_decide_split_rows(14336, 256, 4, 0), 0);
+    cr_assert_eq(mp_decide_split_rows(14336, 256, 4, 4), 0);
+    cr_assert_eq(mp_decide_split_rows(14336, 256, 1, 0), 0);
+    cr_assert_eq(mp_decide_split_rows(256, 256, 4, 1), 0);
+    /* two granules: at least one on each side, whatever the part */
+    for (int part = 1; part < 4; part++)
+        cr_assert_eq(mp_decide_split_rows(512, 256, 4, part), 256, "part %d", part);
+    /* every split of random shapes: a multiple of the granule, strictly inside */
+    seed_rng();
+    for (int i = 0; i < 2000; i++) {
+        const int64_t g = (int64_t[]){1, 32, 256}[rnd_u64() % 3];
+        const int64_t n_ff = g * (int64_t)(2 + rnd_u64() % 80);
+        const int split = 2 + (int)(rnd_u64() % 7), part = 1 + (int)(rnd_u64() % (uint64_t)(split - 1));
+        const int64_t r0 = mp_decide_split_rows(n_ff, g, split, part);
+        cr_assert(r0 > 0 && r0 < n_ff && r0 % g == 0, "seed %llu: n_ff %lld granule %lld %d/%d: r0 %lld",
+                  (unsigned long long)g_seed, (long long)n_ff, (long long)g, part, split, (long long)r0);
+        /* more parts for the GPU never leave the CPU more rows */
+        if (part > 1)
+            cr_assert_leq(r0, mp_decide_split_rows(n_ff, g, split, part - 1));
+    }
+}
+
+Test(decide, far_units_name_whole_routes_and_the_split_one)
+{
+    int routes, part;
+    const int cases[][5] = {
+        /* f, split, far_max routes, routes, part */
+        {0, 4, 2, 0, 0}, {1, 4, 2, 1, 1}, {4, 4, 2, 1, 0}, {5, 4, 2, 2, 1},
+        {8, 4, 2, 2, 0}, {3, 4, 2, 1, 3}, {9, 4, 2, 2, 0}, /* past the stage: whole routes it holds */
+        {3, 1, 8, 3, 0}, {3, 0, 8, 3, 0}, {-1, 4, 2, 0, 0}, {2, 4, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp_decide_far_units(cases[i][0], cases[i][1], cases[i][2], &routes, &part);
+        cr_assert_eq(routes, cases[i][3], "case %zu: routes %d", i, routes);
+        cr_assert_eq(part, cases[i][4], "case %zu: part %d", i, part);
+    }
 }
 
 /* top-1: the one cold route is far or not; a grid without far points (far_max 0) never turns them
