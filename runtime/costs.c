@@ -336,8 +336,8 @@ static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
 /* $.decode_layers: the model it was measured for and its points (see costs.h). */
 static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
 {
-    static const char *const keys[] = {"quant", "n_embd", "n_ff", "n_expert", "top_k", "far_max", "threads",
-                                       "expert_bytes", "pool", "steps", "hybrid_step", "points", NULL};
+    static const char *const keys[] = {"quant", "n_embd", "n_ff", "n_expert", "top_k", "far_max", "far_split",
+                                       "threads", "expert_bytes", "pool", "steps", "hybrid_step", "points", NULL};
     static const char *const pkeys[] = {"cold", "far", "far_on", "median_ns", "spread_ns", "cpu_ns", "gpu_ns", NULL};
     const char *path = "$.decode_layers";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *pts;
@@ -363,10 +363,21 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
         return bad(c, "$.decode_layers.top_k", "%.0f: expected at most %d and at most n_expert", x,
                    MP_COST_DECODE_MAX_K);
     d->top_k = (int)x;
+    /* optional: far units per expert (older files count whole routes: 1) */
+    d->far_split = 1;
+    if (cJSON_GetObjectItemCaseSensitive(v, "far_split")) {
+        if ((st = get_int(c, v, path, "far_split", 1, &x)))
+            return st;
+        if (x * d->top_k > MP_COST_DECODE_MAX_K)
+            return bad(c, "$.decode_layers.far_split", "%.0f: expected at most %d / top_k (%d)", x,
+                       MP_COST_DECODE_MAX_K, d->top_k);
+        d->far_split = (int)x;
+    }
     if ((st = get_int(c, v, path, "far_max", 0, &x)))
         return st;
-    if (x > d->top_k)
-        return bad(c, "$.decode_layers.far_max", "%.0f: expected at most top_k (%d)", x, d->top_k);
+    if (x > d->top_k * d->far_split)
+        return bad(c, "$.decode_layers.far_max", "%.0f: expected at most top_k x far_split (%d)", x,
+                   d->top_k * d->far_split);
     d->far_max = (int)x;
     if ((st = get_int(c, v, path, "threads", 1, &x)))
         return st;
@@ -406,7 +417,7 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
         return st;
     const int n = cJSON_GetArraySize(pts);
     /* at most one point per (cold, far, far_on) */
-    const int most = (d->top_k + 1) * (d->top_k + 2);
+    const int most = (d->top_k + 1) * (d->top_k * d->far_split + 2);
     if (!cJSON_IsArray(pts) || n < 1 || n > most)
         return bad(c, "$.decode_layers.points", "expected an array of 1..%d points", most);
     if (!(d->points = calloc((size_t)n, sizeof *d->points)))
@@ -426,9 +437,10 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
         pt->cold = (int)x;
         if ((st = get_int(c, p, sub, "far", 0, &x)))
             return st;
-        if (x > pt->cold || x > d->far_max) {
+        if (x > pt->cold * d->far_split || x > d->far_max) {
             join(key, sub, "far");
-            return bad(c, key, "%.0f: expected at most cold (%d) and far_max (%d)", x, pt->cold, d->far_max);
+            return bad(c, key, "%.0f: expected at most cold x far_split (%d) and far_max (%d)", x,
+                       pt->cold * d->far_split, d->far_max);
         }
         pt->far = (int)x;
         if ((st = get_member(c, p, sub, "far_on", &on)))

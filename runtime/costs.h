@@ -54,8 +54,9 @@ typedef struct mp_cost_expert {
 } mp_cost_expert;
 
 /* One point of the decode layer grid: the runtime's one-row layer step with `cold` of its top_k
- * routes on experts outside the GPU pool, `far` of which the GPU ran reading their weights over
- * the bus, on a layer with far routes on (the gather launched every step) or off (far 0). */
+ * routes on experts outside the GPU pool, `far` units of which (1/far_split of an expert each,
+ * runtime/decide.h) the GPU ran reading their weights over the bus, on a layer with far routes on
+ * (the gather launched every step) or off (far 0). */
 typedef struct mp_cost_decode_point {
     int cold, far;
     bool far_on;
@@ -66,12 +67,13 @@ typedef struct mp_cost_decode_point {
 
 typedef struct mp_cost_decode {
     int n_points;                  /* 0: absent */
-    mp_cost_decode_point *points;  /* unique (cold, far, far_on); far <= min(cold, far_max) */
+    mp_cost_decode_point *points;  /* unique (cold, far, far_on); far <= min(cold x far_split, far_max) */
     /* the model and run the grid was measured for: a grid is valid only for them */
     char quant[MP_COST_QUANT_MAX];
     int64_t n_embd, n_ff, n_expert;
     int top_k;                     /* 1..32 */
-    int far_max;                   /* most far routes measured, 0..top_k (0: far routes not measured) */
+    int far_max;                   /* most far units measured, 0..top_k x far_split (0: far routes not measured) */
+    int far_split;                 /* far units per expert, 1..32 / top_k (optional: 1, whole routes) */
     int threads;
     uint64_t expert_bytes;
     /* optional (0 where a file predates them): the experts of each layer the grid's pool held, and

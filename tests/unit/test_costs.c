@@ -2,11 +2,13 @@
  * interpolation, on tests/fixtures/costs/fixture.json (synthetic round numbers, not measurements). */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/costs.h"
+#include "runtime/decide.h"
 #include "runtime/gpu.h"
 
 static char *fixture_text(size_t *len)
@@ -411,6 +413,47 @@ Test(costs, reads_the_decode_grid_and_host_read)
     free(text);
 }
 
+/* Far work in units of 1/far_split of an expert: a file without far_split counts whole routes; with
+ * it, a point may run up to cold x far_split units, and the decision grid takes them as such. */
+Test(costs, reads_far_units_of_a_split_grid)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.decode.far_split, 1, "absent: whole routes");
+    mp_costs_free(&c);
+    cJSON *root = cJSON_Parse(text);
+    cJSON *d = cJSON_GetObjectItem(root, "decode_layers");
+    cJSON_AddNumberToObject(d, "far_split", 4);
+    cJSON_ReplaceItemInObject(d, "far_max", cJSON_CreateNumber(8));
+    cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "points"), 5); /* cold 1, far 1, on */
+    cJSON_ReplaceItemInObject(p, "far", cJSON_CreateNumber(3));
+    char *mut = cJSON_PrintUnformatted(root);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "split.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.decode.far_split, 4);
+    cr_assert_eq(c.decode.far_max, 8);
+    cr_assert_eq(c.decode.points[5].far, 3);
+    mp_decode_costs dc;
+    const mp_decode_shape shape = {NULL, 2048, 768, 4, 2, 16, 0};
+    cr_assert_eq(mp_decode_costs_from(&c, "split.json", &shape, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(dc.far_split, 4);
+    cr_assert_eq(dc.on_ns[1][3], 90000);
+    cr_assert(isnan(dc.on_ns[1][1]));
+    mp_costs_free(&c);
+    free(mut);
+    /* 5 units of one cold route: more than the route */
+    cJSON_ReplaceItemInObject(p, "far", cJSON_CreateNumber(5));
+    mut = cJSON_PrintUnformatted(root);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "split.json", &c, &err), MP_ERR_FORMAT);
+    cr_assert_not_null(strstr(err.msg, "$.decode_layers.points[5].far: 5: expected at most cold x far_split (4)"),
+                       "%s", err.msg);
+    free(mut);
+    cJSON_Delete(root);
+    free(text);
+}
+
 /* A run's CPU experts' rate: its CPU routes' bytes over their time; none without CPU routes. */
 Test(costs, a_runs_cpu_rate_from_its_stats)
 {
@@ -429,7 +472,11 @@ Test(costs, refuses_bad_decode_grids)
         {"\"top_k\": 2,", "\"top_k\": 0,", "$.decode_layers.top_k: expected a finite number >= 1"},
         {"\"top_k\": 2,", "\"top_k\": 33,", "$.decode_layers.top_k: 33: expected at most 32"},
         {"\"top_k\": 2,", "\"top_k\": 5,", "$.decode_layers.top_k: 5: expected at most 32 and at most n_expert"},
-        {"\"far_max\": 1,", "\"far_max\": 3,", "$.decode_layers.far_max: 3: expected at most top_k (2)"},
+        {"\"far_max\": 1,", "\"far_max\": 3,", "$.decode_layers.far_max: 3: expected at most top_k x far_split (2)"},
+        {"\"far_max\": 1,", "\"far_max\": 1, \"far_split\": 0,", "$.decode_layers.far_split: expected a finite number >= 1"},
+        {"\"far_max\": 1,", "\"far_max\": 1, \"far_split\": 17,", "$.decode_layers.far_split: 17: expected at most 32 / top_k (2)"},
+        {"\"far_max\": 1,", "\"far_max\": 9, \"far_split\": 4,", "$.decode_layers.far_max: 9: expected at most top_k x far_split (8)"},
+        {"\"far_max\": 1,", "\"far_max\": 1, \"far_split\": 1.5,", "$.decode_layers.far_split: expected an integer"},
         {"\"threads\": 16, \"expert_bytes\"", "\"threads\": 0, \"expert_bytes\"",
          "$.decode_layers.threads: expected a finite number >= 1"},
         {"\"n_expert\": 4,", "", "$.decode_layers.n_expert: missing"},
@@ -438,7 +485,7 @@ Test(costs, refuses_bad_decode_grids)
         {"{\"cold\": 2, \"far\": 0, \"far_on\": false", "{\"cold\": 3, \"far\": 0, \"far_on\": false",
          "$.decode_layers.points[2].cold: 3: expected at most top_k (2)"},
         {"{\"cold\": 0, \"far\": 0, \"far_on\": true", "{\"cold\": 0, \"far\": 1, \"far_on\": true",
-         "$.decode_layers.points[3].far: 1: expected at most cold (0) and far_max (1)"},
+         "$.decode_layers.points[3].far: 1: expected at most cold x far_split (0) and far_max (1)"},
         {"{\"cold\": 1, \"far\": 0, \"far_on\": false", "{\"cold\": 1, \"far\": 1, \"far_on\": false",
          "$.decode_layers.points[1].far: 1 with far_on false: expected 0"},
         {"{\"cold\": 1, \"far\": 0, \"far_on\": false", "{\"cold\": 1, \"far\": 0, \"far_on\": 0",
