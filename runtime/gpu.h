@@ -52,6 +52,9 @@ typedef struct mp_gpu_stats {
     int64_t routes_copied;     /* routes served by copying the expert's weights to the GPU */
     int64_t routes_far;        /* decode routes the GPU ran reading the expert's weights from host
                                 * memory over the bus (far routes, mp_gpu_set_far_plan) */
+    int64_t routes_split;      /* of those, split: the CPU computed their first FFN rows
+                                * (runtime/decide.h), and read split_cpu_bytes of their weights */
+    int64_t split_cpu_bytes;
     int64_t experts_copied;    /* expert weight copies (prefill, and decode's split with the CPU) */
     int64_t bytes_copied;      /* their bytes */
     int64_t sync_wait_ns;      /* host time waiting for the GPU's routing (the round trip) */
@@ -124,13 +127,13 @@ static inline int64_t mp_gpu_stats_routes(const mp_gpu_stats *st)
 }
 
 /* The CPU experts' read rate in GB/s (bytes per ns) over the stats: routes_cpu experts of
- * expert_bytes each over cpu_expert_ns; 0 when no route ran on the CPU. Set beside the cost file's
- * (mp_costs_grid_cpu_gbs), it says how fast the host's memory was for this run. */
+ * expert_bytes each and the split routes' CPU parts over cpu_expert_ns; 0 when no route ran on the
+ * CPU. Set beside the cost file's (mp_costs_grid_cpu_gbs), it says how fast the host's memory was
+ * for this run. */
 static inline double mp_gpu_stats_cpu_gbs(const mp_gpu_stats *st, uint64_t expert_bytes)
 {
-    return st->routes_cpu > 0 && st->cpu_expert_ns > 0
-               ? (double)st->routes_cpu * (double)expert_bytes / (double)st->cpu_expert_ns
-               : 0;
+    const double bytes = (double)st->routes_cpu * (double)expert_bytes + (double)st->split_cpu_bytes;
+    return bytes > 0 && st->cpu_expert_ns > 0 ? bytes / (double)st->cpu_expert_ns : 0;
 }
 
 /* One line for run/bench: device, memory by term, routes by path, round-trip wait per hybrid

@@ -587,18 +587,19 @@ static double grid_keys(int steps)
 }
 
 /* Whether the executor ran a run's `steps` steps as asked: L layers, n_hybrid of them hybrid, each
- * with `far` far and cold - far CPU routes, every other route on the GPU (else why says what ran:
- * the point would describe another step). */
+ * with `far` far routes (of which `split` split with the CPU) and cold - far CPU routes, every
+ * other route on the GPU (else why says what ran: the point would describe another step). */
 static bool ran_as_asked(const mp_gpu_stats *gs, int steps, int64_t L, int64_t n_hybrid, int64_t K, int cold, int far,
-                         char *why, size_t why_cap)
+                         int split, char *why, size_t why_cap)
 {
     const int64_t lsteps = (int64_t)steps * n_hybrid;
-    if (gs->hybrid_layers == lsteps && gs->routes_far == lsteps * far && gs->routes_cpu == lsteps * (cold - far) &&
-        gs->routes_gpu == (int64_t)steps * L * K - lsteps * cold)
+    if (gs->hybrid_layers == lsteps && gs->routes_far == lsteps * far && gs->routes_split == lsteps * split &&
+        gs->routes_cpu == lsteps * (cold - far) && gs->routes_gpu == (int64_t)steps * L * K - lsteps * cold)
         return true;
-    snprintf(why, why_cap, "%" PRId64 " hybrid layer steps with %" PRId64 " GPU, %" PRId64 " far and %" PRId64
-             " CPU routes, expected %" PRId64 " with %" PRId64 ", %d and %" PRId64 " each", gs->hybrid_layers,
-             gs->routes_gpu, gs->routes_far, gs->routes_cpu, lsteps, K - cold, far, (int64_t)(cold - far));
+    snprintf(why, why_cap, "%" PRId64 " hybrid layer steps with %" PRId64 " GPU, %" PRId64 " far (%" PRId64
+             " split) and %" PRId64 " CPU routes, expected %" PRId64 " with %" PRId64 ", %d (%d) and %" PRId64 " each",
+             gs->hybrid_layers, gs->routes_gpu, gs->routes_far, gs->routes_split, gs->routes_cpu, lsteps, K - cold,
+             far, split, (int64_t)(cold - far));
     return false;
 }
 
@@ -608,12 +609,14 @@ static double median_of(double *x, int n)
     return mp_calib_quantile(x, n, 0.5);
 }
 
-/* The far plan of a grid point on every layer: far routes off (f < 0), or on with f of c cold. */
-static void grid_plan(mp_far_layer *plan, int64_t L, int c, int f)
+/* The far plan of a grid point on every layer: far routes off (f < 0), or on with f units (of
+ * `split` per expert) of c cold routes. */
+static void grid_plan(mp_far_layer *plan, int64_t L, int c, int f, int split)
 {
     for (int64_t il = 0; il < L; il++) {
         memset(&plan[il], 0, sizeof plan[il]);
         plan[il].on = f >= 0;
+        plan[il].split = (uint8_t)split;
         plan[il].table[c] = (uint8_t)(f > 0 ? f : 0);
     }
 }
@@ -724,7 +727,7 @@ static mp_status hybrid_step(const mp_model *m, const mp_calib_opts *o, const gr
         for (int pass = -1; pass < passes && !why[0]; pass++) {
             if ((st = sustained_run(s, m, true, logits, &step, &steps, &warm, &gs, err)))
                 goto out;
-            if (ran_as_asked(&gs, steps, L, 1, K, (int)K, 0, why, sizeof why) && pass >= 0)
+            if (ran_as_asked(&gs, steps, L, 1, K, (int)K, 0, 0, why, sizeof why) && pass >= 0)
                 ns[pass] = mp_calib_hybrid_step_ns(step, mp_costs_decode_non_moe_ns(&nm->c, grid_keys(steps)),
                                                    resident_ns, level_ns, L);
         }
@@ -784,18 +787,28 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         return mp_calib_missing(missing, "decode_layers", why, err);
     mp_gpu *g = mp_session_gpu(s);
     mp_gpu_set_measure(g, true);
-    const int far_max = mp_gpu_far_max(g) < (int)K ? mp_gpu_far_max(g) : (int)K;
-    /* the points: (cold c, far f) for c = cold_min .. K, f = -1 (off) .. min(c, far_max) */
-    int n_pts = 0, pc[(MP_DECIDE_MAX_K + 1) * (MP_DECIDE_MAX_K + 2)], pfar[(MP_DECIDE_MAX_K + 1) * (MP_DECIDE_MAX_K + 2)];
+    const int far_routes = mp_gpu_far_max(g) < (int)K ? mp_gpu_far_max(g) : (int)K;
+    /* far work in units of 1/split of an expert (runtime/decide.h): quarter experts for a top-2
+     * model, whole routes from top-8 on */
+    const int split = far_routes > 0 ? mp_decide_far_split((int)K, m->hp.n_ff_exp,
+                                                           mp_decide_split_granule(m->layers[0].down_exps.type))
+                                     : 1;
+    const int far_max = far_routes * split;
+    /* the points: (cold c, far f) for c = cold_min .. K, f = -1 (off) .. min(c x split, far_max) */
+    enum { MOST_POINTS = (MP_DECIDE_MAX_K + 1) * (MP_DECIDE_MAX_K + 2) };
+    int n_pts = 0, pc[MOST_POINTS], pfar[MOST_POINTS];
     for (int c = cold_min; c <= K; c++)
-        for (int f = -1; f <= (c < far_max ? c : far_max); f++)
+        for (int f = -1; f <= (c * split < far_max ? c * split : far_max) && n_pts < MOST_POINTS; f++)
             pc[n_pts] = c, pfar[n_pts++] = f;
+    char units[64] = "";
+    if (split > 1)
+        snprintf(units, sizeof units, " in units of 1/%d of an expert", split);
     mp_calib_say(o, "calibrate: decode layer grid: %d points (cold routes %d..%" PRId64 " of top-%" PRId64 ", far "
-                    "routes 0..%d on and off), %d passes over them of %d one-row steps each after a 1-token prompt, "
+                    "work 0..%d%s, on and off), %d passes over them of %d one-row steps each after a 1-token prompt, "
                     "or as many as %.0f s hold (passes interleave the points, so that the host's drift spreads over "
                     "all), a pool of %" PRId64
                     " experts a layer (of %" PRId64 "; %.1f GiB free on the device)",
-                 n_pts, cold_min, K, K, far_max, passes, GRID_STEPS, GRID_RUN_NS / 1e9, resident, E,
+                 n_pts, cold_min, K, K, far_max, units, passes, GRID_STEPS, GRID_RUN_NS / 1e9, resident, E,
                  (double)free_bytes / (1 << 30));
     if (far_max < 1)
         mp_calib_say(o, "calibrate: decode layer grid: far routes not measured: the executor has none (no "
@@ -813,6 +826,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         !cJSON_AddNumberToObject(grid, "n_ff", (double)m->hp.n_ff_exp) ||
         !cJSON_AddNumberToObject(grid, "n_expert", (double)E) || !cJSON_AddNumberToObject(grid, "top_k", (double)K) ||
         !cJSON_AddNumberToObject(grid, "far_max", far_max > 0 ? far_max : 0) ||
+        !cJSON_AddNumberToObject(grid, "far_split", split) ||
         !cJSON_AddNumberToObject(grid, "threads", threads) ||
         !cJSON_AddNumberToObject(grid, "expert_bytes", (double)mp_model_expert_bytes(m, 0)) ||
         !cJSON_AddNumberToObject(grid, "pool", (double)resident) ||
@@ -826,7 +840,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     for (int pass = -1; pass < passes && !why[0]; pass++) {
         for (int i = 0; i < n_pts && !why[0]; i++) {
             routes.cold = pc[i];
-            grid_plan(plan, L, pc[i], pfar[i]);
+            grid_plan(plan, L, pc[i], pfar[i], split);
             if (!mp_gpu_set_far_plan(g, plan)) {
                 snprintf(why, sizeof why, "the executor refused far routes on every layer");
                 break;
@@ -843,8 +857,9 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                 eta_ns += (warm * (GRID_WARM + 1) + run) * passes;
                 continue;
             }
-            const int f = pfar[i] > 0 ? pfar[i] : 0;
-            if (!ran_as_asked(&gs, steps, L, L, K, pc[i], f, why, sizeof why))
+            int fr = 0, part = 0;
+            mp_decide_far_units(pfar[i], split, far_routes, &fr, &part);
+            if (!ran_as_asked(&gs, steps, L, L, K, pc[i], fr, part > 0, why, sizeof why))
                 break;
             const double nm_ns = mp_costs_decode_non_moe_ns(&nm.c, grid_keys(steps));
             layer[(size_t)i * passes + pass] = (step - nm_ns) / (double)L;
@@ -889,7 +904,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         if (pfar[i] < 0)
             snprintf(mode, sizeof mode, "far routes off");
         else
-            snprintf(mode, sizeof mode, "far routes on, %d far", f);
+            snprintf(mode, sizeof mode, split > 1 ? "far routes on, %d/%d far" : "far routes on, %d far", f, split);
         mp_calib_say(o, "calibrate: decode layer, %d of %" PRId64 " routes cold, %s: %.1f us (CPU %.1f, GPU %.1f) per "
                         "layer, spread %.1f %%", c, K, mode, med / 1e3, cpu_ns / 1e3, gpu_ns / 1e3, 100 * rel);
     }

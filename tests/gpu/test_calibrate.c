@@ -94,13 +94,17 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert_eq(d->n_expert, 16);
     cr_assert_str_eq(d->quant, "Q4_K/Q6_K");
     cr_assert_eq(d->threads, c.cpu_expert[c.n_cpu_expert - 1].threads);
-    cr_assert(d->far_max >= 1 && d->far_max <= 4, "far_max %d: the executor has far routes here", d->far_max);
+    /* far work in units of 1/far_split of an expert: for top-4, halves where the rows allow */
+    cr_assert_eq(d->far_split, mp_decide_far_split(4, d->n_ff, 256), "far_split %d, n_ff %lld", d->far_split,
+                 (long long)d->n_ff);
+    cr_assert(d->far_max >= 1 && d->far_max <= 4 * d->far_split, "far_max %d: the executor has far routes here",
+              d->far_max);
     int off = 0, on = 0;
     for (int i = 0; i < d->n_points; i++) {
         const mp_cost_decode_point *p = &d->points[i];
         cr_assert(p->layer.median_ns > 0, "point %d: %g ns", i, p->layer.median_ns);
-        cr_assert(p->cold == 0 || p->cpu_ns > 0 || p->far == p->cold, "point %d: cold %d, CPU %g ns", i, p->cold,
-                  p->cpu_ns);
+        cr_assert(p->cold == 0 || p->cpu_ns > 0 || p->far == p->cold * d->far_split, "point %d: cold %d, CPU %g ns", i,
+                  p->cold, p->cpu_ns);
         off += !p->far_on;
         on += p->far_on;
     }
@@ -113,7 +117,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert(d->hybrid_step.median_ns >= 0);
     int want_on = 0;
     for (int cold = 0; cold <= 4; cold++)
-        want_on += 1 + (cold < d->far_max ? cold : d->far_max);
+        want_on += 1 + (cold * d->far_split < d->far_max ? cold * d->far_split : d->far_max);
     cr_assert_eq(on, want_on);
     /* the host's read bandwidth, positive, on the same threads */
     cr_assert(c.host_read_gbs > 0, "host_read %g GB/s", c.host_read_gbs);
