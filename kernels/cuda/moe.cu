@@ -196,7 +196,7 @@ static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_
 // = 0, col_lo = the bytes of r0 elements. All-zero bytes decode to 0 in every type, so the expert
 // kernels, unchanged, compute h[j] = silu(0) · 0 = 0 for j < r0 and down's dot over columns >= r0.
 // A 16-byte vector wholly on one side is loaded (four in flight) or zero-filled; one that crosses
-// a boundary goes byte by byte.
+// a boundary goes byte by byte. SPLIT: a split table is given (without one, the whole-copy code).
 #define FAR_CHUNK 16384
 #define FAR_THREADS 256
 
@@ -245,6 +245,7 @@ __device__ __forceinline__ int far_vec_part(const far_part &q, size_t p)
     return first ? FAR_COPY : FAR_ZERO;
 }
 
+template <bool SPLIT>
 __global__ void __launch_bounds__(FAR_THREADS)
 far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_t *ids, int64_t top_k, uint8_t *stage)
 {
@@ -268,7 +269,7 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
         }
     // the row's last far route may be split: r0 clamped to 0..n_ff (n_ff: nothing copied)
     far_part q = {src.row_bytes[t], 0, 0};
-    if (src.split_of_cold && rank == count - 1) {
+    if (SPLIT && rank == count - 1) {
         const int32_t r0 = src.split_of_cold[__popc(cold)];
         if (r0 >= src.n_ff)
             q.row_lo = ~(size_t)0;
@@ -641,7 +642,9 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
             most = ts[t]->expert_bytes > most ? ts[t]->expert_bytes : most;
         }
         const dim3 grid((unsigned)((most + FAR_CHUNK - 1) / FAR_CHUNK), (unsigned)(a->n_rows * a->far_max), 3);
-        mpc_launch(far_gather_kernel, grid, dim3(FAR_THREADS), 0, st, gate, src, a->n_expert, a->d_ids, a->top_k,
+        void (*gather)(mpc_expert_t, far_src, int64_t, const int32_t *, int64_t, uint8_t *) =
+            a->d_far_split_of_cold ? far_gather_kernel<true> : far_gather_kernel<false>;
+        mpc_launch(gather, grid, dim3(FAR_THREADS), 0, st, gate, src, a->n_expert, a->d_ids, a->top_k,
                    (uint8_t *)a->d_far_stage);
         if (cudaGetLastError() != cudaSuccess)
             return MP_CUDA_ELAUNCH;
