@@ -130,6 +130,14 @@ typedef struct mp_cuda_moe_args {
      * on all three tensors, a step on the per-route path (fewer than 16 rows), far_max in
      * 1..top_k and a stage of mp_cuda_moe_far_stage_bytes; MP_CUDA_EINVAL otherwise. */
     const uint8_t *d_far_of_cold;
+    const int32_t *d_far_split_of_cold; /* NULL, or (top_k + 1) int32 on the device beside d_far_of_cold:
+        for a row with c cold routes, r0 of its last far route: 0 = whole; else 0 < r0 < n_ff, a multiple
+        of the down tensor's block (and so of its activation block): the GPU runs only that expert's FFN
+        rows [r0, n_ff) and its caller computes rows [0, r0). The gather reads only that part of the
+        expert from host memory and writes zeros over the rest of its stage slot (gate/up rows below
+        r0, down's first r0 columns of every row), so the expert kernels compute h[j] = 0 for j < r0
+        and add weight · down[:, r0:] · h[r0:]. Any value is memory-safe (clamped to 0..n_ff; n_ff:
+        the route adds nothing). 4-byte aligned, with d_far_of_cold; MP_CUDA_EINVAL otherwise. */
     int far_max;
     void *d_far_stage;        /* 256-byte aligned */
     size_t far_stage_bytes;

@@ -190,6 +190,13 @@ static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_
 // flight, a 16 KB chunk per block: the wide coalesced reads a bus transfer wants (the expert
 // kernels' own loads, 4-16 bytes scattered over rows, read host memory at about two thirds of
 // the rate; bench/NOTES-gpu-exec.md run 31).
+// A split last far route (d_far_split_of_cold: r0 > 0) is gathered in part: byte p of a tensor
+// (row p / row_bytes, byte p % row_bytes of it) is copied when row >= row_lo and byte >= col_lo,
+// else written as zero without reading the host; gate/up: row_lo = r0, col_lo = 0; down: row_lo
+// = 0, col_lo = the bytes of r0 elements. All-zero bytes decode to 0 in every type, so the expert
+// kernels, unchanged, compute h[j] = silu(0) · 0 = 0 for j < r0 and down's dot over columns >= r0.
+// A 16-byte vector wholly on one side is loaded (four in flight) or zero-filled; one that crosses
+// a boundary goes byte by byte. SPLIT: a split table is given (without one, the whole-copy code).
 #define FAR_CHUNK 16384
 #define FAR_THREADS 256
 
@@ -209,8 +216,36 @@ struct far_src {
     const void *const *tab[3]; // per tensor: expert e's host copy, as the device sees it
     size_t bytes[3];
     size_t off[3];             // the tensor's offset in a stage slot
+    size_t row_bytes[3];
+    const int32_t *split_of_cold; // mp_cuda_moe_args.d_far_split_of_cold (NULL: no split routes)
+    int64_t n_ff;
+    size_t down_data_bytes;    // bytes of n_ff elements of the down's type: a down row, padding excluded
 };
 
+// The GPU's part of a split route's tensor: the bytes p with p / row_bytes >= row_lo and
+// p % row_bytes >= col_lo.
+struct far_part {
+    size_t row_bytes, row_lo, col_lo;
+};
+
+__device__ __forceinline__ bool far_copied(const far_part &q, size_t p)
+{
+    return p / q.row_bytes >= q.row_lo && p % q.row_bytes >= q.col_lo;
+}
+
+enum { FAR_ZERO = 0, FAR_COPY = 1, FAR_MIXED = 2 };
+
+// Bytes [p, p + 16) of a split route's tensor: all copied, all zero, or mixed. Copied-ness is
+// monotone in p within a row, and across rows when col_lo is 0, so the two ends decide.
+__device__ __forceinline__ int far_vec_part(const far_part &q, size_t p)
+{
+    const bool first = far_copied(q, p), last = far_copied(q, p + 15);
+    if (first != last || (q.col_lo && p / q.row_bytes != (p + 15) / q.row_bytes))
+        return FAR_MIXED;
+    return first ? FAR_COPY : FAR_ZERO;
+}
+
+template <bool SPLIT>
 __global__ void __launch_bounds__(FAR_THREADS)
 far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_t *ids, int64_t top_k, uint8_t *stage)
 {
@@ -223,7 +258,8 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
         return;
     const int32_t *rid = ids + row * top_k;
     const uint32_t cold = mpc_cold_mask(gate, rid, top_k, n_expert);
-    if (rank >= mpc_far_count(gate, cold))
+    const int count = mpc_far_count(gate, cold);
+    if (rank >= count)
         return;
     int k = 0; // the rank-th set bit of cold
     for (uint32_t m = cold, left = (uint32_t)rank;; m &= m - 1u, left--)
@@ -231,6 +267,18 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
             k = __ffs(m) - 1;
             break;
         }
+    // the row's last far route may be split: r0 clamped to 0..n_ff (n_ff: nothing copied)
+    far_part q = {src.row_bytes[t], 0, 0};
+    if (SPLIT && rank == count - 1) {
+        const int32_t r0 = src.split_of_cold[__popc(cold)];
+        if (r0 >= src.n_ff)
+            q.row_lo = ~(size_t)0;
+        else if (r0 > 0 && t < 2)
+            q.row_lo = (size_t)r0;
+        else if (r0 > 0)
+            q.col_lo = src.down_data_bytes * (size_t)r0 / (size_t)src.n_ff;
+    }
+    const bool split = q.row_lo || q.col_lo;
     const uint8_t *from = (const uint8_t *)src.tab[t][rid[k]] + at;
     uint8_t *to = stage + (blockIdx.y * gate.far_stride + src.off[t]) + at;
     const size_t n = src.bytes[t] - at < FAR_CHUNK ? src.bytes[t] - at : FAR_CHUNK;
@@ -240,18 +288,31 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
         const size_t n16 = n / 16;
         for (size_t i = threadIdx.x; i < n16; i += 4 * FAR_THREADS) {
             uint4 v[4];
+            int part[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (i + (size_t)j * FAR_THREADS < n16)
-                    v[j] = f[i + (size_t)j * FAR_THREADS];
+            for (int j = 0; j < 4; j++) {
+                const size_t vi = i + (size_t)j * FAR_THREADS;
+                part[j] = vi >= n16 ? FAR_ZERO : split ? far_vec_part(q, at + 16 * vi) : FAR_COPY;
+                if (vi < n16 && part[j] == FAR_COPY)
+                    v[j] = f[vi];
+            }
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (i + (size_t)j * FAR_THREADS < n16)
-                    o[i + (size_t)j * FAR_THREADS] = v[j];
+            for (int j = 0; j < 4; j++) {
+                const size_t vi = i + (size_t)j * FAR_THREADS;
+                if (vi >= n16)
+                    continue;
+                if (part[j] == FAR_COPY)
+                    o[vi] = v[j];
+                else if (part[j] == FAR_ZERO)
+                    o[vi] = make_uint4(0u, 0u, 0u, 0u);
+                else
+                    for (size_t b = 16 * vi; b < 16 * vi + 16; b++)
+                        to[b] = far_copied(q, at + b) ? from[b] : 0;
+            }
         }
     } else {
         for (size_t i = threadIdx.x; i < n; i += FAR_THREADS)
-            to[i] = from[i];
+            to[i] = (!split || far_copied(q, at + i)) ? from[i] : 0;
     }
 }
 
@@ -481,6 +542,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
                 !a->d_far_stage || (uintptr_t)a->d_far_stage % 256 ||
                 a->far_stage_bytes < mp_cuda_moe_far_stage_bytes(a)))
         return MP_CUDA_EINVAL; /* far routes: slot tables, host copies, a stage; per-route path only */
+    if (a->d_far_split_of_cold && (!far || (uintptr_t)a->d_far_split_of_cold % 4))
+        return MP_CUDA_EINVAL; /* a split last far route: only among far routes */
     if (a->n_rows == 0)
         return 0;
     const int xv = mp_cuda_vec_dot_type(a->gate.type), hv = mp_cuda_vec_dot_type(a->down.type);
@@ -563,10 +626,14 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         mpc_expert_t *es[3] = {&gate, &up, &down};
         size_t off = 0, most = 0;
         const size_t stride = far_stride(a);
+        src.split_of_cold = a->d_far_split_of_cold;
+        src.n_ff = a->n_ff;
+        src.down_data_bytes = mpc_row_bytes(a->down.type, a->n_ff);
         for (int t = 0; t < 3; t++) {
             src.tab[t] = ts[t]->d_far;
             src.bytes[t] = ts[t]->expert_bytes;
             src.off[t] = off;
+            src.row_bytes[t] = ts[t]->row_bytes;
             es[t]->far_of_cold = a->d_far_of_cold;
             es[t]->far_stage = (const uint8_t *)a->d_far_stage + off;
             es[t]->far_stride = stride;
@@ -575,7 +642,9 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
             most = ts[t]->expert_bytes > most ? ts[t]->expert_bytes : most;
         }
         const dim3 grid((unsigned)((most + FAR_CHUNK - 1) / FAR_CHUNK), (unsigned)(a->n_rows * a->far_max), 3);
-        mpc_launch(far_gather_kernel, grid, dim3(FAR_THREADS), 0, st, gate, src, a->n_expert, a->d_ids, a->top_k,
+        void (*gather)(mpc_expert_t, far_src, int64_t, const int32_t *, int64_t, uint8_t *) =
+            a->d_far_split_of_cold ? far_gather_kernel<true> : far_gather_kernel<false>;
+        mpc_launch(gather, grid, dim3(FAR_THREADS), 0, st, gate, src, a->n_expert, a->d_ids, a->top_k,
                    (uint8_t *)a->d_far_stage);
         if (cudaGetLastError() != cudaSuccess)
             return MP_CUDA_ELAUNCH;

@@ -248,8 +248,17 @@ typedef struct moe_case {
     int accumulate;
     int far;           /* with use_slots: far routes, the cold experts' weights read from mapped
                         * host memory, a random count of each row's cold routes (far_of_cold);
-                        * 1: at most top_k of them (far_max), 2: at most 1 (the table clamped) */
+                        * FAR_TOP_K or FAR_ONE, with FAR_SPLIT or FAR_SPLIT_PAST or neither */
 } moe_case;
+
+enum {
+    FAR_TOP_K = 1,      /* at most top_k far routes a row (far_max) */
+    FAR_ONE = 2,        /* at most 1 (the table clamped by far_max) */
+    FAR_SPLIT = 4,      /* a split table (d_far_split_of_cold): a row's last far route runs FFN rows
+                         * [r0, n_ff) only, r0 0 or a random multiple of the down's block */
+    FAR_SPLIT_PAST = 8, /* a split table of r0 outside 0..n_ff - 1 (n_ff, INT32_MAX, negative), which the
+                         * kernel clamps: the route adds nothing, or all of it */
+};
 
 static void check_experts(const moe_case *c)
 {
@@ -289,15 +298,34 @@ static void check_experts(const moe_case *c)
         far_of_cold[n] = c->far ? (uint8_t)(rnd_u64() % (uint64_t)(n + 1)) : 0;
     if (c->far && K >= 2)
         far_of_cold[K < 3 ? K : 3] = K < 3 ? (uint8_t)K : 2; /* rows with 3 cold routes run 2 far */
-    const int far_max = c->far == 2 ? 1 : (int)K;
+    const int far_max = c->far & FAR_ONE ? 1 : (int)K;
+    /* a split last far route: a row with n cold routes runs FFN rows [split_of_cold[n], F) of its
+     * last far route; r0 is 0 (the whole route) or a multiple of the down's block in [blk, F - blk] */
+    const int64_t blk = mp_type_block_elems(c->down_type);
+    int32_t split_of_cold[33] = {0};
+    if (c->far & FAR_SPLIT) {
+        for (int64_t n = 0; n <= K; n++)
+            split_of_cold[n] = F >= 2 * blk && rnd_u64() % 2
+                                   ? (int32_t)(blk * (int64_t)(1 + rnd_u64() % (uint64_t)(F / blk - 1)))
+                                   : 0;
+        if (K >= 2 && F >= 2 * blk) /* rows with 3 cold routes split their last far route mid-FFN */
+            split_of_cold[K < 3 ? K : 3] = (int32_t)(F / blk / 2 * blk);
+    }
+    if (c->far & FAR_SPLIT_PAST)
+        for (int64_t n = 0; n <= K; n++)
+            split_of_cold[n] = n % 3 == 0 ? (int32_t)F : n % 3 == 1 ? INT32_MAX : -(int32_t)blk;
     int *runs = malloc(sizeof(int) * (size_t)(R * K)); /* route computed: resident or far */
+    int64_t *ffn_lo = malloc(sizeof(int64_t) * (size_t)(R * K)); /* the route's first FFN row on the GPU */
     for (int64_t r = 0; r < R; r++) {
         int64_t n_cold = 0, rank = 0;
         for (int64_t k = 0; k < K; k++)
             n_cold += !resident[ids[r * K + k]];
+        const int64_t n_far = far_of_cold[n_cold] < far_max ? far_of_cold[n_cold] : far_max;
+        const int64_t r0 = split_of_cold[n_cold] < 0 ? 0 : split_of_cold[n_cold] > F ? F : split_of_cold[n_cold];
         for (int64_t k = 0; k < K; k++) {
             const bool cold = !resident[ids[r * K + k]];
-            runs[r * K + k] = !cold || (rank < far_of_cold[n_cold] && rank < far_max);
+            runs[r * K + k] = !cold || rank < n_far;
+            ffn_lo[r * K + k] = cold && rank == n_far - 1 ? r0 : 0;
             rank += cold;
         }
     }
@@ -329,6 +357,8 @@ static void check_experts(const moe_case *c)
                 u[j] = gops->vec_dot(D, up + (size_t)e * g_exp + (size_t)j * grb, xq);
             }
             mp_swiglu(g, g, u, F);
+            for (int64_t j = 0; j < ffn_lo[r * K + k]; j++)
+                g[j] = 0.0f; /* a split route: FFN rows [0, r0) are the caller's */
             float hmax = 0.0f;
             for (int64_t j = 0; j < F; j++)
                 hmax = fabsf(g[j]) > hmax ? fabsf(g[j]) : hmax;
@@ -363,6 +393,7 @@ static void check_experts(const moe_case *c)
     uint8_t *d_pool[3] = {NULL, NULL, NULL};
     void **d_far[3] = {NULL, NULL, NULL};
     uint8_t *h_far[3] = {NULL, NULL, NULL}, *d_foc = NULL;
+    int32_t *d_split = NULL;
     if (c->use_slots) {
         /* an expert pool: expert e lives in slot (7e + 3) mod E of a separate buffer, so the
          * kernels must follow the table, not e · expert_bytes */
@@ -393,6 +424,8 @@ static void check_experts(const moe_case *c)
         }
         if (c->far)
             d_foc = dev_put(far_of_cold, sizeof far_of_cold);
+        if (c->far & (FAR_SPLIT | FAR_SPLIT_PAST))
+            d_split = dev_put(split_of_cold, sizeof split_of_cold);
     }
     float *d_x = dev_put(x, sizeof(float) * (size_t)(R * D));
     int32_t *d_ids = dev_put(ids, sizeof(int32_t) * (size_t)(R * K));
@@ -408,7 +441,7 @@ static void check_experts(const moe_case *c)
         .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = R,
         .d_x = d_x, .d_ids = d_ids, .d_weights = d_rw, .d_out = d_out,
         .accumulate = c->accumulate, .d_scratch = d_scratch, .scratch_bytes = sb,
-        .d_far_of_cold = d_foc,
+        .d_far_of_cold = d_foc, .d_far_split_of_cold = d_split,
     };
     a.gate.d_far = (const void *const *)d_far[0];
     a.up.d_far = (const void *const *)d_far[1];
@@ -461,8 +494,10 @@ static void check_experts(const moe_case *c)
         cudaFreeHost(h_far[i]);
     }
     cudaFree(d_foc);
+    cudaFree(d_split);
     cudaFree(d_stage);
     free(runs);
+    free(ffn_lo);
     cudaFree(d_sg); cudaFree(d_su); cudaFree(d_sd);
     cudaFree(d_x); cudaFree(d_ids); cudaFree(d_rw); cudaFree(d_out); cudaFree(d_scratch);
     free(gate); free(up); free(down); free(x); free(ids); free(rw); free(resident); free(xq); free(hq);
@@ -620,17 +655,27 @@ Test(cuda_moe, experts_pair_kernel_partial_passes)
 
 /* Far routes: each row runs a table-chosen number of its cold routes (slot order) with weights read
  * from mapped host memory, on every per-route kernel (pair and unit), 1 to 7 rows; the
- * routes past the count are skipped as the table says, which the CPU reference follows. A step on
- * the grouped path, or without slot tables or host copies, is refused. */
+ * routes past the count are skipped as the table says, which the CPU reference follows. With a
+ * split table the last far route of a row computes FFN rows [r0, n_ff) only (the reference zeroes
+ * h below r0); the stage starts as 0xA5 bytes, so a gather that leaves the caller's part unzeroed
+ * fails. Split boundaries: Q6_K down rows of 630 bytes (vectors across rows), F32 down rows of 600
+ * and 608 bytes with r0 any column (vectors across the column boundary), Q4_0 gate rows of 54
+ * bytes (the byte loop; and, at 152 rows, vectors across the row boundary). A step on the grouped
+ * path, or without slot tables or host copies, is refused. */
 static void far_cases(void)
 {
+    const int all = FAR_TOP_K | FAR_SPLIT;
     const moe_case cases[] = {
-        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 1, 0, 1},
-        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 5, 1, 1, 1},
-        {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 0, 1},
-        {MP_TYPE_F16, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 1, 1},
-        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 3, 1, 0, 2}, /* at most one far route a row */
-        {MP_TYPE_Q4_0, MP_TYPE_F32, 96, 150, 9, 5, 2, 1, 1, 1},      /* experts not 16-byte multiples */
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 1, 0, all},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 5, 1, 1, FAR_TOP_K}, /* no split table */
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 5, 1, 1, all},
+        {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 0, all},
+        {MP_TYPE_F16, MP_TYPE_Q4_0, 256, 512, 12, 6, 7, 1, 1, all},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 3, 1, 0, FAR_ONE | FAR_SPLIT}, /* one far route a row */
+        {MP_TYPE_Q4_0, MP_TYPE_F32, 96, 150, 9, 5, 2, 1, 1, all},      /* experts not 16-byte multiples */
+        {MP_TYPE_Q4_0, MP_TYPE_F32, 96, 152, 9, 5, 2, 1, 1, all},      /* rows not 16-byte multiples */
+        {MP_TYPE_Q5_K, MP_TYPE_Q5_K, 512, 512, 16, 6, 4, 1, 0, all},   /* a K-quant down of two blocks */
+        {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 1, FAR_TOP_K | FAR_SPLIT_PAST},
     };
     for (int rep = 0; rep < 3; rep++) /* fresh routes and a fresh table each time */
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -674,6 +719,18 @@ Test(cuda_moe, experts_far_routes)
     a.far_max = 1;
     MPC_OK(mp_cuda_moe_experts(&a, NULL)); /* both routes cold (NULL slots), none far (a zero table) */
     CUDA_OK(cudaDeviceSynchronize());
+    int32_t split[33] = {0};
+    int32_t *d_split = dev_put(split, sizeof split);
+    a.d_far_split_of_cold = d_split;
+    MPC_OK(mp_cuda_moe_experts(&a, NULL)); /* a split table beside the far table */
+    CUDA_OK(cudaDeviceSynchronize());
+    a.d_far_split_of_cold = (const int32_t *)((const char *)d_split + 2);
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "a misaligned split table");
+    a.d_far_split_of_cold = d_split;
+    a.d_far_of_cold = NULL;
+    cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "a split table without far routes");
+    a.d_far_of_cold = d_foc;
+    a.d_far_split_of_cold = NULL;
     a.up.d_slots = NULL;
     a.up.d_base = d;
     a.up.expert_bytes = 34 * 32;
@@ -683,6 +740,7 @@ Test(cuda_moe, experts_far_routes)
     cr_assert_eq(mp_cuda_moe_experts(&a, NULL), MP_CUDA_EINVAL, "far routes without host copies");
     cudaFree(d);
     cudaFree(d_foc);
+    cudaFree(d_split);
     cudaFree(d_stage);
 }
 
