@@ -88,9 +88,9 @@ static void split_once(const char *mix, int64_t n_rows)
     int64_t expect_a = 0;
     for (int64_t i = 0; i < n_rows * K; i++)
         expect_a += !((res[ids[i] >> 6] >> (ids[i] & 63)) & 1);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, NULL, whole, pool, sc), n_rows * K);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, a, pool, sc), expect_a);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, comp, NULL, b, pool, sc), n_rows * K - expect_a);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, NULL, NULL, whole, pool, sc), n_rows * K);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, NULL, a, pool, sc), expect_a);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, comp, NULL, NULL, b, pool, sc), n_rows * K - expect_a);
     for (int64_t r = 0; r < n_rows; r++) {
         double mx = 0;
         for (int64_t d = 0; d < D; d++)
@@ -137,9 +137,9 @@ static void split_once(const char *mix, int64_t n_rows)
     cr_assert(pids);
     for (int64_t i = 0; i < n_rows * K; i++)
         pids[i] = perm[ids[i]];
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, (const void *const *)slices, a, pool, sc),
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, NULL, (const void *const *)slices, NULL, a, pool, sc),
                  n_rows * K);
-    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, pids, w, NULL, NULL, b, pool, sc), n_rows * K);
+    cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, pids, w, NULL, NULL, NULL, b, pool, sc), n_rows * K);
     bool differs = false;
     for (int64_t i = 0; i < n_rows * D; i++) {
         cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0, "seed %llu: %s rows %ld: elem %ld: %g through "
@@ -198,8 +198,8 @@ static void pipelined_once(const char *mix, int threads)
             if (rnd_u64() % 4 == 0) /* a quarter resident: most routes still run here */
                 res[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
         const uint64_t *mask = rep % 2 ? res : NULL;
-        const int64_t na = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, a, pool, piped);
-        const int64_t nb = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, b, pool, plain);
+        const int64_t na = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, NULL, a, pool, piped);
+        const int64_t nb = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, NULL, b, pool, plain);
         cr_assert_eq(na, nb);
         cr_assert_gt(na, 0);
         bool nonzero = false;
