@@ -308,7 +308,7 @@ int main(int argc, char **argv)
                 ids[k] = e;
             }
             const int64_t t0 = mp_now_ns();
-            mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), out,
+            mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), NULL, out,
                                compare_pin && second ? pool2 : pool, second && !compare_pin ? s2 : s);
             const int64_t t1 = mp_now_ns();
             sink += out[0];

@@ -450,7 +450,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* always written (zeros without CPU routes): moe_end adds it unconditionally, so that a
      * captured decode graph is the same at every step */
     const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask,
-                                             g->h_slices + il * 3 * m->hp.n_expert, g->h_part,
+                                             g->h_slices + il * 3 * m->hp.n_expert, NULL, g->h_part,
                                              s->pool, s->moe);
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;

@@ -70,17 +70,30 @@ mp_status mp_moe_route_cpu(const mp_model *m, int64_t il, const float *x, int64_
 mp_status mp_moe_check_routes(const mp_hparams *hp, int64_t il, int64_t n_rows,
                               const int32_t *ids, const float *weights, mp_error *err);
 
+/* A route the CPU computes in part (a decode step's split far route, runtime/decide.h): expert
+ * `expert`'s FFN rows [0, ff_rows) only — gate/up rows below ff_rows and down's first ff_rows
+ * columns; the GPU computes the rest. 0 < ff_rows < n_ff, a multiple of the down tensor's block
+ * and of its activation block. */
+typedef struct mp_moe_part {
+    int32_t expert;
+    int64_t ff_rows;
+} mp_moe_part;
+
 /* Experts only: out (n_rows × n_embd) = Σ over the routes (row, k) whose expert is NOT resident
  * (bit ids[row, k] of resident clear; resident NULL: every route) of
  * weights[row, k] · expert(x[row]), summed in slot order in float32; rows without such a route
  * get zeros. This is the hybrid runtime's CPU partial and the whole block on the CPU path.
  * ids/weights may be the scratch's own arrays. The experts' weights are read from the model's
  * tensors, or, with slices, from slices[t * n_expert + e] (t: 0 gate, 1 up, 2 down; each slice
- * laid out as the tensor's expert e: the GPU executor's host copy). Returns the number of routes
- * computed. */
+ * laid out as the tensor's expert e: the GPU executor's host copy). With part (NULL: none), every
+ * route to part->expert computed here gives the expert's FFN rows [0, part->ff_rows) only:
+ * down[d] = Σ_{j < ff_rows} W_down[d, j] · h[j], so that the GPU's rows [ff_rows, n_ff) add up to
+ * the whole expert; a resident part->expert is skipped as any resident expert. The caller checks
+ * the part (only asserts here). Returns the number of routes computed, a part's among them. */
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
                            const int32_t *ids, const float *weights, const uint64_t *resident,
-                           const void *const *slices, float *out, mp_pool *pool, mp_moe_scratch *s);
+                           const void *const *slices, const mp_moe_part *part, float *out,
+                           mp_pool *pool, mp_moe_scratch *s);
 
 /* out (n_rows × n_embd) = MoE(x) for layer il, x already normalized (ffn_norm applied).
  * Routing is reported through hooks (may be NULL) and may be replaced by route_src. */

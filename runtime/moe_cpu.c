@@ -17,11 +17,18 @@
  *             Pipelined, every expert's down units cut n_embd at the same rows, and the thread
  *             that finishes the last unit of a row range combines that range (no pass over all
  *             of out on the caller after the region, reading rows the other cores wrote).
+ *   part:     a call's split route (mp_moe_part) keeps its expert's FFN rows [0, ff_rows). Its
+ *             units are cut as any expert's (the pipelined counts stay per unit) and carry the
+ *             expert's ff_rows: a gate/up unit clamps its rows to it (one past it computes
+ *             nothing), a down unit dots the first ff_rows columns, and only the first ff_rows
+ *             hidden values are converted.
  *
  * Invariants: offset[e] .. offset[e] + count[e] are expert e's entries; entry_of[row * top_k + k]
- * is the entry of (row, slot k); every expert slice is read by exactly one task per region part.
+ * is the entry of (row, slot k); every expert slice is read by exactly one task per region part;
+ * an entry's gate and hidden values are written (and read) below its expert's ff_rows only.
  * The whole decode step's time is here and in matmul.c: expert weights dominate the bytes.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -49,6 +56,7 @@ typedef struct expert_task {
     int32_t expert;
     int64_t first, cnt; /* the expert's entries */
     int64_t r0, r1;     /* output rows of the expert matrix */
+    int64_t ff_rows;    /* the expert's FFN rows computed: n_ff, or a part's ff_rows */
 } expert_task;
 
 /* A pipelined call's plan, all the workers read of the caller's bookkeeping (a few cache lines:
@@ -56,6 +64,7 @@ typedef struct expert_task {
 typedef struct pipe_expert {
     int32_t expert;
     int64_t first, cnt;
+    int64_t ff_rows;    /* n_ff, or a part's ff_rows */
 } pipe_expert;
 
 struct mp_moe_scratch {
@@ -71,7 +80,8 @@ struct mp_moe_scratch {
     int64_t *entry_of;   /* (max_rows * top_k) row * top_k + slot -> entry */
     char *xq;            /* (max_rows, act bytes of n_embd) x in the gate/up vec_dot_type */
     char *xg;            /* (max_rows * top_k, act bytes of n_embd) xq rows gathered by entry */
-    float *gate;         /* (max_rows * top_k, n_ff) gate outputs, then SwiGLU hidden */
+    float *gate;         /* (max_rows * top_k, n_ff) gate outputs, then SwiGLU hidden (a part's
+                          * entries: the first ff_rows of each row) */
     float *up;           /* (max_rows * top_k, n_ff) */
     char *hq;            /* (max_rows * top_k, act bytes of n_ff) hidden in the down vec_dot_type */
     float *down;         /* (max_rows * top_k, n_embd) expert outputs */
@@ -318,8 +328,6 @@ static int64_t group_by_expert(mp_moe_scratch *s, int64_t n_rows, const uint64_t
     return s->offset[E];
 }
 
-/* (expert, chunk of n_out rows) tasks over the active experts, written to tasks: about
- * units_per_thread per thread (mp_chunk_rows). */
 /* Rows per unit when n_active experts' n_out output rows are cut into about `units` units: at least
  * 16 (mp_chunk_rows), at most one expert's n_out. plan_tasks and the pipelined call cut alike. */
 static int64_t unit_rows(int64_t n_active, int64_t n_out, int64_t units)
@@ -328,7 +336,16 @@ static int64_t unit_rows(int64_t n_active, int64_t n_out, int64_t units)
     return chunk < n_out ? chunk : n_out;
 }
 
-static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units_per_thread, expert_task *tasks)
+/* The FFN rows of expert e a call computes: a part's ff_rows for its expert, all n_ff otherwise. */
+static int64_t ff_rows_of(const mp_moe_part *part, int64_t e, int64_t n_ff)
+{
+    return part && part->expert == e ? part->ff_rows : n_ff;
+}
+
+/* (expert, chunk of n_out rows) tasks over the active experts, written to tasks: about
+ * units_per_thread per thread (mp_chunk_rows). */
+static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units_per_thread, const mp_moe_part *part,
+                          expert_task *tasks)
 {
     int64_t n_active = 0;
     for (int64_t e = 0; e < s->n_expert; e++)
@@ -338,9 +355,10 @@ static int64_t plan_tasks(mp_moe_scratch *s, int64_t n_out, int units_per_thread
     for (int64_t e = 0; e < s->n_expert; e++) {
         if (!s->count[e])
             continue;
+        const int64_t ff_rows = ff_rows_of(part, e, s->n_ff);
         for (int64_t r0 = 0; r0 < n_out; r0 += chunk)
             tasks[n++] = (expert_task){(int32_t)e, s->offset[e], s->count[e], r0,
-                                       r0 + chunk < n_out ? r0 + chunk : n_out};
+                                       r0 + chunk < n_out ? r0 + chunk : n_out, ff_rows};
     }
     return n;
 }
@@ -360,28 +378,43 @@ typedef struct expert_job {
     int64_t n_expert;
 } expert_job;
 
-/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down) times the n_x activation rows. */
+/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
+ * (t->ne[0]: all), times the n_x activation rows. */
 static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
-                         int32_t e, int64_t r0, int64_t r1, const char *x, size_t x_row_bytes,
-                         int64_t n_x, float *y, int64_t y_stride)
+                         int32_t e, int64_t n_cols, int64_t r0, int64_t r1, const char *x,
+                         size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
 {
     const void *w = j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
     if (n_x == 1)
-        mp_gemv_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, y + r0);
+        mp_gemv_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, y + r0);
     else
-        mp_gemm_rows(ops, w, t->row_bytes, t->ne[0], r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
+        mp_gemm_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
 }
 
+/* Gate, up and SwiGLU of the task's FFN rows below its expert's ff_rows (a part's units past
+ * ff_rows compute nothing). */
 static void gate_up_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
-    const int64_t first = t->first, cnt = t->cnt, F = s->n_ff;
+    const int64_t first = t->first, cnt = t->cnt, F = s->n_ff, D = s->n_embd;
+    const int64_t r0 = t->r0, r1 = t->r1 < t->ff_rows ? t->r1 : t->ff_rows;
+    if (r0 >= r1)
+        return;
     const char *x = j->x_shared ? j->x : j->x + (size_t)first * j->x_row_bytes;
     float *g = s->gate + first * F, *u = s->up + first * F;
-    matmul_slice(j, j->gate_ops, &j->L->gate_exps, 0, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, g, F);
-    matmul_slice(j, j->up_ops, &j->L->up_exps, 1, t->expert, t->r0, t->r1, x, j->x_row_bytes, cnt, u, F);
+    matmul_slice(j, j->gate_ops, &j->L->gate_exps, 0, t->expert, D, r0, r1, x, j->x_row_bytes, cnt, g, F);
+    matmul_slice(j, j->up_ops, &j->L->up_exps, 1, t->expert, D, r0, r1, x, j->x_row_bytes, cnt, u, F);
     for (int64_t i = 0; i < cnt; i++)
-        mp_swiglu(g + i * F + t->r0, g + i * F + t->r0, u + i * F + t->r0, t->r1 - t->r0);
+        mp_swiglu(g + i * F + r0, g + i * F + r0, u + i * F + r0, r1 - r0);
+}
+
+/* Entries [first, first + cnt)'s hidden values [0, ff_rows) into their down activations (type
+ * vdt, h_row_bytes apart in hq). */
+static void convert_hidden(const expert_job *j, int vdt, int64_t first, int64_t cnt, int64_t ff_rows)
+{
+    const mp_moe_scratch *s = j->s;
+    for (int64_t r = first; r < first + cnt; r++)
+        (void)mp_quantize_activation(vdt, s->gate + r * s->n_ff, s->hq + (size_t)r * j->h_row_bytes, ff_rows);
 }
 
 static void gate_up_task(void *ctx, int64_t task, int thread)
@@ -395,7 +428,7 @@ static void down_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
     const int64_t first = t->first, cnt = t->cnt;
-    matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->r0, t->r1,
+    matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->ff_rows, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
 }
@@ -425,7 +458,8 @@ static expert_task pipe_unit(const mp_moe_scratch *s, int64_t i, int64_t chunk, 
 {
     const pipe_expert *a = &s->active[i / per];
     const int64_t r0 = (i % per) * chunk;
-    return (expert_task){a->expert, a->first, a->cnt, r0, r0 + chunk < n_out ? r0 + chunk : n_out};
+    return (expert_task){a->expert, a->first, a->cnt, r0, r0 + chunk < n_out ? r0 + chunk : n_out,
+                         a->ff_rows};
 }
 
 /* out[row, r0 .. r1) for every row of the call: zero, then weight · down of each route in slot
@@ -465,11 +499,8 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         gate_up_unit(j, &t);
         /* acq_rel: the last finisher sees every unit's SwiGLU rows of this expert */
         if (atomic_fetch_sub_explicit(&s->left[i / p->per_gu], 1, memory_order_acq_rel) == 1) {
-            const int64_t F = s->n_ff;
             if (p->h_vdt != MP_TYPE_F32)
-                for (int64_t r = 0; r < t.cnt; r++)
-                    (void)mp_quantize_activation(p->h_vdt, s->gate + (t.first + r) * F,
-                                                 s->hq + (size_t)(t.first + r) * j->h_row_bytes, F);
+                convert_hidden(j, p->h_vdt, t.first, t.cnt, t.ff_rows);
             atomic_store_explicit(&s->ready[i / p->per_gu], 1, memory_order_release);
         }
     }
@@ -541,7 +572,8 @@ static void combine_task(void *ctx, int64_t row, int thread)
 
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
                            const int32_t *ids, const float *weights, const uint64_t *resident,
-                           const void *const *slices, float *out, mp_pool *pool, mp_moe_scratch *s)
+                           const void *const *slices, const mp_moe_part *part, float *out,
+                           mp_pool *pool, mp_moe_scratch *s)
 {
     const mp_hparams *hp = &m->hp;
     const mp_layer *L = &m->layers[il];
@@ -577,6 +609,9 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         j.x = s->xg;
     }
     const int h_vdt = j.down_ops->vec_dot_type;
+    assert(!part || (part->expert >= 0 && part->expert < hp->n_expert && part->ff_rows > 0 &&
+                     part->ff_rows <= F && part->ff_rows % mp_type_block_elems(L->down_exps.type) == 0 &&
+                     part->ff_rows % mp_type_block_elems(h_vdt) == 0));
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;
@@ -585,7 +620,8 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         int64_t n_active = 0;
         for (int64_t e = 0; e < s->n_expert; e++)
             if (s->count[e])
-                s->active[n_active++] = (pipe_expert){(int32_t)e, s->offset[e], s->count[e]};
+                s->active[n_active++] = (pipe_expert){(int32_t)e, s->offset[e], s->count[e],
+                                                      ff_rows_of(part, e, F)};
         /* plan_tasks's units: about pipe_units per thread in each half */
         const int64_t units = (int64_t)s->pipe_units * s->n_threads;
         p.chunk_gu = unit_rows(n_active, F, units);
@@ -611,10 +647,19 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         if (s->prof)
             profile_region(s, mp_pool_n_threads(pool), r0, now_ns());
     } else {
-        mp_pool_run(pool, plan_tasks(s, F, MP_MATMUL_TASKS_PER_THREAD, s->tasks), gate_up_task, &j);
-        if (h_vdt != MP_TYPE_F32)
-            mp_act_quantize(pool, h_vdt, s->gate, F, n_entries, F, s->hq);
-        mp_pool_run(pool, plan_tasks(s, D, MP_MATMUL_TASKS_PER_THREAD, s->tasks), down_task, &j);
+        mp_pool_run(pool, plan_tasks(s, F, MP_MATMUL_TASKS_PER_THREAD, part, s->tasks), gate_up_task, &j);
+        if (h_vdt != MP_TYPE_F32) {
+            /* entries [split, split + n_split): a part's expert's, with hidden values below its
+             * ff_rows only (none without a part, or when its expert is resident) */
+            const int64_t n_split = part ? s->count[part->expert] : 0;
+            const int64_t split = n_split ? s->offset[part->expert] : n_entries, after = split + n_split;
+            mp_act_quantize(pool, h_vdt, s->gate, F, split, F, s->hq);
+            if (n_split)
+                convert_hidden(&j, h_vdt, split, n_split, part->ff_rows);
+            mp_act_quantize(pool, h_vdt, s->gate + after * F, F, n_entries - after, F,
+                            s->hq + (size_t)after * j.h_row_bytes);
+        }
+        mp_pool_run(pool, plan_tasks(s, D, MP_MATMUL_TASKS_PER_THREAD, part, s->tasks), down_task, &j);
     }
 
     const int64_t post0 = s->prof ? now_ns() : 0;
@@ -664,7 +709,7 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
         hooks->routing(hooks->user, il, n_rows, K, s->ids, s->weights);
     const int64_t t0_ns = hooks && hooks->moe_timing ? now_ns() : 0;
 
-    mp_moe_experts_cpu(m, il, x, n_rows, s->ids, s->weights, NULL, NULL, out, pool, s);
+    mp_moe_experts_cpu(m, il, x, n_rows, s->ids, s->weights, NULL, NULL, NULL, out, pool, s);
 
     if (hooks && hooks->moe_timing) {
         mp_moe_timing t = {0};

@@ -151,7 +151,7 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
                     resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
             }
             const int64_t t0 = mp_now_ns();
-            mp_moe_experts_cpu(m, layer, x, 1, ids, w, resident, NULL, out, pool, scratch);
+            mp_moe_experts_cpu(m, layer, x, 1, ids, w, resident, NULL, NULL, out, pool, scratch);
             if (rep >= 0)
                 ns[rep] = (double)(mp_now_ns() - t0);
         }
