@@ -247,6 +247,7 @@ void mp_gpu_exec_free(mp_gpu *g)
     free(g->rt_pending);
     mp_gpu_drop_graphs(g);
     free(g->far);
+    free(g->far_split_r0);
     free(g->rt_cpu_ns);
     if (g->ev_host)
         cudaEventDestroy(g->ev_host);
@@ -383,11 +384,12 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
     g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
     g->far = calloc((size_t)hp->n_layer, sizeof *g->far);
+    g->far_split_r0 = calloc((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1), sizeof *g->far_split_r0);
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
     g->h_copy_list = calloc((size_t)hp->n_expert, sizeof *g->h_copy_list);
     g->h_served = calloc((size_t)(hp->n_layer * g->s->n_batch * hp->n_expert_used), 1);
-    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far ||
+    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far || !g->far_split_r0 ||
         !g->h_mask || !g->h_count || !g->h_copy_list || !g->h_served)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->decode_costs = pl->decode_costs != NULL;
@@ -430,7 +432,8 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
     /* far routes' tables: where each cold expert is in the host copy, and each layer's decision
      * (the host copy that they read is made with the staging buffers) */
     *far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +
-                 mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1));
+                 mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1)) +
+                 mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1) * sizeof(int32_t));
     g->mem.staging = *staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
                                      mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *))) +
                                     *far_bytes

@@ -2,7 +2,8 @@
  * itself, its kernels reading the experts' weights from the page-locked host copy over the bus.
  * Here: the device table of every cold expert's host address (mp_gpu_far_setup, once at start),
  * each layer's decision from the session's decode costs (mp_gpu_far_decide), and the per-layer
- * tables the decode kernels read (mp_gpu_exec_set_far_plan: how many of a step's c cold routes run far).
+ * tables the decode kernels read (mp_gpu_exec_set_far_plan: how many of a step's c cold routes run
+ * far, and the FFN rows the CPU keeps of a split one).
  *
  * Invariant: g->far[] (the host's decisions) and the device's tables change together or not at
  * all; a layer whose far routes turn on or off drops the captured decode graphs, which launch them.
@@ -13,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/gpu_impl.h"
+#include "runtime/decide.h"
 #include "runtime/placement.h"
 
 mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
@@ -45,11 +47,13 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     if (ce != cudaSuccess)
         return mp_gpu_cuda_fail(err, "far route table upload", ce);
     g->d_far_of_cold = (uint8_t *)g->d_far + mp_gpu_align(n * sizeof(void *));
+    g->d_far_split_of_cold = (int32_t *)(g->d_far_of_cold + mp_gpu_align((size_t)NL * (MP_GPU_MAX_TOP_K + 1)));
     /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
     const int64_t K = hp->n_expert_used;
     g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
     if (!mp_gpu_exec_set_far_plan(g, NULL)) { /* every layer off until decided */
         g->d_far_of_cold = NULL;
+        g->d_far_split_of_cold = NULL;
         g->far_max = 0;
         return mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
     }
@@ -90,33 +94,46 @@ int64_t mp_gpu_exec_far_layers(const mp_gpu *g)
 
 bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
 {
-    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
+    const mp_model *m = g->s->m;
+    const int64_t L = m->hp.n_layer, E = m->hp.n_expert, F = m->hp.n_ff_exp;
     if (!g->d_far_of_cold) {
         for (int64_t il = 0; layers && il < L; il++)
             if (layers[il].on)
                 return false;
         return true; /* all off: nothing to change */
     }
-    uint8_t tab[MP_GPU_MAX_TOP_K + 1];
+    enum { W = MP_GPU_MAX_TOP_K + 1 };
+    uint8_t tab[W];
+    int32_t r0[W];
     bool changed = false;
     int64_t on = 0;
     for (int64_t il = 0; il < L; il++) {
         mp_far_layer fl = {0};
         if (layers && g->layers[il].n_resident < E) /* an all-resident layer has no cold route */
             fl = layers[il];
-        for (int c = 0; c <= MP_GPU_MAX_TOP_K; c++)
-            tab[c] = fl.on ? (fl.table[c] < g->far_max ? fl.table[c] : (uint8_t)g->far_max) : 0;
-        if (cudaMemcpy(g->d_far_of_cold + il * (MP_GPU_MAX_TOP_K + 1), tab, sizeof tab, cudaMemcpyHostToDevice) !=
-            cudaSuccess) { /* the device keeps its old tables: keep the host's decisions in step */
+        const int split = fl.split > 0 ? fl.split : 1;
+        const int64_t granule = mp_decide_split_granule(m->layers[il].down_exps.type);
+        for (int c = 0; c < W; c++) {
+            int routes = 0, part = 0;
+            mp_decide_far_units(fl.on ? fl.table[c] : 0, split, g->far_max, &routes, &part);
+            tab[c] = (uint8_t)routes;
+            /* 0 where the expert cannot be split: the GPU runs that route whole */
+            r0[c] = (int32_t)mp_decide_split_rows(F, granule, split, part);
+        }
+        if (cudaMemcpy(g->d_far_of_cold + il * W, tab, sizeof tab, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(g->d_far_split_of_cold + il * W, r0, sizeof r0, cudaMemcpyHostToDevice) != cudaSuccess) {
+            /* the device keeps its old tables: keep the host's decisions in step */
             cudaGetLastError();
             return false;
         }
-        changed |= fl.on != g->far[il].on;
+        /* a layer turned on or off, or to or from split routes, launches other kernels */
+        changed |= fl.on != g->far[il].on || (fl.split > 1) != (g->far[il].split > 1);
         g->far[il] = fl;
+        memcpy(g->far_split_r0 + il * W, r0, sizeof r0);
         on += fl.on;
     }
     g->n_far_layers = on;
-    if (changed) /* a layer's far routes are launched, or no longer, in the captured graphs */
+    if (changed) /* the captured graphs launch the old kernels */
         mp_gpu_drop_graphs(g);
     return true;
 }

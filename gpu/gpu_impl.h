@@ -181,17 +181,22 @@ struct mp_gpu {
      * page-locked host copy over the bus (a gather kernel into the staging buffers, then the
      * expert kernels), beside the CPU's cores computing the others: the host memory gives the two
      * readers together more than the cores alone (bench/membw_pcie.cu), and nothing leaves the
-     * step's one graph. A layer with far routes on, whose step has c cold routes, runs the first
-     * far[il].table[c] of them far (slot order; the kernels' rule, kernels/cuda/moe.cuh), the
-     * rest on the CPU. Which layers and how many: the decision model (runtime/decide.h) from the
-     * session's decode costs; none without them. */
+     * step's one graph. A layer with far routes on, whose step has c cold routes, runs
+     * far[il].table[c] units of them far (1/split of an expert each; runtime/decide.h): that many
+     * whole routes and, for a remainder, the next one split (the GPU its last FFN rows, the CPU
+     * its first), in slot order (the kernels' rule, kernels/cuda/moe.cuh), the rest on the CPU.
+     * Which layers and how many: the decision model from the session's decode costs; none without
+     * them. */
     int far_max;            /* most far routes a step may run: min(top_k, what staging holds); 0: no
                              * far routes possible (no page-locked host copy, no staging) */
     mp_far_layer *far;      /* (n_layer) each layer's decision (all off without decode costs) */
     bool decode_costs;      /* the placement came with decode costs (--costs) */
     int64_t n_far_layers;   /* layers with far routes on */
-    uint8_t *d_far_of_cold; /* (n_layer, MP_GPU_MAX_TOP_K + 1) the tables on the device; NULL: no
-                             * far routes possible */
+    uint8_t *d_far_of_cold; /* (n_layer, MP_GPU_MAX_TOP_K + 1) the tables on the device, in
+                             * routes (the split one included); NULL: no far routes possible */
+    int32_t *d_far_split_of_cold; /* (n_layer, MP_GPU_MAX_TOP_K + 1) on the device: r0 of the last
+                             * far route, the FFN rows the CPU keeps (0: whole) */
+    int32_t *far_split_r0;  /* the host's copy of it */
     const void **d_far;     /* (n_layer, 3, n_expert): each cold expert's slices as the device
                              * sees them in the host copy (NULL for resident experts) */
     /* host experts (gpu_host.c): where the CPU and the weight copies read each expert */

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "gpu/gpu_impl.h"
+#include "runtime/decide.h"
 #include "runtime/moe.h"
 #include "runtime/threadpool.h"
 
@@ -76,6 +77,10 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
         for (int t = 0; t < 3; t++)
             out[t]->d_far = (const void *const *)g->d_far + (il * 3 + t) * hp->n_expert;
         a.d_far_of_cold = g->d_far_of_cold + il * (MP_GPU_MAX_TOP_K + 1);
+        /* the split table only where the layer counts far work in parts of an expert (the gather
+         * without one is the plain copy) */
+        if (g->far[il].split > 1)
+            a.d_far_split_of_cold = g->d_far_split_of_cold + il * (MP_GPU_MAX_TOP_K + 1);
         /* gathered into the staging buffers (decode steps never copy): as many as a step may
          * run, whatever the table says now, so that a captured graph serves any */
         a.far_max = g->far_max;
@@ -426,16 +431,24 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                 copied_routes += g->h_count[e];
             }
     }
-    /* decode: far routes, the first table[c] of the c cold routes in slot order (the kernels'
-     * rule: kernels/cuda/moe.cuh mpc_route_ptr, at most far_max); the GPU runs them already */
+    /* decode: far routes, table[c] units of the c cold routes in slot order (the kernels' rule:
+     * kernels/cuda/moe.cuh mpc_route_ptr, at most far_max routes): the GPU runs them already, the
+     * last one, when split, from FFN row r0 on, and the CPU computes its rows below r0 */
     int64_t far_routes = 0;
+    mp_moe_part part = {-1, 0};
     const bool far = mp_gpu_far_on(g, il, n);
     if (far) {
         int32_t cold[MP_GPU_MAX_TOP_K];
         const int c = cold_routes(g, il, h_ids, cold);
-        const int z = g->far[il].table[c] < g->far_max ? g->far[il].table[c] : g->far_max;
-        for (int j = 0; j < z; j++)
-            leave_to_gpu(g, cold[j]);
+        int z = 0, units_left = 0;
+        mp_decide_far_units(g->far[il].table[c], g->far[il].split, g->far_max, &z, &units_left);
+        const int32_t r0 = g->far_split_r0[il * (MP_GPU_MAX_TOP_K + 1) + c];
+        for (int j = 0; j < z; j++) {
+            if (j == z - 1 && r0 > 0)
+                part = (mp_moe_part){cold[j], r0};
+            else
+                leave_to_gpu(g, cold[j]);
+        }
         far_routes = z;
     }
     /* the tier's moves for these routes (carried out when the step has drained), decided before the
@@ -449,9 +462,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): moe_end adds it unconditionally, so that a
      * captured decode graph is the same at every step */
+    const bool split = part.expert >= 0;
     const int64_t n_cpu = mp_moe_experts_cpu(m, il, g->h_x, n, h_ids, h_w, g->h_mask,
-                                             g->h_slices + il * 3 * m->hp.n_expert, NULL, g->h_part,
-                                             s->pool, s->moe);
+                                             g->h_slices + il * 3 * m->hp.n_expert, split ? &part : NULL,
+                                             g->h_part, s->pool, s->moe) -
+                          split; /* the split route is a far route */
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
@@ -476,6 +491,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     g->stats.routes_gpu += hits;
     g->stats.routes_copied += copied_routes;
     g->stats.routes_far += far_routes;
+    if (split) {
+        g->stats.routes_split++;
+        g->stats.split_cpu_bytes += (int64_t)((double)mp_model_expert_bytes(m, il) * (double)part.ff_rows /
+                                              (double)hp->n_ff_exp);
+    }
     g->stats.routes_cpu += n_cpu;
     return MP_OK;
 }

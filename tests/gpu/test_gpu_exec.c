@@ -130,9 +130,10 @@ typedef struct run_out {
 } run_out;
 
 /* Far routes of an all-cold decode layer step in the next runs, on every hybrid layer: a step with
- * c cold routes runs g_far * c / top_k of them far (mp_gpu_set_far_plan); -1: the executor's own
- * decisions (none: these runs have no decode costs) */
-static int g_far = -1;
+ * c cold routes runs g_far * c / top_k units of them far, g_far_split units an expert
+ * (mp_gpu_set_far_plan; runtime/decide.h); -1: the executor's own decisions (none: these runs have
+ * no decode costs) */
+static int g_far = -1, g_far_split = 1;
 /* the sessions' knobs (base/knobs.h; NULL: the defaults), for the executor's switches */
 static const mp_knobs *g_knobs = NULL;
 /* the sessions' hooks (NULL: none; with hooks no step runs as a graph) */
@@ -155,6 +156,7 @@ static void set_far_everywhere(mp_gpu *g, const mp_model *m, int far)
     cr_assert_not_null(plan);
     for (int64_t il = 0; il < L; il++) {
         plan[il].on = true;
+        plan[il].split = (uint8_t)g_far_split;
         for (int64_t c = 0; c <= K; c++)
             plan[il].table[c] = (uint8_t)(far * c / K);
     }
@@ -336,21 +338,27 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     /* copy_min_rows -1: prefill weight copies by measured cost; far -1: the executor's own far
      * decisions (without decode costs in these placements: none) */
     const int K = (int)m->hp.n_expert_used;
-    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; bool copies; int far; } cases[] = {
-        {"cpu", NULL, 0, -1, false, -1},
-        {"layers:2", NULL, 0, -1, false, -1},
-        {"layers-last:1", NULL, 0, -1, false, -1},
-        {"fill", NULL, fill_budget, -1, false, -1},
-        {NULL, file, 0, -1, false, -1},
-        {"cpu", NULL, 0, 0, false, 0},   /* copies off, far routes on but none run: all on the CPU */
-        {"layers:3", NULL, 0, 4, true, -1}, /* prefill experts with >= 4 rows are copied to the GPU */
-        {"cpu", NULL, 0, 0, false, K / 2}, /* far routes: half of each decode layer step's */
-        {"layers:2", NULL, 0, 0, false, K}, /* every cold decode route far */
-        {"fill", NULL, fill_budget, 0, false, K - 1}, /* far beside resident experts */
-        {NULL, file, 0, 0, false, K},
+    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; bool copies; int far, split; } cases[] = {
+        {"cpu", NULL, 0, -1, false, -1, 1},
+        {"layers:2", NULL, 0, -1, false, -1, 1},
+        {"layers-last:1", NULL, 0, -1, false, -1, 1},
+        {"fill", NULL, fill_budget, -1, false, -1, 1},
+        {NULL, file, 0, -1, false, -1, 1},
+        {"cpu", NULL, 0, 0, false, 0, 1},   /* copies off, far routes on but none run: all on the CPU */
+        {"layers:3", NULL, 0, 4, true, -1, 1}, /* prefill experts with >= 4 rows are copied to the GPU */
+        {"cpu", NULL, 0, 0, false, K / 2, 1}, /* far routes: half of each decode layer step's */
+        {"layers:2", NULL, 0, 0, false, K, 1}, /* every cold decode route far */
+        {"fill", NULL, fill_budget, 0, false, K - 1, 1}, /* far beside resident experts */
+        {NULL, file, 0, 0, false, K, 1},
         /* copies from one row (decode steps copy too) beside far routes: no far route runs, since
          * a copied expert is cold and the kernels' far routes are the first cold ones */
-        {"layers:2", NULL, 0, 1, true, K},
+        {"layers:2", NULL, 0, 1, true, K, 1},
+        /* split routes (quarters, halves): an all-cold step gives the GPU 3/4 of one expert, or two
+         * whole and a quarter of a third, or whole routes and a half; the CPU computes the split
+         * ones' first FFN rows (experts whose rows hold one block only run whole) */
+        {"cpu", NULL, 0, 0, false, 3, 4},
+        {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4},
+        {"fill", NULL, fill_budget, 0, false, K, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mp_placement pl;
@@ -358,11 +366,13 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         placement(m, cases[i].spec, cases[i].file, cases[i].budget, &pl);
         run_out h;
         g_far = cases[i].far;
+        g_far_split = cases[i].split;
         run_model(m, &pl, cases[i].copy_min_rows, gemv_only, &h);
         g_far = -1;
+        g_far_split = 1;
         char what[512];
-        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, far %d) vs GPU-only", mix,
-                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].far);
+        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, far %d/%d) vs GPU-only", mix,
+                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].far, cases[i].split);
         compare2(what, m, &h, &ref, tol, tol_mean);
         const bool decode_copies = cases[i].copy_min_rows == 1; /* every cold expert copied: none on the CPU */
         if (!decode_copies)
@@ -377,6 +387,15 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
             cr_assert_gt(h.stats.routes_far, 0, "seed %llu: %s: no far route ran", (unsigned long long)g_seed, what);
         if (cases[i].far <= 0 || decode_copies) /* none decided, none in the tables, or copies instead */
             cr_assert_eq(h.stats.routes_far, 0, "%s", what);
+        /* splits run where the experts' rows hold two granules or more (runtime/decide.h) */
+        const bool splits = cases[i].split > 1 &&
+                            mp_decide_split_rows(m->hp.n_ff_exp, mp_decide_split_granule(m->layers[0].down_exps.type),
+                                                 cases[i].split, 1) > 0;
+        if (splits)
+            cr_assert_gt(h.stats.routes_split, 0, "seed %llu: %s: no split route ran", (unsigned long long)g_seed, what);
+        else
+            cr_assert_eq(h.stats.routes_split, 0, "%s", what);
+        cr_assert_leq(h.stats.routes_split, h.stats.routes_far, "%s: split routes are far routes", what);
         cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far,
                      ref.stats.routes_gpu, "%s: every route is served exactly once", what);
         free(h.logits);
