@@ -199,11 +199,14 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps)
 }
 
 void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
-                           mp_bench_bound *out)
+                           double cold_bytes, double bus_gbs, mp_bench_bound *out)
 {
     out->gpu_ms = step_ms - gap_ms > 0 ? step_ms - gap_ms : 0;
     out->cpu_ms = host_gbs > 0 ? cpu_bytes / (host_gbs * 1e9) * 1e3 : 0;
     out->sync_ms = sync_ms;
     out->bound_ms = (out->gpu_ms > out->cpu_ms ? out->gpu_ms : out->cpu_ms) + out->sync_ms;
     out->serial_ms = out->gpu_ms + out->cpu_ms + out->sync_ms;
+    out->hostbus_ms = host_gbs > 0 && bus_gbs > 0
+                          ? out->gpu_ms + cold_bytes / ((host_gbs + bus_gbs) * 1e9) * 1e3 + out->sync_ms
+                          : 0;
 }

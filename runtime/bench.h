@@ -52,11 +52,14 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
  *   bound = max(gpu, cpu) + sync: optimistic, since a layer's GPU and CPU work depend on each
  *   other in layer order;
  *   serial = gpu + cpu + sync: no overlap at all, which is what a step whose hybrid layers keep
- *   nothing of theirs on the GPU (layers:N) can reach at best at batch 1. */
+ *   nothing of theirs on the GPU (layers:N) can reach at best at batch 1;
+ *   hostbus = gpu + cold / (host + bus) + sync: serial, with every cold expert byte (the CPU's and
+ *   the far routes') read by the cores and the bus together at the sum of their rates, the
+ *   decision model's floor (runtime/decide.h); 0 when the bus's rate is not known (bus_gbs 0). */
 typedef struct mp_bench_bound {
-    double gpu_ms, cpu_ms, sync_ms, bound_ms, serial_ms;
+    double gpu_ms, cpu_ms, sync_ms, bound_ms, serial_ms, hostbus_ms;
 } mp_bench_bound;
 void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
-                           mp_bench_bound *out);
+                           double cold_bytes, double bus_gbs, mp_bench_bound *out);
 
 #endif

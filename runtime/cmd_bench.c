@@ -29,6 +29,7 @@
 
 #include "base/args.h"
 #include "runtime/commands.h"
+#include "runtime/decide.h"
 #include "kernels/quant.h"
 #include "runtime/bench.h"
 #include "base/build_info.h"
@@ -307,9 +308,12 @@ static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
     const double layers = (double)g->hybrid_layers / (double)g->steps;
     const double gap_ms = layers * (double)g->rt_gap_ns / (double)g->rt_measured / 1e6;
     const double sync_ms = layers * (double)g->rt_overhead_ns / (double)g->rt_measured / 1e6;
-    const double cpu_bytes = (double)g->routes_cpu / (double)g->steps * (double)c->pl->host_expert_bytes /
-                             (double)n_host;
-    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, b);
+    const double bytes_per_route = (double)c->pl->host_expert_bytes / (double)n_host;
+    const double cpu_bytes = ((double)g->routes_cpu * bytes_per_route + (double)g->split_cpu_bytes) / (double)g->steps;
+    /* every cold route's bytes (CPU, far, split), for the host+bus bound at the decode costs' bus */
+    const double cold_bytes = (double)(g->routes_cpu + g->routes_far) * bytes_per_route / (double)g->steps;
+    const double bus_gbs = c->pl->decode_costs ? c->pl->decode_costs->bus_bytes_per_ns : 0;
+    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, cold_bytes, bus_gbs, b);
     return b->bound_ms > 0;
 }
 
@@ -327,12 +331,16 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
     const char *routing = !c->replay ? "router" : rslash ? rslash + 1 : c->replay;
     for (int i = 0; i < n_rows; i++) {
         const bench_row *r = &rows[i];
-        char paths[64] = "-", rt[32] = "-", bound[80] = "-";
+        char paths[64] = "-", rt[32] = "-", bound[128] = "-";
         mp_bench_bound b;
-        if (row_bound(c, r, &b))
-            snprintf(bound, sizeof bound, "%.2f (%.0f %%); serial %.2f (%.0f %%)", 1e3 / b.bound_ms,
-                     100.0 * r->stats.median * b.bound_ms / 1e3, 1e3 / b.serial_ms,
-                     100.0 * r->stats.median * b.serial_ms / 1e3);
+        if (row_bound(c, r, &b)) {
+            const int at = snprintf(bound, sizeof bound, "%.2f (%.0f %%); serial %.2f (%.0f %%)", 1e3 / b.bound_ms,
+                                    100.0 * r->stats.median * b.bound_ms / 1e3, 1e3 / b.serial_ms,
+                                    100.0 * r->stats.median * b.serial_ms / 1e3);
+            if (b.hostbus_ms > 0 && at > 0 && (size_t)at < sizeof bound)
+                snprintf(bound + at, sizeof bound - (size_t)at, "; host+bus %.2f (%.0f %%)", 1e3 / b.hostbus_ms,
+                         100.0 * r->stats.median * b.hostbus_ms / 1e3);
+        }
         if (c->gpu) {
             snprintf(paths, sizeof paths, "%.1f/%.1f/%.1f/%.1f", share(&r->gs, r->gs.routes_gpu),
                      share(&r->gs, r->gs.routes_cpu), share(&r->gs, r->gs.routes_copied),
@@ -368,7 +376,8 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
         printf("bound: of a decode row with hybrid layers, max(GPU part, CPU experts' bytes / host read "
                "bandwidth %.1f GB/s, the larger of probes before and after the tests) + the round trips' "
                "overhead, per token; serial: their sum (no overlap, what whole CPU layers can reach); "
-               "share = measured / bound (docs/bench.md).\n",
+               "host+bus (with --costs): serial, with every cold expert byte read at the host's and the bus's "
+               "rates together; share = measured / bound (docs/bench.md).\n",
                c->host_gbs);
     if (c->replay)
         printf("route replay: %s.\n", c->replay_desc);
@@ -446,6 +455,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "routes_cpu", (double)r->gs.routes_cpu) &&
              add_num(o, "routes_copied", (double)r->gs.routes_copied) &&
              add_num(o, "routes_far", (double)r->gs.routes_far) &&
+             add_num(o, "routes_split", (double)r->gs.routes_split) &&
              add_num(o, "experts_copied", (double)r->gs.experts_copied) &&
              add_str(o, "adaptive", c->pl->tier_slots ? mp_tier_policy_name(c->pl->tier_policy) : "off") &&
              add_num(o, "adaptive_slots", (double)c->pl->tier_slots) &&
@@ -489,7 +499,10 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
                  add_num(bo, "bound_ms", b.bound_ms) && add_num(bo, "bound_tok_s", 1e3 / b.bound_ms) &&
                  add_num(bo, "share_of_bound", r->stats.median * b.bound_ms / 1e3) &&
                  add_num(bo, "serial_bound_ms", b.serial_ms) && add_num(bo, "serial_bound_tok_s", 1e3 / b.serial_ms) &&
-                 add_num(bo, "share_of_serial_bound", r->stats.median * b.serial_ms / 1e3);
+                 add_num(bo, "share_of_serial_bound", r->stats.median * b.serial_ms / 1e3) &&
+                 (b.hostbus_ms > 0 ? add_num(bo, "hostbus_bound_ms", b.hostbus_ms) &&
+                                         add_num(bo, "share_of_hostbus_bound", r->stats.median * b.hostbus_ms / 1e3)
+                                   : cJSON_AddNullToObject(bo, "hostbus_bound_ms") != NULL);
         } else if (ok) {
             ok = cJSON_AddNullToObject(o, "bound") != NULL;
         }
