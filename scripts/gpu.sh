@@ -57,6 +57,9 @@
 #              MATRIX_BUDGETS for every shape; MATRIX_KEEP_MODELS=1 and MATRIX_REUSE_COSTS=1 with a
 #              kept MP_GPU_WORK let a second call reuse a shape's model and costs)
 #              -> $OUT/accuracy-matrix/matrix.md
+#   split-ab   split far routes against whole ones on the mixtral preset (top-2, 114 MB experts),
+#              fill under 24/16/12 GB, alternated in one run (bench/split_ab.sh; its knobs: MODEL,
+#              COSTS, CALIBRATE_ARGS, BUDGETS, ROUNDS, REPS, TG) -> $OUT/split-ab/, split-ab.log
 #   adaptive-ab  the adaptive tier against the static profile at the same budget, alternated
 #              (bench/adaptive_ab.sh; ADAPTIVE_SHAPE flame or drift, ADAPTIVE_BUDGETS, ADAPTIVE_POLICY,
 #              ADAPTIVE_SLOTS, ADAPTIVE_ROUNDS, ADAPTIVE_REPS) -> $OUT/adaptive-ab/adaptive-ab.md
@@ -441,6 +444,12 @@ for stage in "${stages[@]}"; do
         MOEPLAN=build-gpu/cli/moeplan MODEL="$hv_model" PLACEMENT="${HV_PLACEMENT:---placement layers:6}" \
             ROUNDS="${HV_ROUNDS:-4}" OUT="$OUT/host-variance" bash bench/host_variance.sh 2>&1 | tee "$OUT/host-variance.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
+    split-ab)
+        build || { rc=1; continue; }
+        bash bench/split_ab.sh build-gpu/cli/moeplan "$OUT/split-ab" 2>&1 | tee "$OUT/split-ab.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        rm -f "$OUT"/split-ab/*.gguf
         ;;
     shape-sweep)
         build || { rc=1; continue; }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench/split_ab.sh MOEPLAN OUTDIR — split far routes against whole ones, side by side in one run.
+#
+# A model whose experts are few and large (default: the mixtral preset in Q4_K_M, top-2 of 8, 114 MB
+# experts) decodes under budgets that leave most experts in host memory. Its cost file, calibrated
+# here (or COSTS), counts far work in units of 1/far_split of an expert (runtime/decide.h); its
+# whole-route twin (bench/whole_route_costs.py) keeps only the whole-route points of the same grid.
+# For each budget, `moeplan bench --placement fill --gpu-budget B --costs C` runs with one file then
+# the other, ROUNDS times (odd rounds split first, even rounds whole first: the host's read
+# bandwidth drifts within minutes, so only rows measured in turn compare). The table gives each
+# row's tok/s, its routes by path, the host's read bandwidth beside it and its share of the serial
+# and host+bus bounds (bench's `bound`: docs/bench.md); then per budget the split / whole ratio of
+# each round and their median.
+# Knobs: MODEL, COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default "24GB 16GB
+# 12GB"), ROUNDS (default 2), REPS (default 2), TG (default 64), THREADS (default nproc).
+set -euo pipefail
+moeplan=${1:?usage: bench/split_ab.sh MOEPLAN OUTDIR}
+out=${2:?usage: bench/split_ab.sh MOEPLAN OUTDIR}
+threads=${THREADS:-$(nproc)}
+rounds=${ROUNDS:-2}
+reps=${REPS:-2}
+tg=${TG:-64}
+budgets=${BUDGETS:-24GB 16GB 12GB}
+here=$(cd "$(dirname "$0")" && pwd)
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "split_ab: ROUNDS '$rounds': expected a positive integer" >&2; exit 2; }
+mkdir -p "$out"
+log() { echo "[split_ab $(date +%H:%M:%S)] $*" >&2; }
+model=${MODEL:-/tmp/mp-bench/mixtral-q4_k_m.gguf}
+if [ ! -f "$model" ]; then
+    mkdir -p "$(dirname "$model")"
+    log "generating $model"
+    "$moeplan" mkmodel --preset mixtral --quant q4_k_m --threads "$threads" --quiet -o "$model"
+fi
+costs=${COSTS:-$out/costs.json}
+if [ ! -f "$costs" ]; then
+    log "calibrate ${CALIBRATE_ARGS:---rows 1,2,4 --reps 3}"
+    # shellcheck disable=SC2086
+    "$moeplan" calibrate -m "$model" --out "$costs" --force --threads "$threads" ${CALIBRATE_ARGS:---rows 1,2,4 --reps 3} \
+        >"$out/calibrate.log" 2>&1 || { log "calibrate failed: $(tail -1 "$out/calibrate.log")"; exit 1; }
+fi
+python3 "$here/whole_route_costs.py" "$costs" "$out/costs-whole.json"
+split=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_layers"].get("far_split", 1))' "$costs")
+log "far_split $split in $costs; whole-route twin $out/costs-whole.json"
+[ "$split" -gt 1 ] || log "the grid counts whole routes: both arms are the same"
+for round in $(seq 1 "$rounds"); do
+    arms="split whole"
+    [ $((round % 2)) = 1 ] || arms="whole split"
+    for b in $budgets; do
+        for arm in $arms; do
+            c=$costs
+            [ "$arm" = split ] || c=$out/costs-whole.json
+            j=$out/bench-$b-$arm.r$round.json
+            log "round $round: $b $arm"
+            if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json --placement fill --gpu-budget "$b" \
+                    -p 0 -n "$tg" --costs "$c" >"$j" 2>"${j%.json}.err"; then
+                log "$b $arm failed: $(tail -1 "${j%.json}.err")"
+            fi
+            if declare -F pack >/dev/null; then pack || true; fi
+        done
+    done
+done
+python3 - "$out" "$rounds" $budgets <<'PY'
+import json, statistics, sys
+out, rounds, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print("| budget | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | share of serial bound | share of host+bus bound |")
+print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+speed = {}
+for b in budgets:
+    for arm in ("split", "whole"):
+        for rnd in range(1, rounds + 1):
+            path = f"{out}/bench-{b}-{arm}.r{rnd}.json"
+            try:
+                r = json.load(open(path))["rows"][0]
+            except Exception as e:
+                print(f"| {b} | {arm} | {rnd} | failed: {e} | | | | |")
+                continue
+            tot = sum(r.get(k, 0) for k in ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")) or 1
+            pct = lambda k: 100 * r.get(k, 0) / tot
+            bo = r.get("bound") or {}
+            f = lambda k: f"{bo[k]:.2f}" if isinstance(bo.get(k), (int, float)) else "-"
+            speed[(b, arm, rnd)] = r["median_tok_s"]
+            print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
+                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} "
+                  f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
+print()
+print("| budget | split / whole, each round | median |")
+print("| --- | --- | ---: |")
+for b in budgets:
+    ratios = [speed[(b, "split", n)] / speed[(b, "whole", n)] for n in range(1, rounds + 1)
+              if (b, "split", n) in speed and (b, "whole", n) in speed and speed[(b, "whole", n)] > 0]
+    med = f"{statistics.median(ratios):.3f}" if ratios else "-"
+    print(f"| {b} | {', '.join(f'{x:.3f}' for x in ratios) or '-'} | {med} |")
+PY
