@@ -142,6 +142,19 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> 
     }
 };
 
+// Q8_K runs of 32 activations in two 16-element groups: the dp4a sums of a unit's eight quant words
+// q (one byte per element) against the run's eight words y, g0 over the first group (words 0..3)
+// and g1 over the second, for the groups' own scales (Q2_K, Q3_K, Q6_K).
+__device__ __forceinline__ void mpc_q8k_group_sums(const int *q, const int *y, int &g0, int &g1)
+{
+    g0 = 0, g1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        g0 = mpc_dp4a(q[i], y[i], g0);
+        g1 = mpc_dp4a(q[i + 4], y[i + 4], g1);
+    }
+}
+
 // Q2_K and Q3_K unit u: super-block u / 8, run k = u % 8 (half h = k / 4, j = k % 4) = elements
 // 32k..32k+31: groups 2k (the first 16) and 2k + 1, whose quants are bits 2j of qs[32h + l]
 // (kernels/quant.h). The dot takes the two groups' dp4a sums apart for their scales; the Q8_K
@@ -168,13 +181,8 @@ template <> struct mpc_unit<MP_TYPE_Q2_K, false> {
     {
         const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
         const float dy = *(const float *)b;
-        const int *y = (const int *)(b + 4 + 32 * k);
-        int g0 = 0, g1 = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            g0 = mpc_dp4a(q[i], y[i], g0);
-            g1 = mpc_dp4a(q[i + 4], y[i + 4], g1);
-        }
+        int g0, g1;
+        mpc_q8k_group_sums(q, (const int *)(b + 4 + 32 * k), g0, g1);
         const int16_t *bs = (const int16_t *)(b + 260) + 2 * k;
         return __fmul_rn(d, dy) * (float)(sc0 * g0 + sc1 * g1) - __fmul_rn(dmin, dy) * (float)(m0 * bs[0] + m1 * bs[1]);
     }
@@ -207,13 +215,8 @@ template <> struct mpc_unit<MP_TYPE_Q3_K, false> {
     {
         const uint8_t *b = x + (u / 8) * 292;
         const float dy = *(const float *)b;
-        const int *y = (const int *)(b + 4 + 32 * k);
-        int g0 = 0, g1 = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            g0 = mpc_dp4a(q[i], y[i], g0);
-            g1 = mpc_dp4a(q[i + 4], y[i + 4], g1);
-        }
+        int g0, g1;
+        mpc_q8k_group_sums(q, (const int *)(b + 4 + 32 * k), g0, g1);
         const int16_t *bs = (const int16_t *)(b + 260) + 2 * k;
         // stored u = q + 4: sum(q y) = sum(u y) - 4 sum(y), sum(y) per 16 is a bsum
         return __fmul_rn(d, dy) * (float)(s0 * (g0 - 4 * bs[0]) + s1 * (g1 - 4 * bs[1]));
@@ -272,13 +275,8 @@ template <> struct mpc_unit<MP_TYPE_Q6_K, false> {
         const uint8_t *b = x + (u / 8) * 292;
         const float dy = *(const float *)b;
         const int h = j / 4, s = j % 4;
-        const int *y = (const int *)(b + 4 + 128 * h + 32 * s);
-        int g0 = 0, g1 = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            g0 = mpc_dp4a(q[k], y[k], g0);
-            g1 = mpc_dp4a(q[k + 4], y[k + 4], g1);
-        }
+        int g0, g1;
+        mpc_q8k_group_sums(q, (const int *)(b + 4 + 128 * h + 32 * s), g0, g1);
         const int16_t *bs = (const int16_t *)(b + 260) + 8 * h + 2 * s;
         // stored u = q + 32: sum(q y) = sum(u y) - 32 sum(y), sum(y) per 16 is a bsum
         const int isum = sc0 * (g0 - 32 * bs[0]) + sc1 * (g1 - 32 * bs[1]);
