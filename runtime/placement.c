@@ -206,8 +206,10 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     mp_gpu_scratch_plan(g, n_ctx, n_batch, &sc);
     const u128 E = (u128)g->n_expert, expert_max = max_expert_bytes(g);
     u128 scratch = sc.total;
-    if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies */
-        scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256);
+    if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies, and with it the far
+                                          * routes' tables: host addresses, routes and split rows */
+        scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256) +
+                   (u128)g->n_layer * (3 * E * 8 + (MP_DECIDE_MAX_K + 1) * 5) + 3 * 256;
     /* padding of the weight arena, the per-layer slot tables, and of each pool slot (three
      * 256-byte aligned slices per expert) */
     scratch += (u128)g->n_layer * (3 * (E * 8 + 256) + 16 * 256 + E * 3 * 256) + 4 * 256;
