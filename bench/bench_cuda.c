@@ -296,16 +296,196 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
     free(ms); free(hx); free(hw); free(ids);
 }
 
+/* Far routes (the decode call's gather from mapped host memory): one-row expert calls of a layer
+ * whose first n_res experts are in device memory (the pool) and the rest in page-locked host
+ * memory, as graphs: far routes off; on with no route cold (the gather's launch alone); one cold
+ * route gathered whole; one split, the GPU taking its last quarter of FFN rows. Each with the
+ * gather sized by the SMs (blocks 0) and with one block per 16 KB chunk, alternated rep by rep. */
+typedef struct far_layer {
+    int gate_type, down_type;
+    int64_t D, F, E, K, n_res;
+    size_t g_exp, d_exp, grb, drb;
+    uint8_t *dev[3], *host[3];            /* the pool's experts; the cold ones (host, mapped) */
+    const void **d_slots, **d_far;        /* (3, E) each, on the device */
+} far_layer;
+
+static far_layer far_layer_new(int gate_type, int down_type, int64_t D, int64_t F, int64_t E, int64_t K, int64_t n_res)
+{
+    far_layer l;
+    memset(&l, 0, sizeof l);
+    l.gate_type = gate_type, l.down_type = down_type;
+    l.D = D, l.F = F, l.E = E, l.K = K, l.n_res = n_res;
+    l.grb = mp_cuda_row_bytes(gate_type, D), l.drb = mp_cuda_row_bytes(down_type, F);
+    l.g_exp = l.grb * (size_t)F, l.d_exp = l.drb * (size_t)D;
+    const size_t bytes[3] = {l.g_exp, l.g_exp, l.d_exp};
+    const int types[3] = {gate_type, gate_type, down_type};
+    const void **slots = calloc((size_t)(3 * E), sizeof *slots), **far = calloc((size_t)(3 * E), sizeof *far);
+    for (int t = 0; t < 3; t++) {
+        uint8_t *h = malloc(bytes[t]);
+        fill_weights(types[t], h, bytes[t], t < 2 ? D : F);
+        CK(cudaMalloc((void **)&l.dev[t], bytes[t] * (size_t)n_res));
+        CK(cudaHostAlloc((void **)&l.host[t], bytes[t] * (size_t)(E - n_res), cudaHostAllocMapped | cudaHostAllocPortable));
+        for (int64_t e = 0; e < E; e++) {
+            if (e < n_res) {
+                CK(cudaMemcpy(l.dev[t] + (size_t)e * bytes[t], h, bytes[t], cudaMemcpyHostToDevice));
+                slots[t * E + e] = l.dev[t] + (size_t)e * bytes[t];
+            } else {
+                uint8_t *p = l.host[t] + (size_t)(e - n_res) * bytes[t];
+                memcpy(p, h, bytes[t]);
+                void *dp;
+                CK(cudaHostGetDevicePointer(&dp, p, 0));
+                far[t * E + e] = dp;
+            }
+        }
+        free(h);
+    }
+    CK(cudaMalloc((void **)&l.d_slots, sizeof(void *) * (size_t)(3 * E)));
+    CK(cudaMalloc((void **)&l.d_far, sizeof(void *) * (size_t)(3 * E)));
+    CK(cudaMemcpy(l.d_slots, slots, sizeof(void *) * (size_t)(3 * E), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(l.d_far, far, sizeof(void *) * (size_t)(3 * E), cudaMemcpyHostToDevice));
+    free(slots);
+    free(far);
+    return l;
+}
+
+static void far_layer_free(far_layer *l)
+{
+    for (int t = 0; t < 3; t++) {
+        cudaFree(l->dev[t]);
+        cudaFreeHost(l->host[t]);
+    }
+    cudaFree(l->d_slots);
+    cudaFree(l->d_far);
+}
+
+/* One configuration: `cold` of the row's routes on host experts, far routes on (far >= 0: the
+ * first `far` cold ones, the last of them split at FFN row r0 when r0 > 0) or off (far < 0). */
+static void bench_far_case(const far_layer *l, const char *shape, int cold, int far, int32_t r0, int reps)
+{
+    const int64_t D = l->D, F = l->F, E = l->E, K = l->K;
+    float *d_x, *d_out, *d_w;
+    int32_t *d_ids, *d_split;
+    uint8_t *d_foc;
+    CK(cudaMalloc((void **)&d_x, sizeof(float) * (size_t)D));
+    CK(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)D));
+    CK(cudaMalloc((void **)&d_w, sizeof(float) * (size_t)K));
+    CK(cudaMalloc((void **)&d_ids, sizeof(int32_t) * (size_t)K));
+    CK(cudaMalloc((void **)&d_foc, 33));
+    CK(cudaMalloc((void **)&d_split, 33 * sizeof(int32_t)));
+    float *hx = malloc(sizeof(float) * (size_t)D), hw[32];
+    int32_t ids[32], split[33] = {0};
+    uint8_t foc[33] = {0};
+    for (int64_t i = 0; i < D; i++)
+        hx[i] = (float)((int)(next_u64() % 2001) - 1000) / 1000.0f;
+    for (int64_t k = 0; k < K; k++) { /* the last `cold` slots on host experts */
+        hw[k] = 1.0f / (float)K;
+        ids[k] = k < K - cold ? (int32_t)k : (int32_t)(l->n_res + (k - (K - cold)));
+    }
+    foc[cold] = (uint8_t)(far > 0 ? far : 0);
+    split[cold] = r0;
+    CK(cudaMemcpy(d_x, hx, sizeof(float) * (size_t)D, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w, hw, sizeof(float) * (size_t)K, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_ids, ids, sizeof(int32_t) * (size_t)K, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_foc, foc, sizeof foc, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_split, split, sizeof split, cudaMemcpyHostToDevice));
+    const size_t sb = mp_cuda_moe_scratch_bytes(l->gate_type, l->down_type, D, F, 1, K);
+    void *d_s, *d_stage = NULL;
+    CK(cudaMalloc(&d_s, sb));
+    mp_cuda_moe_args a = {
+        .gate = {l->gate_type, NULL, l->g_exp, l->d_slots, l->grb}, .up = {l->gate_type, NULL, l->g_exp, l->d_slots + E, l->grb},
+        .down = {l->down_type, NULL, l->d_exp, l->d_slots + 2 * E, l->drb},
+        .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = 1,
+        .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out, .d_scratch = d_s, .scratch_bytes = sb,
+    };
+    if (far >= 0) {
+        a.gate.d_far = l->d_far, a.up.d_far = l->d_far + E, a.down.d_far = l->d_far + 2 * E;
+        a.d_far_of_cold = d_foc;
+        a.d_far_split_of_cold = d_split;
+        a.far_max = (int)K;
+        a.far_stage_bytes = mp_cuda_moe_far_stage_bytes(&a);
+        CK(cudaMalloc(&d_stage, a.far_stage_bytes));
+        a.d_far_stage = d_stage;
+    }
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    cudaGraphExec_t exec[2]; /* [0]: blocks sized by the SMs, [1]: one block per chunk */
+    for (int v = 0; v < 2; v++) {
+        mp_cuda_moe_set_far_blocks(v ? 1 << 30 : 0);
+        cudaGraph_t graph;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        CK(cudaEventRecordWithFlags(e0, st, cudaEventRecordExternal));
+        CK(mp_cuda_moe_experts(&a, st));
+        CK(cudaEventRecordWithFlags(e1, st, cudaEventRecordExternal));
+        CK(cudaStreamEndCapture(st, &graph));
+        CK(cudaGraphInstantiate(&exec[v], graph, 0));
+        CK(cudaGraphDestroy(graph));
+    }
+    mp_cuda_moe_set_far_blocks(0);
+    float *ms[2] = {malloc(sizeof(float) * (size_t)reps), malloc(sizeof(float) * (size_t)reps)};
+    for (int r = -2; r < reps; r++)
+        for (int v = 0; v < 2; v++) {
+            CK(cudaGraphLaunch(exec[v], st));
+            CK(cudaStreamSynchronize(st));
+            if (r >= 0)
+                CK(cudaEventElapsedTime(&ms[v][r], e0, e1));
+        }
+    char what[96];
+    if (far < 0)
+        snprintf(what, sizeof what, "%d cold, far off", cold);
+    else
+        snprintf(what, sizeof what, "%d cold, %d far%s", cold, far, r0 > 0 ? ", the last split" : "");
+    for (int v = 0; v < 2; v++) {
+        qsort(ms[v], (size_t)reps, sizeof(float), cmp_float);
+        printf("| moe far (graph, gather %s) | %s/%s | %s | %s | %8.1f us | | min %8.1f us |\n",
+               v ? "one block a chunk" : "blocks by SMs", mp_type_name(l->gate_type), mp_type_name(l->down_type), shape,
+               what, ms[v][reps / 2] * 1e3, ms[v][0] * 1e3);
+        if (far < 0)
+            break; /* no gather: one graph's numbers */
+    }
+    for (int v = 0; v < 2; v++) {
+        cudaGraphExecDestroy(exec[v]);
+        free(ms[v]);
+    }
+    cudaFree(d_x); cudaFree(d_out); cudaFree(d_w); cudaFree(d_ids); cudaFree(d_foc); cudaFree(d_split);
+    cudaFree(d_s); cudaFree(d_stage);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    free(hx);
+}
+
+static void bench_far(int reps)
+{
+    /* Mixtral-8x7B's experts (Q4_K_M: 114 MB), top-2, 6 in the pool */
+    far_layer mx = far_layer_new(MP_TYPE_Q4_K, MP_TYPE_Q6_K, 4096, 14336, 8, 2, 6);
+    bench_far_case(&mx, "4096x14336, 8 experts top-2", 0, -1, 0, reps);
+    bench_far_case(&mx, "4096x14336, 8 experts top-2", 0, 0, 0, reps);
+    bench_far_case(&mx, "4096x14336, 8 experts top-2", 1, 1, 0, reps);
+    bench_far_case(&mx, "4096x14336, 8 experts top-2", 1, 1, 14336 - 14 * 256, reps);
+    far_layer_free(&mx);
+    /* Qwen3-30B-A3B's (2.9 MB), top-8, 12 of 16 in the pool */
+    far_layer qw = far_layer_new(MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 16, 8, 12);
+    bench_far_case(&qw, "2048x768, 16 experts top-8", 0, -1, 0, reps);
+    bench_far_case(&qw, "2048x768, 16 experts top-8", 0, 0, 0, reps);
+    bench_far_case(&qw, "2048x768, 16 experts top-8", 3, 3, 0, reps);
+    far_layer_free(&qw);
+}
+
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 50;
     const bool prefill_only = argc > 2 && !strcmp(argv[2], "prefill");
     const bool decode_only = argc > 2 && !strcmp(argv[2], "decode");
-    if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only && !decode_only) ||
+    const bool far_only = argc > 2 && !strcmp(argv[2], "far");
+    if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only && !decode_only && !far_only) ||
         (argc > 1 && !strcmp(argv[1], "--help"))) {
-        printf("usage: bench_cuda [REPS [prefill|decode]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
+        printf("usage: bench_cuda [REPS [prefill|decode|far]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
                "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512\n"
-               "       rows; decode: only the 1-row expert call, Q4_K/Q6_K and Q8_0, twice)\n");
+               "       rows; decode: only the 1-row expert call, Q4_K/Q6_K and Q8_0, twice; far: the 1-row\n"
+               "       call with far routes (whole, split) on Mixtral's and Qwen3-30B-A3B's experts, the\n"
+               "       gather's blocks sized by the SMs against one block per chunk, alternated)\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     char why[256];
@@ -325,6 +505,10 @@ int main(int argc, char **argv)
                 bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
             }
+        return 0;
+    }
+    if (far_only) {
+        bench_far(reps);
         return 0;
     }
     if (decode_only) { /* the 1-row expert call, twice */

@@ -31,6 +31,9 @@
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
 #   bench-decode   the 1-row expert call (30B shapes): Q4_K/Q6_K on the pair kernels, Q8_0 on the
 #              unit kernels, twice (bench_cuda REPS decode; DECODE_REPS, default 200)
+#   bench-far  the 1-row expert call with far routes on Mixtral's and Qwen3-30B-A3B's experts: off, on
+#              with none cold, one whole, one split; the gather sized by the SMs against one block a
+#              chunk, alternated (bench_cuda FAR_REPS far; FAR_REPS default 50)
 #   ncu-moe-dec    Nsight Compute durations of bench-decode's kernels
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 32 ... 512 rows
 #              (bench_cuda REPS prefill)
@@ -255,6 +258,10 @@ for stage in "${stages[@]}"; do
     bench-decode)
         build || { rc=1; continue; }
         build-gpu/bench/bench_cuda "${DECODE_REPS:-200}" decode 2>&1 | tee "$OUT/bench-decode.log" || rc=1
+        ;;
+    bench-far)
+        build || { rc=1; continue; }
+        build-gpu/bench/bench_cuda "${FAR_REPS:-50}" far 2>&1 | tee "$OUT/bench-far.log" || rc=1
         ;;
     ncu-moe-dec)
         # Nsight Compute durations of the 1-row expert call's kernels (bench-decode: the pair kernels'

@@ -165,6 +165,10 @@ int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
  * cross. mp_cuda_moe_set_mma_min_rows(rows) sets one threshold for both instead (0: never; a
  * negative value: the measured ones), process-wide: for tests and benchmarks. */
 void mp_cuda_moe_set_mma_min_rows(int64_t rows);
+
+/* The far gather's blocks per (row, far rank, tensor): 0 (the default) sizes them by the device's
+ * SMs; n > 0 fixes n (at most one per 16 KB chunk of the tensor). For benchmarks and tests. */
+void mp_cuda_moe_set_far_blocks(int blocks);
 /* 1 when this build and device run the tensor-core path (sm_80+ code), else 0. */
 int mp_cuda_moe_mma_available(void);
 

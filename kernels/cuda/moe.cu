@@ -253,8 +253,7 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
     mpc_pdl_trigger();
     const int64_t row = blockIdx.y / gate.far_max;
     const int rank = (int)(blockIdx.y % gate.far_max), t = blockIdx.z;
-    const size_t at = (size_t)blockIdx.x * FAR_CHUNK;
-    if (at >= src.bytes[t])
+    if ((size_t)blockIdx.x * FAR_CHUNK >= src.bytes[t])
         return;
     const int32_t *rid = ids + row * top_k;
     const uint32_t cold = mpc_cold_mask(gate, rid, top_k, n_expert);
@@ -279,41 +278,72 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
             q.col_lo = src.down_data_bytes * (size_t)r0 / (size_t)src.n_ff;
     }
     const bool split = q.row_lo || q.col_lo;
-    const uint8_t *from = (const uint8_t *)src.tab[t][rid[k]] + at;
-    uint8_t *to = stage + (blockIdx.y * gate.far_stride + src.off[t]) + at;
-    const size_t n = src.bytes[t] - at < FAR_CHUNK ? src.bytes[t] - at : FAR_CHUNK;
-    if (((uintptr_t)from | (uintptr_t)to | n) % 16 == 0) {
-        const uint4 *f = (const uint4 *)from;
-        uint4 *o = (uint4 *)to;
-        const size_t n16 = n / 16;
-        for (size_t i = threadIdx.x; i < n16; i += 4 * FAR_THREADS) {
-            uint4 v[4];
-            int part[4];
+    const uint8_t *expert = (const uint8_t *)src.tab[t][rid[k]];
+    uint8_t *slot = stage + (blockIdx.y * gate.far_stride + src.off[t]);
+    // the tensor's 16 KB chunks, gridDim.x blocks striding over them: a step whose rows have fewer
+    // far routes than the grid's ranks leaves those blocks nothing to do, and they are few
+    for (size_t at = (size_t)blockIdx.x * FAR_CHUNK; at < src.bytes[t]; at += (size_t)gridDim.x * FAR_CHUNK) {
+        const uint8_t *from = expert + at;
+        uint8_t *to = slot + at;
+        const size_t n = src.bytes[t] - at < FAR_CHUNK ? src.bytes[t] - at : FAR_CHUNK;
+        if (((uintptr_t)from | (uintptr_t)to | n) % 16 == 0) {
+            const uint4 *f = (const uint4 *)from;
+            uint4 *o = (uint4 *)to;
+            const size_t n16 = n / 16;
+            for (size_t i = threadIdx.x; i < n16; i += 4 * FAR_THREADS) {
+                uint4 v[4];
+                int part[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const size_t vi = i + (size_t)j * FAR_THREADS;
-                part[j] = vi >= n16 ? FAR_ZERO : split ? far_vec_part(q, at + 16 * vi) : FAR_COPY;
-                if (vi < n16 && part[j] == FAR_COPY)
-                    v[j] = f[vi];
-            }
+                for (int j = 0; j < 4; j++) {
+                    const size_t vi = i + (size_t)j * FAR_THREADS;
+                    part[j] = vi >= n16 ? FAR_ZERO : split ? far_vec_part(q, at + 16 * vi) : FAR_COPY;
+                    if (vi < n16 && part[j] == FAR_COPY)
+                        v[j] = f[vi];
+                }
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const size_t vi = i + (size_t)j * FAR_THREADS;
-                if (vi >= n16)
-                    continue;
-                if (part[j] == FAR_COPY)
-                    o[vi] = v[j];
-                else if (part[j] == FAR_ZERO)
-                    o[vi] = make_uint4(0u, 0u, 0u, 0u);
-                else
-                    for (size_t b = 16 * vi; b < 16 * vi + 16; b++)
-                        to[b] = far_copied(q, at + b) ? from[b] : 0;
+                for (int j = 0; j < 4; j++) {
+                    const size_t vi = i + (size_t)j * FAR_THREADS;
+                    if (vi >= n16)
+                        continue;
+                    if (part[j] == FAR_COPY)
+                        o[vi] = v[j];
+                    else if (part[j] == FAR_ZERO)
+                        o[vi] = make_uint4(0u, 0u, 0u, 0u);
+                    else
+                        for (size_t b = 16 * vi; b < 16 * vi + 16; b++)
+                            to[b] = far_copied(q, at + b) ? from[b] : 0;
+                }
             }
+        } else {
+            for (size_t i = threadIdx.x; i < n; i += FAR_THREADS)
+                to[i] = (!split || far_copied(q, at + i)) ? from[i] : 0;
         }
-    } else {
-        for (size_t i = threadIdx.x; i < n; i += FAR_THREADS)
-            to[i] = (!split || far_copied(q, at + i)) ? from[i] : 0;
     }
+}
+
+// Blocks per (row, rank, tensor) of the gather: about two waves of the device's SMs over all of
+// them, at most one per chunk, at least one. Every block of a rank the step does not run exits at
+// once, and those are what a layer step with few cold routes pays for: with one block per chunk,
+// Mixtral's 38 MB tensors launched 14,000 blocks a layer step, and its layer step with far routes
+// on and no route cold took 124 us more than with them off (calibrate's grid, H200, 2026-12-02).
+// g_far_blocks > 0 (mp_cuda_moe_set_far_blocks) fixes the count instead.
+static int g_far_blocks = 0;
+
+extern "C" void mp_cuda_moe_set_far_blocks(int blocks)
+{
+    g_far_blocks = blocks > 0 ? blocks : 0;
+}
+
+static unsigned far_blocks_x(size_t chunks, int64_t ranks)
+{
+    static int sms = 0;
+    if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+        cudaGetLastError();
+        sms = 0;
+    }
+    int64_t b = g_far_blocks > 0 ? g_far_blocks : (2 * (int64_t)(sms > 0 ? sms : 132)) / (3 * (ranks > 0 ? ranks : 1));
+    b = b < 1 ? 1 : b;
+    return (unsigned)((size_t)b < chunks ? (size_t)b : chunks);
 }
 
 // ---- grouped path (prefill): routes sorted by expert, one weight pass per group ----
@@ -641,7 +671,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
             off += align256(ts[t]->expert_bytes);
             most = ts[t]->expert_bytes > most ? ts[t]->expert_bytes : most;
         }
-        const dim3 grid((unsigned)((most + FAR_CHUNK - 1) / FAR_CHUNK), (unsigned)(a->n_rows * a->far_max), 3);
+        const dim3 grid(far_blocks_x((most + FAR_CHUNK - 1) / FAR_CHUNK, a->n_rows * a->far_max),
+                        (unsigned)(a->n_rows * a->far_max), 3);
         void (*gather)(mpc_expert_t, far_src, int64_t, const int32_t *, int64_t, uint8_t *) =
             a->d_far_split_of_cold ? far_gather_kernel<true> : far_gather_kernel<false>;
         mpc_launch(gather, grid, dim3(FAR_THREADS), 0, st, gate, src, a->n_expert, a->d_ids, a->top_k,

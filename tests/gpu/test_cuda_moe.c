@@ -686,6 +686,18 @@ Test(cuda_moe, experts_far_routes)
 {
     seed_rng();
     far_cases();
+    /* the gather's blocks stride over a tensor's 16 KB chunks: one block for all of them, and three
+     * (a count that does not divide them), besides the default of far_cases */
+    const moe_case striding[] = {
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 128, 8, 1, 1, 0, FAR_TOP_K | FAR_SPLIT},
+        {MP_TYPE_Q4_0, MP_TYPE_F32, 96, 152, 9, 5, 2, 1, 1, FAR_TOP_K | FAR_SPLIT},
+    };
+    for (int blocks = 1; blocks <= 3; blocks += 2) {
+        mp_cuda_moe_set_far_blocks(blocks);
+        for (size_t i = 0; i < sizeof striding / sizeof *striding; i++)
+            check_experts(&striding[i]);
+    }
+    mp_cuda_moe_set_far_blocks(0);
 
     /* refused: 16 rows (the grouped path), no stage or a short one, far_max outside 1..top_k, no
      * slot tables, no host copies; the same arguments with a stage run */
