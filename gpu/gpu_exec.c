@@ -704,9 +704,17 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
             snprintf(far, sizeof far, "off: no staging buffers (batches below %d rows)", MP_GPU_COPY_MIN_ROWS);
         else if (g->d_far_of_cold && !g->decode_costs)
             snprintf(far, sizeof far, "off: no decode costs (--costs, from `moeplan calibrate`)");
-        else if (g->d_far_of_cold)
-            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs)",
-                     g->n_far_layers, g->n_hybrid_layers);
+        else if (g->d_far_of_cold) {
+            int split = 1; /* the decode costs' units, the same on every layer */
+            for (int64_t il = 0; il < g->s->m->hp.n_layer; il++)
+                split = g->far[il].on && g->far[il].split > split ? g->far[il].split : split;
+            char units[64] = "";
+            if (split > 1)
+                snprintf(units, sizeof units, ", in 1/%d experts: %" PRId64 " routes split with the CPU", split,
+                         st->routes_split);
+            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs%s)",
+                     g->n_far_layers, g->n_hybrid_layers, units);
+        }
         snprintf(buf + len, cap - len, "; %s, %s; far routes %s; decode graphs: %s",
                  host, copy, far,
                  g->graphs_off        ? g->graphs_why
