@@ -46,3 +46,15 @@ costs["decode_layers"]["hybrid_step"] = {"median_ns": 37000, "spread_ns": 900, "
 costs["notes"] = "fuzz seed: the fixture with the measured context curve and the grid's optional members"
 with open(os.path.join(here, "seeds", "costs", "context_curve.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")
+
+# split_grid.json: a grid that counts far work in quarter experts (far_split), with a point of
+# three quarters of one cold route far
+with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
+    costs = json.load(f)
+grid = costs["decode_layers"]
+grid["far_split"] = 4
+grid["far_max"] = 8
+grid["points"][5]["far"] = 3
+costs["notes"] = "fuzz seed: the fixture's decode grid in quarter experts (far_split 4)"
+with open(os.path.join(here, "seeds", "costs", "split_grid.json"), "w") as f:
+    f.write(json.dumps(costs, indent=1) + "\n")
