@@ -101,17 +101,26 @@ static double num(const cJSON *o, const char *a, const char *b)
     return x->valuedouble;
 }
 
+/* Run `moeplan analyze 'TRACE' --out 'OUT' FLAGS`, require exit status 0 and return OUT's
+ * summary.json parsed (the caller frees it with cJSON_Delete); r keeps the run's output. */
+static cJSON *analyze_and_load_summary(run_result *r, const char *trace, const char *out,
+                                       const char *flags)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'%s%s", trace, out, *flags ? " " : "", flags);
+    moeplan(r, args);
+    cr_assert_eq(r->status, 0, "%s: stderr: %s", args, r->err);
+    return load_summary(out);
+}
+
 Test(analyzer_cli, report_is_complete_and_consistent)
 {
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
     char out[512], args[2048];
     snprintf(out, sizeof out, "%s/report", tmpdir);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
     run_result r;
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+    cJSON *j = analyze_and_load_summary(&r, t, out, "");
     cr_assert_str_empty(r.err);
-    cJSON *j = load_summary(out);
     /* 3 requests × (4 prefill + 2 decode rows) × 2 nodes × top-2 */
     cr_assert_eq(num(j, "totals", "routes"), 72);
     cr_assert_eq(num(j, "totals", "token_rows"), 36);
@@ -132,19 +141,14 @@ Test(analyzer_cli, report_is_complete_and_consistent)
     no_temporaries();
 
     /* an existing report is kept unless --force */
+    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
     moeplan(&r, args);
     cr_assert_eq(r.status, 1);
     cr_assert_not_null(strstr(r.err, "exists"), "%s", r.err);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force --rows decode", t, out);
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    j = load_summary(out);
+    j = analyze_and_load_summary(&r, t, out, "--force --rows decode");
     cr_assert_eq(num(j, "totals", "routes"), 3 * 2 * 2 * 2, "decode rows only");
     cJSON_Delete(j);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force --rows final --train-requests 0:2", t, out);
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    j = load_summary(out);
+    j = analyze_and_load_summary(&r, t, out, "--force --rows final --train-requests 0:2");
     cr_assert_eq(num(j, "totals", "routes"), 3 * 3 * 2 * 2, "last prefill row + decode rows");
     cr_assert_eq(num(j, "generalization", "train_requests"), 1);
     cJSON_Delete(j);
@@ -179,12 +183,10 @@ Test(analyzer_cli, progress_counts_the_records_of_all_traces)
 Test(analyzer_cli, drift_segments_are_numbered_without_gaps)
 {
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
-    char out[512], args[2048];
+    char out[512];
     snprintf(out, sizeof out, "%s/report", tmpdir);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
     run_result r;
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
+    cJSON *j = analyze_and_load_summary(&r, t, out, "");
     char p[700], csv[4096];
     snprintf(p, sizeof p, "%s/drift.csv", out);
     slurp(p, csv, sizeof csv);
@@ -201,7 +203,6 @@ Test(analyzer_cli, drift_segments_are_numbered_without_gaps)
         cr_assert_not_null(line);
     }
     cr_assert_eq(line[1], '\0', "more segments than requests: %s", csv);
-    cJSON *j = load_summary(out);
     const cJSON *drift = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(j, "generalization"), "drift");
     cr_assert_eq(cJSON_GetArraySize(drift), N_REQ);
@@ -404,10 +405,9 @@ Test(analyzer_cli, simulation_section_and_refusals)
     cr_assert(strstr(r.err, "--simulation adds to a report"), "%s", r.err);
 
     write_simulation(sim, 8);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s' --simulation '%s'", t, out, sim);
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    cJSON *j = load_summary(out);
+    char simulation_flag[600];
+    snprintf(simulation_flag, sizeof simulation_flag, "--simulation '%s'", sim);
+    cJSON *j = analyze_and_load_summary(&r, t, out, simulation_flag);
     int listed = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "files")) {
@@ -656,13 +656,10 @@ Test(analyzer_cli, summary_conforms_to_the_schema)
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
     const char *variants[2] = {"", "--rows final --train-requests 0:1,0:2"};
     for (int i = 0; i < 2; i++) {
-        char out[512], args[2048];
+        char out[512];
         snprintf(out, sizeof out, "%s/report%d", tmpdir, i);
-        snprintf(args, sizeof args, "analyze '%s' --out '%s' %s", t, out, variants[i]);
         run_result r;
-        moeplan(&r, args);
-        cr_assert_eq(r.status, 0, "%s", r.err);
-        cJSON *j = load_summary(out);
+        cJSON *j = analyze_and_load_summary(&r, t, out, variants[i]);
         check_schema(j, schema, "summary");
         cJSON_Delete(j);
     }
@@ -674,13 +671,10 @@ Test(analyzer_cli, many_experts_two_byte_ids)
 {
     /* 1,000 experts: u16 ids, no transition tables (null in the JSON), heat map grouped */
     char *t = make_trace(tmpdir, "t.db", (trace_opts){.n_experts = 1000});
-    char out[512], args[2048];
+    char out[512];
     snprintf(out, sizeof out, "%s/report", tmpdir);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
     run_result r;
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "%s", r.err);
-    cJSON *j = load_summary(out);
+    cJSON *j = analyze_and_load_summary(&r, t, out, "");
     const cJSON *n0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "nodes"), 0);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(n0, "same_layer_pred")));
     cr_assert_eq(cJSON_GetObjectItemCaseSensitive(n0, "n_experts")->valueint, 1000);
@@ -701,11 +695,8 @@ Test(analyzer_cli, adaptive_tier_from_the_timing_rows)
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
     char out[512], args[2048];
     snprintf(out, sizeof out, "%s/report", tmpdir);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
     run_result r;
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-    cJSON *j = load_summary(out);
+    cJSON *j = analyze_and_load_summary(&r, t, out, "");
     cr_assert_null(cJSON_GetObjectItemCaseSensitive(j, "adaptive_tier"), "no timing rows, no tier");
     cJSON_Delete(j);
     sql(t, "INSERT INTO timing(key, gpu_expert_ns, cpu_expert_ns, h2d_bytes, h2d_ns, d2h_bytes, d2h_ns, sync_ns,"
@@ -713,10 +704,7 @@ Test(analyzer_cli, adaptive_tier_from_the_timing_rows)
            " VALUES (0, 1, 1, 0, 0, 0, 0, 0, 0, 5, 3, 2, 1, 1, 0, 4096),"
            " (4097, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 8192)");
     sql(t, "UPDATE footer SET n_timing = 2"); /* the footer counts them, as the writer's would */
-    snprintf(args, sizeof args, "analyze '%s' --out '%s' --force", t, out);
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-    j = load_summary(out);
+    j = analyze_and_load_summary(&r, t, out, "--force");
     cr_assert_eq(num(j, "adaptive_tier", "routes"), 10);
     cr_assert_eq(num(j, "adaptive_tier", "tier_hits"), 3);
     cr_assert_float_eq(num(j, "adaptive_tier", "tier_share"), 0.3, 1e-12);
@@ -745,11 +733,8 @@ Test(analyzer_cli, routes_served_from_the_timing_rows)
     char *t = make_trace(tmpdir, "t.db", (trace_opts){0});
     char out[512], args[2048];
     snprintf(out, sizeof out, "%s/report", tmpdir);
-    snprintf(args, sizeof args, "analyze '%s' --out '%s'", t, out);
     run_result r;
-    moeplan(&r, args);
-    cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-    cJSON *j = load_summary(out);
+    cJSON *j = analyze_and_load_summary(&r, t, out, "");
     cr_assert_eq(num(j, "routes_served", "routes"), 72);
     cr_assert_eq(num(j, "routes_served", "unknown"), 72, "no timing rows: every route unknown");
     cr_assert_eq(num(j, "routes_served", "gpu"), 0);
@@ -764,10 +749,9 @@ Test(analyzer_cli, routes_served_from_the_timing_rows)
     sql(t, "UPDATE footer SET n_timing = 3");
     const char *rows[2] = {"", "--rows decode"};
     for (int v = 0; v < 2; v++) {
-        snprintf(args, sizeof args, "analyze '%s' --out '%s' --force %s", t, out, rows[v]);
-        moeplan(&r, args);
-        cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-        j = load_summary(out);
+        char flags[64];
+        snprintf(flags, sizeof flags, "--force %s", rows[v]);
+        j = analyze_and_load_summary(&r, t, out, flags);
         const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "routes_served");
         const char *keys[7] = {"routes", "gpu", "tier", "cpu", "far", "copy", "unknown"};
         const double all[7] = {72, 3, 2, 2, 2, 1, 62}, node[2][7] = {{36, 2, 2, 2, 1, 1, 28}, {36, 1, 0, 0, 1, 0, 34}};

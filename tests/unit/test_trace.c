@@ -713,6 +713,17 @@ static mp_trace_tier_totals checked_tier(const char *path)
     return tot;
 }
 
+/* Open the trace at path and read its first timing row into *tr; the caller ends *ti, then
+ * closes *r (tr->t.served lives until then). */
+static void open_first_timing_row(const char *path, mp_trace_reader **r, mp_trace_timing_iter **ti,
+                                  mp_trace_timing_rec *tr)
+{
+    mp_error err;
+    cr_assert_eq(mp_trace_reader_open(path, r, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_timing_begin(*r, ti, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_trace_timing_next(*ti, tr, &err), 1, "%s", err.msg);
+}
+
 /* A trace written before the adaptive tier's columns and served existed (same schema version):
  * its timing rows read with the tier's counts 0 and no served codes, and the checker finds no
  * tier. Made by dropping the columns from a fresh trace. */
@@ -722,13 +733,10 @@ Test(trace, timing_without_tier_columns_reads)
     path_in(path, sizeof path, "old.db");
     const char *cols[] = {"tier_hits", "tier_late", "tier_admissions", "tier_evictions", "tier_copy_bytes", "served"};
     old_timing_trace(path, cols, 6);
-    mp_error err;
     mp_trace_reader *r;
-    cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
     mp_trace_timing_iter *ti;
-    cr_assert_eq(mp_trace_timing_begin(r, &ti, &err), MP_OK, "%s", err.msg);
     mp_trace_timing_rec tr;
-    cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 1, "%s", err.msg);
+    open_first_timing_row(path, &r, &ti, &tr);
     cr_assert_eq(tr.t.cpu_expert_ns, 7);
     cr_assert_eq(tr.t.tier_hits, 0);
     cr_assert_eq(tr.t.tier_copy_bytes, 0);
@@ -752,13 +760,10 @@ Test(trace, timing_without_served_column_reads)
         path_in(path, sizeof path, drop ? "old_served.db" : "served.db");
         const char *cols[] = {"served"};
         old_timing_trace(path, cols, drop);
-        mp_error err;
         mp_trace_reader *r;
-        cr_assert_eq(mp_trace_reader_open(path, &r, &err), MP_OK, "%s", err.msg);
         mp_trace_timing_iter *ti;
-        cr_assert_eq(mp_trace_timing_begin(r, &ti, &err), MP_OK, "%s", err.msg);
         mp_trace_timing_rec tr;
-        cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 1, "%s", err.msg);
+        open_first_timing_row(path, &r, &ti, &tr);
         cr_assert_eq(tr.t.tier_hits, 1);
         if (drop) {
             cr_assert_null(tr.t.served);
@@ -768,6 +773,7 @@ Test(trace, timing_without_served_column_reads)
             cr_assert_eq(tr.t.served[0], MP_SERVED_TIER);
             cr_assert_eq(tr.t.served[1], MP_SERVED_CPU);
         }
+        mp_error err;
         cr_assert_eq(mp_trace_timing_next(ti, &tr, &err), 0, "%s", err.msg);
         mp_trace_timing_end(ti);
         mp_trace_reader_close(r);
