@@ -143,6 +143,22 @@ static void bench_gemv(int type, int64_t n_out, int64_t n_in, int reps)
     free(hx); free(ms);
 }
 
+/* The expert call a as a CUDA graph on stream st, between the timing events e0 and e1 (external
+ * record nodes): decode's graphs run it so. */
+static cudaGraphExec_t moe_graph(const mp_cuda_moe_args *a, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1)
+{
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    CK(cudaEventRecordWithFlags(e0, st, cudaEventRecordExternal));
+    CK(mp_cuda_moe_experts(a, st));
+    CK(cudaEventRecordWithFlags(e1, st, cudaEventRecordExternal));
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphDestroy(graph));
+    return exec;
+}
+
 /* One decode MoE call (1 row, top-8 of 128 experts), captured as a CUDA graph per weight copy with
  * its timing events (external record nodes) and replayed, as the runtime's decode graphs run it:
  * the GPU time without the host's launch gaps. `kernels` names what runs (moe_dec.cu's pair
@@ -187,14 +203,7 @@ static void bench_moe(int gate_type, int down_type, const char *kernels, int rep
             .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
             .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
         };
-        cudaGraph_t graph;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        CK(cudaEventRecordWithFlags(e0, st, cudaEventRecordExternal));
-        CK(mp_cuda_moe_experts(&a, st));
-        CK(cudaEventRecordWithFlags(e1, st, cudaEventRecordExternal));
-        CK(cudaStreamEndCapture(st, &graph));
-        CK(cudaGraphInstantiate(&exec[c], graph, 0));
-        CK(cudaGraphDestroy(graph));
+        exec[c] = moe_graph(&a, st, e0, e1);
     }
     float *ms = malloc(sizeof(float) * (size_t)reps);
     for (int r = -3; r < reps; r++) {
@@ -414,14 +423,7 @@ static void bench_far_case(const far_layer *l, const char *shape, int cold, int 
     cudaGraphExec_t exec[2]; /* [0]: blocks sized by the SMs, [1]: one block per chunk */
     for (int v = 0; v < 2; v++) {
         mp_cuda_moe_set_far_blocks(v ? 1 << 30 : 0);
-        cudaGraph_t graph;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        CK(cudaEventRecordWithFlags(e0, st, cudaEventRecordExternal));
-        CK(mp_cuda_moe_experts(&a, st));
-        CK(cudaEventRecordWithFlags(e1, st, cudaEventRecordExternal));
-        CK(cudaStreamEndCapture(st, &graph));
-        CK(cudaGraphInstantiate(&exec[v], graph, 0));
-        CK(cudaGraphDestroy(graph));
+        exec[v] = moe_graph(&a, st, e0, e1);
     }
     mp_cuda_moe_set_far_blocks(0);
     float *ms[2] = {malloc(sizeof(float) * (size_t)reps), malloc(sizeof(float) * (size_t)reps)};
