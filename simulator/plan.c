@@ -112,14 +112,14 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                 if (lo <= hi) {
                     double piece[2] = {curve, curve};
                     if (rows == 1) { /* the decode grid, far routes off and on (as the replay) */
-                        uint32_t unused;
+                        uint32_t unused, unused_split;
                         const mp_far_layer off = {0};
-                        const double t_off = sim_decode_layer_ns(tab, &off, n_cold, &unused);
+                        const double t_off = sim_decode_layer_ns(tab, &off, n_cold, &unused, &unused_split);
                         if (!isnan(t_off))
                             piece[0] = t_off;
                         /* read only by the piece's capacities that turn far routes on */
                         if (far_on) {
-                            const double t_on = sim_decode_layer_ns(tab, far_on, n_cold, &unused);
+                            const double t_on = sim_decode_layer_ns(tab, far_on, n_cold, &unused, &unused_split);
                             piece[1] = isnan(t_on) ? curve : t_on;
                         }
                         /* net of the step's once, which *once_ns carries */

@@ -177,6 +177,7 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
     cJSON_AddNumberToObject(o, "admissions", (double)m->admissions);
     cJSON_AddNumberToObject(o, "evictions", (double)m->evictions);
     cJSON_AddNumberToObject(o, "routes_far", (double)m->routes_far);
+    cJSON_AddNumberToObject(o, "routes_split", (double)m->routes_split);
     cJSON_AddNumberToObject(o, "experts_copied", (double)m->experts_copied);
     /* the floor of reading the cold experts from host memory, and the layer steps held to it */
     cJSON_AddNumberToObject(o, "floor_ns", m->floor_ns);

@@ -194,6 +194,7 @@ typedef struct mp_sim_metrics {
     uint64_t h2d_weight_bytes, h2d_act_bytes, d2h_act_bytes;
     uint64_t admissions, evictions;
     uint64_t routes_far;        /* decode routes the GPU runs reading their weights over the bus */
+    uint64_t routes_split;      /* of those, split with the CPU along the FFN rows (runtime/decide.h) */
     uint64_t experts_copied;    /* cold experts copied for steps of several rows */
     /* the floor: reading every invocation's cold experts from host memory at the host's and the
      * bus's bandwidth together (runtime/decide.h); time_ns >= floor_ns, the replay checks it */

@@ -51,14 +51,17 @@ void sim_tab_free(sim_tab *tab);
 
 /* A one-row step of a hybrid layer (some expert off the GPU) with `cold` of its routes outside
  * the pool, on a layer whose far decision is fl: the grid's time, held to the floor. The layer's
- * far routes (for the metrics: the split one counts) in *far. NaN when the grid lacks the point. */
-static inline double sim_decode_layer_ns(const sim_tab *c, const mp_far_layer *fl, uint32_t cold, uint32_t *far)
+ * far routes (for the metrics: the split one counts) in *far, 1 in *split when the last is split.
+ * NaN when the grid lacks the point. */
+static inline double sim_decode_layer_ns(const sim_tab *c, const mp_far_layer *fl, uint32_t cold, uint32_t *far,
+                                         uint32_t *split)
 {
     const double t = mp_decide_decode_ns(&c->dc, fl, (int)cold);
     const double floor_ns = mp_decide_floor_ns(&c->dc, (double)cold * (double)c->expert_bytes);
     int routes = 0, part = 0;
     mp_decide_far_units(fl->on ? fl->table[cold] : 0, fl->split, (int)cold, &routes, &part);
     *far = (uint32_t)routes;
+    *split = part > 0;
     return t > floor_ns ? t : isnan(t) ? t : floor_ns;
 }
 

@@ -254,16 +254,17 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
             }
             const double floor_ns = mp_decide_floor_ns(&tab->dc, (double)n_cold * (double)tab->expert_bytes);
             /* a one-row step of a hybrid layer: the decode grid, with the layer's far decision */
-            uint32_t far = 0;
+            uint32_t far = 0, split = 0;
             const bool hybrid = rows == 1 && s->n_resident[l] < E;
-            double layer_ns = hybrid ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far) : NAN;
+            double layer_ns = hybrid ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far, &split) : NAN;
             if (isnan(layer_ns))
-                layer_ns = sim_layer_ns(tab, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0;
+                layer_ns = sim_layer_ns(tab, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0, split = 0;
             if (hybrid) {
                 layer_ns = sim_hybrid_layer_ns(tab, layer_ns, n_cold, !hybrid_step);
                 hybrid_step = true;
             }
             m->routes_far += far;
+            m->routes_split += split;
             m->experts_copied += n_copied;
             m->h2d_weight_bytes += (uint64_t)n_copied * tab->expert_bytes;
             m->floor_ns += floor_ns;

@@ -625,17 +625,19 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
         add_note(r, "CPU expert curves x %.3f: the decode grid's all-cold step (%d CPU experts, far routes off) "
                  "measured in the runtime, over the %d-thread microbenchmark", f, cfg->costs->decode.top_k,
                  cfg->cpu->threads);
-    uint64_t floored = 0, far = 0, routes = 0;
+    uint64_t floored = 0, far = 0, split = 0, routes = 0;
     for (int b = 0; b < r->n_budgets; b++)
         for (int p = 0; p < MP_POL_COUNT; p++)
             if (r->runs[b].ran[p]) {
                 const mp_sim_metrics *m[2] = {&r->runs[b].res[p].train, &r->runs[b].res[p].test};
                 for (int k = 0; k < 2; k++)
-                    floored += m[k]->floored, far += m[k]->routes_far, routes += m[k]->decisions;
+                    floored += m[k]->floored, far += m[k]->routes_far, split += m[k]->routes_split,
+                    routes += m[k]->decisions;
             }
     if (far)
         add_note(r, "far routes (the GPU reading cold experts over the bus, as the runtime decides them from the "
-                 "decode grid): %.1f %% of all routes simulated", 100.0 * (double)far / (double)(routes ? routes : 1));
+                 "decode grid): %.1f %% of all routes simulated, %.1f %% split with the CPU along their FFN rows",
+                 100.0 * (double)far / (double)(routes ? routes : 1), 100.0 * (double)split / (double)(routes ? routes : 1));
     if (floored)
         add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
                  "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);

@@ -295,6 +295,45 @@ static void set_grid(uint32_t E, const double off[3], const double on[3][2])
     costs.decode.expert_bytes = gpu_entry.expert_bytes;
 }
 
+/* The same experts with far work in half experts (far_split 2): on[c][u] for u <= 2c units. */
+static void set_split_grid(uint32_t E, const double off[3], const double on[3][5])
+{
+    int n = 0;
+    for (int c = 0; c <= 2; c++) {
+        grid_pts[n++] = (mp_cost_decode_point){c, 0, false, {off[c], 0}, c * 100.0, 10};
+        for (int u = 0; u <= 2 * c && u <= 2; u++)
+            grid_pts[n++] = (mp_cost_decode_point){c, u, true, {on[c][u], 0}, (c - u / 2.0) * 100.0, 10 + u * 30.0};
+    }
+    costs.decode = (mp_cost_decode){.n_points = n, .points = grid_pts, .quant = "Q4_K", .n_embd = 4, .n_ff = 8,
+                                     .n_expert = E, .top_k = 2, .far_max = 2, .far_split = 2, .threads = 8};
+    costs.decode.expert_bytes = gpu_entry.expert_bytes;
+}
+
+/* A grid in half experts whose best all-cold point gives the bus half of one route: every layer
+ * step of all-cpu is charged that point, and each runs one far route, split with the CPU, as the
+ * executor counts them (routes_far, routes_split). */
+Test(sim, split_far_routes_charged_and_counted)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    const double off[3] = {40, 150, 250}, on[3][5] = {{45}, {155, 130, 170}, {255, 190, 200}};
+    set_split_grid(4, off, on);
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 8 * 190.0, 1e-9);
+    cr_assert_eq(cpu.train.routes_far, 8);
+    cr_assert_eq(cpu.train.routes_split, 8);
+    /* whole routes only, with one whole far route at 200: charged that, and nothing split */
+    const double whole_on[3][2] = {{45, 0}, {155, 170}, {255, 200}};
+    set_grid(4, off, whole_on);
+    mp_sim_result whole = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(whole.train.time_ns, 8 * 200.0, 1e-9);
+    cr_assert_eq(whole.train.routes_split, 0);
+    cr_assert_eq(whole.train.routes_far, 8);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&whole);
+}
+
 /* The grid's all-cold point with far routes off anchors the CPU entry's level: 2 one-row CPU
  * experts cost 70 + 2 * 30 = 130 ns by the curve; the runtime's step spent 200 (set_grid: 100 per
  * CPU expert), so every CPU cost of the curves (steps the grid lacks) is x 200/130. Another thread
