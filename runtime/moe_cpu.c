@@ -40,6 +40,7 @@
 #include "base/bits.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "runtime/decide.h"
 #include "runtime/matmul.h"
 #include "runtime/moe.h"
 #include "base/knobs.h"
@@ -610,8 +611,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     }
     const int h_vdt = j.down_ops->vec_dot_type;
     assert(!part || (part->expert >= 0 && part->expert < hp->n_expert && part->ff_rows > 0 &&
-                     part->ff_rows <= F && part->ff_rows % mp_type_block_elems(L->down_exps.type) == 0 &&
-                     part->ff_rows % mp_type_block_elems(h_vdt) == 0));
+                     part->ff_rows <= F && part->ff_rows % mp_decide_split_granule(L->down_exps.type) == 0));
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;

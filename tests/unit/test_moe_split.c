@@ -19,6 +19,7 @@
 
 #include "kernels/quant.h"
 #include "mkmodel/mkmodel.h"
+#include "runtime/decide.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
 #include "runtime/threadpool.h"
@@ -173,6 +174,30 @@ Test(moe_split, cpu_partials_add_up_to_the_whole_block)
     split_once("q8_0", 5);
 }
 
+/* A pool of `threads` threads and two scratches for calls of up to `rows` rows: one runs a call's
+ * experts in one pipelined region, the other in two regions. */
+typedef struct two_forms {
+    mp_pool *pool;
+    mp_moe_scratch *piped, *plain;
+} two_forms;
+
+static two_forms two_forms_new(const mp_model *m, int64_t rows, int threads)
+{
+    two_forms f = {mp_pool_new(threads, false), mp_moe_scratch_new(&m->hp, rows, threads, NULL),
+                   mp_moe_scratch_new(&m->hp, rows, threads, NULL)};
+    cr_assert(f.pool && f.piped && f.plain);
+    mp_moe_scratch_set_pipelined(f.piped, true);
+    mp_moe_scratch_set_pipelined(f.plain, false);
+    return f;
+}
+
+static void two_forms_free(two_forms *f)
+{
+    mp_moe_scratch_free(f->piped);
+    mp_moe_scratch_free(f->plain);
+    mp_pool_free(f->pool);
+}
+
 /* The pipelined region (calls of up to 4 rows: gate/up and down in one region, each expert's down
  * units waiting for its hidden rows) against the two regions with a barrier: the same bits, for
  * every mix (F32 down activations need no conversion; the others convert once per expert), 1 to
@@ -184,12 +209,9 @@ static void pipelined_once(const char *mix, int threads)
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
     mp_model *m = make_model(mix, 0, path);
     const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used, R = 4;
-    mp_pool *pool = mp_pool_new(threads, false);
-    mp_moe_scratch *piped = mp_moe_scratch_new(&m->hp, R, threads, NULL);
-    mp_moe_scratch *plain = mp_moe_scratch_new(&m->hp, R, threads, NULL);
-    cr_assert(pool && piped && plain);
-    mp_moe_scratch_set_pipelined(piped, true);
-    mp_moe_scratch_set_pipelined(plain, false);
+    two_forms f = two_forms_new(m, R, threads);
+    mp_pool *pool = f.pool;
+    mp_moe_scratch *piped = f.piped, *plain = f.plain;
     const bool profiled = threads > 2; /* profiling must not change a bit either */
     cr_assert(!profiled || mp_moe_scratch_profile(piped, true));
     float *x = malloc(sizeof(float) * (size_t)(R * D));
@@ -236,9 +258,7 @@ static void pipelined_once(const char *mix, int threads)
         cr_assert_gt(p.gate_up_ns + p.down_ns, 0);
     }
     free(x), free(a), free(b), free(ids), free(w);
-    mp_moe_scratch_free(piped);
-    mp_moe_scratch_free(plain);
-    mp_pool_free(pool);
+    two_forms_free(&f);
     mp_model_free(m);
     unlink(path);
 }
@@ -287,14 +307,6 @@ static void expert_rows_ref(const mp_model *m, int32_t e, int64_t lo, int64_t hi
 
 /* The FFN rows a split of layer 1's experts is cut at a multiple of: the down tensor's block and
  * its activation block (powers of two: the larger). */
-static int64_t split_granule(const mp_model *m)
-{
-    const mp_tensor *t = &m->layers[1].down_exps;
-    const int64_t wb = mp_type_block_elems(t->type);
-    const int64_t ab = mp_type_block_elems(mp_type_ops_get(t->type)->vec_dot_type);
-    return wb > ab ? wb : ab;
-}
-
 static bool same_bits(const float *a, const float *b, int64_t n)
 {
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
@@ -317,15 +329,12 @@ static void part_once(const mp_model *m, const char *mix, int threads, double to
 {
     const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert, K = m->hp.n_expert_used;
     enum { R = 4 }; /* rows at most: the pipelined form's */
-    const int64_t granule = split_granule(m);
+    const int64_t granule = mp_decide_split_granule(m->layers[1].down_exps.type);
     cr_assert_geq(F / granule, 2, "%s: n_ff %ld is one block of %ld: no split", mix, (long)F, (long)granule);
     cr_assert_leq(E, 1024);
-    mp_pool *pool = mp_pool_new(threads, false);
-    mp_moe_scratch *piped = mp_moe_scratch_new(&m->hp, R, threads, NULL);
-    mp_moe_scratch *plain = mp_moe_scratch_new(&m->hp, R, threads, NULL);
-    cr_assert(pool && piped && plain);
-    mp_moe_scratch_set_pipelined(piped, true);
-    mp_moe_scratch_set_pipelined(plain, false);
+    two_forms f = two_forms_new(m, R, threads);
+    mp_pool *pool = f.pool;
+    mp_moe_scratch *piped = f.piped, *plain = f.plain;
     const size_t out_bytes = sizeof(float) * (size_t)(R * D);
     float *x = malloc(out_bytes), *whole = malloc(out_bytes), *part = malloc(out_bytes), *part2 = malloc(out_bytes);
     float *masked = malloc(out_bytes), *masked_part = malloc(out_bytes), *alone = malloc(out_bytes);
@@ -411,9 +420,7 @@ static void part_once(const mp_model *m, const char *mix, int threads, double to
     }
     free(x), free(whole), free(part), free(part2), free(masked), free(masked_part), free(alone);
     free(rest), free(head), free(ids), free(w);
-    mp_moe_scratch_free(piped);
-    mp_moe_scratch_free(plain);
-    mp_pool_free(pool);
+    two_forms_free(&f);
 }
 
 Test(moe_split, a_part_computes_the_rows_below_ff_rows)
