@@ -472,44 +472,22 @@ DEFINE_K_ROWS_DOT(q4_K_rows_dot, mp_block_q4_K, q4_K_block_dot)
 DEFINE_K_ROWS_DOT(q5_K_rows_dot, mp_block_q5_K, q5_K_block_dot)
 DEFINE_K_ROWS_DOT(q6_K_rows_dot, mp_block_q6_K, q6_K_block_dot)
 
-static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q4_K_rows_dot(n, w, x, 0, 1, &out);
-    return out;
-}
+/* The table's vec_dot (n_x = 1) and vec_dot_multi of a row loop. */
+#define DEFINE_K_VEC_DOTS(ROWS, DOT, MULTI)                                                         \
+    static float DOT(int64_t n, const void *w, const void *x)                                       \
+    {                                                                                               \
+        float out;                                                                                  \
+        ROWS(n, w, x, 0, 1, &out);                                                                  \
+        return out;                                                                                 \
+    }                                                                                               \
+    static void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out) \
+    {                                                                                               \
+        ROWS(n, w, x, x_stride, n_x, out);                                                          \
+    }
 
-static float vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q5_K_rows_dot(n, w, x, 0, 1, &out);
-    return out;
-}
-
-static void vec_dot_multi_q5_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q5_K_rows_dot(n, w, x, x_stride, n_x, out);
-}
-
-static float vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q6_K_rows_dot(n, w, x, 0, 1, &out);
-    return out;
-}
-
-static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q4_K_rows_dot(n, w, x, x_stride, n_x, out);
-}
-
-static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q6_K_rows_dot(n, w, x, x_stride, n_x, out);
-}
+DEFINE_K_VEC_DOTS(q4_K_rows_dot, vec_dot_q4_K_q8_K, vec_dot_multi_q4_K)
+DEFINE_K_VEC_DOTS(q5_K_rows_dot, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K)
+DEFINE_K_VEC_DOTS(q6_K_rows_dot, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K)
 
 static void dequantize_q4_K(const void *src, float *dst, int64_t n)
 {
