@@ -293,13 +293,14 @@ static double check_level_gbs(const mp_costs *c, const check_result *r)
 }
 
 /* The check's measured speed beside the prediction and, where its CPU experts ran, beside the
- * prediction at the memory rate they had (pred_level, 0: not made); a warning where the two do
+ * prediction at the memory rate they had (pred_level at the host level `level`, check_level_gbs;
+ * 0: not made); a warning where the two do
  * not compare (a CPU executor) or differ by more than 10 % (with the likely cause: the host's memory
  * when its CPU experts' rate was more than 10 % from the grid's and the prediction at that rate
  * holds; else the host's read bandwidth when the probes moved; else an uncosted path or a stale
  * calibration). */
-static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_level, const check_result *r,
-                           const mp_costs *c, const char *placement)
+static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_level, double level,
+                           const check_result *r, const mp_costs *c, const char *placement)
 {
     const double meas = r->ms, cal = c->host_read_gbs, grid = mp_costs_grid_cpu_gbs(c);
     const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
@@ -318,8 +319,7 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
         if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
                      "calibration's at %.1f (a busier or a quieter host: check again later, or `simulate "
-                     "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, grid,
-                     check_level_gbs(c, r));
+                     "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, grid, level);
         else if (cal > 0 && fabs(r->gbs / cal - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
                      "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");
@@ -407,7 +407,7 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
             goto done;
         pred_level = mp_simulate_ms_per_token(at, 0, MP_POL_PROFILE);
     }
-    say_comparison(&o, n, pred, pred_level, &cr, &made->costs, placement);
+    say_comparison(&o, n, pred, pred_level, level, &cr, &made->costs, placement);
 done:
     mp_simulate_result_free(made);
     mp_simulate_result_free(chk);
