@@ -111,14 +111,13 @@ bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
         mp_far_layer fl = {0};
         if (layers && g->layers[il].n_resident < E) /* an all-resident layer has no cold route */
             fl = layers[il];
-        const int split = fl.split > 0 ? fl.split : 1;
         const int64_t granule = mp_decide_split_granule(m->layers[il].down_exps.type);
         for (int c = 0; c < W; c++) {
             int routes = 0, part = 0;
-            mp_decide_far_units(fl.on ? fl.table[c] : 0, split, g->far_max, &routes, &part);
+            mp_decide_far_units(fl.on ? fl.table[c] : 0, fl.split, g->far_max, &routes, &part);
             tab[c] = (uint8_t)routes;
             /* 0 where the expert cannot be split: the GPU runs that route whole */
-            r0[c] = (int32_t)mp_decide_split_rows(F, granule, split, part);
+            r0[c] = (int32_t)mp_decide_split_rows(F, granule, fl.split, part);
         }
         if (cudaMemcpy(g->d_far_of_cold + il * W, tab, sizeof tab, cudaMemcpyHostToDevice) != cudaSuccess ||
             cudaMemcpy(g->d_far_split_of_cold + il * W, r0, sizeof r0, cudaMemcpyHostToDevice) != cudaSuccess) {

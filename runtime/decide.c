@@ -110,11 +110,17 @@ void mp_decide_layer_routes(const uint64_t *counts, const float *freq, const uin
     *all = a;
 }
 
+/* The grid's far units per expert (a grid built by hand may leave far_split 0: whole routes). */
+static int units_per_expert(const mp_decode_costs *dc)
+{
+    return dc->far_split > 0 ? dc->far_split : 1;
+}
+
 /* The far units f of a step with c cold routes whose measured time with far routes on is least
  * (the fewer on ties; 0 when none is measured). */
 static int best_far(const mp_decode_costs *dc, int c)
 {
-    const int units = c * (dc->far_split > 0 ? dc->far_split : 1);
+    const int units = c * units_per_expert(dc);
     const int f_hi = units < dc->far_max ? units : dc->far_max;
     int best = 0;
     for (int f = 1; f <= f_hi; f++)
@@ -132,7 +138,7 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
     const double p = cold_share < 0 ? 0 : cold_share > 1 ? 1 : cold_share;
     double e_on = 0, e_off = 0, choose = 1; /* choose = C(K, c) */
     bool known = true;
-    mp_far_layer fl = {.on = true, .split = (uint8_t)(dc->far_split > 0 ? dc->far_split : 1)};
+    mp_far_layer fl = {.on = true, .split = (uint8_t)units_per_expert(dc)};
     for (int c = 0; c <= K; c++) {
         if (c > 0)
             choose = choose * (double)(K - c + 1) / (double)c;
