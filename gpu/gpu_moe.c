@@ -440,8 +440,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (far) {
         int32_t cold[MP_GPU_MAX_TOP_K];
         const int c = cold_routes(g, il, h_ids, cold);
-        int z = 0, units_left = 0;
-        mp_decide_far_units(g->far[il].table[c], g->far[il].split, g->far_max, &z, &units_left);
+        int z = 0, part_units = 0; /* the split's rows: far_split_r0, made from part_units at the plan */
+        mp_decide_far_units(g->far[il].table[c], g->far[il].split, g->far_max, &z, &part_units);
         const int32_t r0 = g->far_split_r0[il * (MP_GPU_MAX_TOP_K + 1) + c];
         for (int j = 0; j < z; j++) {
             if (j == z - 1 && r0 > 0)
