@@ -149,13 +149,9 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
         KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
                "kv store");
     }
-    for (int64_t r0 = 0; r0 < n; r0 += MP_GPU_ATT_ROWS) {
-        const int64_t rows = n - r0 < MP_GPU_ATT_ROWS ? n - r0 : MP_GPU_ATT_ROWS;
-        const int64_t keys_max = g->capturing ? g->s->n_ctx : pos0 + r0 + rows;
-        KCHECK(mp_cuda_attention_at(g->d_q + r0 * Q, L->k_cache, L->v_cache, g->d_att + r0 * Q, rows,
-                                    g->d_pos + r0, keys_max, hp->n_head, hp->n_head_kv, hd,
-                                    g->d_att_scratch, g->att_scratch_bytes, g->stream), "attention");
-    }
+    KCHECK(mp_cuda_attention_at(g->d_q, L->k_cache, L->v_cache, g->d_att, n, g->d_pos,
+                                g->capturing ? g->s->n_ctx : pos0 + n, hp->n_head, hp->n_head_kv, hd,
+                                g->d_att_scratch, g->att_scratch_bytes, g->stream), "attention");
     g->act_src = NULL;
     return proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err);
 }

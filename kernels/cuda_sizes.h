@@ -26,10 +26,10 @@ extern "C" {
  * once). */
 #define MP_CUDA_MOE_GROUP 8
 #define MP_CUDA_MOE_GROUP_MIN_ROWS 16
-/* Attention: split-key chunks of 64 keys for steps of up to MP_CUDA_ATT_SMALL_ROWS rows (more
- * blocks for a decode row's few keys), 256 for larger steps. */
-#define MP_CUDA_ATT_CHUNK_SMALL 64
-#define MP_CUDA_ATT_CHUNK_MAX 256
+/* Attention: steps of up to MP_CUDA_ATT_SMALL_ROWS rows split the keys in chunks of
+ * MP_CUDA_ATT_CHUNK (more blocks for a decode row's few keys) and merge the chunks in a second
+ * launch, through scratch; larger steps walk the keys in tiles of query rows and need none. */
+#define MP_CUDA_ATT_CHUNK 64
 #define MP_CUDA_ATT_SMALL_ROWS 8
 
 static inline size_t mp_cuda_align256(size_t b)
@@ -93,30 +93,18 @@ static inline size_t mp_cuda_moe_scratch_bytes(int gate_type, int down_type, int
     return b;
 }
 
-/* Keys per split-key chunk for a step of n_rows rows. */
-static inline int64_t mp_cuda_att_chunk(int64_t n_rows)
-{
-    return n_rows <= MP_CUDA_ATT_SMALL_ROWS ? MP_CUDA_ATT_CHUNK_SMALL : MP_CUDA_ATT_CHUNK_MAX;
-}
-
-/* Scratch of mp_cuda_attention for a step of exactly n_rows rows: per (row, head, chunk) the
- * partial output and its max and sum. */
-static inline size_t mp_cuda_att_scratch_for(int64_t n_rows, int64_t n_head, int64_t head_dim, int64_t n_keys_max)
-{
-    const int64_t chunk = mp_cuda_att_chunk(n_rows), n_splits = (n_keys_max + chunk - 1) / chunk;
-    return (size_t)(n_rows * n_head * n_splits * (head_dim + 2)) * sizeof(float);
-}
-
-/* Enough for any step of 1 ... n_rows rows (the small-step chunking needs more per row). */
+/* Scratch of mp_cuda_attention for any step of 1 ... n_rows rows with up to n_keys_max keys: per
+ * (row, head, chunk) of a split-K step the partial output and its max and sum. Larger steps run
+ * the tiled kernel, or, on a device without its shared memory, split-K in steps of
+ * MP_CUDA_ATT_SMALL_ROWS rows: either way no more than a small step's. */
 static inline size_t mp_cuda_attention_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
                                                      int64_t n_keys_max)
 {
     if (n_rows < 1 || n_head < 1 || head_dim < 1 || n_keys_max < 1)
         return 0;
-    const size_t small = mp_cuda_att_scratch_for(n_rows < MP_CUDA_ATT_SMALL_ROWS ? n_rows : MP_CUDA_ATT_SMALL_ROWS,
-                                                 n_head, head_dim, n_keys_max);
-    const size_t all = mp_cuda_att_scratch_for(n_rows, n_head, head_dim, n_keys_max);
-    return small > all ? small : all;
+    const int64_t rows = n_rows < MP_CUDA_ATT_SMALL_ROWS ? n_rows : MP_CUDA_ATT_SMALL_ROWS;
+    const int64_t n_splits = (n_keys_max + MP_CUDA_ATT_CHUNK - 1) / MP_CUDA_ATT_CHUNK;
+    return (size_t)(rows * n_head * n_splits * (head_dim + 2)) * sizeof(float);
 }
 
 /* Scratch of mp_cuda_gemm with n_x activation rows of n_in and tile_rows weight rows: both as f16

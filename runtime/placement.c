@@ -167,8 +167,7 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
                                                    n_batch, g->n_expert_used);
         out->moe = b > out->moe ? b : out->moe;
     }
-    const int64_t att_rows = n_batch < MP_GPU_ATT_ROWS ? n_batch : MP_GPU_ATT_ROWS;
-    out->att = mp_cuda_attention_scratch_bytes(att_rows, g->n_head, g->head_dim, n_ctx);
+    out->att = mp_cuda_attention_scratch_bytes(n_batch, g->n_head, g->head_dim, n_ctx);
     if (n_batch >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
         out->gemm = mp_cuda_gemm_scratch_bytes((int64_t)W, n_batch, MP_GPU_GEMM_TILE);
     /* as carved: four embd rows, two q, two kv, the router, two routes, two i32 rows, two flags,

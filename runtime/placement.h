@@ -113,7 +113,6 @@ void mp_placement_geom_free(mp_placement_geom *g);
 #define MP_GPU_KV_ELEM_BYTES 2 /* the GPU KV cache holds F16 */
 /* Shapes of the GPU executor's scratch (gpu/gpu_exec.c), shared with the estimate above. */
 #define MP_GPU_GEMM_MIN_ROWS MP_KNOB_GEMM_MIN_ROWS /* dense projections of >= this many rows go through cuBLAS */
-#define MP_GPU_ATT_ROWS 64         /* attention runs in chunks of this many query rows */
 #define MP_GPU_HEAD_ROWS 32        /* output-head rows per chunk (all_logits) */
 #define MP_GPU_GEMM_TILE 2048      /* weight rows dequantized per cuBLAS tile */
 #define MP_GPU_BLAS_WS_BYTES ((size_t)32 << 20)
@@ -137,7 +136,7 @@ typedef struct mp_gpu_scratch {
     size_t logits;     /* MP_GPU_HEAD_ROWS × n_vocab f32 */
     size_t act;        /* n_batch rows of the widest activation (f32: mp_act_row_bytes_max) */
     size_t moe;        /* mp_cuda_moe_scratch_bytes, the largest over the layers */
-    size_t att;        /* mp_cuda_attention_scratch_bytes for MP_GPU_ATT_ROWS-row chunks */
+    size_t att;        /* mp_cuda_attention_scratch_bytes for steps of up to n_batch rows */
     size_t gemm;       /* mp_cuda_gemm_scratch_bytes (0 when no step reaches cuBLAS) */
     size_t blas_ws;    /* MP_GPU_BLAS_WS_BYTES */
     size_t total;      /* every buffer above (and two 4-byte flags), each rounded up to MP_GPU_ALIGN */

@@ -21,18 +21,13 @@
 #include "kernels/cuda/common.cuh"
 
 // the chunking is the scratch size's too (kernels/cuda_sizes.h)
-#define ATT_CHUNK_SMALL MP_CUDA_ATT_CHUNK_SMALL
-#define ATT_CHUNK_MAX MP_CUDA_ATT_CHUNK_MAX
+#define ATT_CHUNK MP_CUDA_ATT_CHUNK
 #define ATT_SMALL_ROWS MP_CUDA_ATT_SMALL_ROWS
+#define ATT_BEFORE_CHUNK_MAX 256 // the split-K chunk of larger steps before the tiled kernel (the A/B below)
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / MPC_WARP)
 #define ATT_MAX_HD 256
 #define ATT_PAIRS (ATT_MAX_HD / 2 / MPC_WARP) // head-dim pairs per lane, at most
-
-static int64_t att_chunk(int64_t n_rows)
-{
-    return mp_cuda_att_chunk(n_rows);
-}
 
 // keys of row `row`: its position + 1, from the device (graph-replayable decode) or pos0 + row
 __device__ __forceinline__ int64_t att_keys(const int32_t *pos, int64_t pos0, int64_t row)
@@ -54,14 +49,128 @@ __device__ __forceinline__ float block_reduce(float v, float *red, bool is_max)
     return r;
 }
 
+// Split-K partial for steps of up to ATT_SMALL_ROWS rows: block (row·head, chunk of ATT_CHUNK
+// keys), HDP the head dimension rounded up (64, 128 or 256; the dimensions past hd are skipped).
+// Scores: half a warp per key, lane l holding dimension pairs l, l + 16, ... (each load
+// instruction reads two keys' rows, coalesced); every K load of a warp's keys is issued before
+// the first sum, so the chunk arrives in one memory round trip, then 4 shuffles a key. Weighted
+// sum: thread (dimension pair, key group) sums w_t v_t over its group's keys, loads unrolled the
+// same way; the groups meet in shared memory.
+template <int HDP>
 __global__ void __launch_bounds__(ATT_THREADS)
-attn_partial_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, float *part,
+attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+                    float *__restrict__ part, int64_t pos0, const int32_t *__restrict__ pos, int64_t n_head,
+                    int64_t n_head_kv, int64_t hd, int64_t n_splits)
+{
+    constexpr int NP = HDP / 2;                // dimension pairs
+    constexpr int PPL = NP / 16;               // pairs per lane of a key's half warp
+    constexpr int KPW = ATT_CHUNK / ATT_WARPS; // keys per warp
+    static_assert(NP <= ATT_THREADS && KPW % 2 == 0, "a pair per weighted-sum thread, two keys a load");
+    constexpr int KG = ATT_THREADS / NP;       // key groups of the weighted sum
+    constexpr int KPG = ATT_CHUNK / KG;        // keys per key group
+    constexpr int VB = KPG < 16 ? KPG : 16;    // V loads in flight per thread
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
+    __shared__ float sc[ATT_CHUNK];
+    __shared__ float red[ATT_WARPS];
+    __shared__ float os[KG][HDP];
+    const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP, kh = lane / 16, l16 = lane % 16;
+    const int64_t rh = blockIdx.x, split = blockIdx.y;
+    const int64_t row = rh / n_head, h = rh % n_head, kvh = h / (n_head / n_head_kv);
+    const int64_t n_keys = att_keys(pos, pos0, row), t0 = split * ATT_CHUNK;
+    if (t0 >= n_keys) // past the causal bound: the merge does not read this chunk
+        return;
+    const int len = (int)(t0 + ATT_CHUNK < n_keys ? ATT_CHUNK : n_keys - t0);
+    const int np = (int)(hd / 2);
+    const int64_t n_kv = n_head_kv * hd;
+    float2 qv[PPL];
+#pragma unroll
+    for (int j = 0; j < PPL; j++) {
+        const int p = l16 + 16 * j;
+        qv[j] = p < np ? make_float2(q[rh * hd + 2 * p], q[rh * hd + 2 * p + 1]) : make_float2(0.0f, 0.0f);
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    {
+        float s[KPW / 2];
+#pragma unroll
+        for (int i = 0; i < KPW / 2; i++) {
+            const int key = warp * KPW + 2 * i + kh;
+            const __half2 *kr = (const __half2 *)(kc + (t0 + key) * n_kv + kvh * hd);
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PPL; j++) {
+                const int p = l16 + 16 * j;
+                if (key < len && p < np) {
+                    const float2 k = __half22float2(kr[p]);
+                    acc += qv[j].x * k.x + qv[j].y * k.y;
+                }
+            }
+            s[i] = acc;
+        }
+#pragma unroll
+        for (int i = 0; i < KPW / 2; i++) {
+            for (int off = 8; off > 0; off >>= 1) // within the key's half warp
+                s[i] += __shfl_xor_sync(0xffffffffu, s[i], off);
+            const int key = warp * KPW + 2 * i + kh;
+            if (l16 == 0 && key < len)
+                sc[key] = s[i] * scale;
+        }
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int t = tid; t < len; t += ATT_THREADS)
+        m = fmaxf(m, sc[t]);
+    m = block_reduce(m, red, true);
+    float l = 0.0f;
+    for (int t = tid; t < len; t += ATT_THREADS) {
+        sc[t] = expf(sc[t] - m);
+        l += sc[t];
+    }
+    l = block_reduce(l, red, false); // its barriers also publish sc's new values
+    {
+        const int g = tid / NP, p = tid % NP, k0 = g * KPG;
+        const __half2 *vb = (const __half2 *)(vc + (t0 + k0) * n_kv + kvh * hd) + p;
+        float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int tb = 0; tb < KPG; tb += VB) {
+            float2 v[VB];
+#pragma unroll
+            for (int t = 0; t < VB; t++)
+                v[t] = p < np && k0 + tb + t < len ? __half22float2(vb[(int64_t)(tb + t) * (n_kv / 2)])
+                                                  : make_float2(0.0f, 0.0f);
+#pragma unroll
+            for (int t = 0; t < VB; t++) {
+                const float w = k0 + tb + t < len ? sc[k0 + tb + t] : 0.0f;
+                o.x += w * v[t].x;
+                o.y += w * v[t].y;
+            }
+        }
+        os[g][2 * p] = o.x;
+        os[g][2 * p + 1] = o.y;
+    }
+    __syncthreads();
+    float *out = part + (rh * n_splits + split) * (hd + 2); // (m, l, o[hd])
+    if (tid == 0) {
+        out[0] = m;
+        out[1] = l;
+    }
+    for (int d = tid; d < hd; d += ATT_THREADS) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int g = 0; g < KG; g++)
+            acc += os[g][d];
+        out[2 + d] = acc;
+    }
+}
+
+__global__ void __launch_bounds__(ATT_THREADS)
+attn_partial_warp_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, float *part,
                     int64_t pos0, const int32_t *pos, int64_t n_head, int64_t n_head_kv, int64_t hd,
                     int64_t chunk, int64_t n_splits)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
-    __shared__ float sc[ATT_CHUNK_MAX];
+    __shared__ float sc[ATT_BEFORE_CHUNK_MAX];
     __shared__ float red[ATT_WARPS];
     __shared__ float os[ATT_WARPS][ATT_MAX_HD];
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
@@ -171,7 +280,358 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
     }
 }
 
+// ---- the kernels before the tiled ones, for the A/B (mp_cuda_attention_set_variant(1)) ----
+static int g_att_variant; // 1: attention_before
+static int attention_before(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
+                            int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
+                            int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
+                            cudaStream_t st)
+{
+    const int64_t chunk = n_rows <= ATT_SMALL_ROWS ? ATT_CHUNK : ATT_BEFORE_CHUNK_MAX,
+                  n_splits = (n_keys_max + chunk - 1) / chunk;
+    if (!d_scratch || scratch_bytes < mp_cuda_attention_before_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
+        return MP_CUDA_ENOMEM;
+    const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
+    mpc_launch(attn_partial_warp_kernel, dim3(grid), dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, (float *)d_scratch,
+               pos0, d_pos, n_head, n_head_kv, head_dim, chunk, n_splits);
+    if (cudaGetLastError() != cudaSuccess)
+        return MP_CUDA_ELAUNCH;
+    mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_scratch,
+               d_out, pos0, d_pos, n_head, head_dim, chunk, n_splits);
+    return mpc_launch_status();
+}
+
+extern "C" size_t mp_cuda_attention_before_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
+                                                         int64_t n_keys_max)
+{
+    const int64_t chunk = n_rows <= ATT_SMALL_ROWS ? ATT_CHUNK : ATT_BEFORE_CHUNK_MAX;
+    return (size_t)(n_rows * n_head * ((n_keys_max + chunk - 1) / chunk) * (head_dim + 2)) * sizeof(float);
+}
+
+extern "C" void mp_cuda_attention_set_variant(int variant)
+{
+    g_att_variant = variant;
+}
+
+static int g_att_tiles = 1; // mp_cuda_attention_set_tiles
+
+extern "C" void mp_cuda_attention_set_tiles(int on)
+{
+    g_att_tiles = on;
+}
+
+// ---- steps of more than ATT_SMALL_ROWS rows: tiles of query rows ----
+// Block (head, tile of ATT_TR query rows) walks the keys in tiles of ATT_TK up to its last row's
+// causal bound with an online softmax: per row a running max m and sum l, the output rescaled by
+// exp(m_old - m_new) when the max grows. Each K and V row is read once per tile of 32 query rows
+// (split-K read it once per row: at 512 rows that was ~1 GB of cache traffic per layer).
+// Thread t computes the scores of rows 2(t / 8) + {0, 1} and keys t % 8 + 8j (j < 4): a Q value
+// serves four keys and a K value two rows; and it accumulates the output of rows 4(t / 16) + i
+// (i < 4), dimensions (t % 16) · HDP/16 onwards. Shared memory rows are padded (Q by 4 floats, K
+// by one pair) so that the 8 rows a warp reads at once sit in different banks.
+#define ATT_TR 32  // query rows per tile
+#define ATT_TK 32  // keys per tile
+#define ATT_TT 128 // threads
+static_assert(ATT_TR * ATT_TK == 8 * ATT_TT && ATT_TR == 4 * (ATT_TT / 16) && ATT_TK == 4 * 8 && ATT_TR == MPC_WARP,
+              "the thread maps above; warp 0 reads the tile's rows' positions");
+
+template <int HDP> struct att_tile_layout {
+    static constexpr int QS = HDP + 4, KS = HDP + 2, PS = ATT_TK + 1; // row strides (elements)
+    static constexpr size_t q_off = 0;                                    // f32 [ATT_TR][QS]
+    static constexpr size_t k_off = q_off + sizeof(float) * ATT_TR * QS;  // f16 [ATT_TK][KS]
+    static constexpr size_t v_off = k_off + sizeof(__half) * ATT_TK * KS; // f16 [ATT_TK][HDP]
+    static constexpr size_t p_off = v_off + sizeof(__half) * ATT_TK * HDP; // f32 [ATT_TR][PS]
+    static constexpr size_t a_off = p_off + sizeof(float) * ATT_TR * PS;  // f32 rescale [ATT_TR], l [ATT_TR]
+    static constexpr size_t bytes = a_off + sizeof(float) * 2 * ATT_TR;
+    static_assert(k_off % 16 == 0 && v_off % 16 == 0 && p_off % 16 == 0, "vector loads from shared memory");
+};
+
+// OD f16 values from shared memory (16-byte aligned for OD >= 8, 8-byte for OD = 4) as floats
+template <int OD> __device__ __forceinline__ void att_ld_halves(const __half *p, float *f)
+{
+    if constexpr (OD >= 8) {
+#pragma unroll
+        for (int c = 0; c < OD / 8; c++) {
+            const uint4 u = ((const uint4 *)p)[c];
+            const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 v = __half22float2(h[e]);
+                f[8 * c + 2 * e] = v.x;
+                f[8 * c + 2 * e + 1] = v.y;
+            }
+        }
+    } else {
+        static_assert(OD == 4, "HDP 64, 128 or 256");
+        const uint2 u = *(const uint2 *)p;
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float2 v = __half22float2(h[e]);
+            f[2 * e] = v.x;
+            f[2 * e + 1] = v.y;
+        }
+    }
+}
+
+template <int HDP>
+__global__ void __launch_bounds__(ATT_TT)
+attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
+                 float *__restrict__ out, float *__restrict__ part, int64_t split_keys, int64_t n_splits,
+                 int64_t n_rows, int64_t pos0, const int32_t *__restrict__ pos, int64_t n_head, int64_t n_head_kv,
+                 int64_t hd)
+{
+    using L = att_tile_layout<HDP>;
+    constexpr int NP = HDP / 2, OD = HDP / 16;
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    float *qs = (float *)(att_smem + L::q_off), *ps = (float *)(att_smem + L::p_off);
+    __half *ks = (__half *)(att_smem + L::k_off), *vs = (__half *)(att_smem + L::v_off);
+    float *rescale = (float *)(att_smem + L::a_off), *lsum = rescale + ATT_TR, *msum = rescale; // (m: after the loop)
+    __shared__ int kmax_s;
+    const int tid = threadIdx.x;
+    const int64_t h = blockIdx.x, kvh = h / (n_head / n_head_kv), n_kv = n_head_kv * hd;
+    const int64_t n_tiles = (n_rows + ATT_TR - 1) / ATT_TR;
+    const int64_t r0 = (n_tiles - 1 - (int64_t)blockIdx.y) * ATT_TR; // the tiles with the most keys first
+    if (tid < MPC_WARP) { // the block's key bound: the most keys of its rows
+        const int64_t r = r0 + tid;
+        int nk = r < n_rows ? (int)att_keys(pos, pos0, r) : 0;
+        for (int off = 16; off > 0; off >>= 1)
+            nk = max(nk, __shfl_xor_sync(0xffffffffu, nk, off));
+        if (tid == 0)
+            kmax_s = nk;
+    }
+    for (int i = tid; i < ATT_TR * HDP; i += ATT_TT) {
+        const int r = i / HDP, d = i % HDP;
+        qs[r * L::QS + d] = r0 + r < n_rows && d < hd ? q[((r0 + r) * n_head + h) * hd + d] : 0.0f;
+    }
+    __syncthreads();
+    // keys [kbeg, kmax): split z of the block's keys when part is given, else all of them
+    const int kbeg = part ? (int)(blockIdx.z * split_keys) : 0;
+    const int kmax = part && kbeg + split_keys < kmax_s ? (int)(kbeg + split_keys) : kmax_s, np = (int)(hd / 2);
+    if (kbeg >= kmax) // no row of the tile reaches this split: the merge does not read it
+        return;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int sr = tid / 8, sk = tid % 8; // scores: rows 2sr, 2sr + 1; keys sk + 8j
+    int nk_r[2];
+    float m_r[2], l_r[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int64_t r = r0 + 2 * sr + i;
+        nk_r[i] = r < n_rows ? (int)att_keys(pos, pos0, r) : 0;
+        m_r[i] = -INFINITY;
+        l_r[i] = 0.0f;
+    }
+    const int rg = tid / 16, dg = tid % 16; // output: rows 4rg + i, dimensions dg·OD + e
+    float o[4][OD];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < OD; e++)
+            o[i][e] = 0.0f;
+    for (int k0 = kbeg; k0 < kmax; k0 += ATT_TK) {
+#pragma unroll
+        for (int it = 0; it < ATT_TK * NP / ATT_TT; it++) {
+            const int i = tid + it * ATT_TT, t = i / NP, p = i % NP;
+            __half2 kv = __float2half2_rn(0.0f), vv = kv;
+            if (k0 + t < kmax && p < np) {
+                const int64_t off = (int64_t)(k0 + t) * n_kv + kvh * hd;
+                kv = ((const __half2 *)(kc + off))[p];
+                vv = ((const __half2 *)(vc + off))[p];
+            }
+            ((__half2 *)(ks + t * L::KS))[p] = kv;
+            ((__half2 *)(vs + t * HDP))[p] = vv;
+        }
+        __syncthreads();
+        float s[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                s[i][j] = 0.0f;
+#pragma unroll 8
+        for (int p = 0; p < NP; p++) {
+            const float2 q0 = *(const float2 *)(qs + (2 * sr) * L::QS + 2 * p);
+            const float2 q1 = *(const float2 *)(qs + (2 * sr + 1) * L::QS + 2 * p);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 k = __half22float2(((const __half2 *)(ks + (sk + 8 * j) * L::KS))[p]);
+                s[0][j] += q0.x * k.x + q0.y * k.y;
+                s[1][j] += q1.x * k.x + q1.y * k.y;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                s[i][j] = k0 + sk + 8 * j < nk_r[i] ? s[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            for (int off = 1; off < 8; off <<= 1) // the row's 8 threads are lanes 8a ... 8a + 7
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float mn = fmaxf(m_r[i], mx), base = mn == -INFINITY ? 0.0f : mn;
+            const float a = expf(m_r[i] - base); // 0 while the row had no key
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float pj = expf(s[i][j] - base);
+                ps[(2 * sr + i) * L::PS + sk + 8 * j] = pj;
+                sum += pj;
+            }
+            for (int off = 1; off < 8; off <<= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            l_r[i] = l_r[i] * a + sum;
+            m_r[i] = mn;
+            if (sk == 0)
+                rescale[2 * sr + i] = a;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float a = rescale[4 * rg + i];
+#pragma unroll
+            for (int e = 0; e < OD; e++)
+                o[i][e] *= a;
+        }
+        const int t_end = kmax - k0 < ATT_TK ? kmax - k0 : ATT_TK;
+        for (int t = 0; t < t_end; t++) {
+            float v[OD];
+            att_ld_halves<OD>(vs + t * HDP + dg * OD, v);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float pv = ps[(4 * rg + i) * L::PS + t];
+#pragma unroll
+                for (int e = 0; e < OD; e++)
+                    o[i][e] += pv * v[e];
+            }
+        }
+        __syncthreads(); // the next tile overwrites ks, vs, ps and rescale
+    }
+    if (sk == 0) {
+        lsum[2 * sr] = l_r[0];
+        lsum[2 * sr + 1] = l_r[1];
+        msum[2 * sr] = m_r[0];
+        msum[2 * sr + 1] = m_r[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t r = r0 + 4 * rg + i;
+        if (r >= n_rows)
+            continue;
+        if (part) { // (m, l, o) unnormalized, as a split-K chunk, for the rows that reach the split
+            if (att_keys(pos, pos0, r) <= kbeg)
+                continue;
+            float *po = part + ((r * n_head + h) * n_splits + blockIdx.z) * (hd + 2);
+            if (dg == 0) {
+                po[0] = msum[4 * rg + i];
+                po[1] = lsum[4 * rg + i];
+            }
+#pragma unroll
+            for (int e = 0; e < OD; e++) {
+                const int d = dg * OD + e;
+                if (d < hd)
+                    po[2 + d] = o[i][e];
+            }
+            continue;
+        }
+        const float inv = 1.0f / lsum[4 * rg + i];
+#pragma unroll
+        for (int e = 0; e < OD; e++) {
+            const int d = dg * OD + e;
+            if (d < hd)
+                out[(r * n_head + h) * hd + d] = o[i][e] * inv;
+        }
+    }
+}
+
 // mp_cuda_attention_scratch_bytes: kernels/cuda_sizes.h
+
+static int att_sms(void) // the device's SMs (one device per process)
+{
+    static int n;
+    if (!n) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            v = 1;
+        (void)cudaGetLastError();
+        n = v > 0 ? v : 1;
+    }
+    return n;
+}
+
+// The tiled kernel for a step of more than ATT_SMALL_ROWS rows: 1 launched (or a launch error
+// code), 0 when the device lacks the shared memory of HDP's tile (the caller then runs split-K in
+// steps of ATT_SMALL_ROWS rows). A step with fewer (head, row tile) blocks than 4 per SM also
+// splits its keys over blocks (each at least 4 key tiles) as far as the scratch holds their
+// partials, merged by attn_merge_kernel: 16 rows at 8,000 keys are otherwise 32 blocks walking 250
+// key tiles each.
+template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
+                                          int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
+                                          int64_t n_head, int64_t n_head_kv, int64_t hd, float *d_part,
+                                          size_t scratch_bytes, cudaStream_t st)
+{
+    const size_t bytes = att_tile_layout<HDP>::bytes;
+    if (bytes > 48 * 1024) {
+        static int fits = -1; // per process (one device): whether the tile fits, once the attribute is set
+        if (fits < 0) {
+            int dev = 0, optin = 0;
+            fits = cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                   (size_t)optin >= bytes &&
+                   cudaFuncSetAttribute(attn_tile_kernel<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)bytes) == cudaSuccess;
+            (void)cudaGetLastError();
+        }
+        if (!fits)
+            return 0;
+    }
+    const int64_t n_tiles = (n_rows + ATT_TR - 1) / ATT_TR, blocks = n_head * n_tiles, want = 4 * (int64_t)att_sms();
+    const int64_t key_tiles = (n_keys_max + ATT_TK - 1) / ATT_TK;
+    int64_t splits = 1;
+    if (blocks < want) {
+        const int64_t slots = (int64_t)(scratch_bytes / ((size_t)(hd + 2) * sizeof(float))) / (n_rows * n_head);
+        splits = (want + blocks - 1) / blocks;
+        splits = splits < key_tiles / 4 ? splits : key_tiles / 4;
+        splits = splits < slots ? splits : slots;
+        splits = splits < 65535 ? splits : 65535;
+    }
+    const int64_t split_keys = splits > 1 ? (key_tiles + splits - 1) / splits * ATT_TK : n_keys_max;
+    splits = splits > 1 ? (n_keys_max + split_keys - 1) / split_keys : 1;
+    const dim3 grid((unsigned)n_head, (unsigned)n_tiles, (unsigned)splits);
+    mpc_launch(attn_tile_kernel<HDP>, grid, dim3(ATT_TT), bytes, st, d_q, d_k, d_v, d_out,
+               splits > 1 ? d_part : (float *)NULL, split_keys, splits, n_rows, pos0, d_pos, n_head, n_head_kv, hd);
+    if (cudaGetLastError() != cudaSuccess)
+        return MP_CUDA_ELAUNCH;
+    if (splits > 1)
+        mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_part, d_out,
+                   pos0, d_pos, n_head, hd, split_keys, splits);
+    const int rc = mpc_launch_status();
+    return rc ? rc : 1;
+}
+
+static int split_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out, int64_t n_rows,
+                        int64_t pos0, const int32_t *d_pos, int64_t n_splits, int64_t n_head, int64_t n_head_kv,
+                        int64_t hd, float *d_part, cudaStream_t st)
+{
+    const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
+    if (hd <= 64)
+        mpc_launch(attn_partial_kernel<64>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
+                   n_head, n_head_kv, hd, n_splits);
+    else if (hd <= 128)
+        mpc_launch(attn_partial_kernel<128>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
+                   n_head, n_head_kv, hd, n_splits);
+    else
+        mpc_launch(attn_partial_kernel<256>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
+                   n_head, n_head_kv, hd, n_splits);
+    if (cudaGetLastError() != cudaSuccess)
+        return MP_CUDA_ELAUNCH;
+    mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_part, d_out,
+               pos0, d_pos, n_head, hd, (int64_t)ATT_CHUNK, n_splits);
+    return mpc_launch_status();
+}
 
 static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                      int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
@@ -184,21 +644,37 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
         return MP_CUDA_EINVAL;
     if (n_rows == 0)
         return 0;
-    const int64_t chunk = att_chunk(n_rows), n_splits = (n_keys_max + chunk - 1) / chunk;
+    const int64_t n_splits = (n_keys_max + ATT_CHUNK - 1) / ATT_CHUNK;
     if (n_splits > 65535) // gridDim.y: contexts beyond 4M keys
         return MP_CUDA_EINVAL;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (g_att_variant)
+        return attention_before(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head, n_head_kv,
+                                head_dim, d_scratch, scratch_bytes, st);
     if (!d_scratch ||
         scratch_bytes < mp_cuda_attention_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
         return MP_CUDA_ENOMEM;
-    cudaStream_t st = (cudaStream_t)stream;
-    const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
-    mpc_launch(attn_partial_kernel, dim3(grid), dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, (float *)d_scratch,
-               pos0, d_pos, n_head, n_head_kv, head_dim, chunk, n_splits);
-    if (cudaGetLastError() != cudaSuccess)
-        return MP_CUDA_ELAUNCH;
-    mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_scratch,
-               d_out, pos0, d_pos, n_head, head_dim, chunk, n_splits);
-    return mpc_launch_status();
+    if (n_rows > ATT_SMALL_ROWS && g_att_tiles) {
+        float *part = (float *)d_scratch;
+        const int tiled =
+            head_dim <= 64    ? tile_launch<64>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
+                                                n_head_kv, head_dim, part, scratch_bytes, st)
+            : head_dim <= 128 ? tile_launch<128>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
+                                                 n_head_kv, head_dim, part, scratch_bytes, st)
+                              : tile_launch<256>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
+                                                 n_head_kv, head_dim, part, scratch_bytes, st);
+        if (tiled)
+            return tiled == 1 ? 0 : tiled;
+    }
+    for (int64_t r = 0; r < n_rows; r += ATT_SMALL_ROWS) { // one launch pair, or the tile's fallback
+        const int64_t rows = n_rows - r < ATT_SMALL_ROWS ? n_rows - r : ATT_SMALL_ROWS;
+        const int rc = split_launch(d_q + r * n_head * head_dim, d_k, d_v, d_out + r * n_head * head_dim, rows,
+                                    pos0 + r, d_pos ? d_pos + r : NULL, n_splits, n_head, n_head_kv, head_dim,
+                                    (float *)d_scratch, st);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,

@@ -273,9 +273,10 @@ void mp_cuda_set_pdl(int on);
 /* Causal GQA attention: query row i (position pos0 + i) of head h attends to cache positions
  * [0, pos0 + i] of kv head h / (n_head / n_head_kv); scores (q·k)/sqrt(head_dim) and softmax in
  * f32 with max subtraction. d_q (n_rows, n_head, head_dim) f32; d_k, d_v (n_ctx, n_head_kv,
- * head_dim) f16 caches of one layer; d_out (n_rows, n_head, head_dim) f32. The keys are split in
- * chunks of 64 (steps of <= 8 rows) or 256 over blocks (split-K) and merged by a second launch.
- * head_dim even, <= 256. */
+ * head_dim) f16 caches of one layer; d_out (n_rows, n_head, head_dim) f32. Steps of up to
+ * MP_CUDA_ATT_SMALL_ROWS rows split the keys in chunks of MP_CUDA_ATT_CHUNK over blocks (split-K)
+ * merged by a second launch; larger steps walk the keys in tiles of 32 query rows (one launch).
+ * head_dim even, <= 256; d_scratch of mp_cuda_attention_scratch_bytes. */
 int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                       int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
                       int64_t head_dim, void *d_scratch, size_t scratch_bytes, void *stream);
@@ -287,6 +288,16 @@ int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *
                          int64_t n_rows, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
                          void *stream);
+
+/* bench_cuda's and the attention test's A/B: variant 1 runs the kernels before the tiled one
+ * (split-K for every step, chunks of 256 keys above MP_CUDA_ATT_SMALL_ROWS rows, one warp per key),
+ * whose scratch is mp_cuda_attention_before_scratch_bytes; 0, the default, the current ones. */
+void mp_cuda_attention_set_variant(int variant);
+size_t mp_cuda_attention_before_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim, int64_t n_keys_max);
+/* Tests: 0 runs steps of more than MP_CUDA_ATT_SMALL_ROWS rows as a device without the tiled
+ * kernel's shared memory does (split-K in steps of MP_CUDA_ATT_SMALL_ROWS rows); 1, the default,
+ * the tiled kernel. Process-wide. */
+void mp_cuda_attention_set_tiles(int on);
 
 /* ---- prefill GEMM (cuBLAS) ---- */
 

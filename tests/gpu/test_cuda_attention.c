@@ -1,11 +1,12 @@
-/* tests/gpu/test_cuda_attention.c — split-K causal GQA attention over an F16 cache against the
- * CPU's algorithm (runtime/attention.c: mp_dot_f32 scores · 1/sqrt(hd), mp_softmax, mp_axpy) run
- * on the same cache values widened to f32.
+/* tests/gpu/test_cuda_attention.c — causal GQA attention over an F16 cache (split-K for small
+ * steps, query-row tiles for larger ones) against the CPU's algorithm (runtime/attention.c:
+ * mp_dot_f32 scores · 1/sqrt(hd), mp_softmax, mp_axpy) run on the same cache values widened to f32.
  *
  * Tolerance: the output is a convex combination of value rows, so an error δ in the softmax
  * weights moves it by at most Σ|δ_t| · max|v|. Scores differ by f32 summation order
  * (hd · 2^-24 · Σ|q k| ≈ 1e-5 for unit-variance data and hd = 128), the weights by fast-math
- * expf (a few ulp) and by the split-K rescaling (exp(m_c - M), a few ulp): together well under
+ * expf (a few ulp) and by the rescaling of split-K's chunks or of the tiles' running max
+ * (exp(m_c - M), a few ulp each): together well under
  *   |gpu - cpu| <= 1e-4 · max_t |v_t|   per element.
  * A wrong key range (causality, chunk bounds) or kv-head mapping moves outputs by ~0.1 · max|v|. */
 #include "mp_config.h"
@@ -13,6 +14,20 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 #include "tests/gpu/gpu_util.h"
+
+static void check_against(const float *got, const float *ref, float vmax, const char *what, int64_t n_rows,
+                          int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd)
+{
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t h = 0; h < n_head; h++)
+            for (int64_t d = 0; d < hd; d++) {
+                const int64_t i = (r * n_head + h) * hd + d;
+                cr_assert(fabsf(got[i] - ref[i]) <= 1e-4f * vmax,
+                          "seed %llu: %s rows %ld pos0 %ld heads %ld/%ld hd %ld: row %ld head %ld dim %ld: "
+                          "gpu %.9g, cpu %.9g", (unsigned long long)g_seed, what, (long)n_rows, (long)pos0,
+                          (long)n_head, (long)n_head_kv, (long)hd, (long)r, (long)h, (long)d, got[i], ref[i]);
+            }
+}
 
 static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
                             int64_t hd)
@@ -40,32 +55,27 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
     float *got = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
     dev_get(got, d_o, sizeof(float) * (size_t)(n_rows * n_head * hd));
 
-    float *sc = malloc(sizeof(float) * (size_t)n_ctx), *ref = malloc(sizeof(float) * (size_t)hd);
+    float *sc = malloc(sizeof(float) * (size_t)n_ctx), *ref = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t h = 0; h < n_head; h++) {
             const int64_t kvh = h / (n_head / n_head_kv), n_keys = pos0 + r + 1;
             const float *qh = q + (r * n_head + h) * hd;
+            float *rh = ref + (r * n_head + h) * hd;
             for (int64_t t = 0; t < n_keys; t++)
                 sc[t] = mp_dot_f32(qh, kf + t * n_kv + kvh * hd, hd) * scale;
             mp_softmax(sc, n_keys);
             for (int64_t d = 0; d < hd; d++)
-                ref[d] = 0.0f;
+                rh[d] = 0.0f;
             for (int64_t t = 0; t < n_keys; t++)
-                mp_axpy(ref, sc[t], vf + t * n_kv + kvh * hd, hd);
-            for (int64_t d = 0; d < hd; d++) {
-                const float g = got[(r * n_head + h) * hd + d];
-                cr_assert(fabsf(g - ref[d]) <= 1e-4f * vmax,
-                          "seed %llu: attention rows %ld pos0 %ld heads %ld/%ld hd %ld: row %ld "
-                          "head %ld dim %ld: gpu %.9g, cpu %.9g", (unsigned long long)g_seed,
-                          (long)n_rows, (long)pos0, (long)n_head, (long)n_head_kv, (long)hd,
-                          (long)r, (long)h, (long)d, g, ref[d]);
-            }
+                mp_axpy(rh, sc[t], vf + t * n_kv + kvh * hd, hd);
         }
+    check_against(got, ref, vmax, "attention", n_rows, pos0, n_head, n_head_kv, hd);
     cr_assert_eq(mp_cuda_attention(d_q, d_k, d_v, d_o, n_rows, pos0, n_head, n_head_kv, hd, d_s,
                                    sb - 1, NULL), MP_CUDA_ENOMEM);
     /* positions from the device, keys split for a longer context (the CUDA-graph decode path):
-     * the extra chunks are empty, so the result is bit-identical */
+     * the extra chunks are empty, so a split-K step's result is bit-identical; a tiled step may
+     * split its keys differently for the longer bound, and is held to the reference */
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_rows);
     for (int64_t r = 0; r < n_rows; r++)
         pos[r] = (int32_t)(pos0 + r);
@@ -77,9 +87,12 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
                                 d_s2, sb2, NULL));
     float *got_at = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
     dev_get(got_at, d_o, sizeof(float) * (size_t)(n_rows * n_head * hd));
-    for (int64_t i = 0; i < n_rows * n_head * hd; i++)
-        cr_assert_eq(got_at[i], got[i], "seed %llu: attention_at differs at %ld: %.9g vs %.9g",
-                     (unsigned long long)g_seed, (long)i, got_at[i], got[i]);
+    if (n_rows <= MP_CUDA_ATT_SMALL_ROWS)
+        for (int64_t i = 0; i < n_rows * n_head * hd; i++)
+            cr_assert_eq(got_at[i], got[i], "seed %llu: attention_at differs at %ld: %.9g vs %.9g",
+                         (unsigned long long)g_seed, (long)i, got_at[i], got[i]);
+    else
+        check_against(got_at, ref, vmax, "attention_at", n_rows, pos0, n_head, n_head_kv, hd);
     /* the cache rows stored at device positions equal the ones stored at pos0 */
     uint16_t *d_c1 = dev_alloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
     uint16_t *d_c2 = dev_alloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
@@ -114,7 +127,8 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
     free(q); free(kc); free(vc); free(kf); free(vf); free(got); free(sc); free(ref);
 }
 
-/* Chunks hold 64 keys for steps of up to 8 rows and 256 for larger steps (attention.cu). */
+/* Steps of up to 8 rows split the keys in chunks of 64; larger ones walk them in tiles of 32 query
+ * rows and 32 keys (attention.cu). */
 Test(cuda_attention, decode)
 {
     seed_rng();
@@ -123,18 +137,40 @@ Test(cuda_attention, decode)
     check_attention(1, 1000, 32, 4, 128); /* split-K over 16 chunks, the last partial */
     check_attention(1, 4200, 32, 4, 128); /* 66 chunks */
     check_attention(1, 511, 16, 16, 64);  /* MHA, exactly 8 chunks */
-    check_attention(1, 300, 8, 2, 256);   /* the largest head: 4 dimension pairs per lane */
-    check_attention(1, 130, 4, 2, 80);    /* a head that leaves some lanes a pair short */
-    check_attention(8, 70, 32, 4, 128);   /* the largest step with 64-key chunks */
+    check_attention(1, 300, 8, 2, 256);   /* the largest head: two batches of loads per thread */
+    check_attention(1, 130, 4, 2, 80);    /* a head that leaves some dimension pairs empty */
+    check_attention(8, 70, 32, 4, 128);   /* the largest split-K step */
+    check_attention(5, 250, 4, 1, 80);    /* rows straddle a chunk boundary */
 }
 
-Test(cuda_attention, prefill_causal)
+/* Tiled steps with fewer (head, row tile) blocks than 4 per SM split their keys too, as far as the
+ * scratch holds the partials: the cases with keys beyond a chunk or two do (on any GPU of 9 SMs or
+ * more), 37 rows from an empty cache and 300 rows of 64 heads do not. */
+Test(cuda_attention, prefill_tiles)
 {
     seed_rng();
-    check_attention(37, 0, 8, 2, 128);    /* from an empty cache */
-    check_attention(19, 300, 32, 4, 128); /* continuing a prompt across a chunk boundary */
-    check_attention(5, 250, 4, 1, 80);    /* rows straddle 256 */
-    check_attention(9, 600, 8, 4, 128);   /* the smallest step with 256-key chunks */
+    check_attention(9, 600, 8, 4, 128);   /* the smallest tiled step, one partial tile of rows */
+    check_attention(37, 0, 8, 2, 128);    /* from an empty cache: the first key tile only for row 0 */
+    check_attention(300, 0, 64, 8, 64);   /* 640 blocks: no key split */
+    check_attention(16, 3000, 32, 4, 128); /* few blocks, many keys: split over blocks and merged */
+    check_attention(19, 300, 32, 4, 128); /* continuing a prompt, key tiles past a row's bound */
+    check_attention(64, 0, 32, 4, 128);   /* two full row tiles, the diagonal tile of each */
+    check_attention(100, 37, 8, 2, 128);  /* a partial last row tile at an odd position */
+    check_attention(45, 300, 4, 1, 80);   /* padded dimensions (80 of 128), one kv head */
+    check_attention(33, 5, 4, 4, 64);     /* the 64-dimension tile, MHA */
+    check_attention(40, 90, 4, 2, 256);   /* the 256-dimension tile (more than 48 KB of shared memory) */
+}
+
+/* Without the tiled kernel (a device without its shared memory), larger steps run split-K in steps
+ * of 8 rows through the same scratch. */
+Test(cuda_attention, prefill_without_tiles)
+{
+    seed_rng();
+    mp_cuda_attention_set_tiles(0);
+    check_attention(37, 0, 8, 2, 128);
+    check_attention(19, 300, 32, 4, 128);
+    check_attention(45, 300, 4, 1, 80);
+    mp_cuda_attention_set_tiles(1);
 }
 
 Test(cuda_attention, refuses_an_odd_head_dim)
