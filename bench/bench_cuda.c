@@ -475,12 +475,10 @@ static void bench_far(int reps)
     far_layer_free(&qw);
 }
 
-/* Attention (the F16 KV cache of one layer), the current kernels (variant 0) against the ones
- * before the tiled kernel (variant 1), alternated rep by rep in one process:
+/* Attention (the F16 KV cache of one layer):
  *   - a decode row at a position, its keys split for a context of n_ctx as the executor's graph
  *     does, as a graph of ATT_GRAPH_CALLS calls (one a layer), time per call;
- *   - a prefill step of n_rows rows at pos0, as the executor issues it: one call (variant 0) or
- *     calls of 64 rows each (variant 1: its scratch grew with rows x context).
+ *   - a prefill step of n_rows rows at pos0, one call, as the executor issues it.
  * Cache and queries are random; the output is not checked here (tests/gpu/test_cuda_attention.c). */
 #define ATT_GRAPH_CALLS 48
 static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, int64_t n_head, int64_t n_head_kv,
@@ -488,7 +486,6 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
 {
     const int64_t n_kv = n_head_kv * hd, keys = pos0 + n_rows;
     const bool decode = n_rows <= 8;
-    const int64_t piece = decode ? n_rows : 64; /* variant 1's rows per call */
     uint16_t *hc = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
     for (int64_t i = 0; i < n_ctx * n_kv; i++)
         hc[i] = mp_f32_to_f16((float)((int64_t)(next_u64() % 2001) - 1000) / 1000.0f);
@@ -502,9 +499,7 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
     float *d_q, *d_o;
     int32_t *d_pos;
     void *d_s;
-    const size_t sb0 = mp_cuda_attention_scratch_bytes(n_rows, n_head, hd, n_ctx);
-    const size_t sb1 = mp_cuda_attention_before_scratch_bytes(piece, n_head, hd, n_ctx);
-    const size_t sb = sb0 > sb1 ? sb0 : sb1;
+    const size_t sb = mp_cuda_attention_scratch_bytes(n_rows, n_head, hd, n_ctx);
     CK(cudaMalloc((void **)&d_k, sizeof(uint16_t) * (size_t)(n_ctx * n_kv)));
     CK(cudaMalloc((void **)&d_v, sizeof(uint16_t) * (size_t)(n_ctx * n_kv)));
     CK(cudaMalloc((void **)&d_q, sizeof(float) * (size_t)(n_rows * n_head * hd)));
@@ -520,56 +515,40 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    cudaGraphExec_t exec[2] = {NULL, NULL};
-    if (decode)
-        for (int v = 0; v < 2; v++) {
-            mp_cuda_attention_set_variant(v);
-            cudaGraph_t graph;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-            for (int c = 0; c < ATT_GRAPH_CALLS; c++)
-                CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, n_ctx, n_head, n_head_kv, hd, d_s, sb, st));
-            CK(cudaStreamEndCapture(st, &graph));
-            CK(cudaGraphInstantiate(&exec[v], graph, 0));
-            CK(cudaGraphDestroy(graph));
-        }
-    float *ms[2] = {malloc(sizeof(float) * (size_t)reps), malloc(sizeof(float) * (size_t)reps)};
-    for (int r = -2; r < reps; r++) /* two warm-up rounds */
-        for (int v = 0; v < 2; v++) {
-            mp_cuda_attention_set_variant(v);
-            CK(cudaEventRecord(e0, st));
+    cudaGraphExec_t exec = NULL;
+    if (decode) {
+        cudaGraph_t graph;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int c = 0; c < ATT_GRAPH_CALLS; c++)
+            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, n_ctx, n_head, n_head_kv, hd, d_s, sb, st));
+        CK(cudaStreamEndCapture(st, &graph));
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        CK(cudaGraphDestroy(graph));
+    }
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    for (int r = -2; r < reps; r++) { /* two warm-up rounds */
+        CK(cudaEventRecord(e0, st));
+        if (decode)
+            CK(cudaGraphLaunch(exec, st));
+        else
+            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys, n_head, n_head_kv, hd, d_s, sb, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        if (r >= 0) {
+            CK(cudaEventElapsedTime(&ms[r], e0, e1));
             if (decode)
-                CK(cudaGraphLaunch(exec[v], st));
-            else
-                for (int64_t r0 = 0; r0 < n_rows; r0 += v ? piece : n_rows) {
-                    const int64_t rows = v && n_rows - r0 > piece ? piece : n_rows - r0;
-                    CK(mp_cuda_attention_at(d_q + r0 * n_head * hd, d_k, d_v, d_o + r0 * n_head * hd, rows,
-                                            d_pos + r0, pos0 + r0 + rows, n_head, n_head_kv, hd, d_s, sb, st));
-                }
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            if (r >= 0) {
-                CK(cudaEventElapsedTime(&ms[v][r], e0, e1));
-                if (decode)
-                    ms[v][r] /= ATT_GRAPH_CALLS;
-            }
+                ms[r] /= ATT_GRAPH_CALLS;
         }
-    mp_cuda_attention_set_variant(0);
+    }
     char shape[96];
     snprintf(shape, sizeof shape, "%ld heads / %ld kv, hd %ld, %ld keys%s", (long)n_head, (long)n_head_kv, (long)hd,
              (long)keys, decode ? "" : " (last row)");
-    for (int v = 0; v < 2; v++) {
-        qsort(ms[v], (size_t)reps, sizeof(float), cmp_float);
-        printf("| attention (%s%s) | f16 cache | %s | %ld | %9.1f us | | min %9.1f us |\n",
-               v ? "before: split-K, one warp a key" : "current",
-               decode ? ", graph of 48" : v ? ", 64-row calls" : ", one call", shape, (long)n_rows,
-               ms[v][reps / 2] * 1e3, ms[v][0] * 1e3);
-    }
-    printf("| attention before / current | | | %ld | %9.2fx | | |\n", (long)n_rows, ms[1][reps / 2] / ms[0][reps / 2]);
-    for (int v = 0; v < 2; v++) {
-        if (exec[v])
-            cudaGraphExecDestroy(exec[v]);
-        free(ms[v]);
-    }
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    printf("| attention (%s) | f16 cache | %s | %ld | %9.1f us | | min %9.1f us |\n",
+           decode ? "graph of 48" : "one call", shape, (long)n_rows, ms[reps / 2] * 1e3, ms[0] * 1e3);
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    free(ms);
     cudaFree(d_k); cudaFree(d_v); cudaFree(d_q); cudaFree(d_o); cudaFree(d_pos); cudaFree(d_s);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     cudaStreamDestroy(st);
@@ -607,8 +586,7 @@ int main(int argc, char **argv)
                "       rows; decode: only the 1-row expert call, Q4_K/Q6_K and Q8_0, twice; far: the 1-row\n"
                "       call with far routes (whole, split) on Mixtral's and Qwen3-30B-A3B's experts, the\n"
                "       gather's blocks sized by the SMs against one block per chunk, alternated; attn: attention,\n"
-               "       decode rows and prefill steps, the current kernels against the ones before the tiled\n"
-               "       kernel, alternated)\n");
+               "       decode rows as graphs and prefill steps of 16 ... 2048 rows)\n");
         return argc > 1 && !strcmp(argv[1], "--help") ? 0 : 2;
     }
     char why[256];

@@ -35,8 +35,8 @@
 #              with none cold, one whole, one split; the gather sized by the SMs against one block a
 #              chunk, alternated (bench_cuda FAR_REPS far; FAR_REPS default 50)
 #   bench-attn attention on Qwen3-30B-A3B's heads (and 64 x 64, 16 x 256): decode rows as graphs,
-#              prefill steps of 16 ... 2048 rows, the current kernels against the ones before the tiled
-#              kernel, alternated (bench_cuda ATTN_REPS attn; ATTN_REPS default 20) -> $OUT/bench-attn.log
+#              prefill steps of 16 ... 2048 rows (bench_cuda ATTN_REPS attn; ATTN_REPS default 20)
+#              -> $OUT/bench-attn.log
 #   ncu-moe-dec    Nsight Compute durations of bench-decode's kernels
 #   bench-prefill  grouped prefill experts, CUDA cores vs tensor cores, 32 ... 512 rows
 #              (bench_cuda REPS prefill)

@@ -4,26 +4,26 @@
 // precision loss, 2^-11 relative per element, is far below the activations' Q8 quantization
 // the matmuls already apply). Scores, softmax and the weighted sum are f32.
 //
-// Split-K ("flash-decoding"): the keys of a query row are cut into chunks; block
-// (row·head, chunk) computes the chunk's scores, their max m, Σ exp(s - m) = l and
+// Steps of up to ATT_SMALL_ROWS rows (decode) split the keys ("flash-decoding"): block
+// (row·head, chunk of 64 keys) computes the chunk's scores, their max m, Σ exp(s - m) = l and
 // o = Σ exp(s - m) v, and writes (m, l, o) to scratch; a merge launch rescales the row's chunks by
 // exp(m_c - max m) and divides. Chunks past a row's causal bound are neither computed nor merged,
 // so a launch sized for the whole context (the graph-replayed decode) costs what the row's keys
-// cost. Prefill uses the same kernels with one block per (row, head, chunk). Chunks hold 64 keys
-// for steps of up to ATT_SMALL_ROWS rows (more blocks for a decode row's few keys) and 256 for
-// larger steps (a quarter of the scratch, which grows with rows × context).
+// cost. Larger steps (prefill) walk the keys in tiles of 32 query rows (attn_tile_kernel), so
+// that a K/V row is read once per tile of rows rather than once per row.
 //
-// Inside a block each warp takes every ATT_WARPS-th key of the chunk; a lane holds head-dim pairs
-// lane, lane + 32, ... (half2 loads, coalesced across the warp): scores are one warp reduction
-// per key, and the weighted sum of V accumulates in registers, summed over the warps at the end.
-// (The first version looped a thread per dimension over the chunk's 256 keys one load at a time:
-// 74 µs per decode layer on the H200, half the decode step; bench/NOTES-gpu-exec.md, run 5.)
+// H200, bench_cuda attn (bench/results/2026-12-02-h200-attention-tiles/): a decode row with a
+// warp per key (4 keys' loads in flight) took 11.8 / 13.2 / 33.3 µs at 129 / 601 / 4001 keys,
+// the half-warp-per-key loads below 8.0 / 9.9 / 26.1; two threads per key (each reading its own
+// row, uncoalesced) lost at 601 and 4001 keys (16.2, 58.8). Prefill as split-K with 256-key
+// chunks took 710 µs for 512 rows, the tiles 173 µs. (The first version looped a thread per
+// dimension over a chunk's keys one load at a time: 74 µs per decode layer, run 5 of
+// bench/NOTES-gpu-exec.md.)
 #include "kernels/cuda/common.cuh"
 
 // the chunking is the scratch size's too (kernels/cuda_sizes.h)
 #define ATT_CHUNK MP_CUDA_ATT_CHUNK
 #define ATT_SMALL_ROWS MP_CUDA_ATT_SMALL_ROWS
-#define ATT_BEFORE_CHUNK_MAX 256 // the split-K chunk of larger steps before the tiled kernel (the A/B below)
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / MPC_WARP)
 #define ATT_MAX_HD 256
@@ -163,99 +163,6 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
     }
 }
 
-__global__ void __launch_bounds__(ATT_THREADS)
-attn_partial_warp_kernel(const float *q, const uint16_t *kc, const uint16_t *vc, float *part,
-                    int64_t pos0, const int32_t *pos, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                    int64_t chunk, int64_t n_splits)
-{
-    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
-    mpc_pdl_trigger();
-    __shared__ float sc[ATT_BEFORE_CHUNK_MAX];
-    __shared__ float red[ATT_WARPS];
-    __shared__ float os[ATT_WARPS][ATT_MAX_HD];
-    const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
-    const int64_t rh = blockIdx.x, split = blockIdx.y;
-    const int64_t row = rh / n_head, h = rh % n_head, kvh = h / (n_head / n_head_kv);
-    const int64_t n_keys = att_keys(pos, pos0, row), t0 = split * chunk;
-    if (t0 >= n_keys) // past the causal bound: the merge does not read this chunk
-        return;
-    const int len = (int)(t0 + chunk < n_keys ? chunk : n_keys - t0);
-    const int64_t n_kv = n_head_kv * hd, np = hd / 2;
-    float2 qv[ATT_PAIRS];
-#pragma unroll
-    for (int j = 0; j < ATT_PAIRS; j++) {
-        const int64_t p = lane + j * MPC_WARP;
-        qv[j] = p < np ? make_float2(q[rh * hd + 2 * p], q[rh * hd + 2 * p + 1]) : make_float2(0.0f, 0.0f);
-    }
-    const float scale = 1.0f / sqrtf((float)hd);
-    const __half2 *kb = (const __half2 *)(kc + t0 * n_kv + kvh * hd);
-    const __half2 *vb = (const __half2 *)(vc + t0 * n_kv + kvh * hd);
-    const int64_t stride2 = n_kv / 2;
-#pragma unroll 4
-    for (int t = warp; t < len; t += ATT_WARPS) {
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < ATT_PAIRS; j++) {
-            const int64_t p = lane + j * MPC_WARP;
-            if (p < np) {
-                const float2 k = __half22float2(kb[t * stride2 + p]);
-                s += qv[j].x * k.x + qv[j].y * k.y;
-            }
-        }
-        s = mpc_warp_sum(s);
-        if (lane == 0)
-            sc[t] = s * scale;
-    }
-    __syncthreads();
-    float m = -INFINITY;
-    for (int t = tid; t < len; t += ATT_THREADS)
-        m = fmaxf(m, sc[t]);
-    m = block_reduce(m, red, true);
-    float l = 0.0f;
-    for (int t = tid; t < len; t += ATT_THREADS) {
-        sc[t] = expf(sc[t] - m);
-        l += sc[t];
-    }
-    l = block_reduce(l, red, false); // its barriers also publish sc's new values
-    float2 o[ATT_PAIRS];
-#pragma unroll
-    for (int j = 0; j < ATT_PAIRS; j++)
-        o[j] = make_float2(0.0f, 0.0f);
-#pragma unroll 4
-    for (int t = warp; t < len; t += ATT_WARPS) {
-        const float w = sc[t];
-#pragma unroll
-        for (int j = 0; j < ATT_PAIRS; j++) {
-            const int64_t p = lane + j * MPC_WARP;
-            if (p < np) {
-                const float2 v = __half22float2(vb[t * stride2 + p]);
-                o[j].x += w * v.x;
-                o[j].y += w * v.y;
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < ATT_PAIRS; j++) {
-        const int64_t p = lane + j * MPC_WARP;
-        if (p < np) {
-            os[warp][2 * p] = o[j].x;
-            os[warp][2 * p + 1] = o[j].y;
-        }
-    }
-    __syncthreads();
-    float *out = part + (rh * n_splits + split) * (hd + 2); // (m, l, o[hd])
-    if (tid == 0) {
-        out[0] = m;
-        out[1] = l;
-    }
-    for (int64_t d = tid; d < hd; d += ATT_THREADS) {
-        float acc = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++)
-            acc += os[w][d];
-        out[2 + d] = acc;
-    }
-}
-
 __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, const int32_t *pos,
                                   int64_t n_head, int64_t hd, int64_t chunk, int64_t n_splits)
 {
@@ -278,39 +185,6 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
             o += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 2 + d];
         out[rh * hd + d] = o * inv;
     }
-}
-
-// ---- the kernels before the tiled ones, for the A/B (mp_cuda_attention_set_variant(1)) ----
-static int g_att_variant; // 1: attention_before
-static int attention_before(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
-                            int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
-                            int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
-                            cudaStream_t st)
-{
-    const int64_t chunk = n_rows <= ATT_SMALL_ROWS ? ATT_CHUNK : ATT_BEFORE_CHUNK_MAX,
-                  n_splits = (n_keys_max + chunk - 1) / chunk;
-    if (!d_scratch || scratch_bytes < mp_cuda_attention_before_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
-        return MP_CUDA_ENOMEM;
-    const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
-    mpc_launch(attn_partial_warp_kernel, dim3(grid), dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, (float *)d_scratch,
-               pos0, d_pos, n_head, n_head_kv, head_dim, chunk, n_splits);
-    if (cudaGetLastError() != cudaSuccess)
-        return MP_CUDA_ELAUNCH;
-    mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_scratch,
-               d_out, pos0, d_pos, n_head, head_dim, chunk, n_splits);
-    return mpc_launch_status();
-}
-
-extern "C" size_t mp_cuda_attention_before_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim,
-                                                         int64_t n_keys_max)
-{
-    const int64_t chunk = n_rows <= ATT_SMALL_ROWS ? ATT_CHUNK : ATT_BEFORE_CHUNK_MAX;
-    return (size_t)(n_rows * n_head * ((n_keys_max + chunk - 1) / chunk) * (head_dim + 2)) * sizeof(float);
-}
-
-extern "C" void mp_cuda_attention_set_variant(int variant)
-{
-    g_att_variant = variant;
 }
 
 static int g_att_tiles = 1; // mp_cuda_attention_set_tiles
@@ -648,9 +522,6 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
     if (n_splits > 65535) // gridDim.y: contexts beyond 4M keys
         return MP_CUDA_EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
-    if (g_att_variant)
-        return attention_before(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head, n_head_kv,
-                                head_dim, d_scratch, scratch_bytes, st);
     if (!d_scratch ||
         scratch_bytes < mp_cuda_attention_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
         return MP_CUDA_ENOMEM;

@@ -289,11 +289,6 @@ int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *
                          int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
                          void *stream);
 
-/* bench_cuda's and the attention test's A/B: variant 1 runs the kernels before the tiled one
- * (split-K for every step, chunks of 256 keys above MP_CUDA_ATT_SMALL_ROWS rows, one warp per key),
- * whose scratch is mp_cuda_attention_before_scratch_bytes; 0, the default, the current ones. */
-void mp_cuda_attention_set_variant(int variant);
-size_t mp_cuda_attention_before_scratch_bytes(int64_t n_rows, int64_t n_head, int64_t head_dim, int64_t n_keys_max);
 /* Tests: 0 runs steps of more than MP_CUDA_ATT_SMALL_ROWS rows as a device without the tiled
  * kernel's shared memory does (split-K in steps of MP_CUDA_ATT_SMALL_ROWS rows); 1, the default,
  * the tiled kernel. Process-wide. */
