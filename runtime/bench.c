@@ -1,6 +1,7 @@
 /* runtime/bench.c — see bench.h. Timing uses CLOCK_MONOTONIC; ids come from splitmix64 so the
  * sequence depends only on (seed, kind, N) and not on the C library's rand(). */
 #include "runtime/bench.h"
+#include "runtime/decide.h"
 #include "base/clock.h"
 
 #include <math.h>
@@ -206,7 +207,8 @@ void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, doub
     out->sync_ms = sync_ms;
     out->bound_ms = (out->gpu_ms > out->cpu_ms ? out->gpu_ms : out->cpu_ms) + out->sync_ms;
     out->serial_ms = out->gpu_ms + out->cpu_ms + out->sync_ms;
+    /* GB/s are bytes per ns: the decision model's floor for the cold bytes */
     out->hostbus_ms = host_gbs > 0 && bus_gbs > 0
-                          ? out->gpu_ms + cold_bytes / ((host_gbs + bus_gbs) * 1e9) * 1e3 + out->sync_ms
+                          ? out->gpu_ms + mp_decide_hostbus_ns(cold_bytes, host_gbs, bus_gbs) * 1e-6 + out->sync_ms
                           : 0;
 }

@@ -224,11 +224,16 @@ double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, in
     return fl && fl->on ? dc->on_ns[c][fl->table[c]] : dc->off_ns[c];
 }
 
+double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns)
+{
+    if (!(host_bytes_per_ns > 0) || !(bytes > 0)) /* the host's bandwidth unknown: no floor */
+        return 0;
+    return bytes / (host_bytes_per_ns + (bus_bytes_per_ns > 0 ? bus_bytes_per_ns : 0));
+}
+
 double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
 {
-    if (!dc || !(dc->host_bytes_per_ns > 0) || !(bytes > 0)) /* the host's bandwidth unknown: no floor */
-        return 0;
-    return bytes / (dc->host_bytes_per_ns + dc->bus_bytes_per_ns);
+    return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns) : 0;
 }
 
 bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_rows)

@@ -140,8 +140,12 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
  * grid lacks that point (the caller falls back on its own model). */
 double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c);
 
-/* The least time in which host memory yields `bytes` of expert weights: bytes / (host read +
- * bus bandwidth); 0 when the host's bandwidth is not known. */
+/* The least time in which host memory yields `bytes` of expert weights to the cores reading at
+ * host_bytes_per_ns and the bus at bus_bytes_per_ns together: bytes / (host + bus); 0 when the
+ * host's rate is not known (<= 0) or there are no bytes. bench's host+bus bound is this too. */
+double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns);
+
+/* mp_decide_hostbus_ns with the cost file's host read and bus bandwidths. */
 double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
 
 /* Steps of several rows: copy a cold expert with `rows` routed rows to the GPU when its CPU time
