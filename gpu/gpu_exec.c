@@ -227,8 +227,12 @@ void mp_gpu_exec_free(mp_gpu *g)
     cudaFreeHost(g->h_stamps);
     cudaFreeHost(g->h_step);
     cudaFreeHost(g->h_logits);
+    cudaFreeHost(g->h_stage_tabs);
+    for (int i = 0; g->ev_stage_tab && i < g->n_stage_tabs; i++)
+        if (g->ev_stage_tab[i])
+            cudaEventDestroy(g->ev_stage_tab[i]);
+    free(g->ev_stage_tab);
     for (int b = 0; b < 2; b++) {
-        cudaFreeHost(g->h_stage_slots[b]);
         if (g->ev_stage_ready[b])
             cudaEventDestroy(g->ev_stage_ready[b]);
         if (g->ev_stage_free[b])
@@ -268,6 +272,11 @@ void mp_gpu_exec_free(mp_gpu *g)
     free(g->h_mask);
     free(g->h_count);
     free(g->h_copy_list);
+    free(g->h_cold);
+    free(g->h_cold_rows);
+    free(g->h_cold_cpu);
+    free(g->h_cold_order);
+    free(g->h_cold_copy);
     free(g->h_served);
     free(g->timing);
     free(g->layers);
@@ -388,9 +397,15 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
     g->h_count = calloc((size_t)hp->n_expert, sizeof *g->h_count);
     g->h_copy_list = calloc((size_t)hp->n_expert, sizeof *g->h_copy_list);
+    g->h_cold = calloc((size_t)hp->n_expert, sizeof *g->h_cold);
+    g->h_cold_rows = calloc((size_t)hp->n_expert, sizeof *g->h_cold_rows);
+    g->h_cold_cpu = calloc((size_t)hp->n_expert, sizeof *g->h_cold_cpu);
+    g->h_cold_order = calloc((size_t)hp->n_expert, sizeof *g->h_cold_order);
+    g->h_cold_copy = calloc((size_t)hp->n_expert, sizeof *g->h_cold_copy);
     g->h_served = calloc((size_t)(hp->n_layer * g->s->n_batch * hp->n_expert_used), 1);
     if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far || !g->far_split_r0 ||
-        !g->h_mask || !g->h_count || !g->h_copy_list || !g->h_served)
+        !g->h_mask || !g->h_count || !g->h_copy_list || !g->h_served || !g->h_cold || !g->h_cold_rows ||
+        !g->h_cold_cpu || !g->h_cold_order || !g->h_cold_copy)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->decode_costs = pl->decode_costs != NULL;
     return copy_placement(pl, &g->pl, err);
@@ -518,11 +533,18 @@ static mp_status alloc_device(mp_gpu *g, bool staging, size_t far_bytes, mp_erro
     if (staging) {
         carve stc = {g->d_scratch + g->mem.scratch, 0};
         g->d_stage = take(&stc, 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max);
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < 2; b++)
             g->d_stage_slots[b] = take(&stc, (size_t)(3 * hp->n_expert) * sizeof(void *));
-            CCHECK(cudaMallocHost((void **)&g->h_stage_slots[b], (size_t)(3 * hp->n_expert) * sizeof(void *)),
-                   "cudaMallocHost");
-        }
+        /* a layer step enqueues all its batches before the CPU's work: one host table each (and
+         * one spare), reused only once its upload has run */
+        g->n_stage_tabs = (int)((hp->n_expert + MP_GPU_STAGE_EXPERTS - 1) / MP_GPU_STAGE_EXPERTS) + 1;
+        CCHECK(cudaMallocHost((void **)&g->h_stage_tabs,
+                              (size_t)g->n_stage_tabs * (size_t)(3 * hp->n_expert) * sizeof(void *)),
+               "cudaMallocHost");
+        if (!(g->ev_stage_tab = calloc((size_t)g->n_stage_tabs, sizeof *g->ev_stage_tab)))
+            return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+        for (int i = 0; i < g->n_stage_tabs; i++)
+            CCHECK(cudaEventCreateWithFlags(&g->ev_stage_tab[i], cudaEventDisableTiming), "cudaEventCreate");
         g->d_far = take(&stc, far_bytes); /* the tables of far routes after it (mp_gpu_far_setup) */
     }
     const int64_t KV = hp->n_head_kv * hp->head_dim;

@@ -123,10 +123,18 @@ struct mp_gpu {
     float *h_x;             /* (n_batch, n_embd) MoE input rows for the CPU */
     float *h_part;          /* (n_batch, n_embd) CPU partial */
     float *h_logits;        /* (MP_GPU_HEAD_ROWS, n_vocab) */
-    const void **h_stage_slots[2]; /* (3 n_expert) staging slot tables */
+    const void **h_stage_tabs;    /* (n_stage_tabs, 3 n_expert) staging slot tables, a ring: a batch's
+                                   * table stays untouched until its upload has run (ev_stage_tab) */
+    cudaEvent_t *ev_stage_tab;    /* (n_stage_tabs) after each table's upload on the copy stream */
+    int n_stage_tabs, stage_tab_next;
     uint64_t *h_mask;       /* (words_per_layer) resident | copied experts of the current step */
     int64_t *h_count;       /* (n_expert) rows per expert in the current step */
     int32_t *h_copy_list;   /* (n_expert) the current layer step's experts to copy (prefill) */
+    int32_t *h_cold;        /* (n_expert) the current layer step's cold experts (prefill) */
+    int64_t *h_cold_rows;   /* (n_expert) their rows */
+    double *h_cold_cpu;     /* (n_expert) their CPU time, estimated */
+    int *h_cold_order;      /* (n_expert) mp_decide_copies' scratch */
+    bool *h_cold_copy;      /* (n_expert) whether the step copies them */
     uint8_t *h_served;      /* (n_layer, n_batch, top_k) each route's path (mp_served), in h_ids'
                              * order: the hooks' mp_moe_timing.served, written only for them */
 
@@ -280,7 +288,10 @@ bool mp_gpu_gpu_part(const mp_gpu *g, int64_t il, int64_t n);
 /* Drop the captured decode graphs (a change of which layers run far routes changes their
  * structure); the next decode step captures anew. */
 void mp_gpu_drop_graphs(mp_gpu *g);
-bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes);
+/* The experts of layer il's prefill step (rows per expert in h_count) that are copied to the GPU:
+ * their ids into h_copy_list, their count returned (mp_decide_copies on the executor's
+ * measurements, or copy_min_rows when fixed). */
+int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes);
 
 /* Host experts (gpu_host.c). mp_gpu_host_experts fills h_slices; with copy (the executor has
  * staging buffers and hybrid layers) it also copies the cold experts into anonymous memory and

@@ -8,10 +8,11 @@
  *   3. otherwise: the rows (f32), ids and weights go to pinned host memory (copied, with an event;
  *      in a decode graph step, published into mapped memory with a flag); the resident experts
  *      start on the GPU (into d_proj); the host waits for the rows (the round trip), then
- *        - prefill: cold experts whose rows take the CPU longer than their copy takes
- *          (mp_decide_copy) are copied to staging slots and run on the GPU (accumulating into
- *          d_proj), two batches in flight, overlapping the CPU; those the adaptive tier admits
- *          go on from staging into its slots (gpu_tier.c);
+ *        - prefill: a share of the cold experts, the ones that cost the CPU most, as many as
+ *          balance the link's copies against the CPU's rest (mp_decide_copies), is copied to
+ *          staging slots and run on the GPU (accumulating into d_proj); every batch is enqueued
+ *          before the CPU starts, two staging buffers alternating on the copy stream; those the
+ *          adaptive tier admits go on from staging into its slots (gpu_tier.c);
  *        - decode, far routes (mp_gpu_far_on: the layer's decision, runtime/decide.h): the
  *          resident experts' launch also ran the first table[c] of the step's c cold routes,
  *          their weights gathered from the page-locked host copy over the bus
@@ -113,10 +114,16 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     const int64_t E = g->s->m->hp.n_expert;
     const int b = g->stage_next;
     g->stage_next ^= 1;
-    /* the table's previous upload from this buffer has executed once its kernel finished */
-    CCHECK(cudaEventSynchronize(g->ev_stage_free[b]), "staging");
-    const void **tab = g->h_stage_slots[b];
+    /* the host table: the ring's next, whose last upload has run by now (a layer step holds fewer
+     * batches than the ring has tables, and the previous step has drained before this one's
+     * routes reached the host), so this wait does not block */
+    const int ti = g->stage_tab_next;
+    g->stage_tab_next = (ti + 1) % g->n_stage_tabs;
+    CCHECK(cudaEventSynchronize(g->ev_stage_tab[ti]), "staging");
+    const void **tab = g->h_stage_tabs + (size_t)ti * (size_t)(3 * E);
     memset(tab, 0, (size_t)(3 * E) * sizeof *tab);
+    /* the device's buffer b is free once the kernel that read it two batches ago has run: the
+     * copy stream waits for that, the host does not */
     CCHECK(cudaStreamWaitEvent(g->copy_stream, g->ev_stage_free[b], 0), "staging");
     size_t nb[3], off[3];
     mp_gpu_expert_layout(L, nb, off);
@@ -131,6 +138,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     }
     CCHECK(cudaMemcpyAsync((void *)g->d_stage_slots[b], tab, (size_t)(3 * E) * sizeof *tab,
                            cudaMemcpyHostToDevice, g->copy_stream), "staging table copy");
+    CCHECK(cudaEventRecord(g->ev_stage_tab[ti], g->copy_stream), "cudaEventRecord");
     CCHECK(cudaEventRecord(g->ev_stage_ready[b], g->copy_stream), "cudaEventRecord");
     CCHECK(cudaStreamWaitEvent(g->stream, g->ev_stage_ready[b], 0), "staging");
     mp_cuda_moe_args a = moe_args(g, il, n, (const void *const *)g->d_stage_slots[b], E, accumulate);
@@ -258,15 +266,32 @@ static mp_status wait_published(mp_gpu *g, int64_t il, mp_error *err)
     }
 }
 
-bool mp_gpu_copy_pays(const mp_gpu *g, int64_t rows, size_t expert_bytes)
+int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes)
 {
-    if (g->copy_fixed)
-        return rows >= g->copy_min_rows && g->copy_min_rows > 0;
-    /* the CPU's time for these rows against the copy's time on the link (the GPU's compute of
-     * one expert is a few microseconds and runs while the next copy streams): the decision
-     * model's rule, on the executor's own measurements */
-    return mp_decide_copy(rows, (double)rows * g->cpu_ns_per_route, (double)expert_bytes * g->pcie_ns_per_byte,
-                          MP_GPU_COPY_MIN_ROWS);
+    const int64_t E = g->s->m->hp.n_expert;
+    int n_cold = 0, n_copy = 0;
+    for (int64_t e = 0; e < E; e++)
+        if (g->h_count[e] > 0 && !mp_gpu_live(g, il, e)) {
+            g->h_cold[n_cold] = (int32_t)e;
+            g->h_cold_rows[n_cold] = g->h_count[e];
+            /* the CPU's time for these rows (the GPU's compute of a copied expert is a few
+             * microseconds and runs while the next copy streams) */
+            g->h_cold_cpu[n_cold++] = (double)g->h_count[e] * g->cpu_ns_per_route;
+        }
+    if (g->copy_fixed) {
+        for (int i = 0; i < n_cold; i++)
+            if (g->copy_min_rows > 0 && g->h_cold_rows[i] >= g->copy_min_rows)
+                g->h_copy_list[n_copy++] = g->h_cold[i];
+        return n_copy;
+    }
+    /* the decision model's rule on the executor's own measurements: the cores and the link share
+     * the layer's cold experts */
+    mp_decide_copies(n_cold, g->h_cold_rows, g->h_cold_cpu, (double)expert_bytes * g->pcie_ns_per_byte,
+                     MP_GPU_COPY_MIN_ROWS, g->h_cold_order, g->h_cold_copy);
+    for (int i = 0; i < n_cold; i++)
+        if (g->h_cold_copy[i])
+            g->h_copy_list[n_copy++] = g->h_cold[i];
+    return n_copy;
 }
 
 mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err)
@@ -423,13 +448,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         memset(g->h_count, 0, (size_t)E * sizeof *g->h_count);
         for (int64_t i = 0; i < n * K; i++)
             g->h_count[h_ids[i]]++;
-        const size_t bytes = mp_model_expert_bytes(m, il);
-        for (int64_t e = 0; e < E; e++)
-            if (!mp_gpu_live(g, il, e) && mp_gpu_copy_pays(g, g->h_count[e], bytes)) {
-                copy_list[n_copy++] = (int32_t)e;
-                leave_to_gpu(g, (int32_t)e);
-                copied_routes += g->h_count[e];
-            }
+        n_copy = mp_gpu_copy_choice(g, il, mp_model_expert_bytes(m, il));
+        for (int j = 0; j < n_copy; j++) {
+            leave_to_gpu(g, copy_list[j]);
+            copied_routes += g->h_count[copy_list[j]];
+        }
     }
     /* decode: far routes, table[c] units of the c cold routes in slot order (the kernels' rule:
      * kernels/cuda/moe.cuh mpc_route_ptr, at most far_max routes): the GPU runs them already, the
@@ -454,10 +477,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     /* the tier's moves for these routes (carried out when the step has drained), decided before the
      * copies so that an admitted expert being staged goes to its slot from staging */
     mp_gpu_tier_observe(g, il, n, h_ids);
-    /* two staging batches go out before the CPU starts, the rest after it */
+    /* every staging batch goes out before the CPU starts (none waits on the host), so the link
+     * and the cores work side by side, as the copy rule counts on */
     bool gpu_wrote = mp_gpu_gpu_part(g, il, n);
     int done = 0;
-    if ((st = stage_some(g, il, n, copy_list, n_copy, 2, &done, &gpu_wrote, err)))
+    if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
         return st;
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): moe_end adds it unconditionally, so that a
@@ -472,8 +496,6 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
         ewma(&g->cpu_ns_per_route, (double)t->cpu_expert_ns / (double)n_cpu, 0.7);
     }
-    if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
-        return st;
     g->copied_this_step = n_copy > 0;
     if (g->measure) {
         g->rt_pending[il] = true;

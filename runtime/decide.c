@@ -236,13 +236,85 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
     return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns) : 0;
 }
 
-bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_rows)
+/* Whether candidate x goes before y: more CPU time first, the lower index on a tie. */
+static bool copy_before(const double *cpu_ns, int x, int y)
 {
-    if (rows < 2)
-        return false;
-    if (cpu_ns <= 0 || copy_ns <= 0) /* nothing measured yet */
-        return min_rows > 0 && rows >= min_rows;
-    return cpu_ns > copy_ns;
+    return cpu_ns[x] != cpu_ns[y] ? cpu_ns[x] > cpu_ns[y] : x < y;
+}
+
+/* Heapsort's sift: the heap order[0 .. end) keeps each parent after its children (copy_before). */
+static void sift_down(const double *cpu_ns, int *order, int r, int end)
+{
+    for (;;) {
+        int c = 2 * r + 1;
+        if (c >= end)
+            return;
+        if (c + 1 < end && copy_before(cpu_ns, order[c], order[c + 1]))
+            c++;
+        if (!copy_before(cpu_ns, order[r], order[c]))
+            return;
+        const int t = order[r];
+        order[r] = order[c];
+        order[c] = t;
+        r = c;
+    }
+}
+
+/* order[0 .. n) sorted by copy_before, in place (heapsort: no allocation, n log n) */
+static void sort_copy_order(const double *cpu_ns, int *order, int n)
+{
+    for (int r = n / 2 - 1; r >= 0; r--)
+        sift_down(cpu_ns, order, r, n);
+    for (int end = n - 1; end > 0; end--) {
+        const int t = order[0]; /* the last in order goes to the end */
+        order[0] = order[end];
+        order[end] = t;
+        sift_down(cpu_ns, order, 0, end);
+    }
+}
+
+int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double copy_ns, int64_t min_rows, int *order,
+                     bool *copy)
+{
+    bool known = copy_ns > 0;
+    for (int i = 0; i < n; i++) {
+        copy[i] = false;
+        known = known && (rows[i] < 2 || cpu_ns[i] > 0);
+    }
+    int n_copy = 0;
+    if (!known) { /* nothing measured yet */
+        for (int i = 0; i < n; i++)
+            if (rows[i] >= 2 && min_rows > 0 && rows[i] >= min_rows) {
+                copy[i] = true;
+                n_copy++;
+            }
+        return n_copy;
+    }
+    double total = 0;
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        total += cpu_ns[i] > 0 ? cpu_ns[i] : 0;
+        if (rows[i] >= 2)
+            order[nc++] = i;
+    }
+    if (nc == 0)
+        return 0;
+    /* the candidates by CPU time, most first: copying the k costliest leaves the CPU the least */
+    sort_copy_order(cpu_ns, order, nc);
+    double best = total, prefix = 0;
+    int best_k = 0;
+    for (int k = 1; k <= nc; k++) {
+        prefix += cpu_ns[order[k - 1]];
+        const double rest = total - prefix, link = (double)k * copy_ns;
+        const double t = rest > link ? rest : link;
+        if (t < best) {
+            best = t;
+            best_k = k;
+        }
+    }
+    for (int k = 0; k < best_k; k++)
+        copy[order[k]] = true;
+    return best_k;
 }
 
 /* The grid's least time for a step with c cold routes (far on or off); NaN when not measured. */

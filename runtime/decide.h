@@ -148,10 +148,17 @@ double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_b
 /* mp_decide_hostbus_ns with the cost file's host read and bus bandwidths. */
 double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
 
-/* Steps of several rows: copy a cold expert with `rows` routed rows to the GPU when its CPU time
- * cpu_ns exceeds its copy's copy_ns; before either is known (<= 0), when rows >= min_rows. A
- * one-row step never copies (decode steps run their cold routes on the CPU or far). */
-bool mp_decide_copy(int64_t rows, double cpu_ns, double copy_ns, int64_t min_rows);
+/* Steps of several rows: which of a layer step's n cold experts to copy to the GPU (copy[i]); the
+ * count is returned. Cold expert i has rows[i] routed rows and takes cpu_ns[i] on the CPU; each
+ * copy takes copy_ns on the link. The CPU and the link work side by side (a copied expert's GPU
+ * compute runs while the next copy streams), so the copies go to the experts that cost the CPU
+ * most, as many as make the layer's max(CPU time of the rest, copies × copy_ns) least (the fewer
+ * on a tie): when the CPU is slower per expert it keeps a share instead of idling, and when it is
+ * faster the link still takes a share. Before the costs are known (copy_ns <= 0, or an expert's
+ * cpu_ns <= 0): the experts with rows >= min_rows (min_rows <= 0: none). An expert of one row is
+ * never copied (decode steps run their cold routes on the CPU or far). order: scratch of n ints. */
+int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double copy_ns, int64_t min_rows, int *order,
+                     bool *copy);
 
 /* The adaptive tier's prices (runtime/tier.h, policy cost), from the decode grid:
  *   route_saving_ns  what one route saves when its expert has a slot: the grid's least time for a

@@ -35,8 +35,14 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
     // CPU time, copy time, copied experts' GPU time
     uint32_t *copied_from = malloc(sizeof *copied_from * ((size_t)E + 1)); // (E + 1) copied experts of used[j..m)
     mp_far_layer *far = malloc(sizeof *far * (size_t)E); // (E) the decision of capacities 0 .. E - 1
-    if (!rank_of || !rows_of || !used || !diff || !cpu_from || !copied_from || !far) {
+    uint32_t *cold_rows = malloc(sizeof *cold_rows * E); // (E) rows of used[j..m), for the copy rule
+    bool *cold_copy = malloc(sizeof *cold_copy * E);     // (E) and which of them the runtime copies
+    sim_copy_work work;
+    const bool work_ok = sim_copy_work_init(&work, E);
+    if (!rank_of || !rows_of || !used || !diff || !cpu_from || !copied_from || !far || !cold_rows || !cold_copy ||
+        !work_ok) {
         free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from), free(copied_from), free(far);
+        free(cold_rows), free(cold_copy), sim_copy_work_free(&work);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: plan: out of memory");
     }
     double *copy_from = cpu_from + (E + 1), *gcopy_from = cpu_from + 2 * ((size_t)E + 1);
@@ -90,13 +96,28 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             const uint32_t rows = step->rows;
             cpu_from[m] = copy_from[m] = gcopy_from[m] = 0;
             copied_from[m] = 0;
-            for (uint32_t j = m; j-- > 0;) { /* cold experts run on the CPU or are copied (sim.c) */
-                const uint32_t c = rows_of[used[j]];
-                const bool copy = rows > 1 && sim_copies(tab, c);
-                cpu_from[j] = cpu_from[j + 1] + (copy ? 0 : tab->cpu_ns[c]);
-                copy_from[j] = copy_from[j + 1] + (copy ? tab->weight_h2d_ns : 0);
-                gcopy_from[j] = gcopy_from[j + 1] + (copy ? tab->gpu_ns[c] : 0);
-                copied_from[j] = copied_from[j + 1] + copy;
+            if (rows > 1 && tab->copies) {
+                /* a step of several rows: the runtime copies a share of the cold experts
+                 * used[j..m), chosen over the whole set (runtime/decide.h), so each j decides anew */
+                for (uint32_t j = 0; j < m; j++) {
+                    const uint32_t n = m - j;
+                    for (uint32_t i = 0; i < n; i++)
+                        cold_rows[i] = rows_of[used[j + i]];
+                    copied_from[j] = sim_copy_set(tab, rows, n, cold_rows, &work, cold_copy);
+                    cpu_from[j] = copy_from[j] = gcopy_from[j] = 0;
+                    for (uint32_t i = 0; i < n; i++) {
+                        const uint32_t c = cold_rows[i];
+                        cpu_from[j] += cold_copy[i] ? 0 : tab->cpu_ns[c];
+                        copy_from[j] += cold_copy[i] ? tab->weight_h2d_ns : 0;
+                        gcopy_from[j] += cold_copy[i] ? tab->gpu_ns[c] : 0;
+                    }
+                }
+            } else {
+                for (uint32_t j = m; j-- > 0;) { /* cold experts run on the CPU */
+                    cpu_from[j] = cpu_from[j + 1] + tab->cpu_ns[rows_of[used[j]]];
+                    copy_from[j] = gcopy_from[j] = 0;
+                    copied_from[j] = 0;
+                }
             }
             for (uint32_t j = 0; j <= m; j++) {
                 if (j > 0)
@@ -148,6 +169,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
         }
     }
     free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from), free(copied_from), free(far);
+    free(cold_rows), free(cold_copy), sim_copy_work_free(&work);
     return MP_OK;
 }
 

@@ -79,7 +79,7 @@ void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint3
         s->m->admissions++;
         s->m->evictions += moves[i].victim >= 0;
         s->n_resident[l] += moves[i].victim < 0;
-        staged[i] = rows > 1 && sim_copies(s->tab, rows_of[moves[i].expert]);
+        staged[i] = rows > 1 && s->copied[moves[i].expert];
         if (staged[i])
             s->m->tier_promoted++;
         else

@@ -48,7 +48,13 @@ struct sim_engine {
     const uint8_t *no_tier; /* (E) zeros: the tier states of a replay without a tier */
     mp_tier_move *moves;  /* (cap_moves) one invocation's moves, then (step_sync) the step's */
     uint8_t *staged;      /* (cap_moves) the move's expert was staged for its step's prefill copy
-                           * (sim_copies): it goes into its slot from staging, no copy on the link */
+                           * (copied): it goes into its slot from staging, no copy on the link */
+    uint8_t *copied;      /* (E) the experts the current layer step copies (sim_copy_set), zero
+                           * outside the replay of a layer step */
+    uint16_t *cold;       /* (E) the current layer step's cold experts */
+    uint32_t *cold_rows;  /* (E) and their rows */
+    bool *cold_copy;      /* (E) and whether the step copies them */
+    sim_copy_work copy_work;
     uint32_t n_moves, cap_moves;
     double clock_ns, link_free_ns;
     inflight *fifo;       /* ring of tier copies, in link order */
@@ -72,9 +78,9 @@ void sim_share_link(sim_engine *s, double at_ns, double dur_ns);
 void sim_tier_land(sim_engine *s, double at_ns);
 /* After an invocation of layer l in a step of `rows` rows (its distinct experts used, rows_of their
  * rows): the tier's policy decides, and its moves are counted and their copies started (or, with
- * step_sync, kept for the step's end). An admitted expert that the step copies to the GPU (a step
- * of several rows, sim_copies: the runtime's staging) needs no copy on the link: it is READY at
- * the step's end (step_sync) or at once. */
+ * step_sync, kept for the step's end). An admitted expert that the step copies to the GPU (copied:
+ * the runtime's staging) needs no copy on the link: it is READY at the step's end (step_sync) or
+ * at once. */
 void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint32_t *rows_of, uint32_t n_used,
                     uint32_t rows);
 /* The step has ended (step_sync): its landed copies and its staged admissions become READY, then

@@ -214,7 +214,7 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
             const uint8_t *tier_state = s->tier ? mp_tier_states(s->tier, l) : s->no_tier;
             double gpu_ns = 0, cpu_ns = 0, copy_ns = 0, copied_gpu_ns = 0;
             uint64_t hits = 0;
-            uint32_t n_cold = 0, n_copied = 0;
+            uint32_t n_cold = 0;
             for (uint32_t u = 0; u < n_used; u++) {
                 uint16_t e = used[u];
                 uint32_t c = rows_of[e];
@@ -225,13 +225,19 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                     m->tier_hits += tier_hit ? c : 0;
                     continue;
                 }
-                n_cold++;
                 if (tier_state[e] == MP_TIER_LOADING) /* admitted, its copy not landed: served cold */
                     m->late += c;
-                if (rows > 1 && sim_copies(tab, c)) { /* the runtime copies it (runtime/decide.h) */
+                s->cold[n_cold] = e;
+                s->cold_rows[n_cold++] = c;
+            }
+            /* the cold experts the runtime copies to the GPU (runtime/decide.h), the rest on the CPU */
+            const uint32_t n_copied = sim_copy_set(tab, rows, n_cold, s->cold_rows, &s->copy_work, s->cold_copy);
+            for (uint32_t i = 0; i < n_cold; i++) {
+                const uint32_t c = s->cold_rows[i];
+                if (s->cold_copy[i]) {
                     copy_ns += tab->weight_h2d_ns;
                     copied_gpu_ns += tab->gpu_ns[c];
-                    n_copied++;
+                    s->copied[s->cold[i]] = 1;
                 } else {
                     cpu_ns += tab->cpu_ns[c];
                 }
@@ -280,6 +286,8 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                 belady_after(bel, s, l, used, n_used);
             for (uint32_t u = 0; u < n_used; u++)
                 rows_of[used[u]] = 0;
+            for (uint32_t i = 0; i < n_cold; i++)
+                s->copied[s->cold[i]] = 0;
         }
         if (s->step_sync) /* the step has drained: its landed copies serve, its moves' copies start */
             sim_tier_step_end(s);
@@ -356,10 +364,15 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     s.n_resident = calloc(L, sizeof *s.n_resident);
     s.cap = calloc(L, sizeof *s.cap);
     s.far = calloc(L, sizeof *s.far);
+    s.copied = calloc(E, 1);
+    s.cold = malloc(sizeof *s.cold * E);
+    s.cold_rows = malloc(sizeof *s.cold_rows * E);
+    s.cold_copy = malloc(sizeof *s.cold_copy * E);
+    const bool work_ok = sim_copy_work_init(&s.copy_work, E);
     if ((st = stats_build(t, cfg->train_frac, &stats, err)))
         goto done;
     if (!rows_of || !used || !no_tier || !tier_cap || !s.resident || !s.res_list || !s.res_pos || !s.n_resident ||
-        !s.cap || !s.far) {
+        !s.cap || !s.far || !s.copied || !s.cold || !s.cold_rows || !s.cold_copy || !work_ok) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
         goto done;
     }
@@ -464,6 +477,11 @@ done:
     free(s.n_resident);
     free(s.cap);
     free(s.far);
+    free(s.copied);
+    free(s.cold);
+    free(s.cold_rows);
+    free(s.cold_copy);
+    sim_copy_work_free(&s.copy_work);
     free(s.moves);
     free(s.staged);
     free(s.fifo);

@@ -237,18 +237,91 @@ Test(decide, top1_and_missing_points)
     cr_assert(isnan(mp_decide_decode_ns(&dc, &fl, 2)), "a count beyond top_k has no time");
 }
 
-Test(decide, cold_share_copy_rule_and_floor)
+/* The layer step's time a copy set gives: the CPU's share beside the link's copies. */
+static double copy_set_ns(int n, const double *cpu_ns, double copy_ns, const bool *copy)
+{
+    double rest = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        rest += copy[i] ? 0 : cpu_ns[i];
+        k += copy[i];
+    }
+    return rest > k * copy_ns ? rest : k * copy_ns;
+}
+
+Test(decide, copies_share_a_layer_between_the_cpu_and_the_link)
+{
+    int order[128];
+    bool copy[128];
+    /* before the costs are known: by rows (min_rows 32; none without it); one-row experts never */
+    const int64_t r4[] = {1, 31, 32, 40};
+    const double zero4[] = {0, 0, 0, 0}, some4[] = {9, 9, 0, 9};
+    cr_assert_eq(mp_decide_copies(4, r4, zero4, 0, 32, order, copy), 2);
+    cr_assert(!copy[0] && !copy[1] && copy[2] && copy[3]);
+    cr_assert_eq(mp_decide_copies(4, r4, some4, 5, 32, order, copy), 2, "one CPU time unknown: by rows");
+    cr_assert_eq(mp_decide_copies(4, r4, zero4, 0, 0, order, copy), 0);
+    const int64_t r2[] = {1, 1};
+    const double big2[] = {1e9, 1e9};
+    cr_assert_eq(mp_decide_copies(2, r2, big2, 1, 32, order, copy), 0, "decode routes are never copied");
+    /* the costliest go first: 500 and 300 to the link (200 ns), the CPU keeps 30 */
+    const int64_t r4b[] = {2, 9, 3, 6};
+    const double c4b[] = {10, 500, 20, 300};
+    cr_assert_eq(mp_decide_copies(4, r4b, c4b, 100, 32, order, copy), 2);
+    cr_assert(!copy[0] && copy[1] && !copy[2] && copy[3]);
+    /* 128 experts of 100 ns on the CPU against 53 on the link: a copy-every-expert rule takes
+     * 6,784 ns; the CPU keeps 44 (4,400 ns) beside 84 copies (4,452) */
+    int64_t rows[128];
+    double cpu[128];
+    for (int i = 0; i < 128; i++)
+        rows[i] = 32, cpu[i] = 100;
+    cr_assert_eq(mp_decide_copies(128, rows, cpu, 53, 32, order, copy), 84);
+    cr_assert_float_eq(copy_set_ns(128, cpu, 53, copy), 4452, 1e-9);
+    /* a CPU faster than the link still gives it a share: 10 × 40 ns against 53 a copy */
+    cr_assert_eq(mp_decide_copies(10, rows, cpu, 250, 32, order, copy), 3, "10 x 100 ns vs 250: 3 copies");
+    for (int i = 0; i < 10; i++)
+        cpu[i] = 40;
+    cr_assert_eq(mp_decide_copies(10, rows, cpu, 53, 32, order, copy), 4);
+    cr_assert_float_eq(copy_set_ns(10, cpu, 53, copy), 240, 1e-9);
+    /* on fresh random layers the set is as fast as the best of every subset */
+    seed_rng();
+    for (int iter = 0; iter < 300; iter++) {
+        const int n = 1 + (int)(rnd_u64() % 10);
+        for (int i = 0; i < n; i++) {
+            rows[i] = 1 + (int64_t)(rnd_u64() % 40);
+            cpu[i] = 1 + (double)(rnd_u64() % 1000);
+        }
+        const double copy_ns = 1 + (double)(rnd_u64() % 400);
+        const int k = mp_decide_copies(n, rows, cpu, copy_ns, 32, order, copy);
+        int counted = 0;
+        for (int i = 0; i < n; i++) {
+            counted += copy[i];
+            cr_assert(!copy[i] || rows[i] >= 2, "seed %llu: a one-row expert copied", (unsigned long long)g_seed);
+        }
+        cr_assert_eq(k, counted);
+        double best = INFINITY;
+        for (unsigned mask = 0; mask < 1u << n; mask++) {
+            bool sub[10];
+            bool ok = true;
+            for (int i = 0; i < n; i++) {
+                sub[i] = mask >> i & 1;
+                ok = ok && (!sub[i] || rows[i] >= 2);
+            }
+            if (ok) {
+                const double t = copy_set_ns(n, cpu, copy_ns, sub);
+                best = t < best ? t : best;
+            }
+        }
+        cr_assert_float_eq(copy_set_ns(n, cpu, copy_ns, copy), best, 1e-9, "seed %llu: layer %d: %g against the best %g",
+                           (unsigned long long)g_seed, iter, copy_set_ns(n, cpu, copy_ns, copy), best);
+    }
+}
+
+Test(decide, cold_share_and_floor)
 {
     cr_assert_float_eq(mp_decide_cold_share(30, 120, 5, 8), 0.25, 1e-12); /* from the counts */
     cr_assert_float_eq(mp_decide_cold_share(0, 0, 6, 8), 0.25, 1e-12);   /* uniform: 2 of 8 cold */
     cr_assert_float_eq(mp_decide_cold_share(0, 0, 0, 8), 1.0, 1e-12);
     cr_assert_float_eq(mp_decide_cold_share(500, 120, 5, 8), 1.0, 1e-12); /* clamped */
-    /* copies: decode never; before costs are known by rows; then by time */
-    cr_assert(!mp_decide_copy(1, 1e9, 1, 32));
-    cr_assert(!mp_decide_copy(31, 0, 0, 32));
-    cr_assert(mp_decide_copy(32, 0, 0, 32));
-    cr_assert(mp_decide_copy(4, 2000, 1000, 32));
-    cr_assert(!mp_decide_copy(400, 1000, 1000, 32));
     /* the floor: host 90 + bus 55 bytes/ns; none without the host's bandwidth */
     mp_decode_costs dc = empty_grid(2, 0);
     dc.host_bytes_per_ns = 90, dc.bus_bytes_per_ns = 55;
