@@ -273,6 +273,22 @@ static void sort_copy_order(const double *cpu_ns, int *order, int n)
     }
 }
 
+int mp_decide_copy_count(int nc, const double *cpu_ns, const int *order, double total_ns, double copy_ns)
+{
+    double best = total_ns, prefix = 0;
+    int best_k = 0;
+    for (int k = 1; k <= nc; k++) {
+        prefix += cpu_ns[order ? order[k - 1] : k - 1];
+        const double rest = total_ns - prefix, link = (double)k * copy_ns;
+        const double t = rest > link ? rest : link;
+        if (t < best) {
+            best = t;
+            best_k = k;
+        }
+    }
+    return best_k;
+}
+
 int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double copy_ns, int64_t min_rows, int *order,
                      bool *copy)
 {
@@ -301,17 +317,7 @@ int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double co
         return 0;
     /* the candidates by CPU time, most first: copying the k costliest leaves the CPU the least */
     sort_copy_order(cpu_ns, order, nc);
-    double best = total, prefix = 0;
-    int best_k = 0;
-    for (int k = 1; k <= nc; k++) {
-        prefix += cpu_ns[order[k - 1]];
-        const double rest = total - prefix, link = (double)k * copy_ns;
-        const double t = rest > link ? rest : link;
-        if (t < best) {
-            best = t;
-            best_k = k;
-        }
-    }
+    const int best_k = mp_decide_copy_count(nc, cpu_ns, order, total, copy_ns);
     for (int k = 0; k < best_k; k++)
         copy[order[k]] = true;
     return best_k;

@@ -160,6 +160,13 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
 int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double copy_ns, int64_t min_rows, int *order,
                      bool *copy);
 
+/* mp_decide_copies' count, also for callers that keep the candidates sorted themselves (the
+ * planner adds one cold expert at a time): nc candidates' CPU times, most first, cpu_ns[order[k]]
+ * (order NULL: cpu_ns[k]); total_ns the CPU time of every cold expert (candidates and one-row
+ * ones); copy_ns > 0. Returns the k whose copies make max(total_ns - the k first, k × copy_ns)
+ * least (the fewer on a tie). */
+int mp_decide_copy_count(int nc, const double *cpu_ns, const int *order, double total_ns, double copy_ns);
+
 /* The adaptive tier's prices (runtime/tier.h, policy cost), from the decode grid:
  *   route_saving_ns  what one route saves when its expert has a slot: the grid's least time for a
  *                    step of top_k cold routes less its time for none, per route (far routes on or

@@ -35,14 +35,11 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
     // CPU time, copy time, copied experts' GPU time
     uint32_t *copied_from = malloc(sizeof *copied_from * ((size_t)E + 1)); // (E + 1) copied experts of used[j..m)
     mp_far_layer *far = malloc(sizeof *far * (size_t)E); // (E) the decision of capacities 0 .. E - 1
-    uint32_t *cold_rows = malloc(sizeof *cold_rows * E); // (E) rows of used[j..m), for the copy rule
-    bool *cold_copy = malloc(sizeof *cold_copy * E);     // (E) and which of them the runtime copies
-    sim_copy_work work;
-    const bool work_ok = sim_copy_work_init(&work, E);
-    if (!rank_of || !rows_of || !used || !diff || !cpu_from || !copied_from || !far || !cold_rows || !cold_copy ||
-        !work_ok) {
+    double *cand_cpu = malloc(sizeof *cand_cpu * E);     // (E) the copy candidates of used[j..m), by CPU time
+    uint32_t *cand_rows = malloc(sizeof *cand_rows * E); // (E) and their rows
+    if (!rank_of || !rows_of || !used || !diff || !cpu_from || !copied_from || !far || !cand_cpu || !cand_rows) {
         free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from), free(copied_from), free(far);
-        free(cold_rows), free(cold_copy), sim_copy_work_free(&work);
+        free(cand_cpu), free(cand_rows);
         return mp_fail(err, MP_ERR_NOMEM, "simulate: plan: out of memory");
     }
     double *copy_from = cpu_from + (E + 1), *gcopy_from = cpu_from + 2 * ((size_t)E + 1);
@@ -96,21 +93,39 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             const uint32_t rows = step->rows;
             cpu_from[m] = copy_from[m] = gcopy_from[m] = 0;
             copied_from[m] = 0;
-            if (rows > 1 && tab->copies) {
+            if (rows > 1 && tab->copies && tab->weight_h2d_ns > 0) {
                 /* a step of several rows: the runtime copies a share of the cold experts
-                 * used[j..m), chosen over the whole set (runtime/decide.h), so each j decides anew */
-                for (uint32_t j = 0; j < m; j++) {
-                    const uint32_t n = m - j;
-                    for (uint32_t i = 0; i < n; i++)
-                        cold_rows[i] = rows_of[used[j + i]];
-                    copied_from[j] = sim_copy_set(tab, rows, n, cold_rows, &work, cold_copy);
-                    cpu_from[j] = copy_from[j] = gcopy_from[j] = 0;
-                    for (uint32_t i = 0; i < n; i++) {
-                        const uint32_t c = cold_rows[i];
-                        cpu_from[j] += cold_copy[i] ? 0 : tab->cpu_ns[c];
-                        copy_from[j] += cold_copy[i] ? tab->weight_h2d_ns : 0;
-                        gcopy_from[j] += cold_copy[i] ? tab->gpu_ns[c] : 0;
+                 * used[j..m), chosen over the whole set (mp_decide_copies, runtime/decide.h).
+                 * Going down from j = m, each j adds used[j] to the cold set: its candidates (two
+                 * rows or more) are kept sorted by CPU time, most first, and the rule's count is
+                 * taken on them (the order among equal times changes no charge) */
+                double total = 0;
+                uint32_t nc = 0;
+                bool unknown = false; /* a candidate without a CPU time: mp_decide_copies copies none */
+                for (uint32_t j = m; j-- > 0;) {
+                    const uint32_t c = rows_of[used[j]];
+                    total += tab->cpu_ns[c] > 0 ? tab->cpu_ns[c] : 0;
+                    if (c >= 2) {
+                        unknown = unknown || !(tab->cpu_ns[c] > 0);
+                        uint32_t at = nc++;
+                        while (at > 0 && cand_cpu[at - 1] < tab->cpu_ns[c]) {
+                            cand_cpu[at] = cand_cpu[at - 1];
+                            cand_rows[at] = cand_rows[at - 1];
+                            at--;
+                        }
+                        cand_cpu[at] = tab->cpu_ns[c];
+                        cand_rows[at] = c;
                     }
+                    const int k = unknown ? 0 : mp_decide_copy_count((int)nc, cand_cpu, NULL, total, tab->weight_h2d_ns);
+                    double copied_cpu = 0, copied_gpu = 0;
+                    for (int i = 0; i < k; i++) {
+                        copied_cpu += cand_cpu[i];
+                        copied_gpu += tab->gpu_ns[cand_rows[i]];
+                    }
+                    cpu_from[j] = total - copied_cpu;
+                    copy_from[j] = (double)k * tab->weight_h2d_ns;
+                    gcopy_from[j] = copied_gpu;
+                    copied_from[j] = (uint32_t)k;
                 }
             } else {
                 for (uint32_t j = m; j-- > 0;) { /* cold experts run on the CPU */
@@ -169,7 +184,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
         }
     }
     free(rank_of), free(rows_of), free(used), free(diff), free(cpu_from), free(copied_from), free(far);
-    free(cold_rows), free(cold_copy), sim_copy_work_free(&work);
+    free(cand_cpu), free(cand_rows);
     return MP_OK;
 }
 

@@ -817,6 +817,33 @@ Test(sim, cost_policy_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* A prefill step's cold experts are shared between the CPU and the link (mp_decide_copies): 1
+ * layer, 4 experts, top-2, nothing resident; one step of 4 rows gives each expert 2 rows. Each
+ * costs the CPU 100 ns and a copy of its 1100 bytes 105: copying 2 leaves the CPU 200 beside the
+ * link's 210 (all on the CPU: 400; 1 copy: 300; 3: 315). Layer time: max(GPU side: the copies'
+ * 210 + their kernels' 2 × 10 = 230, rows' path: D2H 7 + sync 20 + CPU 200 + H2D 5 (4 rows of 16
+ * bytes) + combine 3 = 235) = 235. */
+Test(sim, a_prefill_step_shares_its_cold_experts_between_the_cpu_and_the_link)
+{
+    const uint16_t ids[] = {0, 1, 2, 3, 0, 1, 2, 3};
+    mp_sim_trace t;
+    mp_error err;
+    cr_assert_eq(mp_sim_trace_init(&t, 1, 4, 2, NULL, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, 4, ids, "test", &err), MP_OK, "%s", err.msg);
+    mp_sim_config c = config(1100, 0);
+    mp_sim_result a = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(a.train.experts_copied, 2);
+    cr_assert_eq(a.train.h2d_weight_bytes, 2 * 1100);
+    cr_assert_float_eq(a.train.time_ns, 235, 1e-9, "%.1f", a.train.time_ns);
+    mp_sim_result_free(&a);
+    c.no_copies = true; /* everything on the CPU: 7 + 20 + 400 + 5 + 3 */
+    a = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(a.train.experts_copied, 0);
+    cr_assert_float_eq(a.train.time_ns, 435, 1e-9, "%.1f", a.train.time_ns);
+    mp_sim_result_free(&a);
+    mp_sim_trace_free(&t);
+}
+
 /* A prefill admission whose expert the step copies to the GPU goes into its slot from the staging
  * buffer, as the runtime's promotion does (gpu/gpu_tier.c): READY when the step ends, no copy on
  * the link. 1 layer, 2 experts, top-1, all on the CPU with a tier of 1 slot (lru): a prefill step
