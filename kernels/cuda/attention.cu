@@ -27,7 +27,6 @@
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / MPC_WARP)
 #define ATT_MAX_HD 256
-#define ATT_PAIRS (ATT_MAX_HD / 2 / MPC_WARP) // head-dim pairs per lane, at most
 
 // keys of row `row`: its position + 1, from the device (graph-replayable decode) or pos0 + row
 __device__ __forceinline__ int64_t att_keys(const int32_t *pos, int64_t pos0, int64_t row)
