@@ -141,6 +141,8 @@ Test(cuda_attention, decode)
     check_attention(1, 130, 4, 2, 80);    /* a head that leaves some dimension pairs empty */
     check_attention(8, 70, 32, 4, 128);   /* the largest split-K step */
     check_attention(5, 250, 4, 1, 80);    /* rows straddle a chunk boundary */
+    check_attention(2, 90, 6, 2, 48);     /* a head below 64 dimensions (padded to the 64 kernel) */
+    check_attention(1, 200, 4, 4, 192);   /* 192 of the 256 kernel's dimensions */
 }
 
 /* Tiled steps with fewer (head, row tile) blocks than 4 per SM split their keys too, as far as the
@@ -159,6 +161,8 @@ Test(cuda_attention, prefill_tiles)
     check_attention(45, 300, 4, 1, 80);   /* padded dimensions (80 of 128), one kv head */
     check_attention(33, 5, 4, 4, 64);     /* the 64-dimension tile, MHA */
     check_attention(40, 90, 4, 2, 256);   /* the 256-dimension tile (more than 48 KB of shared memory) */
+    check_attention(50, 20, 6, 3, 48);    /* a head below 64 dimensions in the 64 tile */
+    check_attention(33, 70, 4, 2, 192);   /* 192 of the 256 tile's dimensions */
 }
 
 /* Without the tiled kernel (a device without its shared memory), larger steps run split-K in steps
