@@ -3,6 +3,7 @@
 #include "runtime/decide.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/quant.h"
@@ -236,41 +237,15 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
     return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns) : 0;
 }
 
-/* Whether candidate x goes before y: more CPU time first, the lower index on a tie. */
-static bool copy_before(const double *cpu_ns, int x, int y)
+/* qsort_r's order of copy candidates (indices into cpu_ns): more CPU time first, the lower index
+ * on a tie. */
+static int copy_before(const void *a, const void *b, void *cpu_ns)
 {
-    return cpu_ns[x] != cpu_ns[y] ? cpu_ns[x] > cpu_ns[y] : x < y;
-}
-
-/* Heapsort's sift: the heap order[0 .. end) keeps each parent after its children (copy_before). */
-static void sift_down(const double *cpu_ns, int *order, int r, int end)
-{
-    for (;;) {
-        int c = 2 * r + 1;
-        if (c >= end)
-            return;
-        if (c + 1 < end && copy_before(cpu_ns, order[c], order[c + 1]))
-            c++;
-        if (!copy_before(cpu_ns, order[r], order[c]))
-            return;
-        const int t = order[r];
-        order[r] = order[c];
-        order[c] = t;
-        r = c;
-    }
-}
-
-/* order[0 .. n) sorted by copy_before, in place (heapsort: no allocation, n log n) */
-static void sort_copy_order(const double *cpu_ns, int *order, int n)
-{
-    for (int r = n / 2 - 1; r >= 0; r--)
-        sift_down(cpu_ns, order, r, n);
-    for (int end = n - 1; end > 0; end--) {
-        const int t = order[0]; /* the last in order goes to the end */
-        order[0] = order[end];
-        order[end] = t;
-        sift_down(cpu_ns, order, 0, end);
-    }
+    const int x = *(const int *)a, y = *(const int *)b;
+    const double *c = cpu_ns;
+    if (c[x] != c[y])
+        return c[x] > c[y] ? -1 : 1;
+    return (x > y) - (x < y);
 }
 
 int mp_decide_copy_count(int nc, const double *cpu_ns, const int *order, double total_ns, double copy_ns)
@@ -316,7 +291,7 @@ int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double co
     if (nc == 0)
         return 0;
     /* the candidates by CPU time, most first: copying the k costliest leaves the CPU the least */
-    sort_copy_order(cpu_ns, order, nc);
+    qsort_r(order, (size_t)nc, sizeof *order, copy_before, (void *)cpu_ns);
     const int best_k = mp_decide_copy_count(nc, cpu_ns, order, total, copy_ns);
     for (int k = 0; k < best_k; k++)
         copy[order[k]] = true;
