@@ -478,10 +478,13 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
      * copies so that an admitted expert being staged goes to its slot from staging */
     mp_gpu_tier_observe(g, il, n, h_ids);
     /* every staging batch goes out before the CPU starts (none waits on the host), so the link
-     * and the cores work side by side, as the copy rule counts on */
+     * and the cores work side by side, as the copy rule counts on. From pageable host experts a
+     * copy's enqueue waits for the copy stream to reach it (which waits for the kernel two batches
+     * back): there two batches go out first and the rest after the CPU's work, which would
+     * otherwise start only once all but the last two had run */
     bool gpu_wrote = mp_gpu_gpu_part(g, il, n);
     int done = 0;
-    if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err)))
+    if ((st = stage_some(g, il, n, copy_list, n_copy, g->host_registered ? INT_MAX : 2, &done, &gpu_wrote, err)))
         return st;
     const int64_t c0_ns = mp_gpu_now_ns();
     /* always written (zeros without CPU routes): moe_end adds it unconditionally, so that a
@@ -496,6 +499,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
         ewma(&g->cpu_ns_per_route, (double)t->cpu_expert_ns / (double)n_cpu, 0.7);
     }
+    if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err))) /* pageable: the rest */
+        return st;
     g->copied_this_step = n_copy > 0;
     if (g->measure) {
         g->rt_pending[il] = true;

@@ -237,14 +237,22 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
     return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns) : 0;
 }
 
-/* qsort_r's order of copy candidates (indices into cpu_ns): more CPU time first, the lower index
- * on a tie. */
-static int copy_before(const void *a, const void *b, void *cpu_ns)
+/* qsort_r's order of copy candidates (indices): more CPU time first; on equal times more rows
+ * first (the planner, simulator/plan.c, keeps its candidates in this order too, so that a tie
+ * copies the same experts' GPU work in both); then the lower index. */
+typedef struct copy_keys {
+    const double *cpu_ns;
+    const int64_t *rows;
+} copy_keys;
+
+static int copy_before(const void *a, const void *b, void *keys)
 {
     const int x = *(const int *)a, y = *(const int *)b;
-    const double *c = cpu_ns;
-    if (c[x] != c[y])
-        return c[x] > c[y] ? -1 : 1;
+    const copy_keys *k = keys;
+    if (k->cpu_ns[x] != k->cpu_ns[y])
+        return k->cpu_ns[x] > k->cpu_ns[y] ? -1 : 1;
+    if (k->rows[x] != k->rows[y])
+        return k->rows[x] > k->rows[y] ? -1 : 1;
     return (x > y) - (x < y);
 }
 
@@ -291,7 +299,8 @@ int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double co
     if (nc == 0)
         return 0;
     /* the candidates by CPU time, most first: copying the k costliest leaves the CPU the least */
-    qsort_r(order, (size_t)nc, sizeof *order, copy_before, (void *)cpu_ns);
+    copy_keys keys = {cpu_ns, rows};
+    qsort_r(order, (size_t)nc, sizeof *order, copy_before, &keys);
     const int best_k = mp_decide_copy_count(nc, cpu_ns, order, total, copy_ns);
     for (int k = 0; k < best_k; k++)
         copy[order[k]] = true;

@@ -449,11 +449,13 @@ template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k,
     const size_t bytes = att_tile_layout<HDP>::bytes;
     if (bytes > 48 * 1024) {
         static int fits = -1; // per process (one device): whether the tile fits, once the attribute is set
-        if (fits < 0) {
+        if (fits < 0) { // the dynamic bytes beside the kernel's static shared memory, within the opt-in limit
             int dev = 0, optin = 0;
+            cudaFuncAttributes fa;
             fits = cudaGetDevice(&dev) == cudaSuccess &&
                    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                   (size_t)optin >= bytes &&
+                   cudaFuncGetAttributes(&fa, attn_tile_kernel<HDP>) == cudaSuccess &&
+                   (size_t)optin >= bytes + fa.sharedSizeBytes &&
                    cudaFuncSetAttribute(attn_tile_kernel<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)bytes) == cudaSuccess;
             (void)cudaGetLastError();

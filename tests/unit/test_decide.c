@@ -263,6 +263,11 @@ Test(decide, copies_share_a_layer_between_the_cpu_and_the_link)
     const int64_t r2[] = {1, 1};
     const double big2[] = {1e9, 1e9};
     cr_assert_eq(mp_decide_copies(2, r2, big2, 1, 32, order, copy), 0, "decode routes are never copied");
+    /* equal CPU times: the expert of more rows goes first (the planner keeps the same order) */
+    const int64_t r2t[] = {2, 5};
+    const double c2t[] = {50, 50};
+    cr_assert_eq(mp_decide_copies(2, r2t, c2t, 60, 32, order, copy), 1);
+    cr_assert(!copy[0] && copy[1]);
     /* the costliest go first: 500 and 300 to the link (200 ns), the CPU keeps 30 */
     const int64_t r4b[] = {2, 9, 3, 6};
     const double c4b[] = {10, 500, 20, 300};
