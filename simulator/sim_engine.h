@@ -52,9 +52,10 @@ struct sim_engine {
     uint8_t *copied;      /* (E) the experts the current layer step copies (sim_copy_set), zero
                            * outside the replay of a layer step */
     uint16_t *cold;       /* (E) the current layer step's cold experts */
-    uint32_t *cold_rows;  /* (E) and their rows */
+    int64_t *cold_rows;   /* (E) and their rows */
+    double *cold_cpu;     /* (E) and their CPU time (the cost file's) */
+    int *cold_order;      /* (E) sim_copy_set's scratch */
     bool *cold_copy;      /* (E) and whether the step copies them */
-    sim_copy_work copy_work;
     uint32_t n_moves, cap_moves;
     double clock_ns, link_free_ns;
     inflight *fifo;       /* ring of tier copies, in link order */

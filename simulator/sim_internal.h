@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "collector/popularity.h"
 #include "runtime/decide.h"
@@ -115,44 +114,19 @@ static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns
     return t > floor_ns ? t : floor_ns;
 }
 
-/* Scratch of sim_copy_set for up to n_experts cold experts. */
-typedef struct sim_copy_work {
-    int64_t *rows;
-    double *cpu_ns;
-    int *order;
-} sim_copy_work;
-
-static inline bool sim_copy_work_init(sim_copy_work *w, uint32_t n_experts)
-{
-    w->rows = malloc(sizeof *w->rows * (n_experts ? n_experts : 1));
-    w->cpu_ns = malloc(sizeof *w->cpu_ns * (n_experts ? n_experts : 1));
-    w->order = malloc(sizeof *w->order * (n_experts ? n_experts : 1));
-    return w->rows && w->cpu_ns && w->order;
-}
-
-static inline void sim_copy_work_free(sim_copy_work *w)
-{
-    free(w->rows);
-    free(w->cpu_ns);
-    free(w->order);
-}
-
-/* Which of a layer step's n cold experts (rows[i] routed rows each) the runtime copies to the GPU
- * (copy[i]; the count returned): the decision model's rule (mp_decide_copies) on the cost file's
- * CPU and copy times; none in a one-row step or without copies. */
-static inline uint32_t sim_copy_set(const sim_tab *c, uint32_t step_rows, uint32_t n, const uint32_t *rows,
-                                    sim_copy_work *w, bool *copy)
+/* Which of a layer step's n cold experts (rows[i] routed rows each, cpu_ns[i] = c->cpu_ns[rows[i]])
+ * the runtime copies to the GPU (copy[i]; the count returned): the decision model's rule
+ * (mp_decide_copies) on the cost file's CPU and copy times; none in a one-row step or without
+ * copies. order: scratch of n ints. */
+static inline uint32_t sim_copy_set(const sim_tab *c, uint32_t step_rows, uint32_t n, const int64_t *rows,
+                                    const double *cpu_ns, int *order, bool *copy)
 {
     if (!c->copies || step_rows < 2) {
         for (uint32_t i = 0; i < n; i++)
             copy[i] = false;
         return 0;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        w->rows[i] = rows[i];
-        w->cpu_ns[i] = c->cpu_ns[rows[i]];
-    }
-    return (uint32_t)mp_decide_copies((int)n, w->rows, w->cpu_ns, c->weight_h2d_ns, 0, w->order, copy);
+    return (uint32_t)mp_decide_copies((int)n, rows, cpu_ns, c->weight_h2d_ns, 0, order, copy);
 }
 
 typedef struct sim_engine sim_engine; /* sim_engine.h */

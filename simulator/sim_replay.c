@@ -228,18 +228,19 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                 if (tier_state[e] == MP_TIER_LOADING) /* admitted, its copy not landed: served cold */
                     m->late += c;
                 s->cold[n_cold] = e;
+                s->cold_cpu[n_cold] = tab->cpu_ns[c];
                 s->cold_rows[n_cold++] = c;
             }
             /* the cold experts the runtime copies to the GPU (runtime/decide.h), the rest on the CPU */
-            const uint32_t n_copied = sim_copy_set(tab, rows, n_cold, s->cold_rows, &s->copy_work, s->cold_copy);
+            const uint32_t n_copied =
+                sim_copy_set(tab, rows, n_cold, s->cold_rows, s->cold_cpu, s->cold_order, s->cold_copy);
             for (uint32_t i = 0; i < n_cold; i++) {
-                const uint32_t c = s->cold_rows[i];
                 if (s->cold_copy[i]) {
                     copy_ns += tab->weight_h2d_ns;
-                    copied_gpu_ns += tab->gpu_ns[c];
+                    copied_gpu_ns += tab->gpu_ns[s->cold_rows[i]];
                     s->copied[s->cold[i]] = 1;
                 } else {
-                    cpu_ns += tab->cpu_ns[c];
+                    cpu_ns += s->cold_cpu[i];
                 }
             }
             if (hits || n_copied)
@@ -367,12 +368,13 @@ mp_status mp_sim_run(const mp_sim_trace *t, const mp_sim_config *cfg, mp_sim_pol
     s.copied = calloc(E, 1);
     s.cold = malloc(sizeof *s.cold * E);
     s.cold_rows = malloc(sizeof *s.cold_rows * E);
+    s.cold_cpu = malloc(sizeof *s.cold_cpu * E);
+    s.cold_order = malloc(sizeof *s.cold_order * E);
     s.cold_copy = malloc(sizeof *s.cold_copy * E);
-    const bool work_ok = sim_copy_work_init(&s.copy_work, E);
     if ((st = stats_build(t, cfg->train_frac, &stats, err)))
         goto done;
     if (!rows_of || !used || !no_tier || !tier_cap || !s.resident || !s.res_list || !s.res_pos || !s.n_resident ||
-        !s.cap || !s.far || !s.copied || !s.cold || !s.cold_rows || !s.cold_copy || !work_ok) {
+        !s.cap || !s.far || !s.copied || !s.cold || !s.cold_rows || !s.cold_cpu || !s.cold_order || !s.cold_copy) {
         st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for the replay state");
         goto done;
     }
@@ -480,8 +482,9 @@ done:
     free(s.copied);
     free(s.cold);
     free(s.cold_rows);
+    free(s.cold_cpu);
+    free(s.cold_order);
     free(s.cold_copy);
-    sim_copy_work_free(&s.copy_work);
     free(s.moves);
     free(s.staged);
     free(s.fifo);
