@@ -422,19 +422,6 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
 
 // mp_cuda_attention_scratch_bytes: kernels/cuda_sizes.h
 
-static int att_sms(void) // the device's SMs (one device per process)
-{
-    static int n;
-    if (!n) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            v = 1;
-        (void)cudaGetLastError();
-        n = v > 0 ? v : 1;
-    }
-    return n;
-}
-
 // The tiled kernel for a step of more than ATT_SMALL_ROWS rows: 1 launched (or a launch error
 // code), 0 when the device lacks the shared memory of HDP's tile (the caller then runs split-K in
 // steps of ATT_SMALL_ROWS rows). A step with fewer (head, row tile) blocks than 4 per SM also
@@ -463,7 +450,8 @@ template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k,
         if (!fits)
             return 0;
     }
-    const int64_t n_tiles = (n_rows + ATT_TR - 1) / ATT_TR, blocks = n_head * n_tiles, want = 4 * (int64_t)att_sms();
+    const int sms = mpc_sm_count();
+    const int64_t n_tiles = (n_rows + ATT_TR - 1) / ATT_TR, blocks = n_head * n_tiles, want = 4 * (int64_t)(sms > 0 ? sms : 1);
     const int64_t key_tiles = (n_keys_max + ATT_TK - 1) / ATT_TK;
     int64_t splits = 1;
     if (blocks < want) {

@@ -80,6 +80,10 @@ __device__ __forceinline__ void mpc_prefetch_l2(const void *p, size_t n, int lan
 // (MP_CUDA_PDL=0).
 int mpc_pdl_enabled(void);
 
+// The current device's SMs, asked once per process (0 when the query fails: each caller has its
+// own fallback). Launches sized to fill the GPU read it (the far gather, attention's key split).
+int mpc_sm_count(void);
+
 // kernel<<<grid, block, smem, st>>>(args...), with PDL when it is enabled and st is a stream of
 // the caller's (not the legacy default stream). Errors reach cudaGetLastError as a <<<>>> launch's.
 template <typename... K, typename... A>

@@ -161,3 +161,16 @@ int mpc_pdl_enabled(void)
     }
     return g_pdl;
 }
+
+int mpc_sm_count(void)
+{
+    static int sms = -1;
+    if (sms < 0) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            v = 0;
+        cudaGetLastError();
+        sms = v > 0 ? v : 0;
+    }
+    return sms;
+}

@@ -336,11 +336,7 @@ extern "C" void mp_cuda_moe_set_far_blocks(int blocks)
 
 static unsigned far_blocks_x(size_t chunks, int64_t ranks)
 {
-    static int sms = 0;
-    if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
-        cudaGetLastError();
-        sms = 0;
-    }
+    const int sms = mpc_sm_count();
     int64_t b = g_far_blocks > 0 ? g_far_blocks : (2 * (int64_t)(sms > 0 ? sms : 132)) / (3 * (ranks > 0 ? ranks : 1));
     b = b < 1 ? 1 : b;
     return (unsigned)((size_t)b < chunks ? (size_t)b : chunks);
