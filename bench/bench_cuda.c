@@ -477,12 +477,14 @@ static void bench_far(int reps)
 
 /* Attention (the F16 KV cache of one layer):
  *   - a decode row at a position, its keys split for a context of n_ctx as the executor's graph
- *     does, as a graph of ATT_GRAPH_CALLS calls (one a layer), time per call;
+ *     does, as a graph of ATT_GRAPH_CALLS calls (one a layer), time per call; conv: the output
+ *     also converted to Q8_K for the output projection, by the merge (1) or by a launch of
+ *     mp_cuda_quantize_act after the call (2), the executor's two ways;
  *   - a prefill step of n_rows rows at pos0, one call, as the executor issues it.
  * Cache and queries are random; the output is not checked here (tests/gpu/test_cuda_attention.c). */
 #define ATT_GRAPH_CALLS 48
 static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, int64_t n_head, int64_t n_head_kv,
-                                 int64_t hd, int reps)
+                                 int64_t hd, int conv, int reps)
 {
     const int64_t n_kv = n_head_kv * hd, keys = pos0 + n_rows;
     const bool decode = n_rows <= 8;
@@ -506,6 +508,10 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
     CK(cudaMalloc((void **)&d_o, sizeof(float) * (size_t)(n_rows * n_head * hd)));
     CK(cudaMalloc((void **)&d_pos, sizeof(int32_t) * (size_t)n_rows));
     CK(cudaMalloc(&d_s, sb));
+    void *d_act = NULL;
+    const size_t act_rb = mp_cuda_row_bytes(MP_TYPE_Q8_K, n_head * hd);
+    if (conv)
+        CK(cudaMalloc(&d_act, act_rb * (size_t)n_rows));
     CK(cudaMemcpy(d_k, hc, sizeof(uint16_t) * (size_t)(n_ctx * n_kv), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_v, hc, sizeof(uint16_t) * (size_t)(n_ctx * n_kv), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_q, hq, sizeof(float) * (size_t)(n_rows * n_head * hd), cudaMemcpyHostToDevice));
@@ -519,8 +525,12 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
     if (decode) {
         cudaGraph_t graph;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int c = 0; c < ATT_GRAPH_CALLS; c++)
-            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, n_ctx, n_head, n_head_kv, hd, d_s, sb, st));
+        for (int c = 0; c < ATT_GRAPH_CALLS; c++) {
+            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, n_ctx, n_head, n_head_kv, hd, d_s, sb,
+                                    conv == 1 ? MP_TYPE_Q8_K : MP_TYPE_F32, conv == 1 ? d_act : NULL, st));
+            if (conv == 2)
+                CK(mp_cuda_quantize_act(MP_TYPE_Q8_K, d_o, n_head * hd, n_rows, n_head * hd, d_act, st));
+        }
         CK(cudaStreamEndCapture(st, &graph));
         CK(cudaGraphInstantiate(&exec, graph, 0));
         CK(cudaGraphDestroy(graph));
@@ -531,7 +541,7 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
         if (decode)
             CK(cudaGraphLaunch(exec, st));
         else
-            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys, n_head, n_head_kv, hd, d_s, sb, st));
+            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys, n_head, n_head_kv, hd, d_s, sb, MP_TYPE_F32, NULL, st));
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
         if (r >= 0) {
@@ -541,15 +551,16 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
         }
     }
     char shape[96];
-    snprintf(shape, sizeof shape, "%ld heads / %ld kv, hd %ld, %ld keys%s", (long)n_head, (long)n_head_kv, (long)hd,
-             (long)keys, decode ? "" : " (last row)");
+    snprintf(shape, sizeof shape, "%ld heads / %ld kv, hd %ld, %ld keys%s%s", (long)n_head, (long)n_head_kv, (long)hd,
+             (long)keys, decode ? "" : " (last row)",
+             conv == 1 ? ", to Q8_K in the merge" : conv == 2 ? ", to Q8_K in a launch after" : "");
     qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     printf("| attention (%s) | f16 cache | %s | %ld | %9.1f us | | min %9.1f us |\n",
            decode ? "graph of 48" : "one call", shape, (long)n_rows, ms[reps / 2] * 1e3, ms[0] * 1e3);
     if (exec)
         cudaGraphExecDestroy(exec);
     free(ms);
-    cudaFree(d_k); cudaFree(d_v); cudaFree(d_q); cudaFree(d_o); cudaFree(d_pos); cudaFree(d_s);
+    cudaFree(d_k); cudaFree(d_v); cudaFree(d_q); cudaFree(d_o); cudaFree(d_pos); cudaFree(d_s); cudaFree(d_act);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     cudaStreamDestroy(st);
     free(hc); free(hq); free(hpos);
@@ -558,18 +569,23 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
 static void bench_attention(int reps)
 {
     /* Qwen3-30B-A3B's attention (32 heads, 4 kv heads, hd 128); tg128 after pp512 reads 513-640 keys */
-    bench_attention_case(1, 128, 4096, 32, 4, 128, reps);
-    bench_attention_case(1, 600, 4096, 32, 4, 128, reps);
-    bench_attention_case(1, 4000, 4096, 32, 4, 128, reps);
-    bench_attention_case(512, 0, 4096, 32, 4, 128, reps);
-    bench_attention_case(2048, 0, 4096, 32, 4, 128, reps);
-    bench_attention_case(512, 3584, 4096, 32, 4, 128, reps);
-    bench_attention_case(16, 8000, 8192, 32, 4, 128, reps); /* few row tiles, many keys */
-    bench_attention_case(64, 8000, 8192, 32, 4, 128, reps);
+    bench_attention_case(1, 128, 4096, 32, 4, 128, 0, reps);
+    bench_attention_case(1, 600, 4096, 32, 4, 128, 0, reps);
+    bench_attention_case(1, 4000, 4096, 32, 4, 128, 0, reps);
+    for (int round = 0; round < 2; round++) /* the output's conversion, the two ways alternated */
+        for (int conv = 1; conv <= 2; conv++) {
+            bench_attention_case(1, 128, 4096, 32, 4, 128, conv, reps);
+            bench_attention_case(1, 600, 4096, 32, 4, 128, conv, reps);
+        }
+    bench_attention_case(512, 0, 4096, 32, 4, 128, 0, reps);
+    bench_attention_case(2048, 0, 4096, 32, 4, 128, 0, reps);
+    bench_attention_case(512, 3584, 4096, 32, 4, 128, 0, reps);
+    bench_attention_case(16, 8000, 8192, 32, 4, 128, 0, reps); /* few row tiles, many keys */
+    bench_attention_case(64, 8000, 8192, 32, 4, 128, 0, reps);
     /* 64 heads of 64 (gpt-oss's shape) and 32 of 256 */
-    bench_attention_case(512, 0, 4096, 64, 8, 64, reps);
-    bench_attention_case(1, 600, 4096, 64, 8, 64, reps);
-    bench_attention_case(512, 0, 4096, 16, 4, 256, reps);
+    bench_attention_case(512, 0, 4096, 64, 8, 64, 0, reps);
+    bench_attention_case(1, 600, 4096, 64, 8, 64, 0, reps);
+    bench_attention_case(512, 0, 4096, 16, 4, 256, 0, reps);
 }
 
 int main(int argc, char **argv)

@@ -149,10 +149,15 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
         KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
                "kv store");
     }
+    /* a GEMV-sized step takes wo's activations converted by the attention call (in its merge,
+     * where whole heads make whole blocks: one launch fewer a layer) */
+    const int vdt_o = n < g->gemm_min_rows ? mp_cuda_vec_dot_type(L->wo.type) : MP_TYPE_F32;
     KCHECK(mp_cuda_attention_at(g->d_q, L->k_cache, L->v_cache, g->d_att, n, g->d_pos,
                                 g->capturing ? g->s->n_ctx : pos0 + n, hp->n_head, hp->n_head_kv, hd,
-                                g->d_att_scratch, g->att_scratch_bytes, g->stream), "attention");
-    g->act_src = NULL;
+                                g->d_att_scratch, g->att_scratch_bytes, vdt_o,
+                                vdt_o != MP_TYPE_F32 ? g->d_act : NULL, g->stream), "attention");
+    g->act_src = vdt_o != MP_TYPE_F32 ? g->d_att : NULL;
+    g->act_vdt = vdt_o;
     return proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err);
 }
 

@@ -162,28 +162,93 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
     }
 }
 
-__global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, const int32_t *pos,
-                                  int64_t n_head, int64_t hd, int64_t chunk, int64_t n_splits)
+// Split-K merge: block b merges heads G·b ... G·b + G - 1 of the flattened (row, head) order.
+// QB = 0: G = 1, f32 out only. QB = 32 (Q8_0) or 256 (Q8_K): G heads make whole activation
+// blocks of QB elements (att_merge_group), and the block also converts them into q (rows of
+// q_row_bytes) with the quantizers of mp_cuda_quantize_act, bit-identical to it: the output
+// projection's GEMV then needs no conversion launch of its own.
+template <int QB>
+__global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, const int32_t *pos, int64_t n_head,
+                                  int64_t hd, int64_t chunk, int64_t n_splits, int G, uint8_t *q, size_t q_row_bytes)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
-    const int64_t rh = blockIdx.x;
-    const float *p = part + rh * n_splits * (hd + 2);
-    int64_t used = (att_keys(pos, pos0, rh / n_head) + chunk - 1) / chunk;
-    used = used < n_splits ? used : n_splits;
-    float M = -INFINITY;
-    for (int64_t s = 0; s < used; s++)
-        M = fmaxf(M, p[s * (hd + 2)]);
-    float L = 0.0f;
-    for (int64_t s = 0; s < used; s++)
-        L += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 1];
-    const float inv = 1.0f / L;
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
+    extern __shared__ float att_mo[]; // QB > 0: the G heads' merged outputs
+    for (int g = 0; g < G; g++) {
+        const int64_t rh = (int64_t)blockIdx.x * G + g;
+        const float *p = part + rh * n_splits * (hd + 2);
+        int64_t used = (att_keys(pos, pos0, rh / n_head) + chunk - 1) / chunk;
+        used = used < n_splits ? used : n_splits;
+        float M = -INFINITY;
         for (int64_t s = 0; s < used; s++)
-            o += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 2 + d];
-        out[rh * hd + d] = o * inv;
+            M = fmaxf(M, p[s * (hd + 2)]);
+        float L = 0.0f;
+        for (int64_t s = 0; s < used; s++)
+            L += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 1];
+        const float inv = 1.0f / L;
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+            float o = 0.0f;
+            for (int64_t s = 0; s < used; s++)
+                o += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 2 + d];
+            out[rh * hd + d] = o * inv;
+            if (QB)
+                att_mo[g * hd + d] = o * inv;
+        }
     }
+    if (QB) {
+        __syncthreads();
+        const int64_t rh0 = (int64_t)blockIdx.x * G, b0 = (rh0 % n_head) * hd / QB; // first block in the row
+        uint8_t *qr = q + (rh0 / n_head) * q_row_bytes;
+        const int lane = threadIdx.x % MPC_WARP, nb = (int)(G * hd / QB);
+        for (int b = threadIdx.x / MPC_WARP; b < nb; b += blockDim.x / MPC_WARP) {
+            if (QB == 32)
+                mpc_quantize_q8_0_warp(att_mo + b * QB, qr + (b0 + b) * 34, lane);
+            else
+                mpc_quantize_q8_K_warp(att_mo + b * QB, qr + (b0 + b) * 292, lane);
+        }
+    }
+}
+
+// Heads per merge block for the output converted to vdt in the merge: the fewest whole heads
+// that make whole blocks of the format (32 or 256 elements), when a row's heads divide into such
+// groups and their outputs fit the block's shared memory; 0 otherwise (the caller converts in a
+// launch of its own).
+static int att_merge_group(int vdt, int64_t n_head, int64_t hd)
+{
+    const int64_t qb = vdt == MP_TYPE_Q8_0 ? 32 : vdt == MP_TYPE_Q8_K ? 256 : 0;
+    if (!qb)
+        return 0;
+    int64_t a = hd, b = qb; // gcd
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    const int64_t G = qb / a;
+    return n_head % G == 0 && G * hd * (int64_t)sizeof(float) <= 16 * 1024 ? (int)G : 0;
+}
+
+// The merge of a split-K or key-split tiled step: with act_vdt a format att_merge_group takes, the
+// converted rows into d_act too, and *converted set. 0 or a launch error code.
+static int merge_launch(const float *d_part, float *d_out, int64_t n_rows, int64_t pos0, const int32_t *d_pos,
+                        int64_t n_head, int64_t hd, int64_t chunk, int64_t n_splits, int act_vdt, void *d_act,
+                        int *converted, cudaStream_t st)
+{
+    const int G = d_act ? att_merge_group(act_vdt, n_head, hd) : 0;
+    const size_t rb = mpc_row_bytes(act_vdt, n_head * hd);
+    if (G && act_vdt == MP_TYPE_Q8_0)
+        mpc_launch(attn_merge_kernel<32>, dim3((unsigned)(n_rows * n_head / G)), dim3(128),
+                   sizeof(float) * (size_t)(G * hd), st, d_part, d_out, pos0, d_pos, n_head, hd, chunk, n_splits,
+                   G, (uint8_t *)d_act, rb);
+    else if (G)
+        mpc_launch(attn_merge_kernel<256>, dim3((unsigned)(n_rows * n_head / G)), dim3(128),
+                   sizeof(float) * (size_t)(G * hd), st, d_part, d_out, pos0, d_pos, n_head, hd, chunk, n_splits,
+                   G, (uint8_t *)d_act, rb);
+    else
+        mpc_launch(attn_merge_kernel<0>, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, d_part, d_out, pos0,
+                   d_pos, n_head, hd, chunk, n_splits, 1, (uint8_t *)NULL, (size_t)0);
+    *converted = G > 0;
+    return mpc_launch_status();
 }
 
 static int g_att_tiles = 1; // mp_cuda_attention_set_tiles
@@ -205,6 +270,10 @@ extern "C" void mp_cuda_attention_set_tiles(int on)
 #define ATT_TR 32  // query rows per tile
 #define ATT_TK 32  // keys per tile
 #define ATT_TT 128 // threads
+// blocks an SM holds, which caps the registers (65,536 a SM): the 64 tile 6 (80 registers; the
+// compiler picks 96 unbounded, 5 blocks), the 128 tile 4 (127), the 256 tile 3 (168; its 69 KB of
+// shared memory allow 3 as well; unbounded it takes 223, 2 blocks), sm_90
+#define ATT_TILE_BLOCKS(HDP) ((HDP) == 64 ? 6 : (HDP) == 128 ? 4 : 3)
 static_assert(ATT_TR * ATT_TK == 8 * ATT_TT && ATT_TR == 4 * (ATT_TT / 16) && ATT_TK == 4 * 8 && ATT_TR == MPC_WARP,
               "the thread maps above; warp 0 reads the tile's rows' positions");
 
@@ -247,8 +316,33 @@ template <int OD> __device__ __forceinline__ void att_ld_halves(const __half *p,
     }
 }
 
+// The tile's weighted sum into the thread's rows 4rg + i, dimensions dg·OD + e. A key past a
+// row's causal bound has p = 0, but 0 · v is NaN where v is not finite (an F16 overflow, a cache
+// row written later), so tiles that cross a row's bound (MASK) skip those keys per row, nks[] the
+// rows' key counts; the others, most of a prefill's, take no compare.
+template <int HDP, bool MASK>
+__device__ __forceinline__ void att_tile_pv(const __half *vs, const float *ps, float (&o)[4][HDP / 16], int t_end,
+                                            int rg, int dg, int k0, const int *nks)
+{
+    using L = att_tile_layout<HDP>;
+    constexpr int OD = HDP / 16;
+    for (int t = 0; t < t_end; t++) {
+        float v[OD];
+        att_ld_halves<OD>(vs + t * HDP + dg * OD, v);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (MASK && k0 + t >= nks[4 * rg + i])
+                continue;
+            const float pv = ps[(4 * rg + i) * L::PS + t];
+#pragma unroll
+            for (int e = 0; e < OD; e++)
+                o[i][e] += pv * v[e];
+        }
+    }
+}
+
 template <int HDP>
-__global__ void __launch_bounds__(ATT_TT)
+__global__ void __launch_bounds__(ATT_TT, ATT_TILE_BLOCKS(HDP))
 attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
                  float *__restrict__ out, float *__restrict__ part, int64_t split_keys, int64_t n_splits,
                  int64_t n_rows, int64_t pos0, const int32_t *__restrict__ pos, int64_t n_head, int64_t n_head_kv,
@@ -262,18 +356,24 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
     float *qs = (float *)(att_smem + L::q_off), *ps = (float *)(att_smem + L::p_off);
     __half *ks = (__half *)(att_smem + L::k_off), *vs = (__half *)(att_smem + L::v_off);
     float *rescale = (float *)(att_smem + L::a_off), *lsum = rescale + ATT_TR, *msum = rescale; // (m: after the loop)
-    __shared__ int kmax_s;
+    __shared__ int kmax_s, kmin_s, nks[ATT_TR]; // the block's key bounds: the most and least of its rows'
     const int tid = threadIdx.x;
     const int64_t h = blockIdx.x, kvh = h / (n_head / n_head_kv), n_kv = n_head_kv * hd;
     const int64_t n_tiles = (n_rows + ATT_TR - 1) / ATT_TR;
     const int64_t r0 = (n_tiles - 1 - (int64_t)blockIdx.y) * ATT_TR; // the tiles with the most keys first
-    if (tid < MPC_WARP) { // the block's key bound: the most keys of its rows
+    if (tid < MPC_WARP) { // ATT_TR == a warp: one row's keys a lane
         const int64_t r = r0 + tid;
-        int nk = r < n_rows ? (int)att_keys(pos, pos0, r) : 0;
-        for (int off = 16; off > 0; off >>= 1)
-            nk = max(nk, __shfl_xor_sync(0xffffffffu, nk, off));
-        if (tid == 0)
-            kmax_s = nk;
+        const int nk = r < n_rows ? (int)att_keys(pos, pos0, r) : 0;
+        int hi = nk, lo = nk;
+        for (int off = 16; off > 0; off >>= 1) {
+            hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, off));
+            lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+        }
+        nks[tid] = nk;
+        if (tid == 0) {
+            kmax_s = hi;
+            kmin_s = lo;
+        }
     }
     for (int i = tid; i < ATT_TR * HDP; i += ATT_TT) {
         const int r = i / HDP, d = i % HDP;
@@ -369,17 +469,10 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
                 o[i][e] *= a;
         }
         const int t_end = kmax - k0 < ATT_TK ? kmax - k0 : ATT_TK;
-        for (int t = 0; t < t_end; t++) {
-            float v[OD];
-            att_ld_halves<OD>(vs + t * HDP + dg * OD, v);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float pv = ps[(4 * rg + i) * L::PS + t];
-#pragma unroll
-                for (int e = 0; e < OD; e++)
-                    o[i][e] += pv * v[e];
-            }
-        }
+        if (k0 + t_end <= kmin_s) // every key of the tile is below every row's bound (block-uniform)
+            att_tile_pv<HDP, false>(vs, ps, o, t_end, rg, dg, k0, nks);
+        else
+            att_tile_pv<HDP, true>(vs, ps, o, t_end, rg, dg, k0, nks);
         __syncthreads(); // the next tile overwrites ks, vs, ps and rescale
     }
     if (sk == 0) {
@@ -431,7 +524,8 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
 template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                                           int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
                                           int64_t n_head, int64_t n_head_kv, int64_t hd, float *d_part,
-                                          size_t scratch_bytes, cudaStream_t st)
+                                          size_t scratch_bytes, int act_vdt, void *d_act, int *converted,
+                                          cudaStream_t st)
 {
     const size_t bytes = att_tile_layout<HDP>::bytes;
     if (bytes > 48 * 1024) {
@@ -468,16 +562,15 @@ template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k,
                splits > 1 ? d_part : (float *)NULL, split_keys, splits, n_rows, pos0, d_pos, n_head, n_head_kv, hd);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
-    if (splits > 1)
-        mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_part, d_out,
-                   pos0, d_pos, n_head, hd, split_keys, splits);
-    const int rc = mpc_launch_status();
+    const int rc = splits > 1 ? merge_launch(d_part, d_out, n_rows, pos0, d_pos, n_head, hd, split_keys, splits,
+                                             act_vdt, d_act, converted, st)
+                              : mpc_launch_status();
     return rc ? rc : 1;
 }
 
 static int split_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out, int64_t n_rows,
                         int64_t pos0, const int32_t *d_pos, int64_t n_splits, int64_t n_head, int64_t n_head_kv,
-                        int64_t hd, float *d_part, cudaStream_t st)
+                        int64_t hd, float *d_part, int act_vdt, void *d_act, int *converted, cudaStream_t st)
 {
     const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
     if (hd <= 64)
@@ -491,15 +584,14 @@ static int split_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d
                    n_head, n_head_kv, hd, n_splits);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
-    mpc_launch(attn_merge_kernel, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, (const float *)d_part, d_out,
-               pos0, d_pos, n_head, hd, (int64_t)ATT_CHUNK, n_splits);
-    return mpc_launch_status();
+    return merge_launch(d_part, d_out, n_rows, pos0, d_pos, n_head, hd, ATT_CHUNK, n_splits, act_vdt, d_act, converted,
+                        st);
 }
 
 static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                      int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, void *d_scratch,
-                     size_t scratch_bytes, void *stream)
+                     size_t scratch_bytes, int act_vdt, void *d_act, void *stream)
 {
     if (n_rows < 0 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv ||
         head_dim < 2 || head_dim % 2 || head_dim > ATT_MAX_HD || !d_q || !d_k || !d_v || !d_out ||
@@ -514,26 +606,35 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
     if (!d_scratch ||
         scratch_bytes < mp_cuda_attention_scratch_bytes(n_rows, n_head, head_dim, n_keys_max))
         return MP_CUDA_ENOMEM;
+    int converted = 0; // the output rows converted to act_vdt by the merge
+    int tiled = 0;
     if (n_rows > ATT_SMALL_ROWS && g_att_tiles) {
         float *part = (float *)d_scratch;
-        const int tiled =
-            head_dim <= 64    ? tile_launch<64>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
-                                                n_head_kv, head_dim, part, scratch_bytes, st)
-            : head_dim <= 128 ? tile_launch<128>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
-                                                 n_head_kv, head_dim, part, scratch_bytes, st)
-                              : tile_launch<256>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
-                                                 n_head_kv, head_dim, part, scratch_bytes, st);
-        if (tiled)
-            return tiled == 1 ? 0 : tiled;
+        tiled = head_dim <= 64    ? tile_launch<64>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
+                                                    n_head_kv, head_dim, part, scratch_bytes, act_vdt, d_act,
+                                                    &converted, st)
+                : head_dim <= 128 ? tile_launch<128>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
+                                                     n_head_kv, head_dim, part, scratch_bytes, act_vdt, d_act,
+                                                     &converted, st)
+                                  : tile_launch<256>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
+                                                     n_head_kv, head_dim, part, scratch_bytes, act_vdt, d_act,
+                                                     &converted, st);
+        if (tiled < 0)
+            return tiled;
     }
-    for (int64_t r = 0; r < n_rows; r += ATT_SMALL_ROWS) { // one launch pair, or the tile's fallback
+    // one launch pair, or the tile's fallback in steps of ATT_SMALL_ROWS rows
+    for (int64_t r = 0; !tiled && r < n_rows; r += ATT_SMALL_ROWS) {
         const int64_t rows = n_rows - r < ATT_SMALL_ROWS ? n_rows - r : ATT_SMALL_ROWS;
+        const size_t rb = mpc_row_bytes(act_vdt, n_head * head_dim);
         const int rc = split_launch(d_q + r * n_head * head_dim, d_k, d_v, d_out + r * n_head * head_dim, rows,
                                     pos0 + r, d_pos ? d_pos + r : NULL, n_splits, n_head, n_head_kv, head_dim,
-                                    (float *)d_scratch, st);
+                                    (float *)d_scratch, act_vdt, d_act ? (char *)d_act + r * rb : NULL, &converted,
+                                    st);
         if (rc)
             return rc;
     }
+    if (d_act && act_vdt != MP_TYPE_F32 && !converted) // a launch of its own
+        return mp_cuda_quantize_act(act_vdt, d_out, n_head * head_dim, n_rows, n_head * head_dim, d_act, st);
     return 0;
 }
 
@@ -543,17 +644,17 @@ extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const ui
                                  size_t scratch_bytes, void *stream)
 {
     return attention(d_q, d_k, d_v, d_out, n_rows, pos0, NULL, pos0 + n_rows, n_head, n_head_kv,
-                     head_dim, d_scratch, scratch_bytes, stream);
+                     head_dim, d_scratch, scratch_bytes, MP_TYPE_F32, NULL, stream);
 }
 
 extern "C" int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
                                     float *d_out, int64_t n_rows, const int32_t *d_pos,
                                     int64_t n_keys_max, int64_t n_head, int64_t n_head_kv,
                                     int64_t head_dim, void *d_scratch, size_t scratch_bytes,
-                                    void *stream)
+                                    int act_vdt, void *d_act, void *stream)
 {
-    if (!d_pos)
+    if (!d_pos || (d_act && act_vdt != MP_TYPE_F32 && !mpc_row_bytes(act_vdt, n_head * head_dim)))
         return MP_CUDA_EINVAL;
     return attention(d_q, d_k, d_v, d_out, n_rows, 0, d_pos, n_keys_max, n_head, n_head_kv,
-                     head_dim, d_scratch, scratch_bytes, stream);
+                     head_dim, d_scratch, scratch_bytes, act_vdt, d_act, stream);
 }

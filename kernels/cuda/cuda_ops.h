@@ -283,11 +283,15 @@ int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v
 
 /* As mp_cuda_attention, but query row i is at position d_pos[i] (read on the device) and the
  * keys are split for up to n_keys_max positions (chunks past a row's position are skipped):
- * the launch shape no longer depends on the position, so a CUDA graph can replay it. */
+ * the launch shape no longer depends on the position, so a CUDA graph can replay it.
+ * act_vdt MP_TYPE_Q8_0 or MP_TYPE_Q8_K with d_act: d_out's rows are also converted into d_act
+ * (rows of mp_cuda_row_bytes(act_vdt, n_head * head_dim)), byte for byte as
+ * mp_cuda_quantize_act would: in the split-K merge where a group of whole heads makes whole
+ * blocks, else in a launch of its own. MP_TYPE_F32 or d_act NULL: no conversion. */
 int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                          int64_t n_rows, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
-                         void *stream);
+                         int act_vdt, void *d_act, void *stream);
 
 /* Tests: 0 runs steps of more than MP_CUDA_ATT_SMALL_ROWS rows as a device without the tiled
  * kernel's shared memory does (split-K in steps of MP_CUDA_ATT_SMALL_ROWS rows); 1, the default,

@@ -22,6 +22,11 @@ static void check_against(const float *got, const float *ref, float vmax, const 
         for (int64_t h = 0; h < n_head; h++)
             for (int64_t d = 0; d < hd; d++) {
                 const int64_t i = (r * n_head + h) * hd + d;
+                if (!isfinite(ref[i])) { /* the row's keys include a non-finite value */
+                    cr_assert(!isfinite(got[i]), "seed %llu: %s row %ld head %ld dim %ld: gpu %.9g, cpu %.9g",
+                              (unsigned long long)g_seed, what, (long)r, (long)h, (long)d, got[i], ref[i]);
+                    continue;
+                }
                 cr_assert(fabsf(got[i] - ref[i]) <= 1e-4f * vmax,
                           "seed %llu: %s rows %ld pos0 %ld heads %ld/%ld hd %ld: row %ld head %ld dim %ld: "
                           "gpu %.9g, cpu %.9g", (unsigned long long)g_seed, what, (long)n_rows, (long)pos0,
@@ -29,8 +34,10 @@ static void check_against(const float *got, const float *ref, float vmax, const 
             }
 }
 
-static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
-                            int64_t hd)
+/* inf_key >= 0: that key's value rows hold +inf (an F16 overflow): the rows that reach it are
+ * non-finite on both sides, and every earlier row must come out exact, whichever tile it shares */
+static void check_attention_with(int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
+                                 int64_t hd, int64_t inf_key)
 {
     const int64_t n_ctx = pos0 + n_rows, n_kv = n_head_kv * hd;
     float *q = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
@@ -45,6 +52,11 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
         vf[i] = mp_f16_to_f32(vc[i]);
         vmax = fmaxf(vmax, fabsf(vf[i]));
     }
+    if (inf_key >= 0)
+        for (int64_t i = inf_key * n_kv; i < (inf_key + 1) * n_kv; i++) {
+            vc[i] = 0x7c00; /* F16 +inf */
+            vf[i] = INFINITY;
+        }
     float *d_q = dev_put(q, sizeof(float) * (size_t)(n_rows * n_head * hd));
     uint16_t *d_k = dev_put(kc, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
     uint16_t *d_v = dev_put(vc, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
@@ -83,13 +95,28 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
     const int64_t keys_max = n_ctx + 700;
     const size_t sb2 = mp_cuda_attention_scratch_bytes(n_rows, n_head, hd, keys_max);
     void *d_s2 = dev_alloc(sb2);
+    /* with the output converted for the output projection (Q8_K where the row makes whole blocks
+     * of 256, else Q8_0): the bytes mp_cuda_quantize_act makes of the f32 output */
+    const int64_t Q = n_head * hd;
+    const int act_vdt = Q % 256 == 0 ? MP_TYPE_Q8_K : MP_TYPE_Q8_0;
+    const size_t act_bytes = mp_cuda_row_bytes(act_vdt, Q) * (size_t)n_rows;
+    void *d_act = dev_alloc(act_bytes), *d_act_ref = dev_alloc(act_bytes);
     MPC_OK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys_max, n_head, n_head_kv, hd,
-                                d_s2, sb2, NULL));
+                                d_s2, sb2, act_vdt, d_act, NULL));
     float *got_at = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
     dev_get(got_at, d_o, sizeof(float) * (size_t)(n_rows * n_head * hd));
+    MPC_OK(mp_cuda_quantize_act(act_vdt, d_o, Q, n_rows, Q, d_act_ref, NULL));
+    uint8_t *act = malloc(act_bytes), *act_ref = malloc(act_bytes);
+    dev_get(act, d_act, act_bytes);
+    dev_get(act_ref, d_act_ref, act_bytes);
+    cr_assert_eq(memcmp(act, act_ref, act_bytes), 0, "seed %llu: attention_at's %s output differs from "
+                 "mp_cuda_quantize_act's (rows %ld heads %ld hd %ld)", (unsigned long long)g_seed,
+                 act_vdt == MP_TYPE_Q8_K ? "Q8_K" : "Q8_0", (long)n_rows, (long)n_head, (long)hd);
+    cudaFree(d_act); cudaFree(d_act_ref);
+    free(act); free(act_ref);
     if (n_rows <= MP_CUDA_ATT_SMALL_ROWS)
         for (int64_t i = 0; i < n_rows * n_head * hd; i++)
-            cr_assert_eq(got_at[i], got[i], "seed %llu: attention_at differs at %ld: %.9g vs %.9g",
+            cr_assert(got_at[i] == got[i] || (!isfinite(got_at[i]) && !isfinite(got[i])), "seed %llu: attention_at differs at %ld: %.9g vs %.9g",
                          (unsigned long long)g_seed, (long)i, got_at[i], got[i]);
     else
         check_against(got_at, ref, vmax, "attention_at", n_rows, pos0, n_head, n_head_kv, hd);
@@ -125,6 +152,12 @@ static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_
     free(pos); free(got_at); free(src); free(c1); free(c2);
     cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_s);
     free(q); free(kc); free(vc); free(kf); free(vf); free(got); free(sc); free(ref);
+}
+
+static void check_attention(int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv,
+                            int64_t hd)
+{
+    check_attention_with(n_rows, pos0, n_head, n_head_kv, hd, -1);
 }
 
 /* Steps of up to 8 rows split the keys in chunks of 64; larger ones walk them in tiles of 32 query
@@ -163,6 +196,21 @@ Test(cuda_attention, prefill_tiles)
     check_attention(40, 90, 4, 2, 256);   /* the 256-dimension tile (more than 48 KB of shared memory) */
     check_attention(50, 20, 6, 3, 48);    /* a head below 64 dimensions in the 64 tile */
     check_attention(33, 70, 4, 2, 192);   /* 192 of the 256 tile's dimensions */
+}
+
+/* A value row that is not finite reaches only the rows whose causal bound covers it: in a tile of
+ * rows that straddles it (keys 0 ... 40 of rows 0 ... 36, the infinity at key 20; keys 300 ...
+ * 318 of 19 rows, at key 310), and in split-K steps. */
+Test(cuda_attention, non_finite_value_stays_in_its_rows)
+{
+    seed_rng();
+    check_attention_with(37, 0, 8, 2, 128, 20);
+    check_attention_with(19, 300, 32, 4, 128, 310);
+    check_attention_with(50, 20, 6, 3, 64, 45);
+    check_attention_with(8, 70, 32, 4, 128, 74);
+    mp_cuda_attention_set_tiles(0);
+    check_attention_with(37, 0, 8, 2, 128, 20);
+    mp_cuda_attention_set_tiles(1);
 }
 
 /* Without the tiled kernel (a device without its shared memory), larger steps run split-K in steps
