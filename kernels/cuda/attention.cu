@@ -54,7 +54,9 @@ __device__ __forceinline__ float block_reduce(float v, float *red, bool is_max)
 // instruction reads two keys' rows, coalesced); every K load of a warp's keys is issued before
 // the first sum, so the chunk arrives in one memory round trip, then 4 shuffles a key. Weighted
 // sum: thread (dimension pair, key group) sums w_t v_t over its group's keys, loads unrolled the
-// same way; the groups meet in shared memory.
+// same way; the groups meet in shared memory. (V rows copied to shared memory with cp.async while
+// the scores are computed lost: 8.6 / 11.4 / 32.9 µs a row at 129 / 601 / 4,001 keys against
+// 7.6 / 10.1 / 27.7, bench/NOTES-gpu-exec.md run 35.)
 template <int HDP>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
@@ -174,7 +176,8 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
     extern __shared__ float att_mo[]; // QB > 0: the G heads' merged outputs
-    for (int g = 0; g < G; g++) {
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) { // element d of head g; the heads side by side
+        const int g = i / (int)hd, d = i % (int)hd;
         const int64_t rh = (int64_t)blockIdx.x * G + g;
         const float *p = part + rh * n_splits * (hd + 2);
         int64_t used = (att_keys(pos, pos0, rh / n_head) + chunk - 1) / chunk;
@@ -182,18 +185,16 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
         float M = -INFINITY;
         for (int64_t s = 0; s < used; s++)
             M = fmaxf(M, p[s * (hd + 2)]);
-        float L = 0.0f;
-        for (int64_t s = 0; s < used; s++)
-            L += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 1];
-        const float inv = 1.0f / L;
-        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-            float o = 0.0f;
-            for (int64_t s = 0; s < used; s++)
-                o += expf(p[s * (hd + 2)] - M) * p[s * (hd + 2) + 2 + d];
-            out[rh * hd + d] = o * inv;
-            if (QB)
-                att_mo[g * hd + d] = o * inv;
+        float L = 0.0f, o = 0.0f;
+        for (int64_t s = 0; s < used; s++) {
+            const float w = expf(p[s * (hd + 2)] - M);
+            L += w * p[s * (hd + 2) + 1];
+            o += w * p[s * (hd + 2) + 2 + d];
         }
+        const float v = o * (1.0f / L);
+        out[rh * hd + d] = v;
+        if (QB)
+            att_mo[i] = v;
     }
     if (QB) {
         __syncthreads();
@@ -234,19 +235,22 @@ static int merge_launch(const float *d_part, float *d_out, int64_t n_rows, int64
                         int64_t n_head, int64_t hd, int64_t chunk, int64_t n_splits, int act_vdt, void *d_act,
                         int *converted, cudaStream_t st)
 {
-    const int G = d_act ? att_merge_group(act_vdt, n_head, hd) : 0;
-    const size_t rb = mpc_row_bytes(act_vdt, n_head * hd);
+    const int G = d_act ? att_merge_group(act_vdt, n_head, hd) : 0, heads = G ? G : 1;
+    const size_t rb = mpc_row_bytes(act_vdt, n_head * hd), smem = G ? sizeof(float) * (size_t)(G * hd) : 0;
+    // a thread per output element, the heads' merges side by side (128 threads looping over two
+    // heads took 0.7-2.0 µs longer a decode row than the plain merge and a conversion launch)
+    int64_t threads = (heads * hd + MPC_WARP - 1) / MPC_WARP * MPC_WARP;
+    threads = threads < 1024 ? threads : 1024;
+    const dim3 grid((unsigned)(n_rows * n_head / heads)), block((unsigned)threads);
     if (G && act_vdt == MP_TYPE_Q8_0)
-        mpc_launch(attn_merge_kernel<32>, dim3((unsigned)(n_rows * n_head / G)), dim3(128),
-                   sizeof(float) * (size_t)(G * hd), st, d_part, d_out, pos0, d_pos, n_head, hd, chunk, n_splits,
-                   G, (uint8_t *)d_act, rb);
+        mpc_launch(attn_merge_kernel<32>, grid, block, smem, st, d_part, d_out, pos0, d_pos, n_head, hd, chunk,
+                   n_splits, G, (uint8_t *)d_act, rb);
     else if (G)
-        mpc_launch(attn_merge_kernel<256>, dim3((unsigned)(n_rows * n_head / G)), dim3(128),
-                   sizeof(float) * (size_t)(G * hd), st, d_part, d_out, pos0, d_pos, n_head, hd, chunk, n_splits,
-                   G, (uint8_t *)d_act, rb);
+        mpc_launch(attn_merge_kernel<256>, grid, block, smem, st, d_part, d_out, pos0, d_pos, n_head, hd, chunk,
+                   n_splits, G, (uint8_t *)d_act, rb);
     else
-        mpc_launch(attn_merge_kernel<0>, dim3((unsigned)(n_rows * n_head)), dim3(128), 0, st, d_part, d_out, pos0,
-                   d_pos, n_head, hd, chunk, n_splits, 1, (uint8_t *)NULL, (size_t)0);
+        mpc_launch(attn_merge_kernel<0>, grid, block, smem, st, d_part, d_out, pos0, d_pos, n_head, hd, chunk,
+                   n_splits, 1, (uint8_t *)NULL, (size_t)0);
     *converted = G > 0;
     return mpc_launch_status();
 }
