@@ -1,7 +1,8 @@
 /* tests/unit/test_decode_check.c — bench/decode_check.sh end to end on the tiny preset.
  *
- * The script is run as a user runs it (PRESET=tiny, the H200 costs measured for that preset, the
- * CPU executor, tg 3 and 7, one repetition) with the built moeplan. Checked: the JSON report has a
+ * The script is run as a user runs it (PRESET=tiny, H200 costs measured for that preset before the
+ * context curve and the grid's pool, tests/fixtures/costs/tiny-before-curve.json, the CPU executor,
+ * tg 3 and 7, one repetition) with the built moeplan. Checked: the JSON report has a
  * row per configuration and test, in order; each row's keys and model are the cost file's numbers
  * put together here independently (the non-MoE point moved by its per-key term to the row's mean
  * keys, plus each layer's charge: the GPU experts' concurrent point at top_k for resident layers,
@@ -92,7 +93,7 @@ static costs_parts parts_of(const char *path, int top_k)
 Test(decode_check, tiny_preset_end_to_end, .timeout = 600)
 {
     char env[1024], err[16384], path[512];
-    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/examples/costs-h200-tiny.json' EXECUTOR=cpu N_SHORT=3 "
+    snprintf(env, sizeof env, "PRESET=tiny COSTS='%s/tests/fixtures/costs/tiny-before-curve.json' EXECUTOR=cpu N_SHORT=3 "
              "N_LONG=7 REPS=1 THREADS=1 CONFIGS='gpu-router c0-grid cK-first'", root);
     cr_assert_eq(script(env, err, sizeof err), 0, "%s", err);
     snprintf(path, sizeof path, "%s/out/decode-check.json", tmpdir);
@@ -103,7 +104,7 @@ Test(decode_check, tiny_preset_end_to_end, .timeout = 600)
     const int L = (int)mp_test_json_num(doc, "layers"), K = (int)mp_test_json_num(doc, "top_k");
     cr_assert(L == 4 && K == 4, "the tiny preset is 4 layers of top-4: %d, %d", L, K);
     cr_assert_eq(mp_test_json_num(doc, "grid_pool"), 4); /* min(top_k, 16 - top_k) */
-    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", root);
+    snprintf(path, sizeof path, "%s/tests/fixtures/costs/tiny-before-curve.json", root);
     const costs_parts p = parts_of(path, K);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(doc, "rows");
     cr_assert_eq(cJSON_GetArraySize(rows), 5);
@@ -163,7 +164,7 @@ Test(decode_check, an_unknown_configuration_is_refused_in_one_line)
 Test(decode_check, the_model_is_the_simulators_with_a_context_curve, .timeout = 600)
 {
     char path[512], costs[512], env[1024], err[16384];
-    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", root);
+    snprintf(path, sizeof path, "%s/tests/fixtures/costs/tiny-before-curve.json", root);
     char *text = mp_test_slurp(path);
     cJSON *c = cJSON_Parse(text);
     cr_assert_not_null(c);

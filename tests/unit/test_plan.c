@@ -21,7 +21,7 @@ static void setup(void)
     snprintf(dir, sizeof dir, "/tmp/mp_test_plan_XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     cr_assert_eq(chdir(dir), 0); /* the commands' relative paths are the test's files */
-    snprintf(costs, sizeof costs, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
+    snprintf(costs, sizeof costs, "%s/tests/fixtures/costs/tiny-before-curve.json", getenv("MP_SOURCE_ROOT"));
     mp_test_tiny_model(dir, "tiny.gguf");
     mp_test_collect_tiny(dir, "tiny.gguf", "p.json", "[\"Explain mixture of experts\", \"Why is the sky blue\"]",
                          "t.db");
@@ -59,7 +59,7 @@ Test(plan, makes_a_profile_and_checks_it)
     /* nor predicted again at its CPU experts' rate (the CPU executor's experts are not the plan's) */
     cr_assert_null(strstr(out, "plan: at the rate the check's CPU experts read"), "%s", out);
     /* the baselines plan must not lose to were simulated beside it */
-    /* the shipped tiny costs predate the context curve: said once (the check's simulation prints no
+    /* the fixture's tiny costs predate the context curve: said once (the check's simulation prints no
      * table), with what to do */
     const char *needle = "linear, 37.169 ns per key from ", *old_ctx = strstr(out, needle);
     cr_assert_not_null(old_ctx, "%s", out);
