@@ -338,7 +338,8 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
 {
     static const char *const keys[] = {"quant", "n_embd", "n_ff", "n_expert", "top_k", "far_max", "far_split",
                                        "threads", "expert_bytes", "pool", "steps", "hybrid_step", "points", NULL};
-    static const char *const pkeys[] = {"cold", "far", "far_on", "median_ns", "spread_ns", "cpu_ns", "gpu_ns", NULL};
+    static const char *const pkeys[] = {"cold",   "far",    "far_on", "median_ns", "spread_ns",
+                                        "cpu_ns", "gpu_ns", "passes", NULL};
     const char *path = "$.decode_layers";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *pts;
     double x;
@@ -457,6 +458,15 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
             (st = get_num(c, p, sub, "spread_ns", 0, &pt->layer.spread_ns)) ||
             (st = get_num(c, p, sub, "cpu_ns", 0, &pt->cpu_ns)) || (st = get_num(c, p, sub, "gpu_ns", 0, &pt->gpu_ns)))
             return st;
+        /* optional: the passes the point took (older files lack it; only said, not costed) */
+        if (cJSON_GetObjectItemCaseSensitive(p, "passes")) {
+            if ((st = get_int(c, p, sub, "passes", 1, &x)))
+                return st;
+            if (x > 1e6) {
+                join(key, sub, "passes");
+                return bad(c, key, "%.0f: expected at most 1000000", x);
+            }
+        }
         for (int j = 0; j < i; j++)
             if (d->points[j].cold == pt->cold && d->points[j].far == pt->far && d->points[j].far_on == pt->far_on)
                 return bad(c, sub, "cold %d, far %d, far_on %s: repeats point %d", pt->cold, pt->far,

@@ -81,6 +81,31 @@ cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n)
     return p;
 }
 
+double mp_calib_rel_spread(const double *ns, int n)
+{
+    if (n < 2)
+        return 0;
+    double *x = malloc((size_t)n * sizeof *x);
+    if (!x)
+        return 0;
+    memcpy(x, ns, (size_t)n * sizeof *x);
+    mp_calib_sort(x, n);
+    const double med = mp_calib_quantile(x, n, 0.5);
+    const double rel = med > 0 ? (mp_calib_quantile(x, n, 0.75) - mp_calib_quantile(x, n, 0.25)) / med : 0;
+    free(x);
+    return rel;
+}
+
+int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int stride, double max_rel, int max_n,
+                          int *idx)
+{
+    int k = 0;
+    for (int i = 0; i < n_pts; i++)
+        if (n[i] < max_n && n[i] < stride && mp_calib_rel_spread(samples + (size_t)i * stride, n[i]) > max_rel)
+            idx[k++] = i;
+    return k;
+}
+
 void mp_calib_fill(float *x, int64_t n, uint64_t *state)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -25,6 +25,13 @@ void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...) __attribute__((f
 void mp_calib_sort(double *ns, int n);
 /* Quantile q in [0, 1] of ns (n >= 1), which must be sorted ascending. */
 double mp_calib_quantile(const double *sorted, int n, double q);
+/* (p75 - p25) / median of n samples (left as they are); 0 for fewer than 2 or a median <= 0. */
+double mp_calib_rel_spread(const double *ns, int n);
+/* The points that take another repetition: point i's n[i] samples lie at samples + i * stride;
+ * those spread (mp_calib_rel_spread) more than max_rel with fewer than max_n samples (and fewer than
+ * stride) are written to idx in order. Returns how many. */
+int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int stride, double max_rel, int max_n,
+                          int *idx);
 /* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
 /* The expert counts of the `concurrent` curves: 1, 2, .., min(top_k, 8), then doubling, and top_k

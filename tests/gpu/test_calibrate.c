@@ -2,6 +2,7 @@
  * cost file has every GPU part (gpu_expert for the tiny model's expert kind, h2d/d2h pinned and
  * pageable, sync, the decode layer grid), nothing in $.missing, and loads with mp_costs_load. Where no CUDA device
  * exists, gpu_main.c skips the executable (exit 77) saying why. No assertion is about speed. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,22 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert_not_null(strstr(json, "\"gpu executor, every expert resident"),
                        "device.non_moe_path is not the GPU executor's");
     cr_assert_not_null(strstr(json, "\"sync_microbenchmark\""), "device.sync_microbenchmark missing");
+    /* every grid point says its passes: the first ones (the fewest any point has), or up to 8 where
+     * its spread asked for more, which calibrate then said */
+    cJSON *root = cJSON_Parse(json), *pt;
+    cr_assert_not_null(root);
+    int least = 1 << 30, most = 0;
+    cJSON_ArrayForEach(pt, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "decode_layers"),
+                                                            "points"))
+    {
+        const cJSON *np = cJSON_GetObjectItemCaseSensitive(pt, "passes");
+        cr_assert(cJSON_IsNumber(np) && np->valueint >= 1 && np->valueint <= 8, "a point without 1..8 passes");
+        least = np->valueint < least ? np->valueint : least;
+        most = np->valueint > most ? np->valueint : most;
+    }
+    cJSON_Delete(root);
+    if (most > least)
+        cr_assert_not_null(strstr(out, "spread more than 5 % of their median: pass"), "%s", out);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);

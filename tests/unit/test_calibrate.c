@@ -409,3 +409,24 @@ Test(calibrate, hybrid_step_from_one_hybrid_layer)
     cr_assert_float_eq(mp_calib_hybrid_step_ns(nm + (L - 1) * res + level, nm, (L - 1) * res, level, 25), 0, 1e-6);
     cr_assert_eq(mp_calib_hybrid_step_ns(step, nm, 0, level, 1), 0); /* one layer: the grid's own step */
 }
+
+/* The decode grid's extra passes go to the points whose samples spread more than the bound: (p75 -
+ * p25) / median of 3 samples a, b, c (sorted) is (c - a) / 2 / b. */
+Test(calibrate, noisy_points_take_more_passes)
+{
+    cr_assert_float_eq(mp_calib_rel_spread((const double[]){110, 90, 100}, 3), 0.10, 1e-12);
+    cr_assert_float_eq(mp_calib_rel_spread((const double[]){100, 100, 100, 100}, 4), 0, 1e-12);
+    cr_assert_eq(mp_calib_rel_spread((const double[]){100}, 1), 0); /* one sample: no spread */
+    cr_assert_eq(mp_calib_rel_spread((const double[]){-5, 0, 5}, 3), 0); /* a median <= 0 */
+    /* 4 points, 4 slots each: quiet (2 %), noisy (10 %), noisy but full (max_n 3), one sample */
+    const double s[16] = {98, 100, 102, 0, 90, 100, 110, 0, 90, 100, 110, 0, 100, 0, 0, 0};
+    int n[4] = {3, 3, 3, 1}, idx[4] = {-1, -1, -1, -1};
+    cr_assert_eq(mp_calib_noisy_points(s, n, 4, 4, 0.05, 4, idx), 2);
+    cr_assert(idx[0] == 1 && idx[1] == 2, "%d %d", idx[0], idx[1]);
+    n[2] = 4; /* point 2 holds max_n samples now (its 4th a 0: still wide) */
+    cr_assert_eq(mp_calib_noisy_points(s, n, 4, 4, 0.05, 4, idx), 1);
+    cr_assert_eq(idx[0], 1);
+    /* at 11 %: point 1 (10 %) is quiet, point 2 fills its 4 slots (stride) whatever max_n says */
+    cr_assert_eq(mp_calib_noisy_points(s, n, 4, 4, 0.11, 8, idx), 0);
+}
+

@@ -50,6 +50,32 @@ static void expect_reject(const char *from, const char *to, const char *needle)
     free(text);
 }
 
+/* A grid point may say how many passes it took (calibrate's extra passes for noisy points): read and
+ * not costed, so the file's costs are the same with it. */
+Test(costs, reads_a_points_passes)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    const char *from = ", \"cpu_ns\": 0, \"gpu_ns\": 70000", *to = ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"passes\": 7";
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "fixture lacks '%s'", from);
+    char *mut = malloc(len + strlen(to) + 1);
+    memcpy(mut, text, (size_t)(at - text));
+    strcpy(mut + (at - text), to);
+    strcat(mut, at + strlen(from));
+    mp_costs a, b;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &a, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_costs_parse(text, len, "f.json", &b, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(a.decode.n_points, b.decode.n_points);
+    for (int i = 0; i < a.decode.n_points; i++)
+        cr_assert_eq(memcmp(&a.decode.points[i], &b.decode.points[i], sizeof a.decode.points[i]), 0, "point %d", i);
+    mp_costs_free(&a);
+    mp_costs_free(&b);
+    free(mut);
+    free(text);
+}
+
 Test(costs, loads_the_fixture)
 {
     size_t len;
@@ -497,6 +523,12 @@ Test(costs, refuses_bad_decode_grids)
         {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"gpu_ns\": 70000", "$.decode_layers.points[5].cpu_ns: missing"},
         {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"rows\": 1",
          "$.decode_layers.points[5].rows: unknown key"},
+        {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"passes\": 0",
+         "$.decode_layers.points[5].passes: expected a finite number >= 1"},
+        {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"passes\": 2.5",
+         "$.decode_layers.points[5].passes: expected an integer"},
+        {", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"passes\": 2e6",
+         "$.decode_layers.points[5].passes: 2000000: expected at most 1000000"},
         {"\"gbs\": 50,", "\"gbs\": 0,", "$.host_read.gbs: expected a bandwidth > 0"},
         {"\"spread_gbs\": 2,", "", "$.host_read.spread_gbs: missing"},
     };
