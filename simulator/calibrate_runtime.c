@@ -907,7 +907,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         const double elapsed = (double)(mp_now_ns() - t_start) / 1e9;
         if (!why[0] && pass < 0)
             mp_calib_say(o, "calibrate: decode layer grid: about %.0f s for %d passes (the warm-up's step times), "
-                            "then the once-per-step cost of hybrid steps", eta_ns / 1e9, passes);
+                            "up to as long again for more passes over the points that spread, then the "
+                            "once-per-step cost of hybrid steps", eta_ns / 1e9, passes);
         else if (!why[0])
             mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s, %.0f s left]", pass + 1, passes,
                          elapsed, elapsed / (pass + 2) * (passes - pass - 1));
