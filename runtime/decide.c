@@ -237,9 +237,12 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
     return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns) : 0;
 }
 
-/* qsort_r's order of copy candidates (indices): more CPU time first; on equal times more rows
- * first (the planner, simulator/plan.c, keeps its candidates in this order too, so that a tie
- * copies the same experts' GPU work in both); then the lower index. */
+bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t rows_b)
+{
+    return cpu_a != cpu_b ? cpu_a > cpu_b : rows_a > rows_b;
+}
+
+/* qsort_r's order of copy candidates (indices): mp_decide_copy_first, then the lower index. */
 typedef struct copy_keys {
     const double *cpu_ns;
     const int64_t *rows;
@@ -249,10 +252,10 @@ static int copy_before(const void *a, const void *b, void *keys)
 {
     const int x = *(const int *)a, y = *(const int *)b;
     const copy_keys *k = keys;
-    if (k->cpu_ns[x] != k->cpu_ns[y])
-        return k->cpu_ns[x] > k->cpu_ns[y] ? -1 : 1;
-    if (k->rows[x] != k->rows[y])
-        return k->rows[x] > k->rows[y] ? -1 : 1;
+    if (mp_decide_copy_first(k->cpu_ns[x], k->rows[x], k->cpu_ns[y], k->rows[y]))
+        return -1;
+    if (mp_decide_copy_first(k->cpu_ns[y], k->rows[y], k->cpu_ns[x], k->rows[x]))
+        return 1;
     return (x > y) - (x < y);
 }
 

@@ -160,6 +160,11 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
 int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double copy_ns, int64_t min_rows, int *order,
                      bool *copy);
 
+/* The order in which copy candidates are taken: whether cold expert a (cpu_a of CPU time, rows_a
+ * rows) goes before b: more CPU time first; on equal times more rows first (a tie then copies the
+ * same GPU work in the runtime and in the planner, which keeps its candidates in this order). */
+bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t rows_b);
+
 /* mp_decide_copies' count, also for callers that keep the candidates sorted themselves (the
  * planner adds one cold expert at a time): nc candidates' CPU times, most first, cpu_ns[order[k]]
  * (order NULL: cpu_ns[k]); total_ns the CPU time of every cold expert (candidates and one-row

@@ -97,8 +97,8 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                 /* a step of several rows: the runtime copies a share of the cold experts
                  * used[j..m), chosen over the whole set (mp_decide_copies, runtime/decide.h).
                  * Going down from j = m, each j adds used[j] to the cold set: its candidates (two
-                 * rows or more) are kept in the rule's order (more CPU time first, then more
-                 * rows, runtime/decide.c) and its count is taken on them */
+                 * rows or more) are kept in the rule's order (mp_decide_copy_first) and its
+                 * count is taken on them */
                 double total = 0;
                 uint32_t nc = 0;
                 bool unknown = false; /* a candidate without a CPU time: mp_decide_copies copies none */
@@ -108,8 +108,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                     if (c >= 2) {
                         unknown = unknown || !(tab->cpu_ns[c] > 0);
                         uint32_t at = nc++;
-                        while (at > 0 && (cand_cpu[at - 1] < tab->cpu_ns[c] ||
-                                          (cand_cpu[at - 1] == tab->cpu_ns[c] && cand_rows[at - 1] < c))) {
+                        while (at > 0 && mp_decide_copy_first(tab->cpu_ns[c], c, cand_cpu[at - 1], cand_rows[at - 1])) {
                             cand_cpu[at] = cand_cpu[at - 1];
                             cand_rows[at] = cand_rows[at - 1];
                             at--;
