@@ -193,16 +193,16 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
         }
         const float v = o * (1.0f / L);
         out[rh * hd + d] = v;
-        if (QB)
+        if constexpr (QB > 0)
             att_mo[i] = v;
     }
-    if (QB) {
+    if constexpr (QB > 0) {
         __syncthreads();
         const int64_t rh0 = (int64_t)blockIdx.x * G, b0 = (rh0 % n_head) * hd / QB; // first block in the row
         uint8_t *qr = q + (rh0 / n_head) * q_row_bytes;
         const int lane = threadIdx.x % MPC_WARP, nb = (int)(G * hd / QB);
         for (int b = threadIdx.x / MPC_WARP; b < nb; b += blockDim.x / MPC_WARP) {
-            if (QB == 32)
+            if constexpr (QB == 32)
                 mpc_quantize_q8_0_warp(att_mo + b * QB, qr + (b0 + b) * 34, lane);
             else
                 mpc_quantize_q8_K_warp(att_mo + b * QB, qr + (b0 + b) * 292, lane);
@@ -627,9 +627,9 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
             return tiled;
     }
     // one launch pair, or the tile's fallback in steps of ATT_SMALL_ROWS rows
+    const size_t rb = mpc_row_bytes(act_vdt, n_head * head_dim);
     for (int64_t r = 0; !tiled && r < n_rows; r += ATT_SMALL_ROWS) {
         const int64_t rows = n_rows - r < ATT_SMALL_ROWS ? n_rows - r : ATT_SMALL_ROWS;
-        const size_t rb = mpc_row_bytes(act_vdt, n_head * head_dim);
         const int rc = split_launch(d_q + r * n_head * head_dim, d_k, d_v, d_out + r * n_head * head_dim, rows,
                                     pos0 + r, d_pos ? d_pos + r : NULL, n_splits, n_head, n_head_kv, head_dim,
                                     (float *)d_scratch, act_vdt, d_act ? (char *)d_act + r * rb : NULL, &converted,
@@ -657,8 +657,9 @@ extern "C" int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const
                                     int64_t head_dim, void *d_scratch, size_t scratch_bytes,
                                     int act_vdt, void *d_act, void *stream)
 {
-    if (!d_pos || (d_act && act_vdt != MP_TYPE_F32 && !mpc_row_bytes(act_vdt, n_head * head_dim)))
-        return MP_CUDA_EINVAL;
+    if (!d_pos || (d_act && act_vdt != MP_TYPE_F32 &&
+                   ((act_vdt != MP_TYPE_Q8_0 && act_vdt != MP_TYPE_Q8_K) || !mpc_row_bytes(act_vdt, n_head * head_dim))))
+        return MP_CUDA_EINVAL; // an activation format, and rows of whole blocks
     return attention(d_q, d_k, d_v, d_out, n_rows, 0, d_pos, n_keys_max, n_head, n_head_kv,
                      head_dim, d_scratch, scratch_bytes, act_vdt, d_act, stream);
 }

@@ -225,12 +225,21 @@ Test(cuda_attention, prefill_without_tiles)
     mp_cuda_attention_set_tiles(1);
 }
 
-Test(cuda_attention, refuses_an_odd_head_dim)
+Test(cuda_attention, refuses_an_odd_head_dim_or_output_format)
 {
     void *d_s = dev_alloc(1 << 20);
     float *d_f = dev_alloc(1 << 20);
     cr_assert_eq(mp_cuda_attention(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, 0, 2, 1, 63,
                                    d_s, 1 << 20, NULL), MP_CUDA_EINVAL);
+    /* the output converted only to an activation format, in rows of whole blocks: 2 heads of 64
+     * make no Q8_K block; Q4_K is a weight format */
+    int32_t *d_pos = dev_alloc(sizeof(int32_t));
+    cudaMemset(d_pos, 0, sizeof(int32_t));
+    cr_assert_eq(mp_cuda_attention_at(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, d_pos, 1, 2, 1, 64,
+                                      d_s, 1 << 20, MP_TYPE_Q8_K, d_f + (1 << 16), NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_attention_at(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, d_pos, 1, 4, 1, 64,
+                                      d_s, 1 << 20, MP_TYPE_Q4_K, d_f + (1 << 16), NULL), MP_CUDA_EINVAL);
+    cudaFree(d_pos);
     cudaFree(d_s);
     cudaFree(d_f);
 }
