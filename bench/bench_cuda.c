@@ -33,6 +33,12 @@ static uint64_t next_u64(void)
     return g_state;
 }
 
+/* A value in [-1, 1] on a grid of 1/1000 (activations, queries, cache entries). */
+static float next_unit(void)
+{
+    return (float)((int64_t)(next_u64() % 2001) - 1000) / 1000.0f;
+}
+
 static void fill_weights(int type, uint8_t *w, size_t bytes, int64_t n_in)
 {
     for (size_t i = 0; i < bytes; i += 8) {
@@ -112,7 +118,7 @@ static void bench_gemv(int type, int64_t n_out, int64_t n_in, int reps)
     CK(cudaMalloc((void **)&d_y, sizeof(float) * 8 * (size_t)n_out));
     float *hx = malloc(sizeof(float) * 8 * (size_t)n_in);
     for (int64_t i = 0; i < 8 * n_in; i++)
-        hx[i] = (float)((int64_t)(next_u64() % 2001) - 1000) / 1000.0f;
+        hx[i] = next_unit();
     CK(cudaMemcpy(d_xf, hx, sizeof(float) * 8 * (size_t)n_in, cudaMemcpyHostToDevice));
     CK(mp_cuda_quantize_act(vdt, d_xf, n_in, 8, n_in, d_x, NULL));
     cudaEvent_t e0, e1;
@@ -179,7 +185,7 @@ static void bench_moe(int gate_type, int down_type, const char *kernels, int rep
     CK(cudaMalloc((void **)&d_ids, sizeof(int32_t) * (size_t)K));
     float hx[2048], hw[8];
     for (int i = 0; i < 2048; i++)
-        hx[i] = (float)((int)(next_u64() % 2001) - 1000) / 1000.0f;
+        hx[i] = next_unit();
     for (int i = 0; i < 8; i++)
         hw[i] = 0.125f;
     CK(cudaMemcpy(d_x, hx, sizeof hx, cudaMemcpyHostToDevice));
@@ -244,7 +250,7 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
     float *hx = malloc(sizeof(float) * (size_t)(n_rows * D)), *hw = malloc(sizeof(float) * (size_t)routes);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)routes);
     for (int64_t i = 0; i < n_rows * D; i++)
-        hx[i] = (float)((int)(next_u64() % 2001) - 1000) / 1000.0f;
+        hx[i] = next_unit();
     for (int64_t r = 0; r < n_rows; r++)
         for (int64_t k = 0; k < K; k++) {
             int32_t e;
@@ -385,7 +391,7 @@ static void bench_far_case(const far_layer *l, const char *shape, int cold, int 
     int32_t ids[32], split[33] = {0};
     uint8_t foc[33] = {0};
     for (int64_t i = 0; i < D; i++)
-        hx[i] = (float)((int)(next_u64() % 2001) - 1000) / 1000.0f;
+        hx[i] = next_unit();
     for (int64_t k = 0; k < K; k++) { /* the last `cold` slots on host experts */
         hw[k] = 1.0f / (float)K;
         ids[k] = k < K - cold ? (int32_t)k : (int32_t)(l->n_res + (k - (K - cold)));
@@ -490,10 +496,10 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
     const bool decode = n_rows <= 8;
     uint16_t *hc = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
     for (int64_t i = 0; i < n_ctx * n_kv; i++)
-        hc[i] = mp_f32_to_f16((float)((int64_t)(next_u64() % 2001) - 1000) / 1000.0f);
+        hc[i] = mp_f32_to_f16(next_unit());
     float *hq = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
     for (int64_t i = 0; i < n_rows * n_head * hd; i++)
-        hq[i] = (float)((int64_t)(next_u64() % 2001) - 1000) / 1000.0f;
+        hq[i] = next_unit();
     int32_t *hpos = malloc(sizeof(int32_t) * (size_t)n_rows);
     for (int64_t r = 0; r < n_rows; r++)
         hpos[r] = (int32_t)(pos0 + r);
@@ -582,7 +588,7 @@ static void bench_attention(int reps)
     bench_attention_case(512, 3584, 4096, 32, 4, 128, 0, reps);
     bench_attention_case(16, 8000, 8192, 32, 4, 128, 0, reps); /* few row tiles, many keys */
     bench_attention_case(64, 8000, 8192, 32, 4, 128, 0, reps);
-    /* 64 heads of 64 (gpt-oss's shape) and 32 of 256 */
+    /* 64 heads of 64 (gpt-oss's shape) and 16 of 256 */
     bench_attention_case(512, 0, 4096, 64, 8, 64, 0, reps);
     bench_attention_case(1, 600, 4096, 64, 8, 64, 0, reps);
     bench_attention_case(512, 0, 4096, 16, 4, 256, 0, reps);
