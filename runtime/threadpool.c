@@ -38,12 +38,13 @@
  * offloaded decode table with far routes ran within the host's own drift pinned or not, layers:48
  * without far routes ran 5-11 % faster pinned in three alternated pairs, and an 8-layer Mixtral
  * shape kept its median (72.1 against 71.8 tok/s) with half the spread between processes (6.5
- * against 12.7 %, four alternated pairs; bench/NOTES-gpu-exec.md and NOTES-simulator.md of
- * 2026-12-02); a pinned pool cannot move away from a CPU another process takes): when the pool
- * has no more threads than the process may run on, worker i is pinned to the i-th CPU of the
- * process's affinity set, so that the scheduler does not move a
- * thread in the middle of streaming its share of an expert (its hardware prefetch streams and L2
- * stay on one core); the caller, thread 0, stays where the application put it, and the set's
+ * against 12.7 %, four alternated pairs), and olmoe's accuracy-matrix rows came no closer to the
+ * prediction pinned (11 and 12 of 12 within 10 %, against 10 and 12; bench/NOTES-gpu-exec.md and
+ * NOTES-simulator.md of 2026-12-02); a pinned pool cannot move away from a CPU another process
+ * takes): when the pool has no more threads than the process may run on, worker i is pinned to
+ * the i-th CPU of the process's affinity set, so that the scheduler does not move a thread in
+ * the middle of streaming its share of an expert (its hardware prefetch streams and L2 stay on one
+ * core); the caller, thread 0, stays where the application put it, and the set's
  * first CPU is left to it. An oversubscribed pool (more threads than CPUs, as the tests on a
  * 2-core machine) is never pinned: waiting threads must be able to move away from the one they
  * wait for.
