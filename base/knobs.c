@@ -38,8 +38,8 @@ static const mp_knob_def k_knobs[] = {
            "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
-           "(on the H200 host: the same median decode speed, half the spread between processes; keep 0 where "
-           "another process shares the CPUs)"),
+           "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
+           "rows no closer to the prediction; keep 0 where another process shares the CPUs)"),
     NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8,
            "units per thread in each half of the pipelined region"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
