@@ -85,6 +85,15 @@ int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, 
 double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double resident_ns, double level_ns,
                                int64_t n_layer);
 
+/* The runtime measurements share these (calibrate_runtime.c, calibrate_grid.c): one-row steps are
+ * timed in windows of MP_CALIB_CONTEXT_WINDOW back to back (the context sweep's windows, the decode
+ * grid's runs), the context curve has at most MP_CALIB_CONTEXT_MAX points, and sessions whose decode
+ * runs far routes as production does hold a batch of MP_CALIB_DECODE_BATCH_FAR rows (at least
+ * MP_GPU_COPY_MIN_ROWS: the staging buffers far routes need come with it). */
+#define MP_CALIB_CONTEXT_WINDOW 64
+#define MP_CALIB_CONTEXT_MAX 24
+#define MP_CALIB_DECODE_BATCH_FAR 64
+
 /* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
  * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
  * sp->placement is NULL, *s stays NULL and err says why ("placement: ..." when the placement could
