@@ -27,7 +27,7 @@
 #include "base/error.h"
 
 /* MP_ISA: the level the CPU kernels are capped at (kernels/quant.h); BEST: no cap */
-enum { MP_KNOB_ISA_BEST, MP_KNOB_ISA_SCALAR, MP_KNOB_ISA_AVX2, MP_KNOB_ISA_AVX512 };
+enum { MP_KNOB_ISA_BEST, MP_KNOB_ISA_SCALAR, MP_KNOB_ISA_AVX2, MP_KNOB_ISA_AVX512, MP_KNOB_ISA_AMX };
 /* MP_GPU_HOST_EXPERTS: where the GPU executor keeps the cold experts (gpu/gpu_host.c) */
 enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 

@@ -9,7 +9,13 @@
  * streamed once for 4 rows) for each SIMD level. GB/s counts weight bytes only (1 GB = 1e9
  * bytes) per second of this thread's CPU time.
  *
- * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]
+ * With --gemm N[,N...]: the prefill GEMM instead, for each N activation rows: a weight matrix of
+ * --mb megabytes (1 or 2 keep it in L2/L3, as one expert's slice is during prefill) through
+ * mp_gemm_rows at each SIMD level from avx2 up ("amx": the tile GEMMs of Q4_K and Q6_K), the
+ * levels alternated --reps times, the best of each; G MAC/s = weights x N per second, and each
+ * level's speed over avx512's.
+ *
+ * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar] [--gemm N[,N...]]
  * (prints one table to stdout)
  */
 #include <stdio.h>
@@ -114,6 +120,71 @@ static double time_gemm(const mp_type_ops *ops, const uint8_t *w, size_t row_byt
     return best;
 }
 
+/* The prefill table (--gemm): per type and activation count, each SIMD level's G MAC/s. */
+static int bench_gemm(const int *types, int n_types, long mb, long reps, const long *rows, int n_rows_list)
+{
+    const int64_t n_cols = 2048; /* a 30B-class expert's gate/up width */
+    long max_x = 0;
+    for (int i = 0; i < n_rows_list; i++)
+        max_x = rows[i] > max_x ? rows[i] : max_x;
+    const char *levels[] = {"avx2", "avx512", "amx"};
+    enum { N_LEVELS = 3, BASE = 1 };
+    printf("bench_kernels --gemm: %ld MB of weights per type, n_cols %lld, alternated best of %ld, single thread, "
+           "dispatched isa %s\n", mb, (long long)n_cols, reps, mp_kernels_isa());
+    printf("%-5s %6s %6s %12s %12s %12s %9s\n", "type", "rows", "x rows", "avx2 GMAC/s", "avx512 GMAC/s", "amx GMAC/s",
+           "amx/512");
+    for (int t = 0; t < n_types; t++) {
+        const int type = types[t];
+        const mp_type_ops *ref = mp_type_ops_scalar(type);
+        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
+        const int64_t n_w = (int64_t)(((size_t)mb << 20) / row_bytes);
+        const size_t x_stride = mp_type_row_bytes(ref->vec_dot_type, n_cols);
+        uint8_t *w = aligned_alloc(64, ((size_t)n_w * row_bytes + 63) / 64 * 64);
+        uint8_t *x = aligned_alloc(64, ((size_t)max_x * x_stride + 63) / 64 * 64);
+        float *xf = malloc((size_t)n_cols * sizeof(float)), *y = malloc((size_t)n_w * (size_t)max_x * sizeof(float));
+        if (!w || !x || !xf || !y || n_w < 1) {
+            fprintf(stderr, "bench_kernels: error: cannot allocate the %s GEMM\n", mp_type_name(type));
+            return 1;
+        }
+        fill_weights(type, w, (size_t)n_w * row_bytes);
+        for (long i = 0; i < max_x; i++) {
+            for (int64_t c = 0; c < n_cols; c++)
+                xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+            mp_quantize_activation(ref->vec_dot_type, xf, x + (size_t)i * x_stride, n_cols);
+        }
+        for (int k = 0; k < n_rows_list; k++) {
+            double best[N_LEVELS];
+            for (int l = 0; l < N_LEVELS; l++)
+                best[l] = 1e30;
+            for (long r = 0; r < reps; r++)
+                for (int l = 0; l < N_LEVELS; l++) {
+                    const mp_type_ops *ops = mp_type_ops_isa(type, levels[l]);
+                    if (!ops)
+                        continue;
+                    const double s = time_gemm(ops, w, row_bytes, n_cols, n_w, x, x_stride, rows[k], y, 1);
+                    best[l] = s < best[l] ? s : best[l];
+                }
+            char col[N_LEVELS][16], ratio[16] = "-";
+            const double macs = (double)n_w * (double)n_cols * (double)rows[k];
+            for (int l = 0; l < N_LEVELS; l++)
+                if (best[l] < 1e30)
+                    snprintf(col[l], sizeof col[l], "%.2f", macs / best[l] * 1e-9);
+                else
+                    snprintf(col[l], sizeof col[l], "-");
+            if (best[2] < 1e30 && best[BASE] < 1e30)
+                snprintf(ratio, sizeof ratio, "%.2fx", best[BASE] / best[2]);
+            printf("%-5s %6lld %6ld %12s %12s %12s %9s\n", mp_type_name(type), (long long)n_w, rows[k], col[0], col[1],
+                   col[2], ratio);
+            fflush(stdout);
+        }
+        free(w);
+        free(x);
+        free(xf);
+        free(y);
+    }
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
@@ -121,19 +192,35 @@ static void usage(FILE *f)
                "  --reps N    passes per measurement, the best is reported (default 3)\n"
                "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
                "  --no-scalar skip the (slow) scalar reference column\n"
-               "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512).\n");
+               "  --gemm N,.. the prefill GEMM with N activation rows (each of the list) per level, not the GEMV\n"
+               "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512, amx).\n");
 }
 
 int main(int argc, char **argv)
 {
     long mb = 512, reps = 3;
     int types[10], n_types = 0, no_scalar = 0;
+    long gemm_rows[16];
+    int n_gemm = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--no-scalar")) {
             no_scalar = 1;
+        } else if (!strcmp(argv[i], "--gemm") && i + 1 < argc) {
+            char *p = argv[++i];
+            while (*p && n_gemm < 16) {
+                char *end;
+                gemm_rows[n_gemm] = strtol(p, &end, 10);
+                if (end == p || gemm_rows[n_gemm] < 1 || gemm_rows[n_gemm] > 4096 || (*end && *end != ',')) {
+                    fprintf(stderr, "bench_kernels: error: --gemm %s: expected activation row counts 1..4096, "
+                                    "comma-separated\n", argv[i]);
+                    return 2;
+                }
+                n_gemm++;
+                p = *end ? end + 1 : end;
+            }
         } else if (!strcmp(argv[i], "--mb") && i + 1 < argc) {
             mb = strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -161,6 +248,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < 10; i++)
             types[n_types++] = all[i];
     }
+    if (n_gemm > 0)
+        return bench_gemm(types, n_types, mb, reps, gemm_rows, n_gemm);
     const int64_t n_cols = 4096;
     const size_t total_bytes = (size_t)mb << 20;
     uint8_t *w = aligned_alloc(64, total_bytes); /* (n_rows, row_bytes) */

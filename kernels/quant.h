@@ -137,10 +137,20 @@ typedef struct mp_type_ops {
      * vec_dot within float rounding (it accumulates in the same per-block integer way). */
     void (*vec_dot_multi)(int64_t n, const void *w_row, const void *x, size_t x_stride, int n_x,
                           float *out);
+    /* Optional (NULL where a variant has none; the AMX level's Q4_K and Q6_K have it): the whole of
+     * mp_gemm_rows for n_rows weight rows from w (row_bytes apart) against n_x activation rows:
+     * y[i * y_stride + r] = dot(W[r], x_i). mp_gemm_rows uses it from MP_GEMM_AMX_MIN_ROWS
+     * activation rows on. Agrees with vec_dot within float rounding (the same exact integer
+     * sub-block sums, added in another order), not bit for bit. */
+    void (*gemm)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
+                 int64_t n_x, float *y, int64_t y_stride);
 } mp_type_ops;
 
 /* Activation rows per tile in mp_gemm_rows (the most vec_dot_multi is ever asked for). */
 #define MP_GEMM_TILE 4
+/* Activation rows from which mp_gemm_rows hands a whole call to ops->gemm (the tile GEMMs):
+ * below it the multi-row dots run. */
+#define MP_GEMM_AMX_MIN_ROWS 2
 
 /* Activation quantization (used before every vec_dot of a row of quantized weights).
  * Q8_K: d = max|x| / 127, quants in [-127, 127], bsums[g] = sum of quants 16g..16g+15. */
@@ -154,10 +164,11 @@ const mp_type_ops *mp_type_ops_get(int type);    /* dispatched (fastest supporte
 const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
 
 /* Which SIMD level the dispatcher chose: "scalar", "avx2" (AVX2+FMA+F16C), "avx512" (AVX-512
- * F+BW+VL+VNNI): the best the CPU supports, capped by mp_kernels_set_isa_cap (a cap the CPU lacks
+ * F+BW+VL+VNNI), "amx" (avx512 and AMX-TILE + AMX-INT8, which Linux granted): the best the CPU
+ * supports, capped by mp_kernels_set_isa_cap (a cap the CPU lacks
  * leaves its best level, and mp_kernels_isa_warning says so). */
 const char *mp_kernels_isa(void);
-/* Cap the level at "scalar", "avx2" or "avx512" (NULL: no cap), from the next lookup on; programs
+/* Cap the level at "scalar", "avx2", "avx512" or "amx" (NULL: no cap), from the next lookup on; programs
  * set it once at start from MP_ISA (base/knobs.h). Returns 0, or -1 for another name (then no
  * cap). */
 int mp_kernels_set_isa_cap(const char *level);
@@ -168,7 +179,7 @@ const char *mp_kernels_isa_warning(void);
 /* Force the scalar reference everywhere (tests, benchmarks). Call before any mp_type_ops_get.
  * Each call also makes the next lookup re-decide the level. */
 void mp_kernels_force_scalar(int on);
-/* The table of one level ("scalar", "avx2", "avx512"; per type falling back to the level below
+/* The table of one level ("scalar", "avx2", "avx512", "amx"; per type falling back to the level below
  * where that level has no kernel), whatever was dispatched: for benchmarks and tests comparing
  * levels side by side. NULL if the name is unknown, the CPU lacks the level, or the type has no
  * kernels. */

@@ -10,6 +10,11 @@
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
+#   amx-ab     the AMX tile GEMMs (MP_ISA=amx) against avx512's: the kernel tests on the hardware
+#              (quant, quant_amx_emul; nothing more runs if they fail), bench_kernels --gemm (the levels
+#              alternated in one process), then prefill of the qwen3-30b-a3b preset with the levels
+#              alternated AMX_ROUNDS (default 2) times: the CPU executor's pp AMX_CPU_PP (default 128)
+#              and bench-exec's AMX_CONFIGS (default "ncpu48 fill8"), pp512 -> $OUT/amx-*.log, amx-ab.md
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   bench-ab   bench-exec's CONFIGS for two builds, alternated AB_ROUNDS (default 2) times: this
@@ -202,6 +207,26 @@ for stage in "${stages[@]}"; do
     bench-exec)
         build || { rc=1; continue; }
         bash bench/gpu_bench.sh build-gpu/cli/moeplan "$OUT/bench-exec" 2>&1 | tee "$OUT/bench-exec.log" || rc=1
+        ;;
+    amx-ab)
+        build || { rc=1; continue; }
+        log "amx-ab: the kernel tests on this CPU"
+        meson test -C build-gpu --print-errorlogs quant quant_amx_emul 2>&1 | tee "$OUT/amx-tests.log" | tail -6
+        [ "${PIPESTATUS[0]}" = 0 ] || { log "amx-ab: the kernel tests failed: no benchmark"; rc=1; continue; }
+        build-gpu/bench/bench_kernels --gemm 2,4,8,16,32,64 --mb 1 --type Q4_K --type Q6_K --reps 5 \
+            2>&1 | tee "$OUT/amx-gemm.log"
+        ensure_model || { rc=1; continue; }
+        for round in $(seq 1 "${AMX_ROUNDS:-2}"); do
+            for isa in avx512 amx; do
+                log "amx-ab: round $round, MP_ISA=$isa"
+                MP_ISA=$isa build-gpu/cli/moeplan bench -m "$MODEL30" --executor cpu -t "$(nproc)" \
+                    -p "${AMX_CPU_PP:-128}" -n 0 -r 2 -o json >"$OUT/amx-cpu-$isa-$round.json" 2>"$OUT/amx-cpu-$isa-$round.log" ||
+                    rc=1
+                MP_ISA=$isa CONFIGS="${AMX_CONFIGS:-ncpu48 fill8}" PP=512 TG=0 REPS=2 \
+                    bash bench/gpu_bench.sh build-gpu/cli/moeplan "$OUT/amx-$isa-$round" 2>/dev/null |
+                    grep '^| [a-z]' | grep -v '^| config' | sed "s/^| /| $isa $round | /" | tee -a "$OUT/amx-ab.md"
+            done
+        done
         ;;
     bench-gpu)
         build || { rc=1; continue; }

@@ -2,6 +2,9 @@
  *
  * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
  * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
+ *   amx     avx512 and AMX-TILE + AMX-INT8, the tile state granted by Linux: quant_amx.c (the
+ *           prefill GEMMs of Q4_K and Q6_K; every other kernel is avx512's); only when MP_ISA
+ *           names it (ISA_UNASKED_TOP)
  *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
  *   avx2    AVX2 + FMA + F16C: quant_avx2.c
  *   scalar  the reference (quant_scalar.c, quantize.c)
@@ -58,9 +61,16 @@ const mp_type_ops *mp_type_ops_scalar(int type)
     return NULL;
 }
 
-enum { ISA_UNKNOWN = 0, ISA_SCALAR, ISA_AVX2, ISA_AVX512 }; /* ordered: higher is wider */
+enum { ISA_UNKNOWN = 0, ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_AMX }; /* ordered: higher is wider */
 
-static const char *const k_isa_names[] = {[ISA_SCALAR] = "scalar", [ISA_AVX2] = "avx2", [ISA_AVX512] = "avx512"};
+/* The highest level dispatched without MP_ISA naming it. amx runs only when asked for
+ * (MP_ISA=amx): its tile GEMMs are checked against the scalar reference through a model of the
+ * tile instructions (quant_amx_emul), and take over by default once the hardware has passed the
+ * same check and `bench_kernels --gemm` has shown them faster than avx512's. */
+#define ISA_UNASKED_TOP ISA_AVX512
+
+static const char *const k_isa_names[] = {
+    [ISA_SCALAR] = "scalar", [ISA_AVX2] = "avx2", [ISA_AVX512] = "avx512", [ISA_AMX] = "amx"};
 
 static int g_isa = ISA_UNKNOWN;     /* written once (benign identical races), read with atomics */
 static int g_cpu_isa = ISA_UNKNOWN; /* the best level the CPU has; cpuid traps in a VM: cached */
@@ -83,8 +93,11 @@ static int probe_cpu_isa(void)
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c))
         return ISA_SCALAR;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && has_vnni)
-        return ISA_AVX512;
+        __builtin_cpu_supports("avx512vl") && has_vnni) {
+        /* AMX-TILE and AMX-INT8: leaf 7, EDX bits 24 and 25; the OS must grant the tile state */
+        const int has_amx = ((edx >> 24) & 3) == 3;
+        return has_amx && mp_amx_enable() == 0 ? ISA_AMX : ISA_AVX512;
+    }
     return ISA_AVX2;
 #else
     return ISA_SCALAR;
@@ -104,7 +117,7 @@ static int cpu_isa(void)
 /* ISA_* for "scalar", "avx2" or "avx512"; ISA_UNKNOWN for anything else (NULL included) */
 static int isa_from_name(const char *name)
 {
-    for (int isa = ISA_SCALAR; isa <= ISA_AVX512; isa++)
+    for (int isa = ISA_SCALAR; isa <= ISA_AMX; isa++)
         if (name && strcmp(name, k_isa_names[isa]) == 0)
             return isa;
     return ISA_UNKNOWN;
@@ -116,7 +129,9 @@ static int detect_isa(void)
         return ISA_SCALAR;
     const int best = cpu_isa();
     const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED);
-    return cap != ISA_UNKNOWN && cap < best ? cap : best;
+    if (cap == ISA_UNKNOWN) /* no cap: the best level that runs unasked */
+        return best < ISA_UNASKED_TOP ? best : ISA_UNASKED_TOP;
+    return cap < best ? cap : best;
 }
 
 static int current_isa(void)
@@ -163,7 +178,9 @@ const char *mp_kernels_isa_warning(void)
 static const mp_type_ops *ops_at(int isa, int type)
 {
     const mp_type_ops *ops = NULL;
-    if (isa >= ISA_AVX512)
+    if (isa >= ISA_AMX)
+        ops = mp_type_ops_amx(type);
+    if (!ops && isa >= ISA_AVX512)
         ops = mp_type_ops_avx512(type);
     if (!ops && isa >= ISA_AVX2)
         ops = mp_type_ops_avx2(type);
@@ -233,6 +250,11 @@ void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
 {
     const uint8_t *wb = w; /* (n_rows, row_bytes) */
     const uint8_t *xb = x; /* (n_x, x_stride) */
+    if (ops->gemm && n_x >= MP_GEMM_AMX_MIN_ROWS && row_end > row_begin) {
+        ops->gemm(n_cols, wb + (size_t)row_begin * row_bytes, row_bytes, row_end - row_begin, x, x_stride, n_x, y,
+                  y_stride);
+        return;
+    }
     for (int64_t i0 = 0; i0 < n_x; i0 += MP_GEMM_TILE) {
         const int tile = (int)(n_x - i0 < MP_GEMM_TILE ? n_x - i0 : MP_GEMM_TILE);
         const uint8_t *xt = xb + (size_t)i0 * x_stride;

@@ -234,6 +234,90 @@ void check_dequantize_vs_scalar(const mp_type_ops *(*table)(int type), const cha
 
 static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_cols);
 
+/* |dot(W[r], x_i)| summed term by term (double), from the scalar dequantizations: what the float
+ * rounding of a sum of these terms can be off by scales with it */
+static double abs_terms(const mp_type_ops *ops, const uint8_t *w_row, const uint8_t *x_row, int64_t n)
+{
+    float *wf = malloc(n * sizeof(float)), *xf = malloc(n * sizeof(float));
+    cr_assert(wf && xf);
+    mp_type_ops_scalar(ops->type)->dequantize_row(w_row, wf, n);
+    if (ops->vec_dot_type == MP_TYPE_Q8_K)
+        mp_dequantize_row_q8_K(x_row, xf, n);
+    else if (ops->vec_dot_type == MP_TYPE_F32)
+        memcpy(xf, x_row, n * sizeof(float));
+    else
+        mp_type_ops_scalar(ops->vec_dot_type)->dequantize_row(x_row, xf, n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += fabs((double)wf[i] * xf[i]);
+    free(wf);
+    free(xf);
+    return s;
+}
+
+/* y[i * y_stride + r] of a tile GEMM (ops->gemm, through mp_gemm_rows) against the scalar
+ * vec_dot of row r0 + r and activation i, within the float rounding of vec_dot's check */
+static void check_gemm_result(const mp_type_ops *ops, const char *variant, const uint8_t *w, size_t row_bytes,
+                              int64_t n_cols, int64_t r0, int64_t r1, const uint8_t *x, size_t x_stride,
+                              int64_t n_x, const float *y, int64_t y_stride)
+{
+    const mp_type_ops *ref = mp_type_ops_scalar(ops->type);
+    const int64_t be = mp_type_block_elems(ops->type);
+    const int64_t terms = be == 1 ? n_cols : 4 * (n_cols / be) + 8;
+    for (int64_t i = 0; i < n_x; i++)
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = w + r * row_bytes, *xi = x + i * x_stride;
+            const double want = ref->vec_dot(n_cols, wr, xi);
+            const double tol = 2.0 * (double)(terms + 4) * FLT_EPSILON * abs_terms(ops, wr, xi, n_cols) + 1e-30;
+            const float got = y[i * y_stride + (r - r0)];
+            cr_assert(fabs((double)got - want) <= tol,
+                      "seed %llu: %s %s gemm (%lld rows, %lld activations, %lld columns) x %lld row %lld: "
+                      "%.9g vs scalar %.9g (tol %.3g)",
+                      (unsigned long long)g_seed, variant, mp_type_name(ops->type), (long long)(r1 - r0),
+                      (long long)n_x, (long long)n_cols, (long long)i, (long long)r, got, want, tol);
+        }
+}
+
+void check_tile_gemm(const mp_type_ops *ops, const char *variant)
+{
+    cr_assert(ops && ops->gemm, "%s: no tile GEMM", variant);
+    const int64_t be = mp_type_block_elems(ops->type);
+    /* row counts around the 16-row blocks, activation counts around the groups of 16 and the
+     * passes of 64, widths of 1 .. 12 blocks and a model's 2048 */
+    for (int trial = 0; trial < 40; trial++) {
+        const int64_t n_cols = trial % 10 == 0 ? 2048 : be * (1 + (int64_t)(rnd_u64() % 12));
+        const int64_t n_rows = 1 + (int64_t)(rnd_u64() % 40), n_x = MP_GEMM_AMX_MIN_ROWS + (int64_t)(rnd_u64() % 80);
+        const int64_t r0 = (int64_t)(rnd_u64() % 3), r1 = r0 + n_rows;
+        const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
+        const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols) + 4 * (rnd_u64() % 3);
+        const int64_t y_stride = n_rows + (int64_t)(rnd_u64() % 5);
+        uint8_t *w = alloc64(r1 * row_bytes + 64), *x = alloc64(n_x * x_stride + 64);
+        uint8_t *wa = w + 2, *xa = x + 4; /* unaligned, as production's rows may be */
+        for (int64_t r = 0; r < r1; r++)
+            random_weight_row(ops->type, wa + r * row_bytes, n_cols);
+        float *xf = malloc(n_cols * sizeof(float));
+        for (int64_t i = 0; i < n_x; i++) {
+            random_floats(xf, n_cols);
+            cr_assert_eq(mp_quantize_activation(ops->vec_dot_type, xf, xa + i * x_stride, n_cols), 0);
+        }
+        float *y = malloc((n_x * y_stride + 1) * sizeof(float));
+        for (int64_t i = 0; i < n_x * y_stride + 1; i++)
+            y[i] = -12345.0f;
+        mp_gemm_rows(ops, wa, row_bytes, n_cols, r0, r1, xa, x_stride, n_x, y, y_stride);
+        check_gemm_result(ops, variant, wa, row_bytes, n_cols, r0, r1, xa, x_stride, n_x, y, y_stride);
+        for (int64_t i = 0; i < n_x; i++)
+            for (int64_t c = n_rows; c < y_stride; c++)
+                cr_assert_eq(y[i * y_stride + c], -12345.0f, "%s %s gemm wrote past its row range", variant,
+                             mp_type_name(ops->type));
+        cr_assert_eq(y[n_x * y_stride], -12345.0f, "%s %s gemm wrote past its last activation", variant,
+                     mp_type_name(ops->type));
+        free(w);
+        free(x);
+        free(xf);
+        free(y);
+    }
+}
+
 /* rows of 2, 9 (a 2304-wide row, as a model's) and 65 blocks */
 void check_rows(const mp_type_ops *ops, const char *variant)
 {
@@ -272,7 +356,9 @@ static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_
     for (int64_t i = 0; i < n_x * y_stride; i++)
         yy[i] = -12345.0f;
     mp_gemm_rows(ops, w, row_bytes, n_cols, r0, r1, x, x_stride, n_x, yy, y_stride);
-    for (int64_t i = 0; i < n_x; i++) {
+    if (ops->gemm && n_x >= MP_GEMM_AMX_MIN_ROWS) /* a tile GEMM: within rounding, not bit for bit */
+        check_gemm_result(ops, variant, w, row_bytes, n_cols, r0, r1, x, x_stride, n_x, yy, y_stride);
+    for (int64_t i = 0; i < n_x && !(ops->gemm && n_x >= MP_GEMM_AMX_MIN_ROWS); i++) {
         for (int64_t r = r0; r < r1; r++) {
             /* vec_dot_multi does each row's arithmetic in vec_dot's order: equal bits */
             const float want = ops->vec_dot(n_cols, w + r * row_bytes, x + i * x_stride);

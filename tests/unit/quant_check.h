@@ -39,5 +39,8 @@ void check_vec_dot_vs_scalar(const mp_type_ops *(*table)(int type), const char *
 void check_dequantize_vs_scalar(const mp_type_ops *(*table)(int type), const char *variant);
 /* mp_gemv_rows / mp_gemm_rows with `ops` equal its vec_dot bit for bit */
 void check_rows(const mp_type_ops *ops, const char *variant);
+/* ops->gemm through mp_gemm_rows against the scalar vec_dot within float rounding, on random row and
+ * activation counts around the tile sizes, unaligned rows; nothing written outside y's range */
+void check_tile_gemm(const mp_type_ops *ops, const char *variant);
 
 #endif

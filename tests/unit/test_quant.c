@@ -9,7 +9,7 @@
  * - vec_dot (scalar) against a double-precision dot of the dequantized operands (only float
  *   rounding may differ), and against the unquantized activations (the activation quantization
  *   error bound, computed per block);
- * - every SIMD level the CPU has (mp_type_ops_isa: "avx2", "avx512"; skipped with a message
+ * - every SIMD level the CPU has (mp_type_ops_isa: "avx2", "avx512", "amx"; skipped with a message
  *   where it has none) against the scalar reference on fresh random inputs at unaligned
  *   addresses (checks in quant_check.c); the seed comes from the clock (or MP_TEST_SEED) and is
  *   printed on failure;
@@ -25,6 +25,8 @@
 #include <time.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "kernels/cuda_sizes.h"
@@ -43,10 +45,15 @@ static const mp_type_ops *avx512_table(int type)
     return mp_type_ops_isa(type, "avx512");
 }
 
+static const mp_type_ops *amx_table(int type)
+{
+    return mp_type_ops_isa(type, "amx");
+}
+
 static const struct simd_level {
     const char *name;
     const mp_type_ops *(*table)(int type);
-} k_simd_levels[] = {{"avx2", avx2_table}, {"avx512", avx512_table}};
+} k_simd_levels[] = {{"avx2", avx2_table}, {"avx512", avx512_table}, {"amx", amx_table}};
 #define N_SIMD_LEVELS (int)(sizeof(k_simd_levels) / sizeof(k_simd_levels[0]))
 
 static int cpu_has_level(int level)
@@ -256,6 +263,23 @@ Test(quant, gemv_gemm_match_vec_dot)
         for (int l = 0; l < N_SIMD_LEVELS; l++)
             if (cpu_has_level(l))
                 check_rows(k_simd_levels[l].table(k_weight_types[t]), k_simd_levels[l].name);
+    }
+}
+
+/* The AMX level's tile GEMMs (Q4_K, Q6_K) against the scalar vec_dot, on the hardware; the same
+ * code's logic runs everywhere with AVX-512 in quant_amx_emul. */
+Test(quant, amx_tile_gemms_match_scalar)
+{
+    if (!mp_type_ops_isa(MP_TYPE_Q4_K, "amx"))
+        cr_skip_test("this CPU (or its OS) gives no AMX tiles (isa %s): the native tile GEMMs are not run here; "
+                     "quant_amx_emul runs their logic", mp_kernels_isa());
+    seed_rng();
+    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (int t = 0; t < 2; t++) {
+        const mp_type_ops *ops = mp_type_ops_isa(types[t], "amx"), *avx512 = mp_type_ops_isa(types[t], "avx512");
+        cr_assert(ops->gemm, "amx %s: no tile GEMM", mp_type_name(types[t]));
+        cr_assert_eq(ops->vec_dot, avx512->vec_dot, "amx %s: decode runs avx512's dot", mp_type_name(types[t]));
+        check_tile_gemm(ops, "amx");
     }
 }
 
@@ -598,8 +622,8 @@ Test(quant, type_table)
     cr_assert_eq(mp_quantize_activation(MP_TYPE_Q4_K, NULL, NULL, 0), -1);
 }
 
-/* The level this CPU should get, from an independent reading of cpuid (leaf 7 for VNNI). */
-static const char *expected_isa(void)
+/* The highest level this CPU has, from an independent reading of cpuid (leaf 7 for VNNI, AMX). */
+static const char *cpu_top_isa(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -609,10 +633,21 @@ static const char *expected_isa(void)
     const int vnni = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 11));
     const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vl") && vnni;
-    return avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
+    /* AMX-TILE and AMX-INT8 (leaf 7 EDX bits 24, 25), and Linux's grant of the tile state
+     * (arch_prctl ARCH_REQ_XCOMP_PERM 0x1023, XFEATURE_XTILEDATA 18) */
+    const int amx = avx512 && ((edx >> 24) & 3) == 3 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    return amx ? "amx" : avx512 ? "avx512" : avx2 ? "avx2" : "scalar";
 #else
     return "scalar";
 #endif
+}
+
+/* The level dispatched when MP_ISA names none: the CPU's highest, except amx, which runs only when
+ * asked for (kernels/cpu/dispatch.c) */
+static const char *expected_isa(void)
+{
+    const char *top = cpu_top_isa();
+    return strcmp(top, "amx") == 0 ? "avx512" : top;
 }
 
 /* The SIMD activation quantizers (Q8_K, Q8_0; used whenever the CPU has AVX2) against the scalar
@@ -684,16 +719,17 @@ Test(quant, dispatch_follows_cpu_and_force_scalar)
  * wins over the cap. mp_type_ops_isa refuses levels the CPU lacks. */
 Test(quant, isa_cap)
 {
-    const char *levels[] = {"scalar", "avx2", "avx512"};
-    const char *best = expected_isa();
-    int best_rank = 0;
-    for (int i = 0; i < 3; i++)
-        if (strcmp(levels[i], best) == 0)
-            best_rank = i;
-    for (int i = 0; i < 3; i++) {
+    const char *levels[] = {"scalar", "avx2", "avx512", "amx"};
+    const int n_levels = (int)(sizeof levels / sizeof levels[0]);
+    const char *best = expected_isa(), *top = cpu_top_isa();
+    int top_rank = 0;
+    for (int i = 0; i < n_levels; i++)
+        if (strcmp(levels[i], top) == 0)
+            top_rank = i;
+    for (int i = 0; i < n_levels; i++) {
         cr_assert_eq(mp_kernels_set_isa_cap(levels[i]), 0);
-        const char *want = i <= best_rank ? levels[i] : best;
-        cr_assert_str_eq(mp_kernels_isa(), want, "cap %s on a CPU whose best is %s", levels[i], best);
+        const char *want = i <= top_rank ? levels[i] : top; /* a cap above the top: the top, never amx */
+        cr_assert_str_eq(mp_kernels_isa(), want, "cap %s on a CPU whose top level is %s", levels[i], top);
         for (int t = 0; t < N_WEIGHT_TYPES; t++) {
             const mp_type_ops *ops = mp_type_ops_get(k_weight_types[t]);
             cr_assert_eq(ops, mp_type_ops_isa(k_weight_types[t], want), "cap %s: %s table", levels[i],
@@ -701,7 +737,7 @@ Test(quant, isa_cap)
             cr_assert_eq(ops->vec_dot_type, mp_type_ops_scalar(k_weight_types[t])->vec_dot_type);
             cr_assert_eq(ops->quantize_row, mp_type_ops_scalar(k_weight_types[t])->quantize_row);
         }
-        if (i > best_rank) {
+        if (i > top_rank) {
             cr_assert_null(mp_type_ops_isa(MP_TYPE_Q4_K, levels[i]), "%s table on a CPU without it", levels[i]);
             const char *w = mp_kernels_isa_warning(); /* a cap the CPU lacks is not silent */
             cr_assert(w && strstr(w, "this CPU's best is") && strstr(w, levels[i]), "%s", w ? w : "(none)");

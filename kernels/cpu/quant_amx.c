@@ -1,0 +1,308 @@
+/* kernels/cpu/quant_amx.c — AMX tile GEMMs for the prefill loop: Q4_K and Q6_K weight rows against
+ * Q8_K activation rows, 16 weight rows by up to 16 activation rows per tile product.
+ *
+ * Only called after dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid and
+ * Linux granted the tile state (mp_amx_enable); the level is "amx" (MP_ISA=avx512 turns it off).
+ * Its table is the AVX-512 table of the type with `gemm` set: decode (one activation row) runs the
+ * AVX-512 dots, prefill (mp_gemm_rows, MP_GEMM_AMX_MIN_ROWS rows or more) runs these.
+ *
+ * One tile product: C (tokens x weight rows, int32) += A (tokens x K bytes, the activations' signed
+ * quants, loaded straight from the Q8_K rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive
+ * quants of each weight row side by side, the layout the instructions want). B is built per super
+ * block and row block by 32-bit gathers over the 16 rows (lanes are rows), so the weights stay in
+ * the model's own layout: the host copy of the experts is shared with the GPU, which reads it as
+ * the file has it. One product per sub-block of the type (Q4_K: 8 of 32 quants, unsigned nibbles,
+ * tdpbsud; Q6_K: 16 of 16, q - 32 signed, tdpbssd, so its -32 needs no correction term); the
+ * integer sub-block sums are exact. The float part per token and super block, with lanes over the
+ * 16 weight rows: sum_j (d sc_j)[r] C_j - sum_j (dmin m_j)[r] bsum32_j (Q4_K's mins, from the
+ * activation's bsums), times the token's d. The results equal vec_dot's within float rounding (the
+ * same exact integer terms, summed in another order), not bit for bit; the tests check that bound.
+ *
+ * Tiles: 0/3 A, 1/4 B, 2/5 C for even and odd sub-blocks (two independent chains). A pass covers
+ * up to 64 activation rows in whole groups of 16, or the last partial group alone, so that the
+ * tile shapes change at most twice per row block (a partial group re-gathers its weights).
+ *
+ * Test-only build: with MP_AMX_EMULATED defined, the tile instructions come from a scalar model of
+ * them (tests/unit/amx_emul.h, which also checks every shape against the architecture's limits)
+ * and the table is exported as mp_type_ops_amx_emulated, so that the logic is tested on any CPU
+ * with AVX-512; the production build never defines it.
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+
+#ifdef MP_AMX_EMULATED
+#include "amx_emul.h"
+#define mp_type_ops_amx mp_type_ops_amx_emulated /* renames quant_impl.h's prototype too */
+#define mp_amx_enable mp_amx_enable_emulated
+#else
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "kernels/cpu/quant_impl.h"
+
+#define TOKENS_PER_PASS 64 /* activation rows per pass: 4 groups of 16 */
+
+typedef struct tile_config {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* Shapes for n_t activation rows, K bytes per sub-block product and n_r weight rows. */
+static void configure(int n_t, int k_bytes, int n_r)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int p = 0; p < 2; p++) {
+        cfg.rows[3 * p] = (uint8_t)n_t; /* A */
+        cfg.colsb[3 * p] = (uint16_t)k_bytes;
+        cfg.rows[3 * p + 1] = (uint8_t)(k_bytes / 4); /* B */
+        cfg.colsb[3 * p + 1] = (uint16_t)(4 * n_r);
+        cfg.rows[3 * p + 2] = (uint8_t)n_t; /* C */
+        cfg.colsb[3 * p + 2] = (uint16_t)(4 * n_r);
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* 16 halves (the low 16 bits of each lane) widened to floats */
+static inline __m512 f16_lanes(__m512i v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+static inline __m512i gather(__mmask16 live, __m512i idx, const uint8_t *base)
+{
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, base, 1);
+}
+
+/* byte q (0..3) of each lane, unsigned, as floats */
+static inline __m512 byte_u(__m512i v, int q)
+{
+    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * q), _mm512_set1_epi32(0xFF)));
+}
+
+/* Sub-blocks j and j + 1 as two independent products: A from the activations' quants (K_BYTES a
+ * sub-block, rows x_stride apart from QS), B from the prepared row block's B[j], C stored to C[j];
+ * DP is the product's form (the weights' signedness). */
+#define TILE_PAIR(DP, QS, K_BYTES, B, J, X_STRIDE, C)                 \
+    do {                                                              \
+        _tile_loadd(0, (QS) + (K_BYTES) * (J), (long)(X_STRIDE));    \
+        _tile_loadd(1, (B)[J], 64);                                   \
+        _tile_zero(2);                                                \
+        _tile_loadd(3, (QS) + (K_BYTES) * ((J) + 1), (long)(X_STRIDE)); \
+        _tile_loadd(4, (B)[(J) + 1], 64);                             \
+        _tile_zero(5);                                                \
+        DP(2, 0, 1);                                                  \
+        DP(5, 3, 4);                                                  \
+        _tile_stored(2, (C)[J], 64);                                  \
+        _tile_stored(5, (C)[(J) + 1], 64);                            \
+    } while (0)
+
+/* ---- Q4_K: 8 sub-blocks of 32, x = d sc_j q - dmin m_j ---- */
+
+typedef struct q4_K_prep {
+    _Alignas(64) uint8_t b[8][8][64]; /* B of each sub-block: 8 rows of 16 weight rows x 4 quants */
+    _Alignas(64) float sc[8][16];     /* d sc_j per weight row */
+    _Alignas(64) float mn[8][16];     /* dmin m_j per weight row */
+} q4_K_prep;
+
+/* Super block sb of the live rows (lanes) whose offsets from w are idx. */
+static void prep_q4_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, q4_K_prep *p)
+{
+    const uint8_t *blk = w + sb * (int64_t)sizeof(mp_block_q4_K);
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 4; c++) /* qs bytes 32c .. 32c + 31: sub-block 2c low, 2c + 1 high */
+        for (int kk = 0; kk < 8; kk++) {
+            const __m512i v = gather(live, idx, blk + offsetof(mp_block_q4_K, qs) + 32 * c + 4 * kk);
+            _mm512_store_si512(p->b[2 * c][kk], _mm512_and_si512(v, lo4));
+            _mm512_store_si512(p->b[2 * c + 1][kk], _mm512_and_si512(_mm512_srli_epi32(v, 4), lo4));
+        }
+    const __m512i dd = gather(live, idx, blk); /* d | dmin << 16 */
+    const __m512 d = f16_lanes(dd), dmin = f16_lanes(_mm512_srli_epi32(dd, 16));
+    const uint8_t *s = blk + offsetof(mp_block_q4_K, scales);
+    const __m512i a0 = gather(live, idx, s), a1 = gather(live, idx, s + 4), a2 = gather(live, idx, s + 8);
+    /* as mp_q4_K_unpack_scales, per lane */
+    const __m512i m6 = _mm512_set1_epi32(0x3F3F3F3F), m4 = _mm512_set1_epi32(0x0F0F0F0F),
+                  top = _mm512_set1_epi32(0x30303030);
+    const __m512i sc_lo = _mm512_and_si512(a0, m6), m_lo = _mm512_and_si512(a1, m6);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(a2, m4), _mm512_and_si512(_mm512_srli_epi32(a0, 2), top));
+    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4),
+                                         _mm512_and_si512(_mm512_srli_epi32(a1, 2), top));
+    for (int q = 0; q < 4; q++) {
+        _mm512_store_ps(p->sc[q], _mm512_mul_ps(d, byte_u(sc_lo, q)));
+        _mm512_store_ps(p->sc[4 + q], _mm512_mul_ps(d, byte_u(sc_hi, q)));
+        _mm512_store_ps(p->mn[q], _mm512_mul_ps(dmin, byte_u(m_lo, q)));
+        _mm512_store_ps(p->mn[4 + q], _mm512_mul_ps(dmin, byte_u(m_hi, q)));
+    }
+}
+
+/* One group of n_t activation rows (from xa: super block sb of the group's first row) against the
+ * prepared row block; acc[t] gains each row's super-block sum over the 16 weight-row lanes. */
+static void group_q4_K(const q4_K_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
+{
+    _Alignas(64) int32_t c[8][16][16];
+    const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);
+    for (int j = 0; j < 8; j += 2)
+        TILE_PAIR(_tile_dpbsud, qs, 32, p->b, j, x_stride, c);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < n_t; t++) {
+        const uint8_t *row = xa + (size_t)t * x_stride;
+        float da;
+        memcpy(&da, row + offsetof(mp_block_q8_K, d), sizeof da);
+        /* bsum32_j = bsums[2j] + bsums[2j + 1] */
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(row + offsetof(mp_block_q8_K, bsums)));
+        _Alignas(32) float b32[8];
+        _mm256_store_ps(b32, _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, ones)));
+        __m512 f = _mm512_setzero_ps();
+        for (int j = 0; j < 8; j++)
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][t])), _mm512_load_ps(p->sc[j]), f);
+        for (int j = 0; j < 8; j++)
+            f = _mm512_fnmadd_ps(_mm512_set1_ps(b32[j]), _mm512_load_ps(p->mn[j]), f);
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da), f, acc[t]);
+    }
+}
+
+/* ---- Q6_K: 16 sub-blocks of 16, x = d sc_j (q - 32) ---- */
+
+typedef struct q6_K_prep {
+    _Alignas(64) int8_t b[16][4][64]; /* B of each sub-block: 4 rows of 16 weight rows x 4 quants */
+    _Alignas(64) float sc[16][16];    /* d sc_j per weight row */
+} q6_K_prep;
+
+static void prep_q6_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, q6_K_prep *p)
+{
+    const uint8_t *blk = w + sb * (int64_t)sizeof(mp_block_q6_K);
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), lo2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
+    /* element 128h + 32s + l (l = 4kk .. 4kk + 3): low bits from ql[64h + 32(s & 1) + l] (low
+     * nibble for s < 2, high for s >= 2), top bits from qh[32h + l] >> 2s; sub-block 8h + 2s + kk / 4,
+     * B row kk % 4 */
+    for (int h = 0; h < 2; h++)
+        for (int kk = 0; kk < 8; kk++) {
+            const uint8_t *ql = blk + offsetof(mp_block_q6_K, ql) + 64 * h + 4 * kk;
+            const __m512i l0 = gather(live, idx, ql), l1 = gather(live, idx, ql + 32);
+            const __m512i hb = gather(live, idx, blk + offsetof(mp_block_q6_K, qh) + 32 * h + 4 * kk);
+            const __m512i lows[4] = {l0, l1, _mm512_srli_epi32(l0, 4), _mm512_srli_epi32(l1, 4)};
+            for (int s = 0; s < 4; s++) {
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(hb, 2 * s), lo2);
+                const __m512i q = _mm512_or_si512(_mm512_and_si512(lows[s], lo4), _mm512_slli_epi32(hi, 4));
+                _mm512_store_si512(p->b[8 * h + 2 * s + kk / 4][kk % 4], _mm512_sub_epi8(q, k32));
+            }
+        }
+    /* d: the half at bytes 208-209, the upper half of the dword at 206 (no read past the block) */
+    const __m512 d = f16_lanes(_mm512_srli_epi32(gather(live, idx, blk + offsetof(mp_block_q6_K, d) - 2), 16));
+    for (int i = 0; i < 4; i++) {
+        const __m512i v = gather(live, idx, blk + offsetof(mp_block_q6_K, scales) + 4 * i);
+        for (int q = 0; q < 4; q++) { /* scale 4i + q: byte q, sign-extended */
+            const __m512i s = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * q), 24);
+            _mm512_store_ps(p->sc[4 * i + q], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)));
+        }
+    }
+}
+
+static void group_q6_K(const q6_K_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
+{
+    _Alignas(64) int32_t c[16][16][16];
+    const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);
+    for (int j = 0; j < 16; j += 2)
+        TILE_PAIR(_tile_dpbssd, qs, 16, p->b, j, x_stride, c);
+    for (int t = 0; t < n_t; t++) {
+        float da;
+        memcpy(&da, xa + (size_t)t * x_stride + offsetof(mp_block_q8_K, d), sizeof da);
+        __m512 f = _mm512_setzero_ps();
+        for (int j = 0; j < 16; j++)
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][t])), _mm512_load_ps(p->sc[j]), f);
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da), f, acc[t]);
+    }
+}
+
+/* ---- the row loop, one per type ---- */
+
+/* The loop both types share: row blocks of 16, passes of activation rows (whole groups of 16 up to
+ * TOKENS_PER_PASS, or the last partial group), super blocks; PREP builds a row block's B and scales
+ * for one super block into P, GROUP runs one group against them. */
+#define AMX_GEMM(NAME, PREP_T, PREP, GROUP, K_BYTES)                                                        \
+    static void NAME(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x,             \
+                     size_t x_stride, int64_t n_x, float *y, int64_t y_stride)                              \
+    {                                                                                                       \
+        const int64_t nb = n / MP_QK_K;                                                                     \
+        const uint8_t *wb = w, *xb = x;                                                                     \
+        _Alignas(64) PREP_T p;                                                                              \
+        __m512 acc[TOKENS_PER_PASS];                                                                        \
+        int shape_t = -1, shape_r = -1;                                                                     \
+        const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);       \
+        const __m512i idx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)row_bytes));                    \
+        for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {                                                      \
+            const int n_r = (int)(n_rows - r0 < 16 ? n_rows - r0 : 16);                                     \
+            const __mmask16 live = (__mmask16)((1u << n_r) - 1);                                            \
+            const uint8_t *wr = wb + (size_t)r0 * row_bytes;                                                \
+            for (int64_t t0 = 0; t0 < n_x;) {                                                               \
+                const int64_t left = n_x - t0;                                                              \
+                const int64_t n_pass = left >= 16 ? (left < TOKENS_PER_PASS ? left / 16 * 16 : TOKENS_PER_PASS) \
+                                                   : left;                                                  \
+                const int n_t = n_pass >= 16 ? 16 : (int)n_pass;                                            \
+                if (n_t != shape_t || n_r != shape_r) {                                                     \
+                    configure(n_t, K_BYTES, n_r);                                                           \
+                    shape_t = n_t;                                                                          \
+                    shape_r = n_r;                                                                          \
+                }                                                                                           \
+                for (int64_t t = 0; t < n_pass; t++)                                                        \
+                    acc[t] = _mm512_setzero_ps();                                                           \
+                for (int64_t sb = 0; sb < nb; sb++) {                                                       \
+                    PREP(wr, idx, live, sb, &p);                                                            \
+                    for (int64_t g = 0; g < n_pass; g += n_t)                                               \
+                        GROUP(&p, xb + (size_t)(t0 + g) * x_stride + (size_t)sb * sizeof(mp_block_q8_K),    \
+                              x_stride, n_t, acc + g);                                                      \
+                }                                                                                           \
+                for (int64_t t = 0; t < n_pass; t++)                                                        \
+                    _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r0, live, acc[t]);                      \
+                t0 += n_pass;                                                                               \
+            }                                                                                               \
+        }                                                                                                   \
+        _tile_release();                                                                                    \
+    }
+
+AMX_GEMM(gemm_q4_K, q4_K_prep, prep_q4_K, group_q4_K, 32)
+AMX_GEMM(gemm_q6_K, q6_K_prep, prep_q6_K, group_q6_K, 16)
+
+/* ---- the table ---- */
+
+static mp_type_ops g_amx_ops[2];
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+
+static void build_table(void)
+{
+    g_amx_ops[0] = *mp_type_ops_avx512(MP_TYPE_Q4_K);
+    g_amx_ops[0].gemm = gemm_q4_K;
+    g_amx_ops[1] = *mp_type_ops_avx512(MP_TYPE_Q6_K);
+    g_amx_ops[1].gemm = gemm_q6_K;
+}
+
+const mp_type_ops *mp_type_ops_amx(int type)
+{
+    pthread_once(&g_amx_once, build_table);
+    for (size_t i = 0; i < sizeof g_amx_ops / sizeof g_amx_ops[0]; i++)
+        if (g_amx_ops[i].type == type)
+            return &g_amx_ops[i];
+    return NULL;
+}
+
+#ifndef MP_AMX_EMULATED
+/* Linux (5.16 on) hands a process the tile registers' state only when asked for it. */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+int mp_amx_enable(void)
+{
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 0 : -1;
+}
+#else
+int mp_amx_enable(void)
+{
+    return 0;
+}
+#endif

@@ -1,0 +1,56 @@
+/* tests/unit/test_quant_amx_emul.c — kernels/cpu/quant_amx.c's logic on any CPU with AVX-512.
+ *
+ * tests/meson.build compiles a test-only copy of quant_amx.c with -DMP_AMX_EMULATED: its tile
+ * instructions then come from a scalar model (tests/unit/amx_emul.h, which also refuses shapes the
+ * hardware would refuse), its AVX-512 code runs natively, and its table is exported as
+ * mp_type_ops_amx_emulated. The tile GEMMs are compared with the scalar vec_dot on fresh random
+ * rows (quant_check.c's check_tile_gemm: row and activation counts around the 16-row tiles and the
+ * passes of 64, unaligned rows, nothing written outside the output's range). What this cannot show
+ * is that the hardware behaves as the model says; test_quant.c's amx test checks the native table
+ * on a CPU with AMX. Skipped, saying so, on a CPU without AVX-512.
+ */
+#include <criterion/criterion.h>
+
+#include "kernels/quant.h"
+#include "quant_check.h"
+
+const mp_type_ops *mp_type_ops_amx_emulated(int type);
+
+static void need_avx512(void)
+{
+    if (!mp_type_ops_isa(MP_TYPE_Q4_K, "avx512"))
+        cr_skip_test("this CPU has no AVX-512 (isa %s): the emulated tiles' AVX-512 code cannot run here",
+                     mp_kernels_isa());
+}
+
+Test(quant_amx_emul, table_is_avx512_with_tile_gemms)
+{
+    need_avx512();
+    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    for (int t = 0; t < 2; t++) {
+        const mp_type_ops *emu = mp_type_ops_amx_emulated(types[t]), *avx = mp_type_ops_isa(types[t], "avx512");
+        cr_assert_not_null(emu, "%s: no emulated AMX table", mp_type_name(types[t]));
+        cr_assert_not_null(emu->gemm, "%s: no tile GEMM", mp_type_name(types[t]));
+        cr_assert_eq(emu->vec_dot, avx->vec_dot, "%s: decode runs avx512's dot", mp_type_name(types[t]));
+        cr_assert_eq(emu->vec_dot_multi, avx->vec_dot_multi);
+        cr_assert_eq(emu->dequantize_row, avx->dequantize_row);
+        cr_assert_eq(emu->quantize_row, avx->quantize_row);
+    }
+    cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_Q8_0), "Q8_0 has no tile GEMM");
+}
+
+Test(quant_amx_emul, tile_gemms_match_scalar)
+{
+    need_avx512();
+    seed_rng();
+    check_tile_gemm(mp_type_ops_amx_emulated(MP_TYPE_Q4_K), "amx-emulated");
+    check_tile_gemm(mp_type_ops_amx_emulated(MP_TYPE_Q6_K), "amx-emulated");
+}
+
+Test(quant_amx_emul, row_loops_match_scalar)
+{
+    need_avx512();
+    seed_rng();
+    check_rows(mp_type_ops_amx_emulated(MP_TYPE_Q4_K), "amx-emulated");
+    check_rows(mp_type_ops_amx_emulated(MP_TYPE_Q6_K), "amx-emulated");
+}
