@@ -3,7 +3,7 @@
  * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
  * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
  *   amx     avx512 and AMX-TILE + AMX-INT8, the tile state granted by Linux: quant_amx.c (the
- *           prefill GEMMs of Q4_K and Q6_K; every other kernel is avx512's); only when MP_ISA
+ *           prefill GEMMs of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; every other kernel is avx512's); only when MP_ISA
  *           names it (ISA_UNASKED_TOP)
  *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
  *   avx2    AVX2 + FMA + F16C: quant_avx2.c

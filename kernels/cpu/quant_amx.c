@@ -1,22 +1,24 @@
-/* kernels/cpu/quant_amx.c — AMX tile GEMMs for the prefill loop: Q4_K and Q6_K weight rows against
- * Q8_K activation rows, 16 weight rows by up to 16 activation rows per tile product.
+/* kernels/cpu/quant_amx.c — AMX tile GEMMs for the prefill loop: Q4_K, Q5_K and Q6_K weight rows
+ * against Q8_K activation rows, Q4_0 and Q8_0 against Q8_0 ones, 16 weight rows by up to 16
+ * activation rows per tile product.
  *
- * Only called after dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid and
- * Linux granted the tile state (mp_amx_enable); the level is "amx" (MP_ISA=avx512 turns it off).
- * Its table is the AVX-512 table of the type with `gemm` set: decode (one activation row) runs the
- * AVX-512 dots, prefill (mp_gemm_rows, MP_GEMM_AMX_MIN_ROWS rows or more) runs these.
+ * Only called where dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid,
+ * Linux granted the tile state (mp_amx_enable) and MP_ISA=amx asked for the level. Its table is the
+ * AVX-512 table of the type with `gemm` set: decode (one activation row) runs the AVX-512 dots,
+ * prefill (mp_gemm_rows, MP_GEMM_AMX_MIN_ROWS rows or more) runs these.
  *
  * One tile product: C (tokens x weight rows, int32) += A (tokens x K bytes, the activations' signed
- * quants, loaded straight from the Q8_K rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive
- * quants of each weight row side by side, the layout the instructions want). B is built per super
- * block and row block by 32-bit gathers over the 16 rows (lanes are rows), so the weights stay in
- * the model's own layout: the host copy of the experts is shared with the GPU, which reads it as
- * the file has it. One product per sub-block of the type (Q4_K: 8 of 32 quants, unsigned nibbles,
- * tdpbsud; Q6_K: 16 of 16, q - 32 signed, tdpbssd, so its -32 needs no correction term); the
- * integer sub-block sums are exact. The float part per token and super block, with lanes over the
- * 16 weight rows: sum_j (d sc_j)[r] C_j - sum_j (dmin m_j)[r] bsum32_j (Q4_K's mins, from the
- * activation's bsums), times the token's d. The results equal vec_dot's within float rounding (the
- * same exact integer terms, summed in another order), not bit for bit; the tests check that bound.
+ * quants, loaded straight from their rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive quants
+ * of each weight row side by side, the layout the instructions want). B is built per step of 256
+ * elements and row block by 32-bit gathers over the 16 rows (lanes are rows), so the weights stay
+ * in the model's own layout: the host copy of the experts is shared with the GPU, which reads it as
+ * the file has it. One product per sub-block of the type (Q4_K, Q5_K: 8 of 32 unsigned quants,
+ * tdpbsud; Q6_K: 16 of 16, q - 32 signed, tdpbssd, so its -32 needs no correction term; Q4_0 and
+ * Q8_0: one per block of 32, signed); the integer sums are exact. The float part per token and
+ * step, with lanes over the 16 weight rows: for the K-quants sum_j (d sc_j)[r] C_j - sum_j (dmin
+ * m_j)[r] bsum32_j (the mins, from the activation's bsums), times the token's d; for Q4_0/Q8_0
+ * sum_b d_w[r] d_x C_b. The results equal vec_dot's within float rounding (the same exact integer
+ * terms, summed in another order), not bit for bit; the tests check that bound.
  *
  * Tiles: 0/3 A, 1/4 B, 2/5 C for even and odd sub-blocks (two independent chains). A pass covers
  * up to 64 activation rows in whole groups of 16, or the last partial group alone, so that the
@@ -25,8 +27,7 @@
  * Test-only build: with MP_AMX_EMULATED defined, the tile instructions come from a scalar model of
  * them (tests/unit/amx_emul.h, which also checks every shape against the architecture's limits)
  * and the table is exported as mp_type_ops_amx_emulated, so that the logic is tested on any CPU
- * with AVX-512; the production build never defines it.
- */
+ * with AVX-512; the production build never defines it. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
@@ -86,24 +87,35 @@ static inline __m512 byte_u(__m512i v, int q)
     return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * q), _mm512_set1_epi32(0xFF)));
 }
 
-/* Sub-blocks j and j + 1 as two independent products: A from the activations' quants (K_BYTES a
- * sub-block, rows x_stride apart from QS), B from the prepared row block's B[j], C stored to C[j];
+/* One product (tiles 0, 1, 2): A from A_PTR (rows X_STRIDE apart), B from B_PTR, C stored to C_PTR;
  * DP is the product's form (the weights' signedness). */
-#define TILE_PAIR(DP, QS, K_BYTES, B, J, X_STRIDE, C)                 \
-    do {                                                              \
-        _tile_loadd(0, (QS) + (K_BYTES) * (J), (long)(X_STRIDE));    \
-        _tile_loadd(1, (B)[J], 64);                                   \
-        _tile_zero(2);                                                \
-        _tile_loadd(3, (QS) + (K_BYTES) * ((J) + 1), (long)(X_STRIDE)); \
-        _tile_loadd(4, (B)[(J) + 1], 64);                             \
-        _tile_zero(5);                                                \
-        DP(2, 0, 1);                                                  \
-        DP(5, 3, 4);                                                  \
-        _tile_stored(2, (C)[J], 64);                                  \
-        _tile_stored(5, (C)[(J) + 1], 64);                            \
+#define TILE_ONE(DP, A_PTR, B_PTR, X_STRIDE, C_PTR) \
+    do {                                            \
+        _tile_loadd(0, (A_PTR), (long)(X_STRIDE));  \
+        _tile_loadd(1, (B_PTR), 64);                \
+        _tile_zero(2);                              \
+        DP(2, 0, 1);                                \
+        _tile_stored(2, (C_PTR), 64);               \
     } while (0)
 
-/* ---- Q4_K: 8 sub-blocks of 32, x = d sc_j q - dmin m_j ---- */
+/* Sub-blocks j and j + 1 as two independent products (tiles 0-2 and 3-5): A from the activations'
+ * quants, sub-block j's A_STEP * j bytes past QS, B from B[j], C stored to C[j]. */
+#define TILE_PAIR(DP, QS, A_STEP, B, J, X_STRIDE, C)                      \
+    do {                                                                  \
+        _tile_loadd(0, (QS) + (A_STEP) * (J), (long)(X_STRIDE));         \
+        _tile_loadd(1, (B)[J], 64);                                       \
+        _tile_zero(2);                                                    \
+        _tile_loadd(3, (QS) + (A_STEP) * ((J) + 1), (long)(X_STRIDE));   \
+        _tile_loadd(4, (B)[(J) + 1], 64);                                 \
+        _tile_zero(5);                                                    \
+        DP(2, 0, 1);                                                      \
+        DP(5, 3, 4);                                                      \
+        _tile_stored(2, (C)[J], 64);                                      \
+        _tile_stored(5, (C)[(J) + 1], 64);                                \
+    } while (0)
+
+/* ---- Q4_K and Q5_K: 8 sub-blocks of 32, x = d sc_j q - dmin m_j (q: a nibble, Q5_K's topped up
+ * with its fifth bit) ---- */
 
 typedef struct q4_K_prep {
     _Alignas(64) uint8_t b[8][8][64]; /* B of each sub-block: 8 rows of 16 weight rows x 4 quants */
@@ -111,17 +123,26 @@ typedef struct q4_K_prep {
     _Alignas(64) float mn[8][16];     /* dmin m_j per weight row */
 } q4_K_prep;
 
-/* Super block sb of the live rows (lanes) whose offsets from w are idx. */
-static void prep_q4_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, q4_K_prep *p)
+/* Super block sb of the live rows (lanes) whose offsets from w are idx; blocks of block_bytes with
+ * Q4_K's d, dmin and scales at its start, the nibbles at qs_off and, for Q5_K, the fifth bits at
+ * qh_off (-1: none). */
+static void prep_q45_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, q4_K_prep *p, size_t block_bytes,
+                       size_t qs_off, int qh_off)
 {
-    const uint8_t *blk = w + sb * (int64_t)sizeof(mp_block_q4_K);
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
-    for (int c = 0; c < 4; c++) /* qs bytes 32c .. 32c + 31: sub-block 2c low, 2c + 1 high */
-        for (int kk = 0; kk < 8; kk++) {
-            const __m512i v = gather(live, idx, blk + offsetof(mp_block_q4_K, qs) + 32 * c + 4 * kk);
-            _mm512_store_si512(p->b[2 * c][kk], _mm512_and_si512(v, lo4));
-            _mm512_store_si512(p->b[2 * c + 1][kk], _mm512_and_si512(_mm512_srli_epi32(v, 4), lo4));
+    const uint8_t *blk = w + (size_t)sb * block_bytes;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), bit = _mm512_set1_epi8(0x01);
+    for (int kk = 0; kk < 8; kk++) {
+        /* the fifth bits of elements 32j + 4kk .. + 3: bit j of qh bytes 4kk .. 4kk + 3 */
+        const __m512i hb = qh_off >= 0 ? gather(live, idx, blk + qh_off + 4 * kk) : _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) { /* qs bytes 32c .. 32c + 31: sub-block 2c low, 2c + 1 high */
+            const __m512i v = gather(live, idx, blk + qs_off + 32 * c + 4 * kk);
+            const __m512i h0 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * c), bit), 4);
+            const __m512i h1 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * c + 1), bit), 4);
+            _mm512_store_si512(p->b[2 * c][kk], _mm512_or_si512(_mm512_and_si512(v, lo4), h0));
+            _mm512_store_si512(p->b[2 * c + 1][kk],
+                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4), h1));
         }
+    }
     const __m512i dd = gather(live, idx, blk); /* d | dmin << 16 */
     const __m512 d = f16_lanes(dd), dmin = f16_lanes(_mm512_srli_epi32(dd, 16));
     const uint8_t *s = blk + offsetof(mp_block_q4_K, scales);
@@ -141,9 +162,23 @@ static void prep_q4_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb,
     }
 }
 
+static void prep_q4_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q4_K_prep *p)
+{
+    (void)n;
+    prep_q45_K(w, idx, live, sb, p, sizeof(mp_block_q4_K), offsetof(mp_block_q4_K, qs), -1);
+}
+
+static void prep_q5_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q4_K_prep *p)
+{
+    (void)n;
+    prep_q45_K(w, idx, live, sb, p, sizeof(mp_block_q5_K), offsetof(mp_block_q5_K, qs),
+               (int)offsetof(mp_block_q5_K, qh));
+}
+
 /* One group of n_t activation rows (from xa: super block sb of the group's first row) against the
- * prepared row block; acc[t] gains each row's super-block sum over the 16 weight-row lanes. */
-static void group_q4_K(const q4_K_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
+ * prepared row block; acc[t] gains each row's super-block sum over the 16 weight-row lanes. The
+ * quants are unsigned (nibbles, Q5_K's 0..31): tdpbsud. */
+static void group_q45_K(const q4_K_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
 {
     _Alignas(64) int32_t c[8][16][16];
     const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);
@@ -174,8 +209,9 @@ typedef struct q6_K_prep {
     _Alignas(64) float sc[16][16];    /* d sc_j per weight row */
 } q6_K_prep;
 
-static void prep_q6_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, q6_K_prep *p)
+static void prep_q6_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q6_K_prep *p)
 {
+    (void)n;
     const uint8_t *blk = w + sb * (int64_t)sizeof(mp_block_q6_K);
     const __m512i lo4 = _mm512_set1_epi8(0x0F), lo2 = _mm512_set1_epi8(0x03), k32 = _mm512_set1_epi8(32);
     /* element 128h + 32s + l (l = 4kk .. 4kk + 3): low bits from ql[64h + 32(s & 1) + l] (low
@@ -220,16 +256,84 @@ static void group_q6_K(const q6_K_prep *p, const uint8_t *xa, size_t x_stride, i
     }
 }
 
+/* ---- Q8_0 and Q4_0 against Q8_0 activations: blocks of 32, x = d q; a step is 8 blocks (fewer
+ * at a row's end) ---- */
+
+#define Q0_STEP 8 /* blocks per step: 256 elements, a K-quant super block's */
+
+typedef struct q0_prep {
+    _Alignas(64) int8_t b[Q0_STEP][8][64]; /* B of each block: 8 rows of 16 weight rows x 4 quants */
+    _Alignas(64) float d[Q0_STEP][16];     /* d per weight row */
+    int n_blocks;                          /* in this step */
+} q0_prep;
+
+static int step_blocks(int64_t sb, int64_t n)
+{
+    const int64_t left = n / 32 - sb * Q0_STEP;
+    return (int)(left < Q0_STEP ? left : Q0_STEP);
+}
+
+static void prep_q8_0(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    p->n_blocks = step_blocks(sb, n);
+    for (int j = 0; j < p->n_blocks; j++) {
+        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_q8_0);
+        for (int kk = 0; kk < 8; kk++)
+            _mm512_store_si512(p->b[j][kk], gather(live, idx, blk + offsetof(mp_block_q8_0, qs) + 4 * kk));
+        _mm512_store_ps(p->d[j], f16_lanes(gather(live, idx, blk))); /* d and the first two quants */
+    }
+}
+
+static void prep_q4_0(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), k8 = _mm512_set1_epi8(8);
+    p->n_blocks = step_blocks(sb, n);
+    for (int j = 0; j < p->n_blocks; j++) {
+        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_q4_0);
+        for (int kk = 0; kk < 4; kk++) { /* elements 4kk .. + 3 low nibbles, 16 + 4kk .. high */
+            const __m512i v = gather(live, idx, blk + offsetof(mp_block_q4_0, qs) + 4 * kk);
+            _mm512_store_si512(p->b[j][kk], _mm512_sub_epi8(_mm512_and_si512(v, lo4), k8));
+            _mm512_store_si512(p->b[j][4 + kk],
+                               _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4), k8));
+        }
+        _mm512_store_ps(p->d[j], f16_lanes(gather(live, idx, blk)));
+    }
+}
+
+static void group_q0(const q0_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
+{
+    _Alignas(64) int32_t c[Q0_STEP][16][16];
+    const uint8_t *qs = xa + offsetof(mp_block_q8_0, qs);
+    const size_t a_step = sizeof(mp_block_q8_0);
+    int j = 0;
+    for (; j + 1 < p->n_blocks; j += 2)
+        TILE_PAIR(_tile_dpbssd, qs, a_step, p->b, j, x_stride, c);
+    if (j < p->n_blocks)
+        TILE_ONE(_tile_dpbssd, qs + a_step * (size_t)j, p->b[j], x_stride, c[j]);
+    for (int t = 0; t < n_t; t++) {
+        const uint8_t *row = xa + (size_t)t * x_stride;
+        __m512 f = _mm512_setzero_ps();
+        for (int b = 0; b < p->n_blocks; b++) {
+            mp_f16 h;
+            memcpy(&h, row + (size_t)b * a_step + offsetof(mp_block_q8_0, d), sizeof h);
+            const __m512 dd = _mm512_mul_ps(_mm512_load_ps(p->d[b]), _mm512_set1_ps(_cvtsh_ss(h)));
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[b][t])), dd, f);
+        }
+        acc[t] = _mm512_add_ps(acc[t], f);
+    }
+}
+
 /* ---- the row loop, one per type ---- */
 
-/* The loop both types share: row blocks of 16, passes of activation rows (whole groups of 16 up to
- * TOKENS_PER_PASS, or the last partial group), super blocks; PREP builds a row block's B and scales
- * for one super block into P, GROUP runs one group against them. */
-#define AMX_GEMM(NAME, PREP_T, PREP, GROUP, K_BYTES)                                                        \
+/* The loop all types share: row blocks of 16, passes of activation rows (whole groups of 16 up to
+ * TOKENS_PER_PASS, or the last partial group), steps of 256 elements; PREP builds a row block's B
+ * and scales for one step into P, GROUP runs one group against them. A step of the activations is
+ * X_STEP bytes; K_BYTES the quants of one product. */
+#define AMX_GEMM(NAME, PREP_T, PREP, GROUP, K_BYTES, X_STEP)                                                \
     static void NAME(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x,             \
                      size_t x_stride, int64_t n_x, float *y, int64_t y_stride)                              \
     {                                                                                                       \
-        const int64_t nb = n / MP_QK_K;                                                                     \
+        const int64_t nb = (n + MP_QK_K - 1) / MP_QK_K;                                                     \
         const uint8_t *wb = w, *xb = x;                                                                     \
         _Alignas(64) PREP_T p;                                                                              \
         __m512 acc[TOKENS_PER_PASS];                                                                        \
@@ -253,10 +357,10 @@ static void group_q6_K(const q6_K_prep *p, const uint8_t *xa, size_t x_stride, i
                 for (int64_t t = 0; t < n_pass; t++)                                                        \
                     acc[t] = _mm512_setzero_ps();                                                           \
                 for (int64_t sb = 0; sb < nb; sb++) {                                                       \
-                    PREP(wr, idx, live, sb, &p);                                                            \
+                    PREP(wr, idx, live, sb, n, &p);                                                         \
                     for (int64_t g = 0; g < n_pass; g += n_t)                                               \
-                        GROUP(&p, xb + (size_t)(t0 + g) * x_stride + (size_t)sb * sizeof(mp_block_q8_K),    \
-                              x_stride, n_t, acc + g);                                                      \
+                        GROUP(&p, xb + (size_t)(t0 + g) * x_stride + (size_t)sb * (X_STEP), x_stride, n_t,   \
+                              acc + g);                                                                     \
                 }                                                                                           \
                 for (int64_t t = 0; t < n_pass; t++)                                                        \
                     _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + r0, live, acc[t]);                      \
@@ -266,20 +370,30 @@ static void group_q6_K(const q6_K_prep *p, const uint8_t *xa, size_t x_stride, i
         _tile_release();                                                                                    \
     }
 
-AMX_GEMM(gemm_q4_K, q4_K_prep, prep_q4_K, group_q4_K, 32)
-AMX_GEMM(gemm_q6_K, q6_K_prep, prep_q6_K, group_q6_K, 16)
+AMX_GEMM(gemm_q4_K, q4_K_prep, prep_q4_K, group_q45_K, 32, sizeof(mp_block_q8_K))
+AMX_GEMM(gemm_q5_K, q4_K_prep, prep_q5_K, group_q45_K, 32, sizeof(mp_block_q8_K))
+AMX_GEMM(gemm_q6_K, q6_K_prep, prep_q6_K, group_q6_K, 16, sizeof(mp_block_q8_K))
+AMX_GEMM(gemm_q8_0, q0_prep, prep_q8_0, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
+AMX_GEMM(gemm_q4_0, q0_prep, prep_q4_0, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
 
 /* ---- the table ---- */
 
-static mp_type_ops g_amx_ops[2];
+static const struct {
+    int type;
+    void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
+} k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0}, {MP_TYPE_Q8_0, gemm_q8_0}, {MP_TYPE_Q4_K, gemm_q4_K},
+               {MP_TYPE_Q5_K, gemm_q5_K}, {MP_TYPE_Q6_K, gemm_q6_K}};
+#define N_GEMMS (sizeof k_gemms / sizeof k_gemms[0])
+
+static mp_type_ops g_amx_ops[N_GEMMS];
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 
 static void build_table(void)
 {
-    g_amx_ops[0] = *mp_type_ops_avx512(MP_TYPE_Q4_K);
-    g_amx_ops[0].gemm = gemm_q4_K;
-    g_amx_ops[1] = *mp_type_ops_avx512(MP_TYPE_Q6_K);
-    g_amx_ops[1].gemm = gemm_q6_K;
+    for (size_t i = 0; i < N_GEMMS; i++) {
+        g_amx_ops[i] = *mp_type_ops_avx512(k_gemms[i].type);
+        g_amx_ops[i].gemm = k_gemms[i].gemm;
+    }
 }
 
 const mp_type_ops *mp_type_ops_amx(int type)

@@ -148,7 +148,7 @@ const mp_type_ops *mp_type_ops_avx2(int type);   /* quant_avx2.c: AVX2 + FMA + F
 void mp_quantize_row_q8_K_avx2(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_0_avx2(const float *src, void *dst, int64_t n);
 const mp_type_ops *mp_type_ops_avx512(int type); /* quant_avx512.c: AVX-512 F/BW/VL + VNNI */
-/* quant_amx.c: the AVX-512 table of Q4_K and Q6_K with the AMX tile GEMMs (gemm) */
+/* quant_amx.c: the AVX-512 table of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K with the AMX tile GEMMs (gemm) */
 const mp_type_ops *mp_type_ops_amx(int type);
 /* quant_amx.c: asks Linux for the tile registers' state (arch_prctl); 0 when granted */
 int mp_amx_enable(void);

@@ -16,6 +16,10 @@
 
 const mp_type_ops *mp_type_ops_amx_emulated(int type);
 
+/* the weight types with tile GEMMs */
+static const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+#define N_TILE_TYPES (int)(sizeof types / sizeof types[0])
+
 static void need_avx512(void)
 {
     if (!mp_type_ops_isa(MP_TYPE_Q4_K, "avx512"))
@@ -26,8 +30,7 @@ static void need_avx512(void)
 Test(quant_amx_emul, table_is_avx512_with_tile_gemms)
 {
     need_avx512();
-    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q6_K};
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < N_TILE_TYPES; t++) {
         const mp_type_ops *emu = mp_type_ops_amx_emulated(types[t]), *avx = mp_type_ops_isa(types[t], "avx512");
         cr_assert_not_null(emu, "%s: no emulated AMX table", mp_type_name(types[t]));
         cr_assert_not_null(emu->gemm, "%s: no tile GEMM", mp_type_name(types[t]));
@@ -36,21 +39,22 @@ Test(quant_amx_emul, table_is_avx512_with_tile_gemms)
         cr_assert_eq(emu->dequantize_row, avx->dequantize_row);
         cr_assert_eq(emu->quantize_row, avx->quantize_row);
     }
-    cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_Q8_0), "Q8_0 has no tile GEMM");
+    cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_Q2_K), "Q2_K has no tile GEMM");
+    cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_F16), "F16 has no tile GEMM");
 }
 
 Test(quant_amx_emul, tile_gemms_match_scalar)
 {
     need_avx512();
     seed_rng();
-    check_tile_gemm(mp_type_ops_amx_emulated(MP_TYPE_Q4_K), "amx-emulated");
-    check_tile_gemm(mp_type_ops_amx_emulated(MP_TYPE_Q6_K), "amx-emulated");
+    for (int t = 0; t < N_TILE_TYPES; t++)
+        check_tile_gemm(mp_type_ops_amx_emulated(types[t]), "amx-emulated");
 }
 
 Test(quant_amx_emul, row_loops_match_scalar)
 {
     need_avx512();
     seed_rng();
-    check_rows(mp_type_ops_amx_emulated(MP_TYPE_Q4_K), "amx-emulated");
-    check_rows(mp_type_ops_amx_emulated(MP_TYPE_Q6_K), "amx-emulated");
+    for (int t = 0; t < N_TILE_TYPES; t++)
+        check_rows(mp_type_ops_amx_emulated(types[t]), "amx-emulated");
 }
