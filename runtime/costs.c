@@ -524,6 +524,15 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return bad(c, "$.version", "%.0f: expected 1", version);
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "device")) && !cJSON_IsObject(v))
         return bad(c, "$.device", "expected an object (free-form description of the machine)");
+    const cJSON *kl = v ? cJSON_GetObjectItemCaseSensitive(v, "cpu_kernels") : NULL;
+    if (kl) { /* a level's name: lower-case letters and digits */
+        bool ok = cJSON_IsString(kl) && kl->valuestring[0] && strlen(kl->valuestring) < sizeof out->cpu_kernels;
+        for (const char *p = ok ? kl->valuestring : ""; *p; p++)
+            ok = ok && ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9'));
+        if (!ok)
+            return bad(c, "$.device.cpu_kernels", "expected the name of a CPU kernel level (\"avx512\", ...)");
+        snprintf(out->cpu_kernels, sizeof out->cpu_kernels, "%s", kl->valuestring);
+    }
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "notes")) && !cJSON_IsString(v))
         return bad(c, "$.notes", "expected a string");
     unsigned listed;

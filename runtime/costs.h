@@ -123,6 +123,9 @@ typedef struct mp_costs {
     double non_moe_keys, non_moe_per_key_ns;
     bool non_moe_linear;
     unsigned absent;        /* MP_COST_ABSENT_* bits: GPU measurements listed in $.missing */
+    /* optional $.device.cpu_kernels: the CPU kernel level calibrate ran (mp_kernels_isa: "avx512",
+     * ...); "" when the file does not say */
+    char cpu_kernels[16];
 } mp_costs;
 
 /* Bits of mp_costs.absent. An absent curve has n_points 0, an absent list n_gpu_expert 0. */

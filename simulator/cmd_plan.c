@@ -25,6 +25,7 @@
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
 #include "base/numparse.h"
+#include "kernels/quant.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
 #include "simulator/simulate.h"
@@ -295,7 +296,8 @@ static double check_level_gbs(const mp_costs *c, const check_result *r)
 /* The check's measured speed beside the prediction and, where its CPU experts ran, beside the
  * prediction at the memory rate they had (pred_level at the host level `level`, check_level_gbs;
  * 0: not made); a warning where the two do
- * not compare (a CPU executor) or differ by more than 10 % (with the likely cause: the host's memory
+ * not compare (a CPU executor) or differ by more than 10 % (with the likely cause: the CPU kernels when
+ * the calibration ran another level than this process; the host's memory
  * when its CPU experts' rate was more than 10 % from the grid's and the prediction at that rate
  * holds; else the host's read bandwidth when the probes moved; else an uncosted path or a stale
  * calibration). */
@@ -316,7 +318,10 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
         char cause[256];
-        if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
+        if (c->cpu_kernels[0] && strcmp(c->cpu_kernels, mp_kernels_isa()) != 0)
+            snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (MP_ISA; "
+                     "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
+        else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
                      "calibration's at %.1f (a busier or a quieter host: check again later, or `simulate "
                      "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, grid, level);

@@ -13,6 +13,7 @@
 
 #include "base/sha256.h"
 #include "base/atomic_file.h"
+#include "kernels/quant.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
@@ -224,6 +225,9 @@ static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r
                  (unsigned long long)r->gpu.expert_bytes);
         r->gpu.expert_bytes = (uint64_t)r->facts.expert_bytes;
     }
+    if (r->costs.cpu_kernels[0] && strcmp(r->costs.cpu_kernels, mp_kernels_isa()) != 0)
+        add_note(r, "the costs were calibrated with the %s CPU kernels, this process dispatches %s (MP_ISA): the CPU "
+                 "experts are charged the calibration's times", r->costs.cpu_kernels, mp_kernels_isa());
     r->cfg.costs = &r->costs;
     r->cfg.costs_name = o->costs;
     r->cfg.gpu = &r->gpu;

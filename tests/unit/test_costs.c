@@ -732,3 +732,35 @@ Test(costs, tier_admit_optional_and_checked)
     expect_reject("\"sync\":", "\"tier_admit\": {\"median_ns\": 5, \"spread_ns\": 0}, \"sync\":",
                   "$.tier_admit.expert_bytes");
 }
+
+/* $.device.cpu_kernels, the kernel level calibrate ran: optional (the fixture has none: ""), read
+ * where present, refused when it is no level's name */
+Test(costs, device_cpu_kernels_optional_and_checked)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(c.cpu_kernels, "");
+    mp_costs_free(&c);
+    const char *from = "\"cpu\": \"none (fixture)\"";
+    char *at = strstr(text, from);
+    cr_assert_not_null(at);
+    const char *to = "\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"avx512\"";
+    char *mut = malloc(len + strlen(to) + 1);
+    memcpy(mut, text, (size_t)(at - text));
+    strcpy(mut + (at - text), to);
+    strcat(mut, at + strlen(from));
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(c.cpu_kernels, "avx512");
+    mp_costs_free(&c);
+    free(mut);
+    free(text);
+    const char *bad[] = {"5", "\"\"", "\"AVX512\"", "\"avx 512\"", "\"avx512avx512avx512\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char to_bad[128];
+        snprintf(to_bad, sizeof to_bad, "\"cpu\": \"none (fixture)\", \"cpu_kernels\": %s", bad[i]);
+        expect_reject(from, to_bad, "$.device.cpu_kernels: expected the name of a CPU kernel level");
+    }
+}

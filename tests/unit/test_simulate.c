@@ -219,6 +219,38 @@ Test(simulate, cli_end_to_end)
     cr_assert_null(strstr(svg, "0.00 GiB"), "%s", path);
 }
 
+/* A cost file that says which CPU kernels calibrate ran: a note when this process dispatches another
+ * level (its CPU experts would not run at the calibration's times), none when it does not say. */
+Test(simulate, notes_a_calibration_of_other_cpu_kernels)
+{
+    static char out[1 << 16], text[1 << 16];
+    char args[2048], path[700];
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 4000000B --non-expert-bytes 1000000",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "CPU kernels"), "a file without device.cpu_kernels: no note\n%s", out);
+    FILE *f = fopen(costs_path(), "rb");
+    cr_assert_not_null(f);
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    const char *from = "\"cpu\": \"none (fixture)\"";
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "the fixture's device lacks %s", from);
+    snprintf(path, sizeof path, "%s/costs-sse2.json", dir);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite(text, 1, (size_t)(at - text), f);
+    fputs("\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"sse2\"", f); /* a level no process dispatches */
+    fputs(at + strlen(from), f);
+    fclose(f);
+    snprintf(args, sizeof args, "simulate t.db --costs costs-sse2.json --expert Q4_K --budget 4000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "note: the costs were calibrated with the sse2 CPU kernels, this process dispatches "),
+                       "%s", out);
+}
+
 /* --progress: the progress line on stderr even where stderr is not a terminal, its last line
  * counting every routing decision of every replay: 2 requests x 3 rows x 2 layers x top-2 = 24
  * per replay; lru beside all-gpu and all-cpu at two budgets is 6 replays, 144 decisions. Without
