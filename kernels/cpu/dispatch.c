@@ -77,6 +77,22 @@ static int g_cpu_isa = ISA_UNKNOWN; /* the best level the CPU has; cpuid traps i
 static int g_force_scalar = 0;
 static int g_isa_cap = ISA_UNKNOWN; /* mp_kernels_set_isa_cap; UNKNOWN: no cap */
 
+static const char *g_amx_disagreed; /* the type whose tile GEMM failed its check at start, or NULL */
+
+/* Every AMX tile GEMM against its table's AVX-512 dot (mp_gemm_self_check): false, with the first
+ * type that disagreed in g_amx_disagreed, when one does. */
+static int amx_gemms_agree(void)
+{
+    static const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K,
+                                MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (mp_gemm_self_check(mp_type_ops_amx(types[i])) != 0) {
+            g_amx_disagreed = mp_type_name(types[i]);
+            return 0;
+        }
+    return 1;
+}
+
 /* The best level this CPU (and OS: __builtin_cpu_supports checks that the kernel saves the
  * registers) supports. */
 static int probe_cpu_isa(void)
@@ -96,7 +112,7 @@ static int probe_cpu_isa(void)
         __builtin_cpu_supports("avx512vl") && has_vnni) {
         /* AMX-TILE and AMX-INT8: leaf 7, EDX bits 24 and 25; the OS must grant the tile state */
         const int has_amx = ((edx >> 24) & 3) == 3;
-        return has_amx && mp_amx_enable() == 0 ? ISA_AMX : ISA_AVX512;
+        return has_amx && mp_amx_enable() == 0 && amx_gemms_agree() ? ISA_AMX : ISA_AVX512;
     }
     return ISA_AVX2;
 #else
@@ -169,8 +185,12 @@ const char *mp_kernels_isa_warning(void)
     const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED), best = cpu_isa();
     if (cap == ISA_UNKNOWN || cap <= best)
         return NULL;
-    snprintf(msg, sizeof msg, "MP_ISA=%s: this CPU's best is %s: using %s", k_isa_names[cap], k_isa_names[best],
-             mp_kernels_isa());
+    if (cap == ISA_AMX && g_amx_disagreed)
+        snprintf(msg, sizeof msg, "MP_ISA=amx: the AMX tile GEMM of %s disagreed with the AVX-512 dot at start (a "
+                 "kernel bug: please report it): using %s", g_amx_disagreed, mp_kernels_isa());
+    else
+        snprintf(msg, sizeof msg, "MP_ISA=%s: this CPU's best is %s: using %s", k_isa_names[cap], k_isa_names[best],
+                 mp_kernels_isa());
     return msg;
 }
 

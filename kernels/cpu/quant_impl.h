@@ -152,5 +152,10 @@ const mp_type_ops *mp_type_ops_avx512(int type); /* quant_avx512.c: AVX-512 F/BW
 const mp_type_ops *mp_type_ops_amx(int type);
 /* quant_amx.c: asks Linux for the tile registers' state (arch_prctl); 0 when granted */
 int mp_amx_enable(void);
+/* gemm_check.c: ops->gemm against ops->vec_dot on one fixed problem of 17 weight rows, 17 activation
+ * rows and 512 columns (every tile shape change runs): 0 when each result is within float rounding
+ * (or ops has no gemm), -1 otherwise or when the check cannot run. Dispatch runs it before it
+ * offers a level whose GEMMs run instructions tested only where the CPU has them. */
+int mp_gemm_self_check(const mp_type_ops *ops);
 
 #endif

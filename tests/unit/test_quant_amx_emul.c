@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 
+#include "kernels/cpu/quant_impl.h" /* mp_gemm_self_check */
 #include "kernels/quant.h"
 #include "quant_check.h"
 
@@ -57,4 +58,31 @@ Test(quant_amx_emul, row_loops_match_scalar)
     seed_rng();
     for (int t = 0; t < N_TILE_TYPES; t++)
         check_rows(mp_type_ops_amx_emulated(types[t]), "amx-emulated");
+}
+
+/* The check dispatch runs before it offers the amx level (kernels/cpu/gemm_check.c): every tile GEMM
+ * passes it; a GEMM of another type, or one that writes zeros, fails it. */
+static void gemm_of_zeros(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x,
+                                size_t x_stride, int64_t n_x, float *y, int64_t y_stride)
+{
+    (void)n, (void)w, (void)row_bytes, (void)x, (void)x_stride;
+    for (int64_t i = 0; i < n_x; i++)
+        for (int64_t r = 0; r < n_rows; r++)
+            y[i * y_stride + r] = 0.0f;
+}
+
+Test(quant_amx_emul, the_dispatch_check_passes_and_catches)
+{
+    need_avx512();
+    for (int t = 0; t < N_TILE_TYPES; t++)
+        cr_assert_eq(mp_gemm_self_check(mp_type_ops_amx_emulated(types[t])), 0, "%s", mp_type_name(types[t]));
+    cr_assert_eq(mp_gemm_self_check(mp_type_ops_isa(MP_TYPE_Q4_K, "avx512")), 0, "no gemm: nothing to check");
+    mp_type_ops wrong = *mp_type_ops_amx_emulated(MP_TYPE_Q6_K);
+    wrong.gemm = mp_type_ops_amx_emulated(MP_TYPE_Q4_K)->gemm;
+    cr_assert_neq(mp_gemm_self_check(&wrong), 0, "Q4_K's GEMM passed for Q6_K rows");
+    wrong = *mp_type_ops_amx_emulated(MP_TYPE_Q8_0);
+    wrong.gemm = mp_type_ops_amx_emulated(MP_TYPE_Q4_0)->gemm;
+    cr_assert_neq(mp_gemm_self_check(&wrong), 0, "Q4_0's GEMM passed for Q8_0 rows");
+    wrong.gemm = gemm_of_zeros;
+    cr_assert_neq(mp_gemm_self_check(&wrong), 0, "a GEMM of zeros passed");
 }
