@@ -319,7 +319,7 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
     else if (fabs(e) > 10) {
         char cause[256];
         if (c->cpu_kernels[0] && strcmp(c->cpu_kernels, mp_kernels_isa()) != 0)
-            snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (MP_ISA; "
+            snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
                      "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
         else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
