@@ -226,8 +226,8 @@ static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r
         r->gpu.expert_bytes = (uint64_t)r->facts.expert_bytes;
     }
     if (r->costs.cpu_kernels[0] && strcmp(r->costs.cpu_kernels, mp_kernels_isa()) != 0)
-        add_note(r, "the costs were calibrated with the %s CPU kernels, this process dispatches %s (its CPU or MP_ISA): the CPU "
-                 "experts are charged the calibration's times", r->costs.cpu_kernels, mp_kernels_isa());
+        add_note(r, "the costs were calibrated with the %s CPU kernels, this process dispatches %s (its CPU or "
+                 "MP_ISA): the CPU experts are charged the calibration's times", r->costs.cpu_kernels, mp_kernels_isa());
     r->cfg.costs = &r->costs;
     r->cfg.costs_name = o->costs;
     r->cfg.gpu = &r->gpu;
