@@ -138,9 +138,9 @@ typedef struct mp_type_ops {
     void (*vec_dot_multi)(int64_t n, const void *w_row, const void *x, size_t x_stride, int n_x,
                           float *out);
     /* Optional (NULL where a variant has none; the AMX level's Q4_0, Q8_0, Q4_K, Q5_K and Q6_K have it): the whole of
-     * mp_gemm_rows for n_rows weight rows from w (row_bytes apart) against n_x activation rows:
-     * y[i * y_stride + r] = dot(W[r], x_i). mp_gemm_rows uses it from MP_GEMM_AMX_MIN_ROWS
-     * activation rows on. Agrees with vec_dot within float rounding (the same exact integer
+     * mp_gemm_rows for n_rows weight rows from w (row_bytes apart, at most 2^31 / 16) against n_x
+     * activation rows: y[i * y_stride + r] = dot(W[r], x_i). mp_gemm_rows uses it from
+     * MP_GEMM_AMX_MIN_ROWS activation rows on. Agrees with vec_dot within float rounding (the same exact integer
      * sub-block sums, added in another order), not bit for bit. */
     void (*gemm)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
                  int64_t n_x, float *y, int64_t y_stride);
