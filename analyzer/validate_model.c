@@ -4,7 +4,8 @@
  * From the GGUF (gguf/gguf.h, read over mmap, nothing loaded): general.architecture, then
  * ARCH.block_count, ARCH.expert_count and ARCH.expert_used_count; a node's bytes per expert are
  * the exact sizes of blk.LAYER.ffn_{gate,up,down}_exps.weight divided by their expert dimension
- * (ne[2]), summed. A node whose trace has no byte count takes the GGUF's (reported in the JSON).
+ * (ne[2]), summed, or of one expert's blk.LAYER.ffn_{gate,up,down}.E.weight in a file that stores
+ * each expert as its own tensor (gguf/gguf_experts.h). A node whose trace has no byte count takes the GGUF's (reported in the JSON).
  * The model file is not hashed (tens of GB): the run's SHA-256 is compared between traces only.
  */
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "analyzer/validate.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_experts.h"
 
 #define PROBLEM(...)                                                                              \
     do {                                                                                          \
@@ -58,22 +60,30 @@ mp_status mp_an_check_model(mp_an_input *in, const char *model_path, mp_an_probl
                     in->meta[0].path, (long long)nd->node_index, (long long)nd->layer,
                     (long long)nd->n_experts, (long long)nd->top_k, model_path,
                     (long long)n_expert, (long long)n_used);
-        static const char *const part[3] = {"gate", "up", "down"};
         uint64_t bytes = 0;
         bool complete = true;
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < MP_GGUF_EXPERT_KINDS; p++) {
+            /* merged (blk.N.ffn_gate_exps.weight) or one tensor per expert (blk.N.ffn_gate.E.weight) */
+            mp_gguf_experts x;
+            mp_error xe = {0};
             char name[96];
-            snprintf(name, sizeof name, "blk.%lld.ffn_%s_exps.weight", (long long)nd->layer, part[p]);
-            const mp_gguf_tensor *t = mp_gguf_find_tensor(g, name);
-            if (!t || t->n_dims != 3 || t->ne[2] != n_expert) {
+            snprintf(name, sizeof name, "blk.%lld.ffn_%s_exps.weight", (long long)nd->layer,
+                     mp_gguf_expert_kind_name(p));
+            if (mp_gguf_layer_experts(g, nd->layer, p, n_expert, &x, &xe) != MP_OK) {
                 complete = false;
-                PROBLEM("trace %s: node %lld (layer %lld): model %s has %s %s, expected a 3-d "
-                        "expert tensor of %lld experts",
-                        in->meta[0].path, (long long)nd->node_index, (long long)nd->layer,
-                        model_path, t ? "a mis-shaped" : "no", name, (long long)n_expert);
+                PROBLEM("trace %s: node %lld (layer %lld): %s", in->meta[0].path, (long long)nd->node_index,
+                        (long long)nd->layer, xe.msg);
                 continue;
             }
-            bytes += t->nbytes / (uint64_t)t->ne[2];
+            if (!x.present || (x.merged && (x.merged->n_dims != 3 || x.n_expert != n_expert))) {
+                complete = false;
+                PROBLEM("trace %s: node %lld (layer %lld): model %s has %s %s, expected a 3-d "
+                        "expert tensor of %lld experts (or one 2-d tensor per expert)",
+                        in->meta[0].path, (long long)nd->node_index, (long long)nd->layer,
+                        model_path, x.present ? "a mis-shaped" : "no", name, (long long)n_expert);
+                continue;
+            }
+            bytes += x.expert_bytes;
         }
         if (!complete)
             continue;

@@ -3,7 +3,8 @@
  * Prints a GGUF file's header facts, its metadata (arrays abbreviated), optionally every tensor,
  * and for MoE models the bytes one expert occupies per layer, from the stacked expert tensors
  * blk.N.ffn_{gate,up,down}_exps.weight (ne = [cols, rows, n_expert]; one expert is the
- * contiguous slice nbytes / ne[2] of each). Everything is computed and checked before anything
+ * contiguous slice nbytes / ne[2] of each) or, in files that store each expert as its own tensor,
+ * blk.N.ffn_{gate,up,down}.E.weight (gguf/gguf_experts.h reads both). Everything is computed and checked before anything
  * is printed, so a bad file yields one error line and exit 1, never a half report.
  */
 #include <stdio.h>
@@ -12,20 +13,15 @@
 
 #include "base/args.h"
 #include "gguf/commands.h"
+#include "gguf/gguf_experts.h"
 #include "kernels/quant.h"
 #include "gguf/gguf.h"
 
 #define TEXT_ARRAY_ELEMS 8  /* metadata arrays show this many elements in text output */
 #define JSON_ARRAY_ELEMS 16 /* ... and in JSON ("head") */
 
-enum { PART_GATE, PART_UP, PART_DOWN, N_PARTS };
-static const char *const part_names[N_PARTS] = {"gate", "up", "down"};
-
-typedef struct expert_part {
-    int64_t layer;
-    int part;
-    const mp_gguf_tensor *t;
-} expert_part;
+enum { PART_GATE = MP_GGUF_EXPERT_GATE, PART_UP = MP_GGUF_EXPERT_UP, PART_DOWN = MP_GGUF_EXPERT_DOWN,
+       N_PARTS = MP_GGUF_EXPERT_KINDS };
 
 typedef struct moe_layer {
     int64_t layer;
@@ -33,6 +29,7 @@ typedef struct moe_layer {
     uint64_t part_bytes[N_PARTS]; /* one expert's slice of gate, up, down */
     uint64_t bytes_per_expert;    /* sum of part_bytes */
     uint64_t layer_bytes;         /* all experts of the layer: n_expert × bytes_per_expert */
+    bool split;                   /* one tensor per expert (blk.N.ffn_gate.E.weight) */
 } moe_layer;
 
 typedef struct moe_table {
@@ -41,97 +38,100 @@ typedef struct moe_table {
     uint64_t expert_bytes, tensor_bytes;
 } moe_table;
 
-/* "blk.<N>.ffn_<gate|up|down>_exps.weight" -> layer and part; false for any other name. */
-static bool parse_expert_name(mp_str name, int64_t *layer, int *part)
-{
-    const char *p = name.ptr, *end = name.ptr + name.len;
-    if (name.len < 4 || memcmp(p, "blk.", 4) != 0)
-        return false;
-    p += 4;
-    int64_t n = 0;
-    const char *digits = p;
-    while (p < end && *p >= '0' && *p <= '9' && p - digits < 9)
-        n = n * 10 + (*p++ - '0');
-    if (p == digits || p >= end || *p != '.')
-        return false;
-    p++;
-    for (int k = 0; k < N_PARTS; k++) {
-        char tail[40];
-        int len = snprintf(tail, sizeof tail, "ffn_%s_exps.weight", part_names[k]);
-        if (end - p == len && memcmp(p, tail, (size_t)len) == 0) {
-            *layer = n;
-            *part = k;
-            return true;
-        }
-    }
-    return false;
-}
+/* An expert tensor's layer, kind and expert (-1: merged), and the file position for messages. */
+typedef struct expert_name {
+    int64_t layer, expert;
+    int kind;
+    const mp_gguf_tensor *t;
+} expert_name;
 
-static int part_cmp(const void *a, const void *b)
+static int name_cmp(const void *a, const void *b)
 {
-    const expert_part *x = a, *y = b;
+    const expert_name *x = a, *y = b;
     if (x->layer != y->layer)
         return x->layer < y->layer ? -1 : 1;
-    return x->part - y->part;
+    if (x->kind != y->kind)
+        return x->kind - y->kind;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+/* One layer's table row from its expert tensors names[0 .. n) (sorted by kind, then expert). */
+static mp_status layer_row(const mp_gguf *g, const expert_name *names, int64_t n, moe_layer *L, mp_error *err)
+{
+    memset(L, 0, sizeof *L);
+    L->layer = names[0].layer;
+    for (int k = 0; k < N_PARTS; k++) {
+        mp_gguf_experts x;
+        mp_status st = mp_gguf_layer_experts(g, L->layer, k, 0, &x, err);
+        if (st)
+            return st;
+        if (!x.present)
+            return mp_fail(err, MP_ERR_FORMAT, "file %s: layer %lld has expert tensors but no "
+                           "blk.%lld.ffn_%s_exps.weight (nor blk.%lld.ffn_%s.0.weight)", mp_gguf_path(g),
+                           (long long)L->layer, (long long)L->layer, mp_gguf_expert_kind_name(k),
+                           (long long)L->layer, mp_gguf_expert_kind_name(k));
+        if (x.merged && x.merged->n_dims != 3)
+            return mp_fail(err, MP_ERR_FORMAT, "file %s: offset %llu: tensor '%.*s': expected 3 dimensions (cols, "
+                           "rows, experts), found %u", mp_gguf_path(g), (unsigned long long)x.merged->file_offset,
+                           (int)x.merged->name.len, x.merged->name.ptr, x.merged->n_dims);
+        /* a split kind's tensors: experts 0 .. n_expert - 1, nothing past a gap, no merged one beside */
+        for (int64_t i = 0; i < n; i++) {
+            const expert_name *e = &names[i];
+            if (e->kind != k || e->expert < 0)
+                continue;
+            if (!x.split || e->expert >= x.n_expert)
+                return mp_fail(err, MP_ERR_FORMAT, "file %s: offset %llu: tensor '%.*s': %s", mp_gguf_path(g),
+                               (unsigned long long)e->t->file_offset, (int)e->t->name.len, e->t->name.ptr,
+                               x.split ? "an expert past a missing one (the layer's experts are numbered from 0 "
+                                         "without gaps)"
+                                       : "one expert's tensor beside the layer's merged tensor of that kind");
+        }
+        if (L->n_expert && x.n_expert != L->n_expert) {
+            const mp_gguf_tensor *t = x.merged ? x.merged : mp_gguf_split_expert(g, L->layer, k, 0);
+            return mp_fail(err, MP_ERR_FORMAT, "file %s: offset %llu: tensor '%.*s': %lld experts, but the layer's "
+                           "other expert tensors have %lld", mp_gguf_path(g), (unsigned long long)t->file_offset,
+                           (int)t->name.len, t->name.ptr, (long long)x.n_expert, (long long)L->n_expert);
+        }
+        L->n_expert = x.n_expert;
+        L->split |= x.split;
+        L->part_bytes[k] = x.expert_bytes;
+        L->bytes_per_expert += x.expert_bytes;
+        L->layer_bytes += x.expert_bytes * (uint64_t)x.n_expert;
+    }
+    return MP_OK;
 }
 
 static mp_status build_moe_table(const mp_gguf *g, moe_table *mt, mp_error *err)
 {
     memset(mt, 0, sizeof *mt);
-    int64_t n = mp_gguf_n_tensors(g), n_parts = 0;
-    expert_part *parts = malloc((size_t)(n ? n : 1) * sizeof *parts);
+    int64_t n = mp_gguf_n_tensors(g), n_names = 0;
+    expert_name *names = malloc((size_t)(n ? n : 1) * sizeof *names);
     mt->layers = malloc((size_t)(n ? n : 1) * sizeof *mt->layers);
-    if (!parts || !mt->layers) {
-        free(parts);
+    if (!names || !mt->layers) {
+        free(names);
+        free(mt->layers);
+        mt->layers = NULL;
         return mp_fail(err, MP_ERR_NOMEM, "out of memory");
     }
     for (int64_t i = 0; i < n; i++) {
         const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
         mt->tensor_bytes += t->nbytes;
-        expert_part ep = {.t = t};
-        if (parse_expert_name(t->name, &ep.layer, &ep.part))
-            parts[n_parts++] = ep;
+        expert_name e = {.t = t};
+        if (mp_gguf_expert_name(t->name, &e.layer, &e.kind, &e.expert))
+            names[n_names++] = e;
     }
-    qsort(parts, (size_t)n_parts, sizeof *parts, part_cmp);
+    qsort(names, (size_t)n_names, sizeof *names, name_cmp);
     mp_status st = MP_OK;
-    for (int64_t i = 0; i < n_parts && !st;) {
+    for (int64_t i = 0; i < n_names && !st;) {
+        int64_t j = i;
+        while (j < n_names && names[j].layer == names[i].layer)
+            j++;
         moe_layer *L = &mt->layers[mt->n_layers++];
-        memset(L, 0, sizeof *L);
-        L->layer = parts[i].layer;
-        bool seen[N_PARTS] = {false};
-        for (; i < n_parts && parts[i].layer == L->layer && !st; i++) {
-            const mp_gguf_tensor *t = parts[i].t;
-            if (t->n_dims != 3) {
-                st = mp_fail(err, MP_ERR_FORMAT,
-                             "file %s: offset %llu: tensor '%.*s': expected 3 dimensions (cols, "
-                             "rows, experts), found %u",
-                             mp_gguf_path(g), (unsigned long long)t->file_offset,
-                             (int)t->name.len, t->name.ptr, t->n_dims);
-            } else if (L->n_expert && t->ne[2] != L->n_expert) {
-                st = mp_fail(err, MP_ERR_FORMAT,
-                             "file %s: offset %llu: tensor '%.*s': %lld experts, but the layer's "
-                             "other expert tensors have %lld",
-                             mp_gguf_path(g), (unsigned long long)t->file_offset,
-                             (int)t->name.len, t->name.ptr, (long long)t->ne[2],
-                             (long long)L->n_expert);
-            } else {
-                L->n_expert = t->ne[2];
-                seen[parts[i].part] = true;
-                L->part_bytes[parts[i].part] = t->nbytes / (uint64_t)t->ne[2];
-                L->bytes_per_expert += L->part_bytes[parts[i].part];
-                L->layer_bytes += t->nbytes;
-            }
-        }
-        for (int k = 0; k < N_PARTS && !st; k++)
-            if (!seen[k])
-                st = mp_fail(err, MP_ERR_FORMAT,
-                             "file %s: layer %lld has expert tensors but no "
-                             "blk.%lld.ffn_%s_exps.weight",
-                             mp_gguf_path(g), (long long)L->layer, (long long)L->layer,
-                             part_names[k]);
+        st = layer_row(g, names + i, j - i, L, err);
         mt->expert_bytes += L->layer_bytes;
+        i = j;
     }
-    free(parts);
+    free(names);
     if (st) {
         free(mt->layers);
         mt->layers = NULL;
@@ -167,6 +167,7 @@ static void print_escaped(const char *s, uint64_t n, int width)
     for (; shown < width; shown++)
         putchar(' ');
 }
+
 
 static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
 {
@@ -206,12 +207,13 @@ static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
         }
     }
     if (mt->n_layers) {
-        printf("\nexperts (blk.N.ffn_{gate,up,down}_exps.weight; one expert = nbytes / ne[2]):\n");
+        printf("\nexperts (blk.N.ffn_{gate,up,down}_exps.weight; one expert = nbytes / ne[2]; a layer marked *\n"
+               "stores each expert as its own tensor, blk.N.ffn_{gate,up,down}.E.weight):\n");
         printf("  %5s %7s %12s %12s %12s %16s %16s\n", "layer", "experts", "gate_bytes",
                "up_bytes", "down_bytes", "bytes_per_expert", "layer_bytes");
         for (int64_t i = 0; i < mt->n_layers; i++) {
             const moe_layer *L = &mt->layers[i];
-            printf("  %5lld %7lld %12llu %12llu %12llu %16llu %16llu\n", (long long)L->layer,
+            printf("  %5lld%c%7lld %12llu %12llu %12llu %16llu %16llu\n", (long long)L->layer, L->split ? '*' : ' ',
                    (long long)L->n_expert, (unsigned long long)L->part_bytes[PART_GATE],
                    (unsigned long long)L->part_bytes[PART_UP],
                    (unsigned long long)L->part_bytes[PART_DOWN],
@@ -399,12 +401,13 @@ static void print_json(const mp_gguf *g, const moe_table *mt, bool tensors)
         const moe_layer *L = &mt->layers[i];
         printf("%s\n    {\"layer\": %lld, \"experts\": %lld, \"gate_bytes\": %llu, "
                "\"up_bytes\": %llu, \"down_bytes\": %llu, \"bytes_per_expert\": %llu, "
-               "\"layer_bytes\": %llu}",
+               "\"layer_bytes\": %llu, \"one_tensor_per_expert\": %s}",
                i ? "," : "", (long long)L->layer, (long long)L->n_expert,
                (unsigned long long)L->part_bytes[PART_GATE],
                (unsigned long long)L->part_bytes[PART_UP],
                (unsigned long long)L->part_bytes[PART_DOWN],
-               (unsigned long long)L->bytes_per_expert, (unsigned long long)L->layer_bytes);
+               (unsigned long long)L->bytes_per_expert, (unsigned long long)L->layer_bytes,
+               L->split ? "true" : "false");
     }
     printf("%s],\n  \"expert_bytes\": %llu,\n  \"non_expert_bytes\": %llu,\n"
            "  \"tensor_bytes\": %llu\n}\n",
@@ -421,7 +424,8 @@ static void usage(FILE *f)
             "usage: moeplan inspect MODEL.gguf [--tensors] [--json]\n\n"
             "Validate a GGUF file and print its header, metadata (arrays abbreviated) and, for\n"
             "MoE models, the bytes of one expert per layer (gate + up + down slices of\n"
-            "blk.N.ffn_{gate,up,down}_exps.weight) with expert and non-expert totals.\n\n"
+            "blk.N.ffn_{gate,up,down}_exps.weight, or blk.N.ffn_{gate,up,down}.E.weight where each\n"
+            "expert is its own tensor) with expert and non-expert totals.\n\n"
             "  --tensors   also list every tensor: name, type, shape, bytes, file offset\n"
             "  --json      print one JSON object instead of text\n"
             "  -h, --help  show this help\n\n"

@@ -59,6 +59,14 @@ static int64_t huge_bytes(const void *a)
     return kb < 0 ? -1 : kb * 1024;
 }
 
+/* Whether p lies in the loader's copy of experts stored one tensor each (m->expert_copy): anonymous
+ * memory, whose pages dropped would read back as zeros, not the file's bytes. */
+static bool in_expert_copy(const mp_model *m, const void *p)
+{
+    const char *c = m->expert_copy;
+    return c && (const char *)p >= c && (const char *)p < c + m->expert_copy_bytes;
+}
+
 /* Unmap the whole pages inside [a, a + n) of the model's mapping (they were copied). */
 static void drop_mapped(const void *a, size_t n)
 {
@@ -86,8 +94,8 @@ static void copy_task(void *ctx, int64_t task, int thread)
     for (int t = 0; t < 3; t++) {
         const size_t n = ts[t]->row_bytes * (size_t)ts[t]->ne[1];
         memcpy((void *)g->h_slices[(il * 3 + t) * E + e], mp_expert_slice(ts[t], e), n);
-        if (m->gguf) /* the copy serves from now on: the mapping's pages go as they are copied */
-            drop_mapped(mp_expert_slice(ts[t], e), n);
+        if (m->gguf && !in_expert_copy(m, mp_expert_slice(ts[t], e))) /* the copy serves from now on: the */
+            drop_mapped(mp_expert_slice(ts[t], e), n);                 /* mapping's pages go as they are copied */
     }
 }
 

@@ -52,6 +52,8 @@ static void usage(FILE *f)
         "  --force            overwrite PATH if it exists\n"
         "  --quiet            no progress output\n"
         "  --dry-run          check the flags and print the tensor count and data size; write nothing\n"
+        "  --split-experts    each expert its own tensor (blk.N.ffn_gate.E.weight), the layout of GGUFs\n"
+        "                     written before llama.cpp merged them (2024); the same values\n"
         "  -h, --help         this help\n",
         MP_MK_DEFAULT_SKEW);
 }
@@ -124,7 +126,7 @@ static bool on_progress(void *user, uint64_t done, uint64_t total)
     return true;
 }
 
-enum { OPT_VALUE = 1, OPT_TYPE, OPT_FORCE, OPT_QUIET, OPT_DRY_RUN };
+enum { OPT_VALUE = 1, OPT_TYPE, OPT_FORCE, OPT_QUIET, OPT_DRY_RUN, OPT_SPLIT };
 
 /* Every flag that takes a value is OPT_VALUE (told apart by its name), each --type-CLASS is
  * OPT_TYPE (the class is the name's tail: mp_mkmodel_set_type checks it again). */
@@ -147,7 +149,8 @@ static const mp_cli_opt mkmodel_flags[] = {
     {"type-ffn-up", 0, true, OPT_TYPE, NULL}, {"type-ffn-down", 0, true, OPT_TYPE, NULL},
     {"type-norm", 0, true, OPT_TYPE, NULL},
     {"force", 0, false, OPT_FORCE, NULL}, {"quiet", 0, false, OPT_QUIET, NULL},
-    {"dry-run", 0, false, OPT_DRY_RUN, NULL}, {"help", 'h', false, 'h', NULL},
+    {"dry-run", 0, false, OPT_DRY_RUN, NULL}, {"split-experts", 0, false, OPT_SPLIT, NULL},
+    {"help", 'h', false, 'h', NULL},
     {0},
 };
 
@@ -178,7 +181,7 @@ int mp_cmd_mkmodel(int argc, char **argv)
 static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
 {
     const char *preset = NULL, *arch = NULL, *quant = NULL, *out_path = NULL;
-    bool force = false, quiet = false, dry_run = false;
+    bool force = false, quiet = false, dry_run = false, split = false;
     mp_cli c;
     mp_cli_init(&c, "mkmodel", mkmodel_flags, argc, argv);
     const char *given;
@@ -195,6 +198,7 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
         case OPT_FORCE: force = true; break;
         case OPT_QUIET: quiet = true; break;
         case OPT_DRY_RUN: dry_run = true; break;
+        case OPT_SPLIT: split = true; break;
         default:
             flags[*n_flags].id = id;
             snprintf(flags[*n_flags].name, sizeof flags[*n_flags].name, "%s", c.flag);
@@ -276,6 +280,7 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
             snprintf(cfg.name, sizeof cfg.name, "%s", v);
         }
     }
+    cfg.split_experts = split;
     st = mp_mkmodel_validate(&cfg, &err);
     if (st) {
         fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);

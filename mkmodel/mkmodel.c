@@ -339,6 +339,46 @@ static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int
     return 0;
 }
 
+/* The merged plan's expert tensors replaced by one 2-D tensor per expert (blk.N.ffn_gate.E.weight,
+ * in the order gate, down, up of each expert, as llama.cpp's converter wrote them), each with its
+ * merged tensor's stream and rows, so that the values are the merged file's. */
+static int split_plan(plan_builder *b, const mp_mkmodel_config *c)
+{
+    int64_t n_split = 0;
+    for (int64_t i = 0; i < b->n; i++)
+        n_split += b->t[i].n_dims == 3;
+    const int64_t E = c->n_expert, n = b->n - n_split + n_split * E;
+    mp_mk_tensor *t = n > 0 && E > 0 ? calloc((size_t)n, sizeof *t) : NULL;
+    if (!t)
+        return -1;
+    int64_t k = 0;
+    for (int64_t i = 0; i < b->n; i++) {
+        if (b->t[i].n_dims != 3) {
+            t[k++] = b->t[i];
+            continue;
+        }
+        if (b->t[i].cls != MP_MK_FFN_GATE)
+            continue; /* written with its layer's gate, below */
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t j = i; j < b->n && j < i + 3; j++) {
+                /* gate (j = i), then down (i + 2), then up (i + 1): the order of the converter */
+                const mp_mk_tensor *m = &b->t[j == i ? i : j == i + 1 ? i + 2 : i + 1];
+                mp_mk_tensor *x = &t[k++];
+                *x = *m;
+                const char *kind = m->cls == MP_MK_FFN_GATE ? "ffn_gate" : m->cls == MP_MK_FFN_UP ? "ffn_up" : "ffn_down";
+                snprintf(x->name, sizeof x->name, "blk.%lld.%s.%lld.weight", (long long)m->layer, kind, (long long)e);
+                x->n_dims = 2;
+                x->ne[2] = 1;
+                x->row0 = e * m->ne[1];
+            }
+    }
+    free(b->t);
+    b->t = t;
+    b->n = k;
+    b->cap = n;
+    return k == n ? 0 : -1;
+}
+
 mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, int64_t *n,
                           mp_error *err)
 {
@@ -370,6 +410,10 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, in
     }
     fail |= add(&b, c, MP_MK_NORM, -1, "output_norm", 1, E, 1, 1);
     fail |= add(&b, c, MP_MK_OUTPUT, -1, "output", 2, E, c->n_vocab, 1);
+    for (int64_t i = 0; i < b.n; i++)
+        b.t[i].stream = i;
+    if (!fail && c->split_experts)
+        fail = split_plan(&b, c);
     if (fail) {
         free(b.t);
         return mp_fail(err, MP_ERR_NOMEM, "mkmodel: out of memory for the tensor list");

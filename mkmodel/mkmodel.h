@@ -61,6 +61,8 @@ typedef struct mp_mkmodel_config {
                              * logit bias -s * ln(r + 1); 0 = no preference */
     uint64_t seed;
     int n_threads;          /* quantization threads; 0 = all online CPUs (does not change output) */
+    bool split_experts;     /* each expert its own 2-D tensor (blk.N.ffn_gate.E.weight), as GGUFs
+                             * written before llama.cpp merged them; the same values as merged */
 } mp_mkmodel_config;
 
 /* The default router skew: tuned so that the `flame` geometry (64 experts, top-6) gives the top
@@ -96,6 +98,8 @@ typedef struct mp_mk_tensor {
     int type;          /* mp_type */
     mp_mk_class cls;
     int64_t layer;     /* -1 for token_embd, output_norm, output */
+    int64_t stream;    /* the generator's stream: the tensor's index in the merged plan */
+    int64_t row0;      /* its first row in that tensor's rows (an expert of a split plan: E x ne[1]) */
 } mp_mk_tensor;
 
 /* The tensor list of a validated config (malloc'd array; caller frees). */

@@ -246,10 +246,10 @@ static void gen_task(void *ctx, int64_t task, int thread)
     for (int64_t i = begin; i < end; i++) {
         uint8_t *dst = g->out + (size_t)i * g->row_bytes;
         if (direct) {
-            gen_row_blocks(g, g->row_begin + i, dst);
+            gen_row_blocks(g, g->t->row0 + g->row_begin + i, dst);
             continue;
         }
-        gen_row(g, g->row_begin + i, row);
+        gen_row(g, g->t->row0 + g->row_begin + i, row);
         quantize_into(g->t->type, row, dst, g->t->ne[0]);
     }
 }
@@ -413,7 +413,7 @@ typedef struct progress {
 } progress;
 
 static mp_status write_tensor(mp_gguf_writer *w, mp_pool *pool, const mp_mkmodel_config *cfg,
-                              const mp_mk_tensor *t, int64_t index, float **scratch, uint8_t *out,
+                              const mp_mk_tensor *t, float **scratch, uint8_t *out,
                               size_t out_cap, progress *pr, mp_error *err)
 {
     const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
@@ -434,7 +434,7 @@ static mp_status write_tensor(mp_gguf_writer *w, mp_pool *pool, const mp_mkmodel
             return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", t->name);
         layer_ranks(cfg, t->layer, rank);
     }
-    gen_ctx g = {.cfg = cfg, .t = t, .tensor_index = index, .rank = rank,
+    gen_ctx g = {.cfg = cfg, .t = t, .tensor_index = t->stream, .rank = rank,
                  .rows_per_task = rows_per_task, .row_bytes = row_bytes, .scratch = scratch,
                  .out = out};
     mp_status st = MP_OK;
@@ -509,7 +509,7 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
     progress pr = {.fn = progress_fn, .user = progress_user, .done = 0,
                    .total = mp_mkmodel_data_bytes(tensors, n_tensors)};
     for (int64_t i = 0; i < n_tensors && !st; i++)
-        st = write_tensor(w, pool, cfg, &tensors[i], i, scratch, out, out_cap, &pr, err);
+        st = write_tensor(w, pool, cfg, &tensors[i], scratch, out, out_cap, &pr, err);
     if (w) {
         if (!st)
             st = mp_gguf_writer_finish(w, err);

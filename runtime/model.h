@@ -88,6 +88,12 @@ typedef struct mp_model {
     mp_tensor output_norm;  /* (n_embd) */
     mp_tensor output;       /* ne = [n_embd, n_vocab]; = tok_embd when tied */
     mp_layer *layers;       /* n_layer */
+    /* A file that stores each expert as its own tensor (blk.N.ffn_gate.E.weight: GGUFs written
+     * before llama.cpp merged them) gets its experts copied into one tensor per layer and kind in
+     * this anonymous mapping (model_load.c), so that every expert tensor has the merged layout;
+     * NULL for files with merged tensors, whose expert tensors are views into the GGUF mapping. */
+    void *expert_copy;
+    size_t expert_copy_bytes;
 } mp_model;
 
 mp_status mp_model_load(const char *path, mp_model **out, mp_error *err);

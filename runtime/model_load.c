@@ -2,8 +2,13 @@
  *
  * Hyperparameters come from `<arch>.*` metadata keys, tensors from llama.cpp's tensor names
  * (token_embd.weight, blk.N.attn_q.weight, ...). Weights are views into the GGUF mapping; nothing
- * is copied. Every tensor is checked by mp_model_validate (present, exact shape, supported type);
- * the first problem becomes a one-line error naming the file and the tensor or key.
+ * is copied, except the experts of files that store each expert as its own 2-D tensor
+ * (blk.N.ffn_gate.E.weight, ffn_up.E, ffn_down.E: what llama.cpp's converter wrote for Mixtral
+ * until it merged them into blk.N.ffn_gate_exps in 2024, and what it still reads): those are
+ * copied once into one anonymous mapping (m->expert_copy), a merged tensor per layer and kind, so
+ * that the rest of moeplan sees one layout; the file's pages of each copied expert are dropped as
+ * it is copied. Every tensor is checked by mp_model_validate (present, exact shape, supported
+ * type); the first problem becomes a one-line error naming the file and the tensor or key.
  *
  * Mixtral: llama.cpp's converter writes Mixtral as general.architecture = "llama" with an
  * expert_count; both "mixtral" and "llama" with expert_count > 1 load with the mixtral traits.
@@ -12,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "gguf/gguf_experts.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
 
@@ -158,6 +166,82 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
     return MP_OK;
 }
 
+/* ---- experts stored one tensor per expert ---- */
+
+static mp_tensor *merged_of(mp_layer *L, int kind)
+{
+    return kind == MP_GGUF_EXPERT_GATE ? &L->gate_exps : kind == MP_GGUF_EXPERT_UP ? &L->up_exps : &L->down_exps;
+}
+
+/* The file's pages wholly inside [a, a + n): the copy serves from now on (a read-only private file
+ * mapping: dropping its pages only unmaps them) */
+static void drop_file_pages(const void *a, size_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)a + page - 1) & ~(page - 1), hi = ((uintptr_t)a + n) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Every layer's kinds without a merged tensor whose experts the file stores one tensor each
+ * (gguf/gguf_experts.h checks them: all n_expert there, one type and shape): copied into one
+ * anonymous mapping, a merged tensor per layer and kind. */
+static mp_status merge_split_experts(const loader *ld, mp_model *m, mp_error *err)
+{
+    const int64_t E = m->hp.n_expert;
+    size_t total = 0;
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        for (int k = 0; k < MP_GGUF_EXPERT_KINDS; k++) {
+            mp_gguf_experts x;
+            if (merged_of(&m->layers[il], k)->data)
+                continue;
+            mp_status st = mp_gguf_layer_experts(ld->g, il, k, E, &x, err);
+            if (st)
+                return st;
+            if (x.present)
+                total += ((size_t)x.expert_bytes * (size_t)E + 63) / 64 * 64;
+        }
+    if (total == 0)
+        return MP_OK; /* merged tensors (or none: mp_model_validate names what is missing) */
+    const size_t huge = (size_t)2 << 20, bytes = (total + huge - 1) / huge * huge;
+    void *arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+        return mp_fail(err, MP_ERR_NOMEM, "%s: the experts are stored one tensor each, and merging them needs "
+                       "%.2f GiB of memory that could not be had", ld->path, (double)bytes / (1u << 30));
+#ifdef MADV_HUGEPAGE
+    madvise(arena, bytes, MADV_HUGEPAGE); /* the CPU streams these: fewer TLB misses */
+#endif
+    m->expert_copy = arena;
+    m->expert_copy_bytes = bytes;
+    char *at = arena;
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        for (int k = 0; k < MP_GGUF_EXPERT_KINDS; k++) {
+            mp_tensor *t = merged_of(&m->layers[il], k);
+            mp_gguf_experts x;
+            if (t->data || mp_gguf_layer_experts(ld->g, il, k, E, &x, err) || !x.present)
+                continue; /* (checked above) */
+            const size_t slice = (size_t)x.expert_bytes;
+            for (int64_t e = 0; e < E; e++) {
+                const mp_gguf_tensor *s = mp_gguf_split_expert(ld->g, il, k, e);
+                memcpy(at + (size_t)e * slice, s->data, slice);
+                drop_file_pages(s->data, slice);
+            }
+            *t = (mp_tensor){.type = x.type, .ne = {x.ne0, x.ne1, E, 1}, .data = at,
+                             .row_bytes = mp_type_row_bytes(x.type, x.ne0), .nbytes = slice * (size_t)E};
+            at += (slice * (size_t)E + 63) / 64 * 64;
+        }
+    return MP_OK;
+}
+
+static void free_model_shell(mp_model *m)
+{
+    if (m->expert_copy)
+        munmap(m->expert_copy, m->expert_copy_bytes);
+    free(m->layers);
+    free(m->path);
+    free(m);
+}
+
 mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
 {
     *out = NULL;
@@ -215,10 +299,8 @@ mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
             memset(&L->k_norm, 0, sizeof L->k_norm);
         }
     }
-    if ((st = mp_model_validate(m, err))) {
-        free(m->layers);
-        free(m->path);
-        free(m);
+    if ((st = merge_split_experts(&ld, m, err)) || (st = mp_model_validate(m, err))) {
+        free_model_shell(m);
         return st;
     }
     m->gguf = g;
@@ -244,7 +326,5 @@ void mp_model_free(mp_model *m)
         return;
     if (m->gguf)
         mp_gguf_close(m->gguf);
-    free(m->layers);
-    free(m->path);
-    free(m);
+    free_model_shell(m);
 }

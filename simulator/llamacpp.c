@@ -31,6 +31,15 @@ bool mp_llamacpp_expert_tensor(const char *name, size_t len, uint32_t *block)
             *block = (uint32_t)n;
             return true;
         }
+        /* blk.N.ffn_gate.E.weight: a file that stores each expert as its own tensor, which
+         * llama.cpp's loader merges into one tensor per layer and kind: the block's expert bytes */
+        size_t d = 1;
+        while (d < sl && s[d] >= '0' && s[d] <= '9')
+            d++;
+        if (sl > 2 && s[0] == '.' && d > 1 && d < sl && s[d] == '.') {
+            *block = (uint32_t)n;
+            return true;
+        }
     }
     return false;
 }

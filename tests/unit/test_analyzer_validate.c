@@ -451,10 +451,19 @@ Test(analyzer_validate, validate_only_lists_every_problem)
 
 /* A GGUF with 2 blocks of 8 experts, top-2, whose experts are gate/up [16, 8, 8] and down
  * [8, 16, 8] in f32: 3 × 512 = 1536 bytes per expert. */
+static char *make_model_as(bool split, int skip_expert);
+
 static char *make_model(void)
 {
+    return make_model_as(false, -1);
+}
+
+/* split: each expert its own 2-D tensor (blk.N.ffn_gate.E.weight), expert skip_expert of layer 1's
+ * down left out (-1: none) */
+static char *make_model_as(bool split, int skip_expert)
+{
     char *path = malloc(512);
-    snprintf(path, 512, "%s/model.gguf", tmpdir);
+    snprintf(path, 512, "%s/%s.gguf", tmpdir, split ? "split" : "model");
     mp_error err;
     mp_gguf_writer *w;
     cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
@@ -463,16 +472,27 @@ static char *make_model(void)
     cr_assert_eq(mp_gguf_add_u32(w, "qwen3moe.expert_count", 8, &err), MP_OK);
     cr_assert_eq(mp_gguf_add_u32(w, "qwen3moe.expert_used_count", 2, &err), MP_OK);
     static const char *const part[3] = {"gate", "up", "down"};
+    int n_written = 0;
     for (int l = 0; l < 2; l++)
         for (int p = 0; p < 3; p++) {
             char name[64];
-            snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", l, part[p]);
             const int64_t ne[3] = {p == 2 ? 8 : 16, p == 2 ? 16 : 8, 8};
-            cr_assert_eq(mp_gguf_add_tensor_info(w, name, 3, ne, MP_TYPE_F32, &err), MP_OK, "%s",
-                         err.msg);
+            if (!split) {
+                snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", l, part[p]);
+                cr_assert_eq(mp_gguf_add_tensor_info(w, name, 3, ne, MP_TYPE_F32, &err), MP_OK, "%s", err.msg);
+                n_written += 8;
+                continue;
+            }
+            for (int e = 0; e < 8; e++) {
+                if (l == 1 && p == 2 && e == skip_expert)
+                    continue;
+                snprintf(name, sizeof name, "blk.%d.ffn_%s.%d.weight", l, part[p], e);
+                cr_assert_eq(mp_gguf_add_tensor_info(w, name, 2, ne, MP_TYPE_F32, &err), MP_OK, "%s", err.msg);
+                n_written++;
+            }
         }
-    static float zeros[16 * 8 * 8];
-    for (int i = 0; i < 6; i++)
+    static float zeros[16 * 8];
+    for (int i = 0; i < n_written; i++) /* one expert's matrix at a time */
         cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
     return path;
@@ -507,6 +527,29 @@ Test(analyzer_validate, model_agrees)
     mp_an_problems_free(&pb);
     mp_an_input_close(&in);
     free(model), free(t), free(u);
+}
+
+/* A model file that stores each expert as its own tensor: the same bytes per expert; an expert left
+ * out is named */
+Test(analyzer_validate, model_with_one_tensor_per_expert)
+{
+    char *model = make_model_as(true, -1);
+    char *t = make_trace(tmpdir, "t.db", (trace_opts){.expert_bytes = 1536});
+    mp_an_input in;
+    mp_an_problems pb = validate_with_model(t, model, &in);
+    cr_assert_eq(pb.n, 0, "%s", pb.n ? pb.msg[0] : "");
+    mp_an_problems_free(&pb);
+    mp_an_input_close(&in);
+    free(model);
+    model = make_model_as(true, 5);
+    pb = validate_with_model(t, model, &in);
+    cr_assert_eq(pb.n, 1, "layer 1's node only");
+    cr_assert_not_null(strstr(pb.msg[0], "node 1 (layer 1): "), "%s", pb.msg[0]);
+    cr_assert_not_null(strstr(pb.msg[0], "tensor blk.1.ffn_down.5.weight: missing (layer 1 stores its experts one "
+                                         "tensor each: expected 8 of them)"), "%s", pb.msg[0]);
+    mp_an_problems_free(&pb);
+    mp_an_input_close(&in);
+    free(model), free(t);
 }
 
 Test(analyzer_validate, model_bytes_per_expert_disagree)

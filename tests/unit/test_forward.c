@@ -1173,6 +1173,7 @@ typedef struct gguf_opts {
     const char *bad_tensor;    /* write this tensor with ne[1] - 1 rows */
     bool tied;                 /* no output.weight */
     bool vocab;                /* tokenizer metadata (n_vocab must be >= 259) */
+    bool split_experts;        /* each expert its own 2-D tensor: blk.N.ffn_gate.E.weight, ... */
 } gguf_opts;
 
 static void add_tensor(mp_gguf_writer *w, const gguf_opts *o, const char *name, const mp_tensor *t)
@@ -1216,8 +1217,21 @@ static void each_tensor(const mp_model *m, const gguf_opts *o, mp_gguf_writer *w
             {"ffn_up_exps", &L->up_exps}, {"ffn_down_exps", &L->down_exps}};
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
             char name[64];
+            const mp_tensor *t = list[i].t;
+            if (o->split_experts && t->ne[2] > 1) { /* "ffn_gate_exps" -> blk.N.ffn_gate.E.weight */
+                for (int64_t e = 0; e < t->ne[2]; e++) {
+                    mp_tensor x = *t;
+                    x.ne[2] = 1;
+                    x.nbytes = t->nbytes / (size_t)t->ne[2];
+                    x.data = (const char *)t->data + (size_t)e * x.nbytes;
+                    snprintf(name, sizeof name, "blk.%lld.%.*s.%lld.weight", (long long)il,
+                             (int)(strlen(list[i].s) - 5), list[i].s, (long long)e);
+                    fn(w, o, name, &x);
+                }
+                continue;
+            }
             snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)il, list[i].s);
-            fn(w, o, name, list[i].t);
+            fn(w, o, name, t);
         }
     }
 }
@@ -1304,6 +1318,70 @@ static void expect_load_error(const mp_model *m, const gguf_opts *o, mp_status c
     unlink(path);
 }
 
+/* The logits of 5 random tokens through two models (an in-memory one and its file) are equal, bit
+ * for bit (the vocabulary is at most 40 in these tests) */
+static void expect_same_logits(const mp_model *want, const mp_model *got, uint64_t seed)
+{
+    mp_error err = {0};
+    cr_assert_leq(want->hp.n_vocab, 40, "the logit buffers hold 40 a token");
+    int32_t tok[5];
+    random_tokens(tok, 5, want->hp.n_vocab);
+    float a1[5 * 40], a2[5 * 40];
+    mp_session *s1 = new_session(want, 2, 0, 8, NULL, NULL), *s2 = new_session(got, 2, 0, 8, NULL, NULL);
+    cr_assert_eq(mp_session_eval(s1, tok, 5, true, a1, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_session_eval(s2, tok, 5, true, a2, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(memcmp(a1, a2, sizeof a1), 0, "%s seed %llu", mp_arch_get(want->hp.arch)->name,
+                 (unsigned long long)seed);
+    mp_session_free(s1);
+    mp_session_free(s2);
+}
+
+/* A file that stores each expert as its own tensor (as llama.cpp's converter wrote Mixtral before it
+ * merged them) loads with merged expert tensors holding the same bytes, and gives the same logits;
+ * an expert left out, or one of another shape, is a one-line error naming the tensor. */
+Test(model, experts_stored_one_tensor_each)
+{
+    const mp_arch archs[] = {MP_ARCH_QWEN3MOE, MP_ARCH_OLMOE, MP_ARCH_MIXTRAL};
+    for (int a = 0; a < 3; a++) {
+        mp_hparams hp = small_hparams(archs[a]);
+        const uint64_t seed = time_seed();
+        test_model *tm = build_model(&hp, seed);
+        const char *path = tmp_path("split.gguf");
+        const gguf_opts o = {.split_experts = true};
+        write_gguf(path, &tm->m, &o);
+        mp_model *m = NULL;
+        mp_error err = {0};
+        cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
+        cr_assert_not_null(m->expert_copy, "the experts were not merged");
+        for (int64_t il = 0; il < hp.n_layer; il++) {
+            const mp_tensor *x[3] = {&m->layers[il].gate_exps, &m->layers[il].up_exps, &m->layers[il].down_exps};
+            const mp_tensor *y[3] = {&tm->m.layers[il].gate_exps, &tm->m.layers[il].up_exps,
+                                     &tm->m.layers[il].down_exps};
+            for (int k = 0; k < 3; k++) {
+                cr_assert(x[k]->type == y[k]->type && x[k]->ne[0] == y[k]->ne[0] && x[k]->ne[1] == y[k]->ne[1] &&
+                          x[k]->ne[2] == y[k]->ne[2] && x[k]->nbytes == y[k]->nbytes &&
+                          x[k]->row_bytes == y[k]->row_bytes, "layer %lld kind %d: another tensor", (long long)il, k);
+                cr_assert_eq(memcmp(x[k]->data, y[k]->data, y[k]->nbytes), 0, "layer %lld kind %d: other bytes",
+                             (long long)il, k);
+                cr_assert_eq((uintptr_t)x[k]->data % 64, 0, "a merged tensor not 64-byte aligned");
+            }
+        }
+        expect_same_logits(&tm->m, m, seed);
+        mp_model_free(m);
+        unlink(path);
+        char want[160];
+        snprintf(want, sizeof want, "tensor blk.1.ffn_up.2.weight: missing (layer 1 stores its experts one tensor "
+                 "each: expected %lld of them)", (long long)hp.n_expert);
+        expect_load_error(&tm->m, &(gguf_opts){.split_experts = true, .skip_tensor = "blk.1.ffn_up.2.weight"},
+                          MP_ERR_FORMAT, want);
+        expect_load_error(&tm->m, &(gguf_opts){.split_experts = true, .bad_tensor = "blk.0.ffn_down.1.weight"},
+                          MP_ERR_FORMAT, "tensor blk.0.ffn_down.1.weight: ");
+        expect_load_error(&tm->m, &(gguf_opts){.split_experts = true, .bad_tensor = "blk.0.ffn_down.1.weight"},
+                          MP_ERR_FORMAT, "expected one type and shape for a layer's experts");
+        free_model(tm);
+    }
+}
+
 Test(model, gguf_round_trip_gives_the_same_logits)
 {
     const mp_arch archs[] = {MP_ARCH_QWEN3MOE, MP_ARCH_OLMOE, MP_ARCH_MIXTRAL};
@@ -1331,16 +1409,7 @@ Test(model, gguf_round_trip_gives_the_same_logits)
         cr_assert_eq(m->output.data == m->tok_embd.data, o.tied);
         cr_assert_eq(mp_model_expert_bytes(m, 0), mp_model_expert_bytes(&tm->m, 0));
         cr_assert_eq(mp_model_dense_bytes(m), mp_model_dense_bytes(&tm->m));
-        int32_t tok[5];
-        random_tokens(tok, 5, hp.n_vocab);
-        float a1[5 * 40], a2[5 * 40];
-        mp_session *s1 = new_session(&tm->m, 2, 0, 8, NULL, NULL), *s2 = new_session(m, 2, 0, 8, NULL, NULL);
-        cr_assert_eq(mp_session_eval(s1, tok, 5, true, a1, &err), MP_OK, "%s", err.msg);
-        cr_assert_eq(mp_session_eval(s2, tok, 5, true, a2, &err), MP_OK, "%s", err.msg);
-        cr_assert_eq(memcmp(a1, a2, sizeof a1), 0, "%s seed %llu", mp_arch_get(archs[a])->name,
-                     (unsigned long long)seed);
-        mp_session_free(s1);
-        mp_session_free(s2);
+        expect_same_logits(&tm->m, m, seed);
         mp_model_free(m);
         unlink(path);
         free_model(tm);

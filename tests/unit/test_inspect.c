@@ -355,3 +355,64 @@ Test(inspect, inconsistent_expert_tensors_fail)
     }
     unlink(path);
 }
+
+/* A file that stores each expert as its own tensor (blk.N.ffn_gate.E.weight) gets the same table
+ * as the merged layout, its layers marked; a gap in the experts' numbers, or one expert's tensor
+ * beside a merged one, is one error line. */
+static void write_split(const char *path, int n_expert, int skip_expert, bool merged_down_too)
+{
+    mp_gguf_writer *w;
+    mp_error err;
+    static const char *const kinds[3] = {"gate", "up", "down"};
+    int64_t ne[2] = {32, 2};
+    static float zeros[32 * 2 * 4];
+    cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+    int n = 0;
+    for (int e = 0; e < n_expert; e++)
+        for (int k = 0; k < 3; k++) {
+            if (e == skip_expert)
+                continue;
+            char name[64];
+            snprintf(name, sizeof name, "blk.0.ffn_%s.%d.weight", kinds[k], e);
+            cr_assert_eq(mp_gguf_add_tensor_info(w, name, 2, ne, MP_TYPE_F32, &err), MP_OK, "%s", err.msg);
+            n++;
+        }
+    const int64_t ne3[3] = {32, 2, 4};
+    if (merged_down_too)
+        cr_assert_eq(mp_gguf_add_tensor_info(w, "blk.0.ffn_down_exps.weight", 3, ne3, MP_TYPE_F32, &err), MP_OK);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(mp_gguf_write_data(w, zeros, 32 * 2 * 4, &err), MP_OK);
+    if (merged_down_too)
+        cr_assert_eq(mp_gguf_write_data(w, zeros, sizeof zeros, &err), MP_OK);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+}
+
+Test(inspect, experts_stored_one_tensor_each)
+{
+    char path[] = "/tmp/mp_inspect_split_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    struct { int skip; bool merged; const char *want; } cases[] = {
+        {-1, false, NULL},
+        {2, false, "an expert past a missing one"},
+        {-1, true, "one expert's tensor beside the layer's merged tensor of that kind"},
+    };
+    for (int k = 0; k < 3; k++) {
+        write_split(path, 4, cases[k].skip, cases[k].merged);
+        const char *args[] = {"inspect", path, NULL};
+        run_result r = run_moeplan(args);
+        if (!cases[k].want) { /* 4 experts x 3 kinds x 256 bytes, as the merged file of write_moe */
+            cr_assert_eq(r.status, 0, "%s", r.err);
+            cr_assert_not_null(strstr(r.out, "expert_bytes: 3072\n"), "%s", r.out);
+            cr_assert_not_null(strstr(r.out, "      0*      4          256          256          256"), "%s", r.out);
+        } else {
+            cr_assert_eq(r.status, 1, "case %d: %s", k, r.out);
+            cr_assert_eq(count_lines(r.err), 1, "%s", r.err);
+            cr_assert_not_null(strstr(r.err, cases[k].want), "case %d: %s", k, r.err);
+            cr_assert_str_eq(r.out, "");
+        }
+        free_result(&r);
+    }
+    unlink(path);
+}

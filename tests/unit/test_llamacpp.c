@@ -137,6 +137,13 @@ Test(llamacpp, command_builder, .init = NULL, .fini = NULL)
     cr_assert(mp_llamacpp_expert_tensor("blk.12.ffn_gate_up_exps.weight", 30, &block) && block == 12);
     cr_assert(mp_llamacpp_expert_tensor("blk.3.ffn_down_chexps.weight", 28, &block) && block == 3);
     cr_assert_not(mp_llamacpp_expert_tensor("blk.3.ffn_down_shexp.weight", 27, &block));
+    /* a file that stores each expert as its own tensor: blk.N.<kind>.E.weight */
+    cr_assert(mp_llamacpp_expert_tensor("blk.7.ffn_up.12.weight", 22, &block) && block == 7);
+    cr_assert(mp_llamacpp_expert_tensor("blk.0.ffn_down.0.weight", 23, &block) && block == 0);
+    cr_assert_not(mp_llamacpp_expert_tensor("blk.0.ffn_down.weight", 21, &block), "a dense FFN");
+    cr_assert_not(mp_llamacpp_expert_tensor("blk.0.ffn_down..weight", 22, &block));
+    cr_assert_not(mp_llamacpp_expert_tensor("blk.0.ffn_gate_inp.weight", 25, &block), "the router");
+    cr_assert_not(mp_llamacpp_expert_tensor("blk.0.ffn_up.3", 14, &block), "nothing after the expert");
     cr_assert_not(mp_llamacpp_expert_tensor("blk.3.ffn_gate_inp.weight", 25, &block));
 }
 

@@ -251,6 +251,48 @@ Test(mkmodel, class_overrides_and_other_architectures)
     }
 }
 
+/* --split-experts: each expert its own 2-D tensor, in the converter's order (gate, down, up of each
+ * expert), with the values of the merged file's expert slices; the loader merges them back into the
+ * same bytes. */
+Test(mkmodel, split_experts_hold_the_merged_values)
+{
+    mp_error err;
+    mp_mkmodel_config c = small_config();
+    write_model(&c, tmp_path("merged.gguf"));
+    c.split_experts = true;
+    write_model(&c, tmp_path("split.gguf"));
+    mp_gguf *g;
+    cr_assert_eq(mp_gguf_open(tmp_path("split.gguf"), &g, &err), MP_OK, "%s", err.msg);
+    cr_assert_null(mp_gguf_find_tensor(g, "blk.0.ffn_gate_exps.weight"), "a merged tensor in a split file");
+    const mp_gguf_tensor *g0 = mp_gguf_find_tensor(g, "blk.1.ffn_gate.3.weight"),
+                         *d0 = mp_gguf_find_tensor(g, "blk.1.ffn_down.3.weight");
+    cr_assert(g0 && d0 && g0->n_dims == 2 && g0->ne[0] == c.n_embd && g0->ne[1] == c.n_ff_exp &&
+              d0->ne[0] == c.n_ff_exp && d0->ne[1] == c.n_embd, "blk.1's expert 3 tensors");
+    /* the converter's order: gate, down, up of each expert */
+    int64_t ig = -1, id = -1, iu = -1;
+    for (int64_t i = 0; i < mp_gguf_n_tensors(g); i++) {
+        const mp_str n = mp_gguf_tensor_at(g, i)->name;
+        ig = mp_str_eq(n, "blk.0.ffn_gate.0.weight") ? i : ig;
+        id = mp_str_eq(n, "blk.0.ffn_down.0.weight") ? i : id;
+        iu = mp_str_eq(n, "blk.0.ffn_up.0.weight") ? i : iu;
+    }
+    cr_assert(ig >= 0 && id == ig + 1 && iu == ig + 2, "order %lld %lld %lld", (long long)ig, (long long)id,
+              (long long)iu);
+    mp_gguf_close(g);
+    mp_model *a = NULL, *b = NULL;
+    cr_assert_eq(mp_model_load(tmp_path("merged.gguf"), &a, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_model_load(tmp_path("split.gguf"), &b, &err), MP_OK, "%s", err.msg);
+    for (int64_t il = 0; il < c.n_layer; il++) {
+        const mp_tensor *x[3] = {&a->layers[il].gate_exps, &a->layers[il].up_exps, &a->layers[il].down_exps};
+        const mp_tensor *y[3] = {&b->layers[il].gate_exps, &b->layers[il].up_exps, &b->layers[il].down_exps};
+        for (int k = 0; k < 3; k++)
+            cr_assert(x[k]->nbytes == y[k]->nbytes && memcmp(x[k]->data, y[k]->data, x[k]->nbytes) == 0,
+                      "layer %lld kind %d: the split file's experts differ from the merged file's", (long long)il, k);
+    }
+    mp_model_free(a);
+    mp_model_free(b);
+}
+
 /* The values that carry the design: norms are 1, the bias channel is constant, the router's
  * dimension 0 holds -skew * ln(rank + 1) over a permutation, residual writers spare row 0. */
 Test(mkmodel, weights_carry_the_router_prior)
