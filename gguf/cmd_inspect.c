@@ -176,6 +176,9 @@ static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
            mp_gguf_path(g), mp_gguf_version(g), (unsigned long long)mp_gguf_file_size(g),
            mp_gguf_alignment(g), (unsigned long long)mp_gguf_data_offset(g),
            (long long)mp_gguf_n_kv(g), (long long)mp_gguf_n_tensors(g));
+    if (mp_gguf_n_files(g) > 1) /* size_bytes and n_tensors are the set's; alignment, data_offset the first's */
+        printf("files: %lld (a model split in files; tensor offsets are within each tensor's own file)\n",
+               (long long)mp_gguf_n_files(g));
     printf("\nmetadata:\n");
     char value[1024], type[48];
     for (int64_t i = 0; i < mp_gguf_n_kv(g); i++) {
@@ -362,11 +365,11 @@ static void print_json(const mp_gguf *g, const moe_table *mt, bool tensors)
     printf("{\n  \"file\": ");
     json_str(mp_gguf_path(g), strlen(mp_gguf_path(g)));
     printf(",\n  \"version\": %u,\n  \"size_bytes\": %llu,\n  \"alignment\": %u,\n"
-           "  \"data_offset\": %llu,\n  \"n_kv\": %lld,\n  \"n_tensors\": %lld,\n"
+           "  \"data_offset\": %llu,\n  \"n_kv\": %lld,\n  \"n_tensors\": %lld,\n  \"files\": %lld,\n"
            "  \"metadata\": [",
            mp_gguf_version(g), (unsigned long long)mp_gguf_file_size(g), mp_gguf_alignment(g),
            (unsigned long long)mp_gguf_data_offset(g), (long long)mp_gguf_n_kv(g),
-           (long long)mp_gguf_n_tensors(g));
+           (long long)mp_gguf_n_tensors(g), (long long)mp_gguf_n_files(g));
     for (int64_t i = 0; i < mp_gguf_n_kv(g); i++) {
         mp_str k = mp_gguf_kv_key(g, i);
         printf("%s\n    {\"key\": ", i ? "," : "");

@@ -611,7 +611,113 @@ mp_status mp_gguf_open_buffer(const void *buf, size_t size, const char *name, mp
     return open_image(size ? buf : empty, size, NULL, name, out, err);
 }
 
+static mp_status open_one(const char *path, mp_gguf **out, mp_error *err);
+
+/* An integer key of g, or dflt when absent; false (with err set) when present but not an integer. */
+static bool int_key(const mp_gguf *g, const char *key, int64_t dflt, int64_t *out, mp_error *err)
+{
+    *out = dflt;
+    return mp_gguf_find_key(g, key) < 0 || mp_gguf_get_i64(g, key, out, err) == MP_OK;
+}
+
+/* A model split in several files (llama.cpp's gguf-split): g, opened from `path`, is the first
+ * (split.no 0 of split.count n), whose name ends in -00001-of-<n, 5 digits>.gguf, and holds every
+ * metadata key; the others, -0000k-of-..., hold their split.* keys and tensors. They are opened
+ * and checked (each its shard number and the same count; together split.tensors.count tensors, no
+ * name twice), and their tensors joined to g's. Nothing to do for a file without split.count > 1. */
+static mp_status join_shards(mp_gguf *g, const char *path, mp_error *err)
+{
+    int64_t count, no, n_total;
+    if (!int_key(g, "split.count", 1, &count, err) || !int_key(g, "split.no", 0, &no, err) ||
+        !int_key(g, "split.tensors.count", -1, &n_total, err))
+        return MP_ERR_FORMAT;
+    if (count <= 1)
+        return MP_OK;
+    if (count > 99999 || no < 0 || no >= count)
+        return mp_fail(err, MP_ERR_FORMAT, "file %s: split.no %lld of split.count %lld: expected 0 <= no < count "
+                       "<= 99999", path, (long long)no, (long long)count);
+    char tail[40];
+    snprintf(tail, sizeof tail, "-%05lld-of-%05lld.gguf", (long long)no + 1, (long long)count);
+    const size_t len = strlen(path), tl = strlen(tail);
+    if (no != 0)
+        return mp_fail(err, MP_ERR_FORMAT, "file %s: shard %lld of a model split in %lld files: open the first, "
+                       "%.*s-00001-of-%05lld.gguf", path, (long long)no + 1, (long long)count,
+                       (int)(len >= tl && !strcmp(path + len - tl, tail) ? len - tl : len), path, (long long)count);
+    if (len < tl || strcmp(path + len - tl, tail) != 0)
+        return mp_fail(err, MP_ERR_FORMAT, "file %s: the first of a model split in %lld files, but its name does not "
+                       "end in %s: the other files cannot be found", path, (long long)count, tail);
+    g->shards = calloc((size_t)count - 1, sizeof *g->shards);
+    if (!g->shards)
+        return mp_fail(err, MP_ERR_NOMEM, "file %s: out of memory", path);
+    char *name = malloc(len + 1);
+    if (!name)
+        return mp_fail(err, MP_ERR_NOMEM, "file %s: out of memory", path);
+    int64_t total = g->n_tensors;
+    mp_status st = MP_OK;
+    for (int64_t k = 1; k < count && !st; k++) {
+        snprintf(name, len + 1, "%.*s-%05lld-of-%05lld.gguf", (int)(len - tl), path, (long long)k + 1,
+                 (long long)count);
+        mp_error e = {0};
+        mp_gguf *s = NULL;
+        if ((st = open_one(name, &s, &e))) {
+            st = mp_fail(err, e.code, "model %s is split in %lld files: %s", path, (long long)count, e.msg);
+            break;
+        }
+        g->shards[g->n_shards++] = s;
+        int64_t s_no, s_count;
+        if (!int_key(s, "split.no", -1, &s_no, err) || !int_key(s, "split.count", -1, &s_count, err))
+            st = MP_ERR_FORMAT;
+        else if (s_no != k || s_count != count)
+            st = mp_fail(err, MP_ERR_FORMAT, "file %s: split.no %lld of split.count %lld: expected shard %lld of "
+                         "%lld (the model of %s)", name, (long long)s_no, (long long)s_count, (long long)k,
+                         (long long)count, path);
+        total += s->n_tensors;
+    }
+    free(name);
+    if (st)
+        return st;
+    if (n_total >= 0 && total != n_total)
+        return mp_fail(err, MP_ERR_FORMAT, "file %s: split.tensors.count %lld, but its %lld files hold %lld tensors",
+                       path, (long long)n_total, (long long)count, (long long)total);
+    mp_gguf_tensor *all = malloc((size_t)(total ? total : 1) * sizeof *all);
+    if (!all)
+        return mp_fail(err, MP_ERR_NOMEM, "file %s: out of memory for %lld tensors", path, (long long)total);
+    memcpy(all, g->tensors, (size_t)g->n_tensors * sizeof *all);
+    int64_t at = g->n_tensors;
+    for (int64_t k = 0; k < g->n_shards; k++) {
+        memcpy(all + at, g->shards[k]->tensors, (size_t)g->shards[k]->n_tensors * sizeof *all);
+        at += g->shards[k]->n_tensors;
+    }
+    free(g->tensors);
+    free(g->tensor_index.slots);
+    g->tensors = all;
+    g->n_tensors = total;
+    g->tensor_index.slots = NULL;
+    if ((st = index_init(&g->tensor_index, total, err)))
+        return st;
+    for (int64_t i = 0; i < total; i++) {
+        const int64_t dup = index_insert(g, &g->tensor_index, tensor_name, i);
+        if (dup >= 0)
+            return mp_fail(err, MP_ERR_FORMAT, "model %s: tensor '%.*s' is in two of its %lld files", path,
+                           (int)all[i].name.len, all[i].name.ptr, (long long)count);
+    }
+    return MP_OK;
+}
+
 mp_status mp_gguf_open(const char *path, mp_gguf **out, mp_error *err)
+{
+    mp_status st = open_one(path, out, err);
+    if (st)
+        return st;
+    if ((st = join_shards(*out, path, err))) {
+        mp_gguf_close(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* One file, as it is (mp_gguf_open joins a split model's other files to its first). */
+static mp_status open_one(const char *path, mp_gguf **out, mp_error *err)
 {
     *out = NULL;
     int fd;
@@ -649,6 +755,9 @@ void mp_gguf_close(mp_gguf *g)
     free(g->tensors);
     free(g->kv_index.slots);
     free(g->tensor_index.slots);
+    for (int64_t k = 0; k < g->n_shards; k++)
+        mp_gguf_close(g->shards[k]);
+    free(g->shards);
     if (g->map)
         munmap(g->map, (size_t)g->size);
     free(g->path);
@@ -659,7 +768,15 @@ void mp_gguf_close(mp_gguf *g)
 
 const char *mp_gguf_path(const mp_gguf *g) { return g->path; }
 uint32_t mp_gguf_version(const mp_gguf *g) { return g->version; }
-uint64_t mp_gguf_file_size(const mp_gguf *g) { return g->size; }
+uint64_t mp_gguf_file_size(const mp_gguf *g)
+{
+    uint64_t n = g->size;
+    for (int64_t k = 0; k < g->n_shards; k++)
+        n += g->shards[k]->size;
+    return n;
+}
+
+int64_t mp_gguf_n_files(const mp_gguf *g) { return 1 + g->n_shards; }
 uint32_t mp_gguf_alignment(const mp_gguf *g) { return g->alignment; }
 uint64_t mp_gguf_data_offset(const mp_gguf *g) { return g->data_offset; }
 

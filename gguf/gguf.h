@@ -58,6 +58,10 @@ typedef struct mp_gguf_tensor {
 
 typedef struct mp_gguf mp_gguf; /* opaque */
 
+/* A model split in several files (llama.cpp's gguf-split, PREFIX-00001-of-0000N.gguf ...): open the
+ * first; its metadata are the model's, and the handle's tensors are every file's (each file checked
+ * as one alone, then the set: shard numbers, count, split.tensors.count, no name twice). Opening
+ * another shard is an error that names the first. */
 mp_status mp_gguf_open(const char *path, mp_gguf **out, mp_error *err);
 /* Parse an in-memory image (the fuzz target and tests use this); buf must outlive the handle. */
 mp_status mp_gguf_open_buffer(const void *buf, size_t size, const char *name, mp_gguf **out,
@@ -66,7 +70,8 @@ void mp_gguf_close(mp_gguf *g);
 
 const char *mp_gguf_path(const mp_gguf *g);
 uint32_t mp_gguf_version(const mp_gguf *g);
-uint64_t mp_gguf_file_size(const mp_gguf *g);
+uint64_t mp_gguf_file_size(const mp_gguf *g); /* all its files' bytes */
+int64_t mp_gguf_n_files(const mp_gguf *g);     /* 1, or a split model's count */
 uint32_t mp_gguf_alignment(const mp_gguf *g);
 uint64_t mp_gguf_data_offset(const mp_gguf *g); /* absolute start of the data section */
 const char *mp_gguf_vtype_name(mp_gguf_vtype t); /* "u32", "string", "array", ...; "?" if unknown */

@@ -41,8 +41,13 @@ struct mp_gguf {
     gguf_kv *kvs;            /* (n_kv) */
     name_index kv_index;
     int64_t n_tensors;
-    mp_gguf_tensor *tensors; /* (n_tensors) */
+    mp_gguf_tensor *tensors; /* (n_tensors): a split model's are every shard's (gguf.c, join_shards) */
     name_index tensor_index;
+    /* A model split in several files (llama.cpp's gguf-split: split.count > 1 in this, the first):
+     * the other shards, open while this handle is; their tensors are in `tensors` above, their
+     * data in their own mappings. */
+    struct mp_gguf **shards; /* (n_shards) */
+    int64_t n_shards;
 };
 
 static inline size_t gguf_scalar_size(mp_gguf_vtype t)

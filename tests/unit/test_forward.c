@@ -11,6 +11,7 @@
  * `moeplan run` end to end and its flag checks, the sampler, the thread pool, RoPE tables.
  */
 #include <criterion/criterion.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -1174,11 +1175,20 @@ typedef struct gguf_opts {
     bool tied;                 /* no output.weight */
     bool vocab;                /* tokenizer metadata (n_vocab must be >= 259) */
     bool split_experts;        /* each expert its own 2-D tensor: blk.N.ffn_gate.E.weight, ... */
+    int shard;                 /* with n_shards > 1: which file of a split model this one is (0: the first) */
+    int n_shards;              /* the tensors go round-robin to the files; the first holds the metadata */
 } gguf_opts;
+
+static int g_tensor_counter; /* each_tensor's running index: which shard a tensor goes to */
+
+static bool in_this_shard(const gguf_opts *o)
+{
+    return o->n_shards <= 1 || g_tensor_counter++ % o->n_shards == o->shard;
+}
 
 static void add_tensor(mp_gguf_writer *w, const gguf_opts *o, const char *name, const mp_tensor *t)
 {
-    if (!t->data || (o->skip_tensor && !strcmp(name, o->skip_tensor)))
+    if (!t->data || (o->skip_tensor && !strcmp(name, o->skip_tensor)) || !in_this_shard(o))
         return;
     int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], 1};
     if (o->bad_tensor && !strcmp(name, o->bad_tensor))
@@ -1190,13 +1200,22 @@ static void add_tensor(mp_gguf_writer *w, const gguf_opts *o, const char *name, 
 
 static void write_tensor(mp_gguf_writer *w, const gguf_opts *o, const char *name, const mp_tensor *t)
 {
-    if (!t->data || (o->skip_tensor && !strcmp(name, o->skip_tensor)))
+    if (!t->data || (o->skip_tensor && !strcmp(name, o->skip_tensor)) || !in_this_shard(o))
         return;
     size_t n = t->nbytes;
     if (o->bad_tensor && !strcmp(name, o->bad_tensor))
         n = t->nbytes / (size_t)(t->ne[1] * t->ne[2]) * (size_t)((t->ne[1] - 1) * t->ne[2]);
     mp_error err = {0};
     cr_assert_eq(mp_gguf_write_data(w, t->data, n, &err), MP_OK, "%s", err.msg);
+}
+
+static int32_t g_counted;
+
+static void count_tensor(mp_gguf_writer *w, const gguf_opts *o, const char *name, const mp_tensor *t)
+{
+    (void)w;
+    if (t->data && !(o->skip_tensor && !strcmp(name, o->skip_tensor)))
+        g_counted++;
 }
 
 /* Visit every tensor of the model with its GGUF name. */
@@ -1243,6 +1262,24 @@ static void write_gguf(const char *path, const mp_model *m, const gguf_opts *o)
     mp_error err = {0};
     cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
     const char *arch = o->arch ? o->arch : mp_arch_get(hp->arch)->name;
+    if (o->n_shards > 1) { /* llama.cpp's gguf-split keys; the metadata in the first file only */
+        const uint16_t no = (uint16_t)o->shard, count = (uint16_t)o->n_shards;
+        cr_assert_eq(mp_gguf_add_val(w, "split.no", MP_GGUF_UINT16, &no, &err), MP_OK, "%s", err.msg);
+        cr_assert_eq(mp_gguf_add_val(w, "split.count", MP_GGUF_UINT16, &count, &err), MP_OK, "%s", err.msg);
+        const gguf_opts all = {.tied = o->tied, .split_experts = o->split_experts, .skip_tensor = o->skip_tensor};
+        g_counted = 0;
+        each_tensor(m, &all, NULL, count_tensor);
+        const int32_t total = g_counted;
+        cr_assert_eq(mp_gguf_add_i32(w, "split.tensors.count", total, &err), MP_OK, "%s", err.msg);
+        if (o->shard != 0) {
+            g_tensor_counter = 0;
+            each_tensor(m, o, w, add_tensor);
+            g_tensor_counter = 0;
+            each_tensor(m, o, w, write_tensor);
+            cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+            return;
+        }
+    }
     cr_assert_eq(mp_gguf_add_str(w, "general.architecture", arch, &err), MP_OK);
     const struct { const char *k; uint32_t v; } u32s[] = {
         {"block_count", (uint32_t)hp->n_layer}, {"context_length", (uint32_t)hp->n_ctx_train},
@@ -1285,7 +1322,9 @@ static void write_gguf(const char *path, const mp_model *m, const gguf_opts *o)
         cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v.eot_id, &err), MP_OK);
         mp_vocab_free(&v);
     }
+    g_tensor_counter = 0;
     each_tensor(m, o, w, add_tensor);
+    g_tensor_counter = 0;
     each_tensor(m, o, w, write_tensor);
     cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
 }
@@ -1380,6 +1419,47 @@ Test(model, experts_stored_one_tensor_each)
                           MP_ERR_FORMAT, "expected one type and shape for a layer's experts");
         free_model(tm);
     }
+}
+
+/* A model split in several files (llama.cpp's gguf-split: PREFIX-0000k-of-0000n.gguf, the metadata
+ * in the first) opens from its first file and gives the logits of the one-file model; another file
+ * of the set, a missing one or a disagreeing shard number is a one-line error that names it. */
+Test(model, a_model_split_in_files)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    const uint64_t seed = time_seed();
+    test_model *tm = build_model(&hp, seed);
+    char p[3][512];
+    for (int k = 0; k < 3; k++) {
+        snprintf(p[k], sizeof p[k], "%s", tmp_path("m"));
+        snprintf(p[k] + strlen(p[k]), sizeof p[k] - strlen(p[k]), "-%05d-of-00003.gguf", k + 1);
+        write_gguf(p[k], &tm->m, &(gguf_opts){.shard = k, .n_shards = 3});
+    }
+    mp_model *m = NULL;
+    mp_error err = {0};
+    cr_assert_eq(mp_model_load(p[0], &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_n_files(m->gguf), 3);
+    struct stat a, b, c;
+    cr_assert(stat(p[0], &a) == 0 && stat(p[1], &b) == 0 && stat(p[2], &c) == 0);
+    cr_assert_eq(mp_gguf_file_size(m->gguf), (uint64_t)(a.st_size + b.st_size + c.st_size));
+    expect_same_logits(&tm->m, m, seed);
+    mp_model_free(m);
+    /* the second file opened instead of the first */
+    cr_assert_eq(mp_model_load(p[1], &m, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "shard 2 of a model split in 3 files: open the first") && strstr(err.msg, "m-00001-of-00003.gguf"),
+              "%s", err.msg);
+    /* a file missing */
+    unlink(p[2]);
+    cr_assert_eq(mp_model_load(p[0], &m, &err), MP_ERR_IO, "%s", err.msg);
+    cr_assert(strstr(err.msg, "is split in 3 files: ") && strstr(err.msg, "m-00003-of-00003.gguf"), "%s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'));
+    /* the third file written as a second one */
+    write_gguf(p[2], &tm->m, &(gguf_opts){.shard = 1, .n_shards = 3});
+    cr_assert_eq(mp_model_load(p[0], &m, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "split.no 1 of split.count 3: expected shard 2 of 3"), "%s", err.msg);
+    for (int k = 0; k < 3; k++)
+        unlink(p[k]);
+    free_model(tm);
 }
 
 Test(model, gguf_round_trip_gives_the_same_logits)

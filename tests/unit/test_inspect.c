@@ -416,3 +416,46 @@ Test(inspect, experts_stored_one_tensor_each)
     }
     unlink(path);
 }
+
+/* A model split in two files: inspect from the first lists both files' tensors and their bytes */
+static void write_shard(const char *path, uint16_t no, const char *tensor)
+{
+    mp_gguf_writer *w;
+    mp_error err;
+    const uint16_t count = 2;
+    cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_val(w, "split.no", MP_GGUF_UINT16, &no, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_val(w, "split.count", MP_GGUF_UINT16, &count, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_i32(w, "split.tensors.count", 2, &err), MP_OK, "%s", err.msg);
+    const int64_t ne[1] = {32};
+    cr_assert_eq(mp_gguf_add_tensor_info(w, tensor, 1, ne, MP_TYPE_F32, &err), MP_OK, "%s", err.msg);
+    static const float ones[32] = {1};
+    cr_assert_eq(mp_gguf_write_data(w, ones, sizeof ones, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+}
+
+Test(inspect, a_model_split_in_files)
+{
+    char dir[] = "/tmp/mp_inspect_shards_XXXXXX", a[96], b[96];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/m-00001-of-00002.gguf", dir);
+    snprintf(b, sizeof b, "%s/m-00002-of-00002.gguf", dir);
+    write_shard(a, 0, "first.weight");
+    write_shard(b, 1, "second.weight");
+    const char *args[] = {"inspect", a, "--tensors", NULL};
+    run_result r = run_moeplan(args);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.out, "n_tensors: 2\nfiles: 2 (a model split in files"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, "first.weight"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, "second.weight"), "%s", r.out);
+    free_result(&r);
+    const char *args2[] = {"inspect", b, NULL};
+    r = run_moeplan(args2);
+    cr_assert_eq(r.status, 1);
+    cr_assert_eq(count_lines(r.err), 1, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "shard 2 of a model split in 2 files: open the first"), "%s", r.err);
+    free_result(&r);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+}
