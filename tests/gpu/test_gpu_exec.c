@@ -64,7 +64,15 @@ static void teardown(void)
 
 TestSuite(gpu_exec, .init = setup, .fini = teardown);
 
+static mp_model *make_model_split(const char *arch, const char *mix, const char *expert_type, bool split_experts);
+
 static mp_model *make_model(const char *arch, const char *mix, const char *expert_type)
+{
+    return make_model_split(arch, mix, expert_type, false);
+}
+
+/* split_experts: the file stores each expert as its own tensor (mkmodel --split-experts) */
+static mp_model *make_model_split(const char *arch, const char *mix, const char *expert_type, bool split_experts)
 {
     mp_mkmodel_config cfg;
     mp_error e;
@@ -74,8 +82,10 @@ static mp_model *make_model(const char *arch, const char *mix, const char *exper
         cr_assert_eq(mp_mkmodel_set_type(&cfg, "experts", expert_type, &e), MP_OK, "%s", e.msg);
     cfg.seed = g_seed;
     cfg.n_threads = 4;
+    cfg.split_experts = split_experts;
     char path[512];
-    snprintf(path, sizeof path, "%s/%s-%s-%s.gguf", tmpdir, arch, mix, expert_type ? expert_type : "mix");
+    snprintf(path, sizeof path, "%s/%s-%s-%s%s.gguf", tmpdir, arch, mix, expert_type ? expert_type : "mix",
+             split_experts ? "-split" : "");
     cr_assert_eq(mp_mkmodel_write(&cfg, path, true, NULL, NULL, &e), MP_OK, "%s", e.msg);
     mp_model *m;
     cr_assert_eq(mp_model_load(path, &m, &e), MP_OK, "%s", e.msg);
@@ -415,6 +425,42 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
  * BF16 2.3e-3, F16 2.4e-4; docs/runtime.md). The quantized cases below run the GEMM path.
  * The F32 case hung until 2026-11-29: page-locking the model's file mapping did
  * not return (gpu/gpu_host.c); the executor now page-locks its own copy of the cold experts. */
+/* A file that stores each expert as its own tensor (the loader merges them, runtime/model_load.c)
+ * runs on the GPU executor exactly as the merged file does: all on the GPU, and hybrid with the
+ * cold experts' page-locked host copy made from the loader's merged copy (gpu/gpu_host.c must not
+ * drop that copy's pages as it drops the file's), prefill copies and far routes among them. */
+Test(gpu_exec, experts_stored_one_tensor_each_run_as_merged)
+{
+    mp_model *a = make_model("mixtral", "q4_k_m", NULL), *b = make_model_split("mixtral", "q4_k_m", NULL, true);
+    cr_assert_not_null(b->expert_copy);
+    const int K = (int)a->hp.n_expert_used;
+    /* copies by a fixed row count and far routes by a fixed share: by cost they would depend on timings */
+    struct { const char *spec; int64_t copy_min_rows; int far; } cases[] = {
+        {"gpu", -1, -1}, {"layers:2", 4, 0}, {"cpu", 0, K / 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp_placement pa, pb;
+        placement(a, cases[i].spec, NULL, 0, &pa);
+        placement(b, cases[i].spec, NULL, 0, &pb);
+        run_out x, y;
+        g_far = cases[i].far;
+        run_model(a, &pa, cases[i].copy_min_rows, false, &x);
+        run_model(b, &pb, cases[i].copy_min_rows, false, &y);
+        g_far = -1;
+        char what[200];
+        snprintf(what, sizeof what, "%s (copies from %lld rows, far %d): the split file against the merged one",
+                 cases[i].spec, (long long)cases[i].copy_min_rows, cases[i].far);
+        compare_bits(a, &y, &x, what);
+        cr_assert_eq(x.stats.routes_cpu, y.stats.routes_cpu, "%s", cases[i].spec);
+        cr_assert_eq(x.stats.routes_far, y.stats.routes_far, "%s", cases[i].spec);
+        free(x.logits);
+        free(y.logits);
+        mp_placement_free(&pa);
+        mp_placement_free(&pb);
+    }
+    mp_model_free(a);
+    mp_model_free(b);
+}
+
 Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
 Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, true, 1e-4, 2e-5); }
