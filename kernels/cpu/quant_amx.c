@@ -56,7 +56,7 @@ typedef struct tile_config {
 /* Shapes for n_t activation rows, K bytes per sub-block product and n_r weight rows. */
 static void configure(int n_t, int k_bytes, int n_r)
 {
-    tile_config cfg;
+    _Alignas(64) tile_config cfg; /* the 64-byte operand of ldtilecfg */
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int p = 0; p < 2; p++) {
