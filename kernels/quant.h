@@ -137,20 +137,19 @@ typedef struct mp_type_ops {
      * vec_dot within float rounding (it accumulates in the same per-block integer way). */
     void (*vec_dot_multi)(int64_t n, const void *w_row, const void *x, size_t x_stride, int n_x,
                           float *out);
-    /* Optional (NULL where a variant has none; the AMX level's Q4_0, Q8_0, Q4_K, Q5_K and Q6_K have it): the whole of
-     * mp_gemm_rows for n_rows weight rows from w (row_bytes apart, at most 2^31 / 16) against n_x
-     * activation rows: y[i * y_stride + r] = dot(W[r], x_i). mp_gemm_rows uses it from
-     * MP_GEMM_AMX_MIN_ROWS activation rows on. Agrees with vec_dot within float rounding (the same exact integer
-     * sub-block sums, added in another order), not bit for bit. */
+    /* Optional (NULL where a variant has none: the AVX-512 level's Q4_0 and Q8_0, the AMX level's
+     * Q4_0, Q8_0, Q4_K, Q5_K and Q6_K have it): the whole of mp_gemm_rows for n_rows weight rows
+     * from w (row_bytes apart, at most 2^31 / 16) against n_x activation rows:
+     * y[i * y_stride + r] = dot(W[r], x_i). mp_gemm_rows uses it from gemm_min_rows activation rows
+     * on (below, the multi-row dots). Agrees with vec_dot within float rounding (the same exact
+     * integer sub-block sums; the AMX ones add them in another order), the AVX-512 ones bit for bit. */
     void (*gemm)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
                  int64_t n_x, float *y, int64_t y_stride);
+    int gemm_min_rows;
 } mp_type_ops;
 
 /* Activation rows per tile in mp_gemm_rows (the most vec_dot_multi is ever asked for). */
 #define MP_GEMM_TILE 4
-/* Activation rows from which mp_gemm_rows hands a whole call to ops->gemm (the tile GEMMs):
- * below it the multi-row dots run. */
-#define MP_GEMM_AMX_MIN_ROWS 2
 
 /* Activation quantization (used before every vec_dot of a row of quantized weights).
  * Q8_K: d = max|x| / 127, quants in [-127, 127], bsums[g] = sum of quants 16g..16g+15. */

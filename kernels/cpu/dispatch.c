@@ -272,7 +272,7 @@ void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
     const uint8_t *wb = w; /* (n_rows, row_bytes) */
     const uint8_t *xb = x; /* (n_x, x_stride) */
     /* the tile GEMMs gather 16 rows by 32-bit offsets: rows of at most 2^31 / 16 bytes */
-    if (ops->gemm && n_x >= MP_GEMM_AMX_MIN_ROWS && row_end > row_begin && row_bytes <= (size_t)INT32_MAX / 16) {
+    if (ops->gemm && n_x >= ops->gemm_min_rows && row_end > row_begin && row_bytes <= (size_t)INT32_MAX / 16) {
         ops->gemm(n_cols, wb + (size_t)row_begin * row_bytes, row_bytes, row_end - row_begin, x, x_stride, n_x, y,
                   y_stride);
         return;

@@ -5,7 +5,7 @@
  * Only called where dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid,
  * Linux granted the tile state (mp_amx_enable) and MP_ISA=amx asked for the level. Its table is the
  * AVX-512 table of the type with `gemm` set: decode (one activation row) runs the AVX-512 dots,
- * prefill (mp_gemm_rows, MP_GEMM_AMX_MIN_ROWS rows or more) runs these.
+ * prefill (mp_gemm_rows, from AMX_MIN_ROWS activation rows on) runs these.
  *
  * One tile product: C (tokens x weight rows, int32) += A (tokens x K bytes, the activations' signed
  * quants, loaded straight from their rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive quants
@@ -44,6 +44,10 @@
 #include "kernels/cpu/quant_impl.h"
 
 #define TOKENS_PER_PASS 64 /* activation rows per pass: 4 groups of 16 */
+/* The fewest activation rows the tile GEMMs take (gemm_min_rows): 2, by the count of a tile product's
+ * fixed cost (the gathers of a row block's step, 8 or 16 products) against the VNNI tile's per-row
+ * work; to be measured on AMX hardware (bench_kernels --gemm). */
+#define AMX_MIN_ROWS 2
 
 typedef struct tile_config {
     uint8_t palette;
@@ -393,6 +397,7 @@ static void build_table(void)
     for (size_t i = 0; i < N_GEMMS; i++) {
         g_amx_ops[i] = *mp_type_ops_avx512(k_gemms[i].type);
         g_amx_ops[i].gemm = k_gemms[i].gemm;
+        g_amx_ops[i].gemm_min_rows = AMX_MIN_ROWS;
     }
 }
 

@@ -37,6 +37,8 @@
 #else
 #include <immintrin.h>
 #endif
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/quant_impl.h"
@@ -259,6 +261,108 @@ static void vec_dot_multi_q8_0(int64_t n, const void *w, const void *x, size_t x
                                float *out)
 {
     q8_rows_dot(n, w, 0, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
+}
+
+/* ---- Q4_0 / Q8_0: the whole-call GEMM (mp_type_ops.gemm) ----
+ *
+ * q8_rows_dot takes 8 vector ops a block and activation row (load, sign, dot, the f16 scale, its
+ * product with the weight's, broadcast, convert, FMA) for 32 products: ~40 G MAC/s a core against
+ * ~95 for the K-quants' GEMM tile (bench_kernels --gemm, development VM). Here the activation rows
+ * go in pairs, one per 256-bit half, packed once per call: each block's 32 quants of the two rows
+ * side by side and their scales as [d0 x 8 | d1 x 8] floats, so that a block of a pair is one load,
+ * a masked negation (the weights' signs), one dot, one scale product, a convert and an FMA. The
+ * halves do q8_block_dot's arithmetic lane for lane (the same products, the same float scale, even
+ * and odd blocks in two accumulators, then hsum256 of their sum), so the results equal vec_dot's
+ * bit for bit. */
+
+#define Q8_PAIRS_PER_PASS 4 /* activation pairs packed at a time (one group): 32 KB for 2048 columns, in L1 */
+#define Q8_PAIRS_PER_GROUP 4 /* pairs whose accumulators (2 each) stay in registers per weight row */
+
+typedef struct q8_pair_block {
+    _Alignas(64) int8_t q[64];  /* the pair's quants of one block: row 0's 32, row 1's 32 */
+    _Alignas(64) float d[16];   /* [d0 x 8 | d1 x 8]; a pair's missing second row: 0 */
+} q8_pair_block;
+
+static void gemm_q8(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
+                    int64_t n_x, float *y, int64_t y_stride, int is_q4)
+{
+    const int64_t nb = n / MP_QK8_0;
+    const uint8_t *wb = w, *xb = x;
+    q8_pair_block *pk = aligned_alloc(64, (size_t)Q8_PAIRS_PER_PASS * (size_t)nb * sizeof *pk);
+    if (!pk) { /* no room to pack: the multi-row dots, tile by tile */
+        for (int64_t i0 = 0; i0 < n_x; i0 += MP_GEMM_TILE)
+            for (int64_t r = 0; r < n_rows; r++) {
+                float out[MP_GEMM_TILE];
+                const int t = (int)(n_x - i0 < MP_GEMM_TILE ? n_x - i0 : MP_GEMM_TILE);
+                q8_rows_dot(n, wb + (size_t)r * row_bytes, is_q4, xb + (size_t)i0 * x_stride, x_stride, t, out);
+                for (int i = 0; i < t; i++)
+                    y[(i0 + i) * y_stride + r] = out[i];
+            }
+        return;
+    }
+    const int64_t n_pairs = (n_x + 1) / 2;
+    for (int64_t p0 = 0; p0 < n_pairs; p0 += Q8_PAIRS_PER_PASS) {
+        const int64_t np = n_pairs - p0 < Q8_PAIRS_PER_PASS ? n_pairs - p0 : Q8_PAIRS_PER_PASS;
+        for (int64_t p = 0; p < np; p++) {
+            const int64_t t0 = 2 * (p0 + p);
+            const bool two = t0 + 1 < n_x;
+            const mp_block_q8_0 *a = (const mp_block_q8_0 *)(xb + (size_t)t0 * x_stride);
+            const mp_block_q8_0 *c = two ? (const mp_block_q8_0 *)(xb + (size_t)(t0 + 1) * x_stride) : NULL;
+            for (int64_t ib = 0; ib < nb; ib++) {
+                q8_pair_block *k = &pk[p * nb + ib];
+                const __m256i qa = loadu256(a[ib].qs), qc = two ? loadu256(c[ib].qs) : _mm256_setzero_si256();
+                _mm512_store_si512(k->q, join256(qa, qc));
+                const __m256 da = _mm256_set1_ps(f16(a[ib].d)), dc = _mm256_set1_ps(two ? f16(c[ib].d) : 0.0f);
+                _mm512_store_ps(k->d, _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(da)),
+                                                                          _mm256_castps_pd(dc), 1)));
+            }
+        }
+        for (int64_t r = 0; r < n_rows; r++) {
+            const uint8_t *wr = wb + (size_t)r * row_bytes;
+            for (int64_t g = 0; g < np; g += Q8_PAIRS_PER_GROUP) {
+                const int ng = (int)(np - g < Q8_PAIRS_PER_GROUP ? np - g : Q8_PAIRS_PER_GROUP);
+                __m512 acc[Q8_PAIRS_PER_GROUP][2];
+                for (int j = 0; j < Q8_PAIRS_PER_GROUP; j++)
+                    acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+                for (int64_t ib = 0; ib < nb; ib++) {
+                    const __m256i wq = q8_weights(wr, is_q4, ib);
+                    const __m512i wq2 = join256(wq, wq);
+                    const __m512i w_abs = _mm512_abs_epi8(wq2);
+                    const uint64_t neg = _mm512_movepi8_mask(wq2); /* (the emulated build has no __mmask64) */
+                    const __m512 dw = _mm512_set1_ps(q8_weight_scale(wr, is_q4, ib));
+                    for (int j = 0; j < ng; j++) {
+                        const q8_pair_block *k = &pk[(g + j) * nb + ib];
+                        const __m512i q = _mm512_load_si512(k->q);
+                        const __m512i xs = _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
+                        const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w_abs, xs);
+                        acc[j][ib & 1] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(k->d)),
+                                                         _mm512_cvtepi32_ps(isum), acc[j][ib & 1]);
+                    }
+                }
+                for (int j = 0; j < ng; j++) {
+                    const int64_t t0 = 2 * (p0 + g + j);
+                    const __m512 s = _mm512_add_ps(acc[j][0], acc[j][1]);
+                    y[t0 * y_stride + r] = hsum256(_mm512_castps512_ps256(s));
+                    if (t0 + 1 < n_x)
+                        y[(t0 + 1) * y_stride + r] =
+                            hsum256(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+                }
+            }
+        }
+    }
+    free(pk);
+}
+
+static void gemm_q4_0(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
+                      int64_t n_x, float *y, int64_t y_stride)
+{
+    gemm_q8(n, w, row_bytes, n_rows, x, x_stride, n_x, y, y_stride, 1);
+}
+
+static void gemm_q8_0(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
+                      int64_t n_x, float *y, int64_t y_stride)
+{
+    gemm_q8(n, w, row_bytes, n_rows, x, x_stride, n_x, y, y_stride, 0);
 }
 
 static void dequantize_q4_0(const void *src, float *dst, int64_t n)
@@ -537,15 +641,22 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI)}
+/* The Q4_0/Q8_0 GEMMs from 4 activation rows: at 2 and 3 the multi-row dots are faster (33 / 44
+ * against 44 / 46 G MAC/s for Q8_0), from 4 these (53, 71 at 6, 79 at 32 against 50; development
+ * VM, Zen 5, bench_kernels --gemm 2,3,4,5,6 and 2,8,32,64, bench/NOTES-kernels.md) */
+#define Q8_GEMM_MIN_ROWS 4
+#define OPS_GEMM(T, VDT, DQ, Q, VD, MULTI, GEMM) \
+    {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
+     .vec_dot_multi = (MULTI), .gemm = (GEMM), .gemm_min_rows = Q8_GEMM_MIN_ROWS}
 
 static const mp_type_ops k_avx512_ops[] = {
     OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
     OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
     OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
-    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0,
-        vec_dot_multi_q4_0),
-    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
-        vec_dot_multi_q8_0),
+    OPS_GEMM(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0,
+             vec_dot_multi_q4_0, gemm_q4_0),
+    OPS_GEMM(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
+             vec_dot_multi_q8_0, gemm_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
     /* Q2_K and Q3_K: the AVX2 kernels (2-bit runs in 16-element groups: the 512-bit unpacking was

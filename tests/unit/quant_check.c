@@ -278,15 +278,28 @@ static void check_gemm_result(const mp_type_ops *ops, const char *variant, const
         }
 }
 
+static void check_whole_gemm(const mp_type_ops *ops, const char *variant, bool exact);
+
 void check_tile_gemm(const mp_type_ops *ops, const char *variant)
 {
-    cr_assert(ops && ops->gemm, "%s: no tile GEMM", variant);
+    check_whole_gemm(ops, variant, false);
+}
+
+void check_gemm_bits(const mp_type_ops *ops, const char *variant)
+{
+    check_whole_gemm(ops, variant, true);
+}
+
+/* exact: every result equals vec_dot's bit for bit; else within float rounding of the scalar dot */
+static void check_whole_gemm(const mp_type_ops *ops, const char *variant, bool exact)
+{
+    cr_assert(ops && ops->gemm, "%s: no whole-call GEMM", variant);
     const int64_t be = mp_type_block_elems(ops->type);
     /* row counts around the 16-row blocks, activation counts around the groups of 16 and the
      * passes of 64, widths of 1 .. 12 blocks and a model's 2048 */
     for (int trial = 0; trial < 40; trial++) {
         const int64_t n_cols = trial % 10 == 0 ? 2048 : be * (1 + (int64_t)(rnd_u64() % 12));
-        const int64_t n_rows = 1 + (int64_t)(rnd_u64() % 40), n_x = MP_GEMM_AMX_MIN_ROWS + (int64_t)(rnd_u64() % 80);
+        const int64_t n_rows = 1 + (int64_t)(rnd_u64() % 40), n_x = ops->gemm_min_rows + (int64_t)(rnd_u64() % 80);
         const int64_t r0 = (int64_t)(rnd_u64() % 3), r1 = r0 + n_rows;
         const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
         const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols) + 4 * (rnd_u64() % 3);
@@ -304,7 +317,17 @@ void check_tile_gemm(const mp_type_ops *ops, const char *variant)
         for (int64_t i = 0; i < n_x * y_stride + 1; i++)
             y[i] = -12345.0f;
         mp_gemm_rows(ops, wa, row_bytes, n_cols, r0, r1, xa, x_stride, n_x, y, y_stride);
-        check_gemm_result(ops, variant, wa, row_bytes, n_cols, r0, r1, xa, x_stride, n_x, y, y_stride);
+        if (!exact)
+            check_gemm_result(ops, variant, wa, row_bytes, n_cols, r0, r1, xa, x_stride, n_x, y, y_stride);
+        for (int64_t i = 0; exact && i < n_x; i++)
+            for (int64_t r = r0; r < r1; r++) {
+                const float want = ops->vec_dot(n_cols, wa + r * row_bytes, xa + i * x_stride);
+                cr_assert(same_float(y[i * y_stride + (r - r0)], want),
+                          "seed %llu: %s %s gemm (%lld rows, %lld activations, %lld columns) x %lld row %lld: %.9g, "
+                          "vec_dot %.9g", (unsigned long long)g_seed, variant, mp_type_name(ops->type),
+                          (long long)n_rows, (long long)n_x, (long long)n_cols, (long long)i, (long long)r,
+                          y[i * y_stride + (r - r0)], want);
+            }
         for (int64_t i = 0; i < n_x; i++)
             for (int64_t c = n_rows; c < y_stride; c++)
                 cr_assert_eq(y[i * y_stride + c], -12345.0f, "%s %s gemm wrote past its row range", variant,
@@ -356,9 +379,11 @@ static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_
     for (int64_t i = 0; i < n_x * y_stride; i++)
         yy[i] = -12345.0f;
     mp_gemm_rows(ops, w, row_bytes, n_cols, r0, r1, x, x_stride, n_x, yy, y_stride);
-    if (ops->gemm && n_x >= MP_GEMM_AMX_MIN_ROWS) /* a tile GEMM: within rounding, not bit for bit */
+    /* a whole-call GEMM: within rounding here (check_gemm_bits holds the bit-exact ones to vec_dot) */
+    const bool whole = ops->gemm && n_x >= ops->gemm_min_rows;
+    if (whole)
         check_gemm_result(ops, variant, w, row_bytes, n_cols, r0, r1, x, x_stride, n_x, yy, y_stride);
-    for (int64_t i = 0; i < n_x && !(ops->gemm && n_x >= MP_GEMM_AMX_MIN_ROWS); i++) {
+    for (int64_t i = 0; i < n_x && !whole; i++) {
         for (int64_t r = r0; r < r1; r++) {
             /* vec_dot_multi does each row's arithmetic in vec_dot's order: equal bits */
             const float want = ops->vec_dot(n_cols, w + r * row_bytes, x + i * x_stride);

@@ -42,5 +42,7 @@ void check_rows(const mp_type_ops *ops, const char *variant);
 /* ops->gemm through mp_gemm_rows against the scalar vec_dot within float rounding, on random row and
  * activation counts around the tile sizes, unaligned rows; nothing written outside y's range */
 void check_tile_gemm(const mp_type_ops *ops, const char *variant);
+/* the same shapes for a whole-call GEMM whose results must equal vec_dot's bit for bit */
+void check_gemm_bits(const mp_type_ops *ops, const char *variant);
 
 #endif

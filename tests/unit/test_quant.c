@@ -266,6 +266,17 @@ Test(quant, gemv_gemm_match_vec_dot)
     }
 }
 
+/* The AVX-512 level's whole-call GEMMs of Q4_0 and Q8_0 (activation rows in pairs) equal its vec_dot
+ * bit for bit, on row and activation counts around their groups and passes, odd counts included. */
+Test(quant, avx512_q8_gemms_equal_vec_dot)
+{
+    if (!mp_type_ops_isa(MP_TYPE_Q8_0, "avx512"))
+        cr_skip_test("this CPU has no AVX-512 (isa %s): quant_avx512_emul runs these GEMMs' logic", mp_kernels_isa());
+    seed_rng();
+    check_gemm_bits(mp_type_ops_isa(MP_TYPE_Q4_0, "avx512"), "avx512");
+    check_gemm_bits(mp_type_ops_isa(MP_TYPE_Q8_0, "avx512"), "avx512");
+}
+
 /* The AMX level's tile GEMMs (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) against the scalar vec_dot, on the hardware; the same
  * code's logic runs everywhere with AVX-512 in quant_amx_emul. */
 Test(quant, amx_tile_gemms_match_scalar)

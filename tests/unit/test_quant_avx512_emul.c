@@ -48,3 +48,11 @@ Test(quant_avx512_emul, gemv_gemm_match_vec_dot)
     for (int t = 0; t < N_WEIGHT_TYPES; t++)
         check_rows(mp_type_ops_avx512_emulated(k_weight_types[t]), "avx512-emulated");
 }
+
+/* the whole-call GEMMs of Q4_0 and Q8_0 (activation rows in pairs) equal vec_dot bit for bit */
+Test(quant_avx512_emul, q8_gemms_equal_vec_dot)
+{
+    seed_rng();
+    check_gemm_bits(mp_type_ops_avx512_emulated(MP_TYPE_Q4_0), "avx512-emulated");
+    check_gemm_bits(mp_type_ops_avx512_emulated(MP_TYPE_Q8_0), "avx512-emulated");
+}
