@@ -13,6 +13,8 @@
  */
 #include "tokenizer/tokenizer.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,9 +49,15 @@ struct mp_tokenizer {
     uint32_t n_user_defined;   /* how many of them are user defined */
     uint32_t special_at[257];  /* bucket b is special[special_at[b] .. special_at[b+1]) */
 
-    mp_pretok *pretok;
+    mp_pretok *pretok;   /* NULL for a SentencePiece vocabulary */
     int32_t bos, eos, eot, pad;
     bool add_bos;
+    /* SentencePiece ("llama"): merges by score (spm.c's algorithm below), byte fallback through
+     * the <0xXX> tokens (byte_token, -1 where absent: then unk) */
+    bool spm;
+    float *scores;       /* (n_vocab) */
+    int32_t unk;
+    bool add_space_prefix;
     int32_t eog[MP_TOK_MAX_EOG];
     int n_eog;
 };
@@ -134,7 +142,9 @@ void mp_tokenizer_free(mp_tokenizer *t)
     free(t->pair_rank);
     free(t->pair_out);
     free(t->special);
-    mp_pretok_free(t->pretok);
+    if (t->pretok)
+        mp_pretok_free(t->pretok);
+    free(t->scores);
     free(t);
 }
 
@@ -343,6 +353,59 @@ static mp_status build_specials(mp_tokenizer *t, const char *origin, mp_error *e
     return MP_OK;
 }
 
+/* A SentencePiece vocabulary's scores, byte tokens (<0xXX>) and decoded bytes: special tokens are
+ * their text, a byte token its byte, any other text with U+2581 (the escaped space) as ' '. */
+static mp_status build_spm(mp_tokenizer *t, const mp_tok_source *src, mp_error *err)
+{
+    if (!src->scores)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer.ggml.scores: missing (a SentencePiece vocabulary "
+                       "merges by them)", src->origin);
+    if (src->unk < -1 || src->unk >= src->n_vocab)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer.ggml.unknown_token_id: %lld, expected a token id below "
+                       "%lld", src->origin, (long long)src->unk, (long long)src->n_vocab);
+    t->spm = true;
+    t->unk = (int32_t)src->unk;
+    t->add_space_prefix = src->add_space_prefix;
+    t->scores = malloc((size_t)t->n_vocab * sizeof *t->scores);
+    const uint64_t total = t->text_off[t->n_vocab];
+    t->dec = malloc(total + 1);
+    t->dec_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->dec_off);
+    if (!t->scores || !t->dec || !t->dec_off)
+        return mp_fail(err, MP_ERR_NOMEM, "%s: tokenizer: out of memory", src->origin);
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        if (!isfinite(src->scores[id]))
+            return mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer.ggml.scores[%d]: not a finite number", src->origin,
+                           (int)id);
+        t->scores[id] = src->scores[id];
+    }
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_token[b] = find_text(t, name, 6);
+    }
+    uint64_t o = 0; /* decoding never lengthens a text (U+2581 is 3 bytes, <0xXX> 6) */
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        t->dec_off[id] = o;
+        size_t len;
+        const char *x = text_of(t, id, &len);
+        unsigned v;
+        if (t->types[id] == MP_TOK_TYPE_BYTE && len == 6 && sscanf(x, "<0x%2X>", &v) == 1) {
+            t->dec[o++] = (char)v;
+            continue;
+        }
+        for (size_t i = 0; i < len;) {
+            if (!is_special_type(t->types[id]) && len - i >= 3 && memcmp(x + i, "\xE2\x96\x81", 3) == 0) {
+                t->dec[o++] = ' ';
+                i += 3;
+            } else {
+                t->dec[o++] = x[i++];
+            }
+        }
+    }
+    t->dec_off[t->n_vocab] = o;
+    return MP_OK;
+}
+
 static void add_eog(mp_tokenizer *t, int32_t id)
 {
     if (id < 0 || t->n_eog == MP_TOK_MAX_EOG)
@@ -371,15 +434,20 @@ mp_status mp_tok_build(const mp_tok_source *src, mp_tokenizer **out, mp_error *e
     if (!t)
         return mp_fail(err, MP_ERR_NOMEM, "%s: tokenizer: out of memory", src->origin);
     t->n_vocab = (int32_t)src->n_vocab;
-    mp_status st = mp_pretok_new(src->pre, &t->pretok, err);
-    if (st != MP_OK) {
+    mp_status st = MP_OK;
+    if (src->spm) {
+        if ((st = build_texts(t, src, err)) != MP_OK || (st = build_spm(t, src, err)) != MP_OK ||
+            (st = build_specials(t, src->origin, err)) != MP_OK) {
+            mp_tokenizer_free(t);
+            return st;
+        }
+    } else if ((st = mp_pretok_new(src->pre, &t->pretok, err)) != MP_OK) {
         mp_error_prefix(err, "%s: tokenizer.ggml.pre", src->origin);
         mp_tokenizer_free(t);
         return st;
-    }
-    if ((st = build_texts(t, src, err)) != MP_OK || (st = build_decoded(t, src->origin, err)) != MP_OK ||
-        (st = build_merges(t, src, err)) != MP_OK ||
-        (st = build_specials(t, src->origin, err)) != MP_OK) {
+    } else if ((st = build_texts(t, src, err)) != MP_OK || (st = build_decoded(t, src->origin, err)) != MP_OK ||
+               (st = build_merges(t, src, err)) != MP_OK ||
+               (st = build_specials(t, src->origin, err)) != MP_OK) {
         mp_tokenizer_free(t);
         return st;
     }
@@ -438,7 +506,7 @@ int32_t mp_tokenizer_bos(const mp_tokenizer *t) { return t->bos; }
 int32_t mp_tokenizer_eos(const mp_tokenizer *t) { return t->eos; }
 int32_t mp_tokenizer_eot(const mp_tokenizer *t) { return t->eot; }
 bool mp_tokenizer_add_bos(const mp_tokenizer *t) { return t->add_bos; }
-const char *mp_tokenizer_pre(const mp_tokenizer *t) { return mp_pretok_name(t->pretok); }
+const char *mp_tokenizer_pre(const mp_tokenizer *t) { return t->pretok ? mp_pretok_name(t->pretok) : "spm"; }
 
 int32_t mp_tokenizer_token_type(const mp_tokenizer *t, int32_t tok)
 {
@@ -508,38 +576,39 @@ static bool heap_less(heap_item a, heap_item b)
     return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
 }
 
-static void heap_push(enc_state *s, heap_item it)
-{
-    size_t i = s->n_heap++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!heap_less(it, s->heap[parent]))
-            break;
-        s->heap[i] = s->heap[parent];
-        i = parent;
+/* A binary heap's push and pop over s->FIELD (s->N_FIELD items), ITEM_T items, BEFORE(a, b) true
+ * when a pops first: the byte-level encoder's (merge rank) and the SentencePiece one's (score). */
+#define DEFINE_HEAP(PUSH, POP, STATE_T, ITEM_T, FIELD, N_FIELD, BEFORE)      \
+    static void PUSH(STATE_T *s, ITEM_T it)                                  \
+    {                                                                        \
+        size_t i = s->N_FIELD++;                                             \
+        while (i > 0 && BEFORE(it, s->FIELD[(i - 1) / 2])) {                 \
+            s->FIELD[i] = s->FIELD[(i - 1) / 2];                             \
+            i = (i - 1) / 2;                                                 \
+        }                                                                    \
+        s->FIELD[i] = it;                                                    \
+    }                                                                        \
+    static ITEM_T POP(STATE_T *s)                                            \
+    {                                                                        \
+        ITEM_T top = s->FIELD[0], last = s->FIELD[--s->N_FIELD];             \
+        size_t i = 0, n = s->N_FIELD;                                        \
+        for (;;) {                                                           \
+            size_t c = 2 * i + 1;                                            \
+            if (c >= n)                                                      \
+                break;                                                       \
+            if (c + 1 < n && BEFORE(s->FIELD[c + 1], s->FIELD[c]))           \
+                c++;                                                         \
+            if (!BEFORE(s->FIELD[c], last))                                  \
+                break;                                                       \
+            s->FIELD[i] = s->FIELD[c];                                       \
+            i = c;                                                           \
+        }                                                                    \
+        if (n)                                                               \
+            s->FIELD[i] = last;                                              \
+        return top;                                                          \
     }
-    s->heap[i] = it;
-}
 
-static heap_item heap_pop(enc_state *s)
-{
-    heap_item top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0, n = s->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && heap_less(s->heap[c + 1], s->heap[c]))
-            c++;
-        if (!heap_less(s->heap[c], last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n)
-        s->heap[i] = last;
-    return top;
-}
+DEFINE_HEAP(heap_push, heap_pop, enc_state, heap_item, heap, n_heap, heap_less)
 
 static void push_pair(enc_state *s, int32_t pos)
 {
@@ -606,6 +675,124 @@ static mp_status encode_piece(const char *piece, size_t len, void *ctx, mp_error
     return MP_OK;
 }
 
+/* ---- SentencePiece ("llama") encoding ----
+ * The text's characters are the first symbols; the adjacent pair whose concatenation is a token of
+ * the highest score (the leftmost of equal ones) merges, again and again; each symbol left is its
+ * token, or, when its text is no token (a character outside the vocabulary), its bytes' <0xXX>
+ * tokens (unk where one is missing). Spaces are U+2581, as the vocabulary spells them. */
+
+typedef struct spm_item {
+    float score;
+    int32_t left, size; /* the pair (left, next[left]) and its bytes when pushed */
+} spm_item;
+
+typedef struct spm_state {
+    const mp_tokenizer *t;
+    const char *buf;
+    int32_t *off, *sz, *prev, *next;
+    spm_item *heap;
+    size_t n_heap;
+} spm_state;
+
+static bool spm_before(spm_item a, spm_item b) /* a pops first */
+{
+    return a.score > b.score || (a.score == b.score && a.left < b.left);
+}
+
+DEFINE_HEAP(spm_heap_push, spm_pop, spm_state, spm_item, heap, n_heap, spm_before)
+
+static void spm_push(spm_state *s, int32_t l)
+{
+    if (l < 0 || s->next[l] < 0)
+        return;
+    const int32_t r = s->next[l], size = s->sz[l] + s->sz[r];
+    const int32_t id = find_text(s->t, s->buf + s->off[l], (size_t)size);
+    if (id < 0)
+        return;
+    spm_heap_push(s, (spm_item){s->t->scores[id], l, size});
+}
+
+static mp_status encode_spm(enc_state *e, const char *text, size_t len, bool space_first, mp_error *err)
+{
+    const mp_tokenizer *t = e->t;
+    if (len > INT32_MAX / 4)
+        return mp_fail(err, MP_ERR_LIMIT, "tokenizer: a text fragment of %zu bytes, at most %d", len, INT32_MAX / 4);
+    if (len == 0) /* an empty fragment (an empty text, two special tokens side by side): no space either */
+        return MP_OK;
+    const size_t cap = 3 * (len + 1); /* every byte a space at most, and the first one */
+    char *buf = malloc(cap);
+    spm_state s = {.t = t, .buf = buf};
+    s.off = malloc(cap * sizeof *s.off), s.sz = malloc(cap * sizeof *s.sz);
+    s.prev = malloc(cap * sizeof *s.prev), s.next = malloc(cap * sizeof *s.next);
+    s.heap = malloc(2 * cap * sizeof *s.heap); /* n - 1 pairs at start, 2 more a merge */
+    mp_status st = MP_OK;
+    if (!buf || !s.off || !s.sz || !s.prev || !s.next || !s.heap) {
+        st = mp_fail(err, MP_ERR_NOMEM, "tokenizer: out of memory");
+        goto done;
+    }
+    size_t bl = 0;
+    if (space_first) {
+        memcpy(buf, "\xE2\x96\x81", 3);
+        bl = 3;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(buf + bl, "\xE2\x96\x81", 3);
+            bl += 3;
+        } else {
+            buf[bl++] = text[i];
+        }
+    }
+    int32_t n = 0; /* one symbol a character (the text is valid UTF-8) */
+    for (size_t i = 0; i < bl; n++) {
+        size_t k;
+        (void)mp_utf8_next((const uint8_t *)buf + i, bl - i, &k);
+        s.off[n] = (int32_t)i;
+        s.sz[n] = (int32_t)k;
+        s.prev[n] = n - 1;
+        s.next[n] = -1;
+        if (n > 0)
+            s.next[n - 1] = n;
+        i += k;
+    }
+    for (int32_t i = 0; i + 1 < n; i++)
+        spm_push(&s, i);
+    while (s.n_heap) {
+        const spm_item it = spm_pop(&s);
+        const int32_t l = it.left, r = s.next[l];
+        if (r < 0 || s.sz[l] == 0 || s.sz[r] == 0 || s.sz[l] + s.sz[r] != it.size)
+            continue; /* stale: a symbol of the pair changed since the push */
+        s.sz[l] += s.sz[r];
+        s.sz[r] = 0;
+        s.next[l] = s.next[r];
+        if (s.next[l] >= 0)
+            s.prev[s.next[l]] = l;
+        spm_push(&s, s.prev[l]);
+        spm_push(&s, l);
+    }
+    for (int32_t i = n ? 0 : -1; i >= 0 && st == MP_OK; i = s.next[i]) {
+        const int32_t id = find_text(t, buf + s.off[i], (size_t)s.sz[i]);
+        if (id >= 0) {
+            if (!push_token(e, id))
+                st = mp_fail(err, MP_ERR_NOMEM, "tokenizer: out of memory");
+            continue;
+        }
+        for (int32_t b = 0; b < s.sz[i] && st == MP_OK; b++) { /* byte fallback */
+            const int32_t bt = t->byte_token[(unsigned char)buf[s.off[i] + b]];
+            if (!push_token(e, bt >= 0 ? bt : t->unk))
+                st = mp_fail(err, MP_ERR_NOMEM, "tokenizer: out of memory");
+        }
+    }
+done:
+    free(buf);
+    free(s.off);
+    free(s.sz);
+    free(s.prev);
+    free(s.next);
+    free(s.heap);
+    return st;
+}
+
 /* Longest special token starting at text[pos], or -1; control tokens only with parse_special. */
 static int32_t special_at(const mp_tokenizer *t, const char *text, size_t len, size_t pos,
                           bool parse_special, size_t *match_len)
@@ -642,6 +829,7 @@ mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, size_t le
     if (t->add_bos && !push_token(&s, t->bos))
         st = mp_fail(err, MP_ERR_NOMEM, "tokenizer: out of memory");
     size_t seg = 0; /* start of the text not yet encoded */
+    bool special_before = false;
     bool scan = parse_special ? t->special_at[256] > 0 : t->n_user_defined > 0;
     for (size_t pos = 0; st == MP_OK && pos <= len;) {
         size_t mlen = 0;
@@ -652,8 +840,11 @@ mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, size_t le
             pos++;
             continue;
         }
-        if (pos > seg)
+        if (t->spm) /* a space before the text's first fragment and after each special token */
+            st = encode_spm(&s, text + seg, pos - seg, t->add_space_prefix && (seg == 0 || special_before), err);
+        else if (pos > seg)
             st = mp_pretok_split(t->pretok, text + seg, pos - seg, encode_piece, &s, err);
+        special_before = id >= 0;
         if (st == MP_OK && id >= 0 && !push_token(&s, id))
             st = mp_fail(err, MP_ERR_NOMEM, "tokenizer: out of memory");
         if (id < 0)

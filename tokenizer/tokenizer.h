@@ -1,4 +1,5 @@
-/* tokenizer/tokenizer.h — GGUF `gpt2`-style byte-level BPE tokenizer.
+/* tokenizer/tokenizer.h — GGUF `gpt2`-style byte-level BPE tokenizer, and the SentencePiece ("llama")
+ * one (merges by score, byte fallback; docs/tokenizer.md).
  *
  * Loaded from tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,eos_token_id,...}.
  * Pre-tokenization splits text with the regex of tokenizer.ggml.pre (PCRE2, UTF + Unicode

@@ -53,6 +53,96 @@ static mp_status read_str_array(const mp_gguf *g, const char *origin, const char
     return MP_OK;
 }
 
+/* tokenizer.ggml.token_type (optional: *types NULL when absent), one value 0..6 per token */
+static mp_status read_types(const mp_gguf *g, const char *origin, uint64_t n_tokens, int32_t **types, mp_error *err)
+{
+    *types = NULL;
+    if (mp_gguf_find_key(g, "tokenizer.ggml.token_type") < 0)
+        return MP_OK;
+    mp_gguf_vtype et;
+    uint64_t n;
+    mp_status st = mp_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, err);
+    if (st != MP_OK)
+        return st;
+    if (n != n_tokens)
+        return mp_fail(err, MP_ERR_FORMAT,
+                       "%s: tokenizer.ggml.token_type: %llu entries, expected %llu (one per token)", origin,
+                       (unsigned long long)n, (unsigned long long)n_tokens);
+    int32_t *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!t)
+        return mp_fail(err, MP_ERR_NOMEM, "%s: tokenizer: out of memory", origin);
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t v;
+        if ((st = mp_gguf_get_arr_i64(g, "tokenizer.ggml.token_type", i, &v, err)) != MP_OK) {
+            free(t);
+            return st;
+        }
+        if (v < 0 || v > MP_TOK_TYPE_BYTE) {
+            free(t);
+            return mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu]: value %lld, expected 0..6",
+                           origin, (unsigned long long)i, (long long)v);
+        }
+        t[i] = (int32_t)v;
+    }
+    *types = t;
+    return MP_OK;
+}
+
+/* An optional bool key, dflt when absent. */
+static mp_status opt_bool(const mp_gguf *g, const char *key, bool dflt, bool *out, mp_error *err)
+{
+    *out = dflt;
+    return mp_gguf_find_key(g, key) < 0 ? MP_OK : mp_gguf_get_bool(g, key, out, err);
+}
+
+/* A SentencePiece ("llama") vocabulary: tokens, scores (one float each), token types, the special
+ * ids, add_bos_token and add_space_prefix (both default true, as llama.cpp reads such files). */
+static mp_status load_spm(const mp_gguf *g, const char *origin, mp_tokenizer **out, mp_error *err)
+{
+    mp_tok_source src = {.origin = origin, .spm = true};
+    mp_str *tokens = NULL;
+    int32_t *types = NULL;
+    float *scores = NULL;
+    uint64_t n_tokens = 0, n_scores = 0;
+    mp_gguf_vtype et;
+    mp_status st = read_str_array(g, origin, "tokenizer.ggml.tokens", &tokens, &n_tokens, err);
+    if (st == MP_OK && mp_gguf_find_key(g, "tokenizer.ggml.scores") < 0)
+        st = mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer.ggml.scores: missing (a SentencePiece vocabulary merges by "
+                     "them)", origin);
+    if (st == MP_OK && (st = mp_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n_scores, err)) == MP_OK &&
+        (et != MP_GGUF_FLOAT32 || n_scores != n_tokens))
+        st = mp_fail(err, MP_ERR_FORMAT, "%s: tokenizer.ggml.scores: %llu entries of type %s, expected %llu f32 (one "
+                     "per token)", origin, (unsigned long long)n_scores, mp_gguf_vtype_name(et),
+                     (unsigned long long)n_tokens);
+    if (st == MP_OK && !(scores = malloc((size_t)(n_tokens ? n_tokens : 1) * sizeof *scores)))
+        st = mp_fail(err, MP_ERR_NOMEM, "%s: tokenizer: out of memory", origin);
+    for (uint64_t i = 0; st == MP_OK && i < n_tokens; i++) {
+        double v;
+        if ((st = mp_gguf_get_arr_f64(g, "tokenizer.ggml.scores", i, &v, err)) == MP_OK)
+            scores[i] = (float)v;
+    }
+    if (st == MP_OK)
+        st = read_types(g, origin, n_tokens, &types, err);
+    if (st == MP_OK && (st = opt_id(g, "tokenizer.ggml.bos_token_id", &src.bos, err)) == MP_OK &&
+        (st = opt_id(g, "tokenizer.ggml.eos_token_id", &src.eos, err)) == MP_OK &&
+        (st = opt_id(g, "tokenizer.ggml.eot_token_id", &src.eot, err)) == MP_OK &&
+        (st = opt_id(g, "tokenizer.ggml.padding_token_id", &src.pad, err)) == MP_OK &&
+        (st = opt_id(g, "tokenizer.ggml.unknown_token_id", &src.unk, err)) == MP_OK &&
+        (st = opt_bool(g, "tokenizer.ggml.add_bos_token", true, &src.add_bos, err)) == MP_OK)
+        st = opt_bool(g, "tokenizer.ggml.add_space_prefix", true, &src.add_space_prefix, err);
+    if (st == MP_OK) {
+        src.n_vocab = (int64_t)n_tokens;
+        src.tokens = tokens;
+        src.types = types;
+        src.scores = scores;
+        st = mp_tok_build(&src, out, err);
+    }
+    free(tokens);
+    free(types);
+    free(scores);
+    return st;
+}
+
 mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err)
 {
     *out = NULL;
@@ -62,11 +152,14 @@ mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err)
     mp_status st = mp_gguf_get_str(g, "tokenizer.ggml.model", &model, err);
     if (st != MP_OK)
         return st;
-    if (!mp_str_eq(model, "gpt2"))
+    const bool spm = mp_str_eq(model, "llama");
+    if (!spm && !mp_str_eq(model, "gpt2"))
         return mp_fail(err, MP_ERR_UNSUPPORTED,
                        "%s: tokenizer.ggml.model '%.*s': unsupported, expected 'gpt2' "
-                       "(byte-level BPE)",
+                       "(byte-level BPE) or 'llama' (SentencePiece)",
                        origin, (int)(model.len > 64 ? 64 : model.len), model.ptr);
+    if (spm)
+        return load_spm(g, origin, out, err);
     if ((st = mp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err)) != MP_OK)
         return st;
     char pre_c[PRE_MAX_BYTES + 1];
@@ -86,35 +179,8 @@ mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err)
     if (mp_gguf_find_key(g, "tokenizer.ggml.merges") >= 0 &&
         (st = read_str_array(g, origin, "tokenizer.ggml.merges", &merges, &n_merges, err)) != MP_OK)
         goto done;
-    if (mp_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
-        mp_gguf_vtype et;
-        uint64_t n;
-        if ((st = mp_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, err)) != MP_OK)
-            goto done;
-        if (n != n_tokens) {
-            st = mp_fail(err, MP_ERR_FORMAT,
-                         "%s: tokenizer.ggml.token_type: %llu entries, expected %llu (one per "
-                         "token)",
-                         origin, (unsigned long long)n, (unsigned long long)n_tokens);
-            goto done;
-        }
-        if (!(types = malloc((size_t)(n ? n : 1) * sizeof *types))) {
-            st = mp_fail(err, MP_ERR_NOMEM, "%s: tokenizer: out of memory", origin);
-            goto done;
-        }
-        for (uint64_t i = 0; i < n; i++) {
-            int64_t v;
-            if ((st = mp_gguf_get_arr_i64(g, "tokenizer.ggml.token_type", i, &v, err)) != MP_OK)
-                goto done;
-            if (v < 0 || v > MP_TOK_TYPE_BYTE) {
-                st = mp_fail(err, MP_ERR_FORMAT,
-                             "%s: tokenizer.ggml.token_type[%llu]: value %lld, expected 0..6",
-                             origin, (unsigned long long)i, (long long)v);
-                goto done;
-            }
-            types[i] = (int32_t)v;
-        }
-    }
+    if ((st = read_types(g, origin, n_tokens, &types, err)) != MP_OK)
+        goto done;
     if ((st = opt_id(g, "tokenizer.ggml.bos_token_id", &src.bos, err)) != MP_OK ||
         (st = opt_id(g, "tokenizer.ggml.eos_token_id", &src.eos, err)) != MP_OK ||
         (st = opt_id(g, "tokenizer.ggml.eot_token_id", &src.eot, err)) != MP_OK ||

@@ -16,6 +16,11 @@ typedef struct mp_tok_source {
     const mp_str *merges; /* (n_merges) "left right", rank = index */
     int64_t bos, eos, eot, pad; /* -1 when absent */
     bool add_bos;
+    /* SentencePiece ("llama") vocabularies: scores decide the merges (no merges list, no pre) */
+    bool spm;
+    const float *scores;   /* (n_vocab) */
+    int64_t unk;           /* -1 when absent */
+    bool add_space_prefix; /* a space before the text and after each special token */
 } mp_tok_source;
 
 mp_status mp_tok_build(const mp_tok_source *src, mp_tokenizer **out, mp_error *err);

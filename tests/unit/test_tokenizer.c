@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tokenizer/bytelevel.h"
 #include "tokenizer/tokenizer.h"
@@ -662,4 +663,130 @@ Test(tokenizer, vocab_builder_errors)
     cr_assert_eq(v.n_vocab, 300);
     cr_assert_eq(v.bos_id, 256);
     mp_vocab_free(&v);
+}
+
+/* ---- SentencePiece ("llama") vocabularies ---- */
+
+/* spm_bpe.json (gen_spm_fixture.py: a BPE model trained by the sentencepiece library on the
+ * project's corpus, its pieces, scores and types, and the ids sentencepiece gives each case) as a
+ * GGUF with tokenizer.ggml.model 'llama', written to path; without_scores leaves the scores out. */
+static void write_spm_gguf(const char *path, bool without_scores)
+{
+    char *text = read_fixture("spm_bpe.json", NULL);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert(root, "spm_bpe.json: not JSON");
+    cJSON *toks = cJSON_GetObjectItem(root, "tokens"), *sc = cJSON_GetObjectItem(root, "scores"),
+          *ty = cJSON_GetObjectItem(root, "types");
+    const int n = cJSON_GetArraySize(toks);
+    const char **t = malloc((size_t)n * sizeof *t);
+    float *s = malloc((size_t)n * sizeof *s);
+    int32_t *y = malloc((size_t)n * sizeof *y);
+    for (int i = 0; i < n; i++) {
+        t[i] = cJSON_GetArrayItem(toks, i)->valuestring;
+        s[i] = (float)cJSON_GetArrayItem(sc, i)->valuedouble;
+        y[i] = cJSON_GetArrayItem(ty, i)->valueint;
+    }
+    mp_gguf_writer *w;
+    mp_error err = {0};
+    cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_str(w, "tokenizer.ggml.model", "llama", &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_arr_str(w, "tokenizer.ggml.tokens", t, (uint64_t)n, &err), MP_OK, "%s", err.msg);
+    if (!without_scores)
+        cr_assert_eq(mp_gguf_add_arr(w, "tokenizer.ggml.scores", MP_GGUF_FLOAT32, s, (uint64_t)n, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_arr(w, "tokenizer.ggml.token_type", MP_GGUF_INT32, y, (uint64_t)n, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, &err), MP_OK);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+    free(t);
+    free(s);
+    free(y);
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* The ids the sentencepiece library gives 116 texts (spaces kept, byte fallback for characters
+ * outside the vocabulary: 漢字, emoji), after the BOS the GGUF asks for; decoding them gives the
+ * text back with the space prefix in front; <s> in the text is text unless special tokens are
+ * parsed. */
+Test(tokenizer, spm_parity_with_sentencepiece)
+{
+    char path[] = "/tmp/mp_spm_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    write_spm_gguf(path, false);
+    mp_gguf *g;
+    mp_error err = {0};
+    cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
+    mp_tokenizer *t;
+    cr_assert_eq(mp_tokenizer_load(g, &t, &err), MP_OK, "%s", err.msg);
+    cr_assert(mp_tokenizer_add_bos(t));
+    cr_assert_eq(mp_tokenizer_bos(t), 1);
+    cr_assert(mp_tokenizer_is_eog(t, 2));
+    cr_assert_str_eq(mp_tokenizer_pre(t), "spm");
+    char *text = read_fixture("spm_bpe.json", NULL);
+    cJSON *root = cJSON_Parse(text), *cases = cJSON_GetObjectItem(root, "cases");
+    const int n_cases = cJSON_GetArraySize(cases);
+    cr_assert_geq(n_cases, 100);
+    int n_bytes = 0;
+    for (int c = 0; c < n_cases; c++) {
+        cJSON *cs = cJSON_GetArrayItem(cases, c), *ids = cJSON_GetObjectItem(cs, "ids");
+        const char *s = cJSON_GetObjectItem(cs, "text")->valuestring;
+        int32_t *got;
+        size_t n_got;
+        cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), false, &got, &n_got, &err), MP_OK, "case %d: %s", c,
+                     err.msg);
+        const int n_want = cJSON_GetArraySize(ids);
+        bool same = (int)n_got == n_want + 1 && got[0] == 1;
+        for (int i = 0; same && i < n_want; i++)
+            same = got[i + 1] == cJSON_GetArrayItem(ids, i)->valueint;
+        if (!same) {
+            char buf[4096];
+            int o = snprintf(buf, sizeof buf, "got");
+            for (size_t i = 0; i < n_got && o < 3000; i++)
+                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d", got[i]);
+            o += snprintf(buf + o, sizeof buf - (size_t)o, " | want 1");
+            for (int i = 0; i < n_want && o < 4000; i++)
+                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d", cJSON_GetArrayItem(ids, i)->valueint);
+            cr_assert_fail("case %d text \"%s\": %s", c, s, buf);
+        }
+        char dec[4096];
+        size_t o = 0;
+        for (size_t i = 1; i < n_got; i++) {
+            n_bytes += mp_tokenizer_token_type(t, got[i]) == MP_TOK_TYPE_BYTE;
+            o += mp_tokenizer_decode_token(t, got[i], dec + o, sizeof dec - o);
+        }
+        cr_assert(o < sizeof dec);
+        char want[4096];
+        snprintf(want, sizeof want, "%s%s", *s ? " " : "", s);
+        cr_assert(o == strlen(want) && memcmp(dec, want, o) == 0, "case %d: decoded \"%.*s\", want \"%s\"", c,
+                  (int)o, dec, want);
+        free(got);
+    }
+    cr_assert_gt(n_bytes, 10, "the fixture must exercise the byte fallback");
+    /* "<s>" in the text: text, unless special tokens are parsed */
+    int32_t *got;
+    size_t n_got;
+    cr_assert_eq(mp_tokenizer_encode(t, "a<s>b", 5, true, &got, &n_got, &err), MP_OK, "%s", err.msg);
+    bool has_bos_inside = false;
+    for (size_t i = 1; i < n_got; i++)
+        has_bos_inside |= got[i] == 1;
+    cr_assert(has_bos_inside, "parse_special: <s> is the BOS token");
+    free(got);
+    cr_assert_eq(mp_tokenizer_encode(t, "a<s>b", 5, false, &got, &n_got, &err), MP_OK, "%s", err.msg);
+    for (size_t i = 1; i < n_got; i++)
+        cr_assert_neq(got[i], 1, "without parse_special <s> is text");
+    free(got);
+    cJSON_Delete(root);
+    free(text);
+    mp_tokenizer_free(t);
+    mp_gguf_close(g);
+    /* no scores: one line naming the key */
+    write_spm_gguf(path, true);
+    cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_tokenizer_load(g, &t, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "tokenizer.ggml.scores: missing"), "%s", err.msg);
+    mp_gguf_close(g);
+    unlink(path);
 }

@@ -121,7 +121,8 @@ Test(tokenizer_gguf, metadata_errors_name_key_and_file)
         mp_status code;
         const char *needle;
     } cases[] = {
-        {{"llama", "gpt-2", 258, 257, "a b"}, MP_ERR_UNSUPPORTED, "tokenizer.ggml.model 'llama'"},
+        {{"bert", "gpt-2", 258, 257, "a b"}, MP_ERR_UNSUPPORTED, "tokenizer.ggml.model 'bert'"},
+        {{"llama", "gpt-2", 258, 257, "a b"}, MP_ERR_FORMAT, "tokenizer.ggml.scores: missing"},
         {{"gpt2", "deepseek-llm", 258, 257, "a b"}, MP_ERR_UNSUPPORTED, "'deepseek-llm'"},
         {{"gpt2", "gpt-2", 200, 257, "a b"}, MP_ERR_FORMAT, "tokenizer.ggml.token_type: 200"},
         {{"gpt2", "gpt-2", 258, 9999, "a b"}, MP_ERR_FORMAT, "eos_token_id: 9999"},
