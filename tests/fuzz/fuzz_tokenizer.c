@@ -1,9 +1,12 @@
 /* tests/fuzz/fuzz_tokenizer.c — fuzz target for the tokenizer and the vocabulary builder.
  *
- * Input: byte 0 picks the pre-tokenizer (bit 0), parse_special (bit 1) and whether to learn a
- * vocabulary from the input itself (bit 2); the rest is the text. Invariants checked (abort on
- * violation): encode succeeds exactly when the text is valid UTF-8, every id is in range, and the
- * decoded tokens give the text back; a vocabulary learned from any valid text loads as a tokenizer.
+ * Input: byte 0 picks the pre-tokenizer (bit 0), parse_special (bit 1), whether to learn a
+ * vocabulary from the input itself (bit 2) and, with bit 3, a SentencePiece vocabulary instead (a
+ * fixed one: <unk>, <s>, </s>, the 256 byte tokens, a few hundred pieces of the corpus with scores);
+ * the rest is the text. Invariants checked (abort on violation): encode succeeds exactly when the
+ * text is valid UTF-8, every id is in range, and the decoded tokens give the text back (with the
+ * SentencePiece space prefix in front of a non-empty text without special tokens); a vocabulary
+ * learned from any valid text loads as a tokenizer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 
 #include "tokenizer/bytelevel.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
 
 static const char *const k_pres[2] = {"gpt-2", "qwen2"};
 
@@ -22,7 +26,15 @@ static void check(bool ok, const char *what)
     }
 }
 
+static void round_trip_prefix(const mp_tokenizer *t, const char *text, size_t len, bool special, const char *prefix);
+
 static void round_trip(const mp_tokenizer *t, const char *text, size_t len, bool special)
+{
+    round_trip_prefix(t, text, len, special, "");
+}
+
+/* decode(encode(text)) == prefix + text */
+static void round_trip_prefix(const mp_tokenizer *t, const char *text, size_t len, bool special, const char *prefix)
 {
     int32_t *ids;
     size_t n;
@@ -32,21 +44,83 @@ static void round_trip(const mp_tokenizer *t, const char *text, size_t len, bool
     check(valid ? st == MP_OK : st == MP_ERR_ARG, "encode status matches UTF-8 validity");
     if (st != MP_OK)
         return;
-    char *back = malloc(len + 1);
+    const size_t pl = strlen(prefix), want = pl + len;
+    char *back = malloc(want + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         check(ids[i] >= 0 && ids[i] < mp_tokenizer_n_vocab(t), "id in range");
-        size_t k = mp_tokenizer_decode_token(t, ids[i], back + o, len - o);
-        check(o + k <= len, "decoded length within the text");
+        if (i == 0 && mp_tokenizer_add_bos(t) && ids[0] == mp_tokenizer_bos(t))
+            continue;
+        size_t k = mp_tokenizer_decode_token(t, ids[i], back + o, want - o);
+        check(o + k <= want, "decoded length within the text");
         o += k;
     }
-    check(o == len && memcmp(back, text, len) == 0, "decode(encode(text)) == text");
+    check(o == want && memcmp(back, prefix, pl) == 0 && memcmp(back + pl, text, len) == 0,
+          "decode(encode(text)) == text");
     free(back);
     free(ids);
 }
 
+/* A SentencePiece vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then the pieces of the
+ * corpus's first words with a U+2581 in front and their prefixes, scored by length. */
+static mp_tokenizer *spm_tokenizer(void)
+{
+    enum { N_MAX = 1024 };
+    static char store[N_MAX][40];
+    static mp_str tokens[N_MAX];
+    static float scores[N_MAX];
+    static int32_t types[N_MAX];
+    int64_t n = 0;
+    const char *fixed[3] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++, n++) {
+        snprintf(store[n], sizeof store[n], "%s", fixed[i]);
+        types[n] = i == 0 ? MP_TOK_TYPE_UNKNOWN : MP_TOK_TYPE_CONTROL;
+    }
+    for (int b = 0; b < 256; b++, n++) {
+        snprintf(store[n], sizeof store[n], "<0x%02X>", b);
+        types[n] = MP_TOK_TYPE_BYTE;
+    }
+    snprintf(store[n], sizeof store[n], "\xE2\x96\x81"); /* the escaped space alone, as every such vocabulary has */
+    types[n++] = MP_TOK_TYPE_NORMAL;
+    size_t clen, at = 0;
+    const char *corpus = mp_vocab_default_corpus(&clen);
+    while (n < N_MAX - 8 && at < clen) {
+        size_t w = at;
+        while (w < clen && corpus[w] != ' ' && corpus[w] != '\n' && w - at < 30)
+            w++;
+        for (size_t k = 1; k <= w - at && n < N_MAX - 1; k++) { /* "\u2581" + the word's first k bytes */
+            if (k < w - at && (corpus[at + k] & 0xC0) == 0x80)
+                continue; /* not inside a character */
+            char piece[40] = "\xE2\x96\x81";
+            memcpy(piece + 3, corpus + at, k);
+            piece[3 + k] = 0;
+            bool seen = false;
+            for (int64_t j = 0; j < n && !seen; j++)
+                seen = strcmp(store[j], piece) == 0;
+            if (seen)
+                continue;
+            memcpy(store[n], piece, k + 4);
+            types[n] = MP_TOK_TYPE_NORMAL;
+            n++;
+        }
+        at = w + 1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        tokens[i] = (mp_str){store[i], strlen(store[i])};
+        scores[i] = types[i] == MP_TOK_TYPE_NORMAL ? (float)tokens[i].len - (float)i * 1e-4f : 0.0f;
+    }
+    mp_tok_source src = {.origin = "fuzz", .n_vocab = n, .tokens = tokens, .types = types, .bos = 1,
+                         .eos = 2, .eot = -1, .pad = -1, .add_bos = true, .spm = true, .scores = scores,
+                         .unk = 0, .add_space_prefix = true};
+    mp_tokenizer *t;
+    mp_error err;
+    check(mp_tok_build(&src, &t, &err) == MP_OK, "the SentencePiece vocabulary loads");
+    return t;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static mp_tokenizer *spm;
     static mp_tokenizer *shared[2];
     static mp_vocab shared_vocab[2];
     if (size == 0)
@@ -56,6 +130,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     mp_error err;
+    if (data[0] & 8) { /* SentencePiece: the space prefix unless the text is empty or has "<s>"/"</s>" */
+        if (!spm)
+            spm = spm_tokenizer();
+        bool has_special = false; /* or U+2581 itself, which encodes as the space it stands for */
+        for (size_t i = 0; i + 3 <= len && !has_special; i++)
+            has_special = (special && (!memcmp(text + i, "<s>", 3) || (i + 4 <= len && !memcmp(text + i, "</s>", 4)))) ||
+                          !memcmp(text + i, "\xE2\x96\x81", 3);
+        if (!has_special)
+            round_trip_prefix(spm, text, len, special, len ? " " : "");
+        else { /* encode must still succeed on valid UTF-8 and stay in range */
+            int32_t *ids;
+            size_t n;
+            if (mp_tokenizer_encode(spm, text, len, special, &ids, &n, &err) == MP_OK) {
+                for (size_t i = 0; i < n; i++)
+                    check(ids[i] >= 0 && ids[i] < mp_tokenizer_n_vocab(spm), "id in range");
+                free(ids);
+            }
+        }
+        return 0;
+    }
     if (!shared[pre]) {
         size_t clen;
         const char *corpus = mp_vocab_default_corpus(&clen);
