@@ -169,7 +169,9 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
 {
     char *text = NULL;
     mp_status st;
-    if (o->raw_prompts) {
+    /* ChatML where the vocabulary has its tokens (qwen2/qwen3); other vocabularies (Mixtral's
+     * SentencePiece, OLMoE's) get the text as it is: their templates are not ChatML */
+    if (o->raw_prompts || mp_tokenizer_find(tok, "<|im_start|>") < 0) {
         text = strdup(p->text);
     } else if ((st = mp_chat_apply("chatml", p->text, &text, err))) {
         return mp_error_prefix(err, "prompt %s", p->id);
