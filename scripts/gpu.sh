@@ -213,7 +213,7 @@ for stage in "${stages[@]}"; do
         log "amx-ab: the kernel tests on this CPU"
         meson test -C build-gpu --print-errorlogs quant quant_amx_emul 2>&1 | tee "$OUT/amx-tests.log" | tail -6
         [ "${PIPESTATUS[0]}" = 0 ] || { log "amx-ab: the kernel tests failed: no benchmark"; rc=1; continue; }
-        build-gpu/bench/bench_kernels --gemm 2,4,8,16,32,64 --mb 1 --type Q4_K --type Q6_K --type Q5_K --type Q8_0 --reps 5 \
+        build-gpu/bench/bench_kernels --gemm 2,4,6,8,16,64 --mb 1 --type Q4_K --type Q6_K --type Q5_K --type Q8_0 --type Q4_0 --reps 5 \
             2>&1 | tee "$OUT/amx-gemm.log"
         ensure_model || { rc=1; continue; }
         for round in $(seq 1 "${AMX_ROUNDS:-2}"); do

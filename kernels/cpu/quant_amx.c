@@ -5,7 +5,7 @@
  * Only called where dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid,
  * Linux granted the tile state (mp_amx_enable) and MP_ISA=amx asked for the level. Its table is the
  * AVX-512 table of the type with `gemm` set: decode (one activation row) runs the AVX-512 dots,
- * prefill (mp_gemm_rows, from AMX_MIN_ROWS activation rows on) runs these.
+ * prefill (mp_gemm_rows, from the table's gemm_min_rows activation rows: AMX_MIN_ROWS below) runs these.
  *
  * One tile product: C (tokens x weight rows, int32) += A (tokens x K bytes, the activations' signed
  * quants, loaded straight from their rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive quants
@@ -44,10 +44,14 @@
 #include "kernels/cpu/quant_impl.h"
 
 #define TOKENS_PER_PASS 64 /* activation rows per pass: 4 groups of 16 */
-/* The fewest activation rows the tile GEMMs take (gemm_min_rows): 2, by the count of a tile product's
- * fixed cost (the gathers of a row block's step, 8 or 16 products) against the VNNI tile's per-row
- * work; to be measured on AMX hardware (bench_kernels --gemm). */
-#define AMX_MIN_ROWS 2
+/* The fewest activation rows each tile GEMM takes (gemm_min_rows; below it the avx512 level's
+ * multi-row dots, or its Q4_0/Q8_0 GEMM from 4 rows). Measured on the GPU machine's Sapphire Rapids
+ * cores (bench_kernels --gemm 2,4,8,16,32,64, one thread, 2026-12-03, bench/NOTES-kernels.md):
+ * against avx512 at 2 / 4 / 8 rows, Q4_K 0.80 / 1.17 / 2.39x, Q5_K 0.76 / 1.08 / 1.92x, Q8_0
+ * 0.64 / 1.26 / 1.78x, Q6_K 0.45 / 0.63 / 1.18x (its 6-bit unpacking is the tile path's costliest
+ * gather). Q4_0 takes Q8_0's tile path and its row count (not measured on its own). */
+#define AMX_MIN_ROWS 4
+#define AMX_MIN_ROWS_Q6_K 8
 
 typedef struct tile_config {
     uint8_t palette;
@@ -385,8 +389,10 @@ AMX_GEMM(gemm_q4_0, q0_prep, prep_q4_0, group_q0, 32, Q0_STEP * sizeof(mp_block_
 static const struct {
     int type;
     void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
-} k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0}, {MP_TYPE_Q8_0, gemm_q8_0}, {MP_TYPE_Q4_K, gemm_q4_K},
-               {MP_TYPE_Q5_K, gemm_q5_K}, {MP_TYPE_Q6_K, gemm_q6_K}};
+    int min_rows;
+} k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0, AMX_MIN_ROWS}, {MP_TYPE_Q8_0, gemm_q8_0, AMX_MIN_ROWS},
+               {MP_TYPE_Q4_K, gemm_q4_K, AMX_MIN_ROWS}, {MP_TYPE_Q5_K, gemm_q5_K, AMX_MIN_ROWS},
+               {MP_TYPE_Q6_K, gemm_q6_K, AMX_MIN_ROWS_Q6_K}};
 #define N_GEMMS (sizeof k_gemms / sizeof k_gemms[0])
 
 static mp_type_ops g_amx_ops[N_GEMMS];
@@ -397,7 +403,7 @@ static void build_table(void)
     for (size_t i = 0; i < N_GEMMS; i++) {
         g_amx_ops[i] = *mp_type_ops_avx512(k_gemms[i].type);
         g_amx_ops[i].gemm = k_gemms[i].gemm;
-        g_amx_ops[i].gemm_min_rows = AMX_MIN_ROWS;
+        g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
     }
 }
 
