@@ -36,8 +36,9 @@ static const mp_knob_choice k_host[] = {
 
 static const mp_knob_def k_knobs[] = {
     CHOICE("MP_ISA", isa, k_isa, MP_KNOB_ISA_BEST,
-           "caps the CPU kernels' SIMD level; best: the best this CPU has up to avx512 (a level it lacks runs its "
-           "best); amx, only when named: avx512 with the prefill GEMMs of Q4_0, Q8_0 and Q4_K-Q6_K on AMX tiles"),
+           "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best); amx: "
+           "avx512 with the prefill GEMMs of Q4_0, Q8_0 and Q4_K-Q6_K on AMX tiles, where the CPU has AMX, Linux "
+           "grants the tile state and every tile GEMM passes its check at start"),
     SWITCH("MP_POOL_PIN", pool_pin, 0,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "

@@ -167,12 +167,17 @@ const mp_type_ops *mp_type_ops_scalar(int type); /* the reference */
  * supports, capped by mp_kernels_set_isa_cap (a cap the CPU lacks
  * leaves its best level, and mp_kernels_isa_warning says so). */
 const char *mp_kernels_isa(void);
+/* The level whose kernels serve calls of one activation row (decode) at `level` (a name
+ * mp_kernels_isa gives): amx's are avx512's; every other level's its own. Two cost files' or
+ * processes' decode times compare where these agree. */
+const char *mp_kernels_isa_one_row(const char *level);
 /* Cap the level at "scalar", "avx2", "avx512" or "amx" (NULL: no cap), from the next lookup on; programs
  * set it once at start from MP_ISA (base/knobs.h). Returns 0, or -1 for another name (then no
  * cap). */
 int mp_kernels_set_isa_cap(const char *level);
-/* NULL when no cap is set or the CPU has the capped level; else one sentence saying that it lacks
- * it and which level runs instead ("MP_ISA=avx512: this CPU's best is avx2: using avx2"), for the
+/* NULL when no cap is set or the CPU has the capped level and its AMX tile GEMMs (if it has AMX)
+ * passed their check at start; else one sentence saying which level runs instead and why ("MP_ISA=
+ * avx512: this CPU's best is avx2: using avx2", or the type whose tile GEMM disagreed), for the
  * command line to print as a warning. Valid until the next call. */
 const char *mp_kernels_isa_warning(void);
 /* Force the scalar reference everywhere (tests, benchmarks). Call before any mp_type_ops_get.

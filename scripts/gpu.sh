@@ -10,7 +10,7 @@
 #   hf-ref     regenerate the transformers parity fixture into $OUT/hf (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
-#   amx-ab     the AMX tile GEMMs (MP_ISA=amx) against avx512's: the kernel tests on the hardware
+#   amx-ab     the AMX tile GEMMs (MP_ISA=amx, the default where the CPU has AMX) against avx512's: the kernel tests on the hardware
 #              (quant, quant_amx_emul; nothing more runs if they fail), bench_kernels --gemm (the levels
 #              alternated in one process), then prefill of the qwen3-30b-a3b preset with the levels
 #              alternated AMX_ROUNDS (default 2) times: the CPU executor's pp AMX_CPU_PP (default 128)

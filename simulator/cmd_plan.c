@@ -318,7 +318,8 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
         char cause[256];
-        if (c->cpu_kernels[0] && strcmp(c->cpu_kernels, mp_kernels_isa()) != 0)
+        if (c->cpu_kernels[0] &&
+            strcmp(mp_kernels_isa_one_row(c->cpu_kernels), mp_kernels_isa_one_row(mp_kernels_isa())) != 0)
             snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
                      "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
         else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)

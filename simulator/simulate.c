@@ -225,9 +225,16 @@ static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r
                  (unsigned long long)r->gpu.expert_bytes);
         r->gpu.expert_bytes = (uint64_t)r->facts.expert_bytes;
     }
-    if (r->costs.cpu_kernels[0] && strcmp(r->costs.cpu_kernels, mp_kernels_isa()) != 0)
-        add_note(r, "the costs were calibrated with the %s CPU kernels, this process dispatches %s (its CPU or "
-                 "MP_ISA): the CPU experts are charged the calibration's times", r->costs.cpu_kernels, mp_kernels_isa());
+    const char *cal_isa = r->costs.cpu_kernels, *isa = mp_kernels_isa();
+    if (cal_isa[0] && strcmp(cal_isa, isa) != 0) {
+        if (strcmp(mp_kernels_isa_one_row(cal_isa), mp_kernels_isa_one_row(isa)) != 0)
+            add_note(r, "the costs were calibrated with the %s CPU kernels, this process dispatches %s (its CPU or "
+                     "MP_ISA): the CPU experts are charged the calibration's times", cal_isa, isa);
+        else if (!o->as_decode) /* one-row steps run the same kernels at both levels */
+            add_note(r, "the costs were calibrated with the %s CPU kernels, this process dispatches %s: their one-row "
+                     "(decode) kernels are the same; CPU experts of several rows are charged the calibration's "
+                     "times", cal_isa, isa);
+    }
     r->cfg.costs = &r->costs;
     r->cfg.costs_name = o->costs;
     r->cfg.gpu = &r->gpu;

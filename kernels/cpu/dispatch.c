@@ -2,9 +2,9 @@
  *
  * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
  * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
- *   amx     avx512 and AMX-TILE + AMX-INT8, the tile state granted by Linux: quant_amx.c (the
- *           prefill GEMMs of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; every other kernel is avx512's); only when MP_ISA
- *           names it (ISA_UNASKED_TOP)
+ *   amx     avx512 and AMX-TILE + AMX-INT8, the tile state granted by Linux, and every tile GEMM
+ *           agreeing with the AVX-512 dot at start: quant_amx.c (the prefill GEMMs of Q4_0, Q8_0,
+ *           Q4_K, Q5_K, Q6_K; every other kernel is avx512's)
  *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
  *   avx2    AVX2 + FMA + F16C: quant_avx2.c
  *   scalar  the reference (quant_scalar.c, quantize.c)
@@ -64,11 +64,6 @@ const mp_type_ops *mp_type_ops_scalar(int type)
 
 enum { ISA_UNKNOWN = 0, ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_AMX }; /* ordered: higher is wider */
 
-/* The highest level dispatched without MP_ISA naming it. amx runs only when asked for
- * (MP_ISA=amx): its tile GEMMs are checked against the scalar reference through a model of the
- * tile instructions (quant_amx_emul), and take over by default once the hardware has passed the
- * same check and `bench_kernels --gemm` has shown them faster than avx512's. */
-#define ISA_UNASKED_TOP ISA_AVX512
 
 static const char *const k_isa_names[] = {
     [ISA_SCALAR] = "scalar", [ISA_AVX2] = "avx2", [ISA_AVX512] = "avx512", [ISA_AMX] = "amx"};
@@ -146,9 +141,7 @@ static int detect_isa(void)
         return ISA_SCALAR;
     const int best = cpu_isa();
     const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED);
-    if (cap == ISA_UNKNOWN) /* no cap: the best level that runs unasked */
-        return best < ISA_UNASKED_TOP ? best : ISA_UNASKED_TOP;
-    return cap < best ? cap : best;
+    return cap == ISA_UNKNOWN || cap > best ? best : cap;
 }
 
 static int current_isa(void)
@@ -172,6 +165,11 @@ const char *mp_kernels_isa(void)
     return k_isa_names[current_isa()];
 }
 
+const char *mp_kernels_isa_one_row(const char *level)
+{
+    return level && strcmp(level, k_isa_names[ISA_AMX]) == 0 ? k_isa_names[ISA_AVX512] : level;
+}
+
 int mp_kernels_set_isa_cap(const char *level)
 {
     const int cap = isa_from_name(level);
@@ -184,11 +182,11 @@ const char *mp_kernels_isa_warning(void)
 {
     static _Thread_local char msg[160];
     const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED), best = cpu_isa();
-    if (cap == ISA_UNKNOWN || cap <= best)
+    if (g_amx_disagreed && (cap == ISA_UNKNOWN || cap == ISA_AMX))
+        snprintf(msg, sizeof msg, "the AMX tile GEMM of %s disagreed with the AVX-512 dot at start (a kernel bug: "
+                 "please report it): using %s", g_amx_disagreed, mp_kernels_isa());
+    else if (cap == ISA_UNKNOWN || cap <= best)
         return NULL;
-    if (cap == ISA_AMX && g_amx_disagreed)
-        snprintf(msg, sizeof msg, "MP_ISA=amx: the AMX tile GEMM of %s disagreed with the AVX-512 dot at start (a "
-                 "kernel bug: please report it): using %s", g_amx_disagreed, mp_kernels_isa());
     else
         snprintf(msg, sizeof msg, "MP_ISA=%s: this CPU's best is %s: using %s", k_isa_names[cap], k_isa_names[best],
                  mp_kernels_isa());

@@ -3,7 +3,8 @@
  * activation rows per tile product.
  *
  * Only called where dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid,
- * Linux granted the tile state (mp_amx_enable) and MP_ISA=amx asked for the level. Its table is the
+ * Linux granted the tile state (mp_amx_enable) and every tile GEMM passed its start check (and no
+ * MP_ISA below amx capped the level). Its table is the
  * AVX-512 table of the type with `gemm` set: decode (one activation row) runs the AVX-512 dots,
  * prefill (mp_gemm_rows, from the table's gemm_min_rows activation rows: AMX_MIN_ROWS below) runs these.
  *
@@ -46,11 +47,11 @@
 #define TOKENS_PER_PASS 64 /* activation rows per pass: 4 groups of 16 */
 /* The fewest activation rows each tile GEMM takes (gemm_min_rows; below it the avx512 level's
  * multi-row dots, or its Q4_0/Q8_0 GEMM from 4 rows). Measured on the GPU machine's Sapphire Rapids
- * cores (bench_kernels --gemm 2,4,8,16,32,64, one thread, 2026-12-03, bench/NOTES-kernels.md):
- * against avx512 at 2 / 4 / 8 rows, Q4_K 0.80 / 1.17 / 2.39x, Q5_K 0.76 / 1.08 / 1.92x, Q8_0
- * 0.64 / 1.26 / 1.78x, Q6_K 0.45 / 0.63 / 1.18x (its 6-bit unpacking is the tile path's costliest
- * gather). Q4_0 takes Q8_0's tile path and its row count (not measured on its own). */
-#define AMX_MIN_ROWS 4
+ * cores, bench_kernels --gemm, one thread, two runs of 2026-12-03 (bench/NOTES-kernels.md): AMX
+ * against avx512 at 4 rows 1.17 / 0.99x (Q4_K), 1.08 / 0.73x (Q5_K), 1.26 / 0.83x (Q8_0), at 6 rows
+ * 1.48x, 1.17x, 1.91x and Q4_0 2.23x, at 8 rows 1.92-2.39x; Q6_K (the costliest gather: its 6-bit
+ * unpacking) 0.63 / 1.02x at 4, 0.82x at 6, 1.18 / 1.23x at 8. */
+#define AMX_MIN_ROWS 6
 #define AMX_MIN_ROWS_Q6_K 8
 
 typedef struct tile_config {

@@ -653,12 +653,11 @@ static const char *cpu_top_isa(void)
 #endif
 }
 
-/* The level dispatched when MP_ISA names none: the CPU's highest, except amx, which runs only when
- * asked for (kernels/cpu/dispatch.c) */
+/* The level dispatched when MP_ISA names none: the CPU's highest (amx where its tile GEMMs pass
+ * their check at start, which quant's amx_tile_gemms_match_scalar holds them to) */
 static const char *expected_isa(void)
 {
-    const char *top = cpu_top_isa();
-    return strcmp(top, "amx") == 0 ? "avx512" : top;
+    return cpu_top_isa();
 }
 
 /* The SIMD activation quantizers (Q8_K, Q8_0; used whenever the CPU has AVX2) against the scalar
@@ -725,6 +724,20 @@ Test(quant, dispatch_follows_cpu_and_force_scalar)
         cr_assert_eq(mp_type_ops_get(k_weight_types[t]), mp_type_ops_isa(k_weight_types[t], expected_isa()));
 }
 
+/* One-row (decode) calls run the same kernels at amx as at avx512 (its table is avx512's with `gemm`
+ * added), so cost files of the two compare for decode; every other level is its own. */
+Test(quant, one_row_level)
+{
+    cr_assert_str_eq(mp_kernels_isa_one_row("amx"), "avx512");
+    cr_assert_str_eq(mp_kernels_isa_one_row("avx512"), "avx512");
+    cr_assert_str_eq(mp_kernels_isa_one_row("avx2"), "avx2");
+    cr_assert_str_eq(mp_kernels_isa_one_row("scalar"), "scalar");
+    cr_assert_null(mp_kernels_isa_one_row(NULL));
+    const mp_type_ops *amx = mp_type_ops_isa(MP_TYPE_Q4_K, "amx"), *avx512 = mp_type_ops_isa(MP_TYPE_Q4_K, "avx512");
+    if (amx) /* the rule's reason, where the CPU has both tables */
+        cr_assert(amx->vec_dot == avx512->vec_dot && amx->vec_dot_multi == avx512->vec_dot_multi);
+}
+
 /* The ISA cap (MP_ISA, set at start through mp_kernels_set_isa_cap) caps the level; a level above
  * the CPU's leaves the CPU's best and says so, a name that is no level is refused; force_scalar
  * wins over the cap. mp_type_ops_isa refuses levels the CPU lacks. */
@@ -739,7 +752,7 @@ Test(quant, isa_cap)
             top_rank = i;
     for (int i = 0; i < n_levels; i++) {
         cr_assert_eq(mp_kernels_set_isa_cap(levels[i]), 0);
-        const char *want = i <= top_rank ? levels[i] : top; /* a cap above the top: the top, never amx */
+        const char *want = i <= top_rank ? levels[i] : top; /* a cap above the top: the top */
         cr_assert_str_eq(mp_kernels_isa(), want, "cap %s on a CPU whose top level is %s", levels[i], top);
         for (int t = 0; t < N_WEIGHT_TYPES; t++) {
             const mp_type_ops *ops = mp_type_ops_get(k_weight_types[t]);

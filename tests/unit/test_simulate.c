@@ -3,6 +3,7 @@
  * manifest), with its one-line errors on bad input; non-MoE time from the
  * cost file and from a trace's measured durations and timing (--non-moe), computed by hand. */
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "collector/import.h"
 #include "collector/trace.h"
+#include "kernels/quant.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
@@ -249,6 +251,38 @@ Test(simulate, notes_a_calibration_of_other_cpu_kernels)
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_not_null(strstr(out, "note: the costs were calibrated with the sse2 CPU kernels, this process dispatches "),
                        "%s", out);
+    /* amx and avx512 share their one-row kernels: a file of the other of the two is noted for the
+     * CPU experts of several rows, and not at all for decode (--as-decode). The command runs at this
+     * process's level (the CPU's best), whatever MP_ISA the tests run under. */
+    const char *isa = mp_kernels_isa(), *twin = !strcmp(isa, "amx") ? "avx512" : !strcmp(isa, "avx512") ? "amx" : NULL;
+    if (!twin) {
+        cr_log_info("this CPU dispatches %s, whose one-row kernels no other level shares: the amx/avx512 part of "
+                    "this test needs an AVX-512 CPU", isa);
+        return;
+    }
+    char *outer = getenv("MP_ISA") ? strdup(getenv("MP_ISA")) : NULL;
+    cr_assert_eq(setenv("MP_ISA", isa, 1), 0);
+    snprintf(path, sizeof path, "%s/costs-twin.json", dir);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite(text, 1, (size_t)(at - text), f);
+    fprintf(f, "\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"%s\"", twin);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    snprintf(args, sizeof args, "simulate t.db --costs costs-twin.json --expert Q4_K --budget 4000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "their one-row (decode) kernels are the same"), "%s", out);
+    snprintf(args, sizeof args, "simulate t.db --costs costs-twin.json --expert Q4_K --budget 4000000B "
+             "--non-expert-bytes 1000000 --as-decode");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "CPU kernels"), "decode runs the same kernels at %s and %s: no note\n%s", twin, isa,
+                   out);
+    if (outer)
+        setenv("MP_ISA", outer, 1);
+    else
+        unsetenv("MP_ISA");
+    free(outer);
 }
 
 /* --progress: the progress line on stderr even where stderr is not a terminal, its last line
