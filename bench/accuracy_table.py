@@ -15,13 +15,15 @@ over its CPU time. Experts of a few hundred KB are read from the host's caches, 
 
 With --resim MOEPLAN, every row is also simulated again (`simulate --host-read-gbs`, with the
 trace, costs, budget and fixed bytes of the row): at the host bandwidth its probes read, and at
-the CPU rate the run had (the calibration's host_read scaled by run rate / grid rate, which
-scales the CPU's costs by grid rate / run rate): the prediction for this host's CPU level at the
-time. The gap between that error and the row's own is the host's drift; what remains is the
-model's. The decision model decides far routes again from the scaled costs, as a runtime
-calibrated at that level would: a prediction marked * runs other far routes than the run did (a
-whole CPU layer of Mixtral at 89 GB/s turns one far route on), so part of its error is that
-choice's. Standard library only."""
+the level its CPU experts ran at: the calibration's host_read scaled by the CPU experts' predicted
+time per token (the simulation's cpu_expert_ns: each hybrid layer step's decode grid point's CPU
+share) over their measured one (bench's cpu_expert_us x hybrid_layer_steps / gpu_steps), route mix
+for route mix, which scales the CPU's costs by measured / predicted (as `plan`'s check does). The
+gap between that error and the row's own is the host's drift; what remains is the model's. The
+decision model decides far routes again from the scaled costs, as a runtime calibrated at that
+level would: a prediction marked * runs other far routes than the run did (a whole CPU layer of
+Mixtral at 89 GB/s turns one far route on), so part of its error is that choice's. Standard
+library only."""
 import json
 import os
 import subprocess
@@ -94,20 +96,34 @@ def cpu_rates(shape_dir, row, b, costs):
     return (b["routes_cpu"] * eb / ns if ns > 0 else None), grid_rate
 
 
-def resimulate(shape_dir, doc, row, gbs):
-    """(ms/token predicted for the row at host bandwidth gbs, its share of far routes), (None, None)
-    on failure."""
+def run_cpu_ms(b):
+    """The CPU experts' measured time per token of a bench row (ms), 0 when no route ran on the CPU,
+    None when the row does not say (bench files before cpu_expert_us)."""
+    if not b:
+        return None
+    if not b.get("routes_cpu") and not b.get("routes_split"):
+        return 0.0
+    if b.get("cpu_expert_us") is None or not b.get("gpu_steps"):
+        return None
+    return b["cpu_expert_us"] * b["hybrid_layer_steps"] / b["gpu_steps"] / 1e3
+
+
+def resimulate(shape_dir, doc, row, gbs=None):
+    """(ms/token predicted for the row at host bandwidth gbs (None: the calibration's), its share of
+    far routes, its CPU experts' ms/token), (None, None, None) on failure."""
     sim_json = os.path.join(shape_dir, "sim", "resim-%d.json" % os.getpid())
     cmd = [moeplan, "simulate", os.path.join(shape_dir, "trace.db"), "--costs", os.path.join(shape_dir, "costs.json"),
            "--non-expert-bytes", "%dB" % doc["gpu_fixed_bytes"], "--budget", "%dB" % row["budget_bytes"],
-           "--policy", row["policy"], "--as-decode", "--threads", str(row["threads"]), "--host-read-gbs",
-           "%.3f" % gbs, "--json", sim_json, "--force"]
+           "--policy", row["policy"], "--as-decode", "--threads", str(row["threads"]), "--json", sim_json, "--force"]
+    if gbs:
+        cmd += ["--host-read-gbs", "%.3f" % gbs]
     if subprocess.run(cmd, capture_output=True).returncode != 0:
-        return None, None
+        return None, None, None
     pol = [p for p in json.load(open(sim_json))["budgets"][0]["policies"] if p["policy"] == row["policy"]][0]
     os.unlink(sim_json)
-    total = lambda k: pol["in_sample"][k] + pol["held_out"][k]
-    return total("time_ns") / total("tokens") / 1e6, total("routes_far") / max(1, total("decisions"))
+    total = lambda k: pol["in_sample"].get(k, 0) + pol["held_out"].get(k, 0)
+    return (total("time_ns") / total("tokens") / 1e6, total("routes_far") / max(1, total("decisions")),
+            total("cpu_expert_ns") / total("tokens") / 1e6)
 
 
 def err_pct(pred, meas):
@@ -118,7 +134,7 @@ head = ("| shape | budget | policy | resident | predicted ms/token | measured ms
         "(calibrated) | CPU experts GB/s run (grid) | floor ms/token | far % sim/run | cpu % run |")
 rule = "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 if moeplan:
-    head = head.replace("| host GB/s", "| predicted at the run's GB/s | error % | predicted at the run's CPU rate "
+    head = head.replace("| host GB/s", "| predicted at the run's GB/s | error % | predicted at the run's CPU level "
                         "| error % | host GB/s")
     rule += " ---: | ---: | ---: | ---: |"
 lines = [head, rule]
@@ -153,8 +169,11 @@ for s in shapes:
             e_bw = err_pct(pred_bw, meas)
             count["bw"][0] += abs(e_bw) <= 10
             count["bw"][1] = max(count["bw"][1], abs(e_bw))
-            pred_cpu, far = (resimulate(d, doc, r, cal * run_rate / grid_rate) if run_rate and grid_rate and cal == cal
-                             else (None, None) if r["measured_cpu_share"] > 0
+            meas_cpu = mean_known([run_cpu_ms(b) for b in runs])
+            pred_cpu_ms = resimulate(d, doc, r)[2] if meas_cpu else None
+            pred_cpu, far = ((resimulate(d, doc, r, cal * pred_cpu_ms / meas_cpu)[:2]
+                              if meas_cpu and pred_cpu_ms and cal == cal else (None, None))
+                             if r["measured_cpu_share"] > 0
                              else (r["predicted_ms_per_token"], r["predicted_far_share"]))
             if pred_cpu:
                 e_cpu = err_pct(pred_cpu, meas)
@@ -181,7 +200,7 @@ for s in shapes:
 summary = "%d rows; %d within 10 %%, largest |error| %.1f %% (target <= 10 %%)." % (n, count["own"][0], count["own"][1])
 if moeplan:
     summary += (" At each run's host bandwidth: %d within 10 %%, largest |error| %.1f %%." % tuple(count["bw"]))
-    summary += (" At each run's CPU rate (%d rows where it is known or no route ran on the CPU): %d within 10 %%, "
+    summary += (" At each run's CPU level (%d rows where it is known or no route ran on the CPU): %d within 10 %%, "
                 "largest |error| %.1f %%." % (count["cpu"][2], count["cpu"][0], count["cpu"][1]))
 text = ["# Simulated vs measured decode ms/token, by model shape", ""] + lines + ["", summary, "",
         "## plan against the baselines (measured speed ratios)", "",

@@ -695,16 +695,6 @@ double mp_cost_curve_ns(const mp_cost_curve *c, double x)
     return c->y[lo].median_ns + t * (c->y[hi].median_ns - c->y[lo].median_ns);
 }
 
-double mp_costs_grid_cpu_gbs(const mp_costs *c)
-{
-    for (int i = 0; i < c->decode.n_points; i++) {
-        const mp_cost_decode_point *p = &c->decode.points[i];
-        if (!p->far_on && p->cold == c->decode.top_k && p->cpu_ns > 0)
-            return (double)c->decode.top_k * (double)c->decode.expert_bytes / p->cpu_ns;
-    }
-    return 0;
-}
-
 double mp_costs_decode_non_moe_ns(const mp_costs *c, double keys)
 {
     const mp_cost_curve *k = &c->non_moe_by_keys;

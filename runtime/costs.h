@@ -149,10 +149,6 @@ mp_status mp_costs_require_gpu(const mp_costs *c, const char *name, mp_error *er
  * segment's slope (clamped at >= 0), or proportional to x when the curve has one point. */
 double mp_cost_curve_ns(const mp_cost_curve *c, double x);
 
-/* The CPU experts' read rate in GB/s (bytes per ns) at the decode grid's all-cold point with far
- * routes off: top_k experts' bytes over that point's CPU time. 0 when the grid has no such point.
- * What the cost file's CPU level is, to set beside a run's own (mp_gpu_stats_cpu_gbs). */
-double mp_costs_grid_cpu_gbs(const mp_costs *c);
 
 /* The non-MoE time in ns of a one-row step that attends `keys` keys of context: the curve of
  * $.non_moe_context, piecewise-linear, each end extended with its segment's slope (at least 0; the

@@ -18,9 +18,9 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
         return mp_fail(err, MP_ERR_ARG, "costs %s: no decode layer grid (listed in $.missing): expected a cost "
                        "file from `moeplan calibrate -m MODEL` on a machine with a CUDA device", name);
     for (int i = 0; i <= MP_DECIDE_MAX_K; i++) {
-        out->off_ns[i] = NAN;
+        out->off_ns[i] = out->cpu_off_ns[i] = NAN;
         for (int j = 0; j <= MP_DECIDE_MAX_K; j++)
-            out->on_ns[i][j] = NAN;
+            out->on_ns[i][j] = out->cpu_on_ns[i][j] = NAN;
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
@@ -54,10 +54,14 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
             (!p->far_on && p->far) || !(p->layer.median_ns >= 0)) /* the loader refuses these */
             return mp_fail(err, MP_ERR_ARG, "costs %s: decode layer grid point %d (cold %d, far %d): out of range",
                            name, i, p->cold, p->far);
-        if (p->far_on)
+        const double cpu_ns = p->cpu_ns >= 0 ? p->cpu_ns : NAN;
+        if (p->far_on) {
             out->on_ns[p->cold][p->far] = p->layer.median_ns;
-        else
+            out->cpu_on_ns[p->cold][p->far] = cpu_ns;
+        } else {
             out->off_ns[p->cold] = p->layer.median_ns;
+            out->cpu_off_ns[p->cold] = cpu_ns;
+        }
     }
     mp_decode_costs_settle(out);
     return MP_OK;
@@ -223,6 +227,13 @@ double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, in
     if (!dc || c < 0 || c > dc->top_k)
         return NAN;
     return fl && fl->on ? dc->on_ns[c][fl->table[c]] : dc->off_ns[c];
+}
+
+double mp_decide_decode_cpu_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c)
+{
+    if (!dc || c < 0 || c > dc->top_k)
+        return NAN;
+    return fl && fl->on ? dc->cpu_on_ns[c][fl->table[c]] : dc->cpu_off_ns[c];
 }
 
 double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns)

@@ -53,6 +53,10 @@ typedef struct mp_decode_costs {
     uint64_t expert_bytes;
     double off_ns[MP_DECIDE_MAX_K + 1];               /* [c], far routes off */
     double on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* [c][f units], far routes on */
+    /* the CPU experts' time within each point (its cpu_ns: overlapped with the GPU's side, part of
+     * the level, not added to it); NaN where the grid lacks the point */
+    double cpu_off_ns[MP_DECIDE_MAX_K + 1];
+    double cpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers */
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
 } mp_decode_costs;
@@ -139,6 +143,9 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
 /* The grid's time of a one-row step with c cold routes on a layer that decided fl; NaN when the
  * grid lacks that point (the caller falls back on its own model). */
 double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c);
+/* The CPU experts' time within that step (the point's cpu_ns), NaN where the grid lacks it: what a
+ * run's own CPU expert time compares with, route mix for route mix. */
+double mp_decide_decode_cpu_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c);
 
 /* The least time in which host memory yields `bytes` of expert weights to the cores reading at
  * host_bytes_per_ns and the bus at bus_bytes_per_ns together: bytes / (host + bus); 0 when the

@@ -126,15 +126,6 @@ static inline int64_t mp_gpu_stats_routes(const mp_gpu_stats *st)
     return st->routes_gpu + st->routes_cpu + st->routes_copied + st->routes_far;
 }
 
-/* The CPU experts' read rate in GB/s (bytes per ns) over the stats: routes_cpu experts of
- * expert_bytes each and the split routes' CPU parts over cpu_expert_ns; 0 when no route ran on the
- * CPU. Set beside the cost file's (mp_costs_grid_cpu_gbs), it says how fast the host's memory was
- * for this run. */
-static inline double mp_gpu_stats_cpu_gbs(const mp_gpu_stats *st, uint64_t expert_bytes)
-{
-    const double bytes = (double)st->routes_cpu * (double)expert_bytes + (double)st->split_cpu_bytes;
-    return bytes > 0 && st->cpu_expert_ns > 0 ? bytes / (double)st->cpu_expert_ns : 0;
-}
 
 /* One line for run/bench: device, memory by term, routes by path, round-trip wait per hybrid
  * layer: "NVIDIA H200 (sm_90, 139.8 GiB); memory 18.20 GiB (weights 1.10 GiB, KV 0.38 GiB,

@@ -219,14 +219,15 @@ static void check_progress(void *ctx, int rep, int reps)
  * and one after), whether the GPU executor ran, and its CPU experts' read rate (GB/s; 0 when none
  * ran on the CPU or the CPU executor ran). */
 typedef struct check_result {
-    double ms, gbs, cpu_gbs;
+    double ms, gbs;
+    double cpu_ms; /* the CPU experts' time per step (GPU executor; 0: none ran) */
     int threads;
     bool gpu;
 } check_result;
 
 /* The check: n decode steps after a 1-token prompt under the profile and the budget, the trace's
- * routing replayed; its CPU rate counts expert_bytes per CPU route (the cost file's grid's). */
-static mp_status measure(const plan_opts *o, int64_t n, uint64_t expert_bytes, check_result *out, char *placement,
+ * routing replayed. */
+static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char *placement,
                          size_t cap, mp_error *err)
 {
     mp_engine e = {.params = {.n_ctx = n + 1, .n_threads = (int)o->threads, .knobs = o->knobs}};
@@ -268,7 +269,7 @@ static mp_status measure(const plan_opts *o, int64_t n, uint64_t expert_bytes, c
         if (g) {
             mp_gpu_stats gs;
             mp_gpu_get_stats(g, &gs);
-            out->cpu_gbs = mp_gpu_stats_cpu_gbs(&gs, expert_bytes);
+            out->cpu_ms = gs.steps > 0 ? (double)gs.cpu_expert_ns / (double)gs.steps / 1e6 : 0;
         }
     }
     char profile[512]; /* MP_MOE_CPU_PROFILE=1 */
@@ -282,50 +283,54 @@ static mp_status measure(const plan_opts *o, int64_t n, uint64_t expert_bytes, c
 }
 
 /* The host's level during the check, as the simulator takes it (--host-read-gbs): the calibration's
- * host_read scaled by the check's CPU experts' rate over the grid's, so that the CPU's costs scale
- * by grid rate / check rate. 0 when either rate or the calibration's bandwidth is not known, or the
- * grid was measured with other threads than the check ran (its rate is then another pool's). */
-static double check_level_gbs(const mp_costs *c, const check_result *r)
+ * host_read scaled by the CPU experts' predicted time for the check's rows over the time they took,
+ * route mix for route mix (pred_cpu_ms: the grid's CPU share of each hybrid layer step the
+ * simulation charged), so that the CPU's costs scale by measured / predicted. 0 when either time
+ * or the calibration's bandwidth is not known, or the grid was measured with other threads than
+ * the check ran (its times are then another pool's). */
+static double check_level_gbs(const mp_costs *c, const check_result *r, double pred_cpu_ms)
 {
-    const double grid = mp_costs_grid_cpu_gbs(c);
-    return grid > 0 && r->cpu_gbs > 0 && c->host_read_gbs > 0 && r->threads == c->decode.threads
-               ? c->host_read_gbs * r->cpu_gbs / grid
+    return pred_cpu_ms > 0 && r->cpu_ms > 0 && c->host_read_gbs > 0 && r->threads == c->decode.threads
+               ? c->host_read_gbs * pred_cpu_ms / r->cpu_ms
                : 0;
 }
 
 /* The check's measured speed beside the prediction and, where its CPU experts ran, beside the
- * prediction at the memory rate they had (pred_level at the host level `level`, check_level_gbs;
- * 0: not made); a warning where the two do
- * not compare (a CPU executor) or differ by more than 10 % (with the likely cause: the CPU kernels when
- * the calibration ran another level than this process; the host's memory
- * when its CPU experts' rate was more than 10 % from the grid's and the prediction at that rate
- * holds; else the host's read bandwidth when the probes moved; else an uncosted path or a stale
+ * prediction at the level they ran at (pred_level at the host level `level`, check_level_gbs, from
+ * their measured time against pred_cpu, the predicted; 0: not made); a warning where the two do not
+ * compare (a CPU executor) or differ by more than 10 % (with the likely cause: the CPU kernels when
+ * the calibration's one-row kernels are not this process's; the host's memory when the CPU experts
+ * took more than 10 % more or less time than predicted and the prediction at their level holds;
+ * else the host's read bandwidth when the probes moved; else an uncosted path or a stale
  * calibration). */
-static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_level, double level,
-                           const check_result *r, const mp_costs *c, const char *placement)
+static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_cpu, double pred_level,
+                           double level, const check_result *r, const mp_costs *c, const char *placement)
 {
-    const double meas = r->ms, cal = c->host_read_gbs, grid = mp_costs_grid_cpu_gbs(c);
+    const double meas = r->ms, cal = c->host_read_gbs;
     const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
     const double e_level = meas > 0 && pred_level > 0 ? 100 * (pred_level - meas) / meas : 0;
+    const double cpu_ratio = pred_cpu > 0 ? r->cpu_ms / pred_cpu : 0; /* measured / predicted CPU time */
     printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
            "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o->reps,
            e, r->gbs, cal);
     if (r->gpu && pred_level > 0)
-        printf("plan: at the rate the check's CPU experts read (%.1f GB/s; %.1f in the calibration's grid): "
-               "predicted %.3f ms/token, %+.1f %%\n", r->cpu_gbs, grid, pred_level, e_level);
+        printf("plan: at the level the check's CPU experts ran (%.3f ms/token of CPU experts, %.3f predicted: the "
+               "host's memory at %.2fx the calibration's): predicted %.3f ms/token, %+.1f %%\n", r->cpu_ms, pred_cpu,
+               1 / cpu_ratio, pred_level, e_level);
     if (!r->gpu) /* a match within 10 % would be a coincidence, a miss says nothing about the plan */
         printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
-        char cause[256];
+        char cause[320];
         if (c->cpu_kernels[0] &&
             strcmp(mp_kernels_isa_one_row(c->cpu_kernels), mp_kernels_isa_one_row(mp_kernels_isa())) != 0)
             snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
                      "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
-        else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(r->cpu_gbs / grid - 1) > 0.1)
-            snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts read at %.1f GB/s, the "
-                     "calibration's at %.1f (a busier or a quieter host: check again later, or `simulate "
-                     "--host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_gbs, grid, level);
+        else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(cpu_ratio - 1) > 0.1)
+            snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts took %.3f ms/token where the "
+                     "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
+                     "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_ms, pred_cpu,
+                     level);
         else if (cal > 0 && fabs(r->gbs / cal - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
                      "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");
@@ -393,14 +398,15 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
     check_result cr = {0};
     char placement[400] = "";
     fflush(stdout);
-    if (measure(&o, n, made->costs.decode.expert_bytes, &cr, placement, sizeof placement, &err)) {
+    if (measure(&o, n, &cr, placement, sizeof placement, &err)) {
         fprintf(stderr, "moeplan plan: error: check: %s\n", err.msg);
         rc = 1;
         goto done;
     }
-    /* 4. the check's rows again at the memory rate its CPU experts had (the host's level then) */
+    /* 4. the check's rows again at the level its CPU experts ran at (the host's then) */
     double pred_level = 0;
-    const double level = check_level_gbs(&made->costs, &cr);
+    const double pred_cpu = mp_simulate_cpu_ms_per_token(chk, 0, MP_POL_PROFILE);
+    const double level = check_level_gbs(&made->costs, &cr, pred_cpu);
     if (cr.gpu && level > 0) {
         check_options(&o, n + 1, &so);
         so.cfg.host_read_gbs = level;
@@ -413,7 +419,7 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
             goto done;
         pred_level = mp_simulate_ms_per_token(at, 0, MP_POL_PROFILE);
     }
-    say_comparison(&o, n, pred, pred_level, level, &cr, &made->costs, placement);
+    say_comparison(&o, n, pred, pred_cpu, pred_level, level, &cr, &made->costs, placement);
 done:
     mp_simulate_result_free(made);
     mp_simulate_result_free(chk);

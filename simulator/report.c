@@ -170,6 +170,8 @@ static cJSON *metrics_json(const mp_sim_metrics *m, uint32_t n_layers)
         cJSON_AddNullToObject(o, "ms_per_token");
         cJSON_AddNullToObject(o, "tok_s");
     }
+    /* the CPU experts' time within time_ns: a run's own CPU expert time compares with it */
+    cJSON_AddNumberToObject(o, "cpu_expert_ns", m->cpu_ns);
     cJSON_AddNumberToObject(o, "cpu_layer_invocations", (double)m->cpu_invocations);
     cJSON_AddNumberToObject(o, "h2d_weight_bytes", (double)m->h2d_weight_bytes);
     cJSON_AddNumberToObject(o, "h2d_activation_bytes", (double)m->h2d_act_bytes);

@@ -190,6 +190,11 @@ typedef struct mp_sim_metrics {
                                  * (the runtime's promotion, gpu/gpu_tier.c); not in h2d_weight_bytes */
     uint64_t tokens, steps;
     double time_ns;
+    /* the CPU experts' time within time_ns (overlapped with the GPU's side): one-row steps of
+     * hybrid layers take their decode grid point's CPU share, other steps their CPU experts' costs.
+     * A run's own CPU expert time (bench's cpu_expert_us, mp_gpu_stats.cpu_expert_ns) compares with
+     * it route mix for route mix: their ratio is the host's level against the calibration's */
+    double cpu_ns;
     uint64_t cpu_invocations;   /* layer invocations that sent rows to the CPU (paid a round trip) */
     uint64_t h2d_weight_bytes, h2d_act_bytes, d2h_act_bytes;
     uint64_t admissions, evictions;

@@ -264,8 +264,13 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
             uint32_t far = 0, split = 0;
             const bool hybrid = rows == 1 && s->n_resident[l] < E;
             double layer_ns = hybrid ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far, &split) : NAN;
-            if (isnan(layer_ns))
+            if (isnan(layer_ns)) {
                 layer_ns = sim_layer_ns(tab, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0, split = 0;
+                m->cpu_ns += cpu_ns;
+            } else {
+                const double grid_cpu_ns = mp_decide_decode_cpu_ns(&tab->dc, &s->far[l], (int)n_cold);
+                m->cpu_ns += isfinite(grid_cpu_ns) ? grid_cpu_ns : cpu_ns;
+            }
             if (hybrid) {
                 layer_ns = sim_hybrid_layer_ns(tab, layer_ns, n_cold, !hybrid_step);
                 hybrid_step = true;

@@ -768,6 +768,15 @@ mp_sim_report mp_simulate_report(const mp_simulate_result *r)
     };
 }
 
+double mp_simulate_cpu_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p)
+{
+    if (b < 0 || b >= r->n_budgets || p < 0 || p >= MP_POL_COUNT || !r->runs[b].ran[p])
+        return 0;
+    const mp_sim_result *res = &r->runs[b].res[p];
+    const uint64_t tokens = res->train.tokens + res->test.tokens;
+    return tokens ? (res->train.cpu_ns + res->test.cpu_ns) / (double)tokens / 1e6 : 0;
+}
+
 double mp_simulate_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p)
 {
     if (b < 0 || b >= r->n_budgets || p < 0 || p >= MP_POL_COUNT || !r->runs[b].ran[p])

@@ -134,5 +134,8 @@ mp_sim_report mp_simulate_report(const mp_simulate_result *r);
 /* Predicted ms per token of policy p at budget b over the whole trace (in-sample and held out
  * together); 0 when it did not run or has no tokens. */
 double mp_simulate_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p);
+/* The CPU experts' share of it (mp_sim_metrics.cpu_ns per token, ms), likewise; 0 also when no
+ * route ran on the CPU. */
+double mp_simulate_cpu_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p);
 
 #endif

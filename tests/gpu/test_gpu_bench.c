@@ -98,31 +98,12 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     free(out);
 }
 
-/* The cost file's CPU level in its decode grid, read here from the JSON: top_k cold experts'
- * bytes over the CPU time of the point with every route cold and far routes off (GB/s). */
-static double grid_level_gbs(const char *path)
-{
-    char *text = mp_test_slurp(path);
-    cr_assert_not_null(text, "%s", path);
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(root, "%s", path);
-    const cJSON *dl = cJSON_GetObjectItemCaseSensitive(root, "decode_layers"), *p;
-    const double k = num_of(dl, "top_k"), bytes = num_of(dl, "expert_bytes");
-    double gbs = 0;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(dl, "points"))
-        if (num_of(p, "cold") == k && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "far_on")))
-            gbs = k * bytes / num_of(p, "cpu_ns");
-    cJSON_Delete(root);
-    cr_assert(gbs > 0, "%s: no all-cold point without far routes in decode_layers", path);
-    return gbs;
-}
-
 /* `moeplan plan`'s check on the GPU, with half the tiny model's experts on the CPU: beside the
- * measured speed, the check's rows predicted again at the rate its CPU experts read (a rate > 0,
- * the cost file's grid level, grid_level_gbs), with that prediction's own error. -t 16: the
- * grid's threads, so that the two rates compare. */
-Test(gpu_bench, plan_check_predicts_again_at_its_cpu_rate)
+ * measured speed, the check's CPU experts' measured time per token against the time predicted for
+ * the same routes (both > 0) and the check's rows predicted again at that level (the host's memory
+ * at predicted / measured times the calibration's), with that prediction's own error. -t 16: the
+ * grid's threads, so that the two times compare. */
+Test(gpu_bench, plan_check_predicts_again_at_its_cpu_level)
 {
     static char out[1 << 16];
     char cmd[2048], costs[1024];
@@ -146,14 +127,15 @@ Test(gpu_bench, plan_check_predicts_again_at_its_cpu_rate)
     snprintf(cmd, sizeof cmd, "plan t.db -m tiny.gguf --costs '%s' --budget %.0fB --ctx 64 -o p.strp "
              "--verify-tokens 8 --executor gpu -r 3 -t 16", costs, fixed + 4.0 * 1048576);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
-    const char *m = strstr(out, "plan: measured "), *at = strstr(out, "plan: at the rate the check's CPU experts read (");
+    const char *m = strstr(out, "plan: measured "), *at = strstr(out, "plan: at the level the check's CPU experts ran (");
     cr_assert(m && at && m < at, "%s", out);
-    double meas = 0, rate = 0, grid = 0, pred = 0, e = 0;
+    double meas = 0, cpu = 0, cpu_pred = 0, level = 0, pred = 0, e = 0;
     cr_assert_eq(sscanf(m, "plan: measured %lf ms/token", &meas), 1, "%s", m);
-    cr_assert_eq(sscanf(at, "plan: at the rate the check's CPU experts read (%lf GB/s; %lf in the calibration's "
-                            "grid): predicted %lf ms/token, %lf %%", &rate, &grid, &pred, &e), 4, "%s", at);
-    cr_assert(meas > 0 && rate > 0 && pred > 0, "%s", at);
-    cr_assert_float_eq(grid, grid_level_gbs(costs), 0.05 + 1e-9, "%s", at);
+    cr_assert_eq(sscanf(at, "plan: at the level the check's CPU experts ran (%lf ms/token of CPU experts, %lf "
+                            "predicted: the host's memory at %lfx the calibration's): predicted %lf ms/token, %lf %%",
+                        &cpu, &cpu_pred, &level, &pred, &e), 5, "%s", at);
+    cr_assert(meas > 0 && cpu > 0 && cpu_pred > 0 && pred > 0, "%s", at);
+    cr_assert_float_eq(level, cpu_pred / cpu, 0.01 + 0.001 / cpu, "%s", at);
     /* the error is the printed prediction's against the printed measurement (each rounded to 1 us) */
     cr_assert_float_eq(e, 100 * (pred - meas) / meas, 0.05 + 100 * 0.001 / meas, "%s", at);
     cr_assert_null(strstr(out, "the check ran on the CPU executor"), "%s", out);

@@ -428,13 +428,20 @@ Test(costs, reads_the_decode_grid_and_host_read)
     cr_assert_eq(c.host_read_gbs, 50);
     cr_assert_eq(c.host_read_spread_gbs, 2);
     cr_assert_eq(c.host_read_threads, 16);
-    /* the grid's CPU level: top_k = 2 experts of 1 MB in the all-cold far-off point's 200 us of CPU
-     * time (not the far-on twin's, not the one-cold point's): 10 GB/s */
-    cr_assert_float_eq(mp_costs_grid_cpu_gbs(&c), 10.0, 1e-12);
-    c.decode.points[2].cpu_ns = 400000;
-    cr_assert_float_eq(mp_costs_grid_cpu_gbs(&c), 5.0, 1e-12);
-    c.decode.points[2].cpu_ns = 0; /* no CPU time measured there: no level */
-    cr_assert_eq(mp_costs_grid_cpu_gbs(&c), 0);
+    /* the decision grid keeps each point's CPU share beside its level: the all-cold far-off point's
+     * 200 us of CPU time, the far-on point's 0 (its one cold route ran far) */
+    mp_decode_costs dc;
+    const mp_decode_shape shape = {NULL, 2048, 768, 4, 2, 16, 0};
+    mp_error derr;
+    cr_assert_eq(mp_decode_costs_from(&c, "fixture", &shape, &dc, &derr), MP_OK, "%s", derr.msg);
+    cr_assert_eq(mp_decide_decode_cpu_ns(&dc, NULL, 2), c.decode.points[2].cpu_ns);
+    cr_assert_eq(c.decode.points[2].cpu_ns, 200000);
+    const mp_far_layer on = {.on = true, .table = {0, 1, 2}}; /* 2 units of 2 cold: past far_max */
+    cr_assert_eq(mp_decide_decode_cpu_ns(&dc, &on, 1), 0);
+    cr_assert_eq(mp_decide_decode_ns(&dc, &on, 1), 90000);
+    cr_assert_eq(mp_decide_decode_cpu_ns(&dc, NULL, 1), 100000);
+    cr_assert(isnan(mp_decide_decode_cpu_ns(&dc, &on, 2)), "a point the grid lacks: NaN");
+    cr_assert(isnan(mp_decide_decode_cpu_ns(&dc, NULL, 3)), "beyond top_k: NaN");
     mp_costs_free(&c);
     free(text);
 }
@@ -478,17 +485,6 @@ Test(costs, reads_far_units_of_a_split_grid)
     free(mut);
     cJSON_Delete(root);
     free(text);
-}
-
-/* A run's CPU experts' rate: its CPU routes' bytes over their time; none without CPU routes. */
-Test(costs, a_runs_cpu_rate_from_its_stats)
-{
-    mp_gpu_stats st = {.routes_cpu = 30, .cpu_expert_ns = 1500000};
-    cr_assert_float_eq(mp_gpu_stats_cpu_gbs(&st, 2000000), 40.0, 1e-12);
-    st.routes_cpu = 0;
-    cr_assert_eq(mp_gpu_stats_cpu_gbs(&st, 2000000), 0);
-    st.routes_cpu = 30, st.cpu_expert_ns = 0;
-    cr_assert_eq(mp_gpu_stats_cpu_gbs(&st, 2000000), 0);
 }
 
 Test(costs, refuses_bad_decode_grids)

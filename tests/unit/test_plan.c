@@ -56,8 +56,8 @@ Test(plan, makes_a_profile_and_checks_it)
     cr_assert_not_null(strstr(out, "plan: warning: the check ran on the CPU executor, the prediction is the GPU "
                                    "executor's: the two do not compare"), "%s", out);
     cr_assert_null(strstr(out, "plan: warning: measured and predicted differ by "), "%s", out);
-    /* nor predicted again at its CPU experts' rate (the CPU executor's experts are not the plan's) */
-    cr_assert_null(strstr(out, "plan: at the rate the check's CPU experts read"), "%s", out);
+    /* nor predicted again at its CPU experts' level (the CPU executor's experts are not the plan's) */
+    cr_assert_null(strstr(out, "plan: at the level the check's CPU experts ran"), "%s", out);
     /* the baselines plan must not lose to were simulated beside it */
     /* the fixture's tiny costs predate the context curve: said once (the check's simulation prints no
      * table), with what to do */

@@ -834,6 +834,33 @@ Test(simulate, cli_non_moe_from_trace_by_hand)
     cr_assert_float_eq(cpu_trace - cpu_costs, 2240000 - (500000 + 49500000.0 / 2047 + 1000000), 1e-6);
 }
 
+/* The CPU experts' share of the predicted time (cpu_expert_ns: what a run's own CPU expert time
+ * compares with). As decode steps all-CPU runs both routes of each of the 2 layers cold at every one
+ * of the 4 steps: the fixture's grid has, for 2 cold routes, 230000 ns far off and 160000 with one
+ * far (CPU share 110000), so the decision model runs one far and the CPU's share is 8 x 110000;
+ * all-GPU runs none on the CPU. */
+Test(simulate, cpu_share_of_decode_steps_from_the_grid)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes "
+             "1000000 --train-frac 1 --as-decode --json cpu.json", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_float_eq(policy_metric("cpu.json", "all-cpu", "routes_far"), 8, 1e-9);
+    cr_assert_float_eq(policy_metric("cpu.json", "all-cpu", "cpu_expert_ns"), 8 * 110000.0, 1e-6);
+    cr_assert(policy_metric("cpu.json", "all-cpu", "cpu_expert_ns") < policy_metric("cpu.json", "all-cpu", "time_ns"));
+    cr_assert_eq(policy_metric("cpu.json", "all-gpu", "cpu_expert_ns"), 0);
+    /* at a host twice the calibration's bandwidth the CPU's costs halve: its share of the point
+     * with it, whatever far routes the decision model then picks (55000 with one far, 100000 without) */
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes "
+             "1000000 --train-frac 1 --as-decode --json cpu2.json --host-read-gbs 100", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    const double far = policy_metric("cpu2.json", "all-cpu", "routes_far");
+    cr_assert_float_eq(policy_metric("cpu2.json", "all-cpu", "cpu_expert_ns"), far > 0 ? 8 * 55000.0 : 8 * 100000.0,
+                       1e-6, "far routes %.0f", far);
+}
+
 /* Fail closed: one line naming the trace and the (request, step), suggesting --non-moe costs. */
 static void expect_refusal(const char *flags, const char *trace, const char *want)
 {
