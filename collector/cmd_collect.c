@@ -169,18 +169,19 @@ static mp_status run_prompt(const mp_collect_opts *o, const mp_prompt *p, int64_
 {
     char *text = NULL;
     mp_status st;
-    /* ChatML where the vocabulary has its tokens (qwen2/qwen3); other vocabularies (Mixtral's
-     * SentencePiece, OLMoE's) get the text as it is: their templates are not ChatML */
-    if (o->raw_prompts || mp_tokenizer_find(tok, "<|im_start|>") < 0) {
+    /* the model's chat template (the file's, mp_tokenizer_chat_template, as `run` takes it);
+     * --raw-prompts: none */
+    const char *tpl = o->raw_prompts ? NULL : mp_tokenizer_chat_template(tok, NULL);
+    if (!tpl) {
         text = strdup(p->text);
-    } else if ((st = mp_chat_apply("chatml", p->text, &text, err))) {
+    } else if ((st = mp_chat_apply(tpl, p->text, &text, err))) {
         return mp_error_prefix(err, "prompt %s", p->id);
     }
     if (!text)
         return mp_fail(err, MP_ERR_NOMEM, "out of memory");
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    st = mp_tokenizer_encode(tok, text, strlen(text), !o->raw_prompts, &ids, &n_ids, err);
+    st = mp_tokenizer_encode(tok, text, strlen(text), tpl != NULL, &ids, &n_ids, err);
     free(text);
     if (st)
         return mp_error_prefix(err, "prompt %s", p->id);
@@ -287,11 +288,13 @@ static mp_status set_run(collect_run *c, mp_error *err)
     char config[512];
     mp_cpu_model_name(c->cpu, sizeof c->cpu);
     quant_types(m, c->quant, sizeof c->quant);
+    const char *tpl = o->raw_prompts ? NULL : mp_tokenizer_chat_template(c->tok, NULL);
     snprintf(config, sizeof config,
-             "{\"max_tokens\":%lld,\"raw_prompts\":%s,\"store_prompts\":%s,\"n_ctx\":%lld,"
-             "\"n_batch\":%lld,\"threads\":%d,\"sampling\":\"greedy\",\"writer\":\"%s\","
+             "{\"max_tokens\":%lld,\"raw_prompts\":%s,\"chat_template\":%s%s%s,\"store_prompts\":%s,"
+             "\"n_ctx\":%lld,\"n_batch\":%lld,\"threads\":%d,\"sampling\":\"greedy\",\"writer\":\"%s\","
              "\"prompts\":\"%s\"}",
-             (long long)o->max_tokens, o->raw_prompts ? "true" : "false", o->store_prompts ? "true" : "false",
+             (long long)o->max_tokens, o->raw_prompts ? "true" : "false", tpl ? "\"" : "", tpl ? tpl : "null",
+             tpl ? "\"" : "", o->store_prompts ? "true" : "false",
              (long long)mp_session_n_ctx(s), (long long)o->n_batch, mp_session_n_threads(s),
              o->sync_writer ? "sync" : "thread", "see requests.external_id");
     if (!(c->config_full = config_with_placement(config, o, pl, c->e.replay_state, c->e.gpu, c->knobs)))
@@ -419,6 +422,14 @@ static mp_status finish(collect_run *c, mp_error *err)
     mp_trace_counts n = mp_trace_writer_counts(c->w);
     printf("collected %lld prompts: %lld steps, %lld routing records -> %s (results: %s)\n",
            (long long)n.n_requests, (long long)n.n_steps, (long long)n.n_routing, o->trace_path, o->results_path);
+    const char *why = NULL;
+    const char *tpl = mp_tokenizer_chat_template(c->tok, &why);
+    if (o->raw_prompts)
+        printf("prompts: as they are (--raw-prompts)\n");
+    else if (tpl)
+        printf("prompts: in the %s chat template (%s)\n", tpl, why);
+    else
+        printf("prompts: as they are (%s)\n", why);
     char line[1024];
     mp_placement_summary(&c->e.placement, line, sizeof line);
     if (c->e.gpu) {

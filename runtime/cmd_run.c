@@ -210,35 +210,24 @@ static mp_status encode_prompt(const run_opts *o, const mp_model *m, const mp_to
         text_len = strlen(text), st = MP_OK;
     else
         st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
-    /* qwen3moe is a chat model; the others (and --raw) get the text as is */
-    const bool chat = !o->raw && m->hp.arch == MP_ARCH_QWEN3MOE;
-    if (!st && chat)
-        st = mp_chat_apply("chatml", text, &templated, err);
-    if (!st && (st = mp_tokenizer_encode(tok, chat ? templated : text, chat ? strlen(templated) : text_len, chat,
+    /* the model's chat template (the file's, mp_tokenizer_chat_template; --raw: none); the BOS,
+     * where the vocabulary wants one, comes from the encoder */
+    const char *tpl = o->raw ? NULL : mp_tokenizer_chat_template(tok, NULL);
+    if (!st && tpl)
+        st = mp_chat_apply(tpl, text, &templated, err);
+    if (!st && (st = mp_tokenizer_encode(tok, tpl ? templated : text, tpl ? strlen(templated) : text_len, tpl != NULL,
                                          &enc, &n_enc, err)))
         mp_error_prefix(err, "%s", o->file ? o->file : "prompt");
-    const bool bos = mp_tokenizer_add_bos(tok) && mp_tokenizer_bos(tok) >= 0;
-    int32_t *prompt = st ? NULL : malloc((n_enc + 1) * sizeof *prompt);
-    if (!st && !prompt)
-        st = mp_fail(err, MP_ERR_NOMEM, "out of memory");
-    size_t n = 0;
-    if (!st) {
-        if (bos)
-            prompt[n++] = mp_tokenizer_bos(tok);
-        memcpy(prompt + n, enc, n_enc * sizeof *enc);
-        n += n_enc;
-        if (n == 0)
-            st = mp_fail(err, MP_ERR_ARG, "the prompt is empty (no tokens)");
-    }
-    free(enc);
+    if (!st && n_enc == 0)
+        st = mp_fail(err, MP_ERR_ARG, "the prompt is empty (no tokens)");
     free(templated);
     free(text);
     if (st) {
-        free(prompt);
+        free(enc);
         return st;
     }
-    *out = prompt;
-    *n_out = n;
+    *out = enc;
+    *n_out = n_enc;
     return MP_OK;
 }
 

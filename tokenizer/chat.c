@@ -17,7 +17,27 @@ typedef struct chat_template {
 static const chat_template k_templates[] = {
     /* ChatML, as used by the qwen2 / qwen3 families. */
     {"chatml", "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n"},
+    /* Mistral's instruction form (Mixtral-8x7B-Instruct); the BOS comes from the tokenizer */
+    {"mistral", "[INST] ", " [/INST]"},
+    /* Tulu's, as OLMoE-1B-7B-Instruct uses it */
+    {"tulu", "<|user|>\n", "\n<|assistant|>\n"},
 };
+
+const char *mp_chat_template_classify(const char *text, size_t len)
+{
+    /* the markers of each family's Jinja template, searched in the first len bytes */
+    static const struct {
+        const char *marker, *also, *name;
+    } k_marks[] = {{"<|im_start|>", NULL, "chatml"}, {"[INST]", NULL, "mistral"}, {"<|user|>", "<|assistant|>", "tulu"}};
+    if (!text)
+        return NULL;
+    for (size_t i = 0; i < sizeof k_marks / sizeof k_marks[0]; i++) {
+        const char *m = k_marks[i].marker, *a = k_marks[i].also;
+        if (memmem(text, len, m, strlen(m)) && (!a || memmem(text, len, a, strlen(a))))
+            return k_marks[i].name;
+    }
+    return NULL;
+}
 
 mp_status mp_chat_apply(const char *template_name, const char *user_msg, char **out, mp_error *err)
 {
@@ -29,7 +49,7 @@ mp_status mp_chat_apply(const char *template_name, const char *user_msg, char **
         if (template_name && strcmp(template_name, k_templates[i].name) == 0)
             tpl = &k_templates[i];
     if (!tpl)
-        return mp_fail(err, MP_ERR_UNSUPPORTED, "chat template '%s': unsupported, expected chatml",
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "chat template '%s': unsupported, expected chatml, mistral or tulu",
                        template_name ? template_name : "(null)");
     size_t lb = strlen(tpl->before), lm = strlen(user_msg), la = strlen(tpl->after);
     char *s = malloc(lb + lm + la + 1);

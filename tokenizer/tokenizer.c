@@ -58,6 +58,7 @@ struct mp_tokenizer {
     float *scores;       /* (n_vocab) */
     int32_t unk;
     bool add_space_prefix;
+    const char *chat, *chat_why; /* mp_tokenizer_chat_template */
     int32_t eog[MP_TOK_MAX_EOG];
     int n_eog;
 };
@@ -460,8 +461,26 @@ mp_status mp_tok_build(const mp_tok_source *src, mp_tokenizer **out, mp_error *e
     add_eog(t, t->eot);
     add_eog(t, mp_tokenizer_find(t, "<|im_end|>"));
     add_eog(t, mp_tokenizer_find(t, "<|endoftext|>"));
+    if (src->has_chat) {
+        t->chat = src->chat;
+        t->chat_why = src->chat ? "the file's tokenizer.chat_template"
+                                : "the file's tokenizer.chat_template is none moeplan knows (ChatML, [INST], <|user|>)";
+    } else if (mp_tokenizer_find(t, "<|im_start|>") >= 0 && mp_tokenizer_find(t, "<|im_end|>") >= 0) {
+        t->chat = "chatml";
+        t->chat_why = "no tokenizer.chat_template; the vocabulary has <|im_start|> and <|im_end|>";
+    } else {
+        t->chat = NULL;
+        t->chat_why = "no tokenizer.chat_template";
+    }
     *out = t;
     return MP_OK;
+}
+
+const char *mp_tokenizer_chat_template(const mp_tokenizer *t, const char **why)
+{
+    if (why)
+        *why = t->chat_why;
+    return t->chat;
 }
 
 mp_status mp_tokenizer_from_vocab(const mp_vocab *v, const char *pre, mp_tokenizer **out,

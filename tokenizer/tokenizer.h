@@ -61,9 +61,19 @@ mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, size_t le
  * only cap bytes are written). Special tokens render as their text. */
 size_t mp_tokenizer_decode_token(const mp_tokenizer *t, int32_t tok, char *buf, size_t cap);
 
-/* Chat templates. "chatml" (qwen2/qwen3): <|im_start|>user\n{msg}<|im_end|>\n<|im_start|>assistant\n
- * Returns a malloc'd NUL-terminated string. */
+/* Chat templates, one user message in the form a chat model was trained on: "chatml" (qwen2/qwen3):
+ * <|im_start|>user\n{msg}<|im_end|>\n<|im_start|>assistant\n; "mistral" (Mixtral-Instruct):
+ * [INST] {msg} [/INST]; "tulu" (OLMoE-Instruct): <|user|>\n{msg}\n<|assistant|>\n. Returns a
+ * malloc'd NUL-terminated string. */
 mp_status mp_chat_apply(const char *template_name, const char *user_msg, char **out, mp_error *err);
+/* The template of a GGUF's tokenizer.chat_template (Jinja; len bytes, untrusted): the first of
+ * chatml (it has <|im_start|>), mistral ([INST]), tulu (<|user|> and <|assistant|>), or NULL. */
+const char *mp_chat_template_classify(const char *text, size_t len);
+/* The template prompts of this model take, one rule for `run` and `collect`: the file's
+ * tokenizer.chat_template's (mp_chat_template_classify); without that key, chatml where the
+ * vocabulary has <|im_start|> and <|im_end|>; else NULL (the text goes as it is). *why, when not
+ * NULL, says which in a few words ("the file's tokenizer.chat_template", ...). */
+const char *mp_tokenizer_chat_template(const mp_tokenizer *t, const char **why);
 
 /* ---- vocabulary builder for mkmodel ----
  * Learns byte-level BPE merges on the given corpus until n_merges merges exist (or the corpus

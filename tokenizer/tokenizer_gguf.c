@@ -27,6 +27,20 @@ static mp_status opt_id(const mp_gguf *g, const char *key, int64_t *out, mp_erro
     return st;
 }
 
+/* tokenizer.chat_template (optional): its template as mp_chat_template_classify reads it */
+static mp_status read_chat(const mp_gguf *g, mp_tok_source *src, mp_error *err)
+{
+    src->has_chat = mp_gguf_find_key(g, "tokenizer.chat_template") >= 0;
+    src->chat = NULL;
+    if (!src->has_chat)
+        return MP_OK;
+    mp_str text;
+    mp_status st = mp_gguf_get_str(g, "tokenizer.chat_template", &text, err);
+    if (st == MP_OK)
+        src->chat = mp_chat_template_classify(text.ptr, text.len);
+    return st;
+}
+
 static mp_status read_str_array(const mp_gguf *g, const char *origin, const char *key,
                                 mp_str **out, uint64_t *n, mp_error *err)
 {
@@ -128,8 +142,9 @@ static mp_status load_spm(const mp_gguf *g, const char *origin, mp_tokenizer **o
         (st = opt_id(g, "tokenizer.ggml.eot_token_id", &src.eot, err)) == MP_OK &&
         (st = opt_id(g, "tokenizer.ggml.padding_token_id", &src.pad, err)) == MP_OK &&
         (st = opt_id(g, "tokenizer.ggml.unknown_token_id", &src.unk, err)) == MP_OK &&
-        (st = opt_bool(g, "tokenizer.ggml.add_bos_token", true, &src.add_bos, err)) == MP_OK)
-        st = opt_bool(g, "tokenizer.ggml.add_space_prefix", true, &src.add_space_prefix, err);
+        (st = opt_bool(g, "tokenizer.ggml.add_bos_token", true, &src.add_bos, err)) == MP_OK &&
+        (st = opt_bool(g, "tokenizer.ggml.add_space_prefix", true, &src.add_space_prefix, err)) == MP_OK)
+        st = read_chat(g, &src, err);
     if (st == MP_OK) {
         src.n_vocab = (int64_t)n_tokens;
         src.tokens = tokens;
@@ -188,6 +203,8 @@ mp_status mp_tokenizer_load(const mp_gguf *g, mp_tokenizer **out, mp_error *err)
         goto done;
     if (mp_gguf_find_key(g, "tokenizer.ggml.add_bos_token") >= 0 &&
         (st = mp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &src.add_bos, err)) != MP_OK)
+        goto done;
+    if ((st = read_chat(g, &src, err)) != MP_OK)
         goto done;
     src.n_vocab = (int64_t)n_tokens;
     src.tokens = tokens;

@@ -21,6 +21,10 @@ typedef struct mp_tok_source {
     const float *scores;   /* (n_vocab) */
     int64_t unk;           /* -1 when absent */
     bool add_space_prefix; /* a space before the text and after each special token */
+    /* tokenizer.chat_template: has_chat when the key is there, chat its template
+     * (mp_chat_template_classify; NULL: none moeplan knows) */
+    bool has_chat;
+    const char *chat;
 } mp_tok_source;
 
 mp_status mp_tok_build(const mp_tok_source *src, mp_tokenizer **out, mp_error *err);

@@ -194,6 +194,9 @@ Test(cmd_collect, run_config_records_the_knobs)
         else
             cr_assert_eq((int64_t)v->valuedouble, mp_knob_value(&want, i), "%s", mp_knob_at(i)->name);
     }
+    /* the template the prompts took: the generated vocabulary has ChatML's tokens and no key */
+    const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    cr_assert(cJSON_IsString(tpl) && !strcmp(tpl->valuestring, "chatml"), "%s", mp_trace_reader_run(r)->config_json);
     const cJSON *set = cJSON_GetObjectItemCaseSensitive(cfg, "knobs_set");
     cr_assert_eq(cJSON_GetArraySize(set), 2);
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(set, "MP_MOE_PIPE_UNITS")->valuestring, "env");

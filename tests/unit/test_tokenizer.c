@@ -576,10 +576,86 @@ Test(tokenizer, chat_template_chatml)
     mp_tokenizer_free(t);
     mp_vocab_free(&v);
 
+    cr_assert_eq(mp_chat_apply("mistral", "Why?", &s, &err), MP_OK);
+    cr_assert_str_eq(s, "[INST] Why? [/INST]");
+    free(s);
+    cr_assert_eq(mp_chat_apply("tulu", "Why?", &s, &err), MP_OK);
+    cr_assert_str_eq(s, "<|user|>\nWhy?\n<|assistant|>\n");
+    free(s);
     cr_assert_eq(mp_chat_apply("llama3", "hi", &s, &err), MP_ERR_UNSUPPORTED);
     cr_assert(strstr(err.msg, "'llama3'"), "%s", err.msg);
     cr_assert(s == NULL);
     cr_assert_eq(mp_chat_apply("chatml", NULL, &s, &err), MP_ERR_ARG);
+}
+
+static void write_spm_gguf(const char *path, bool without_scores, const char *chat_template);
+
+/* The families' templates as GGUF files carry them (Jinja, abridged to their markers' context):
+ * each to its form, one moeplan does not know to none. */
+Test(tokenizer, chat_template_classified_from_the_file)
+{
+    static const struct {
+        const char *jinja, *want;
+    } cases[] = {
+        {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+         "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+         "chatml"},
+        {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+         "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + "
+         "eos_token}}{% endif %}{% endfor %}",
+         "mistral"},
+        {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + "
+         "message['content'] + '\n' }}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' "
+         "}}{% endif %}{% endfor %}",
+         "tulu"},
+        {"{% for message in messages %}<|user|>{{ message['content'] }}{% endfor %}", NULL}, /* no assistant */
+        {"<|start_header_id|>user<|end_header_id|>\n\n{{ message['content'] }}<|eot_id|>", NULL},
+        {"", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = mp_chat_template_classify(cases[i].jinja, strlen(cases[i].jinja));
+        cr_assert(got == cases[i].want || (got && cases[i].want && !strcmp(got, cases[i].want)), "case %zu: %s", i,
+                  got ? got : "(none)");
+    }
+    cr_assert_null(mp_chat_template_classify(NULL, 5));
+    /* a marker past len is not seen */
+    cr_assert_null(mp_chat_template_classify("abc[INST]", 5));
+
+    /* through the file: its key wins; without one, the vocabulary (no <|im_start|> here: none) */
+    char path[] = "/tmp/mp_chat_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    static const struct {
+        const char *key, *want, *why;
+    } files[] = {
+        {"x [INST] y", "mistral", "the file's tokenizer.chat_template"},
+        {"<|start_header_id|>", NULL, "the file's tokenizer.chat_template is none moeplan knows"},
+        {NULL, NULL, "no tokenizer.chat_template"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        write_spm_gguf(path, false, files[i].key);
+        mp_gguf *g;
+        mp_tokenizer *t;
+        mp_error err = {0};
+        cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
+        cr_assert_eq(mp_tokenizer_load(g, &t, &err), MP_OK, "%s", err.msg);
+        const char *why = NULL, *got = mp_tokenizer_chat_template(t, &why);
+        cr_assert(got == files[i].want || (got && files[i].want && !strcmp(got, files[i].want)), "file %zu: %s", i,
+                  got ? got : "(none)");
+        cr_assert(why && strstr(why, files[i].why), "file %zu: %s", i, why ? why : "(none)");
+        mp_tokenizer_free(t);
+        mp_gguf_close(g);
+    }
+    unlink(path);
+    /* a byte-level vocabulary with ChatML's tokens and no key: chatml */
+    mp_vocab v;
+    mp_tokenizer *t = default_tokenizer("qwen2", 1024, &v);
+    const char *why = NULL;
+    cr_assert_str_eq(mp_tokenizer_chat_template(t, &why), "chatml");
+    cr_assert(strstr(why, "<|im_start|>"), "%s", why);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
 }
 
 /* ---- vocabulary builder ---- */
@@ -669,8 +745,9 @@ Test(tokenizer, vocab_builder_errors)
 
 /* spm_bpe.json (gen_spm_fixture.py: a BPE model trained by the sentencepiece library on the
  * project's corpus, its pieces, scores and types, and the ids sentencepiece gives each case) as a
- * GGUF with tokenizer.ggml.model 'llama', written to path; without_scores leaves the scores out. */
-static void write_spm_gguf(const char *path, bool without_scores)
+ * GGUF with tokenizer.ggml.model 'llama', written to path; without_scores leaves the scores out;
+ * chat_template, when not NULL, is its tokenizer.chat_template. */
+static void write_spm_gguf(const char *path, bool without_scores, const char *chat_template)
 {
     char *text = read_fixture("spm_bpe.json", NULL);
     cJSON *root = cJSON_Parse(text);
@@ -697,6 +774,8 @@ static void write_spm_gguf(const char *path, bool without_scores)
     cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1, &err), MP_OK);
     cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2, &err), MP_OK);
     cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, &err), MP_OK);
+    if (chat_template)
+        cr_assert_eq(mp_gguf_add_str(w, "tokenizer.chat_template", chat_template, &err), MP_OK);
     cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
     free(t);
     free(s);
@@ -715,7 +794,7 @@ Test(tokenizer, spm_parity_with_sentencepiece)
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     close(fd);
-    write_spm_gguf(path, false);
+    write_spm_gguf(path, false, NULL);
     mp_gguf *g;
     mp_error err = {0};
     cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
@@ -783,7 +862,7 @@ Test(tokenizer, spm_parity_with_sentencepiece)
     mp_tokenizer_free(t);
     mp_gguf_close(g);
     /* no scores: one line naming the key */
-    write_spm_gguf(path, true);
+    write_spm_gguf(path, true, NULL);
     cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_tokenizer_load(g, &t, &err), MP_ERR_FORMAT);
     cr_assert(strstr(err.msg, "tokenizer.ggml.scores: missing"), "%s", err.msg);
