@@ -5,7 +5,8 @@
 # trace), then bench/sim_accuracy.sh over BUDGETS x POLICIES (predicted by simulate, measured by
 # bench with the trace's routing replayed, the executor deciding far routes from the same costs).
 # One table of every row follows, with each budget's measured speed of plan over first-n-cpu (what
-# a user gains over llama.cpp's --n-cpu-moe).
+# a user gains over llama.cpp's --n-cpu-moe), and every row simulated again at its run's host
+# bandwidth and at the level its CPU experts ran at (bench/accuracy_table.py --resim).
 #
 #   [MOEPLAN=build/cli/moeplan] [GEN=build/bench/gen_routing_trace] [SHAPES="qwen3-q4 mixtral-q4 ..."]
 #   [POLICIES="first-n-cpu static-topn plan"] [THREADS=N (default: all CPUs)] [WORK=/tmp/mp-matrix]
@@ -137,5 +138,5 @@ for name in $SHAPES; do
     if declare -F pack >/dev/null; then pack || true; fi
 done
 
-python3 bench/accuracy_table.py "$OUT" $SHAPES || failed=1
+python3 bench/accuracy_table.py --resim "$MOEPLAN" "$OUT" $SHAPES || failed=1
 exit $failed
