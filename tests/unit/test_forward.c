@@ -1166,6 +1166,7 @@ Test(forward, thread_count_does_not_change_logits)
 #include "runtime/commands.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "tests/unit/cli_util.h"
 
 typedef struct gguf_opts {
     const char *arch;          /* general.architecture */
@@ -1174,6 +1175,7 @@ typedef struct gguf_opts {
     const char *bad_tensor;    /* write this tensor with ne[1] - 1 rows */
     bool tied;                 /* no output.weight */
     bool vocab;                /* tokenizer metadata (n_vocab must be >= 259) */
+    bool add_bos;              /* with vocab: tokenizer.ggml.add_bos_token = true */
     bool split_experts;        /* each expert its own 2-D tensor: blk.N.ffn_gate.E.weight, ... */
     int shard;                 /* with n_shards > 1: which file of a split model this one is (0: the first) */
     int n_shards;              /* the tensors go round-robin to the files; the first holds the metadata */
@@ -1320,6 +1322,8 @@ static void write_gguf(const char *path, const mp_model *m, const gguf_opts *o)
         cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos_id, &err), MP_OK);
         cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos_id, &err), MP_OK);
         cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v.eot_id, &err), MP_OK);
+        if (o->add_bos)
+            cr_assert_eq(mp_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", true, &err), MP_OK);
         mp_vocab_free(&v);
     }
     g_tensor_counter = 0;
@@ -1547,6 +1551,38 @@ Test(run, cli_generates_and_rejects_bad_flags)
     char *help[] = {"run", "--help", NULL};
     cr_assert_eq(mp_cmd_run(2, help), 0);
     unlink(path);
+    rmdir(gguf_dir);
+    free_model(tm);
+}
+
+/* The prompt's tokens from `moeplan run`'s summary line ("prompt tokens N"), -1 when absent. */
+static long run_prompt_tokens(const char *model)
+{
+    static char out[1 << 14];
+    char args[1024];
+    snprintf(args, sizeof args, "run -m '%s' -p 'Hello world' -n 1 --raw -t 2", model);
+    cr_assert_eq(mp_test_moeplan(gguf_dir, args, MP_TEST_STDERR, out, sizeof out), 0, "%s", out);
+    const char *at = strstr(out, "prompt tokens ");
+    return at ? strtol(at + strlen("prompt tokens "), NULL, 10) : -1;
+}
+
+/* A vocabulary that asks for a BOS gets exactly one in front of the prompt (the encoder adds it;
+ * `run` once prepended it again). */
+Test(run, one_bos_where_the_vocabulary_asks_for_it)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    hp.n_vocab = 300;
+    test_model *tm = build_model(&hp, time_seed());
+    char plain[256], bos[256];
+    snprintf(plain, sizeof plain, "%s", tmp_path("plain.gguf"));
+    snprintf(bos, sizeof bos, "%s", tmp_path("bos.gguf"));
+    write_gguf(plain, &tm->m, &(gguf_opts){.vocab = true});
+    write_gguf(bos, &tm->m, &(gguf_opts){.vocab = true, .add_bos = true});
+    const long n_plain = run_prompt_tokens(plain), n_bos = run_prompt_tokens(bos);
+    cr_assert_gt(n_plain, 0);
+    cr_assert_eq(n_bos, n_plain + 1, "with add_bos_token: %ld prompt tokens, without: %ld", n_bos, n_plain);
+    unlink(plain);
+    unlink(bos);
     rmdir(gguf_dir);
     free_model(tm);
 }
