@@ -261,9 +261,6 @@ static mp_status start(collect_run *c, mp_error *err)
         (st = mp_tokenizer_load(c->e.model->gguf, &c->tok, err)) || (st = hash_model(o, c->sha, err)))
         return st;
     const mp_model *m = c->e.model;
-    if (!o->raw_prompts && m->hp.arch != MP_ARCH_QWEN3MOE)
-        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: no chat template for architecture %s; use --raw-prompts",
-                       o->model_path, mp_arch_get(m->hp.arch)->name);
     c->res = calloc((size_t)c->ps.n, sizeof *c->res);
     c->logits = malloc((size_t)m->hp.n_vocab * sizeof *c->logits);
     mp_sampler_params sp = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};

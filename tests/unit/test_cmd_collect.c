@@ -205,6 +205,28 @@ Test(cmd_collect, run_config_records_the_knobs)
     mp_trace_reader_close(r);
 }
 
+/* A model of another architecture collects without --raw-prompts: its prompts take the template its
+ * file or vocabulary gives (mkmodel's vocabulary has ChatML's tokens), as `run` takes them, and the
+ * summary says which. */
+Test(cmd_collect, other_architectures_take_the_files_template)
+{
+    write_prompts("\"Hello world\"\n");
+    char args[2048], out[8192], olmoe[300], trace[300];
+    snprintf(olmoe, sizeof olmoe, "%s/olmoe.gguf", tmpdir);
+    snprintf(trace, sizeof trace, "%s/olmoe.db", tmpdir);
+    snprintf(args, sizeof args, "mkmodel --arch olmoe --quiet -o '%s'", olmoe);
+    cr_assert_eq(moeplan(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 2 --no-progress", olmoe,
+             prompts, trace);
+    cr_assert_eq(mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "prompts: in the chatml chat template (no tokenizer.chat_template; the vocabulary "
+                                   "has <|im_start|> and <|im_end|>)"), "%s", out);
+    snprintf(args, sizeof args, "collect -m '%s' --prompts '%s' --trace '%s' --max-tokens 2 --no-progress "
+             "--raw-prompts --force", olmoe, prompts, trace);
+    cr_assert_eq(mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "prompts: as they are (--raw-prompts)"), "%s", out);
+}
+
 Test(cmd_collect, sync_and_async_writers_record_identical_routing)
 {
     write_prompts("[\"Hello world\", \"Routing is deterministic under greedy decoding\"]");
