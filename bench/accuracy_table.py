@@ -148,7 +148,7 @@ for s in shapes:
     doc = json.load(open(p))
     try:
         costs = json.load(open(os.path.join(d, "costs.json")))
-        cal = costs["host_read"]["gbs"]
+        cal = costs["host_read"].get("level_gbs", costs["host_read"]["gbs"])  # the level the grid measured at
     except (OSError, ValueError, KeyError):
         costs, cal = None, float("nan")
     for r in doc["rows"]:

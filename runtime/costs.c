@@ -310,10 +310,11 @@ static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
     return MP_OK;
 }
 
-/* $.host_read: {"gbs", "spread_gbs", "threads"}, gbs > 0. */
+/* $.host_read: {"gbs", "spread_gbs", "threads"[, "level_gbs", "level_probes"]}, gbs > 0; level_gbs
+ * (> 0, at most gbs) absent: gbs. */
 static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
 {
-    static const char *const keys[] = {"gbs", "spread_gbs", "threads", NULL};
+    static const char *const keys[] = {"gbs", "spread_gbs", "threads", "level_gbs", "level_probes", NULL};
     const char *path = "$.host_read";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "host_read");
     if (!v)
@@ -330,6 +331,20 @@ static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
     if (t > 4096)
         return bad(c, "$.host_read.threads", "%.0f: expected at most 4096", t);
     out->host_read_threads = (int)t;
+    out->host_read_level_gbs = out->host_read_gbs;
+    out->host_read_level_probes = 0;
+    if (cJSON_GetObjectItemCaseSensitive(v, "level_gbs")) {
+        double n = 0;
+        if ((st = get_num(c, v, path, "level_gbs", 0, &out->host_read_level_gbs)) ||
+            (st = get_int(c, v, path, "level_probes", 1, &n)))
+            return st;
+        if (!(out->host_read_level_gbs > 0) || out->host_read_level_gbs > out->host_read_gbs)
+            return bad(c, "$.host_read.level_gbs", "%g: expected a bandwidth > 0 and at most gbs (%g)",
+                       out->host_read_level_gbs, out->host_read_gbs);
+        out->host_read_level_probes = n > 1e6 ? 1000000 : (int)n;
+    } else if (cJSON_GetObjectItemCaseSensitive(v, "level_probes")) {
+        return bad(c, "$.host_read.level_probes", "given without level_gbs");
+    }
     return MP_OK;
 }
 

@@ -111,6 +111,12 @@ typedef struct mp_costs {
      * the CPU's expert reads; runtime/decide.h mp_decide_floor_ns) */
     double host_read_gbs, host_read_spread_gbs;
     int host_read_threads;
+    /* optional $.host_read.level_gbs: the host's read bandwidth while the decode grid measured the
+     * CPU's costs (the median of probes between its passes, level_probes of them), the level the
+     * simulator scales them from (`simulate --host-read-gbs`); gbs where the file lacks it (files
+     * before 2026-12-03, machines without the grid). At most gbs, the best probe of all. */
+    double host_read_level_gbs;
+    int host_read_level_probes;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     /* optional $.non_moe_context: a one-row step's non-MoE time by the keys of context it attends
@@ -147,6 +153,13 @@ mp_status mp_costs_require_gpu(const mp_costs *c, const char *name, mp_error *er
 /* Median ns at x: 0 for x <= 0 (no work, no cost); the first point's value for 0 < x < x[0]
  * (a fixed latency floor); linear between points; beyond the last point, linear with the last
  * segment's slope (clamped at >= 0), or proportional to x when the curve has one point. */
+/* The host level the CPU's costs were measured at: host_read_level_gbs, or host_read_gbs where it is
+ * not set (in-memory cost models, older files). */
+static inline double mp_costs_host_level_gbs(const mp_costs *c)
+{
+    return c->host_read_level_gbs > 0 ? c->host_read_level_gbs : c->host_read_gbs;
+}
+
 double mp_cost_curve_ns(const mp_cost_curve *c, double x);
 
 

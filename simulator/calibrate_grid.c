@@ -508,6 +508,9 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                 nsamp[i]++;
             }
         }
+        /* the host's read bandwidth between passes: the level these CPU costs hold ($.host_read) */
+        if (!why[0] && pass >= 0 && (st = mp_calib_host_probe(o, root, err)))
+            goto out;
         const double elapsed = (double)(mp_now_ns() - t_start) / 1e9;
         if (!why[0] && pass < 0)
             mp_calib_say(o, "calibrate: decode layer grid: about %.0f s for %d passes (the warm-up's step times), "
@@ -537,6 +540,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
             if (!why[0])
                 nsamp[i]++;
         }
+        if (!why[0] && (st = mp_calib_host_probe(o, root, err)))
+            goto out;
     }
     if (why[0]) {
         mp_calib_say(o, "calibrate: decode layer grid not measured: %s", why);

@@ -115,8 +115,13 @@ mp_status mp_calib_runtime_sync(const mp_model *m, const mp_calib_opts *o, cJSON
  * missing says why (not an error). */
 mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSON *root, cJSON *device,
                                  cJSON *missing, mp_error *err);
-/* $.host_read: the cores' read bandwidth of host memory at the largest thread count (best of a
- * few rounds; the spread is best minus worst). */
+/* One probe of the cores' read bandwidth of host memory (the largest thread count), kept in root's
+ * scratch array for mp_calib_host_read: the decode grid takes one after each pass. */
+mp_status mp_calib_host_probe(const mp_calib_opts *o, cJSON *root, mp_error *err);
+/* $.host_read: the cores' read bandwidth of host memory at the largest thread count (the best of a
+ * few rounds and of the grid's probes; the spread is best minus worst) and, where the grid took
+ * probes (mp_calib_host_probe), level_gbs: their median, the level its CPU costs were measured at,
+ * with level_probes. Consumes the scratch array. */
 mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err);
 /* Append {"what", "why"} to $.missing. */
 mp_status mp_calib_missing(cJSON *missing, const char *what, const char *why, mp_error *err);

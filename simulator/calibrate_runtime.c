@@ -407,11 +407,41 @@ out:
 
 /* ---- the host's read bandwidth ---- */
 
+/* The probe's buffer: far past any LLC (a quick calibration: a quarter of it). */
+static size_t host_probe_bytes(const mp_calib_opts *o)
+{
+    return o->quick ? (size_t)256 << 20 : (size_t)1 << 30;
+}
+
+#define HOST_PROBES_KEY "host_read_probes" /* root's scratch array, consumed by mp_calib_host_read */
+
+mp_status mp_calib_host_probe(const mp_calib_opts *o, cJSON *root, mp_error *err)
+{
+    const double gbs = mp_bench_host_read_gbs(host_probe_bytes(o), o->threads[o->n_threads - 1], 2);
+    if (!(gbs > 0))
+        return MP_OK; /* no buffer this time: the level takes the other probes */
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(root, HOST_PROBES_KEY);
+    if (!a && !(a = cJSON_AddArrayToObject(root, HOST_PROBES_KEY)))
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    cJSON *n = cJSON_CreateNumber(gbs);
+    if (!n || !cJSON_AddItemToArray(a, n)) {
+        cJSON_Delete(n);
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    }
+    return MP_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
 {
     enum { ROUNDS = 3 };
     const int threads = o->threads[o->n_threads - 1];
-    const size_t bytes = o->quick ? (size_t)256 << 20 : (size_t)1 << 30; /* far past any LLC */
+    const size_t bytes = host_probe_bytes(o);
     double gbs[ROUNDS], lo = 0, hi = 0;
     for (int r = 0; r < ROUNDS; r++) {
         gbs[r] = mp_bench_host_read_gbs(bytes, threads, 2);
@@ -421,15 +451,43 @@ mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
     if (!(hi > 0))
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: host read bandwidth: no memory for a %zu-byte buffer or no "
                        "%d threads", bytes, threads);
-    /* the best round: the floor it gives must not be above what the host can do */
+    /* the probes the decode grid took between its passes (mp_calib_host_probe): their median is the
+     * level its CPU costs were measured at; the best of every probe is the host's bandwidth (the
+     * floor it gives must not be above what the host can do) */
+    cJSON *probes = cJSON_DetachItemFromObjectCaseSensitive(root, HOST_PROBES_KEY);
+    const int n = probes ? cJSON_GetArraySize(probes) : 0;
+    double *v = n > 0 ? malloc((size_t)n * sizeof *v) : NULL, level = 0;
+    if (n > 0 && !v) {
+        cJSON_Delete(probes);
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        v[i] = cJSON_GetArrayItem(probes, i)->valuedouble;
+        hi = v[i] > hi ? v[i] : hi;
+        lo = v[i] < lo ? v[i] : lo;
+    }
+    cJSON_Delete(probes);
+    if (n > 0) {
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        level = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    }
+    free(v);
     cJSON *p = cJSON_CreateObject();
     if (!p || !cJSON_AddNumberToObject(p, "gbs", round(hi * 100) / 100) ||
         !cJSON_AddNumberToObject(p, "spread_gbs", round((hi - lo) * 100) / 100) ||
-        !cJSON_AddNumberToObject(p, "threads", threads) || !cJSON_AddItemToObject(root, "host_read", p)) {
+        !cJSON_AddNumberToObject(p, "threads", threads) ||
+        (n > 0 && (!cJSON_AddNumberToObject(p, "level_gbs", round(level * 100) / 100) ||
+                   !cJSON_AddNumberToObject(p, "level_probes", n))) ||
+        !cJSON_AddItemToObject(root, "host_read", p)) {
         cJSON_Delete(p);
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     }
-    mp_calib_say(o, "calibrate: host read bandwidth (%d threads, %zu MiB): %.1f GB/s, best of %d rounds (lowest %.1f)",
-                 threads, bytes >> 20, hi, ROUNDS, lo);
+    if (n > 0)
+        mp_calib_say(o, "calibrate: host read bandwidth (%d threads, %zu MiB): %.1f GB/s, the best of %d rounds and the "
+                     "decode grid's %d probes (lowest %.1f); %.1f GB/s while the grid measured, the median of its "
+                     "probes: the level its CPU costs hold", threads, bytes >> 20, hi, ROUNDS, n, lo, level);
+    else
+        mp_calib_say(o, "calibrate: host read bandwidth (%d threads, %zu MiB): %.1f GB/s, best of %d rounds (lowest "
+                     "%.1f)", threads, bytes >> 20, hi, ROUNDS, lo);
     return MP_OK;
 }

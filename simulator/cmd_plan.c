@@ -283,7 +283,7 @@ static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char 
 }
 
 /* The host's level during the check, as the simulator takes it (--host-read-gbs): the calibration's
- * host_read scaled by the CPU experts' predicted time for the check's rows over the time they took,
+ * level (mp_costs_host_level_gbs) scaled by the CPU experts' predicted time for the check's rows over the time they took,
  * route mix for route mix (pred_cpu_ms: the grid's CPU share of each hybrid layer step the
  * simulation charged), so that the CPU's costs scale by measured / predicted. 0 when either time
  * or the calibration's bandwidth is not known, or the grid was measured with other threads than
@@ -291,7 +291,7 @@ static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char 
 static double check_level_gbs(const mp_costs *c, const check_result *r, double pred_cpu_ms)
 {
     return pred_cpu_ms > 0 && r->cpu_ms > 0 && c->host_read_gbs > 0 && r->threads == c->decode.threads
-               ? c->host_read_gbs * pred_cpu_ms / r->cpu_ms
+               ? mp_costs_host_level_gbs(c) * pred_cpu_ms / r->cpu_ms
                : 0;
 }
 
@@ -306,7 +306,7 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
 static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_cpu, double pred_level,
                            double level, const check_result *r, const mp_costs *c, const char *placement)
 {
-    const double meas = r->ms, cal = c->host_read_gbs;
+    const double meas = r->ms, cal = mp_costs_host_level_gbs(c);
     const double e = meas > 0 ? 100 * (pred - meas) / meas : 0;
     const double e_level = meas > 0 && pred_level > 0 ? 100 * (pred_level - meas) / meas : 0;
     const double cpu_ratio = pred_cpu > 0 ? r->cpu_ms / pred_cpu : 0; /* measured / predicted CPU time */

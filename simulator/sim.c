@@ -191,7 +191,7 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     double k[MP_COST_PARTS];
     memcpy(k, cfg->scale, sizeof k);
     if (cfg->host_read_gbs > 0 && c->host_read_gbs > 0) { /* predicted at the host's bandwidth now */
-        k[MP_COST_CPU] *= c->host_read_gbs / cfg->host_read_gbs;
+        k[MP_COST_CPU] *= mp_costs_host_level_gbs(c) / cfg->host_read_gbs;
         tab->dc.host_bytes_per_ns = cfg->host_read_gbs;
     }
     double gpu_fixed, gpu_slope, cpu_fixed, cpu_slope;

@@ -430,3 +430,35 @@ Test(calibrate, noisy_points_take_more_passes)
     cr_assert_eq(mp_calib_noisy_points(s, n, 4, 4, 0.11, 8, idx), 0);
 }
 
+
+/* $.host_read from the rounds at the end and the probes the grid took between its passes: gbs the
+ * best of them all, level_gbs their median with level_probes their count (the scratch array gone);
+ * without probes (no grid: a machine without a CUDA device), no level. */
+Test(calibrate, host_read_level_from_the_grids_probes)
+{
+    mp_calib_opts o;
+    mp_calib_defaults(&o, true);
+    mp_error err;
+    for (int with = 0; with < 2; with++) {
+        cJSON *root = cJSON_CreateObject();
+        cr_assert_not_null(root);
+        for (int i = 0; with && i < 3; i++)
+            cr_assert_eq(mp_calib_host_probe(&o, root, &err), MP_OK, "%s", err.msg);
+        cr_assert_eq(mp_calib_host_read(&o, root, &err), MP_OK, "%s", err.msg);
+        cr_assert_null(cJSON_GetObjectItemCaseSensitive(root, "host_read_probes"), "the scratch array stays");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "host_read");
+        cr_assert_not_null(h);
+        const double gbs = cJSON_GetObjectItemCaseSensitive(h, "gbs")->valuedouble;
+        const cJSON *level = cJSON_GetObjectItemCaseSensitive(h, "level_gbs"),
+                    *n = cJSON_GetObjectItemCaseSensitive(h, "level_probes");
+        cr_assert_gt(gbs, 0);
+        if (with) {
+            cr_assert(cJSON_IsNumber(level) && level->valuedouble > 0 && level->valuedouble <= gbs, "level %g, gbs %g",
+                      level ? level->valuedouble : -1, gbs);
+            cr_assert(cJSON_IsNumber(n) && n->valueint == 3);
+        } else {
+            cr_assert(!level && !n, "no probes, no level");
+        }
+        cJSON_Delete(root);
+    }
+}

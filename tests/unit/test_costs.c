@@ -428,6 +428,10 @@ Test(costs, reads_the_decode_grid_and_host_read)
     cr_assert_eq(c.host_read_gbs, 50);
     cr_assert_eq(c.host_read_spread_gbs, 2);
     cr_assert_eq(c.host_read_threads, 16);
+    /* no level_gbs (files before the grid's probes): the level is gbs */
+    cr_assert_eq(c.host_read_level_gbs, 50);
+    cr_assert_eq(c.host_read_level_probes, 0);
+    cr_assert_eq(mp_costs_host_level_gbs(&c), 50);
     /* the decision grid keeps each point's CPU share beside its level: the all-cold far-off point's
      * 200 us of CPU time, the far-on point's 0 (its one cold route ran far) */
     mp_decode_costs dc;

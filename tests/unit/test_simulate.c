@@ -987,3 +987,33 @@ Test(simulate, the_table_names_the_one_row_model)
     cr_assert_not_null(strstr(out, "\none-row steps with hybrid layers: 37.0 us once per step beside the grid's levels "
                                    "(measured with one hybrid layer of 25)\n"), "%s", out);
 }
+
+/* --host-read-gbs scales the CPU's costs from the level the grid measured them at (host_read.
+ * level_gbs), not from the best probe (gbs): with the level at 25 GB/s, a host at 50 halves them,
+ * as the fixture's own level (gbs 50, no level_gbs) does at 100 (cpu_share_of_decode_steps_from_
+ * the_grid). */
+Test(simulate, host_read_scales_from_the_grids_level)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    costs_with("level.json", "\"host_read\": {\"gbs\": 50,",
+               "\"host_read\": {\"gbs\": 50, \"level_gbs\": 25, \"level_probes\": 3,");
+    snprintf(args, sizeof args, "simulate timed.db --costs level.json --expert Q4_K --budget 3000000B "
+             "--non-expert-bytes 1000000 --train-frac 1 --as-decode --json lv.json --host-read-gbs 50");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes "
+             "1000000 --train-frac 1 --as-decode --json fx.json --host-read-gbs 100", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_float_eq(policy_metric("lv.json", "all-cpu", "cpu_expert_ns"),
+                       policy_metric("fx.json", "all-cpu", "cpu_expert_ns"), 1e-6);
+    cr_assert(policy_metric("lv.json", "all-cpu", "cpu_expert_ns") < 8 * 110000.0);
+    /* a level above the best probe is refused, naming it */
+    costs_with("bad-level.json", "\"host_read\": {\"gbs\": 50,",
+               "\"host_read\": {\"gbs\": 50, \"level_gbs\": 60, \"level_probes\": 3,");
+    snprintf(args, sizeof args, "simulate timed.db --costs bad-level.json --expert Q4_K --budget 3000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "$.host_read.level_gbs: 60: expected a bandwidth > 0 and at most gbs (50)"), "%s",
+                       out);
+}
