@@ -3,7 +3,8 @@
 (tests/fixtures/costs/fixture.json) without its GPU parts, each listed in $.missing, as a file
 from `moeplan calibrate` on a machine without a GPU looks; and optional_fields.json: the fixture
 with the optional runtime measurements (the older linear context term); context_curve.json: the
-fixture with the measured context curve and the grid's optional pool, steps and hybrid_step.
+fixture with the measured context curve and the grid's optional pool, steps and hybrid_step;
+split_grid.json: far work in quarter experts; host_level.json: host_read with the grid's level.
 Standard library only."""
 import json
 import os
@@ -57,4 +58,13 @@ grid["far_max"] = 8
 grid["points"][5]["far"] = 3
 costs["notes"] = "fuzz seed: the fixture's decode grid in quarter experts (far_split 4)"
 with open(os.path.join(here, "seeds", "costs", "split_grid.json"), "w") as f:
+    f.write(json.dumps(costs, indent=1) + "\n")
+
+# host_level.json: host_read with the level the decode grid's probes read (level_gbs, level_probes)
+with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
+    costs = json.load(f)
+costs["host_read"]["level_gbs"] = 42.5
+costs["host_read"]["level_probes"] = 5
+costs["notes"] = "fuzz seed: the fixture with the host level of the grid's probes"
+with open(os.path.join(here, "seeds", "costs", "host_level.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")
