@@ -322,7 +322,7 @@ Test(calibrate, simulate_refuses_cost_file_without_gpu)
 /* The one-row MoE time the non-MoE point subtracts: every layer's gpu_expert entry (by quant and
  * shape), its last concurrent point at top_k experts, from a given layer on; -1 when an entry or
  * that point is missing. */
-Test(calibrate, decode_moe_time_from_the_gpu_entries, .init = setup, .fini = teardown)
+Test(calibrate, decode_moe_time_from_the_gpu_entries)
 {
     mp_model *m;
     mp_error e;
