@@ -216,11 +216,11 @@ static void check_progress(void *ctx, int rep, int reps)
 }
 
 /* What the check measured: the median ms/token, the host's read bandwidth (mean of a probe before
- * and one after), whether the GPU executor ran, and its CPU experts' read rate (GB/s; 0 when none
- * ran on the CPU or the CPU executor ran). */
+ * and one after), whether the GPU executor ran, and its CPU experts' time per step over the
+ * repetitions (ms; 0 when none ran on the CPU or the CPU executor ran). */
 typedef struct check_result {
     double ms, gbs;
-    double cpu_ms; /* the CPU experts' time per step (GPU executor; 0: none ran) */
+    double cpu_ms;
     int threads;
     bool gpu;
 } check_result;
@@ -283,11 +283,11 @@ static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char 
 }
 
 /* The host's level during the check, as the simulator takes it (--host-read-gbs): the calibration's
- * level (mp_costs_host_level_gbs) scaled by the CPU experts' predicted time for the check's rows over the time they took,
- * route mix for route mix (pred_cpu_ms: the grid's CPU share of each hybrid layer step the
- * simulation charged), so that the CPU's costs scale by measured / predicted. 0 when either time
- * or the calibration's bandwidth is not known, or the grid was measured with other threads than
- * the check ran (its times are then another pool's). */
+ * level (mp_costs_host_level_gbs) scaled by the CPU experts' predicted time for the check's rows
+ * over the time they took, route mix for route mix (pred_cpu_ms: the grid's CPU share of each
+ * hybrid layer step the simulation charged), so that the CPU's costs scale by measured / predicted.
+ * 0 when either time or the calibration's bandwidth is not known, or the grid was measured with
+ * other threads than the check ran (its times are then another pool's). */
 static double check_level_gbs(const mp_costs *c, const check_result *r, double pred_cpu_ms)
 {
     return pred_cpu_ms > 0 && r->cpu_ms > 0 && c->host_read_gbs > 0 && r->threads == c->decode.threads
