@@ -81,6 +81,18 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
         fprintf(f, "non-MoE time per step: trace (measured step duration - MoE timing)\n");
     else
         fprintf(f, "non-MoE time per step: costs (non_moe curve by the step's rows; %s)\n", context);
+    /* the host the CPU's costs are for: a prediction holds for a host reading at that level */
+    const mp_costs *costs = rep->cfg->costs;
+    const double level = mp_costs_host_level_gbs(costs);
+    if (rep->cfg->host_read_gbs > 0)
+        fprintf(f, "CPU costs: for a host reading %.1f GB/s (--host-read-gbs; calibrated at %.1f)\n",
+                rep->cfg->host_read_gbs, level);
+    else if (costs->host_read_level_probes > 0)
+        fprintf(f, "CPU costs: for a host reading %.1f GB/s, as while calibrate's decode grid measured them (the median "
+                   "of %d probes; --host-read-gbs predicts for another)\n", level, costs->host_read_level_probes);
+    else if (level > 0)
+        fprintf(f, "CPU costs: for a host reading %.1f GB/s, as when calibrate probed it (--host-read-gbs predicts "
+                   "for another)\n", level);
     const mp_cost_decode *d = &rep->cfg->costs->decode;
     if (d->hybrid_step_layers >= 2)
         fprintf(f, "one-row steps with hybrid layers: %.1f us once per step beside the grid's levels (measured "

@@ -1008,6 +1008,14 @@ Test(simulate, host_read_scales_from_the_grids_level)
     cr_assert_float_eq(policy_metric("lv.json", "all-cpu", "cpu_expert_ns"),
                        policy_metric("fx.json", "all-cpu", "cpu_expert_ns"), 1e-6);
     cr_assert(policy_metric("lv.json", "all-cpu", "cpu_expert_ns") < 8 * 110000.0);
+    /* the header says which host the CPU's costs are for */
+    cr_assert_not_null(strstr(out, "CPU costs: for a host reading 100.0 GB/s (--host-read-gbs; calibrated at 50.0)\n"),
+                       "%s", out);
+    snprintf(args, sizeof args, "simulate timed.db --costs level.json --expert Q4_K --budget 3000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "CPU costs: for a host reading 25.0 GB/s, as while calibrate's decode grid "
+                                   "measured them (the median of 3 probes;"), "%s", out);
     /* a level above the best probe is refused, naming it */
     costs_with("bad-level.json", "\"host_read\": {\"gbs\": 50,",
                "\"host_read\": {\"gbs\": 50, \"level_gbs\": 60, \"level_probes\": 3,");
