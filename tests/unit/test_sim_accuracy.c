@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include "tests/unit/cli_util.h"
 
 static char tmpdir[256];
@@ -113,6 +115,24 @@ Test(sim_accuracy, tiny_preset_end_to_end, .timeout = 600)
     /* the CPU executor makes no round trips: its rows' round-trip columns are zeros */
     cr_assert(strstr(text, " | cpu | 0.0 | 0.0 | 0.0 | ") != NULL, "%s", text);
     free(text);
+    /* the accuracy matrix's table reads these results and simulates each row again at its run's
+     * levels (with the cost file beside them, as accuracy_matrix.sh keeps it): every row and the
+     * re-simulated columns, into matrix.md */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp '%s/examples/costs-h200-tiny.json' '%s/out/costs.json' && python3 '%s/bench/"
+             "accuracy_table.py' --resim '%s' '%s' out > '%s/table.txt' 2>&1", root, tmpdir, root,
+             getenv("MP_MOEPLAN"), tmpdir, tmpdir);
+    const int rc = system(cmd);
+    snprintf(path, sizeof path, "%s/table.txt", tmpdir);
+    text = mp_test_slurp(path);
+    cr_assert_eq(rc, 0, "%s", text);
+    cr_assert(strstr(text, "| predicted at the run's GB/s | error % | predicted at the run's CPU level | error % |"),
+              "%s", text);
+    cr_assert(strstr(text, "| out | +2MiB | plan | ") && strstr(text, "| out | +4MiB | static-topn | "), "%s", text);
+    cr_assert(strstr(text, "4 rows; "), "%s", text);
+    free(text);
+    snprintf(path, sizeof path, "%s/matrix.md", tmpdir);
+    cr_assert_eq(access(path, R_OK), 0, "no %s", path);
 }
 
 Test(sim_accuracy, a_failing_step_stops_with_one_line_and_no_report, .timeout = 600)
