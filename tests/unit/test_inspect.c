@@ -242,9 +242,9 @@ Test(inspect, hang_dump_variable_is_checked)
 }
 
 /* MP_HANG_DUMP_S=1 on a command that waits: `inspect --tensors` of a model with 4,000 tensors
- * prints ~300 KB into a pipe that nobody reads for 2.5 s, so its main thread blocks in write()
- * once the pipe's 64 KiB are full (an input FIFO no longer works for this: inputs that are not
- * regular files are refused before they are opened). The dump must have printed the main
+ * prints ~300 KB into a pipe that nobody reads until the dump is out, so its main thread blocks in
+ * write() once the pipe's 64 KiB are full (an input FIFO no longer works for this: inputs that are
+ * not regular files are refused before they are opened). The dump must have printed the main
  * thread's stack and what the kernel says of it (state, wait channel) by then. The watcher
  * prints without malloc, so it also works while the main thread holds the address space's lock. */
 Test(inspect, hang_dump_prints_a_waiting_main_thread, .timeout = 60)
@@ -284,7 +284,16 @@ Test(inspect, hang_dump_prints_a_waiting_main_thread, .timeout = 60)
     }
     close(out[1]);
     close(err_fd);
-    usleep(2500000);
+    /* the pipe stays unread until the dump is in the file (up to 30 s: a loaded machine may take
+     * seconds to start the process), so the main thread is still blocked when the watcher fires */
+    for (int tick = 0; tick < 300; tick++) {
+        char *so_far = slurp(err_path);
+        const bool dumped = so_far && strstr(so_far, "== main thread wchan: ");
+        free(so_far);
+        if (dumped)
+            break;
+        usleep(100000);
+    }
     char buf[65536];
     while (read(out[0], buf, sizeof buf) > 0)
         ;
