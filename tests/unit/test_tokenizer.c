@@ -157,6 +157,27 @@ static char *random_text(unsigned *seed, size_t max_cps, size_t *len)
 
 /* ---- parity with the reference library ---- */
 
+/* Whether got (n_got ids) is `lead` (when >= 0) followed by the JSON array of ids want; when not,
+ * both lists in msg ("got ... | want ..."). */
+static bool ids_match(const int32_t *got, size_t n_got, int32_t lead, const cJSON *want, char *msg, size_t cap)
+{
+    const int n_want = cJSON_GetArraySize(want), skip = lead >= 0;
+    bool same = (int)n_got == n_want + skip && (!skip || got[0] == lead);
+    for (int i = 0; same && i < n_want; i++)
+        same = got[i + skip] == cJSON_GetArrayItem(want, i)->valueint;
+    if (same)
+        return true;
+    int o = snprintf(msg, cap, "got");
+    for (size_t i = 0; i < n_got && o < (int)cap - 1000; i++)
+        o += snprintf(msg + o, cap - (size_t)o, " %d", got[i]);
+    o += snprintf(msg + o, cap - (size_t)o, " | want");
+    if (skip)
+        o += snprintf(msg + o, cap - (size_t)o, " %d", lead);
+    for (int i = 0; i < n_want && o < (int)cap - 96; i++)
+        o += snprintf(msg + o, cap - (size_t)o, " %d", cJSON_GetArrayItem(want, i)->valueint);
+    return false;
+}
+
 static void check_parity(const char *pre, const char *vocab_file, const char *parity_file)
 {
     mp_vocab v;
@@ -179,21 +200,9 @@ static void check_parity(const char *pre, const char *vocab_file, const char *pa
         size_t n_got;
         cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), special, &got, &n_got, &err), MP_OK,
                      "%s case %d: %s", pre, c, err.msg);
-        int n_want = cJSON_GetArraySize(ids);
-        bool same = (int)n_got == n_want;
-        for (int i = 0; same && i < n_want; i++)
-            same = got[i] == cJSON_GetArrayItem(ids, i)->valueint;
-        if (!same) {
-            char buf[4096];
-            int o = snprintf(buf, sizeof buf, "got");
-            for (size_t i = 0; i < n_got && o < 3000; i++)
-                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d", got[i]);
-            o += snprintf(buf + o, sizeof buf - (size_t)o, " | want");
-            for (int i = 0; i < n_want && o < 4000; i++)
-                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d",
-                              cJSON_GetArrayItem(ids, i)->valueint);
+        char buf[4096];
+        if (!ids_match(got, n_got, -1, ids, buf, sizeof buf))
             cr_assert_fail("%s case %d (parse_special=%d) text \"%s\": %s", pre, c, special, s, buf);
-        }
         for (size_t i = 0; i < n_got; i++) {
             n_special += mp_tokenizer_token_type(t, got[i]) == MP_TOK_TYPE_CONTROL;
             n_user += mp_tokenizer_token_type(t, got[i]) == MP_TOK_TYPE_USER_DEFINED;
@@ -588,7 +597,7 @@ Test(tokenizer, chat_template_chatml)
     cr_assert_eq(mp_chat_apply("chatml", NULL, &s, &err), MP_ERR_ARG);
 }
 
-static void write_spm_gguf(const char *path, bool without_scores, const char *chat_template);
+static void write_spm_gguf(const char *path, bool without_scores, const char *chat_template, bool chat_as_number);
 
 /* The families' templates as GGUF files carry them (Jinja, abridged to their markers' context):
  * each to its form, one moeplan does not know to none. */
@@ -634,7 +643,7 @@ Test(tokenizer, chat_template_classified_from_the_file)
         {NULL, NULL, "no tokenizer.chat_template"},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        write_spm_gguf(path, false, files[i].key);
+        write_spm_gguf(path, false, files[i].key, false);
         mp_gguf *g;
         mp_tokenizer *t;
         mp_error err = {0};
@@ -647,6 +656,15 @@ Test(tokenizer, chat_template_classified_from_the_file)
         mp_tokenizer_free(t);
         mp_gguf_close(g);
     }
+    /* a key that is not a string: the tokenizer is refused, naming the key and the types */
+    write_spm_gguf(path, false, NULL, true);
+    mp_gguf *g;
+    mp_tokenizer *bad;
+    mp_error err = {0};
+    cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_tokenizer_load(g, &bad, &err), MP_ERR_FORMAT);
+    cr_assert(strstr(err.msg, "key 'tokenizer.chat_template': expected a string, found u32"), "%s", err.msg);
+    mp_gguf_close(g);
     unlink(path);
     /* a byte-level vocabulary with ChatML's tokens and no key: chatml */
     mp_vocab v;
@@ -746,8 +764,8 @@ Test(tokenizer, vocab_builder_errors)
 /* spm_bpe.json (gen_spm_fixture.py: a BPE model trained by the sentencepiece library on the
  * project's corpus, its pieces, scores and types, and the ids sentencepiece gives each case) as a
  * GGUF with tokenizer.ggml.model 'llama', written to path; without_scores leaves the scores out;
- * chat_template, when not NULL, is its tokenizer.chat_template. */
-static void write_spm_gguf(const char *path, bool without_scores, const char *chat_template)
+ * chat_template, when not NULL, is its tokenizer.chat_template (chat_as_number: a u32 there instead). */
+static void write_spm_gguf(const char *path, bool without_scores, const char *chat_template, bool chat_as_number)
 {
     char *text = read_fixture("spm_bpe.json", NULL);
     cJSON *root = cJSON_Parse(text);
@@ -774,7 +792,9 @@ static void write_spm_gguf(const char *path, bool without_scores, const char *ch
     cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 1, &err), MP_OK);
     cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", 2, &err), MP_OK);
     cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 0, &err), MP_OK);
-    if (chat_template)
+    if (chat_as_number) /* a key of the wrong type: bad input */
+        cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.chat_template", 7, &err), MP_OK);
+    else if (chat_template)
         cr_assert_eq(mp_gguf_add_str(w, "tokenizer.chat_template", chat_template, &err), MP_OK);
     cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
     free(t);
@@ -794,7 +814,7 @@ Test(tokenizer, spm_parity_with_sentencepiece)
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     close(fd);
-    write_spm_gguf(path, false, NULL);
+    write_spm_gguf(path, false, NULL, false);
     mp_gguf *g;
     mp_error err = {0};
     cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
@@ -816,20 +836,9 @@ Test(tokenizer, spm_parity_with_sentencepiece)
         size_t n_got;
         cr_assert_eq(mp_tokenizer_encode(t, s, strlen(s), false, &got, &n_got, &err), MP_OK, "case %d: %s", c,
                      err.msg);
-        const int n_want = cJSON_GetArraySize(ids);
-        bool same = (int)n_got == n_want + 1 && got[0] == 1;
-        for (int i = 0; same && i < n_want; i++)
-            same = got[i + 1] == cJSON_GetArrayItem(ids, i)->valueint;
-        if (!same) {
-            char buf[4096];
-            int o = snprintf(buf, sizeof buf, "got");
-            for (size_t i = 0; i < n_got && o < 3000; i++)
-                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d", got[i]);
-            o += snprintf(buf + o, sizeof buf - (size_t)o, " | want 1");
-            for (int i = 0; i < n_want && o < 4000; i++)
-                o += snprintf(buf + o, sizeof buf - (size_t)o, " %d", cJSON_GetArrayItem(ids, i)->valueint);
+        char buf[4096];
+        if (!ids_match(got, n_got, 1, ids, buf, sizeof buf)) /* the BOS the GGUF asks for, then sentencepiece's */
             cr_assert_fail("case %d text \"%s\": %s", c, s, buf);
-        }
         char dec[4096];
         size_t o = 0;
         for (size_t i = 1; i < n_got; i++) {
@@ -862,7 +871,7 @@ Test(tokenizer, spm_parity_with_sentencepiece)
     mp_tokenizer_free(t);
     mp_gguf_close(g);
     /* no scores: one line naming the key */
-    write_spm_gguf(path, true, NULL);
+    write_spm_gguf(path, true, NULL, false);
     cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_tokenizer_load(g, &t, &err), MP_ERR_FORMAT);
     cr_assert(strstr(err.msg, "tokenizer.ggml.scores: missing"), "%s", err.msg);
