@@ -26,19 +26,29 @@ static char *fixture_text(size_t *len)
     return buf;
 }
 
+/* The fixture's text with the first occurrence of `from` (asserted present) replaced by `to`
+ * (malloc'd). */
+static char *fixture_with(const char *from, const char *to)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    const char *at = strstr(text, from);
+    cr_assert_not_null(at, "fixture lacks '%s'", from);
+    char *mut = malloc(len + strlen(to) + 1);
+    cr_assert_not_null(mut);
+    const size_t head = (size_t)(at - text);
+    memcpy(mut, text, head);
+    strcpy(mut + head, to);
+    strcat(mut, at + strlen(from));
+    free(text);
+    return mut;
+}
+
 /* The fixture with the first occurrence of `from` replaced by `to`; must be rejected with a
  * message containing needle. */
 static void expect_reject(const char *from, const char *to, const char *needle)
 {
-    size_t len;
-    char *text = fixture_text(&len);
-    char *at = strstr(text, from);
-    cr_assert_not_null(at, "fixture lacks '%s'", from);
-    char *mut = malloc(len + strlen(to) + 1);
-    size_t head = (size_t)(at - text);
-    memcpy(mut, text, head);
-    strcpy(mut + head, to);
-    strcat(mut, at + strlen(from));
+    char *mut = fixture_with(from, to);
     mp_costs c;
     mp_error err;
     mp_status st = mp_costs_parse(mut, strlen(mut), "f.json", &c, &err);
@@ -47,7 +57,6 @@ static void expect_reject(const char *from, const char *to, const char *needle)
     cr_assert_not_null(strstr(err.msg, "costs f.json: "), "%s", err.msg);
     cr_assert_null(c.gpu_expert);
     free(mut);
-    free(text);
 }
 
 /* A grid point may say how many passes it took (calibrate's extra passes for noisy points): read and
@@ -56,13 +65,7 @@ Test(costs, reads_a_points_passes)
 {
     size_t len;
     char *text = fixture_text(&len);
-    const char *from = ", \"cpu_ns\": 0, \"gpu_ns\": 70000", *to = ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"passes\": 7";
-    char *at = strstr(text, from);
-    cr_assert_not_null(at, "fixture lacks '%s'", from);
-    char *mut = malloc(len + strlen(to) + 1);
-    memcpy(mut, text, (size_t)(at - text));
-    strcpy(mut + (at - text), to);
-    strcat(mut, at + strlen(from));
+    char *mut = fixture_with(", \"cpu_ns\": 0, \"gpu_ns\": 70000", ", \"cpu_ns\": 0, \"gpu_ns\": 70000, \"passes\": 7");
     mp_costs a, b;
     mp_error err;
     cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &a, &err), MP_OK, "%s", err.msg);
@@ -327,16 +330,10 @@ Test(costs, rejects_inconsistent_missing_lists)
  * with the same checks as any curve plus at least two points; absent in the fixture (n_points 0). */
 static char *with_concurrent(const char *curve)
 {
-    size_t len;
-    char *text = fixture_text(&len);
-    const char *at = strstr(text, "\"points\": [{\"rows\": 1, \"median_ns\": 10000");
-    cr_assert_not_null(at);
-    char *mut = malloc(len + strlen(curve) + 32);
-    size_t head = (size_t)(at - text);
-    memcpy(mut, text, head);
-    sprintf(mut + head, "\"concurrent\": %s, %s", curve, at);
-    free(text);
-    return mut;
+    const char *from = "\"points\": [{\"rows\": 1, \"median_ns\": 10000";
+    char to[4096];
+    snprintf(to, sizeof to, "\"concurrent\": %s, %s", curve, from);
+    return fixture_with(from, to);
 }
 
 Test(costs, reads_the_optional_concurrent_curve)
@@ -384,20 +381,12 @@ Test(costs, reads_the_optional_concurrent_curve)
  * c (asserted to succeed). */
 static void parse_with_member(const char *member, mp_costs *c)
 {
-    size_t len;
-    char *text = fixture_text(&len);
-    char *at = strstr(text, "\"sync\":");
-    cr_assert_not_null(at);
-    char *mut = malloc(len + strlen(member) + 1);
-    cr_assert_not_null(mut);
-    const size_t head = (size_t)(at - text);
-    memcpy(mut, text, head);
-    strcpy(mut + head, member);
-    strcat(mut, at);
+    char to[4096];
+    snprintf(to, sizeof to, "%s\"sync\":", member);
+    char *mut = fixture_with("\"sync\":", to);
     mp_error err;
     cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", c, &err), MP_OK, "%s", err.msg);
     free(mut);
-    free(text);
 }
 
 Test(costs, reads_the_decode_grid_and_host_read)
@@ -432,6 +421,21 @@ Test(costs, reads_the_decode_grid_and_host_read)
     cr_assert_eq(c.host_read_level_gbs, 50);
     cr_assert_eq(c.host_read_level_probes, 0);
     cr_assert_eq(mp_costs_host_level_gbs(&c), 50);
+    /* with it: read back; a level without its probe count, a count without its level, a level of 0
+     * are refused naming the member */
+    char *lv = fixture_with("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_gbs\": 42.5, "
+                                                         "\"level_probes\": 5,");
+    mp_costs l;
+    cr_assert_eq(mp_costs_parse(lv, strlen(lv), "lv.json", &l, &err), MP_OK, "%s", err.msg);
+    cr_assert(l.host_read_level_gbs == 42.5 && l.host_read_level_probes == 5 && mp_costs_host_level_gbs(&l) == 42.5);
+    mp_costs_free(&l);
+    free(lv);
+    expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_gbs\": 40,",
+                  "$.host_read.level_probes: missing");
+    expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_probes\": 3,",
+                  "$.host_read.level_probes: given without level_gbs");
+    expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_gbs\": 0, \"level_probes\": 3,",
+                  "$.host_read.level_gbs: 0: expected a bandwidth > 0 and at most gbs (50)");
     /* the decision grid keeps each point's CPU share beside its level: the all-cold far-off point's
      * 200 us of CPU time, the far-on point's 0 (its one cold route ran far) */
     mp_decode_costs dc;
@@ -711,14 +715,8 @@ Test(costs, tier_admit_optional_and_checked)
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_lt(c.tier_admit.median_ns, 0, "the fixture has no tier_admit");
     mp_costs_free(&c);
-    const char *sync = "\"sync\":";
-    char *at = strstr(text, sync);
-    cr_assert_not_null(at);
-    const char *add = "\"tier_admit\": {\"median_ns\": 9000, \"spread_ns\": 500, \"expert_bytes\": 1000000}, ";
-    char *mut = malloc(len + strlen(add) + 1);
-    memcpy(mut, text, (size_t)(at - text));
-    strcpy(mut + (at - text), add);
-    strcat(mut, at);
+    char *mut = fixture_with("\"sync\":", "\"tier_admit\": {\"median_ns\": 9000, \"spread_ns\": 500, "
+                                           "\"expert_bytes\": 1000000}, \"sync\":");
     cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(c.tier_admit.median_ns, 9000);
     cr_assert_eq(c.tier_admit_bytes, 1000000);
@@ -745,13 +743,7 @@ Test(costs, device_cpu_kernels_optional_and_checked)
     cr_assert_str_eq(c.cpu_kernels, "");
     mp_costs_free(&c);
     const char *from = "\"cpu\": \"none (fixture)\"";
-    char *at = strstr(text, from);
-    cr_assert_not_null(at);
-    const char *to = "\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"avx512\"";
-    char *mut = malloc(len + strlen(to) + 1);
-    memcpy(mut, text, (size_t)(at - text));
-    strcpy(mut + (at - text), to);
-    strcat(mut, at + strlen(from));
+    char *mut = fixture_with(from, "\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"avx512\"");
     cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
     cr_assert_str_eq(c.cpu_kernels, "avx512");
     mp_costs_free(&c);
