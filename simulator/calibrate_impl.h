@@ -87,8 +87,8 @@ double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double residen
 
 /* The runtime measurements share these (calibrate_runtime.c, calibrate_grid.c): one-row steps are
  * timed in windows of MP_CALIB_CONTEXT_WINDOW back to back (the context sweep's windows, the decode
- * grid's runs), the context curve has at most MP_CALIB_CONTEXT_MAX points, and sessions whose decode
- * runs far routes as production does hold a batch of MP_CALIB_DECODE_BATCH_FAR rows (at least
+ * grid's runs), the context curve has at most MP_CALIB_CONTEXT_MAX points, and an executor whose
+ * decode runs far routes as production does holds a batch of MP_CALIB_DECODE_BATCH_FAR rows (at least
  * MP_GPU_COPY_MIN_ROWS: the staging buffers far routes need come with it). */
 #define MP_CALIB_CONTEXT_WINDOW 64
 #define MP_CALIB_CONTEXT_MAX 24

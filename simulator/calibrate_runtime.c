@@ -431,12 +431,6 @@ mp_status mp_calib_host_probe(const mp_calib_opts *o, cJSON *root, mp_error *err
     return MP_OK;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
 {
     enum { ROUNDS = 3 };
@@ -468,8 +462,8 @@ mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
     }
     cJSON_Delete(probes);
     if (n > 0) {
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
-        level = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+        mp_calib_sort(v, n);
+        level = mp_calib_quantile(v, n, 0.5);
     }
     free(v);
     cJSON *p = cJSON_CreateObject();

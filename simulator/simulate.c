@@ -768,21 +768,26 @@ mp_sim_report mp_simulate_report(const mp_simulate_result *r)
     };
 }
 
-double mp_simulate_cpu_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p)
+/* ms per token of policy p at budget b, over the whole trace, of the time `of` takes from its
+ * metrics; 0 when it did not run or has no tokens */
+static double per_token_ms(const mp_simulate_result *r, int b, mp_sim_policy p, double (*of)(const mp_sim_metrics *))
 {
     if (b < 0 || b >= r->n_budgets || p < 0 || p >= MP_POL_COUNT || !r->runs[b].ran[p])
         return 0;
     const mp_sim_result *res = &r->runs[b].res[p];
     const uint64_t tokens = res->train.tokens + res->test.tokens;
-    return tokens ? (res->train.cpu_ns + res->test.cpu_ns) / (double)tokens / 1e6 : 0;
+    return tokens ? (of(&res->train) + of(&res->test)) / (double)tokens / 1e6 : 0;
+}
+
+static double time_of(const mp_sim_metrics *m) { return m->time_ns; }
+static double cpu_of(const mp_sim_metrics *m) { return m->cpu_ns; }
+
+double mp_simulate_cpu_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p)
+{
+    return per_token_ms(r, b, p, cpu_of);
 }
 
 double mp_simulate_ms_per_token(const mp_simulate_result *r, int b, mp_sim_policy p)
 {
-    if (b < 0 || b >= r->n_budgets || p < 0 || p >= MP_POL_COUNT || !r->runs[b].ran[p])
-        return 0;
-    const mp_sim_result *res = &r->runs[b].res[p];
-    const double time_ns = res->train.time_ns + res->test.time_ns;
-    const uint64_t tokens = res->train.tokens + res->test.tokens;
-    return tokens ? time_ns / (double)tokens / 1e6 : 0;
+    return per_token_ms(r, b, p, time_of);
 }
