@@ -72,6 +72,7 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_w = take(c, z->routes);
     g->d_tok = take(c, z->rows_i32);
     g->d_pos = take(c, z->rows_i32);
+    g->d_rope = take(c, z->rope);
     g->d_bad = take(c, sizeof(int));
     g->d_count = take(c, sizeof(unsigned));
     g->d_rids = take(c, z->replay);

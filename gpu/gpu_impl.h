@@ -97,6 +97,7 @@ struct mp_gpu {
     int32_t *d_ids;                     /* (n_batch, top_k) */
     float *d_w;                         /* (n_batch, top_k) */
     int32_t *d_tok, *d_pos;             /* (n_batch) */
+    float *d_rope;                      /* (n_batch, head_dim / 2) (cos, sin): the step's RoPE angles */
     int *d_bad;                         /* token id out of range flag */
     unsigned *d_count;                  /* the fused decode router's blocks-done counter (0 between
                                          * launches; mp_cuda_router_gemv) */

@@ -159,7 +159,8 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
     const size_t W = D > Q ? D : Q;
     *out = (mp_gpu_scratch){
         .rows_embd = B * D * 4, .rows_q = B * Q * 4, .rows_kv = B * KV * 4, .router = B * (size_t)g->n_expert * 4,
-        .routes = B * K * 4, .rows_i32 = B * 4, .replay = 2 * (size_t)g->n_layer * K * 4,
+        .routes = B * K * 4, .rows_i32 = B * 4,
+        .rope = B * (size_t)(g->head_dim / 2) * 8, .replay = 2 * (size_t)g->n_layer * K * 4,
         .logits = (size_t)MP_GPU_HEAD_ROWS * (size_t)g->n_vocab * 4, .act = B * mp_act_row_bytes_max((int64_t)W),
         .blas_ws = MP_GPU_BLAS_WS_BYTES};
     for (int64_t il = 0; il < g->n_layer; il++) {
@@ -170,11 +171,11 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
     out->att = mp_cuda_attention_scratch_bytes(n_batch, g->n_head, g->head_dim, n_ctx);
     if (n_batch >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
         out->gemm = mp_cuda_gemm_scratch_bytes((int64_t)W, n_batch, MP_GPU_GEMM_TILE);
-    /* as carved: four embd rows, two q, two kv, the router, two routes, two i32 rows, two flags,
-     * the replayed routes, the logits, the activations, then the kernels' scratch */
+    /* as carved: four embd rows, two q, two kv, the router, two routes, two i32 rows, the RoPE
+     * table, two flags, the replayed routes, the logits, the activations, then the kernels' scratch */
     out->total = 4 * gpu_align(out->rows_embd) + 2 * gpu_align(out->rows_q) + 2 * gpu_align(out->rows_kv) +
                  gpu_align(out->router) + 2 * gpu_align(out->routes) + 2 * gpu_align(out->rows_i32) +
-                 2 * gpu_align(4) + gpu_align(out->replay) + gpu_align(out->logits) + gpu_align(out->act) +
+                 gpu_align(out->rope) + 2 * gpu_align(4) + gpu_align(out->replay) + gpu_align(out->logits) + gpu_align(out->act) +
                  gpu_align(out->moe ? out->moe : 1) + gpu_align(out->att ? out->att : 1) +
                  gpu_align(out->gemm ? out->gemm : 1) + gpu_align(out->blas_ws);
 }

@@ -132,6 +132,7 @@ typedef struct mp_gpu_scratch {
     size_t router;     /* n_batch × n_expert f32 */
     size_t routes;     /* n_batch × top_k: ids (i32), weights (f32) (two) */
     size_t rows_i32;   /* n_batch i32: tokens, positions (two) */
+    size_t rope;       /* n_batch × head_dim / 2 (cos, sin) f32 pairs: the rows' RoPE angles */
     size_t replay;     /* a replayed decode step's routes: 2 × n_layer × top_k × 4 */
     size_t logits;     /* MP_GPU_HEAD_ROWS × n_vocab f32 */
     size_t act;        /* n_batch rows of the widest activation (f32: mp_act_row_bytes_max) */

@@ -122,21 +122,26 @@ static_assert(offsetof(mp_block_q8_K, qs) == 4 && offsetof(mp_block_q8_K, bsums)
 
 #define MPC_WARP 32
 
-// RoPE of pair i (of rot_dim / 2) of one head hd[0 .. head_dim) at position pos: the angle in
-// float64 as mp_rope_cache computes it, the rotation with _rn intrinsics (no FMA), so that every
-// kernel that rotates (rope_kernel, qkv_finish_kernel) gives the CPU's result to the last ulp of
-// the double cos/sin.
-__device__ __forceinline__ void mpc_rope_pair(float *hd, int64_t i, int64_t rot_dim, int32_t pos, float base,
-                                              int style)
+// RoPE of pair i (of rot_dim / 2) at position pos: the angle's (cos, sin) in float64 as
+// mp_rope_cache computes them, rounded to float. The one place the GPU computes an angle: the
+// rows' table (rope_table_kernel, what the Q/K finish reads) and rope_kernel both call it.
+__device__ __forceinline__ float2 mpc_rope_cs(int64_t i, int64_t rot_dim, int32_t pos, float base)
+{
+    const double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)rot_dim);
+    return make_float2((float)cos(theta), (float)sin(theta));
+}
+
+// Rotate pair i of one head hd[0 .. head_dim) by the angle whose (cos, sin) is cs, with _rn
+// intrinsics (no FMA), so that every kernel that rotates gives the CPU's result to the last ulp
+// of the double cos/sin.
+__device__ __forceinline__ void mpc_rope_rotate(float *hd, int64_t i, int64_t rot_dim, float2 cs, int style)
 {
     const int64_t half = rot_dim / 2;
-    const double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)rot_dim);
-    const float c = (float)cos(theta), s = (float)sin(theta);
     const int64_t ia = style == MP_CUDA_ROPE_NEOX ? i : 2 * i;
     const int64_t ib = style == MP_CUDA_ROPE_NEOX ? i + half : 2 * i + 1;
     const float a = hd[ia], b = hd[ib];
-    hd[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    hd[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    hd[ia] = __fsub_rn(__fmul_rn(a, cs.x), __fmul_rn(b, cs.y));
+    hd[ib] = __fadd_rn(__fmul_rn(a, cs.y), __fmul_rn(b, cs.x));
 }
 
 __device__ __forceinline__ float mpc_f16(uint16_t bits)

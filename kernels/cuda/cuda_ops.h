@@ -207,6 +207,12 @@ int mp_cuda_router_gemv_supported(int type);
 int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head, int64_t head_dim,
                  int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, void *stream);
 
+/* The rows' RoPE angles for mp_cuda_qkv_finish: d_cs (n_rows, rot_dim / 2) pairs of f32, pair i
+ * of row r = (cos, sin) of d_pos[r] * freq_base^(-2i/rot_dim), computed as mp_cuda_rope computes
+ * them (so the rotations match it bit for bit). One launch per step serves all its layers. */
+int mp_cuda_rope_table(float *d_cs, const int32_t *d_pos, int64_t n_rows, int64_t rot_dim, float freq_base,
+                       void *stream);
+
 /* d_out[i] = silu(d_gate[i]) * d_up[i], n elements; d_out may alias either input. */
 int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_up, int64_t n, void *stream);
 
@@ -254,14 +260,14 @@ int mp_cuda_rmsnorm_quant(float *d_out, float *d_x, const float *d_y, const floa
 /* Everything between the Q/K/V projections and attention, in one launch, for n_rows rows at
  * positions d_pos: with norm, each head of d_q (n_rows, n_head, head_dim) and d_k (n_rows,
  * n_head_kv, head_dim) is RMS-normalized with d_q_norm / d_k_norm (head_dim weights each, or NULL
- * for none) as mp_cuda_rmsnorm does per head; then RoPE as mp_cuda_rope (style, rot_dim,
- * freq_base); the results are written back, and K and V (n_rows, n_head_kv, head_dim) go to the
+ * for none) as mp_cuda_rmsnorm does per head; then RoPE as mp_cuda_rope (style, rot_dim), by the
+ * angles of the rows' table d_rope_cs (mp_cuda_rope_table of d_pos); the results are written back, and K and V (n_rows, n_head_kv, head_dim) go to the
  * caches as mp_cuda_kv_store2_at. Bit-identical to those launches (tests/gpu/test_cuda_norm.c).
  * Steps of 16 rows or more run one warp per (row, head), smaller ones one block per (row, head):
  * the same results bit for bit, the faster launch for each (prefill, decode). */
 int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm, const float *d_k_norm,
                        int norm, int64_t n_rows, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                       int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, float eps,
+                       int64_t rot_dim, const int32_t *d_pos, const float *d_rope_cs, int style, float eps,
                        uint16_t *d_kcache, uint16_t *d_vcache, void *stream);
 /* Programmatic dependent launch for the decode step's kernels (kernels/cuda/common.cuh): 1 on,
  * 0 off, -1 the default: on for compute capability 9.0 and newer (decided at the first launch).
@@ -292,6 +298,19 @@ int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *
                          int64_t n_rows, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
                          int act_vdt, void *d_act, void *stream);
+
+/* mp_cuda_qkv_finish then mp_cuda_attention_at for a step of one row, in the attention's launches:
+ * each split-K block finishes its own query head from the raw row d_q, and the blocks of the chunk
+ * holding the row's position d_pos[0] finish its K and V heads from the raw rows d_k, d_v, use
+ * them from shared memory and store them in the caches (one block per KV head). d_q, d_k and d_v
+ * are only read. Norm, RoPE and the stored K/V bits are mp_cuda_qkv_finish's; the output is
+ * attention's up to the order of the own key's terms (a few ulp). One launch fewer a layer. */
+int mp_cuda_attention_finish_at(const float *d_q, const float *d_k, const float *d_v, const float *d_q_norm,
+                                const float *d_k_norm, int norm, int64_t rot_dim, const float *d_rope_cs, int style,
+                                float eps, uint16_t *d_kcache, uint16_t *d_vcache, float *d_out,
+                                const int32_t *d_pos, int64_t n_keys_max, int64_t n_head, int64_t n_head_kv,
+                                int64_t head_dim, void *d_scratch, size_t scratch_bytes, int act_vdt, void *d_act,
+                                void *stream);
 
 /* Tests: 0 runs steps of more than MP_CUDA_ATT_SMALL_ROWS rows as a device without the tiled
  * kernel's shared memory does (split-K in steps of MP_CUDA_ATT_SMALL_ROWS rows); 1, the default,

@@ -15,7 +15,7 @@ __global__ void rope_kernel(float *x, int64_t n_rows, int64_t row_stride, int64_
     if (t >= n_rows * n_head * half)
         return;
     const int64_t i = t % half, h = (t / half) % n_head, r = t / (half * n_head);
-    mpc_rope_pair(x + r * row_stride + h * head_dim, i, rot_dim, pos[r], base, style);
+    mpc_rope_rotate(x + r * row_stride + h * head_dim, i, rot_dim, mpc_rope_cs(i, rot_dim, pos[r], base), style);
 }
 
 extern "C" int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head,
@@ -31,6 +31,32 @@ extern "C" int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int6
         return 0;
     rope_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
         d_x, n_rows, row_stride, n_head, head_dim, rot_dim, d_pos, freq_base, style);
+    return mpc_launch_status();
+}
+
+// The rows' angles: cs[r · rot_dim/2 + i] = pair i's (cos, sin) at position pos[r]. One launch
+// per step: a layer's Q/K finish then reads them where it computed them (float64 pow, cos and
+// sin: about a microsecond of every finish block's time, the same for all layers of a step).
+__global__ void rope_table_kernel(float2 *cs, const int32_t *pos, int64_t n_rows, int64_t rot_dim, float base)
+{
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
+    const int64_t half = rot_dim / 2;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n_rows * half)
+        cs[t] = mpc_rope_cs(t % half, rot_dim, pos[t / half], base);
+}
+
+extern "C" int mp_cuda_rope_table(float *d_cs, const int32_t *d_pos, int64_t n_rows, int64_t rot_dim,
+                                  float freq_base, void *stream)
+{
+    if (n_rows < 0 || rot_dim < 2 || rot_dim % 2 || !d_cs || !d_pos)
+        return MP_CUDA_EINVAL;
+    const int64_t total = n_rows * (rot_dim / 2);
+    if (total == 0)
+        return 0;
+    mpc_launch(rope_table_kernel, dim3((unsigned)((total + 127) / 128)), dim3(128), 0, (cudaStream_t)stream,
+               (float2 *)d_cs, d_pos, n_rows, rot_dim, freq_base);
     return mpc_launch_status();
 }
 

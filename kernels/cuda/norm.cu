@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/qkv.cuh"
 
 // The block-wide f32 sum of each thread's partial (warp shuffles, then the warps' sums): the
 // same order for every norm kernel here, which is what makes add_rmsnorm bit-identical.
@@ -129,13 +130,12 @@ __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const f
 
 // What follows the Q/K/V projections of a step, in one launch: one block per (row, head) of Q,
 // K and V. Q and K heads: optional per-head RMSNorm (norm_row with rmsnorm_kernel's block size),
-// then RoPE of every pair (mpc_rope_pair), written back; K heads also go to the F16 cache at row
+// then RoPE of every pair (mpc_rope_rotate by the rows' table of angles), written back; K heads also go to the F16 cache at row
 // d_pos[row]; V heads only go to the cache. Five launches before (q norm, k norm, rope q, rope k,
 // K+V store), bit-identical results.
-#define QKV_FINISH_THREADS 256
 __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const float *qw, const float *kw,
                                   int norm, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim,
-                                  const int32_t *pos, float base, int style, float eps, uint16_t *kc,
+                                  const int32_t *pos, const float2 *cs, int style, float eps, uint16_t *kc,
                                   uint16_t *vc)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
@@ -160,7 +160,7 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
         norm_row(head, head, NULL, is_q ? qw : kw, hd, eps);
     __syncthreads();
     for (int64_t i = threadIdx.x; i < rot_dim / 2; i += blockDim.x)
-        mpc_rope_pair(head, i, rot_dim, (int32_t)p, base, style);
+        mpc_rope_rotate(head, i, rot_dim, cs[r * (rot_dim / 2) + i], style);
     __syncthreads();
     for (int64_t i = threadIdx.x; i < hd; i += blockDim.x)
         x[i] = head[i];
@@ -178,14 +178,14 @@ __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const floa
 // 256 threads hold (virtual thread t = lane + 32 w sums elements t, t + 256, ... in that order),
 // reduced as block_sum reduces them (a shuffle-down tree per virtual warp, then one over the 8
 // warp sums with zeros above them), and the scale, weights and RoPE pairs are the same
-// expressions (mpc_rope_pair). Prefill takes it (H200, 2026-11-29: pp512 3,565 -> 3,712 tok/s,
+// expressions (mpc_rope_rotate). Prefill takes it (H200, 2026-11-29: pp512 3,565 -> 3,712 tok/s,
 // pp2048 2,328 -> 2,389 against the block kernel; bench/NOTES-gpu-exec.md run 11).
 #define QKV_WARP_HEADS 8
 #define QKV_WARP_MAX_HD 1024 // shared memory: QKV_WARP_HEADS heads of this many floats, 32 KiB
 __global__ void __launch_bounds__(QKV_WARP_HEADS * 32)
 qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, const float *kw, int norm,
                        int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim, const int32_t *pos,
-                       float base, int style, float eps, uint16_t *kc, uint16_t *vc, int64_t n_items)
+                       const float2 *cs, int style, float eps, uint16_t *kc, uint16_t *vc, int64_t n_items)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
@@ -208,38 +208,7 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
     }
     const bool is_q = h < n_head;
     float *x = is_q ? q + (r * n_head + h) * hd : k + r * n_kv + (h - n_head) * hd;
-    for (int64_t i = lane; i < hd; i += 32)
-        head[i] = x[i];
-    __syncwarp();
-    if (norm) {
-        float part[QKV_FINISH_THREADS / 32]; // lane 0: virtual warp vw's shuffle-down sum
-#pragma unroll
-        for (int vw = 0; vw < QKV_FINISH_THREADS / 32; vw++) {
-            float sum = 0.0f;
-            for (int64_t i = lane + 32 * vw; i < hd; i += QKV_FINISH_THREADS)
-                sum += head[i] * head[i];
-            for (int off = 16; off > 0; off >>= 1)
-                sum += __shfl_down_sync(0xffffffffu, sum, off);
-            part[vw] = sum;
-        }
-        float sum = 0.0f; // block_sum's second phase: lane vw holds warp vw's sum, the rest zero
-#pragma unroll
-        for (int vw = 0; vw < QKV_FINISH_THREADS / 32; vw++) {
-            const float s = __shfl_sync(0xffffffffu, part[vw], 0);
-            if (lane == vw)
-                sum = s;
-        }
-        for (int off = 16; off > 0; off >>= 1)
-            sum += __shfl_down_sync(0xffffffffu, sum, off);
-        const float scale = rsqrtf(__shfl_sync(0xffffffffu, sum, 0) / (float)hd + eps);
-        const float *wt = is_q ? qw : kw;
-        for (int64_t i = lane; i < hd; i += 32)
-            head[i] = head[i] * scale * (wt ? wt[i] : 1.0f);
-        __syncwarp();
-    }
-    for (int64_t i = lane; i < rot_dim / 2; i += 32)
-        mpc_rope_pair(head, i, rot_dim, (int32_t)p, base, style);
-    __syncwarp();
+    mpc_qk_finish_warp(head, x, is_q ? qw : kw, norm, hd, rot_dim, cs + r * (rot_dim / 2), style, eps, lane);
     for (int64_t i = lane; i < hd; i += 32)
         x[i] = head[i];
     if (!is_q) {
@@ -257,11 +226,11 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
 extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, const float *d_q_norm,
                                   const float *d_k_norm, int norm, int64_t n_rows, int64_t n_head,
                                   int64_t n_head_kv, int64_t head_dim, int64_t rot_dim, const int32_t *d_pos,
-                                  float freq_base, int style, float eps, uint16_t *d_kcache, uint16_t *d_vcache,
-                                  void *stream)
+                                  const float *d_rope_cs, int style, float eps, uint16_t *d_kcache,
+                                  uint16_t *d_vcache, void *stream)
 {
     if (n_rows < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv || head_dim < 2 || rot_dim < 2 ||
-        rot_dim > head_dim || rot_dim % 2 || head_dim > 4096 || !d_q || !d_k || !d_v || !d_pos ||
+        rot_dim > head_dim || rot_dim % 2 || head_dim > 4096 || !d_q || !d_k || !d_v || !d_pos || !d_rope_cs ||
         !d_kcache || !d_vcache || (style != MP_CUDA_ROPE_NEOX && style != MP_CUDA_ROPE_NORM))
         return MP_CUDA_EINVAL;
     const int64_t blocks = n_rows * (n_head + 2 * n_head_kv);
@@ -271,12 +240,12 @@ extern "C" int mp_cuda_qkv_finish(float *d_q, float *d_k, const float *d_v, cons
         mpc_launch(qkv_finish_warp_kernel, dim3((unsigned)((blocks + QKV_WARP_HEADS - 1) / QKV_WARP_HEADS)),
                    dim3(QKV_WARP_HEADS * 32), (size_t)(QKV_WARP_HEADS * head_dim) * sizeof(float),
                    (cudaStream_t)stream, d_q, d_k, d_v, d_q_norm, d_k_norm, norm, n_head, n_head_kv, head_dim,
-                   rot_dim, d_pos, freq_base, style, eps, d_kcache, d_vcache, blocks);
+                   rot_dim, d_pos, (const float2 *)d_rope_cs, style, eps, d_kcache, d_vcache, blocks);
         return mpc_launch_status();
     }
     mpc_launch(qkv_finish_kernel, dim3((unsigned)blocks), dim3(QKV_FINISH_THREADS),
                (size_t)head_dim * sizeof(float), (cudaStream_t)stream, d_q, d_k, d_v, d_q_norm, d_k_norm, norm,
-               n_head, n_head_kv, head_dim, rot_dim, d_pos, freq_base, style, eps, d_kcache, d_vcache);
+               n_head, n_head_kv, head_dim, rot_dim, d_pos, (const float2 *)d_rope_cs, style, eps, d_kcache, d_vcache);
     return mpc_launch_status();
 }
 

@@ -225,6 +225,111 @@ Test(cuda_attention, prefill_without_tiles)
     mp_cuda_attention_set_tiles(1);
 }
 
+/* A one-row step with the Q/K finish in the attention's blocks (mp_cuda_attention_finish_at)
+ * against mp_cuda_rope_table + mp_cuda_qkv_finish + mp_cuda_attention_at on the same raw rows and
+ * caches: both caches bit for bit (the row's K and V stored once, every other row untouched), the
+ * raw rows unchanged, the output within 2e-5 · max|v| (the own key's score and value are summed in
+ * another order: a few ulp; a key taken from the wrong place moves it by ~0.1 · max|v|), and the
+ * converted output equal to mp_cuda_quantize_act's of it. */
+static void check_finish(int64_t pos, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot, int style,
+                         int norm)
+{
+    const int64_t keys_max = pos + 1 + 300, n_kv = n_head_kv * hd, Q = n_head * hd; /* chunks past the row */
+    const size_t cb = sizeof(uint16_t) * (size_t)(keys_max * n_kv);
+    float *q = malloc(sizeof(float) * (size_t)Q), *k = malloc(sizeof(float) * (size_t)n_kv),
+          *v = malloc(sizeof(float) * (size_t)n_kv), *qw = malloc(sizeof(float) * (size_t)hd),
+          *kw = malloc(sizeof(float) * (size_t)hd);
+    rnd_floats(q, Q, 1.0f);
+    rnd_floats(k, n_kv, 1.0f);
+    rnd_floats(v, n_kv, 1.0f);
+    for (int64_t i = 0; i < hd; i++) {
+        qw[i] = 0.5f + 0.25f * fabsf(rnd_gauss());
+        kw[i] = 0.5f + 0.25f * fabsf(rnd_gauss());
+    }
+    uint16_t *kc = malloc(cb), *vc = malloc(cb);
+    float vmax = 0.0f;
+    for (int64_t i = 0; i < keys_max * n_kv; i++) {
+        kc[i] = mp_f32_to_f16(rnd_gauss());
+        vc[i] = mp_f32_to_f16(rnd_gauss());
+        if (i < (pos + 1) * n_kv)
+            vmax = fmaxf(vmax, fabsf(mp_f16_to_f32(vc[i])));
+    }
+    for (int64_t i = 0; i < n_kv; i++)
+        vmax = fmaxf(vmax, fabsf(v[i]));
+    const int32_t p32 = (int32_t)pos;
+    int32_t *d_pos = dev_put(&p32, sizeof p32);
+    float *d_q = dev_put(q, sizeof(float) * (size_t)Q), *d_k = dev_put(k, sizeof(float) * (size_t)n_kv);
+    float *d_v = dev_put(v, sizeof(float) * (size_t)n_kv), *d_qw = dev_put(qw, sizeof(float) * (size_t)hd);
+    float *d_kw = dev_put(kw, sizeof(float) * (size_t)hd);
+    float *d_q2 = dev_put(q, sizeof(float) * (size_t)Q), *d_k2 = dev_put(k, sizeof(float) * (size_t)n_kv);
+    uint16_t *d_kc1 = dev_put(kc, cb), *d_vc1 = dev_put(vc, cb), *d_kc2 = dev_put(kc, cb), *d_vc2 = dev_put(vc, cb);
+    float *d_cs = dev_alloc(sizeof(float) * (size_t)rot), *d_o1 = dev_alloc(sizeof(float) * (size_t)Q);
+    float *d_o2 = dev_alloc(sizeof(float) * (size_t)Q);
+    const size_t sb = mp_cuda_attention_scratch_bytes(1, n_head, hd, keys_max);
+    void *d_s = dev_alloc(sb);
+    const int act_vdt = Q % 256 == 0 ? MP_TYPE_Q8_K : MP_TYPE_Q8_0;
+    const size_t act_bytes = mp_cuda_row_bytes(act_vdt, Q);
+    void *d_act = dev_alloc(act_bytes), *d_act_ref = dev_alloc(act_bytes);
+    MPC_OK(mp_cuda_rope_table(d_cs, d_pos, 1, rot, 1000000.0f, NULL));
+    /* the launches it replaces, on copies of the raw rows */
+    MPC_OK(mp_cuda_qkv_finish(d_q2, d_k2, d_v, d_qw, d_kw, norm, 1, n_head, n_head_kv, hd, rot, d_pos, d_cs, style,
+                              1e-6f, d_kc1, d_vc1, NULL));
+    MPC_OK(mp_cuda_attention_at(d_q2, d_kc1, d_vc1, d_o1, 1, d_pos, keys_max, n_head, n_head_kv, hd, d_s, sb,
+                                MP_TYPE_F32, NULL, NULL));
+    MPC_OK(mp_cuda_attention_finish_at(d_q, d_k, d_v, d_qw, d_kw, norm, rot, d_cs, style, 1e-6f, d_kc2, d_vc2, d_o2,
+                                       d_pos, keys_max, n_head, n_head_kv, hd, d_s, sb, act_vdt, d_act, NULL));
+    MPC_OK(mp_cuda_quantize_act(act_vdt, d_o2, Q, 1, Q, d_act_ref, NULL));
+    uint16_t *c1 = malloc(cb), *c2 = malloc(cb);
+    float *o1 = malloc(sizeof(float) * (size_t)Q), *o2 = malloc(sizeof(float) * (size_t)Q);
+    float *q_after = malloc(sizeof(float) * (size_t)Q), *k_after = malloc(sizeof(float) * (size_t)n_kv);
+    const char *what = style == MP_CUDA_ROPE_NEOX ? "neox" : "norm";
+    for (int c = 0; c < 2; c++) {
+        dev_get(c1, c ? d_vc1 : d_kc1, cb);
+        dev_get(c2, c ? d_vc2 : d_kc2, cb);
+        cr_assert_eq(memcmp(c1, c2, cb), 0, "seed %llu: finish_at pos %ld heads %ld/%ld hd %ld (%s, norm %d): %s cache "
+                     "differs", (unsigned long long)g_seed, (long)pos, (long)n_head, (long)n_head_kv, (long)hd, what,
+                     norm, c ? "V" : "K");
+        cr_assert_neq(memcmp(c2 + pos * n_kv, (c ? vc : kc) + pos * n_kv, sizeof(uint16_t) * (size_t)n_kv), 0,
+                      "seed %llu: the row's %s not stored", (unsigned long long)g_seed, c ? "V" : "K");
+    }
+    dev_get(q_after, d_q, sizeof(float) * (size_t)Q);
+    dev_get(k_after, d_k, sizeof(float) * (size_t)n_kv);
+    cr_assert(memcmp(q_after, q, sizeof(float) * (size_t)Q) == 0 && memcmp(k_after, k, sizeof(float) * (size_t)n_kv) == 0,
+              "seed %llu: finish_at wrote its raw rows", (unsigned long long)g_seed);
+    dev_get(o1, d_o1, sizeof(float) * (size_t)Q);
+    dev_get(o2, d_o2, sizeof(float) * (size_t)Q);
+    for (int64_t i = 0; i < Q; i++)
+        cr_assert(fabsf(o1[i] - o2[i]) <= 2e-5f * vmax, "seed %llu: finish_at pos %ld heads %ld/%ld hd %ld rot %ld "
+                  "(%s, norm %d): head %ld dim %ld: %.9g, the separate launches %.9g", (unsigned long long)g_seed,
+                  (long)pos, (long)n_head, (long)n_head_kv, (long)hd, (long)rot, what, norm, (long)(i / hd),
+                  (long)(i % hd), o2[i], o1[i]);
+    uint8_t *act = malloc(act_bytes), *act_ref = malloc(act_bytes);
+    dev_get(act, d_act, act_bytes);
+    dev_get(act_ref, d_act_ref, act_bytes);
+    cr_assert_eq(memcmp(act, act_ref, act_bytes), 0, "seed %llu: finish_at's converted output", (unsigned long long)g_seed);
+    cudaFree(d_pos); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_qw); cudaFree(d_kw); cudaFree(d_q2);
+    cudaFree(d_k2); cudaFree(d_kc1); cudaFree(d_vc1); cudaFree(d_kc2); cudaFree(d_vc2); cudaFree(d_cs);
+    cudaFree(d_o1); cudaFree(d_o2); cudaFree(d_s); cudaFree(d_act); cudaFree(d_act_ref);
+    free(q); free(k); free(v); free(qw); free(kw); free(kc); free(vc); free(c1); free(c2); free(o1); free(o2);
+    free(q_after); free(k_after); free(act); free(act_ref);
+}
+
+Test(cuda_attention, decode_with_the_finish_in_its_blocks)
+{
+    seed_rng();
+    check_finish(0, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, 1);    /* first token: the own key only */
+    check_finish(63, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, 1);   /* the last key of a full chunk */
+    check_finish(64, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, 1);   /* a chunk of the own key alone */
+    check_finish(1000, 32, 4, 128, 128, MP_CUDA_ROPE_NEOX, 1); /* Qwen3's heads, 16 chunks */
+    check_finish(300, 32, 8, 128, 128, MP_CUDA_ROPE_NEOX, 0);  /* Mixtral's: no q/k norm */
+    check_finish(130, 16, 16, 64, 64, MP_CUDA_ROPE_NORM, 1);   /* MHA, interleaved pairs */
+    check_finish(200, 8, 2, 256, 256, MP_CUDA_ROPE_NEOX, 1);   /* the 256 kernel */
+    check_finish(77, 4, 2, 80, 64, MP_CUDA_ROPE_NORM, 0);      /* padded dimensions, partial rotation */
+    check_finish(40, 6, 2, 48, 32, MP_CUDA_ROPE_NEOX, 1);      /* a head below 64 dimensions */
+    cr_assert_eq(mp_cuda_attention_finish_at(NULL, NULL, NULL, NULL, NULL, 0, 128, NULL, 0, 1e-6f, NULL, NULL, NULL,
+                                             NULL, 1, 32, 4, 128, NULL, 0, MP_TYPE_F32, NULL, NULL), MP_CUDA_EINVAL);
+}
+
 Test(cuda_attention, refuses_an_odd_head_dim_or_output_format)
 {
     void *d_s = dev_alloc(1 << 20);

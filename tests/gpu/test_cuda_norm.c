@@ -110,6 +110,8 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
     float *dq, *dk, *dv, *dqw, *dkw;
     uint16_t *dkc, *dvc;
     int32_t *dpos;
+    float *dcs; /* the rows' RoPE angles (mp_cuda_rope_table) */
+    cr_assert_eq(cudaMalloc((void **)&dcs, sizeof(float) * (size_t)(rows * rot_dim)), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)&dq, qb), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)&dk, kb), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)&dv, kb), cudaSuccess);
@@ -138,8 +140,9 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
             cr_assert_eq(mp_cuda_rope(dk, rows, KV, n_head_kv, hd, rot_dim, dpos, 10000.0f, style, NULL), 0);
             cr_assert_eq(mp_cuda_kv_store2_at(dkc, dvc, dk, dv, rows, KV, dpos, NULL), 0);
         } else {
+            cr_assert_eq(mp_cuda_rope_table(dcs, dpos, rows, rot_dim, 10000.0f, NULL), 0);
             cr_assert_eq(mp_cuda_qkv_finish(dq, dk, dv, dqw, dkw, norm, rows, n_head, n_head_kv, hd, rot_dim, dpos,
-                                            10000.0f, style, 1e-6f, dkc, dvc, NULL), 0);
+                                            dcs, style, 1e-6f, dkc, dvc, NULL), 0);
         }
         cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
         cudaMemcpy(pass ? q2 : q1, dq, qb, cudaMemcpyDeviceToHost);
@@ -158,7 +161,7 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
     cr_assert_neq(memcmp(cache0 + (size_t)pos[0] * KV, vc2 + (size_t)pos[0] * KV, sizeof(uint16_t) * KV), 0,
                   "seed %u: V row not stored", seed);
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dqw); cudaFree(dkw); cudaFree(dkc); cudaFree(dvc);
-    cudaFree(dpos);
+    cudaFree(dpos); cudaFree(dcs);
     free(q); free(k); free(v); free(qw); free(kw); free(cache0);
     free(q1); free(k1); free(q2); free(k2); free(kc1); free(vc1); free(kc2); free(vc2);
 }
@@ -180,8 +183,9 @@ Test(cuda_norm, qkv_finish_equals_norm_rope_and_store)
         check_qkv_finish(19, 6, 3, 96, 64, MP_CUDA_ROPE_NORM, norm, seed + 8);    /* 228 heads: a partial block */
     }
     /* bad shapes are refused */
-    cr_assert_eq(mp_cuda_qkv_finish(NULL, NULL, NULL, NULL, NULL, 0, 1, 32, 4, 128, 128, NULL, 1e4f, 0, 1e-6f, NULL,
+    cr_assert_eq(mp_cuda_qkv_finish(NULL, NULL, NULL, NULL, NULL, 0, 1, 32, 4, 128, 128, NULL, NULL, 0, 1e-6f, NULL,
                                     NULL, NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_rope_table(NULL, NULL, 1, 128, 1e4f, NULL), MP_CUDA_EINVAL);
 }
 #endif
 

@@ -72,6 +72,39 @@ Test(cuda_ops, rope_neox_and_norm)
     check_rope(MP_CUDA_ROPE_NORM, 2, 3, 80, 48, 500000.0f);
 }
 
+/* mp_cuda_rope_table against mp_rope_cache, row by row: the same layout, and each value within
+ * one float ulp (the double cos/sin of libm and CUDA may round to floats an ulp apart). */
+static void check_rope_table(int64_t n_rows, int64_t rot, float base)
+{
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_rows);
+    for (int64_t r = 0; r < n_rows; r++)
+        pos[r] = r == 0 ? 0 : (int32_t)(rnd_u64() % 40000);
+    int32_t *d_pos = dev_put(pos, sizeof(int32_t) * (size_t)n_rows);
+    float *d_cs;
+    CUDA_OK(cudaMalloc((void **)&d_cs, sizeof(float) * (size_t)(n_rows * rot)));
+    MPC_OK(mp_cuda_rope_table(d_cs, d_pos, n_rows, rot, base, NULL));
+    float *got = malloc(sizeof(float) * (size_t)(n_rows * rot)), *ref = malloc(sizeof(float) * (size_t)rot);
+    dev_get(got, d_cs, sizeof(float) * (size_t)(n_rows * rot));
+    for (int64_t r = 0; r < n_rows; r++) {
+        mp_rope_cache(ref, rot, pos[r], base);
+        for (int64_t i = 0; i < rot; i++)
+            cr_assert(fabsf(got[r * rot + i] - ref[i]) <= 0x1p-24f,
+                      "seed %llu: rope table rot %ld: row %ld (pos %d) value %ld: gpu %.9g, cpu %.9g",
+                      (unsigned long long)g_seed, (long)rot, (long)r, pos[r], (long)i, got[r * rot + i], ref[i]);
+    }
+    cudaFree(d_cs); cudaFree(d_pos);
+    free(pos); free(got); free(ref);
+}
+
+Test(cuda_ops, rope_table_equals_the_cpu_table)
+{
+    seed_rng();
+    check_rope_table(5, 128, 1000000.0f); /* Qwen3 */
+    check_rope_table(3, 64, 10000.0f);
+    check_rope_table(2, 32, 500000.0f);   /* partial rotation */
+    cr_assert_eq(mp_cuda_rope_table(NULL, NULL, 1, 64, 1e4f, NULL), MP_CUDA_EINVAL);
+}
+
 Test(cuda_ops, per_head_qk_rmsnorm)
 {
     seed_rng();

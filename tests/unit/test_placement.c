@@ -214,6 +214,7 @@ static const mp_placement_geom hand = {
  *     router                4·4·4 → 256                                            = 256
  *     ids, weights          2 × (4·2·4 → 256)                                      = 512
  *     tokens, positions     2 × (4·4 → 256)                                        = 512
+ *     RoPE angles           4·(4 / 2)·8 → 256                                      = 256
  *     two flags             2 × 256                                                = 512
  *     replayed routes       2·2 layers·2·4 → 256                                   = 256
  *     logits                32·10·4                                                = 1280
@@ -225,10 +226,10 @@ static const mp_placement_geom hand = {
  *     cuBLAS workspace      32 MiB                                                 = 33554432
  *     (no staging: 4 rows < MP_GPU_COPY_MIN_ROWS)
  *     padding               2·(3·(4·8 + 256) + 16·256 + 4·3·256) + 4·256            = 17088
- *     total                                                                        = 33611712
- *   fixed   = 1000 + 512 + 33611712                                                = 33613224 */
-#define HAND_SCRATCH 33611712u
-#define HAND_FIXED 33613224u
+ *     total                                                                        = 33611968
+ *   fixed   = 1000 + 512 + 33611968                                                = 33613480 */
+#define HAND_SCRATCH 33611968u
+#define HAND_FIXED 33613480u
 
 Test(placement, budget_arithmetic_by_hand)
 {
