@@ -133,40 +133,29 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
     /* positions come from d_pos, and in a graph the keys are split for the whole context: the
      * launches are then the same at every position */
+    if (tr->qk_norm != MP_QK_NORM_FULL) {
+        /* per-head q/k norm (or none), RoPE by the step's angles and the K/V cache store in one launch */
+        KCHECK(mp_cuda_qkv_finish(g->d_q, g->d_k, g->d_v, L->q_norm, L->k_norm, tr->qk_norm == MP_QK_NORM_PER_HEAD,
+                                  n, hp->n_head, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, g->d_rope, style,
+                                  hp->rms_eps, L->k_cache, L->v_cache, g->stream),
+               "q/k norm + rope + kv store");
+    } else {
+        KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
+        KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
+        KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
+                            g->stream), "rope");
+        KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
+                            style, g->stream), "rope");
+        KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
+               "kv store");
+    }
     /* a GEMV-sized step takes wo's activations converted by the attention call (in its merge,
      * where whole heads make whole blocks: one launch fewer a layer) */
     const int vdt_o = n < g->gemm_min_rows ? mp_cuda_vec_dot_type(L->wo.type) : MP_TYPE_F32;
-    void *act_o = vdt_o != MP_TYPE_F32 ? g->d_act : NULL;
-    const int64_t keys_max = g->capturing ? g->s->n_ctx : pos0 + n;
-    const bool per_head = tr->qk_norm == MP_QK_NORM_PER_HEAD;
-    if (tr->qk_norm != MP_QK_NORM_FULL && n == 1) {
-        /* one row (decode): the attention's blocks finish their own heads and store the row's K and V */
-        KCHECK(mp_cuda_attention_finish_at(g->d_q, g->d_k, g->d_v, L->q_norm, L->k_norm, per_head, hp->rot_dim,
-                                           g->d_rope, style, hp->rms_eps, L->k_cache, L->v_cache, g->d_att, g->d_pos,
-                                           keys_max, hp->n_head, hp->n_head_kv, hd, g->d_att_scratch,
-                                           g->att_scratch_bytes, vdt_o, act_o, g->stream),
-               "q/k norm + rope + kv store + attention");
-    } else {
-        if (tr->qk_norm != MP_QK_NORM_FULL) {
-            /* per-head q/k norm (or none), RoPE and the K/V cache store in one launch */
-            KCHECK(mp_cuda_qkv_finish(g->d_q, g->d_k, g->d_v, L->q_norm, L->k_norm, per_head, n, hp->n_head,
-                                      hp->n_head_kv, hd, hp->rot_dim, g->d_pos, g->d_rope, style, hp->rms_eps,
-                                      L->k_cache, L->v_cache, g->stream),
-                   "q/k norm + rope + kv store");
-        } else {
-            KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
-            KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
-            KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
-                                g->stream), "rope");
-            KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
-                                style, g->stream), "rope");
-            KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
-                   "kv store");
-        }
-        KCHECK(mp_cuda_attention_at(g->d_q, L->k_cache, L->v_cache, g->d_att, n, g->d_pos, keys_max, hp->n_head,
-                                    hp->n_head_kv, hd, g->d_att_scratch, g->att_scratch_bytes, vdt_o, act_o,
-                                    g->stream), "attention");
-    }
+    KCHECK(mp_cuda_attention_at(g->d_q, L->k_cache, L->v_cache, g->d_att, n, g->d_pos,
+                                g->capturing ? g->s->n_ctx : pos0 + n, hp->n_head, hp->n_head_kv, hd,
+                                g->d_att_scratch, g->att_scratch_bytes, vdt_o,
+                                vdt_o != MP_TYPE_F32 ? g->d_act : NULL, g->stream), "attention");
     g->act_src = vdt_o != MP_TYPE_F32 ? g->d_att : NULL;
     g->act_vdt = vdt_o;
     return proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err);

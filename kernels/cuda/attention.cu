@@ -20,7 +20,6 @@
 // dimension over a chunk's keys one load at a time: 74 µs per decode layer, run 5 of
 // bench/NOTES-gpu-exec.md.)
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/qkv.cuh"
 
 // the chunking is the scratch size's too (kernels/cuda_sizes.h)
 #define ATT_CHUNK MP_CUDA_ATT_CHUNK
@@ -58,36 +57,16 @@ __device__ __forceinline__ float block_reduce(float v, float *red, bool is_max)
 // same way; the groups meet in shared memory. (V rows copied to shared memory with cp.async while
 // the scores are computed lost: 8.6 / 11.4 / 32.9 µs a row at 129 / 601 / 4,001 keys against
 // 7.6 / 10.1 / 27.7, bench/NOTES-gpu-exec.md run 35.)
-// A one-row step's Q/K finish done by the attention's own blocks (mp_cuda_attention_finish_at):
-// the projections' raw rows, the norm weights and the row's RoPE angles, and the caches to store
-// the row's K and V in. q of the partial kernel is then the raw Q row.
-struct att_finish {
-    const float *k, *v;  // (n_head_kv · hd) the row's raw K and V
-    const float *qw, *kw; // per-head norm weights (NULL: ones), when norm
-    const float2 *cs;    // (rot_dim / 2) the row's RoPE angles
-    uint16_t *kc, *vc;   // the caches: row pos gets the finished K and V
-    int64_t rot_dim;
-    int norm, style;
-    float eps;
-};
-
-// FIN (one row, att_finish): before its chunk, warp 0 finishes the block's query head from the raw
-// row (mpc_qk_finish_warp, the prefill finish's bits); the blocks of the chunk that holds the row's
-// own position also finish its K head (warp 1) and round its V head (warp 2) to F16 in shared
-// memory, take that key from there (the cache rows they read end before it), and the first query
-// head of each KV group stores both in the caches. One launch fewer a layer than
-// mp_cuda_qkv_finish then the partial kernel.
-template <int HDP, bool FIN>
+template <int HDP>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
                     float *__restrict__ part, int64_t pos0, const int32_t *__restrict__ pos, int64_t n_head,
-                    int64_t n_head_kv, int64_t hd, int64_t n_splits, att_finish fin)
+                    int64_t n_head_kv, int64_t hd, int64_t n_splits)
 {
     constexpr int NP = HDP / 2;                // dimension pairs
     constexpr int PPL = NP / 16;               // pairs per lane of a key's half warp
     constexpr int KPW = ATT_CHUNK / ATT_WARPS; // keys per warp
     static_assert(NP <= ATT_THREADS && KPW % 2 == 0, "a pair per weighted-sum thread, two keys a load");
-    static_assert(!FIN || ATT_WARPS >= 3, "a warp each for the Q, K and V heads");
     constexpr int KG = ATT_THREADS / NP;       // key groups of the weighted sum
     constexpr int KPG = ATT_CHUNK / KG;        // keys per key group
     constexpr int VB = KPG < 16 ? KPG : 16;    // V loads in flight per thread
@@ -96,7 +75,6 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
     __shared__ float sc[ATT_CHUNK];
     __shared__ float red[ATT_WARPS];
     __shared__ float os[KG][HDP];
-    __shared__ float fh[FIN ? 3 : 1][FIN ? HDP : 1]; // FIN: the finished Q, K and V heads (K and V F16-rounded)
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP, kh = lane / 16, l16 = lane % 16;
     const int64_t rh = blockIdx.x, split = blockIdx.y;
     const int64_t row = rh / n_head, h = rh % n_head, kvh = h / (n_head / n_head_kv);
@@ -104,39 +82,13 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
     if (t0 >= n_keys) // past the causal bound: the merge does not read this chunk
         return;
     const int len = (int)(t0 + ATT_CHUNK < n_keys ? ATT_CHUNK : n_keys - t0);
-    const bool own = FIN && t0 + ATT_CHUNK >= n_keys; // the chunk holds the row's own key, len - 1
-    const int lenc = own ? len - 1 : len;             // keys read from the cache
     const int np = (int)(hd / 2);
     const int64_t n_kv = n_head_kv * hd;
-    if constexpr (FIN) {
-        const bool store = own && h % (n_head / n_head_kv) == 0;
-        if (warp == 0) {
-            mpc_qk_finish_warp(fh[0], q + rh * hd, fin.qw, fin.norm, hd, fin.rot_dim, fin.cs, fin.style, fin.eps, lane);
-        } else if (own && warp == 1) {
-            mpc_qk_finish_warp(fh[1], fin.k + kvh * hd, fin.kw, fin.norm, hd, fin.rot_dim, fin.cs, fin.style, fin.eps,
-                               lane);
-            for (int64_t i = lane; i < hd; i += MPC_WARP) {
-                const __half k16 = __float2half_rn(fh[1][i]);
-                fh[1][i] = __half2float(k16);
-                if (store)
-                    fin.kc[(n_keys - 1) * n_kv + kvh * hd + i] = __half_as_ushort(k16);
-            }
-        } else if (own && warp == 2) {
-            for (int64_t i = lane; i < hd; i += MPC_WARP) {
-                const __half v16 = __float2half_rn(fin.v[kvh * hd + i]);
-                fh[2][i] = __half2float(v16);
-                if (store)
-                    fin.vc[(n_keys - 1) * n_kv + kvh * hd + i] = __half_as_ushort(v16);
-            }
-        }
-        __syncthreads();
-    }
-    const float *qh = FIN ? &fh[0][0] : q + rh * hd;
     float2 qv[PPL];
 #pragma unroll
     for (int j = 0; j < PPL; j++) {
         const int p = l16 + 16 * j;
-        qv[j] = p < np ? make_float2(qh[2 * p], qh[2 * p + 1]) : make_float2(0.0f, 0.0f);
+        qv[j] = p < np ? make_float2(q[rh * hd + 2 * p], q[rh * hd + 2 * p + 1]) : make_float2(0.0f, 0.0f);
     }
     const float scale = 1.0f / sqrtf((float)hd);
     {
@@ -149,7 +101,7 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
 #pragma unroll
             for (int j = 0; j < PPL; j++) {
                 const int p = l16 + 16 * j;
-                if (key < lenc && p < np) {
+                if (key < len && p < np) {
                     const float2 k = __half22float2(kr[p]);
                     acc += qv[j].x * k.x + qv[j].y * k.y;
                 }
@@ -161,18 +113,8 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
             for (int off = 8; off > 0; off >>= 1) // within the key's half warp
                 s[i] += __shfl_xor_sync(0xffffffffu, s[i], off);
             const int key = warp * KPW + 2 * i + kh;
-            if (l16 == 0 && key < lenc)
+            if (l16 == 0 && key < len)
                 sc[key] = s[i] * scale;
-        }
-    }
-    if constexpr (FIN) {
-        if (own && warp == 0) { // the row's own key, from shared memory
-            float acc = 0.0f;
-            for (int p = lane; p < np; p += MPC_WARP)
-                acc += fh[0][2 * p] * fh[1][2 * p] + fh[0][2 * p + 1] * fh[1][2 * p + 1];
-            acc = mpc_warp_sum(acc);
-            if (lane == 0)
-                sc[len - 1] = acc * scale;
         }
     }
     __syncthreads();
@@ -195,20 +137,13 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
             float2 v[VB];
 #pragma unroll
             for (int t = 0; t < VB; t++)
-                v[t] = p < np && k0 + tb + t < lenc ? __half22float2(vb[(int64_t)(tb + t) * (n_kv / 2)])
-                                                   : make_float2(0.0f, 0.0f);
+                v[t] = p < np && k0 + tb + t < len ? __half22float2(vb[(int64_t)(tb + t) * (n_kv / 2)])
+                                                  : make_float2(0.0f, 0.0f);
 #pragma unroll
             for (int t = 0; t < VB; t++) {
-                const float w = k0 + tb + t < lenc ? sc[k0 + tb + t] : 0.0f;
+                const float w = k0 + tb + t < len ? sc[k0 + tb + t] : 0.0f;
                 o.x += w * v[t].x;
                 o.y += w * v[t].y;
-            }
-        }
-        if constexpr (FIN) {
-            if (own && g == (len - 1) / KPG && p < np) { // the row's own value, from shared memory
-                const float w = sc[len - 1];
-                o.x += w * fh[2][2 * p];
-                o.y += w * fh[2][2 * p + 1];
             }
         }
         os[g][2 * p] = o.x;
@@ -637,32 +572,20 @@ template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k,
     return rc ? rc : 1;
 }
 
-template <int HDP>
-static void partial_launch(dim3 grid, const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_part,
-                           int64_t pos0, const int32_t *d_pos, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                           int64_t n_splits, const att_finish *fin, cudaStream_t st)
-{
-    if (fin)
-        mpc_launch(attn_partial_kernel<HDP, true>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
-                   n_head, n_head_kv, hd, n_splits, *fin);
-    else
-        mpc_launch(attn_partial_kernel<HDP, false>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
-                   n_head, n_head_kv, hd, n_splits, att_finish{});
-}
-
-// fin: a one-row step whose Q/K finish the partial blocks do (n_rows 1, d_q the raw row)
 static int split_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out, int64_t n_rows,
                         int64_t pos0, const int32_t *d_pos, int64_t n_splits, int64_t n_head, int64_t n_head_kv,
-                        int64_t hd, float *d_part, int act_vdt, void *d_act, int *converted, const att_finish *fin,
-                        cudaStream_t st)
+                        int64_t hd, float *d_part, int act_vdt, void *d_act, int *converted, cudaStream_t st)
 {
     const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
     if (hd <= 64)
-        partial_launch<64>(grid, d_q, d_k, d_v, d_part, pos0, d_pos, n_head, n_head_kv, hd, n_splits, fin, st);
+        mpc_launch(attn_partial_kernel<64>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
+                   n_head, n_head_kv, hd, n_splits);
     else if (hd <= 128)
-        partial_launch<128>(grid, d_q, d_k, d_v, d_part, pos0, d_pos, n_head, n_head_kv, hd, n_splits, fin, st);
+        mpc_launch(attn_partial_kernel<128>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
+                   n_head, n_head_kv, hd, n_splits);
     else
-        partial_launch<256>(grid, d_q, d_k, d_v, d_part, pos0, d_pos, n_head, n_head_kv, hd, n_splits, fin, st);
+        mpc_launch(attn_partial_kernel<256>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
+                   n_head, n_head_kv, hd, n_splits);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
     return merge_launch(d_part, d_out, n_rows, pos0, d_pos, n_head, hd, ATT_CHUNK, n_splits, act_vdt, d_act, converted,
@@ -710,7 +633,7 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
         const int rc = split_launch(d_q + r * n_head * head_dim, d_k, d_v, d_out + r * n_head * head_dim, rows,
                                     pos0 + r, d_pos ? d_pos + r : NULL, n_splits, n_head, n_head_kv, head_dim,
                                     (float *)d_scratch, act_vdt, d_act ? (char *)d_act + r * rb : NULL, &converted,
-                                    NULL, st);
+                                    st);
         if (rc)
             return rc;
     }
@@ -739,36 +662,4 @@ extern "C" int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const
         return MP_CUDA_EINVAL; // an activation format, and rows of whole blocks
     return attention(d_q, d_k, d_v, d_out, n_rows, 0, d_pos, n_keys_max, n_head, n_head_kv,
                      head_dim, d_scratch, scratch_bytes, act_vdt, d_act, stream);
-}
-
-extern "C" int mp_cuda_attention_finish_at(const float *d_q, const float *d_k, const float *d_v, const float *d_q_norm,
-                                           const float *d_k_norm, int norm, int64_t rot_dim, const float *d_rope_cs,
-                                           int style, float eps, uint16_t *d_kcache, uint16_t *d_vcache, float *d_out,
-                                           const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
-                                           int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
-                                           int act_vdt, void *d_act, void *stream)
-{
-    if (!d_q || !d_k || !d_v || !d_rope_cs || !d_kcache || !d_vcache || !d_out || !d_pos || n_keys_max < 1 ||
-        n_head < 1 || n_head_kv < 1 || n_head % n_head_kv || head_dim < 2 || head_dim % 2 || head_dim > ATT_MAX_HD ||
-        rot_dim < 2 || rot_dim % 2 || rot_dim > head_dim || (style != MP_CUDA_ROPE_NEOX && style != MP_CUDA_ROPE_NORM))
-        return MP_CUDA_EINVAL;
-    if (d_act && act_vdt != MP_TYPE_F32 &&
-        ((act_vdt != MP_TYPE_Q8_0 && act_vdt != MP_TYPE_Q8_K) || !mpc_row_bytes(act_vdt, n_head * head_dim)))
-        return MP_CUDA_EINVAL;
-    const int64_t n_splits = (n_keys_max + ATT_CHUNK - 1) / ATT_CHUNK;
-    if (n_splits > 65535)
-        return MP_CUDA_EINVAL;
-    if (!d_scratch || scratch_bytes < mp_cuda_attention_scratch_bytes(1, n_head, head_dim, n_keys_max))
-        return MP_CUDA_ENOMEM;
-    const att_finish fin = {d_k, d_v, norm ? d_q_norm : NULL, norm ? d_k_norm : NULL, (const float2 *)d_rope_cs,
-                            d_kcache, d_vcache, rot_dim, norm, style, eps};
-    cudaStream_t st = (cudaStream_t)stream;
-    int converted = 0;
-    const int rc = split_launch(d_q, d_kcache, d_vcache, d_out, 1, 0, d_pos, n_splits, n_head, n_head_kv, head_dim,
-                                (float *)d_scratch, act_vdt, d_act, &converted, &fin, st);
-    if (rc)
-        return rc;
-    if (d_act && act_vdt != MP_TYPE_F32 && !converted)
-        return mp_cuda_quantize_act(act_vdt, d_out, n_head * head_dim, 1, n_head * head_dim, d_act, st);
-    return 0;
 }

@@ -299,19 +299,6 @@ int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *
                          int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
                          int act_vdt, void *d_act, void *stream);
 
-/* mp_cuda_qkv_finish then mp_cuda_attention_at for a step of one row, in the attention's launches:
- * each split-K block finishes its own query head from the raw row d_q, and the blocks of the chunk
- * holding the row's position d_pos[0] finish its K and V heads from the raw rows d_k, d_v, use
- * them from shared memory and store them in the caches (one block per KV head). d_q, d_k and d_v
- * are only read. Norm, RoPE and the stored K/V bits are mp_cuda_qkv_finish's; the output is
- * attention's up to the order of the own key's terms (a few ulp). One launch fewer a layer. */
-int mp_cuda_attention_finish_at(const float *d_q, const float *d_k, const float *d_v, const float *d_q_norm,
-                                const float *d_k_norm, int norm, int64_t rot_dim, const float *d_rope_cs, int style,
-                                float eps, uint16_t *d_kcache, uint16_t *d_vcache, float *d_out,
-                                const int32_t *d_pos, int64_t n_keys_max, int64_t n_head, int64_t n_head_kv,
-                                int64_t head_dim, void *d_scratch, size_t scratch_bytes, int act_vdt, void *d_act,
-                                void *stream);
-
 /* Tests: 0 runs steps of more than MP_CUDA_ATT_SMALL_ROWS rows as a device without the tiled
  * kernel's shared memory does (split-K in steps of MP_CUDA_ATT_SMALL_ROWS rows); 1, the default,
  * the tiled kernel. Process-wide. */

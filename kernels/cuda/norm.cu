@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/qkv.cuh"
 
 // The block-wide f32 sum of each thread's partial (warp shuffles, then the warps' sums): the
 // same order for every norm kernel here, which is what makes add_rmsnorm bit-identical.
@@ -130,9 +129,10 @@ __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const f
 
 // What follows the Q/K/V projections of a step, in one launch: one block per (row, head) of Q,
 // K and V. Q and K heads: optional per-head RMSNorm (norm_row with rmsnorm_kernel's block size),
-// then RoPE of every pair (mpc_rope_rotate by the rows' table of angles), written back; K heads also go to the F16 cache at row
+// then RoPE of every pair (mpc_rope_rotate by the rows' table of angles, mp_cuda_rope_table), written back; K heads also go to the F16 cache at row
 // d_pos[row]; V heads only go to the cache. Five launches before (q norm, k norm, rope q, rope k,
 // K+V store), bit-identical results.
+#define QKV_FINISH_THREADS 256
 __global__ void qkv_finish_kernel(float *q, float *k, const float *v, const float *qw, const float *kw,
                                   int norm, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t rot_dim,
                                   const int32_t *pos, const float2 *cs, int style, float eps, uint16_t *kc,
@@ -208,7 +208,38 @@ qkv_finish_warp_kernel(float *q, float *k, const float *v, const float *qw, cons
     }
     const bool is_q = h < n_head;
     float *x = is_q ? q + (r * n_head + h) * hd : k + r * n_kv + (h - n_head) * hd;
-    mpc_qk_finish_warp(head, x, is_q ? qw : kw, norm, hd, rot_dim, cs + r * (rot_dim / 2), style, eps, lane);
+    for (int64_t i = lane; i < hd; i += 32)
+        head[i] = x[i];
+    __syncwarp();
+    if (norm) {
+        float part[QKV_FINISH_THREADS / 32]; // lane 0: virtual warp vw's shuffle-down sum
+#pragma unroll
+        for (int vw = 0; vw < QKV_FINISH_THREADS / 32; vw++) {
+            float sum = 0.0f;
+            for (int64_t i = lane + 32 * vw; i < hd; i += QKV_FINISH_THREADS)
+                sum += head[i] * head[i];
+            for (int off = 16; off > 0; off >>= 1)
+                sum += __shfl_down_sync(0xffffffffu, sum, off);
+            part[vw] = sum;
+        }
+        float sum = 0.0f; // block_sum's second phase: lane vw holds warp vw's sum, the rest zero
+#pragma unroll
+        for (int vw = 0; vw < QKV_FINISH_THREADS / 32; vw++) {
+            const float s = __shfl_sync(0xffffffffu, part[vw], 0);
+            if (lane == vw)
+                sum = s;
+        }
+        for (int off = 16; off > 0; off >>= 1)
+            sum += __shfl_down_sync(0xffffffffu, sum, off);
+        const float scale = rsqrtf(__shfl_sync(0xffffffffu, sum, 0) / (float)hd + eps);
+        const float *wt = is_q ? qw : kw;
+        for (int64_t i = lane; i < hd; i += 32)
+            head[i] = head[i] * scale * (wt ? wt[i] : 1.0f);
+        __syncwarp();
+    }
+    for (int64_t i = lane; i < rot_dim / 2; i += 32)
+        mpc_rope_rotate(head, i, rot_dim, cs[r * (rot_dim / 2) + i], style);
+    __syncwarp();
     for (int64_t i = lane; i < hd; i += 32)
         x[i] = head[i];
     if (!is_q) {
