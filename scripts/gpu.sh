@@ -19,8 +19,11 @@
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   bench-ab   bench-exec's CONFIGS for two builds, alternated AB_ROUNDS (default 2) times: this
 #              tree against the source tree in AB_BASE (default .base; make it with `git archive REV |
-#              tar -x -C .base` and carry it), built in AB_BASE/build-gpu -> $OUT/ab-{head,base}-N/
-#              and $OUT/ab.md (the host's bandwidth drifts within minutes: only alternated A/Bs count)
+#              tar -x -C .base`, drop .base/bench/results to stay under the device tool's carry limit,
+#              and carry it; a carried folder is replaced at every call, so copy it outside the tree,
+#              e.g. AB_BASE=/tmp/mp-base, to keep its build between calls), built in AB_BASE/build-gpu
+#              -> $OUT/ab-{head,base}-N/ and $OUT/ab.md (the host's bandwidth drifts within minutes:
+#              only alternated A/Bs count)
 #   bench-trace    decode tok/s with tracing on vs off (bench/trace_overhead.c) on the 30B preset
 #   profile    where the GPU time goes: `collect --cupti` of bench/prompt-long.jsonl (a 510-token prompt,
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
