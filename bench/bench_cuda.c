@@ -165,16 +165,39 @@ static cudaGraphExec_t moe_graph(const mp_cuda_moe_args *a, cudaStream_t st, cud
     return exec;
 }
 
-/* One decode MoE call (1 row, top-8 of 128 experts), captured as a CUDA graph per weight copy with
+/* An expert shape of the decode sweep: the presets' (mkmodel) and the accuracy matrix's. */
+typedef struct moe_shape {
+    const char *name;
+    int64_t D, F, E, K; /* n_embd, n_ff, n_expert, top_k */
+} moe_shape;
+
+static const moe_shape shape_30b = {"qwen3-30b-a3b", 2048, 768, 128, 8};
+static const moe_shape dec_shapes[] = {
+    {"qwen3-30b-a3b", 2048, 768, 128, 8},
+    {"olmoe", 2048, 1024, 64, 8},
+    {"qwen3-256 (accuracy matrix)", 2048, 512, 256, 8},
+    {"mixtral", 4096, 14336, 8, 2},
+    {"top-1 of 16", 2048, 2048, 16, 1},
+};
+
+/* A setting of the decode down kernel, and its name in the output. */
+typedef struct dec_variant {
+    int lanes;        /* mp_cuda_moe_set_dec_down */
+    const char *name;
+} dec_variant;
+
+/* One decode MoE call (1 row, top_k of n_expert), captured as a CUDA graph per weight copy with
  * its timing events (external record nodes) and replayed, as the runtime's decode graphs run it:
- * the GPU time without the host's launch gaps. `kernels` names what runs (moe_dec.cu's pair
- * kernels for Q4_K/Q6_K, moe.cu's unit kernels otherwise). */
-static void bench_moe(int gate_type, int down_type, const char *kernels, int reps)
+ * the GPU time without the host's launch gaps; for each of the n_vars settings of the down kernel,
+ * alternated in `rounds` rounds on the same weights. */
+
+static void bench_moe(const moe_shape *sh, int gate_type, int down_type, const dec_variant *vars, int n_vars,
+                      int rounds, int reps)
 {
-    const int64_t D = 2048, F = 768, E = 128, K = 8;
+    const int64_t D = sh->D, F = sh->F, E = sh->E, K = sh->K;
     const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
     const size_t g_exp = grb * (size_t)F, d_exp = drb * (size_t)D;
-    /* one layer's three expert tensors, all in device memory (~340 MB for Q4_K/Q6_K) */
+    /* one layer's three expert tensors, all in device memory (~340 MB for the 30B's Q4_K/Q6_K) */
     copies g = make_copies(gate_type, g_exp * (size_t)E, D), u = make_copies(gate_type, g_exp * (size_t)E, D);
     copies d = make_copies(down_type, d_exp * (size_t)E, F);
     float *d_x, *d_out, *d_w;
@@ -183,13 +206,14 @@ static void bench_moe(int gate_type, int down_type, const char *kernels, int rep
     CK(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)D));
     CK(cudaMalloc((void **)&d_w, sizeof(float) * (size_t)K));
     CK(cudaMalloc((void **)&d_ids, sizeof(int32_t) * (size_t)K));
-    float hx[2048], hw[8];
-    for (int i = 0; i < 2048; i++)
+    float *hx = malloc(sizeof(float) * (size_t)D), *hw = malloc(sizeof(float) * (size_t)K);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)K);
+    for (int64_t i = 0; i < D; i++)
         hx[i] = next_unit();
-    for (int i = 0; i < 8; i++)
-        hw[i] = 0.125f;
-    CK(cudaMemcpy(d_x, hx, sizeof hx, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_w, hw, sizeof hw, cudaMemcpyHostToDevice));
+    for (int64_t k = 0; k < K; k++)
+        hw[k] = 1.0f / (float)K;
+    CK(cudaMemcpy(d_x, hx, sizeof(float) * (size_t)D, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_w, hw, sizeof(float) * (size_t)K, cudaMemcpyHostToDevice));
     const size_t sb = mp_cuda_moe_scratch_bytes(gate_type, down_type, D, F, 1, K);
     void *d_s;
     CK(cudaMalloc(&d_s, sb));
@@ -200,41 +224,63 @@ static void bench_moe(int gate_type, int down_type, const char *kernels, int rep
     CK(cudaEventCreate(&e1));
     const int n_graphs = g.n < u.n ? (g.n < d.n ? g.n : d.n) : (u.n < d.n ? u.n : d.n);
     cudaGraphExec_t *exec = calloc((size_t)n_graphs, sizeof *exec);
-    for (int c = 0; c < n_graphs; c++) {
-        mp_cuda_moe_args a = {
-            .gate = {gate_type, g.d + (size_t)c * g.bytes, g_exp, NULL, grb},
-            .up = {gate_type, u.d + (size_t)c * u.bytes, g_exp, NULL, grb},
-            .down = {down_type, d.d + (size_t)c * d.bytes, d_exp, NULL, drb},
-            .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = 1,
-            .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
-            .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
-        };
-        exec[c] = moe_graph(&a, st, e0, e1);
-    }
     float *ms = malloc(sizeof(float) * (size_t)reps);
-    for (int r = -3; r < reps; r++) {
-        int32_t ids[8]; /* 8 distinct experts, different each step: the L2 cannot hold them */
-        for (int k = 0; k < 8; k++)
-            ids[k] = (int32_t)((r + 3) * 8 + k) % 128;
-        CK(cudaMemcpyAsync(d_ids, ids, sizeof ids, cudaMemcpyHostToDevice, st));
-        CK(cudaGraphLaunch(exec[(r + 3) % n_graphs], st));
-        CK(cudaStreamSynchronize(st));
-        if (r >= 0)
-            CK(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     const double bytes = (double)K * (2.0 * (double)g_exp + (double)d_exp);
-    printf("| moe (graph, %s) | %s/%s | 128 experts top-8, 1 row | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
-           kernels, mp_type_name(gate_type), mp_type_name(down_type), ms[reps / 2] * 1e3,
-           bytes / (ms[reps / 2] * 1e-3) / 1e9, ms[0] * 1e3);
-    for (int c = 0; c < n_graphs; c++)
-        cudaGraphExecDestroy(exec[c]);
+    for (int round = 0; round < rounds; round++)
+        for (int v = 0; v < n_vars; v++) {
+            mp_cuda_moe_set_dec_down(vars[v].lanes);
+            for (int c = 0; c < n_graphs; c++) {
+                mp_cuda_moe_args a = {
+                    .gate = {gate_type, g.d + (size_t)c * g.bytes, g_exp, NULL, grb},
+                    .up = {gate_type, u.d + (size_t)c * u.bytes, g_exp, NULL, grb},
+                    .down = {down_type, d.d + (size_t)c * d.bytes, d_exp, NULL, drb},
+                    .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = 1,
+                    .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
+                    .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
+                };
+                exec[c] = moe_graph(&a, st, e0, e1);
+            }
+            for (int r = -3; r < reps; r++) {
+                /* K distinct experts, the next ones each step: the L2 holds no step's weights from the last */
+                for (int64_t k = 0; k < K; k++)
+                    ids[k] = (int32_t)((((int64_t)r + 3) * K + k) % E);
+                CK(cudaMemcpyAsync(d_ids, ids, sizeof(int32_t) * (size_t)K, cudaMemcpyHostToDevice, st));
+                CK(cudaGraphLaunch(exec[(r + 3) % n_graphs], st));
+                CK(cudaStreamSynchronize(st));
+                if (r >= 0)
+                    CK(cudaEventElapsedTime(&ms[r], e0, e1));
+            }
+            for (int c = 0; c < n_graphs; c++)
+                CK(cudaGraphExecDestroy(exec[c]));
+            qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+            printf("| moe (graph, %s) | %s/%s | %s: %ld experts top-%ld, %ld x %ld | 1 | %8.1f us | %7.1f GB/s | min %8.1f us |\n",
+                   vars[v].name, mp_type_name(gate_type), mp_type_name(down_type), sh->name, (long)E, (long)K,
+                   (long)D, (long)F, ms[reps / 2] * 1e3, bytes / (ms[reps / 2] * 1e-3) / 1e9, ms[0] * 1e3);
+            fflush(stdout);
+        }
+    mp_cuda_moe_set_dec_down(-1);
     free(exec);
     cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w);
     cudaFree(d_ids); cudaFree(d_s);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     cudaStreamDestroy(st);
-    free(ms);
+    free(ms); free(hx); free(hw); free(ids);
+}
+
+/* The decode sweep: every shape of dec_shapes with the expert types of the K-quant mixes
+ * (llama.cpp's Q4_K_M gives the experts' down Q6_K or Q4_K by layer, Q5_K_M Q6_K or Q5_K) and
+ * Q8_0, the down kernel's variants alternated in `rounds` rounds: the rule, 8 lanes, a warp per
+ * dot, and moe.cu's unit kernels. */
+static void bench_moe_sweep(int reps, int rounds)
+{
+    static const int pairs[][2] = {{MP_TYPE_Q4_K, MP_TYPE_Q6_K}, {MP_TYPE_Q4_K, MP_TYPE_Q4_K},
+                                   {MP_TYPE_Q5_K, MP_TYPE_Q5_K}, {MP_TYPE_Q8_0, MP_TYPE_Q8_0}};
+    static const dec_variant variants[] = {
+        {-1, "down by rule"}, {8, "down 8 lanes"}, {32, "down warp"}, {0, "down unit"}};
+    for (size_t sh = 0; sh < sizeof dec_shapes / sizeof *dec_shapes; sh++)
+        for (size_t p = 0; p < sizeof pairs / sizeof *pairs; p++) /* Q8_0 down: the unit kernels whatever the setting */
+            bench_moe(&dec_shapes[sh], pairs[p][0], pairs[p][1], variants, pairs[p][1] == MP_TYPE_Q8_0 ? 1 : 4,
+                      rounds, reps);
 }
 
 /* One prefill MoE call of n_rows rows (top-8 of 128 experts, random distinct routes per row),
@@ -605,7 +651,8 @@ int main(int argc, char **argv)
         (argc > 1 && !strcmp(argv[1], "--help"))) {
         printf("usage: bench_cuda [REPS [prefill|decode|far|attn]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
                "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512\n"
-               "       rows; decode: only the 1-row expert call, Q4_K/Q6_K and Q8_0, twice; far: the 1-row\n"
+               "       rows; decode: the 1-row expert call of five shapes (the presets', top-1 of 16) with the\n"
+               "       K-quant mixes' and Q8_0 experts, the down kernel's variants alternated twice; far: the 1-row\n"
                "       call with far routes (whole, split) on Mixtral's and Qwen3-30B-A3B's experts, the\n"
                "       gather's blocks sized by the SMs against one block per chunk, alternated; attn: attention,\n"
                "       decode rows as graphs and prefill steps of 16 ... 2048 rows)\n");
@@ -639,10 +686,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (decode_only) { /* the 1-row expert call, twice */
-        for (int round = 0; round < 2; round++) {
-            bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, "pair kernels", reps);
-            bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, "unit kernels", reps);
-        }
+        bench_moe_sweep(reps, 2);
         return 0;
     }
     const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
@@ -651,8 +695,9 @@ int main(int argc, char **argv)
         bench_gemv(types[t], 768 * 8, 2048, reps);
         bench_gemv(types[t], 151936, 2048, reps);
     }
-    bench_moe(MP_TYPE_Q4_K, MP_TYPE_Q6_K, "pair kernels", reps);
-    bench_moe(MP_TYPE_Q8_0, MP_TYPE_Q8_0, "unit kernels", reps);
+    static const dec_variant rule = {-1, "by rule"};
+    bench_moe(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, &rule, 1, 1, reps);
+    bench_moe(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, &rule, 1, 1, reps);
     for (int mma = 0; mma < 2; mma++) /* prefill: the CUDA-core and the tensor-core paths side by side */
         for (int64_t rows = 64; rows <= 512; rows *= 8) {
             bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);

@@ -156,8 +156,9 @@ size_t mp_cuda_moe_far_stage_bytes(const mp_cuda_moe_args *a);
  * conversions. */
 int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
 /* On the per-route path (fewer than 16 rows: decode), Q4_K gate/up with 16-byte aligned rows and
- * Q6_K down run moe_dec.cu's kernels (a lane per Q4_K sub-block pair, 8 lanes per Q6_K (element,
- * route) dot), every other case one warp per output row over every route (moe.cu). From 16 rows
+ * Q6_K, Q5_K or Q4_K down (the latter two with 16-byte aligned rows) run moe_dec.cu's kernels (a
+ * lane per Q4_K sub-block pair; 8 lanes, or a warp for rows of 8 super-blocks or more, per down
+ * (element, route) dot), every other case one warp per output row over every route (moe.cu). From 16 rows
  * the routes are grouped by expert; quantized experts (Q4_0, Q8_0, Q4_K, Q6_K) run on the tensor
  * cores (exact int8 products per scale group, scales in F32: the CPU's vec_dot up to summation
  * order) from 64 rows where the pipelined kernel takes both launches, from 320 rows where the first
@@ -165,6 +166,10 @@ int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
  * cross. mp_cuda_moe_set_mma_min_rows(rows) sets one threshold for both instead (0: never; a
  * negative value: the measured ones), process-wide: for tests and benchmarks. */
 void mp_cuda_moe_set_mma_min_rows(int64_t rows);
+/* The decode down kernel (moe_dec.cu): lanes 8 or 32 per dot wherever it applies, 0 never (moe.cu's
+ * one warp per output row instead), any other value the rule above; process-wide, for tests and
+ * benchmarks. */
+void mp_cuda_moe_set_dec_down(int lanes);
 
 /* The far gather's blocks per (row, far rank, tensor): 0 (the default) sizes them by the device's
  * SMs; n > 0 fixes n (at most one per 16 KB chunk of the tensor). For benchmarks and tests. */

@@ -691,9 +691,9 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     }
     if ((rc = mp_cuda_quantize_act(hv, h, a->n_ff, routes, a->n_ff, hq, stream)))
         return rc;
-    if (a->down.type == MP_TYPE_Q6_K) { /* moe_dec.cu */
-        rc = mpc_moe_dec_down_q6k(down, a->n_expert, a->n_ff, a->n_embd, hq, hq_rb, a->d_ids, a->d_weights,
-                                  a->top_k, a->n_rows, a->d_out, a->accumulate, st);
+    if (mpc_moe_dec_down_ok(a->down.type, expert_vec(a->down), a->n_ff)) { /* moe_dec.cu */
+        rc = mpc_moe_dec_down(a->down.type, down, a->n_expert, a->n_ff, a->n_embd, hq, hq_rb, a->d_ids,
+                              a->d_weights, a->top_k, a->n_rows, a->d_out, a->accumulate, st);
         if (rc)
             return rc;
     } else {

@@ -125,10 +125,13 @@ int mpc_moe_mma_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff
 int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd, int64_t n_ff,
                             const uint8_t *xq, size_t xq_rb, const int32_t *ids, int64_t top_k, int64_t routes,
                             float *h, cudaStream_t st);
-// out[row] (+)= Σ_k weights[row, k] · (down_e · h_route) for a Q6_K down (h in Q8_K, per route,
-// hq_rb apart), in slot order, one rounding per element.
-int mpc_moe_dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd, const uint8_t *hq,
-                         size_t hq_rb, const int32_t *ids, const float *weights, int64_t top_k, int64_t n_rows,
-                         float *out, int accumulate, cudaStream_t st);
+// Whether a down tensor of this type (vec: 16-byte aligned rows, moe.cu's expert_vec) and n_ff runs
+// mpc_moe_dec_down: Q6_K, Q5_K or Q4_K (the latter two vec), unless mp_cuda_moe_set_dec_down(0).
+bool mpc_moe_dec_down_ok(int type, bool vec, int64_t n_ff);
+// out[row] (+)= Σ_k weights[row, k] · (down_e · h_route) for a Q6_K, Q5_K or Q4_K down (h in Q8_K,
+// per route, hq_rb apart; top_k <= 32), in slot order, one rounding per element.
+int mpc_moe_dec_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd, const uint8_t *hq,
+                     size_t hq_rb, const int32_t *ids, const float *weights, int64_t top_k, int64_t n_rows,
+                     float *out, int accumulate, cudaStream_t st);
 
 #endif

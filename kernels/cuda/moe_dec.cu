@@ -1,6 +1,7 @@
-// kernels/cuda/moe_dec.cu — the decode experts for the K-quant mix (Q4_K gate/up, Q6_K down):
-// the per-route path of mp_cuda_moe_experts (fewer rows than the grouped path's 16) where these
-// types and alignments hold; moe.cu's unit kernels serve every other case.
+// kernels/cuda/moe_dec.cu — the decode experts for the K-quant mixes (Q4_K gate/up; Q6_K, Q5_K or
+// Q4_K down, as llama.cpp's Q4_K_M and Q5_K_M give the experts' down tensors by layer): the
+// per-route path of mp_cuda_moe_experts (fewer rows than the grouped path's 16) where these types
+// and alignments hold; moe.cu's unit kernels serve every other case.
 //
 // Why separate kernels: Nsight Compute on the H200 (bench/results/2026-12-01-h200-ncu-decode.txt)
 // had the unit kernels at 27.5 % (gate/up) and 13.1 % (down) of DRAM bandwidth. gate/up used 117
@@ -13,12 +14,16 @@
 // nibbles of 32 quant bytes, one 128-bit pair of loads, each byte read once), so a 2,048-element
 // row is one pass of a warp; a warp computes R (DEC_GU_ROWS, 2) rows j of gate and of up for its route, every
 // row's loads issued before the first dot. x's pair is loaded once per pass for all of them.
-// down (dec_down_q6k): a group of 8 lanes owns one (output element d, route k) dot; lane t takes
-// half t / 4 and the 8-element run t % 4 of every 128-element quarter (32 elements per super-block,
-// 24 bytes: 16 of low nibbles, 8 of high bits, each read once). A block of 256 threads computes
-// DB (DEC_DOWN_OUTS, 4) output elements for all top_k routes (a warp's 4 groups: 4 consecutive rows of one
-// expert), keeps weight_k · dot in shared memory and sums them in slot order: the combine is
-// fused, deterministic, one rounding per output element, as moe.cu's down kernels.
+// down (dec_down): a group of 8 lanes owns one (output element d, route k) dot, each lane an
+// eighth of every super-block, each byte read once: Q6_K, half t / 4 and the 8-element run t % 4
+// of every 128-element quarter (24 bytes: 16 of low nibbles, 8 of high bits); Q4_K and Q5_K, 16
+// of the 128 quant bytes (32 elements of two sub-blocks) and, Q5_K, the 16 bytes of their high
+// bits. Rows of DEC_DOWN_WARP_MIN_SB super-blocks or more (Mixtral's 14,336) take a warp per dot,
+// four super-blocks at a time: an 8-lane group would walk 56 of them one after the other. A block
+// of 256 threads computes DB output elements for all top_k routes, DB chosen so that one pass of
+// its groups covers DB · top_k items (top-8: 4; top-2: 16), keeps weight_k · dot in shared memory
+// and sums them in slot order: the combine is fused, deterministic, one rounding per output
+// element, as moe.cu's down kernels.
 // Integer products per sub-block are exact (dp4a), as the CPU's vec_dot; only the float scaling
 // and the summation order differ.
 // Measured on the H200 (`bench_cuda 100 decode`, one decode MoE call of the 30B shapes as a graph,
@@ -163,20 +168,92 @@ __device__ __forceinline__ float dec_q6k_dot(const uint8_t *b, const uint8_t *yb
     return __fmul_rn(d, dy) * (float)total;
 }
 
-template <int DB>
-__global__ void __launch_bounds__(DEC_DOWN_THREADS)
-dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *hq, size_t hq_row_bytes,
-             const int32_t *ids, const float *weights, int64_t top_k, int64_t n_embd, float *out, int accumulate,
-             int64_t row_base)
+// Lane t's (0..8) eighth of a Q4_K super-block b (16-byte aligned) dotted with the Q8_K
+// super-block yb: bytes [16 h, 16 h + 16) of 64-element chunk jp's 32 quant bytes (jp = t / 2,
+// h = t % 2), whose low nibbles are elements 64 jp + 16 h + i of sub-block 2 jp and whose high
+// nibbles elements 64 jp + 32 + 16 h + i of sub-block 2 jp + 1 (i < 16). Q5_K (HIGH) adds each
+// element's fifth bit from qh: bit 2 jp (low nibbles) or 2 jp + 1 (high) of qh[16 h + i].
+template <bool HIGH>
+__device__ __forceinline__ float dec_q45k_dot(const uint8_t *b, const uint8_t *yb, int t)
 {
-    __shared__ float part[DB * 32]; // [d_local][k]: weight_k · (down_e[d] · h_k)
+    const int jp = t >> 1, h = t & 1;
+    const uint32_t dd = *(const uint32_t *)b;
+    const uint32_t *sw = (const uint32_t *)(b + 4);
+    const uint32_t s0 = sw[0], s1 = sw[1], s2 = sw[2];
+    const uint4 q = *(const uint4 *)(b + (HIGH ? 48 : 16) + 32 * jp + 16 * h);
+    uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
+    uint32_t hi[4] = {(q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu,
+                      (q.w >> 4) & 0x0F0F0F0Fu};
+    if (HIGH) {
+        const uint4 qh = *(const uint4 *)(b + 16 + 16 * h);
+        const uint32_t hw[4] = {qh.x, qh.y, qh.z, qh.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            lo[k] |= ((hw[k] >> (2 * jp)) & 0x01010101u) << 4;
+            hi[k] |= ((hw[k] >> (2 * jp + 1)) & 0x01010101u) << 4;
+        }
+    }
+    auto byte = [&](int i) -> int {
+        const uint32_t w = i < 4 ? s0 : i < 8 ? s1 : s2;
+        return (int)((w >> (8 * (i & 3))) & 0xFFu);
+    };
+    int sc0, m0, sc1, m1;
+    mpc_q4k_scale_min(byte, 2 * jp, sc0, m0);
+    mpc_q4k_scale_min(byte, 2 * jp + 1, sc1, m1);
+    const int *y0 = (const int *)(yb + 4 + 64 * jp + 16 * h), *y1 = (const int *)(yb + 4 + 64 * jp + 32 + 16 * h);
+    int i0 = 0, i1 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        i0 = __dp4a((int)lo[k], y0[k], i0);
+        i1 = __dp4a((int)hi[k], y1[k], i1);
+    }
+    const int16_t *bs = (const int16_t *)(yb + 260); // Q8_K's sums of 16 elements
+    const int ys0 = bs[4 * jp + h], ys1 = bs[4 * jp + 2 + h];
+    const float dy = *(const float *)yb;
+    const float d = mpc_f16((uint16_t)(dd & 0xFFFFu)), dmin = mpc_f16((uint16_t)(dd >> 16));
+    return __fmul_rn(d, dy) * (float)(sc0 * i0 + sc1 * i1) - __fmul_rn(dmin, dy) * (float)(m0 * ys0 + m1 * ys1);
+}
+
+// The down types of dec_down: the super-block's bytes and a lane's eighth of its dot.
+struct dec_q6k {
+    static constexpr int bytes = 210;
+    __device__ __forceinline__ static float dot(const uint8_t *b, const uint8_t *yb, int t)
+    {
+        return dec_q6k_dot(b, yb, t / 4, t % 4);
+    }
+};
+struct dec_q4k {
+    static constexpr int bytes = 144;
+    __device__ __forceinline__ static float dot(const uint8_t *b, const uint8_t *yb, int t)
+    {
+        return dec_q45k_dot<false>(b, yb, t);
+    }
+};
+struct dec_q5k {
+    static constexpr int bytes = 176;
+    __device__ __forceinline__ static float dot(const uint8_t *b, const uint8_t *yb, int t)
+    {
+        return dec_q45k_dot<true>(b, yb, t);
+    }
+};
+
+// A block of 256 threads computes DB output elements d of one row for all its top_k routes: an
+// item (d, k) is one group of LPI lanes (8: one super-block at a time, each lane an eighth of it;
+// 32: four super-blocks at a time), items in passes of 256 / LPI.
+template <int DB, int LPI, typename Blk>
+__global__ void __launch_bounds__(DEC_DOWN_THREADS)
+dec_down(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *hq, size_t hq_row_bytes,
+         const int32_t *ids, const float *weights, int64_t top_k, int64_t n_embd, float *out, int accumulate,
+         int64_t row_base)
+{
+    constexpr int GROUPS = DEC_DOWN_THREADS / LPI, SB_STEP = LPI / 8;
+    __shared__ float part[DB * 32]; // [d_local][k]: weight_k · (down_e[d] · h_k); top_k <= 32
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
-    const int t = threadIdx.x % 8, grp = threadIdx.x / 8;
-    const int hh = t / 4, tq = t % 4;
+    const int lane = threadIdx.x % LPI, grp = threadIdx.x / LPI, t = lane % 8, sb0 = lane / 8;
     const int64_t row = row_base + blockIdx.y, d0 = (int64_t)blockIdx.x * DB;
     const int items = DB * (int)top_k;
-    for (int it0 = 0; it0 < items; it0 += DEC_DOWN_THREADS / 8) { // the same count for every lane
+    for (int it0 = 0; it0 < items; it0 += GROUPS) { // the same count for every lane
         const int it = it0 + grp, k = it / DB, dl = it % DB;
         const int64_t d = d0 + dl, r = row * top_k + k;
         const uint8_t *dw = it < items && d < n_embd ? mpc_route_ptr(down, ids, r, top_k, n_expert) : NULL;
@@ -184,13 +261,13 @@ dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *h
         if (dw) {
             const uint8_t *wrow = dw + d * down.row_bytes, *hrow = hq + r * hq_row_bytes;
 #pragma unroll 3
-            for (int64_t sb = 0; sb < n_sb; sb++)
-                acc += dec_q6k_dot(wrow + sb * 210, hrow + sb * 292, hh, tq);
+            for (int64_t sb = sb0; sb < n_sb; sb += SB_STEP)
+                acc += Blk::dot(wrow + sb * Blk::bytes, hrow + sb * 292, t);
         }
-        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-        if (t == 0 && it < items)
+#pragma unroll
+        for (int off = LPI / 2; off > 0; off >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0 && it < items)
             part[dl * 32 + k] = dw ? weights[r] * acc : 0.0f;
     }
     __syncthreads();
@@ -207,10 +284,11 @@ dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_sb, const uint8_t *h
 // ---- launchers ----
 
 // The shape, measured on the H200 (bench_cuda 100 decode, bench/NOTES-gpu-exec.md run 30): 2 rows
-// per gate/up warp (1 row the same, 19.8 against 19.5 µs for the call; 4 rows 22.4) and 4 outputs
-// per down block (8: 22.4).
+// per gate/up warp (1 row the same, 19.8 against 19.5 µs for the call; 4 rows 22.4); for down, 4
+// outputs per block of top-8 routes, one pass of its 32 groups (8 outputs, two passes: 22.4).
 #define DEC_GU_ROWS 2
-#define DEC_DOWN_OUTS 4
+// down: a whole warp per dot from this many super-blocks a row (n_ff / 256), else 8 lanes.
+#define DEC_DOWN_WARP_MIN_SB 8
 
 int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd, int64_t n_ff,
                             const uint8_t *xq, size_t xq_rb, const int32_t *ids, int64_t top_k, int64_t routes,
@@ -226,15 +304,65 @@ int mpc_moe_dec_gate_up_q4k(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }
 
-int mpc_moe_dec_down_q6k(mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd, const uint8_t *hq,
-                         size_t hq_rb, const int32_t *ids, const float *weights, int64_t top_k, int64_t n_rows,
-                         float *out, int accumulate, cudaStream_t st)
+static int g_dec_down_lanes = -1; // mp_cuda_moe_set_dec_down: -1 by rule, 0 off, 8 or 32
+
+extern "C" void mp_cuda_moe_set_dec_down(int lanes)
 {
+    g_dec_down_lanes = lanes == 0 || lanes == 8 || lanes == 32 ? lanes : -1;
+}
+
+bool mpc_moe_dec_down_ok(int type, bool vec, int64_t n_ff)
+{
+    if (g_dec_down_lanes == 0 || n_ff % 256)
+        return false;
+    return type == MP_TYPE_Q6_K || ((type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K) && vec);
+}
+
+// The outputs per block: one pass of the block's groups over DB · top_k items (at least 4 outputs
+// with 8-lane groups: the measured top-8 shape), a power of two.
+static int dec_down_outs(int groups, int64_t top_k)
+{
+    int db = 1;
+    while (db < 32 && (int64_t)(2 * db) * top_k <= groups)
+        db *= 2;
+    return groups == 32 && db < 4 ? 4 : db;
+}
+
+template <typename Blk>
+static void launch_dec_down(int lanes, int db, dim3 grid, cudaStream_t st, mpc_expert_t down, int64_t n_expert,
+                            int64_t n_sb, const uint8_t *hq, size_t hq_rb, const int32_t *ids, const float *weights,
+                            int64_t top_k, int64_t n_embd, float *out, int accumulate, int64_t q0)
+{
+#define DEC_DOWN_CASE(DB, LPI)                                                                                     \
+    if (db == DB && lanes == LPI) {                                                                                \
+        mpc_launch(dec_down<DB, LPI, Blk>, grid, dim3(DEC_DOWN_THREADS), 0, st, down, n_expert, n_sb, hq, hq_rb, \
+                   ids, weights, top_k, n_embd, out, accumulate, q0);                                              \
+        return;                                                                                                    \
+    }
+    DEC_DOWN_CASE(4, 8) DEC_DOWN_CASE(8, 8) DEC_DOWN_CASE(16, 8) DEC_DOWN_CASE(32, 8)
+    DEC_DOWN_CASE(1, 32) DEC_DOWN_CASE(2, 32) DEC_DOWN_CASE(4, 32) DEC_DOWN_CASE(8, 32)
+#undef DEC_DOWN_CASE
+}
+
+int mpc_moe_dec_down(int type, mpc_expert_t down, int64_t n_expert, int64_t n_ff, int64_t n_embd, const uint8_t *hq,
+                     size_t hq_rb, const int32_t *ids, const float *weights, int64_t top_k, int64_t n_rows,
+                     float *out, int accumulate, cudaStream_t st)
+{
+    const int64_t n_sb = n_ff / 256;
+    const int lanes = g_dec_down_lanes > 0 ? g_dec_down_lanes : n_sb >= DEC_DOWN_WARP_MIN_SB ? 32 : 8;
+    const int db = dec_down_outs(DEC_DOWN_THREADS / lanes, top_k);
     for (int64_t q0 = 0; q0 < n_rows; q0 += MOE_MAX_GRID_Y) {
         const int64_t nq = n_rows - q0 < MOE_MAX_GRID_Y ? n_rows - q0 : MOE_MAX_GRID_Y;
-        const dim3 grid((unsigned)((n_embd + DEC_DOWN_OUTS - 1) / DEC_DOWN_OUTS), (unsigned)nq);
-        mpc_launch(dec_down_q6k<DEC_DOWN_OUTS>, grid, dim3(DEC_DOWN_THREADS), 0, st, down, n_expert, n_ff / 256, hq,
-                   hq_rb, ids, weights, top_k, n_embd, out, accumulate, q0);
+        const dim3 grid((unsigned)((n_embd + db - 1) / db), (unsigned)nq);
+        if (type == MP_TYPE_Q6_K)
+            launch_dec_down<dec_q6k>(lanes, db, grid, st, down, n_expert, n_sb, hq, hq_rb, ids, weights, top_k,
+                                     n_embd, out, accumulate, q0);
+        else if (type == MP_TYPE_Q5_K)
+            launch_dec_down<dec_q5k>(lanes, db, grid, st, down, n_expert, n_sb, hq, hq_rb, ids, weights, top_k,
+                                     n_embd, out, accumulate, q0);
+        else
+            launch_dec_down<dec_q4k>(lanes, db, grid, st, down, n_expert, n_sb, hq, hq_rb, ids, weights, top_k,
+                                     n_embd, out, accumulate, q0);
     }
     return cudaGetLastError() == cudaSuccess ? 0 : MP_CUDA_ELAUNCH;
 }

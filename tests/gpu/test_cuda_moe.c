@@ -504,7 +504,7 @@ static void check_experts(const moe_case *c)
     free(g); free(u); free(hdq); free(wrow); free(ref); free(mag); free(flip); free(init); free(got); free(slots);
 }
 
-/* The per-route path (< 16 rows; moe_dec.cu's kernels for Q4_K gate/up and Q6_K down, moe.cu's
+/* The per-route path (< 16 rows; moe_dec.cu's kernels for Q4_K gate/up and K-quant down, moe.cu's
  * unit kernels for the rest): the Qwen3-30B-A3B decode shape (hidden 2048, expert FFN 768, 128
  * experts, top-8; Q4_K_M-like mix, then all Q8_0), several rows of every type as gate and as down,
  * and pool slots with non-resident experts skipped, added onto a partial. */
@@ -651,6 +651,37 @@ Test(cuda_moe, experts_pair_kernel_partial_passes)
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         check_experts(&cases[c]);
+}
+
+/* The decode down kernel for each K-quant down type of llama.cpp's Q4_K_M and Q5_K_M mixes (Q6_K,
+ * Q5_K, Q4_K), routed top-1, 2, 3 and 8 (outputs per block by top_k: 32, 16, 8, 4), with 8 lanes,
+ * with a warp per dot, with moe.cu's unit kernels instead, and by the rule (rows of 3 and of 9 super-blocks: the rule takes 8
+ * lanes, then the warp), each against the CPU reference; a Mixtral-like call (hidden 4096, top-2,
+ * 14 super-blocks a row: a partial last step of the warp's four); pool slots with accumulate, and
+ * far routes with a split table. */
+Test(cuda_moe, experts_decode_down_kquants_top_k_lanes)
+{
+    seed_rng();
+    const int downs[] = {MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K};
+    const int64_t ks[] = {1, 2, 3, 8}, ffs[] = {768, 2304};
+    const int lanes[] = {-1, 8, 32, 0};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t k = 0; k < 4; k++)
+            for (size_t f = 0; f < 2; f++)
+                for (size_t l = 0; l < 4; l++) {
+                    mp_cuda_moe_set_dec_down(lanes[l]);
+                    moe_case c = {MP_TYPE_Q4_K, downs[d], 512, ffs[f], 8, ks[k], 1 + (int64_t)(k % 2), 0, 0, 0};
+                    check_experts(&c);
+                }
+    mp_cuda_moe_set_dec_down(-1);
+    for (size_t d = 0; d < 3; d++) {
+        moe_case mx = {MP_TYPE_Q4_K, downs[d], 4096, 3584, 4, 2, 1, 0, 0, 0};
+        check_experts(&mx);
+        moe_case sl = {MP_TYPE_Q4_K, downs[d], 512, 2304, 16, 2, 3, 1, 1, 0};
+        check_experts(&sl);
+        moe_case far = {MP_TYPE_Q4_K, downs[d], 512, 2304, 16, 3, 2, 1, 1, FAR_TOP_K | FAR_SPLIT};
+        check_experts(&far);
+    }
 }
 
 /* Far routes: each row runs a table-chosen number of its cold routes (slot order) with weights read
