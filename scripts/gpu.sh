@@ -37,8 +37,10 @@
 #              side by side (bench/membw_pcie.cu; MEMBW_PCIE_ARGS) -> $OUT/membw-pcie.log
 #   host-register  tiny models of several types and file systems, all experts on the host: which
 #              can the executor page-lock, which hang (bench/host_register_probe.sh)
-#   bench-decode   the 1-row expert call (30B shapes): Q4_K/Q6_K on the pair kernels, Q8_0 on the
-#              unit kernels, twice (bench_cuda REPS decode; DECODE_REPS, default 200)
+#   bench-decode   the 1-row expert call of five expert shapes (the presets', a 256-expert one, top-1
+#              of 16) with the K-quant mixes' and Q8_0 experts, the down kernel's settings (rule, 8
+#              lanes, a warp, moe.cu's unit kernels) alternated twice (bench_cuda REPS decode;
+#              DECODE_REPS, default 200)
 #   bench-far  the 1-row expert call with far routes on Mixtral's and Qwen3-30B-A3B's experts: off, on
 #              with none cold, one whole, one split; the gather sized by the SMs against one block a
 #              chunk, alternated (bench_cuda FAR_REPS far; FAR_REPS default 50)
