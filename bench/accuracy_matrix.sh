@@ -19,6 +19,8 @@
 # experts beyond what the runtime holds besides them (small models, where 8-24 GB hold everything):
 #   qwen3-q4    --preset qwen3-30b-a3b --quant q4_k_m (48 x 128 experts, top-8, 2.9 MB experts)
 #   qwen3-q8    --preset qwen3-30b-a3b --quant q8_0 (4.9 MB experts)
+#   qwen3-q4-llama  the same with --layer-mix llama: llama.cpp's Q4_K_M, the experts' down Q6_K in 24
+#               layers (3.1 MB experts) and Q4_K in 24 (2.7 MB)
 #   mixtral-q4  --preset mixtral --quant q4_k_m (32 x 8 experts, top-2, 114 MB experts)
 #   qwen3-256   --preset qwen3-30b-a3b --layers 40 --experts 256 --expert-ff 512 (top-8, 2.0 MB experts)
 #   olmoe-q4    --preset olmoe --quant q4_k_m (16 x 64 experts, top-8, 4.1 MB experts): f0.25 .. f0.9
@@ -61,6 +63,7 @@ shape() {
     case "$1" in
     qwen3-q4) echo "--preset qwen3-30b-a3b --quant q4_k_m|synthetic 2 40|$BIG_BUDGETS" ;;
     qwen3-q8) echo "--preset qwen3-30b-a3b --quant q8_0|synthetic 2 40|$BIG_BUDGETS" ;;
+    qwen3-q4-llama) echo "--preset qwen3-30b-a3b --quant q4_k_m --layer-mix llama|synthetic 2 40|$BIG_BUDGETS" ;;
     mixtral-q4) echo "--preset mixtral --quant q4_k_m|synthetic 2 24|$BIG_BUDGETS" ;;
     qwen3-256) echo "--preset qwen3-30b-a3b --quant q4_k_m --layers 40 --experts 256 --expert-ff 512|synthetic 2 40|$BIG_BUDGETS" ;;
     olmoe-q4) echo "--preset olmoe --quant q4_k_m|synthetic 2 40|$SMALL_BUDGETS" ;;

@@ -41,6 +41,10 @@ static void usage(FILE *f)
         "                     Q5_K, ffn_down_exps Q4_K, output Q6_K), q2_k (Q2_K; attn_v and\n"
         "                     ffn_down_exps Q4_K, output Q6_K), q8_0, bf16, f16, f32;\n"
         "                     norms and router stay F32\n"
+        "  --layer-mix MODE   uniform (default: each class one type in every layer) or llama\n"
+        "                     (q4_k_m, q5_k_m: attn_v and ffn_down_exps 6 bits only in the first and\n"
+        "                     last eighth of the layers and every third layer between, as llama.cpp's\n"
+        "                     Q4_K_M and Q5_K_M; with 8 experts attn_k and attn_v Q8_0)\n"
         "  --type-CLASS TYPE  override one class: CLASS is embd, output, attn, attn-q, attn-k,\n"
         "                     attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, norm;\n"
         "                     TYPE is F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K\n"
@@ -139,6 +143,7 @@ static const mp_cli_opt mkmodel_flags[] = {
     {"vocab", 0, true, OPT_VALUE, NULL}, {"ctx", 0, true, OPT_VALUE, NULL},
     {"rope-base", 0, true, OPT_VALUE, NULL}, {"rms-eps", 0, true, OPT_VALUE, NULL},
     {"name", 0, true, OPT_VALUE, NULL}, {"quant", 0, true, OPT_VALUE, NULL},
+    {"layer-mix", 0, true, OPT_VALUE, NULL},
     {"skew", 0, true, OPT_VALUE, NULL}, {"seed", 's', true, OPT_VALUE, NULL},
     {"threads", 't', true, OPT_VALUE, NULL}, {"output", 'o', true, OPT_VALUE, NULL},
     {"type-embd", 0, true, OPT_TYPE, NULL}, {"type-output", 0, true, OPT_TYPE, NULL},
@@ -274,6 +279,10 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
             if (n > 1024)
                 return usage_error("--threads '%s': expected 1..1024%s", v, "");
             cfg.n_threads = (int)n;
+        } else if (!strcmp(a, "--layer-mix")) {
+            if (strcmp(v, "uniform") && strcmp(v, "llama"))
+                return usage_error("--layer-mix '%s': expected uniform or llama%s", v, "");
+            cfg.llama_layers = !strcmp(v, "llama");
         } else if (!strcmp(a, "--name")) {
             if (strlen(v) >= sizeof cfg.name)
                 return usage_error("--name '%s': expected at most 63 bytes%s", v, "");
@@ -293,9 +302,9 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
     uint64_t total = st ? 0 : mp_mkmodel_data_bytes(tensors, n_tensors);
     free(tensors);
     if (!st && dry_run) {
-        printf("would write %s: %lld tensors, %llu bytes of tensor data, %s %s\n", out_path,
+        printf("would write %s: %lld tensors, %llu bytes of tensor data, %s %s%s\n", out_path,
                (long long)n_tensors, (unsigned long long)total,
-               cfg.preset[0] ? cfg.preset : "custom", cfg.mix);
+               cfg.preset[0] ? cfg.preset : "custom", cfg.mix, cfg.llama_layers ? " (llama layers)" : "");
         return 0;
     }
     struct timespec start;
@@ -321,9 +330,10 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
     }
     struct stat sb;
     long long size = stat(out_path, &sb) == 0 ? (long long)sb.st_size : -1;
-    printf("wrote %s: %lld bytes, %lld tensors, %s %s, %lld layers x %lld experts (top-%lld), "
+    printf("wrote %s: %lld bytes, %lld tensors, %s %s%s, %lld layers x %lld experts (top-%lld), "
            "skew %.2f, seed %llu, %.1f s\n",
            out_path, size, (long long)n_tensors, cfg.preset[0] ? cfg.preset : "custom", cfg.mix,
+           cfg.llama_layers ? " (llama layers)" : "",
            (long long)cfg.n_layer, (long long)cfg.n_expert, (long long)cfg.n_expert_used, cfg.skew,
            (unsigned long long)cfg.seed, since(&start));
     return 0;

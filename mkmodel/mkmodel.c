@@ -242,6 +242,32 @@ static const char *suggest_type(int type, int64_t n)
 
 #define MK_MAX_DIM ((int64_t)1 << 24)
 
+/* The mix's own matrix type where its recipe has one that llama_layers lowers 6-bit classes to
+ * (q4_k_m: Q4_K, q5_k_m: Q5_K), else -1. */
+static int layer_mix_base(const mp_mkmodel_config *c)
+{
+    if (!strcmp(c->mix, "q4_k_m"))
+        return MP_TYPE_Q4_K;
+    if (!strcmp(c->mix, "q5_k_m"))
+        return MP_TYPE_Q5_K;
+    return -1;
+}
+
+int mp_mkmodel_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer)
+{
+    const int t = c->types[cls];
+    const int base = layer_mix_base(c);
+    if (!c->llama_layers || layer < 0 || base < 0)
+        return t;
+    if ((cls == MP_MK_ATTN_K || cls == MP_MK_ATTN_V) && c->n_expert == 8)
+        return MP_TYPE_Q8_0;
+    if ((cls != MP_MK_ATTN_V && cls != MP_MK_FFN_DOWN) || t != MP_TYPE_Q6_K)
+        return t;
+    const int64_t n = c->n_layer, eighth = n / 8;
+    const bool more = layer < eighth || layer >= 7 * n / 8 || (layer - eighth) % 3 == 2;
+    return more ? t : base;
+}
+
 mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
 {
     struct {
@@ -279,6 +305,9 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
                        (double)c->rope_freq_base, (double)c->rms_eps);
     if (c->n_threads < 0 || c->n_threads > 1024)
         return mp_fail(err, MP_ERR_ARG, "--threads %d: expected 0..1024", c->n_threads);
+    if (c->llama_layers && layer_mix_base(c) < 0)
+        return mp_fail(err, MP_ERR_ARG, "--layer-mix llama: expected --quant q4_k_m or q5_k_m with no --type-CLASS "
+                       "override (the mix is '%s')", c->mix);
     for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
         int type = c->types[cls];
         if (!mp_type_supported(type))
@@ -333,7 +362,7 @@ static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int
     t->ne[1] = ne1;
     t->ne[2] = ne2;
     t->ne[3] = 1;
-    t->type = c->types[cls];
+    t->type = mp_mkmodel_tensor_type(c, cls, layer);
     t->cls = cls;
     t->layer = layer;
     return 0;

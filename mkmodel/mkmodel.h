@@ -63,6 +63,8 @@ typedef struct mp_mkmodel_config {
     int n_threads;          /* quantization threads; 0 = all online CPUs (does not change output) */
     bool split_experts;     /* each expert its own 2-D tensor (blk.N.ffn_gate.E.weight), as GGUFs
                              * written before llama.cpp merged them; the same values as merged */
+    bool llama_layers;      /* --layer-mix llama: the q4_k_m / q5_k_m mix's 6-bit classes by layer
+                             * as llama.cpp's quantizer gives them (mp_mkmodel_tensor_type) */
 } mp_mkmodel_config;
 
 /* The default router skew: tuned so that the `flame` geometry (64 experts, top-6) gives the top
@@ -85,6 +87,13 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
  * "ffn-down", "norm"; type a name such as "Q4_K" (case-insensitive). */
 mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const char *type_name,
                               mp_error *err);
+/* The type of class cls's tensor in layer `layer` (-1: not a layer's). types[cls], except with
+ * llama_layers (the q4_k_m or q5_k_m mix): llama.cpp's Q4_K_M / Q5_K_M give attn_v and ffn_down 6
+ * bits only in the first and last eighth of the layers and in every third layer between (its
+ * use_more_bits), the mix's own type (Q4_K, Q5_K) elsewhere; and a model of 8 experts attn_k and
+ * attn_v in Q8_0 (llama.cpp's rule for Mixtral-shaped models). mp_mkmodel_validate refuses
+ * llama_layers with any other mix (a --type-CLASS override makes the mix "custom"). */
+int mp_mkmodel_tensor_type(const mp_mkmodel_config *cfg, mp_mk_class cls, int64_t layer);
 /* Check shapes and types: positive sizes, n_head % n_head_kv == 0, top-k <= experts, every
  * tensor's row length a multiple of its type's block (the error names the tensor class, the row
  * length and suggests a type that fits). */

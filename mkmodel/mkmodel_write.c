@@ -355,6 +355,8 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
     TRY(mp_gguf_add_str(w, "moeplan.generator", version, err));
     TRY(mp_gguf_add_str(w, "moeplan.preset", c->preset, err));
     TRY(mp_gguf_add_str(w, "moeplan.quant_mix", c->mix, err));
+    if (c->llama_layers)
+        TRY(mp_gguf_add_str(w, "moeplan.layer_mix", "llama", err));
     TRY(mp_gguf_add_u64(w, "moeplan.seed", c->seed, err));
     TRY(mp_gguf_add_f32(w, "moeplan.skew", (float)c->skew, err));
     return MP_OK;

@@ -217,6 +217,53 @@ Test(mkmodel, every_mix_reads_back_with_exact_shapes_and_types)
     cr_assert_eq(c.types[MP_MK_NORM], MP_TYPE_F32);
 }
 
+/* --layer-mix llama: llama.cpp's Q4_K_M / Q5_K_M give attn_v and ffn_down 6 bits in layers
+ * [0, n/8), [7n/8, n) and every third between (from n/8 + 2); spelled out for 16 layers: 0, 1, 4, 7,
+ * 10, 13, 14, 15. The file reads back with those types, and the loader takes a model whose layers'
+ * experts differ in size; 8 experts put attn_k and attn_v in Q8_0; other mixes are refused. */
+Test(mkmodel, llama_layer_mix_gives_six_bits_by_layer)
+{
+    static const bool more[16] = {1, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 1};
+    mp_error err = {0};
+    for (int q = 0; q < 2; q++) {
+        mp_mkmodel_config c = small_config();
+        c.n_layer = 16;
+        cr_assert_eq(mp_mkmodel_set_mix(&c, q ? "q5_k_m" : "q4_k_m", &err), MP_OK, "%s", err.msg);
+        c.llama_layers = true;
+        const int base = q ? MP_TYPE_Q5_K : MP_TYPE_Q4_K;
+        for (int64_t il = 0; il < 16; il++) {
+            const int want = more[il] ? MP_TYPE_Q6_K : base;
+            cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, il), want, "layer %lld", (long long)il);
+            cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_V, il), want, "layer %lld", (long long)il);
+            cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_GATE, il), base);
+        }
+        cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_OUTPUT, -1), MP_TYPE_Q6_K);
+        cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+        write_model(&c, tmp_path("layers.gguf"));
+        check_file(&c, tmp_path("layers.gguf"));
+        mp_model *m = NULL;
+        cr_assert_eq(mp_model_load(tmp_path("layers.gguf"), &m, &err), MP_OK, "%s", err.msg);
+        cr_assert_gt(mp_model_expert_bytes(m, 0), mp_model_expert_bytes(m, 2));
+        cr_assert_eq(mp_model_expert_bytes(m, 4), mp_model_expert_bytes(m, 0));
+        mp_model_free(m);
+    }
+    mp_mkmodel_config c = small_config();
+    c.n_layer = 16;
+    c.n_expert = 8;
+    c.llama_layers = true;
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_K, 3), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_V, 0), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 2), MP_TYPE_Q4_K);
+    cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-down", "Q6_K", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "--layer-mix llama") && strstr(err.msg, "custom"), "message: %s", err.msg);
+    c = small_config();
+    c.llama_layers = true;
+    cr_assert_eq(mp_mkmodel_set_mix(&c, "q8_0", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "q8_0"), "message: %s", err.msg);
+}
+
 Test(mkmodel, class_overrides_and_other_architectures)
 {
     mp_error err;
