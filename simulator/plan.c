@@ -51,6 +51,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
     }
     for (uint32_t l = 0; l < L; l++) {
         const uint16_t *order = st->order + (size_t)l * E;
+        const sim_kind *kd = sim_kind_of(tab, l);
         const uint64_t *counts = st->train.count + (size_t)l * E;
         for (uint32_t r = 0; r < E; r++)
             rank_of[order[r]] = r;
@@ -93,7 +94,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             const uint32_t rows = step->rows;
             cpu_from[m] = copy_from[m] = gcopy_from[m] = 0;
             copied_from[m] = 0;
-            if (rows > 1 && tab->copies && tab->weight_h2d_ns > 0) {
+            if (rows > 1 && tab->copies && kd->weight_h2d_ns > 0) {
                 /* a step of several rows: the runtime copies a share of the cold experts
                  * used[j..m), chosen over the whole set (mp_decide_copies, runtime/decide.h).
                  * Going down from j = m, each j adds used[j] to the cold set: its candidates (two
@@ -104,45 +105,45 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                 bool unknown = false; /* a candidate without a CPU time: mp_decide_copies copies none */
                 for (uint32_t j = m; j-- > 0;) {
                     const uint32_t c = rows_of[used[j]];
-                    total += tab->cpu_ns[c] > 0 ? tab->cpu_ns[c] : 0;
+                    total += kd->cpu_ns[c] > 0 ? kd->cpu_ns[c] : 0;
                     if (c >= 2) {
-                        unknown = unknown || !(tab->cpu_ns[c] > 0);
+                        unknown = unknown || !(kd->cpu_ns[c] > 0);
                         uint32_t at = nc++;
-                        while (at > 0 && mp_decide_copy_first(tab->cpu_ns[c], c, cand_cpu[at - 1], cand_rows[at - 1])) {
+                        while (at > 0 && mp_decide_copy_first(kd->cpu_ns[c], c, cand_cpu[at - 1], cand_rows[at - 1])) {
                             cand_cpu[at] = cand_cpu[at - 1];
                             cand_rows[at] = cand_rows[at - 1];
                             at--;
                         }
-                        cand_cpu[at] = tab->cpu_ns[c];
+                        cand_cpu[at] = kd->cpu_ns[c];
                         cand_rows[at] = c;
                     }
-                    const int k = unknown ? 0 : mp_decide_copy_count((int)nc, cand_cpu, NULL, total, tab->weight_h2d_ns);
+                    const int k = unknown ? 0 : mp_decide_copy_count((int)nc, cand_cpu, NULL, total, kd->weight_h2d_ns);
                     double copied_cpu = 0, copied_gpu = 0;
                     for (int i = 0; i < k; i++) {
                         copied_cpu += cand_cpu[i];
-                        copied_gpu += tab->gpu_ns[cand_rows[i]];
+                        copied_gpu += kd->gpu_ns[cand_rows[i]];
                     }
                     cpu_from[j] = total - copied_cpu;
-                    copy_from[j] = (double)k * tab->weight_h2d_ns;
+                    copy_from[j] = (double)k * kd->weight_h2d_ns;
                     gcopy_from[j] = copied_gpu;
                     copied_from[j] = (uint32_t)k;
                 }
             } else {
                 for (uint32_t j = m; j-- > 0;) { /* cold experts run on the CPU */
-                    cpu_from[j] = cpu_from[j + 1] + tab->cpu_ns[rows_of[used[j]]];
+                    cpu_from[j] = cpu_from[j + 1] + kd->cpu_ns[rows_of[used[j]]];
                     copy_from[j] = gcopy_from[j] = 0;
                     copied_from[j] = 0;
                 }
             }
             for (uint32_t j = 0; j <= m; j++) {
                 if (j > 0)
-                    gpu_ns += tab->gpu_ns[rows_of[used[j - 1]]];
+                    gpu_ns += kd->gpu_ns[rows_of[used[j - 1]]];
                 const uint32_t n_cold = m - j;
                 const bool gpu_any = j > 0 || copied_from[j] > 0;
-                const double g = gpu_ns + (gpu_any ? tab->gpu_fixed_ns : 0);
-                const double cpu_ns = n_cold > copied_from[j] ? cpu_from[j] + tab->cpu_fixed_ns : 0;
+                const double g = gpu_ns + (gpu_any ? kd->gpu_fixed_ns : 0);
+                const double cpu_ns = n_cold > copied_from[j] ? cpu_from[j] + kd->cpu_fixed_ns : 0;
                 const double curve =
-                    sim_layer_ns(tab, g, cpu_ns, copy_from[j], gcopy_from[j], n_cold, rows);
+                    sim_layer_ns(tab, kd, g, cpu_ns, copy_from[j], gcopy_from[j], n_cold, rows);
                 const uint32_t lo = j == 0 ? 0 : rank_of[used[j - 1]] + 1;
                 const uint32_t hi = j == m ? E - 1 : rank_of[used[j]]; /* inclusive, capacities < E */
                 if (lo <= hi) {
@@ -150,17 +151,17 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                     if (rows == 1) { /* the decode grid, far routes off and on (as the replay) */
                         uint32_t unused, unused_split;
                         const mp_far_layer off = {0};
-                        const double t_off = sim_decode_layer_ns(tab, &off, n_cold, &unused, &unused_split);
+                        const double t_off = sim_decode_layer_ns(tab, kd, &off, n_cold, &unused, &unused_split);
                         if (!isnan(t_off))
                             piece[0] = t_off;
                         /* read only by the piece's capacities that turn far routes on */
                         if (far_on) {
-                            const double t_on = sim_decode_layer_ns(tab, far_on, n_cold, &unused, &unused_split);
+                            const double t_on = sim_decode_layer_ns(tab, kd, far_on, n_cold, &unused, &unused_split);
                             piece[1] = isnan(t_on) ? curve : t_on;
                         }
                         /* net of the step's once, which *once_ns carries */
-                        piece[0] = sim_hybrid_layer_ns(tab, piece[0], n_cold, false);
-                        piece[1] = sim_hybrid_layer_ns(tab, piece[1], n_cold, false);
+                        piece[0] = sim_hybrid_layer_ns(tab, kd, piece[0], n_cold, false);
+                        piece[1] = sim_hybrid_layer_ns(tab, kd, piece[1], n_cold, false);
                     }
                     diff[lo] += piece[0];
                     diff[hi + 1] -= piece[0];
@@ -168,7 +169,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
                     diff_on[hi + 1] -= piece[1];
                 }
                 if (j == m) { /* capacity E: the whole layer resident, no round trip */
-                    const double full = j > 0 ? gpu_ns + tab->gpu_fixed_ns : 0;
+                    const double full = j > 0 ? gpu_ns + kd->gpu_fixed_ns : 0;
                     diff[E] += full;
                     diff_on[E] += full;
                 }

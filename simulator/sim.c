@@ -71,8 +71,11 @@ void mp_sim_config_init(mp_sim_config *c)
 
 void sim_tab_free(sim_tab *tab)
 {
-    free(tab->gpu_ns);
-    free(tab->cpu_ns);
+    for (int k = 0; k < tab->n_kinds; k++) {
+        free(tab->kinds[k].gpu_ns);
+        free(tab->kinds[k].cpu_ns);
+    }
+    free(tab->layer_kind);
     free(tab->d2h_ns);
     free(tab->h2d_act_ns);
     free(tab->combine_ns);
@@ -122,7 +125,9 @@ static const mp_cost_decode_point *decode_off_point(const mp_costs *c, int cold)
     return NULL;
 }
 
-double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
+/* mp_sim_cpu_anchor for a kind of layer whose share of the grid's cold part is `scale` (its CPU
+ * time anchors to that share of the grid's all-cold CPU time): 1 where the grid has no anchor. */
+static double cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu, double scale)
 {
     const int K = c->decode.top_k;
     const mp_cost_decode_point *p = decode_off_point(c, K);
@@ -131,7 +136,12 @@ double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
     double fixed, slope;
     expert_split(cpu, &fixed, &slope);
     const double model = fixed + (double)K * marginal_ns(cpu, slope, 1);
-    return model > 0 ? p->cpu_ns / model : 1.0;
+    return model > 0 ? p->cpu_ns * scale / model : 1.0;
+}
+
+double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
+{
+    return cpu_anchor(c, cpu, 1.0);
 }
 
 /* The grid scaled like the tables (sensitivity): a point's time is max(CPU, GPU side) plus the
@@ -156,6 +166,72 @@ static void scale_grid(const mp_costs *c, const double *k, mp_decode_costs *dc)
     }
 }
 
+/* Kind kd's tables from its cost entries (kd->grid_cold_scale set), with the tables' factors
+ * k_parts. */
+static mp_status kind_build(sim_kind *kd, const mp_cost_expert *gpu, const mp_cost_expert *cpu, const mp_costs *c,
+                            const double *k_parts, const mp_cost_curve *h2d, uint32_t max_rows, mp_error *err)
+{
+    kd->gpu_ns = calloc((size_t)max_rows + 1, sizeof(double));
+    kd->cpu_ns = calloc((size_t)max_rows + 1, sizeof(double));
+    if (!kd->gpu_ns || !kd->cpu_ns)
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for cost tables of %u rows", max_rows);
+    double gpu_fixed, gpu_slope, cpu_fixed, cpu_slope;
+    expert_split(gpu, &gpu_fixed, &gpu_slope);
+    expert_split(cpu, &cpu_fixed, &cpu_slope);
+    kd->gpu_fixed_ns = k_parts[MP_COST_GPU] * gpu_fixed;
+    const double cpu_k = k_parts[MP_COST_CPU] * cpu_anchor(c, cpu, kd->grid_cold_scale);
+    kd->cpu_fixed_ns = cpu_k * cpu_fixed;
+    for (uint32_t r = 1; r <= max_rows; r++) {
+        kd->gpu_ns[r] = k_parts[MP_COST_GPU] * marginal_ns(gpu, gpu_slope, r);
+        kd->cpu_ns[r] = cpu_k * marginal_ns(cpu, cpu_slope, r);
+    }
+    /* weights are copied from pinned host memory when the runtime can pin them */
+    kd->weight_h2d_ns = k_parts[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)kd->expert_bytes);
+    return MP_OK;
+}
+
+/* The kinds of cfg's layers: kinds[0] from cfg->gpu / cpu (expert size: cfg->gpu's, the trace's
+ * where it gave one), then each distinct pair of cfg->layer_experts; with more than one, the
+ * layers' kind indices and each kind's share of the grid's cold part: its expert bytes over the
+ * layers' mean (the cores and the bus read them; the grid measured every layer at once). */
+static mp_status kinds_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_trace *t, const double *k_parts,
+                             const mp_cost_curve *h2d, mp_error *err)
+{
+    const mp_cost_expert *gk[SIM_MAX_KINDS] = {cfg->gpu}, *ck[SIM_MAX_KINDS] = {cfg->cpu};
+    int n = 1;
+    if (cfg->layer_experts) {
+        if (!(tab->layer_kind = calloc(t->n_layers ? t->n_layers : 1, 1)))
+            return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
+        for (uint32_t l = 0; l < t->n_layers; l++) {
+            const mp_sim_layer_experts *le = &cfg->layer_experts[l];
+            int k = 0;
+            while (k < n && !(gk[k] == le->gpu && ck[k] == le->cpu))
+                k++;
+            if (k == n) {
+                if (n == SIM_MAX_KINDS)
+                    return mp_fail(err, MP_ERR_ARG, "simulate: the model's layers have more than %d kinds of experts",
+                                   SIM_MAX_KINDS);
+                gk[n] = le->gpu, ck[n++] = le->cpu;
+            }
+            tab->layer_kind[l] = (uint8_t)k;
+        }
+    }
+    double bytes_sum = 0;
+    for (uint32_t l = 0; l < t->n_layers && tab->layer_kind; l++)
+        bytes_sum += (double)gk[tab->layer_kind[l]]->expert_bytes;
+    const double mean = t->n_layers ? bytes_sum / t->n_layers : 0;
+    for (int k = 0; k < n; k++) {
+        sim_kind *kd = &tab->kinds[k];
+        kd->expert_bytes = gk[k]->expert_bytes;
+        kd->grid_cold_scale = n > 1 && mean > 0 ? (double)kd->expert_bytes / mean : 1.0;
+        tab->n_kinds = k + 1; /* before the build: sim_tab_free frees what it allocated */
+        mp_status st = kind_build(kd, gk[k], ck[k], cfg->costs, k_parts, h2d, tab->max_rows, err);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
 mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_trace *t, mp_error *err)
 {
     memset(tab, 0, sizeof *tab);
@@ -173,15 +249,14 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     if (st)
         return mp_error_prefix(err, "simulate");
     size_t n = (size_t)max_rows + 1;
-    double **tabs[] = {&tab->gpu_ns, &tab->cpu_ns, &tab->d2h_ns, &tab->h2d_act_ns, &tab->combine_ns, &tab->non_moe_ns};
-    for (int i = 0; i < 6; i++)
+    double **tabs[] = {&tab->d2h_ns, &tab->h2d_act_ns, &tab->combine_ns, &tab->non_moe_ns};
+    for (int i = 0; i < 4; i++)
         if (!(*tabs[i] = calloc(n, sizeof(double)))) {
             sim_tab_free(tab);
             return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for cost tables of %u rows", max_rows);
         }
     tab->max_rows = max_rows;
     tab->act_row_bytes = (uint64_t)cfg->gpu->n_embd * sizeof(float);
-    tab->expert_bytes = cfg->gpu->expert_bytes;
     tab->copies = !cfg->no_copies;
     const mp_cost_curve *h2d = cfg->pageable ? &c->h2d_pageable : &c->h2d_pinned;
     const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
@@ -194,16 +269,12 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
         k[MP_COST_CPU] *= mp_costs_host_level_gbs(c) / cfg->host_read_gbs;
         tab->dc.host_bytes_per_ns = cfg->host_read_gbs;
     }
-    double gpu_fixed, gpu_slope, cpu_fixed, cpu_slope;
-    expert_split(cfg->gpu, &gpu_fixed, &gpu_slope);
-    expert_split(cfg->cpu, &cpu_fixed, &cpu_slope);
-    tab->gpu_fixed_ns = k[MP_COST_GPU] * gpu_fixed;
-    const double cpu_k = k[MP_COST_CPU] * mp_sim_cpu_anchor(c, cfg->cpu);
-    tab->cpu_fixed_ns = cpu_k * cpu_fixed;
+    if ((st = kinds_build(tab, cfg, t, k, h2d, err))) {
+        sim_tab_free(tab);
+        return st;
+    }
     for (uint32_t r = 1; r <= max_rows; r++) {
         double bytes = (double)r * (double)tab->act_row_bytes;
-        tab->gpu_ns[r] = k[MP_COST_GPU] * marginal_ns(cfg->gpu, gpu_slope, r);
-        tab->cpu_ns[r] = cpu_k * marginal_ns(cfg->cpu, cpu_slope, r);
         tab->d2h_ns[r] = k[MP_COST_D2H] * mp_cost_curve_ns(d2h, bytes);
         tab->h2d_act_ns[r] = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, bytes);
         tab->combine_ns[r] = k[MP_COST_COMBINE] * mp_cost_curve_ns(&c->combine, r);
@@ -218,7 +289,5 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     }
     scale_grid(c, k, &tab->dc);
     mp_decode_costs_settle(&tab->dc);
-    /* weights are copied from pinned host memory when the runtime can pin them */
-    tab->weight_h2d_ns = k[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)tab->expert_bytes);
     return MP_OK;
 }

@@ -128,11 +128,20 @@ typedef enum mp_sim_non_moe_source {
 } mp_sim_non_moe_source;
 const char *mp_sim_non_moe_source_name(mp_sim_non_moe_source s); /* "costs", "trace" */
 
+/* The cost entries of one trace layer's experts (mp_sim_config.layer_experts). */
+typedef struct mp_sim_layer_experts {
+    const mp_cost_expert *gpu, *cpu;
+} mp_sim_layer_experts;
+
 typedef struct mp_sim_config {
     const mp_costs *costs;
     const char *costs_name;     /* the cost file, for errors (NULL: "(memory)") */
     const mp_cost_expert *gpu;  /* the entries for the model's expert quant/shape */
     const mp_cost_expert *cpu;
+    /* A model whose layers' experts differ in type (llama.cpp's Q4_K_M gives about half the layers'
+     * expert down tensors 6 bits): each trace layer's entries (its experts' size: the GPU entry's
+     * expert_bytes); NULL: every layer is gpu's and cpu's. At most 8 distinct pairs. */
+    const mp_sim_layer_experts *layer_experts;
     uint64_t budget_bytes;      /* GPU memory for the model, as --gpu-budget counts it: everything
                                  * the runtime holds (non_expert_bytes) + resident experts */
     uint64_t non_expert_bytes;  /* weights, KV cache and scratch (mp_gpu_budget_compute) */

@@ -49,7 +49,7 @@ static void start_copy(sim_engine *s, uint32_t l, uint32_t e)
         s->fifo_cap = cap;
     }
     const double begin = s->clock_ns > s->link_free_ns ? s->clock_ns : s->link_free_ns;
-    const double end = begin + s->tab->weight_h2d_ns;
+    const double end = begin + sim_kind_of(s->tab, l)->weight_h2d_ns;
     s->link_free_ns = end;
     s->fifo[(s->fifo_head + s->fifo_len++) % s->fifo_cap] = (inflight){l * s->E + e, end - s->shift_ns};
 }
@@ -83,7 +83,7 @@ void sim_tier_after(sim_engine *s, uint32_t l, const uint16_t *used, const uint3
         if (staged[i])
             s->m->tier_promoted++;
         else
-            s->m->h2d_weight_bytes += s->tab->expert_bytes;
+            s->m->h2d_weight_bytes += sim_kind_of(s->tab, l)->expert_bytes;
     }
     if (s->step_sync) {
         s->n_moves += n;
@@ -172,7 +172,7 @@ void sim_admit(sim_engine *s, uint32_t layer, uint32_t expert)
         return;
     sim_set_resident(s, layer, expert); /* free and instant: a hit from the next invocation on */
     s->m->admissions++;
-    s->m->h2d_weight_bytes += s->tab->expert_bytes;
+    s->m->h2d_weight_bytes += sim_kind_of(s->tab, layer)->expert_bytes;
 }
 
 void sim_place(sim_engine *s, uint32_t layer, uint32_t expert)

@@ -14,10 +14,11 @@
 #include "runtime/tier.h"
 #include "simulator/sim.h"
 
-/* Costs tabulated for 0..max_rows routed rows (index = rows), scaled by mp_sim_config.scale, so
+/* The expert costs of one kind of layer (the layers whose experts have one type and size: a
+ * model's every layer, or, llama.cpp's Q4_K_M, the layers whose down tensors have 6 bits and the
+ * others), tabulated for 0..max_rows routed rows (index = rows), scaled by mp_sim_config.scale, so
  * that the replay's hot loop does table reads, not curve searches. Index 0 is 0 ns. */
-typedef struct sim_tab {
-    uint32_t max_rows;
+typedef struct sim_kind {
     /* An invocation's experts on one side cost fixed + the sum of their marginal costs by rows
      * (sim_tab_build: from the cost file's `concurrent` curve; fixed 0 and marginal = the one-expert
      * time when the file has none). */
@@ -25,6 +26,22 @@ typedef struct sim_tab {
     double *cpu_ns;      /* (max_rows + 1) marginal cost of one expert on the CPU */
     double gpu_fixed_ns; /* per invocation with at least one expert on the GPU */
     double cpu_fixed_ns; /* per invocation with at least one expert on the CPU */
+    double weight_h2d_ns; /* one expert's weights host -> device */
+    uint64_t expert_bytes;
+    /* The decode grid measured every layer of the model hybrid, so a level is the layers' mean:
+     * what the cold routes add to it (reading their experts, by the cores or over the bus) is
+     * charged to a layer of this kind in the ratio of its expert bytes to the layers' mean (1 for a
+     * model of one kind). */
+    double grid_cold_scale;
+} sim_kind;
+
+#define SIM_MAX_KINDS 8
+
+typedef struct sim_tab {
+    uint32_t max_rows;
+    sim_kind kinds[SIM_MAX_KINDS];
+    int n_kinds;
+    uint8_t *layer_kind; /* (trace layers) index into kinds; NULL: every layer kinds[0] */
     double *d2h_ns;      /* (max_rows + 1) activations of `rows` rows to the host */
     double *h2d_act_ns;  /* (max_rows + 1) partial outputs of `rows` rows back */
     double *combine_ns;  /* (max_rows + 1) */
@@ -32,9 +49,7 @@ typedef struct sim_tab {
     const mp_costs *costs; /* the cost file, for what depends on more than rows (a one-row step's context) */
     double non_moe_k;    /* the scale of non-MoE costs (sensitivity) */
     double sync_ns;      /* one round trip */
-    double weight_h2d_ns; /* one expert's weights host -> device */
     uint64_t act_row_bytes; /* n_embd f32: one row of activations or of partial output */
-    uint64_t expert_bytes;
     /* One-row (decode) steps of hybrid layers: the cost file's decode grid (scaled as the table
      * above), which the decision model chooses far routes from and the replay charges
      * (runtime/decide.h); every layer step is also held to the floor of reading its cold experts
@@ -48,23 +63,41 @@ typedef struct sim_tab {
     bool copies;         /* steps of several rows copy cold experts by the decision model */
 } sim_tab;
 
+/* The expert costs of trace layer l. */
+static inline const sim_kind *sim_kind_of(const sim_tab *c, uint32_t l)
+{
+    return &c->kinds[c->layer_kind ? c->layer_kind[l] : 0];
+}
+
 mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_trace *t, mp_error *err);
 void sim_tab_free(sim_tab *tab);
 
 /* A one-row step of a hybrid layer (some expert off the GPU) with `cold` of its routes outside
- * the pool, on a layer whose far decision is fl: the grid's time, held to the floor. The layer's
- * far routes (for the metrics: the split one counts) in *far, 1 in *split when the last is split.
- * NaN when the grid lacks the point. */
-static inline double sim_decode_layer_ns(const sim_tab *c, const mp_far_layer *fl, uint32_t cold, uint32_t *far,
-                                         uint32_t *split)
+ * the pool, on a layer of kind k whose far decision is fl: the grid's time (its cold part in k's
+ * grid_cold_scale), held to the floor. The layer's far routes (for the metrics: the split one
+ * counts) in *far, 1 in *split when the last is split. NaN when the grid lacks the point. */
+static inline double sim_decode_layer_ns(const sim_tab *c, const sim_kind *k, const mp_far_layer *fl, uint32_t cold,
+                                         uint32_t *far, uint32_t *split)
 {
-    const double t = mp_decide_decode_ns(&c->dc, fl, (int)cold);
-    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)cold * (double)c->expert_bytes);
+    double t = mp_decide_decode_ns(&c->dc, fl, (int)cold);
+    if (k->grid_cold_scale != 1.0 && cold > 0) {
+        const double t0 = mp_decide_decode_ns(&c->dc, fl, 0);
+        if (!isnan(t0))
+            t = t0 + (t - t0) * k->grid_cold_scale;
+    }
+    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)cold * (double)k->expert_bytes);
     int routes = 0, part = 0;
     mp_decide_far_units(fl->on ? fl->table[cold] : 0, fl->split, (int)cold, &routes, &part);
     *far = (uint32_t)routes;
     *split = part > 0;
     return t > floor_ns ? t : isnan(t) ? t : floor_ns;
+}
+
+/* The CPU experts' time within that step (mp_decide_decode_cpu_ns in k's scale), NaN where the grid
+ * lacks it. */
+static inline double sim_decode_cpu_ns(const sim_tab *c, const sim_kind *k, const mp_far_layer *fl, uint32_t cold)
+{
+    return mp_decide_decode_cpu_ns(&c->dc, fl, (int)cold) * k->grid_cold_scale;
 }
 
 /* A one-row step's hybrid layer (one holding an expert off the GPU) as charged, from t_ns, its time
@@ -76,9 +109,9 @@ static inline double sim_decode_layer_ns(const sim_tab *c, const mp_far_layer *f
  * its levels plus hybrid_step_ns x (1 - h / the grid's layers): what calibrate measured with one
  * hybrid layer and with all of them. One rule for the replay and the planner (which adds the once
  * per one-row step of a placement with a hybrid layer: plan_layer_costs). */
-static inline double sim_hybrid_layer_ns(const sim_tab *c, double t_ns, uint32_t n_cold, bool first)
+static inline double sim_hybrid_layer_ns(const sim_tab *c, const sim_kind *k, double t_ns, uint32_t n_cold, bool first)
 {
-    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)n_cold * (double)c->expert_bytes);
+    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)n_cold * (double)k->expert_bytes);
     const double t = t_ns - c->hybrid_share_ns;
     return (t > floor_ns ? t : floor_ns) + (first ? c->hybrid_step_ns : 0);
 }
@@ -100,7 +133,7 @@ static inline double sim_decode_non_moe_ns(const sim_tab *c, double keys)
  * round trip itself (so the callers pass the step's rows for such a layer, and for any step with
  * a miss). One formula for the replay and for the planner, so that the planner's predictions are
  * the replay's. */
-static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns, double copy_ns,
+static inline double sim_layer_ns(const sim_tab *c, const sim_kind *k, double gpu_ns, double cpu_ns, double copy_ns,
                                   double copied_gpu_ns, uint32_t n_cold, uint32_t rows_rt)
 {
     const double gpu_side_ns = (gpu_ns > copy_ns ? gpu_ns : copy_ns) + copied_gpu_ns;
@@ -110,23 +143,23 @@ static inline double sim_layer_ns(const sim_tab *c, double gpu_ns, double cpu_ns
             c->d2h_ns[rows_rt] + c->sync_ns + cpu_ns + c->h2d_act_ns[rows_rt] + c->combine_ns[rows_rt];
         t = gpu_side_ns > path_ns ? gpu_side_ns : path_ns;
     }
-    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)n_cold * (double)c->expert_bytes);
+    const double floor_ns = mp_decide_floor_ns(&c->dc, (double)n_cold * (double)k->expert_bytes);
     return t > floor_ns ? t : floor_ns;
 }
 
-/* Which of a layer step's n cold experts (rows[i] routed rows each, cpu_ns[i] = c->cpu_ns[rows[i]])
+/* Which of a layer step's n cold experts (rows[i] routed rows each, cpu_ns[i] = k->cpu_ns[rows[i]])
  * the runtime copies to the GPU (copy[i]; the count returned): the decision model's rule
  * (mp_decide_copies) on the cost file's CPU and copy times; none in a one-row step or without
  * copies. order: scratch of n ints. */
-static inline uint32_t sim_copy_set(const sim_tab *c, uint32_t step_rows, uint32_t n, const int64_t *rows,
-                                    const double *cpu_ns, int *order, bool *copy)
+static inline uint32_t sim_copy_set(const sim_tab *c, const sim_kind *k, uint32_t step_rows, uint32_t n,
+                                    const int64_t *rows, const double *cpu_ns, int *order, bool *copy)
 {
     if (!c->copies || step_rows < 2) {
         for (uint32_t i = 0; i < n; i++)
             copy[i] = false;
         return 0;
     }
-    return (uint32_t)mp_decide_copies((int)n, rows, cpu_ns, c->weight_h2d_ns, 0, order, copy);
+    return (uint32_t)mp_decide_copies((int)n, rows, cpu_ns, k->weight_h2d_ns, 0, order, copy);
 }
 
 typedef struct sim_engine sim_engine; /* sim_engine.h */

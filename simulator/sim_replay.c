@@ -209,6 +209,7 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                     used[n_used++] = e;
             }
             const size_t base = (size_t)l * E;
+            const sim_kind *kd = sim_kind_of(tab, l);
             if (s->tier && !s->step_sync && s->fifo_len)
                 sim_tier_land(s, start_ns); /* copies finished by now serve this invocation */
             const uint8_t *tier_state = s->tier ? mp_tier_states(s->tier, l) : s->no_tier;
@@ -220,7 +221,7 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                 uint32_t c = rows_of[e];
                 const bool tier_hit = tier_state[e] == MP_TIER_READY;
                 if (s->resident[base + e] || tier_hit) {
-                    gpu_ns += tab->gpu_ns[c];
+                    gpu_ns += kd->gpu_ns[c];
                     hits += c;
                     m->tier_hits += tier_hit ? c : 0;
                     continue;
@@ -228,25 +229,25 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                 if (tier_state[e] == MP_TIER_LOADING) /* admitted, its copy not landed: served cold */
                     m->late += c;
                 s->cold[n_cold] = e;
-                s->cold_cpu[n_cold] = tab->cpu_ns[c];
+                s->cold_cpu[n_cold] = kd->cpu_ns[c];
                 s->cold_rows[n_cold++] = c;
             }
             /* the cold experts the runtime copies to the GPU (runtime/decide.h), the rest on the CPU */
             const uint32_t n_copied =
-                sim_copy_set(tab, rows, n_cold, s->cold_rows, s->cold_cpu, s->cold_order, s->cold_copy);
+                sim_copy_set(tab, kd, rows, n_cold, s->cold_rows, s->cold_cpu, s->cold_order, s->cold_copy);
             for (uint32_t i = 0; i < n_cold; i++) {
                 if (s->cold_copy[i]) {
-                    copy_ns += tab->weight_h2d_ns;
-                    copied_gpu_ns += tab->gpu_ns[s->cold_rows[i]];
+                    copy_ns += kd->weight_h2d_ns;
+                    copied_gpu_ns += kd->gpu_ns[s->cold_rows[i]];
                     s->copied[s->cold[i]] = 1;
                 } else {
                     cpu_ns += s->cold_cpu[i];
                 }
             }
             if (hits || n_copied)
-                gpu_ns += tab->gpu_fixed_ns;
+                gpu_ns += kd->gpu_fixed_ns;
             if (n_cold > n_copied)
-                cpu_ns += tab->cpu_fixed_ns;
+                cpu_ns += kd->cpu_fixed_ns;
             /* the round trip: every step of a layer holding an expert off the GPU (the host sees
              * the routes only through it), and any step with a miss (a copy still in flight) */
             uint32_t rows_rt = 0;
@@ -259,26 +260,26 @@ static void replay(sim_engine *s, const mp_sim_trace *t, const sim_stats *st, be
                 double act_h2d_at_ns = start_ns + tab->d2h_ns[rows_rt] + tab->sync_ns + cpu_ns;
                 sim_share_link(s, act_h2d_at_ns, tab->h2d_act_ns[rows_rt]);
             }
-            const double floor_ns = mp_decide_floor_ns(&tab->dc, (double)n_cold * (double)tab->expert_bytes);
+            const double floor_ns = mp_decide_floor_ns(&tab->dc, (double)n_cold * (double)kd->expert_bytes);
             /* a one-row step of a hybrid layer: the decode grid, with the layer's far decision */
             uint32_t far = 0, split = 0;
             const bool hybrid = rows == 1 && s->n_resident[l] < E;
-            double layer_ns = hybrid ? sim_decode_layer_ns(tab, &s->far[l], n_cold, &far, &split) : NAN;
+            double layer_ns = hybrid ? sim_decode_layer_ns(tab, kd, &s->far[l], n_cold, &far, &split) : NAN;
             if (isnan(layer_ns)) {
-                layer_ns = sim_layer_ns(tab, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0, split = 0;
+                layer_ns = sim_layer_ns(tab, kd, gpu_ns, cpu_ns, copy_ns, copied_gpu_ns, n_cold, rows_rt), far = 0, split = 0;
                 m->cpu_ns += cpu_ns;
             } else {
-                const double grid_cpu_ns = mp_decide_decode_cpu_ns(&tab->dc, &s->far[l], (int)n_cold);
+                const double grid_cpu_ns = sim_decode_cpu_ns(tab, kd, &s->far[l], n_cold);
                 m->cpu_ns += isfinite(grid_cpu_ns) ? grid_cpu_ns : cpu_ns;
             }
             if (hybrid) {
-                layer_ns = sim_hybrid_layer_ns(tab, layer_ns, n_cold, !hybrid_step);
+                layer_ns = sim_hybrid_layer_ns(tab, kd, layer_ns, n_cold, !hybrid_step);
                 hybrid_step = true;
             }
             m->routes_far += far;
             m->routes_split += split;
             m->experts_copied += n_copied;
-            m->h2d_weight_bytes += (uint64_t)n_copied * tab->expert_bytes;
+            m->h2d_weight_bytes += (uint64_t)n_copied * kd->expert_bytes;
             m->floor_ns += floor_ns;
             m->floored += floor_ns > 0 && layer_ns <= floor_ns;
             s->clock_ns = start_ns + layer_ns;

@@ -93,12 +93,14 @@ static void add_note(mp_simulate_result *r, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The cost entries for the trace's experts (the options' expert quant and threads). */
+/* The cost entries for the trace's experts (the options' expert quant and threads; else the trace's,
+ * else first_quant, the model's experts in the trace's first layer, or NULL). */
 static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *facts, const mp_simulate_options *o,
-                                const mp_cost_expert **gpu, const mp_cost_expert **cpu, mp_error *err)
+                                const char *first_quant, const mp_cost_expert **gpu, const mp_cost_expert **cpu,
+                                mp_error *err)
 {
     *gpu = NULL;
-    const char *quant = o->expert_quant ? o->expert_quant : facts->quant[0] ? facts->quant : NULL;
+    const char *quant = o->expert_quant ? o->expert_quant : facts->quant[0] ? facts->quant : first_quant;
     int matches = 0;
     for (int i = 0; i < c->n_gpu_expert; i++) {
         const mp_cost_expert *e = &c->gpu_expert[i];
@@ -162,6 +164,13 @@ static mp_status apply_model(const mp_simulate_options *o, mp_simulate_result *r
     r->cfg.slot_bytes = 0;
     for (int64_t il = 0; il < g.n_layer; il++)
         r->cfg.slot_bytes = g.expert_bytes[il] > r->cfg.slot_bytes ? g.expert_bytes[il] : r->cfg.slot_bytes;
+    if (!(r->block_quant = calloc((size_t)m->hp.n_layer + 1, sizeof *r->block_quant))) {
+        st = mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
+        goto out;
+    }
+    r->n_blocks = m->hp.n_layer;
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        mp_model_expert_quant(&m->layers[il], r->block_quant[il]);
     r->cfg.no_copies = r->batch < MP_GPU_COPY_MIN_ROWS;
 out:
     mp_placement_geom_free(&g);
@@ -183,6 +192,77 @@ static mp_status llamacpp_check_blocks(const mp_simulate_options *o, const mp_si
     if (n != t->n_layers)
         return mp_fail(err, MP_ERR_ARG, "%s: its expert tensors (blk.N.ffn_*_exps) are not in the blocks of trace "
                        "%s's %u MoE layers: expected the traced model", o->model, o->traces[0], t->n_layers);
+    return MP_OK;
+}
+
+/* The model's expert type in the trace's first MoE layer (NULL without a model). */
+static const char *first_block_quant(const mp_simulate_result *r)
+{
+    if (!r->block_quant || !r->trace.n_layers)
+        return NULL;
+    const uint32_t b = r->trace.model_layer ? r->trace.model_layer[0] : 0;
+    return (int64_t)b < r->n_blocks ? r->block_quant[b] : NULL;
+}
+
+/* A model whose traced layers' experts differ in type (llama.cpp's Q4_K_M: the down tensors of
+ * about half its layers in Q6_K, the rest in Q4_K): each trace layer's GPU and CPU entries, of its
+ * own type, shape and the run's threads (the first layer's type: the chosen gpu and cpu, with the
+ * trace's expert size); a type the cost file has no entry for is an error naming it (calibrate
+ * measures every type of the model). Nothing when every layer has one type. */
+static mp_status layer_entries(const mp_simulate_options *o, mp_simulate_result *r, const mp_cost_expert *gpu,
+                               const mp_cost_expert *cpu, mp_error *err)
+{
+    const char *first = first_block_quant(r);
+    const mp_sim_trace *t = &r->trace;
+    bool mixed = false;
+    for (uint32_t l = 0; first && l < t->n_layers; l++) {
+        const uint32_t b = t->model_layer ? t->model_layer[l] : l;
+        mixed |= (int64_t)b < r->n_blocks && strcmp(r->block_quant[b], first) != 0;
+    }
+    if (!mixed || o->expert_quant)
+        return MP_OK;
+    if (!(r->layer_experts = calloc(t->n_layers, sizeof *r->layer_experts)))
+        return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
+    for (uint32_t l = 0; l < t->n_layers; l++) {
+        const uint32_t b = t->model_layer ? t->model_layer[l] : l;
+        const char *q = (int64_t)b < r->n_blocks ? r->block_quant[b] : first;
+        mp_sim_layer_experts *le = &r->layer_experts[l];
+        if (!strcmp(q, first)) {
+            le->gpu = &r->gpu, le->cpu = cpu;
+            continue;
+        }
+        for (int i = 0; i < r->costs.n_gpu_expert && !le->gpu; i++) {
+            const mp_cost_expert *e = &r->costs.gpu_expert[i];
+            if (!strcmp(e->quant, q) && e->n_embd == gpu->n_embd && e->n_ff == gpu->n_ff)
+                le->gpu = e;
+        }
+        le->cpu = le->gpu ? mp_costs_find_cpu(&r->costs, q, gpu->n_embd, gpu->n_ff, o->threads) : NULL;
+        if (!le->gpu || !le->cpu)
+            return mp_fail(err, MP_ERR_ARG,
+                           "costs %s: no %s expert entry for layer %u's %s experts (the model's layers have "
+                           "several expert types): expected a cost file from `moeplan calibrate` of this model",
+                           o->costs, le->gpu ? "CPU" : "GPU", b, q);
+    }
+    r->cfg.layer_experts = r->layer_experts;
+    char kinds[400] = "";
+    size_t at = 0;
+    for (uint32_t l = 0; l < t->n_layers; l++) { /* each kind once, with its count of layers */
+        const mp_cost_expert *g = r->layer_experts[l].gpu;
+        bool seen = false;
+        for (uint32_t j = 0; j < l; j++)
+            seen |= r->layer_experts[j].gpu == g;
+        if (seen)
+            continue;
+        uint32_t n = 0;
+        for (uint32_t j = l; j < t->n_layers; j++)
+            n += r->layer_experts[j].gpu == g;
+        if (at < sizeof kinds)
+            at += (size_t)snprintf(kinds + at, sizeof kinds - at, "%s%u layers of %s (%.2f MB)", at ? ", " : "", n,
+                                   g->quant, (double)g->expert_bytes / 1e6);
+    }
+    add_note(r, "the model's layers have several expert types (%s): each layer is charged its own type's costs, "
+             "and its share of the decode grid's cold-route time by its expert bytes over the layers' mean",
+             kinds);
     return MP_OK;
 }
 
@@ -216,9 +296,12 @@ static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r
         r->cfg.profile = &r->placed;
     }
     const mp_cost_expert *gpu, *cpu;
-    if ((st = choose_entries(&r->costs, &r->facts, o, &gpu, &cpu, err)))
+    const char *first_quant = first_block_quant(r);
+    if ((st = choose_entries(&r->costs, &r->facts, o, first_quant, &gpu, &cpu, err)))
         return st;
     r->gpu = *gpu;
+    if ((st = layer_entries(o, r, gpu, cpu, err)))
+        return st;
     if (r->facts.expert_bytes > 0 && (uint64_t)r->facts.expert_bytes != r->gpu.expert_bytes) {
         /* the trace measured the real model: its expert size wins over the calibration's */
         add_note(r, "expert size %lld bytes from the trace (cost file says %llu)", (long long)r->facts.expert_bytes,
@@ -740,6 +823,8 @@ void mp_simulate_result_free(mp_simulate_result *r)
     for (int b = 0; b < MP_SIMULATE_MAX_BUDGETS; b++)
         free(r->llamacpp_text[b]), free(r->llamacpp[b].command);
     mp_llamacpp_gpu_free(&r->llamacpp_gpu);
+    free(r->block_quant);
+    free(r->layer_experts);
     free_runs(r->runs, r->n_budgets);
     for (int i = 0; r->sweep.res && i < r->sweep.n_values * r->n_budgets; i++)
         mp_sim_result_free(&r->sweep.res[i]);

@@ -261,8 +261,8 @@ Test(sim, concurrent_experts_share_a_fixed_cost)
     sim_tab tab;
     mp_error err;
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
-    cr_assert_float_eq(tab.gpu_fixed_ns, 6, 1e-9);
-    cr_assert_float_eq(tab.cpu_fixed_ns, 70, 1e-9);
+    cr_assert_float_eq(tab.kinds[0].gpu_fixed_ns, 6, 1e-9);
+    cr_assert_float_eq(tab.kinds[0].cpu_fixed_ns, 70, 1e-9);
     sim_stats st = small_stats();
     double cost[2 * 5];
     cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
@@ -334,6 +334,60 @@ Test(sim, split_far_routes_charged_and_counted)
     mp_sim_result_free(&whole);
 }
 
+/* A model whose layers' experts differ (llama.cpp's Q4_K_M): layer 0's are the config's (1500
+ * bytes, GPU 10, CPU 100 ns), layer 1's another kind (2500 bytes, GPU 20, CPU 300 ns). Without a
+ * grid each layer takes its own kind's curves: all-CPU, two misses a step, layer 0 7 + 20 + 200 + 5
+ * + 3 = 235, layer 1 7 + 20 + 600 + 5 + 3 = 635 (4 steps each: 3480); all-GPU 4 x 20 + 4 x 40 =
+ * 240. With the grid (measured with every layer hybrid: the layers' mean, 2000 bytes an expert),
+ * its cold part goes to each layer in the ratio of its bytes: all-cold 40 + 210 x 0.75 = 197.5 and
+ * 40 + 210 x 1.25 = 302.5, the same 2000 ns in all as the grid says for two layers; the planner's
+ * layer costs are the replay's. */
+Test(sim, layers_of_two_expert_kinds)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    static mp_cost_stat gy2[2] = {{20, 0}, {20, 0}}, cy2[2] = {{300, 0}, {300, 0}};
+    mp_cost_curve rows_flat = {2, xs_rows, NULL};
+    mp_cost_expert gpu2 = {"Q4_K/Q6_K", 4, 8, 2500, 0, rows_flat, {0, NULL, NULL}};
+    mp_cost_expert cpu2 = {"Q4_K/Q6_K", 4, 8, 2500, 8, rows_flat, {0, NULL, NULL}};
+    gpu2.by_rows.y = gy2;
+    cpu2.by_rows.y = cy2;
+    const mp_sim_layer_experts layers[2] = {{&gpu_entry, &cpu_entry}, {&gpu2, &cpu2}};
+    c.layer_experts = layers;
+    mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 4 * 235.0 + 4 * 635.0, 1e-9);
+    mp_sim_result gpu = run(&t, &c, MP_POL_ALL_GPU);
+    cr_assert_float_eq(gpu.train.time_ns, 4 * 20.0 + 4 * 40.0, 1e-9);
+    mp_sim_result_free(&cpu);
+    mp_sim_result_free(&gpu);
+
+    const double off[3] = {40, 150, 250}, loses[3][2] = {{45, 0}, {155, 160}, {255, 260}};
+    set_grid(4, off, loses);
+    cpu = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_float_eq(cpu.train.time_ns, 4 * 197.5 + 4 * 302.5, 1e-9);
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(tab.n_kinds, 2);
+    cr_assert_float_eq(tab.kinds[0].grid_cold_scale, 0.75, 1e-12);
+    cr_assert_float_eq(tab.kinds[1].grid_cold_scale, 1.25, 1e-12);
+    cr_assert_eq(sim_kind_of(&tab, 1)->expert_bytes, 2500);
+    sim_stats st = small_stats();
+    static const uint64_t counts[8] = {4, 2, 1, 1, 3, 1, 2, 2};
+    memcpy(st.train.count, counts, sizeof counts);
+    double cost[2 * 5];
+    cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(cost[0], 4 * 197.5, 1e-9);
+    cr_assert_float_eq(cost[5], 4 * 302.5, 1e-9);
+    cr_assert_float_eq(cost[4], 4 * 20.0, 1e-9);
+    cr_assert_float_eq(cost[5 + 4], 4 * 40.0, 1e-9);
+    sim_tab_free(&tab);
+    free(st.train.count), free(st.order);
+    mp_sim_result_free(&cpu);
+    mp_sim_trace_free(&t);
+}
+
 /* The grid's all-cold point with far routes off anchors the CPU entry's level: 2 one-row CPU
  * experts cost 70 + 2 * 30 = 130 ns by the curve; the runtime's step spent 200 (set_grid: 100 per
  * CPU expert), so every CPU cost of the curves (steps the grid lacks) is x 200/130. Another thread
@@ -355,8 +409,8 @@ Test(sim, decode_grid_anchors_the_cpu_entry)
     const uint16_t two_rows[4] = {0, 1, 0, 1};
     cr_assert_eq(mp_sim_trace_add_step(&t, 0, 2, two_rows, "t", &err), MP_OK, "%s", err.msg);
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
-    cr_assert_float_eq(tab.cpu_fixed_ns, 70 * 200.0 / 130.0, 1e-9);
-    cr_assert_float_eq(tab.cpu_ns[2], 30 * 200.0 / 130.0, 1e-9);
+    cr_assert_float_eq(tab.kinds[0].cpu_fixed_ns, 70 * 200.0 / 130.0, 1e-9);
+    cr_assert_float_eq(tab.kinds[0].cpu_ns[2], 30 * 200.0 / 130.0, 1e-9);
     sim_tab_free(&tab);
     mp_sim_trace_free(&t);
     costs.decode.threads = 16; /* measured on 16 threads, the entry is 8 */
