@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/accuracy_table.py [--resim MOEPLAN] OUT SHAPE... -- the table of bench/accuracy_matrix.sh
+"""bench/accuracy_table.py [--resim MOEPLAN [--model GGUF]] OUT SHAPE... -- the table of bench/accuracy_matrix.sh
 from each shape's results under OUT (OUT/SHAPE/sim-accuracy.json, its bench JSONs, costs.json):
 every row with the host's read bandwidth during the run (the mean of bench's probes before and
 after its tests; over the rounds, when sim_accuracy.sh ran several) against the calibration's, the
@@ -14,7 +14,8 @@ over its CPU time. Experts of a few hundred KB are read from the host's caches, 
 (flame): their rate says little.
 
 With --resim MOEPLAN, every row is also simulated again (`simulate --host-read-gbs`, with the
-trace, costs, budget and fixed bytes of the row): at the host bandwidth its probes read, and at
+trace, costs, budget and fixed bytes of the row; --model: with -m GGUF too, which a model whose
+layers' experts differ in type needs): at the host bandwidth its probes read, and at
 the level its CPU experts ran at: the calibration's host_read scaled by the CPU experts' predicted
 time per token (the simulation's cpu_expert_ns: each hybrid layer step's decode grid point's CPU
 share) over their measured one (bench's cpu_expert_us x hybrid_layer_steps / gpu_steps), route mix
@@ -30,11 +31,13 @@ import subprocess
 import sys
 
 args = sys.argv[1:]
-moeplan = None
+moeplan = model = None
 if args[:1] == ["--resim"]:
     moeplan, args = args[1], args[2:]
+if args[:1] == ["--model"]:  # the shape's model (one shape): simulate -m, as sim_accuracy.sh ran it
+    model, args = args[1], args[2:]
 if len(args) < 2:
-    sys.exit("usage: accuracy_table.py [--resim MOEPLAN] OUT SHAPE...")
+    sys.exit("usage: accuracy_table.py [--resim MOEPLAN [--model GGUF]] OUT SHAPE...")
 out, shapes = args[0], args[1:]
 
 
@@ -117,6 +120,8 @@ def resimulate(shape_dir, doc, row, gbs=None):
            "--policy", row["policy"], "--as-decode", "--threads", str(row["threads"]), "--json", sim_json, "--force"]
     if gbs:
         cmd += ["--host-read-gbs", "%.3f" % gbs]
+    if model:
+        cmd += ["-m", model]
     if subprocess.run(cmd, capture_output=True).returncode != 0:
         return None, None, None
     pol = [p for p in json.load(open(sim_json))["budgets"][0]["policies"] if p["policy"] == row["policy"]][0]

@@ -115,8 +115,10 @@ static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *fac
     if (matches != 1)
         return mp_fail(err, MP_ERR_ARG,
                        "costs %s: %d GPU expert entries match (quant %s, shape %lldx%lld): expected exactly one "
-                       "(choose with --expert QUANT)",
-                       o->costs, matches, quant ? quant : "any", (long long)facts->n_embd, (long long)facts->n_ff);
+                       "(choose with --expert QUANT%s)",
+                       o->costs, matches, quant ? quant : "any", (long long)facts->n_embd, (long long)facts->n_ff,
+                       matches > 1 && !o->model ? "; or give -m MODEL: a model whose layers' experts differ in type "
+                                                  "is charged layer by layer" : "");
     *cpu = mp_costs_find_cpu(c, (*gpu)->quant, (*gpu)->n_embd, (*gpu)->n_ff, o->threads);
     if (!*cpu)
         return mp_fail(err, MP_ERR_ARG, "costs %s: no CPU expert entry for %s %lldx%lld: expected one beside the GPU entry",
