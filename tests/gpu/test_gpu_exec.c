@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <inttypes.h>
+#include <string.h>
 
 #include "base/fault.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -71,13 +72,21 @@ static mp_model *make_model(const char *arch, const char *mix, const char *exper
     return make_model_split(arch, mix, expert_type, false);
 }
 
-/* split_experts: the file stores each expert as its own tensor (mkmodel --split-experts) */
+/* split_experts: the file stores each expert as its own tensor (mkmodel --split-experts); a mix
+ * ending in "@llama" is that mix with mkmodel --layer-mix llama (the tiny shapes' 4 layers: Q6_K
+ * down in layers 2 and 3, the mix's own type in 0 and 1) */
 static mp_model *make_model_split(const char *arch, const char *mix, const char *expert_type, bool split_experts)
 {
     mp_mkmodel_config cfg;
     mp_error e;
+    char base[32];
+    snprintf(base, sizeof base, "%s", mix);
+    char *at = strchr(base, '@');
+    if (at)
+        *at = '\0';
     cr_assert_eq(mp_mkmodel_arch(arch, &cfg, &e), MP_OK, "%s", e.msg);
-    cr_assert_eq(mp_mkmodel_set_mix(&cfg, mix, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_mkmodel_set_mix(&cfg, base, &e), MP_OK, "%s", e.msg);
+    cfg.llama_layers = at && !strcmp(at + 1, "llama");
     if (expert_type)
         cr_assert_eq(mp_mkmodel_set_type(&cfg, "experts", expert_type, &e), MP_OK, "%s", e.msg);
     cfg.seed = g_seed;
@@ -320,6 +329,8 @@ Test(gpu_exec, gpu_matches_cpu_olmoe_q8_0) { gpu_vs_cpu("olmoe", "q8_0", NULL); 
 Test(gpu_exec, gpu_matches_cpu_mixtral_bf16) { gpu_vs_cpu("mixtral", "bf16", NULL); }
 Test(gpu_exec, gpu_matches_cpu_qwen3moe_q5_k_m) { gpu_vs_cpu("qwen3moe", "q5_k_m", NULL); }
 Test(gpu_exec, gpu_matches_cpu_qwen3moe_q3_k_experts) { gpu_vs_cpu("qwen3moe", "q4_k_m", "Q3_K"); }
+/* llama.cpp's Q4_K_M by layer: Q4_K expert down (moe_dec.cu's Q4_K down kernel) beside Q6_K */
+Test(gpu_exec, gpu_matches_cpu_qwen3moe_q4_k_m_llama_layers) { gpu_vs_cpu("qwen3moe", "q4_k_m@llama", NULL); }
 
 /* ---- 2. hybrid vs GPU-only ---- */
 
@@ -469,6 +480,7 @@ Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, false, 
 Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q5_k_m) { hybrid_vs_gpu("q5_k_m", NULL, false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q5_k_m_llama_layers) { hybrid_vs_gpu("q5_k_m@llama", NULL, false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q2_k_experts) { hybrid_vs_gpu("q4_k_m", "Q2_K", false, 3e-2, 5e-3); }
 
 /* ---- 2b. launch paths that must not change a bit ---- */

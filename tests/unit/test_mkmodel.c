@@ -420,6 +420,9 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
         {"--preset", "tiny", NULL},
         {"--preset", "tiny", "-o", out, "--layers", NULL},
         {"--preset", "tiny", "-o", out, "extra", NULL},
+        {"--preset", "tiny", "--layer-mix", "llamas", "-o", out, NULL},
+        {"--preset", "tiny", "--quant", "q8_0", "--layer-mix", "llama", "-o", out, NULL},
+        {"--preset", "tiny", "--layer-mix", "llama", "--type-ffn-down", "Q6_K", "-o", out, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run_cmd(cases[i]);
