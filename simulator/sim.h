@@ -60,6 +60,9 @@ typedef struct mp_sim_trace {
     /* (n_steps) measured non-MoE time of each step in ns (finite, >= 0), or NULL when the source
      * gave none; set once, after the last step, by mp_sim_trace_set_non_moe. */
     double *non_moe_ns;
+    /* (n_layers) bytes of one expert of each layer as the trace's node table gives them (0: not
+     * given), or NULL (a trace built in memory); set by the loader. */
+    uint64_t *expert_bytes;
 } mp_sim_trace;
 
 /* model_layer may be NULL (identity: layer i is block i). */

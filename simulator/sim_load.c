@@ -253,6 +253,10 @@ static mp_status trace_geometry(mp_trace_reader *r, const char *path, mp_sim_tra
     free(model_layer);
     if (st)
         return st;
+    if (!(out->expert_bytes = calloc((size_t)n_nodes, sizeof *out->expert_bytes)))
+        return mp_fail(err, MP_ERR_NOMEM, "trace %s: out of memory", path);
+    for (int64_t i = 0; i < n_nodes; i++)
+        out->expert_bytes[i] = nodes[i].expert_bytes > 0 ? (uint64_t)nodes[i].expert_bytes : 0;
     const mp_trace_run *run = mp_trace_reader_run(r);
     facts->expert_bytes = nodes[0].expert_bytes;
     facts->n_embd = run->n_embd;

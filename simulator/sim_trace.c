@@ -42,6 +42,7 @@ void mp_sim_trace_free(mp_sim_trace *t)
     free(t->steps);
     free(t->ids);
     free(t->non_moe_ns);
+    free(t->expert_bytes);
     memset(t, 0, sizeof *t);
 }
 

@@ -93,24 +93,37 @@ static void add_note(mp_simulate_result *r, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The cost entries for the trace's experts (the options' expert quant and threads; else the trace's,
- * else first_quant, the model's experts in the trace's first layer, or NULL). */
+/* The cost entries for the trace's experts, at the options' threads: of the options' --expert
+ * quant, else of the model's experts in the trace's first layer (first_quant, with -m), else the
+ * one entry of the trace's expert shape, else (a cost file of several types) the one of the
+ * trace's first layer's expert bytes, else of the trace's quant name. */
 static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *facts, const mp_simulate_options *o,
                                 const char *first_quant, const mp_cost_expert **gpu, const mp_cost_expert **cpu,
                                 mp_error *err)
 {
     *gpu = NULL;
-    const char *quant = o->expert_quant ? o->expert_quant : facts->quant[0] ? facts->quant : first_quant;
+    const char *quant = o->expert_quant ? o->expert_quant : first_quant;
+    const bool shape_known = facts->n_embd > 0 && facts->n_ff > 0;
     int matches = 0;
-    for (int i = 0; i < c->n_gpu_expert; i++) {
-        const mp_cost_expert *e = &c->gpu_expert[i];
-        if (quant && strcmp(e->quant, quant) && (o->expert_quant || c->n_gpu_expert > 1))
+    for (int pass = 0; pass < 3 && matches != 1; pass++) { /* by quant (or all); by bytes; by the trace's name */
+        if ((pass == 1 && (quant || facts->expert_bytes <= 0)) || (pass == 2 && (quant || !facts->quant[0])))
             continue;
-        if (facts->n_embd > 0 && facts->n_ff > 0 && (e->n_embd != facts->n_embd || e->n_ff != facts->n_ff))
-            continue;
-        if (!*gpu)
-            *gpu = e;
-        matches++;
+        *gpu = NULL;
+        matches = 0;
+        for (int i = 0; i < c->n_gpu_expert; i++) {
+            const mp_cost_expert *e = &c->gpu_expert[i];
+            if ((pass == 0 && quant && strcmp(e->quant, quant)) ||
+                (pass == 1 && e->expert_bytes != (uint64_t)facts->expert_bytes) ||
+                (pass == 2 && strcmp(e->quant, facts->quant)))
+                continue;
+            if (shape_known && (e->n_embd != facts->n_embd || e->n_ff != facts->n_ff))
+                continue;
+            if (!*gpu)
+                *gpu = e;
+            matches++;
+        }
+        if (o->expert_quant || first_quant)
+            break; /* named: no other reading */
     }
     if (matches != 1)
         return mp_fail(err, MP_ERR_ARG,
@@ -206,44 +219,80 @@ static const char *first_block_quant(const mp_simulate_result *r)
     return (int64_t)b < r->n_blocks ? r->block_quant[b] : NULL;
 }
 
+/* Trace layer l's experts: their type from the model (NULL without one), or their bytes from the
+ * trace's node table (0: not given). */
+static const char *layer_quant(const mp_simulate_result *r, uint32_t l)
+{
+    const uint32_t b = r->trace.model_layer ? r->trace.model_layer[l] : l;
+    return r->block_quant && (int64_t)b < r->n_blocks ? r->block_quant[b] : NULL;
+}
+
+static uint64_t layer_bytes(const mp_simulate_result *r, uint32_t l)
+{
+    return r->trace.expert_bytes ? r->trace.expert_bytes[l] : 0;
+}
+
+/* The one GPU entry of the first entry's shape with this quant (or, quant NULL, these expert
+ * bytes); NULL when none or several. */
+static const mp_cost_expert *gpu_entry_of(const mp_costs *c, const mp_cost_expert *first, const char *quant,
+                                          uint64_t bytes)
+{
+    const mp_cost_expert *found = NULL;
+    int n = 0;
+    for (int i = 0; i < c->n_gpu_expert; i++) {
+        const mp_cost_expert *e = &c->gpu_expert[i];
+        if (e->n_embd != first->n_embd || e->n_ff != first->n_ff ||
+            (quant ? strcmp(e->quant, quant) != 0 : e->expert_bytes != bytes))
+            continue;
+        found = e;
+        n++;
+    }
+    return n == 1 ? found : NULL;
+}
+
 /* A model whose traced layers' experts differ in type (llama.cpp's Q4_K_M: the down tensors of
  * about half its layers in Q6_K, the rest in Q4_K): each trace layer's GPU and CPU entries, of its
  * own type, shape and the run's threads (the first layer's type: the chosen gpu and cpu, with the
- * trace's expert size); a type the cost file has no entry for is an error naming it (calibrate
- * measures every type of the model). Nothing when every layer has one type. */
+ * trace's expert size). The type is the model's (-m); without a model, the trace's node table's
+ * expert bytes tell the layers apart. A type the cost file has no entry for is an error naming it
+ * (calibrate measures every type of the model). Nothing when every layer has one type, or with
+ * --expert (every layer that type). */
 static mp_status layer_entries(const mp_simulate_options *o, mp_simulate_result *r, const mp_cost_expert *gpu,
                                const mp_cost_expert *cpu, mp_error *err)
 {
-    const char *first = first_block_quant(r);
     const mp_sim_trace *t = &r->trace;
+    if (o->expert_quant || !t->n_layers)
+        return MP_OK;
+    const bool by_quant = r->block_quant != NULL;
     bool mixed = false;
-    for (uint32_t l = 0; first && l < t->n_layers; l++) {
-        const uint32_t b = t->model_layer ? t->model_layer[l] : l;
-        mixed |= (int64_t)b < r->n_blocks && strcmp(r->block_quant[b], first) != 0;
-    }
-    if (!mixed || o->expert_quant)
+    for (uint32_t l = 1; l < t->n_layers; l++)
+        mixed |= by_quant ? strcmp(layer_quant(r, l), layer_quant(r, 0)) != 0
+                          : layer_bytes(r, l) && layer_bytes(r, 0) && layer_bytes(r, l) != layer_bytes(r, 0);
+    if (!mixed)
         return MP_OK;
     if (!(r->layer_experts = calloc(t->n_layers, sizeof *r->layer_experts)))
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
     for (uint32_t l = 0; l < t->n_layers; l++) {
-        const uint32_t b = t->model_layer ? t->model_layer[l] : l;
-        const char *q = (int64_t)b < r->n_blocks ? r->block_quant[b] : first;
         mp_sim_layer_experts *le = &r->layer_experts[l];
-        if (!strcmp(q, first)) {
+        const bool first = by_quant ? !strcmp(layer_quant(r, l), layer_quant(r, 0))
+                                    : !layer_bytes(r, l) || layer_bytes(r, l) == layer_bytes(r, 0);
+        if (first) {
             le->gpu = &r->gpu, le->cpu = cpu;
             continue;
         }
-        for (int i = 0; i < r->costs.n_gpu_expert && !le->gpu; i++) {
-            const mp_cost_expert *e = &r->costs.gpu_expert[i];
-            if (!strcmp(e->quant, q) && e->n_embd == gpu->n_embd && e->n_ff == gpu->n_ff)
-                le->gpu = e;
-        }
-        le->cpu = le->gpu ? mp_costs_find_cpu(&r->costs, q, gpu->n_embd, gpu->n_ff, o->threads) : NULL;
-        if (!le->gpu || !le->cpu)
+        le->gpu = gpu_entry_of(&r->costs, gpu, by_quant ? layer_quant(r, l) : NULL, layer_bytes(r, l));
+        le->cpu = le->gpu ? mp_costs_find_cpu(&r->costs, le->gpu->quant, gpu->n_embd, gpu->n_ff, o->threads) : NULL;
+        if (!le->gpu || !le->cpu) {
+            char what[64];
+            if (by_quant)
+                snprintf(what, sizeof what, "%s experts", layer_quant(r, l));
+            else
+                snprintf(what, sizeof what, "experts of %llu bytes", (unsigned long long)layer_bytes(r, l));
             return mp_fail(err, MP_ERR_ARG,
-                           "costs %s: no %s expert entry for layer %u's %s experts (the model's layers have "
+                           "costs %s: no single %s expert entry for trace layer %u's %s (the model's layers have "
                            "several expert types): expected a cost file from `moeplan calibrate` of this model",
-                           o->costs, le->gpu ? "CPU" : "GPU", b, q);
+                           o->costs, le->gpu ? "CPU" : "GPU", l, what);
+        }
     }
     r->cfg.layer_experts = r->layer_experts;
     char kinds[400] = "";

@@ -19,6 +19,7 @@
 #include "runtime/placement.h"
 #include "runtime/strp.h"
 #include "simulator/sim_load.h"
+#include "tests/unit/analyzer_fixture.h"
 #include "tests/unit/cli_util.h"
 
 static char dir[256], csv[512], db[512];
@@ -283,6 +284,67 @@ Test(simulate, notes_a_calibration_of_other_cpu_kernels)
     else
         unsetenv("MP_ISA");
     free(outer);
+}
+
+/* A trace whose layers' experts differ in size (its node table: layer 0 1,000,000 bytes, the
+ * fixture's Q4_K; layer 1 9,437,184, its F16), simulated without a model: the node table tells the
+ * layers apart and each is charged its own type's entries. The fixture has no F16 CPU entry: one
+ * line naming the layer and its bytes; with one (its Q4_K curve x 10), a note names both types and
+ * every layer on the CPU costs more than with --expert Q4_K (every layer charged Q4_K): the prefill
+ * steps by layer 1's own curve (the decode steps' grid keeps its mean: 0.52 against 0.42 ms). */
+Test(simulate, layers_of_several_expert_sizes_by_the_trace)
+{
+    static char out[1 << 16], text[1 << 16];
+    char args[2048], path[700];
+    char *kdb = make_trace(dir, "k.db", (trace_opts){.n_experts = 4, .expert_bytes = 1000000});
+    sql(kdb, "UPDATE nodes SET expert_bytes = 9437184 WHERE node_index = 1");
+    snprintf(args, sizeof args, "simulate k.db --costs '%s' --budget 4000000B --non-expert-bytes 1000000",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "no single CPU expert entry for trace layer 1's experts of 9437184 bytes"), "%s",
+                       out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    FILE *f = fopen(costs_path(), "rb");
+    cr_assert_not_null(f);
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    cJSON *cpu = cJSON_GetObjectItem(root, "cpu_expert");
+    cJSON *f16 = cJSON_Duplicate(cJSON_GetArrayItem(cpu, 1), 1); /* 16 threads, as the grid */
+    cJSON_ReplaceItemInObject(f16, "quant", cJSON_CreateString("F16"));
+    cJSON_ReplaceItemInObject(f16, "expert_bytes", cJSON_CreateNumber(9437184));
+    cJSON *pt;
+    cJSON_ArrayForEach(pt, cJSON_GetObjectItem(f16, "points"))
+        cJSON_SetNumberValue(cJSON_GetObjectItem(pt, "median_ns"), cJSON_GetObjectItem(pt, "median_ns")->valuedouble * 10);
+    cJSON_AddItemToArray(cpu, f16);
+    char *two = cJSON_Print(root);
+    snprintf(path, sizeof path, "%s/costs-two.json", dir);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(two, f);
+    fclose(f);
+    free(two);
+    cJSON_Delete(root);
+    double ms[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "simulate k.db --costs costs-two.json %s --budget 4000000B --non-expert-bytes "
+                 "1000000 --policy all-cpu --threads 16 --json s%d.json", i ? "--expert Q4_K" : "", i);
+        cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+        if (!i)
+            cr_assert_not_null(strstr(out, "several expert types (1 layers of Q4_K (1.00 MB), 1 layers of F16 (9.44 MB))"),
+                               "%s", out);
+        char name[16];
+        snprintf(name, sizeof name, "s%d.json", i);
+        cJSON *sim = read_json(name);
+        cJSON *all = find_policy(sim, 0, "all-cpu");
+        cr_assert_not_null(all);
+        ms[i] = cJSON_GetObjectItem(cJSON_GetObjectItem(all, "in_sample"), "ms_per_token")->valuedouble;
+        cJSON_Delete(sim);
+    }
+    cr_assert_gt(ms[0], ms[1] * 1.1, "per layer %g ms/token, every layer Q4_K %g", ms[0], ms[1]);
+    free(kdb);
 }
 
 /* --progress: the progress line on stderr even where stderr is not a terminal, its last line
