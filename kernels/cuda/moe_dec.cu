@@ -38,6 +38,29 @@
 #define DEC_GU_WARPS 4
 #define DEC_DOWN_THREADS 256
 
+// The 6-bit scales and mins of sub-blocks 2 jp and 2 jp + 1 of a Q4_K (or Q5_K) super-block, its 12
+// scale bytes held in three words.
+__device__ __forceinline__ void dec_q4k_pair_scales(uint32_t s0, uint32_t s1, uint32_t s2, int jp, int &sc0, int &m0,
+                                                    int &sc1, int &m1)
+{
+    auto byte = [&](int i) -> int {
+        const uint32_t w = i < 4 ? s0 : i < 8 ? s1 : s2;
+        return (int)((w >> (8 * (i & 3))) & 0xFFu);
+    };
+    mpc_q4k_scale_min(byte, 2 * jp, sc0, m0);
+    mpc_q4k_scale_min(byte, 2 * jp + 1, sc1, m1);
+}
+
+// One lane's part of a Q4_K (Q5_K) dot over two sub-blocks: d and dmin (the block's first word dd)
+// and the Q8_K scale dy times the integer sums; |sc · i| < 2^23 per sub-block, so the integer sums
+// are exact in float.
+__device__ __forceinline__ float dec_q4k_sum(uint32_t dd, float dy, int sc0, int i0, int sc1, int i1, int m0, int ys0,
+                                             int m1, int ys1)
+{
+    const float d = mpc_f16((uint16_t)(dd & 0xFFFFu)), dmin = mpc_f16((uint16_t)(dd >> 16));
+    return __fmul_rn(d, dy) * (float)(sc0 * i0 + sc1 * i1) - __fmul_rn(dmin, dy) * (float)(m0 * ys0 + m1 * ys1);
+}
+
 // One lane's Q4_K sub-block pair jp (sub-blocks 2jp, 2jp + 1) of a super-block b (16-byte aligned).
 struct dec_q4k_pair {
     uint32_t dd, s0, s1, s2;
@@ -193,13 +216,8 @@ __device__ __forceinline__ float dec_q45k_dot(const uint8_t *b, const uint8_t *y
             hi[k] |= ((hw[k] >> (2 * jp + 1)) & 0x01010101u) << 4;
         }
     }
-    auto byte = [&](int i) -> int {
-        const uint32_t w = i < 4 ? s0 : i < 8 ? s1 : s2;
-        return (int)((w >> (8 * (i & 3))) & 0xFFu);
-    };
     int sc0, m0, sc1, m1;
-    mpc_q4k_scale_min(byte, 2 * jp, sc0, m0);
-    mpc_q4k_scale_min(byte, 2 * jp + 1, sc1, m1);
+    dec_q4k_pair_scales(s0, s1, s2, jp, sc0, m0, sc1, m1);
     const int *y0 = (const int *)(yb + 4 + 64 * jp + 16 * h), *y1 = (const int *)(yb + 4 + 64 * jp + 32 + 16 * h);
     int i0 = 0, i1 = 0;
 #pragma unroll
@@ -210,8 +228,7 @@ __device__ __forceinline__ float dec_q45k_dot(const uint8_t *b, const uint8_t *y
     const int16_t *bs = (const int16_t *)(yb + 260); // Q8_K's sums of 16 elements
     const int ys0 = bs[4 * jp + h], ys1 = bs[4 * jp + 2 + h];
     const float dy = *(const float *)yb;
-    const float d = mpc_f16((uint16_t)(dd & 0xFFFFu)), dmin = mpc_f16((uint16_t)(dd >> 16));
-    return __fmul_rn(d, dy) * (float)(sc0 * i0 + sc1 * i1) - __fmul_rn(dmin, dy) * (float)(m0 * ys0 + m1 * ys1);
+    return dec_q4k_sum(dd, dy, sc0, i0, sc1, i1, m0, ys0, m1, ys1);
 }
 
 // The down types of dec_down: the super-block's bytes and a lane's eighth of its dot.
