@@ -93,6 +93,24 @@ static void add_note(mp_simulate_result *r, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The GPU entries of c of this quant (NULL: any), these expert bytes (0: any) and this shape (n_embd
+ * or n_ff <= 0: any): their count, *first the first of them (NULL when none). */
+static int gpu_entries_matching(const mp_costs *c, const char *quant, uint64_t bytes, int64_t n_embd, int64_t n_ff,
+                                const mp_cost_expert **first)
+{
+    int n = 0;
+    *first = NULL;
+    for (int i = 0; i < c->n_gpu_expert; i++) {
+        const mp_cost_expert *e = &c->gpu_expert[i];
+        if ((quant && strcmp(e->quant, quant)) || (bytes && e->expert_bytes != bytes) ||
+            (n_embd > 0 && n_ff > 0 && (e->n_embd != n_embd || e->n_ff != n_ff)))
+            continue;
+        if (!n++)
+            *first = e;
+    }
+    return n;
+}
+
 /* The cost entries for the trace's experts, at the options' threads: of the options' --expert
  * quant, else of the model's experts in the trace's first layer (first_quant, with -m), else the
  * one entry of the trace's expert shape, else (a cost file of several types) the one of the
@@ -101,30 +119,12 @@ static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *fac
                                 const char *first_quant, const mp_cost_expert **gpu, const mp_cost_expert **cpu,
                                 mp_error *err)
 {
-    *gpu = NULL;
     const char *quant = o->expert_quant ? o->expert_quant : first_quant;
-    const bool shape_known = facts->n_embd > 0 && facts->n_ff > 0;
-    int matches = 0;
-    for (int pass = 0; pass < 3 && matches != 1; pass++) { /* by quant (or all); by bytes; by the trace's name */
-        if ((pass == 1 && (quant || facts->expert_bytes <= 0)) || (pass == 2 && (quant || !facts->quant[0])))
-            continue;
-        *gpu = NULL;
-        matches = 0;
-        for (int i = 0; i < c->n_gpu_expert; i++) {
-            const mp_cost_expert *e = &c->gpu_expert[i];
-            if ((pass == 0 && quant && strcmp(e->quant, quant)) ||
-                (pass == 1 && e->expert_bytes != (uint64_t)facts->expert_bytes) ||
-                (pass == 2 && strcmp(e->quant, facts->quant)))
-                continue;
-            if (shape_known && (e->n_embd != facts->n_embd || e->n_ff != facts->n_ff))
-                continue;
-            if (!*gpu)
-                *gpu = e;
-            matches++;
-        }
-        if (o->expert_quant || first_quant)
-            break; /* named: no other reading */
-    }
+    int matches = gpu_entries_matching(c, quant, 0, facts->n_embd, facts->n_ff, gpu);
+    if (matches != 1 && !quant && facts->expert_bytes > 0) /* several types: the first layer's, by its bytes */
+        matches = gpu_entries_matching(c, NULL, (uint64_t)facts->expert_bytes, facts->n_embd, facts->n_ff, gpu);
+    if (matches != 1 && !quant && facts->quant[0])
+        matches = gpu_entries_matching(c, facts->quant, 0, facts->n_embd, facts->n_ff, gpu);
     if (matches != 1)
         return mp_fail(err, MP_ERR_ARG,
                        "costs %s: %d GPU expert entries match (quant %s, shape %lldx%lld): expected exactly one "
@@ -210,44 +210,26 @@ static mp_status llamacpp_check_blocks(const mp_simulate_options *o, const mp_si
     return MP_OK;
 }
 
-/* The model's expert type in the trace's first MoE layer (NULL without a model). */
-static const char *first_block_quant(const mp_simulate_result *r)
-{
-    if (!r->block_quant || !r->trace.n_layers)
-        return NULL;
-    const uint32_t b = r->trace.model_layer ? r->trace.model_layer[0] : 0;
-    return (int64_t)b < r->n_blocks ? r->block_quant[b] : NULL;
-}
-
-/* Trace layer l's experts: their type from the model (NULL without one), or their bytes from the
- * trace's node table (0: not given). */
+/* Trace layer l's experts: their type from the model (NULL without one). */
 static const char *layer_quant(const mp_simulate_result *r, uint32_t l)
 {
     const uint32_t b = r->trace.model_layer ? r->trace.model_layer[l] : l;
     return r->block_quant && (int64_t)b < r->n_blocks ? r->block_quant[b] : NULL;
 }
 
+/* Their bytes from the trace's node table (0: not given). */
 static uint64_t layer_bytes(const mp_simulate_result *r, uint32_t l)
 {
     return r->trace.expert_bytes ? r->trace.expert_bytes[l] : 0;
 }
 
-/* The one GPU entry of the first entry's shape with this quant (or, quant NULL, these expert
- * bytes); NULL when none or several. */
-static const mp_cost_expert *gpu_entry_of(const mp_costs *c, const mp_cost_expert *first, const char *quant,
-                                          uint64_t bytes)
+/* Whether trace layer l's experts are of layer 0's kind: by the model's types (by_quant), else by
+ * the trace's bytes (a layer whose bytes are not given counts as layer 0's). */
+static bool same_kind_as_first(const mp_simulate_result *r, bool by_quant, uint32_t l)
 {
-    const mp_cost_expert *found = NULL;
-    int n = 0;
-    for (int i = 0; i < c->n_gpu_expert; i++) {
-        const mp_cost_expert *e = &c->gpu_expert[i];
-        if (e->n_embd != first->n_embd || e->n_ff != first->n_ff ||
-            (quant ? strcmp(e->quant, quant) != 0 : e->expert_bytes != bytes))
-            continue;
-        found = e;
-        n++;
-    }
-    return n == 1 ? found : NULL;
+    if (by_quant)
+        return !strcmp(layer_quant(r, l), layer_quant(r, 0));
+    return !layer_bytes(r, l) || !layer_bytes(r, 0) || layer_bytes(r, l) == layer_bytes(r, 0);
 }
 
 /* A model whose traced layers' experts differ in type (llama.cpp's Q4_K_M: the down tensors of
@@ -266,21 +248,20 @@ static mp_status layer_entries(const mp_simulate_options *o, mp_simulate_result 
     const bool by_quant = r->block_quant != NULL;
     bool mixed = false;
     for (uint32_t l = 1; l < t->n_layers; l++)
-        mixed |= by_quant ? strcmp(layer_quant(r, l), layer_quant(r, 0)) != 0
-                          : layer_bytes(r, l) && layer_bytes(r, 0) && layer_bytes(r, l) != layer_bytes(r, 0);
+        mixed |= !same_kind_as_first(r, by_quant, l);
     if (!mixed)
         return MP_OK;
     if (!(r->layer_experts = calloc(t->n_layers, sizeof *r->layer_experts)))
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory");
     for (uint32_t l = 0; l < t->n_layers; l++) {
         mp_sim_layer_experts *le = &r->layer_experts[l];
-        const bool first = by_quant ? !strcmp(layer_quant(r, l), layer_quant(r, 0))
-                                    : !layer_bytes(r, l) || layer_bytes(r, l) == layer_bytes(r, 0);
-        if (first) {
+        if (same_kind_as_first(r, by_quant, l)) {
             le->gpu = &r->gpu, le->cpu = cpu;
             continue;
         }
-        le->gpu = gpu_entry_of(&r->costs, gpu, by_quant ? layer_quant(r, l) : NULL, layer_bytes(r, l));
+        if (gpu_entries_matching(&r->costs, by_quant ? layer_quant(r, l) : NULL, by_quant ? 0 : layer_bytes(r, l),
+                                 gpu->n_embd, gpu->n_ff, &le->gpu) != 1)
+            le->gpu = NULL;
         le->cpu = le->gpu ? mp_costs_find_cpu(&r->costs, le->gpu->quant, gpu->n_embd, gpu->n_ff, o->threads) : NULL;
         if (!le->gpu || !le->cpu) {
             char what[64];
@@ -347,7 +328,7 @@ static mp_status load_inputs(const mp_simulate_options *o, mp_simulate_result *r
         r->cfg.profile = &r->placed;
     }
     const mp_cost_expert *gpu, *cpu;
-    const char *first_quant = first_block_quant(r);
+    const char *first_quant = r->trace.n_layers ? layer_quant(r, 0) : NULL;
     if ((st = choose_entries(&r->costs, &r->facts, o, first_quant, &gpu, &cpu, err)))
         return st;
     r->gpu = *gpu;
