@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # bench/split_ab.sh MOEPLAN OUTDIR — split far routes against whole ones, side by side in one run.
 #
-# A model whose experts are few and large (default: the mixtral preset in Q4_K_M, top-2 of 8, 114 MB
-# experts) decodes under budgets that leave most experts in host memory. Its cost file, calibrated
-# here (or COSTS), counts far work in units of 1/far_split of an expert (runtime/decide.h); its
-# whole-route twin (bench/whole_route_costs.py) keeps only the whole-route points of the same grid.
-# For each budget, `moeplan bench --placement fill --gpu-budget B --costs C` runs with one file then
-# the other, ROUNDS times (odd rounds split first, even rounds whole first: the host's read
-# bandwidth drifts within minutes, so only rows measured in turn compare). The table gives each
-# row's tok/s, its routes by path, the host's read bandwidth beside it and its share of the serial
-# and host+bus bounds (bench's `bound`: docs/bench.md); then per budget the split / whole ratio of
-# each round and their median.
-# Knobs: MODEL, COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default "24GB 16GB
-# 12GB"), ROUNDS (default 2), REPS (default 2), TG (default 64), THREADS (default nproc).
+# A model (default: the mixtral preset in Q4_K_M, top-2 of 8, 114 MB experts; PRESET and QUANT pick
+# another, e.g. PRESET=qwen3-30b-a3b with CALIBRATE_ARGS="... --far-units 2") decodes under budgets
+# or placements that leave most experts in host memory. Its cost file, calibrated here (or COSTS),
+# counts far work in units of 1/far_split of an expert (runtime/decide.h); its whole-route twin
+# (bench/whole_route_costs.py) keeps only the whole-route points of the same grid. For each budget,
+# `moeplan bench --placement fill --gpu-budget B --costs C` (for each of PLACEMENTS, `--placement P`)
+# runs with one file then the other, ROUNDS times (odd rounds split first, even rounds whole first:
+# the host's read bandwidth drifts within minutes, so only rows measured in turn compare). The table
+# gives each row's tok/s, its routes by path, the host's read bandwidth beside it and its share of
+# the serial and host+bus bounds (bench's `bound`: docs/bench.md); then per row the split / whole
+# ratio of each round and their median.
+# Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
+# QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
+# "24GB 16GB 12GB", or none when PLACEMENTS is set), PLACEMENTS (e.g. "layers:24 layers:36"), ROUNDS
+# (default 2), REPS (default 2), TG (default 64), THREADS (default nproc).
 set -euo pipefail
 moeplan=${1:?usage: bench/split_ab.sh MOEPLAN OUTDIR}
 out=${2:?usage: bench/split_ab.sh MOEPLAN OUTDIR}
@@ -20,16 +23,21 @@ threads=${THREADS:-$(nproc)}
 rounds=${ROUNDS:-2}
 reps=${REPS:-2}
 tg=${TG:-64}
-budgets=${BUDGETS:-24GB 16GB 12GB}
+placements=${PLACEMENTS:-}
+if [ -n "$placements" ]; then budgets=${BUDGETS:-}; else budgets=${BUDGETS:-24GB 16GB 12GB}; fi
+# the rows: a budget (fill under it) or a placement (layers:N, ...); files named by the row
+rows="$budgets $placements"
 here=$(cd "$(dirname "$0")" && pwd)
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "split_ab: ROUNDS '$rounds': expected a positive integer" >&2; exit 2; }
 mkdir -p "$out"
 log() { echo "[split_ab $(date +%H:%M:%S)] $*" >&2; }
-model=${MODEL:-/tmp/mp-bench/mixtral-q4_k_m.gguf}
+preset=${PRESET:-mixtral}
+quant=${QUANT:-q4_k_m}
+model=${MODEL:-/tmp/mp-bench/$preset-$quant.gguf}
 if [ ! -f "$model" ]; then
     mkdir -p "$(dirname "$model")"
     log "generating $model"
-    "$moeplan" mkmodel --preset mixtral --quant q4_k_m --threads "$threads" --quiet -o "$model"
+    "$moeplan" mkmodel --preset "$preset" --quant "$quant" --threads "$threads" --quiet -o "$model"
 fi
 costs=${COSTS:-$out/costs.json}
 if [ ! -f "$costs" ]; then
@@ -45,13 +53,15 @@ log "far_split $split in $costs; whole-route twin $out/costs-whole.json"
 for round in $(seq 1 "$rounds"); do
     arms="split whole"
     [ $((round % 2)) = 1 ] || arms="whole split"
-    for b in $budgets; do
+    for b in $rows; do
+        place=(--placement fill --gpu-budget "$b")
+        case $b in *:*) place=(--placement "$b") ;; esac
         for arm in $arms; do
             c=$costs
             [ "$arm" = split ] || c=$out/costs-whole.json
-            j=$out/bench-$b-$arm.r$round.json
+            j=$out/bench-${b//:/}-$arm.r$round.json
             log "round $round: $b $arm"
-            if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json --placement fill --gpu-budget "$b" \
+            if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json "${place[@]}" \
                     -p 0 -n "$tg" --costs "$c" >"$j" 2>"${j%.json}.err"; then
                 log "$b $arm failed: $(tail -1 "${j%.json}.err")"
             fi
@@ -59,16 +69,16 @@ for round in $(seq 1 "$rounds"); do
         done
     done
 done
-python3 - "$out" "$rounds" $budgets <<'PY'
+python3 - "$out" "$rounds" $rows <<'PY'
 import json, statistics, sys
 out, rounds, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| budget | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | share of serial bound | share of host+bus bound |")
+print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | share of serial bound | share of host+bus bound |")
 print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
 speed = {}
 for b in budgets:
     for arm in ("split", "whole"):
         for rnd in range(1, rounds + 1):
-            path = f"{out}/bench-{b}-{arm}.r{rnd}.json"
+            path = f"{out}/bench-{b.replace(':', '')}-{arm}.r{rnd}.json"
             try:
                 r = json.load(open(path))["rows"][0]
             except Exception as e:
@@ -83,7 +93,7 @@ for b in budgets:
                   f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
 print()
-print("| budget | split / whole, each round | median |")
+print("| row | split / whole, each round | median |")
 print("| --- | --- | ---: |")
 for b in budgets:
     ratios = [speed[(b, "split", n)] / speed[(b, "whole", n)] for n in range(1, rounds + 1)

@@ -163,16 +163,22 @@ void mp_decide_far_layer(const mp_decode_costs *dc, double cold_share, mp_far_la
         *out = fl;
 }
 
+int mp_decide_far_split_most(int top_k, int64_t n_ff, int64_t granule)
+{
+    if (top_k < 1 || granule < 1)
+        return 1;
+    int64_t s = n_ff / granule;
+    if (s > MP_DECIDE_MAX_K / top_k)
+        s = MP_DECIDE_MAX_K / top_k;
+    return s < 1 ? 1 : (int)s;
+}
+
 int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule)
 {
     if (top_k < 1 || granule < 1)
         return 1;
-    int64_t s = (MP_DECIDE_FAR_RESOLUTION + top_k - 1) / top_k;
-    if (s > n_ff / granule)
-        s = n_ff / granule;
-    if (s > MP_DECIDE_MAX_K / top_k)
-        s = MP_DECIDE_MAX_K / top_k;
-    return s < 1 ? 1 : (int)s;
+    const int s = (MP_DECIDE_FAR_RESOLUTION + top_k - 1) / top_k, most = mp_decide_far_split_most(top_k, n_ff, granule);
+    return s < most ? s : most;
 }
 
 static int64_t gcd64(int64_t a, int64_t b)

@@ -121,6 +121,11 @@ typedef struct mp_far_layer {
  * top_k), at most n_ff / granule and MP_DECIDE_MAX_K / top_k, at least 1. */
 int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule);
 
+/* The most far units per expert a grid may count for such a model: n_ff / granule (a unit is at
+ * least one granule of rows) and MP_DECIDE_MAX_K / top_k (the grid's far axis), at least 1.
+ * `calibrate --far-units` chooses any count up to it. */
+int mp_decide_far_split_most(int top_k, int64_t n_ff, int64_t granule);
+
 /* The rows at which an expert whose down tensor has type down_type can be split between the CPU and
  * the GPU: a multiple of that type's block and of its activations' block (each side's dot products
  * then cover whole blocks); 0 for an unknown type. */

@@ -36,6 +36,8 @@ typedef struct mp_calib_opts {
     int n_rows;
     int reps;                       /* recorded repetitions per point, >= 3 */
     bool quick;                     /* fewer copy sizes and warm-ups (CI, smoke tests) */
+    int far_units;                  /* the decode grid's far units per expert, 1..mp_decide_far_split_most
+                                       (0: the rule, mp_decide_far_split) */
     /* progress lines ("calibrate: cpu expert Q4_K/Q6_K 2048x768 t=16 rows=64 ...") */
     void (*progress)(void *user, const char *line);
     void *progress_user;

@@ -441,10 +441,11 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     mp_gpu_set_measure(g, true);
     const int far_routes = mp_gpu_far_max(g) < (int)K ? mp_gpu_far_max(g) : (int)K;
     /* far work in units of 1/split of an expert (runtime/decide.h): quarter experts for a top-2
-     * model, whole routes from top-8 on */
-    const int split = far_routes > 0 ? mp_decide_far_split((int)K, m->hp.n_ff_exp,
-                                                           mp_decide_split_granule(m->layers[0].down_exps.type))
-                                     : 1;
+     * model, whole routes from top-8 on; --far-units chooses (mp_calibrate checked it) */
+    const int split = far_routes < 1 ? 1
+                      : o->far_units > 0
+                          ? o->far_units
+                          : mp_decide_far_split((int)K, m->hp.n_ff_exp, mp_decide_split_granule(m->layers[0].down_exps.type));
     const int far_max = far_routes * split;
     /* the points: (cold c, far f) for c = cold_min .. K, f = -1 (off) .. min(c x split, far_max) */
     enum { MOST_POINTS = (MP_DECIDE_MAX_K + 1) * (MP_DECIDE_MAX_K + 2) };

@@ -8,6 +8,7 @@
 #include "simulator/calibrate.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "base/sha256.h"
 #include "kernels/quant.h"
 #include "mp_config.h"
+#include "runtime/decide.h"
 #include "runtime/gpu_module.h"
 #include "runtime/threadpool.h"
 #include "simulator/calibrate_impl.h"
@@ -117,6 +119,18 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
     mp_status st = mp_model_load(o->model_path, &m, err);
     if (st)
         return st;
+    if (o->far_units > 0) { /* before minutes of measurements */
+        const int64_t K = m->hp.n_expert_used, granule = mp_decide_split_granule(m->layers[0].down_exps.type);
+        const int most = mp_decide_far_split_most((int)K, m->hp.n_ff_exp, granule);
+        if (o->far_units > most) {
+            st = mp_fail(err, MP_ERR_ARG,
+                         "--far-units %d: %s allows 1..%d (%d units a step over its top-%" PRId64
+                         " routes at most; %" PRId64 " FFN rows, a unit at least %" PRId64 " of them)",
+                         o->far_units, o->model_path, most, MP_DECIDE_MAX_K, K, m->hp.n_ff_exp, granule);
+            mp_model_free(m);
+            return st;
+        }
+    }
     /* root owns every part; they are filled in place, in the file's order (the NULL checks of the
      * Add* helpers below cover a failed create: they add nothing and return NULL) */
     cJSON *root = cJSON_CreateObject(), *missing = cJSON_CreateArray();

@@ -17,6 +17,7 @@
 #include "base/atomic_file.h"
 #include "simulator/calibrate.h"
 #include "runtime/costs.h"
+#include "runtime/decide.h"
 
 static void usage(FILE *f)
 {
@@ -37,6 +38,10 @@ static void usage(FILE *f)
             "                     (default 1,2,4,8,16,32,64,128,256; --quick: 1,4,16)\n"
             "  --reps N           recorded repetitions per point, >= 3 (default 15; --quick: 5); the\n"
             "                     decode grid makes at most 3 passes of 64 steps a point\n"
+            "  --far-units N      the decode grid's far work in units of 1/N of an expert (default:\n"
+            "                     quarters for top-2, halves for top-4, whole experts from top-8 on;\n"
+            "                     at most the model's FFN rows in blocks and 32 / top_k): finer units\n"
+            "                     balance the cores and the bus closer, for a longer grid\n"
             "  --quick            fewer points and warm-ups (smoke tests, CI)\n"
             "  --force            overwrite FILE if it exists\n"
             "  -h, --help         this text\n");
@@ -90,7 +95,7 @@ static void progress(void *user, const char *line)
     fprintf(stderr, "%s\n", line);
 }
 
-enum { OPT_ROWS = 256, OPT_REPS, OPT_QUICK, OPT_FORCE };
+enum { OPT_ROWS = 256, OPT_REPS, OPT_QUICK, OPT_FORCE, OPT_FAR_UNITS };
 
 static const mp_cli_opt calibrate_flags[] = {
     {"model", 'm', true, 'm', NULL},
@@ -99,6 +104,7 @@ static const mp_cli_opt calibrate_flags[] = {
     {"threads", 't', true, 't', NULL},
     {"rows", 0, true, OPT_ROWS, NULL},
     {"reps", 0, true, OPT_REPS, NULL},
+    {"far-units", 0, true, OPT_FAR_UNITS, NULL},
     {"quick", 0, false, OPT_QUICK, NULL},
     {"force", 0, false, OPT_FORCE, NULL},
     {"help", 'h', false, 'h', NULL},
@@ -107,7 +113,7 @@ static const mp_cli_opt calibrate_flags[] = {
 
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
 {
-    const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL;
+    const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL, *far_units = NULL;
     bool quick = false, force = false;
     mp_cli c;
     mp_cli_init(&c, "calibrate", calibrate_flags, argc, argv);
@@ -128,6 +134,7 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
         case 't': threads = v; break;
         case OPT_ROWS: rows = v; break;
         case OPT_REPS: reps = v; break;
+        case OPT_FAR_UNITS: far_units = v; break;
         }
     }
     if (!model || !out)
@@ -148,6 +155,16 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
         if (end == reps || *end || errno || n < 3 || n > 100000)
             return usage_error("--reps: expected an integer 3..100000, got", reps);
         o.reps = (int)n;
+    }
+    if (far_units) { /* its upper end is the model's: mp_calibrate checks it once the model is read */
+        char *end;
+        errno = 0;
+        long n = strtol(far_units, &end, 10);
+        if (end == far_units || *end || errno || n < 1 || n > MP_DECIDE_MAX_K) {
+            snprintf(why, sizeof why, "--far-units: expected an integer 1..%d, got", MP_DECIDE_MAX_K);
+            return usage_error(why, far_units);
+        }
+        o.far_units = (int)n;
     }
     /* the output first, before minutes of measurements: not the model, not an existing file
      * without --force, in a directory that exists and is writable */

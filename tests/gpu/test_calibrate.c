@@ -161,3 +161,58 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* --far-units: a top-8 model with 768 FFN rows (three Q6_K blocks) calibrated in half experts, the
+ * rule's whole routes being its default. The grid counts far work 0..min(2c, far_max) for every
+ * cold count c, each point ran as asked (calibrate refuses a point whose step did not), and the
+ * file loads for the model with its split. */
+Test(gpu_calibrate, far_units_halve_a_top8_grid)
+{
+    char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    static char out[1 << 16];
+    cr_assert_eq(run_cli(dir, "mkmodel --preset tiny --layers 2 --top-k 8 --expert-ff 768 --quiet -o k8.gguf", out,
+                         sizeof out),
+                 0, "%s", out);
+    cr_assert_eq(run_cli(dir, "calibrate -m k8.gguf --out costs.json --quick --rows 1 --far-units 2", out, sizeof out),
+                 0, "%s", out);
+    cr_assert_not_null(strstr(out, "in units of 1/2 of an expert"), "%s", out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/costs.json", dir);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    const mp_cost_decode *d = &c.decode;
+    cr_assert_eq(d->top_k, 8);
+    cr_assert_eq(d->n_ff, 768);
+    cr_assert_eq(mp_decide_far_split(8, 768, 256), 1, "the rule's default for this shape");
+    cr_assert_eq(d->far_split, 2);
+    cr_assert(d->far_max >= 2 && d->far_max <= 16 && d->far_max % 2 == 0, "far_max %d", d->far_max);
+    int on = 0, odd = 0;
+    for (int i = 0; i < d->n_points; i++) {
+        const mp_cost_decode_point *p = &d->points[i];
+        cr_assert(p->layer.median_ns > 0, "point %d: %g ns", i, p->layer.median_ns);
+        on += p->far_on;
+        odd += p->far_on && p->far % 2;
+    }
+    int want_on = 0, want_odd = 0;
+    for (int cold = 8 - (int)d->pool > 0 ? 8 - (int)d->pool : 0; cold <= 8; cold++) {
+        const int hi = 2 * cold < d->far_max ? 2 * cold : d->far_max;
+        want_on += 1 + hi;
+        want_odd += (hi + 1) / 2;
+    }
+    cr_assert_eq(on, want_on, "far-on points");
+    cr_assert_eq(odd, want_odd, "points with a split route");
+    mp_decode_costs dc;
+    mp_model *m = NULL;
+    char model[128];
+    snprintf(model, sizeof model, "%s/k8.gguf", dir);
+    cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_decode_costs_load(path, m, d->threads, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(dc.far_split, 2);
+    mp_model_free(m);
+    mp_costs_free(&c);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}

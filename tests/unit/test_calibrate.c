@@ -195,6 +195,8 @@ Test(calibrate, rejects_bad_flags)
         {"calibrate -m tiny.gguf --out c.json --bogus", "unknown option '--bogus'"},
         {"calibrate -m tiny.gguf --out c.json --thread 4", "unknown option '--thread'; did you mean --threads?"},
         {"calibrate -m tiny.gguf --out c.json --threads", "option --threads needs a value"},
+        {"calibrate -m tiny.gguf --out c.json --far-units 0", "--far-units: expected an integer 1..32, got 0"},
+        {"calibrate -m tiny.gguf --out c.json --far-units 2x", "--far-units: expected an integer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(run_cli(bad[i].args, out, sizeof out), 2, "%s: %s", bad[i].args, out);
@@ -222,6 +224,20 @@ Test(calibrate, bad_model_is_one_line_and_writes_nothing)
     fclose(f);
     cr_assert_eq(run_cli("calibrate -m junk.gguf --out c.json --quick", out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "junk.gguf"), "%s", out);
+    char path[600];
+    path_in_dir(path, sizeof path, "c.json");
+    cr_assert_neq(access(path, F_OK), 0);
+}
+
+/* --far-units beyond what the model's rows allow is refused once the model is read, before a single
+ * measurement: tiny's experts have 256 FFN rows, one Q8_K block, so its far work is whole experts. */
+Test(calibrate, far_units_beyond_the_model_fail_before_measuring)
+{
+    static char out[1 << 16];
+    cr_assert_eq(run_cli("calibrate -m tiny.gguf --out c.json --quick --far-units 2", out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan calibrate: error: --far-units 2: tiny.gguf allows 1..1 "), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    cr_assert_null(strstr(out, "calibrate: hashing"), "started measuring before failing: %s", out);
     char path[600];
     path_in_dir(path, sizeof path, "c.json");
     cr_assert_neq(access(path, F_OK), 0);

@@ -2,6 +2,7 @@
  * decode grid for top-1, top-2 and top-8 shapes, the cold share, the prefill copy rule, the floor,
  * and the grid's checks against the model and the run it is used for. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -156,6 +157,24 @@ Test(decide, far_units_per_expert_follow_top_k_and_the_rows)
     cr_assert_eq(mp_decide_far_split(0, 14336, 256), 1);
     for (int k = 1; k <= MP_DECIDE_MAX_K; k++)
         cr_assert_leq(k * mp_decide_far_split(k, 1 << 20, 1), MP_DECIDE_MAX_K, "top-%d", k);
+}
+
+/* calibrate --far-units takes any count up to the most: a granule of rows a unit, the grid's axis */
+Test(decide, most_far_units_per_expert)
+{
+    cr_assert_eq(mp_decide_far_split_most(8, 768, 256), 3, "top-8 of 768 rows: thirds at most");
+    cr_assert_eq(mp_decide_far_split_most(8, 4096, 256), MP_DECIDE_MAX_K / 8, "the grid's far axis");
+    cr_assert_eq(mp_decide_far_split_most(2, 14336, 256), MP_DECIDE_MAX_K / 2);
+    cr_assert_eq(mp_decide_far_split_most(2, 256, 256), 1, "one granule: whole routes");
+    cr_assert_eq(mp_decide_far_split_most(2, 14336, 0), 1, "unknown granule: whole routes");
+    cr_assert_eq(mp_decide_far_split_most(0, 14336, 256), 1);
+    for (int k = 1; k <= MP_DECIDE_MAX_K; k++)
+        for (int64_t ff = 256; ff <= 16384; ff *= 4) {
+            const int most = mp_decide_far_split_most(k, ff, 256);
+            cr_assert_leq(mp_decide_far_split(k, ff, 256), most, "the rule within the most: top-%d n_ff %" PRId64, k, ff);
+            cr_assert_leq(k * most, MP_DECIDE_MAX_K < k ? k : MP_DECIDE_MAX_K, "top-%d", k);
+            cr_assert_leq((int64_t)most * 256, ff < 256 ? 256 : ff, "top-%d n_ff %" PRId64, k, ff);
+        }
 }
 
 Test(decide, split_rows_are_whole_blocks_on_both_sides)
