@@ -523,7 +523,11 @@ static void bench_far(int reps)
     far_layer qw = far_layer_new(MP_TYPE_Q4_K, MP_TYPE_Q6_K, 2048, 768, 16, 8, 12);
     bench_far_case(&qw, "2048x768, 16 experts top-8", 0, -1, 0, reps);
     bench_far_case(&qw, "2048x768, 16 experts top-8", 0, 0, 0, reps);
+    bench_far_case(&qw, "2048x768, 16 experts top-8", 3, 2, 0, reps);
     bench_far_case(&qw, "2048x768, 16 experts top-8", 3, 3, 0, reps);
+    /* the third split: the GPU its last 512 of 768 FFN rows, down's columns from byte 210 of each
+     * 630-byte Q6_K row (vectors crossing the split and the rows) */
+    bench_far_case(&qw, "2048x768, 16 experts top-8", 3, 3, 256, reps);
     far_layer_free(&qw);
 }
 

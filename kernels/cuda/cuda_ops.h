@@ -137,7 +137,8 @@ typedef struct mp_cuda_moe_args {
         expert from host memory and writes zeros over the rest of its stage slot (gate/up rows below
         r0, down's first r0 columns of every row), so the expert kernels compute h[j] = 0 for j < r0
         and add weight · down[:, r0:] · h[r0:]. Any value is memory-safe (clamped to 0..n_ff; n_ff:
-        the route adds nothing). 4-byte aligned, with d_far_of_cold; MP_CUDA_EINVAL otherwise. */
+        the route adds nothing). 4-byte aligned, with d_far_of_cold, each expert tensor under 4 GiB;
+        MP_CUDA_EINVAL otherwise. */
     int far_max;
     void *d_far_stage;        /* 256-byte aligned */
     size_t far_stage_bytes;

@@ -196,7 +196,11 @@ static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_
 // = 0, col_lo = the bytes of r0 elements. All-zero bytes decode to 0 in every type, so the expert
 // kernels, unchanged, compute h[j] = silu(0) · 0 = 0 for j < r0 and down's dot over columns >= r0.
 // A 16-byte vector wholly on one side is loaded (four in flight) or zero-filled; one that crosses
-// a boundary goes byte by byte. SPLIT: a split table is given (without one, the whole-copy code).
+// a boundary is loaded whole with the others and stored with the CPU's bytes masked to zero. (It
+// went byte by byte, 16 one-byte reads over the bus each: Qwen3-30B-A3B's Q6_K down rows of 630
+// bytes cross a boundary twice a row, 4,096 such vectors an expert, and a split half expert took
+// the GPU 203 us a layer step against 80 for a whole one; calibrate's grid, H200, 2026-12-04.)
+// SPLIT: a split table is given (without one, the whole-copy code).
 #define FAR_CHUNK 16384
 #define FAR_THREADS 256
 
@@ -222,27 +226,59 @@ struct far_src {
     size_t down_data_bytes;    // bytes of n_ff elements of the down's type: a down row, padding excluded
 };
 
-// The GPU's part of a split route's tensor: the bytes p with p / row_bytes >= row_lo and
-// p % row_bytes >= col_lo.
+// The GPU's part of a split route's tensor: the bytes p >= lo_byte (gate/up: from row r0 on;
+// ~0: none) whose column p % row_bytes is >= col_lo (down: from the bytes of r0 elements on; 0:
+// every column). A vector's test costs one 32-bit division at most (a tensor's bytes fit 32 bits
+// when it has a column split: checked at the launch): with 64-bit divisions in every byte's test,
+// the gather's blocks spent longer on them than on the bus (bench_cuda far, H200, 2026-12-04).
 struct far_part {
-    size_t row_bytes, row_lo, col_lo;
+    size_t lo_byte;
+    uint32_t row_bytes, col_lo;
 };
+
+__device__ __forceinline__ uint32_t far_col(const far_part &q, size_t p)
+{
+    return (uint32_t)p % q.row_bytes;
+}
 
 __device__ __forceinline__ bool far_copied(const far_part &q, size_t p)
 {
-    return p / q.row_bytes >= q.row_lo && p % q.row_bytes >= q.col_lo;
+    return p >= q.lo_byte && (!q.col_lo || far_col(q, p) >= q.col_lo);
 }
 
 enum { FAR_ZERO = 0, FAR_COPY = 1, FAR_MIXED = 2 };
 
-// Bytes [p, p + 16) of a split route's tensor: all copied, all zero, or mixed. Copied-ness is
-// monotone in p within a row, and across rows when col_lo is 0, so the two ends decide.
+// Bytes [p, p + 16) of a split route's tensor: all copied, all zero, or mixed (a vector that
+// reaches the next row is mixed under a column split: that row starts with the CPU's bytes).
 __device__ __forceinline__ int far_vec_part(const far_part &q, size_t p)
 {
-    const bool first = far_copied(q, p), last = far_copied(q, p + 15);
-    if (first != last || (q.col_lo && p / q.row_bytes != (p + 15) / q.row_bytes))
+    if (!q.col_lo)
+        return p >= q.lo_byte ? FAR_COPY : p + 15 < q.lo_byte ? FAR_ZERO : FAR_MIXED;
+    const uint32_t c = far_col(q, p);
+    if (c + 15 >= q.row_bytes)
         return FAR_MIXED;
-    return first ? FAR_COPY : FAR_ZERO;
+    return c >= q.col_lo ? FAR_COPY : c + 15 < q.col_lo ? FAR_ZERO : FAR_MIXED;
+}
+
+// A mixed vector v of bytes [p, p + 16) with the bytes not copied (the CPU's) set to zero: byte b
+// of v is byte b % 4 of word b / 4 (little-endian).
+__device__ __forceinline__ uint4 far_vec_masked(const far_part &q, size_t p, uint4 v)
+{
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t c = q.col_lo ? far_col(q, p) : 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t keep = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const size_t at = p + (size_t)(4 * i + b);
+            keep |= at >= q.lo_byte && (!q.col_lo || c >= q.col_lo) ? 0xffu << (8 * b) : 0u;
+            if (q.col_lo && ++c == q.row_bytes)
+                c = 0;
+        }
+        w[i] &= keep;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 template <bool SPLIT>
@@ -267,17 +303,17 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
             break;
         }
     // the row's last far route may be split: r0 clamped to 0..n_ff (n_ff: nothing copied)
-    far_part q = {src.row_bytes[t], 0, 0};
+    far_part q = {0, (uint32_t)src.row_bytes[t], 0};
     if (SPLIT && rank == count - 1) {
         const int32_t r0 = src.split_of_cold[__popc(cold)];
         if (r0 >= src.n_ff)
-            q.row_lo = ~(size_t)0;
+            q.lo_byte = ~(size_t)0;
         else if (r0 > 0 && t < 2)
-            q.row_lo = (size_t)r0;
+            q.lo_byte = (size_t)r0 * src.row_bytes[t];
         else if (r0 > 0)
-            q.col_lo = src.down_data_bytes * (size_t)r0 / (size_t)src.n_ff;
+            q.col_lo = (uint32_t)(src.down_data_bytes * (size_t)r0 / (size_t)src.n_ff);
     }
-    const bool split = q.row_lo || q.col_lo;
+    const bool split = q.lo_byte || q.col_lo;
     const uint8_t *expert = (const uint8_t *)src.tab[t][rid[k]];
     uint8_t *slot = stage + (blockIdx.y * gate.far_stride + src.off[t]);
     // the tensor's 16 KB chunks, gridDim.x blocks striding over them: a step whose rows have fewer
@@ -297,7 +333,7 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
                 for (int j = 0; j < 4; j++) {
                     const size_t vi = i + (size_t)j * FAR_THREADS;
                     part[j] = vi >= n16 ? FAR_ZERO : split ? far_vec_part(q, at + 16 * vi) : FAR_COPY;
-                    if (vi < n16 && part[j] == FAR_COPY)
+                    if (vi < n16 && part[j] != FAR_ZERO)
                         v[j] = f[vi];
                 }
 #pragma unroll
@@ -310,8 +346,7 @@ far_gather_kernel(mpc_expert_t gate, far_src src, int64_t n_expert, const int32_
                     else if (part[j] == FAR_ZERO)
                         o[vi] = make_uint4(0u, 0u, 0u, 0u);
                     else
-                        for (size_t b = 16 * vi; b < 16 * vi + 16; b++)
-                            to[b] = far_copied(q, at + b) ? from[b] : 0;
+                        o[vi] = far_vec_masked(q, at + 16 * vi, v[j]);
                 }
             }
         } else {
@@ -568,8 +603,9 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
                 !a->d_far_stage || (uintptr_t)a->d_far_stage % 256 ||
                 a->far_stage_bytes < mp_cuda_moe_far_stage_bytes(a)))
         return MP_CUDA_EINVAL; /* far routes: slot tables, host copies, a stage; per-route path only */
-    if (a->d_far_split_of_cold && (!far || (uintptr_t)a->d_far_split_of_cold % 4))
-        return MP_CUDA_EINVAL; /* a split last far route: only among far routes */
+    if (a->d_far_split_of_cold && (!far || (uintptr_t)a->d_far_split_of_cold % 4 || a->gate.expert_bytes > UINT32_MAX ||
+                                   a->up.expert_bytes > UINT32_MAX || a->down.expert_bytes > UINT32_MAX))
+        return MP_CUDA_EINVAL; /* a split last far route: only among far routes, of tensors under 4 GiB */
     if (a->n_rows == 0)
         return 0;
     const int xv = mp_cuda_vec_dot_type(a->gate.type), hv = mp_cuda_vec_dot_type(a->down.type);
