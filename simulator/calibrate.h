@@ -38,6 +38,8 @@ typedef struct mp_calib_opts {
     bool quick;                     /* fewer copy sizes and warm-ups (CI, smoke tests) */
     int far_units;                  /* the decode grid's far units per expert, 1..mp_decide_far_split_most
                                        (0: the rule, mp_decide_far_split) */
+    int64_t grid_pool;              /* the decode grid's pool: at most this many experts a layer resident,
+                                       1..n_expert - top_k (0: as many as the device holds, up to that) */
     /* progress lines ("calibrate: cpu expert Q4_K/Q6_K 2048x768 t=16 rows=64 ...") */
     void (*progress)(void *user, const char *line);
     void *progress_user;

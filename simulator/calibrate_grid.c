@@ -427,7 +427,9 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         snprintf(why, sizeof why, "the device's free memory: %.280s", merr.msg);
         return mp_calib_missing(missing, "decode_layers", why, err);
     }
-    const int64_t resident = mp_calib_grid_pool(E, K, row_bytes, free_bytes, fixed_bytes, MP_EXECUTOR_RESERVE_BYTES);
+    int64_t resident = mp_calib_grid_pool(E, K, row_bytes, free_bytes, fixed_bytes, MP_EXECUTOR_RESERVE_BYTES);
+    if (o->grid_pool > 0 && o->grid_pool < resident) /* --grid-pool: the cold routes over more experts */
+        resident = o->grid_pool;
     const int cold_min = (int)(K - resident > 0 ? K - resident : 0);
     grid_routes routes = {.rng = 17, .n_expert = E, .resident = resident, .n_hybrid = L, .cold = cold_min};
     mp_route_source src = {&routes, grid_route};

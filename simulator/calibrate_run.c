@@ -131,6 +131,15 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
             return st;
         }
     }
+    if (o->grid_pool > 0 && o->grid_pool > m->hp.n_expert - m->hp.n_expert_used) {
+        st = mp_fail(err, MP_ERR_ARG,
+                     "--grid-pool %" PRId64 ": %s allows 1..%" PRId64 " (its %" PRId64 " experts a layer less the %" PRId64
+                     " a step with every route cold needs outside the pool)",
+                     o->grid_pool, o->model_path, m->hp.n_expert - m->hp.n_expert_used, m->hp.n_expert,
+                     m->hp.n_expert_used);
+        mp_model_free(m);
+        return st;
+    }
     /* root owns every part; they are filled in place, in the file's order (the NULL checks of the
      * Add* helpers below cover a failed create: they add nothing and return NULL) */
     cJSON *root = cJSON_CreateObject(), *missing = cJSON_CreateArray();

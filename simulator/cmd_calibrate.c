@@ -42,6 +42,9 @@ static void usage(FILE *f)
             "                     quarters for top-2, halves for top-4, whole experts from top-8 on;\n"
             "                     at most the model's FFN rows in blocks and 32 / top_k): finer units\n"
             "                     balance the cores and the bus closer, for a longer grid\n"
+            "  --grid-pool N      the decode grid holds at most N experts a layer on the GPU (default:\n"
+            "                     as many as the device holds, up to n_expert - top_k); the cold\n"
+            "                     routes spread over the other n_expert - N\n"
             "  --quick            fewer points and warm-ups (smoke tests, CI)\n"
             "  --force            overwrite FILE if it exists\n"
             "  -h, --help         this text\n");
@@ -95,7 +98,7 @@ static void progress(void *user, const char *line)
     fprintf(stderr, "%s\n", line);
 }
 
-enum { OPT_ROWS = 256, OPT_REPS, OPT_QUICK, OPT_FORCE, OPT_FAR_UNITS };
+enum { OPT_ROWS = 256, OPT_REPS, OPT_QUICK, OPT_FORCE, OPT_FAR_UNITS, OPT_GRID_POOL };
 
 static const mp_cli_opt calibrate_flags[] = {
     {"model", 'm', true, 'm', NULL},
@@ -105,6 +108,7 @@ static const mp_cli_opt calibrate_flags[] = {
     {"rows", 0, true, OPT_ROWS, NULL},
     {"reps", 0, true, OPT_REPS, NULL},
     {"far-units", 0, true, OPT_FAR_UNITS, NULL},
+    {"grid-pool", 0, true, OPT_GRID_POOL, NULL},
     {"quick", 0, false, OPT_QUICK, NULL},
     {"force", 0, false, OPT_FORCE, NULL},
     {"help", 'h', false, 'h', NULL},
@@ -113,7 +117,8 @@ static const mp_cli_opt calibrate_flags[] = {
 
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
 {
-    const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL, *far_units = NULL;
+    const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL, *far_units = NULL,
+               *grid_pool = NULL;
     bool quick = false, force = false;
     mp_cli c;
     mp_cli_init(&c, "calibrate", calibrate_flags, argc, argv);
@@ -135,6 +140,7 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
         case OPT_ROWS: rows = v; break;
         case OPT_REPS: reps = v; break;
         case OPT_FAR_UNITS: far_units = v; break;
+        case OPT_GRID_POOL: grid_pool = v; break;
         }
     }
     if (!model || !out)
@@ -165,6 +171,14 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
             return usage_error(why, far_units);
         }
         o.far_units = (int)n;
+    }
+    if (grid_pool) { /* its upper end is the model's, as --far-units' */
+        char *end;
+        errno = 0;
+        long long n = strtoll(grid_pool, &end, 10);
+        if (end == grid_pool || *end || errno || n < 1 || n > (1 << 20))
+            return usage_error("--grid-pool: expected an integer 1..1048576, got", grid_pool);
+        o.grid_pool = (int64_t)n;
     }
     /* the output first, before minutes of measurements: not the model, not an existing file
      * without --force, in a directory that exists and is writable */

@@ -164,9 +164,10 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
 
 /* --far-units: a top-8 model with 768 FFN rows (three Q6_K blocks) calibrated in half experts, the
  * rule's whole routes being its default. The grid counts far work 0..min(2c, far_max) for every
- * cold count c, each point ran as asked (calibrate refuses a point whose step did not), and the
- * file loads for the model with its split. */
-Test(gpu_calibrate, far_units_halve_a_top8_grid)
+ * cold count c from top_k - pool (--grid-pool 6 of the 8 the device would hold: cold counts 2..8),
+ * each point ran as asked (calibrate refuses a point whose step did not), and the file loads for
+ * the model with its split. */
+Test(gpu_calibrate, far_units_and_grid_pool_on_a_top8_grid)
 {
     char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
@@ -174,7 +175,8 @@ Test(gpu_calibrate, far_units_halve_a_top8_grid)
     cr_assert_eq(run_cli(dir, "mkmodel --preset tiny --layers 2 --top-k 8 --expert-ff 768 --quiet -o k8.gguf", out,
                          sizeof out),
                  0, "%s", out);
-    cr_assert_eq(run_cli(dir, "calibrate -m k8.gguf --out costs.json --quick --rows 1 --far-units 2", out, sizeof out),
+    cr_assert_eq(run_cli(dir, "calibrate -m k8.gguf --out costs.json --quick --rows 1 --far-units 2 --grid-pool 6", out,
+                         sizeof out),
                  0, "%s", out);
     cr_assert_not_null(strstr(out, "in units of 1/2 of an expert"), "%s", out);
     char path[128];
@@ -187,6 +189,7 @@ Test(gpu_calibrate, far_units_halve_a_top8_grid)
     cr_assert_eq(d->n_ff, 768);
     cr_assert_eq(mp_decide_far_split(8, 768, 256), 1, "the rule's default for this shape");
     cr_assert_eq(d->far_split, 2);
+    cr_assert_eq(d->pool, 6, "--grid-pool 6");
     cr_assert(d->far_max >= 2 && d->far_max <= 16 && d->far_max % 2 == 0, "far_max %d", d->far_max);
     int on = 0, odd = 0;
     for (int i = 0; i < d->n_points; i++) {
@@ -196,7 +199,11 @@ Test(gpu_calibrate, far_units_halve_a_top8_grid)
         odd += p->far_on && p->far % 2;
     }
     int want_on = 0, want_odd = 0;
-    for (int cold = 8 - (int)d->pool > 0 ? 8 - (int)d->pool : 0; cold <= 8; cold++) {
+    int off = 0;
+    for (int i = 0; i < d->n_points; i++)
+        off += !d->points[i].far_on;
+    cr_assert_eq(off, 7, "far-off points: one per cold count 2..8");
+    for (int cold = 8 - (int)d->pool; cold <= 8; cold++) {
         const int hi = 2 * cold < d->far_max ? 2 * cold : d->far_max;
         want_on += 1 + hi;
         want_odd += (hi + 1) / 2;

@@ -197,6 +197,8 @@ Test(calibrate, rejects_bad_flags)
         {"calibrate -m tiny.gguf --out c.json --threads", "option --threads needs a value"},
         {"calibrate -m tiny.gguf --out c.json --far-units 0", "--far-units: expected an integer 1..32, got 0"},
         {"calibrate -m tiny.gguf --out c.json --far-units 2x", "--far-units: expected an integer"},
+        {"calibrate -m tiny.gguf --out c.json --grid-pool 0", "--grid-pool: expected an integer 1..1048576, got 0"},
+        {"calibrate -m tiny.gguf --out c.json --grid-pool -3", "--grid-pool: expected an integer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(run_cli(bad[i].args, out, sizeof out), 2, "%s: %s", bad[i].args, out);
@@ -229,13 +231,19 @@ Test(calibrate, bad_model_is_one_line_and_writes_nothing)
     cr_assert_neq(access(path, F_OK), 0);
 }
 
-/* --far-units beyond what the model's rows allow is refused once the model is read, before a single
- * measurement: tiny's experts have 256 FFN rows, one Q8_K block, so its far work is whole experts. */
-Test(calibrate, far_units_beyond_the_model_fail_before_measuring)
+/* --far-units beyond what the model's rows allow, or --grid-pool beyond its experts, is refused once
+ * the model is read, before a single measurement: tiny's experts have 256 FFN rows, one Q8_K block,
+ * so its far work is whole experts. */
+Test(calibrate, grid_options_beyond_the_model_fail_before_measuring)
 {
     static char out[1 << 16];
     cr_assert_eq(run_cli("calibrate -m tiny.gguf --out c.json --quick --far-units 2", out, sizeof out), 1, "%s", out);
     cr_assert_not_null(strstr(out, "moeplan calibrate: error: --far-units 2: tiny.gguf allows 1..1 "), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    cr_assert_null(strstr(out, "calibrate: hashing"), "started measuring before failing: %s", out);
+    /* a grid pool that leaves a step with every route cold fewer than top_k experts (tiny: 16, top-4) */
+    cr_assert_eq(run_cli("calibrate -m tiny.gguf --out c.json --quick --grid-pool 13", out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "moeplan calibrate: error: --grid-pool 13: tiny.gguf allows 1..12 "), "%s", out);
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
     cr_assert_null(strstr(out, "calibrate: hashing"), "started measuring before failing: %s", out);
     char path[600];
