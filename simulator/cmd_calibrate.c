@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "base/args.h"
+#include "base/numparse.h"
 #include "simulator/commands.h"
 #include "base/atomic_file.h"
 #include "simulator/calibrate.h"
@@ -154,32 +155,23 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
         return usage_error("--threads", why);
     if (rows && (o.n_rows = parse_list(rows, 4096, o.rows, why, sizeof why)) < 0)
         return usage_error("--rows", why);
-    if (reps) {
-        char *end;
-        errno = 0;
-        long n = strtol(reps, &end, 10);
-        if (end == reps || *end || errno || n < 3 || n > 100000)
-            return usage_error("--reps: expected an integer 3..100000, got", reps);
+    int64_t n = 0;
+    if (reps && !mp_parse_i64(reps, 3, 100000, &n))
+        return usage_error("--reps: expected an integer 3..100000, got", reps);
+    if (reps)
         o.reps = (int)n;
+    /* the upper ends of --far-units and --grid-pool are the model's: mp_calibrate checks them once
+     * the model is read */
+    if (far_units && !mp_parse_i64(far_units, 1, MP_DECIDE_MAX_K, &n)) {
+        snprintf(why, sizeof why, "--far-units: expected an integer 1..%d, got", MP_DECIDE_MAX_K);
+        return usage_error(why, far_units);
     }
-    if (far_units) { /* its upper end is the model's: mp_calibrate checks it once the model is read */
-        char *end;
-        errno = 0;
-        long n = strtol(far_units, &end, 10);
-        if (end == far_units || *end || errno || n < 1 || n > MP_DECIDE_MAX_K) {
-            snprintf(why, sizeof why, "--far-units: expected an integer 1..%d, got", MP_DECIDE_MAX_K);
-            return usage_error(why, far_units);
-        }
+    if (far_units)
         o.far_units = (int)n;
-    }
-    if (grid_pool) { /* its upper end is the model's, as --far-units' */
-        char *end;
-        errno = 0;
-        long long n = strtoll(grid_pool, &end, 10);
-        if (end == grid_pool || *end || errno || n < 1 || n > (1 << 20))
-            return usage_error("--grid-pool: expected an integer 1..1048576, got", grid_pool);
-        o.grid_pool = (int64_t)n;
-    }
+    if (grid_pool && !mp_parse_i64(grid_pool, 1, 1 << 20, &n))
+        return usage_error("--grid-pool: expected an integer 1..1048576, got", grid_pool);
+    if (grid_pool)
+        o.grid_pool = n;
     /* the output first, before minutes of measurements: not the model, not an existing file
      * without --force, in a directory that exists and is writable */
     mp_error err;
