@@ -197,17 +197,48 @@ size_t mp_model_dense_bytes(const mp_model *m)
     return total;
 }
 
-void mp_model_expert_quant(const mp_layer *L, char out[16])
+void mp_expert_quant_name(int gate_type, int up_type, int down_type, char out[16])
 {
-    const char *g = mp_type_name(L->gate_exps.type), *u = mp_type_name(L->up_exps.type),
-               *d = mp_type_name(L->down_exps.type);
+    const char *g = mp_type_name(gate_type), *u = mp_type_name(up_type), *d = mp_type_name(down_type);
     g = g ? g : "?";
     u = u ? u : "?";
     d = d ? d : "?";
-    if (L->gate_exps.type == L->up_exps.type && L->up_exps.type == L->down_exps.type)
+    if (gate_type == up_type && up_type == down_type)
         snprintf(out, 16, "%s", g);
-    else if (L->gate_exps.type == L->up_exps.type)
+    else if (gate_type == up_type)
         snprintf(out, 16, "%s/%s", g, d);
     else
         snprintf(out, 16, "%s/%s/%s", g, u, d);
+}
+
+void mp_model_expert_quant(const mp_layer *L, char out[16])
+{
+    mp_expert_quant_name(L->gate_exps.type, L->up_exps.type, L->down_exps.type, out);
+}
+
+bool mp_expert_quant_from_types(const char *quant_types, char out[16])
+{
+    static const char *const tensors[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    int type[3] = {-1, -1, -1};
+    for (const char *p = quant_types; p && *p;) {
+        const char *end = strchr(p, ','), *colon = strchr(p, ':');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (colon && colon < p + len) {
+            char name[16];
+            const size_t nl = (size_t)(colon - p);
+            const char *tensor = colon + 1;
+            const size_t tl = len - nl - 1;
+            for (int t = 0; t < 3 && nl < sizeof name; t++)
+                if (tl == strlen(tensors[t]) && !strncmp(tensor, tensors[t], tl)) {
+                    memcpy(name, p, nl);
+                    name[nl] = 0;
+                    type[t] = mp_type_from_name(name);
+                }
+        }
+        p = end ? end + 1 : p + len;
+    }
+    if (type[0] < 0 || type[1] < 0 || type[2] < 0)
+        return false;
+    mp_expert_quant_name(type[0], type[1], type[2], out);
+    return true;
 }

@@ -116,6 +116,12 @@ size_t mp_model_dense_bytes(const mp_model *m);
 /* The expert types of a layer as cost files name them: the gate type when gate, up and down
  * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most 14 characters. */
 void mp_model_expert_quant(const mp_layer *L, char out[16]);
+/* The same name from the three types (MP_TYPE_*). */
+void mp_expert_quant_name(int gate_type, int up_type, int down_type, char out[16]);
+/* The name from a trace's quant_types as collect writes it ("Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,
+ * Q6_K:ffn_down_exps", the first layer's tensors, in any order): true and out set when the text
+ * names a known type for each of the three, else false. */
+bool mp_expert_quant_from_types(const char *quant_types, char out[16]);
 
 /* The byte slice of expert e within an expert tensor (ne[2] = n_expert). */
 static inline const void *mp_expert_slice(const mp_tensor *t, int64_t e)

@@ -20,6 +20,7 @@
 
 #include "collector/trace_check.h"
 #include "collector/trace_read.h"
+#include "runtime/model.h"
 
 /* The measured non-MoE time of the routed steps, read in routing order (one entry per traced
  * step; with as_decode a traced step becomes n_sim one-row steps of the mp_sim_trace). */
@@ -262,7 +263,12 @@ static mp_status trace_geometry(mp_trace_reader *r, const char *path, mp_sim_tra
     facts->n_embd = run->n_embd;
     facts->n_ff = run->n_ff_expert;
     snprintf(facts->model_sha256, sizeof facts->model_sha256, "%s", run->model_sha256 ? run->model_sha256 : "");
-    snprintf(facts->quant, sizeof facts->quant, "%s", run->quant_types ? run->quant_types : "");
+    /* as cost files name the experts ("Q4_K/Q6_K") where the text is collect's, else as it is */
+    char name[16];
+    if (run->quant_types && mp_expert_quant_from_types(run->quant_types, name))
+        snprintf(facts->quant, sizeof facts->quant, "%s", name);
+    else
+        snprintf(facts->quant, sizeof facts->quant, "%s", run->quant_types ? run->quant_types : "");
     return MP_OK;
 }
 

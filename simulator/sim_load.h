@@ -24,7 +24,8 @@ typedef struct mp_sim_load_options {
 typedef struct mp_sim_trace_facts {
     int64_t expert_bytes, n_embd, n_ff;
     char model_sha256[65];
-    char quant[64];
+    char quant[64]; /* the run's expert types as cost files name them (mp_expert_quant_from_types), else
+                       its quant_types text */
 } mp_sim_trace_facts;
 
 /* Loads the whole routing of a complete trace (memory: 2 bytes per routing decision). */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "collector/import.h"
+#include "kernels/quant.h"
 #include "runtime/model.h"
 #include "simulator/calibrate_impl.h"
 #include "runtime/costs.h"
@@ -485,4 +486,42 @@ Test(calibrate, host_read_level_from_the_grids_probes)
         }
         cJSON_Delete(root);
     }
+}
+
+/* Cost files name experts by one rule (mp_expert_quant_name); a trace's quant_types, as collect
+ * writes it, reads back to the same name (simulate then matches a cost entry by it), and text in
+ * another form does not. */
+Test(calibrate, expert_quant_names_from_types_and_trace_text)
+{
+    char q[16];
+    mp_expert_quant_name(MP_TYPE_Q8_0, MP_TYPE_Q8_0, MP_TYPE_Q8_0, q);
+    cr_assert_str_eq(q, "Q8_0");
+    mp_expert_quant_name(MP_TYPE_Q4_K, MP_TYPE_Q4_K, MP_TYPE_Q6_K, q);
+    cr_assert_str_eq(q, "Q4_K/Q6_K");
+    mp_expert_quant_name(MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K, q);
+    cr_assert_str_eq(q, "Q4_K/Q5_K/Q6_K");
+    cr_assert(mp_expert_quant_from_types("Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q6_K:ffn_down_exps", q));
+    cr_assert_str_eq(q, "Q4_K/Q6_K");
+    cr_assert(mp_expert_quant_from_types("q6_k:ffn_down_exps,Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps", q), "any order, any case");
+    cr_assert_str_eq(q, "Q4_K/Q6_K");
+    cr_assert(mp_expert_quant_from_types("BF16:ffn_gate_exps,BF16:ffn_up_exps,BF16:ffn_down_exps", q));
+    cr_assert_str_eq(q, "BF16");
+    /* the model's own name and the trace's agree */
+    mp_model *m;
+    mp_error e;
+    cr_assert_eq(mp_model_load(model, &m, &e), MP_OK, "%s", e.msg);
+    char text[128], mq[16];
+    const mp_layer *L = &m->layers[0];
+    snprintf(text, sizeof text, "%s:ffn_gate_exps,%s:ffn_up_exps,%s:ffn_down_exps", mp_type_name(L->gate_exps.type),
+             mp_type_name(L->up_exps.type), mp_type_name(L->down_exps.type));
+    mp_model_expert_quant(L, mq);
+    cr_assert(mp_expert_quant_from_types(text, q), "%s", text);
+    cr_assert_str_eq(q, mq);
+    mp_model_free(m);
+    const char *bad[] = {"", "Q4_K", "Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps", "Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q9_X:ffn_down_exps",
+                         "Q4_K:ffn_gate,Q4_K:ffn_up,Q6_K:ffn_down", "Q4_K/Q6_K", ":ffn_gate_exps,:ffn_up_exps,:ffn_down_exps",
+                         "Q4_KQ4_KQ4_KQ4_KQ4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q6_K:ffn_down_exps"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert(!mp_expert_quant_from_types(bad[i], q), "'%s' read as %s", bad[i], q);
+    cr_assert(!mp_expert_quant_from_types(NULL, q));
 }

@@ -347,6 +347,63 @@ Test(simulate, layers_of_several_expert_sizes_by_the_trace)
     free(kdb);
 }
 
+/* A cost file with two GPU expert entries of the trace's shape and bytes (the fixture's Q4_K and a
+ * copy named Q8_0; its F16 entry has other bytes): without -m or --expert, simulate picks the one
+ * the trace's run names (its quant_types, as collect writes it: "Q4_K:ffn_gate_exps,..."), and
+ * refuses in one line when the run names neither. */
+Test(simulate, two_cost_entries_of_one_shape_by_the_trace_quant)
+{
+    static char out[1 << 16], text[1 << 16];
+    char args[2048], path[700];
+    char *qdb = make_trace(dir, "q.db", (trace_opts){.n_experts = 4, .expert_bytes = 1000000});
+    FILE *f = fopen(costs_path(), "rb");
+    cr_assert_not_null(f);
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    const char *lists[2] = {"gpu_expert", "cpu_expert"};
+    for (int l = 0; l < 2; l++) {
+        cJSON *list = cJSON_GetObjectItem(root, lists[l]);
+        const int count = cJSON_GetArraySize(list);
+        for (int i = 0; i < count; i++) {
+            if (strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(list, i), "quant")->valuestring, "Q4_K"))
+                continue;
+            cJSON *twin = cJSON_Duplicate(cJSON_GetArrayItem(list, i), 1);
+            cJSON_ReplaceItemInObject(twin, "quant", cJSON_CreateString("Q8_0"));
+            cJSON_AddItemToArray(list, twin);
+        }
+    }
+    char *two = cJSON_Print(root);
+    cJSON_Delete(root);
+    snprintf(path, sizeof path, "%s/costs-twins.json", dir);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(two, f);
+    fclose(f);
+    free(two);
+    sql(qdb, "UPDATE run SET quant_types = 'Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q4_K:ffn_down_exps'");
+    snprintf(args, sizeof args, "simulate q.db --costs costs-twins.json --budget 4000000B --non-expert-bytes 1000000 "
+             "--policy all-cpu --threads 16 --json q.json --force");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cJSON *sim = read_json("q.json");
+    const cJSON *q = cJSON_GetObjectItem(cJSON_GetObjectItem(sim, "config"), "expert_quant");
+    cr_assert(cJSON_IsString(q) && !strcmp(q->valuestring, "Q4_K"), "%s", cJSON_IsString(q) ? q->valuestring : "none");
+    cJSON_Delete(sim);
+    /* the Q8_0 twin chosen: its decode grid (the fixture's, of Q4_K) is then refused for it */
+    sql(qdb, "UPDATE run SET quant_types = 'Q8_0:ffn_gate_exps,Q8_0:ffn_up_exps,Q8_0:ffn_down_exps'");
+    cr_assert_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "this model has 4 top-2 of Q8_0"), "%s", out);
+    sql(qdb, "UPDATE run SET quant_types = 'Q5_K:ffn_gate_exps,Q5_K:ffn_up_exps,Q5_K:ffn_down_exps'");
+    cr_assert_eq(run_cli("simulate q.db --costs costs-twins.json --budget 4000000B --non-expert-bytes 1000000", out,
+                         sizeof out),
+                 1, "%s", out);
+    cr_assert_not_null(strstr(out, "0 GPU expert entries match (quant any; the trace's run names Q5_K,"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
+    free(qdb);
+}
+
 /* --progress: the progress line on stderr even where stderr is not a terminal, its last line
  * counting every routing decision of every replay: 2 requests x 3 rows x 2 layers x top-2 = 24
  * per replay; lru beside all-gpu and all-cpu at two budgets is 6 replays, 144 decisions. Without
