@@ -17,7 +17,8 @@
  *    row, and finite weights >= 0, its rows equal to its step's;
  *  - the analyzer's validation refuses exactly what the checker refuses, and the simulator's
  *    loader and route replay accept nothing the checker refuses.
- * The BLOB decoders get the input's tail directly as well (sizes that do and do not match).
+ * The BLOB decoders get the input's tail directly as well (sizes that do and do not match), and
+ * the reading of a run's quant_types text (mp_expert_quant_from_types) the input as a string.
  */
 #include <math.h>
 #include <sqlite3.h>
@@ -31,6 +32,7 @@
 #include "collector/trace.h"
 #include "collector/trace_check.h"
 #include "collector/trace_read.h"
+#include "runtime/model.h"
 #include "simulator/sim_load.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -290,6 +292,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int64_t n = 0; n <= 64; n += 16) {
         mp_trace_decode_ids(data, tail < 2 * (size_t)n ? tail : 2 * (size_t)n, 1 + (n & 1), n, ids, &err);
         mp_trace_decode_weights(data, tail < 4 * (size_t)n ? tail : 4 * (size_t)n, n & 16 ? "f16" : "f32", n, w, &err);
+    }
+    /* the run's quant_types text as the simulator reads it (mp_expert_quant_from_types): the input
+     * as a string; a name it gives is a NUL-terminated run of type names and '/' */
+    char text[256], name[16];
+    const size_t tn = size < sizeof text - 1 ? size : sizeof text - 1;
+    memcpy(text, data, tn);
+    text[tn] = 0;
+    memset(name, 0x5a, sizeof name);
+    if (mp_expert_quant_from_types(text, name)) {
+        if (!memchr(name, 0, sizeof name) || !name[0])
+            abort();
+        for (const char *q = name; *q; q++)
+            if (!(*q == '/' || *q == '_' || (*q >= '0' && *q <= '9') || (*q >= 'A' && *q <= 'Z')))
+                abort();
     }
     static char path[128];
     if (!path[0])
