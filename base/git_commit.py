@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """base/git_commit.py SOURCE_ROOT: print `git describe --tags --always --dirty` of the git
 checkout at SOURCE_ROOT, or "unknown" where SOURCE_ROOT has no .git of its own (a release tarball,
-even one unpacked inside another repository), git is missing, or git fails. Meson's vcs_tag runs
-it at every build (runtime/meson.build); nothing it prints goes to stderr."""
+even one unpacked inside another repository), git is missing, or git fails. MP_BUILD_COMMIT in the
+environment (letters, digits, '.', '_', '-', '+'; at most 64) replaces it: for a copy of the tree
+whose .git is not the tree's (the GPU machine's copy stamped an older commit). Meson's vcs_tag runs
+it at every build (base/meson.build); nothing it prints goes to stderr."""
 import os
+import re
 import subprocess
 import sys
 
@@ -22,7 +25,14 @@ def describe(root):
     return commit if out.returncode == 0 and commit else "unknown"
 
 
+def stamp(root):
+    given = os.environ.get("MP_BUILD_COMMIT", "")
+    if re.fullmatch(r"[A-Za-z0-9._+-]{1,64}", given):
+        return given
+    return describe(root)
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: git_commit.py SOURCE_ROOT")
-    print(describe(sys.argv[1]))
+    print(stamp(sys.argv[1]))

@@ -3,7 +3,8 @@
 same three lines: "moeplan VERSION" (meson's project version), "commit C" with C what
 base/git_commit.py says of the source tree, and "build BUILD_OPTIONS" (meson.build's string
 for this build directory). And git_commit.py itself: "unknown" for a tree without a .git of its
-own, even one inside another git checkout; the short hash of HEAD in a fresh repository.
+own, even one inside another git checkout; the short hash of HEAD in a fresh repository;
+MP_BUILD_COMMIT's value instead where it is a plain name, and git's where it is not.
 
 The moeplan binary is MP_MOEPLAN, the source tree MP_SOURCE_ROOT (tests/meson.build).
 """
@@ -39,11 +40,17 @@ def main():
     check(all(w.split("=")[0] in ("buildtype", "cuda", "sm_arch", "cupti", "sanitize", "fuzz")
               for w in build_options.split()), f"build options {build_options!r}")
 
+    bare = {k: v for k, v in os.environ.items() if k != "MP_BUILD_COMMIT"}
     with tempfile.TemporaryDirectory() as tmp:
         plain = os.path.join(tmp, "tarball")
         os.mkdir(plain)
-        out = run([sys.executable, git_commit, plain]).stdout
+        out = run([sys.executable, git_commit, plain], env=bare).stdout
         check(out == "unknown\n", f"git_commit.py on a tree without .git printed {out!r}")
+        out = run([sys.executable, git_commit, plain], env=dict(bare, MP_BUILD_COMMIT="3f7941e-dirty")).stdout
+        check(out == "3f7941e-dirty\n", f"git_commit.py with MP_BUILD_COMMIT printed {out!r}")
+        for bad in ("", "a b", "x" * 65, "a;rm"):
+            out = run([sys.executable, git_commit, plain], env=dict(bare, MP_BUILD_COMMIT=bad)).stdout
+            check(out == "unknown\n", f"git_commit.py with MP_BUILD_COMMIT={bad!r} printed {out!r}")
 
         repo = os.path.join(tmp, "repo")
         os.mkdir(repo)
@@ -58,16 +65,16 @@ def main():
             print("SKIP: git cannot make a repository here")
             return 77
         head = run(["git", "-C", repo, "rev-parse", "--short", "HEAD"]).stdout.strip()
-        out = run([sys.executable, git_commit, repo]).stdout
+        out = run([sys.executable, git_commit, repo], env=bare).stdout
         check(out == head + "\n", f"git_commit.py in a clean repository printed {out!r}, HEAD {head}")
         with open(os.path.join(repo, "f"), "w") as f:
             f.write("y\n")
-        out = run([sys.executable, git_commit, repo]).stdout
+        out = run([sys.executable, git_commit, repo], env=bare).stdout
         check(out == head + "-dirty\n", f"git_commit.py with a modified file printed {out!r}")
 
         nested = os.path.join(repo, "unpacked")
         os.mkdir(nested)
-        out = run([sys.executable, git_commit, nested]).stdout
+        out = run([sys.executable, git_commit, nested], env=bare).stdout
         check(out == "unknown\n", f"git_commit.py on a tree inside a checkout printed {out!r}")
 
     for f in failures:
