@@ -146,6 +146,35 @@ static cJSON *read_json(const char *name)
     return root;
 }
 
+/* The fixture cost file, parsed (the caller edits it and hands it to write_json). */
+static cJSON *fixture_costs(void)
+{
+    FILE *f = fopen(costs_path(), "rb");
+    cr_assert_not_null(f, "%s missing", costs_path());
+    static char text[1 << 16];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "%s is not JSON", costs_path());
+    return root;
+}
+
+/* root written to dir/name, then freed. */
+static void write_json(cJSON *root, const char *name)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *text = cJSON_Print(root);
+    cr_assert_not_null(text);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
 /* The entry of `policy` at budget index b of a simulate JSON report (NULL if absent). */
 static cJSON *find_policy(cJSON *root, int b, const char *policy)
 {
@@ -294,8 +323,8 @@ Test(simulate, notes_a_calibration_of_other_cpu_kernels)
  * steps by layer 1's own curve (the decode steps' grid keeps its mean: 0.52 against 0.42 ms). */
 Test(simulate, layers_of_several_expert_sizes_by_the_trace)
 {
-    static char out[1 << 16], text[1 << 16];
-    char args[2048], path[700];
+    static char out[1 << 16];
+    char args[2048];
     char *kdb = make_trace(dir, "k.db", (trace_opts){.n_experts = 4, .expert_bytes = 1000000});
     sql(kdb, "UPDATE nodes SET expert_bytes = 9437184 WHERE node_index = 1");
     snprintf(args, sizeof args, "simulate k.db --costs '%s' --budget 4000000B --non-expert-bytes 1000000",
@@ -304,13 +333,7 @@ Test(simulate, layers_of_several_expert_sizes_by_the_trace)
     cr_assert_not_null(strstr(out, "no single CPU expert entry for trace layer 1's experts of 9437184 bytes"), "%s",
                        out);
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "not one line: %s", out);
-    FILE *f = fopen(costs_path(), "rb");
-    cr_assert_not_null(f);
-    const size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root);
+    cJSON *root = fixture_costs();
     cJSON *cpu = cJSON_GetObjectItem(root, "cpu_expert");
     cJSON *f16 = cJSON_Duplicate(cJSON_GetArrayItem(cpu, 1), 1); /* 16 threads, as the grid */
     cJSON_ReplaceItemInObject(f16, "quant", cJSON_CreateString("F16"));
@@ -319,14 +342,7 @@ Test(simulate, layers_of_several_expert_sizes_by_the_trace)
     cJSON_ArrayForEach(pt, cJSON_GetObjectItem(f16, "points"))
         cJSON_SetNumberValue(cJSON_GetObjectItem(pt, "median_ns"), cJSON_GetObjectItem(pt, "median_ns")->valuedouble * 10);
     cJSON_AddItemToArray(cpu, f16);
-    char *two = cJSON_Print(root);
-    snprintf(path, sizeof path, "%s/costs-two.json", dir);
-    f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(two, f);
-    fclose(f);
-    free(two);
-    cJSON_Delete(root);
+    write_json(root, "costs-two.json");
     double ms[2];
     for (int i = 0; i < 2; i++) {
         snprintf(args, sizeof args, "simulate k.db --costs costs-two.json %s --budget 4000000B --non-expert-bytes "
@@ -353,16 +369,10 @@ Test(simulate, layers_of_several_expert_sizes_by_the_trace)
  * refuses in one line when the run names neither. */
 Test(simulate, two_cost_entries_of_one_shape_by_the_trace_quant)
 {
-    static char out[1 << 16], text[1 << 16];
-    char args[2048], path[700];
+    static char out[1 << 16];
+    char args[2048];
     char *qdb = make_trace(dir, "q.db", (trace_opts){.n_experts = 4, .expert_bytes = 1000000});
-    FILE *f = fopen(costs_path(), "rb");
-    cr_assert_not_null(f);
-    const size_t n = fread(text, 1, sizeof text - 1, f);
-    text[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root);
+    cJSON *root = fixture_costs();
     const char *lists[2] = {"gpu_expert", "cpu_expert"};
     for (int l = 0; l < 2; l++) {
         cJSON *list = cJSON_GetObjectItem(root, lists[l]);
@@ -375,14 +385,7 @@ Test(simulate, two_cost_entries_of_one_shape_by_the_trace_quant)
             cJSON_AddItemToArray(list, twin);
         }
     }
-    char *two = cJSON_Print(root);
-    cJSON_Delete(root);
-    snprintf(path, sizeof path, "%s/costs-twins.json", dir);
-    f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(two, f);
-    fclose(f);
-    free(two);
+    write_json(root, "costs-twins.json");
     sql(qdb, "UPDATE run SET quant_types = 'Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,Q4_K:ffn_down_exps'");
     snprintf(args, sizeof args, "simulate q.db --costs costs-twins.json --budget 4000000B --non-expert-bytes 1000000 "
              "--policy all-cpu --threads 16 --json q.json --force");
@@ -673,15 +676,7 @@ Test(simulate, sweep_points_equal_single_runs)
  * 64x48, 36864-byte experts): dir/tiny-costs.json. */
 static void write_tiny_costs(void)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/tiny-costs.json", dir);
-    FILE *f = fopen(costs_path(), "rb");
-    static char text[1 << 16];
-    const size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root);
+    cJSON *root = fixture_costs();
     cJSON_DeleteItemFromArray(cJSON_GetObjectItem(root, "gpu_expert"), 1);
     cJSON *entries[] = {cJSON_GetArrayItem(cJSON_GetObjectItem(root, "gpu_expert"), 0),
                         cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cpu_expert"), 0),
@@ -694,12 +689,7 @@ static void write_tiny_costs(void)
         cJSON_ReplaceItemInObject(entries[i], "expert_bytes", cJSON_CreateNumber(36864));
     }
     cJSON_ReplaceItemInObject(entries[3], "n_expert", cJSON_CreateNumber(8));
-    char *out = cJSON_Print(root);
-    f = fopen(path, "w");
-    fputs(out, f);
-    fclose(f);
-    cJSON_free(out);
-    cJSON_Delete(root);
+    write_json(root, "tiny-costs.json");
 }
 
 /* --budget means what --gpu-budget means: with -m, its fixed part is what the runtime holds
