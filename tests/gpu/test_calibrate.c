@@ -191,18 +191,16 @@ Test(gpu_calibrate, far_units_and_grid_pool_on_a_top8_grid)
     cr_assert_eq(d->far_split, 2);
     cr_assert_eq(d->pool, 6, "--grid-pool 6");
     cr_assert(d->far_max >= 2 && d->far_max <= 16 && d->far_max % 2 == 0, "far_max %d", d->far_max);
-    int on = 0, odd = 0;
+    int on = 0, off = 0, odd = 0;
     for (int i = 0; i < d->n_points; i++) {
         const mp_cost_decode_point *p = &d->points[i];
         cr_assert(p->layer.median_ns > 0, "point %d: %g ns", i, p->layer.median_ns);
         on += p->far_on;
+        off += !p->far_on;
         odd += p->far_on && p->far % 2;
     }
-    int want_on = 0, want_odd = 0;
-    int off = 0;
-    for (int i = 0; i < d->n_points; i++)
-        off += !d->points[i].far_on;
     cr_assert_eq(off, 7, "far-off points: one per cold count 2..8");
+    int want_on = 0, want_odd = 0;
     for (int cold = 8 - (int)d->pool; cold <= 8; cold++) {
         const int hi = 2 * cold < d->far_max ? 2 * cold : d->far_max;
         want_on += 1 + hi;
