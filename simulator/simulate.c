@@ -123,14 +123,15 @@ static mp_status choose_entries(const mp_costs *c, const mp_sim_trace_facts *fac
     int matches = gpu_entries_matching(c, quant, 0, facts->n_embd, facts->n_ff, gpu);
     if (matches != 1 && !quant && facts->expert_bytes > 0) /* several types: the first layer's, by its bytes */
         matches = gpu_entries_matching(c, NULL, (uint64_t)facts->expert_bytes, facts->n_embd, facts->n_ff, gpu);
-    if (matches != 1 && !quant && facts->quant[0])
-        matches = gpu_entries_matching(c, facts->quant, 0, facts->n_embd, facts->n_ff, gpu);
+    const char *named = !quant && facts->quant[0] ? facts->quant : NULL; /* the type the trace's run names */
+    if (matches != 1 && named)
+        matches = gpu_entries_matching(c, named, 0, facts->n_embd, facts->n_ff, gpu);
     if (matches != 1)
         return mp_fail(err, MP_ERR_ARG,
                        "costs %s: %d GPU expert entries match (quant %s%s%s, shape %lldx%lld): expected exactly one "
                        "(choose with --expert QUANT%s)",
-                       o->costs, matches, quant ? quant : "any", !quant && facts->quant[0] ? "; the trace's run names " : "",
-                       !quant && facts->quant[0] ? facts->quant : "", (long long)facts->n_embd, (long long)facts->n_ff,
+                       o->costs, matches, quant ? quant : "any", named ? "; the trace's run names " : "",
+                       named ? named : "", (long long)facts->n_embd, (long long)facts->n_ff,
                        matches > 1 && !o->model ? "; or give -m MODEL: a model whose layers' experts differ in type "
                                                   "is charged layer by layer" : "");
     *cpu = mp_costs_find_cpu(c, (*gpu)->quant, (*gpu)->n_embd, (*gpu)->n_ff, o->threads);
