@@ -9,8 +9,9 @@
 # `moeplan bench --placement fill --gpu-budget B --costs C` (for each of PLACEMENTS, `--placement P`)
 # runs with one file then the other, ROUNDS times (odd rounds split first, even rounds whole first:
 # the host's read bandwidth drifts within minutes, so only rows measured in turn compare). The table
-# gives each row's tok/s, its routes by path, the host's read bandwidth beside it and its share of
-# the serial and host+bus bounds (bench's `bound`: docs/bench.md); then per row the split / whole
+# gives each row's tok/s, its routes by path, the host's read bandwidth beside it, what the cores
+# and the bus drew reading at once (bench's two-reader probe) and its share of the serial and
+# host+bus bounds (bench's `bound`: docs/bench.md); then per row the split / whole
 # ratio of each round and their median.
 # Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
 # QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
@@ -72,8 +73,8 @@ done
 python3 - "$out" "$rounds" $rows <<'PY'
 import json, statistics, sys
 out, rounds, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | share of serial bound | share of host+bus bound |")
-print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |")
+print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
+print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
 speed = {}
 for b in budgets:
     for arm in ("split", "whole"):
@@ -82,7 +83,7 @@ for b in budgets:
             try:
                 r = json.load(open(path))["rows"][0]
             except Exception as e:
-                print(f"| {b} | {arm} | {rnd} | failed: {e} | | | | |")
+                print(f"| {b} | {arm} | {rnd} | failed: {e} | | | | | |")
                 continue
             tot = sum(r.get(k, 0) for k in ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")) or 1
             pct = lambda k: 100 * r.get(k, 0) / tot
@@ -90,7 +91,7 @@ for b in budgets:
             f = lambda k: f"{bo[k]:.2f}" if isinstance(bo.get(k), (int, float)) else "-"
             speed[(b, arm, rnd)] = r["median_tok_s"]
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
-                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} "
+                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
 print()
 print("| row | split / whole, each round | median |")

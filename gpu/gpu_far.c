@@ -13,7 +13,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "base/clock.h"
 #include "gpu/gpu_impl.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "runtime/decide.h"
 #include "runtime/placement.h"
 
@@ -135,4 +137,44 @@ bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
     if (changed) /* the captured graphs launch the old kernels */
         mp_gpu_drop_graphs(g);
     return true;
+}
+
+/* The probe reads at most this much of the host copy per launch (1 GiB: many times any cache) into
+ * a device buffer of BUS_READ_DST bytes that the reads wrap around. */
+#define BUS_READ_SRC ((size_t)1 << 30)
+#define BUS_READ_DST ((size_t)16 << 20)
+
+mp_status mp_gpu_exec_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err)
+{
+    *bytes = 0;
+    void *src = NULL, *dst = NULL;
+    if (!g->host_registered || !g->h_arena || cudaHostGetDevicePointer(&src, g->h_arena, 0) != cudaSuccess || !src) {
+        cudaGetLastError();
+        return MP_OK; /* no page-locked copy mapped for this device: nothing to read */
+    }
+    size_t n = g->h_arena_bytes < BUS_READ_SRC ? g->h_arena_bytes : BUS_READ_SRC;
+    n &= ~(size_t)16383;
+    if (n == 0)
+        return MP_OK;
+    cudaError_t ce = cudaMalloc(&dst, BUS_READ_DST);
+    if (ce != cudaSuccess)
+        return mp_gpu_cuda_fail(err, "bus probe buffer", ce);
+    const double t0 = mp_now_s();
+    uint64_t done = 0;
+    mp_status st = MP_OK;
+    while (mp_now_s() - t0 < seconds) { /* four launches in flight, then wait: the window's end is
+                                         * overrun by at most four */
+        for (int k = 0; k < 4 && !st; k++)
+            if (mp_cuda_bus_read(src, n, dst, BUS_READ_DST, g->stream))
+                st = mp_gpu_cuda_fail(err, "bus probe", cudaGetLastError());
+            else
+                done += n;
+        if (!st && (ce = cudaStreamSynchronize(g->stream)) != cudaSuccess)
+            st = mp_gpu_cuda_fail(err, "bus probe", ce);
+        if (st)
+            break;
+    }
+    cudaFree(dst);
+    *bytes = st ? 0 : done;
+    return st;
 }

@@ -371,5 +371,6 @@ int mp_gpu_exec_far_max(const mp_gpu *g);
 bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers);
 int64_t mp_gpu_exec_far_layers(const mp_gpu *g);
 void mp_gpu_exec_set_gemm_min_rows(mp_gpu *g, int64_t min_rows);
+mp_status mp_gpu_exec_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err);
 
 #endif

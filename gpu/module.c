@@ -38,6 +38,7 @@ static const mp_gpu_executor_table executor = {
     .set_far_plan = mp_gpu_exec_set_far_plan,
     .far_layers = mp_gpu_exec_far_layers,
     .set_gemm_min_rows = mp_gpu_exec_set_gemm_min_rows,
+    .bus_read = mp_gpu_exec_bus_read,
 };
 
 #if MP_HAVE_CUPTI

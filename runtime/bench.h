@@ -45,6 +45,19 @@ mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64
  * thread cannot be had. Used by bench/membw.c and by `moeplan bench` for the decode bound. */
 double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
 
+/* Host memory read by two readers at once, in GB/s over one interval of the host's clock: the cores
+ * (`threads` threads streaming a buffer of `bytes`, as mp_bench_host_read_gbs) and the bus (the
+ * GPU executor g reading its page-locked copy of the cold experts with the far routes' loads,
+ * mp_gpu_bus_read) for `seconds`; the repetition of `reps` whose sum was largest. What far routes
+ * and CPU experts can draw together: on the H200 host 113-131 GB/s where the cores alone read
+ * 88-104 and the bus alone 51-55 (bench/NOTES-gpu-exec.md runs 31-35). All 0 (MP_OK) when g has no
+ * such copy; an error when the buffer, a thread or the GPU's reads fail. */
+typedef struct mp_bench_two_readers {
+    double cpu_gbs, bus_gbs;
+} mp_bench_two_readers;
+mp_status mp_bench_host_bus(mp_gpu *g, size_t bytes, int threads, int reps, double seconds,
+                            mp_bench_two_readers *out, mp_error *err);
+
 /* The bound of a hybrid decode step, all per step in milliseconds:
  *   gpu  = the step's wall time minus the GPU's idle gaps at its hybrid layers (the GPU part);
  *   cpu  = the bytes of the CPU's experts / the host's read bandwidth (the CPU part at bandwidth);
@@ -53,13 +66,14 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
  *   other in layer order;
  *   serial = gpu + cpu + sync: no overlap at all, which is what a step whose hybrid layers keep
  *   nothing of theirs on the GPU (layers:N) can reach at best at batch 1;
- *   hostbus = gpu + cold / (host + bus) + sync: serial, with every cold expert byte (the CPU's and
- *   the far routes') read by the cores and the bus together at the sum of their rates, the
- *   decision model's floor (runtime/decide.h); 0 when the bus's rate is not known (bus_gbs 0). */
+ *   hostbus = gpu + cold / rate + sync: serial, with every cold expert byte (the CPU's and the far
+ *   routes') read by the cores and the bus at once, at the decision model's floor rate
+ *   (runtime/decide.h mp_decide_hostbus_ns: together_gbs, the two readers measured at once, where
+ *   > 0, else host + bus); 0 when neither the bus's rate nor the two readers' is known. */
 typedef struct mp_bench_bound {
     double gpu_ms, cpu_ms, sync_ms, bound_ms, serial_ms, hostbus_ms;
 } mp_bench_bound;
 void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
-                           double cold_bytes, double bus_gbs, mp_bench_bound *out);
+                           double cold_bytes, double bus_gbs, double together_gbs, mp_bench_bound *out);
 
 #endif

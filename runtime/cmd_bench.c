@@ -231,10 +231,15 @@ typedef struct bench_ctx {
     double host_gbs;       /* host read bandwidth for the decode bound (GPU executor with host
                             * experts): the larger of two probes, 0: not measured */
     double host_probe[2];  /* the probes before and after the tests */
+    /* host memory read by the cores and the bus at once (mp_bench_host_bus), before and after the
+     * tests; together_gbs the larger sum, 0: not measured (no page-locked host copy) */
+    mp_bench_two_readers host_bus[2];
+    double together_gbs;
     const mp_knobs *knobs; /* the knobs the session ran with (every row records them) */
 } bench_ctx;
 
 #define HOST_BW_BYTES ((size_t)1 << 30) /* the bandwidth probe's buffer: far past any LLC */
+#define HOST_BUS_SECONDS 0.3            /* each repetition of the two readers' probe */
 
 typedef struct bench_row {
     mp_bench_kind kind;
@@ -293,6 +298,12 @@ static double rt_overhead_us(const mp_gpu_stats *g)
     return g->rt_measured ? (double)g->rt_overhead_ns / 1e3 / (double)g->rt_measured : 0.0;
 }
 
+/* The two readers' rate for the host+bus bound: bench's own probes, else the cost file's (0: none). */
+static double together_gbs(const bench_ctx *c)
+{
+    return c->together_gbs > 0 ? c->together_gbs : c->pl->decode_costs ? c->pl->decode_costs->together_bytes_per_ns : 0;
+}
+
 /* The decode bound of a tg row with hybrid layers (runtime/bench.h); false when it has none or
  * nothing was measured. Per decode step: the GPU's idle gap and the round-trip overhead of its
  * hybrid layers (event-timed means over the measured layer steps), and the CPU's expert bytes
@@ -313,8 +324,34 @@ static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
     /* every cold route's bytes (CPU, far, split), for the host+bus bound at the decode costs' bus */
     const double cold_bytes = (double)(g->routes_cpu + g->routes_far) * bytes_per_route / (double)g->steps;
     const double bus_gbs = c->pl->decode_costs ? c->pl->decode_costs->bus_bytes_per_ns : 0;
-    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, cold_bytes, bus_gbs, b);
+    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, cold_bytes, bus_gbs,
+                          together_gbs(c), b);
     return b->bound_ms > 0;
+}
+
+/* Probe i (0 before the tests, 1 after) of host memory read by the cores and the bus at once, where
+ * the executor has a page-locked host copy; together_gbs keeps the larger sum. */
+static mp_status host_bus_probe(bench_ctx *c, mp_session *s, int i, mp_error *err)
+{
+    mp_gpu *g = mp_session_gpu(s);
+    if (!g || (i == 1 && !(c->together_gbs > 0)))
+        return MP_OK;
+    fprintf(stderr, "moeplan bench: host memory read by the cores and the bus at once (%d threads)...\n",
+            mp_session_n_threads(s));
+    mp_bench_two_readers *p = &c->host_bus[i];
+    mp_status st = mp_bench_host_bus(g, HOST_BW_BYTES, mp_session_n_threads(s), 2, HOST_BUS_SECONDS, p, err);
+    if (st) {
+        mp_error_prefix(err, "the host+bus probe");
+        return st;
+    }
+    if (p->bus_gbs > 0) {
+        const double sum = p->cpu_gbs + p->bus_gbs;
+        c->together_gbs = sum > c->together_gbs ? sum : c->together_gbs;
+        fprintf(stderr, "moeplan bench: cores %.1f + bus %.1f = %.1f GB/s together\n", p->cpu_gbs, p->bus_gbs, sum);
+    } else {
+        fprintf(stderr, "moeplan bench: no page-locked host copy: the host+bus bound takes the cost file's rates\n");
+    }
+    return MP_OK;
 }
 
 static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
@@ -372,13 +409,23 @@ static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
                share(t, t->tier_hits), t->tier_late, t->tier_admissions, t->tier_promoted, t->tier_evictions, tb);
     }
     printf("\n%s.\n", executor_note(c));
-    if (c->host_gbs > 0)
+    if (c->host_gbs > 0) {
+        char hb[160] = "host+bus: with a page-locked host copy or --costs";
+        if (c->together_gbs > 0)
+            snprintf(hb, sizeof hb, "host+bus: at %.1f GB/s, the larger of two probes of the cores and the bus "
+                     "reading at once", c->together_gbs);
+        else if (together_gbs(c) > 0)
+            snprintf(hb, sizeof hb, "host+bus: at the cost file's %.1f GB/s of the cores and the bus reading at once",
+                     together_gbs(c));
+        else if (c->pl->decode_costs && c->pl->decode_costs->bus_bytes_per_ns > 0)
+            snprintf(hb, sizeof hb, "host+bus: at the host's rate plus the cost file's bus, %.1f GB/s, each alone",
+                     c->pl->decode_costs->bus_bytes_per_ns);
         printf("bound: of a decode row with hybrid layers, max(GPU part, CPU experts' bytes / host read "
                "bandwidth %.1f GB/s, the larger of probes before and after the tests) + the round trips' "
                "overhead, per token; serial: their sum (no overlap, what whole CPU layers can reach); "
-               "host+bus (with --costs): serial, with every cold expert byte read at the host's and the bus's "
-               "rates together; share = measured / bound (docs/bench.md).\n",
-               c->host_gbs);
+               "%s: serial, with every cold expert byte read by both; share = measured / bound (docs/bench.md).\n",
+               c->host_gbs, hb);
+    }
     if (c->replay)
         printf("route replay: %s.\n", c->replay_desc);
 }
@@ -500,8 +547,12 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
                  add_num(bo, "share_of_bound", r->stats.median * b.bound_ms / 1e3) &&
                  add_num(bo, "serial_bound_ms", b.serial_ms) && add_num(bo, "serial_bound_tok_s", 1e3 / b.serial_ms) &&
                  add_num(bo, "share_of_serial_bound", r->stats.median * b.serial_ms / 1e3) &&
+                 add_num(bo, "host_bus_gbs_before", c->host_bus[0].cpu_gbs + c->host_bus[0].bus_gbs) &&
+                 add_num(bo, "host_bus_gbs_after", c->host_bus[1].cpu_gbs + c->host_bus[1].bus_gbs) &&
                  (b.hostbus_ms > 0 ? add_num(bo, "hostbus_bound_ms", b.hostbus_ms) &&
-                                         add_num(bo, "share_of_hostbus_bound", r->stats.median * b.hostbus_ms / 1e3)
+                                         add_num(bo, "share_of_hostbus_bound", r->stats.median * b.hostbus_ms / 1e3) &&
+                                         (together_gbs(c) > 0 ? add_num(bo, "hostbus_gbs", together_gbs(c))
+                                                              : cJSON_AddNullToObject(bo, "hostbus_gbs") != NULL)
                                    : cJSON_AddNullToObject(bo, "hostbus_bound_ms") != NULL);
         } else if (ok) {
             ok = cJSON_AddNullToObject(o, "bound") != NULL;
@@ -644,6 +695,8 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         fprintf(stderr, "moeplan bench: host read bandwidth (1 GiB, %d threads)...\n", mp_session_n_threads(s));
         c.host_probe[0] = mp_bench_host_read_gbs(HOST_BW_BYTES, mp_session_n_threads(s), 3);
         fprintf(stderr, "moeplan bench: host read bandwidth %.1f GB/s\n", c.host_probe[0]);
+        if ((st = host_bus_probe(&c, s, 0, err)))
+            goto done;
     }
     const char *slash = strrchr(o->model, '/');
     c.file = slash ? slash + 1 : o->model;
@@ -695,6 +748,8 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         c.host_gbs = c.host_probe[1] > c.host_probe[0] ? c.host_probe[1] : c.host_probe[0];
         fprintf(stderr, "moeplan bench: host read bandwidth after the tests %.1f GB/s; the bound uses %.1f\n",
                 c.host_probe[1], c.host_gbs);
+        if ((st = host_bus_probe(&c, s, 1, err)))
+            goto done;
     }
     if (e.replay_state)
         e.replay->describe(e.replay_state, c.replay_desc, sizeof c.replay_desc);

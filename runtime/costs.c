@@ -515,6 +515,34 @@ static mp_status get_context(ctx *c, const cJSON *v, mp_costs *out)
     return MP_OK;
 }
 
+/* optional $.host_bus: {"gbs", "cpu_gbs", "bus_gbs", "threads", "probes"}, each rate > 0 and gbs
+ * their sum (to 0.01 GB/s, as calibrate rounds them). */
+static mp_status get_host_bus(ctx *c, const cJSON *root, mp_costs *out)
+{
+    static const char *const keys[] = {"gbs", "cpu_gbs", "bus_gbs", "threads", "probes", NULL};
+    const char *path = "$.host_bus";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "host_bus");
+    if (!v)
+        return MP_OK;
+    double t = 0, n = 0;
+    mp_status st;
+    if ((st = check_keys(c, v, path, keys)) || (st = get_num(c, v, path, "gbs", 0, &out->host_bus_gbs)) ||
+        (st = get_num(c, v, path, "cpu_gbs", 0, &out->host_bus_cpu_gbs)) ||
+        (st = get_num(c, v, path, "bus_gbs", 0, &out->host_bus_bus_gbs)) ||
+        (st = get_int(c, v, path, "threads", 1, &t)) || (st = get_int(c, v, path, "probes", 1, &n)))
+        return st;
+    if (!(out->host_bus_cpu_gbs > 0) || !(out->host_bus_bus_gbs > 0))
+        return bad(c, "$.host_bus", "cpu_gbs %g, bus_gbs %g: expected both readers' bandwidths > 0",
+                   out->host_bus_cpu_gbs, out->host_bus_bus_gbs);
+    if (!(fabs(out->host_bus_gbs - out->host_bus_cpu_gbs - out->host_bus_bus_gbs) <= 0.011))
+        return bad(c, "$.host_bus.gbs", "%g: expected cpu_gbs + bus_gbs (%g)", out->host_bus_gbs,
+                   out->host_bus_cpu_gbs + out->host_bus_bus_gbs);
+    if (t > 4096)
+        return bad(c, "$.host_bus.threads", "%.0f: expected at most 4096", t);
+    out->host_bus_probes = n > 1e6 ? 1000000 : (int)n;
+    return MP_OK;
+}
+
 static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
 {
     /* hybrid_layer, cpu_decode_layer and far_decode_layer are the members older calibrations
@@ -523,7 +551,7 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
     static const char *const keys[] = {"format", "version", "device", "notes", "missing", "gpu_expert", "cpu_expert",
                                        "h2d", "d2h", "sync", "decode_layers", "host_read", "combine", "non_moe",
                                        "non_moe_context", "hybrid_layer", "cpu_decode_layer", "far_decode_layer",
-                                       "tier_admit", NULL};
+                                       "tier_admit", "host_bus", NULL};
     mp_status st = check_keys(c, root, "$", keys);
     if (st)
         return st;
@@ -581,7 +609,7 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         return st;
     if (!(listed & MP_COST_ABSENT_DECODE) && (st = get_decode(c, root, &out->decode)))
         return st;
-    if ((st = get_host_read(c, root, out)))
+    if ((st = get_host_read(c, root, out)) || (st = get_host_bus(c, root, out)))
         return st;
     if ((st = get_member(c, root, "$", "combine", &v)) || (st = get_curve(c, v, "$.combine", "rows", &out->combine)))
         return st;

@@ -117,6 +117,13 @@ typedef struct mp_costs {
      * before 2026-12-03, machines without the grid). At most gbs, the best probe of all. */
     double host_read_level_gbs;
     int host_read_level_probes;
+    /* optional $.host_bus: host memory read by the cores and the bus at once (runtime/bench.h
+     * mp_bench_host_bus), the best of the probes calibrate took while its decode grid ran: gbs their
+     * sum, cpu_gbs and bus_gbs each reader's share of it. The floor's rate where present
+     * (mp_decide_floor_ns); 0 where the file lacks it (older files, no page-locked host copy, no
+     * GPU): then the floor takes the cores' and the pinned copy's rates, each alone, summed. */
+    double host_bus_gbs, host_bus_cpu_gbs, host_bus_bus_gbs;
+    int host_bus_probes;
     mp_cost_curve combine;  /* by rows: merging the CPU partial sums into the GPU output */
     mp_cost_curve non_moe;  /* by rows (tokens in the step): attention, norms, head, router */
     /* optional $.non_moe_context: a one-row step's non-MoE time by the keys of context it attends

@@ -23,6 +23,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
             out->on_ns[i][j] = out->cpu_on_ns[i][j] = NAN;
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
+    out->together_bytes_per_ns = c->host_bus_gbs;
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
     for (int i = 0; i < c->h2d_pinned.n_points; i++)
         if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
@@ -242,16 +243,20 @@ double mp_decide_decode_cpu_ns(const mp_decode_costs *dc, const mp_far_layer *fl
     return fl && fl->on ? dc->cpu_on_ns[c][fl->table[c]] : dc->cpu_off_ns[c];
 }
 
-double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns)
+double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns,
+                            double together_bytes_per_ns)
 {
     if (!(host_bytes_per_ns > 0) || !(bytes > 0)) /* the host's bandwidth unknown: no floor */
         return 0;
+    if (together_bytes_per_ns > 0)
+        return bytes / (together_bytes_per_ns > host_bytes_per_ns ? together_bytes_per_ns : host_bytes_per_ns);
     return bytes / (host_bytes_per_ns + (bus_bytes_per_ns > 0 ? bus_bytes_per_ns : 0));
 }
 
 double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
 {
-    return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns) : 0;
+    return dc ? mp_decide_hostbus_ns(bytes, dc->host_bytes_per_ns, dc->bus_bytes_per_ns, dc->together_bytes_per_ns)
+              : 0;
 }
 
 bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t rows_b)

@@ -57,7 +57,8 @@ typedef struct mp_decode_costs {
      * the level, not added to it); NaN where the grid lacks the point */
     double cpu_off_ns[MP_DECIDE_MAX_K + 1];
     double cpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
-    double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers */
+    double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers, each alone */
+    double together_bytes_per_ns;                     /* both at once ($.host_bus); 0: not measured */
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
 } mp_decode_costs;
 
@@ -152,12 +153,16 @@ double mp_decide_decode_ns(const mp_decode_costs *dc, const mp_far_layer *fl, in
  * run's own CPU expert time compares with, route mix for route mix. */
 double mp_decide_decode_cpu_ns(const mp_decode_costs *dc, const mp_far_layer *fl, int c);
 
-/* The least time in which host memory yields `bytes` of expert weights to the cores reading at
- * host_bytes_per_ns and the bus at bus_bytes_per_ns together: bytes / (host + bus); 0 when the
- * host's rate is not known (<= 0) or there are no bytes. bench's host+bus bound is this too. */
-double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns);
+/* The least time in which host memory yields `bytes` of expert weights to the cores and the bus
+ * reading at once: bytes / max(together, host) where the two readers' sum was measured (together
+ * > 0: host memory does not give two readers the sum of what each draws alone; on the H200 host
+ * 113-131 GB/s against 88-104 + 55), else bytes / (host + bus), each reader's rate alone (bus <= 0:
+ * the cores' alone); 0 when the host's rate is not known (<= 0) or there are no bytes. bench's
+ * host+bus bound is this too. */
+double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns,
+                            double together_bytes_per_ns);
 
-/* mp_decide_hostbus_ns with the cost file's host read and bus bandwidths. */
+/* mp_decide_hostbus_ns with the cost file's rates. */
 double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
 
 /* Steps of several rows: which of a layer step's n cold experts to copy to the GPU (copy[i]); the

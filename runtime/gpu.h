@@ -159,6 +159,12 @@ int64_t mp_gpu_far_layers(const mp_gpu *g); /* layers with far routes on */
  * summation-order differences to about that type's precision. */
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows);
 
+/* The bus's side of a probe of host memory with two readers (runtime/bench.h, mp_bench_host_bus):
+ * the GPU reads the page-locked host copy of the cold experts (up to 1 GiB of it, over and over)
+ * with the far routes' loads for `seconds` of the host's clock, then waits for the last reads;
+ * *bytes = what it read (0, MP_OK, when the executor has no such copy mapped). Between steps only. */
+mp_status mp_gpu_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err);
+
 /* The module's table: one member per function of this header, in their order (gpu/module.c fills it). */
 typedef struct mp_gpu_executor_table {
     size_t size; /* sizeof(mp_gpu_executor_table) of the module's build: the loader checks it */
@@ -181,6 +187,7 @@ typedef struct mp_gpu_executor_table {
     bool (*set_far_plan)(mp_gpu *g, const mp_far_layer *layers);
     int64_t (*far_layers)(const mp_gpu *g);
     void (*set_gemm_min_rows)(mp_gpu *g, int64_t min_rows);
+    mp_status (*bus_read)(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err);
 } mp_gpu_executor_table;
 
 #endif

@@ -512,7 +512,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
             }
         }
         /* the host's read bandwidth between passes: the level these CPU costs hold ($.host_read) */
-        if (!why[0] && pass >= 0 && (st = mp_calib_host_probe(o, root, err)))
+        if (!why[0] && pass >= 0 &&
+            ((st = mp_calib_host_probe(o, root, err)) || (st = mp_calib_host_bus_probe(o, root, g, err))))
             goto out;
         const double elapsed = (double)(mp_now_ns() - t_start) / 1e9;
         if (!why[0] && pass < 0)
@@ -543,7 +544,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
             if (!why[0])
                 nsamp[i]++;
         }
-        if (!why[0] && (st = mp_calib_host_probe(o, root, err)))
+        if (!why[0] && ((st = mp_calib_host_probe(o, root, err)) || (st = mp_calib_host_bus_probe(o, root, g, err))))
             goto out;
     }
     if (why[0]) {
@@ -586,6 +587,14 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     mp_calib_say(o, "calibrate: decode layer grid: %d points in %.1f s; repetition spread (p75 - p25) %.1f %% of the "
                     "layer time on average, %.1f %% at most", n_pts, (double)(mp_now_ns() - t_start) / 1e9,
                  100 * spread_sum / (n_pts ? n_pts : 1), 100 * spread_max);
+    const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "host_bus");
+    if (hb)
+        mp_calib_say(o, "calibrate: host memory read by the cores and the bus at once: %.1f + %.1f = %.1f GB/s, the "
+                        "best of %.0f probes between the grid's passes (the floor's rate)",
+                     cJSON_GetObjectItemCaseSensitive(hb, "cpu_gbs")->valuedouble,
+                     cJSON_GetObjectItemCaseSensitive(hb, "bus_gbs")->valuedouble,
+                     cJSON_GetObjectItemCaseSensitive(hb, "gbs")->valuedouble,
+                     cJSON_GetObjectItemCaseSensitive(hb, "probes")->valuedouble);
     /* the grid's session holds the device's memory: free it before the next */
     mp_session_free(s);
     s = NULL;

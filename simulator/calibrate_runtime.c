@@ -431,6 +431,39 @@ mp_status mp_calib_host_probe(const mp_calib_opts *o, cJSON *root, mp_error *err
     return MP_OK;
 }
 
+mp_status mp_calib_host_bus_probe(const mp_calib_opts *o, cJSON *root, mp_gpu *g, mp_error *err)
+{
+    mp_bench_two_readers r;
+    mp_status st = mp_bench_host_bus(g, host_probe_bytes(o), o->threads[o->n_threads - 1], 2, 0.3, &r, err);
+    if (st) {
+        mp_error_prefix(err, "calibrate: host memory read by the cores and the bus at once");
+        return st;
+    }
+    if (!(r.bus_gbs > 0))
+        return MP_OK; /* no page-locked host copy: the floor takes each reader alone */
+    const double cpu = round(r.cpu_gbs * 100) / 100, bus = round(r.bus_gbs * 100) / 100;
+    const double sum = round((cpu + bus) * 100) / 100;
+    cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "host_bus");
+    const cJSON *n = hb ? cJSON_GetObjectItemCaseSensitive(hb, "probes") : NULL;
+    const cJSON *best = hb ? cJSON_GetObjectItemCaseSensitive(hb, "gbs") : NULL;
+    const int probes = (cJSON_IsNumber(n) ? (int)n->valuedouble : 0) + 1;
+    cJSON *p = cJSON_CreateObject();
+    const bool better = !cJSON_IsNumber(best) || sum > best->valuedouble;
+    if (!p || !cJSON_AddNumberToObject(p, "gbs", better ? sum : best->valuedouble) ||
+        !cJSON_AddNumberToObject(p, "cpu_gbs", better ? cpu : cJSON_GetObjectItemCaseSensitive(hb, "cpu_gbs")->valuedouble) ||
+        !cJSON_AddNumberToObject(p, "bus_gbs", better ? bus : cJSON_GetObjectItemCaseSensitive(hb, "bus_gbs")->valuedouble) ||
+        !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]) ||
+        !cJSON_AddNumberToObject(p, "probes", probes)) {
+        cJSON_Delete(p);
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    }
+    if (hb)
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "host_bus", p);
+    else
+        cJSON_AddItemToObject(root, "host_bus", p);
+    return MP_OK;
+}
+
 mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
 {
     enum { ROUNDS = 3 };

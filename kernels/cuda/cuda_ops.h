@@ -175,6 +175,11 @@ void mp_cuda_moe_set_dec_down(int lanes);
 /* The far gather's blocks per (row, far rank, tensor): 0 (the default) sizes them by the device's
  * SMs; n > 0 fixes n (at most one per 16 KB chunk of the tensor). For benchmarks and tests. */
 void mp_cuda_moe_set_far_blocks(int blocks);
+/* Reads `bytes` (rounded down to 16) of d_src, mapped page-locked host memory, with the far
+ * gather's loads, storing them into d_dst (dst_bytes, a multiple of 16 KB, that the reads wrap
+ * around): a probe of what host memory gives the bus beside the cores (runtime/bench.h,
+ * mp_bench_host_bus). */
+int mp_cuda_bus_read(const void *d_src, size_t bytes, void *d_dst, size_t dst_bytes, void *stream);
 /* 1 when this build and device run the tensor-core path (sm_80+ code), else 0. */
 int mp_cuda_moe_mma_available(void);
 

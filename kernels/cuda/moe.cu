@@ -377,6 +377,45 @@ static unsigned far_blocks_x(size_t chunks, int64_t ranks)
     return (unsigned)((size_t)b < chunks ? (size_t)b : chunks);
 }
 
+// bus_read_kernel: the far gather's loads (16-byte, four in flight per thread, 16 KB chunks, blocks
+// striding over them) on one plain range of mapped host memory, stored into a device buffer of
+// dst_n16 vectors that the chunks wrap around: what the far routes draw from host memory when
+// nothing else limits them (mp_cuda_bus_read).
+__global__ void __launch_bounds__(FAR_THREADS) bus_read_kernel(const uint4 *src, size_t n16, uint4 *dst, size_t dst_n16)
+{
+    mpc_pdl_wait(); // dst is also the launch before's
+    mpc_pdl_trigger();
+    const size_t per_chunk = FAR_CHUNK / 16;
+    for (size_t at = (size_t)blockIdx.x * per_chunk; at < n16; at += (size_t)gridDim.x * per_chunk) {
+        const size_t end = n16 - at < per_chunk ? n16 - at : per_chunk;
+        uint4 *o = dst + at % dst_n16;
+        for (size_t i = threadIdx.x; i < end; i += 4 * FAR_THREADS) {
+            uint4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (size_t)j * FAR_THREADS < end)
+                    v[j] = src[at + i + (size_t)j * FAR_THREADS];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + (size_t)j * FAR_THREADS < end)
+                    o[i + (size_t)j * FAR_THREADS] = v[j];
+        }
+    }
+}
+
+extern "C" int mp_cuda_bus_read(const void *d_src, size_t bytes, void *d_dst, size_t dst_bytes, void *stream)
+{
+    if (!d_src || !d_dst || bytes < 16 || dst_bytes < FAR_CHUNK || ((uintptr_t)d_src | (uintptr_t)d_dst) % 16 ||
+        dst_bytes % FAR_CHUNK)
+        return MP_CUDA_EINVAL;
+    const size_t n16 = bytes / 16, chunks = (n16 * 16 + FAR_CHUNK - 1) / FAR_CHUNK;
+    const int sms = mpc_sm_count();
+    const size_t blocks = 2 * (size_t)(sms > 0 ? sms : 132);
+    mpc_launch(bus_read_kernel, dim3((unsigned)(blocks < chunks ? blocks : chunks)), dim3(FAR_THREADS), 0,
+               (cudaStream_t)stream, (const uint4 *)d_src, n16, (uint4 *)d_dst, dst_bytes / 16);
+    return mpc_launch_status();
+}
+
 // ---- grouped path (prefill): routes sorted by expert, one weight pass per group ----
 //
 // group_kernel (one block): counting sort of the routes by expert into perm, and a table of

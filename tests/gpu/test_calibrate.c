@@ -123,6 +123,14 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     /* the host's read bandwidth, positive, on the same threads */
     cr_assert(c.host_read_gbs > 0, "host_read %g GB/s", c.host_read_gbs);
     cr_assert_eq(c.host_read_threads, d->threads);
+    /* the cores and the bus reading host memory at once, probed after each of the grid's passes
+     * (the executor has far routes here, so a page-locked copy): both readers drew something, and
+     * the decode costs take their sum for the floor */
+    cr_assert(c.host_bus_cpu_gbs > 0 && c.host_bus_bus_gbs > 0, "host_bus %g + %g GB/s", c.host_bus_cpu_gbs,
+              c.host_bus_bus_gbs);
+    cr_assert_float_eq(c.host_bus_gbs, c.host_bus_cpu_gbs + c.host_bus_bus_gbs, 0.011);
+    cr_assert(c.host_bus_probes >= 1, "host_bus probes %d", c.host_bus_probes);
+    cr_assert_not_null(strstr(out, "calibrate: host memory read by the cores and the bus at once: "), "%s", out);
     /* and the file runs the simulator: the grid matches the model */
     mp_decode_costs dc;
     mp_model *m = NULL;
@@ -130,6 +138,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     snprintf(model, sizeof model, "%s/tiny.gguf", dir);
     cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_decode_costs_load(path, m, d->threads, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(dc.together_bytes_per_ns, c.host_bus_gbs);
     mp_model_free(m);
     mp_costs_free(&c);
     FILE *f = fopen(path, "r");

@@ -8,7 +8,8 @@
  * counters cover the timed steps (gpu_steps, hybrid layer steps and routes add up, the CPU experts
  * took some time), the
  * bound object is there and self-consistent (its bandwidth is the larger of the two probes, both
- * measured; bound <= serial bound; the shares are the median over the bounds), and the host line
+ * measured; bound <= serial bound; the shares are the median over the bounds; the host+bus bound
+ * at the larger of two probes of the cores and the bus reading at once), and the host line
  * says how much of the host copy is in huge pages (a share in 0..100 %). Speeds are only checked
  * to be measured (> 0), never against a number. */
 #include <cjson/cJSON.h>
@@ -94,6 +95,16 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     cr_assert_float_eq(num_of(b, "share_of_bound"), med * bound / 1e3, 1e-9 * med * bound);
     cr_assert_float_eq(num_of(b, "share_of_serial_bound"), med * serial / 1e3, 1e-9 * med * serial);
     cr_assert_not_null(strstr(err, "host read bandwidth after the tests"), "%s", err);
+    /* the host experts are in a page-locked copy (the host line): the cores and the bus read host
+     * memory at once before and after the tests, and the host+bus bound reads the row's cold bytes at
+     * the larger sum; without --costs that is its only rate */
+    const double hb0 = num_of(b, "host_bus_gbs_before"), hb1 = num_of(b, "host_bus_gbs_after");
+    cr_assert(hb0 > 0 && hb1 > 0, "two-reader probes %g / %g", hb0, hb1);
+    cr_assert_eq(num_of(b, "hostbus_gbs"), fmax(hb0, hb1));
+    const double hostbus = num_of(b, "hostbus_bound_ms");
+    cr_assert_gt(hostbus, num_of(b, "gpu_ms") + num_of(b, "sync_ms"), "the cold bytes take no time: %g ms", hostbus);
+    cr_assert_float_eq(num_of(b, "share_of_hostbus_bound"), med * hostbus / 1e3, 1e-9 * med * hostbus);
+    cr_assert_not_null(strstr(err, "GB/s together"), "%s", err);
     cJSON_Delete(root);
     free(out);
 }

@@ -420,11 +420,12 @@ Test(bench, token_ids_are_valid_and_deterministic)
 /* The decode bound's arithmetic (runtime/bench.h), by hand: a 10 ms step with 4 ms of GPU idle
  * gaps leaves a 6 ms GPU part; 2 GB of CPU expert bytes at 100 GB/s is 20 ms; with 1 ms of round
  * trips the bound is max(6, 20) + 1 = 21 ms. The host+bus bound reads every cold byte at both
- * readers' rates. Then with the GPU part the larger. */
+ * readers' rates: measured at once where given, else each alone summed. Then with the GPU part the
+ * larger. */
 Test(bench, decode_bound_by_hand)
 {
     mp_bench_bound b;
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 0, 0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 0, 0, 0, &b);
     cr_assert_float_eq(b.gpu_ms, 6.0, 1e-12);
     cr_assert_float_eq(b.cpu_ms, 20.0, 1e-12);
     cr_assert_float_eq(b.sync_ms, 1.0, 1e-12);
@@ -432,12 +433,22 @@ Test(bench, decode_bound_by_hand)
     cr_assert_float_eq(b.serial_ms, 6.0 + 20.0 + 1.0, 1e-12); /* no overlap: every part */
     cr_assert_eq(b.hostbus_ms, 0, "the bus's rate unknown: no host+bus bound");
     /* the same step beside 1 GB of far routes, a 50 GB/s bus: 3 GB of cold bytes at 150 GB/s */
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, 0, &b);
     cr_assert_float_eq(b.hostbus_ms, 6.0 + 20.0 + 1.0, 1e-12);
     cr_assert_float_eq(b.serial_ms, 27.0, 1e-12);
-    mp_bench_decode_bound(10.0, 1.0, 1e8, 100.0, 0.5, 0, 0, &b); /* cpu 1 ms < gpu 9 ms */
+    /* the two readers measured at once drew 120 GB/s: 3 GB take 25 ms; the bus's rate alone is not
+     * needed then */
+    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, 120.0, &b);
+    cr_assert_float_eq(b.hostbus_ms, 6.0 + 25.0 + 1.0, 1e-12);
+    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 0, 120.0, &b);
+    cr_assert_float_eq(b.hostbus_ms, 6.0 + 25.0 + 1.0, 1e-12);
+    /* a together probe below the cores' own rate (a slow moment) never makes the floor slower than
+     * the cores alone: 3 GB at 100 GB/s */
+    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, 80.0, &b);
+    cr_assert_float_eq(b.hostbus_ms, 6.0 + 30.0 + 1.0, 1e-12);
+    mp_bench_decode_bound(10.0, 1.0, 1e8, 100.0, 0.5, 0, 0, 0, &b); /* cpu 1 ms < gpu 9 ms */
     cr_assert_float_eq(b.bound_ms, 9.5, 1e-12);
-    mp_bench_decode_bound(1.0, 2.0, 0, 0, 0, 0, 0, &b); /* gaps over the step (noise): no negative part */
+    mp_bench_decode_bound(1.0, 2.0, 0, 0, 0, 0, 0, 0, &b); /* gaps over the step (noise): no negative part */
     cr_assert_float_eq(b.gpu_ms, 0.0, 1e-12);
 }
 

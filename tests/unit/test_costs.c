@@ -454,6 +454,46 @@ Test(costs, reads_the_decode_grid_and_host_read)
     free(text);
 }
 
+/* $.host_bus, the cores and the bus reading host memory at once: absent in older files (0: the floor
+ * sums each reader alone), read back where present and carried into the decision grid's floor;
+ * a sum that is not its readers', a reader of 0 or an unknown member is refused naming the member. */
+Test(costs, reads_the_two_readers_probe)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.host_bus_gbs, 0, "absent: not measured");
+    mp_costs_free(&c);
+    free(text);
+    const char *from = "\"host_read\": {";
+    char *hb = fixture_with(from, "\"host_bus\": {\"gbs\": 117.25, \"cpu_gbs\": 74.5, \"bus_gbs\": 42.75, "
+                                  "\"threads\": 16, \"probes\": 4}, \"host_read\": {");
+    cr_assert_eq(mp_costs_parse(hb, strlen(hb), "hb.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert(c.host_bus_gbs == 117.25 && c.host_bus_cpu_gbs == 74.5 && c.host_bus_bus_gbs == 42.75 &&
+              c.host_bus_probes == 4);
+    mp_decode_costs dc;
+    const mp_decode_shape shape = {NULL, 2048, 768, 4, 2, 16, 0};
+    cr_assert_eq(mp_decode_costs_from(&c, "hb.json", &shape, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(dc.together_bytes_per_ns, 117.25);
+    cr_assert_float_eq(mp_decide_floor_ns(&dc, 117.25e6), 1e6, 1e-6); /* 117.25 MB at 117.25 bytes/ns */
+    mp_costs_free(&c);
+    free(hb);
+    expect_reject(from, "\"host_bus\": {\"gbs\": 120, \"cpu_gbs\": 74.5, \"bus_gbs\": 42.75, \"threads\": 16, "
+                        "\"probes\": 4}, \"host_read\": {",
+                  "$.host_bus.gbs: 120: expected cpu_gbs + bus_gbs (117.25)");
+    expect_reject(from, "\"host_bus\": {\"gbs\": 74.5, \"cpu_gbs\": 74.5, \"bus_gbs\": 0, \"threads\": 16, "
+                        "\"probes\": 4}, \"host_read\": {",
+                  "$.host_bus: cpu_gbs 74.5, bus_gbs 0: expected both readers' bandwidths > 0");
+    expect_reject(from, "\"host_bus\": {\"gbs\": 1, \"cpu_gbs\": 0.5, \"bus_gbs\": 0.5, \"threads\": 16, "
+                        "\"probes\": 1, \"level\": 3}, \"host_read\": {",
+                  "$.host_bus");
+    expect_reject(from, "\"host_bus\": {\"gbs\": 1, \"cpu_gbs\": 0.5, \"bus_gbs\": 0.5, \"threads\": 16}, "
+                        "\"host_read\": {",
+                  "$.host_bus.probes: missing");
+}
+
 /* Far work in units of 1/far_split of an expert: a file without far_split counts whole routes; with
  * it, a point may run up to cold x far_split units, and the decision grid takes them as such. */
 Test(costs, reads_far_units_of_a_split_grid)

@@ -351,6 +351,11 @@ Test(decide, cold_share_and_floor)
     dc.host_bytes_per_ns = 90, dc.bus_bytes_per_ns = 55;
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 1e6, 1e-6);
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 0), 0, 1e-12);
+    /* the two readers measured at once: 116 bytes/ns, not 90 + 55 */
+    dc.together_bytes_per_ns = 116;
+    cr_assert_float_eq(mp_decide_floor_ns(&dc, 116e6), 1e6, 1e-6);
+    dc.together_bytes_per_ns = 60; /* below the cores alone: the cores' rate */
+    cr_assert_float_eq(mp_decide_floor_ns(&dc, 90e6), 1e6, 1e-6);
     dc.host_bytes_per_ns = 0;
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 0, 1e-12);
 }
