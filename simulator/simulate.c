@@ -769,6 +769,10 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
     if (floored)
         add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
                  "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);
+    if (!(cfg->costs->absent & MP_COST_ABSENT_DECODE) && !(cfg->costs->host_bus_gbs > 0))
+        add_note(r, "the floor of reading cold experts from host memory sums the cores' and the bus's rates, each "
+                 "measured alone (%s has no host_bus, the two readers measured at once: calibrate again to have it)",
+                 o->costs);
 }
 
 /* The profile of the profile policy at the first budget, and its manifest (r->manifest). */

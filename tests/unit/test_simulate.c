@@ -251,6 +251,35 @@ Test(simulate, cli_end_to_end)
     cr_assert_null(strstr(svg, "0.00 GiB"), "%s", path);
 }
 
+/* A cost file with a decode grid but without $.host_bus (written before calibrate measured the two
+ * readers at once): the floor's rate is said to be the readers' alone, summed; with host_bus, no
+ * such note. */
+Test(simulate, notes_a_floor_without_the_two_readers_probe)
+{
+    static char out[1 << 16];
+    char args[2048];
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 4000000B --non-expert-bytes 1000000",
+             costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "note: the floor of reading cold experts from host memory sums the cores' and the "
+                                   "bus's rates, each measured alone ("),
+                       "%s", out);
+    cr_assert_not_null(strstr(out, "has no host_bus, the two readers measured at once: calibrate again to have it)"),
+                       "%s", out);
+    cJSON *root = fixture_costs();
+    cJSON *hb = cJSON_AddObjectToObject(root, "host_bus");
+    cJSON_AddNumberToObject(hb, "gbs", 60);
+    cJSON_AddNumberToObject(hb, "cpu_gbs", 40);
+    cJSON_AddNumberToObject(hb, "bus_gbs", 20);
+    cJSON_AddNumberToObject(hb, "threads", 16);
+    cJSON_AddNumberToObject(hb, "probes", 3);
+    write_json(root, "costs-hb.json");
+    snprintf(args, sizeof args, "simulate t.db --costs costs-hb.json --expert Q4_K --budget 4000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "has no host_bus"), "%s", out);
+}
+
 /* A cost file that says which CPU kernels calibrate ran: a note when this process dispatches another
  * level (its CPU experts would not run at the calibration's times), none when it does not say. */
 Test(simulate, notes_a_calibration_of_other_cpu_kernels)
