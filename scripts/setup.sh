@@ -4,12 +4,14 @@
 # found through nvcc on PATH or /usr/local/cuda/bin); without it the CUDA code is not built.
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc libsqlite3-dev libcjson-dev libpcre2-dev libcriterion-dev libssl-dev
-      sqlite3 python3 chromium libsimde-dev groff-base zsh)
+      sqlite3 python3 python3-jsonschema chromium libsimde-dev groff-base zsh)
 # libsimde-dev: headers only; test quant_avx512_emul runs the AVX-512 kernels' logic through
 # SIMDe's portable intrinsics on CPUs without AVX-512 (it reports SKIP without them).
 # chromium: the analyzer's report test renders report.html headless (about 100 MB to download);
 # the test fails, never skips, without it.
 # groff-base, zsh: test cli_docs renders moeplan(1) and runs the zsh completion (SKIP without them).
+# python3-jsonschema: test costs_schema checks schemas/costs.schema.json against the cost files
+# (SKIP without it).
 [ "${MP_SETUP_FUZZ:-0}" = 1 ] && pkgs+=(clang)
 missing=()
 for p in "${pkgs[@]}"; do
