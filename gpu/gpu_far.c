@@ -157,8 +157,10 @@ mp_status mp_gpu_exec_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_er
     if (n == 0)
         return MP_OK;
     cudaError_t ce = cudaMalloc(&dst, BUS_READ_DST);
-    if (ce != cudaSuccess)
+    if (ce != cudaSuccess) {
+        cudaGetLastError(); /* a full device: the steps after this go on */
         return mp_gpu_cuda_fail(err, "bus probe buffer", ce);
+    }
     const double t0 = mp_now_s();
     uint64_t done = 0;
     mp_status st = MP_OK;

@@ -121,7 +121,8 @@ mp_status mp_calib_host_probe(const mp_calib_opts *o, cJSON *root, mp_error *err
 /* One probe of host memory read by the cores and the bus at once (runtime/bench.h
  * mp_bench_host_bus, g the grid's executor), kept in root's $.host_bus when its sum is the best so
  * far ({"gbs", "cpu_gbs", "bus_gbs", "threads", "probes"}; runtime/costs.h); nothing when g has no
- * page-locked host copy. The decode grid takes one after each pass, beside mp_calib_host_probe. */
+ * page-locked host copy, or when the probe fails (said, not an error: the floor then sums each reader
+ * alone). The decode grid takes one after each pass, beside mp_calib_host_probe. */
 mp_status mp_calib_host_bus_probe(const mp_calib_opts *o, cJSON *root, mp_gpu *g, mp_error *err);
 /* $.host_read: the cores' read bandwidth of host memory at the largest thread count (the best of a
  * few rounds and of the grid's probes; the spread is best minus worst) and, where the grid took
