@@ -3,6 +3,7 @@
 #include "runtime/decide.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,16 +32,27 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     if (!d->n_points) /* a grid without points (the loader refuses such a file): no decode point, so
                        * callers charge every decode step by their own model */
         return MP_OK;
-    const bool quant_differs = shape->quant && strcmp(shape->quant, d->quant);
-    if (d->top_k != shape->top_k || d->n_embd != shape->n_embd || d->n_ff != shape->n_ff ||
-        d->n_expert != shape->n_expert || quant_differs || (shape->expert_bytes && d->expert_bytes != shape->expert_bytes))
-        return mp_fail(err, MP_ERR_ARG,
-                       "costs %s: the decode layer grid was measured for %lld experts top-%d of %s %lldx%lld (%llu "
-                       "bytes), this model has %lld top-%d of %s %lldx%lld (%llu bytes): run `moeplan calibrate -m "
-                       "MODEL` for this model", name, (long long)d->n_expert, d->top_k, d->quant,
-                       (long long)d->n_embd, (long long)d->n_ff, (unsigned long long)d->expert_bytes,
-                       (long long)shape->n_expert, shape->top_k, shape->quant ? shape->quant : "?",
-                       (long long)shape->n_embd, (long long)shape->n_ff, (unsigned long long)shape->expert_bytes);
+    /* the facts that differ, each named with the grid's and this model's value */
+    char diff[512] = "";
+    size_t at = 0;
+#define DIFF(...) (at += at < sizeof diff ? (size_t)snprintf(diff + at, sizeof diff - at, __VA_ARGS__) : 0)
+    if (d->n_expert != shape->n_expert)
+        DIFF("%s%lld experts a layer, this model %lld", at ? "; " : "", (long long)d->n_expert,
+             (long long)shape->n_expert);
+    if (d->top_k != shape->top_k)
+        DIFF("%stop-%d, this model top-%d", at ? "; " : "", d->top_k, shape->top_k);
+    if (shape->quant && strcmp(shape->quant, d->quant))
+        DIFF("%sexperts of %s, this model %s", at ? "; " : "", d->quant, shape->quant);
+    if (d->n_embd != shape->n_embd || d->n_ff != shape->n_ff)
+        DIFF("%sexperts of %lldx%lld, this model %lldx%lld", at ? "; " : "", (long long)d->n_embd, (long long)d->n_ff,
+             (long long)shape->n_embd, (long long)shape->n_ff);
+    if (shape->expert_bytes && d->expert_bytes != shape->expert_bytes)
+        DIFF("%s%llu bytes an expert, this model %llu", at ? "; " : "", (unsigned long long)d->expert_bytes,
+             (unsigned long long)shape->expert_bytes);
+#undef DIFF
+    if (at)
+        return mp_fail(err, MP_ERR_ARG, "costs %s: the decode layer grid was measured for another model (%.400s): run "
+                       "`moeplan calibrate -m MODEL` for this model", name, diff);
     if (d->threads != shape->threads)
         return mp_fail(err, MP_ERR_ARG, "costs %s: the decode layer grid was measured on %d CPU threads, this run "
                        "uses %d: run with --threads %d, or `moeplan calibrate --threads %d`", name, d->threads,

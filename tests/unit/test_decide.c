@@ -417,9 +417,17 @@ Test(decide, grid_of_another_model_or_run_is_refused)
     mp_decode_shape other = ok;
     other.top_k = 2, other.n_embd = 4096, other.n_ff = 14336, other.n_expert = 8;
     cr_assert_eq(mp_decode_costs_from(&c, "c.json", &other, &dc, &err), MP_ERR_ARG);
-    cr_assert_not_null(strstr(err.msg, "costs c.json: the decode layer grid was measured for 128 experts top-8 of "
-                                       "Q4_K/Q6_K 2048x768"), "%s", err.msg);
-    cr_assert_not_null(strstr(err.msg, "run `moeplan calibrate -m MODEL` for this model"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "costs c.json: the decode layer grid was measured for another model (128 "
+                                       "experts a layer, this model 8; top-8, this model top-2; experts of 2048x768, "
+                                       "this model 4096x14336): run `moeplan calibrate -m MODEL` for this model"),
+                       "%s", err.msg);
+    /* only what differs is named: the same dimensions and type, other counts and bytes */
+    other = ok;
+    other.n_expert = 8, other.top_k = 2, other.expert_bytes = 114229248;
+    cr_assert_eq(mp_decode_costs_from(&c, "c.json", &other, &dc, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "(128 experts a layer, this model 8; top-8, this model top-2; 2936832 bytes an "
+                                       "expert, this model 114229248)"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "2048x768"), "%s", err.msg);
     other = ok;
     other.threads = 8;
     cr_assert_eq(mp_decode_costs_from(&c, "c.json", &other, &dc, &err), MP_ERR_ARG);
