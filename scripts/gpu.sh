@@ -149,6 +149,18 @@ fi
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
 log "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+# the host as this call found it, for runs that differ between machines of one kind: CPU topology
+# (NUMA nodes, caches), memory free per node, transparent huge pages, load
+{
+    lscpu 2>&1
+    for n in /sys/devices/system/node/node[0-9]*; do
+        [ -d "$n" ] && echo "$(basename "$n"): cpus $(cat "$n/cpulist") $(grep -E 'MemTotal|MemFree' "$n/meminfo" | awk '{printf "%s %s kB ", $3, $4}')"
+    done
+    echo "thp enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1); defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>&1)"
+    grep -E 'MemTotal|MemFree|MemAvailable|^Cached|Dirty|AnonHugePages|HugePages_Total' /proc/meminfo
+    echo "load: $(cat /proc/loadavg)"
+} >"$OUT/host.txt" 2>&1
+log "host: $(grep -m1 -E '^NUMA node\(s\)' "$OUT/host.txt" | tr -s ' '), $(grep -c '^node' "$OUT/host.txt") node(s) listed, load $(cut -d' ' -f1-3 /proc/loadavg) (host.txt)"
 
 build() {
     [ -f build-gpu/build.ninja ] || meson setup build-gpu -Dsm_arch=90 >"$OUT/setup.log" 2>&1 \
