@@ -99,8 +99,8 @@ done
 python3 - "$out" "$rounds" $configs <<'PY'
 import json, statistics, sys
 out, rounds, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| config | round | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy/far % | rt overhead us | host GB/s | bound tok/s | share of bound | share of serial bound | host+bus GB/s | share of host+bus bound |")
-print("| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| config | round | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy/far % | rt overhead us | host GB/s | CPU experts GB/s | bound tok/s | share of bound | share of serial bound | host+bus GB/s | share of host+bus bound |")
+print("| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 medians = {}
 for c in configs:
     for rnd in range(1, rounds + 1):
@@ -108,7 +108,7 @@ for c in configs:
         try:
             d = json.load(open(path))
         except Exception as e:
-            print(f"| {c} | {rnd} | failed: {e} | | | | | | | | | | | | | | |")
+            print(f"| {c} | {rnd} | failed: {e} | | | | | | | | | | | | | | | |")
             continue
         for r in d["rows"]:
             keys = ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")
@@ -121,10 +121,11 @@ for c in configs:
             share = f'{b["share_of_bound"]:.2f}' if b else "-"
             serial = f'{b["share_of_serial_bound"]:.2f}' if b and "share_of_serial_bound" in b else "-"
             num = lambda k: f"{b[k]:.2f}" if b and isinstance(b.get(k), (int, float)) else "-"
+            cpu_gbs = f'{r["cpu_expert_gbs"]:.1f}' if r.get("cpu_expert_gbs") else "-"
             medians.setdefault((c, r["test"]), []).append(r["median_tok_s"])
             print(f'| {c} | {rnd} | {r["placement"]} | {r["gpu_budget"] or "none"} | {r["gpu_expert_bytes"]/2**30:.2f} '
                   f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} '
-                  f'| {rt} | {host} | {bound} | {share} | {serial} | {num("hostbus_gbs")} | {num("share_of_hostbus_bound")} |')
+                  f'| {rt} | {host} | {cpu_gbs} | {bound} | {share} | {serial} | {num("hostbus_gbs")} | {num("share_of_hostbus_bound")} |')
 if rounds > 1:
     print()
     print("| config | test | tok/s, median of the rounds | spread over the rounds |")

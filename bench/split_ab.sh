@@ -73,8 +73,8 @@ done
 python3 - "$out" "$rounds" $rows <<'PY'
 import json, statistics, sys
 out, rounds, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
-print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | CPU experts GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
+print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 speed = {}
 for b in budgets:
     for arm in ("split", "whole"):
@@ -90,8 +90,9 @@ for b in budgets:
             bo = r.get("bound") or {}
             f = lambda k: f"{bo[k]:.2f}" if isinstance(bo.get(k), (int, float)) else "-"
             speed[(b, arm, rnd)] = r["median_tok_s"]
+            cpu_gbs = f"{r['cpu_expert_gbs']:.1f}" if r.get("cpu_expert_gbs") else "-"
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
-                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} | {f('hostbus_gbs')} "
+                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
 print()
 print("| row | split / whole, each round | median |")

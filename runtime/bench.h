@@ -51,8 +51,8 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
  * (`threads` threads streaming a buffer of `bytes`, as mp_bench_host_read_gbs) and the bus (the
  * GPU executor g reading its page-locked copy of the cold experts with the far routes' loads,
  * mp_gpu_bus_read) for `seconds`; the repetition of `reps` whose sum was largest. What far routes
- * and CPU experts can draw together: on the H200 host 113-131 GB/s where the cores alone read
- * 88-104 and the bus alone 51-55 (bench/NOTES-gpu-exec.md runs 31-35). All 0 (MP_OK) when g has no
+ * and CPU experts can draw together: on the H200 hosts 135-160 GB/s (cores 83-109 + bus 42-49)
+ * where the cores alone read 112-155 (bench/NOTES-gpu-exec.md run 39). All 0 (MP_OK) when g has no
  * such copy; an error when the buffer, a thread or the GPU's reads fail. */
 typedef struct mp_bench_two_readers {
     double cpu_gbs, bus_gbs;

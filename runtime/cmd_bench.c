@@ -304,6 +304,24 @@ static double together_gbs(const bench_ctx *c)
     return c->together_gbs > 0 ? c->together_gbs : c->pl->decode_costs ? c->pl->decode_costs->together_bytes_per_ns : 0;
 }
 
+/* The mean bytes of a host-resident expert (0: none on the host). */
+static double host_route_bytes(const bench_ctx *c)
+{
+    const uint64_t cells = (uint64_t)c->pl->n_layer * (uint64_t)c->pl->n_expert;
+    const uint64_t n_host = cells - (uint64_t)c->pl->n_resident_total;
+    return n_host ? (double)c->pl->host_expert_bytes / (double)n_host : 0;
+}
+
+/* The rate at which a row's CPU experts read their weights: their bytes (whole routes and split
+ * parts) over their time (GB/s = bytes/ns); 0 where none ran. Beside the host's probe it says
+ * whether the CPU side ran at the memory's rate (bench/NOTES-gpu-exec.md run 39: 53-56 GB/s in one
+ * machine's rows against 99-107 in its probes). */
+static double cpu_expert_gbs(const bench_ctx *c, const mp_gpu_stats *g)
+{
+    const double bytes = (double)g->routes_cpu * host_route_bytes(c) + (double)g->split_cpu_bytes;
+    return g->cpu_expert_ns > 0 && bytes > 0 ? bytes / (double)g->cpu_expert_ns : 0;
+}
+
 /* The decode bound of a tg row with hybrid layers (runtime/bench.h); false when it has none or
  * nothing was measured. Per decode step: the GPU's idle gap and the round-trip overhead of its
  * hybrid layers (event-timed means over the measured layer steps), and the CPU's expert bytes
@@ -311,15 +329,13 @@ static double together_gbs(const bench_ctx *c)
 static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
 {
     const mp_gpu_stats *g = &r->gs;
-    const uint64_t cells = (uint64_t)c->pl->n_layer * (uint64_t)c->pl->n_expert;
-    const uint64_t n_host = cells - (uint64_t)c->pl->n_resident_total;
+    const double bytes_per_route = host_route_bytes(c);
     if (!c->gpu || r->kind != MP_BENCH_TG || g->steps < 1 || g->hybrid_layers < 1 || g->rt_measured < 1 ||
-        r->stats.median <= 0 || c->host_gbs <= 0 || n_host == 0)
+        r->stats.median <= 0 || c->host_gbs <= 0 || bytes_per_route <= 0)
         return false;
     const double layers = (double)g->hybrid_layers / (double)g->steps;
     const double gap_ms = layers * (double)g->rt_gap_ns / (double)g->rt_measured / 1e6;
     const double sync_ms = layers * (double)g->rt_overhead_ns / (double)g->rt_measured / 1e6;
-    const double bytes_per_route = (double)c->pl->host_expert_bytes / (double)n_host;
     const double cpu_bytes = ((double)g->routes_cpu * bytes_per_route + (double)g->split_cpu_bytes) / (double)g->steps;
     /* every cold route's bytes (CPU, far, split), for the host+bus bound at the decode costs' bus */
     const double cold_bytes = (double)(g->routes_cpu + g->routes_far) * bytes_per_route / (double)g->steps;
@@ -521,6 +537,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "rt_overhead_us", rt_overhead_us(&r->gs)) &&
              add_num(o, "cpu_expert_us", r->gs.hybrid_layers ? (double)r->gs.cpu_expert_ns / 1e3 /
                                                                (double)r->gs.hybrid_layers : 0.0) &&
+             add_num(o, "cpu_expert_gbs", c->gpu ? cpu_expert_gbs(c, &r->gs) : 0.0) &&
              add_num(o, "graph_launch_us", r->gs.steps ? (double)r->gs.graph_launch_ns / 1e3 /
                                                          (double)r->gs.steps : 0.0) &&
              add_stamps(o, &r->gs) &&

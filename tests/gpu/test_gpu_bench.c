@@ -74,6 +74,7 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     cr_assert_eq(num_of(row, "routes_gpu") + num_of(row, "routes_cpu") + num_of(row, "routes_far") +
                      num_of(row, "routes_copied"), 2 * 17.0 * 4 * 4);
     cr_assert_gt(num_of(row, "cpu_expert_us"), 0.0);
+    cr_assert_gt(num_of(row, "cpu_expert_gbs"), 0.0);
     const double med = num_of(row, "median_tok_s");
     cr_assert_gt(med, 0.0);
 
