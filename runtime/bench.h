@@ -42,8 +42,9 @@ mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64
 /* Host memory read bandwidth in GB/s (10^9 bytes/s): `threads` threads each stream a contiguous
  * share of a buffer of `bytes` (pages touched first, so no fault is timed) over and over, and the
  * rate is what all of them read in 0.15 s once up to speed, the best of `reps`; what a
- * multithreaded matrix-vector product over weights in host memory draws. 0 when the buffer (at
- * least 1 MiB a thread) or a thread cannot be had. Used by bench/membw.c, `moeplan bench` for the
+ * multithreaded matrix-vector product over weights in host memory draws. The buffer holds at least
+ * 1 MiB a thread (more than `bytes` where the threads are many). 0 when threads or reps < 1, or the
+ * buffer or a thread cannot be had. Used by bench/membw.c, `moeplan bench` for the
  * decode bound, calibrate ($.host_read) and plan's check. */
 double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
 

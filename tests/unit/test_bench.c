@@ -452,12 +452,16 @@ Test(bench, decode_bound_by_hand)
     cr_assert_float_eq(b.gpu_ms, 0.0, 1e-12);
 }
 
-/* The host bandwidth probe returns a positive rate for a small buffer, and 0 when it is asked for
- * nonsense (no threads, a buffer smaller than the threads' shares). */
+/* The host bandwidth probe returns a positive rate for a small buffer, also one smaller than a chunk
+ * a thread, and 0 when it is asked for nonsense (no threads, no repetitions). */
 Test(bench, host_read_bandwidth_probe)
 {
     const double gbs = mp_bench_host_read_gbs((size_t)64 << 20, 2, 2);
     cr_assert(gbs > 0.1 && gbs < 10000, "%g GB/s", gbs);
     cr_assert_eq(mp_bench_host_read_gbs((size_t)64 << 20, 0, 2), 0);
-    cr_assert_eq(mp_bench_host_read_gbs(4096, 1024, 1), 0);
+    cr_assert_eq(mp_bench_host_read_gbs((size_t)64 << 20, 2, 0), 0);
+    /* fewer bytes than a 1 MiB chunk a thread (a host of many threads with a small probe): the buffer
+     * grows to one chunk a thread and the probe still measures */
+    const double small = mp_bench_host_read_gbs(4096, 4, 1);
+    cr_assert(small > 0.1 && small < 10000, "%g GB/s", small);
 }
