@@ -310,11 +310,11 @@ static mp_status get_missing(ctx *c, const cJSON *root, unsigned *listed)
     return MP_OK;
 }
 
-/* $.host_read: {"gbs", "spread_gbs", "threads"[, "level_gbs", "level_probes"]}, gbs > 0; level_gbs
- * (> 0, at most gbs) absent: gbs. */
+/* $.host_read: {"gbs", "spread_gbs", "threads"[, "level_gbs", "level_probes"][, "probe"]}, gbs > 0;
+ * level_gbs (> 0, at most gbs) absent: gbs; probe "window" (absent: the older probe). */
 static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
 {
-    static const char *const keys[] = {"gbs", "spread_gbs", "threads", "level_gbs", "level_probes", NULL};
+    static const char *const keys[] = {"gbs", "spread_gbs", "threads", "level_gbs", "level_probes", "probe", NULL};
     const char *path = "$.host_read";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "host_read");
     if (!v)
@@ -331,6 +331,10 @@ static mp_status get_host_read(ctx *c, const cJSON *root, mp_costs *out)
     if (t > 4096)
         return bad(c, "$.host_read.threads", "%.0f: expected at most 4096", t);
     out->host_read_threads = (int)t;
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(v, "probe");
+    if (probe && (!cJSON_IsString(probe) || strcmp(probe->valuestring, "window")))
+        return bad(c, "$.host_read.probe", "expected \"window\" (what all threads read in a window)");
+    out->host_read_window = probe != NULL;
     out->host_read_level_gbs = out->host_read_gbs;
     out->host_read_level_probes = 0;
     if (cJSON_GetObjectItemCaseSensitive(v, "level_gbs")) {

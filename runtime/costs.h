@@ -117,6 +117,11 @@ typedef struct mp_costs {
      * before 2026-12-03, machines without the grid). At most gbs, the best probe of all. */
     double host_read_level_gbs;
     int host_read_level_probes;
+    /* optional $.host_read.probe "window": the rates above are what all threads read in a window
+     * (runtime/bench.h mp_bench_host_read_gbs since 2026-12-04); false for older files, whose probe
+     * timed each thread's one pass until the slowest finished and read 20-40 % lower on a busy
+     * host: their rates do not compare with a probe taken now */
+    bool host_read_window;
     /* optional $.host_bus: host memory read by the cores and the bus at once (runtime/bench.h
      * mp_bench_host_bus), the best of the probes calibrate took while its decode grid ran: gbs their
      * sum, cpu_gbs and bus_gbs each reader's share of it. The floor's rate where present

@@ -504,7 +504,7 @@ mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
     cJSON *p = cJSON_CreateObject();
     if (!p || !cJSON_AddNumberToObject(p, "gbs", round(hi * 100) / 100) ||
         !cJSON_AddNumberToObject(p, "spread_gbs", round((hi - lo) * 100) / 100) ||
-        !cJSON_AddNumberToObject(p, "threads", threads) ||
+        !cJSON_AddNumberToObject(p, "threads", threads) || !cJSON_AddStringToObject(p, "probe", "window") ||
         (n > 0 && (!cJSON_AddNumberToObject(p, "level_gbs", round(level * 100) / 100) ||
                    !cJSON_AddNumberToObject(p, "level_probes", n))) ||
         !cJSON_AddItemToObject(root, "host_read", p)) {

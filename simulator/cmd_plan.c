@@ -301,8 +301,8 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
  * compare (a CPU executor) or differ by more than 10 % (with the likely cause: the CPU kernels when
  * the calibration's one-row kernels are not this process's; the host's memory when the CPU experts
  * took more than 10 % more or less time than predicted and the prediction at their level holds;
- * else the host's read bandwidth when the probes moved; else an uncosted path or a stale
- * calibration). */
+ * else the host's read bandwidth when the probes moved (a calibration by the same probe only); else an
+ * uncosted path or a stale calibration). */
 static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_cpu, double pred_level,
                            double level, const check_result *r, const mp_costs *c, const char *placement)
 {
@@ -311,8 +311,9 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
     const double e_level = meas > 0 && pred_level > 0 ? 100 * (pred_level - meas) / meas : 0;
     const double cpu_ratio = pred_cpu > 0 ? r->cpu_ms / pred_cpu : 0; /* measured / predicted CPU time */
     printf("plan: measured %.3f ms/token (%.1f tok/s; %s; tg%" PRId64 ", median of %" PRId64 "): predicted %+.1f %%; "
-           "host read %.1f GB/s now, %.1f at calibration\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n, o->reps,
-           e, r->gbs, cal);
+           "host read %.1f GB/s now, %.1f at calibration%s\n", meas, meas > 0 ? 1000 / meas : 0.0, placement, n,
+           o->reps, e, r->gbs, cal,
+           c->host_read_window ? "" : " (by an older probe, which read 20-40 % low on a busy host: not comparable)");
     if (r->gpu && pred_level > 0)
         printf("plan: at the level the check's CPU experts ran (%.3f ms/token of CPU experts, %.3f predicted: the "
                "host's memory at %.2fx the calibration's): predicted %.3f ms/token, %+.1f %%\n", r->cpu_ms, pred_cpu,
@@ -331,7 +332,7 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
                      "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
                      "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_ms, pred_cpu,
                      level);
-        else if (cal > 0 && fabs(r->gbs / cal - 1) > 0.1)
+        else if (cal > 0 && c->host_read_window && fabs(r->gbs / cal - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
                      "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");
         else

@@ -477,6 +477,8 @@ Test(calibrate, host_read_level_from_the_grids_probes)
         const cJSON *level = cJSON_GetObjectItemCaseSensitive(h, "level_gbs"),
                     *n = cJSON_GetObjectItemCaseSensitive(h, "level_probes");
         cr_assert_gt(gbs, 0);
+        const cJSON *probe = cJSON_GetObjectItemCaseSensitive(h, "probe");
+        cr_assert(cJSON_IsString(probe) && !strcmp(probe->valuestring, "window"), "the probe's method is said");
         if (with) {
             cr_assert(cJSON_IsNumber(level) && level->valuedouble > 0 && level->valuedouble <= gbs, "level %g, gbs %g",
                       level ? level->valuedouble : -1, gbs);

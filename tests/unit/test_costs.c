@@ -419,6 +419,7 @@ Test(costs, reads_the_decode_grid_and_host_read)
     cr_assert_eq(c.host_read_threads, 16);
     /* no level_gbs (files before the grid's probes): the level is gbs */
     cr_assert_eq(c.host_read_level_gbs, 50);
+    cr_assert(!c.host_read_window, "no probe named: the older probe");
     cr_assert_eq(c.host_read_level_probes, 0);
     cr_assert_eq(mp_costs_host_level_gbs(&c), 50);
     /* with it: read back; a level without its probe count, a count without its level, a level of 0
@@ -432,6 +433,13 @@ Test(costs, reads_the_decode_grid_and_host_read)
     free(lv);
     expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_gbs\": 40,",
                   "$.host_read.level_probes: missing");
+    char *win = fixture_with("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"probe\": \"window\",");
+    cr_assert_eq(mp_costs_parse(win, strlen(win), "win.json", &l, &err), MP_OK, "%s", err.msg);
+    cr_assert(l.host_read_window);
+    mp_costs_free(&l);
+    free(win);
+    expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"probe\": \"once\",",
+                  "$.host_read.probe: expected \"window\"");
     expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_probes\": 3,",
                   "$.host_read.level_probes: given without level_gbs");
     expect_reject("\"host_read\": {\"gbs\": 50,", "\"host_read\": {\"gbs\": 50, \"level_gbs\": 0, \"level_probes\": 3,",
