@@ -23,6 +23,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -368,6 +369,20 @@ static void host_bus_probe(bench_ctx *c, mp_session *s, int i)
     } else {
         fprintf(stderr, "moeplan bench: no page-locked host copy: the host+bus bound takes the cost file's rates\n");
     }
+}
+
+/* The decisions the cost file made (far routes, copies) rest on the host it was calibrated on: where
+ * this run's probes found the host's read bandwidth more than 15 % away from the grid's level (both
+ * probed by window), say so; the rows are still this host's. */
+static void drift_warning(const bench_ctx *c)
+{
+    const mp_decode_costs *dc = c->pl->decode_costs;
+    if (!dc || !dc->level_by_window || !(dc->level_bytes_per_ns > 0) || !(c->host_gbs > 0) ||
+        fabs(c->host_gbs / dc->level_bytes_per_ns - 1) <= 0.15)
+        return;
+    fprintf(stderr, "moeplan bench: warning: the host reads %.1f GB/s now, %.1f while the cost file's grid measured: "
+            "the far routes it decides may not be this host's best (calibrate on this machine, now)\n", c->host_gbs,
+            dc->level_bytes_per_ns);
 }
 
 static void print_md(const bench_ctx *c, const bench_row *rows, int n_rows)
@@ -765,6 +780,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         fprintf(stderr, "moeplan bench: host read bandwidth after the tests %.1f GB/s; the bound uses %.1f\n",
                 c.host_probe[1], c.host_gbs);
         host_bus_probe(&c, s, 1);
+        drift_warning(&c);
     }
     if (e.replay_state)
         e.replay->describe(e.replay_state, c.replay_desc, sizeof c.replay_desc);

@@ -25,6 +25,8 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
     out->together_bytes_per_ns = c->host_bus_gbs;
+    out->level_bytes_per_ns = mp_costs_host_level_gbs(c);
+    out->level_by_window = c->host_read_window;
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
     for (int i = 0; i < c->h2d_pinned.n_points; i++)
         if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)

@@ -59,6 +59,10 @@ typedef struct mp_decode_costs {
     double cpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers, each alone */
     double together_bytes_per_ns;                     /* both at once ($.host_bus); 0: not measured */
+    /* the host's read bandwidth while the grid measured ($.host_read.level_gbs, else gbs), and
+     * whether it was probed by window ($.host_read.probe): what a probe now compares with */
+    double level_bytes_per_ns;
+    bool level_by_window;
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
 } mp_decode_costs;
 

@@ -485,6 +485,10 @@ Test(costs, reads_the_two_readers_probe)
     const mp_decode_shape shape = {NULL, 2048, 768, 4, 2, 16, 0};
     cr_assert_eq(mp_decode_costs_from(&c, "hb.json", &shape, &dc, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(dc.together_bytes_per_ns, 117.25);
+    /* what a probe now compares with: the grid's level (here gbs: the fixture has no level), by the
+     * older probe (no host_read.probe) */
+    cr_assert_eq(dc.level_bytes_per_ns, c.host_read_gbs);
+    cr_assert(!dc.level_by_window);
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 117.25e6), 1e6, 1e-6); /* 117.25 MB at 117.25 bytes/ns */
     mp_costs_free(&c);
     free(hb);
