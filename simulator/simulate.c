@@ -769,6 +769,11 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
     if (floored)
         add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
                  "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);
+    if (cfg->host_read_gbs > 0 && !cfg->costs->host_read_window)
+        add_note(r, "--host-read-gbs %.1f scales the CPU's costs from %s's level, %.1f GB/s, which an older probe "
+                 "measured (each thread's one pass until the slowest finished: 20-40 %% lower on a busy host than the "
+                 "window probe of mp_membw, bench and calibrate now): give a rate from that probe, or calibrate again",
+                 cfg->host_read_gbs, o->costs, mp_costs_host_level_gbs(cfg->costs));
     if (!(cfg->costs->absent & MP_COST_ABSENT_DECODE) && !(cfg->costs->host_bus_gbs > 0))
         add_note(r, "the floor of reading cold experts from host memory sums the cores' and the bus's rates, each "
                  "measured alone (%s has no host_bus, the two readers measured at once: calibrate again to have it)",

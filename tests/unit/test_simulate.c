@@ -251,10 +251,11 @@ Test(simulate, cli_end_to_end)
     cr_assert_null(strstr(svg, "0.00 GiB"), "%s", path);
 }
 
-/* A cost file with a decode grid but without $.host_bus (written before calibrate measured the two
- * readers at once): the floor's rate is said to be the readers' alone, summed; with host_bus, no
- * such note. */
-Test(simulate, notes_a_floor_without_the_two_readers_probe)
+/* What a cost file's host probes do not give, said in notes: a decode grid without $.host_bus
+ * (written before calibrate measured the two readers at once) has a floor of the readers' rates
+ * alone, summed (with host_bus, no note); a level the older probe measured does not compare with a
+ * --host-read-gbs from the window probe (with host_read.probe "window", no note). */
+Test(simulate, notes_what_the_host_probes_do_not_give)
 {
     static char out[1 << 16];
     char args[2048];
@@ -278,6 +279,20 @@ Test(simulate, notes_a_floor_without_the_two_readers_probe)
              "--non-expert-bytes 1000000");
     cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
     cr_assert_null(strstr(out, "has no host_bus"), "%s", out);
+    /* --host-read-gbs against a level an older probe measured (the fixture names no probe): said;
+     * against a window probe's level: not */
+    snprintf(args, sizeof args, "simulate t.db --costs '%s' --expert Q4_K --budget 4000000B --non-expert-bytes 1000000 "
+             "--host-read-gbs 40", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "note: --host-read-gbs 40.0 scales the CPU's costs from "), "%s", out);
+    cr_assert_not_null(strstr(out, "which an older probe measured"), "%s", out);
+    root = fixture_costs();
+    cJSON_AddStringToObject(cJSON_GetObjectItem(root, "host_read"), "probe", "window");
+    write_json(root, "costs-window.json");
+    snprintf(args, sizeof args, "simulate t.db --costs costs-window.json --expert Q4_K --budget 4000000B "
+             "--non-expert-bytes 1000000 --host-read-gbs 40");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "an older probe"), "%s", out);
 }
 
 /* A cost file that says which CPU kernels calibrate ran: a note when this process dispatches another
