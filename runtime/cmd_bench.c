@@ -372,13 +372,12 @@ static void host_bus_probe(bench_ctx *c, mp_session *s, int i)
 }
 
 /* The decisions the cost file made (far routes, copies) rest on the host it was calibrated on: where
- * this run's probes found the host's read bandwidth more than 15 % away from the grid's level (both
- * probed by window), say so; the rows are still this host's. */
+ * this run's probes found the host moved from the grid's level (mp_decide_host_moved), say so; the
+ * rows are still this host's. */
 static void drift_warning(const bench_ctx *c)
 {
     const mp_decode_costs *dc = c->pl->decode_costs;
-    if (!dc || !dc->level_by_window || !(dc->level_bytes_per_ns > 0) || !(c->host_gbs > 0) ||
-        fabs(c->host_gbs / dc->level_bytes_per_ns - 1) <= 0.15)
+    if (!dc || !(c->host_gbs > 0) || !mp_decide_host_moved(dc->level_bytes_per_ns, dc->level_by_window, c->host_gbs))
         return;
     fprintf(stderr, "moeplan bench: warning: the host reads %.1f GB/s now, %.1f while the cost file's grid measured: "
             "the far routes it decides may not be this host's best (calibrate on this machine, now)\n", c->host_gbs,

@@ -273,6 +273,11 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
               : 0;
 }
 
+bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs)
+{
+    return level_by_window && level_gbs > 0 && fabs(now_gbs / level_gbs - 1) > MP_DECIDE_HOST_MOVED;
+}
+
 bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t rows_b)
 {
     return cpu_a != cpu_b ? cpu_a > cpu_b : rows_a > rows_b;

@@ -169,6 +169,14 @@ double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_b
 /* mp_decide_hostbus_ns with the cost file's rates. */
 double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
 
+/* Whether the host's read bandwidth probed now (now_gbs, by window) has moved more than
+ * MP_DECIDE_HOST_MOVED from the level the calibration measured at (level_gbs): the costs, and the
+ * far routes and copies decided from them, rest on that level. False where the level is unknown
+ * (<= 0) or was probed the older way (!level_by_window: it does not compare). bench warns, and
+ * plan's check names it as a miss's cause. */
+#define MP_DECIDE_HOST_MOVED 0.10
+bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs);
+
 /* Steps of several rows: which of a layer step's n cold experts to copy to the GPU (copy[i]); the
  * count is returned. Cold expert i has rows[i] routed rows and takes cpu_ns[i] on the CPU; each
  * copy takes copy_ns on the link. The CPU and the link work side by side (a copied expert's GPU

@@ -24,6 +24,7 @@
 #include "runtime/bench.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
+#include "runtime/decide.h"
 #include "base/numparse.h"
 #include "kernels/quant.h"
 #include "runtime/placement.h"
@@ -332,7 +333,7 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
                      "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
                      "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_ms, pred_cpu,
                      level);
-        else if (cal > 0 && c->host_read_window && fabs(r->gbs / cal - 1) > 0.1)
+        else if (mp_decide_host_moved(cal, c->host_read_window, r->gbs))
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
                      "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");
         else

@@ -360,6 +360,17 @@ Test(decide, cold_share_and_floor)
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 0, 1e-12);
 }
 
+/* The host moved from the calibration's level: beyond 10 % either way, by the same probe only. */
+Test(decide, host_moved_beyond_ten_percent_by_one_probe)
+{
+    cr_assert(!mp_decide_host_moved(100, true, 109.9));
+    cr_assert(!mp_decide_host_moved(100, true, 90.1));
+    cr_assert(mp_decide_host_moved(100, true, 110.1));
+    cr_assert(mp_decide_host_moved(100, true, 89.9));
+    cr_assert(!mp_decide_host_moved(100, false, 150), "the older probe's level does not compare");
+    cr_assert(!mp_decide_host_moved(0, true, 150), "no level");
+}
+
 /* A layer's routes by residency from counts, from frequencies, and from neither (then the share
  * falls back to the uniform one), on a fresh random row each run. */
 Test(decide, layer_routes_from_a_row_and_a_mask)
