@@ -444,25 +444,22 @@ mp_status mp_calib_host_bus_probe(const mp_calib_opts *o, cJSON *root, mp_gpu *g
     if (!(r.bus_gbs > 0))
         return MP_OK; /* no page-locked host copy: the floor takes each reader alone */
     const double cpu = round(r.cpu_gbs * 100) / 100, bus = round(r.bus_gbs * 100) / 100;
-    const double sum = round((cpu + bus) * 100) / 100;
     cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "host_bus");
-    const cJSON *n = hb ? cJSON_GetObjectItemCaseSensitive(hb, "probes") : NULL;
-    const cJSON *best = hb ? cJSON_GetObjectItemCaseSensitive(hb, "gbs") : NULL;
-    const int probes = (cJSON_IsNumber(n) ? (int)n->valuedouble : 0) + 1;
-    cJSON *p = cJSON_CreateObject();
-    const bool better = !cJSON_IsNumber(best) || sum > best->valuedouble;
-    if (!p || !cJSON_AddNumberToObject(p, "gbs", better ? sum : best->valuedouble) ||
-        !cJSON_AddNumberToObject(p, "cpu_gbs", better ? cpu : cJSON_GetObjectItemCaseSensitive(hb, "cpu_gbs")->valuedouble) ||
-        !cJSON_AddNumberToObject(p, "bus_gbs", better ? bus : cJSON_GetObjectItemCaseSensitive(hb, "bus_gbs")->valuedouble) ||
-        !cJSON_AddNumberToObject(p, "threads", o->threads[o->n_threads - 1]) ||
-        !cJSON_AddNumberToObject(p, "probes", probes)) {
-        cJSON_Delete(p);
-        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    if (!hb) { /* the first probe: a record that the ones after update */
+        if (!(hb = cJSON_AddObjectToObject(root, "host_bus")) || !cJSON_AddNumberToObject(hb, "gbs", 0) ||
+            !cJSON_AddNumberToObject(hb, "cpu_gbs", 0) || !cJSON_AddNumberToObject(hb, "bus_gbs", 0) ||
+            !cJSON_AddNumberToObject(hb, "threads", o->threads[o->n_threads - 1]) ||
+            !cJSON_AddNumberToObject(hb, "probes", 0))
+            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     }
-    if (hb)
-        cJSON_ReplaceItemInObjectCaseSensitive(root, "host_bus", p);
-    else
-        cJSON_AddItemToObject(root, "host_bus", p);
+    cJSON *n = cJSON_GetObjectItemCaseSensitive(hb, "probes");
+    cJSON_SetNumberValue(n, n->valuedouble + 1);
+    const double sum = round((cpu + bus) * 100) / 100;
+    if (sum > cJSON_GetObjectItemCaseSensitive(hb, "gbs")->valuedouble) { /* the best sum so far */
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(hb, "gbs"), sum);
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(hb, "cpu_gbs"), cpu);
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(hb, "bus_gbs"), bus);
+    }
     return MP_OK;
 }
 
