@@ -159,8 +159,9 @@ double mp_decide_decode_cpu_ns(const mp_decode_costs *dc, const mp_far_layer *fl
 
 /* The least time in which host memory yields `bytes` of expert weights to the cores and the bus
  * reading at once: bytes / max(together, host) where the two readers' sum was measured (together
- * > 0: host memory does not give two readers the sum of what each draws alone; on the H200 host
- * 113-131 GB/s against 88-104 + 55), else bytes / (host + bus), each reader's rate alone (bus <= 0:
+ * > 0: host memory does not give two readers the sum of what each draws alone; on the H200 hosts
+ * 135-160 GB/s where the cores alone read 112-155 and the bus 51-55, bench/NOTES-gpu-exec.md run
+ * 39), else bytes / (host + bus), each reader's rate alone (bus <= 0:
  * the cores' alone); 0 when the host's rate is not known (<= 0) or there are no bytes. bench's
  * host+bus bound is this too. */
 double mp_decide_hostbus_ns(double bytes, double host_bytes_per_ns, double bus_bytes_per_ns,
