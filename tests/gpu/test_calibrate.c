@@ -35,22 +35,52 @@ static void check_curve(const mp_cost_curve *c, int min_points, const char *what
         cr_assert(c->y[i].median_ns > 0, "%s: point %d: median %g ns, expected > 0", what, i, c->y[i].median_ns);
 }
 
+/* In a fresh folder made from dir (a mkdtemp template): a tiny model `model` from mkmodel_flags,
+ * calibrated with --quick and calibrate_flags; out holds calibrate's output, path the cost file,
+ * *c what it loaded. */
+static void calibrate_tiny(char *dir, const char *model, const char *mkmodel_flags, const char *calibrate_flags,
+                           char *out, size_t cap, char path[128], mp_costs *c)
+{
+    cr_assert_not_null(mkdtemp(dir));
+    char args[512];
+    snprintf(args, sizeof args, "mkmodel --preset tiny %s --quiet -o %s", mkmodel_flags, model);
+    cr_assert_eq(run_cli(dir, args, out, cap), 0, "%s", out);
+    snprintf(args, sizeof args, "calibrate -m %s --out costs.json --quick %s", model, calibrate_flags);
+    cr_assert_eq(run_cli(dir, args, out, cap), 0, "%s", out);
+    snprintf(path, 128, "%s/costs.json", dir);
+    mp_error err;
+    cr_assert_eq(mp_costs_load(path, c, &err), MP_OK, "%s", err.msg);
+}
+
+/* The decision grid of the cost file at path for dir/model on `threads` threads (the file must match
+ * the model: mp_decode_costs_load checks it). */
+static void load_decode_costs(const char *dir, const char *model, const char *path, int threads, mp_decode_costs *dc)
+{
+    char file[256];
+    snprintf(file, sizeof file, "%s/%s", dir, model);
+    mp_model *m = NULL;
+    mp_error err;
+    cr_assert_eq(mp_model_load(file, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_decode_costs_load(path, m, threads, dc, &err), MP_OK, "%s", err.msg);
+    mp_model_free(m);
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 Test(gpu_calibrate, quick_run_has_every_gpu_part)
 {
-    char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX", path[128];
     static char out[1 << 16];
-    cr_assert_eq(run_cli(dir, "mkmodel --preset tiny --quiet -o tiny.gguf", out, sizeof out), 0, "%s", out);
-    cr_assert_eq(run_cli(dir, "calibrate -m tiny.gguf --out costs.json --quick --rows 1,4,16", out, sizeof out), 0,
-                 "%s", out);
-    cr_assert_not_null(strstr(out, "calibrate: GPU "), "%s", out);
-    cr_assert_null(strstr(out, "no GPU measurements"), "%s", out);
-
-    char path[128];
-    snprintf(path, sizeof path, "%s/costs.json", dir);
     mp_costs c;
     mp_error err;
-    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    calibrate_tiny(dir, "tiny.gguf", "", "--rows 1,4,16", out, sizeof out, path, &c);
+    cr_assert_not_null(strstr(out, "calibrate: GPU "), "%s", out);
+    cr_assert_null(strstr(out, "no GPU measurements"), "%s", out);
     cr_assert_eq(c.absent, 0, "absent bits %#x", c.absent);
     cr_assert_eq(mp_costs_require_gpu(&c, path, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(c.n_gpu_expert, 1);
@@ -133,13 +163,8 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert_not_null(strstr(out, "calibrate: host memory read by the cores and the bus at once: "), "%s", out);
     /* and the file runs the simulator: the grid matches the model */
     mp_decode_costs dc;
-    mp_model *m = NULL;
-    char model[128];
-    snprintf(model, sizeof model, "%s/tiny.gguf", dir);
-    cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(mp_decode_costs_load(path, m, d->threads, &dc, &err), MP_OK, "%s", err.msg);
+    load_decode_costs(dir, "tiny.gguf", path, d->threads, &dc);
     cr_assert_eq(dc.together_bytes_per_ns, c.host_bus_gbs);
-    mp_model_free(m);
     mp_costs_free(&c);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f);
@@ -166,9 +191,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cJSON_Delete(root);
     if (most > least)
         cr_assert_not_null(strstr(out, "spread more than 5 % of their median: pass"), "%s", out);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_dir(dir);
 }
 
 /* --far-units: a top-8 model with 768 FFN rows (three Q6_K blocks) calibrated in half experts, the
@@ -178,21 +201,12 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
  * the model with its split. */
 Test(gpu_calibrate, far_units_and_grid_pool_on_a_top8_grid)
 {
-    char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[] = "/tmp/mp_test_gpu_calibrate_XXXXXX", path[128];
     static char out[1 << 16];
-    cr_assert_eq(run_cli(dir, "mkmodel --preset tiny --layers 2 --top-k 8 --expert-ff 768 --quiet -o k8.gguf", out,
-                         sizeof out),
-                 0, "%s", out);
-    cr_assert_eq(run_cli(dir, "calibrate -m k8.gguf --out costs.json --quick --rows 1 --far-units 2 --grid-pool 6", out,
-                         sizeof out),
-                 0, "%s", out);
-    cr_assert_not_null(strstr(out, "in units of 1/2 of an expert"), "%s", out);
-    char path[128];
-    snprintf(path, sizeof path, "%s/costs.json", dir);
     mp_costs c;
-    mp_error err;
-    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    calibrate_tiny(dir, "k8.gguf", "--layers 2 --top-k 8 --expert-ff 768", "--rows 1 --far-units 2 --grid-pool 6", out,
+                   sizeof out, path, &c);
+    cr_assert_not_null(strstr(out, "in units of 1/2 of an expert"), "%s", out);
     const mp_cost_decode *d = &c.decode;
     cr_assert_eq(d->top_k, 8);
     cr_assert_eq(d->n_ff, 768);
@@ -218,15 +232,8 @@ Test(gpu_calibrate, far_units_and_grid_pool_on_a_top8_grid)
     cr_assert_eq(on, want_on, "far-on points");
     cr_assert_eq(odd, want_odd, "points with a split route");
     mp_decode_costs dc;
-    mp_model *m = NULL;
-    char model[128];
-    snprintf(model, sizeof model, "%s/k8.gguf", dir);
-    cr_assert_eq(mp_model_load(model, &m, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(mp_decode_costs_load(path, m, d->threads, &dc, &err), MP_OK, "%s", err.msg);
+    load_decode_costs(dir, "k8.gguf", path, d->threads, &dc);
     cr_assert_eq(dc.far_split, 2);
-    mp_model_free(m);
     mp_costs_free(&c);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_dir(dir);
 }
