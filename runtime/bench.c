@@ -274,7 +274,8 @@ mp_status mp_bench_host_bus(mp_gpu *g, size_t bytes, int threads, int reps, doub
     stream_share *w = calloc((size_t)threads, sizeof *w);
     mp_status st = MP_OK;
     if (!buf || !tid || !w)
-        st = mp_fail(err, MP_ERR_NOMEM, "host+bus probe: out of memory for a %zu-byte buffer", bytes);
+        st = mp_fail(err, MP_ERR_NOMEM, "host+bus probe: out of memory for a %zu-byte buffer",
+                     share * 8 * (size_t)threads);
     for (int r = 0; r < reps && !st; r++) {
         double cpu = 0, bus = 0;
         if ((st = stream_once(buf, share, threads, g, seconds, tid, w, &cpu, &bus, err)))
