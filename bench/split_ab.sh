@@ -12,11 +12,14 @@
 # gives each row's tok/s, its routes by path, the host's read bandwidth beside it, what the cores
 # and the bus drew reading at once (bench's two-reader probe) and its share of the serial and
 # host+bus bounds (bench's `bound`: docs/bench.md); then per row the split / whole
-# ratio of each round and their median.
+# ratio of each round and their median. ARMS="split whole off" adds a third arm, the far-off twin
+# (whole_route_costs.py --off: the same grid without its far points, so no far route runs), and a
+# ratio of each arm to it: what far routes gain on this machine; ARMS="whole off" for a grid in whole
+# routes.
 # Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
 # QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
 # "24GB 16GB 12GB", or none when PLACEMENTS is set), PLACEMENTS (e.g. "layers:24 layers:36"), ROUNDS
-# (default 2), REPS (default 2), TG (default 64), THREADS (default nproc).
+# (default 2), REPS (default 2), TG (default 64), THREADS (default nproc), ARMS (default "split whole").
 set -euo pipefail
 moeplan=${1:?usage: bench/split_ab.sh MOEPLAN OUTDIR}
 out=${2:?usage: bench/split_ab.sh MOEPLAN OUTDIR}
@@ -24,6 +27,10 @@ threads=${THREADS:-$(nproc)}
 rounds=${ROUNDS:-2}
 reps=${REPS:-2}
 tg=${TG:-64}
+arms_all=${ARMS:-split whole}
+for a in $arms_all; do
+    case $a in split | whole | off) ;; *) echo "split_ab: ARMS '$a': expected split, whole or off" >&2; exit 2 ;; esac
+done
 placements=${PLACEMENTS:-}
 if [ -n "$placements" ]; then budgets=${BUDGETS:-}; else budgets=${BUDGETS:-24GB 16GB 12GB}; fi
 # the rows: a budget (fill under it) or a placement (layers:N, ...); files named by the row
@@ -48,18 +55,20 @@ if [ ! -f "$costs" ]; then
         >"$out/calibrate.log" 2>&1 || { log "calibrate failed: $(tail -1 "$out/calibrate.log")"; exit 1; }
 fi
 python3 "$here/whole_route_costs.py" "$costs" "$out/costs-whole.json"
+python3 "$here/whole_route_costs.py" --off "$costs" "$out/costs-off.json"
 split=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_layers"].get("far_split", 1))' "$costs")
 log "far_split $split in $costs; whole-route twin $out/costs-whole.json"
-[ "$split" -gt 1 ] || log "the grid counts whole routes: both arms are the same"
+[ "$split" -gt 1 ] || [[ " $arms_all " != *" split "* ]] || [[ " $arms_all " != *" whole "* ]] ||
+    log "the grid counts whole routes: the split and whole arms are the same"
 for round in $(seq 1 "$rounds"); do
-    arms="split whole"
-    [ $((round % 2)) = 1 ] || arms="whole split"
+    arms=$arms_all
+    [ $((round % 2)) = 1 ] || arms=$(echo "$arms_all" | tr ' ' '\n' | tac | tr '\n' ' ')
     for b in $rows; do
         place=(--placement fill --gpu-budget "$b")
         case $b in *:*) place=(--placement "$b") ;; esac
         for arm in $arms; do
             c=$costs
-            [ "$arm" = split ] || c=$out/costs-whole.json
+            [ "$arm" = split ] || c=$out/costs-$arm.json
             j=$out/bench-${b//:/}-$arm.r$round.json
             log "round $round: $b $arm"
             if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json "${place[@]}" \
@@ -70,14 +79,14 @@ for round in $(seq 1 "$rounds"); do
         done
     done
 done
-python3 - "$out" "$rounds" $rows <<'PY'
+python3 - "$out" "$rounds" "$arms_all" $rows <<'PY'
 import json, statistics, sys
-out, rounds, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, rounds, arm_names, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
 print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | CPU experts GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
 print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 speed = {}
 for b in budgets:
-    for arm in ("split", "whole"):
+    for arm in arm_names:
         for rnd in range(1, rounds + 1):
             path = f"{out}/bench-{b.replace(':', '')}-{arm}.r{rnd}.json"
             try:
@@ -94,12 +103,14 @@ for b in budgets:
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
                   f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
-print()
-print("| row | split / whole, each round | median |")
-print("| --- | --- | ---: |")
-for b in budgets:
-    ratios = [speed[(b, "split", n)] / speed[(b, "whole", n)] for n in range(1, rounds + 1)
-              if (b, "split", n) in speed and (b, "whole", n) in speed and speed[(b, "whole", n)] > 0]
-    med = f"{statistics.median(ratios):.3f}" if ratios else "-"
-    print(f"| {b} | {', '.join(f'{x:.3f}' for x in ratios) or '-'} | {med} |")
+pairs = [(a, b) for a, b in (("split", "whole"), ("split", "off"), ("whole", "off")) if a in arm_names and b in arm_names]
+for a, b_arm in pairs:
+    print()
+    print(f"| row | {a} / {b_arm}, each round | median |")
+    print("| --- | --- | ---: |")
+    for b in budgets:
+        ratios = [speed[(b, a, n)] / speed[(b, b_arm, n)] for n in range(1, rounds + 1)
+                  if (b, a, n) in speed and (b, b_arm, n) in speed and speed[(b, b_arm, n)] > 0]
+        med = f"{statistics.median(ratios):.3f}" if ratios else "-"
+        print(f"| {b} | {', '.join(f'{x:.3f}' for x in ratios) or '-'} | {med} |")
 PY

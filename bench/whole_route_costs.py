@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""bench/whole_route_costs.py IN OUT — a cost file whose decode grid counts far work in whole routes.
+"""bench/whole_route_costs.py [--off] IN OUT — a cost file whose decode grid counts far work in whole routes.
 
 A grid calibrated with far_split S > 1 (runtime/decide.h: far work in units of 1/S of an expert)
 holds, among its points, every whole-route point (far a multiple of S). This keeps those, as far /
 S with far_split 1, and the rest of the file as it is: the decision model then chooses among whole
 routes only, from the same measurements. For side-by-side runs of split against whole far routes
 (bench/split_ab.sh). A file already in whole routes is copied as it is.
+
+With --off, only the grid's far-off points are kept (far_max 0): the decision model then runs no far
+route, from the same measurements otherwise: the arm that says what far routes gain on this machine.
 """
 import json
 import os
@@ -13,10 +16,14 @@ import sys
 
 
 def main():
-    if len(sys.argv) != 3:
-        print("usage: bench/whole_route_costs.py IN OUT", file=sys.stderr)
+    args = sys.argv[1:]
+    off = bool(args) and args[0] == "--off"
+    if off:
+        args = args[1:]
+    if len(args) != 2:
+        print("usage: bench/whole_route_costs.py [--off] IN OUT", file=sys.stderr)
         return 2
-    src, dst = sys.argv[1], sys.argv[2]
+    src, dst = args
     try:
         with open(src) as f:
             costs = json.load(f)
@@ -43,6 +50,15 @@ def main():
                 points.append(dict(p, far=far // split))
         grid["points"] = points
         grid["far_max"] = int(grid.get("far_max", 0)) // split
+        grid["far_split"] = 1
+    if off:
+        for i, p in enumerate(grid["points"]):
+            if not isinstance(p, dict) or not isinstance(p.get("far_on"), bool):
+                print(f"whole_route_costs: {src}: $.decode_layers.points[{i}].far_on: expected true or false",
+                      file=sys.stderr)
+                return 1
+        grid["points"] = [p for p in grid["points"] if not p["far_on"]]
+        grid["far_max"] = 0
         grid["far_split"] = 1
     tmp = dst + ".tmp"
     with open(tmp, "w") as f:

@@ -4,8 +4,8 @@
 A top-2 grid in quarter experts (far_split 4, far_max 8) with a point for every far unit: the
 whole-route twin keeps the points whose far is a multiple of 4, as far / 4, with far_max 2 and
 far_split 1, and leaves every other member as it was; a file already in whole routes is copied as
-it is; a grid with a fractional far is refused with a one-line error and no output. Exit 0 on
-success, 1 with the first mismatch."""
+it is; with --off only the far-off points stay, with far_max 0; a grid with a fractional far is
+refused with a one-line error and no output. Exit 0 on success, 1 with the first mismatch."""
 import copy
 import json
 import os
@@ -22,8 +22,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def run(src, dst):
-    return subprocess.run([sys.executable, SCRIPT, src, dst], capture_output=True, text=True)
+def run(src, dst, *flags):
+    return subprocess.run([sys.executable, SCRIPT, *flags, src, dst], capture_output=True, text=True)
 
 
 def main():
@@ -59,6 +59,19 @@ def main():
             json.dump(whole, f)
         if run(src, dst).returncode or json.load(open(dst)) != whole:
             fail("a whole-route file was not copied as it is")
+        # the far-off twin: the off points only, far_max 0, the rest as it was
+        with open(src, "w") as f:
+            json.dump(doc, f)
+        r = run(src, dst, "--off")
+        if r.returncode:
+            fail(f"--off: exit {r.returncode}: {r.stderr}")
+        out = json.load(open(dst))
+        g = out["decode_layers"]
+        got = sorted((p["cold"], p["far"], p["far_on"], p["median_ns"]) for p in g["points"])
+        if g["far_max"] != 0 or g["far_split"] != 1 or got != [(c, 0, False, 100 + c) for c in range(3)]:
+            fail(f"--off: far_max {g['far_max']}, far_split {g['far_split']}, points {got}")
+        if out["host_read"] != doc["host_read"]:
+            fail("--off: the rest of the file changed")
         # a fractional far: refused, nothing written
         os.remove(dst)
         bad = copy.deepcopy(doc)
