@@ -15,7 +15,9 @@
 # ratio of each round and their median. ARMS="split whole off" adds a third arm, the far-off twin
 # (whole_route_costs.py --off: the same grid without its far points, so no far route runs), and a
 # ratio of each arm to it: what far routes gain on this machine; ARMS="whole off" for a grid in whole
-# routes.
+# routes. An arm uN runs the grid in units of 1/N of an expert (whole_route_costs.py --units N, N
+# dividing the grid's split): ARMS="split u4 off" with CALIBRATE_ARGS="... --far-units 8" sets
+# eighths against quarters.
 # Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
 # QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
 # "24GB 16GB 12GB", or none when PLACEMENTS is set), PLACEMENTS (e.g. "layers:24 layers:36"), ROUNDS
@@ -29,7 +31,9 @@ reps=${REPS:-2}
 tg=${TG:-64}
 arms_all=${ARMS:-split whole}
 for a in $arms_all; do
-    case $a in split | whole | off) ;; *) echo "split_ab: ARMS '$a': expected split, whole or off" >&2; exit 2 ;; esac
+    case $a in split | whole | off | u[1-9] | u[1-9][0-9]) ;;
+    *) echo "split_ab: ARMS '$a': expected split, whole, off or uN" >&2; exit 2 ;;
+    esac
 done
 placements=${PLACEMENTS:-}
 if [ -n "$placements" ]; then budgets=${BUDGETS:-}; else budgets=${BUDGETS:-24GB 16GB 12GB}; fi
@@ -56,6 +60,9 @@ if [ ! -f "$costs" ]; then
 fi
 python3 "$here/whole_route_costs.py" "$costs" "$out/costs-whole.json"
 python3 "$here/whole_route_costs.py" --off "$costs" "$out/costs-off.json"
+for a in $arms_all; do
+    case $a in u*) python3 "$here/whole_route_costs.py" --units "${a#u}" "$costs" "$out/costs-$a.json" ;; esac
+done
 split=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_layers"].get("far_split", 1))' "$costs")
 log "far_split $split in $costs; whole-route twin $out/costs-whole.json"
 [ "$split" -gt 1 ] || [[ " $arms_all " != *" split "* ]] || [[ " $arms_all " != *" whole "* ]] ||
@@ -103,7 +110,8 @@ for b in budgets:
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
                   f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
-pairs = [(a, b) for a, b in (("split", "whole"), ("split", "off"), ("whole", "off")) if a in arm_names and b in arm_names]
+# each arm against each later one (split / whole, split / off, ...), in the order ARMS names them
+pairs = [(a, b) for i, a in enumerate(arm_names) for b in arm_names[i + 1:]]
 for a, b_arm in pairs:
     print()
     print(f"| row | {a} / {b_arm}, each round | median |")

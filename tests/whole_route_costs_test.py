@@ -4,8 +4,8 @@
 A top-2 grid in quarter experts (far_split 4, far_max 8) with a point for every far unit: the
 whole-route twin keeps the points whose far is a multiple of 4, as far / 4, with far_max 2 and
 far_split 1, and leaves every other member as it was; a file already in whole routes is copied as
-it is; with --off only the far-off points stay, with far_max 0; a grid with a fractional far is
-refused with a one-line error and no output. Exit 0 on success, 1 with the first mismatch."""
+it is; --units 2 keeps the halves (--units 3 is refused); with --off only the far-off points stay,
+with far_max 0; a grid with a fractional far is refused with a one-line error and no output. Exit 0 on success, 1 with the first mismatch."""
 import copy
 import json
 import os
@@ -59,6 +59,23 @@ def main():
             json.dump(whole, f)
         if run(src, dst).returncode or json.load(open(dst)) != whole:
             fail("a whole-route file was not copied as it is")
+        # quarters to halves: the even far units, halved, far_max 4, far_split 2
+        with open(src, "w") as f:
+            json.dump(doc, f)
+        r = run(src, dst, "--units", "2")
+        if r.returncode:
+            fail(f"--units 2: exit {r.returncode}: {r.stderr}")
+        g = json.load(open(dst))["decode_layers"]
+        got = sorted((p["cold"], p["far"], p["far_on"], p["median_ns"]) for p in g["points"])
+        want = sorted([(c, 0, False, 100 + c) for c in range(3)] +
+                      [(c, f // 2, True, 1000 * c + f) for c in range(3) for f in range(0, 4 * c + 1, 2)])
+        if g["far_split"] != 2 or g["far_max"] != 4 or got != want:
+            fail(f"--units 2: far_split {g['far_split']}, far_max {g['far_max']}, points {got}")
+        # units that do not divide the grid's: refused, nothing written
+        os.remove(dst)
+        r = run(src, dst, "--units", "3")
+        if r.returncode == 0 or "far_split" not in r.stderr or os.path.exists(dst):
+            fail(f"--units 3 of quarters: exit {r.returncode}, {r.stderr!r}")
         # the far-off twin: the off points only, far_max 0, the rest as it was
         with open(src, "w") as f:
             json.dump(doc, f)
