@@ -112,6 +112,10 @@
 # gpu-results-NAME.tar.gz with MP_GPU_WORK=.../NAME), because the device tool brings back at most 8
 # files. `tar -xzf gpu-results.tar.gz` unpacks them. An A/B in one call:
 #   MP_GPU_WORK=/tmp/a bash scripts/gpu.sh bench-exec; MP_GPU_WORK=/tmp/b X=1 bash scripts/gpu.sh bench-exec
+# A second invocation in one call with the default work folder empties that folder (its files are
+# in the first's tarball by then) and packs into gpu-results.2.tar.gz (then .3, ...): it never
+# overwrites an earlier invocation's tarball. Files a later invocation needs (a cost file) belong
+# outside the work folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-out/gpu}
@@ -124,6 +128,11 @@ RESULTS=$(cd "$RESULTS" && pwd) # pack() writes it from inside the work folder
 # environment variable, bring back both), written to a temporary name and renamed, so that a call
 # cut short by its time limit still brings back every finished stage
 TARBALL=gpu-results${MP_GPU_WORK:+-$(basename "$MP_GPU_WORK")}.tar.gz
+n_tarball=1
+while [ -e "$RESULTS/$TARBALL" ]; do
+    n_tarball=$((n_tarball + 1))
+    TARBALL=gpu-results${MP_GPU_WORK:+-$(basename "$MP_GPU_WORK")}.$n_tarball.tar.gz
+done
 pack() {
     (cd "$MP_PACK_DIR" && find . -type f -size -8M ! -name '*.gguf' |
         tar -czf "$MP_PACK_RESULTS/.$MP_PACK_TARBALL" -T -) &&
