@@ -17,7 +17,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/machine.h"
+#include "runtime/decide.h"
 #include "runtime/gpu.h"
+#include "runtime/threadpool.h"
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"
@@ -489,6 +492,13 @@ static mp_status check_budget(mp_gpu *g, const mp_placement *pl, mp_error *err)
     CCHECK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     snprintf(g->name, sizeof g->name, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
              (double)total_b / (1024.0 * 1024 * 1024));
+    const mp_decode_costs *dc = pl->decode_costs;
+    char cpu[128];
+    mp_cpu_model_name(cpu, sizeof cpu);
+    if (dc && mp_decide_other_machine(dc->machine_cpu, dc->machine_cores, dc->machine_gpu, cpu, mp_cpu_count(),
+                                      prop.name, g->costs_machine, sizeof g->costs_machine))
+        fprintf(stderr, "moeplan: warning: --costs was calibrated on another machine (%s): the far routes it "
+                "decides may lose here; run `moeplan calibrate` on this machine\n", g->costs_machine);
     return MP_OK;
 }
 
@@ -735,8 +745,8 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
             if (split > 1)
                 snprintf(units, sizeof units, ", in 1/%d experts: %" PRId64 " routes split with the CPU", split,
                          st->routes_split);
-            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs%s)",
-                     g->n_far_layers, g->n_hybrid_layers, units);
+            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs%s%s)",
+                     g->n_far_layers, g->n_hybrid_layers, g->costs_machine[0] ? " of another machine" : "", units);
         }
         snprintf(buf + len, cap - len, "; %s, %s; far routes %s; decode graphs: %s",
                  host, copy, far,

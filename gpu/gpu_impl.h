@@ -200,6 +200,8 @@ struct mp_gpu {
                              * far routes possible (no page-locked host copy, no staging) */
     mp_far_layer *far;      /* (n_layer) each layer's decision (all off without decode costs) */
     bool decode_costs;      /* the placement came with decode costs (--costs) */
+    char costs_machine[400]; /* what differs between the machine the decode costs were measured on
+                              * and this one (mp_decide_other_machine); "": the same, or not known */
     int64_t n_far_layers;   /* layers with far routes on */
     uint8_t *d_far_of_cold; /* (n_layer, MP_GPU_MAX_TOP_K + 1) the tables on the device, in
                              * routes (the split one included); NULL: no far routes possible */

@@ -28,6 +28,9 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     out->level_bytes_per_ns = mp_costs_host_level_gbs(c);
     out->level_by_window = c->host_read_window;
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
+    snprintf(out->machine_cpu, sizeof out->machine_cpu, "%s", c->machine_cpu);
+    snprintf(out->machine_gpu, sizeof out->machine_gpu, "%s", c->machine_gpu);
+    out->machine_cores = c->machine_cores;
     for (int i = 0; i < c->h2d_pinned.n_points; i++)
         if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
             out->bus_bytes_per_ns = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;
@@ -382,4 +385,27 @@ bool mp_decide_admit(double score_gain, double route_saving_ns, double copy_cost
     if (!(route_saving_ns > 0) || !(score_gain > 0))
         return false;
     return score_gain * route_saving_ns > copy_cost_ns;
+}
+
+/* a machine fact both sides know */
+static bool known(const char *s)
+{
+    return s && s[0] && strcmp(s, "unknown") != 0;
+}
+
+bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal_gpu, const char *cpu, int cores,
+                             const char *gpu, char *why, size_t cap)
+{
+    size_t at = 0;
+#define DIFF(...) (at += at < cap ? (size_t)snprintf(why + at, cap - at, __VA_ARGS__) : 0)
+    if (cap)
+        why[0] = '\0';
+    if (known(cal_gpu) && known(gpu) && strcmp(cal_gpu, gpu) != 0)
+        DIFF("%sGPU %s, this machine's %s", at ? "; " : "", cal_gpu, gpu);
+    if (known(cal_cpu) && known(cpu) && strcmp(cal_cpu, cpu) != 0)
+        DIFF("%sCPU %s, this machine's %s", at ? "; " : "", cal_cpu, cpu);
+    if (cal_cores > 0 && cores > 0 && cal_cores != cores)
+        DIFF("%s%d CPUs online, this machine %d", at ? "; " : "", cal_cores, cores);
+#undef DIFF
+    return at > 0;
 }

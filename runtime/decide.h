@@ -36,6 +36,7 @@
 #define MP_RUNTIME_DECIDE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "runtime/costs.h"
@@ -64,6 +65,10 @@ typedef struct mp_decode_costs {
     double level_bytes_per_ns;
     bool level_by_window;
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
+    /* the machine the grid was measured on (mp_costs' machine_*; "" / 0: not said) */
+    char machine_cpu[128];
+    int machine_cores;
+    char machine_gpu[128];
 } mp_decode_costs;
 
 /* What a grid must have been measured for: the model's experts and the run's CPU threads. */
@@ -177,6 +182,16 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
  * plan's check names it as a miss's cause. */
 #define MP_DECIDE_HOST_MOVED 0.10
 bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs);
+
+/* Whether a calibration measured another machine than this one: its CPU model name (cal_cpu), online
+ * CPUs (cal_cores) or CUDA device name (cal_gpu) differs from this machine's (cpu, cores, gpu); a fact
+ * either side does not know ("", "unknown", 0, NULL) is not compared. The grid's far routes and
+ * copies are this machine's best only where it was measured: on the 30B preset, calibrated on the
+ * machine, far routes gained 1.08-1.14x at layers:12/36/48, as the grid predicted (H200, 2026-12-04,
+ * bench/NOTES-gpu-exec.md run 40); how much the cores lose beside the bus differs between machines.
+ * When true, *why (cap bytes) names what differs, the calibration's value then this machine's. */
+bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal_gpu, const char *cpu, int cores,
+                             const char *gpu, char *why, size_t cap);
 
 /* Steps of several rows: which of a layer step's n cold experts to copy to the GPU (copy[i]); the
  * count is returned. Cold expert i has rows[i] routed rows and takes cpu_ns[i] on the CPU; each

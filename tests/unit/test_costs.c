@@ -808,3 +808,45 @@ Test(costs, device_cpu_kernels_optional_and_checked)
         expect_reject(from, to_bad, "$.device.cpu_kernels: expected the name of a CPU kernel level");
     }
 }
+
+/* $.device's machine (cpu, cpu_logical_cores, gpu): read where calibrate's form is found, else left
+ * unknown ("" / 0) without refusing the file: the member is free-form. */
+Test(costs, device_machine_read_where_said)
+{
+    size_t len;
+    char *text = fixture_text(&len);
+    mp_costs c;
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(c.machine_cpu, "none (fixture)");
+    cr_assert_str_eq(c.machine_gpu, "none (fixture)");
+    cr_assert_eq(c.machine_cores, 0);
+    mp_costs_free(&c);
+    const char *from = "\"cpu\": \"none (fixture)\"";
+    char *mut = fixture_with(from, "\"cpu\": \"Xeon 8480\", \"cpu_logical_cores\": 16");
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(c.machine_cpu, "Xeon 8480");
+    cr_assert_eq(c.machine_cores, 16);
+    mp_costs_free(&c);
+    free(mut);
+    /* not calibrate's form: not read, not refused */
+    const char *odd[] = {"\"cpu\": 5, \"cpu_logical_cores\": \"16\"", "\"cpu\": null, \"cpu_logical_cores\": 2.5",
+                         "\"cpu\": [], \"cpu_logical_cores\": 0", "\"cpu\": {}, \"cpu_logical_cores\": -3"};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        mut = fixture_with(from, odd[i]);
+        cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s: %s", odd[i], err.msg);
+        cr_assert_str_eq(c.machine_cpu, "", "%s", odd[i]);
+        cr_assert_eq(c.machine_cores, 0, "%s", odd[i]);
+        mp_costs_free(&c);
+        free(mut);
+    }
+    /* a name longer than the field: unknown rather than cut (a cut name would compare as another) */
+    char longname[400];
+    snprintf(longname, sizeof longname, "\"cpu\": \"%0300d\"", 7);
+    mut = fixture_with(from, longname);
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(c.machine_cpu, "");
+    mp_costs_free(&c);
+    free(mut);
+    free(text);
+}

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/quant.h"
@@ -371,6 +372,25 @@ Test(decide, host_moved_beyond_ten_percent_by_one_probe)
     cr_assert(!mp_decide_host_moved(0, true, 150), "no level");
 }
 
+/* Another machine: any known fact that differs, named with both values; unknown facts ("", "unknown",
+ * 0, NULL) are not compared. */
+Test(decide, other_machine_by_known_facts)
+{
+    char why[400];
+    cr_assert(!mp_decide_other_machine("Xeon", 16, "NVIDIA H200", "Xeon", 16, "NVIDIA H200", why, sizeof why));
+    cr_assert_str_eq(why, "");
+    cr_assert(mp_decide_other_machine("Xeon", 16, "NVIDIA H200", "Xeon", 16, "NVIDIA GeForce RTX 4090", why, sizeof why));
+    cr_assert(strstr(why, "GPU NVIDIA H200, this machine's NVIDIA GeForce RTX 4090"), "%s", why);
+    cr_assert(mp_decide_other_machine("Xeon", 16, "H200", "EPYC", 32, "H200", why, sizeof why));
+    cr_assert(strstr(why, "CPU Xeon, this machine's EPYC") && strstr(why, "16 CPUs online, this machine 32"), "%s", why);
+    cr_assert(!mp_decide_other_machine("", 0, "", "EPYC", 32, "H200", why, sizeof why), "a file that says nothing");
+    cr_assert(!mp_decide_other_machine("Xeon", 16, "H200", "unknown", 0, NULL, why, sizeof why), "nothing known here");
+    /* a small buffer still holds a terminated prefix */
+    char small[8];
+    cr_assert(mp_decide_other_machine("Xeon", 16, "A", "Xeon", 16, "B", small, sizeof small));
+    cr_assert_lt(strlen(small), sizeof small);
+}
+
 /* A layer's routes by residency from counts, from frequencies, and from neither (then the share
  * falls back to the uniform one), on a fresh random row each run. */
 Test(decide, layer_routes_from_a_row_and_a_mask)
@@ -416,10 +436,17 @@ Test(decide, grid_of_another_model_or_run_is_refused)
                                  .n_expert = 128, .top_k = 8, .far_max = 8, .threads = 16, .expert_bytes = 2936832};
     c.host_read_gbs = 90;
     c.h2d_pinned = (mp_cost_curve){2, xs, ys};
+    snprintf(c.machine_cpu, sizeof c.machine_cpu, "Xeon");
+    snprintf(c.machine_gpu, sizeof c.machine_gpu, "NVIDIA H200");
+    c.machine_cores = 16;
     const mp_decode_shape ok = {"Q4_K/Q6_K", 2048, 768, 128, 8, 16, 2936832};
     mp_decode_costs dc;
     mp_error err;
     cr_assert_eq(mp_decode_costs_from(&c, "c.json", &ok, &dc, &err), MP_OK, "%s", err.msg);
+    /* the machine it was measured on travels with the grid (the executor compares it with its own) */
+    cr_assert_str_eq(dc.machine_cpu, "Xeon");
+    cr_assert_str_eq(dc.machine_gpu, "NVIDIA H200");
+    cr_assert_eq(dc.machine_cores, 16);
     cr_assert_float_eq(dc.off_ns[0], 1000, 1e-9);
     cr_assert_float_eq(dc.on_ns[1][1], 2000, 1e-9);
     cr_assert(isnan(dc.off_ns[1]) && isnan(dc.on_ns[2][1]));
