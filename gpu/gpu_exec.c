@@ -701,6 +701,11 @@ const char *mp_gpu_exec_device_name(const mp_gpu *g)
     return g->name;
 }
 
+const char *mp_gpu_exec_costs_machine(const mp_gpu *g)
+{
+    return g->costs_machine;
+}
+
 void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
 {
     char t[6][32];

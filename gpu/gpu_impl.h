@@ -364,6 +364,7 @@ void mp_gpu_exec_get_memory(const mp_gpu *g, mp_gpu_memory *out);
 void mp_gpu_exec_get_stats(const mp_gpu *g, mp_gpu_stats *out);
 void mp_gpu_exec_stats_reset(mp_gpu *g);
 const char *mp_gpu_exec_device_name(const mp_gpu *g);
+const char *mp_gpu_exec_costs_machine(const mp_gpu *g);
 void mp_gpu_exec_set_measure(mp_gpu *g, bool on);
 void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap);
 void mp_gpu_exec_host_report(const mp_gpu *g, char *buf, size_t cap);

@@ -37,6 +37,7 @@ static const mp_gpu_executor_table executor = {
     .far_max = mp_gpu_exec_far_max,
     .set_far_plan = mp_gpu_exec_set_far_plan,
     .far_layers = mp_gpu_exec_far_layers,
+    .costs_machine = mp_gpu_exec_costs_machine,
     .set_gemm_min_rows = mp_gpu_exec_set_gemm_min_rows,
     .bus_read = mp_gpu_exec_bus_read,
 };

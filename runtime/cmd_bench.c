@@ -217,6 +217,7 @@ typedef struct bench_ctx {
     int threads_pinned; /* workers pinned to a CPU each (threadpool.c) */
     const char *costs;  /* --costs: the decode costs the executor's far routes were decided by */
     int64_t far_layers; /* hybrid layers with far routes on */
+    char costs_machine[400]; /* what differs from the machine the costs measured ("": the same or not known) */
     const char *isa;
     const char *placement; /* mp_placement.desc */
     const char *budget;    /* --gpu-budget as given, NULL: none */
@@ -526,7 +527,9 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_str(o, "executor", c->gpu ? "gpu" : "cpu") &&
              add_str(o, "device", c->gpu ? c->device : NULL) &&
              add_str(o, "host_experts", c->gpu ? c->host : NULL) &&
-             add_str(o, "costs", c->costs) && add_num(o, "far_layers", (double)c->far_layers) &&
+             add_str(o, "costs", c->costs) &&
+             add_str(o, "costs_other_machine", c->costs_machine[0] ? c->costs_machine : NULL) &&
+             add_num(o, "far_layers", (double)c->far_layers) &&
              add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
              add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&
              add_num(o, "routes_cpu", (double)r->gs.routes_cpu) &&
@@ -721,6 +724,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
         mp_gpu_get_memory(g, &c.mem);
         mp_gpu_set_measure(g, true);
         c.far_layers = mp_gpu_far_layers(g);
+        snprintf(c.costs_machine, sizeof c.costs_machine, "%s", mp_gpu_costs_machine(g));
     }
     if (c.gpu && c.pl->host_expert_bytes > 0 && o->n_tg > 0) { /* for the decode bound */
         fprintf(stderr, "moeplan bench: host read bandwidth (1 GiB, %d threads)...\n", mp_session_n_threads(s));

@@ -150,6 +150,10 @@ int64_t mp_gpu_copy_min_rows(const mp_gpu *g);
 int mp_gpu_far_max(const mp_gpu *g); /* 0: no far routes possible */
 bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers);
 int64_t mp_gpu_far_layers(const mp_gpu *g); /* layers with far routes on */
+/* What differs between the machine the decode costs (--costs) were measured on and this one
+ * (mp_decide_other_machine: "GPU A, this machine's B; ..."); "" when the same, not known, or no
+ * costs. */
+const char *mp_gpu_costs_machine(const mp_gpu *g);
 
 /* Dense projections (attention, router, head) of steps with at least min_rows rows run as cuBLAS
  * GEMMs over activations rounded to the weights' 16-bit type; smaller steps run GEMVs over f32 (or
@@ -186,6 +190,7 @@ typedef struct mp_gpu_executor_table {
     int (*far_max)(const mp_gpu *g);
     bool (*set_far_plan)(mp_gpu *g, const mp_far_layer *layers);
     int64_t (*far_layers)(const mp_gpu *g);
+    const char *(*costs_machine)(const mp_gpu *g);
     void (*set_gemm_min_rows)(mp_gpu *g, int64_t min_rows);
     mp_status (*bus_read)(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err);
 } mp_gpu_executor_table;

@@ -68,6 +68,7 @@ void mp_gpu_set_copy_min_rows(mp_gpu *g, int64_t min_rows) { loaded()->set_copy_
 int64_t mp_gpu_copy_min_rows(const mp_gpu *g) { return loaded()->copy_min_rows(g); }
 int mp_gpu_far_max(const mp_gpu *g) { return loaded()->far_max(g); }
 bool mp_gpu_set_far_plan(mp_gpu *g, const mp_far_layer *layers) { return loaded()->set_far_plan(g, layers); }
+const char *mp_gpu_costs_machine(const mp_gpu *g) { return loaded()->costs_machine(g); }
 int64_t mp_gpu_far_layers(const mp_gpu *g) { return loaded()->far_layers(g); }
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows) { loaded()->set_gemm_min_rows(g, min_rows); }
 mp_status mp_gpu_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err)

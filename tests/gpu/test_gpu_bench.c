@@ -11,7 +11,8 @@
  * measured; bound <= serial bound; the shares are the median over the bounds; the host+bus bound
  * at the larger of two probes of the cores and the bus reading at once), and the host line
  * says how much of the host copy is in huge pages (a share in 0..100 %). Speeds are only checked
- * to be measured (> 0), never against a number. */
+ * to be measured (> 0), never against a number. A cost file of another machine (the tiny model's
+ * example with another GPU's name and CPU count) is said on stderr and in the row. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -151,4 +152,46 @@ Test(gpu_bench, plan_check_predicts_again_at_its_cpu_level)
     /* the error is the printed prediction's against the printed measurement (each rounded to 1 us) */
     cr_assert_float_eq(e, 100 * (pred - meas) / meas, 0.05 + 100 * 0.001 / meas, "%s", at);
     cr_assert_null(strstr(out, "the check ran on the CPU executor"), "%s", out);
+}
+
+/* --costs from another machine: the shipped tiny cost file with another GPU's name and another count
+ * of CPUs; bench warns naming both facts with both values, the row says the same, and the run goes
+ * on (it is a warning). -t 16: the grid's threads. */
+Test(gpu_bench, costs_of_another_machine_are_said)
+{
+    char err[16384], cmd[2048], path[1024];
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
+    char *text = mp_test_slurp(path);
+    cr_assert_not_null(text, "%s", path);
+    cJSON *costs = cJSON_Parse(text);
+    cr_assert_not_null(costs, "%s", path);
+    free(text);
+    cJSON *dev = cJSON_GetObjectItemCaseSensitive(costs, "device");
+    cr_assert(cJSON_IsObject(dev));
+    cJSON_ReplaceItemInObjectCaseSensitive(dev, "gpu", cJSON_CreateString("Other GPU 9000"));
+    cJSON_ReplaceItemInObjectCaseSensitive(dev, "cpu_logical_cores", cJSON_CreateNumber(4099));
+    char *out = cJSON_Print(costs);
+    cJSON_Delete(costs);
+    snprintf(path, sizeof path, "%s/other.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f && fputs(out, f) >= 0 && fclose(f) == 0);
+    free(out);
+    snprintf(cmd, sizeof cmd, "bench -m '%s/tiny.gguf' -p 0 -n 8 -r 1 -t 16 -o json --executor gpu --placement layers:2 "
+             "--costs '%s'", tmpdir, path);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    const char *w = strstr(err, "warning: --costs was calibrated on another machine (GPU Other GPU 9000, this machine's ");
+    cr_assert_not_null(w, "%s", err);
+    cr_assert_not_null(strstr(w, "4099 CPUs online, this machine "), "%s", w);
+    cr_assert_not_null(strstr(w, "run `moeplan calibrate` on this machine"), "%s", w);
+    out = mp_test_stdout(tmpdir);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0);
+    const char *said = mp_test_json_str(row, "costs_other_machine");
+    cr_assert(said && strstr(said, "GPU Other GPU 9000, this machine's ") && strstr(said, "4099 CPUs online"), "%s",
+              said ? said : "(null)");
+    cJSON_Delete(root);
+    free(out);
 }
