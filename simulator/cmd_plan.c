@@ -224,6 +224,7 @@ typedef struct check_result {
     double cpu_ms;
     int threads;
     bool gpu;
+    char other_machine[400]; /* what differs from the machine the costs measured ("": the same or not known) */
 } check_result;
 
 /* The check: n decode steps after a 1-token prompt under the profile and the budget, the trace's
@@ -271,6 +272,7 @@ static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char 
             mp_gpu_stats gs;
             mp_gpu_get_stats(g, &gs);
             out->cpu_ms = gs.steps > 0 ? (double)gs.cpu_expert_ns / (double)gs.steps / 1e6 : 0;
+            snprintf(out->other_machine, sizeof out->other_machine, "%s", mp_gpu_costs_machine(g));
         }
     }
     char profile[512]; /* MP_MOE_CPU_PROFILE=1 */
@@ -300,7 +302,8 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
  * prediction at the level they ran at (pred_level at the host level `level`, check_level_gbs, from
  * their measured time against pred_cpu, the predicted; 0: not made); a warning where the two do not
  * compare (a CPU executor) or differ by more than 10 % (with the likely cause: the CPU kernels when
- * the calibration's one-row kernels are not this process's; the host's memory when the CPU experts
+ * the calibration's one-row kernels are not this process's; another machine when the calibration
+ * measured another CPU, CPU count or GPU (mp_decide_other_machine); the host's memory when the CPU experts
  * took more than 10 % more or less time than predicted and the prediction at their level holds;
  * else the host's read bandwidth when the probes moved (a calibration by the same probe only); else an
  * uncosted path or a stale calibration). */
@@ -328,6 +331,9 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
             strcmp(mp_kernels_isa_one_row(c->cpu_kernels), mp_kernels_isa_one_row(mp_kernels_isa())) != 0)
             snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
                      "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
+        else if (r->other_machine[0])
+            snprintf(cause, sizeof cause, "another machine: the calibration measured %.200s (run `moeplan calibrate` "
+                     "on this machine)", r->other_machine);
         else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(cpu_ratio - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts took %.3f ms/token where the "
                      "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
