@@ -7,8 +7,9 @@
 # counts far work in units of 1/far_split of an expert (runtime/decide.h); its whole-route twin
 # (bench/whole_route_costs.py) keeps only the whole-route points of the same grid. For each budget,
 # `moeplan bench --placement fill --gpu-budget B --costs C` (for each of PLACEMENTS, `--placement P`)
-# runs with one file then the other, ROUNDS times (odd rounds split first, even rounds whole first:
-# the host's read bandwidth drifts within minutes, so only rows measured in turn compare). The table
+# runs with one file then the other, ROUNDS times (each round starts one arm later, so that over as
+# many rounds as arms each arm runs once in each position: the host's read bandwidth drifts within
+# minutes, so only rows measured in turn compare). The table
 # gives each row's tok/s, its routes by path, the host's read bandwidth beside it, what the cores
 # and the bus drew reading at once (bench's two-reader probe) and its share of the serial and
 # host+bus bounds (bench's `bound`: docs/bench.md); then per row the split / whole
@@ -29,8 +30,10 @@ threads=${THREADS:-$(nproc)}
 rounds=${ROUNDS:-2}
 reps=${REPS:-2}
 tg=${TG:-64}
-arms_all=${ARMS:-split whole}
-for a in $arms_all; do
+read -ra arms_list <<<"${ARMS:-split whole}"
+[ ${#arms_list[@]} -gt 0 ] || { echo "split_ab: ARMS is empty: expected split, whole, off or uN" >&2; exit 2; }
+arms_all="${arms_list[*]}"
+for a in "${arms_list[@]}"; do
     case $a in split | whole | off | u[1-9] | u[1-9][0-9]) ;;
     *) echo "split_ab: ARMS '$a': expected split, whole, off or uN" >&2; exit 2 ;;
     esac
@@ -59,17 +62,22 @@ if [ ! -f "$costs" ]; then
         >"$out/calibrate.log" 2>&1 || { log "calibrate failed: $(tail -1 "$out/calibrate.log")"; exit 1; }
 fi
 python3 "$here/whole_route_costs.py" "$costs" "$out/costs-whole.json"
-python3 "$here/whole_route_costs.py" --off "$costs" "$out/costs-off.json"
-for a in $arms_all; do
-    case $a in u*) python3 "$here/whole_route_costs.py" --units "${a#u}" "$costs" "$out/costs-$a.json" ;; esac
+for a in "${arms_list[@]}"; do
+    case $a in
+    off) python3 "$here/whole_route_costs.py" --off "$costs" "$out/costs-off.json" ;;
+    u*) python3 "$here/whole_route_costs.py" --units "${a#u}" "$costs" "$out/costs-$a.json" ;;
+    esac
 done
 split=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_layers"].get("far_split", 1))' "$costs")
 log "far_split $split in $costs; whole-route twin $out/costs-whole.json"
 [ "$split" -gt 1 ] || [[ " $arms_all " != *" split "* ]] || [[ " $arms_all " != *" whole "* ]] ||
     log "the grid counts whole routes: the split and whole arms are the same"
+n_arms=${#arms_list[@]}
 for round in $(seq 1 "$rounds"); do
-    arms=$arms_all
-    [ $((round % 2)) = 1 ] || arms=$(echo "$arms_all" | tr ' ' '\n' | tac | tr '\n' ' ')
+    # round r starts at arm (r - 1) mod n and takes them in turn: over n rounds each arm runs once
+    # in each position (odd rounds against even ones alone would leave a middle arm in the middle)
+    arms=
+    for i in $(seq 0 $((n_arms - 1))); do arms+=" ${arms_list[$(((round - 1 + i) % n_arms))]}"; done
     for b in $rows; do
         place=(--placement fill --gpu-budget "$b")
         case $b in *:*) place=(--placement "$b") ;; esac

@@ -28,7 +28,7 @@ def main():
     if off:
         args = args[1:]
     elif len(args) >= 2 and args[0] == "--units":
-        if not args[1].isdigit() or int(args[1]) < 1:
+        if not (args[1].isascii() and args[1].isdecimal()) or int(args[1]) < 1:
             print(f"whole_route_costs: --units '{args[1]}': expected an integer >= 1", file=sys.stderr)
             return 2
         units, args = int(args[1]), args[2:]

@@ -496,7 +496,8 @@ static mp_status check_budget(mp_gpu *g, const mp_placement *pl, mp_error *err)
     char cpu[128];
     mp_cpu_model_name(cpu, sizeof cpu);
     if (dc && mp_decide_other_machine(dc->machine_cpu, dc->machine_cores, dc->machine_gpu, cpu, mp_cpu_count(),
-                                      prop.name, g->costs_machine, sizeof g->costs_machine))
+                                      prop.name, g->costs_machine, sizeof g->costs_machine) &&
+        g->n_hybrid_layers > 0) /* said where far routes can run (the row and the report say it anyway) */
         fprintf(stderr, "moeplan: warning: --costs was calibrated on another machine (%s): the far routes it "
                 "decides may lose here; run `moeplan calibrate` on this machine\n", g->costs_machine);
     return MP_OK;

@@ -390,22 +390,23 @@ bool mp_decide_admit(double score_gain, double route_saving_ns, double copy_cost
 /* a machine fact both sides know */
 static bool known(const char *s)
 {
-    return s && s[0] && strcmp(s, "unknown") != 0;
+    return s && s[0] && strcmp(s, "unknown") != 0 && strcmp(s, "none") != 0;
 }
 
 bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal_gpu, const char *cpu, int cores,
                              const char *gpu, char *why, size_t cap)
 {
     size_t at = 0;
-#define DIFF(...) (at += at < cap ? (size_t)snprintf(why + at, cap - at, __VA_ARGS__) : 0)
+    bool differs = false; /* apart from what fits in why */
+#define DIFF(...) (differs = true, at += at < cap ? (size_t)snprintf(why + at, cap - at, __VA_ARGS__) : 0)
     if (cap)
         why[0] = '\0';
     if (known(cal_gpu) && known(gpu) && strcmp(cal_gpu, gpu) != 0)
-        DIFF("%sGPU %s, this machine's %s", at ? "; " : "", cal_gpu, gpu);
+        DIFF("%sGPU %s, this machine's %s", differs ? "; " : "", cal_gpu, gpu);
     if (known(cal_cpu) && known(cpu) && strcmp(cal_cpu, cpu) != 0)
-        DIFF("%sCPU %s, this machine's %s", at ? "; " : "", cal_cpu, cpu);
+        DIFF("%sCPU %s, this machine's %s", differs ? "; " : "", cal_cpu, cpu);
     if (cal_cores > 0 && cores > 0 && cal_cores != cores)
-        DIFF("%s%d CPUs online, this machine %d", at ? "; " : "", cal_cores, cores);
+        DIFF("%s%d CPUs online, this machine %d", differs ? "; " : "", cal_cores, cores);
 #undef DIFF
-    return at > 0;
+    return differs;
 }

@@ -185,7 +185,7 @@ bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs
 
 /* Whether a calibration measured another machine than this one: its CPU model name (cal_cpu), online
  * CPUs (cal_cores) or CUDA device name (cal_gpu) differs from this machine's (cpu, cores, gpu); a fact
- * either side does not know ("", "unknown", 0, NULL) is not compared. The grid's far routes and
+ * either side does not know ("", "unknown", "none", 0, NULL) is not compared. The grid's far routes and
  * copies are this machine's best only where it was measured: on the 30B preset, calibrated on the
  * machine, far routes gained 1.08-1.14x at layers:12/36/48, as the grid predicted (H200, 2026-12-04,
  * bench/NOTES-gpu-exec.md run 40); how much the cores lose beside the bus differs between machines.

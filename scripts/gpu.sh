@@ -112,13 +112,14 @@
 # gpu-results-NAME.tar.gz with MP_GPU_WORK=.../NAME), because the device tool brings back at most 8
 # files. `tar -xzf gpu-results.tar.gz` unpacks them. An A/B in one call:
 #   MP_GPU_WORK=/tmp/a bash scripts/gpu.sh bench-exec; MP_GPU_WORK=/tmp/b X=1 bash scripts/gpu.sh bench-exec
-# A second invocation in one call with the default work folder empties that folder (its files are
-# in the first's tarball by then) and packs into gpu-results.2.tar.gz (then .3, ...): it never
-# overwrites an earlier invocation's tarball. Files a later invocation needs (a cost file) belong
+# A second invocation in one device call (OUT set) with the default work folder empties that folder
+# (its files are in the first's tarball by then) and packs into gpu-results.2.tar.gz (then .3, ...):
+# it never overwrites an earlier invocation's tarball (a local run, OUT unset, replaces out/gpu's). Files a later invocation needs (a cost file) belong
 # outside the work folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-out/gpu}
+on_device=${OUT:+1} # the device tool's $OUT starts empty on every call (a local out/gpu/ does not)
 OUT=${MP_GPU_WORK:-/tmp/mp-gpu}
 [ -n "${MP_GPU_WORK:-}" ] || rm -rf "$OUT" # the default work folder starts empty on every call
 mkdir -p "$OUT" "$RESULTS" || exit 1
@@ -129,7 +130,7 @@ RESULTS=$(cd "$RESULTS" && pwd) # pack() writes it from inside the work folder
 # cut short by its time limit still brings back every finished stage
 TARBALL=gpu-results${MP_GPU_WORK:+-$(basename "$MP_GPU_WORK")}.tar.gz
 n_tarball=1
-while [ -e "$RESULTS/$TARBALL" ]; do
+while [ -n "$on_device" ] && [ -e "$RESULTS/$TARBALL" ]; do
     n_tarball=$((n_tarball + 1))
     TARBALL=gpu-results${MP_GPU_WORK:+-$(basename "$MP_GPU_WORK")}.$n_tarball.tar.gz
 done

@@ -302,9 +302,10 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
  * prediction at the level they ran at (pred_level at the host level `level`, check_level_gbs, from
  * their measured time against pred_cpu, the predicted; 0: not made); a warning where the two do not
  * compare (a CPU executor) or differ by more than 10 % (with the likely cause: the CPU kernels when
- * the calibration's one-row kernels are not this process's; another machine when the calibration
- * measured another CPU, CPU count or GPU (mp_decide_other_machine); the host's memory when the CPU experts
+ * the calibration's one-row kernels are not this process's; the host's memory when the CPU experts
  * took more than 10 % more or less time than predicted and the prediction at their level holds;
+ * another machine when the calibration measured another CPU, CPU count or GPU
+ * (mp_decide_other_machine);
  * else the host's read bandwidth when the probes moved (a calibration by the same probe only); else an
  * uncosted path or a stale calibration). */
 static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_cpu, double pred_level,
@@ -331,14 +332,14 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
             strcmp(mp_kernels_isa_one_row(c->cpu_kernels), mp_kernels_isa_one_row(mp_kernels_isa())) != 0)
             snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
                      "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
-        else if (r->other_machine[0])
-            snprintf(cause, sizeof cause, "another machine: the calibration measured %.200s (run `moeplan calibrate` "
-                     "on this machine)", r->other_machine);
         else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(cpu_ratio - 1) > 0.1)
             snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts took %.3f ms/token where the "
                      "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
                      "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_ms, pred_cpu,
                      level);
+        else if (r->other_machine[0])
+            snprintf(cause, sizeof cause, "another machine: the calibration measured %.200s (run `moeplan calibrate` "
+                     "on this machine)", r->other_machine);
         else if (mp_decide_host_moved(cal, c->host_read_window, r->gbs))
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
                      "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");

@@ -373,7 +373,7 @@ Test(decide, host_moved_beyond_ten_percent_by_one_probe)
 }
 
 /* Another machine: any known fact that differs, named with both values; unknown facts ("", "unknown",
- * 0, NULL) are not compared. */
+ * "none", 0, NULL) are not compared. */
 Test(decide, other_machine_by_known_facts)
 {
     char why[400];
@@ -389,6 +389,8 @@ Test(decide, other_machine_by_known_facts)
     char small[8];
     cr_assert(mp_decide_other_machine("Xeon", 16, "A", "Xeon", 16, "B", small, sizeof small));
     cr_assert_lt(strlen(small), sizeof small);
+    cr_assert(mp_decide_other_machine("Xeon", 16, "A", "Xeon", 16, "B", NULL, 0), "no room to say why: still true");
+    cr_assert(!mp_decide_other_machine("Xeon", 16, "none", "Xeon", 16, "B", why, sizeof why), "no GPU then: unknown");
 }
 
 /* A layer's routes by residency from counts, from frequencies, and from neither (then the share
