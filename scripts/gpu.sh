@@ -17,6 +17,13 @@
 #              and bench-exec's AMX_CONFIGS (default "ncpu48 fill8"), pp512 -> $OUT/amx-*.log, amx-ab.md
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
+#   decode-table  the offloaded decode table (all-GPU and layers:12/24/36/48, tg128) with far routes
+#              decided by a calibration made here first (its far routes are the best of the machine
+#              it measured: bench/NOTES-gpu-exec.md run 40): calibrate the qwen3-30b-a3b preset
+#              (TABLE_CALIBRATE_ARGS, default "--rows 1,2 --reps 3") into /tmp/mp-bench/costs-here.json
+#              unless COSTS names a file, then bench/gpu_bench.sh over TABLE_CONFIGS in ROUNDS
+#              (default 2) alternated rounds, REPS (default 2) -> $OUT/decode-table/ (costs.json,
+#              calibrate.log, bench-*.json, table.md)
 #   bench-ab   bench-exec's CONFIGS for two builds, alternated AB_ROUNDS (default 2) times: this
 #              tree against the source tree in AB_BASE (default .base; make it with `git archive REV |
 #              tar -x -C .base`, drop .base/bench/results to stay under the device tool's carry limit,
@@ -236,6 +243,26 @@ for stage in "${stages[@]}"; do
     bench-exec)
         build || { rc=1; continue; }
         bash bench/gpu_bench.sh build-gpu/cli/moeplan "$OUT/bench-exec" 2>&1 | tee "$OUT/bench-exec.log" || rc=1
+        ;;
+    decode-table)
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        mkdir -p "$OUT/decode-table"
+        dt_costs=${COSTS:-/tmp/mp-bench/costs-here.json}
+        if [ -z "${COSTS:-}" ]; then
+            log "decode-table: calibrate ${TABLE_CALIBRATE_ARGS:---rows 1,2 --reps 3} -> $dt_costs"
+            # shellcheck disable=SC2086
+            build-gpu/cli/moeplan calibrate -m "$MODEL30" --out "$dt_costs" --force \
+                ${TABLE_CALIBRATE_ARGS:---rows 1,2 --reps 3} >"$OUT/decode-table/calibrate.log" 2>&1 ||
+                { log "decode-table: calibrate failed: $(tail -1 "$OUT/decode-table/calibrate.log")"; rc=1; continue; }
+        fi
+        cp "$dt_costs" "$OUT/decode-table/costs.json"
+        pack
+        COSTS=$dt_costs PP_ALL=0 PP=0 REPS=${REPS:-2} ROUNDS=${ROUNDS:-2} \
+            CONFIGS="${TABLE_CONFIGS:-gpu ncpu12 ncpu24 ncpu36 ncpu48}" \
+            bash bench/gpu_bench.sh build-gpu/cli/moeplan "$OUT/decode-table" 2>"$OUT/decode-table/bench.log" |
+            tee "$OUT/decode-table/table.md" | grep '^|'
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     amx-ab)
         build || { rc=1; continue; }
@@ -551,7 +578,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy)" >&2
         exit 2
         ;;
     esac
