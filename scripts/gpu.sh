@@ -119,10 +119,10 @@
 # gpu-results-NAME.tar.gz with MP_GPU_WORK=.../NAME), because the device tool brings back at most 8
 # files. `tar -xzf gpu-results.tar.gz` unpacks them. An A/B in one call:
 #   MP_GPU_WORK=/tmp/a bash scripts/gpu.sh bench-exec; MP_GPU_WORK=/tmp/b X=1 bash scripts/gpu.sh bench-exec
-# A second invocation in one command on the device (OUT set) with the default work folder empties that folder
-# (its files are in the first's tarball by then) and packs into gpu-results.2.tar.gz (then .3, ...):
-# it never overwrites an earlier invocation's tarball (a local run, OUT unset, replaces out/gpu's). Files a later invocation needs (a cost file) belong
-# outside the work folder.
+# A second invocation in one command on the device (OUT set) with the default work folder empties
+# that folder (its files are in the first's tarball by then) and packs into gpu-results.2.tar.gz
+# (then .3, ...): it never overwrites an earlier invocation's tarball (a local run, OUT unset,
+# replaces out/gpu's). Files a later invocation needs (a cost file) belong outside the work folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-out/gpu}
