@@ -415,6 +415,22 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
     return copy_placement(pl, &g->pl, err);
 }
 
+/* g->costs_machine: what differs between the machine the decode costs dc measured and this one
+ * (gpu: this device's name), said once on stderr where far routes can run (the row and the report
+ * say it anyway); nothing without costs. */
+static void compare_costs_machine(mp_gpu *g, const mp_decode_costs *dc, const char *gpu)
+{
+    if (!dc)
+        return;
+    char cpu[128];
+    mp_cpu_model_name(cpu, sizeof cpu);
+    if (mp_decide_other_machine(dc->machine_cpu, dc->machine_cores, dc->machine_gpu, cpu, mp_cpu_count(), gpu,
+                                g->costs_machine, sizeof g->costs_machine) &&
+        g->n_hybrid_layers > 0)
+        fprintf(stderr, "moeplan: warning: --costs was calibrated on another machine (%s): the far routes it "
+                "decides may lose here; run `moeplan calibrate` on this machine\n", g->costs_machine);
+}
+
 /* (1) Every device allocation's size, before any is made, into g->mem by term (and
  * expert_bytes_max, n_hybrid_layers). *staging: the executor gets staging buffers (hybrid layers
  * and prefill-sized batches); with them, *far_bytes of far-route tables. */
@@ -492,14 +508,7 @@ static mp_status check_budget(mp_gpu *g, const mp_placement *pl, mp_error *err)
     CCHECK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     snprintf(g->name, sizeof g->name, "%s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
              (double)total_b / (1024.0 * 1024 * 1024));
-    const mp_decode_costs *dc = pl->decode_costs;
-    char cpu[128];
-    mp_cpu_model_name(cpu, sizeof cpu);
-    if (dc && mp_decide_other_machine(dc->machine_cpu, dc->machine_cores, dc->machine_gpu, cpu, mp_cpu_count(),
-                                      prop.name, g->costs_machine, sizeof g->costs_machine) &&
-        g->n_hybrid_layers > 0) /* said where far routes can run (the row and the report say it anyway) */
-        fprintf(stderr, "moeplan: warning: --costs was calibrated on another machine (%s): the far routes it "
-                "decides may lose here; run `moeplan calibrate` on this machine\n", g->costs_machine);
+    compare_costs_machine(g, pl->decode_costs, prop.name);
     return MP_OK;
 }
 

@@ -55,6 +55,7 @@ double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
  * and CPU experts can draw together: on the H200 hosts 135-160 GB/s (cores 83-109 + bus 42-49)
  * where the cores alone read 112-155 (bench/NOTES-gpu-exec.md run 39). All 0 (MP_OK) when g has no
  * such copy; an error when the buffer, a thread or the GPU's reads fail. */
+#define MP_BENCH_HOST_BUS_SECONDS 0.3 /* each repetition of bench's and calibrate's probes */
 typedef struct mp_bench_two_readers {
     double cpu_gbs, bus_gbs;
 } mp_bench_two_readers;

@@ -241,7 +241,6 @@ typedef struct bench_ctx {
 } bench_ctx;
 
 #define HOST_BW_BYTES ((size_t)1 << 30) /* the bandwidth probe's buffer: far past any LLC */
-#define HOST_BUS_SECONDS 0.3            /* each repetition of the two readers' probe */
 
 typedef struct bench_row {
     mp_bench_kind kind;
@@ -359,7 +358,7 @@ static void host_bus_probe(bench_ctx *c, mp_session *s, int i)
             mp_session_n_threads(s));
     mp_bench_two_readers *p = &c->host_bus[i];
     mp_error err;
-    if (mp_bench_host_bus(g, HOST_BW_BYTES, mp_session_n_threads(s), 2, HOST_BUS_SECONDS, p, &err)) {
+    if (mp_bench_host_bus(g, HOST_BW_BYTES, mp_session_n_threads(s), 2, MP_BENCH_HOST_BUS_SECONDS, p, &err)) {
         fprintf(stderr, "moeplan bench: warning: %s; the host+bus bound takes the cost file's rates\n", err.msg);
         return;
     }

@@ -3,11 +3,28 @@
 #include "runtime/decide.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/quant.h"
+
+/* One fact that differs, appended to a list of them in buf (cap bytes; "; " between facts): *n
+ * counts the facts, whether or not they fit; *at is where the text ends (past cap once cut). */
+__attribute__((format(printf, 5, 6))) static void add_fact(char *buf, size_t cap, size_t *at, int *n,
+                                                             const char *fmt, ...)
+{
+    if (*at < cap && *n > 0)
+        *at += (size_t)snprintf(buf + *at, cap - *at, "; ");
+    if (*at < cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        *at += (size_t)vsnprintf(buf + *at, cap - *at, fmt, ap);
+        va_end(ap);
+    }
+    (*n)++;
+}
 
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
                                mp_decode_costs *out, mp_error *err)
@@ -40,22 +57,21 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     /* the facts that differ, each named with the grid's and this model's value */
     char diff[512] = "";
     size_t at = 0;
-#define DIFF(...) (at += at < sizeof diff ? (size_t)snprintf(diff + at, sizeof diff - at, __VA_ARGS__) : 0)
+    int n_diff = 0;
     if (d->n_expert != shape->n_expert)
-        DIFF("%s%lld experts a layer, this model %lld", at ? "; " : "", (long long)d->n_expert,
-             (long long)shape->n_expert);
+        add_fact(diff, sizeof diff, &at, &n_diff, "%lld experts a layer, this model %lld", (long long)d->n_expert,
+                 (long long)shape->n_expert);
     if (d->top_k != shape->top_k)
-        DIFF("%stop-%d, this model top-%d", at ? "; " : "", d->top_k, shape->top_k);
+        add_fact(diff, sizeof diff, &at, &n_diff, "top-%d, this model top-%d", d->top_k, shape->top_k);
     if (shape->quant && strcmp(shape->quant, d->quant))
-        DIFF("%sexperts of %s, this model %s", at ? "; " : "", d->quant, shape->quant);
+        add_fact(diff, sizeof diff, &at, &n_diff, "experts of %s, this model %s", d->quant, shape->quant);
     if (d->n_embd != shape->n_embd || d->n_ff != shape->n_ff)
-        DIFF("%sexperts of %lldx%lld, this model %lldx%lld", at ? "; " : "", (long long)d->n_embd, (long long)d->n_ff,
-             (long long)shape->n_embd, (long long)shape->n_ff);
+        add_fact(diff, sizeof diff, &at, &n_diff, "experts of %lldx%lld, this model %lldx%lld", (long long)d->n_embd,
+                 (long long)d->n_ff, (long long)shape->n_embd, (long long)shape->n_ff);
     if (shape->expert_bytes && d->expert_bytes != shape->expert_bytes)
-        DIFF("%s%llu bytes an expert, this model %llu", at ? "; " : "", (unsigned long long)d->expert_bytes,
-             (unsigned long long)shape->expert_bytes);
-#undef DIFF
-    if (at)
+        add_fact(diff, sizeof diff, &at, &n_diff, "%llu bytes an expert, this model %llu",
+                 (unsigned long long)d->expert_bytes, (unsigned long long)shape->expert_bytes);
+    if (n_diff)
         return mp_fail(err, MP_ERR_ARG, "costs %s: the decode layer grid was measured for another model (%.400s): run "
                        "`moeplan calibrate -m MODEL` for this model", name, diff);
     if (d->threads != shape->threads)
@@ -397,16 +413,14 @@ bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal
                              const char *gpu, char *why, size_t cap)
 {
     size_t at = 0;
-    bool differs = false; /* apart from what fits in why */
-#define DIFF(...) (differs = true, at += at < cap ? (size_t)snprintf(why + at, cap - at, __VA_ARGS__) : 0)
+    int n = 0;
     if (cap)
         why[0] = '\0';
     if (known(cal_gpu) && known(gpu) && strcmp(cal_gpu, gpu) != 0)
-        DIFF("%sGPU %s, this machine's %s", differs ? "; " : "", cal_gpu, gpu);
+        add_fact(why, cap, &at, &n, "GPU %s, this machine's %s", cal_gpu, gpu);
     if (known(cal_cpu) && known(cpu) && strcmp(cal_cpu, cpu) != 0)
-        DIFF("%sCPU %s, this machine's %s", differs ? "; " : "", cal_cpu, cpu);
+        add_fact(why, cap, &at, &n, "CPU %s, this machine's %s", cal_cpu, cpu);
     if (cal_cores > 0 && cores > 0 && cal_cores != cores)
-        DIFF("%s%d CPUs online, this machine %d", differs ? "; " : "", cal_cores, cores);
-#undef DIFF
-    return differs;
+        add_fact(why, cap, &at, &n, "%d CPUs online, this machine %d", cal_cores, cores);
+    return n > 0;
 }

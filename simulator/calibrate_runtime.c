@@ -435,7 +435,8 @@ mp_status mp_calib_host_bus_probe(const mp_calib_opts *o, cJSON *root, mp_gpu *g
 {
     mp_bench_two_readers r;
     mp_error perr;
-    if (mp_bench_host_bus(g, host_probe_bytes(o), o->threads[o->n_threads - 1], 2, 0.3, &r, &perr)) {
+    if (mp_bench_host_bus(g, host_probe_bytes(o), o->threads[o->n_threads - 1], 2, MP_BENCH_HOST_BUS_SECONDS, &r,
+                          &perr)) {
         /* the floor then sums each reader alone, as for a file without $.host_bus */
         mp_calib_say(o, "calibrate: host memory read by the cores and the bus at once: not measured this pass: %s",
                      perr.msg);
