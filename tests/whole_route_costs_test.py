@@ -4,7 +4,7 @@
 A top-2 grid in quarter experts (far_split 4, far_max 8) with a point for every far unit: the
 whole-route twin keeps the points whose far is a multiple of 4, as far / 4, with far_max 2 and
 far_split 1, and leaves every other member as it was; a file already in whole routes is copied as
-it is; --units 2 keeps the halves (--units 3 is refused); with --off only the far-off points stay,
+it is; --units 2 keeps the halves (--units 3, 0, x are refused); with --off only the far-off points stay,
 with far_max 0; a grid with a fractional far is refused with a one-line error and no output. Exit 0 on success, 1 with the first mismatch."""
 import copy
 import json
@@ -76,6 +76,10 @@ def main():
         r = run(src, dst, "--units", "3")
         if r.returncode == 0 or "far_split" not in r.stderr or os.path.exists(dst):
             fail(f"--units 3 of quarters: exit {r.returncode}, {r.stderr!r}")
+        for bad_units in ("0", "x", "-2", "²"):
+            r = run(src, dst, "--units", bad_units)
+            if r.returncode != 2 or "--units" not in r.stderr or os.path.exists(dst):
+                fail(f"--units {bad_units!r}: exit {r.returncode}, {r.stderr!r}")
         # the far-off twin: the off points only, far_max 0, the rest as it was
         with open(src, "w") as f:
             json.dump(doc, f)
