@@ -295,6 +295,10 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
     if (c->n_expert_used > c->n_expert)
         return mp_fail(err, MP_ERR_ARG, "--top-k %lld: expected at most --experts (%lld)",
                        (long long)c->n_expert_used, (long long)c->n_expert);
+    if (c->arch == MP_ARCH_MIXTRAL && c->n_expert < 2)
+        return mp_fail(err, MP_ERR_ARG, "--experts %lld: expected at least 2 for mixtral (its file says "
+                       "'llama', which with one expert is a dense model, not a MoE)",
+                       (long long)c->n_expert);
     if (c->n_expert > UINT16_MAX)
         return mp_fail(err, MP_ERR_ARG, "--experts %lld: expected at most 65535",
                        (long long)c->n_expert);

@@ -295,6 +295,20 @@ Test(mkmodel, class_overrides_and_other_architectures)
         else
             cr_assert_null(qn, "mixtral has no q/k norms");
         mp_gguf_close(g);
+        /* one expert: olmoe's file is still a MoE the loader takes; mixtral's says 'llama', which the
+         * loader reads as a dense model, so mkmodel refuses to write it */
+        c.n_expert = 1;
+        c.n_expert_used = 1;
+        if (c.arch == MP_ARCH_MIXTRAL) {
+            cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+            cr_assert(strstr(err.msg, "--experts 1") && strstr(err.msg, "mixtral"), "message: %s", err.msg);
+        } else {
+            cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+            write_model(&c, tmp_path("one.gguf"));
+            mp_model *m = NULL;
+            cr_assert_eq(mp_model_load(tmp_path("one.gguf"), &m, &err), MP_OK, "%s", err.msg);
+            mp_model_free(m);
+        }
     }
 }
 
