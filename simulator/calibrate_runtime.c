@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "runtime/bench.h"
+#include "runtime/decide.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
 #include "runtime/hooks.h"
@@ -516,5 +517,16 @@ mp_status mp_calib_host_read(const mp_calib_opts *o, cJSON *root, mp_error *err)
     else
         mp_calib_say(o, "calibrate: host read bandwidth (%d threads, %zu MiB): %.1f GB/s, best of %d rounds (lowest "
                      "%.1f)", threads, bytes >> 20, hi, ROUNDS, lo);
+    /* the rule bench and plan's check apply to a run's host (mp_decide_host_moved), here to
+     * calibrate's own probes: a host that moved that far while calibrate measured is shared, and
+     * runs that meet it so again are slower than the costs predict (olmoe, bench/NOTES-simulator.md
+     * 2026-12-04: probes as low as 117 GB/s against a level of 152; its five rows outside 10 %, all
+     * slower than predicted, had probed the host at 102-146) */
+    if (n > 0 && mp_decide_host_moved(level, true, lo))
+        mp_calib_say(o, "calibrate: warning: the host's memory read %.1f GB/s at the slowest of these probes, "
+                     "%.0f %% below the level the costs hold (%.1f): another process was reading this machine's "
+                     "memory; decode that meets such a host again runs slower than these costs predict (plan's "
+                     "check says so); calibrate on a quiet machine for steadier costs",
+                     lo, 100 * (1 - lo / level), level);
     return MP_OK;
 }

@@ -490,6 +490,43 @@ Test(calibrate, host_read_level_from_the_grids_probes)
     }
 }
 
+static void keep_lines(void *user, const char *line)
+{
+    char *buf = user;
+    const size_t at = strlen(buf);
+    snprintf(buf + at, 4096 - at, "%s\n", line);
+}
+
+/* A probe more than MP_DECIDE_HOST_MOVED below the grid's level is warned about, one nearer is not.
+ * The grid's probes are set far below any real host's (1 GB/s), so that the real probes calibrate
+ * adds after them take no part in the lowest. */
+Test(calibrate, a_host_that_moved_while_calibrating_is_warned_about)
+{
+    static const double grids[2][4] = {{1.0, 1.0, 1.0, 0.8}, {1.0, 1.0, 1.0, 0.95}};
+    for (int i = 0; i < 2; i++) {
+        mp_calib_opts o;
+        mp_calib_defaults(&o, true);
+        char lines[4096] = "";
+        o.progress = keep_lines;
+        o.progress_user = lines;
+        mp_error err;
+        cJSON *root = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(root, "host_read_probes");
+        cr_assert_not_null(a);
+        for (int j = 0; j < 4; j++)
+            cr_assert(cJSON_AddItemToArray(a, cJSON_CreateNumber(grids[i][j])));
+        cr_assert_eq(mp_calib_host_read(&o, root, &err), MP_OK, "%s", err.msg);
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "host_read");
+        cr_assert_float_eq(cJSON_GetObjectItemCaseSensitive(h, "level_gbs")->valuedouble, 1.0, 1e-9);
+        const char *w = strstr(lines, "warning");
+        if (i == 0)
+            cr_assert(w && strstr(w, "0.8 GB/s") && strstr(w, "20 %") && strstr(w, "calibrate on a quiet machine"),
+                      "%s", lines);
+        else
+            cr_assert_null(w, "%s", lines);
+        cJSON_Delete(root);
+    }
+}
+
 /* Cost files name experts by one rule (mp_expert_quant_name); a trace's quant_types, as collect
  * writes it, reads back to the same name (simulate then matches a cost entry by it), and text in
  * another form does not. */
