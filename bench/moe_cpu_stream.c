@@ -5,10 +5,15 @@
  *
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
  *                        [--gap-us G=0] [--token-gap-us U=0]
- *                        [--compare | --compare-isa A,B | --compare-pin] [--profile]
+ *                        [--routes R=top_k] [--part N/D]
+ *                        [--compare | --compare-isa A,B | --compare-pin | --compare-part] [--profile]
  *
- * Per token, every layer 0 .. L-1 gets one call with top_k distinct random experts (the same
- * sequence for every run: a fixed seed) and a random row; G µs of spinning on the caller follow
+ * Per token, every layer 0 .. L-1 gets one call with R (default top_k) distinct random experts (the
+ * same sequence for every run: a fixed seed) and a random row; with --part N/D the call's first
+ * route is a split far route's CPU side (mp_moe_part: the expert's FFN rows [0, N/D of n_ff),
+ * rounded as runtime/decide.h mp_decide_split_rows rounds them: gate/up rows and down's first
+ * columns, a segment of every down row), and --compare-part alternates, token by token, calls
+ * with that part and calls of whole routes, so that the GB/s of the two read patterns compare; G µs of spinning on the caller follow
  * each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
  * median, mean and 90th percentile time per call and the bytes of the call's experts over its
  * mean time, and, for comparison, bench/membw's stream (each thread a contiguous share) over a
@@ -26,6 +31,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +43,7 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "runtime/knobs_apply.h"
+#include "runtime/decide.h"
 #include "runtime/model.h"
 #include "runtime/moe.h"
 #include "base/numparse.h"
@@ -95,7 +102,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
                "                      [--gap-us G=0] [--token-gap-us U=0]\n"
-               "                      [--compare | --compare-isa A,B | --compare-pin] [--profile]\n");
+               "                      [--routes R=top_k] [--part N/D]\n"
+               "                      [--compare | --compare-isa A,B | --compare-pin | --compare-part] [--profile]\n");
 }
 
 /* A whole-string number of microseconds in [0, hi). */
@@ -120,10 +128,12 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t L = 48, tokens = 16, threads = mp_cpu_count();
     double gap_us = 0, token_gap_us = 0;
-    bool compare = false, compare_pin = false, profile = false;
+    bool compare = false, compare_pin = false, compare_part = false, profile = false;
+    int64_t routes = 0, part_n = 0, part_d = 0; /* routes 0: top_k; part_d 0: no part */
     char isa[2][16] = {"", ""};
     const struct { const char *name; bool *on; } switches[] = {
-        {"--compare", &compare}, {"--compare-pin", &compare_pin}, {"--profile", &profile}};
+        {"--compare", &compare}, {"--compare-pin", &compare_pin}, {"--compare-part", &compare_part},
+        {"--profile", &profile}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -158,6 +168,18 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--token-gap-us")) {
             if (!parse_us(v, 1e7, &token_gap_us))
                 return bad_flag(a, v, "microseconds in [0, 1e7)");
+        } else if (!strcmp(a, "--routes")) {
+            if (!mp_parse_i64(v, 1, 64, &routes))
+                return bad_flag(a, v, "a route count in 1..64 (at most top_k)");
+        } else if (!strcmp(a, "--part")) {
+            const char *slash = strchr(v, '/');
+            char num[24];
+            if (!slash || slash == v || slash - v >= (ptrdiff_t)sizeof num)
+                return bad_flag(a, v, "N/D with 0 < N < D <= 64");
+            memcpy(num, v, (size_t)(slash - v));
+            num[slash - v] = '\0';
+            if (!mp_parse_i64(num, 1, 63, &part_n) || !mp_parse_i64(slash + 1, 2, 64, &part_d) || part_n >= part_d)
+                return bad_flag(a, v, "N/D with 0 < N < D <= 64");
         } else if (!strcmp(a, "--compare-isa")) {
             const char *comma = strchr(v, ',');
             if (!comma || comma == v || comma - v >= 16 || !comma[1] || strlen(comma + 1) >= 16)
@@ -173,8 +195,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_cpu_stream: -m MODEL.gguf is required (see --help)\n");
         return 2;
     }
-    if ((int)compare + (int)compare_pin + (int)(isa[0][0] != 0) > 1) {
-        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa and --compare-pin are one A/B each: give one\n");
+    if ((int)compare + (int)compare_pin + (int)compare_part + (int)(isa[0][0] != 0) > 1) {
+        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa, --compare-pin and --compare-part are one A/B each: "
+                        "give one\n");
+        return 2;
+    }
+    if (compare_part && !part_d) {
+        fprintf(stderr, "moe_cpu_stream: --compare-part needs --part N/D\n");
         return 2;
     }
     mp_knobs knobs; /* the environment's, as moeplan reads them; the A/B flags change a copy */
@@ -198,7 +225,28 @@ int main(int argc, char **argv)
         return 1;
     }
     const mp_hparams *hp = &m->hp;
-    const int64_t E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd;
+    const int64_t E = hp->n_expert, D = hp->n_embd;
+    if (routes > hp->n_expert_used) {
+        fprintf(stderr, "moe_cpu_stream: --routes %" PRId64 ": %s routes %" PRId64 " experts a token (top_k)\n",
+                routes, path, hp->n_expert_used);
+        mp_model_free(m);
+        return 2;
+    }
+    /* every call routes top_k experts; the CPU computes the first R, the others count as resident */
+    const int64_t K = hp->n_expert_used, R = routes ? routes : K;
+    /* --part: the CPU's FFN rows of the split route, as the executor cuts them */
+    mp_moe_part part = {0, 0};
+    if (part_d) {
+        const int64_t granule = mp_decide_split_granule(m->layers[0].down_exps.type);
+        part.ff_rows = granule > 0 ? mp_decide_split_rows(hp->n_ff_exp, granule, (int)part_d, (int)(part_d - part_n)) : 0;
+        if (part.ff_rows <= 0) {
+            fprintf(stderr, "moe_cpu_stream: --part %" PRId64 "/%" PRId64 ": %s's experts (FFN %" PRId64
+                            ") cannot be split so (runtime/decide.h mp_decide_split_rows)\n",
+                    part_n, part_d, path, hp->n_ff_exp);
+            mp_model_free(m);
+            return 2;
+        }
+    }
     if (L < 1 || L > hp->n_layer) {
         fprintf(stderr, "moe_cpu_stream: %s has %" PRId64 " layers: --layers (default 48) must be in 1..%" PRId64 "\n",
                 path, hp->n_layer, hp->n_layer);
@@ -281,13 +329,14 @@ int main(int argc, char **argv)
     }
     for (int64_t k = 0; k < K; k++)
         w[k] = 1.0f / (float)K;
+    static uint64_t resident[65536 / 64]; /* a bit per expert id: GGUF expert counts stay below 65536 */
     const int64_t gap_ns = (int64_t)(gap_us * 1000.0);
     double sink = 0;
     if (compare) {
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare || compare_pin || isa[0][0];
+    const bool ab = compare || compare_pin || compare_part || isa[0][0];
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
@@ -307,9 +356,15 @@ int main(int argc, char **argv)
                 } while (dup);
                 ids[k] = e;
             }
+            part.expert = ids[0];
+            memset(resident, 0, sizeof resident);
+            for (int64_t k = R; k < K; k++)
+                resident[ids[k] / 64] |= 1ull << (ids[k] % 64);
+            const bool with_part = part_d && !(compare_part && second);
             const int64_t t0 = mp_now_ns();
-            mp_moe_experts_cpu(m, il, x, 1, ids, w, NULL, (const void *const *)(slices + il * 3 * E), NULL, out,
-                               compare_pin && second ? pool2 : pool, second && !compare_pin ? s2 : s);
+            mp_moe_experts_cpu(m, il, x, 1, ids, w, R < K ? resident : NULL, (const void *const *)(slices + il * 3 * E),
+                               with_part ? &part : NULL, out, compare_pin && second ? pool2 : pool,
+                               second && !compare_pin ? s2 : s);
             const int64_t t1 = mp_now_ns();
             sink += out[0];
             if (t >= 0 && second)
@@ -325,17 +380,30 @@ int main(int argc, char **argv)
             nanosleep(&ts, NULL);
         }
     }
-    const double call_bytes = (double)K * (double)mp_model_expert_bytes(m, 0);
+    /* a call's expert bytes; the part's: its gate/up rows and its segment of every down row */
+    const mp_layer *L0 = &m->layers[0];
+    const double whole_bytes = (double)R * (double)mp_model_expert_bytes(m, 0),
+                 part_bytes = whole_bytes - (double)mp_model_expert_bytes(m, 0) +
+                              (double)part.ff_rows * (double)(L0->gate_exps.row_bytes + L0->up_exps.row_bytes) +
+                              (double)L0->down_exps.ne[1] * (double)mp_type_row_bytes(L0->down_exps.type, part.ff_rows);
     char label[2][64] = {"", ""};
     if (compare)
         snprintf(label[0], sizeof label[0], ", pipelined"), snprintf(label[1], sizeof label[1], ", two regions");
     else if (isa[0][0])
         snprintf(label[0], sizeof label[0], ", %s", isa[0]), snprintf(label[1], sizeof label[1], ", %s", isa[1]);
+    else if (compare_part)
+        snprintf(label[0], sizeof label[0], ", first route's part %" PRId64 "/%" PRId64 " (%" PRId64 " FFN rows)", part_n,
+                 part_d, part.ff_rows),
+            snprintf(label[1], sizeof label[1], ", whole routes");
+    else if (part_d)
+        snprintf(label[0], sizeof label[0], ", first route's part %" PRId64 "/%" PRId64 " (%" PRId64 " FFN rows)", part_n,
+                 part_d, part.ff_rows);
     else if (compare_pin)
         snprintf(label[0], sizeof label[0], ", %d workers pinned", mp_pool_n_pinned(pool)),
             snprintf(label[1], sizeof label[1], ", not pinned");
     for (int v = 0; v < (ab ? 2 : 1); v++) {
         int64_t *d = v ? ns2 : ns;
+        const double call_bytes = part_d && v == 0 ? part_bytes : whole_bytes;
         const int64_t n = v ? n_b : n_a;
         double mean = 0;
         for (int64_t i = 0; i < n; i++)

@@ -35,6 +35,10 @@
 #   profile    where the GPU time goes: `collect --cupti` of bench/prompt-long.jsonl (a 510-token prompt,
 #              64 generated) on the qwen3-30b-a3b preset per placement in PROFILE_PLACEMENTS (default
 #              "gpu layers:24"), summarized by bench/cupti_kernels.py -> $OUT/profile-*.md
+#   cpu-part   a split far route's CPU side against whole routes, interleaved call by call
+#              (moe_cpu_stream --routes R --part N/D --compare-part): the down tensor's rows read in
+#              segments, on a 4-layer model of the Mixtral preset's shape (made in /tmp/mp-bench),
+#              PART_LIST (default "6/8 4/8 2/8 1/8"), PART_ROUTES (default 1) -> $OUT/cpu-part.log
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
@@ -452,6 +456,17 @@ for stage in "${stages[@]}"; do
         MOEPLAN=build-gpu/cli/moeplan GEN=build-gpu/bench/gen_routing_trace \
             bash bench/bench_analyze.sh ${ANALYZE_REQUESTS:-25 100} 2>&1 | tee "$OUT/bench-analyze.log" || rc=1
         ;;
+    cpu-part)
+        build || { rc=1; continue; }
+        mx4=/tmp/mp-bench/mixtral-4layers.gguf
+        mkdir -p /tmp/mp-bench
+        [ -f "$mx4" ] || build-gpu/cli/moeplan mkmodel --preset mixtral --quant q4_k_m --layers 4 --quiet -o "$mx4" ||
+            { rc=1; continue; }
+        for part in ${PART_LIST:-6/8 4/8 2/8 1/8}; do
+            build-gpu/bench/moe_cpu_stream -m "$mx4" --layers 4 --tokens "${PART_TOKENS:-64}" \
+                --routes "${PART_ROUTES:-1}" --part "$part" --compare-part 2>&1 | tee -a "$OUT/cpu-part.log" || rc=1
+        done
+        ;;
     cpu-stream)
         build || { rc=1; continue; }
         ensure_model || { rc=1; continue; }
@@ -578,7 +593,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy)" >&2
         exit 2
         ;;
     esac

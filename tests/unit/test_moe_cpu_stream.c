@@ -78,3 +78,38 @@ Test(moe_cpu_stream, bad_input_is_refused)
     cr_assert_eq(run("--layers 2 --compare --compare-pin", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "one A/B each"), "%s", out);
 }
+
+/* --part N/D: a split far route's CPU side (the expert's first FFN rows, a segment of every down
+ * row); --compare-part times it beside whole routes. The tiny preset's experts (FFN 256) have one
+ * granule of rows, so a second model with FFN 512 is split. */
+Test(moe_cpu_stream, part_times_a_split_route_beside_whole_ones)
+{
+    char args[256], out[8192];
+    snprintf(args, sizeof args, "mkmodel --preset tiny --expert-ff 512 --quiet -o '%s/ff512.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "-m '%s/ff512.gguf' --layers 2 --tokens 4 --threads 2 --routes 1 --part 1/2 --compare-part",
+             tmpdir);
+    cr_assert_eq(mp_test_run("MP_MOE_CPU_STREAM", tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(count(out, "first route's part 1/2 (256 FFN rows): per call median"), 1, "%s", out);
+    cr_assert_eq(count(out, "whole routes: per call median"), 1, "%s", out);
+    /* the part reads half of the one route's expert bytes */
+    double part_mb = 0, whole_mb = 0;
+    const char *p = strstr(out, "first route's part"), *w = strstr(out, "whole routes");
+    cr_assert(p && w);
+    cr_assert_eq(sscanf(strstr(p, "GB/s at the mean (") + 18, "%lf", &part_mb), 1, "%s", p);
+    cr_assert_eq(sscanf(strstr(w, "GB/s at the mean (") + 18, "%lf", &whole_mb), 1, "%s", w);
+    cr_assert(whole_mb > 0 && part_mb < whole_mb, "part %g MB, whole %g MB", part_mb, whole_mb);
+}
+
+Test(moe_cpu_stream, bad_part_flags_are_refused)
+{
+    char out[8192];
+    cr_assert_eq(run("--layers 2 --part 1/2", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "cannot be split so"), "tiny's FFN of 256 rows: %s", out);
+    cr_assert_eq(run("--layers 2 --part 2/2", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--part '2/2'"), "%s", out);
+    cr_assert_eq(run("--layers 2 --compare-part", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "needs --part"), "%s", out);
+    cr_assert_eq(run("--layers 2 --routes 5", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--routes 5"), "%s", out);
+}
