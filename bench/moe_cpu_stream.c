@@ -13,8 +13,8 @@
  * route is a split far route's CPU side (mp_moe_part: the expert's FFN rows [0, N/D of n_ff),
  * rounded as runtime/decide.h mp_decide_split_rows rounds them: gate/up rows and down's first
  * columns, a segment of every down row), and --compare-part alternates, token by token, calls
- * with that part and calls of whole routes, so that the GB/s of the two read patterns compare; G µs of spinning on the caller follow
- * each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
+ * with that part and calls of whole routes, so that the GB/s of the two read patterns compare; G
+ * µs of spinning on the caller follow each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
  * median, mean and 90th percentile time per call and the bytes of the call's experts over its
  * mean time, and, for comparison, bench/membw's stream (each thread a contiguous share) over a
  * buffer of the copy's size. --compare alternates, token by token, the pipelined region and the
@@ -226,6 +226,12 @@ int main(int argc, char **argv)
     }
     const mp_hparams *hp = &m->hp;
     const int64_t E = hp->n_expert, D = hp->n_embd;
+    if (routes > 0 && routes < hp->n_expert_used && hp->n_expert > 65536) {
+        fprintf(stderr, "moe_cpu_stream: --routes: %s has %" PRId64 " experts a layer, more than the 65536 it can mark "
+                        "resident\n", path, hp->n_expert);
+        mp_model_free(m);
+        return 2;
+    }
     if (routes > hp->n_expert_used) {
         fprintf(stderr, "moe_cpu_stream: --routes %" PRId64 ": %s routes %" PRId64 " experts a token (top_k)\n",
                 routes, path, hp->n_expert_used);
@@ -329,7 +335,7 @@ int main(int argc, char **argv)
     }
     for (int64_t k = 0; k < K; k++)
         w[k] = 1.0f / (float)K;
-    static uint64_t resident[65536 / 64]; /* a bit per expert id: GGUF expert counts stay below 65536 */
+    static uint64_t resident[65536 / 64]; /* a bit per expert id (--routes: at most 65536 experts) */
     const int64_t gap_ns = (int64_t)(gap_us * 1000.0);
     double sink = 0;
     if (compare) {
