@@ -307,6 +307,11 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
                cfg.preset[0] ? cfg.preset : "custom", cfg.mix, cfg.llama_layers ? " (llama layers)" : "");
         return 0;
     }
+    /* a model of tens of GB that cannot fit fails now, not after minutes of writing */
+    if (!st && mp_mkmodel_check_space(out_path, total, &err)) {
+        fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
+        return 1;
+    }
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     /* Only large models are worth a progress line (a terminal's redrawn, a log's every 10 s). */
