@@ -94,14 +94,14 @@ int mp_cmd_import(int argc, char **argv)
             } else if (!in) {
                 in = v;
             } else {
-                fprintf(stderr, "moeplan import: error: unexpected argument %s (see --help)\n", v);
+                fprintf(stderr, "moeplan import: error: unexpected argument %s (see moeplan import --help)\n", v);
                 return MP_EXIT_USAGE;
             }
             break;
         }
     }
     if (!format || !in || !out) {
-        fprintf(stderr, "moeplan import: error: expected FORMAT IN --trace OUT.db (see --help)\n");
+        fprintf(stderr, "moeplan import: error: expected FORMAT IN --trace OUT.db (see moeplan import --help)\n");
         return MP_EXIT_USAGE;
     }
     int f = mp_import_format_parse(format);

@@ -474,7 +474,7 @@ int mp_cmd_inspect(int argc, char **argv)
         }
     }
     if (!path) {
-        fprintf(stderr, "moeplan inspect: error: missing MODEL argument (try --help)\n");
+        fprintf(stderr, "moeplan inspect: error: missing MODEL argument (see moeplan inspect --help)\n");
         return 2;
     }
     mp_error err;

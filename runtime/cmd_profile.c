@@ -208,7 +208,7 @@ int mp_cmd_profile(int argc, char **argv)
         }
     }
     if (!path) {
-        fprintf(stderr, "moeplan profile: error: missing PROFILE (try --help)\n");
+        fprintf(stderr, "moeplan profile: error: missing PROFILE (see moeplan profile --help)\n");
         return 2;
     }
     if (!strcmp(sub, "inspect"))

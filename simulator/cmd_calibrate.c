@@ -53,7 +53,7 @@ static void usage(FILE *f)
 
 static int usage_error(const char *msg, const char *arg)
 {
-    fprintf(stderr, "moeplan calibrate: error: %s%s%s (try --help)\n", msg, arg ? " " : "", arg ? arg : "");
+    fprintf(stderr, "moeplan calibrate: error: %s%s%s (see moeplan calibrate --help)\n", msg, arg ? " " : "", arg ? arg : "");
     return 2;
 }
 

@@ -195,7 +195,7 @@ static int parse_policies(const char *a, const char *v, mp_simulate_options *o, 
             *next++ = 0;
         if (!*tok) {
             fprintf(stderr, "moeplan simulate: error: %s '%s': an empty item at offset %zu: expected "
-                            "P[,P...] (try --help)\n", a, v, (size_t)(tok - buf));
+                            "P[,P...] (see moeplan simulate --help)\n", a, v, (size_t)(tok - buf));
             return 2;
         }
         int p = mp_sim_policy_from_name(tok);
@@ -206,7 +206,7 @@ static int parse_policies(const char *a, const char *v, mp_simulate_options *o, 
             continue;
         }
         if (p < 0) {
-            fprintf(stderr, "moeplan simulate: error: %s '%s': unknown policy (try --help)\n", a, tok);
+            fprintf(stderr, "moeplan simulate: error: %s '%s': unknown policy (see moeplan simulate --help)\n", a, tok);
             return 2;
         }
         if (!strcmp(a, "--policy")) {

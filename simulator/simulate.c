@@ -41,7 +41,7 @@ static mp_status check_options(const mp_simulate_options *o, mp_error *err)
 {
     if (o->n_traces < 1 || o->n_traces > MP_SIMULATE_MAX_TRACES || !o->costs || o->n_budgets < 1 ||
         o->n_budgets > MP_SIMULATE_MAX_BUDGETS)
-        return mp_fail(err, MP_ERR_ARG, "needs TRACE.db, --costs and --budget (try --help)");
+        return mp_fail(err, MP_ERR_ARG, "needs TRACE.db, --costs and --budget (see moeplan simulate --help)");
     if (o->llamacpp_compute_bytes && !o->llamacpp)
         return mp_fail(err, MP_ERR_ARG, "--llamacpp-compute-buffer applies to --emit-llamacpp");
     if (o->llamacpp && !o->model)
