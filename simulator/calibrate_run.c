@@ -63,6 +63,12 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
         !cJSON_AddNumberToObject(device, "reps", o->reps) ||
         !cJSON_AddBoolToObject(device, "quick", o->quick))
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+    /* the knobs it measured under (docs/config.md), as bench rows and traces record theirs */
+    mp_knobs defaults;
+    if (!o->knobs)
+        mp_knobs_defaults(&defaults);
+    if (!mp_knobs_add_json(o->knobs ? o->knobs : &defaults, device))
+        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     return MP_OK;
 }
 

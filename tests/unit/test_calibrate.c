@@ -174,6 +174,11 @@ Test(calibrate, quick_run_writes_a_cost_file_that_loads)
         cr_assert(cJSON_IsString(cJSON_GetObjectItem(dev, keys[i])), "device.%s missing", keys[i]);
     cr_assert_eq(strlen(cJSON_GetObjectItem(dev, "model_sha256")->valuestring), 64);
     cr_assert(cJSON_GetObjectItem(dev, "model_bytes")->valuedouble > 0);
+    /* the knobs it measured under, every one of the table's with its value */
+    const cJSON *knobs = cJSON_GetObjectItem(dev, "knobs");
+    cr_assert(cJSON_IsObject(knobs) && cJSON_IsObject(cJSON_GetObjectItem(dev, "knobs_set")), "device.knobs missing");
+    cr_assert_eq(cJSON_GetArraySize(knobs), mp_knob_count());
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(knobs, "MP_MOE_PART_STREAM")));
     cJSON_Delete(root);
     mp_model_free(m);
     mp_costs_free(&c);
