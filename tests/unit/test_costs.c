@@ -59,6 +59,16 @@ static void expect_reject(const char *from, const char *to, const char *needle)
     free(mut);
 }
 
+/* The fixture with the first occurrence of `from` replaced by `to`, parsed into c (asserted to
+ * succeed; the caller frees c). */
+static void expect_parse(const char *from, const char *to, mp_costs *c)
+{
+    char *mut = fixture_with(from, to);
+    mp_error err;
+    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", c, &err), MP_OK, "'%s' -> '%s': %s", from, to, err.msg);
+    free(mut);
+}
+
 /* A grid point may say how many passes it took (calibrate's extra passes for noisy points): read and
  * not costed, so the file's costs are the same with it. */
 Test(costs, reads_a_points_passes)
@@ -383,10 +393,7 @@ static void parse_with_member(const char *member, mp_costs *c)
 {
     char to[4096];
     snprintf(to, sizeof to, "%s\"sync\":", member);
-    char *mut = fixture_with("\"sync\":", to);
-    mp_error err;
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", c, &err), MP_OK, "%s", err.msg);
-    free(mut);
+    expect_parse("\"sync\":", to, c);
 }
 
 Test(costs, reads_the_decode_grid_and_host_read)
@@ -795,11 +802,9 @@ Test(costs, device_cpu_kernels_optional_and_checked)
     cr_assert_str_eq(c.cpu_kernels, "");
     mp_costs_free(&c);
     const char *from = "\"cpu\": \"none (fixture)\"";
-    char *mut = fixture_with(from, "\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"avx512\"");
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    expect_parse(from, "\"cpu\": \"none (fixture)\", \"cpu_kernels\": \"avx512\"", &c);
     cr_assert_str_eq(c.cpu_kernels, "avx512");
     mp_costs_free(&c);
-    free(mut);
     free(text);
     const char *bad[] = {"5", "\"\"", "\"AVX512\"", "\"avx 512\"", "\"avx512avx512avx512\""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -823,30 +828,24 @@ Test(costs, device_machine_read_where_said)
     cr_assert_eq(c.machine_cores, 0);
     mp_costs_free(&c);
     const char *from = "\"cpu\": \"none (fixture)\"";
-    char *mut = fixture_with(from, "\"cpu\": \"Xeon 8480\", \"cpu_logical_cores\": 16");
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    expect_parse(from, "\"cpu\": \"Xeon 8480\", \"cpu_logical_cores\": 16", &c);
     cr_assert_str_eq(c.machine_cpu, "Xeon 8480");
     cr_assert_eq(c.machine_cores, 16);
     mp_costs_free(&c);
-    free(mut);
     /* not calibrate's form: not read, not refused */
     const char *odd[] = {"\"cpu\": 5, \"cpu_logical_cores\": \"16\"", "\"cpu\": null, \"cpu_logical_cores\": 2.5",
                          "\"cpu\": [], \"cpu_logical_cores\": 0", "\"cpu\": {}, \"cpu_logical_cores\": -3"};
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
-        mut = fixture_with(from, odd[i]);
-        cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s: %s", odd[i], err.msg);
+        expect_parse(from, odd[i], &c);
         cr_assert_str_eq(c.machine_cpu, "", "%s", odd[i]);
         cr_assert_eq(c.machine_cores, 0, "%s", odd[i]);
         mp_costs_free(&c);
-        free(mut);
     }
     /* a name longer than the field: unknown rather than cut (a cut name would compare as another) */
     char longname[400];
     snprintf(longname, sizeof longname, "\"cpu\": \"%0300d\"", 7);
-    mut = fixture_with(from, longname);
-    cr_assert_eq(mp_costs_parse(mut, strlen(mut), "f.json", &c, &err), MP_OK, "%s", err.msg);
+    expect_parse(from, longname, &c);
     cr_assert_str_eq(c.machine_cpu, "");
     mp_costs_free(&c);
-    free(mut);
     free(text);
 }
