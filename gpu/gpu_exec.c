@@ -424,7 +424,7 @@ static void compare_costs_machine(mp_gpu *g, const mp_decode_costs *dc, const ch
         return;
     char cpu[128];
     mp_cpu_model_name(cpu, sizeof cpu);
-    if (mp_decide_other_machine(dc->machine_cpu, dc->machine_cores, dc->machine_gpu, cpu, mp_cpu_count(), gpu,
+    if (mp_decide_other_machine(dc->machine.cpu, dc->machine.cores, dc->machine.gpu, cpu, mp_cpu_count(), gpu,
                                 g->costs_machine, sizeof g->costs_machine) &&
         g->n_hybrid_layers > 0)
         fprintf(stderr, "moeplan: warning: --costs was calibrated on another machine (%s): the far routes it "

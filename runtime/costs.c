@@ -583,13 +583,13 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
     if (v) { /* the machine it measured, where the free-form member says it as calibrate writes it */
         const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(v, "cpu"), *gpu = cJSON_GetObjectItemCaseSensitive(v, "gpu"),
                     *cores = cJSON_GetObjectItemCaseSensitive(v, "cpu_logical_cores");
-        if (cJSON_IsString(cpu) && strlen(cpu->valuestring) < sizeof out->machine_cpu)
-            snprintf(out->machine_cpu, sizeof out->machine_cpu, "%s", cpu->valuestring);
-        if (cJSON_IsString(gpu) && strlen(gpu->valuestring) < sizeof out->machine_gpu)
-            snprintf(out->machine_gpu, sizeof out->machine_gpu, "%s", gpu->valuestring);
+        if (cJSON_IsString(cpu) && strlen(cpu->valuestring) < sizeof out->machine.cpu)
+            snprintf(out->machine.cpu, sizeof out->machine.cpu, "%s", cpu->valuestring);
+        if (cJSON_IsString(gpu) && strlen(gpu->valuestring) < sizeof out->machine.gpu)
+            snprintf(out->machine.gpu, sizeof out->machine.gpu, "%s", gpu->valuestring);
         if (cJSON_IsNumber(cores) && cores->valuedouble >= 1 && cores->valuedouble <= 1 << 20 &&
             cores->valuedouble == (double)(int)cores->valuedouble)
-            out->machine_cores = (int)cores->valuedouble;
+            out->machine.cores = (int)cores->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "notes")) && !cJSON_IsString(v))
         return bad(c, "$.notes", "expected a string");

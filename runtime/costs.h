@@ -90,6 +90,13 @@ typedef struct mp_cost_decode {
     int64_t hybrid_step_layers;
 } mp_cost_decode;
 
+/* The machine a calibration measured: its CPU's model name, its online CPUs, its CUDA device's name. */
+typedef struct mp_costs_machine {
+    char cpu[128];
+    int cores;
+    char gpu[128];
+} mp_costs_machine;
+
 typedef struct mp_costs {
     mp_cost_expert *gpu_expert; /* (n_gpu_expert) */
     int n_gpu_expert;
@@ -144,12 +151,9 @@ typedef struct mp_costs {
     /* optional $.device.cpu_kernels: the CPU kernel level calibrate ran (mp_kernels_isa: "avx512",
      * ...); "" when the file does not say */
     char cpu_kernels[16];
-    /* optional $.device.cpu, .cpu_logical_cores, .gpu: the machine calibrate measured (the CPU's
-     * model name, its online CPUs, the CUDA device's name); "" and 0 when the file does not say or
-     * says otherwise than calibrate writes (the member is free-form) */
-    char machine_cpu[128];
-    int machine_cores;
-    char machine_gpu[128];
+    /* optional $.device.cpu, .cpu_logical_cores, .gpu: the machine calibrate measured; each "" / 0
+     * when the file does not say or says otherwise than calibrate writes (the member is free-form) */
+    mp_costs_machine machine;
 } mp_costs;
 
 /* Bits of mp_costs.absent. An absent curve has n_points 0, an absent list n_gpu_expert 0. */

@@ -45,9 +45,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     out->level_bytes_per_ns = mp_costs_host_level_gbs(c);
     out->level_by_window = c->host_read_window;
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
-    snprintf(out->machine_cpu, sizeof out->machine_cpu, "%s", c->machine_cpu);
-    snprintf(out->machine_gpu, sizeof out->machine_gpu, "%s", c->machine_gpu);
-    out->machine_cores = c->machine_cores;
+    out->machine = c->machine;
     for (int i = 0; i < c->h2d_pinned.n_points; i++)
         if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
             out->bus_bytes_per_ns = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;

@@ -65,10 +65,7 @@ typedef struct mp_decode_costs {
     double level_bytes_per_ns;
     bool level_by_window;
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
-    /* the machine the grid was measured on (mp_costs' machine_*; "" / 0: not said) */
-    char machine_cpu[128];
-    int machine_cores;
-    char machine_gpu[128];
+    mp_costs_machine machine; /* the machine the grid was measured on ("" / 0: not said) */
 } mp_decode_costs;
 
 /* What a grid must have been measured for: the model's experts and the run's CPU threads. */

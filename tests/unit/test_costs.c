@@ -823,29 +823,29 @@ Test(costs, device_machine_read_where_said)
     mp_costs c;
     mp_error err;
     cr_assert_eq(mp_costs_parse(text, len, "fixture", &c, &err), MP_OK, "%s", err.msg);
-    cr_assert_str_eq(c.machine_cpu, "none (fixture)");
-    cr_assert_str_eq(c.machine_gpu, "none (fixture)");
-    cr_assert_eq(c.machine_cores, 0);
+    cr_assert_str_eq(c.machine.cpu, "none (fixture)");
+    cr_assert_str_eq(c.machine.gpu, "none (fixture)");
+    cr_assert_eq(c.machine.cores, 0);
     mp_costs_free(&c);
     const char *from = "\"cpu\": \"none (fixture)\"";
     expect_parse(from, "\"cpu\": \"Xeon 8480\", \"cpu_logical_cores\": 16", &c);
-    cr_assert_str_eq(c.machine_cpu, "Xeon 8480");
-    cr_assert_eq(c.machine_cores, 16);
+    cr_assert_str_eq(c.machine.cpu, "Xeon 8480");
+    cr_assert_eq(c.machine.cores, 16);
     mp_costs_free(&c);
     /* not calibrate's form: not read, not refused */
     const char *odd[] = {"\"cpu\": 5, \"cpu_logical_cores\": \"16\"", "\"cpu\": null, \"cpu_logical_cores\": 2.5",
                          "\"cpu\": [], \"cpu_logical_cores\": 0", "\"cpu\": {}, \"cpu_logical_cores\": -3"};
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
         expect_parse(from, odd[i], &c);
-        cr_assert_str_eq(c.machine_cpu, "", "%s", odd[i]);
-        cr_assert_eq(c.machine_cores, 0, "%s", odd[i]);
+        cr_assert_str_eq(c.machine.cpu, "", "%s", odd[i]);
+        cr_assert_eq(c.machine.cores, 0, "%s", odd[i]);
         mp_costs_free(&c);
     }
     /* a name longer than the field: unknown rather than cut (a cut name would compare as another) */
     char longname[400];
     snprintf(longname, sizeof longname, "\"cpu\": \"%0300d\"", 7);
     expect_parse(from, longname, &c);
-    cr_assert_str_eq(c.machine_cpu, "");
+    cr_assert_str_eq(c.machine.cpu, "");
     mp_costs_free(&c);
     free(text);
 }

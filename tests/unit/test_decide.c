@@ -438,17 +438,17 @@ Test(decide, grid_of_another_model_or_run_is_refused)
                                  .n_expert = 128, .top_k = 8, .far_max = 8, .threads = 16, .expert_bytes = 2936832};
     c.host_read_gbs = 90;
     c.h2d_pinned = (mp_cost_curve){2, xs, ys};
-    snprintf(c.machine_cpu, sizeof c.machine_cpu, "Xeon");
-    snprintf(c.machine_gpu, sizeof c.machine_gpu, "NVIDIA H200");
-    c.machine_cores = 16;
+    snprintf(c.machine.cpu, sizeof c.machine.cpu, "Xeon");
+    snprintf(c.machine.gpu, sizeof c.machine.gpu, "NVIDIA H200");
+    c.machine.cores = 16;
     const mp_decode_shape ok = {"Q4_K/Q6_K", 2048, 768, 128, 8, 16, 2936832};
     mp_decode_costs dc;
     mp_error err;
     cr_assert_eq(mp_decode_costs_from(&c, "c.json", &ok, &dc, &err), MP_OK, "%s", err.msg);
     /* the machine it was measured on travels with the grid (the executor compares it with its own) */
-    cr_assert_str_eq(dc.machine_cpu, "Xeon");
-    cr_assert_str_eq(dc.machine_gpu, "NVIDIA H200");
-    cr_assert_eq(dc.machine_cores, 16);
+    cr_assert_str_eq(dc.machine.cpu, "Xeon");
+    cr_assert_str_eq(dc.machine.gpu, "NVIDIA H200");
+    cr_assert_eq(dc.machine.cores, 16);
     cr_assert_float_eq(dc.off_ns[0], 1000, 1e-9);
     cr_assert_float_eq(dc.on_ns[1][1], 2000, 1e-9);
     cr_assert(isnan(dc.off_ns[1]) && isnan(dc.on_ns[2][1]));
