@@ -381,13 +381,19 @@ typedef struct expert_job {
     int64_t n_expert;
 } expert_job;
 
+/* Expert e's slice of t (k: 0 gate, 1 up, 2 down): the job's copy, else the tensor's. */
+static const void *slice_of(const expert_job *j, const mp_tensor *t, int k, int32_t e)
+{
+    return j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
+}
+
 /* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
  * (t->ne[0]: all), times the n_x activation rows. */
 static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
                          int32_t e, int64_t n_cols, int64_t r0, int64_t r1, const char *x,
                          size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
 {
-    const void *w = j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
+    const void *w = slice_of(j, t, k, e);
     if (n_x == 1)
         mp_gemv_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, y + r0);
     else
@@ -436,12 +442,11 @@ static void down_unit(const expert_job *j, const expert_task *t)
      * least half the row (MP_MOE_PART_STREAM; kernels/quant.h mp_gemv_rows_whole) */
     if (s->part_stream && cnt == 1 && t->ff_rows < s->n_ff &&
         2 * mp_type_row_bytes(dt->type, t->ff_rows) >= dt->row_bytes) {
-        const void *w = j->slices ? j->slices[2 * j->n_expert + t->expert] : mp_expert_slice(dt, t->expert);
-        mp_gemv_rows_whole(j->down_ops, w, dt->row_bytes, t->ff_rows, t->r0, t->r1, j->h + (size_t)first * j->h_row_bytes,
-                           s->down + first * s->n_embd + t->r0);
+        mp_gemv_rows_whole(j->down_ops, slice_of(j, dt, 2, t->expert), dt->row_bytes, t->ff_rows, t->r0, t->r1,
+                           j->h + (size_t)first * j->h_row_bytes, s->down + first * s->n_embd + t->r0);
         return;
     }
-    matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->ff_rows, t->r0, t->r1,
+    matmul_slice(j, j->down_ops, dt, 2, t->expert, t->ff_rows, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
 }
