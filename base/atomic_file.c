@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/fault.h"
@@ -24,6 +25,21 @@ static void split_path(const char *path, char *dir, size_t dir_cap, char *base, 
     snprintf(b, sizeof b, "%s", path);
     snprintf(dir, dir_cap, "%s", dirname(a));
     snprintf(base, base_cap, "%s", basename(b));
+}
+
+mp_status mp_output_check_space(const char *path, const char *what, uint64_t bytes, mp_error *err)
+{
+    char dir[4096], base[4096];
+    split_path(path, dir, sizeof dir, base, sizeof base);
+    struct statvfs fs;
+    if (statvfs(dir, &fs) != 0)
+        return MP_OK;
+    const uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    if (avail >= bytes)
+        return MP_OK;
+    return mp_fail(err, MP_ERR_IO, "%s %s: needs %llu bytes (%.3g GB), the file system of %s has %llu free (%.3g GB): "
+                   "free space there or write elsewhere", what, path, (unsigned long long)bytes, (double)bytes / 1e9,
+                   dir, (unsigned long long)avail, (double)avail / 1e9);
 }
 
 bool mp_same_file(const char *a, const char *b)

@@ -35,6 +35,11 @@ typedef struct mp_file_ref {
  * compared by their directory's identity and their name. */
 mp_status mp_output_check(const char *path, const char *what, bool force,
                           const mp_file_ref *others, int n_others, mp_error *err);
+/* MP_ERR_IO, in one line naming `what path` and both counts, when the file system of path's
+ * directory has fewer than `bytes` free for an unprivileged writer: a large output then fails before
+ * it is written, not after; MP_OK when it has them, or when the directory cannot be asked (the
+ * write then says what went wrong). */
+mp_status mp_output_check_space(const char *path, const char *what, uint64_t bytes, mp_error *err);
 /* Whether a and b name the same file (existing: st_dev/st_ino; else directory identity + name). */
 bool mp_same_file(const char *a, const char *b);
 

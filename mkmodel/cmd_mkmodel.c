@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/args.h"
+#include "base/atomic_file.h"
 #include "mkmodel/commands.h"
 #include "kernels/quant.h"
 #include "mkmodel/mkmodel.h"
@@ -308,7 +309,7 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
         return 0;
     }
     /* a model of tens of GB that cannot fit fails now, not after minutes of writing */
-    if (!st && mp_mkmodel_check_space(out_path, total, &err)) {
+    if (!st && mp_output_check_space(out_path, "file", total, &err)) {
         fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);
         return 1;
     }

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <strings.h>
 
 #include "kernels/quant.h"
@@ -267,22 +266,6 @@ int mp_mkmodel_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t 
     const int64_t n = c->n_layer, eighth = n / 8;
     const bool more = layer < eighth || layer >= 7 * n / 8 || (layer - eighth) % 3 == 2;
     return more ? t : base;
-}
-
-mp_status mp_mkmodel_check_space(const char *out_path, uint64_t bytes, mp_error *err)
-{
-    char dir[4096];
-    const char *slash = strrchr(out_path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == out_path ? 1 : slash - out_path) : 1, slash ? out_path : ".");
-    struct statvfs fs;
-    if (statvfs(dir, &fs) != 0)
-        return MP_OK;
-    const uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-    if (avail >= bytes)
-        return MP_OK;
-    return mp_fail(err, MP_ERR_IO, "%s: needs %llu bytes of tensor data (%.3g GB), the file system of %s has %llu free "
-                   "(%.3g GB): free space there or write elsewhere (-o)", out_path, (unsigned long long)bytes,
-                   (double)bytes / 1e9, dir, (unsigned long long)avail, (double)avail / 1e9);
 }
 
 mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)

@@ -77,11 +77,6 @@ extern const char *const mp_mkmodel_preset_names[];
 /* Fill cfg from a preset ("tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral") with the q4_k_m mix,
  * the default skew and seed 0. Unknown names are an MP_ERR_ARG error listing the presets. */
 mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *err);
-/* MP_ERR_IO when the file system that would hold out_path (its folder) has fewer than `bytes`
- * free for an unprivileged writer, naming both counts; MP_OK when it has them, or when the folder
- * cannot be asked (the write then says what went wrong). */
-mp_status mp_mkmodel_check_space(const char *out_path, uint64_t bytes, mp_error *err);
-
 /* Fill cfg with an architecture's small defaults (the tiny shapes) for --arch NAME. */
 mp_status mp_mkmodel_arch(const char *arch_name, mp_mkmodel_config *cfg, mp_error *err);
 /* Set every class from a mix: "q4_k_m", "q8_0", "bf16", "f16", "f32". Norms and the router stay F32

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "mkmodel/commands.h"
 #include "kernels/quant.h"
 #include "gguf/gguf.h"
@@ -607,10 +608,10 @@ Test(mkmodel, a_model_larger_than_the_free_space_is_refused_first)
 {
     mp_error err = {0};
     const char *out = tmp_path("big.gguf");
-    cr_assert_eq(mp_mkmodel_check_space(out, UINT64_MAX, &err), MP_ERR_IO);
+    cr_assert_eq(mp_output_check_space(out, "file", UINT64_MAX, &err), MP_ERR_IO);
     cr_assert(strstr(err.msg, "big.gguf") && strstr(err.msg, "18446744073709551615 bytes") && strstr(err.msg, "free"),
               "message: %s", err.msg);
-    cr_assert_eq(mp_mkmodel_check_space(out, 1, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(mp_mkmodel_check_space("no-folder.gguf", 1, &err), MP_OK, "%s", err.msg); /* the current folder */
+    cr_assert_eq(mp_output_check_space(out, "file", 1, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_output_check_space("no-folder.gguf", "file", 1, &err), MP_OK, "%s", err.msg); /* the current folder */
     cr_assert_eq(count_dir_entries(), 0, "the check wrote a file");
 }
