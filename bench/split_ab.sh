@@ -18,7 +18,8 @@
 # ratio of each arm to it: what far routes gain on this machine; ARMS="whole off" for a grid in whole
 # routes. An arm uN runs the grid in units of 1/N of an expert (whole_route_costs.py --units N, N
 # dividing the grid's split): ARMS="split u4 off" with CALIBRATE_ARGS="... --far-units 8" sets
-# eighths against quarters.
+# eighths against quarters. An arm may carry one environment setting after '@', for a knob's A/B on
+# the same grid: ARMS="split split@MP_MOE_PART_STREAM=1" runs the split grid with the knob off and on.
 # Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
 # QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
 # "24GB 16GB 12GB", or none when PLACEMENTS is set), PLACEMENTS (e.g. "layers:24 layers:36"), ROUNDS
@@ -34,9 +35,11 @@ read -ra arms_list <<<"${ARMS:-split whole}"
 [ ${#arms_list[@]} -gt 0 ] || { echo "split_ab: ARMS is empty: expected split, whole, off or uN" >&2; exit 2; }
 arms_all="${arms_list[*]}"
 for a in "${arms_list[@]}"; do
-    case $a in split | whole | off | u[1-9] | u[1-9][0-9]) ;;
-    *) echo "split_ab: ARMS '$a': expected split, whole, off or uN" >&2; exit 2 ;;
+    case ${a%%@*} in split | whole | off | u[1-9] | u[1-9][0-9]) ;;
+    *) echo "split_ab: ARMS '$a': expected split, whole, off or uN, optionally @VAR=VALUE" >&2; exit 2 ;;
     esac
+    [[ $a != *@* || ${a#*@} =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9_.,:/-]*$ ]] ||
+        { echo "split_ab: ARMS '$a': expected VAR=VALUE after '@'" >&2; exit 2; }
 done
 placements=${PLACEMENTS:-}
 if [ -n "$placements" ]; then budgets=${BUDGETS:-}; else budgets=${BUDGETS:-24GB 16GB 12GB}; fi
@@ -62,7 +65,7 @@ if [ ! -f "$costs" ]; then
         >"$out/calibrate.log" 2>&1 || { log "calibrate failed: $(tail -1 "$out/calibrate.log")"; exit 1; }
 fi
 python3 "$here/whole_route_costs.py" "$costs" "$out/costs-whole.json"
-for a in "${arms_list[@]}"; do
+for a in "${arms_list[@]%%@*}"; do
     case $a in
     off) python3 "$here/whole_route_costs.py" --off "$costs" "$out/costs-off.json" ;;
     u*) python3 "$here/whole_route_costs.py" --units "${a#u}" "$costs" "$out/costs-$a.json" ;;
@@ -82,11 +85,14 @@ for round in $(seq 1 "$rounds"); do
         place=(--placement fill --gpu-budget "$b")
         case $b in *:*) place=(--placement "$b") ;; esac
         for arm in $arms; do
+            base=${arm%%@*} setting=()
+            [[ $arm != *@* ]] || setting=("${arm#*@}")
             c=$costs
-            [ "$arm" = split ] || c=$out/costs-$arm.json
-            j=$out/bench-${b//:/}-$arm.r$round.json
+            [ "$base" = split ] || c=$out/costs-$base.json
+            tag=${arm//[@=]/-}
+            j=$out/bench-${b//:/}-$tag.r$round.json
             log "round $round: $b $arm"
-            if ! "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json "${place[@]}" \
+            if ! env "${setting[@]}" "$moeplan" bench -m "$model" -t "$threads" -r "$reps" -o json "${place[@]}" \
                     -p 0 -n "$tg" --costs "$c" >"$j" 2>"${j%.json}.err"; then
                 log "$b $arm failed: $(tail -1 "${j%.json}.err")"
             fi
@@ -103,7 +109,8 @@ speed = {}
 for b in budgets:
     for arm in arm_names:
         for rnd in range(1, rounds + 1):
-            path = f"{out}/bench-{b.replace(':', '')}-{arm}.r{rnd}.json"
+            tag = arm.replace("@", "-").replace("=", "-")
+            path = f"{out}/bench-{b.replace(':', '')}-{tag}.r{rnd}.json"
             try:
                 r = json.load(open(path))["rows"][0]
             except Exception as e:
