@@ -101,6 +101,9 @@
 #              --reps 3") unless DECODE_CHECK_COSTS; DECODE_CHECK_CONFIGS, DECODE_CHECK_ROUNDS,
 #              DECODE_CHECK_REPS, DECODE_CHECK_N ("63 511": short and long tg)
 #              -> $OUT/decode-check/decode-check.md
+#   grid-vs-run  the CPU side of first-n-cpu decodes (layers:N, far routes on and off) against the
+#              decode grid point that charges it (bench/grid_vs_run.sh; PRESET default olmoe, COSTS,
+#              PLACEMENTS, ROUNDS) -> $OUT/grid-vs-run/, grid-vs-run.log
 #   shape-sweep  the pipeline on small models of unusual shapes (top-1 and top-8, 12 and 40 experts,
 #              FFN widths of 128 and 320, Q8_0, BF16, Q5_K_M, Q3_K_M): collect, calibrate --quick, plan with its
 #              measured check, collect with an adaptive tier and analyze (bench/shape_sweep.sh;
@@ -568,6 +571,11 @@ for stage in "${stages[@]}"; do
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         rm -f "$OUT"/split-ab/*.gguf
         ;;
+    grid-vs-run)
+        build || { rc=1; continue; }
+        bash bench/grid_vs_run.sh build-gpu/cli/moeplan "$OUT/grid-vs-run" 2>&1 | tee "$OUT/grid-vs-run.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
     shape-sweep)
         build || { rc=1; continue; }
         MOEPLAN=build-gpu/cli/moeplan OUT="$OUT/shape-sweep" SHAPES="${SWEEP_SHAPES:-}" \
@@ -600,7 +608,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run)" >&2
         exit 2
         ;;
     esac
