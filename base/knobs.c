@@ -47,10 +47,6 @@ static const mp_knob_def k_knobs[] = {
            "units per thread in each half of the pipelined region"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
            "prints where each CPU expert call's time goes, one line on stderr when run, bench or plan ends"),
-    SWITCH("MP_MOE_PART_STREAM", moe_part_stream, 0,
-           "a split far route's CPU side also loads each down row's lines past its segment, so that the rows "
-           "stream whole, where the segment is at least half the row (an A/B: the development machine's core "
-           "read 6/8 segments at 8.7 GB/s, 15.7 so)"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1,
            "runs a decode step as one CUDA graph (0: enqueued launch by launch, as a profiler wants to see "
            "them; hybrid layers hand off with copies and events then)"),
@@ -92,6 +88,7 @@ static const struct {
     {"MP_GPU_QKV_FORK", "a decode step's K and V projections run beside Q"},
     {"MP_MOE_CPU_PIPELINE", "a decode step's CPU experts run in one pipelined pool region"},
     {"MP_MOE_CPU_COMBINE", "the pipelined region combines its output range by range inside it"},
+    {"MP_MOE_PART_STREAM", "a split far route's CPU side reads only its segment of each down row"},
 };
 
 int mp_knob_count(void)

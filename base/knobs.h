@@ -45,7 +45,6 @@ typedef struct mp_knobs {
     bool pool_pin;           /* MP_POOL_PIN */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
-    bool moe_part_stream;    /* MP_MOE_PART_STREAM */
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */
     bool gpu_step_stamps;    /* MP_GPU_STEP_STAMPS */

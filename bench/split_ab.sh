@@ -19,7 +19,7 @@
 # routes. An arm uN runs the grid in units of 1/N of an expert (whole_route_costs.py --units N, N
 # dividing the grid's split): ARMS="split u4 off" with CALIBRATE_ARGS="... --far-units 8" sets
 # eighths against quarters. An arm may carry one environment setting after '@', for a knob's A/B on
-# the same grid: ARMS="split split@MP_MOE_PART_STREAM=1" runs the split grid with the knob off and on.
+# the same grid: ARMS="split split@MP_POOL_PIN=1" runs the split grid with the knob off and on.
 # Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
 # QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
 # "24GB 16GB 12GB", or none when PLACEMENTS is set), PLACEMENTS (e.g. "layers:24 layers:36"), ROUNDS

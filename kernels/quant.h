@@ -195,15 +195,6 @@ const mp_type_ops *mp_type_ops_isa(int type, const char *isa);
 void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
                   int64_t row_begin, int64_t row_end, const void *x, float *y);
 
-/* mp_gemv_rows over rows whose first n_cols columns are all it needs (a split route's down rows),
- * then a load of each cache line from there to the row's end: the rows are read as whole rows, in
- * order. A core whose stream prefetch follows sequential demand loads only reads segments of rows
- * at a fraction of its stream rate (AMD EPYC Zen 5, one core: 6/8 of 11,760-byte Q6_K rows at 8.7
- * GB/s, 15.7 so, 22.9 for the same bytes in whole rows; 1/8: 4.5, 3.5 so); the lines loaded past
- * n_cols cost their bytes. */
-void mp_gemv_rows_whole(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
-                        int64_t row_begin, int64_t row_end, const void *x, float *y);
-
 /* Matrix-matrix over a row range, the prefill loop: for each of n_x activation rows (x_stride
  * bytes apart, in vec_dot_type) and each weight row r in [row_begin, row_end):
  *   y[i * y_stride + (r - row_begin)] = dot(W[r], x_i).

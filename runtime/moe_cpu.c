@@ -94,7 +94,6 @@ struct mp_moe_scratch {
     atomic_int *range_left; /* (n_embd / 16 + 1) pipelined: down units of the row range not yet done */
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
     int pipe_units;      /* units per thread of each pipelined half (MP_MOE_PIPE_UNITS) */
-    bool part_stream;    /* a part's down rows read whole (MP_MOE_PART_STREAM) */
     /* profiling (mp_moe_scratch_profile): the sums, and per pipelined task (= pool thread) its
      * start, the end of its gate/up units, its down units' time, its ready waits and its end */
     mp_moe_cpu_profile *prof;
@@ -177,7 +176,6 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
     if (knobs->moe_cpu_profile)
         mp_moe_scratch_profile(s, true); /* out of memory: no profile, said by its absence */
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
-    s->part_stream = knobs->moe_part_stream;
     if (!s->router || !s->ids || !s->weights || !s->served || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {
@@ -438,14 +436,6 @@ static void down_unit(const expert_job *j, const expert_task *t)
     mp_moe_scratch *s = j->s;
     const int64_t first = t->first, cnt = t->cnt;
     const mp_tensor *dt = &j->L->down_exps;
-    /* a part's one-row down: its segment of each row, read as whole rows where the segment is at
-     * least half the row (MP_MOE_PART_STREAM; kernels/quant.h mp_gemv_rows_whole) */
-    if (s->part_stream && cnt == 1 && t->ff_rows < s->n_ff &&
-        2 * mp_type_row_bytes(dt->type, t->ff_rows) >= dt->row_bytes) {
-        mp_gemv_rows_whole(j->down_ops, slice_of(j, dt, 2, t->expert), dt->row_bytes, t->ff_rows, t->r0, t->r1,
-                           j->h + (size_t)first * j->h_row_bytes, s->down + first * s->n_embd + t->r0);
-        return;
-    }
     matmul_slice(j, j->down_ops, dt, 2, t->expert, t->ff_rows, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);

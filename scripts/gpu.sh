@@ -38,8 +38,8 @@
 #   cpu-part   a split far route's CPU side against whole routes, interleaved call by call
 #              (moe_cpu_stream --routes R --part N/D --compare-part): the down tensor's rows read in
 #              segments, on a 4-layer model of the Mixtral preset's shape (made in /tmp/mp-bench),
-#              PART_LIST (default "6/8 4/8 2/8 1/8"), PART_ROUTES (default 1), each with MP_MOE_PART_STREAM
-#              0 and 1 alternated PART_ROUNDS (default 2) times -> $OUT/cpu-part.log
+#              PART_LIST (default "6/8 4/8 2/8 1/8"), PART_ROUTES (default 1), each PART_ROUNDS
+#              (default 2) times -> $OUT/cpu-part.log
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
@@ -468,12 +468,9 @@ for stage in "${stages[@]}"; do
             { rc=1; continue; }
         for part in ${PART_LIST:-6/8 4/8 2/8 1/8}; do
             for round in $(seq 1 "${PART_ROUNDS:-2}"); do
-                for v in 0 1; do # MP_MOE_PART_STREAM's two arms, process by process
-                    echo "cpu-part $part, round $round, MP_MOE_PART_STREAM=$v" | tee -a "$OUT/cpu-part.log"
-                    MP_MOE_PART_STREAM=$v build-gpu/bench/moe_cpu_stream -m "$mx4" --layers 4 \
-                        --tokens "${PART_TOKENS:-64}" --routes "${PART_ROUTES:-1}" --part "$part" --compare-part 2>&1 |
-                        tee -a "$OUT/cpu-part.log" || rc=1
-                done
+                echo "cpu-part $part, round $round" | tee -a "$OUT/cpu-part.log"
+                build-gpu/bench/moe_cpu_stream -m "$mx4" --layers 4 --tokens "${PART_TOKENS:-64}" \
+                    --routes "${PART_ROUTES:-1}" --part "$part" --compare-part 2>&1 | tee -a "$OUT/cpu-part.log" || rc=1
             done
         done
         ;;

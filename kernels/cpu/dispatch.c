@@ -261,22 +261,6 @@ void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
         y[r - row_begin] = ops->vec_dot(n_cols, wb + (size_t)r * row_bytes, x);
 }
 
-void mp_gemv_rows_whole(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,
-                        int64_t row_begin, int64_t row_end, const void *x, float *y)
-{
-    const uint8_t *wb = w; /* (n_rows, row_bytes) */
-    const size_t used = mp_type_row_bytes(ops->type, n_cols);
-    uint8_t sink = 0;
-    for (int64_t r = row_begin; r < row_end; r++) {
-        const uint8_t *row = wb + (size_t)r * row_bytes;
-        y[r - row_begin] = ops->vec_dot(n_cols, row, x);
-        /* the first line that starts past the used bytes, then every line to the row's end */
-        for (size_t off = (((uintptr_t)row + used + 63) & ~(uintptr_t)63) - (uintptr_t)row; off < row_bytes; off += 64)
-            sink ^= *(const volatile uint8_t *)(row + off);
-    }
-    (void)sink;
-}
-
 /* The prefill loop: tiles of MP_GEMM_TILE activation rows, so that each weight row comes from
  * memory once per tile and is reused from L1 for the tile's other rows. */
 void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64_t n_cols,

@@ -375,20 +375,6 @@ static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_
         cr_assert(same_float(y[r - r0], ops->vec_dot(n_cols, w + r * row_bytes, x)),
                   "seed %llu: %s %s gemv row %lld (%lld columns) differs from vec_dot", (unsigned long long)g_seed,
                   variant, mp_type_name(ops->type), (long long)r, (long long)n_cols);
-    /* the rows' first columns only, read as whole rows: vec_dot's bits over those columns */
-    const int64_t be = mp_type_block_elems(ops->type), seg = n_cols > 2 * be ? n_cols / 2 / be * be : n_cols - be;
-    if (seg > 0 && be > 1) {
-        float ys[16];
-        for (int64_t r = 0; r < 16; r++)
-            ys[r] = -12345.0f;
-        mp_gemv_rows_whole(ops, w, row_bytes, seg, r0, r1, x, ys);
-        for (int64_t r = r0; r < r1; r++)
-            cr_assert(same_float(ys[r - r0], ops->vec_dot(seg, w + r * row_bytes, x)),
-                      "seed %llu: %s %s gemv of whole rows, row %lld (%lld of %lld columns) differs from vec_dot",
-                      (unsigned long long)g_seed, variant, mp_type_name(ops->type), (long long)r, (long long)seg,
-                      (long long)n_cols);
-        cr_assert_eq(ys[r1 - r0], -12345.0f, "gemv of whole rows wrote past its row range");
-    }
     float *yy = malloc(n_x * y_stride * sizeof(float));
     for (int64_t i = 0; i < n_x * y_stride; i++)
         yy[i] = -12345.0f;

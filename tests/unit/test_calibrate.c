@@ -178,7 +178,7 @@ Test(calibrate, quick_run_writes_a_cost_file_that_loads)
     const cJSON *knobs = cJSON_GetObjectItem(dev, "knobs");
     cr_assert(cJSON_IsObject(knobs) && cJSON_IsObject(cJSON_GetObjectItem(dev, "knobs_set")), "device.knobs missing");
     cr_assert_eq(cJSON_GetArraySize(knobs), mp_knob_count());
-    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(knobs, "MP_MOE_PART_STREAM")));
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(knobs, "MP_POOL_PIN")));
     cJSON_Delete(root);
     mp_model_free(m);
     mp_costs_free(&c);
