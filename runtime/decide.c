@@ -38,10 +38,12 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     for (int i = 0; i <= MP_DECIDE_MAX_K; i++) {
         out->off_ns[i] = out->cpu_off_ns[i] = NAN;
         for (int j = 0; j <= MP_DECIDE_MAX_K; j++)
-            out->on_ns[i][j] = out->cpu_on_ns[i][j] = NAN;
+            out->on_ns[i][j] = out->cpu_on_ns[i][j] = out->gpu_on_ns[i][j] = NAN;
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
     out->together_bytes_per_ns = c->host_bus_gbs;
+    out->cores_beside_bus_bytes_per_ns = c->host_bus_cpu_gbs;
+    out->bus_beside_cores_bytes_per_ns = c->host_bus_bus_gbs;
     out->level_bytes_per_ns = mp_costs_host_level_gbs(c);
     out->level_by_window = c->host_read_window;
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
@@ -90,6 +92,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
         if (p->far_on) {
             out->on_ns[p->cold][p->far] = p->layer.median_ns;
             out->cpu_on_ns[p->cold][p->far] = cpu_ns;
+            out->gpu_on_ns[p->cold][p->far] = p->gpu_ns >= 0 ? p->gpu_ns : NAN;
         } else {
             out->off_ns[p->cold] = p->layer.median_ns;
             out->cpu_off_ns[p->cold] = cpu_ns;
@@ -99,6 +102,34 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     return MP_OK;
 }
 
+/* The cores beside the bus (decide.h, mp_decode_costs_settle): each far-on point of whole far routes
+ * whose CPU side is below what its CPU experts take alone, slowed over the bus's reads, is raised to
+ * that, and its layer time by what the CPU side then exceeds the longer side by. */
+static void settle_beside_bus(mp_decode_costs *dc)
+{
+    const double level = dc->level_bytes_per_ns, beside = dc->cores_beside_bus_bytes_per_ns;
+    const double bus = dc->bus_beside_cores_bytes_per_ns;
+    if (!(level > 0) || !(beside > 0) || !(beside < level) || !(bus > 0) || !dc->expert_bytes)
+        return;
+    const double slow = level / beside - 1;
+    const int split = dc->far_split > 0 ? dc->far_split : 1;
+    for (int c = 1; c <= dc->top_k && c <= MP_DECIDE_MAX_K; c++)
+        for (int f = split; f <= c * split && f <= dc->far_max && f <= MP_DECIDE_MAX_K; f += split) {
+            const int n = c - f / split; /* experts on the CPU */
+            const double alone = n >= 1 ? dc->cpu_off_ns[n] : NAN, cpu = dc->cpu_on_ns[c][f];
+            if (!(alone > 0) || !isfinite(cpu))
+                continue;
+            const double bus_ns = (double)(f / split) * (double)dc->expert_bytes / bus;
+            const double least = alone * (1 + slow * (bus_ns < alone ? bus_ns / alone : 1));
+            if (cpu >= least)
+                continue;
+            const double gpu = dc->gpu_on_ns[c][f], side = isfinite(gpu) && gpu > cpu ? gpu : cpu;
+            if (least > side && isfinite(dc->on_ns[c][f]))
+                dc->on_ns[c][f] += least - side;
+            dc->cpu_on_ns[c][f] = least;
+        }
+}
+
 void mp_decode_costs_settle(mp_decode_costs *dc)
 {
     /* far routes on with none run is the same step as off plus the gather's launch: never faster.
@@ -106,6 +137,7 @@ void mp_decode_costs_settle(mp_decode_costs *dc)
     for (int c = 0; c <= dc->top_k && c <= MP_DECIDE_MAX_K; c++)
         if (isfinite(dc->on_ns[c][0]) && isfinite(dc->off_ns[c]) && dc->on_ns[c][0] < dc->off_ns[c])
             dc->on_ns[c][0] = dc->off_ns[c];
+    settle_beside_bus(dc);
 }
 
 mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,

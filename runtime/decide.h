@@ -58,8 +58,10 @@ typedef struct mp_decode_costs {
      * the level, not added to it); NaN where the grid lacks the point */
     double cpu_off_ns[MP_DECIDE_MAX_K + 1];
     double cpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
+    double gpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* the GPU's side of a far-on point; NaN: not known */
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers, each alone */
     double together_bytes_per_ns;                     /* both at once ($.host_bus); 0: not measured */
+    double cores_beside_bus_bytes_per_ns, bus_beside_cores_bytes_per_ns; /* its two shares; 0: not measured */
     /* the host's read bandwidth while the grid measured ($.host_read.level_gbs, else gbs), and
      * whether it was probed by window ($.host_read.probe): what a probe now compares with */
     double level_bytes_per_ns;
@@ -81,13 +83,25 @@ typedef struct mp_decode_shape {
  * what differs and saying to calibrate this model, or when the file lists the grid in $.missing
  * (a machine without a GPU). bus bandwidth: the best of the file's pinned host-to-device copies.
  * A grid without points (in-memory cost models; the loader refuses such a file) gives every point
- * NaN: callers charge decode steps by their own model. A far-on point with no far route measured
- * below its far-off twin is raised to it (mp_decode_costs_settle). */
+ * NaN: callers charge decode steps by their own model. The points are then settled
+ * (mp_decode_costs_settle). */
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
                                mp_decode_costs *out, mp_error *err);
 
 /* The grid's physics after its points are set (mp_decode_costs_from calls it; so does a caller that
- * rescales the points): far routes on with none run never beat them off. */
+ * rescales the points):
+ *   - far routes on with none run never beat them off: a far-on point of no far unit measured below
+ *     its far-off twin is raised to it;
+ *   - the cores beside the bus: at a far-on point of whole far routes (f a multiple of far_split, n =
+ *     c - f / far_split >= 1 experts on the CPU) the CPU experts take at least the far-off point of n
+ *     cold routes' CPU time t, slowed over the bus's reads: t x (1 + (level / beside - 1) x min(1,
+ *     bus_t / t)), with level the host's read bandwidth while the grid measured, beside the cores'
+ *     share when the two read at once ($.host_bus.cpu_gbs) and bus_t the far experts' bytes at the
+ *     bus's share. The layer's time grows by what the CPU side then exceeds the longer of the two
+ *     sides by. A grid point whose repetitions overlapped the two readers little measures less than
+ *     what a run, which overlaps them every step, pays (olmoe on the H200, 2026-12-04: the (8 cold,
+ *     2 far) point's CPU side 204.8 us, the (6 cold, off) point's 202.0, runs 240-243;
+ *     bench/NOTES-simulator.md). Where the two-reader probe is absent nothing changes. */
 void mp_decode_costs_settle(mp_decode_costs *dc);
 
 /* The decode costs of cost file `path` for model m run on `threads` CPU threads: the file loaded

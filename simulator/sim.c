@@ -159,6 +159,7 @@ static void scale_grid(const mp_costs *c, const double *k, mp_decode_costs *dc)
         if (p->far_on) {
             dc->on_ns[p->cold][p->far] = t;
             dc->cpu_on_ns[p->cold][p->far] = cpu_ns;
+            dc->gpu_on_ns[p->cold][p->far] = p->gpu_ns >= 0 ? p->gpu_ns * k[MP_COST_GPU] : NAN;
         } else {
             dc->off_ns[p->cold] = t;
             dc->cpu_off_ns[p->cold] = cpu_ns;

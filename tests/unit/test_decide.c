@@ -361,6 +361,62 @@ Test(decide, cold_share_and_floor)
     cr_assert_float_eq(mp_decide_floor_ns(&dc, 145e6), 0, 1e-12);
 }
 
+/* The cores beside the bus: a far-on point of whole far routes whose CPU side is below its CPU
+ * experts' time alone, slowed over the bus's reads by the two-reader probe's share, is raised to it;
+ * the layer's time grows only where the CPU side is then the longer one. A host at 150 bytes/ns
+ * alone, the cores 130 beside a bus of 47.5, 4 MB experts: two far experts take the bus 168,421 ns,
+ * 0.842 of six CPU experts' 200 us alone, so those take at least 200 x (1 + (150 / 130 - 1) x 0.842)
+ * = 225.9 us. */
+Test(decide, cores_beside_the_bus_raise_far_points)
+{
+    const double least_6 = 200000 * (1 + (150.0 / 130 - 1) * (2 * 4e6 / 47.5 / 200000));
+    const double least_1 = 100000 * (1 + (150.0 / 130 - 1) * (4e6 / 47.5 / 100000));
+    for (int probe = 0; probe < 2; probe++) {
+        mp_decode_costs dc = empty_grid(8, 8);
+        dc.expert_bytes = 4000000, dc.far_split = 1;
+        dc.level_bytes_per_ns = 150;
+        if (probe) /* the two-reader probe measured */
+            dc.cores_beside_bus_bytes_per_ns = 130, dc.bus_beside_cores_bytes_per_ns = 47.5;
+        for (int c = 0; c <= 8; c++)
+            for (int f = 0; f <= 8; f++)
+                dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
+        dc.cpu_off_ns[6] = 200000, dc.cpu_off_ns[1] = 100000;
+        /* (8, 2): the CPU side the longer, measured as if alone */
+        dc.on_ns[8][2] = 220000, dc.cpu_on_ns[8][2] = 205000, dc.gpu_on_ns[8][2] = 178000;
+        /* (2, 1): the GPU side the longer */
+        dc.on_ns[2][1] = 320000, dc.cpu_on_ns[2][1] = 90000, dc.gpu_on_ns[2][1] = 300000;
+        /* (7, 1): already above what it would be raised to */
+        dc.on_ns[7][1] = 250000, dc.cpu_on_ns[7][1] = 230000, dc.gpu_on_ns[7][1] = 100000;
+        mp_decode_costs_settle(&dc);
+        if (!probe) {
+            cr_assert_float_eq(dc.cpu_on_ns[8][2], 205000, 1e-6, "no two-reader probe: the point as measured");
+            cr_assert_float_eq(dc.on_ns[8][2], 220000, 1e-6);
+            continue;
+        }
+        cr_assert_float_eq(dc.cpu_on_ns[8][2], least_6, 1e-6, "%f", dc.cpu_on_ns[8][2]);
+        cr_assert_float_eq(dc.on_ns[8][2], 220000 + least_6 - 205000, 1e-6, "%f", dc.on_ns[8][2]);
+        cr_assert_float_eq(dc.cpu_on_ns[2][1], least_1, 1e-6, "%f", dc.cpu_on_ns[2][1]);
+        cr_assert_float_eq(dc.on_ns[2][1], 320000, 1e-6, "the GPU side stays the longer: the layer as measured");
+        cr_assert_float_eq(dc.cpu_on_ns[7][1], 230000, 1e-6);
+        cr_assert_float_eq(dc.on_ns[7][1], 250000, 1e-6);
+    }
+    /* far work in halves: a point with a split route (f odd) is left as measured; whole ones are
+     * raised, the CPU experts alone counted in whole experts */
+    mp_decode_costs dc = empty_grid(2, 4);
+    dc.expert_bytes = 100000000, dc.far_split = 2;
+    dc.level_bytes_per_ns = 150, dc.cores_beside_bus_bytes_per_ns = 120, dc.bus_beside_cores_bytes_per_ns = 50;
+    for (int c = 0; c <= 2; c++)
+        for (int f = 0; f <= 4; f++)
+            dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
+    dc.cpu_off_ns[1] = 800000;
+    dc.on_ns[2][1] = 1500000, dc.cpu_on_ns[2][1] = 700000, dc.gpu_on_ns[2][1] = 1000000;
+    dc.on_ns[2][2] = 2100000, dc.cpu_on_ns[2][2] = 800000, dc.gpu_on_ns[2][2] = 2000000;
+    mp_decode_costs_settle(&dc);
+    cr_assert_float_eq(dc.cpu_on_ns[2][1], 700000, 1e-6, "a split route's point is left as measured");
+    cr_assert_float_eq(dc.cpu_on_ns[2][2], 800000 * 1.25, 1e-6, "%f", dc.cpu_on_ns[2][2]); /* the bus 2 ms: all of it */
+    cr_assert_float_eq(dc.on_ns[2][2], 2100000, 1e-6, "the bus's side stays the longer");
+}
+
 /* The host moved from the calibration's level: beyond 10 % either way, by the same probe only. */
 Test(decide, host_moved_beyond_ten_percent_by_one_probe)
 {
