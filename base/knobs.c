@@ -26,46 +26,50 @@ static const mp_knob_choice k_host[] = {
 
 #define FIELD(f) offsetof(mp_knobs, f)
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-#define SWITCH(name, f, dflt, doc) {name, MP_KNOB_SWITCH, FIELD(f), 0, 1, 0, {0, 0}, NULL, 0, dflt, doc}
-#define NUMBER(name, f, lo, hi, dflt, doc) {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, dflt, doc}
-#define NUMBER_ALSO(name, f, lo, hi, n_also, a0, a1, dflt, doc) \
-    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, n_also, {a0, a1}, NULL, 0, dflt, doc}
-#define CHOICE(name, f, list, dflt, doc) {name, MP_KNOB_CHOICE, FIELD(f), 0, 0, 0, {0, 0}, list, N(list), dflt, doc}
+/* costs: COSTS where the knob changes what calibrate times (mp_knob_def.costs), else 0 */
+#define COSTS true
+#define SWITCH(name, f, dflt, costs, doc) {name, MP_KNOB_SWITCH, FIELD(f), 0, 1, 0, {0, 0}, NULL, 0, dflt, costs, doc}
+#define NUMBER(name, f, lo, hi, dflt, costs, doc) \
+    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, dflt, costs, doc}
+#define NUMBER_ALSO(name, f, lo, hi, n_also, a0, a1, dflt, costs, doc) \
+    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, n_also, {a0, a1}, NULL, 0, dflt, costs, doc}
+#define CHOICE(name, f, list, dflt, costs, doc) \
+    {name, MP_KNOB_CHOICE, FIELD(f), 0, 0, 0, {0, 0}, list, N(list), dflt, costs, doc}
 
 #define ROWS_MAX 2147483647 /* a row threshold past any batch: that path never runs */
 
 static const mp_knob_def k_knobs[] = {
-    CHOICE("MP_ISA", isa, k_isa, MP_KNOB_ISA_BEST,
+    CHOICE("MP_ISA", isa, k_isa, MP_KNOB_ISA_BEST, COSTS,
            "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best); amx: "
            "avx512 with the prefill GEMMs of Q4_0, Q8_0 and Q4_K-Q6_K on AMX tiles, where the CPU has AMX, Linux "
            "grants the tile state and every tile GEMM passes its check at start"),
-    SWITCH("MP_POOL_PIN", pool_pin, 0,
+    SWITCH("MP_POOL_PIN", pool_pin, 0, COSTS,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
            "rows no closer to the prediction; keep 0 where another process shares the CPUs)"),
-    NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8,
+    NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8, COSTS,
            "units per thread in each half of the pipelined region"),
-    SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0,
+    SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0, COSTS,
            "prints where each CPU expert call's time goes, one line on stderr when run, bench or plan ends"),
-    SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1,
+    SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1, COSTS,
            "runs a decode step as one CUDA graph (0: enqueued launch by launch, as a profiler wants to see "
            "them; hybrid layers hand off with copies and events then)"),
-    SWITCH("MP_GPU_STEP_STAMPS", gpu_step_stamps, 0,
+    SWITCH("MP_GPU_STEP_STAMPS", gpu_step_stamps, 0, COSTS,
            "stamps each decode step's GPU span, launch and host gaps into bench's JSON"),
-    NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_KNOB_GEMM_MIN_ROWS, ROWS_MAX, MP_KNOB_GEMM_MIN_ROWS,
+    NUMBER("MP_GPU_GEMM_MIN_ROWS", gpu_gemm_min_rows, MP_KNOB_GEMM_MIN_ROWS, ROWS_MAX, MP_KNOB_GEMM_MIN_ROWS, COSTS,
            "prefill rows from which dense projections run as cuBLAS GEMMs"),
-    CHOICE("MP_GPU_HOST_EXPERTS", gpu_host_experts, k_host, MP_GPU_HOST_PINNED,
+    CHOICE("MP_GPU_HOST_EXPERTS", gpu_host_experts, k_host, MP_GPU_HOST_PINNED, COSTS,
            "where the GPU executor keeps the cold experts: a page-locked copy, a pageable copy, the model's "
            "file mapping"),
-    SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0,
+    SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0, 0,
            "prints each start-up phase of the GPU executor on stderr (where a start hangs)"),
-    NUMBER("MP_GPU_TIER_HOLD", gpu_tier_hold, 0, 1000, 0,
+    NUMBER("MP_GPU_TIER_HOLD", gpu_tier_hold, 0, 1000, 0, 0,
            "steps an adaptive tier copy stays in flight after it landed before its expert serves (a test of "
            "the steps that run while copies are in flight; 0: it serves from the step after it landed)"),
-    SWITCH("MP_CUDA_PDL", cuda_pdl, 1,
+    SWITCH("MP_CUDA_PDL", cuda_pdl, 1, COSTS,
            "programmatic dependent launch of decode kernels on compute capability 9.0+ (0: each waits for "
            "the one before, so that a profiler's kernel durations leave out the wait)"),
-    NUMBER_ALSO("MP_HANG_DUMP_S", hang_dump_s, 1, 86400, 1, 0, 0, 0,
+    NUMBER_ALSO("MP_HANG_DUMP_S", hang_dump_s, 1, 86400, 1, 0, 0, 0, 0,
                 "after this many seconds, prints the main thread's stack and kernel-side state on stderr "
                 "(0: off)"),
 };
@@ -101,7 +105,7 @@ const mp_knob_def *mp_knob_at(int i)
     return &k_knobs[i];
 }
 
-static int knob_index(const char *name)
+int mp_knob_index(const char *name)
 {
     for (int i = 0; i < N(k_knobs); i++)
         if (!strcmp(k_knobs[i].name, name))
@@ -111,7 +115,7 @@ static int knob_index(const char *name)
 
 const mp_knob_def *mp_knob_find(const char *name)
 {
-    const int i = knob_index(name);
+    const int i = mp_knob_index(name);
     return i < 0 ? NULL : &k_knobs[i];
 }
 
@@ -207,7 +211,7 @@ static const char *allowed_text(const mp_knob_def *d, const allowed_style *st, c
 
 mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_source source, mp_error *err)
 {
-    const int i = knob_index(name);
+    const int i = mp_knob_index(name);
     if (i < 0)
         return mp_fail(err, MP_ERR_ARG, "%s: no such knob (moeplan config lists them)", name);
     const mp_knob_def *d = &k_knobs[i];

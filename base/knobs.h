@@ -79,12 +79,15 @@ typedef struct mp_knob_def {
     const mp_knob_choice *choices; /* choice: (n_choices) words */
     int n_choices;
     int64_t dflt;               /* switch 0/1, the number, or the choice's value */
+    bool costs;                 /* it changes what calibrate times: a run whose value differs from the
+                                 * cost file's ($.device.knobs) is told (mp_decide_other_knobs) */
     const char *doc;            /* one line */
 } mp_knob_def;
 
 int mp_knob_count(void);
 const mp_knob_def *mp_knob_at(int i); /* 0 <= i < mp_knob_count() */
 const mp_knob_def *mp_knob_find(const char *name); /* NULL: no such knob */
+int mp_knob_index(const char *name);               /* its table entry, -1: no such knob */
 
 /* Every knob at its default, every source MP_KNOB_DEFAULT. */
 void mp_knobs_defaults(mp_knobs *k);

@@ -528,6 +528,9 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_str(o, "host_experts", c->gpu ? c->host : NULL) &&
              add_str(o, "costs", c->costs) &&
              add_str(o, "costs_other_machine", c->costs_machine[0] ? c->costs_machine : NULL) &&
+             add_str(o, "costs_other_knobs",
+                     c->pl->decode_costs && c->pl->decode_costs->other_knobs[0] ? c->pl->decode_costs->other_knobs
+                                                                               : NULL) &&
              add_num(o, "far_layers", (double)c->far_layers) &&
              add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
              add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&

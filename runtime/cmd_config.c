@@ -17,7 +17,9 @@ static void usage(FILE *f)
                "default, where the value came from (default or env), what it allows and what it\n"
                "does. moeplan reads them once when it starts; a value that is not allowed stops\n"
                "every command with one line naming the variable, the value and what it expects.\n"
-               "Traces (run.config_json) and bench's JSON rows record the values they ran with.\n\n"
+               "Traces (run.config_json) and bench's JSON rows record the values they ran with.\n"
+               "Those \"in the costs\" change what calibrate times: a cost file records them, and\n"
+               "a run with --costs says which of its own differ from the file's.\n\n"
                "      --json   the same as one JSON object\n"
                "      --doc    the table of docs/config.md (markdown: the defaults, not the values here)\n"
                "  -h, --help   show this help\n");
@@ -68,7 +70,7 @@ static int print_json(const mp_knobs *k)
              add_value(o, "default", d, d->dflt, mp_knob_default_text(i, dflt, sizeof dflt)) &&
              cJSON_AddStringToObject(o, "source", mp_knob_source_name((mp_knob_source)k->source[i])) &&
              cJSON_AddStringToObject(o, "allowed", mp_knob_allowed_text(i, allowed, sizeof allowed)) &&
-             cJSON_AddStringToObject(o, "doc", d->doc);
+             cJSON_AddBoolToObject(o, "costs", d->costs) && cJSON_AddStringToObject(o, "doc", d->doc);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -90,12 +92,12 @@ static void cell(const char *s)
 
 static void print_doc(void)
 {
-    printf("| knob | allowed | default | what it does |\n|---|---|---|---|\n");
+    printf("| knob | allowed | default | in the costs | what it does |\n|---|---|---|---|---|\n");
     for (int i = 0; i < mp_knob_count(); i++) {
         char dflt[64], allowed[128];
         printf("| `%s` | `", mp_knob_at(i)->name);
         cell(mp_knob_allowed_text(i, allowed, sizeof allowed));
-        printf("` | `%s` | ", mp_knob_default_text(i, dflt, sizeof dflt));
+        printf("` | `%s` | %s | ", mp_knob_default_text(i, dflt, sizeof dflt), mp_knob_at(i)->costs ? "yes" : "no");
         cell(mp_knob_at(i)->doc);
         printf(" |\n");
     }

@@ -590,6 +590,24 @@ static mp_status parse_root(ctx *c, const cJSON *root, mp_costs *out)
         if (cJSON_IsNumber(cores) && cores->valuedouble >= 1 && cores->valuedouble <= 1 << 20 &&
             cores->valuedouble == (double)(int)cores->valuedouble)
             out->machine.cores = (int)cores->valuedouble;
+        const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(v, "knobs"), *k;
+        if (!cJSON_IsObject(knobs))
+            knobs = NULL;
+        cJSON_ArrayForEach(k, knobs)
+        {
+            const int i = k->string ? mp_knob_index(k->string) : -1;
+            char text[sizeof out->knobs.value[0]] = "";
+            if (i < 0)
+                continue;
+            if (cJSON_IsString(k) && strlen(k->valuestring) < sizeof text)
+                snprintf(text, sizeof text, "%s", k->valuestring);
+            else if (cJSON_IsNumber(k) && fabs(k->valuedouble) < 1e15 && k->valuedouble == floor(k->valuedouble))
+                snprintf(text, sizeof text, "%.0f", k->valuedouble);
+            if (!text[0])
+                continue;
+            out->knobs.set[i] = true;
+            memcpy(out->knobs.value[i], text, sizeof text);
+        }
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "notes")) && !cJSON_IsString(v))
         return bad(c, "$.notes", "expected a string");

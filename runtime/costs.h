@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/knobs.h"
 
 typedef struct mp_cost_stat {
     double median_ns;
@@ -97,6 +98,15 @@ typedef struct mp_costs_machine {
     char gpu[128];
 } mp_costs_machine;
 
+/* The knobs a calibration ran under ($.device.knobs, as calibrate writes them), by this build's table
+ * entry (base/knobs.h): set[i] where the file gives entry i a value, value[i] as the environment
+ * spells it ("1", "amx"). Names this build does not know (retired knobs) and values that are neither
+ * a string nor an integer are not kept. */
+typedef struct mp_costs_knobs {
+    bool set[MP_KNOBS_MAX];
+    char value[MP_KNOBS_MAX][24];
+} mp_costs_knobs;
+
 typedef struct mp_costs {
     mp_cost_expert *gpu_expert; /* (n_gpu_expert) */
     int n_gpu_expert;
@@ -154,6 +164,7 @@ typedef struct mp_costs {
     /* optional $.device.cpu, .cpu_logical_cores, .gpu: the machine calibrate measured; each "" / 0
      * when the file does not say or says otherwise than calibrate writes (the member is free-form) */
     mp_costs_machine machine;
+    mp_costs_knobs knobs; /* optional $.device.knobs: nothing set where the file does not say */
 } mp_costs;
 
 /* Bits of mp_costs.absent. An absent curve has n_points 0, an absent list n_gpu_expert 0. */

@@ -48,6 +48,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     out->level_by_window = c->host_read_window;
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
     out->machine = c->machine;
+    out->knobs = c->knobs;
     for (int i = 0; i < c->h2d_pinned.n_points; i++)
         if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
             out->bus_bytes_per_ns = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;
@@ -453,4 +454,29 @@ bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal
     if (cal_cores > 0 && cores > 0 && cal_cores != cores)
         add_fact(why, cap, &at, &n, "%d CPUs online, this machine %d", cal_cores, cores);
     return n > 0;
+}
+
+bool mp_decide_other_knobs(const mp_costs_knobs *cal, const mp_knobs *now, char *why, size_t cap)
+{
+    mp_knobs defaults;
+    if (!now) {
+        mp_knobs_defaults(&defaults);
+        now = &defaults;
+    }
+    size_t at = 0;
+    bool differ = false;
+    if (cap)
+        why[0] = '\0';
+    for (int i = 0; i < mp_knob_count() && i < MP_KNOBS_MAX; i++) {
+        char here[64];
+        if (!mp_knob_at(i)->costs || !cal->set[i] || !strcmp(mp_knob_value_text(now, i, here, sizeof here), cal->value[i]))
+            continue;
+        if (at < cap) {
+            const int n = snprintf(why + at, cap - at, "%s%s=%s here, %s in the costs", differ ? "; " : "",
+                                   mp_knob_at(i)->name, here, cal->value[i]);
+            at += n > 0 ? (size_t)n : 0;
+        }
+        differ = true;
+    }
+    return differ;
 }

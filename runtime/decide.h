@@ -68,6 +68,10 @@ typedef struct mp_decode_costs {
     bool level_by_window;
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
     mp_costs_machine machine; /* the machine the grid was measured on ("" / 0: not said) */
+    mp_costs_knobs knobs;     /* the knobs it ran under (nothing set: not said) */
+    /* what differs between those and the run's (mp_decide_other_knobs; "": nothing, or not compared):
+     * set by mp_executor_plan, which knows the run's knobs */
+    char other_knobs[400];
 } mp_decode_costs;
 
 /* What a grid must have been measured for: the model's experts and the run's CPU threads. */
@@ -203,6 +207,13 @@ bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs
  * When true, *why (cap bytes) names what differs, the calibration's value then this machine's. */
 bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal_gpu, const char *cpu, int cores,
                              const char *gpu, char *why, size_t cap);
+
+/* Whether a run's knobs (now; NULL: every one at its default) differ from those a calibration ran
+ * under (cal) in a knob that changes what calibrate times (base/knobs.h, mp_knob_def.costs); a knob
+ * the cost file does not record is not compared. When true, *why (cap bytes) names each, the run's
+ * value then the calibration's: "MP_GPU_GRAPHS=0 here, 1 in the costs". The grid's levels, and the
+ * far routes decided from them, were measured with the calibration's values. */
+bool mp_decide_other_knobs(const mp_costs_knobs *cal, const mp_knobs *now, char *why, size_t cap);
 
 /* Steps of several rows: which of a layer step's n cold experts to copy to the GPU (copy[i]); the
  * count is returned. Cold expert i has rows[i] routed rows and takes cpu_ns[i] on the CPU; each

@@ -305,7 +305,8 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
  * the calibration's one-row kernels are not this process's; the host's memory when the CPU experts
  * took more than 10 % more or less time than predicted and the prediction at their level holds;
  * another machine when the calibration measured another CPU, CPU count or GPU
- * (mp_decide_other_machine);
+ * (mp_decide_other_machine); other knobs when the run's differ from the calibration's in one that
+ * changes what calibrate times (mp_decide_other_knobs);
  * else the host's read bandwidth when the probes moved (a calibration by the same probe only); else an
  * uncosted path or a stale calibration). */
 static void say_comparison(const plan_opts *o, int64_t n, double pred, double pred_cpu, double pred_level,
@@ -327,7 +328,7 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
         printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
-        char cause[320];
+        char cause[320], knobs[256];
         if (c->cpu_kernels[0] &&
             strcmp(mp_kernels_isa_one_row(c->cpu_kernels), mp_kernels_isa_one_row(mp_kernels_isa())) != 0)
             snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
@@ -340,6 +341,9 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
         else if (r->other_machine[0])
             snprintf(cause, sizeof cause, "another machine: the calibration measured %.200s (run `moeplan calibrate` "
                      "on this machine)", r->other_machine);
+        else if (mp_decide_other_knobs(&c->knobs, o->knobs, knobs, sizeof knobs))
+            snprintf(cause, sizeof cause, "other knobs: %.200s (run with the calibration's values, or `moeplan "
+                     "calibrate` under these)", knobs);
         else if (mp_decide_host_moved(cal, c->host_read_window, r->gbs))
             snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
                      "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");

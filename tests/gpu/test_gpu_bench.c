@@ -195,3 +195,45 @@ Test(gpu_bench, costs_of_another_machine_are_said)
     cJSON_Delete(root);
     free(out);
 }
+
+/* --costs calibrated under other knobs: the shipped tiny cost file recording MP_GPU_GRAPHS=0 and
+ * MP_HANG_DUMP_S=600 (a knob that does not change the costs); bench, at the defaults, warns naming the
+ * first alone with both values, its row says the same, and the run goes on. */
+Test(gpu_bench, costs_of_other_knobs_are_said)
+{
+    char err[16384], cmd[2048], path[1024];
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
+    char *text = mp_test_slurp(path);
+    cr_assert_not_null(text, "%s", path);
+    cJSON *costs = cJSON_Parse(text);
+    cr_assert_not_null(costs, "%s", path);
+    free(text);
+    cJSON *dev = cJSON_GetObjectItemCaseSensitive(costs, "device");
+    cr_assert(cJSON_IsObject(dev));
+    cJSON_DeleteItemFromObjectCaseSensitive(dev, "knobs");
+    cJSON *knobs = cJSON_AddObjectToObject(dev, "knobs");
+    cr_assert(knobs && cJSON_AddNumberToObject(knobs, "MP_GPU_GRAPHS", 0) &&
+              cJSON_AddNumberToObject(knobs, "MP_HANG_DUMP_S", 600));
+    char *out = cJSON_Print(costs);
+    cJSON_Delete(costs);
+    snprintf(path, sizeof path, "%s/knobs.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f && fputs(out, f) >= 0 && fclose(f) == 0);
+    free(out);
+    snprintf(cmd, sizeof cmd, "bench -m '%s/tiny.gguf' -p 0 -n 8 -r 1 -t 16 -o json --executor gpu --placement layers:2 "
+             "--costs '%s'", tmpdir, path);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    const char *w = strstr(err, "was calibrated under other knobs (MP_GPU_GRAPHS=1 here, 0 in the costs)");
+    cr_assert_not_null(w, "%s", err);
+    cr_assert_null(strstr(err, "MP_HANG_DUMP_S"), "%s", err);
+    out = mp_test_stdout(tmpdir);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0);
+    const char *said = mp_test_json_str(row, "costs_other_knobs");
+    cr_assert(said && !strcmp(said, "MP_GPU_GRAPHS=1 here, 0 in the costs"), "%s", said ? said : "(null)");
+    cJSON_Delete(root);
+    free(out);
+}

@@ -814,6 +814,36 @@ Test(costs, device_cpu_kernels_optional_and_checked)
     }
 }
 
+/* $.device.knobs: each knob this build knows, by its table entry, as the environment spells it; a
+ * retired or unknown name, or a value neither a string nor an integer, is not kept (the member is
+ * free-form: not refused). */
+Test(costs, device_knobs_read_by_table_entry)
+{
+    mp_costs c;
+    const char *from = "\"cpu\": \"none (fixture)\"";
+    expect_parse(from, "\"cpu\": \"x\", \"knobs\": {\"MP_ISA\": \"amx\", \"MP_GPU_GRAPHS\": 0, "
+                 "\"MP_MOE_PIPE_UNITS\": 16, \"MP_MOE_PART_STREAM\": 1, \"MP_NOT_A_KNOB\": 3, "
+                 "\"MP_POOL_PIN\": 0.5, \"MP_CUDA_PDL\": [1]}", &c);
+    const int isa = mp_knob_index("MP_ISA"), graphs = mp_knob_index("MP_GPU_GRAPHS");
+    const int units = mp_knob_index("MP_MOE_PIPE_UNITS"), pin = mp_knob_index("MP_POOL_PIN");
+    const int pdl = mp_knob_index("MP_CUDA_PDL");
+    cr_assert(isa >= 0 && graphs >= 0 && units >= 0 && pin >= 0 && pdl >= 0);
+    cr_assert(c.knobs.set[isa] && c.knobs.set[graphs] && c.knobs.set[units]);
+    cr_assert_str_eq(c.knobs.value[isa], "amx");
+    cr_assert_str_eq(c.knobs.value[graphs], "0");
+    cr_assert_str_eq(c.knobs.value[units], "16");
+    cr_assert(!c.knobs.set[pin] && !c.knobs.set[pdl], "a value neither a string nor an integer is kept");
+    int n_set = 0;
+    for (int i = 0; i < MP_KNOBS_MAX; i++)
+        n_set += c.knobs.set[i];
+    cr_assert_eq(n_set, 3, "retired or unknown names kept: %d set", n_set);
+    mp_costs_free(&c);
+    expect_parse(from, "\"cpu\": \"x\", \"knobs\": \"MP_ISA=amx\"", &c); /* not an object: nothing */
+    for (int i = 0; i < MP_KNOBS_MAX; i++)
+        cr_assert(!c.knobs.set[i]);
+    mp_costs_free(&c);
+}
+
 /* $.device's machine (cpu, cpu_logical_cores, gpu): read where calibrate's form is found, else left
  * unknown ("" / 0) without refusing the file: the member is free-form. */
 Test(costs, device_machine_read_where_said)

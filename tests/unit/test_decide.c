@@ -417,6 +417,39 @@ Test(decide, cores_beside_the_bus_raise_far_points)
     cr_assert_float_eq(dc.on_ns[2][2], 2100000, 1e-6, "the bus's side stays the longer");
 }
 
+/* A run's knobs against a calibration's: only knobs that change what calibrate times, only those the
+ * file records, each named with the run's value then the calibration's. */
+Test(decide, other_knobs_by_the_costs_flag)
+{
+    mp_costs_knobs cal;
+    memset(&cal, 0, sizeof cal);
+    char why[400];
+    cr_assert(!mp_decide_other_knobs(&cal, NULL, why, sizeof why), "a file that records nothing differs");
+    cr_assert_str_eq(why, "");
+    const int isa = mp_knob_index("MP_ISA"), graphs = mp_knob_index("MP_GPU_GRAPHS");
+    const int hang = mp_knob_index("MP_HANG_DUMP_S"), units = mp_knob_index("MP_MOE_PIPE_UNITS");
+    cr_assert(isa >= 0 && graphs >= 0 && hang >= 0 && units >= 0);
+    cr_assert(mp_knob_at(isa)->costs && mp_knob_at(graphs)->costs && !mp_knob_at(hang)->costs);
+    cal.set[isa] = cal.set[graphs] = cal.set[hang] = cal.set[units] = true;
+    snprintf(cal.value[isa], sizeof cal.value[isa], "best");
+    snprintf(cal.value[graphs], sizeof cal.value[graphs], "1");
+    snprintf(cal.value[hang], sizeof cal.value[hang], "600"); /* not in the costs: never compared */
+    snprintf(cal.value[units], sizeof cal.value[units], "8");
+    cr_assert(!mp_decide_other_knobs(&cal, NULL, why, sizeof why), "the defaults against the defaults: %s", why);
+    mp_knobs now;
+    mp_knobs_defaults(&now);
+    mp_error err;
+    cr_assert_eq(mp_knobs_set(&now, "MP_GPU_GRAPHS", "0", MP_KNOB_ENV, &err), MP_OK);
+    cr_assert_eq(mp_knobs_set(&now, "MP_ISA", "avx2", MP_KNOB_ENV, &err), MP_OK);
+    cr_assert(mp_decide_other_knobs(&cal, &now, why, sizeof why));
+    cr_assert_str_eq(why, "MP_ISA=avx2 here, best in the costs; MP_GPU_GRAPHS=0 here, 1 in the costs");
+    char small[20]; /* a short buffer: cut, still terminated, still true */
+    cr_assert(mp_decide_other_knobs(&cal, &now, small, sizeof small));
+    cr_assert_eq(strlen(small), sizeof small - 1);
+    cal.set[isa] = cal.set[graphs] = false; /* a file that does not record them */
+    cr_assert(!mp_decide_other_knobs(&cal, &now, why, sizeof why));
+}
+
 /* The host moved from the calibration's level: beyond 10 % either way, by the same probe only. */
 Test(decide, host_moved_beyond_ten_percent_by_one_probe)
 {
