@@ -110,9 +110,9 @@ static void settle_beside_bus(mp_decode_costs *dc)
 {
     const double level = dc->level_bytes_per_ns, beside = dc->cores_beside_bus_bytes_per_ns;
     const double bus = dc->bus_beside_cores_bytes_per_ns;
-    if (!(level > 0) || !(beside > 0) || !(beside < level) || !(bus > 0) || !dc->expert_bytes)
+    if (!(level > 0) || !(beside > 0) || !(bus > 0) || !dc->expert_bytes)
         return;
-    const double slow = level / beside - 1;
+    const double slow = beside < level ? level / beside - 1 : 0; /* probes that read the cores no slower: alone */
     const int split = dc->far_split > 0 ? dc->far_split : 1;
     for (int c = 1; c <= dc->top_k && c <= MP_DECIDE_MAX_K; c++)
         for (int f = split; f <= c * split && f <= dc->far_max && f <= MP_DECIDE_MAX_K; f += split) {

@@ -98,8 +98,8 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
  *     its far-off twin is raised to it;
  *   - the cores beside the bus: at a far-on point of whole far routes (f a multiple of far_split, n =
  *     c - f / far_split >= 1 experts on the CPU) the CPU experts take at least the far-off point of n
- *     cold routes' CPU time t, slowed over the bus's reads: t x (1 + (level / beside - 1) x min(1,
- *     bus_t / t)), with level the host's read bandwidth while the grid measured, beside the cores'
+ *     cold routes' CPU time t, slowed over the bus's reads: t x (1 + max(0, level / beside - 1) x
+ *     min(1, bus_t / t)), with level the host's read bandwidth while the grid measured, beside the cores'
  *     share when the two read at once ($.host_bus.cpu_gbs) and bus_t the far experts' bytes at the
  *     bus's share. The layer's time grows by what the CPU side then exceeds the longer of the two
  *     sides by. A grid point whose repetitions overlapped the two readers little measures less than

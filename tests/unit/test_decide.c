@@ -417,6 +417,52 @@ Test(decide, cores_beside_the_bus_raise_far_points)
     cr_assert_float_eq(dc.on_ns[2][2], 2100000, 1e-6, "the bus's side stays the longer");
 }
 
+/* Settling random grids (top_k, split, far_max, times, the two readers' rates, NaN holes): it only
+ * raises points, never lowers one; a far-on point's CPU side ends at least its CPU experts' time
+ * alone; and settling twice changes nothing. */
+Test(decide, settle_only_raises_and_holds)
+{
+    seed_rng();
+    for (int iter = 0; iter < 300; iter++) {
+        const int K = 1 + (int)(rnd_u64() % 8), split = 1 + (int)(rnd_u64() % (MP_DECIDE_MAX_K / K < 4 ? MP_DECIDE_MAX_K / K : 4));
+        mp_decode_costs dc = empty_grid(K, 1 + (int)(rnd_u64() % (uint64_t)(K * split)));
+        dc.far_split = split;
+        dc.expert_bytes = 1000000 + rnd_u64() % 200000000;
+        dc.level_bytes_per_ns = 50 + rnd_uniform() * 150;
+        dc.cores_beside_bus_bytes_per_ns = rnd_u64() % 4 ? dc.level_bytes_per_ns * (0.5 + rnd_uniform() * 0.7) : 0;
+        dc.bus_beside_cores_bytes_per_ns = 20 + rnd_uniform() * 40;
+        for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
+            const bool hole = rnd_u64() % 8 == 0;
+            dc.off_ns[c] = hole ? NAN : 1e4 + rnd_uniform() * 1e7;
+            dc.cpu_off_ns[c] = hole ? NAN : c ? dc.off_ns[c] * rnd_uniform() : 0;
+            for (int f = 0; f <= MP_DECIDE_MAX_K; f++) {
+                const bool h = rnd_u64() % 8 == 0;
+                dc.on_ns[c][f] = h ? NAN : 1e4 + rnd_uniform() * 1e7;
+                dc.cpu_on_ns[c][f] = h ? NAN : dc.on_ns[c][f] * rnd_uniform();
+                dc.gpu_on_ns[c][f] = h || rnd_u64() % 4 == 0 ? NAN : dc.on_ns[c][f] * rnd_uniform();
+            }
+        }
+        const mp_decode_costs before = dc;
+        mp_decode_costs_settle(&dc);
+        for (int c = 0; c <= K; c++)
+            for (int f = 0; f <= MP_DECIDE_MAX_K; f++) {
+                cr_assert(!(dc.on_ns[c][f] < before.on_ns[c][f]) && !(dc.cpu_on_ns[c][f] < before.cpu_on_ns[c][f]),
+                          "seed %llu, iter %d: point (%d, %d) lowered", (unsigned long long)g_seed, iter, c, f);
+                cr_assert_eq(isnan(dc.on_ns[c][f]), isnan(before.on_ns[c][f]), "seed %llu: a hole filled",
+                             (unsigned long long)g_seed);
+                const int n = c - f / split;
+                if (dc.cores_beside_bus_bytes_per_ns > 0 && f > 0 && f % split == 0 && f <= dc.far_max && n >= 1 &&
+                    dc.cpu_off_ns[n] > 0 && isfinite(dc.cpu_on_ns[c][f]))
+                    cr_assert_geq(dc.cpu_on_ns[c][f], dc.cpu_off_ns[n] * (1 - 1e-12), "seed %llu, iter %d: (%d, %d)",
+                                  (unsigned long long)g_seed, iter, c, f);
+            }
+        mp_decode_costs again = dc;
+        mp_decode_costs_settle(&again);
+        cr_assert(!memcmp(&again, &dc, sizeof dc), "seed %llu, iter %d: settling twice moved a point",
+                  (unsigned long long)g_seed, iter);
+    }
+}
+
 /* A run's knobs against a calibration's: only knobs that change what calibrate times, only those the
  * file records, each named with the run's value then the calibration's. */
 Test(decide, other_knobs_by_the_costs_flag)
