@@ -29,21 +29,9 @@ tg=${TG:-64}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 log() { echo "[grid_vs_run $(date +%H:%M:%S)] $*" >&2; }
-preset=${PRESET:-olmoe}
-quant=${QUANT:-q4_k_m}
-model=${MODEL:-/tmp/mp-bench/$preset-$quant.gguf}
-if [ ! -f "$model" ]; then
-    mkdir -p "$(dirname "$model")"
-    log "generating $model"
-    "$moeplan" mkmodel --preset "$preset" --quant "$quant" --threads "$threads" --quiet -o "$model"
-fi
-costs=${COSTS:-$out/costs.json}
-if [ ! -f "$costs" ]; then
-    log "calibrate ${CALIBRATE_ARGS:---rows 1 --reps 3}"
-    # shellcheck disable=SC2086
-    "$moeplan" calibrate -m "$model" --out "$costs" --force --threads "$threads" ${CALIBRATE_ARGS:---rows 1 --reps 3} \
-        >"$out/calibrate.log" 2>&1 || { log "calibrate failed: $(tail -1 "$out/calibrate.log")"; exit 1; }
-fi
+# shellcheck source=bench/model_costs.sh
+. "$here/model_costs.sh"
+model_and_costs "$moeplan" "$out" "$threads" olmoe "--rows 1 --reps 3" || exit 1
 python3 "$here/whole_route_costs.py" --off "$costs" "$out/costs-off.json"
 n_moe=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode_layers"]["hybrid_step"]["layers"])' "$costs")
 if [ -z "${PLACEMENTS:-}" ]; then

@@ -49,21 +49,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "split_ab: ROUNDS '$rounds': expected a positive integer" >&2; exit 2; }
 mkdir -p "$out"
 log() { echo "[split_ab $(date +%H:%M:%S)] $*" >&2; }
-preset=${PRESET:-mixtral}
-quant=${QUANT:-q4_k_m}
-model=${MODEL:-/tmp/mp-bench/$preset-$quant.gguf}
-if [ ! -f "$model" ]; then
-    mkdir -p "$(dirname "$model")"
-    log "generating $model"
-    "$moeplan" mkmodel --preset "$preset" --quant "$quant" --threads "$threads" --quiet -o "$model"
-fi
-costs=${COSTS:-$out/costs.json}
-if [ ! -f "$costs" ]; then
-    log "calibrate ${CALIBRATE_ARGS:---rows 1,2,4 --reps 3}"
-    # shellcheck disable=SC2086
-    "$moeplan" calibrate -m "$model" --out "$costs" --force --threads "$threads" ${CALIBRATE_ARGS:---rows 1,2,4 --reps 3} \
-        >"$out/calibrate.log" 2>&1 || { log "calibrate failed: $(tail -1 "$out/calibrate.log")"; exit 1; }
-fi
+# shellcheck source=bench/model_costs.sh
+. "$here/model_costs.sh"
+model_and_costs "$moeplan" "$out" "$threads" mixtral "--rows 1,2,4 --reps 3" || exit 1
 python3 "$here/whole_route_costs.py" "$costs" "$out/costs-whole.json"
 for a in "${arms_list[@]%%@*}"; do
     case $a in

@@ -154,14 +154,15 @@ Test(gpu_bench, plan_check_predicts_again_at_its_cpu_level)
     cr_assert_null(strstr(out, "the check ran on the CPU executor"), "%s", out);
 }
 
-/* --costs from another machine: the shipped tiny cost file with another GPU's name and another count
- * of CPUs; bench warns naming both facts with both values, the row says the same, and the run goes
- * on (it is a warning). -t 16: the grid's threads. */
-Test(gpu_bench, costs_of_another_machine_are_said)
+/* bench of the tiny model (layers:2; -t 16: the grid's threads) with the shipped tiny cost file
+ * whose $.device edit() changed, written as tmpdir/name: it must run (what differs is a warning);
+ * its stderr into err, and its JSON row's member `key` into said ("" when null). */
+static void bench_with_device(void (*edit)(cJSON *dev), const char *name, char *err, size_t err_cap, const char *key,
+                              char *said, size_t cap)
 {
-    char err[16384], cmd[2048], path[1024];
+    char cmd[2048], path[1024];
     snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
-    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, err_cap), 0, "%s", err);
     snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
     char *text = mp_test_slurp(path);
     cr_assert_not_null(text, "%s", path);
@@ -170,30 +171,51 @@ Test(gpu_bench, costs_of_another_machine_are_said)
     free(text);
     cJSON *dev = cJSON_GetObjectItemCaseSensitive(costs, "device");
     cr_assert(cJSON_IsObject(dev));
-    cJSON_ReplaceItemInObjectCaseSensitive(dev, "gpu", cJSON_CreateString("Other GPU 9000"));
-    cJSON_ReplaceItemInObjectCaseSensitive(dev, "cpu_logical_cores", cJSON_CreateNumber(4099));
+    edit(dev);
     char *out = cJSON_Print(costs);
     cJSON_Delete(costs);
-    snprintf(path, sizeof path, "%s/other.json", tmpdir);
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "w");
     cr_assert(f && fputs(out, f) >= 0 && fclose(f) == 0);
     free(out);
     snprintf(cmd, sizeof cmd, "bench -m '%s/tiny.gguf' -p 0 -n 8 -r 1 -t 16 -o json --executor gpu --placement layers:2 "
              "--costs '%s'", tmpdir, path);
-    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, err_cap), 0, "%s", err);
+    out = mp_test_stdout(tmpdir);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const char *v = mp_test_json_str(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0), key);
+    snprintf(said, cap, "%s", v ? v : "");
+    cJSON_Delete(root);
+    free(out);
+}
+
+static void another_machine(cJSON *dev)
+{
+    cJSON_ReplaceItemInObjectCaseSensitive(dev, "gpu", cJSON_CreateString("Other GPU 9000"));
+    cJSON_ReplaceItemInObjectCaseSensitive(dev, "cpu_logical_cores", cJSON_CreateNumber(4099));
+}
+
+/* --costs from another machine: the shipped tiny cost file with another GPU's name and another count
+ * of CPUs; bench warns naming both facts with both values, the row says the same, and the run goes
+ * on (it is a warning). */
+Test(gpu_bench, costs_of_another_machine_are_said)
+{
+    char err[16384], said[1024];
+    bench_with_device(another_machine, "other.json", err, sizeof err, "costs_other_machine", said, sizeof said);
     const char *w = strstr(err, "warning: --costs was calibrated on another machine (GPU Other GPU 9000, this machine's ");
     cr_assert_not_null(w, "%s", err);
     cr_assert_not_null(strstr(w, "4099 CPUs online, this machine "), "%s", w);
     cr_assert_not_null(strstr(w, "run `moeplan calibrate` on this machine"), "%s", w);
-    out = mp_test_stdout(tmpdir);
-    cJSON *root = cJSON_Parse(out);
-    cr_assert_not_null(root, "stdout is not JSON: %s", out);
-    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0);
-    const char *said = mp_test_json_str(row, "costs_other_machine");
-    cr_assert(said && strstr(said, "GPU Other GPU 9000, this machine's ") && strstr(said, "4099 CPUs online"), "%s",
-              said ? said : "(null)");
-    cJSON_Delete(root);
-    free(out);
+    cr_assert(strstr(said, "GPU Other GPU 9000, this machine's ") && strstr(said, "4099 CPUs online"), "%s", said);
+}
+
+static void other_knobs(cJSON *dev)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(dev, "knobs");
+    cJSON *knobs = cJSON_AddObjectToObject(dev, "knobs");
+    cr_assert(knobs && cJSON_AddNumberToObject(knobs, "MP_GPU_GRAPHS", 0) &&
+              cJSON_AddNumberToObject(knobs, "MP_HANG_DUMP_S", 600));
 }
 
 /* --costs calibrated under other knobs: the shipped tiny cost file recording MP_GPU_GRAPHS=0 and
@@ -201,39 +223,9 @@ Test(gpu_bench, costs_of_another_machine_are_said)
  * first alone with both values, its row says the same, and the run goes on. */
 Test(gpu_bench, costs_of_other_knobs_are_said)
 {
-    char err[16384], cmd[2048], path[1024];
-    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
-    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
-    snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
-    char *text = mp_test_slurp(path);
-    cr_assert_not_null(text, "%s", path);
-    cJSON *costs = cJSON_Parse(text);
-    cr_assert_not_null(costs, "%s", path);
-    free(text);
-    cJSON *dev = cJSON_GetObjectItemCaseSensitive(costs, "device");
-    cr_assert(cJSON_IsObject(dev));
-    cJSON_DeleteItemFromObjectCaseSensitive(dev, "knobs");
-    cJSON *knobs = cJSON_AddObjectToObject(dev, "knobs");
-    cr_assert(knobs && cJSON_AddNumberToObject(knobs, "MP_GPU_GRAPHS", 0) &&
-              cJSON_AddNumberToObject(knobs, "MP_HANG_DUMP_S", 600));
-    char *out = cJSON_Print(costs);
-    cJSON_Delete(costs);
-    snprintf(path, sizeof path, "%s/knobs.json", tmpdir);
-    FILE *f = fopen(path, "w");
-    cr_assert(f && fputs(out, f) >= 0 && fclose(f) == 0);
-    free(out);
-    snprintf(cmd, sizeof cmd, "bench -m '%s/tiny.gguf' -p 0 -n 8 -r 1 -t 16 -o json --executor gpu --placement layers:2 "
-             "--costs '%s'", tmpdir, path);
-    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
-    const char *w = strstr(err, "was calibrated under other knobs (MP_GPU_GRAPHS=1 here, 0 in the costs)");
-    cr_assert_not_null(w, "%s", err);
+    char err[16384], said[1024];
+    bench_with_device(other_knobs, "knobs.json", err, sizeof err, "costs_other_knobs", said, sizeof said);
+    cr_assert_not_null(strstr(err, "was calibrated under other knobs (MP_GPU_GRAPHS=1 here, 0 in the costs)"), "%s", err);
     cr_assert_null(strstr(err, "MP_HANG_DUMP_S"), "%s", err);
-    out = mp_test_stdout(tmpdir);
-    cJSON *root = cJSON_Parse(out);
-    cr_assert_not_null(root, "stdout is not JSON: %s", out);
-    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 0);
-    const char *said = mp_test_json_str(row, "costs_other_knobs");
-    cr_assert(said && !strcmp(said, "MP_GPU_GRAPHS=1 here, 0 in the costs"), "%s", said ? said : "(null)");
-    cJSON_Delete(root);
-    free(out);
+    cr_assert_str_eq(said, "MP_GPU_GRAPHS=1 here, 0 in the costs");
 }
