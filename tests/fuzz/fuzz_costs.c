@@ -1,12 +1,16 @@
 /* tests/fuzz/fuzz_costs.c — libFuzzer target for the costs.json loader.
  * Property: the loader succeeds (and then every curve, a one-row step's context included, evaluates
- * to a finite, non-negative time at any size, a CPU-only file included) or fails with a non-empty one-line message and nothing allocated. */
+ * to a finite, non-negative time at any size, a CPU-only file included; the decode grid, taken for
+ * its own shape, settles to points that are NaN or non-negative and never below their loaded
+ * value; the recorded knobs compare with the defaults in a terminated line) or fails with a
+ * non-empty one-line message and nothing allocated. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/costs.h"
+#include "runtime/decide.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -30,6 +34,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!(t >= 0) || isnan(t))
             abort();
     }
+    const mp_cost_decode *d = &c.decode;
+    const mp_decode_shape shape = {d->quant, d->n_embd, d->n_ff, d->n_expert, d->top_k, d->threads, d->expert_bytes};
+    static mp_decode_costs dc; /* large: not on the stack */
+    if (d->n_points && mp_decode_costs_from(&c, "fuzz", &shape, &dc, &err) == MP_OK)
+        for (int i = 0; i < d->n_points; i++) {
+            const mp_cost_decode_point *p = &d->points[i];
+            const double t = p->far_on ? dc.on_ns[p->cold][p->far] : dc.off_ns[p->cold];
+            const double cpu = p->far_on ? dc.cpu_on_ns[p->cold][p->far] : dc.cpu_off_ns[p->cold];
+            if (!(t >= p->layer.median_ns) || (p->cpu_ns >= 0 && !(cpu >= p->cpu_ns)))
+                abort();
+        }
+    char why[400];
+    why[sizeof why - 1] = 'x';
+    (void)mp_decide_other_knobs(&c.knobs, NULL, why, sizeof why);
+    if (!memchr(why, '\0', sizeof why))
+        abort();
+    for (int i = 0; i < MP_KNOBS_MAX; i++)
+        if (c.knobs.set[i] && !memchr(c.knobs.value[i], '\0', sizeof c.knobs.value[i]))
+            abort();
     mp_costs_free(&c);
     return 0;
 }

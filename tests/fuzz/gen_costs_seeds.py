@@ -4,7 +4,9 @@
 from `moeplan calibrate` on a machine without a GPU looks; and optional_fields.json: the fixture
 with the optional runtime measurements (the older linear context term); context_curve.json: the
 fixture with the measured context curve and the grid's optional pool, steps and hybrid_step;
-split_grid.json: far work in quarter experts; host_level.json: host_read with the grid's level.
+split_grid.json: far work in quarter experts; host_level.json: host_read with the grid's level;
+device_knobs.json: the knobs calibrate ran under, a retired and an unknown one among them, beside
+the two readers' probe.
 Standard library only."""
 import json
 import os
@@ -67,4 +69,17 @@ costs["host_read"]["level_gbs"] = 42.5
 costs["host_read"]["level_probes"] = 5
 costs["notes"] = "fuzz seed: the fixture with the host level of the grid's probes"
 with open(os.path.join(here, "seeds", "costs", "host_level.json"), "w") as f:
+    f.write(json.dumps(costs, indent=1) + "\n")
+
+# device_knobs.json: $.device.knobs as calibrate writes them (a retired name and an unknown one
+# too, which the loader skips) and $.host_bus, which settles the grid's far points
+with open(os.path.join(here, "..", "fixtures", "costs", "fixture.json")) as f:
+    costs = json.load(f)
+costs["device"]["knobs"] = {"MP_ISA": "amx", "MP_POOL_PIN": 0, "MP_MOE_PIPE_UNITS": 8, "MP_GPU_GRAPHS": 1,
+                            "MP_GPU_HOST_EXPERTS": "pinned", "MP_CUDA_PDL": 1, "MP_HANG_DUMP_S": 0,
+                            "MP_MOE_PART_STREAM": 1, "MP_NOT_A_KNOB": "x"}
+costs["device"]["knobs_set"] = {"MP_ISA": "env"}
+costs["host_bus"] = {"gbs": 60.0, "cpu_gbs": 35.5, "bus_gbs": 24.5, "threads": 16, "probes": 8}
+costs["notes"] = "fuzz seed: the fixture with the knobs calibrate ran under and the two readers' probe"
+with open(os.path.join(here, "seeds", "costs", "device_knobs.json"), "w") as f:
     f.write(json.dumps(costs, indent=1) + "\n")
