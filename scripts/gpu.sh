@@ -81,7 +81,9 @@
 #   accuracy-matrix  simulated vs measured decode ms/token per shape x budget x policy: qwen3-30b-a3b
 #              q4_k_m and q8_0, mixtral, olmoe, a 256-expert qwen3moe, flame with its real routing
 #              (bench/accuracy_matrix.sh; MATRIX_SHAPES picks, MATRIX_REPS measured repetitions per
-#              row, default 3; MATRIX_ROUNDS bench processes per row, alternated over the rows;
+#              row, default 1; MATRIX_ROUNDS bench processes per row, alternated over the rows,
+#              default 2: the host's read bandwidth moves between processes, which repetitions inside
+#              one cannot average (Mixtral's table, 2026-12-04: 5 of 6 in one round, 6 of 6 in two);
 #              MATRIX_BUDGETS for every shape; MATRIX_KEEP_MODELS=1 and MATRIX_REUSE_COSTS=1 with a
 #              kept MP_GPU_WORK let a second call reuse a shape's model and costs)
 #              -> $OUT/accuracy-matrix/matrix.md
@@ -496,8 +498,8 @@ for stage in "${stages[@]}"; do
         MOEPLAN=build-gpu/cli/moeplan GEN=build-gpu/bench/gen_routing_trace OUT="$OUT/accuracy-matrix" \
             SHAPES="${MATRIX_SHAPES:-qwen3-q4 mixtral-q4 olmoe-q4 qwen3-256 flame qwen3-q8}" \
             POLICIES="${MATRIX_POLICIES:-first-n-cpu static-topn plan}" \
-            CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" REPS="${MATRIX_REPS:-3}" \
-            ROUNDS="${MATRIX_ROUNDS:-1}" BUDGETS="${MATRIX_BUDGETS:-}" REUSE_COSTS="${MATRIX_REUSE_COSTS:-0}" \
+            CALIBRATE_ARGS="${MATRIX_CALIBRATE_ARGS:---rows 1,2,4,16,64 --reps 3}" REPS="${MATRIX_REPS:-1}" \
+            ROUNDS="${MATRIX_ROUNDS:-2}" BUDGETS="${MATRIX_BUDGETS:-}" REUSE_COSTS="${MATRIX_REUSE_COSTS:-0}" \
             KEEP_MODELS="${MATRIX_KEEP_MODELS:-0}" bash bench/accuracy_matrix.sh 2>&1 | tee "$OUT/accuracy-matrix.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
