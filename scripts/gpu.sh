@@ -44,6 +44,13 @@
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
 #              STREAM_ARGS: more flags, e.g. --compare or --compare-isa avx512,avx2 for an interleaved A/B)
+#   cpu-routes the CPU side's fixed cost per call for small experts: moe_cpu_stream --profile with
+#              1, 2, 4, 8 routes a call (ROUTES_LIST) on a 4-layer model of the 256-expert qwen3moe
+#              shape (2 MB experts, made in /tmp/mp-bench), with 0 and 25 µs between calls
+#              (ROUTES_GAPS: a resident layer's GPU part), and the least-squares line of the median
+#              call time over the routes: its intercept is what a hybrid layer step pays before its
+#              bytes (on the H200's decode grid for that shape, ~36 µs beside ~16 µs an expert)
+#              -> $OUT/cpu-routes.log
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   membw-pcie host memory read by the cores, by the copy engine and by a zero-copy kernel, alone and
 #              side by side (bench/membw_pcie.cu; MEMBW_PCIE_ARGS) -> $OUT/membw-pcie.log
@@ -487,6 +494,41 @@ for stage in "${stages[@]}"; do
             done
         done
         ;;
+    cpu-routes)
+        build || { rc=1; continue; }
+        m256=/tmp/mp-bench/qwen3-256-4layers.gguf
+        mkdir -p /tmp/mp-bench
+        [ -f "$m256" ] || build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --layers 4 --experts 256 \
+            --expert-ff 512 --quant q4_k_m --quiet -o "$m256" || { rc=1; continue; }
+        for gap in ${ROUTES_GAPS:-0 25}; do
+            for r in ${ROUTES_LIST:-1 2 4 8}; do
+                echo "cpu-routes: gap $gap us, $r routes a call" | tee -a "$OUT/cpu-routes.log"
+                build-gpu/bench/moe_cpu_stream -m "$m256" --layers 4 --tokens "${ROUTES_TOKENS:-64}" --routes "$r" \
+                    --gap-us "$gap" --profile 2>&1 | tee -a "$OUT/cpu-routes.log" || rc=1
+            done
+        done
+        python3 - "$OUT/cpu-routes.log" <<'PY' | tee -a "$OUT/cpu-routes.log"
+import re, sys
+rows = {}  # gap -> [(routes, median us)]
+gap = routes = None
+for line in open(sys.argv[1]):
+    m = re.match(r"cpu-routes: gap (\d+) us, (\d+) routes", line)
+    if m:
+        gap, routes = int(m.group(1)), int(m.group(2))
+    m = re.search(r"per call median ([0-9.]+) us", line)
+    if m and gap is not None and "whole routes" not in line:
+        rows.setdefault(gap, []).append((routes, float(m.group(1))))
+for g, pts in sorted(rows.items()):
+    n = len(pts)
+    if n < 2:
+        continue
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0
+    print("cpu-routes: gap %d us: median call = %.1f us + %.1f us a route (%s)" %
+          (g, my - slope * mx, slope, ", ".join("%d: %.1f" % p for p in pts)))
+PY
+        ;;
     bench-sim)
         build || { rc=1; continue; }
         bash bench/bench_simulate.sh build-gpu 2>&1 | tee "$OUT/bench-sim.log" || rc=1
@@ -607,7 +649,7 @@ for stage in "${stages[@]}"; do
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run, cpu-routes)" >&2
         exit 2
         ;;
     esac
