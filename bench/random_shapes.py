@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1] -- the pipeline on N random model shapes.
+
+Each shape: an architecture (qwen3moe, olmoe, mixtral), 1-4 layers, 1-40 experts, top-1 to top-10
+(at most the experts), hidden and expert FFN sizes that the quant's blocks divide, heads, KV heads
+and head sizes, a quant mix and a layer mix, all drawn from SEED. For each: `mkmodel`, then
+`collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`
+and `simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
+line). A command that refuses its input must say so in one line and exit non-zero (mkmodel refusing
+a shape, simulate refusing a CPU-only cost file are not failures when they do); any other non-zero
+exit, a multi-line error, or a sanitizer report is a failure. Prints one line per shape and a summary; exits 1 when any shape
+failed. For finding shapes no preset has that break the pipeline (docs/mkmodel.md). Standard
+library only.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+
+def shape(rng):
+    arch = rng.choice(["qwen3moe", "olmoe", "mixtral"])
+    quant = rng.choice(["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0", "bf16", "f16", "f32"])
+    block = 256 if quant.startswith("q") and quant != "q8_0" else 32
+    experts = rng.randint(2 if arch == "mixtral" else 1, 40)
+    heads = rng.choice([1, 2, 4, 8])
+    head_dim = rng.choice([16, 32, 64, 128, 256])
+    if (heads * head_dim) % block and rng.random() < 0.8:  # mostly shapes the quant's blocks fit
+        head_dim = max(block // heads, 16)
+    return {
+        "arch": arch, "quant": quant, "layers": rng.randint(1, 4), "experts": experts,
+        "top-k": rng.randint(1, min(10, experts)), "hidden": block * rng.randint(1, 3),
+        "expert-ff": block * rng.randint(1, 3), "heads": heads,
+        "kv-heads": rng.choice([d for d in (1, 2, 4, 8) if heads % d == 0]),
+        "head-dim": head_dim,
+        "layer-mix": "llama" if quant in ("q4_k_m", "q5_k_m") and rng.random() < 0.3 else "uniform",
+    }
+
+
+def run(cmd, log):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr + "\n")
+    return p.returncode, p.stderr
+
+
+def bad_stderr(err):
+    return "Sanitizer" in err or "runtime error:" in err
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit("usage: bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1]")
+    moeplan, out = sys.argv[1], sys.argv[2]
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 40
+    seed = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    rng = random.Random(seed)
+    os.makedirs(out, exist_ok=True)
+    prompts = os.path.join(out, "prompts.json")
+    with open(prompts, "w") as f:
+        json.dump(["the quick brown fox", "MoE experts on the GPU"], f)
+    failed = refused = 0
+    for i in range(n):
+        s = shape(rng)
+        d = os.path.join(out, "s%03d" % i)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        log, model = os.path.join(d, "log.txt"), os.path.join(d, "m.gguf")
+        desc = " ".join("--%s %s" % kv for kv in s.items())
+        flags = []
+        for k, v in s.items():
+            flags += ["--" + k, str(v)]
+        rc, err = run([moeplan, "mkmodel", "--quiet", "-o", model] + flags, log)
+        if rc != 0:
+            one_line = err.strip().count("\n") == 0 and err.strip() != ""
+            if one_line and not bad_stderr(err):
+                refused += 1
+                print("s%03d refused: %s: %s" % (i, desc, err.strip()))
+                continue
+            failed += 1
+            print("s%03d FAILED mkmodel: %s: %s" % (i, desc, err.strip()[-400:]))
+            continue
+        steps = [
+            ("collect", [moeplan, "collect", "-m", model, "--prompts", prompts, "--trace", os.path.join(d, "t.db"),
+                         "--max-tokens", "6", "--executor", "cpu", "--no-progress", "-t", "2"]),
+            ("analyze", [moeplan, "analyze", os.path.join(d, "t.db"), "--model", model, "--out", os.path.join(d, "report")]),
+            ("calibrate", [moeplan, "calibrate", "-m", model, "--quick", "--out", os.path.join(d, "costs.json"), "-t", "2"]),
+            ("simulate", [moeplan, "simulate", os.path.join(d, "t.db"), "--costs", os.path.join(d, "costs.json"),
+                          "-m", model, "--budget", "1MiB", "--policy", "plan"]),
+        ]
+        ok = True
+        for name, cmd in steps:
+            rc, err = run(cmd, log)
+            one_line_refusal = rc != 0 and err.strip().count("\n") == 0 and "error:" in err
+            if name == "simulate" and one_line_refusal and not bad_stderr(err):
+                continue
+            if rc != 0 or bad_stderr(err):
+                failed += 1
+                ok = False
+                print("s%03d FAILED %s: %s: %s" % (i, name, desc, err.strip()[-400:]))
+                break
+        if ok:
+            print("s%03d ok: %s" % (i, desc))
+            os.remove(model)
+    print("random_shapes: %d shapes (seed %d): %d ok, %d refused by mkmodel in one line, %d failed" %
+          (n, seed, n - failed - refused, refused, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
