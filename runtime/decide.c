@@ -141,6 +141,36 @@ void mp_decode_costs_settle(mp_decode_costs *dc)
     settle_beside_bus(dc);
 }
 
+void mp_decode_costs_raised(const mp_cost_decode *raw, const mp_decode_costs *dc, mp_decode_raised *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < raw->n_points; i++) {
+        const mp_cost_decode_point *p = &raw->points[i];
+        if (!p->far_on || p->cold > MP_DECIDE_MAX_K || p->far > MP_DECIDE_MAX_K || !(p->cpu_ns >= 0))
+            continue;
+        const double to = dc->cpu_on_ns[p->cold][p->far];
+        if (!(to > p->cpu_ns))
+            continue;
+        if (!out->n || to - p->cpu_ns > out->to_ns - out->from_ns)
+            out->cold = p->cold, out->far = p->far, out->from_ns = p->cpu_ns, out->to_ns = to;
+        out->n++;
+    }
+}
+
+bool mp_costs_decode_raised(const mp_costs *c, mp_decode_raised *out)
+{
+    memset(out, 0, sizeof *out);
+    const mp_cost_decode *d = &c->decode;
+    mp_decode_costs *dc = d->n_points ? malloc(sizeof *dc) : NULL;
+    const mp_decode_shape shape = {d->quant, d->n_embd, d->n_ff, d->n_expert, d->top_k, d->threads, d->expert_bytes};
+    mp_error err;
+    const bool ok = dc && mp_decode_costs_from(c, NULL, &shape, dc, &err) == MP_OK;
+    if (ok)
+        mp_decode_costs_raised(d, dc, out);
+    free(dc);
+    return ok;
+}
+
 mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,
                                mp_error *err)
 {

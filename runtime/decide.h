@@ -108,6 +108,20 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
  *     bench/NOTES-simulator.md). Where the two-reader probe is absent nothing changes. */
 void mp_decode_costs_settle(mp_decode_costs *dc);
 
+/* What settling did to a grid's far-on points: of the cost file's points `raw`, those whose CPU side
+ * the settled costs dc charge more than measured (n), and the one raised most (cold, far, from_ns,
+ * to_ns). calibrate says it, so that a user sees which measurements the decisions do not take as
+ * they are. */
+typedef struct mp_decode_raised {
+    int n;
+    int cold, far;
+    double from_ns, to_ns;
+} mp_decode_raised;
+void mp_decode_costs_raised(const mp_cost_decode *raw, const mp_decode_costs *dc, mp_decode_raised *out);
+/* The same for cost file c's grid settled as loaded (for the grid's own shape); false (out->n 0)
+ * where it has no grid or it does not load. For calibrate's and simulate's line about it. */
+bool mp_costs_decode_raised(const mp_costs *c, mp_decode_raised *out);
+
 /* The decode costs of cost file `path` for model m run on `threads` CPU threads: the file loaded
  * (mp_costs_load) and its grid checked against the model's first layer's experts and the threads
  * (mp_decode_costs_from). For the commands' --costs. */

@@ -116,6 +116,19 @@ static const mp_cli_opt calibrate_flags[] = {
     {0},
 };
 
+/* The far points whose CPU side the decision model raises (mp_decode_costs_settle), in one line:
+ * the file keeps what was measured, the runs and the simulator charge the raised value. */
+static void say_raised(const mp_costs *c)
+{
+    mp_decode_raised r;
+    if (mp_costs_decode_raised(c, &r) && r.n)
+        fprintf(stderr, "calibrate: decode layer grid: %d far point%s measured a CPU side below its CPU experts' "
+                "time alone slowed by the cores' share beside the bus (the most: %d cold, %d far, %.1f us against "
+                "%.1f); the decisions and the simulator charge the latter (runtime/decide.h, "
+                "mp_decode_costs_settle)\n",
+                r.n, r.n == 1 ? "" : "s", r.cold, r.far, r.from_ns / 1e3, r.to_ns / 1e3);
+}
+
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
 {
     const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL, *far_units = NULL,
@@ -200,6 +213,7 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
         free(json);
         return 1;
     }
+    say_raised(&check);
     mp_costs_free(&check);
     if (mp_output_check(out, "--out", force, &model_ref, 1, &err)) { /* changed while measuring */
         fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);

@@ -14,6 +14,7 @@
 #include "base/sha256.h"
 #include "base/atomic_file.h"
 #include "kernels/quant.h"
+#include "runtime/decide.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/session.h"
@@ -766,6 +767,13 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
         add_note(r, "far routes (the GPU reading cold experts over the bus, as the runtime decides them from the "
                  "decode grid): %.1f %% of all routes simulated, %.1f %% split with the CPU along their FFN rows",
                  100.0 * (double)far / (double)(routes ? routes : 1), 100.0 * (double)split / (double)(routes ? routes : 1));
+    mp_decode_raised raised;
+    if (mp_costs_decode_raised(cfg->costs, &raised) && raised.n)
+        add_note(r, "%d far point%s of %s's decode grid measured a CPU side below its CPU experts' time alone "
+                 "slowed by the cores' share beside the bus; the simulation charges that time instead (the most: %d "
+                 "cold, %d far, %.1f us against %.1f; runtime/decide.h, mp_decode_costs_settle)", raised.n,
+                 raised.n == 1 ? "" : "s", o->costs, raised.cold, raised.far, raised.from_ns / 1e3,
+                 raised.to_ns / 1e3);
     if (floored)
         add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
                  "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);

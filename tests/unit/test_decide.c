@@ -417,6 +417,43 @@ Test(decide, cores_beside_the_bus_raise_far_points)
     cr_assert_float_eq(dc.on_ns[2][2], 2100000, 1e-6, "the bus's side stays the longer");
 }
 
+/* What settling raised, counted against the file's points: the points whose CPU side it charges more,
+ * and the one raised most; none where nothing was raised or the point is far off. */
+Test(decide, raised_points_are_counted)
+{
+    mp_decode_costs dc = empty_grid(8, 8);
+    dc.expert_bytes = 4000000, dc.far_split = 1;
+    dc.level_bytes_per_ns = 150, dc.cores_beside_bus_bytes_per_ns = 130, dc.bus_beside_cores_bytes_per_ns = 47.5;
+    for (int c = 0; c <= 8; c++)
+        for (int f = 0; f <= 8; f++)
+            dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
+    dc.off_ns[6] = 210000, dc.cpu_off_ns[6] = 200000, dc.off_ns[7] = 240000, dc.cpu_off_ns[7] = 230000;
+    mp_cost_decode_point pts[] = {
+        {.cold = 8, .far = 2, .far_on = true, .layer = {220000, 0}, .cpu_ns = 205000, .gpu_ns = 178000},
+        {.cold = 8, .far = 1, .far_on = true, .layer = {250000, 0}, .cpu_ns = 231000, .gpu_ns = 100000},
+        {.cold = 7, .far = 1, .far_on = true, .layer = {260000, 0}, .cpu_ns = 240000, .gpu_ns = 100000},
+        {.cold = 6, .far = 0, .far_on = false, .layer = {210000, 0}, .cpu_ns = 200000, .gpu_ns = 5000},
+    };
+    for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++)
+        if (pts[i].far_on) {
+            dc.on_ns[pts[i].cold][pts[i].far] = pts[i].layer.median_ns;
+            dc.cpu_on_ns[pts[i].cold][pts[i].far] = pts[i].cpu_ns;
+            dc.gpu_on_ns[pts[i].cold][pts[i].far] = pts[i].gpu_ns;
+        }
+    mp_cost_decode raw = {.n_points = 4, .points = pts, .top_k = 8, .far_max = 8, .far_split = 1};
+    mp_decode_raised r;
+    mp_decode_costs_raised(&raw, &dc, &r);
+    cr_assert_eq(r.n, 0, "nothing settled yet: %d raised", r.n);
+    mp_decode_costs_settle(&dc);
+    mp_decode_costs_raised(&raw, &dc, &r);
+    /* (8, 2) from 205 to 225.9 us and (8, 1) from 231 to 230 x 1.056 = 243.0; (7, 1) above its floor
+     * (6 alone: 200 x 1.0648 = 213.0) */
+    cr_assert_eq(r.n, 2, "%d raised", r.n);
+    cr_assert(r.cold == 8 && r.far == 2, "the most raised: (%d, %d)", r.cold, r.far);
+    cr_assert_float_eq(r.from_ns, 205000, 1e-6);
+    cr_assert_float_eq(r.to_ns, dc.cpu_on_ns[8][2], 1e-6);
+}
+
 /* Settling random grids (top_k, split, far_max, times, the two readers' rates, NaN holes): it only
  * raises points, never lowers one; a far-on point's CPU side ends at least its CPU experts' time
  * alone; and settling twice changes nothing. */
