@@ -379,19 +379,13 @@ typedef struct expert_job {
     int64_t n_expert;
 } expert_job;
 
-/* Expert e's slice of t (k: 0 gate, 1 up, 2 down): the job's copy, else the tensor's. */
-static const void *slice_of(const expert_job *j, const mp_tensor *t, int k, int32_t e)
-{
-    return j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
-}
-
 /* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
  * (t->ne[0]: all), times the n_x activation rows. */
 static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
                          int32_t e, int64_t n_cols, int64_t r0, int64_t r1, const char *x,
                          size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
 {
-    const void *w = slice_of(j, t, k, e);
+    const void *w = j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
     if (n_x == 1)
         mp_gemv_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, y + r0);
     else
@@ -435,8 +429,7 @@ static void down_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
     const int64_t first = t->first, cnt = t->cnt;
-    const mp_tensor *dt = &j->L->down_exps;
-    matmul_slice(j, j->down_ops, dt, 2, t->expert, t->ff_rows, t->r0, t->r1,
+    matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->ff_rows, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
 }
