@@ -492,6 +492,9 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
     bool ok = arr && add_str(root, "moeplan_version", MP_VERSION) &&
               add_str(root, "moeplan_commit", mp_build_commit()) &&
               add_str(root, "note", executor_note(c));
+    char other_knobs[400] = ""; /* the run's knobs against the cost file's (the executor warned) */
+    if (c->pl->decode_costs)
+        mp_decide_other_knobs(&c->pl->decode_costs->knobs, c->knobs, other_knobs, sizeof other_knobs);
     for (int i = 0; ok && i < n_rows; i++) {
         const bench_row *r = &rows[i];
         cJSON *o = cJSON_CreateObject();
@@ -528,9 +531,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_str(o, "host_experts", c->gpu ? c->host : NULL) &&
              add_str(o, "costs", c->costs) &&
              add_str(o, "costs_other_machine", c->costs_machine[0] ? c->costs_machine : NULL) &&
-             add_str(o, "costs_other_knobs",
-                     c->pl->decode_costs && c->pl->decode_costs->other_knobs[0] ? c->pl->decode_costs->other_knobs
-                                                                               : NULL) &&
+             add_str(o, "costs_other_knobs", other_knobs[0] ? other_knobs : NULL) &&
              add_num(o, "far_layers", (double)c->far_layers) &&
              add_num(o, "gpu_memory_bytes", c->gpu ? (double)c->mem.total : 0.0) &&
              add_num(o, "routes_gpu", (double)r->gs.routes_gpu) &&

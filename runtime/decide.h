@@ -69,9 +69,6 @@ typedef struct mp_decode_costs {
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
     mp_costs_machine machine; /* the machine the grid was measured on ("" / 0: not said) */
     mp_costs_knobs knobs;     /* the knobs it ran under (nothing set: not said) */
-    /* what differs between those and the run's (mp_decide_other_knobs; "": nothing, or not compared):
-     * set by mp_executor_plan, which knows the run's knobs */
-    char other_knobs[400];
 } mp_decode_costs;
 
 /* What a grid must have been measured for: the model's experts and the run's CPU threads. */

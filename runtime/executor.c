@@ -61,11 +61,11 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             mp_placement_free(pl);
             return mp_error_prefix(err, "--costs");
         }
-        mp_decode_costs *dc = pl->decode_costs;
-        if (mp_decide_other_knobs(&dc->knobs, sp->knobs, dc->other_knobs, sizeof dc->other_knobs))
+        char knobs[400];
+        if (mp_decide_other_knobs(&pl->decode_costs->knobs, sp->knobs, knobs, sizeof knobs))
             fprintf(stderr, "moeplan: warning: --costs %s was calibrated under other knobs (%s): its costs and the "
                     "far routes decided from them may not hold here; run with the calibration's values, or "
-                    "`moeplan calibrate` under these\n", o->costs, dc->other_knobs);
+                    "`moeplan calibrate` under these\n", o->costs, knobs);
     }
     *use_gpu = true;
     return MP_OK;
