@@ -148,6 +148,14 @@ void mp_knobs_defaults(mp_knobs *k)
         store(k, &k_knobs[i], k_knobs[i].dflt);
 }
 
+const mp_knobs *mp_knobs_or_defaults(const mp_knobs *k, mp_knobs *storage)
+{
+    if (k)
+        return k;
+    mp_knobs_defaults(storage);
+    return storage;
+}
+
 /* Whether text is an allowed value of d; *v: the value then. */
 static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
 {

@@ -91,6 +91,8 @@ int mp_knob_index(const char *name);               /* its table entry, -1: no su
 
 /* Every knob at its default, every source MP_KNOB_DEFAULT. */
 void mp_knobs_defaults(mp_knobs *k);
+/* k, or (k NULL: a caller that was given no knobs) *storage filled with the defaults. */
+const mp_knobs *mp_knobs_or_defaults(const mp_knobs *k, mp_knobs *storage);
 
 /* Set one knob from its text (as the environment would give it) and record where it came from.
  * Unset (NULL) or empty: the default, source MP_KNOB_DEFAULT. MP_ERR_ARG with one line naming

@@ -489,10 +489,7 @@ bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal
 bool mp_decide_other_knobs(const mp_costs_knobs *cal, const mp_knobs *now, char *why, size_t cap)
 {
     mp_knobs defaults;
-    if (!now) {
-        mp_knobs_defaults(&defaults);
-        now = &defaults;
-    }
+    now = mp_knobs_or_defaults(now, &defaults);
     size_t at = 0;
     bool differ = false;
     if (cap)

@@ -137,10 +137,7 @@ void mp_moe_scratch_free(mp_moe_scratch *s)
 mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n_threads, const mp_knobs *knobs)
 {
     mp_knobs defaults;
-    if (!knobs) {
-        mp_knobs_defaults(&defaults);
-        knobs = &defaults;
-    }
+    knobs = mp_knobs_or_defaults(knobs, &defaults);
     mp_moe_scratch *s = calloc(1, sizeof *s);
     if (!s || max_rows < 1)
         return s ? (free(s), NULL) : NULL;

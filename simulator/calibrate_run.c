@@ -65,9 +65,7 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     /* the knobs it measured under (docs/config.md), as bench rows and traces record theirs */
     mp_knobs defaults;
-    if (!o->knobs)
-        mp_knobs_defaults(&defaults);
-    if (!mp_knobs_add_json(o->knobs ? o->knobs : &defaults, device))
+    if (!mp_knobs_add_json(mp_knobs_or_defaults(o->knobs, &defaults), device))
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     return MP_OK;
 }
