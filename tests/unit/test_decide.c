@@ -11,7 +11,8 @@
 #include "runtime/decide.h"
 #include "tests/rng.h"
 
-/* A grid for top_k K with every point NaN, far routes measured up to far_max. */
+/* A grid for top_k K with every point NaN (its time and its CPU and GPU sides), far routes measured up
+ * to far_max. */
 static mp_decode_costs empty_grid(int K, int far_max)
 {
     mp_decode_costs dc;
@@ -19,9 +20,9 @@ static mp_decode_costs empty_grid(int K, int far_max)
     dc.top_k = K;
     dc.far_max = far_max;
     for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
-        dc.off_ns[c] = NAN;
+        dc.off_ns[c] = dc.cpu_off_ns[c] = NAN;
         for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
-            dc.on_ns[c][f] = NAN;
+            dc.on_ns[c][f] = dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
     }
     return dc;
 }
@@ -377,9 +378,6 @@ Test(decide, cores_beside_the_bus_raise_far_points)
         dc.level_bytes_per_ns = 150;
         if (probe) /* the two-reader probe measured */
             dc.cores_beside_bus_bytes_per_ns = 130, dc.bus_beside_cores_bytes_per_ns = 47.5;
-        for (int c = 0; c <= 8; c++)
-            for (int f = 0; f <= 8; f++)
-                dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
         dc.cpu_off_ns[6] = 200000, dc.cpu_off_ns[1] = 100000;
         /* (8, 2): the CPU side the longer, measured as if alone */
         dc.on_ns[8][2] = 220000, dc.cpu_on_ns[8][2] = 205000, dc.gpu_on_ns[8][2] = 178000;
@@ -405,9 +403,6 @@ Test(decide, cores_beside_the_bus_raise_far_points)
     mp_decode_costs dc = empty_grid(2, 4);
     dc.expert_bytes = 100000000, dc.far_split = 2;
     dc.level_bytes_per_ns = 150, dc.cores_beside_bus_bytes_per_ns = 120, dc.bus_beside_cores_bytes_per_ns = 50;
-    for (int c = 0; c <= 2; c++)
-        for (int f = 0; f <= 4; f++)
-            dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
     dc.cpu_off_ns[1] = 800000;
     dc.on_ns[2][1] = 1500000, dc.cpu_on_ns[2][1] = 700000, dc.gpu_on_ns[2][1] = 1000000;
     dc.on_ns[2][2] = 2100000, dc.cpu_on_ns[2][2] = 800000, dc.gpu_on_ns[2][2] = 2000000;
@@ -424,9 +419,6 @@ Test(decide, raised_points_are_counted)
     mp_decode_costs dc = empty_grid(8, 8);
     dc.expert_bytes = 4000000, dc.far_split = 1;
     dc.level_bytes_per_ns = 150, dc.cores_beside_bus_bytes_per_ns = 130, dc.bus_beside_cores_bytes_per_ns = 47.5;
-    for (int c = 0; c <= 8; c++)
-        for (int f = 0; f <= 8; f++)
-            dc.cpu_on_ns[c][f] = dc.gpu_on_ns[c][f] = NAN;
     dc.off_ns[6] = 210000, dc.cpu_off_ns[6] = 200000, dc.off_ns[7] = 240000, dc.cpu_off_ns[7] = 230000;
     mp_cost_decode_point pts[] = {
         {.cold = 8, .far = 2, .far_on = true, .layer = {220000, 0}, .cpu_ns = 205000, .gpu_ns = 178000},
