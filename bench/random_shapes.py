@@ -50,12 +50,19 @@ def bad_stderr(err):
     return "Sanitizer" in err or "runtime error:" in err
 
 
+def whole(name, text, lo):
+    """text as a whole number of at least lo, else exit with one line naming it."""
+    if not text.isdigit() or int(text) < lo:
+        sys.exit("random_shapes: %s '%s': expected a whole number of at least %d" % (name, text, lo))
+    return int(text)
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit("usage: bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1]")
     moeplan, out = sys.argv[1], sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 40
-    seed = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    n = whole("N", sys.argv[3], 1) if len(sys.argv) > 3 else 40
+    seed = whole("SEED", sys.argv[4], 0) if len(sys.argv) > 4 else 1
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     prompts = os.path.join(out, "prompts.json")

@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
 # tests/random_shapes_test.sh — bench/random_shapes.py as a test: 5 shapes of a fixed seed through
 # mkmodel, collect, analyze, calibrate --quick and simulate; fails when one fails (the script's exit
-# status) or when fewer than 3 went the whole way. Needs MP_MOEPLAN (run through meson test).
+# status) or when fewer than 3 went the whole way. Also the bench scripts' own arguments that this
+# and split_ab.sh take: a bad one is refused in one line naming it, exit status non-zero, before any
+# work. Needs MP_MOEPLAN (run through meson test).
 set -uo pipefail
 B=${MP_MOEPLAN:?MP_MOEPLAN is not set (run through meson test)}
 src=${MP_SOURCE_ROOT:?MP_SOURCE_ROOT is not set (run through meson test)}
 out=$(mktemp -d /tmp/mp_random_shapes_XXXXXX) || exit 1
 trap 'rm -rf "$out"' EXIT
+# refuse: the command, then the text its one line must hold
+refuse() {
+    local want=$1
+    shift
+    local msg rc
+    msg=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    [ "$rc" != 0 ] && [ "$(printf '%s\n' "$msg" | wc -l)" = 1 ] && [[ "$msg" == *"$want"* ]] ||
+        { echo "random_shapes: '$*' gave exit $rc and '$msg', expected a non-zero exit and one line with '$want'" >&2; exit 1; }
+}
+refuse "N 'abc': expected a whole number of at least 1" python3 "$src/bench/random_shapes.py" "$B" "$out/x" abc
+refuse "SEED '-1': expected a whole number of at least 0" python3 "$src/bench/random_shapes.py" "$B" "$out/x" 2 -1
+refuse "ARMS 'split@foo': expected VAR=VALUE after '@'" env ARMS="split@foo" bash "$src/bench/split_ab.sh" "$B" "$out/x"
+refuse "ARMS 'bogus': expected split, whole, off or uN" env ARMS=bogus bash "$src/bench/split_ab.sh" "$B" "$out/x"
+refuse "ROUNDS 'x': expected a positive integer" env ROUNDS=x bash "$src/bench/grid_vs_run.sh" "$B" "$out/x"
+[ ! -e "$out/x" ] || { echo "random_shapes: a refused run wrote $out/x" >&2; exit 1; }
 python3 "$src/bench/random_shapes.py" "$B" "$out" 5 3 >"$out/stdout" 2>&1
 rc=$?
 cat "$out/stdout"
