@@ -49,6 +49,10 @@ static const mp_knob_def k_knobs[] = {
            "rows no closer to the prediction; keep 0 where another process shares the CPUs)"),
     NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8, COSTS,
            "units per thread in each half of the pipelined region"),
+    NUMBER("MP_MOE_UNIT_KB", moe_unit_kb, 0, 16384, 0, COSTS,
+           "the least weight bytes, in KiB, one unit of the pipelined region reads (its rows are at least this "
+           "over the bytes of a row, and at least 16), while each half still has a unit for every thread; 0: 16 "
+           "rows, whatever their bytes (a 2 MB expert's down then comes in units of 6.7 KB on 16 threads)"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0, COSTS,
            "prints where each CPU expert call's time goes, one line on stderr when run, bench or plan ends"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1, COSTS,

@@ -49,8 +49,10 @@
 #              shape (2 MB experts, made in /tmp/mp-bench), with 0 and 25 µs between calls
 #              (ROUTES_GAPS: a resident layer's GPU part), and the least-squares line of the median
 #              call time over the routes: its intercept is what a hybrid layer step pays before its
-#              bytes (on the H200's decode grid for that shape, ~36 µs beside ~16 µs an expert)
-#              -> $OUT/cpu-routes.log
+#              bytes (H200, 2026-12-04: 23 µs beside 16.4 µs a route). ROUTES_ARMS: knob settings
+#              alternated in each of ROUTES_ROUNDS (default 1) rounds, "-" the environment as it is,
+#              else VAR=VALUE[,VAR=VALUE...], e.g. "MP_MOE_UNIT_KB=0 MP_MOE_UNIT_KB=64"; a line per
+#              arm and gap, of the rounds' medians -> $OUT/cpu-routes.log
 #   bench-pool thread-pool region overhead at 16 and 8 threads (bench/pool_overhead.c)
 #   membw-pcie host memory read by the cores, by the copy engine and by a zero-copy kernel, alone and
 #              side by side (bench/membw_pcie.cu; MEMBW_PCIE_ARGS) -> $OUT/membw-pcie.log
@@ -500,33 +502,41 @@ for stage in "${stages[@]}"; do
         mkdir -p /tmp/mp-bench
         [ -f "$m256" ] || build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --layers 4 --experts 256 \
             --expert-ff 512 --quant q4_k_m --quiet -o "$m256" || { rc=1; continue; }
-        for gap in ${ROUTES_GAPS:-0 25}; do
-            for r in ${ROUTES_LIST:-1 2 4 8}; do
-                echo "cpu-routes: gap $gap us, $r routes a call" | tee -a "$OUT/cpu-routes.log"
-                build-gpu/bench/moe_cpu_stream -m "$m256" --layers 4 --tokens "${ROUTES_TOKENS:-64}" --routes "$r" \
-                    --gap-us "$gap" --profile 2>&1 | tee -a "$OUT/cpu-routes.log" || rc=1
+        # arms: "-" (the environment as it is) or VAR=VALUE[,VAR=VALUE...], alternated in each round
+        for round in $(seq "${ROUTES_ROUNDS:-1}"); do
+            for arm in ${ROUTES_ARMS:--}; do
+                arm_env=()
+                [ "$arm" = - ] || IFS=, read -r -a arm_env <<<"$arm"
+                for gap in ${ROUTES_GAPS:-0 25}; do
+                    for r in ${ROUTES_LIST:-1 2 4 8}; do
+                        echo "cpu-routes: arm $arm, round $round, gap $gap us, $r routes a call" | tee -a "$OUT/cpu-routes.log"
+                        env "${arm_env[@]}" build-gpu/bench/moe_cpu_stream -m "$m256" --layers 4 --tokens "${ROUTES_TOKENS:-64}" \
+                            --routes "$r" --gap-us "$gap" --profile 2>&1 | tee -a "$OUT/cpu-routes.log" || rc=1
+                    done
+                done
             done
         done
         python3 - "$OUT/cpu-routes.log" <<'PY' | tee -a "$OUT/cpu-routes.log"
-import re, sys
-rows = {}  # gap -> [(routes, median us)]
-gap = routes = None
+import re, statistics, sys
+calls = {}  # (arm, gap) -> {routes: [median us of each round]}
+key = None
 for line in open(sys.argv[1]):
-    m = re.match(r"cpu-routes: gap (\d+) us, (\d+) routes", line)
+    m = re.match(r"cpu-routes: arm (\S+), round \d+, gap (\d+) us, (\d+) routes", line)
     if m:
-        gap, routes = int(m.group(1)), int(m.group(2))
+        key = (m.group(1), int(m.group(2)), int(m.group(3)))
     m = re.search(r"per call median ([0-9.]+) us", line)
-    if m and gap is not None and "whole routes" not in line:
-        rows.setdefault(gap, []).append((routes, float(m.group(1))))
-for g, pts in sorted(rows.items()):
+    if m and key and "whole routes" not in line:
+        calls.setdefault(key[:2], {}).setdefault(key[2], []).append(float(m.group(1)))
+for (arm, g), by_routes in sorted(calls.items()):
+    pts = [(r, statistics.median(v)) for r, v in sorted(by_routes.items())]
     n = len(pts)
     if n < 2:
         continue
     mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
     sxx = sum((x - mx) ** 2 for x, _ in pts)
     slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0
-    print("cpu-routes: gap %d us: median call = %.1f us + %.1f us a route (%s)" %
-          (g, my - slope * mx, slope, ", ".join("%d: %.1f" % p for p in pts)))
+    print("cpu-routes: arm %s, gap %d us: median call = %.1f us + %.1f us a route (%s; the median of %d rounds)" %
+          (arm, g, my - slope * mx, slope, ", ".join("%d: %.1f" % p for p in pts), len(next(iter(by_routes.values())))))
 PY
         ;;
     bench-sim)

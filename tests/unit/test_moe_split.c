@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/knobs.h"
 #include "kernels/quant.h"
 #include "mkmodel/mkmodel.h"
 #include "runtime/decide.h"
@@ -174,21 +175,28 @@ Test(moe_split, cpu_partials_add_up_to_the_whole_block)
     split_once("q8_0", 5);
 }
 
-/* A pool of `threads` threads and two scratches for calls of up to `rows` rows: one runs a call's
- * experts in one pipelined region, the other in two regions. */
 typedef struct two_forms {
     mp_pool *pool;
     mp_moe_scratch *piped, *plain;
 } two_forms;
 
-static two_forms two_forms_new(const mp_model *m, int64_t rows, int threads)
+/* A pool of `threads` threads and two scratches for calls of up to `rows` rows: one runs a call's
+ * experts in one pipelined region (made under piped_knobs; NULL: the defaults), the other in two
+ * regions. */
+static two_forms two_forms_knobs(const mp_model *m, int64_t rows, int threads, const mp_knobs *piped_knobs)
 {
-    two_forms f = {mp_pool_new(threads, false), mp_moe_scratch_new(&m->hp, rows, threads, NULL),
+    two_forms f = {mp_pool_new(threads, false), mp_moe_scratch_new(&m->hp, rows, threads, piped_knobs),
                    mp_moe_scratch_new(&m->hp, rows, threads, NULL)};
     cr_assert(f.pool && f.piped && f.plain);
     mp_moe_scratch_set_pipelined(f.piped, true);
     mp_moe_scratch_set_pipelined(f.plain, false);
     return f;
+}
+
+/* The same under the default knobs. */
+static two_forms two_forms_new(const mp_model *m, int64_t rows, int threads)
+{
+    return two_forms_knobs(m, rows, threads, NULL);
 }
 
 static void two_forms_free(two_forms *f)
@@ -204,12 +212,15 @@ static void two_forms_free(two_forms *f)
  * 4 rows, a random resident mask, and pools of 2 and 5 threads (more threads than CI's cores, so
  * that down units do wait for gate/up units still running elsewhere). A down unit that read an
  * expert's hidden rows too early, or a conversion done twice or not at all, changes bits. */
-static void pipelined_once(const char *mix, int threads)
+static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
 {
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
     mp_model *m = make_model(mix, 0, path);
     const int64_t D = m->hp.n_embd, E = m->hp.n_expert, K = m->hp.n_expert_used, R = 4;
-    two_forms f = two_forms_new(m, R, threads);
+    mp_knobs kn;
+    mp_knobs_defaults(&kn);
+    kn.moe_unit_kb = unit_kb;
+    two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
     const bool profiled = threads > 2; /* profiling must not change a bit either */
@@ -234,8 +245,9 @@ static void pipelined_once(const char *mix, int threads)
         bool nonzero = false;
         for (int64_t i = 0; i < n_rows * D; i++) {
             cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0,
-                         "seed %llu: %s, %d threads, %ld rows: elem %ld: %a pipelined, %a in two regions",
-                         (unsigned long long)g_seed, mix, threads, (long)n_rows, (long)i, a[i], b[i]);
+                         "seed %llu: %s, %d threads, units of %ld KiB, %ld rows: elem %ld: %a pipelined, %a in "
+                         "two regions", (unsigned long long)g_seed, mix, threads, (long)unit_kb, (long)n_rows,
+                         (long)i, a[i], b[i]);
             nonzero |= a[i] != 0.0f;
         }
         cr_assert(nonzero, "seed %llu: %s: the block is all zeros", (unsigned long long)g_seed, mix);
@@ -268,8 +280,12 @@ Test(moe_split, pipelined_region_gives_the_two_regions_bits)
     seed_rng();
     const char *mixes[] = {"f32", "q4_k_m", "q8_0", "bf16"};
     for (int i = 0; i < 4; i++) {
-        pipelined_once(mixes[i], 2);
-        pipelined_once(mixes[i], 5);
+        pipelined_once(mixes[i], 2, 0);
+        pipelined_once(mixes[i], 5, 0);
+        /* a unit floor of bytes (MP_MOE_UNIT_KB) cuts the halves in fewer, longer units: from
+         * 16-row units up to one unit a whole expert */
+        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64));
+        pipelined_once(mixes[i], 3, 16384);
     }
 }
 
