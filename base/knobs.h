@@ -45,6 +45,7 @@ typedef struct mp_knobs {
     bool pool_pin;           /* MP_POOL_PIN */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     int64_t moe_unit_kb;     /* MP_MOE_UNIT_KB: 0..16384 */
+    bool moe_down_prefetch;  /* MP_MOE_DOWN_PREFETCH */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */

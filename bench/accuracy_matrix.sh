@@ -101,6 +101,7 @@ for name in $SHAPES; do
     if [ "${REUSE_COSTS:-0}" = 1 ] && [ -f "$costs" ]; then
         log "$name: calibrate skipped (REUSE_COSTS=1): $costs"
     else
+        [ "${REUSE_COSTS:-0}" = 1 ] && log "$name: no $costs to reuse (REUSE_COSTS=1): calibrating"
         log "$name: calibrate ($CALIBRATE_ARGS)"
         # shellcheck disable=SC2086
         if ! "$MOEPLAN" calibrate -m "$model" --out "$costs" --force --threads "$THREADS" $CALIBRATE_ARGS \

@@ -14,7 +14,8 @@
  *             still run. No barrier between the halves, so the memory stays busy through the
  *             step (a decode step spreads each expert over all threads either way). A half's
  *             units are about MP_MOE_PIPE_UNITS a thread, of at least 16 rows and at least
- *             MP_MOE_UNIT_KB of weights while every thread still has one.
+ *             MP_MOE_UNIT_KB of weights while every thread still has one. With
+ *             MP_MOE_DOWN_PREFETCH a down unit that waits for its expert prefetches its weights.
  *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
  *             Pipelined, every expert's down units cut n_embd at the same rows, and the thread
  *             that finishes the last unit of a row range combines that range (no pass over all
@@ -47,6 +48,11 @@
 #include "runtime/moe.h"
 #include "base/knobs.h"
 #include "runtime/threadpool.h"
+
+/* Cache lines a waiting down unit prefetches between two polls of its expert's ready flag: few
+ * enough that the poll stays prompt (a line's request is issued in a few ns), enough to keep the
+ * core's line fill buffers busy. */
+#define MP_MOE_PREFETCH_LINES 8
 
 static int64_t now_ns(void)
 {
@@ -97,6 +103,7 @@ struct mp_moe_scratch {
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
     int pipe_units;      /* units per thread of each pipelined half (MP_MOE_PIPE_UNITS) */
     int64_t unit_bytes;  /* the least weight bytes of a pipelined unit (MP_MOE_UNIT_KB; 0: none) */
+    bool down_prefetch;  /* a pipelined down unit's wait prefetches its weights (MP_MOE_DOWN_PREFETCH) */
     /* profiling (mp_moe_scratch_profile): the sums, and per pipelined task (= pool thread) its
      * start, the end of its gate/up units, its down units' time, its ready waits and its end */
     mp_moe_cpu_profile *prof;
@@ -177,6 +184,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
         mp_moe_scratch_profile(s, true); /* out of memory: no profile, said by its absence */
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
     s->unit_bytes = knobs->moe_unit_kb * 1024;
+    s->down_prefetch = knobs->moe_down_prefetch;
     if (!s->router || !s->ids || !s->weights || !s->served || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {
@@ -398,11 +406,17 @@ typedef struct expert_job {
 
 /* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
  * (t->ne[0]: all), times the n_x activation rows. */
+/* Expert e's slice of t (k: 0 gate, 1 up, 2 down): the table's, else the tensor's. */
+static const char *expert_weights(const expert_job *j, const mp_tensor *t, int k, int32_t e)
+{
+    return j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
+}
+
 static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
                          int32_t e, int64_t n_cols, int64_t r0, int64_t r1, const char *x,
                          size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
 {
-    const void *w = j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
+    const void *w = expert_weights(j, t, k, e);
     if (n_x == 1)
         mp_gemv_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, y + r0);
     else
@@ -531,8 +545,22 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         const expert_task t = pipe_unit(s, i, p->chunk_dn, p->per_dn, s->n_embd);
         int spins = 0;
         const int64_t w0 = pt ? now_ns() : 0;
-        while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire))
-            mp_wait_step(&spins);
+        /* the unit's down rows (whole rows: a part's are not prefetched), a few lines a poll */
+        const char *pf = NULL, *pf_end = NULL;
+        if (s->down_prefetch && t.ff_rows == s->n_ff) {
+            const size_t row = j->L->down_exps.row_bytes;
+            const char *w = expert_weights(j, &j->L->down_exps, 2, t.expert);
+            pf = w + (size_t)t.r0 * row;
+            pf_end = w + (size_t)t.r1 * row;
+        }
+        while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire)) {
+            if (pf < pf_end) {
+                for (int n = 0; n < MP_MOE_PREFETCH_LINES && pf < pf_end; n++, pf += 64)
+                    __builtin_prefetch(pf, 0, 2); /* read, into L2 */
+            } else {
+                mp_wait_step(&spins);
+            }
+        }
         const int64_t w1 = pt ? now_ns() : 0;
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */

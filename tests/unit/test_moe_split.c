@@ -212,7 +212,7 @@ static void two_forms_free(two_forms *f)
  * 4 rows, a random resident mask, and pools of 2 and 5 threads (more threads than CI's cores, so
  * that down units do wait for gate/up units still running elsewhere). A down unit that read an
  * expert's hidden rows too early, or a conversion done twice or not at all, changes bits. */
-static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
+static void pipelined_once(const char *mix, int threads, int64_t unit_kb, bool prefetch)
 {
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
     mp_model *m = make_model(mix, 0, path);
@@ -220,6 +220,7 @@ static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
     mp_knobs kn;
     mp_knobs_defaults(&kn);
     kn.moe_unit_kb = unit_kb;
+    kn.moe_down_prefetch = prefetch;
     two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
@@ -245,9 +246,9 @@ static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
         bool nonzero = false;
         for (int64_t i = 0; i < n_rows * D; i++) {
             cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0,
-                         "seed %llu: %s, %d threads, units of %ld KiB, %ld rows: elem %ld: %a pipelined, %a in "
-                         "two regions", (unsigned long long)g_seed, mix, threads, (long)unit_kb, (long)n_rows,
-                         (long)i, a[i], b[i]);
+                         "seed %llu: %s, %d threads, units of %ld KiB, prefetch %d, %ld rows: elem %ld: %a "
+                         "pipelined, %a in two regions", (unsigned long long)g_seed, mix, threads, (long)unit_kb,
+                         (int)prefetch, (long)n_rows, (long)i, a[i], b[i]);
             nonzero |= a[i] != 0.0f;
         }
         cr_assert(nonzero, "seed %llu: %s: the block is all zeros", (unsigned long long)g_seed, mix);
@@ -280,12 +281,13 @@ Test(moe_split, pipelined_region_gives_the_two_regions_bits)
     seed_rng();
     const char *mixes[] = {"f32", "q4_k_m", "q8_0", "bf16"};
     for (int i = 0; i < 4; i++) {
-        pipelined_once(mixes[i], 2, 0);
-        pipelined_once(mixes[i], 5, 0);
+        pipelined_once(mixes[i], 2, 0, false);
+        pipelined_once(mixes[i], 5, 0, false);
         /* a unit floor of bytes (MP_MOE_UNIT_KB) cuts the halves in fewer, longer units: from
-         * 16-row units up to one unit a whole expert */
-        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64));
-        pipelined_once(mixes[i], 3, 16384);
+         * 16-row units up to one unit a whole expert; waiting down units may prefetch
+         * (MP_MOE_DOWN_PREFETCH) */
+        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64), true);
+        pipelined_once(mixes[i], 3, 16384, false);
     }
 }
 
