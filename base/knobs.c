@@ -54,8 +54,8 @@ static const mp_knob_def k_knobs[] = {
            "over the bytes of a row, and at least 16), while each half still has a unit for every thread; 0: 16 "
            "rows, whatever their bytes (a 2 MB expert's down then comes in units of 6.7 KB on 16 threads)"),
     SWITCH("MP_MOE_DOWN_PREFETCH", moe_down_prefetch, 0, COSTS,
-           "a thread of the pipelined region that waits for an expert's hidden rows prefetches its down unit's "
-           "weights meanwhile (into L2; a split route's part is not prefetched)"),
+           "a thread of the pipelined region that waits for an expert's hidden rows prefetches the weights its "
+           "down unit will read meanwhile (into L2, at most 512 KiB)"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0, COSTS,
            "prints where each CPU expert call's time goes, one line on stderr when run, bench or plan ends"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1, COSTS,

@@ -15,7 +15,8 @@
  *             step (a decode step spreads each expert over all threads either way). A half's
  *             units are about MP_MOE_PIPE_UNITS a thread, of at least 16 rows and at least
  *             MP_MOE_UNIT_KB of weights while every thread still has one. With
- *             MP_MOE_DOWN_PREFETCH a down unit that waits for its expert prefetches its weights.
+ *             MP_MOE_DOWN_PREFETCH a down unit that waits for its expert prefetches the weights
+ *             it will read.
  *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
  *             Pipelined, every expert's down units cut n_embd at the same rows, and the thread
  *             that finishes the last unit of a row range combines that range (no pass over all
@@ -53,6 +54,9 @@
  * enough that the poll stays prompt (a line's request is issued in a few ns), enough to keep the
  * core's line fill buffers busy. */
 #define MP_MOE_PREFETCH_LINES 8
+/* The most bytes of a down unit prefetched: a quarter of a Sapphire Rapids core's 2 MB L2, so that
+ * the first lines are still there when the unit reads them */
+#define MP_MOE_PREFETCH_MAX (512u * 1024u)
 
 static int64_t now_ns(void)
 {
@@ -474,6 +478,38 @@ static void down_task(void *ctx, int64_t task, int thread)
 
 /* ---- pipelined: both halves in one region ---- */
 
+/* A down unit's weights as a waiting thread prefetches them: the bytes of each of its rows that
+ * the unit reads (a part's: the first ff_rows columns), row by row, at most MP_MOE_PREFETCH_MAX. */
+typedef struct down_prefetch {
+    const char *w;      /* the expert's down slice */
+    size_t row, seg;    /* a row's bytes; the bytes of it the unit reads */
+    int64_t r, r1;      /* the next row; past the last */
+    size_t off, left;   /* the next byte of row r; bytes left to prefetch */
+} down_prefetch;
+
+static down_prefetch down_prefetch_of(const expert_job *j, const expert_task *t)
+{
+    const mp_tensor *d = &j->L->down_exps;
+    const size_t seg = t->ff_rows == j->s->n_ff ? d->row_bytes : mp_type_row_bytes(d->type, t->ff_rows);
+    return (down_prefetch){expert_weights(j, d, 2, t->expert), d->row_bytes, seg, t->r0, t->r1, 0,
+                           MP_MOE_PREFETCH_MAX};
+}
+
+/* Prefetches the next MP_MOE_PREFETCH_LINES lines of the unit into L2; false when none were left. */
+static bool down_prefetch_some(down_prefetch *p)
+{
+    if (p->r >= p->r1 || !p->left)
+        return false;
+    for (int n = 0; n < MP_MOE_PREFETCH_LINES && p->r < p->r1 && p->left; n++) {
+        __builtin_prefetch(p->w + (size_t)p->r * p->row + p->off, 0, 2); /* read, into L2 */
+        p->off += 64;
+        p->left = p->left > 64 ? p->left - 64 : 0;
+        if (p->off >= p->seg)
+            p->r++, p->off = 0;
+    }
+    return true;
+}
+
 typedef struct pipe_job {
     const expert_job *j;
     int h_vdt;                 /* the down activations' type (F32: the SwiGLU rows themselves) */
@@ -545,22 +581,12 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         const expert_task t = pipe_unit(s, i, p->chunk_dn, p->per_dn, s->n_embd);
         int spins = 0;
         const int64_t w0 = pt ? now_ns() : 0;
-        /* the unit's down rows (whole rows: a part's are not prefetched), a few lines a poll */
-        const char *pf = NULL, *pf_end = NULL;
-        if (s->down_prefetch && t.ff_rows == s->n_ff) {
-            const size_t row = j->L->down_exps.row_bytes;
-            const char *w = expert_weights(j, &j->L->down_exps, 2, t.expert);
-            pf = w + (size_t)t.r0 * row;
-            pf_end = w + (size_t)t.r1 * row;
-        }
-        while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire)) {
-            if (pf < pf_end) {
-                for (int n = 0; n < MP_MOE_PREFETCH_LINES && pf < pf_end; n++, pf += 64)
-                    __builtin_prefetch(pf, 0, 2); /* read, into L2 */
-            } else {
+        down_prefetch pf = {0};
+        if (s->down_prefetch)
+            pf = down_prefetch_of(j, &t);
+        while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire))
+            if (!down_prefetch_some(&pf))
                 mp_wait_step(&spins);
-            }
-        }
         const int64_t w1 = pt ? now_ns() : 0;
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */

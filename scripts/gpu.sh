@@ -39,7 +39,8 @@
 #              (moe_cpu_stream --routes R --part N/D --compare-part): the down tensor's rows read in
 #              segments, on a 4-layer model of the Mixtral preset's shape (made in /tmp/mp-bench),
 #              PART_LIST (default "6/8 4/8 2/8 1/8"), PART_ROUTES (default 1), each PART_ROUNDS
-#              (default 2) times -> $OUT/cpu-part.log
+#              (default 2) times, under each of PART_ARMS (knob settings alternated as cpu-routes'
+#              ROUTES_ARMS, e.g. "- MP_MOE_DOWN_PREFETCH=1") -> $OUT/cpu-part.log
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
@@ -219,6 +220,15 @@ ensure_model() {
     mkdir -p "$(dirname "$MODEL30")" || return 1
     log "mkmodel $MODEL30"
     build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$MODEL30"
+}
+
+# arm_run ARM CMD...: CMD under a bench arm's knob settings: "-" the environment as it is, else
+# VAR=VALUE[,VAR=VALUE...] (cpu-routes' ROUTES_ARMS, cpu-part's PART_ARMS)
+arm_run() {
+    local arm=$1 settings=()
+    shift
+    [ "$arm" = - ] || IFS=, read -r -a settings <<<"$arm"
+    env "${settings[@]}" "$@"
 }
 
 rc=0
@@ -479,9 +489,11 @@ for stage in "${stages[@]}"; do
             { rc=1; continue; }
         for part in ${PART_LIST:-6/8 4/8 2/8 1/8}; do
             for round in $(seq 1 "${PART_ROUNDS:-2}"); do
-                echo "cpu-part $part, round $round" | tee -a "$OUT/cpu-part.log"
-                build-gpu/bench/moe_cpu_stream -m "$mx4" --layers 4 --tokens "${PART_TOKENS:-64}" \
-                    --routes "${PART_ROUTES:-1}" --part "$part" --compare-part 2>&1 | tee -a "$OUT/cpu-part.log" || rc=1
+                for arm in ${PART_ARMS:--}; do
+                    echo "cpu-part $part, round $round, arm $arm" | tee -a "$OUT/cpu-part.log"
+                    arm_run "$arm" build-gpu/bench/moe_cpu_stream -m "$mx4" --layers 4 --tokens "${PART_TOKENS:-64}" \
+                        --routes "${PART_ROUTES:-1}" --part "$part" --compare-part 2>&1 | tee -a "$OUT/cpu-part.log" || rc=1
+                done
             done
         done
         ;;
@@ -502,15 +514,13 @@ for stage in "${stages[@]}"; do
         mkdir -p /tmp/mp-bench
         [ -f "$m256" ] || build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --layers 4 --experts 256 \
             --expert-ff 512 --quant q4_k_m --quiet -o "$m256" || { rc=1; continue; }
-        # arms: "-" (the environment as it is) or VAR=VALUE[,VAR=VALUE...], alternated in each round
+        # arms (arm_run), alternated in each round
         for round in $(seq "${ROUTES_ROUNDS:-1}"); do
             for arm in ${ROUTES_ARMS:--}; do
-                arm_env=()
-                [ "$arm" = - ] || IFS=, read -r -a arm_env <<<"$arm"
                 for gap in ${ROUTES_GAPS:-0 25}; do
                     for r in ${ROUTES_LIST:-1 2 4 8}; do
                         echo "cpu-routes: arm $arm, round $round, gap $gap us, $r routes a call" | tee -a "$OUT/cpu-routes.log"
-                        env "${arm_env[@]}" build-gpu/bench/moe_cpu_stream -m "$m256" --layers 4 --tokens "${ROUTES_TOKENS:-64}" \
+                        arm_run "$arm" build-gpu/bench/moe_cpu_stream -m "$m256" --layers 4 --tokens "${ROUTES_TOKENS:-64}" \
                             --routes "$r" --gap-us "$gap" --profile 2>&1 | tee -a "$OUT/cpu-routes.log" || rc=1
                     done
                 done

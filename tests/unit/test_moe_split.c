@@ -193,12 +193,6 @@ static two_forms two_forms_knobs(const mp_model *m, int64_t rows, int threads, c
     return f;
 }
 
-/* The same under the default knobs. */
-static two_forms two_forms_new(const mp_model *m, int64_t rows, int threads)
-{
-    return two_forms_knobs(m, rows, threads, NULL);
-}
-
 static void two_forms_free(two_forms *f)
 {
     mp_moe_scratch_free(f->piped);
@@ -343,14 +337,17 @@ static bool same_bits(const float *a, const float *b, int64_t n)
  * rounds to the neighbouring quant (one such is about 1e-3 of the row). The misses' norm must also
  * be a small share of the change the reference measures, which a part that computed the wrong
  * rows cannot meet. */
-static void part_once(const mp_model *m, const char *mix, int threads, double tol)
+static void part_once(const mp_model *m, const char *mix, int threads, double tol, bool prefetch)
 {
     const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert, K = m->hp.n_expert_used;
     enum { R = 4 }; /* rows at most: the pipelined form's */
     const int64_t granule = mp_decide_split_granule(m->layers[1].down_exps.type);
     cr_assert_geq(F / granule, 2, "%s: n_ff %ld is one block of %ld: no split", mix, (long)F, (long)granule);
     cr_assert_leq(E, 1024);
-    two_forms f = two_forms_new(m, R, threads);
+    mp_knobs kn; /* waiting down units prefetch the part's row segments (MP_MOE_DOWN_PREFETCH) */
+    mp_knobs_defaults(&kn);
+    kn.moe_down_prefetch = prefetch;
+    two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
     const size_t out_bytes = sizeof(float) * (size_t)(R * D);
@@ -450,8 +447,8 @@ Test(moe_split, a_part_computes_the_rows_below_ff_rows)
     for (int i = 0; i < 4; i++) {
         char path[] = "/tmp/mp_moe_part_XXXXXX";
         mp_model *m = make_model(mixes[i], 768, path);
-        part_once(m, mixes[i], 2, tols[i]);
-        part_once(m, mixes[i], 5, tols[i]);
+        part_once(m, mixes[i], 2, tols[i], false);
+        part_once(m, mixes[i], 5, tols[i], true);
         mp_model_free(m);
         unlink(path);
     }
