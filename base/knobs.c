@@ -47,6 +47,10 @@ static const mp_knob_def k_knobs[] = {
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
            "rows no closer to the prediction; keep 0 where another process shares the CPUs)"),
+    NUMBER("MP_POOL_SPIN_US", pool_spin_us, 0, 1000000, MP_KNOB_POOL_SPIN_US, COSTS,
+           "how long a pool worker polls for the next region before it sleeps, in microseconds (a time, so "
+           "that it holds on any CPU; the GPU executor's CPU experts can run a layer or a token apart, and a "
+           "worker that slept starts late)"),
     NUMBER("MP_MOE_PIPE_UNITS", moe_pipe_units, 1, 64, 8, COSTS,
            "units per thread in each half of the pipelined region"),
     NUMBER("MP_MOE_UNIT_KB", moe_unit_kb, 0, 16384, 0, COSTS,

@@ -34,6 +34,8 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 /* MP_GPU_GEMM_MIN_ROWS's floor: the GPU executor sizes its GEMM scratch for steps of at least this
  * many rows (runtime/placement.h's MP_GPU_GEMM_MIN_ROWS is this value) */
 #define MP_KNOB_GEMM_MIN_ROWS 32
+/* MP_POOL_SPIN_US's default: also the spin of pools made before the knobs are applied (tests) */
+#define MP_KNOB_POOL_SPIN_US 2000
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 
@@ -43,6 +45,7 @@ typedef struct mp_knobs {
     /* CPU kernels and the CPU executor */
     int isa;                 /* MP_ISA: MP_KNOB_ISA_* */
     bool pool_pin;           /* MP_POOL_PIN */
+    int64_t pool_spin_us;    /* MP_POOL_SPIN_US: 0..1000000 */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     int64_t moe_unit_kb;     /* MP_MOE_UNIT_KB: 0..16384 */
     bool moe_down_prefetch;  /* MP_MOE_DOWN_PREFETCH */

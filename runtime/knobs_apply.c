@@ -2,10 +2,12 @@
 #include "runtime/knobs_apply.h"
 
 #include "kernels/quant.h"
+#include "runtime/threadpool.h"
 
 void mp_knobs_apply_kernels(const mp_knobs *k)
 {
     mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
+    mp_pool_set_spin_us(k->pool_spin_us);
 }
 
 mp_status mp_knobs_start(mp_knobs *k, mp_error *err)

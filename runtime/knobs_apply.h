@@ -1,12 +1,14 @@
 /* runtime/knobs_apply.h — the knobs (base/knobs.h) where they reach the kernels: the CPU kernels'
- * process-wide ISA cap, set once when a program starts and again when a flag changes it. */
+ * process-wide ISA cap and the thread pools' spin, set once when a program starts and again when a
+ * flag changes them. */
 #ifndef MP_RUNTIME_KNOBS_APPLY_H
 #define MP_RUNTIME_KNOBS_APPLY_H
 
 #include "base/knobs.h"
 
-/* Set the CPU kernels' process-wide ISA cap from k. Called by a program after reading its knobs,
- * before any kernel runs, and again when a flag changes it (run/bench --no-simd). */
+/* Set the CPU kernels' process-wide ISA cap and the spin of the pools made after it from k.
+ * Called by a program after reading its knobs, before any kernel runs, and again when a flag
+ * changes it (run/bench --no-simd). */
 void mp_knobs_apply_kernels(const mp_knobs *k);
 /* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
  * benchmark program). */

@@ -31,8 +31,12 @@
  *    it or the worker sees the new generation: no lost wake-up.
  *
  * Why spin first: a decode step runs hundreds of regions a few microseconds apart; a futex sleep
- * and wake per region costs more than the region's work. After MP_POOL_SPIN_ITERS empty polls a
- * worker sleeps, so an idle pool (between requests, or while the tokenizer runs) burns no CPU.
+ * and wake per region costs more than the region's work. After MP_POOL_SPIN_US of empty polls (a
+ * time, not a count: a pause instruction's latency differs several-fold between CPUs: 20,000 took
+ * 505 us on the development machine's Zen 5) a worker sleeps, so an idle pool (between requests,
+ * or while the tokenizer runs) burns no CPU. The GPU executor's pool runs only the hybrid layers'
+ * CPU experts, whose regions can be a layer or a token apart: a worker that slept there starts its
+ * next call late (2 threads, one 2 MB route a call 1 ms apart: the last worker started 71 us late).
  *
  * Pinning (Linux, pin_workers: MP_POOL_PIN=1 for a session; off by default: on the H200 host the
  * offloaded decode table with far routes ran within the host's own drift pinned or not, layers:48
@@ -51,6 +55,8 @@
  */
 #include "runtime/threadpool.h"
 
+#include "base/knobs.h"
+
 
 #include <limits.h>
 #include <pthread.h>
@@ -59,6 +65,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -66,9 +73,22 @@
 #include <sys/syscall.h>
 #endif
 
-/* ~50-100 us of polling on current x86 (a pause is ~40-140 cycles): longer than the gap between
- * the regions of one decode step, much shorter than the gap between tokens of a slow sampler. */
-#define MP_POOL_SPIN_ITERS 20000
+/* The spin before a worker sleeps, in ns, for pools made from now on (mp_pool_set_spin_us). */
+static _Atomic int64_t g_spin_ns = MP_KNOB_POOL_SPIN_US * 1000;
+/* Polls between two looks at the clock while spinning (a look costs ~20-50 ns, a pause more). */
+#define MP_POOL_SPIN_CLOCK_POLLS 64
+
+void mp_pool_set_spin_us(int64_t us)
+{
+    atomic_store(&g_spin_ns, us * 1000);
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 typedef struct region {
     _Atomic(mp_pool_fn) fn;
@@ -83,6 +103,7 @@ typedef struct block {
 
 struct mp_pool {
     int n_threads;          /* >= 1, including the caller */
+    int64_t spin_ns;        /* a worker's spin before it sleeps */
     int n_pinned;           /* workers pinned to a CPU (see the top of this file) */
     pthread_t *workers;     /* n_threads - 1 */
     struct worker_arg *args;
@@ -186,16 +207,26 @@ static void *worker_main(void *argp)
     for (;;) {
         unsigned g;
         int spins = 0;
+        int64_t since = -1; /* the spin's start: its first look at the clock */
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
-            if (++spins < MP_POOL_SPIN_ITERS) {
+            if (p->spin_ns > 0 && ++spins % MP_POOL_SPIN_CLOCK_POLLS) {
                 mp_cpu_relax();
                 continue;
+            }
+            if (p->spin_ns > 0) {
+                const int64_t t = mono_ns();
+                since = since < 0 ? t : since;
+                if (t - since < p->spin_ns) {
+                    mp_cpu_relax();
+                    continue;
+                }
             }
             atomic_fetch_add(&p->n_sleeping, 1);
             if (atomic_load(&p->generation) == seen)
                 wait_generation(p, seen);
             atomic_fetch_sub(&p->n_sleeping, 1);
             spins = 0;
+            since = -1;
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
@@ -250,6 +281,7 @@ mp_pool *mp_pool_new(int n_threads, bool pin_workers)
     if (!p)
         return NULL;
     p->n_threads = n_threads;
+    p->spin_ns = atomic_load(&g_spin_ns);
     atomic_init(&p->generation, 0);
     p->blocks = aligned_alloc(64, (size_t)n_threads * sizeof *p->blocks);
     if (!p->blocks) {

@@ -32,6 +32,9 @@ int mp_pool_n_threads(const mp_pool *p);
  * process's CPUs); 0 when none. The caller, thread 0, is never pinned by the pool. */
 int mp_pool_n_pinned(const mp_pool *p);
 void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx);
+/* How long a worker of the pools made from now on polls for the next region before it sleeps
+ * (MP_POOL_SPIN_US, set process-wide with the kernels' switches; 0: it sleeps at once). */
+void mp_pool_set_spin_us(int64_t us);
 
 int mp_cpu_count(void); /* online CPUs */
 
