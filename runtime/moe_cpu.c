@@ -408,14 +408,14 @@ typedef struct expert_job {
     int64_t n_expert;
 } expert_job;
 
-/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
- * (t->ne[0]: all), times the n_x activation rows. */
 /* Expert e's slice of t (k: 0 gate, 1 up, 2 down): the table's, else the tensor's. */
 static const char *expert_weights(const expert_job *j, const mp_tensor *t, int k, int32_t e)
 {
     return j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
 }
 
+/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
+ * (t->ne[0]: all), times the n_x activation rows. */
 static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
                          int32_t e, int64_t n_cols, int64_t r0, int64_t r1, const char *x,
                          size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)

@@ -55,9 +55,6 @@
  */
 #include "runtime/threadpool.h"
 
-#include "base/knobs.h"
-
-
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -72,6 +69,8 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #endif
+
+#include "base/knobs.h"
 
 /* The spin before a worker sleeps, in ns, for pools made from now on (mp_pool_set_spin_us). */
 static _Atomic int64_t g_spin_ns = MP_KNOB_POOL_SPIN_US * 1000;
