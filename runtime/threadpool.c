@@ -208,14 +208,14 @@ static void *worker_main(void *argp)
         int spins = 0;
         int64_t since = -1; /* the spin's start: its first look at the clock */
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
-            if (p->spin_ns > 0 && ++spins % MP_POOL_SPIN_CLOCK_POLLS) {
-                mp_cpu_relax();
-                continue;
-            }
             if (p->spin_ns > 0) {
-                const int64_t t = mono_ns();
-                since = since < 0 ? t : since;
-                if (t - since < p->spin_ns) {
+                bool spin = ++spins % MP_POOL_SPIN_CLOCK_POLLS != 0;
+                if (!spin) {
+                    const int64_t t = mono_ns();
+                    since = since < 0 ? t : since;
+                    spin = t - since < p->spin_ns;
+                }
+                if (spin) {
                     mp_cpu_relax();
                     continue;
                 }
