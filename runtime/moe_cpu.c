@@ -239,7 +239,7 @@ void mp_moe_cpu_profile_format(const mp_moe_cpu_profile *p, char *buf, size_t ca
         return;
     }
     const double c = (double)p->calls * 1e3, sl = (double)p->slot_ns / 100.0;
-    snprintf(buf, cap, "per call %.1f us: before the region %.1f, region %.1f, after it %.1f; first start %.1f, "
+    snprintf(buf, cap, "%.1f us a call: before the region %.1f, region %.1f, after it %.1f; first start %.1f, "
              "last start %.1f, gate/up done %.1f; "
              "thread time: late %.1f %%, gate/up %.1f %%, down %.1f %%, waiting for hidden rows %.1f %%, tail %.1f %%",
              (double)p->wall_ns / c, (double)p->pre_ns / c, (double)p->region_ns / c, (double)p->post_ns / c,

@@ -36,7 +36,8 @@
  * 505 us on the development machine's Zen 5) a worker sleeps, so an idle pool (between requests,
  * or while the tokenizer runs) burns no CPU. The GPU executor's pool runs only the hybrid layers'
  * CPU experts, whose regions can be a layer or a token apart: a worker that slept there starts its
- * next call late (2 threads, one 2 MB route a call 1 ms apart: the last worker started 71 us late).
+ * next call late (2 threads, one 2 MB route a call with 1 ms between calls: the last worker
+ * started 71 us late).
  *
  * Pinning (Linux, pin_workers: MP_POOL_PIN=1 for a session; off by default: on the H200 host the
  * offloaded decode table with far routes ran within the host's own drift pinned or not, layers:48

@@ -30,9 +30,7 @@ TEXT = re.compile(
     r"|\bsessions?[ ][0-9]+\b"
     r"|\bissue[ ][0-9]+"
     r"|\bdevice[ ]calls?\b"
-    # a run numbered after the word, but not a measurement per call (a number with a decimal
-    # point or a unit after it, as moe_cpu_stream's profile prints its microseconds per call)
-    r"|\bcalls?[ ][0-9]+\b(?![.,][0-9]|[ ]?(us|µs|ms|ns|s|GB/s|MB)\b)"
+    r"|\bcalls?[ ][0-9]+\b"
     r"|\bs[0-9]+[ ]calls?\b"
     r"|\bthe[ ]lead\b"
     r"|\blea[d].s\b"

@@ -49,7 +49,7 @@ Test(moe_cpu_stream, profile_says_where_a_call_goes)
     char out[8192];
     cr_assert_eq(run("--layers 2 --tokens 4 --threads 2 --profile", out, sizeof out), 0, "%s", out);
     cr_assert_eq(count(out, "per call median"), 1, "%s", out);
-    cr_assert_eq(count(out, "profile: per call"), 1, "%s", out);
+    cr_assert_eq(count(out, "us a call: before the region"), 1, "%s", out);
     double before = -1, region = -1, after = -1;
     const char *p = strstr(out, "before the region");
     cr_assert_not_null(p, "%s", out);
