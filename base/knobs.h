@@ -36,6 +36,10 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 #define MP_KNOB_GEMM_MIN_ROWS 32
 /* MP_POOL_SPIN_US's default: also the spin of pools made before the knobs are applied (tests) */
 #define MP_KNOB_POOL_SPIN_US 2000
+/* MP_MOE_UNIT_KB's default: on the H200 host, 16 threads, one 2 MB expert a call, units of at
+ * least 64 KiB took 32-33 us a call where 16-row units (0) took 42-43 and 128 KiB 29-31; with eight
+ * experts a call the three were within 3 % (bench/results/2026-12-04-h200-cpu-units/) */
+#define MP_KNOB_MOE_UNIT_KB 64
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 
@@ -48,7 +52,6 @@ typedef struct mp_knobs {
     int64_t pool_spin_us;    /* MP_POOL_SPIN_US: 0..1000000 */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     int64_t moe_unit_kb;     /* MP_MOE_UNIT_KB: 0..16384 */
-    bool moe_down_prefetch;  /* MP_MOE_DOWN_PREFETCH */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */

@@ -14,9 +14,7 @@
  *             still run. No barrier between the halves, so the memory stays busy through the
  *             step (a decode step spreads each expert over all threads either way). A half's
  *             units are about MP_MOE_PIPE_UNITS a thread, of at least 16 rows and at least
- *             MP_MOE_UNIT_KB of weights while every thread still has one. With
- *             MP_MOE_DOWN_PREFETCH a down unit that waits for its expert prefetches the weights
- *             it will read.
+ *             MP_MOE_UNIT_KB of weights while every thread still has one.
  *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
  *             Pipelined, every expert's down units cut n_embd at the same rows, and the thread
  *             that finishes the last unit of a row range combines that range (no pass over all
@@ -49,14 +47,6 @@
 #include "runtime/moe.h"
 #include "base/knobs.h"
 #include "runtime/threadpool.h"
-
-/* Cache lines a waiting down unit prefetches between two polls of its expert's ready flag: few
- * enough that the poll stays prompt (a line's request is issued in a few ns), enough to keep the
- * core's line fill buffers busy. */
-#define MP_MOE_PREFETCH_LINES 8
-/* The most bytes of a down unit prefetched: a quarter of a Sapphire Rapids core's 2 MB L2, so that
- * the first lines are still there when the unit reads them */
-#define MP_MOE_PREFETCH_MAX (512u * 1024u)
 
 static int64_t now_ns(void)
 {
@@ -107,7 +97,6 @@ struct mp_moe_scratch {
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
     int pipe_units;      /* units per thread of each pipelined half (MP_MOE_PIPE_UNITS) */
     int64_t unit_bytes;  /* the least weight bytes of a pipelined unit (MP_MOE_UNIT_KB; 0: none) */
-    bool down_prefetch;  /* a pipelined down unit's wait prefetches its weights (MP_MOE_DOWN_PREFETCH) */
     /* profiling (mp_moe_scratch_profile): the sums, and per pipelined task (= pool thread) its
      * start, the end of its gate/up units, its down units' time, its ready waits and its end */
     mp_moe_cpu_profile *prof;
@@ -188,7 +177,6 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
         mp_moe_scratch_profile(s, true); /* out of memory: no profile, said by its absence */
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
     s->unit_bytes = knobs->moe_unit_kb * 1024;
-    s->down_prefetch = knobs->moe_down_prefetch;
     if (!s->router || !s->ids || !s->weights || !s->served || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {
@@ -478,38 +466,6 @@ static void down_task(void *ctx, int64_t task, int thread)
 
 /* ---- pipelined: both halves in one region ---- */
 
-/* A down unit's weights as a waiting thread prefetches them: the bytes of each of its rows that
- * the unit reads (a part's: the first ff_rows columns), row by row, at most MP_MOE_PREFETCH_MAX. */
-typedef struct down_prefetch {
-    const char *w;      /* the expert's down slice */
-    size_t row, seg;    /* a row's bytes; the bytes of it the unit reads */
-    int64_t r, r1;      /* the next row; past the last */
-    size_t off, left;   /* the next byte of row r; bytes left to prefetch */
-} down_prefetch;
-
-static down_prefetch down_prefetch_of(const expert_job *j, const expert_task *t)
-{
-    const mp_tensor *d = &j->L->down_exps;
-    const size_t seg = t->ff_rows == j->s->n_ff ? d->row_bytes : mp_type_row_bytes(d->type, t->ff_rows);
-    return (down_prefetch){expert_weights(j, d, 2, t->expert), d->row_bytes, seg, t->r0, t->r1, 0,
-                           MP_MOE_PREFETCH_MAX};
-}
-
-/* Prefetches the next MP_MOE_PREFETCH_LINES lines of the unit into L2; false when none were left. */
-static bool down_prefetch_some(down_prefetch *p)
-{
-    if (p->r >= p->r1 || !p->left)
-        return false;
-    for (int n = 0; n < MP_MOE_PREFETCH_LINES && p->r < p->r1 && p->left; n++) {
-        __builtin_prefetch(p->w + (size_t)p->r * p->row + p->off, 0, 2); /* read, into L2 */
-        p->off += 64;
-        p->left = p->left > 64 ? p->left - 64 : 0;
-        if (p->off >= p->seg)
-            p->r++, p->off = 0;
-    }
-    return true;
-}
-
 typedef struct pipe_job {
     const expert_job *j;
     int h_vdt;                 /* the down activations' type (F32: the SwiGLU rows themselves) */
@@ -581,12 +537,8 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         const expert_task t = pipe_unit(s, i, p->chunk_dn, p->per_dn, s->n_embd);
         int spins = 0;
         const int64_t w0 = pt ? now_ns() : 0;
-        down_prefetch pf = {0};
-        if (s->down_prefetch)
-            pf = down_prefetch_of(j, &t);
         while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire))
-            if (!down_prefetch_some(&pf))
-                mp_wait_step(&spins);
+            mp_wait_step(&spins);
         const int64_t w1 = pt ? now_ns() : 0;
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */

@@ -40,7 +40,7 @@
 #              segments, on a 4-layer model of the Mixtral preset's shape (made in /tmp/mp-bench),
 #              PART_LIST (default "6/8 4/8 2/8 1/8"), PART_ROUTES (default 1), each PART_ROUNDS
 #              (default 2) times, under each of PART_ARMS (knob settings alternated as cpu-routes'
-#              ROUTES_ARMS, e.g. "- MP_MOE_DOWN_PREFETCH=1") -> $OUT/cpu-part.log
+#              ROUTES_ARMS, e.g. "- MP_MOE_UNIT_KB=0") -> $OUT/cpu-part.log
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,

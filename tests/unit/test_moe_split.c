@@ -206,7 +206,7 @@ static void two_forms_free(two_forms *f)
  * 4 rows, a random resident mask, and pools of 2 and 5 threads (more threads than CI's cores, so
  * that down units do wait for gate/up units still running elsewhere). A down unit that read an
  * expert's hidden rows too early, or a conversion done twice or not at all, changes bits. */
-static void pipelined_once(const char *mix, int threads, int64_t unit_kb, bool prefetch)
+static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
 {
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
     mp_model *m = make_model(mix, 0, path);
@@ -214,7 +214,6 @@ static void pipelined_once(const char *mix, int threads, int64_t unit_kb, bool p
     mp_knobs kn;
     mp_knobs_defaults(&kn);
     kn.moe_unit_kb = unit_kb;
-    kn.moe_down_prefetch = prefetch;
     two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
@@ -240,9 +239,9 @@ static void pipelined_once(const char *mix, int threads, int64_t unit_kb, bool p
         bool nonzero = false;
         for (int64_t i = 0; i < n_rows * D; i++) {
             cr_assert_eq(memcmp(&a[i], &b[i], sizeof(float)), 0,
-                         "seed %llu: %s, %d threads, units of %ld KiB, prefetch %d, %ld rows: elem %ld: %a "
-                         "pipelined, %a in two regions", (unsigned long long)g_seed, mix, threads, (long)unit_kb,
-                         (int)prefetch, (long)n_rows, (long)i, a[i], b[i]);
+                         "seed %llu: %s, %d threads, units of %ld KiB, %ld rows: elem %ld: %a pipelined, %a "
+                         "in two regions", (unsigned long long)g_seed, mix, threads, (long)unit_kb, (long)n_rows,
+                         (long)i, a[i], b[i]);
             nonzero |= a[i] != 0.0f;
         }
         cr_assert(nonzero, "seed %llu: %s: the block is all zeros", (unsigned long long)g_seed, mix);
@@ -275,13 +274,12 @@ Test(moe_split, pipelined_region_gives_the_two_regions_bits)
     seed_rng();
     const char *mixes[] = {"f32", "q4_k_m", "q8_0", "bf16"};
     for (int i = 0; i < 4; i++) {
-        pipelined_once(mixes[i], 2, 0, false);
-        pipelined_once(mixes[i], 5, 0, false);
         /* a unit floor of bytes (MP_MOE_UNIT_KB) cuts the halves in fewer, longer units: from
-         * 16-row units up to one unit a whole expert; waiting down units may prefetch
-         * (MP_MOE_DOWN_PREFETCH) */
-        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64), true);
-        pipelined_once(mixes[i], 3, 16384, false);
+         * 16-row units (0) up to one unit a whole expert */
+        pipelined_once(mixes[i], 2, 0);
+        pipelined_once(mixes[i], 5, 0);
+        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64));
+        pipelined_once(mixes[i], 3, 16384);
     }
 }
 
@@ -337,16 +335,16 @@ static bool same_bits(const float *a, const float *b, int64_t n)
  * rounds to the neighbouring quant (one such is about 1e-3 of the row). The misses' norm must also
  * be a small share of the change the reference measures, which a part that computed the wrong
  * rows cannot meet. */
-static void part_once(const mp_model *m, const char *mix, int threads, double tol, bool prefetch)
+static void part_once(const mp_model *m, const char *mix, int threads, double tol, int64_t unit_kb)
 {
     const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert, K = m->hp.n_expert_used;
     enum { R = 4 }; /* rows at most: the pipelined form's */
     const int64_t granule = mp_decide_split_granule(m->layers[1].down_exps.type);
     cr_assert_geq(F / granule, 2, "%s: n_ff %ld is one block of %ld: no split", mix, (long)F, (long)granule);
     cr_assert_leq(E, 1024);
-    mp_knobs kn; /* waiting down units prefetch the part's row segments (MP_MOE_DOWN_PREFETCH) */
+    mp_knobs kn; /* the part's units under a unit floor of bytes (MP_MOE_UNIT_KB) or of 16 rows (0) */
     mp_knobs_defaults(&kn);
-    kn.moe_down_prefetch = prefetch;
+    kn.moe_unit_kb = unit_kb;
     two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
@@ -447,8 +445,8 @@ Test(moe_split, a_part_computes_the_rows_below_ff_rows)
     for (int i = 0; i < 4; i++) {
         char path[] = "/tmp/mp_moe_part_XXXXXX";
         mp_model *m = make_model(mixes[i], 768, path);
-        part_once(m, mixes[i], 2, tols[i], false);
-        part_once(m, mixes[i], 5, tols[i], true);
+        part_once(m, mixes[i], 2, tols[i], 0);
+        part_once(m, mixes[i], 5, tols[i], MP_KNOB_MOE_UNIT_KB);
         mp_model_free(m);
         unlink(path);
     }
