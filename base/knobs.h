@@ -36,10 +36,13 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 #define MP_KNOB_GEMM_MIN_ROWS 32
 /* MP_POOL_SPIN_US's default: also the spin of pools made before the knobs are applied (tests) */
 #define MP_KNOB_POOL_SPIN_US 2000
-/* MP_MOE_UNIT_KB's default: on the H200 host, 16 threads, one 2 MB expert a call, units of at
- * least 64 KiB took 32-33 us a call where 16-row units (0) took 42-43 and 128 KiB 29-31; with eight
- * experts a call the three were within 3 % (bench/results/2026-12-04-h200-cpu-units/) */
-#define MP_KNOB_MOE_UNIT_KB 64
+/* MP_MOE_UNIT_KB's default: 16-row units, whatever their bytes. On the H200 host (16 threads, one
+ * 2 MB expert a call) units of at least 64 KiB took 32-33 us a call against 42-43, and eight
+ * experts a call within 3 % (bench/results/2026-12-04-h200-cpu-units/); a whole decode with them is
+ * not measured yet, and the one matrix run with 64 as the default (olmoe, one process a row) had 3
+ * of 12 rows 10-14 % slow, their CPU experts at 73-79 GB/s against the grid's 106, so 0 stays until
+ * whole decodes are compared side by side */
+#define MP_KNOB_MOE_UNIT_KB 0
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 

@@ -446,7 +446,7 @@ Test(moe_split, a_part_computes_the_rows_below_ff_rows)
         char path[] = "/tmp/mp_moe_part_XXXXXX";
         mp_model *m = make_model(mixes[i], 768, path);
         part_once(m, mixes[i], 2, tols[i], 0);
-        part_once(m, mixes[i], 5, tols[i], MP_KNOB_MOE_UNIT_KB);
+        part_once(m, mixes[i], 5, tols[i], 64);
         mp_model_free(m);
         unlink(path);
     }
