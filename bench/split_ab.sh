@@ -21,7 +21,7 @@
 # eighths against quarters. An arm may carry one environment setting after '@', for a knob's A/B on
 # the same grid: ARMS="split split@MP_POOL_PIN=1" runs the split grid with the knob off and on.
 # Knobs: MODEL (default /tmp/mp-bench/PRESET-QUANT.gguf, made when missing), PRESET (default mixtral),
-# QUANT (default q4_k_m), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
+# QUANT (default q4_k_m), MKMODEL_ARGS (more mkmodel arguments for that model), COSTS, CALIBRATE_ARGS (default "--rows 1,2,4 --reps 3"), BUDGETS (default
 # "24GB 16GB 12GB", or none when PLACEMENTS is set), PLACEMENTS (e.g. "layers:24 layers:36"), ROUNDS
 # (default 2), REPS (default 2), TG (default 64), THREADS (default nproc), ARMS (default "split whole").
 set -euo pipefail
