@@ -17,8 +17,8 @@
 # costs the CPU side; a ratio above 1 at layers:ALL says the experts' spread does (the grid reads
 # the few experts outside its pool, a run all of them). For whole far routes: a row whose far work
 # is split along the FFN rows (top-2 models) says so, as bench's counters do not give its units.
-# Knobs: PRESET (default olmoe), QUANT (default q4_k_m), MKMODEL_ARGS, MODEL, COSTS, CALIBRATE_ARGS (default
-# "--rows 1 --reps 3"), PLACEMENTS, ROUNDS (default 2), TG (default 64), THREADS (default nproc).
+# Knobs: PRESET (default olmoe), QUANT (default q4_k_m), MKMODEL_ARGS, MODEL, COSTS, CALIBRATE_ARGS
+# (default "--rows 1 --reps 3"), PLACEMENTS, ROUNDS (default 2), TG (default 64), THREADS (default nproc).
 set -euo pipefail
 moeplan=${1:?usage: bench/grid_vs_run.sh MOEPLAN OUTDIR}
 out=${2:?usage: bench/grid_vs_run.sh MOEPLAN OUTDIR}
