@@ -6,14 +6,19 @@
  *   bench/moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]
  *                        [--gap-us G=0] [--token-gap-us U=0]
  *                        [--routes R=top_k] [--part N/D]
- *                        [--compare | --compare-isa A,B | --compare-pin | --compare-part] [--profile]
+ *                        [--compare | --compare-isa A,B | --compare-pin | --compare-part |
+ *                         --compare-packed] [--profile]
  *
  * Per token, every layer 0 .. L-1 gets one call with R (default top_k) distinct random experts (the
  * same sequence for every run: a fixed seed) and a random row; with --part N/D the call's first
  * route is a split far route's CPU side (mp_moe_part: the expert's FFN rows [0, N/D of n_ff),
  * rounded as runtime/decide.h mp_decide_split_rows rounds them: gate/up rows and down's first
  * columns, a segment of every down row), and --compare-part alternates, token by token, calls
- * with that part and calls of whole routes, so that the GB/s of the two read patterns compare; G
+ * with that part and calls of whole routes, so that the GB/s of the two read patterns compare;
+ * --compare-packed (with --routes 1) alternates the part read as now, a segment of every down row,
+ * with the same part over a second copy of down whose rows' segments are packed one after another
+ * (what a host copy laid out by far unit would give the CPU's side: its units' blocks contiguous),
+ * after checking that both give the same bits; G
  * µs of spinning on the caller follow each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
  * median, mean and 90th percentile time per call and the bytes of the call's experts over its
  * mean time, and, for comparison, bench/membw's stream (each thread a contiguous share) over a
@@ -88,6 +93,27 @@ static void copy_task(void *ctx, int64_t task, int thread)
                ts[t]->row_bytes * (size_t)ts[t]->ne[1]);
 }
 
+/* --compare-packed: expert e of layer il's down rows, each cut to the part's first ff_rows columns
+ * and laid one after another */
+typedef struct pack_job {
+    const mp_model *m;
+    const void *const *slices, *const *packed; /* (L, 3, E); packed: the down slices of the copy */
+    int64_t ff_rows;
+} pack_job;
+
+static void pack_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const pack_job *j = ctx;
+    const int64_t E = j->m->hp.n_expert, il = task / E, e = task % E;
+    const mp_tensor *d = &j->m->layers[il].down_exps;
+    const size_t seg = mp_type_row_bytes(d->type, j->ff_rows);
+    const char *src = j->slices[(il * 3 + 2) * E + e];
+    char *dst = (char *)j->packed[(il * 3 + 2) * E + e];
+    for (int64_t r = 0; r < d->ne[1]; r++)
+        memcpy(dst + (size_t)r * seg, src + (size_t)r * d->row_bytes, seg);
+}
+
 /* --profile: one line of means per call, µs, and the thread slots' shares */
 static void print_profile(const mp_moe_scratch *s, const char *label)
 {
@@ -103,7 +129,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: moe_cpu_stream -m MODEL.gguf [--layers L=48] [--tokens N=16] [--threads T=all]\n"
                "                      [--gap-us G=0] [--token-gap-us U=0]\n"
                "                      [--routes R=top_k] [--part N/D]\n"
-               "                      [--compare | --compare-isa A,B | --compare-pin | --compare-part] [--profile]\n");
+               "                      [--compare | --compare-isa A,B | --compare-pin | --compare-part |\n"
+               "                       --compare-packed] [--profile]\n");
 }
 
 /* A whole-string number of microseconds in [0, hi). */
@@ -128,12 +155,12 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t L = 48, tokens = 16, threads = mp_cpu_count();
     double gap_us = 0, token_gap_us = 0;
-    bool compare = false, compare_pin = false, compare_part = false, profile = false;
+    bool compare = false, compare_pin = false, compare_part = false, compare_packed = false, profile = false;
     int64_t routes = 0, part_n = 0, part_d = 0; /* routes 0: top_k; part_d 0: no part */
     char isa[2][16] = {"", ""};
     const struct { const char *name; bool *on; } switches[] = {
         {"--compare", &compare}, {"--compare-pin", &compare_pin}, {"--compare-part", &compare_part},
-        {"--profile", &profile}};
+        {"--compare-packed", &compare_packed}, {"--profile", &profile}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -195,13 +222,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe_cpu_stream: -m MODEL.gguf is required (see --help)\n");
         return 2;
     }
-    if ((int)compare + (int)compare_pin + (int)compare_part + (int)(isa[0][0] != 0) > 1) {
-        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa, --compare-pin and --compare-part are one A/B each: "
-                        "give one\n");
+    if ((int)compare + (int)compare_pin + (int)compare_part + (int)compare_packed + (int)(isa[0][0] != 0) > 1) {
+        fprintf(stderr, "moe_cpu_stream: --compare, --compare-isa, --compare-pin, --compare-part and --compare-packed "
+                        "are one A/B each: give one\n");
         return 2;
     }
-    if (compare_part && !part_d) {
-        fprintf(stderr, "moe_cpu_stream: --compare-part needs --part N/D\n");
+    if ((compare_part || compare_packed) && !part_d) {
+        fprintf(stderr, "moe_cpu_stream: %s needs --part N/D\n", compare_part ? "--compare-part" : "--compare-packed");
+        return 2;
+    }
+    if (compare_packed && routes != 1) {
+        /* the packed copy's rows are a part's: a whole route's down could not be read from it */
+        fprintf(stderr, "moe_cpu_stream: --compare-packed runs the part alone: give --routes 1\n");
         return 2;
     }
     mp_knobs knobs; /* the environment's, as moeplan reads them; the A/B flags change a copy */
@@ -267,6 +299,14 @@ int main(int argc, char **argv)
     mp_moe_scratch *s = NULL, *s2 = NULL;
     int64_t *ns = NULL, *ns2 = NULL;
     float *x = NULL, *out = NULL;
+    /* --compare-packed: the second copy of down (each row's part segment after the one before), the
+     * slices that point into it, and the layers whose down rows are that segment's bytes apart */
+    char *packed = MAP_FAILED;
+    size_t packed_map = 0;
+    const void **slices_p = NULL;
+    mp_layer *layers_p = NULL;
+    mp_model mp;
+    float *out_p = NULL;
 
     /* the copy, as gpu/gpu_host.c lays it out */
     size_t bytes = 0;
@@ -323,6 +363,40 @@ int main(int argc, char **argv)
             (double)map_bytes / 1073741824.0);
     copy_job cj = {m, slices};
     mp_pool_run(pool, L * E, copy_task, &cj);
+    if (compare_packed) {
+        size_t pbytes = 0;
+        for (int64_t il = 0; il < L; il++)
+            pbytes += (size_t)E * align_up((size_t)D * mp_type_row_bytes(m->layers[il].down_exps.type, part.ff_rows));
+        packed_map = (pbytes + huge - 1) & ~(huge - 1);
+        packed = mmap(NULL, packed_map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        slices_p = malloc((size_t)(hp->n_layer * 3 * E) * sizeof *slices_p);
+        layers_p = malloc((size_t)hp->n_layer * sizeof *layers_p);
+        out_p = malloc((size_t)D * sizeof *out_p);
+        if (packed == MAP_FAILED || !slices_p || !layers_p || !out_p) {
+            fprintf(stderr, "moe_cpu_stream: out of memory for --compare-packed (%.2f GiB)\n",
+                    (double)packed_map / 1073741824.0);
+            rc = 1;
+            goto done;
+        }
+#ifdef MADV_HUGEPAGE
+        madvise(packed, packed_map, MADV_HUGEPAGE);
+#endif
+        memcpy(slices_p, slices, (size_t)(hp->n_layer * 3 * E) * sizeof *slices_p);
+        memcpy(layers_p, m->layers, (size_t)hp->n_layer * sizeof *layers_p);
+        char *q = packed;
+        for (int64_t il = 0; il < L; il++) {
+            const size_t seg = mp_type_row_bytes(m->layers[il].down_exps.type, part.ff_rows);
+            layers_p[il].down_exps.row_bytes = seg;
+            for (int64_t e = 0; e < E; e++) {
+                slices_p[(il * 3 + 2) * E + e] = q;
+                q += align_up((size_t)D * seg);
+            }
+        }
+        pack_job pj = {m, slices, slices_p, part.ff_rows};
+        mp_pool_run(pool, L * E, pack_task, &pj);
+        mp = *m;
+        mp.layers = layers_p;
+    }
 
     for (int64_t i = 0; i < D; i++)
         x[i] = (float)((double)(rng() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
@@ -342,7 +416,25 @@ int main(int argc, char **argv)
         mp_moe_scratch_set_pipelined(s, true);
         mp_moe_scratch_set_pipelined(s2, false);
     }
-    const bool ab = compare || compare_pin || compare_part || isa[0][0];
+    if (compare_packed) {
+        /* the two reads of the part must give the same bits: the same dots over the same blocks */
+        for (int64_t k = 0; k < K; k++) {
+            ids[k] = (int32_t)((k + 1) % E);
+            resident[ids[k] / 64] |= k ? 1ull << (ids[k] % 64) : 0;
+        }
+        part.expert = ids[0];
+        mp_moe_experts_cpu(m, 0, x, 1, ids, w, K > 1 ? resident : NULL, (const void *const *)slices, &part, out,
+                           pool, s);
+        mp_moe_experts_cpu(&mp, 0, x, 1, ids, w, K > 1 ? resident : NULL, (const void *const *)slices_p, &part,
+                           out_p, pool, s2);
+        if (memcmp(out, out_p, (size_t)D * sizeof *out)) {
+            fprintf(stderr, "moe_cpu_stream: --compare-packed: the packed part's output differs from the strided "
+                            "part's\n");
+            rc = 1;
+            goto done;
+        }
+    }
+    const bool ab = compare || compare_pin || compare_part || compare_packed || isa[0][0];
     int64_t n_a = 0, n_b = 0;
     for (int64_t t = -2; t < tokens; t++) { /* tokens -2, -1: warm-up, not timed */
         const bool second = ab && (t & 1);
@@ -368,7 +460,9 @@ int main(int argc, char **argv)
                 resident[ids[k] / 64] |= 1ull << (ids[k] % 64);
             const bool with_part = part_d && !(compare_part && second);
             const int64_t t0 = mp_now_ns();
-            mp_moe_experts_cpu(m, il, x, 1, ids, w, R < K ? resident : NULL, (const void *const *)(slices + il * 3 * E),
+            const bool packed_call = compare_packed && second;
+            mp_moe_experts_cpu(packed_call ? &mp : m, il, x, 1, ids, w, R < K ? resident : NULL,
+                               (const void *const *)((packed_call ? slices_p : slices) + il * 3 * E),
                                with_part ? &part : NULL, out, compare_pin && second ? pool2 : pool,
                                second && !compare_pin ? s2 : s);
             const int64_t t1 = mp_now_ns();
@@ -401,6 +495,10 @@ int main(int argc, char **argv)
         snprintf(label[0], sizeof label[0], ", first route's part %" PRId64 "/%" PRId64 " (%" PRId64 " FFN rows)", part_n,
                  part_d, part.ff_rows),
             snprintf(label[1], sizeof label[1], ", whole routes");
+    else if (compare_packed)
+        snprintf(label[0], sizeof label[0], ", part %" PRId64 "/%" PRId64 " (%" PRId64 " FFN rows), down in row segments",
+                 part_n, part_d, part.ff_rows),
+            snprintf(label[1], sizeof label[1], ", the same part, down packed");
     else if (part_d)
         snprintf(label[0], sizeof label[0], ", first route's part %" PRId64 "/%" PRId64 " (%" PRId64 " FFN rows)", part_n,
                  part_d, part.ff_rows);
@@ -409,7 +507,7 @@ int main(int argc, char **argv)
             snprintf(label[1], sizeof label[1], ", not pinned");
     for (int v = 0; v < (ab ? 2 : 1); v++) {
         int64_t *d = v ? ns2 : ns;
-        const double call_bytes = part_d && v == 0 ? part_bytes : whole_bytes;
+        const double call_bytes = part_d && (v == 0 || compare_packed) ? part_bytes : whole_bytes;
         const int64_t n = v ? n_b : n_a;
         double mean = 0;
         for (int64_t i = 0; i < n; i++)
@@ -431,6 +529,11 @@ int main(int argc, char **argv)
 done:
     if (arena != MAP_FAILED)
         munmap(arena, map_bytes);
+    if (packed != MAP_FAILED)
+        munmap(packed, packed_map);
+    free(slices_p);
+    free(layers_p);
+    free(out_p);
     mp_moe_scratch_free(s);
     mp_moe_scratch_free(s2);
     mp_pool_free(pool);

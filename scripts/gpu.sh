@@ -40,7 +40,9 @@
 #              segments, on a 4-layer model of the Mixtral preset's shape (made in /tmp/mp-bench),
 #              PART_LIST (default "6/8 4/8 2/8 1/8"), PART_ROUTES (default 1), each PART_ROUNDS
 #              (default 2) times, under each of PART_ARMS (knob settings alternated as cpu-routes'
-#              ROUTES_ARMS, e.g. "- MP_MOE_UNIT_KB=0") -> $OUT/cpu-part.log
+#              ROUTES_ARMS, e.g. "- MP_MOE_UNIT_KB=0") -> $OUT/cpu-part.log; PART_COMPARE=compare-packed
+#              alternates the part's down read in row segments with the same part packed (a layout by
+#              far unit; PART_ROUTES must stay 1)
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
@@ -492,7 +494,8 @@ for stage in "${stages[@]}"; do
                 for arm in ${PART_ARMS:--}; do
                     echo "cpu-part $part, round $round, arm $arm" | tee -a "$OUT/cpu-part.log"
                     arm_run "$arm" build-gpu/bench/moe_cpu_stream -m "$mx4" --layers 4 --tokens "${PART_TOKENS:-64}" \
-                        --routes "${PART_ROUTES:-1}" --part "$part" --compare-part 2>&1 | tee -a "$OUT/cpu-part.log" || rc=1
+                        --routes "${PART_ROUTES:-1}" --part "$part" "--${PART_COMPARE:-compare-part}" 2>&1 |
+                        tee -a "$OUT/cpu-part.log" || rc=1
                 done
             done
         done

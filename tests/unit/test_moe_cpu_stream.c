@@ -1,6 +1,7 @@
 /* tests/unit/test_moe_cpu_stream.c — bench/moe_cpu_stream (its path in MP_MOE_CPU_STREAM, set by
  * tests/meson.build) on the tiny preset: the timing line, --profile's breakdown, --compare's two
- * variants, and bad input refused with a one-line error and a non-zero exit. */
+ * variants, a split route's part read in row segments and packed, and bad input refused with a
+ * one-line error and a non-zero exit. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +102,30 @@ Test(moe_cpu_stream, part_times_a_split_route_beside_whole_ones)
     cr_assert(whole_mb > 0 && part_mb < whole_mb, "part %g MB, whole %g MB", part_mb, whole_mb);
 }
 
+/* --compare-packed: the same part read from a second copy of down whose rows' segments are packed;
+ * the bench checks first that both reads give the same bits (exit 1 otherwise). */
+Test(moe_cpu_stream, packed_part_gives_the_same_bits_and_is_timed)
+{
+    char args[256], out[8192];
+    snprintf(args, sizeof args, "mkmodel --preset tiny --expert-ff 512 --quiet -o '%s/ff512.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args,
+             "-m '%s/ff512.gguf' --layers 2 --tokens 4 --threads 2 --routes 1 --part 1/2 --compare-packed", tmpdir);
+    cr_assert_eq(mp_test_run("MP_MOE_CPU_STREAM", tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(count(out, "part 1/2 (256 FFN rows), down in row segments: per call median"), 1, "%s", out);
+    cr_assert_eq(count(out, "the same part, down packed: per call median"), 1, "%s", out);
+    double seg_mb = 0, packed_mb = 0;
+    const char *a = strstr(out, "down in row segments"), *b = strstr(out, "down packed");
+    cr_assert(a && b);
+    cr_assert_eq(sscanf(strstr(a, "GB/s at the mean (") + 18, "%lf", &seg_mb), 1, "%s", a);
+    cr_assert_eq(sscanf(strstr(b, "GB/s at the mean (") + 18, "%lf", &packed_mb), 1, "%s", b);
+    cr_assert(seg_mb > 0 && seg_mb == packed_mb, "%g MB against %g MB: the same bytes either way", seg_mb, packed_mb);
+    snprintf(args, sizeof args, "-m '%s/ff512.gguf' --layers 2 --part 1/2 --compare-packed", tmpdir);
+    cr_assert_eq(mp_test_run("MP_MOE_CPU_STREAM", tmpdir, args, MP_TEST_MERGED, out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "give --routes 1"), "%s", out);
+    cr_assert_eq(count(out, "\n"), 1, "one line: %s", out);
+}
+
 Test(moe_cpu_stream, bad_part_flags_are_refused)
 {
     char out[8192];
@@ -110,6 +135,8 @@ Test(moe_cpu_stream, bad_part_flags_are_refused)
     cr_assert_not_null(strstr(out, "--part '2/2'"), "%s", out);
     cr_assert_eq(run("--layers 2 --compare-part", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "needs --part"), "%s", out);
+    cr_assert_eq(run("--layers 2 --routes 1 --compare-packed", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--compare-packed needs --part"), "%s", out);
     cr_assert_eq(run("--layers 2 --routes 5", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "--routes 5"), "%s", out);
 }
