@@ -26,6 +26,20 @@ __attribute__((format(printf, 5, 6))) static void add_fact(char *buf, size_t cap
     (*n)++;
 }
 
+void mp_decode_costs_set_point(mp_decode_costs *dc, const mp_cost_decode_point *p, double layer_ns, double cpu_ns,
+                               double gpu_ns)
+{
+    cpu_ns = cpu_ns >= 0 ? cpu_ns : NAN; /* not measured */
+    if (p->far_on) {
+        dc->on_ns[p->cold][p->far] = layer_ns;
+        dc->cpu_on_ns[p->cold][p->far] = cpu_ns;
+        dc->gpu_on_ns[p->cold][p->far] = gpu_ns >= 0 ? gpu_ns : NAN;
+    } else {
+        dc->off_ns[p->cold] = layer_ns;
+        dc->cpu_off_ns[p->cold] = cpu_ns;
+    }
+}
+
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
                                mp_decode_costs *out, mp_error *err)
 {
@@ -89,15 +103,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
             (!p->far_on && p->far) || !(p->layer.median_ns >= 0)) /* the loader refuses these */
             return mp_fail(err, MP_ERR_ARG, "costs %s: decode layer grid point %d (cold %d, far %d): out of range",
                            name, i, p->cold, p->far);
-        const double cpu_ns = p->cpu_ns >= 0 ? p->cpu_ns : NAN;
-        if (p->far_on) {
-            out->on_ns[p->cold][p->far] = p->layer.median_ns;
-            out->cpu_on_ns[p->cold][p->far] = cpu_ns;
-            out->gpu_on_ns[p->cold][p->far] = p->gpu_ns >= 0 ? p->gpu_ns : NAN;
-        } else {
-            out->off_ns[p->cold] = p->layer.median_ns;
-            out->cpu_off_ns[p->cold] = cpu_ns;
-        }
+        mp_decode_costs_set_point(out, p, p->layer.median_ns, p->cpu_ns, p->gpu_ns);
     }
     mp_decode_costs_settle(out);
     return MP_OK;

@@ -89,6 +89,13 @@ typedef struct mp_decode_shape {
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
                                mp_decode_costs *out, mp_error *err);
 
+/* Grid point p's times in dc, for p->far_on the far-on tables at (cold, far), else the far-off ones
+ * at cold: the layer's, its CPU experts' and (far on) the GPU's side; a negative side time is one
+ * not measured (NaN in dc). mp_decode_costs_from sets the file's points so; the simulator its
+ * points scaled by its cost factors. */
+void mp_decode_costs_set_point(mp_decode_costs *dc, const mp_cost_decode_point *p, double layer_ns, double cpu_ns,
+                               double gpu_ns);
+
 /* The grid's physics after its points are set (mp_decode_costs_from calls it; so does a caller that
  * rescales the points):
  *   - far routes on with none run never beat them off: a far-on point of no far unit measured below

@@ -155,15 +155,7 @@ static void scale_grid(const mp_costs *c, const double *k, mp_decode_costs *dc)
         const double side = cpu_long ? p->cpu_ns : p->gpu_ns;
         const double rest = p->layer.median_ns > side ? p->layer.median_ns - side : 0;
         const double t = (p->layer.median_ns - rest) * k[cpu_long ? MP_COST_CPU : MP_COST_GPU] + rest * k[MP_COST_SYNC];
-        const double cpu_ns = p->cpu_ns * k[MP_COST_CPU];
-        if (p->far_on) {
-            dc->on_ns[p->cold][p->far] = t;
-            dc->cpu_on_ns[p->cold][p->far] = cpu_ns;
-            dc->gpu_on_ns[p->cold][p->far] = p->gpu_ns >= 0 ? p->gpu_ns * k[MP_COST_GPU] : NAN;
-        } else {
-            dc->off_ns[p->cold] = t;
-            dc->cpu_off_ns[p->cold] = cpu_ns;
-        }
+        mp_decode_costs_set_point(dc, p, t, p->cpu_ns * k[MP_COST_CPU], p->gpu_ns * k[MP_COST_GPU]);
     }
 }
 
