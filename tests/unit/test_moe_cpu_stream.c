@@ -81,24 +81,41 @@ Test(moe_cpu_stream, bad_input_is_refused)
 }
 
 /* --part N/D: a split far route's CPU side (the expert's first FFN rows, a segment of every down
- * row); --compare-part times it beside whole routes. The tiny preset's experts (FFN 256) have one
- * granule of rows, so a second model with FFN 512 is split. */
+ * row). The tiny preset's experts (FFN 256) have one granule of rows, so a second model with FFN
+ * 512 is split; run_part runs moe_cpu_stream on it with the part 1/2 and ARGS (exit status). */
+static int run_part(const char *args, char *out, size_t cap)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --expert-ff 512 --quiet --force -o '%s/ff512.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_MERGED, out, cap), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "-m '%s/ff512.gguf' --layers 2 --part 1/2 %s", tmpdir, args);
+    return mp_test_run("MP_MOE_CPU_STREAM", tmpdir, cmd, MP_TEST_MERGED, out, cap);
+}
+
+/* Runs run_part(ARGS), which must print one timing line for label a and one for label b, and
+ * gives the MB a call of each. */
+static void timed_pair(const char *args, const char *a, const char *b, double *mb_a, double *mb_b)
+{
+    char out[8192];
+    cr_assert_eq(run_part(args, out, sizeof out), 0, "%s", out);
+    const char *labels[2] = {a, b};
+    double *mb[2] = {mb_a, mb_b};
+    for (int i = 0; i < 2; i++) {
+        char line[160];
+        snprintf(line, sizeof line, "%s: per call median", labels[i]);
+        cr_assert_eq(count(out, line), 1, "%s", out);
+        const char *at = strstr(strstr(out, line), "GB/s at the mean (");
+        cr_assert(at && sscanf(at + 18, "%lf", mb[i]) == 1, "%s", out);
+    }
+}
+
+/* --compare-part times the part beside whole routes */
 Test(moe_cpu_stream, part_times_a_split_route_beside_whole_ones)
 {
-    char args[256], out[8192];
-    snprintf(args, sizeof args, "mkmodel --preset tiny --expert-ff 512 --quiet -o '%s/ff512.gguf'", tmpdir);
-    cr_assert_eq(mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
-    snprintf(args, sizeof args, "-m '%s/ff512.gguf' --layers 2 --tokens 4 --threads 2 --routes 1 --part 1/2 --compare-part",
-             tmpdir);
-    cr_assert_eq(mp_test_run("MP_MOE_CPU_STREAM", tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
-    cr_assert_eq(count(out, "first route's part 1/2 (256 FFN rows): per call median"), 1, "%s", out);
-    cr_assert_eq(count(out, "whole routes: per call median"), 1, "%s", out);
-    /* the part reads half of the one route's expert bytes */
     double part_mb = 0, whole_mb = 0;
-    const char *p = strstr(out, "first route's part"), *w = strstr(out, "whole routes");
-    cr_assert(p && w);
-    cr_assert_eq(sscanf(strstr(p, "GB/s at the mean (") + 18, "%lf", &part_mb), 1, "%s", p);
-    cr_assert_eq(sscanf(strstr(w, "GB/s at the mean (") + 18, "%lf", &whole_mb), 1, "%s", w);
+    timed_pair("--tokens 4 --threads 2 --routes 1 --compare-part", "first route's part 1/2 (256 FFN rows)",
+               "whole routes", &part_mb, &whole_mb);
+    /* the part reads half of the one route's expert bytes */
     cr_assert(whole_mb > 0 && part_mb < whole_mb, "part %g MB, whole %g MB", part_mb, whole_mb);
 }
 
@@ -106,22 +123,12 @@ Test(moe_cpu_stream, part_times_a_split_route_beside_whole_ones)
  * the bench checks first that both reads give the same bits (exit 1 otherwise). */
 Test(moe_cpu_stream, packed_part_gives_the_same_bits_and_is_timed)
 {
-    char args[256], out[8192];
-    snprintf(args, sizeof args, "mkmodel --preset tiny --expert-ff 512 --quiet -o '%s/ff512.gguf'", tmpdir);
-    cr_assert_eq(mp_test_moeplan(tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
-    snprintf(args, sizeof args,
-             "-m '%s/ff512.gguf' --layers 2 --tokens 4 --threads 2 --routes 1 --part 1/2 --compare-packed", tmpdir);
-    cr_assert_eq(mp_test_run("MP_MOE_CPU_STREAM", tmpdir, args, MP_TEST_MERGED, out, sizeof out), 0, "%s", out);
-    cr_assert_eq(count(out, "part 1/2 (256 FFN rows), down in row segments: per call median"), 1, "%s", out);
-    cr_assert_eq(count(out, "the same part, down packed: per call median"), 1, "%s", out);
     double seg_mb = 0, packed_mb = 0;
-    const char *a = strstr(out, "down in row segments"), *b = strstr(out, "down packed");
-    cr_assert(a && b);
-    cr_assert_eq(sscanf(strstr(a, "GB/s at the mean (") + 18, "%lf", &seg_mb), 1, "%s", a);
-    cr_assert_eq(sscanf(strstr(b, "GB/s at the mean (") + 18, "%lf", &packed_mb), 1, "%s", b);
+    timed_pair("--tokens 4 --threads 2 --routes 1 --compare-packed", "part 1/2 (256 FFN rows), down in row segments",
+               "the same part, down packed", &seg_mb, &packed_mb);
     cr_assert(seg_mb > 0 && seg_mb == packed_mb, "%g MB against %g MB: the same bytes either way", seg_mb, packed_mb);
-    snprintf(args, sizeof args, "-m '%s/ff512.gguf' --layers 2 --part 1/2 --compare-packed", tmpdir);
-    cr_assert_eq(mp_test_run("MP_MOE_CPU_STREAM", tmpdir, args, MP_TEST_MERGED, out, sizeof out), 2, "%s", out);
+    char out[8192];
+    cr_assert_eq(run_part("--compare-packed", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "give --routes 1"), "%s", out);
     cr_assert_eq(count(out, "\n"), 1, "one line: %s", out);
 }
