@@ -273,7 +273,7 @@ int main(int argc, char **argv)
     /* every call routes top_k experts; the CPU computes the first R, the others count as resident */
     const int64_t K = hp->n_expert_used, R = routes ? routes : K;
     /* --part: the CPU's FFN rows of the split route, as the executor cuts them */
-    mp_moe_part part = {0, 0};
+    mp_moe_part part = {.expert = 0};
     if (part_d) {
         const int64_t granule = mp_decide_split_granule(m->layers[0].down_exps.type);
         part.ff_rows = granule > 0 ? mp_decide_split_rows(hp->n_ff_exp, granule, (int)part_d, (int)(part_d - part_n)) : 0;

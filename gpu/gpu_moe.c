@@ -458,7 +458,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
      * kernels/cuda/moe.cuh mpc_route_ptr, at most far_max routes): the GPU runs them already, the
      * last one, when split, from FFN row r0 on, and the CPU computes its rows below r0 */
     int64_t far_routes = 0;
-    mp_moe_part part = {-1, 0};
+    mp_moe_part part = {.expert = -1};
     const bool far = mp_gpu_far_on(g, il, n);
     if (far) {
         int32_t cold[MP_GPU_MAX_TOP_K];
@@ -468,7 +468,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         const int32_t r0 = g->far_split_r0[il * (MP_GPU_MAX_TOP_K + 1) + c];
         for (int j = 0; j < z; j++) {
             if (j == z - 1 && r0 > 0)
-                part = (mp_moe_part){cold[j], r0};
+                part = (mp_moe_part){.expert = cold[j], .ff_rows = r0};
             else
                 leave_to_gpu(g, cold[j]);
         }

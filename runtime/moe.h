@@ -73,10 +73,19 @@ mp_status mp_moe_check_routes(const mp_hparams *hp, int64_t il, int64_t n_rows,
 /* A route the CPU computes in part (a decode step's split far route, runtime/decide.h): expert
  * `expert`'s FFN rows [0, ff_rows) only — gate/up rows below ff_rows and down's first ff_rows
  * columns; the GPU computes the rest. 0 < ff_rows < n_ff, a multiple of the down tensor's block
- * and of its activation block. */
+ * and of its activation block.
+ * down_units (NULL: the down slice's rows are read, a segment of each) holds the expert's down
+ * laid out by unit: unit u is columns [unit_end[u - 1], unit_end[u]) (unit_end[-1] = 0) of every
+ * row, the rows one after another, and the units one after another; ff_rows is one of the n_units
+ * ends, each a multiple of the blocks as ff_rows is. Each down row's dot is then the sum, in unit
+ * order, of its units' dots: the same products, summed in another order than one dot over the
+ * row's segment. */
 typedef struct mp_moe_part {
     int32_t expert;
     int64_t ff_rows;
+    const void *down_units;
+    const int64_t *unit_end;
+    int n_units;
 } mp_moe_part;
 
 /* Experts only: out (n_rows × n_embd) = Σ over the routes (row, k) whose expert is NOT resident

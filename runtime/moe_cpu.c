@@ -394,6 +394,8 @@ typedef struct expert_job {
     size_t h_row_bytes;
     const void *const *slices; /* (3, n_expert) expert weights, or NULL: the tensors' */
     int64_t n_expert;
+    int h_vdt;              /* the down activations' type */
+    const mp_moe_part *part; /* the call's part with its down by unit, or NULL */
 } expert_job;
 
 /* Expert e's slice of t (k: 0 gate, 1 up, 2 down): the table's, else the tensor's. */
@@ -448,10 +450,56 @@ static void gate_up_task(void *ctx, int64_t task, int thread)
     gate_up_unit(j, &j->s->tasks[task]);
 }
 
+/* Rows MP_MOE_UNIT_CHUNK at a time, a part's down by unit (mp_moe_part.down_units): unit 0's dots
+ * into the output, each further unit's into acc and added, so that the units' rows stream whole. */
+#define MP_MOE_UNIT_CHUNK 64
+#define MP_MOE_UNIT_ROWS_MAX 16 /* the entries one expert gets in a call of up to 16 rows (decode) */
+
+static void down_by_units(const expert_job *j, const expert_task *t)
+{
+    const mp_moe_part *pt = j->part;
+    const mp_tensor *d = &j->L->down_exps;
+    mp_moe_scratch *s = j->s;
+    const int64_t D = s->n_embd, first = t->first, cnt = t->cnt;
+    const char *h = j->h + (size_t)first * j->h_row_bytes;
+    float *y = s->down + first * D;
+    float acc[MP_MOE_UNIT_ROWS_MAX * MP_MOE_UNIT_CHUNK];
+    for (int64_t r = t->r0; r < t->r1; r += MP_MOE_UNIT_CHUNK) {
+        const int64_t r1 = r + MP_MOE_UNIT_CHUNK < t->r1 ? r + MP_MOE_UNIT_CHUNK : t->r1, n = r1 - r;
+        const char *w = pt->down_units;
+        for (int64_t u = 0, c0 = 0; c0 < t->ff_rows; c0 = pt->unit_end[u++]) {
+            const int64_t cols = pt->unit_end[u] - c0;
+            const size_t rb = mp_type_row_bytes(d->type, cols);
+            const char *x = h + mp_type_row_bytes(j->h_vdt, c0);
+            /* the unit's rows r .. r1 as a slice of their own: row 0 of it is row r */
+            const char *wr = w + (size_t)r * rb;
+            if (u == 0) {
+                if (cnt == 1)
+                    mp_gemv_rows(j->down_ops, wr, rb, cols, 0, n, x, y + r);
+                else
+                    mp_gemm_rows(j->down_ops, wr, rb, cols, 0, n, x, j->h_row_bytes, cnt, y + r, D);
+            } else {
+                if (cnt == 1)
+                    mp_gemv_rows(j->down_ops, wr, rb, cols, 0, n, x, acc);
+                else
+                    mp_gemm_rows(j->down_ops, wr, rb, cols, 0, n, x, j->h_row_bytes, cnt, acc, MP_MOE_UNIT_CHUNK);
+                for (int64_t i = 0; i < cnt; i++)
+                    for (int64_t k = 0; k < n; k++)
+                        y[i * D + r + k] += acc[i * MP_MOE_UNIT_CHUNK + k];
+            }
+            w += rb * (size_t)d->ne[1];
+        }
+    }
+}
+
 static void down_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
     const int64_t first = t->first, cnt = t->cnt;
+    if (j->part && t->expert == j->part->expert && t->ff_rows < s->n_ff) {
+        down_by_units(j, t);
+        return;
+    }
     matmul_slice(j, j->down_ops, &j->L->down_exps, 2, t->expert, t->ff_rows, t->r0, t->r1,
                  j->h + (size_t)first * j->h_row_bytes, j->h_row_bytes, cnt,
                  s->down + first * s->n_embd, s->n_embd);
@@ -615,7 +663,8 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
 
     /* gate/up activations: one conversion per source row, then gathered by entry */
     expert_job j = {L, s, mp_type_ops_get(L->gate_exps.type), mp_type_ops_get(L->up_exps.type),
-                    mp_type_ops_get(L->down_exps.type), NULL, 0, false, NULL, 0, slices, hp->n_expert};
+                    mp_type_ops_get(L->down_exps.type), NULL, 0, false, NULL, 0, slices, hp->n_expert, 0,
+                    part && part->down_units ? part : NULL};
     const int x_vdt = j.gate_ops->vec_dot_type;
     const char *xsrc = (const char *)x;
     j.x_row_bytes = mp_type_row_bytes(x_vdt, D);
@@ -633,8 +682,11 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         j.x = s->xg;
     }
     const int h_vdt = j.down_ops->vec_dot_type;
+    j.h_vdt = h_vdt;
     assert(!part || (part->expert >= 0 && part->expert < hp->n_expert && part->ff_rows > 0 &&
                      part->ff_rows <= F && part->ff_rows % mp_decide_split_granule(L->down_exps.type) == 0));
+    assert(!j.part || (part->n_units >= 1 && part->unit_end[part->n_units - 1] >= part->ff_rows &&
+                       s->count[part->expert] <= MP_MOE_UNIT_ROWS_MAX));
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;

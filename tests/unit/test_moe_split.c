@@ -360,7 +360,8 @@ static void part_once(const mp_model *m, const char *mix, int threads, double to
         random_inputs(n_rows, D, E, K, x, ids, w);
         /* the split route weighs 2 (the others 0.05 to 1.05): the expert under test leads its row */
         const int64_t split_route = (int64_t)(rnd_u64() % (uint64_t)(n_rows * K));
-        const mp_moe_part pt = {ids[split_route], granule * (int64_t)(1 + rnd_u64() % (uint64_t)(F / granule - 1))};
+        const mp_moe_part pt = {.expert = ids[split_route],
+                                .ff_rows = granule * (int64_t)(1 + rnd_u64() % (uint64_t)(F / granule - 1))};
         w[split_route] = 2.0f;
         const int32_t e = pt.expert;
         /* res: a quarter of the others resident (odd reps); with_e: res and the part's expert;
@@ -381,6 +382,37 @@ static void part_once(const mp_model *m, const char *mix, int threads, double to
         cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, &pt, part, pool, piped), n_whole);
         cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, &pt, part2, pool, plain), n_whole);
         cr_assert(same_bits(part, part2, n_rows * D), "%s: pipelined and two regions differ", ctx);
+        /* the same part with its expert's down laid out by unit (mp_moe_part.down_units): ends at
+         * random block multiples up to ff_rows, and one unit past it that the part must not read */
+        {
+            const mp_tensor *dt = &m->layers[1].down_exps;
+            int64_t ends[4];
+            int nu = 0;
+            for (int64_t c = granule; c < pt.ff_rows && nu < 2; c += granule)
+                if (rnd_u64() % 3 == 0)
+                    ends[nu++] = c;
+            ends[nu++] = pt.ff_rows;
+            ends[nu++] = F;
+            char *units = malloc(dt->row_bytes * (size_t)D), *u = units;
+            cr_assert_not_null(units);
+            const char *src = mp_expert_slice(dt, e);
+            for (int k = 0, c0 = 0; k < nu; c0 = (int)ends[k++]) {
+                const size_t rb = mp_type_row_bytes(dt->type, ends[k] - c0), off = mp_type_row_bytes(dt->type, c0);
+                for (int64_t r = 0; r < D; r++, u += rb)
+                    memcpy(u, src + (size_t)r * dt->row_bytes + off, rb);
+            }
+            const mp_moe_part pu = {pt.expert, pt.ff_rows, units, ends, nu};
+            cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, &pu, masked, pool, piped), n_whole);
+            cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, res, NULL, &pu, masked_part, pool, plain), n_whole);
+            cr_assert(same_bits(masked, masked_part, n_rows * D), "%s: by unit, pipelined and two regions differ", ctx);
+            double mx = 0;
+            for (int64_t d = 0; d < n_rows * D; d++)
+                mx = fmax(mx, fabs(part[d]));
+            for (int64_t d = 0; d < n_rows * D; d++) /* the same products summed unit by unit */
+                cr_assert(fabs((double)masked[d] - part[d]) <= 1e-5 * mx, "%s, %d units: elem %ld: %g by unit, %g "
+                          "from the row segments", ctx, nu - 1, (long)d, masked[d], part[d]);
+            free(units);
+        }
         const int64_t n_masked = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, with_e, NULL, NULL, masked, pool, piped);
         cr_assert_eq(mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, with_e, NULL, &pt, masked_part, pool, plain),
                      n_masked);
