@@ -61,6 +61,7 @@ typedef struct mp_knobs {
     bool gpu_step_stamps;    /* MP_GPU_STEP_STAMPS */
     int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_KNOB_GEMM_MIN_ROWS */
     int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */
+    bool gpu_part_by_unit;   /* MP_GPU_PART_BY_UNIT */
     bool gpu_init_trace;     /* MP_GPU_INIT_TRACE */
     int64_t gpu_tier_hold;   /* MP_GPU_TIER_HOLD: 0..1000 steps */
     /* the CUDA kernels (kernels/cuda/cuda_ops.h) */

@@ -325,6 +325,7 @@ static void knob_switches(mp_gpu *g, const mp_knobs *k)
         snprintf(g->graphs_why, sizeof g->graphs_why, "off (MP_GPU_GRAPHS=0)");
     }
     g->host_mode = k->gpu_host_experts;
+    g->part_by_unit = k->gpu_part_by_unit;
     g->init_trace = k->gpu_init_trace;
     g->tier_hold = k->gpu_tier_hold;
     /* process-wide in the kernels: the last executor made sets it (sessions of one process share
@@ -756,10 +757,10 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
             int split = 1; /* the decode costs' units, the same on every layer */
             for (int64_t il = 0; il < g->s->m->hp.n_layer; il++)
                 split = g->far[il].on && g->far[il].split > split ? g->far[il].split : split;
-            char units[64] = "";
+            char units[96] = "";
             if (split > 1)
-                snprintf(units, sizeof units, ", in 1/%d experts: %" PRId64 " routes split with the CPU", split,
-                         st->routes_split);
+                snprintf(units, sizeof units, ", in 1/%d experts: %" PRId64 " routes split with the CPU%s", split,
+                         st->routes_split, st->routes_split_by_unit ? ", down by unit" : "");
             snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs%s%s)",
                      g->n_far_layers, g->n_hybrid_layers, g->costs_machine[0] ? " of another machine" : "", units);
         }

@@ -134,6 +134,7 @@ bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
         on += fl.on;
     }
     g->n_far_layers = on;
+    mp_gpu_host_units(g);
     if (changed) /* the captured graphs launch the old kernels */
         mp_gpu_drop_graphs(g);
     return true;

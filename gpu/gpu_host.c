@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_impl.h"
+#include "kernels/quant.h"
 #include "runtime/placement.h"
 
 /* Bytes of the mapping that starts at a in transparent huge pages, from /proc/self/smaps (its
@@ -186,8 +187,133 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     return MP_OK;
 }
 
+static size_t align_up_64(size_t b)
+{
+    return (b + 63) & ~(size_t)63;
+}
+
+/* MP_GPU_PART_BY_UNIT: expert e of layer il's down, unit by unit (the rows of each unit's columns
+ * one after another), from its slice in the host copy */
+static void units_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const copy_job *j = ctx;
+    const mp_gpu *g = j->g;
+    const mp_model *m = g->s->m;
+    const int64_t il = j->list[task][0], e = j->list[task][1], E = m->hp.n_expert;
+    const mp_tensor *d = &m->layers[il].down_exps;
+    const char *src = g->h_slices[(il * 3 + 2) * E + e];
+    char *u = (char *)g->h_unit_slices[il * E + e];
+    const int64_t *ends = g->h_unit_end + il * (MP_GPU_MAX_TOP_K + 1);
+    int64_t c0 = 0;
+    for (int k = 0; k < g->h_n_units[il]; c0 = ends[k++]) {
+        const size_t rb = mp_type_row_bytes(d->type, ends[k] - c0), off = mp_type_row_bytes(d->type, c0);
+        for (int64_t r = 0; r < d->ne[1]; r++, u += rb)
+            memcpy(u, src + (size_t)r * d->row_bytes + off, rb);
+    }
+}
+
+static void units_free(mp_gpu *g)
+{
+    if (g->h_units)
+        munmap(g->h_units, g->h_units_bytes);
+    g->h_units = NULL;
+    g->h_units_bytes = 0;
+    free(g->h_unit_slices);
+    free(g->h_unit_end);
+    free(g->h_n_units);
+    g->h_unit_slices = NULL;
+    g->h_unit_end = NULL;
+    g->h_n_units = NULL;
+}
+
+void mp_gpu_host_units(mp_gpu *g)
+{
+    const mp_model *m = g->s->m;
+    const int64_t NL = m->hp.n_layer, E = m->hp.n_expert, D = m->hp.n_embd;
+    enum { W = MP_GPU_MAX_TOP_K + 1 };
+    if (!g->part_by_unit || !g->h_arena)
+        return;
+    int64_t *ends = calloc((size_t)(NL * W), sizeof *ends);
+    int *n = calloc((size_t)NL, sizeof *n);
+    if (!ends || !n) {
+        free(ends), free(n);
+        return;
+    }
+    /* each layer's units end at its split r0s, increasing (0: a whole route, no unit) */
+    for (int64_t il = 0; il < NL; il++)
+        for (int c = 0; c < W; c++) {
+            const int64_t r0 = g->far_split_r0[il * W + c];
+            int at = 0;
+            while (at < n[il] && ends[il * W + at] < r0)
+                at++;
+            if (r0 <= 0 || (at < n[il] && ends[il * W + at] == r0))
+                continue;
+            memmove(ends + il * W + at + 1, ends + il * W + at, (size_t)(n[il] - at) * sizeof *ends);
+            ends[il * W + at] = r0;
+            n[il]++;
+        }
+    if (g->h_unit_end && !memcmp(ends, g->h_unit_end, (size_t)(NL * W) * sizeof *ends)) {
+        free(ends), free(n); /* the units in place are these */
+        return;
+    }
+    units_free(g);
+    g->h_unit_end = ends;
+    g->h_n_units = n;
+    size_t bytes = 0;
+    int64_t n_cold = 0;
+    for (int64_t il = 0; il < NL; il++)
+        if (n[il]) {
+            const int64_t cold = E - g->pl.n_resident[il];
+            n_cold += cold;
+            bytes += (size_t)cold * align_up_64(mp_type_row_bytes(m->layers[il].down_exps.type,
+                                                                  ends[il * W + n[il] - 1]) * (size_t)D);
+        }
+    if (!n_cold)
+        return;
+    const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
+    void *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int64_t(*list)[2] = malloc((size_t)n_cold * sizeof *list);
+    g->h_unit_slices = calloc((size_t)(NL * E), sizeof *g->h_unit_slices);
+    if (arena == MAP_FAILED || !list || !g->h_unit_slices) {
+        fprintf(stderr, "moeplan: warning: MP_GPU_PART_BY_UNIT: no host memory for %.1f GiB of down by unit: "
+                "split far routes read down's rows in segments\n", (double)bytes / (1024.0 * 1024 * 1024));
+        if (arena != MAP_FAILED)
+            munmap(arena, map_bytes);
+        free(list);
+        units_free(g);
+        return;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(arena, map_bytes, MADV_HUGEPAGE);
+#endif
+    g->h_units = arena;
+    g->h_units_bytes = map_bytes;
+    char *p = arena;
+    int64_t k = 0;
+    for (int64_t il = 0; il < NL; il++) {
+        if (!n[il])
+            continue;
+        const size_t per = align_up_64(mp_type_row_bytes(m->layers[il].down_exps.type, ends[il * W + n[il] - 1]) *
+                                       (size_t)D);
+        for (int64_t e = 0; e < E; e++) {
+            if (mp_placement_resident(&g->pl, il, e))
+                continue;
+            g->h_unit_slices[il * E + e] = p;
+            p += per;
+            list[k][0] = il;
+            list[k][1] = e;
+            k++;
+        }
+    }
+    copy_job j = {g, (const int64_t(*)[2])list};
+    mp_pool_run(g->s->pool, n_cold, units_task, &j);
+    free(list);
+}
+
 void mp_gpu_host_experts_free(mp_gpu *g)
 {
+    units_free(g);
     if (g->host_registered && cudaHostUnregister(g->h_arena) != cudaSuccess)
         cudaGetLastError();
     g->host_registered = false;

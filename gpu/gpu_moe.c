@@ -467,10 +467,15 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         mp_decide_far_units(g->far[il].table[c], g->far[il].split, g->far_max, &z, &part_units);
         const int32_t r0 = g->far_split_r0[il * (MP_GPU_MAX_TOP_K + 1) + c];
         for (int j = 0; j < z; j++) {
-            if (j == z - 1 && r0 > 0)
-                part = (mp_moe_part){.expert = cold[j], .ff_rows = r0};
-            else
+            if (j < z - 1 || r0 <= 0) {
                 leave_to_gpu(g, cold[j]);
+                continue;
+            }
+            part = (mp_moe_part){.expert = cold[j], .ff_rows = r0};
+            const void *units = g->h_unit_slices ? g->h_unit_slices[il * m->hp.n_expert + cold[j]] : NULL;
+            if (units) /* MP_GPU_PART_BY_UNIT */
+                part.down_units = units, part.unit_end = g->h_unit_end + il * (MP_GPU_MAX_TOP_K + 1),
+                part.n_units = g->h_n_units[il];
         }
         far_routes = z;
     }
@@ -520,6 +525,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     g->stats.routes_far += far_routes;
     if (split) {
         g->stats.routes_split++;
+        g->stats.routes_split_by_unit += part.down_units != NULL;
         g->stats.split_cpu_bytes += (int64_t)((double)mp_model_expert_bytes(m, il) * (double)part.ff_rows /
                                               (double)hp->n_ff_exp);
     }

@@ -55,6 +55,8 @@ typedef struct mp_gpu_stats {
     int64_t routes_split;      /* of those, split: the CPU computed their first FFN rows
                                 * (runtime/decide.h), and read split_cpu_bytes of their weights */
     int64_t split_cpu_bytes;
+    int64_t routes_split_by_unit; /* of the split routes, those whose CPU side read down laid out by
+                                   * unit (MP_GPU_PART_BY_UNIT) */
     int64_t experts_copied;    /* expert weight copies (prefill, and decode's split with the CPU) */
     int64_t bytes_copied;      /* their bytes */
     int64_t sync_wait_ns;      /* host time waiting for the GPU's routing (the round trip) */

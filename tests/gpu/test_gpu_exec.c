@@ -359,27 +359,37 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
     /* copy_min_rows -1: prefill weight copies by measured cost; far -1: the executor's own far
      * decisions (without decode costs in these placements: none) */
     const int K = (int)m->hp.n_expert_used;
-    struct { const char *spec, *file; uint64_t budget; int64_t copy_min_rows; bool copies; int far, split; } cases[] = {
-        {"cpu", NULL, 0, -1, false, -1, 1},
-        {"layers:2", NULL, 0, -1, false, -1, 1},
-        {"layers-last:1", NULL, 0, -1, false, -1, 1},
-        {"fill", NULL, fill_budget, -1, false, -1, 1},
-        {NULL, file, 0, -1, false, -1, 1},
-        {"cpu", NULL, 0, 0, false, 0, 1},   /* copies off, far routes on but none run: all on the CPU */
-        {"layers:3", NULL, 0, 4, true, -1, 1}, /* prefill experts with >= 4 rows are copied to the GPU */
-        {"cpu", NULL, 0, 0, false, K / 2, 1}, /* far routes: half of each decode layer step's */
-        {"layers:2", NULL, 0, 0, false, K, 1}, /* every cold decode route far */
-        {"fill", NULL, fill_budget, 0, false, K - 1, 1}, /* far beside resident experts */
-        {NULL, file, 0, 0, false, K, 1},
+    struct {
+        const char *spec, *file;
+        uint64_t budget;
+        int64_t copy_min_rows;
+        bool copies;
+        int far, split;
+        bool by_unit;
+    } cases[] = {
+        {"cpu", NULL, 0, -1, false, -1, 1, false},
+        {"layers:2", NULL, 0, -1, false, -1, 1, false},
+        {"layers-last:1", NULL, 0, -1, false, -1, 1, false},
+        {"fill", NULL, fill_budget, -1, false, -1, 1, false},
+        {NULL, file, 0, -1, false, -1, 1, false},
+        {"cpu", NULL, 0, 0, false, 0, 1, false},   /* copies off, far routes on but none run: all on the CPU */
+        {"layers:3", NULL, 0, 4, true, -1, 1, false}, /* prefill experts with >= 4 rows are copied to the GPU */
+        {"cpu", NULL, 0, 0, false, K / 2, 1, false}, /* far routes: half of each decode layer step's */
+        {"layers:2", NULL, 0, 0, false, K, 1, false}, /* every cold decode route far */
+        {"fill", NULL, fill_budget, 0, false, K - 1, 1, false}, /* far beside resident experts */
+        {NULL, file, 0, 0, false, K, 1, false},
         /* copies from one row (decode steps copy too) beside far routes: no far route runs, since
          * a copied expert is cold and the kernels' far routes are the first cold ones */
-        {"layers:2", NULL, 0, 1, true, K, 1},
+        {"layers:2", NULL, 0, 1, true, K, 1, false},
         /* split routes (quarters, halves): an all-cold step gives the GPU 3/4 of one expert, or two
          * whole and a quarter of a third, or whole routes and a half; the CPU computes the split
          * ones' first FFN rows (experts whose rows hold one block only run whole) */
-        {"cpu", NULL, 0, 0, false, 3, 4},
-        {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4},
-        {"fill", NULL, fill_budget, 0, false, K, 2},
+        {"cpu", NULL, 0, 0, false, 3, 4, false},
+        {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4, false},
+        {"fill", NULL, fill_budget, 0, false, K, 2, false},
+        /* the same splits with the CPU's side read from down laid out by unit (MP_GPU_PART_BY_UNIT) */
+        {"cpu", NULL, 0, 0, false, 3, 4, true},
+        {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mp_placement pl;
@@ -388,12 +398,16 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         run_out h;
         g_far = cases[i].far;
         g_far_split = cases[i].split;
+        const mp_knobs by_unit = knobs_with("MP_GPU_PART_BY_UNIT", "1");
+        g_knobs = cases[i].by_unit ? &by_unit : NULL;
         run_model(m, &pl, cases[i].copy_min_rows, gemv_only, &h);
+        g_knobs = NULL;
         g_far = -1;
         g_far_split = 1;
         char what[512];
-        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, far %d/%d) vs GPU-only", mix,
-                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].far, cases[i].split);
+        snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, far %d/%d%s) vs GPU-only", mix,
+                 etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].far, cases[i].split,
+                 cases[i].by_unit ? ", down by unit" : "");
         compare2(what, m, &h, &ref, tol, tol_mean);
         const bool decode_copies = cases[i].copy_min_rows == 1; /* every cold expert copied: none on the CPU */
         if (!decode_copies)
@@ -417,6 +431,10 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         else
             cr_assert_eq(h.stats.routes_split, 0, "%s", what);
         cr_assert_leq(h.stats.routes_split, h.stats.routes_far, "%s: split routes are far routes", what);
+        if (cases[i].by_unit && splits) /* the host copy is there in these runs: every split reads units */
+            cr_assert_eq(h.stats.routes_split_by_unit, h.stats.routes_split, "%s", what);
+        else
+            cr_assert_eq(h.stats.routes_split_by_unit, 0, "%s", what);
         cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far,
                      ref.stats.routes_gpu, "%s: every route is served exactly once", what);
         free(h.logits);
