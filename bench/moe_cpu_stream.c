@@ -17,8 +17,8 @@
  * with that part and calls of whole routes, so that the GB/s of the two read patterns compare;
  * --compare-packed (with --routes 1) alternates the part read as now, a segment of every down row,
  * with the same part over a second copy of down whose rows' segments are packed one after another
- * (what a host copy laid out by far unit would give the CPU's side: its units' blocks contiguous),
- * after checking that both give the same bits; G
+ * (mp_moe_part.down_units with one unit, as the GPU executor's MP_GPU_PART_BY_UNIT gives a part
+ * of one unit), after checking that both give the same bits; G
  * µs of spinning on the caller follow each call (the GPU part of a hybrid layer step, during which the pool waits). Reports the
  * median, mean and 90th percentile time per call and the bytes of the call's experts over its
  * mean time, and, for comparison, bench/membw's stream (each thread a contiguous share) over a
@@ -299,13 +299,11 @@ int main(int argc, char **argv)
     mp_moe_scratch *s = NULL, *s2 = NULL;
     int64_t *ns = NULL, *ns2 = NULL;
     float *x = NULL, *out = NULL;
-    /* --compare-packed: the second copy of down (each row's part segment after the one before), the
-     * slices that point into it, and the layers whose down rows are that segment's bytes apart */
+    /* --compare-packed: the second copy of down (each row's part segment after the one before) and
+     * the slices that point into it (the down slice of each expert, in the slice table's places) */
     char *packed = MAP_FAILED;
     size_t packed_map = 0;
     const void **slices_p = NULL;
-    mp_layer *layers_p = NULL;
-    mp_model mp;
     float *out_p = NULL;
 
     /* the copy, as gpu/gpu_host.c lays it out */
@@ -370,9 +368,8 @@ int main(int argc, char **argv)
         packed_map = (pbytes + huge - 1) & ~(huge - 1);
         packed = mmap(NULL, packed_map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         slices_p = malloc((size_t)(hp->n_layer * 3 * E) * sizeof *slices_p);
-        layers_p = malloc((size_t)hp->n_layer * sizeof *layers_p);
         out_p = malloc((size_t)D * sizeof *out_p);
-        if (packed == MAP_FAILED || !slices_p || !layers_p || !out_p) {
+        if (packed == MAP_FAILED || !slices_p || !out_p) {
             fprintf(stderr, "moe_cpu_stream: out of memory for --compare-packed (%.2f GiB)\n",
                     (double)packed_map / 1073741824.0);
             rc = 1;
@@ -382,11 +379,9 @@ int main(int argc, char **argv)
         madvise(packed, packed_map, MADV_HUGEPAGE);
 #endif
         memcpy(slices_p, slices, (size_t)(hp->n_layer * 3 * E) * sizeof *slices_p);
-        memcpy(layers_p, m->layers, (size_t)hp->n_layer * sizeof *layers_p);
         char *q = packed;
         for (int64_t il = 0; il < L; il++) {
             const size_t seg = mp_type_row_bytes(m->layers[il].down_exps.type, part.ff_rows);
-            layers_p[il].down_exps.row_bytes = seg;
             for (int64_t e = 0; e < E; e++) {
                 slices_p[(il * 3 + 2) * E + e] = q;
                 q += align_up((size_t)D * seg);
@@ -394,9 +389,9 @@ int main(int argc, char **argv)
         }
         pack_job pj = {m, slices, slices_p, part.ff_rows};
         mp_pool_run(pool, L * E, pack_task, &pj);
-        mp = *m;
-        mp.layers = layers_p;
     }
+    /* the packed part: one unit, [0, ff_rows), as the GPU executor's MP_GPU_PART_BY_UNIT gives it */
+    mp_moe_part part_p = {.ff_rows = part.ff_rows, .unit_end = &part.ff_rows, .n_units = 1};
 
     for (int64_t i = 0; i < D; i++)
         x[i] = (float)((double)(rng() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
@@ -422,10 +417,11 @@ int main(int argc, char **argv)
             ids[k] = (int32_t)((k + 1) % E);
             resident[ids[k] / 64] |= k ? 1ull << (ids[k] % 64) : 0;
         }
-        part.expert = ids[0];
+        part.expert = part_p.expert = ids[0];
+        part_p.down_units = slices_p[2 * E + ids[0]];
         mp_moe_experts_cpu(m, 0, x, 1, ids, w, K > 1 ? resident : NULL, (const void *const *)slices, &part, out,
                            pool, s);
-        mp_moe_experts_cpu(&mp, 0, x, 1, ids, w, K > 1 ? resident : NULL, (const void *const *)slices_p, &part,
+        mp_moe_experts_cpu(m, 0, x, 1, ids, w, K > 1 ? resident : NULL, (const void *const *)slices, &part_p,
                            out_p, pool, s2);
         if (memcmp(out, out_p, (size_t)D * sizeof *out)) {
             fprintf(stderr, "moe_cpu_stream: --compare-packed: the packed part's output differs from the strided "
@@ -454,17 +450,18 @@ int main(int argc, char **argv)
                 } while (dup);
                 ids[k] = e;
             }
-            part.expert = ids[0];
+            part.expert = part_p.expert = ids[0];
+            if (compare_packed)
+                part_p.down_units = slices_p[(il * 3 + 2) * E + ids[0]];
             memset(resident, 0, sizeof resident);
             for (int64_t k = R; k < K; k++)
                 resident[ids[k] / 64] |= 1ull << (ids[k] % 64);
             const bool with_part = part_d && !(compare_part && second);
             const int64_t t0 = mp_now_ns();
             const bool packed_call = compare_packed && second;
-            mp_moe_experts_cpu(packed_call ? &mp : m, il, x, 1, ids, w, R < K ? resident : NULL,
-                               (const void *const *)((packed_call ? slices_p : slices) + il * 3 * E),
-                               with_part ? &part : NULL, out, compare_pin && second ? pool2 : pool,
-                               second && !compare_pin ? s2 : s);
+            mp_moe_experts_cpu(m, il, x, 1, ids, w, R < K ? resident : NULL, (const void *const *)(slices + il * 3 * E),
+                               !with_part ? NULL : packed_call ? &part_p : &part, out,
+                               compare_pin && second ? pool2 : pool, second && !compare_pin ? s2 : s);
             const int64_t t1 = mp_now_ns();
             sink += out[0];
             if (t >= 0 && second)
@@ -532,7 +529,6 @@ done:
     if (packed != MAP_FAILED)
         munmap(packed, packed_map);
     free(slices_p);
-    free(layers_p);
     free(out_p);
     mp_moe_scratch_free(s);
     mp_moe_scratch_free(s2);
