@@ -453,7 +453,8 @@ static void gate_up_task(void *ctx, int64_t task, int thread)
 /* Rows MP_MOE_UNIT_CHUNK at a time, a part's down by unit (mp_moe_part.down_units): unit 0's dots
  * into the output, each further unit's into acc and added, so that the units' rows stream whole. */
 #define MP_MOE_UNIT_CHUNK 64
-#define MP_MOE_UNIT_ROWS_MAX 16 /* the entries one expert gets in a call of up to 16 rows (decode) */
+#define MP_MOE_UNIT_ROWS_MAX 16 /* entries of the expert read by unit (a split route: decode, < 16 rows); an
+                                 * expert with more reads its row segments from the slice */
 
 static void down_by_units(const expert_job *j, const expert_task *t)
 {
@@ -496,7 +497,7 @@ static void down_unit(const expert_job *j, const expert_task *t)
 {
     mp_moe_scratch *s = j->s;
     const int64_t first = t->first, cnt = t->cnt;
-    if (j->part && t->expert == j->part->expert && t->ff_rows < s->n_ff) {
+    if (j->part && t->expert == j->part->expert && t->ff_rows < s->n_ff && cnt <= MP_MOE_UNIT_ROWS_MAX) {
         down_by_units(j, t);
         return;
     }
@@ -685,8 +686,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     j.h_vdt = h_vdt;
     assert(!part || (part->expert >= 0 && part->expert < hp->n_expert && part->ff_rows > 0 &&
                      part->ff_rows <= F && part->ff_rows % mp_decide_split_granule(L->down_exps.type) == 0));
-    assert(!j.part || (part->n_units >= 1 && part->unit_end[part->n_units - 1] >= part->ff_rows &&
-                       s->count[part->expert] <= MP_MOE_UNIT_ROWS_MAX));
+    assert(!j.part || (part->n_units >= 1 && part->unit_end[part->n_units - 1] >= part->ff_rows));
     j.h_row_bytes = mp_type_row_bytes(h_vdt, F);
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;
