@@ -332,10 +332,16 @@ void mp_gpu_exec_host_report(const mp_gpu *g, char *buf, size_t cap)
     if (g->h_arena && g->h_arena_huge >= 0)
         snprintf(huge, sizeof huge, ", %.0f %% in huge pages",
                  100.0 * (double)g->h_arena_huge / (double)g->h_arena_bytes);
+    char units[96] = "";
+    if (g->h_units) { /* MP_GPU_PART_BY_UNIT */
+        char ub[32];
+        mp_format_bytes(g->h_units_bytes, ub, sizeof ub);
+        snprintf(units, sizeof units, "; down by unit for split routes: %s more", ub);
+    }
     if (g->n_hybrid_layers == 0)
         snprintf(buf, cap, "no host experts");
     else if (g->h_arena && g->host_registered)
-        snprintf(buf, cap, "host experts in a page-locked copy (%s%s)", size, huge);
+        snprintf(buf, cap, "host experts in a page-locked copy (%s%s%s)", size, huge, units);
     else if (g->h_arena)
         snprintf(buf, cap, "host experts in a pageable copy (%s%s; %s)", size, huge, g->host_why);
     else

@@ -134,7 +134,9 @@ static inline int64_t mp_gpu_stats_routes(const mp_gpu_stats *st)
  * scratch 0.20 GiB, pool 16.52 GiB); routes gpu 98.1 %, cpu 1.9 %, copied 0.0 %; ..." */
 void mp_gpu_report(const mp_gpu *g, char *buf, size_t cap);
 /* Where the cold experts are in host memory: "host experts in a page-locked copy (9.84 GiB)",
- * "... in a pageable copy (...; why)", "... in the model's mapping, pageable", "no host experts". */
+ * "... in a pageable copy (...; why)", "... in the model's mapping, pageable", "no host experts";
+ * with MP_GPU_PART_BY_UNIT's second copy of down, its size after the copy's ("; down by unit for
+ * split routes: 3.10 GiB more"). */
 void mp_gpu_host_report(const mp_gpu *g, char *buf, size_t cap);
 
 /* Prefill weight-copy path: copy a cold expert to the GPU when it has at least min_rows rows in
