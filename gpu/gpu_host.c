@@ -28,6 +28,7 @@
 
 #include "gpu/gpu_impl.h"
 #include "kernels/quant.h"
+#include "runtime/decide.h"
 #include "runtime/placement.h"
 
 /* Bytes of the mapping that starts at a in transparent huge pages, from /proc/self/smaps (its
@@ -230,8 +231,8 @@ static void units_free(mp_gpu *g)
 void mp_gpu_host_units(mp_gpu *g)
 {
     const mp_model *m = g->s->m;
-    const int64_t NL = m->hp.n_layer, E = m->hp.n_expert, D = m->hp.n_embd;
-    enum { W = MP_GPU_MAX_TOP_K + 1 };
+    const int64_t NL = m->hp.n_layer, E = m->hp.n_expert, D = m->hp.n_embd, F = m->hp.n_ff_exp;
+    enum { W = MP_GPU_MAX_TOP_K + 1 }; /* > the most split points: split <= MP_DECIDE_MAX_K / top_k */
     if (!g->part_by_unit || !g->h_arena)
         return;
     int64_t *ends = calloc((size_t)(NL * W), sizeof *ends);
@@ -240,10 +241,12 @@ void mp_gpu_host_units(mp_gpu *g)
         free(ends), free(n);
         return;
     }
-    /* each layer's units end at its split r0s, increasing (0: a whole route, no unit) */
+    /* each far layer's units end at every point its split can cut an expert at (so that the units
+     * hold for any far table of that split: calibrate's grid sets one a point), increasing */
     for (int64_t il = 0; il < NL; il++)
-        for (int c = 0; c < W; c++) {
-            const int64_t r0 = g->far_split_r0[il * W + c];
+        for (int p = 1; g->far[il].on && p < g->far[il].split && p < W; p++) {
+            const int64_t r0 = mp_decide_split_rows(F, mp_decide_split_granule(m->layers[il].down_exps.type),
+                                                    g->far[il].split, p);
             int at = 0;
             while (at < n[il] && ends[il * W + at] < r0)
                 at++;

@@ -220,8 +220,8 @@ struct mp_gpu {
     bool host_registered;   /* h_arena is page-locked (cudaHostRegister) */
     char host_why[96];      /* why the copy or its page-locking is not in place ("" when it is) */
     /* MP_GPU_PART_BY_UNIT (gpu_host.c, mp_gpu_host_units): each cold expert's down in units whose
-     * column ends are the layer's split r0s (far_split_r0's values, increasing), for the CPU's side
-     * of a split far route (mp_moe_part.down_units) */
+     * column ends are the points the layer's split can cut at (mp_decide_split_rows, increasing),
+     * for the CPU's side of a split far route (mp_moe_part.down_units) */
     bool part_by_unit;
     char *h_units;          /* anonymous memory, or NULL */
     size_t h_units_bytes;
@@ -311,9 +311,9 @@ int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes);
  * or a pageable copy, said by mp_gpu_exec_host_report (gpu.h). Fails only when out of memory for the table. */
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
-/* MP_GPU_PART_BY_UNIT with a host copy: lays each cold expert's down out by the units that the far
- * plan's split r0s make (h_units), again when they change (mp_gpu_exec_set_far_plan calls it); out
- * of memory, none (said on stderr): split routes then read down's rows in segments. */
+/* MP_GPU_PART_BY_UNIT with a host copy: lays each cold expert's down out by the units that the
+ * far layers' split points make (h_units), again when they change (mp_gpu_exec_set_far_plan calls
+ * it); out of memory, none (said on stderr): split routes then read down's rows in segments. */
 void mp_gpu_host_units(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
 void mp_gpu_measure_copy(mp_gpu *g);
