@@ -473,9 +473,11 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
             }
             part = (mp_moe_part){.expert = cold[j], .ff_rows = r0};
             const void *units = g->h_unit_slices ? g->h_unit_slices[il * m->hp.n_expert + cold[j]] : NULL;
-            if (units) /* MP_GPU_PART_BY_UNIT */
-                part.down_units = units, part.unit_end = g->h_unit_end + il * (MP_GPU_MAX_TOP_K + 1),
+            if (units) { /* MP_GPU_PART_BY_UNIT */
+                part.down_units = units;
+                part.unit_end = g->h_unit_end + il * (MP_GPU_MAX_TOP_K + 1);
                 part.n_units = g->h_n_units[il];
+            }
         }
         far_routes = z;
     }
