@@ -394,27 +394,29 @@ typedef struct expert_job {
     size_t h_row_bytes;
     const void *const *slices; /* (3, n_expert) expert weights, or NULL: the tensors' */
     int64_t n_expert;
-    int h_vdt;              /* the down activations' type */
+    int h_vdt;              /* the down activations' type (F32: the SwiGLU rows themselves) */
     const mp_moe_part *part; /* the call's part with its down by unit, or NULL */
 } expert_job;
 
-/* Expert e's slice of t (k: 0 gate, 1 up, 2 down): the table's, else the tensor's. */
-static const char *expert_weights(const expert_job *j, const mp_tensor *t, int k, int32_t e)
+/* y[i * y_stride + r - r0] = dot(row r of w, x_i) for rows [r0, r1) of w (row_bytes apart), their
+ * first n_cols columns, and the n_x activation rows x_i (x_row_bytes apart): a GEMV for one. */
+static void matmul_rows(const mp_type_ops *ops, const char *w, size_t row_bytes, int64_t n_cols, int64_t r0,
+                        int64_t r1, const char *x, size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
 {
-    return j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
+    if (n_x == 1)
+        mp_gemv_rows(ops, w, row_bytes, n_cols, r0, r1, x, y);
+    else
+        mp_gemm_rows(ops, w, row_bytes, n_cols, r0, r1, x, x_row_bytes, n_x, y, y_stride);
 }
 
-/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down), their first n_cols columns
- * (t->ne[0]: all), times the n_x activation rows. */
+/* Rows [r0, r1) of expert e's slice of t (k: 0 gate, 1 up, 2 down; the table's, else the tensor's),
+ * their first n_cols columns (t->ne[0]: all), times the n_x activation rows. */
 static void matmul_slice(const expert_job *j, const mp_type_ops *ops, const mp_tensor *t, int k,
                          int32_t e, int64_t n_cols, int64_t r0, int64_t r1, const char *x,
                          size_t x_row_bytes, int64_t n_x, float *y, int64_t y_stride)
 {
-    const void *w = expert_weights(j, t, k, e);
-    if (n_x == 1)
-        mp_gemv_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, y + r0);
-    else
-        mp_gemm_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
+    const char *w = j->slices ? j->slices[k * j->n_expert + e] : mp_expert_slice(t, e);
+    matmul_rows(ops, w, t->row_bytes, n_cols, r0, r1, x, x_row_bytes, n_x, y + r0, y_stride);
 }
 
 /* Gate, up and SwiGLU of the task's FFN rows below its expert's ff_rows (a part's units past
@@ -472,18 +474,10 @@ static void down_by_units(const expert_job *j, const expert_task *t)
             const int64_t cols = pt->unit_end[u] - c0;
             const size_t rb = mp_type_row_bytes(d->type, cols);
             const char *x = h + mp_type_row_bytes(j->h_vdt, c0);
-            /* the unit's rows r .. r1 as a slice of their own: row 0 of it is row r */
-            const char *wr = w + (size_t)r * rb;
             if (u == 0) {
-                if (cnt == 1)
-                    mp_gemv_rows(j->down_ops, wr, rb, cols, 0, n, x, y + r);
-                else
-                    mp_gemm_rows(j->down_ops, wr, rb, cols, 0, n, x, j->h_row_bytes, cnt, y + r, D);
+                matmul_rows(j->down_ops, w, rb, cols, r, r1, x, j->h_row_bytes, cnt, y + r, D);
             } else {
-                if (cnt == 1)
-                    mp_gemv_rows(j->down_ops, wr, rb, cols, 0, n, x, acc);
-                else
-                    mp_gemm_rows(j->down_ops, wr, rb, cols, 0, n, x, j->h_row_bytes, cnt, acc, MP_MOE_UNIT_CHUNK);
+                matmul_rows(j->down_ops, w, rb, cols, r, r1, x, j->h_row_bytes, cnt, acc, MP_MOE_UNIT_CHUNK);
                 for (int64_t i = 0; i < cnt; i++)
                     for (int64_t k = 0; k < n; k++)
                         y[i * D + r + k] += acc[i * MP_MOE_UNIT_CHUNK + k];
@@ -517,7 +511,6 @@ static void down_task(void *ctx, int64_t task, int thread)
 
 typedef struct pipe_job {
     const expert_job *j;
-    int h_vdt;                 /* the down activations' type (F32: the SwiGLU rows themselves) */
     /* unit i of a half: active expert i / per, rows [(i % per) chunk, + chunk) of n_out; the
      * units of plan_tasks, in its order, without a table */
     int64_t chunk_gu, per_gu, chunk_dn, per_dn;
@@ -572,8 +565,8 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         gate_up_unit(j, &t);
         /* acq_rel: the last finisher sees every unit's SwiGLU rows of this expert */
         if (atomic_fetch_sub_explicit(&s->left[i / p->per_gu], 1, memory_order_acq_rel) == 1) {
-            if (p->h_vdt != MP_TYPE_F32)
-                convert_hidden(j, p->h_vdt, t.first, t.cnt, t.ff_rows);
+            if (j->h_vdt != MP_TYPE_F32)
+                convert_hidden(j, j->h_vdt, t.first, t.cnt, t.ff_rows);
             atomic_store_explicit(&s->ready[i / p->per_gu], 1, memory_order_release);
         }
     }
@@ -691,7 +684,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;
     if (pipelined) {
-        pipe_job p = {.j = &j, .h_vdt = h_vdt, .n_rows = n_rows};
+        pipe_job p = {.j = &j, .n_rows = n_rows};
         int64_t n_active = 0;
         for (int64_t e = 0; e < s->n_expert; e++)
             if (s->count[e])
