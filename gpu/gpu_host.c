@@ -101,6 +101,20 @@ static void copy_task(void *ctx, int64_t task, int thread)
     }
 }
 
+/* An anonymous mapping of at least bytes, rounded up to 2 MiB (*map_bytes) and advised to
+ * transparent huge pages: fewer TLB misses for the CPU's streaming reads. MAP_FAILED when none. */
+static void *huge_arena(size_t bytes, size_t *map_bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    *map_bytes = (bytes + huge - 1) & ~(huge - 1);
+    void *arena = mmap(NULL, *map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+#ifdef MADV_HUGEPAGE
+    if (arena != MAP_FAILED)
+        madvise(arena, *map_bytes, MADV_HUGEPAGE);
+#endif
+    return arena;
+}
+
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
 {
     const mp_model *m = g->s->m;
@@ -136,18 +150,14 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     int64_t(*list)[2] = malloc((size_t)n_cold * sizeof *list);
     if (!list)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    const size_t huge = (size_t)2 << 20;
-    const size_t map_bytes = (bytes + huge - 1) & ~(huge - 1);
-    void *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t map_bytes;
+    void *arena = huge_arena(bytes, &map_bytes);
     if (arena == MAP_FAILED) {
         free(list);
         snprintf(g->host_why, sizeof g->host_why, "no host memory for a %.1f GiB copy",
                  (double)bytes / (1024.0 * 1024 * 1024));
         return MP_OK; /* the mapping serves, pageable: slower copies, the same results */
     }
-#ifdef MADV_HUGEPAGE
-    madvise(arena, map_bytes, MADV_HUGEPAGE); /* fewer TLB misses for the CPU's streaming reads */
-#endif
     g->h_arena = arena;
     g->h_arena_bytes = map_bytes;
 
@@ -188,9 +198,10 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     return MP_OK;
 }
 
-static size_t align_up_64(size_t b)
+/* MP_GPU_PART_BY_UNIT: the bytes of one expert of layer il laid out in units up to column end */
+static size_t units_bytes(const mp_model *m, int64_t il, int64_t end)
 {
-    return (b + 63) & ~(size_t)63;
+    return mp_gpu_align(mp_type_row_bytes(m->layers[il].down_exps.type, end) * (size_t)m->hp.n_embd);
 }
 
 /* MP_GPU_PART_BY_UNIT: expert e of layer il's down, unit by unit (the rows of each unit's columns
@@ -231,7 +242,7 @@ static void units_free(mp_gpu *g)
 void mp_gpu_host_units(mp_gpu *g)
 {
     const mp_model *m = g->s->m;
-    const int64_t NL = m->hp.n_layer, E = m->hp.n_expert, D = m->hp.n_embd, F = m->hp.n_ff_exp;
+    const int64_t NL = m->hp.n_layer, E = m->hp.n_expert, F = m->hp.n_ff_exp;
     enum { W = MP_GPU_MAX_TOP_K + 1 }; /* > the most split points: split <= MP_DECIDE_MAX_K / top_k */
     if (!g->part_by_unit || !g->h_arena)
         return;
@@ -269,13 +280,12 @@ void mp_gpu_host_units(mp_gpu *g)
         if (n[il]) {
             const int64_t cold = E - g->pl.n_resident[il];
             n_cold += cold;
-            bytes += (size_t)cold * align_up_64(mp_type_row_bytes(m->layers[il].down_exps.type,
-                                                                  ends[il * W + n[il] - 1]) * (size_t)D);
+            bytes += (size_t)cold * units_bytes(m, il, ends[il * W + n[il] - 1]);
         }
     if (!n_cold)
         return;
-    const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
-    void *arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t map_bytes;
+    void *arena = huge_arena(bytes, &map_bytes);
     int64_t(*list)[2] = malloc((size_t)n_cold * sizeof *list);
     g->h_unit_slices = calloc((size_t)(NL * E), sizeof *g->h_unit_slices);
     if (arena == MAP_FAILED || !list || !g->h_unit_slices) {
@@ -287,9 +297,6 @@ void mp_gpu_host_units(mp_gpu *g)
         units_free(g);
         return;
     }
-#ifdef MADV_HUGEPAGE
-    madvise(arena, map_bytes, MADV_HUGEPAGE);
-#endif
     g->h_units = arena;
     g->h_units_bytes = map_bytes;
     char *p = arena;
@@ -297,8 +304,7 @@ void mp_gpu_host_units(mp_gpu *g)
     for (int64_t il = 0; il < NL; il++) {
         if (!n[il])
             continue;
-        const size_t per = align_up_64(mp_type_row_bytes(m->layers[il].down_exps.type, ends[il * W + n[il] - 1]) *
-                                       (size_t)D);
+        const size_t per = units_bytes(m, il, ends[il * W + n[il] - 1]);
         for (int64_t e = 0; e < E; e++) {
             if (mp_placement_resident(&g->pl, il, e))
                 continue;
