@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/bits.h"
 #include "kernels/ops.h"
@@ -45,15 +44,9 @@
 #include "runtime/decide.h"
 #include "runtime/matmul.h"
 #include "runtime/moe.h"
+#include "base/clock.h"
 #include "base/knobs.h"
 #include "runtime/threadpool.h"
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 typedef struct expert_task {
     int32_t expert;
@@ -556,7 +549,7 @@ static void pipe_task(void *ctx, int64_t task, int thread)
     /* profiling: [0] start, [1] gate/up done, [2] in down units, [3] waiting for ready, [4] end */
     int64_t *pt = s->ptimes && task < MP_MOE_PROFILE_TASKS ? s->ptimes[task] : NULL;
     if (pt)
-        pt[0] = now_ns(), pt[2] = pt[3] = 0;
+        pt[0] = mp_now_ns(), pt[2] = pt[3] = 0;
     for (;;) {
         const int64_t i = atomic_fetch_add_explicit(&p->next_gu, 1, memory_order_relaxed);
         if (i >= p->n_gu)
@@ -571,26 +564,26 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         }
     }
     if (pt)
-        pt[1] = now_ns();
+        pt[1] = mp_now_ns();
     for (;;) {
         const int64_t i = atomic_fetch_add_explicit(&p->next_dn, 1, memory_order_relaxed);
         if (i >= p->n_dn)
             break;
         const expert_task t = pipe_unit(s, i, p->chunk_dn, p->per_dn, s->n_embd);
         int spins = 0;
-        const int64_t w0 = pt ? now_ns() : 0;
+        const int64_t w0 = pt ? mp_now_ns() : 0;
         while (!atomic_load_explicit(&s->ready[i / p->per_dn], memory_order_acquire))
             mp_wait_step(&spins);
-        const int64_t w1 = pt ? now_ns() : 0;
+        const int64_t w1 = pt ? mp_now_ns() : 0;
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */
         if (atomic_fetch_sub_explicit(&s->range_left[i % p->per_dn], 1, memory_order_acq_rel) == 1)
             combine_range(s, p->out, p->n_rows, t.r0, t.r1);
         if (pt)
-            pt[3] += w1 - w0, pt[2] += now_ns() - w1;
+            pt[3] += w1 - w0, pt[2] += mp_now_ns() - w1;
     }
     if (pt)
-        pt[4] = now_ns();
+        pt[4] = mp_now_ns();
 }
 
 /* Adds a pipelined call's region (tasks: one per pool thread, started at r0, returned at r1) to
@@ -644,7 +637,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     const mp_hparams *hp = &m->hp;
     const mp_layer *L = &m->layers[il];
     const int64_t K = hp->n_expert_used, D = hp->n_embd, F = hp->n_ff_exp;
-    const int64_t call0 = s->prof ? now_ns() : 0;
+    const int64_t call0 = s->prof ? mp_now_ns() : 0;
     if (ids != s->ids)
         memcpy(s->ids, ids, (size_t)(n_rows * K) * sizeof *ids);
     if (weights != s->weights)
@@ -709,12 +702,12 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
             atomic_store_explicit(&s->range_left[r], (int)n_active, memory_order_relaxed);
         p.out = out;
         /* the pool's region start publishes these stores to the workers */
-        const int64_t r0 = s->prof ? now_ns() : 0;
+        const int64_t r0 = s->prof ? mp_now_ns() : 0;
         if (s->prof)
             s->prof->pre_ns += r0 - call0;
         mp_pool_run(pool, mp_pool_n_threads(pool), pipe_task, &p);
         if (s->prof)
-            profile_region(s, mp_pool_n_threads(pool), r0, now_ns());
+            profile_region(s, mp_pool_n_threads(pool), r0, mp_now_ns());
     } else {
         mp_pool_run(pool, plan_tasks(s, F, MP_MATMUL_TASKS_PER_THREAD, part, s->tasks), gate_up_task, &j);
         if (h_vdt != MP_TYPE_F32) {
@@ -731,13 +724,13 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         mp_pool_run(pool, plan_tasks(s, D, MP_MATMUL_TASKS_PER_THREAD, part, s->tasks), down_task, &j);
     }
 
-    const int64_t post0 = s->prof ? now_ns() : 0;
+    const int64_t post0 = s->prof ? mp_now_ns() : 0;
     if (!pipelined) { /* a pipelined call combined its rows inside the region */
         combine_job cj = {s, out};
         mp_pool_run(pool, n_rows, combine_task, &cj);
     }
     if (s->prof) {
-        const int64_t end = now_ns();
+        const int64_t end = mp_now_ns();
         s->prof->calls++;
         s->prof->wall_ns += end - call0;
         s->prof->post_ns += end - post0;
@@ -776,13 +769,13 @@ mp_status mp_moe_forward_cpu(const mp_model *m, int64_t il, const float *x, floa
         return st;
     if (hooks && hooks->routing)
         hooks->routing(hooks->user, il, n_rows, K, s->ids, s->weights);
-    const int64_t t0_ns = hooks && hooks->moe_timing ? now_ns() : 0;
+    const int64_t t0_ns = hooks && hooks->moe_timing ? mp_now_ns() : 0;
 
     mp_moe_experts_cpu(m, il, x, n_rows, s->ids, s->weights, NULL, NULL, NULL, out, pool, s);
 
     if (hooks && hooks->moe_timing) {
         mp_moe_timing t = {0};
-        t.cpu_expert_ns = now_ns() - t0_ns;
+        t.cpu_expert_ns = mp_now_ns() - t0_ns;
         t.misses = n_rows * K; /* the CPU path serves every route from host memory */
         t.served = s->served;
         hooks->moe_timing(hooks->user, il, &t);

@@ -63,7 +63,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -71,6 +70,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "base/clock.h"
 #include "base/knobs.h"
 
 /* The spin before a worker sleeps, in ns, for pools made from now on (mp_pool_set_spin_us). */
@@ -81,13 +81,6 @@ static _Atomic int64_t g_spin_ns = MP_KNOB_POOL_SPIN_US * 1000;
 void mp_pool_set_spin_us(int64_t us)
 {
     atomic_store(&g_spin_ns, us * 1000);
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 typedef struct region {
@@ -212,7 +205,7 @@ static void *worker_main(void *argp)
             if (p->spin_ns > 0) {
                 bool spin = ++spins % MP_POOL_SPIN_CLOCK_POLLS != 0;
                 if (!spin) {
-                    const int64_t t = mono_ns();
+                    const int64_t t = mp_now_ns();
                     since = since < 0 ? t : since;
                     spin = t - since < p->spin_ns;
                 }
