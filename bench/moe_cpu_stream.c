@@ -45,6 +45,7 @@
 
 #include "kernels/quant.h"
 #include "runtime/bench.h"
+#include "base/arena.h"
 #include "base/error.h"
 #include "base/knobs.h"
 #include "runtime/knobs_apply.h"
@@ -314,8 +315,8 @@ int main(int argc, char **argv)
                               align_up(Ly->up_exps.row_bytes * (size_t)Ly->up_exps.ne[1]) +
                               align_up(Ly->down_exps.row_bytes * (size_t)Ly->down_exps.ne[1]));
     }
-    const size_t huge = (size_t)2 << 20, map_bytes = (bytes + huge - 1) & ~(huge - 1);
-    arena = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t map_bytes;
+    arena = mp_huge_arena(bytes, &map_bytes);
     slices = calloc((size_t)(hp->n_layer * 3 * E), sizeof *slices);
     pool = mp_pool_new((int)threads, compare_pin || knobs.pool_pin);
     if (compare_pin) {
@@ -344,9 +345,6 @@ int main(int argc, char **argv)
         rc = 1;
         goto done;
     }
-#ifdef MADV_HUGEPAGE
-    madvise(arena, map_bytes, MADV_HUGEPAGE);
-#endif
     char *p = arena;
     for (int64_t il = 0; il < L; il++) {
         const mp_layer *Ly = &m->layers[il];
@@ -365,8 +363,7 @@ int main(int argc, char **argv)
         size_t pbytes = 0;
         for (int64_t il = 0; il < L; il++)
             pbytes += (size_t)E * align_up((size_t)D * mp_type_row_bytes(m->layers[il].down_exps.type, part.ff_rows));
-        packed_map = (pbytes + huge - 1) & ~(huge - 1);
-        packed = mmap(NULL, packed_map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        packed = mp_huge_arena(pbytes, &packed_map);
         slices_p = malloc((size_t)(hp->n_layer * 3 * E) * sizeof *slices_p);
         out_p = malloc((size_t)D * sizeof *out_p);
         if (packed == MAP_FAILED || !slices_p || !out_p) {
@@ -375,9 +372,6 @@ int main(int argc, char **argv)
             rc = 1;
             goto done;
         }
-#ifdef MADV_HUGEPAGE
-        madvise(packed, packed_map, MADV_HUGEPAGE);
-#endif
         memcpy(slices_p, slices, (size_t)(hp->n_layer * 3 * E) * sizeof *slices_p);
         char *q = packed;
         for (int64_t il = 0; il < L; il++) {

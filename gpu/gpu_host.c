@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/arena.h"
 #include "gpu/gpu_impl.h"
 #include "kernels/quant.h"
 #include "runtime/decide.h"
@@ -101,20 +102,6 @@ static void copy_task(void *ctx, int64_t task, int thread)
     }
 }
 
-/* An anonymous mapping of at least bytes, rounded up to 2 MiB (*map_bytes) and advised to
- * transparent huge pages: fewer TLB misses for the CPU's streaming reads. MAP_FAILED when none. */
-static void *huge_arena(size_t bytes, size_t *map_bytes)
-{
-    const size_t huge = (size_t)2 << 20;
-    *map_bytes = (bytes + huge - 1) & ~(huge - 1);
-    void *arena = mmap(NULL, *map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-#ifdef MADV_HUGEPAGE
-    if (arena != MAP_FAILED)
-        madvise(arena, *map_bytes, MADV_HUGEPAGE);
-#endif
-    return arena;
-}
-
 mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
 {
     const mp_model *m = g->s->m;
@@ -151,7 +138,7 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err)
     if (!list)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     size_t map_bytes;
-    void *arena = huge_arena(bytes, &map_bytes);
+    void *arena = mp_huge_arena(bytes, &map_bytes);
     if (arena == MAP_FAILED) {
         free(list);
         snprintf(g->host_why, sizeof g->host_why, "no host memory for a %.1f GiB copy",
@@ -285,7 +272,7 @@ void mp_gpu_host_units(mp_gpu *g)
     if (!n_cold)
         return;
     size_t map_bytes;
-    void *arena = huge_arena(bytes, &map_bytes);
+    void *arena = mp_huge_arena(bytes, &map_bytes);
     int64_t(*list)[2] = malloc((size_t)n_cold * sizeof *list);
     g->h_unit_slices = calloc((size_t)(NL * E), sizeof *g->h_unit_slices);
     if (arena == MAP_FAILED || !list || !g->h_unit_slices) {

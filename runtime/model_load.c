@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/arena.h"
 #include "gguf/gguf_experts.h"
 #include "kernels/quant.h"
 #include "runtime/model.h"
@@ -203,14 +204,11 @@ static mp_status merge_split_experts(const loader *ld, mp_model *m, mp_error *er
         }
     if (total == 0)
         return MP_OK; /* merged tensors (or none: mp_model_validate names what is missing) */
-    const size_t huge = (size_t)2 << 20, bytes = (total + huge - 1) / huge * huge;
-    void *arena = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t bytes;
+    void *arena = mp_huge_arena(total, &bytes); /* the CPU streams these */
     if (arena == MAP_FAILED)
         return mp_fail(err, MP_ERR_NOMEM, "%s: the experts are stored one tensor each, and merging them needs "
                        "%.2f GiB of memory that could not be had", ld->path, (double)bytes / (1u << 30));
-#ifdef MADV_HUGEPAGE
-    madvise(arena, bytes, MADV_HUGEPAGE); /* the CPU streams these: fewer TLB misses */
-#endif
     m->expert_copy = arena;
     m->expert_copy_bytes = bytes;
     char *at = arena;
