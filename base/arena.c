@@ -1,6 +1,7 @@
 /* base/arena.c — see arena.h. */
 #include "base/arena.h"
 
+#include <stdio.h>
 #include <sys/mman.h>
 
 void *mp_huge_arena(size_t bytes, size_t *map_bytes)
@@ -13,4 +14,18 @@ void *mp_huge_arena(size_t bytes, size_t *map_bytes)
         madvise(arena, *map_bytes, MADV_HUGEPAGE);
 #endif
     return arena;
+}
+
+long long mp_host_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return -1;
+    char line[128];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
 }

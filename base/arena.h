@@ -9,4 +9,9 @@
 /* An anonymous private mapping of at least bytes (*map_bytes: its size), or MAP_FAILED. */
 void *mp_huge_arena(size_t bytes, size_t *map_bytes);
 
+/* The host memory the kernel estimates it can give without swapping (/proc/meminfo's MemAvailable),
+ * in bytes, or -1 when that cannot be read. An anonymous mapping succeeds beyond it (overcommit)
+ * and fails later, when its pages are touched: a copy that is only worth its speed asks first. */
+long long mp_host_mem_available(void);
+
 #endif

@@ -72,10 +72,11 @@ static const mp_knob_def k_knobs[] = {
            "file mapping"),
     SWITCH("MP_GPU_INIT_TRACE", gpu_init_trace, 0, 0,
            "prints each start-up phase of the GPU executor on stderr (where a start hangs)"),
-    SWITCH("MP_GPU_PART_BY_UNIT", gpu_part_by_unit, 0, COSTS,
+    SWITCH("MP_GPU_PART_BY_UNIT", gpu_part_by_unit, 1, COSTS,
            "keeps a second host copy of the cold experts' down, laid out by the far plan's split units, so that "
            "a split far route's CPU side reads its units whole instead of a segment of every down row (more host "
-           "memory: each such expert's down up to the largest part; needs the host copy)"),
+           "memory: each such expert's down up to the largest part, made only while that is at most half the "
+           "memory available; needs the host copy); 0 saves that memory for a slower split route"),
     NUMBER("MP_GPU_TIER_HOLD", gpu_tier_hold, 0, 1000, 0, 0,
            "steps an adaptive tier copy stays in flight after it landed before its expert serves (a test of "
            "the steps that run while copies are in flight; 0: it serves from the step after it landed)"),

@@ -233,6 +233,7 @@ void mp_gpu_host_units(mp_gpu *g)
     enum { W = MP_GPU_MAX_TOP_K + 1 }; /* > the most split points: split <= MP_DECIDE_MAX_K / top_k */
     if (!g->part_by_unit || !g->h_arena)
         return;
+    g->units_why[0] = '\0';
     int64_t *ends = calloc((size_t)(NL * W), sizeof *ends);
     int *n = calloc((size_t)NL, sizeof *n);
     if (!ends || !n) {
@@ -271,13 +272,24 @@ void mp_gpu_host_units(mp_gpu *g)
         }
     if (!n_cold)
         return;
+    /* a second copy only buys speed (split routes' CPU side 1.13-1.6x, bench/NOTES-gpu-exec.md): it
+     * must not push the host into swap or the OOM killer, which an anonymous mapping beyond the
+     * memory available meets only when its pages are written. Half of what is available leaves the
+     * rest to the KV cache, the page cache and what else runs on the host. */
+    const double gib = 1024.0 * 1024 * 1024;
+    const long long avail = mp_host_mem_available();
+    if (avail >= 0 && (long long)bytes > avail / 2) {
+        snprintf(g->units_why, sizeof g->units_why, "down by unit needs %.1f GiB, %.1f GiB available",
+                 (double)bytes / gib, (double)avail / gib);
+        units_free(g);
+        return;
+    }
     size_t map_bytes;
     void *arena = mp_huge_arena(bytes, &map_bytes);
     int64_t(*list)[2] = malloc((size_t)n_cold * sizeof *list);
     g->h_unit_slices = calloc((size_t)(NL * E), sizeof *g->h_unit_slices);
     if (arena == MAP_FAILED || !list || !g->h_unit_slices) {
-        fprintf(stderr, "moeplan: warning: MP_GPU_PART_BY_UNIT: no host memory for %.1f GiB of down by unit: "
-                "split far routes read down's rows in segments\n", (double)bytes / (1024.0 * 1024 * 1024));
+        snprintf(g->units_why, sizeof g->units_why, "no host memory for %.1f GiB of down by unit", (double)bytes / gib);
         if (arena != MAP_FAILED)
             munmap(arena, map_bytes);
         free(list);
@@ -328,12 +340,13 @@ void mp_gpu_exec_host_report(const mp_gpu *g, char *buf, size_t cap)
     if (g->h_arena && g->h_arena_huge >= 0)
         snprintf(huge, sizeof huge, ", %.0f %% in huge pages",
                  100.0 * (double)g->h_arena_huge / (double)g->h_arena_bytes);
-    char units[96] = "";
+    char units[176] = "";
     if (g->h_units) { /* MP_GPU_PART_BY_UNIT */
         char ub[32];
         mp_format_bytes(g->h_units_bytes, ub, sizeof ub);
         snprintf(units, sizeof units, "; down by unit for split routes: %s more", ub);
-    }
+    } else if (g->units_why[0])
+        snprintf(units, sizeof units, "; split routes read down in row segments: %s", g->units_why);
     if (g->n_hybrid_layers == 0)
         snprintf(buf, cap, "no host experts");
     else if (g->h_arena && g->host_registered)

@@ -228,6 +228,7 @@ struct mp_gpu {
     const void **h_unit_slices; /* (n_layer, n_expert): an expert's units in h_units, or NULL */
     int64_t *h_unit_end;    /* (n_layer, MP_GPU_MAX_TOP_K + 1) the units' column ends */
     int *h_n_units;         /* (n_layer) units of each layer (0: none) */
+    char units_why[96];     /* why split routes read down in segments though they could by unit ("") */
     /* the adaptive tier (gpu_tier.c; NULL: none). live: (n_layer, words_per_layer) the experts the
      * GPU serves now, the placement's and the tier's READY ones: the host's view of the device's
      * slot tables, both changed only between steps (mp_gpu_tier_apply). Without a tier it is the
@@ -313,7 +314,9 @@ mp_status mp_gpu_host_experts(mp_gpu *g, bool copy, mp_error *err);
 void mp_gpu_host_experts_free(mp_gpu *g);
 /* MP_GPU_PART_BY_UNIT with a host copy: lays each cold expert's down out by the units that the
  * far layers' split points make (h_units), again when they change (mp_gpu_exec_set_far_plan calls
- * it); out of memory, none (said on stderr): split routes then read down's rows in segments. */
+ * it). Made only while it takes at most half the host memory available (mp_host_mem_available):
+ * otherwise, or out of memory, none (units_why says why, mp_gpu_exec_host_report shows it): split
+ * routes then read down's rows in segments, the same results a little slower. */
 void mp_gpu_host_units(mp_gpu *g);
 /* pcie_ns_per_byte: one cold expert's slices, host → staging, best of 3 */
 void mp_gpu_measure_copy(mp_gpu *g);

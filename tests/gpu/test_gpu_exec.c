@@ -365,7 +365,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         int64_t copy_min_rows;
         bool copies;
         int far, split;
-        bool by_unit;
+        bool segments; /* MP_GPU_PART_BY_UNIT=0: split routes read down in row segments */
     } cases[] = {
         {"cpu", NULL, 0, -1, false, -1, 1, false},
         {"layers:2", NULL, 0, -1, false, -1, 1, false},
@@ -387,7 +387,8 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         {"cpu", NULL, 0, 0, false, 3, 4, false},
         {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4, false},
         {"fill", NULL, fill_budget, 0, false, K, 2, false},
-        /* the same splits with the CPU's side read from down laid out by unit (MP_GPU_PART_BY_UNIT) */
+        /* the same splits with the CPU's side reading a segment of every down row, not the copy of
+         * down laid out by unit (MP_GPU_PART_BY_UNIT=0) */
         {"cpu", NULL, 0, 0, false, 3, 4, true},
         {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4, true},
     };
@@ -398,8 +399,8 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         run_out h;
         g_far = cases[i].far;
         g_far_split = cases[i].split;
-        const mp_knobs by_unit = knobs_with("MP_GPU_PART_BY_UNIT", "1");
-        g_knobs = cases[i].by_unit ? &by_unit : NULL;
+        const mp_knobs segments = knobs_with("MP_GPU_PART_BY_UNIT", "0");
+        g_knobs = cases[i].segments ? &segments : NULL;
         run_model(m, &pl, cases[i].copy_min_rows, gemv_only, &h);
         g_knobs = NULL;
         g_far = -1;
@@ -407,7 +408,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         char what[512];
         snprintf(what, sizeof what, "%s %s: hybrid %s (copy rows %ld, far %d/%d%s) vs GPU-only", mix,
                  etype ? etype : "", pl.desc, (long)cases[i].copy_min_rows, cases[i].far, cases[i].split,
-                 cases[i].by_unit ? ", down by unit" : "");
+                 cases[i].segments ? ", down in row segments" : "");
         compare2(what, m, &h, &ref, tol, tol_mean);
         const bool decode_copies = cases[i].copy_min_rows == 1; /* every cold expert copied: none on the CPU */
         if (!decode_copies)
@@ -431,7 +432,7 @@ static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, do
         else
             cr_assert_eq(h.stats.routes_split, 0, "%s", what);
         cr_assert_leq(h.stats.routes_split, h.stats.routes_far, "%s: split routes are far routes", what);
-        if (cases[i].by_unit && splits) /* the host copy is there in these runs: every split reads units */
+        if (!cases[i].segments && splits) /* the host copy is there in these runs: every split reads units */
             cr_assert_eq(h.stats.routes_split_by_unit, h.stats.routes_split, "%s", what);
         else
             cr_assert_eq(h.stats.routes_split_by_unit, 0, "%s", what);
