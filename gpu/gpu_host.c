@@ -241,20 +241,17 @@ void mp_gpu_host_units(mp_gpu *g)
         return;
     }
     /* each far layer's units end at every point its split can cut an expert at (so that the units
-     * hold for any far table of that split: calibrate's grid sets one a point), increasing */
-    for (int64_t il = 0; il < NL; il++)
-        for (int p = 1; g->far[il].on && p < g->far[il].split && p < W; p++) {
-            const int64_t r0 = mp_decide_split_rows(F, mp_decide_split_granule(m->layers[il].down_exps.type),
-                                                    g->far[il].split, p);
-            int at = 0;
-            while (at < n[il] && ends[il * W + at] < r0)
-                at++;
-            if (r0 <= 0 || (at < n[il] && ends[il * W + at] == r0))
-                continue;
-            memmove(ends + il * W + at + 1, ends + il * W + at, (size_t)(n[il] - at) * sizeof *ends);
-            ends[il * W + at] = r0;
-            n[il]++;
+     * hold for any far table of that split: calibrate's grid sets one a point), increasing: the
+     * CPU keeps fewer rows the larger the GPU's part, so the parts from the largest down give them
+     * in order */
+    for (int64_t il = 0; il < NL; il++) {
+        const int split = g->far[il].on ? g->far[il].split : 0;
+        for (int p = (split < W ? split : W) - 1; p >= 1; p--) {
+            const int64_t r0 = mp_decide_split_rows(F, mp_decide_split_granule(m->layers[il].down_exps.type), split, p);
+            if (r0 > 0 && (n[il] == 0 || r0 > ends[il * W + n[il] - 1]))
+                ends[il * W + n[il]++] = r0;
         }
+    }
     if (g->h_unit_end && !memcmp(ends, g->h_unit_end, (size_t)(NL * W) * sizeof *ends)) {
         free(ends), free(n); /* the units in place are these */
         return;
