@@ -99,6 +99,10 @@
 #              MATRIX_BUDGETS for every shape; MATRIX_KEEP_MODELS=1 and MATRIX_REUSE_COSTS=1 with a
 #              kept MP_GPU_WORK let a second call reuse a shape's model and costs)
 #              -> $OUT/accuracy-matrix/matrix.md
+#   busy-host  offloaded decode on the qwen3-30b-a3b preset with and without a neighbour taking host
+#              memory bandwidth (bench/busy_host.sh: PLACEMENTS, LOADS "none d2h", ROUNDS, TG, REPS;
+#              COSTS default examples/costs-h200-qwen3-30b-a3b.json, COSTS= for none; BUSY_MODEL)
+#              -> $OUT/busy-host/busy-host.md
 #   split-ab   split far routes against whole ones on the mixtral preset (top-2, 114 MB experts),
 #              fill under 24/16/12 GB, alternated in one run (bench/split_ab.sh; its knobs: MODEL,
 #              PRESET, QUANT, COSTS, CALIBRATE_ARGS, BUDGETS, PLACEMENTS, ROUNDS, REPS, TG; e.g.
@@ -627,6 +631,14 @@ PY
             --quiet -o "$hv_model" || { rc=1; continue; }
         MOEPLAN=build-gpu/cli/moeplan MODEL="$hv_model" PLACEMENT="${HV_PLACEMENT:---placement layers:6}" \
             ROUNDS="${HV_ROUNDS:-4}" OUT="$OUT/host-variance" bash bench/host_variance.sh 2>&1 | tee "$OUT/host-variance.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+        ;;
+    busy-host)
+        build || { rc=1; continue; }
+        ensure_model || { rc=1; continue; }
+        MOEPLAN=build-gpu/cli/moeplan HOST_LOAD=build-gpu/bench/host_load MEMBW=build-gpu/bench/mp_membw \
+            MODEL="${BUSY_MODEL:-$MODEL30}" COSTS="${COSTS-examples/costs-h200-qwen3-30b-a3b.json}" \
+            OUT="$OUT/busy-host" bash bench/busy_host.sh 2>&1 | tee "$OUT/busy-host.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     split-ab)

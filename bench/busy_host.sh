@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# bench/busy_host.sh — offloaded decode on a quiet host and on a busy one, side by side in one run.
+#
+# The host's read bandwidth is shared with other tenants and drifts (59-180 GB/s seen on the H200
+# machines). A decode whose CPU side holds its share of the bound only while the host is quiet
+# collapses on a busy one. This runs each placement with and without a neighbour that takes host
+# memory bandwidth (bench/host_load.cu), alternating, and reports each row's tok/s, the host read
+# bandwidth bench probed beside it (the neighbour running), the CPU experts' GB/s and the shares of
+# the host+bus and serial bounds (docs/bench.md).
+#
+#   MODEL=m.gguf [MOEPLAN=build/cli/moeplan] [HOST_LOAD=build/bench/host_load] [COSTS=c.json]
+#   [PLACEMENTS="layers:12 layers:24 layers:48"] [LOADS="none d2h"] [ROUNDS=2] [TG=128] [REPS=2]
+#   [OUT=out/busy-host] [MEMBW=build/bench/mp_membw: probe the host under each load first]
+#   bash bench/busy_host.sh
+#
+# LOADS: none (a quiet host), d2h (the GPU's copy engine writes host memory: takes no core),
+# cpuN (N reader threads on the host's last N CPUs; moeplan then runs with the other CPUs' count of
+# threads, so pair it with noneN: a quiet host at that thread count). Each round starts one load
+# later, so that over as many rounds as loads each runs once in each position.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+MOEPLAN=${MOEPLAN:-build/cli/moeplan}
+HOST_LOAD=${HOST_LOAD:-build/bench/host_load}
+PLACEMENTS=${PLACEMENTS:-layers:12 layers:24 layers:48}
+LOADS=${LOADS:-none d2h}
+ROUNDS=${ROUNDS:-2}
+TG=${TG:-128}
+REPS=${REPS:-2}
+OUT=${OUT:-out/busy-host}
+die() { echo "busy_host: error: $*" >&2; exit 1; }
+log() { echo "[busy_host $(date +%H:%M:%S)] $*" >&2; }
+[ -x "$MOEPLAN" ] || die "moeplan binary '$MOEPLAN' not found (build first, or set MOEPLAN)"
+{ [ -n "${MODEL:-}" ] && [ -f "$MODEL" ]; } || die "MODEL: expected an existing GGUF file (got '${MODEL:-}')"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS '$ROUNDS': expected a positive integer"
+[ -z "${COSTS:-}" ] || [ -f "$COSTS" ] || die "COSTS '$COSTS': no such file"
+ncpu=$(nproc)
+read -ra loads <<<"$LOADS"
+loaded() { [ "$1" = d2h ] || [[ $1 == cpu* ]]; } # a load with a neighbour running
+threads_for() { # moeplan's threads under a load: cpuN and noneN leave N CPUs out
+    case $1 in none[0-9]* | cpu*) local n=${1#none}; n=${n#cpu}; echo $((ncpu - n)) ;; *) echo "$ncpu" ;; esac
+}
+for l in "${loads[@]}"; do
+    case $l in
+    none | d2h) ;;
+    none[1-9] | none[1-9][0-9] | cpu[1-9] | cpu[1-9][0-9])
+        n=${l#none}; n=${n#cpu}
+        [ "$n" -lt "$ncpu" ] || die "LOADS '$l': expected fewer than this host's $ncpu CPUs" ;;
+    *) die "LOADS '$l': expected none, d2h, cpuN or noneN" ;;
+    esac
+    ! loaded "$l" || [ -x "$HOST_LOAD" ] || die "host_load binary '$HOST_LOAD' not found (built with CUDA)"
+done
+mkdir -p "$OUT/bench" || die "cannot create $OUT"
+
+load_pid=
+start_load() { # start_load LOAD TAG: the neighbour, running when this returns
+    local l=$1 tag=$2
+    rm -f "$OUT/bench/$tag.ready"
+    if [ "$l" = d2h ]; then
+        "$HOST_LOAD" --mode d2h --ready "$OUT/bench/$tag.ready" 2>"$OUT/bench/$tag.load" &
+    else
+        "$HOST_LOAD" --mode cpu --threads "${l#cpu}" --gib 4 --ready "$OUT/bench/$tag.ready" 2>"$OUT/bench/$tag.load" &
+    fi
+    load_pid=$!
+    for _ in $(seq 1 300); do
+        [ -f "$OUT/bench/$tag.ready" ] && return 0
+        kill -0 "$load_pid" 2>/dev/null || die "host_load ($tag) stopped: $(tail -n 1 "$OUT/bench/$tag.load")"
+        sleep 0.1
+    done
+    die "host_load ($tag) not running after 30 s"
+}
+stop_load() {
+    [ -n "$load_pid" ] || return 0
+    kill -TERM "$load_pid" 2>/dev/null
+    wait "$load_pid" 2>/dev/null
+    load_pid=
+}
+trap stop_load EXIT
+
+# what the host reads under each load, before the rows: MEMBW's probe (the one bench takes beside
+# a row), with the cores moeplan would run on
+if [ -x "${MEMBW:-}" ]; then
+    for l in "${loads[@]}"; do
+        threads=$(threads_for "$l")
+        ! loaded "$l" || start_load "$l" "probe-$l"
+        echo "| $l | $threads | $("$MEMBW" --threads "$threads" --reps 5 2>&1 | tail -n 1) |" >>"$OUT/probes.md"
+        stop_load
+        [ ! -f "$OUT/bench/probe-$l.load" ] || echo "|   | load | $(cat "$OUT/bench/probe-$l.load") |" >>"$OUT/probes.md"
+    done
+    cat "$OUT/probes.md" >&2
+fi
+
+n_loads=${#loads[@]}
+for round in $(seq 1 "$ROUNDS"); do
+    for p in $PLACEMENTS; do
+        for k in $(seq 0 $((n_loads - 1))); do
+            l=${loads[$(((k + round - 1) % n_loads))]}
+            threads=$(threads_for "$l")
+            tag=${p//:/}-$l-$round
+            ! loaded "$l" || start_load "$l" "$tag"
+            log "round $round, $p, load $l, $threads threads"
+            # shellcheck disable=SC2086 # COSTS is one path or nothing
+            "$MOEPLAN" bench -m "$MODEL" --placement "$p" ${COSTS:+--costs "$COSTS"} -t "$threads" \
+                -p 0 -n "$TG" -r "$REPS" -o json >"$OUT/bench/$tag.json" 2>"$OUT/bench/$tag.log" ||
+                { stop_load; die "bench ($tag): $(tail -n 1 "$OUT/bench/$tag.log")"; }
+            stop_load
+        done
+    done
+    command -v pack >/dev/null && pack # scripts/gpu.sh: bring back what finished
+done
+
+python3 - "$OUT" "$ROUNDS" "$PLACEMENTS" "$LOADS" >"$OUT/busy-host.md" <<'EOF' || die "the table failed"
+import json, re, statistics, sys
+out, rounds, placements, loads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+def row(p, l, r):
+    tag = f"{p.replace(':', '')}-{l}-{r}"
+    with open(f"{out}/bench/{tag}.json") as f:
+        x = json.load(f)["rows"][0]
+    load = "-"
+    try:
+        with open(f"{out}/bench/{tag}.load") as f:
+            m = re.search(r"([0-9.]+) GB/s", f.read())
+            load = m.group(1) if m else "-"
+    except OSError:
+        pass
+    return x, load
+print("| placement | load | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | routes gpu/cpu/far/split |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+med = {}
+for p in placements:
+    for l in loads:
+        for r in range(1, rounds + 1):
+            x, load = row(p, l, r)
+            b = x.get("bound") or {}
+            f = lambda v, d=1: f"{v:.{d}f}" if isinstance(v, (int, float)) else "-"
+            routes = "/".join(str(x.get(k, 0)) for k in ("routes_gpu", "routes_cpu", "routes_far", "routes_split"))
+            print(f"| {p} | {l} | {r} | {x['threads']} | {x['median_tok_s']:.2f} | {load} | {f(b.get('host_read_gbs'))} "
+                  f"| {f(b.get('hostbus_gbs'))} | {f(x.get('cpu_expert_gbs'))} | {f(b.get('share_of_hostbus_bound'), 2)} "
+                  f"| {f(b.get('share_of_serial_bound'), 2)} | {routes} |")
+            med.setdefault((p, l), []).append(x["median_tok_s"])
+print()
+print("| placement | " + " | ".join(f"{l} tok/s" for l in loads) + " | " +
+      " | ".join(f"{l} / {loads[0]}" for l in loads[1:]) + " |")
+print("|---|" + "---:|" * (2 * len(loads) - 1))
+for p in placements:
+    m = [statistics.median(med[(p, l)]) for l in loads]
+    print(f"| {p} | " + " | ".join(f"{v:.2f}" for v in m) + " | " + " | ".join(f"{v / m[0]:.3f}" for v in m[1:]) + " |")
+EOF
+cat "$OUT/busy-host.md"

@@ -1,0 +1,233 @@
+/* bench/host_load.cu — a neighbour that takes host memory bandwidth, for measuring decode on a
+ * busy host.
+ *
+ * The machines moeplan is measured on are virtual: other tenants share the host's memory
+ * controllers, and the host's read bandwidth drifts with them (59-180 GB/s seen on H200 machines
+ * of one kind). A decode whose CPU side holds its share of the bound on a quiet host must hold it
+ * on a busy one too. This program is the busy neighbour, on demand:
+ *
+ *   d2h   the GPU's copy engine writes a pinned host buffer over and over (device to host): host
+ *         memory traffic that takes no core and leaves the bus's host-to-device direction, the one
+ *         far routes and copies read through, to moeplan;
+ *   cpu   T threads, pinned to the host's last T CPUs, read a buffer much larger than the
+ *         last-level cache (they take cores as well as bandwidth: run moeplan on the others).
+ *
+ * It runs until SIGTERM or SIGINT (or --seconds), touches --ready FILE once the load is running,
+ * and prints what it moved on exit: "host_load: d2h 48.1 GB/s over 12.3 s".
+ *
+ * Usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--seconds S=0: until a signal]
+ *                  [--ready FILE] */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK (1u << 20) /* a CPU reader counts its bytes per MiB read */
+
+static volatile sig_atomic_t stop;
+static volatile uint64_t sink; /* the readers' sums land here, so that their loads stay */
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const uint64_t *base;
+    size_t words;
+    int cpu; /* pinned here; -1: not pinned */
+    uint64_t bytes;
+    uint64_t sum;
+} reader;
+
+static void *read_loop(void *arg)
+{
+    reader *r = (reader *)arg;
+    if (r->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r->cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    const size_t per_chunk = CHUNK / 8;
+    size_t at = 0;
+    while (!stop) {
+        const uint64_t *p = r->base + at;
+        for (size_t i = 0; i < per_chunk; i += 4) {
+            s0 += p[i];
+            s1 += p[i + 1];
+            s2 += p[i + 2];
+            s3 += p[i + 3];
+        }
+        __atomic_fetch_add(&r->bytes, (uint64_t)CHUNK, __ATOMIC_RELAXED);
+        at = at + 2 * per_chunk <= r->words ? at + per_chunk : 0;
+    }
+    r->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static int fail(const char *what, cudaError_t e)
+{
+    fprintf(stderr, "host_load: %s: %s\n", what, cudaGetErrorString(e));
+    return 1;
+}
+
+static void touch(const char *path)
+{
+    if (!path)
+        return;
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+}
+
+static int load_d2h(size_t bytes, double seconds, const char *ready)
+{
+    const size_t slice = 64u << 20;
+    if (bytes < 2 * slice)
+        bytes = 2 * slice;
+    bytes -= bytes % slice;
+    void *host = NULL, *dev = NULL;
+    cudaError_t e;
+    if ((e = cudaHostAlloc(&host, bytes, cudaHostAllocDefault)) != cudaSuccess)
+        return fail("cudaHostAlloc", e);
+    memset(host, 1, bytes);
+    if ((e = cudaMalloc(&dev, slice)) != cudaSuccess)
+        return fail("cudaMalloc", e);
+    cudaStream_t st;
+    if ((e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) != cudaSuccess)
+        return fail("cudaStreamCreate", e);
+    touch(ready);
+    const double t0 = now_s();
+    uint64_t moved = 0;
+    size_t off = 0;
+    while (!stop && (seconds <= 0 || now_s() - t0 < seconds)) {
+        for (int k = 0; k < 4; k++) { /* four slices in flight, then one sync: about 5 ms */
+            if ((e = cudaMemcpyAsync((char *)host + off, dev, slice, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
+                return fail("cudaMemcpyAsync", e);
+            off = off + 2 * slice <= bytes ? off + slice : 0;
+            moved += slice;
+        }
+        if ((e = cudaStreamSynchronize(st)) != cudaSuccess)
+            return fail("cudaStreamSynchronize", e);
+    }
+    const double dt = now_s() - t0;
+    fprintf(stderr, "host_load: d2h %.1f GB/s over %.1f s\n", (double)moved / dt / 1e9, dt);
+    return 0;
+}
+
+static int load_cpu(size_t bytes, int threads, double seconds, const char *ready)
+{
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads > ncpu) {
+        fprintf(stderr, "host_load: --threads %d: this host has %ld CPUs\n", threads, ncpu);
+        return 2;
+    }
+    const size_t share = bytes / 8 / (size_t)threads & ~(size_t)(CHUNK / 8 - 1);
+    if (share < 2 * CHUNK / 8) {
+        fprintf(stderr, "host_load: --gib too small for %d threads\n", threads);
+        return 2;
+    }
+    uint64_t *buf = (uint64_t *)aligned_alloc(1 << 21, share * 8 * (size_t)threads);
+    if (!buf) {
+        fprintf(stderr, "host_load: cannot allocate %zu bytes\n", share * 8 * (size_t)threads);
+        return 1;
+    }
+    madvise(buf, share * 8 * (size_t)threads, MADV_HUGEPAGE);
+    memset(buf, 1, share * 8 * (size_t)threads);
+    pthread_t *tid = (pthread_t *)calloc((size_t)threads, sizeof *tid);
+    reader *rd = (reader *)calloc((size_t)threads, sizeof *rd);
+    if (!tid || !rd) {
+        fprintf(stderr, "host_load: out of memory\n");
+        return 1;
+    }
+    const double t0 = now_s();
+    for (int t = 0; t < threads; t++) {
+        rd[t] = (reader){buf + share * (size_t)t, share, (int)(ncpu - threads + t), 0, 0};
+        if (pthread_create(&tid[t], NULL, read_loop, &rd[t])) {
+            fprintf(stderr, "host_load: cannot start thread %d\n", t);
+            return 1;
+        }
+    }
+    touch(ready);
+    while (!stop && (seconds <= 0 || now_s() - t0 < seconds))
+        usleep(10000);
+    stop = 1;
+    uint64_t moved = 0, sum = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(tid[t], NULL);
+        moved += rd[t].bytes;
+        sum += rd[t].sum;
+    }
+    const double dt = now_s() - t0;
+    fprintf(stderr, "host_load: cpu %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", threads,
+            ncpu - threads, ncpu - 1, (double)moved / dt / 1e9, dt);
+    sink = sum;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--seconds S=0] [--ready FILE]\n"
+               "  d2h: the GPU's copy engine writes a pinned host buffer (no core taken);\n"
+               "  cpu: T reader threads on the host's last T CPUs.\n"
+               "  Runs until SIGTERM/SIGINT or S seconds; prints the GB/s it moved on exit.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = "d2h", *ready = NULL;
+    double gib = 2, seconds = 0;
+    int threads = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            mode = argv[++i];
+        else if (!strcmp(argv[i], "--gib") && i + 1 < argc)
+            gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--ready") && i + 1 < argc)
+            ready = argv[++i];
+        else {
+            fprintf(stderr, "host_load: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (gib < 0.25 || gib > 1024 || threads < 1 || threads > 1024 || seconds < 0) {
+        fprintf(stderr, "host_load: expected --gib in 0.25..1024, --threads in 1..1024, --seconds >= 0\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    const size_t bytes = (size_t)(gib * 1073741824.0);
+    if (!strcmp(mode, "d2h"))
+        return load_d2h(bytes, seconds, ready);
+    if (!strcmp(mode, "cpu"))
+        return load_cpu(bytes, threads, seconds, ready);
+    fprintf(stderr, "host_load: --mode '%s': expected d2h or cpu\n", mode);
+    return 2;
+}
