@@ -11,12 +11,13 @@
 #   MODEL=m.gguf [MOEPLAN=build/cli/moeplan] [HOST_LOAD=build/bench/host_load] [COSTS=c.json]
 #   [PLACEMENTS="layers:12 layers:24 layers:48"] [LOADS="none d2h"] [ROUNDS=2] [TG=128] [REPS=2]
 #   [OUT=out/busy-host] [MEMBW=build/bench/mp_membw: probe the host under each load first]
-#   bash bench/busy_host.sh
+#   [STREAM=build/bench/moe_cpu_stream [STREAM_LAYERS=48] [STREAM_GAP_US=50] [STREAM_ARGS=...]: the
+#   CPU side alone under each load first] bash bench/busy_host.sh
 #
 # LOADS: none (a quiet host), d2h (the GPU's copy engine writes host memory: takes no core),
 # cpuN (N reader threads on the host's last N CPUs; moeplan then runs with the other CPUs' count of
-# threads, so pair it with noneN: a quiet host at that thread count). Each round starts one load
-# later, so that over as many rounds as loads each runs once in each position.
+# threads, on the first CPUs, so pair it with noneN: a quiet host, moeplan on the same CPUs). Each
+# round starts one load later, so that over as many rounds as loads each runs once in each position.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -52,6 +53,11 @@ for l in "${loads[@]}"; do
 done
 mkdir -p "$OUT/bench" || die "cannot create $OUT"
 
+on_cpus() { # on_cpus T CMD...: CMD on the host's first T CPUs (all of them: as it is)
+    local t=$1
+    shift
+    if [ "$t" -lt "$ncpu" ]; then taskset -c "0-$((t - 1))" "$@"; else "$@"; fi
+}
 load_pid=
 start_load() { # start_load LOAD TAG: the neighbour, running when this returns
     local l=$1 tag=$2
@@ -89,6 +95,20 @@ if [ -x "${MEMBW:-}" ]; then
     done
     cat "$OUT/probes.md" >&2
 fi
+# the CPU side alone under each load (bench/moe_cpu_stream: one-row expert calls over STREAM_LAYERS
+# layers' host copy, STREAM_GAP_US of spinning after each, no GPU in the loop), beside the probes
+if [ -x "${STREAM:-}" ]; then
+    for l in "${loads[@]}"; do
+        threads=$(threads_for "$l")
+        ! loaded "$l" || start_load "$l" "stream-$l"
+        # shellcheck disable=SC2086 # STREAM_ARGS: more flags, e.g. --profile
+        on_cpus "$threads" "$STREAM" -m "$MODEL" --layers "${STREAM_LAYERS:-48}" --gap-us "${STREAM_GAP_US:-50}" \
+            --threads "$threads" ${STREAM_ARGS:-} >"$OUT/stream-$l.txt" 2>&1 || die "moe_cpu_stream ($l): $(tail -n 1 "$OUT/stream-$l.txt")"
+        stop_load
+        echo "stream, load $l, $threads threads:" >&2
+        grep -v '^moe_cpu_stream: copying' "$OUT/stream-$l.txt" >&2
+    done
+fi
 
 n_loads=${#loads[@]}
 for round in $(seq 1 "$ROUNDS"); do
@@ -100,7 +120,7 @@ for round in $(seq 1 "$ROUNDS"); do
             ! loaded "$l" || start_load "$l" "$tag"
             log "round $round, $p, load $l, $threads threads"
             # shellcheck disable=SC2086 # COSTS is one path or nothing
-            "$MOEPLAN" bench -m "$MODEL" --placement "$p" ${COSTS:+--costs "$COSTS"} -t "$threads" \
+            on_cpus "$threads" "$MOEPLAN" bench -m "$MODEL" --placement "$p" ${COSTS:+--costs "$COSTS"} -t "$threads" \
                 -p 0 -n "$TG" -r "$REPS" -o json >"$OUT/bench/$tag.json" 2>"$OUT/bench/$tag.log" ||
                 { stop_load; die "bench ($tag): $(tail -n 1 "$OUT/bench/$tag.log")"; }
             stop_load

@@ -101,7 +101,9 @@
 #              -> $OUT/accuracy-matrix/matrix.md
 #   busy-host  offloaded decode on the qwen3-30b-a3b preset with and without a neighbour taking host
 #              memory bandwidth (bench/busy_host.sh: PLACEMENTS, LOADS "none d2h", ROUNDS, TG, REPS;
-#              COSTS default examples/costs-h200-qwen3-30b-a3b.json, COSTS= for none; BUSY_MODEL)
+#              COSTS default examples/costs-h200-qwen3-30b-a3b.json, COSTS= for none; BUSY_MODEL; the
+#              CPU side alone under each load first, STREAM_LAYERS/STREAM_GAP_US/STREAM_ARGS, BUSY_STREAM=
+#              for none)
 #              -> $OUT/busy-host/busy-host.md
 #   split-ab   split far routes against whole ones on the mixtral preset (top-2, 114 MB experts),
 #              fill under 24/16/12 GB, alternated in one run (bench/split_ab.sh; its knobs: MODEL,
@@ -637,6 +639,7 @@ PY
         build || { rc=1; continue; }
         ensure_model || { rc=1; continue; }
         MOEPLAN=build-gpu/cli/moeplan HOST_LOAD=build-gpu/bench/host_load MEMBW=build-gpu/bench/mp_membw \
+            STREAM=${BUSY_STREAM-build-gpu/bench/moe_cpu_stream} \
             MODEL="${BUSY_MODEL:-$MODEL30}" COSTS="${COSTS-examples/costs-h200-qwen3-30b-a3b.json}" \
             OUT="$OUT/busy-host" bash bench/busy_host.sh 2>&1 | tee "$OUT/busy-host.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
