@@ -86,6 +86,7 @@ trap stop_load EXIT
 # what the host reads under each load, before the rows: MEMBW's probe (the one bench takes beside
 # a row), with the cores moeplan would run on
 if [ -x "${MEMBW:-}" ]; then
+    : >"$OUT/probes.md"
     for l in "${loads[@]}"; do
         threads=$(threads_for "$l")
         ! loaded "$l" || start_load "$l" "probe-$l"
