@@ -16,7 +16,8 @@
 #
 # LOADS: none (a quiet host), d2h (the GPU's copy engine writes host memory: takes no core),
 # cpuN (N reader threads on the host's last N CPUs; moeplan then runs with the other CPUs' count of
-# threads, on the first CPUs, so pair it with noneN: a quiet host, moeplan on the same CPUs). Each
+# threads, on the first CPUs, so pair it with noneN: a quiet host, moeplan on the same CPUs), or
+# parts joined by '+' (d2h+cpu2: both neighbours at once, for a host that reads less still). Each
 # round starts one load later, so that over as many rounds as loads each runs once in each position.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -37,19 +38,29 @@ log() { echo "[busy_host $(date +%H:%M:%S)] $*" >&2; }
 [ -z "${COSTS:-}" ] || [ -f "$COSTS" ] || die "COSTS '$COSTS': no such file"
 ncpu=$(nproc)
 read -ra loads <<<"$LOADS"
-loaded() { [ "$1" = d2h ] || [[ $1 == cpu* ]]; } # a load with a neighbour running
-threads_for() { # moeplan's threads under a load: cpuN and noneN leave N CPUs out
-    case $1 in none[0-9]* | cpu*) local n=${1#none}; n=${n#cpu}; echo $((ncpu - n)) ;; *) echo "$ncpu" ;; esac
+loaded() { [[ $1 != none* ]]; } # a load with a neighbour running
+threads_for() { # moeplan's threads under a load: its cpuN parts, or noneN, leave N CPUs out
+    local n=0 part
+    if [[ $1 == none* ]]; then
+        n=${1#none}
+    else
+        local IFS=+
+        for part in $1; do [[ $part != cpu* ]] || n=$((n + ${part#cpu})); done
+    fi
+    echo $((ncpu - ${n:-0}))
 }
 for l in "${loads[@]}"; do
     case $l in
-    none | d2h) ;;
-    none[1-9] | none[1-9][0-9] | cpu[1-9] | cpu[1-9][0-9])
-        n=${l#none}; n=${n#cpu}
-        [ "$n" -lt "$ncpu" ] || die "LOADS '$l': expected fewer than this host's $ncpu CPUs" ;;
-    *) die "LOADS '$l': expected none, d2h, cpuN or noneN" ;;
+    none | none[1-9] | none[1-9][0-9]) ;;
+    *)
+        [[ $l != +* && $l != *+ && $l != *++* ]] || die "LOADS '$l': an empty part"
+        IFS=+ read -ra parts <<<"$l"
+        for part in "${parts[@]}"; do
+            [[ $part =~ ^(d2h|cpu[1-9][0-9]?)$ ]] || die "LOADS '$l': expected none, noneN, or d2h and cpuN joined by '+'"
+        done
+        [ -x "$HOST_LOAD" ] || die "host_load binary '$HOST_LOAD' not found (built with CUDA)" ;;
     esac
-    ! loaded "$l" || [ -x "$HOST_LOAD" ] || die "host_load binary '$HOST_LOAD' not found (built with CUDA)"
+    [ "$(threads_for "$l")" -ge 1 ] || die "LOADS '$l': expected fewer than this host's $ncpu CPUs"
 done
 mkdir -p "$OUT/bench" || die "cannot create $OUT"
 
@@ -58,28 +69,38 @@ on_cpus() { # on_cpus T CMD...: CMD on the host's first T CPUs (all of them: as 
     shift
     if [ "$t" -lt "$ncpu" ]; then taskset -c "0-$((t - 1))" "$@"; else "$@"; fi
 }
-load_pid=
-start_load() { # start_load LOAD TAG: the neighbour, running when this returns
-    local l=$1 tag=$2
-    rm -f "$OUT/bench/$tag.ready"
-    if [ "$l" = d2h ]; then
-        "$HOST_LOAD" --mode d2h --ready "$OUT/bench/$tag.ready" 2>"$OUT/bench/$tag.load" &
-    else
-        "$HOST_LOAD" --mode cpu --threads "${l#cpu}" --gib 4 --ready "$OUT/bench/$tag.ready" 2>"$OUT/bench/$tag.load" &
-    fi
-    load_pid=$!
+load_pids=()
+start_load() { # start_load LOAD TAG: the neighbours of LOAD's parts, running when this returns
+    local tag=$2 part i=0 n_cpu=0 parts
+    IFS=+ read -ra parts <<<"$1"
+    rm -f "$OUT/bench/$tag".ready.* "$OUT/bench/$tag.load"
+    for part in "${parts[@]}"; do
+        i=$((i + 1))
+        if [ "$part" = d2h ]; then
+            "$HOST_LOAD" --mode d2h --ready "$OUT/bench/$tag.ready.$i" 2>>"$OUT/bench/$tag.load" &
+        else # cpuN parts take the last CPUs, one part after another
+            "$HOST_LOAD" --mode cpu --threads "${part#cpu}" --skip "$n_cpu" --gib 4 --ready "$OUT/bench/$tag.ready.$i" \
+                2>>"$OUT/bench/$tag.load" &
+            n_cpu=$((n_cpu + ${part#cpu}))
+        fi
+        load_pids+=($!)
+    done
     for _ in $(seq 1 300); do
-        [ -f "$OUT/bench/$tag.ready" ] && return 0
-        kill -0 "$load_pid" 2>/dev/null || die "host_load ($tag) stopped: $(tail -n 1 "$OUT/bench/$tag.load")"
+        local up=0 pid
+        for pid in "${load_pids[@]}"; do
+            kill -0 "$pid" 2>/dev/null || die "host_load ($tag) stopped: $(tail -n 1 "$OUT/bench/$tag.load")"
+        done
+        for i in $(seq 1 ${#parts[@]}); do [ ! -f "$OUT/bench/$tag.ready.$i" ] || up=$((up + 1)); done
+        [ "$up" -lt ${#parts[@]} ] || return 0
         sleep 0.1
     done
     die "host_load ($tag) not running after 30 s"
 }
 stop_load() {
-    [ -n "$load_pid" ] || return 0
-    kill -TERM "$load_pid" 2>/dev/null
-    wait "$load_pid" 2>/dev/null
-    load_pid=
+    [ ${#load_pids[@]} -gt 0 ] || return 0
+    kill -TERM "${load_pids[@]}" 2>/dev/null
+    wait "${load_pids[@]}" 2>/dev/null
+    load_pids=()
 }
 trap stop_load EXIT
 
@@ -92,7 +113,7 @@ if [ -x "${MEMBW:-}" ]; then
         ! loaded "$l" || start_load "$l" "probe-$l"
         echo "| $l | $threads | $("$MEMBW" --threads "$threads" --reps 5 2>&1 | tail -n 1) |" >>"$OUT/probes.md"
         stop_load
-        [ ! -f "$OUT/bench/probe-$l.load" ] || echo "|   | load | $(cat "$OUT/bench/probe-$l.load") |" >>"$OUT/probes.md"
+        [ ! -f "$OUT/bench/probe-$l.load" ] || echo "|   | load | $(tr '\n' ' ' <"$OUT/bench/probe-$l.load") |" >>"$OUT/probes.md"
     done
     cat "$OUT/probes.md" >&2
 fi
@@ -140,8 +161,8 @@ def row(p, l, r):
     load = "-"
     try:
         with open(f"{out}/bench/{tag}.load") as f:
-            m = re.search(r"([0-9.]+) GB/s", f.read())
-            load = m.group(1) if m else "-"
+            rates = [float(r) for r in re.findall(r"([0-9.]+) GB/s", f.read())]
+            load = f"{sum(rates):.1f}" if rates else "-"
     except OSError:
         pass
     return x, load

@@ -9,14 +9,15 @@
  *   d2h   the GPU's copy engine writes a pinned host buffer over and over (device to host): host
  *         memory traffic that takes no core and leaves the bus's host-to-device direction, the one
  *         far routes and copies read through, to moeplan;
- *   cpu   T threads, pinned to the host's last T CPUs, read a buffer much larger than the
- *         last-level cache (they take cores as well as bandwidth: run moeplan on the others).
+ *   cpu   T threads, pinned to the host's last T CPUs (skipping the last --skip K), read a
+ *         buffer much larger than the last-level cache (they take cores as well as bandwidth:
+ *         run moeplan on the others).
  *
  * It runs until SIGTERM or SIGINT (or --seconds), touches --ready FILE once the load is running,
  * and prints what it moved on exit: "host_load: d2h 48.1 GB/s over 12.3 s".
  *
- * Usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--seconds S=0: until a signal]
- *                  [--ready FILE] */
+ * Usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0]
+ *                  [--seconds S=0: until a signal] [--ready FILE] */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
@@ -142,13 +143,14 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
     return 0;
 }
 
-static int load_cpu(size_t bytes, int threads, double seconds, const char *ready)
+static int load_cpu(size_t bytes, int threads, int skip, double seconds, const char *ready)
 {
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads > ncpu) {
-        fprintf(stderr, "host_load: --threads %d: this host has %ld CPUs\n", threads, ncpu);
+    if (threads + skip > ncpu) {
+        fprintf(stderr, "host_load: --threads %d and --skip %d: this host has %ld CPUs\n", threads, skip, ncpu);
         return 2;
     }
+    const long first = ncpu - skip - threads;
     const size_t share = bytes / 8 / (size_t)threads & ~(size_t)(CHUNK / 8 - 1);
     if (share < 2 * CHUNK / 8) {
         fprintf(stderr, "host_load: --gib too small for %d threads\n", threads);
@@ -169,7 +171,7 @@ static int load_cpu(size_t bytes, int threads, double seconds, const char *ready
     }
     const double t0 = now_s();
     for (int t = 0; t < threads; t++) {
-        rd[t] = (reader){buf + share * (size_t)t, share, (int)(ncpu - threads + t), 0, 0};
+        rd[t] = (reader){buf + share * (size_t)t, share, (int)(first + t), 0, 0};
         if (pthread_create(&tid[t], NULL, read_loop, &rd[t])) {
             fprintf(stderr, "host_load: cannot start thread %d\n", t);
             return 1;
@@ -186,17 +188,18 @@ static int load_cpu(size_t bytes, int threads, double seconds, const char *ready
         sum += rd[t].sum;
     }
     const double dt = now_s() - t0;
-    fprintf(stderr, "host_load: cpu %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", threads,
-            ncpu - threads, ncpu - 1, (double)moved / dt / 1e9, dt);
+    fprintf(stderr, "host_load: cpu %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", threads, first,
+            first + threads - 1, (double)moved / dt / 1e9, dt);
     sink = sum;
     return 0;
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--seconds S=0] [--ready FILE]\n"
+    fprintf(f, "usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0] [--seconds S=0]\n"
+               "                 [--ready FILE]\n"
                "  d2h: the GPU's copy engine writes a pinned host buffer (no core taken);\n"
-               "  cpu: T reader threads on the host's last T CPUs.\n"
+               "  cpu: T reader threads on the host's last T CPUs, less the last S.\n"
                "  Runs until SIGTERM/SIGINT or S seconds; prints the GB/s it moved on exit.\n");
 }
 
@@ -204,7 +207,7 @@ int main(int argc, char **argv)
 {
     const char *mode = "d2h", *ready = NULL;
     double gib = 2, seconds = 0;
-    int threads = 4;
+    int threads = 4, skip = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -215,6 +218,8 @@ int main(int argc, char **argv)
             gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--skip") && i + 1 < argc)
+            skip = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--ready") && i + 1 < argc)
@@ -225,8 +230,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (gib < 0.25 || gib > 1024 || threads < 1 || threads > 1024 || seconds < 0) {
-        fprintf(stderr, "host_load: expected --gib in 0.25..1024, --threads in 1..1024, --seconds >= 0\n");
+    if (gib < 0.25 || gib > 1024 || threads < 1 || threads > 1024 || skip < 0 || skip > 1024 || seconds < 0) {
+        fprintf(stderr, "host_load: expected --gib in 0.25..1024, --threads in 1..1024, --skip in 0..1024, --seconds >= 0\n");
         return 2;
     }
     struct sigaction sa;
@@ -238,7 +243,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "d2h"))
         return load_d2h(bytes, seconds, ready);
     if (!strcmp(mode, "cpu"))
-        return load_cpu(bytes, threads, seconds, ready);
+        return load_cpu(bytes, threads, skip, seconds, ready);
     fprintf(stderr, "host_load: --mode '%s': expected d2h or cpu\n", mode);
     return 2;
 }
