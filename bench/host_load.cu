@@ -20,7 +20,6 @@
  *                  [--seconds S=0: until a signal] [--ready FILE] */
 #include <cuda_runtime.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,59 +27,17 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
-#define CHUNK (1u << 20) /* a CPU reader counts its bytes per MiB read */
+#include "host_reader.h"
 
-static volatile sig_atomic_t stop;
+/* 0 once SIGTERM or SIGINT came (sig_atomic_t is an int on the Linux ABIs: the readers poll it) */
+static volatile int running = 1;
 static volatile uint64_t sink; /* the readers' sums land here, so that their loads stay */
 static void on_signal(int sig)
 {
     (void)sig;
-    stop = 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct {
-    const uint64_t *base;
-    size_t words;
-    int cpu; /* pinned here; -1: not pinned */
-    uint64_t bytes;
-    uint64_t sum;
-} reader;
-
-static void *read_loop(void *arg)
-{
-    reader *r = (reader *)arg;
-    if (r->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(r->cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    const size_t per_chunk = CHUNK / 8;
-    size_t at = 0;
-    while (!stop) {
-        const uint64_t *p = r->base + at;
-        for (size_t i = 0; i < per_chunk; i += 4) {
-            s0 += p[i];
-            s1 += p[i + 1];
-            s2 += p[i + 2];
-            s3 += p[i + 3];
-        }
-        __atomic_fetch_add(&r->bytes, (uint64_t)CHUNK, __ATOMIC_RELAXED);
-        at = at + 2 * per_chunk <= r->words ? at + per_chunk : 0;
-    }
-    r->sum = s0 + s1 + s2 + s3;
-    return NULL;
+    running = 0;
 }
 
 static int fail(const char *what, cudaError_t e)
@@ -120,10 +77,10 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
     if ((e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) != cudaSuccess)
         return fail("cudaStreamCreate", e);
     touch(ready);
-    const double t0 = now_s();
+    const double t0 = mp_reader_now_s();
     uint64_t moved = 0;
     size_t off = 0;
-    while (!stop && (seconds <= 0 || now_s() - t0 < seconds)) {
+    while (running && (seconds <= 0 || mp_reader_now_s() - t0 < seconds)) {
         for (int k = 0; k < 16; k++) { /* 16 slices in flight, then one sync: about 20 ms */
             if ((e = cudaMemcpyAsync((char *)host + off, dev, slice, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
                 return fail("cudaMemcpyAsync", e);
@@ -133,7 +90,7 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
         if ((e = cudaStreamSynchronize(st)) != cudaSuccess)
             return fail("cudaStreamSynchronize", e);
     }
-    const double dt = now_s() - t0;
+    const double dt = mp_reader_now_s() - t0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
@@ -151,8 +108,8 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
         return 2;
     }
     const long first = ncpu - skip - threads;
-    const size_t share = bytes / 8 / (size_t)threads & ~(size_t)(CHUNK / 8 - 1);
-    if (share < 2 * CHUNK / 8) {
+    const size_t share = bytes / 8 / (size_t)threads & ~(size_t)(MP_READER_CHUNK / 8 - 1);
+    if (share < 2 * MP_READER_CHUNK / 8) {
         fprintf(stderr, "host_load: --gib too small for %d threads\n", threads);
         return 2;
     }
@@ -164,30 +121,30 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
     madvise(buf, share * 8 * (size_t)threads, MADV_HUGEPAGE);
     memset(buf, 1, share * 8 * (size_t)threads);
     pthread_t *tid = (pthread_t *)calloc((size_t)threads, sizeof *tid);
-    reader *rd = (reader *)calloc((size_t)threads, sizeof *rd);
+    mp_host_reader *rd = (mp_host_reader *)calloc((size_t)threads, sizeof *rd);
     if (!tid || !rd) {
         fprintf(stderr, "host_load: out of memory\n");
         return 1;
     }
-    const double t0 = now_s();
+    const double t0 = mp_reader_now_s();
     for (int t = 0; t < threads; t++) {
-        rd[t] = (reader){buf + share * (size_t)t, share, (int)(first + t), 0, 0};
-        if (pthread_create(&tid[t], NULL, read_loop, &rd[t])) {
+        rd[t] = (mp_host_reader){buf + share * (size_t)t, share, &running, (int)(first + t), 0, 0};
+        if (pthread_create(&tid[t], NULL, mp_host_reader_loop, &rd[t])) {
             fprintf(stderr, "host_load: cannot start thread %d\n", t);
             return 1;
         }
     }
     touch(ready);
-    while (!stop && (seconds <= 0 || now_s() - t0 < seconds))
+    while (running && (seconds <= 0 || mp_reader_now_s() - t0 < seconds))
         usleep(10000);
-    stop = 1;
+    running = 0;
     uint64_t moved = 0, sum = 0;
     for (int t = 0; t < threads; t++) {
         pthread_join(tid[t], NULL);
         moved += rd[t].bytes;
         sum += rd[t].sum;
     }
-    const double dt = now_s() - t0;
+    const double dt = mp_reader_now_s() - t0;
     fprintf(stderr, "host_load: cpu %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", threads, first,
             first + threads - 1, (double)moved / dt / 1e9, dt);
     sink = sum;
@@ -199,7 +156,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0] [--seconds S=0]\n"
                "                 [--ready FILE]\n"
                "  d2h: the GPU's copy engine writes a pinned host buffer (no core taken);\n"
-               "  cpu: T reader threads on the host's last T CPUs, less the last S.\n"
+               "  cpu: T reader threads on the host's last T CPUs, less the last K.\n"
                "  Runs until SIGTERM/SIGINT or S seconds; prints the GB/s it moved on exit.\n");
 }
 

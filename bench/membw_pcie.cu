@@ -19,45 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHUNK (1u << 20) /* a CPU thread counts its bytes per MiB read */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct {
-    const uint64_t *base;
-    size_t words;
-    volatile int *run; /* 1: read, 0: stop */
-    uint64_t bytes;    /* read so far (atomic) */
-    uint64_t sum;
-} reader;
-
-static void *read_loop(void *arg)
-{
-    reader *r = (reader *)arg;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    const size_t per_chunk = CHUNK / 8;
-    size_t at = 0;
-    while (__atomic_load_n(r->run, __ATOMIC_ACQUIRE)) {
-        const uint64_t *p = r->base + at;
-        for (size_t i = 0; i < per_chunk; i += 4) {
-            s0 += p[i];
-            s1 += p[i + 1];
-            s2 += p[i + 2];
-            s3 += p[i + 3];
-        }
-        __atomic_fetch_add(&r->bytes, (uint64_t)CHUNK, __ATOMIC_RELAXED);
-        at += per_chunk;
-        if (at + per_chunk > r->words)
-            at = 0;
-    }
-    r->sum = s0 + s1 + s2 + s3;
-    return NULL;
-}
+#include "host_reader.h"
 
 /* Each thread reads 16 bytes per step, the grid strides over the whole buffer once. */
 __global__ void zero_copy_read(const uint4 *src, size_t n16, unsigned long long *sink)
@@ -112,8 +74,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "membw_pcie: no CUDA device\n");
         return 1;
     }
-    const size_t bytes = (size_t)(gib * 1073741824.0) & ~(size_t)(CHUNK - 1);
-    const size_t pbytes = (size_t)(pinned_gib * 1073741824.0) & ~(size_t)(CHUNK - 1);
+    const size_t bytes = (size_t)(gib * 1073741824.0) & ~(size_t)(MP_READER_CHUNK - 1);
+    const size_t pbytes = (size_t)(pinned_gib * 1073741824.0) & ~(size_t)(MP_READER_CHUNK - 1);
     uint64_t *buf = (uint64_t *)aligned_alloc(1 << 21, bytes);
     if (!buf) {
         fprintf(stderr, "membw_pcie: cannot allocate %zu bytes\n", bytes);
@@ -143,8 +105,8 @@ int main(int argc, char **argv)
            (double)bytes / 1073741824.0, (double)pbytes / 1073741824.0, ms);
     printf("| rep | CPU threads | GPU reader | CPU GB/s | GPU GB/s | sum GB/s |\n| ---: | ---: | --- | ---: | ---: | ---: |\n");
     pthread_t *tid = (pthread_t *)calloc((size_t)(threads > 0 ? threads : 1), sizeof *tid);
-    reader *rd = (reader *)calloc((size_t)(threads > 0 ? threads : 1), sizeof *rd);
-    const size_t share = threads > 0 ? bytes / 8 / (size_t)threads & ~(size_t)(CHUNK / 8 - 1) : 0;
+    mp_host_reader *rd = (mp_host_reader *)calloc((size_t)(threads > 0 ? threads : 1), sizeof *rd);
+    const size_t share = threads > 0 ? bytes / 8 / (size_t)threads & ~(size_t)(MP_READER_CHUNK / 8 - 1) : 0;
     for (int rep = 0; rep < reps; rep++) {
         for (int use_cpu = 1; use_cpu >= 0; use_cpu--) {
             for (int gpu = GPU_NONE; gpu <= GPU_ZC; gpu++) {
@@ -155,8 +117,8 @@ int main(int argc, char **argv)
                     continue;
                 volatile int run = 1;
                 for (int t = 0; t < T; t++) {
-                    rd[t] = (reader){buf + share * (size_t)t, share, &run, 0, 0};
-                    if (pthread_create(&tid[t], NULL, read_loop, &rd[t])) {
+                    rd[t] = (mp_host_reader){buf + share * (size_t)t, share, &run, -1, 0, 0};
+                    if (pthread_create(&tid[t], NULL, mp_host_reader_loop, &rd[t])) {
                         fprintf(stderr, "membw_pcie: cannot start thread %d\n", t);
                         return 1;
                     }
@@ -165,12 +127,12 @@ int main(int argc, char **argv)
                 uint64_t c0 = 0;
                 for (int t = 0; t < T; t++)
                     c0 += __atomic_load_n(&rd[t].bytes, __ATOMIC_RELAXED);
-                const double t0 = now_s();
+                const double t0 = mp_reader_now_s();
                 uint64_t gbytes = 0;
                 if (gpu != GPU_NONE) {
                     /* issue GPU reads in slices until the window is spent, then drain */
                     size_t off = 0;
-                    while (now_s() - t0 < ms * 1e-3) {
+                    while (mp_reader_now_s() - t0 < ms * 1e-3) {
                         for (int k = 0; k < 4; k++) {
                             if (gpu == GPU_DMA) {
                                 CK(cudaMemcpyAsync(dst, (char *)pinned + off, dma_chunk, cudaMemcpyHostToDevice, st));
@@ -187,7 +149,7 @@ int main(int argc, char **argv)
                 } else {
                     usleep((useconds_t)ms * 1000);
                 }
-                const double dt = now_s() - t0;
+                const double dt = mp_reader_now_s() - t0;
                 uint64_t c1 = 0;
                 for (int t = 0; t < T; t++)
                     c1 += __atomic_load_n(&rd[t].bytes, __ATOMIC_RELAXED);
