@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "host_reader.h"
 
 /* 0 once SIGTERM or SIGINT came (sig_atomic_t is an int on the Linux ABIs: the readers poll it) */
@@ -77,10 +78,10 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
     if ((e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking)) != cudaSuccess)
         return fail("cudaStreamCreate", e);
     touch(ready);
-    const double t0 = mp_reader_now_s();
+    const double t0 = mp_now_s();
     uint64_t moved = 0;
     size_t off = 0;
-    while (running && (seconds <= 0 || mp_reader_now_s() - t0 < seconds)) {
+    while (running && (seconds <= 0 || mp_now_s() - t0 < seconds)) {
         for (int k = 0; k < 16; k++) { /* 16 slices in flight, then one sync: about 20 ms */
             if ((e = cudaMemcpyAsync((char *)host + off, dev, slice, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
                 return fail("cudaMemcpyAsync", e);
@@ -90,7 +91,7 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
         if ((e = cudaStreamSynchronize(st)) != cudaSuccess)
             return fail("cudaStreamSynchronize", e);
     }
-    const double dt = mp_reader_now_s() - t0;
+    const double dt = mp_now_s() - t0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
@@ -126,7 +127,7 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
         fprintf(stderr, "host_load: out of memory\n");
         return 1;
     }
-    const double t0 = mp_reader_now_s();
+    const double t0 = mp_now_s();
     for (int t = 0; t < threads; t++) {
         rd[t] = (mp_host_reader){buf + share * (size_t)t, share, &running, (int)(first + t), 0, 0};
         if (pthread_create(&tid[t], NULL, mp_host_reader_loop, &rd[t])) {
@@ -135,7 +136,7 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
         }
     }
     touch(ready);
-    while (running && (seconds <= 0 || mp_reader_now_s() - t0 < seconds))
+    while (running && (seconds <= 0 || mp_now_s() - t0 < seconds))
         usleep(10000);
     running = 0;
     uint64_t moved = 0, sum = 0;
@@ -144,7 +145,7 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
         moved += rd[t].bytes;
         sum += rd[t].sum;
     }
-    const double dt = mp_reader_now_s() - t0;
+    const double dt = mp_now_s() - t0;
     fprintf(stderr, "host_load: cpu %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", threads, first,
             first + threads - 1, (double)moved / dt / 1e9, dt);
     sink = sum;

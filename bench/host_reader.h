@@ -11,7 +11,6 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #define MP_READER_CHUNK (1u << 20) /* a reader counts its bytes per MiB read */
 
@@ -23,13 +22,6 @@ typedef struct {
     uint64_t bytes;    /* read so far (atomic) */
     uint64_t sum;      /* what it summed, for its caller to keep (so the loads stay) */
 } mp_host_reader;
-
-static inline double mp_reader_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *mp_host_reader_loop(void *arg)
 {

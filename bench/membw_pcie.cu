@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "host_reader.h"
 
 /* Each thread reads 16 bytes per step, the grid strides over the whole buffer once. */
@@ -127,12 +127,12 @@ int main(int argc, char **argv)
                 uint64_t c0 = 0;
                 for (int t = 0; t < T; t++)
                     c0 += __atomic_load_n(&rd[t].bytes, __ATOMIC_RELAXED);
-                const double t0 = mp_reader_now_s();
+                const double t0 = mp_now_s();
                 uint64_t gbytes = 0;
                 if (gpu != GPU_NONE) {
                     /* issue GPU reads in slices until the window is spent, then drain */
                     size_t off = 0;
-                    while (mp_reader_now_s() - t0 < ms * 1e-3) {
+                    while (mp_now_s() - t0 < ms * 1e-3) {
                         for (int k = 0; k < 4; k++) {
                             if (gpu == GPU_DMA) {
                                 CK(cudaMemcpyAsync(dst, (char *)pinned + off, dma_chunk, cudaMemcpyHostToDevice, st));
@@ -149,7 +149,7 @@ int main(int argc, char **argv)
                 } else {
                     usleep((useconds_t)ms * 1000);
                 }
-                const double dt = mp_reader_now_s() - t0;
+                const double dt = mp_now_s() - t0;
                 uint64_t c1 = 0;
                 for (int t = 0; t < T; t++)
                     c1 += __atomic_load_n(&rd[t].bytes, __ATOMIC_RELAXED);
