@@ -152,13 +152,13 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
     return 0;
 }
 
-static void usage(FILE *f)
+static void usage(void)
 {
-    fprintf(f, "usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0] [--seconds S=0]\n"
-               "                 [--ready FILE]\n"
-               "  d2h: the GPU's copy engine writes a pinned host buffer (no core taken);\n"
-               "  cpu: T reader threads on the host's last T CPUs, less the last K.\n"
-               "  Runs until SIGTERM/SIGINT or S seconds; prints the GB/s it moved on exit.\n");
+    printf("usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0] [--seconds S=0]\n"
+           "                 [--ready FILE]\n"
+           "  d2h: the GPU's copy engine writes a pinned host buffer (no core taken);\n"
+           "  cpu: T reader threads on the host's last T CPUs, less the last K.\n"
+           "  Runs until SIGTERM/SIGINT or S seconds; prints the GB/s it moved on exit.\n");
 }
 
 int main(int argc, char **argv)
@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     int threads = 4, skip = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
+            usage();
             return 0;
         } else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
             mode = argv[++i];
@@ -183,8 +183,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ready") && i + 1 < argc)
             ready = argv[++i];
         else {
-            fprintf(stderr, "host_load: unknown argument '%s'\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "host_load: unknown argument '%s' (see --help)\n", argv[i]);
             return 2;
         }
     }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tests/busy_host_test.sh — the busy-host bench's bad input: bench/host_load's arguments and
+# bench/busy_host.sh's knobs, each refused with exit 2 (host_load) or 1 (busy_host.sh) and one error
+# line naming what was expected, before any load starts or any decode runs. Needs MP_MOEPLAN,
+# MP_HOST_LOAD and MP_SOURCE_ROOT (tests/meson.build sets them); no GPU: every case stops before
+# the first CUDA call.
+set -uo pipefail
+B=${MP_MOEPLAN:?MP_MOEPLAN is not set (run through meson test)}
+L=${MP_HOST_LOAD:?MP_HOST_LOAD is not set}
+ROOT=${MP_SOURCE_ROOT:?MP_SOURCE_ROOT is not set}
+MODEL=$ROOT/tests/fixtures/hf/qwen3moe-tiny-f32.gguf
+D=$(mktemp -d /tmp/mp_busy_host_XXXXXX)
+trap 'rm -rf "$D"' EXIT
+fails=0 cases=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect STATUS NEEDLE CMD...: exit STATUS, stderr one line holding NEEDLE, nothing under $D/out
+expect() {
+    local want=$1 needle=$2
+    shift 2
+    cases=$((cases + 1))
+    timeout 20 "$@" >"$D/stdout" 2>"$D/stderr"
+    local st=$?
+    [ "$st" = "$want" ] || { fail "$*: exit $st, expected $want: $(cat "$D/stderr")"; return; }
+    [ "$(wc -l <"$D/stderr")" = 1 ] || { fail "$*: expected one error line, got: $(cat "$D/stderr")"; return; }
+    grep -qF -- "$needle" "$D/stderr" || fail "$*: '$needle' not in: $(cat "$D/stderr")"
+    [ ! -e "$D/out" ] || { fail "$*: wrote $D/out"; rm -rf "$D/out"; }
+}
+
+expect 2 "unknown argument '--bogus'" "$L" --bogus
+expect 2 "--mode 'ram': expected d2h or cpu" "$L" --mode ram
+expect 2 "expected --gib in 0.25..1024" "$L" --gib 0.1
+expect 2 "--threads in 1..1024" "$L" --threads 0
+expect 2 "--skip in 0..1024" "$L" --skip -1
+expect 2 "--seconds >= 0" "$L" --seconds -1
+expect 2 "--threads 1024 and --skip 1: this host has" "$L" --mode cpu --threads 1024 --skip 1 --gib 1
+cases=$((cases + 1))
+"$L" --help | grep -q "usage: host_load" || fail "host_load --help: no usage"
+
+# busy_host.sh with these knobs, then the case's (env: the later setting wins)
+bh=(env MOEPLAN="$B" HOST_LOAD="$L" MODEL="$MODEL" OUT="$D/out")
+S=$ROOT/bench/busy_host.sh
+expect 1 "LOADS 'ram': expected none, noneN, or d2h and cpuN joined by '+'" "${bh[@]}" LOADS="none ram" bash "$S"
+expect 1 "LOADS 'd2h+': an empty part" "${bh[@]}" LOADS="d2h+" bash "$S"
+# readers on every CPU of this host (parts of at most 99), leaving moeplan none
+all=$(nproc) every=
+while [ "$all" -gt 0 ]; do
+    n=$((all < 99 ? all : 99))
+    every=${every:+$every+}cpu$n
+    all=$((all - n))
+done
+expect 1 "LOADS '$every': expected fewer than this host's" "${bh[@]}" LOADS="$every" bash "$S"
+expect 1 "ROUNDS '0': expected a positive integer" "${bh[@]}" ROUNDS=0 bash "$S"
+expect 1 "MODEL: expected an existing GGUF file" "${bh[@]}" MODEL="$D/missing.gguf" bash "$S"
+expect 1 "COSTS '$D/none.json': no such file" "${bh[@]}" COSTS="$D/none.json" bash "$S"
+expect 1 "host_load binary '$D/no-load' not found" "${bh[@]}" HOST_LOAD="$D/no-load" LOADS="none d2h" bash "$S"
+
+echo "busy_host_test: $cases cases, $fails failed"
+[ "$fails" = 0 ]
