@@ -111,7 +111,7 @@ if [ -x "${MEMBW:-}" ]; then
     for l in "${loads[@]}"; do
         threads=$(threads_for "$l")
         ! loaded "$l" || start_load "$l" "probe-$l"
-        echo "| $l | $threads | $("$MEMBW" --threads "$threads" --reps 5 2>&1 | tail -n 1) |" >>"$OUT/probes.md"
+        echo "| $l | $threads | $(on_cpus "$threads" "$MEMBW" --threads "$threads" --reps 5 2>&1 | tail -n 1) |" >>"$OUT/probes.md"
         stop_load
         [ ! -f "$OUT/bench/probe-$l.load" ] || echo "|   | load | $(tr '\n' ' ' <"$OUT/bench/probe-$l.load") |" >>"$OUT/probes.md"
     done
