@@ -26,18 +26,66 @@ __attribute__((format(printf, 5, 6))) static void add_fact(char *buf, size_t cap
     (*n)++;
 }
 
-void mp_decode_costs_set_point(mp_decode_costs *dc, const mp_cost_decode_point *p, double layer_ns, double cpu_ns,
-                               double gpu_ns)
+/* One point's times into dc's tables: far on at (cold, far), else far off at cold; a side < 0 (not
+ * measured) is NaN there (the far-off tables keep no GPU side). */
+static void set_point(mp_decode_costs *dc, bool far_on, int cold, int far, double layer_ns, double cpu_ns,
+                      double gpu_ns)
 {
-    cpu_ns = cpu_ns >= 0 ? cpu_ns : NAN; /* not measured */
-    if (p->far_on) {
-        dc->on_ns[p->cold][p->far] = layer_ns;
-        dc->cpu_on_ns[p->cold][p->far] = cpu_ns;
-        dc->gpu_on_ns[p->cold][p->far] = gpu_ns >= 0 ? gpu_ns : NAN;
+    cpu_ns = cpu_ns >= 0 ? cpu_ns : NAN;
+    if (far_on) {
+        dc->on_ns[cold][far] = layer_ns;
+        dc->cpu_on_ns[cold][far] = cpu_ns;
+        dc->gpu_on_ns[cold][far] = gpu_ns >= 0 ? gpu_ns : NAN;
     } else {
-        dc->off_ns[p->cold] = layer_ns;
-        dc->cpu_off_ns[p->cold] = cpu_ns;
+        dc->off_ns[cold] = layer_ns;
+        dc->cpu_off_ns[cold] = cpu_ns;
     }
+}
+
+/* A measured point scaled (mp_decode_costs_scale's rule) into dc's tables. */
+static void scale_point(mp_decode_costs *dc, bool far_on, int cold, int far, const struct mp_decode_point_ns *m,
+                        double k_cpu, double k_gpu, double k_rest)
+{
+    if (!isfinite(m->layer))
+        return;
+    const bool cpu_long = m->cpu >= m->gpu;
+    const double side = cpu_long ? m->cpu : m->gpu;
+    double t = m->layer * k_rest;
+    if (side >= 0 && !(k_cpu == k_rest && k_gpu == k_rest)) {
+        /* both sides measured: the longer of the two scaled (a slower CPU side may outlast the
+         * GPU's); else the one measured. rest < 0 where the point's sides outlasted its layer time
+         * (noise): kept, so that factors of 1 give the point as measured */
+        double scaled = side * (cpu_long ? k_cpu : k_gpu);
+        if (m->cpu >= 0 && m->gpu >= 0) {
+            const double a = m->cpu * k_cpu, b = m->gpu * k_gpu;
+            scaled = a > b ? a : b;
+        }
+        t = scaled + (m->layer - side) * k_rest;
+        t = t > 0 ? t : 0;
+    }
+    set_point(dc, far_on, cold, far, t, m->cpu >= 0 ? m->cpu * k_cpu : m->cpu, m->gpu >= 0 ? m->gpu * k_gpu : m->gpu);
+}
+
+void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest)
+{
+    if (!dc->measured)
+        return;
+    for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
+        dc->off_ns[c] = dc->cpu_off_ns[c] = NAN;
+        for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
+            dc->on_ns[c][f] = dc->cpu_on_ns[c][f] = dc->gpu_on_ns[c][f] = NAN;
+    }
+    for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
+        scale_point(dc, false, c, 0, &dc->meas_off[c], k_cpu, k_gpu, k_rest);
+        for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
+            scale_point(dc, true, c, f, &dc->meas_on[c][f], k_cpu, k_gpu, k_rest);
+    }
+    mp_decode_costs_settle(dc);
+}
+
+double mp_decide_host_factor(const mp_decode_costs *dc, double now_gbs)
+{
+    return dc && dc->level_bytes_per_ns > 0 && now_gbs > 0 ? dc->level_bytes_per_ns / now_gbs : 1.0;
 }
 
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
@@ -51,8 +99,11 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
                        "file from `moeplan calibrate -m MODEL` on a machine with a CUDA device", name);
     for (int i = 0; i <= MP_DECIDE_MAX_K; i++) {
         out->off_ns[i] = out->cpu_off_ns[i] = NAN;
-        for (int j = 0; j <= MP_DECIDE_MAX_K; j++)
+        out->meas_off[i].layer = NAN;
+        for (int j = 0; j <= MP_DECIDE_MAX_K; j++) {
             out->on_ns[i][j] = out->cpu_on_ns[i][j] = out->gpu_on_ns[i][j] = NAN;
+            out->meas_on[i][j].layer = NAN;
+        }
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
     out->together_bytes_per_ns = c->host_bus_gbs;
@@ -103,9 +154,14 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
             (!p->far_on && p->far) || !(p->layer.median_ns >= 0)) /* the loader refuses these */
             return mp_fail(err, MP_ERR_ARG, "costs %s: decode layer grid point %d (cold %d, far %d): out of range",
                            name, i, p->cold, p->far);
-        mp_decode_costs_set_point(out, p, p->layer.median_ns, p->cpu_ns, p->gpu_ns);
+        const struct mp_decode_point_ns m = {p->layer.median_ns, p->cpu_ns, p->gpu_ns};
+        if (p->far_on)
+            out->meas_on[p->cold][p->far] = m;
+        else
+            out->meas_off[p->cold] = m;
     }
-    mp_decode_costs_settle(out);
+    out->measured = true;
+    mp_decode_costs_scale(out, 1, 1, 1);
     return MP_OK;
 }
 
@@ -362,6 +418,31 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes)
 bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs)
 {
     return level_by_window && level_gbs > 0 && fabs(now_gbs / level_gbs - 1) > MP_DECIDE_HOST_MOVED;
+}
+
+void mp_decide_track_init(mp_decide_track *t, double window_ns)
+{
+    *t = (mp_decide_track){.k = 1, .window_ns = window_ns > 0 ? window_ns : 1};
+}
+
+bool mp_decide_track_step(mp_decide_track *t, double obs_ns, double pred_ns)
+{
+    if (!(obs_ns >= 0) || !(pred_ns > 0) || !isfinite(obs_ns) || !isfinite(pred_ns))
+        return false;
+    t->obs_ns += obs_ns;
+    t->pred_ns += pred_ns;
+    if (t->pred_ns < t->window_ns && t->obs_ns < t->window_ns)
+        return false;
+    double k = t->k * t->obs_ns / t->pred_ns;
+    t->obs_ns = t->pred_ns = 0;
+    if (t->windows++ == 0) /* the run's first window */
+        return false;
+    k = k < MP_DECIDE_TRACK_MIN ? MP_DECIDE_TRACK_MIN : k > MP_DECIDE_TRACK_MAX ? MP_DECIDE_TRACK_MAX : k;
+    if (!(fabs(k / t->k - 1) > MP_DECIDE_HOST_MOVED))
+        return false;
+    t->k = k;
+    t->moves++;
+    return true;
 }
 
 bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t rows_b)

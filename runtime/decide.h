@@ -59,6 +59,14 @@ typedef struct mp_decode_costs {
     double cpu_off_ns[MP_DECIDE_MAX_K + 1];
     double cpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
     double gpu_on_ns[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1]; /* the GPU's side of a far-on point; NaN: not known */
+    /* the points as the cost file gives them, before any scaling or settling (mp_decode_costs_scale
+     * rebuilds the tables above from them): layer NaN where the grid has no point, cpu / gpu < 0
+     * where the point did not measure that side; measured false for a grid not made by
+     * mp_decode_costs_from */
+    struct mp_decode_point_ns {
+        double layer, cpu, gpu;
+    } meas_off[MP_DECIDE_MAX_K + 1], meas_on[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
+    bool measured;
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers, each alone */
     double together_bytes_per_ns;                     /* both at once ($.host_bus); 0: not measured */
     double cores_beside_bus_bytes_per_ns, bus_beside_cores_bytes_per_ns; /* its two shares; 0: not measured */
@@ -89,12 +97,21 @@ typedef struct mp_decode_shape {
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
                                mp_decode_costs *out, mp_error *err);
 
-/* Grid point p's times in dc, for p->far_on the far-on tables at (cold, far), else the far-off ones
- * at cold: the layer's, its CPU experts' and (far on) the GPU's side; a negative side time is one
- * not measured (NaN in dc). mp_decode_costs_from sets the file's points so; the simulator its
- * points scaled by its cost factors. */
-void mp_decode_costs_set_point(mp_decode_costs *dc, const mp_cost_decode_point *p, double layer_ns, double cpu_ns,
-                               double gpu_ns);
+/* The grid's tables rebuilt from its measured points (dc->measured; else nothing changes) with the
+ * factors a host or a sensitivity applies to each part of a point, then settled
+ * (mp_decode_costs_settle): a point's time is the longer of its CPU side and its GPU side plus the
+ * rest (the round trip's own cost), so it becomes max(CPU side x k_cpu, GPU side x k_gpu) + rest x
+ * k_rest (where it measured one side only: that side scaled, plus the rest), the CPU side k_cpu
+ * times and the GPU side k_gpu times what it was. A slower CPU side may so outlast a GPU side it was
+ * shorter than, as it does on a slower host. mp_decode_costs_from builds with every
+ * factor 1; the simulator with its cost factors and the host's bandwidth (mp_decide_host_factor);
+ * the executor with the CPU factor its run measures (mp_decide_track_step). */
+void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest);
+
+/* The CPU factor of a host that reads now_gbs where the grid measured at its level
+ * (level_bytes_per_ns): level / now_gbs, as the CPU experts' weights stream from host memory;
+ * 1 where either is not known (<= 0). simulate --host-read-gbs predicts with it. */
+double mp_decide_host_factor(const mp_decode_costs *dc, double now_gbs);
 
 /* The grid's physics after its points are set (mp_decode_costs_from calls it; so does a caller that
  * rescales the points):
@@ -215,6 +232,31 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
  * plan's check names it as a miss's cause. */
 #define MP_DECIDE_HOST_MOVED 0.10
 bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs);
+
+/* Far routes that follow the host during a run. The grid's CPU sides were measured at the host's
+ * level then; a run's CPU experts may take longer (a neighbour reading host memory, a slower
+ * process on the same machine: 23-33 % between processes on the H200 host, bench/NOTES-simulator.md)
+ * or less, and the best share of a layer's cold work for the bus moves with them. The executor
+ * compares each one-row hybrid layer step's CPU expert time with the time the grid it decided from
+ * gives that step's route mix (mp_decide_decode_cpu_ns), over windows that end once either time
+ * reaches window_ns (MP_GPU_FAR_TRACK_US); when a window's ratio moves the factor more than MP_DECIDE_HOST_MOVED, the factor
+ * takes the window's value and the caller rebuilds the grid with it (mp_decode_costs_scale's k_cpu)
+ * and decides every layer again. The first window is not taken (a run's first steps pay for cold
+ * caches and waking threads). A factor of k is the grid at a host reading level / k, which is what
+ * `simulate --host-read-gbs` predicts for (mp_decide_host_factor). */
+#define MP_DECIDE_TRACK_MIN 0.25 /* the factor's range: beyond it a window measured something else */
+#define MP_DECIDE_TRACK_MAX 4.0
+typedef struct mp_decide_track {
+    double k;              /* the CPU factor the decisions use now (1: the grid's level) */
+    double window_ns;      /* a window's length in either time (> 0) */
+    double obs_ns, pred_ns; /* the open window: CPU expert time measured, and the grid's at k */
+    int64_t windows;       /* windows closed */
+    int64_t moves;         /* times k changed */
+} mp_decide_track;
+void mp_decide_track_init(mp_decide_track *t, double window_ns);
+/* One step's CPU expert time, measured (obs_ns >= 0) and the grid's at t->k (pred_ns > 0; a step
+ * without either is not counted). True when it closed a window that moved t->k: decide again. */
+bool mp_decide_track_step(mp_decide_track *t, double obs_ns, double pred_ns);
 
 /* Whether a calibration measured another machine than this one: its CPU model name (cal_cpu), online
  * CPUs (cal_cores) or CUDA device name (cal_gpu) differs from this machine's (cpu, cores, gpu); a fact

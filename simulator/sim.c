@@ -144,21 +144,6 @@ double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
     return cpu_anchor(c, cpu, 1.0);
 }
 
-/* The grid scaled like the tables (sensitivity): a point's time is max(CPU, GPU side) plus the
- * rest (the round trip's own cost), so the longer side takes its part's factor and the rest the
- * round trip's (MP_COST_SYNC). */
-static void scale_grid(const mp_costs *c, const double *k, mp_decode_costs *dc)
-{
-    for (int i = 0; i < c->decode.n_points; i++) {
-        const mp_cost_decode_point *p = &c->decode.points[i];
-        const bool cpu_long = p->cpu_ns >= p->gpu_ns;
-        const double side = cpu_long ? p->cpu_ns : p->gpu_ns;
-        const double rest = p->layer.median_ns > side ? p->layer.median_ns - side : 0;
-        const double t = (p->layer.median_ns - rest) * k[cpu_long ? MP_COST_CPU : MP_COST_GPU] + rest * k[MP_COST_SYNC];
-        mp_decode_costs_set_point(dc, p, t, p->cpu_ns * k[MP_COST_CPU], p->gpu_ns * k[MP_COST_GPU]);
-    }
-}
-
 /* Kind kd's tables from its cost entries (kd->grid_cold_scale set), with the tables' factors
  * k_parts. */
 static mp_status kind_build(sim_kind *kd, const mp_cost_expert *gpu, const mp_cost_expert *cpu, const mp_costs *c,
@@ -259,7 +244,7 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     double k[MP_COST_PARTS];
     memcpy(k, cfg->scale, sizeof k);
     if (cfg->host_read_gbs > 0 && c->host_read_gbs > 0) { /* predicted at the host's bandwidth now */
-        k[MP_COST_CPU] *= mp_costs_host_level_gbs(c) / cfg->host_read_gbs;
+        k[MP_COST_CPU] *= mp_decide_host_factor(&tab->dc, cfg->host_read_gbs);
         tab->dc.host_bytes_per_ns = cfg->host_read_gbs;
     }
     if ((st = kinds_build(tab, cfg, t, k, h2d, err))) {
@@ -280,7 +265,7 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
         tab->hybrid_step_ns = k[MP_COST_SYNC] * c->decode.hybrid_step.median_ns;
         tab->hybrid_share_ns = tab->hybrid_step_ns / (double)c->decode.hybrid_step_layers;
     }
-    scale_grid(c, k, &tab->dc);
-    mp_decode_costs_settle(&tab->dc);
+    /* the grid scaled like the tables (sensitivity, the host's bandwidth): the runtime's rule */
+    mp_decode_costs_scale(&tab->dc, k[MP_COST_CPU], k[MP_COST_GPU], k[MP_COST_SYNC]);
     return MP_OK;
 }

@@ -650,6 +650,126 @@ Test(decide, grid_of_another_model_or_run_is_refused)
     pts[1].far = 1;
 }
 
+/* A top-4 grid measured on a host whose cores read 100 bytes/ns (the bus 45, experts of 3 MB): a
+ * step's CPU side reads its c - f CPU experts, its GPU side 10 us plus f experts over the bus, and
+ * the layer takes the longer plus a 20 us round trip; host_gbs sets the cores' rate. */
+static mp_cost_decode_point host_pts[32];
+static mp_costs host_grid(double host_gbs)
+{
+    const double B = 3e6;
+    int n = 0;
+    for (int c = 0; c <= 4; c++) {
+        host_pts[n++] = (mp_cost_decode_point){c, 0, false, {20000 + c * B / host_gbs, 0}, c * B / host_gbs, 5000};
+        for (int f = 0; f <= c; f++) {
+            const double cpu = (c - f) * B / host_gbs, gpu = 10000 + f * B / 45;
+            host_pts[n++] = (mp_cost_decode_point){c, f, true, {20000 + (cpu > gpu ? cpu : gpu), 0}, cpu, gpu};
+        }
+    }
+    mp_costs c;
+    memset(&c, 0, sizeof c);
+    c.decode = (mp_cost_decode){.n_points = n, .points = host_pts, .quant = "Q4_K", .n_embd = 2048, .n_ff = 768,
+                                 .n_expert = 64, .top_k = 4, .far_max = 4, .far_split = 1, .threads = 16,
+                                 .expert_bytes = (uint64_t)B};
+    c.host_read_gbs = 100; /* the level the grid is said to be measured at, whatever host_gbs */
+    return c;
+}
+
+/* The grid rebuilt at a CPU factor (mp_decode_costs_scale) is the grid a host that much slower
+ * measures: at factor 2 every point equals the one measured at 50 bytes/ns, and an all-cold layer's
+ * best far routes move from 1 (the cores 90 us beside the bus's 76.7) to 2 (120 beside 143.3, where
+ * one leaves the cores 180). Scaling starts from the measured points each time (back at 1: the
+ * grid as loaded), and a grid not loaded from a cost file is left alone. */
+Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
+{
+    const mp_decode_shape shape = {"Q4_K", 2048, 768, 64, 4, 16, 3000000};
+    mp_error err;
+    mp_costs quiet = host_grid(100);
+    mp_decode_costs *dc = malloc(sizeof *dc), *slow = malloc(sizeof *slow), *as_loaded = malloc(sizeof *as_loaded);
+    cr_assert(dc && slow && as_loaded);
+    cr_assert_eq(mp_decode_costs_from(&quiet, "quiet", &shape, dc, &err), MP_OK, "%s", err.msg);
+    *as_loaded = *dc;
+    mp_far_layer fl;
+    mp_decide_far_layer(dc, 1.0, &fl);
+    cr_assert(fl.on);
+    cr_assert_eq(fl.table[4], 1);
+    cr_assert_float_eq(mp_decide_host_factor(dc, 50), 2, 1e-12);
+    cr_assert_float_eq(mp_decide_host_factor(dc, 0), 1, 1e-12, "the host not known: the grid's level");
+    mp_decode_costs_scale(dc, mp_decide_host_factor(dc, 50), 1, 1);
+    mp_costs busy = host_grid(50);
+    cr_assert_eq(mp_decode_costs_from(&busy, "busy", &shape, slow, &err), MP_OK, "%s", err.msg);
+    for (int c = 0; c <= 4; c++) {
+        cr_assert_float_eq(dc->off_ns[c], slow->off_ns[c], 1e-6, "off, %d cold", c);
+        cr_assert_float_eq(dc->cpu_off_ns[c], slow->cpu_off_ns[c], 1e-6, "off, %d cold", c);
+        for (int f = 0; f <= c; f++) {
+            cr_assert_float_eq(dc->on_ns[c][f], slow->on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+            cr_assert_float_eq(dc->cpu_on_ns[c][f], slow->cpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+            cr_assert_float_eq(dc->gpu_on_ns[c][f], slow->gpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+        }
+    }
+    mp_decide_far_layer(dc, 1.0, &fl);
+    cr_assert(fl.on);
+    cr_assert_eq(fl.table[4], 2);
+    cr_assert_float_eq(dc->on_ns[4][1], 20000 + 2 * 90000.0, 1e-6);
+    mp_decode_costs_scale(dc, 1, 1, 1);
+    cr_assert_eq(memcmp(dc, as_loaded, sizeof *dc), 0, "back at factor 1: the grid as loaded");
+    /* the other parts' factors: the GPU side and the rest (a sensitivity run's) */
+    mp_decode_costs_scale(dc, 1, 2, 3);
+    cr_assert_float_eq(dc->on_ns[4][3], (10000 + 3 * 3e6 / 45) * 2 + 20000 * 3, 1e-6, "GPU the longer side");
+    cr_assert_float_eq(dc->off_ns[4], 120000 + 20000 * 3, 1e-6, "CPU the longer side");
+    mp_decode_costs hand = empty_grid(2, 2);
+    hand.off_ns[1] = 7;
+    mp_decode_costs_scale(&hand, 2, 2, 2);
+    cr_assert_eq(hand.off_ns[1], 7, "no measured points: nothing to rebuild");
+    free(dc);
+    free(slow);
+    free(as_loaded);
+}
+
+/* The tracker by hand: windows that end when either time reaches 30 ms; the first is not taken;
+ * a window whose CPU experts took 1.3x moves the factor to 1.3, the next ones measured against the
+ * grid at 1.3 (steady: no move; 5 % off: within MP_DECIDE_HOST_MOVED); a window far off is held to
+ * the factor's range; steps without a measured time or a grid time are not counted. */
+Test(decide, tracker_moves_the_factor_by_windows)
+{
+    mp_decide_track t;
+    const double window = 30e6, step = window / 10;
+    mp_decide_track_init(&t, window);
+    cr_assert_eq(t.k, 1);
+    int closed_at = -1;
+    for (int i = 0; i < 16; i++) {
+        const bool moved = mp_decide_track_step(&t, 1.3 * step, step);
+        if (moved && closed_at < 0)
+            closed_at = i;
+    }
+    /* windows of 8 steps (the measured time reaches 30 ms first): the second moves it at step 15 */
+    cr_assert_eq(closed_at, 15, "first move at step %d", closed_at);
+    cr_assert_float_eq(t.k, 1.3, 1e-12);
+    cr_assert_eq(t.moves, 1);
+    cr_assert_eq(t.windows, 2);
+    for (int i = 0; i < 10; i++) /* the run goes on at the factor's own time */
+        cr_assert(!mp_decide_track_step(&t, 1.3 * step, 1.3 * step));
+    for (int i = 0; i < 10; i++)
+        cr_assert(!mp_decide_track_step(&t, 1.05 * 1.3 * step, 1.3 * step));
+    cr_assert_float_eq(t.k, 1.3, 1e-12);
+    const double obs = t.obs_ns, pred = t.pred_ns;
+    cr_assert(!mp_decide_track_step(&t, NAN, step));
+    cr_assert(!mp_decide_track_step(&t, -1, step));
+    cr_assert(!mp_decide_track_step(&t, step, 0));
+    cr_assert(!mp_decide_track_step(&t, step, INFINITY));
+    cr_assert(t.obs_ns == obs && t.pred_ns == pred, "not counted");
+    bool moved = false;
+    for (int i = 0; i < 30 && !moved; i++)
+        moved = mp_decide_track_step(&t, 100 * step, step);
+    cr_assert(moved);
+    cr_assert_float_eq(t.k, MP_DECIDE_TRACK_MAX, 1e-12);
+    moved = false;
+    for (int i = 0; i < 30 && !moved; i++) /* a quieter host: back down, in one window */
+        moved = mp_decide_track_step(&t, 0.25 * step, step);
+    cr_assert(moved);
+    cr_assert_float_eq(t.k, 1.0, 1e-12);
+    cr_assert_eq(t.moves, 3);
+}
+
 /* The adaptive tier's prices by hand: a grid of top-2 with 100 ns all resident and 500 ns all cold
  * (far routes off and on alike) saves 200 ns a route; a 1000-byte expert at 10 bytes/ns costs 100
  * ns of host memory plus 50 ns of calls. Without grid points the saving is the expert's bytes at

@@ -500,6 +500,48 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* simulate at another host bandwidth decides far routes as the executor does at the CPU factor it
+ * measures: the grid where far routes lose (every side measured at a host reading 100 GB/s),
+ * predicted at 50, charges each point's CPU side twice (the all-cold off point 2 x 200 + 50 = 450,
+ * the one-far point 2 x 100 + 160 = 360), so that the all-CPU placement turns far routes on; the
+ * simulator's grid is the runtime's grid rebuilt at factor level / 50 = 2 (mp_decode_costs_scale),
+ * point for point. */
+Test(sim, host_bandwidth_scales_the_grid_as_the_runtime_does)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    const double off[3] = {40, 150, 250}, loses[3][2] = {{45, 0}, {155, 160}, {255, 260}};
+    set_grid(4, off, loses);
+    costs.host_read_gbs = 100;
+    mp_sim_result quiet = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(quiet.train.routes_far, 0);
+    c.host_read_gbs = 50;
+    mp_sim_result busy = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(busy.train.routes_far, 8, "the cores at half speed give one route of each cold pair to the bus");
+    cr_assert_float_eq(busy.train.time_ns, 8 * 360.0, 1e-9);
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    mp_decode_costs dc;
+    const mp_decode_shape shape = {NULL, 4, 8, 4, 2, 8, 0};
+    cr_assert_eq(mp_decode_costs_from(&costs, "grid", &shape, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(mp_decide_host_factor(&dc, 50), 2, 1e-12);
+    mp_decode_costs_scale(&dc, mp_decide_host_factor(&dc, 50), 1, 1);
+    for (int cold = 0; cold <= 2; cold++) {
+        cr_assert_float_eq(tab.dc.off_ns[cold], dc.off_ns[cold], 1e-9, "off, %d cold", cold);
+        cr_assert_float_eq(tab.dc.cpu_off_ns[cold], dc.cpu_off_ns[cold], 1e-9, "off, %d cold", cold);
+        for (int f = 0; f <= (cold < 1 ? cold : 1); f++)
+            cr_assert_float_eq(tab.dc.on_ns[cold][f], dc.on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
+    }
+    cr_assert_float_eq(dc.off_ns[2], 450, 1e-9);
+    cr_assert_float_eq(dc.on_ns[2][1], 360, 1e-9);
+    sim_tab_free(&tab);
+    mp_sim_result_free(&quiet);
+    mp_sim_result_free(&busy);
+    mp_sim_trace_free(&t);
+}
+
 /* The floor: no layer step beats reading its cold experts from host memory. With the host read at
  * 0.001 bytes/ns beside the bus's 200 (the costs' best pinned copy, 1000 bytes in 5 ns), two cold
  * experts of 1e6 bytes take at least 2e6 / 200.001 = 9999.95 ns, far above the curves' 235: all-cpu
