@@ -9,7 +9,7 @@
 # the host+bus and serial bounds (docs/bench.md).
 #
 #   MODEL=m.gguf [MOEPLAN=build/cli/moeplan] [HOST_LOAD=build/bench/host_load] [COSTS=c.json]
-#   [PLACEMENTS="layers:12 layers:24 layers:48"] [LOADS="none d2h"] [ROUNDS=2] [TG=128] [REPS=2]
+#   [PLACEMENTS="layers:12 layers:24 layers:48"] [LOADS="none d2h"] [ARMS=default] [ROUNDS=2] [TG=128] [REPS=2]
 #   [OUT=out/busy-host] [MEMBW=build/bench/mp_membw: probe the host under each load first]
 #   [STREAM=build/bench/moe_cpu_stream [STREAM_LAYERS=48] [STREAM_GAP_US=50] [STREAM_ARGS=...]: the
 #   CPU side alone under each load first] bash bench/busy_host.sh
@@ -19,6 +19,11 @@
 # threads, on the first CPUs, so pair it with noneN: a quiet host, moeplan on the same CPUs), or
 # parts joined by '+' (d2h+cpu2: both neighbours at once, for a host that reads less still). Each
 # round starts one load later, so that over as many rounds as loads each runs once in each position.
+#
+# ARMS: the settings each placement and load runs under, alternated: NAME (as the environment is) or
+# NAME@VAR=VALUE (a knob, base/knobs.h), e.g. ARMS="track fixed@MP_GPU_FAR_TRACK_US=0": far routes
+# that follow the host against the grid's level. The table gives each row's far routes' CPU factor
+# and re-decisions (bench's far_cpu_factor, far_moves) beside its arm.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -38,6 +43,15 @@ log() { echo "[busy_host $(date +%H:%M:%S)] $*" >&2; }
 [ -z "${COSTS:-}" ] || [ -f "$COSTS" ] || die "COSTS '$COSTS': no such file"
 ncpu=$(nproc)
 read -ra loads <<<"$LOADS"
+read -ra arms <<<"${ARMS:-default}"
+for a in "${arms[@]}"; do
+    [[ $a =~ ^[A-Za-z0-9_-]+(@[A-Z][A-Z0-9_]*=[^@[:space:]]*)?$ ]] ||
+        die "ARMS '$a': expected NAME or NAME@VAR=VALUE"
+done
+arm_env() { [[ $1 != *@* ]] || echo "${1#*@}"; } # the arm's VAR=VALUE, or nothing
+arm_name() { echo "${1%%@*}"; }
+[ "$(for a in "${arms[@]}"; do arm_name "$a"; done | sort | uniq -d)" = "" ] ||
+    die "ARMS '${arms[*]}': expected each arm's NAME once"
 loaded() { [[ $1 != none* ]]; } # a load with a neighbour running
 threads_for() { # moeplan's threads under a load: its cpuN parts, or noneN, leave N CPUs out
     local n=0 part
@@ -138,24 +152,32 @@ for round in $(seq 1 "$ROUNDS"); do
         for k in $(seq 0 $((n_loads - 1))); do
             l=${loads[$(((k + round - 1) % n_loads))]}
             threads=$(threads_for "$l")
-            tag=${p//:/}-$l-$round
-            ! loaded "$l" || start_load "$l" "$tag"
-            log "round $round, $p, load $l, $threads threads"
-            # shellcheck disable=SC2086 # COSTS is one path or nothing
-            on_cpus "$threads" "$MOEPLAN" bench -m "$MODEL" --placement "$p" ${COSTS:+--costs "$COSTS"} -t "$threads" \
-                -p 0 -n "$TG" -r "$REPS" -o json >"$OUT/bench/$tag.json" 2>"$OUT/bench/$tag.log" ||
-                { stop_load; die "bench ($tag): $(tail -n 1 "$OUT/bench/$tag.log")"; }
-            stop_load
+            n_arms=${#arms[@]}
+            for j in $(seq 0 $((n_arms - 1))); do # each round starts one arm later, as the loads
+                a=${arms[$(((j + round - 1) % n_arms))]}
+                tag=${p//:/}-$l-$(arm_name "$a")-$round
+                ! loaded "$l" || start_load "$l" "$tag"
+                log "round $round, $p, load $l, arm $a, $threads threads"
+                # shellcheck disable=SC2086,SC2046 # COSTS is one path or nothing; the arm's VAR=VALUE or nothing
+                on_cpus "$threads" env $(arm_env "$a") "$MOEPLAN" bench -m "$MODEL" --placement "$p" \
+                    ${COSTS:+--costs "$COSTS"} -t "$threads" -p 0 -n "$TG" -r "$REPS" -o json \
+                    >"$OUT/bench/$tag.json" 2>"$OUT/bench/$tag.log" ||
+                    { stop_load; die "bench ($tag): $(tail -n 1 "$OUT/bench/$tag.log")"; }
+                stop_load
+            done
         done
     done
     command -v pack >/dev/null && pack # scripts/gpu.sh: bring back what finished
 done
 
-python3 - "$OUT" "$ROUNDS" "$PLACEMENTS" "$LOADS" >"$OUT/busy-host.md" <<'EOF' || die "the table failed"
+arm_names=""
+for a in "${arms[@]}"; do arm_names+="$(arm_name "$a") "; done
+python3 - "$OUT" "$ROUNDS" "$PLACEMENTS" "$LOADS" "$arm_names" >"$OUT/busy-host.md" <<'EOF' || die "the table failed"
 import json, re, statistics, sys
 out, rounds, placements, loads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
-def row(p, l, r):
-    tag = f"{p.replace(':', '')}-{l}-{r}"
+arms = sys.argv[5].split()
+def row(p, l, a, r):
+    tag = f"{p.replace(':', '')}-{l}-{a}-{r}"
     with open(f"{out}/bench/{tag}.json") as f:
         x = json.load(f)["rows"][0]
     load = "-"
@@ -166,26 +188,39 @@ def row(p, l, r):
     except OSError:
         pass
     return x, load
-print("| placement | load | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | routes gpu/cpu/far/split |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+print("| placement | load | arm | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | routes gpu/cpu/far/split | far CPU factor, re-decisions |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
 med = {}
 for p in placements:
     for l in loads:
-        for r in range(1, rounds + 1):
-            x, load = row(p, l, r)
-            b = x.get("bound") or {}
-            f = lambda v, d=1: f"{v:.{d}f}" if isinstance(v, (int, float)) else "-"
-            routes = "/".join(str(x.get(k, 0)) for k in ("routes_gpu", "routes_cpu", "routes_far", "routes_split"))
-            print(f"| {p} | {l} | {r} | {x['threads']} | {x['median_tok_s']:.2f} | {load} | {f(b.get('host_read_gbs'))} "
-                  f"| {f(b.get('hostbus_gbs'))} | {f(x.get('cpu_expert_gbs'))} | {f(b.get('share_of_hostbus_bound'), 2)} "
-                  f"| {f(b.get('share_of_serial_bound'), 2)} | {routes} |")
-            med.setdefault((p, l), []).append(x["median_tok_s"])
+        for a in arms:
+            for r in range(1, rounds + 1):
+                x, load = row(p, l, a, r)
+                b = x.get("bound") or {}
+                f = lambda v, d=1: f"{v:.{d}f}" if isinstance(v, (int, float)) else "-"
+                routes = "/".join(str(x.get(k, 0)) for k in ("routes_gpu", "routes_cpu", "routes_far", "routes_split"))
+                follow = f"{f(x.get('far_cpu_factor'), 2)}, {x.get('far_moves', '-')}"
+                print(f"| {p} | {l} | {a} | {r} | {x['threads']} | {x['median_tok_s']:.2f} | {load} "
+                      f"| {f(b.get('host_read_gbs'))} | {f(b.get('hostbus_gbs'))} | {f(x.get('cpu_expert_gbs'))} "
+                      f"| {f(b.get('share_of_hostbus_bound'), 2)} | {f(b.get('share_of_serial_bound'), 2)} | {routes} "
+                      f"| {follow} |")
+                med.setdefault((p, l, a), []).append(x["median_tok_s"])
 print()
-print("| placement | " + " | ".join(f"{l} tok/s" for l in loads) + " | " +
-      " | ".join(f"{l} / {loads[0]}" for l in loads[1:]) + " |")
-print("|---|" + "---:|" * (2 * len(loads) - 1))
+cols = [(l, a) for l in loads for a in arms]
+name = lambda l, a: l if len(arms) == 1 else f"{l} {a}"
+print("| placement | " + " | ".join(f"{name(l, a)} tok/s" for l, a in cols) + " | " +
+      " | ".join(f"{name(l, a)} / {name(*cols[0])}" for l, a in cols[1:]) + " |")
+print("|---|" + "---:|" * (2 * len(cols) - 1))
 for p in placements:
-    m = [statistics.median(med[(p, l)]) for l in loads]
+    m = [statistics.median(med[(p, l, a)]) for l, a in cols]
     print(f"| {p} | " + " | ".join(f"{v:.2f}" for v in m) + " | " + " | ".join(f"{v / m[0]:.3f}" for v in m[1:]) + " |")
+if len(arms) > 1: # each arm against the first, load by load
+    print()
+    print("| placement | load | " + " | ".join(f"{a} / {arms[0]}" for a in arms[1:]) + " |")
+    print("|---|---|" + "---:|" * (len(arms) - 1))
+    for p in placements:
+        for l in loads:
+            b0 = statistics.median(med[(p, l, arms[0])])
+            print(f"| {p} | {l} | " + " | ".join(f"{statistics.median(med[(p, l, a)]) / b0:.3f}" for a in arms[1:]) + " |")
 EOF
 cat "$OUT/busy-host.md"

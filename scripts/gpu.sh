@@ -101,7 +101,7 @@
 #              -> $OUT/accuracy-matrix/matrix.md
 #   busy-host  offloaded decode on the qwen3-30b-a3b preset with and without a neighbour taking host
 #              memory bandwidth (bench/busy_host.sh: PLACEMENTS, LOADS "none d2h" (or cpuN, noneN,
-#              d2h+cpuN), ROUNDS, TG, REPS;
+#              d2h+cpuN), ARMS (e.g. "track fixed@MP_GPU_FAR_TRACK_US=0"), ROUNDS, TG, REPS;
 #              COSTS default examples/costs-h200-qwen3-30b-a3b.json, COSTS= for none; BUSY_MODEL; the
 #              CPU side alone under each load first, STREAM_LAYERS/STREAM_GAP_US/STREAM_ARGS, BUSY_STREAM=
 #              for none)

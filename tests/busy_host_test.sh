@@ -50,6 +50,8 @@ while [ "$all" -gt 0 ]; do
     all=$((all - n))
 done
 expect 1 "LOADS '$every': expected fewer than this host's" "${bh[@]}" LOADS="$every" bash "$S"
+expect 1 "ARMS 'x@lower=1': expected NAME or NAME@VAR=VALUE" "${bh[@]}" ARMS="on x@lower=1" bash "$S"
+expect 1 "ARMS 'on on@MP_POOL_PIN=1': expected each arm's NAME once" "${bh[@]}" ARMS="on on@MP_POOL_PIN=1" bash "$S"
 expect 1 "ROUNDS '0': expected a positive integer" "${bh[@]}" ROUNDS=0 bash "$S"
 expect 1 "MODEL: expected an existing GGUF file" "${bh[@]}" MODEL="$D/missing.gguf" bash "$S"
 expect 1 "COSTS '$D/none.json': no such file" "${bh[@]}" COSTS="$D/none.json" bash "$S"

@@ -790,6 +790,79 @@ Test(gpu_exec, far_routes_follow_the_decode_costs)
     mp_model_free(m);
 }
 
+/* Far routes that follow the host (MP_GPU_FAR_TRACK_US, runtime/decide.h mp_decide_track): a
+ * measured grid whose CPU sides are 10 ns a route, where a far route loses at the grid's level and
+ * pays once the CPU takes 4x as long. The run's CPU experts take microseconds, so after two windows
+ * of 100 us the factor is the range's top (4), every hybrid layer is decided again and the rest of
+ * the decode runs far routes, its logits still the all-GPU run's up to summation order, every route
+ * served once. With the knob at 0 the decisions stay the grid's: no far route. */
+Test(gpu_exec, far_routes_follow_the_host, .timeout = 120)
+{
+    mp_model *m = make_model("qwen3moe", "q4_k_m", NULL);
+    const int K = (int)m->hp.n_expert_used;
+    mp_placement all;
+    placement(m, "gpu", NULL, 0, &all);
+    run_out ref;
+    char report[2048];
+    run_decode(m, &all, &ref, report, sizeof report, 0, 0);
+    const char *windows[] = {"100", "0"};
+    for (int w = 0; w < 2; w++) {
+        mp_placement pl;
+        placement(m, "layers:2", NULL, 0, &pl);
+        mp_decode_costs *dc = calloc(1, sizeof *dc);
+        cr_assert_not_null(dc);
+        pl.decode_costs = dc;
+        dc->top_k = K;
+        dc->far_max = 1;
+        dc->far_split = 1;
+        dc->expert_bytes = mp_model_expert_bytes(m, 0);
+        const double a = 10; /* ns a CPU route */
+        for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
+            dc->meas_off[c].layer = NAN;
+            for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
+                dc->meas_on[c][f].layer = NAN;
+        }
+        for (int c = 0; c <= K; c++) {
+            dc->meas_off[c] = (struct mp_decode_point_ns){100 + c * a, c * a, 5};
+            dc->meas_on[c][0] = (struct mp_decode_point_ns){105 + c * a, c * a, 5};
+            if (c >= 1) {
+                const double cpu = (c - 1) * a, gpu = 2 * K * a;
+                dc->meas_on[c][1] = (struct mp_decode_point_ns){100 + (cpu > gpu ? cpu : gpu), cpu, gpu};
+            }
+        }
+        dc->measured = true;
+        mp_decode_costs_scale(dc, 1, 1, 1);
+        const mp_knobs k = knobs_with("MP_GPU_FAR_TRACK_US", windows[w]);
+        g_knobs = &k;
+        run_out h;
+        run_decode(m, &pl, &h, report, sizeof report, 0, 0);
+        g_knobs = NULL;
+        char what[128];
+        snprintf(what, sizeof what, "layers:2, far routes that pay at 4x the grid's CPU time, window %s us",
+                 windows[w]);
+        fprintf(stderr, "%s: %s\n", what, report);
+        cr_assert_eq(mp_gpu_stats_routes(&h.stats), ref.stats.routes_gpu, "%s: every route served once", what);
+        if (w == 0) {
+            cr_assert_eq(h.stats.far_moves, 1, "%s: decided again %lld times", what, (long long)h.stats.far_moves);
+            cr_assert_eq(h.stats.far_cpu_factor, MP_DECIDE_TRACK_MAX, "%s: factor %g", what, h.stats.far_cpu_factor);
+            /* from the step after the move: one far route in each of both layers' steps */
+            cr_assert_gt(h.stats.routes_far, 0, "%s: no far route", what);
+            cr_assert_lt(h.stats.routes_far, (int64_t)N_TIER_DECODE * 2, "%s: far routes from the first step", what);
+            cr_assert(strstr(report, "following the host: the CPU at 4.00x the grid's time, 1 re-decisions"), "%s: %s", what, report);
+            compare_rows(what, m, &h, &ref, N_TIER_DECODE, 3e-2, 5e-3);
+        } else {
+            cr_assert_eq(h.stats.far_moves, 0, "%s", what);
+            cr_assert_eq(h.stats.far_cpu_factor, 0, "%s: the decisions do not follow", what);
+            cr_assert_eq(h.stats.routes_far, 0, "%s: far routes at the grid's level", what);
+        }
+        free(h.logits);
+        mp_placement_free(&pl);
+    }
+    free(ref.logits);
+    mp_placement_free(&all);
+    mp_model_free(m);
+}
+
 /* ---- 2e. the path of every route, as the hooks report it ---- */
 
 /* What the hooks saw: each layer's routing, then its timing, whose served codes are checked
