@@ -77,11 +77,6 @@ static const mp_knob_def k_knobs[] = {
            "a split far route's CPU side reads its units whole instead of a segment of every down row (more host "
            "memory: each such expert's down up to the largest part, made only while that is at most half the "
            "memory available; needs the host copy); 0 saves that memory for a slower split route"),
-    NUMBER_ALSO("MP_GPU_FAR_TRACK_US", gpu_far_track_us, 100, 10000000, 1, 0, 0, MP_KNOB_FAR_TRACK_US, 0,
-                "decides far routes again during a run when, over a window of this many microseconds of CPU "
-                "expert time, its CPU experts took more than 10 % more or less time than the cost file's decode "
-                "grid gives their route mix (a busy or a quieter host: runtime/decide.h, mp_decide_track); 0: "
-                "the grid's level throughout"),
     NUMBER("MP_GPU_TIER_HOLD", gpu_tier_hold, 0, 1000, 0, 0,
            "steps an adaptive tier copy stays in flight after it landed before its expert serves (a test of "
            "the steps that run while copies are in flight; 0: it serves from the step after it landed)"),
@@ -113,6 +108,7 @@ static const struct {
     {"MP_MOE_CPU_COMBINE", "the pipelined region combines its output range by range inside it"},
     {"MP_MOE_PART_STREAM", "a split far route's CPU side reads only its segment of each down row"},
     {"MP_MOE_DOWN_PREFETCH", "a pipelined down unit that waits for its expert's hidden rows just waits"},
+    {"MP_GPU_FAR_TRACK_US", "far routes are decided once, from the cost file's grid as measured"},
 };
 
 int mp_knob_count(void)

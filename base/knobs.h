@@ -44,13 +44,6 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
  * whole decodes are compared side by side */
 #define MP_KNOB_MOE_UNIT_KB 0
 
-/* MP_GPU_FAR_TRACK_US's default: a window of 30 ms of CPU expert time, 3-15 decode tokens of the
- * 30B preset with 12-48 layers' experts on the CPU (2.4-9.7 ms of them a token on the H200 host):
- * the host's drift shows within a second, and a window holds enough steps that one descheduled
- * pool worker (a one-row call's p90 2.4 ms beside 0.25, bench/NOTES-gpu-exec.md) moves it by
- * less than MP_DECIDE_HOST_MOVED */
-#define MP_KNOB_FAR_TRACK_US 30000
-
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 
 typedef enum mp_knob_source { MP_KNOB_DEFAULT = 0, MP_KNOB_ENV = 1, MP_KNOB_FLAG = 2 } mp_knob_source;
@@ -69,7 +62,6 @@ typedef struct mp_knobs {
     int64_t gpu_gemm_min_rows; /* MP_GPU_GEMM_MIN_ROWS: >= MP_KNOB_GEMM_MIN_ROWS */
     int gpu_host_experts;    /* MP_GPU_HOST_EXPERTS: MP_GPU_HOST_* */
     bool gpu_part_by_unit;   /* MP_GPU_PART_BY_UNIT */
-    int64_t gpu_far_track_us; /* MP_GPU_FAR_TRACK_US: 0 off, else 100..10000000 */
     bool gpu_init_trace;     /* MP_GPU_INIT_TRACE */
     int64_t gpu_tier_hold;   /* MP_GPU_TIER_HOLD: 0..1000 steps */
     /* the CUDA kernels (kernels/cuda/cuda_ops.h) */

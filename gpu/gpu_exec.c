@@ -255,8 +255,6 @@ void mp_gpu_exec_free(mp_gpu *g)
     free(g->rt_pending);
     mp_gpu_drop_graphs(g);
     free(g->far);
-    free(g->far_dc);
-    free(g->far_share);
     free(g->far_split_r0);
     free(g->rt_cpu_ns);
     if (g->ev_host)
@@ -328,7 +326,6 @@ static void knob_switches(mp_gpu *g, const mp_knobs *k)
     }
     g->host_mode = k->gpu_host_experts;
     g->part_by_unit = k->gpu_part_by_unit;
-    g->far_window_ns = (double)k->gpu_far_track_us * 1e3;
     g->init_trace = k->gpu_init_trace;
     g->tier_hold = k->gpu_tier_hold;
     /* process-wide in the kernels: the last executor made sets it (sessions of one process share
@@ -701,7 +698,6 @@ void mp_gpu_exec_get_memory(const mp_gpu *g, mp_gpu_memory *out)
 void mp_gpu_exec_get_stats(const mp_gpu *g, mp_gpu_stats *out)
 {
     *out = g->stats;
-    out->far_cpu_factor = g->far_dc ? g->far_track.k : 0;
 }
 
 void mp_gpu_exec_stats_reset(mp_gpu *g)
@@ -750,7 +746,7 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
                      g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_ns_per_route / 1e3);
         char host[160];
         mp_gpu_exec_host_report(g, host, sizeof host);
-        char far[256] = "off: no page-locked host copy";
+        char far[160] = "off: no page-locked host copy";
         if (!g->n_hybrid_layers)
             snprintf(far, sizeof far, "off: no host experts");
         else if (!g->d_stage && g->host_registered)
@@ -765,13 +761,8 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
             if (split > 1)
                 snprintf(units, sizeof units, ", in 1/%d experts: %" PRId64 " routes split with the CPU%s", split,
                          st->routes_split, st->routes_split_by_unit ? ", down by unit" : "");
-            char follow[96] = ""; /* MP_GPU_FAR_TRACK_US */
-            if (g->far_dc)
-                snprintf(follow, sizeof follow, ", following the host: the CPU at %.2fx the grid's time, %" PRId64 " re-decisions",
-                         g->far_track.k, g->far_track.moves);
-            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs%s%s%s)",
-                     g->n_far_layers, g->n_hybrid_layers, g->costs_machine[0] ? " of another machine" : "", units,
-                     follow);
+            snprintf(far, sizeof far, "on %" PRId64 " of %" PRId64 " hybrid layers (by the decode costs%s%s)",
+                     g->n_far_layers, g->n_hybrid_layers, g->costs_machine[0] ? " of another machine" : "", units);
         }
         snprintf(buf + len, cap - len, "; %s, %s; far routes %s; decode graphs: %s",
                  host, copy, far,

@@ -19,8 +19,6 @@
 #include "runtime/decide.h"
 #include "runtime/placement.h"
 
-static bool set_far_plan(mp_gpu *g, const mp_far_layer *layers);
-
 mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
 {
     const mp_hparams *hp = &g->s->m->hp;
@@ -55,7 +53,7 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
     const int64_t K = hp->n_expert_used;
     g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
-    if (!set_far_plan(g, NULL)) { /* every layer off until decided */
+    if (!mp_gpu_exec_set_far_plan(g, NULL)) { /* every layer off until decided */
         g->d_far_of_cold = NULL;
         g->d_far_split_of_cold = NULL;
         g->far_max = 0;
@@ -64,62 +62,26 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     return MP_OK;
 }
 
-/* Every hybrid layer's decision from grid dc and the layer's cold share (g->far_share). */
-static mp_status decide_all(mp_gpu *g, const mp_decode_costs *dc, mp_error *err)
-{
-    const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
-    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
-    if (!plan)
-        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    for (int64_t il = 0; il < L; il++)
-        if (g->layers[il].n_resident < E)
-            mp_decide_far_layer(dc, g->far_share[il], &plan[il]);
-    const bool ok = set_far_plan(g, plan);
-    free(plan);
-    return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
-}
-
 /* Far routes by the decision model: each hybrid layer's decision from the session's decode costs
  * and the placement's cold share (its profile's routing counts, else uniform). Without decode
- * costs, or without a page-locked host copy, none. With MP_GPU_FAR_TRACK_US the executor keeps the
- * grid and the shares, to decide again as the host moves (mp_gpu_far_observe). */
+ * costs, or without a page-locked host copy, none. */
 mp_status mp_gpu_far_decide(mp_gpu *g, const mp_placement *pl, mp_error *err)
 {
     const int64_t L = g->s->m->hp.n_layer, E = g->s->m->hp.n_expert;
     if (!g->d_far_of_cold || !pl->decode_costs)
         return MP_OK;
-    free(g->far_share);
-    if (!(g->far_share = calloc((size_t)L, sizeof *g->far_share)))
+    mp_far_layer *plan = calloc((size_t)L, sizeof *plan);
+    if (!plan)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     for (int64_t il = 0; il < L; il++)
-        g->far_share[il] = mp_decide_cold_share(pl->cold_routes ? pl->cold_routes[il] : 0,
-                                                pl->all_routes ? pl->all_routes[il] : 0, pl->n_resident[il], E);
-    mp_status st = decide_all(g, pl->decode_costs, err);
-    if (st || !(g->far_window_ns > 0) || !pl->decode_costs->measured)
-        return st;
-    if (!(g->far_dc = malloc(sizeof *g->far_dc)))
-        return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
-    *g->far_dc = *pl->decode_costs;
-    mp_decide_track_init(&g->far_track, g->far_window_ns);
-    g->far_due = false;
-    return MP_OK;
-}
-
-void mp_gpu_far_observe(mp_gpu *g, int64_t il, int c, int64_t cpu_ns)
-{
-    if (g->far_dc && mp_decide_track_step(&g->far_track, (double)cpu_ns,
-                                          mp_decide_decode_cpu_ns(g->far_dc, &g->far[il], c)))
-        g->far_due = true;
-}
-
-mp_status mp_gpu_far_follow(mp_gpu *g, mp_error *err)
-{
-    if (!g->far_due || !g->far_dc)
-        return MP_OK;
-    g->far_due = false;
-    mp_decode_costs_scale(g->far_dc, g->far_track.k, 1, 1);
-    g->stats.far_moves++;
-    return decide_all(g, g->far_dc, err);
+        if (pl->n_resident[il] < E)
+            mp_decide_far_layer(pl->decode_costs,
+                                mp_decide_cold_share(pl->cold_routes ? pl->cold_routes[il] : 0,
+                                                     pl->all_routes ? pl->all_routes[il] : 0, pl->n_resident[il], E),
+                                &plan[il]);
+    const bool ok = mp_gpu_exec_set_far_plan(g, plan);
+    free(plan);
+    return ok ? MP_OK : mp_fail(err, MP_ERR_DEVICE, "GPU executor: cannot upload the far route tables");
 }
 
 int mp_gpu_exec_far_max(const mp_gpu *g)
@@ -132,8 +94,7 @@ int64_t mp_gpu_exec_far_layers(const mp_gpu *g)
     return g->n_far_layers;
 }
 
-/* The tables of every layer from layers (NULL: all off), and g->far with them. */
-static bool set_far_plan(mp_gpu *g, const mp_far_layer *layers)
+bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
 {
     const mp_model *m = g->s->m;
     const int64_t L = m->hp.n_layer, E = m->hp.n_expert, F = m->hp.n_ff_exp;
@@ -177,14 +138,6 @@ static bool set_far_plan(mp_gpu *g, const mp_far_layer *layers)
     if (changed) /* the captured graphs launch the old kernels */
         mp_gpu_drop_graphs(g);
     return true;
-}
-
-bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
-{
-    free(g->far_dc); /* a caller's plan: the executor's decisions no longer follow the host */
-    g->far_dc = NULL;
-    g->far_due = false;
-    return set_far_plan(g, layers);
 }
 
 /* The probe reads at most this much of the host copy per launch (1 GiB: many times any cache) into

@@ -484,8 +484,6 @@ mp_status mp_gpu_exec_forward(mp_session *s, const int32_t *tokens, int64_t n, b
     /* the step has drained: the adaptive tier's moves of this step, ahead of the next */
     if ((st = mp_gpu_tier_apply(g, err)))
         return st;
-    if ((st = mp_gpu_far_follow(g, err))) /* and the far routes' decisions, if the host moved */
-        return st;
     if (g->step_stamps)
         count_stamps(g, pos0, mp_gpu_now_ns());
     if (logits) {

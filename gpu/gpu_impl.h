@@ -200,16 +200,6 @@ struct mp_gpu {
                              * far routes possible (no page-locked host copy, no staging) */
     mp_far_layer *far;      /* (n_layer) each layer's decision (all off without decode costs) */
     bool decode_costs;      /* the placement came with decode costs (--costs) */
-    /* far routes that follow the host (MP_GPU_FAR_TRACK_US, runtime/decide.h mp_decide_track): the
-     * grid the decisions use (its own copy, rebuilt at the tracked CPU factor), each layer's cold
-     * share they were made for, the tracker, and a decision due at the step's end (a layer step
-     * closed a window that moved the factor; the tables change only between steps) */
-    mp_decode_costs *far_dc; /* NULL: the decisions do not follow (no decode costs, no far routes,
-                              * MP_GPU_FAR_TRACK_US=0, or a caller set the plan: mp_gpu_exec_set_far_plan) */
-    double *far_share;      /* (n_layer) */
-    mp_decide_track far_track;
-    bool far_due;
-    double far_window_ns;   /* MP_GPU_FAR_TRACK_US, in ns (0: off) */
     char costs_machine[400]; /* what differs between the machine the decode costs were measured on
                               * and this one (mp_decide_other_machine); "": the same, or not known */
     int64_t n_far_layers;   /* layers with far routes on */
@@ -357,11 +347,6 @@ void mp_gpu_tier_report(const mp_gpu *g, char *buf, size_t cap);
  * placement's decode costs (none without them). */
 mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err);
 mp_status mp_gpu_far_decide(mp_gpu *g, const mp_placement *pl, mp_error *err);
-/* MP_GPU_FAR_TRACK_US (runtime/decide.h, mp_decide_track): hybrid layer il's one-row step had c cold
- * routes and its CPU experts took cpu_ns; mp_gpu_far_follow, after a step has drained, decides every
- * layer again from the grid at the tracked factor when a window moved it. */
-void mp_gpu_far_observe(mp_gpu *g, int64_t il, int c, int64_t cpu_ns);
-mp_status mp_gpu_far_follow(mp_gpu *g, mp_error *err);
 /* Expert e's slice t (0 gate, 1 up, 2 down) of layer il in host memory. */
 static inline const void *mp_gpu_host_slice(const mp_gpu *g, int64_t il, int t, int64_t e)
 {

@@ -506,8 +506,6 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
         ewma(&g->cpu_ns_per_route, (double)t->cpu_expert_ns / (double)n_cpu, 0.7);
     }
-    if (n == 1) /* the step's cold routes: every route not served on the GPU (decode copies none) */
-        mp_gpu_far_observe(g, il, (int)(K - hits), t->cpu_expert_ns);
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err))) /* pageable: the rest */
         return st;
     g->copied_this_step = n_copy > 0;

@@ -540,8 +540,6 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "routes_far", (double)r->gs.routes_far) &&
              add_num(o, "routes_split", (double)r->gs.routes_split) &&
              add_num(o, "routes_split_by_unit", (double)r->gs.routes_split_by_unit) &&
-             add_num(o, "far_moves", (double)r->gs.far_moves) &&
-             add_num(o, "far_cpu_factor", r->gs.far_cpu_factor) &&
              add_num(o, "experts_copied", (double)r->gs.experts_copied) &&
              add_str(o, "adaptive", c->pl->tier_slots ? mp_tier_policy_name(c->pl->tier_policy) : "off") &&
              add_num(o, "adaptive_slots", (double)c->pl->tier_slots) &&

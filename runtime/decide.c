@@ -420,31 +420,6 @@ bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs
     return level_by_window && level_gbs > 0 && fabs(now_gbs / level_gbs - 1) > MP_DECIDE_HOST_MOVED;
 }
 
-void mp_decide_track_init(mp_decide_track *t, double window_ns)
-{
-    *t = (mp_decide_track){.k = 1, .window_ns = window_ns > 0 ? window_ns : 1};
-}
-
-bool mp_decide_track_step(mp_decide_track *t, double obs_ns, double pred_ns)
-{
-    if (!(obs_ns >= 0) || !(pred_ns > 0) || !isfinite(obs_ns) || !isfinite(pred_ns))
-        return false;
-    t->obs_ns += obs_ns;
-    t->pred_ns += pred_ns;
-    if (t->pred_ns < t->window_ns && t->obs_ns < t->window_ns)
-        return false;
-    double k = t->k * t->obs_ns / t->pred_ns;
-    t->obs_ns = t->pred_ns = 0;
-    if (t->windows++ == 0) /* the run's first window */
-        return false;
-    k = k < MP_DECIDE_TRACK_MIN ? MP_DECIDE_TRACK_MIN : k > MP_DECIDE_TRACK_MAX ? MP_DECIDE_TRACK_MAX : k;
-    if (!(fabs(k / t->k - 1) > MP_DECIDE_HOST_MOVED))
-        return false;
-    t->k = k;
-    t->moves++;
-    return true;
-}
-
 bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t rows_b)
 {
     return cpu_a != cpu_b ? cpu_a > cpu_b : rows_a > rows_b;

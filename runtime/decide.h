@@ -104,8 +104,11 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
  * k_rest (where it measured one side only: that side scaled, plus the rest), the CPU side k_cpu
  * times and the GPU side k_gpu times what it was. A slower CPU side may so outlast a GPU side it was
  * shorter than, as it does on a slower host. mp_decode_costs_from builds with every
- * factor 1; the simulator with its cost factors and the host's bandwidth (mp_decide_host_factor);
- * the executor with the CPU factor its run measures (mp_decide_track_step). */
+ * factor 1; the simulator with its cost factors and the host's bandwidth (mp_decide_host_factor).
+ * The executor decides from the grid as loaded: rebuilding it during a run at the CPU factor the
+ * run measured, and deciding every layer again, gained nothing the host's drift did not hide on
+ * the H200 host (12 alternated pairs, 0.95-1.07x, median 0.99; bench/NOTES-gpu-exec.md, "Far routes
+ * that follow the host"). */
 void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest);
 
 /* The CPU factor of a host that reads now_gbs where the grid measured at its level
@@ -232,31 +235,6 @@ double mp_decide_floor_ns(const mp_decode_costs *dc, double bytes);
  * plan's check names it as a miss's cause. */
 #define MP_DECIDE_HOST_MOVED 0.10
 bool mp_decide_host_moved(double level_gbs, bool level_by_window, double now_gbs);
-
-/* Far routes that follow the host during a run. The grid's CPU sides were measured at the host's
- * level then; a run's CPU experts may take longer (a neighbour reading host memory, a slower
- * process on the same machine: 23-33 % between processes on the H200 host, bench/NOTES-simulator.md)
- * or less, and the best share of a layer's cold work for the bus moves with them. The executor
- * compares each one-row hybrid layer step's CPU expert time with the time the grid it decided from
- * gives that step's route mix (mp_decide_decode_cpu_ns), over windows that end once either time
- * reaches window_ns (MP_GPU_FAR_TRACK_US); when a window's ratio moves the factor more than MP_DECIDE_HOST_MOVED, the factor
- * takes the window's value and the caller rebuilds the grid with it (mp_decode_costs_scale's k_cpu)
- * and decides every layer again. The first window is not taken (a run's first steps pay for cold
- * caches and waking threads). A factor of k is the grid at a host reading level / k, which is what
- * `simulate --host-read-gbs` predicts for (mp_decide_host_factor). */
-#define MP_DECIDE_TRACK_MIN 0.25 /* the factor's range: beyond it a window measured something else */
-#define MP_DECIDE_TRACK_MAX 4.0
-typedef struct mp_decide_track {
-    double k;              /* the CPU factor the decisions use now (1: the grid's level) */
-    double window_ns;      /* a window's length in either time (> 0) */
-    double obs_ns, pred_ns; /* the open window: CPU expert time measured, and the grid's at k */
-    int64_t windows;       /* windows closed */
-    int64_t moves;         /* times k changed */
-} mp_decide_track;
-void mp_decide_track_init(mp_decide_track *t, double window_ns);
-/* One step's CPU expert time, measured (obs_ns >= 0) and the grid's at t->k (pred_ns > 0; a step
- * without either is not counted). True when it closed a window that moved t->k: decide again. */
-bool mp_decide_track_step(mp_decide_track *t, double obs_ns, double pred_ns);
 
 /* Whether a calibration measured another machine than this one: its CPU model name (cal_cpu), online
  * CPUs (cal_cores) or CUDA device name (cal_gpu) differs from this machine's (cpu, cores, gpu); a fact

@@ -55,10 +55,6 @@ typedef struct mp_gpu_stats {
     int64_t routes_split;      /* of those, split: the CPU computed their first FFN rows
                                 * (runtime/decide.h), and read split_cpu_bytes of their weights */
     int64_t split_cpu_bytes;
-    /* far routes that follow the host (MP_GPU_FAR_TRACK_US): the times the decisions were made again,
-     * and the CPU factor they use now (1: the grid's level; 0: they do not follow) */
-    int64_t far_moves;
-    double far_cpu_factor;
     int64_t routes_split_by_unit; /* of the split routes, those whose CPU side read down laid out by
                                    * unit (MP_GPU_PART_BY_UNIT) */
     int64_t experts_copied;    /* expert weight copies (prefill, and decode's split with the CPU) */

@@ -725,51 +725,6 @@ Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
     free(as_loaded);
 }
 
-/* The tracker by hand: windows that end when either time reaches 30 ms; the first is not taken;
- * a window whose CPU experts took 1.3x moves the factor to 1.3, the next ones measured against the
- * grid at 1.3 (steady: no move; 5 % off: within MP_DECIDE_HOST_MOVED); a window far off is held to
- * the factor's range; steps without a measured time or a grid time are not counted. */
-Test(decide, tracker_moves_the_factor_by_windows)
-{
-    mp_decide_track t;
-    const double window = 30e6, step = window / 10;
-    mp_decide_track_init(&t, window);
-    cr_assert_eq(t.k, 1);
-    int closed_at = -1;
-    for (int i = 0; i < 16; i++) {
-        const bool moved = mp_decide_track_step(&t, 1.3 * step, step);
-        if (moved && closed_at < 0)
-            closed_at = i;
-    }
-    /* windows of 8 steps (the measured time reaches 30 ms first): the second moves it at step 15 */
-    cr_assert_eq(closed_at, 15, "first move at step %d", closed_at);
-    cr_assert_float_eq(t.k, 1.3, 1e-12);
-    cr_assert_eq(t.moves, 1);
-    cr_assert_eq(t.windows, 2);
-    for (int i = 0; i < 10; i++) /* the run goes on at the factor's own time */
-        cr_assert(!mp_decide_track_step(&t, 1.3 * step, 1.3 * step));
-    for (int i = 0; i < 10; i++)
-        cr_assert(!mp_decide_track_step(&t, 1.05 * 1.3 * step, 1.3 * step));
-    cr_assert_float_eq(t.k, 1.3, 1e-12);
-    const double obs = t.obs_ns, pred = t.pred_ns;
-    cr_assert(!mp_decide_track_step(&t, NAN, step));
-    cr_assert(!mp_decide_track_step(&t, -1, step));
-    cr_assert(!mp_decide_track_step(&t, step, 0));
-    cr_assert(!mp_decide_track_step(&t, step, INFINITY));
-    cr_assert(t.obs_ns == obs && t.pred_ns == pred, "not counted");
-    bool moved = false;
-    for (int i = 0; i < 30 && !moved; i++)
-        moved = mp_decide_track_step(&t, 100 * step, step);
-    cr_assert(moved);
-    cr_assert_float_eq(t.k, MP_DECIDE_TRACK_MAX, 1e-12);
-    moved = false;
-    for (int i = 0; i < 30 && !moved; i++) /* a quieter host: back down, in one window */
-        moved = mp_decide_track_step(&t, 0.25 * step, step);
-    cr_assert(moved);
-    cr_assert_float_eq(t.k, 1.0, 1e-12);
-    cr_assert_eq(t.moves, 3);
-}
-
 /* The adaptive tier's prices by hand: a grid of top-2 with 100 ns all resident and 500 ns all cold
  * (far routes off and on alike) saves 200 ns a route; a 1000-byte expert at 10 bytes/ns costs 100
  * ns of host memory plus 50 ns of calls. Without grid points the saving is the expert's bytes at
