@@ -500,13 +500,13 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     mp_sim_trace_free(&t);
 }
 
-/* simulate at another host bandwidth decides far routes as the executor does at the CPU factor it
- * measures: the grid where far routes lose (every side measured at a host reading 100 GB/s),
+/* simulate at another host bandwidth rebuilds the grid by the decision model's rule and decides far
+ * routes on it: the grid where far routes lose (every side measured at a host reading 100 GB/s),
  * predicted at 50, charges each point's CPU side twice (the all-cold off point 2 x 200 + 50 = 450,
  * the one-far point 2 x 100 + 160 = 360), so that the all-CPU placement turns far routes on; the
- * simulator's grid is the runtime's grid rebuilt at factor level / 50 = 2 (mp_decode_costs_scale),
- * point for point. */
-Test(sim, host_bandwidth_scales_the_grid_as_the_runtime_does)
+ * simulator's grid is the cost file's grid rebuilt at factor level / 50 = 2 (runtime/decide.h,
+ * mp_decode_costs_scale), point for point. */
+Test(sim, host_bandwidth_rebuilds_the_grid_by_the_decision_rule)
 {
     mp_sim_trace t;
     decode_trace(&t, 2, 4, 2, 4, small_ids);
