@@ -21,9 +21,8 @@
 # round starts one load later, so that over as many rounds as loads each runs once in each position.
 #
 # ARMS: the settings each placement and load runs under, alternated: NAME (as the environment is) or
-# NAME@VAR=VALUE (a knob, base/knobs.h), e.g. ARMS="track fixed@MP_GPU_FAR_TRACK_US=0": far routes
-# that follow the host against the grid's level. The table gives each row's far routes' CPU factor
-# and re-decisions (bench's far_cpu_factor, far_moves) beside its arm.
+# NAME@VAR=VALUE (a knob, base/knobs.h), e.g. ARMS="unit segment@MP_GPU_PART_BY_UNIT=0". The table
+# gives each row's arm, and a last table each arm's tok/s over the first's, load by load.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -188,8 +187,8 @@ def row(p, l, a, r):
     except OSError:
         pass
     return x, load
-print("| placement | load | arm | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | routes gpu/cpu/far/split | far CPU factor, re-decisions |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+print("| placement | load | arm | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | routes gpu/cpu/far/split |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 med = {}
 for p in placements:
     for l in loads:
@@ -199,11 +198,9 @@ for p in placements:
                 b = x.get("bound") or {}
                 f = lambda v, d=1: f"{v:.{d}f}" if isinstance(v, (int, float)) else "-"
                 routes = "/".join(str(x.get(k, 0)) for k in ("routes_gpu", "routes_cpu", "routes_far", "routes_split"))
-                follow = f"{f(x.get('far_cpu_factor'), 2)}, {x.get('far_moves', '-')}"
                 print(f"| {p} | {l} | {a} | {r} | {x['threads']} | {x['median_tok_s']:.2f} | {load} "
                       f"| {f(b.get('host_read_gbs'))} | {f(b.get('hostbus_gbs'))} | {f(x.get('cpu_expert_gbs'))} "
-                      f"| {f(b.get('share_of_hostbus_bound'), 2)} | {f(b.get('share_of_serial_bound'), 2)} | {routes} "
-                      f"| {follow} |")
+                      f"| {f(b.get('share_of_hostbus_bound'), 2)} | {f(b.get('share_of_serial_bound'), 2)} | {routes} |")
                 med.setdefault((p, l, a), []).append(x["median_tok_s"])
 print()
 cols = [(l, a) for l in loads for a in arms]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/busy_host_test.sh — the busy-host bench's bad input: bench/host_load's arguments and
 # bench/busy_host.sh's knobs, each refused with exit 2 (host_load) or 1 (busy_host.sh) and one error
-# line naming what was expected, before any load starts or any decode runs. Needs MP_MOEPLAN,
+# line naming what was expected, before any load starts or any decode runs; and busy_host.sh's rows
+# and tables with its arms, on a stand-in for moeplan's bench. Needs MP_MOEPLAN,
 # MP_HOST_LOAD and MP_SOURCE_ROOT (tests/meson.build sets them); no GPU: every case stops before
 # the first CUDA call.
 set -uo pipefail
@@ -56,6 +57,25 @@ expect 1 "ROUNDS '0': expected a positive integer" "${bh[@]}" ROUNDS=0 bash "$S"
 expect 1 "MODEL: expected an existing GGUF file" "${bh[@]}" MODEL="$D/missing.gguf" bash "$S"
 expect 1 "COSTS '$D/none.json': no such file" "${bh[@]}" COSTS="$D/none.json" bash "$S"
 expect 1 "host_load binary '$D/no-load' not found" "${bh[@]}" HOST_LOAD="$D/no-load" LOADS="none d2h" bash "$S"
+
+# the rows and tables on a stand-in for moeplan (no GPU): a bench row whose tok/s is 100, or 110
+# under the second arm's setting, alternated over two rounds; the table names each row's arm and
+# gives the second arm over the first
+cases=$((cases + 1))
+cat >"$D/fake-moeplan" <<'FAKE'
+#!/usr/bin/env bash
+t=100; [ "${MP_POOL_PIN:-}" = 1 ] && t=110
+printf '{"rows": [{"threads": 2, "median_tok_s": %s, "cpu_expert_gbs": 50, "routes_gpu": 3, "routes_cpu": 1, "routes_far": 0, "routes_split": 0, "bound": {"host_read_gbs": 80, "hostbus_gbs": 120, "share_of_hostbus_bound": 0.9, "share_of_serial_bound": 0.8}}]}\n' "$t"
+FAKE
+chmod +x "$D/fake-moeplan"
+env MOEPLAN="$D/fake-moeplan" MODEL="$MODEL" OUT="$D/ok" LOADS=none PLACEMENTS=layers:2 ROUNDS=2 \
+    ARMS="base pin@MP_POOL_PIN=1" bash "$S" >"$D/stdout" 2>"$D/stderr" || fail "busy_host.sh with a stand-in bench: $(tail -n 2 "$D/stderr")"
+md=$D/ok/busy-host.md
+for want in "| layers:2 | none | base | 1 | 2 | 100.00 |" "| layers:2 | none | pin | 2 | 2 | 110.00 |" \
+    "| layers:2 | none | 1.100 |"; do
+    grep -qF -- "$want" "$md" 2>/dev/null || fail "busy-host.md lacks '$want': $(cat "$md" 2>/dev/null)"
+done
+[ "$(find "$D/ok/bench" -name "*.json" 2>/dev/null | wc -l)" = 4 ] || fail "expected 4 rows (2 arms x 2 rounds): $(ls "$D/ok/bench")"
 
 echo "busy_host_test: $cases cases, $fails failed"
 [ "$fails" = 0 ]
