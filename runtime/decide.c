@@ -53,14 +53,16 @@ static void scale_point(mp_decode_costs *dc, bool far_on, int cold, int far, con
     double t = m->layer * k_rest;
     if (side >= 0 && !(k_cpu == k_rest && k_gpu == k_rest)) {
         /* both sides measured: the longer of the two scaled (a slower CPU side may outlast the
-         * GPU's); else the one measured. rest < 0 where the point's sides outlasted its layer time
-         * (noise): kept, so that factors of 1 give the point as measured */
+         * GPU's); else the one measured. The point moves by what its longer side and its rest
+         * move: a rest below 0 (the sides outlasted the layer time: noise) moves by nothing, so
+         * that factors of 1 give the point as measured and factors above 1 never less */
         double scaled = side * (cpu_long ? k_cpu : k_gpu);
         if (m->cpu >= 0 && m->gpu >= 0) {
             const double a = m->cpu * k_cpu, b = m->gpu * k_gpu;
             scaled = a > b ? a : b;
         }
-        t = scaled + (m->layer - side) * k_rest;
+        const double rest = m->layer > side ? m->layer - side : 0;
+        t = m->layer + (scaled - side) + rest * (k_rest - 1);
         t = t > 0 ? t : 0;
     }
     set_point(dc, far_on, cold, far, t, m->cpu >= 0 ? m->cpu * k_cpu : m->cpu, m->gpu >= 0 ? m->gpu * k_gpu : m->gpu);

@@ -725,6 +725,33 @@ Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
     free(as_loaded);
 }
 
+/* A point whose sides outlast its layer time (noise: the layer time is the step's mean less the
+ * non-MoE curve, the sides are timed apart): 80 us with a CPU side of 110 and a GPU side of 72. At
+ * factors of 1 it stays as measured; rebuilt at 1.5 for both sides and 4 for the rest it grows by
+ * what its longer side grows (55 us) and by nothing for its rest (below 0), to 135 us, where taking
+ * the rest as it came (-30 us x 4) would give 45: less than measured on a slower host. */
+Test(decide, a_point_whose_sides_outlast_it_never_shrinks_on_a_slower_host)
+{
+    static mp_cost_decode_point pts[2] = {{0, 0, false, {20000, 0}, 0, 5000}, {1, 0, false, {80000, 0}, 110000, 72000}};
+    mp_costs c;
+    memset(&c, 0, sizeof c);
+    c.decode = (mp_cost_decode){.n_points = 2, .points = pts, .quant = "Q4_K", .n_embd = 64, .n_ff = 32,
+                                 .n_expert = 4, .top_k = 1, .far_max = 0, .threads = 2, .expert_bytes = 1000};
+    c.host_read_gbs = 100;
+    const mp_decode_shape shape = {"Q4_K", 64, 32, 4, 1, 2, 1000};
+    mp_decode_costs *dc = malloc(sizeof *dc);
+    cr_assert_not_null(dc);
+    mp_error err;
+    cr_assert_eq(mp_decode_costs_from(&c, "noisy", &shape, dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(dc->off_ns[1], 80000, 1e-9);
+    mp_decode_costs_scale(dc, 1.5, 1.5, 4);
+    cr_assert_float_eq(dc->off_ns[1], 80000 + 55000, 1e-6);
+    cr_assert_float_eq(dc->cpu_off_ns[1], 165000, 1e-6);
+    mp_decode_costs_scale(dc, 0.5, 1, 1); /* a faster host: the GPU side (72 us) is the longer then */
+    cr_assert_float_eq(dc->off_ns[1], 80000 - (110000 - 72000), 1e-6);
+    free(dc);
+}
+
 /* The adaptive tier's prices by hand: a grid of top-2 with 100 ns all resident and 500 ns all cold
  * (far routes off and on alike) saves 200 ns a route; a 1000-byte expert at 10 bytes/ns costs 100
  * ns of host memory plus 50 ns of calls. Without grid points the saving is the expert's bytes at
