@@ -48,19 +48,15 @@ static void scale_point(mp_decode_costs *dc, bool far_on, int cold, int far, con
 {
     if (!isfinite(m->layer))
         return;
-    const bool cpu_long = m->cpu >= m->gpu;
-    const double side = cpu_long ? m->cpu : m->gpu;
+    const double side = m->cpu > m->gpu ? m->cpu : m->gpu; /* the longer; < 0: neither measured */
     double t = m->layer * k_rest;
     if (side >= 0 && !(k_cpu == k_rest && k_gpu == k_rest)) {
-        /* both sides measured: the longer of the two scaled (a slower CPU side may outlast the
-         * GPU's); else the one measured. The point moves by what its longer side and its rest
-         * move: a rest below 0 (the sides outlasted the layer time: noise) moves by nothing, so
-         * that factors of 1 give the point as measured and factors above 1 never less */
-        double scaled = side * (cpu_long ? k_cpu : k_gpu);
-        if (m->cpu >= 0 && m->gpu >= 0) {
-            const double a = m->cpu * k_cpu, b = m->gpu * k_gpu;
-            scaled = a > b ? a : b;
-        }
+        /* the longer of the two sides scaled (a slower CPU side may outlast the GPU's; a side not
+         * measured, < 0, stays below the other at factors >= 0). The point moves by what its
+         * longer side and its rest move: a rest below 0 (the sides outlasted the layer time:
+         * noise) moves by nothing, so that factors of 1 give the point as measured and factors
+         * above 1 never less */
+        const double a = m->cpu * k_cpu, b = m->gpu * k_gpu, scaled = a > b ? a : b;
         const double rest = m->layer > side ? m->layer - side : 0;
         t = m->layer + (scaled - side) + rest * (k_rest - 1);
         t = t > 0 ? t : 0;
@@ -68,15 +64,21 @@ static void scale_point(mp_decode_costs *dc, bool far_on, int cold, int far, con
     set_point(dc, far_on, cold, far, t, m->cpu >= 0 ? m->cpu * k_cpu : m->cpu, m->gpu >= 0 ? m->gpu * k_gpu : m->gpu);
 }
 
-void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest)
+/* Every point of dc's tables not measured (NaN). */
+static void clear_tables(mp_decode_costs *dc)
 {
-    if (!dc->measured)
-        return;
     for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
         dc->off_ns[c] = dc->cpu_off_ns[c] = NAN;
         for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
             dc->on_ns[c][f] = dc->cpu_on_ns[c][f] = dc->gpu_on_ns[c][f] = NAN;
     }
+}
+
+void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest)
+{
+    if (!dc->measured)
+        return;
+    clear_tables(dc);
     for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
         scale_point(dc, false, c, 0, &dc->meas_off[c], k_cpu, k_gpu, k_rest);
         for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
@@ -99,13 +101,11 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     if (c->absent & MP_COST_ABSENT_DECODE)
         return mp_fail(err, MP_ERR_ARG, "costs %s: no decode layer grid (listed in $.missing): expected a cost "
                        "file from `moeplan calibrate -m MODEL` on a machine with a CUDA device", name);
+    clear_tables(out);
     for (int i = 0; i <= MP_DECIDE_MAX_K; i++) {
-        out->off_ns[i] = out->cpu_off_ns[i] = NAN;
         out->meas_off[i].layer = NAN;
-        for (int j = 0; j <= MP_DECIDE_MAX_K; j++) {
-            out->on_ns[i][j] = out->cpu_on_ns[i][j] = out->gpu_on_ns[i][j] = NAN;
+        for (int j = 0; j <= MP_DECIDE_MAX_K; j++)
             out->meas_on[i][j].layer = NAN;
-        }
     }
     out->host_bytes_per_ns = c->host_read_gbs; /* 1 GB/s = 1 byte/ns */
     out->together_bytes_per_ns = c->host_bus_gbs;
