@@ -43,6 +43,10 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
  * of 12 rows 10-14 % slow, their CPU experts at 73-79 GB/s against the grid's 106, so 0 stays until
  * whole decodes are compared side by side */
 #define MP_KNOB_MOE_UNIT_KB 0
+/* MP_PREFETCH_BYTES's default: kernels/quant.h's MP_PREFETCH_BYTES_DEFAULT (kernels import nothing of
+ * the project; runtime/knobs_apply.c asserts that the two agree), and its cap, MP_PREFETCH_BYTES_MAX */
+#define MP_KNOB_PREFETCH_BYTES 2048
+#define MP_KNOB_PREFETCH_BYTES_MAX 65536
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 
@@ -51,6 +55,7 @@ typedef enum mp_knob_source { MP_KNOB_DEFAULT = 0, MP_KNOB_ENV = 1, MP_KNOB_FLAG
 typedef struct mp_knobs {
     /* CPU kernels and the CPU executor */
     int isa;                 /* MP_ISA: MP_KNOB_ISA_* */
+    int64_t prefetch_bytes;  /* MP_PREFETCH_BYTES: 0..MP_KNOB_PREFETCH_BYTES_MAX */
     bool pool_pin;           /* MP_POOL_PIN */
     int64_t pool_spin_us;    /* MP_POOL_SPIN_US: 0..1000000 */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */

@@ -15,7 +15,12 @@
  * levels alternated --reps times, the best of each; G MAC/s = weights x N per second, and each
  * level's speed over avx512's.
  *
+ * With --prefetch B[,B...]: the dispatched level's GEMV with its weight stream prefetched B bytes
+ * ahead (mp_kernels_set_prefetch_bytes, MP_PREFETCH_BYTES's setting; 0: no prefetches), the
+ * distances alternated pass by pass --reps times, the best of each, and each over the first.
+ *
  * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar] [--gemm N[,N...]]
+ *                      [--prefetch B[,B...]]
  * (prints one table to stdout)
  */
 #include <stdio.h>
@@ -185,6 +190,79 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
     return 0;
 }
 
+/* The prefetch table (--prefetch): per type, the dispatched GEMV's GB/s at each distance. */
+static int bench_prefetch(const int *types, int n_types, long mb, long reps, const long *dist, int n_dist)
+{
+    const int64_t n_cols = 4096;
+    const int64_t before = mp_kernels_prefetch_bytes();
+    printf("bench_kernels --prefetch: %ld MB of weights per type, n_cols %lld, alternated best of %ld, single "
+           "thread, isa %s; GB/s at each distance in bytes (the first's ratio in brackets)\n", mb, (long long)n_cols,
+           reps, mp_kernels_isa());
+    printf("%-5s", "type");
+    for (int k = 0; k < n_dist; k++)
+        printf(" %16ld", dist[k]);
+    printf("\n");
+    for (int t = 0; t < n_types; t++) {
+        const int type = types[t];
+        const mp_type_ops *ops = mp_type_ops_get(type);
+        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
+        const int64_t n_rows = (int64_t)(((size_t)mb << 20) / row_bytes);
+        uint8_t *w = aligned_alloc(64, ((size_t)n_rows * row_bytes + 63) / 64 * 64);
+        uint8_t *x = aligned_alloc(64, ((size_t)n_cols * sizeof(float) + 63) / 64 * 64);
+        float *xf = malloc((size_t)n_cols * sizeof(float)), *y = malloc((size_t)n_rows * sizeof(float));
+        if (!w || !x || !xf || !y || n_rows < 1) {
+            fprintf(stderr, "bench_kernels: error: cannot allocate the %s GEMV\n", mp_type_name(type));
+            return 1;
+        }
+        fill_weights(type, w, (size_t)n_rows * row_bytes);
+        for (int64_t c = 0; c < n_cols; c++)
+            xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+        mp_quantize_activation(ops->vec_dot_type, xf, x, n_cols);
+        double best[16];
+        for (int k = 0; k < n_dist; k++)
+            best[k] = 1e30;
+        for (long r = 0; r < reps; r++)
+            for (int k = 0; k < n_dist; k++) {
+                mp_kernels_set_prefetch_bytes(dist[k]);
+                const double s = time_gemv(ops, w, row_bytes, n_cols, n_rows, x, y, 1);
+                best[k] = s < best[k] ? s : best[k];
+            }
+        printf("%-5s", mp_type_name(type));
+        for (int k = 0; k < n_dist; k++) {
+            char col[32];
+            snprintf(col, sizeof col, "%.2f (%.2fx)", (double)n_rows * (double)row_bytes / best[k] * 1e-9,
+                     best[0] / best[k]);
+            printf(" %16s", col);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(w);
+        free(x);
+        free(xf);
+        free(y);
+    }
+    mp_kernels_set_prefetch_bytes(before);
+    return 0;
+}
+
+/* a comma-separated list of whole numbers in [lo, hi] into v (at most 16); its count, or -1 */
+static int number_list(const char *text, long lo, long hi, long *v)
+{
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        if (n == 16)
+            return -1;
+        v[n] = strtol(p, &end, 10);
+        if (end == p || v[n] < lo || v[n] > hi || (*end && *end != ','))
+            return -1;
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    return n > 0 ? n : -1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
@@ -193,6 +271,8 @@ static void usage(FILE *f)
                "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
                "  --no-scalar skip the (slow) scalar reference column\n"
                "  --gemm N,.. the prefill GEMM with N activation rows (each of the list) per level, not the GEMV\n"
+               "  --prefetch B,..  the dispatched GEMV with its weights prefetched B bytes ahead (each of the list,\n"
+               "              alternated; 0: none), not the table of levels\n"
                "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512, amx).\n");
 }
 
@@ -200,8 +280,8 @@ int main(int argc, char **argv)
 {
     long mb = 512, reps = 3;
     int types[10], n_types = 0, no_scalar = 0;
-    long gemm_rows[16];
-    int n_gemm = 0;
+    long gemm_rows[16], prefetch[16];
+    int n_gemm = 0, n_prefetch = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -209,17 +289,16 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--no-scalar")) {
             no_scalar = 1;
         } else if (!strcmp(argv[i], "--gemm") && i + 1 < argc) {
-            char *p = argv[++i];
-            while (*p && n_gemm < 16) {
-                char *end;
-                gemm_rows[n_gemm] = strtol(p, &end, 10);
-                if (end == p || gemm_rows[n_gemm] < 1 || gemm_rows[n_gemm] > 4096 || (*end && *end != ',')) {
-                    fprintf(stderr, "bench_kernels: error: --gemm %s: expected activation row counts 1..4096, "
-                                    "comma-separated\n", argv[i]);
-                    return 2;
-                }
-                n_gemm++;
-                p = *end ? end + 1 : end;
+            if ((n_gemm = number_list(argv[++i], 1, 4096, gemm_rows)) < 0) {
+                fprintf(stderr, "bench_kernels: error: --gemm %s: expected at most 16 activation row counts 1..4096, "
+                                "comma-separated\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--prefetch") && i + 1 < argc) {
+            if ((n_prefetch = number_list(argv[++i], 0, MP_PREFETCH_BYTES_MAX, prefetch)) < 0) {
+                fprintf(stderr, "bench_kernels: error: --prefetch %s: expected at most 16 distances 0..%d in bytes, "
+                                "comma-separated\n", argv[i], MP_PREFETCH_BYTES_MAX);
+                return 2;
             }
         } else if (!strcmp(argv[i], "--mb") && i + 1 < argc) {
             mb = strtol(argv[++i], NULL, 10);
@@ -248,6 +327,12 @@ int main(int argc, char **argv)
         for (int i = 0; i < 10; i++)
             types[n_types++] = all[i];
     }
+    if (n_gemm > 0 && n_prefetch > 0) {
+        fprintf(stderr, "bench_kernels: error: --gemm and --prefetch are two tables: give one\n");
+        return 2;
+    }
+    if (n_prefetch > 0)
+        return bench_prefetch(types, n_types, mb, reps, prefetch, n_prefetch);
     if (n_gemm > 0)
         return bench_gemm(types, n_types, mb, reps, gemm_rows, n_gemm);
     const int64_t n_cols = 4096;

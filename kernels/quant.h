@@ -180,6 +180,18 @@ int mp_kernels_set_isa_cap(const char *level);
  * avx512: this CPU's best is avx2: using avx2", or the type whose tile GEMM disagreed), for the
  * command line to print as a warning. Valid until the next call. */
 const char *mp_kernels_isa_warning(void);
+/* How far ahead of its loads every SIMD dot product prefetches its weight row, in bytes (0: no
+ * prefetch instructions). The hardware prefetchers alone left the K-quant dots at ~5.5 GB/s from
+ * DRAM against ~15 GB/s in cache on the GPU host's Xeon, where 2 KB ahead was the best of
+ * 0.5/1/2/4 KB for one thread; on an AMD Zen 5 core the GEMV read 10-23 % faster without any
+ * (bench/NOTES-kernels.md). The best distance depends on the core and on how loaded the memory
+ * is (a loaded memory answers later, and a core keeps up only with more lines in flight), so
+ * programs set it at start from MP_PREFETCH_BYTES (base/knobs.h). Values are rounded down to
+ * whole 64-byte lines and capped at MP_PREFETCH_BYTES_MAX. Not for calls racing with kernels. */
+#define MP_PREFETCH_BYTES_DEFAULT 2048
+#define MP_PREFETCH_BYTES_MAX 65536
+void mp_kernels_set_prefetch_bytes(int64_t bytes);
+int64_t mp_kernels_prefetch_bytes(void);
 /* Force the scalar reference everywhere (tests, benchmarks). Call before any mp_type_ops_get.
  * Each call also makes the next lookup re-decide the level. */
 void mp_kernels_force_scalar(int on);

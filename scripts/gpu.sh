@@ -46,7 +46,9 @@
 #   cpu-stream the hybrid decode's CPU side alone (bench/moe_cpu_stream.c): one-row expert calls over
 #              the host copy of STREAM_LAYERS (default "12 48") layers, STREAM_GAPS (default "0 50")
 #              µs between calls, on the qwen3-30b-a3b preset -> $OUT/cpu-stream.log (STREAM_TOKENS,
-#              STREAM_ARGS: more flags, e.g. --compare or --compare-isa avx512,avx2 for an interleaved A/B)
+#              STREAM_ARGS: more flags, e.g. --compare or --compare-isa avx512,avx2 for an interleaved A/B;
+#              STREAM_ARMS: knob settings alternated in each of STREAM_ROUNDS (default 1) rounds, as
+#              cpu-routes' ROUTES_ARMS, e.g. "MP_PREFETCH_BYTES=2048 MP_PREFETCH_BYTES=8192")
 #   cpu-routes the CPU side's fixed cost per call for small experts: moe_cpu_stream --profile with
 #              1, 2, 4, 8 routes a call (ROUTES_LIST) on a 4-layer model of the 256-expert qwen3moe
 #              shape (2 MB experts, made in /tmp/mp-bench), with 0 and 25 µs between calls
@@ -510,11 +512,16 @@ for stage in "${stages[@]}"; do
     cpu-stream)
         build || { rc=1; continue; }
         ensure_model || { rc=1; continue; }
-        for layers in ${STREAM_LAYERS:-12 48}; do
-            for gap in ${STREAM_GAPS:-0 50}; do
-                # shellcheck disable=SC2086 # STREAM_ARGS: extra flags, e.g. --compare
-                build-gpu/bench/moe_cpu_stream -m "$MODEL30" --layers "$layers" --gap-us "$gap" \
-                    --tokens "${STREAM_TOKENS:-16}" ${STREAM_ARGS:-} 2>&1 | tee -a "$OUT/cpu-stream.log" || rc=1
+        for round in $(seq "${STREAM_ROUNDS:-1}"); do
+            for arm in ${STREAM_ARMS:--}; do
+                for layers in ${STREAM_LAYERS:-12 48}; do
+                    for gap in ${STREAM_GAPS:-0 50}; do
+                        echo "cpu-stream: arm $arm, round $round, $layers layers, gap $gap us" | tee -a "$OUT/cpu-stream.log"
+                        # shellcheck disable=SC2086 # STREAM_ARGS: extra flags, e.g. --compare
+                        arm_run "$arm" build-gpu/bench/moe_cpu_stream -m "$MODEL30" --layers "$layers" --gap-us "$gap" \
+                            --tokens "${STREAM_TOKENS:-16}" ${STREAM_ARGS:-} 2>&1 | tee -a "$OUT/cpu-stream.log" || rc=1
+                    done
+                done
             done
         done
         ;;

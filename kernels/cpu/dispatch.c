@@ -170,6 +170,19 @@ const char *mp_kernels_isa_one_row(const char *level)
     return level && strcmp(level, k_isa_names[ISA_AMX]) == 0 ? k_isa_names[ISA_AVX512] : level;
 }
 
+size_t mp_prefetch_distance = MP_PREFETCH_BYTES_DEFAULT; /* quant_impl.h */
+
+void mp_kernels_set_prefetch_bytes(int64_t bytes)
+{
+    bytes = bytes < 0 ? 0 : bytes > MP_PREFETCH_BYTES_MAX ? MP_PREFETCH_BYTES_MAX : bytes;
+    mp_prefetch_distance = (size_t)bytes & ~(size_t)63;
+}
+
+int64_t mp_kernels_prefetch_bytes(void)
+{
+    return (int64_t)mp_prefetch_distance;
+}
+
 int mp_kernels_set_isa_cap(const char *level)
 {
     const int cap = isa_from_name(level);

@@ -118,13 +118,10 @@ static inline void mp_q4_K_unpack_scales(const uint8_t *packed, uint8_t sc[8], u
     memcpy(m + 4, &m_hi, 4);
 }
 
-/* Software prefetch of the weight stream, MP_PREFETCH_BYTES ahead of the loads. The hardware
- * prefetchers alone left the K-quant dots at ~5.5 GB/s from DRAM against ~15 GB/s in cache;
- * 2 KB ahead was the best of 0.5/1/2/4 KB on the Xeon of the GPU host (bench/NOTES-kernels.md).
+/* Software prefetch of the weight stream, mp_prefetch_distance bytes ahead of the loads (0: no
+ * prefetch instructions); mp_kernels_set_prefetch_bytes sets it, quant.h says why it is a setting.
  * Prefetches never fault, so running past the row end is harmless. */
-#ifndef MP_PREFETCH_BYTES
-#define MP_PREFETCH_BYTES 2048
-#endif
+extern size_t mp_prefetch_distance;
 /* A Q8_K block's 16 sums of 16 quants (the K-quant dots use them for the mins), from its qs */
 static inline void mp_q8_K_bsums(mp_block_q8_K *b)
 {
@@ -138,8 +135,11 @@ static inline void mp_q8_K_bsums(mp_block_q8_K *b)
 
 static inline void mp_prefetch_weights(const void *p, size_t bytes)
 {
+    const size_t ahead = mp_prefetch_distance;
+    if (!ahead)
+        return;
     for (size_t off = 0; off < bytes; off += 64)
-        __builtin_prefetch((const char *)p + MP_PREFETCH_BYTES + off, 0, 3); /* prefetcht0 */
+        __builtin_prefetch((const char *)p + ahead + off, 0, 3); /* prefetcht0 */
 }
 
 /* ---- SIMD variants: the table for a type, or NULL if the ISA has no kernels for it ---- */

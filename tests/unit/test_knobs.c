@@ -285,6 +285,34 @@ Test(knobs, apply_sets_the_isa_cap)
     cr_assert_str_eq(mp_kernels_isa(), best);
 }
 
+/* MP_PREFETCH_BYTES reaches the kernels: whole lines, capped, 0 for none, the default back */
+Test(knobs, apply_sets_the_prefetch_distance)
+{
+    mp_knobs k;
+    mp_knobs_defaults(&k);
+    mp_knobs_apply_kernels(&k);
+    cr_assert_eq(mp_kernels_prefetch_bytes(), MP_KNOB_PREFETCH_BYTES);
+    const struct {
+        const char *text;
+        int64_t now;
+    } cases[] = {{"0", 0}, {"100", 64}, {"4096", 4096}, {"65536", 65536}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        set_ok(&k, "MP_PREFETCH_BYTES", cases[i].text);
+        mp_knobs_apply_kernels(&k);
+        cr_assert_eq(mp_kernels_prefetch_bytes(), cases[i].now, "MP_PREFETCH_BYTES=%s: %lld", cases[i].text,
+                     (long long)mp_kernels_prefetch_bytes());
+    }
+    mp_error err = {0};
+    cr_assert_neq(mp_knobs_set(&k, "MP_PREFETCH_BYTES", "65600", MP_KNOB_ENV, &err), MP_OK);
+    mp_kernels_set_prefetch_bytes(-5);
+    cr_assert_eq(mp_kernels_prefetch_bytes(), 0);
+    mp_kernels_set_prefetch_bytes(1 << 20);
+    cr_assert_eq(mp_kernels_prefetch_bytes(), MP_PREFETCH_BYTES_MAX);
+    mp_knobs_defaults(&k);
+    mp_knobs_apply_kernels(&k);
+    cr_assert_eq(mp_kernels_prefetch_bytes(), MP_KNOB_PREFETCH_BYTES);
+}
+
 /* `moeplan config`: a header and one line per knob, in table order, with the environment's value
  * and source; --json the same as objects; an unknown argument exits 2. */
 Test(knobs, config_lists_every_knob)
