@@ -16,8 +16,10 @@
 #
 # LOADS: none (a quiet host), d2h (the GPU's copy engine writes host memory: takes no core),
 # cpuN (N reader threads on the host's last N CPUs; moeplan then runs with the other CPUs' count of
-# threads, on the first CPUs, so pair it with noneN: a quiet host, moeplan on the same CPUs), or
-# parts joined by '+' (d2h+cpu2: both neighbours at once, for a host that reads less still). Each
+# threads, on the first CPUs, so pair it with noneN: a quiet host, moeplan on the same CPUs), wrN
+# (N writer threads there, non-temporal stores: more of the memory per core than readers, and the
+# GPU's link left alone, where d2h writes through it), or parts joined by '+' (d2h+cpu2: both
+# neighbours at once, for a host that reads less still; cpu2+wr2). Each
 # round starts one load later, so that over as many rounds as loads each runs once in each position.
 #
 # ARMS: the settings each placement and load runs under, alternated: NAME (as the environment is) or
@@ -52,13 +54,16 @@ arm_name() { echo "${1%%@*}"; }
 [ "$(for a in "${arms[@]}"; do arm_name "$a"; done | sort | uniq -d)" = "" ] ||
     die "ARMS '${arms[*]}': expected each arm's NAME once"
 loaded() { [[ $1 != none* ]]; } # a load with a neighbour running
-threads_for() { # moeplan's threads under a load: its cpuN parts, or noneN, leave N CPUs out
+threads_for() { # moeplan's threads under a load: its cpuN and wrN parts, or noneN, leave N CPUs out
     local n=0 part
     if [[ $1 == none* ]]; then
         n=${1#none}
     else
         local IFS=+
-        for part in $1; do [[ $part != cpu* ]] || n=$((n + ${part#cpu})); done
+        for part in $1; do
+            [[ $part != cpu* ]] || n=$((n + ${part#cpu}))
+            [[ $part != wr* ]] || n=$((n + ${part#wr}))
+        done
     fi
     echo $((ncpu - ${n:-0}))
 }
@@ -69,7 +74,8 @@ for l in "${loads[@]}"; do
         [[ $l != +* && $l != *+ && $l != *++* ]] || die "LOADS '$l': an empty part"
         IFS=+ read -ra parts <<<"$l"
         for part in "${parts[@]}"; do
-            [[ $part =~ ^(d2h|cpu[1-9][0-9]?)$ ]] || die "LOADS '$l': expected none, noneN, or d2h and cpuN joined by '+'"
+            [[ $part =~ ^(d2h|cpu[1-9][0-9]?|wr[1-9][0-9]?)$ ]] ||
+                die "LOADS '$l': expected none, noneN, or d2h, cpuN and wrN joined by '+'"
         done
         [ -x "$HOST_LOAD" ] || die "host_load binary '$HOST_LOAD' not found (built with CUDA)" ;;
     esac
@@ -91,10 +97,11 @@ start_load() { # start_load LOAD TAG: the neighbours of LOAD's parts, running wh
         i=$((i + 1))
         if [ "$part" = d2h ]; then
             "$HOST_LOAD" --mode d2h --ready "$OUT/bench/$tag.ready.$i" 2>>"$OUT/bench/$tag.load" &
-        else # cpuN parts take the last CPUs, one part after another
-            "$HOST_LOAD" --mode cpu --threads "${part#cpu}" --skip "$n_cpu" --gib 4 --ready "$OUT/bench/$tag.ready.$i" \
+        else # cpuN and wrN parts take the last CPUs, one part after another
+            local mode=${part%%[0-9]*} n=${part##*[a-z]}
+            "$HOST_LOAD" --mode "$mode" --threads "$n" --skip "$n_cpu" --gib 4 --ready "$OUT/bench/$tag.ready.$i" \
                 2>>"$OUT/bench/$tag.load" &
-            n_cpu=$((n_cpu + ${part#cpu}))
+            n_cpu=$((n_cpu + n))
         fi
         load_pids+=($!)
     done

@@ -11,14 +11,19 @@
  *         far routes and copies read through, to moeplan;
  *   cpu   T threads, pinned to the host's last T CPUs (skipping the last --skip K), read a
  *         buffer much larger than the last-level cache (they take cores as well as bandwidth:
- *         run moeplan on the others).
+ *         run moeplan on the others);
+ *   wr    the same threads write it with non-temporal stores instead: memory traffic that leaves
+ *         the GPU's link alone (d2h writes through it) and takes more of the memory per core than
+ *         a reader (no cache fills; the memory turns from reads to writes and back), so that
+ *         fewer cores bring the host down to a given read bandwidth.
  *
  * It runs until SIGTERM or SIGINT (or --seconds), touches --ready FILE once the load is running,
  * and prints what it moved on exit: "host_load: d2h 48.1 GB/s over 12.3 s".
  *
- * Usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0]
+ * Usage: host_load [--mode d2h|cpu|wr] [--gib N=2] [--threads T=4] [--skip K=0]
  *                  [--seconds S=0: until a signal] [--ready FILE] */
 #include <cuda_runtime.h>
+#include <emmintrin.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -101,7 +106,37 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
     return 0;
 }
 
-static int load_cpu(size_t bytes, int threads, int skip, double seconds, const char *ready)
+/* A writer: stores its share of the buffer a MiB at a time with non-temporal stores (no line is
+ * read for ownership), wrapping at its end, until *run turns 0; counts its bytes in r->bytes. */
+static void *writer_loop(void *arg)
+{
+    mp_host_reader *r = (mp_host_reader *)arg;
+    if (r->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r->cpu, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    const size_t per_chunk = MP_READER_CHUNK / 8;
+    size_t at = 0;
+    __m128i v = _mm_set1_epi64x(0x0101010101010101ll);
+    while (__atomic_load_n(r->run, __ATOMIC_ACQUIRE)) {
+        __m128i *p = (__m128i *)(r->base + at); /* the load's own buffer: const only for the readers */
+        for (size_t i = 0; i < per_chunk / 2; i += 4) {
+            _mm_stream_si128(p + i, v);
+            _mm_stream_si128(p + i + 1, v);
+            _mm_stream_si128(p + i + 2, v);
+            _mm_stream_si128(p + i + 3, v);
+        }
+        _mm_sfence();
+        v = _mm_add_epi64(v, _mm_set1_epi64x(1));
+        __atomic_fetch_add(&r->bytes, (uint64_t)MP_READER_CHUNK, __ATOMIC_RELAXED);
+        at = at + 2 * per_chunk <= r->words ? at + per_chunk : 0;
+    }
+    return NULL;
+}
+
+static int load_cpu(size_t bytes, int threads, int skip, double seconds, const char *ready, bool write)
 {
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (threads + skip > ncpu) {
@@ -130,7 +165,7 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
     const double t0 = mp_now_s();
     for (int t = 0; t < threads; t++) {
         rd[t] = (mp_host_reader){buf + share * (size_t)t, share, &running, (int)(first + t), 0, 0};
-        if (pthread_create(&tid[t], NULL, mp_host_reader_loop, &rd[t])) {
+        if (pthread_create(&tid[t], NULL, write ? writer_loop : mp_host_reader_loop, &rd[t])) {
             fprintf(stderr, "host_load: cannot start thread %d\n", t);
             return 1;
         }
@@ -146,18 +181,19 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
         sum += rd[t].sum;
     }
     const double dt = mp_now_s() - t0;
-    fprintf(stderr, "host_load: cpu %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", threads, first,
-            first + threads - 1, (double)moved / dt / 1e9, dt);
+    fprintf(stderr, "host_load: %s %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", write ? "wr" : "cpu", threads,
+            first, first + threads - 1, (double)moved / dt / 1e9, dt);
     sink = sum;
     return 0;
 }
 
 static void usage(void)
 {
-    printf("usage: host_load [--mode d2h|cpu] [--gib N=2] [--threads T=4] [--skip K=0] [--seconds S=0]\n"
+    printf("usage: host_load [--mode d2h|cpu|wr] [--gib N=2] [--threads T=4] [--skip K=0] [--seconds S=0]\n"
            "                 [--ready FILE]\n"
            "  d2h: the GPU's copy engine writes a pinned host buffer (no core taken);\n"
-           "  cpu: T reader threads on the host's last T CPUs, less the last K.\n"
+           "  cpu: T reader threads on the host's last T CPUs, less the last K;\n"
+           "  wr:  T writer threads there (non-temporal stores: the GPU's link left alone).\n"
            "  Runs until SIGTERM/SIGINT or S seconds; prints the GB/s it moved on exit.\n");
 }
 
@@ -199,8 +235,8 @@ int main(int argc, char **argv)
     const size_t bytes = (size_t)(gib * 1073741824.0);
     if (!strcmp(mode, "d2h"))
         return load_d2h(bytes, seconds, ready);
-    if (!strcmp(mode, "cpu"))
-        return load_cpu(bytes, threads, skip, seconds, ready);
-    fprintf(stderr, "host_load: --mode '%s': expected d2h or cpu\n", mode);
+    if (!strcmp(mode, "cpu") || !strcmp(mode, "wr"))
+        return load_cpu(bytes, threads, skip, seconds, ready, !strcmp(mode, "wr"));
+    fprintf(stderr, "host_load: --mode '%s': expected d2h, cpu or wr\n", mode);
     return 2;
 }

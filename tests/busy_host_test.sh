@@ -29,7 +29,7 @@ expect() {
 }
 
 expect 2 "unknown argument '--bogus'" "$L" --bogus
-expect 2 "--mode 'ram': expected d2h or cpu" "$L" --mode ram
+expect 2 "--mode 'ram': expected d2h, cpu or wr" "$L" --mode ram
 expect 2 "expected --gib in 0.25..1024" "$L" --gib 0.1
 expect 2 "--threads in 1..1024" "$L" --threads 0
 expect 2 "--skip in 0..1024" "$L" --skip -1
@@ -37,11 +37,21 @@ expect 2 "--seconds >= 0" "$L" --seconds -1
 expect 2 "--threads 1024 and --skip 1: this host has" "$L" --mode cpu --threads 1024 --skip 1 --gib 1
 cases=$((cases + 1))
 "$L" --help | grep -q "usage: host_load" || fail "host_load --help: no usage"
+# the core neighbours run without a GPU: each moves bytes for half a second and says how many
+for mode in cpu wr; do
+    cases=$((cases + 1))
+    timeout 20 "$L" --mode $mode --threads 1 --gib 0.25 --seconds 0.5 2>"$D/stderr" || fail "host_load --mode $mode: exit $?"
+    if ! grep -qE "^host_load: $mode 1 threads on CPUs [0-9]+-[0-9]+ [0-9.]+ GB/s over 0\.[5-9]" "$D/stderr" ||
+        grep -qE " 0\.0 GB/s" "$D/stderr"; then
+        fail "host_load --mode $mode: $(cat "$D/stderr")"
+    fi
+done
 
 # busy_host.sh with these knobs, then the case's (env: the later setting wins)
 bh=(env MOEPLAN="$B" HOST_LOAD="$L" MODEL="$MODEL" OUT="$D/out")
 S=$ROOT/bench/busy_host.sh
-expect 1 "LOADS 'ram': expected none, noneN, or d2h and cpuN joined by '+'" "${bh[@]}" LOADS="none ram" bash "$S"
+expect 1 "LOADS 'ram': expected none, noneN, or d2h, cpuN and wrN joined by '+'" "${bh[@]}" LOADS="none ram" bash "$S"
+expect 1 "LOADS 'wr0': expected none, noneN, or d2h, cpuN and wrN joined by '+'" "${bh[@]}" LOADS="wr0" bash "$S"
 expect 1 "LOADS 'd2h+': an empty part" "${bh[@]}" LOADS="d2h+" bash "$S"
 # readers on every CPU of this host (parts of at most 99), leaving moeplan none
 all=$(nproc) every=
@@ -51,6 +61,7 @@ while [ "$all" -gt 0 ]; do
     all=$((all - n))
 done
 expect 1 "LOADS '$every': expected fewer than this host's" "${bh[@]}" LOADS="$every" bash "$S"
+expect 1 "LOADS 'cpu1+wr$(($(nproc) - 1))': expected fewer than this host's" "${bh[@]}" LOADS="cpu1+wr$(($(nproc) - 1))" bash "$S"
 expect 1 "ARMS 'x@lower=1': expected NAME or NAME@VAR=VALUE" "${bh[@]}" ARMS="on x@lower=1" bash "$S"
 expect 1 "ARMS 'on on@MP_POOL_PIN=1': expected each arm's NAME once" "${bh[@]}" ARMS="on on@MP_POOL_PIN=1" bash "$S"
 expect 1 "ROUNDS '0': expected a positive integer" "${bh[@]}" ROUNDS=0 bash "$S"
@@ -76,6 +87,16 @@ for want in "| layers:2 | none | base | 1 | 2 | 100.00 |" "| layers:2 | none | p
     grep -qF -- "$want" "$md" 2>/dev/null || fail "busy-host.md lacks '$want': $(cat "$md" 2>/dev/null)"
 done
 [ "$(find "$D/ok/bench" -name "*.json" 2>/dev/null | wc -l)" = 4 ] || fail "expected 4 rows (2 arms x 2 rounds): $(ls "$D/ok/bench")"
+
+# a row beside a writer on the last CPU (the stand-in on the others): the writer runs while the row
+# does and leaves its line in the load's log
+cases=$((cases + 1))
+env MOEPLAN="$D/fake-moeplan" HOST_LOAD="$L" MODEL="$MODEL" OUT="$D/wr" LOADS="none1 wr1" PLACEMENTS=layers:2 \
+    ROUNDS=1 bash "$S" >"$D/stdout" 2>"$D/stderr" || fail "busy_host.sh beside wr1: $(tail -n 2 "$D/stderr")"
+grep -qE "^\| layers:2 \| wr1 \| default \| 1 \| 2 \| 100\.00 \| [0-9]+\.[0-9] \|" "$D/wr/busy-host.md" 2>/dev/null ||
+    fail "busy-host.md lacks the wr1 row with the writer's GB/s: $(cat "$D/wr/busy-host.md" 2>/dev/null)"
+cat "$D"/wr/bench/*.load 2>/dev/null | grep -qE "^host_load: wr 1 threads on CPUs $(($(nproc) - 1))-$(($(nproc) - 1)) " ||
+    fail "no writer's line in the load log: $(cat "$D"/wr/bench/*.load 2>/dev/null)"
 
 echo "busy_host_test: $cases cases, $fails failed"
 [ "$fails" = 0 ]
