@@ -103,6 +103,9 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
                          1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     fprintf(stderr, "host_load: d2h %.1f GB/s over %.1f s, %.2f s of CPU time (setup included)\n",
             (double)moved / dt / 1e9, dt, cpu_s);
+    cudaStreamDestroy(st);
+    cudaFree(dev);
+    cudaFreeHost(host);
     return 0;
 }
 
@@ -158,33 +161,42 @@ static int load_cpu(size_t bytes, int threads, int skip, double seconds, const c
     memset(buf, 1, share * 8 * (size_t)threads);
     pthread_t *tid = (pthread_t *)calloc((size_t)threads, sizeof *tid);
     mp_host_reader *rd = (mp_host_reader *)calloc((size_t)threads, sizeof *rd);
+    int started = 0, rc = 0;
+    const double t0 = mp_now_s();
     if (!tid || !rd) {
         fprintf(stderr, "host_load: out of memory\n");
-        return 1;
+        rc = 1;
     }
-    const double t0 = mp_now_s();
-    for (int t = 0; t < threads; t++) {
+    for (; !rc && started < threads; started++) {
+        const int t = started;
         rd[t] = (mp_host_reader){buf + share * (size_t)t, share, &running, (int)(first + t), 0, 0};
         if (pthread_create(&tid[t], NULL, write ? writer_loop : mp_host_reader_loop, &rd[t])) {
             fprintf(stderr, "host_load: cannot start thread %d\n", t);
-            return 1;
+            rc = 1;
+            break;
         }
     }
-    touch(ready);
-    while (running && (seconds <= 0 || mp_now_s() - t0 < seconds))
-        usleep(10000);
+    if (!rc) {
+        touch(ready);
+        while (running && (seconds <= 0 || mp_now_s() - t0 < seconds))
+            usleep(10000);
+    }
     running = 0;
     uint64_t moved = 0, sum = 0;
-    for (int t = 0; t < threads; t++) {
+    for (int t = 0; t < started; t++) {
         pthread_join(tid[t], NULL);
         moved += rd[t].bytes;
         sum += rd[t].sum;
     }
     const double dt = mp_now_s() - t0;
-    fprintf(stderr, "host_load: %s %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", write ? "wr" : "cpu", threads,
-            first, first + threads - 1, (double)moved / dt / 1e9, dt);
+    if (!rc)
+        fprintf(stderr, "host_load: %s %d threads on CPUs %ld-%ld %.1f GB/s over %.1f s\n", write ? "wr" : "cpu",
+                threads, first, first + threads - 1, (double)moved / dt / 1e9, dt);
     sink = sum;
-    return 0;
+    free(rd);
+    free(tid);
+    free(buf);
+    return rc;
 }
 
 static void usage(void)
