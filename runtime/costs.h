@@ -193,6 +193,17 @@ static inline double mp_costs_host_level_gbs(const mp_costs *c)
     return c->host_read_level_gbs > 0 ? c->host_read_level_gbs : c->host_read_gbs;
 }
 
+/* The GPU link's host-to-device bandwidth as calibrated, in GB/s (= bytes/ns): the best of the
+ * pinned copies (bytes / median ns); 0 where none was measured. */
+static inline double mp_costs_bus_gbs(const mp_costs *c)
+{
+    double best = 0;
+    for (int i = 0; i < c->h2d_pinned.n_points; i++)
+        if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > best)
+            best = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;
+    return best;
+}
+
 double mp_cost_curve_ns(const mp_cost_curve *c, double x);
 
 

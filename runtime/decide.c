@@ -42,26 +42,40 @@ static void set_point(mp_decode_costs *dc, bool far_on, int cold, int far, doubl
     }
 }
 
+/* The part of a far-on point's GPU side that is its far units' bytes crossing the bus at the rate
+ * the grid was measured with (at most the side itself); 0 where the point has no far unit or the
+ * rate, the experts' bytes or the side is not known. */
+static double bus_part_ns(const mp_decode_costs *dc, bool far_on, int far, double gpu_ns)
+{
+    if (!far_on || far < 1 || !(gpu_ns > 0) || !(dc->meas_bus_bytes_per_ns > 0) || !dc->expert_bytes)
+        return 0;
+    const int split = dc->far_split > 0 ? dc->far_split : 1;
+    const double ns = (double)far * (double)dc->expert_bytes / split / dc->meas_bus_bytes_per_ns;
+    return ns < gpu_ns ? ns : gpu_ns;
+}
+
 /* A measured point scaled (mp_decode_costs_scale's rule) into dc's tables. */
 static void scale_point(mp_decode_costs *dc, bool far_on, int cold, int far, const struct mp_decode_point_ns *m,
-                        double k_cpu, double k_gpu, double k_rest)
+                        double k_cpu, double k_gpu, double k_bus, double k_rest)
 {
     if (!isfinite(m->layer))
         return;
     const double side = m->cpu > m->gpu ? m->cpu : m->gpu; /* the longer; < 0: neither measured */
+    const double bus = bus_part_ns(dc, far_on, far, m->gpu);
+    const double gpu = m->gpu >= 0 ? (m->gpu - bus) * k_gpu + bus * k_bus : m->gpu;
     double t = m->layer * k_rest;
-    if (side >= 0 && !(k_cpu == k_rest && k_gpu == k_rest)) {
+    if (side >= 0 && !(k_cpu == k_rest && k_gpu == k_rest && (bus == 0 || k_bus == k_rest))) {
         /* the longer of the two sides scaled (a slower CPU side may outlast the GPU's; a side not
          * measured, < 0, stays below the other at factors >= 0). The point moves by what its
          * longer side and its rest move: a rest below 0 (the sides outlasted the layer time:
          * noise) moves by nothing, so that factors of 1 give the point as measured and factors
          * above 1 never less */
-        const double a = m->cpu * k_cpu, b = m->gpu * k_gpu, scaled = a > b ? a : b;
+        const double a = m->cpu * k_cpu, b = gpu, scaled = a > b ? a : b;
         const double rest = m->layer > side ? m->layer - side : 0;
         t = m->layer + (scaled - side) + rest * (k_rest - 1);
         t = t > 0 ? t : 0;
     }
-    set_point(dc, far_on, cold, far, t, m->cpu >= 0 ? m->cpu * k_cpu : m->cpu, m->gpu >= 0 ? m->gpu * k_gpu : m->gpu);
+    set_point(dc, far_on, cold, far, t, m->cpu >= 0 ? m->cpu * k_cpu : m->cpu, gpu);
 }
 
 /* Every point of dc's tables not measured (NaN). */
@@ -74,15 +88,15 @@ static void clear_tables(mp_decode_costs *dc)
     }
 }
 
-void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest)
+void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_bus, double k_rest)
 {
     if (!dc->measured)
         return;
     clear_tables(dc);
     for (int c = 0; c <= MP_DECIDE_MAX_K; c++) {
-        scale_point(dc, false, c, 0, &dc->meas_off[c], k_cpu, k_gpu, k_rest);
+        scale_point(dc, false, c, 0, &dc->meas_off[c], k_cpu, k_gpu, k_bus, k_rest);
         for (int f = 0; f <= MP_DECIDE_MAX_K; f++)
-            scale_point(dc, true, c, f, &dc->meas_on[c][f], k_cpu, k_gpu, k_rest);
+            scale_point(dc, true, c, f, &dc->meas_on[c][f], k_cpu, k_gpu, k_bus, k_rest);
     }
     mp_decode_costs_settle(dc);
 }
@@ -90,6 +104,25 @@ void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, doub
 double mp_decide_host_factor(const mp_decode_costs *dc, double now_gbs)
 {
     return dc && dc->level_bytes_per_ns > 0 && now_gbs > 0 ? dc->level_bytes_per_ns / now_gbs : 1.0;
+}
+
+double mp_decide_bus_factor(const mp_decode_costs *dc, double now_gbs)
+{
+    return dc && dc->meas_bus_bytes_per_ns > 0 && now_gbs > 0 ? dc->meas_bus_bytes_per_ns / now_gbs : 1.0;
+}
+
+void mp_decode_costs_bus_now(mp_decode_costs *dc, double now_gbs)
+{
+    if (!(now_gbs > 0) || !(dc->meas_bus_bytes_per_ns > 0))
+        return;
+    const double k = now_gbs / dc->meas_bus_bytes_per_ns;
+    dc->bus_bytes_per_ns = now_gbs;
+    if (dc->bus_beside_cores_bytes_per_ns > 0 && dc->cores_beside_bus_bytes_per_ns > 0) {
+        dc->bus_beside_cores_bytes_per_ns *= k;
+        dc->together_bytes_per_ns = dc->cores_beside_bus_bytes_per_ns + dc->bus_beside_cores_bytes_per_ns;
+    } else {
+        dc->together_bytes_per_ns = 0; /* its split unknown: the floor falls back to host + bus */
+    }
 }
 
 mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_decode_shape *shape,
@@ -116,9 +149,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
     out->machine = c->machine;
     out->knobs = c->knobs;
-    for (int i = 0; i < c->h2d_pinned.n_points; i++)
-        if (c->h2d_pinned.y[i].median_ns > 0 && c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns > out->bus_bytes_per_ns)
-            out->bus_bytes_per_ns = c->h2d_pinned.x[i] / c->h2d_pinned.y[i].median_ns;
+    out->bus_bytes_per_ns = out->meas_bus_bytes_per_ns = mp_costs_bus_gbs(c);
     if (!d->n_points) /* a grid without points (the loader refuses such a file): no decode point, so
                        * callers charge every decode step by their own model */
         return MP_OK;
@@ -163,7 +194,7 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
             out->meas_off[p->cold] = m;
     }
     out->measured = true;
-    mp_decode_costs_scale(out, 1, 1, 1);
+    mp_decode_costs_scale(out, 1, 1, 1, 1);
     return MP_OK;
 }
 

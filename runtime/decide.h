@@ -68,6 +68,8 @@ typedef struct mp_decode_costs {
     } meas_off[MP_DECIDE_MAX_K + 1], meas_on[MP_DECIDE_MAX_K + 1][MP_DECIDE_MAX_K + 1];
     bool measured;
     double host_bytes_per_ns, bus_bytes_per_ns;       /* the floor's two readers, each alone */
+    double meas_bus_bytes_per_ns;                     /* the bus as the points were measured (bus_bytes_per_ns
+                                                       * as loaded): mp_decode_costs_scale's bus part */
     double together_bytes_per_ns;                     /* both at once ($.host_bus); 0: not measured */
     double cores_beside_bus_bytes_per_ns, bus_beside_cores_bytes_per_ns; /* its two shares; 0: not measured */
     /* the host's read bandwidth while the grid measured ($.host_read.level_gbs, else gbs), and
@@ -100,21 +102,35 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
 /* The grid's tables rebuilt from its measured points (dc->measured; else nothing changes) with the
  * factors a host or a sensitivity applies to each part of a point, then settled
  * (mp_decode_costs_settle): a point's time is the longer of its CPU side and its GPU side plus the
- * rest (the round trip's own cost), so it becomes max(CPU side x k_cpu, GPU side x k_gpu) + rest x
- * k_rest (where it measured one side only: that side scaled, plus the rest), the CPU side k_cpu
- * times and the GPU side k_gpu times what it was. A slower CPU side may so outlast a GPU side it was
- * shorter than, as it does on a slower host. mp_decode_costs_from builds with every
- * factor 1; the simulator with its cost factors and the host's bandwidth (mp_decide_host_factor).
+ * rest (the round trip's own cost), so it becomes max(CPU side x k_cpu, GPU side') + rest x k_rest
+ * (where it measured one side only: that side scaled, plus the rest), the CPU side k_cpu times what
+ * it was. GPU side' is its bus part x k_bus plus the rest of it x k_gpu: the bus part of a far-on
+ * point with f far units is their bytes (f / far_split experts) at the bus rate the grid was
+ * measured with (meas_bus_bytes_per_ns), at most the side; points without far units have none. A
+ * slower CPU side may so outlast a GPU side it was shorter than, as it does on a slower host.
+ * mp_decode_costs_from builds with every factor 1; the simulator with its cost factors and the
+ * host's and the bus's bandwidth now (mp_decide_host_factor, mp_decide_bus_factor).
  * The executor decides from the grid as loaded: rebuilding it during a run at the CPU factor the
  * run measured, and deciding every layer again, gained nothing the host's drift did not hide on
  * the H200 host (12 alternated pairs, 0.95-1.07x, median 0.99; bench/NOTES-gpu-exec.md, "Far routes
  * that follow the host"). */
-void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_rest);
+void mp_decode_costs_scale(mp_decode_costs *dc, double k_cpu, double k_gpu, double k_bus, double k_rest);
 
 /* The CPU factor of a host that reads now_gbs where the grid measured at its level
  * (level_bytes_per_ns): level / now_gbs, as the CPU experts' weights stream from host memory;
  * 1 where either is not known (<= 0). simulate --host-read-gbs predicts with it. */
 double mp_decide_host_factor(const mp_decode_costs *dc, double now_gbs);
+
+/* The bus factor of a GPU link that moves now_gbs host to device where the grid measured
+ * meas_bus_bytes_per_ns (another process's copies on the same link, a narrower slot):
+ * meas / now_gbs; 1 where either is not known (<= 0). simulate --bus-gbs predicts with it. */
+double mp_decide_bus_factor(const mp_decode_costs *dc, double now_gbs);
+
+/* The floor's bus at now_gbs (nothing where either rate is not known): bus_bytes_per_ns = now_gbs,
+ * the bus's share beside the cores scaled with it and the two readers' sum made again from the
+ * shares (without them, 0: the floor then adds the two alone). Before mp_decode_costs_scale, whose
+ * settling reads the shares. */
+void mp_decode_costs_bus_now(mp_decode_costs *dc, double now_gbs);
 
 /* The grid's physics after its points are set (mp_decode_costs_from calls it; so does a caller that
  * rescales the points):

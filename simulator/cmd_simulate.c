@@ -64,6 +64,10 @@ static void usage(FILE *f)
             "  --host-read-gbs GBS   predict for a host that reads its memory at GBS GB/s now (a busy or\n"
             "                        another host; default: as calibrated): the CPU's expert costs scale\n"
             "                        by the calibration's level (host_read.level_gbs, else gbs) / GBS\n"
+            "  --bus-gbs GBS         predict for a GPU link that moves GBS GB/s host to device now (another\n"
+            "                        process's copies on it, a narrower slot; default: as calibrated): the\n"
+            "                        experts' copies and the far routes' reads scale by the calibration's\n"
+            "                        best pinned copy / GBS\n"
             "  --alpha A --beta B --epsilon E   decayed LFU (defaults 0.9, 1, 0.1; alpha also cost's memory)\n"
             "  --window W            windowed LFU: invocations per layer (default 64)\n"
             "  --adaptive POLICY     replay every static policy again with the runtime's adaptive expert\n"
@@ -270,7 +274,8 @@ static const mp_cli_opt simulate_flags[] = {
     {"train-frac", 0, true, 1, NULL}, {"as-decode", 0, false, 1, NULL},
     {"max-rows", 0, true, 1, NULL}, {"non-moe", 0, true, 1, NULL}, {"expert", 0, true, 1, NULL},
     {"threads", 't', true, 1, NULL}, {"pageable", 0, false, 1, NULL},
-    {"host-read-gbs", 0, true, 1, NULL}, {"alpha", 0, true, 1, NULL}, {"beta", 0, true, 1, NULL},
+    {"host-read-gbs", 0, true, 1, NULL}, {"bus-gbs", 0, true, 1, NULL},
+    {"alpha", 0, true, 1, NULL}, {"beta", 0, true, 1, NULL},
     {"epsilon", 0, true, 1, NULL}, {"window", 0, true, 1, NULL}, {"json", 0, true, 1, NULL},
     {"svg", 0, true, 1, NULL}, {"force", 0, false, 1, NULL}, {"emit-profile", 0, true, 1, NULL},
     {"profile-policy", 0, true, 1, NULL}, {"placement-profile", 0, true, 1, NULL},
@@ -403,6 +408,12 @@ static int parse_args(int argc, char **argv, mp_simulate_options *o, mp_progress
                 return 2;
             }
             cfg->host_read_gbs = num;
+        } else if (!strcmp(a, "--bus-gbs")) {
+            if (parse_num(v, &num) || !(num > 0) || num > 1e6) {
+                fprintf(stderr, "moeplan simulate: error: --bus-gbs '%s': expected a bandwidth > 0 in GB/s\n", v);
+                return 2;
+            }
+            cfg->bus_gbs = num;
         } else if (!strcmp(a, "--train-frac") || !strcmp(a, "--alpha") || !strcmp(a, "--beta") ||
                    !strcmp(a, "--epsilon") || !strcmp(a, "--window") || !strcmp(a, "--threads")) {
             if (parse_number(a, v, o))

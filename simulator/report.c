@@ -93,6 +93,9 @@ void mp_sim_report_table(FILE *f, const mp_sim_report *rep)
     else if (level > 0)
         fprintf(f, "CPU costs: for a host reading %.1f GB/s, as when calibrate probed it (--host-read-gbs predicts "
                    "for another)\n", level);
+    if (rep->cfg->bus_gbs > 0)
+        fprintf(f, "bus: a link moving %.1f GB/s host to device (--bus-gbs; calibrated at %.1f): the experts' copies "
+                   "and far routes' reads scale by it\n", rep->cfg->bus_gbs, mp_costs_bus_gbs(costs));
     const mp_cost_decode *d = &rep->cfg->costs->decode;
     if (d->hybrid_step_layers >= 2)
         fprintf(f, "one-row steps with hybrid layers: %.1f us once per step beside the grid's levels (measured "

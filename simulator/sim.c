@@ -221,6 +221,12 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
         if (!isfinite(cfg->scale[i]) || cfg->scale[i] < 0)
             return mp_fail(err, MP_ERR_ARG, "simulate: cost scale of %s: expected a finite number >= 0",
                            mp_sim_cost_part_name(i));
+    if (!(cfg->host_read_gbs >= 0) || !isfinite(cfg->host_read_gbs))
+        return mp_fail(err, MP_ERR_ARG, "simulate: host read bandwidth %g GB/s: expected a finite number > 0 "
+                       "(or 0: the cost file's)", cfg->host_read_gbs);
+    if (!(cfg->bus_gbs >= 0) || !isfinite(cfg->bus_gbs))
+        return mp_fail(err, MP_ERR_ARG, "simulate: bus bandwidth %g GB/s: expected a finite number > 0 "
+                       "(or 0: the cost file's)", cfg->bus_gbs);
     const mp_decode_shape shape = {cfg->gpu->quant, cfg->gpu->n_embd, cfg->gpu->n_ff, t->n_experts, (int)t->top_k,
                                    cfg->cpu->threads, cfg->gpu->expert_bytes};
     mp_status st = mp_decode_costs_from(c, cfg->costs_name, &shape, &tab->dc, err);
@@ -238,16 +244,20 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     tab->copies = !cfg->no_copies;
     const mp_cost_curve *h2d = cfg->pageable ? &c->h2d_pageable : &c->h2d_pinned;
     const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
-    if (!(cfg->host_read_gbs >= 0) || !isfinite(cfg->host_read_gbs))
-        return mp_fail(err, MP_ERR_ARG, "simulate: host read bandwidth %g GB/s: expected a finite number > 0 "
-                       "(or 0: the cost file's)", cfg->host_read_gbs);
     double k[MP_COST_PARTS];
     memcpy(k, cfg->scale, sizeof k);
     if (cfg->host_read_gbs > 0 && c->host_read_gbs > 0) { /* predicted at the host's bandwidth now */
         k[MP_COST_CPU] *= mp_decide_host_factor(&tab->dc, cfg->host_read_gbs);
         tab->dc.host_bytes_per_ns = cfg->host_read_gbs;
     }
-    if ((st = kinds_build(tab, cfg, t, k, h2d, err))) {
+    /* the bus now (--bus-gbs): the experts' copies and the far units' reads scale by it, the
+     * activation rows' copies (a few KB: their time is the link's latency) do not */
+    const double k_bus = mp_decide_bus_factor(&tab->dc, cfg->bus_gbs);
+    mp_decode_costs_bus_now(&tab->dc, cfg->bus_gbs);
+    double k_kinds[MP_COST_PARTS];
+    memcpy(k_kinds, k, sizeof k_kinds);
+    k_kinds[MP_COST_H2D] *= k_bus;
+    if ((st = kinds_build(tab, cfg, t, k_kinds, h2d, err))) {
         sim_tab_free(tab);
         return st;
     }
@@ -266,6 +276,6 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
         tab->hybrid_share_ns = tab->hybrid_step_ns / (double)c->decode.hybrid_step_layers;
     }
     /* the grid scaled like the tables (sensitivity, the host's bandwidth): the runtime's rule */
-    mp_decode_costs_scale(&tab->dc, k[MP_COST_CPU], k[MP_COST_GPU], k[MP_COST_SYNC]);
+    mp_decode_costs_scale(&tab->dc, k[MP_COST_CPU], k[MP_COST_GPU], k[MP_COST_H2D] * k_bus, k[MP_COST_SYNC]);
     return MP_OK;
 }

@@ -163,6 +163,11 @@ typedef struct mp_sim_config {
      * weights: bandwidth-bound), and the floor uses it. A host whose bandwidth drifts (busy
      * neighbours) decodes at the bandwidth it has. */
     double host_read_gbs;
+    /* The GPU link's host-to-device bandwidth to predict for, in GB/s (0: the cost file's best pinned
+     * copy, as calibrated): the experts' copies and the far units' reads (mp_decode_costs_scale's bus
+     * part) scale by calibrated / this, and the floor uses it. Another process's copies on the same
+     * link, or a narrower slot, leave the far routes less. */
+    double bus_gbs;
     /* MP_POL_PROFILE: the profile to replay (geometry = the trace's), or NULL. Its first
      * min(profile slots, budget slots) ranked experts are resident, as the runtime's --profile
      * places them when the budget holds them. */

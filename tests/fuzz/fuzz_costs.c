@@ -42,9 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         loaded = dc;
         /* as loaded, then rebuilt at factors of at least 1 (a slower host, a sensitivity run): never
          * below the loaded value, finite where measured; back at 1, the grid as loaded */
-        const double ks[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 3, 1}, {1.5, 1.5, 4}};
-        for (int k = 0; k < 4; k++) {
-            mp_decode_costs_scale(&dc, ks[k][0], ks[k][1], ks[k][2]);
+        const double ks[][4] = {{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 3, 1, 1}, {1, 1, 3, 1}, {1.5, 1.5, 2, 4}};
+        for (int k = 0; k < 5; k++) {
+            mp_decode_costs_scale(&dc, ks[k][0], ks[k][1], ks[k][2], ks[k][3]);
             for (int i = 0; i < d->n_points; i++) {
                 const mp_cost_decode_point *p = &d->points[i];
                 const double t = p->far_on ? dc.on_ns[p->cold][p->far] : dc.off_ns[p->cold];
@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort();
             }
         }
-        mp_decode_costs_scale(&dc, 1, 1, 1);
+        mp_decode_costs_scale(&dc, 1, 1, 1, 1);
         if (memcmp(dc.off_ns, loaded.off_ns, sizeof dc.off_ns) || memcmp(dc.on_ns, loaded.on_ns, sizeof dc.on_ns) ||
             memcmp(dc.cpu_off_ns, loaded.cpu_off_ns, sizeof dc.cpu_off_ns) ||
             memcmp(dc.cpu_on_ns, loaded.cpu_on_ns, sizeof dc.cpu_on_ns) ||

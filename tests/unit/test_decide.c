@@ -652,16 +652,19 @@ Test(decide, grid_of_another_model_or_run_is_refused)
 
 /* A top-4 grid measured on a host whose cores read 100 bytes/ns (the bus 45, experts of 3 MB): a
  * step's CPU side reads its c - f CPU experts, its GPU side 10 us plus f experts over the bus, and
- * the layer takes the longer plus a 20 us round trip; host_gbs sets the cores' rate. */
+ * the layer takes the longer plus a 20 us round trip; host_gbs sets the cores' rate, bus_grid's
+ * bus_gbs the bus's (and its pinned copy curve says so: one 3 MB copy at that rate). */
 static mp_cost_decode_point host_pts[32];
-static mp_costs host_grid(double host_gbs)
+static double h2d_x[1];
+static mp_cost_stat h2d_y[1];
+static mp_costs bus_grid(double host_gbs, double bus_gbs)
 {
     const double B = 3e6;
     int n = 0;
     for (int c = 0; c <= 4; c++) {
         host_pts[n++] = (mp_cost_decode_point){c, 0, false, {20000 + c * B / host_gbs, 0}, c * B / host_gbs, 5000};
         for (int f = 0; f <= c; f++) {
-            const double cpu = (c - f) * B / host_gbs, gpu = 10000 + f * B / 45;
+            const double cpu = (c - f) * B / host_gbs, gpu = 10000 + f * B / bus_gbs;
             host_pts[n++] = (mp_cost_decode_point){c, f, true, {20000 + (cpu > gpu ? cpu : gpu), 0}, cpu, gpu};
         }
     }
@@ -671,7 +674,61 @@ static mp_costs host_grid(double host_gbs)
                                  .n_expert = 64, .top_k = 4, .far_max = 4, .far_split = 1, .threads = 16,
                                  .expert_bytes = (uint64_t)B};
     c.host_read_gbs = 100; /* the level the grid is said to be measured at, whatever host_gbs */
+    h2d_x[0] = B;
+    h2d_y[0] = (mp_cost_stat){B / bus_gbs, 0};
+    c.h2d_pinned = (mp_cost_curve){1, h2d_x, h2d_y};
     return c;
+}
+
+static mp_costs host_grid(double host_gbs)
+{
+    mp_costs c = bus_grid(host_gbs, 45);
+    c.h2d_pinned = (mp_cost_curve){0, NULL, NULL}; /* no bus rate said: no bus part */
+    return c;
+}
+
+/* The grid rebuilt at a bus factor is the grid a link that much slower measures: at factor 2 (a
+ * 22.5 GB/s link where the grid had 45) every point equals the one measured at 22.5, and an
+ * all-cold layer's best far routes move from 1 (the cores 90 us beside the bus's 76.7) to none (one
+ * far route takes the bus 143.3 us where the cores alone take 120), which turns the layer's far
+ * routes off. The GPU factor leaves the bus part alone, and the floor's bus follows the link. */
+Test(decide, grid_rebuilt_at_a_bus_factor_is_the_slower_links)
+{
+    const mp_decode_shape shape = {"Q4_K", 2048, 768, 64, 4, 16, 3000000};
+    mp_error err;
+    mp_costs fast = bus_grid(100, 45);
+    mp_decode_costs *dc = malloc(sizeof *dc), *slow = malloc(sizeof *slow);
+    cr_assert(dc && slow);
+    cr_assert_eq(mp_decode_costs_from(&fast, "fast", &shape, dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(dc->meas_bus_bytes_per_ns, 45, 1e-9);
+    mp_far_layer fl;
+    mp_decide_far_layer(dc, 1.0, &fl);
+    cr_assert(fl.on);
+    cr_assert_eq(fl.table[4], 1);
+    cr_assert_float_eq(mp_decide_bus_factor(dc, 22.5), 2, 1e-12);
+    cr_assert_float_eq(mp_decide_bus_factor(dc, 0), 1, 1e-12, "the link not known: as measured");
+    mp_decode_costs_bus_now(dc, 22.5);
+    cr_assert_float_eq(dc->bus_bytes_per_ns, 22.5, 1e-12);
+    mp_decode_costs_scale(dc, 1, 1, mp_decide_bus_factor(dc, 22.5), 1);
+    mp_costs narrow = bus_grid(100, 22.5);
+    cr_assert_eq(mp_decode_costs_from(&narrow, "narrow", &shape, slow, &err), MP_OK, "%s", err.msg);
+    for (int c = 0; c <= 4; c++) {
+        cr_assert_float_eq(dc->off_ns[c], slow->off_ns[c], 1e-6, "off, %d cold", c);
+        for (int f = 0; f <= c; f++) {
+            cr_assert_float_eq(dc->on_ns[c][f], slow->on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+            cr_assert_float_eq(dc->gpu_on_ns[c][f], slow->gpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+            cr_assert_float_eq(dc->cpu_on_ns[c][f], slow->cpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+        }
+    }
+    mp_decide_far_layer(dc, 1.0, &fl);
+    cr_assert_eq(fl.table[4], 0);
+    cr_assert(!fl.on, "no far unit pays on the narrow link: far routes off");
+    /* the GPU factor alone: the far units' bus part as measured, the rest of the side doubled */
+    mp_decode_costs_scale(dc, 1, 2, 1, 1);
+    cr_assert_float_eq(dc->gpu_on_ns[4][2], 2 * 10000 + 2 * 3e6 / 45, 1e-6);
+    cr_assert_float_eq(dc->gpu_on_ns[4][0], 2 * 10000, 1e-6, "no far unit: no bus part");
+    free(dc);
+    free(slow);
 }
 
 /* The grid rebuilt at a CPU factor (mp_decode_costs_scale) is the grid a host that much slower
@@ -694,7 +751,7 @@ Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
     cr_assert_eq(fl.table[4], 1);
     cr_assert_float_eq(mp_decide_host_factor(dc, 50), 2, 1e-12);
     cr_assert_float_eq(mp_decide_host_factor(dc, 0), 1, 1e-12, "the host not known: the grid's level");
-    mp_decode_costs_scale(dc, mp_decide_host_factor(dc, 50), 1, 1);
+    mp_decode_costs_scale(dc, mp_decide_host_factor(dc, 50), 1, 1, 1);
     mp_costs busy = host_grid(50);
     cr_assert_eq(mp_decode_costs_from(&busy, "busy", &shape, slow, &err), MP_OK, "%s", err.msg);
     for (int c = 0; c <= 4; c++) {
@@ -710,15 +767,15 @@ Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
     cr_assert(fl.on);
     cr_assert_eq(fl.table[4], 2);
     cr_assert_float_eq(dc->on_ns[4][1], 20000 + 2 * 90000.0, 1e-6);
-    mp_decode_costs_scale(dc, 1, 1, 1);
+    mp_decode_costs_scale(dc, 1, 1, 1, 1);
     cr_assert_eq(memcmp(dc, as_loaded, sizeof *dc), 0, "back at factor 1: the grid as loaded");
     /* the other parts' factors: the GPU side and the rest (a sensitivity run's) */
-    mp_decode_costs_scale(dc, 1, 2, 3);
+    mp_decode_costs_scale(dc, 1, 2, 2, 3);
     cr_assert_float_eq(dc->on_ns[4][3], (10000 + 3 * 3e6 / 45) * 2 + 20000 * 3, 1e-6, "GPU the longer side");
     cr_assert_float_eq(dc->off_ns[4], 120000 + 20000 * 3, 1e-6, "CPU the longer side");
     mp_decode_costs hand = empty_grid(2, 2);
     hand.off_ns[1] = 7;
-    mp_decode_costs_scale(&hand, 2, 2, 2);
+    mp_decode_costs_scale(&hand, 2, 2, 2, 2);
     cr_assert_eq(hand.off_ns[1], 7, "no measured points: nothing to rebuild");
     free(dc);
     free(slow);
@@ -744,10 +801,10 @@ Test(decide, a_point_whose_sides_outlast_it_never_shrinks_on_a_slower_host)
     mp_error err;
     cr_assert_eq(mp_decode_costs_from(&c, "noisy", &shape, dc, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(dc->off_ns[1], 80000, 1e-9);
-    mp_decode_costs_scale(dc, 1.5, 1.5, 4);
+    mp_decode_costs_scale(dc, 1.5, 1.5, 1.5, 4);
     cr_assert_float_eq(dc->off_ns[1], 80000 + 55000, 1e-6);
     cr_assert_float_eq(dc->cpu_off_ns[1], 165000, 1e-6);
-    mp_decode_costs_scale(dc, 0.5, 1, 1); /* a faster host: the GPU side (72 us) is the longer then */
+    mp_decode_costs_scale(dc, 0.5, 1, 1, 1); /* a faster host: the GPU side (72 us) is the longer then */
     cr_assert_float_eq(dc->off_ns[1], 80000 - (110000 - 72000), 1e-6);
     free(dc);
 }

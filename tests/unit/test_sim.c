@@ -527,7 +527,7 @@ Test(sim, host_bandwidth_rebuilds_the_grid_by_the_decision_rule)
     const mp_decode_shape shape = {NULL, 4, 8, 4, 2, 8, 0};
     cr_assert_eq(mp_decode_costs_from(&costs, "grid", &shape, &dc, &err), MP_OK, "%s", err.msg);
     cr_assert_float_eq(mp_decide_host_factor(&dc, 50), 2, 1e-12);
-    mp_decode_costs_scale(&dc, mp_decide_host_factor(&dc, 50), 1, 1);
+    mp_decode_costs_scale(&dc, mp_decide_host_factor(&dc, 50), 1, 1, 1);
     for (int cold = 0; cold <= 2; cold++) {
         cr_assert_float_eq(tab.dc.off_ns[cold], dc.off_ns[cold], 1e-9, "off, %d cold", cold);
         cr_assert_float_eq(tab.dc.cpu_off_ns[cold], dc.cpu_off_ns[cold], 1e-9, "off, %d cold", cold);
@@ -539,6 +539,53 @@ Test(sim, host_bandwidth_rebuilds_the_grid_by_the_decision_rule)
     sim_tab_free(&tab);
     mp_sim_result_free(&quiet);
     mp_sim_result_free(&busy);
+    mp_sim_trace_free(&t);
+}
+
+/* simulate at another bus bandwidth: the grid where a far route wins (the all-cold layer 140 ns with
+ * one far, 250 without) keeps it while the link moves 200 bytes/ns as calibrated (the costs' best
+ * pinned copy: 1000 bytes in 5 ns); at 6.25 (factor 32) the far unit's 1500 bytes take 7.5 x 32 =
+ * 240 ns of its 70 ns GPU side, whose other 62.5 stay, so the point costs 140 + (302.5 - 100) =
+ * 342.5 and the all-CPU placement runs no far route. The simulator's grid is the cost file's rebuilt
+ * at that bus factor (mp_decode_costs_scale), its floor's bus is the link's now, and an expert's copy
+ * (505 ns as calibrated) takes 32 times as long. */
+Test(sim, bus_bandwidth_rebuilds_the_grid_by_the_decision_rule)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    mp_sim_config c = config(1500, 2);
+    const double off[3] = {40, 150, 250}, wins[3][2] = {{45, 0}, {155, 110}, {255, 140}};
+    set_grid(4, off, wins);
+    costs.host_read_gbs = 100;
+    mp_sim_result as_calibrated = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(as_calibrated.train.routes_far, 8);
+    c.bus_gbs = 6.25;
+    mp_sim_result narrow = run(&t, &c, MP_POL_ALL_CPU);
+    cr_assert_eq(narrow.train.routes_far, 0, "a far route loses on a link 32 times narrower");
+    cr_assert_float_eq(narrow.train.time_ns, 8 * 250.0, 1e-9);
+    sim_tab tab;
+    mp_error err;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    mp_decode_costs dc;
+    const mp_decode_shape shape = {NULL, 4, 8, 4, 2, 8, 0};
+    cr_assert_eq(mp_decode_costs_from(&costs, "grid", &shape, &dc, &err), MP_OK, "%s", err.msg);
+    cr_assert_float_eq(mp_decide_bus_factor(&dc, 6.25), 32, 1e-12);
+    mp_decode_costs_bus_now(&dc, 6.25);
+    mp_decode_costs_scale(&dc, 1, 1, mp_decide_bus_factor(&dc, 6.25), 1);
+    for (int cold = 0; cold <= 2; cold++)
+        for (int f = 0; f <= (cold < 1 ? cold : 1); f++) {
+            cr_assert_float_eq(tab.dc.on_ns[cold][f], dc.on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
+            cr_assert_float_eq(tab.dc.gpu_on_ns[cold][f], dc.gpu_on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
+        }
+    cr_assert_float_eq(dc.on_ns[2][1], 342.5, 1e-9);
+    cr_assert_float_eq(tab.dc.bus_bytes_per_ns, 6.25, 1e-12);
+    cr_assert_float_eq(tab.kinds[0].weight_h2d_ns, 32 * 505.0, 1e-6);
+    sim_tab_free(&tab);
+    c.bus_gbs = -1;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_ERR_ARG);
+    cr_assert_not_null(strstr(err.msg, "bus bandwidth -1 GB/s"), "%s", err.msg);
+    mp_sim_result_free(&as_calibrated);
+    mp_sim_result_free(&narrow);
     mp_sim_trace_free(&t);
 }
 

@@ -1012,6 +1012,19 @@ Test(simulate, cpu_share_of_decode_steps_from_the_grid)
     const double far = policy_metric("cpu2.json", "all-cpu", "routes_far");
     cr_assert_float_eq(policy_metric("cpu2.json", "all-cpu", "cpu_expert_ns"), far > 0 ? 8 * 55000.0 : 8 * 100000.0,
                        1e-6, "far routes %.0f", far);
+    /* on a link a tenth of the calibration's (its best pinned copy: 1004096 bytes in 25 us, 40.2 GB/s)
+     * a far expert's megabyte takes 249 us of the bus, so the one-far point (160 us) costs 347 us and
+     * all-cpu runs no far route: 8 steps of the far-off point, 230 us; the header says so */
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes "
+             "1000000 --train-frac 1 --as-decode --json bus.json --bus-gbs 4.016", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(policy_metric("bus.json", "all-cpu", "routes_far"), 0);
+    cr_assert_float_eq(policy_metric("bus.json", "all-cpu", "cpu_expert_ns"), 8 * 200000.0, 1e-6);
+    cr_assert_not_null(strstr(out, "bus: a link moving 4.0 GB/s host to device (--bus-gbs; calibrated at 40.2)"),
+                       "%s", out);
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --budget 3000000B --bus-gbs -3", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--bus-gbs '-3': expected a bandwidth > 0 in GB/s"), "%s", out);
 }
 
 /* Fail closed: one line naming the trace and the (request, step), suggesting --non-moe costs. */
