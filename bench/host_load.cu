@@ -114,12 +114,7 @@ static int load_d2h(size_t bytes, double seconds, const char *ready)
 static void *writer_loop(void *arg)
 {
     mp_host_reader *r = (mp_host_reader *)arg;
-    if (r->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(r->cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
+    mp_host_thread_pin(r->cpu);
     const size_t per_chunk = MP_READER_CHUNK / 8;
     size_t at = 0;
     __m128i v = _mm_set1_epi64x(0x0101010101010101ll);

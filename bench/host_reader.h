@@ -23,15 +23,21 @@ typedef struct {
     uint64_t sum;      /* what it summed, for its caller to keep (so the loads stay) */
 } mp_host_reader;
 
+/* The calling thread pinned to CPU cpu (< 0: left where it is). */
+static void mp_host_thread_pin(int cpu)
+{
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 static void *mp_host_reader_loop(void *arg)
 {
     mp_host_reader *r = (mp_host_reader *)arg;
-    if (r->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(r->cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
+    mp_host_thread_pin(r->cpu);
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     const size_t per_chunk = MP_READER_CHUNK / 8;
     size_t at = 0;

@@ -680,6 +680,20 @@ static mp_costs bus_grid(double host_gbs, double bus_gbs)
     return c;
 }
 
+/* Two top-4 grids equal point for point (every table of up to 4 cold routes). */
+static void same_grid(const mp_decode_costs *a, const mp_decode_costs *b)
+{
+    for (int c = 0; c <= 4; c++) {
+        cr_assert_float_eq(a->off_ns[c], b->off_ns[c], 1e-6, "off, %d cold", c);
+        cr_assert_float_eq(a->cpu_off_ns[c], b->cpu_off_ns[c], 1e-6, "off, %d cold", c);
+        for (int f = 0; f <= c; f++) {
+            cr_assert_float_eq(a->on_ns[c][f], b->on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+            cr_assert_float_eq(a->cpu_on_ns[c][f], b->cpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+            cr_assert_float_eq(a->gpu_on_ns[c][f], b->gpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
+        }
+    }
+}
+
 static mp_costs host_grid(double host_gbs)
 {
     mp_costs c = bus_grid(host_gbs, 45);
@@ -712,14 +726,7 @@ Test(decide, grid_rebuilt_at_a_bus_factor_is_the_slower_links)
     mp_decode_costs_scale(dc, 1, 1, mp_decide_bus_factor(dc, 22.5), 1);
     mp_costs narrow = bus_grid(100, 22.5);
     cr_assert_eq(mp_decode_costs_from(&narrow, "narrow", &shape, slow, &err), MP_OK, "%s", err.msg);
-    for (int c = 0; c <= 4; c++) {
-        cr_assert_float_eq(dc->off_ns[c], slow->off_ns[c], 1e-6, "off, %d cold", c);
-        for (int f = 0; f <= c; f++) {
-            cr_assert_float_eq(dc->on_ns[c][f], slow->on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
-            cr_assert_float_eq(dc->gpu_on_ns[c][f], slow->gpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
-            cr_assert_float_eq(dc->cpu_on_ns[c][f], slow->cpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
-        }
-    }
+    same_grid(dc, slow);
     mp_decide_far_layer(dc, 1.0, &fl);
     cr_assert_eq(fl.table[4], 0);
     cr_assert(!fl.on, "no far unit pays on the narrow link: far routes off");
@@ -754,15 +761,7 @@ Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
     mp_decode_costs_scale(dc, mp_decide_host_factor(dc, 50), 1, 1, 1);
     mp_costs busy = host_grid(50);
     cr_assert_eq(mp_decode_costs_from(&busy, "busy", &shape, slow, &err), MP_OK, "%s", err.msg);
-    for (int c = 0; c <= 4; c++) {
-        cr_assert_float_eq(dc->off_ns[c], slow->off_ns[c], 1e-6, "off, %d cold", c);
-        cr_assert_float_eq(dc->cpu_off_ns[c], slow->cpu_off_ns[c], 1e-6, "off, %d cold", c);
-        for (int f = 0; f <= c; f++) {
-            cr_assert_float_eq(dc->on_ns[c][f], slow->on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
-            cr_assert_float_eq(dc->cpu_on_ns[c][f], slow->cpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
-            cr_assert_float_eq(dc->gpu_on_ns[c][f], slow->gpu_on_ns[c][f], 1e-6, "on, %d cold, %d far", c, f);
-        }
-    }
+    same_grid(dc, slow);
     mp_decide_far_layer(dc, 1.0, &fl);
     cr_assert(fl.on);
     cr_assert_eq(fl.table[4], 2);

@@ -500,6 +500,28 @@ Test(sim, decode_grid_with_far_decisions_by_hand)
     mp_sim_trace_free(&t);
 }
 
+/* The cost file's grid as the runtime loads it for the small traces' shape (4 experts, top-2). */
+static void loaded_grid(mp_decode_costs *dc)
+{
+    mp_error err;
+    const mp_decode_shape shape = {NULL, 4, 8, 4, 2, 8, 0};
+    cr_assert_eq(mp_decode_costs_from(&costs, "grid", &shape, dc, &err), MP_OK, "%s", err.msg);
+}
+
+/* The simulator's grid (a built tab's) against want, point for point. */
+static void tab_grid_equals(const sim_tab *tab, const mp_decode_costs *want)
+{
+    for (int cold = 0; cold <= 2; cold++) {
+        cr_assert_float_eq(tab->dc.off_ns[cold], want->off_ns[cold], 1e-9, "off, %d cold", cold);
+        cr_assert_float_eq(tab->dc.cpu_off_ns[cold], want->cpu_off_ns[cold], 1e-9, "off, %d cold", cold);
+        for (int f = 0; f <= (cold < 1 ? cold : 1); f++) {
+            cr_assert_float_eq(tab->dc.on_ns[cold][f], want->on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
+            cr_assert_float_eq(tab->dc.gpu_on_ns[cold][f], want->gpu_on_ns[cold][f], 1e-9, "on, %d cold, %d far",
+                               cold, f);
+        }
+    }
+}
+
 /* simulate at another host bandwidth rebuilds the grid by the decision model's rule and decides far
  * routes on it: the grid where far routes lose (every side measured at a host reading 100 GB/s),
  * predicted at 50, charges each point's CPU side twice (the all-cold off point 2 x 200 + 50 = 450,
@@ -524,16 +546,10 @@ Test(sim, host_bandwidth_rebuilds_the_grid_by_the_decision_rule)
     mp_error err;
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     mp_decode_costs dc;
-    const mp_decode_shape shape = {NULL, 4, 8, 4, 2, 8, 0};
-    cr_assert_eq(mp_decode_costs_from(&costs, "grid", &shape, &dc, &err), MP_OK, "%s", err.msg);
+    loaded_grid(&dc);
     cr_assert_float_eq(mp_decide_host_factor(&dc, 50), 2, 1e-12);
     mp_decode_costs_scale(&dc, mp_decide_host_factor(&dc, 50), 1, 1, 1);
-    for (int cold = 0; cold <= 2; cold++) {
-        cr_assert_float_eq(tab.dc.off_ns[cold], dc.off_ns[cold], 1e-9, "off, %d cold", cold);
-        cr_assert_float_eq(tab.dc.cpu_off_ns[cold], dc.cpu_off_ns[cold], 1e-9, "off, %d cold", cold);
-        for (int f = 0; f <= (cold < 1 ? cold : 1); f++)
-            cr_assert_float_eq(tab.dc.on_ns[cold][f], dc.on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
-    }
+    tab_grid_equals(&tab, &dc);
     cr_assert_float_eq(dc.off_ns[2], 450, 1e-9);
     cr_assert_float_eq(dc.on_ns[2][1], 360, 1e-9);
     sim_tab_free(&tab);
@@ -567,16 +583,11 @@ Test(sim, bus_bandwidth_rebuilds_the_grid_by_the_decision_rule)
     mp_error err;
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     mp_decode_costs dc;
-    const mp_decode_shape shape = {NULL, 4, 8, 4, 2, 8, 0};
-    cr_assert_eq(mp_decode_costs_from(&costs, "grid", &shape, &dc, &err), MP_OK, "%s", err.msg);
+    loaded_grid(&dc);
     cr_assert_float_eq(mp_decide_bus_factor(&dc, 6.25), 32, 1e-12);
     mp_decode_costs_bus_now(&dc, 6.25);
     mp_decode_costs_scale(&dc, 1, 1, mp_decide_bus_factor(&dc, 6.25), 1);
-    for (int cold = 0; cold <= 2; cold++)
-        for (int f = 0; f <= (cold < 1 ? cold : 1); f++) {
-            cr_assert_float_eq(tab.dc.on_ns[cold][f], dc.on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
-            cr_assert_float_eq(tab.dc.gpu_on_ns[cold][f], dc.gpu_on_ns[cold][f], 1e-9, "on, %d cold, %d far", cold, f);
-        }
+    tab_grid_equals(&tab, &dc);
     cr_assert_float_eq(dc.on_ns[2][1], 342.5, 1e-9);
     cr_assert_float_eq(tab.dc.bus_bytes_per_ns, 6.25, 1e-12);
     cr_assert_float_eq(tab.kinds[0].weight_h2d_ns, 32 * 505.0, 1e-6);
