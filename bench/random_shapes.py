@@ -2,8 +2,9 @@
 """bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1] -- the pipeline on N random model shapes.
 
 Each shape: an architecture (qwen3moe, olmoe, mixtral), 1-4 layers, 1-40 experts, top-1 to top-10
-(at most the experts), hidden and expert FFN sizes that the quant's blocks divide, heads, KV heads
-and head sizes, a quant mix and a layer mix, all drawn from SEED. For each: `mkmodel`, then
+(at most the experts), hidden and expert FFN sizes (mostly ones the quant's blocks divide; a third
+of them any multiple of 32, where a K-quant mix's classes fall back to Q4_0 or Q8_0 as llama.cpp's
+quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, all drawn from SEED. For each: `mkmodel`, then
 `collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`
 and `simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
 line). A command that refuses its input must say so in one line and exit non-zero (mkmodel refusing
@@ -29,10 +30,13 @@ def shape(rng):
     head_dim = rng.choice([16, 32, 64, 128, 256])
     if (heads * head_dim) % block and rng.random() < 0.8:  # mostly shapes the quant's blocks fit
         head_dim = max(block // heads, 16)
+    def size():  # a third of them any multiple of 32: a K-quant mix's classes then fall back
+        return 32 * rng.randint(1, 24) if rng.random() < 1 / 3 else block * rng.randint(1, 3)
+
     return {
         "arch": arch, "quant": quant, "layers": rng.randint(1, 4), "experts": experts,
-        "top-k": rng.randint(1, min(10, experts)), "hidden": block * rng.randint(1, 3),
-        "expert-ff": block * rng.randint(1, 3), "heads": heads,
+        "top-k": rng.randint(1, min(10, experts)), "hidden": size(),
+        "expert-ff": size(), "heads": heads,
         "kv-heads": rng.choice([d for d in (1, 2, 4, 8) if heads % d == 0]),
         "head-dim": head_dim,
         "layer-mix": "llama" if quant in ("q4_k_m", "q5_k_m") and rng.random() < 0.3 else "uniform",

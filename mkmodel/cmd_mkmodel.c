@@ -297,6 +297,10 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
         return 2;
     }
 
+    char fallbacks[512];
+    if (mp_mkmodel_describe_fallbacks(&cfg, fallbacks, sizeof fallbacks))
+        fprintf(stderr, "moeplan mkmodel: note: rows that do not divide into the %s mix's blocks take another type, "
+                "as llama.cpp's quantizer falls back: %s\n", cfg.mix, fallbacks);
     mp_mk_tensor *tensors = NULL;
     int64_t n_tensors = 0;
     st = mp_mkmodel_plan(&cfg, &tensors, &n_tensors, &err);

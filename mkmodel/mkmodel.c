@@ -139,6 +139,7 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
                        mix);
     for (int c = 0; c < MP_MK_N_CLASSES; c++)
         cfg->types[c] = matrix;
+    cfg->set_types = 0; /* the mix's, each free to fall back where its rows do not fit */
     /* Vectors and the router stay in F32 in every mix: they are tiny, and the router's logits
      * decide the routing this tool exists to control. */
     cfg->types[MP_MK_NORM] = MP_TYPE_F32;
@@ -187,8 +188,10 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
                        "attn-k, attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, "
                        "norm",
                        group);
-    for (int c = first; c <= last; c++)
+    for (int c = first; c <= last; c++) {
         cfg->types[c] = type;
+        cfg->set_types |= 1u << c;
+    }
     snprintf(cfg->mix, sizeof cfg->mix, "custom");
     return MP_OK;
 }
@@ -223,21 +226,43 @@ static const char *class_row_what(mp_mk_class cls)
     }
 }
 
-/* A type whose block divides n, preferring the closest in bits to the one that did not fit. */
-static const char *suggest_type(int type, int64_t n)
+int mp_mkmodel_fallback_type(int type, int64_t n)
 {
-    static const int by_size[] = {MP_TYPE_Q4_K, MP_TYPE_Q4_0, MP_TYPE_Q6_K, MP_TYPE_Q8_0,
-                                  MP_TYPE_F16, MP_TYPE_F32};
-    if (type == MP_TYPE_Q4_K || type == MP_TYPE_Q4_0) {
-        if (mp_type_row_bytes(MP_TYPE_Q4_0, n))
-            return "Q4_0";
+    if (mp_type_row_bytes(type, n))
+        return type;
+    const bool small = type == MP_TYPE_Q2_K || type == MP_TYPE_Q3_K || type == MP_TYPE_Q4_K || type == MP_TYPE_Q4_0;
+    static const int after[] = {MP_TYPE_Q8_0, MP_TYPE_F16, MP_TYPE_F32};
+    if (small && mp_type_row_bytes(MP_TYPE_Q4_0, n))
+        return MP_TYPE_Q4_0;
+    for (size_t i = 0; i < sizeof after / sizeof after[0]; i++)
+        if (mp_type_row_bytes(after[i], n))
+            return after[i];
+    return MP_TYPE_F32;
+}
+
+size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *c, char *buf, size_t cap)
+{
+    size_t at = 0;
+    int n = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
+        const int64_t len = class_row_len(c, (mp_mk_class)cls);
+        const int t = c->types[cls], f = mp_mkmodel_tensor_type(c, (mp_mk_class)cls, -1);
+        if (f == t || mp_type_row_bytes(t, len))
+            continue;
+        const int w = snprintf(buf + at, at < cap ? cap - at : 0, "%s%s %s -> %s (rows of %lld)", n ? ", " : "",
+                               class_names[cls], mp_type_name(t), mp_type_name(f), (long long)len);
+        at += w > 0 ? (size_t)w : 0;
+        n++;
     }
-    if (mp_type_row_bytes(MP_TYPE_Q8_0, n))
-        return "Q8_0";
-    for (size_t i = 0; i < sizeof by_size / sizeof by_size[0]; i++)
-        if (mp_type_row_bytes(by_size[i], n))
-            return mp_type_name(by_size[i]);
-    return "F32";
+    return (size_t)n;
+}
+
+/* Whether class cls's type falls back where its rows do not fit: a mix's, never a --type-CLASS's. */
+static bool may_fall_back(const mp_mkmodel_config *c, mp_mk_class cls)
+{
+    return !(c->set_types & (1u << cls));
 }
 
 #define MK_MAX_DIM ((int64_t)1 << 24)
@@ -253,7 +278,8 @@ static int layer_mix_base(const mp_mkmodel_config *c)
     return -1;
 }
 
-int mp_mkmodel_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer)
+/* mp_mkmodel_tensor_type before the row-length fallback */
+static int mix_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer)
 {
     const int t = c->types[cls];
     const int base = layer_mix_base(c);
@@ -266,6 +292,12 @@ int mp_mkmodel_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t 
     const int64_t n = c->n_layer, eighth = n / 8;
     const bool more = layer < eighth || layer >= 7 * n / 8 || (layer - eighth) % 3 == 2;
     return more ? t : base;
+}
+
+int mp_mkmodel_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer)
+{
+    const int t = mix_tensor_type(c, cls, layer);
+    return may_fall_back(c, cls) ? mp_mkmodel_fallback_type(t, class_row_len(c, cls)) : t;
 }
 
 mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
@@ -319,6 +351,8 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
                            class_names[cls], type);
         int64_t n = class_row_len(c, (mp_mk_class)cls);
         int64_t n2 = cls == MP_MK_NORM ? c->n_embd : n; /* norms also have hidden-size rows */
+        if (may_fall_back(c, (mp_mk_class)cls))
+            continue; /* a mix's class: mp_mkmodel_tensor_type falls back where its rows do not fit */
         if (!mp_type_row_bytes(type, n) || !mp_type_row_bytes(type, n2)) {
             int64_t bad = mp_type_row_bytes(type, n) ? n2 : n;
             return mp_fail(err, MP_ERR_ARG,
@@ -327,7 +361,7 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
                            class_names[cls], mp_type_name(type), class_names[cls], (long long)bad,
                            cls == MP_MK_NORM && bad == n2 ? "hidden size" : class_row_what(cls),
                            mp_type_name(type), (long long)mp_type_block_elems(type),
-                           class_names[cls], suggest_type(type, bad));
+                           class_names[cls], mp_type_name(mp_mkmodel_fallback_type(type, bad)));
         }
     }
     /* Whole-tensor sizes must fit size_t arithmetic comfortably (the biggest is an expert stack). */

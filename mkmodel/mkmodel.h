@@ -57,6 +57,7 @@ typedef struct mp_mkmodel_config {
     float rope_freq_base;
     float rms_eps;
     int types[MP_MK_N_CLASSES]; /* mp_type per class */
+    uint32_t set_types;     /* bit c: class c's type was set by --type-CLASS (never falls back) */
     double skew;            /* Zipf exponent s of the router prior: expert of rank r gets
                              * logit bias -s * ln(r + 1); 0 = no preference */
     uint64_t seed;
@@ -87,12 +88,23 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
  * "ffn-down", "norm"; type a name such as "Q4_K" (case-insensitive). */
 mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const char *type_name,
                               mp_error *err);
+/* The type a mix's class falls back to where its rows of n elements do not divide into the mix's
+ * type's blocks (a hidden size or expert FFN size not a multiple of 256 under a K-quant mix), as
+ * llama.cpp's quantizer falls back, among the types moeplan loads: the closest in bits whose block
+ * divides n (4.5-bit and smaller: Q4_0, where llama.cpp takes Q5_0 or IQ4_NL; then Q8_0, which
+ * llama.cpp takes for Q6_K; then F16, F32). type itself where it fits. */
+int mp_mkmodel_fallback_type(int type, int64_t n);
+/* The classes that fall back, as "ffn-down Q6_K -> Q8_0 (rows of 96), ..." into buf (truncated at
+ * cap); returns how many. */
+size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *cfg, char *buf, size_t cap);
 /* The type of class cls's tensor in layer `layer` (-1: not a layer's). types[cls], except with
  * llama_layers (the q4_k_m or q5_k_m mix): llama.cpp's Q4_K_M / Q5_K_M give attn_v and ffn_down 6
  * bits only in the first and last eighth of the layers and in every third layer between (its
  * use_more_bits), the mix's own type (Q4_K, Q5_K) elsewhere; and a model of 8 experts attn_k and
  * attn_v in Q8_0 (llama.cpp's rule for Mixtral-shaped models). mp_mkmodel_validate refuses
- * llama_layers with any other mix (a --type-CLASS override makes the mix "custom"). */
+ * llama_layers with any other mix (a --type-CLASS override makes the mix "custom"). A class whose
+ * rows do not divide into that type's blocks takes mp_mkmodel_fallback_type, unless --type-CLASS
+ * set it (mp_mkmodel_validate refuses that shape then). */
 int mp_mkmodel_tensor_type(const mp_mkmodel_config *cfg, mp_mk_class cls, int64_t layer);
 /* Check shapes and types: positive sizes, n_head % n_head_kv == 0, top-k <= experts, every
  * tensor's row length a multiple of its type's block (the error names the tensor class, the row

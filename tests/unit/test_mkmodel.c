@@ -419,8 +419,9 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
     const char *const cases[][12] = {
         {"--preset", "tiny", "--layers", "0", "-o", out, NULL},
         {"--preset", "tiny", "--layers", "4x", "-o", out, NULL},
-        {"--preset", "tiny", "--hidden", "100", "-o", out, NULL},
-        {"--preset", "tiny", "--expert-ff", "96", "-o", out, NULL}, /* not a Q4_K/Q6_K row */
+        /* rows that do not fit a type set by --type-CLASS (a mix's falls back instead) */
+        {"--preset", "tiny", "--hidden", "100", "--type-attn", "Q8_0", "-o", out, NULL},
+        {"--preset", "tiny", "--expert-ff", "96", "--type-ffn-down", "Q6_K", "-o", out, NULL},
         {"--preset", "tiny", "--heads", "3", "-o", out, NULL},     /* 3 % 2 kv heads */
         {"--preset", "tiny", "--top-k", "17", "-o", out, NULL},
         {"--preset", "tiny", "--skew", "-1", "-o", out, NULL},
@@ -454,19 +455,71 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
     cr_assert_eq(count_dir_entries(), 0, "--dry-run wrote a file");
 }
 
+/* A type set by --type-CLASS whose blocks do not divide its rows is refused, naming a type that
+ * fits (the one a mix would fall back to). */
 Test(mkmodel, row_length_errors_suggest_a_type_that_fits)
 {
     mp_mkmodel_config c = small_config();
     mp_error err = {0};
     c.n_ff_exp = 96;
+    cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-down", "Q6_K", &err), MP_OK);
     cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
     cr_assert(strstr(err.msg, "ffn-down") && strstr(err.msg, "96") && strstr(err.msg, "Q8_0"),
               "message: %s", err.msg);
     c = small_config();
     c.n_embd = 100;
-    cr_assert_eq(mp_mkmodel_set_mix(&c, "q8_0", &err), MP_OK);
+    cr_assert_eq(mp_mkmodel_set_type(&c, "attn", "Q8_0", &err), MP_OK);
     cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
     cr_assert(strstr(err.msg, "100") && strstr(err.msg, "F16"), "message: %s", err.msg);
+}
+
+/* A mix's class whose rows do not divide into its type's blocks takes the closest type in bits
+ * that fits, as llama.cpp's quantizer falls back: Q4_K_M at an expert FFN of 96 and attention
+ * rows of 128 gives ffn-down Q8_0 (Q6_K's, as llama.cpp) and attn-output Q4_0 (llama.cpp: Q5_0,
+ * which moeplan does not load); gate/up (rows of the 256-wide hidden size) stay Q4_K. The rule by
+ * itself, and a class set by --type-CLASS never falls back. The model loads and its expert entry
+ * names the mixed pair. */
+Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
+{
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 512), MP_TYPE_Q4_K);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 96), MP_TYPE_Q4_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q2_K, 96), MP_TYPE_Q4_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q3_K, 96), MP_TYPE_Q4_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q5_K, 96), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q6_K, 96), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 40), MP_TYPE_F16);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q8_0, 40), MP_TYPE_F16);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_BF16, 7), MP_TYPE_BF16);
+    mp_mkmodel_config c = small_config();
+    mp_error err = {0};
+    cr_assert_eq(mp_mkmodel_set_mix(&c, "q4_k_m", &err), MP_OK);
+    c.n_embd = 256;
+    c.n_ff_exp = 96;
+    c.n_head = 2;
+    c.head_dim = 64;
+    c.n_head_kv = 1;
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_GATE, 0), MP_TYPE_Q4_K);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q4_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_V, 0), MP_TYPE_Q6_K, "rows of the hidden size fit");
+    char what[256];
+    cr_assert_eq(mp_mkmodel_describe_fallbacks(&c, what, sizeof what), 2);
+    cr_assert_str_eq(what, "attn-output Q4_K -> Q4_0 (rows of 128), ffn-down Q6_K -> Q8_0 (rows of 96)");
+    const char *out = tmp_path("fallback.gguf");
+    const char *const args[] = {"--arch", "qwen3moe", "--quant", "q4_k_m", "--layers", "2", "--experts", "8",
+                                "--top-k", "2", "--hidden", "256", "--expert-ff", "96", "--heads", "2",
+                                "--kv-heads", "1", "--head-dim", "64", "--quiet", "-o", out, NULL};
+    cr_assert_eq(run_cmd(args), 0);
+    mp_model *m = NULL;
+    cr_assert_eq(mp_model_load(out, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(m->layers[0].down_exps.type, MP_TYPE_Q8_0);
+    cr_assert_eq(m->layers[1].gate_exps.type, MP_TYPE_Q4_K);
+    mp_model_free(m);
+    c.n_ff_exp = 96;
+    cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-down", "Q6_K", &err), MP_OK);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q6_K, "set by --type-ffn-down: no fallback");
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q4_0, "the mix's others still fall back");
 }
 
 Test(mkmodel, existing_output_needs_force)
