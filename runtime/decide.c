@@ -111,17 +111,23 @@ double mp_decide_bus_factor(const mp_decode_costs *dc, double now_gbs)
     return dc && dc->meas_bus_bytes_per_ns > 0 && now_gbs > 0 ? dc->meas_bus_bytes_per_ns / now_gbs : 1.0;
 }
 
-void mp_decode_costs_bus_now(mp_decode_costs *dc, double now_gbs)
+void mp_decode_costs_now(mp_decode_costs *dc, double host_gbs, double bus_gbs)
 {
-    if (!(now_gbs > 0) || !(dc->meas_bus_bytes_per_ns > 0))
+    const bool host = host_gbs > 0 && dc->level_bytes_per_ns > 0, bus = bus_gbs > 0 && dc->meas_bus_bytes_per_ns > 0;
+    if (!host && !bus)
         return;
-    const double k = now_gbs / dc->meas_bus_bytes_per_ns;
-    dc->bus_bytes_per_ns = now_gbs;
+    const double kh = host ? host_gbs / dc->level_bytes_per_ns : 1, kb = bus ? bus_gbs / dc->meas_bus_bytes_per_ns : 1;
+    if (host)
+        dc->host_bytes_per_ns = host_gbs;
+    if (bus)
+        dc->bus_bytes_per_ns = bus_gbs;
     if (dc->bus_beside_cores_bytes_per_ns > 0 && dc->cores_beside_bus_bytes_per_ns > 0) {
-        dc->bus_beside_cores_bytes_per_ns *= k;
-        dc->together_bytes_per_ns = dc->cores_beside_bus_bytes_per_ns + dc->bus_beside_cores_bytes_per_ns;
+        /* the bus's share is a rate the settling reads (its far bytes' time); the cores' share stays
+         * as measured there, beside the level it is a share of, and enters the floor's sum scaled */
+        dc->bus_beside_cores_bytes_per_ns *= kb;
+        dc->together_bytes_per_ns = dc->cores_beside_bus_bytes_per_ns * kh + dc->bus_beside_cores_bytes_per_ns;
     } else {
-        dc->together_bytes_per_ns = 0; /* its split unknown: the floor falls back to host + bus */
+        dc->together_bytes_per_ns = 0; /* its split unknown: the floor adds the two alone */
     }
 }
 

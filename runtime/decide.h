@@ -126,11 +126,12 @@ double mp_decide_host_factor(const mp_decode_costs *dc, double now_gbs);
  * meas / now_gbs; 1 where either is not known (<= 0). simulate --bus-gbs predicts with it. */
 double mp_decide_bus_factor(const mp_decode_costs *dc, double now_gbs);
 
-/* The floor's bus at now_gbs (nothing where either rate is not known): bus_bytes_per_ns = now_gbs,
- * the bus's share beside the cores scaled with it and the two readers' sum made again from the
- * shares (without them, 0: the floor then adds the two alone). Before mp_decode_costs_scale, whose
- * settling reads the shares. */
-void mp_decode_costs_bus_now(mp_decode_costs *dc, double now_gbs);
+/* The floor's readers at the host's and the bus's bandwidth now (each <= 0, or not known in the
+ * grid: as measured): host_bytes_per_ns and bus_bytes_per_ns set to them, the bus's share beside
+ * the cores scaled with the bus, and the two readers' sum made again from the shares, the cores'
+ * scaled with the host (without the shares, 0: the floor then adds the two alone). Before
+ * mp_decode_costs_scale, whose settling reads the bus's share. */
+void mp_decode_costs_now(mp_decode_costs *dc, double host_gbs, double bus_gbs);
 
 /* The grid's physics after its points are set (mp_decode_costs_from calls it; so does a caller that
  * rescales the points):

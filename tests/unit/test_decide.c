@@ -721,7 +721,7 @@ Test(decide, grid_rebuilt_at_a_bus_factor_is_the_slower_links)
     cr_assert_eq(fl.table[4], 1);
     cr_assert_float_eq(mp_decide_bus_factor(dc, 22.5), 2, 1e-12);
     cr_assert_float_eq(mp_decide_bus_factor(dc, 0), 1, 1e-12, "the link not known: as measured");
-    mp_decode_costs_bus_now(dc, 22.5);
+    mp_decode_costs_now(dc, 0, 22.5);
     cr_assert_float_eq(dc->bus_bytes_per_ns, 22.5, 1e-12);
     mp_decode_costs_scale(dc, 1, 1, mp_decide_bus_factor(dc, 22.5), 1);
     mp_costs narrow = bus_grid(100, 22.5);
@@ -779,6 +779,35 @@ Test(decide, grid_rebuilt_at_a_cpu_factor_is_the_slower_hosts)
     free(dc);
     free(slow);
     free(as_loaded);
+}
+
+/* The floor's readers now: the host's and the bus's rates set, the bus's share beside the cores
+ * scaled with the link, the sum made again with the cores' share scaled with the host (the cores'
+ * share itself stays: the settling reads it beside the grid's level); nothing known, nothing moves. */
+Test(decide, floor_readers_follow_the_host_and_the_link)
+{
+    mp_decode_costs *dc = calloc(1, sizeof *dc);
+    cr_assert_not_null(dc);
+    dc->level_bytes_per_ns = 100;
+    dc->host_bytes_per_ns = 120;
+    dc->bus_bytes_per_ns = dc->meas_bus_bytes_per_ns = 50;
+    dc->cores_beside_bus_bytes_per_ns = 80;
+    dc->bus_beside_cores_bytes_per_ns = 30;
+    dc->together_bytes_per_ns = 110;
+    mp_decode_costs_now(dc, 0, 0);
+    cr_assert_float_eq(dc->together_bytes_per_ns, 110, 1e-12, "nothing said: as measured");
+    mp_decode_costs_now(dc, 50, 25);
+    cr_assert_float_eq(dc->host_bytes_per_ns, 50, 1e-12);
+    cr_assert_float_eq(dc->bus_bytes_per_ns, 25, 1e-12);
+    cr_assert_float_eq(dc->bus_beside_cores_bytes_per_ns, 15, 1e-12);
+    cr_assert_float_eq(dc->cores_beside_bus_bytes_per_ns, 80, 1e-12);
+    cr_assert_float_eq(dc->together_bytes_per_ns, 80 * 0.5 + 15, 1e-12);
+    cr_assert_float_eq(mp_decide_floor_ns(dc, 5500), 100, 1e-9, "5500 bytes at 55 bytes/ns");
+    dc->cores_beside_bus_bytes_per_ns = dc->bus_beside_cores_bytes_per_ns = 0;
+    mp_decode_costs_now(dc, 50, 0);
+    cr_assert_eq(dc->together_bytes_per_ns, 0, "no shares: the floor adds the two alone");
+    cr_assert_float_eq(mp_decide_floor_ns(dc, 7500), 100, 1e-9, "7500 bytes at 50 + 25 bytes/ns");
+    free(dc);
 }
 
 /* A point whose sides outlast its layer time (noise: the layer time is the step's mean less the

@@ -585,7 +585,7 @@ Test(sim, bus_bandwidth_rebuilds_the_grid_by_the_decision_rule)
     mp_decode_costs dc;
     loaded_grid(&dc);
     cr_assert_float_eq(mp_decide_bus_factor(&dc, 6.25), 32, 1e-12);
-    mp_decode_costs_bus_now(&dc, 6.25);
+    mp_decode_costs_now(&dc, 0, 6.25);
     mp_decode_costs_scale(&dc, 1, 1, mp_decide_bus_factor(&dc, 6.25), 1);
     tab_grid_equals(&tab, &dc);
     cr_assert_float_eq(dc.on_ns[2][1], 342.5, 1e-9);
