@@ -5,11 +5,15 @@ Each shape: an architecture (qwen3moe, olmoe, mixtral), 1-4 layers, 1-40 experts
 (at most the experts), hidden and expert FFN sizes (mostly ones the quant's blocks divide; a third
 of them any multiple of 32, where a K-quant mix's classes fall back to Q4_0 or Q8_0 as llama.cpp's
 quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, all drawn from SEED. For each: `mkmodel`, then
-`collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`
-and `simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
-line). A command that refuses its input must say so in one line and exit non-zero (mkmodel refusing
-a shape, simulate refusing a CPU-only cost file are not failures when they do); any other non-zero
-exit, a multi-line error, or a sanitizer report is a failure. Prints one line per shape and a summary; exits 1 when any shape
+`collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`,
+`simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
+line), then the cost file with synthetic GPU parts (bench/synth_gpu_costs.py: a plain model, not a
+measurement) and `simulate` of every policy with it at two budgets (no expert resident, half of
+them) writing the plan's profile, and `profile verify` of that profile against the model: the
+decision model and the placements run on the shape, which must succeed. A command that refuses its
+input must say so in one line and exit non-zero (mkmodel refusing a shape, simulate refusing a
+CPU-only cost file are not failures when they do); any other non-zero exit, a multi-line error, or
+a sanitizer report is a failure. Prints one line per shape and a summary; exits 1 when any shape
 failed. For finding shapes no preset has that break the pipeline (docs/mkmodel.md). Standard
 library only.
 """
@@ -100,9 +104,23 @@ def main():
             ("calibrate", [moeplan, "calibrate", "-m", model, "--quick", "--out", os.path.join(d, "costs.json"), "-t", "2"]),
             ("simulate", [moeplan, "simulate", os.path.join(d, "t.db"), "--costs", os.path.join(d, "costs.json"),
                           "-m", model, "--budget", "1MiB", "--policy", "plan"]),
+            ("synth_gpu_costs", [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                              "synth_gpu_costs.py"),
+                                 os.path.join(d, "costs.json"), os.path.join(d, "synth.json"),
+                                 "--experts", str(s["experts"]), "--top-k", str(s["top-k"])]),
+            ("simulate with synthetic GPU costs",
+             [moeplan, "simulate", os.path.join(d, "t.db"), "--costs", os.path.join(d, "synth.json"),
+              "--non-expert-bytes", "1000", "--budget", "BUDGETS", "--policy", "all",
+              "--emit-profile", os.path.join(d, "plan.strp"), "--profile-policy", "plan"]),
+            ("profile verify", [moeplan, "profile", "verify", os.path.join(d, "plan.strp"), "-m", model]),
         ]
         ok = True
         for name, cmd in steps:
+            if "BUDGETS" in cmd:  # half of the experts resident (the profile's budget), then none
+                with open(os.path.join(d, "costs.json")) as f:
+                    expert_bytes = json.load(f)["cpu_expert"][0]["expert_bytes"]
+                half = 1000 + s["layers"] * s["experts"] * expert_bytes // 2
+                cmd = [a if a != "BUDGETS" else "%dB,1000B" % half for a in cmd]
             rc, err = run(cmd, log)
             one_line_refusal = rc != 0 and err.strip().count("\n") == 0 and "error:" in err
             if name == "simulate" and one_line_refusal and not bad_stderr(err):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/random_shapes_test.sh — bench/random_shapes.py as a test: 5 shapes of a fixed seed through
-# mkmodel, collect, analyze, calibrate --quick and simulate; fails when one fails (the script's exit
+# mkmodel, collect, analyze, calibrate --quick, simulate, simulate with synthetic GPU costs
+# (bench/synth_gpu_costs.py) and profile verify; fails when one fails (the script's exit
 # status) or when fewer than 3 went the whole way. Also the bench scripts' own arguments that this
 # and split_ab.sh take: a bad one is refused in one line naming it, exit status non-zero, before any
 # work. Needs MP_MOEPLAN (run through meson test).
@@ -24,6 +25,10 @@ refuse "SEED '-1': expected a whole number of at least 0" python3 "$src/bench/ra
 refuse "ARMS 'split@foo': expected VAR=VALUE after '@'" env ARMS="split@foo" bash "$src/bench/split_ab.sh" "$B" "$out/x"
 refuse "ARMS 'bogus': expected split, whole, off or uN" env ARMS=bogus bash "$src/bench/split_ab.sh" "$B" "$out/x"
 refuse "ROUNDS 'x': expected a positive integer" env ROUNDS=x bash "$src/bench/grid_vs_run.sh" "$B" "$out/x"
+refuse "--top-k 9: expected at most --experts (8)" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" \
+    --experts 8 --top-k 9
+refuse "$out/no.json: [Errno 2]" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" --experts 8 --top-k 2
+refuse "usage: bench/synth_gpu_costs.py IN OUT --experts E --top-k K" python3 "$src/bench/synth_gpu_costs.py" "$out/x"
 [ ! -e "$out/x" ] || { echo "random_shapes: a refused run wrote $out/x" >&2; exit 1; }
 python3 "$src/bench/random_shapes.py" "$B" "$out" 5 3 >"$out/stdout" 2>&1
 rc=$?
