@@ -782,6 +782,10 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
                  "measured (each thread's one pass until the slowest finished: 20-40 %% lower on a busy host than the "
                  "window probe of mp_membw, bench and calibrate now): give a rate from that probe, or calibrate again",
                  cfg->host_read_gbs, o->costs, mp_costs_host_level_gbs(cfg->costs));
+    if (!strncmp(cfg->costs->machine.gpu, "synthetic", 9))
+        add_note(r, "%s's GPU is '%s': its GPU costs are made up, not measured, so these predictions say nothing "
+                 "about any machine (calibrate on the one that will serve the model)", o->costs,
+                 cfg->costs->machine.gpu);
     if (!(cfg->costs->absent & MP_COST_ABSENT_DECODE) && !(cfg->costs->host_bus_gbs > 0))
         add_note(r, "the floor of reading cold experts from host memory sums the cores' and the bus's rates, each "
                  "measured alone (%s has no host_bus, the two readers measured at once: calibrate again to have it)",

@@ -1154,6 +1154,25 @@ Test(simulate, the_table_names_the_one_row_model)
                                    "(measured with one hybrid layer of 25)\n"), "%s", out);
 }
 
+/* A cost file whose GPU is synthetic (bench/synth_gpu_costs.py) simulates, and says in a note that
+ * its predictions say nothing about a machine; a measured file says nothing of the kind. */
+Test(simulate, synthetic_gpu_costs_are_said)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    costs_with("synth.json", "\"gpu\": \"none (fixture)\"", "\"gpu\": \"synthetic (bench/synth_gpu_costs.py)\"");
+    snprintf(args, sizeof args, "simulate timed.db --costs synth.json --expert Q4_K --budget 3000000B "
+             "--non-expert-bytes 1000000");
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "note: synth.json's GPU is 'synthetic (bench/synth_gpu_costs.py)': its GPU costs "
+                                   "are made up"), "%s", out);
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B --non-expert-bytes "
+             "1000000", costs_path());
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "are made up"), "%s", out);
+}
+
 /* --host-read-gbs scales the CPU's costs from the level the grid measured them at (host_read.
  * level_gbs), not from the best probe (gbs): with the level at 25 GB/s, a host at 50 halves them,
  * as the fixture's own level (gbs 50, no level_gbs) does at 100 (cpu_share_of_decode_steps_from_
