@@ -249,7 +249,7 @@ size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *c, char *buf, size
     for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
         const int64_t len = class_row_len(c, (mp_mk_class)cls);
         const int t = c->types[cls], f = mp_mkmodel_tensor_type(c, (mp_mk_class)cls, -1);
-        if (f == t || mp_type_row_bytes(t, len))
+        if (f == t) /* fits, or set by --type-CLASS */
             continue;
         const int w = snprintf(buf + at, at < cap ? cap - at : 0, "%s%s %s -> %s (rows of %lld)", n ? ", " : "",
                                class_names[cls], mp_type_name(t), mp_type_name(f), (long long)len);

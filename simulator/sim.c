@@ -246,12 +246,12 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     const mp_cost_curve *d2h = cfg->pageable ? &c->d2h_pageable : &c->d2h_pinned;
     double k[MP_COST_PARTS];
     memcpy(k, cfg->scale, sizeof k);
-    if (cfg->host_read_gbs > 0 && c->host_read_gbs > 0) /* predicted at the host's bandwidth now */
-        k[MP_COST_CPU] *= mp_decide_host_factor(&tab->dc, cfg->host_read_gbs);
+    /* predicted at the host's bandwidth now (--host-read-gbs; 1 where either level is not known) */
+    k[MP_COST_CPU] *= mp_decide_host_factor(&tab->dc, cfg->host_read_gbs);
     /* the bus now (--bus-gbs): the experts' copies and the far units' reads scale by it, the
      * activation rows' copies (a few KB: their time is the link's latency) do not */
     const double k_bus = mp_decide_bus_factor(&tab->dc, cfg->bus_gbs);
-    mp_decode_costs_now(&tab->dc, c->host_read_gbs > 0 ? cfg->host_read_gbs : 0, cfg->bus_gbs);
+    mp_decode_costs_now(&tab->dc, cfg->host_read_gbs, cfg->bus_gbs);
     double k_kinds[MP_COST_PARTS];
     memcpy(k_kinds, k, sizeof k_kinds);
     k_kinds[MP_COST_H2D] *= k_bus;

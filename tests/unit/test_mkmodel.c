@@ -516,7 +516,6 @@ Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
     cr_assert_eq(m->layers[0].down_exps.type, MP_TYPE_Q8_0);
     cr_assert_eq(m->layers[1].gate_exps.type, MP_TYPE_Q4_K);
     mp_model_free(m);
-    c.n_ff_exp = 96;
     cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-down", "Q6_K", &err), MP_OK);
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q6_K, "set by --type-ffn-down: no fallback");
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q4_0, "the mix's others still fall back");
