@@ -4,7 +4,8 @@
 # (bench/synth_gpu_costs.py) and profile verify; fails when one fails (the script's exit
 # status) or when fewer than 3 went the whole way. Also the bench scripts' own arguments that this
 # and split_ab.sh take: a bad one is refused in one line naming it, exit status non-zero, before any
-# work. Needs MP_MOEPLAN (run through meson test).
+# work; bench_kernels --prefetch's list likewise, and a small run of it that prints each distance's
+# column. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
 set -uo pipefail
 B=${MP_MOEPLAN:?MP_MOEPLAN is not set (run through meson test)}
 src=${MP_SOURCE_ROOT:?MP_SOURCE_ROOT is not set (run through meson test)}
@@ -29,6 +30,14 @@ refuse "--top-k 9: expected at most --experts (8)" python3 "$src/bench/synth_gpu
     --experts 8 --top-k 9
 refuse "$out/no.json: [Errno 2]" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" --experts 8 --top-k 2
 refuse "usage: bench/synth_gpu_costs.py IN OUT --experts E --top-k K" python3 "$src/bench/synth_gpu_costs.py" "$out/x"
+K=${MP_BENCH_KERNELS:?MP_BENCH_KERNELS is not set (run through meson test)}
+refuse "--prefetch 0,abc: expected at most 16 distances 0..65536 in bytes, comma-separated" "$K" --prefetch 0,abc
+refuse "--prefetch 70000: expected at most 16 distances" "$K" --prefetch 70000
+refuse "--gemm and --prefetch are two tables: give one" "$K" --gemm 4 --prefetch 2048
+table=$("$K" --mb 1 --reps 1 --type Q8_0 --prefetch 2048,0,4096) ||
+    { echo "random_shapes: bench_kernels --prefetch failed" >&2; exit 1; }
+printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\) +[0-9.]+ \([0-9.]+x\)$' ||
+    { echo "random_shapes: bench_kernels --prefetch printed no row of three distances: $table" >&2; exit 1; }
 [ ! -e "$out/x" ] || { echo "random_shapes: a refused run wrote $out/x" >&2; exit 1; }
 python3 "$src/bench/random_shapes.py" "$B" "$out" 5 3 >"$out/stdout" 2>&1
 rc=$?
