@@ -76,9 +76,18 @@ static void fill_weights(int type, uint8_t *w, size_t bytes)
         case MP_TYPE_Q5_K:
             memcpy(w + off + 2, &scale, 2); /* dmin; d at offset 0 like Q4_0's */
             /* fall through */
+        case MP_TYPE_Q4_1:
+        case MP_TYPE_Q5_1:
+            memcpy(w + off + 2, &scale, 2); /* m; d at offset 0 */
+            /* fall through */
         case MP_TYPE_Q4_0:
         case MP_TYPE_Q8_0:
+        case MP_TYPE_Q5_0:
+        case MP_TYPE_IQ4_NL:
             memcpy(w + off, &scale, 2);
+            break;
+        case MP_TYPE_MXFP4:
+            w[off] = 120; /* 2^-8 */
             break;
         case MP_TYPE_Q6_K:
             memcpy(w + off + 208, &scale, 2);
@@ -268,18 +277,19 @@ static void usage(FILE *f)
     fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
                "  --mb N      weight matrix size per type in MB (default 512; keep it above L3)\n"
                "  --reps N    passes per measurement, the best is reported (default 3)\n"
-               "  --type T    only this weight type (repeatable): F32 F16 BF16 Q4_0 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
+               "  --type T    only this weight type (repeatable): %s\n"
                "  --no-scalar skip the (slow) scalar reference column\n"
                "  --gemm N,.. the prefill GEMM with N activation rows (each of the list) per level, not the GEMV\n"
                "  --prefetch B,..  the dispatched GEMV with its weights prefetched B bytes ahead (each of the list,\n"
                "              alternated; 0: none), not the table of levels\n"
-               "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512, amx).\n");
+               "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512, amx).\n",
+            mp_type_names());
 }
 
 int main(int argc, char **argv)
 {
     long mb = 512, reps = 3;
-    int types[10], n_types = 0, no_scalar = 0;
+    int types[16], n_types = 0, no_scalar = 0;
     long gemm_rows[16], prefetch[16];
     int n_gemm = 0, n_prefetch = 0;
     for (int i = 1; i < argc; i++) {
@@ -304,10 +314,10 @@ int main(int argc, char **argv)
             mb = strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = strtol(argv[++i], NULL, 10);
-        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 10) {
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 16) {
             const int t = mp_type_from_name(argv[++i]);
             if (t < 0 || !mp_type_supported(t)) {
-                fprintf(stderr, "bench_kernels: error: --type %s: expected one of F32 F16 BF16 Q4_0 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n", argv[i]);
+                fprintf(stderr, "bench_kernels: error: --type %s: expected one of %s\n", argv[i], mp_type_names());
                 return 2;
             }
             types[n_types++] = t;
@@ -322,9 +332,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (n_types == 0) {
-        const int all[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q8_0, MP_TYPE_Q4_0,
+        const int all[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q8_0, MP_TYPE_Q5_1,
+                           MP_TYPE_Q5_0, MP_TYPE_Q4_1, MP_TYPE_Q4_0, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4,
                            MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K, MP_TYPE_Q3_K, MP_TYPE_Q2_K};
-        for (int i = 0; i < 10; i++)
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             types[n_types++] = all[i];
     }
     if (n_gemm > 0 && n_prefetch > 0) {

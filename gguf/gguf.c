@@ -407,9 +407,9 @@ static mp_status parse_tensor(mp_gguf *g, cursor *c, int64_t i, uint64_t *rel_of
         if (tn)
             return mp_fail(c->err, MP_ERR_UNSUPPORTED,
                            "file %s: offset %llu: tensor '%.*s': type %s (%u) is not supported "
-                           "(expected F32, F16, BF16, Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K)",
+                           "(expected one of %s)",
                            c->name, (unsigned long long)type_at, (int)t->name.len, t->name.ptr,
-                           tn, type);
+                           tn, type, mp_type_names());
         return mp_fail(c->err, MP_ERR_FORMAT,
                        "file %s: offset %llu: tensor '%.*s': unknown tensor type %u", c->name,
                        (unsigned long long)type_at, (int)t->name.len, t->name.ptr, type);

@@ -48,7 +48,12 @@ static inline size_t mp_cuda_row_bytes(int t, int64_t n)
     case MP_TYPE_F16: be = 1; bb = 2; break;
     case MP_TYPE_BF16: be = 1; bb = 2; break;
     case MP_TYPE_Q4_0: be = 32; bb = 18; break;
+    case MP_TYPE_Q4_1: be = 32; bb = 20; break;
+    case MP_TYPE_Q5_0: be = 32; bb = 22; break;
+    case MP_TYPE_Q5_1: be = 32; bb = 24; break;
     case MP_TYPE_Q8_0: be = 32; bb = 34; break;
+    case MP_TYPE_IQ4_NL: be = 32; bb = 18; break;
+    case MP_TYPE_MXFP4: be = 32; bb = 17; break;
     case MP_TYPE_Q2_K: be = 256; bb = 84; break;
     case MP_TYPE_Q3_K: be = 256; bb = 110; break;
     case MP_TYPE_Q4_K: be = 256; bb = 144; break;
@@ -67,7 +72,9 @@ static inline int mp_cuda_vec_dot_type(int weight_type)
 {
     switch (weight_type) {
     case MP_TYPE_F32: case MP_TYPE_F16: case MP_TYPE_BF16: return MP_TYPE_F32;
-    case MP_TYPE_Q4_0: case MP_TYPE_Q8_0: return MP_TYPE_Q8_0;
+    case MP_TYPE_Q4_0: case MP_TYPE_Q4_1: case MP_TYPE_Q5_0: case MP_TYPE_Q5_1: case MP_TYPE_Q8_0:
+    case MP_TYPE_IQ4_NL: case MP_TYPE_MXFP4:
+        return MP_TYPE_Q8_0;
     case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: case MP_TYPE_Q4_K: case MP_TYPE_Q5_K: case MP_TYPE_Q6_K:
         return MP_TYPE_Q8_K;
     default: return -1;

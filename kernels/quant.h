@@ -15,12 +15,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* GGML/GGUF type ids (the values are the file format's). Only these are supported. */
 typedef enum mp_type {
     MP_TYPE_F32 = 0,
     MP_TYPE_F16 = 1,
     MP_TYPE_Q4_0 = 2,
+    MP_TYPE_Q4_1 = 3,
+    MP_TYPE_Q5_0 = 6,
+    MP_TYPE_Q5_1 = 7,
     MP_TYPE_Q8_0 = 8,
     MP_TYPE_Q2_K = 10,
     MP_TYPE_Q3_K = 11,
@@ -28,9 +32,12 @@ typedef enum mp_type {
     MP_TYPE_Q5_K = 13,
     MP_TYPE_Q6_K = 14,
     MP_TYPE_Q8_K = 15, /* activations only: the partner of the K-quants in dot products */
+    MP_TYPE_IQ4_NL = 20,
     MP_TYPE_BF16 = 30,
+    MP_TYPE_MXFP4 = 39,
 } mp_type;
 
+/* Every block of 32 below (Q4_0 ... MXFP4) dots a Q8_0 activation row. */
 #define MP_QK4_0 32
 #define MP_QK8_0 32
 #define MP_QK_K 256
@@ -48,6 +55,49 @@ typedef struct {
     mp_f16 d;                  /* scale */
     int8_t qs[MP_QK8_0];       /* quants */
 } mp_block_q8_0;               /* 34 bytes / 32 elements */
+
+/* Q4_1: x = d q + m, q in 0..15, nibbles as Q4_0's. */
+typedef struct {
+    mp_f16 d;                  /* scale */
+    mp_f16 m;                  /* offset (the block's minimum) */
+    uint8_t qs[MP_QK4_0 / 2];  /* 4-bit quants: low nibbles are elements 0..15, high 16..31 */
+} mp_block_q4_1;               /* 20 bytes / 32 elements */
+
+/* Q5_0: x = d (q - 16), q in 0..31: its low 4 bits as Q4_0's nibbles, its fifth bit bit l of the
+ * little-endian 32-bit word qh for element l. */
+typedef struct {
+    mp_f16 d;                  /* scale */
+    uint8_t qh[4];             /* the fifth bits, element l at bit l */
+    uint8_t qs[MP_QK4_0 / 2];  /* the low 4 bits, as Q4_0's */
+} mp_block_q5_0;               /* 22 bytes / 32 elements */
+
+/* Q5_1: x = d q + m, q in 0..31 packed as Q5_0's. */
+typedef struct {
+    mp_f16 d;                  /* scale */
+    mp_f16 m;                  /* offset (the block's minimum) */
+    uint8_t qh[4];             /* the fifth bits, element l at bit l */
+    uint8_t qs[MP_QK4_0 / 2];  /* the low 4 bits, as Q4_0's */
+} mp_block_q5_1;               /* 24 bytes / 32 elements */
+
+/* IQ4_NL: x = d v[q], q a nibble as Q4_0's and v the format's 16 non-uniform levels
+ * (MP_IQ4_NL_LEVELS). */
+typedef struct {
+    mp_f16 d;                  /* scale */
+    uint8_t qs[MP_QK4_0 / 2];  /* indices into the levels, nibbles as Q4_0's */
+} mp_block_iq4_nl;             /* 18 bytes / 32 elements */
+
+/* MXFP4 (OCP microscaling FP4): x = 2^(e - 128) v[q], e the shared E8M0 exponent and v the FP4
+ * E2M1 values doubled (MP_MXFP4_LEVELS: 0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6 times two, so they are
+ * integers), q a nibble as Q4_0's. mp_e8m0_half(e) gives 2^(e - 128). */
+typedef struct {
+    uint8_t e;                 /* shared exponent, E8M0 */
+    uint8_t qs[MP_QK4_0 / 2];  /* FP4 E2M1 codes, nibbles as Q4_0's */
+} mp_block_mxfp4;              /* 17 bytes / 32 elements */
+
+/* The levels of the two look-up formats, as initializers (C and CUDA instantiate them where they
+ * need them): GGUF's IQ4_NL values and the E2M1 code points doubled, by code 0..15. */
+#define MP_IQ4_NL_LEVELS {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+#define MP_MXFP4_LEVELS {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
 
 /* Q2_K: 16 groups of 16; element 128h + 32j + l (half h, j < 4, l < 32) is q = (qs[32h + l] >> 2j)
  * & 3 of group 8h + 2j + (l >= 16), x = (d sc_g) q - (dmin m_g), sc_g and m_g the low and high
@@ -105,12 +155,26 @@ float mp_f16_to_f32(mp_f16 h);
 mp_f16 mp_f32_to_f16(float f);
 float mp_bf16_to_f32(mp_bf16 h);
 mp_bf16 mp_f32_to_bf16(float f);
+/* MXFP4's block scale from its exponent byte e: 2^(e - 128) (half of E8M0's 2^(e - 127), since the
+ * levels are doubled), exact for every e (e < 2 gives a subnormal float). Inline: every dot of a
+ * block takes one. */
+static inline float mp_e8m0_half(uint8_t e)
+{
+    /* e >= 2: the normal float of exponent field e - 1; e 0 and 1: the subnormals 2^-128, 2^-127 */
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* Per-type facts. Unknown types give 0 / NULL. */
 int mp_type_supported(int type);          /* 1 for the weight types above (not Q8_K) */
 int64_t mp_type_block_elems(int type);
 size_t mp_type_block_bytes(int type);
 const char *mp_type_name(int type);       /* "Q4_K", ... or NULL */
+/* The weight types' names, comma-separated in the table's order ("F32, F16, ..."): the one list
+ * error messages and --help texts print. */
+const char *mp_type_names(void);
 int mp_type_from_name(const char *name);  /* case-insensitive; -1 if unknown */
 /* Bytes of a row of n elements, or 0 if n is not a multiple of the block size. */
 size_t mp_type_row_bytes(int type, int64_t n);
@@ -120,12 +184,14 @@ size_t mp_type_row_bytes(int type, int64_t n);
 typedef struct mp_type_ops {
     int type;
     /* The format the activation vector must be in for vec_dot: F32 for F32/F16/BF16 weights,
-     * Q8_0 for Q4_0/Q8_0, Q8_K for the K-quants Q2_K..Q6_K (as ggml does). */
+     * Q8_0 for the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), Q8_K for the
+     * K-quants Q2_K..Q6_K. */
     int vec_dot_type;
     /* dst[0..n) = dequantized src row. */
     void (*dequantize_row)(const void *src, float *dst, int64_t n);
     /* Reference quantizer (round-to-nearest), used by mkmodel and for activations. n must be a
-     * multiple of the block size. F16/BF16/Q4_0/Q8_0 give the gguf package's bytes exactly;
+     * multiple of the block size. F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4 give the gguf package's
+     * bytes exactly; IQ4_NL uses our own scale search (quantize.c);
      * the K-quants use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
      * with the expected error, not llama.cpp's bit pattern. */
     void (*quantize_row)(const float *src, void *dst, int64_t n);

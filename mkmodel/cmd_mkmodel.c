@@ -21,6 +21,28 @@
 #include "mkmodel/mkmodel.h"
 #include "base/progress.h"
 
+/* The weight types' list, wrapped after a comma at 76 columns, each line indented like the
+ * options' descriptions. */
+static void print_type_list(FILE *f)
+{
+    const char *p = mp_type_names();
+    const size_t width = 76 - 21;
+    while (*p) {
+        size_t take = strlen(p);
+        if (take > width) {
+            take = width;
+            while (take > 0 && p[take - 1] != ',')
+                take--;
+            if (!take) /* no comma within a line: cut it */
+                take = width;
+        }
+        fprintf(f, "%21s%.*s\n", "", (int)take, p);
+        p += take;
+        while (*p == ' ')
+            p++;
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -48,7 +70,9 @@ static void usage(FILE *f)
         "                     Q4_K_M and Q5_K_M; with 8 experts attn_k and attn_v Q8_0)\n"
         "  --type-CLASS TYPE  override one class: CLASS is embd, output, attn, attn-q, attn-k,\n"
         "                     attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, norm;\n"
-        "                     TYPE is F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K\n"
+        "                     TYPE is one of\n");
+    print_type_list(f);
+    fprintf(f,
         "  --skew S           Zipf exponent of each layer's expert popularity (default %.2f;\n"
         "                     0 = uniform); each layer ranks its experts in its own random order\n"
         "  -s, --seed N       PRNG seed (default 0)\n"

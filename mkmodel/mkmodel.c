@@ -167,9 +167,7 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
 {
     int type = mp_type_from_name(type_name);
     if (type < 0 || !mp_type_supported(type))
-        return mp_fail(err, MP_ERR_ARG,
-                       "--type-%s '%s': expected one of F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
-                       group, type_name);
+        return mp_fail(err, MP_ERR_ARG, "--type-%s '%s': expected one of %s", group, type_name, mp_type_names());
     int first = -1, last = -1;
     if (!strcmp(group, "attn")) {
         first = MP_MK_ATTN_Q;
@@ -230,14 +228,17 @@ int mp_mkmodel_fallback_type(int type, int64_t n)
 {
     if (mp_type_row_bytes(type, n))
         return type;
-    const bool small = type == MP_TYPE_Q2_K || type == MP_TYPE_Q3_K || type == MP_TYPE_Q4_K || type == MP_TYPE_Q4_0;
-    static const int after[] = {MP_TYPE_Q8_0, MP_TYPE_F16, MP_TYPE_F32};
-    if (small && mp_type_row_bytes(MP_TYPE_Q4_0, n))
-        return MP_TYPE_Q4_0;
-    for (size_t i = 0; i < sizeof after / sizeof after[0]; i++)
-        if (mp_type_row_bytes(after[i], n))
-            return after[i];
-    return MP_TYPE_F32;
+    int next;
+    switch (type) { /* llama.cpp's fallback (llama-quant.cpp) for rows that do not fill K-quant blocks */
+    case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: next = MP_TYPE_IQ4_NL; break;
+    case MP_TYPE_Q4_K: next = MP_TYPE_Q5_0; break;
+    case MP_TYPE_Q5_K: next = MP_TYPE_Q5_1; break;
+    case MP_TYPE_Q6_K: next = MP_TYPE_Q8_0; break;
+    default: next = MP_TYPE_F16; break;
+    }
+    if (mp_type_row_bytes(next, n))
+        return next;
+    return mp_type_row_bytes(MP_TYPE_F16, n) ? MP_TYPE_F16 : MP_TYPE_F32;
 }
 
 size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *c, char *buf, size_t cap)

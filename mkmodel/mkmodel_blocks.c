@@ -26,8 +26,14 @@ static float uniform_std(int n)
 
 bool mp_mk_blocks_supported(int type)
 {
-    return type == MP_TYPE_Q2_K || type == MP_TYPE_Q3_K || type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K ||
-           type == MP_TYPE_Q6_K || type == MP_TYPE_Q8_0 || type == MP_TYPE_Q4_0;
+    switch (type) {
+    case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: case MP_TYPE_Q4_K: case MP_TYPE_Q5_K: case MP_TYPE_Q6_K:
+    case MP_TYPE_Q8_0: case MP_TYPE_Q4_0: case MP_TYPE_Q4_1: case MP_TYPE_Q5_0: case MP_TYPE_Q5_1:
+    case MP_TYPE_IQ4_NL: case MP_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* Q4_K and Q5_K: x = d * sc_j * q - dmin * m_j over 8 sub-blocks of 32, q in 0..levels-1. With
@@ -177,6 +183,84 @@ static void q4_0_block(mp_block_q4_0 *b, float std, bool zero_first, uint64_t (*
         b->qs[0] = (uint8_t)((b->qs[0] & 0xF0) | 8);
 }
 
+/* The 16 random nibbles of a block of 32 (Q4_0's layout), and 32 random fifth bits. */
+static void random_nibbles(uint8_t qs[16], uint64_t (*next)(void *), void *r)
+{
+    uint64_t bits = next(r);
+    memcpy(qs, &bits, 8);
+    bits = next(r);
+    memcpy(qs + 8, &bits, 8);
+}
+
+/* Q4_1 and Q5_1: x = d q + m, q in 0..levels-1, with m = -(levels / 2) d (exact in f16: a power
+ * of two times d) so that q = levels / 2 is exactly 0. qh: NULL for Q4_1. */
+static void min_block(mp_f16 *d, mp_f16 *m, uint8_t qs[16], uint8_t *qh, int levels, float std, bool zero_first,
+                      uint64_t (*next)(void *), void *r)
+{
+    *d = mp_f32_to_f16(std / uniform_std(levels));
+    *m = mp_f32_to_f16(-(float)(levels / 2) * mp_f16_to_f32(*d));
+    random_nibbles(qs, next, r);
+    if (qh) {
+        const uint32_t h = (uint32_t)next(r);
+        memcpy(qh, &h, 4);
+    }
+    if (zero_first) { /* q = levels / 2: nibble 8 (Q4_1), or nibble 0 and fifth bit 1 (Q5_1) */
+        qs[0] = (uint8_t)((qs[0] & 0xF0) | (qh ? 0 : 8));
+        if (qh)
+            qh[0] |= 1;
+    }
+}
+
+/* Q5_0: x = d (q - 16), q in 0..31. */
+static void q5_0_block(mp_block_q5_0 *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    b->d = mp_f32_to_f16(std / uniform_std(32));
+    random_nibbles(b->qs, next, r);
+    const uint32_t h = (uint32_t)next(r);
+    memcpy(b->qh, &h, 4);
+    if (zero_first) { /* q = 16: nibble 0, fifth bit 1 */
+        b->qs[0] &= 0xF0;
+        b->qh[0] |= 1;
+    }
+}
+
+/* The standard deviation of 16 levels drawn uniformly (about their mean). */
+static float levels_std(const int8_t levels[16])
+{
+    float sum = 0, sum2 = 0;
+    for (int k = 0; k < 16; k++) {
+        sum += levels[k];
+        sum2 += (float)levels[k] * levels[k];
+    }
+    return sqrtf(sum2 / 16 - (sum / 16) * (sum / 16));
+}
+
+/* IQ4_NL: x = d v[q]. No level is 0, so a forced zero element zeroes its whole block (d = 0). */
+static void iq4_nl_block(mp_block_iq4_nl *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
+    b->d = mp_f32_to_f16(zero_first ? 0.0f : std / levels_std(levels));
+    random_nibbles(b->qs, next, r);
+}
+
+/* MXFP4: x = 2^(e - 128) v[q], code 0 is 0. A power-of-two scale cannot hit the requested spread,
+ * so each block takes one of the two around it, the lower with the probability that makes the
+ * mean square right: with s the lower block spread and r = (std / s)^2 in [1, 4),
+ * p s^2 + (1 - p) 4 s^2 = std^2 gives p = (4 - r) / 3. */
+static void mxfp4_block(mp_block_mxfp4 *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    static const int8_t levels[16] = MP_MXFP4_LEVELS;
+    const float unit = std / levels_std(levels); /* the ideal 2^(e - 128) */
+    const int lo = (int)floorf(log2f(unit));
+    const float ratio = unit / ldexpf(1.0f, lo), p_low = (4.0f - ratio * ratio) / 3.0f;
+    const float draw = (float)(next(r) >> 40) * 0x1p-24f; /* uniform in [0, 1) */
+    const int e = 128 + lo + (draw < p_low ? 0 : 1);
+    b->e = (uint8_t)(e < 0 ? 0 : e > 255 ? 255 : e);
+    random_nibbles(b->qs, next, r);
+    if (zero_first)
+        b->qs[0] &= 0xF0;
+}
+
 void mp_mk_random_row(int type, int64_t n, float std, bool zero_first, bool zero_row,
                       uint64_t (*next)(void *), void *rng_state, void *dst)
 {
@@ -196,6 +280,19 @@ void mp_mk_random_row(int type, int64_t n, float std, bool zero_first, bool zero
         case MP_TYPE_Q6_K: q6_K_block((mp_block_q6_K *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q8_0: q8_0_block((mp_block_q8_0 *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_Q4_0: q4_0_block((mp_block_q4_0 *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_Q4_1: {
+            mp_block_q4_1 *b = (mp_block_q4_1 *)dst + i;
+            min_block(&b->d, &b->m, b->qs, NULL, 16, std, z, next, rng_state);
+            break;
+        }
+        case MP_TYPE_Q5_1: {
+            mp_block_q5_1 *b = (mp_block_q5_1 *)dst + i;
+            min_block(&b->d, &b->m, b->qs, b->qh, 32, std, z, next, rng_state);
+            break;
+        }
+        case MP_TYPE_Q5_0: q5_0_block((mp_block_q5_0 *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_IQ4_NL: iq4_nl_block((mp_block_iq4_nl *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_MXFP4: mxfp4_block((mp_block_mxfp4 *)dst + i, std, z, next, rng_state); break;
         default: return;
         }
     }

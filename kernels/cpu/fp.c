@@ -11,12 +11,18 @@
  */
 #include <assert.h>
 #include <ctype.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels/quant.h"
 
 static_assert(sizeof(mp_block_q4_0) == 2 + MP_QK4_0 / 2, "Q4_0 block is 18 bytes in GGUF");
 static_assert(sizeof(mp_block_q8_0) == 2 + MP_QK8_0, "Q8_0 block is 34 bytes in GGUF");
+static_assert(sizeof(mp_block_q4_1) == 20, "Q4_1 block is 20 bytes in GGUF");
+static_assert(sizeof(mp_block_q5_0) == 22, "Q5_0 block is 22 bytes in GGUF");
+static_assert(sizeof(mp_block_q5_1) == 24, "Q5_1 block is 24 bytes in GGUF");
+static_assert(sizeof(mp_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes in GGUF");
+static_assert(sizeof(mp_block_mxfp4) == 17, "MXFP4 block is 17 bytes in GGUF");
 static_assert(sizeof(mp_block_q2_K) == 84, "Q2_K block is 84 bytes in GGUF");
 static_assert(sizeof(mp_block_q3_K) == 110, "Q3_K block is 110 bytes in GGUF");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block is 144 bytes in GGUF");
@@ -113,7 +119,12 @@ static const type_info k_types[] = {
     {MP_TYPE_F16, "F16", 1, sizeof(mp_f16), 1},
     {MP_TYPE_BF16, "BF16", 1, sizeof(mp_bf16), 1},
     {MP_TYPE_Q4_0, "Q4_0", MP_QK4_0, sizeof(mp_block_q4_0), 1},
+    {MP_TYPE_Q4_1, "Q4_1", MP_QK4_0, sizeof(mp_block_q4_1), 1},
+    {MP_TYPE_Q5_0, "Q5_0", MP_QK4_0, sizeof(mp_block_q5_0), 1},
+    {MP_TYPE_Q5_1, "Q5_1", MP_QK4_0, sizeof(mp_block_q5_1), 1},
     {MP_TYPE_Q8_0, "Q8_0", MP_QK8_0, sizeof(mp_block_q8_0), 1},
+    {MP_TYPE_IQ4_NL, "IQ4_NL", MP_QK4_0, sizeof(mp_block_iq4_nl), 1},
+    {MP_TYPE_MXFP4, "MXFP4", MP_QK4_0, sizeof(mp_block_mxfp4), 1},
     {MP_TYPE_Q2_K, "Q2_K", MP_QK_K, sizeof(mp_block_q2_K), 1},
     {MP_TYPE_Q3_K, "Q3_K", MP_QK_K, sizeof(mp_block_q3_K), 1},
     {MP_TYPE_Q4_K, "Q4_K", MP_QK_K, sizeof(mp_block_q4_K), 1},
@@ -152,6 +163,25 @@ const char *mp_type_name(int type)
 {
     const type_info *t = find_type(type);
     return t ? t->name : NULL;
+}
+
+static char g_type_names[160];
+
+static void build_type_names(void)
+{
+    for (size_t i = 0; i < sizeof(k_types) / sizeof(k_types[0]); i++)
+        if (k_types[i].is_weight) {
+            if (g_type_names[0])
+                strcat(g_type_names, ", ");
+            strcat(g_type_names, k_types[i].name);
+        }
+}
+
+const char *mp_type_names(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, build_type_names);
+    return g_type_names;
 }
 
 int mp_type_from_name(const char *name)

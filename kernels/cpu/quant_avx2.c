@@ -145,34 +145,113 @@ static inline __m256 dot_i8x32(__m256i w, __m256i x)
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
+/* the 32 nibbles of a block of 32 in element order (low nibbles 0..15, high 16..31), as bytes */
+static inline __m256i nibbles32(const uint8_t *qs)
+{
+    const __m128i b = loadu128(qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
 /* the 32 nibbles of a Q4_0 block in element order, as signed bytes q - 8 */
 static inline __m256i q4_0_unpack(const uint8_t *qs)
 {
-    const __m128i b = loadu128(qs);
-    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
-    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8));
 }
 
-/* The 32 weights of block ib of a Q4_0 or Q8_0 row, as signed bytes in element order. */
-static inline __m256i q8_weights(const uint8_t *w, int is_q4, int64_t ib)
+/* 0x10 in byte l where bit l of the little-endian word at qh is set (Q5_0/Q5_1's fifth bits) */
+static inline __m256i fifth_bits(const uint8_t *qh)
 {
-    if (is_q4)
-        return q4_0_unpack(((const mp_block_q4_0 *)w)[ib].qs);
-    return loadu256(((const mp_block_q8_0 *)w)[ib].qs);
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                             3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), byte_of);
+    const __m256i sel = _mm256_set1_epi64x(0x8040201008040201ll);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel), _mm256_set1_epi8(0x10));
 }
 
-static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
+/* The blocks of 32 that dot Q8_0 activations, by layout. Each yields its 32 integer levels as
+ * bytes in element order, a scale d and (Q4_1, Q5_1) an offset m: x = d v + m. */
+enum b32_kind { B32_Q4_0, B32_Q8_0, B32_Q4_1, B32_Q5_0, B32_Q5_1, B32_IQ4_NL, B32_MXFP4 };
+
+static inline size_t b32_bytes(int kind)
 {
-    return is_q4 ? f16(((const mp_block_q4_0 *)w)[ib].d) : f16(((const mp_block_q8_0 *)w)[ib].d);
+    switch (kind) {
+    case B32_Q4_0: return sizeof(mp_block_q4_0);
+    case B32_Q8_0: return sizeof(mp_block_q8_0);
+    case B32_Q4_1: return sizeof(mp_block_q4_1);
+    case B32_Q5_0: return sizeof(mp_block_q5_0);
+    case B32_Q5_1: return sizeof(mp_block_q5_1);
+    case B32_IQ4_NL: return sizeof(mp_block_iq4_nl);
+    default: return sizeof(mp_block_mxfp4);
+    }
 }
 
-/* One Q4_0/Q8_0 weight row against n_x Q8_0 activation rows; out[i] = dot(w, x_i). Blocks
- * alternate between two accumulators per row (two independent FMA chains); vec_dot is the
- * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. */
-static inline void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x,
-                               size_t x_stride, int n_x, float *out)
+static inline int b32_has_min(int kind)
 {
-    const size_t wblock_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
+    return kind == B32_Q4_1 || kind == B32_Q5_1;
+}
+
+static inline __m256i lookup16(const int8_t *levels, __m256i nib)
+{
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(loadu128(levels)), nib);
+}
+
+static const int8_t k_iq4_nl_levels[16] = MP_IQ4_NL_LEVELS;
+static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
+
+/* The 32 levels of block ib, as bytes: signed (Q4_0 -8..7, Q8_0, Q5_0 -16..15, IQ4_NL, MXFP4) or
+ * unsigned 0..31 (Q4_1, Q5_1), all within [-127, 127] so dot_i8x32's sign trick holds. */
+static inline __m256i b32_weights(const uint8_t *w, int kind, int64_t ib)
+{
+    const uint8_t *b = w + (size_t)ib * b32_bytes(kind);
+    switch (kind) {
+    case B32_Q4_0: return q4_0_unpack(b + offsetof(mp_block_q4_0, qs));
+    case B32_Q8_0: return loadu256(b + offsetof(mp_block_q8_0, qs));
+    case B32_Q4_1: return nibbles32(b + offsetof(mp_block_q4_1, qs));
+    case B32_Q5_0:
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + offsetof(mp_block_q5_0, qs)),
+                                               fifth_bits(b + offsetof(mp_block_q5_0, qh))),
+                               _mm256_set1_epi8(16));
+    case B32_Q5_1:
+        return _mm256_or_si256(nibbles32(b + offsetof(mp_block_q5_1, qs)), fifth_bits(b + offsetof(mp_block_q5_1, qh)));
+    case B32_IQ4_NL: return lookup16(k_iq4_nl_levels, nibbles32(b + offsetof(mp_block_iq4_nl, qs)));
+    default: return lookup16(k_mxfp4_levels, nibbles32(b + offsetof(mp_block_mxfp4, qs)));
+    }
+}
+
+static inline float b32_scale(const uint8_t *w, int kind, int64_t ib)
+{
+    const uint8_t *b = w + (size_t)ib * b32_bytes(kind);
+    if (kind == B32_MXFP4)
+        return mp_e8m0_half(b[0]);
+    mp_f16 d; /* the first field of every other layout */
+    memcpy(&d, b, 2);
+    return f16(d);
+}
+
+static inline float b32_min(const uint8_t *w, int kind, int64_t ib)
+{
+    mp_f16 m; /* Q4_1 and Q5_1: the second field */
+    memcpy(&m, w + (size_t)ib * b32_bytes(kind) + 2, 2);
+    return f16(m);
+}
+
+/* the sum of a Q8_0 block's 32 quants, in 8 int32 lanes as floats */
+static inline __m256 sum_i8x32(__m256i x)
+{
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), x);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* One weight row of a block-of-32 kind against n_x Q8_0 activation rows; out[i] = dot(w, x_i).
+ * Blocks alternate between two accumulators per row (two independent FMA chains); vec_dot is the
+ * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. Q4_1 and Q5_1
+ * add m d_x sum(q_x) per block to the same accumulator. */
+static inline void b32_rows_dot(int64_t n, const uint8_t *w, int kind, const uint8_t *x, size_t x_stride, int n_x,
+                                float *out)
+{
+    const size_t wblock_bytes = b32_bytes(kind);
     const int64_t nb = n / MP_QK8_0;
     __m256 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
     for (int i = 0; i < MP_GEMM_TILE; i++)
@@ -180,52 +259,60 @@ static inline void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uin
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
         mp_prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
-        const __m256i wq0 = q8_weights(w, is_q4, ib), wq1 = q8_weights(w, is_q4, ib + 1);
-        const float dw0 = q8_weight_scale(w, is_q4, ib), dw1 = q8_weight_scale(w, is_q4, ib + 1);
+        const __m256i wq0 = b32_weights(w, kind, ib), wq1 = b32_weights(w, kind, ib + 1);
+        const float dw0 = b32_scale(w, kind, ib), dw1 = b32_scale(w, kind, ib + 1);
+        const float mw0 = b32_has_min(kind) ? b32_min(w, kind, ib) : 0.0f;
+        const float mw1 = b32_has_min(kind) ? b32_min(w, kind, ib + 1) : 0.0f;
         for (int i = 0; i < n_x; i++) {
             const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
-            const __m256 d0 = _mm256_set1_ps(dw0 * f16(bx[0].d)), d1 = _mm256_set1_ps(dw1 * f16(bx[1].d));
-            acc0[i] = _mm256_fmadd_ps(d0, dot_i8x32(wq0, loadu256(bx[0].qs)), acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(d1, dot_i8x32(wq1, loadu256(bx[1].qs)), acc1[i]);
+            const float dx0 = f16(bx[0].d), dx1 = f16(bx[1].d);
+            const __m256i xq0 = loadu256(bx[0].qs), xq1 = loadu256(bx[1].qs);
+            acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * dx0), dot_i8x32(wq0, xq0), acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * dx1), dot_i8x32(wq1, xq1), acc1[i]);
+            if (b32_has_min(kind)) {
+                acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw0 * dx0), sum_i8x32(xq0), acc0[i]);
+                acc1[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw1 * dx1), sum_i8x32(xq1), acc1[i]);
+            }
         }
     }
     for (; ib < nb; ib++) {
-        const __m256i wq = q8_weights(w, is_q4, ib);
-        const float dw = q8_weight_scale(w, is_q4, ib);
+        const __m256i wq = b32_weights(w, kind, ib);
+        const float dw = b32_scale(w, kind, ib);
+        const float mw = b32_has_min(kind) ? b32_min(w, kind, ib) : 0.0f;
         for (int i = 0; i < n_x; i++) {
             const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
-            acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(bx->d)), dot_i8x32(wq, loadu256(bx->qs)), acc0[i]);
+            const float dx = f16(bx->d);
+            const __m256i xq = loadu256(bx->qs);
+            acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), dot_i8x32(wq, xq), acc0[i]);
+            if (b32_has_min(kind))
+                acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), sum_i8x32(xq), acc0[i]);
         }
     }
     for (int i = 0; i < n_x; i++)
         out[i] = hsum_ps(_mm256_add_ps(acc0[i], acc1[i]));
 }
 
-static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q8_rows_dot(n, w, 1, x, 0, 1, &out);
-    return out;
-}
+/* vec_dot and vec_dot_multi of one kind (exported: the AVX-512 table takes those it has none of) */
+#define DEFINE_B32_DOTS(NAME, KIND)                                                                        \
+    float mp_vec_dot_##NAME##_q8_0_avx2(int64_t n, const void *w, const void *x)                           \
+    {                                                                                                      \
+        float out;                                                                                         \
+        b32_rows_dot(n, w, KIND, x, 0, 1, &out);                                                           \
+        return out;                                                                                        \
+    }                                                                                                      \
+    void mp_vec_dot_multi_##NAME##_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, \
+                                        float *out)                                                        \
+    {                                                                                                      \
+        b32_rows_dot(n, w, KIND, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);              \
+    }
 
-static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q8_rows_dot(n, w, 0, x, 0, 1, &out);
-    return out;
-}
-
-static void vec_dot_multi_q4_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q8_rows_dot(n, w, 1, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
-}
-
-static void vec_dot_multi_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q8_rows_dot(n, w, 0, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
-}
+DEFINE_B32_DOTS(q4_0, B32_Q4_0)
+DEFINE_B32_DOTS(q8_0, B32_Q8_0)
+DEFINE_B32_DOTS(q4_1, B32_Q4_1)
+DEFINE_B32_DOTS(q5_0, B32_Q5_0)
+DEFINE_B32_DOTS(q5_1, B32_Q5_1)
+DEFINE_B32_DOTS(iq4_nl, B32_IQ4_NL)
+DEFINE_B32_DOTS(mxfp4, B32_MXFP4)
 
 static void dequantize_q4_0(const void *src, float *dst, int64_t n)
 {
@@ -644,10 +731,21 @@ static const mp_type_ops k_avx2_ops[] = {
     OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
     OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
     OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
-    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0,
-        vec_dot_multi_q4_0),
-    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
-        vec_dot_multi_q8_0),
+    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, mp_vec_dot_q4_0_q8_0_avx2,
+        mp_vec_dot_multi_q4_0_avx2),
+    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, mp_vec_dot_q8_0_q8_0_avx2,
+        mp_vec_dot_multi_q8_0_avx2),
+    /* the other blocks of 32: rows dequantized by the scalar reference (loaders and tests only) */
+    OPS(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref, mp_vec_dot_q4_1_q8_0_avx2,
+        mp_vec_dot_multi_q4_1_avx2),
+    OPS(MP_TYPE_Q5_0, MP_TYPE_Q8_0, mp_dequantize_row_q5_0_scalar, mp_quantize_row_q5_0_ref, mp_vec_dot_q5_0_q8_0_avx2,
+        mp_vec_dot_multi_q5_0_avx2),
+    OPS(MP_TYPE_Q5_1, MP_TYPE_Q8_0, mp_dequantize_row_q5_1_scalar, mp_quantize_row_q5_1_ref, mp_vec_dot_q5_1_q8_0_avx2,
+        mp_vec_dot_multi_q5_1_avx2),
+    OPS(MP_TYPE_IQ4_NL, MP_TYPE_Q8_0, mp_dequantize_row_iq4_nl_scalar, mp_quantize_row_iq4_nl_ref,
+        mp_vec_dot_iq4_nl_q8_0_avx2, mp_vec_dot_multi_iq4_nl_avx2),
+    OPS(MP_TYPE_MXFP4, MP_TYPE_Q8_0, mp_dequantize_row_mxfp4_scalar, mp_quantize_row_mxfp4_ref, mp_vec_dot_mxfp4_q8_0_avx2,
+        mp_vec_dot_multi_mxfp4_avx2),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
     /* Q2_K's, Q3_K's and Q5_K's rows are dequantized by the scalar reference (loaders and tests

@@ -26,6 +26,11 @@ void mp_dequantize_row_f16_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_bf16_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_0_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q8_0_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_q4_1_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_q5_0_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_q5_1_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_iq4_nl_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_mxfp4_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q2_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q3_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n);
@@ -39,12 +44,29 @@ float mp_vec_dot_f16_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_bf16_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_0_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q8_0_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_q4_1_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_q5_0_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_q5_1_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_iq4_nl_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 /* Q2_K and Q3_K's AVX2 kernels (quant_avx2.c), which the AVX-512 table takes too */
 float mp_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 void mp_vec_dot_multi_q2_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
 void mp_vec_dot_multi_q3_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
+/* the AVX2 dots of the blocks of 32 that the AVX-512 table takes too (quant_avx2.c) */
+#define MP_DECLARE_B32_AVX2(NAME)                                                               \
+    float mp_vec_dot_##NAME##_q8_0_avx2(int64_t n, const void *w, const void *x);               \
+    void mp_vec_dot_multi_##NAME##_avx2(int64_t n, const void *w, const void *x, size_t x_stride, \
+                                        int n_x, float *out);
+MP_DECLARE_B32_AVX2(q4_0)
+MP_DECLARE_B32_AVX2(q8_0)
+MP_DECLARE_B32_AVX2(q4_1)
+MP_DECLARE_B32_AVX2(q5_0)
+MP_DECLARE_B32_AVX2(q5_1)
+MP_DECLARE_B32_AVX2(iq4_nl)
+MP_DECLARE_B32_AVX2(mxfp4)
 float mp_vec_dot_q3_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x);
@@ -56,6 +78,11 @@ void mp_quantize_row_f16_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_bf16_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_0_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q4_1_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_q5_1_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_iq4_nl_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_mxfp4_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q2_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q3_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n);

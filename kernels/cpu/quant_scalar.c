@@ -8,7 +8,7 @@
  * vec_dot accumulates integer products per block exactly (int32), as the formats are designed
  * for, and applies the float scales once per block (per 16/32-element sub-block for the scales
  * of the K-quants, which are integers too). Partner formats: F32/F16/BF16 weights dot an F32
- * row; Q4_0/Q8_0 dot Q8_0; the K-quants Q2_K..Q6_K dot Q8_K (whose bsums carry the sums the mins need).
+ * row; the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) dot Q8_0; the K-quants Q2_K..Q6_K dot Q8_K (whose bsums carry the sums the mins need).
  */
 #include <string.h>
 
@@ -255,6 +255,120 @@ float mp_vec_dot_q8_0_q8_0_scalar(int64_t n, const void *w, const void *x)
     }
     return sum;
 }
+
+/* ---- the blocks of 32 that dot Q8_0 (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4; Q4_0 and Q8_0 above and
+ * below keep their own loops): one unpacker, x = d v + m (m = 0 but for Q4_1 and Q5_1) ---- */
+
+typedef struct block32 {
+    int v[32];   /* the integer level of each element */
+    float d, m;
+    int has_m;   /* Q4_1, Q5_1: add m (a separate float add, as the gguf package does) */
+} block32;
+
+static const int8_t k_iq4_nl_levels[16] = MP_IQ4_NL_LEVELS;
+static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
+
+/* Block ib of a row of `type`; 0 for a type this does not unpack. */
+static int unpack_block32(int type, const uint8_t *row, int64_t ib, block32 *b)
+{
+    const uint8_t *qs;
+    uint32_t qh = 0;
+    b->m = 0.0f;
+    b->has_m = 0;
+    switch (type) {
+    case MP_TYPE_Q4_1: {
+        const mp_block_q4_1 *p = (const mp_block_q4_1 *)row + ib;
+        b->d = mp_f16_to_f32(p->d), b->m = mp_f16_to_f32(p->m), b->has_m = 1;
+        qs = p->qs;
+        break;
+    }
+    case MP_TYPE_Q5_0: {
+        const mp_block_q5_0 *p = (const mp_block_q5_0 *)row + ib;
+        b->d = mp_f16_to_f32(p->d);
+        memcpy(&qh, p->qh, 4);
+        qs = p->qs;
+        break;
+    }
+    case MP_TYPE_Q5_1: {
+        const mp_block_q5_1 *p = (const mp_block_q5_1 *)row + ib;
+        b->d = mp_f16_to_f32(p->d), b->m = mp_f16_to_f32(p->m), b->has_m = 1;
+        memcpy(&qh, p->qh, 4);
+        qs = p->qs;
+        break;
+    }
+    case MP_TYPE_IQ4_NL: {
+        const mp_block_iq4_nl *p = (const mp_block_iq4_nl *)row + ib;
+        b->d = mp_f16_to_f32(p->d);
+        qs = p->qs;
+        break;
+    }
+    case MP_TYPE_MXFP4: {
+        const mp_block_mxfp4 *p = (const mp_block_mxfp4 *)row + ib;
+        b->d = mp_e8m0_half(p->e);
+        qs = p->qs;
+        break;
+    }
+    default: return 0;
+    }
+    for (int l = 0; l < 32; l++) {
+        const int nib = (qs[l % 16] >> (4 * (l / 16))) & 0x0F;
+        switch (type) {
+        case MP_TYPE_Q4_1: b->v[l] = nib; break;
+        case MP_TYPE_Q5_0: b->v[l] = (nib | (int)((qh >> l) & 1) << 4) - 16; break;
+        case MP_TYPE_Q5_1: b->v[l] = nib | (int)((qh >> l) & 1) << 4; break;
+        case MP_TYPE_IQ4_NL: b->v[l] = k_iq4_nl_levels[nib]; break;
+        default: b->v[l] = k_mxfp4_levels[nib]; break;
+        }
+    }
+    return 1;
+}
+
+static void dequantize_block32_row(int type, const void *src, float *dst, int64_t n)
+{
+    block32 b;
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        unpack_block32(type, src, ib, &b);
+        for (int l = 0; l < 32; l++)
+            dst[32 * ib + l] = b.has_m ? b.d * (float)b.v[l] + b.m : b.d * (float)b.v[l];
+    }
+}
+
+/* Against Q8_0 activations (d_x, q_x): d d_x sum(v q_x) + m d_x sum(q_x) per block. */
+static float vec_dot_block32_q8_0(int type, int64_t n, const void *w, const void *x)
+{
+    const mp_block_q8_0 *bx = x; /* (n / 32,) */
+    float sum = 0.0f;
+    block32 b;
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        unpack_block32(type, w, ib, &b);
+        int32_t isum = 0, xsum = 0;
+        for (int l = 0; l < 32; l++) {
+            isum += b.v[l] * bx[ib].qs[l];
+            xsum += bx[ib].qs[l];
+        }
+        const float dx = mp_f16_to_f32(bx[ib].d);
+        sum += (b.d * dx) * (float)isum;
+        if (b.has_m)
+            sum += (b.m * dx) * (float)xsum;
+    }
+    return sum;
+}
+
+#define DEFINE_BLOCK32(NAME, TYPE)                                                       \
+    void mp_dequantize_row_##NAME##_scalar(const void *src, float *dst, int64_t n)       \
+    {                                                                                    \
+        dequantize_block32_row(TYPE, src, dst, n);                                       \
+    }                                                                                    \
+    float mp_vec_dot_##NAME##_q8_0_scalar(int64_t n, const void *w, const void *x)       \
+    {                                                                                    \
+        return vec_dot_block32_q8_0(TYPE, n, w, x);                                      \
+    }
+
+DEFINE_BLOCK32(q4_1, MP_TYPE_Q4_1)
+DEFINE_BLOCK32(q5_0, MP_TYPE_Q5_0)
+DEFINE_BLOCK32(q5_1, MP_TYPE_Q5_1)
+DEFINE_BLOCK32(iq4_nl, MP_TYPE_IQ4_NL)
+DEFINE_BLOCK32(mxfp4, MP_TYPE_MXFP4)
 
 float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x)
 {

@@ -1,9 +1,13 @@
 /* kernels/cpu/quantize.c — reference quantizers (float rows -> blocks) for every type.
  *
- * Q4_0 and Q8_0 reproduce the gguf package's quantize() bit for bit (same float32 operations in
- * the same order; this file is built with -ffp-contract=off so no FMA can change a rounding):
- *   Q4_0: d = x[argmax |x|] / -8, q = min(15, trunc(x / d + 8.5))
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and MXFP4 reproduce the gguf package's quantize() bit for bit
+ * (same float32 operations in the same order; this file is built with -ffp-contract=off so no FMA
+ * can change a rounding):
+ *   Q4_0: d = x[argmax |x|] / -8, q = min(15, trunc(x / d + 8.5))     (Q5_0: -16, 31, 16.5)
+ *   Q4_1: d = (max - min) / 15, m = min, q = trunc((x - m) / d + 0.5) (Q5_1: 31)
  *   Q8_0: d = max |x| / 127,      q = round_half_away(x / d)
+ *   MXFP4: a power-of-two scale from max |x|, each element its nearest E2M1 level
+ * IQ4_NL is our own search over scales (below).
  * The K-quants are our own round-to-nearest design, not llama.cpp's bit pattern: each sub-block
  * (32 elements for Q4_K and Q5_K, 16 for Q2_K, Q3_K and Q6_K) gets a least-squares scale (and min) chosen by trying a
  * small grid of initial scales and refitting twice; then the sub-block scales are themselves
@@ -80,6 +84,174 @@ void mp_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n)
         b[ib].d = mp_f32_to_f16(d);
         for (int l = 0; l < MP_QK8_0; l++)
             b[ib].qs[l] = (int8_t)roundf(x[l] * id); /* |x * id| <= 127 (+ rounding), never -128 */
+    }
+}
+
+/* Q4_1 and Q5_1 (bits levels 2^bits - 1): d = (max - min) / levels, q = min(levels,
+ * trunc((x - min) / d + 0.5)), m = min. qh: NULL for Q4_1. */
+static void quantize_block_min(const float *x, int levels, mp_f16 *d_out, mp_f16 *m_out, uint8_t *qs, uint8_t *qh)
+{
+    float min = x[0], max = x[0];
+    for (int l = 1; l < 32; l++) {
+        min = x[l] < min ? x[l] : min;
+        max = x[l] > max ? x[l] : max;
+    }
+    const float d = (max - min) / (float)levels;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    *d_out = mp_f32_to_f16(d);
+    *m_out = mp_f32_to_f16(min);
+    uint32_t h = 0;
+    for (int l = 0; l < 16; l++) {
+        int q0 = (int)((x[l] - min) * id + 0.5f), q1 = (int)((x[l + 16] - min) * id + 0.5f);
+        q0 = q0 < 0 ? 0 : q0 > levels ? levels : q0;
+        q1 = q1 < 0 ? 0 : q1 > levels ? levels : q1;
+        qs[l] = (uint8_t)((q0 & 0x0F) | (q1 & 0x0F) << 4);
+        h |= (uint32_t)(q0 >> 4) << l | (uint32_t)(q1 >> 4) << (l + 16);
+    }
+    if (qh)
+        memcpy(qh, &h, 4);
+}
+
+void mp_quantize_row_q4_1_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q4_1 *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / 32; ib++)
+        quantize_block_min(src + 32 * ib, 15, &b[ib].d, &b[ib].m, b[ib].qs, NULL);
+}
+
+void mp_quantize_row_q5_1_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q5_1 *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / 32; ib++)
+        quantize_block_min(src + 32 * ib, 31, &b[ib].d, &b[ib].m, b[ib].qs, b[ib].qh);
+}
+
+/* Q5_0: Q4_0's rule on 5 bits: d = x[argmax |x|] / -16, q = min(31, trunc(x / d + 16.5)). */
+void mp_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_q5_0 *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        const float *x = src + 32 * ib;
+        float amax = 0.0f, max = 0.0f;
+        for (int l = 0; l < 32; l++)
+            if (fabsf(x[l]) > amax) {
+                amax = fabsf(x[l]);
+                max = x[l];
+            }
+        const float d = max / -16.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[ib].d = mp_f32_to_f16(d);
+        uint32_t h = 0;
+        for (int l = 0; l < 16; l++) {
+            int q0 = (int)(x[l] * id + 16.5f), q1 = (int)(x[l + 16] * id + 16.5f);
+            q0 = q0 < 0 ? 0 : q0 > 31 ? 31 : q0;
+            q1 = q1 < 0 ? 0 : q1 > 31 ? 31 : q1;
+            b[ib].qs[l] = (uint8_t)((q0 & 0x0F) | (q1 & 0x0F) << 4);
+            h |= (uint32_t)(q0 >> 4) << l | (uint32_t)(q1 >> 4) << (l + 16);
+        }
+        memcpy(b[ib].qh, &h, 4);
+    }
+}
+
+/* The index of the level nearest v among 16 ascending levels (the lower one on a tie). */
+static int nearest_level(const int8_t *levels, float v)
+{
+    int best = 0;
+    float err = fabsf(v - (float)levels[0]);
+    for (int k = 1; k < 16; k++) {
+        const float e = fabsf(v - (float)levels[k]);
+        if (e < err) {
+            err = e;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* IQ4_NL, our own search: the block's signed extreme is put at each of nine levels near either
+ * end of the scale (-127 ... -95 and 113 ... 89, mapped to the extreme's sign); each candidate
+ * scale assigns every element its nearest level and is refitted by least squares; the candidate
+ * of least squared error wins. The quants are then recomputed against the f16 scale as stored. */
+void mp_quantize_row_iq4_nl_ref(const float *src, void *dst, int64_t n)
+{
+    static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
+    mp_block_iq4_nl *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        const float *x = src + 32 * ib;
+        float amax = 0.0f, max = 0.0f;
+        for (int l = 0; l < 32; l++)
+            if (fabsf(x[l]) > amax) {
+                amax = fabsf(x[l]);
+                max = x[l];
+            }
+        float best_d = 0.0f, best_err = INFINITY;
+        for (int c = 0; amax > 0.0f && c < 18; c++) {
+            const float target = c < 9 ? -127.0f + 4.0f * (float)c : 113.0f - 3.0f * (float)(c - 9);
+            const float id = target / max;
+            float sxv = 0.0f, svv = 0.0f;
+            for (int l = 0; l < 32; l++) {
+                const float v = (float)levels[nearest_level(levels, x[l] * id)];
+                sxv += x[l] * v;
+                svv += v * v;
+            }
+            const float d = svv > 0.0f ? sxv / svv : 0.0f;
+            float err = 0.0f;
+            for (int l = 0; l < 32; l++) {
+                const float r = x[l] - d * (float)levels[nearest_level(levels, x[l] * id)];
+                err += r * r;
+            }
+            if (err < best_err) {
+                best_err = err;
+                best_d = d;
+            }
+        }
+        b[ib].d = mp_f32_to_f16(best_d);
+        const float d = mp_f16_to_f32(b[ib].d);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int l = 0; l < 16; l++) {
+            const int q0 = nearest_level(levels, x[l] * id), q1 = nearest_level(levels, x[l + 16] * id);
+            b[ib].qs[l] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+/* MXFP4: the gguf package's rule: e = floor(log2(max |x|)) - 2 + 127 (0 for a zero block; here
+ * from the float's exponent, exact where a float log2 may round up just below a power of two, and
+ * clamped at 0 for blocks below 2^-125), then each element the code of least |2^(e-128) v - x|
+ * (the first in code order on a tie). */
+void mp_quantize_row_mxfp4_ref(const float *src, void *dst, int64_t n)
+{
+    static const int8_t levels[16] = MP_MXFP4_LEVELS;
+    mp_block_mxfp4 *b = dst; /* (n / 32,) */
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        const float *x = src + 32 * ib;
+        float amax = 0.0f;
+        for (int l = 0; l < 32; l++)
+            amax = fmaxf(amax, fabsf(x[l]));
+        int e = 0;
+        if (amax > 0.0f) {
+            int ex;
+            frexpf(amax, &ex); /* amax = f 2^ex, f in [0.5, 1): floor(log2 amax) = ex - 1 */
+            e = ex - 1 - 2 + 127;
+            e = e < 0 ? 0 : e > 255 ? 255 : e;
+        }
+        b[ib].e = (uint8_t)e;
+        const float d = mp_e8m0_half((uint8_t)e);
+        for (int l = 0; l < 32; l++) {
+            int best = 0;
+            float err = fabsf(d * (float)levels[0] - x[l]);
+            for (int k = 1; k < 16; k++) {
+                const float r = fabsf(d * (float)levels[k] - x[l]);
+                if (r < err) {
+                    err = r;
+                    best = k;
+                }
+            }
+            if (l < 16)
+                b[ib].qs[l] = (uint8_t)best;
+            else
+                b[ib].qs[l - 16] |= (uint8_t)(best << 4);
+        }
     }
 }
 

@@ -37,9 +37,10 @@ void *alloc64(size_t bytes)
     return p;
 }
 
-const int k_weight_types[N_WEIGHT_TYPES] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                                     MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K,
-                                     MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+const int k_weight_types[N_WEIGHT_TYPES] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16,   MP_TYPE_Q4_0,
+                                            MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1,   MP_TYPE_Q8_0,
+                                            MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q2_K, MP_TYPE_Q3_K,
+                                            MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
 
 int same_float(float a, float b)
 {
@@ -88,7 +89,17 @@ void random_weight_row(int type, uint8_t *row, int64_t n)
         switch (type) {
         case MP_TYPE_Q4_0:
         case MP_TYPE_Q8_0:
+        case MP_TYPE_Q5_0:
+        case MP_TYPE_IQ4_NL:
+            store_f16(row + off, (rnd_u64() & 1) ? scale : -scale);
+            break;
+        case MP_TYPE_Q4_1:
+        case MP_TYPE_Q5_1: /* the offset of either sign */
             store_f16(row + off, scale);
+            store_f16(row + off + 2, (float)((rnd_u64() & 1 ? 1 : -1) * 16 * scale * rnd_uniform()));
+            break;
+        case MP_TYPE_MXFP4: /* exponents around 2^-7 (e 121 .. 128) */
+            row[off] = (uint8_t)(121 + rnd_u64() % 8);
             break;
         case MP_TYPE_Q4_K:
         case MP_TYPE_Q5_K:

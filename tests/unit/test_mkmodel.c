@@ -428,7 +428,7 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
         {"--preset", "tiny", "--skew", "nan", "-o", out, NULL},
         {"--preset", "tiny", "--seed", "-3", "-o", out, NULL},
         {"--preset", "tiny", "--quant", "q3_k", "-o", out, NULL},
-        {"--preset", "tiny", "--type-experts", "Q4_1", "-o", out, NULL},
+        {"--preset", "tiny", "--type-experts", "IQ4_XS", "-o", out, NULL},
         {"--preset", "tiny", "--type-bogus", "Q8_0", "-o", out, NULL},
         {"--preset", "huge", "-o", out, NULL},
         {"--arch", "gpt2", "-o", out, NULL},
@@ -473,19 +473,18 @@ Test(mkmodel, row_length_errors_suggest_a_type_that_fits)
     cr_assert(strstr(err.msg, "100") && strstr(err.msg, "F16"), "message: %s", err.msg);
 }
 
-/* A mix's class whose rows do not divide into its type's blocks takes the closest type in bits
- * that fits, as llama.cpp's quantizer falls back: Q4_K_M at an expert FFN of 96 and attention
- * rows of 128 gives ffn-down Q8_0 (Q6_K's, as llama.cpp) and attn-output Q4_0 (llama.cpp: Q5_0,
- * which moeplan does not load); gate/up (rows of the 256-wide hidden size) stay Q4_K. The rule by
- * itself, and a class set by --type-CLASS never falls back. The model loads and its expert entry
- * names the mixed pair. */
+/* A mix's class whose rows do not divide into its type's blocks takes llama.cpp's fallback type:
+ * Q4_K_M at an expert FFN of 96 and attention rows of 128 gives ffn-down Q8_0 (Q6_K's) and
+ * attn-output Q5_0 (Q4_K's); gate/up (rows of the 256-wide hidden size) stay Q4_K. The rule by
+ * itself (F16 where even the blocks of 32 do not fit), and a class set by --type-CLASS never falls
+ * back. The model loads and its expert entry names the mixed pair. */
 Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
 {
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 512), MP_TYPE_Q4_K);
-    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 96), MP_TYPE_Q4_0);
-    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q2_K, 96), MP_TYPE_Q4_0);
-    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q3_K, 96), MP_TYPE_Q4_0);
-    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q5_K, 96), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 96), MP_TYPE_Q5_0);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q2_K, 96), MP_TYPE_IQ4_NL);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q3_K, 96), MP_TYPE_IQ4_NL);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q5_K, 96), MP_TYPE_Q5_1);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q6_K, 96), MP_TYPE_Q8_0);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 40), MP_TYPE_F16);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q8_0, 40), MP_TYPE_F16);
@@ -501,11 +500,11 @@ Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
     cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q8_0);
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_GATE, 0), MP_TYPE_Q4_K);
-    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q4_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q5_0);
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_V, 0), MP_TYPE_Q6_K, "rows of the hidden size fit");
     char what[256];
     cr_assert_eq(mp_mkmodel_describe_fallbacks(&c, what, sizeof what), 2);
-    cr_assert_str_eq(what, "attn-output Q4_K -> Q4_0 (rows of 128), ffn-down Q6_K -> Q8_0 (rows of 96)");
+    cr_assert_str_eq(what, "attn-output Q4_K -> Q5_0 (rows of 128), ffn-down Q6_K -> Q8_0 (rows of 96)");
     const char *out = tmp_path("fallback.gguf");
     const char *const args[] = {"--arch", "qwen3moe", "--quant", "q4_k_m", "--layers", "2", "--experts", "8",
                                 "--top-k", "2", "--hidden", "256", "--expert-ff", "96", "--heads", "2",
@@ -518,7 +517,7 @@ Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
     mp_model_free(m);
     cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-down", "Q6_K", &err), MP_OK);
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q6_K, "set by --type-ffn-down: no fallback");
-    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q4_0, "the mix's others still fall back");
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q5_0, "the mix's others still fall back");
 }
 
 Test(mkmodel, existing_output_needs_force)

@@ -125,7 +125,8 @@ static void free_fixture(fixture *fx)
     free(fx->deq);
 }
 
-static const char *k_fixtures[] = {"f16", "bf16", "q4_0", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+static const char *k_fixtures[] = {"f16",  "bf16", "q4_0", "q4_1", "q5_0",  "q5_1",   "q8_0",
+                                   "mxfp4", "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
 
 static void check_dequantize_fixture(const mp_type_ops *ops, const fixture *fx, const char *name,
                                      const char *variant)
@@ -161,7 +162,7 @@ Test(quant, dequantize_matches_gguf)
 
 Test(quant, quantize_matches_gguf)
 {
-    const char *names[] = {"f16", "bf16", "q4_0", "q8_0"};
+    const char *names[] = {"f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4"};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
         fixture fx = load_fixture(names[k]);
         cr_assert(fx.src, "fixture %s has no source rows", names[k]);
@@ -389,6 +390,21 @@ Test(quant, kquant_error_in_expected_range)
               e_q4_K, naive_q4);
     cr_assert(e_q6_K < naive_q6, "seed %llu: Q6_K %.4f vs max rounding %.4f", (unsigned long long)g_seed,
               e_q6_K, naive_q6);
+    /* the other blocks of 32: a fifth bit halves the error of Q4_0 and Q4_1 (Q4_1's step is the
+     * block's range / 15, ~4.1 sigma / 15 -> 0.079 sigma); IQ4_NL's non-uniform levels and scale
+     * search beat Q4_0; MXFP4's power-of-two scale and E2M1 levels lose to IQ4_NL */
+    const double e_q4_1 = rel_rms_error(MP_TYPE_Q4_1, x, n), e_q5_0 = rel_rms_error(MP_TYPE_Q5_0, x, n);
+    const double e_q5_1 = rel_rms_error(MP_TYPE_Q5_1, x, n), e_iq4 = rel_rms_error(MP_TYPE_IQ4_NL, x, n);
+    const double e_mx = rel_rms_error(MP_TYPE_MXFP4, x, n);
+    cr_log_info("relative RMS error: Q4_1 %.4f Q5_0 %.4f Q5_1 %.4f IQ4_NL %.4f MXFP4 %.4f", e_q4_1, e_q5_0, e_q5_1,
+                e_iq4, e_mx);
+    /* measured 0.078 / 0.042 / 0.038 / 0.074 / 0.115 against Q4_0's 0.086; bounds ~20 % over */
+    const unsigned long long sd = (unsigned long long)g_seed;
+    cr_assert(e_q4_1 < e_q4_0 && e_q4_1 < 0.095, "seed %llu: Q4_1 %.4f (Q4_0 %.4f)", sd, e_q4_1, e_q4_0);
+    cr_assert(e_q5_0 < 0.6 * e_q4_0 && e_q5_0 > 0.03, "seed %llu: Q5_0 %.4f (Q4_0 %.4f)", sd, e_q5_0, e_q4_0);
+    cr_assert(e_q5_1 < 0.6 * e_q4_1 && e_q5_1 > 0.025, "seed %llu: Q5_1 %.4f (Q4_1 %.4f)", sd, e_q5_1, e_q4_1);
+    cr_assert(e_iq4 < 0.95 * e_q4_0, "seed %llu: IQ4_NL %.4f not better than Q4_0 %.4f", sd, e_iq4, e_q4_0);
+    cr_assert(e_mx > e_iq4 && e_mx < 0.14, "seed %llu: MXFP4 %.4f (IQ4_NL %.4f)", sd, e_mx, e_iq4);
     /* offset data (all positive sub-blocks) exercises Q4_K's mins */
     for (int64_t i = 0; i < n; i++)
         x[i] = 0.05f + fabsf(rnd_gauss()) * 0.02f;
@@ -601,6 +617,9 @@ Test(quant, type_table)
     struct { int type; const char *name; int64_t elems; size_t bytes; int weight; } want[] = {
         {MP_TYPE_F32, "F32", 1, 4, 1},      {MP_TYPE_F16, "F16", 1, 2, 1},
         {MP_TYPE_BF16, "BF16", 1, 2, 1},    {MP_TYPE_Q4_0, "Q4_0", 32, 18, 1},
+        {MP_TYPE_Q4_1, "Q4_1", 32, 20, 1},  {MP_TYPE_Q5_0, "Q5_0", 32, 22, 1},
+        {MP_TYPE_Q5_1, "Q5_1", 32, 24, 1},  {MP_TYPE_IQ4_NL, "IQ4_NL", 32, 18, 1},
+        {MP_TYPE_MXFP4, "MXFP4", 32, 17, 1},
         {MP_TYPE_Q8_0, "Q8_0", 32, 34, 1},  {MP_TYPE_Q4_K, "Q4_K", 256, 144, 1},
         {MP_TYPE_Q2_K, "Q2_K", 256, 84, 1},  {MP_TYPE_Q3_K, "Q3_K", 256, 110, 1},
         {MP_TYPE_Q5_K, "Q5_K", 256, 176, 1}, {MP_TYPE_Q6_K, "Q6_K", 256, 210, 1},
@@ -622,9 +641,18 @@ Test(quant, type_table)
     }
     cr_assert_eq(mp_type_from_name("q4_k"), MP_TYPE_Q4_K);
     cr_assert_eq(mp_type_from_name("Q4_"), -1);
-    cr_assert_eq(mp_type_from_name("Q5_1"), -1);
+    cr_assert_eq(mp_type_from_name("IQ4_XS"), -1);
+    cr_assert_eq(mp_type_from_name("iq4_nl"), MP_TYPE_IQ4_NL);
     cr_assert_eq(mp_type_from_name(NULL), -1);
-    cr_assert_null(mp_type_name(3));
+    cr_assert_null(mp_type_name(4));
+    /* the one list messages print: every weight type's name, not the activation-only Q8_K */
+    int listed = 0;
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const char *at = strstr(mp_type_names(), want[i].name);
+        cr_assert_eq(at != NULL, want[i].weight != 0, "%s in '%s'", want[i].name, mp_type_names());
+        listed += want[i].weight;
+    }
+    cr_assert_eq(listed, N_WEIGHT_TYPES);
     cr_assert_eq(mp_type_block_bytes(99), 0);
     cr_assert_eq(mp_type_row_bytes(99, 32), 0);
     cr_assert_eq(mp_type_row_bytes(MP_TYPE_Q4_K, -256), 0);
