@@ -105,6 +105,13 @@ static inline cudaError_t mpc_launch(void (*kernel)(K...), dim3 grid, dim3 block
 
 static_assert(sizeof(mp_block_q4_0) == 18, "Q4_0 block");
 static_assert(sizeof(mp_block_q8_0) == 34, "Q8_0 block");
+static_assert(sizeof(mp_block_q4_1) == 20 && offsetof(mp_block_q4_1, qs) == 4, "Q4_1 block");
+static_assert(sizeof(mp_block_q5_0) == 22 && offsetof(mp_block_q5_0, qh) == 2 && offsetof(mp_block_q5_0, qs) == 6,
+              "Q5_0 block");
+static_assert(sizeof(mp_block_q5_1) == 24 && offsetof(mp_block_q5_1, qh) == 4 && offsetof(mp_block_q5_1, qs) == 8,
+              "Q5_1 block");
+static_assert(sizeof(mp_block_iq4_nl) == 18 && offsetof(mp_block_iq4_nl, qs) == 2, "IQ4_NL block");
+static_assert(sizeof(mp_block_mxfp4) == 17 && offsetof(mp_block_mxfp4, qs) == 1, "MXFP4 block");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block");
 static_assert(sizeof(mp_block_q2_K) == 84 && offsetof(mp_block_q2_K, qs) == 16 && offsetof(mp_block_q2_K, d) == 80,
               "Q2_K block");
@@ -154,6 +161,43 @@ __device__ __forceinline__ float mpc_bf16(uint16_t bits)
     return __uint_as_float((uint32_t)bits << 16);
 }
 
+// MXFP4's block scale 2^(e - 128) (kernels/quant.h's mp_e8m0_half)
+__device__ __forceinline__ float mpc_e8m0_half(uint32_t e)
+{
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// The 16 levels of a look-up format (IQ4_NL, MXFP4) as four words of four signed bytes, for
+// mpc_lut16; built at compile time from kernels/quant.h's initializers.
+struct mpc_levels {
+    int8_t v[16];
+};
+__host__ __device__ constexpr uint32_t mpc_levels_word(mpc_levels l, int w)
+{
+    return (uint32_t)(uint8_t)l.v[4 * w] | (uint32_t)(uint8_t)l.v[4 * w + 1] << 8 |
+           (uint32_t)(uint8_t)l.v[4 * w + 2] << 16 | (uint32_t)(uint8_t)l.v[4 * w + 3] << 24;
+}
+
+// Four codes (one 0..15 per byte of nib) to their four levels (one signed byte each): byte_perm
+// picks from levels 0..7 and 8..15 by the code's low 3 bits, its bit 3 chooses between the two.
+template <int T>
+__device__ __forceinline__ int mpc_lut16(uint32_t nib)
+{
+    constexpr mpc_levels lv = T == MP_TYPE_IQ4_NL ? mpc_levels{MP_IQ4_NL_LEVELS} : mpc_levels{MP_MXFP4_LEVELS};
+    constexpr uint32_t t0 = mpc_levels_word(lv, 0), t1 = mpc_levels_word(lv, 1);
+    constexpr uint32_t t2 = mpc_levels_word(lv, 2), t3 = mpc_levels_word(lv, 3);
+    const uint32_t sel = (nib & 0x7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
+    const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const uint32_t high = ((nib >> 3) & 0x01010101u) * 0xFFu;
+    return (int)((lo & ~high) | (hi & high));
+}
+
+// Bits 0..3 of b to bit 4 of bytes 0..3 (Q5_0/Q5_1's fifth bits of four elements).
+__device__ __forceinline__ uint32_t mpc_bits_to_byte4(uint32_t b)
+{
+    return ((b & 1u) | (b & 2u) << 7 | (b & 4u) << 14 | (b & 8u) << 21) << 4;
+}
+
 __device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
 {
     return *(const uint16_t *)p; // p is 2-byte aligned (every 16-bit field of every block is)
@@ -180,15 +224,15 @@ __device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
     return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
 }
 
-// N 32-bit words from a 2-byte aligned address with aligned 32-bit loads: N (+1 when p is not
-// 4-byte aligned) loads and a funnel shift, instead of 2N 16-bit loads. Never reads outside the
-// 4-byte words that hold bytes of [p, p + 4N).
+// N 32-bit words from any address with aligned 32-bit loads: N (+1 when p is not 4-byte
+// aligned) loads and a funnel shift, instead of 2N 16-bit (or 4N byte) loads. Never reads outside
+// the 4-byte words that hold bytes of [p, p + 4N).
 template <int N>
 __device__ __forceinline__ void mpc_ld_words(const uint8_t *p, uint32_t *out)
 {
     const uintptr_t a = (uintptr_t)p;
     const uint32_t *q = (const uint32_t *)(a & ~(uintptr_t)3);
-    const unsigned sh = (unsigned)(a & 2) * 8; // 0 or 16
+    const unsigned sh = (unsigned)(a & 3) * 8; // 0, 8, 16 or 24
     uint32_t w[N + 1];
 #pragma unroll
     for (int k = 0; k < N; k++)

@@ -8,6 +8,7 @@
 #define MP_KERNELS_CUDA_CONVERT_CUH
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv.cuh" // the blocks of 32's layouts (mpc_b32_layout)
 
 template <int T>
 __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
@@ -26,6 +27,22 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
     } else if (T == MP_TYPE_Q8_0) {
         const uint8_t *b = row + (i / 32) * 34;
         return __fmul_rn((float)(int8_t)b[2 + i % 32], mpc_f16(mpc_ld16(b)));
+    } else if (T == MP_TYPE_Q4_1 || T == MP_TYPE_Q5_0 || T == MP_TYPE_Q5_1 || T == MP_TYPE_IQ4_NL ||
+               T == MP_TYPE_MXFP4) {
+        using L = mpc_b32_layout<T>;
+        const uint8_t *b = row + (i / 32) * L::bytes;
+        const int l = (int)(i % 32);
+        int v = l < 16 ? (b[L::qs + l] & 0x0F) : (b[L::qs + l - 16] >> 4);
+        if (L::qh >= 0)
+            v |= ((b[L::qh + l / 8] >> (l % 8)) & 1) << 4;
+        if (L::lut)
+            v = (int)(int8_t)(mpc_lut16<T>((uint32_t)v) & 0xFF);
+        else if (T == MP_TYPE_Q5_0)
+            v -= 16;
+        const float d = T == MP_TYPE_MXFP4 ? mpc_e8m0_half(b[0]) : mpc_f16(mpc_ld16(b));
+        if (L::has_min)
+            return __fadd_rn(__fmul_rn(d, (float)v), mpc_f16(mpc_ld16(b + 2)));
+        return __fmul_rn(d, (float)v);
     } else if (T == MP_TYPE_Q4_K) {
         const uint8_t *b = row + (i / 256) * 144;
         const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
@@ -83,6 +100,11 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
     case MP_TYPE_BF16: CALL(MP_TYPE_BF16); break; \
     case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0); break; \
     case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0); break; \
+    case MP_TYPE_Q4_1: CALL(MP_TYPE_Q4_1); break; \
+    case MP_TYPE_Q5_0: CALL(MP_TYPE_Q5_0); break; \
+    case MP_TYPE_Q5_1: CALL(MP_TYPE_Q5_1); break; \
+    case MP_TYPE_IQ4_NL: CALL(MP_TYPE_IQ4_NL); break; \
+    case MP_TYPE_MXFP4: CALL(MP_TYPE_MXFP4); break; \
     case MP_TYPE_Q2_K: CALL(MP_TYPE_Q2_K); break; \
     case MP_TYPE_Q3_K: CALL(MP_TYPE_Q3_K); break; \
     case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break; \

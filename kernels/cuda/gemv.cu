@@ -114,6 +114,21 @@ extern "C" int mp_cuda_gemv(int type, const void *d_w, size_t row_bytes, int64_t
         case MP_TYPE_Q8_0:
             launch_gemv<MP_TYPE_Q8_0, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
             break;
+        case MP_TYPE_Q4_1:
+            launch_gemv<MP_TYPE_Q4_1, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
+        case MP_TYPE_Q5_0:
+            launch_gemv<MP_TYPE_Q5_0, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
+        case MP_TYPE_Q5_1:
+            launch_gemv<MP_TYPE_Q5_1, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
+        case MP_TYPE_IQ4_NL:
+            launch_gemv<MP_TYPE_IQ4_NL, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
+        case MP_TYPE_MXFP4:
+            launch_gemv<MP_TYPE_MXFP4, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
         case MP_TYPE_Q4_K:
             if (vec) launch_gemv<MP_TYPE_Q4_K, true>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
             else launch_gemv<MP_TYPE_Q4_K, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);

@@ -2,7 +2,7 @@
 //
 // A unit is the slice of a weight row one lane handles at a time, loaded once into registers
 // and then dotted against one or more activation rows:
-//   - quantized types: 32 elements (a Q4_0/Q8_0 block; a Q4_K/Q5_K sub-block; a Q6_K (half, quarter)
+//   - quantized types: 32 elements (a block of 32: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4; a Q4_K/Q5_K sub-block; a Q6_K (half, quarter)
 //     run of 32 with its two 16-element scales), dotted with __dp4a on the int8 activation quants
 //     of the partner format (Q8_0 or Q8_K, see cuda_ops.h). The integer part of every unit is
 //     exact, as on the CPU; only the float scaling and the summation order differ, so results
@@ -77,6 +77,75 @@ template <> struct mpc_unit<MP_TYPE_Q8_0, false> {
         return __fmul_rn(d, mpc_f16(mpc_ld16(b))) * (float)isum;
     }
 };
+
+// The other blocks of 32 (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4; kernels/quant.h): the unit is one
+// block, its 32 levels as bytes in element order (q[k]: elements 4k..4k+3, signed for IQ4_NL and
+// MXFP4, 0..31 for the others), x = d v + m. Q5_0 keeps its levels as u = v + 16.
+template <int T> struct mpc_b32_layout {
+    static constexpr int bytes = T == MP_TYPE_Q4_1 ? 20 : T == MP_TYPE_Q5_0 ? 22 : T == MP_TYPE_Q5_1 ? 24
+                                 : T == MP_TYPE_IQ4_NL ? 18 : 17;
+    static constexpr int qs = T == MP_TYPE_Q4_1 ? 4 : T == MP_TYPE_Q5_0 ? 6 : T == MP_TYPE_Q5_1 ? 8
+                              : T == MP_TYPE_IQ4_NL ? 2 : 1;
+    static constexpr int qh = T == MP_TYPE_Q5_0 ? 2 : T == MP_TYPE_Q5_1 ? 4 : -1; // -1: no fifth bits
+    static constexpr bool has_min = T == MP_TYPE_Q4_1 || T == MP_TYPE_Q5_1;
+    static constexpr bool lut = T == MP_TYPE_IQ4_NL || T == MP_TYPE_MXFP4;
+};
+
+template <int T> struct mpc_b32_unit {
+    using L = mpc_b32_layout<T>;
+    float d, m;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + u * L::bytes;
+        uint32_t qs[4], qh = 0;
+        mpc_ld_words<4>(b + L::qs, qs);
+        if (L::qh >= 0)
+            mpc_ld_words<1>(b + L::qh, &qh);
+        d = T == MP_TYPE_MXFP4 ? mpc_e8m0_half(b[0]) : mpc_f16(mpc_ld16(b));
+        m = L::has_min ? mpc_f16(mpc_ld16(b + 2)) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo = qs[k] & 0x0F0F0F0Fu, hi = (qs[k] >> 4) & 0x0F0F0F0Fu;
+            if (L::lut) {
+                q[k] = mpc_lut16<T>(lo);
+                q[k + 4] = mpc_lut16<T>(hi);
+            } else {
+                if (L::qh >= 0) {
+                    lo |= mpc_bits_to_byte4(qh >> (4 * k));
+                    hi |= mpc_bits_to_byte4(qh >> (16 + 4 * k));
+                }
+                q[k] = (int)lo;
+                q[k + 4] = (int)hi;
+            }
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + u * 34; // Q8_0
+        uint32_t xw[8];
+        mpc_ld_words<8>(b + 2, xw);
+        int isum = 0, xsum = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            isum = mpc_dp4a(q[k], (int)xw[k], isum);
+            if (L::has_min || T == MP_TYPE_Q5_0)
+                xsum = mpc_dp4a(0x01010101, (int)xw[k], xsum);
+        }
+        const float dx = mpc_f16(mpc_ld16(b));
+        if (T == MP_TYPE_Q5_0) // stored u = v + 16: sum(v x) = sum(u x) - 16 sum(x)
+            return __fmul_rn(d, dx) * (float)(isum - 16 * xsum);
+        if (L::has_min)
+            return __fmul_rn(d, dx) * (float)isum + __fmul_rn(m, dx) * (float)xsum;
+        return __fmul_rn(d, dx) * (float)isum;
+    }
+};
+
+template <> struct mpc_unit<MP_TYPE_Q4_1, false> : mpc_b32_unit<MP_TYPE_Q4_1> {};
+template <> struct mpc_unit<MP_TYPE_Q5_0, false> : mpc_b32_unit<MP_TYPE_Q5_0> {};
+template <> struct mpc_unit<MP_TYPE_Q5_1, false> : mpc_b32_unit<MP_TYPE_Q5_1> {};
+template <> struct mpc_unit<MP_TYPE_IQ4_NL, false> : mpc_b32_unit<MP_TYPE_IQ4_NL> {};
+template <> struct mpc_unit<MP_TYPE_MXFP4, false> : mpc_b32_unit<MP_TYPE_MXFP4> {};
 
 // Q4_K unit u: super-block u / 8, sub-block j = u % 8 (32 elements, one 6-bit scale and min).
 template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
@@ -343,6 +412,8 @@ static inline size_t mpc_weight_align(int type, bool vec)
 {
     if (vec)
         return 16;
+    if (type == MP_TYPE_MXFP4) // 17-byte blocks: byte loads and any-aligned words only
+        return 1;
     return type == MP_TYPE_Q4_K || type == MP_TYPE_Q5_K || type == MP_TYPE_Q2_K ? 4 : 2;
 }
 

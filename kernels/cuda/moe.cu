@@ -598,6 +598,11 @@ static void launch_down_grouped(const mp_cuda_moe_args *a, int64_t n_units, cons
     case MP_TYPE_BF16: CALL(MP_TYPE_BF16, false); break;                       \
     case MP_TYPE_Q4_0: CALL(MP_TYPE_Q4_0, false); break;                       \
     case MP_TYPE_Q8_0: CALL(MP_TYPE_Q8_0, false); break;                       \
+    case MP_TYPE_Q4_1: CALL(MP_TYPE_Q4_1, false); break;                       \
+    case MP_TYPE_Q5_0: CALL(MP_TYPE_Q5_0, false); break;                       \
+    case MP_TYPE_Q5_1: CALL(MP_TYPE_Q5_1, false); break;                       \
+    case MP_TYPE_IQ4_NL: CALL(MP_TYPE_IQ4_NL, false); break;                   \
+    case MP_TYPE_MXFP4: CALL(MP_TYPE_MXFP4, false); break;                     \
     case MP_TYPE_Q4_K:                                                         \
         if (vec) CALL(MP_TYPE_Q4_K, true); else CALL(MP_TYPE_Q4_K, false);     \
         break;                                                                 \

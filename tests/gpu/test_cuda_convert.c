@@ -7,9 +7,6 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/gpu/gpu_util.h"
 
-static const int k_weight_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                                     MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,
-                                     MP_TYPE_Q6_K};
 
 /* Rows of n floats x_stride apart; row r is scaled by 10^(r % 5 - 2) so that the scales span
  * several binades, and row 1's first block is all zeros (d = 0 must give zero quants). */
@@ -95,8 +92,8 @@ static void check_dequant(int type, int64_t rows, int64_t n, size_t pad_bytes)
 Test(cuda_convert, dequantize_rows_bit_identical)
 {
     seed_rng();
-    for (size_t t = 0; t < sizeof k_weight_types / sizeof *k_weight_types; t++) {
-        const int type = k_weight_types[t];
+    for (size_t t = 0; t < N_GPU_TYPES; t++) {
+        const int type = k_gpu_types[t];
         const int64_t be = mp_type_block_elems(type);
         check_dequant(type, 3, 2048, 0);
         /* 768 (a Qwen expert's width) with padded rows; F-types also at an odd width */
@@ -110,7 +107,7 @@ Test(cuda_convert, get_rows_gathers_tokens_and_flags_bad_ids)
 {
     seed_rng();
     const int64_t n_vocab = 1000, n = 512;
-    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K, MP_TYPE_Q8_0, MP_TYPE_F16, MP_TYPE_BF16};
+    const int types[] = {MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K, MP_TYPE_Q8_0, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_MXFP4};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const int type = types[t];
         const size_t rb = mp_type_row_bytes(type, n);

@@ -58,11 +58,9 @@ Test(cuda_gemm, prefill_every_type)
     seed_rng();
     void *blas = NULL;
     MPC_OK(mp_cuda_blas_create(&blas, NULL));
-    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
-    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-        check_gemm(blas, types[t], 300, 512, 37, 128);  /* 3 tiles, the last partial */
-        check_gemm(blas, types[t], 768, 2048, 64, 4096); /* one tile: an expert's gate */
+    for (size_t t = 0; t < N_GPU_TYPES; t++) {
+        check_gemm(blas, k_gpu_types[t], 300, 512, 37, 128);  /* 3 tiles, the last partial */
+        check_gemm(blas, k_gpu_types[t], 768, 2048, 64, 4096); /* one tile: an expert's gate */
     }
     check_gemm(blas, MP_TYPE_Q6_K, 2048, 768, 129, 1000); /* down projection, odd rows */
     mp_cuda_blas_destroy(blas);

@@ -14,9 +14,6 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/gpu/gpu_util.h"
 
-static const int k_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0,
-                              MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,
-                              MP_TYPE_Q6_K};
 
 /* w_offset: bytes the weights are shifted from the allocation (tests unaligned rows). */
 static void check_gemv(int type, int64_t n_out, int64_t n_in, int n_x, size_t w_offset)
@@ -74,22 +71,22 @@ static void check_gemv(int type, int64_t n_out, int64_t n_in, int n_x, size_t w_
 Test(cuda_gemv, decode_shapes_every_type)
 {
     seed_rng();
-    for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
-        check_gemv(k_types[t], 768, 2048, 1, 0);  /* expert gate/up */
-        check_gemv(k_types[t], 2048, 768, 1, 0);  /* expert down */
-        check_gemv(k_types[t], 37, 256, 1, 0);    /* rows not a multiple of the 4 rows per block */
-        check_gemv(k_types[t], 5, 4096, 1, 0);    /* more units than lanes, few rows */
+    for (size_t t = 0; t < N_GPU_TYPES; t++) {
+        check_gemv(k_gpu_types[t], 768, 2048, 1, 0);  /* expert gate/up */
+        check_gemv(k_gpu_types[t], 2048, 768, 1, 0);  /* expert down */
+        check_gemv(k_gpu_types[t], 37, 256, 1, 0);    /* rows not a multiple of the 4 rows per block */
+        check_gemv(k_gpu_types[t], 5, 4096, 1, 0);    /* more units than lanes, few rows */
     }
 }
 
 Test(cuda_gemv, batched_rows_every_type)
 {
     seed_rng();
-    for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
-        check_gemv(k_types[t], 129, 2048, 2, 0);
-        check_gemv(k_types[t], 67, 512, 5, 0);
-        check_gemv(k_types[t], 33, 768, 8, 0);
-        check_gemv(k_types[t], 19, 256, 11, 0); /* > 8: groups of 8 + 3 */
+    for (size_t t = 0; t < N_GPU_TYPES; t++) {
+        check_gemv(k_gpu_types[t], 129, 2048, 2, 0);
+        check_gemv(k_gpu_types[t], 67, 512, 5, 0);
+        check_gemv(k_gpu_types[t], 33, 768, 8, 0);
+        check_gemv(k_gpu_types[t], 19, 256, 11, 0); /* > 8: groups of 8 + 3 */
     }
 }
 
@@ -110,6 +107,12 @@ Test(cuda_gemv, unaligned_and_odd_shapes)
     check_gemv(MP_TYPE_Q5_K, 17, 512, 2, 4);
     check_gemv(MP_TYPE_Q2_K, 17, 512, 2, 4);
     check_gemv(MP_TYPE_Q3_K, 17, 512, 2, 2); /* 110-byte blocks: 2-byte aligned rows */
+    check_gemv(MP_TYPE_Q5_0, 17, 96, 2, 2);   /* 22-byte blocks */
+    check_gemv(MP_TYPE_IQ4_NL, 17, 96, 3, 2);
+    check_gemv(MP_TYPE_Q4_1, 17, 96, 1, 4);
+    check_gemv(MP_TYPE_Q5_1, 17, 96, 2, 4);
+    check_gemv(MP_TYPE_MXFP4, 17, 96, 2, 1);  /* 17-byte blocks: rows at any byte */
+    check_gemv(MP_TYPE_MXFP4, 9, 64, 1, 3);
 }
 
 Test(cuda_gemv, output_head_shape)

@@ -522,9 +522,8 @@ static void decode_shape_cases(void)
 
 static void several_rows_cases(void)
 {
-    const int types[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
-    const size_t nt = sizeof types / sizeof *types;
+    const int *types = k_gpu_types;
+    const size_t nt = N_GPU_TYPES;
     for (size_t t = 0; t < nt; t++) {
         moe_case c = {types[t], types[(t + 3) % nt], 512, 256, 16, 4, 3, 0, 0, 0};
         check_experts(&c);
@@ -559,9 +558,8 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
 {
     seed_rng();
     mp_cuda_moe_set_mma_min_rows(0);
-    const int types[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
-    const size_t nt = sizeof types / sizeof *types;
+    const int *types = k_gpu_types;
+    const size_t nt = N_GPU_TYPES;
     for (size_t t = 0; t < nt; t++) {
         moe_case c = {types[t], types[(t + 2) % nt], 512, 256, 16, 4, 40, 0, 0, 0};
         check_experts(&c);
