@@ -3,8 +3,10 @@
 
 Each shape: an architecture (qwen3moe, olmoe, mixtral), 1-4 layers, 1-40 experts, top-1 to top-10
 (at most the experts), hidden and expert FFN sizes (mostly ones the quant's blocks divide; a third
-of them any multiple of 32, where a K-quant mix's classes fall back to Q4_0 or Q8_0 as llama.cpp's
-quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, all drawn from SEED. For each: `mkmodel`, then
+of them any multiple of 32, where a K-quant mix's classes fall back to IQ4_NL, Q5_0, Q5_1 or Q8_0
+as llama.cpp's quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, and for
+a quarter of the shapes the experts in one block-of-32 type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
+MXFP4), all drawn from SEED. For each: `mkmodel`, then
 `collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`,
 `simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
 line), then the cost file with synthetic GPU parts (bench/synth_gpu_costs.py: a plain model, not a
@@ -37,7 +39,7 @@ def shape(rng):
     def size():  # a third of them any multiple of 32: a K-quant mix's classes then fall back
         return 32 * rng.randint(1, 24) if rng.random() < 1 / 3 else block * rng.randint(1, 3)
 
-    return {
+    s = {
         "arch": arch, "quant": quant, "layers": rng.randint(1, 4), "experts": experts,
         "top-k": rng.randint(1, min(10, experts)), "hidden": size(),
         "expert-ff": size(), "heads": heads,
@@ -45,6 +47,10 @@ def shape(rng):
         "head-dim": head_dim,
         "layer-mix": "llama" if quant in ("q4_k_m", "q5_k_m") and rng.random() < 0.3 else "uniform",
     }
+    if rng.random() < 0.25:  # experts in a block of 32 (every size drawn is a multiple of 32)
+        s["type-experts"] = rng.choice(["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"])
+        s["layer-mix"] = "uniform"  # the llama layer mix is the q4_k_m/q5_k_m recipe's only
+    return s
 
 
 def run(cmd, log):

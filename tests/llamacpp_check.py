@@ -22,7 +22,7 @@ import sys
 # ggml type id -> (bytes per block, elements per block): public ggml facts (ggml/include/ggml.h)
 TYPE_SIZE = {0: (4, 1), 1: (2, 1), 2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32),
              9: (36, 32), 10: (84, 256), 11: (110, 256), 12: (144, 256), 13: (176, 256),
-             14: (210, 256), 15: (292, 256), 30: (2, 1)}
+             14: (210, 256), 15: (292, 256), 20: (18, 32), 30: (2, 1), 39: (17, 32)}
 EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"  # llama.cpp common/common.h LLM_FFN_EXPS_REGEX
 EXPERT = re.compile(r"^blk\.(\d+)" + EXPS)
 

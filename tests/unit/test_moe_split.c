@@ -104,7 +104,8 @@ static void split_once(const char *mix, int64_t n_rows)
         double mx = 0;
         for (int64_t d = 0; d < D; d++)
             mx = fmax(mx, fabs(whole[r * D + d]));
-        cr_assert_gt(mx, 0.0);
+        cr_assert(mx > 0.0, "seed %llu: %s rows %ld: row %ld of the whole block is zero", (unsigned long long)g_seed,
+                  mix, (long)n_rows, (long)r);
         for (int64_t d = 0; d < D; d++) {
             const double sum = (double)a[r * D + d] + (double)b[r * D + d];
             cr_assert(fabs(sum - whole[r * D + d]) <= 1e-5 * mx,
