@@ -84,6 +84,7 @@ static void fill_weights(int type, uint8_t *w, size_t bytes)
         case MP_TYPE_Q8_0:
         case MP_TYPE_Q5_0:
         case MP_TYPE_IQ4_NL:
+        case MP_TYPE_IQ4_XS:
             memcpy(w + off, &scale, 2);
             break;
         case MP_TYPE_MXFP4:
@@ -289,7 +290,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     long mb = 512, reps = 3;
-    int types[16], n_types = 0, no_scalar = 0;
+    int types[24], n_types = 0, no_scalar = 0;
     long gemm_rows[16], prefetch[16];
     int n_gemm = 0, n_prefetch = 0;
     for (int i = 1; i < argc; i++) {
@@ -314,7 +315,7 @@ int main(int argc, char **argv)
             mb = strtol(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = strtol(argv[++i], NULL, 10);
-        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 16) {
+        } else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_types < 24) {
             const int t = mp_type_from_name(argv[++i]);
             if (t < 0 || !mp_type_supported(t)) {
                 fprintf(stderr, "bench_kernels: error: --type %s: expected one of %s\n", argv[i], mp_type_names());
@@ -334,7 +335,7 @@ int main(int argc, char **argv)
     if (n_types == 0) {
         const int all[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q8_0, MP_TYPE_Q5_1,
                            MP_TYPE_Q5_0, MP_TYPE_Q4_1, MP_TYPE_Q4_0, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4,
-                           MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K, MP_TYPE_Q3_K, MP_TYPE_Q2_K};
+                           MP_TYPE_Q6_K, MP_TYPE_Q5_K, MP_TYPE_Q4_K, MP_TYPE_IQ4_XS, MP_TYPE_Q3_K, MP_TYPE_Q2_K};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             types[n_types++] = all[i];
     }

@@ -59,6 +59,7 @@ static inline size_t mp_cuda_row_bytes(int t, int64_t n)
     case MP_TYPE_Q4_K: be = 256; bb = 144; break;
     case MP_TYPE_Q5_K: be = 256; bb = 176; break;
     case MP_TYPE_Q6_K: be = 256; bb = 210; break;
+    case MP_TYPE_IQ4_XS: be = 256; bb = 136; break;
     case MP_TYPE_Q8_K: be = 256; bb = 292; break;
     default: return 0;
     }
@@ -76,6 +77,7 @@ static inline int mp_cuda_vec_dot_type(int weight_type)
     case MP_TYPE_IQ4_NL: case MP_TYPE_MXFP4:
         return MP_TYPE_Q8_0;
     case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: case MP_TYPE_Q4_K: case MP_TYPE_Q5_K: case MP_TYPE_Q6_K:
+    case MP_TYPE_IQ4_XS:
         return MP_TYPE_Q8_K;
     default: return -1;
     }

@@ -33,6 +33,7 @@ typedef enum mp_type {
     MP_TYPE_Q6_K = 14,
     MP_TYPE_Q8_K = 15, /* activations only: the partner of the K-quants in dot products */
     MP_TYPE_IQ4_NL = 20,
+    MP_TYPE_IQ4_XS = 23,
     MP_TYPE_BF16 = 30,
     MP_TYPE_MXFP4 = 39,
 } mp_type;
@@ -93,6 +94,16 @@ typedef struct {
     uint8_t e;                 /* shared exponent, E8M0 */
     uint8_t qs[MP_QK4_0 / 2];  /* FP4 E2M1 codes, nibbles as Q4_0's */
 } mp_block_mxfp4;              /* 17 bytes / 32 elements */
+
+/* IQ4_XS: IQ4_NL's levels in super-blocks of 256 with a 6-bit scale per sub-block of 32: element
+ * 32j + l (l < 32) is x = d (s_j - 32) v[q], q the low nibble of qs[16j + l] (high for l >= 16),
+ * s_j the nibble j % 2 of scales_l[j / 2] with bits 2j, 2j + 1 of scales_h on top. */
+typedef struct {
+    mp_f16 d;                       /* super-block scale */
+    uint16_t scales_h;              /* the high 2 bits of the 8 sub-block scales */
+    uint8_t scales_l[MP_QK_K / 64]; /* the low 4 bits, two per byte */
+    uint8_t qs[MP_QK_K / 2];        /* indices into the levels, 16 bytes per sub-block */
+} mp_block_iq4_xs;                  /* 136 bytes / 256 elements */
 
 /* The levels of the two look-up formats, as initializers (C and CUDA instantiate them where they
  * need them): GGUF's IQ4_NL values and the E2M1 code points doubled, by code 0..15. */
@@ -185,13 +196,13 @@ typedef struct mp_type_ops {
     int type;
     /* The format the activation vector must be in for vec_dot: F32 for F32/F16/BF16 weights,
      * Q8_0 for the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), Q8_K for the
-     * K-quants Q2_K..Q6_K. */
+     * K-quants Q2_K..Q6_K and IQ4_XS. */
     int vec_dot_type;
     /* dst[0..n) = dequantized src row. */
     void (*dequantize_row)(const void *src, float *dst, int64_t n);
     /* Reference quantizer (round-to-nearest), used by mkmodel and for activations. n must be a
      * multiple of the block size. F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4 give the gguf package's
-     * bytes exactly; IQ4_NL uses our own scale search (quantize.c);
+     * bytes exactly; IQ4_NL and IQ4_XS use our own scale search (quantize.c);
      * the K-quants use our own least-squares scale search (kernels/cpu/quantize.c): valid blocks
      * with the expected error, not llama.cpp's bit pattern. */
     void (*quantize_row)(const float *src, void *dst, int64_t n);

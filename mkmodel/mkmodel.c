@@ -230,7 +230,7 @@ int mp_mkmodel_fallback_type(int type, int64_t n)
         return type;
     int next;
     switch (type) { /* llama.cpp's fallback (llama-quant.cpp) for rows that do not fill K-quant blocks */
-    case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: next = MP_TYPE_IQ4_NL; break;
+    case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: case MP_TYPE_IQ4_XS: next = MP_TYPE_IQ4_NL; break;
     case MP_TYPE_Q4_K: next = MP_TYPE_Q5_0; break;
     case MP_TYPE_Q5_K: next = MP_TYPE_Q5_1; break;
     case MP_TYPE_Q6_K: next = MP_TYPE_Q8_0; break;

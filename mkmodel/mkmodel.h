@@ -90,7 +90,7 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
                               mp_error *err);
 /* The type a mix's class falls back to where its rows of n elements do not divide into the mix's
  * type's blocks (a hidden size or expert FFN size not a multiple of 256 under a K-quant mix), as
- * llama.cpp's quantizer falls back: Q2_K and Q3_K to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
+ * llama.cpp's quantizer falls back: Q2_K, Q3_K and IQ4_XS to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
  * Q8_0, and F16 where n is not even a multiple of 32 (any type). type itself where it fits. */
 int mp_mkmodel_fallback_type(int type, int64_t n);
 /* The classes that fall back, as "ffn-down Q6_K -> Q8_0 (rows of 96), ..." into buf (truncated at

@@ -29,7 +29,7 @@ bool mp_mk_blocks_supported(int type)
     switch (type) {
     case MP_TYPE_Q2_K: case MP_TYPE_Q3_K: case MP_TYPE_Q4_K: case MP_TYPE_Q5_K: case MP_TYPE_Q6_K:
     case MP_TYPE_Q8_0: case MP_TYPE_Q4_0: case MP_TYPE_Q4_1: case MP_TYPE_Q5_0: case MP_TYPE_Q5_1:
-    case MP_TYPE_IQ4_NL: case MP_TYPE_MXFP4:
+    case MP_TYPE_IQ4_NL: case MP_TYPE_MXFP4: case MP_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -243,6 +243,31 @@ static void iq4_nl_block(mp_block_iq4_nl *b, float std, bool zero_first, uint64_
     random_nibbles(b->qs, next, r);
 }
 
+/* IQ4_XS: x = d (s_j - 32) v[q], sub-block codes s_j in 40..63 (scales 8..31); a forced zero element
+ * zeroes its sub-block (s_0 = 32), as IQ4_NL's block. */
+static void iq4_xs_block(mp_block_iq4_xs *b, float std, bool zero_first, uint64_t (*next)(void *), void *r)
+{
+    static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
+    int s[8];
+    float ms = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        s[j] = 40 + (int)(next(r) % 24);
+        ms += (float)(s[j] - 32) * (float)(s[j] - 32);
+    }
+    if (zero_first)
+        s[0] = 32;
+    b->d = mp_f32_to_f16(std / (levels_std(levels) * sqrtf(ms / 8.0f)));
+    memset(b->scales_l, 0, sizeof b->scales_l);
+    uint16_t h = 0;
+    for (int j = 0; j < 8; j++) {
+        b->scales_l[j / 2] |= (uint8_t)((s[j] & 0x0F) << (4 * (j % 2)));
+        h |= (uint16_t)((s[j] >> 4) << (2 * j));
+    }
+    b->scales_h = h;
+    for (int j = 0; j < 8; j++)
+        random_nibbles(b->qs + 16 * j, next, r);
+}
+
 /* MXFP4: x = 2^(e - 128) v[q], code 0 is 0. A power-of-two scale cannot hit the requested spread,
  * so each block takes one of the two around it, the lower with the probability that makes the
  * mean square right: with s the lower block spread and r = (std / s)^2 in [1, 4),
@@ -293,6 +318,7 @@ void mp_mk_random_row(int type, int64_t n, float std, bool zero_first, bool zero
         case MP_TYPE_Q5_0: q5_0_block((mp_block_q5_0 *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_IQ4_NL: iq4_nl_block((mp_block_iq4_nl *)dst + i, std, z, next, rng_state); break;
         case MP_TYPE_MXFP4: mxfp4_block((mp_block_mxfp4 *)dst + i, std, z, next, rng_state); break;
+        case MP_TYPE_IQ4_XS: iq4_xs_block((mp_block_iq4_xs *)dst + i, std, z, next, rng_state); break;
         default: return;
         }
     }

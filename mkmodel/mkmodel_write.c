@@ -286,6 +286,7 @@ static uint32_t file_type(const mp_mkmodel_config *cfg)
     case MP_TYPE_Q5_1: return 9;
     case MP_TYPE_Q8_0: return 7;
     case MP_TYPE_IQ4_NL: return 25;
+    case MP_TYPE_IQ4_XS: return 30; /* MOSTLY_IQ4_XS */
     case MP_TYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
     case MP_TYPE_Q2_K: return 10; /* MOSTLY_Q2_K */
     case MP_TYPE_Q3_K: return 11; /* MOSTLY_Q3_K_S */

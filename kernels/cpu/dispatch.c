@@ -62,6 +62,8 @@ static const mp_type_ops k_scalar_ops[] = {
         mp_vec_dot_q5_K_q8_K_scalar),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, mp_dequantize_row_q6_K_scalar, mp_quantize_row_q6_K_ref,
         mp_vec_dot_q6_K_q8_K_scalar),
+    OPS(MP_TYPE_IQ4_XS, MP_TYPE_Q8_K, mp_dequantize_row_iq4_xs_scalar, mp_quantize_row_iq4_xs_ref,
+        mp_vec_dot_iq4_xs_q8_K_scalar),
 };
 
 const mp_type_ops *mp_type_ops_scalar(int type)

@@ -23,6 +23,7 @@ static_assert(sizeof(mp_block_q5_0) == 22, "Q5_0 block is 22 bytes in GGUF");
 static_assert(sizeof(mp_block_q5_1) == 24, "Q5_1 block is 24 bytes in GGUF");
 static_assert(sizeof(mp_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes in GGUF");
 static_assert(sizeof(mp_block_mxfp4) == 17, "MXFP4 block is 17 bytes in GGUF");
+static_assert(sizeof(mp_block_iq4_xs) == 136, "IQ4_XS block is 136 bytes in GGUF");
 static_assert(sizeof(mp_block_q2_K) == 84, "Q2_K block is 84 bytes in GGUF");
 static_assert(sizeof(mp_block_q3_K) == 110, "Q3_K block is 110 bytes in GGUF");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block is 144 bytes in GGUF");
@@ -130,6 +131,7 @@ static const type_info k_types[] = {
     {MP_TYPE_Q4_K, "Q4_K", MP_QK_K, sizeof(mp_block_q4_K), 1},
     {MP_TYPE_Q5_K, "Q5_K", MP_QK_K, sizeof(mp_block_q5_K), 1},
     {MP_TYPE_Q6_K, "Q6_K", MP_QK_K, sizeof(mp_block_q6_K), 1},
+    {MP_TYPE_IQ4_XS, "IQ4_XS", MP_QK_K, sizeof(mp_block_iq4_xs), 1},
     {MP_TYPE_Q8_K, "Q8_K", MP_QK_K, sizeof(mp_block_q8_K), 0},
 };
 

@@ -461,6 +461,37 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
 DEFINE_K_AVX2(, mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2, mp_block_q2_K, q2_K_block_dot)
 DEFINE_K_AVX2(, mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2, mp_block_q3_K, q3_K_block_dot)
 
+/* ---- IQ4_XS (activation row is Q8_K) ---- */
+
+/* One IQ4_XS block against n_x Q8_K blocks: per sub-block j, its 32 levels (pshufb) dotted with the
+ * activation's 32 quants (the sign moved onto the activation: |v|, |x| <= 127), widened to 8 int32
+ * lanes by a multiply-add with the sub-block's s_j - 32; the block's sum times d d_x into acc[i]. */
+static inline void iq4_xs_block_dot(const mp_block_iq4_xs *b, const uint8_t *x, size_t x_stride, int n_x,
+                                    __m256 *acc)
+{
+    __m256i v[8];
+    int sc[8];
+    for (int j = 0; j < 8; j++) {
+        v[j] = lookup16(k_iq4_nl_levels, nibbles32(b->qs + 16 * j));
+        sc[j] = mp_iq4_xs_scale(b, j) - 32;
+    }
+    const float d = f16(b->d);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *bx = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            /* pair sums |v x| <= 2 * 127 * 127 fit int16 (no saturation); madd by the scale
+             * folds the sub-block scale into the widening add */
+            const __m256i xq = loadu256(bx->qs + 32 * j);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v[j], v[j]), _mm256_sign_epi8(xq, v[j]));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16((short)sc[j])));
+        }
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * bx->d), _mm256_cvtepi32_ps(isum), acc[i]);
+    }
+}
+
+DEFINE_K_AVX2(, mp_vec_dot_iq4_xs_q8_K_avx2, mp_vec_dot_multi_iq4_xs_avx2, mp_block_iq4_xs, iq4_xs_block_dot)
+
 /* ---- Q4_K and Q5_K (activation row is Q8_K) ---- */
 
 /* One Q4_K or Q5_K weight block (its d, dmin and packed scales, the same in both; lo/hi: its four
@@ -758,6 +789,8 @@ static const mp_type_ops k_avx2_ops[] = {
         vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
         vec_dot_multi_q6_K),
+    OPS(MP_TYPE_IQ4_XS, MP_TYPE_Q8_K, mp_dequantize_row_iq4_xs_scalar, mp_quantize_row_iq4_xs_ref,
+        mp_vec_dot_iq4_xs_q8_K_avx2, mp_vec_dot_multi_iq4_xs_avx2),
 };
 
 const mp_type_ops *mp_type_ops_avx2(int type)

@@ -659,7 +659,7 @@ static const mp_type_ops k_avx512_ops[] = {
              vec_dot_multi_q8_0, gemm_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
-    /* the other blocks of 32: the AVX2 kernels (one 256-bit register holds a block; decode is bound
+    /* the other blocks of 32 and IQ4_XS: the AVX2 kernels (one 256-bit register holds a block; decode is bound
      * by the memory, not by these), rows dequantized by the scalar reference */
     OPS(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref,
         mp_vec_dot_q4_1_q8_0_avx2, mp_vec_dot_multi_q4_1_avx2),
@@ -671,6 +671,8 @@ static const mp_type_ops k_avx512_ops[] = {
         mp_vec_dot_iq4_nl_q8_0_avx2, mp_vec_dot_multi_iq4_nl_avx2),
     OPS(MP_TYPE_MXFP4, MP_TYPE_Q8_0, mp_dequantize_row_mxfp4_scalar, mp_quantize_row_mxfp4_ref,
         mp_vec_dot_mxfp4_q8_0_avx2, mp_vec_dot_multi_mxfp4_avx2),
+    OPS(MP_TYPE_IQ4_XS, MP_TYPE_Q8_K, mp_dequantize_row_iq4_xs_scalar, mp_quantize_row_iq4_xs_ref,
+        mp_vec_dot_iq4_xs_q8_K_avx2, mp_vec_dot_multi_iq4_xs_avx2),
     /* Q2_K and Q3_K: the AVX2 kernels (2-bit runs in 16-element groups: the 512-bit unpacking was
      * not written); Q5_K's rows are dequantized by the scalar reference (loaders and tests only) */
     OPS(MP_TYPE_Q2_K, MP_TYPE_Q8_K, mp_dequantize_row_q2_K_scalar, mp_quantize_row_q2_K_ref,

@@ -31,6 +31,7 @@ void mp_dequantize_row_q5_0_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q5_1_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_iq4_nl_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_mxfp4_scalar(const void *src, float *dst, int64_t n);
+void mp_dequantize_row_iq4_xs_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q2_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q3_K_scalar(const void *src, float *dst, int64_t n);
 void mp_dequantize_row_q4_K_scalar(const void *src, float *dst, int64_t n);
@@ -49,6 +50,10 @@ float mp_vec_dot_q5_0_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q5_1_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_iq4_nl_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *w, const void *x);
+float mp_vec_dot_iq4_xs_q8_K_scalar(int64_t n, const void *w, const void *x);
+/* IQ4_XS's AVX2 dot (quant_avx2.c), which the AVX-512 table takes too */
+float mp_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x);
+void mp_vec_dot_multi_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
 float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 /* Q2_K and Q3_K's AVX2 kernels (quant_avx2.c), which the AVX-512 table takes too */
 float mp_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
@@ -83,6 +88,7 @@ void mp_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q5_1_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_iq4_nl_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_mxfp4_ref(const float *src, void *dst, int64_t n);
+void mp_quantize_row_iq4_xs_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q2_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q3_K_ref(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n);
@@ -115,6 +121,12 @@ static inline void mp_q3_K_scales(const uint8_t *packed, int8_t s[16])
     memcpy(u, w, sizeof(u));
     for (int g = 0; g < 16; g++)
         s[g] = (int8_t)(u[g] - 32);
+}
+
+/* The 6-bit scale code s_j (0..63) of sub-block j of an IQ4_XS block (x = d (s_j - 32) v[q]). */
+static inline int mp_iq4_xs_scale(const mp_block_iq4_xs *b, int j)
+{
+    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | ((b->scales_h >> (2 * j)) & 3) << 4;
 }
 
 /* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K block's 12 packed bytes. */

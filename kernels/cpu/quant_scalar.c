@@ -8,7 +8,7 @@
  * vec_dot accumulates integer products per block exactly (int32), as the formats are designed
  * for, and applies the float scales once per block (per 16/32-element sub-block for the scales
  * of the K-quants, which are integers too). Partner formats: F32/F16/BF16 weights dot an F32
- * row; the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) dot Q8_0; the K-quants Q2_K..Q6_K dot Q8_K (whose bsums carry the sums the mins need).
+ * row; the blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) dot Q8_0; the K-quants Q2_K..Q6_K and IQ4_XS dot Q8_K (whose bsums carry the sums the mins need).
  */
 #include <string.h>
 
@@ -369,6 +369,40 @@ DEFINE_BLOCK32(q5_0, MP_TYPE_Q5_0)
 DEFINE_BLOCK32(q5_1, MP_TYPE_Q5_1)
 DEFINE_BLOCK32(iq4_nl, MP_TYPE_IQ4_NL)
 DEFINE_BLOCK32(mxfp4, MP_TYPE_MXFP4)
+
+/* ---- IQ4_XS: IQ4_NL's levels under 6-bit sub-block scales, against Q8_K ---- */
+
+void mp_dequantize_row_iq4_xs_scalar(const void *src, float *dst, int64_t n)
+{
+    const mp_block_iq4_xs *b = src; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++, b++) {
+        const float d = mp_f16_to_f32(b->d);
+        float *y = dst + ib * MP_QK_K;
+        for (int j = 0; j < 8; j++) {
+            const float dl = d * (float)(mp_iq4_xs_scale(b, j) - 32);
+            for (int l = 0; l < 32; l++)
+                y[32 * j + l] = dl * (float)k_iq4_nl_levels[(b->qs[16 * j + l % 16] >> (4 * (l / 16))) & 0x0F];
+        }
+    }
+}
+
+float mp_vec_dot_iq4_xs_q8_K_scalar(int64_t n, const void *w, const void *x)
+{
+    const mp_block_iq4_xs *bw = w; /* (n / 256,) */
+    const mp_block_q8_K *bx = x;   /* (n / 256,) */
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) {
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++)
+                s += k_iq4_nl_levels[(bw[ib].qs[16 * j + l % 16] >> (4 * (l / 16))) & 0x0F] * bx[ib].qs[32 * j + l];
+            isum += (mp_iq4_xs_scale(&bw[ib], j) - 32) * s;
+        }
+        sum += (mp_f16_to_f32(bw[ib].d) * bx[ib].d) * (float)isum;
+    }
+    return sum;
+}
 
 float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x)
 {

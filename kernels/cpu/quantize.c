@@ -7,7 +7,7 @@
  *   Q4_1: d = (max - min) / 15, m = min, q = trunc((x - m) / d + 0.5) (Q5_1: 31)
  *   Q8_0: d = max |x| / 127,      q = round_half_away(x / d)
  *   MXFP4: a power-of-two scale from max |x|, each element its nearest E2M1 level
- * IQ4_NL is our own search over scales (below).
+ * IQ4_NL and IQ4_XS are our own search over scales (below).
  * The K-quants are our own round-to-nearest design, not llama.cpp's bit pattern: each sub-block
  * (32 elements for Q4_K and Q5_K, 16 for Q2_K, Q3_K and Q6_K) gets a least-squares scale (and min) chosen by trying a
  * small grid of initial scales and refitting twice; then the sub-block scales are themselves
@@ -168,50 +168,89 @@ static int nearest_level(const int8_t *levels, float v)
     return best;
 }
 
-/* IQ4_NL, our own search: the block's signed extreme is put at each of nine levels near either
- * end of the scale (-127 ... -95 and 113 ... 89, mapped to the extreme's sign); each candidate
- * scale assigns every element its nearest level and is refitted by least squares; the candidate
- * of least squared error wins. The quants are then recomputed against the f16 scale as stored. */
-void mp_quantize_row_iq4_nl_ref(const float *src, void *dst, int64_t n)
+/* The IQ4 levels' scale for 32 values, our own search: the signed extreme is put at each of nine
+ * levels near either end of the scale (-127 ... -95 and 113 ... 89, mapped to the extreme's sign);
+ * each candidate assigns every element its nearest level and is refitted by least squares; the
+ * candidate of least squared error wins. 0 for a zero block. */
+static float iq4_scale(const float *x)
 {
     static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
+    float amax = 0.0f, max = 0.0f;
+    for (int l = 0; l < 32; l++)
+        if (fabsf(x[l]) > amax) {
+            amax = fabsf(x[l]);
+            max = x[l];
+        }
+    float best_d = 0.0f, best_err = INFINITY;
+    for (int c = 0; amax > 0.0f && c < 18; c++) {
+        const float target = c < 9 ? -127.0f + 4.0f * (float)c : 113.0f - 3.0f * (float)(c - 9);
+        const float id = target / max;
+        float sxv = 0.0f, svv = 0.0f;
+        for (int l = 0; l < 32; l++) {
+            const float v = (float)levels[nearest_level(levels, x[l] * id)];
+            sxv += x[l] * v;
+            svv += v * v;
+        }
+        const float d = svv > 0.0f ? sxv / svv : 0.0f;
+        float err = 0.0f;
+        for (int l = 0; l < 32; l++) {
+            const float r = x[l] - d * (float)levels[nearest_level(levels, x[l] * id)];
+            err += r * r;
+        }
+        if (err < best_err) {
+            best_err = err;
+            best_d = d;
+        }
+    }
+    return best_d;
+}
+
+/* The 16 bytes of nibbles of 32 values against the scale d as decoded (Q4_0's order). */
+static void iq4_codes(const float *x, float d, uint8_t qs[16])
+{
+    static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int l = 0; l < 16; l++)
+        qs[l] = (uint8_t)(nearest_level(levels, x[l] * id) | nearest_level(levels, x[l + 16] * id) << 4);
+}
+
+/* IQ4_NL: iq4_scale per block, the codes against its f16 value. */
+void mp_quantize_row_iq4_nl_ref(const float *src, void *dst, int64_t n)
+{
     mp_block_iq4_nl *b = dst; /* (n / 32,) */
     for (int64_t ib = 0; ib < n / 32; ib++) {
         const float *x = src + 32 * ib;
-        float amax = 0.0f, max = 0.0f;
-        for (int l = 0; l < 32; l++)
-            if (fabsf(x[l]) > amax) {
-                amax = fabsf(x[l]);
-                max = x[l];
-            }
-        float best_d = 0.0f, best_err = INFINITY;
-        for (int c = 0; amax > 0.0f && c < 18; c++) {
-            const float target = c < 9 ? -127.0f + 4.0f * (float)c : 113.0f - 3.0f * (float)(c - 9);
-            const float id = target / max;
-            float sxv = 0.0f, svv = 0.0f;
-            for (int l = 0; l < 32; l++) {
-                const float v = (float)levels[nearest_level(levels, x[l] * id)];
-                sxv += x[l] * v;
-                svv += v * v;
-            }
-            const float d = svv > 0.0f ? sxv / svv : 0.0f;
-            float err = 0.0f;
-            for (int l = 0; l < 32; l++) {
-                const float r = x[l] - d * (float)levels[nearest_level(levels, x[l] * id)];
-                err += r * r;
-            }
-            if (err < best_err) {
-                best_err = err;
-                best_d = d;
-            }
+        b[ib].d = mp_f32_to_f16(iq4_scale(x));
+        iq4_codes(x, mp_f16_to_f32(b[ib].d), b[ib].qs);
+    }
+}
+
+/* IQ4_XS: iq4_scale per sub-block of 32; the super-block scale d = the largest |scale| / 31 (as
+ * f16), each sub-block's code round(scale / d) + 32 in 0..63, and its codes against d (s - 32) as
+ * decoded. */
+void mp_quantize_row_iq4_xs_ref(const float *src, void *dst, int64_t n)
+{
+    mp_block_iq4_xs *b = dst; /* (n / 256,) */
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        const float *x = src + ib * MP_QK_K;
+        float sc[8], amax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            sc[j] = iq4_scale(x + 32 * j);
+            amax = fmaxf(amax, fabsf(sc[j]));
         }
-        b[ib].d = mp_f32_to_f16(best_d);
+        b[ib].d = mp_f32_to_f16(amax / 31.0f);
         const float d = mp_f16_to_f32(b[ib].d);
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int l = 0; l < 16; l++) {
-            const int q0 = nearest_level(levels, x[l] * id), q1 = nearest_level(levels, x[l + 16] * id);
-            b[ib].qs[l] = (uint8_t)(q0 | q1 << 4);
+        memset(b[ib].scales_l, 0, sizeof b[ib].scales_l);
+        uint16_t h = 0;
+        for (int j = 0; j < 8; j++) {
+            int ls = (int)lrintf(sc[j] * id) + 32;
+            ls = ls < 0 ? 0 : ls > 63 ? 63 : ls;
+            b[ib].scales_l[j / 2] |= (uint8_t)((ls & 0x0F) << (4 * (j % 2)));
+            h |= (uint16_t)((ls >> 4) << (2 * j));
+            iq4_codes(x + 32 * j, d * (float)(ls - 32), b[ib].qs + 16 * j);
         }
+        b[ib].scales_h = h;
     }
 }
 

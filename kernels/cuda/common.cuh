@@ -112,6 +112,8 @@ static_assert(sizeof(mp_block_q5_1) == 24 && offsetof(mp_block_q5_1, qh) == 4 &&
               "Q5_1 block");
 static_assert(sizeof(mp_block_iq4_nl) == 18 && offsetof(mp_block_iq4_nl, qs) == 2, "IQ4_NL block");
 static_assert(sizeof(mp_block_mxfp4) == 17 && offsetof(mp_block_mxfp4, qs) == 1, "MXFP4 block");
+static_assert(sizeof(mp_block_iq4_xs) == 136 && offsetof(mp_block_iq4_xs, scales_h) == 2 &&
+              offsetof(mp_block_iq4_xs, scales_l) == 4 && offsetof(mp_block_iq4_xs, qs) == 8, "IQ4_XS block");
 static_assert(sizeof(mp_block_q4_K) == 144, "Q4_K block");
 static_assert(sizeof(mp_block_q2_K) == 84 && offsetof(mp_block_q2_K, qs) == 16 && offsetof(mp_block_q2_K, d) == 80,
               "Q2_K block");

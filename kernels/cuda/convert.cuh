@@ -43,6 +43,13 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
         if (L::has_min)
             return __fadd_rn(__fmul_rn(d, (float)v), mpc_f16(mpc_ld16(b + 2)));
         return __fmul_rn(d, (float)v);
+    } else if (T == MP_TYPE_IQ4_XS) {
+        const uint8_t *b = row + (i / 256) * 136;
+        const int e = (int)(i % 256), j = e / 32, l = e % 32;
+        const int s = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0F) | ((mpc_ld16(b + 2) >> (2 * j)) & 3) << 4) - 32;
+        const int q = (b[8 + 16 * j + l % 16] >> (4 * (l / 16))) & 0x0F;
+        const int v = (int)(int8_t)(mpc_lut16<MP_TYPE_IQ4_NL>((uint32_t)q) & 0xFF);
+        return __fmul_rn(__fmul_rn(mpc_f16(mpc_ld16(b)), (float)s), (float)v);
     } else if (T == MP_TYPE_Q4_K) {
         const uint8_t *b = row + (i / 256) * 144;
         const int e = (int)(i % 256), c = e / 64, hi = (e % 64) >= 32, l = e % 32;
@@ -110,6 +117,7 @@ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, int64_t i)
     case MP_TYPE_Q4_K: CALL(MP_TYPE_Q4_K); break; \
     case MP_TYPE_Q5_K: CALL(MP_TYPE_Q5_K); break; \
     case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K); break; \
+    case MP_TYPE_IQ4_XS: CALL(MP_TYPE_IQ4_XS); break; \
     default: return MP_CUDA_EINVAL;               \
     }
 

@@ -145,6 +145,9 @@ extern "C" int mp_cuda_gemv(int type, const void *d_w, size_t row_bytes, int64_t
         case MP_TYPE_Q6_K:
             launch_gemv<MP_TYPE_Q6_K, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
             break;
+        case MP_TYPE_IQ4_XS:
+            launch_gemv<MP_TYPE_IQ4_XS, false>(d_w, row_bytes, n_out, n_in, x, x_stride_bytes, nx, y, y_stride, st);
+            break;
         default:
             return MP_CUDA_EINVAL;
         }

@@ -147,6 +147,40 @@ template <> struct mpc_unit<MP_TYPE_Q5_1, false> : mpc_b32_unit<MP_TYPE_Q5_1> {}
 template <> struct mpc_unit<MP_TYPE_IQ4_NL, false> : mpc_b32_unit<MP_TYPE_IQ4_NL> {};
 template <> struct mpc_unit<MP_TYPE_MXFP4, false> : mpc_b32_unit<MP_TYPE_MXFP4> {};
 
+// IQ4_XS unit u: super-block u / 8, sub-block j = u % 8: 32 levels (mpc_lut16) under the sub-block's
+// 6-bit scale s - 32 and the block's d, against the Q8_K run of the same 32 elements.
+template <> struct mpc_unit<MP_TYPE_IQ4_XS, false> {
+    float d;
+    int sc, j;
+    int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    {
+        const uint8_t *b = row + (u / 8) * 136; // 2-byte aligned at least (checked by the launchers)
+        j = (int)(u % 8);
+        d = mpc_f16(mpc_ld16(b));
+        const int hbits = (mpc_ld16(b + 2) >> (2 * j)) & 3;
+        sc = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0F) | hbits << 4) - 32;
+        uint32_t qs[4];
+        mpc_ld_words<4>(b + 8 + 16 * j, qs);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            q[k] = mpc_lut16<MP_TYPE_IQ4_NL>(qs[k] & 0x0F0F0F0Fu);
+            q[k + 4] = mpc_lut16<MP_TYPE_IQ4_NL>((qs[k] >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    {
+        const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
+        const float dy = *(const float *)b;
+        const int *y = (const int *)(b + 4 + 32 * j);
+        int s = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s = mpc_dp4a(q[k], y[k], s);
+        return __fmul_rn(d, dy) * (float)(sc * s);
+    }
+};
+
 // Q4_K unit u: super-block u / 8, sub-block j = u % 8 (32 elements, one 6-bit scale and min).
 template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
     float d, dmin;

@@ -610,6 +610,7 @@ static void launch_down_grouped(const mp_cuda_moe_args *a, int64_t n_units, cons
     case MP_TYPE_Q3_K: CALL(MP_TYPE_Q3_K, false); break;                       \
     case MP_TYPE_Q5_K: CALL(MP_TYPE_Q5_K, false); break;                       \
     case MP_TYPE_Q6_K: CALL(MP_TYPE_Q6_K, false); break;                       \
+    case MP_TYPE_IQ4_XS: CALL(MP_TYPE_IQ4_XS, false); break;                   \
     default: return MP_CUDA_EINVAL;                                            \
     }
 

@@ -70,6 +70,7 @@ static inline void rnd_weight_row(int type, int64_t n, uint8_t *dst)
             put_f16(b + 2, 0.02f * rnd_gauss());
             break;
         case MP_TYPE_IQ4_NL: /* levels up to 127 */
+        case MP_TYPE_IQ4_XS: /* and sub-block scales up to 32 */
             put_f16(b, 0.0002f * rnd_gauss());
             break;
         case MP_TYPE_MXFP4: /* levels up to 12: scales 2^-10 .. 2^-7 */
@@ -99,7 +100,8 @@ static inline void rnd_weight_row(int type, int64_t n, uint8_t *dst)
 /* Every weight type the kernels load, for the tests that run them all. */
 static const int k_gpu_types[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16, MP_TYPE_Q4_0,   MP_TYPE_Q4_1,
                                   MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_Q8_0, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4,
-                                  MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,   MP_TYPE_Q6_K};
+                                  MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,   MP_TYPE_Q6_K,
+                                  MP_TYPE_IQ4_XS};
 #define N_GPU_TYPES (sizeof k_gpu_types / sizeof k_gpu_types[0])
 
 static inline void rnd_weights(int type, int64_t rows, int64_t n, size_t row_bytes, uint8_t *dst)

@@ -113,6 +113,7 @@ Test(cuda_gemv, unaligned_and_odd_shapes)
     check_gemv(MP_TYPE_Q5_1, 17, 96, 2, 4);
     check_gemv(MP_TYPE_MXFP4, 17, 96, 2, 1);  /* 17-byte blocks: rows at any byte */
     check_gemv(MP_TYPE_MXFP4, 9, 64, 1, 3);
+    check_gemv(MP_TYPE_IQ4_XS, 17, 512, 2, 2); /* 136-byte blocks at a 2-byte offset */
 }
 
 Test(cuda_gemv, output_head_shape)

@@ -40,7 +40,7 @@ void *alloc64(size_t bytes)
 const int k_weight_types[N_WEIGHT_TYPES] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16,   MP_TYPE_Q4_0,
                                             MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1,   MP_TYPE_Q8_0,
                                             MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q2_K, MP_TYPE_Q3_K,
-                                            MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+                                            MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K, MP_TYPE_IQ4_XS};
 
 int same_float(float a, float b)
 {
@@ -91,6 +91,7 @@ void random_weight_row(int type, uint8_t *row, int64_t n)
         case MP_TYPE_Q8_0:
         case MP_TYPE_Q5_0:
         case MP_TYPE_IQ4_NL:
+        case MP_TYPE_IQ4_XS: /* its packed sub-block scales stay random: every pattern is valid */
             store_f16(row + off, (rnd_u64() & 1) ? scale : -scale);
             break;
         case MP_TYPE_Q4_1:

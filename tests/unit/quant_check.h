@@ -15,7 +15,7 @@ void *alloc64(size_t bytes); /* 64-byte aligned; asserts on failure */
 int same_float(float a, float b); /* same bits, or both NaN */
 void store_f16(uint8_t *p, float v);
 
-#define N_WEIGHT_TYPES 15
+#define N_WEIGHT_TYPES 16
 extern const int k_weight_types[N_WEIGHT_TYPES]; /* every weight type with kernels */
 
 /* a row of `type` with random content valid for the type (row: (row_bytes(type, n),)) */

@@ -1711,6 +1711,7 @@ Test(forward, q5_0_weights_match_reference) { quantized_matches_reference(MP_TYP
 Test(forward, q5_1_weights_match_reference) { quantized_matches_reference(MP_TYPE_Q5_1, 0.02); }
 Test(forward, iq4_nl_weights_match_reference) { quantized_matches_reference(MP_TYPE_IQ4_NL, 0.02); }
 Test(forward, mxfp4_weights_match_reference) { quantized_matches_reference(MP_TYPE_MXFP4, 0.02); }
+Test(forward, iq4_xs_weights_match_reference) { quantized_matches_reference(MP_TYPE_IQ4_XS, 0.02); }
 /* Tolerances: rounding the activations to 8 bits (Q8_0, Q8_K) costs ~0.6% per dot product,
  * compounded over seven matrices and two norms: ~1% of the logits' rms; a wrong block layout
  * or scale costs 100%. F16 weights keep float activations: only the weights' rounding. */

@@ -169,7 +169,7 @@ TestSuite(gguf, .init = make_tmpdir, .fini = remove_tmpdir);
 static const int round_trip_types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q4_1,
                                        MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4,
                                        MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K, MP_TYPE_Q5_K,
-                                       MP_TYPE_Q6_K};
+                                       MP_TYPE_Q6_K, MP_TYPE_IQ4_XS};
 #define N_RT_TYPES ((int)(sizeof round_trip_types / sizeof round_trip_types[0]))
 
 Test(gguf, round_trip_every_value_and_tensor_type)
@@ -685,8 +685,8 @@ Test(gguf, rejects_bad_tensor_infos)
     expect_fail(&b, MP_ERR_FORMAT, ne_at, "ne[0] 128 with Q4_K blocks of 256");
 
     const size_t type_at = ne_at + 16; /* two dims */
-    one_tensor(&b, 2, ne4, 23 /* IQ4_XS */, 0, 512);
-    expect_fail(&b, MP_ERR_UNSUPPORTED, type_at, "IQ4_XS");
+    one_tensor(&b, 2, ne4, 16 /* IQ2_XXS */, 0, 512);
+    expect_fail(&b, MP_ERR_UNSUPPORTED, type_at, "IQ2_XXS");
     one_tensor(&b, 2, ne4, MP_TYPE_Q8_K, 0, 1024);
     expect_fail(&b, MP_ERR_UNSUPPORTED, type_at, "Q8_K is not a weight type");
     one_tensor(&b, 2, ne4, 1000, 0, 512);
@@ -865,7 +865,7 @@ Test(gguf, writer_abort_and_failures_remove_the_temp_file)
         switch (k) {
         case 0: mp_gguf_add_u32(w, "k", 1, &err); st = mp_gguf_add_u32(w, "k", 2, &err); break;
         case 1: st = mp_gguf_writer_set_alignment(w, 24, &err); break;
-        case 2: st = mp_gguf_add_tensor_info(w, "t", 2, ne, 23 /* IQ4_XS */, &err); break;
+        case 2: st = mp_gguf_add_tensor_info(w, "t", 2, ne, 16 /* IQ2_XXS */, &err); break;
         case 3: st = mp_gguf_add_tensor_info(w, "t", 1, ne_bad, MP_TYPE_Q4_0, &err); break;
         case 4:
             mp_gguf_add_tensor_info(w, "t", 2, ne, MP_TYPE_F32, &err);

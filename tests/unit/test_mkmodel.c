@@ -428,7 +428,7 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
         {"--preset", "tiny", "--skew", "nan", "-o", out, NULL},
         {"--preset", "tiny", "--seed", "-3", "-o", out, NULL},
         {"--preset", "tiny", "--quant", "q3_k", "-o", out, NULL},
-        {"--preset", "tiny", "--type-experts", "IQ4_XS", "-o", out, NULL},
+        {"--preset", "tiny", "--type-experts", "IQ2_XXS", "-o", out, NULL},
         {"--preset", "tiny", "--type-bogus", "Q8_0", "-o", out, NULL},
         {"--preset", "huge", "-o", out, NULL},
         {"--arch", "gpt2", "-o", out, NULL},
@@ -485,6 +485,7 @@ Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q2_K, 96), MP_TYPE_IQ4_NL);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q3_K, 96), MP_TYPE_IQ4_NL);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q5_K, 96), MP_TYPE_Q5_1);
+    cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_IQ4_XS, 96), MP_TYPE_IQ4_NL);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q6_K, 96), MP_TYPE_Q8_0);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q4_K, 40), MP_TYPE_F16);
     cr_assert_eq(mp_mkmodel_fallback_type(MP_TYPE_Q8_0, 40), MP_TYPE_F16);

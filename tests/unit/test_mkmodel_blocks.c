@@ -21,7 +21,7 @@ static uint64_t next_bits(void *state)
 Test(mkmodel_blocks, rows_have_the_requested_spread_and_exact_zeros)
 {
     const int types[] = {MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q4_K,   MP_TYPE_Q5_K,  MP_TYPE_Q6_K, MP_TYPE_Q8_0,
-                         MP_TYPE_Q4_0, MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4};
+                         MP_TYPE_Q4_0, MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_IQ4_XS};
     const uint64_t seed0 = (uint64_t)time(NULL);
     const int64_t n = 2048, rows = 64;
     float *x = malloc(sizeof(float) * n);
