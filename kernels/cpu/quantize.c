@@ -46,20 +46,26 @@ void mp_quantize_row_bf16_ref(const float *src, void *dst, int64_t n)
     }
 }
 
+/* The value of largest magnitude among x[0..n) (the first one on ties; 0 for a zero block): the
+ * symmetric formats map it to their most negative level, so the asymmetric range is used on the
+ * side where the extreme lies. */
+static float signed_extreme(const float *x, int n)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int l = 0; l < n; l++)
+        if (fabsf(x[l]) > amax) {
+            amax = fabsf(x[l]);
+            max = x[l];
+        }
+    return max;
+}
+
 void mp_quantize_row_q4_0_ref(const float *src, void *dst, int64_t n)
 {
     mp_block_q4_0 *b = dst; /* (n / 32,) */
     for (int64_t ib = 0; ib < n / MP_QK4_0; ib++) {
         const float *x = src + ib * MP_QK4_0;
-        /* the signed value of largest magnitude (the first one on ties) maps to -8, so the
-         * asymmetric nibble range [-8, 7] is used on the side where the extreme lies */
-        float amax = 0.0f, max = 0.0f;
-        for (int l = 0; l < MP_QK4_0; l++)
-            if (fabsf(x[l]) > amax) {
-                amax = fabsf(x[l]);
-                max = x[l];
-            }
-        const float d = max / -8.0f;
+        const float d = signed_extreme(x, MP_QK4_0) / -8.0f; /* the extreme maps to -8 */
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[ib].d = mp_f32_to_f16(d);
         for (int l = 0; l < MP_QK4_0 / 2; l++) {
@@ -132,13 +138,7 @@ void mp_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n)
     mp_block_q5_0 *b = dst; /* (n / 32,) */
     for (int64_t ib = 0; ib < n / 32; ib++) {
         const float *x = src + 32 * ib;
-        float amax = 0.0f, max = 0.0f;
-        for (int l = 0; l < 32; l++)
-            if (fabsf(x[l]) > amax) {
-                amax = fabsf(x[l]);
-                max = x[l];
-            }
-        const float d = max / -16.0f;
+        const float d = signed_extreme(x, 32) / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[ib].d = mp_f32_to_f16(d);
         uint32_t h = 0;
@@ -175,14 +175,9 @@ static int nearest_level(const int8_t *levels, float v)
 static float iq4_scale(const float *x)
 {
     static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
-    float amax = 0.0f, max = 0.0f;
-    for (int l = 0; l < 32; l++)
-        if (fabsf(x[l]) > amax) {
-            amax = fabsf(x[l]);
-            max = x[l];
-        }
+    const float max = signed_extreme(x, 32);
     float best_d = 0.0f, best_err = INFINITY;
-    for (int c = 0; amax > 0.0f && c < 18; c++) {
+    for (int c = 0; max != 0.0f && c < 18; c++) {
         const float target = c < 9 ? -127.0f + 4.0f * (float)c : 113.0f - 3.0f * (float)(c - 9);
         const float id = target / max;
         float sxv = 0.0f, svv = 0.0f;

@@ -78,6 +78,18 @@ template <> struct mpc_unit<MP_TYPE_Q8_0, false> {
     }
 };
 
+// A unit's eight quant words (one byte per element) against run j (elements 32j .. 32j + 31) of the
+// Q8_K block at b: the dp4a sum (Q4_K, Q5_K, IQ4_XS).
+__device__ __forceinline__ int mpc_q8k_run_dot(const int *q, const uint8_t *b, int j)
+{
+    const int *y = (const int *)(b + 4 + 32 * j);
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        s = mpc_dp4a(q[k], y[k], s);
+    return s;
+}
+
 // The other blocks of 32 (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4; kernels/quant.h): the unit is one
 // block, its 32 levels as bytes in element order (q[k]: elements 4k..4k+3, signed for IQ4_NL and
 // MXFP4, 0..31 for the others), x = d v + m. Q5_0 keeps its levels as u = v + 16.
@@ -171,13 +183,7 @@ template <> struct mpc_unit<MP_TYPE_IQ4_XS, false> {
     __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
-        const float dy = *(const float *)b;
-        const int *y = (const int *)(b + 4 + 32 * j);
-        int s = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            s = mpc_dp4a(q[k], y[k], s);
-        return __fmul_rn(d, dy) * (float)(sc * s);
+        return __fmul_rn(d, *(const float *)b) * (float)(sc * mpc_q8k_run_dot(q, b, j));
     }
 };
 
@@ -204,11 +210,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
     {
         const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
         const float dy = *(const float *)b;
-        const int *y = (const int *)(b + 4 + 32 * j);
-        int s = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            s = mpc_dp4a(q[k], y[k], s);
+        const int s = mpc_q8k_run_dot(q, b, j);
         const int16_t *bs = (const int16_t *)(b + 260);
         const int ysum = bs[2 * j] + bs[2 * j + 1];
         // x ~ d sc q - dmin m: the min part needs only sum(y) of the sub-block (two bsums)
