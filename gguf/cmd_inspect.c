@@ -30,6 +30,7 @@ typedef struct moe_layer {
     uint64_t bytes_per_expert;    /* sum of part_bytes */
     uint64_t layer_bytes;         /* all experts of the layer: n_expert × bytes_per_expert */
     bool split;                   /* one tensor per expert (blk.N.ffn_gate.E.weight) */
+    bool fused;                   /* gate and up in one tensor (blk.N.ffn_gate_up_exps.weight) */
 } moe_layer;
 
 typedef struct moe_table {
@@ -94,6 +95,7 @@ static mp_status layer_row(const mp_gguf *g, const expert_name *names, int64_t n
         }
         L->n_expert = x.n_expert;
         L->split |= x.split;
+        L->fused |= x.fused;
         L->part_bytes[k] = x.expert_bytes;
         L->bytes_per_expert += x.expert_bytes;
         L->layer_bytes += x.expert_bytes * (uint64_t)x.n_expert;
@@ -211,12 +213,14 @@ static void print_text(const mp_gguf *g, const moe_table *mt, bool tensors)
     }
     if (mt->n_layers) {
         printf("\nexperts (blk.N.ffn_{gate,up,down}_exps.weight; one expert = nbytes / ne[2]; a layer marked *\n"
-               "stores each expert as its own tensor, blk.N.ffn_{gate,up,down}.E.weight):\n");
+               "stores each expert as its own tensor, blk.N.ffn_{gate,up,down}.E.weight; one marked + its gate\n"
+               "and up in one tensor, blk.N.ffn_gate_up_exps.weight, each expert's gate rows then its up rows):\n");
         printf("  %5s %7s %12s %12s %12s %16s %16s\n", "layer", "experts", "gate_bytes",
                "up_bytes", "down_bytes", "bytes_per_expert", "layer_bytes");
         for (int64_t i = 0; i < mt->n_layers; i++) {
             const moe_layer *L = &mt->layers[i];
-            printf("  %5lld%c%7lld %12llu %12llu %12llu %16llu %16llu\n", (long long)L->layer, L->split ? '*' : ' ',
+            printf("  %5lld%c%7lld %12llu %12llu %12llu %16llu %16llu\n", (long long)L->layer,
+                   L->split ? '*' : L->fused ? '+' : ' ',
                    (long long)L->n_expert, (unsigned long long)L->part_bytes[PART_GATE],
                    (unsigned long long)L->part_bytes[PART_UP],
                    (unsigned long long)L->part_bytes[PART_DOWN],
@@ -404,13 +408,13 @@ static void print_json(const mp_gguf *g, const moe_table *mt, bool tensors)
         const moe_layer *L = &mt->layers[i];
         printf("%s\n    {\"layer\": %lld, \"experts\": %lld, \"gate_bytes\": %llu, "
                "\"up_bytes\": %llu, \"down_bytes\": %llu, \"bytes_per_expert\": %llu, "
-               "\"layer_bytes\": %llu, \"one_tensor_per_expert\": %s}",
+               "\"layer_bytes\": %llu, \"one_tensor_per_expert\": %s, \"gate_up_fused\": %s}",
                i ? "," : "", (long long)L->layer, (long long)L->n_expert,
                (unsigned long long)L->part_bytes[PART_GATE],
                (unsigned long long)L->part_bytes[PART_UP],
                (unsigned long long)L->part_bytes[PART_DOWN],
                (unsigned long long)L->bytes_per_expert, (unsigned long long)L->layer_bytes,
-               L->split ? "true" : "false");
+               L->split ? "true" : "false", L->fused ? "true" : "false");
     }
     printf("%s],\n  \"expert_bytes\": %llu,\n  \"non_expert_bytes\": %llu,\n"
            "  \"tensor_bytes\": %llu\n}\n",

@@ -40,6 +40,11 @@ bool mp_gguf_expert_name(mp_str name, int64_t *layer, int *kind, int64_t *expert
     int64_t n;
     if (!literal(&p, end, "blk.") || !number(&p, end, &n) || !literal(&p, end, ".ffn_"))
         return false;
+    const char *f = p;
+    if (literal(&f, end, "gate_up_exps.weight") && f == end) {
+        *layer = n, *kind = MP_GGUF_EXPERT_GATE, *expert = -1;
+        return true;
+    }
     for (int k = 0; k < MP_GGUF_EXPERT_KINDS; k++) {
         const char *q = p;
         if (!literal(&q, end, k_kinds[k]))
@@ -76,8 +81,25 @@ mp_status mp_gguf_layer_experts(const mp_gguf *g, int64_t layer, int kind, int64
     const mp_gguf_tensor *m = mp_gguf_find_tensor(g, name);
     if (m) {
         const int64_t e = m->ne[2] > 0 ? m->ne[2] : 1;
-        *out = (mp_gguf_experts){true, false, m->type, m->ne[0], m->ne[1], e, m->nbytes / (uint64_t)e, m};
+        const uint64_t bytes = m->nbytes / (uint64_t)e;
+        *out = (mp_gguf_experts){.present = true, .type = m->type, .ne0 = m->ne[0], .ne1 = m->ne[1], .n_expert = e,
+                                 .expert_bytes = bytes, .merged = m, .stride = bytes};
         return MP_OK;
+    }
+    if (kind != MP_GGUF_EXPERT_DOWN) {
+        snprintf(name, sizeof name, "blk.%" PRId64 ".ffn_gate_up_exps.weight", layer);
+        if ((m = mp_gguf_find_tensor(g, name))) {
+            if (m->ne[1] % 2)
+                return mp_fail(err, MP_ERR_FORMAT, "%s: offset %llu: tensor %s: %" PRId64 " rows per expert: expected "
+                               "an even count (gate rows, then as many up rows)", path,
+                               (unsigned long long)m->file_offset, name, m->ne[1]);
+            const int64_t e = m->ne[2] > 0 ? m->ne[2] : 1;
+            const uint64_t bytes = m->nbytes / (uint64_t)e;
+            *out = (mp_gguf_experts){.present = true, .fused = true, .type = m->type, .ne0 = m->ne[0],
+                                     .ne1 = m->ne[1] / 2, .n_expert = e, .expert_bytes = bytes / 2, .merged = m,
+                                     .stride = bytes, .offset = kind == MP_GGUF_EXPERT_UP ? bytes / 2 : 0};
+            return MP_OK;
+        }
     }
     const mp_gguf_tensor *first = mp_gguf_split_expert(g, layer, kind, 0);
     if (!first)
@@ -102,6 +124,15 @@ mp_status mp_gguf_layer_experts(const mp_gguf *g, int64_t layer, int kind, int64
         return mp_fail(err, MP_ERR_FORMAT, "%s: tensor %s: missing (layer %" PRId64 " stores its experts one tensor "
                        "each: expected %" PRId64 " of them)", path, name, layer, n_expert);
     }
-    *out = (mp_gguf_experts){true, true, first->type, first->ne[0], first->ne[1], n, first->nbytes, NULL};
+    *out = (mp_gguf_experts){.present = true, .split = true, .type = first->type, .ne0 = first->ne[0],
+                             .ne1 = first->ne[1], .n_expert = n, .expert_bytes = first->nbytes};
     return MP_OK;
+}
+
+const uint8_t *mp_gguf_expert_data(const mp_gguf *g, int64_t layer, int kind, const mp_gguf_experts *x, int64_t e)
+{
+    if (x->merged)
+        return (const uint8_t *)x->merged->data + (size_t)e * x->stride + x->offset;
+    const mp_gguf_tensor *t = mp_gguf_split_expert(g, layer, kind, e);
+    return t ? t->data : NULL;
 }

@@ -83,6 +83,9 @@ static void usage(FILE *f)
         "  --dry-run          check the flags and print the tensor count and data size; write nothing\n"
         "  --split-experts    each expert its own tensor (blk.N.ffn_gate.E.weight), the layout of GGUFs\n"
         "                     written before llama.cpp merged them (2024); the same values\n"
+        "  --fuse-gate-up     each layer's gate and up experts in one tensor (blk.N.ffn_gate_up_exps.weight:\n"
+        "                     each expert's gate rows, then its up rows), as llama.cpp's converter\n"
+        "                     writes with --fuse-gate-up-exps; the same values\n"
         "  -h, --help         this help\n",
         MP_MK_DEFAULT_SKEW);
 }
@@ -155,7 +158,7 @@ static bool on_progress(void *user, uint64_t done, uint64_t total)
     return true;
 }
 
-enum { OPT_VALUE = 1, OPT_TYPE, OPT_FORCE, OPT_QUIET, OPT_DRY_RUN, OPT_SPLIT };
+enum { OPT_VALUE = 1, OPT_TYPE, OPT_FORCE, OPT_QUIET, OPT_DRY_RUN, OPT_SPLIT, OPT_FUSE };
 
 /* Every flag that takes a value is OPT_VALUE (told apart by its name), each --type-CLASS is
  * OPT_TYPE (the class is the name's tail: mp_mkmodel_set_type checks it again). */
@@ -180,6 +183,7 @@ static const mp_cli_opt mkmodel_flags[] = {
     {"type-norm", 0, true, OPT_TYPE, NULL},
     {"force", 0, false, OPT_FORCE, NULL}, {"quiet", 0, false, OPT_QUIET, NULL},
     {"dry-run", 0, false, OPT_DRY_RUN, NULL}, {"split-experts", 0, false, OPT_SPLIT, NULL},
+    {"fuse-gate-up", 0, false, OPT_FUSE, NULL},
     {"help", 'h', false, 'h', NULL},
     {0},
 };
@@ -211,7 +215,7 @@ int mp_cmd_mkmodel(int argc, char **argv)
 static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
 {
     const char *preset = NULL, *arch = NULL, *quant = NULL, *out_path = NULL;
-    bool force = false, quiet = false, dry_run = false, split = false;
+    bool force = false, quiet = false, dry_run = false, split = false, fuse = false;
     mp_cli c;
     mp_cli_init(&c, "mkmodel", mkmodel_flags, argc, argv);
     const char *given;
@@ -229,6 +233,7 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
         case OPT_QUIET: quiet = true; break;
         case OPT_DRY_RUN: dry_run = true; break;
         case OPT_SPLIT: split = true; break;
+        case OPT_FUSE: fuse = true; break;
         default:
             flags[*n_flags].id = id;
             snprintf(flags[*n_flags].name, sizeof flags[*n_flags].name, "%s", c.flag);
@@ -315,6 +320,7 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
         }
     }
     cfg.split_experts = split;
+    cfg.fuse_gate_up = fuse;
     st = mp_mkmodel_validate(&cfg, &err);
     if (st) {
         fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);

@@ -345,6 +345,12 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
     if (c->llama_layers && layer_mix_base(c) < 0)
         return mp_fail(err, MP_ERR_ARG, "--layer-mix llama: expected --quant q4_k_m or q5_k_m with no --type-CLASS "
                        "override (the mix is '%s')", c->mix);
+    if (c->fuse_gate_up && c->split_experts)
+        return mp_fail(err, MP_ERR_ARG, "--fuse-gate-up and --split-experts: expected one expert layout");
+    if (c->fuse_gate_up && mp_mkmodel_tensor_type(c, MP_MK_FFN_GATE, 0) != mp_mkmodel_tensor_type(c, MP_MK_FFN_UP, 0))
+        return mp_fail(err, MP_ERR_ARG, "--fuse-gate-up: ffn-gate is %s and ffn-up %s: expected one type for the "
+                       "fused tensor", mp_type_name(mp_mkmodel_tensor_type(c, MP_MK_FFN_GATE, 0)),
+                       mp_type_name(mp_mkmodel_tensor_type(c, MP_MK_FFN_UP, 0)));
     for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
         int type = c->types[cls];
         if (!mp_type_supported(type))
@@ -404,7 +410,30 @@ static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int
     t->type = mp_mkmodel_tensor_type(c, cls, layer);
     t->cls = cls;
     t->layer = layer;
+    t->up_stream = -1;
     return 0;
+}
+
+/* Each layer's gate and up tensors replaced by one fused tensor, blk.N.ffn_gate_up_exps.weight
+ * [n_embd, 2 n_ff, n_expert], in the gate's place: the writer takes each expert's gate rows from
+ * the gate's stream, then its up rows from the up's (so the values are the separate file's). */
+static void fuse_plan(plan_builder *b)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < b->n; i++) {
+        mp_mk_tensor *t = &b->t[i];
+        if (t->cls == MP_MK_FFN_UP && t->n_dims == 3)
+            continue; /* folded into the gate before it */
+        b->t[k] = *t;
+        if (t->cls == MP_MK_FFN_GATE && t->n_dims == 3 && i + 1 < b->n && b->t[i + 1].cls == MP_MK_FFN_UP) {
+            mp_mk_tensor *f = &b->t[k];
+            snprintf(f->name, sizeof f->name, "blk.%lld.ffn_gate_up_exps.weight", (long long)f->layer);
+            f->ne[1] *= 2;
+            f->up_stream = b->t[i + 1].stream;
+        }
+        k++;
+    }
+    b->n = k;
 }
 
 /* The merged plan's expert tensors replaced by one 2-D tensor per expert (blk.N.ffn_gate.E.weight,
@@ -482,6 +511,8 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, in
         b.t[i].stream = i;
     if (!fail && c->split_experts)
         fail = split_plan(&b, c);
+    if (!fail && c->fuse_gate_up)
+        fuse_plan(&b);
     if (fail) {
         free(b.t);
         return mp_fail(err, MP_ERR_NOMEM, "mkmodel: out of memory for the tensor list");

@@ -64,6 +64,9 @@ typedef struct mp_mkmodel_config {
     int n_threads;          /* quantization threads; 0 = all online CPUs (does not change output) */
     bool split_experts;     /* each expert its own 2-D tensor (blk.N.ffn_gate.E.weight), as GGUFs
                              * written before llama.cpp merged them; the same values as merged */
+    bool fuse_gate_up;      /* gate and up in one tensor per layer (blk.N.ffn_gate_up_exps.weight:
+                             * each expert's gate rows, then its up rows), as llama.cpp's converter
+                             * writes with --fuse-gate-up-exps; the same values as separate */
     bool llama_layers;      /* --layer-mix llama: the q4_k_m / q5_k_m mix's 6-bit classes by layer
                              * as llama.cpp's quantizer gives them (mp_mkmodel_tensor_type) */
 } mp_mkmodel_config;
@@ -120,6 +123,8 @@ typedef struct mp_mk_tensor {
     int64_t layer;     /* -1 for token_embd, output_norm, output */
     int64_t stream;    /* the generator's stream: the tensor's index in the merged plan */
     int64_t row0;      /* its first row in that tensor's rows (an expert of a split plan: E x ne[1]) */
+    int64_t up_stream; /* a fused gate_up tensor: the up rows' stream (each expert: ne[1] / 2 rows of
+                        * `stream`, then as many of this); -1 otherwise */
 } mp_mk_tensor;
 
 /* The tensor list of a validated config (malloc'd array; caller frees). */

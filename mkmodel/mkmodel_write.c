@@ -516,8 +516,25 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
                                      tensors[i].type, err);
     progress pr = {.fn = progress_fn, .user = progress_user, .done = 0,
                    .total = mp_mkmodel_data_bytes(tensors, n_tensors)};
-    for (int64_t i = 0; i < n_tensors && !st; i++)
-        st = write_tensor(w, pool, cfg, &tensors[i], scratch, out, out_cap, &pr, err);
+    for (int64_t i = 0; i < n_tensors && !st; i++) {
+        if (tensors[i].up_stream < 0) {
+            st = write_tensor(w, pool, cfg, &tensors[i], scratch, out, out_cap, &pr, err);
+            continue;
+        }
+        /* a fused gate_up tensor: each expert's gate rows, then its up rows, from their streams */
+        const mp_mk_tensor *f = &tensors[i];
+        const int64_t F = f->ne[1] / 2;
+        for (int64_t e = 0; e < f->ne[2] && !st; e++)
+            for (int half = 0; half < 2 && !st; half++) {
+                mp_mk_tensor part = *f;
+                part.ne[1] = F;
+                part.ne[2] = 1;
+                part.row0 = e * F;
+                part.stream = half ? f->up_stream : f->stream;
+                part.cls = half ? MP_MK_FFN_UP : MP_MK_FFN_GATE;
+                st = write_tensor(w, pool, cfg, &part, scratch, out, out_cap, &pr, err);
+            }
+    }
     if (w) {
         if (!st)
             st = mp_gguf_writer_finish(w, err);

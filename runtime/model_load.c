@@ -2,12 +2,13 @@
  *
  * Hyperparameters come from `<arch>.*` metadata keys, tensors from llama.cpp's tensor names
  * (token_embd.weight, blk.N.attn_q.weight, ...). Weights are views into the GGUF mapping; nothing
- * is copied, except the experts of files that store each expert as its own 2-D tensor
- * (blk.N.ffn_gate.E.weight, ffn_up.E, ffn_down.E: what llama.cpp's converter wrote for Mixtral
- * until it merged them into blk.N.ffn_gate_exps in 2024, and what it still reads): those are
- * copied once into one anonymous mapping (m->expert_copy), a merged tensor per layer and kind, so
- * that the rest of moeplan sees one layout; the file's pages of each copied expert are dropped as
- * it is copied. Every tensor is checked by mp_model_validate (present, exact shape, supported
+ * is copied, except the experts of files in the two other layouts llama.cpp reads
+ * (gguf/gguf_experts.h): each expert its own 2-D tensor (blk.N.ffn_gate.E.weight, ffn_up.E,
+ * ffn_down.E: what llama.cpp's converter wrote for Mixtral until it merged them into
+ * blk.N.ffn_gate_exps in 2024), or gate and up fused in one tensor (blk.N.ffn_gate_up_exps.weight,
+ * the converter's --fuse-gate-up-exps): those are copied once into one anonymous mapping
+ * (m->expert_copy), a merged tensor per layer and kind, so that the rest of moeplan sees one layout;
+ * the file's pages of each copied expert are dropped as it is copied. Every tensor is checked by mp_model_validate (present, exact shape, supported
  * type); the first problem becomes a one-line error naming the file and the tensor or key.
  *
  * Mixtral: llama.cpp's converter writes Mixtral as general.architecture = "llama" with an
@@ -184,9 +185,9 @@ static void drop_file_pages(const void *a, size_t n)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-/* Every layer's kinds without a merged tensor whose experts the file stores one tensor each
- * (gguf/gguf_experts.h checks them: all n_expert there, one type and shape): copied into one
- * anonymous mapping, a merged tensor per layer and kind. */
+/* Every layer's kinds without a merged tensor whose experts the file stores one tensor each or
+ * fused with the other kind (gguf/gguf_experts.h checks them: all n_expert there, one type and
+ * shape): copied into one anonymous mapping, a merged tensor per layer and kind. */
 static mp_status merge_split_experts(const loader *ld, mp_model *m, mp_error *err)
 {
     const int64_t E = m->hp.n_expert;
@@ -199,6 +200,10 @@ static mp_status merge_split_experts(const loader *ld, mp_model *m, mp_error *er
             mp_status st = mp_gguf_layer_experts(ld->g, il, k, E, &x, err);
             if (st)
                 return st;
+            if (x.fused && (x.merged->n_dims != 3 || x.n_expert != E))
+                return mp_fail(err, MP_ERR_FORMAT, "%s: tensor blk.%" PRId64 ".ffn_gate_up_exps.weight: %u dimensions, %"
+                               PRId64 " experts: expected 3 dimensions [cols, 2 x rows, %" PRId64 "]", ld->path, il,
+                               x.merged->n_dims, x.n_expert, E);
             if (x.present)
                 total += ((size_t)x.expert_bytes * (size_t)E + 63) / 64 * 64;
         }
@@ -207,8 +212,9 @@ static mp_status merge_split_experts(const loader *ld, mp_model *m, mp_error *er
     size_t bytes;
     void *arena = mp_huge_arena(total, &bytes); /* the CPU streams these */
     if (arena == MAP_FAILED)
-        return mp_fail(err, MP_ERR_NOMEM, "%s: the experts are stored one tensor each, and merging them needs "
-                       "%.2f GiB of memory that could not be had", ld->path, (double)bytes / (1u << 30));
+        return mp_fail(err, MP_ERR_NOMEM, "%s: the experts are stored one tensor each or with gate and up fused, and "
+                       "laying them out one tensor per kind needs %.2f GiB of memory that could not be had", ld->path,
+                       (double)bytes / (1u << 30));
     m->expert_copy = arena;
     m->expert_copy_bytes = bytes;
     char *at = arena;
@@ -220,9 +226,9 @@ static mp_status merge_split_experts(const loader *ld, mp_model *m, mp_error *er
                 continue; /* (checked above) */
             const size_t slice = (size_t)x.expert_bytes;
             for (int64_t e = 0; e < E; e++) {
-                const mp_gguf_tensor *s = mp_gguf_split_expert(ld->g, il, k, e);
-                memcpy(at + (size_t)e * slice, s->data, slice);
-                drop_file_pages(s->data, slice);
+                const uint8_t *s = mp_gguf_expert_data(ld->g, il, k, &x, e);
+                memcpy(at + (size_t)e * slice, s, slice);
+                drop_file_pages(s, slice);
             }
             *t = (mp_tensor){.type = x.type, .ne = {x.ne0, x.ne1, E, 1}, .data = at,
                              .row_bytes = mp_type_row_bytes(x.type, x.ne0), .nbytes = slice * (size_t)E};

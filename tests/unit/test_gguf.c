@@ -24,6 +24,7 @@
 
 #include "kernels/quant.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_experts.h"
 #include "runtime/model.h"
 
 /* ---- helpers ---- */
@@ -1000,4 +1001,57 @@ Test(gguf, hostile_hyperparameters_are_refused_before_use)
     cr_assert_eq(load_hparams(1, INFINITY, &err), MP_ERR_FORMAT);
     cr_assert(strstr(err.msg, "rope freq base inf must be finite and > 0"), "%s", err.msg);
     cr_assert_eq(load_hparams(1, NAN, &err), MP_ERR_FORMAT);
+}
+
+/* Gate and up fused in one tensor (blk.N.ffn_gate_up_exps.weight, llama.cpp's --fuse-gate-up-exps):
+ * its name is an expert tensor's, each kind is half of every expert's rows (gate first), down is
+ * not in it, and an odd row count is refused in one line naming the tensor. */
+Test(gguf, experts_with_gate_and_up_fused)
+{
+    int64_t layer, expert;
+    int kind;
+    const char *nm = "blk.7.ffn_gate_up_exps.weight";
+    cr_assert(mp_gguf_expert_name((mp_str){nm, strlen(nm)}, &layer, &kind, &expert));
+    cr_assert(layer == 7 && kind == MP_GGUF_EXPERT_GATE && expert == -1);
+    for (int odd = 0; odd < 2; odd++) {
+        const int64_t cols = 32, rows = odd ? 5 : 4, n_exp = 3;
+        const char *path = tmp_path(odd ? "fused-odd.gguf" : "fused.gguf");
+        mp_gguf_writer *w;
+        mp_error err;
+        cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+        const int64_t ne[3] = {cols, rows, n_exp};
+        cr_assert_eq(mp_gguf_add_tensor_info(w, "blk.0.ffn_gate_up_exps.weight", 3, ne, MP_TYPE_F32, &err), MP_OK,
+                     "%s", err.msg);
+        float *v = malloc(sizeof(float) * (size_t)(cols * rows * n_exp));
+        for (int64_t i = 0; i < cols * rows * n_exp; i++)
+            v[i] = (float)i;
+        cr_assert_eq(mp_gguf_write_data(w, v, sizeof(float) * (size_t)(cols * rows * n_exp), &err), MP_OK, "%s",
+                     err.msg);
+        cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+        mp_gguf *g;
+        cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
+        mp_gguf_experts x;
+        if (odd) {
+            cr_assert_eq(mp_gguf_layer_experts(g, 0, MP_GGUF_EXPERT_UP, 0, &x, &err), MP_ERR_FORMAT);
+            cr_assert(strstr(err.msg, "blk.0.ffn_gate_up_exps.weight: 5 rows per expert: expected an even count") &&
+                          !strchr(err.msg, '\n'), "%s", err.msg);
+        } else {
+            for (int k = MP_GGUF_EXPERT_GATE; k <= MP_GGUF_EXPERT_UP; k++) {
+                cr_assert_eq(mp_gguf_layer_experts(g, 0, k, 0, &x, &err), MP_OK, "%s", err.msg);
+                cr_assert(x.present && x.fused && !x.split && x.ne0 == cols && x.ne1 == rows / 2 &&
+                          x.n_expert == n_exp && x.expert_bytes == sizeof(float) * (size_t)(cols * rows / 2));
+                for (int64_t e = 0; e < n_exp; e++) {
+                    const float *d = (const float *)mp_gguf_expert_data(g, 0, k, &x, e);
+                    /* expert e's rows start at e * rows; up's at rows / 2 past them */
+                    cr_assert_eq(d[0], (float)((e * rows + (k == MP_GGUF_EXPERT_UP ? rows / 2 : 0)) * cols),
+                                 "kind %d expert %lld", k, (long long)e);
+                }
+            }
+            cr_assert_eq(mp_gguf_layer_experts(g, 0, MP_GGUF_EXPERT_DOWN, 0, &x, &err), MP_OK);
+            cr_assert_not(x.present, "down is not in the fused tensor");
+        }
+        mp_gguf_close(g);
+        free(v);
+        unlink(path);
+    }
 }

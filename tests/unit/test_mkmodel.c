@@ -355,6 +355,48 @@ Test(mkmodel, split_experts_hold_the_merged_values)
     mp_model_free(b);
 }
 
+/* --fuse-gate-up: each layer's gate and up in one tensor, blk.N.ffn_gate_up_exps.weight [n_embd,
+ * 2 n_ff, n_expert], each expert's gate rows then its up rows, with the separate file's values; the
+ * loader lays them out one tensor per kind again, the same bytes. With --split-experts, or gate and
+ * up of two types, it is refused in one line. */
+Test(mkmodel, fused_gate_up_holds_the_separate_values)
+{
+    mp_error err;
+    mp_mkmodel_config c = small_config();
+    write_model(&c, tmp_path("separate.gguf"));
+    c.fuse_gate_up = true;
+    write_model(&c, tmp_path("fused.gguf"));
+    mp_gguf *g;
+    cr_assert_eq(mp_gguf_open(tmp_path("fused.gguf"), &g, &err), MP_OK, "%s", err.msg);
+    cr_assert_null(mp_gguf_find_tensor(g, "blk.0.ffn_gate_exps.weight"), "a separate gate in a fused file");
+    cr_assert_null(mp_gguf_find_tensor(g, "blk.0.ffn_up_exps.weight"), "a separate up in a fused file");
+    const mp_gguf_tensor *f = mp_gguf_find_tensor(g, "blk.1.ffn_gate_up_exps.weight");
+    cr_assert(f && f->n_dims == 3 && f->ne[0] == c.n_embd && f->ne[1] == 2 * c.n_ff_exp && f->ne[2] == c.n_expert,
+              "blk.1's fused tensor");
+    mp_gguf_close(g);
+    mp_model *a = NULL, *b = NULL;
+    cr_assert_eq(mp_model_load(tmp_path("separate.gguf"), &a, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_model_load(tmp_path("fused.gguf"), &b, &err), MP_OK, "%s", err.msg);
+    cr_assert_not_null(b->expert_copy, "the fused experts were not laid out one tensor per kind");
+    for (int64_t il = 0; il < c.n_layer; il++) {
+        const mp_tensor *x[3] = {&a->layers[il].gate_exps, &a->layers[il].up_exps, &a->layers[il].down_exps};
+        const mp_tensor *y[3] = {&b->layers[il].gate_exps, &b->layers[il].up_exps, &b->layers[il].down_exps};
+        for (int k = 0; k < 3; k++)
+            cr_assert(x[k]->nbytes == y[k]->nbytes && x[k]->ne[1] == y[k]->ne[1] &&
+                          memcmp(x[k]->data, y[k]->data, x[k]->nbytes) == 0,
+                      "layer %lld kind %d: the fused file's experts differ from the separate file's", (long long)il, k);
+    }
+    mp_model_free(a);
+    mp_model_free(b);
+    c.split_experts = true;
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "--fuse-gate-up and --split-experts"), "%s", err.msg);
+    c.split_experts = false;
+    cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-up", "Q8_0", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "--fuse-gate-up: ffn-gate is") && strstr(err.msg, "ffn-up Q8_0"), "%s", err.msg);
+}
+
 /* The values that carry the design: norms are 1, the bias channel is constant, the router's
  * dimension 0 holds -skew * ln(rank + 1) over a permutation, residual writers spare row 0. */
 Test(mkmodel, weights_carry_the_router_prior)
