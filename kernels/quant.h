@@ -96,7 +96,7 @@ typedef struct {
 } mp_block_mxfp4;              /* 17 bytes / 32 elements */
 
 /* IQ4_XS: IQ4_NL's levels in super-blocks of 256 with a 6-bit scale per sub-block of 32: element
- * 32j + l (l < 32) is x = d (s_j - 32) v[q], q the low nibble of qs[16j + l] (high for l >= 16),
+ * 32j + l (l < 32) is x = d (s_j - 32) v[q], q the low nibble of qs[16j + l % 16] (high for l >= 16),
  * s_j the nibble j % 2 of scales_l[j / 2] with bits 2j, 2j + 1 of scales_h on top. */
 typedef struct {
     mp_f16 d;                       /* super-block scale */

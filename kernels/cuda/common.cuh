@@ -180,25 +180,64 @@ __host__ __device__ constexpr uint32_t mpc_levels_word(mpc_levels l, int w)
            (uint32_t)(uint8_t)l.v[4 * w + 2] << 16 | (uint32_t)(uint8_t)l.v[4 * w + 3] << 24;
 }
 
+// constexpr in the host pass only: the device pass calls intrinsics, which are not constexpr; the
+// host pass's definitions let static_assert check the logic on machines without a GPU.
+#ifdef __CUDA_ARCH__
+#define MPC_HOST_CONSTEXPR
+#else
+#define MPC_HOST_CONSTEXPR constexpr
+#endif
+
+// __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the eight bytes y:x (x's
+// four the low ones). The host pass's copy follows that definition, for the checks below.
+__host__ __device__ MPC_HOST_CONSTEXPR uint32_t mpc_byte_perm(uint32_t x, uint32_t y, uint32_t s)
+{
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) {
+        const uint32_t k = (s >> (4 * n)) & 7u;
+        r |= ((k < 4 ? x >> (8 * k) : y >> (8 * (k - 4))) & 0xFFu) << (8 * n);
+    }
+    return r;
+#endif
+}
+
 // Four codes (one 0..15 per byte of nib) to their four levels (one signed byte each): byte_perm
 // picks from levels 0..7 and 8..15 by the code's low 3 bits, its bit 3 chooses between the two.
 template <int T>
-__device__ __forceinline__ int mpc_lut16(uint32_t nib)
+__host__ __device__ MPC_HOST_CONSTEXPR int mpc_lut16(uint32_t nib)
 {
     constexpr mpc_levels lv = T == MP_TYPE_IQ4_NL ? mpc_levels{MP_IQ4_NL_LEVELS} : mpc_levels{MP_MXFP4_LEVELS};
     constexpr uint32_t t0 = mpc_levels_word(lv, 0), t1 = mpc_levels_word(lv, 1);
     constexpr uint32_t t2 = mpc_levels_word(lv, 2), t3 = mpc_levels_word(lv, 3);
     const uint32_t sel = (nib & 0x7u) | ((nib >> 4) & 0x70u) | ((nib >> 8) & 0x700u) | ((nib >> 12) & 0x7000u);
-    const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const uint32_t lo = mpc_byte_perm(t0, t1, sel), hi = mpc_byte_perm(t2, t3, sel);
     const uint32_t high = ((nib >> 3) & 0x01010101u) * 0xFFu;
     return (int)((lo & ~high) | (hi & high));
 }
 
+#ifndef __CUDA_ARCH__
+// Codes 0, 15, 8, 7 (bytes 0..3) give IQ4_NL's levels -127, 113, 1, -10 and MXFP4's 0, -12, 0, 12;
+// codes 9, 1, 14, 6 MXFP4's -1, 1, -8, 8.
+static_assert(mpc_lut16<MP_TYPE_IQ4_NL>(0x07080F00u) == (int)0xF6017181u, "IQ4_NL look-up");
+static_assert(mpc_lut16<MP_TYPE_MXFP4>(0x07080F00u) == (int)0x0C00F400u, "MXFP4 look-up");
+static_assert(mpc_lut16<MP_TYPE_MXFP4>(0x060E0109u) == (int)0x08F801FFu, "MXFP4 look-up");
+#endif
+
 // Bits 0..3 of b to bit 4 of bytes 0..3 (Q5_0/Q5_1's fifth bits of four elements).
-__device__ __forceinline__ uint32_t mpc_bits_to_byte4(uint32_t b)
+__host__ __device__ constexpr uint32_t mpc_bits_to_byte4(uint32_t b)
 {
     return ((b & 1u) | (b & 2u) << 7 | (b & 4u) << 14 | (b & 8u) << 21) << 4;
 }
+
+// The packing, checked where it is compiled (the machines without a GPU too): IQ4_NL's first four
+// levels -127, -104, -83, -65 are the bytes 0x81, 0x98, 0xAD, 0xBF; MXFP4's last four -4, -6, -8,
+// -12 the bytes 0xFC, 0xFA, 0xF8, 0xF4; bits 0 and 2 go to bytes 0 and 2.
+static_assert(mpc_levels_word(mpc_levels{MP_IQ4_NL_LEVELS}, 0) == 0xBFAD9881u, "IQ4_NL levels 0..3");
+static_assert(mpc_levels_word(mpc_levels{MP_MXFP4_LEVELS}, 3) == 0xF4F8FAFCu, "MXFP4 levels 12..15");
+static_assert(mpc_bits_to_byte4(0x5u) == 0x00100010u && mpc_bits_to_byte4(0xFu) == 0x10101010u, "fifth bits");
 
 __device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
 {
