@@ -153,20 +153,80 @@ __device__ __forceinline__ void mpc_rope_rotate(float *hd, int64_t i, int64_t ro
     hd[ib] = __fadd_rn(__fmul_rn(a, cs.y), __fmul_rn(b, cs.x));
 }
 
-__device__ __forceinline__ float mpc_f16(uint16_t bits)
+// #pragma unroll for loops of functions the host compiles too (its compiler does not know it)
+#ifdef __CUDA_ARCH__
+#define MPC_UNROLL _Pragma("unroll")
+#else
+#define MPC_UNROLL
+#endif
+
+// ---- helpers the weight units (gemv.cuh) use, callable from the host as well: tests/unit's
+// test_cuda_units runs every unit on the CPU against the scalar reference, so that their layouts
+// are checked where no GPU is (CI); on the device each is the intrinsic ----
+
+__host__ __device__ __forceinline__ float mpc_u2f(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+// a * b rounded to nearest, never fused into an FMA (the host pass's float product is one)
+__host__ __device__ __forceinline__ float mpc_mul_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+__host__ __device__ __forceinline__ float mpc_add_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+__host__ __device__ __forceinline__ float mpc_sub_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
+// the 32 bits of hi:lo shifted right by sh (0..31)
+__host__ __device__ __forceinline__ uint32_t mpc_funnel_r(uint32_t lo, uint32_t hi, unsigned sh)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, sh);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> (sh & 31));
+#endif
+}
+
+__host__ __device__ __forceinline__ float mpc_f16(uint16_t bits)
 {
     return __half2float(__ushort_as_half(bits));
 }
 
-__device__ __forceinline__ float mpc_bf16(uint16_t bits)
+__host__ __device__ __forceinline__ float mpc_bf16(uint16_t bits)
 {
-    return __uint_as_float((uint32_t)bits << 16);
+    return mpc_u2f((uint32_t)bits << 16);
 }
 
 // MXFP4's block scale 2^(e - 128) (kernels/quant.h's mp_e8m0_half)
-__device__ __forceinline__ float mpc_e8m0_half(uint32_t e)
+__host__ __device__ __forceinline__ float mpc_e8m0_half(uint32_t e)
 {
-    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    return mpc_u2f(e < 2 ? 0x00200000u << e : (e - 1) << 23);
 }
 
 // The 16 levels of a look-up format (IQ4_NL, MXFP4) as four words of four signed bytes, for
@@ -239,7 +299,7 @@ static_assert(mpc_levels_word(mpc_levels{MP_IQ4_NL_LEVELS}, 0) == 0xBFAD9881u, "
 static_assert(mpc_levels_word(mpc_levels{MP_MXFP4_LEVELS}, 3) == 0xF4F8FAFCu, "MXFP4 levels 12..15");
 static_assert(mpc_bits_to_byte4(0x5u) == 0x00100010u && mpc_bits_to_byte4(0xFu) == 0x10101010u, "fifth bits");
 
-__device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
+__host__ __device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
 {
     return *(const uint16_t *)p; // p is 2-byte aligned (every 16-bit field of every block is)
 }
@@ -247,7 +307,7 @@ __device__ __forceinline__ uint16_t mpc_ld16(const uint8_t *p)
 // Q4_K: the 6-bit scale and min of sub-block j (0..7) from the block's 12 packed scale bytes,
 // read through byte(i) (memory, or words already in registers).
 template <typename Byte>
-__device__ __forceinline__ void mpc_q4k_scale_min(Byte byte, int j, int &sc, int &m)
+__host__ __device__ __forceinline__ void mpc_q4k_scale_min(Byte byte, int j, int &sc, int &m)
 {
     if (j < 4) {
         sc = byte(j) & 63;
@@ -259,7 +319,7 @@ __device__ __forceinline__ void mpc_q4k_scale_min(Byte byte, int j, int &sc, int
 }
 
 // A 32-bit word from a 2-byte aligned address, as two 16-bit loads (little-endian).
-__device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
+__host__ __device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
 {
     const uint16_t *q = (const uint16_t *)p;
     return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
@@ -269,19 +329,19 @@ __device__ __forceinline__ uint32_t mpc_ld32_a2(const uint8_t *p)
 // aligned) loads and a funnel shift, instead of 2N 16-bit (or 4N byte) loads. Never reads outside
 // the 4-byte words that hold bytes of [p, p + 4N).
 template <int N>
-__device__ __forceinline__ void mpc_ld_words(const uint8_t *p, uint32_t *out)
+__host__ __device__ __forceinline__ void mpc_ld_words(const uint8_t *p, uint32_t *out)
 {
     const uintptr_t a = (uintptr_t)p;
     const uint32_t *q = (const uint32_t *)(a & ~(uintptr_t)3);
     const unsigned sh = (unsigned)(a & 3) * 8; // 0, 8, 16 or 24
     uint32_t w[N + 1];
-#pragma unroll
+MPC_UNROLL
     for (int k = 0; k < N; k++)
         w[k] = q[k];
     w[N] = sh ? q[N] : 0u;
-#pragma unroll
+MPC_UNROLL
     for (int k = 0; k < N; k++)
-        out[k] = __funnelshift_r(w[k], w[k + 1], sh);
+        out[k] = mpc_funnel_r(w[k], w[k + 1], sh);
 }
 
 __device__ __forceinline__ float mpc_warp_sum(float v)

@@ -23,27 +23,34 @@ template <int T, bool VEC> __host__ __device__ constexpr int mpc_unit_elems()
     return (T == MP_TYPE_F32 || T == MP_TYPE_F16 || T == MP_TYPE_BF16) ? (VEC ? 8 : 1) : 32;
 }
 
-__device__ __forceinline__ int mpc_dp4a(int a, int b, int c)
+// c + the four products of a's and b's signed bytes
+__host__ __device__ __forceinline__ int mpc_dp4a(int a, int b, int c)
 {
+#ifdef __CUDA_ARCH__
     return __dp4a(a, b, c);
+#else
+    for (int k = 0; k < 4; k++)
+        c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
 }
 
 template <> struct mpc_unit<MP_TYPE_Q4_0, false> {
     float d;
     int q[4]; // 16 bytes: low nibbles elements 0..15, high 16..31
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + u * 18;
         d = mpc_f16(mpc_ld16(b));
         mpc_ld_words<4>(b + 2, (uint32_t *)q);
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + u * 34; // Q8_0
         uint32_t xw[8];
         mpc_ld_words<8>(b + 2, xw);
         int isum = 0, xsum = 0;
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 4; k++) {
             const int xl = (int)xw[k], xh = (int)xw[k + 4];
             isum = mpc_dp4a(q[k] & 0x0F0F0F0F, xl, isum);
@@ -52,39 +59,39 @@ template <> struct mpc_unit<MP_TYPE_Q4_0, false> {
             xsum = mpc_dp4a(0x01010101, xh, xsum);
         }
         // stored nibbles are q + 8: sum((n - 8) x) = sum(n x) - 8 sum(x)
-        return __fmul_rn(d, mpc_f16(mpc_ld16(b))) * (float)(isum - 8 * xsum);
+        return mpc_mul_rn(d, mpc_f16(mpc_ld16(b))) * (float)(isum - 8 * xsum);
     }
 };
 
 template <> struct mpc_unit<MP_TYPE_Q8_0, false> {
     float d;
     int q[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + u * 34;
         d = mpc_f16(mpc_ld16(b));
         mpc_ld_words<8>(b + 2, (uint32_t *)q);
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + u * 34;
         uint32_t xw[8];
         mpc_ld_words<8>(b + 2, xw);
         int isum = 0;
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 8; k++)
             isum = mpc_dp4a(q[k], (int)xw[k], isum);
-        return __fmul_rn(d, mpc_f16(mpc_ld16(b))) * (float)isum;
+        return mpc_mul_rn(d, mpc_f16(mpc_ld16(b))) * (float)isum;
     }
 };
 
 // A unit's eight quant words (one byte per element) against run j (elements 32j .. 32j + 31) of the
 // Q8_K block at b: the dp4a sum (Q4_K, Q5_K, IQ4_XS).
-__device__ __forceinline__ int mpc_q8k_run_dot(const int *q, const uint8_t *b, int j)
+__host__ __device__ __forceinline__ int mpc_q8k_run_dot(const int *q, const uint8_t *b, int j)
 {
     const int *y = (const int *)(b + 4 + 32 * j);
     int s = 0;
-#pragma unroll
+MPC_UNROLL
     for (int k = 0; k < 8; k++)
         s = mpc_dp4a(q[k], y[k], s);
     return s;
@@ -107,7 +114,7 @@ template <int T> struct mpc_b32_unit {
     using L = mpc_b32_layout<T>;
     float d, m;
     int q[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + u * L::bytes;
         uint32_t qs[4], qh = 0;
@@ -116,7 +123,7 @@ template <int T> struct mpc_b32_unit {
             mpc_ld_words<1>(b + L::qh, &qh);
         d = T == MP_TYPE_MXFP4 ? mpc_e8m0_half(b[0]) : mpc_f16(mpc_ld16(b));
         m = L::has_min ? mpc_f16(mpc_ld16(b + 2)) : 0.0f;
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 4; k++) {
             uint32_t lo = qs[k] & 0x0F0F0F0Fu, hi = (qs[k] >> 4) & 0x0F0F0F0Fu;
             if (L::lut) {
@@ -132,13 +139,13 @@ template <int T> struct mpc_b32_unit {
             }
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + u * 34; // Q8_0
         uint32_t xw[8];
         mpc_ld_words<8>(b + 2, xw);
         int isum = 0, xsum = 0;
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 8; k++) {
             isum = mpc_dp4a(q[k], (int)xw[k], isum);
             if (L::has_min || T == MP_TYPE_Q5_0)
@@ -146,10 +153,10 @@ template <int T> struct mpc_b32_unit {
         }
         const float dx = mpc_f16(mpc_ld16(b));
         if (T == MP_TYPE_Q5_0) // stored u = v + 16: sum(v x) = sum(u x) - 16 sum(x)
-            return __fmul_rn(d, dx) * (float)(isum - 16 * xsum);
+            return mpc_mul_rn(d, dx) * (float)(isum - 16 * xsum);
         if (L::has_min)
-            return __fmul_rn(d, dx) * (float)isum + __fmul_rn(m, dx) * (float)xsum;
-        return __fmul_rn(d, dx) * (float)isum;
+            return mpc_mul_rn(d, dx) * (float)isum + mpc_mul_rn(m, dx) * (float)xsum;
+        return mpc_mul_rn(d, dx) * (float)isum;
     }
 };
 
@@ -165,7 +172,7 @@ template <> struct mpc_unit<MP_TYPE_IQ4_XS, false> {
     float d;
     int sc, j;
     int q[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 136; // 2-byte aligned at least (checked by the launchers)
         j = (int)(u % 8);
@@ -174,16 +181,16 @@ template <> struct mpc_unit<MP_TYPE_IQ4_XS, false> {
         sc = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0F) | hbits << 4) - 32;
         uint32_t qs[4];
         mpc_ld_words<4>(b + 8 + 16 * j, qs);
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 4; k++) {
             q[k] = mpc_lut16<MP_TYPE_IQ4_NL>(qs[k] & 0x0F0F0F0Fu);
             q[k + 4] = mpc_lut16<MP_TYPE_IQ4_NL>((qs[k] >> 4) & 0x0F0F0F0Fu);
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
-        return __fmul_rn(d, *(const float *)b) * (float)(sc * mpc_q8k_run_dot(q, b, j));
+        return mpc_mul_rn(d, *(const float *)b) * (float)(sc * mpc_q8k_run_dot(q, b, j));
     }
 };
 
@@ -192,7 +199,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
     float d, dmin;
     int sc, m, j;
     int q[8]; // the sub-block's nibbles, one per byte
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 144; // 4-byte aligned (checked by the launchers)
         j = (int)(u % 8);
@@ -202,11 +209,11 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
         mpc_q4k_scale_min([&](int i) -> int { return p[i]; }, j, sc, m);
         const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * (j / 2));
         const int shift = 4 * (j & 1);
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 8; k++)
             q[k] = (int)((qs[k] >> shift) & 0x0F0F0F0Fu);
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
         const float dy = *(const float *)b;
@@ -214,7 +221,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
         const int16_t *bs = (const int16_t *)(b + 260);
         const int ysum = bs[2 * j] + bs[2 * j + 1];
         // x ~ d sc q - dmin m: the min part needs only sum(y) of the sub-block (two bsums)
-        return __fmul_rn(d, dy) * (float)(sc * s) - __fmul_rn(dmin, dy) * (float)(m * ysum);
+        return mpc_mul_rn(d, dy) * (float)(sc * s) - mpc_mul_rn(dmin, dy) * (float)(m * ysum);
     }
 };
 
@@ -222,7 +229,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, false> {
 // d and dmin in one 32-bit load, the 12 scale bytes in three, the 32 quant bytes in two 128-bit
 // loads — 6 load instructions per 32 elements instead of 13.
 template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> {
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 144;
         j = (int)(u % 8);
@@ -241,7 +248,7 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> 
         const uint4 a = qs[0], c = qs[1];
         const uint32_t w[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
         const int shift = 4 * (j & 1);
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 8; k++)
             q[k] = (int)((w[k] >> shift) & 0x0F0F0F0Fu);
     }
@@ -250,10 +257,10 @@ template <> struct mpc_unit<MP_TYPE_Q4_K, true> : mpc_unit<MP_TYPE_Q4_K, false> 
 // Q8_K runs of 32 activations in two 16-element groups: the dp4a sums of a unit's eight quant words
 // q (one byte per element) against the run's eight words y, g0 over the first group (words 0..3)
 // and g1 over the second, for the groups' own scales (Q2_K, Q3_K, Q6_K).
-__device__ __forceinline__ void mpc_q8k_group_sums(const int *q, const int *y, int &g0, int &g1)
+__host__ __device__ __forceinline__ void mpc_q8k_group_sums(const int *q, const int *y, int &g0, int &g1)
 {
     g0 = 0, g1 = 0;
-#pragma unroll
+MPC_UNROLL
     for (int i = 0; i < 4; i++) {
         g0 = mpc_dp4a(q[i], y[i], g0);
         g1 = mpc_dp4a(q[i + 4], y[i + 4], g1);
@@ -268,7 +275,7 @@ template <> struct mpc_unit<MP_TYPE_Q2_K, false> {
     float d, dmin;
     int sc0, sc1, m0, m1, k;
     int q[8]; // 0..3, one per byte
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 84; // 4-byte aligned (checked by the launchers)
         k = (int)(u % 8);
@@ -278,18 +285,18 @@ template <> struct mpc_unit<MP_TYPE_Q2_K, false> {
         sc0 = b[2 * k] & 0x0F, m0 = b[2 * k] >> 4;
         sc1 = b[2 * k + 1] & 0x0F, m1 = b[2 * k + 1] >> 4;
         const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * h);
-#pragma unroll
+MPC_UNROLL
         for (int i = 0; i < 8; i++)
             q[i] = (int)((qs[i] >> (2 * j)) & 0x03030303u);
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + (u / 8) * 292; // Q8_K, 4-byte aligned
         const float dy = *(const float *)b;
         int g0, g1;
         mpc_q8k_group_sums(q, (const int *)(b + 4 + 32 * k), g0, g1);
         const int16_t *bs = (const int16_t *)(b + 260) + 2 * k;
-        return __fmul_rn(d, dy) * (float)(sc0 * g0 + sc1 * g1) - __fmul_rn(dmin, dy) * (float)(m0 * bs[0] + m1 * bs[1]);
+        return mpc_mul_rn(d, dy) * (float)(sc0 * g0 + sc1 * g1) - mpc_mul_rn(dmin, dy) * (float)(m0 * bs[0] + m1 * bs[1]);
     }
 };
 
@@ -297,7 +304,7 @@ template <> struct mpc_unit<MP_TYPE_Q3_K, false> {
     float d;
     int s0, s1, k;
     int q[8]; // u = q + 4 in 0..7, one per byte
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 110; // only 2-byte aligned
         k = (int)(u % 8);
@@ -312,11 +319,11 @@ template <> struct mpc_unit<MP_TYPE_Q3_K, false> {
         uint32_t lw[8], hw[8];
         mpc_ld_words<8>(b + 32 + 32 * h, lw);
         mpc_ld_words<8>(b, hw);
-#pragma unroll
+MPC_UNROLL
         for (int i = 0; i < 8; i++)
             q[i] = (int)(((lw[i] >> (2 * j)) & 0x03030303u) | (((hw[i] >> k) & 0x01010101u) << 2));
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + (u / 8) * 292;
         const float dy = *(const float *)b;
@@ -324,14 +331,14 @@ template <> struct mpc_unit<MP_TYPE_Q3_K, false> {
         mpc_q8k_group_sums(q, (const int *)(b + 4 + 32 * k), g0, g1);
         const int16_t *bs = (const int16_t *)(b + 260) + 2 * k;
         // stored u = q + 4: sum(q y) = sum(u y) - 4 sum(y), sum(y) per 16 is a bsum
-        return __fmul_rn(d, dy) * (float)(s0 * (g0 - 4 * bs[0]) + s1 * (g1 - 4 * bs[1]));
+        return mpc_mul_rn(d, dy) * (float)(s0 * (g0 - 4 * bs[0]) + s1 * (g1 - 4 * bs[1]));
     }
 };
 
 // Q5_K unit u: Q4_K's (same scales, same dot), each nibble topped up with its fifth bit: bit j of
 // qh[l] for element 32j + l (qh: 32 bytes after the 16-byte head, qs after them).
 template <> struct mpc_unit<MP_TYPE_Q5_K, false> : mpc_unit<MP_TYPE_Q4_K, false> {
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 176; // 4-byte aligned (checked by the launchers)
         j = (int)(u % 8);
@@ -342,7 +349,7 @@ template <> struct mpc_unit<MP_TYPE_Q5_K, false> : mpc_unit<MP_TYPE_Q4_K, false>
         const uint32_t *qh = (const uint32_t *)(b + 16);
         const uint32_t *qs = (const uint32_t *)(b + 48 + 32 * (j / 2));
         const int shift = 4 * (j & 1);
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 8; k++)
             q[k] = (int)(((qs[k] >> shift) & 0x0F0F0F0Fu) | (((qh[k] >> j) & 0x01010101u) << 4));
     }
@@ -355,7 +362,7 @@ template <> struct mpc_unit<MP_TYPE_Q6_K, false> {
     float d;
     int sc0, sc1, j;
     int q[8]; // u = q + 32 in 0..63, one per byte
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         const uint8_t *b = row + (u / 8) * 210; // only 2-byte aligned
         j = (int)(u % 8);
@@ -368,14 +375,14 @@ template <> struct mpc_unit<MP_TYPE_Q6_K, false> {
         uint32_t lw[8], hw[8];
         mpc_ld_words<8>(ql, lw);
         mpc_ld_words<8>(qh, hw);
-#pragma unroll
+MPC_UNROLL
         for (int k = 0; k < 8; k++) {
             const uint32_t lo = (lw[k] >> lshift) & 0x0F0F0F0Fu;
             const uint32_t hi = ((hw[k] >> (2 * s)) & 0x03030303u) << 4;
             q[k] = (int)(lo | hi);
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const uint8_t *b = x + (u / 8) * 292;
         const float dy = *(const float *)b;
@@ -385,19 +392,19 @@ template <> struct mpc_unit<MP_TYPE_Q6_K, false> {
         const int16_t *bs = (const int16_t *)(b + 260) + 8 * h + 2 * s;
         // stored u = q + 32: sum(q y) = sum(u y) - 32 sum(y), sum(y) per 16 is a bsum
         const int isum = sc0 * (g0 - 32 * bs[0]) + sc1 * (g1 - 32 * bs[1]);
-        return __fmul_rn(d, dy) * (float)isum;
+        return mpc_mul_rn(d, dy) * (float)isum;
     }
 };
 
 // Float weight types, x in f32. VEC: 8 elements, one 128-bit load of F16/BF16 (two of F32).
-template <int T> __device__ __forceinline__ float mpc_half_like(uint32_t bits16)
+template <int T> __host__ __device__ __forceinline__ float mpc_half_like(uint32_t bits16)
 {
     return T == MP_TYPE_F16 ? mpc_f16((uint16_t)bits16) : mpc_bf16((uint16_t)bits16);
 }
 
 template <int T> struct mpc_float_unit_vec {
     float w[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         if (T == MP_TYPE_F32) {
             const float4 a = ((const float4 *)row)[2 * u], b = ((const float4 *)row)[2 * u + 1];
@@ -406,14 +413,14 @@ template <int T> struct mpc_float_unit_vec {
         } else {
             const uint4 v = ((const uint4 *)row)[u];
             const uint32_t p[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
+MPC_UNROLL
             for (int k = 0; k < 4; k++) {
                 w[2 * k] = mpc_half_like<T>(p[k] & 0xFFFFu);
                 w[2 * k + 1] = mpc_half_like<T>(p[k] >> 16);
             }
         }
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         const float4 a = ((const float4 *)x)[2 * u], b = ((const float4 *)x)[2 * u + 1];
         return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
@@ -423,14 +430,14 @@ template <int T> struct mpc_float_unit_vec {
 
 template <int T> struct mpc_float_unit_scalar {
     float w;
-    __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
+    __host__ __device__ __forceinline__ void load(const uint8_t *row, int64_t u)
     {
         if (T == MP_TYPE_F32)
-            w = __uint_as_float(mpc_ld32_a2(row + 4 * u));
+            w = mpc_u2f(mpc_ld32_a2(row + 4 * u));
         else
             w = mpc_half_like<T>(mpc_ld16(row + 2 * u));
     }
-    __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
+    __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
         return w * ((const float *)x)[u];
     }

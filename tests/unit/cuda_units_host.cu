@@ -1,0 +1,84 @@
+// tests/unit/cuda_units_host.cu — the GPU's weight units (kernels/cuda/gemv.cuh) and element
+// dequantizer (convert.cuh) run on the CPU, for test_cuda_units.c: their helpers are host-callable
+// (the intrinsics have host definitions in common.cuh), so the layouts they decode are checked
+// against the scalar reference on machines without a GPU, CI's included.
+#include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/convert.cuh"
+
+#include "tests/unit/cuda_units_host.h"
+
+// Σ over the row's units of load + dot, in unit order (the GPU sums per lane, then across lanes:
+// another order, so results agree within float rounding, not bit for bit).
+template <int T, bool V>
+static float row_dot(const void *w, const void *x, int64_t n)
+{
+    mpc_unit<T, V> un;
+    float s = 0.0f;
+    for (int64_t u = 0; u < n / mpc_unit_elems<T, V>(); u++) {
+        un.load((const uint8_t *)w, u);
+        s += un.dot((const uint8_t *)x, u);
+    }
+    return s;
+}
+
+template <int T>
+static void dequant_row(const void *w, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = mpc_dequant_elem<T>((const uint8_t *)w, i);
+}
+
+// Every weight type the GPU loads: a type missing here fails the test (it walks kernels/quant.h's
+// whole table).
+#define UNITS_TYPES(X) \
+    X(MP_TYPE_F32) X(MP_TYPE_F16) X(MP_TYPE_BF16) X(MP_TYPE_Q4_0) X(MP_TYPE_Q4_1) X(MP_TYPE_Q5_0) X(MP_TYPE_Q5_1) \
+    X(MP_TYPE_Q8_0) X(MP_TYPE_IQ4_NL) X(MP_TYPE_MXFP4) X(MP_TYPE_Q2_K) X(MP_TYPE_Q3_K) X(MP_TYPE_Q4_K)            \
+    X(MP_TYPE_Q5_K) X(MP_TYPE_Q6_K) X(MP_TYPE_IQ4_XS)
+
+// the types with a 128-bit unit (gemv.cuh's mpc_unit<T, true>, which mpc_can_vec picks)
+template <int T> constexpr bool has_vec()
+{
+    return T == MP_TYPE_F32 || T == MP_TYPE_F16 || T == MP_TYPE_BF16 || T == MP_TYPE_Q4_K;
+}
+
+template <int T> static int dot_of(int vec, const void *w, const void *x, int64_t n, float *out)
+{
+    if constexpr (has_vec<T>()) {
+        *out = vec ? row_dot<T, true>(w, x, n) : row_dot<T, false>(w, x, n);
+        return 0;
+    } else {
+        if (vec)
+            return -1;
+        *out = row_dot<T, false>(w, x, n);
+        return 0;
+    }
+}
+
+extern "C" int mpc_host_row_dot(int type, int vec, const void *w, const void *x, int64_t n, float *out)
+{
+    switch (type) {
+#define CASE(T) \
+    case T: return dot_of<T>(vec, w, x, n, out);
+        UNITS_TYPES(CASE)
+#undef CASE
+    default: return -1;
+    }
+}
+
+extern "C" int mpc_host_dequant_row(int type, const void *w, float *out, int64_t n)
+{
+    switch (type) {
+#define CASE(T)                      \
+    case T:                          \
+        dequant_row<T>(w, out, n);   \
+        return 0;
+        UNITS_TYPES(CASE)
+#undef CASE
+    default: return -1;
+    }
+}
+
+extern "C" size_t mpc_host_weight_align(int type)
+{
+    return mpc_weight_align(type, false);
+}

@@ -1,0 +1,27 @@
+/* tests/unit/cuda_units_host.h — the GPU weight units and dequantizer run on the CPU
+ * (cuda_units_host.cu), for test_cuda_units.c. */
+#ifndef MP_TESTS_CUDA_UNITS_HOST_H
+#define MP_TESTS_CUDA_UNITS_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *out = the dot of a weight row of `type` (n elements) with the activation row x in the type's
+ * partner format (mp_cuda_vec_dot_type), summed unit by unit through gemv.cuh's mpc_unit<type,
+ * vec>. -1 for a type without such a unit (vec: without a 128-bit one), else 0. */
+int mpc_host_row_dot(int type, int vec, const void *w, const void *x, int64_t n, float *out);
+/* out[0 .. n) = convert.cuh's mpc_dequant_elem of each element; -1 for a type it lacks. */
+int mpc_host_dequant_row(int type, const void *w, float *out, int64_t n);
+/* The alignment the GPU launchers ask of a type's weight rows (gemv.cuh's mpc_weight_align, units
+ * without 128-bit loads). */
+size_t mpc_host_weight_align(int type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

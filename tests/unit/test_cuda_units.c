@@ -1,0 +1,75 @@
+/* tests/unit/test_cuda_units.c — the GPU's weight units (kernels/cuda/gemv.cuh) and element
+ * dequantizer (convert.cuh), run on the CPU through tests/unit/cuda_units_host.cu, against the
+ * scalar reference on fresh random rows of every weight type: a row's dot summed unit by unit
+ * within float rounding of vec_dot, and the dequantizer bit for bit. This checks what each unit
+ * decodes (offsets, shifts, scales, look-ups) where no GPU is (CI); the device's own instructions
+ * and the kernels around the units are the GPU tests' (tests/gpu/). Built where nvcc is. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "quant_check.h"
+#include "tests/unit/cuda_units_host.h"
+
+/* One row of n elements at `misalign` bytes past 64-byte alignment, through unit kind vec. */
+static void check_row(int type, int vec, int64_t n, size_t misalign)
+{
+    const mp_type_ops *ref = mp_type_ops_scalar(type);
+    const size_t rb = mp_type_row_bytes(type, n);
+    uint8_t *raw = alloc64(rb + 64), *w = raw + misalign;
+    random_weight_row(type, w, n);
+    act_row a = make_act(ref->vec_dot_type, n, 0);
+    float got = NAN;
+    cr_assert_eq(mpc_host_row_dot(type, vec, w, a.q, n, &got), 0, "%s: no GPU unit%s", mp_type_name(type),
+                 vec ? " with 128-bit loads" : "");
+    const float want = ref->vec_dot(n, w, a.q);
+    float *wd = malloc(sizeof(float) * (size_t)n), *gd = malloc(sizeof(float) * (size_t)n);
+    ref->dequantize_row(w, wd, n);
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        mag += fabs((double)wd[i] * (double)a.xhat[i]);
+    /* the two sum per unit and per block in other orders: float rounding, ~n eps of Σ|w x| at most */
+    cr_assert(fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30,
+              "seed %llu: %s%s, %lld elements at +%zu: GPU units %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
+              (unsigned long long)g_seed, mp_type_name(type), vec ? " (128-bit)" : "", (long long)n, misalign,
+              (double)got, (double)want, mag);
+    cr_assert_eq(mpc_host_dequant_row(type, w, gd, n), 0, "%s: no GPU dequantizer", mp_type_name(type));
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(same_float(gd[i], wd[i]), "seed %llu: %s element %lld of %lld: GPU dequantizer %a, scalar %a",
+                  (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, (double)gd[i],
+                  (double)wd[i]);
+    free(wd);
+    free(gd);
+    free_act(&a);
+    free(raw);
+}
+
+Test(cuda_units, every_type_decodes_as_the_cpu_reference)
+{
+    seed_rng();
+    const int64_t sizes[] = {256, 768, 2048};
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const size_t align = mpc_host_weight_align(type);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int rep = 0; rep < 4; rep++)
+                check_row(type, 0, sizes[s], align * (size_t)rep); /* every alignment the launchers allow */
+        if (mp_type_block_elems(type) == 32)
+            check_row(type, 0, 96, align); /* three blocks */
+    }
+}
+
+/* the 128-bit units: F32, F16, BF16 and Q4_K from 16-byte aligned rows */
+Test(cuda_units, the_wide_units_decode_as_the_narrow_ones)
+{
+    seed_rng();
+    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int rep = 0; rep < 4; rep++)
+            check_row(types[t], 1, 512 * (rep + 1), 16 * (size_t)rep);
+    float out;
+    cr_assert_eq(mpc_host_row_dot(MP_TYPE_Q8_0, 1, NULL, NULL, 32, &out), -1, "Q8_0 has no 128-bit unit");
+    cr_assert_eq(mpc_host_row_dot(MP_TYPE_Q8_K, 0, NULL, NULL, 256, &out), -1, "Q8_K is no weight type");
+}
