@@ -105,6 +105,23 @@ typedef struct {
     uint8_t qs[MP_QK_K / 2];        /* indices into the levels, 16 bytes per sub-block */
 } mp_block_iq4_xs;                  /* 136 bytes / 256 elements */
 
+/* IQ4_XS's 6-bit sub-block codes s_j (0..63): read one, or pack all eight (the quantizer and
+ * mkmodel's direct blocks write them, the kernels read them). */
+static inline int mp_iq4_xs_scale(const mp_block_iq4_xs *b, int j)
+{
+    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | ((b->scales_h >> (2 * j)) & 3) << 4;
+}
+
+static inline void mp_iq4_xs_set_scales(mp_block_iq4_xs *b, const int s[8])
+{
+    uint16_t h = 0;
+    for (int j = 0; j < 4; j++)
+        b->scales_l[j] = (uint8_t)((s[2 * j] & 0x0F) | (s[2 * j + 1] & 0x0F) << 4);
+    for (int j = 0; j < 8; j++)
+        h |= (uint16_t)(((s[j] >> 4) & 3) << (2 * j));
+    b->scales_h = h;
+}
+
 /* The levels of the two look-up formats, as initializers (C and CUDA instantiate them where they
  * need them): GGUF's IQ4_NL values and the E2M1 code points doubled, by code 0..15. */
 #define MP_IQ4_NL_LEVELS {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}

@@ -257,13 +257,7 @@ static void iq4_xs_block(mp_block_iq4_xs *b, float std, bool zero_first, uint64_
     if (zero_first)
         s[0] = 32;
     b->d = mp_f32_to_f16(std / (levels_std(levels) * sqrtf(ms / 8.0f)));
-    memset(b->scales_l, 0, sizeof b->scales_l);
-    uint16_t h = 0;
-    for (int j = 0; j < 8; j++) {
-        b->scales_l[j / 2] |= (uint8_t)((s[j] & 0x0F) << (4 * (j % 2)));
-        h |= (uint16_t)((s[j] >> 4) << (2 * j));
-    }
-    b->scales_h = h;
+    mp_iq4_xs_set_scales(b, s);
     for (int j = 0; j < 8; j++)
         random_nibbles(b->qs + 16 * j, next, r);
 }

@@ -123,12 +123,6 @@ static inline void mp_q3_K_scales(const uint8_t *packed, int8_t s[16])
         s[g] = (int8_t)(u[g] - 32);
 }
 
-/* The 6-bit scale code s_j (0..63) of sub-block j of an IQ4_XS block (x = d (s_j - 32) v[q]). */
-static inline int mp_iq4_xs_scale(const mp_block_iq4_xs *b, int j)
-{
-    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | ((b->scales_h >> (2 * j)) & 3) << 4;
-}
-
 /* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K block's 12 packed bytes. */
 static inline void mp_q4_K_scale_min(const uint8_t *packed, int j, uint8_t *scale, uint8_t *min)
 {

@@ -93,6 +93,19 @@ void mp_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n)
     }
 }
 
+/* 32 codes into a block's nibbles (low: elements 0..15, high: 16..31) and, with qh, their fifth
+ * bits (element l at bit l of the little-endian word): Q4_1, Q5_0 and Q5_1's packing. */
+static void pack_codes(const int q[32], uint8_t qs[16], uint8_t *qh)
+{
+    uint32_t h = 0;
+    for (int l = 0; l < 16; l++)
+        qs[l] = (uint8_t)((q[l] & 0x0F) | (q[l + 16] & 0x0F) << 4);
+    for (int l = 0; l < 32; l++)
+        h |= (uint32_t)(q[l] >> 4) << l;
+    if (qh)
+        memcpy(qh, &h, 4);
+}
+
 /* Q4_1 and Q5_1 (bits levels 2^bits - 1): d = (max - min) / levels, q = min(levels,
  * trunc((x - min) / d + 0.5)), m = min. qh: NULL for Q4_1. */
 static void quantize_block_min(const float *x, int levels, mp_f16 *d_out, mp_f16 *m_out, uint8_t *qs, uint8_t *qh)
@@ -106,16 +119,12 @@ static void quantize_block_min(const float *x, int levels, mp_f16 *d_out, mp_f16
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     *d_out = mp_f32_to_f16(d);
     *m_out = mp_f32_to_f16(min);
-    uint32_t h = 0;
-    for (int l = 0; l < 16; l++) {
-        int q0 = (int)((x[l] - min) * id + 0.5f), q1 = (int)((x[l + 16] - min) * id + 0.5f);
-        q0 = q0 < 0 ? 0 : q0 > levels ? levels : q0;
-        q1 = q1 < 0 ? 0 : q1 > levels ? levels : q1;
-        qs[l] = (uint8_t)((q0 & 0x0F) | (q1 & 0x0F) << 4);
-        h |= (uint32_t)(q0 >> 4) << l | (uint32_t)(q1 >> 4) << (l + 16);
+    int q[32];
+    for (int l = 0; l < 32; l++) {
+        q[l] = (int)((x[l] - min) * id + 0.5f);
+        q[l] = q[l] < 0 ? 0 : q[l] > levels ? levels : q[l];
     }
-    if (qh)
-        memcpy(qh, &h, 4);
+    pack_codes(q, qs, qh);
 }
 
 void mp_quantize_row_q4_1_ref(const float *src, void *dst, int64_t n)
@@ -141,15 +150,12 @@ void mp_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n)
         const float d = signed_extreme(x, 32) / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[ib].d = mp_f32_to_f16(d);
-        uint32_t h = 0;
-        for (int l = 0; l < 16; l++) {
-            int q0 = (int)(x[l] * id + 16.5f), q1 = (int)(x[l + 16] * id + 16.5f);
-            q0 = q0 < 0 ? 0 : q0 > 31 ? 31 : q0;
-            q1 = q1 < 0 ? 0 : q1 > 31 ? 31 : q1;
-            b[ib].qs[l] = (uint8_t)((q0 & 0x0F) | (q1 & 0x0F) << 4);
-            h |= (uint32_t)(q0 >> 4) << l | (uint32_t)(q1 >> 4) << (l + 16);
+        int q[32];
+        for (int l = 0; l < 32; l++) {
+            q[l] = (int)(x[l] * id + 16.5f);
+            q[l] = q[l] < 0 ? 0 : q[l] > 31 ? 31 : q[l];
         }
-        memcpy(b[ib].qh, &h, 4);
+        pack_codes(q, b[ib].qs, b[ib].qh);
     }
 }
 
@@ -172,24 +178,25 @@ static int nearest_level(const int8_t *levels, float v)
  * levels near either end of the scale (-127 ... -95 and 113 ... 89, mapped to the extreme's sign);
  * each candidate assigns every element its nearest level and is refitted by least squares; the
  * candidate of least squared error wins. 0 for a zero block. */
+static const int8_t k_iq4_levels[16] = MP_IQ4_NL_LEVELS;
+
 static float iq4_scale(const float *x)
 {
-    static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
     const float max = signed_extreme(x, 32);
     float best_d = 0.0f, best_err = INFINITY;
     for (int c = 0; max != 0.0f && c < 18; c++) {
         const float target = c < 9 ? -127.0f + 4.0f * (float)c : 113.0f - 3.0f * (float)(c - 9);
         const float id = target / max;
-        float sxv = 0.0f, svv = 0.0f;
+        float v[32], sxv = 0.0f, svv = 0.0f;
         for (int l = 0; l < 32; l++) {
-            const float v = (float)levels[nearest_level(levels, x[l] * id)];
-            sxv += x[l] * v;
-            svv += v * v;
+            v[l] = (float)k_iq4_levels[nearest_level(k_iq4_levels, x[l] * id)];
+            sxv += x[l] * v[l];
+            svv += v[l] * v[l];
         }
         const float d = svv > 0.0f ? sxv / svv : 0.0f;
         float err = 0.0f;
         for (int l = 0; l < 32; l++) {
-            const float r = x[l] - d * (float)levels[nearest_level(levels, x[l] * id)];
+            const float r = x[l] - d * v[l];
             err += r * r;
         }
         if (err < best_err) {
@@ -203,10 +210,9 @@ static float iq4_scale(const float *x)
 /* The 16 bytes of nibbles of 32 values against the scale d as decoded (Q4_0's order). */
 static void iq4_codes(const float *x, float d, uint8_t qs[16])
 {
-    static const int8_t levels[16] = MP_IQ4_NL_LEVELS;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int l = 0; l < 16; l++)
-        qs[l] = (uint8_t)(nearest_level(levels, x[l] * id) | nearest_level(levels, x[l + 16] * id) << 4);
+        qs[l] = (uint8_t)(nearest_level(k_iq4_levels, x[l] * id) | nearest_level(k_iq4_levels, x[l + 16] * id) << 4);
 }
 
 /* IQ4_NL: iq4_scale per block, the codes against its f16 value. */
@@ -236,16 +242,13 @@ void mp_quantize_row_iq4_xs_ref(const float *src, void *dst, int64_t n)
         b[ib].d = mp_f32_to_f16(amax / 31.0f);
         const float d = mp_f16_to_f32(b[ib].d);
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        memset(b[ib].scales_l, 0, sizeof b[ib].scales_l);
-        uint16_t h = 0;
+        int ls[8];
         for (int j = 0; j < 8; j++) {
-            int ls = (int)lrintf(sc[j] * id) + 32;
-            ls = ls < 0 ? 0 : ls > 63 ? 63 : ls;
-            b[ib].scales_l[j / 2] |= (uint8_t)((ls & 0x0F) << (4 * (j % 2)));
-            h |= (uint16_t)((ls >> 4) << (2 * j));
-            iq4_codes(x + 32 * j, d * (float)(ls - 32), b[ib].qs + 16 * j);
+            ls[j] = (int)lrintf(sc[j] * id) + 32;
+            ls[j] = ls[j] < 0 ? 0 : ls[j] > 63 ? 63 : ls[j];
+            iq4_codes(x + 32 * j, d * (float)(ls[j] - 32), b[ib].qs + 16 * j);
         }
-        b[ib].scales_h = h;
+        mp_iq4_xs_set_scales(&b[ib], ls);
     }
 }
 

@@ -47,7 +47,7 @@ __host__ __device__ __forceinline__ float mpc_dequant_elem(const uint8_t *row, i
     } else if (T == MP_TYPE_IQ4_XS) {
         const uint8_t *b = row + (i / 256) * 136;
         const int e = (int)(i % 256), j = e / 32, l = e % 32;
-        const int s = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0F) | ((mpc_ld16(b + 2) >> (2 * j)) & 3) << 4) - 32;
+        const int s = mpc_iq4_xs_scale(b, j);
         const int q = (b[8 + 16 * j + l % 16] >> (4 * (l / 16))) & 0x0F;
         const int v = (int)(int8_t)(mpc_lut16<MP_TYPE_IQ4_NL>((uint32_t)q) & 0xFF);
         return mpc_mul_rn(mpc_mul_rn(mpc_f16(mpc_ld16(b)), (float)s), (float)v);

@@ -35,6 +35,14 @@ __host__ __device__ __forceinline__ int mpc_dp4a(int a, int b, int c)
 #endif
 }
 
+// Q8_0 activation block u of x: its 32 quants as 8 words into xw, its scale returned.
+__host__ __device__ __forceinline__ float mpc_q8_0_block(const uint8_t *x, int64_t u, uint32_t xw[8])
+{
+    const uint8_t *b = x + u * 34;
+    mpc_ld_words<8>(b + 2, xw);
+    return mpc_f16(mpc_ld16(b));
+}
+
 template <> struct mpc_unit<MP_TYPE_Q4_0, false> {
     float d;
     int q[4]; // 16 bytes: low nibbles elements 0..15, high 16..31
@@ -46,9 +54,8 @@ template <> struct mpc_unit<MP_TYPE_Q4_0, false> {
     }
     __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
-        const uint8_t *b = x + u * 34; // Q8_0
         uint32_t xw[8];
-        mpc_ld_words<8>(b + 2, xw);
+        const float dx = mpc_q8_0_block(x, u, xw);
         int isum = 0, xsum = 0;
 MPC_UNROLL
         for (int k = 0; k < 4; k++) {
@@ -59,7 +66,7 @@ MPC_UNROLL
             xsum = mpc_dp4a(0x01010101, xh, xsum);
         }
         // stored nibbles are q + 8: sum((n - 8) x) = sum(n x) - 8 sum(x)
-        return mpc_mul_rn(d, mpc_f16(mpc_ld16(b))) * (float)(isum - 8 * xsum);
+        return mpc_mul_rn(d, dx) * (float)(isum - 8 * xsum);
     }
 };
 
@@ -74,14 +81,13 @@ template <> struct mpc_unit<MP_TYPE_Q8_0, false> {
     }
     __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
-        const uint8_t *b = x + u * 34;
         uint32_t xw[8];
-        mpc_ld_words<8>(b + 2, xw);
+        const float dx = mpc_q8_0_block(x, u, xw);
         int isum = 0;
 MPC_UNROLL
         for (int k = 0; k < 8; k++)
             isum = mpc_dp4a(q[k], (int)xw[k], isum);
-        return mpc_mul_rn(d, mpc_f16(mpc_ld16(b))) * (float)isum;
+        return mpc_mul_rn(d, dx) * (float)isum;
     }
 };
 
@@ -141,9 +147,8 @@ MPC_UNROLL
     }
     __host__ __device__ __forceinline__ float dot(const uint8_t *x, int64_t u) const
     {
-        const uint8_t *b = x + u * 34; // Q8_0
         uint32_t xw[8];
-        mpc_ld_words<8>(b + 2, xw);
+        const float dx = mpc_q8_0_block(x, u, xw);
         int isum = 0, xsum = 0;
 MPC_UNROLL
         for (int k = 0; k < 8; k++) {
@@ -151,7 +156,6 @@ MPC_UNROLL
             if (L::has_min || T == MP_TYPE_Q5_0)
                 xsum = mpc_dp4a(0x01010101, (int)xw[k], xsum);
         }
-        const float dx = mpc_f16(mpc_ld16(b));
         if (T == MP_TYPE_Q5_0) // stored u = v + 16: sum(v x) = sum(u x) - 16 sum(x)
             return mpc_mul_rn(d, dx) * (float)(isum - 16 * xsum);
         if (L::has_min)
@@ -166,6 +170,12 @@ template <> struct mpc_unit<MP_TYPE_Q5_1, false> : mpc_b32_unit<MP_TYPE_Q5_1> {}
 template <> struct mpc_unit<MP_TYPE_IQ4_NL, false> : mpc_b32_unit<MP_TYPE_IQ4_NL> {};
 template <> struct mpc_unit<MP_TYPE_MXFP4, false> : mpc_b32_unit<MP_TYPE_MXFP4> {};
 
+// The 6-bit code s_j - 32 of sub-block j of the IQ4_XS block at b (kernels/quant.h's layout).
+__host__ __device__ __forceinline__ int mpc_iq4_xs_scale(const uint8_t *b, int j)
+{
+    return (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0F) | ((mpc_ld16(b + 2) >> (2 * j)) & 3) << 4) - 32;
+}
+
 // IQ4_XS unit u: super-block u / 8, sub-block j = u % 8: 32 levels (mpc_lut16) under the sub-block's
 // 6-bit scale s - 32 and the block's d, against the Q8_K run of the same 32 elements.
 template <> struct mpc_unit<MP_TYPE_IQ4_XS, false> {
@@ -177,8 +187,7 @@ template <> struct mpc_unit<MP_TYPE_IQ4_XS, false> {
         const uint8_t *b = row + (u / 8) * 136; // 2-byte aligned at least (checked by the launchers)
         j = (int)(u % 8);
         d = mpc_f16(mpc_ld16(b));
-        const int hbits = (mpc_ld16(b + 2) >> (2 * j)) & 3;
-        sc = (((b[4 + j / 2] >> (4 * (j % 2))) & 0x0F) | hbits << 4) - 32;
+        sc = mpc_iq4_xs_scale(b, j);
         uint32_t qs[4];
         mpc_ld_words<4>(b + 8 + 16 * j, qs);
 MPC_UNROLL
