@@ -1177,6 +1177,8 @@ typedef struct gguf_opts {
     bool vocab;                /* tokenizer metadata (n_vocab must be >= 259) */
     bool add_bos;              /* with vocab: tokenizer.ggml.add_bos_token = true */
     bool split_experts;        /* each expert its own 2-D tensor: blk.N.ffn_gate.E.weight, ... */
+    bool fuse_gate_up;         /* gate and up in one tensor, blk.N.ffn_gate_up_exps.weight */
+    int64_t fused_experts;     /* with fuse_gate_up: the experts the fused tensor holds (0: all) */
     int shard;                 /* with n_shards > 1: which file of a split model this one is (0: the first) */
     int n_shards;              /* the tensors go round-robin to the files; the first holds the metadata */
 } gguf_opts;
@@ -1239,6 +1241,27 @@ static void each_tensor(const mp_model *m, const gguf_opts *o, mp_gguf_writer *w
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
             char name[64];
             const mp_tensor *t = list[i].t;
+            if (o->fuse_gate_up && t == &L->up_exps)
+                continue; /* in the fused tensor, written with the gate */
+            if (o->fuse_gate_up && t == &L->gate_exps) { /* each expert's gate rows, then its up rows */
+                const int64_t E = o->fused_experts ? o->fused_experts : t->ne[2];
+                const size_t half = t->nbytes / (size_t)t->ne[2];
+                char *d = malloc(2 * half * (size_t)E);
+                cr_assert_not_null(d);
+                for (int64_t e = 0; e < E; e++) {
+                    memcpy(d + 2 * half * (size_t)e, (const char *)t->data + half * (size_t)e, half);
+                    memcpy(d + 2 * half * (size_t)e + half, (const char *)L->up_exps.data + half * (size_t)e, half);
+                }
+                mp_tensor f = *t;
+                f.ne[1] *= 2;
+                f.ne[2] = E;
+                f.nbytes = 2 * half * (size_t)E;
+                f.data = d;
+                snprintf(name, sizeof name, "blk.%lld.ffn_gate_up_exps.weight", (long long)il);
+                fn(w, o, name, &f);
+                free(d);
+                continue;
+            }
             if (o->split_experts && t->ne[2] > 1) { /* "ffn_gate_exps" -> blk.N.ffn_gate.E.weight */
                 for (int64_t e = 0; e < t->ne[2]; e++) {
                     mp_tensor x = *t;
@@ -1424,6 +1447,45 @@ Test(model, experts_stored_one_tensor_each)
         free_model(tm);
     }
     rmdir(gguf_dir); /* empty by now: its models are unlinked */
+}
+
+/* A file whose gate and up experts share one tensor per layer (blk.N.ffn_gate_up_exps.weight, each
+ * expert's gate rows then its up rows: llama.cpp's --fuse-gate-up-exps) loads with separate tensors
+ * holding the same bytes, and gives the same logits; an odd row count, or fewer experts than the
+ * model has, is a one-line error naming the tensor. */
+Test(model, experts_with_gate_and_up_fused)
+{
+    mp_hparams hp = small_hparams(MP_ARCH_QWEN3MOE);
+    const uint64_t seed = time_seed();
+    test_model *tm = build_model(&hp, seed);
+    const char *path = tmp_path("fused.gguf");
+    write_gguf(path, &tm->m, &(gguf_opts){.fuse_gate_up = true});
+    mp_model *m = NULL;
+    mp_error err = {0};
+    cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_not_null(m->expert_copy, "the fused experts were not laid out one tensor per kind");
+    for (int64_t il = 0; il < hp.n_layer; il++) {
+        const mp_tensor *x[2] = {&m->layers[il].gate_exps, &m->layers[il].up_exps};
+        const mp_tensor *y[2] = {&tm->m.layers[il].gate_exps, &tm->m.layers[il].up_exps};
+        for (int k = 0; k < 2; k++)
+            cr_assert(x[k]->ne[1] == y[k]->ne[1] && x[k]->nbytes == y[k]->nbytes &&
+                          memcmp(x[k]->data, y[k]->data, y[k]->nbytes) == 0,
+                      "layer %lld kind %d: other bytes", (long long)il, k);
+    }
+    expect_same_logits(&tm->m, m, seed);
+    mp_model_free(m);
+    unlink(path);
+    expect_load_error(&tm->m, &(gguf_opts){.fuse_gate_up = true, .bad_tensor = "blk.1.ffn_gate_up_exps.weight"},
+                      MP_ERR_FORMAT, "tensor blk.1.ffn_gate_up_exps.weight: ");
+    expect_load_error(&tm->m, &(gguf_opts){.fuse_gate_up = true, .bad_tensor = "blk.1.ffn_gate_up_exps.weight"},
+                      MP_ERR_FORMAT, "rows per expert: expected an even count");
+    char want[160];
+    snprintf(want, sizeof want, "tensor blk.0.ffn_gate_up_exps.weight: 3 dimensions, %lld experts: expected 3 "
+             "dimensions", (long long)hp.n_expert - 1);
+    expect_load_error(&tm->m, &(gguf_opts){.fuse_gate_up = true, .fused_experts = hp.n_expert - 1},
+                      MP_ERR_FORMAT, want);
+    free_model(tm);
+    rmdir(gguf_dir);
 }
 
 /* A model split in several files (llama.cpp's gguf-split: PREFIX-0000k-of-0000n.gguf, the metadata
