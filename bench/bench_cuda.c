@@ -5,7 +5,8 @@
  *   - 6144 × 2048 (the gate projections of 8 routed experts: 768 · 8 rows of hidden 2048),
  *   - 151936 × 2048 (Qwen3's output head),
  * with n_x = 1 (decode) and n_x = 4, 8 (the batched variant), and mp_cuda_moe_experts on a
- * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, and all-Q8_0; replayed as a
+ * Qwen3-30B-A3B layer (128 experts, top-8, Q4_K gate/up + Q6_K down, all-Q8_0, all-IQ4_XS and
+ * Q5_0 gate/up + Q8_0 down) and a gpt-oss-20b layer in MXFP4 (replayed as a
  * CUDA graph like decode runs it; prefill calls of 64 and 512 rows on the grouped and the
  * tensor-core paths side by side), and prints
  * the weight bytes streamed per call divided by the median time (CUDA events) as GB/s — the
@@ -60,7 +61,7 @@ static void fill_weights(int type, uint8_t *w, size_t bytes, int64_t n_in)
             memcpy(w + off + 208, &small, 2);
         else
             memcpy(w + off, &small, 2);
-        if (type == MP_TYPE_Q4_K)
+        if (type == MP_TYPE_Q4_K || type == MP_TYPE_Q4_1 || type == MP_TYPE_Q5_1) /* dmin / m */
             memcpy(w + off + 2, &small, 2);
     }
 }
@@ -172,6 +173,8 @@ typedef struct moe_shape {
 } moe_shape;
 
 static const moe_shape shape_30b = {"qwen3-30b-a3b", 2048, 768, 128, 8};
+/* gpt-oss-20b's experts (hidden 2880 = 90 blocks of 32, no super-block of 256; MXFP4) */
+static const moe_shape shape_gpt_oss = {"gpt-oss-20b", 2880, 2880, 32, 4};
 static const moe_shape dec_shapes[] = {
     {"qwen3-30b-a3b", 2048, 768, 128, 8},
     {"olmoe", 2048, 1024, 64, 8},
@@ -693,8 +696,9 @@ int main(int argc, char **argv)
         bench_moe_sweep(reps, 2);
         return 0;
     }
-    const int types[] = {MP_TYPE_F32, MP_TYPE_F16, MP_TYPE_BF16, MP_TYPE_Q4_0, MP_TYPE_Q8_0,
-                         MP_TYPE_Q4_K, MP_TYPE_Q6_K};
+    const int types[] = {MP_TYPE_F32,  MP_TYPE_F16,  MP_TYPE_BF16,   MP_TYPE_Q4_0,  MP_TYPE_Q4_1,
+                         MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q8_0,
+                         MP_TYPE_Q4_K, MP_TYPE_IQ4_XS, MP_TYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         bench_gemv(types[t], 768 * 8, 2048, reps);
         bench_gemv(types[t], 151936, 2048, reps);
@@ -702,10 +706,13 @@ int main(int argc, char **argv)
     static const dec_variant rule = {-1, "by rule"};
     bench_moe(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, &rule, 1, 1, reps);
     bench_moe(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, &rule, 1, 1, reps);
+    bench_moe(&shape_30b, MP_TYPE_IQ4_XS, MP_TYPE_IQ4_XS, &rule, 1, 1, reps);
+    bench_moe(&shape_30b, MP_TYPE_Q5_0, MP_TYPE_Q8_0, &rule, 1, 1, reps);
     for (int mma = 0; mma < 2; mma++) /* prefill: the CUDA-core and the tensor-core paths side by side */
         for (int64_t rows = 64; rows <= 512; rows *= 8) {
             bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);
             bench_moe_prefill(MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows, mma, reps < 20 ? reps : 20);
         }
+    bench_moe(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, &rule, 1, 1, reps);
     return 0;
 }
