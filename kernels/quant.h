@@ -197,6 +197,7 @@ static inline float mp_e8m0_half(uint8_t e)
 
 /* Per-type facts. Unknown types give 0 / NULL. */
 int mp_type_supported(int type);          /* 1 for the weight types above (not Q8_K) */
+int mp_weight_type_at(int i);             /* the i-th of them (i from 0), -1 past the last: a loop over all */
 int64_t mp_type_block_elems(int type);
 size_t mp_type_block_bytes(int type);
 const char *mp_type_name(int type);       /* "Q4_K", ... or NULL */

@@ -3,8 +3,8 @@
  * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
  * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
  *   amx     avx512 and AMX-TILE + AMX-INT8, the tile state granted by Linux, and every tile GEMM
- *           agreeing with the AVX-512 dot at start: quant_amx.c (the prefill GEMMs of Q4_0, Q8_0,
- *           Q4_K, Q5_K, Q6_K; every other kernel is avx512's)
+ *           agreeing with the AVX-512 dot at start: quant_amx.c (the prefill GEMMs of Q4_0, Q5_0,
+ *           IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS; every other kernel is avx512's)
  *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
  *   avx2    AVX2 + FMA + F16C: quant_avx2.c
  *   scalar  the reference (quant_scalar.c, quantize.c)
@@ -91,11 +91,9 @@ static const char *g_amx_disagreed; /* the type whose tile GEMM failed its check
  * type that disagreed in g_amx_disagreed, when one does. */
 static int amx_gemms_agree(void)
 {
-    static const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K,
-                                MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (mp_gemm_self_check(mp_type_ops_amx(types[i])) != 0) {
-            g_amx_disagreed = mp_type_name(types[i]);
+    for (int i = 0, type; (type = mp_weight_type_at(i)) >= 0; i++) /* every type the amx table has */
+        if (mp_gemm_self_check(mp_type_ops_amx(type)) != 0) {
+            g_amx_disagreed = mp_type_name(type);
             return 0;
         }
     return 1;

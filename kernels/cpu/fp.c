@@ -149,6 +149,14 @@ int mp_type_supported(int type)
     return t && t->is_weight;
 }
 
+int mp_weight_type_at(int i)
+{
+    for (size_t k = 0; k < sizeof(k_types) / sizeof(k_types[0]); k++)
+        if (k_types[k].is_weight && i-- == 0)
+            return k_types[k].type;
+    return -1;
+}
+
 int64_t mp_type_block_elems(int type)
 {
     const type_info *t = find_type(type);

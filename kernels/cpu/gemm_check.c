@@ -38,7 +38,11 @@ static void scale_offsets(int type, int *a, int *b)
     *a = *b = -1;
     switch (type) {
     case MP_TYPE_Q4_0:
+    case MP_TYPE_Q5_0:
     case MP_TYPE_Q8_0:
+    case MP_TYPE_IQ4_NL:
+    case MP_TYPE_IQ4_XS: /* its packed sub-block scales stay random: every pattern is valid */
+    case MP_TYPE_MXFP4:  /* its exponent byte, set apart below (0: the f16 written there is overwritten) */
         *a = 0;
         break;
     case MP_TYPE_Q4_K:
@@ -97,6 +101,8 @@ int mp_gemm_self_check(const mp_type_ops *ops)
         memcpy(wa + off + sa, &d, sizeof d);
         if (sb >= 0)
             memcpy(wa + off + sb, &m, sizeof m);
+        if (ops->type == MP_TYPE_MXFP4) /* scales 2^-7 .. 2^-4 (e 121 .. 124) */
+            wa[off] = (uint8_t)(121 + next(&s) % 4);
     }
     for (int i = 0; !bad && i < CHECK_X; i++) {
         for (int c = 0; c < CHECK_COLS; c++)

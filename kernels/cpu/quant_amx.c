@@ -1,6 +1,8 @@
-/* kernels/cpu/quant_amx.c — AMX tile GEMMs for the prefill loop: Q4_K, Q5_K and Q6_K weight rows
- * against Q8_K activation rows, Q4_0 and Q8_0 against Q8_0 ones, 16 weight rows by up to 16
- * activation rows per tile product.
+/* kernels/cpu/quant_amx.c — AMX tile GEMMs for the prefill loop: Q4_K, Q5_K, Q6_K and IQ4_XS weight
+ * rows against Q8_K activation rows, Q4_0, Q5_0, IQ4_NL, MXFP4 and Q8_0 against Q8_0 ones, 16 weight
+ * rows by up to 16 activation rows per tile product (Q4_1 and Q5_1, whose offsets need the
+ * activations' block sums that Q8_0 rows do not carry, and the 2- and 3-bit K-quants run avx512's
+ * level).
  *
  * Only called where dispatch.c saw AVX-512 (F, BW, VL, VNNI), AMX-TILE and AMX-INT8 in cpuid,
  * Linux granted the tile state (mp_amx_enable) and every tile GEMM passed its start check (and no
@@ -14,11 +16,12 @@
  * elements and row block by 32-bit gathers over the 16 rows (lanes are rows), so the weights stay
  * in the model's own layout: the host copy of the experts is shared with the GPU, which reads it as
  * the file has it. One product per sub-block of the type (Q4_K, Q5_K: 8 of 32 unsigned quants,
- * tdpbsud; Q6_K: 16 of 16, q - 32 signed, tdpbssd, so its -32 needs no correction term; Q4_0 and
- * Q8_0: one per block of 32, signed); the integer sums are exact. The float part per token and
+ * tdpbsud; Q6_K: 16 of 16, q - 32 signed, tdpbssd, so its -32 needs no correction term; Q4_0, Q5_0
+ * and Q8_0: one per block of 32, signed; IQ4_NL, MXFP4 and IQ4_XS: their codes' levels, looked up
+ * by vpshufb while B is built, signed); the integer sums are exact. The float part per token and
  * step, with lanes over the 16 weight rows: for the K-quants sum_j (d sc_j)[r] C_j - sum_j (dmin
  * m_j)[r] bsum32_j (the mins, from the activation's bsums), times the token's d; for Q4_0/Q8_0
- * sum_b d_w[r] d_x C_b. The results equal vec_dot's within float rounding (the same exact integer
+ * sum_b d_w[r] d_x C_b (MXFP4's d_w its exponent's 2^(e - 128)). The results equal vec_dot's within float rounding (the same exact integer
  * terms, summed in another order), not bit for bit; the tests check that bound.
  *
  * Tiles: 0/3 A, 1/4 B, 2/5 C for even and odd sub-blocks (two independent chains). A pass covers
@@ -309,6 +312,88 @@ static void prep_q4_0(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb,
     }
 }
 
+/* bits s .. s + 3 of each lane's dword v (Q5_0's fifth bits of four consecutive elements), bit s + b
+ * moved to bit 4 of byte b: the top of each element's quant in B's layout */
+static inline __m512i fifth_bits(__m512i v, int s)
+{
+    __m512i h = _mm512_setzero_si512();
+    for (int b = 0; b < 4; b++)
+        h = _mm512_or_si512(h, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v, s + b), _mm512_set1_epi32(1)),
+                                                 8 * b + 4));
+    return h;
+}
+
+static void prep_q5_0(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), k16 = _mm512_set1_epi8(16);
+    p->n_blocks = step_blocks(sb, n);
+    for (int j = 0; j < p->n_blocks; j++) {
+        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_q5_0);
+        const __m512i qh = gather(live, idx, blk + offsetof(mp_block_q5_0, qh)); /* element l at bit l */
+        for (int kk = 0; kk < 4; kk++) { /* elements 4kk .. + 3 low nibbles, 16 + 4kk .. high */
+            const __m512i v = gather(live, idx, blk + offsetof(mp_block_q5_0, qs) + 4 * kk);
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, lo4), fifth_bits(qh, 4 * kk));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4), fifth_bits(qh, 16 + 4 * kk));
+            _mm512_store_si512(p->b[j][kk], _mm512_sub_epi8(lo, k16));
+            _mm512_store_si512(p->b[j][4 + kk], _mm512_sub_epi8(hi, k16));
+        }
+        _mm512_store_ps(p->d[j], f16_lanes(gather(live, idx, blk)));
+    }
+}
+
+/* The look-up formats' levels (quant.h), in each 128-bit lane for vpshufb: a nibble's level */
+static const int8_t k_iq4_nl_levels[16] = MP_IQ4_NL_LEVELS;
+static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
+
+static inline __m512i levels_of(const int8_t lv[16])
+{
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lv));
+}
+
+/* The 32 codes of a block whose nibbles are Q4_0's, at qs, as their levels (signed) in B rows
+ * b[0..7] */
+static inline void lut_block(const uint8_t *qs, __m512i idx, __mmask16 live, __m512i levels, int8_t b[8][64])
+{
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    for (int kk = 0; kk < 4; kk++) {
+        const __m512i v = gather(live, idx, qs + 4 * kk);
+        _mm512_store_si512(b[kk], _mm512_shuffle_epi8(levels, _mm512_and_si512(v, lo4)));
+        _mm512_store_si512(b[4 + kk], _mm512_shuffle_epi8(levels, _mm512_and_si512(_mm512_srli_epi32(v, 4), lo4)));
+    }
+}
+
+static void prep_iq4_nl(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    const __m512i levels = levels_of(k_iq4_nl_levels);
+    p->n_blocks = step_blocks(sb, n);
+    for (int j = 0; j < p->n_blocks; j++) {
+        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_iq4_nl);
+        lut_block(blk + offsetof(mp_block_iq4_nl, qs), idx, live, levels, p->b[j]);
+        _mm512_store_ps(p->d[j], f16_lanes(gather(live, idx, blk)));
+    }
+}
+
+/* mp_e8m0_half of the low byte of each lane: 2^(e - 128), the subnormals 2^-128 and 2^-127 for
+ * e 0 and 1 */
+static inline __m512 e8m0_half_lanes(__m512i v)
+{
+    const __m512i e = _mm512_and_si512(v, _mm512_set1_epi32(0xFF));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
+}
+
+static void prep_mxfp4(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    const __m512i levels = levels_of(k_mxfp4_levels);
+    p->n_blocks = step_blocks(sb, n);
+    for (int j = 0; j < p->n_blocks; j++) {
+        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_mxfp4);
+        lut_block(blk + offsetof(mp_block_mxfp4, qs), idx, live, levels, p->b[j]);
+        _mm512_store_ps(p->d[j], e8m0_half_lanes(gather(live, idx, blk))); /* e and the first three codes */
+    }
+}
+
 static void group_q0(const q0_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
 {
     _Alignas(64) int32_t c[Q0_STEP][16][16];
@@ -329,6 +414,49 @@ static void group_q0(const q0_prep *p, const uint8_t *xa, size_t x_stride, int n
             f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[b][t])), dd, f);
         }
         acc[t] = _mm512_add_ps(acc[t], f);
+    }
+}
+
+/* ---- IQ4_XS: 8 sub-blocks of 32, x = d (s_j - 32) v[q], the levels signed: tdpbssd ---- */
+
+typedef struct iq4_xs_prep {
+    _Alignas(64) int8_t b[8][8][64]; /* B of each sub-block: 8 rows of 16 weight rows x 4 levels */
+    _Alignas(64) float sc[8][16];    /* d (s_j - 32) per weight row */
+} iq4_xs_prep;
+
+static void prep_iq4_xs(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, iq4_xs_prep *p)
+{
+    (void)n;
+    const uint8_t *blk = w + (size_t)sb * sizeof(mp_block_iq4_xs);
+    const __m512i levels = levels_of(k_iq4_nl_levels);
+    /* sub-block j's elements l < 16 are the low nibbles of qs[16j + l], 16 + l the high ones: the
+     * same nibble order as a Q4_0 block's 16 bytes */
+    for (int j = 0; j < 8; j++)
+        lut_block(blk + offsetof(mp_block_iq4_xs, qs) + 16 * j, idx, live, levels, p->b[j]);
+    const __m512i dh = gather(live, idx, blk);                                  /* d | scales_h << 16 */
+    const __m512i sl = gather(live, idx, blk + offsetof(mp_block_iq4_xs, scales_l)); /* s_j's low bits at 4j */
+    const __m512 d = f16_lanes(dh);
+    const __m512i sh = _mm512_srli_epi32(dh, 16), m4 = _mm512_set1_epi32(0x0F), m2 = _mm512_set1_epi32(3);
+    for (int j = 0; j < 8; j++) { /* as mp_iq4_xs_scale, per lane */
+        const __m512i s = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * j), m4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), m2), 4));
+        _mm512_store_ps(p->sc[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(32)))));
+    }
+}
+
+static void group_iq4_xs(const iq4_xs_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
+{
+    _Alignas(64) int32_t c[8][16][16];
+    const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);
+    for (int j = 0; j < 8; j += 2)
+        TILE_PAIR(_tile_dpbssd, qs, 32, p->b, j, x_stride, c);
+    for (int t = 0; t < n_t; t++) {
+        float da;
+        memcpy(&da, xa + (size_t)t * x_stride + offsetof(mp_block_q8_K, d), sizeof da);
+        __m512 f = _mm512_setzero_ps();
+        for (int j = 0; j < 8; j++)
+            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][t])), _mm512_load_ps(p->sc[j]), f);
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da), f, acc[t]);
     }
 }
 
@@ -384,6 +512,10 @@ AMX_GEMM(gemm_q5_K, q4_K_prep, prep_q5_K, group_q45_K, 32, sizeof(mp_block_q8_K)
 AMX_GEMM(gemm_q6_K, q6_K_prep, prep_q6_K, group_q6_K, 16, sizeof(mp_block_q8_K))
 AMX_GEMM(gemm_q8_0, q0_prep, prep_q8_0, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
 AMX_GEMM(gemm_q4_0, q0_prep, prep_q4_0, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
+AMX_GEMM(gemm_q5_0, q0_prep, prep_q5_0, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
+AMX_GEMM(gemm_iq4_nl, q0_prep, prep_iq4_nl, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
+AMX_GEMM(gemm_mxfp4, q0_prep, prep_mxfp4, group_q0, 32, Q0_STEP * sizeof(mp_block_q8_0))
+AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_block_q8_K))
 
 /* ---- the table ---- */
 
@@ -393,7 +525,9 @@ static const struct {
     int min_rows;
 } k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0, AMX_MIN_ROWS}, {MP_TYPE_Q8_0, gemm_q8_0, AMX_MIN_ROWS},
                {MP_TYPE_Q4_K, gemm_q4_K, AMX_MIN_ROWS}, {MP_TYPE_Q5_K, gemm_q5_K, AMX_MIN_ROWS},
-               {MP_TYPE_Q6_K, gemm_q6_K, AMX_MIN_ROWS_Q6_K}};
+               {MP_TYPE_Q6_K, gemm_q6_K, AMX_MIN_ROWS_Q6_K}, {MP_TYPE_Q5_0, gemm_q5_0, AMX_MIN_ROWS},
+               {MP_TYPE_IQ4_NL, gemm_iq4_nl, AMX_MIN_ROWS}, {MP_TYPE_MXFP4, gemm_mxfp4, AMX_MIN_ROWS},
+               {MP_TYPE_IQ4_XS, gemm_iq4_xs, AMX_MIN_ROWS}};
 #define N_GEMMS (sizeof k_gemms / sizeof k_gemms[0])
 
 static mp_type_ops g_amx_ops[N_GEMMS];

@@ -278,7 +278,7 @@ Test(quant, avx512_q8_gemms_equal_vec_dot)
     check_gemm_bits(mp_type_ops_isa(MP_TYPE_Q8_0, "avx512"), "avx512");
 }
 
-/* The AMX level's tile GEMMs (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) against the scalar vec_dot, on the hardware; the same
+/* The AMX level's tile GEMMs (Q4_0, Q5_0, IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS) against the scalar vec_dot, on the hardware; the same
  * code's logic runs everywhere with AVX-512 in quant_amx_emul. */
 Test(quant, amx_tile_gemms_match_scalar)
 {
@@ -286,7 +286,8 @@ Test(quant, amx_tile_gemms_match_scalar)
         cr_skip_test("this CPU (or its OS) gives no AMX tiles (isa %s): the native tile GEMMs are not run here; "
                      "quant_amx_emul runs their logic", mp_kernels_isa());
     seed_rng();
-    const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+    const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q5_0, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q8_0,
+                         MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K,   MP_TYPE_IQ4_XS};
     for (int t = 0; t < (int)(sizeof types / sizeof types[0]); t++) {
         const mp_type_ops *ops = mp_type_ops_isa(types[t], "amx"), *avx512 = mp_type_ops_isa(types[t], "avx512");
         cr_assert(ops->gemm, "amx %s: no tile GEMM", mp_type_name(types[t]));

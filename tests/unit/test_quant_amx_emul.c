@@ -18,7 +18,8 @@
 const mp_type_ops *mp_type_ops_amx_emulated(int type);
 
 /* the weight types with tile GEMMs */
-static const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K};
+static const int types[] = {MP_TYPE_Q4_0,   MP_TYPE_Q5_0, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q8_0,
+                            MP_TYPE_Q4_K,   MP_TYPE_Q5_K, MP_TYPE_Q6_K,   MP_TYPE_IQ4_XS};
 #define N_TILE_TYPES (int)(sizeof types / sizeof types[0])
 
 static void need_avx512(void)
@@ -42,6 +43,7 @@ Test(quant_amx_emul, table_is_avx512_with_tile_gemms)
     }
     cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_Q2_K), "Q2_K has no tile GEMM");
     cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_F16), "F16 has no tile GEMM");
+    cr_assert_null(mp_type_ops_amx_emulated(MP_TYPE_Q4_1), "Q4_1 has no tile GEMM (its offsets need block sums)");
 }
 
 Test(quant_amx_emul, tile_gemms_match_scalar)
