@@ -41,8 +41,9 @@ static const mp_knob_choice k_host[] = {
 static const mp_knob_def k_knobs[] = {
     CHOICE("MP_ISA", isa, k_isa, MP_KNOB_ISA_BEST, COSTS,
            "caps the CPU kernels' SIMD level; best: the best this CPU has (a level it lacks runs its best); amx: "
-           "avx512 with the prefill GEMMs of Q4_0, Q8_0 and Q4_K-Q6_K on AMX tiles, where the CPU has AMX, Linux "
-           "grants the tile state and every tile GEMM passes its check at start"),
+           "avx512 with the prefill GEMMs of Q4_0, Q5_0, IQ4_NL, MXFP4, Q8_0, Q4_K-Q6_K and IQ4_XS on AMX tiles, "
+           "where the CPU has AMX and Linux grants the tile state (a type whose tile GEMM fails its check at start "
+           "runs avx512's)"),
     NUMBER("MP_PREFETCH_BYTES", prefetch_bytes, 0, MP_KNOB_PREFETCH_BYTES_MAX, MP_KNOB_PREFETCH_BYTES, COSTS,
            "how far ahead of its loads each CPU dot product prefetches its weight row, in bytes, rounded down to "
            "64-byte lines (0: no prefetch instructions); 2048 was the best of 512-4096 for one thread of the H200 "

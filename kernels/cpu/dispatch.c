@@ -2,8 +2,8 @@
  *
  * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
  * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
- *   amx     avx512 and AMX-TILE + AMX-INT8, the tile state granted by Linux, and every tile GEMM
- *           agreeing with the AVX-512 dot at start: quant_amx.c (the prefill GEMMs of Q4_0, Q5_0,
+ *   amx     avx512 and AMX-TILE + AMX-INT8 and the tile state granted by Linux; a type's tile GEMM
+ *           is used where it agreed with the AVX-512 dot at start (else that type runs avx512's): quant_amx.c (the prefill GEMMs of Q4_0, Q5_0,
  *           IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS; every other kernel is avx512's)
  *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
  *   avx2    AVX2 + FMA + F16C: quant_avx2.c
@@ -85,18 +85,28 @@ static int g_cpu_isa = ISA_UNKNOWN; /* the best level the CPU has; cpuid traps i
 static int g_force_scalar = 0;
 static int g_isa_cap = ISA_UNKNOWN; /* mp_kernels_set_isa_cap; UNKNOWN: no cap */
 
-static const char *g_amx_disagreed; /* the type whose tile GEMM failed its check at start, or NULL */
+static const char *g_amx_disagreed; /* the first type whose tile GEMM failed its check at start, or NULL */
+#define AMX_TYPE_IDS 64                  /* type ids (quant.h's are below it) */
+static unsigned char g_amx_off[AMX_TYPE_IDS]; /* 1: this type's tile GEMM failed it: avx512's table */
 
-/* Every AMX tile GEMM against its table's AVX-512 dot (mp_gemm_self_check): false, with the first
- * type that disagreed in g_amx_disagreed, when one does. */
-static int amx_gemms_agree(void)
+/* Every AMX tile GEMM against its table's AVX-512 dot (mp_gemm_self_check), once: a type whose GEMM
+ * disagrees keeps avx512's table (g_amx_off; the first such type named in g_amx_disagreed) and the
+ * others keep their tiles, so that one kernel's bug costs its own type's prefill only. */
+static void amx_check_gemms(void)
 {
     for (int i = 0, type; (type = mp_weight_type_at(i)) >= 0; i++) /* every type the amx table has */
-        if (mp_gemm_self_check(mp_type_ops_amx(type)) != 0) {
-            g_amx_disagreed = mp_type_name(type);
-            return 0;
+        if (type >= AMX_TYPE_IDS || mp_gemm_self_check(mp_type_ops_amx(type)) != 0) {
+            if (type < AMX_TYPE_IDS)
+                g_amx_off[type] = 1;
+            if (!g_amx_disagreed)
+                g_amx_disagreed = mp_type_name(type);
         }
-    return 1;
+}
+
+/* The amx table of type, unless its tile GEMM failed the check */
+static const mp_type_ops *amx_ops(int type)
+{
+    return type >= 0 && type < AMX_TYPE_IDS && !g_amx_off[type] ? mp_type_ops_amx(type) : NULL;
 }
 
 /* The best level this CPU (and OS: __builtin_cpu_supports checks that the kernel saves the
@@ -118,7 +128,10 @@ static int probe_cpu_isa(void)
         __builtin_cpu_supports("avx512vl") && has_vnni) {
         /* AMX-TILE and AMX-INT8: leaf 7, EDX bits 24 and 25; the OS must grant the tile state */
         const int has_amx = ((edx >> 24) & 3) == 3;
-        return has_amx && mp_amx_enable() == 0 && amx_gemms_agree() ? ISA_AMX : ISA_AVX512;
+        if (!has_amx || mp_amx_enable() != 0)
+            return ISA_AVX512;
+        amx_check_gemms();
+        return ISA_AMX;
     }
     return ISA_AVX2;
 #else
@@ -207,7 +220,7 @@ const char *mp_kernels_isa_warning(void)
     const int cap = __atomic_load_n(&g_isa_cap, __ATOMIC_RELAXED), best = cpu_isa();
     if (g_amx_disagreed && (cap == ISA_UNKNOWN || cap == ISA_AMX))
         snprintf(msg, sizeof msg, "the AMX tile GEMM of %s disagreed with the AVX-512 dot at start (a kernel bug: "
-                 "please report it): using %s", g_amx_disagreed, mp_kernels_isa());
+                 "please report it): %s prefill runs avx512's kernels", g_amx_disagreed, g_amx_disagreed);
     else if (cap == ISA_UNKNOWN || cap <= best)
         return NULL;
     else
@@ -221,7 +234,7 @@ static const mp_type_ops *ops_at(int isa, int type)
 {
     const mp_type_ops *ops = NULL;
     if (isa >= ISA_AMX)
-        ops = mp_type_ops_amx(type);
+        ops = amx_ops(type);
     if (!ops && isa >= ISA_AVX512)
         ops = mp_type_ops_avx512(type);
     if (!ops && isa >= ISA_AVX2)
