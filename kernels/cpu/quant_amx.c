@@ -33,6 +33,7 @@
  * and the table is exported as mp_type_ops_amx_emulated, so that the logic is tested on any CPU
  * with AVX-512; the production build never defines it. */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -252,21 +253,27 @@ static void prep_q6_K(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb,
     }
 }
 
-static void group_q6_K(const q6_K_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
-{
-    _Alignas(64) int32_t c[16][16][16];
-    const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);
-    for (int j = 0; j < 16; j += 2)
-        TILE_PAIR(_tile_dpbssd, qs, 16, p->b, j, x_stride, c);
-    for (int t = 0; t < n_t; t++) {
-        float da;
-        memcpy(&da, xa + (size_t)t * x_stride + offsetof(mp_block_q8_K, d), sizeof da);
-        __m512 f = _mm512_setzero_ps();
-        for (int j = 0; j < 16; j++)
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][t])), _mm512_load_ps(p->sc[j]), f);
-        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da), f, acc[t]);
+/* One group of n_t Q8_K activation rows against a prepared row block of N_SUB signed sub-block
+ * products of A_STEP quants (Q6_K, IQ4_XS: tdpbssd, no min terms); acc[t] gains the row's d times
+ * sum_j sc_j C_j over the 16 weight-row lanes. */
+#define SIGNED_K_GROUP(NAME, PREP_T, N_SUB, A_STEP)                                                      \
+    static void NAME(const PREP_T *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)          \
+    {                                                                                                    \
+        _Alignas(64) int32_t c[N_SUB][16][16];                                                           \
+        const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);                                            \
+        for (int j = 0; j < (N_SUB); j += 2)                                                             \
+            TILE_PAIR(_tile_dpbssd, qs, (A_STEP), p->b, j, x_stride, c);                                 \
+        for (int t = 0; t < n_t; t++) {                                                                  \
+            float da;                                                                                    \
+            memcpy(&da, xa + (size_t)t * x_stride + offsetof(mp_block_q8_K, d), sizeof da);              \
+            __m512 f = _mm512_setzero_ps();                                                              \
+            for (int j = 0; j < (N_SUB); j++)                                                            \
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][t])), _mm512_load_ps(p->sc[j]), f); \
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da), f, acc[t]);                                     \
+        }                                                                                                \
     }
-}
+
+SIGNED_K_GROUP(group_q6_K, q6_K_prep, 16, 16)
 
 /* ---- Q8_0 and Q4_0 against Q8_0 activations: blocks of 32, x = d q; a step is 8 blocks (fewer
  * at a row's end) ---- */
@@ -362,17 +369,6 @@ static inline void lut_block(const uint8_t *qs, __m512i idx, __mmask16 live, __m
     }
 }
 
-static void prep_iq4_nl(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
-{
-    const __m512i levels = levels_of(k_iq4_nl_levels);
-    p->n_blocks = step_blocks(sb, n);
-    for (int j = 0; j < p->n_blocks; j++) {
-        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_iq4_nl);
-        lut_block(blk + offsetof(mp_block_iq4_nl, qs), idx, live, levels, p->b[j]);
-        _mm512_store_ps(p->d[j], f16_lanes(gather(live, idx, blk)));
-    }
-}
-
 /* mp_e8m0_half of the low byte of each lane: 2^(e - 128), the subnormals 2^-128 and 2^-127 for
  * e 0 and 1 */
 static inline __m512 e8m0_half_lanes(__m512i v)
@@ -383,15 +379,29 @@ static inline __m512 e8m0_half_lanes(__m512i v)
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
 }
 
-static void prep_mxfp4(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+/* A step of a look-up block-of-32 type: blocks of block_bytes, their codes at qs_off (nibbles as
+ * Q4_0's) indexing levels, their scale at byte 0: an f16 d (IQ4_NL) or an E8M0 exponent (MXFP4) */
+static inline void prep_lut32(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p,
+                              const int8_t lv[16], size_t block_bytes, size_t qs_off, bool e8m0)
 {
-    const __m512i levels = levels_of(k_mxfp4_levels);
+    const __m512i levels = levels_of(lv);
     p->n_blocks = step_blocks(sb, n);
     for (int j = 0; j < p->n_blocks; j++) {
-        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * sizeof(mp_block_mxfp4);
-        lut_block(blk + offsetof(mp_block_mxfp4, qs), idx, live, levels, p->b[j]);
-        _mm512_store_ps(p->d[j], e8m0_half_lanes(gather(live, idx, blk))); /* e and the first three codes */
+        const uint8_t *blk = w + (size_t)(sb * Q0_STEP + j) * block_bytes;
+        lut_block(blk + qs_off, idx, live, levels, p->b[j]);
+        const __m512i head = gather(live, idx, blk); /* the scale and the first codes */
+        _mm512_store_ps(p->d[j], e8m0 ? e8m0_half_lanes(head) : f16_lanes(head));
     }
+}
+
+static void prep_iq4_nl(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    prep_lut32(w, idx, live, sb, n, p, k_iq4_nl_levels, sizeof(mp_block_iq4_nl), offsetof(mp_block_iq4_nl, qs), false);
+}
+
+static void prep_mxfp4(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb, int64_t n, q0_prep *p)
+{
+    prep_lut32(w, idx, live, sb, n, p, k_mxfp4_levels, sizeof(mp_block_mxfp4), offsetof(mp_block_mxfp4, qs), true);
 }
 
 static void group_q0(const q0_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
@@ -444,21 +454,7 @@ static void prep_iq4_xs(const uint8_t *w, __m512i idx, __mmask16 live, int64_t s
     }
 }
 
-static void group_iq4_xs(const iq4_xs_prep *p, const uint8_t *xa, size_t x_stride, int n_t, __m512 *acc)
-{
-    _Alignas(64) int32_t c[8][16][16];
-    const uint8_t *qs = xa + offsetof(mp_block_q8_K, qs);
-    for (int j = 0; j < 8; j += 2)
-        TILE_PAIR(_tile_dpbssd, qs, 32, p->b, j, x_stride, c);
-    for (int t = 0; t < n_t; t++) {
-        float da;
-        memcpy(&da, xa + (size_t)t * x_stride + offsetof(mp_block_q8_K, d), sizeof da);
-        __m512 f = _mm512_setzero_ps();
-        for (int j = 0; j < 8; j++)
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j][t])), _mm512_load_ps(p->sc[j]), f);
-        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da), f, acc[t]);
-    }
-}
+SIGNED_K_GROUP(group_iq4_xs, iq4_xs_prep, 8, 32)
 
 /* ---- the row loop, one per type ---- */
 
