@@ -3,8 +3,9 @@
  * The ISA is decided on the first mp_type_ops_get() and cached; every later call is a table
  * lookup. Tables are immutable after start-up and shared by all threads. Levels, best first:
  *   amx     avx512 and AMX-TILE + AMX-INT8 and the tile state granted by Linux; a type's tile GEMM
- *           is used where it agreed with the AVX-512 dot at start (else that type runs avx512's): quant_amx.c (the prefill GEMMs of Q4_0, Q5_0,
- *           IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS; every other kernel is avx512's)
+ *           is used where it agreed with the AVX-512 dot at start (else that type runs avx512's):
+ *           quant_amx.c (the prefill GEMMs of Q4_0, Q5_0, IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K,
+ *           IQ4_XS; every other kernel is avx512's)
  *   avx512  AVX-512 F + BW + VL + VNNI (and the AVX2 level's FMA, F16C): quant_avx512.c
  *   avx2    AVX2 + FMA + F16C: quant_avx2.c
  *   scalar  the reference (quant_scalar.c, quantize.c)

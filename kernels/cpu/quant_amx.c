@@ -21,8 +21,9 @@
  * by vpshufb while B is built, signed); the integer sums are exact. The float part per token and
  * step, with lanes over the 16 weight rows: for the K-quants sum_j (d sc_j)[r] C_j - sum_j (dmin
  * m_j)[r] bsum32_j (the mins, from the activation's bsums), times the token's d; for Q4_0/Q8_0
- * sum_b d_w[r] d_x C_b (MXFP4's d_w its exponent's 2^(e - 128)). The results equal vec_dot's within float rounding (the same exact integer
- * terms, summed in another order), not bit for bit; the tests check that bound.
+ * sum_b d_w[r] d_x C_b (MXFP4's d_w its exponent's 2^(e - 128)). The results equal vec_dot's
+ * within float rounding (the same exact integer terms, summed in another order), not bit for
+ * bit; the tests check that bound.
  *
  * Tiles: 0/3 A, 1/4 B, 2/5 C for even and odd sub-blocks (two independent chains). A pass covers
  * up to 64 activation rows in whole groups of 16, or the last partial group alone, so that the
@@ -340,7 +341,8 @@ static void prep_q5_0(const uint8_t *w, __m512i idx, __mmask16 live, int64_t sb,
         for (int kk = 0; kk < 4; kk++) { /* elements 4kk .. + 3 low nibbles, 16 + 4kk .. high */
             const __m512i v = gather(live, idx, blk + offsetof(mp_block_q5_0, qs) + 4 * kk);
             const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, lo4), fifth_bits(qh, 4 * kk));
-            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4), fifth_bits(qh, 16 + 4 * kk));
+            const __m512i hi =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), lo4), fifth_bits(qh, 16 + 4 * kk));
             _mm512_store_si512(p->b[j][kk], _mm512_sub_epi8(lo, k16));
             _mm512_store_si512(p->b[j][4 + kk], _mm512_sub_epi8(hi, k16));
         }

@@ -232,6 +232,7 @@ static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
         for (int64_t e2 = 0; e2 < E; e2++)
             if (rnd_u64() % 4 == 0) /* a quarter resident: most routes still run here */
                 res[e2 >> 6] |= (uint64_t)1 << (e2 & 63);
+        res[ids[0] >> 6] &= ~((uint64_t)1 << (ids[0] & 63)); /* at least one route runs here */
         const uint64_t *mask = rep % 2 ? res : NULL;
         const int64_t na = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, NULL, a, pool, piped);
         const int64_t nb = mp_moe_experts_cpu(m, 1, x, n_rows, ids, w, mask, NULL, NULL, b, pool, plain);

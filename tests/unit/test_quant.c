@@ -278,8 +278,9 @@ Test(quant, avx512_q8_gemms_equal_vec_dot)
     check_gemm_bits(mp_type_ops_isa(MP_TYPE_Q8_0, "avx512"), "avx512");
 }
 
-/* The AMX level's tile GEMMs (Q4_0, Q5_0, IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS) against the scalar vec_dot, on the hardware; the same
- * code's logic runs everywhere with AVX-512 in quant_amx_emul. */
+/* The AMX level's tile GEMMs (Q4_0, Q5_0, IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS) against
+ * the scalar vec_dot, on the hardware; the same code's logic runs everywhere with AVX-512 in
+ * quant_amx_emul. */
 Test(quant, amx_tile_gemms_match_scalar)
 {
     if (!mp_type_ops_isa(MP_TYPE_Q4_K, "amx"))
