@@ -82,6 +82,7 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_rw = g->d_rids ? (float *)(g->d_rids + g->s->m->hp.n_layer * g->s->m->hp.n_expert_used) : NULL;
     g->d_logits = take(c, z->logits);
     g->d_act = take(c, z->act);
+    g->d_shexp = take(c, z->shexp);
     g->moe_scratch_bytes = z->moe;
     g->d_moe_scratch = take(c, z->moe);
     g->att_scratch_bytes = z->att;
@@ -161,6 +162,19 @@ static mp_status upload_weights(mp_gpu *g, carve *cv, mp_error *err)
         if ((st = upload(&c, &L->k_norm, &p, err)))
             return st;
         G->k_norm = p;
+        const mp_tensor *bias[3] = {&L->bq, &L->bk, &L->bv};
+        const float **gbias[3] = {&G->bq, &G->bk, &G->bv};
+        for (int i = 0; i < 3; i++) {
+            if ((st = upload(&c, bias[i], &p, err)))
+                return st;
+            *gbias[i] = p;
+        }
+        if (L->gate_shexp.data &&
+            ((st = upload_matrix(&c, &L->gate_inp_shexp, &G->gate_inp_shexp, err)) ||
+             (st = upload_matrix(&c, &L->gate_shexp, &G->gate_shexp, err)) ||
+             (st = upload_matrix(&c, &L->up_shexp, &G->up_shexp, err)) ||
+             (st = upload_matrix(&c, &L->down_shexp, &G->down_shexp, err))))
+            return st;
     }
     g->d_tables = take(&c, table_bytes * 3 * (size_t)m->hp.n_layer);
     for (int64_t il = 0; il < m->hp.n_layer; il++)

@@ -1,8 +1,9 @@
 /* gpu/gpu_forward.c — the transformer forward pass on the device (the GPU twin of forward.c).
  *
  * Reads top to bottom like forward.c (enqueue_step): embedding, then per layer
- *   RMSNorm → Q/K/V → q/k norm, RoPE, K and V into the F16 cache → attention → wo → residual,
- *   RMSNorm → MoE block (one call: gpu_moe.c, where the hybrid CPU/GPU details live) → residual,
+ *   RMSNorm → Q/K/V (+ biases) → q/k norm, RoPE, K and V into the F16 cache → attention → wo → residual,
+ *   RMSNorm → MoE block (one call: gpu_moe.c, where the hybrid CPU/GPU details live; then the shared
+ *   expert, always on the GPU) → residual,
  * then the final norm and the output head for the rows whose logits are wanted. Residual adds
  * are fused into the next norm (pending_add).
  * Everything is enqueued on one stream; the host waits only where it must: in MoE layers with
@@ -130,6 +131,11 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     mp_status st;
     if ((st = qkv_proj(g, L, n, err)))
         return st;
+    if (L->bq) {
+        KCHECK(mp_cuda_add_bias(g->d_q, L->bq, n, Q, g->stream), "q bias");
+        KCHECK(mp_cuda_add_bias(g->d_k, L->bk, n, KV, g->stream), "k bias");
+        KCHECK(mp_cuda_add_bias(g->d_v, L->bv, n, KV, g->stream), "v bias");
+    }
     const int style = tr->rope == MP_ROPE_NEOX ? MP_CUDA_ROPE_NEOX : MP_CUDA_ROPE_NORM;
     /* positions come from d_pos, and in a graph the keys are split for the whole context: the
      * launches are then the same at every position */
@@ -159,6 +165,27 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     g->act_src = vdt_o != MP_TYPE_F32 ? g->d_att : NULL;
     g->act_vdt = vdt_o;
     return proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err);
+}
+
+/* The shared expert of layer il on the normed rows d_xb, added into d_proj (the routed experts' sum):
+ * d_proj += sigmoid(d_xb · gate_inp_shexp) * down_shexp(silu(gate_shexp d_xb) * up_shexp d_xb). Gate
+ * and up share one conversion of d_xb (proj's cache); the output goes through d_tmp. */
+static mp_status shared_expert(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    const mp_hparams *hp = &g->s->m->hp;
+    const gpu_layer *L = &g->layers[il];
+    const int64_t D = hp->n_embd, F = hp->n_ff_shexp;
+    float *d_g = g->d_shexp, *d_u = d_g + g->s->n_batch * F, *d_logit = d_u + g->s->n_batch * F;
+    mp_status st;
+    if ((st = proj(g, &L->gate_inp_shexp, g->d_xb, n, d_logit, 1, err)) ||
+        (st = proj(g, &L->gate_shexp, g->d_xb, n, d_g, F, err)) || (st = proj(g, &L->up_shexp, g->d_xb, n, d_u, F, err)))
+        return st;
+    KCHECK(mp_cuda_swiglu(d_g, d_g, d_u, n * F, g->stream), "shared expert swiglu");
+    g->act_src = NULL;
+    if ((st = proj(g, &L->down_shexp, d_g, n, g->d_tmp, D, err)))
+        return st;
+    KCHECK(mp_cuda_add_gated(g->d_proj, g->d_tmp, d_logit, n, D, g->stream), "shared expert add");
+    return MP_OK;
 }
 
 /* Enqueue the head for rows [r0, r0 + rows): norm, projection, logits to h_logits. */
@@ -241,6 +268,8 @@ static mp_status enqueue_step(mp_gpu *g, int64_t n, int64_t pos0, int64_t head_r
         g->moe_xq = NULL;
         if (st)
             return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
+        if (L->gate_shexp.d && (st = shared_expert(g, il, n, err)))
+            return st;
         g->pending_add = true;
         if (hk && hk->layer_end)
             hk->layer_end(hk->user, il);

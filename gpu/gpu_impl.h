@@ -56,6 +56,9 @@ typedef struct gpu_layer {
     gpu_tensor wq, wk, wv, wo, gate_inp;
     const float *attn_norm, *ffn_norm; /* (n_embd) */
     const float *q_norm, *k_norm;      /* per head (head_dim) or full; NULL when absent */
+    const float *bq, *bk, *bv;         /* Q/K/V biases; NULL when absent */
+    /* the shared expert (d NULL when absent): gate vector (one output row), gate, up, down */
+    gpu_tensor gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
     uint16_t *k_cache, *v_cache;       /* (n_ctx, n_head_kv * head_dim) f16 */
     const void **d_slots[3];           /* gate, up, down: (n_expert) device pointers, device array */
     int64_t n_resident;
@@ -94,6 +97,8 @@ struct mp_gpu {
     float *d_q, *d_att;                 /* (n_batch, n_head * head_dim) */
     float *d_k, *d_v;                   /* (n_batch, n_head_kv * head_dim) */
     float *d_router;                    /* (n_batch, n_expert) */
+    float *d_shexp;                     /* the shared expert's gate and up rows (n_batch, n_ff_shexp)
+                                         * each, then its gate logits (n_batch); NULL without one */
     int32_t *d_ids;                     /* (n_batch, top_k) */
     float *d_w;                         /* (n_batch, top_k) */
     int32_t *d_tok, *d_pos;             /* (n_batch) */

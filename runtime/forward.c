@@ -1,16 +1,18 @@
 /* runtime/forward.c — the transformer forward pass over one chunk of rows.
  *
  * Reads top to bottom: embedding, then per layer
- *   RMSNorm → Q/K/V → q/k norm → RoPE → (K, V into the cache) → attention → wo → residual,
- *   RMSNorm → MoE block (one call) → residual,
+ *   RMSNorm → Q/K/V (+ biases) → q/k norm → RoPE → (K, V into the cache) → attention → wo → residual,
+ *   RMSNorm → MoE block (one call; + the shared expert) → residual,
  * then the final norm and the output head for the rows whose logits are wanted.
- * Architectures differ only in the traits consulted below (q/k norm, RoPE style); the MoE
- * block's routing details (renormalization, route replay, hooks) live in moe_cpu.c.
+ * Architectures differ only in the traits consulted below (q/k norm, RoPE style, Q/K/V biases, a
+ * shared expert); the MoE block's routing details (renormalization, route replay, hooks) live in
+ * moe_cpu.c.
  *
  * Time: at decode, nearly all of it is in the weight streaming of mp_matmul and the MoE block;
  * attention grows with the context; everything else is a few microseconds per layer.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/ops.h"
@@ -78,6 +80,58 @@ static void add_rows(float *x, const float *y, int64_t n)
         x[i] += y[i];
 }
 
+/* rows (n, width) += bias (width) */
+static void add_bias(float *rows, const mp_tensor *bias, int64_t n, int64_t width)
+{
+    const float *b = bias->data;
+    for (int64_t r = 0; r < n; r++)
+        add_rows(rows + r * width, b, width);
+}
+
+typedef struct shexp_job {
+    const float *gate, *out; /* (n) logits, (n, n_embd) */
+    float *proj;             /* (n, n_embd) */
+    int64_t D;
+} shexp_job;
+
+static void shexp_add_task(void *ctx, int64_t row, int thread)
+{
+    const shexp_job *j = ctx;
+    const float s = 1.0f / (1.0f + expf(-j->gate[row]));
+    float *p = j->proj + row * j->D;
+    const float *o = j->out + row * j->D;
+    for (int64_t d = 0; d < j->D; d++)
+        p[d] += s * o[d];
+}
+
+typedef struct swiglu_job {
+    float *g;
+    const float *u;
+    int64_t F;
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int64_t row, int thread)
+{
+    const swiglu_job *j = ctx;
+    mp_swiglu(j->g + row * j->F, j->g + row * j->F, j->u + row * j->F, j->F);
+}
+
+/* The shared expert of layer L on the normed rows s->xb, added into s->proj (the routed experts'
+ * sum): proj += sigmoid(xb · gate_inp_shexp) * down_shexp(silu(gate_shexp xb) * up_shexp xb). */
+static void shared_expert(mp_session *s, const mp_layer *L, int64_t n)
+{
+    const int64_t D = s->m->hp.n_embd, F = s->m->hp.n_ff_shexp;
+    float *g = s->shexp, *u = g + s->n_batch * F, *out = u + s->n_batch * F, *gate = out + s->n_batch * D;
+    mp_matmul(s->pool, &L->gate_shexp, s->xb, n, g, s->qbuf);
+    mp_matmul(s->pool, &L->up_shexp, s->xb, n, u, s->qbuf);
+    swiglu_job sj = {g, u, F};
+    mp_pool_run(s->pool, n, swiglu_task, &sj);
+    mp_matmul(s->pool, &L->down_shexp, g, n, out, s->qbuf);
+    mp_matmul(s->pool, &L->gate_inp_shexp, s->xb, n, gate, s->qbuf);
+    shexp_job j = {gate, out, s->proj, D};
+    mp_pool_run(s->pool, n, shexp_add_task, &j);
+}
+
 mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_logits,
                      float *logits, mp_error *err)
 {
@@ -106,6 +160,12 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
         mp_matmul(s->pool, &L->wq, s->xb, n, s->q, s->qbuf);
         mp_matmul(s->pool, &L->wk, s->xb, n, k, s->qbuf);
         mp_matmul(s->pool, &L->wv, s->xb, n, v, s->qbuf);
+        if (L->bq.data) {
+            const int64_t Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
+            add_bias(s->q, &L->bq, n, Q);
+            add_bias(k, &L->bk, n, KV);
+            add_bias(v, &L->bv, n, KV);
+        }
         qk_job qj = {s, L, k};
         mp_pool_run(s->pool, n, qk_task, &qj);
         mp_attention(s, il, n, pos0);
@@ -121,6 +181,8 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
                 hk->layer_end(hk->user, il);
             return st; /* the cache rows of this chunk are not counted: n_past is unchanged */
         }
+        if (L->gate_shexp.data)
+            shared_expert(s, L, n);
         add_rows(s->x, s->proj, n * D);
         if (hk && hk->layer_end)
             hk->layer_end(hk->user, il);

@@ -14,9 +14,12 @@
 #include "kernels/quant.h"
 
 static const mp_arch_traits arch_traits[] = {
-    [MP_ARCH_QWEN3MOE] = {"qwen3moe", MP_QK_NORM_PER_HEAD, MP_ROPE_NEOX, true},
-    [MP_ARCH_OLMOE] = {"olmoe", MP_QK_NORM_FULL, MP_ROPE_NEOX, false},
-    [MP_ARCH_MIXTRAL] = {"mixtral", MP_QK_NORM_NONE, MP_ROPE_NORM, true},
+    [MP_ARCH_QWEN3MOE] = {"qwen3moe", MP_QK_NORM_PER_HEAD, MP_ROPE_NEOX, true, false, false},
+    [MP_ARCH_OLMOE] = {"olmoe", MP_QK_NORM_FULL, MP_ROPE_NEOX, false, false, false},
+    [MP_ARCH_MIXTRAL] = {"mixtral", MP_QK_NORM_NONE, MP_ROPE_NORM, true, false, false},
+    /* Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (Q/K/V biases, no q/k norm), top-k weights as
+     * the softmax gave them, and a shared expert */
+    [MP_ARCH_QWEN2MOE] = {"qwen2moe", MP_QK_NORM_NONE, MP_ROPE_NEOX, false, true, true},
 };
 
 const mp_arch_traits *mp_arch_get(mp_arch arch)
@@ -79,6 +82,41 @@ static mp_status check_tensor(const char *where, const char *name, const mp_tens
     return MP_OK;
 }
 
+/* A float matrix that decides (a router, the shared expert's gate): F32, F16 or BF16, never
+ * block-quantized (GGUF quantizers keep these unquantized for the same reason). */
+static mp_status check_float_matrix(const char *where, const char *name, const mp_tensor *t, const char *what,
+                                    mp_error *err)
+{
+    if (t->type != MP_TYPE_F32 && t->type != MP_TYPE_F16 && t->type != MP_TYPE_BF16)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: tensor %s: type %s is not supported (%s must be F32, F16 or "
+                       "BF16)", where, name, mp_type_name(t->type) ? mp_type_name(t->type) : "?", what);
+    return MP_OK;
+}
+
+/* The shared expert of layer il: its gate vector, gate/up (sharing an activation format, as the
+ * routed experts do) and down. */
+static mp_status validate_shared_expert(const char *where, int64_t il, const mp_layer *L, const mp_hparams *hp,
+                                        mp_error *err)
+{
+    const int64_t E = hp->n_embd, F = hp->n_ff_shexp;
+    char n[4][48];
+    static const char *const suffix[] = {"ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
+    for (int i = 0; i < 4; i++)
+        snprintf(n[i], sizeof n[i], "blk.%" PRId64 ".%s.weight", il, suffix[i]);
+    mp_status st;
+    if ((st = check_tensor(where, n[0], &L->gate_inp_shexp, E, 1, 1, false, err)) ||
+        (st = check_float_matrix(where, n[0], &L->gate_inp_shexp, "the shared expert's gate", err)) ||
+        (st = check_tensor(where, n[1], &L->gate_shexp, E, F, 1, false, err)) ||
+        (st = check_tensor(where, n[2], &L->up_shexp, E, F, 1, false, err)) ||
+        (st = check_tensor(where, n[3], &L->down_shexp, F, E, 1, false, err)))
+        return st;
+    if (mp_type_ops_get(L->gate_shexp.type)->vec_dot_type != mp_type_ops_get(L->up_shexp.type)->vec_dot_type)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: tensor %s: type %s pairs with a different activation format than "
+                       "%s (%s); the shared expert's gate and up must use compatible types", where, n[2],
+                       mp_type_name(L->up_shexp.type), n[1], mp_type_name(L->gate_shexp.type));
+    return MP_OK;
+}
+
 mp_status mp_model_validate(const mp_model *m, mp_error *err)
 {
     const mp_hparams *hp = &m->hp;
@@ -98,7 +136,8 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
                        hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_vocab);
     /* generous sanity limits, so that size products below cannot overflow */
     if (hp->n_layer > MP_MODEL_MAX_LAYERS || hp->n_embd > (1 << 20) || hp->n_head > 4096 || hp->head_dim > 8192 ||
-        hp->n_expert > 65536 || hp->n_ff_exp > (1 << 20) || hp->n_vocab > (1 << 24))
+        hp->n_expert > 65536 || hp->n_ff_exp > (1 << 20) || hp->n_ff_shexp < 0 || hp->n_ff_shexp > (1 << 22) ||
+        hp->n_vocab > (1 << 24))
         return mp_fail(err, MP_ERR_LIMIT, "%s: hyperparameters exceed the supported limits", where);
     if (hp->n_head % hp->n_head_kv != 0)
         return mp_fail(err, MP_ERR_FORMAT,
@@ -112,6 +151,9 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
         return mp_fail(err, MP_ERR_FORMAT,
                        "%s: rope dimension %" PRId64 " must be even and in [2, head dim %" PRId64 "]",
                        where, hp->rot_dim, hp->head_dim);
+    if (tr->shared_expert != (hp->n_ff_shexp > 0))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: shared expert FFN size %" PRId64 ": architecture %s %s one",
+                       where, hp->n_ff_shexp, tr->name, tr->shared_expert ? "needs" : "has no");
     if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f) || !isfinite(hp->rms_eps) ||
         !isfinite(hp->rope_freq_base))
         return mp_fail(err, MP_ERR_FORMAT, "%s: rms epsilon %g and rope freq base %g must be finite and > 0",
@@ -146,11 +188,8 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
          * (GGUF quantizers keep ffn_gate_inp unquantized for the same reason) */
         if ((st = check_tensor(where, n[8], &L->gate_inp, E, hp->n_expert, 1, false, err)))
             return st;
-        if (L->gate_inp.type != MP_TYPE_F32 && L->gate_inp.type != MP_TYPE_F16 &&
-            L->gate_inp.type != MP_TYPE_BF16)
-            return mp_fail(err, MP_ERR_UNSUPPORTED,
-                           "%s: tensor %s: type %s is not supported (the router must be F32, F16 "
-                           "or BF16)", where, n[8], mp_type_name(L->gate_inp.type));
+        if ((st = check_float_matrix(where, n[8], &L->gate_inp, "the router", err)))
+            return st;
         /* the MoE block converts x once for both gate and up, so they must share the format */
         if (mp_type_ops_get(L->gate_exps.type)->vec_dot_type !=
             mp_type_ops_get(L->up_exps.type)->vec_dot_type)
@@ -165,6 +204,17 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
                 (st = check_tensor(where, n[6], &L->k_norm, per_head ? hp->head_dim : KV, 1, 1, true, err)))
                 return st;
         }
+        if (tr->qkv_bias) {
+            static const char *const bias[] = {"attn_q", "attn_k", "attn_v"};
+            for (int i = 0; i < 3; i++)
+                snprintf(n[12 + i], sizeof n[12 + i], "blk.%" PRId64 ".%s.bias", il, bias[i]);
+            if ((st = check_tensor(where, n[12], &L->bq, Q, 1, 1, true, err)) ||
+                (st = check_tensor(where, n[13], &L->bk, KV, 1, 1, true, err)) ||
+                (st = check_tensor(where, n[14], &L->bv, KV, 1, 1, true, err)))
+                return st;
+        }
+        if (tr->shared_expert && (st = validate_shared_expert(where, il, L, hp, err)))
+            return st;
     }
     return MP_OK;
 }
@@ -193,6 +243,11 @@ size_t mp_model_dense_bytes(const mp_model *m)
             total += L->q_norm.nbytes;
         if (L->k_norm.data)
             total += L->k_norm.nbytes;
+        const mp_tensor *extra[] = {&L->bq, &L->bk, &L->bv, &L->gate_inp_shexp, &L->gate_shexp, &L->up_shexp,
+                                    &L->down_shexp};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+            if (extra[i]->data)
+                total += extra[i]->nbytes;
     }
     return total;
 }

@@ -1,9 +1,11 @@
 /* runtime/model.h — model descriptors: hyperparameters and weight views of a MoE transformer.
  *
  * One descriptor type serves every architecture; an architecture is the set of its differences
- * (mp_arch_traits): qwen3moe, olmoe and mixtral differ in q/k normalization, RoPE style, and
- * whether top-k router weights are renormalized. Weights are views into the GGUF mapping (no
- * copies); a model can also be assembled in memory from arrays (tests do).
+ * (mp_arch_traits): qwen3moe, olmoe, mixtral and qwen2moe differ in q/k normalization, RoPE style,
+ * whether top-k router weights are renormalized, biases on Q/K/V, and a shared expert (qwen2moe:
+ * a dense SwiGLU FFN every token passes through beside its routed experts, scaled by a sigmoid
+ * gate). Weights are views into the GGUF mapping (no copies); a model can also be assembled in
+ * memory from arrays (tests do).
  *
  * Invariants after mp_model_load:
  *  - every tensor the architecture needs exists with exactly the expected shape and a supported
@@ -24,7 +26,7 @@
  * is allocated per layer from a file's block_count. */
 #define MP_MODEL_MAX_LAYERS 4096
 
-typedef enum mp_arch { MP_ARCH_QWEN3MOE = 0, MP_ARCH_OLMOE = 1, MP_ARCH_MIXTRAL = 2 } mp_arch;
+typedef enum mp_arch { MP_ARCH_QWEN3MOE = 0, MP_ARCH_OLMOE = 1, MP_ARCH_MIXTRAL = 2, MP_ARCH_QWEN2MOE = 3 } mp_arch;
 typedef enum mp_qk_norm { MP_QK_NORM_NONE = 0, MP_QK_NORM_PER_HEAD = 1, MP_QK_NORM_FULL = 2 } mp_qk_norm;
 typedef enum mp_rope_style { MP_ROPE_NEOX = 0, MP_ROPE_NORM = 1 } mp_rope_style;
 
@@ -33,6 +35,8 @@ typedef struct mp_arch_traits {
     mp_qk_norm qk_norm;         /* qwen3moe: per head; olmoe: over all heads; mixtral: none */
     mp_rope_style rope;         /* qwen3moe, olmoe: NeoX; mixtral: interleaved (norm) */
     bool default_weights_norm;  /* renormalize top-k weights when the GGUF does not say */
+    bool qkv_bias;              /* Q, K and V projections add a bias (qwen2moe) */
+    bool shared_expert;         /* a shared expert with a sigmoid gate in every layer (qwen2moe) */
 } mp_arch_traits;
 
 const mp_arch_traits *mp_arch_get(mp_arch arch);
@@ -49,6 +53,7 @@ typedef struct mp_hparams {
     int64_t n_expert;
     int64_t n_expert_used; /* top-k */
     int64_t n_ff_exp;      /* expert FFN hidden size */
+    int64_t n_ff_shexp;    /* the shared expert's FFN hidden size; 0 without one */
     int64_t n_vocab;
     int64_t n_ctx_train;
     float rope_freq_base;
@@ -78,6 +83,14 @@ typedef struct mp_layer {
     mp_tensor gate_exps;   /* ne = [n_embd, n_ff_exp, n_expert] */
     mp_tensor up_exps;     /* ne = [n_embd, n_ff_exp, n_expert] */
     mp_tensor down_exps;   /* ne = [n_ff_exp, n_embd, n_expert] */
+    /* Q/K/V biases (f32: (n_head*head_dim), (n_head_kv*head_dim)); data NULL unless qkv_bias */
+    mp_tensor bq, bk, bv;
+    /* the shared expert (data NULL unless shared_expert): out = sigmoid(x · gate_inp_shexp) *
+     * down_shexp(silu(gate_shexp x) * up_shexp x) */
+    mp_tensor gate_inp_shexp; /* ne = [n_embd] (one output row), F32/F16/BF16 like the router */
+    mp_tensor gate_shexp;     /* ne = [n_embd, n_ff_shexp] */
+    mp_tensor up_shexp;       /* ne = [n_embd, n_ff_shexp] */
+    mp_tensor down_shexp;     /* ne = [n_ff_shexp, n_embd] */
 } mp_layer;
 
 typedef struct mp_model {
@@ -111,7 +124,8 @@ void mp_shape_format(const int64_t ne[4], char *buf, size_t cap);
 
 /* Bytes of one expert of layer il (gate + up + down slices), from the tensor types and shapes. */
 size_t mp_model_expert_bytes(const mp_model *m, int64_t il);
-/* Bytes of everything that is not a routed expert (attention, norms, router, embeddings, head). */
+/* Bytes of everything that is not a routed expert (attention, norms, router, shared experts,
+ * embeddings, head). */
 size_t mp_model_dense_bytes(const mp_model *m);
 /* The expert types of a layer as cost files name them: the gate type when gate, up and down
  * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most 14 characters. */

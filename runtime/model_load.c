@@ -103,7 +103,7 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
     char arch[48];
     if (arch_str.len >= sizeof arch)
         return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture '%.40s...' is not supported "
-                       "(supported: qwen3moe, olmoe, mixtral)", ld->path, arch_str.ptr);
+                       "(supported: qwen3moe, olmoe, mixtral, qwen2moe)", ld->path, arch_str.ptr);
     memcpy(arch, arch_str.ptr, arch_str.len);
     arch[arch_str.len] = '\0';
     snprintf(ld->prefix, sizeof ld->prefix, "%s.", arch);
@@ -117,11 +117,11 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
             id = MP_ARCH_MIXTRAL;
         else
             return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture 'llama' without experts is "
-                           "not a MoE model (supported: qwen3moe, olmoe, mixtral)", ld->path);
+                           "not a MoE model (supported: qwen3moe, olmoe, mixtral, qwen2moe)", ld->path);
     }
     if (id < 0)
         return mp_fail(err, MP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: qwen3moe, olmoe, mixtral)",
+                       "%s: architecture '%s' is not supported (supported: qwen3moe, olmoe, mixtral, qwen2moe)",
                        ld->path, arch);
     const mp_arch_traits *tr = mp_arch_get((mp_arch)id);
     memset(hp, 0, sizeof *hp);
@@ -160,6 +160,8 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
     const float base_default = hp->arch == MP_ARCH_QWEN3MOE ? 1e6f : 10000.0f;
     if ((st = get_f32_opt(ld, "rope.freq_base", false, base_default, &hp->rope_freq_base, err)) ||
         (st = get_f32_opt(ld, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, err)))
+        return st;
+    if (tr->shared_expert && (st = get_count(ld, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err)))
         return st;
     hp->expert_weights_norm = tr->default_weights_norm;
     if (has_key(ld, "expert_weights_norm", full, sizeof full) &&
@@ -296,12 +298,28 @@ mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
         LAYER_VIEW(gate_exps, "ffn_gate_exps");
         LAYER_VIEW(up_exps, "ffn_up_exps");
         LAYER_VIEW(down_exps, "ffn_down_exps");
+        LAYER_VIEW(gate_inp_shexp, "ffn_gate_inp_shexp");
+        LAYER_VIEW(gate_shexp, "ffn_gate_shexp");
+        LAYER_VIEW(up_shexp, "ffn_up_shexp");
+        LAYER_VIEW(down_shexp, "ffn_down_shexp");
 #undef LAYER_VIEW
-        if (mp_arch_get(m->hp.arch)->qk_norm == MP_QK_NORM_NONE) {
-            /* an architecture without q/k norm ignores such tensors rather than half-using them */
+#define BIAS_VIEW(field, suffix)                                                  \
+        snprintf(name, sizeof name, "blk.%" PRId64 "." suffix ".bias", il);       \
+        view(g, name, &L->field)
+        BIAS_VIEW(bq, "attn_q");
+        BIAS_VIEW(bk, "attn_k");
+        BIAS_VIEW(bv, "attn_v");
+#undef BIAS_VIEW
+        /* an architecture ignores the tensors it does not use rather than half-using them */
+        const mp_arch_traits *tr = mp_arch_get(m->hp.arch);
+        if (tr->qk_norm == MP_QK_NORM_NONE) {
             memset(&L->q_norm, 0, sizeof L->q_norm);
             memset(&L->k_norm, 0, sizeof L->k_norm);
         }
+        if (!tr->qkv_bias)
+            L->bq = L->bk = L->bv = (mp_tensor){0};
+        if (!tr->shared_expert)
+            L->gate_inp_shexp = L->gate_shexp = L->up_shexp = L->down_shexp = (mp_tensor){0};
     }
     if ((st = merge_split_experts(&ld, m, err)) || (st = mp_model_validate(m, err))) {
         free_model_shell(m);

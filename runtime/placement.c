@@ -122,7 +122,8 @@ mp_status mp_placement_geom_from_model(const mp_model *m, mp_placement_geom *g, 
                              .n_expert_used = hp->n_expert_used, .n_embd = hp->n_embd,
                              .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                              .head_dim = hp->head_dim, .n_ff_exp = hp->n_ff_exp,
-                             .n_vocab = hp->n_vocab, .dense_bytes = mp_model_dense_bytes(m)};
+                             .n_vocab = hp->n_vocab, .n_ff_shexp = hp->n_ff_shexp,
+                             .dense_bytes = mp_model_dense_bytes(m)};
     g->expert_bytes = malloc((size_t)hp->n_layer * sizeof *g->expert_bytes);
     g->gate_type = malloc((size_t)hp->n_layer * sizeof *g->gate_type);
     g->down_type = malloc((size_t)hp->n_layer * sizeof *g->down_type);
@@ -156,13 +157,14 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
 {
     const size_t B = (size_t)n_batch, D = (size_t)g->n_embd, Q = (size_t)(g->n_head * g->head_dim);
     const size_t KV = (size_t)(g->n_head_kv * g->head_dim), K = (size_t)g->n_expert_used;
-    const size_t W = D > Q ? D : Q;
+    const size_t F_sh = (size_t)g->n_ff_shexp;
+    const size_t W = D > Q ? (D > F_sh ? D : F_sh) : (Q > F_sh ? Q : F_sh);
     *out = (mp_gpu_scratch){
         .rows_embd = B * D * 4, .rows_q = B * Q * 4, .rows_kv = B * KV * 4, .router = B * (size_t)g->n_expert * 4,
         .routes = B * K * 4, .rows_i32 = B * 4,
         .rope = B * (size_t)(g->head_dim / 2) * 8, .replay = 2 * (size_t)g->n_layer * K * 4,
         .logits = (size_t)MP_GPU_HEAD_ROWS * (size_t)g->n_vocab * 4, .act = B * mp_act_row_bytes_max((int64_t)W),
-        .blas_ws = MP_GPU_BLAS_WS_BYTES};
+        .shexp = F_sh ? B * (2 * F_sh + 1) * 4 : 0, .blas_ws = MP_GPU_BLAS_WS_BYTES};
     for (int64_t il = 0; il < g->n_layer; il++) {
         const size_t b = mp_cuda_moe_scratch_bytes(g->gate_type[il], g->down_type[il], g->n_embd, g->n_ff_exp,
                                                    n_batch, g->n_expert_used);
@@ -172,10 +174,12 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
     if (n_batch >= MP_GPU_GEMM_MIN_ROWS || MP_GPU_HEAD_ROWS >= MP_GPU_GEMM_MIN_ROWS)
         out->gemm = mp_cuda_gemm_scratch_bytes((int64_t)W, n_batch, MP_GPU_GEMM_TILE);
     /* as carved: four embd rows, two q, two kv, the router, two routes, two i32 rows, the RoPE
-     * table, two flags, the replayed routes, the logits, the activations, then the kernels' scratch */
+     * table, two flags, the replayed routes, the logits, the activations, the shared expert's rows,
+     * then the kernels' scratch */
     out->total = 4 * gpu_align(out->rows_embd) + 2 * gpu_align(out->rows_q) + 2 * gpu_align(out->rows_kv) +
                  gpu_align(out->router) + 2 * gpu_align(out->routes) + 2 * gpu_align(out->rows_i32) +
                  gpu_align(out->rope) + 2 * gpu_align(4) + gpu_align(out->replay) + gpu_align(out->logits) + gpu_align(out->act) +
+                 gpu_align(out->shexp ? out->shexp : 1) +
                  gpu_align(out->moe ? out->moe : 1) + gpu_align(out->att ? out->att : 1) +
                  gpu_align(out->gemm ? out->gemm : 1) + gpu_align(out->blas_ws);
 }
@@ -210,8 +214,9 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
                                           * routes' tables: host addresses, routes and split rows */
         scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256) +
                    (u128)g->n_layer * (3 * E * 8 + (MP_DECIDE_MAX_K + 1) * 5) + 3 * 256;
-    /* padding of the weight arena, the per-layer slot tables, and of each pool slot (three
-     * 256-byte aligned slices per expert) */
+    /* padding of the weight arena (at most 16 dense tensors a layer: 4 attention matrices, 4
+     * norms, the router, 3 Q/K/V biases, 4 of a shared expert), the per-layer slot tables, and of
+     * each pool slot (three 256-byte aligned slices per expert) */
     scratch += (u128)g->n_layer * (3 * (E * 8 + 256) + 16 * 256 + E * 3 * 256) + 4 * 256;
     out->scratch_bytes = sat_u64(scratch);
     out->fixed_bytes = sat_u64((u128)out->dense_bytes + out->kv_bytes + out->scratch_bytes);

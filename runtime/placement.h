@@ -95,6 +95,7 @@ void mp_format_bytes(uint64_t bytes, char *buf, size_t cap);
 typedef struct mp_placement_geom {
     int64_t n_layer, n_expert, n_expert_used;
     int64_t n_embd, n_head, n_head_kv, head_dim, n_ff_exp, n_vocab;
+    int64_t n_ff_shexp;            /* the shared expert's FFN size; 0 without one */
     uint64_t dense_bytes;          /* mp_model_dense_bytes */
     uint64_t *expert_bytes;        /* (n_layer) mp_model_expert_bytes per layer, owned */
     int *gate_type, *down_type;    /* (n_layer) the experts' gate and down tensor types, owned */
@@ -136,6 +137,8 @@ typedef struct mp_gpu_scratch {
     size_t replay;     /* a replayed decode step's routes: 2 × n_layer × top_k × 4 */
     size_t logits;     /* MP_GPU_HEAD_ROWS × n_vocab f32 */
     size_t act;        /* n_batch rows of the widest activation (f32: mp_act_row_bytes_max) */
+    size_t shexp;      /* n_batch × (2 × n_ff_shexp + 1) f32: the shared expert's gate and up rows and
+                        * its gate logits (0 without a shared expert) */
     size_t moe;        /* mp_cuda_moe_scratch_bytes, the largest over the layers */
     size_t att;        /* mp_cuda_attention_scratch_bytes for steps of up to n_batch rows */
     size_t gemm;       /* mp_cuda_gemm_scratch_bytes (0 when no step reaches cuBLAS) */

@@ -33,6 +33,7 @@ void mp_session_free(mp_session *s)
     free(s->rope_cs);
     free(s->scores);
     free(s->qbuf);
+    free(s->shexp);
     free(s);
 }
 
@@ -92,7 +93,9 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     else
         mp_knobs_defaults(&s->knobs);
     const int64_t Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim;
-    const int64_t widest = Q > hp->n_embd ? Q : hp->n_embd;
+    int64_t widest = Q > hp->n_embd ? Q : hp->n_embd;
+    if (hp->n_ff_shexp > widest)
+        widest = hp->n_ff_shexp;
     s->pool = mp_pool_new(n_threads, s->knobs.pool_pin);
     s->moe = mp_moe_scratch_new(hp, n_batch, n_threads, &s->knobs);
     const bool cpu_kv = p->placement == NULL; /* the GPU executor keeps its cache on the device */
@@ -106,8 +109,10 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     s->rope_cs = alloc_floats(n_batch, hp->rot_dim, 1);
     s->scores = alloc_floats(n_threads, n_ctx, 1);
     s->qbuf = malloc((size_t)n_batch * mp_act_row_bytes_max(widest));
+    const bool cpu_shexp = cpu_kv && hp->n_ff_shexp > 0;
+    s->shexp = cpu_shexp ? alloc_floats(n_batch, 2 * hp->n_ff_shexp + hp->n_embd + 1, 1) : NULL;
     if (!s->pool || !s->moe || (cpu_kv && (!s->k_cache || !s->v_cache)) || !s->x || !s->xb || !s->q || !s->att ||
-        !s->proj || !s->rope_cs || !s->scores || !s->qbuf) {
+        !s->proj || !s->rope_cs || !s->scores || !s->qbuf || (cpu_shexp && !s->shexp)) {
         const double kv_mib = 2.0 * (double)hp->n_layer * (double)n_ctx * (double)KV * 4 / 1048576;
         mp_session_free(s);
         return mp_fail(err, MP_ERR_NOMEM,

@@ -36,7 +36,10 @@ struct mp_session {
     float *proj;      /* (n_batch, n_embd) output of wo, then of the MoE block */
     float *rope_cs;   /* (n_batch, rot_dim) cos/sin pairs of each row's position */
     float *scores;    /* (n_threads, n_ctx) attention scores, one row per thread */
-    void *qbuf;       /* n_batch × mp_act_row_bytes_max(max(n_embd, n_head * head_dim)) */
+    void *qbuf;       /* n_batch × mp_act_row_bytes_max(max(n_embd, n_head * head_dim, n_ff_shexp)) */
+    float *shexp;     /* the shared expert's rows: gate and up (n_batch, n_ff_shexp) each, output
+                       * (n_batch, n_embd), gate logit (n_batch); NULL without a shared expert or
+                       * with a GPU executor */
 
     /* request bookkeeping for the hooks (see mp_session_begin_request) */
     int64_t request_id;

@@ -230,6 +230,14 @@ int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_up, int64_t
 /* d_y[i] += d_x[i], n elements (residual add). */
 int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream);
 
+/* d_x[r, c] += d_b[c] for n_rows rows of width elements (a projection's bias). */
+int mp_cuda_add_bias(float *d_x, const float *d_b, int64_t n_rows, int64_t width, void *stream);
+
+/* d_y[r, c] += sigmoid(d_logit[r]) * d_x[r, c] for n_rows rows of width elements (a shared expert's
+ * output under its gate). */
+int mp_cuda_add_gated(float *d_y, const float *d_x, const float *d_logit, int64_t n_rows, int64_t width,
+                      void *stream);
+
 /* ---- hybrid decode handoffs through mapped host memory (handoff.cu) ----
  * h_ pointers here are page-locked host memory (cudaMallocHost) that the kernels read and write
  * directly. Both launch one block. */

@@ -100,6 +100,49 @@ extern "C" int mp_cuda_add(float *d_y, const float *d_x, int64_t n, void *stream
     return mpc_launch_status();
 }
 
+__global__ void add_bias_kernel(float *x, const float *b, int64_t width, int64_t n)
+{
+    mpc_pdl_wait();
+    mpc_pdl_trigger();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] += b[i % width];
+}
+
+extern "C" int mp_cuda_add_bias(float *d_x, const float *d_b, int64_t n_rows, int64_t width, void *stream)
+{
+    if (n_rows < 0 || width < 1 || !d_x || !d_b)
+        return MP_CUDA_EINVAL;
+    const int64_t n = n_rows * width;
+    if (n == 0)
+        return 0;
+    mpc_launch(add_bias_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, (cudaStream_t)stream, d_x, d_b,
+               width, n);
+    return mpc_launch_status();
+}
+
+__global__ void add_gated_kernel(float *y, const float *x, const float *logit, int64_t width, int64_t n)
+{
+    mpc_pdl_wait();
+    mpc_pdl_trigger();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] += x[i] / (1.0f + expf(-logit[i / width]));
+}
+
+extern "C" int mp_cuda_add_gated(float *d_y, const float *d_x, const float *d_logit, int64_t n_rows, int64_t width,
+                                 void *stream)
+{
+    if (n_rows < 0 || width < 1 || !d_y || !d_x || !d_logit)
+        return MP_CUDA_EINVAL;
+    const int64_t n = n_rows * width;
+    if (n == 0)
+        return 0;
+    mpc_launch(add_gated_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, (cudaStream_t)stream, d_y, d_x,
+               d_logit, width, n);
+    return mpc_launch_status();
+}
+
 __global__ void kv_store_kernel(uint16_t *cache, const float *src, int64_t n)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -178,6 +178,39 @@ Test(cuda_ops, swiglu_add_kv_store)
     cudaFree(d_g); cudaFree(d_u); cudaFree(d_o); cudaFree(d_c); cudaFree(d_src);
     free(g); free(u); free(ref); free(got); free(cache); free(gc);
 }
+
+/* A projection's bias on every row, and a shared expert's output added under its sigmoid gate:
+ * random rows of an odd width, against the same float arithmetic on the CPU. */
+Test(cuda_ops, bias_and_gated_add)
+{
+    seed_rng();
+    const int64_t rows = 5, width = 3 * 128 + 7, n = rows * width;
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+    float *b = malloc(sizeof(float) * (size_t)width), *logit = malloc(sizeof(float) * (size_t)rows);
+    float *got = malloc(sizeof(float) * (size_t)n);
+    rnd_floats(x, n, 3.0f);
+    rnd_floats(y, n, 3.0f);
+    rnd_floats(b, width, 1.0f);
+    rnd_floats(logit, rows, 6.0f);
+    float *d_x = dev_put(x, sizeof(float) * (size_t)n), *d_y = dev_put(y, sizeof(float) * (size_t)n);
+    float *d_b = dev_put(b, sizeof(float) * (size_t)width), *d_l = dev_put(logit, sizeof(float) * (size_t)rows);
+    MPC_OK(mp_cuda_add_bias(d_x, d_b, rows, width, NULL));
+    dev_get(got, d_x, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(got[i] == x[i] + b[i % width], "seed %llu: bias: row %ld element %ld: gpu %.9g, cpu %.9g",
+                  (unsigned long long)g_seed, (long)(i / width), (long)(i % width), got[i], x[i] + b[i % width]);
+    MPC_OK(mp_cuda_add_gated(d_y, d_x, d_l, rows, width, NULL));
+    dev_get(got, d_y, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        const float s = 1.0f / (1.0f + expf(-logit[i / width])), want = y[i] + s * (x[i] + b[i % width]);
+        cr_assert(fabsf(got[i] - want) <= 1e-6f * (fabsf(y[i]) + fabsf(x[i] + b[i % width])) + 1e-30f,
+                  "seed %llu: gated add: row %ld (logit %g) element %ld: gpu %.9g, cpu %.9g",
+                  (unsigned long long)g_seed, (long)(i / width), logit[i / width], (long)(i % width), got[i], want);
+    }
+    cr_assert_neq(mp_cuda_add_bias(d_x, d_b, rows, 0, NULL), 0, "a bias of width 0 is refused");
+    cudaFree(d_x); cudaFree(d_y); cudaFree(d_b); cudaFree(d_l);
+    free(x); free(y); free(b); free(logit); free(got);
+}
 /* ---- the hybrid decode step's handoffs through mapped host memory (handoff.cu) ---- */
 
 static void sleep_ms(long ms)

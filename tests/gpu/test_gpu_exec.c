@@ -331,15 +331,19 @@ Test(gpu_exec, gpu_matches_cpu_qwen3moe_q5_k_m) { gpu_vs_cpu("qwen3moe", "q5_k_m
 Test(gpu_exec, gpu_matches_cpu_qwen3moe_q3_k_experts) { gpu_vs_cpu("qwen3moe", "q4_k_m", "Q3_K"); }
 /* llama.cpp's Q4_K_M by layer: Q4_K expert down (moe_dec.cu's Q4_K down kernel) beside Q6_K */
 Test(gpu_exec, gpu_matches_cpu_qwen3moe_q4_k_m_llama_layers) { gpu_vs_cpu("qwen3moe", "q4_k_m@llama", NULL); }
+/* Q/K/V biases and the gated shared expert (always on the GPU) */
+Test(gpu_exec, gpu_matches_cpu_qwen2moe_f32) { gpu_vs_cpu("qwen2moe", "f32", NULL); }
+Test(gpu_exec, gpu_matches_cpu_qwen2moe_q4_k_m) { gpu_vs_cpu("qwen2moe", "q4_k_m", NULL); }
 
 /* ---- 2. hybrid vs GPU-only ---- */
 
-static void hybrid_vs_gpu(const char *mix, const char *etype, bool gemv_only, double tol, double tol_mean)
+static void hybrid_vs_gpu(const char *arch, const char *mix, const char *etype, bool gemv_only, double tol,
+                          double tol_mean)
 {
     /* quantized experts: the 40-row prefill runs on the tensor cores (moe_mma.cu), as production
      * prefill does from 64 rows; their parity with the CPU experts is part of what is checked */
     mp_cuda_moe_set_mma_min_rows(gemv_only ? -1 : 16);
-    mp_model *m = make_model("qwen3moe", mix, etype);
+    mp_model *m = make_model(arch, mix, etype);
     const int64_t L = m->hp.n_layer, E = m->hp.n_expert;
     mp_placement all;
     placement(m, "gpu", NULL, 0, &all);
@@ -491,16 +495,17 @@ Test(gpu_exec, experts_stored_one_tensor_each_run_as_merged)
     mp_model_free(b);
 }
 
-Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120) { hybrid_vs_gpu("f32", NULL, true, 1e-4, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("f16", NULL, true, 1e-4, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("bf16", NULL, true, 1e-4, 2e-5); }
-Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("q8_0", NULL, false, 3e-2, 5e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("q4_k_m", NULL, false, 3e-2, 5e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("q8_0", "Q4_0", false, 3e-2, 5e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("q4_k_m", "Q6_K", false, 3e-2, 5e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q5_k_m) { hybrid_vs_gpu("q5_k_m", NULL, false, 3e-2, 5e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q5_k_m_llama_layers) { hybrid_vs_gpu("q5_k_m@llama", NULL, false, 3e-2, 5e-3); }
-Test(gpu_exec, hybrid_equals_gpu_q2_k_experts) { hybrid_vs_gpu("q4_k_m", "Q2_K", false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_f32, .timeout = 120) { hybrid_vs_gpu("qwen3moe", "f32", NULL, true, 1e-4, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_f16) { hybrid_vs_gpu("qwen3moe", "f16", NULL, true, 1e-4, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_bf16) { hybrid_vs_gpu("qwen3moe", "bf16", NULL, true, 1e-4, 2e-5); }
+Test(gpu_exec, hybrid_equals_gpu_q8_0) { hybrid_vs_gpu("qwen3moe", "q8_0", NULL, false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q4_k_m) { hybrid_vs_gpu("qwen3moe", "q4_k_m", NULL, false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q4_0_experts) { hybrid_vs_gpu("qwen3moe", "q8_0", "Q4_0", false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q6_k_experts) { hybrid_vs_gpu("qwen3moe", "q4_k_m", "Q6_K", false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q5_k_m) { hybrid_vs_gpu("qwen3moe", "q5_k_m", NULL, false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q5_k_m_llama_layers) { hybrid_vs_gpu("qwen3moe", "q5_k_m@llama", NULL, false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_q2_k_experts) { hybrid_vs_gpu("qwen3moe", "q4_k_m", "Q2_K", false, 3e-2, 5e-3); }
+Test(gpu_exec, hybrid_equals_gpu_qwen2moe_q4_k_m) { hybrid_vs_gpu("qwen2moe", "q4_k_m", NULL, false, 3e-2, 5e-3); }
 
 /* ---- 2b. launch paths that must not change a bit ---- */
 

@@ -89,6 +89,7 @@ static mp_hparams small_hparams(mp_arch arch)
     hp.rope_freq_base = arch == MP_ARCH_QWEN3MOE ? 1e6f : 10000.0f;
     hp.rms_eps = 1e-6f;
     hp.expert_weights_norm = mp_arch_get(arch)->default_weights_norm;
+    hp.n_ff_shexp = mp_arch_get(arch)->shared_expert ? 28 : 0;
     return hp;
 }
 
@@ -124,6 +125,18 @@ static test_model *build_model(const mp_hparams *hp, uint64_t seed)
         f32_tensor(tm, &L->gate_exps, E, hp->n_ff_exp, hp->n_expert, 1.5 / sqrt((double)E), 0.0);
         f32_tensor(tm, &L->up_exps, E, hp->n_ff_exp, hp->n_expert, 1.5 / sqrt((double)E), 0.0);
         f32_tensor(tm, &L->down_exps, hp->n_ff_exp, E, hp->n_expert, 1.0 / sqrt((double)hp->n_ff_exp), 0.0);
+        if (mp_arch_get(hp->arch)->qkv_bias) {
+            f32_tensor(tm, &L->bq, Q, 1, 1, 0.5, 0.0);
+            f32_tensor(tm, &L->bk, KV, 1, 1, 0.5, 0.0);
+            f32_tensor(tm, &L->bv, KV, 1, 1, 0.5, 0.0);
+        }
+        if (hp->n_ff_shexp) {
+            const int64_t F = hp->n_ff_shexp;
+            f32_tensor(tm, &L->gate_inp_shexp, E, 1, 1, 2.0 / sqrt((double)E), 0.0);
+            f32_tensor(tm, &L->gate_shexp, E, F, 1, 1.5 / sqrt((double)E), 0.0);
+            f32_tensor(tm, &L->up_shexp, E, F, 1, 1.5 / sqrt((double)E), 0.0);
+            f32_tensor(tm, &L->down_shexp, F, E, 1, 1.0 / sqrt((double)F), 0.0);
+        }
     }
     mp_error err = {0};
     cr_assert_eq(mp_model_validate(&tm->m, &err), MP_OK, "validate: %s", err.msg);
@@ -214,6 +227,11 @@ static void ref_forward(const mp_model *m, const int32_t *tok, int64_t n, double
             ref_rmsnorm(xn, E, &L->attn_norm, 0, hp->rms_eps);
             ref_matvec(&L->wk, 0, E, NKV, xn, kc + t * NKV);
             ref_matvec(&L->wv, 0, E, NKV, xn, vc + t * NKV);
+            if (L->bk.data)
+                for (int64_t i = 0; i < NKV; i++) {
+                    kc[t * NKV + i] += tv(&L->bk, i);
+                    vc[t * NKV + i] += tv(&L->bv, i);
+                }
             if (qk == MP_QK_NORM_PER_HEAD)
                 for (int64_t h = 0; h < hp->n_head_kv; h++)
                     ref_rmsnorm(kc + t * NKV + h * hd, hd, &L->k_norm, 0, hp->rms_eps);
@@ -226,6 +244,9 @@ static void ref_forward(const mp_model *m, const int32_t *tok, int64_t n, double
             memcpy(xn, x + t * E, (size_t)E * sizeof *xn);
             ref_rmsnorm(xn, E, &L->attn_norm, 0, hp->rms_eps);
             ref_matvec(&L->wq, 0, E, NQ, xn, q);
+            if (L->bq.data)
+                for (int64_t i = 0; i < NQ; i++)
+                    q[i] += tv(&L->bq, i);
             if (qk == MP_QK_NORM_PER_HEAD)
                 for (int64_t h = 0; h < hp->n_head; h++)
                     ref_rmsnorm(q + h * hd, hd, &L->q_norm, 0, hp->rms_eps);
@@ -308,6 +329,19 @@ static void ref_forward(const mp_model *m, const int32_t *tok, int64_t n, double
                 ref_matvec(&L->down_exps, e * E * F, F, E, g, y);
                 for (int64_t c = 0; c < E; c++)
                     moe[c] += w[k] * y[c];
+            }
+            if (hp->n_ff_shexp) { /* the shared expert under its sigmoid gate */
+                const int64_t FS = hp->n_ff_shexp;
+                double *gs = malloc((size_t)FS * sizeof *gs), *us = malloc((size_t)FS * sizeof *us), gl;
+                ref_matvec(&L->gate_shexp, 0, E, FS, xn, gs);
+                ref_matvec(&L->up_shexp, 0, E, FS, xn, us);
+                for (int64_t i = 0; i < FS; i++)
+                    gs[i] = gs[i] / (1.0 + exp(-gs[i])) * us[i];
+                ref_matvec(&L->down_shexp, 0, FS, E, gs, y);
+                ref_matvec(&L->gate_inp_shexp, 0, E, 1, xn, &gl);
+                for (int64_t c = 0; c < E; c++)
+                    moe[c] += y[c] / (1.0 + exp(-gl));
+                free(gs), free(us);
             }
             for (int64_t c = 0; c < E; c++)
                 x[t * E + c] += moe[c];
@@ -398,6 +432,8 @@ Test(forward, olmoe_matches_reference) { check_against_reference(MP_ARCH_OLMOE, 
 Test(forward, mixtral_matches_reference) { check_against_reference(MP_ARCH_MIXTRAL, false); }
 Test(forward, qwen3moe_without_renorm_matches_reference) { check_against_reference(MP_ARCH_QWEN3MOE, true); }
 Test(forward, olmoe_with_renorm_matches_reference) { check_against_reference(MP_ARCH_OLMOE, true); }
+/* Q/K/V biases and the shared expert under its gate */
+Test(forward, qwen2moe_matches_reference) { check_against_reference(MP_ARCH_QWEN2MOE, false); }
 
 /* The reference must itself be able to fail: a different architecture's traits give different
  * logits on the same weights (guards against a comparison that cannot fail). */
@@ -477,6 +513,7 @@ static void prefill_vs_decode(mp_arch arch)
 Test(forward, prefill_equals_decode_qwen3moe) { prefill_vs_decode(MP_ARCH_QWEN3MOE); }
 Test(forward, prefill_equals_decode_olmoe) { prefill_vs_decode(MP_ARCH_OLMOE); }
 Test(forward, prefill_equals_decode_mixtral) { prefill_vs_decode(MP_ARCH_MIXTRAL); }
+Test(forward, prefill_equals_decode_qwen2moe) { prefill_vs_decode(MP_ARCH_QWEN2MOE); }
 
 Test(forward, context_limit_and_bad_tokens)
 {
@@ -864,6 +901,10 @@ Test(model, arch_traits)
     cr_assert_eq(mp_arch_get(MP_ARCH_MIXTRAL)->rope, MP_ROPE_NORM);
     cr_assert(mp_arch_get(MP_ARCH_QWEN3MOE)->default_weights_norm);
     cr_assert(!mp_arch_get(MP_ARCH_OLMOE)->default_weights_norm);
+    cr_assert_eq(mp_arch_from_name("qwen2moe"), MP_ARCH_QWEN2MOE);
+    const mp_arch_traits *q2 = mp_arch_get(MP_ARCH_QWEN2MOE);
+    cr_assert(q2->qkv_bias && q2->shared_expert && !q2->default_weights_norm && q2->qk_norm == MP_QK_NORM_NONE);
+    cr_assert(!mp_arch_get(MP_ARCH_QWEN3MOE)->qkv_bias && !mp_arch_get(MP_ARCH_MIXTRAL)->shared_expert);
     cr_assert_null(mp_arch_get((mp_arch)7));
 }
 
@@ -1277,6 +1318,15 @@ static void each_tensor(const mp_model *m, const gguf_opts *o, mp_gguf_writer *w
             snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)il, list[i].s);
             fn(w, o, name, t);
         }
+        const struct { const char *s; const mp_tensor *t; } extra[] = {
+            {"attn_q.bias", &L->bq}, {"attn_k.bias", &L->bk}, {"attn_v.bias", &L->bv},
+            {"ffn_gate_inp_shexp.weight", &L->gate_inp_shexp}, {"ffn_gate_shexp.weight", &L->gate_shexp},
+            {"ffn_up_shexp.weight", &L->up_shexp}, {"ffn_down_shexp.weight", &L->down_shexp}};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%lld.%s", (long long)il, extra[i].s);
+            fn(w, o, name, extra[i].t);
+        }
     }
 }
 
@@ -1315,10 +1365,11 @@ static void write_gguf(const char *path, const mp_model *m, const gguf_opts *o)
         {"rope.dimension_count", (uint32_t)hp->rot_dim}, {"expert_count", (uint32_t)hp->n_expert},
         {"expert_used_count", (uint32_t)hp->n_expert_used},
         {hp->arch == MP_ARCH_MIXTRAL ? "feed_forward_length" : "expert_feed_forward_length",
-         (uint32_t)hp->n_ff_exp}};
+         (uint32_t)hp->n_ff_exp},
+        {hp->n_ff_shexp ? "expert_shared_feed_forward_length" : NULL, (uint32_t)hp->n_ff_shexp}};
     char key[128];
     for (size_t i = 0; i < sizeof u32s / sizeof u32s[0]; i++) {
-        if (o->skip_key && !strcmp(o->skip_key, u32s[i].k))
+        if (!u32s[i].k || (o->skip_key && !strcmp(o->skip_key, u32s[i].k)))
             continue;
         snprintf(key, sizeof key, "%s.%s", arch, u32s[i].k);
         cr_assert_eq(mp_gguf_add_u32(w, key, u32s[i].v, &err), MP_OK, "%s", err.msg);
@@ -1407,8 +1458,8 @@ static void expect_same_logits(const mp_model *want, const mp_model *got, uint64
  * an expert left out, or one of another shape, is a one-line error naming the tensor. */
 Test(model, experts_stored_one_tensor_each)
 {
-    const mp_arch archs[] = {MP_ARCH_QWEN3MOE, MP_ARCH_OLMOE, MP_ARCH_MIXTRAL};
-    for (int a = 0; a < 3; a++) {
+    const mp_arch archs[] = {MP_ARCH_QWEN3MOE, MP_ARCH_OLMOE, MP_ARCH_MIXTRAL, MP_ARCH_QWEN2MOE};
+    for (int a = 0; a < 4; a++) {
         mp_hparams hp = small_hparams(archs[a]);
         const uint64_t seed = time_seed();
         test_model *tm = build_model(&hp, seed);
@@ -1532,8 +1583,8 @@ Test(model, a_model_split_in_files)
 
 Test(model, gguf_round_trip_gives_the_same_logits)
 {
-    const mp_arch archs[] = {MP_ARCH_QWEN3MOE, MP_ARCH_OLMOE, MP_ARCH_MIXTRAL};
-    for (int a = 0; a < 3; a++) {
+    const mp_arch archs[] = {MP_ARCH_QWEN3MOE, MP_ARCH_OLMOE, MP_ARCH_MIXTRAL, MP_ARCH_QWEN2MOE};
+    for (int a = 0; a < 4; a++) {
         mp_hparams hp = small_hparams(archs[a]);
         const uint64_t seed = time_seed();
         test_model *tm = build_model(&hp, seed);
@@ -1581,10 +1632,22 @@ Test(model, gguf_errors_name_file_and_tensor)
                       "qwen3moe.block_count: missing");
     expect_load_error(&tm->m, &(gguf_opts){.skip_key = "expert_feed_forward_length"}, MP_ERR_FORMAT,
                       "qwen3moe.feed_forward_length: missing");
+    free_model(tm);
+    /* qwen2moe's own tensors and key */
+    hp = small_hparams(MP_ARCH_QWEN2MOE);
+    tm = build_model(&hp, time_seed());
+    expect_load_error(&tm->m, &(gguf_opts){.skip_tensor = "blk.1.attn_k.bias"}, MP_ERR_FORMAT,
+                      "tensor blk.1.attn_k.bias: missing");
+    expect_load_error(&tm->m, &(gguf_opts){.skip_tensor = "blk.0.ffn_gate_inp_shexp.weight"}, MP_ERR_FORMAT,
+                      "tensor blk.0.ffn_gate_inp_shexp.weight: missing");
+    expect_load_error(&tm->m, &(gguf_opts){.bad_tensor = "blk.1.ffn_down_shexp.weight"}, MP_ERR_FORMAT,
+                      "tensor blk.1.ffn_down_shexp.weight: expected shape [28, 24], found [28, 23]");
+    expect_load_error(&tm->m, &(gguf_opts){.skip_key = "expert_shared_feed_forward_length"}, MP_ERR_FORMAT,
+                      "qwen2moe.expert_shared_feed_forward_length: missing");
+    free_model(tm);
     mp_model *m = NULL;
     mp_error err = {0};
     cr_assert_eq(mp_model_load(tmp_path("absent.gguf"), &m, &err), MP_ERR_IO);
-    free_model(tm);
     rmdir(gguf_dir); /* empty by now: its models are unlinked */
 }
 
