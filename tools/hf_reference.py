@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Build a tiny random Qwen3-MoE with HF transformers, convert it to GGUF with the PyPI `gguf`
+"""Build a tiny random MoE model with HF transformers, convert it to GGUF with the PyPI `gguf`
 package, and record transformers' logits and greedy continuations as moeplan's parity fixture.
 
-Neither transformers nor the gguf package is moeplan code: the fixture checks moeplan's loader
-and forward pass against references nobody here wrote. Runs on the GPU machine (torch and
-transformers are there; the gguf wheel travels in .whl/). CPU float32 is used for the reference
-so the numbers do not depend on GPU kernels.
+Two architectures: `qwen3moe` (Qwen3MoeForCausalLM: q/k norms, no attention biases, renormalized
+top-k) and `qwen2moe` (Qwen2MoeForCausalLM, the Qwen1.5-MoE layout: Q/K/V biases, top-k weights
+not renormalized, a shared expert behind a sigmoid gate).
 
-Usage: tools/hf_reference.py OUT_DIR
-Writes OUT_DIR/qwen3moe-tiny-f32.gguf and OUT_DIR/qwen3moe-tiny-expected.bin (format in
+Neither transformers nor the gguf package is moeplan code: the fixture checks moeplan's loader
+and forward pass against references nobody here wrote. Needs torch, transformers and the gguf
+package (on the GPU machine torch and transformers are there and the gguf wheel travels in .whl/;
+any machine with the three installed works). CPU float32 is used for the reference so the numbers
+do not depend on GPU kernels.
+
+Usage: tools/hf_reference.py OUT_DIR [qwen3moe|qwen2moe]   (default qwen3moe)
+Writes OUT_DIR/ARCH-tiny-f32.gguf and OUT_DIR/ARCH-tiny-expected.bin (format in
 tests/fixtures/hf/README.md) and prints a summary.
 """
 import struct
@@ -17,7 +22,6 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import gguf
 
@@ -46,9 +50,11 @@ def byte_level_table():
     return {b: chr(c) for b, c in zip(keep, chars)}
 
 
-def main():
-    out_dir = sys.argv[1]
-    torch.manual_seed(SEED)
+# ---------------------------------------------------------------------------------------------
+# Per-architecture pieces: the HF model, the arch-specific GGUF keys, the arch-specific tensors.
+
+def qwen3moe_model():
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     cfg = Qwen3MoeConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=48,
         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -56,42 +62,111 @@ def main():
         mlp_only_layers=[], rms_norm_eps=1e-6, max_position_embeddings=256,
         tie_word_embeddings=False, rope_theta=1000000.0, attention_bias=False,
     )
-    model = Qwen3MoeForCausalLM(cfg).eval().float()
-    # transformers initializes with std 0.02, which makes logits nearly flat; widen the weights so
-    # that greedy decoding and routing are decisive (ties would make the comparison meaningless).
+    return cfg, Qwen3MoeForCausalLM(cfg)
+
+
+def qwen2moe_model():
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    cfg = Qwen2MoeConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=48,
+        shared_expert_intermediate_size=96,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+        mlp_only_layers=[], rms_norm_eps=1e-6, max_position_embeddings=256,
+        tie_word_embeddings=False, rope_theta=1000000.0, qkv_bias=True,
+        use_sliding_window=False,
+    )
+    return cfg, Qwen2MoeForCausalLM(cfg)
+
+
+def qwen3moe_kv(w, cfg):
+    pass
+
+
+def qwen2moe_kv(w, cfg):
+    w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+
+
+def qwen3moe_attn_tensors(t, sd, i, p):
+    t(f"blk.{i}.attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+    t(f"blk.{i}.attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+
+
+def qwen2moe_attn_tensors(t, sd, i, p):
+    t(f"blk.{i}.attn_q.bias", sd[p + "self_attn.q_proj.bias"])
+    t(f"blk.{i}.attn_k.bias", sd[p + "self_attn.k_proj.bias"])
+    t(f"blk.{i}.attn_v.bias", sd[p + "self_attn.v_proj.bias"])
+
+
+def qwen3moe_ffn_tensors(t, sd, i, p):
+    pass
+
+
+def qwen2moe_ffn_tensors(t, sd, i, p):
+    # HF shared_expert_gate is Linear(hidden, 1): weight (1, hidden) -> 1-D, GGUF ne = [hidden]
+    t(f"blk.{i}.ffn_gate_inp_shexp.weight", sd[p + "mlp.shared_expert_gate.weight"].reshape(-1))
+    t(f"blk.{i}.ffn_gate_shexp.weight", sd[p + "mlp.shared_expert.gate_proj.weight"])
+    t(f"blk.{i}.ffn_up_shexp.weight", sd[p + "mlp.shared_expert.up_proj.weight"])
+    t(f"blk.{i}.ffn_down_shexp.weight", sd[p + "mlp.shared_expert.down_proj.weight"])
+
+
+ARCHS = {
+    "qwen3moe": (qwen3moe_model, qwen3moe_kv, qwen3moe_attn_tensors, qwen3moe_ffn_tensors),
+    "qwen2moe": (qwen2moe_model, qwen2moe_kv, qwen2moe_attn_tensors, qwen2moe_ffn_tensors),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces.
+
+def build_model(arch):
+    torch.manual_seed(SEED)
+    cfg, model = ARCHS[arch][0]()
+    model = model.eval().float()
+    # transformers initializes with std 0.02 (and zero biases), which makes logits nearly flat;
+    # widen the weights so that greedy decoding and routing are decisive (ties would make the
+    # comparison meaningless).
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.normal_(0.0, 0.3)
             else:
                 p.normal_(0.0, 0.25 if "embed" in name else 1.0 / (p.shape[-1] ** 0.5))
-    sd = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    for k, v in sd.items():
-        print(f"  {k}: {tuple(v.shape)}")
+    return cfg, model
 
-    rope = getattr(cfg, "rope_theta", None)
-    if rope is None:
-        rope = cfg.rope_parameters["rope_theta"]
 
-    path = f"{out_dir}/qwen3moe-tiny-f32.gguf"
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    w.add_name("hf-reference-qwen3moe-tiny")
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_rope_freq_base(float(rope))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_expert_count(cfg.num_experts)
-    w.add_expert_used_count(cfg.num_experts_per_tok)
-    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
-    w.add_bool("qwen3moe.expert_weights_norm", bool(cfg.norm_topk_prob))
-    w.add_file_type(0)
-    # byte-level vocabulary without merges: every byte is a token, then the specials, then padding
+def expert_stacks(sd, cfg, p):
+    """(gate, up, down) as numpy (E, out, in), from the fused transformers-5 layout or per-expert
+    linears."""
+    F = cfg.moe_intermediate_size
+    if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused per layer
+        gu = sd[p + "mlp.experts.gate_up_proj"]
+        down = sd[p + "mlp.experts.down_proj"]
+        E = cfg.num_experts
+        if gu.shape == (E, 2 * F, cfg.hidden_size):
+            gate, up = gu[:, :F, :], gu[:, F:, :]
+        elif gu.shape == (E, cfg.hidden_size, 2 * F):
+            gate, up = gu[:, :, :F].transpose(0, 2, 1), gu[:, :, F:].transpose(0, 2, 1)
+        else:
+            raise SystemExit(f"unexpected gate_up_proj shape {gu.shape}")
+        if down.shape == (E, cfg.hidden_size, F):
+            pass
+        elif down.shape == (E, F, cfg.hidden_size):
+            down = down.transpose(0, 2, 1)
+        else:
+            raise SystemExit(f"unexpected down_proj shape {down.shape}")
+    else:  # per-expert linears
+        gate = np.stack([sd[p + f"mlp.experts.{e}.gate_proj.weight"] for e in range(cfg.num_experts)])
+        up = np.stack([sd[p + f"mlp.experts.{e}.up_proj.weight"] for e in range(cfg.num_experts)])
+        down = np.stack([sd[p + f"mlp.experts.{e}.down_proj.weight"] for e in range(cfg.num_experts)])
+    return gate, up, down
+
+
+def add_vocab(w):
+    """Byte-level vocabulary without merges: every byte is a token, then the specials, then
+    padding."""
     table = byte_level_table()
     tokens = [table[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     types = [1] * 256 + [3, 3, 3]
@@ -107,13 +182,39 @@ def main():
     w.add_eos_token_id(258)
     w.add_add_bos_token(False)
 
+
+def write_gguf(arch, cfg, sd, path):
+    _, arch_kv, arch_attn, arch_ffn = ARCHS[arch]
+    rope = getattr(cfg, "rope_theta", None)
+    if rope is None:
+        rope = cfg.rope_parameters["rope_theta"]
+
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"hf-reference-{arch}-tiny")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_freq_base(float(rope))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    arch_kv(w, cfg)
+    w.add_bool(f"{arch}.expert_weights_norm", bool(cfg.norm_topk_prob))
+    w.add_file_type(0)
+    add_vocab(w)
+
     def t(name, arr):
         w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
 
     t("token_embd.weight", sd["model.embed_tokens.weight"])
     t("output_norm.weight", sd["model.norm.weight"])
     t("output.weight", sd["lm_head.weight"])
-    F = cfg.moe_intermediate_size
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         t(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
@@ -121,41 +222,24 @@ def main():
         t(f"blk.{i}.attn_k.weight", sd[p + "self_attn.k_proj.weight"])
         t(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         t(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        t(f"blk.{i}.attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
-        t(f"blk.{i}.attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+        arch_attn(t, sd, i, p)
         t(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         t(f"blk.{i}.ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])
-        if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused per layer
-            gu = sd[p + "mlp.experts.gate_up_proj"]
-            down = sd[p + "mlp.experts.down_proj"]
-            E = cfg.num_experts
-            if gu.shape == (E, 2 * F, cfg.hidden_size):
-                gate, up = gu[:, :F, :], gu[:, F:, :]
-            elif gu.shape == (E, cfg.hidden_size, 2 * F):
-                gate, up = gu[:, :, :F].transpose(0, 2, 1), gu[:, :, F:].transpose(0, 2, 1)
-            else:
-                raise SystemExit(f"unexpected gate_up_proj shape {gu.shape}")
-            if down.shape == (E, cfg.hidden_size, F):
-                pass
-            elif down.shape == (E, F, cfg.hidden_size):
-                down = down.transpose(0, 2, 1)
-            else:
-                raise SystemExit(f"unexpected down_proj shape {down.shape}")
-        else:  # per-expert linears
-            gate = np.stack([sd[p + f"mlp.experts.{e}.gate_proj.weight"] for e in range(cfg.num_experts)])
-            up = np.stack([sd[p + f"mlp.experts.{e}.up_proj.weight"] for e in range(cfg.num_experts)])
-            down = np.stack([sd[p + f"mlp.experts.{e}.down_proj.weight"] for e in range(cfg.num_experts)])
+        gate, up, down = expert_stacks(sd, cfg, p)
         # numpy (E, out, in) is GGUF ne = [in, out, E], as llama.cpp stores *_exps
         t(f"blk.{i}.ffn_gate_exps.weight", gate)
         t(f"blk.{i}.ffn_up_exps.weight", up)
         t(f"blk.{i}.ffn_down_exps.weight", down)
+        arch_ffn(t, sd, i, p)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
-    # Reference outputs: full-sequence logits for each prompt, then greedy continuation.
-    exp = open(f"{out_dir}/qwen3moe-tiny-expected.bin", "wb")
+
+def write_expected(model, path):
+    """Reference outputs: full-sequence logits for each prompt, then greedy continuation."""
+    exp = open(path, "wb")
     exp.write(b"MPHF" + struct.pack("<III", 1, len(PROMPTS), VOCAB))
     with torch.no_grad():
         for text in PROMPTS:
@@ -170,10 +254,34 @@ def main():
             exp.write(np.ascontiguousarray(logits, dtype="<f4").tobytes())
             exp.write(np.asarray(cont, dtype="<i4").tobytes())
             top2 = np.sort(logits[-1])[-2:]
+            # decisiveness of every greedy step: top-2 gap of the rows that chose the continuation
+            # (one full-sequence forward over prompt + continuation; not written to the fixture)
+            full = model(torch.tensor([ids + cont])).logits[0].float().numpy()
+            rows = full[len(ids) - 1:len(ids) - 1 + N_CONTINUE]
+            srt = np.sort(rows, axis=-1)
+            step_gaps = srt[:, -1] - srt[:, -2]
+            assert (rows.argmax(-1) == np.asarray(cont)).all(), "continuation is not the argmax"
             print(f"prompt {text!r}: {len(ids)} tokens, last-row logit range "
                   f"[{logits[-1].min():.3f}, {logits[-1].max():.3f}], top-2 gap {top2[1]-top2[0]:.4f}, "
+                  f"min top-2 gap over the {N_CONTINUE} greedy steps {step_gaps.min():.4f}, "
                   f"continuation {cont[:8]}...")
     exp.close()
+
+
+def main():
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in ARCHS):
+        raise SystemExit(f"usage: {sys.argv[0]} OUT_DIR [{'|'.join(ARCHS)}]")
+    out_dir = sys.argv[1]
+    arch = sys.argv[2] if len(sys.argv) == 3 else "qwen3moe"
+
+    cfg, model = build_model(arch)
+    sd = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    for k, v in sd.items():
+        print(f"  {k}: {tuple(v.shape)}")
+
+    path = f"{out_dir}/{arch}-tiny-f32.gguf"
+    write_gguf(arch, cfg, sd, path)
+    write_expected(model, f"{out_dir}/{arch}-tiny-expected.bin")
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, gguf wrote {path}")
 
 

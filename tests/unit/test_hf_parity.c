@@ -1,6 +1,7 @@
 /* tests/unit/test_hf_parity.c — moeplan's forward pass against HF transformers.
  *
- * The fixture (tests/fixtures/hf/README.md) was produced by transformers' Qwen3MoeForCausalLM and
+ * The fixtures (tests/fixtures/hf/README.md) were produced by transformers' Qwen3MoeForCausalLM and
+ * Qwen2MoeForCausalLM (Q/K/V biases, a gated shared expert, top-k weights not renormalized) and
  * converted to GGUF by the PyPI gguf package: no moeplan code took part. Every position's logits
  * must match within 1e-4 relative error (max |diff| / max |reference|, per row), and greedy
  * decoding must reproduce transformers' 32-token continuation exactly. */
@@ -35,9 +36,12 @@ static void read_exact(FILE *f, void *dst, size_t n, const char *what)
     cr_assert_eq(fread(dst, 1, n, f), n, "expected fixture truncated while reading %s", what);
 }
 
-static expected_prompt *load_expected(uint32_t *n_prompts, uint32_t *n_vocab)
+/* fixture: "qwen3moe-tiny" or "qwen2moe-tiny" (its -expected.bin and -f32.gguf) */
+static expected_prompt *load_expected(const char *fixture, uint32_t *n_prompts, uint32_t *n_vocab)
 {
-    char *path = fixture_path("qwen3moe-tiny-expected.bin");
+    char name[96];
+    snprintf(name, sizeof name, "%s-expected.bin", fixture);
+    char *path = fixture_path(name);
     FILE *f = fopen(path, "rb");
     cr_assert(f, "cannot open %s", path);
     char magic[4];
@@ -74,9 +78,11 @@ static void free_expected(expected_prompt *e, uint32_t n_prompts)
     free(e);
 }
 
-static mp_model *load_model(void)
+static mp_model *load_model(const char *fixture)
 {
-    char *path = fixture_path("qwen3moe-tiny-f32.gguf");
+    char name[96];
+    snprintf(name, sizeof name, "%s-f32.gguf", fixture);
+    char *path = fixture_path(name);
     mp_model *m = NULL;
     mp_error err = {0};
     cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
@@ -84,11 +90,11 @@ static mp_model *load_model(void)
     return m;
 }
 
-Test(hf_parity, logits_match_transformers_f32)
+static void logits_match(const char *fixture)
 {
     uint32_t n_prompts, n_vocab;
-    expected_prompt *e = load_expected(&n_prompts, &n_vocab);
-    mp_model *m = load_model();
+    expected_prompt *e = load_expected(fixture, &n_prompts, &n_vocab);
+    mp_model *m = load_model(fixture);
     cr_assert_eq(m->hp.n_vocab, (int64_t)n_vocab);
     for (int threads = 1; threads <= 3; threads += 2) {
         mp_session_params sp = {.n_ctx = 256, .n_threads = threads};
@@ -108,8 +114,8 @@ Test(hf_parity, logits_match_transformers_f32)
                     max_diff = fmaxf(max_diff, fabsf(ref[v] - got[v]));
                 }
                 cr_assert(max_diff <= 1e-4f * max_ref,
-                          "prompt %u row %u (%d threads): max |diff| %g vs max |ref| %g (rel %g > 1e-4)",
-                          p, t, threads, max_diff, max_ref, max_diff / max_ref);
+                          "%s: prompt %u row %u (%d threads): max |diff| %g vs max |ref| %g (rel %g > 1e-4)",
+                          fixture, p, t, threads, max_diff, max_ref, max_diff / max_ref);
             }
             free(logits);
         }
@@ -119,11 +125,11 @@ Test(hf_parity, logits_match_transformers_f32)
     free_expected(e, n_prompts);
 }
 
-Test(hf_parity, greedy_continuations_match_transformers)
+static void continuations_match(const char *fixture)
 {
     uint32_t n_prompts, n_vocab;
-    expected_prompt *e = load_expected(&n_prompts, &n_vocab);
-    mp_model *m = load_model();
+    expected_prompt *e = load_expected(fixture, &n_prompts, &n_vocab);
+    mp_model *m = load_model(fixture);
     mp_session_params sp = {.n_ctx = 256, .n_threads = 2};
     mp_session *s = NULL;
     mp_error err = {0};
@@ -134,8 +140,8 @@ Test(hf_parity, greedy_continuations_match_transformers)
         cr_assert_eq(mp_session_eval(s, e[p].ids, e[p].n_tokens, false, logits, &err), MP_OK, "%s", err.msg);
         for (uint32_t i = 0; i < e[p].n_continue; i++) {
             int32_t tok = (int32_t)mp_argmax(logits, n_vocab);
-            cr_assert_eq(tok, e[p].continuation[i], "prompt %u: token %u of the continuation: moeplan %d, transformers %d",
-                         p, i, tok, e[p].continuation[i]);
+            cr_assert_eq(tok, e[p].continuation[i], "%s: prompt %u: token %u of the continuation: moeplan %d, "
+                         "transformers %d", fixture, p, i, tok, e[p].continuation[i]);
             cr_assert_eq(mp_session_eval(s, &tok, 1, false, logits, &err), MP_OK, "%s", err.msg);
         }
     }
@@ -143,4 +149,30 @@ Test(hf_parity, greedy_continuations_match_transformers)
     mp_session_free(s);
     mp_model_free(m);
     free_expected(e, n_prompts);
+}
+
+Test(hf_parity, logits_match_transformers_f32)
+{
+    logits_match("qwen3moe-tiny");
+}
+
+Test(hf_parity, greedy_continuations_match_transformers)
+{
+    continuations_match("qwen3moe-tiny");
+}
+
+Test(hf_parity, qwen2moe_logits_match_transformers_f32)
+{
+    mp_model *m = load_model("qwen2moe-tiny");
+    cr_assert_eq(m->hp.arch, MP_ARCH_QWEN2MOE);
+    cr_assert(m->hp.n_ff_shexp > 0 && m->layers[0].bq.data && m->layers[0].gate_shexp.data,
+              "the fixture has a shared expert and Q/K/V biases");
+    cr_assert(!m->hp.expert_weights_norm);
+    mp_model_free(m);
+    logits_match("qwen2moe-tiny");
+}
+
+Test(hf_parity, qwen2moe_greedy_continuations_match_transformers)
+{
+    continuations_match("qwen2moe-tiny");
 }
