@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1] -- the pipeline on N random model shapes.
 
-Each shape: an architecture (qwen3moe, olmoe, mixtral), 1-4 layers, 1-40 experts, top-1 to top-10
-(at most the experts), hidden and expert FFN sizes (mostly ones the quant's blocks divide; a third
-of them any multiple of 32, where a K-quant mix's classes fall back to IQ4_NL, Q5_0, Q5_1 or Q8_0
-as llama.cpp's quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, and for
+Each shape: an architecture (qwen3moe, olmoe, mixtral, qwen2moe), 1-4 layers, 1-40 experts, top-1 to
+top-10 (at most the experts), hidden and expert FFN sizes and for qwen2moe the shared expert's FFN
+size (mostly ones the quant's blocks divide; a third of them any multiple of 32, where a K-quant
+mix's classes fall back to IQ4_NL, Q5_0, Q5_1 or Q8_0 as llama.cpp's quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, and for
 a quarter of the shapes the experts in one block-of-32 type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
 MXFP4), all drawn from SEED. For each: `mkmodel`, then
 `collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`,
@@ -28,7 +28,7 @@ import sys
 
 
 def shape(rng):
-    arch = rng.choice(["qwen3moe", "olmoe", "mixtral"])
+    arch = rng.choice(["qwen3moe", "olmoe", "mixtral", "qwen2moe"])
     quant = rng.choice(["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0", "bf16", "f16", "f32"])
     block = 256 if quant.startswith("q") and quant != "q8_0" else 32
     experts = rng.randint(2 if arch == "mixtral" else 1, 40)
@@ -47,6 +47,8 @@ def shape(rng):
         "head-dim": head_dim,
         "layer-mix": "llama" if quant in ("q4_k_m", "q5_k_m") and rng.random() < 0.3 else "uniform",
     }
+    if arch == "qwen2moe":  # Q/K/V biases and a shared expert of its own size beside the routed ones
+        s["shared-ff"] = size()
     if rng.random() < 0.25:  # experts in a block of 32 (every size drawn is a multiple of 32)
         s["type-experts"] = rng.choice(["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"])
         s["layer-mix"] = "uniform"  # the llama layer mix is the q4_k_m/q5_k_m recipe's only

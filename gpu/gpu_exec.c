@@ -82,7 +82,7 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_rw = g->d_rids ? (float *)(g->d_rids + g->s->m->hp.n_layer * g->s->m->hp.n_expert_used) : NULL;
     g->d_logits = take(c, z->logits);
     g->d_act = take(c, z->act);
-    g->d_shexp = take(c, z->shexp);
+    g->d_shexp = z->shexp ? take(c, z->shexp) : NULL; /* carved only with a shared expert */
     g->moe_scratch_bytes = z->moe;
     g->d_moe_scratch = take(c, z->moe);
     g->att_scratch_bytes = z->att;

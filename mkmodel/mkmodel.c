@@ -4,7 +4,9 @@
  *
  * Shapes follow llama.cpp's GGUF conventions: ne[0] is the input dimension of a matrix, so a
  * projection from n_embd to m has ne = [n_embd, m]; expert tensors stack experts in ne[2]:
- * gate/up ne = [n_embd, n_ff_exp, n_expert], down ne = [n_ff_exp, n_embd, n_expert].
+ * gate/up ne = [n_embd, n_ff_exp, n_expert], down ne = [n_ff_exp, n_embd, n_expert]; a shared
+ * expert (qwen2moe) is one such expert of its own size: gate/up [n_embd, n_ff_shexp], down
+ * [n_ff_shexp, n_embd].
  */
 #include "mkmodel/mkmodel.h"
 
@@ -16,14 +18,30 @@
 #include "kernels/quant.h"
 
 const char *const mp_mkmodel_preset_names[] = {"tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral",
-                                               NULL};
+                                               "qwen2-57b-a14b", NULL};
 
 static const char *const class_names[MP_MK_N_CLASSES] = {
     [MP_MK_EMBD] = "embd",         [MP_MK_OUTPUT] = "output",     [MP_MK_ATTN_Q] = "attn-q",
     [MP_MK_ATTN_K] = "attn-k",     [MP_MK_ATTN_V] = "attn-v",     [MP_MK_ATTN_OUT] = "attn-output",
     [MP_MK_ROUTER] = "router",     [MP_MK_FFN_GATE] = "ffn-gate", [MP_MK_FFN_UP] = "ffn-up",
-    [MP_MK_FFN_DOWN] = "ffn-down", [MP_MK_NORM] = "norm",
+    [MP_MK_FFN_DOWN] = "ffn-down", [MP_MK_NORM] = "norm",         [MP_MK_BIAS] = "bias",
+    [MP_MK_SHEXP_GATE_INP] = "shexp-gate-inp", [MP_MK_SHEXP_GATE] = "shexp-gate",
+    [MP_MK_SHEXP_UP] = "shexp-up", [MP_MK_SHEXP_DOWN] = "shexp-down",
 };
+
+/* Whether the architecture has class cls's tensors: Q/K/V biases and a shared expert are qwen2moe's. */
+static bool class_used(const mp_mkmodel_config *c, mp_mk_class cls)
+{
+    const mp_arch_traits *tr = mp_arch_get(c->arch);
+    switch (cls) {
+    case MP_MK_BIAS: return tr->qkv_bias;
+    case MP_MK_SHEXP_GATE_INP:
+    case MP_MK_SHEXP_GATE:
+    case MP_MK_SHEXP_UP:
+    case MP_MK_SHEXP_DOWN: return tr->shared_expert;
+    default: return true;
+    }
+}
 
 static void set_shape(mp_mkmodel_config *c, int64_t n_layer, int64_t n_embd, int64_t n_head,
                       int64_t n_head_kv, int64_t head_dim, int64_t n_expert, int64_t top_k,
@@ -54,32 +72,34 @@ static void defaults(mp_mkmodel_config *c, mp_arch arch)
     case MP_ARCH_QWEN3MOE: c->rope_freq_base = 1e6f; c->rms_eps = 1e-6f; break;
     case MP_ARCH_OLMOE: c->rope_freq_base = 1e4f; c->rms_eps = 1e-5f; break;
     case MP_ARCH_MIXTRAL: c->rope_freq_base = 1e6f; c->rms_eps = 1e-5f; break;
+    case MP_ARCH_QWEN2MOE: /* the shared expert 4x an expert, as Qwen1.5-MoE-A2.7B's (5632 = 4 x 1408) */
+        c->rope_freq_base = 1e6f;
+        c->rms_eps = 1e-6f;
+        c->n_ff_shexp = 4 * c->n_ff_exp;
+        break;
     }
     mp_mkmodel_set_mix(c, "q4_k_m", NULL);
 }
 
+/* The architecture's name as --arch and the runtime's traits spell it. */
 static const char *arch_cli_name(mp_arch a)
 {
-    switch (a) {
-    case MP_ARCH_QWEN3MOE: return "qwen3moe";
-    case MP_ARCH_OLMOE: return "olmoe";
-    case MP_ARCH_MIXTRAL: return "mixtral";
-    }
-    return "?";
+    const mp_arch_traits *tr = mp_arch_get(a);
+    return tr ? tr->name : "?";
 }
 
 mp_status mp_mkmodel_arch(const char *arch_name, mp_mkmodel_config *cfg, mp_error *err)
 {
-    mp_arch arch;
-    if (!strcmp(arch_name, "qwen3moe"))
-        arch = MP_ARCH_QWEN3MOE;
-    else if (!strcmp(arch_name, "olmoe"))
-        arch = MP_ARCH_OLMOE;
-    else if (!strcmp(arch_name, "mixtral") || !strcmp(arch_name, "llama"))
-        arch = MP_ARCH_MIXTRAL;
-    else
-        return mp_fail(err, MP_ERR_ARG,
-                       "--arch '%s': expected one of qwen3moe, olmoe, mixtral", arch_name);
+    /* every architecture of the runtime's traits table, and "llama" for Mixtral (as its files say) */
+    const int id = !strcmp(arch_name, "llama") ? MP_ARCH_MIXTRAL : mp_arch_from_name(arch_name);
+    if (id < 0) {
+        char list[160] = "";
+        size_t off = 0;
+        for (int a = 0; mp_arch_get((mp_arch)a) && off < sizeof list; a++)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", a ? ", " : "", arch_cli_name((mp_arch)a));
+        return mp_fail(err, MP_ERR_ARG, "--arch '%s': expected one of %s", arch_name, list);
+    }
+    const mp_arch arch = (mp_arch)id;
     defaults(cfg, arch);
     snprintf(cfg->name, sizeof cfg->name, "moeplan-synthetic-%s", arch_cli_name(arch));
     return MP_OK;
@@ -105,9 +125,13 @@ mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *
     } else if (!strcmp(name, "mixtral")) {
         defaults(cfg, MP_ARCH_MIXTRAL);
         set_shape(cfg, 32, 4096, 32, 8, 128, 8, 2, 14336, 32000, 32768);
+    } else if (!strcmp(name, "qwen2-57b-a14b")) {
+        defaults(cfg, MP_ARCH_QWEN2MOE);
+        set_shape(cfg, 28, 3584, 28, 4, 128, 64, 8, 2560, 151936, 32768);
+        cfg->n_ff_shexp = 20480;
     } else {
         return mp_fail(err, MP_ERR_ARG,
-                       "--preset '%s': expected one of tiny, flame, qwen3-30b-a3b, olmoe, mixtral",
+                       "--preset '%s': expected one of tiny, flame, qwen3-30b-a3b, olmoe, mixtral, qwen2-57b-a14b",
                        name);
     }
     snprintf(cfg->preset, sizeof cfg->preset, "%s", name);
@@ -141,9 +165,12 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
         cfg->types[c] = matrix;
     cfg->set_types = 0; /* the mix's, each free to fall back where its rows do not fit */
     /* Vectors and the router stay in F32 in every mix: they are tiny, and the router's logits
-     * decide the routing this tool exists to control. */
+     * decide the routing this tool exists to control (llama.cpp's converter and quantizer keep
+     * every 1-D tensor, biases and the shared expert's gate among them, in F32 too). */
     cfg->types[MP_MK_NORM] = MP_TYPE_F32;
+    cfg->types[MP_MK_BIAS] = MP_TYPE_F32;
     cfg->types[MP_MK_ROUTER] = MP_TYPE_F32;
+    cfg->types[MP_MK_SHEXP_GATE_INP] = MP_TYPE_F32;
     if (matrix == MP_TYPE_Q4_K || matrix == MP_TYPE_Q5_K) {
         /* Q4_K_M's and Q5_K_M's recipe: the tensors most sensitive to quantization error get 6 bits. */
         cfg->types[MP_MK_ATTN_V] = MP_TYPE_Q6_K;
@@ -155,6 +182,8 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
         cfg->types[MP_MK_FFN_DOWN] = MP_TYPE_Q4_K;
         cfg->types[MP_MK_OUTPUT] = MP_TYPE_Q6_K;
     }
+    /* llama.cpp's recipes match ffn_down by name: the shared expert's down gets the experts' type */
+    cfg->types[MP_MK_SHEXP_DOWN] = cfg->types[MP_MK_FFN_DOWN];
     int i = 0;
     for (; mix[i] && i < MP_MK_NAME_MAX - 1; i++)
         cfg->mix[i] = (char)(mix[i] >= 'A' && mix[i] <= 'Z' ? mix[i] - 'A' + 'a' : mix[i]);
@@ -175,6 +204,9 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
     } else if (!strcmp(group, "experts")) {
         first = MP_MK_FFN_GATE;
         last = MP_MK_FFN_DOWN;
+    } else if (!strcmp(group, "shexp")) {
+        first = MP_MK_SHEXP_GATE;
+        last = MP_MK_SHEXP_DOWN;
     } else {
         for (int c = 0; c < MP_MK_N_CLASSES; c++)
             if (!strcmp(group, class_names[c]))
@@ -184,7 +216,7 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
         return mp_fail(err, MP_ERR_ARG,
                        "--type-%s: unknown tensor class; expected embd, output, attn, attn-q, "
                        "attn-k, attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, "
-                       "norm",
+                       "norm, bias, shexp, shexp-gate-inp, shexp-gate, shexp-up, shexp-down",
                        group);
     for (int c = first; c <= last; c++) {
         cfg->types[c] = type;
@@ -205,10 +237,15 @@ static int64_t class_row_len(const mp_mkmodel_config *c, mp_mk_class cls)
     case MP_MK_ATTN_V:
     case MP_MK_ROUTER:
     case MP_MK_FFN_GATE:
-    case MP_MK_FFN_UP: return c->n_embd;
+    case MP_MK_FFN_UP:
+    case MP_MK_SHEXP_GATE_INP:
+    case MP_MK_SHEXP_GATE:
+    case MP_MK_SHEXP_UP: return c->n_embd;
     case MP_MK_ATTN_OUT: return c->n_head * c->head_dim;
     case MP_MK_FFN_DOWN: return c->n_ff_exp;
+    case MP_MK_SHEXP_DOWN: return c->n_ff_shexp;
     case MP_MK_NORM: return c->head_dim; /* the shortest norm: per-head q/k norms */
+    case MP_MK_BIAS: return c->n_head_kv * c->head_dim; /* the shorter bias: k and v */
     case MP_MK_N_CLASSES: break;
     }
     return 0;
@@ -219,7 +256,9 @@ static const char *class_row_what(mp_mk_class cls)
     switch (cls) {
     case MP_MK_ATTN_OUT: return "heads x head dim";
     case MP_MK_FFN_DOWN: return "expert FFN size";
+    case MP_MK_SHEXP_DOWN: return "shared expert FFN size";
     case MP_MK_NORM: return "head dim";
+    case MP_MK_BIAS: return "kv heads x head dim";
     default: return "hidden size";
     }
 }
@@ -248,6 +287,8 @@ size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *c, char *buf, size
     if (cap)
         buf[0] = '\0';
     for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
+        if (!class_used(c, (mp_mk_class)cls))
+            continue;
         const int64_t len = class_row_len(c, (mp_mk_class)cls);
         const int t = c->types[cls], f = mp_mkmodel_tensor_type(c, (mp_mk_class)cls, -1);
         if (f == t) /* fits, or set by --type-CLASS */
@@ -288,7 +329,7 @@ static int mix_tensor_type(const mp_mkmodel_config *c, mp_mk_class cls, int64_t 
         return t;
     if ((cls == MP_MK_ATTN_K || cls == MP_MK_ATTN_V) && c->n_expert == 8)
         return MP_TYPE_Q8_0;
-    if ((cls != MP_MK_ATTN_V && cls != MP_MK_FFN_DOWN) || t != MP_TYPE_Q6_K)
+    if ((cls != MP_MK_ATTN_V && cls != MP_MK_FFN_DOWN && cls != MP_MK_SHEXP_DOWN) || t != MP_TYPE_Q6_K)
         return t;
     const int64_t n = c->n_layer, eighth = n / 8;
     const bool more = layer < eighth || layer >= 7 * n / 8 || (layer - eighth) % 3 == 2;
@@ -318,6 +359,13 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
         if (dims[i].v < 1 || dims[i].v > dims[i].max)
             return mp_fail(err, MP_ERR_ARG, "%s %lld: expected an integer in 1..%lld", dims[i].flag,
                            (long long)dims[i].v, (long long)dims[i].max);
+    const mp_arch_traits *tr = mp_arch_get(c->arch);
+    if (!tr->shared_expert && c->n_ff_shexp)
+        return mp_fail(err, MP_ERR_ARG, "--shared-ff %lld: architecture %s has no shared expert (qwen2moe has)",
+                       (long long)c->n_ff_shexp, arch_cli_name(c->arch));
+    if (tr->shared_expert && (c->n_ff_shexp < 1 || c->n_ff_shexp > 1 << 20))
+        return mp_fail(err, MP_ERR_ARG, "--shared-ff %lld: expected an integer in 1..%lld", (long long)c->n_ff_shexp,
+                       (long long)(1 << 20));
     if (c->n_head % c->n_head_kv)
         return mp_fail(err, MP_ERR_ARG, "--heads %lld, --kv-heads %lld: expected heads to be a "
                        "multiple of kv-heads (grouped-query attention)",
@@ -353,11 +401,19 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
                        mp_type_name(mp_mkmodel_tensor_type(c, MP_MK_FFN_UP, 0)));
     for (int cls = 0; cls < MP_MK_N_CLASSES; cls++) {
         int type = c->types[cls];
+        if (!class_used(c, (mp_mk_class)cls)) {
+            if (!may_fall_back(c, (mp_mk_class)cls))
+                return mp_fail(err, MP_ERR_ARG, "--type-%s: architecture %s has no %s (qwen2moe has)",
+                               class_names[cls], arch_cli_name(c->arch),
+                               cls == MP_MK_BIAS ? "Q/K/V biases" : "shared expert");
+            continue;
+        }
         if (!mp_type_supported(type))
             return mp_fail(err, MP_ERR_ARG, "--type-%s: type id %d is not supported",
                            class_names[cls], type);
         int64_t n = class_row_len(c, (mp_mk_class)cls);
-        int64_t n2 = cls == MP_MK_NORM ? c->n_embd : n; /* norms also have hidden-size rows */
+        /* norms also have hidden-size rows, biases q's heads x head dim */
+        int64_t n2 = cls == MP_MK_NORM ? c->n_embd : cls == MP_MK_BIAS ? c->n_head * c->head_dim : n;
         if (may_fall_back(c, (mp_mk_class)cls))
             continue; /* a mix's class: mp_mkmodel_tensor_type falls back where its rows do not fit */
         if (!mp_type_row_bytes(type, n) || !mp_type_row_bytes(type, n2)) {
@@ -366,7 +422,9 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
                            "--type-%s %s: rows of %s tensors have %lld elements (%s), not a "
                            "multiple of %s's block of %lld; use --type-%s %s or change the shape",
                            class_names[cls], mp_type_name(type), class_names[cls], (long long)bad,
-                           cls == MP_MK_NORM && bad == n2 ? "hidden size" : class_row_what(cls),
+                           cls == MP_MK_NORM && bad == n2   ? "hidden size"
+                           : cls == MP_MK_BIAS && bad == n2 ? "heads x head dim"
+                                                            : class_row_what(cls),
                            mp_type_name(type), (long long)mp_type_block_elems(type),
                            class_names[cls], mp_type_name(mp_mkmodel_fallback_type(type, bad)));
         }
@@ -385,8 +443,9 @@ typedef struct plan_builder {
     int64_t n, cap;
 } plan_builder;
 
-static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer,
-               const char *suffix, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
+/* Tensor `tail` ("attn_q.bias"; "blk.N." before it for a layer's) of class cls. */
+static int add_named(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer,
+                     const char *tail, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
 {
     if (b->n == b->cap) {
         int64_t cap = b->cap ? b->cap * 2 : 64;
@@ -399,9 +458,9 @@ static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int
     mp_mk_tensor *t = &b->t[b->n++];
     memset(t, 0, sizeof *t);
     if (layer >= 0)
-        snprintf(t->name, sizeof t->name, "blk.%lld.%s.weight", (long long)layer, suffix);
+        snprintf(t->name, sizeof t->name, "blk.%lld.%s", (long long)layer, tail);
     else
-        snprintf(t->name, sizeof t->name, "%s.weight", suffix);
+        snprintf(t->name, sizeof t->name, "%s", tail);
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
@@ -412,6 +471,15 @@ static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int
     t->layer = layer;
     t->up_stream = -1;
     return 0;
+}
+
+/* Weight `suffix`.weight of class cls. */
+static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int64_t layer,
+               const char *suffix, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    char tail[MP_MK_NAME_MAX];
+    snprintf(tail, sizeof tail, "%s.weight", suffix);
+    return add_named(b, c, cls, layer, tail, n_dims, ne0, ne1, ne2);
 }
 
 /* Each layer's gate and up tensors replaced by one fused tensor, blk.N.ffn_gate_up_exps.weight
@@ -484,18 +552,26 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, in
         return st;
     plan_builder b = {0};
     const int64_t E = c->n_embd, Q = c->n_head * c->head_dim, KV = c->n_head_kv * c->head_dim;
+    const int64_t F_sh = c->n_ff_shexp;
+    const mp_arch_traits *tr = mp_arch_get(c->arch);
     int fail = 0;
     fail |= add(&b, c, MP_MK_EMBD, -1, "token_embd", 2, E, c->n_vocab, 1);
     for (int64_t il = 0; il < c->n_layer && !fail; il++) {
         fail |= add(&b, c, MP_MK_NORM, il, "attn_norm", 1, E, 1, 1);
         fail |= add(&b, c, MP_MK_ATTN_Q, il, "attn_q", 2, E, Q, 1);
+        if (tr->qkv_bias)
+            fail |= add_named(&b, c, MP_MK_BIAS, il, "attn_q.bias", 1, Q, 1, 1);
         fail |= add(&b, c, MP_MK_ATTN_K, il, "attn_k", 2, E, KV, 1);
+        if (tr->qkv_bias)
+            fail |= add_named(&b, c, MP_MK_BIAS, il, "attn_k.bias", 1, KV, 1, 1);
         fail |= add(&b, c, MP_MK_ATTN_V, il, "attn_v", 2, E, KV, 1);
+        if (tr->qkv_bias)
+            fail |= add_named(&b, c, MP_MK_BIAS, il, "attn_v.bias", 1, KV, 1, 1);
         fail |= add(&b, c, MP_MK_ATTN_OUT, il, "attn_output", 2, Q, E, 1);
-        if (c->arch == MP_ARCH_QWEN3MOE) { /* RMSNorm per head over head_dim */
+        if (tr->qk_norm == MP_QK_NORM_PER_HEAD) { /* RMSNorm per head over head_dim (qwen3moe) */
             fail |= add(&b, c, MP_MK_NORM, il, "attn_q_norm", 1, c->head_dim, 1, 1);
             fail |= add(&b, c, MP_MK_NORM, il, "attn_k_norm", 1, c->head_dim, 1, 1);
-        } else if (c->arch == MP_ARCH_OLMOE) { /* RMSNorm over all heads at once */
+        } else if (tr->qk_norm == MP_QK_NORM_FULL) { /* RMSNorm over all heads at once (olmoe) */
             fail |= add(&b, c, MP_MK_NORM, il, "attn_q_norm", 1, Q, 1, 1);
             fail |= add(&b, c, MP_MK_NORM, il, "attn_k_norm", 1, KV, 1, 1);
         }
@@ -504,6 +580,13 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, in
         fail |= add(&b, c, MP_MK_FFN_GATE, il, "ffn_gate_exps", 3, E, c->n_ff_exp, c->n_expert);
         fail |= add(&b, c, MP_MK_FFN_UP, il, "ffn_up_exps", 3, E, c->n_ff_exp, c->n_expert);
         fail |= add(&b, c, MP_MK_FFN_DOWN, il, "ffn_down_exps", 3, c->n_ff_exp, E, c->n_expert);
+        if (tr->shared_expert) { /* after the routed experts: split_plan and fuse_plan read their gate, up,
+                                  * down as adjacent */
+            fail |= add(&b, c, MP_MK_SHEXP_GATE_INP, il, "ffn_gate_inp_shexp", 1, E, 1, 1);
+            fail |= add(&b, c, MP_MK_SHEXP_GATE, il, "ffn_gate_shexp", 2, E, F_sh, 1);
+            fail |= add(&b, c, MP_MK_SHEXP_UP, il, "ffn_up_shexp", 2, E, F_sh, 1);
+            fail |= add(&b, c, MP_MK_SHEXP_DOWN, il, "ffn_down_shexp", 2, F_sh, E, 1);
+        }
     }
     fail |= add(&b, c, MP_MK_NORM, -1, "output_norm", 1, E, 1, 1);
     fail |= add(&b, c, MP_MK_OUTPUT, -1, "output", 2, E, c->n_vocab, 1);

@@ -1,7 +1,7 @@
 /* mkmodel/mkmodel.h — synthetic GGUF MoE models: presets, quant mixes, router skew, streaming write.
  *
  * `moeplan mkmodel` writes a GGUF file that the runtime (and llama.cpp) can load: the keys, tensor
- * names and shapes of a real qwen3moe / olmoe / mixtral checkpoint, random weights from a seeded
+ * names and shapes of a real qwen3moe / olmoe / mixtral / qwen2moe checkpoint, random weights from a seeded
  * PRNG, a byte-level BPE vocabulary learned on a built-in corpus, and routers with a controllable
  * popularity skew (a per-layer Zipf profile over a per-layer random expert permutation).
  *
@@ -34,6 +34,11 @@ typedef enum mp_mk_class {
     MP_MK_FFN_UP,       /* blk.N.ffn_up_exps */
     MP_MK_FFN_DOWN,     /* blk.N.ffn_down_exps */
     MP_MK_NORM,         /* every *_norm vector */
+    MP_MK_BIAS,         /* blk.N.attn_{q,k,v}.bias (qwen2moe) */
+    MP_MK_SHEXP_GATE_INP, /* blk.N.ffn_gate_inp_shexp: the shared expert's sigmoid gate (qwen2moe) */
+    MP_MK_SHEXP_GATE,   /* blk.N.ffn_gate_shexp (qwen2moe) */
+    MP_MK_SHEXP_UP,     /* blk.N.ffn_up_shexp (qwen2moe) */
+    MP_MK_SHEXP_DOWN,   /* blk.N.ffn_down_shexp (qwen2moe) */
     MP_MK_N_CLASSES
 } mp_mk_class;
 
@@ -52,6 +57,8 @@ typedef struct mp_mkmodel_config {
     int64_t n_expert;
     int64_t n_expert_used;  /* top-k */
     int64_t n_ff_exp;       /* expert FFN hidden size */
+    int64_t n_ff_shexp;     /* the shared expert's FFN hidden size; 0 for an architecture without one
+                             * (mp_arch_traits.shared_expert), > 0 for one with one */
     int64_t n_vocab;
     int64_t n_ctx;          /* context_length written to the file */
     float rope_freq_base;
@@ -78,17 +85,20 @@ typedef struct mp_mkmodel_config {
 /* Preset names, NULL-terminated, for --help. */
 extern const char *const mp_mkmodel_preset_names[];
 
-/* Fill cfg from a preset ("tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral") with the q4_k_m mix,
+/* Fill cfg from a preset ("tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral", "qwen2-57b-a14b") with the q4_k_m mix,
  * the default skew and seed 0. Unknown names are an MP_ERR_ARG error listing the presets. */
 mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *err);
 /* Fill cfg with an architecture's small defaults (the tiny shapes) for --arch NAME. */
 mp_status mp_mkmodel_arch(const char *arch_name, mp_mkmodel_config *cfg, mp_error *err);
-/* Set every class from a mix: "q4_k_m", "q8_0", "bf16", "f16", "f32". Norms and the router stay F32
- * (and Q4_K_M puts attn_v, ffn_down_exps and output in Q6_K). */
+/* Set every class from a mix: "q4_k_m", "q8_0", "bf16", "f16", "f32". Norms, biases, the router and
+ * the shared expert's gate stay F32 (and Q4_K_M puts attn_v, ffn_down_exps, ffn_down_shexp and output
+ * in Q6_K). */
 mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *err);
 /* Override a class group's type: group is one of "embd", "output", "attn" (q,k,v,output), "attn-q",
  * "attn-k", "attn-v", "attn-output", "router", "experts" (gate,up,down), "ffn-gate", "ffn-up",
- * "ffn-down", "norm"; type a name such as "Q4_K" (case-insensitive). */
+ * "ffn-down", "norm", "bias", "shexp" (the shared expert's gate,up,down), "shexp-gate-inp",
+ * "shexp-gate", "shexp-up", "shexp-down"; type a name such as "Q4_K" (case-insensitive).
+ * mp_mkmodel_validate refuses a class the architecture does not have. */
 mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const char *type_name,
                               mp_error *err);
 /* The type a mix's class falls back to where its rows of n elements do not divide into the mix's
@@ -100,17 +110,18 @@ int mp_mkmodel_fallback_type(int type, int64_t n);
  * cap); returns how many. */
 size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *cfg, char *buf, size_t cap);
 /* The type of class cls's tensor in layer `layer` (-1: not a layer's). types[cls], except with
- * llama_layers (the q4_k_m or q5_k_m mix): llama.cpp's Q4_K_M / Q5_K_M give attn_v and ffn_down 6
- * bits only in the first and last eighth of the layers and in every third layer between (its
+ * llama_layers (the q4_k_m or q5_k_m mix): llama.cpp's Q4_K_M / Q5_K_M give attn_v and ffn_down
+ * (ffn_down_exps and ffn_down_shexp) 6 bits only in the first and last eighth of the layers and in every third layer between (its
  * use_more_bits), the mix's own type (Q4_K, Q5_K) elsewhere; and a model of 8 experts attn_k and
  * attn_v in Q8_0 (llama.cpp's rule for Mixtral-shaped models). mp_mkmodel_validate refuses
  * llama_layers with any other mix (a --type-CLASS override makes the mix "custom"). A class whose
  * rows do not divide into that type's blocks takes mp_mkmodel_fallback_type, unless --type-CLASS
  * set it (mp_mkmodel_validate refuses that shape then). */
 int mp_mkmodel_tensor_type(const mp_mkmodel_config *cfg, mp_mk_class cls, int64_t layer);
-/* Check shapes and types: positive sizes, n_head % n_head_kv == 0, top-k <= experts, every
- * tensor's row length a multiple of its type's block (the error names the tensor class, the row
- * length and suggests a type that fits). */
+/* Check shapes and types: positive sizes, n_head % n_head_kv == 0, top-k <= experts, a shared
+ * expert FFN size exactly where the architecture has a shared expert (--shared-ff), no --type-CLASS
+ * for a class the architecture lacks, every tensor's row length a multiple of its type's block (the
+ * error names the tensor class, the row length and suggests a type that fits). */
 mp_status mp_mkmodel_validate(const mp_mkmodel_config *cfg, mp_error *err);
 
 /* One tensor of the model, in file order. */

@@ -7,11 +7,14 @@
  * thread, whatever the model size.
  *
  * Weight scales keep activations near unit RMS through any depth:
- *  - matrices that read the residual stream (q, k, v, router, expert gate/up, LM head):
- *    N(0, 1/fan_in) elements, so each output has variance ~1 for a unit-RMS normalized input;
- *  - matrices that write the residual stream (attn_output, ffn_down_exps) are further scaled by
- *    1/sqrt(2 n_layer) (GPT-2's residual scaling), so 2 n_layer updates add about unit variance;
- *  - norm weights are 1; token embeddings are N(0, 1).
+ *  - matrices that read the residual stream (q, k, v, router, expert and shared expert gate/up, the
+ *    shared expert's gate vector, LM head): N(0, 1/fan_in) elements, so each output has variance ~1
+ *    for a unit-RMS normalized input;
+ *  - matrices that write the residual stream (attn_output, ffn_down_exps, ffn_down_shexp) are
+ *    further scaled by 1/sqrt(2 n_layer) (GPT-2's residual scaling), so 2 n_layer updates add about
+ *    unit variance;
+ *  - norm weights are 1; token embeddings are N(0, 1); Q/K/V biases are N(0, MK_BIAS_STD^2), large
+ *    enough that a model run without them (or with them misplaced) gives other logits.
  * "N(0, s^2)" is approximated by the sum of four uniforms (Irwin–Hall, within ±3.46 s): one PRNG
  * call per element keeps generation far cheaper than quantization, with Gaussian-like rows.
  *
@@ -41,6 +44,8 @@
 #include "tokenizer/tokenizer.h"
 
 #define MK_BIAS_CHANNEL 1.0f
+/* Q/K/V biases: about 0.2 in magnitude (|x| < 0.5 for 95 % of them), against q/k/v elements of ~1 */
+#define MK_BIAS_STD 0.25f
 #define MK_CHUNK_F32_BYTES ((size_t)8 << 20)
 
 /* ---- PRNG ---- */
@@ -165,8 +170,10 @@ static void gen_row(const gen_ctx *g, int64_t row, float *dst)
     int zero_row = 0;
     switch (t->cls) {
     case MP_MK_EMBD: std = 1.0f; break;
+    case MP_MK_BIAS: std = MK_BIAS_STD; break;
     case MP_MK_ATTN_OUT: zero_row = row == 0; std *= residual_scale(cfg); break;
-    case MP_MK_FFN_DOWN: zero_row = row % cfg->n_embd == 0; std *= residual_scale(cfg); break;
+    case MP_MK_FFN_DOWN:
+    case MP_MK_SHEXP_DOWN: zero_row = row % cfg->n_embd == 0; std *= residual_scale(cfg); break;
     default: break;
     }
     if (zero_row) { /* output row 0 writes the bias channel, which must stay constant */
@@ -183,6 +190,9 @@ static void gen_row(const gen_ctx *g, int64_t row, float *dst)
     case MP_MK_ATTN_V:
     case MP_MK_FFN_GATE:
     case MP_MK_FFN_UP:
+    case MP_MK_SHEXP_GATE_INP:
+    case MP_MK_SHEXP_GATE:
+    case MP_MK_SHEXP_UP:
         /* Only the router reads the bias channel: a constant input here would add the same
          * vector to every token's q/k/v or expert output, a shared direction that the routers
          * would then read as a random, seed-dependent preference. */
@@ -209,13 +219,21 @@ static uint64_t rng_next_opaque(void *r)
     return rng_next(r);
 }
 
-/* Expert tensors in a quantized type are drawn directly as quantized blocks (mkmodel_blocks.c):
- * they are nearly all of a large model's bytes, and the K-quant scale search over Gaussian floats
- * would take hours for the qwen3-30b-a3b preset. Same scale and bias-channel zeros as gen_row. */
+/* Routed and shared expert matrices in a quantized type are drawn directly as quantized blocks
+ * (mkmodel_blocks.c): they are nearly all of a large model's bytes, and the K-quant scale search
+ * over Gaussian floats would take hours for the qwen3-30b-a3b preset. Same scale and bias-channel
+ * zeros as gen_row. */
 static bool direct_blocks(const mp_mk_tensor *t)
 {
-    return (t->cls == MP_MK_FFN_GATE || t->cls == MP_MK_FFN_UP || t->cls == MP_MK_FFN_DOWN) &&
-           mp_mk_blocks_supported(t->type);
+    switch (t->cls) {
+    case MP_MK_FFN_GATE:
+    case MP_MK_FFN_UP:
+    case MP_MK_FFN_DOWN:
+    case MP_MK_SHEXP_GATE:
+    case MP_MK_SHEXP_UP:
+    case MP_MK_SHEXP_DOWN: return mp_mk_blocks_supported(t->type);
+    default: return false;
+    }
 }
 
 static void gen_row_blocks(const gen_ctx *g, int64_t row, void *dst)
@@ -224,13 +242,13 @@ static void gen_row_blocks(const gen_ctx *g, int64_t row, void *dst)
     const mp_mk_tensor *t = g->t;
     rng r = rng_seed(cfg->seed, STREAM_TENSOR + (uint64_t)g->tensor_index, (uint64_t)row);
     float std = 1.0f / sqrtf((float)t->ne[0]);
+    const bool down = t->cls == MP_MK_FFN_DOWN || t->cls == MP_MK_SHEXP_DOWN;
     bool zero_row = false;
-    if (t->cls == MP_MK_FFN_DOWN) {
+    if (down) {
         std *= residual_scale(cfg);
         zero_row = row % cfg->n_embd == 0; /* writes the bias channel */
     }
-    mp_mk_random_row(t->type, t->ne[0], std, t->cls != MP_MK_FFN_DOWN, zero_row, rng_next_opaque, &r,
-                     dst);
+    mp_mk_random_row(t->type, t->ne[0], std, !down, zero_row, rng_next_opaque, &r, dst);
 }
 
 /* Pool task: generate and quantize rows [task * rows_per_task, ...) of the chunk. */
@@ -262,6 +280,7 @@ static const char *gguf_arch_name(mp_arch a)
     case MP_ARCH_QWEN3MOE: return "qwen3moe";
     case MP_ARCH_OLMOE: return "olmoe";
     case MP_ARCH_MIXTRAL: return "llama"; /* llama.cpp writes Mixtral as "llama" + expert keys */
+    case MP_ARCH_QWEN2MOE: return "qwen2moe";
     }
     return "?";
 }
@@ -331,16 +350,17 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
     TRY(add_arch_u32(w, a, "block_count", c->n_layer, err));
     TRY(add_arch_u32(w, a, "context_length", c->n_ctx, err));
     TRY(add_arch_u32(w, a, "embedding_length", c->n_embd, err));
-    /* Mixtral's feed_forward_length is its expert FFN size; qwen3moe and olmoe also carry the
-     * dense FFN size there, which we set to the active expert width (768 x 8 = 6144 for
-     * Qwen3-30B-A3B, as in the real checkpoint) and give the expert size its own key. */
-    if (c->arch != MP_ARCH_QWEN3MOE)
-        TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp, err));
-    else
+    /* Mixtral's and olmoe's feed_forward_length is the expert FFN size; qwen3moe and qwen2moe carry
+     * a dense FFN size there, which we set to the active expert width (768 x 8 = 6144 for
+     * Qwen3-30B-A3B, 1408 x 4 = 5632 for Qwen1.5-MoE-A2.7B, as in the real checkpoints) and give the
+     * expert size its own key. */
+    if (c->arch == MP_ARCH_QWEN3MOE || c->arch == MP_ARCH_QWEN2MOE)
         TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp * c->n_expert_used, err));
+    else
+        TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp, err));
     TRY(add_arch_u32(w, a, "attention.head_count", c->n_head, err));
     TRY(add_arch_u32(w, a, "attention.head_count_kv", c->n_head_kv, err));
-    /* olmoe and mixtral files carry no head size (it is hidden / heads) unless it differs. */
+    /* olmoe, mixtral and qwen2moe files carry no head size (it is hidden / heads) unless it differs. */
     if (c->arch == MP_ARCH_QWEN3MOE || c->head_dim * c->n_head != c->n_embd) {
         TRY(add_arch_u32(w, a, "attention.key_length", c->head_dim, err));
         TRY(add_arch_u32(w, a, "attention.value_length", c->head_dim, err));
@@ -355,6 +375,9 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
     TRY(add_arch_u32(w, a, "expert_used_count", c->n_expert_used, err));
     if (c->arch != MP_ARCH_MIXTRAL)
         TRY(add_arch_u32(w, a, "expert_feed_forward_length", c->n_ff_exp, err));
+    /* qwen2moe: no expert_weights_norm key, so the top-k weights stay as the softmax gave them */
+    if (mp_arch_get(c->arch)->shared_expert)
+        TRY(add_arch_u32(w, a, "expert_shared_feed_forward_length", c->n_ff_shexp, err));
     /* What made this file, so that a trace of it can be tied back to its generator. */
     char version[64];
     snprintf(version, sizeof version, "moeplan mkmodel %s", MP_VERSION);
@@ -371,8 +394,8 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
 static mp_status write_vocab(mp_gguf_writer *w, const mp_mkmodel_config *c, mp_error *err)
 {
     /* Byte-level BPE for every architecture: it is what the runtime's tokenizer reads. qwen3moe
-     * keeps Qwen2's pre-tokenizer; olmoe and mixtral use GPT-2's (see docs/mkmodel.md). */
-    const char *pre = c->arch == MP_ARCH_QWEN3MOE ? "qwen2" : "gpt-2";
+     * and qwen2moe keep Qwen2's pre-tokenizer; olmoe and mixtral use GPT-2's (see docs/mkmodel.md). */
+    const char *pre = c->arch == MP_ARCH_QWEN3MOE || c->arch == MP_ARCH_QWEN2MOE ? "qwen2" : "gpt-2";
     size_t corpus_len = 0;
     const char *corpus = mp_vocab_default_corpus(&corpus_len);
     mp_vocab v;

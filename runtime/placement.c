@@ -179,7 +179,7 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
     out->total = 4 * gpu_align(out->rows_embd) + 2 * gpu_align(out->rows_q) + 2 * gpu_align(out->rows_kv) +
                  gpu_align(out->router) + 2 * gpu_align(out->routes) + 2 * gpu_align(out->rows_i32) +
                  gpu_align(out->rope) + 2 * gpu_align(4) + gpu_align(out->replay) + gpu_align(out->logits) + gpu_align(out->act) +
-                 gpu_align(out->shexp ? out->shexp : 1) +
+                 (out->shexp ? gpu_align(out->shexp) : 0) +
                  gpu_align(out->moe ? out->moe : 1) + gpu_align(out->att ? out->att : 1) +
                  gpu_align(out->gemm ? out->gemm : 1) + gpu_align(out->blas_ws);
 }

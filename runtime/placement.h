@@ -138,7 +138,7 @@ typedef struct mp_gpu_scratch {
     size_t logits;     /* MP_GPU_HEAD_ROWS × n_vocab f32 */
     size_t act;        /* n_batch rows of the widest activation (f32: mp_act_row_bytes_max) */
     size_t shexp;      /* n_batch × (2 × n_ff_shexp + 1) f32: the shared expert's gate and up rows and
-                        * its gate logits (0 without a shared expert) */
+                        * its gate logits (0, and nothing carved, without a shared expert) */
     size_t moe;        /* mp_cuda_moe_scratch_bytes, the largest over the layers */
     size_t att;        /* mp_cuda_attention_scratch_bytes for steps of up to n_batch rows */
     size_t gemm;       /* mp_cuda_gemm_scratch_bytes (0 when no step reaches cuBLAS) */

@@ -161,9 +161,10 @@ static void check_file(const mp_mkmodel_config *c, const char *path)
     cr_assert(q->ne[0] == E && q->ne[1] == c->n_head * c->head_dim);
     cr_assert(router->ne[0] == E && router->ne[1] == X && router->type == MP_TYPE_F32);
 
-    const char *arch = c->arch == MP_ARCH_QWEN3MOE ? "qwen3moe"
-                       : c->arch == MP_ARCH_OLMOE  ? "olmoe"
-                                                   : "llama";
+    const char *arch = c->arch == MP_ARCH_QWEN3MOE   ? "qwen3moe"
+                       : c->arch == MP_ARCH_OLMOE    ? "olmoe"
+                       : c->arch == MP_ARCH_QWEN2MOE ? "qwen2moe"
+                                                     : "llama";
     mp_str s;
     cr_assert_eq(mp_gguf_get_str(g, "general.architecture", &s, &err), MP_OK, "%s", err.msg);
     cr_assert(mp_str_eq(s, arch), "architecture %.*s, expected %s", (int)s.len, s.ptr, arch);
@@ -187,11 +188,13 @@ static void check_file(const mp_mkmodel_config *c, const char *path)
     cr_assert_eq(n_tok, (uint64_t)c->n_vocab);
     mp_gguf_close(g);
 
-    /* The runtime's loader accepts it (all three architectures). */
+    /* The runtime's loader accepts it (every architecture). */
     mp_model *m = NULL;
     cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(m->hp.arch, c->arch);
     cr_assert_eq(m->hp.n_expert, X);
     cr_assert_eq(m->hp.n_ff_exp, F);
+    cr_assert_eq(m->hp.n_ff_shexp, c->n_ff_shexp);
     cr_assert_eq(m->hp.head_dim, c->head_dim);
     mp_model_free(m);
 }
@@ -279,8 +282,8 @@ Test(mkmodel, class_overrides_and_other_architectures)
     write_model(&c, tmp_path("custom.gguf"));
     check_file(&c, tmp_path("custom.gguf"));
 
-    static const char *archs[] = {"olmoe", "mixtral"};
-    for (int i = 0; i < 2; i++) {
+    static const char *archs[] = {"olmoe", "mixtral", "qwen2moe"};
+    for (int i = 0; i < 3; i++) {
         cr_assert_eq(mp_mkmodel_arch(archs[i], &c, &err), MP_OK, "%s", err.msg);
         c.n_layer = 2;
         c.n_expert = 4;
@@ -294,7 +297,7 @@ Test(mkmodel, class_overrides_and_other_architectures)
         if (c.arch == MP_ARCH_OLMOE) /* OLMoE normalizes q over all heads at once */
             cr_assert(qn && qn->ne[0] == c.n_head * c.head_dim);
         else
-            cr_assert_null(qn, "mixtral has no q/k norms");
+            cr_assert_null(qn, "%s has no q/k norms", archs[i]);
         mp_gguf_close(g);
         /* one expert: olmoe's file is still a MoE the loader takes; mixtral's says 'llama', which the
          * loader reads as a dense model, so mkmodel refuses to write it */
@@ -561,6 +564,227 @@ Test(mkmodel, a_mix_falls_back_where_its_rows_do_not_fit)
     cr_assert_eq(mp_mkmodel_set_type(&c, "ffn-down", "Q6_K", &err), MP_OK);
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q6_K, "set by --type-ffn-down: no fallback");
     cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q5_0, "the mix's others still fall back");
+}
+
+/* A small qwen2moe config: Q/K/V biases and a shared expert of n_ff_shexp. */
+static mp_mkmodel_config small_qwen2moe(int64_t n_ff_shexp)
+{
+    mp_mkmodel_config c;
+    mp_error err;
+    cr_assert_eq(mp_mkmodel_arch("qwen2moe", &c, &err), MP_OK, "%s", err.msg);
+    c.n_layer = 2;
+    c.n_expert = 4;
+    c.n_expert_used = 2;
+    c.n_vocab = 320;
+    c.n_threads = 2;
+    c.n_ff_shexp = n_ff_shexp;
+    return c;
+}
+
+static bool record_progress(void *user, uint64_t done, uint64_t total)
+{
+    uint64_t *last = user;
+    last[0] = done;
+    last[1] = total;
+    return true;
+}
+
+/* qwen2moe: the file has the keys the loader reads (expert_shared_feed_forward_length, no
+ * expert_weights_norm), the progress counts every tensor's bytes (the biases and shared expert's
+ * too), every layer has its Q/K/V biases and shared expert with the shapes and the
+ * q4_k_m types (gate/up Q4_K, down Q6_K like the routed experts' down, the vectors F32) and no q/k
+ * norms; the loader takes it as MP_ARCH_QWEN2MOE. In f32 the values carry the design: biases of
+ * modest size around 0, the shared expert's gate and gate/up ignore the bias channel and its down
+ * never writes it. --type-shexp sets the three matrices; the llama layer mix gives the shared down
+ * the routed down's type layer by layer. */
+Test(mkmodel, qwen2moe_has_biases_and_a_shared_expert_the_loader_takes)
+{
+    mp_error err = {0};
+    mp_mkmodel_config c = small_qwen2moe(512);
+    const int64_t E = c.n_embd, Q = c.n_head * c.head_dim, KV = c.n_head_kv * c.head_dim;
+    uint64_t last[2] = {0, 0}; /* done, total at the last progress call */
+    cr_assert_eq(mp_mkmodel_write(&c, tmp_path("q2.gguf"), true, record_progress, last, &err), MP_OK, "%s", err.msg);
+    check_file(&c, tmp_path("q2.gguf"));
+    mp_gguf *g;
+    cr_assert_eq(mp_gguf_open(tmp_path("q2.gguf"), &g, &err), MP_OK, "%s", err.msg);
+    uint64_t file_data = 0;
+    for (int64_t i = 0; i < mp_gguf_n_tensors(g); i++)
+        file_data += mp_gguf_tensor_at(g, i)->nbytes;
+    cr_assert(last[0] == last[1] && last[1] == file_data, "progress %llu of %llu, the file's tensors %llu bytes",
+              (unsigned long long)last[0], (unsigned long long)last[1], (unsigned long long)file_data);
+    uint32_t v;
+    cr_assert_eq(mp_gguf_get_u32(g, "qwen2moe.expert_shared_feed_forward_length", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v, 512);
+    cr_assert_eq(mp_gguf_get_u32(g, "qwen2moe.expert_feed_forward_length", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v, (uint32_t)c.n_ff_exp);
+    cr_assert_lt(mp_gguf_find_key(g, "qwen2moe.expert_weights_norm"), 0, "qwen2moe keeps the softmax's weights");
+    cr_assert_null(mp_gguf_find_tensor(g, "blk.0.attn_q_norm.weight"), "qwen2moe has no q/k norms");
+    mp_gguf_close(g);
+
+    mp_model *m = NULL;
+    cr_assert_eq(mp_model_load(tmp_path("q2.gguf"), &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(m->hp.arch, MP_ARCH_QWEN2MOE);
+    cr_assert_eq(m->hp.n_ff_shexp, 512);
+    cr_assert_not(m->hp.expert_weights_norm);
+    for (int64_t il = 0; il < c.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        const struct {
+            const char *what;
+            const mp_tensor *t;
+            int64_t ne0, ne1;
+            int type;
+        } want[] = {
+            {"bq", &L->bq, Q, 1, MP_TYPE_F32},
+            {"bk", &L->bk, KV, 1, MP_TYPE_F32},
+            {"bv", &L->bv, KV, 1, MP_TYPE_F32},
+            {"gate_inp_shexp", &L->gate_inp_shexp, E, 1, MP_TYPE_F32},
+            {"gate_shexp", &L->gate_shexp, E, 512, MP_TYPE_Q4_K},
+            {"up_shexp", &L->up_shexp, E, 512, MP_TYPE_Q4_K},
+            {"down_shexp", &L->down_shexp, 512, E, MP_TYPE_Q6_K},
+        };
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            const mp_tensor *t = want[k].t;
+            cr_assert_not_null(t->data, "layer %lld: %s missing", (long long)il, want[k].what);
+            cr_assert(t->ne[0] == want[k].ne0 && t->ne[1] == want[k].ne1 && t->ne[2] == 1,
+                      "layer %lld: %s has ne [%lld, %lld, %lld]", (long long)il, want[k].what,
+                      (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
+            cr_assert_eq(t->type, want[k].type, "layer %lld: %s type %d", (long long)il, want[k].what, t->type);
+        }
+        cr_assert_null(L->q_norm.data);
+    }
+    mp_model_free(m);
+
+    cr_assert_eq(mp_mkmodel_set_mix(&c, "f32", &err), MP_OK, "%s", err.msg);
+    write_model(&c, tmp_path("q2f32.gguf"));
+    cr_assert_eq(mp_model_load(tmp_path("q2f32.gguf"), &m, &err), MP_OK, "%s", err.msg);
+    for (int64_t il = 0; il < c.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        const mp_tensor *bias[3] = {&L->bq, &L->bk, &L->bv};
+        for (int k = 0; k < 3; k++) {
+            const float *b = bias[k]->data;
+            double sum = 0, sum2 = 0, amax = 0;
+            for (int64_t j = 0; j < bias[k]->ne[0]; j++) {
+                sum += b[j];
+                sum2 += (double)b[j] * b[j];
+                amax = fmax(amax, fabs(b[j]));
+            }
+            const double n = (double)bias[k]->ne[0], rms = sqrt(sum2 / n);
+            cr_assert(rms > 0.15 && rms < 0.4 && fabs(sum / n) < 0.1 && amax < 1.0,
+                      "layer %lld bias %d: rms %g, mean %g, max |b| %g", (long long)il, k, rms, sum / n, amax);
+        }
+        cr_assert_eq(((const float *)L->gate_inp_shexp.data)[0], 0.0f, "the shared gate reads the bias channel");
+        const float *gate = L->gate_shexp.data, *up = L->up_shexp.data, *down = L->down_shexp.data;
+        for (int64_t r = 0; r < 512; r++)
+            cr_assert(gate[r * E] == 0.0f && up[r * E] == 0.0f, "row %lld reads the bias channel", (long long)r);
+        for (int64_t j = 0; j < 512; j++)
+            cr_assert_eq(down[j], 0.0f, "the shared down writes the bias channel");
+    }
+    mp_model_free(m);
+
+    c = small_qwen2moe(512);
+    cr_assert_eq(mp_mkmodel_set_type(&c, "shexp", "Q8_0", &err), MP_OK, "%s", err.msg);
+    cr_assert(c.types[MP_MK_SHEXP_GATE] == MP_TYPE_Q8_0 && c.types[MP_MK_SHEXP_UP] == MP_TYPE_Q8_0 &&
+              c.types[MP_MK_SHEXP_DOWN] == MP_TYPE_Q8_0 && c.types[MP_MK_FFN_DOWN] == MP_TYPE_Q6_K);
+    write_model(&c, tmp_path("q2shexp.gguf"));
+    check_file(&c, tmp_path("q2shexp.gguf"));
+
+    c = small_qwen2moe(512);
+    c.n_layer = 16;
+    c.llama_layers = true;
+    for (int64_t il = 0; il < 16; il++)
+        cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_SHEXP_DOWN, il), mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, il),
+                     "layer %lld", (long long)il);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_SHEXP_DOWN, 2), MP_TYPE_Q4_K);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_SHEXP_DOWN, 15), MP_TYPE_Q6_K);
+}
+
+/* --shared-ff belongs to architectures with a shared expert: the others refuse it in one line, as
+ * they refuse the shared expert's and the biases' --type-CLASS; a size of 0 or past the limit is
+ * refused like the other sizes. */
+Test(mkmodel, shared_ff_is_refused_where_there_is_no_shared_expert)
+{
+    mp_error err = {0};
+    static const char *archs[] = {"qwen3moe", "olmoe", "mixtral"};
+    for (int i = 0; i < 3; i++) {
+        mp_mkmodel_config c;
+        cr_assert_eq(mp_mkmodel_arch(archs[i], &c, &err), MP_OK, "%s", err.msg);
+        cr_assert_eq(c.n_ff_shexp, 0);
+        cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+        c.n_ff_shexp = 512;
+        cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+        cr_assert(strstr(err.msg, "--shared-ff 512") && strstr(err.msg, archs[i]) && strstr(err.msg, "no shared expert"),
+                  "message: %s", err.msg);
+        cr_assert_null(strchr(err.msg, '\n'), "message: %s", err.msg);
+    }
+    mp_mkmodel_config c = small_qwen2moe(1 << 21);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "--shared-ff 2097152: expected an integer in 1.."), "message: %s", err.msg);
+    c.n_ff_shexp = 0;
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    c = small_config();
+    cr_assert_eq(mp_mkmodel_set_type(&c, "shexp", "Q8_0", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "qwen3moe has no shared expert"), "message: %s", err.msg);
+
+    const char *out = tmp_path("shared.gguf");
+    const char *const cases[][8] = {
+        {"--preset", "tiny", "--shared-ff", "512", "-o", out, NULL},
+        {"--arch", "olmoe", "--shared-ff", "256", "-o", out, NULL},
+        {"--preset", "mixtral", "--shared-ff", "14336", "-o", out, NULL},
+        {"--arch", "qwen2moe", "--shared-ff", "0", "-o", out, NULL},
+        {"--arch", "qwen2moe", "--shared-ff", "-256", "-o", out, NULL},
+        {"--arch", "qwen2moe", "--shared-ff", "2097152", "-o", out, NULL},
+        {"--preset", "tiny", "--type-shexp", "Q8_0", "-o", out, NULL},
+        {"--preset", "olmoe", "--type-bias", "F32", "-o", out, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(run_cmd(cases[i]), 2, "case %zu (%s %s %s %s)", i, cases[i][0], cases[i][1], cases[i][2],
+                     cases[i][3]);
+        cr_assert_eq(count_dir_entries(), 0, "case %zu left a file behind", i);
+    }
+    const char *const ok[] = {"--arch", "qwen2moe", "--layers", "1", "--experts", "4", "--top-k", "2", "--vocab",
+                              "300", "--shared-ff", "256", "--quiet", "-o", out, NULL};
+    cr_assert_eq(run_cmd(ok), 0);
+    mp_model *m = NULL;
+    cr_assert_eq(mp_model_load(out, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(m->hp.n_ff_shexp, 256);
+    mp_model_free(m);
+}
+
+/* The shared expert's rows fall back on their own: a shared FFN of 96 under q4_k_m gives its down
+ * llama.cpp's Q6_K fallback, Q8_0, while the routed experts (FFN 256) keep Q6_K and its gate/up
+ * (rows of the hidden size) Q4_K; the model loads, so the fallback type validates. */
+Test(mkmodel, shared_expert_rows_fall_back_where_they_do_not_fit)
+{
+    mp_error err = {0};
+    mp_mkmodel_config c = small_qwen2moe(96);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_SHEXP_DOWN, 0), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_SHEXP_GATE, 0), MP_TYPE_Q4_K);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q6_K);
+    char what[256];
+    cr_assert_eq(mp_mkmodel_describe_fallbacks(&c, what, sizeof what), 1);
+    cr_assert_str_eq(what, "shexp-down Q6_K -> Q8_0 (rows of 96)");
+    c.n_ff_shexp = 40; /* not even a multiple of 32 */
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_SHEXP_DOWN, 0), MP_TYPE_F16);
+    cr_assert_eq(mp_mkmodel_set_type(&c, "shexp-down", "Q6_K", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "--type-shexp-down Q6_K") && strstr(err.msg, "shared expert FFN size"), "message: %s",
+              err.msg);
+
+    const char *out = tmp_path("shfallback.gguf");
+    const char *const args[] = {"--arch", "qwen2moe", "--layers", "2", "--experts", "4", "--top-k", "2",
+                                "--vocab", "300", "--shared-ff", "96", "--quiet", "-o", out, NULL};
+    cr_assert_eq(run_cmd(args), 0);
+    mp_model *m = NULL;
+    cr_assert_eq(mp_model_load(out, &m, &err), MP_OK, "%s", err.msg);
+    for (int64_t il = 0; il < 2; il++) {
+        cr_assert_eq(m->layers[il].down_shexp.type, MP_TYPE_Q8_0);
+        cr_assert_eq(m->layers[il].down_shexp.ne[0], 96);
+        cr_assert_eq(m->layers[il].gate_shexp.type, MP_TYPE_Q4_K);
+        cr_assert_eq(m->layers[il].down_exps.type, MP_TYPE_Q6_K);
+    }
+    mp_model_free(m);
 }
 
 Test(mkmodel, existing_output_needs_force)
