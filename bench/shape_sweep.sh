@@ -7,12 +7,13 @@
 #   [MOEPLAN=build/cli/moeplan] [OUT=out/shape-sweep] [SHAPES="spec;spec;..."] [TOKENS=16]
 #   bash bench/shape_sweep.sh
 #
-# A spec is mkmodel's shape flags for --arch qwen3moe (default: top-1 of 12 experts; top-3 of 12
+# A spec is mkmodel's shape flags for --arch qwen3moe, or for the --arch it names (default: top-1 of 12 experts; top-3 of 12
 # with an expert FFN of 320, Q8_0; top-8 of 40 with an FFN of 128, Q8_0; top-2 of 8, BF16; the
 # tiny preset's top-4 of 16 in the q5_k_m mix; top-6 of 24 in q3_k_m; top-4 of 16 in q4_k_m with an
 # FFN of 352, whose down falls back from Q6_K to Q8_0 beside Q4_K gate/up as in llama.cpp's files
 # of such shapes; top-4 of 16 in q2_k with a hidden size of 288 and an FFN of 352, whose classes fall
-# back to IQ4_NL and Q5_0; top-4 of 16 with MXFP4 experts, as llama.cpp's MXFP4_MOE). It checks what a model other than the presets exercises: top-k of 1
+# back to IQ4_NL and Q5_0; top-4 of 16 with MXFP4 experts, as llama.cpp's MXFP4_MOE; qwen2moe's top-4 of 16 with
+# Q/K/V biases and a shared expert of FFN 352, whose down falls back to Q8_0). It checks what a model other than the presets exercises: top-k of 1
 # and 8, expert counts that are not powers of two, FFN widths that are not multiples of 256,
 # quantization mixes. Without a CUDA device calibrate measures no GPU costs and the rows stop
 # after collect. $OUT/shape-sweep.md gets the table; a failing step is said in its row (logs in
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.." || exit 1
 MOEPLAN=${MOEPLAN:-build/cli/moeplan}
 OUT=${OUT:-out/shape-sweep}
 TOKENS=${TOKENS:-16}
-SHAPES=${SHAPES:-"--experts 12 --top-k 1;--experts 12 --top-k 3 --expert-ff 320 --quant q8_0;--experts 40 --top-k 8 --expert-ff 128 --quant q8_0;--experts 8 --top-k 2 --expert-ff 512 --quant bf16;--experts 16 --top-k 4 --quant q5_k_m;--experts 24 --top-k 6 --quant q3_k_m;--experts 16 --top-k 4 --expert-ff 352 --quant q4_k_m;--experts 16 --top-k 4 --hidden 288 --expert-ff 352 --quant q2_k;--experts 16 --top-k 4 --type-experts MXFP4"}
+SHAPES=${SHAPES:-"--experts 12 --top-k 1;--experts 12 --top-k 3 --expert-ff 320 --quant q8_0;--experts 40 --top-k 8 --expert-ff 128 --quant q8_0;--experts 8 --top-k 2 --expert-ff 512 --quant bf16;--experts 16 --top-k 4 --quant q5_k_m;--experts 24 --top-k 6 --quant q3_k_m;--experts 16 --top-k 4 --expert-ff 352 --quant q4_k_m;--experts 16 --top-k 4 --hidden 288 --expert-ff 352 --quant q2_k;--experts 16 --top-k 4 --type-experts MXFP4;--arch qwen2moe --experts 16 --top-k 4 --shared-ff 352"}
 [ -x "$MOEPLAN" ] || { echo "shape_sweep: error: moeplan binary '$MOEPLAN' not found (build first, or set MOEPLAN)" >&2; exit 1; }
 mkdir -p "$OUT/logs" || exit 1
 log() { echo "[shape_sweep $(date +%H:%M:%S)] $*" >&2; }
@@ -44,7 +45,9 @@ for spec in "${specs[@]}"; do
     fail() { row="$row failed: $1 (logs/s$i-$2.log) |"; rc=1; }
     log "shape $i: $spec"
     # shellcheck disable=SC2086
-    if ! "$MOEPLAN" mkmodel --arch qwen3moe $spec --quiet --force -o "$w/m.gguf" >"$OUT/logs/s$i-mkmodel.log" 2>&1; then
+    arch=(--arch qwen3moe)
+    case " $spec " in *" --arch "*) arch=() ;; esac
+    if ! "$MOEPLAN" mkmodel "${arch[@]}" $spec --quiet --force -o "$w/m.gguf" >"$OUT/logs/s$i-mkmodel.log" 2>&1; then
         fail "mkmodel: $(tail -n 1 "$OUT/logs/s$i-mkmodel.log")" mkmodel
         echo "$row" >>"$table"
         continue

@@ -20,6 +20,6 @@ if [ "$rc" != 0 ] || grep -q 'failed' "$out/shape-sweep.md"; then
     exit 1
 fi
 rows=$(grep -c '^| `' "$out/shape-sweep.md")
-[ "$rows" -ge 9 ] || { echo "shape_sweep: $rows rows, expected 9" >&2; exit 1; }
+[ "$rows" -ge 10 ] || { echo "shape_sweep: $rows rows, expected 10" >&2; exit 1; }
 [ "$(grep -c '^| `[^|]*| ok |' "$out/shape-sweep.md")" = "$rows" ] ||
     { echo "shape_sweep: not every shape collected and analyzed" >&2; exit 1; }
