@@ -71,7 +71,7 @@ static mp_status check_tensor(const char *where, const char *name, const mp_tens
         else
             snprintf(ts, sizeof ts, "id %d", t->type);
         return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: tensor %s: type %s is not supported%s", where,
-                       name, ts, float_only ? " (norm weights must be F32)" : "");
+                       name, ts, float_only ? " (norm weights and biases must be F32)" : "");
     }
     const size_t row_bytes = mp_type_row_bytes(t->type, ne0);
     if (row_bytes == 0 || t->row_bytes != row_bytes)
