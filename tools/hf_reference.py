@@ -2,9 +2,11 @@
 """Build a tiny random MoE model with HF transformers, convert it to GGUF with the PyPI `gguf`
 package, and record transformers' logits and greedy continuations as moeplan's parity fixture.
 
-Two architectures: `qwen3moe` (Qwen3MoeForCausalLM: q/k norms, no attention biases, renormalized
-top-k) and `qwen2moe` (Qwen2MoeForCausalLM, the Qwen1.5-MoE layout: Q/K/V biases, top-k weights
-not renormalized, a shared expert behind a sigmoid gate).
+Four architectures: `qwen3moe` (Qwen3MoeForCausalLM: q/k norms, no attention biases, renormalized
+top-k), `qwen2moe` (Qwen2MoeForCausalLM, the Qwen1.5-MoE layout: Q/K/V biases, top-k weights not
+renormalized, a shared expert behind a sigmoid gate), `olmoe` (OlmoeForCausalLM: q/k norms over all
+heads) and `mixtral` (MixtralForCausalLM, written as llama.cpp's converter writes it: architecture
+"llama", Q and K permuted for RoPE on interleaved pairs).
 
 Neither transformers nor the gguf package is moeplan code: the fixture checks moeplan's loader
 and forward pass against references nobody here wrote. Needs torch, transformers and the gguf
@@ -12,7 +14,7 @@ package (on the GPU machine torch and transformers are there and the gguf wheel 
 any machine with the three installed works). CPU float32 is used for the reference so the numbers
 do not depend on GPU kernels.
 
-Usage: tools/hf_reference.py OUT_DIR [qwen3moe|qwen2moe]   (default qwen3moe)
+Usage: tools/hf_reference.py OUT_DIR [qwen3moe|qwen2moe|olmoe|mixtral]   (default qwen3moe)
 Writes OUT_DIR/ARCH-tiny-f32.gguf and OUT_DIR/ARCH-tiny-expected.bin (format in
 tests/fixtures/hf/README.md) and prints a summary.
 """
@@ -79,12 +81,39 @@ def qwen2moe_model():
     return cfg, Qwen2MoeForCausalLM(cfg)
 
 
+def olmoe_model():
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+    cfg = OlmoeConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=False, rms_norm_eps=1e-5, max_position_embeddings=256,
+        tie_word_embeddings=False, rope_theta=10000.0, clip_qkv=None, pad_token_id=0,
+        bos_token_id=256, eos_token_id=258,
+    )
+    return cfg, OlmoeForCausalLM(cfg)
+
+
+def mixtral_model():
+    from transformers import MixtralConfig, MixtralForCausalLM
+    cfg = MixtralConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+        num_experts_per_tok=2, rms_norm_eps=1e-5, max_position_embeddings=256,
+        tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=None,
+    )
+    return cfg, MixtralForCausalLM(cfg)
+
+
 def qwen3moe_kv(w, cfg):
     pass
 
 
 def qwen2moe_kv(w, cfg):
     w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+
+
+def no_tensors(t, sd, i, p):
+    pass
 
 
 def qwen3moe_attn_tensors(t, sd, i, p):
@@ -110,10 +139,39 @@ def qwen2moe_ffn_tensors(t, sd, i, p):
     t(f"blk.{i}.ffn_down_shexp.weight", sd[p + "mlp.shared_expert.down_proj.weight"])
 
 
+# model, extra keys, extra attention tensors, extra FFN tensors, the GGUF architecture name, whether
+# Q and K are permuted as llama.cpp's converter does for "llama" files (its RoPE rotates interleaved
+# pairs where transformers rotates halves), and the top-k renormalization key to write (None: none,
+# the architecture's default)
 ARCHS = {
-    "qwen3moe": (qwen3moe_model, qwen3moe_kv, qwen3moe_attn_tensors, qwen3moe_ffn_tensors),
-    "qwen2moe": (qwen2moe_model, qwen2moe_kv, qwen2moe_attn_tensors, qwen2moe_ffn_tensors),
+    "qwen3moe": (qwen3moe_model, qwen3moe_kv, qwen3moe_attn_tensors, qwen3moe_ffn_tensors, "qwen3moe", False,
+                 "norm_topk_prob"),
+    "qwen2moe": (qwen2moe_model, qwen2moe_kv, qwen2moe_attn_tensors, qwen2moe_ffn_tensors, "qwen2moe", False,
+                 "norm_topk_prob"),
+    # OLMoE normalizes the whole q and k vectors (q_norm of n_head * head_dim)
+    "olmoe": (olmoe_model, qwen3moe_kv, qwen3moe_attn_tensors, no_tensors, "olmoe", False, "norm_topk_prob"),
+    # Mixtral as llama.cpp's converter writes it: architecture "llama" with expert keys, Q/K permuted,
+    # no renormalization key (top-k softmax, renormalized, is Mixtral's rule and moeplan's default)
+    "mixtral": (mixtral_model, qwen3moe_kv, no_tensors, no_tensors, "llama", True, None),
 }
+
+
+def n_experts(cfg):
+    return getattr(cfg, "num_local_experts", None) or cfg.num_experts
+
+
+def expert_ffn(cfg):
+    return getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+
+
+def head_dim(cfg):
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
+def permute_qk(w, n_head):
+    """llama.cpp's convert_hf_to_gguf permutation of a Q or K projection (rows grouped per head as
+    (2, head_dim/2) -> (head_dim/2, 2)), so that interleaved-pair RoPE equals transformers' halves."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,11 +198,11 @@ def build_model(arch):
 def expert_stacks(sd, cfg, p):
     """(gate, up, down) as numpy (E, out, in), from the fused transformers-5 layout or per-expert
     linears."""
-    F = cfg.moe_intermediate_size
+    F = expert_ffn(cfg)
+    E = n_experts(cfg)
     if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused per layer
         gu = sd[p + "mlp.experts.gate_up_proj"]
         down = sd[p + "mlp.experts.down_proj"]
-        E = cfg.num_experts
         if gu.shape == (E, 2 * F, cfg.hidden_size):
             gate, up = gu[:, :F, :], gu[:, F:, :]
         elif gu.shape == (E, cfg.hidden_size, 2 * F):
@@ -158,9 +216,9 @@ def expert_stacks(sd, cfg, p):
         else:
             raise SystemExit(f"unexpected down_proj shape {down.shape}")
     else:  # per-expert linears
-        gate = np.stack([sd[p + f"mlp.experts.{e}.gate_proj.weight"] for e in range(cfg.num_experts)])
-        up = np.stack([sd[p + f"mlp.experts.{e}.up_proj.weight"] for e in range(cfg.num_experts)])
-        down = np.stack([sd[p + f"mlp.experts.{e}.down_proj.weight"] for e in range(cfg.num_experts)])
+        gate = np.stack([sd[p + f"mlp.experts.{e}.gate_proj.weight"] for e in range(E)])
+        up = np.stack([sd[p + f"mlp.experts.{e}.up_proj.weight"] for e in range(E)])
+        down = np.stack([sd[p + f"mlp.experts.{e}.down_proj.weight"] for e in range(E)])
     return gate, up, down
 
 
@@ -184,12 +242,12 @@ def add_vocab(w):
 
 
 def write_gguf(arch, cfg, sd, path):
-    _, arch_kv, arch_attn, arch_ffn = ARCHS[arch]
+    _, arch_kv, arch_attn, arch_ffn, gguf_arch, permute, norm_key = ARCHS[arch]
     rope = getattr(cfg, "rope_theta", None)
     if rope is None:
         rope = cfg.rope_parameters["rope_theta"]
 
-    w = gguf.GGUFWriter(path, arch)
+    w = gguf.GGUFWriter(path, gguf_arch)
     w.add_name(f"hf-reference-{arch}-tiny")
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
@@ -197,15 +255,16 @@ def write_gguf(arch, cfg, sd, path):
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
+    w.add_key_length(head_dim(cfg))
+    w.add_value_length(head_dim(cfg))
     w.add_rope_freq_base(float(rope))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_expert_count(cfg.num_experts)
+    w.add_expert_count(n_experts(cfg))
     w.add_expert_used_count(cfg.num_experts_per_tok)
-    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_expert_feed_forward_length(expert_ffn(cfg))
     arch_kv(w, cfg)
-    w.add_bool(f"{arch}.expert_weights_norm", bool(cfg.norm_topk_prob))
+    if norm_key:
+        w.add_bool(f"{gguf_arch}.expert_weights_norm", bool(getattr(cfg, norm_key)))
     w.add_file_type(0)
     add_vocab(w)
 
@@ -218,8 +277,11 @@ def write_gguf(arch, cfg, sd, path):
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         t(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
-        t(f"blk.{i}.attn_q.weight", sd[p + "self_attn.q_proj.weight"])
-        t(f"blk.{i}.attn_k.weight", sd[p + "self_attn.k_proj.weight"])
+        q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
+        if permute:
+            q, k = permute_qk(q, cfg.num_attention_heads), permute_qk(k, cfg.num_key_value_heads)
+        t(f"blk.{i}.attn_q.weight", q)
+        t(f"blk.{i}.attn_k.weight", k)
         t(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         t(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         arch_attn(t, sd, i, p)

@@ -1,8 +1,9 @@
 /* tests/unit/test_hf_parity.c — moeplan's forward pass against HF transformers.
  *
- * The fixtures (tests/fixtures/hf/README.md) were produced by transformers' Qwen3MoeForCausalLM and
- * Qwen2MoeForCausalLM (Q/K/V biases, a gated shared expert, top-k weights not renormalized) and
- * converted to GGUF by the PyPI gguf package: no moeplan code took part. Every position's logits
+ * The fixtures (tests/fixtures/hf/README.md) were produced by transformers' Qwen3MoeForCausalLM,
+ * Qwen2MoeForCausalLM (Q/K/V biases, a gated shared expert, top-k weights not renormalized),
+ * OlmoeForCausalLM and MixtralForCausalLM (written as llama.cpp's converter writes Mixtral: "llama",
+ * Q/K permuted) and converted to GGUF by the PyPI gguf package: no moeplan code took part. Every position's logits
  * must match within 1e-4 relative error (max |diff| / max |reference|, per row), and greedy
  * decoding must reproduce transformers' 32-token continuation exactly. */
 #include <criterion/criterion.h>
@@ -175,4 +176,31 @@ Test(hf_parity, qwen2moe_logits_match_transformers_f32)
 Test(hf_parity, qwen2moe_greedy_continuations_match_transformers)
 {
     continuations_match("qwen2moe-tiny");
+}
+
+/* OLMoE: q/k RMSNorm over all heads, top-k weights not renormalized */
+Test(hf_parity, olmoe_logits_match_transformers_f32)
+{
+    logits_match("olmoe-tiny");
+}
+
+Test(hf_parity, olmoe_greedy_continuations_match_transformers)
+{
+    continuations_match("olmoe-tiny");
+}
+
+/* Mixtral as llama.cpp's converter writes it: architecture "llama" with expert keys, Q and K
+ * permuted for RoPE on interleaved pairs */
+Test(hf_parity, mixtral_logits_match_transformers_f32)
+{
+    mp_model *m = load_model("mixtral-tiny");
+    cr_assert_eq(m->hp.arch, MP_ARCH_MIXTRAL);
+    cr_assert(m->hp.expert_weights_norm);
+    mp_model_free(m);
+    logits_match("mixtral-tiny");
+}
+
+Test(hf_parity, mixtral_greedy_continuations_match_transformers)
+{
+    continuations_match("mixtral-tiny");
 }
