@@ -284,32 +284,28 @@ mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
         mp_layer *L = &m->layers[il];
         char name[64];
 #define LAYER_VIEW(field, suffix)                                                 \
-        snprintf(name, sizeof name, "blk.%" PRId64 "." suffix ".weight", il);     \
+        snprintf(name, sizeof name, "blk.%" PRId64 "." suffix, il);               \
         view(g, name, &L->field)
-        LAYER_VIEW(attn_norm, "attn_norm");
-        LAYER_VIEW(wq, "attn_q");
-        LAYER_VIEW(wk, "attn_k");
-        LAYER_VIEW(wv, "attn_v");
-        LAYER_VIEW(wo, "attn_output");
-        LAYER_VIEW(q_norm, "attn_q_norm");
-        LAYER_VIEW(k_norm, "attn_k_norm");
-        LAYER_VIEW(ffn_norm, "ffn_norm");
-        LAYER_VIEW(gate_inp, "ffn_gate_inp");
-        LAYER_VIEW(gate_exps, "ffn_gate_exps");
-        LAYER_VIEW(up_exps, "ffn_up_exps");
-        LAYER_VIEW(down_exps, "ffn_down_exps");
-        LAYER_VIEW(gate_inp_shexp, "ffn_gate_inp_shexp");
-        LAYER_VIEW(gate_shexp, "ffn_gate_shexp");
-        LAYER_VIEW(up_shexp, "ffn_up_shexp");
-        LAYER_VIEW(down_shexp, "ffn_down_shexp");
+        LAYER_VIEW(attn_norm, "attn_norm.weight");
+        LAYER_VIEW(wq, "attn_q.weight");
+        LAYER_VIEW(wk, "attn_k.weight");
+        LAYER_VIEW(wv, "attn_v.weight");
+        LAYER_VIEW(wo, "attn_output.weight");
+        LAYER_VIEW(q_norm, "attn_q_norm.weight");
+        LAYER_VIEW(k_norm, "attn_k_norm.weight");
+        LAYER_VIEW(ffn_norm, "ffn_norm.weight");
+        LAYER_VIEW(gate_inp, "ffn_gate_inp.weight");
+        LAYER_VIEW(gate_exps, "ffn_gate_exps.weight");
+        LAYER_VIEW(up_exps, "ffn_up_exps.weight");
+        LAYER_VIEW(down_exps, "ffn_down_exps.weight");
+        LAYER_VIEW(gate_inp_shexp, "ffn_gate_inp_shexp.weight");
+        LAYER_VIEW(gate_shexp, "ffn_gate_shexp.weight");
+        LAYER_VIEW(up_shexp, "ffn_up_shexp.weight");
+        LAYER_VIEW(down_shexp, "ffn_down_shexp.weight");
+        LAYER_VIEW(bq, "attn_q.bias");
+        LAYER_VIEW(bk, "attn_k.bias");
+        LAYER_VIEW(bv, "attn_v.bias");
 #undef LAYER_VIEW
-#define BIAS_VIEW(field, suffix)                                                  \
-        snprintf(name, sizeof name, "blk.%" PRId64 "." suffix ".bias", il);       \
-        view(g, name, &L->field)
-        BIAS_VIEW(bq, "attn_q");
-        BIAS_VIEW(bk, "attn_k");
-        BIAS_VIEW(bv, "attn_v");
-#undef BIAS_VIEW
         /* an architecture ignores the tensors it does not use rather than half-using them */
         const mp_arch_traits *tr = mp_arch_get(m->hp.arch);
         if (tr->qk_norm == MP_QK_NORM_NONE) {

@@ -56,18 +56,24 @@ static const char *tmp_path(const char *name)
     return p[k];
 }
 
-/* A small qwen3moe config: one K-quant block per row. */
-static mp_mkmodel_config small_config(void)
+/* c cut to 2 layers of 4 experts (top-2) and 320 tokens, written on 2 threads. */
+static mp_mkmodel_config shrunk(mp_mkmodel_config c)
 {
-    mp_mkmodel_config c;
-    mp_error err;
-    cr_assert_eq(mp_mkmodel_preset("tiny", &c, &err), MP_OK, "%s", err.msg);
     c.n_layer = 2;
     c.n_expert = 4;
     c.n_expert_used = 2;
     c.n_vocab = 320;
     c.n_threads = 2;
     return c;
+}
+
+/* A small qwen3moe config: one K-quant block per row. */
+static mp_mkmodel_config small_config(void)
+{
+    mp_mkmodel_config c;
+    mp_error err;
+    cr_assert_eq(mp_mkmodel_preset("tiny", &c, &err), MP_OK, "%s", err.msg);
+    return shrunk(c);
 }
 
 static void write_model(const mp_mkmodel_config *c, const char *path)
@@ -572,11 +578,7 @@ static mp_mkmodel_config small_qwen2moe(int64_t n_ff_shexp)
     mp_mkmodel_config c;
     mp_error err;
     cr_assert_eq(mp_mkmodel_arch("qwen2moe", &c, &err), MP_OK, "%s", err.msg);
-    c.n_layer = 2;
-    c.n_expert = 4;
-    c.n_expert_used = 2;
-    c.n_vocab = 320;
-    c.n_threads = 2;
+    c = shrunk(c);
     c.n_ff_shexp = n_ff_shexp;
     return c;
 }
