@@ -112,6 +112,11 @@ def qwen2moe_kv(w, cfg):
     w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
 
 
+def mixtral_kv(w, cfg):
+    # llama.cpp's converter writes the rotary dimension for "llama" files (the whole head here)
+    w.add_rope_dimension_count(head_dim(cfg))
+
+
 def no_tensors(t, sd, i, p):
     pass
 
@@ -150,9 +155,10 @@ ARCHS = {
                  "norm_topk_prob"),
     # OLMoE normalizes the whole q and k vectors (q_norm of n_head * head_dim)
     "olmoe": (olmoe_model, qwen3moe_kv, qwen3moe_attn_tensors, no_tensors, "olmoe", False, "norm_topk_prob"),
-    # Mixtral as llama.cpp's converter writes it: architecture "llama" with expert keys, Q/K permuted,
-    # no renormalization key (top-k softmax, renormalized, is Mixtral's rule and moeplan's default)
-    "mixtral": (mixtral_model, qwen3moe_kv, no_tensors, no_tensors, "llama", True, None),
+    # Mixtral as llama.cpp's converter writes it: architecture "llama" with expert keys and
+    # rope.dimension_count, Q/K permuted, no renormalization key (top-k softmax, renormalized, is
+    # Mixtral's rule and moeplan's default)
+    "mixtral": (mixtral_model, mixtral_kv, no_tensors, no_tensors, "llama", True, None),
 }
 
 
