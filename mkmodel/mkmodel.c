@@ -81,6 +81,14 @@ static void defaults(mp_mkmodel_config *c, mp_arch arch)
     mp_mkmodel_set_mix(c, "q4_k_m", NULL);
 }
 
+/* Append name to the ", "-separated list in buf (the names an error message offers). */
+static void list_append(char *buf, size_t cap, const char *name)
+{
+    const size_t off = strlen(buf);
+    if (off < cap)
+        snprintf(buf + off, cap - off, "%s%s", off ? ", " : "", name);
+}
+
 /* The architecture's name as --arch and the runtime's traits spell it. */
 static const char *arch_cli_name(mp_arch a)
 {
@@ -94,9 +102,8 @@ mp_status mp_mkmodel_arch(const char *arch_name, mp_mkmodel_config *cfg, mp_erro
     const int id = !strcmp(arch_name, "llama") ? MP_ARCH_MIXTRAL : mp_arch_from_name(arch_name);
     if (id < 0) {
         char list[160] = "";
-        size_t off = 0;
-        for (int a = 0; mp_arch_get((mp_arch)a) && off < sizeof list; a++)
-            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", a ? ", " : "", arch_cli_name((mp_arch)a));
+        for (int a = 0; mp_arch_get((mp_arch)a); a++)
+            list_append(list, sizeof list, arch_cli_name((mp_arch)a));
         return mp_fail(err, MP_ERR_ARG, "--arch '%s': expected one of %s", arch_name, list);
     }
     const mp_arch arch = (mp_arch)id;
@@ -130,9 +137,10 @@ mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *
         set_shape(cfg, 28, 3584, 28, 4, 128, 64, 8, 2560, 151936, 32768);
         cfg->n_ff_shexp = 20480;
     } else {
-        return mp_fail(err, MP_ERR_ARG,
-                       "--preset '%s': expected one of tiny, flame, qwen3-30b-a3b, olmoe, mixtral, qwen2-57b-a14b",
-                       name);
+        char list[160] = "";
+        for (int i = 0; mp_mkmodel_preset_names[i]; i++)
+            list_append(list, sizeof list, mp_mkmodel_preset_names[i]);
+        return mp_fail(err, MP_ERR_ARG, "--preset '%s': expected one of %s", name, list);
     }
     snprintf(cfg->preset, sizeof cfg->preset, "%s", name);
     snprintf(cfg->name, sizeof cfg->name, "moeplan-synthetic-%s", name);

@@ -274,15 +274,11 @@ static void gen_task(void *ctx, int64_t task, int thread)
 
 /* ---- metadata ---- */
 
+/* The runtime's traits name, but Mixtral's: llama.cpp writes Mixtral as "llama" + expert keys. */
 static const char *gguf_arch_name(mp_arch a)
 {
-    switch (a) {
-    case MP_ARCH_QWEN3MOE: return "qwen3moe";
-    case MP_ARCH_OLMOE: return "olmoe";
-    case MP_ARCH_MIXTRAL: return "llama"; /* llama.cpp writes Mixtral as "llama" + expert keys */
-    case MP_ARCH_QWEN2MOE: return "qwen2moe";
-    }
-    return "?";
+    const mp_arch_traits *tr = mp_arch_get(a);
+    return a == MP_ARCH_MIXTRAL ? "llama" : tr ? tr->name : "?";
 }
 
 /* llama.cpp's general.file_type (llama_ftype) for the mix, or for the expert type once custom. */
