@@ -6,7 +6,13 @@
  *    space + other symbols, whitespace not followed by a non-space, remaining whitespace;
  *  - "qwen2": case-insensitive contractions, one optional non-letter/non-digit (not a newline)
  *    before letters, single digits, symbols with trailing newlines, newline runs with leading
- *    whitespace, then the same whitespace rules.
+ *    whitespace, then the same whitespace rules;
+ *  - "gpt-4o": OpenAI's o200k_base (GPT-4o and gpt-oss; llama.cpp's GPT4O pre type): words cut at
+ *    case changes (upper/title-case letters then lower-case ones, or an upper-case run alone;
+ *    modifier and other letters and combining marks count as either case), each with one optional
+ *    non-letter/non-digit (not a newline) in front and a case-insensitive contraction behind, digits
+ *    in runs of at most three, symbols with trailing newlines or slashes, then the qwen2 whitespace
+ *    rules.
  * Invariant: the pieces handed to the callback tile the input exactly.
  */
 #include "tokenizer/pretokenize.h"
@@ -27,6 +33,11 @@ static const pretok_def k_defs[] = {
     {"olmo", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
     {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
               "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    {"gpt-4o", "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+               "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+               "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
 };
 
 struct mp_pretok {
@@ -34,7 +45,7 @@ struct mp_pretok {
     pcre2_code *code;
 };
 
-const char *mp_pretok_names(void) { return "gpt-2, olmo, qwen2"; }
+const char *mp_pretok_names(void) { return "gpt-2, olmo, qwen2, gpt-4o"; }
 
 mp_status mp_pretok_new(const char *pre, mp_pretok **out, mp_error *err)
 {

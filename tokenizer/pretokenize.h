@@ -14,8 +14,8 @@
 
 typedef struct mp_pretok mp_pretok;
 
-/* pre: "gpt-2" (also "olmo", which uses the same pattern) or "qwen2". Anything else is
- * MP_ERR_UNSUPPORTED naming the value. */
+/* pre: "gpt-2" (also "olmo", which uses the same pattern), "qwen2" or "gpt-4o" (o200k_base, as
+ * gpt-oss files name it). Anything else is MP_ERR_UNSUPPORTED naming the value. */
 mp_status mp_pretok_new(const char *pre, mp_pretok **out, mp_error *err);
 void mp_pretok_free(mp_pretok *p);
 const char *mp_pretok_name(const mp_pretok *p);

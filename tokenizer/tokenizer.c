@@ -464,7 +464,8 @@ mp_status mp_tok_build(const mp_tok_source *src, mp_tokenizer **out, mp_error *e
     if (src->has_chat) {
         t->chat = src->chat;
         t->chat_why = src->chat ? "the file's tokenizer.chat_template"
-                                : "the file's tokenizer.chat_template is none moeplan knows (ChatML, [INST], <|user|>)";
+                                : "the file's tokenizer.chat_template is none moeplan knows (ChatML, [INST], <|user|>, "
+                                  "<|start|>...<|message|>)";
     } else if (mp_tokenizer_find(t, "<|im_start|>") >= 0 && mp_tokenizer_find(t, "<|im_end|>") >= 0) {
         t->chat = "chatml";
         t->chat_why = "no tokenizer.chat_template; the vocabulary has <|im_start|> and <|im_end|>";

@@ -3,7 +3,7 @@
  *
  * Loaded from tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,eos_token_id,...}.
  * Pre-tokenization splits text with the regex of tokenizer.ggml.pre (PCRE2, UTF + Unicode
- * properties): at least "qwen2" and "gpt-2" (unknown values are an error naming the value).
+ * properties): "gpt-2", "olmo", "qwen2" or "gpt-4o" (unknown values are an error naming the value).
  * Special tokens (token_type CONTROL or USER_DEFINED) are matched verbatim before splitting:
  * CONTROL tokens when parse_special is set, USER_DEFINED tokens always (as the reference
  * tokenizers do: they are vocabulary words, e.g. "<think>"). Invariant: decode(encode(text)) == text for any valid UTF-8 text without
@@ -41,7 +41,8 @@ int32_t mp_tokenizer_eos(const mp_tokenizer *t); /* -1 if none */
 int32_t mp_tokenizer_eot(const mp_tokenizer *t); /* -1 if none */
 /* Token type (MP_TOK_TYPE_*), or -1 for an id out of range. */
 int32_t mp_tokenizer_token_type(const mp_tokenizer *t, int32_t tok);
-/* Canonical name of the pre-tokenizer in use ("gpt-2", "olmo", "qwen2"). */
+/* Canonical name of the pre-tokenizer in use ("gpt-2", "olmo", "qwen2", "gpt-4o"; "spm" for a
+ * SentencePiece vocabulary). */
 const char *mp_tokenizer_pre(const mp_tokenizer *t);
 bool mp_tokenizer_add_bos(const mp_tokenizer *t);
 /* True for end-of-generation tokens (eos, eot, <|im_end|>, <|endoftext|> when present). */
@@ -63,11 +64,13 @@ size_t mp_tokenizer_decode_token(const mp_tokenizer *t, int32_t tok, char *buf, 
 
 /* Chat templates, one user message in the form a chat model was trained on: "chatml" (qwen2/qwen3):
  * <|im_start|>user\n{msg}<|im_end|>\n<|im_start|>assistant\n; "mistral" (Mixtral-Instruct):
- * [INST] {msg} [/INST]; "tulu" (OLMoE-Instruct): <|user|>\n{msg}\n<|assistant|>\n. Returns a
- * malloc'd NUL-terminated string. */
+ * [INST] {msg} [/INST]; "tulu" (OLMoE-Instruct): <|user|>\n{msg}\n<|assistant|>\n; "harmony"
+ * (gpt-oss): <|start|>user<|message|>{msg}<|end|><|start|>assistant. Returns a malloc'd
+ * NUL-terminated string. */
 mp_status mp_chat_apply(const char *template_name, const char *user_msg, char **out, mp_error *err);
 /* The template of a GGUF's tokenizer.chat_template (Jinja; len bytes, untrusted): the first of
- * chatml (it has <|im_start|>), mistral ([INST]), tulu (<|user|> and <|assistant|>), or NULL. */
+ * chatml (it has <|im_start|>), mistral ([INST]), tulu (<|user|> and <|assistant|>), harmony
+ * (<|start|> and <|message|>), or NULL. */
 const char *mp_chat_template_classify(const char *text, size_t len);
 /* The template prompts of this model take, one rule for `run` and `collect`: the file's
  * tokenizer.chat_template's (mp_chat_template_classify); without that key, chatml where the

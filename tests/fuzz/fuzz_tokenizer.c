@@ -1,12 +1,12 @@
 /* tests/fuzz/fuzz_tokenizer.c — fuzz target for the tokenizer and the vocabulary builder.
  *
- * Input: byte 0 picks the pre-tokenizer (bit 0), parse_special (bit 1), whether to learn a
- * vocabulary from the input itself (bit 2) and, with bit 3, a SentencePiece vocabulary instead (a
- * fixed one: <unk>, <s>, </s>, the 256 byte tokens, a few hundred pieces of the corpus with scores);
- * the rest is the text. Invariants checked (abort on violation): encode succeeds exactly when the
- * text is valid UTF-8, every id is in range, and the decoded tokens give the text back (with the
- * SentencePiece space prefix in front of a non-empty text without special tokens); a vocabulary
- * learned from any valid text loads as a tokenizer.
+ * Input: byte 0 picks the pre-tokenizer (bit 0: gpt-2 or qwen2; bit 4 set: gpt-4o), parse_special
+ * (bit 1), whether to learn a vocabulary from the input itself (bit 2) and, with bit 3, a
+ * SentencePiece vocabulary instead (a fixed one: <unk>, <s>, </s>, the 256 byte tokens, a few
+ * hundred pieces of the corpus with scores); the rest is the text. Invariants checked (abort on
+ * violation): encode succeeds exactly when the text is valid UTF-8, every id is in range, and the
+ * decoded tokens give the text back (with the SentencePiece space prefix in front of a non-empty
+ * text without special tokens); a vocabulary learned from any valid text loads as a tokenizer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 
-static const char *const k_pres[2] = {"gpt-2", "qwen2"};
+static const char *const k_pres[3] = {"gpt-2", "qwen2", "gpt-4o"};
 
 static void check(bool ok, const char *what)
 {
@@ -121,11 +121,11 @@ static mp_tokenizer *spm_tokenizer(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static mp_tokenizer *spm;
-    static mp_tokenizer *shared[2];
-    static mp_vocab shared_vocab[2];
+    static mp_tokenizer *shared[3];
+    static mp_vocab shared_vocab[3];
     if (size == 0)
         return 0;
-    int pre = data[0] & 1;
+    int pre = data[0] & 16 ? 2 : data[0] & 1; /* bit 4 came later: older seeds keep their meaning */
     bool special = (data[0] & 2) != 0, learn = (data[0] & 4) != 0;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tokenizer/bytelevel.h"
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---- helpers ---- */
@@ -227,13 +228,19 @@ Test(tokenizer, parity_qwen2_with_hf_tokenizers)
     check_parity("qwen2", "vocab_qwen2.json", "parity_qwen2.json");
 }
 
+Test(tokenizer, parity_gpt4o_with_hf_tokenizers)
+{
+    check_parity("gpt-4o", "vocab_gpt4o.json", "parity_gpt4o.json");
+}
+
 /* The committed fixture vocabularies were made by mp_vocab_build on the built-in corpus: the
  * builder must still produce them exactly (else regenerate with gen_tokenizer_fixture.py), except
  * that the generator turned the last two padding tokens into user-defined <think>, </think>. */
 Test(tokenizer, vocab_builder_reproduces_fixture)
 {
-    const char *pres[2] = {"gpt-2", "qwen2"}, *files[2] = {"vocab_gpt2.json", "vocab_qwen2.json"};
-    for (int p = 0; p < 2; p++) {
+    const char *pres[3] = {"gpt-2", "qwen2", "gpt-4o"},
+               *files[3] = {"vocab_gpt2.json", "vocab_qwen2.json", "vocab_gpt4o.json"};
+    for (int p = 0; p < 3; p++) {
         mp_vocab want, got;
         load_vocab_fixture(files[p], &want);
         mp_tokenizer_free(default_tokenizer(pres[p], want.n_vocab, &got));
@@ -301,21 +308,23 @@ static void round_trip_random(const char *pre, int64_t n_vocab)
 
 Test(tokenizer, round_trip_random_gpt2) { round_trip_random("gpt-2", 2048); }
 Test(tokenizer, round_trip_random_qwen2) { round_trip_random("qwen2", 2048); }
+Test(tokenizer, round_trip_random_gpt4o) { round_trip_random("gpt-4o", 2048); }
 Test(tokenizer, round_trip_random_tiny_vocab) { round_trip_random("qwen2", 512); }
 
-/* Long runs stress the regex (lookahead over whitespace) and the merge heap (one 200 KB word). */
-Test(tokenizer, round_trip_long_runs)
+/* Long runs stress the regex (lookahead over whitespace; gpt-4o's upper-case run, which its first
+ * alternative backtracks over before the second takes it) and the merge heap (one 200 KB word). */
+static void round_trip_long_runs(const char *pre)
 {
     mp_vocab v;
-    mp_tokenizer *t = default_tokenizer("gpt-2", 2048, &v);
+    mp_tokenizer *t = default_tokenizer(pre, 2048, &v);
     const size_t n = 200001;
     char *s = malloc(n);
     /* Fills that the corpus taught merges for must shrink; the others must still round-trip. */
     const struct {
         const char *unit;
         bool merges;
-    } fills[] = {{" ", true}, {"the", true}, {"a", false}, {"7", false}, {"\n", false},
-                 {"\xc3\xa9", false}};
+    } fills[] = {{" ", true}, {"the", true}, {"a", false}, {"A", false}, {"7", false}, {"\n", false},
+                 {"/", false}, {"\xc3\xa9", false}};
     mp_error err = {0};
     for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
         size_t ul = strlen(fills[f].unit), len = 0;
@@ -328,10 +337,10 @@ Test(tokenizer, round_trip_long_runs)
         size_t k, dlen;
         cr_assert_eq(mp_tokenizer_encode(t, s, len, false, &ids, &k, &err), MP_OK, "%s", err.msg);
         if (fills[f].merges)
-            cr_assert_lt(k, len / 2, "fill '%s': %zu tokens for %zu bytes: merges did not apply",
-                         fills[f].unit, k, len);
+            cr_assert_lt(k, len / 2, "%s fill '%s': %zu tokens for %zu bytes: merges did not apply",
+                         pre, fills[f].unit, k, len);
         char *back = decode_all(t, ids, k, &dlen);
-        cr_assert(dlen == len && memcmp(back, s, len) == 0, "fill '%s': round trip",
+        cr_assert(dlen == len && memcmp(back, s, len) == 0, "%s fill '%s': round trip", pre,
                   fills[f].unit);
         free(back);
         free(ids);
@@ -339,6 +348,68 @@ Test(tokenizer, round_trip_long_runs)
     free(s);
     mp_tokenizer_free(t);
     mp_vocab_free(&v);
+}
+
+Test(tokenizer, round_trip_long_runs_gpt2) { round_trip_long_runs("gpt-2"); }
+Test(tokenizer, round_trip_long_runs_gpt4o) { round_trip_long_runs("gpt-4o"); }
+
+/* ---- pre-tokenizer pieces ---- */
+
+typedef struct joined_pieces {
+    char text[512]; /* the pieces so far, '|' between two */
+    size_t len;
+} joined_pieces;
+
+static mp_status join_piece(const char *piece, size_t len, void *ctx, mp_error *err)
+{
+    joined_pieces *j = ctx;
+    cr_assert_lt(j->len + len + 2, sizeof j->text);
+    if (j->len)
+        j->text[j->len++] = '|';
+    memcpy(j->text + j->len, piece, len);
+    j->len += len;
+    j->text[j->len] = '\0';
+    return MP_OK;
+}
+
+/* gpt-4o's rules where they differ from qwen2's: words are cut where the case changes,
+ * contractions of any case stay on their word, digits go by three, and combining marks stay in the
+ * word they follow (the Hugging Face library gives the same pieces). */
+Test(tokenizer, pretokenizer_gpt4o_pieces)
+{
+    static const struct {
+        const char *text, *gpt4o, *qwen2;
+    } cases[] = {
+        {"camelCase HTTPServer XMLHttpRequest", "camel|Case| HTTPServer| XMLHttp|Request",
+         "camelCase| HTTPServer| XMLHttpRequest"},
+        {"DON'T it's IT'S x'Ll", "DON'T| it's| IT'S| x'Ll", "DON|'T| it|'s| IT|'S| x|'Ll"},
+        {"1234567 x1000y", "123|456|7| x|100|0|y", "1|2|3|4|5|6|7| x|1|0|0|0|y"},
+        {"\xc7\x85ungla A\xcc\x81" "B\xcc\x81" "c", "\xc7\x85ungla| A\xcc\x81" "B\xcc\x81" "c",
+         "\xc7\x85ungla| A|\xcc\x81" "B|\xcc\x81" "c"}, /* Dz title case; A, B with U+0301 */
+        {"\xd0\xbc\xd0\xb8\xd1\x80\xd0\x9c\xd0\x98\xd0\xa0", "\xd0\xbc\xd0\xb8\xd1\x80|\xd0\x9c\xd0\x98\xd0\xa0",
+         "\xd0\xbc\xd0\xb8\xd1\x80\xd0\x9c\xd0\x98\xd0\xa0"}, /* мирМИР */
+        {"a/b ./x */\n --/\r\n\n  y", "a|/b| ./|x| */\n| --/\r\n\n| | y", "a|/b| ./|x| */\n| --/\r\n\n| | y"},
+    };
+    mp_error err = {0};
+    mp_pretok *gpt4o, *qwen2;
+    cr_assert_eq(mp_pretok_new("gpt-4o", &gpt4o, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_pretok_new("qwen2", &qwen2, &err), MP_OK, "%s", err.msg);
+    cr_assert_str_eq(mp_pretok_name(gpt4o), "gpt-4o");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        joined_pieces a = {.len = 0}, b = {.len = 0};
+        const size_t len = strlen(cases[i].text);
+        cr_assert_eq(mp_pretok_split(gpt4o, cases[i].text, len, join_piece, &a, &err), MP_OK, "%s", err.msg);
+        cr_assert_eq(mp_pretok_split(qwen2, cases[i].text, len, join_piece, &b, &err), MP_OK, "%s", err.msg);
+        cr_assert_str_eq(a.text, cases[i].gpt4o, "case %zu (gpt-4o)", i);
+        cr_assert_str_eq(b.text, cases[i].qwen2, "case %zu (qwen2)", i);
+    }
+    mp_pretok_free(gpt4o);
+    mp_pretok_free(qwen2);
+    /* an unknown name: the message lists every accepted one */
+    mp_pretok *none = (mp_pretok *)1;
+    cr_assert_eq(mp_pretok_new("llama4", &none, &err), MP_ERR_UNSUPPORTED);
+    cr_assert_null(none);
+    cr_assert(strstr(err.msg, "'llama4'") && strstr(err.msg, "gpt-2, olmo, qwen2, gpt-4o"), "%s", err.msg);
 }
 
 /* ---- merge order on a hand-made vocabulary ---- */
@@ -591,8 +662,11 @@ Test(tokenizer, chat_template_chatml)
     cr_assert_eq(mp_chat_apply("tulu", "Why?", &s, &err), MP_OK);
     cr_assert_str_eq(s, "<|user|>\nWhy?\n<|assistant|>\n");
     free(s);
+    cr_assert_eq(mp_chat_apply("harmony", "Why?", &s, &err), MP_OK);
+    cr_assert_str_eq(s, "<|start|>user<|message|>Why?<|end|><|start|>assistant");
+    free(s);
     cr_assert_eq(mp_chat_apply("llama3", "hi", &s, &err), MP_ERR_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "'llama3'"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "'llama3'") && strstr(err.msg, "chatml, mistral, tulu, harmony"), "%s", err.msg);
     cr_assert(s == NULL);
     cr_assert_eq(mp_chat_apply("chatml", NULL, &s, &err), MP_ERR_ARG);
 }
@@ -617,7 +691,12 @@ Test(tokenizer, chat_template_classified_from_the_file)
          "message['content'] + '\n' }}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' "
          "}}{% endif %}{% endfor %}",
          "tulu"},
+        {"{#- gpt-oss, abridged -#}{{- '<|start|>system<|message|>' + model_identity + '<|end|>' }}{%- for message in "
+         "messages -%}{{- '<|start|>' + message.role + '<|message|>' + message.content + '<|end|>' -}}{%- endfor -%}"
+         "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}",
+         "harmony"},
         {"{% for message in messages %}<|user|>{{ message['content'] }}{% endfor %}", NULL}, /* no assistant */
+        {"<|start|>{{ message['role'] }}: {{ message['content'] }}", NULL}, /* no <|message|> */
         {"<|start_header_id|>user<|end_header_id|>\n\n{{ message['content'] }}<|eot_id|>", NULL},
         {"", NULL},
     };
@@ -672,6 +751,87 @@ Test(tokenizer, chat_template_classified_from_the_file)
     const char *why = NULL;
     cr_assert_str_eq(mp_tokenizer_chat_template(t, &why), "chatml");
     cr_assert(strstr(why, "<|im_start|>"), "%s", why);
+    mp_tokenizer_free(t);
+    mp_vocab_free(&v);
+}
+
+/* A gpt-oss file in small, as llama.cpp's converter writes one: tokenizer.ggml.model 'gpt2', pre
+ * 'gpt-4o', harmony's control tokens (in place of padding of the gpt-4o fixture vocabulary),
+ * <|return|> as eos and the harmony Jinja template. Its prompts take the harmony form, whose
+ * markers encode as single control tokens with parse_special and as text without. */
+Test(tokenizer, gpt_oss_style_file)
+{
+    mp_vocab v;
+    load_vocab_fixture("vocab_gpt4o.json", &v);
+    enum { START, MESSAGE, END, CHANNEL, RETURN, N_HARMONY };
+    static const char *const harmony[N_HARMONY] = {"<|start|>", "<|message|>", "<|end|>", "<|channel|>",
+                                                   "<|return|>"};
+    const int64_t first = v.n_vocab - 2 - N_HARMONY; /* the padding before <think>, </think> */
+    for (int i = 0; i < N_HARMONY; i++) {
+        cr_assert_eq(v.types[first + i], MP_TOK_TYPE_UNUSED);
+        free(v.tokens[first + i]);
+        v.tokens[first + i] = strdup(harmony[i]);
+        v.types[first + i] = MP_TOK_TYPE_CONTROL;
+    }
+    const char *jinja = "{{- '<|start|>system<|message|>' + model_identity + '<|end|>' }}{%- for message in messages -%}"
+                        "{{- '<|start|>' + message.role + '<|message|>' + message.content + '<|end|>' -}}{%- endfor -%}"
+                        "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
+    char path[] = "/tmp/mp_gptoss_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    mp_gguf_writer *w;
+    mp_error err = {0};
+    cr_assert_eq(mp_gguf_writer_open(path, &w, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_str(w, "tokenizer.ggml.model", "gpt2", &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_str(w, "tokenizer.ggml.pre", "gpt-4o", &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n_vocab,
+                                     &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_arr(w, "tokenizer.ggml.token_type", MP_GGUF_INT32, v.types, (uint64_t)v.n_vocab, &err),
+                 MP_OK);
+    cr_assert_eq(mp_gguf_add_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, (uint64_t)v.n_merges,
+                                     &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos_id, &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(first + RETURN), &err), MP_OK);
+    cr_assert_eq(mp_gguf_add_str(w, "tokenizer.chat_template", jinja, &err), MP_OK);
+    cr_assert_eq(mp_gguf_writer_finish(w, &err), MP_OK, "%s", err.msg);
+    mp_gguf *g;
+    mp_tokenizer *t;
+    cr_assert_eq(mp_gguf_open(path, &g, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_tokenizer_load(g, &t, &err), MP_OK, "%s", err.msg);
+    mp_gguf_close(g);
+    unlink(path);
+    cr_assert_str_eq(mp_tokenizer_pre(t), "gpt-4o");
+    cr_assert(mp_tokenizer_is_eog(t, (int32_t)(first + RETURN)));
+    const char *why = NULL, *tpl = mp_tokenizer_chat_template(t, &why);
+    cr_assert(tpl && !strcmp(tpl, "harmony"), "%s", tpl ? tpl : "(none)");
+    cr_assert(strstr(why, "the file's tokenizer.chat_template"), "%s", why);
+
+    char *prompt;
+    cr_assert_eq(mp_chat_apply(tpl, "Why is the sky blue?", &prompt, &err), MP_OK, "%s", err.msg);
+    const size_t len = strlen(prompt);
+    for (int special = 1; special >= 0; special--) {
+        int32_t *ids;
+        size_t n, dlen;
+        cr_assert_eq(mp_tokenizer_encode(t, prompt, len, special, &ids, &n, &err), MP_OK, "%s", err.msg);
+        int count[N_HARMONY] = {0};
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] >= first && ids[i] < first + N_HARMONY)
+                count[ids[i] - first]++;
+        if (special) {
+            cr_assert_eq(ids[0], first + START);
+            cr_assert(count[START] == 2 && count[MESSAGE] == 1 && count[END] == 1 && count[RETURN] == 0,
+                      "start %d message %d end %d", count[START], count[MESSAGE], count[END]);
+            cr_assert_lt(ids[n - 1], first, "the prompt ends in the role's text, not a marker");
+        } else {
+            cr_assert(count[START] + count[MESSAGE] + count[END] == 0, "markers are text without parse_special");
+        }
+        char *back = decode_all(t, ids, n, &dlen);
+        cr_assert(dlen == len && memcmp(back, prompt, len) == 0, "special %d: decode(encode(prompt))", special);
+        free(back);
+        free(ids);
+    }
+    free(prompt);
     mp_tokenizer_free(t);
     mp_vocab_free(&v);
 }
