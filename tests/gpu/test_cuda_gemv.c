@@ -133,7 +133,9 @@ Test(cuda_gemv, rejects_bad_arguments)
     cr_assert_eq(mp_cuda_gemv(MP_TYPE_Q4_K, d + 2, 144, 1, 256, d, 292, 1, y, 1, NULL), MP_CUDA_EINVAL);
     cr_assert_eq(mp_cuda_gemv(MP_TYPE_Q4_K, d, 144, 1, 128, d, 292, 1, y, 1, NULL), MP_CUDA_EINVAL);
     cr_assert_eq(mp_cuda_gemv(MP_TYPE_Q8_K, d, 292, 1, 256, d, 292, 1, y, 1, NULL), MP_CUDA_EINVAL);
-    cr_assert_eq(mp_cuda_gemv(7, d, 64, 1, 32, d, 34, 1, y, 1, NULL), MP_CUDA_EINVAL);
+    /* 4: an id GGUF retired; 16: IQ2_XXS, which has no kernel */
+    cr_assert_eq(mp_cuda_gemv(4, d, 64, 1, 32, d, 34, 1, y, 1, NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_gemv(16, d, 66, 1, 256, d, 292, 1, y, 1, NULL), MP_CUDA_EINVAL);
     /* row stride shorter than a row */
     cr_assert_eq(mp_cuda_gemv(MP_TYPE_Q8_0, d, 33, 2, 32, d, 34, 1, y, 2, NULL), MP_CUDA_EINVAL);
     cudaFree(d);
