@@ -397,6 +397,11 @@ static mp_status check_support(const mp_hparams *hp, const mp_placement *pl, mp_
         return mp_fail(err, MP_ERR_LIMIT, "GPU executor: %" PRId64 " experts (max 1024), top-%" PRId64
                        " (max %d) or head_dim %" PRId64 " (max 256) unsupported",
                        hp->n_expert, hp->n_expert_used, MP_GPU_MAX_TOP_K, hp->head_dim);
+    const mp_arch_traits *tr = mp_arch_get(hp->arch);
+    if (tr->attn_sinks || tr->attn_out_bias || tr->swa_period || tr->moe_bias || tr->act != MP_ACT_SWIGLU ||
+        hp->rope_yarn_factor > 0)
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "GPU executor: architecture %s (attention sinks, sliding window, "
+                       "expert biases, YaRN) runs on the CPU executor only for now (--executor cpu)", tr->name);
     return MP_OK;
 }
 

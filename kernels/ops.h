@@ -15,10 +15,11 @@ void mp_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps
  * rotate by pos * base^(-2i/rot_dim) for i < rot_dim/2. */
 void mp_rope_neox(float *head, int64_t head_dim, int64_t rot_dim, int64_t pos, float freq_base);
 
-/* The rotation table of one position: cs[2i] = cos(theta_i), cs[2i + 1] = sin(theta_i) with
- * theta_i = pos * base^(-2i / rot_dim), i < rot_dim / 2 — bit-identical to the angles
- * mp_rope_neox computes, so that a forward pass can compute them once per row, not per head. */
-void mp_rope_cache(float *cs, int64_t rot_dim, int64_t pos, float freq_base);
+/* The rotation table of one position: cs[2i] = mscale cos(pos theta[i]), cs[2i + 1] = mscale
+ * sin(pos theta[i]), i < rot_dim / 2, the angle in double (theta from mp_rope_freqs: base^(-2i /
+ * rot_dim) without YaRN, so that with mscale 1 the table is bit-identical to the angles
+ * mp_rope_neox computes); a forward pass computes it once per row, not per head. */
+void mp_rope_cache(float *cs, int64_t rot_dim, int64_t pos, const double *theta, float mscale);
 /* NeoX rotation with a table: pairs (i, i + rot_dim/2). Equals mp_rope_neox. */
 void mp_rope_neox_cs(float *head, int64_t rot_dim, const float *cs);
 /* Interleaved ("normal", GPT-J style) rotation with a table: pairs (2i, 2i + 1). */
@@ -29,6 +30,12 @@ void mp_softmax(float *x, int64_t n);
 
 /* out[i] = silu(gate[i]) * up[i]. out may alias gate or up. */
 void mp_swiglu(float *out, const float *gate, const float *up, int64_t n);
+/* gpt-oss's clamped SwiGLU: g' = min(gate, limit), u' = clamp(up, -limit, limit),
+ * out = g' sigmoid(alpha g') (u' + 1); out may alias gate. alpha 1.702 and limit 7 are the values of
+ * the published gpt-oss weights' config (swiglu_alpha, swiglu_limit); GGUF files carry no key. */
+#define MP_OAI_SWIGLU_ALPHA 1.702f
+#define MP_OAI_SWIGLU_LIMIT 7.0f
+void mp_swiglu_oai(float *out, const float *gate, const float *up, int64_t n);
 
 /* y += a * x */
 void mp_axpy(float *y, float a, const float *x, int64_t n);

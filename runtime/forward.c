@@ -1,12 +1,13 @@
 /* runtime/forward.c — the transformer forward pass over one chunk of rows.
  *
  * Reads top to bottom: embedding, then per layer
- *   RMSNorm → Q/K/V (+ biases) → q/k norm → RoPE → (K, V into the cache) → attention → wo → residual,
+ *   RMSNorm → Q/K/V (+ biases) → q/k norm → RoPE → (K, V into the cache) → attention (a window, sinks)
+ *   → wo (+ bias) → residual,
  *   RMSNorm → MoE block (one call; + the shared expert) → residual,
  * then the final norm and the output head for the rows whose logits are wanted.
- * Architectures differ only in the traits consulted below (q/k norm, RoPE style, Q/K/V biases, a
- * shared expert); the MoE block's routing details (renormalization, route replay, hooks) live in
- * moe_cpu.c.
+ * Architectures differ only in the traits consulted below (q/k norm, RoPE style, Q/K/V and output
+ * biases, a shared expert) and in attention.c (window, sinks); the MoE block's details (router and
+ * expert biases, activation, renormalization, route replay, hooks) live in moe_cpu.c.
  *
  * Time: at decode, nearly all of it is in the weight streaming of mp_matmul and the MoE block;
  * attention grows with the context; everything else is a few microseconds per layer.
@@ -145,7 +146,7 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
         embd_ops->dequantize_row((const char *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
                                  s->x + i * D, D);
     for (int64_t i = 0; i < n; i++)
-        mp_rope_cache(s->rope_cs + i * hp->rot_dim, hp->rot_dim, pos0 + i, hp->rope_freq_base);
+        mp_rope_cache(s->rope_cs + i * hp->rot_dim, hp->rot_dim, pos0 + i, s->rope_theta, s->rope_mscale);
 
     const mp_hooks *hk = s->hooks;
     for (int64_t il = 0; il < hp->n_layer; il++) {
@@ -170,6 +171,8 @@ mp_status mp_forward(mp_session *s, const int32_t *tokens, int64_t n, bool all_l
         mp_pool_run(s->pool, n, qk_task, &qj);
         mp_attention(s, il, n, pos0);
         mp_matmul(s->pool, &L->wo, s->att, n, s->proj, s->qbuf);
+        if (L->bo.data)
+            add_bias(s->proj, &L->bo, n, D);
         add_rows(s->x, s->proj, n * D);
 
         /* MoE block */

@@ -8,18 +8,32 @@
 
 #include <inttypes.h>
 #include <math.h>
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/quant.h"
 
 static const mp_arch_traits arch_traits[] = {
-    [MP_ARCH_QWEN3MOE] = {"qwen3moe", MP_QK_NORM_PER_HEAD, MP_ROPE_NEOX, true, false, false},
-    [MP_ARCH_OLMOE] = {"olmoe", MP_QK_NORM_FULL, MP_ROPE_NEOX, false, false, false},
-    [MP_ARCH_MIXTRAL] = {"mixtral", MP_QK_NORM_NONE, MP_ROPE_NORM, true, false, false},
+    [MP_ARCH_QWEN3MOE] = {.name = "qwen3moe", .qk_norm = MP_QK_NORM_PER_HEAD, .rope = MP_ROPE_NEOX,
+                          .default_weights_norm = true, .ffn_norm_name = "ffn_norm", .yarn_truncate = true},
+    [MP_ARCH_OLMOE] = {.name = "olmoe", .qk_norm = MP_QK_NORM_FULL, .rope = MP_ROPE_NEOX,
+                       .ffn_norm_name = "ffn_norm", .yarn_truncate = true},
+    [MP_ARCH_MIXTRAL] = {.name = "mixtral", .qk_norm = MP_QK_NORM_NONE, .rope = MP_ROPE_NORM,
+                         .default_weights_norm = true, .ffn_norm_name = "ffn_norm", .yarn_truncate = true},
     /* Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (Q/K/V biases, no q/k norm), top-k weights as
      * the softmax gave them, and a shared expert */
-    [MP_ARCH_QWEN2MOE] = {"qwen2moe", MP_QK_NORM_NONE, MP_ROPE_NEOX, false, true, true},
+    [MP_ARCH_QWEN2MOE] = {.name = "qwen2moe", .qk_norm = MP_QK_NORM_NONE, .rope = MP_ROPE_NEOX, .qkv_bias = true,
+                          .shared_expert = true, .ffn_norm_name = "ffn_norm", .yarn_truncate = true},
+    /* gpt-oss-20b / -120b: biases on every projection but the head, sinks, a 128-position window
+     * on even layers, softmax over the k chosen logits (= the renormalized top-k of the softmax),
+     * YaRN over the whole correction range */
+    [MP_ARCH_GPTOSS] = {.name = "gpt-oss", .qk_norm = MP_QK_NORM_NONE, .rope = MP_ROPE_NEOX,
+                        .default_weights_norm = true, .qkv_bias = true, .attn_out_bias = true, .attn_sinks = true,
+                        .swa_period = 2, .moe_bias = true, .act = MP_ACT_SWIGLU_OAI,
+                        .ffn_norm_name = "post_attention_norm", .yarn_truncate = false},
 };
 
 const mp_arch_traits *mp_arch_get(mp_arch arch)
@@ -35,6 +49,54 @@ int mp_arch_from_name(const char *name)
         if (!strcmp(arch_traits[i].name, name))
             return (int)i;
     return -1;
+}
+
+void mp_arch_names(char *buf, size_t cap)
+{
+    size_t off = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (size_t i = 0; i < sizeof arch_traits / sizeof arch_traits[0] && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i ? ", " : "", arch_traits[i].name);
+}
+
+int64_t mp_layer_window(const mp_hparams *hp, int64_t il)
+{
+    const int period = mp_arch_get(hp->arch)->swa_period;
+    if (period <= 0 || hp->n_swa <= 0 || il % period == period - 1)
+        return 0;
+    return hp->n_swa;
+}
+
+/* YaRN's dimension (of rot_dim) at which a frequency turns n_rot times over the original context */
+static double yarn_corr_dim(double n_rot, double rot_dim, double base, double orig_ctx)
+{
+    return rot_dim * log(orig_ctx / (n_rot * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+void mp_rope_freqs(const mp_hparams *hp, double *theta, float *mscale)
+{
+    const int64_t half = hp->rot_dim / 2;
+    const double base = hp->rope_freq_base, dim = (double)hp->rot_dim, factor = hp->rope_yarn_factor;
+    for (int64_t i = 0; i < half; i++)
+        theta[i] = pow(base, -2.0 * (double)i / dim);
+    *mscale = 1.0f;
+    if (!(factor > 1.0))
+        return;
+    double lo = yarn_corr_dim(hp->rope_yarn_beta_fast, dim, base, (double)hp->rope_yarn_orig_ctx);
+    double hi = yarn_corr_dim(hp->rope_yarn_beta_slow, dim, base, (double)hp->rope_yarn_orig_ctx);
+    if (hp->rope_yarn_truncate)
+        lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0.0 ? lo : 0.0;
+    hi = hi < dim - 1.0 ? hi : dim - 1.0;
+    if (hi == lo)
+        hi += 0.001;
+    for (int64_t i = 0; i < half; i++) {
+        double ramp = ((double)i - lo) / (hi - lo); /* 0: keep the frequency, 1: interpolate it */
+        ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
+        theta[i] = theta[i] / factor * ramp + theta[i] * (1.0 - ramp);
+    }
+    *mscale = (float)(0.1 * log(factor) + 1.0);
 }
 
 void mp_shape_format(const int64_t ne[4], char *buf, size_t cap)
@@ -117,6 +179,36 @@ static mp_status validate_shared_expert(const char *where, int64_t il, const mp_
     return MP_OK;
 }
 
+/* The attention output's bias, the sinks, the router's and the experts' biases, as the traits ask
+ * (all f32). */
+static mp_status validate_gptoss_extras(const char *where, int64_t il, const mp_layer *L, const mp_hparams *hp,
+                                        const mp_arch_traits *tr, mp_error *err)
+{
+    const struct {
+        bool need;
+        const char *suffix;
+        const mp_tensor *t;
+        int64_t ne0, ne1;
+    } want[] = {
+        {tr->attn_out_bias, "attn_output.bias", &L->bo, hp->n_embd, 1},
+        {tr->attn_sinks, "attn_sinks.weight", &L->sinks, hp->n_head, 1},
+        {tr->moe_bias, "ffn_gate_inp.bias", &L->gate_inp_b, hp->n_expert, 1},
+        {tr->moe_bias, "ffn_gate_exps.bias", &L->gate_exps_b, hp->n_ff_exp, hp->n_expert},
+        {tr->moe_bias, "ffn_up_exps.bias", &L->up_exps_b, hp->n_ff_exp, hp->n_expert},
+        {tr->moe_bias, "ffn_down_exps.bias", &L->down_exps_b, hp->n_embd, hp->n_expert},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!want[i].need)
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "blk.%" PRId64 ".%s", il, want[i].suffix);
+        mp_status st = check_tensor(where, name, want[i].t, want[i].ne0, want[i].ne1, 1, true, err);
+        if (st)
+            return st;
+    }
+    return MP_OK;
+}
+
 mp_status mp_model_validate(const mp_model *m, mp_error *err)
 {
     const mp_hparams *hp = &m->hp;
@@ -154,6 +246,17 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
     if (tr->shared_expert != (hp->n_ff_shexp > 0))
         return mp_fail(err, MP_ERR_FORMAT, "%s: shared expert FFN size %" PRId64 ": architecture %s %s one",
                        where, hp->n_ff_shexp, tr->name, tr->shared_expert ? "needs" : "has no");
+    if ((tr->swa_period > 0) != (hp->n_swa > 0) || hp->n_swa < 0)
+        return mp_fail(err, MP_ERR_FORMAT, "%s: sliding window %" PRId64 ": architecture %s %s one", where, hp->n_swa,
+                       tr->name, tr->swa_period > 0 ? "needs" : "has no");
+    if (hp->rope_yarn_factor != 0.0f &&
+        (!(hp->rope_yarn_factor >= 1.0f) || !isfinite(hp->rope_yarn_factor) || hp->rope_yarn_orig_ctx < 1 ||
+         !(hp->rope_yarn_beta_fast > 0.0f) || !(hp->rope_yarn_beta_slow > 0.0f) ||
+         !isfinite(hp->rope_yarn_beta_fast) || !isfinite(hp->rope_yarn_beta_slow)))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: YaRN factor %g, original context %" PRId64 ", beta fast %g slow %g: "
+                       "expected a finite factor >= 1, a context >= 1 and betas > 0", where,
+                       (double)hp->rope_yarn_factor, hp->rope_yarn_orig_ctx, (double)hp->rope_yarn_beta_fast,
+                       (double)hp->rope_yarn_beta_slow);
     if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f) || !isfinite(hp->rms_eps) ||
         !isfinite(hp->rope_freq_base))
         return mp_fail(err, MP_ERR_FORMAT, "%s: rms epsilon %g and rope freq base %g must be finite and > 0",
@@ -173,7 +276,7 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
                                              "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps",
                                              "ffn_down_exps"};
         for (int i = 0; i < 12; i++)
-            snprintf(n[i], sizeof n[i], "blk.%" PRId64 ".%s.weight", il, suffix[i]);
+            snprintf(n[i], sizeof n[i], "blk.%" PRId64 ".%s.weight", il, i == 7 ? tr->ffn_norm_name : suffix[i]);
         if ((st = check_tensor(where, n[0], &L->attn_norm, E, 1, 1, true, err)) ||
             (st = check_tensor(where, n[1], &L->wq, E, Q, 1, false, err)) ||
             (st = check_tensor(where, n[2], &L->wk, E, KV, 1, false, err)) ||
@@ -215,6 +318,8 @@ mp_status mp_model_validate(const mp_model *m, mp_error *err)
         }
         if (tr->shared_expert && (st = validate_shared_expert(where, il, L, hp, err)))
             return st;
+        if ((st = validate_gptoss_extras(where, il, L, hp, tr, err)))
+            return st;
     }
     return MP_OK;
 }
@@ -243,8 +348,10 @@ size_t mp_model_dense_bytes(const mp_model *m)
             total += L->q_norm.nbytes;
         if (L->k_norm.data)
             total += L->k_norm.nbytes;
+        /* the experts' biases too: a few KB an expert, kept with the dense weights on every tier */
         const mp_tensor *extra[] = {&L->bq, &L->bk, &L->bv, &L->gate_inp_shexp, &L->gate_shexp, &L->up_shexp,
-                                    &L->down_shexp};
+                                    &L->down_shexp, &L->bo, &L->sinks, &L->gate_inp_b, &L->gate_exps_b,
+                                    &L->up_exps_b, &L->down_exps_b};
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
             if (extra[i]->data)
                 total += extra[i]->nbytes;

@@ -1,16 +1,20 @@
 /* runtime/model.h — model descriptors: hyperparameters and weight views of a MoE transformer.
  *
  * One descriptor type serves every architecture; an architecture is the set of its differences
- * (mp_arch_traits): qwen3moe, olmoe, mixtral and qwen2moe differ in q/k normalization, RoPE style,
- * whether top-k router weights are renormalized, biases on Q/K/V, and a shared expert (qwen2moe:
+ * (mp_arch_traits): qwen3moe, olmoe, mixtral, qwen2moe and gpt-oss differ in q/k normalization, RoPE
+ * style, whether top-k router weights are renormalized, biases on Q/K/V, a shared expert (qwen2moe:
  * a dense SwiGLU FFN every token passes through beside its routed experts, scaled by a sigmoid
- * gate). Weights are views into the GGUF mapping (no copies); a model can also be assembled in
- * memory from arrays (tests do).
+ * gate), and gpt-oss's set: a bias on the attention output, a learned sink logit per head in every
+ * softmax, a sliding window on every other layer, biases on the router and on each expert's gate,
+ * up and down, and the clamped SwiGLU its experts were trained with (mp_ffn_act). Weights are
+ * views into the GGUF mapping (no copies); a model can also be assembled in memory from arrays
+ * (tests do).
  *
  * Invariants after mp_model_load:
  *  - every tensor the architecture needs exists with exactly the expected shape and a supported
  *    type; every row length is a multiple of its type's block size;
- *  - n_head % n_head_kv == 0; n_expert_used <= n_expert; rot_dim <= head_dim and is even.
+ *  - n_head % n_head_kv == 0; n_expert_used <= n_expert; rot_dim <= head_dim and is even;
+ *  - n_swa > 0 exactly when the architecture has sliding-window layers (swa_period > 0).
  */
 #ifndef MP_RUNTIME_MODEL_H
 #define MP_RUNTIME_MODEL_H
@@ -26,9 +30,16 @@
  * is allocated per layer from a file's block_count. */
 #define MP_MODEL_MAX_LAYERS 4096
 
-typedef enum mp_arch { MP_ARCH_QWEN3MOE = 0, MP_ARCH_OLMOE = 1, MP_ARCH_MIXTRAL = 2, MP_ARCH_QWEN2MOE = 3 } mp_arch;
+typedef enum mp_arch {
+    MP_ARCH_QWEN3MOE = 0, MP_ARCH_OLMOE = 1, MP_ARCH_MIXTRAL = 2, MP_ARCH_QWEN2MOE = 3, MP_ARCH_GPTOSS = 4
+} mp_arch;
 typedef enum mp_qk_norm { MP_QK_NORM_NONE = 0, MP_QK_NORM_PER_HEAD = 1, MP_QK_NORM_FULL = 2 } mp_qk_norm;
 typedef enum mp_rope_style { MP_ROPE_NEOX = 0, MP_ROPE_NORM = 1 } mp_rope_style;
+/* An expert's (and the shared expert's) activation of its gate g and up u rows:
+ *  SWIGLU:     silu(g) * u
+ *  SWIGLU_OAI: gpt-oss's: g' = min(g, limit), u' = clamp(u, -limit, limit),
+ *              g' * sigmoid(alpha * g') * (u' + 1) (kernels/ops.h: mp_swiglu_oai and its constants) */
+typedef enum mp_ffn_act { MP_ACT_SWIGLU = 0, MP_ACT_SWIGLU_OAI = 1 } mp_ffn_act;
 
 typedef struct mp_arch_traits {
     const char *name;           /* GGUF general.architecture */
@@ -37,10 +48,20 @@ typedef struct mp_arch_traits {
     bool default_weights_norm;  /* renormalize top-k weights when the GGUF does not say */
     bool qkv_bias;              /* Q, K and V projections add a bias (qwen2moe) */
     bool shared_expert;         /* a shared expert with a sigmoid gate in every layer (qwen2moe) */
+    bool attn_out_bias;         /* the attention output projection adds a bias (gpt-oss) */
+    bool attn_sinks;            /* a learned logit per query head joins each softmax, then is dropped */
+    int swa_period;             /* > 0: layer il attends to a window of n_swa positions unless
+                                 * il % swa_period == swa_period - 1 (gpt-oss: 2, even layers slide) */
+    bool moe_bias;              /* the router and each expert's gate, up and down add biases */
+    mp_ffn_act act;             /* the experts' activation */
+    const char *ffn_norm_name;  /* the pre-MoE norm's tensor: "ffn_norm", gpt-oss "post_attention_norm" */
+    bool yarn_truncate;         /* YaRN's correction range rounded out (gpt-oss: exact; GGUF has no key) */
 } mp_arch_traits;
 
 const mp_arch_traits *mp_arch_get(mp_arch arch);
 int mp_arch_from_name(const char *name); /* -1 if unknown */
+/* "qwen3moe, olmoe, ..." from the traits table, for error messages (cut to cap). */
+void mp_arch_names(char *buf, size_t cap);
 
 typedef struct mp_hparams {
     mp_arch arch;
@@ -57,6 +78,15 @@ typedef struct mp_hparams {
     int64_t n_vocab;
     int64_t n_ctx_train;
     float rope_freq_base;
+    /* YaRN context extension (rope.scaling.type "yarn"; factor 0: plain RoPE): frequencies past the
+     * correction range are interpolated by 1/factor, those below it kept, a linear ramp between;
+     * cos and sin are scaled by 0.1 ln(factor) + 1 (mp_rope_freqs computes all of it) */
+    float rope_yarn_factor;
+    int64_t rope_yarn_orig_ctx; /* rope.scaling.original_context_length */
+    float rope_yarn_beta_fast, rope_yarn_beta_slow;
+    bool rope_yarn_truncate;    /* the correction range rounded out to whole dimensions (as
+                                 * transformers does unless a config says "truncate": false) */
+    int64_t n_swa;         /* the sliding window's positions (attention.sliding_window); 0: none */
     float rms_eps;
     bool expert_weights_norm; /* renormalize the top-k router weights to sum to 1 */
 } mp_hparams;
@@ -91,6 +121,11 @@ typedef struct mp_layer {
     mp_tensor gate_shexp;     /* ne = [n_embd, n_ff_shexp] */
     mp_tensor up_shexp;       /* ne = [n_embd, n_ff_shexp] */
     mp_tensor down_shexp;     /* ne = [n_ff_shexp, n_embd] */
+    /* gpt-oss (data NULL unless its trait): the attention output's bias (n_embd) f32, the sink
+     * logits (n_head) f32, the router's bias (n_expert) f32 and the experts' biases f32:
+     * gate and up ne = [n_ff_exp, n_expert], down ne = [n_embd, n_expert] */
+    mp_tensor bo, sinks;
+    mp_tensor gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 } mp_layer;
 
 typedef struct mp_model {
@@ -121,6 +156,14 @@ void mp_model_free(mp_model *m);
 mp_status mp_model_validate(const mp_model *m, mp_error *err);
 /* "[2048, 768, 128]" (trailing 1s dropped) for error messages. */
 void mp_shape_format(const int64_t ne[4], char *buf, size_t cap);
+
+/* The window of layer il's attention in positions: a query at position p attends to keys
+ * (p - window, p]; 0 for full causal attention. */
+int64_t mp_layer_window(const mp_hparams *hp, int64_t il);
+/* RoPE's angle per position of each rotated pair i < rot_dim / 2 (theta[i]: the angle of position
+ * p is p * theta[i], in double as the CPU's table computes it) and the factor of cos and sin (1
+ * without YaRN): the one rule both executors rotate by. */
+void mp_rope_freqs(const mp_hparams *hp, double *theta, float *mscale);
 
 /* Bytes of one expert of layer il (gate + up + down slices), from the tensor types and shapes. */
 size_t mp_model_expert_bytes(const mp_model *m, int64_t il);

@@ -15,6 +15,7 @@
  * expert_count; both "mixtral" and "llama" with expert_count > 1 load with the mixtral traits.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,36 @@ static void view(const mp_gguf *g, const char *name, mp_tensor *t)
     t->row_bytes = mp_type_row_bytes(gt->type, gt->ne[0]);
 }
 
+/* rope.scaling.*: none, or YaRN (llama.cpp's keys; the betas default to the YaRN paper's 32 and 1).
+ * Any other scaling is refused rather than ignored: the model would run with wrong angles. */
+static mp_status read_rope_scaling(const loader *ld, const mp_arch_traits *tr, mp_hparams *hp, mp_error *err)
+{
+    char full[128];
+    if (!has_key(ld, "rope.scaling.type", full, sizeof full))
+        return MP_OK;
+    mp_str type;
+    mp_status st = mp_gguf_get_str(ld->g, full, &type, err);
+    if (st)
+        return st;
+    if (type.len == 4 && !memcmp(type.ptr, "none", 4))
+        return MP_OK;
+    if (!(type.len == 4 && !memcmp(type.ptr, "yarn", 4)))
+        return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: metadata key %s: '%.*s' is not supported (expected none or "
+                       "yarn)", ld->path, full, (int)(type.len < 40 ? type.len : 40), type.ptr);
+    float factor = 0;
+    if ((st = get_f32_opt(ld, "rope.scaling.factor", true, 0, &factor, err)) ||
+        (st = get_count(ld, "rope.scaling.original_context_length", &hp->rope_yarn_orig_ctx, err)) ||
+        (st = get_f32_opt(ld, "rope.scaling.yarn_beta_fast", false, 32.0f, &hp->rope_yarn_beta_fast, err)) ||
+        (st = get_f32_opt(ld, "rope.scaling.yarn_beta_slow", false, 1.0f, &hp->rope_yarn_beta_slow, err)))
+        return st;
+    if (!(factor >= 1.0f) || !isfinite(factor))
+        return mp_fail(err, MP_ERR_FORMAT, "%s: metadata key %srope.scaling.factor: %g, expected a finite value >= 1",
+                       ld->path, ld->prefix, (double)factor);
+    hp->rope_yarn_factor = factor;
+    hp->rope_yarn_truncate = tr->yarn_truncate;
+    return MP_OK;
+}
+
 static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
 {
     const mp_gguf *g = ld->g;
@@ -100,10 +131,11 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
     mp_status st = mp_gguf_get_str(g, "general.architecture", &arch_str, err);
     if (st)
         return st;
-    char arch[48];
+    char arch[48], names[160];
+    mp_arch_names(names, sizeof names);
     if (arch_str.len >= sizeof arch)
         return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture '%.40s...' is not supported "
-                       "(supported: qwen3moe, olmoe, mixtral, qwen2moe)", ld->path, arch_str.ptr);
+                       "(supported: %s)", ld->path, arch_str.ptr, names);
     memcpy(arch, arch_str.ptr, arch_str.len);
     arch[arch_str.len] = '\0';
     snprintf(ld->prefix, sizeof ld->prefix, "%s.", arch);
@@ -117,12 +149,12 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
             id = MP_ARCH_MIXTRAL;
         else
             return mp_fail(err, MP_ERR_UNSUPPORTED, "%s: architecture 'llama' without experts is "
-                           "not a MoE model (supported: qwen3moe, olmoe, mixtral, qwen2moe)", ld->path);
+                           "not a MoE model (supported: %s)", ld->path, names);
     }
     if (id < 0)
         return mp_fail(err, MP_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (supported: qwen3moe, olmoe, mixtral, qwen2moe)",
-                       ld->path, arch);
+                       "%s: architecture '%s' is not supported (supported: %s)",
+                       ld->path, arch, names);
     const mp_arch_traits *tr = mp_arch_get((mp_arch)id);
     memset(hp, 0, sizeof *hp);
     hp->arch = (mp_arch)id;
@@ -162,6 +194,10 @@ static mp_status read_hparams(loader *ld, mp_hparams *hp, mp_error *err)
         (st = get_f32_opt(ld, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps, err)))
         return st;
     if (tr->shared_expert && (st = get_count(ld, "expert_shared_feed_forward_length", &hp->n_ff_shexp, err)))
+        return st;
+    if (tr->swa_period > 0 && (st = get_count(ld, "attention.sliding_window", &hp->n_swa, err)))
+        return st;
+    if ((st = read_rope_scaling(ld, tr, hp, err)))
         return st;
     hp->expert_weights_norm = tr->default_weights_norm;
     if (has_key(ld, "expert_weights_norm", full, sizeof full) &&
@@ -293,7 +329,8 @@ mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
         LAYER_VIEW(wo, "attn_output.weight");
         LAYER_VIEW(q_norm, "attn_q_norm.weight");
         LAYER_VIEW(k_norm, "attn_k_norm.weight");
-        LAYER_VIEW(ffn_norm, "ffn_norm.weight");
+        snprintf(name, sizeof name, "blk.%" PRId64 ".%s.weight", il, mp_arch_get(m->hp.arch)->ffn_norm_name);
+        view(g, name, &L->ffn_norm);
         LAYER_VIEW(gate_inp, "ffn_gate_inp.weight");
         LAYER_VIEW(gate_exps, "ffn_gate_exps.weight");
         LAYER_VIEW(up_exps, "ffn_up_exps.weight");
@@ -305,6 +342,12 @@ mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
         LAYER_VIEW(bq, "attn_q.bias");
         LAYER_VIEW(bk, "attn_k.bias");
         LAYER_VIEW(bv, "attn_v.bias");
+        LAYER_VIEW(bo, "attn_output.bias");
+        LAYER_VIEW(sinks, "attn_sinks.weight");
+        LAYER_VIEW(gate_inp_b, "ffn_gate_inp.bias");
+        LAYER_VIEW(gate_exps_b, "ffn_gate_exps.bias");
+        LAYER_VIEW(up_exps_b, "ffn_up_exps.bias");
+        LAYER_VIEW(down_exps_b, "ffn_down_exps.bias");
 #undef LAYER_VIEW
         /* an architecture ignores the tensors it does not use rather than half-using them */
         const mp_arch_traits *tr = mp_arch_get(m->hp.arch);
@@ -316,6 +359,12 @@ mp_status mp_model_from_gguf(mp_gguf *g, mp_model **out, mp_error *err)
             L->bq = L->bk = L->bv = (mp_tensor){0};
         if (!tr->shared_expert)
             L->gate_inp_shexp = L->gate_shexp = L->up_shexp = L->down_shexp = (mp_tensor){0};
+        if (!tr->attn_out_bias)
+            L->bo = (mp_tensor){0};
+        if (!tr->attn_sinks)
+            L->sinks = (mp_tensor){0};
+        if (!tr->moe_bias)
+            L->gate_inp_b = L->gate_exps_b = L->up_exps_b = L->down_exps_b = (mp_tensor){0};
     }
     if ((st = merge_split_experts(&ld, m, err)) || (st = mp_model_validate(m, err))) {
         free_model_shell(m);

@@ -1,6 +1,6 @@
 /* runtime/moe_cpu.c — the MoE block on the CPU (see moe.h).
  *
- *   router:   logits (n_rows, n_expert) = x · gate_inpᵀ; softmax over all experts (f32);
+ *   router:   logits (n_rows, n_expert) = x · gate_inpᵀ (+ bias); softmax over all experts (f32);
  *             top-k (ties to the lower id); renormalize the k weights if expert_weights_norm.
  *             A route source, when set, replaces all of this.
  *   group:    the n_rows × top_k (row, slot) routes are sorted by expert ("entries"), so that
@@ -15,7 +15,10 @@
  *             step (a decode step spreads each expert over all threads either way). A half's
  *             units are about MP_MOE_PIPE_UNITS a thread, of at least 16 rows and at least
  *             MP_MOE_UNIT_KB of weights while every thread still has one.
- *   combine:  out[row] = Σ_k weight[row, k] · down[entry(row, k)], in slot order, in float32.
+ *             Expert biases (gpt-oss) are added to gate and up before the activation (the
+ *             architecture's, mp_ffn_act) and to down in the combine.
+ *   combine:  out[row] = Σ_k weight[row, k] · (down[entry(row, k)] + down bias of its expert), in
+ *             slot order, in float32.
  *             Pipelined, every expert's down units cut n_embd at the same rows, and the thread
  *             that finishes the last unit of a row range combines that range (no pass over all
  *             of out on the caller after the region, reading rows the other cores wrote).
@@ -389,6 +392,7 @@ typedef struct expert_job {
     int64_t n_expert;
     int h_vdt;              /* the down activations' type (F32: the SwiGLU rows themselves) */
     const mp_moe_part *part; /* the call's part with its down by unit, or NULL */
+    mp_ffn_act act;
 } expert_job;
 
 /* y[i * y_stride + r - r0] = dot(row r of w, x_i) for rows [r0, r1) of w (row_bytes apart), their
@@ -425,8 +429,17 @@ static void gate_up_unit(const expert_job *j, const expert_task *t)
     float *g = s->gate + first * F, *u = s->up + first * F;
     matmul_slice(j, j->gate_ops, &j->L->gate_exps, 0, t->expert, D, r0, r1, x, j->x_row_bytes, cnt, g, F);
     matmul_slice(j, j->up_ops, &j->L->up_exps, 1, t->expert, D, r0, r1, x, j->x_row_bytes, cnt, u, F);
+    if (j->L->gate_exps_b.data) {
+        const float *gb = (const float *)j->L->gate_exps_b.data + (int64_t)t->expert * F;
+        const float *ub = (const float *)j->L->up_exps_b.data + (int64_t)t->expert * F;
+        for (int64_t i = 0; i < cnt; i++)
+            for (int64_t r = r0; r < r1; r++)
+                g[i * F + r] += gb[r], u[i * F + r] += ub[r];
+    }
+    void (*act)(float *, const float *, const float *, int64_t) = j->act == MP_ACT_SWIGLU_OAI ? mp_swiglu_oai
+                                                                                              : mp_swiglu;
     for (int64_t i = 0; i < cnt; i++)
-        mp_swiglu(g + i * F + r0, g + i * F + r0, u + i * F + r0, r1 - r0);
+        act(g + i * F + r0, g + i * F + r0, u + i * F + r0, r1 - r0);
 }
 
 /* Entries [first, first + cnt)'s hidden values [0, ff_rows) into their down activations (type
@@ -521,17 +534,23 @@ static expert_task pipe_unit(const mp_moe_scratch *s, int64_t i, int64_t chunk, 
                          a->ff_rows};
 }
 
-/* out[row, r0 .. r1) for every row of the call: zero, then weight · down of each route in slot
- * order (mp_axpy element by element: the same bits as combining whole rows). */
-static void combine_range(const mp_moe_scratch *s, float *out, int64_t n_rows, int64_t r0, int64_t r1)
+/* out[row, r0 .. r1) for rows [row0, row1) of the call: zero, then weight · (down + its expert's
+ * down bias down_b, when there is one) of each route in slot order (mp_axpy element by element:
+ * the same bits as combining whole rows). */
+static void combine_range(const mp_moe_scratch *s, const float *down_b, float *out, int64_t row0, int64_t row1,
+                          int64_t r0, int64_t r1)
 {
     const int64_t D = s->n_embd, K = s->top_k;
-    for (int64_t row = 0; row < n_rows; row++) {
+    for (int64_t row = row0; row < row1; row++) {
         float *o = out + row * D + r0;
         memset(o, 0, (size_t)(r1 - r0) * sizeof *o);
         for (int64_t k = 0; k < K; k++)
-            if (s->entry_of[row * K + k] >= 0)
-                mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D + r0, r1 - r0);
+            if (s->entry_of[row * K + k] >= 0) {
+                const float w = s->weights[row * K + k];
+                mp_axpy(o, w, s->down + s->entry_of[row * K + k] * D + r0, r1 - r0);
+                if (down_b)
+                    mp_axpy(o, w, down_b + (int64_t)s->ids[row * K + k] * D + r0, r1 - r0);
+            }
     }
 }
 
@@ -578,7 +597,7 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */
         if (atomic_fetch_sub_explicit(&s->range_left[i % p->per_dn], 1, memory_order_acq_rel) == 1)
-            combine_range(s, p->out, p->n_rows, t.r0, t.r1);
+            combine_range(s, j->L->down_exps_b.data, p->out, 0, p->n_rows, t.r0, t.r1);
         if (pt)
             pt[3] += w1 - w0, pt[2] += mp_now_ns() - w1;
     }
@@ -614,19 +633,14 @@ static void profile_region(mp_moe_scratch *s, int tasks, int64_t r0, int64_t r1)
 
 typedef struct combine_job {
     const mp_moe_scratch *s;
+    const float *down_b; /* the layer's down biases (n_expert, n_embd), or NULL */
     float *out;
 } combine_job;
 
 static void combine_task(void *ctx, int64_t row, int thread)
 {
     const combine_job *j = ctx;
-    const mp_moe_scratch *s = j->s;
-    const int64_t D = s->n_embd, K = s->top_k;
-    float *o = j->out + row * D;
-    memset(o, 0, (size_t)D * sizeof *o);
-    for (int64_t k = 0; k < K; k++)
-        if (s->entry_of[row * K + k] >= 0)
-            mp_axpy(o, s->weights[row * K + k], s->down + s->entry_of[row * K + k] * D, D);
+    combine_range(j->s, j->down_b, j->out, row, row + 1, 0, j->s->n_embd);
 }
 
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
@@ -651,7 +665,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     /* gate/up activations: one conversion per source row, then gathered by entry */
     expert_job j = {L, s, mp_type_ops_get(L->gate_exps.type), mp_type_ops_get(L->up_exps.type),
                     mp_type_ops_get(L->down_exps.type), NULL, 0, false, NULL, 0, slices, hp->n_expert, 0,
-                    part && part->down_units ? part : NULL};
+                    part && part->down_units ? part : NULL, mp_arch_get(hp->arch)->act};
     const int x_vdt = j.gate_ops->vec_dot_type;
     const char *xsrc = (const char *)x;
     j.x_row_bytes = mp_type_row_bytes(x_vdt, D);
@@ -726,7 +740,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
 
     const int64_t post0 = s->prof ? mp_now_ns() : 0;
     if (!pipelined) { /* a pipelined call combined its rows inside the region */
-        combine_job cj = {s, out};
+        combine_job cj = {s, L->down_exps_b.data, out};
         mp_pool_run(pool, n_rows, combine_task, &cj);
     }
     if (s->prof) {
@@ -753,7 +767,11 @@ mp_status mp_moe_route_cpu(const mp_model *m, int64_t il, const float *x, int64_
             return mp_fail(err, (mp_status)rc, "route source stopped the run at layer %" PRId64, il);
         return mp_moe_check_routes(hp, il, n_rows, s->ids, s->weights, err);
     }
-    mp_matmul(pool, &m->layers[il].gate_inp, x, n_rows, s->router, s->xq);
+    const mp_layer *L = &m->layers[il];
+    mp_matmul(pool, &L->gate_inp, x, n_rows, s->router, s->xq);
+    if (L->gate_inp_b.data)
+        for (int64_t r = 0; r < n_rows; r++)
+            mp_axpy(s->router + r * hp->n_expert, 1.0f, L->gate_inp_b.data, hp->n_expert);
     route_rows(hp, s, n_rows);
     return MP_OK;
 }

@@ -31,6 +31,7 @@ void mp_session_free(mp_session *s)
     free(s->att);
     free(s->proj);
     free(s->rope_cs);
+    free(s->rope_theta);
     free(s->scores);
     free(s->qbuf);
     free(s->shexp);
@@ -107,12 +108,15 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
     s->att = alloc_floats(n_batch, Q, 1);
     s->proj = alloc_floats(n_batch, hp->n_embd, 1);
     s->rope_cs = alloc_floats(n_batch, hp->rot_dim, 1);
+    s->rope_theta = malloc((size_t)(hp->rot_dim / 2) * sizeof *s->rope_theta);
+    if (s->rope_theta)
+        mp_rope_freqs(hp, s->rope_theta, &s->rope_mscale);
     s->scores = alloc_floats(n_threads, n_ctx, 1);
     s->qbuf = malloc((size_t)n_batch * mp_act_row_bytes_max(widest));
     const bool cpu_shexp = cpu_kv && hp->n_ff_shexp > 0;
     s->shexp = cpu_shexp ? alloc_floats(n_batch, 2 * hp->n_ff_shexp + hp->n_embd + 1, 1) : NULL;
     if (!s->pool || !s->moe || (cpu_kv && (!s->k_cache || !s->v_cache)) || !s->x || !s->xb || !s->q || !s->att ||
-        !s->proj || !s->rope_cs || !s->scores || !s->qbuf || (cpu_shexp && !s->shexp)) {
+        !s->proj || !s->rope_cs || !s->rope_theta || !s->scores || !s->qbuf || (cpu_shexp && !s->shexp)) {
         const double kv_mib = 2.0 * (double)hp->n_layer * (double)n_ctx * (double)KV * 4 / 1048576;
         mp_session_free(s);
         return mp_fail(err, MP_ERR_NOMEM,

@@ -35,6 +35,8 @@ struct mp_session {
     float *att;       /* (n_batch, n_head * head_dim) attention output, before wo */
     float *proj;      /* (n_batch, n_embd) output of wo, then of the MoE block */
     float *rope_cs;   /* (n_batch, rot_dim) cos/sin pairs of each row's position */
+    double *rope_theta; /* (rot_dim / 2) and rope_mscale: mp_rope_freqs of the model */
+    float rope_mscale;
     float *scores;    /* (n_threads, n_ctx) attention scores, one row per thread */
     void *qbuf;       /* n_batch × mp_act_row_bytes_max(max(n_embd, n_head * head_dim, n_ff_shexp)) */
     float *shexp;     /* the shared expert's rows: gate and up (n_batch, n_ff_shexp) each, output

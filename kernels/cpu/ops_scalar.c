@@ -29,12 +29,12 @@ void mp_rope_neox(float *head, int64_t head_dim, int64_t rot_dim, int64_t pos, f
     }
 }
 
-void mp_rope_cache(float *cs, int64_t rot_dim, int64_t pos, float freq_base)
+void mp_rope_cache(float *cs, int64_t rot_dim, int64_t pos, const double *theta, float mscale)
 {
     for (int64_t i = 0; i < rot_dim / 2; i++) {
-        const double theta = (double)pos * pow((double)freq_base, -2.0 * (double)i / (double)rot_dim);
-        cs[2 * i] = (float)cos(theta);
-        cs[2 * i + 1] = (float)sin(theta);
+        const double a = (double)pos * theta[i];
+        cs[2 * i] = (float)cos(a) * mscale;
+        cs[2 * i + 1] = (float)sin(a) * mscale;
     }
 }
 
@@ -80,6 +80,16 @@ void mp_swiglu(float *out, const float *gate, const float *up, int64_t n)
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void mp_swiglu_oai(float *out, const float *gate, const float *up, int64_t n)
+{
+    const float alpha = MP_OAI_SWIGLU_ALPHA, limit = MP_OAI_SWIGLU_LIMIT;
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i] < limit ? gate[i] : limit;
+        const float u = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
     }
 }
 
