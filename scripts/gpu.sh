@@ -7,7 +7,7 @@
 #   tests      build (release, sm_90 + PTX) and run the GPU suite (the unit suite runs in CI;
 #              set MP_GPU_ALL_TESTS=1 to run it here too: it needs chromium and sqlite3; or name
 #              tests in MP_GPU_TESTS, e.g. "gpu_exec gpu_calibrate")
-#   hf-ref     regenerate the transformers parity fixtures (qwen3moe, qwen2moe, olmoe, mixtral) into $OUT/hf
+#   hf-ref     regenerate the transformers parity fixtures (qwen3moe, qwen2moe, olmoe, mixtral, gpt-oss) into $OUT/hf
 #              (tools/hf_reference.py)
 #   bench-cpu  decode of the qwen3-30b-a3b preset in Q4_K on the CPU vs the memory-bandwidth bound
 #   bench-gpu  CUDA GEMV / MoE-expert GB/s per weight type (bench/bench_cuda.c)
@@ -257,7 +257,7 @@ for stage in "${stages[@]}"; do
         ;;
     hf-ref)
         mkdir -p "$OUT/hf"
-        for a in qwen3moe qwen2moe olmoe mixtral; do python3 tools/hf_reference.py "$OUT/hf" "$a" || rc=1; done
+        for a in qwen3moe qwen2moe olmoe mixtral gpt-oss; do python3 tools/hf_reference.py "$OUT/hf" "$a" || rc=1; done
         ;;
     bench-cpu)
         build || { rc=1; continue; }

@@ -2,11 +2,13 @@
 """Build a tiny random MoE model with HF transformers, convert it to GGUF with the PyPI `gguf`
 package, and record transformers' logits and greedy continuations as moeplan's parity fixture.
 
-Four architectures: `qwen3moe` (Qwen3MoeForCausalLM: q/k norms, no attention biases, renormalized
+Five architectures: `qwen3moe` (Qwen3MoeForCausalLM: q/k norms, no attention biases, renormalized
 top-k), `qwen2moe` (Qwen2MoeForCausalLM, the Qwen1.5-MoE layout: Q/K/V biases, top-k weights not
 renormalized, a shared expert behind a sigmoid gate), `olmoe` (OlmoeForCausalLM: q/k norms over all
-heads) and `mixtral` (MixtralForCausalLM, written as llama.cpp's converter writes it: architecture
-"llama", Q and K permuted for RoPE on interleaved pairs).
+heads), `mixtral` (MixtralForCausalLM, written as llama.cpp's converter writes it: architecture
+"llama", Q and K permuted for RoPE on interleaved pairs) and `gpt-oss` (GptOssForCausalLM: attention
+sinks, a sliding window on even layers, biases on every projection, router and expert, the clamped
+SwiGLU, YaRN RoPE; gate and up de-interleaved as llama.cpp's converter does).
 
 Neither transformers nor the gguf package is moeplan code: the fixture checks moeplan's loader
 and forward pass against references nobody here wrote. Needs torch, transformers and the gguf
@@ -14,12 +16,13 @@ package (on the GPU machine torch and transformers are there and the gguf wheel 
 any machine with the three installed works). CPU float32 is used for the reference so the numbers
 do not depend on GPU kernels.
 
-Usage: tools/hf_reference.py OUT_DIR [qwen3moe|qwen2moe|olmoe|mixtral]   (default qwen3moe)
+Usage: tools/hf_reference.py OUT_DIR [qwen3moe|qwen2moe|olmoe|mixtral|gpt-oss]   (default qwen3moe)
 Writes OUT_DIR/ARCH-tiny-f32.gguf and OUT_DIR/ARCH-tiny-expected.bin (format in
 tests/fixtures/hf/README.md) and prints a summary.
 """
 import struct
 import sys
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -104,6 +107,54 @@ def mixtral_model():
     return cfg, MixtralForCausalLM(cfg)
 
 
+# gpt-oss's YaRN: factor and original context as the released checkpoints (4096 x 32 = 131072,
+# the context_length); the correction range of a 16-dimension head at theta 150000 is then
+# dimensions 2.02 .. 4.35 of the 8 rotated pairs, inside them and not on whole numbers, so that
+# both the ramp and "truncate": false (no rounding out to 2 .. 5) show in the logits.
+GPTOSS_YARN_FACTOR = 32.0
+GPTOSS_YARN_ORIG_CTX = 4096
+
+
+def gptoss_model():
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=48, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+        num_experts_per_tok=4, rms_norm_eps=1e-5,
+        max_position_embeddings=int(GPTOSS_YARN_ORIG_CTX * GPTOSS_YARN_FACTOR),
+        tie_word_embeddings=False, attention_bias=True,
+        # a window shorter than every prompt; layer_types left to the config: even layers slide
+        sliding_window=4,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": GPTOSS_YARN_FACTOR,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": GPTOSS_YARN_ORIG_CTX},
+        # the plain PyTorch paths: eager attention (the one that adds the sinks in the softmax
+        # here) and the per-expert loop, not grouped_mm or a hub kernel
+        attn_implementation="eager", experts_implementation="eager",
+        pad_token_id=0, bos_token_id=256, eos_token_id=258,
+    )
+    model = GptOssForCausalLM(cfg)
+    impl = (model.config._attn_implementation, model.config._experts_implementation)
+    assert impl == ("eager", "eager"), f"transformers chose attention/experts {impl}, not eager"
+    return cfg, model
+
+
+def gptoss_init(model):
+    """gpt-oss's own parameters, after build_model's generic widening (which would take the
+    transposed expert stacks' last dimension for the fan-in, and the sinks' n_head): sinks of order one
+    (each head's sink then takes a sizable, varying share of its softmax), the experts at a scale
+    where some gate and up values pass the SwiGLU clamp (7), biases that move routing and outputs."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 1.0)
+            layer.mlp.router.bias.normal_(0.0, 0.5)
+            experts = layer.mlp.experts
+            experts.gate_up_proj.normal_(0.0, 3.0 / experts.gate_up_proj.shape[1] ** 0.5)  # (E, hidden, 2F)
+            experts.gate_up_proj_bias.normal_(0.0, 1.0)
+            experts.down_proj.normal_(0.0, 0.5 / experts.down_proj.shape[1] ** 0.5)  # (E, F, hidden)
+            experts.down_proj_bias.normal_(0.0, 0.3)
+
+
 def qwen3moe_kv(w, cfg):
     pass
 
@@ -115,6 +166,17 @@ def qwen2moe_kv(w, cfg):
 def mixtral_kv(w, cfg):
     # llama.cpp's converter writes the rotary dimension for "llama" files (the whole head here)
     w.add_rope_dimension_count(head_dim(cfg))
+
+
+def gptoss_kv(w, cfg):
+    # as llama.cpp's GptOssModel and TextModel.set_gguf_parameters write them
+    rp = cfg.rope_parameters
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rp["factor"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_beta_fast(rp["beta_fast"])
+    w.add_rope_scaling_yarn_beta_slow(rp["beta_slow"])
 
 
 def no_tensors(t, sd, i, p):
@@ -144,21 +206,57 @@ def qwen2moe_ffn_tensors(t, sd, i, p):
     t(f"blk.{i}.ffn_down_shexp.weight", sd[p + "mlp.shared_expert.down_proj.weight"])
 
 
-# model, extra keys, extra attention tensors, extra FFN tensors, the GGUF architecture name, whether
-# Q and K are permuted as llama.cpp's converter does for "llama" files (its RoPE rotates interleaved
-# pairs where transformers rotates halves), and the top-k renormalization key to write (None: none,
-# the architecture's default)
+def gptoss_attn_tensors(t, sd, i, p):
+    t(f"blk.{i}.attn_q.bias", sd[p + "self_attn.q_proj.bias"])
+    t(f"blk.{i}.attn_k.bias", sd[p + "self_attn.k_proj.bias"])
+    t(f"blk.{i}.attn_v.bias", sd[p + "self_attn.v_proj.bias"])
+    t(f"blk.{i}.attn_output.bias", sd[p + "self_attn.o_proj.bias"])
+    t(f"blk.{i}.attn_sinks.weight", sd[p + "self_attn.sinks"])  # (n_head)
+
+
+def gptoss_ffn_tensors(t, sd, i, p):
+    t(f"blk.{i}.ffn_gate_inp.bias", sd[p + "mlp.router.bias"])  # (E)
+    # gate_up_proj_bias (E, 2F) interleaves gate and up as gate_up_proj does: numpy (E, F) each,
+    # GGUF ne = [F, E]; down_proj_bias (E, hidden), ne = [hidden, E]
+    gu_b = sd[p + "mlp.experts.gate_up_proj_bias"]
+    t(f"blk.{i}.ffn_gate_exps.bias", gu_b[:, 0::2])
+    t(f"blk.{i}.ffn_up_exps.bias", gu_b[:, 1::2])
+    t(f"blk.{i}.ffn_down_exps.bias", sd[p + "mlp.experts.down_proj_bias"])
+
+
+class Arch(NamedTuple):
+    model: Callable            # () -> (config, model)
+    kv: Callable               # (writer, config): the architecture's own GGUF keys
+    attn_tensors: Callable     # (t, sd, layer, prefix): its extra attention tensors
+    ffn_tensors: Callable      # (t, sd, layer, prefix): its extra FFN tensors
+    gguf_arch: str             # general.architecture
+    # Q and K permuted as llama.cpp's converter does for "llama" files (its RoPE rotates
+    # interleaved pairs where transformers rotates halves)
+    permute_qk: bool
+    norm_key: str | None       # config field for the top-k renormalization key (None: no key)
+    init: Callable | None = None         # (model): parameters the generic widening does not suit
+    ffn_norm: str = "ffn_norm"           # GGUF name of the pre-MoE norm
+    router: str = "mlp.gate"             # HF module of the router
+    gate_up_interleaved: bool = False    # fused gate_up alternates gate and up columns
+
+
 ARCHS = {
-    "qwen3moe": (qwen3moe_model, qwen3moe_kv, qwen3moe_attn_tensors, qwen3moe_ffn_tensors, "qwen3moe", False,
-                 "norm_topk_prob"),
-    "qwen2moe": (qwen2moe_model, qwen2moe_kv, qwen2moe_attn_tensors, qwen2moe_ffn_tensors, "qwen2moe", False,
-                 "norm_topk_prob"),
+    "qwen3moe": Arch(qwen3moe_model, qwen3moe_kv, qwen3moe_attn_tensors, qwen3moe_ffn_tensors, "qwen3moe", False,
+                     "norm_topk_prob"),
+    "qwen2moe": Arch(qwen2moe_model, qwen2moe_kv, qwen2moe_attn_tensors, qwen2moe_ffn_tensors, "qwen2moe", False,
+                     "norm_topk_prob"),
     # OLMoE normalizes the whole q and k vectors (q_norm of n_head * head_dim)
-    "olmoe": (olmoe_model, qwen3moe_kv, qwen3moe_attn_tensors, no_tensors, "olmoe", False, "norm_topk_prob"),
+    "olmoe": Arch(olmoe_model, qwen3moe_kv, qwen3moe_attn_tensors, no_tensors, "olmoe", False, "norm_topk_prob"),
     # Mixtral as llama.cpp's converter writes it: architecture "llama" with expert keys and
     # rope.dimension_count, Q/K permuted, no renormalization key (top-k softmax, renormalized, is
     # Mixtral's rule and moeplan's default)
-    "mixtral": (mixtral_model, mixtral_kv, no_tensors, no_tensors, "llama", True, None),
+    "mixtral": Arch(mixtral_model, mixtral_kv, no_tensors, no_tensors, "llama", True, None),
+    # gpt-oss as llama.cpp's converter writes it: the pre-MoE norm is post_attention_norm, no
+    # renormalization key (softmax over the k chosen logits is the renormalized top-k), gate and up
+    # de-interleaved and, like down, transposed to (out, in)
+    "gpt-oss": Arch(gptoss_model, gptoss_kv, gptoss_attn_tensors, gptoss_ffn_tensors, "gpt-oss", False, None,
+                    init=gptoss_init, ffn_norm="post_attention_norm", router="mlp.router",
+                    gate_up_interleaved=True),
 }
 
 
@@ -185,7 +283,7 @@ def permute_qk(w, n_head):
 
 def build_model(arch):
     torch.manual_seed(SEED)
-    cfg, model = ARCHS[arch][0]()
+    cfg, model = ARCHS[arch].model()
     model = model.eval().float()
     # transformers initializes with std 0.02 (and zero biases), which makes logits nearly flat;
     # widen the weights so that greedy decoding and routing are decisive (ties would make the
@@ -198,21 +296,25 @@ def build_model(arch):
                 p.normal_(0.0, 0.3)
             else:
                 p.normal_(0.0, 0.25 if "embed" in name else 1.0 / (p.shape[-1] ** 0.5))
+    if ARCHS[arch].init:
+        ARCHS[arch].init(model)
     return cfg, model
 
 
-def expert_stacks(sd, cfg, p):
+def expert_stacks(sd, cfg, p, interleaved):
     """(gate, up, down) as numpy (E, out, in), from the fused transformers-5 layout or per-expert
-    linears."""
+    linears. interleaved: gate_up_proj alternates gate and up (gpt-oss: gate = [..., ::2],
+    up = [..., 1::2]) instead of holding all gate rows first."""
     F = expert_ffn(cfg)
     E = n_experts(cfg)
     if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused per layer
         gu = sd[p + "mlp.experts.gate_up_proj"]
         down = sd[p + "mlp.experts.down_proj"]
+        gate_cols, up_cols = (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, F), slice(F, None))
         if gu.shape == (E, 2 * F, cfg.hidden_size):
-            gate, up = gu[:, :F, :], gu[:, F:, :]
+            gate, up = gu[:, gate_cols, :], gu[:, up_cols, :]
         elif gu.shape == (E, cfg.hidden_size, 2 * F):
-            gate, up = gu[:, :, :F].transpose(0, 2, 1), gu[:, :, F:].transpose(0, 2, 1)
+            gate, up = gu[:, :, gate_cols].transpose(0, 2, 1), gu[:, :, up_cols].transpose(0, 2, 1)
         else:
             raise SystemExit(f"unexpected gate_up_proj shape {gu.shape}")
         if down.shape == (E, cfg.hidden_size, F):
@@ -248,7 +350,8 @@ def add_vocab(w):
 
 
 def write_gguf(arch, cfg, sd, path):
-    _, arch_kv, arch_attn, arch_ffn, gguf_arch, permute, norm_key = ARCHS[arch]
+    spec = ARCHS[arch]
+    gguf_arch = spec.gguf_arch
     rope = getattr(cfg, "rope_theta", None)
     if rope is None:
         rope = cfg.rope_parameters["rope_theta"]
@@ -268,9 +371,9 @@ def write_gguf(arch, cfg, sd, path):
     w.add_expert_count(n_experts(cfg))
     w.add_expert_used_count(cfg.num_experts_per_tok)
     w.add_expert_feed_forward_length(expert_ffn(cfg))
-    arch_kv(w, cfg)
-    if norm_key:
-        w.add_bool(f"{gguf_arch}.expert_weights_norm", bool(getattr(cfg, norm_key)))
+    spec.kv(w, cfg)
+    if spec.norm_key:
+        w.add_bool(f"{gguf_arch}.expert_weights_norm", bool(getattr(cfg, spec.norm_key)))
     w.add_file_type(0)
     add_vocab(w)
 
@@ -284,21 +387,21 @@ def write_gguf(arch, cfg, sd, path):
         p = f"model.layers.{i}."
         t(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
         q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
-        if permute:
+        if spec.permute_qk:
             q, k = permute_qk(q, cfg.num_attention_heads), permute_qk(k, cfg.num_key_value_heads)
         t(f"blk.{i}.attn_q.weight", q)
         t(f"blk.{i}.attn_k.weight", k)
         t(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         t(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        arch_attn(t, sd, i, p)
-        t(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
-        t(f"blk.{i}.ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])
-        gate, up, down = expert_stacks(sd, cfg, p)
+        spec.attn_tensors(t, sd, i, p)
+        t(f"blk.{i}.{spec.ffn_norm}.weight", sd[p + "post_attention_layernorm.weight"])
+        t(f"blk.{i}.ffn_gate_inp.weight", sd[p + spec.router + ".weight"])
+        gate, up, down = expert_stacks(sd, cfg, p, spec.gate_up_interleaved)
         # numpy (E, out, in) is GGUF ne = [in, out, E], as llama.cpp stores *_exps
         t(f"blk.{i}.ffn_gate_exps.weight", gate)
         t(f"blk.{i}.ffn_up_exps.weight", up)
         t(f"blk.{i}.ffn_down_exps.weight", down)
-        arch_ffn(t, sd, i, p)
+        spec.ffn_tensors(t, sd, i, p)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

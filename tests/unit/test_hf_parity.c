@@ -2,8 +2,10 @@
  *
  * The fixtures (tests/fixtures/hf/README.md) were produced by transformers' Qwen3MoeForCausalLM,
  * Qwen2MoeForCausalLM (Q/K/V biases, a gated shared expert, top-k weights not renormalized),
- * OlmoeForCausalLM and MixtralForCausalLM (written as llama.cpp's converter writes Mixtral: "llama",
- * Q/K permuted) and converted to GGUF by the PyPI gguf package: no moeplan code took part. Every position's logits
+ * OlmoeForCausalLM, MixtralForCausalLM (written as llama.cpp's converter writes Mixtral: "llama",
+ * Q/K permuted) and GptOssForCausalLM (sinks, a sliding window, YaRN, biases, the clamped SwiGLU;
+ * gate and up de-interleaved as the converter does) and converted to GGUF by the PyPI gguf
+ * package: no moeplan code took part. Every position's logits
  * must match within 1e-4 relative error (max |diff| / max |reference|, per row), and greedy
  * decoding must reproduce transformers' 32-token continuation exactly. */
 #include <criterion/criterion.h>
@@ -37,7 +39,7 @@ static void read_exact(FILE *f, void *dst, size_t n, const char *what)
     cr_assert_eq(fread(dst, 1, n, f), n, "expected fixture truncated while reading %s", what);
 }
 
-/* fixture: "qwen3moe-tiny" or "qwen2moe-tiny" (its -expected.bin and -f32.gguf) */
+/* fixture: "qwen3moe-tiny", "gpt-oss-tiny", ... (its -expected.bin and -f32.gguf) */
 static expected_prompt *load_expected(const char *fixture, uint32_t *n_prompts, uint32_t *n_vocab)
 {
     char name[96];
@@ -203,4 +205,25 @@ Test(hf_parity, mixtral_logits_match_transformers_f32)
 Test(hf_parity, mixtral_greedy_continuations_match_transformers)
 {
     continuations_match("mixtral-tiny");
+}
+
+/* gpt-oss: attention sinks, a 4-position window on even layers (every prompt is longer), biases on
+ * Q/K/V, the attention output, the router and each expert, the clamped SwiGLU, YaRN with an
+ * unrounded correction range */
+Test(hf_parity, gptoss_logits_match_transformers_f32)
+{
+    mp_model *m = load_model("gpt-oss-tiny");
+    cr_assert_eq(m->hp.arch, MP_ARCH_GPTOSS);
+    cr_assert_eq(m->hp.n_swa, 4);
+    cr_assert(m->hp.rope_yarn_factor == 32.0f && m->hp.rope_yarn_orig_ctx == 4096 && !m->hp.rope_yarn_truncate);
+    cr_assert(m->hp.expert_weights_norm);
+    cr_assert(m->layers[0].sinks.data && m->layers[0].bo.data && m->layers[0].gate_inp_b.data &&
+              m->layers[0].down_exps_b.data, "the fixture has sinks and the gpt-oss biases");
+    mp_model_free(m);
+    logits_match("gpt-oss-tiny");
+}
+
+Test(hf_parity, gptoss_greedy_continuations_match_transformers)
+{
+    continuations_match("gpt-oss-tiny");
 }
