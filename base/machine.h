@@ -9,4 +9,8 @@
  * Processor"), or "unknown". */
 void mp_cpu_model_name(char *out, size_t cap);
 
+/* The largest CPU cache in bytes (the last level: L3 where there is one), as the OS reports it
+ * (sysconf, else /sys/devices/system/cpu/cpu0/cache); 0 when neither says. */
+size_t mp_cpu_llc_bytes(void);
+
 #endif

@@ -1,6 +1,7 @@
 /* runtime/bench.c — see bench.h. Timing uses CLOCK_MONOTONIC; ids come from splitmix64 so the
  * sequence depends only on (seed, kind, N) and not on the C library's rand(). */
 #include "runtime/bench.h"
+#include "base/machine.h"
 #include "runtime/decide.h"
 #include "base/clock.h"
 #include "runtime/gpu.h"
@@ -237,6 +238,16 @@ static mp_status stream_once(const uint64_t *buf, size_t share, int threads, mp_
         st = mp_fail(err, MP_ERR_NOMEM, "cannot start %d threads", threads);
     }
     return st;
+}
+
+/* On the H200 machine's Emerald Rapids host (320 MB of L3 the VM reports), calibrate --quick's
+ * former fixed 256 MiB read 252-285 GB/s against 110 from DRAM with 1 GiB, and plan's check then
+ * scaled the CPU costs by the ratio of the two: predictions off by -61 % to +673 % on the shape
+ * sweep's small models (2026-12-05). */
+size_t mp_bench_host_probe_bytes(bool quick)
+{
+    const size_t base = quick ? (size_t)256 << 20 : (size_t)1 << 30, llc4 = 4 * mp_cpu_llc_bytes();
+    return llc4 > base ? llc4 : base;
 }
 
 double mp_bench_host_read_gbs(size_t bytes, int threads, int reps)

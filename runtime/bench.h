@@ -48,6 +48,11 @@ mp_status mp_bench_run_test(mp_session *s, mp_bench_kind kind, int64_t n, uint64
  * decode bound, calibrate ($.host_read) and plan's check. */
 double mp_bench_host_read_gbs(size_t bytes, int threads, int reps);
 
+/* The buffer of every host-read probe (calibrate's level, plan's check, bench's decode bound), one
+ * rule so that their numbers compare: 1 GiB (quick: 256 MiB, calibrate --quick), and at least four
+ * times the CPU's last-level cache, so that the probe reads DRAM, as a decode's experts do. */
+size_t mp_bench_host_probe_bytes(bool quick);
+
 /* Host memory read by two readers at once, in GB/s over one interval of the host's clock: the cores
  * (`threads` threads streaming a buffer of `bytes`, as mp_bench_host_read_gbs) and the bus (the
  * GPU executor g reading its page-locked copy of the cold experts with the far routes' loads,

@@ -240,7 +240,6 @@ typedef struct bench_ctx {
     const mp_knobs *knobs; /* the knobs the session ran with (every row records them) */
 } bench_ctx;
 
-#define HOST_BW_BYTES ((size_t)1 << 30) /* the bandwidth probe's buffer: far past any LLC */
 
 typedef struct bench_row {
     mp_bench_kind kind;
@@ -358,7 +357,8 @@ static void host_bus_probe(bench_ctx *c, mp_session *s, int i)
             mp_session_n_threads(s));
     mp_bench_two_readers *p = &c->host_bus[i];
     mp_error err;
-    if (mp_bench_host_bus(g, HOST_BW_BYTES, mp_session_n_threads(s), 2, MP_BENCH_HOST_BUS_SECONDS, p, &err)) {
+    if (mp_bench_host_bus(g, mp_bench_host_probe_bytes(false), mp_session_n_threads(s), 2, MP_BENCH_HOST_BUS_SECONDS, p,
+                          &err)) {
         fprintf(stderr, "moeplan bench: warning: %s; the host+bus bound takes the cost file's rates\n", err.msg);
         return;
     }
@@ -732,7 +732,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
     }
     if (c.gpu && c.pl->host_expert_bytes > 0 && o->n_tg > 0) { /* for the decode bound */
         fprintf(stderr, "moeplan bench: host read bandwidth (1 GiB, %d threads)...\n", mp_session_n_threads(s));
-        c.host_probe[0] = mp_bench_host_read_gbs(HOST_BW_BYTES, mp_session_n_threads(s), 3);
+        c.host_probe[0] = mp_bench_host_read_gbs(mp_bench_host_probe_bytes(false), mp_session_n_threads(s), 3);
         fprintf(stderr, "moeplan bench: host read bandwidth %.1f GB/s\n", c.host_probe[0]);
         host_bus_probe(&c, s, 0);
     }
@@ -782,7 +782,7 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
      * 72-110 GB/s between probes of one call), so a second probe after the tests; the bound takes
      * the larger, the rate the host has shown it can give. */
     if (c.host_probe[0] > 0) {
-        c.host_probe[1] = mp_bench_host_read_gbs(HOST_BW_BYTES, mp_session_n_threads(s), 3);
+        c.host_probe[1] = mp_bench_host_read_gbs(mp_bench_host_probe_bytes(false), mp_session_n_threads(s), 3);
         c.host_gbs = c.host_probe[1] > c.host_probe[0] ? c.host_probe[1] : c.host_probe[0];
         fprintf(stderr, "moeplan bench: host read bandwidth after the tests %.1f GB/s; the bound uses %.1f\n",
                 c.host_probe[1], c.host_gbs);

@@ -408,10 +408,10 @@ out:
 
 /* ---- the host's read bandwidth ---- */
 
-/* The probe's buffer: far past any LLC (a quick calibration: a quarter of it). */
+/* The probe's buffer: past the LLC (mp_bench_host_probe_bytes) */
 static size_t host_probe_bytes(const mp_calib_opts *o)
 {
-    return o->quick ? (size_t)256 << 20 : (size_t)1 << 30;
+    return mp_bench_host_probe_bytes(o->quick);
 }
 
 #define HOST_PROBES_KEY "host_read_probes" /* root's scratch array, consumed by mp_calib_host_read */

@@ -31,7 +31,6 @@
 #include "runtime/session.h"
 #include "simulator/simulate.h"
 
-#define HOST_PROBE_BYTES ((size_t)1 << 30)
 
 static void usage(FILE *f)
 {
@@ -253,14 +252,14 @@ static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char 
         st = mp_fail(err, MP_ERR_NOMEM, "plan: out of memory");
     if (!st) {
         const int threads = out->threads = mp_session_n_threads(e.session);
-        const double before = mp_bench_host_read_gbs(HOST_PROBE_BYTES, threads, 2);
+        const double before = mp_bench_host_read_gbs(mp_bench_host_probe_bytes(false), threads, 2);
         fprintf(stderr, "moeplan plan: check: tg%" PRId64 " x %" PRId64 " with the profile (%s), routing from %s\n", n,
                 o->reps, out->gpu ? "GPU executor" : "CPU executor", o->trace);
         st = mp_bench_run_test(e.session, MP_BENCH_TG, n, 0, e.model->hp.n_vocab, (int)o->reps, logits, samples,
                                check_progress, e.session, err);
         if (st)
             mp_engine_step_error(&e, err);
-        const double after = mp_bench_host_read_gbs(HOST_PROBE_BYTES, threads, 2);
+        const double after = mp_bench_host_read_gbs(mp_bench_host_probe_bytes(false), threads, 2);
         out->gbs = (before + after) / 2;
     }
     if (!st) {
