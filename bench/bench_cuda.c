@@ -586,7 +586,7 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         for (int c = 0; c < ATT_GRAPH_CALLS; c++) {
             CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, n_ctx, n_head, n_head_kv, hd, d_s, sb,
-                                    conv == 1 ? MP_TYPE_Q8_K : MP_TYPE_F32, conv == 1 ? d_act : NULL, st));
+                                    conv == 1 ? MP_TYPE_Q8_K : MP_TYPE_F32, conv == 1 ? d_act : NULL, 0, NULL, st));
             if (conv == 2)
                 CK(mp_cuda_quantize_act(MP_TYPE_Q8_K, d_o, n_head * hd, n_rows, n_head * hd, d_act, st));
         }
@@ -600,7 +600,7 @@ static void bench_attention_case(int64_t n_rows, int64_t pos0, int64_t n_ctx, in
         if (decode)
             CK(cudaGraphLaunch(exec, st));
         else
-            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys, n_head, n_head_kv, hd, d_s, sb, MP_TYPE_F32, NULL, st));
+            CK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys, n_head, n_head_kv, hd, d_s, sb, MP_TYPE_F32, NULL, 0, NULL, st));
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
         if (r >= 0) {

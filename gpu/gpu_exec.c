@@ -76,6 +76,7 @@ static void carve_scratch(mp_gpu *g, carve *c)
     g->d_tok = take(c, z->rows_i32);
     g->d_pos = take(c, z->rows_i32);
     g->d_rope = take(c, z->rope);
+    g->d_rope_theta = g->d_rope ? (double *)(g->d_rope + g->s->n_batch * g->s->m->hp.head_dim) : NULL;
     g->d_bad = take(c, sizeof(int));
     g->d_count = take(c, sizeof(unsigned));
     g->d_rids = take(c, z->replay);
@@ -162,9 +163,12 @@ static mp_status upload_weights(mp_gpu *g, carve *cv, mp_error *err)
         if ((st = upload(&c, &L->k_norm, &p, err)))
             return st;
         G->k_norm = p;
-        const mp_tensor *bias[3] = {&L->bq, &L->bk, &L->bv};
-        const float **gbias[3] = {&G->bq, &G->bk, &G->bv};
-        for (int i = 0; i < 3; i++) {
+        /* small f32 vectors (data NULL: absent, the device pointer NULL too) */
+        const mp_tensor *bias[9] = {&L->bq, &L->bk, &L->bv, &L->bo, &L->sinks, &L->gate_inp_b,
+                                    &L->gate_exps_b, &L->up_exps_b, &L->down_exps_b};
+        const float **gbias[9] = {&G->bq, &G->bk, &G->bv, &G->bo, &G->sinks, &G->gate_inp_b,
+                                  &G->gate_exps_b, &G->up_exps_b, &G->down_exps_b};
+        for (int i = 0; i < 9; i++) {
             if ((st = upload(&c, bias[i], &p, err)))
                 return st;
             *gbias[i] = p;
@@ -397,11 +401,6 @@ static mp_status check_support(const mp_hparams *hp, const mp_placement *pl, mp_
         return mp_fail(err, MP_ERR_LIMIT, "GPU executor: %" PRId64 " experts (max 1024), top-%" PRId64
                        " (max %d) or head_dim %" PRId64 " (max 256) unsupported",
                        hp->n_expert, hp->n_expert_used, MP_GPU_MAX_TOP_K, hp->head_dim);
-    const mp_arch_traits *tr = mp_arch_get(hp->arch);
-    if (tr->attn_sinks || tr->attn_out_bias || tr->swa_period || tr->moe_bias || tr->act != MP_ACT_SWIGLU ||
-        hp->rope_yarn_factor > 0)
-        return mp_fail(err, MP_ERR_UNSUPPORTED, "GPU executor: architecture %s (attention sinks, sliding window, "
-                       "expert biases, YaRN) runs on the CPU executor only for now (--executor cpu)", tr->name);
     return MP_OK;
 }
 
@@ -571,6 +570,8 @@ static mp_status alloc_device(mp_gpu *g, bool staging, size_t far_bytes, mp_erro
         CCHECK(cudaMalloc((void **)&g->d_tier, g->mem.tier), "cudaMalloc (adaptive tier)");
     carve sc = {g->d_scratch, 0};
     carve_scratch(g, &sc);
+    CCHECK(cudaMemcpy(g->d_rope_theta, g->s->rope_theta, (size_t)(hp->rot_dim / 2) * sizeof(double),
+                      cudaMemcpyHostToDevice), "RoPE angles upload");
     if (staging) {
         carve stc = {g->d_scratch + g->mem.scratch, 0};
         g->d_stage = take(&stc, 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max);

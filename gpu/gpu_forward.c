@@ -148,10 +148,10 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     } else {
         KCHECK(mp_cuda_rmsnorm(g->d_q, g->d_q, L->q_norm, n, Q, hp->rms_eps, g->stream), "q norm");
         KCHECK(mp_cuda_rmsnorm(g->d_k, g->d_k, L->k_norm, n, KV, hp->rms_eps, g->stream), "k norm");
-        KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base, style,
-                            g->stream), "rope");
-        KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, hp->rope_freq_base,
-                            style, g->stream), "rope");
+        KCHECK(mp_cuda_rope(g->d_q, n, Q, hp->n_head, hd, hp->rot_dim, g->d_pos, g->d_rope_theta,
+                            g->s->rope_mscale, style, g->stream), "rope");
+        KCHECK(mp_cuda_rope(g->d_k, n, KV, hp->n_head_kv, hd, hp->rot_dim, g->d_pos, g->d_rope_theta,
+                            g->s->rope_mscale, style, g->stream), "rope");
         KCHECK(mp_cuda_kv_store2_at(L->k_cache, L->v_cache, g->d_k, g->d_v, n, KV, g->d_pos, g->stream),
                "kv store");
     }
@@ -161,10 +161,15 @@ static mp_status attention_block(mp_gpu *g, int64_t il, int64_t n, int64_t pos0,
     KCHECK(mp_cuda_attention_at(g->d_q, L->k_cache, L->v_cache, g->d_att, n, g->d_pos,
                                 g->capturing ? g->s->n_ctx : pos0 + n, hp->n_head, hp->n_head_kv, hd,
                                 g->d_att_scratch, g->att_scratch_bytes, vdt_o,
-                                vdt_o != MP_TYPE_F32 ? g->d_act : NULL, g->stream), "attention");
+                                vdt_o != MP_TYPE_F32 ? g->d_act : NULL, mp_layer_window(hp, il), L->sinks, g->stream),
+           "attention");
     g->act_src = vdt_o != MP_TYPE_F32 ? g->d_att : NULL;
     g->act_vdt = vdt_o;
-    return proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err);
+    if ((st = proj(g, &L->wo, g->d_att, n, g->d_proj, hp->n_embd, err)))
+        return st;
+    if (L->bo)
+        KCHECK(mp_cuda_add_bias(g->d_proj, L->bo, n, hp->n_embd, g->stream), "attention output bias");
+    return MP_OK;
 }
 
 /* The shared expert of layer il on the normed rows d_xb, added into d_proj (the routed experts' sum):
@@ -246,7 +251,8 @@ static mp_status enqueue_step(mp_gpu *g, int64_t n, int64_t pos0, int64_t head_r
                             g->d_tok, n, g->d_x, g->d_bad, g->stream), "embedding");
     /* the rows' RoPE angles, once for every layer's Q/K finish */
     if (mp_arch_get(hp->arch)->qk_norm != MP_QK_NORM_FULL)
-        KCHECK(mp_cuda_rope_table(g->d_rope, g->d_pos, n, hp->rot_dim, hp->rope_freq_base, g->stream), "rope angles");
+        KCHECK(mp_cuda_rope_table(g->d_rope, g->d_pos, n, hp->rot_dim, g->d_rope_theta, s->rope_mscale, g->stream),
+               "rope angles");
     g->pending_add = false;
 
     for (int64_t il = 0; il < hp->n_layer; il++) {

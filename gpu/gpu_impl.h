@@ -57,6 +57,9 @@ typedef struct gpu_layer {
     const float *attn_norm, *ffn_norm; /* (n_embd) */
     const float *q_norm, *k_norm;      /* per head (head_dim) or full; NULL when absent */
     const float *bq, *bk, *bv;         /* Q/K/V biases; NULL when absent */
+    /* gpt-oss (NULL when absent): the attention output's bias, the sinks (n_head), the router's
+     * bias (n_expert), the experts' biases: gate, up (n_expert, n_ff_exp), down (n_expert, n_embd) */
+    const float *bo, *sinks, *gate_inp_b, *gate_exps_b, *up_exps_b, *down_exps_b;
     /* the shared expert (d NULL when absent): gate vector (one output row), gate, up, down */
     gpu_tensor gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
     uint16_t *k_cache, *v_cache;       /* (n_ctx, n_head_kv * head_dim) f16 */
@@ -103,6 +106,7 @@ struct mp_gpu {
     float *d_w;                         /* (n_batch, top_k) */
     int32_t *d_tok, *d_pos;             /* (n_batch) */
     float *d_rope;                      /* (n_batch, head_dim / 2) (cos, sin): the step's RoPE angles */
+    double *d_rope_theta;               /* (rot_dim / 2): mp_rope_freqs's angle per position (after d_rope) */
     int *d_bad;                         /* token id out of range flag */
     unsigned *d_count;                  /* the fused decode router's blocks-done counter (0 between
                                          * launches; mp_cuda_router_gemv) */

@@ -41,6 +41,31 @@ static bool decode_routes(const mp_gpu *g, int64_t n)
     return g->s->route_src && n == 1;
 }
 
+/* The step's routes of layer il on the device: the route source's decode routes (uploaded at the
+ * start of the step), else the router's (or a prefill step's upload) */
+static void step_routes(const mp_gpu *g, int64_t il, int64_t n, const int32_t **ids, const float **weights)
+{
+    const int64_t K = g->s->m->hp.n_expert_used;
+    *ids = decode_routes(g, n) ? g->d_rids + il * K : g->d_ids;
+    *weights = decode_routes(g, n) ? g->d_rw + il * K : g->d_w;
+}
+
+/* The experts' down biases of every route of the layer (gpt-oss), once its experts have all written
+ * d_proj: the GPU adds them whichever side ran a route (moe.h: the CPU's partial carries none) */
+static mp_status down_biases(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
+{
+    const gpu_layer *G = &g->layers[il];
+    const mp_hparams *hp = &g->s->m->hp;
+    if (!G->down_exps_b)
+        return MP_OK;
+    const int32_t *ids;
+    const float *w;
+    step_routes(g, il, n, &ids, &w);
+    KCHECK(mp_cuda_moe_down_bias(g->d_proj, ids, w, G->down_exps_b, n, hp->n_expert_used, hp->n_embd, hp->n_expert,
+                                 g->stream), "expert down biases");
+    return MP_OK;
+}
+
 static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *const *slots,
                                  int64_t E, int accumulate)
 {
@@ -63,13 +88,10 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
     a.n_rows = n;
     a.d_x = g->d_xb;
     a.d_xq = g->moe_xq; /* converted by the layer's norm (gpu_forward.c), or NULL */
-    if (decode_routes(g, n)) { /* the route source's choice, uploaded at the start of the step */
-        a.d_ids = g->d_rids + il * hp->n_expert_used;
-        a.d_weights = g->d_rw + il * hp->n_expert_used;
-    } else {
-        a.d_ids = g->d_ids;
-        a.d_weights = g->d_w;
-    }
+    step_routes(g, il, n, &a.d_ids, &a.d_weights);
+    a.act = mp_arch_get(hp->arch)->act == MP_ACT_SWIGLU_OAI ? MP_CUDA_ACT_SWIGLU_OAI : MP_CUDA_ACT_SWIGLU;
+    a.d_gate_b = g->layers[il].gate_exps_b;
+    a.d_up_b = g->layers[il].up_exps_b;
     a.d_out = g->d_proj;
     a.accumulate = accumulate;
     a.d_scratch = g->d_moe_scratch;
@@ -357,7 +379,7 @@ static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
          * bench/NOTES-gpu-exec.md run 25). Router weights are F32, F16 or BF16 (model_load.c). */
         const gpu_tensor *R = &G->gate_inp;
         const bool published = hybrid && g->handoff;
-        KCHECK(mp_cuda_router_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, g->d_router, K,
+        KCHECK(mp_cuda_router_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, G->gate_inp_b, g->d_router, K,
                                    hp->expert_weights_norm, g->d_ids, g->d_w, g->d_count,
                                    published ? g->h_x : NULL, published && !host_routes ? h_ids : NULL, h_w,
                                    published ? &g->h_flags[il] : NULL, published ? &g->h_stamps[3 * il] : NULL,
@@ -371,6 +393,8 @@ static mp_status moe_begin(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
         else
             KCHECK(mp_cuda_gemv(R->type, R->d, R->row_bytes, E, D, g->d_xb, (size_t)D * 4, (int)n,
                                 g->d_router, E, g->stream), "router gemv");
+        if (G->gate_inp_b)
+            KCHECK(mp_cuda_add_bias(g->d_router, G->gate_inp_b, n, E, g->stream), "router bias");
         KCHECK(mp_cuda_router(g->d_router, n, E, K, hp->expert_weights_norm, g->d_ids, g->d_w, NULL,
                               g->stream), "router");
     }
@@ -566,9 +590,10 @@ static mp_status moe_end(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
 mp_status mp_gpu_moe_layer(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
 {
     mp_status st = moe_begin(g, il, n, err);
-    if (st || !mp_gpu_layer_hybrid(g, il))
+    if (st)
         return st;
-    if (!g->handoff && (st = mp_gpu_moe_host(g, il, n, err)))
+    if (mp_gpu_layer_hybrid(g, il) &&
+        ((!g->handoff && (st = mp_gpu_moe_host(g, il, n, err))) || (st = moe_end(g, il, n, err))))
         return st;
-    return moe_end(g, il, n, err);
+    return down_biases(g, il, n, err);
 }

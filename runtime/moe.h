@@ -98,7 +98,11 @@ typedef struct mp_moe_part {
  * route to part->expert computed here gives the expert's FFN rows [0, part->ff_rows) only:
  * down[d] = Σ_{j < ff_rows} W_down[d, j] · h[j], so that the GPU's rows [ff_rows, n_ff) add up to
  * the whole expert; a resident part->expert is skipped as any resident expert. The caller checks
- * the part (only asserts here). Returns the number of routes computed, a part's among them. */
+ * the part (only asserts here). Expert biases (gpt-oss): gate and up's are added to every row
+ * computed; down's only without a resident mask (the CPU executor): with one (a hybrid layer of the
+ * GPU executor) the GPU adds every route's down bias itself, whichever side ran the route, so that
+ * a route split between the two gets it once. Returns the number of routes computed, a part's
+ * among them. */
 int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_t n_rows,
                            const int32_t *ids, const float *weights, const uint64_t *resident,
                            const void *const *slices, const mp_moe_part *part, float *out,

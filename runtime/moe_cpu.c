@@ -523,6 +523,7 @@ typedef struct pipe_job {
     int64_t n_gu, n_dn;        /* units of each half */
     atomic_int_fast64_t next_gu, next_dn;
     float *out;                /* the rows the region combines */
+    const float *down_b;       /* the down biases the combine adds (NULL: none) */
     int64_t n_rows;
 } pipe_job;
 
@@ -597,7 +598,7 @@ static void pipe_task(void *ctx, int64_t task, int thread)
         down_unit(j, &t);
         /* acq_rel: the last finisher of a row range sees every expert's down rows of it */
         if (atomic_fetch_sub_explicit(&s->range_left[i % p->per_dn], 1, memory_order_acq_rel) == 1)
-            combine_range(s, j->L->down_exps_b.data, p->out, 0, p->n_rows, t.r0, t.r1);
+            combine_range(s, p->down_b, p->out, 0, p->n_rows, t.r0, t.r1);
         if (pt)
             pt[3] += w1 - w0, pt[2] += mp_now_ns() - w1;
     }
@@ -684,6 +685,8 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     }
     const int h_vdt = j.down_ops->vec_dot_type;
     j.h_vdt = h_vdt;
+    /* a hybrid layer's GPU adds every route's down bias (moe.h) */
+    const float *down_b = resident ? NULL : L->down_exps_b.data;
     assert(!part || (part->expert >= 0 && part->expert < hp->n_expert && part->ff_rows > 0 &&
                      part->ff_rows <= F && part->ff_rows % mp_decide_split_granule(L->down_exps.type) == 0));
     assert(!j.part || (part->n_units >= 1 && part->unit_end[part->n_units - 1] >= part->ff_rows));
@@ -691,7 +694,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
     j.h = h_vdt == MP_TYPE_F32 ? (const char *)s->gate : s->hq;
     const bool pipelined = s->pipelined && n_rows <= MP_MOE_PIPE_ROWS;
     if (pipelined) {
-        pipe_job p = {.j = &j, .n_rows = n_rows};
+        pipe_job p = {.j = &j, .n_rows = n_rows, .down_b = down_b};
         int64_t n_active = 0;
         for (int64_t e = 0; e < s->n_expert; e++)
             if (s->count[e])
@@ -740,7 +743,7 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
 
     const int64_t post0 = s->prof ? mp_now_ns() : 0;
     if (!pipelined) { /* a pipelined call combined its rows inside the region */
-        combine_job cj = {s, L->down_exps_b.data, out};
+        combine_job cj = {s, down_b, out};
         mp_pool_run(pool, n_rows, combine_task, &cj);
     }
     if (s->prof) {

@@ -162,7 +162,7 @@ void mp_gpu_scratch_plan(const mp_placement_geom *g, int64_t n_ctx, int64_t n_ba
     *out = (mp_gpu_scratch){
         .rows_embd = B * D * 4, .rows_q = B * Q * 4, .rows_kv = B * KV * 4, .router = B * (size_t)g->n_expert * 4,
         .routes = B * K * 4, .rows_i32 = B * 4,
-        .rope = B * (size_t)(g->head_dim / 2) * 8, .replay = 2 * (size_t)g->n_layer * K * 4,
+        .rope = (B + 1) * (size_t)(g->head_dim / 2) * 8, /* the rows' (cos, sin), then the angles per position (f64) */ .replay = 2 * (size_t)g->n_layer * K * 4,
         .logits = (size_t)MP_GPU_HEAD_ROWS * (size_t)g->n_vocab * 4, .act = B * mp_act_row_bytes_max((int64_t)W),
         .shexp = F_sh ? B * (2 * F_sh + 1) * 4 : 0, .blas_ws = MP_GPU_BLAS_WS_BYTES};
     for (int64_t il = 0; il < g->n_layer; il++) {

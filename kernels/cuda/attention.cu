@@ -1,5 +1,9 @@
 // kernels/cuda/attention.cu — causal GQA attention over an F16 KV cache (decode and prefill).
 //
+// A sliding-window layer (window > 0) attends to each row's last `window` keys: chunks and key tiles
+// before a row's window are neither computed nor merged; with sinks (gpt-oss) each head's softmax
+// denominator also counts exp(sink - max), the sink's share dropped (att_denominator).
+//
 // KV cache: F16 (half the bytes of F32 — the cache counts against --gpu-budget — and the
 // precision loss, 2^-11 relative per element, is far below the activations' Q8 quantization
 // the matmuls already apply). Scores, softmax and the weighted sum are f32.
@@ -19,6 +23,8 @@
 // chunks took 710 µs for 512 rows, the tiles 173 µs. (The first version looped a thread per
 // dimension over a chunk's keys one load at a time: 74 µs per decode layer, run 5 of
 // bench/NOTES-gpu-exec.md.)
+#include <climits>
+
 #include "kernels/cuda/common.cuh"
 
 // the chunking is the scratch size's too (kernels/cuda_sizes.h)
@@ -32,6 +38,20 @@
 __device__ __forceinline__ int64_t att_keys(const int32_t *pos, int64_t pos0, int64_t row)
 {
     return (pos ? (int64_t)pos[row] : pos0 + row) + 1;
+}
+
+// the first key a row of n_keys keys attends to: n_keys - window on a sliding-window layer
+// (window > 0, mp_layer_window), else 0
+__device__ __forceinline__ int64_t att_first(int64_t n_keys, int64_t window)
+{
+    return window > 0 && n_keys > window ? n_keys - window : 0;
+}
+
+// The softmax denominator with a sink (gpt-oss): l (the keys' Σ exp(s - m)) plus the sink logit's
+// share exp(sink - m), whose probability is dropped (sinks NULL: l)
+__device__ __forceinline__ float att_denominator(float l, float m, const float *sinks, int64_t h)
+{
+    return sinks ? l + expf(sinks[h] - m) : l;
 }
 
 __device__ __forceinline__ float block_reduce(float v, float *red, bool is_max)
@@ -61,7 +81,7 @@ template <int HDP>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
                     float *__restrict__ part, int64_t pos0, const int32_t *__restrict__ pos, int64_t n_head,
-                    int64_t n_head_kv, int64_t hd, int64_t n_splits)
+                    int64_t n_head_kv, int64_t hd, int64_t n_splits, int64_t window)
 {
     constexpr int NP = HDP / 2;                // dimension pairs
     constexpr int PPL = NP / 16;               // pairs per lane of a key's half warp
@@ -78,10 +98,11 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP, kh = lane / 16, l16 = lane % 16;
     const int64_t rh = blockIdx.x, split = blockIdx.y;
     const int64_t row = rh / n_head, h = rh % n_head, kvh = h / (n_head / n_head_kv);
-    const int64_t n_keys = att_keys(pos, pos0, row), t0 = split * ATT_CHUNK;
-    if (t0 >= n_keys) // past the causal bound: the merge does not read this chunk
+    const int64_t n_keys = att_keys(pos, pos0, row), t0 = split * ATT_CHUNK, lo = att_first(n_keys, window);
+    if (t0 >= n_keys || t0 + ATT_CHUNK <= lo) // past the causal bound or before the window: not merged
         return;
     const int len = (int)(t0 + ATT_CHUNK < n_keys ? ATT_CHUNK : n_keys - t0);
+    const int first = (int)(lo > t0 ? lo - t0 : 0); // keys of the chunk before the window weigh 0
     const int np = (int)(hd / 2);
     const int64_t n_kv = n_head_kv * hd;
     float2 qv[PPL];
@@ -114,7 +135,7 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
                 s[i] += __shfl_xor_sync(0xffffffffu, s[i], off);
             const int key = warp * KPW + 2 * i + kh;
             if (l16 == 0 && key < len)
-                sc[key] = s[i] * scale;
+                sc[key] = key >= first ? s[i] * scale : -INFINITY;
         }
     }
     __syncthreads();
@@ -171,7 +192,8 @@ attn_partial_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc
 // projection's GEMV then needs no conversion launch of its own.
 template <int QB>
 __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, const int32_t *pos, int64_t n_head,
-                                  int64_t hd, int64_t chunk, int64_t n_splits, int G, uint8_t *q, size_t q_row_bytes)
+                                  int64_t hd, int64_t chunk, int64_t n_splits, int G, uint8_t *q, size_t q_row_bytes,
+                                  int64_t window, const float *sinks)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
@@ -180,18 +202,19 @@ __global__ void attn_merge_kernel(const float *part, float *out, int64_t pos0, c
         const int g = i / (int)hd, d = i % (int)hd;
         const int64_t rh = (int64_t)blockIdx.x * G + g;
         const float *p = part + rh * n_splits * (hd + 2);
-        int64_t used = (att_keys(pos, pos0, rh / n_head) + chunk - 1) / chunk;
+        const int64_t n_keys = att_keys(pos, pos0, rh / n_head), s0 = att_first(n_keys, window) / chunk;
+        int64_t used = (n_keys + chunk - 1) / chunk;
         used = used < n_splits ? used : n_splits;
         float M = -INFINITY;
-        for (int64_t s = 0; s < used; s++)
+        for (int64_t s = s0; s < used; s++)
             M = fmaxf(M, p[s * (hd + 2)]);
         float L = 0.0f, o = 0.0f;
-        for (int64_t s = 0; s < used; s++) {
+        for (int64_t s = s0; s < used; s++) {
             const float w = expf(p[s * (hd + 2)] - M);
             L += w * p[s * (hd + 2) + 1];
             o += w * p[s * (hd + 2) + 2 + d];
         }
-        const float v = o * (1.0f / L);
+        const float v = o * (1.0f / att_denominator(L, M, sinks, rh % n_head));
         out[rh * hd + d] = v;
         if constexpr (QB > 0)
             att_mo[i] = v;
@@ -233,7 +256,7 @@ static int att_merge_group(int vdt, int64_t n_head, int64_t hd)
 // converted rows into d_act too, and *converted set. 0 or a launch error code.
 static int merge_launch(const float *d_part, float *d_out, int64_t n_rows, int64_t pos0, const int32_t *d_pos,
                         int64_t n_head, int64_t hd, int64_t chunk, int64_t n_splits, int act_vdt, void *d_act,
-                        int *converted, cudaStream_t st)
+                        int *converted, int64_t window, const float *d_sinks, cudaStream_t st)
 {
     const int G = d_act ? att_merge_group(act_vdt, n_head, hd) : 0, heads = G ? G : 1;
     const size_t rb = mpc_row_bytes(act_vdt, n_head * hd), smem = G ? sizeof(float) * (size_t)(G * hd) : 0;
@@ -244,13 +267,13 @@ static int merge_launch(const float *d_part, float *d_out, int64_t n_rows, int64
     const dim3 grid((unsigned)(n_rows * n_head / heads)), block((unsigned)threads);
     if (G && act_vdt == MP_TYPE_Q8_0)
         mpc_launch(attn_merge_kernel<32>, grid, block, smem, st, d_part, d_out, pos0, d_pos, n_head, hd, chunk,
-                   n_splits, G, (uint8_t *)d_act, rb);
+                   n_splits, G, (uint8_t *)d_act, rb, window, d_sinks);
     else if (G)
         mpc_launch(attn_merge_kernel<256>, grid, block, smem, st, d_part, d_out, pos0, d_pos, n_head, hd, chunk,
-                   n_splits, G, (uint8_t *)d_act, rb);
+                   n_splits, G, (uint8_t *)d_act, rb, window, d_sinks);
     else
         mpc_launch(attn_merge_kernel<0>, grid, block, smem, st, d_part, d_out, pos0, d_pos, n_head, hd, chunk,
-                   n_splits, 1, (uint8_t *)NULL, (size_t)0);
+                   n_splits, 1, (uint8_t *)NULL, (size_t)0, window, d_sinks);
     *converted = G > 0;
     return mpc_launch_status();
 }
@@ -350,7 +373,7 @@ __global__ void __launch_bounds__(ATT_TT, ATT_TILE_BLOCKS(HDP))
 attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, const uint16_t *__restrict__ vc,
                  float *__restrict__ out, float *__restrict__ part, int64_t split_keys, int64_t n_splits,
                  int64_t n_rows, int64_t pos0, const int32_t *__restrict__ pos, int64_t n_head, int64_t n_head_kv,
-                 int64_t hd)
+                 int64_t hd, int64_t window, const float *__restrict__ sinks)
 {
     using L = att_tile_layout<HDP>;
     constexpr int NP = HDP / 2, OD = HDP / 16;
@@ -360,7 +383,8 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
     float *qs = (float *)(att_smem + L::q_off), *ps = (float *)(att_smem + L::p_off);
     __half *ks = (__half *)(att_smem + L::k_off), *vs = (__half *)(att_smem + L::v_off);
     float *rescale = (float *)(att_smem + L::a_off), *lsum = rescale + ATT_TR, *msum = rescale; // (m: after the loop)
-    __shared__ int kmax_s, kmin_s, nks[ATT_TR]; // the block's key bounds: the most and least of its rows'
+    __shared__ int kmax_s, kmin_s, klo_s, nks[ATT_TR]; // the block's key bounds: the most and least of its
+                                                       // rows', and the first key any row attends to
     const int tid = threadIdx.x;
     const int64_t h = blockIdx.x, kvh = h / (n_head / n_head_kv), n_kv = n_head_kv * hd;
     const int64_t n_tiles = (n_rows + ATT_TR - 1) / ATT_TR;
@@ -368,15 +392,17 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
     if (tid < MPC_WARP) { // ATT_TR == a warp: one row's keys a lane
         const int64_t r = r0 + tid;
         const int nk = r < n_rows ? (int)att_keys(pos, pos0, r) : 0;
-        int hi = nk, lo = nk;
+        int hi = nk, lo = nk, first = r < n_rows ? (int)att_first(nk, window) : INT_MAX;
         for (int off = 16; off > 0; off >>= 1) {
             hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, off));
             lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+            first = min(first, __shfl_xor_sync(0xffffffffu, first, off));
         }
         nks[tid] = nk;
         if (tid == 0) {
             kmax_s = hi;
             kmin_s = lo;
+            klo_s = first / ATT_TK * ATT_TK; // whole key tiles: the loop's tiles stay aligned
         }
     }
     for (int i = tid; i < ATT_TR * HDP; i += ATT_TT) {
@@ -384,19 +410,21 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
         qs[r * L::QS + d] = r0 + r < n_rows && d < hd ? q[((r0 + r) * n_head + h) * hd + d] : 0.0f;
     }
     __syncthreads();
-    // keys [kbeg, kmax): split z of the block's keys when part is given, else all of them
-    const int kbeg = part ? (int)(blockIdx.z * split_keys) : 0;
-    const int kmax = part && kbeg + split_keys < kmax_s ? (int)(kbeg + split_keys) : kmax_s, np = (int)(hd / 2);
+    // keys [kbeg, kmax): split z of the block's keys when part is given, else all of them; on a
+    // sliding-window layer none before the first any row attends to
+    const int kz = part ? (int)(blockIdx.z * split_keys) : 0, kbeg = kz > klo_s ? kz : klo_s;
+    const int kmax = part && kz + split_keys < kmax_s ? (int)(kz + split_keys) : kmax_s, np = (int)(hd / 2);
     if (kbeg >= kmax) // no row of the tile reaches this split: the merge does not read it
         return;
     const float scale = 1.0f / sqrtf((float)hd);
     const int sr = tid / 8, sk = tid % 8; // scores: rows 2sr, 2sr + 1; keys sk + 8j
-    int nk_r[2];
+    int nk_r[2], lo_r[2];
     float m_r[2], l_r[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int64_t r = r0 + 2 * sr + i;
         nk_r[i] = r < n_rows ? (int)att_keys(pos, pos0, r) : 0;
+        lo_r[i] = (int)att_first(nk_r[i], window);
         m_r[i] = -INFINITY;
         l_r[i] = 0.0f;
     }
@@ -443,7 +471,8 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                s[i][j] = k0 + sk + 8 * j < nk_r[i] ? s[i][j] * scale : -INFINITY;
+                const int key = k0 + sk + 8 * j;
+                s[i][j] = key < nk_r[i] && key >= lo_r[i] ? s[i][j] * scale : -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             for (int off = 1; off < 8; off <<= 1) // the row's 8 threads are lanes 8a ... 8a + 7
@@ -492,7 +521,8 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
         if (r >= n_rows)
             continue;
         if (part) { // (m, l, o) unnormalized, as a split-K chunk, for the rows that reach the split
-            if (att_keys(pos, pos0, r) <= kbeg)
+            const int64_t nk = att_keys(pos, pos0, r);
+            if (nk <= kz || att_first(nk, window) >= kz + split_keys) // the merge skips it too
                 continue;
             float *po = part + ((r * n_head + h) * n_splits + blockIdx.z) * (hd + 2);
             if (dg == 0) {
@@ -507,7 +537,7 @@ attn_tile_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc, c
             }
             continue;
         }
-        const float inv = 1.0f / lsum[4 * rg + i];
+        const float inv = 1.0f / att_denominator(lsum[4 * rg + i], msum[4 * rg + i], sinks, h);
 #pragma unroll
         for (int e = 0; e < OD; e++) {
             const int d = dg * OD + e;
@@ -529,7 +559,7 @@ template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k,
                                           int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
                                           int64_t n_head, int64_t n_head_kv, int64_t hd, float *d_part,
                                           size_t scratch_bytes, int act_vdt, void *d_act, int *converted,
-                                          cudaStream_t st)
+                                          int64_t window, const float *d_sinks, cudaStream_t st)
 {
     const size_t bytes = att_tile_layout<HDP>::bytes;
     if (bytes > 48 * 1024) {
@@ -563,41 +593,44 @@ template <int HDP> static int tile_launch(const float *d_q, const uint16_t *d_k,
     splits = splits > 1 ? (n_keys_max + split_keys - 1) / split_keys : 1;
     const dim3 grid((unsigned)n_head, (unsigned)n_tiles, (unsigned)splits);
     mpc_launch(attn_tile_kernel<HDP>, grid, dim3(ATT_TT), bytes, st, d_q, d_k, d_v, d_out,
-               splits > 1 ? d_part : (float *)NULL, split_keys, splits, n_rows, pos0, d_pos, n_head, n_head_kv, hd);
+               splits > 1 ? d_part : (float *)NULL, split_keys, splits, n_rows, pos0, d_pos, n_head, n_head_kv, hd,
+               window, d_sinks);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
     const int rc = splits > 1 ? merge_launch(d_part, d_out, n_rows, pos0, d_pos, n_head, hd, split_keys, splits,
-                                             act_vdt, d_act, converted, st)
+                                             act_vdt, d_act, converted, window, d_sinks, st)
                               : mpc_launch_status();
     return rc ? rc : 1;
 }
 
 static int split_launch(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out, int64_t n_rows,
                         int64_t pos0, const int32_t *d_pos, int64_t n_splits, int64_t n_head, int64_t n_head_kv,
-                        int64_t hd, float *d_part, int act_vdt, void *d_act, int *converted, cudaStream_t st)
+                        int64_t hd, float *d_part, int act_vdt, void *d_act, int *converted, int64_t window,
+                        const float *d_sinks, cudaStream_t st)
 {
     const dim3 grid((unsigned)(n_rows * n_head), (unsigned)n_splits);
     if (hd <= 64)
         mpc_launch(attn_partial_kernel<64>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
-                   n_head, n_head_kv, hd, n_splits);
+                   n_head, n_head_kv, hd, n_splits, window);
     else if (hd <= 128)
         mpc_launch(attn_partial_kernel<128>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
-                   n_head, n_head_kv, hd, n_splits);
+                   n_head, n_head_kv, hd, n_splits, window);
     else
         mpc_launch(attn_partial_kernel<256>, grid, dim3(ATT_THREADS), 0, st, d_q, d_k, d_v, d_part, pos0, d_pos,
-                   n_head, n_head_kv, hd, n_splits);
+                   n_head, n_head_kv, hd, n_splits, window);
     if (cudaGetLastError() != cudaSuccess)
         return MP_CUDA_ELAUNCH;
     return merge_launch(d_part, d_out, n_rows, pos0, d_pos, n_head, hd, ATT_CHUNK, n_splits, act_vdt, d_act, converted,
-                        st);
+                        window, d_sinks, st);
 }
 
 static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                      int64_t n_rows, int64_t pos0, const int32_t *d_pos, int64_t n_keys_max,
                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, void *d_scratch,
-                     size_t scratch_bytes, int act_vdt, void *d_act, void *stream)
+                     size_t scratch_bytes, int act_vdt, void *d_act, int64_t window, const float *d_sinks,
+                     void *stream)
 {
-    if (n_rows < 0 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv ||
+    if (window < 0 || window > INT_MAX || n_rows < 0 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv ||
         head_dim < 2 || head_dim % 2 || head_dim > ATT_MAX_HD || !d_q || !d_k || !d_v || !d_out ||
         n_keys_max < 1)
         return MP_CUDA_EINVAL;
@@ -616,13 +649,13 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
         float *part = (float *)d_scratch;
         tiled = head_dim <= 64    ? tile_launch<64>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
                                                     n_head_kv, head_dim, part, scratch_bytes, act_vdt, d_act,
-                                                    &converted, st)
+                                                    &converted, window, d_sinks, st)
                 : head_dim <= 128 ? tile_launch<128>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
                                                      n_head_kv, head_dim, part, scratch_bytes, act_vdt, d_act,
-                                                     &converted, st)
+                                                     &converted, window, d_sinks, st)
                                   : tile_launch<256>(d_q, d_k, d_v, d_out, n_rows, pos0, d_pos, n_keys_max, n_head,
                                                      n_head_kv, head_dim, part, scratch_bytes, act_vdt, d_act,
-                                                     &converted, st);
+                                                     &converted, window, d_sinks, st);
         if (tiled < 0)
             return tiled;
     }
@@ -633,7 +666,7 @@ static int attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
         const int rc = split_launch(d_q + r * n_head * head_dim, d_k, d_v, d_out + r * n_head * head_dim, rows,
                                     pos0 + r, d_pos ? d_pos + r : NULL, n_splits, n_head, n_head_kv, head_dim,
                                     (float *)d_scratch, act_vdt, d_act ? (char *)d_act + r * rb : NULL, &converted,
-                                    st);
+                                    window, d_sinks, st);
         if (rc)
             return rc;
     }
@@ -648,18 +681,19 @@ extern "C" int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const ui
                                  size_t scratch_bytes, void *stream)
 {
     return attention(d_q, d_k, d_v, d_out, n_rows, pos0, NULL, pos0 + n_rows, n_head, n_head_kv,
-                     head_dim, d_scratch, scratch_bytes, MP_TYPE_F32, NULL, stream);
+                     head_dim, d_scratch, scratch_bytes, MP_TYPE_F32, NULL, 0, NULL, stream);
 }
 
 extern "C" int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *d_v,
                                     float *d_out, int64_t n_rows, const int32_t *d_pos,
                                     int64_t n_keys_max, int64_t n_head, int64_t n_head_kv,
                                     int64_t head_dim, void *d_scratch, size_t scratch_bytes,
-                                    int act_vdt, void *d_act, void *stream)
+                                    int act_vdt, void *d_act, int64_t window, const float *d_sinks,
+                                    void *stream)
 {
     if (!d_pos || (d_act && act_vdt != MP_TYPE_F32 &&
                    ((act_vdt != MP_TYPE_Q8_0 && act_vdt != MP_TYPE_Q8_K) || !mpc_row_bytes(act_vdt, n_head * head_dim))))
         return MP_CUDA_EINVAL; // an activation format, and rows of whole blocks
     return attention(d_q, d_k, d_v, d_out, n_rows, 0, d_pos, n_keys_max, n_head, n_head_kv,
-                     head_dim, d_scratch, scratch_bytes, act_vdt, d_act, stream);
+                     head_dim, d_scratch, scratch_bytes, act_vdt, d_act, window, d_sinks, stream);
 }

@@ -131,13 +131,14 @@ static_assert(offsetof(mp_block_q8_K, qs) == 4 && offsetof(mp_block_q8_K, bsums)
 
 #define MPC_WARP 32
 
-// RoPE of pair i (of rot_dim / 2) at position pos: the angle's (cos, sin) in float64 as
-// mp_rope_cache computes them, rounded to float. The one place the GPU computes an angle: the
-// rows' table (rope_table_kernel, what the Q/K finish reads) and rope_kernel both call it.
-__device__ __forceinline__ float2 mpc_rope_cs(int64_t i, int64_t rot_dim, int32_t pos, float base)
+// RoPE of pair i at position pos: the angle pos * theta[i] (theta: mp_rope_freqs's, computed on the
+// host once) in float64, its (cos, sin) rounded to float and scaled by mscale, as mp_rope_cache
+// computes them. The one place the GPU computes an angle: the rows' table (rope_table_kernel, what
+// the Q/K finish reads) and rope_kernel both call it.
+__device__ __forceinline__ float2 mpc_rope_cs(int64_t i, int32_t pos, const double *theta, float mscale)
 {
-    const double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)rot_dim);
-    return make_float2((float)cos(theta), (float)sin(theta));
+    const double a = (double)pos * theta[i];
+    return make_float2(__fmul_rn((float)cos(a), mscale), __fmul_rn((float)sin(a), mscale));
 }
 
 // Rotate pair i of one head hd[0 .. head_dim) by the angle whose (cos, sin) is cs, with _rn

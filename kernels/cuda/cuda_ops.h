@@ -136,13 +136,29 @@ typedef struct mp_cuda_moe_args {
         rows [r0, n_ff) and its caller computes rows [0, r0). The gather reads only that part of the
         expert from host memory and writes zeros over the rest of its stage slot (gate/up rows below
         r0, down's first r0 columns of every row), so the expert kernels compute h[j] = 0 for j < r0
+        (with gate/up biases a finite value the zero columns cancel)
         and add weight · down[:, r0:] · h[r0:]. Any value is memory-safe (clamped to 0..n_ff; n_ff:
         the route adds nothing). 4-byte aligned, with d_far_of_cold, each expert tensor under 4 GiB;
         MP_CUDA_EINVAL otherwise. */
     int far_max;
     void *d_far_stage;        /* 256-byte aligned */
     size_t far_stage_bytes;
+    /* The activation (MP_CUDA_ACT_*; 0: SwiGLU) and the experts' gate and up biases, added before
+     * it (device f32, (n_expert, n_ff) each; both NULL: none). Such experts take the CUDA-core
+     * kernels (neither the tensor-core nor the Q4_K decode ones). Down biases are not added here:
+     * mp_cuda_moe_down_bias adds them once for every route of the layer. */
+    int act;
+    const float *d_gate_b, *d_up_b;
 } mp_cuda_moe_args;
+
+#define MP_CUDA_ACT_SWIGLU 0     /* silu(g) u (mp_swiglu) */
+#define MP_CUDA_ACT_SWIGLU_OAI 1 /* gpt-oss's clamped SwiGLU (mp_swiglu_oai) */
+
+/* d_out (n_rows, n_embd) += Σ_k d_weights[row, k] · d_b[d_ids[row, k]] (d_b: (n_expert, n_embd)
+ * f32, the experts' down biases), slot order, one rounding per element; ids outside [0, n_expert)
+ * add nothing. */
+int mp_cuda_moe_down_bias(float *d_out, const int32_t *d_ids, const float *d_weights, const float *d_b,
+                          int64_t n_rows, int64_t top_k, int64_t n_embd, int64_t n_expert, void *stream);
 
 /* The far stage a step of a's shape needs: n_rows × far_max experts of gate, up and down, each
  * tensor 256-byte aligned. */
@@ -194,7 +210,7 @@ int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int6
 
 /* Decode's router in one launch, for one row: d_logits (n_expert) = W · d_x (d_x: n_in f32; W:
  * n_expert rows of n_in, row_bytes apart, of a type mp_cuda_router_gemv_supported accepts),
- * bit-identical to mp_cuda_gemv, then mp_cuda_router's softmax/top-k/renormalization of that row
+ * bit-identical to mp_cuda_gemv, + d_bias (n_expert; NULL: none) as mp_cuda_add_bias adds it, then mp_cuda_router's softmax/top-k/renormalization of that row
  * into d_ids/d_weights (k), bit-identical to mp_cuda_router. d_count: one unsigned int of device
  * memory, 0 before the launch and 0 again after it (one launch at a time per counter). With
  * h_flag not NULL it also hands the row to the host: h_x = d_x (n_in floats), h_ids/h_w = the
@@ -202,7 +218,7 @@ int mp_cuda_router(const float *d_logits, int64_t n_rows, int64_t n_expert, int6
  * *h_flag = 1 after a system-scope fence: a host that reads 1 from *h_flag sees everything written
  * before it (the hybrid decode step's handoff of a layer's row to the host). */
 int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_expert, int64_t n_in,
-                        const float *d_x, float *d_logits, int64_t k, int renorm, int32_t *d_ids, float *d_weights,
+                        const float *d_x, const float *d_bias, float *d_logits, int64_t k, int renorm, int32_t *d_ids, float *d_weights,
                         unsigned *d_count, float *h_x, int32_t *h_ids, float *h_w, uint32_t *h_flag,
                         uint64_t *h_stamp, void *stream);
 /* 1 if mp_cuda_router_gemv takes router weights of this type (F32, F16, BF16), else 0. */
@@ -214,15 +230,17 @@ int mp_cuda_router_gemv_supported(int type);
 #define MP_CUDA_ROPE_NORM 1 /* pairs (2i, 2i + 1), interleaved */
 
 /* In place RoPE on d_x (n_rows, n_head, head_dim), rows row_stride elements apart; row r is at
- * position d_pos[r]. Angles pos * base^(-2i/rot_dim) in float64 (as mp_rope_cache). */
+ * position d_pos[r]. Pair i turns by pos * d_theta[i] (device, rot_dim / 2 doubles: mp_rope_freqs's
+ * angles) in float64, cos and sin scaled by mscale (as mp_rope_cache). */
 int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head, int64_t head_dim,
-                 int64_t rot_dim, const int32_t *d_pos, float freq_base, int style, void *stream);
+                 int64_t rot_dim, const int32_t *d_pos, const double *d_theta, float mscale, int style,
+                 void *stream);
 
 /* The rows' RoPE angles for mp_cuda_qkv_finish: d_cs (n_rows, rot_dim / 2) pairs of f32, pair i
- * of row r = (cos, sin) of d_pos[r] * freq_base^(-2i/rot_dim), computed as mp_cuda_rope computes
- * them (so the rotations match it bit for bit). One launch per step serves all its layers. */
-int mp_cuda_rope_table(float *d_cs, const int32_t *d_pos, int64_t n_rows, int64_t rot_dim, float freq_base,
-                       void *stream);
+ * of row r = mscale (cos, sin) of d_pos[r] * d_theta[i], computed as mp_cuda_rope computes them (so
+ * the rotations match it bit for bit). One launch per step serves all its layers. */
+int mp_cuda_rope_table(float *d_cs, const int32_t *d_pos, int64_t n_rows, int64_t rot_dim, const double *d_theta,
+                       float mscale, void *stream);
 
 /* d_out[i] = silu(d_gate[i]) * d_up[i], n elements; d_out may alias either input. */
 int mp_cuda_swiglu(float *d_out, const float *d_gate, const float *d_up, int64_t n, void *stream);
@@ -312,11 +330,14 @@ int mp_cuda_attention(const float *d_q, const uint16_t *d_k, const uint16_t *d_v
  * act_vdt MP_TYPE_Q8_0 or MP_TYPE_Q8_K with d_act: d_out's rows are also converted into d_act
  * (rows of mp_cuda_row_bytes(act_vdt, n_head * head_dim)), byte for byte as
  * mp_cuda_quantize_act would: in the split-K merge where a group of whole heads makes whole
- * blocks, else in a launch of its own. MP_TYPE_F32 or d_act NULL: no conversion. */
+ * blocks, else in a launch of its own. MP_TYPE_F32 or d_act NULL: no conversion. window > 0: a
+ * row of n keys attends to its last min(n, window) (a sliding-window layer); d_sinks (n_head f32,
+ * NULL: none): head h's softmax denominator also counts exp(d_sinks[h] - max), the sink's share
+ * dropped (gpt-oss). */
 int mp_cuda_attention_at(const float *d_q, const uint16_t *d_k, const uint16_t *d_v, float *d_out,
                          int64_t n_rows, const int32_t *d_pos, int64_t n_keys_max, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, void *d_scratch, size_t scratch_bytes,
-                         int act_vdt, void *d_act, void *stream);
+                         int act_vdt, void *d_act, int64_t window, const float *d_sinks, void *stream);
 
 /* Tests: 0 runs steps of more than MP_CUDA_ATT_SMALL_ROWS rows as a device without the tiled
  * kernel's shared memory does (split-K in steps of MP_CUDA_ATT_SMALL_ROWS rows); 1, the default,

@@ -1,62 +1,64 @@
 // kernels/cuda/elementwise.cu — RoPE, SwiGLU, residual add and the F16 KV-cache store.
 //
 // All are one thread per output element (or per rotated pair), memory-bound and tiny next to the
-// GEMVs. RoPE computes its angles in float64 as mp_rope_cache does and rotates with _rn
+// GEMVs. RoPE computes its angles in float64 from the host's per-position angles (mp_rope_freqs)
+// as mp_rope_cache does and rotates with _rn
 // intrinsics (no FMA), so it matches the CPU up to the last ulp of the double cos/sin; the
 // KV store's f32 → f16 rounding is IEEE round-to-nearest-even, as mp_f32_to_f16.
 #include "kernels/cuda/common.cuh"
 
 __global__ void rope_kernel(float *x, int64_t n_rows, int64_t row_stride, int64_t n_head,
-                            int64_t head_dim, int64_t rot_dim, const int32_t *pos, float base,
-                            int style)
+                            int64_t head_dim, int64_t rot_dim, const int32_t *pos, const double *theta,
+                            float mscale, int style)
 {
     const int64_t half = rot_dim / 2;
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_rows * n_head * half)
         return;
     const int64_t i = t % half, h = (t / half) % n_head, r = t / (half * n_head);
-    mpc_rope_rotate(x + r * row_stride + h * head_dim, i, rot_dim, mpc_rope_cs(i, rot_dim, pos[r], base), style);
+    mpc_rope_rotate(x + r * row_stride + h * head_dim, i, rot_dim, mpc_rope_cs(i, pos[r], theta, mscale), style);
 }
 
 extern "C" int mp_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_head,
                             int64_t head_dim, int64_t rot_dim, const int32_t *d_pos,
-                            float freq_base, int style, void *stream)
+                            const double *d_theta, float mscale, int style, void *stream)
 {
     if (n_rows < 0 || n_head < 1 || head_dim < 2 || rot_dim < 2 || rot_dim > head_dim ||
-        rot_dim % 2 || row_stride < n_head * head_dim || !d_x || !d_pos ||
+        rot_dim % 2 || row_stride < n_head * head_dim || !d_x || !d_pos || !d_theta ||
         (style != MP_CUDA_ROPE_NEOX && style != MP_CUDA_ROPE_NORM))
         return MP_CUDA_EINVAL;
     const int64_t total = n_rows * n_head * (rot_dim / 2);
     if (total == 0)
         return 0;
     rope_kernel<<<(unsigned)((total + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
-        d_x, n_rows, row_stride, n_head, head_dim, rot_dim, d_pos, freq_base, style);
+        d_x, n_rows, row_stride, n_head, head_dim, rot_dim, d_pos, d_theta, mscale, style);
     return mpc_launch_status();
 }
 
 // The rows' angles: cs[r · rot_dim/2 + i] = pair i's (cos, sin) at position pos[r]. One launch
-// per step: a layer's Q/K finish then reads them where it computed them (float64 pow, cos and
-// sin: about a microsecond of every finish block's time, the same for all layers of a step).
-__global__ void rope_table_kernel(float2 *cs, const int32_t *pos, int64_t n_rows, int64_t rot_dim, float base)
+// per step: a layer's Q/K finish then reads them where it computed them (float64 cos and sin:
+// about a microsecond of every finish block's time, the same for all layers of a step).
+__global__ void rope_table_kernel(float2 *cs, const int32_t *pos, int64_t n_rows, int64_t rot_dim,
+                                  const double *theta, float mscale)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
     const int64_t half = rot_dim / 2;
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n_rows * half)
-        cs[t] = mpc_rope_cs(t % half, rot_dim, pos[t / half], base);
+        cs[t] = mpc_rope_cs(t % half, pos[t / half], theta, mscale);
 }
 
 extern "C" int mp_cuda_rope_table(float *d_cs, const int32_t *d_pos, int64_t n_rows, int64_t rot_dim,
-                                  float freq_base, void *stream)
+                                  const double *d_theta, float mscale, void *stream)
 {
-    if (n_rows < 0 || rot_dim < 2 || rot_dim % 2 || !d_cs || !d_pos)
+    if (n_rows < 0 || rot_dim < 2 || rot_dim % 2 || !d_cs || !d_pos || !d_theta)
         return MP_CUDA_EINVAL;
     const int64_t total = n_rows * (rot_dim / 2);
     if (total == 0)
         return 0;
     mpc_launch(rope_table_kernel, dim3((unsigned)((total + 127) / 128)), dim3(128), 0, (cudaStream_t)stream,
-               (float2 *)d_cs, d_pos, n_rows, rot_dim, freq_base);
+               (float2 *)d_cs, d_pos, n_rows, rot_dim, d_theta, mscale);
     return mpc_launch_status();
 }
 

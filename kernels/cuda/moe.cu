@@ -28,7 +28,7 @@ template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
 gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_units,
                const uint8_t *xq, size_t xq_row_bytes, const int32_t *ids, int64_t top_k,
-               int64_t n_ff, float *h, int64_t r_base)
+               int64_t n_ff, float *h, int64_t r_base, mpc_act_t act)
 {
     mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
     mpc_pdl_trigger();
@@ -66,7 +66,7 @@ gate_up_kernel(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_u
     g = mpc_warp_sum(g);
     u = mpc_warp_sum(u);
     if (lane == 0)
-        h[r * n_ff + j] = g / (1.0f + expf(-g)) * u;
+        h[r * n_ff + j] = mpc_expert_act(act, ids[r], n_ff, j, g, u);
 }
 
 template <int T, bool VEC>
@@ -152,6 +152,11 @@ static size_t align256(size_t b)
     return (b + 255) & ~(size_t)255;
 }
 
+static mpc_act_t act_of(const mp_cuda_moe_args *a)
+{
+    return mpc_act_t{a->d_gate_b, a->d_up_b, a->act};
+}
+
 // mp_cuda_moe_scratch_bytes: kernels/cuda_sizes.h (its grouped path's buffers are carved below)
 
 
@@ -164,7 +169,7 @@ static void launch_gate_up(const mp_cuda_moe_args *a, mpc_expert_t gate, mpc_exp
         const int64_t nr = routes - r0 < MOE_MAX_GRID_Y ? routes - r0 : MOE_MAX_GRID_Y;
         const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)nr);
         mpc_launch(gate_up_kernel<T, VEC>, dim3(grid), dim3(MOE_WARPS * MPC_WARP), 0, st,
-                   gate, up, a->n_expert, n_units, xq, xq_rb, a->d_ids, a->top_k, a->n_ff, h, r0);
+                   gate, up, a->n_expert, n_units, xq, xq_rb, a->d_ids, a->top_k, a->n_ff, h, r0, act_of(a));
     }
 }
 
@@ -194,7 +199,8 @@ static void launch_down(const mp_cuda_moe_args *a, mpc_expert_t down, int64_t n_
 // (row p / row_bytes, byte p % row_bytes of it) is copied when row >= row_lo and byte >= col_lo,
 // else written as zero without reading the host; gate/up: row_lo = r0, col_lo = 0; down: row_lo
 // = 0, col_lo = the bytes of r0 elements. All-zero bytes decode to 0 in every type, so the expert
-// kernels, unchanged, compute h[j] = silu(0) · 0 = 0 for j < r0 and down's dot over columns >= r0.
+// kernels, unchanged, compute h[j] = silu(0) · 0 = 0 for j < r0 (with gate/up biases a finite value
+// that the zero columns of down cancel) and down's dot over columns >= r0.
 // A 16-byte vector wholly on one side is loaded (four in flight) or zero-filled; one that crosses
 // a boundary is loaded whole with the others and stored with the CPU's bytes masked to zero. (It
 // went byte by byte, 16 one-byte reads over the bus each: Qwen3-30B-A3B's Q6_K down rows of 630
@@ -463,7 +469,7 @@ template <int T, bool VEC>
 __global__ void __launch_bounds__(MOE_WARPS * MPC_WARP)
 gate_up_grouped(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_units,
                 const uint8_t *xq, size_t xq_row_bytes, const int32_t *perm, const int4 *groups,
-                const int32_t *n_groups, int64_t top_k, int64_t n_ff, float *h)
+                const int32_t *n_groups, int64_t top_k, int64_t n_ff, float *h, mpc_act_t act)
 {
     if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
         return;
@@ -502,7 +508,7 @@ gate_up_grouped(mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_
         if (i < cnt) { // uniform over the warp
             const float g = mpc_warp_sum(ga[i]), u = mpc_warp_sum(ua[i]);
             if (lane == 0)
-                h[(int64_t)r[i] * n_ff + j] = g / (1.0f + expf(-g)) * u;
+                h[(int64_t)r[i] * n_ff + j] = mpc_expert_act(act, grp.x, n_ff, j, g, u);
         }
 }
 
@@ -577,7 +583,7 @@ static void launch_gate_up_grouped(const mp_cuda_moe_args *a, int64_t n_units, c
     const dim3 grid((unsigned)((a->n_ff + MOE_WARPS - 1) / MOE_WARPS), (unsigned)max_groups);
     gate_up_grouped<T, VEC><<<grid, MOE_WARPS * MPC_WARP, 0, st>>>(
         mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert, n_units, xq, xq_rb, perm, groups,
-        n_groups, a->top_k, a->n_ff, h);
+        n_groups, a->top_k, a->n_ff, h, act_of(a));
 }
 
 template <int T, bool VEC>
@@ -640,7 +646,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         a->gate.type != a->up.type || !expert_tensor_ok(a->gate, a->n_embd, a->n_ff) ||
         !expert_tensor_ok(a->up, a->n_embd, a->n_ff) ||
         !expert_tensor_ok(a->down, a->n_ff, a->n_embd) || !a->d_x || !a->d_ids ||
-        !a->d_weights || !a->d_out)
+        !a->d_weights || !a->d_out || !a->d_gate_b != !a->d_up_b ||
+        (a->act != MP_CUDA_ACT_SWIGLU && a->act != MP_CUDA_ACT_SWIGLU_OAI))
         return MP_CUDA_EINVAL;
     const bool far = a->d_far_of_cold != NULL;
     if (far && (!a->gate.d_slots || !a->up.d_slots || !a->down.d_slots || !a->gate.d_far || !a->up.d_far ||
@@ -676,7 +683,10 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     const int64_t down_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
                                           a->down.type == MP_TYPE_BF16 ? 1 : 32);
     const int64_t max_groups = routes / MOE_GROUP + a->n_expert;
-    const bool mma = a->n_rows >= MOE_GROUP_MIN_ROWS && routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y &&
+    /* experts with biases or another activation (gpt-oss) take the CUDA-core kernels, whose
+     * activation applies them (mpc_expert_act); the tensor-core and Q4_K decode kernels do not */
+    const bool plain = !a->d_gate_b && a->act == MP_CUDA_ACT_SWIGLU;
+    const bool mma = plain && a->n_rows >= MOE_GROUP_MIN_ROWS && routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y &&
                      a->n_expert <= 1024 && mma_rows(mpc_moe_mma_plan(a, xq, xq_rb, hq, hq_rb), a->n_rows);
     if (mma || (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024)) {
         /* grouped: the scratch after hq holds perm, groups, the group count and y; the routes are
@@ -758,7 +768,7 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
             return MP_CUDA_ELAUNCH;
     }
     const bool vec = expert_vec(a->gate) && expert_vec(a->up);
-    if (a->gate.type == MP_TYPE_Q4_K && vec) { /* moe_dec.cu */
+    if (plain && a->gate.type == MP_TYPE_Q4_K && vec) { /* moe_dec.cu */
         rc = mpc_moe_dec_gate_up_q4k(gate, up, a->n_expert, a->n_embd, a->n_ff, xq, xq_rb, a->d_ids, a->top_k,
                                      routes, h, st);
         if (rc)
@@ -783,6 +793,41 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         MOE_TYPE_SWITCH(a->down.type, dvec, MPC_CALL)
 #undef MPC_CALL
     }
+    return mpc_launch_status();
+}
+
+// ---- the experts' down biases (gpt-oss) ----
+// out[row, d] += Σ_k weights[row, k] · b[ids[row, k], d] in slot order, a thread per element; ids
+// outside [0, n_expert) add nothing. After a layer's experts, whichever side ran each route.
+
+__global__ void down_bias_kernel(float *out, const int32_t *ids, const float *weights, const float *b, int64_t n_rows,
+                                 int64_t top_k, int64_t n_embd, int64_t n_expert)
+{
+    mpc_pdl_wait(); // PDL (common.cuh): nothing above reads an earlier kernel's output
+    mpc_pdl_trigger();
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_rows * n_embd)
+        return;
+    const int64_t row = t / n_embd, d = t % n_embd;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < top_k; k++) {
+        const int32_t e = ids[row * top_k + k];
+        if (e >= 0 && e < n_expert)
+            acc = __fmaf_rn(weights[row * top_k + k], b[(int64_t)e * n_embd + d], acc);
+    }
+    out[t] = __fadd_rn(out[t], acc);
+}
+
+extern "C" int mp_cuda_moe_down_bias(float *d_out, const int32_t *d_ids, const float *d_weights, const float *d_b,
+                                     int64_t n_rows, int64_t top_k, int64_t n_embd, int64_t n_expert, void *stream)
+{
+    if (n_rows < 0 || top_k < 1 || n_embd < 1 || n_expert < 1 || !d_out || !d_ids || !d_weights || !d_b)
+        return MP_CUDA_EINVAL;
+    const int64_t n = n_rows * n_embd;
+    if (n == 0)
+        return 0;
+    mpc_launch(down_bias_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, (cudaStream_t)stream, d_out, d_ids,
+               d_weights, d_b, n_rows, top_k, n_embd, n_expert);
     return mpc_launch_status();
 }
 
@@ -931,7 +976,7 @@ __global__ void router_kernel(const float *logits, int64_t n_expert, int64_t k, 
 template <int T, bool VEC>
 __global__ void __launch_bounds__(ROUTER_GEMV_WARPS * MPC_WARP)
 router_gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_expert, int64_t n_units, const float *x,
-                   float *logits, int64_t k, int renorm, int32_t *ids, float *weights, unsigned *count,
+                   const float *bias, float *logits, int64_t k, int renorm, int32_t *ids, float *weights, unsigned *count,
                    float *h_x, int64_t n_x, int32_t *h_ids, float *h_w, uint32_t *h_flag, uint64_t *h_stamp)
 {
     const int lane = threadIdx.x % MPC_WARP, warp = threadIdx.x / MPC_WARP;
@@ -956,7 +1001,7 @@ router_gemv_kernel(const uint8_t *w, size_t row_bytes, int64_t n_expert, int64_t
         }
         const float sum = mpc_warp_sum(acc);
         if (lane == 0)
-            logits[row] = sum;
+            logits[row] = bias ? __fadd_rn(sum, bias[row]) : sum;
     }
     __threadfence();
     __syncthreads();
@@ -988,7 +1033,7 @@ extern "C" int mp_cuda_router_gemv_supported(int type)
 }
 
 extern "C" int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, int64_t n_expert, int64_t n_in,
-                                   const float *d_x, float *d_logits, int64_t k, int renorm, int32_t *d_ids,
+                                   const float *d_x, const float *d_bias, float *d_logits, int64_t k, int renorm, int32_t *d_ids,
                                    float *d_weights, unsigned *d_count, float *h_x, int32_t *h_ids, float *h_w,
                                    uint32_t *h_flag, uint64_t *h_stamp, void *stream)
 {
@@ -1006,7 +1051,8 @@ extern "C" int mp_cuda_router_gemv(int type, const void *d_w, size_t row_bytes, 
     cudaStream_t st = (cudaStream_t)stream;
 #define ROUTER_GEMV_LAUNCH(TT, V)                                                                          \
     mpc_launch(router_gemv_kernel<TT, V>, dim3(blocks), dim3(ROUTER_GEMV_WARPS * MPC_WARP), 0, st,       \
-               (const uint8_t *)d_w, row_bytes, n_expert, n_units, d_x, d_logits, k, renorm, d_ids, d_weights, \
+               (const uint8_t *)d_w, row_bytes, n_expert, n_units, d_x, d_bias, d_logits, k, renorm, d_ids,       \
+               d_weights,                                                                                 \
                d_count, h_x, n_in, h_ids, h_w, h_flag, h_stamp)
     switch (type) {
     case MP_TYPE_F32:

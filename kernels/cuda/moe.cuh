@@ -5,6 +5,7 @@
 #define MP_KERNELS_CUDA_MOE_CUH
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/ops.h" // MP_OAI_SWIGLU_ALPHA, MP_OAI_SWIGLU_LIMIT
 
 // gridDim.y is at most 65535: the expert kernels (moe.cu, moe_dec.cu) run long steps in slices of
 // routes / rows.
@@ -21,6 +22,29 @@ struct mpc_expert_t {
     size_t far_stride;            //   far_stage + (row · far_max + rank) · far_stride
     int far_max;
 };
+
+// The experts' activation (mp_cuda_moe_args.act, d_gate_b, d_up_b): h = act(gate + gate bias, up +
+// up bias) at FFN row j of expert e, as the CPU computes it (mp_swiglu, mp_swiglu_oai; the bias
+// added to the dot first): SwiGLU, or gpt-oss's clamped one.
+struct mpc_act_t {
+    const float *gate_b, *up_b; // (n_expert, n_ff) each, or NULL
+    int kind;                   // MP_CUDA_ACT_*
+};
+
+__device__ __forceinline__ float mpc_expert_act(const mpc_act_t &a, int64_t e, int64_t n_ff, int64_t j, float g,
+                                                float u)
+{
+    if (a.gate_b) {
+        g = __fadd_rn(g, a.gate_b[e * n_ff + j]);
+        u = __fadd_rn(u, a.up_b[e * n_ff + j]);
+    }
+    if (a.kind == MP_CUDA_ACT_SWIGLU_OAI) {
+        g = g < MP_OAI_SWIGLU_LIMIT ? g : MP_OAI_SWIGLU_LIMIT;
+        u = u < -MP_OAI_SWIGLU_LIMIT ? -MP_OAI_SWIGLU_LIMIT : u > MP_OAI_SWIGLU_LIMIT ? MP_OAI_SWIGLU_LIMIT : u;
+        return g / (1.0f + expf(-MP_OAI_SWIGLU_ALPHA * g)) * (u + 1.0f);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
 
 // Expert e's weights: its pool slot (NULL: not resident), or base + e * expert_bytes; NULL for an
 // id outside [0, n_expert).

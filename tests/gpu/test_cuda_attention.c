@@ -11,6 +11,9 @@
  * A wrong key range (causality, chunk bounds) or kv-head mapping moves outputs by ~0.1 · max|v|. */
 #include "mp_config.h"
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+#include <stdbool.h>
+#include <stdio.h>
+
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
 #include "tests/gpu/gpu_util.h"
@@ -102,7 +105,7 @@ static void check_attention_with(int64_t n_rows, int64_t pos0, int64_t n_head, i
     const size_t act_bytes = mp_cuda_row_bytes(act_vdt, Q) * (size_t)n_rows;
     void *d_act = dev_alloc(act_bytes), *d_act_ref = dev_alloc(act_bytes);
     MPC_OK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys_max, n_head, n_head_kv, hd,
-                                d_s2, sb2, act_vdt, d_act, NULL));
+                                d_s2, sb2, act_vdt, d_act, 0, NULL, NULL));
     float *got_at = malloc(sizeof(float) * (size_t)(n_rows * n_head * hd));
     dev_get(got_at, d_o, sizeof(float) * (size_t)(n_rows * n_head * hd));
     MPC_OK(mp_cuda_quantize_act(act_vdt, d_o, Q, n_rows, Q, d_act_ref, NULL));
@@ -225,6 +228,85 @@ Test(cuda_attention, prefill_without_tiles)
     mp_cuda_attention_set_tiles(1);
 }
 
+/* gpt-oss's attention: a window of the last `window` keys (0: all) and a sink logit per head in the
+ * softmax, against a scalar reference of the definition (runtime/attention.c computes it the same
+ * way), on the split-K path (up to 8 rows), the tiles, and the tiles' fallback. */
+static void check_window_sinks(int64_t n_rows, int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                               int64_t window, bool sinks)
+{
+    const int64_t n_ctx = pos0 + n_rows, n_kv = n_head_kv * hd, nq = n_rows * n_head * hd;
+    float *q = malloc(sizeof(float) * (size_t)nq), *sk = malloc(sizeof(float) * (size_t)n_head);
+    rnd_floats(q, nq, 1.0f);
+    rnd_floats(sk, n_head, 3.0f);
+    uint16_t *kc = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv)), *vc = malloc(sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    float *kf = malloc(sizeof(float) * (size_t)(n_ctx * n_kv)), *vf = malloc(sizeof(float) * (size_t)(n_ctx * n_kv));
+    float vmax = 0.0f;
+    for (int64_t i = 0; i < n_ctx * n_kv; i++) {
+        kf[i] = mp_f16_to_f32(kc[i] = mp_f32_to_f16(rnd_gauss()));
+        vf[i] = mp_f16_to_f32(vc[i] = mp_f32_to_f16(rnd_gauss()));
+        vmax = fmaxf(vmax, fabsf(vf[i]));
+    }
+    float *ref = malloc(sizeof(float) * (size_t)nq), *sc = malloc(sizeof(float) * (size_t)n_ctx);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t h = 0; h < n_head; h++) {
+            const int64_t kvh = h / (n_head / n_head_kv), end = pos0 + r + 1;
+            const int64_t t0 = window > 0 && end > window ? end - window : 0;
+            float mx = sinks ? sk[h] : -INFINITY, sum = 0.0f;
+            for (int64_t t = t0; t < end; t++) {
+                sc[t] = mp_dot_f32(q + (r * n_head + h) * hd, kf + t * n_kv + kvh * hd, hd) * scale;
+                mx = fmaxf(mx, sc[t]);
+            }
+            for (int64_t t = t0; t < end; t++)
+                sum += (sc[t] = expf(sc[t] - mx));
+            if (sinks)
+                sum += expf(sk[h] - mx);
+            float *o = ref + (r * n_head + h) * hd;
+            for (int64_t d = 0; d < hd; d++)
+                o[d] = 0.0f;
+            for (int64_t t = t0; t < end; t++)
+                mp_axpy(o, sc[t] / sum, vf + t * n_kv + kvh * hd, hd);
+        }
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_rows);
+    for (int64_t r = 0; r < n_rows; r++)
+        pos[r] = (int32_t)(pos0 + r);
+    float *d_q = dev_put(q, sizeof(float) * (size_t)nq), *d_sk = sinks ? dev_put(sk, sizeof(float) * (size_t)n_head) : NULL;
+    uint16_t *d_k = dev_put(kc, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    uint16_t *d_v = dev_put(vc, sizeof(uint16_t) * (size_t)(n_ctx * n_kv));
+    int32_t *d_pos = dev_put(pos, sizeof(int32_t) * (size_t)n_rows);
+    float *d_o = dev_alloc(sizeof(float) * (size_t)nq), *got = malloc(sizeof(float) * (size_t)nq);
+    const int64_t keys_max = n_ctx + 200; /* as a graph's launch: keys split for a longer context */
+    const size_t sb = mp_cuda_attention_scratch_bytes(n_rows, n_head, hd, keys_max);
+    void *d_s = dev_alloc(sb);
+    for (int tiles = 1; tiles >= 0; tiles--) {
+        mp_cuda_attention_set_tiles(tiles);
+        MPC_OK(mp_cuda_attention_at(d_q, d_k, d_v, d_o, n_rows, d_pos, keys_max, n_head, n_head_kv, hd, d_s, sb,
+                                    MP_TYPE_F32, NULL, window, d_sk, NULL));
+        dev_get(got, d_o, sizeof(float) * (size_t)nq);
+        char what[64];
+        snprintf(what, sizeof what, "window %ld sinks %d tiles %d", (long)window, sinks, tiles);
+        check_against(got, ref, vmax, what, n_rows, pos0, n_head, n_head_kv, hd);
+    }
+    mp_cuda_attention_set_tiles(1);
+    cudaFree(d_q); cudaFree(d_sk); cudaFree(d_k); cudaFree(d_v); cudaFree(d_pos); cudaFree(d_o); cudaFree(d_s);
+    free(q); free(sk); free(kc); free(vc); free(kf); free(vf); free(ref); free(sc); free(pos); free(got);
+}
+
+Test(cuda_attention, sliding_window_and_sinks)
+{
+    seed_rng();
+    check_window_sinks(1, 0, 8, 2, 64, 128, true);     /* first token */
+    check_window_sinks(1, 40, 8, 2, 64, 128, true);    /* inside the window */
+    check_window_sinks(1, 1000, 8, 2, 64, 128, true);  /* decode past it: chunks before it skipped */
+    check_window_sinks(1, 1000, 8, 2, 64, 100, false); /* a window that cuts a chunk */
+    check_window_sinks(1, 1000, 8, 2, 64, 0, true);    /* sinks alone (gpt-oss's full layers) */
+    check_window_sinks(8, 300, 64, 8, 64, 128, true);  /* gpt-oss-20b's heads, the largest split-K step */
+    check_window_sinks(37, 0, 8, 2, 64, 16, true);     /* a prompt longer than the window */
+    check_window_sinks(100, 900, 8, 2, 64, 128, true); /* tiles whose rows start at different keys */
+    check_window_sinks(16, 3000, 16, 2, 128, 128, true); /* few blocks: keys split over blocks, merged */
+    check_window_sinks(16, 3000, 16, 2, 128, 0, true);
+}
+
 Test(cuda_attention, refuses_an_odd_head_dim_or_output_format)
 {
     void *d_s = dev_alloc(1 << 20);
@@ -236,9 +318,11 @@ Test(cuda_attention, refuses_an_odd_head_dim_or_output_format)
     int32_t *d_pos = dev_alloc(sizeof(int32_t));
     cudaMemset(d_pos, 0, sizeof(int32_t));
     cr_assert_eq(mp_cuda_attention_at(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, d_pos, 1, 2, 1, 64,
-                                      d_s, 1 << 20, MP_TYPE_Q8_K, d_f + (1 << 16), NULL), MP_CUDA_EINVAL);
+                                      d_s, 1 << 20, MP_TYPE_Q8_K, d_f + (1 << 16), 0, NULL, NULL), MP_CUDA_EINVAL);
     cr_assert_eq(mp_cuda_attention_at(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, d_pos, 1, 4, 1, 64,
-                                      d_s, 1 << 20, MP_TYPE_Q4_K, d_f + (1 << 16), NULL), MP_CUDA_EINVAL);
+                                      d_s, 1 << 20, MP_TYPE_Q4_K, d_f + (1 << 16), 0, NULL, NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_attention_at(d_f, (const uint16_t *)d_f, (const uint16_t *)d_f, d_f, 1, d_pos, 1, 4, 1, 64,
+                                      d_s, 1 << 20, MP_TYPE_F32, NULL, -1, NULL, NULL), MP_CUDA_EINVAL, "window < 0");
     cudaFree(d_pos);
     cudaFree(d_s);
     cudaFree(d_f);

@@ -141,8 +141,11 @@ Test(cuda_moe, router_nan_row_picks_lowest_free_ids)
  * counter (the last block must leave it at 0 for the next); with a handoff target, the row, ids
  * and weights in host memory and the flag set. Shapes: the qwen3 router (128 x 2048, 128-bit
  * path), an odd one (the scalar path, a partial last block) and 600 experts (shared memory). */
-static void check_router_gemv(int type, int64_t E, int64_t D, int64_t K, int renorm, bool handoff)
+static void check_router_gemv(int type, int64_t E, int64_t D, int64_t K, int renorm, bool handoff, bool bias)
 {
+    float *b = malloc(sizeof(float) * (size_t)E); /* gpt-oss's router bias: against mp_cuda_add_bias */
+    rnd_floats(b, E, 1.0f);
+    float *d_b = bias ? dev_put(b, sizeof(float) * (size_t)E) : NULL;
     const size_t rb = mp_type_row_bytes(type, D);
     uint8_t *w = malloc(rb * (size_t)E);
     rnd_weights(type, E, D, rb, w);
@@ -155,6 +158,8 @@ static void check_router_gemv(int type, int64_t E, int64_t D, int64_t K, int ren
     float *d_w1 = dev_alloc(sizeof(float) * (size_t)K), *d_w2 = dev_alloc(sizeof(float) * (size_t)K);
     unsigned zero = 0, *d_count = dev_put(&zero, sizeof zero);
     MPC_OK(mp_cuda_gemv(type, d_wt, rb, E, D, d_x, (size_t)D * 4, 1, d_l1, E, NULL));
+    if (d_b)
+        MPC_OK(mp_cuda_add_bias(d_l1, d_b, 1, E, NULL));
     MPC_OK(mp_cuda_router(d_l1, 1, E, K, renorm, d_i1, d_w1, NULL, NULL));
     float *l1 = malloc(sizeof(float) * (size_t)E), *l2 = malloc(sizeof(float) * (size_t)E);
     int32_t i1[32], i2[32];
@@ -182,7 +187,7 @@ static void check_router_gemv(int type, int64_t E, int64_t D, int64_t K, int ren
             *h_flag = 0;
             *h_stamp = 0;
         }
-        MPC_OK(mp_cuda_router_gemv(type, d_wt, rb, E, D, d_x, d_l2, K, renorm, d_i2, d_w2, d_count, h_x, h_ids, h_w,
+        MPC_OK(mp_cuda_router_gemv(type, d_wt, rb, E, D, d_x, d_b, d_l2, K, renorm, d_i2, d_w2, d_count, h_x, h_ids, h_w,
                                    h_flag, h_stamp, NULL));
         dev_get(l2, d_l2, sizeof(float) * (size_t)E);
         dev_get(i2, d_i2, sizeof(int32_t) * (size_t)K);
@@ -216,25 +221,27 @@ static void check_router_gemv(int type, int64_t E, int64_t D, int64_t K, int ren
     if (handoff) {
         cudaFreeHost(h_x); cudaFreeHost(h_ids); cudaFreeHost(h_w); cudaFreeHost(h_flag); cudaFreeHost(h_stamp);
     }
-    free(w); free(x); free(l1); free(l2);
+    cudaFree(d_b);
+    free(w); free(x); free(l1); free(l2); free(b);
 }
 
 Test(cuda_moe, fused_decode_router_matches_gemv_and_router)
 {
     seed_rng();
-    check_router_gemv(MP_TYPE_F32, 128, 2048, 8, 1, false);
-    check_router_gemv(MP_TYPE_F32, 128, 2048, 8, 1, true);
-    check_router_gemv(MP_TYPE_F32, 61, 100, 5, 0, true);   /* scalar path, a partial last block */
-    check_router_gemv(MP_TYPE_BF16, 600, 256, 8, 1, false); /* shared-memory experts */
-    check_router_gemv(MP_TYPE_F16, 64, 512, 4, 1, true);
+    check_router_gemv(MP_TYPE_F32, 128, 2048, 8, 1, false, false);
+    check_router_gemv(MP_TYPE_F32, 128, 2048, 8, 1, true, false);
+    check_router_gemv(MP_TYPE_F32, 61, 100, 5, 0, true, false);   /* scalar path, a partial last block */
+    check_router_gemv(MP_TYPE_BF16, 600, 256, 8, 1, false, false); /* shared-memory experts */
+    check_router_gemv(MP_TYPE_F16, 64, 512, 4, 1, true, false);
+    check_router_gemv(MP_TYPE_F32, 32, 2880, 4, 1, true, true);    /* gpt-oss-20b's router, with its bias */
     unsigned *d_count = dev_alloc(sizeof(unsigned));
     float *d = dev_alloc(4096);
     cr_assert_eq(mp_cuda_router_gemv_supported(MP_TYPE_Q4_K), 0);
-    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_Q4_K, d, 144, 8, 256, d, d, 2, 1, (int32_t *)d, d, d_count, NULL,
+    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_Q4_K, d, 144, 8, 256, d, NULL, d, 2, 1, (int32_t *)d, d, d_count, NULL,
                                      NULL, NULL, NULL, NULL, NULL), MP_CUDA_EINVAL);
-    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_F32, d, 64, 8, 16, d, d, 9, 1, (int32_t *)d, d, d_count, NULL, NULL,
+    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_F32, d, 64, 8, 16, d, NULL, d, 9, 1, (int32_t *)d, d, d_count, NULL, NULL,
                                      NULL, NULL, NULL, NULL), MP_CUDA_EINVAL, "k > n_expert");
-    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_F32, d, 64, 8, 16, d, d, 2, 1, (int32_t *)d, d, NULL, NULL, NULL,
+    cr_assert_eq(mp_cuda_router_gemv(MP_TYPE_F32, d, 64, 8, 16, d, NULL, d, 2, 1, (int32_t *)d, d, NULL, NULL, NULL,
                                      NULL, NULL, NULL, NULL), MP_CUDA_EINVAL, "no counter");
     cudaFree(d_count); cudaFree(d);
 }
@@ -250,6 +257,9 @@ typedef struct moe_case {
                         * host memory, a random count of each row's cold routes (far_of_cold);
                         * FAR_TOP_K or FAR_ONE, with FAR_SPLIT or FAR_SPLIT_PAST or neither */
 } moe_case;
+
+/* check_experts with gpt-oss's experts: gate and up biases, the clamped SwiGLU (mp_swiglu_oai) */
+static int g_oai;
 
 enum {
     FAR_TOP_K = 1,      /* at most top_k far routes a row (far_max) */
@@ -271,6 +281,10 @@ static void check_experts(const moe_case *c)
     rnd_weights(c->down_type, E * D, F, drb, down);
     float *x = malloc(sizeof(float) * (size_t)(R * D));
     rnd_floats(x, R * D, 1.0f);
+    /* gpt-oss: biases of a size that moves the clamps (gate above 7, up beyond ±7 for some rows) */
+    float *gb = malloc(sizeof(float) * (size_t)(E * F)), *ub = malloc(sizeof(float) * (size_t)(E * F));
+    rnd_floats(gb, E * F, 8.0f);
+    rnd_floats(ub, E * F, 8.0f);
     /* routes: K distinct experts per row, random weights in (0, 1] */
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(R * K));
     float *rw = malloc(sizeof(float) * (size_t)(R * K));
@@ -355,8 +369,13 @@ static void check_experts(const moe_case *c)
             for (int64_t j = 0; j < F; j++) {
                 g[j] = gops->vec_dot(D, gate + (size_t)e * g_exp + (size_t)j * grb, xq);
                 u[j] = gops->vec_dot(D, up + (size_t)e * g_exp + (size_t)j * grb, xq);
+                if (g_oai)
+                    g[j] += gb[e * F + j], u[j] += ub[e * F + j];
             }
-            mp_swiglu(g, g, u, F);
+            if (g_oai)
+                mp_swiglu_oai(g, g, u, F);
+            else
+                mp_swiglu(g, g, u, F);
             for (int64_t j = 0; j < ffn_lo[r * K + k]; j++)
                 g[j] = 0.0f; /* a split route: FFN rows [0, r0) are the caller's */
             float hmax = 0.0f;
@@ -431,6 +450,8 @@ static void check_experts(const moe_case *c)
     int32_t *d_ids = dev_put(ids, sizeof(int32_t) * (size_t)(R * K));
     float *d_rw = dev_put(rw, sizeof(float) * (size_t)(R * K));
     float *d_out = dev_put(init, sizeof(float) * (size_t)(R * D));
+    float *d_gb = g_oai ? dev_put(gb, sizeof(float) * (size_t)(E * F)) : NULL;
+    float *d_ub = g_oai ? dev_put(ub, sizeof(float) * (size_t)(E * F)) : NULL;
     const size_t sb = mp_cuda_moe_scratch_bytes(c->gate_type, c->down_type, D, F, R, K);
     cr_assert(sb > 0);
     void *d_scratch = dev_alloc(sb);
@@ -442,6 +463,7 @@ static void check_experts(const moe_case *c)
         .d_x = d_x, .d_ids = d_ids, .d_weights = d_rw, .d_out = d_out,
         .accumulate = c->accumulate, .d_scratch = d_scratch, .scratch_bytes = sb,
         .d_far_of_cold = d_foc, .d_far_split_of_cold = d_split,
+        .act = g_oai ? MP_CUDA_ACT_SWIGLU_OAI : MP_CUDA_ACT_SWIGLU, .d_gate_b = d_gb, .d_up_b = d_ub,
     };
     a.gate.d_far = (const void *const *)d_far[0];
     a.up.d_far = (const void *const *)d_far[1];
@@ -460,10 +482,10 @@ static void check_experts(const moe_case *c)
     for (int64_t i = 0; i < R * D; i++) {
         const double tol = 2e-3 * mag[i] + flip[i] + 1e-30 + (c->accumulate ? 0x1p-23 * fabs(init[i]) : 0.0);
         cr_assert(fabs((double)got[i] - ref[i]) <= tol,
-                  "seed %llu: experts %s/%s D %ld F %ld E %ld K %ld rows %ld slots %d acc %d far %d: "
+                  "seed %llu: experts %s/%s D %ld F %ld E %ld K %ld rows %ld slots %d acc %d far %d oai %d: "
                   "row %ld element %ld: gpu %.9g, cpu %.9g, |diff| %.3g > tol %.3g",
                   (unsigned long long)g_seed, mp_type_name(c->gate_type), mp_type_name(c->down_type),
-                  (long)D, (long)F, (long)E, (long)K, (long)R, c->use_slots, c->accumulate, c->far,
+                  (long)D, (long)F, (long)E, (long)K, (long)R, c->use_slots, c->accumulate, c->far, g_oai,
                   (long)(i / D), (long)(i % D), got[i], ref[i], fabs((double)got[i] - ref[i]), tol);
     }
     /* x converted by the caller (d_xq, the fused norm + quantize's output) gives the same bytes */
@@ -496,6 +518,10 @@ static void check_experts(const moe_case *c)
     cudaFree(d_foc);
     cudaFree(d_split);
     cudaFree(d_stage);
+    cudaFree(d_gb);
+    cudaFree(d_ub);
+    free(gb);
+    free(ub);
     free(runs);
     free(ffn_lo);
     cudaFree(d_sg); cudaFree(d_su); cudaFree(d_sd);
@@ -788,6 +814,57 @@ Test(cuda_moe, experts_far_routes)
 #endif
 
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
+/* gpt-oss's experts (gate/up biases, the clamped SwiGLU) on every path that takes them: decode per
+ * route, several rows, the grouped prefill (the tensor cores forced on, which such experts bypass),
+ * pool slots with a partial, far routes with split ones; its shapes (2880 = 90 blocks of 32, MXFP4
+ * experts) and the down biases, added for every route by mp_cuda_moe_down_bias */
+Test(cuda_moe, experts_gptoss_biases_and_clamped_swiglu)
+{
+    seed_rng();
+    const int all = FAR_TOP_K | FAR_SPLIT;
+    const moe_case cases[] = {
+        {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 1, 0, 0, 0},  /* gpt-oss-20b decode */
+        {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 5, 1, 1, 0},
+        {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 4, 40, 0, 0, 0},     /* grouped */
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 16, 4, 3, 0, 0, 0},      /* not the Q4_K decode kernel */
+        {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 0, all},    /* far routes, split */
+        {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 2, 1, 1, all},
+    };
+    mp_cuda_moe_set_mma_min_rows(16);
+    g_oai = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_experts(&cases[i]);
+    g_oai = 0;
+    mp_cuda_moe_set_mma_min_rows(-1);
+    /* the down biases: Σ_k w_k b[e_k] added to what is there, ids outside [0, E) adding nothing */
+    enum { R = 5, K = 4, D = 96, E = 9 };
+    int32_t ids[R * K];
+    float w[R * K], b[E * D], out[R * D], got[R * D];
+    for (int i = 0; i < R * K; i++) {
+        ids[i] = i % 7 == 3 ? -1 : i % 11 == 5 ? E : (int32_t)(rnd_u64() % E);
+        w[i] = (float)rnd_uniform();
+    }
+    rnd_floats(b, E * D, 1.0f);
+    rnd_floats(out, R * D, 1.0f);
+    int32_t *d_ids = dev_put(ids, sizeof ids);
+    float *d_w = dev_put(w, sizeof w), *d_b = dev_put(b, sizeof b), *d_out = dev_put(out, sizeof out);
+    MPC_OK(mp_cuda_moe_down_bias(d_out, d_ids, d_w, d_b, R, K, D, E, NULL));
+    dev_get(got, d_out, sizeof got);
+    for (int r = 0; r < R; r++)
+        for (int d = 0; d < D; d++) {
+            double want = out[r * D + d], mag = fabs(want);
+            for (int k = 0; k < K; k++)
+                if (ids[r * K + k] >= 0 && ids[r * K + k] < E) {
+                    want += (double)w[r * K + k] * b[ids[r * K + k] * D + d];
+                    mag += fabs((double)w[r * K + k] * b[ids[r * K + k] * D + d]);
+                }
+            cr_assert(fabs(got[r * D + d] - want) <= 1e-6 * mag, "seed %llu: down bias row %d element %d: gpu %.9g, "
+                      "want %.9g", (unsigned long long)g_seed, r, d, got[r * D + d], want);
+        }
+    cr_assert_eq(mp_cuda_moe_down_bias(d_out, NULL, d_w, d_b, R, K, D, E, NULL), MP_CUDA_EINVAL);
+    cudaFree(d_ids); cudaFree(d_w); cudaFree(d_b); cudaFree(d_out);
+}
+
 Test(cuda_moe, experts_prefill_beyond_grid_limit)
 {
     seed_rng();

@@ -123,6 +123,11 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
     cudaMemcpy(dqw, qw, sizeof(float) * hd, cudaMemcpyHostToDevice);
     cudaMemcpy(dkw, kw, sizeof(float) * hd, cudaMemcpyHostToDevice);
     cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice);
+    double theta[128], *dtheta; /* base 10000 */
+    for (int64_t i = 0; i < rot_dim / 2; i++)
+        theta[i] = pow(10000.0, -2.0 * (double)i / (double)rot_dim);
+    cr_assert_eq(cudaMalloc((void **)&dtheta, sizeof theta), cudaSuccess);
+    cudaMemcpy(dtheta, theta, sizeof theta, cudaMemcpyHostToDevice);
     float *q1 = malloc(qb), *k1 = malloc(kb), *q2 = malloc(qb), *k2 = malloc(kb);
     uint16_t *kc1 = malloc(cb), *vc1 = malloc(cb), *kc2 = malloc(cb), *vc2 = malloc(cb);
     for (int pass = 0; pass < 2; pass++) {
@@ -136,11 +141,11 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
                 cr_assert_eq(mp_cuda_rmsnorm(dq, dq, dqw, rows * n_head, hd, 1e-6f, NULL), 0);
                 cr_assert_eq(mp_cuda_rmsnorm(dk, dk, dkw, rows * n_head_kv, hd, 1e-6f, NULL), 0);
             }
-            cr_assert_eq(mp_cuda_rope(dq, rows, Q, n_head, hd, rot_dim, dpos, 10000.0f, style, NULL), 0);
-            cr_assert_eq(mp_cuda_rope(dk, rows, KV, n_head_kv, hd, rot_dim, dpos, 10000.0f, style, NULL), 0);
+            cr_assert_eq(mp_cuda_rope(dq, rows, Q, n_head, hd, rot_dim, dpos, dtheta, 1.0f, style, NULL), 0);
+            cr_assert_eq(mp_cuda_rope(dk, rows, KV, n_head_kv, hd, rot_dim, dpos, dtheta, 1.0f, style, NULL), 0);
             cr_assert_eq(mp_cuda_kv_store2_at(dkc, dvc, dk, dv, rows, KV, dpos, NULL), 0);
         } else {
-            cr_assert_eq(mp_cuda_rope_table(dcs, dpos, rows, rot_dim, 10000.0f, NULL), 0);
+            cr_assert_eq(mp_cuda_rope_table(dcs, dpos, rows, rot_dim, dtheta, 1.0f, NULL), 0);
             cr_assert_eq(mp_cuda_qkv_finish(dq, dk, dv, dqw, dkw, norm, rows, n_head, n_head_kv, hd, rot_dim, dpos,
                                             dcs, style, 1e-6f, dkc, dvc, NULL), 0);
         }
@@ -161,7 +166,7 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
     cr_assert_neq(memcmp(cache0 + (size_t)pos[0] * KV, vc2 + (size_t)pos[0] * KV, sizeof(uint16_t) * KV), 0,
                   "seed %u: V row not stored", seed);
     cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dqw); cudaFree(dkw); cudaFree(dkc); cudaFree(dvc);
-    cudaFree(dpos); cudaFree(dcs);
+    cudaFree(dpos); cudaFree(dcs); cudaFree(dtheta);
     free(q); free(k); free(v); free(qw); free(kw); free(cache0);
     free(q1); free(k1); free(q2); free(k2); free(kc1); free(vc1); free(kc2); free(vc2);
 }
@@ -185,7 +190,7 @@ Test(cuda_norm, qkv_finish_equals_norm_rope_and_store)
     /* bad shapes are refused */
     cr_assert_eq(mp_cuda_qkv_finish(NULL, NULL, NULL, NULL, NULL, 0, 1, 32, 4, 128, 128, NULL, NULL, 0, 1e-6f, NULL,
                                     NULL, NULL), MP_CUDA_EINVAL);
-    cr_assert_eq(mp_cuda_rope_table(NULL, NULL, 1, 128, 1e4f, NULL), MP_CUDA_EINVAL);
+    cr_assert_eq(mp_cuda_rope_table(NULL, NULL, 1, 128, NULL, 1.0f, NULL), MP_CUDA_EINVAL);
 }
 #endif
 

@@ -17,20 +17,26 @@
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
+#include "runtime/model.h"
 #include "tests/gpu/gpu_util.h"
 
-/* the CPU's table of plain RoPE (no YaRN) at base */
-static void rope_cache_base(float *cs, int64_t rot, int64_t pos, double base)
+/* The angles of RoPE at base over rot dimensions, with YaRN when yarn > 1 (gpt-oss's: original
+ * context 4096, betas 32 and 1, the exact range), from mp_rope_freqs; the host's copy in theta,
+ * the device's returned. */
+static double *rope_angles(int64_t rot, float base, float yarn, double *theta, float *mscale)
 {
-    double theta[512];
-    for (int64_t i = 0; i < rot / 2; i++)
-        theta[i] = pow(base, -2.0 * (double)i / (double)rot);
-    mp_rope_cache(cs, rot, pos, theta, 1.0f);
+    mp_hparams hp = {.rot_dim = rot, .rope_freq_base = base, .rope_yarn_factor = yarn > 1.0f ? yarn : 0.0f,
+                     .rope_yarn_orig_ctx = 4096, .rope_yarn_beta_fast = 32.0f, .rope_yarn_beta_slow = 1.0f};
+    mp_rope_freqs(&hp, theta, mscale);
+    return dev_put(theta, sizeof(double) * (size_t)(rot / 2));
 }
 
 static void check_rope(int style, int64_t n_rows, int64_t n_head, int64_t hd, int64_t rot,
-                       float base)
+                       float base, float yarn)
 {
+    double theta[256];
+    float mscale;
+    double *d_theta = rope_angles(rot, base, yarn, theta, &mscale);
     const int64_t stride = n_head * hd + 7; /* rows farther apart than their heads */
     float *x = malloc(sizeof(float) * (size_t)(n_rows * stride));
     rnd_floats(x, n_rows * stride, 1.0f);
@@ -39,12 +45,12 @@ static void check_rope(int style, int64_t n_rows, int64_t n_head, int64_t hd, in
         pos[r] = r == 0 ? 0 : (int32_t)(rnd_u64() % 40000);
     float *d_x = dev_put(x, sizeof(float) * (size_t)(n_rows * stride));
     int32_t *d_pos = dev_put(pos, sizeof(int32_t) * (size_t)n_rows);
-    MPC_OK(mp_cuda_rope(d_x, n_rows, stride, n_head, hd, rot, d_pos, base, style, NULL));
+    MPC_OK(mp_cuda_rope(d_x, n_rows, stride, n_head, hd, rot, d_pos, d_theta, mscale, style, NULL));
     float *got = malloc(sizeof(float) * (size_t)(n_rows * stride));
     dev_get(got, d_x, sizeof(float) * (size_t)(n_rows * stride));
     float *cs = malloc(sizeof(float) * (size_t)rot);
     for (int64_t r = 0; r < n_rows; r++) {
-        rope_cache_base(cs, rot, pos[r], base);
+        mp_rope_cache(cs, rot, pos[r], theta, mscale);
         for (int64_t h = 0; h < n_head; h++) {
             float *ref = x + r * stride + h * hd;
             float orig[512];
@@ -57,7 +63,7 @@ static void check_rope(int style, int64_t n_rows, int64_t n_head, int64_t hd, in
                 const int64_t partner = i >= rot ? i
                                         : style == MP_CUDA_ROPE_NEOX ? (i + rot / 2) % rot
                                                                      : (i ^ 1);
-                const float tol = 0x1p-23f * (fabsf(orig[i]) + fabsf(orig[partner]));
+                const float tol = 0x1p-23f * mscale * (fabsf(orig[i]) + fabsf(orig[partner]));
                 const float g = got[r * stride + h * hd + i];
                 cr_assert(fabsf(g - ref[i]) <= tol,
                           "seed %llu: rope style %d hd %ld rot %ld: row %ld (pos %d) head %ld "
@@ -69,51 +75,56 @@ static void check_rope(int style, int64_t n_rows, int64_t n_head, int64_t hd, in
             cr_assert(got[r * stride + i] == x[r * stride + i], "seed %llu: rope wrote into the row gap",
                       (unsigned long long)g_seed);
     }
-    cudaFree(d_x); cudaFree(d_pos);
+    cudaFree(d_x); cudaFree(d_pos); cudaFree(d_theta);
     free(x); free(pos); free(got); free(cs);
 }
 
 Test(cuda_ops, rope_neox_and_norm)
 {
     seed_rng();
-    check_rope(MP_CUDA_ROPE_NEOX, 5, 32, 128, 128, 1000000.0f); /* Qwen3 q */
-    check_rope(MP_CUDA_ROPE_NEOX, 3, 4, 128, 128, 1000000.0f);  /* Qwen3 k */
-    check_rope(MP_CUDA_ROPE_NORM, 4, 8, 64, 64, 10000.0f);      /* interleaved */
-    check_rope(MP_CUDA_ROPE_NEOX, 2, 3, 96, 32, 10000.0f);      /* partial rotation */
-    check_rope(MP_CUDA_ROPE_NORM, 2, 3, 80, 48, 500000.0f);
+    check_rope(MP_CUDA_ROPE_NEOX, 5, 32, 128, 128, 1000000.0f, 0); /* Qwen3 q */
+    check_rope(MP_CUDA_ROPE_NEOX, 3, 4, 128, 128, 1000000.0f, 0);  /* Qwen3 k */
+    check_rope(MP_CUDA_ROPE_NORM, 4, 8, 64, 64, 10000.0f, 0);      /* interleaved */
+    check_rope(MP_CUDA_ROPE_NEOX, 2, 3, 96, 32, 10000.0f, 0);      /* partial rotation */
+    check_rope(MP_CUDA_ROPE_NORM, 2, 3, 80, 48, 500000.0f, 0);
+    check_rope(MP_CUDA_ROPE_NEOX, 4, 8, 64, 64, 150000.0f, 32.0f); /* gpt-oss: YaRN */
 }
 
 /* mp_cuda_rope_table against mp_rope_cache, row by row: the same layout, and each value within
  * one float ulp (the double cos/sin of libm and CUDA may round to floats an ulp apart). */
-static void check_rope_table(int64_t n_rows, int64_t rot, float base)
+static void check_rope_table(int64_t n_rows, int64_t rot, float base, float yarn)
 {
+    double theta[256];
+    float mscale;
+    double *d_theta = rope_angles(rot, base, yarn, theta, &mscale);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_rows);
     for (int64_t r = 0; r < n_rows; r++)
         pos[r] = r == 0 ? 0 : (int32_t)(rnd_u64() % 40000);
     int32_t *d_pos = dev_put(pos, sizeof(int32_t) * (size_t)n_rows);
     float *d_cs;
     CUDA_OK(cudaMalloc((void **)&d_cs, sizeof(float) * (size_t)(n_rows * rot)));
-    MPC_OK(mp_cuda_rope_table(d_cs, d_pos, n_rows, rot, base, NULL));
+    MPC_OK(mp_cuda_rope_table(d_cs, d_pos, n_rows, rot, d_theta, mscale, NULL));
     float *got = malloc(sizeof(float) * (size_t)(n_rows * rot)), *ref = malloc(sizeof(float) * (size_t)rot);
     dev_get(got, d_cs, sizeof(float) * (size_t)(n_rows * rot));
     for (int64_t r = 0; r < n_rows; r++) {
-        rope_cache_base(ref, rot, pos[r], base);
+        mp_rope_cache(ref, rot, pos[r], theta, mscale);
         for (int64_t i = 0; i < rot; i++)
-            cr_assert(fabsf(got[r * rot + i] - ref[i]) <= 0x1p-24f,
+            cr_assert(fabsf(got[r * rot + i] - ref[i]) <= 0x1p-24f * mscale,
                       "seed %llu: rope table rot %ld: row %ld (pos %d) value %ld: gpu %.9g, cpu %.9g",
                       (unsigned long long)g_seed, (long)rot, (long)r, pos[r], (long)i, got[r * rot + i], ref[i]);
     }
-    cudaFree(d_cs); cudaFree(d_pos);
+    cudaFree(d_cs); cudaFree(d_pos); cudaFree(d_theta);
     free(pos); free(got); free(ref);
 }
 
 Test(cuda_ops, rope_table_equals_the_cpu_table)
 {
     seed_rng();
-    check_rope_table(5, 128, 1000000.0f); /* Qwen3 */
-    check_rope_table(3, 64, 10000.0f);
-    check_rope_table(2, 32, 500000.0f);   /* partial rotation */
-    cr_assert_eq(mp_cuda_rope_table(NULL, NULL, 1, 64, 1e4f, NULL), MP_CUDA_EINVAL);
+    check_rope_table(5, 128, 1000000.0f, 0); /* Qwen3 */
+    check_rope_table(3, 64, 10000.0f, 0);
+    check_rope_table(2, 32, 500000.0f, 0);   /* partial rotation */
+    check_rope_table(4, 64, 150000.0f, 32.0f); /* gpt-oss: YaRN */
+    cr_assert_eq(mp_cuda_rope_table(NULL, NULL, 1, 64, NULL, 1.0f, NULL), MP_CUDA_EINVAL);
 }
 
 Test(cuda_ops, per_head_qk_rmsnorm)
