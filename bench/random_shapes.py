@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1] -- the pipeline on N random model shapes.
+"""bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1] -- the pipeline on N random model shapes, then
+on ceil(N/5) gpt-oss shapes.
 
-Each shape: an architecture (qwen3moe, olmoe, mixtral, qwen2moe), 1-4 layers, 1-40 experts, top-1 to
+Each of the N shapes: an architecture (qwen3moe, olmoe, mixtral, qwen2moe), 1-4 layers, 1-40 experts, top-1 to
 top-10 (at most the experts), hidden and expert FFN sizes and for qwen2moe the shared expert's FFN
 size (mostly ones the quant's blocks divide; a third of them any multiple of 32, where a K-quant
 mix's classes fall back to IQ4_NL, Q5_0, Q5_1 or Q8_0 as llama.cpp's quantizer does), heads, KV heads and head sizes, a quant mix and a layer mix, and for
 a quarter of the shapes the experts in one block-of-32 type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL,
-MXFP4), all drawn from SEED. For each: `mkmodel`, then
+MXFP4), all drawn from SEED. The gpt-oss shapes come after them from a stream of their own (so the
+N shapes of a seed are the ones the script drew before it drew gpt-oss): the same sizes, a sliding
+window of 1-16 positions (the prompts slide past it), YaRN or none, and the mxfp4_moe mix (MXFP4
+experts, Q8_0 elsewhere) half of the time. For each: `mkmodel`, then
 `collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`,
 `simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
 line), then the cost file with synthetic GPU parts (bench/synth_gpu_costs.py: a plain model, not a
@@ -27,9 +31,14 @@ import subprocess
 import sys
 
 
-def shape(rng):
-    arch = rng.choice(["qwen3moe", "olmoe", "mixtral", "qwen2moe"])
-    quant = rng.choice(["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0", "bf16", "f16", "f32"])
+QUANTS = ["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0", "bf16", "f16", "f32"]
+
+
+def shape(rng, arch=None, quant=None):
+    """One shape's mkmodel flags; arch and quant drawn unless given (the order of draws is the
+    script's since before gpt-oss, so a seed's earlier shapes stay as they were)."""
+    arch = arch or rng.choice(["qwen3moe", "olmoe", "mixtral", "qwen2moe"])
+    quant = quant or rng.choice(QUANTS)
     block = 256 if quant.startswith("q") and quant != "q8_0" else 32
     experts = rng.randint(2 if arch == "mixtral" else 1, 40)
     heads = rng.choice([1, 2, 4, 8])
@@ -52,6 +61,20 @@ def shape(rng):
     if rng.random() < 0.25:  # experts in a block of 32 (every size drawn is a multiple of 32)
         s["type-experts"] = rng.choice(["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"])
         s["layer-mix"] = "uniform"  # the llama layer mix is the q4_k_m/q5_k_m recipe's only
+    return s
+
+
+def gptoss_shape(rng):
+    """A gpt-oss shape: shape()'s sizes, a window, YaRN or none, and half of them in mxfp4_moe, the
+    mix of the published files (MXFP4 experts, Q8_0 elsewhere: blocks of 32)."""
+    quant = "mxfp4_moe" if rng.random() < 0.5 else rng.choice(QUANTS)
+    s = shape(rng, "gpt-oss", quant)
+    if quant == "mxfp4_moe":
+        s.pop("type-experts", None)  # the mix names the experts' type
+        s["layer-mix"] = "uniform"
+    s["sliding-window"] = rng.randint(1, 16)
+    s["yarn-factor"] = rng.choice([0, 4, 32])
+    s["yarn-ctx"] = rng.choice([64, 4096])
     return s
 
 
@@ -85,8 +108,10 @@ def main():
     with open(prompts, "w") as f:
         json.dump(["the quick brown fox", "MoE experts on the GPU"], f)
     failed = refused = 0
-    for i in range(n):
-        s = shape(rng)
+    n_oss = (n + 4) // 5
+    rng_oss = random.Random("gpt-oss %d" % seed)
+    for i in range(n + n_oss):
+        s = shape(rng) if i < n else gptoss_shape(rng_oss)
         d = os.path.join(out, "s%03d" % i)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
@@ -141,8 +166,8 @@ def main():
         if ok:
             print("s%03d ok: %s" % (i, desc))
             os.remove(model)
-    print("random_shapes: %d shapes (seed %d): %d ok, %d refused by mkmodel in one line, %d failed" %
-          (n, seed, n - failed - refused, refused, failed))
+    print("random_shapes: %d shapes (seed %d; %d of them gpt-oss): %d ok, %d refused by mkmodel in one line, %d failed" %
+          (n + n_oss, seed, n_oss, n + n_oss - failed - refused, refused, failed))
     sys.exit(1 if failed else 0)
 
 

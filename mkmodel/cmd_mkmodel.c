@@ -54,27 +54,36 @@ static void usage(FILE *f)
         "\n"
         "  --preset NAME      tiny (CI-sized, default q4_k_m: a few MB), flame (25 x 64 experts,\n"
         "                     top-6: FLAME-MoE-290M's routing geometry), qwen3-30b-a3b, olmoe, mixtral,\n"
-        "                     qwen2-57b-a14b\n"
-        "  --arch ARCH        qwen3moe, olmoe, mixtral or qwen2moe with tiny shapes (then set the shape\n"
-        "                     flags)\n"
+        "                     qwen2-57b-a14b, gpt-oss-20b (default mxfp4_moe)\n"
+        "  --arch ARCH        qwen3moe, olmoe, mixtral, qwen2moe or gpt-oss with tiny shapes (then set\n"
+        "                     the shape flags)\n"
         "  --layers N  --hidden N  --heads N  --kv-heads N  --head-dim N\n"
         "  --experts N  --top-k N  --expert-ff N  --vocab N  --ctx N\n"
         "                     override the preset's shape\n"
         "  --shared-ff N      the shared expert's FFN size (qwen2moe only; --arch qwen2moe: 1024)\n"
+        "  --sliding-window N the window of the sliding-window layers, in positions (gpt-oss only;\n"
+        "                     default 128)\n"
+        "  --yarn-factor F  --yarn-ctx N\n"
+        "                     YaRN context extension: factor and original context (0: none; gpt-oss:\n"
+        "                     4 and 128, the gpt-oss-20b preset 32 and 4096)\n"
         "  --rope-base F  --rms-eps F  --name STR\n"
         "  --quant MIX        q4_k_m (default: attn_v, ffn_down_exps/shexp and output Q6_K, other\n"
         "                     matrices Q4_K), q5_k_m (the same with Q5_K), q3_k_m (Q3_K; attn_v\n"
         "                     Q5_K, ffn_down_exps/shexp Q4_K, output Q6_K), q2_k (Q2_K; attn_v and\n"
-        "                     ffn_down_exps/shexp Q4_K, output Q6_K), q8_0, bf16, f16, f32;\n"
-        "                     norms, biases, router and shared expert gate vector stay F32\n"
+        "                     ffn_down_exps/shexp Q4_K, output Q6_K), q8_0, mxfp4_moe (routed\n"
+        "                     experts MXFP4, the other matrices Q8_0; --arch gpt-oss's default),\n"
+        "                     bf16, f16, f32; norms, biases, sinks, router and shared expert gate\n"
+        "                     vector stay F32\n"
         "  --layer-mix MODE   uniform (default: each class one type in every layer) or llama\n"
         "                     (q4_k_m, q5_k_m: attn_v and ffn_down_* 6 bits only in the first and\n"
         "                     last eighth of the layers and every third layer between, as llama.cpp's\n"
         "                     Q4_K_M and Q5_K_M; with 8 experts attn_k and attn_v Q8_0)\n"
         "  --type-CLASS TYPE  override one class: CLASS is embd, output, attn, attn-q, attn-k,\n"
         "                     attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, norm,\n"
-        "                     and qwen2moe's bias, shexp-gate-inp, shexp (the shared expert's gate,\n"
-        "                     up, down), shexp-gate, shexp-up, shexp-down; TYPE is one of\n");
+        "                     qwen2moe's and gpt-oss's bias, qwen2moe's shexp-gate-inp, shexp (the\n"
+        "                     shared expert's gate, up, down), shexp-gate, shexp-up, shexp-down,\n"
+        "                     gpt-oss's sinks (norm, bias, sinks: F32 only; router, shexp-gate-inp:\n"
+        "                     F32, F16, BF16); TYPE is one of\n");
     print_type_list(f);
     fprintf(f,
         "  --skew S           Zipf exponent of each layer's expert popularity (default %.2f;\n"
@@ -172,7 +181,8 @@ static const mp_cli_opt mkmodel_flags[] = {
     {"heads", 0, true, OPT_VALUE, NULL}, {"kv-heads", 0, true, OPT_VALUE, NULL},
     {"head-dim", 0, true, OPT_VALUE, NULL}, {"experts", 0, true, OPT_VALUE, NULL},
     {"top-k", 0, true, OPT_VALUE, NULL}, {"expert-ff", 0, true, OPT_VALUE, NULL},
-    {"shared-ff", 0, true, OPT_VALUE, NULL},
+    {"shared-ff", 0, true, OPT_VALUE, NULL}, {"sliding-window", 0, true, OPT_VALUE, NULL},
+    {"yarn-factor", 0, true, OPT_VALUE, NULL}, {"yarn-ctx", 0, true, OPT_VALUE, NULL},
     {"vocab", 0, true, OPT_VALUE, NULL}, {"ctx", 0, true, OPT_VALUE, NULL},
     {"rope-base", 0, true, OPT_VALUE, NULL}, {"rms-eps", 0, true, OPT_VALUE, NULL},
     {"name", 0, true, OPT_VALUE, NULL}, {"quant", 0, true, OPT_VALUE, NULL},
@@ -188,7 +198,7 @@ static const mp_cli_opt mkmodel_flags[] = {
     {"type-norm", 0, true, OPT_TYPE, NULL}, {"type-bias", 0, true, OPT_TYPE, NULL},
     {"type-shexp", 0, true, OPT_TYPE, NULL}, {"type-shexp-gate-inp", 0, true, OPT_TYPE, NULL},
     {"type-shexp-gate", 0, true, OPT_TYPE, NULL}, {"type-shexp-up", 0, true, OPT_TYPE, NULL},
-    {"type-shexp-down", 0, true, OPT_TYPE, NULL},
+    {"type-shexp-down", 0, true, OPT_TYPE, NULL}, {"type-sinks", 0, true, OPT_TYPE, NULL},
     {"force", 0, false, OPT_FORCE, NULL}, {"quiet", 0, false, OPT_QUIET, NULL},
     {"dry-run", 0, false, OPT_DRY_RUN, NULL}, {"split-experts", 0, false, OPT_SPLIT, NULL},
     {"fuse-gate-up", 0, false, OPT_FUSE, NULL},
@@ -285,7 +295,8 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
                      {"--head-dim", &cfg.head_dim},  {"--experts", &cfg.n_expert},
                      {"--top-k", &cfg.n_expert_used}, {"--expert-ff", &cfg.n_ff_exp},
                      {"--shared-ff", &cfg.n_ff_shexp}, {"--vocab", &cfg.n_vocab},
-                     {"--ctx", &cfg.n_ctx}};
+                     {"--ctx", &cfg.n_ctx}, {"--sliding-window", &cfg.n_swa},
+                     {"--yarn-ctx", &cfg.rope_yarn_orig_ctx}};
         int matched = 0;
         for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++)
             if (!strcmp(a, shape[k].flag)) {
@@ -308,6 +319,12 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
             if (!(d > 0) || d > 1e30)
                 return usage_error("%s '%s': expected a positive number", a, v);
             *(!strcmp(a, "--rope-base") ? &cfg.rope_freq_base : &cfg.rms_eps) = (float)d;
+        } else if (!strcmp(a, "--yarn-factor")) {
+            if (parse_f64(a, v, &d))
+                return 2;
+            if (d != 0 && !(d >= 1 && d <= 1e6))
+                return usage_error("--yarn-factor '%s': expected 0 (no YaRN) or a number in 1..1e6%s", v, "");
+            cfg.rope_yarn_factor = (float)d;
         } else if (!strcmp(a, "--seed")) {
             if (parse_u64(a, v, &cfg.seed))
                 return 2;

@@ -6,7 +6,8 @@
  * projection from n_embd to m has ne = [n_embd, m]; expert tensors stack experts in ne[2]:
  * gate/up ne = [n_embd, n_ff_exp, n_expert], down ne = [n_ff_exp, n_embd, n_expert]; a shared
  * expert (qwen2moe) is one such expert of its own size: gate/up [n_embd, n_ff_shexp], down
- * [n_ff_shexp, n_embd].
+ * [n_ff_shexp, n_embd]. gpt-oss's biases are vectors of their matrix's output size, the experts' stacked
+ * like their weights: gate/up [n_ff_exp, n_expert], down [n_embd, n_expert]; its sinks are [n_head].
  */
 #include "mkmodel/mkmodel.h"
 
@@ -18,7 +19,7 @@
 #include "kernels/quant.h"
 
 const char *const mp_mkmodel_preset_names[] = {"tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral",
-                                               "qwen2-57b-a14b", NULL};
+                                               "qwen2-57b-a14b", "gpt-oss-20b", NULL};
 
 static const char *const class_names[MP_MK_N_CLASSES] = {
     [MP_MK_EMBD] = "embd",         [MP_MK_OUTPUT] = "output",     [MP_MK_ATTN_Q] = "attn-q",
@@ -26,20 +27,32 @@ static const char *const class_names[MP_MK_N_CLASSES] = {
     [MP_MK_ROUTER] = "router",     [MP_MK_FFN_GATE] = "ffn-gate", [MP_MK_FFN_UP] = "ffn-up",
     [MP_MK_FFN_DOWN] = "ffn-down", [MP_MK_NORM] = "norm",         [MP_MK_BIAS] = "bias",
     [MP_MK_SHEXP_GATE_INP] = "shexp-gate-inp", [MP_MK_SHEXP_GATE] = "shexp-gate",
-    [MP_MK_SHEXP_UP] = "shexp-up", [MP_MK_SHEXP_DOWN] = "shexp-down",
+    [MP_MK_SHEXP_UP] = "shexp-up", [MP_MK_SHEXP_DOWN] = "shexp-down", [MP_MK_SINKS] = "sinks",
 };
 
-/* Whether the architecture has class cls's tensors: Q/K/V biases and a shared expert are qwen2moe's. */
+/* Whether the architecture has class cls's tensors: biases are qwen2moe's and gpt-oss's, a shared
+ * expert qwen2moe's, sinks gpt-oss's. */
 static bool class_used(const mp_mkmodel_config *c, mp_mk_class cls)
 {
     const mp_arch_traits *tr = mp_arch_get(c->arch);
     switch (cls) {
-    case MP_MK_BIAS: return tr->qkv_bias;
+    case MP_MK_BIAS: return tr->qkv_bias || tr->attn_out_bias || tr->moe_bias;
     case MP_MK_SHEXP_GATE_INP:
     case MP_MK_SHEXP_GATE:
     case MP_MK_SHEXP_UP:
     case MP_MK_SHEXP_DOWN: return tr->shared_expert;
+    case MP_MK_SINKS: return tr->attn_sinks;
     default: return true;
+    }
+}
+
+/* What a class the architecture lacks is called in the refusal, and which architectures have it. */
+static const char *class_missing_what(mp_mk_class cls)
+{
+    switch (cls) {
+    case MP_MK_BIAS: return "biases (qwen2moe and gpt-oss have)";
+    case MP_MK_SINKS: return "attention sinks (gpt-oss has)";
+    default: return "shared expert (qwen2moe has)";
     }
 }
 
@@ -77,8 +90,19 @@ static void defaults(mp_mkmodel_config *c, mp_arch arch)
         c->rms_eps = 1e-6f;
         c->n_ff_shexp = 4 * c->n_ff_exp;
         break;
+    case MP_ARCH_GPTOSS:
+        /* gpt-oss's window of 128 (at 512 positions, half the even layers' keys are out of it) and
+         * its YaRN scaled to the tiny context: the trained context is factor x original, 4 x 128 =
+         * 512, as gpt-oss's is 32 x 4096 = 131072 */
+        c->rope_freq_base = 150000.0f;
+        c->rms_eps = 1e-5f;
+        c->n_swa = 128;
+        c->rope_yarn_factor = 4.0f;
+        c->rope_yarn_orig_ctx = 128;
+        break;
     }
-    mp_mkmodel_set_mix(c, "q4_k_m", NULL);
+    /* gpt-oss's published GGUFs store the experts in MXFP4 (llama.cpp's MXFP4_MOE) */
+    mp_mkmodel_set_mix(c, arch == MP_ARCH_GPTOSS ? "mxfp4_moe" : "q4_k_m", NULL);
 }
 
 /* Append name to the ", "-separated list in buf (the names an error message offers). */
@@ -136,6 +160,14 @@ mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *
         defaults(cfg, MP_ARCH_QWEN2MOE);
         set_shape(cfg, 28, 3584, 28, 4, 128, 64, 8, 2560, 151936, 32768);
         cfg->n_ff_shexp = 20480;
+    } else if (!strcmp(name, "gpt-oss-20b")) {
+        /* hidden 2880 = 90 blocks of 32 but no whole block of 256: the mxfp4_moe mix (MXFP4
+         * experts, Q8_0 elsewhere) fits it as is; a K-quant mix's classes fall back */
+        defaults(cfg, MP_ARCH_GPTOSS);
+        set_shape(cfg, 24, 2880, 64, 8, 64, 32, 4, 2880, 201088, 131072);
+        cfg->n_swa = 128;
+        cfg->rope_yarn_factor = 32.0f;
+        cfg->rope_yarn_orig_ctx = 4096;
     } else {
         char list[160] = "";
         for (int i = 0; mp_mkmodel_preset_names[i]; i++)
@@ -149,8 +181,11 @@ mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *
 
 mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *err)
 {
-    int matrix;
-    if (!strcasecmp(mix, "q4_k_m"))
+    int matrix, experts = -1; /* experts: the routed experts' type where the mix gives them their own */
+    if (!strcasecmp(mix, "mxfp4_moe")) {
+        matrix = MP_TYPE_Q8_0;
+        experts = MP_TYPE_MXFP4;
+    } else if (!strcasecmp(mix, "q4_k_m"))
         matrix = MP_TYPE_Q4_K;
     else if (!strcasecmp(mix, "q5_k_m"))
         matrix = MP_TYPE_Q5_K;
@@ -167,8 +202,8 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
     else if (!strcasecmp(mix, "f32"))
         matrix = MP_TYPE_F32;
     else
-        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q2_k, q3_k_m, q4_k_m, q5_k_m, q8_0, bf16, f16, f32",
-                       mix);
+        return mp_fail(err, MP_ERR_ARG, "--quant '%s': expected one of q2_k, q3_k_m, q4_k_m, q5_k_m, q8_0, mxfp4_moe, "
+                       "bf16, f16, f32", mix);
     for (int c = 0; c < MP_MK_N_CLASSES; c++)
         cfg->types[c] = matrix;
     cfg->set_types = 0; /* the mix's, each free to fall back where its rows do not fit */
@@ -179,6 +214,7 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
     cfg->types[MP_MK_BIAS] = MP_TYPE_F32;
     cfg->types[MP_MK_ROUTER] = MP_TYPE_F32;
     cfg->types[MP_MK_SHEXP_GATE_INP] = MP_TYPE_F32;
+    cfg->types[MP_MK_SINKS] = MP_TYPE_F32;
     if (matrix == MP_TYPE_Q4_K || matrix == MP_TYPE_Q5_K) {
         /* Q4_K_M's and Q5_K_M's recipe: the tensors most sensitive to quantization error get 6 bits. */
         cfg->types[MP_MK_ATTN_V] = MP_TYPE_Q6_K;
@@ -192,6 +228,10 @@ mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *
     }
     /* llama.cpp's recipes match ffn_down by name: the shared expert's down gets the experts' type */
     cfg->types[MP_MK_SHEXP_DOWN] = cfg->types[MP_MK_FFN_DOWN];
+    /* llama.cpp's MXFP4_MOE matches by shape: the 3-D expert stacks only, a shared expert (2-D) stays
+     * in the mix's Q8_0 */
+    if (experts >= 0)
+        cfg->types[MP_MK_FFN_GATE] = cfg->types[MP_MK_FFN_UP] = cfg->types[MP_MK_FFN_DOWN] = experts;
     int i = 0;
     for (; mix[i] && i < MP_MK_NAME_MAX - 1; i++)
         cfg->mix[i] = (char)(mix[i] >= 'A' && mix[i] <= 'Z' ? mix[i] - 'A' + 'a' : mix[i]);
@@ -224,7 +264,7 @@ mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const c
         return mp_fail(err, MP_ERR_ARG,
                        "--type-%s: unknown tensor class; expected embd, output, attn, attn-q, "
                        "attn-k, attn-v, attn-output, router, experts, ffn-gate, ffn-up, ffn-down, "
-                       "norm, bias, shexp, shexp-gate-inp, shexp-gate, shexp-up, shexp-down",
+                       "norm, bias, shexp, shexp-gate-inp, shexp-gate, shexp-up, shexp-down, sinks",
                        group);
     for (int c = first; c <= last; c++) {
         cfg->types[c] = type;
@@ -252,8 +292,9 @@ static int64_t class_row_len(const mp_mkmodel_config *c, mp_mk_class cls)
     case MP_MK_ATTN_OUT: return c->n_head * c->head_dim;
     case MP_MK_FFN_DOWN: return c->n_ff_exp;
     case MP_MK_SHEXP_DOWN: return c->n_ff_shexp;
-    case MP_MK_NORM: return c->head_dim; /* the shortest norm: per-head q/k norms */
-    case MP_MK_BIAS: return c->n_head_kv * c->head_dim; /* the shorter bias: k and v */
+    case MP_MK_NORM:
+    case MP_MK_BIAS:
+    case MP_MK_SINKS: return 1; /* vectors of several lengths, in F32 only (vector_class): any length fits */
     case MP_MK_N_CLASSES: break;
     }
     return 0;
@@ -265,8 +306,6 @@ static const char *class_row_what(mp_mk_class cls)
     case MP_MK_ATTN_OUT: return "heads x head dim";
     case MP_MK_FFN_DOWN: return "expert FFN size";
     case MP_MK_SHEXP_DOWN: return "shared expert FFN size";
-    case MP_MK_NORM: return "head dim";
-    case MP_MK_BIAS: return "kv heads x head dim";
     default: return "hidden size";
     }
 }
@@ -316,6 +355,20 @@ static bool may_fall_back(const mp_mkmodel_config *c, mp_mk_class cls)
 }
 
 #define MK_MAX_DIM ((int64_t)1 << 24)
+
+/* The classes the runtime reads in F32 only (model.c: norm weights, biases and sinks), as llama.cpp's
+ * converter and quantizer keep every 1-D tensor. */
+static bool vector_class(mp_mk_class cls)
+{
+    return cls == MP_MK_NORM || cls == MP_MK_BIAS || cls == MP_MK_SINKS;
+}
+
+/* The classes that decide rather than transform (the router, the shared expert's gate): the runtime
+ * reads them in F32, F16 or BF16, never block-quantized. */
+static bool decider_class(mp_mk_class cls)
+{
+    return cls == MP_MK_ROUTER || cls == MP_MK_SHEXP_GATE_INP;
+}
 
 /* The mix's own matrix type where its recipe has one that llama_layers lowers 6-bit classes to
  * (q4_k_m: Q4_K, q5_k_m: Q5_K), else -1. */
@@ -368,6 +421,18 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
             return mp_fail(err, MP_ERR_ARG, "%s %lld: expected an integer in 1..%lld", dims[i].flag,
                            (long long)dims[i].v, (long long)dims[i].max);
     const mp_arch_traits *tr = mp_arch_get(c->arch);
+    if (tr->swa_period == 0 && c->n_swa)
+        return mp_fail(err, MP_ERR_ARG, "--sliding-window %lld: architecture %s has no sliding-window layers "
+                       "(gpt-oss has)", (long long)c->n_swa, arch_cli_name(c->arch));
+    if (tr->swa_period > 0 && (c->n_swa < 1 || c->n_swa > 1 << 30))
+        return mp_fail(err, MP_ERR_ARG, "--sliding-window %lld: expected an integer in 1..%lld", (long long)c->n_swa,
+                       (long long)(1 << 30));
+    if (c->rope_yarn_factor != 0.0f && !(c->rope_yarn_factor >= 1.0f && c->rope_yarn_factor <= 1e6f))
+        return mp_fail(err, MP_ERR_ARG, "--yarn-factor %g: expected 0 (no YaRN) or a number in 1..1e6",
+                       (double)c->rope_yarn_factor);
+    if (c->rope_yarn_factor != 0.0f && (c->rope_yarn_orig_ctx < 1 || c->rope_yarn_orig_ctx > 1 << 30))
+        return mp_fail(err, MP_ERR_ARG, "--yarn-ctx %lld: expected an integer in 1..%lld (YaRN's original context)",
+                       (long long)c->rope_yarn_orig_ctx, (long long)(1 << 30));
     if (!tr->shared_expert && c->n_ff_shexp)
         return mp_fail(err, MP_ERR_ARG, "--shared-ff %lld: architecture %s has no shared expert (qwen2moe has)",
                        (long long)c->n_ff_shexp, arch_cli_name(c->arch));
@@ -411,31 +476,30 @@ mp_status mp_mkmodel_validate(const mp_mkmodel_config *c, mp_error *err)
         int type = c->types[cls];
         if (!class_used(c, (mp_mk_class)cls)) {
             if (!may_fall_back(c, (mp_mk_class)cls))
-                return mp_fail(err, MP_ERR_ARG, "--type-%s: architecture %s has no %s (qwen2moe has)",
-                               class_names[cls], arch_cli_name(c->arch),
-                               cls == MP_MK_BIAS ? "Q/K/V biases" : "shared expert");
+                return mp_fail(err, MP_ERR_ARG, "--type-%s: architecture %s has no %s", class_names[cls],
+                               arch_cli_name(c->arch), class_missing_what((mp_mk_class)cls));
             continue;
         }
         if (!mp_type_supported(type))
             return mp_fail(err, MP_ERR_ARG, "--type-%s: type id %d is not supported",
                            class_names[cls], type);
+        /* a file the runtime would refuse is not written */
+        if (vector_class((mp_mk_class)cls) && type != MP_TYPE_F32)
+            return mp_fail(err, MP_ERR_ARG, "--type-%s %s: the runtime reads norms, biases and sinks in F32 only; use "
+                           "--type-%s F32", class_names[cls], mp_type_name(type), class_names[cls]);
+        if (decider_class((mp_mk_class)cls) && type != MP_TYPE_F32 && type != MP_TYPE_F16 && type != MP_TYPE_BF16)
+            return mp_fail(err, MP_ERR_ARG, "--type-%s %s: the runtime reads the router and the shared expert's gate "
+                           "in F32, F16 or BF16 only; use one of those", class_names[cls], mp_type_name(type));
         int64_t n = class_row_len(c, (mp_mk_class)cls);
-        /* norms also have hidden-size rows, biases q's heads x head dim */
-        int64_t n2 = cls == MP_MK_NORM ? c->n_embd : cls == MP_MK_BIAS ? c->n_head * c->head_dim : n;
         if (may_fall_back(c, (mp_mk_class)cls))
             continue; /* a mix's class: mp_mkmodel_tensor_type falls back where its rows do not fit */
-        if (!mp_type_row_bytes(type, n) || !mp_type_row_bytes(type, n2)) {
-            int64_t bad = mp_type_row_bytes(type, n) ? n2 : n;
+        if (!mp_type_row_bytes(type, n))
             return mp_fail(err, MP_ERR_ARG,
                            "--type-%s %s: rows of %s tensors have %lld elements (%s), not a "
                            "multiple of %s's block of %lld; use --type-%s %s or change the shape",
-                           class_names[cls], mp_type_name(type), class_names[cls], (long long)bad,
-                           cls == MP_MK_NORM && bad == n2   ? "hidden size"
-                           : cls == MP_MK_BIAS && bad == n2 ? "heads x head dim"
-                                                            : class_row_what(cls),
-                           mp_type_name(type), (long long)mp_type_block_elems(type),
-                           class_names[cls], mp_type_name(mp_mkmodel_fallback_type(type, bad)));
-        }
+                           class_names[cls], mp_type_name(type), class_names[cls], (long long)n,
+                           class_row_what(cls), mp_type_name(type), (long long)mp_type_block_elems(type),
+                           class_names[cls], mp_type_name(mp_mkmodel_fallback_type(type, n)));
     }
     /* Whole-tensor sizes must fit size_t arithmetic comfortably (the biggest is an expert stack). */
     double biggest = (double)c->n_embd * (double)c->n_ff_exp * (double)c->n_expert * 4.0;
@@ -476,6 +540,7 @@ static int add_named(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cl
     t->ne[3] = 1;
     t->type = mp_mkmodel_tensor_type(c, cls, layer);
     t->cls = cls;
+    t->bias_of = cls;
     t->layer = layer;
     t->up_stream = -1;
     return 0;
@@ -488,6 +553,19 @@ static int add(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cls, int
     char tail[MP_MK_NAME_MAX];
     snprintf(tail, sizeof tail, "%s.weight", suffix);
     return add_named(b, c, cls, layer, tail, n_dims, ne0, ne1, ne2);
+}
+
+/* Bias `suffix`.bias (class bias) of a matrix of class of: a vector of the matrix's outputs, or for the
+ * experts one per expert (n_dims 2, ne1 = n_expert). */
+static int add_bias(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class of, int64_t layer,
+                    const char *suffix, uint32_t n_dims, int64_t ne0, int64_t ne1)
+{
+    char tail[MP_MK_NAME_MAX];
+    snprintf(tail, sizeof tail, "%s.bias", suffix);
+    if (add_named(b, c, MP_MK_BIAS, layer, tail, n_dims, ne0, ne1, 1))
+        return -1;
+    b->t[b->n - 1].bias_of = of;
+    return 0;
 }
 
 /* Each layer's gate and up tensors replaced by one fused tensor, blk.N.ffn_gate_up_exps.weight
@@ -568,14 +646,18 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, in
         fail |= add(&b, c, MP_MK_NORM, il, "attn_norm", 1, E, 1, 1);
         fail |= add(&b, c, MP_MK_ATTN_Q, il, "attn_q", 2, E, Q, 1);
         if (tr->qkv_bias)
-            fail |= add_named(&b, c, MP_MK_BIAS, il, "attn_q.bias", 1, Q, 1, 1);
+            fail |= add_bias(&b, c, MP_MK_ATTN_Q, il, "attn_q", 1, Q, 1);
         fail |= add(&b, c, MP_MK_ATTN_K, il, "attn_k", 2, E, KV, 1);
         if (tr->qkv_bias)
-            fail |= add_named(&b, c, MP_MK_BIAS, il, "attn_k.bias", 1, KV, 1, 1);
+            fail |= add_bias(&b, c, MP_MK_ATTN_K, il, "attn_k", 1, KV, 1);
         fail |= add(&b, c, MP_MK_ATTN_V, il, "attn_v", 2, E, KV, 1);
         if (tr->qkv_bias)
-            fail |= add_named(&b, c, MP_MK_BIAS, il, "attn_v.bias", 1, KV, 1, 1);
+            fail |= add_bias(&b, c, MP_MK_ATTN_V, il, "attn_v", 1, KV, 1);
         fail |= add(&b, c, MP_MK_ATTN_OUT, il, "attn_output", 2, Q, E, 1);
+        if (tr->attn_out_bias)
+            fail |= add_bias(&b, c, MP_MK_ATTN_OUT, il, "attn_output", 1, E, 1);
+        if (tr->attn_sinks) /* one logit per query head */
+            fail |= add(&b, c, MP_MK_SINKS, il, "attn_sinks", 1, c->n_head, 1, 1);
         if (tr->qk_norm == MP_QK_NORM_PER_HEAD) { /* RMSNorm per head over head_dim (qwen3moe) */
             fail |= add(&b, c, MP_MK_NORM, il, "attn_q_norm", 1, c->head_dim, 1, 1);
             fail |= add(&b, c, MP_MK_NORM, il, "attn_k_norm", 1, c->head_dim, 1, 1);
@@ -583,11 +665,18 @@ mp_status mp_mkmodel_plan(const mp_mkmodel_config *c, mp_mk_tensor **tensors, in
             fail |= add(&b, c, MP_MK_NORM, il, "attn_q_norm", 1, Q, 1, 1);
             fail |= add(&b, c, MP_MK_NORM, il, "attn_k_norm", 1, KV, 1, 1);
         }
-        fail |= add(&b, c, MP_MK_NORM, il, "ffn_norm", 1, E, 1, 1);
+        fail |= add(&b, c, MP_MK_NORM, il, tr->ffn_norm_name, 1, E, 1, 1); /* gpt-oss: post_attention_norm */
         fail |= add(&b, c, MP_MK_ROUTER, il, "ffn_gate_inp", 2, E, c->n_expert, 1);
+        if (tr->moe_bias)
+            fail |= add_bias(&b, c, MP_MK_ROUTER, il, "ffn_gate_inp", 1, c->n_expert, 1);
         fail |= add(&b, c, MP_MK_FFN_GATE, il, "ffn_gate_exps", 3, E, c->n_ff_exp, c->n_expert);
         fail |= add(&b, c, MP_MK_FFN_UP, il, "ffn_up_exps", 3, E, c->n_ff_exp, c->n_expert);
         fail |= add(&b, c, MP_MK_FFN_DOWN, il, "ffn_down_exps", 3, c->n_ff_exp, E, c->n_expert);
+        if (tr->moe_bias) { /* after the three weights: split_plan and fuse_plan read those as adjacent */
+            fail |= add_bias(&b, c, MP_MK_FFN_GATE, il, "ffn_gate_exps", 2, c->n_ff_exp, c->n_expert);
+            fail |= add_bias(&b, c, MP_MK_FFN_UP, il, "ffn_up_exps", 2, c->n_ff_exp, c->n_expert);
+            fail |= add_bias(&b, c, MP_MK_FFN_DOWN, il, "ffn_down_exps", 2, E, c->n_expert);
+        }
         if (tr->shared_expert) { /* after the routed experts: split_plan and fuse_plan read their gate, up,
                                   * down as adjacent */
             fail |= add(&b, c, MP_MK_SHEXP_GATE_INP, il, "ffn_gate_inp_shexp", 1, E, 1, 1);

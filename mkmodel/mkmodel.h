@@ -1,8 +1,8 @@
 /* mkmodel/mkmodel.h — synthetic GGUF MoE models: presets, quant mixes, router skew, streaming write.
  *
  * `moeplan mkmodel` writes a GGUF file that the runtime (and llama.cpp) can load: the keys, tensor
- * names and shapes of a real qwen3moe / olmoe / mixtral / qwen2moe checkpoint, random weights from a seeded
- * PRNG, a byte-level BPE vocabulary learned on a built-in corpus, and routers with a controllable
+ * names and shapes of a real qwen3moe / olmoe / mixtral / qwen2moe / gpt-oss checkpoint, random weights from a
+ * seeded PRNG, a byte-level BPE vocabulary learned on a built-in corpus, and routers with a controllable
  * popularity skew (a per-layer Zipf profile over a per-layer random expert permutation).
  *
  * Invariants:
@@ -34,11 +34,13 @@ typedef enum mp_mk_class {
     MP_MK_FFN_UP,       /* blk.N.ffn_up_exps */
     MP_MK_FFN_DOWN,     /* blk.N.ffn_down_exps */
     MP_MK_NORM,         /* every *_norm vector */
-    MP_MK_BIAS,         /* blk.N.attn_{q,k,v}.bias (qwen2moe) */
+    MP_MK_BIAS,         /* every bias: blk.N.attn_{q,k,v}.bias (qwen2moe, gpt-oss); attn_output.bias,
+                         * ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias (gpt-oss) */
     MP_MK_SHEXP_GATE_INP, /* blk.N.ffn_gate_inp_shexp: the shared expert's sigmoid gate (qwen2moe) */
     MP_MK_SHEXP_GATE,   /* blk.N.ffn_gate_shexp (qwen2moe) */
     MP_MK_SHEXP_UP,     /* blk.N.ffn_up_shexp (qwen2moe) */
     MP_MK_SHEXP_DOWN,   /* blk.N.ffn_down_shexp (qwen2moe) */
+    MP_MK_SINKS,        /* blk.N.attn_sinks: a logit per query head (gpt-oss) */
     MP_MK_N_CLASSES
 } mp_mk_class;
 
@@ -61,7 +63,11 @@ typedef struct mp_mkmodel_config {
                              * (mp_arch_traits.shared_expert), > 0 for one with one */
     int64_t n_vocab;
     int64_t n_ctx;          /* context_length written to the file */
+    int64_t n_swa;          /* attention.sliding_window: > 0 exactly where the architecture has
+                             * sliding-window layers (mp_arch_traits.swa_period: gpt-oss) */
     float rope_freq_base;
+    float rope_yarn_factor; /* rope.scaling.factor with rope.scaling.type "yarn"; 0: no rope.scaling keys */
+    int64_t rope_yarn_orig_ctx; /* rope.scaling.original_context_length (with a factor only) */
     float rms_eps;
     int types[MP_MK_N_CLASSES]; /* mp_type per class */
     uint32_t set_types;     /* bit c: class c's type was set by --type-CLASS (never falls back) */
@@ -85,20 +91,23 @@ typedef struct mp_mkmodel_config {
 /* Preset names, NULL-terminated, for --help. */
 extern const char *const mp_mkmodel_preset_names[];
 
-/* Fill cfg from a preset ("tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral", "qwen2-57b-a14b") with the q4_k_m mix,
- * the default skew and seed 0. Unknown names are an MP_ERR_ARG error listing the presets. */
+/* Fill cfg from a preset ("tiny", "flame", "qwen3-30b-a3b", "olmoe", "mixtral", "qwen2-57b-a14b",
+ * "gpt-oss-20b") with its architecture's mix (q4_k_m; gpt-oss mxfp4_moe), the default skew and seed 0.
+ * Unknown names are an MP_ERR_ARG error listing the presets. */
 mp_status mp_mkmodel_preset(const char *name, mp_mkmodel_config *cfg, mp_error *err);
 /* Fill cfg with an architecture's small defaults (the tiny shapes) for --arch NAME. */
 mp_status mp_mkmodel_arch(const char *arch_name, mp_mkmodel_config *cfg, mp_error *err);
-/* Set every class from a mix: "q4_k_m", "q8_0", "bf16", "f16", "f32". Norms, biases, the router and
- * the shared expert's gate stay F32 (and Q4_K_M puts attn_v, ffn_down_exps, ffn_down_shexp and output
- * in Q6_K). */
+/* Set every class from a mix: "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q8_0", "mxfp4_moe" (llama.cpp's
+ * MXFP4_MOE: routed experts MXFP4, the other matrices Q8_0), "bf16", "f16", "f32". Norms, biases,
+ * sinks, the router and the shared expert's gate stay F32 (and Q4_K_M puts attn_v, ffn_down_exps,
+ * ffn_down_shexp and output in Q6_K). */
 mp_status mp_mkmodel_set_mix(mp_mkmodel_config *cfg, const char *mix, mp_error *err);
 /* Override a class group's type: group is one of "embd", "output", "attn" (q,k,v,output), "attn-q",
  * "attn-k", "attn-v", "attn-output", "router", "experts" (gate,up,down), "ffn-gate", "ffn-up",
  * "ffn-down", "norm", "bias", "shexp" (the shared expert's gate,up,down), "shexp-gate-inp",
- * "shexp-gate", "shexp-up", "shexp-down"; type a name such as "Q4_K" (case-insensitive).
- * mp_mkmodel_validate refuses a class the architecture does not have. */
+ * "shexp-gate", "shexp-up", "shexp-down", "sinks"; type a name such as "Q4_K" (case-insensitive).
+ * mp_mkmodel_validate refuses a class the architecture does not have, and a type the runtime does
+ * not load for the class (norm, bias, sinks: F32 only; router, shexp-gate-inp: F32, F16, BF16). */
 mp_status mp_mkmodel_set_type(mp_mkmodel_config *cfg, const char *group, const char *type_name,
                               mp_error *err);
 /* The type a mix's class falls back to where its rows of n elements do not divide into the mix's
@@ -119,9 +128,11 @@ size_t mp_mkmodel_describe_fallbacks(const mp_mkmodel_config *cfg, char *buf, si
  * set it (mp_mkmodel_validate refuses that shape then). */
 int mp_mkmodel_tensor_type(const mp_mkmodel_config *cfg, mp_mk_class cls, int64_t layer);
 /* Check shapes and types: positive sizes, n_head % n_head_kv == 0, top-k <= experts, a shared
- * expert FFN size exactly where the architecture has a shared expert (--shared-ff), no --type-CLASS
- * for a class the architecture lacks, every tensor's row length a multiple of its type's block (the
- * error names the tensor class, the row length and suggests a type that fits). */
+ * expert FFN size exactly where the architecture has a shared expert (--shared-ff), a sliding window
+ * exactly where it has sliding-window layers (--sliding-window), a YaRN factor of 0 or >= 1 with an
+ * original context, no --type-CLASS for a class the architecture lacks, the vector and router
+ * classes in types the runtime loads them in, every tensor's row length a multiple of its type's
+ * block (the error names the tensor class, the row length and suggests a type that fits). */
 mp_status mp_mkmodel_validate(const mp_mkmodel_config *cfg, mp_error *err);
 
 /* One tensor of the model, in file order. */
@@ -131,6 +142,8 @@ typedef struct mp_mk_tensor {
     int64_t ne[4];     /* ne[0] = row length (input dim); unused dims are 1 */
     int type;          /* mp_type */
     mp_mk_class cls;
+    mp_mk_class bias_of; /* a bias (cls MP_MK_BIAS): the class of the matrix it adds to, whose
+                          * scale and bias-channel rule its values follow; cls otherwise */
     int64_t layer;     /* -1 for token_embd, output_norm, output */
     int64_t stream;    /* the generator's stream: the tensor's index in the merged plan */
     int64_t row0;      /* its first row in that tensor's rows (an expert of a split plan: E x ne[1]) */

@@ -13,8 +13,10 @@
  *  - matrices that write the residual stream (attn_output, ffn_down_exps, ffn_down_shexp) are
  *    further scaled by 1/sqrt(2 n_layer) (GPT-2's residual scaling), so 2 n_layer updates add about
  *    unit variance;
- *  - norm weights are 1; token embeddings are N(0, 1); Q/K/V biases are N(0, MK_BIAS_STD^2), large
- *    enough that a model run without them (or with them misplaced) gives other logits.
+ *  - norm weights are 1; token embeddings are N(0, 1); biases are N(0, MK_BIAS_STD^2), large enough
+ *    that a model run without them (or with them misplaced) gives other logits, times the residual
+ *    scale for those that write the residual stream (gpt-oss's attn_output and expert down biases);
+ *    gpt-oss's sinks are N(0, MK_SINK_STD^2), logits of the size of an attention score.
  * "N(0, s^2)" is approximated by the sum of four uniforms (Irwin–Hall, within ±3.46 s): one PRNG
  * call per element keeps generation far cheaper than quantization, with Gaussian-like rows.
  *
@@ -27,7 +29,10 @@
  * element 0 = -skew * ln(rank_l(e) + 1): the logit of the expert of rank r gets a bias of
  * -s ln(r + 1), so the router's softmax prior over ranks is Zipf(s) (p_r ∝ (r + 1)^-s), while the
  * random elements add a per-token N(0, ~1) term that gives each token its own choice. rank_l is
- * a random permutation of the experts per layer.
+ * a random permutation of the experts per layer. An architecture whose router has a bias (gpt-oss)
+ * gets the prior there instead, exactly: bias[e] = -skew * ln(rank_l(e) + 1), and its router ignores
+ * input 0 like every other matrix; so a --skew 0 router has no preference of its own either, where
+ * a random bias would be one.
  */
 #include <math.h>
 #include <stdio.h>
@@ -44,8 +49,12 @@
 #include "tokenizer/tokenizer.h"
 
 #define MK_BIAS_CHANNEL 1.0f
-/* Q/K/V biases: about 0.2 in magnitude (|x| < 0.5 for 95 % of them), against q/k/v elements of ~1 */
+/* biases: about 0.2 in magnitude (|x| < 0.5 for 95 % of them), against q/k/v and expert gate/up
+ * outputs of ~1 */
 #define MK_BIAS_STD 0.25f
+/* sinks: attention scores q.k / sqrt(head_dim) are ~N(0, 1) here, so a sink of 0 takes 1/(n + 1) of
+ * a softmax over n keys of score 0 and one of +-1 between about a third and three times that */
+#define MK_SINK_STD 1.0f
 #define MK_CHUNK_F32_BYTES ((size_t)8 << 20)
 
 /* ---- PRNG ---- */
@@ -140,7 +149,7 @@ typedef struct gen_ctx {
     const mp_mkmodel_config *cfg;
     const mp_mk_tensor *t;
     int64_t tensor_index;
-    const int64_t *rank;     /* (n_expert) ranks of this layer's experts; router tensors only */
+    const int64_t *rank;     /* (n_expert) ranks of this layer's experts; the router and its bias only */
     int64_t row_begin;       /* first row of the chunk */
     int64_t n_rows;          /* rows in the chunk */
     int64_t rows_per_task;
@@ -154,6 +163,35 @@ static float residual_scale(const mp_mkmodel_config *cfg)
     return 1.0f / sqrtf(2.0f * (float)cfg->n_layer);
 }
 
+/* Whether the router's prior is its bias (an architecture with router biases) rather than its
+ * weight's input 0. */
+static bool prior_in_bias(const mp_mkmodel_config *cfg)
+{
+    return mp_arch_get(cfg->arch)->moe_bias;
+}
+
+/* A bias row (t->cls MP_MK_BIAS): N(0, MK_BIAS_STD^2) by its matrix's rules; the router's is the
+ * designed prior. */
+static void gen_bias_row(const gen_ctx *g, int64_t row, float *dst)
+{
+    const mp_mkmodel_config *cfg = g->cfg;
+    const mp_mk_tensor *t = g->t;
+    const int64_t n = t->ne[0];
+    if (t->bias_of == MP_MK_ROUTER) { /* (n_expert): logit bias -s ln(rank + 1) */
+        for (int64_t e = 0; e < n; e++)
+            dst[e] = (float)(-cfg->skew * log((double)g->rank[e] + 1.0));
+        return;
+    }
+    rng r = rng_seed(cfg->seed, STREAM_TENSOR + (uint64_t)g->tensor_index, (uint64_t)row);
+    /* attn_output's and each expert's down bias (rows of n_embd) write the residual stream */
+    const bool writes_residual = t->bias_of == MP_MK_ATTN_OUT || t->bias_of == MP_MK_FFN_DOWN;
+    const float std = MK_BIAS_STD * (writes_residual ? residual_scale(cfg) : 1.0f);
+    for (int64_t j = 0; j < n; j++)
+        dst[j] = rng_normal(&r) * std;
+    if (writes_residual) /* the bias channel must stay constant */
+        dst[0] = 0.0f;
+}
+
 /* Row `row` of tensor t (rows are flattened over ne[1..3]) into dst (ne[0] floats). */
 static void gen_row(const gen_ctx *g, int64_t row, float *dst)
 {
@@ -165,12 +203,16 @@ static void gen_row(const gen_ctx *g, int64_t row, float *dst)
             dst[j] = 1.0f;
         return;
     }
+    if (t->cls == MP_MK_BIAS) {
+        gen_bias_row(g, row, dst);
+        return;
+    }
     rng r = rng_seed(cfg->seed, STREAM_TENSOR + (uint64_t)g->tensor_index, (uint64_t)row);
     float std = 1.0f / sqrtf((float)n);
     int zero_row = 0;
     switch (t->cls) {
     case MP_MK_EMBD: std = 1.0f; break;
-    case MP_MK_BIAS: std = MK_BIAS_STD; break;
+    case MP_MK_SINKS: std = MK_SINK_STD; break;
     case MP_MK_ATTN_OUT: zero_row = row == 0; std *= residual_scale(cfg); break;
     case MP_MK_FFN_DOWN:
     case MP_MK_SHEXP_DOWN: zero_row = row % cfg->n_embd == 0; std *= residual_scale(cfg); break;
@@ -199,7 +241,7 @@ static void gen_row(const gen_ctx *g, int64_t row, float *dst)
         dst[0] = 0.0f;
         break;
     case MP_MK_ROUTER:
-        dst[0] = (float)(-cfg->skew * log((double)g->rank[row] + 1.0)) / MK_BIAS_CHANNEL;
+        dst[0] = prior_in_bias(cfg) ? 0.0f : (float)(-cfg->skew * log((double)g->rank[row] + 1.0)) / MK_BIAS_CHANNEL;
         break;
     default: break;
     }
@@ -292,6 +334,8 @@ static uint32_t file_type(const mp_mkmodel_config *cfg)
         return 12; /* MOSTLY_Q3_K_M */
     if (!strcmp(cfg->mix, "q2_k"))
         return 10; /* MOSTLY_Q2_K */
+    if (!strcmp(cfg->mix, "mxfp4_moe"))
+        return 38; /* MOSTLY_MXFP4_MOE */
     switch (cfg->types[MP_MK_FFN_GATE]) {
     case MP_TYPE_F32: return 0;
     case MP_TYPE_F16: return 1;
@@ -336,6 +380,13 @@ static mp_status add_arch_f32(mp_gguf_writer *w, const char *arch, const char *k
     return mp_gguf_add_f32(w, full, v, err);
 }
 
+static mp_status add_arch_str(mp_gguf_writer *w, const char *arch, const char *key, const char *v, mp_error *err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return mp_gguf_add_str(w, full, v, err);
+}
+
 static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp_error *err)
 {
     const char *a = gguf_arch_name(c->arch);
@@ -356,8 +407,9 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
         TRY(add_arch_u32(w, a, "feed_forward_length", c->n_ff_exp, err));
     TRY(add_arch_u32(w, a, "attention.head_count", c->n_head, err));
     TRY(add_arch_u32(w, a, "attention.head_count_kv", c->n_head_kv, err));
-    /* olmoe, mixtral and qwen2moe files carry no head size (it is hidden / heads) unless it differs. */
-    if (c->arch == MP_ARCH_QWEN3MOE || c->head_dim * c->n_head != c->n_embd) {
+    /* olmoe, mixtral and qwen2moe files carry no head size (it is hidden / heads) unless it differs;
+     * qwen3moe's and gpt-oss's configs name a head_dim, which their converters write. */
+    if (c->arch == MP_ARCH_QWEN3MOE || c->arch == MP_ARCH_GPTOSS || c->head_dim * c->n_head != c->n_embd) {
         TRY(add_arch_u32(w, a, "attention.key_length", c->head_dim, err));
         TRY(add_arch_u32(w, a, "attention.value_length", c->head_dim, err));
     }
@@ -366,6 +418,13 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
         TRY(add_arch_u32(w, a, "vocab_size", c->n_vocab, err));
     }
     TRY(add_arch_f32(w, a, "rope.freq_base", c->rope_freq_base, err));
+    if (c->rope_yarn_factor > 0.0f) { /* the keys llama.cpp's converter writes for a config's rope_scaling */
+        TRY(add_arch_str(w, a, "rope.scaling.type", "yarn", err));
+        TRY(add_arch_f32(w, a, "rope.scaling.factor", c->rope_yarn_factor, err));
+        TRY(add_arch_u32(w, a, "rope.scaling.original_context_length", c->rope_yarn_orig_ctx, err));
+    }
+    if (mp_arch_get(c->arch)->swa_period > 0)
+        TRY(add_arch_u32(w, a, "attention.sliding_window", c->n_swa, err));
     TRY(add_arch_f32(w, a, "attention.layer_norm_rms_epsilon", c->rms_eps, err));
     TRY(add_arch_u32(w, a, "expert_count", c->n_expert, err));
     TRY(add_arch_u32(w, a, "expert_used_count", c->n_expert_used, err));
@@ -390,8 +449,11 @@ static mp_status write_hparams(mp_gguf_writer *w, const mp_mkmodel_config *c, mp
 static mp_status write_vocab(mp_gguf_writer *w, const mp_mkmodel_config *c, mp_error *err)
 {
     /* Byte-level BPE for every architecture: it is what the runtime's tokenizer reads. qwen3moe
-     * and qwen2moe keep Qwen2's pre-tokenizer; olmoe and mixtral use GPT-2's (see docs/mkmodel.md). */
-    const char *pre = c->arch == MP_ARCH_QWEN3MOE || c->arch == MP_ARCH_QWEN2MOE ? "qwen2" : "gpt-2";
+     * and qwen2moe keep Qwen2's pre-tokenizer, gpt-oss o200k's (gpt-4o); olmoe and mixtral use
+     * GPT-2's (see docs/mkmodel.md). */
+    const char *pre = c->arch == MP_ARCH_QWEN3MOE || c->arch == MP_ARCH_QWEN2MOE ? "qwen2"
+                      : c->arch == MP_ARCH_GPTOSS                                ? "gpt-4o"
+                                                                                 : "gpt-2";
     size_t corpus_len = 0;
     const char *corpus = mp_vocab_default_corpus(&corpus_len);
     mp_vocab v;
@@ -455,7 +517,7 @@ static mp_status write_tensor(mp_gguf_writer *w, mp_pool *pool, const mp_mkmodel
         rows_per_task = 1;
 
     int64_t *rank = NULL;
-    if (t->cls == MP_MK_ROUTER) {
+    if (t->bias_of == MP_MK_ROUTER) { /* the router or its bias */
         rank = malloc((size_t)cfg->n_expert * sizeof *rank);
         if (!rank)
             return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory", t->name);
@@ -550,7 +612,7 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
                 part.ne[2] = 1;
                 part.row0 = e * F;
                 part.stream = half ? f->up_stream : f->stream;
-                part.cls = half ? MP_MK_FFN_UP : MP_MK_FFN_GATE;
+                part.cls = part.bias_of = half ? MP_MK_FFN_UP : MP_MK_FFN_GATE;
                 st = write_tensor(w, pool, cfg, &part, scratch, out, out_cap, &pr, err);
             }
     }

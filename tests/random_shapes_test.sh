@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tests/random_shapes_test.sh — bench/random_shapes.py as a test: 5 shapes of a fixed seed through
-# mkmodel, collect, analyze, calibrate --quick, simulate, simulate with synthetic GPU costs
-# (bench/synth_gpu_costs.py) and profile verify; fails when one fails (the script's exit
-# status) or when fewer than 3 went the whole way. Also the bench scripts' own arguments that this
+# tests/random_shapes_test.sh — bench/random_shapes.py as a test: 5 shapes of a fixed seed and one
+# gpt-oss shape through mkmodel, collect, analyze, calibrate --quick, simulate, simulate with synthetic
+# GPU costs (bench/synth_gpu_costs.py) and profile verify; fails when one fails (the script's exit
+# status), when fewer than 4 went the whole way or the gpt-oss one did not. Also the bench scripts' own arguments that this
 # and split_ab.sh take: a bad one is refused in one line naming it, exit status non-zero, before any
 # work; bench_kernels --prefetch's list likewise, and a small run of it that prints each distance's
 # column. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
@@ -44,4 +44,6 @@ rc=$?
 cat "$out/stdout"
 [ "$rc" = 0 ] || { echo "random_shapes: a shape failed (exit $rc)" >&2; exit 1; }
 ok=$(grep -c '^s[0-9]* ok:' "$out/stdout")
-[ "$ok" -ge 3 ] || { echo "random_shapes: $ok of 5 shapes went the whole way, expected at least 3" >&2; exit 1; }
+[ "$ok" -ge 4 ] || { echo "random_shapes: $ok of 6 shapes went the whole way, expected at least 4" >&2; exit 1; }
+grep -q '^s005 ok: --arch gpt-oss ' "$out/stdout" ||
+    { echo "random_shapes: the gpt-oss shape (s005) did not go the whole way" >&2; exit 1; }

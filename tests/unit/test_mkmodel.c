@@ -170,6 +170,7 @@ static void check_file(const mp_mkmodel_config *c, const char *path)
     const char *arch = c->arch == MP_ARCH_QWEN3MOE   ? "qwen3moe"
                        : c->arch == MP_ARCH_OLMOE    ? "olmoe"
                        : c->arch == MP_ARCH_QWEN2MOE ? "qwen2moe"
+                       : c->arch == MP_ARCH_GPTOSS   ? "gpt-oss"
                                                      : "llama";
     mp_str s;
     cr_assert_eq(mp_gguf_get_str(g, "general.architecture", &s, &err), MP_OK, "%s", err.msg);
@@ -202,6 +203,10 @@ static void check_file(const mp_mkmodel_config *c, const char *path)
     cr_assert_eq(m->hp.n_ff_exp, F);
     cr_assert_eq(m->hp.n_ff_shexp, c->n_ff_shexp);
     cr_assert_eq(m->hp.head_dim, c->head_dim);
+    cr_assert_eq(m->hp.n_swa, c->n_swa);
+    cr_assert_eq(m->hp.rope_yarn_factor, c->rope_yarn_factor);
+    if (c->rope_yarn_factor > 0)
+        cr_assert_eq(m->hp.rope_yarn_orig_ctx, c->rope_yarn_orig_ctx);
     mp_model_free(m);
 }
 
@@ -288,8 +293,8 @@ Test(mkmodel, class_overrides_and_other_architectures)
     write_model(&c, tmp_path("custom.gguf"));
     check_file(&c, tmp_path("custom.gguf"));
 
-    static const char *archs[] = {"olmoe", "mixtral", "qwen2moe"};
-    for (int i = 0; i < 3; i++) {
+    static const char *archs[] = {"olmoe", "mixtral", "qwen2moe", "gpt-oss"};
+    for (int i = 0; i < 4; i++) {
         cr_assert_eq(mp_mkmodel_arch(archs[i], &c, &err), MP_OK, "%s", err.msg);
         c.n_layer = 2;
         c.n_expert = 4;
@@ -490,6 +495,18 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
         {"--preset", "tiny", "--layer-mix", "llamas", "-o", out, NULL},
         {"--preset", "tiny", "--quant", "q8_0", "--layer-mix", "llama", "-o", out, NULL},
         {"--preset", "tiny", "--layer-mix", "llama", "--type-ffn-down", "Q6_K", "-o", out, NULL},
+        /* a type the runtime does not load for the class: the file would be refused */
+        {"--preset", "tiny", "--type-norm", "F16", "-o", out, NULL},
+        {"--preset", "tiny", "--type-router", "Q8_0", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--type-bias", "BF16", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--type-sinks", "Q8_0", "-o", out, NULL},
+        /* gpt-oss's features elsewhere, and bad values of its flags */
+        {"--preset", "tiny", "--sliding-window", "64", "-o", out, NULL},
+        {"--preset", "mixtral", "--type-sinks", "F32", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--sliding-window", "0", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--yarn-factor", "0.5", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--yarn-ctx", "-4", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--quant", "mxfp4", "-o", out, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run_cmd(cases[i]);
@@ -789,6 +806,266 @@ Test(mkmodel, shared_expert_rows_fall_back_where_they_do_not_fit)
     mp_model_free(m);
 }
 
+/* A small gpt-oss config (the --arch defaults: window 128, YaRN 4 x 128, the mxfp4_moe mix). */
+static mp_mkmodel_config small_gptoss(void)
+{
+    mp_mkmodel_config c;
+    mp_error err;
+    cr_assert_eq(mp_mkmodel_arch("gpt-oss", &c, &err), MP_OK, "%s", err.msg);
+    return shrunk(c);
+}
+
+/* rms, mean and largest magnitude of n floats */
+typedef struct moments {
+    double rms, mean, amax;
+} moments;
+
+static moments moments_of(const float *x, int64_t n)
+{
+    double sum = 0, sum2 = 0, amax = 0;
+    for (int64_t j = 0; j < n; j++) {
+        sum += x[j];
+        sum2 += (double)x[j] * x[j];
+        amax = fmax(amax, fabs(x[j]));
+    }
+    return (moments){sqrt(sum2 / (double)n), sum / (double)n, amax};
+}
+
+/* gpt-oss: the file has the keys the loader reads (sliding_window, rope.scaling.* as "yarn", the head
+ * size, o200k's pre-tokenizer), the progress counts every tensor's bytes, every layer has its
+ * Q/K/V/output biases, sinks, router and expert biases with the runtime's shapes, in F32 beside the
+ * mxfp4_moe mix's MXFP4 experts and Q8_0 matrices, and the pre-MoE norm named post_attention_norm;
+ * the loader takes it as MP_ARCH_GPTOSS with its window and YaRN. In f32 the values carry the design:
+ * biases of modest size around 0, those that write the residual stream (attn_output's, the experts'
+ * down) scaled like their matrices and sparing the bias channel, sinks of an attention score's size,
+ * and the router's prior in its bias (exactly -skew ln(rank + 1)) while its weight ignores the bias
+ * channel. Split and fused expert layouts load with the merged file's values. */
+Test(mkmodel, gpt_oss_has_biases_sinks_and_a_window_the_loader_takes)
+{
+    mp_error err = {0};
+    mp_mkmodel_config c = small_gptoss();
+    const int64_t E = c.n_embd, Q = c.n_head * c.head_dim, KV = c.n_head_kv * c.head_dim, F = c.n_ff_exp,
+                  X = c.n_expert;
+    cr_assert_str_eq(c.mix, "mxfp4_moe");
+    uint64_t last[2] = {0, 0}; /* done, total at the last progress call */
+    cr_assert_eq(mp_mkmodel_write(&c, tmp_path("go.gguf"), true, record_progress, last, &err), MP_OK, "%s", err.msg);
+    check_file(&c, tmp_path("go.gguf"));
+    mp_gguf *g;
+    cr_assert_eq(mp_gguf_open(tmp_path("go.gguf"), &g, &err), MP_OK, "%s", err.msg);
+    uint64_t file_data = 0;
+    for (int64_t i = 0; i < mp_gguf_n_tensors(g); i++)
+        file_data += mp_gguf_tensor_at(g, i)->nbytes;
+    cr_assert(last[0] == last[1] && last[1] == file_data, "progress %llu of %llu, the file's tensors %llu bytes",
+              (unsigned long long)last[0], (unsigned long long)last[1], (unsigned long long)file_data);
+    cr_assert_eq(mp_gguf_n_tensors(g), 3 + 19 * c.n_layer, "token_embd, output_norm, output and 19 per layer");
+    uint32_t v;
+    float f;
+    mp_str str;
+    cr_assert_eq(mp_gguf_get_u32(g, "gpt-oss.attention.sliding_window", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v, 128);
+    cr_assert_eq(mp_gguf_get_str(g, "gpt-oss.rope.scaling.type", &str, &err), MP_OK, "%s", err.msg);
+    cr_assert(mp_str_eq(str, "yarn"));
+    cr_assert_eq(mp_gguf_get_f32(g, "gpt-oss.rope.scaling.factor", &f, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(f, 4.0f);
+    cr_assert_eq(mp_gguf_get_u32(g, "gpt-oss.rope.scaling.original_context_length", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v, 128);
+    cr_assert_eq(mp_gguf_get_f32(g, "gpt-oss.rope.freq_base", &f, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(f, 150000.0f);
+    cr_assert_eq(mp_gguf_get_u32(g, "gpt-oss.attention.key_length", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v, (uint32_t)c.head_dim);
+    cr_assert_eq(mp_gguf_get_u32(g, "general.file_type", &v, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(v, 38, "llama.cpp's MOSTLY_MXFP4_MOE");
+    cr_assert_eq(mp_gguf_get_str(g, "tokenizer.ggml.pre", &str, &err), MP_OK, "%s", err.msg);
+    cr_assert(mp_str_eq(str, "gpt-4o"));
+    cr_assert_null(mp_gguf_find_tensor(g, "blk.0.ffn_norm.weight"), "gpt-oss names its pre-MoE norm post_attention_norm");
+    cr_assert_null(mp_gguf_find_tensor(g, "blk.0.attn_q_norm.weight"), "gpt-oss has no q/k norms");
+    mp_gguf_close(g);
+
+    mp_model *m = NULL;
+    cr_assert_eq(mp_model_load(tmp_path("go.gguf"), &m, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(m->hp.arch, MP_ARCH_GPTOSS);
+    cr_assert_eq(m->hp.n_swa, 128);
+    cr_assert_eq(m->hp.rope_yarn_factor, 4.0f);
+    cr_assert_eq(m->hp.rope_yarn_orig_ctx, 128);
+    cr_assert_eq(m->hp.rms_eps, 1e-5f);
+    cr_assert(m->hp.expert_weights_norm, "gpt-oss's softmax over the k chosen logits");
+    for (int64_t il = 0; il < c.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        const struct {
+            const char *what;
+            const mp_tensor *t;
+            int64_t ne0, ne1;
+            int type;
+        } want[] = {
+            {"wq", &L->wq, E, Q, MP_TYPE_Q8_0},
+            {"wo", &L->wo, Q, E, MP_TYPE_Q8_0},
+            {"bq", &L->bq, Q, 1, MP_TYPE_F32},
+            {"bk", &L->bk, KV, 1, MP_TYPE_F32},
+            {"bv", &L->bv, KV, 1, MP_TYPE_F32},
+            {"bo", &L->bo, E, 1, MP_TYPE_F32},
+            {"sinks", &L->sinks, c.n_head, 1, MP_TYPE_F32},
+            {"ffn_norm (post_attention_norm)", &L->ffn_norm, E, 1, MP_TYPE_F32},
+            {"gate_inp", &L->gate_inp, E, X, MP_TYPE_F32},
+            {"gate_inp_b", &L->gate_inp_b, X, 1, MP_TYPE_F32},
+            {"gate_exps_b", &L->gate_exps_b, F, X, MP_TYPE_F32},
+            {"up_exps_b", &L->up_exps_b, F, X, MP_TYPE_F32},
+            {"down_exps_b", &L->down_exps_b, E, X, MP_TYPE_F32},
+        };
+        for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+            const mp_tensor *t = want[k].t;
+            cr_assert_not_null(t->data, "layer %lld: %s missing", (long long)il, want[k].what);
+            cr_assert(t->ne[0] == want[k].ne0 && t->ne[1] == want[k].ne1 && t->ne[2] == 1,
+                      "layer %lld: %s has ne [%lld, %lld, %lld]", (long long)il, want[k].what,
+                      (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2]);
+            cr_assert_eq(t->type, want[k].type, "layer %lld: %s type %d", (long long)il, want[k].what, t->type);
+        }
+        cr_assert(L->gate_exps.type == MP_TYPE_MXFP4 && L->up_exps.type == MP_TYPE_MXFP4 &&
+                  L->down_exps.type == MP_TYPE_MXFP4, "layer %lld: experts not MXFP4", (long long)il);
+        cr_assert_null(L->q_norm.data);
+    }
+    mp_model_free(m);
+
+    /* the values, in f32 */
+    cr_assert_eq(mp_mkmodel_set_mix(&c, "f32", &err), MP_OK, "%s", err.msg);
+    c.skew = 0.8;
+    write_model(&c, tmp_path("gof32.gguf"));
+    cr_assert_eq(mp_model_load(tmp_path("gof32.gguf"), &m, &err), MP_OK, "%s", err.msg);
+    const double residual = 1.0 / sqrt(2.0 * (double)c.n_layer);
+    double sink_sum2 = 0, sink_amax = 0;
+    for (int64_t il = 0; il < c.n_layer; il++) {
+        const mp_layer *L = &m->layers[il];
+        const struct {
+            const char *what;
+            const mp_tensor *t;
+            double scale;
+        } bias[] = {
+            {"bq", &L->bq, 1}, {"bk", &L->bk, 1}, {"bv", &L->bv, 1}, {"gate_exps_b", &L->gate_exps_b, 1},
+            {"up_exps_b", &L->up_exps_b, 1}, {"bo", &L->bo, residual}, {"down_exps_b", &L->down_exps_b, residual},
+        };
+        for (size_t k = 0; k < sizeof bias / sizeof bias[0]; k++) {
+            const mp_tensor *t = bias[k].t;
+            const moments mo = moments_of(t->data, t->ne[0] * t->ne[1]);
+            const double rms = mo.rms / bias[k].scale;
+            cr_assert(rms > 0.15 && rms < 0.4 && fabs(mo.mean) / bias[k].scale < 0.1 && mo.amax / bias[k].scale < 1.0,
+                      "layer %lld %s: rms %g (of its scale), mean %g, max |b| %g", (long long)il, bias[k].what, rms,
+                      mo.mean, mo.amax);
+        }
+        /* residual writers spare the bias channel: element 0 of attn_output's and each expert's down bias */
+        cr_assert_eq(((const float *)L->bo.data)[0], 0.0f, "layer %lld: bo writes the bias channel", (long long)il);
+        for (int64_t e = 0; e < X; e++)
+            cr_assert_eq(((const float *)L->down_exps_b.data)[e * E], 0.0f, "layer %lld expert %lld: down bias writes "
+                         "the bias channel", (long long)il, (long long)e);
+        const moments sk = moments_of(L->sinks.data, c.n_head);
+        sink_sum2 += sk.rms * sk.rms * (double)c.n_head;
+        sink_amax = fmax(sink_amax, sk.amax);
+        const float *router = L->gate_inp.data, *router_b = L->gate_inp_b.data; /* (n_expert, n_embd), (n_expert) */
+        for (int64_t e = 0; e < X; e++) {
+            const int64_t rank = mp_mkmodel_expert_rank(&c, il, e);
+            cr_assert_eq(router_b[e], (float)(-c.skew * log((double)rank + 1.0)), "layer %lld expert %lld",
+                         (long long)il, (long long)e);
+            cr_assert_eq(router[e * E], 0.0f, "layer %lld: the router reads the bias channel", (long long)il);
+        }
+    }
+    const double sink_rms = sqrt(sink_sum2 / (double)(c.n_layer * c.n_head));
+    cr_assert(sink_rms > 0.4 && sink_rms < 1.8 && sink_amax <= 3.47, "sinks: rms %g, max |s| %g", sink_rms, sink_amax);
+    mp_model_free(m);
+
+    /* the experts each their own tensor, or gate and up fused: the merged file's values, biases as they are */
+    mp_model *merged = NULL;
+    cr_assert_eq(mp_model_load(tmp_path("go.gguf"), &merged, &err), MP_OK, "%s", err.msg);
+    c = small_gptoss();
+    for (int layout = 0; layout < 2; layout++) {
+        c.split_experts = layout == 0;
+        c.fuse_gate_up = layout == 1;
+        write_model(&c, tmp_path("golayout.gguf"));
+        cr_assert_eq(mp_model_load(tmp_path("golayout.gguf"), &m, &err), MP_OK, "%s", err.msg);
+        for (int64_t il = 0; il < c.n_layer; il++) {
+            const mp_layer *A = &merged->layers[il], *B = &m->layers[il];
+            const mp_tensor *x[6] = {&A->gate_exps, &A->up_exps, &A->down_exps, &A->gate_exps_b, &A->up_exps_b,
+                                     &A->down_exps_b};
+            const mp_tensor *y[6] = {&B->gate_exps, &B->up_exps, &B->down_exps, &B->gate_exps_b, &B->up_exps_b,
+                                     &B->down_exps_b};
+            for (int k = 0; k < 6; k++)
+                cr_assert(x[k]->nbytes == y[k]->nbytes && memcmp(x[k]->data, y[k]->data, x[k]->nbytes) == 0,
+                          "layout %d layer %lld tensor %d: differs from the merged file's", layout, (long long)il, k);
+        }
+        mp_model_free(m);
+    }
+    mp_model_free(merged);
+
+    /* flags: a window and YaRN of one's own, or none; YaRN on another architecture */
+    const char *out = tmp_path("goflags.gguf");
+    const char *const args[] = {"--arch", "gpt-oss", "--layers", "2", "--experts", "4", "--top-k", "2", "--vocab",
+                                "300", "--sliding-window", "16", "--yarn-factor", "0", "--quiet", "-o", out, NULL};
+    cr_assert_eq(run_cmd(args), 0);
+    cr_assert_eq(mp_model_load(out, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert(m->hp.n_swa == 16 && m->hp.rope_yarn_factor == 0.0f, "window %lld, YaRN factor %g",
+              (long long)m->hp.n_swa, (double)m->hp.rope_yarn_factor);
+    mp_model_free(m);
+    const char *const yarn[] = {"--preset", "tiny", "--layers", "2", "--experts", "4", "--top-k", "2", "--vocab",
+                                "300", "--yarn-factor", "8", "--yarn-ctx", "64", "--quiet", "--force", "-o", out, NULL};
+    cr_assert_eq(run_cmd(yarn), 0);
+    cr_assert_eq(mp_model_load(out, &m, &err), MP_OK, "%s", err.msg);
+    cr_assert(m->hp.arch == MP_ARCH_QWEN3MOE && m->hp.rope_yarn_factor == 8.0f && m->hp.rope_yarn_orig_ctx == 64 &&
+                  m->hp.n_swa == 0,
+              "qwen3moe with YaRN: factor %g, original context %lld", (double)m->hp.rope_yarn_factor,
+              (long long)m->hp.rope_yarn_orig_ctx);
+    mp_model_free(m);
+}
+
+/* The gpt-oss-20b preset: gpt-oss-20b's shape, window and YaRN; its mxfp4_moe mix fits the hidden size
+ * of 2880 (90 blocks of 32, no block of 256) as it is, so nothing falls back, and its tensor data adds
+ * up from the types' block sizes; a K-quant mix falls back class by class as llama.cpp's quantizer
+ * does, and a K-quant set by --type-CLASS is refused naming a type that fits. */
+Test(mkmodel, gpt_oss_20b_preset_has_its_shape_and_an_mxfp4_mix_that_fits)
+{
+    mp_error err = {0};
+    mp_mkmodel_config c;
+    cr_assert_eq(mp_mkmodel_preset("gpt-oss-20b", &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(c.arch, MP_ARCH_GPTOSS);
+    cr_assert(c.n_layer == 24 && c.n_embd == 2880 && c.n_head == 64 && c.n_head_kv == 8 && c.head_dim == 64 &&
+                  c.n_expert == 32 && c.n_expert_used == 4 && c.n_ff_exp == 2880 && c.n_vocab == 201088 &&
+                  c.n_ctx == 131072 && c.n_ff_shexp == 0,
+              "the preset's shape");
+    cr_assert(c.n_swa == 128 && c.rope_yarn_factor == 32.0f && c.rope_yarn_orig_ctx == 4096 &&
+                  c.rope_freq_base == 150000.0f && c.rms_eps == 1e-5f,
+              "window, YaRN, RoPE base, epsilon");
+    cr_assert_str_eq(c.mix, "mxfp4_moe");
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+    char what[512];
+    cr_assert_eq(mp_mkmodel_describe_fallbacks(&c, what, sizeof what), 0, "fell back: %s", what);
+    mp_mk_tensor *plan;
+    int64_t n;
+    cr_assert_eq(mp_mkmodel_plan(&c, &plan, &n, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(n, 3 + 19 * 24);
+    for (int64_t i = 0; i < n; i++) {
+        const mp_mk_tensor *t = &plan[i];
+        const int want = t->cls == MP_MK_FFN_GATE || t->cls == MP_MK_FFN_UP || t->cls == MP_MK_FFN_DOWN ? MP_TYPE_MXFP4
+                         : t->n_dims == 1 || t->cls == MP_MK_ROUTER || t->cls == MP_MK_BIAS           ? MP_TYPE_F32
+                                                                                                       : MP_TYPE_Q8_0;
+        cr_assert_eq(t->type, want, "%s: type %d, expected %d", t->name, t->type, want);
+    }
+    /* MXFP4: 17 bytes a block of 32, Q8_0 34; rows of 2880 = 90 blocks, attn_output's of 4096 = 128 */
+    const uint64_t experts = 3ull * 32 * 2880 * (90 * 17);                        /* gate, up, down */
+    const uint64_t attn = (4096ull + 2 * 512) * (90 * 34) + 2880ull * (128 * 34); /* q, k, v; output */
+    /* two norms, the q, k, v and output biases, sinks, router and its bias, the experts' biases */
+    const uint64_t f32 = 4ull * (2 * 2880 + 4096 + 2 * 512 + 2880 + 64 + 2880 * 32 + 32 + 3 * 2880 * 32);
+    const uint64_t want = 24 * (experts + attn + f32) + 2ull * 201088 * (90 * 34) /* embd, output */ + 4ull * 2880;
+    cr_assert_eq(mp_mkmodel_data_bytes(plan, n), want, "%llu bytes of tensor data, expected %llu",
+                 (unsigned long long)mp_mkmodel_data_bytes(plan, n), (unsigned long long)want);
+    free(plan);
+
+    cr_assert_eq(mp_mkmodel_set_mix(&c, "q4_k_m", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_GATE, 0), MP_TYPE_Q5_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_FFN_DOWN, 0), MP_TYPE_Q8_0);
+    cr_assert_eq(mp_mkmodel_tensor_type(&c, MP_MK_ATTN_OUT, 0), MP_TYPE_Q4_K, "rows of 64 x 64 = 4096 fit Q4_K");
+    cr_assert_eq(mp_mkmodel_describe_fallbacks(&c, what, sizeof what), 8, "%s", what); /* all but attn-output */
+    cr_assert_eq(mp_mkmodel_set_type(&c, "experts", "Q4_K", &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_validate(&c, &err), MP_ERR_ARG);
+    cr_assert(strstr(err.msg, "2880") && strstr(err.msg, "Q5_0"), "message: %s", err.msg);
+}
+
 Test(mkmodel, existing_output_needs_force)
 {
     const char *out = tmp_path("exists.gguf");
@@ -832,14 +1109,21 @@ static mp_mk_routes measure(const char *path, int64_t n_seq, int64_t seq_len)
     return r;
 }
 
-Test(mkmodel, skew_raises_routing_concentration_monotonically)
+/* Skews 0, 0.5, 1 and 2 on a 4-layer model of arch (16 experts, top-4, hidden 64), measured over 16
+ * sequences x 64 tokens: the share of the most-used half of the experts, and the share of the
+ * generator's top-ranked half; both rise with the skew, and at 2 the top-ranked half has most routes. */
+static void check_skew_raises_concentration(const char *arch)
 {
     static const double skews[] = {0.0, 0.5, 1.0, 2.0};
     double share[4], rank_share[4];
     for (int i = 0; i < 4; i++) {
-        mp_mkmodel_config c = small_config();
+        mp_mkmodel_config c;
         mp_error err;
+        cr_assert_eq(mp_mkmodel_arch(arch, &c, &err), MP_OK, "%s", err.msg);
+        c = shrunk(c);
         cr_assert_eq(mp_mkmodel_set_mix(&c, "q8_0", &err), MP_OK);
+        if (c.n_swa)
+            c.n_swa = 16; /* the even layers' windows slide within the 64 tokens */
         c.n_embd = 64;
         c.head_dim = 16;
         c.n_ff_exp = 64;
@@ -861,7 +1145,7 @@ Test(mkmodel, skew_raises_routing_concentration_monotonically)
                     top += rc.counts[l * rc.n_expert + e];
             }
         rank_share[i] = (double)top / (double)all;
-        cr_log_info("skew %.1f: top-half share %.3f, share of generator's top-half ranks %.3f",
+        cr_log_info("%s, skew %.1f: top-half share %.3f, share of generator's top-half ranks %.3f", arch,
                     skews[i], share[i], rank_share[i]);
         mp_mk_routes_free(&rc);
     }
@@ -872,7 +1156,18 @@ Test(mkmodel, skew_raises_routing_concentration_monotonically)
                      skews[i], rank_share[i], rank_share[i - 1]);
     }
     /* The preferred experts are the ones the generator ranked first, not a side effect. */
-    cr_assert_gt(rank_share[3], 0.75, "skew 2: %.3f of routes to the top-ranked half", rank_share[3]);
+    cr_assert_gt(rank_share[3], 0.75, "%s, skew 2: %.3f of routes to the top-ranked half", arch, rank_share[3]);
+}
+
+Test(mkmodel, skew_raises_routing_concentration_monotonically)
+{
+    check_skew_raises_concentration("qwen3moe");
+}
+
+/* gpt-oss carries the prior in its router's bias rather than the bias channel: the same rise. */
+Test(mkmodel, skew_raises_routing_concentration_through_a_router_bias)
+{
+    check_skew_raises_concentration("gpt-oss");
 }
 
 /* The default skew on FLAME-MoE-290M's routing geometry (25 layers, 64 experts, top-6) over as
