@@ -92,6 +92,8 @@ static mp_model *make_model_split(const char *arch, const char *mix, const char 
     cfg.seed = g_seed;
     cfg.n_threads = 4;
     cfg.split_experts = split_experts;
+    if (cfg.n_swa > 0) /* gpt-oss: a window the prompt outgrows, so that the sliding layers slide */
+        cfg.n_swa = 16;
     char path[512];
     snprintf(path, sizeof path, "%s/%s-%s-%s%s.gguf", tmpdir, arch, mix, expert_type ? expert_type : "mix",
              split_experts ? "-split" : "");
@@ -334,6 +336,10 @@ Test(gpu_exec, gpu_matches_cpu_qwen3moe_q4_k_m_llama_layers) { gpu_vs_cpu("qwen3
 /* Q/K/V biases and the gated shared expert (always on the GPU) */
 Test(gpu_exec, gpu_matches_cpu_qwen2moe_f32) { gpu_vs_cpu("qwen2moe", "f32", NULL); }
 Test(gpu_exec, gpu_matches_cpu_qwen2moe_q4_k_m) { gpu_vs_cpu("qwen2moe", "q4_k_m", NULL); }
+/* gpt-oss: sinks, a 16-position window on even layers (the prompt has 40), biases on the attention
+ * output, the router and the experts, the clamped SwiGLU, YaRN; MXFP4 experts as its files have */
+Test(gpu_exec, gpu_matches_cpu_gptoss_f32) { gpu_vs_cpu("gpt-oss", "f32", NULL); }
+Test(gpu_exec, gpu_matches_cpu_gptoss_q8_0_mxfp4) { gpu_vs_cpu("gpt-oss", "q8_0", "MXFP4"); }
 
 /* ---- 2. hybrid vs GPU-only ---- */
 
@@ -506,6 +512,8 @@ Test(gpu_exec, hybrid_equals_gpu_q5_k_m) { hybrid_vs_gpu("qwen3moe", "q5_k_m", N
 Test(gpu_exec, hybrid_equals_gpu_q5_k_m_llama_layers) { hybrid_vs_gpu("qwen3moe", "q5_k_m@llama", NULL, false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_q2_k_experts) { hybrid_vs_gpu("qwen3moe", "q4_k_m", "Q2_K", false, 3e-2, 5e-3); }
 Test(gpu_exec, hybrid_equals_gpu_qwen2moe_q4_k_m) { hybrid_vs_gpu("qwen2moe", "q4_k_m", NULL, false, 3e-2, 5e-3); }
+/* the down biases added once for routes split between CPU and GPU, the CPU's gate/up biases */
+Test(gpu_exec, hybrid_equals_gpu_gptoss_mxfp4) { hybrid_vs_gpu("gpt-oss", "q8_0", "MXFP4", false, 3e-2, 5e-3); }
 
 /* ---- 2b. launch paths that must not change a bit ---- */
 
