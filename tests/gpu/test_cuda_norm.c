@@ -123,7 +123,7 @@ static void check_qkv_finish(int64_t rows, int64_t n_head, int64_t n_head_kv, in
     cudaMemcpy(dqw, qw, sizeof(float) * hd, cudaMemcpyHostToDevice);
     cudaMemcpy(dkw, kw, sizeof(float) * hd, cudaMemcpyHostToDevice);
     cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice);
-    double theta[128], *dtheta; /* base 10000 */
+    double theta[2048], *dtheta; /* base 10000; rot_dim up to the kernel's 4096 */
     for (int64_t i = 0; i < rot_dim / 2; i++)
         theta[i] = pow(10000.0, -2.0 * (double)i / (double)rot_dim);
     cr_assert_eq(cudaMalloc((void **)&dtheta, sizeof theta), cudaSuccess);
