@@ -27,6 +27,9 @@ void mp_rope_norm_cs(float *head, int64_t rot_dim, const float *cs);
 
 /* In place softmax over n elements (max-subtracted, float32). */
 void mp_softmax(float *x, int64_t n);
+/* The same with one more logit, sink, whose share is dropped: x sums to less than 1 (attention
+ * sinks, gpt-oss). mp_softmax is this with sink = -inf, bit for bit. */
+void mp_softmax_sink(float *x, int64_t n, float sink);
 
 /* out[i] = silu(gate[i]) * up[i]. out may alias gate or up. */
 void mp_swiglu(float *out, const float *gate, const float *up, int64_t n);

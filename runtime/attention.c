@@ -18,22 +18,6 @@ typedef struct attn_job {
     const float *sinks; /* (n_head) or NULL */
 } attn_job;
 
-/* softmax over sc[0, n) and one more logit `sink` whose share is dropped */
-static void softmax_sink(float *sc, int64_t n, float sink)
-{
-    float max = sink;
-    for (int64_t t = 0; t < n; t++)
-        max = sc[t] > max ? sc[t] : max;
-    float sum = expf(sink - max);
-    for (int64_t t = 0; t < n; t++) {
-        sc[t] = expf(sc[t] - max);
-        sum += sc[t];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t t = 0; t < n; t++)
-        sc[t] *= inv;
-}
-
 static void attn_task(void *ctx, int64_t task, int thread)
 {
     const attn_job *j = ctx;
@@ -49,10 +33,7 @@ static void attn_task(void *ctx, int64_t task, int thread)
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t t = 0; t < n_keys; t++)
         sc[t] = mp_dot_f32(q, mp_kv_row(s->k_cache, s, j->il, t0 + t) + kvh * hd, hd) * scale;
-    if (j->sinks)
-        softmax_sink(sc, n_keys, j->sinks[h]);
-    else
-        mp_softmax(sc, n_keys);
+    mp_softmax_sink(sc, n_keys, j->sinks ? j->sinks[h] : -INFINITY);
     float *out = s->att + (row * n_head + h) * hd;
     for (int64_t d = 0; d < hd; d++)
         out[d] = 0.0f;

@@ -61,11 +61,17 @@ void mp_rope_norm_cs(float *head, int64_t rot_dim, const float *cs)
 
 void mp_softmax(float *x, int64_t n)
 {
-    float max = -INFINITY;
+    mp_softmax_sink(x, n, -INFINITY);
+}
+
+/* sum starts at the sink's share: exp(-inf - max) = 0 for mp_softmax, the same bits as 0 */
+void mp_softmax_sink(float *x, int64_t n, float sink)
+{
+    float max = sink;
     for (int64_t i = 0; i < n; i++)
         if (x[i] > max)
             max = x[i];
-    float sum = 0.0f;
+    float sum = expf(sink - max);
     for (int64_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];

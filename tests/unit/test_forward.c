@@ -1974,3 +1974,37 @@ Test(ops, rope_tables_match_the_direct_rotation)
         }
     }
 }
+
+/* The softmax with a sink (attention sinks): against float64 on fresh random logits, the sink's
+ * share dropped; with sink -inf the same bits as mp_softmax */
+Test(ops, softmax_sink_matches_float64_and_softmax)
+{
+    const uint64_t seed = time_seed();
+    rng_state = seed;
+    enum { N = 37 };
+    float a[N], b[N], c[N];
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < N; i++)
+            a[i] = b[i] = c[i] = (float)(6.0 * rnd());
+        const float sink = (float)(6.0 * rnd());
+        double mx = sink, sum = 0;
+        for (int i = 0; i < N; i++)
+            mx = a[i] > mx ? a[i] : mx;
+        for (int i = 0; i < N; i++)
+            sum += exp(a[i] - mx);
+        sum += exp(sink - mx);
+        mp_softmax_sink(a, N, sink);
+        double total = 0;
+        for (int i = 0; i < N; i++) {
+            const double want = exp((double)c[i] - mx) / sum;
+            cr_assert(fabs(a[i] - want) <= 1e-6 * want + 1e-9, "seed %llu: %d: %.9g, want %.9g",
+                      (unsigned long long)seed, i, a[i], want);
+            total += a[i];
+        }
+        cr_assert(total < 1.0, "seed %llu: the sink's share is dropped", (unsigned long long)seed);
+        memcpy(a, c, sizeof a);
+        mp_softmax(b, N);
+        mp_softmax_sink(a, N, -INFINITY);
+        cr_assert_eq(memcmp(a, b, sizeof a), 0, "seed %llu", (unsigned long long)seed);
+    }
+}

@@ -608,6 +608,24 @@ static bool record_progress(void *user, uint64_t done, uint64_t total)
     return true;
 }
 
+/* Writes c to tmp_path(name), checks it (check_file) and that the progress ended at the bytes of
+ * every tensor of the file (biases and sinks too); the file opened. */
+static mp_gguf *write_with_progress(const mp_mkmodel_config *c, const char *name)
+{
+    mp_error err = {0};
+    uint64_t last[2] = {0, 0}; /* done, total at the last progress call */
+    cr_assert_eq(mp_mkmodel_write(c, tmp_path(name), true, record_progress, last, &err), MP_OK, "%s", err.msg);
+    check_file(c, tmp_path(name));
+    mp_gguf *g;
+    cr_assert_eq(mp_gguf_open(tmp_path(name), &g, &err), MP_OK, "%s", err.msg);
+    uint64_t file_data = 0;
+    for (int64_t i = 0; i < mp_gguf_n_tensors(g); i++)
+        file_data += mp_gguf_tensor_at(g, i)->nbytes;
+    cr_assert(last[0] == last[1] && last[1] == file_data, "progress %llu of %llu, the file's tensors %llu bytes",
+              (unsigned long long)last[0], (unsigned long long)last[1], (unsigned long long)file_data);
+    return g;
+}
+
 /* qwen2moe: the file has the keys the loader reads (expert_shared_feed_forward_length, no
  * expert_weights_norm), the progress counts every tensor's bytes (the biases and shared expert's
  * too), every layer has its Q/K/V biases and shared expert with the shapes and the
@@ -621,16 +639,7 @@ Test(mkmodel, qwen2moe_has_biases_and_a_shared_expert_the_loader_takes)
     mp_error err = {0};
     mp_mkmodel_config c = small_qwen2moe(512);
     const int64_t E = c.n_embd, Q = c.n_head * c.head_dim, KV = c.n_head_kv * c.head_dim;
-    uint64_t last[2] = {0, 0}; /* done, total at the last progress call */
-    cr_assert_eq(mp_mkmodel_write(&c, tmp_path("q2.gguf"), true, record_progress, last, &err), MP_OK, "%s", err.msg);
-    check_file(&c, tmp_path("q2.gguf"));
-    mp_gguf *g;
-    cr_assert_eq(mp_gguf_open(tmp_path("q2.gguf"), &g, &err), MP_OK, "%s", err.msg);
-    uint64_t file_data = 0;
-    for (int64_t i = 0; i < mp_gguf_n_tensors(g); i++)
-        file_data += mp_gguf_tensor_at(g, i)->nbytes;
-    cr_assert(last[0] == last[1] && last[1] == file_data, "progress %llu of %llu, the file's tensors %llu bytes",
-              (unsigned long long)last[0], (unsigned long long)last[1], (unsigned long long)file_data);
+    mp_gguf *g = write_with_progress(&c, "q2.gguf");
     uint32_t v;
     cr_assert_eq(mp_gguf_get_u32(g, "qwen2moe.expert_shared_feed_forward_length", &v, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(v, 512);
@@ -847,16 +856,7 @@ Test(mkmodel, gpt_oss_has_biases_sinks_and_a_window_the_loader_takes)
     const int64_t E = c.n_embd, Q = c.n_head * c.head_dim, KV = c.n_head_kv * c.head_dim, F = c.n_ff_exp,
                   X = c.n_expert;
     cr_assert_str_eq(c.mix, "mxfp4_moe");
-    uint64_t last[2] = {0, 0}; /* done, total at the last progress call */
-    cr_assert_eq(mp_mkmodel_write(&c, tmp_path("go.gguf"), true, record_progress, last, &err), MP_OK, "%s", err.msg);
-    check_file(&c, tmp_path("go.gguf"));
-    mp_gguf *g;
-    cr_assert_eq(mp_gguf_open(tmp_path("go.gguf"), &g, &err), MP_OK, "%s", err.msg);
-    uint64_t file_data = 0;
-    for (int64_t i = 0; i < mp_gguf_n_tensors(g); i++)
-        file_data += mp_gguf_tensor_at(g, i)->nbytes;
-    cr_assert(last[0] == last[1] && last[1] == file_data, "progress %llu of %llu, the file's tensors %llu bytes",
-              (unsigned long long)last[0], (unsigned long long)last[1], (unsigned long long)file_data);
+    mp_gguf *g = write_with_progress(&c, "go.gguf");
     cr_assert_eq(mp_gguf_n_tensors(g), 3 + 19 * c.n_layer, "token_embd, output_norm, output and 19 per layer");
     uint32_t v;
     float f;
