@@ -1288,6 +1288,8 @@ typedef struct gguf_opts {
     int64_t fused_experts;     /* with fuse_gate_up: the experts the fused tensor holds (0: all) */
     int shard;                 /* with n_shards > 1: which file of a split model this one is (0: the first) */
     int n_shards;              /* the tensors go round-robin to the files; the first holds the metadata */
+    const char *rope_scaling;  /* rope.scaling.type written as this (NULL: yarn where the model has it) */
+    float yarn_factor;         /* rope.scaling.factor written as this (0: the model's) */
 } gguf_opts;
 
 static int g_tensor_counter; /* each_tensor's running index: which shard a tensor goes to */
@@ -1453,13 +1455,14 @@ static void write_gguf(const char *path, const mp_model *m, const gguf_opts *o)
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         cr_assert_eq(mp_gguf_add_u32(w, key, (uint32_t)hp->n_swa, &err), MP_OK);
     }
-    if (hp->rope_yarn_factor > 0) { /* llama.cpp's keys; the betas left to their defaults */
+    if (hp->rope_yarn_factor > 0 || o->rope_scaling) { /* llama.cpp's keys; the betas left to their defaults */
         snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-        cr_assert_eq(mp_gguf_add_str(w, key, "yarn", &err), MP_OK);
+        cr_assert_eq(mp_gguf_add_str(w, key, o->rope_scaling ? o->rope_scaling : "yarn", &err), MP_OK);
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-        cr_assert_eq(mp_gguf_add_f32(w, key, hp->rope_yarn_factor, &err), MP_OK);
+        cr_assert_eq(mp_gguf_add_f32(w, key, o->yarn_factor ? o->yarn_factor : hp->rope_yarn_factor, &err), MP_OK);
         snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
-        cr_assert_eq(mp_gguf_add_u32(w, key, (uint32_t)hp->rope_yarn_orig_ctx, &err), MP_OK);
+        cr_assert_eq(mp_gguf_add_u32(w, key, (uint32_t)(hp->rope_yarn_orig_ctx ? hp->rope_yarn_orig_ctx : hp->n_ctx_train),
+                                     &err), MP_OK);
     }
     mp_vocab v = {0};
     if (o->vocab) {
@@ -1711,6 +1714,11 @@ Test(model, gguf_errors_name_file_and_tensor)
                       "tensor blk.1.ffn_down_exps.weight: expected shape [20, 24, 8], found [20, 23, 8]");
     expect_load_error(&tm->m, &(gguf_opts){.arch = "deepseek2"}, MP_ERR_UNSUPPORTED,
                       "architecture 'deepseek2' is not supported");
+    /* RoPE scaling: another type is refused, not ignored; YaRN needs a factor >= 1 */
+    expect_load_error(&tm->m, &(gguf_opts){.rope_scaling = "linear"}, MP_ERR_UNSUPPORTED,
+                      "qwen3moe.rope.scaling.type: 'linear' is not supported (expected none or yarn)");
+    expect_load_error(&tm->m, &(gguf_opts){.rope_scaling = "yarn", .yarn_factor = 0.5f}, MP_ERR_FORMAT,
+                      "qwen3moe.rope.scaling.factor: 0.5, expected a finite value >= 1");
     expect_load_error(&tm->m, &(gguf_opts){.skip_key = "block_count"}, MP_ERR_FORMAT,
                       "qwen3moe.block_count: missing");
     expect_load_error(&tm->m, &(gguf_opts){.skip_key = "expert_feed_forward_length"}, MP_ERR_FORMAT,
