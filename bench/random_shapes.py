@@ -75,6 +75,8 @@ def gptoss_shape(rng):
     s["sliding-window"] = rng.randint(1, 16)
     s["yarn-factor"] = rng.choice([0, 4, 32])
     s["yarn-ctx"] = rng.choice([64, 4096])
+    if not s["yarn-factor"]:  # drawn either way (a seed's shapes stay), given only with YaRN on
+        del s["yarn-ctx"]
     return s
 
 

@@ -347,6 +347,11 @@ static int mkmodel(int argc, char **argv, mk_flag *flags, int *n_flags)
     }
     cfg.split_experts = split;
     cfg.fuse_gate_up = fuse;
+    /* an original context with YaRN off would be dropped from the file without a word */
+    for (int i = 0; i < *n_flags; i++)
+        if (!strcmp(flags[i].name, "--yarn-ctx") && cfg.rope_yarn_factor == 0.0f)
+            return usage_error("--yarn-ctx %s: YaRN is off (give --yarn-factor F, F >= 1, to extend the context%s)",
+                               flags[i].value, "");
     st = mp_mkmodel_validate(&cfg, &err);
     if (st) {
         fprintf(stderr, "moeplan mkmodel: error: %s\n", err.msg);

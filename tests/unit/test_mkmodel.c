@@ -506,6 +506,8 @@ Test(mkmodel, bad_flags_are_usage_errors_and_write_nothing)
         {"--arch", "gpt-oss", "--sliding-window", "0", "-o", out, NULL},
         {"--arch", "gpt-oss", "--yarn-factor", "0.5", "-o", out, NULL},
         {"--arch", "gpt-oss", "--yarn-ctx", "-4", "-o", out, NULL},
+        {"--arch", "gpt-oss", "--yarn-factor", "0", "--yarn-ctx", "4096", "-o", out, NULL},
+        {"--preset", "tiny", "--yarn-ctx", "4096", "-o", out, NULL},
         {"--arch", "gpt-oss", "--quant", "mxfp4", "-o", out, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
