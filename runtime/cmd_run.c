@@ -37,13 +37,16 @@
 
 static void usage(FILE *f)
 {
+    char archs[256];
+    mp_arch_names(archs, sizeof archs); /* the loader's table: the help cannot fall behind it */
     fprintf(f,
             "usage: moeplan run -m MODEL (-p PROMPT | -f FILE) [options]\n"
             "\n"
-            "Generate text from a GGUF MoE model (qwen3moe, olmoe, mixtral): on the GPU executor\n"
-            "when a CUDA device is usable (the placement's experts on the GPU, the others on the\n"
-            "CPU), else on the CPU.\n"
-            "\n"
+            "Generate text from a GGUF MoE model (%s): on the GPU\n"
+            "executor when a CUDA device is usable (the placement's experts on the GPU, the others\n"
+            "on the CPU), else on the CPU.\n"
+            "\n", archs);
+    fprintf(f,
             "  -m, --model PATH     GGUF model file\n"
             "  -p, --prompt TEXT    prompt text\n"
             "  -f, --file PATH      read the prompt from a file\n"
