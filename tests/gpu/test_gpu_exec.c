@@ -515,6 +515,156 @@ Test(gpu_exec, hybrid_equals_gpu_qwen2moe_q4_k_m) { hybrid_vs_gpu("qwen2moe", "q
 /* the down biases added once for routes split between CPU and GPU, the CPU's gate/up biases */
 Test(gpu_exec, hybrid_equals_gpu_gptoss_mxfp4) { hybrid_vs_gpu("gpt-oss", "q8_0", "MXFP4", false, 3e-2, 5e-3); }
 
+/* ---- 2c. random shapes ---- */
+
+static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd_u64() % (uint64_t)(hi - lo + 1)); }
+
+/* One random shape into cfg, described in desc: an architecture of the loader's five, 2-4 layers,
+ * 1-40 experts (one shape in five 64-512 of small ones, the counts of Qwen3, gpt-oss-120b,
+ * DeepSeek and Qwen3-Next), top-1 to top-10, hidden / expert FFN / shared FFN sizes that the mix's
+ * blocks mostly divide (a third any multiple of 32, where a K-quant mix's classes fall back as
+ * llama.cpp's quantizer does), 1-8 heads of 16-256, a mix of every kind, for a quarter of the
+ * shapes experts of one block-of-32 type, for gpt-oss a window of 1-16 positions and YaRN or none.
+ * The sizes of bench/random_shapes.py, whose pipeline runs on the CPU executor only; mkmodel's
+ * validation refuses the few the runtime does not load, which are drawn again. */
+static void random_shape(mp_mkmodel_config *cfg, char *desc, size_t cap)
+{
+    static const char *const archs[] = {"qwen3moe", "olmoe", "mixtral", "qwen2moe", "gpt-oss"};
+    static const char *const mixes[] = {"q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0", "bf16", "f16", "f32",
+                                        "mxfp4_moe"};
+    static const char *const b32[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"};
+    static const int64_t many[] = {64, 128, 160, 256, 512};
+    for (int tries = 0; tries < 100; tries++) {
+        mp_error e;
+        const char *arch = archs[rnd_in(0, 4)];
+        const bool oss = !strcmp(arch, "gpt-oss");
+        const char *mix = mixes[rnd_in(0, oss ? 8 : 7)];
+        cr_assert_eq(mp_mkmodel_arch(arch, cfg, &e), MP_OK, "%s", e.msg);
+        cr_assert_eq(mp_mkmodel_set_mix(cfg, mix, &e), MP_OK, "%s", e.msg);
+        const bool kq = mix[0] == 'q' && strcmp(mix, "q8_0");
+        const int64_t block = kq ? 256 : 32;
+        const bool wide = rnd_in(0, 4) == 0; /* many small experts */
+#define SIZE() (rnd_in(0, 2) == 0 ? 32 * rnd_in(1, wide ? 4 : 24) : block * rnd_in(1, wide ? 1 : 3))
+        cfg->n_layer = rnd_in(2, 4);
+        cfg->n_expert = wide ? many[rnd_in(0, 4)] : rnd_in(!strcmp(arch, "mixtral") ? 2 : 1, 40);
+        cfg->n_expert_used = rnd_in(1, cfg->n_expert < 10 ? cfg->n_expert : 10);
+        cfg->n_embd = SIZE();
+        cfg->n_ff_exp = SIZE();
+        if (cfg->n_ff_shexp)
+            cfg->n_ff_shexp = SIZE();
+#undef SIZE
+        cfg->n_head = (int64_t)1 << rnd_in(0, 3);
+        do
+            cfg->n_head_kv = (int64_t)1 << rnd_in(0, 3);
+        while (cfg->n_head % cfg->n_head_kv);
+        cfg->head_dim = (int64_t)16 << rnd_in(0, 4);
+        if ((cfg->n_head * cfg->head_dim) % block && rnd_in(0, 4) < 4)
+            cfg->head_dim = block / cfg->n_head > 16 ? block / cfg->n_head : 16;
+        const char *etype = NULL;
+        if (strcmp(mix, "mxfp4_moe") && rnd_in(0, 3) == 0) {
+            etype = b32[rnd_in(0, 6)];
+            cr_assert_eq(mp_mkmodel_set_type(cfg, "experts", etype, &e), MP_OK, "%s", e.msg);
+        } else if ((!strcmp(mix, "q4_k_m") || !strcmp(mix, "q5_k_m")) && rnd_in(0, 9) < 3) {
+            cfg->llama_layers = true;
+        }
+        if (oss) {
+            cfg->n_swa = rnd_in(1, 16);
+            const int64_t y = rnd_in(0, 2);
+            cfg->rope_yarn_factor = y == 0 ? 0.0f : y == 1 ? 4.0f : 32.0f;
+            cfg->rope_yarn_orig_ctx = rnd_in(0, 1) ? 64 : 4096;
+        }
+        cfg->seed = rnd_u64();
+        cfg->n_threads = 4;
+        if (mp_mkmodel_validate(cfg, &e) != MP_OK)
+            continue;
+        snprintf(desc, cap,
+                 "--arch %s --quant %s%s --layers %lld --experts %lld --top-k %lld --hidden %lld --expert-ff %lld "
+                 "--shared-ff %lld --heads %lld --kv-heads %lld --head-dim %lld%s%s --sliding-window %lld "
+                 "--yarn-factor %g --yarn-ctx %lld --seed %llu",
+                 arch, mix, cfg->llama_layers ? " --layer-mix llama" : "", (long long)cfg->n_layer,
+                 (long long)cfg->n_expert, (long long)cfg->n_expert_used, (long long)cfg->n_embd,
+                 (long long)cfg->n_ff_exp, (long long)cfg->n_ff_shexp, (long long)cfg->n_head,
+                 (long long)cfg->n_head_kv, (long long)cfg->head_dim, etype ? " --type-experts " : "",
+                 etype ? etype : "", (long long)cfg->n_swa, (double)cfg->rope_yarn_factor,
+                 (long long)cfg->rope_yarn_orig_ctx, (unsigned long long)cfg->seed);
+        return;
+    }
+    cr_assert_fail("seed %llu: no shape of 100 drawn passed mkmodel's validation", (unsigned long long)g_seed);
+}
+
+/* Shapes no preset has, on both executors: for each, the GPU executor with every expert resident
+ * against the CPU executor (the tolerances of section 1 in the worst row; a mean over rows of 1e-2),
+ * and two hybrid runs against the all-GPU one (section 2's tolerances): the first layer's experts
+ * on the CPU with half of each decode step's cold routes far, and a third of the experts resident
+ * by fill with prefill copies from 4 rows and every cold decode route far in halves. Each run's
+ * routes are counted: every one served exactly once. The shapes come from the test's seed
+ * (MP_TEST_SEED replays one; the log names each shape as mkmodel flags). */
+Test(gpu_exec, random_shapes_match_cpu_and_gpu_only, .timeout = 600)
+{
+    enum { N_SHAPES = 12 };
+    for (int i = 0; i < N_SHAPES; i++) {
+        mp_mkmodel_config cfg;
+        char desc[512];
+        random_shape(&cfg, desc, sizeof desc);
+        fprintf(stderr, "random shape %d: %s\n", i, desc);
+        char path[512];
+        snprintf(path, sizeof path, "%s/random-%d.gguf", tmpdir, i);
+        mp_error e;
+        cr_assert_eq(mp_mkmodel_write(&cfg, path, true, NULL, NULL, &e), MP_OK, "seed %llu: %s: %s",
+                     (unsigned long long)g_seed, desc, e.msg);
+        mp_model *m;
+        cr_assert_eq(mp_model_load(path, &m, &e), MP_OK, "seed %llu: %s: %s", (unsigned long long)g_seed, desc,
+                     e.msg);
+        const int dt = m->layers[0].down_exps.type;
+        const bool fexp = dt == MP_TYPE_F32 || dt == MP_TYPE_F16 || dt == MP_TYPE_BF16;
+        mp_cuda_moe_set_mma_min_rows(fexp ? -1 : 16);
+        mp_placement all;
+        placement(m, "gpu", NULL, 0, &all);
+        run_out cpu, ref;
+        run_model(m, NULL, -1, false, &cpu);
+        run_model(m, &all, -1, fexp, &ref);
+        char what[1024];
+        snprintf(what, sizeof what, "%s: GPU vs CPU executor", desc);
+        compare2(what, m, &ref, &cpu, 3e-2, 1e-2);
+        cr_assert(ref.stats.routes_cpu == 0 && ref.stats.routes_gpu > 0, "seed %llu: %s: routes", (unsigned long long)g_seed,
+                  what);
+        const int K = (int)m->hp.n_expert_used;
+        struct {
+            const char *spec;
+            uint64_t budget;
+            int64_t copy_min_rows;
+            int far, split;
+        } cases[] = {{"layers:1", 0, 0, K / 2, 1}, {"fill", fill_budget_third(m, &all), 4, 2 * K, 2}};
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            mp_placement pl;
+            placement(m, cases[c].spec, NULL, cases[c].budget, &pl);
+            run_out h;
+            g_far = cases[c].far;
+            g_far_split = cases[c].split;
+            run_model(m, &pl, cases[c].copy_min_rows, fexp, &h);
+            g_far = -1;
+            g_far_split = 1;
+            snprintf(what, sizeof what, "%s: hybrid %s (copies from %lld rows, far %d/%d) vs GPU-only", desc, pl.desc,
+                     (long long)cases[c].copy_min_rows, cases[c].far, cases[c].split);
+            compare2(what, m, &h, &ref, fexp ? 1e-4 : 3e-2, fexp ? 2e-5 : 5e-3);
+            cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far,
+                         ref.stats.routes_gpu, "seed %llu: %s: every route is served exactly once",
+                         (unsigned long long)g_seed, what);
+            if (pl.n_resident_total < pl.n_layer * pl.n_expert)
+                cr_assert_gt(h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far, 0,
+                             "seed %llu: %s: every route ran on the GPU", (unsigned long long)g_seed, what);
+            free(h.logits);
+            mp_placement_free(&pl);
+        }
+        mp_cuda_moe_set_mma_min_rows(-1);
+        free(cpu.logits);
+        free(ref.logits);
+        mp_placement_free(&all);
+        mp_model_free(m);
+        unlink(path);
+    }
+}
+
 /* ---- 2b. launch paths that must not change a bit ---- */
 
 /* Programmatic dependent launch (kernels start while the kernel before them finishes) runs the
