@@ -294,6 +294,10 @@ void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
                   int64_t row_begin, int64_t row_end, const void *x, float *y)
 {
     const uint8_t *wb = w; /* (n_rows, row_bytes) */
+    if (ops->gemv && row_end > row_begin) {
+        ops->gemv(n_cols, wb + (size_t)row_begin * row_bytes, row_bytes, row_end - row_begin, x, y);
+        return;
+    }
     for (int64_t r = row_begin; r < row_end; r++)
         y[r - row_begin] = ops->vec_dot(n_cols, wb + (size_t)r * row_bytes, x);
 }
