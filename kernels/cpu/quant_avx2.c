@@ -292,16 +292,16 @@ static inline void b32_rows_dot(int64_t n, const uint8_t *w, int kind, const uin
         out[i] = hsum_ps(_mm256_add_ps(acc0[i], acc1[i]));
 }
 
-/* vec_dot and vec_dot_multi of one kind (exported: the AVX-512 table takes those it has none of) */
+/* vec_dot and vec_dot_multi of one kind */
 #define DEFINE_B32_DOTS(NAME, KIND)                                                                        \
-    float mp_vec_dot_##NAME##_q8_0_avx2(int64_t n, const void *w, const void *x)                           \
+    static float mp_vec_dot_##NAME##_q8_0_avx2(int64_t n, const void *w, const void *x)                    \
     {                                                                                                      \
         float out;                                                                                         \
         b32_rows_dot(n, w, KIND, x, 0, 1, &out);                                                           \
         return out;                                                                                        \
     }                                                                                                      \
-    void mp_vec_dot_multi_##NAME##_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, \
-                                        float *out)                                                        \
+    static void mp_vec_dot_multi_##NAME##_avx2(int64_t n, const void *w, const void *x, size_t x_stride,   \
+                                               int n_x, float *out)                                        \
     {                                                                                                      \
         b32_rows_dot(n, w, KIND, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);              \
     }

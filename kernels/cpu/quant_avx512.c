@@ -638,66 +638,97 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
 
 /* ---- the table ---- */
 
-/* ---- IQ4_NL and MXFP4 (looked-up levels, activation row Q8_0): two dots per 512-bit vector ----
+/* ---- IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1 (activation row Q8_0): two dots per 512-bit vector ----
  *
  * A pair vector holds the partial sums of two dots a and b in its 128-bit lanes, [a lo | b lo | a hi |
  * b hi]: lo the products of a block's elements 0..15 (its bytes' low nibbles), hi those of 16..31,
- * each int32 lane the exact sum of four. The levels are looked up biased by 128 (unsigned, as
- * vpdpbusd takes them) and the bias is taken off by starting each block's sums at -128 times the
- * activation's sums of four (no sign moves: one vpdpbusd a block and pair). Each lane converts its
- * block sum to float and adds it times d_w d_x, one FMA chain per lane over the blocks in order; a
- * dot's eight lanes are summed last in one fixed order (pair_sums). The decode GEMV puts two weight
- * rows in a vector against one activation row, the multi-row dot one weight row against two
- * activation rows, vec_dot one row against itself: a dot's arithmetic is the same lane for lane in
- * all three, so they agree bit for bit, and a row's result does not depend on the rows beside it
- * (how threads slice a matrix changes no bit). Against the AVX2 dots these replace at this level
- * (two 8-lane accumulators, the sign moved onto the activation, a broadcast scale per block) the
- * work per block and dot is about halved: the look-ups, sums and FMAs run two dots wide and the
- * scales of four dots are converted together. */
+ * each int32 lane the exact sum of four. The weights go in as unsigned bytes, as vpdpbusd takes them:
+ * IQ4_NL's and MXFP4's levels looked up plus 128, Q5_0's u = v + 16 (its fifth bits added from qh by
+ * a byte mask), Q4_1's and Q5_1's q as stored; each block's sums start at minus that offset times the
+ * activation's sums of four, so one vpdpbusd a block and pair gives the exact sums with no sign moved.
+ * Each lane converts its block sum to float and adds it times d_w d_x (Q4_1, Q5_1: then its activation
+ * sum times m_w d_x), one FMA chain per lane over the blocks in order; a dot's eight lanes are summed
+ * last in one fixed order (pair_sums). The decode GEMV puts two weight rows in a vector against one
+ * activation row, the multi-row dot two activation rows, vec_dot one row against itself: a dot's
+ * arithmetic is the same lane for lane in all three, so they agree bit for bit, and a row's result
+ * does not depend on the rows beside it (how threads slice a matrix changes no bit). Against the AVX2
+ * dots these replace at this level (two 8-lane accumulators, the sign moved onto the activation, a
+ * broadcast scale per block) the work per block and dot is about halved: the unpacking, sums and
+ * FMAs run two dots wide and the scales of four dots are converted together. */
+
+enum { P_IQ4_NL, P_MXFP4, P_Q4_1, P_Q5_0, P_Q5_1 };
 
 static const int8_t k_iq4_nl_levels[16] = MP_IQ4_NL_LEVELS;
 static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
 
-/* a block's layout: its bytes, where its 16 code bytes start (the scale is at byte 0) */
-#define LUT_BLOCK(mx) ((mx) ? sizeof(mp_block_mxfp4) : sizeof(mp_block_iq4_nl))
-#define LUT_QS(mx) ((mx) ? offsetof(mp_block_mxfp4, qs) : offsetof(mp_block_iq4_nl, qs))
-
-/* the 16 levels + 128 in every 128-bit lane, for vpshufb */
-static ALWAYS_INLINE __m512i lut_biased(int mx)
+/* a block's layout: its bytes, where its 16 code bytes, its fifth bits (-1: none) and its f16 min
+ * (-1: none) start; the scale is at byte 0 (an f16, or MXFP4's E8M0) */
+static ALWAYS_INLINE size_t pk_bytes(int k)
 {
-    const __m128i lv = loadu128(mx ? k_mxfp4_levels : k_iq4_nl_levels);
+    return k == P_IQ4_NL ? sizeof(mp_block_iq4_nl) : k == P_MXFP4 ? sizeof(mp_block_mxfp4)
+           : k == P_Q4_1 ? sizeof(mp_block_q4_1) : k == P_Q5_0 ? sizeof(mp_block_q5_0) : sizeof(mp_block_q5_1);
+}
+static ALWAYS_INLINE size_t pk_qs(int k)
+{
+    return k == P_IQ4_NL ? offsetof(mp_block_iq4_nl, qs) : k == P_MXFP4 ? offsetof(mp_block_mxfp4, qs)
+           : k == P_Q4_1 ? offsetof(mp_block_q4_1, qs) : k == P_Q5_0 ? offsetof(mp_block_q5_0, qs)
+                         : offsetof(mp_block_q5_1, qs);
+}
+static ALWAYS_INLINE int pk_qh(int k)
+{
+    return k == P_Q5_0 ? (int)offsetof(mp_block_q5_0, qh) : k == P_Q5_1 ? (int)offsetof(mp_block_q5_1, qh) : -1;
+}
+static ALWAYS_INLINE int pk_min(int k)
+{
+    return k == P_Q4_1 ? (int)offsetof(mp_block_q4_1, m) : k == P_Q5_1 ? (int)offsetof(mp_block_q5_1, m) : -1;
+}
+/* what the stored unsigned weight exceeds the level by */
+static ALWAYS_INLINE int pk_offset(int k)
+{
+    return k == P_IQ4_NL || k == P_MXFP4 ? 128 : k == P_Q5_0 ? 16 : 0;
+}
+
+/* IQ4_NL's or MXFP4's 16 levels + 128 in every 128-bit lane, for vpshufb (zero for the others) */
+static ALWAYS_INLINE __m512i pk_lut(int k)
+{
+    if (k != P_IQ4_NL && k != P_MXFP4)
+        return _mm512_setzero_si512();
+    const __m128i lv = loadu128(k == P_MXFP4 ? k_mxfp4_levels : k_iq4_nl_levels);
     return _mm512_broadcast_i32x4(_mm_xor_si128(lv, _mm_set1_epi8((char)0x80)));
 }
 
-/* the biased levels of two blocks' codes qa, qb (16 bytes each): [a lo | b lo | a hi | b hi] */
-static ALWAYS_INLINE __m512i lut_pair(const uint8_t *qa, const uint8_t *qb, __m512i lut)
+/* the unsigned weights of two blocks at ba, bb: [a lo | b lo | a hi | b hi] */
+static ALWAYS_INLINE __m512i pair_weights(int k, const uint8_t *ba, const uint8_t *bb, __m512i lut)
 {
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(qa)), loadu128(qb), 1);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
-    return _mm512_shuffle_epi8(lut, _mm512_and_si512(z, _mm512_set1_epi8(0x0F)));
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(ba + pk_qs(k))), loadu128(bb + pk_qs(k)), 1);
+    const __m512i z = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+                                       _mm512_set1_epi8(0x0F));
+    if (k == P_IQ4_NL || k == P_MXFP4)
+        return _mm512_shuffle_epi8(lut, z);
+    if (pk_qh(k) < 0)
+        return z;
+    uint32_t ha, hb; /* bit e: element e's fifth bit */
+    memcpy(&ha, ba + pk_qh(k), 4);
+    memcpy(&hb, bb + pk_qh(k), 4);
+    const uint64_t fifth = (uint64_t)((ha & 0xFFFFu) | (hb & 0xFFFFu) << 16) |
+                           (uint64_t)((ha >> 16) | (hb >> 16) << 16) << 32; /* a byte mask, bit = byte */
+    return _mm512_mask_add_epi8(z, fifth, z, _mm512_set1_epi8(16));
 }
 
-/* -128 times each lane's four activation quants: where a pair's block sums start */
-static ALWAYS_INLINE __m512i lut_bias(__m512i xv)
-{
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                                      _mm512_set1_epi8((char)0x80), xv));
-}
-
-/* four f16 scales (at p[k] + off) as floats */
+/* four f16s (at p[i] + off) as floats */
 static ALWAYS_INLINE __m128 f16x4(const uint8_t *const p[4], size_t off)
 {
     uint16_t h[4];
-    for (int k = 0; k < 4; k++)
-        memcpy(&h[k], p[k] + off, 2);
+    for (int i = 0; i < 4; i++)
+        memcpy(&h[i], p[i] + off, 2);
     const uint64_t v = (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 
-/* four block scales of weight rows p[k] at byte off: f16, or MXFP4's E8M0 as mp_e8m0_half */
-static ALWAYS_INLINE __m128 lut_scales(int mx, const uint8_t *const p[4], size_t off)
+/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 as mp_e8m0_half */
+static ALWAYS_INLINE __m128 pk_scales(int k, const uint8_t *const p[4], size_t off)
 {
-    if (!mx)
+    if (k != P_MXFP4)
         return f16x4(p, off);
     const uint32_t e4 = (uint32_t)p[0][off] | (uint32_t)p[1][off] << 8 | (uint32_t)p[2][off] << 16 |
                         (uint32_t)p[3][off] << 24;
@@ -707,13 +738,20 @@ static ALWAYS_INLINE __m128 lut_scales(int mx, const uint8_t *const p[4], size_t
     return _mm_castsi128_ps(_mm_blendv_epi8(normal, sub, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
 }
 
-static ALWAYS_INLINE float lut_scale(int mx, const uint8_t *b)
+static ALWAYS_INLINE float pk_scale(int k, const uint8_t *b)
 {
-    if (mx)
+    if (k == P_MXFP4)
         return mp_e8m0_half(b[0]);
     mp_f16 d;
     memcpy(&d, b, 2);
     return f16(d);
+}
+
+static ALWAYS_INLINE float pk_min_scale(int k, const uint8_t *b)
+{
+    mp_f16 m;
+    memcpy(&m, b + pk_min(k), 2);
+    return f16(m);
 }
 
 /* scales s (lanes 0..3) as the pair vectors of dots (0, 1) and (2, 3) */
@@ -722,6 +760,19 @@ static ALWAYS_INLINE __m512 pair_scale(__m128 s, int pair)
     const __m512i idx = pair ? _mm512_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3, 3, 3, 3)
                              : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
+}
+
+/* one block of a pair: acc += its sums times the scales (sd: d_w d_x; sm: m_w d_x, min kinds) */
+static ALWAYS_INLINE __m512 pair_block(int k, __m512 acc, __m512i w, __m512i xv, __m512 sd, __m512 sm)
+{
+    const __m512i zero = _mm512_setzero_si512();
+    if (pk_min(k) >= 0) {
+        const __m512i xs = _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), xv);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, w, xv)), sd, acc);
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(xs), sm, acc);
+    }
+    const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)pk_offset(k)), xv));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w, xv)), sd, acc);
 }
 
 /* a pair's two dots: out[0] = a, out[1] = b */
@@ -736,58 +787,59 @@ static ALWAYS_INLINE void pair_sums(__m512 acc, float *out)
     }
 }
 
-/* Weight rows p[0..2np) (np pairs: 1 or 2) against one activation row x: y[k] = dot(p[k], x). ahead:
+/* Weight rows p[0..2np) (np pairs: 1 or 2) against one activation row x: y[i] = dot(p[i], x). ahead:
  * the bytes from a row's block to the one its prefetch asks for (0: none). */
-static ALWAYS_INLINE void lut_rows_x(int mx, int np, int64_t n, const uint8_t *const p[4], const uint8_t *x,
-                                     size_t ahead, float y[4])
+static ALWAYS_INLINE void pair_rows_x(int k, int np, int64_t n, const uint8_t *const p[4], const uint8_t *x,
+                                      size_t ahead, float y[4])
 {
-    const size_t bb = LUT_BLOCK(mx), qs = LUT_QS(mx);
-    const __m512i lut = lut_biased(mx);
+    const size_t bb = pk_bytes(k);
+    const __m512i lut = pk_lut(k);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t nb = n / MP_QK8_0;
     for (int64_t ib = 0; ib < nb; ib++) {
         const size_t off = (size_t)ib * bb;
         if (ahead && (ib & 3) == 0)
-            for (int k = 0; k < 2 * np; k++) {
-                __builtin_prefetch(p[k] + off + ahead, 0, 3);
-                __builtin_prefetch(p[k] + off + ahead + 64, 0, 3);
+            for (int i = 0; i < 2 * np; i++) {
+                __builtin_prefetch(p[i] + off + ahead, 0, 3);
+                __builtin_prefetch(p[i] + off + ahead + 64, 0, 3);
             }
         const mp_block_q8_0 *bx = (const mp_block_q8_0 *)x + ib;
         const __m512i xz = _mm512_castsi256_si512(loadu256(bx->qs));
         const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0x50); /* [lo | lo | hi | hi] */
-        const __m512i bias = lut_bias(xv);
-        const __m128 s = _mm_mul_ps(lut_scales(mx, p, off), _mm_set1_ps(f16(bx->d)));
+        const __m128 dx = _mm_set1_ps(f16(bx->d));
+        const __m128 sd = _mm_mul_ps(pk_scales(k, p, off), dx);
+        const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
         for (int j = 0; j < np; j++) {
-            const __m512i w = lut_pair(p[2 * j] + off + qs, p[2 * j + 1] + off + qs, lut);
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, w, xv));
-            acc[j] = _mm512_fmadd_ps(f, pair_scale(s, j), acc[j]);
+            const __m512i w = pair_weights(k, p[2 * j] + off, p[2 * j + 1] + off, lut);
+            acc[j] = pair_block(k, acc[j], w, xv, pair_scale(sd, j), pair_scale(sm, j));
         }
     }
     for (int j = 0; j < np; j++)
         pair_sums(acc[j], y + 2 * j);
 }
 
-/* One weight row w against activation rows q[0..2np): y[k] = dot(w, q[k]). */
-static ALWAYS_INLINE void lut_row_xs(int mx, int np, int64_t n, const uint8_t *w, const uint8_t *const q[4],
-                                     float y[4])
+/* One weight row w against activation rows q[0..2np): y[i] = dot(w, q[i]). */
+static ALWAYS_INLINE void pair_row_xs(int k, int np, int64_t n, const uint8_t *w, const uint8_t *const q[4],
+                                      float y[4])
 {
-    const size_t bb = LUT_BLOCK(mx), qs = LUT_QS(mx);
-    const __m512i lut = lut_biased(mx);
+    const size_t bb = pk_bytes(k);
+    const __m512i lut = pk_lut(k);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t nb = n / MP_QK8_0;
     for (int64_t ib = 0; ib < nb; ib++) {
         const size_t off = (size_t)ib * bb, xoff = (size_t)ib * sizeof(mp_block_q8_0);
         if ((ib & 3) == 0)
             mp_prefetch_weights(w + off, 4 * bb);
-        const __m512i wv = lut_pair(w + off + qs, w + off + qs, lut); /* [lo | lo | hi | hi] */
-        const __m128 s = _mm_mul_ps(_mm_set1_ps(lut_scale(mx, w + off)),
-                                    f16x4(q, xoff + offsetof(mp_block_q8_0, d)));
+        const __m512i wv = pair_weights(k, w + off, w + off, lut); /* [lo | lo | hi | hi] */
+        const __m128 dx = f16x4(q, xoff + offsetof(mp_block_q8_0, d));
+        const __m128 sd = _mm_mul_ps(_mm_set1_ps(pk_scale(k, w + off)), dx);
+        const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(_mm_set1_ps(pk_min_scale(k, w + off)), dx) : sd;
         for (int j = 0; j < np; j++) {
-            const __m512i xz = _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(q[2 * j] + xoff + 2)),
-                                                  loadu256(q[2 * j + 1] + xoff + 2), 1);
+            const __m512i xz = _mm512_inserti64x4(
+                _mm512_castsi256_si512(loadu256(q[2 * j] + xoff + offsetof(mp_block_q8_0, qs))),
+                loadu256(q[2 * j + 1] + xoff + offsetof(mp_block_q8_0, qs)), 1);
             const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0xD8); /* [x0 lo | x1 lo | x0 hi | x1 hi] */
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(lut_bias(xv), wv, xv));
-            acc[j] = _mm512_fmadd_ps(f, pair_scale(s, j), acc[j]);
+            acc[j] = pair_block(k, acc[j], wv, xv, pair_scale(sd, j), pair_scale(sm, j));
         }
     }
     for (int j = 0; j < np; j++)
@@ -800,65 +852,68 @@ static ALWAYS_INLINE void lut_row_xs(int mx, int np, int64_t n, const uint8_t *w
  * On the H100 machine's host (Emerald Rapids, 16 threads, gpt-oss-20b's 1530-byte MXFP4 rows,
  * moe_cpu_stream over 24 layers) 2048 bytes ahead of each row gave 732 / 736 us a call, 6144 (one
  * group) 602 / 617; MP_PREFETCH_BYTES=0 turns it off as it does every kernel's prefetch. */
-static ALWAYS_INLINE void lut_gemv(int mx, int64_t n, const uint8_t *w, size_t row_bytes, int64_t n_rows,
-                                   const uint8_t *x, float *y)
+static ALWAYS_INLINE void pair_gemv(int k, int64_t n, const uint8_t *w, size_t row_bytes, int64_t n_rows,
+                                    const uint8_t *x, float *y)
 {
     const size_t ahead = mp_prefetch_distance ? 4 * row_bytes : 0;
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4) {
         const uint8_t *const p[4] = {w + (size_t)r * row_bytes, w + (size_t)(r + 1) * row_bytes,
                                      w + (size_t)(r + 2) * row_bytes, w + (size_t)(r + 3) * row_bytes};
-        lut_rows_x(mx, 2, n, p, x, ahead, y + r);
+        pair_rows_x(k, 2, n, p, x, ahead, y + r);
     }
     if (r < n_rows) { /* 1..3 rows: the last one repeated where a pair lacks a row */
         const uint8_t *p[4];
-        for (int k = 0; k < 4; k++)
-            p[k] = w + (size_t)(r + k < n_rows ? r + k : n_rows - 1) * row_bytes;
+        for (int i = 0; i < 4; i++)
+            p[i] = w + (size_t)(r + i < n_rows ? r + i : n_rows - 1) * row_bytes;
         float t[4];
         if (n_rows - r <= 2)
-            lut_rows_x(mx, 1, n, p, x, 0, t);
+            pair_rows_x(k, 1, n, p, x, 0, t);
         else
-            lut_rows_x(mx, 2, n, p, x, 0, t);
-        for (int64_t k = 0; r + k < n_rows; k++)
-            y[r + k] = t[k];
+            pair_rows_x(k, 2, n, p, x, 0, t);
+        for (int64_t i = 0; r + i < n_rows; i++)
+            y[r + i] = t[i];
     }
 }
 
-static ALWAYS_INLINE void lut_multi(int mx, int64_t n, const uint8_t *w, const uint8_t *x, size_t x_stride,
-                                    int n_x, float *out)
+static ALWAYS_INLINE void pair_multi(int k, int64_t n, const uint8_t *w, const uint8_t *x, size_t x_stride,
+                                     int n_x, float *out)
 {
     const uint8_t *q[4];
-    for (int k = 0; k < 4; k++)
-        q[k] = x + (size_t)(k < n_x ? k : n_x - 1) * x_stride;
+    for (int i = 0; i < 4; i++)
+        q[i] = x + (size_t)(i < n_x ? i : n_x - 1) * x_stride;
     float t[4];
     if (n_x <= 2)
-        lut_row_xs(mx, 1, n, w, q, t);
+        pair_row_xs(k, 1, n, w, q, t);
     else
-        lut_row_xs(mx, 2, n, w, q, t);
-    for (int k = 0; k < n_x; k++)
-        out[k] = t[k];
+        pair_row_xs(k, 2, n, w, q, t);
+    for (int i = 0; i < n_x; i++)
+        out[i] = t[i];
 }
 
-#define DEFINE_LUT_KERNELS(NAME, MX)                                                                           \
+#define DEFINE_PAIR_KERNELS(NAME, KIND)                                                                        \
     static float vec_dot_##NAME##_q8_0(int64_t n, const void *w, const void *x)                                \
     {                                                                                                          \
         const uint8_t *p[4] = {w, w, w, w};                                                                     \
         float t[4];                                                                                            \
-        lut_rows_x(MX, 1, n, p, x, mp_prefetch_distance, t);                                                   \
+        pair_rows_x(KIND, 1, n, p, x, mp_prefetch_distance, t);                                                \
         return t[0];                                                                                           \
     }                                                                                                          \
     static void vec_dot_multi_##NAME(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,        \
                                      float *out)                                                               \
     {                                                                                                          \
-        lut_multi(MX, n, w, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);                        \
+        pair_multi(KIND, n, w, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);                     \
     }                                                                                                          \
     static void gemv_##NAME(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, float *y) \
     {                                                                                                          \
-        lut_gemv(MX, n, w, row_bytes, n_rows, x, y);                                                           \
+        pair_gemv(KIND, n, w, row_bytes, n_rows, x, y);                                                        \
     }
 
-DEFINE_LUT_KERNELS(iq4_nl, 0)
-DEFINE_LUT_KERNELS(mxfp4, 1)
+DEFINE_PAIR_KERNELS(iq4_nl, P_IQ4_NL)
+DEFINE_PAIR_KERNELS(mxfp4, P_MXFP4)
+DEFINE_PAIR_KERNELS(q4_1, P_Q4_1)
+DEFINE_PAIR_KERNELS(q5_0, P_Q5_0)
+DEFINE_PAIR_KERNELS(q5_1, P_Q5_1)
 
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
@@ -867,7 +922,7 @@ DEFINE_LUT_KERNELS(mxfp4, 1)
  * against 44 / 46 G MAC/s for Q8_0), from 4 these (53, 71 at 6, 79 at 32 against 50; development
  * VM, Zen 5, bench_kernels --gemm 2,3,4,5,6 and 2,8,32,64, bench/NOTES-kernels.md) */
 #define Q8_GEMM_MIN_ROWS 4
-/* the look-up types' decode GEMV (two weight rows a vector, above) */
+/* the decode GEMV of IQ4_NL, MXFP4, Q4_1, Q5_0 and Q5_1 (two weight rows a vector, above) */
 #define OPS_GEMV(T, VDT, DQ, Q, VD, MULTI, GEMV) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI), .gemv = (GEMV)}
@@ -885,14 +940,14 @@ static const mp_type_ops k_avx512_ops[] = {
              vec_dot_multi_q8_0, gemm_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
-    /* IQ4_NL and MXFP4: two dots a 512-bit vector (above); the other blocks of 32 and IQ4_XS: the AVX2
-     * kernels (one 256-bit register holds a block); rows dequantized by the scalar reference */
-    OPS(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref,
-        mp_vec_dot_q4_1_q8_0_avx2, mp_vec_dot_multi_q4_1_avx2),
-    OPS(MP_TYPE_Q5_0, MP_TYPE_Q8_0, mp_dequantize_row_q5_0_scalar, mp_quantize_row_q5_0_ref,
-        mp_vec_dot_q5_0_q8_0_avx2, mp_vec_dot_multi_q5_0_avx2),
-    OPS(MP_TYPE_Q5_1, MP_TYPE_Q8_0, mp_dequantize_row_q5_1_scalar, mp_quantize_row_q5_1_ref,
-        mp_vec_dot_q5_1_q8_0_avx2, mp_vec_dot_multi_q5_1_avx2),
+    /* IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1: two dots a 512-bit vector (above); IQ4_XS: the AVX2 kernel (one
+     * 256-bit register holds a sub-block); rows dequantized by the scalar reference */
+    OPS_GEMV(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref,
+             vec_dot_q4_1_q8_0, vec_dot_multi_q4_1, gemv_q4_1),
+    OPS_GEMV(MP_TYPE_Q5_0, MP_TYPE_Q8_0, mp_dequantize_row_q5_0_scalar, mp_quantize_row_q5_0_ref,
+             vec_dot_q5_0_q8_0, vec_dot_multi_q5_0, gemv_q5_0),
+    OPS_GEMV(MP_TYPE_Q5_1, MP_TYPE_Q8_0, mp_dequantize_row_q5_1_scalar, mp_quantize_row_q5_1_ref,
+             vec_dot_q5_1_q8_0, vec_dot_multi_q5_1, gemv_q5_1),
     OPS_GEMV(MP_TYPE_IQ4_NL, MP_TYPE_Q8_0, mp_dequantize_row_iq4_nl_scalar, mp_quantize_row_iq4_nl_ref,
              vec_dot_iq4_nl_q8_0, vec_dot_multi_iq4_nl, gemv_iq4_nl),
     OPS_GEMV(MP_TYPE_MXFP4, MP_TYPE_Q8_0, mp_dequantize_row_mxfp4_scalar, mp_quantize_row_mxfp4_ref,

@@ -60,18 +60,6 @@ float mp_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
 void mp_vec_dot_multi_q2_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
 void mp_vec_dot_multi_q3_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
-/* the AVX2 dots of the blocks of 32 that the AVX-512 table takes too (quant_avx2.c) */
-#define MP_DECLARE_B32_AVX2(NAME)                                                               \
-    float mp_vec_dot_##NAME##_q8_0_avx2(int64_t n, const void *w, const void *x);               \
-    void mp_vec_dot_multi_##NAME##_avx2(int64_t n, const void *w, const void *x, size_t x_stride, \
-                                        int n_x, float *out);
-MP_DECLARE_B32_AVX2(q4_0)
-MP_DECLARE_B32_AVX2(q8_0)
-MP_DECLARE_B32_AVX2(q4_1)
-MP_DECLARE_B32_AVX2(q5_0)
-MP_DECLARE_B32_AVX2(q5_1)
-MP_DECLARE_B32_AVX2(iq4_nl)
-MP_DECLARE_B32_AVX2(mxfp4)
 float mp_vec_dot_q3_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x);
