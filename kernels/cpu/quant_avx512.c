@@ -10,16 +10,19 @@
  * Q8_K activation chunk of 64 against 64 weights unpacked from a broadcast 32-byte load, a Q6_K
  * quarter block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
  * int32) applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x
- * s8, four products into an int32 lane) replaces maddubs + madd in the Q8_0/Q4_0 dots and
- * maddubs in the K-quant ones (whose sums pack two chunks into one vpdpwssd). Q8_0/Q4_0 stay
- * 256-bit, one 32-byte block per vector: packing two blocks into 512 bits cost more in lane
- * inserts and scale blends than it saved (bench/NOTES-kernels.md).
+ * s8, four products into an int32 lane) replaces maddubs + madd in the blocks of 32's dots and
+ * maddubs in the K-quant ones (whose sums pack two chunks into one vpdpwssd). The blocks of 32 put
+ * two dots in a vector (two weight rows, or two activation rows), not two blocks of one dot: two
+ * blocks of one dot cost more in lane inserts and scale blends than they saved
+ * (bench/NOTES-kernels.md), two dots share the activation's load and bias and convert four scales
+ * at once.
  *
  * Integer invariants:
- *  - Q4_0/Q8_0: the sign of each weight moves onto its activation (sign_epi8), so vpdpbusd
- *    multiplies |w| (u8; 128 for a Q8_0 weight of -128 is right) by x * sign(w), which stays in
- *    range because activation quants are in [-127, 127] (quant_impl.h); vpdpbusd does not
- *    saturate (4 products of at most 128 * 127 in an int32);
+ *  - the blocks of 32: the weights go in unsigned (the level plus 128, 16 or 8, or q as stored)
+ *    and each block's sums start at minus that offset times the activation's sums of four, so
+ *    vpdpbusd gives the exact signed sums (4 products of at most 255 * 127 in an int32); the Q4_0 /
+ *    Q8_0 GEMM moves each weight's sign onto its activation instead (|w| as u8, 128 for a Q8_0
+ *    weight of -128 is right; activation quants are in [-127, 127], quant_impl.h): the same sums;
  *  - Q4_K (q in 0..15), Q5_K (q in 0..31) and Q6_K (u = q + 32 in 0..63): vpdpbusd sums of 4
  *    products are at most 4 * 15 * 127 = 7620, 4 * 31 * 127 = 15748 and 4 * 63 * 127 = 32004,
  *    so packs (signed saturation to int16) keeps them exact, for the same reason.
@@ -196,84 +199,20 @@ static inline float q8_weight_scale(const uint8_t *w, int is_q4, int64_t ib)
     return is_q4 ? f16(((const mp_block_q4_0 *)w)[ib].d) : f16(((const mp_block_q8_0 *)w)[ib].d);
 }
 
-/* Block ib of one Q4_0/Q8_0 weight row against n_x Q8_0 activation rows: acc[i] += 8 lanes of
- * the block's scaled partial sums. The sign of each weight moves onto its activation (|x| <= 127
- * stays in range) so that vpdpbusd, unsigned x signed, multiplies |w| (128 for -128 is right). */
-static ALWAYS_INLINE void q8_block_dot(const uint8_t *w, int is_q4, int64_t ib, const uint8_t *x,
-                                       size_t x_stride, int n_x, __m256 *acc)
-{
-    const __m256i wq = q8_weights(w, is_q4, ib);
-    const __m256i w_abs = _mm256_abs_epi8(wq);
-    const float dw = q8_weight_scale(w, is_q4, ib);
-    for (int i = 0; i < n_x; i++) {
-        const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
-        const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, _mm256_sign_epi8(loadu256(bx->qs), wq));
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(bx->d)), _mm256_cvtepi32_ps(isum), acc[i]);
-    }
-}
-
-/* One Q4_0/Q8_0 weight row against n_x Q8_0 activation rows; out[i] = dot(w, x_i). Blocks
- * alternate between two accumulators per row (two independent FMA chains); vec_dot is the
- * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. 256-bit
- * vectors, one block each: two 32-byte blocks in one 512-bit vector cost more in lane inserts
- * and scale blends than they saved (bench/NOTES-kernels.md). */
-static ALWAYS_INLINE void q8_rows_dot(int64_t n, const uint8_t *w, int is_q4, const uint8_t *x,
-                                      size_t x_stride, int n_x, float *out)
-{
-    const size_t wblock_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
-    const int64_t nb = n / MP_QK8_0;
-    __m256 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
-    for (int i = 0; i < MP_GEMM_TILE; i++)
-        acc0[i] = acc1[i] = _mm256_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        mp_prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
-        q8_block_dot(w, is_q4, ib, x, x_stride, n_x, acc0);
-        q8_block_dot(w, is_q4, ib + 1, x, x_stride, n_x, acc1);
-    }
-    if (ib < nb)
-        q8_block_dot(w, is_q4, ib, x, x_stride, n_x, acc0);
-    for (int i = 0; i < n_x; i++)
-        out[i] = hsum256(_mm256_add_ps(acc0[i], acc1[i]));
-}
-
-static float vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q8_rows_dot(n, w, 1, x, 0, 1, &out);
-    return out;
-}
-
-static float vec_dot_q8_0_q8_0(int64_t n, const void *w, const void *x)
-{
-    float out;
-    q8_rows_dot(n, w, 0, x, 0, 1, &out);
-    return out;
-}
-
-static void vec_dot_multi_q4_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q8_rows_dot(n, w, 1, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
-}
-
-static void vec_dot_multi_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x,
-                               float *out)
-{
-    q8_rows_dot(n, w, 0, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);
-}
-
 /* ---- Q4_0 / Q8_0: the whole-call GEMM (mp_type_ops.gemm) ----
  *
- * q8_rows_dot takes 8 vector ops a block and activation row (load, sign, dot, the f16 scale, its
- * product with the weight's, broadcast, convert, FMA) for 32 products: ~40 G MAC/s a core against
- * ~95 for the K-quants' GEMM tile (bench_kernels --gemm, development VM). Here the activation rows
- * go in pairs, one per 256-bit half, packed once per call: each block's 32 quants of the two rows
- * side by side and their scales as [d0 x 8 | d1 x 8] floats, so that a block of a pair is one load,
- * a masked negation (the weights' signs), one dot, one scale product, a convert and an FMA. The
- * halves do q8_block_dot's arithmetic lane for lane (the same products, the same float scale, even
- * and odd blocks in two accumulators, then hsum256 of their sum), so the results equal vec_dot's
- * bit for bit. */
+ * A dot of one weight row and one activation row costs the multi-row dots (below) about 8 vector ops
+ * a block for 32 products: ~40 G MAC/s a core against ~95 for the K-quants' GEMM tile (bench_kernels
+ * --gemm, development VM). Here the activation rows go in pairs, one per 256-bit half, packed once
+ * per call: each block's 32 quants of the two rows side by side and their scales as [d0 x 8 | d1 x
+ * 8] floats, so that a block of a pair is one load, a masked negation (the weights' signs), one dot,
+ * one scale product, a convert and an FMA. A half's eight lanes hold the same exact sums of four as
+ * the pair vectors' (lo, hi) lanes of vec_dot (below), times the same float d_w d_x, even and odd
+ * blocks in two chains as there, their sum summed by hsum256 in pair_sums' order: the results equal
+ * vec_dot's bit for bit. */
+
+static void vec_dot_multi_q4_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
+static void vec_dot_multi_q8_0(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
 
 #define Q8_PAIRS_PER_PASS 4 /* activation pairs packed at a time (one group): 32 KB for 2048 columns, in L1 */
 #define Q8_PAIRS_PER_GROUP 4 /* pairs whose accumulators (2 each) stay in registers per weight row */
@@ -294,7 +233,8 @@ static void gemm_q8(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, 
             for (int64_t r = 0; r < n_rows; r++) {
                 float out[MP_GEMM_TILE];
                 const int t = (int)(n_x - i0 < MP_GEMM_TILE ? n_x - i0 : MP_GEMM_TILE);
-                q8_rows_dot(n, wb + (size_t)r * row_bytes, is_q4, xb + (size_t)i0 * x_stride, x_stride, t, out);
+                (is_q4 ? vec_dot_multi_q4_0 : vec_dot_multi_q8_0)(n, wb + (size_t)r * row_bytes,
+                                                                  xb + (size_t)i0 * x_stride, x_stride, t, out);
                 for (int i = 0; i < t; i++)
                     y[(i0 + i) * y_stride + r] = out[i];
             }
@@ -335,8 +275,8 @@ static void gemm_q8(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, 
                         const __m512i q = _mm512_load_si512(k->q);
                         const __m512i xs = _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
                         const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w_abs, xs);
-                        acc[j][ib & 1] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(k->d)),
-                                                         _mm512_cvtepi32_ps(isum), acc[j][ib & 1]);
+                        acc[j][ib & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                                                         _mm512_mul_ps(dw, _mm512_load_ps(k->d)), acc[j][ib & 1]);
                     }
                 }
                 for (int j = 0; j < ng; j++) {
@@ -647,8 +587,8 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
  * a byte mask), Q4_1's and Q5_1's q as stored; each block's sums start at minus that offset times the
  * activation's sums of four, so one vpdpbusd a block and pair gives the exact sums with no sign moved.
  * Each lane converts its block sum to float and adds it times d_w d_x (Q4_1, Q5_1: then its activation
- * sum times m_w d_x), one FMA chain per lane over the blocks in order; a dot's eight lanes are summed
- * last in one fixed order (pair_sums). The decode GEMV puts two weight rows in a vector against one
+ * sum times m_w d_x), even and odd blocks in two FMA chains a lane; a dot's eight lanes of their sum
+ * are summed last in one fixed order (pair_sums). The decode GEMV puts two weight rows in a vector against one
  * activation row, the multi-row dot two activation rows, vec_dot one row against itself: a dot's
  * arithmetic is the same lane for lane in all three, so they agree bit for bit, and a row's result
  * does not depend on the rows beside it (how threads slice a matrix changes no bit). Against the AVX2
@@ -656,7 +596,7 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
  * broadcast scale per block) the work per block and dot is about halved: the unpacking, sums and
  * FMAs run two dots wide and the scales of four dots are converted together. */
 
-enum { P_IQ4_NL, P_MXFP4, P_Q4_1, P_Q5_0, P_Q5_1 };
+enum { P_IQ4_NL, P_MXFP4, P_Q4_1, P_Q5_0, P_Q5_1, P_Q4_0, P_Q8_0 };
 
 static const int8_t k_iq4_nl_levels[16] = MP_IQ4_NL_LEVELS;
 static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
@@ -666,13 +606,15 @@ static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
 static ALWAYS_INLINE size_t pk_bytes(int k)
 {
     return k == P_IQ4_NL ? sizeof(mp_block_iq4_nl) : k == P_MXFP4 ? sizeof(mp_block_mxfp4)
-           : k == P_Q4_1 ? sizeof(mp_block_q4_1) : k == P_Q5_0 ? sizeof(mp_block_q5_0) : sizeof(mp_block_q5_1);
+           : k == P_Q4_1 ? sizeof(mp_block_q4_1) : k == P_Q5_0 ? sizeof(mp_block_q5_0)
+           : k == P_Q5_1 ? sizeof(mp_block_q5_1) : k == P_Q4_0 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
 }
 static ALWAYS_INLINE size_t pk_qs(int k)
 {
     return k == P_IQ4_NL ? offsetof(mp_block_iq4_nl, qs) : k == P_MXFP4 ? offsetof(mp_block_mxfp4, qs)
            : k == P_Q4_1 ? offsetof(mp_block_q4_1, qs) : k == P_Q5_0 ? offsetof(mp_block_q5_0, qs)
-                         : offsetof(mp_block_q5_1, qs);
+           : k == P_Q5_1 ? offsetof(mp_block_q5_1, qs) : k == P_Q4_0 ? offsetof(mp_block_q4_0, qs)
+                         : offsetof(mp_block_q8_0, qs);
 }
 static ALWAYS_INLINE int pk_qh(int k)
 {
@@ -685,7 +627,7 @@ static ALWAYS_INLINE int pk_min(int k)
 /* what the stored unsigned weight exceeds the level by */
 static ALWAYS_INLINE int pk_offset(int k)
 {
-    return k == P_IQ4_NL || k == P_MXFP4 ? 128 : k == P_Q5_0 ? 16 : 0;
+    return k == P_IQ4_NL || k == P_MXFP4 || k == P_Q8_0 ? 128 : k == P_Q5_0 ? 16 : k == P_Q4_0 ? 8 : 0;
 }
 
 /* IQ4_NL's or MXFP4's 16 levels + 128 in every 128-bit lane, for vpshufb (zero for the others) */
@@ -700,6 +642,10 @@ static ALWAYS_INLINE __m512i pk_lut(int k)
 /* the unsigned weights of two blocks at ba, bb: [a lo | b lo | a hi | b hi] */
 static ALWAYS_INLINE __m512i pair_weights(int k, const uint8_t *ba, const uint8_t *bb, __m512i lut)
 {
+    if (k == P_Q8_0) { /* 32 signed bytes a block: lane halves swapped into place, plus 128 */
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(ba + pk_qs(k))), loadu256(bb + pk_qs(k)), 1);
+        return _mm512_xor_si512(_mm512_shuffle_i32x4(z, z, 0xD8), _mm512_set1_epi8((char)0x80));
+    }
     const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(ba + pk_qs(k))), loadu128(bb + pk_qs(k)), 1);
     const __m512i z = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
                                        _mm512_set1_epi8(0x0F));
@@ -794,7 +740,7 @@ static ALWAYS_INLINE void pair_rows_x(int k, int np, int64_t n, const uint8_t *c
 {
     const size_t bb = pk_bytes(k);
     const __m512i lut = pk_lut(k);
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
     const int64_t nb = n / MP_QK8_0;
     for (int64_t ib = 0; ib < nb; ib++) {
         const size_t off = (size_t)ib * bb;
@@ -811,11 +757,11 @@ static ALWAYS_INLINE void pair_rows_x(int k, int np, int64_t n, const uint8_t *c
         const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
         for (int j = 0; j < np; j++) {
             const __m512i w = pair_weights(k, p[2 * j] + off, p[2 * j + 1] + off, lut);
-            acc[j] = pair_block(k, acc[j], w, xv, pair_scale(sd, j), pair_scale(sm, j));
+            acc[j][ib & 1] = pair_block(k, acc[j][ib & 1], w, xv, pair_scale(sd, j), pair_scale(sm, j));
         }
     }
     for (int j = 0; j < np; j++)
-        pair_sums(acc[j], y + 2 * j);
+        pair_sums(_mm512_add_ps(acc[j][0], acc[j][1]), y + 2 * j);
 }
 
 /* One weight row w against activation rows q[0..2np): y[i] = dot(w, q[i]). */
@@ -824,7 +770,7 @@ static ALWAYS_INLINE void pair_row_xs(int k, int np, int64_t n, const uint8_t *w
 {
     const size_t bb = pk_bytes(k);
     const __m512i lut = pk_lut(k);
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
     const int64_t nb = n / MP_QK8_0;
     for (int64_t ib = 0; ib < nb; ib++) {
         const size_t off = (size_t)ib * bb, xoff = (size_t)ib * sizeof(mp_block_q8_0);
@@ -839,11 +785,11 @@ static ALWAYS_INLINE void pair_row_xs(int k, int np, int64_t n, const uint8_t *w
                 _mm512_castsi256_si512(loadu256(q[2 * j] + xoff + offsetof(mp_block_q8_0, qs))),
                 loadu256(q[2 * j + 1] + xoff + offsetof(mp_block_q8_0, qs)), 1);
             const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0xD8); /* [x0 lo | x1 lo | x0 hi | x1 hi] */
-            acc[j] = pair_block(k, acc[j], wv, xv, pair_scale(sd, j), pair_scale(sm, j));
+            acc[j][ib & 1] = pair_block(k, acc[j][ib & 1], wv, xv, pair_scale(sd, j), pair_scale(sm, j));
         }
     }
     for (int j = 0; j < np; j++)
-        pair_sums(acc[j], y + 2 * j);
+        pair_sums(_mm512_add_ps(acc[j][0], acc[j][1]), y + 2 * j);
 }
 
 /* The GEMV reads four rows at once, so one distance ahead in bytes (mp_prefetch_weights') lands in
@@ -914,6 +860,8 @@ DEFINE_PAIR_KERNELS(mxfp4, P_MXFP4)
 DEFINE_PAIR_KERNELS(q4_1, P_Q4_1)
 DEFINE_PAIR_KERNELS(q5_0, P_Q5_0)
 DEFINE_PAIR_KERNELS(q5_1, P_Q5_1)
+DEFINE_PAIR_KERNELS(q4_0, P_Q4_0)
+DEFINE_PAIR_KERNELS(q8_0, P_Q8_0)
 
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
@@ -926,18 +874,18 @@ DEFINE_PAIR_KERNELS(q5_1, P_Q5_1)
 #define OPS_GEMV(T, VDT, DQ, Q, VD, MULTI, GEMV) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI), .gemv = (GEMV)}
-#define OPS_GEMM(T, VDT, DQ, Q, VD, MULTI, GEMM) \
+#define OPS_GEMM(T, VDT, DQ, Q, VD, MULTI, GEMM, GEMV) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
-     .vec_dot_multi = (MULTI), .gemm = (GEMM), .gemm_min_rows = Q8_GEMM_MIN_ROWS}
+     .vec_dot_multi = (MULTI), .gemm = (GEMM), .gemm_min_rows = Q8_GEMM_MIN_ROWS, .gemv = (GEMV)}
 
 static const mp_type_ops k_avx512_ops[] = {
     OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
     OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
     OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
     OPS_GEMM(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, vec_dot_q4_0_q8_0,
-             vec_dot_multi_q4_0, gemm_q4_0),
+             vec_dot_multi_q4_0, gemm_q4_0, gemv_q4_0),
     OPS_GEMM(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
-             vec_dot_multi_q8_0, gemm_q8_0),
+             vec_dot_multi_q8_0, gemm_q8_0, gemv_q8_0),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
     /* IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1: two dots a 512-bit vector (above); IQ4_XS: the AVX2 kernel (one
