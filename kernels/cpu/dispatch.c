@@ -319,6 +319,11 @@ void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
     for (int64_t i0 = 0; i0 < n_x; i0 += MP_GEMM_TILE) {
         const int tile = (int)(n_x - i0 < MP_GEMM_TILE ? n_x - i0 : MP_GEMM_TILE);
         const uint8_t *xt = xb + (size_t)i0 * x_stride;
+        if (tile == 1 && ops->gemv && row_end > row_begin) { /* vec_dot's bits, rows grouped */
+            ops->gemv(n_cols, wb + (size_t)row_begin * row_bytes, row_bytes, row_end - row_begin, xt,
+                      y + i0 * y_stride);
+            continue;
+        }
         for (int64_t r = row_begin; r < row_end; r++) {
             const uint8_t *wr = wb + (size_t)r * row_bytes;
             float *yr = y + i0 * y_stride + (r - row_begin); /* column r of the tile's rows */
