@@ -136,15 +136,6 @@ static void dequantize_bf16(const void *src, float *dst, int64_t n)
 
 /* ---- Q4_0 and Q8_0 weights (activation row is Q8_0) ---- */
 
-/* 32 signed weights · 32 signed activations -> 8 lanes of int32 partial sums, as floats */
-static inline __m256 dot_i8x32(__m256i w, __m256i x)
-{
-    const __m256i w_abs = _mm256_sign_epi8(w, w);
-    const __m256i x_signed = _mm256_sign_epi8(x, w); /* x * sign(w): |x| <= 127 stays in range */
-    const __m256i p16 = _mm256_maddubs_epi16(w_abs, x_signed);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
 /* the 32 nibbles of a block of 32 in element order (low nibbles 0..15, high 16..31), as bytes */
 static inline __m256i nibbles32(const uint8_t *qs)
 {
@@ -201,7 +192,7 @@ static const int8_t k_iq4_nl_levels[16] = MP_IQ4_NL_LEVELS;
 static const int8_t k_mxfp4_levels[16] = MP_MXFP4_LEVELS;
 
 /* The 32 levels of block ib, as bytes: signed (Q4_0 -8..7, Q8_0, Q5_0 -16..15, IQ4_NL, MXFP4) or
- * unsigned 0..31 (Q4_1, Q5_1), all within [-127, 127] so dot_i8x32's sign trick holds. */
+ * unsigned 0..31 (Q4_1, Q5_1), all within [-127, 127] so dot_i8x32_sums' sign trick holds. */
 static inline __m256i b32_weights(const uint8_t *w, int kind, int64_t ib)
 {
     const uint8_t *b = w + (size_t)ib * b32_bytes(kind);
@@ -237,73 +228,199 @@ static inline float b32_min(const uint8_t *w, int kind, int64_t ib)
     return f16(m);
 }
 
-/* the sum of a Q8_0 block's 32 quants, in 8 int32 lanes as floats */
-static inline __m256 sum_i8x32(__m256i x)
+/* One weight row against n_x Q8_0 activation rows, or four weight rows against one: the blocks of 32
+ * with the four dots of a step in one vector. A block's dot of 32 products is eight int32 sums of four
+ * (dot_i8x32_sums: lanes 0..3 elements 0..15, lanes 4..7 16..31); two horizontal adds fold four dots'
+ * sums into [d0 d1 d2 d3 | d0 d1 d2 d3] (each a sum of sixteen, exact), one convert and one FMA by
+ * [s0 s1 s2 s3 | ...] (s = d_w d_x) then take the block for all four, even and odd blocks in two
+ * accumulators; Q4_1 and Q5_1 add their activation sums of sixteen times m_w d_x the same way. A dot
+ * ends as the sum of its two lanes. The decode GEMV puts four weight rows in a step, the multi-row dot
+ * four activation rows, vec_dot one row (its sums folded with themselves): a dot's arithmetic is the
+ * same lane for lane in all three, so they agree bit for bit and a row's result does not depend on
+ * the rows beside it. Against one dot a vector (a convert, a broadcast scale and an FMA per block and
+ * dot, two scalar f16 conversions) this shares the converts, FMAs and activation loads four ways and
+ * converts four scales at once. */
+
+/* 32 signed weights · 32 signed activations -> 8 lanes of int32 sums of four; the sign of each weight
+ * moves onto its activation (|x| <= 127 stays in range) */
+static inline __m256i dot_i8x32_sums(__m256i w, __m256i x)
 {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), x);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-/* One weight row of a block-of-32 kind against n_x Q8_0 activation rows; out[i] = dot(w, x_i).
- * Blocks alternate between two accumulators per row (two independent FMA chains); vec_dot is the
- * n_x = 1 case of the same code, so the multi-row results are bit-identical to it. Q4_1 and Q5_1
- * add m d_x sum(q_x) per block to the same accumulator. */
-static inline void b32_rows_dot(int64_t n, const uint8_t *w, int kind, const uint8_t *x, size_t x_stride, int n_x,
-                                float *out)
+/* four dots' eight sums each as [d0 d1 d2 d3 | d0 d1 d2 d3] (lo half: elements 0..15, hi: 16..31) */
+static inline __m256i fold4(__m256i a, __m256i b, __m256i c, __m256i d)
 {
-    const size_t wblock_bytes = b32_bytes(kind);
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+}
+
+/* the activation block's sums of four (Q4_1 / Q5_1's offset term) */
+static inline __m256i xsums8(__m256i x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1));
+}
+
+/* four f16s (at p[i] + off) as floats */
+static inline __m128 f16x4(const uint8_t *const p[4], size_t off)
+{
+    uint16_t h[4];
+    for (int i = 0; i < 4; i++)
+        memcpy(&h[i], p[i] + off, 2);
+    const uint64_t v = (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 as mp_e8m0_half */
+static inline __m128 b32_scales4(int kind, const uint8_t *const p[4], size_t off)
+{
+    if (kind != B32_MXFP4)
+        return f16x4(p, off);
+    const uint32_t e4 = (uint32_t)p[0][off] | (uint32_t)p[1][off] << 8 | (uint32_t)p[2][off] << 16 |
+                        (uint32_t)p[3][off] << 24;
+    const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)e4));
+    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
+    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
+    return _mm_castsi128_ps(_mm_blendv_epi8(normal, sub, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
+}
+
+static inline __m256 twice(__m128 s)
+{
+    return _mm256_set_m128(s, s);
+}
+
+/* Weight rows p[0..4) (nr = 4; nr = 1: p[0] alone) against one activation row x: y[i] = dot(p[i], x).
+ * ahead: the bytes from a row's block to the one its prefetch asks for (0: none). */
+static inline __attribute__((always_inline)) void b32_rows4_x(int kind, int nr, int64_t n, const uint8_t *const p[4],
+                                                              const uint8_t *x, size_t ahead, float *y)
+{
+    const size_t bb = b32_bytes(kind);
     const int64_t nb = n / MP_QK8_0;
-    __m256 acc0[MP_GEMM_TILE], acc1[MP_GEMM_TILE];
-    for (int i = 0; i < MP_GEMM_TILE; i++)
-        acc0[i] = acc1[i] = _mm256_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        mp_prefetch_weights(w + ib * wblock_bytes, 2 * wblock_bytes);
-        const __m256i wq0 = b32_weights(w, kind, ib), wq1 = b32_weights(w, kind, ib + 1);
-        const float dw0 = b32_scale(w, kind, ib), dw1 = b32_scale(w, kind, ib + 1);
-        const float mw0 = b32_has_min(kind) ? b32_min(w, kind, ib) : 0.0f;
-        const float mw1 = b32_has_min(kind) ? b32_min(w, kind, ib + 1) : 0.0f;
-        for (int i = 0; i < n_x; i++) {
-            const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
-            const float dx0 = f16(bx[0].d), dx1 = f16(bx[1].d);
-            const __m256i xq0 = loadu256(bx[0].qs), xq1 = loadu256(bx[1].qs);
-            acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * dx0), dot_i8x32(wq0, xq0), acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * dx1), dot_i8x32(wq1, xq1), acc1[i]);
-            if (b32_has_min(kind)) {
-                acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw0 * dx0), sum_i8x32(xq0), acc0[i]);
-                acc1[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw1 * dx1), sum_i8x32(xq1), acc1[i]);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const size_t off = (size_t)ib * bb;
+        if (ahead && (ib & 3) == 0)
+            for (int i = 0; i < nr; i++) {
+                __builtin_prefetch(p[i] + off + ahead, 0, 3);
+                __builtin_prefetch(p[i] + off + ahead + 64, 0, 3);
             }
-        }
-    }
-    for (; ib < nb; ib++) {
-        const __m256i wq = b32_weights(w, kind, ib);
-        const float dw = b32_scale(w, kind, ib);
-        const float mw = b32_has_min(kind) ? b32_min(w, kind, ib) : 0.0f;
-        for (int i = 0; i < n_x; i++) {
-            const mp_block_q8_0 *bx = (const mp_block_q8_0 *)(x + (size_t)i * x_stride) + ib;
-            const float dx = f16(bx->d);
-            const __m256i xq = loadu256(bx->qs);
-            acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), dot_i8x32(wq, xq), acc0[i]);
+        const mp_block_q8_0 *bx = (const mp_block_q8_0 *)x + ib;
+        const __m256i xq = loadu256(bx->qs);
+        __m256i h;
+        __m128 s, m = _mm_setzero_ps();
+        const __m128 dx = _mm_set1_ps(f16(bx->d));
+        if (nr == 1) {
+            const __m256i d0 = dot_i8x32_sums(b32_weights(p[0], kind, ib), xq);
+            h = fold4(d0, d0, d0, d0);
+            s = _mm_set1_ps(b32_scale(p[0], kind, ib));
             if (b32_has_min(kind))
-                acc0[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw * dx), sum_i8x32(xq), acc0[i]);
+                m = _mm_set1_ps(b32_min(p[0], kind, ib));
+        } else {
+            h = fold4(dot_i8x32_sums(b32_weights(p[0], kind, ib), xq), dot_i8x32_sums(b32_weights(p[1], kind, ib), xq),
+                      dot_i8x32_sums(b32_weights(p[2], kind, ib), xq), dot_i8x32_sums(b32_weights(p[3], kind, ib), xq));
+            s = b32_scales4(kind, p, off);
+            if (b32_has_min(kind))
+                m = f16x4(p, off + 2);
+        }
+        acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(s, dx)), acc[ib & 1]);
+        if (b32_has_min(kind)) {
+            const __m256i xs = xsums8(xq);
+            acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold4(xs, xs, xs, xs)), twice(_mm_mul_ps(m, dx)),
+                                          acc[ib & 1]);
         }
     }
-    for (int i = 0; i < n_x; i++)
-        out[i] = hsum_ps(_mm256_add_ps(acc0[i], acc1[i]));
+    const __m256 t = _mm256_add_ps(acc[0], acc[1]);
+    float v[8];
+    _mm256_storeu_ps(v, t);
+    for (int i = 0; i < nr; i++)
+        y[i] = v[i] + v[i + 4];
 }
 
-/* vec_dot and vec_dot_multi of one kind */
+/* One weight row w against activation rows q[0..nx) (nx 2..4; q[nx..4) repeat the last): y[i] =
+ * dot(w, q[i]). */
+static inline __attribute__((always_inline)) void b32_row_x4(int kind, int64_t n, const uint8_t *w,
+                                                             const uint8_t *const q[4], int nx, float y[4])
+{
+    const size_t bb = b32_bytes(kind);
+    const int64_t nb = n / MP_QK8_0;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const size_t off = (size_t)ib * bb, xoff = (size_t)ib * sizeof(mp_block_q8_0);
+        if ((ib & 1) == 0)
+            mp_prefetch_weights(w + off, 2 * bb);
+        const __m256i wq = b32_weights(w, kind, ib);
+        __m256i xq[4], d[4];
+        for (int i = 0; i < 4; i++) {
+            xq[i] = loadu256(q[i] + xoff + offsetof(mp_block_q8_0, qs));
+            d[i] = dot_i8x32_sums(wq, xq[i]);
+        }
+        /* two rows: lanes 2 and 3 (and 6, 7) are never read, so one fold fewer gives lanes 0, 1 the same
+         * exact sums */
+        const __m256i h01 = _mm256_hadd_epi32(d[0], d[1]);
+        const __m256i h = nx <= 2 ? _mm256_hadd_epi32(h01, h01) : _mm256_hadd_epi32(h01, _mm256_hadd_epi32(d[2], d[3]));
+        const __m128 dx = f16x4(q, xoff + offsetof(mp_block_q8_0, d));
+        acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(_mm_set1_ps(b32_scale(w, kind, ib)), dx)),
+                                      acc[ib & 1]);
+        if (b32_has_min(kind)) {
+            const __m256i xs = nx <= 2 ? fold4(xsums8(xq[0]), xsums8(xq[1]), xsums8(xq[0]), xsums8(xq[1]))
+                                       : fold4(xsums8(xq[0]), xsums8(xq[1]), xsums8(xq[2]), xsums8(xq[3]));
+            acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(xs),
+                                          twice(_mm_mul_ps(_mm_set1_ps(b32_min(w, kind, ib)), dx)), acc[ib & 1]);
+        }
+    }
+    const __m256 t = _mm256_add_ps(acc[0], acc[1]);
+    float v[8];
+    _mm256_storeu_ps(v, t);
+    for (int i = 0; i < 4; i++)
+        y[i] = v[i] + v[i + 4];
+}
+
+/* the GEMV prefetches each row's bytes of the next group of four, as quant_avx512.c's does */
+static inline __attribute__((always_inline)) void b32_gemv(int kind, int64_t n, const uint8_t *w, size_t row_bytes,
+                                                           int64_t n_rows, const uint8_t *x, float *y)
+{
+    const size_t ahead = mp_prefetch_distance ? 4 * row_bytes : 0;
+    int64_t r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        const uint8_t *const p[4] = {w + (size_t)r * row_bytes, w + (size_t)(r + 1) * row_bytes,
+                                     w + (size_t)(r + 2) * row_bytes, w + (size_t)(r + 3) * row_bytes};
+        b32_rows4_x(kind, 4, n, p, x, ahead, y + r);
+    }
+    for (; r < n_rows; r++) {
+        const uint8_t *const p[4] = {w + (size_t)r * row_bytes, NULL, NULL, NULL};
+        b32_rows4_x(kind, 1, n, p, x, 0, y + r);
+    }
+}
+
+/* vec_dot, vec_dot_multi and the GEMV of one kind */
 #define DEFINE_B32_DOTS(NAME, KIND)                                                                        \
     static float mp_vec_dot_##NAME##_q8_0_avx2(int64_t n, const void *w, const void *x)                    \
     {                                                                                                      \
+        const uint8_t *const p[4] = {w, NULL, NULL, NULL};                                                 \
         float out;                                                                                         \
-        b32_rows_dot(n, w, KIND, x, 0, 1, &out);                                                           \
+        b32_rows4_x(KIND, 1, n, p, x, mp_prefetch_distance, &out);                                         \
         return out;                                                                                        \
     }                                                                                                      \
     static void mp_vec_dot_multi_##NAME##_avx2(int64_t n, const void *w, const void *x, size_t x_stride,   \
                                                int n_x, float *out)                                        \
     {                                                                                                      \
-        b32_rows_dot(n, w, KIND, x, x_stride, n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE, out);              \
+        n_x = n_x < MP_GEMM_TILE ? n_x : MP_GEMM_TILE;                                                     \
+        if (n_x == 1) { /* vec_dot's arithmetic, as the four-row vector's lane 0 */                          \
+            out[0] = mp_vec_dot_##NAME##_q8_0_avx2(n, w, x);                                                \
+            return;                                                                                        \
+        }                                                                                                  \
+        const uint8_t *q[4];                                                                               \
+        for (int i = 0; i < 4; i++)                                                                        \
+            q[i] = (const uint8_t *)x + (size_t)(i < n_x ? i : n_x - 1) * x_stride;                        \
+        float t[4];                                                                                        \
+        b32_row_x4(KIND, n, w, q, n_x, t);                                                                 \
+        for (int i = 0; i < n_x; i++)                                                                      \
+            out[i] = t[i];                                                                                 \
+    }                                                                                                      \
+    static void gemv_##NAME##_avx2(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, \
+                                   float *y)                                                               \
+    {                                                                                                      \
+        b32_gemv(KIND, n, w, row_bytes, n_rows, x, y);                                                     \
     }
 
 DEFINE_B32_DOTS(q4_0, B32_Q4_0)
@@ -663,6 +780,10 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI)}
+/* the blocks of 32, with the four-row decode GEMV (b32_gemv) */
+#define OPS_GEMV(T, VDT, DQ, Q, VD, MULTI, GEMV) \
+    {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
+     .vec_dot_multi = (MULTI), .gemv = (GEMV)}
 
 /* ---- activation quantizers (the scalar references' bits; quantize.c) ----
  *
@@ -762,21 +883,21 @@ static const mp_type_ops k_avx2_ops[] = {
     OPS(MP_TYPE_F32, MP_TYPE_F32, mp_dequantize_row_f32_scalar, mp_quantize_row_f32_ref, vec_dot_f32, NULL),
     OPS(MP_TYPE_F16, MP_TYPE_F32, dequantize_f16, mp_quantize_row_f16_ref, vec_dot_f16, NULL),
     OPS(MP_TYPE_BF16, MP_TYPE_F32, dequantize_bf16, mp_quantize_row_bf16_ref, vec_dot_bf16, NULL),
-    OPS(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, mp_vec_dot_q4_0_q8_0_avx2,
-        mp_vec_dot_multi_q4_0_avx2),
-    OPS(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, mp_vec_dot_q8_0_q8_0_avx2,
-        mp_vec_dot_multi_q8_0_avx2),
+    OPS_GEMV(MP_TYPE_Q4_0, MP_TYPE_Q8_0, dequantize_q4_0, mp_quantize_row_q4_0_ref, mp_vec_dot_q4_0_q8_0_avx2,
+        mp_vec_dot_multi_q4_0_avx2, gemv_q4_0_avx2),
+    OPS_GEMV(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, mp_vec_dot_q8_0_q8_0_avx2,
+        mp_vec_dot_multi_q8_0_avx2, gemv_q8_0_avx2),
     /* the other blocks of 32: rows dequantized by the scalar reference (loaders and tests only) */
-    OPS(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref, mp_vec_dot_q4_1_q8_0_avx2,
-        mp_vec_dot_multi_q4_1_avx2),
-    OPS(MP_TYPE_Q5_0, MP_TYPE_Q8_0, mp_dequantize_row_q5_0_scalar, mp_quantize_row_q5_0_ref, mp_vec_dot_q5_0_q8_0_avx2,
-        mp_vec_dot_multi_q5_0_avx2),
-    OPS(MP_TYPE_Q5_1, MP_TYPE_Q8_0, mp_dequantize_row_q5_1_scalar, mp_quantize_row_q5_1_ref, mp_vec_dot_q5_1_q8_0_avx2,
-        mp_vec_dot_multi_q5_1_avx2),
-    OPS(MP_TYPE_IQ4_NL, MP_TYPE_Q8_0, mp_dequantize_row_iq4_nl_scalar, mp_quantize_row_iq4_nl_ref,
-        mp_vec_dot_iq4_nl_q8_0_avx2, mp_vec_dot_multi_iq4_nl_avx2),
-    OPS(MP_TYPE_MXFP4, MP_TYPE_Q8_0, mp_dequantize_row_mxfp4_scalar, mp_quantize_row_mxfp4_ref, mp_vec_dot_mxfp4_q8_0_avx2,
-        mp_vec_dot_multi_mxfp4_avx2),
+    OPS_GEMV(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref, mp_vec_dot_q4_1_q8_0_avx2,
+        mp_vec_dot_multi_q4_1_avx2, gemv_q4_1_avx2),
+    OPS_GEMV(MP_TYPE_Q5_0, MP_TYPE_Q8_0, mp_dequantize_row_q5_0_scalar, mp_quantize_row_q5_0_ref, mp_vec_dot_q5_0_q8_0_avx2,
+        mp_vec_dot_multi_q5_0_avx2, gemv_q5_0_avx2),
+    OPS_GEMV(MP_TYPE_Q5_1, MP_TYPE_Q8_0, mp_dequantize_row_q5_1_scalar, mp_quantize_row_q5_1_ref, mp_vec_dot_q5_1_q8_0_avx2,
+        mp_vec_dot_multi_q5_1_avx2, gemv_q5_1_avx2),
+    OPS_GEMV(MP_TYPE_IQ4_NL, MP_TYPE_Q8_0, mp_dequantize_row_iq4_nl_scalar, mp_quantize_row_iq4_nl_ref,
+        mp_vec_dot_iq4_nl_q8_0_avx2, mp_vec_dot_multi_iq4_nl_avx2, gemv_iq4_nl_avx2),
+    OPS_GEMV(MP_TYPE_MXFP4, MP_TYPE_Q8_0, mp_dequantize_row_mxfp4_scalar, mp_quantize_row_mxfp4_ref, mp_vec_dot_mxfp4_q8_0_avx2,
+        mp_vec_dot_multi_mxfp4_avx2, gemv_mxfp4_avx2),
     OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
         vec_dot_multi_q4_K),
     /* Q2_K's, Q3_K's and Q5_K's rows are dequantized by the scalar reference (loaders and tests
