@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/cpu/quant_impl.h"
+#include "kernels/cpu/four_rows.h"
 
 static inline float hsum_ps(__m256 v)
 {
@@ -261,27 +262,10 @@ static inline __m256i xsums8(__m256i x)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1));
 }
 
-/* four f16s (at p[i] + off) as floats */
-static inline __m128 f16x4(const uint8_t *const p[4], size_t off)
-{
-    uint16_t h[4];
-    for (int i = 0; i < 4; i++)
-        memcpy(&h[i], p[i] + off, 2);
-    const uint64_t v = (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
-}
-
-/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 as mp_e8m0_half */
+/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 */
 static inline __m128 b32_scales4(int kind, const uint8_t *const p[4], size_t off)
 {
-    if (kind != B32_MXFP4)
-        return f16x4(p, off);
-    const uint32_t e4 = (uint32_t)p[0][off] | (uint32_t)p[1][off] << 8 | (uint32_t)p[2][off] << 16 |
-                        (uint32_t)p[3][off] << 24;
-    const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)e4));
-    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
-    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
-    return _mm_castsi128_ps(_mm_blendv_epi8(normal, sub, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
+    return kind == B32_MXFP4 ? mp_e8m0x4(p, off) : mp_f16x4(p, off);
 }
 
 static inline __m256 twice(__m128 s)
@@ -320,7 +304,7 @@ static inline __attribute__((always_inline)) void b32_rows4_x(int kind, int nr, 
                       dot_i8x32_sums(b32_weights(p[2], kind, ib), xq), dot_i8x32_sums(b32_weights(p[3], kind, ib), xq));
             s = b32_scales4(kind, p, off);
             if (b32_has_min(kind))
-                m = f16x4(p, off + 2);
+                m = mp_f16x4(p, off + 2);
         }
         acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(s, dx)), acc[ib & 1]);
         if (b32_has_min(kind)) {
@@ -358,7 +342,7 @@ static inline __attribute__((always_inline)) void b32_row_x4(int kind, int64_t n
          * exact sums */
         const __m256i h01 = _mm256_hadd_epi32(d[0], d[1]);
         const __m256i h = nx <= 2 ? _mm256_hadd_epi32(h01, h01) : _mm256_hadd_epi32(h01, _mm256_hadd_epi32(d[2], d[3]));
-        const __m128 dx = f16x4(q, xoff + offsetof(mp_block_q8_0, d));
+        const __m128 dx = mp_f16x4(q, xoff + offsetof(mp_block_q8_0, d));
         acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(_mm_set1_ps(b32_scale(w, kind, ib)), dx)),
                                       acc[ib & 1]);
         if (b32_has_min(kind)) {
@@ -375,11 +359,11 @@ static inline __attribute__((always_inline)) void b32_row_x4(int kind, int64_t n
         y[i] = v[i] + v[i + 4];
 }
 
-/* the GEMV prefetches each row's bytes of the next group of four, as quant_avx512.c's does */
+/* the GEMV: four rows a step, prefetched one group ahead (four_rows.h) */
 static inline __attribute__((always_inline)) void b32_gemv(int kind, int64_t n, const uint8_t *w, size_t row_bytes,
                                                            int64_t n_rows, const uint8_t *x, float *y)
 {
-    const size_t ahead = mp_prefetch_distance ? 4 * row_bytes : 0;
+    const size_t ahead = mp_four_rows_ahead(row_bytes);
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4) {
         const uint8_t *const p[4] = {w + (size_t)r * row_bytes, w + (size_t)(r + 1) * row_bytes,

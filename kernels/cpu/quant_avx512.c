@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "kernels/cpu/quant_impl.h"
+#include "kernels/cpu/four_rows.h"
 
 /* The row loops take n_x (activation rows) as a parameter; inlining them into each caller makes
  * vec_dot the n_x = 1 specialization, with its accumulators in registers instead of an array
@@ -661,27 +662,10 @@ static ALWAYS_INLINE __m512i pair_weights(int k, const uint8_t *ba, const uint8_
     return _mm512_mask_add_epi8(z, fifth, z, _mm512_set1_epi8(16));
 }
 
-/* four f16s (at p[i] + off) as floats */
-static ALWAYS_INLINE __m128 f16x4(const uint8_t *const p[4], size_t off)
-{
-    uint16_t h[4];
-    for (int i = 0; i < 4; i++)
-        memcpy(&h[i], p[i] + off, 2);
-    const uint64_t v = (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
-}
-
-/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 as mp_e8m0_half */
+/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 */
 static ALWAYS_INLINE __m128 pk_scales(int k, const uint8_t *const p[4], size_t off)
 {
-    if (k != P_MXFP4)
-        return f16x4(p, off);
-    const uint32_t e4 = (uint32_t)p[0][off] | (uint32_t)p[1][off] << 8 | (uint32_t)p[2][off] << 16 |
-                        (uint32_t)p[3][off] << 24;
-    const __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)e4));
-    const __m128i normal = _mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23);
-    const __m128i sub = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e);
-    return _mm_castsi128_ps(_mm_blendv_epi8(normal, sub, _mm_cmplt_epi32(e, _mm_set1_epi32(2))));
+    return k == P_MXFP4 ? mp_e8m0x4(p, off) : mp_f16x4(p, off);
 }
 
 static ALWAYS_INLINE float pk_scale(int k, const uint8_t *b)
@@ -754,7 +738,7 @@ static ALWAYS_INLINE void pair_rows_x(int k, int np, int64_t n, const uint8_t *c
         const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0x50); /* [lo | lo | hi | hi] */
         const __m128 dx = _mm_set1_ps(f16(bx->d));
         const __m128 sd = _mm_mul_ps(pk_scales(k, p, off), dx);
-        const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
+        const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(mp_f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
         for (int j = 0; j < np; j++) {
             const __m512i w = pair_weights(k, p[2 * j] + off, p[2 * j + 1] + off, lut);
             acc[j][ib & 1] = pair_block(k, acc[j][ib & 1], w, xv, pair_scale(sd, j), pair_scale(sm, j));
@@ -777,7 +761,7 @@ static ALWAYS_INLINE void pair_row_xs(int k, int np, int64_t n, const uint8_t *w
         if ((ib & 3) == 0)
             mp_prefetch_weights(w + off, 4 * bb);
         const __m512i wv = pair_weights(k, w + off, w + off, lut); /* [lo | lo | hi | hi] */
-        const __m128 dx = f16x4(q, xoff + offsetof(mp_block_q8_0, d));
+        const __m128 dx = mp_f16x4(q, xoff + offsetof(mp_block_q8_0, d));
         const __m128 sd = _mm_mul_ps(_mm_set1_ps(pk_scale(k, w + off)), dx);
         const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(_mm_set1_ps(pk_min_scale(k, w + off)), dx) : sd;
         for (int j = 0; j < np; j++) {
@@ -792,16 +776,11 @@ static ALWAYS_INLINE void pair_row_xs(int k, int np, int64_t n, const uint8_t *w
         pair_sums(_mm512_add_ps(acc[j][0], acc[j][1]), y + 2 * j);
 }
 
-/* The GEMV reads four rows at once, so one distance ahead in bytes (mp_prefetch_weights') lands in
- * the rows beside: it prefetches each row's bytes of the next group of four instead, one group's time
- * before they are read (4 row_bytes ahead; the last group's reach past its call, which never faults).
- * On the H100 machine's host (Emerald Rapids, 16 threads, gpt-oss-20b's 1530-byte MXFP4 rows,
- * moe_cpu_stream over 24 layers) 2048 bytes ahead of each row gave 732 / 736 us a call, 6144 (one
- * group) 602 / 617; MP_PREFETCH_BYTES=0 turns it off as it does every kernel's prefetch. */
+/* the GEMV: four rows a step (two pairs), prefetched one group ahead (four_rows.h) */
 static ALWAYS_INLINE void pair_gemv(int k, int64_t n, const uint8_t *w, size_t row_bytes, int64_t n_rows,
                                     const uint8_t *x, float *y)
 {
-    const size_t ahead = mp_prefetch_distance ? 4 * row_bytes : 0;
+    const size_t ahead = mp_four_rows_ahead(row_bytes);
     int64_t r = 0;
     for (; r + 4 <= n_rows; r += 4) {
         const uint8_t *const p[4] = {w + (size_t)r * row_bytes, w + (size_t)(r + 1) * row_bytes,
