@@ -275,88 +275,109 @@ static inline __m256 twice(__m128 s)
 
 /* Weight rows p[0..4) (nr = 4; nr = 1: p[0] alone) against one activation row x: y[i] = dot(p[i], x).
  * ahead: the bytes from a row's block to the one its prefetch asks for (0: none). */
-static inline __attribute__((always_inline)) void b32_rows4_x(int kind, int nr, int64_t n, const uint8_t *const p[4],
-                                                              const uint8_t *x, size_t ahead, float *y)
+static inline __attribute__((always_inline)) __m256 b32_rows4_x_block(int kind, int nr, const uint8_t *const p[4],
+                                                                       const uint8_t *x, int64_t ib, size_t ahead,
+                                                                       __m256 acc)
 {
-    const size_t bb = b32_bytes(kind);
-    const int64_t nb = n / MP_QK8_0;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const size_t off = (size_t)ib * bb;
-        if (ahead && (ib & 3) == 0)
-            for (int i = 0; i < nr; i++) {
-                __builtin_prefetch(p[i] + off + ahead, 0, 3);
-                __builtin_prefetch(p[i] + off + ahead + 64, 0, 3);
-            }
-        const mp_block_q8_0 *bx = (const mp_block_q8_0 *)x + ib;
-        const __m256i xq = loadu256(bx->qs);
-        __m256i h;
-        __m128 s, m = _mm_setzero_ps();
-        const __m128 dx = _mm_set1_ps(f16(bx->d));
-        if (nr == 1) {
-            const __m256i d0 = dot_i8x32_sums(b32_weights(p[0], kind, ib), xq);
-            h = fold4(d0, d0, d0, d0);
-            s = _mm_set1_ps(b32_scale(p[0], kind, ib));
-            if (b32_has_min(kind))
-                m = _mm_set1_ps(b32_min(p[0], kind, ib));
-        } else {
-            h = fold4(dot_i8x32_sums(b32_weights(p[0], kind, ib), xq), dot_i8x32_sums(b32_weights(p[1], kind, ib), xq),
-                      dot_i8x32_sums(b32_weights(p[2], kind, ib), xq), dot_i8x32_sums(b32_weights(p[3], kind, ib), xq));
-            s = b32_scales4(kind, p, off);
-            if (b32_has_min(kind))
-                m = mp_f16x4(p, off + 2);
+    const size_t off = (size_t)ib * b32_bytes(kind);
+    if (ahead && (ib & 3) == 0)
+        for (int i = 0; i < nr; i++) {
+            __builtin_prefetch(p[i] + off + ahead, 0, 3);
+            __builtin_prefetch(p[i] + off + ahead + 64, 0, 3);
         }
-        acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(s, dx)), acc[ib & 1]);
-        if (b32_has_min(kind)) {
-            const __m256i xs = xsums8(xq);
-            acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold4(xs, xs, xs, xs)), twice(_mm_mul_ps(m, dx)),
-                                          acc[ib & 1]);
-        }
+    const mp_block_q8_0 *bx = (const mp_block_q8_0 *)x + ib;
+    const __m256i xq = loadu256(bx->qs);
+    __m256i h;
+    __m128 s, m = _mm_setzero_ps();
+    const __m128 dx = _mm_set1_ps(f16(bx->d));
+    if (nr == 1) {
+        const __m256i d0 = dot_i8x32_sums(b32_weights(p[0], kind, ib), xq);
+        h = fold4(d0, d0, d0, d0);
+        s = _mm_set1_ps(b32_scale(p[0], kind, ib));
+        if (b32_has_min(kind))
+            m = _mm_set1_ps(b32_min(p[0], kind, ib));
+    } else {
+        h = fold4(dot_i8x32_sums(b32_weights(p[0], kind, ib), xq), dot_i8x32_sums(b32_weights(p[1], kind, ib), xq),
+                  dot_i8x32_sums(b32_weights(p[2], kind, ib), xq), dot_i8x32_sums(b32_weights(p[3], kind, ib), xq));
+        s = b32_scales4(kind, p, off);
+        if (b32_has_min(kind))
+            m = mp_f16x4(p, off + 2);
     }
-    const __m256 t = _mm256_add_ps(acc[0], acc[1]);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(s, dx)), acc);
+    if (b32_has_min(kind)) {
+        const __m256i xs = xsums8(xq);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold4(xs, xs, xs, xs)), twice(_mm_mul_ps(m, dx)), acc);
+    }
+    return acc;
+}
+
+/* the sums of a step's dots in lanes i and i + 4 of even + odd: y[i] for i < nr */
+static inline void b32_sums(__m256 even, __m256 odd, int nr, float *y)
+{
     float v[8];
-    _mm256_storeu_ps(v, t);
+    _mm256_storeu_ps(v, _mm256_add_ps(even, odd));
     for (int i = 0; i < nr; i++)
         y[i] = v[i] + v[i + 4];
 }
 
+static inline __attribute__((always_inline)) void b32_rows4_x(int kind, int nr, int64_t n, const uint8_t *const p[4],
+                                                              const uint8_t *x, size_t ahead, float *y)
+{
+    const int64_t nb = n / MP_QK8_0;
+    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps(); /* unrolled: both stay in registers */
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        even = b32_rows4_x_block(kind, nr, p, x, ib, ahead, even);
+        odd = b32_rows4_x_block(kind, nr, p, x, ib + 1, ahead, odd);
+    }
+    if (ib < nb)
+        even = b32_rows4_x_block(kind, nr, p, x, ib, ahead, even);
+    b32_sums(even, odd, nr, y);
+}
+
 /* One weight row w against activation rows q[0..nx) (nx 2..4; q[nx..4) repeat the last): y[i] =
  * dot(w, q[i]). */
+static inline __attribute__((always_inline)) __m256 b32_row_x4_block(int kind, const uint8_t *w,
+                                                                      const uint8_t *const q[4], int nx, int64_t ib,
+                                                                      __m256 acc)
+{
+    const size_t xoff = (size_t)ib * sizeof(mp_block_q8_0);
+    if ((ib & 1) == 0)
+        mp_prefetch_weights(w + (size_t)ib * b32_bytes(kind), 2 * b32_bytes(kind));
+    const __m256i wq = b32_weights(w, kind, ib);
+    const __m256i x0 = loadu256(q[0] + xoff + offsetof(mp_block_q8_0, qs));
+    const __m256i x1 = loadu256(q[1] + xoff + offsetof(mp_block_q8_0, qs));
+    const __m256i h01 = _mm256_hadd_epi32(dot_i8x32_sums(wq, x0), dot_i8x32_sums(wq, x1));
+    __m256i x2 = x0, x3 = x1, h;
+    if (nx <= 2) { /* lanes 2, 3 (and 6, 7) are never read: one fold fewer, lanes 0, 1 the same exact sums */
+        h = _mm256_hadd_epi32(h01, h01);
+    } else {
+        x2 = loadu256(q[2] + xoff + offsetof(mp_block_q8_0, qs));
+        x3 = loadu256(q[3] + xoff + offsetof(mp_block_q8_0, qs));
+        h = _mm256_hadd_epi32(h01, _mm256_hadd_epi32(dot_i8x32_sums(wq, x2), dot_i8x32_sums(wq, x3)));
+    }
+    const __m128 dx = mp_f16x4(q, xoff + offsetof(mp_block_q8_0, d));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(_mm_set1_ps(b32_scale(w, kind, ib)), dx)), acc);
+    if (b32_has_min(kind)) {
+        const __m256i xs = fold4(xsums8(x0), xsums8(x1), xsums8(x2), xsums8(x3));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(xs), twice(_mm_mul_ps(_mm_set1_ps(b32_min(w, kind, ib)), dx)), acc);
+    }
+    return acc;
+}
+
 static inline __attribute__((always_inline)) void b32_row_x4(int kind, int64_t n, const uint8_t *w,
                                                              const uint8_t *const q[4], int nx, float y[4])
 {
-    const size_t bb = b32_bytes(kind);
     const int64_t nb = n / MP_QK8_0;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const size_t off = (size_t)ib * bb, xoff = (size_t)ib * sizeof(mp_block_q8_0);
-        if ((ib & 1) == 0)
-            mp_prefetch_weights(w + off, 2 * bb);
-        const __m256i wq = b32_weights(w, kind, ib);
-        __m256i xq[4], d[4];
-        for (int i = 0; i < 4; i++) {
-            xq[i] = loadu256(q[i] + xoff + offsetof(mp_block_q8_0, qs));
-            d[i] = dot_i8x32_sums(wq, xq[i]);
-        }
-        /* two rows: lanes 2 and 3 (and 6, 7) are never read, so one fold fewer gives lanes 0, 1 the same
-         * exact sums */
-        const __m256i h01 = _mm256_hadd_epi32(d[0], d[1]);
-        const __m256i h = nx <= 2 ? _mm256_hadd_epi32(h01, h01) : _mm256_hadd_epi32(h01, _mm256_hadd_epi32(d[2], d[3]));
-        const __m128 dx = mp_f16x4(q, xoff + offsetof(mp_block_q8_0, d));
-        acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), twice(_mm_mul_ps(_mm_set1_ps(b32_scale(w, kind, ib)), dx)),
-                                      acc[ib & 1]);
-        if (b32_has_min(kind)) {
-            const __m256i xs = nx <= 2 ? fold4(xsums8(xq[0]), xsums8(xq[1]), xsums8(xq[0]), xsums8(xq[1]))
-                                       : fold4(xsums8(xq[0]), xsums8(xq[1]), xsums8(xq[2]), xsums8(xq[3]));
-            acc[ib & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(xs),
-                                          twice(_mm_mul_ps(_mm_set1_ps(b32_min(w, kind, ib)), dx)), acc[ib & 1]);
-        }
+    __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        even = b32_row_x4_block(kind, w, q, nx, ib, even);
+        odd = b32_row_x4_block(kind, w, q, nx, ib + 1, odd);
     }
-    const __m256 t = _mm256_add_ps(acc[0], acc[1]);
-    float v[8];
-    _mm256_storeu_ps(v, t);
-    for (int i = 0; i < 4; i++)
-        y[i] = v[i] + v[i + 4];
+    if (ib < nb)
+        even = b32_row_x4_block(kind, w, q, nx, ib, even);
+    b32_sums(even, odd, 4, y);
 }
 
 /* the GEMV: four rows a step, prefetched one group ahead (four_rows.h) */

@@ -719,61 +719,80 @@ static ALWAYS_INLINE void pair_sums(__m512 acc, float *out)
 
 /* Weight rows p[0..2np) (np pairs: 1 or 2) against one activation row x: y[i] = dot(p[i], x). ahead:
  * the bytes from a row's block to the one its prefetch asks for (0: none). */
+static ALWAYS_INLINE void pair_rows_x_block(int k, int np, const uint8_t *const p[4], const uint8_t *x, int64_t ib,
+                                            size_t ahead, __m512i lut, __m512 acc[2])
+{
+    const size_t off = (size_t)ib * pk_bytes(k);
+    if (ahead && (ib & 3) == 0)
+        for (int i = 0; i < 2 * np; i++) {
+            __builtin_prefetch(p[i] + off + ahead, 0, 3);
+            __builtin_prefetch(p[i] + off + ahead + 64, 0, 3);
+        }
+    const mp_block_q8_0 *bx = (const mp_block_q8_0 *)x + ib;
+    const __m512i xz = _mm512_castsi256_si512(loadu256(bx->qs));
+    const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0x50); /* [lo | lo | hi | hi] */
+    const __m128 dx = _mm_set1_ps(f16(bx->d));
+    const __m128 sd = _mm_mul_ps(pk_scales(k, p, off), dx);
+    const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(mp_f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
+    for (int j = 0; j < np; j++) {
+        const __m512i w = pair_weights(k, p[2 * j] + off, p[2 * j + 1] + off, lut);
+        acc[j] = pair_block(k, acc[j], w, xv, pair_scale(sd, j), pair_scale(sm, j));
+    }
+}
+
 static ALWAYS_INLINE void pair_rows_x(int k, int np, int64_t n, const uint8_t *const p[4], const uint8_t *x,
                                       size_t ahead, float y[4])
 {
-    const size_t bb = pk_bytes(k);
     const __m512i lut = pk_lut(k);
-    __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
+    /* even and odd blocks' accumulators, unrolled so that they stay in registers */
+    __m512 even[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, odd[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t nb = n / MP_QK8_0;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const size_t off = (size_t)ib * bb;
-        if (ahead && (ib & 3) == 0)
-            for (int i = 0; i < 2 * np; i++) {
-                __builtin_prefetch(p[i] + off + ahead, 0, 3);
-                __builtin_prefetch(p[i] + off + ahead + 64, 0, 3);
-            }
-        const mp_block_q8_0 *bx = (const mp_block_q8_0 *)x + ib;
-        const __m512i xz = _mm512_castsi256_si512(loadu256(bx->qs));
-        const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0x50); /* [lo | lo | hi | hi] */
-        const __m128 dx = _mm_set1_ps(f16(bx->d));
-        const __m128 sd = _mm_mul_ps(pk_scales(k, p, off), dx);
-        const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(mp_f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
-        for (int j = 0; j < np; j++) {
-            const __m512i w = pair_weights(k, p[2 * j] + off, p[2 * j + 1] + off, lut);
-            acc[j][ib & 1] = pair_block(k, acc[j][ib & 1], w, xv, pair_scale(sd, j), pair_scale(sm, j));
-        }
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        pair_rows_x_block(k, np, p, x, ib, ahead, lut, even);
+        pair_rows_x_block(k, np, p, x, ib + 1, ahead, lut, odd);
     }
+    if (ib < nb)
+        pair_rows_x_block(k, np, p, x, ib, ahead, lut, even);
     for (int j = 0; j < np; j++)
-        pair_sums(_mm512_add_ps(acc[j][0], acc[j][1]), y + 2 * j);
+        pair_sums(_mm512_add_ps(even[j], odd[j]), y + 2 * j);
+}
+
+static ALWAYS_INLINE void pair_row_xs_block(int k, int np, const uint8_t *w, const uint8_t *const q[4], int64_t ib,
+                                            __m512i lut, __m512 acc[2])
+{
+    const size_t off = (size_t)ib * pk_bytes(k), xoff = (size_t)ib * sizeof(mp_block_q8_0);
+    if ((ib & 3) == 0)
+        mp_prefetch_weights(w + off, 4 * pk_bytes(k));
+    const __m512i wv = pair_weights(k, w + off, w + off, lut); /* [lo | lo | hi | hi] */
+    const __m128 dx = mp_f16x4(q, xoff + offsetof(mp_block_q8_0, d));
+    const __m128 sd = _mm_mul_ps(_mm_set1_ps(pk_scale(k, w + off)), dx);
+    const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(_mm_set1_ps(pk_min_scale(k, w + off)), dx) : sd;
+    for (int j = 0; j < np; j++) {
+        const __m512i xz = _mm512_inserti64x4(
+            _mm512_castsi256_si512(loadu256(q[2 * j] + xoff + offsetof(mp_block_q8_0, qs))),
+            loadu256(q[2 * j + 1] + xoff + offsetof(mp_block_q8_0, qs)), 1);
+        const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0xD8); /* [x0 lo | x1 lo | x0 hi | x1 hi] */
+        acc[j] = pair_block(k, acc[j], wv, xv, pair_scale(sd, j), pair_scale(sm, j));
+    }
 }
 
 /* One weight row w against activation rows q[0..2np): y[i] = dot(w, q[i]). */
 static ALWAYS_INLINE void pair_row_xs(int k, int np, int64_t n, const uint8_t *w, const uint8_t *const q[4],
                                       float y[4])
 {
-    const size_t bb = pk_bytes(k);
     const __m512i lut = pk_lut(k);
-    __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
+    __m512 even[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, odd[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int64_t nb = n / MP_QK8_0;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const size_t off = (size_t)ib * bb, xoff = (size_t)ib * sizeof(mp_block_q8_0);
-        if ((ib & 3) == 0)
-            mp_prefetch_weights(w + off, 4 * bb);
-        const __m512i wv = pair_weights(k, w + off, w + off, lut); /* [lo | lo | hi | hi] */
-        const __m128 dx = mp_f16x4(q, xoff + offsetof(mp_block_q8_0, d));
-        const __m128 sd = _mm_mul_ps(_mm_set1_ps(pk_scale(k, w + off)), dx);
-        const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(_mm_set1_ps(pk_min_scale(k, w + off)), dx) : sd;
-        for (int j = 0; j < np; j++) {
-            const __m512i xz = _mm512_inserti64x4(
-                _mm512_castsi256_si512(loadu256(q[2 * j] + xoff + offsetof(mp_block_q8_0, qs))),
-                loadu256(q[2 * j + 1] + xoff + offsetof(mp_block_q8_0, qs)), 1);
-            const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0xD8); /* [x0 lo | x1 lo | x0 hi | x1 hi] */
-            acc[j][ib & 1] = pair_block(k, acc[j][ib & 1], wv, xv, pair_scale(sd, j), pair_scale(sm, j));
-        }
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        pair_row_xs_block(k, np, w, q, ib, lut, even);
+        pair_row_xs_block(k, np, w, q, ib + 1, lut, odd);
     }
+    if (ib < nb)
+        pair_row_xs_block(k, np, w, q, ib, lut, even);
     for (int j = 0; j < np; j++)
-        pair_sums(_mm512_add_ps(acc[j][0], acc[j][1]), y + 2 * j);
+        pair_sums(_mm512_add_ps(even[j], odd[j]), y + 2 * j);
 }
 
 /* the GEMV: four rows a step (two pairs), prefetched one group ahead (four_rows.h) */
