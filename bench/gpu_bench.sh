@@ -11,7 +11,7 @@
 # Each configuration is one `moeplan bench -o json` call (JSON in OUTDIR/bench-<name>.json); a
 # markdown table of all rows goes to stdout. Knobs: THREADS (default nproc), REPS (default 3),
 # CONFIGS (names below, default all), PP / TG (test sizes), MODEL, QUANT (the generated preset's
-# mix: q4_k_m, the default, or q8_0), COSTS (the model's cost file: the executor decides its far
+# mix: q4_k_m, the default, or q8_0; MODEL must exist, the preset is generated only without it), COSTS (the model's cost file: the executor decides its far
 # routes from it; without it, none), ROUNDS (default 1: the configurations run ROUNDS times in turn,
 # config after config, into bench-<name>.r<N>.json; the host's read bandwidth drifts within minutes,
 # so only alternated rounds compare). The table gives each row the host read bandwidth bench
@@ -27,6 +27,9 @@ threads=${THREADS:-$(nproc)}
 reps=${REPS:-3}
 rounds=${ROUNDS:-1}
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench: ROUNDS '$rounds': expected a positive integer" >&2; exit 2; }
+# a MODEL that is not there is a mistake (a typo would otherwise get the 30B preset generated under its name)
+[ -z "${MODEL:-}" ] || [ -f "$MODEL" ] ||
+    { echo "gpu_bench: MODEL '$MODEL': no such file (leave MODEL unset for the generated qwen3-30b-a3b preset)" >&2; exit 2; }
 mkdir -p "$out"
 if [ ! -f "$model" ]; then
     mkdir -p "$(dirname "$model")"

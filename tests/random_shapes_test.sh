@@ -3,7 +3,7 @@
 # gpt-oss shape through mkmodel, collect, analyze, calibrate --quick, simulate, simulate with synthetic
 # GPU costs (bench/synth_gpu_costs.py) and profile verify; fails when one fails (the script's exit
 # status), when fewer than 4 went the whole way or the gpt-oss one did not. Also the bench scripts' own arguments that this
-# and split_ab.sh take: a bad one is refused in one line naming it, exit status non-zero, before any
+# and split_ab.sh take (and gpu_bench.sh's MODEL): a bad one is refused in one line naming it, exit status non-zero, before any
 # work; bench_kernels --prefetch's list likewise, and a small run of it that prints each distance's
 # column. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
 set -uo pipefail
@@ -26,6 +26,7 @@ refuse "SEED '-1': expected a whole number of at least 0" python3 "$src/bench/ra
 refuse "ARMS 'split@foo': expected VAR=VALUE after '@'" env ARMS="split@foo" bash "$src/bench/split_ab.sh" "$B" "$out/x"
 refuse "ARMS 'bogus': expected split, whole, off or uN" env ARMS=bogus bash "$src/bench/split_ab.sh" "$B" "$out/x"
 refuse "ROUNDS 'x': expected a positive integer" env ROUNDS=x bash "$src/bench/grid_vs_run.sh" "$B" "$out/x"
+refuse "MODEL '$out/none.gguf': no such file" env MODEL="$out/none.gguf" bash "$src/bench/gpu_bench.sh" "$B" "$out/x"
 refuse "--top-k 9: expected at most --experts (8)" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" \
     --experts 8 --top-k 9
 refuse "$out/no.json: [Errno 2]" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" --experts 8 --top-k 2
