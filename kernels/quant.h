@@ -241,10 +241,10 @@ typedef struct mp_type_ops {
     void (*gemm)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, size_t x_stride,
                  int64_t n_x, float *y, int64_t y_stride);
     int gemm_min_rows;
-    /* Optional (NULL where a variant has none: the AVX-512 level's IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1 have it): the
+    /* Optional (NULL where a variant has none: the AVX2 and AVX-512 levels' blocks of 32 have it): the
      * decode GEMV, y[r] = dot(W[r], x) for n_rows weight rows from w, row_bytes apart, against one
-     * activation row; mp_gemv_rows uses it, per-row vec_dot otherwise. Equal to vec_dot bit for bit,
-     * whatever rows a call is given. */
+     * activation row; mp_gemv_rows uses it (and mp_gemm_rows for a tile of one activation row), per-row
+     * vec_dot otherwise. Equal to vec_dot bit for bit, whatever rows a call is given. */
     void (*gemv)(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, float *y);
 } mp_type_ops;
 

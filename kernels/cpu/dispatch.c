@@ -294,7 +294,7 @@ void mp_gemv_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
                   int64_t row_begin, int64_t row_end, const void *x, float *y)
 {
     const uint8_t *wb = w; /* (n_rows, row_bytes) */
-    if (ops->gemv && row_end > row_begin) {
+    if (ops->gemv) {
         ops->gemv(n_cols, wb + (size_t)row_begin * row_bytes, row_bytes, row_end - row_begin, x, y);
         return;
     }
@@ -319,7 +319,7 @@ void mp_gemm_rows(const mp_type_ops *ops, const void *w, size_t row_bytes, int64
     for (int64_t i0 = 0; i0 < n_x; i0 += MP_GEMM_TILE) {
         const int tile = (int)(n_x - i0 < MP_GEMM_TILE ? n_x - i0 : MP_GEMM_TILE);
         const uint8_t *xt = xb + (size_t)i0 * x_stride;
-        if (tile == 1 && ops->gemv && row_end > row_begin) { /* vec_dot's bits, rows grouped */
+        if (tile == 1 && ops->gemv) { /* vec_dot's bits, rows grouped */
             ops->gemv(n_cols, wb + (size_t)row_begin * row_bytes, row_bytes, row_end - row_begin, xt,
                       y + i0 * y_stride);
             continue;

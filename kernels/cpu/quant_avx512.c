@@ -577,15 +577,14 @@ static void dequantize_q6_K(const void *src, float *dst, int64_t n)
     }
 }
 
-/* ---- the table ---- */
-
-/* ---- IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1 (activation row Q8_0): two dots per 512-bit vector ----
+/* ---- the blocks of 32 (activation row Q8_0): two dots per 512-bit vector ----
  *
  * A pair vector holds the partial sums of two dots a and b in its 128-bit lanes, [a lo | b lo | a hi |
  * b hi]: lo the products of a block's elements 0..15 (its bytes' low nibbles), hi those of 16..31,
  * each int32 lane the exact sum of four. The weights go in as unsigned bytes, as vpdpbusd takes them:
- * IQ4_NL's and MXFP4's levels looked up plus 128, Q5_0's u = v + 16 (its fifth bits added from qh by
- * a byte mask), Q4_1's and Q5_1's q as stored; each block's sums start at minus that offset times the
+ * IQ4_NL's and MXFP4's levels looked up plus 128, Q4_0's nibbles (v + 8), Q8_0's bytes plus 128,
+ * Q5_0's u = v + 16 (its fifth bits added from qh by a byte mask), Q4_1's and Q5_1's q as stored;
+ * each block's sums start at minus that offset times the
  * activation's sums of four, so one vpdpbusd a block and pair gives the exact sums with no sign moved.
  * Each lane converts its block sum to float and adds it times d_w d_x (Q4_1, Q5_1: then its activation
  * sum times m_w d_x), even and odd blocks in two FMA chains a lane; a dot's eight lanes of their sum
@@ -861,6 +860,8 @@ DEFINE_PAIR_KERNELS(q5_1, P_Q5_1)
 DEFINE_PAIR_KERNELS(q4_0, P_Q4_0)
 DEFINE_PAIR_KERNELS(q8_0, P_Q8_0)
 
+/* ---- the table ---- */
+
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI)}
@@ -868,7 +869,7 @@ DEFINE_PAIR_KERNELS(q8_0, P_Q8_0)
  * against 44 / 46 G MAC/s for Q8_0), from 4 these (53, 71 at 6, 79 at 32 against 50; development
  * VM, Zen 5, bench_kernels --gemm 2,3,4,5,6 and 2,8,32,64, bench/NOTES-kernels.md) */
 #define Q8_GEMM_MIN_ROWS 4
-/* the decode GEMV of IQ4_NL, MXFP4, Q4_1, Q5_0 and Q5_1 (two weight rows a vector, above) */
+/* the blocks of 32's decode GEMV (two weight rows a vector, above); Q4_0 and Q8_0 add the GEMM */
 #define OPS_GEMV(T, VDT, DQ, Q, VD, MULTI, GEMV) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI), .gemv = (GEMV)}
