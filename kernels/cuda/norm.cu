@@ -387,6 +387,18 @@ extern "C" int mp_cuda_available(char *why, size_t why_cap)
                  prop.major, prop.minor);
         return 0;
     }
+    // code this device can load: machine code of its architecture, or PTX of one at most its own
+    // (meson.build's cuda_gencode); else every launch would fail with "no kernel image"
+    cudaFuncAttributes fa;
+    const cudaError_t ke = cudaFuncGetAttributes(&fa, rmsnorm_kernel<1>);
+    if (ke != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(why, why_cap,
+                 "CUDA device 0 (%s, compute capability %d.%d) cannot load this build's kernels (%s): rebuild "
+                 "with -Dsm_arch=%d%d",
+                 prop.name, prop.major, prop.minor, cudaGetErrorString(ke), prop.major, prop.minor);
+        return 0;
+    }
     return 1;
 }
 
