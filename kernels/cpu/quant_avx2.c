@@ -549,10 +549,9 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
     }
 }
 
-/* vec_dot and the GEMM tile of a K-quant whose block dot is BLOCK_DOT; SC: static, or nothing
- * for the exported ones (the AVX-512 table takes Q2_K's and Q3_K's) */
-#define DEFINE_K_AVX2(SC, DOT, MULTI, BLOCK_T, BLOCK_DOT)                                          \
-    SC float DOT(int64_t n, const void *w, const void *x)                                           \
+/* vec_dot and the GEMM tile of a K-quant whose block dot is BLOCK_DOT */
+#define DEFINE_K_AVX2(DOT, MULTI, BLOCK_T, BLOCK_DOT)                                          \
+    static float DOT(int64_t n, const void *w, const void *x)                                       \
     {                                                                                               \
         const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
         const uint8_t *px = x; /* (n / 256,) Q8_K blocks */                                         \
@@ -563,7 +562,7 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
         }                                                                                           \
         return hsum_ps(acc);                                                                        \
     }                                                                                               \
-    SC void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)     \
+    static void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)    \
     {                                                                                               \
         const BLOCK_T *bw = w; /* (n / 256,) */                                                     \
         const uint8_t *px = x; /* (n_x, x_stride) rows of Q8_K blocks */                            \
@@ -580,8 +579,8 @@ static inline void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size
             out[i] = hsum_ps(acc[i]);                                                               \
     }
 
-DEFINE_K_AVX2(, mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2, mp_block_q2_K, q2_K_block_dot)
-DEFINE_K_AVX2(, mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2, mp_block_q3_K, q3_K_block_dot)
+DEFINE_K_AVX2(vec_dot_q2_K_q8_K, vec_dot_multi_q2_K, mp_block_q2_K, q2_K_block_dot)
+DEFINE_K_AVX2(vec_dot_q3_K_q8_K, vec_dot_multi_q3_K, mp_block_q3_K, q3_K_block_dot)
 
 /* ---- IQ4_XS (activation row is Q8_K) ---- */
 
@@ -612,7 +611,7 @@ static inline void iq4_xs_block_dot(const mp_block_iq4_xs *b, const uint8_t *x, 
     }
 }
 
-DEFINE_K_AVX2(, mp_vec_dot_iq4_xs_q8_K_avx2, mp_vec_dot_multi_iq4_xs_avx2, mp_block_iq4_xs, iq4_xs_block_dot)
+DEFINE_K_AVX2(vec_dot_iq4_xs_q8_K, vec_dot_multi_iq4_xs, mp_block_iq4_xs, iq4_xs_block_dot)
 
 /* ---- Q4_K and Q5_K (activation row is Q8_K) ---- */
 
@@ -677,9 +676,9 @@ static inline void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *x, size
     affine_K_block_dot(b->d, b->dmin, b->scales, lo, hi, x, x_stride, n_x, acc);
 }
 
-DEFINE_K_AVX2(static, vec_dot_q4_K_q8_K, vec_dot_multi_q4_K, mp_block_q4_K, q4_K_block_dot)
+DEFINE_K_AVX2(vec_dot_q4_K_q8_K, vec_dot_multi_q4_K, mp_block_q4_K, q4_K_block_dot)
 
-DEFINE_K_AVX2(static, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K, mp_block_q5_K, q5_K_block_dot)
+DEFINE_K_AVX2(vec_dot_q5_K_q8_K, vec_dot_multi_q5_K, mp_block_q5_K, q5_K_block_dot)
 
 static void dequantize_q4_K(const void *src, float *dst, int64_t n)
 {
@@ -756,7 +755,7 @@ static inline void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size
     }
 }
 
-DEFINE_K_AVX2(static, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K, mp_block_q6_K, q6_K_block_dot)
+DEFINE_K_AVX2(vec_dot_q6_K_q8_K, vec_dot_multi_q6_K, mp_block_q6_K, q6_K_block_dot)
 
 static void dequantize_q6_K(const void *src, float *dst, int64_t n)
 {
@@ -908,15 +907,15 @@ static const mp_type_ops k_avx2_ops[] = {
     /* Q2_K's, Q3_K's and Q5_K's rows are dequantized by the scalar reference (loaders and tests
      * only: decode and prefill use vec_dot) */
     OPS(MP_TYPE_Q2_K, MP_TYPE_Q8_K, mp_dequantize_row_q2_K_scalar, mp_quantize_row_q2_K_ref,
-        mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2),
+        vec_dot_q2_K_q8_K, vec_dot_multi_q2_K),
     OPS(MP_TYPE_Q3_K, MP_TYPE_Q8_K, mp_dequantize_row_q3_K_scalar, mp_quantize_row_q3_K_ref,
-        mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2),
+        vec_dot_q3_K_q8_K, vec_dot_multi_q3_K),
     OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
         vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
         vec_dot_multi_q6_K),
     OPS(MP_TYPE_IQ4_XS, MP_TYPE_Q8_K, mp_dequantize_row_iq4_xs_scalar, mp_quantize_row_iq4_xs_ref,
-        mp_vec_dot_iq4_xs_q8_K_avx2, mp_vec_dot_multi_iq4_xs_avx2),
+        vec_dot_iq4_xs_q8_K, vec_dot_multi_iq4_xs),
 };
 
 const mp_type_ops *mp_type_ops_avx2(int type)

@@ -464,9 +464,28 @@ static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
     }
 }
 
-/* One Q6_K weight block against n_x Q8_K blocks. vpdpbusd sums 4 products u * y per int32 lane
- * (one group of 16 elements per 128-bit lane), at most 4 * 63 * 127 = 32004, so two chunks pack
- * losslessly into int16 words and one vpdpwssd applies eight group scales. */
+/* The K-quants of 16 groups of 16 (Q6_K, Q3_K, Q2_K): the scale vectors of the two chunk pairs from
+ * the 16 group scales as int16 words (k_q6_K_scale_idx's spread), and a block's scaled sums for one
+ * Q8_K row: vpdpbusd sums 4 products u * y per int32 lane (one group per 128-bit lane), at most
+ * 4 * 63 * 127 = 32004 (Q6_K; Q3_K 4 * 7 * 127, Q2_K 4 * 3 * 127), so two chunks pack losslessly
+ * into int16 words and one vpdpwssd applies eight group scales, added to sumi. */
+static inline void g16_scale_vectors(__m256i sc16, __m512i scale[2])
+{
+    for (int p = 0; p < 2; p++)
+        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[p]), _mm512_castsi256_si512(sc16));
+}
+
+static ALWAYS_INLINE __m512i g16_sums(const __m512i u[4], const __m512i scale[2], const mp_block_q8_K *y, __m512i sumi)
+{
+    for (int p = 0; p < 2; p++) {
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
+        const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
+    }
+    return sumi;
+}
+
+/* One Q6_K weight block against n_x Q8_K blocks (g16_sums). */
 static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                          __m512 *acc, __m256 *accm)
 {
@@ -476,17 +495,89 @@ static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *
     const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
     /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum: -32 sc (|sc| <= 128) */
     const __m256i sc16_m32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
-    for (int p = 0; p < 2; p++)
-        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[p]), _mm512_castsi256_si512(sc16));
+    g16_scale_vectors(sc16, scale);
     const float d = f16(b->d);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        __m512i sumi = zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m32));
-        for (int p = 0; p < 2; p++) {
-            const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
-            const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
-        }
+        const __m512i sumi = g16_sums(u, scale, y, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m32)));
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
+    }
+}
+
+/* Q2_K / Q3_K chunk c (elements 64c .. 64c+63: runs 2c and 2c + 1 of 32, quant.h): bits 2j of
+ * qs[32h + l] (h = c / 2; j = 2 (c % 2) in the lower half, j + 1 in the upper) from one 256-bit
+ * broadcast shifted per half (masked), and for Q3_K bit 2c (lower) or 2c + 1 (upper) of hmask[l] as
+ * + 4: u = q + 4 in 0..7. */
+static inline __m512i k2_chunk(const uint8_t *qs, const uint8_t *hmask, int c)
+{
+    /* per-half shift counts, one vpsrlvw each: [4 (c % 2) x 16 | 4 (c % 2) + 2 x 16], [2c x 16 | 2c + 1 x 16] */
+    const __m512i q = _mm512_broadcast_i64x4(loadu256(qs + 32 * (c / 2)));
+    const int j = 2 * (c % 2);
+    const __m512i qn = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 2)), 1);
+    const __m512i sh = _mm512_srlv_epi16(q, qn);
+    if (!hmask)
+        return _mm512_and_si512(sh, _mm512_set1_epi8(3));
+    const __m512i h = _mm512_broadcast_i64x4(loadu256(hmask));
+    const __m512i hn = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1);
+    const __m512i top = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, hn), _mm512_set1_epi8(1)), 2);
+    return _mm512_ternarylogic_epi32(sh, _mm512_set1_epi8(3), top, 0xEA); /* (sh & 3) | top */
+}
+
+/* One Q2_K weight block against n_x Q8_K blocks: sum(x y) = d sum_g sc_g sum(q y) - dmin sum_g m_g
+ * bsum_g, the second term in its own 8-lane chain (as Q4_K's mins). */
+static ALWAYS_INLINE void q2_K_block_dot(const mp_block_q2_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc, __m256 *accm)
+{
+    __m512i u[4], scale[2];
+    for (int c = 0; c < 4; c++)
+        u[c] = k2_chunk(b->qs, NULL, c);
+    const __m128i s8 = loadu128(b->scales), m4 = _mm_set1_epi8(0x0F);
+    g16_scale_vectors(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)), scale);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
+    /* [d, dmin, 0, 0]: the two f16 scales, adjacent, in one conversion */
+    uint32_t d_dmin;
+    memcpy(&d_dmin, &b->d, sizeof(d_dmin));
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin));
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        const __m512i sumi = g16_sums(u, scale, y, _mm512_setzero_si512());
+        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
+        const __m128 dm_y = _mm_mul_ps(dm, _mm_set1_ps(q8_K_scale(y))); /* [d yd, dmin yd, 0, 0] */
+        acc[i] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm_y), _mm512_cvtepi32_ps(sumi), acc[i]);
+        accm[i] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm_y)), _mm256_cvtepi32_ps(summ), accm[i]);
+    }
+}
+
+/* A Q3_K block's 16 group scales s_g - 32 as bytes, unpacked in SIMD registers as
+ * mp_q3_K_scale_words does with four words: the 12 packed bytes as dwords [a0, a1, a2] (loaded from 4
+ * bytes before them, inside the block: qs precedes them), lanes [a0, a1, a0 >> 4, a1 >> 4] & 0x0F
+ * with [a2, a2 >> 2, a2 >> 4, a2 >> 6] & 0x03 on top. */
+static inline __m128i q3_K_scales(const mp_block_q3_K *b)
+{
+    const __m128i v = loadu128(b->scales - 4); /* [qs tail, a0, a1, a2] */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0x99), _mm_setr_epi32(0, 0, 4, 4)),
+                                     _mm_set1_epi8(0x0F)); /* [a0, a1, a0, a1] shifted */
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0xFF), _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(0x03)); /* a2 in every lane, shifted */
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
+}
+
+/* One Q3_K weight block against n_x Q8_K blocks: sum(q y) = sum(u y) - 4 sum(y), the -4 sc of each
+ * group's bsum folded into the sums' start (as Q6_K's -32). */
+static ALWAYS_INLINE void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size_t x_stride, int n_x,
+                                         __m512 *acc, __m256 *accm)
+{
+    (void)accm; /* Q3_K has no min terms */
+    __m512i u[4], scale[2];
+    for (int c = 0; c < 4; c++)
+        u[c] = k2_chunk(b->qs, b->hmask, c);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales(b)); /* s_g - 32, in -32..31 */
+    const __m256i sc16_m4 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
+    g16_scale_vectors(sc16, scale);
+    const float d = f16(b->d);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        const __m512i sumi = g16_sums(u, scale, y, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m4)));
         acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
     }
 }
@@ -516,6 +607,8 @@ static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *
 DEFINE_K_ROWS_DOT(q4_K_rows_dot, mp_block_q4_K, q4_K_block_dot)
 DEFINE_K_ROWS_DOT(q5_K_rows_dot, mp_block_q5_K, q5_K_block_dot)
 DEFINE_K_ROWS_DOT(q6_K_rows_dot, mp_block_q6_K, q6_K_block_dot)
+DEFINE_K_ROWS_DOT(q2_K_rows_dot, mp_block_q2_K, q2_K_block_dot)
+DEFINE_K_ROWS_DOT(q3_K_rows_dot, mp_block_q3_K, q3_K_block_dot)
 
 /* The table's vec_dot (n_x = 1) and vec_dot_multi of a row loop. */
 #define DEFINE_K_VEC_DOTS(ROWS, DOT, MULTI)                                                         \
@@ -533,6 +626,8 @@ DEFINE_K_ROWS_DOT(q6_K_rows_dot, mp_block_q6_K, q6_K_block_dot)
 DEFINE_K_VEC_DOTS(q4_K_rows_dot, vec_dot_q4_K_q8_K, vec_dot_multi_q4_K)
 DEFINE_K_VEC_DOTS(q5_K_rows_dot, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K)
 DEFINE_K_VEC_DOTS(q6_K_rows_dot, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K)
+DEFINE_K_VEC_DOTS(q2_K_rows_dot, vec_dot_q2_K_q8_K, vec_dot_multi_q2_K)
+DEFINE_K_VEC_DOTS(q3_K_rows_dot, vec_dot_q3_K_q8_K, vec_dot_multi_q3_K)
 
 static void dequantize_q4_K(const void *src, float *dst, int64_t n)
 {
@@ -860,6 +955,66 @@ DEFINE_PAIR_KERNELS(q5_1, P_Q5_1)
 DEFINE_PAIR_KERNELS(q4_0, P_Q4_0)
 DEFINE_PAIR_KERNELS(q8_0, P_Q8_0)
 
+/* ---- IQ4_XS (activation row is Q8_K) ----
+ *
+ * Chunk c of a block (elements 64c .. 64c+63: sub-blocks 2c and 2c + 1) is qs[32c .. 32c+31]: each
+ * 16 bytes' low nibbles, then their high nibbles. The levels go in unsigned (IQ4_NL's level + 128,
+ * 1..241, one vpshufb per 128-bit lane), so vpdpbusd gives sum(u y) = sum(v y) + 128 sum(y) in int32
+ * lanes (4 * 241 * 127 at most: too large for Q4_K's int16 packing); each lane's sum is converted and
+ * multiplied by its sub-block's scale s_j - 32 in F32 (lanes 0-7 sub-block 2c, 8-15 sub-block
+ * 2c + 1), and the 128 sum(y) terms come off in their own 8-lane chain from the bsums. */
+
+/* The eight sub-block scales s_j - 32 as int32 lanes: the low nibbles from the scales_l word
+ * shifted by 4j, bits 2j, 2j + 1 of scales_h on top. */
+static inline __m256i iq4_xs_scales(const mp_block_iq4_xs *b)
+{
+    uint32_t l;
+    memcpy(&l, b->scales_l, sizeof(l));
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)l), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                        _mm256_set1_epi32(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                        _mm256_set1_epi32(3));
+    return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+
+static ALWAYS_INLINE void iq4_xs_block_dot(const mp_block_iq4_xs *b, const uint8_t *x, size_t x_stride, int n_x,
+                                           __m512 *acc, __m256 *accm)
+{
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(loadu128(k_iq4_nl_levels), _mm_set1_epi8((char)0x80)));
+    __m512i u[4];
+    for (int c = 0; c < 4; c++) {
+        /* lanes [qs 0-15, qs 0-15, qs 16-31, qs 16-31], lanes 1 and 3 shifted to their high nibbles */
+        const __m512i q = _mm512_shuffle_i32x4(_mm512_castsi256_si512(loadu256(b->qs + 32 * c)),
+                                               _mm512_castsi256_si512(loadu256(b->qs + 32 * c)), 0x50);
+        const __m512i nib = _mm512_and_si512(_mm512_mask_mov_epi16(q, 0xFF00FF00u, _mm512_srli_epi16(q, 4)),
+                                             _mm512_set1_epi8(0x0F));
+        u[c] = _mm512_shuffle_epi8(lut, nib);
+    }
+    const __m256i s32 = iq4_xs_scales(b);
+    const __m512 sf = _mm512_castps256_ps512(_mm256_cvtepi32_ps(s32));
+    __m512 scale[4]; /* [s_2c x 8 | s_2c+1 x 8] */
+    for (int c = 0; c < 4; c++)
+        scale[c] = _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1), 1), sf);
+    /* each scale twice, as int16 words beside the bsums of its sub-block's two groups of 16 */
+    const __m256i sc16 = _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s32, 16));
+    const float d = f16(b->d);
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], loadu512(y->qs))),
+                                 scale[0]);
+        for (int c = 1; c < 4; c++)
+            t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[c], loadu512(y->qs + 64 * c))),
+                                scale[c], t);
+        const float dy = d * q8_K_scale(y);
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(dy), t, acc[i]);
+        accm[i] = _mm256_fnmadd_ps(_mm256_set1_ps(128.0f * dy), _mm256_cvtepi32_ps(_mm256_madd_epi16(loadu256(y->bsums), sc16)),
+                                   accm[i]);
+    }
+}
+
+DEFINE_K_ROWS_DOT(iq4_xs_rows_dot, mp_block_iq4_xs, iq4_xs_block_dot)
+DEFINE_K_VEC_DOTS(iq4_xs_rows_dot, vec_dot_iq4_xs_q8_K, vec_dot_multi_iq4_xs)
+
 /* ---- the table ---- */
 
 #define OPS(T, VDT, DQ, Q, VD, MULTI) \
@@ -900,13 +1055,12 @@ static const mp_type_ops k_avx512_ops[] = {
     OPS_GEMV(MP_TYPE_MXFP4, MP_TYPE_Q8_0, mp_dequantize_row_mxfp4_scalar, mp_quantize_row_mxfp4_ref,
              vec_dot_mxfp4_q8_0, vec_dot_multi_mxfp4, gemv_mxfp4),
     OPS(MP_TYPE_IQ4_XS, MP_TYPE_Q8_K, mp_dequantize_row_iq4_xs_scalar, mp_quantize_row_iq4_xs_ref,
-        mp_vec_dot_iq4_xs_q8_K_avx2, mp_vec_dot_multi_iq4_xs_avx2),
-    /* Q2_K and Q3_K: the AVX2 kernels (2-bit runs in 16-element groups: the 512-bit unpacking was
-     * not written); Q5_K's rows are dequantized by the scalar reference (loaders and tests only) */
-    OPS(MP_TYPE_Q2_K, MP_TYPE_Q8_K, mp_dequantize_row_q2_K_scalar, mp_quantize_row_q2_K_ref,
-        mp_vec_dot_q2_K_q8_K_avx2, mp_vec_dot_multi_q2_K_avx2),
-    OPS(MP_TYPE_Q3_K, MP_TYPE_Q8_K, mp_dequantize_row_q3_K_scalar, mp_quantize_row_q3_K_ref,
-        mp_vec_dot_q3_K_q8_K_avx2, mp_vec_dot_multi_q3_K_avx2),
+        vec_dot_iq4_xs_q8_K, vec_dot_multi_iq4_xs),
+    /* Q2_K's, Q3_K's and Q5_K's rows are dequantized by the scalar reference (loaders and tests only) */
+    OPS(MP_TYPE_Q2_K, MP_TYPE_Q8_K, mp_dequantize_row_q2_K_scalar, mp_quantize_row_q2_K_ref, vec_dot_q2_K_q8_K,
+        vec_dot_multi_q2_K),
+    OPS(MP_TYPE_Q3_K, MP_TYPE_Q8_K, mp_dequantize_row_q3_K_scalar, mp_quantize_row_q3_K_ref, vec_dot_q3_K_q8_K,
+        vec_dot_multi_q3_K),
     OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
         vec_dot_multi_q5_K),
     OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,

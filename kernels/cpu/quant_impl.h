@@ -51,15 +51,7 @@ float mp_vec_dot_q5_1_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_iq4_nl_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_mxfp4_q8_0_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_iq4_xs_q8_K_scalar(int64_t n, const void *w, const void *x);
-/* IQ4_XS's AVX2 dot (quant_avx2.c), which the AVX-512 table takes too */
-float mp_vec_dot_iq4_xs_q8_K_avx2(int64_t n, const void *w, const void *x);
-void mp_vec_dot_multi_iq4_xs_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
 float mp_vec_dot_q2_K_q8_K_scalar(int64_t n, const void *w, const void *x);
-/* Q2_K and Q3_K's AVX2 kernels (quant_avx2.c), which the AVX-512 table takes too */
-float mp_vec_dot_q2_K_q8_K_avx2(int64_t n, const void *w, const void *x);
-float mp_vec_dot_q3_K_q8_K_avx2(int64_t n, const void *w, const void *x);
-void mp_vec_dot_multi_q2_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
-void mp_vec_dot_multi_q3_K_avx2(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out);
 float mp_vec_dot_q3_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q4_K_q8_K_scalar(int64_t n, const void *w, const void *x);
 float mp_vec_dot_q5_K_q8_K_scalar(int64_t n, const void *w, const void *x);
