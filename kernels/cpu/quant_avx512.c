@@ -756,10 +756,17 @@ static ALWAYS_INLINE __m512i pair_weights(int k, const uint8_t *ba, const uint8_
     return _mm512_mask_add_epi8(z, fifth, z, _mm512_set1_epi8(16));
 }
 
-/* four blocks' scales (at p[i] + off): f16, or MXFP4's E8M0 */
-static ALWAYS_INLINE __m128 pk_scales(int k, const uint8_t *const p[4], size_t off)
+/* four blocks' scales (at p[i] + off) times the activation's dx: f16 scales converted and
+ * multiplied; MXFP4's E8M0 exponents by one vscalefps, dx 2^(e - 128): the same correctly rounded
+ * product of dx and a power of two as mp_e8m0x4's scale times dx, in 4 vector ops instead of 7 */
+static ALWAYS_INLINE __m128 pk_scales_dx(int k, const uint8_t *const p[4], size_t off, __m128 dx)
 {
-    return k == P_MXFP4 ? mp_e8m0x4(p, off) : mp_f16x4(p, off);
+    if (k != P_MXFP4)
+        return _mm_mul_ps(mp_f16x4(p, off), dx);
+    const uint32_t e4 = (uint32_t)p[0][off] | (uint32_t)p[1][off] << 8 | (uint32_t)p[2][off] << 16 |
+                        (uint32_t)p[3][off] << 24;
+    const __m128i e = _mm_sub_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)e4)), _mm_set1_epi32(128));
+    return _mm_scalef_ps(dx, _mm_cvtepi32_ps(e));
 }
 
 static ALWAYS_INLINE float pk_scale(int k, const uint8_t *b)
@@ -826,7 +833,7 @@ static ALWAYS_INLINE void pair_rows_x_block(int k, int np, const uint8_t *const 
     const __m512i xz = _mm512_castsi256_si512(loadu256(bx->qs));
     const __m512i xv = _mm512_shuffle_i32x4(xz, xz, 0x50); /* [lo | lo | hi | hi] */
     const __m128 dx = _mm_set1_ps(f16(bx->d));
-    const __m128 sd = _mm_mul_ps(pk_scales(k, p, off), dx);
+    const __m128 sd = pk_scales_dx(k, p, off, dx);
     const __m128 sm = pk_min(k) >= 0 ? _mm_mul_ps(mp_f16x4(p, off + (size_t)pk_min(k)), dx) : sd;
     for (int j = 0; j < np; j++) {
         const __m512i w = pair_weights(k, p[2 * j] + off, p[2 * j + 1] + off, lut);
