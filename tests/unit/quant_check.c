@@ -425,3 +425,49 @@ static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_
     free(xf);
     free(yy);
 }
+
+/* MXFP4 at every E8M0 exponent (0 and 1 are subnormal scales, 2^-128 and 2^-127; 255 the largest,
+ * 2^127), each row's blocks all at one exponent: ops' vec_dot against the scalar one within float
+ * rounding, and its GEMV over the rows (four at a time where it has one) equal to its vec_dot bit
+ * for bit, whose scales it converts its own way. */
+void check_mxfp4_exponents(const mp_type_ops *ops, const char *variant)
+{
+    enum { NB = 3, N = 32 * NB, ROWS = 6 };
+    static const int8_t levels[16] = MP_MXFP4_LEVELS;
+    const mp_type_ops *ref = mp_type_ops_scalar(MP_TYPE_MXFP4);
+    const size_t rb = mp_type_row_bytes(MP_TYPE_MXFP4, N);
+    uint8_t *w = alloc64(ROWS * rb + 64), *x = alloc64(NB * sizeof(mp_block_q8_0) + 64);
+    for (int ib = 0; ib < NB; ib++)
+        for (int i = 0; i < 32; i++)
+            ((mp_block_q8_0 *)x)[ib].qs[i] = (int8_t)((int)(rnd_u64() % 255) - 127);
+    for (int e = 0; e < 256; e++) {
+        /* the activation's scale: 1 below e 128 (d_w d_x stays as small as the weights' scale, so
+         * e = 0 and 1 give nonzero subnormal products), f16's smallest above (e = 255 stays finite) */
+        const int dx_exp = e < 128 ? 0 : -24;
+        for (int ib = 0; ib < NB; ib++)
+            ((mp_block_q8_0 *)x)[ib].d = e < 128 ? 0x3C00 : 0x0001;
+        rnd_bytes(w, ROWS * rb);
+        for (int r = 0; r < ROWS; r++)
+            for (int ib = 0; ib < NB; ib++)
+                ((mp_block_mxfp4 *)(w + r * rb))[ib].e = (uint8_t)e;
+        float y[ROWS];
+        mp_gemv_rows(ops, w, rb, N, 0, ROWS, x, y);
+        for (int r = 0; r < ROWS; r++) {
+            double mag = 0.0; /* sum |w x| in double: a weight alone may pass FLT_MAX at e = 253 */
+            for (int i = 0; i < N; i++) {
+                const mp_block_mxfp4 *b = (const mp_block_mxfp4 *)(w + r * rb) + i / 32;
+                const int nib = (b->qs[i % 16] >> (i % 32 < 16 ? 0 : 4)) & 0x0F;
+                mag += fabs((double)levels[nib] * ldexp(1.0, e - 128 + dx_exp) *
+                            (double)((const mp_block_q8_0 *)x)[i / 32].qs[i % 32]);
+            }
+            const float want = ref->vec_dot(N, w + r * rb, x), got = ops->vec_dot(N, w + r * rb, x);
+            cr_assert(isfinite(want) && fabs((double)got - want) <= 64.0 * FLT_EPSILON * mag + 0x1p-149,
+                      "seed %llu: %s MXFP4 e %d row %d: vec_dot %a, scalar %a", (unsigned long long)g_seed, variant,
+                      e, r, (double)got, (double)want);
+            cr_assert(same_float(y[r], got), "seed %llu: %s MXFP4 e %d row %d: gemv %a, vec_dot %a",
+                      (unsigned long long)g_seed, variant, e, r, (double)y[r], (double)got);
+        }
+    }
+    free(w);
+    free(x);
+}

@@ -44,5 +44,7 @@ void check_rows(const mp_type_ops *ops, const char *variant);
 void check_tile_gemm(const mp_type_ops *ops, const char *variant);
 /* the same shapes for a whole-call GEMM whose results must equal vec_dot's bit for bit */
 void check_gemm_bits(const mp_type_ops *ops, const char *variant);
+/* ops (MXFP4's) at every E8M0 exponent: vec_dot against the scalar one, the GEMV against vec_dot's bits */
+void check_mxfp4_exponents(const mp_type_ops *ops, const char *variant);
 
 #endif

@@ -267,6 +267,16 @@ Test(quant, gemv_gemm_match_vec_dot)
     }
 }
 
+/* MXFP4 at every E8M0 exponent, every level (check_mxfp4_exponents) */
+Test(quant, mxfp4_every_exponent)
+{
+    seed_rng();
+    check_mxfp4_exponents(mp_type_ops_scalar(MP_TYPE_MXFP4), "scalar");
+    for (int l = 0; l < N_SIMD_LEVELS; l++)
+        if (cpu_has_level(l))
+            check_mxfp4_exponents(k_simd_levels[l].table(MP_TYPE_MXFP4), k_simd_levels[l].name);
+}
+
 /* The AVX-512 level's whole-call GEMMs of Q4_0 and Q8_0 (activation rows in pairs) equal its vec_dot
  * bit for bit, on row and activation counts around their groups and passes, odd counts included. */
 Test(quant, avx512_q8_gemms_equal_vec_dot)

@@ -49,6 +49,14 @@ Test(quant_avx512_emul, gemv_gemm_match_vec_dot)
         check_rows(mp_type_ops_avx512_emulated(k_weight_types[t]), "avx512-emulated");
 }
 
+/* MXFP4 at every E8M0 exponent: vec_dot against the scalar one, the GEMV's own scale conversion
+ * against vec_dot's bits */
+Test(quant_avx512_emul, mxfp4_every_exponent)
+{
+    seed_rng();
+    check_mxfp4_exponents(mp_type_ops_avx512_emulated(MP_TYPE_MXFP4), "avx512-emulated");
+}
+
 /* the whole-call GEMMs of Q4_0 and Q8_0 (activation rows in pairs) equal vec_dot bit for bit */
 Test(quant_avx512_emul, q8_gemms_equal_vec_dot)
 {
