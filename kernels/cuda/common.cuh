@@ -76,8 +76,8 @@ __device__ __forceinline__ void mpc_prefetch_l2(const void *p, size_t n, int lan
 #endif
 }
 
-// PDL on or off for this process: on for compute capability >= 9.0 unless mp_cuda_set_pdl(0)
-// (MP_CUDA_PDL=0).
+// PDL on or off for this process: on for compute capability >= 9.0 running code built for sm_90 or
+// newer, unless mp_cuda_set_pdl(0) (MP_CUDA_PDL=0).
 int mpc_pdl_enabled(void);
 
 // The current device's SMs, asked once per process (0 when the query fails: each caller has its

@@ -222,11 +222,15 @@ extern "C" void mp_cuda_set_pdl(int on)
 
 int mpc_pdl_enabled(void)
 {
-    if (g_pdl < 0) { // the first launch decides: on for a device of compute capability 9.0+
+    if (g_pdl < 0) { // the first launch decides: on for a device of compute capability 9.0+ that runs
+                     // code compiled for sm_90 or newer: a newer device that compiles the build's
+                     // compute_80 PTX (meson.build's cuda_gencode) gets kernels without the waits
         int dev = 0, major = 0;
+        cudaFuncAttributes fa;
         const bool hopper = cudaGetDevice(&dev) == cudaSuccess &&
                             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                            major >= 9;
+                            major >= 9 && cudaFuncGetAttributes(&fa, kv_store_kernel) == cudaSuccess &&
+                            fa.ptxVersion >= 90;
         cudaGetLastError();
         g_pdl = hopper;
     }
