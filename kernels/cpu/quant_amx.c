@@ -517,11 +517,26 @@ AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_bloc
 
 /* ---- the table ---- */
 
+/* Q4_0 and Q8_0 below AMX_MIN_ROWS: the avx512 level's whole-call GEMM, which takes them from its
+ * own gemm_min_rows (4); without this the table's one threshold left 4 and 5 rows to the multi-row
+ * dots, 0.8x that GEMM. */
+#define FROM_AVX512_BELOW(NAME, TYPE)                                                                            \
+    static void NAME##_rows(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x,             \
+                            size_t x_stride, int64_t n_x, float *y, int64_t y_stride)                              \
+    {                                                                                                          \
+        if (n_x < AMX_MIN_ROWS)                                                                                \
+            mp_type_ops_avx512(TYPE)->gemm(n, w, row_bytes, n_rows, x, x_stride, n_x, y, y_stride);           \
+        else                                                                                                   \
+            NAME(n, w, row_bytes, n_rows, x, x_stride, n_x, y, y_stride);                                      \
+    }
+FROM_AVX512_BELOW(gemm_q4_0, MP_TYPE_Q4_0)
+FROM_AVX512_BELOW(gemm_q8_0, MP_TYPE_Q8_0)
+
 static const struct {
     int type;
     void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
     int min_rows;
-} k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0, AMX_MIN_ROWS}, {MP_TYPE_Q8_0, gemm_q8_0, AMX_MIN_ROWS},
+} k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0_rows, 0}, {MP_TYPE_Q8_0, gemm_q8_0_rows, 0},
                {MP_TYPE_Q4_K, gemm_q4_K, AMX_MIN_ROWS}, {MP_TYPE_Q5_K, gemm_q5_K, AMX_MIN_ROWS},
                {MP_TYPE_Q6_K, gemm_q6_K, AMX_MIN_ROWS_Q6_K}, {MP_TYPE_Q5_0, gemm_q5_0, AMX_MIN_ROWS},
                {MP_TYPE_IQ4_NL, gemm_iq4_nl, AMX_MIN_ROWS}, {MP_TYPE_MXFP4, gemm_mxfp4, AMX_MIN_ROWS},
@@ -536,7 +551,8 @@ static void build_table(void)
     for (size_t i = 0; i < N_GEMMS; i++) {
         g_amx_ops[i] = *mp_type_ops_avx512(k_gemms[i].type);
         g_amx_ops[i].gemm = k_gemms[i].gemm;
-        g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
+        if (k_gemms[i].min_rows) /* 0: the avx512 GEMM's threshold, its GEMM below AMX_MIN_ROWS */
+            g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
     }
 }
 
