@@ -391,12 +391,44 @@ static inline __m512i q5_K_chunk(const uint8_t *qs, const uint8_t *qh, int c)
     return _mm512_or_si512(q4_K_chunk(qs), top);
 }
 
+/* A K-quant block's scaled integer sums for one Q8_K row, added to sumi: vpdpbusd sums 4 products
+ * u * y per int32 lane of each chunk of 64, at most 4 * 63 * 127 = 32004 (Q6_K's u; Q5_K 4 * 31 *
+ * 127, Q4_K 4 * 15 * 127, Q3_K 4 * 7 * 127, Q2_K 4 * 3 * 127), so two chunks' lanes pack losslessly
+ * into int16 words (packs, per 128-bit lane) and one vpdpwssd a chunk pair applies the scales its
+ * words belong to (scale[p]: k_q4_K_scale_idx's or k_q6_K_scale_idx's spread of the block's
+ * scales): two scale vectors per block instead of one per chunk. */
+static ALWAYS_INLINE __m512i packed_sums(const __m512i u[4], const __m512i scale[2], const mp_block_q8_K *y, __m512i sumi)
+{
+    for (int p = 0; p < 2; p++) {
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
+        const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
+    }
+    return sumi;
+}
+
+/* The affine K-quants (Q4_K, Q5_K, Q2_K: x = d sc q - dmin m): [d, dmin, 0, 0] from the two
+ * adjacent f16s at p in one conversion, and a block's contribution for one Q8_K row: acc += d yd
+ * sumi (16 lanes), accm -= dmin yd summ (the min terms, their own 8-lane chain). */
+static inline __m128 d_dmin(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)v));
+}
+
+static ALWAYS_INLINE void affine_add(__m128 dm, const mp_block_q8_K *y, __m512i sumi, __m256i summ, __m512 *acc,
+                                     __m256 *accm)
+{
+    const __m128 dm_y = _mm_mul_ps(dm, _mm_set1_ps(q8_K_scale(y))); /* [d yd, dmin yd, 0, 0] */
+    *acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm_y), _mm512_cvtepi32_ps(sumi), *acc);
+    *accm = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm_y)), _mm256_cvtepi32_ps(summ), *accm);
+}
+
 /* One Q4_K or Q5_K weight block (head: its first 16 bytes, d, dmin and the packed scales, the
  * same in both; q: its four chunks unpacked) against n_x Q8_K blocks (x_stride bytes apart):
- * acc[i] += the block's contribution, as 16 float lanes. vpdpbusd sums 4 products q * y (q in
- * 0..31) per int32 lane, at most 4 * 31 * 127 = 15748, so two chunks' lanes pack losslessly into
- * int16 words (packs, per 128-bit lane) and one vpdpwssd applies the scales of four sub-blocks:
- * two scale vectors per block instead of one per chunk. */
+ * acc[i] += the block's contribution, as 16 float lanes; each of the four scale vectors' words a
+ * sub-block's scale (k_q4_K_scale_idx). */
 static ALWAYS_INLINE void affine_K_block_dot(const void *head, const __m512i q[4], const uint8_t *x, size_t x_stride,
                                              int n_x, __m512 *acc, __m256 *accm)
 {
@@ -407,22 +439,11 @@ static ALWAYS_INLINE void affine_K_block_dot(const void *head, const __m512i q[4
         scale[p] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[p]), sc16);
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-    /* [d, dmin, 0, 0]: both f16 scales in one conversion */
-    uint32_t d_dmin;
-    memcpy(&d_dmin, head, sizeof(d_dmin));
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin));
+    const __m128 dm = d_dmin(head);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        __m512i sumi = _mm512_setzero_si512();
-        for (int p = 0; p < 2; p++) {
-            const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * p], loadu512(y->qs + 128 * p));
-            const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * p + 1], loadu512(y->qs + 128 * p + 64));
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
-        }
-        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
-        const __m128 dm_y = _mm_mul_ps(dm, _mm_set1_ps(q8_K_scale(y))); /* [d yd, dmin yd, 0, 0] */
-        acc[i] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm_y), _mm512_cvtepi32_ps(sumi), acc[i]);
-        accm[i] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm_y)), _mm256_cvtepi32_ps(summ), accm[i]);
+        affine_add(dm, y, packed_sums(q, scale, y, _mm512_setzero_si512()),
+                   _mm256_madd_epi16(loadu256(y->bsums), mins16), &acc[i], &accm[i]);
     }
 }
 
@@ -465,43 +486,37 @@ static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
 }
 
 /* The K-quants of 16 groups of 16 (Q6_K, Q3_K, Q2_K): the scale vectors of the two chunk pairs from
- * the 16 group scales as int16 words (k_q6_K_scale_idx's spread), and a block's scaled sums for one
- * Q8_K row: vpdpbusd sums 4 products u * y per int32 lane (one group per 128-bit lane), at most
- * 4 * 63 * 127 = 32004 (Q6_K; Q3_K 4 * 7 * 127, Q2_K 4 * 3 * 127), so two chunks pack losslessly
- * into int16 words and one vpdpwssd applies eight group scales, added to sumi. */
+ * the 16 group scales as int16 words (k_q6_K_scale_idx's spread). */
 static inline void g16_scale_vectors(__m256i sc16, __m512i scale[2])
 {
     for (int p = 0; p < 2; p++)
         scale[p] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[p]), _mm512_castsi256_si512(sc16));
 }
 
-static ALWAYS_INLINE __m512i g16_sums(const __m512i u[4], const __m512i scale[2], const mp_block_q8_K *y, __m512i sumi)
+/* Q6_K and Q3_K, stored as u = q + 2^shift (32, 4) in groups of 16 with signed scales sc16 and one d:
+ * sum(q y) = sum(u y) - 2^shift sum(y), sum(y) of a group its bsum, so each group's -2^shift sc
+ * starts the sums (|sc| <= 128: the products fit int16). One block (u, sc16, d) against n_x Q8_K
+ * blocks. */
+static ALWAYS_INLINE void offset_g16_block_dot(const __m512i u[4], __m256i sc16, int shift, float d, const uint8_t *x,
+                                               size_t x_stride, int n_x, __m512 *acc)
 {
-    for (int p = 0; p < 2; p++) {
-        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
-        const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
-        sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
+    __m512i scale[2];
+    g16_scale_vectors(sc16, scale);
+    const __m256i sc16_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, shift));
+    for (int i = 0; i < n_x; i++) {
+        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
+        const __m512i sumi = packed_sums(u, scale, y, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_off)));
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
     }
-    return sumi;
 }
 
-/* One Q6_K weight block against n_x Q8_K blocks (g16_sums). */
 static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                          __m512 *acc, __m256 *accm)
 {
     (void)accm; /* Q6_K has no min terms */
-    __m512i u[4], scale[2];
+    __m512i u[4];
     q6_K_unpack(b, u);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales)); /* (16,) */
-    /* sum(q y) = sum(u y) - 32 sum(y); sum(y) per group of 16 is a bsum: -32 sc (|sc| <= 128) */
-    const __m256i sc16_m32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
-    g16_scale_vectors(sc16, scale);
-    const float d = f16(b->d);
-    for (int i = 0; i < n_x; i++) {
-        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        const __m512i sumi = g16_sums(u, scale, y, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m32)));
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
-    }
+    offset_g16_block_dot(u, _mm256_cvtepi8_epi16(loadu128(b->scales)), 5, f16(b->d), x, x_stride, n_x, acc);
 }
 
 /* Q2_K / Q3_K chunk c (elements 64c .. 64c+63: runs 2c and 2c + 1 of 32, quant.h): bits 2j of
@@ -524,7 +539,7 @@ static inline __m512i k2_chunk(const uint8_t *qs, const uint8_t *hmask, int c)
 }
 
 /* One Q2_K weight block against n_x Q8_K blocks: sum(x y) = d sum_g sc_g sum(q y) - dmin sum_g m_g
- * bsum_g, the second term in its own 8-lane chain (as Q4_K's mins). */
+ * bsum_g. */
 static ALWAYS_INLINE void q2_K_block_dot(const mp_block_q2_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                          __m512 *acc, __m256 *accm)
 {
@@ -534,52 +549,27 @@ static ALWAYS_INLINE void q2_K_block_dot(const mp_block_q2_K *b, const uint8_t *
     const __m128i s8 = loadu128(b->scales), m4 = _mm_set1_epi8(0x0F);
     g16_scale_vectors(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)), scale);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
-    /* [d, dmin, 0, 0]: the two f16 scales, adjacent, in one conversion */
-    uint32_t d_dmin;
-    memcpy(&d_dmin, &b->d, sizeof(d_dmin));
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin));
+    const __m128 dm = d_dmin(&b->d); /* d and dmin adjacent */
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        const __m512i sumi = g16_sums(u, scale, y, _mm512_setzero_si512());
-        const __m256i summ = _mm256_madd_epi16(loadu256(y->bsums), mins16);
-        const __m128 dm_y = _mm_mul_ps(dm, _mm_set1_ps(q8_K_scale(y))); /* [d yd, dmin yd, 0, 0] */
-        acc[i] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm_y), _mm512_cvtepi32_ps(sumi), acc[i]);
-        accm[i] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm_y)), _mm256_cvtepi32_ps(summ), accm[i]);
+        affine_add(dm, y, packed_sums(u, scale, y, _mm512_setzero_si512()),
+                   _mm256_madd_epi16(loadu256(y->bsums), mins16), &acc[i], &accm[i]);
     }
 }
 
-/* A Q3_K block's 16 group scales s_g - 32 as bytes, unpacked in SIMD registers as
- * mp_q3_K_scale_words does with four words: the 12 packed bytes as dwords [a0, a1, a2] (loaded from 4
- * bytes before them, inside the block: qs precedes them), lanes [a0, a1, a0 >> 4, a1 >> 4] & 0x0F
- * with [a2, a2 >> 2, a2 >> 4, a2 >> 6] & 0x03 on top. */
-static inline __m128i q3_K_scales(const mp_block_q3_K *b)
-{
-    const __m128i v = loadu128(b->scales - 4); /* [qs tail, a0, a1, a2] */
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0x99), _mm_setr_epi32(0, 0, 4, 4)),
-                                     _mm_set1_epi8(0x0F)); /* [a0, a1, a0, a1] shifted */
-    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0xFF), _mm_setr_epi32(0, 2, 4, 6)),
-                                     _mm_set1_epi8(0x03)); /* a2 in every lane, shifted */
-    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
-}
-
-/* One Q3_K weight block against n_x Q8_K blocks: sum(q y) = sum(u y) - 4 sum(y), the -4 sc of each
- * group's bsum folded into the sums' start (as Q6_K's -32). */
+/* One Q3_K weight block against n_x Q8_K blocks: u = q + 4, its scales s_g - 32 (quant_impl.h's
+ * mp_q3_K_scale_words, as the AVX2 kernel takes them). */
 static ALWAYS_INLINE void q3_K_block_dot(const mp_block_q3_K *b, const uint8_t *x, size_t x_stride, int n_x,
                                          __m512 *acc, __m256 *accm)
 {
     (void)accm; /* Q3_K has no min terms */
-    __m512i u[4], scale[2];
+    __m512i u[4];
     for (int c = 0; c < 4; c++)
         u[c] = k2_chunk(b->qs, b->hmask, c);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales(b)); /* s_g - 32, in -32..31 */
-    const __m256i sc16_m4 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
-    g16_scale_vectors(sc16, scale);
-    const float d = f16(b->d);
-    for (int i = 0; i < n_x; i++) {
-        const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        const __m512i sumi = g16_sums(u, scale, y, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_m4)));
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
-    }
+    uint32_t w[4];
+    mp_q3_K_scale_words(b->scales, w);
+    const __m128i s8 = _mm_sub_epi8(_mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]), _mm_set1_epi8(32));
+    offset_g16_block_dot(u, _mm256_cvtepi8_epi16(s8), 2, f16(b->d), x, x_stride, n_x, acc);
 }
 
 /* One K-quant weight row against n_x <= MP_GEMM_TILE Q8_K rows; vec_dot is its n_x = 1 case. */
@@ -763,10 +753,7 @@ static ALWAYS_INLINE __m128 pk_scales_dx(int k, const uint8_t *const p[4], size_
 {
     if (k != P_MXFP4)
         return _mm_mul_ps(mp_f16x4(p, off), dx);
-    const uint32_t e4 = (uint32_t)p[0][off] | (uint32_t)p[1][off] << 8 | (uint32_t)p[2][off] << 16 |
-                        (uint32_t)p[3][off] << 24;
-    const __m128i e = _mm_sub_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)e4)), _mm_set1_epi32(128));
-    return _mm_scalef_ps(dx, _mm_cvtepi32_ps(e));
+    return _mm_scalef_ps(dx, _mm_cvtepi32_ps(_mm_sub_epi32(mp_u8x4(p, off), _mm_set1_epi32(128))));
 }
 
 static ALWAYS_INLINE float pk_scale(int k, const uint8_t *b)
@@ -991,8 +978,8 @@ static ALWAYS_INLINE void iq4_xs_block_dot(const mp_block_iq4_xs *b, const uint8
     __m512i u[4];
     for (int c = 0; c < 4; c++) {
         /* lanes [qs 0-15, qs 0-15, qs 16-31, qs 16-31], lanes 1 and 3 shifted to their high nibbles */
-        const __m512i q = _mm512_shuffle_i32x4(_mm512_castsi256_si512(loadu256(b->qs + 32 * c)),
-                                               _mm512_castsi256_si512(loadu256(b->qs + 32 * c)), 0x50);
+        const __m512i qz = _mm512_castsi256_si512(loadu256(b->qs + 32 * c));
+        const __m512i q = _mm512_shuffle_i32x4(qz, qz, 0x50);
         const __m512i nib = _mm512_and_si512(_mm512_mask_mov_epi16(q, 0xFF00FF00u, _mm512_srli_epi16(q, 4)),
                                              _mm512_set1_epi8(0x0F));
         u[c] = _mm512_shuffle_epi8(lut, nib);
