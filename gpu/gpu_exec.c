@@ -469,6 +469,7 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
     if (gst)
         return gst;
     mp_gpu_scratch_plan(&geo, s->n_ctx, s->n_batch, &g->sp);
+    g->stage_experts = mp_gpu_stage_experts(&geo);
     mp_placement_geom_free(&geo);
     carve sc = {NULL, 0}, wc = {NULL, 0};
     carve_scratch(g, &sc);
@@ -488,7 +489,7 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
     *far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +
                  mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1)) +
                  mp_gpu_align((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1) * sizeof(int32_t));
-    g->mem.staging = *staging ? 2 * (MP_GPU_STAGE_EXPERTS * g->expert_bytes_max +
+    g->mem.staging = *staging ? 2 * ((size_t)g->stage_experts * g->expert_bytes_max +
                                      mp_gpu_align((size_t)(3 * hp->n_expert) * sizeof(void *))) +
                                     *far_bytes
                               : 0;
@@ -574,12 +575,12 @@ static mp_status alloc_device(mp_gpu *g, bool staging, size_t far_bytes, mp_erro
                       cudaMemcpyHostToDevice), "RoPE angles upload");
     if (staging) {
         carve stc = {g->d_scratch + g->mem.scratch, 0};
-        g->d_stage = take(&stc, 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max);
+        g->d_stage = take(&stc, 2 * (size_t)g->stage_experts * g->expert_bytes_max);
         for (int b = 0; b < 2; b++)
             g->d_stage_slots[b] = take(&stc, (size_t)(3 * hp->n_expert) * sizeof(void *));
         /* a layer step enqueues all its batches before the CPU's work: one host table each (and
          * one spare), reused only once its upload has run */
-        g->n_stage_tabs = (int)((hp->n_expert + MP_GPU_STAGE_EXPERTS - 1) / MP_GPU_STAGE_EXPERTS) + 1;
+        g->n_stage_tabs = (int)((hp->n_expert + g->stage_experts - 1) / g->stage_experts) + 1;
         CCHECK(cudaMallocHost((void **)&g->h_stage_tabs,
                               (size_t)g->n_stage_tabs * (size_t)(3 * hp->n_expert) * sizeof(void *)),
                "cudaMallocHost");

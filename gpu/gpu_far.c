@@ -52,7 +52,7 @@ mp_status mp_gpu_far_setup(mp_gpu *g, mp_error *err)
     g->d_far_split_of_cold = (int32_t *)(g->d_far_of_cold + mp_gpu_align((size_t)NL * (MP_GPU_MAX_TOP_K + 1)));
     /* the far routes' weights are gathered into the staging buffers (mp_cuda_moe_args) */
     const int64_t K = hp->n_expert_used;
-    g->far_max = (int)(K < 2 * MP_GPU_STAGE_EXPERTS ? K : 2 * MP_GPU_STAGE_EXPERTS);
+    g->far_max = (int)(K < 2 * g->stage_experts ? K : 2 * g->stage_experts);
     if (!mp_gpu_exec_set_far_plan(g, NULL)) { /* every layer off until decided */
         g->d_far_of_cold = NULL;
         g->d_far_split_of_cold = NULL;

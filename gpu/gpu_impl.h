@@ -82,7 +82,7 @@ struct mp_gpu {
     char *d_weights;           /* arena: dense weights */
     char *d_kv;                /* arena: KV cache */
     char *d_scratch;           /* arena: activations and kernel scratch */
-    char *d_stage;             /* arena: 2 staging buffers of MP_GPU_STAGE_EXPERTS experts */
+    char *d_stage;             /* arena: 2 staging buffers of stage_experts experts */
     char *d_pool;              /* arena: resident experts */
     char *d_tier;              /* arena: the adaptive tier's slots (gpu_tier.c), or NULL */
     /* every layer's three slot tables, (n_layer, 3, n_expert) device pointers in one array (the
@@ -188,6 +188,7 @@ struct mp_gpu {
 
     mp_placement pl;        /* owned copy of the placement (bits) */
     size_t expert_bytes_max;
+    int64_t stage_experts;    /* experts per staging buffer (mp_gpu_stage_experts) */
     int64_t n_hybrid_layers; /* layers with at least one expert in host memory */
     int64_t gemm_min_rows;  /* dense projections of >= this many rows use cuBLAS (MP_GPU_GEMM_MIN_ROWS;
                              * mp_gpu_exec_set_gemm_min_rows) */

@@ -108,7 +108,7 @@ static mp_cuda_moe_args moe_args(mp_gpu *g, int64_t il, int64_t n, const void *c
          * run, whatever the table says now, so that a captured graph serves any */
         a.far_max = g->far_max;
         a.d_far_stage = g->d_stage;
-        a.far_stage_bytes = 2 * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max;
+        a.far_stage_bytes = 2 * (size_t)g->stage_experts * g->expert_bytes_max;
     }
     return a;
 }
@@ -150,7 +150,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     size_t nb[3], off[3];
     mp_gpu_expert_layout(L, nb, off);
     for (int j = 0; j < cnt; j++) {
-        char *dst = g->d_stage + ((size_t)b * MP_GPU_STAGE_EXPERTS + (size_t)j) * g->expert_bytes_max;
+        char *dst = g->d_stage + ((size_t)b * (size_t)g->stage_experts + (size_t)j) * g->expert_bytes_max;
         for (int t = 0; t < 3; t++) {
             CCHECK(cudaMemcpyAsync(dst + off[t], mp_gpu_host_slice(g, il, t, list[j]), nb[t], cudaMemcpyHostToDevice,
                                    g->copy_stream), "expert weight copy");
@@ -168,7 +168,7 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     a.far_max = 0;
     KCHECK(mp_cuda_moe_experts(&a, g->stream), "MoE experts (copied)");
     /* experts the adaptive tier admitted in this invocation go to their slots from here */
-    mp_status st = mp_gpu_tier_promote(g, il, list, cnt, g->d_stage + (size_t)b * MP_GPU_STAGE_EXPERTS * g->expert_bytes_max,
+    mp_status st = mp_gpu_tier_promote(g, il, list, cnt, g->d_stage + (size_t)b * (size_t)g->stage_experts * g->expert_bytes_max,
                                        err);
     if (st)
         return st;
@@ -177,13 +177,13 @@ static mp_status stage_batch(mp_gpu *g, int64_t il, int64_t n, const int32_t *li
     return MP_OK;
 }
 
-/* Stage list[*done .. n_copy) in batches of MP_GPU_STAGE_EXPERTS, at most max_batches of them;
+/* Stage list[*done .. n_copy) in batches of stage_experts, at most max_batches of them;
  * the first accumulates onto d_proj only when something already wrote it (*gpu_wrote). */
 static mp_status stage_some(mp_gpu *g, int64_t il, int64_t n, const int32_t *list, int n_copy,
                             int max_batches, int *done, bool *gpu_wrote, mp_error *err)
 {
     for (int b = 0; b < max_batches && *done < n_copy; b++) {
-        const int cnt = n_copy - *done < MP_GPU_STAGE_EXPERTS ? n_copy - *done : MP_GPU_STAGE_EXPERTS;
+        const int cnt = n_copy - *done < g->stage_experts ? n_copy - *done : (int)g->stage_experts;
         mp_status st = stage_batch(g, il, n, list + *done, cnt, *gpu_wrote, err);
         if (st)
             return st;

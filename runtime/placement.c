@@ -192,6 +192,16 @@ static uint64_t max_expert_bytes(const mp_placement_geom *g)
     return b;
 }
 
+int64_t mp_gpu_stage_experts(const mp_placement_geom *g)
+{
+    const uint64_t b = max_expert_bytes(g);
+    int64_t n = b ? (int64_t)((MP_GPU_STAGE_BYTES + b - 1) / b) : MP_GPU_STAGE_EXPERTS_MAX;
+    n = n > MP_GPU_STAGE_EXPERTS_MAX ? MP_GPU_STAGE_EXPERTS_MAX : n;
+    n = n < (g->n_expert_used + 1) / 2 ? (g->n_expert_used + 1) / 2 : n;
+    n = n > g->n_expert ? g->n_expert : n;
+    return n > 1 ? n : 1;
+}
+
 static uint64_t sat_u64(unsigned __int128 v)
 {
     return v > UINT64_MAX ? UINT64_MAX : (uint64_t)v;
@@ -212,7 +222,7 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     u128 scratch = sc.total;
     if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies, and with it the far
                                           * routes' tables: host addresses, routes and split rows */
-        scratch += 2 * ((u128)MP_GPU_STAGE_EXPERTS * (expert_max + 3 * 256) + 3 * E * 8 + 256) +
+        scratch += 2 * ((u128)mp_gpu_stage_experts(g) * (expert_max + 3 * 256) + 3 * E * 8 + 256) +
                    (u128)g->n_layer * (3 * E * 8 + (MP_DECIDE_MAX_K + 1) * 5) + 3 * 256;
     /* padding of the weight arena (at most 16 dense tensors a layer: 4 attention matrices, 4
      * norms, the router, 3 Q/K/V biases, 4 of a shared expert), the per-layer slot tables, and of

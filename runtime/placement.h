@@ -117,10 +117,22 @@ void mp_placement_geom_free(mp_placement_geom *g);
 #define MP_GPU_HEAD_ROWS 32        /* output-head rows per chunk (all_logits) */
 #define MP_GPU_GEMM_TILE 2048      /* weight rows dequantized per cuBLAS tile */
 #define MP_GPU_BLAS_WS_BYTES ((size_t)32 << 20)
-#define MP_GPU_STAGE_EXPERTS 16    /* experts per staging buffer (prefill weight-copy path) */
+#define MP_GPU_STAGE_EXPERTS_MAX 16 /* at most this many experts per staging buffer (mp_gpu_stage_experts) */
+#define MP_GPU_STAGE_BYTES ((uint64_t)96 << 20) /* a staging buffer's experts fill about this much */
 #define MP_GPU_COPY_MIN_ROWS 32    /* default rows of one cold expert above which it is copied */
 #define MP_GPU_ALIGN 256 /* every device allocation part, expert slot and host expert slice starts
                           * 256-byte aligned (the MoE kernels' 128-bit loads, cp.async, the copy engine) */
+
+/* Experts per staging buffer (the executor has two, alternating: prefill copies one batch while
+ * the kernel reads the other, and a decode step gathers its far routes into both), of geometry g's
+ * largest expert (unpadded): as many as fill MP_GPU_STAGE_BYTES, at least ceil(top_k / 2) (the two
+ * buffers hold every route of a decode step: far_max stays top_k), at most MP_GPU_STAGE_EXPERTS_MAX
+ * and n_expert (a batch is one layer's). 96 MiB keeps the 16 of the 30B preset's Q4_K_M (3.1 MB
+ * experts) and Q8_0 (5.0 MB) files, whose prefill was measured with 16, and takes 2 x 1 of
+ * Mixtral's 114 MB experts (0.23 GB) where 2 x 16 (3.6 GB, an eighth of its experts) came off the
+ * pool (a batch of 96 MiB copies for ~1.8 ms at the H200's 55 GB/s). The executor, which
+ * carves the buffers, and the budget, which counts them, call this. */
+int64_t mp_gpu_stage_experts(const mp_placement_geom *g);
 
 /* The GPU executor's scratch for a session of n_ctx positions and n_batch rows, buffer by buffer:
  * gpu/gpu_exec.c carves exactly these (each rounded up to MP_GPU_ALIGN), and the budget counts

@@ -252,6 +252,54 @@ Test(placement, budget_arithmetic_by_hand)
               e.msg);
 }
 
+/* The staging buffers' experts (mp_gpu_stage_experts) by the largest expert's bytes: 96 MiB worth,
+ * at least ceil(top_k / 2), at most 16 and n_expert. */
+static int64_t stage_experts(int64_t n_expert, int64_t top_k, uint64_t expert_bytes)
+{
+    uint64_t eb[2] = {expert_bytes / 2, expert_bytes}; /* the largest counts */
+    mp_placement_geom g = hand;
+    g.n_expert = n_expert, g.n_expert_used = top_k, g.expert_bytes = eb;
+    return mp_gpu_stage_experts(&g);
+}
+
+Test(placement, stage_experts_by_expert_size)
+{
+    cr_assert_eq(stage_experts(128, 8, 3059712), 16);   /* 30B preset, Q4_K_M */
+    cr_assert_eq(stage_experts(128, 8, 5013504), 16);   /* 30B preset, Q8_0 */
+    cr_assert_eq(stage_experts(32, 4, 13219200), 8);    /* gpt-oss-20b, MXFP4: ceil(96 MiB / 13.2 MB) */
+    cr_assert_eq(stage_experts(8, 2, 118095872), 1);    /* Mixtral, Q4_K_M */
+    cr_assert_eq(stage_experts(64, 8, 300000000), 4);   /* huge experts: the two buffers hold top_k */
+    cr_assert_eq(stage_experts(64, 7, 300000000), 4);
+    cr_assert_eq(stage_experts(12, 1, 4096), 12);       /* tiny experts: one layer's at most */
+    cr_assert_eq(stage_experts(1, 1, 1u << 30), 1);
+    cr_assert_eq(stage_experts(40, 8, 8u << 20), 12); /* exactly twelve fill the buffer */
+    cr_assert_eq(stage_experts(40, 8, (8u << 20) - 1), 13);
+}
+
+/* The budget counts two staging buffers of mp_gpu_stage_experts experts when batches reach
+ * MP_GPU_COPY_MIN_ROWS: Mixtral-sized experts take one each, small ones a layer's 8 (nothing else
+ * in the budget depends on the experts' bytes). */
+Test(placement, budget_counts_the_staging_experts)
+{
+    uint64_t big[2] = {118095872, 118095872}, small[2] = {1000000, 1000000};
+    mp_placement_geom g = hand;
+    g.n_expert = 8;
+    mp_gpu_budget bb, bs;
+    mp_error e;
+    g.expert_bytes = big;
+    cr_assert_eq(mp_gpu_budget_compute(&g, 0, 16, MP_GPU_COPY_MIN_ROWS, &bb, &e), MP_OK, "%s", e.msg);
+    g.expert_bytes = small;
+    cr_assert_eq(mp_gpu_budget_compute(&g, 0, 16, MP_GPU_COPY_MIN_ROWS, &bs, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(bb.scratch_bytes - bs.scratch_bytes,
+                 2 * (1 * (118095872u + 3 * 256)) - 2 * (8 * (1000000u + 3 * 256)));
+    /* below MP_GPU_COPY_MIN_ROWS rows there is no staging to count */
+    g.expert_bytes = big;
+    cr_assert_eq(mp_gpu_budget_compute(&g, 0, 16, MP_GPU_COPY_MIN_ROWS - 1, &bb, &e), MP_OK, "%s", e.msg);
+    g.expert_bytes = small;
+    cr_assert_eq(mp_gpu_budget_compute(&g, 0, 16, MP_GPU_COPY_MIN_ROWS - 1, &bs, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(bb.scratch_bytes, bs.scratch_bytes);
+}
+
 static mp_status build(const char *spec, uint64_t budget, mp_placement *p, mp_error *e)
 {
     mp_placement_opts o = {0};
