@@ -483,7 +483,7 @@ static mp_status plan_memory(mp_gpu *g, const mp_placement *pl, bool *staging, s
     g->mem.weights = wc.used;
     g->mem.kv = 2 * mp_gpu_align((size_t)(s->n_ctx * KV) * 2) * (size_t)hp->n_layer;
     g->mem.scratch = sc.used;
-    *staging = g->n_hybrid_layers > 0 && s->n_batch >= MP_GPU_COPY_MIN_ROWS;
+    *staging = g->n_hybrid_layers > 0 && mp_gpu_staging(s->n_batch);
     /* far routes' tables: where each cold expert is in the host copy, and each layer's decision
      * (the host copy that they read is made with the staging buffers) */
     *far_bytes = mp_gpu_align((size_t)(3 * hp->n_layer * hp->n_expert) * sizeof(void *)) +

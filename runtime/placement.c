@@ -220,8 +220,8 @@ mp_status mp_gpu_budget_compute(const mp_placement_geom *g, uint64_t budget_byte
     mp_gpu_scratch_plan(g, n_ctx, n_batch, &sc);
     const u128 E = (u128)g->n_expert, expert_max = max_expert_bytes(g);
     u128 scratch = sc.total;
-    if (n_batch >= MP_GPU_COPY_MIN_ROWS) /* staging for prefill expert copies, and with it the far
-                                          * routes' tables: host addresses, routes and split rows */
+    if (mp_gpu_staging(n_batch)) /* staging for prefill expert copies, and with it the far routes'
+                                  * tables: host addresses, routes and split rows */
         scratch += 2 * ((u128)mp_gpu_stage_experts(g) * (expert_max + 3 * 256) + 3 * E * 8 + 256) +
                    (u128)g->n_layer * (3 * E * 8 + (MP_DECIDE_MAX_K + 1) * 5) + 3 * 256;
     /* padding of the weight arena (at most 16 dense tensors a layer: 4 attention matrices, 4

@@ -120,6 +120,14 @@ void mp_placement_geom_free(mp_placement_geom *g);
 #define MP_GPU_STAGE_EXPERTS_MAX 16 /* at most this many experts per staging buffer (mp_gpu_stage_experts) */
 #define MP_GPU_STAGE_BYTES ((uint64_t)96 << 20) /* a staging buffer's experts fill about this much */
 #define MP_GPU_COPY_MIN_ROWS 32    /* default rows of one cold expert above which it is copied */
+/* Whether a GPU-executor session of n_batch rows a step gets staging buffers (where a layer keeps
+ * experts in host memory): prefill copies cold experts through them, and a decode step's far
+ * routes gather into them (with the page-locked host copy besides). The executor, the budget and
+ * the simulator ask this one rule. */
+static inline bool mp_gpu_staging(int64_t n_batch)
+{
+    return n_batch >= MP_GPU_COPY_MIN_ROWS;
+}
 #define MP_GPU_ALIGN 256 /* every device allocation part, expert slot and host expert slice starts
                           * 256-byte aligned (the MoE kernels' 128-bit loads, cp.async, the copy engine) */
 

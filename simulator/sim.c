@@ -275,5 +275,10 @@ mp_status sim_tab_build(sim_tab *tab, const mp_sim_config *cfg, const mp_sim_tra
     }
     /* the grid scaled like the tables (sensitivity, the host's bandwidth): the runtime's rule */
     mp_decode_costs_scale(&tab->dc, k[MP_COST_CPU], k[MP_COST_GPU], k[MP_COST_H2D] * k_bus, k[MP_COST_SYNC]);
+    /* far routes need what copies need (the staging buffers: no_copies) and the page-locked host
+     * copy (not there when host buffers are pageable): without them the runtime runs none, so
+     * every layer's decision is off, in the replay and the planner alike */
+    if (cfg->no_copies || cfg->pageable)
+        tab->dc.far_max = 0;
     return MP_OK;
 }

@@ -154,8 +154,8 @@ typedef struct mp_sim_config {
     double alpha, beta, epsilon; /* decayed LFU (alpha also cost's memory) */
     uint32_t window;            /* windowed LFU: invocations per layer */
     bool pageable;              /* host buffers pageable instead of pinned */
-    bool no_copies;             /* steps of several rows never copy cold experts (a runtime without
-                                 * staging buffers: a batch below MP_GPU_COPY_MIN_ROWS rows) */
+    bool no_copies;             /* steps of several rows never copy cold experts, and no step runs
+                                 * far routes (a runtime without staging buffers: !mp_gpu_staging) */
     mp_sim_non_moe_source non_moe_source; /* MP_NON_MOE_TRACE needs the trace's non_moe_ns */
     double scale[MP_COST_PARTS];
     /* The host memory's read bandwidth to predict for, in GB/s (0: the cost file's host_read, as

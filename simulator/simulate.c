@@ -189,7 +189,7 @@ static mp_status apply_model(const mp_simulate_options *o, mp_simulate_result *r
     r->n_blocks = m->hp.n_layer;
     for (int64_t il = 0; il < m->hp.n_layer; il++)
         mp_model_expert_quant(&m->layers[il], r->block_quant[il]);
-    r->cfg.no_copies = r->batch < MP_GPU_COPY_MIN_ROWS;
+    r->cfg.no_copies = !mp_gpu_staging(r->batch);
 out:
     mp_placement_geom_free(&g);
     mp_model_free(m);

@@ -522,6 +522,40 @@ static void tab_grid_equals(const sim_tab *tab, const mp_decode_costs *want)
     }
 }
 
+/* Far routes need the staging buffers (a batch of MP_GPU_COPY_MIN_ROWS rows: no_copies below it)
+ * and the page-locked host copy (not with pageable buffers): without either the runtime runs none,
+ * so the grid where far routes pay (the test above: all-cpu 8 x 180 with 8 far routes) is charged
+ * at its off points in the replay and the planner alike: 8 x 250, layer 0 at capacity 0 4 x 250. */
+Test(sim, no_far_routes_without_staging_or_pinned_host)
+{
+    mp_sim_trace t;
+    decode_trace(&t, 2, 4, 2, 4, small_ids);
+    const double off[3] = {40, 150, 250}, pays[3][2] = {{45, 0}, {155, 120}, {255, 180}};
+    for (int without = 0; without < 2; without++) {
+        mp_sim_config c = config(1500, 2);
+        set_grid(4, off, pays);
+        if (without)
+            c.pageable = true;
+        else
+            c.no_copies = true;
+        mp_sim_result cpu = run(&t, &c, MP_POL_ALL_CPU);
+        cr_assert_float_eq(cpu.train.time_ns, 8 * 250.0, 1e-9, "%s: %g", without ? "pageable" : "no staging", cpu.train.time_ns);
+        cr_assert_eq(cpu.train.routes_far, 0);
+        sim_tab tab;
+        mp_error err;
+        cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+        sim_stats st = small_stats();
+        double cost[2 * 5];
+        cr_assert_eq(plan_layer_costs(&t, &tab, &st, cost, NULL, &err), MP_OK, "%s", err.msg);
+        cr_assert_float_eq(cost[0], 4 * 250.0, 1e-9);
+        sim_tab_free(&tab);
+        free(st.train.count);
+        free(st.order);
+        mp_sim_result_free(&cpu);
+    }
+    mp_sim_trace_free(&t);
+}
+
 /* simulate at another host bandwidth rebuilds the grid by the decision model's rule and decides far
  * routes on it: the grid where far routes lose (every side measured at a host reading 100 GB/s),
  * predicted at 50, charges each point's CPU side twice (the all-cold off point 2 x 200 + 50 = 450,
