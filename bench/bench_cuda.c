@@ -286,12 +286,15 @@ static void bench_moe_sweep(int reps, int rounds)
                       rounds, reps);
 }
 
-/* One prefill MoE call of n_rows rows (top-8 of 128 experts, random distinct routes per row),
- * enqueued and timed by events: the grouped CUDA-core path (mma 0) against the tensor-core path
- * (mma 1: the pipelined kernel, moe_mma2.cu, at these shapes), side by side. TFLOP/s counts 2 · routes · 3 · n_embd · n_ff. */
-static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int mma, int reps)
+/* One prefill MoE call of n_rows rows of shape sh (random distinct routes per row), enqueued and
+ * timed by events: the grouped CUDA-core path (mma 0) against the tensor-core path (mma 1: the
+ * pipelined kernel, moe_mma2.cu, at the 30B's shapes; the first, moe_mma.cu, at gpt-oss's, whose
+ * gate/up biases and clamped SwiGLU come with it), side by side. TFLOP/s counts
+ * 2 · routes · 3 · n_embd · n_ff. */
+static void bench_moe_prefill(const moe_shape *sh, int gate_type, int down_type, int64_t n_rows, int mma, int reps)
 {
-    const int64_t D = 2048, F = 768, E = 128, K = 8, routes = n_rows * K;
+    const int64_t D = sh->D, F = sh->F, E = sh->E, K = sh->K, routes = n_rows * K;
+    const bool oss = sh == &shape_gpt_oss;
     const size_t grb = mp_cuda_row_bytes(gate_type, D), drb = mp_cuda_row_bytes(down_type, F);
     const size_t g_exp = grb * (size_t)F, d_exp = drb * (size_t)D;
     copies g = make_copies(gate_type, g_exp * (size_t)E, D), u = make_copies(gate_type, g_exp * (size_t)E, D);
@@ -313,7 +316,7 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
             ids[r * K + k] = e;
             hw[r * K + k] = 0.125f;
         }
-    float *d_x, *d_out, *d_w;
+    float *d_x, *d_out, *d_w, *d_b = NULL;
     int32_t *d_ids;
     CK(cudaMalloc((void **)&d_x, sizeof(float) * (size_t)(n_rows * D)));
     CK(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)(n_rows * D)));
@@ -322,6 +325,10 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
     CK(cudaMemcpy(d_x, hx, sizeof(float) * (size_t)(n_rows * D), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_w, hw, sizeof(float) * (size_t)routes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_ids, ids, sizeof(int32_t) * (size_t)routes, cudaMemcpyHostToDevice));
+    if (oss) { /* the experts' gate/up biases (one buffer for both: their values do not matter here) */
+        CK(cudaMalloc((void **)&d_b, sizeof(float) * (size_t)(E * F)));
+        CK(cudaMemset(d_b, 0, sizeof(float) * (size_t)(E * F)));
+    }
     const size_t sb = mp_cuda_moe_scratch_bytes(gate_type, down_type, D, F, n_rows, K);
     void *d_s;
     CK(cudaMalloc(&d_s, sb));
@@ -329,6 +336,7 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     mp_cuda_moe_set_mma_min_rows(mma ? 16 : 0);
+    mp_cuda_moe_set_mma_stage(mma != 2);
     const int n_c = g.n < u.n ? (g.n < d.n ? g.n : d.n) : (u.n < d.n ? u.n : d.n);
     float *ms = malloc(sizeof(float) * (size_t)reps);
     for (int r = -3; r < reps; r++) {
@@ -340,6 +348,7 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
             .n_embd = D, .n_ff = F, .n_expert = E, .top_k = K, .n_rows = n_rows,
             .d_x = d_x, .d_ids = d_ids, .d_weights = d_w, .d_out = d_out,
             .accumulate = 0, .d_scratch = d_s, .scratch_bytes = sb,
+            .act = oss ? MP_CUDA_ACT_SWIGLU_OAI : MP_CUDA_ACT_SWIGLU, .d_gate_b = d_b, .d_up_b = d_b,
         };
         CK(cudaEventRecord(e0, NULL));
         CK(mp_cuda_moe_experts(&a, NULL));
@@ -349,12 +358,13 @@ static void bench_moe_prefill(int gate_type, int down_type, int64_t n_rows, int 
             CK(cudaEventElapsedTime(&ms[r], e0, e1));
     }
     mp_cuda_moe_set_mma_min_rows(-1);
+    mp_cuda_moe_set_mma_stage(1);
     qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     const double flop = 2.0 * (double)routes * 3.0 * (double)D * (double)F;
-    printf("| moe prefill (%s) | %s/%s | 128 experts top-8 | %ld | %8.1f us | %7.1f TFLOP/s | min %8.1f us |\n",
-           mma ? "tensor cores" : "grouped", mp_type_name(gate_type), mp_type_name(down_type), (long)n_rows,
-           ms[reps / 2] * 1e3, flop / (ms[reps / 2] * 1e-3) / 1e12, ms[0] * 1e3);
-    cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w);
+    printf("| moe prefill (%s) | %s/%s | %s, %ld experts top-%ld | %ld | %8.1f us | %7.1f TFLOP/s | min %8.1f us |\n",
+           mma == 2 ? "tensor cores, staged by four" : mma ? "tensor cores" : "grouped", mp_type_name(gate_type), mp_type_name(down_type), sh->name, (long)E,
+           (long)K, (long)n_rows, ms[reps / 2] * 1e3, flop / (ms[reps / 2] * 1e-3) / 1e12, ms[0] * 1e3);
+    cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w); cudaFree(d_b);
     cudaFree(d_ids); cudaFree(d_s);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     free(ms); free(hx); free(hw); free(ids);
@@ -658,8 +668,9 @@ int main(int argc, char **argv)
         (argc > 1 && !strcmp(argv[1], "--help"))) {
         printf("usage: bench_cuda [REPS [prefill|decode|far|attn]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
                "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512\n"
-               "       rows; decode: the 1-row expert call of five shapes (the presets', top-1 of 16) with the\n"
-               "       K-quant mixes' and Q8_0 experts, the down kernel's variants alternated twice; far: the 1-row\n"
+               "       rows (the 30B's Q4_K/Q6_K and Q8_0, gpt-oss-20b's MXFP4); decode: the 1-row expert call\n"
+               "       of five shapes (the presets', top-1 of 16) with the K-quant mixes' and Q8_0 experts, the\n"
+               "       down kernel's variants alternated twice; far: the 1-row\n"
                "       call with far routes (whole, split) on Mixtral's and Qwen3-30B-A3B's experts, the\n"
                "       gather's blocks sized by the SMs against one block per chunk, alternated; attn: attention,\n"
                "       decode rows as graphs and prefill steps of 16 ... 2048 rows)\n");
@@ -679,8 +690,11 @@ int main(int argc, char **argv)
         const int64_t rows[] = {32, 64, 96, 128, 192, 256, 512};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             for (int mma = 0; mma < 2; mma++) {
-                bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
-                bench_moe_prefill(MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
+                bench_moe_prefill(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
+                bench_moe_prefill(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
+                bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows[i], mma, reps);
+                if (mma)
+                    bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows[i], 2, reps);
             }
         return 0;
     }
@@ -710,8 +724,9 @@ int main(int argc, char **argv)
     bench_moe(&shape_30b, MP_TYPE_Q5_0, MP_TYPE_Q8_0, &rule, 1, 1, reps);
     for (int mma = 0; mma < 2; mma++) /* prefill: the CUDA-core and the tensor-core paths side by side */
         for (int64_t rows = 64; rows <= 512; rows *= 8) {
-            bench_moe_prefill(MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);
-            bench_moe_prefill(MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows, mma, reps < 20 ? reps : 20);
+            bench_moe_prefill(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);
+            bench_moe_prefill(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows, mma, reps < 20 ? reps : 20);
+            bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows, mma, reps < 20 ? reps : 20);
         }
     bench_moe(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, &rule, 1, 1, reps);
     return 0;

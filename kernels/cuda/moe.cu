@@ -683,10 +683,10 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
     const int64_t down_units = a->n_ff / (a->down.type == MP_TYPE_F32 || a->down.type == MP_TYPE_F16 ||
                                           a->down.type == MP_TYPE_BF16 ? 1 : 32);
     const int64_t max_groups = routes / MOE_GROUP + a->n_expert;
-    /* experts with biases or another activation (gpt-oss) take the CUDA-core kernels, whose
-     * activation applies them (mpc_expert_act); the tensor-core and Q4_K decode kernels do not */
+    /* experts with biases or another activation (gpt-oss): every kernel here but the Q4_K decode
+     * gate/up applies them (mpc_expert_act) */
     const bool plain = !a->d_gate_b && a->act == MP_CUDA_ACT_SWIGLU;
-    const bool mma = plain && a->n_rows >= MOE_GROUP_MIN_ROWS && routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y &&
+    const bool mma = a->n_rows >= MOE_GROUP_MIN_ROWS && routes / MPC_MMA_GROUP + a->n_expert <= MOE_MAX_GRID_Y &&
                      a->n_expert <= 1024 && mma_rows(mpc_moe_mma_plan(a, xq, xq_rb, hq, hq_rb), a->n_rows);
     if (mma || (a->n_rows >= MOE_GROUP_MIN_ROWS && max_groups <= MOE_MAX_GRID_Y && a->n_expert <= 1024)) {
         /* grouped: the scratch after hq holds perm, groups, the group count and y; the routes are
@@ -704,7 +704,8 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
         const int64_t mg = routes / MPC_MMA_GROUP + a->n_expert;
         if (mma) {
             rc = mpc_moe_mma_gate_up(a->gate.type, mpc_expert_of(a->gate), mpc_expert_of(a->up), a->n_expert,
-                                     a->n_embd, a->n_ff, xq, xq_rb, a->top_k, perm, groups, n_groups, mg, h, st);
+                                     a->n_embd, a->n_ff, xq, xq_rb, a->top_k, perm, groups, n_groups, mg,
+                                     act_of(a), h, st);
             if (rc)
                 return rc;
         } else {

@@ -111,9 +111,10 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 // ---- tensor-core grouped experts (moe_mma.cu, moe_mma2.cu) ----
 //
 // Groups of at most MPC_MMA_GROUP routes of one expert (int4: expert, first index into perm,
-// count, unused; n_groups on the device). Weight types Q4_0, Q8_0, Q4_K, Q6_K with their partner
-// activations (Q8_0 / Q8_K, as the CPU dots them); the integer products of each scale group run
-// on the tensor cores (int8 in, int32 sums: exact), the scales are applied in F32.
+// count, unused; n_groups on the device). Weight types Q4_K, Q6_K and the blocks of 32 (Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) with their partner activations (Q8_K / Q8_0, as the CPU dots
+// them); the integer products of each scale group run on the tensor cores (int8 in, int32 sums:
+// exact), the scales are applied in F32.
 #define MPC_MMA_GROUP 32
 
 // Whether the tensor-core path serves experts of these types on the current device (sm_80+
@@ -121,19 +122,20 @@ static inline mpc_expert_t mpc_expert_of(const mp_cuda_expert_tensor &t)
 bool mpc_moe_mma_ok(int gate_type, int down_type);
 // Which tensor-core kernels a grouped step of a's experts takes (xq, hq: its activation rows for
 // gate/up and for down, xq_rb, hq_rb bytes apart): PIPELINED when both launches fit the pipelined
-// kernel (moe_mma2.cu), FIRST when the first kernel takes one of them (Q8_0 and Q4_0 rows whose K
-// is not a multiple of 256), NONE otherwise (the CUDA-core grouped path: a type without an int8
+// kernel (moe_mma2.cu), FIRST when the first kernel takes one of them (the blocks of 32 the
+// pipelined kernel cannot stage: K not a multiple of 256, rows not 16-byte aligned, the types it
+// has no form for), NONE otherwise (the CUDA-core grouped path: a type without an int8
 // form, a build or device without sm_80 code, a K-quant launch the pipelined kernel cannot stage).
 enum { MPC_MMA_NONE = 0, MPC_MMA_FIRST = 1, MPC_MMA_PIPELINED = 2 };
 int mpc_moe_mma_plan(const mp_cuda_moe_args *a, const uint8_t *xq, size_t xq_rb, const uint8_t *hq, size_t hq_rb);
 
-// h[route, j] = silu(gate_e · x_row) * (up_e · x_row) for every route of every group (x rows
-// xq_row_bytes apart in the gate's partner format; row = route / top_k); groups of experts
-// without weights are skipped.
+// h[route, j] = fn(gate_e · x_row, up_e · x_row) (mpc_expert_act: biases, SwiGLU or gpt-oss's) for
+// every route of every group (x rows xq_row_bytes apart in the gate's partner format; row = route /
+// top_k); groups of experts without weights are skipped.
 int mpc_moe_mma_gate_up(int type, mpc_expert_t gate, mpc_expert_t up, int64_t n_expert, int64_t n_embd,
                         int64_t n_ff, const uint8_t *xq, size_t xq_row_bytes, int64_t top_k,
                         const int32_t *perm, const int4 *groups, const int32_t *n_groups, int64_t max_groups,
-                        float *h, cudaStream_t st);
+                        mpc_act_t fn, float *h, cudaStream_t st);
 
 // y[route, d] = down_e · h_route (h rows hq_row_bytes apart, per route, in the down's partner
 // format) for every route of every group.

@@ -26,19 +26,20 @@ __device__ __forceinline__ void mma_16816_s8(int *d, uint32_t a0, uint32_t a1, u
 
 // The block's group of routes (blockIdx.y): false when the launch has fewer groups or the expert's
 // weights are not resident (its routes are skipped by the combine); both are the same for every
-// thread of the block. Else e0/e1 are its weights, cnt its routes, and aroute/arow (shared) each
-// route's id and activation row (act + (route / act_div) * act_row_bytes; -1 / NULL past cnt),
-// visible to the whole block.
+// thread of the block. Else expert is the group's expert, e0/e1 its weights, cnt its routes, and
+// aroute/arow (shared) each route's id and activation row (act + (route / act_div) *
+// act_row_bytes; -1 / NULL past cnt), visible to the whole block.
 template <int MATS>
 __device__ __forceinline__ bool mma_group(const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t n_expert,
                                           const uint8_t *act, size_t act_row_bytes, int64_t act_div,
                                           const int32_t *perm, const int4 *groups, const int32_t *n_groups,
-                                          const uint8_t *&e0, const uint8_t *&e1, int &cnt, int32_t *aroute,
-                                          const uint8_t **arow)
+                                          int &expert, const uint8_t *&e0, const uint8_t *&e1, int &cnt,
+                                          int32_t *aroute, const uint8_t **arow)
 {
     if ((int64_t)blockIdx.y >= (int64_t)*n_groups)
         return false;
     const int4 grp = groups[blockIdx.y];
+    expert = grp.x;
     e0 = mpc_expert_ptr(w0, grp.x, n_expert);
     e1 = MATS == 2 ? mpc_expert_ptr(w1, grp.x, n_expert) : e0;
     if (!e0 || !e1)
@@ -67,38 +68,38 @@ __device__ __forceinline__ void mma_scale_add(float *acc, const int *t, float d0
 }
 
 // A tile's outputs (the mma D layout: acc[.][0..1] route m0, acc[.][2..3] route m0 + 8; columns j0,
-// j0 + 1): SwiGLU of gate (acc[0]) and up (acc[1]) for MATS 2, the sums for MATS 1, at
-// out[route * N + j]; routes past cnt and columns past N are not written.
+// j0 + 1): for MATS 2 expert e's activation of gate (acc[0]) and up (acc[1]) (mpc_expert_act: its
+// biases and kind, as the CUDA-core kernels apply them), for MATS 1 the sums, at out[route * N + j];
+// routes past cnt and columns past N are not written.
 template <int MATS>
 __device__ __forceinline__ void mma_store(const float (&acc)[MATS][4], int m0, int64_t j0, int cnt, int64_t N,
-                                          const int32_t *aroute, float *out)
+                                          const int32_t *aroute, const mpc_act_t &act, int64_t e, float *out)
 {
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int m = m0 + (e >= 2 ? 8 : 0);
-        const int64_t j = j0 + (e & 1);
+    for (int i = 0; i < 4; i++) {
+        const int m = m0 + (i >= 2 ? 8 : 0);
+        const int64_t j = j0 + (i & 1);
         if (m >= cnt || j >= N)
             continue;
         const int64_t r = aroute[m];
         if (MATS == 2) {
-            const float g = acc[0][e], u = acc[MATS - 1][e];
-            out[r * N + j] = g / (1.0f + expf(-g)) * u;
+            out[r * N + j] = mpc_expert_act(act, e, N, j, acc[0][i], acc[MATS - 1][i]);
         } else {
-            out[r * N + j] = acc[0][e];
+            out[r * N + j] = acc[0][i];
         }
     }
 }
 
-// The pipelined kernel (moe_mma2.cu) for weight type `type` and MATS matrices (2: gate and up,
-// SwiGLU; 1: down), with moe_mma.cu's launch arguments. mpc_moe_mma2_fits: whether it takes such a
-// launch (K % 256 == 0; Q4_K, Q8_0, Q4_0 weight rows and bases 16-byte aligned; activation rows
+// The pipelined kernel (moe_mma2.cu) for weight type `type` and MATS matrices (2: gate and up and
+// the experts' activation `act`; 1: down), with moe_mma.cu's launch arguments. mpc_moe_mma2_fits:
+// whether it takes such a launch (K % 256 == 0; Q4_K, Q8_0, Q4_0 weight rows and bases 16-byte aligned; activation rows
 // 4-byte aligned; its opt-in shared memory granted, asked once per kernel); mpc_moe_mma2_launch
 // launches it (only where it fits).
 bool mpc_moe_mma2_fits(int type, int mats, const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t K,
                        const uint8_t *act, size_t act_rb);
 void mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
                          int64_t N, const uint8_t *act, size_t act_rb, int64_t act_div, const int32_t *perm,
-                         const int4 *groups, const int32_t *n_groups, int64_t max_groups, float *out,
-                         cudaStream_t st);
+                         const int4 *groups, const int32_t *n_groups, int64_t max_groups, const mpc_act_t &fn,
+                         float *out, cudaStream_t st);
 
 #endif

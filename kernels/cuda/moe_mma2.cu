@@ -155,7 +155,7 @@ template <int T, int MATS>
 __global__ void __launch_bounds__(MMA_THREADS)
 moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
                 size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
-                const int32_t *n_groups, float *out)
+                const int32_t *n_groups, mpc_act_t fn, float *out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     typedef mma2_w<T> W;
@@ -171,8 +171,8 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
     __shared__ int32_t aroute[MPC_MMA_GROUP];
 
     const uint8_t *e0, *e1;
-    int cnt;
-    if (!mma_group<MATS>(w0, w1, n_expert, act, act_row_bytes, act_div, perm, groups, n_groups, e0, e1, cnt,
+    int expert, cnt;
+    if (!mma_group<MATS>(w0, w1, n_expert, act, act_row_bytes, act_div, perm, groups, n_groups, expert, e0, e1, cnt,
                          aroute, arow))
         return;
     const int tid = threadIdx.x, lane = tid % MPC_WARP, warp = tid / MPC_WARP;
@@ -284,7 +284,8 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
-            mma_store<MATS>(acc[mt][nt], mt * 16 + gq, n_base + n0 + nt * 8 + 2 * tq, cnt, N, aroute, out);
+            mma_store<MATS>(acc[mt][nt], mt * 16 + gq, n_base + n0 + nt * 8 + 2 * tq, cnt, N, aroute, fn, expert,
+                            out);
 #endif
 }
 
@@ -322,26 +323,27 @@ bool mpc_moe_mma2_fits(int type, int mats, const mpc_expert_t &w0, const mpc_exp
 template <int T, int MATS>
 static void launch_mma2(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
                         size_t act_rb, int64_t act_div, const int32_t *perm, const int4 *groups,
-                        const int32_t *n_groups, int64_t max_groups, float *out, cudaStream_t st)
+                        const int32_t *n_groups, int64_t max_groups, const mpc_act_t &fn, float *out,
+                        cudaStream_t st)
 {
     const dim3 grid((unsigned)((N + MMA2_N - 1) / MMA2_N), (unsigned)max_groups);
     moe_mma2_kernel<T, MATS><<<grid, MMA_THREADS, mma2_smem<T, MATS>::bytes, st>>>(
-        w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, out);
+        w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, fn, out);
 }
 
 void mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K,
                          int64_t N, const uint8_t *act, size_t act_rb, int64_t act_div, const int32_t *perm,
-                         const int4 *groups, const int32_t *n_groups, int64_t max_groups, float *out,
-                         cudaStream_t st)
+                         const int4 *groups, const int32_t *n_groups, int64_t max_groups, const mpc_act_t &fn,
+                         float *out, cudaStream_t st)
 {
 #define MMA2_CASE(T)                                                                                          \
     case T:                                                                                                   \
         if (mats == 2)                                                                                        \
             launch_mma2<T, 2>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, max_groups, \
-                              out, st);                                                                       \
+                              fn, out, st);                                                                       \
         else                                                                                                  \
             launch_mma2<T, 1>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, groups, n_groups, max_groups, \
-                              out, st);                                                                       \
+                              fn, out, st);                                                                       \
         break;
     switch (type) {
         MMA2_CASE(MP_TYPE_Q4_0)

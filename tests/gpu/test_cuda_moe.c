@@ -599,14 +599,16 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 
-/* Quantized experts on the tensor cores, forced from 16 rows: every quantized type as gate and as
- * down, against the same CPU reference (vec_dot over the CPU's quantized activations). The
+/* Quantized experts on the tensor cores, forced from 16 rows: every type with an int8 form as gate
+ * and as down, against the same CPU reference (vec_dot over the CPU's quantized activations). The
  * pipelined kernel (moe_mma2.cu) takes every launch whose K is a multiple of 256: a qwen3-shaped
  * prefill, experts with more than one group of 32 routes, partial 64-feature tiles, Q6_K rows that
  * are only 2-byte aligned, Q8_0/Q4_0 blocks whose quants are only 2-byte aligned, slot tables with
  * skipped experts plus accumulate, more routes than one launch's 65535 grid rows. The first kernel
- * (moe_mma.cu) takes Q8_0 and Q4_0 launches whose K is not: K 96 and 160 (a partial 128-element
- * stage), 288 (the downs of two cases above), ~50 routes per expert, slot tables plus accumulate. */
+ * (moe_mma.cu) takes the other blocks of 32 and the Q8_0 and Q4_0 launches whose K is not: K 96 and
+ * 160 (a partial 128-element stage), 288 (the downs of two cases above), ~50 routes per expert, slot
+ * tables plus accumulate; Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 at every K (their mins, fifth bits,
+ * look-ups, odd-aligned quants), gpt-oss-20b's 2880 x 2880 MXFP4 experts. */
 Test(cuda_moe, experts_tensor_core_prefill)
 {
     seed_rng();
@@ -651,6 +653,21 @@ Test(cuda_moe, experts_tensor_core_prefill)
     check_experts(&fs);
     moe_case grid = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0, 0}; /* 65600 routes, 2066 groups */
     check_experts(&grid);
+    /* the other blocks of 32, as gate and as down, K a multiple of 256 and not */
+    const int b32[] = {MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q4_0,
+                       MP_TYPE_Q8_0};
+    for (int by_block = 0; by_block < 2; by_block++) { /* the first kernel's two stagings */
+        mp_cuda_moe_set_mma_stage(by_block);
+        for (size_t t = 0; t < 7; t++) {
+            moe_case c = {b32[t], b32[(t + 1) % 7], 512, 160, 16, 4, 40, 0, 0, 0};
+            check_experts(&c);
+            moe_case s = {b32[t], b32[(t + 3) % 7], 96, 288, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
+            check_experts(&s);
+        }
+        moe_case oss = {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 70, 0, 0, 0}; /* ~9 routes per expert */
+        check_experts(&oss);
+    }
+    mp_cuda_moe_set_mma_stage(1);
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 
@@ -815,9 +832,10 @@ Test(cuda_moe, experts_far_routes)
 
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 /* gpt-oss's experts (gate/up biases, the clamped SwiGLU) on every path that takes them: decode per
- * route, several rows, the grouped prefill (the tensor cores forced on, which such experts bypass),
- * pool slots with a partial, far routes with split ones; its shapes (2880 = 90 blocks of 32, MXFP4
- * experts) and the down biases, added for every route by mp_cuda_moe_down_bias */
+ * route, several rows, the grouped prefill on the CUDA cores and on the tensor cores (both of their
+ * kernels: K 512 the pipelined one, 2880 and MXFP4 the first), pool slots with a partial, far routes
+ * with split ones; its shapes (2880 = 90 blocks of 32, MXFP4 experts) and the down biases, added
+ * for every route by mp_cuda_moe_down_bias */
 Test(cuda_moe, experts_gptoss_biases_and_clamped_swiglu)
 {
     seed_rng();
@@ -829,11 +847,17 @@ Test(cuda_moe, experts_gptoss_biases_and_clamped_swiglu)
         {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 16, 4, 3, 0, 0, 0},      /* not the Q4_K decode kernel */
         {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 512, 256, 16, 6, 3, 1, 0, all},    /* far routes, split */
         {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 2, 1, 1, all},
+        {MP_TYPE_Q4_K, MP_TYPE_Q6_K, 512, 256, 16, 4, 40, 0, 0, 0},     /* grouped */
+        {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 40, 0, 0, 0},
+        {MP_TYPE_IQ4_NL, MP_TYPE_Q5_1, 288, 160, 8, 2, 24, 1, 1, 0},
     };
-    mp_cuda_moe_set_mma_min_rows(16);
     g_oai = 1;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        check_experts(&cases[i]);
+    for (int mma = 0; mma < 2; mma++) { /* the grouped cases on the CUDA cores, then the tensor cores */
+        mp_cuda_moe_set_mma_min_rows(mma ? 16 : 0);
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            if (mma == 0 || cases[i].n_rows >= MP_CUDA_MOE_GROUP_MIN_ROWS)
+                check_experts(&cases[i]);
+    }
     g_oai = 0;
     mp_cuda_moe_set_mma_min_rows(-1);
     /* the down biases: Σ_k w_k b[e_k] added to what is there, ids outside [0, E) adding nothing */
