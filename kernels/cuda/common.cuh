@@ -204,6 +204,19 @@ __host__ __device__ __forceinline__ float mpc_sub_rn(float a, float b)
 #endif
 }
 
+// a - b in each of the four bytes (no carries between them)
+__host__ __device__ __forceinline__ uint32_t mpc_vsub4(uint32_t a, uint32_t b)
+{
+#ifdef __CUDA_ARCH__
+    return __vsub4(a, b);
+#else
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++)
+        r |= ((a >> (8 * n)) - (b >> (8 * n)) & 0xFFu) << (8 * n);
+    return r;
+#endif
+}
+
 // the 32 bits of hi:lo shifted right by sh (0..31)
 __host__ __device__ __forceinline__ uint32_t mpc_funnel_r(uint32_t lo, uint32_t hi, unsigned sh)
 {

@@ -28,7 +28,6 @@
 // look-up; scales as F32. gate/up: two weight tiles, the experts' activation in the epilogue (their
 // biases and gpt-oss's clamped SwiGLU included), h per route; down: one, y per route; the combine
 // over routes stays moe.cu's (slot order, one rounding); gpt-oss's down biases are added after it.
-#include "kernels/cuda/gemv.cuh" // mpc_b32_layout: the blocks of 32
 #include "kernels/cuda/moe_mma.cuh"
 
 #define MMA_N 32                 // output features per block: 4 warps x n8
@@ -72,18 +71,6 @@ template <int T> struct mma_w {
     {
         return L::has_min ? -mpc_f16(mpc_ld16(row + g * L::bytes + 2)) : 0.0f;
     }
-    // block ib whole: its 32 levels as signed bytes in element order (q[k]: elements 4k .. 4k+3),
-    // s1 and s2
-    __device__ static void block(const uint8_t *row, int64_t ib, uint32_t q[8], float &s1, float &s2)
-    {
-        mpc_b32_unit<T> b;
-        b.load(row, ib);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            q[k] = T == MP_TYPE_Q5_0 ? __vsub4((uint32_t)b.q[k], 0x10101010u) : (uint32_t)b.q[k];
-        s1 = b.d;
-        s2 = -b.m;
-    }
 };
 
 // Q4_0 and Q8_0: 16-bit loads suffice (every offset is even); no min.
@@ -97,18 +84,6 @@ template <> struct mma_w<MP_TYPE_Q4_0> {
     }
     __device__ static float scale(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 18)); }
     __device__ static float min(const uint8_t *, int64_t) { return 0.0f; }
-    __device__ static void block(const uint8_t *row, int64_t ib, uint32_t q[8], float &s1, float &s2)
-    {
-        mpc_unit<MP_TYPE_Q4_0, false> b;
-        b.load(row, ib);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            q[k] = __vsub4((uint32_t)b.q[k] & 0x0F0F0F0Fu, 0x08080808u);
-            q[k + 4] = __vsub4(((uint32_t)b.q[k] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
-        }
-        s1 = b.d;
-        s2 = 0.0f;
-    }
 };
 
 template <> struct mma_w<MP_TYPE_Q8_0> {
@@ -116,11 +91,6 @@ template <> struct mma_w<MP_TYPE_Q8_0> {
     __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
     __device__ static float scale(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 34)); }
     __device__ static float min(const uint8_t *, int64_t) { return 0.0f; }
-    __device__ static void block(const uint8_t *row, int64_t ib, uint32_t q[8], float &s1, float &s2)
-    {
-        s1 = mpc_q8_0_block(row, ib, q); // a Q8_0 weight block has an activation block's bytes
-        s2 = 0.0f;
-    }
 };
 
 // The partner activation (Q8_0): the int8s of elements i .. i+3 as one word (the bytes as they are),
@@ -175,8 +145,8 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             uint32_t q[8] = {};
             float s1 = 0.0f, s2 = 0.0f;
             if (j < N && gb < ng)
-                W::block((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 / MMA_G + gb, q, s1,
-                         s2);
+                mpc_mma_block<T>((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 / MMA_G + gb, q,
+                                 s1, s2);
             uint4 *dst = (uint4 *)&wq[mat][n][gb * MMA_G];
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
@@ -289,8 +259,7 @@ extern "C" void mp_cuda_moe_set_mma_stage(int by_block)
 // The types the first kernel serves: the blocks of 32 (Q8_0 activations).
 static bool first_type(int t)
 {
-    return t == MP_TYPE_Q4_0 || t == MP_TYPE_Q8_0 || t == MP_TYPE_Q4_1 || t == MP_TYPE_Q5_0 || t == MP_TYPE_Q5_1 ||
-           t == MP_TYPE_IQ4_NL || t == MP_TYPE_MXFP4;
+    return mpc_mma_b32(t);
 }
 
 static bool mma_type(int t)

@@ -4,9 +4,50 @@
 #ifndef MP_KERNELS_CUDA_MOE_MMA_CUH
 #define MP_KERNELS_CUDA_MOE_MMA_CUH
 
+#include "kernels/cuda/gemv.cuh" // the blocks of 32's units (mpc_b32_unit, mpc_unit)
 #include "kernels/cuda/moe.cuh"
 
 #define MMA_THREADS 128 // 4 warps per block, in both kernels
+
+// The types of a block of 32 the first kernel (moe_mma.cu) takes.
+__host__ __device__ constexpr bool mpc_mma_b32(int t)
+{
+    return t == MP_TYPE_Q4_0 || t == MP_TYPE_Q8_0 || t == MP_TYPE_Q4_1 || t == MP_TYPE_Q5_0 || t == MP_TYPE_Q5_1 ||
+           t == MP_TYPE_IQ4_NL || t == MP_TYPE_MXFP4;
+}
+
+// Block ib of a weight row of such a type T as the tensor cores take it: its 32 levels as signed
+// bytes in element order (q[k]: elements 4k .. 4k+3) and the scales of x = s1 * q - s2: Q4_0 the
+// nibble - 8, Q5_0 the five bits - 16, Q8_0 as stored, IQ4_NL and MXFP4 the looked-up level
+// (MXFP4's doubled E2M1 value under the halved scale), Q4_1 and Q5_1 as stored (0 .. 31) with their
+// min m as s2 = -m. Host-callable: tests/unit/cuda_units_host.cu checks it against the CPU's
+// dequantizer.
+template <int T>
+__host__ __device__ __forceinline__ void mpc_mma_block(const uint8_t *row, int64_t ib, uint32_t q[8], float &s1,
+                                                       float &s2)
+{
+    static_assert(mpc_mma_b32(T), "a block of 32 the tensor cores take");
+    s2 = 0.0f;
+    if (T == MP_TYPE_Q8_0) {
+        s1 = mpc_q8_0_block(row, ib, q); // a Q8_0 weight block has an activation block's bytes
+    } else if (T == MP_TYPE_Q4_0) {
+        mpc_unit<MP_TYPE_Q4_0, false> b;
+        b.load(row, ib);
+        for (int k = 0; k < 4; k++) {
+            q[k] = mpc_vsub4((uint32_t)b.q[k] & 0x0F0F0F0Fu, 0x08080808u);
+            q[k + 4] = mpc_vsub4(((uint32_t)b.q[k] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        }
+        s1 = b.d;
+    } else {
+        mpc_b32_unit<T> b;
+        b.load(row, ib);
+        for (int k = 0; k < 8; k++)
+            q[k] = T == MP_TYPE_Q5_0 ? mpc_vsub4((uint32_t)b.q[k], 0x10101010u) : (uint32_t)b.q[k];
+        s1 = b.d;
+        if (mpc_b32_layout<T>::has_min) // (else s2 stays +0: -0 would turn a level's -0 into +0)
+            s2 = -b.m;
+    }
+}
 
 // D = A (16x16, row) * B (16x8, col) + D, int8 inputs, int32 accumulators (exact). Fragments (PTX
 // ISA, mma.m16n8k16 with .s8): with g = lane / 4 and t = lane % 4, a0 = A[g][4t .. 4t+3],

@@ -4,6 +4,7 @@
 // against the scalar reference on machines without a GPU, CI's included.
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/moe_mma.cuh"
 
 #include "tests/unit/cuda_units_host.h"
 
@@ -81,4 +82,31 @@ extern "C" int mpc_host_dequant_row(int type, const void *w, float *out, int64_t
 extern "C" size_t mpc_host_weight_align(int type)
 {
     return mpc_weight_align(type, false);
+}
+
+// s1 * q - s2 of every element, block by block through moe_mma.cuh's mpc_mma_block
+template <int T>
+static void mma_row(const void *w, float *out, int64_t n)
+{
+    for (int64_t ib = 0; ib < n / 32; ib++) {
+        uint32_t q[8];
+        float s1, s2;
+        mpc_mma_block<T>((const uint8_t *)w, ib, q, s1, s2);
+        for (int e = 0; e < 32; e++)
+            out[32 * ib + e] = s1 * (float)(int8_t)(q[e / 4] >> (8 * (e % 4))) - s2;
+    }
+}
+
+extern "C" int mpc_host_mma_row(int type, const void *w, float *out, int64_t n)
+{
+    switch (type) {
+#define CASE(T)                    \
+    case T:                        \
+        mma_row<T>(w, out, n);     \
+        return 0;
+        CASE(MP_TYPE_Q4_0) CASE(MP_TYPE_Q8_0) CASE(MP_TYPE_Q4_1) CASE(MP_TYPE_Q5_0) CASE(MP_TYPE_Q5_1)
+        CASE(MP_TYPE_IQ4_NL) CASE(MP_TYPE_MXFP4)
+#undef CASE
+    default: return -1;
+    }
 }

@@ -16,6 +16,9 @@ extern "C" {
 int mpc_host_row_dot(int type, int vec, const void *w, const void *x, int64_t n, float *out);
 /* out[0 .. n) = convert.cuh's mpc_dequant_elem of each element; -1 for a type it lacks. */
 int mpc_host_dequant_row(int type, const void *w, float *out, int64_t n);
+/* out[0 .. n) = s1 * q - s2 of each element as the tensor-core kernels take a block of 32
+ * (moe_mma.cuh's mpc_mma_block); -1 for a type they do not take that way. */
+int mpc_host_mma_row(int type, const void *w, float *out, int64_t n);
 /* The alignment the GPU launchers ask of a type's weight rows (gemv.cuh's mpc_weight_align, units
  * without 128-bit loads). */
 size_t mpc_host_weight_align(int type);

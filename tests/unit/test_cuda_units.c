@@ -1,5 +1,5 @@
-/* tests/unit/test_cuda_units.c — the GPU's weight units (kernels/cuda/gemv.cuh) and element
- * dequantizer (convert.cuh), run on the CPU through tests/unit/cuda_units_host.cu, against the
+/* tests/unit/test_cuda_units.c — the GPU's weight units (kernels/cuda/gemv.cuh), element
+ * dequantizer (convert.cuh) and the tensor-core kernels' blocks of 32 (moe_mma.cuh), run on the CPU through tests/unit/cuda_units_host.cu, against the
  * scalar reference on fresh random rows of every weight type: a row's dot summed unit by unit
  * within float rounding of vec_dot, and the dequantizer bit for bit. This checks what each unit
  * decodes (offsets, shifts, scales, look-ups) where no GPU is (CI); the device's own instructions
@@ -72,4 +72,39 @@ Test(cuda_units, the_wide_units_decode_as_the_narrow_ones)
     float out;
     cr_assert_eq(mpc_host_row_dot(MP_TYPE_Q8_0, 1, NULL, NULL, 32, &out), -1, "Q8_0 has no 128-bit unit");
     cr_assert_eq(mpc_host_row_dot(MP_TYPE_Q8_K, 0, NULL, NULL, 256, &out), -1, "Q8_K is no weight type");
+}
+
+/* The blocks of 32 as the tensor-core expert kernels stage them (signed levels, s1 and s2): every
+ * element's s1 * q - s2 is the scalar dequantizer's value bit for bit, at every alignment the
+ * launchers allow (MXFP4's quants at odd addresses), rows of one, three and 90 blocks (gpt-oss's
+ * 2880); and the types without such a form are refused. */
+Test(cuda_units, tensor_core_blocks_decode_as_the_cpu_reference)
+{
+    seed_rng();
+    const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL,
+                         MP_TYPE_MXFP4};
+    const int64_t sizes[] = {32, 96, 2880};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int rep = 0; rep < 4; rep++) {
+                const int type = types[t];
+                const int64_t n = sizes[s];
+                const size_t rb = mp_type_row_bytes(type, n), misalign = mpc_host_weight_align(type) * (size_t)rep;
+                uint8_t *raw = alloc64(rb + 64), *w = raw + misalign;
+                random_weight_row(type, w, n);
+                float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+                mp_type_ops_scalar(type)->dequantize_row(w, want, n);
+                cr_assert_eq(mpc_host_mma_row(type, w, got, n), 0, "%s: no tensor-core block", mp_type_name(type));
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert(same_float(got[i], want[i]),
+                              "seed %llu: %s element %lld of %lld at +%zu: tensor-core block %a, scalar %a",
+                              (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign,
+                              (double)got[i], (double)want[i]);
+                free(want);
+                free(got);
+                free(raw);
+            }
+    float out[256];
+    uint8_t zero[256] = {0};
+    cr_assert_eq(mpc_host_mma_row(MP_TYPE_Q4_K, zero, out, 256), -1, "Q4_K's blocks are the pipelined kernel's");
 }
