@@ -667,8 +667,9 @@ int main(int argc, char **argv)
     if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only && !decode_only && !far_only && !attn_only) ||
         (argc > 1 && !strcmp(argv[1], "--help"))) {
         printf("usage: bench_cuda [REPS [prefill|decode|far|attn]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
-               "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 32 ... 512\n"
-               "       rows (the 30B's Q4_K/Q6_K and Q8_0, gpt-oss-20b's MXFP4); decode: the 1-row expert call\n"
+               "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 16 ... 512\n"
+               "       rows (Q4_K/Q6_K on Mixtral's, a 256-expert and the 30B's shapes, the 30B's Q8_0,\n"
+               "       gpt-oss-20b's MXFP4); decode: the 1-row expert call\n"
                "       of five shapes (the presets', top-1 of 16) with the K-quant mixes' and Q8_0 experts, the\n"
                "       down kernel's variants alternated twice; far: the 1-row\n"
                "       call with far routes (whole, split) on Mixtral's and Qwen3-30B-A3B's experts, the\n"
@@ -687,9 +688,12 @@ int main(int argc, char **argv)
            (double)prop.totalGlobalMem / (1 << 30));
     printf("| kernel | type | shape | rows | median | bandwidth | best |\n|---|---|---|---|---|---|---|\n");
     if (prefill_only) { /* where the two paths cross (moe.cu's MOE_MMA_MIN_ROWS) */
-        const int64_t rows[] = {32, 64, 96, 128, 192, 256, 512};
+        const int64_t rows[] = {16, 32, 64, 96, 128, 192, 256, 512};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             for (int mma = 0; mma < 2; mma++) {
+                /* routes per expert at a row: 1/16 (30B), 1/8 (gpt-oss), 1/4 (Mixtral), 1/32 (256) */
+                bench_moe_prefill(&dec_shapes[3], MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
+                bench_moe_prefill(&dec_shapes[2], MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
                 bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows[i], mma, reps);
