@@ -288,8 +288,8 @@ static void bench_moe_sweep(int reps, int rounds)
 
 /* One prefill MoE call of n_rows rows of shape sh (random distinct routes per row), enqueued and
  * timed by events: the grouped CUDA-core path (mma 0) against the tensor-core path (mma 1: the
- * pipelined kernel, moe_mma2.cu, at the 30B's shapes; the first, moe_mma.cu, at gpt-oss's, whose
- * gate/up biases and clamped SwiGLU come with it), side by side. TFLOP/s counts
+ * pipelined kernel, moe_mma2.cu, for the K-quants and Q8_0 rows of whole super-blocks; the first,
+ * moe_mma.cu, at gpt-oss's, whose gate/up biases and clamped SwiGLU come with it), side by side. TFLOP/s counts
  * 2 · routes · 3 · n_embd · n_ff. */
 static void bench_moe_prefill(const moe_shape *sh, int gate_type, int down_type, int64_t n_rows, int mma, int reps)
 {
@@ -336,7 +336,6 @@ static void bench_moe_prefill(const moe_shape *sh, int gate_type, int down_type,
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     mp_cuda_moe_set_mma_min_rows(mma ? 16 : 0);
-    mp_cuda_moe_set_mma_stage(mma != 2);
     const int n_c = g.n < u.n ? (g.n < d.n ? g.n : d.n) : (u.n < d.n ? u.n : d.n);
     float *ms = malloc(sizeof(float) * (size_t)reps);
     for (int r = -3; r < reps; r++) {
@@ -358,11 +357,10 @@ static void bench_moe_prefill(const moe_shape *sh, int gate_type, int down_type,
             CK(cudaEventElapsedTime(&ms[r], e0, e1));
     }
     mp_cuda_moe_set_mma_min_rows(-1);
-    mp_cuda_moe_set_mma_stage(1);
     qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     const double flop = 2.0 * (double)routes * 3.0 * (double)D * (double)F;
     printf("| moe prefill (%s) | %s/%s | %s, %ld experts top-%ld | %ld | %8.1f us | %7.1f TFLOP/s | min %8.1f us |\n",
-           mma == 2 ? "tensor cores, staged by four" : mma ? "tensor cores" : "grouped", mp_type_name(gate_type), mp_type_name(down_type), sh->name, (long)E,
+           mma ? "tensor cores" : "grouped", mp_type_name(gate_type), mp_type_name(down_type), sh->name, (long)E,
            (long)K, (long)n_rows, ms[reps / 2] * 1e3, flop / (ms[reps / 2] * 1e-3) / 1e12, ms[0] * 1e3);
     cudaFree(g.d); cudaFree(u.d); cudaFree(d.d); cudaFree(d_x); cudaFree(d_out); cudaFree(d_w); cudaFree(d_b);
     cudaFree(d_ids); cudaFree(d_s);
@@ -691,14 +689,13 @@ int main(int argc, char **argv)
         const int64_t rows[] = {16, 32, 64, 96, 128, 192, 256, 512};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             for (int mma = 0; mma < 2; mma++) {
-                /* routes per expert at a row: 1/16 (30B), 1/8 (gpt-oss), 1/4 (Mixtral), 1/32 (256) */
+                /* Mixtral's top-2 of 8 (114 MB experts), 256 experts' top-8 (FFN 512), the 30B's
+                 * top-8 of 128, gpt-oss's top-4 of 32 */
                 bench_moe_prefill(&dec_shapes[3], MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&dec_shapes[2], MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
                 bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows[i], mma, reps);
-                if (mma)
-                    bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows[i], 2, reps);
             }
         return 0;
     }

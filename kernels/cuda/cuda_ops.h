@@ -176,16 +176,13 @@ int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
  * Q6_K, Q5_K or Q4_K down (the latter two with 16-byte aligned rows) run moe_dec.cu's kernels (a
  * lane per Q4_K sub-block pair; 8 lanes, or a warp for rows of 8 super-blocks or more, per down
  * (element, route) dot), every other case one warp per output row over every route (moe.cu). From 16 rows
- * the routes are grouped by expert; quantized experts (Q4_0, Q8_0, Q4_K, Q6_K) run on the tensor
- * cores (exact int8 products per scale group, scales in F32: the CPU's vec_dot up to summation
- * order) from 64 rows where the pipelined kernel takes both launches, from 320 rows where the first
- * kernel takes one (the blocks of 32 the pipelined kernel cannot stage): where the H200's measurements
- * cross. mp_cuda_moe_set_mma_min_rows(rows) sets one threshold for both instead (0: never; a
- * negative value: the measured ones), process-wide: for tests and benchmarks. */
+ * the routes are grouped by expert; quantized experts (Q4_K, Q6_K and the blocks of 32) run on the
+ * tensor cores (exact int8 products per scale group, scales in F32: the CPU's vec_dot up to
+ * summation order) from 32 rows, where the measurements against the CUDA cores cross for every
+ * expert shape measured (moe.cu's MOE_MMA_MIN_ROWS). mp_cuda_moe_set_mma_min_rows(rows) sets
+ * another threshold (0: never; a negative value: the measured one), process-wide: for tests and
+ * benchmarks. */
 void mp_cuda_moe_set_mma_min_rows(int64_t rows);
-/* How the first tensor-core kernel stages its weights: 1 a block of 32 per task, 0 four elements per
- * task; process-wide, for bench_cuda's A/B. */
-void mp_cuda_moe_set_mma_stage(int by_block);
 /* The decode down kernel (moe_dec.cu): lanes 8 or 32 per dot wherever it applies, 0 never (moe.cu's
  * one warp per output row instead), any other value the rule above; process-wide, for tests and
  * benchmarks. */

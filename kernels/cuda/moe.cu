@@ -113,18 +113,19 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
         out[row * n_embd + d] = accumulate ? out[row * n_embd + d] + acc : acc;
 }
 
-// Steps of at least this many rows run quantized experts on the tensor cores (moe_mma.cu), by the
-// kernel that takes them (mpc_moe_mma_plan): where the H200's measurements against the CUDA-core
-// grouped path cross (bench_cuda 20 prefill, 30B expert shapes, top-8 of 128). The pipelined kernel
-// (moe_mma2.cu): Q4_K/Q6_K 597 / 651 / 664 / 667 / 989 us at 32 / 64 / 96 / 128 / 512 rows against
-// grouped 471 / 696 / 915 / 1134 / 3990 (2026-11-29), Q8_0 469 / 499 / 775 us at 32 / 64 / 512 rows
-// against 400 / 588 / 3,498 (2026-12-01): both cross between 32 and 64 rows. The first kernel, which
-// takes Q8_0/Q4_0 rows whose K is not a multiple of 256: Q8_0 1512 / 2418 us at 64 / 512 rows
-// against grouped 590 ... 1813 (256) ... 3490: near 290 rows (2026-11-29).
-// mp_cuda_moe_set_mma_min_rows overrides both (tests force the path from 16 rows; 0: never).
-#define MOE_MMA_MIN_ROWS_PIPELINED 64
-#define MOE_MMA_MIN_ROWS_FIRST 320
-static int64_t g_mma_min_rows = -1; // -1: by kernel, above; 0: never; else rows
+// Steps of at least MOE_MMA_MIN_ROWS rows run quantized experts on the tensor cores (moe_mma.cu),
+// by the kernel that takes them (mpc_moe_mma_plan): where the measurements against the CUDA-core
+// grouped path cross, for every expert shape measured. H100, bench_cuda 10 prefill, 2026-12-05,
+// grouped / tensor cores in us at 16 / 32 / 64 rows: Mixtral's top-2 of 8, Q4_K/Q6_K, 932 / 1658 /
+// 3013 against 1389 / 1382 / 1389; 256 experts' top-8 (FFN 512) 358 / 534 / 785 against 368 / 517
+// / 699; the 30B's top-8 of 128 497 (32) / 701 against 517 / 597, Q8_0 425 / 608 against 436 /
+// 476; gpt-oss-20b's MXFP4 top-4 of 32 (the first kernel) 430 / 626 / 1015 against 514 / 566 /
+// 573. Every shape crosses between 16 and 64 rows, most near 32, in rows rather than in routes an
+// expert (those are 4-8 for Mixtral, under 1 for the 256 experts, 2-4 for the 30B at the crossing).
+// At 32 the 30B pays <= 4 % (the H200 crossed between 32 and 64 too: 2026-11-29), Mixtral gains
+// 1.2x. mp_cuda_moe_set_mma_min_rows overrides it (tests force the path from 16 rows; 0: never).
+#define MOE_MMA_MIN_ROWS 32
+static int64_t g_mma_min_rows = -1; // -1: MOE_MMA_MIN_ROWS; 0: never; else rows
 
 extern "C" void mp_cuda_moe_set_mma_min_rows(int64_t rows)
 {
@@ -139,12 +140,8 @@ extern "C" int mp_cuda_moe_mma_available(void)
 // Whether a step of n_rows rows whose tensor-core plan is `plan` (MPC_MMA_*) runs on the tensor cores.
 static bool mma_rows(int plan, int64_t n_rows)
 {
-    if (plan == MPC_MMA_NONE)
-        return false;
-    const int64_t min = g_mma_min_rows >= 0 ? g_mma_min_rows
-                        : plan == MPC_MMA_PIPELINED ? MOE_MMA_MIN_ROWS_PIPELINED
-                                                    : MOE_MMA_MIN_ROWS_FIRST;
-    return min > 0 && n_rows >= min;
+    const int64_t min = g_mma_min_rows >= 0 ? g_mma_min_rows : MOE_MMA_MIN_ROWS;
+    return plan != MPC_MMA_NONE && min > 0 && n_rows >= min;
 }
 
 static size_t align256(size_t b)

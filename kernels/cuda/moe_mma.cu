@@ -23,9 +23,11 @@
 // the blocks of 32 (K not a multiple of 256, as gpt-oss's 2880; rows not 16-byte aligned, as
 // MXFP4's 17-byte blocks; Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): a block (4 warps) owns one group of <=
 // 32 routes of one expert and 32 output features (each warp 8: one n8 tile, two m16 tiles of
-// routes); K goes through shared memory 128 elements at a time as int8: activations copied as they
-// are, weights unpacked four at a time with byte-wise (SWAR) shifts, masks and subtractions or the
-// look-up; scales as F32. gate/up: two weight tiles, the experts' activation in the epilogue (their
+// routes); K goes through shared memory 128 elements at a time as int8, a thread staging a whole
+// block of 32 of a weight or activation row (mpc_mma_block: the levels by byte-wise shifts, masks
+// and subtractions or the look-up, as two 16-byte stores) and its scales as F32. (Staging four
+// elements a task, each thread finding its block's bytes again, took 3.5x as long: gpt-oss-20b's
+// MXFP4 experts at 64 rows 2,114 against 573 us, H100, bench_cuda 10 prefill, 2026-12-05.) gate/up: two weight tiles, the experts' activation in the epilogue (their
 // biases and gpt-oss's clamped SwiGLU included), h per route; down: one, y per route; the combine
 // over routes stays moe.cu's (slot order, one rounding); gpt-oss's down biases are added after it.
 #include "kernels/cuda/moe_mma.cuh"
@@ -36,66 +38,6 @@
 #define MMA_G 32                 // elements per scale group (Q8_0, Q4_0 and their Q8_0 activations)
 #define MMA_MAXG (MMA_KC / MMA_G) // scale groups per stage
 
-// ---- weight formats: q4(i) the int8s of elements i .. i+3 packed in a word (i % 4 == 0), scale(g)
-// and min(g): s1 and s2 of scale group g (a block: x = s1 * q - s2) ----
-
-// The blocks of 32 besides Q4_0 and Q8_0 (gemv.cuh's mpc_b32_layout): IQ4_NL and MXFP4 from their
-// look-up tables (levels -127 .. 113, and MXFP4's doubled E2M1 values with the halved scale), Q5_0
-// as level - 16, Q4_1 and Q5_1 as stored (0 .. 31) with their min m as s2 = -m. Any alignment
-// (MXFP4's 17-byte blocks put a row's quants at odd addresses): words by mpc_ld_words.
-template <int T> struct mma_w {
-    typedef mpc_b32_layout<T> L;
-    static const bool has_min = L::has_min;
-    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
-    {
-        const uint8_t *b = row + (i / 32) * L::bytes;
-        const int l = (int)(i % 32);
-        uint32_t w;
-        mpc_ld_words<1>(b + L::qs + l % 16, &w);
-        uint32_t q = (w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu;
-        if (L::lut)
-            return (uint32_t)mpc_lut16<T>(q);
-        if (L::qh >= 0) {
-            uint32_t qh;
-            mpc_ld_words<1>(b + L::qh, &qh);
-            q |= mpc_bits_to_byte4(qh >> l);
-        }
-        return T == MP_TYPE_Q5_0 ? __vsub4(q, 0x10101010u) : q; // Q5_0: level - 16, byte-wise
-    }
-    __device__ static float scale(const uint8_t *row, int64_t g)
-    {
-        const uint8_t *b = row + g * L::bytes;
-        return T == MP_TYPE_MXFP4 ? mpc_e8m0_half(b[0]) : mpc_f16(mpc_ld16(b));
-    }
-    __device__ static float min(const uint8_t *row, int64_t g)
-    {
-        return L::has_min ? -mpc_f16(mpc_ld16(row + g * L::bytes + 2)) : 0.0f;
-    }
-};
-
-// Q4_0 and Q8_0: 16-bit loads suffice (every offset is even); no min.
-template <> struct mma_w<MP_TYPE_Q4_0> {
-    static const bool has_min = false;
-    __device__ static uint32_t q4(const uint8_t *row, int64_t i)
-    {
-        const int l = (int)(i % 32);
-        const uint32_t w = mpc_ld32_a2(row + (i / 32) * 18 + 2 + l % 16);
-        return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
-    }
-    __device__ static float scale(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 18)); }
-    __device__ static float min(const uint8_t *, int64_t) { return 0.0f; }
-};
-
-template <> struct mma_w<MP_TYPE_Q8_0> {
-    static const bool has_min = false;
-    __device__ static uint32_t q4(const uint8_t *row, int64_t i) { return mpc_ld32_a2(row + (i / 32) * 34 + 2 + i % 32); }
-    __device__ static float scale(const uint8_t *row, int64_t g) { return mpc_f16(mpc_ld16(row + g * 34)); }
-    __device__ static float min(const uint8_t *, int64_t) { return 0.0f; }
-};
-
-// The partner activation (Q8_0): the int8s of elements i .. i+3 as one word (the bytes as they are),
-// and the block scale over element i. A Q8_0 weight row has the same bytes.
-typedef mma_w<MP_TYPE_Q8_0> mma_a;
 
 __device__ __forceinline__ uint32_t ld_w(const int8_t *p)
 {
@@ -104,15 +46,15 @@ __device__ __forceinline__ uint32_t ld_w(const int8_t *p)
 
 // MATS 2: gate (w0) and up (w1), out = h (N = n_ff) with SwiGLU; MATS 1: down (w0), out = y
 // (N = n_embd). Activation rows: act + (route / act_div) * act_row_bytes.
-template <int T, int MATS, int S>
+template <int T, int MATS>
 __global__ void __launch_bounds__(MMA_THREADS)
 moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, int64_t N, const uint8_t *act,
                size_t act_row_bytes, int64_t act_div, const int32_t *perm, const int4 *groups,
                const int32_t *n_groups, mpc_act_t fn, float *out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    typedef mma_w<T> W;
-    const int MG2 = W::has_min ? MMA_MAXG : 1; // mins and activation sums: only the types with a min
+    constexpr bool has_min = mpc_b32_layout<T>::has_min; // Q4_1, Q5_1
+    const int MG2 = has_min ? MMA_MAXG : 1; // mins and activation sums: only the types with a min
     __shared__ __align__(16) int8_t wq[MATS][MMA_N][MMA_LD];
     __shared__ __align__(16) int8_t aq[MPC_MMA_GROUP][MMA_LD];
     __shared__ float ws1[MATS][MMA_N][MMA_MAXG];
@@ -138,7 +80,8 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
         // index arithmetic), the part past K staged as zeros and its groups not multiplied
         const int kc = (int)(K - k0 < MMA_KC ? K - k0 : MMA_KC);
         const int ng = kc / MMA_G;
-        if (S) { // stage by block: a task is one block of 32 of a weight or activation row
+        // stage: a task is one block of 32 of a weight or an activation row (mpc_mma_block,
+        // mpc_q8_0_block): its 32 integers as two 16-byte stores, its scales
         for (int u = tid; u < MATS * MMA_N * MMA_MAXG; u += MMA_THREADS) {
             const int gb = u % MMA_MAXG, n = (u / MMA_MAXG) % MMA_N, mat = u / (MMA_N * MMA_MAXG);
             const int64_t j = n_base + n;
@@ -151,7 +94,7 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
             ws1[mat][n][gb] = s1;
-            if (W::has_min)
+            if (has_min)
                 ws2[mat][n][gb % MG2] = s2;
         }
         for (int u = tid; u < MPC_MMA_GROUP * MMA_MAXG; u += MMA_THREADS) {
@@ -164,46 +107,13 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
             ad[m][gb] = d;
-            if (W::has_min) { // sum(q_a) of the group, for the min's term
+            if (has_min) { // sum(q_a) of the group, for the min's term
                 int su = 0;
 #pragma unroll
                 for (int k = 0; k < 8; k++)
                     su = __dp4a((int)q[k], 0x01010101, su);
                 asum[m][gb % MG2] = (float)su;
             }
-        }
-        } else {
-        // stage: weight integers and scales, activation integers and scales
-        for (int u = tid; u < MATS * MMA_N * MMA_KC / 4; u += MMA_THREADS) { // 4 elements at a time
-            const int mat = u / (MMA_N * MMA_KC / 4), n = (u / (MMA_KC / 4)) % MMA_N, k = 4 * (u % (MMA_KC / 4));
-            const int64_t j = n_base + n;
-            uint32_t q = 0;
-            if (j < N && k < kc)
-                q = W::q4((mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes), k0 + k);
-            *(uint32_t *)&wq[mat][n][k] = q;
-        }
-        for (int idx = tid; idx < MATS * MMA_N * MMA_MAXG; idx += MMA_THREADS) {
-            const int mat = idx / (MMA_N * MMA_MAXG), n = (idx / MMA_MAXG) % MMA_N, gg = idx % MMA_MAXG;
-            const int64_t j = n_base + n;
-            const uint8_t *row = (mat ? e1 : e0) + (size_t)j * (mat ? w1.row_bytes : w0.row_bytes);
-            ws1[mat][n][gg] = j < N && gg < ng ? W::scale(row, k0 / MMA_G + gg) : 0.0f;
-            if (W::has_min)
-                ws2[mat][n][gg] = j < N && gg < ng ? W::min(row, k0 / MMA_G + gg) : 0.0f;
-        }
-        for (int u = tid; u < MPC_MMA_GROUP * MMA_KC / 4; u += MMA_THREADS) {
-            const int m = u / (MMA_KC / 4), k = 4 * (u % (MMA_KC / 4));
-            *(uint32_t *)&aq[m][k] = arow[m] && k < kc ? mma_a::q4(arow[m], k0 + k) : 0u;
-        }
-        for (int idx = tid; idx < MPC_MMA_GROUP * MMA_MAXG; idx += MMA_THREADS) {
-            const int m = idx / MMA_MAXG, gg = idx % MMA_MAXG;
-            ad[m][gg] = arow[m] && gg < ng ? mma_a::scale(arow[m], k0 / MMA_G + gg) : 0.0f;
-            if (W::has_min) { // sum(q_a) of the group, for the min's term
-                int u = 0;
-                for (int k = 0; arow[m] && gg < ng && k < MMA_G; k += 4)
-                    u = __dp4a((int)mma_a::q4(arow[m], k0 + gg * MMA_G + k), 0x01010101, u);
-                asum[m][gg] = (float)u;
-            }
-        }
         }
         __syncthreads();
 
@@ -229,12 +139,12 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
             for (int mt = 0; mt < 2; mt++) {
                 const int r0 = mt * 16 + gq, r1 = r0 + 8;
                 const int c0 = n0 + 2 * tq, c1 = c0 + 1;
-                const float u0 = W::has_min ? asum[r0][gg % MG2] : 0.0f, u1 = W::has_min ? asum[r1][gg % MG2] : 0.0f;
+                const float u0 = has_min ? asum[r0][gg % MG2] : 0.0f, u1 = has_min ? asum[r1][gg % MG2] : 0.0f;
 #pragma unroll
                 for (int mat = 0; mat < MATS; mat++)
                     mma_scale_add(acc[mt][mat], t[mt][mat], ad[r0][gg], ad[r1][gg], u0, u1, ws1[mat][c0][gg],
-                                  W::has_min ? ws2[mat][c0][gg % MG2] : 0.0f, ws1[mat][c1][gg],
-                                  W::has_min ? ws2[mat][c1][gg % MG2] : 0.0f);
+                                  has_min ? ws2[mat][c0][gg % MG2] : 0.0f, ws1[mat][c1][gg],
+                                  has_min ? ws2[mat][c1][gg % MG2] : 0.0f);
             }
         }
         __syncthreads();
@@ -249,12 +159,6 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 // ---- host side ----
 
 static int g_mma_ptx = -1; // PTX architecture the tensor-core kernels were compiled for (0: unknown)
-static int g_mma_stage = 1; // the first kernel's staging (mp_cuda_moe_set_mma_stage)
-
-extern "C" void mp_cuda_moe_set_mma_stage(int by_block)
-{
-    g_mma_stage = by_block != 0;
-}
 
 // The types the first kernel serves: the blocks of 32 (Q8_0 activations).
 static bool first_type(int t)
@@ -274,7 +178,7 @@ bool mpc_moe_mma_ok(int gate_type, int down_type)
     if (g_mma_ptx < 0) {
         // a build for an architecture below sm_80 compiles the kernels empty: never use them then
         cudaFuncAttributes fa;
-        g_mma_ptx = cudaFuncGetAttributes(&fa, moe_mma_kernel<MP_TYPE_Q8_0, 1, 1>) == cudaSuccess ? fa.ptxVersion : 0;
+        g_mma_ptx = cudaFuncGetAttributes(&fa, moe_mma_kernel<MP_TYPE_Q8_0, 1>) == cudaSuccess ? fa.ptxVersion : 0;
         cudaGetLastError();
     }
     return g_mma_ptx >= 80;
@@ -310,12 +214,8 @@ static int launch(int type, mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, 
     switch (type) {
 #define MMA_CASE(T)                                                                                          \
     case T:                                                                                                  \
-        if (g_mma_stage)                                                                                     \
-            moe_mma_kernel<T, MATS, 1><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, \
-                                                                     perm, groups, n_groups, fn, out);       \
-        else                                                                                                 \
-            moe_mma_kernel<T, MATS, 0><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, \
-                                                                     perm, groups, n_groups, fn, out);       \
+        moe_mma_kernel<T, MATS><<<grid, MMA_THREADS, 0, st>>>(w0, w1, n_expert, K, N, act, act_rb, act_div, perm, \
+                                                              groups, n_groups, fn, out);                    \
         break;
         MMA_CASE(MP_TYPE_Q8_0)
         MMA_CASE(MP_TYPE_Q4_0)

@@ -656,18 +656,14 @@ Test(cuda_moe, experts_tensor_core_prefill)
     /* the other blocks of 32, as gate and as down, K a multiple of 256 and not */
     const int b32[] = {MP_TYPE_Q4_1, MP_TYPE_Q5_0, MP_TYPE_Q5_1, MP_TYPE_IQ4_NL, MP_TYPE_MXFP4, MP_TYPE_Q4_0,
                        MP_TYPE_Q8_0};
-    for (int by_block = 0; by_block < 2; by_block++) { /* the first kernel's two stagings */
-        mp_cuda_moe_set_mma_stage(by_block);
-        for (size_t t = 0; t < 7; t++) {
-            moe_case c = {b32[t], b32[(t + 1) % 7], 512, 160, 16, 4, 40, 0, 0, 0};
-            check_experts(&c);
-            moe_case s = {b32[t], b32[(t + 3) % 7], 96, 288, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
-            check_experts(&s);
-        }
-        moe_case oss = {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 70, 0, 0, 0}; /* ~9 routes per expert */
-        check_experts(&oss);
+    for (size_t t = 0; t < 7; t++) {
+        moe_case c = {b32[t], b32[(t + 1) % 7], 512, 160, 16, 4, 40, 0, 0, 0};
+        check_experts(&c);
+        moe_case s = {b32[t], b32[(t + 3) % 7], 96, 288, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
+        check_experts(&s);
     }
-    mp_cuda_moe_set_mma_stage(1);
+    moe_case oss = {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 70, 0, 0, 0}; /* ~9 routes per expert */
+    check_experts(&oss);
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 
