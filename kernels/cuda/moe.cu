@@ -555,9 +555,9 @@ down_grouped(mpc_expert_t down, int64_t n_expert, int64_t n_units, const uint8_t
 
 __global__ void combine_kernel(mpc_expert_t down, int64_t n_expert, const float *y,
                                const int32_t *ids, const float *weights, int64_t top_k,
-                               int64_t n_embd, float *out, int accumulate)
+                               int64_t n_embd, float *out, int accumulate, int64_t row0)
 {
-    const int64_t row = blockIdx.y;
+    const int64_t row = row0 + blockIdx.y;
     const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= n_embd)
         return;
@@ -728,9 +728,12 @@ extern "C" int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream)
             if (cudaGetLastError() != cudaSuccess)
                 return MP_CUDA_ELAUNCH;
         }
-        const dim3 grid((unsigned)((a->n_embd + 255) / 256), (unsigned)a->n_rows);
-        combine_kernel<<<grid, 256, 0, st>>>(mpc_expert_of(a->down), a->n_expert, y, a->d_ids,
-                                             a->d_weights, a->top_k, a->n_embd, a->d_out, a->accumulate);
+        for (int64_t r0 = 0; r0 < a->n_rows; r0 += MOE_MAX_GRID_Y) { /* a session's batch may pass 65535 rows */
+            const int64_t nr = a->n_rows - r0 < MOE_MAX_GRID_Y ? a->n_rows - r0 : MOE_MAX_GRID_Y;
+            const dim3 grid((unsigned)((a->n_embd + 255) / 256), (unsigned)nr);
+            combine_kernel<<<grid, 256, 0, st>>>(mpc_expert_of(a->down), a->n_expert, y, a->d_ids, a->d_weights,
+                                                 a->top_k, a->n_embd, a->d_out, a->accumulate, r0);
+        }
         return mpc_launch_status();
     }
     /* per-route path; far routes (when asked) gathered into the stage first, read there */

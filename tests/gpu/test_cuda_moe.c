@@ -892,5 +892,12 @@ Test(cuda_moe, experts_prefill_beyond_grid_limit)
      * keep the CPU reference quick) */
     moe_case c = {MP_TYPE_Q8_0, MP_TYPE_Q8_0, 64, 32, 16, 8, 8200, 0, 0, 0};
     check_experts(&c);
+    /* 65600 rows of top-1 (a session's batch reaches 65536): the grouped path's combine, a block
+     * row per output row, takes more than one launch too; on the CUDA cores and the tensor cores */
+    moe_case r = {MP_TYPE_Q8_0, MP_TYPE_Q4_0, 64, 32, 16, 1, 65600, 0, 0, 0};
+    mp_cuda_moe_set_mma_min_rows(0);
+    check_experts(&r);
+    mp_cuda_moe_set_mma_min_rows(-1);
+    check_experts(&r);
 }
 #endif
