@@ -27,9 +27,10 @@
 // block of 32 of a weight or activation row (mpc_mma_block: the levels by byte-wise shifts, masks
 // and subtractions or the look-up, as two 16-byte stores) and its scales as F32. (Staging four
 // elements a task, each thread finding its block's bytes again, took 3.5x as long: gpt-oss-20b's
-// MXFP4 experts at 64 rows 2,114 against 573 us, H100, bench_cuda 10 prefill, 2026-12-05.) gate/up: two weight tiles, the experts' activation in the epilogue (their
-// biases and gpt-oss's clamped SwiGLU included), h per route; down: one, y per route; the combine
-// over routes stays moe.cu's (slot order, one rounding); gpt-oss's down biases are added after it.
+// MXFP4 experts at 64 rows 2,114 against 573 us, H100, bench_cuda 10 prefill, 2026-12-05.)
+// gate/up: two weight tiles, the experts' activation in the epilogue (their biases and gpt-oss's
+// clamped SwiGLU included), h per route; down: one, y per route; the combine over routes stays
+// moe.cu's (slot order, one rounding); gpt-oss's down biases are added after it.
 #include "kernels/cuda/moe_mma.cuh"
 
 #define MMA_N 32                 // output features per block: 4 warps x n8
