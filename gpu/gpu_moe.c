@@ -204,7 +204,7 @@ bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
 {
     if (g->copy_fixed)
         return g->copy_min_rows > 0 && n >= g->copy_min_rows;
-    return n >= 2; /* decode steps never copy: their graphs replay a fixed set of copies */
+    return mp_decide_step_copies(n);
 }
 
 /* A decode step's cold routes of layer il (experts without a slot), in slot order: their ids into

@@ -270,7 +270,15 @@ bool mp_decide_other_machine(const char *cal_cpu, int cal_cores, const char *cal
  * far routes decided from them, were measured with the calibration's values. */
 bool mp_decide_other_knobs(const mp_costs_knobs *cal, const mp_knobs *now, char *why, size_t cap);
 
-/* Steps of several rows: which of a layer step's n cold experts to copy to the GPU (copy[i]); the
+/* Whether a step of n_rows rows may copy cold experts to the GPU: not a one-row (decode) step,
+ * whose graph replays a fixed set of launches and whose cold routes run on the CPU or far. The
+ * executor, the replay and the planner ask this one rule. */
+static inline bool mp_decide_step_copies(int64_t n_rows)
+{
+    return n_rows >= 2;
+}
+
+/* Steps of several rows (mp_decide_step_copies): which of a layer step's n cold experts to copy to the GPU (copy[i]); the
  * count is returned. Cold expert i has rows[i] routed rows and takes cpu_ns[i] on the CPU; each
  * copy takes copy_ns on the link. The CPU and the link work side by side (a copied expert's GPU
  * compute runs while the next copy streams), so the copies go to the experts that cost the CPU

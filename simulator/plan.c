@@ -94,7 +94,7 @@ mp_status plan_layer_costs(const mp_sim_trace *t, const sim_tab *tab, const sim_
             const uint32_t rows = step->rows;
             cpu_from[m] = copy_from[m] = gcopy_from[m] = 0;
             copied_from[m] = 0;
-            if (rows > 1 && tab->copies && kd->weight_h2d_ns > 0) {
+            if (mp_decide_step_copies(rows) && tab->copies && kd->weight_h2d_ns > 0) {
                 /* a step of several rows: the runtime copies a share of the cold experts
                  * used[j..m), chosen over the whole set (mp_decide_copies, runtime/decide.h).
                  * Going down from j = m, each j adds used[j] to the cold set: its candidates (two

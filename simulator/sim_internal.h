@@ -154,7 +154,7 @@ static inline double sim_layer_ns(const sim_tab *c, const sim_kind *k, double gp
 static inline uint32_t sim_copy_set(const sim_tab *c, const sim_kind *k, uint32_t step_rows, uint32_t n,
                                     const int64_t *rows, const double *cpu_ns, int *order, bool *copy)
 {
-    if (!c->copies || step_rows < 2) {
+    if (!c->copies || !mp_decide_step_copies(step_rows)) {
         for (uint32_t i = 0; i < n; i++)
             copy[i] = false;
         return 0;
