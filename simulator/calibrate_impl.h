@@ -93,6 +93,7 @@ double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double residen
 #define MP_CALIB_CONTEXT_WINDOW 64
 #define MP_CALIB_CONTEXT_MAX 24
 #define MP_CALIB_DECODE_BATCH_FAR 64
+_Static_assert(MP_CALIB_DECODE_BATCH_FAR >= MP_GPU_COPY_MIN_ROWS, "the grid's sessions have staging (mp_gpu_staging)");
 
 /* A GPU-executor session of m with placement option opt (--placement, --placement-file) set to
  * val, sized by sp (n_ctx, n_batch, threads): sp->placement = pl on success; on failure
