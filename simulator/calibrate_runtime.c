@@ -310,7 +310,7 @@ out:
  * timed (mp_gpu_set_measure). A session that cannot start is not an error: *per_rep stays NULL
  * and why says what failed. */
 #define DECODE_BATCH 8     /* below MP_GPU_COPY_MIN_ROWS: no staging buffers, so no far routes */
-_Static_assert(DECODE_BATCH < MP_GPU_COPY_MIN_ROWS, "no staging (mp_gpu_staging) in these sessions");
+_Static_assert(DECODE_BATCH < MP_GPU_COPY_MIN_ROWS, "no staging (mp_gpu_staging) for the round trip's runs");
 static mp_status decode_stats(const mp_model *m, const mp_calib_opts *o, const char *spec, int steps, bool measure,
                               int64_t n_batch, mp_gpu_stats **per_rep_out, double **ns, mp_error *why,
                               mp_error *err)
