@@ -7,8 +7,9 @@
  * (the prediction is the GPU executor's); on the GPU, a difference over 10 % gets one warning line
  * with the likely cause. Where CPU experts ran, the check's rows are predicted again at the memory
  * rate they read at (the host's level during the check, set beside the cost file's grid): a
- * prediction that holds there says the host's memory moved since calibration; one that does not
- * points to an uncosted path or a stale calibration.
+ * prediction that holds there says the CPU experts' speed moved since calibration (the host's
+ * memory where the probe moved too, else the cores' time beyond the bytes: mp_plan_miss_cause);
+ * one that does not points to an uncosted path or a stale calibration.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -19,6 +20,7 @@
 
 #include "base/args.h"
 #include "simulator/commands.h"
+#include "simulator/plan_check.h"
 #include "collector/route_replay.h"
 #include "runtime/engine.h"
 #include "runtime/bench.h"
@@ -297,6 +299,38 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
                : 0;
 }
 
+void mp_plan_miss_cause(const mp_plan_miss *m, char *cause, size_t cap)
+{
+    const double cpu_ratio = m->pred_cpu_ms > 0 ? m->cpu_ms / m->pred_cpu_ms : 0;
+    const bool probe_held = m->by_window && m->cal_gbs > 0 && m->now_gbs > 0 &&
+                            !mp_decide_host_moved(m->cal_gbs, true, m->now_gbs);
+    if (m->cal_kernels && m->run_kernels)
+        snprintf(cause, cap, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
+                 "calibrate again with the level the runs will use)", m->cal_kernels, m->run_kernels);
+    else if (m->level_made && fabs(m->level_err) <= 10 && cpu_ratio > 0 && fabs(cpu_ratio - 1) > 0.1 && probe_held)
+        snprintf(cause, cap, "the CPU experts: they took %.3f ms/token where the calibration predicts %.3f for "
+                 "the same routes while the host's memory read as calibrated (%.1f GB/s now, %.1f then): time "
+                 "beyond their bytes, such as small experts' fixed cost per call or threads the system took "
+                 "(check again later; `simulate --host-read-gbs %.1f` predicts for CPU experts at this speed)",
+                 m->cpu_ms, m->pred_cpu_ms, m->now_gbs, m->cal_gbs, m->level_gbs);
+    else if (m->level_made && fabs(m->level_err) <= 10 && cpu_ratio > 0 && fabs(cpu_ratio - 1) > 0.1)
+        snprintf(cause, cap, "the host's memory: the check's CPU experts took %.3f ms/token where the "
+                 "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
+                 "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", m->cpu_ms, m->pred_cpu_ms,
+                 m->level_gbs);
+    else if (m->other_machine)
+        snprintf(cause, cap, "another machine: the calibration measured %.200s (run `moeplan calibrate` on this "
+                 "machine)", m->other_machine);
+    else if (m->other_knobs)
+        snprintf(cause, cap, "other knobs: %.200s (run with the calibration's values, or `moeplan calibrate` "
+                 "under these)", m->other_knobs);
+    else if (mp_decide_host_moved(m->cal_gbs, m->by_window, m->now_gbs))
+        snprintf(cause, cap, "the host's read bandwidth differs from the calibration's (a busy host: check again "
+                 "later, or `simulate --host-read-gbs` for the bandwidth it has)");
+    else
+        snprintf(cause, cap, "an uncosted path or a stale calibration (calibrate this model again)");
+}
+
 /* The check's measured speed beside the prediction and, where its CPU experts ran, beside the
  * prediction at the level they ran at (pred_level at the host level `level`, check_level_gbs, from
  * their measured time against pred_cpu, the predicted; 0: not made); a warning where the two do not
@@ -327,27 +361,18 @@ static void say_comparison(const plan_opts *o, int64_t n, double pred, double pr
         printf("plan: warning: the check ran on the CPU executor, the prediction is the GPU executor's: the two do "
                "not compare (run the check where a CUDA device is usable)\n");
     else if (fabs(e) > 10) {
-        char cause[320], knobs[256];
-        if (c->cpu_kernels[0] &&
-            strcmp(mp_kernels_isa_one_row(c->cpu_kernels), mp_kernels_isa_one_row(mp_kernels_isa())) != 0)
-            snprintf(cause, sizeof cause, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
-                     "calibrate again with the level the runs will use)", c->cpu_kernels, mp_kernels_isa());
-        else if (pred_level > 0 && fabs(e_level) <= 10 && fabs(cpu_ratio - 1) > 0.1)
-            snprintf(cause, sizeof cause, "the host's memory: the check's CPU experts took %.3f ms/token where the "
-                     "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
-                     "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", r->cpu_ms, pred_cpu,
-                     level);
-        else if (r->other_machine[0])
-            snprintf(cause, sizeof cause, "another machine: the calibration measured %.200s (run `moeplan calibrate` "
-                     "on this machine)", r->other_machine);
-        else if (mp_decide_other_knobs(&c->knobs, o->knobs, knobs, sizeof knobs))
-            snprintf(cause, sizeof cause, "other knobs: %.200s (run with the calibration's values, or `moeplan "
-                     "calibrate` under these)", knobs);
-        else if (mp_decide_host_moved(cal, c->host_read_window, r->gbs))
-            snprintf(cause, sizeof cause, "the host's read bandwidth differs from the calibration's (a busy host: "
-                     "check again later, or `simulate --host-read-gbs` for the bandwidth it has)");
-        else
-            snprintf(cause, sizeof cause, "an uncosted path or a stale calibration (calibrate this model again)");
+        char cause[400], knobs[256];
+        const bool kernels_differ = c->cpu_kernels[0] && strcmp(mp_kernels_isa_one_row(c->cpu_kernels),
+                                                                mp_kernels_isa_one_row(mp_kernels_isa())) != 0;
+        const mp_plan_miss miss = {
+            .cal_kernels = kernels_differ ? c->cpu_kernels : NULL,
+            .run_kernels = kernels_differ ? mp_kernels_isa() : NULL,
+            .level_made = pred_level > 0, .level_err = e_level, .cpu_ms = r->cpu_ms, .pred_cpu_ms = pred_cpu,
+            .level_gbs = level, .cal_gbs = cal, .now_gbs = r->gbs, .by_window = c->host_read_window,
+            .other_machine = r->other_machine[0] ? r->other_machine : NULL,
+            .other_knobs = mp_decide_other_knobs(&c->knobs, o->knobs, knobs, sizeof knobs) ? knobs : NULL,
+        };
+        mp_plan_miss_cause(&miss, cause, sizeof cause);
         printf("plan: warning: measured and predicted differ by %.1f %% (more than 10 %%): likely %s\n", fabs(e),
                cause);
     }
