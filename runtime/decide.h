@@ -278,13 +278,13 @@ static inline bool mp_decide_step_copies(int64_t n_rows)
     return n_rows >= 2;
 }
 
-/* Steps of several rows (mp_decide_step_copies): which of a layer step's n cold experts to copy to the GPU (copy[i]); the
- * count is returned. Cold expert i has rows[i] routed rows and takes cpu_ns[i] on the CPU; each
- * copy takes copy_ns on the link. The CPU and the link work side by side (a copied expert's GPU
- * compute runs while the next copy streams), so the copies go to the experts that cost the CPU
- * most, as many as make the layer's max(CPU time of the rest, copies × copy_ns) least (the fewer
- * on a tie): when the CPU is slower per expert it keeps a share instead of idling, and when it is
- * faster the link still takes a share. Before the costs are known (copy_ns <= 0, or an expert's
+/* Steps of several rows (mp_decide_step_copies): which of a layer step's n cold experts to copy to
+ * the GPU (copy[i]); the count is returned. Cold expert i has rows[i] routed rows and takes
+ * cpu_ns[i] on the CPU; each copy takes copy_ns on the link. The CPU and the link work side by side
+ * (a copied expert's GPU compute runs while the next copy streams), so the copies go to the experts
+ * that cost the CPU most, as many as make the layer's max(CPU time of the rest, copies × copy_ns)
+ * least (the fewer on a tie): when the CPU is slower per expert it keeps a share instead of idling,
+ * and when it is faster the link still takes a share. Before the costs are known (copy_ns <= 0, or an expert's
  * cpu_ns <= 0): the experts with rows >= min_rows (min_rows <= 0: none). An expert of one row is
  * never copied (decode steps run their cold routes on the CPU or far). order: scratch of n ints. */
 int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double copy_ns, int64_t min_rows, int *order,

@@ -302,18 +302,20 @@ static double check_level_gbs(const mp_costs *c, const check_result *r, double p
 void mp_plan_miss_cause(const mp_plan_miss *m, char *cause, size_t cap)
 {
     const double cpu_ratio = m->pred_cpu_ms > 0 ? m->cpu_ms / m->pred_cpu_ms : 0;
+    /* the prediction holds at the CPU experts' level, and their time moved */
+    const bool cpu_moved = m->level_made && fabs(m->level_err) <= 10 && cpu_ratio > 0 && fabs(cpu_ratio - 1) > 0.1;
     const bool probe_held = m->by_window && m->cal_gbs > 0 && m->now_gbs > 0 &&
                             !mp_decide_host_moved(m->cal_gbs, true, m->now_gbs);
     if (m->cal_kernels && m->run_kernels)
         snprintf(cause, cap, "the CPU kernels: the calibration ran %s, this process %s (its CPU or MP_ISA; "
                  "calibrate again with the level the runs will use)", m->cal_kernels, m->run_kernels);
-    else if (m->level_made && fabs(m->level_err) <= 10 && cpu_ratio > 0 && fabs(cpu_ratio - 1) > 0.1 && probe_held)
+    else if (cpu_moved && probe_held)
         snprintf(cause, cap, "the CPU experts: they took %.3f ms/token where the calibration predicts %.3f for "
                  "the same routes while the host's memory read as calibrated (%.1f GB/s now, %.1f then): time "
                  "beyond their bytes, such as small experts' fixed cost per call or threads the system took "
                  "(check again later; `simulate --host-read-gbs %.1f` predicts for CPU experts at this speed)",
                  m->cpu_ms, m->pred_cpu_ms, m->now_gbs, m->cal_gbs, m->level_gbs);
-    else if (m->level_made && fabs(m->level_err) <= 10 && cpu_ratio > 0 && fabs(cpu_ratio - 1) > 0.1)
+    else if (cpu_moved)
         snprintf(cause, cap, "the host's memory: the check's CPU experts took %.3f ms/token where the "
                  "calibration predicts %.3f for the same routes (a busier or a quieter host: check again later, "
                  "or `simulate --host-read-gbs %.1f` predicts for the host as it is now)", m->cpu_ms, m->pred_cpu_ms,

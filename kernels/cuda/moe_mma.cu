@@ -36,7 +36,7 @@
 #define MMA_N 32                 // output features per block: 4 warps x n8
 #define MMA_KC 128               // K elements per shared-memory stage
 #define MMA_LD (MMA_KC + 16)     // bytes per shared row: 36 words, so a fragment load's 32 lanes hit 32 banks
-#define MMA_G 32                 // elements per scale group (Q8_0, Q4_0 and their Q8_0 activations)
+#define MMA_G 32                 // elements per scale group (a block of 32, and its Q8_0 activations)
 #define MMA_MAXG (MMA_KC / MMA_G) // scale groups per stage
 
 
@@ -161,15 +161,10 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 
 static int g_mma_ptx = -1; // PTX architecture the tensor-core kernels were compiled for (0: unknown)
 
-// The types the first kernel serves: the blocks of 32 (Q8_0 activations).
-static bool first_type(int t)
-{
-    return mpc_mma_b32(t);
-}
-
+// The types the tensor cores serve: the first kernel's blocks of 32 (mpc_mma_b32), Q4_K and Q6_K.
 static bool mma_type(int t)
 {
-    return first_type(t) || t == MP_TYPE_Q4_K || t == MP_TYPE_Q6_K;
+    return mpc_mma_b32(t) || t == MP_TYPE_Q4_K || t == MP_TYPE_Q6_K;
 }
 
 bool mpc_moe_mma_ok(int gate_type, int down_type)
@@ -194,7 +189,7 @@ int mpc_moe_mma_plan(const mp_cuda_moe_args *a, const uint8_t *xq, size_t xq_rb,
     const bool dn2 = mpc_moe_mma2_fits(a->down.type, 1, down, down, a->n_ff, hq, hq_rb);
     if (gu2 && dn2)
         return MPC_MMA_PIPELINED;
-    if ((gu2 || first_type(a->gate.type)) && (dn2 || first_type(a->down.type)))
+    if ((gu2 || mpc_mma_b32(a->gate.type)) && (dn2 || mpc_mma_b32(a->down.type)))
         return MPC_MMA_FIRST;
     return MPC_MMA_NONE; /* a K-quant launch the pipelined kernel cannot stage: the CUDA cores */
 }
