@@ -690,12 +690,17 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             for (int mma = 0; mma < 2; mma++) {
                 /* Mixtral's top-2 of 8 (114 MB experts), 256 experts' top-8 (FFN 512), the 30B's
-                 * top-8 of 128, gpt-oss's top-4 of 32 */
+                 * top-8 of 128, gpt-oss's top-4 of 32; the 30B's experts also as mkmodel's q3_k_m,
+                 * q2_k and q5_k_m mixes make them, and in IQ4_XS */
                 bench_moe_prefill(&dec_shapes[3], MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&dec_shapes[2], MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows[i], mma, reps);
                 bench_moe_prefill(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows[i], mma, reps);
                 bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows[i], mma, reps);
+                bench_moe_prefill(&shape_30b, MP_TYPE_Q3_K, MP_TYPE_Q4_K, rows[i], mma, reps);
+                bench_moe_prefill(&shape_30b, MP_TYPE_Q2_K, MP_TYPE_Q4_K, rows[i], mma, reps);
+                bench_moe_prefill(&shape_30b, MP_TYPE_Q5_K, MP_TYPE_Q6_K, rows[i], mma, reps);
+                bench_moe_prefill(&shape_30b, MP_TYPE_IQ4_XS, MP_TYPE_IQ4_XS, rows[i], mma, reps);
             }
         return 0;
     }
@@ -727,6 +732,7 @@ int main(int argc, char **argv)
         for (int64_t rows = 64; rows <= 512; rows *= 8) {
             bench_moe_prefill(&shape_30b, MP_TYPE_Q4_K, MP_TYPE_Q6_K, rows, mma, reps < 20 ? reps : 20);
             bench_moe_prefill(&shape_30b, MP_TYPE_Q8_0, MP_TYPE_Q8_0, rows, mma, reps < 20 ? reps : 20);
+            bench_moe_prefill(&shape_30b, MP_TYPE_Q3_K, MP_TYPE_Q4_K, rows, mma, reps < 20 ? reps : 20);
             bench_moe_prefill(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, rows, mma, reps < 20 ? reps : 20);
         }
     bench_moe(&shape_gpt_oss, MP_TYPE_MXFP4, MP_TYPE_MXFP4, &rule, 1, 1, reps);

@@ -176,8 +176,8 @@ int mp_cuda_moe_experts(const mp_cuda_moe_args *a, void *stream);
  * Q6_K, Q5_K or Q4_K down (the latter two with 16-byte aligned rows) run moe_dec.cu's kernels (a
  * lane per Q4_K sub-block pair; 8 lanes, or a warp for rows of 8 super-blocks or more, per down
  * (element, route) dot), every other case one warp per output row over every route (moe.cu). From 16 rows
- * the routes are grouped by expert; quantized experts (Q4_K, Q6_K and the blocks of 32) run on the
- * tensor cores (exact int8 products per scale group, scales in F32: the CPU's vec_dot up to
+ * the routes are grouped by expert; quantized experts (every quantized type:
+ * mp_cuda_moe_mma_type) run on the tensor cores (exact int8 products per scale group, scales in F32: the CPU's vec_dot up to
  * summation order) from 32 rows, where the measurements against the CUDA cores cross for every
  * expert shape measured (moe.cu's MOE_MMA_MIN_ROWS). mp_cuda_moe_set_mma_min_rows(rows) sets
  * another threshold (0: never; a negative value: the measured one), process-wide: for tests and
@@ -198,6 +198,10 @@ void mp_cuda_moe_set_far_blocks(int blocks);
 int mp_cuda_bus_read(const void *d_src, size_t bytes, void *d_dst, size_t dst_bytes, void *stream);
 /* 1 when this build and device run the tensor-core path (sm_80+ code), else 0. */
 int mp_cuda_moe_mma_available(void);
+/* 1 when the tensor-core path has kernels for expert weights of this type (the blocks of 32, the
+ * K-quants, IQ4_XS), else 0; whether a launch takes them also depends on the device
+ * (mp_cuda_moe_mma_available), the rows and the alignment of the weights. */
+int mp_cuda_moe_mma_type(int type);
 
 /* ---- router ---- */
 

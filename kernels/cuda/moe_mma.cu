@@ -8,18 +8,19 @@
 //
 // How, keeping the CPU's arithmetic: a quantized weight is s1 * q - s2 per scale group of G
 // elements (the blocks of 32: G 32, s1 = d, s2 = -m for Q4_1/Q5_1's min, IQ4_NL/MXFP4's q their
-// looked-up level; Q4_K: G 32, s1 = d * sc, s2 = dmin * m; Q6_K: G 16, s1 = d * sc), with a small
-// integer q; the partner activation (Q8_0 or Q8_K, exactly the CPU's
+// looked-up level; Q4_K, Q5_K: G 32, s1 = d * sc, s2 = dmin * m; Q2_K: G 16, the same; Q3_K, Q6_K:
+// G 16, s1 = d * sc; IQ4_XS: G 32, s1 = d * sc, q the looked-up level), with a small integer q; the partner activation (Q8_0 or Q8_K, exactly the CPU's
 // bytes) is d_a * q_a with q_a an int8. Per group, sum(q * q_a) runs on the tensor cores as int8
 // mma.sync m16n8k16 with int32 accumulation (exact), and the block applies the scales in F32:
 // acc += d_a * (s1 * I - s2 * sum(q_a)). So the result equals the CPU's vec_dot up to the order of
 // the F32 additions across groups, as the GEMV kernels do — the hybrid runtime's parity property
 // holds on this path too.
 //
-// Two kernels. The pipelined one (moe_mma2.cu) takes every launch whose rows it can stage: K a
-// multiple of 256, 16-byte aligned weight rows (Q4_K, Q8_0, Q4_0), 4-byte aligned activation rows
-// (mpc_moe_mma2_fits). K-quant rows always are, in the runtime's layouts (K is whole super-blocks;
-// pool and staging slots are 256-byte aligned). The first kernel, below, takes the other launches of
+// Two kernels. The pipelined one (moe_mma2.cu) takes every launch whose rows it can stage: a type
+// with a stage layout (moe_mma2.cuh: the K-quants Q2_K..Q6_K, IQ4_XS, Q8_0, Q4_0), K a multiple of
+// 256, weight rows aligned as the stage's copy needs, 4-byte aligned activation rows
+// (mpc_moe_mma2_fits). The super-block types' rows always are, in the runtime's layouts (K is
+// whole super-blocks; pool and staging slots are 256-byte aligned). The first kernel, below, takes the other launches of
 // the blocks of 32 (K not a multiple of 256, as gpt-oss's 2880; rows not 16-byte aligned, as
 // MXFP4's 17-byte blocks; Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): a block (4 warps) owns one group of <=
 // 32 routes of one expert and 32 output features (each warp 8: one n8 tile, two m16 tiles of
@@ -32,6 +33,7 @@
 // clamped SwiGLU included), h per route; down: one, y per route; the combine over routes stays
 // moe.cu's (slot order, one rounding); gpt-oss's down biases are added after it.
 #include "kernels/cuda/moe_mma.cuh"
+#include "kernels/cuda/moe_mma2.cuh" // mpc_mma2_type
 
 #define MMA_N 32                 // output features per block: 4 warps x n8
 #define MMA_KC 128               // K elements per shared-memory stage
@@ -161,10 +163,11 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 
 static int g_mma_ptx = -1; // PTX architecture the tensor-core kernels were compiled for (0: unknown)
 
-// The types the tensor cores serve: the first kernel's blocks of 32 (mpc_mma_b32), Q4_K and Q6_K.
+// The types the tensor cores serve: the first kernel's blocks of 32 (mpc_mma_b32) and the
+// pipelined kernel's stages (mpc_mma2_type).
 static bool mma_type(int t)
 {
-    return mpc_mma_b32(t) || t == MP_TYPE_Q4_K || t == MP_TYPE_Q6_K;
+    return mpc_mma_b32(t) || mpc_mma2_type(t);
 }
 
 bool mpc_moe_mma_ok(int gate_type, int down_type)
@@ -178,6 +181,11 @@ bool mpc_moe_mma_ok(int gate_type, int down_type)
         cudaGetLastError();
     }
     return g_mma_ptx >= 80;
+}
+
+extern "C" int mp_cuda_moe_mma_type(int type)
+{
+    return mma_type(type);
 }
 
 int mpc_moe_mma_plan(const mp_cuda_moe_args *a, const uint8_t *xq, size_t xq_rb, const uint8_t *hq, size_t hq_rb)

@@ -133,8 +133,9 @@ __device__ __forceinline__ void mma_store(const float (&acc)[MATS][4], int m0, i
 
 // The pipelined kernel (moe_mma2.cu) for weight type `type` and MATS matrices (2: gate and up and
 // the experts' activation `act`; 1: down), with moe_mma.cu's launch arguments. mpc_moe_mma2_fits:
-// whether it takes such a launch (K % 256 == 0; Q4_K, Q8_0, Q4_0 weight rows and bases 16-byte aligned; activation rows
-// 4-byte aligned; its opt-in shared memory granted, asked once per kernel); mpc_moe_mma2_launch
+// whether it takes such a launch (a type with a stage layout, moe_mma2.cuh; K % 256 == 0; weight
+// rows and bases aligned as the stage's copy needs; activation rows 4-byte aligned; its opt-in
+// shared memory granted, asked once per kernel); mpc_moe_mma2_launch
 // launches it (only where it fits).
 bool mpc_moe_mma2_fits(int type, int mats, const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t K,
                        const uint8_t *act, size_t act_rb);

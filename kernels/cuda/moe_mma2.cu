@@ -3,8 +3,9 @@
 // moe_mma.cu holds the first kernel, the reasoning about the arithmetic, and the host side that
 // picks one of the two.
 #include "kernels/cuda/moe_mma.cuh"
+#include "kernels/cuda/moe_mma2.cuh"
 
-// ---- pipelined (v2): K-quants, and Q8_0 / Q4_0 (since commit 10405f5) ----
+// ---- pipelined (v2): the K-quants, IQ4_XS, Q8_0 and Q4_0 ----
 //
 // Why: the first kernel (moe_mma.cu) stages K through shared memory as unpacked int8, every weight
 // word fetched, unpacked and stored by a thread before a barrier, with no loads in flight during
@@ -18,134 +19,23 @@
 // fragment straight from the raw bytes. Tile: 32 routes x 64 features per block, each warp 16
 // features (two n8 tiles). The arithmetic per scale group is the first kernel's, in the same
 // order (exact integer sums, then acc += d_a * (s1 * I - s2 * sum(q_a)) group by group), so its
-// results are the same numbers. Needs K % 256 == 0 and activation rows 4-byte aligned; Q4_K,
-// Q8_0 and Q4_0 also 16-byte aligned weight rows and expert bases (the pool's and staging's
-// 256-byte slots are).
+// results are the same numbers. Needs K % 256 == 0, activation rows 4-byte aligned and weight rows
+// and expert bases aligned as their stage's copy needs (moe_mma2.cuh's RA: 16 bytes for Q4_K, Q5_K,
+// Q8_0, Q4_0; 4 for Q2_K and IQ4_XS; 2 for Q6_K and Q3_K; the pool's and staging's 256-byte slots
+// are).
 
 #define MMA2_N 64  // features per block: 4 warps x 2 n8 tiles
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-
-// A route's activation bytes of one stage, AB of them: q4(ab, e) the int8s of elements e .. e+3,
-// d(ab, g) the scale of the stage's ND-th part holding group g (Q8_K: one float for all 256;
-// Q8_0: an f16 per 32 elements).
-template <int A> struct mma2_a;
-
-template <> struct mma2_a<MP_TYPE_Q8_K> {
-    static const int AB = 292, ND = 1;
-    __device__ static uint32_t q4(const uint8_t *ab, int e) { return *(const uint32_t *)(ab + 4 + e); }
-    __device__ static float d(const uint8_t *ab, int) { return *(const float *)ab; }
-};
-
-template <> struct mma2_a<MP_TYPE_Q8_0> {
-    static const int AB = 272, ND = 8;
-    __device__ static uint32_t q4(const uint8_t *ab, int e) { return mpc_ld32_a2(ab + 34 * (e / 32) + 2 + e % 32); }
-    __device__ static float d(const uint8_t *ab, int g) { return mpc_f16(mpc_ld16(ab + 34 * g)); }
-};
-
-// Rows copied whole, NC_ 16-byte chunks per stage (Q4_K, Q8_0, Q4_0: their stages are 16-byte
-// aligned where the kernel runs): the copy and its offset for mma2_w below.
-template <int NC_> struct mma2_whole16 {
-    static const int NC = NC_;
-    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
-    {
-        cp_async16(dst + 16 * c, sb + 16 * c, ok ? 16 : 0);
-    }
-    __device__ static int off(const uint8_t *) { return 0; }
-};
-
-// A weight row's super-block in shared memory: WB bytes per row, copied in NC chunks (copy(c));
-// off: where the super-block starts in its row's copy (Q6_K rows are only 2-byte aligned, so
-// their copy starts at the 4-byte word below); NG scale groups of G elements; q4(sb, e): the int8s
-// of elements e .. e+3 (e % 4 == 0) from the super-block's bytes at sb; scales(sb, g).
-template <int T> struct mma2_w;
-
-template <> struct mma2_w<MP_TYPE_Q4_K> : mma2_whole16<9> {
-    static const int SB = 144, WB = 144, G = 32, NG = 8, A = MP_TYPE_Q8_K;
-    __device__ static uint32_t q4(const uint8_t *sb, int e)
-    {
-        const int c = e / 64, hi = (e % 64) >= 32, l = e % 32;
-        return (*(const uint32_t *)(sb + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
-    }
-    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
-    {
-        int sc, m;
-        mpc_q4k_scale_min([&](int i) -> int { return sb[4 + i]; }, g, sc, m);
-        s1 = __fmul_rn(mpc_f16(mpc_ld16(sb)), (float)sc);
-        s2 = __fmul_rn(mpc_f16(mpc_ld16(sb + 2)), (float)m);
-    }
-};
-
-template <> struct mma2_w<MP_TYPE_Q6_K> {
-    static const int SB = 210, WB = 212, NC = 53, G = 16, NG = 16, A = MP_TYPE_Q8_K;
-    __device__ static void copy(uint8_t *dst, const uint8_t *sb, int c, bool ok)
-    {
-        const uint8_t *w = (const uint8_t *)((uintptr_t)sb & ~(uintptr_t)3);
-        cp_async4(dst + 4 * c, w + 4 * c, ok ? 4 : 0);
-    }
-    __device__ static int off(const uint8_t *sb) { return (int)((uintptr_t)sb & 3); }
-    __device__ static uint32_t q4(const uint8_t *sb, int e)
-    {
-        const int h = e / 128, s = (e % 128) / 32, l = e % 32;
-        const uint32_t lo = (mpc_ld32_a2(sb + 64 * h + 32 * (s & 1) + l) >> (s < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
-        const uint32_t hi = ((mpc_ld32_a2(sb + 128 + 32 * h + l) >> (2 * s)) & 0x03030303u) << 4;
-        return __vsub4(lo | hi, 0x20202020u); // (low nibble | top bits << 4) - 32, byte-wise
-    }
-    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
-    {
-        s1 = __fmul_rn(mpc_f16(mpc_ld16(sb + 208)), (float)(int8_t)sb[192 + g]);
-        s2 = 0.0f;
-    }
-};
-
-// Q8_0 and Q4_0: a stage is 8 blocks of 32 elements (272 / 144 bytes, 16-byte aligned when the
-// row starts so and K % 256 == 0); a block's quants sit 2 bytes past its f16 scale, so fragments
-// are read with 16-bit loads.
-// A Q8_0 weight stage has the bytes of a Q8_0 activation stage: its reads are mma2_a's.
-template <> struct mma2_w<MP_TYPE_Q8_0> : mma2_whole16<17> {
-    static const int SB = 272, WB = 272, G = 32, NG = 8, A = MP_TYPE_Q8_0;
-    __device__ static uint32_t q4(const uint8_t *sb, int e) { return mma2_a<MP_TYPE_Q8_0>::q4(sb, e); }
-    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
-    {
-        s1 = mma2_a<MP_TYPE_Q8_0>::d(sb, g);
-        s2 = 0.0f;
-    }
-};
-
-template <> struct mma2_w<MP_TYPE_Q4_0> : mma2_whole16<9> {
-    static const int SB = 144, WB = 144, G = 32, NG = 8, A = MP_TYPE_Q8_0;
-    __device__ static uint32_t q4(const uint8_t *sb, int e)
-    {
-        const int l = e % 32;
-        const uint32_t w = mpc_ld32_a2(sb + 18 * (e / 32) + 2 + l % 16);
-        return __vsub4((w >> (l < 16 ? 0 : 4)) & 0x0F0F0F0Fu, 0x08080808u); // nibble - 8, byte-wise
-    }
-    __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
-    {
-        s1 = mpc_f16(mpc_ld16(sb + 18 * g));
-        s2 = 0.0f;
-    }
-};
-
 // Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
-// feature and group), the activation scales (ND per route) and, for Q4_K only, the activation
-// sums its mins need (NS per route). Only what a type uses: a first Q8_0 version (branch
+// feature and group), the activation scales (ND per route) and, for the types with a min (Q4_K,
+// Q5_K, Q2_K), the activation sums of each scale group (NS per route). Only what a type uses: a first Q8_0 version (branch
 // mma2-q8, 2026-11-29) kept scales and sums per group for every type, which pushed Q6_K down
 // past four blocks per SM and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
 template <int T, int MATS> struct mma2_smem {
     typedef mma2_w<T> W;
     typedef mma2_a<W::A> AT;
-    static const int NS = T == MP_TYPE_Q4_K ? W::NG : 0;
+    static const int NS = W::MIN ? W::NG : 0;
+    static_assert(!W::MIN || W::A == MP_TYPE_Q8_K, "a min needs the Q8_K bsums");
     static const int wbytes = MATS * MMA2_N * W::WB;
     static const int raw = (wbytes + MPC_MMA_GROUP * AT::AB + 15) / 16 * 16; // one stage's raw bytes
     static const int bytes = 2 * raw + (2 * MATS * MMA2_N * W::NG + MPC_MMA_GROUP * (AT::ND + NS)) * 4;
@@ -220,11 +110,15 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
         }
         for (int idx = tid; idx < MPC_MMA_GROUP * ND; idx += MMA_THREADS)
             ad[idx] = AT::d(A + (idx / ND) * AT::AB, idx % ND);
-        if (NS > 0) // Q4_K: the two int16 bsums of each group's 32 elements (Q8_K activations)
+        if (NS > 0) // a min: each group's sum(q_a), its G / 16 int16 bsums (Q8_K activations)
             for (int idx = tid; idx < MPC_MMA_GROUP * NS; idx += MMA_THREADS) {
                 const int ns = NS > 0 ? NS : 1; // (the branch is compiled for every type)
-                const uint8_t *bs = A + (idx / ns) * AT::AB + 260 + 4 * (idx % ns);
-                asum[idx] = (float)((int)(int16_t)mpc_ld16(bs) + (int)(int16_t)mpc_ld16(bs + 2));
+                const uint8_t *bs = A + (idx / ns) * AT::AB + 260 + 2 * (W::G / 16) * (idx % ns);
+                int su = 0;
+#pragma unroll
+                for (int k = 0; k < W::G / 16; k++)
+                    su += (int16_t)mpc_ld16(bs + 2 * k);
+                asum[idx] = (float)su;
             }
         __syncthreads();
 
@@ -304,18 +198,27 @@ static bool mma2_ready(void)
     return granted;
 }
 
+// Whether the kernel for weight type T takes these rows: aligned as its stage's copy needs, and its
+// shared memory granted.
+template <int T>
+static bool fits_type(int mats, const mpc_expert_t &w0, const mpc_expert_t &w1)
+{
+    const size_t ra = mma2_w<T>::RA;
+    if (w0.row_bytes % ra || w1.row_bytes % ra || (uintptr_t)w0.base % ra || (uintptr_t)w1.base % ra)
+        return false;
+    return mats == 2 ? mma2_ready<T, 2>() : mma2_ready<T, 1>();
+}
+
 bool mpc_moe_mma2_fits(int type, int mats, const mpc_expert_t &w0, const mpc_expert_t &w1, int64_t K,
                        const uint8_t *act, size_t act_rb)
 {
-    const bool a16 = type == MP_TYPE_Q6_K || (w0.row_bytes % 16 == 0 && w1.row_bytes % 16 == 0 &&
-                                              (uintptr_t)w0.base % 16 == 0 && (uintptr_t)w1.base % 16 == 0);
-    if (K % 256 || !a16 || act_rb % 4 || (uintptr_t)act % 4)
+    if (K % 256 || act_rb % 4 || (uintptr_t)act % 4)
         return false;
     switch (type) {
-    case MP_TYPE_Q4_0: return mats == 2 ? mma2_ready<MP_TYPE_Q4_0, 2>() : mma2_ready<MP_TYPE_Q4_0, 1>();
-    case MP_TYPE_Q8_0: return mats == 2 ? mma2_ready<MP_TYPE_Q8_0, 2>() : mma2_ready<MP_TYPE_Q8_0, 1>();
-    case MP_TYPE_Q4_K: return mats == 2 ? mma2_ready<MP_TYPE_Q4_K, 2>() : mma2_ready<MP_TYPE_Q4_K, 1>();
-    case MP_TYPE_Q6_K: return mats == 2 ? mma2_ready<MP_TYPE_Q6_K, 2>() : mma2_ready<MP_TYPE_Q6_K, 1>();
+#define MMA2_FITS(T) \
+    case T: return fits_type<T>(mats, w0, w1);
+        MPC_MMA2_TYPES(MMA2_FITS)
+#undef MMA2_FITS
     default: return false;
     }
 }
@@ -346,10 +249,7 @@ void mpc_moe_mma2_launch(int type, int mats, mpc_expert_t w0, mpc_expert_t w1, i
                               fn, out, st);                                                                       \
         break;
     switch (type) {
-        MMA2_CASE(MP_TYPE_Q4_0)
-        MMA2_CASE(MP_TYPE_Q8_0)
-        MMA2_CASE(MP_TYPE_Q4_K)
-        MMA2_CASE(MP_TYPE_Q6_K)
+        MPC_MMA2_TYPES(MMA2_CASE)
     default:
         break;
     }

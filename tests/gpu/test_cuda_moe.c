@@ -608,7 +608,8 @@ Test(cuda_moe, experts_grouped_prefill_every_type)
  * (moe_mma.cu) takes the other blocks of 32 and the Q8_0 and Q4_0 launches whose K is not: K 96 and
  * 160 (a partial 128-element stage), 288 (the downs of two cases above), ~50 routes per expert, slot
  * tables plus accumulate; Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 at every K (their mins, fifth bits,
- * look-ups, odd-aligned quants), gpt-oss-20b's 2880 x 2880 MXFP4 experts. */
+ * look-ups, odd-aligned quants), gpt-oss-20b's 2880 x 2880 MXFP4 experts. Then the pipelined
+ * kernel's Q2_K, Q3_K, Q5_K and IQ4_XS stages. */
 Test(cuda_moe, experts_tensor_core_prefill)
 {
     seed_rng();
@@ -664,6 +665,30 @@ Test(cuda_moe, experts_tensor_core_prefill)
     }
     moe_case oss = {MP_TYPE_MXFP4, MP_TYPE_MXFP4, 2880, 2880, 32, 4, 70, 0, 0, 0}; /* ~9 routes per expert */
     check_experts(&oss);
+    /* the pipelined kernel's other super-blocks (Q2_K's mins per 16 elements, Q5_K's fifth bits,
+     * Q3_K's 2-byte aligned rows and mask bits, IQ4_XS's look-up), as gate and as down; slot tables
+     * plus accumulate; beside a Q8_0 down of K 288 (a partial 64-feature tile of the gate/up and
+     * the first kernel for the down); llama.cpp's Q3_K_M and Q2_K expert mixes at the 30B shape */
+    const int sbt[] = {MP_TYPE_Q2_K, MP_TYPE_Q3_K, MP_TYPE_Q5_K, MP_TYPE_IQ4_XS, MP_TYPE_Q6_K};
+    for (size_t t = 0; t < 5; t++) {
+        moe_case c = {sbt[t], sbt[(t + 1) % 5], 512, 256, 16, 4, 40, 0, 0, 0};
+        check_experts(&c);
+        moe_case s = {sbt[t], sbt[(t + 2) % 5], 768, 512, 12, 6, 17, 1, 1, 0}; /* slots, accumulate */
+        check_experts(&s);
+        moe_case p = {sbt[t], MP_TYPE_Q8_0, 512, 288, 8, 4, 40, 0, 0, 0}; /* partial tile */
+        check_experts(&p);
+    }
+    moe_case q3m = {MP_TYPE_Q3_K, MP_TYPE_Q5_K, 2048, 768, 128, 8, 64, 0, 0, 0};
+    check_experts(&q3m);
+    moe_case q2 = {MP_TYPE_Q2_K, MP_TYPE_Q3_K, 2048, 768, 128, 8, 64, 0, 0, 0};
+    check_experts(&q2);
+    /* every quantized type the GPU loads has tensor-core kernels; the float types none */
+    for (size_t t = 0; t < N_GPU_TYPES; t++) {
+        const int ty = k_gpu_types[t];
+        const int quantized = ty != MP_TYPE_F32 && ty != MP_TYPE_F16 && ty != MP_TYPE_BF16;
+        cr_assert_eq(mp_cuda_moe_mma_type(ty), quantized, "%s: tensor-core kernels %s", mp_type_name(ty),
+                     quantized ? "missing" : "for a float type");
+    }
     mp_cuda_moe_set_mma_min_rows(-1);
 }
 

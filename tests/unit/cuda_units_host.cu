@@ -5,6 +5,7 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/moe_mma.cuh"
+#include "kernels/cuda/moe_mma2.cuh"
 
 #include "tests/unit/cuda_units_host.h"
 
@@ -109,4 +110,53 @@ extern "C" int mpc_host_mma_row(int type, const void *w, float *out, int64_t n)
 #undef CASE
     default: return -1;
     }
+}
+
+// s1 * q - s2 of every element, stage by stage through moe_mma2.cuh's mma2_w<T> (q4, scales), as
+// the pipelined kernel reads a stage in shared memory
+template <int T>
+static void mma2_row(const void *w, float *out, int64_t n)
+{
+    typedef mma2_w<T> W;
+    for (int64_t s = 0; s < n / 256; s++) {
+        const uint8_t *sb = (const uint8_t *)w + s * W::SB;
+        for (int g = 0; g < W::NG; g++) {
+            float s1, s2;
+            W::scales(sb, g, s1, s2);
+            for (int e = g * W::G; e < (g + 1) * W::G; e += 4) {
+                const uint32_t q = W::q4(sb, e);
+                for (int k = 0; k < 4; k++)
+                    out[256 * s + e + k] = s1 * (float)(int8_t)(q >> (8 * k)) - s2;
+            }
+        }
+    }
+}
+
+extern "C" int mpc_host_mma2_row(int type, const void *w, float *out, int64_t n)
+{
+    switch (type) {
+#define CASE(T)                    \
+    case T:                        \
+        mma2_row<T>(w, out, n);    \
+        return 0;
+        MPC_MMA2_TYPES(CASE)
+#undef CASE
+    default: return -1;
+    }
+}
+
+extern "C" size_t mpc_host_mma2_align(int type)
+{
+    switch (type) {
+#define CASE(T) \
+    case T: return (size_t)mma2_w<T>::RA;
+        MPC_MMA2_TYPES(CASE)
+#undef CASE
+    default: return 0;
+    }
+}
+
+extern "C" int mpc_host_mma_takes(int type)
+{
+    return mpc_mma_b32(type) || mpc_mma2_type(type);
 }

@@ -19,6 +19,15 @@ int mpc_host_dequant_row(int type, const void *w, float *out, int64_t n);
 /* out[0 .. n) = s1 * q - s2 of each element as the tensor-core kernels take a block of 32
  * (moe_mma.cuh's mpc_mma_block); -1 for a type they do not take that way. */
 int mpc_host_mma_row(int type, const void *w, float *out, int64_t n);
+/* out[0 .. n) (n a multiple of 256) = s1 * q - s2 of each element as the pipelined tensor-core
+ * kernel reads a stage (moe_mma2.cuh's mma2_w); -1 for a type it does not stage. */
+int mpc_host_mma2_row(int type, const void *w, float *out, int64_t n);
+/* The alignment that kernel asks of a type's weight rows (mma2_w's RA); 0 for a type it does not
+ * stage. */
+size_t mpc_host_mma2_align(int type);
+/* 1 when one of the tensor-core expert kernels decodes the type (moe_mma.cuh's mpc_mma_b32,
+ * moe_mma2.cuh's mpc_mma2_type), else 0. */
+int mpc_host_mma_takes(int type);
 /* The alignment the GPU launchers ask of a type's weight rows (gemv.cuh's mpc_weight_align, units
  * without 128-bit loads). */
 size_t mpc_host_weight_align(int type);

@@ -108,3 +108,48 @@ Test(cuda_units, tensor_core_blocks_decode_as_the_cpu_reference)
     uint8_t zero[256] = {0};
     cr_assert_eq(mpc_host_mma_row(MP_TYPE_Q4_K, zero, out, 256), -1, "Q4_K's blocks are the pipelined kernel's");
 }
+
+/* The pipelined tensor-core kernel's stages (one super-block, or eight Q8_0 / Q4_0 blocks, per 256
+ * elements): every element's s1 * q - s2, read as the kernel reads the stage (mma2_w's q4 and
+ * scales), is the scalar dequantizer's value bit for bit, for every type it stages, rows of one,
+ * three and eleven stages at four offsets of the alignment it asks (Q3_K's and Q6_K's 2-byte
+ * aligned rows at odd half words); and every quantized weight type has a tensor-core decoder. */
+Test(cuda_units, tensor_core_stages_decode_as_the_cpu_reference)
+{
+    seed_rng();
+    const int types[] = {MP_TYPE_Q4_0, MP_TYPE_Q8_0, MP_TYPE_Q2_K, MP_TYPE_Q3_K,
+                         MP_TYPE_Q4_K, MP_TYPE_Q5_K, MP_TYPE_Q6_K, MP_TYPE_IQ4_XS};
+    const int64_t sizes[] = {256, 768, 2816};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const int type = types[t];
+        const size_t ra = mpc_host_mma2_align(type);
+        cr_assert(ra == 2 || ra == 4 || ra == 16, "%s: no stage alignment", mp_type_name(type));
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int rep = 0; rep < 4; rep++) {
+                const int64_t n = sizes[s];
+                const size_t rb = mp_type_row_bytes(type, n), misalign = ra * (size_t)rep;
+                uint8_t *raw = alloc64(rb + 64), *w = raw + misalign;
+                random_weight_row(type, w, n);
+                float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+                mp_type_ops_scalar(type)->dequantize_row(w, want, n);
+                cr_assert_eq(mpc_host_mma2_row(type, w, got, n), 0, "%s: no stage", mp_type_name(type));
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert(same_float(got[i], want[i]),
+                              "seed %llu: %s element %lld of %lld at +%zu: tensor-core stage %a, scalar %a",
+                              (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign,
+                              (double)got[i], (double)want[i]);
+                free(want);
+                free(got);
+                free(raw);
+            }
+    }
+    float out[256];
+    uint8_t zero[256] = {0};
+    cr_assert_eq(mpc_host_mma2_row(MP_TYPE_Q5_0, zero, out, 256), -1, "Q5_0 is the first kernel's");
+    /* every quantized weight type the GPU loads has one of the two decoders; the float types none */
+    for (int i = 0, type; (type = mp_weight_type_at(i)) >= 0; i++) {
+        const int quantized = type != MP_TYPE_F32 && type != MP_TYPE_F16 && type != MP_TYPE_BF16;
+        cr_assert_eq(mpc_host_mma_takes(type), quantized, "%s: tensor-core decoder %s", mp_type_name(type),
+                     quantized ? "missing" : "for a float type");
+    }
+}
