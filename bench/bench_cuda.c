@@ -662,12 +662,33 @@ int main(int argc, char **argv)
     const bool decode_only = argc > 2 && !strcmp(argv[2], "decode");
     const bool far_only = argc > 2 && !strcmp(argv[2], "far");
     const bool attn_only = argc > 2 && !strcmp(argv[2], "attn");
-    if (reps < 1 || argc > 3 || (argc > 2 && !prefill_only && !decode_only && !far_only && !attn_only) ||
+    /* prefill GATE/DOWN ...: those expert types on the 30B's shape only */
+    int pairs[8][2], n_pairs = 0;
+    bool bad_pair = argc > 3 && !prefill_only;
+    for (int i = 3; i < argc && !bad_pair; i++) {
+        char g[16], d[16];
+        const char *slash = strchr(argv[i], '/');
+        bad_pair = n_pairs == 8 || !slash || slash - argv[i] >= (long)sizeof g || strlen(slash + 1) >= sizeof d;
+        if (bad_pair)
+            break;
+        memcpy(g, argv[i], (size_t)(slash - argv[i]));
+        g[slash - argv[i]] = '\0';
+        strcpy(d, slash + 1);
+        pairs[n_pairs][0] = mp_type_from_name(g);
+        pairs[n_pairs][1] = mp_type_from_name(d);
+        bad_pair = !mp_type_supported(pairs[n_pairs][0]) || !mp_type_supported(pairs[n_pairs][1]);
+        if (bad_pair)
+            fprintf(stderr, "bench_cuda: error: argument %d '%s': expected GATE/DOWN weight types, e.g. Q3_K/Q4_K\n",
+                    i, argv[i]);
+        n_pairs++;
+    }
+    if (reps < 1 || bad_pair || (argc > 2 && !prefill_only && !decode_only && !far_only && !attn_only) ||
         (argc > 1 && !strcmp(argv[1], "--help"))) {
-        printf("usage: bench_cuda [REPS [prefill|decode|far|attn]]   (GEMV and MoE-expert GB/s on CUDA device 0;\n"
-               "       prefill: only the grouped prefill experts, CUDA cores against tensor cores, 16 ... 512\n"
-               "       rows (Q4_K/Q6_K on Mixtral's, a 256-expert and the 30B's shapes, the 30B's Q8_0,\n"
-               "       gpt-oss-20b's MXFP4); decode: the 1-row expert call\n"
+        printf("usage: bench_cuda [REPS [prefill [GATE/DOWN ...]|decode|far|attn]]   (GEMV and MoE-expert GB/s on\n"
+               "       CUDA device 0; prefill: only the grouped prefill experts, CUDA cores against tensor cores,\n"
+               "       16 ... 512 rows (Q4_K/Q6_K on Mixtral's, a 256-expert and the 30B's shapes, the 30B's\n"
+               "       Q8_0, Q3_K/Q4_K, Q2_K/Q4_K, Q5_K/Q6_K and IQ4_XS, gpt-oss-20b's MXFP4), or with up to 8\n"
+               "       GATE/DOWN type pairs (e.g. Q3_K/Q4_K) the 30B's shape in those only; decode: the 1-row expert call\n"
                "       of five shapes (the presets', top-1 of 16) with the K-quant mixes' and Q8_0 experts, the\n"
                "       down kernel's variants alternated twice; far: the 1-row\n"
                "       call with far routes (whole, split) on Mixtral's and Qwen3-30B-A3B's experts, the\n"
@@ -689,6 +710,11 @@ int main(int argc, char **argv)
         const int64_t rows[] = {16, 32, 64, 96, 128, 192, 256, 512};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             for (int mma = 0; mma < 2; mma++) {
+                if (n_pairs) {
+                    for (int p = 0; p < n_pairs; p++)
+                        bench_moe_prefill(&shape_30b, pairs[p][0], pairs[p][1], rows[i], mma, reps);
+                    continue;
+                }
                 /* Mixtral's top-2 of 8 (114 MB experts), 256 experts' top-8 (FFN 512), the 30B's
                  * top-8 of 128, gpt-oss's top-4 of 32; the 30B's experts also as mkmodel's q3_k_m,
                  * q2_k and q5_k_m mixes make them, and in IQ4_XS */
