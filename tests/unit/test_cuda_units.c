@@ -74,6 +74,26 @@ Test(cuda_units, the_wide_units_decode_as_the_narrow_ones)
     cr_assert_eq(mpc_host_row_dot(MP_TYPE_Q8_K, 0, NULL, NULL, 256, &out), -1, "Q8_K is no weight type");
 }
 
+/* A random row of n elements of `type` at misalign bytes past a 64-byte boundary, decoded by one of
+ * the tensor-core decoders (decode: mpc_host_mma_row or mpc_host_mma2_row, `what` naming it):
+ * every element equals the scalar dequantizer's bit for bit. */
+static void check_mma_decode(int type, int64_t n, size_t misalign, int (*decode)(int, const void *, float *, int64_t),
+                             const char *what)
+{
+    uint8_t *raw = alloc64(mp_type_row_bytes(type, n) + 64), *w = raw + misalign;
+    random_weight_row(type, w, n);
+    float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+    mp_type_ops_scalar(type)->dequantize_row(w, want, n);
+    cr_assert_eq(decode(type, w, got, n), 0, "%s: no tensor-core %s", mp_type_name(type), what);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(same_float(got[i], want[i]), "seed %llu: %s element %lld of %lld at +%zu: tensor-core %s %a, scalar %a",
+                  (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign, what,
+                  (double)got[i], (double)want[i]);
+    free(want);
+    free(got);
+    free(raw);
+}
+
 /* The blocks of 32 as the tensor-core expert kernels stage them (signed levels, s1 and s2): every
  * element's s1 * q - s2 is the scalar dequantizer's value bit for bit, at every alignment the
  * launchers allow (MXFP4's quants at odd addresses), rows of one, three and 90 blocks (gpt-oss's
@@ -86,24 +106,9 @@ Test(cuda_units, tensor_core_blocks_decode_as_the_cpu_reference)
     const int64_t sizes[] = {32, 96, 2880};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            for (int rep = 0; rep < 4; rep++) {
-                const int type = types[t];
-                const int64_t n = sizes[s];
-                const size_t rb = mp_type_row_bytes(type, n), misalign = mpc_host_weight_align(type) * (size_t)rep;
-                uint8_t *raw = alloc64(rb + 64), *w = raw + misalign;
-                random_weight_row(type, w, n);
-                float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
-                mp_type_ops_scalar(type)->dequantize_row(w, want, n);
-                cr_assert_eq(mpc_host_mma_row(type, w, got, n), 0, "%s: no tensor-core block", mp_type_name(type));
-                for (int64_t i = 0; i < n; i++)
-                    cr_assert(same_float(got[i], want[i]),
-                              "seed %llu: %s element %lld of %lld at +%zu: tensor-core block %a, scalar %a",
-                              (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign,
-                              (double)got[i], (double)want[i]);
-                free(want);
-                free(got);
-                free(raw);
-            }
+            for (int rep = 0; rep < 4; rep++)
+                check_mma_decode(types[t], sizes[s], mpc_host_weight_align(types[t]) * (size_t)rep, mpc_host_mma_row,
+                                 "block");
     float out[256];
     uint8_t zero[256] = {0};
     cr_assert_eq(mpc_host_mma_row(MP_TYPE_Q4_K, zero, out, 256), -1, "Q4_K's blocks are the pipelined kernel's");
@@ -125,23 +130,8 @@ Test(cuda_units, tensor_core_stages_decode_as_the_cpu_reference)
         const size_t ra = mpc_host_mma2_align(type);
         cr_assert(ra == 2 || ra == 4 || ra == 16, "%s: no stage alignment", mp_type_name(type));
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            for (int rep = 0; rep < 4; rep++) {
-                const int64_t n = sizes[s];
-                const size_t rb = mp_type_row_bytes(type, n), misalign = ra * (size_t)rep;
-                uint8_t *raw = alloc64(rb + 64), *w = raw + misalign;
-                random_weight_row(type, w, n);
-                float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
-                mp_type_ops_scalar(type)->dequantize_row(w, want, n);
-                cr_assert_eq(mpc_host_mma2_row(type, w, got, n), 0, "%s: no stage", mp_type_name(type));
-                for (int64_t i = 0; i < n; i++)
-                    cr_assert(same_float(got[i], want[i]),
-                              "seed %llu: %s element %lld of %lld at +%zu: tensor-core stage %a, scalar %a",
-                              (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign,
-                              (double)got[i], (double)want[i]);
-                free(want);
-                free(got);
-                free(raw);
-            }
+            for (int rep = 0; rep < 4; rep++)
+                check_mma_decode(type, sizes[s], ra * (size_t)rep, mpc_host_mma2_row, "stage");
     }
     float out[256];
     uint8_t zero[256] = {0};
