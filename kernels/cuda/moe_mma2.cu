@@ -113,12 +113,7 @@ moe_mma2_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, i
         if (NS > 0) // a min: each group's sum(q_a), its G / 16 int16 bsums (Q8_K activations)
             for (int idx = tid; idx < MPC_MMA_GROUP * NS; idx += MMA_THREADS) {
                 const int ns = NS > 0 ? NS : 1; // (the branch is compiled for every type)
-                const uint8_t *bs = A + (idx / ns) * AT::AB + 260 + 2 * (W::G / 16) * (idx % ns);
-                int su = 0;
-#pragma unroll
-                for (int k = 0; k < W::G / 16; k++)
-                    su += (int16_t)mpc_ld16(bs + 2 * k);
-                asum[idx] = (float)su;
+                asum[idx] = (float)mma2_q8k_group_sum<W::G>(A + (idx / ns) * AT::AB, idx % ns);
             }
         __syncthreads();
 

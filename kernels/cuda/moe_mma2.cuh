@@ -45,6 +45,20 @@ template <> struct mma2_a<MP_TYPE_Q8_0> {
     __host__ __device__ static float d(const uint8_t *ab, int g) { return mpc_f16(mpc_ld16(ab + 34 * g)); }
 };
 
+// sum(q_a) of weight group g (G elements) from a Q8_K activation stage at ab: its G / 16 int16
+// bsums (byte 260 on). The types with a min need it for s2's term.
+template <int G>
+__host__ __device__ __forceinline__ int mma2_q8k_group_sum(const uint8_t *ab, int g)
+{
+    static_assert(G % 16 == 0, "whole bsums");
+    const uint8_t *bs = ab + 260 + 2 * (G / 16) * g;
+    int su = 0;
+#pragma unroll
+    for (int k = 0; k < G / 16; k++)
+        su += (int16_t)mpc_ld16(bs + 2 * k);
+    return su;
+}
+
 // How a weight row's stage reaches shared memory: NC chunks (copy(c)), WB bytes per row, RA the
 // alignment the kernel needs of weight rows and expert bases (mpc_moe_mma2_fits checks it), off
 // where the stage starts in its row's copy.

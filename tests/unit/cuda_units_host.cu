@@ -145,6 +145,44 @@ extern "C" int mpc_host_mma2_row(int type, const void *w, float *out, int64_t n)
     }
 }
 
+// The dot of a weight row with an activation row (its stages in W::A's format) as the pipelined
+// kernel computes it: per scale group the exact integer sum I of q * q_a, then acc += d_a * (s1 * I
+// - s2 * sum(q_a)) (mma_scale_add's formula, sum(q_a) by mma2_q8k_group_sum), group after group.
+template <int T>
+static float mma2_dot(const void *w, const void *x, int64_t n)
+{
+    typedef mma2_w<T> W;
+    typedef mma2_a<W::A> AT;
+    float acc = 0.0f;
+    for (int64_t s = 0; s < n / 256; s++) {
+        const uint8_t *sb = (const uint8_t *)w + s * W::SB, *ab = (const uint8_t *)x + s * AT::AB;
+        for (int g = 0; g < W::NG; g++) {
+            int I = 0;
+            for (int e = g * W::G; e < (g + 1) * W::G; e += 4)
+                I = mpc_dp4a((int)W::q4(sb, e), (int)AT::q4(ab, e), I);
+            float s1, s2;
+            W::scales(sb, g, s1, s2);
+            const float u = W::MIN ? (float)mma2_q8k_group_sum<W::G>(ab, g) : 0.0f;
+            const float d = AT::d(ab, AT::ND > 1 ? g : 0);
+            acc += d * (s1 * (float)I - s2 * u);
+        }
+    }
+    return acc;
+}
+
+extern "C" int mpc_host_mma2_dot(int type, const void *w, const void *x, int64_t n, float *out)
+{
+    switch (type) {
+#define CASE(T)                        \
+    case T:                            \
+        *out = mma2_dot<T>(w, x, n);   \
+        return 0;
+        MPC_MMA2_TYPES(CASE)
+#undef CASE
+    default: return -1;
+    }
+}
+
 extern "C" size_t mpc_host_mma2_align(int type)
 {
     switch (type) {

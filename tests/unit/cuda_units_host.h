@@ -22,6 +22,10 @@ int mpc_host_mma_row(int type, const void *w, float *out, int64_t n);
 /* out[0 .. n) (n a multiple of 256) = s1 * q - s2 of each element as the pipelined tensor-core
  * kernel reads a stage (moe_mma2.cuh's mma2_w); -1 for a type it does not stage. */
 int mpc_host_mma2_row(int type, const void *w, float *out, int64_t n);
+/* *out = the dot of a weight row of `type` (n a multiple of 256) with an activation row x in its
+ * partner format, group by group as the pipelined kernel sums it (moe_mma2.cuh's stages, its
+ * activations' group sums); -1 for a type it does not stage. */
+int mpc_host_mma2_dot(int type, const void *w, const void *x, int64_t n, float *out);
 /* The alignment that kernel asks of a type's weight rows (mma2_w's RA); 0 for a type it does not
  * stage. */
 size_t mpc_host_mma2_align(int type);

@@ -118,7 +118,9 @@ Test(cuda_units, tensor_core_blocks_decode_as_the_cpu_reference)
  * elements): every element's s1 * q - s2, read as the kernel reads the stage (mma2_w's q4 and
  * scales), is the scalar dequantizer's value bit for bit, for every type it stages, rows of one,
  * three and eleven stages at four offsets of the alignment it asks (Q3_K's and Q6_K's 2-byte
- * aligned rows at odd half words); and every quantized weight type has a tensor-core decoder. */
+ * aligned rows at odd half words); the kernel's per-group sums over them (the mins' activation
+ * sums included) are the CPU's vec_dot up to float rounding; and every quantized weight type has a
+ * tensor-core decoder. */
 Test(cuda_units, tensor_core_stages_decode_as_the_cpu_reference)
 {
     seed_rng();
@@ -133,6 +135,30 @@ Test(cuda_units, tensor_core_stages_decode_as_the_cpu_reference)
             for (int rep = 0; rep < 4; rep++)
                 check_mma_decode(type, sizes[s], ra * (size_t)rep, mpc_host_mma2_row, "stage");
     }
+    /* the kernel's arithmetic over those stages, the mins' activation sums included: the CPU's vec_dot
+     * up to float rounding (as check_row's units) */
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            const int type = types[t];
+            const int64_t n = sizes[s];
+            const mp_type_ops *ref = mp_type_ops_scalar(type);
+            uint8_t *w = alloc64(mp_type_row_bytes(type, n));
+            random_weight_row(type, w, n);
+            act_row a = make_act(ref->vec_dot_type, n, 0);
+            float *wd = malloc(sizeof(float) * (size_t)n), got = NAN;
+            ref->dequantize_row(w, wd, n);
+            double mag = 0;
+            for (int64_t i = 0; i < n; i++)
+                mag += fabs((double)wd[i] * (double)a.xhat[i]);
+            cr_assert_eq(mpc_host_mma2_dot(type, w, a.q, n, &got), 0, "%s: no stage", mp_type_name(type));
+            const float want = ref->vec_dot(n, w, a.q);
+            cr_assert(fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30,
+                      "seed %llu: %s, %lld elements: tensor-core groups %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
+                      (unsigned long long)g_seed, mp_type_name(type), (long long)n, (double)got, (double)want, mag);
+            free(wd);
+            free_act(&a);
+            free(w);
+        }
     float out[256];
     uint8_t zero[256] = {0};
     cr_assert_eq(mpc_host_mma2_row(MP_TYPE_Q5_0, zero, out, 256), -1, "Q5_0 is the first kernel's");
