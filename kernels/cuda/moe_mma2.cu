@@ -28,9 +28,10 @@
 
 // Shared memory: two stages of raw bytes, then the stage's weight scales (s1, s2 per matrix,
 // feature and group), the activation scales (ND per route) and, for the types with a min (Q4_K,
-// Q5_K, Q2_K), the activation sums of each scale group (NS per route). Only what a type uses: a first Q8_0 version (branch
-// mma2-q8, 2026-11-29) kept scales and sums per group for every type, which pushed Q6_K down
-// past four blocks per SM and made it ~10 % slower (bench/NOTES-gpu-exec.md run 14).
+// Q5_K, Q2_K), the activation sums of each scale group (NS per route). Only what a type uses: a
+// first Q8_0 version (branch mma2-q8, 2026-11-29) kept scales and sums per group for every type,
+// which pushed Q6_K down past four blocks per SM and made it ~10 % slower
+// (bench/NOTES-gpu-exec.md run 14).
 template <int T, int MATS> struct mma2_smem {
     typedef mma2_w<T> W;
     typedef mma2_a<W::A> AT;

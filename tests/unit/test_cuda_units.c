@@ -1,9 +1,10 @@
 /* tests/unit/test_cuda_units.c — the GPU's weight units (kernels/cuda/gemv.cuh), element
- * dequantizer (convert.cuh) and the tensor-core kernels' blocks of 32 (moe_mma.cuh), run on the CPU through tests/unit/cuda_units_host.cu, against the
- * scalar reference on fresh random rows of every weight type: a row's dot summed unit by unit
- * within float rounding of vec_dot, and the dequantizer bit for bit. This checks what each unit
- * decodes (offsets, shifts, scales, look-ups) where no GPU is (CI); the device's own instructions
- * and the kernels around the units are the GPU tests' (tests/gpu/). Built where nvcc is. */
+ * dequantizer (convert.cuh) and the tensor-core kernels' blocks of 32 (moe_mma.cuh) and stages
+ * (moe_mma2.cuh), run on the CPU through tests/unit/cuda_units_host.cu, against the scalar
+ * reference on fresh random rows of every weight type: a row's dot summed unit by unit within
+ * float rounding of vec_dot, and the dequantizer bit for bit. This checks what each unit decodes
+ * (offsets, shifts, scales, look-ups) where no GPU is (CI); the device's own instructions and the
+ * kernels around the units are the GPU tests' (tests/gpu/). Built where nvcc is. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -86,8 +87,8 @@ static void check_mma_decode(int type, int64_t n, size_t misalign, int (*decode)
     mp_type_ops_scalar(type)->dequantize_row(w, want, n);
     cr_assert_eq(decode(type, w, got, n), 0, "%s: no tensor-core %s", mp_type_name(type), what);
     for (int64_t i = 0; i < n; i++)
-        cr_assert(same_float(got[i], want[i]), "seed %llu: %s element %lld of %lld at +%zu: tensor-core %s %a, scalar %a",
-                  (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign, what,
+        cr_assert(same_float(got[i], want[i]),
+                  "seed %llu: %s element %lld of %lld at +%zu: tensor-core %s %a, scalar %a", (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign, what,
                   (double)got[i], (double)want[i]);
     free(want);
     free(got);
