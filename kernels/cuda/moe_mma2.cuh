@@ -53,7 +53,7 @@ __host__ __device__ __forceinline__ int mma2_q8k_group_sum(const uint8_t *ab, in
     static_assert(G % 16 == 0, "whole bsums");
     const uint8_t *bs = ab + 260 + 2 * (G / 16) * g;
     int su = 0;
-#pragma unroll
+MPC_UNROLL
     for (int k = 0; k < G / 16; k++)
         su += (int16_t)mpc_ld16(bs + 2 * k);
     return su;
