@@ -163,11 +163,16 @@ static void *stream_words(void *arg)
     STREAM_SUM(16)
 }
 
+#if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx2"))) static void *stream_words_avx2(void *arg)
 {
     stream_share *w = arg;
     STREAM_SUM(32)
 }
+#define STREAM_WORDS_WIDE() (__builtin_cpu_supports("avx2") ? stream_words_avx2 : stream_words)
+#else /* the 16-byte words are the widest a vector register of the other families holds */
+#define STREAM_WORDS_WIDE() stream_words
+#endif
 
 static uint64_t streamed(stream_share *w, int n)
 {
@@ -204,11 +209,11 @@ static mp_status stream_once(const uint64_t *buf, size_t share, int threads, mp_
                              pthread_t *tid, stream_share *w, double *cpu_gbs, double *bus_gbs, mp_error *err)
 {
     *cpu_gbs = *bus_gbs = 0;
-    const bool avx2 = __builtin_cpu_supports("avx2");
+    void *(*reader)(void *) = STREAM_WORDS_WIDE();
     int go = 0, stop = 0, started = 0;
     for (; started < threads; started++) {
         w[started] = (stream_share){buf + share * (size_t)started, share, 0, &go, &stop, 0};
-        if (pthread_create(&tid[started], NULL, avx2 ? stream_words_avx2 : stream_words, &w[started]))
+        if (pthread_create(&tid[started], NULL, reader, &w[started]))
             break;
     }
     __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
