@@ -33,7 +33,7 @@
 // clamped SwiGLU included), h per route; down: one, y per route; the combine over routes stays
 // moe.cu's (slot order, one rounding); gpt-oss's down biases are added after it.
 #include "kernels/cuda/moe_mma.cuh"
-#include "kernels/cuda/moe_mma2.cuh" // mpc_mma2_type
+#include "kernels/cuda/moe_mma2.cuh" // mpc_mma_type
 
 #define MMA_N 32                 // output features per block: 4 warps x n8
 #define MMA_KC 128               // K elements per shared-memory stage
@@ -163,16 +163,9 @@ moe_mma_kernel(mpc_expert_t w0, mpc_expert_t w1, int64_t n_expert, int64_t K, in
 
 static int g_mma_ptx = -1; // PTX architecture the tensor-core kernels were compiled for (0: unknown)
 
-// The types the tensor cores serve: the first kernel's blocks of 32 (mpc_mma_b32) and the
-// pipelined kernel's stages (mpc_mma2_type).
-static bool mma_type(int t)
-{
-    return mpc_mma_b32(t) || mpc_mma2_type(t);
-}
-
 bool mpc_moe_mma_ok(int gate_type, int down_type)
 {
-    if (!mma_type(gate_type) || !mma_type(down_type))
+    if (!mpc_mma_type(gate_type) || !mpc_mma_type(down_type))
         return false;
     if (g_mma_ptx < 0) {
         // a build for an architecture below sm_80 compiles the kernels empty: never use them then
@@ -185,7 +178,7 @@ bool mpc_moe_mma_ok(int gate_type, int down_type)
 
 extern "C" int mp_cuda_moe_mma_type(int type)
 {
-    return mma_type(type);
+    return mpc_mma_type(type);
 }
 
 int mpc_moe_mma_plan(const mp_cuda_moe_args *a, const uint8_t *xq, size_t xq_rb, const uint8_t *hq, size_t hq_rb)

@@ -6,7 +6,8 @@
 #ifndef MP_KERNELS_CUDA_MOE_MMA2_CUH
 #define MP_KERNELS_CUDA_MOE_MMA2_CUH
 
-#include "kernels/cuda/gemv.cuh" // mpc_iq4_xs_scale, mpc_lut16, mpc_q4k_scale_min, mpc_ld32_a2
+#include "kernels/cuda/gemv.cuh"    // mpc_iq4_xs_scale, mpc_lut16, mpc_q4k_scale_min, mpc_ld32_a2
+#include "kernels/cuda/moe_mma.cuh" // mpc_mma_b32: the first kernel's types
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
 {
@@ -106,11 +107,14 @@ template <int T> struct mma2_w;
 template <> struct mma2_w<MP_TYPE_Q4_K> : mma2_whole16<9> {
     static const int SB = 144, G = 32, NG = 8, A = MP_TYPE_Q8_K;
     static const bool MIN = true;
-    __host__ __device__ static uint32_t q4(const uint8_t *sb, int e)
+    // the nibbles of elements e .. e+3 from the 128 quant bytes at qs: chunk e / 64's 32 bytes, low
+    // nibbles for its first 32 elements, high for the next (Q5_K's too)
+    __host__ __device__ static uint32_t nibbles(const uint8_t *qs, int e)
     {
         const int c = e / 64, hi = (e % 64) >= 32, l = e % 32;
-        return (*(const uint32_t *)(sb + 16 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
+        return (*(const uint32_t *)(qs + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
     }
+    __host__ __device__ static uint32_t q4(const uint8_t *sb, int e) { return nibbles(sb + 16, e); }
     __host__ __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
     {
         int sc, m;
@@ -127,9 +131,8 @@ template <> struct mma2_w<MP_TYPE_Q5_K> : mma2_whole16<11> {
     static const bool MIN = true;
     __host__ __device__ static uint32_t q4(const uint8_t *sb, int e)
     {
-        const int c = e / 64, hi = (e % 64) >= 32, l = e % 32;
-        const uint32_t lo = (*(const uint32_t *)(sb + 48 + 32 * c + l) >> (4 * hi)) & 0x0F0F0F0Fu;
-        return lo | ((*(const uint32_t *)(sb + 16 + l) >> (e / 32)) & 0x01010101u) << 4;
+        const uint32_t fifth = (*(const uint32_t *)(sb + 16 + e % 32) >> (e / 32)) & 0x01010101u;
+        return mma2_w<MP_TYPE_Q4_K>::nibbles(sb + 48, e) | fifth << 4;
     }
     __host__ __device__ static void scales(const uint8_t *sb, int g, float &s1, float &s2)
     {
@@ -254,5 +257,12 @@ __host__ __device__ constexpr bool mpc_mma2_type(int t)
     return MPC_MMA2_TYPES(MPC_MMA2_IS) false;
 }
 #undef MPC_MMA2_IS
+
+// The types the tensor cores serve: the first kernel's blocks of 32 (mpc_mma_b32) and the
+// pipelined kernel's stages (mpc_mma2_type).
+__host__ __device__ constexpr bool mpc_mma_type(int t)
+{
+    return mpc_mma_b32(t) || mpc_mma2_type(t);
+}
 
 #endif

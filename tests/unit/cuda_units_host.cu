@@ -196,5 +196,5 @@ extern "C" size_t mpc_host_mma2_align(int type)
 
 extern "C" int mpc_host_mma_takes(int type)
 {
-    return mpc_mma_b32(type) || mpc_mma2_type(type);
+    return mpc_mma_type(type);
 }

@@ -29,8 +29,8 @@ int mpc_host_mma2_dot(int type, const void *w, const void *x, int64_t n, float *
 /* The alignment that kernel asks of a type's weight rows (mma2_w's RA); 0 for a type it does not
  * stage. */
 size_t mpc_host_mma2_align(int type);
-/* 1 when one of the tensor-core expert kernels decodes the type (moe_mma.cuh's mpc_mma_b32,
- * moe_mma2.cuh's mpc_mma2_type), else 0. */
+/* 1 when one of the tensor-core expert kernels decodes the type (moe_mma2.cuh's mpc_mma_type, the
+ * rule the launchers ask), else 0. */
 int mpc_host_mma_takes(int type);
 /* The alignment the GPU launchers ask of a type's weight rows (gemv.cuh's mpc_weight_align, units
  * without 128-bit loads). */

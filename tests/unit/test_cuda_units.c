@@ -14,6 +14,22 @@
 #include "quant_check.h"
 #include "tests/unit/cuda_units_host.h"
 
+/* Σ|w x| of a dequantized weight row wd and the activation row's values xhat: the scale of a dot
+ * product's float rounding. Two sums of the same products in other orders (per unit, per group,
+ * per block) differ by ~n eps of it at most: within_rounding's bound. */
+static double abs_dot(const float *wd, const float *xhat, int64_t n)
+{
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        mag += fabs((double)wd[i] * (double)xhat[i]);
+    return mag;
+}
+
+static bool within_rounding(float got, float want, double mag)
+{
+    return fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30;
+}
+
 /* One row of n elements at `misalign` bytes past 64-byte alignment, through unit kind vec. */
 static void check_row(int type, int vec, int64_t n, size_t misalign)
 {
@@ -28,11 +44,8 @@ static void check_row(int type, int vec, int64_t n, size_t misalign)
     const float want = ref->vec_dot(n, w, a.q);
     float *wd = malloc(sizeof(float) * (size_t)n), *gd = malloc(sizeof(float) * (size_t)n);
     ref->dequantize_row(w, wd, n);
-    double mag = 0;
-    for (int64_t i = 0; i < n; i++)
-        mag += fabs((double)wd[i] * (double)a.xhat[i]);
-    /* the two sum per unit and per block in other orders: float rounding, ~n eps of Σ|w x| at most */
-    cr_assert(fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30,
+    const double mag = abs_dot(wd, a.xhat, n); /* the two sum per unit and per block */
+    cr_assert(within_rounding(got, want, mag),
               "seed %llu: %s%s, %lld elements at +%zu: GPU units %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
               (unsigned long long)g_seed, mp_type_name(type), vec ? " (128-bit)" : "", (long long)n, misalign,
               (double)got, (double)want, mag);
@@ -88,8 +101,8 @@ static void check_mma_decode(int type, int64_t n, size_t misalign, int (*decode)
     cr_assert_eq(decode(type, w, got, n), 0, "%s: no tensor-core %s", mp_type_name(type), what);
     for (int64_t i = 0; i < n; i++)
         cr_assert(same_float(got[i], want[i]),
-                  "seed %llu: %s element %lld of %lld at +%zu: tensor-core %s %a, scalar %a", (unsigned long long)g_seed, mp_type_name(type), (long long)i, (long long)n, misalign, what,
-                  (double)got[i], (double)want[i]);
+                  "seed %llu: %s element %lld of %lld at +%zu: tensor-core %s %a, scalar %a", (unsigned long long)g_seed,
+                  mp_type_name(type), (long long)i, (long long)n, misalign, what, (double)got[i], (double)want[i]);
     free(want);
     free(got);
     free(raw);
@@ -148,12 +161,10 @@ Test(cuda_units, tensor_core_stages_decode_as_the_cpu_reference)
             act_row a = make_act(ref->vec_dot_type, n, 0);
             float *wd = malloc(sizeof(float) * (size_t)n), got = NAN;
             ref->dequantize_row(w, wd, n);
-            double mag = 0;
-            for (int64_t i = 0; i < n; i++)
-                mag += fabs((double)wd[i] * (double)a.xhat[i]);
             cr_assert_eq(mpc_host_mma2_dot(type, w, a.q, n, &got), 0, "%s: no stage", mp_type_name(type));
             const float want = ref->vec_dot(n, w, a.q);
-            cr_assert(fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30,
+            const double mag = abs_dot(wd, a.xhat, n);
+            cr_assert(within_rounding(got, want, mag),
                       "seed %llu: %s, %lld elements: tensor-core groups %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
                       (unsigned long long)g_seed, mp_type_name(type), (long long)n, (double)got, (double)want, mag);
             free(wd);
