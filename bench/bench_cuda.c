@@ -662,25 +662,34 @@ int main(int argc, char **argv)
     const bool decode_only = argc > 2 && !strcmp(argv[2], "decode");
     const bool far_only = argc > 2 && !strcmp(argv[2], "far");
     const bool attn_only = argc > 2 && !strcmp(argv[2], "attn");
-    /* prefill GATE/DOWN ...: those expert types on the 30B's shape only */
+    /* prefill GATE/DOWN ...: those expert types on the 30B's shape only; a bad one is named in one
+     * line on stderr (then the usage, exit 2) */
     int pairs[8][2], n_pairs = 0;
-    bool bad_pair = argc > 3 && !prefill_only;
+    bool bad_pair = false;
     for (int i = 3; i < argc && !bad_pair; i++) {
-        char g[16], d[16];
+        char g[16] = "", d[16] = "";
         const char *slash = strchr(argv[i], '/');
-        bad_pair = n_pairs == 8 || !slash || slash - argv[i] >= (long)sizeof g || strlen(slash + 1) >= sizeof d;
-        if (bad_pair)
-            break;
-        memcpy(g, argv[i], (size_t)(slash - argv[i]));
-        g[slash - argv[i]] = '\0';
-        strcpy(d, slash + 1);
-        pairs[n_pairs][0] = mp_type_from_name(g);
-        pairs[n_pairs][1] = mp_type_from_name(d);
-        bad_pair = !mp_type_supported(pairs[n_pairs][0]) || !mp_type_supported(pairs[n_pairs][1]);
-        if (bad_pair)
+        if (slash && slash - argv[i] < (long)sizeof g && strlen(slash + 1) < sizeof d) {
+            memcpy(g, argv[i], (size_t)(slash - argv[i]));
+            g[slash - argv[i]] = '\0';
+            strcpy(d, slash + 1);
+        }
+        const int gt = mp_type_from_name(g), dt = mp_type_from_name(d);
+        bad_pair = true;
+        if (!prefill_only)
+            fprintf(stderr, "bench_cuda: error: argument %d '%s': only prefill takes GATE/DOWN type pairs\n", i,
+                    argv[i]);
+        else if (n_pairs == 8)
+            fprintf(stderr, "bench_cuda: error: argument %d '%s': at most 8 GATE/DOWN type pairs\n", i, argv[i]);
+        else if (!mp_type_supported(gt) || !mp_type_supported(dt))
             fprintf(stderr, "bench_cuda: error: argument %d '%s': expected GATE/DOWN weight types, e.g. Q3_K/Q4_K\n",
                     i, argv[i]);
-        n_pairs++;
+        else {
+            bad_pair = false;
+            pairs[n_pairs][0] = gt;
+            pairs[n_pairs][1] = dt;
+            n_pairs++;
+        }
     }
     if (reps < 1 || bad_pair || (argc > 2 && !prefill_only && !decode_only && !far_only && !attn_only) ||
         (argc > 1 && !strcmp(argv[1], "--help"))) {
