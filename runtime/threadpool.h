@@ -16,6 +16,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define mp_cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define mp_cpu_relax() __asm__ __volatile__("yield" ::: "memory")
 #else
 #define mp_cpu_relax() ((void)0)
 #endif
