@@ -122,8 +122,9 @@ down_combine_kernel(mpc_expert_t down, int64_t n_expert, int64_t n_units, const 
 // 476; gpt-oss-20b's MXFP4 top-4 of 32 (the first kernel) 430 / 626 / 1015 against 514 / 566 /
 // 573. Every shape crosses between 16 and 64 rows, most near 32, in rows rather than in routes an
 // expert (those are 4-8 for Mixtral, under 1 for the 256 experts, 2-4 for the 30B at the crossing).
-// At 32 the 30B pays 4-45 % by type (2026-12-06: Q3_K/Q4_K 419 / 616 against 565 / 664, Q2_K,
-// Q5_K, IQ4_XS and Q4_K/Q6_K between; the H200 crossed between 32 and 64 too: 2026-11-29), Mixtral
+// At 32 the 30B pays 4-45 % by type (2026-12-06: Q3_K/Q4_K 419 / 616 / 797 at 32 / 64 / 96 against
+// 565 / 664 / 670, Q2_K as Q3_K, Q5_K, IQ4_XS and Q4_K/Q6_K crossing below 64; the H200 crossed
+// between 32 and 64 too: 2026-11-29): at most ~150 us a layer, in a prompt's last step only. Mixtral
 // gains 1.2x. mp_cuda_moe_set_mma_min_rows overrides it (tests force the path from 16 rows; 0: never).
 #define MOE_MMA_MIN_ROWS 32
 static int64_t g_mma_min_rows = -1; // -1: MOE_MMA_MIN_ROWS; 0: never; else rows
