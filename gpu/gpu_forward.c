@@ -438,6 +438,7 @@ static void collect_round_trips(mp_gpu *g, bool handoff)
             const int64_t ready = gpu_side > g->rt_cpu_ns[il] ? gpu_side : g->rt_cpu_ns[il];
             overhead = gap - ready;
             g->stats.rt_gpu_ns += gpu_side;
+            g->stats.rt_gpu_later += gpu_side > g->rt_cpu_ns[il];
         } else {
             float ms = 0;
             if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {

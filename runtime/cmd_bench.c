@@ -556,6 +556,10 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
              add_num(o, "rt_gap_us", r->gs.rt_measured ? (double)r->gs.rt_gap_ns / 1e3 /
                                                          (double)r->gs.rt_measured : 0.0) &&
              add_num(o, "rt_overhead_us", rt_overhead_us(&r->gs)) &&
+             add_num(o, "rt_gpu_us", r->gs.rt_measured ? (double)r->gs.rt_gpu_ns / 1e3 /
+                                                         (double)r->gs.rt_measured : 0.0) &&
+             add_num(o, "rt_gpu_later_pct", r->gs.rt_measured ? 100.0 * (double)r->gs.rt_gpu_later /
+                                                                (double)r->gs.rt_measured : 0.0) &&
              add_num(o, "cpu_expert_us", r->gs.hybrid_layers ? (double)r->gs.cpu_expert_ns / 1e3 /
                                                                (double)r->gs.hybrid_layers : 0.0) &&
              add_num(o, "cpu_expert_gbs", c->gpu ? cpu_expert_gbs(c, &r->gs) : 0.0) &&

@@ -73,6 +73,7 @@ typedef struct mp_gpu_stats {
     /* one graph: the GPU's side of those steps, from the rows' publish to its wait kernel's first
      * poll (resident experts and far routes); 0 in enqueued steps */
     int64_t rt_gpu_ns;
+    int64_t rt_gpu_later;      /* of those steps, the ones whose GPU side outlasted the CPU's time */
     int64_t graphs_captured;   /* decode steps captured as CUDA graphs */
     int64_t graph_launch_ns;   /* host time inside cudaGraphLaunch, all steps */
     int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs

@@ -76,6 +76,11 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
                      num_of(row, "routes_copied"), 2 * 17.0 * 4 * 4);
     cr_assert_gt(num_of(row, "cpu_expert_us"), 0.0);
     cr_assert_gt(num_of(row, "cpu_expert_gbs"), 0.0);
+    /* each timed step's gap is the later of its two sides plus the round trip's own overhead, so
+     * the mean GPU side is at most the mean gap; the share of steps it led is a percentage */
+    const double later = num_of(row, "rt_gpu_later_pct");
+    cr_assert(later >= 0 && later <= 100, "rt_gpu_later_pct %g", later);
+    cr_assert_geq(num_of(row, "rt_gap_us") + 1e-6, num_of(row, "rt_gpu_us"));
     const double med = num_of(row, "median_tok_s");
     cr_assert_gt(med, 0.0);
 

@@ -138,6 +138,8 @@ Test(bench, json_rows_with_placement_and_budget)
         /* so are its counters: no step, no CPU expert time */
         cr_assert_eq(num_of(row, "gpu_steps"), 0);
         cr_assert_eq(num_of(row, "cpu_expert_us"), 0);
+        cr_assert_eq(num_of(row, "rt_gpu_us"), 0);
+        cr_assert_eq(num_of(row, "rt_gpu_later_pct"), 0);
     }
     cr_assert_null(strstr(err, "host read bandwidth"), "%s", err);
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_prompt"), 1);
