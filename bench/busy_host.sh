@@ -178,8 +178,10 @@ done
 
 arm_names=""
 for a in "${arms[@]}"; do arm_names+="$(arm_name "$a") "; done
-python3 - "$OUT" "$ROUNDS" "$PLACEMENTS" "$LOADS" "$arm_names" >"$OUT/busy-host.md" <<'EOF' || die "the table failed"
-import json, re, statistics, sys
+MP_BENCH_DIR=$PWD/bench python3 - "$OUT" "$ROUNDS" "$PLACEMENTS" "$LOADS" "$arm_names" >"$OUT/busy-host.md" <<'EOF' || die "the table failed"
+import json, os, re, statistics, sys
+sys.path.insert(0, os.environ["MP_BENCH_DIR"])
+from bench_sides import sides
 out, rounds, placements, loads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 arms = sys.argv[5].split()
 def row(p, l, a, r):
@@ -194,8 +196,8 @@ def row(p, l, a, r):
     except OSError:
         pass
     return x, load
-print("| placement | load | arm | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | routes gpu/cpu/far/split |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+print("| placement | load | arm | round | threads | tok/s | load GB/s | host GB/s | host+bus GB/s | CPU experts GB/s | share of host+bus bound | share of serial bound | GPU / CPU side us (GPU led) | routes gpu/cpu/far/split |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 med = {}
 for p in placements:
     for l in loads:
@@ -207,7 +209,7 @@ for p in placements:
                 routes = "/".join(str(x.get(k, 0)) for k in ("routes_gpu", "routes_cpu", "routes_far", "routes_split"))
                 print(f"| {p} | {l} | {a} | {r} | {x['threads']} | {x['median_tok_s']:.2f} | {load} "
                       f"| {f(b.get('host_read_gbs'))} | {f(b.get('hostbus_gbs'))} | {f(x.get('cpu_expert_gbs'))} "
-                      f"| {f(b.get('share_of_hostbus_bound'), 2)} | {f(b.get('share_of_serial_bound'), 2)} | {routes} |")
+                      f"| {f(b.get('share_of_hostbus_bound'), 2)} | {f(b.get('share_of_serial_bound'), 2)} | {sides(x)} | {routes} |")
                 med.setdefault((p, l, a), []).append(x["median_tok_s"])
 print()
 cols = [(l, a) for l in loads for a in arms]

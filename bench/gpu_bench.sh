@@ -99,8 +99,10 @@ for c in $configs; do
     if declare -F pack >/dev/null; then pack || true; fi
 done
 done
-python3 - "$out" "$rounds" $configs <<'PY'
-import json, statistics, sys
+MP_BENCH_DIR=$(cd "$(dirname "$0")" && pwd) python3 - "$out" "$rounds" $configs <<'PY'
+import json, os, statistics, sys
+sys.path.insert(0, os.environ["MP_BENCH_DIR"])
+from bench_sides import sides
 out, rounds, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print("| config | round | placement | budget | gpu experts GiB | test | tok/s median | min | max | routes gpu/cpu/copy/far % | rt overhead us | GPU / CPU side us (GPU led) | host GB/s | CPU experts GB/s | bound tok/s | share of bound | share of serial bound | host+bus GB/s | share of host+bus bound |")
 print("| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -118,9 +120,6 @@ for c in configs:
             tot = sum(r.get(k, 0) for k in keys) or 1
             paths = "/".join(f"{100*r.get(k, 0)/tot:.1f}" for k in keys)
             rt = f'{r["rt_overhead_us"]:.1f}' if r["rt_measured"] else "-"
-            # which side a hybrid layer waited for (one-graph steps; older rows lack the fields)
-            sides = (f'{r["rt_gpu_us"]:.1f} / {r["cpu_expert_us"]:.1f} ({r["rt_gpu_later_pct"]:.0f} %)'
-                     if r["rt_measured"] and r.get("rt_gpu_us") else "-")
             b = r.get("bound")
             host = f'{b["host_read_gbs"]:.1f}' if b and b.get("host_read_gbs") else "-"
             bound = f'{b["bound_tok_s"]:.2f}' if b else "-"
@@ -131,7 +130,7 @@ for c in configs:
             medians.setdefault((c, r["test"]), []).append(r["median_tok_s"])
             print(f'| {c} | {rnd} | {r["placement"]} | {r["gpu_budget"] or "none"} | {r["gpu_expert_bytes"]/2**30:.2f} '
                   f'| {r["test"]} | {r["median_tok_s"]:.2f} | {r["min_tok_s"]:.2f} | {r["max_tok_s"]:.2f} | {paths} '
-                  f'| {rt} | {sides} | {host} | {cpu_gbs} | {bound} | {share} | {serial} | {num("hostbus_gbs")} | {num("share_of_hostbus_bound")} |')
+                  f'| {rt} | {sides(r)} | {host} | {cpu_gbs} | {bound} | {share} | {serial} | {num("hostbus_gbs")} | {num("share_of_hostbus_bound")} |')
 if rounds > 1:
     print()
     print("| config | test | tok/s, median of the rounds | spread over the rounds |")

@@ -88,11 +88,13 @@ for round in $(seq 1 "$rounds"); do
         done
     done
 done
-python3 - "$out" "$rounds" "$arms_all" $rows <<'PY'
-import json, statistics, sys
+MP_BENCH_DIR=$here python3 - "$out" "$rounds" "$arms_all" $rows <<'PY'
+import json, os, statistics, sys
+sys.path.insert(0, os.environ["MP_BENCH_DIR"])
+from bench_sides import sides
 out, rounds, arm_names, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
-print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | host GB/s | CPU experts GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
-print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | GPU / CPU side us (GPU led) | host GB/s | CPU experts GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
+print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 speed = {}
 for b in budgets:
     for arm in arm_names:
@@ -102,7 +104,7 @@ for b in budgets:
             try:
                 r = json.load(open(path))["rows"][0]
             except Exception as e:
-                print(f"| {b} | {arm} | {rnd} | failed: {e} | | | | | |")
+                print(f"| {b} | {arm} | {rnd} | failed: {e} | | | | | | |")
                 continue
             tot = sum(r.get(k, 0) for k in ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")) or 1
             pct = lambda k: 100 * r.get(k, 0) / tot
@@ -111,7 +113,7 @@ for b in budgets:
             speed[(b, arm, rnd)] = r["median_tok_s"]
             cpu_gbs = f"{r['cpu_expert_gbs']:.1f}" if r.get("cpu_expert_gbs") else "-"
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
-                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
+                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {sides(r)} | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
 # each arm against each later one (split / whole, split / off, ...), in the order ARMS names them
 pairs = [(a, b) for i, a in enumerate(arm_names) for b in arm_names[i + 1:]]
