@@ -12,22 +12,21 @@
 
 #include "kernels/quant.h"
 #include "quant_check.h"
+#include "tests/gpu/gpu_util.h" /* abs_dot */
 #include "tests/unit/cuda_units_host.h"
 
-/* Σ|w x| of a dequantized weight row wd and the activation row's values xhat: the scale of a dot
- * product's float rounding. Two sums of the same products in other orders (per unit, per group,
- * per block) differ by ~n eps of it at most: within_rounding's bound. */
-static double abs_dot(const float *wd, const float *xhat, int64_t n)
+/* got, `what`'s dot of weight row w (n elements at `misalign`; wd: w dequantized) with activation
+ * row a, is the scalar vec_dot's within float rounding: two sums of the same products in other
+ * orders (per unit, per group, per block) differ by ~n eps of Σ|w x| at most. */
+static void check_dot(int type, const uint8_t *w, const float *wd, const act_row *a, int64_t n, size_t misalign,
+                      float got, const char *what)
 {
-    double mag = 0;
-    for (int64_t i = 0; i < n; i++)
-        mag += fabs((double)wd[i] * (double)xhat[i]);
-    return mag;
-}
-
-static bool within_rounding(float got, float want, double mag)
-{
-    return fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30;
+    const float want = mp_type_ops_scalar(type)->vec_dot(n, w, a->q);
+    const double mag = abs_dot(wd, a->xhat, n);
+    cr_assert(fabs((double)got - (double)want) <= 2e-5 * mag + 1e-30,
+              "seed %llu: %s, %lld elements at +%zu: %s %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
+              (unsigned long long)g_seed, mp_type_name(type), (long long)n, misalign, what, (double)got,
+              (double)want, mag);
 }
 
 /* One row of n elements at `misalign` bytes past 64-byte alignment, through unit kind vec. */
@@ -41,14 +40,9 @@ static void check_row(int type, int vec, int64_t n, size_t misalign)
     float got = NAN;
     cr_assert_eq(mpc_host_row_dot(type, vec, w, a.q, n, &got), 0, "%s: no GPU unit%s", mp_type_name(type),
                  vec ? " with 128-bit loads" : "");
-    const float want = ref->vec_dot(n, w, a.q);
     float *wd = malloc(sizeof(float) * (size_t)n), *gd = malloc(sizeof(float) * (size_t)n);
     ref->dequantize_row(w, wd, n);
-    const double mag = abs_dot(wd, a.xhat, n); /* the two sum per unit and per block */
-    cr_assert(within_rounding(got, want, mag),
-              "seed %llu: %s%s, %lld elements at +%zu: GPU units %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
-              (unsigned long long)g_seed, mp_type_name(type), vec ? " (128-bit)" : "", (long long)n, misalign,
-              (double)got, (double)want, mag);
+    check_dot(type, w, wd, &a, n, misalign, got, vec ? "GPU units (128-bit)" : "GPU units");
     cr_assert_eq(mpc_host_dequant_row(type, w, gd, n), 0, "%s: no GPU dequantizer", mp_type_name(type));
     for (int64_t i = 0; i < n; i++)
         cr_assert(same_float(gd[i], wd[i]), "seed %llu: %s element %lld of %lld: GPU dequantizer %a, scalar %a",
@@ -162,11 +156,7 @@ Test(cuda_units, tensor_core_stages_decode_as_the_cpu_reference)
             float *wd = malloc(sizeof(float) * (size_t)n), got = NAN;
             ref->dequantize_row(w, wd, n);
             cr_assert_eq(mpc_host_mma2_dot(type, w, a.q, n, &got), 0, "%s: no stage", mp_type_name(type));
-            const float want = ref->vec_dot(n, w, a.q);
-            const double mag = abs_dot(wd, a.xhat, n);
-            cr_assert(within_rounding(got, want, mag),
-                      "seed %llu: %s, %lld elements: tensor-core groups %.9g, scalar vec_dot %.9g (sum |w x| %.4g)",
-                      (unsigned long long)g_seed, mp_type_name(type), (long long)n, (double)got, (double)want, mag);
+            check_dot(type, w, wd, &a, n, 0, got, "tensor-core groups");
             free(wd);
             free_act(&a);
             free(w);
