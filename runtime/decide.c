@@ -373,7 +373,9 @@ int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule)
 {
     if (top_k < 1 || granule < 1)
         return 1;
-    const int s = (MP_DECIDE_FAR_RESOLUTION + top_k - 1) / top_k, most = mp_decide_far_split_most(top_k, n_ff, granule);
+    const int by_step = (MP_DECIDE_FAR_RESOLUTION + top_k - 1) / top_k;
+    const int s = by_step > MP_DECIDE_FAR_UNITS_LEAST ? by_step : MP_DECIDE_FAR_UNITS_LEAST;
+    const int most = mp_decide_far_split_most(top_k, n_ff, granule);
     return s < most ? s : most;
 }
 

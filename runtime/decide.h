@@ -14,8 +14,8 @@
  *           GPU, when its rows would take the CPU longer than the copy takes.
  *
  * Far routes, per layer. Far work is counted in units of 1/split of an expert (split = 1: whole
- * routes; mp_decide_far_split picks it for the model's shape, so that a top-2 model with 114 MB
- * experts can give the bus a quarter of one, where a top-8 one moves whole routes). A one-row step
+ * routes; mp_decide_far_split picks it for the model's shape: a top-2 model with 114 MB experts
+ * gives the bus quarters of one, a top-8 one thirds where its rows allow). A one-row step
  * with c of its top_k routes cold may run f units far, 0 <= f <= min(c · split, far_max): the
  * first f / split cold routes in slot order run whole on the GPU, and when f % split > 0 the next
  * one is split: the GPU runs its last FFN rows (f % split of split parts, mp_decide_split_rows)
@@ -190,15 +190,26 @@ typedef struct mp_far_layer {
     uint8_t table[MP_DECIDE_MAX_K + 1];
 } mp_far_layer;
 
-/* The steps at which far work is chosen: the GPU's share of a step's cold work moves by at most
- * 1/MP_DECIDE_FAR_RESOLUTION of it. Where the cores' and the bus's shares balance, a step half a
- * unit off costs at most ~1/16 of the cold work's time; finer units would lengthen calibrate's
- * grid (one point per unit) for less than the host's drift between runs. */
+/* The steps at which far work is chosen, two rules:
+ *   - a step's cold work moves by at most 1/MP_DECIDE_FAR_RESOLUTION of all its routes: quarter
+ *     experts at top-2 (Mixtral's 114 MB experts at 24 / 16 GB: eighths ran 0.94-1.03x quarters,
+ *     H200, 2026-12-04, bench/NOTES-gpu-exec.md run 40);
+ *   - an expert is cut in at least MP_DECIDE_FAR_UNITS_LEAST units: in a step of many cold routes a
+ *     unit of one whole route cannot balance the cores and the bus closer than one expert. The 30B
+ *     preset (top-8, 768 FFN rows) at layers:24 / 48 with whole routes waited for the GPU's side in
+ *     95-100 % of its hybrid layer steps (212 against 184 µs of CPU work at layers:24); in thirds
+ *     of an expert the two sides met (198 / 198 µs) and ran 1.022-1.080x the whole-route plan of
+ *     the same grid (H100 host, 2026-12-06, two rounds; halves on an H200, 2026-12-04: medians
+ *     1.017-1.044 over four rounds; bench/NOTES-gpu-exec.md, "Thirds at top-8"). The grid grows
+ *     with its units (126 points against 54 for that model: about 6 minutes of calibrate against 3).
+ * Both within the rows the down tensor's blocks allow and the grid's far axis (mp_decide_far_split). */
 #define MP_DECIDE_FAR_RESOLUTION 8
+#define MP_DECIDE_FAR_UNITS_LEAST 3
 
 /* Far units per expert for a model whose top_k routes a step, whose experts have n_ff FFN rows,
- * split at multiples of granule rows (mp_decide_split_granule): ceil(MP_DECIDE_FAR_RESOLUTION /
- * top_k), at most n_ff / granule and MP_DECIDE_MAX_K / top_k, at least 1. */
+ * split at multiples of granule rows (mp_decide_split_granule): the larger of
+ * ceil(MP_DECIDE_FAR_RESOLUTION / top_k) and MP_DECIDE_FAR_UNITS_LEAST, at most n_ff / granule and
+ * MP_DECIDE_MAX_K / top_k, at least 1. */
 int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule);
 
 /* The most far units per expert a grid may count for such a model: n_ff / granule (a unit is at

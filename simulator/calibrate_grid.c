@@ -443,7 +443,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     mp_gpu_set_measure(g, true);
     const int far_routes = mp_gpu_far_max(g) < (int)K ? mp_gpu_far_max(g) : (int)K;
     /* far work in units of 1/split of an expert (runtime/decide.h): quarter experts for a top-2
-     * model, whole routes from top-8 on; --far-units chooses (mp_calibrate checked it) */
+     * model, thirds from top-3 on where the rows allow; --far-units chooses (mp_calibrate checked it) */
     const int split = far_routes < 1 ? 1
                       : o->far_units > 0
                           ? o->far_units

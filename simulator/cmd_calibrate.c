@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "  --reps N           recorded repetitions per point, >= 3 (default 15; --quick: 5); the\n"
             "                     decode grid makes at most 3 passes of 64 steps a point\n"
             "  --far-units N      the decode grid's far work in units of 1/N of an expert (default:\n"
-            "                     quarters for top-2, halves for top-4, whole experts from top-8 on;\n"
+            "                     quarters for top-2, thirds from top-3 on, where the rows allow;\n"
             "                     at most the model's FFN rows in blocks and 32 / top_k): finer units\n"
             "                     balance the cores and the bus closer, for a longer grid\n"
             "  --grid-pool N      the decode grid holds at most N experts a layer on the GPU (default:\n"

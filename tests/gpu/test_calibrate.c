@@ -125,7 +125,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
     cr_assert_eq(d->n_expert, 16);
     cr_assert_str_eq(d->quant, "Q4_K/Q6_K");
     cr_assert_eq(d->threads, c.cpu_expert[c.n_cpu_expert - 1].threads);
-    /* far work in units of 1/far_split of an expert: for top-4, halves where the rows allow */
+    /* far work in units of 1/far_split of an expert: for top-4, thirds where the rows allow */
     cr_assert_eq(d->far_split, mp_decide_far_split(4, d->n_ff, 256), "far_split %d, n_ff %lld", d->far_split,
                  (long long)d->n_ff);
     cr_assert(d->far_max >= 1 && d->far_max <= 4 * d->far_split, "far_max %d: the executor has far routes here",
@@ -195,7 +195,7 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
 }
 
 /* --far-units: a top-8 model with 768 FFN rows (three Q6_K blocks) calibrated in half experts, the
- * rule's whole routes being its default. The grid counts far work 0..min(2c, far_max) for every
+ * rule's thirds being its default. The grid counts far work 0..min(2c, far_max) for every
  * cold count c from top_k - pool (--grid-pool 6 of the 8 the device would hold: cold counts 2..8),
  * each point ran as asked (calibrate refuses a point whose step did not), and the file loads for
  * the model with its split. */
@@ -210,7 +210,7 @@ Test(gpu_calibrate, far_units_and_grid_pool_on_a_top8_grid)
     const mp_cost_decode *d = &c.decode;
     cr_assert_eq(d->top_k, 8);
     cr_assert_eq(d->n_ff, 768);
-    cr_assert_eq(mp_decide_far_split(8, 768, 256), 1, "the rule's default for this shape");
+    cr_assert_eq(mp_decide_far_split(8, 768, 256), 3, "the rule's default for this shape");
     cr_assert_eq(d->far_split, 2);
     cr_assert_eq(d->pool, 6, "--grid-pool 6");
     cr_assert(d->far_max >= 2 && d->far_max <= 16 && d->far_max % 2 == 0, "far_max %d", d->far_max);

@@ -146,10 +146,13 @@ Test(decide, top2_large_experts_split_one_with_the_bus)
 
 Test(decide, far_units_per_expert_follow_top_k_and_the_rows)
 {
-    cr_assert_eq(mp_decide_far_split(8, 768, 256), 1, "top-8: whole routes");
-    cr_assert_eq(mp_decide_far_split(32, 768, 256), 1);
-    cr_assert_eq(mp_decide_far_split(16, 768, 32), 1);
-    cr_assert_eq(mp_decide_far_split(4, 1536, 256), 2);
+    cr_assert_eq(mp_decide_far_split(8, 768, 256), 3, "top-8 of 768 rows: thirds");
+    cr_assert_eq(mp_decide_far_split(8, 1024, 256), 3, "top-8 of 1024 rows: thirds, not the four blocks");
+    cr_assert_eq(mp_decide_far_split(8, 512, 256), 2, "two blocks: halves");
+    cr_assert_eq(mp_decide_far_split(32, 768, 256), 1, "the grid's far axis: 32 units a step");
+    cr_assert_eq(mp_decide_far_split(16, 768, 32), 2);
+    cr_assert_eq(mp_decide_far_split(4, 1536, 256), 3);
+    cr_assert_eq(mp_decide_far_split(4, 2880, 32), 3, "gpt-oss: thirds");
     cr_assert_eq(mp_decide_far_split(3, 1536, 256), 3);
     cr_assert_eq(mp_decide_far_split(2, 14336, 256), 4, "Mixtral: quarter experts");
     cr_assert_eq(mp_decide_far_split(1, 14336, 256), 8);
