@@ -106,6 +106,39 @@ int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int st
     return k;
 }
 
+/* median of point i's samples (copied: the samples stay in their order) */
+static double point_median(const double *samples, int n, int stride)
+{
+    double x[64];
+    n = n < stride ? n : stride;
+    n = n < (int)(sizeof x / sizeof x[0]) ? n : (int)(sizeof x / sizeof x[0]);
+    if (n < 1)
+        return NAN;
+    memcpy(x, samples, (size_t)n * sizeof x[0]);
+    mp_calib_sort(x, n);
+    return mp_calib_quantile(x, n, 0.5);
+}
+
+int mp_calib_grid_contenders(const double *samples, const int *n, const int *cold, const int *far, int n_pts,
+                             int stride, double margin, bool *keep)
+{
+    double *med = malloc((size_t)(n_pts > 0 ? n_pts : 1) * sizeof *med);
+    int kept = 0;
+    for (int i = 0; med && i < n_pts; i++)
+        med[i] = point_median(samples + (size_t)i * stride, n[i], stride);
+    for (int i = 0; i < n_pts; i++) {
+        double least = med ? med[i] : NAN;
+        for (int j = 0; med && j < n_pts; j++)
+            if (cold[j] == cold[i] && med[j] < least) /* NaN compares false */
+                least = med[j];
+        /* an unmeasured point (NaN), or no memory to weigh them: every point stays in */
+        keep[i] = far[i] <= 0 || !med || !(med[i] > margin * least);
+        kept += keep[i];
+    }
+    free(med);
+    return kept;
+}
+
 void mp_calib_fill(float *x, int64_t n, uint64_t *state)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -152,6 +152,12 @@ enum { GRID_WARM = 2, GRID_STEPS = MP_CALIB_CONTEXT_WINDOW, GRID_MIN_STEPS = 16,
  * first-n-cpu row of the accuracy matrix 4-10 % above bench (bench/NOTES-simulator.md). */
 #define GRID_SPREAD_MAX 0.05
 enum { GRID_SAMPLES_MAX = 8 };
+/* After the first pass, a point with far units GRID_CONTEND_MARGIN x slower than the best of its
+ * cold count takes no more passes (mp_calib_grid_contenders): its one pass stands in the file. Such
+ * a point is the best only on a host whose cores run 1.5x slower than the grid saw; the simulator's
+ * --host-read-gbs reads it then from its one pass. The 30B preset in thirds (H100 host, 2026-12-06):
+ * 126 points, three passes 350 s; the points past 1.5x hold about half of a pass's time. */
+#define GRID_CONTEND_MARGIN 1.5
 #define GRID_RUN_NS ((int64_t)2000000000)
 
 /* One run of a point: GRID_WARM untimed one-row steps (the first captures the decode graph anew
@@ -475,6 +481,9 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     double *cpu = malloc((size_t)n_pts * GRID_SAMPLES_MAX * sizeof(double));
     double *gpu = malloc((size_t)n_pts * GRID_SAMPLES_MAX * sizeof(double));
     int nsamp[MOST_POINTS] = {0}, noisy[MOST_POINTS];
+    bool contend[MOST_POINTS];
+    for (int i = 0; i < n_pts; i++)
+        contend[i] = true;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     grid_run run = {s, m, &routes, plan, &nm, logits, split, far_routes};
     char quant[16];
@@ -497,6 +506,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     double eta_ns = 0;
     for (int pass = -1; pass < passes && !why[0]; pass++) {
         for (int i = 0; i < n_pts && !why[0]; i++) {
+            if (!contend[i])
+                continue;
             double warm = 0;
             const size_t at = (size_t)i * GRID_SAMPLES_MAX + (size_t)nsamp[i];
             if ((st = grid_point(&run, pc[i], pfar[i], pass >= 0, &warm, &layer[at], &cpu[at], &gpu[at], why,
@@ -517,17 +528,25 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
             goto out;
         const double elapsed = (double)(mp_now_ns() - t_start) / 1e9;
         if (!why[0] && pass < 0)
-            mp_calib_say(o, "calibrate: decode layer grid: about %.0f s for %d passes (the warm-up's step times), "
+            mp_calib_say(o, "calibrate: decode layer grid: at most about %.0f s for %d passes (the warm-up's step times), "
                             "up to as long again for more passes over the points that spread, then the "
                             "once-per-step cost of hybrid steps", eta_ns / 1e9, passes);
         else if (!why[0])
-            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s, %.0f s left]", pass + 1, passes,
-                         elapsed, elapsed / (pass + 2) * (passes - pass - 1));
+            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s]", pass + 1, passes, elapsed);
+        if (!why[0] && pass == 0 && passes > 1) {
+            const int n_in = mp_calib_grid_contenders(layer, nsamp, pc, pfar, n_pts, GRID_SAMPLES_MAX,
+                                                      GRID_CONTEND_MARGIN, contend);
+            if (n_in < n_pts)
+                mp_calib_say(o, "calibrate: decode layer grid: %d of %d points ran more than %.1fx the best of their "
+                                "cold count: their first pass stands, the other %d take the passes after it",
+                             n_pts - n_in, n_pts, GRID_CONTEND_MARGIN, n_in);
+        }
     }
     /* more passes over the points that spread (GRID_SPREAD_MAX), while they take less time than the
      * first passes did */
     const int64_t t_extra = mp_now_ns(), first_ns = t_extra - t_start;
     for (int extra = 1; !why[0] && passes > 1 && mp_now_ns() - t_extra < first_ns; extra++) {
+        /* (a point out of the running has one sample: no spread) */
         const int n_noisy = mp_calib_noisy_points(layer, nsamp, n_pts, GRID_SAMPLES_MAX, GRID_SPREAD_MAX,
                                                   GRID_SAMPLES_MAX, noisy);
         if (!n_noisy)
@@ -553,6 +572,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         goto out;
     }
     double spread_sum = 0, spread_max = 0, level_all_cold = -1;
+    int n_spread = 0; /* the points of more than one pass: one has no spread */
     for (int i = 0; i < n_pts; i++) {
         const int c = pc[i], f = pfar[i] > 0 ? pfar[i] : 0;
         double *lt = layer + (size_t)i * GRID_SAMPLES_MAX;
@@ -569,8 +589,11 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         cJSON_AddItemToArray(pts, p);
         const double med = cJSON_GetObjectItem(p, "median_ns")->valuedouble;
         const double rel = med > 0 ? cJSON_GetObjectItem(p, "spread_ns")->valuedouble / med : 0;
-        spread_sum += rel;
-        spread_max = rel > spread_max ? rel : spread_max;
+        if (nsamp[i] > 1) {
+            spread_sum += rel;
+            spread_max = rel > spread_max ? rel : spread_max;
+            n_spread++;
+        }
         if (c == K && pfar[i] < 0)
             level_all_cold = med;
         char mode[48];
@@ -585,8 +608,9 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     cJSON_AddItemToObject(grid, "points", pts);
     pts = NULL;
     mp_calib_say(o, "calibrate: decode layer grid: %d points in %.1f s; repetition spread (p75 - p25) %.1f %% of the "
-                    "layer time on average, %.1f %% at most", n_pts, (double)(mp_now_ns() - t_start) / 1e9,
-                 100 * spread_sum / (n_pts ? n_pts : 1), 100 * spread_max);
+                    "layer time on average, %.1f %% at most (the %d points of more than one pass)",
+                 n_pts, (double)(mp_now_ns() - t_start) / 1e9, 100 * spread_sum / (n_spread ? n_spread : 1),
+                 100 * spread_max, n_spread);
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "host_bus");
     if (hb)
         mp_calib_say(o, "calibrate: host memory read by the cores and the bus at once: %.1f + %.1f = %.1f GB/s, the "
@@ -609,15 +633,18 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         goto out;
     cJSON_AddItemToObject(root, "decode_layers", grid);
     grid = NULL;
-    if (!cJSON_AddStringToObject(device, "decode_layers_path",
-                                 "runtime: GPU executor, decode with CUDA graphs and a route source giving every layer "
-                                 "`cold` routes outside its pool (`pool` experts a layer, as many as the device held, "
-                                 "the other routes spread over it); far routes set per point (mp_gpu_set_far_plan); "
-                                 "passes interleave the points, and points whose passes spread more than 5 % of their median take more, "
-                                 "up to 8 (`passes`); a point's pass: `steps` one-row steps after a 1-token "
-                                 "prompt (fewer, at least 16, once they have taken 2 s); median_ns: their mean wall time minus the non-MoE curve at their keys, over "
-                                 "n_layer; hybrid_step: the all-cold point on the first layer alone "
-                                 "(mp_calib_hybrid_step_ns)"))
+    char path_text[1024];
+    snprintf(path_text, sizeof path_text,
+             "runtime: GPU executor, decode with CUDA graphs and a route source giving every layer `cold` routes "
+             "outside its pool (`pool` experts a layer, as many as the device held, the other routes spread over it); "
+             "far routes set per point (mp_gpu_set_far_plan); passes interleave the points; after the first, a point "
+             "with far units over %.1fx the best of its cold count takes no more; points whose passes spread more "
+             "than %.0f %% of their median take more, up to %d (`passes`); a point's pass: `steps` one-row steps "
+             "after a 1-token prompt (fewer, at least %d, once they have taken %.0f s); median_ns: their mean wall "
+             "time minus the non-MoE curve at their keys, over n_layer; hybrid_step: the all-cold point on the "
+             "first layer alone (mp_calib_hybrid_step_ns)",
+             GRID_CONTEND_MARGIN, 100 * GRID_SPREAD_MAX, GRID_SAMPLES_MAX, GRID_MIN_STEPS, GRID_RUN_NS / 1e9);
+    if (!cJSON_AddStringToObject(device, "decode_layers_path", path_text))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
 out:
     cJSON_Delete(grid);

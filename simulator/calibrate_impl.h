@@ -32,6 +32,15 @@ double mp_calib_rel_spread(const double *ns, int n);
  * stride) are written to idx in order. Returns how many. */
 int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int stride, double max_rel, int max_n,
                           int *idx);
+/* The decode grid's points that take the passes after the first (keep[i]): every point with no far
+ * unit (far[i] <= 0: far routes off, or on with none run: the levels the others are weighed
+ * against, charged on every step that runs none), and each point with far units whose median so far
+ * is at most margin x the least median of its cold count (cold[i]). Point i's n[i] samples lie at
+ * samples + i * stride (n[i] >= 1; at most stride). The others stay at their first pass: a point
+ * margin x slower than the best of its cold count is chosen only on a host whose parts run margin x
+ * slower than the grid measured them. Returns how many are kept. */
+int mp_calib_grid_contenders(const double *samples, const int *n, const int *cold, const int *far, int n_pts,
+                             int stride, double margin, bool *keep);
 /* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
 /* The expert counts of the `concurrent` curves: 1, 2, .., min(top_k, 8), then doubling, and top_k

@@ -9,6 +9,7 @@
  * the median of 5 repetitions. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,6 +459,29 @@ Test(calibrate, noisy_points_take_more_passes)
     cr_assert_eq(idx[0], 1);
     /* at 11 %: point 1 (10 %) is quiet, point 2 fills its 4 slots (stride) whatever max_n says */
     cr_assert_eq(mp_calib_noisy_points(s, n, 4, 4, 0.11, 8, idx), 0);
+}
+
+/* After the decode grid's first pass, the points with far units slower than margin x the best of
+ * their cold count (far on or off) take no more passes; the far-off points and those with no far
+ * unit always do. Two cold counts, 2 slots a point; medians of what each point holds. */
+Test(calibrate, grid_points_out_of_the_running_after_the_first_pass)
+{
+    /* cold 1: off 100, on f=0 160 (no far unit: kept however slow), f=1 90, f=2 140, f=3 136;
+     * cold 2: off 200, f=1 120 (two samples, median 120 of 110 and 130), f=2 181, f=4 NaN */
+    const int cold[] = {1, 1, 1, 1, 1, 2, 2, 2, 2}, far[] = {-1, 0, 1, 2, 3, -1, 1, 2, 4};
+    const double s[18] = {100, 0, 160, 0, 90, 0, 140, 0, 136, 0, 200, 0, 110, 130, 181, 0, NAN, 0};
+    const int n[9] = {1, 1, 1, 1, 1, 1, 2, 1, 1};
+    bool keep[9];
+    /* margin 1.5: cold 1's best is 90 (f=1), so 136 stays (<= 135? no: 136 > 135) and 140 goes;
+     * cold 2's best 120, so 181 (> 180) goes; NaN stays */
+    cr_assert_eq(mp_calib_grid_contenders(s, n, cold, far, 9, 2, 1.5, keep), 6);
+    const bool want[9] = {true, true, true, false, false, true, true, false, true};
+    for (int i = 0; i < 9; i++)
+        cr_assert_eq(keep[i], want[i], "point %d (cold %d, far %d)", i, cold[i], far[i]);
+    /* a wider margin keeps them all; the far-off and f=0 points stay at any margin */
+    cr_assert_eq(mp_calib_grid_contenders(s, n, cold, far, 9, 2, 2.1, keep), 9);
+    cr_assert_eq(mp_calib_grid_contenders(s, n, cold, far, 9, 2, 1.0, keep), 6);
+    cr_assert(keep[0] && keep[1] && keep[2] && keep[5] && keep[6] && keep[8] && !keep[3] && !keep[4] && !keep[7]);
 }
 
 
