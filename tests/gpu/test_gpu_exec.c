@@ -391,12 +391,15 @@ static void hybrid_vs_gpu(const char *arch, const char *mix, const char *etype, 
         /* copies from one row (decode steps copy too) beside far routes: no far route runs, since
          * a copied expert is cold and the kernels' far routes are the first cold ones */
         {"layers:2", NULL, 0, 1, true, K, 1, false},
-        /* split routes (quarters, halves): an all-cold step gives the GPU 3/4 of one expert, or two
-         * whole and a quarter of a third, or whole routes and a half; the CPU computes the split
-         * ones' first FFN rows (experts whose rows hold one block only run whole) */
+        /* split routes (quarters, halves, thirds: the rule's units from top-3 on): an all-cold step
+         * gives the GPU 3/4 of one expert, or two whole and a quarter of a third, or whole routes
+         * and a half, or K + 1 thirds (a third or two of one, or whole routes and a third or two, by
+         * the step's cold count); the CPU computes the split ones' first FFN
+         * rows (experts whose rows hold one block only run whole) */
         {"cpu", NULL, 0, 0, false, 3, 4, false},
         {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4, false},
         {"fill", NULL, fill_budget, 0, false, K, 2, false},
+        {"layers:2", NULL, 0, 0, false, K + 1, 3, false},
         /* the same splits with the CPU's side reading a segment of every down row, not the copy of
          * down laid out by unit (MP_GPU_PART_BY_UNIT=0) */
         {"cpu", NULL, 0, 0, false, 3, 4, true},
