@@ -201,7 +201,8 @@ typedef struct mp_far_layer {
  *     of an expert the two sides met (198 / 198 µs) and ran 1.022-1.080x the whole-route plan of
  *     the same grid (H100 host, 2026-12-06, two rounds; halves on an H200, 2026-12-04: medians
  *     1.017-1.044 over four rounds; bench/NOTES-gpu-exec.md, "Thirds at top-8"). The grid grows
- *     with its units (126 points against 54 for that model: about 6 minutes of calibrate against 3).
+ *     with its units (126 points against 54 for that model); calibrate gives more passes only to
+ *     the points that may be chosen, and took 214 s over it, against 162-324 s for whole routes.
  * Both within the rows the down tensor's blocks allow and the grid's far axis (mp_decide_far_split). */
 #define MP_DECIDE_FAR_RESOLUTION 8
 #define MP_DECIDE_FAR_UNITS_LEAST 3

@@ -156,7 +156,8 @@ enum { GRID_SAMPLES_MAX = 8 };
  * cold count takes no more passes (mp_calib_grid_contenders): its one pass stands in the file. Such
  * a point is the best only on a host whose cores run 1.5x slower than the grid saw; the simulator's
  * --host-read-gbs reads it then from its one pass. The 30B preset in thirds (H100 host, 2026-12-06):
- * 126 points, three passes 350 s; the points past 1.5x hold about half of a pass's time. */
+ * 126 points, three passes of all of them 350 s on one machine; on another, 74 points past 1.5x
+ * kept their first pass (145 s) and the passes after it took 35 s each. */
 #define GRID_CONTEND_MARGIN 1.5
 #define GRID_RUN_NS ((int64_t)2000000000)
 
@@ -503,7 +504,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     }
     /* pass -1 warms every point up (graph captures, the host copy's pages) and times a step of each,
      * from which the time the passes take is said before they start */
-    double eta_ns = 0;
+    double eta_ns = 0, first_pass_s = 0;
     for (int pass = -1; pass < passes && !why[0]; pass++) {
         for (int i = 0; i < n_pts && !why[0]; i++) {
             if (!contend[i])
@@ -531,8 +532,13 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
             mp_calib_say(o, "calibrate: decode layer grid: at most about %.0f s for %d passes (the warm-up's step times), "
                             "up to as long again for more passes over the points that spread, then the "
                             "once-per-step cost of hybrid steps", eta_ns / 1e9, passes);
-        else if (!why[0])
-            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s]", pass + 1, passes, elapsed);
+        else if (!why[0] && pass == 0)
+            mp_calib_say(o, "calibrate: decode layer grid: pass 1 of %d done [%.0f s]", passes, elapsed);
+        else if (!why[0]) /* the passes after the first, over the same points: their time so far says the rest */
+            mp_calib_say(o, "calibrate: decode layer grid: pass %d of %d done [%.0f s, %.0f s left]", pass + 1, passes,
+                         elapsed, (elapsed - first_pass_s) / pass * (passes - pass - 1));
+        if (pass == 0)
+            first_pass_s = elapsed;
         if (!why[0] && pass == 0 && passes > 1) {
             const int n_in = mp_calib_grid_contenders(layer, nsamp, pc, pfar, n_pts, GRID_SAMPLES_MAX,
                                                       GRID_CONTEND_MARGIN, contend);

@@ -393,9 +393,9 @@ static void hybrid_vs_gpu(const char *arch, const char *mix, const char *etype, 
         {"layers:2", NULL, 0, 1, true, K, 1, false},
         /* split routes (quarters, halves, thirds: the rule's units from top-3 on): an all-cold step
          * gives the GPU 3/4 of one expert, or two whole and a quarter of a third, or whole routes
-         * and a half, or K + 1 thirds (a third or two of one, or whole routes and a third or two, by
-         * the step's cold count); the CPU computes the split ones' first FFN
-         * rows (experts whose rows hold one block only run whole) */
+         * and a half, or K + 1 thirds (by the step's cold count a third or two of one, or whole
+         * routes and a third or two); the CPU computes the split ones' first FFN rows (experts
+         * whose rows hold one block only run whole) */
         {"cpu", NULL, 0, 0, false, 3, 4, false},
         {"layers:2", NULL, 0, 0, false, 2 * K + 1, 4, false},
         {"fill", NULL, fill_budget, 0, false, K, 2, false},
