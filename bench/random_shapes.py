@@ -14,7 +14,7 @@ experts, Q8_0 elsewhere) half of the time. For each: `mkmodel`, then
 `collect` (two prompts, 6 tokens, the CPU executor), `analyze` with `--model`, `calibrate --quick`,
 `simulate` of the trace with that cost file (which, calibrated without a GPU, it refuses in one
 line), then the cost file with synthetic GPU parts (bench/synth_gpu_costs.py: a plain model, not a
-measurement) and `simulate` of every policy with it at two budgets (no expert resident, half of
+measurement; far work in whole experts, halves or thirds, drawn per shape) and `simulate` of every policy with it at two budgets (no expert resident, half of
 them) writing the plan's profile, and `profile verify` of that profile against the model: the
 decision model and the placements run on the shape, which must succeed. A command that refuses its
 input must say so in one line and exit non-zero (mkmodel refusing a shape, simulate refusing a
@@ -62,6 +62,13 @@ def shape(rng, arch=None, quant=None):
         s["type-experts"] = rng.choice(["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"])
         s["layer-mix"] = "uniform"  # the llama layer mix is the q4_k_m/q5_k_m recipe's only
     return s
+
+
+def far_split(seed, i, top_k):
+    """The synthetic grid's far units per expert for shape i: 1, 2 or 3 (at most 32 / top-k), from a
+    stream of its own, so that a seed's shapes stay the ones it drew before; the simulator then
+    charges split far routes on random shapes too (the rule gives thirds from top-3 on)."""
+    return min(random.Random("far split %d %d" % (seed, i)).choice([1, 2, 3]), max(1, 32 // top_k))
 
 
 def gptoss_shape(rng):
@@ -142,7 +149,8 @@ def main():
             ("synth_gpu_costs", [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                               "synth_gpu_costs.py"),
                                  os.path.join(d, "costs.json"), os.path.join(d, "synth.json"),
-                                 "--experts", str(s["experts"]), "--top-k", str(s["top-k"])]),
+                                 "--experts", str(s["experts"]), "--top-k", str(s["top-k"]),
+                                 "--far-split", str(far_split(seed, i, s["top-k"]))]),
             ("simulate with synthetic GPU costs",
              [moeplan, "simulate", os.path.join(d, "t.db"), "--costs", os.path.join(d, "synth.json"),
               "--non-expert-bytes", "1000", "--budget", "BUDGETS", "--policy", "all",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/synth_gpu_costs.py IN OUT --experts E --top-k K -- a cost file with synthetic GPU parts, for
+"""bench/synth_gpu_costs.py IN OUT --experts E --top-k K [--far-split S] -- a cost file with synthetic GPU parts, for
 exercising the simulator on a machine without a GPU.
 
 IN is `moeplan calibrate` output from a machine without a CUDA device: its CPU parts are measured and
@@ -13,11 +13,12 @@ The model, per expert of B bytes (the CPU entry's expert_bytes; every GPU part i
   gpu_expert   4 us + B / 3000 bytes/ns (HBM) + 0.2 us a row, at 1, 8 and 64 rows;
   h2d, d2h     5 us + bytes / 50 pinned, 8 us + bytes / 20 pageable, at 4 KiB, 1 MiB, 16 MiB;
   sync         10 us;
-  decode grid  top-k of E experts, whole far routes (far_split 1, far_max K): a layer step with c
-               cold routes takes 20 us + max(CPU side, GPU side); far off, the CPU side is c times
-               the CPU entry's one-row time and the GPU side 5 us; with f of them far the CPU runs
-               c - f and the GPU side adds f x (B / 50 + its one-row time). top-k above 32 (the
-               grid's most) leaves decode_layers in $.missing, which simulate then names.
+  decode grid  top-k of E experts, far work in units of 1/S of an expert (far_split S, default 1:
+               whole routes; far_max K x S): a layer step with c cold routes takes 20 us + max(CPU
+               side, GPU side); far off, the CPU side is c times the CPU entry's one-row time and the
+               GPU side 5 us; with f units far (u = f / S experts) the CPU runs c - u and the GPU side
+               adds u x (B / 50 + its one-row time). top-k above 32 (the grid's most) leaves
+               decode_layers in $.missing, which simulate then names; S above 32 / K is refused.
 Standard library only; exit 2 with one line on a bad argument or input.
 """
 import json
@@ -41,18 +42,20 @@ def main():
     pos = []
     while args:
         a = args.pop(0)
-        if a in ("--experts", "--top-k"):
+        if a in ("--experts", "--top-k", "--far-split"):
             if not args or not args[0].isdecimal() or int(args[0]) < 1:
                 fail("%s: expected a whole number >= 1" % a)
             opts[a] = int(args.pop(0))
         else:
             pos.append(a)
-    if len(pos) != 2 or len(opts) != 2:
-        fail("usage: bench/synth_gpu_costs.py IN OUT --experts E --top-k K")
+    if len(pos) != 2 or "--experts" not in opts or "--top-k" not in opts:
+        fail("usage: bench/synth_gpu_costs.py IN OUT --experts E --top-k K [--far-split S]")
     src, dst = pos
-    experts, top_k = opts["--experts"], opts["--top-k"]
+    experts, top_k, split = opts["--experts"], opts["--top-k"], opts.get("--far-split", 1)
     if top_k > experts:
         fail("--top-k %d: expected at most --experts (%d)" % (top_k, experts))
+    if top_k * split > MAX_K and (top_k <= MAX_K or split > 1):
+        fail("--far-split %d: expected at most %d / top-k (%d)" % (split, MAX_K, top_k))
     try:
         with open(src) as f:
             c = json.load(f)
@@ -86,13 +89,15 @@ def main():
         for cold in range(top_k + 1):
             points.append({"cold": cold, "far": 0, "far_on": False, "median_ns": round(20000 + max(cold * t_cpu, 5000)),
                            "spread_ns": 0, "cpu_ns": round(cold * t_cpu), "gpu_ns": 5000})
-            for far in range(cold + 1):
-                side_c, side_g = (cold - far) * t_cpu, 5000 + far * (b / 50 + t_gpu)
+            for far in range(cold * split + 1):
+                u = far / split  # experts' worth on the bus
+                side_c, side_g = (cold - u) * t_cpu, 5000 + u * (b / 50 + t_gpu)
                 points.append({"cold": cold, "far": far, "far_on": True,
                                "median_ns": round(20000 + max(side_c, side_g)), "spread_ns": 0,
                                "cpu_ns": round(side_c), "gpu_ns": round(side_g)})
         c["decode_layers"] = {"quant": e["quant"], "n_embd": e["n_embd"], "n_ff": e["n_ff"], "n_expert": experts,
-                              "top_k": top_k, "far_max": top_k, "threads": e["threads"], "expert_bytes": b,
+                              "top_k": top_k, "far_max": top_k * split, "far_split": split,
+                              "threads": e["threads"], "expert_bytes": b,
                               "points": points}
         gone.add("decode_layers")
     missing = [m for m in c.get("missing", []) if m.get("what") not in gone]

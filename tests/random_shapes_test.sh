@@ -31,6 +31,8 @@ refuse "--top-k 9: expected at most --experts (8)" python3 "$src/bench/synth_gpu
     --experts 8 --top-k 9
 refuse "$out/no.json: [Errno 2]" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" --experts 8 --top-k 2
 refuse "usage: bench/synth_gpu_costs.py IN OUT --experts E --top-k K" python3 "$src/bench/synth_gpu_costs.py" "$out/x"
+refuse "--far-split 5: expected at most 32 / top-k (8)" python3 "$src/bench/synth_gpu_costs.py" "$out/no.json" "$out/x" \
+    --experts 8 --top-k 8 --far-split 5
 K=${MP_BENCH_KERNELS:?MP_BENCH_KERNELS is not set (run through meson test)}
 refuse "--prefetch 0,abc: expected at most 16 distances 0..65536 in bytes, comma-separated" "$K" --prefetch 0,abc
 refuse "--prefetch 70000: expected at most 16 distances" "$K" --prefetch 70000
@@ -48,3 +50,11 @@ ok=$(grep -c '^s[0-9]* ok:' "$out/stdout")
 [ "$ok" -ge 4 ] || { echo "random_shapes: $ok of 6 shapes went the whole way, expected at least 4" >&2; exit 1; }
 grep -q '^s005 ok: --arch gpt-oss ' "$out/stdout" ||
     { echo "random_shapes: the gpt-oss shape (s005) did not go the whole way" >&2; exit 1; }
+# some shape's synthetic grid counted far work in parts of an expert, and its simulate ran with it
+split=$(python3 -c 'import json,sys
+n = 0
+for p in sys.argv[1:]:
+    d = json.load(open(p)).get("decode_layers", {})
+    n += d.get("far_split", 1) > 1 and any(q["far"] % d["far_split"] for q in d["points"] if q["far_on"])
+print(n)' "$out"/s*/synth.json)
+[ "$split" -ge 1 ] || { echo "random_shapes: no shape's synthetic grid had split far units" >&2; exit 1; }
