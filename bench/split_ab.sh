@@ -2,7 +2,7 @@
 # bench/split_ab.sh MOEPLAN OUTDIR — split far routes against whole ones, side by side in one run.
 #
 # A model (default: the mixtral preset in Q4_K_M, top-2 of 8, 114 MB experts; PRESET and QUANT pick
-# another, e.g. PRESET=qwen3-30b-a3b with CALIBRATE_ARGS="... --far-units 2") decodes under budgets
+# another, e.g. PRESET=qwen3-30b-a3b, whose grid the rule counts in thirds) decodes under budgets
 # or placements that leave most experts in host memory. Its cost file, calibrated here (or COSTS),
 # counts far work in units of 1/far_split of an expert (runtime/decide.h); its whole-route twin
 # (bench/whole_route_costs.py) keeps only the whole-route points of the same grid. For each budget,

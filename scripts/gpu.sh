@@ -112,8 +112,8 @@
 #   split-ab   split far routes against whole ones on the mixtral preset (top-2, 114 MB experts),
 #              fill under 24/16/12 GB, alternated in one run (bench/split_ab.sh; its knobs: MODEL,
 #              PRESET, QUANT, COSTS, CALIBRATE_ARGS, BUDGETS, PLACEMENTS, ROUNDS, REPS, TG; e.g.
-#              PRESET=qwen3-30b-a3b PLACEMENTS="layers:24 layers:36" CALIBRATE_ARGS="--rows 1,2 --reps 3
-#              --far-units 2" for half-expert units at top-8) -> $OUT/split-ab/, split-ab.log
+#              PRESET=qwen3-30b-a3b PLACEMENTS="layers:24 layers:48" ARMS="split u1" for the rule's thirds
+#              at top-8 against whole routes) -> $OUT/split-ab/, split-ab.log
 #   adaptive-ab  the adaptive tier against the static profile at the same budget, alternated
 #              (bench/adaptive_ab.sh; ADAPTIVE_SHAPE flame or drift, ADAPTIVE_BUDGETS, ADAPTIVE_POLICY,
 #              ADAPTIVE_SLOTS, ADAPTIVE_ROUNDS, ADAPTIVE_REPS) -> $OUT/adaptive-ab/adaptive-ab.md
