@@ -389,6 +389,15 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
+int mp_decide_far_split_of_grid(int top_k, int64_t n_ff, const char *quant)
+{
+    const char *down = quant ? strrchr(quant, '/') : NULL;
+    down = down ? down + 1 : quant;
+    const int type = down && *down ? mp_type_from_name(down) : -1;
+    const int64_t granule = type >= 0 ? mp_decide_split_granule(type) : 0;
+    return granule > 0 ? mp_decide_far_split(top_k, n_ff, granule) : 0;
+}
+
 int64_t mp_decide_split_granule(int down_type)
 {
     const mp_type_ops *ops = mp_type_ops_scalar(down_type); /* the vec_dot_type is every level's */

@@ -213,6 +213,13 @@ typedef struct mp_far_layer {
  * MP_DECIDE_MAX_K / top_k, at least 1. */
 int mp_decide_far_split(int top_k, int64_t n_ff, int64_t granule);
 
+/* The rule's far units per expert (mp_decide_far_split) for the experts a decode grid was measured
+ * for: top_k, n_ff and its quant as calibrate names it ("Q4_K/Q6_K": the down tensor's type is the
+ * last name); 0 where that type is not known. A grid in coarser units than the rule's (older files,
+ * or `calibrate --far-units`) is used as it is; bench, run and simulate say that a calibration now
+ * may balance the cores and the bus closer. */
+int mp_decide_far_split_of_grid(int top_k, int64_t n_ff, const char *quant);
+
 /* The most far units per expert a grid may count for such a model: n_ff / granule (a unit is at
  * least one granule of rows) and MP_DECIDE_MAX_K / top_k (the grid's far axis), at least 1.
  * `calibrate --far-units` chooses any count up to it. */

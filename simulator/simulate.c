@@ -767,6 +767,12 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
         add_note(r, "far routes (the GPU reading cold experts over the bus, as the runtime decides them from the "
                  "decode grid): %.1f %% of all routes simulated, %.1f %% split with the CPU along their FFN rows",
                  100.0 * (double)far / (double)(routes ? routes : 1), 100.0 * (double)split / (double)(routes ? routes : 1));
+    const mp_cost_decode *dg = &cfg->costs->decode;
+    const int rule = dg->n_points && dg->far_max > 0 ? mp_decide_far_split_of_grid(dg->top_k, dg->n_ff, dg->quant) : 0;
+    if (far && dg->far_split < rule)
+        add_note(r, "%s's decode grid counts far work in 1/%d of an expert, this build's rule in 1/%d "
+                 "(runtime/decide.h, mp_decide_far_split): a calibration now may balance the cores and the bus "
+                 "closer than these predictions do", o->costs, dg->far_split, rule);
     mp_decode_raised raised;
     if (mp_costs_decode_raised(cfg->costs, &raised) && raised.n)
         add_note(r, "%d far point%s of %s's decode grid measured a CPU side below its CPU experts' time alone "

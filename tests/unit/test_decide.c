@@ -164,6 +164,20 @@ Test(decide, far_units_per_expert_follow_top_k_and_the_rows)
         cr_assert_leq(k * mp_decide_far_split(k, 1 << 20, 1), MP_DECIDE_MAX_K, "top-%d", k);
 }
 
+/* The rule for the experts a grid names: the down tensor's type is the last of its quant's names */
+Test(decide, far_units_of_a_grid_follow_its_down_type)
+{
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 768, "Q4_K/Q6_K"), 3, "the 30B preset: thirds");
+    cr_assert_eq(mp_decide_far_split_of_grid(2, 14336, "Q4_K/Q6_K"), 4, "Mixtral: quarters");
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 768, "Q4_K/Q4_K/Q6_K"), 3);
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 512, "Q6_K"), 2, "two blocks of 256: halves");
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 512, "Q8_0"), 3, "blocks of 32: the rule's thirds");
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 256, "Q4_K/Q6_K"), 1, "one block: whole routes");
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 768, "Q4_K/XYZ"), 0, "an unknown down type");
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 768, ""), 0);
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 768, NULL), 0);
+}
+
 /* calibrate --far-units takes any count up to the most: a granule of rows a unit, the grid's axis */
 Test(decide, most_far_units_per_expert)
 {

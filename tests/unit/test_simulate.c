@@ -295,6 +295,35 @@ Test(simulate, notes_what_the_host_probes_do_not_give)
     cr_assert_null(strstr(out, "an older probe"), "%s", out);
 }
 
+/* A decode grid in coarser far units than this build's rule (the fixture: top-2 of 768 FFN rows of
+ * Q4_K, whole routes; the rule: thirds) is used as it is, and said in a note where far routes ran
+ * (decode steps of all-cpu run one far, cpu_share_of_decode_steps_from_the_grid below); a grid in
+ * the rule's units is not. */
+static void write_timed_trace(void);
+
+Test(simulate, notes_far_units_coarser_than_the_rule)
+{
+    cr_assert_eq(mp_decide_far_split_of_grid(2, 768, "Q4_K"), 3);
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    const char *common = "--expert Q4_K --budget 3000000B --non-expert-bytes 1000000 --train-frac 1 --as-decode";
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' %s", costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "note: far routes (the GPU reading cold experts over the bus"), "%s", out);
+    cr_assert_not_null(strstr(out, "decode grid counts far work in 1/1 of an expert, this build's rule in 1/3 "
+                                   "(runtime/decide.h, mp_decide_far_split)"),
+                       "%s", out);
+    /* the same points counted in thirds (far 1 is a third of an expert now): no note */
+    cJSON *root = fixture_costs();
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(root, "decode_layers"), "far_split", 3);
+    write_json(root, "costs-thirds.json");
+    snprintf(args, sizeof args, "simulate timed.db --costs costs-thirds.json %s", common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "note: far routes (the GPU reading cold experts over the bus"), "%s", out);
+    cr_assert_null(strstr(out, "this build's rule in"), "%s", out);
+}
+
 /* A cost file that says which CPU kernels calibrate ran: a note when this process dispatches another
  * level (its CPU experts would not run at the calibration's times), none when it does not say. */
 Test(simulate, notes_a_calibration_of_other_cpu_kernels)
