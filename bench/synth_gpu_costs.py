@@ -54,7 +54,7 @@ def main():
     experts, top_k, split = opts["--experts"], opts["--top-k"], opts.get("--far-split", 1)
     if top_k > experts:
         fail("--top-k %d: expected at most --experts (%d)" % (top_k, experts))
-    if top_k * split > MAX_K and (top_k <= MAX_K or split > 1):
+    if split > 1 and top_k * split > MAX_K:
         fail("--far-split %d: expected at most %d / top-k (%d)" % (split, MAX_K, top_k))
     try:
         with open(src) as f:

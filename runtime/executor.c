@@ -61,14 +61,12 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             mp_placement_free(pl);
             return mp_error_prefix(err, "--costs");
         }
-        /* a grid in coarser far units than the rule's, on a placement with hybrid layers: said */
+        /* a grid in coarser far units than the rule's, on a placement that leaves experts in host
+         * memory (hybrid layers): said */
         const mp_decode_costs *dc = pl->decode_costs;
         const int rule = mp_decide_far_split((int)m->hp.n_expert_used, m->hp.n_ff_exp,
                                              mp_decide_split_granule(m->layers[0].down_exps.type));
-        bool hybrid = false;
-        for (int64_t il = 0; il < m->hp.n_layer; il++)
-            hybrid |= pl->n_resident[il] < m->hp.n_expert;
-        if (dc->far_max > 0 && dc->far_split < rule && hybrid)
+        if (dc->far_max > 0 && dc->far_split < rule && pl->host_expert_bytes > 0)
             fprintf(stderr, "moeplan: note: --costs %s counts far work in 1/%d of an expert, this build's rule in "
                     "1/%d (runtime/decide.h): `moeplan calibrate` now may balance the cores and the bus closer\n",
                     o->costs, dc->far_split, rule);
