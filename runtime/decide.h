@@ -193,7 +193,9 @@ typedef struct mp_far_layer {
 /* The steps at which far work is chosen, two rules:
  *   - a step's cold work moves by at most 1/MP_DECIDE_FAR_RESOLUTION of all its routes: quarter
  *     experts at top-2 (Mixtral's 114 MB experts at 24 / 16 GB: eighths ran 0.94-1.03x quarters,
- *     H200, 2026-12-04, bench/NOTES-gpu-exec.md run 40);
+ *     H200, 2026-12-04, bench/NOTES-gpu-exec.md run 40; twelfths 0.96-1.02x, H100 host,
+ *     2026-12-06, "Twelfths for top-2": each side of a split step pays a fixed part, ~280 µs for the
+ *     bus's first twelfth against ~180 for each next, that a finer cut does not remove);
  *   - an expert is cut in at least MP_DECIDE_FAR_UNITS_LEAST units: in a step of many cold routes a
  *     unit of one whole route cannot balance the cores and the bus closer than one expert. The 30B
  *     preset (top-8, 768 FFN rows) at layers:24 / 48 with whole routes waited for the GPU's side in
