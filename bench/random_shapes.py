@@ -22,6 +22,12 @@ CPU-only cost file are not failures when they do); any other non-zero exit, a mu
 a sanitizer report is a failure. Prints one line per shape and a summary; exits 1 when any shape
 failed. For finding shapes no preset has that break the pipeline (docs/mkmodel.md). Standard
 library only.
+
+bench/random_shapes.py --specs MOEPLAN N SEED prints instead the mkmodel flags of the first N shapes
+of SEED (and its gpt-oss ones, as above) that `mkmodel` accepts, separated by ';', for
+bench/shape_sweep.sh's SHAPES: the GPU executor, calibrate and plan on shapes no preset has, on the
+GPU machine (`SWEEP_SHAPES="$(python3 bench/random_shapes.py --specs build/cli/moeplan 8 5)" bash
+scripts/gpu.sh shape-sweep`; mkmodel runs here, in OUTDIR-less temporary files).
 """
 import json
 import os
@@ -29,6 +35,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 
 
 QUANTS = ["q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0", "bf16", "f16", "f32"]
@@ -105,30 +112,56 @@ def whole(name, text, lo):
     return int(text)
 
 
+def shapes(n, seed):
+    """(i, shape) of seed's n shapes, then its (n + 4) // 5 gpt-oss ones from a stream of their own."""
+    rng, rng_oss = random.Random(seed), random.Random("gpt-oss %d" % seed)
+    for i in range(n + (n + 4) // 5):
+        yield i, shape(rng) if i < n else gptoss_shape(rng_oss)
+
+
+def flags_of(s):
+    return [a for k, v in s.items() for a in ("--" + k, str(v))]
+
+
+def specs(moeplan, n, seed):
+    """Print the mkmodel flags of seed's shapes that mkmodel accepts (the first n, then gpt-oss
+    ones, as many as main() would run), ';' between them."""
+    out, tmp = [], tempfile.mkdtemp(prefix="mp_shape_specs_")
+    try:
+        for _, s in shapes(n, seed):
+            p = subprocess.run([moeplan, "mkmodel", "--quiet", "--force", "-o", os.path.join(tmp, "m.gguf")] + flags_of(s),
+                               capture_output=True, text=True)
+            if p.returncode == 0:
+                out.append(" ".join(flags_of(s)))
+            elif p.stderr.strip().count("\n") or bad_stderr(p.stderr):  # not a one-line refusal
+                sys.exit("random_shapes: mkmodel failed on %s: %s" % (" ".join(flags_of(s)), p.stderr.strip()[-400:]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(";".join(out))
+
+
 def main():
-    if len(sys.argv) < 3:
-        sys.exit("usage: bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1]")
+    if len(sys.argv) == 5 and sys.argv[1] == "--specs":
+        specs(sys.argv[2], whole("N", sys.argv[3], 1), whole("SEED", sys.argv[4], 0))
+        return
+    if len(sys.argv) < 3 or sys.argv[1].startswith("-"):
+        sys.exit("usage: bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1], or --specs MOEPLAN N SEED")
     moeplan, out = sys.argv[1], sys.argv[2]
     n = whole("N", sys.argv[3], 1) if len(sys.argv) > 3 else 40
     seed = whole("SEED", sys.argv[4], 0) if len(sys.argv) > 4 else 1
-    rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     prompts = os.path.join(out, "prompts.json")
     with open(prompts, "w") as f:
         json.dump(["the quick brown fox", "MoE experts on the GPU"], f)
     failed = refused = 0
     n_oss = (n + 4) // 5
-    rng_oss = random.Random("gpt-oss %d" % seed)
-    for i in range(n + n_oss):
-        s = shape(rng) if i < n else gptoss_shape(rng_oss)
+    for i, s in shapes(n, seed):
         d = os.path.join(out, "s%03d" % i)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         log, model = os.path.join(d, "log.txt"), os.path.join(d, "m.gguf")
-        desc = " ".join("--%s %s" % kv for kv in s.items())
-        flags = []
-        for k, v in s.items():
-            flags += ["--" + k, str(v)]
+        flags = flags_of(s)
+        desc = " ".join(flags)
         rc, err = run([moeplan, "mkmodel", "--quiet", "-o", model] + flags, log)
         if rc != 0:
             one_line = err.strip().count("\n") == 0 and err.strip() != ""

@@ -2,7 +2,8 @@
 # bench/shape_sweep.sh — the whole pipeline on small models of unusual shapes, one row per shape:
 # mkmodel, collect and analyze, calibrate --quick, plan (profile for a budget of about a third of the experts,
 # then its measured decode beside the prediction), and collect again under that profile with an
-# adaptive tier, whose trace analyze must accept with every route's path recorded.
+# adaptive tier (the budget one expert larger: room for the tier beside the profile), whose trace
+# analyze must accept with every route's path recorded and some routes served by the tier.
 #
 #   [MOEPLAN=build/cli/moeplan] [OUT=out/shape-sweep] [SHAPES="spec;spec;..."] [TOKENS=16]
 #   bash bench/shape_sweep.sh
@@ -91,8 +92,13 @@ for spec in "${specs[@]}"; do
         continue
     fi
     row="$row $(grep -m1 '^plan: measured' "$OUT/logs/s$i-plan.log" | sed 's/^plan: //; s/|/\//g') |"
+    # the tier's budget: the plan's and one expert more, so that the tier has room beside the
+    # profile even where the profile holds a layer whole and nothing else (the tier never takes a
+    # whole layer's experts, and a tier with no slot is refused: docs/placement.md)
+    tier_budget=$("$MOEPLAN" inspect --json "$w/m.gguf" | python3 -c 'import json, sys
+print(int(sys.argv[1]) + max(l["bytes_per_expert"] for l in json.load(sys.stdin)["moe_layers"]))' "$budget")
     if ! "$MOEPLAN" collect -m "$w/m.gguf" --prompts examples/prompts.jsonl --trace "$w/ta.db" --force --no-progress \
-        --max-tokens "$TOKENS" --profile "$w/p.strp" --gpu-budget "$budget" --costs "$w/costs.json" \
+        --max-tokens "$TOKENS" --profile "$w/p.strp" --gpu-budget "$tier_budget" --costs "$w/costs.json" \
         --adaptive lru >"$OUT/logs/s$i-collect-adaptive.log" 2>&1; then
         fail "collect --adaptive: $(tail -n 1 "$OUT/logs/s$i-collect-adaptive.log")" collect-adaptive
         echo "$row" >>"$table"

@@ -416,6 +416,30 @@ static mp_status tier_request(const mp_placement_geom *g, const mp_placement_opt
     return MP_OK;
 }
 
+/* A tier asked for that got no slot (tier_split, carve_tier) refuses in one line rather than run
+ * without it: every expert resident leaves it nothing to serve; otherwise the budget's room is full
+ * beside the placement and the layers with host experts have no resident to give up (a layer held
+ * whole is never carved: mp_tier_carve). */
+static mp_status tier_given(const mp_placement_geom *g, const mp_placement_opts *o, const mp_placement *p,
+                            mp_error *err)
+{
+    if (p->tier_policy == MP_TIER_OFF || p->tier_slots)
+        return MP_OK;
+    const char *policy = mp_tier_policy_name(p->tier_policy);
+    if (!p->host_expert_bytes)
+        return mp_fail(err, MP_ERR_LIMIT, "--adaptive %s: placement '%s' keeps every expert on the GPU, so the tier "
+                       "would serve none: drop --adaptive", policy, p->desc);
+    int64_t whole = 0;
+    for (int64_t il = 0; il < g->n_layer; il++)
+        whole += p->n_resident[il] == g->n_expert;
+    char per[32];
+    mp_format_bytes(max_expert_bytes(g), per, sizeof per);
+    return mp_fail(err, MP_ERR_LIMIT, "--adaptive %s: no slot for the tier beside placement '%s': the budget%s%s has no "
+                   "room left for an expert (%s), and the tier takes none from the %" PRId64 " of %" PRId64 " layers the "
+                   "placement holds whole: raise --gpu-budget or drop --adaptive", policy, p->desc,
+                   o->budget_text ? " " : "", o->budget_text ? o->budget_text : "", per, whole, g->n_layer);
+}
+
 /* The tier's slots spread over the layers with host experts (mp_tier_split), and their bytes. */
 static mp_status tier_split(const mp_placement_geom *g, mp_placement *p, mp_error *err)
 {
@@ -546,7 +570,7 @@ mp_status mp_placement_build(const mp_placement_geom *g, const mp_placement_opts
             max_b = g->expert_bytes[il] > max_b ? g->expert_bytes[il] : max_b;
         }
     }
-    if ((st = tier_split(g, &p, err))) {
+    if ((st = tier_split(g, &p, err)) || (st = tier_given(g, o, &p, err))) {
         mp_placement_free(&p);
         return st;
     }

@@ -29,7 +29,8 @@ const char mp_placement_flags_help[] =
     "                         (the default with --adaptive-slots: admits an expert only when the\n"
     "                         routes it is expected to serve pay for its copy; needs --costs)\n"
     "      --adaptive-slots N the tier's size: N expert slots, or P% of the budget's room for\n"
-    "                         experts (taken before the placement; default 10% with a budget)\n"
+    "                         experts, at least one (taken before the placement; default 10%\n"
+    "                         with a budget)\n"
     "      --adaptive-inflight N  tier copies in flight at once (default 2 × top-k)\n";
 
 typedef struct unit {

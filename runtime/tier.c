@@ -582,5 +582,6 @@ uint64_t mp_tier_size_slots(uint64_t slots, double share, uint64_t room_slots)
 {
     if (slots)
         return slots;
-    return (uint64_t)((share > 0 ? share : MP_TIER_DEFAULT_SHARE) * (double)room_slots);
+    const uint64_t n = (uint64_t)((share > 0 ? share : MP_TIER_DEFAULT_SHARE) * (double)room_slots);
+    return n || !room_slots ? n : 1;
 }

@@ -69,7 +69,9 @@ typedef struct mp_tier_params {
 mp_status mp_tier_size_parse(const char *text, uint64_t *slots, double *share, mp_error *err);
 
 /* The slots a size asks for beside a budget whose room for experts holds room_slots experts:
- * slots, or share × room_slots rounded down; neither given (both 0): MP_TIER_DEFAULT_SHARE of it. */
+ * slots, or share × room_slots rounded down but at least one where the room holds one (a small
+ * model's room may hold fewer than 1 / share experts: a tier asked for gets one); neither given
+ * (both 0): MP_TIER_DEFAULT_SHARE of it. */
 #define MP_TIER_DEFAULT_SHARE 0.10
 uint64_t mp_tier_size_slots(uint64_t slots, double share, uint64_t room_slots);
 

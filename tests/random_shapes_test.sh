@@ -5,7 +5,7 @@
 # status), when fewer than 4 went the whole way or the gpt-oss one did not. Also the bench scripts' own arguments that this
 # and split_ab.sh take (and gpu_bench.sh's MODEL): a bad one is refused in one line naming it, exit status non-zero, before any
 # work; bench_kernels --prefetch's list likewise, and a small run of it that prints each distance's
-# column. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
+# column; `random_shapes.py --specs` gives shapes mkmodel makes. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
 set -uo pipefail
 B=${MP_MOEPLAN:?MP_MOEPLAN is not set (run through meson test)}
 src=${MP_SOURCE_ROOT:?MP_SOURCE_ROOT is not set (run through meson test)}
@@ -41,7 +41,21 @@ table=$("$K" --mb 1 --reps 1 --type Q8_0 --prefetch 2048,0,4096) ||
     { echo "random_shapes: bench_kernels --prefetch failed" >&2; exit 1; }
 printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\) +[0-9.]+ \([0-9.]+x\)$' ||
     { echo "random_shapes: bench_kernels --prefetch printed no row of three distances: $table" >&2; exit 1; }
+refuse "N '0': expected a whole number of at least 1" python3 "$src/bench/random_shapes.py" --specs "$B" 0 3
 [ ! -e "$out/x" ] || { echo "random_shapes: a refused run wrote $out/x" >&2; exit 1; }
+# --specs: the mkmodel flags of seed 3's 5 shapes and its gpt-oss one that mkmodel accepts, ';'
+# between them, each of which mkmodel then makes (bench/shape_sweep.sh's SHAPES)
+specs=$(python3 "$src/bench/random_shapes.py" --specs "$B" 5 3) ||
+    { echo "random_shapes: --specs failed" >&2; exit 1; }
+IFS=';' read -r -a spec_list <<<"$specs"
+[ "${#spec_list[@]}" -ge 4 ] || { echo "random_shapes: --specs gave ${#spec_list[@]} shapes, expected at least 4: $specs" >&2; exit 1; }
+[[ "${spec_list[-1]}" == "--arch gpt-oss "* ]] || { echo "random_shapes: --specs' last shape is not gpt-oss: $specs" >&2; exit 1; }
+for spec in "${spec_list[@]}"; do
+    # shellcheck disable=SC2086
+    "$B" mkmodel --quiet --force -o "$out/spec.gguf" $spec 2>"$out/spec.err" ||
+        { echo "random_shapes: mkmodel refused --specs' '$spec': $(cat "$out/spec.err")" >&2; exit 1; }
+done
+rm -f "$out/spec.gguf" "$out/spec.err"
 python3 "$src/bench/random_shapes.py" "$B" "$out" 5 3 >"$out/stdout" 2>&1
 rc=$?
 cat "$out/stdout"

@@ -703,6 +703,23 @@ Test(placement, adaptive_tier_slots_and_budget)
     cr_assert_eq(build_tier("cpu", HAND_FIXED + 1000, dflt, &p, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(p.tier_slots, 1);
     mp_placement_free(&p);
+    /* a share of a room that holds fewer than 1 / share experts: one slot (500 B room, 10 % of 5) */
+    cr_assert_eq(build_tier("cpu", HAND_FIXED + 500, dflt, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.tier_slots, 1);
+    mp_placement_free(&p);
+    const char *pct[] = {"--adaptive", "lru", "--adaptive-slots", "1%", NULL};
+    cr_assert_eq(build_tier("fill", HAND_FIXED + 300, pct, &p, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(p.tier_slots, 1);
+    cr_assert_eq(p.n_resident_total, 2, "the slot's room comes off fill's");
+    mp_placement_free(&p);
+    /* a room that holds no expert: no slot at any share */
+    cr_assert_eq(build_tier("cpu", HAND_FIXED + 99, dflt, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "holds no expert slot") != NULL, "%s", e.msg);
+    /* every expert resident: the tier would serve none, refused rather than dropped */
+    const char *two[] = {"--adaptive", "lru", "--adaptive-slots", "2", NULL};
+    cr_assert_eq(build_tier("gpu", 0, two, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "keeps every expert on the GPU") != NULL, "%s", e.msg);
+    cr_assert_null(strchr(e.msg, '\n'), "%s", e.msg);
     /* a full budget refuses, naming the tier */
     const char *four[] = {"--adaptive-slots", "4", NULL};
     cr_assert_eq(build_tier("layers:1", HAND_FIXED + 500, four, &p, &e), MP_ERR_LIMIT);
@@ -785,6 +802,18 @@ Test(placement, profile_ranking_fills_the_tier_first)
     cr_assert_eq(p.tier_slots, 1);
     cr_assert(p.tier_warm[0][0] == 1 && p.tier_warm[0][1] == 3);
     mp_placement_free(&p);
+    /* layer 0 whole and nothing else placed, the budget full: no slot, refused in one line */
+    char first[512];
+    snprintf(first, sizeof first, "%s/layer0-first.strp", tmpdir);
+    const mp_strp_pair fp[] = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 3}};
+    write_profile(first, 2, 4, 5, fp, 5);
+    mp_placement_opts of = {.profile = first};
+    cr_assert(mp_placement_opts_set(&of, "--adaptive", "lru", &st, &e) && !st, "%s", e.msg);
+    of.budget_bytes = HAND_FIXED + 400;
+    cr_assert_eq(mp_placement_build(&hand, &of, 16, 4, &p, &e), MP_ERR_LIMIT);
+    cr_assert(strstr(e.msg, "no slot for the tier") != NULL, "%s", e.msg);
+    cr_assert(strstr(e.msg, "1 of 2 layers the placement holds whole") != NULL, "%s", e.msg);
+    cr_assert_null(strchr(e.msg, '\n'), "%s", e.msg);
     o.budget_bytes = 0;
     cr_assert_eq(mp_placement_build(&hand, &o, 16, 4, &p, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(p.n_resident_total, 2);
