@@ -26,8 +26,8 @@ library only.
 bench/random_shapes.py --specs MOEPLAN N SEED prints instead the mkmodel flags of the first N shapes
 of SEED (and its gpt-oss ones, as above) that `mkmodel` accepts, separated by ';', for
 bench/shape_sweep.sh's SHAPES: the GPU executor, calibrate and plan on shapes no preset has, on the
-GPU machine (`SWEEP_SHAPES="$(python3 bench/random_shapes.py --specs build/cli/moeplan 8 5)" bash
-scripts/gpu.sh shape-sweep`; mkmodel runs here, in OUTDIR-less temporary files).
+GPU machine (`SWEEP_SHAPES="$(python3 bench/random_shapes.py --specs build/cli/moeplan 6 5)" bash
+scripts/gpu.sh shape-sweep`; mkmodel runs where the script does, in a temporary folder it removes).
 """
 import json
 import os
