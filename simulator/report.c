@@ -63,6 +63,13 @@ static void adaptive_table(FILE *f, const mp_sim_report *rep, const mp_sim_budge
                 (unsigned long long)m->late, (unsigned long long)m->admissions, (unsigned long long)m->evictions,
                 mib(m->h2d_weight_bytes));
     }
+    int none = 0;
+    for (int p = 0; p < MP_POL_COUNT; p++)
+        none += run->ran_adaptive[p] && !run->adaptive[p].tier_slots;
+    if (none)
+        fprintf(f, "  (%d of them got no slot: their placement keeps every expert on the GPU, or fills the budget "
+                   "holding only whole layers; they replay without a tier, and the runtime refuses such a run: "
+                   "docs/placement.md)\n", none);
 }
 
 void mp_sim_report_table(FILE *f, const mp_sim_report *rep)

@@ -578,6 +578,10 @@ Test(simulate, adaptive_tier_beside_static_policies)
     cr_assert_not_null(strstr(out, "  all-cpu+lru "), "%s", out);
     cr_assert_null(strstr(out, "all-gpu+lru"), "%s", out);
     cr_assert_null(strstr(out, "lru+lru"), "%s", out);
+    /* at 8 slots static-topn keeps every expert: its tier gets none, which the table says (the
+     * runtime refuses that run); all-cpu's gets its slot at both budgets */
+    cr_assert_not_null(strstr(out, "(1 of them got no slot: "), "%s", out);
+    cr_assert_null(strstr(out, "(2 of them"), "%s", out);
     cJSON *root = read_json("a.json");
     for (int b = 0; b < 2; b++) {
         cJSON *top = find_policy(root, b, "static-topn"), *ad = cJSON_GetObjectItem(top, "adaptive");
