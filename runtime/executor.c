@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/costs.h"
 #include "runtime/decide.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
@@ -33,8 +34,17 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
         return mp_fail(err, MP_ERR_DEVICE, "placement '%s' needs the GPU executor, but %s (use "
                        "--placement cpu, or --executor cpu to only check the placement)",
                        o->spec ? o->spec : o->file ? "--placement-file" : "--profile", why);
-    if (!have_gpu) /* built even without flags: callers report it ("cpu: 0/N experts ...") */
+    if (!have_gpu) { /* built even without flags: callers report it ("cpu: 0/N experts ...") */
+        /* --costs is the GPU executor's (far routes); read here all the same, so that a path that
+         * does not exist or a file that is no cost file is refused on every executor, not ignored */
+        if (o->costs) {
+            mp_costs c;
+            if ((st = mp_costs_load(o->costs, &c, err)))
+                return mp_error_prefix(err, "--costs");
+            mp_costs_free(&c);
+        }
         return mp_placement_for_model(m, o, n_ctx, n_batch, pl, err);
+    }
     mp_placement_opts eff = *o;
     if (!placement_named) { /* fill what fits */
         eff.mode = MP_PLACEMENT_FILL;

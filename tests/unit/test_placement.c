@@ -600,6 +600,23 @@ Test(placement, run_reports_placement_and_refuses_bad_flags)
              model, pf);
     cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "pl.txt:2: layer 2: expert 9 out of range") != NULL, "%s", out);
+    /* --costs is the GPU executor's, but a missing or broken file is refused on the CPU executor
+     * too, in one line naming it, rather than ignored */
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/not-costs.json", tmpdir);
+    write_text(bad, "{\"hello\": 1}\n");
+    const char *costs_bad[][2] = {{"no-such-costs.json", "no-such-costs.json: cannot open"},
+                                  {bad, "not-costs.json: $.hello: unknown key"}};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --executor cpu --costs '%s'", model, costs_bad[i][0]);
+        cr_assert_eq(moeplan(args, out, sizeof out), 1, "%s", out);
+        cr_assert(strstr(out, "moeplan run: error: --costs: ") != NULL, "%s", out);
+        cr_assert(strstr(out, costs_bad[i][1]) != NULL, "%s", out);
+        cr_assert_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: %s", out);
+    }
+    snprintf(args, sizeof args, "run -m '%s' -p hi -n 2 --executor cpu --costs '%s/examples/costs-h200-tiny.json'",
+             model, root);
+    cr_assert_eq(moeplan(args, out, sizeof out), 0, "a cost file, read and not used: %s", out);
 }
 
 Test(placement, collect_records_profile_hash_and_budget)
