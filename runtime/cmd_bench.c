@@ -159,6 +159,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     const char *v;
     for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
         bool ok = true;
+        char expect[96] = "";
         mp_status pst;
         mp_error perr;
         int64_t ngl;
@@ -177,17 +178,21 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return usage_error("%s%s", perr.msg, "");
             break;
         case OPT_NGL:
-            if ((ok = mp_parse_i64(v, -1, INT32_MAX, &ngl)))
+            if ((ok = mp_parse_i64_said(v, -1, INT32_MAX, &ngl, expect, sizeof expect)))
                 mp_cli_note_ngl("bench", v);
             break;
         case OPT_ROUTE_REPLAY: o->route_replay = v; break;
         case 'm': o->model = v; break;
-        case 'p': ok = parse_list(v, o->pp, &o->n_pp); break;
-        case 'n': ok = parse_list(v, o->tg, &o->n_tg); break;
-        case 'r': ok = mp_parse_i64(v, 1, MAX_REPS, &o->reps); break;
-        case 't': ok = mp_parse_i64(v, 1, 1024, &o->threads); break;
-        case 'c': ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx); break;
-        case 's': ok = mp_parse_u64(v, &o->seed); break;
+        case 'p':
+        case 'n':
+            snprintf(expect, sizeof expect, "0, or up to %d sizes 1..%" PRId64 ", comma-separated", MAX_SIZES,
+                     MAX_TEST_TOKENS);
+            ok = id == 'p' ? parse_list(v, o->pp, &o->n_pp) : parse_list(v, o->tg, &o->n_tg);
+            break;
+        case 'r': ok = mp_parse_i64_said(v, 1, MAX_REPS, &o->reps, expect, sizeof expect); break;
+        case 't': ok = mp_parse_i64_said(v, 1, 1024, &o->threads, expect, sizeof expect); break;
+        case 'c': ok = mp_parse_i64_said(v, 1, (int64_t)1 << 22, &o->ctx, expect, sizeof expect); break;
+        case 's': ok = mp_parse_u64_said(v, &o->seed, expect, sizeof expect); break;
         case 'o':
             if (!strcmp(v, "json"))
                 o->json = true;
@@ -197,8 +202,11 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return usage_error("invalid value '%s' for %s (expected md or json)", v, c.given);
             break;
         }
-        if (!ok)
-            return usage_error("invalid value '%s' for %s", v, c.given);
+        if (!ok) {
+            char what[200];
+            snprintf(what, sizeof what, "'%s' for %s: expected %s", v, c.given, expect);
+            return usage_error("invalid value %s%s", what, "");
+        }
     }
     if (!o->model)
         return usage_error("-m MODEL is required%s%s", "", "");

@@ -10,10 +10,8 @@
  * string, range-checked); a bad flag is a usage error (exit 2), any other failure exit 1. Flags are
  * read by the shared parser (base/args.h).
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,19 +78,6 @@ static int usage_error(const char *fmt, const char *a, const char *b)
     return 2;
 }
 
-static bool parse_f32(const char *s, double lo, double hi, float *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v) || v < lo || v > hi)
-        return false;
-    *out = (float)v;
-    return true;
-}
-
 typedef struct run_opts {
     const char *model, *prompt, *file;
     int64_t n_predict, threads, top_k, ctx, batch; /* batch 0: the runtime's default */
@@ -138,6 +123,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
     const char *v;
     for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
         bool ok = true;
+        char expect[64] = "";
+        double f;
         mp_status pst;
         mp_error perr;
         int64_t ngl;
@@ -156,7 +143,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 return usage_error("%s%s", perr.msg, "");
             break;
         case OPT_NGL:
-            if (!(ok = mp_parse_i64(v, -1, INT32_MAX, &ngl)))
+            if (!(ok = mp_parse_i64_said(v, -1, INT32_MAX, &ngl, expect, sizeof expect)))
                 break;
             mp_cli_note_ngl("run", v);
             break;
@@ -164,17 +151,26 @@ static int parse_args(int argc, char **argv, run_opts *o)
         case 'm': o->model = v; break;
         case 'p': o->prompt = v; break;
         case 'f': o->file = v; break;
-        case 'n': ok = mp_parse_i64(v, 0, 1000000, &o->n_predict); break;
-        case 't': ok = mp_parse_i64(v, 1, 1024, &o->threads); break;
-        case OPT_TEMP: ok = parse_f32(v, 0.0, 100.0, &o->temp); break;
-        case OPT_TOP_K: ok = mp_parse_i64(v, 0, INT32_MAX, &o->top_k); break;
-        case OPT_TOP_P: ok = parse_f32(v, 0.0, 1.0, &o->top_p); break;
-        case 's': ok = mp_parse_u64(v, &o->seed); break;
-        case 'c': ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx); break;
-        case 'b': ok = mp_parse_i64(v, 1, (int64_t)1 << 20, &o->batch); break;
+        case 'n': ok = mp_parse_i64_said(v, 0, 1000000, &o->n_predict, expect, sizeof expect); break;
+        case 't': ok = mp_parse_i64_said(v, 1, 1024, &o->threads, expect, sizeof expect); break;
+        case OPT_TEMP:
+            if ((ok = mp_parse_f64_said(v, 0.0, 100.0, &f, expect, sizeof expect)))
+                o->temp = (float)f;
+            break;
+        case OPT_TOP_K: ok = mp_parse_i64_said(v, 0, INT32_MAX, &o->top_k, expect, sizeof expect); break;
+        case OPT_TOP_P:
+            if ((ok = mp_parse_f64_said(v, 0.0, 1.0, &f, expect, sizeof expect)))
+                o->top_p = (float)f;
+            break;
+        case 's': ok = mp_parse_u64_said(v, &o->seed, expect, sizeof expect); break;
+        case 'c': ok = mp_parse_i64_said(v, 1, (int64_t)1 << 22, &o->ctx, expect, sizeof expect); break;
+        case 'b': ok = mp_parse_i64_said(v, 1, (int64_t)1 << 20, &o->batch, expect, sizeof expect); break;
         }
-        if (!ok)
-            return usage_error("invalid value '%s' for %s", v, c.given);
+        if (!ok) {
+            char what[160];
+            snprintf(what, sizeof what, "'%s' for %s: expected %s", v, c.given, expect);
+            return usage_error("invalid value %s%s", what, "");
+        }
     }
     if (!o->model)
         return usage_error("-m MODEL is required%s%s", "", "");

@@ -94,6 +94,7 @@ static int parse_args(int argc, char **argv, plan_opts *o)
     const char *v;
     for (int id; (id = mp_cli_next(&c, &v)) != MP_CLI_END;) {
         bool ok = true;
+        char expect[64] = "";
         switch (id) {
         case MP_CLI_ERROR:
             return mp_cli_usage_error("plan", c.err.msg);
@@ -114,13 +115,13 @@ static int parse_args(int argc, char **argv, plan_opts *o)
         case 'o': o->out = v; break;
         case OPT_POLICY: o->policy = v; break;
         case OPT_EXECUTOR: o->executor = v; break;
-        case 'c': ok = mp_parse_i64(v, 1, (int64_t)1 << 22, &o->ctx); break;
-        case 't': ok = mp_parse_i64(v, 1, 1024, &o->threads); break;
-        case OPT_VERIFY: ok = mp_parse_i64(v, 0, (int64_t)1 << 20, &o->verify); break;
-        case 'r': ok = mp_parse_i64(v, 1, 100, &o->reps); break;
+        case 'c': ok = mp_parse_i64_said(v, 1, (int64_t)1 << 22, &o->ctx, expect, sizeof expect); break;
+        case 't': ok = mp_parse_i64_said(v, 1, 1024, &o->threads, expect, sizeof expect); break;
+        case OPT_VERIFY: ok = mp_parse_i64_said(v, 0, (int64_t)1 << 20, &o->verify, expect, sizeof expect); break;
+        case 'r': ok = mp_parse_i64_said(v, 1, 100, &o->reps, expect, sizeof expect); break;
         }
         if (!ok) {
-            fprintf(stderr, "moeplan plan: error: invalid value '%s' for %s\n", v, c.given);
+            fprintf(stderr, "moeplan plan: error: invalid value '%s' for %s: expected %s\n", v, c.given, expect);
             return 2;
         }
     }

@@ -160,6 +160,10 @@ def check(model, costs):
     same(["calibrate", "-m", model, "-o", "no/such/dir/c.json"],
          ["calibrate", "-m", model, "--output=no/such/dir/c.json"])
     expect(["simulate", *sim, "-c", "0"], 2, contains="-c '0': expected an integer")
+    expect([*gen, "-t", "0"], 2, contains="'0' for -t: expected an integer 1..1024")
+    expect([*gen, "--top-p", "2"], 2, contains="'2' for --top-p: expected a number 0..1")
+    expect(["plan", "t.db", "-m", model, "--costs", "c.json", "--budget", "1MiB", "-o", "p.strp", "-r", "0"], 2,
+           contains="'0' for -r: expected an integer 1..100")
 
     # exit codes: a bad input file exits 1 in every command that reads one, a failure while
     # working 1, a usage error 2 (above: an unknown option, in every command)

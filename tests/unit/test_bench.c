@@ -322,6 +322,19 @@ Test(bench, bad_flags_exit_2_with_one_line)
         cr_assert_str_empty(out, "'%s' printed to stdout: %s", bad[i], out);
         free(out);
     }
+    /* a number out of range says what it takes */
+    static const char *said[][2] = {
+        {"-r 0", "invalid value '0' for -r: expected an integer 1..1000"},
+        {"-t abc", "invalid value 'abc' for -t: expected an integer 1..1024"},
+        {"-p 16,,8", "invalid value '16,,8' for -p: expected 0, or up to 32 sizes 1..1048576, comma-separated"},
+        {"--seed -1", "invalid value '-1' for --seed: expected an unsigned 64-bit integer"},
+    };
+    for (size_t i = 0; i < sizeof said / sizeof *said; i++) {
+        char err[4096], *out;
+        cr_assert_eq(bench(said[i][0], err, sizeof err, &out), 2, "%s", err);
+        cr_assert_not_null(strstr(err, said[i][1]), "'%s': %s", said[i][0], err);
+        free(out);
+    }
 }
 
 Test(bench, test_longer_than_context_is_refused)

@@ -108,7 +108,7 @@ Test(plan, bad_input_is_one_line)
         {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp --policy lru", "--policy 'lru': expected a "
                                                                                         "static policy", 2},
         {"plan t.db -m tiny.gguf --costs c.json --budget 8GiB,16GiB -o p.strp", "--budget '8GiB,16GiB': one size", 2},
-        {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp -r 0", "invalid value '0' for -r", 2},
+        {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp -r 0", "invalid value '0' for -r: expected an integer 1..100", 2},
         {"plan t.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp --bogus 1", "unknown option '--bogus'", 2},
         {"plan missing.db -m tiny.gguf --costs c.json --budget 64MiB -o p.strp", "missing.db", 1},
     };
