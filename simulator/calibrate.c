@@ -106,6 +106,12 @@ int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int st
     return k;
 }
 
+double mp_calib_median(double *ns, int n)
+{
+    mp_calib_sort(ns, n);
+    return mp_calib_quantile(ns, n, 0.5);
+}
+
 /* median of point i's samples (copied: the samples stay in their order) */
 static double point_median(const double *samples, int n, int stride)
 {
@@ -115,8 +121,7 @@ static double point_median(const double *samples, int n, int stride)
     if (n < 1)
         return NAN;
     memcpy(x, samples, (size_t)n * sizeof x[0]);
-    mp_calib_sort(x, n);
-    return mp_calib_quantile(x, n, 0.5);
+    return mp_calib_median(x, n);
 }
 
 int mp_calib_grid_contenders(const double *samples, const int *n, const int *cold, const int *far, int n_pts,

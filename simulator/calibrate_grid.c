@@ -221,12 +221,6 @@ static bool ran_as_asked(const mp_gpu_stats *gs, int steps, int64_t L, int64_t n
     return false;
 }
 
-static double median_of(double *x, int n)
-{
-    mp_calib_sort(x, n);
-    return mp_calib_quantile(x, n, 0.5);
-}
-
 /* The far plan of a grid point on every layer: far routes off (f < 0), or on with f units (of
  * `split` per expert) of c cold routes. */
 static void grid_plan(mp_far_layer *plan, int64_t L, int c, int f, int split)
@@ -582,8 +576,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     for (int i = 0; i < n_pts; i++) {
         const int c = pc[i], f = pfar[i] > 0 ? pfar[i] : 0;
         double *lt = layer + (size_t)i * GRID_SAMPLES_MAX;
-        const double cpu_ns = median_of(cpu + (size_t)i * GRID_SAMPLES_MAX, nsamp[i]);
-        const double gpu_ns = median_of(gpu + (size_t)i * GRID_SAMPLES_MAX, nsamp[i]);
+        const double cpu_ns = mp_calib_median(cpu + (size_t)i * GRID_SAMPLES_MAX, nsamp[i]);
+        const double gpu_ns = mp_calib_median(gpu + (size_t)i * GRID_SAMPLES_MAX, nsamp[i]);
         cJSON *p = mp_calib_point(NULL, 0, lt, nsamp[i]); /* sorts lt */
         if (!p || !cJSON_AddNumberToObject(p, "cold", c) || !cJSON_AddNumberToObject(p, "far", f) ||
             !cJSON_AddBoolToObject(p, "far_on", pfar[i] >= 0) || !cJSON_AddNumberToObject(p, "cpu_ns", round(cpu_ns)) ||

@@ -25,6 +25,8 @@ void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...) __attribute__((f
 void mp_calib_sort(double *ns, int n);
 /* Quantile q in [0, 1] of ns (n >= 1), which must be sorted ascending. */
 double mp_calib_quantile(const double *sorted, int n, double q);
+/* The median of ns (n >= 1), sorting them in place. */
+double mp_calib_median(double *ns, int n);
 /* (p75 - p25) / median of n samples (left as they are); 0 for fewer than 2 or a median <= 0. */
 double mp_calib_rel_spread(const double *ns, int n);
 /* The points that take another repetition: point i's n[i] samples lie at samples + i * stride;
