@@ -83,8 +83,13 @@ for spec in "${specs[@]}"; do
     # third of the experts (as the demo's)
     fixed=$("$MOEPLAN" bench -m "$w/m.gguf" -p 0 -n 1 -r 1 --ctx 512 --executor cpu -o json 2>/dev/null |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["rows"][0]["gpu_fixed_bytes"])')
-    budget=$("$MOEPLAN" inspect --json "$w/m.gguf" |
-        python3 -c 'import json, sys; print(int(sys.argv[1]) + json.load(sys.stdin)["expert_bytes"] // 3)' "$fixed")
+    # and the adaptive step's: the plan's and one expert more, so that the tier has room beside the
+    # profile even where the profile holds a layer whole and nothing else (the tier never takes a
+    # whole layer's experts, and a tier with no slot is refused: docs/placement.md)
+    read -r budget tier_budget < <("$MOEPLAN" inspect --json "$w/m.gguf" | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+b = int(sys.argv[1]) + d["expert_bytes"] // 3
+print(b, b + max(l["bytes_per_expert"] for l in d["moe_layers"]))' "$fixed")
     if ! "$MOEPLAN" plan "$w/t.db" -m "$w/m.gguf" --costs "$w/costs.json" --budget "$budget" -o "$w/p.strp" --force \
         --verify-tokens "$TOKENS" >"$OUT/logs/s$i-plan.log" 2>&1; then
         fail "plan: $(tail -n 1 "$OUT/logs/s$i-plan.log")" plan
@@ -92,11 +97,6 @@ for spec in "${specs[@]}"; do
         continue
     fi
     row="$row $(grep -m1 '^plan: measured' "$OUT/logs/s$i-plan.log" | sed 's/^plan: //; s/|/\//g') |"
-    # the tier's budget: the plan's and one expert more, so that the tier has room beside the
-    # profile even where the profile holds a layer whole and nothing else (the tier never takes a
-    # whole layer's experts, and a tier with no slot is refused: docs/placement.md)
-    tier_budget=$("$MOEPLAN" inspect --json "$w/m.gguf" | python3 -c 'import json, sys
-print(int(sys.argv[1]) + max(l["bytes_per_expert"] for l in json.load(sys.stdin)["moe_layers"]))' "$budget")
     if ! "$MOEPLAN" collect -m "$w/m.gguf" --prompts examples/prompts.jsonl --trace "$w/ta.db" --force --no-progress \
         --max-tokens "$TOKENS" --profile "$w/p.strp" --gpu-budget "$tier_budget" --costs "$w/costs.json" \
         --adaptive lru >"$OUT/logs/s$i-collect-adaptive.log" 2>&1; then
