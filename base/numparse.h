@@ -5,9 +5,8 @@
 #define MP_BASE_NUMPARSE_H
 
 #include <stdbool.h>
-#include <stdint.h>
-
 #include <stddef.h>
+#include <stdint.h>
 
 bool mp_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool mp_parse_u64(const char *s, uint64_t *out); /* also rejects '-' */
