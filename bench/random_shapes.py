@@ -105,6 +105,11 @@ def bad_stderr(err):
     return "Sanitizer" in err or "runtime error:" in err
 
 
+def mkmodel_refused(err):
+    """Whether mkmodel's stderr is a refusal in one line (a shape its blocks do not fit), not a failure."""
+    return err.strip() != "" and err.strip().count("\n") == 0 and not bad_stderr(err)
+
+
 def whole(name, text, lo):
     """text as a whole number of at least lo, else exit with one line naming it."""
     if not text.isdigit() or int(text) < lo:
@@ -129,12 +134,13 @@ def specs(moeplan, n, seed):
     out, tmp = [], tempfile.mkdtemp(prefix="mp_shape_specs_")
     try:
         for _, s in shapes(n, seed):
-            p = subprocess.run([moeplan, "mkmodel", "--quiet", "--force", "-o", os.path.join(tmp, "m.gguf")] + flags_of(s),
+            flags = flags_of(s)
+            p = subprocess.run([moeplan, "mkmodel", "--quiet", "--force", "-o", os.path.join(tmp, "m.gguf")] + flags,
                                capture_output=True, text=True)
             if p.returncode == 0:
-                out.append(" ".join(flags_of(s)))
-            elif p.stderr.strip().count("\n") or bad_stderr(p.stderr):  # not a one-line refusal
-                sys.exit("random_shapes: mkmodel failed on %s: %s" % (" ".join(flags_of(s)), p.stderr.strip()[-400:]))
+                out.append(" ".join(flags))
+            elif not mkmodel_refused(p.stderr):
+                sys.exit("random_shapes: mkmodel failed on %s: %s" % (" ".join(flags), p.stderr.strip()[-400:]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(";".join(out))
@@ -164,8 +170,7 @@ def main():
         desc = " ".join(flags)
         rc, err = run([moeplan, "mkmodel", "--quiet", "-o", model] + flags, log)
         if rc != 0:
-            one_line = err.strip().count("\n") == 0 and err.strip() != ""
-            if one_line and not bad_stderr(err):
+            if mkmodel_refused(err):
                 refused += 1
                 print("s%03d refused: %s: %s" % (i, desc, err.strip()))
                 continue
