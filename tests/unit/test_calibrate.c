@@ -472,8 +472,8 @@ Test(calibrate, grid_points_out_of_the_running_after_the_first_pass)
     const double s[18] = {100, 0, 160, 0, 90, 0, 140, 0, 136, 0, 200, 0, 110, 130, 181, 0, NAN, 0};
     const int n[9] = {1, 1, 1, 1, 1, 1, 2, 1, 1};
     bool keep[9];
-    /* margin 1.5: cold 1's best is 90 (f=1), so 136 stays (<= 135? no: 136 > 135) and 140 goes;
-     * cold 2's best 120, so 181 (> 180) goes; NaN stays */
+    /* margin 1.5: cold 1's best is 90 (f=1), so 140 and 136 go (both over 135); cold 2's best
+     * 120, so 181 (over 180) goes; NaN stays */
     cr_assert_eq(mp_calib_grid_contenders(s, n, cold, far, 9, 2, 1.5, keep), 6);
     const bool want[9] = {true, true, true, false, false, true, true, false, true};
     for (int i = 0; i < 9; i++)
