@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/args.h"
+#include "base/numparse.h"
 #include "collector/commands.h"
 #include "collector/import.h"
 
@@ -78,9 +79,8 @@ int mp_cmd_import(int argc, char **argv)
             }
             break;
         case OPT_EXPERTS: {
-            char *end;
-            long long n = strtoll(v, &end, 10);
-            if (*v == 0 || *end || n < 1 || n > 65536) {
+            int64_t n;
+            if (!mp_parse_i64(v, 1, 65536, &n)) {
                 fprintf(stderr, "moeplan import: error: --experts %s: expected an integer in "
                                 "1..65536\n", v);
                 return MP_EXIT_USAGE;

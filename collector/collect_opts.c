@@ -3,8 +3,8 @@
 #include "base/args.h"
 #include "base/atomic_file.h"
 #include "base/input_file.h"
+#include "base/numparse.h"
 
-#include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -51,13 +51,9 @@ void mp_collect_usage(FILE *f)
 static mp_status parse_i64(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out,
                            mp_error *err)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi)
+    if (!mp_parse_i64(v, lo, hi, out))
         return mp_fail(err, MP_ERR_ARG, "%s %s: expected an integer in %lld..%lld", flag, v,
                        (long long)lo, (long long)hi);
-    *out = x;
     return MP_OK;
 }
 

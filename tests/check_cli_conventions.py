@@ -155,6 +155,13 @@ def check(model, costs):
            contains="-t 5000: expected an integer in 0..4096")
     expect(["collect", "-m", model, "--prompts", "p.jsonl", "--trace", "c.db", "-b", "-1"], 2,
            contains="-b -1: expected an integer")
+    # the strict parser every command shares: no sign, no blank before the digits
+    expect(["collect", "-m", model, "--prompts", "p.jsonl", "--trace", "c.db", "-t", "+2"], 2,
+           contains="-t +2: expected an integer in 0..4096")
+    expect(["collect", "-m", model, "--prompts", "p.jsonl", "--trace", "c.db", "--max-tokens", " 1"], 2,
+           contains="--max-tokens  1: expected an integer in 1..")
+    expect(["import", "csv", "r.csv", "--trace", "i2.db", "--experts", "+4"], 2,
+           contains="--experts +4: expected an integer in 1..65536")
     expect(["analyze", "t.db", "--validate-only", "-o", "rep"], 2, contains="--validate-only writes nothing")
     expect(["calibrate", "-m", model, "-o", "no/such/dir/c.json"], 1, contains="no/such/dir")
     same(["calibrate", "-m", model, "-o", "no/such/dir/c.json"],
