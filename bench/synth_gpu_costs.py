@@ -71,10 +71,12 @@ def main():
             fail("%s: $.cpu_expert (%s): expected a point of 1 row" % (src, e.get("quant")))
         one_row[e["quant"]] = pts[0]["median_ns"]
     gpu_row = lambda b, r: 4000 + b / 3000 + 200 * r
-    c["gpu_expert"] = [{"quant": e["quant"], "n_embd": e["n_embd"], "n_ff": e["n_ff"],
-                        "expert_bytes": e["expert_bytes"],
-                        "points": curve([1, 8, 64], lambda r, b=e["expert_bytes"]: gpu_row(b, r), "rows")}
-                       for e in cpu]
+    # one GPU entry per expert shape: calibrate writes a CPU entry per thread count, and the
+    # simulator refuses a cost file where two GPU entries match one shape
+    shapes = {(e["quant"], e["n_embd"], e["n_ff"]): e["expert_bytes"] for e in cpu}
+    c["gpu_expert"] = [{"quant": q, "n_embd": n_embd, "n_ff": n_ff, "expert_bytes": b,
+                        "points": curve([1, 8, 64], lambda r, b=b: gpu_row(b, r), "rows")}
+                       for (q, n_embd, n_ff), b in shapes.items()]
     sizes = [4096, 1 << 20, 16 << 20]
     c["h2d"] = {"pinned": curve(sizes, lambda x: 5000 + x / 50, "bytes"),
                 "pageable": curve(sizes, lambda x: 8000 + x / 20, "bytes")}
