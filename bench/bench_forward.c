@@ -20,6 +20,7 @@
 #include "kernels/quant.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 #include "runtime/knobs_apply.h"
 
@@ -138,7 +139,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *model_path = NULL;
-    int threads = mp_cpu_count(), prompt = 64, gen = 32, layers = 4, type = MP_TYPE_Q4_K;
+    int threads = mp_cpu_usable(), prompt = 64, gen = 32, layers = 4, type = MP_TYPE_Q4_K;
     long regions = 200000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";

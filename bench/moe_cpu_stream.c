@@ -53,6 +53,7 @@
 #include "runtime/model.h"
 #include "runtime/moe.h"
 #include "base/numparse.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 #include "base/clock.h"
 
@@ -154,7 +155,7 @@ static int bad_flag(const char *flag, const char *value, const char *expected)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int64_t L = 48, tokens = 16, threads = mp_cpu_count();
+    int64_t L = 48, tokens = 16, threads = mp_cpu_usable();
     double gap_us = 0, token_gap_us = 0;
     bool compare = false, compare_pin = false, compare_part = false, compare_packed = false, profile = false;
     int64_t routes = 0, part_n = 0, part_d = 0; /* routes 0: top_k; part_d 0: no part */

@@ -14,6 +14,7 @@
 
 #include "base/knobs.h"
 #include "runtime/knobs_apply.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 #include "base/clock.h"
 
@@ -43,7 +44,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", "pool_overhead", kerr.msg);
         return 2;
     }
-    const int T = argc > 1 ? atoi(argv[1]) : mp_cpu_count();
+    const int T = argc > 1 ? atoi(argv[1]) : mp_cpu_usable();
     const int reps = argc > 2 ? atoi(argv[2]) : 2000;
     if (T < 1 || reps < 10) {
         fprintf(stderr, "usage: pool_overhead [THREADS >= 1 [REPS >= 10]]\n");

@@ -28,7 +28,7 @@ void mp_collect_usage(FILE *f)
             "  --max-tokens N        tokens to generate per prompt (default 128)\n"
             "  --raw-prompts         feed prompts as they are (default: the model's chat template)\n"
             "  --store-prompts       keep the prompt text in the trace (default: only a hash)\n"
-            "  -t, --threads N       CPU threads (0: all online CPUs, the default)\n"
+            "  -t, --threads N       CPU threads (0: the CPUs this process may use, the default)\n"
             "  -c, --ctx-size, --ctx N  context length (0: the runtime's default)\n"
             "  -b, --batch-size, --batch N  rows per prefill chunk (0: the runtime's default)\n"
             "  --trace-max-bytes N   stop (run aborted) if the trace would grow past N bytes\n"

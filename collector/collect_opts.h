@@ -29,7 +29,7 @@ typedef struct mp_collect_opts {
     bool cupti;                /* --cupti: GPU kernel / memcpy records into the trace's cupti table */
     int64_t max_tokens;        /* per prompt unless the prompt file says otherwise (default 128) */
     int64_t n_ctx, n_batch;    /* 0: the runtime's defaults */
-    int n_threads;             /* 0: all online CPUs */
+    int n_threads;             /* 0: the CPUs this process may use (runtime/cpus.h) */
     int64_t trace_max_bytes;   /* 0: no cap */
     mp_placement_opts placement; /* --placement, --placement-file, --profile, --gpu-budget */
     const char *route_replay;  /* --route-replay TRACE: routing from a trace (NULL: the router) */

@@ -20,6 +20,7 @@
 #include "base/machine.h"
 #include "runtime/decide.h"
 #include "runtime/gpu.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 
 #include "kernels/cuda/cuda_ops.h"

@@ -89,7 +89,7 @@ static void usage(FILE *f)
         "  --skew S           Zipf exponent of each layer's expert popularity (default %.2f;\n"
         "                     0 = uniform); each layer ranks its experts in its own random order\n"
         "  -s, --seed N       PRNG seed (default 0)\n"
-        "  -t, --threads N    quantization threads (default: all CPUs; does not change the output)\n"
+        "  -t, --threads N    quantization threads (default: the CPUs this process may use; same output)\n"
         "  -o, --output PATH  output file (written to PATH.tmp.<pid>, then renamed)\n"
         "  --force            overwrite PATH if it exists\n"
         "  --quiet            no progress output\n"

@@ -529,10 +529,10 @@ static int add_named(plan_builder *b, const mp_mkmodel_config *c, mp_mk_class cl
     }
     mp_mk_tensor *t = &b->t[b->n++];
     memset(t, 0, sizeof *t);
-    if (layer >= 0)
-        snprintf(t->name, sizeof t->name, "blk.%lld.%s", (long long)layer, tail);
-    else
-        snprintf(t->name, sizeof t->name, "%s", tail);
+    const int w = layer >= 0 ? snprintf(t->name, sizeof t->name, "blk.%lld.%s", (long long)layer, tail)
+                             : snprintf(t->name, sizeof t->name, "%s", tail);
+    if (w < 0 || (size_t)w >= sizeof t->name)
+        return -1; /* a name the GGUF writer's field cannot hold */
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;

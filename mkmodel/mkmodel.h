@@ -74,7 +74,7 @@ typedef struct mp_mkmodel_config {
     double skew;            /* Zipf exponent s of the router prior: expert of rank r gets
                              * logit bias -s * ln(r + 1); 0 = no preference */
     uint64_t seed;
-    int n_threads;          /* quantization threads; 0 = all online CPUs (does not change output) */
+    int n_threads;          /* quantization threads; 0 = the CPUs this process may use (does not change output) */
     bool split_experts;     /* each expert its own 2-D tensor (blk.N.ffn_gate.E.weight), as GGUFs
                              * written before llama.cpp merged them; the same values as merged */
     bool fuse_gate_up;      /* gate and up in one tensor per layer (blk.N.ffn_gate_up_exps.weight:

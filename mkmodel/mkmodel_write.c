@@ -45,6 +45,7 @@
 #include "base/atomic_file.h"
 #include "mkmodel/mkmodel.h"
 #include "mkmodel/mkmodel_blocks.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -561,7 +562,7 @@ mp_status mp_mkmodel_write(const mp_mkmodel_config *cfg, const char *path, bool 
     if (st)
         return st;
 
-    int n_threads = cfg->n_threads > 0 ? cfg->n_threads : mp_cpu_count();
+    int n_threads = cfg->n_threads > 0 ? cfg->n_threads : mp_cpu_usable();
     if (n_threads < 1)
         n_threads = 1;
     int64_t max_row = 0;

@@ -61,7 +61,7 @@ static void usage(FILE *f)
             "  -p, --n-prompt LIST  prompt sizes, comma-separated (default 512; 0: no pp tests)\n"
             "  -n, --n-gen LIST     generation sizes, comma-separated (default 128; 0: no tg tests)\n"
             "  -r, --repetitions R  timed repetitions per test (default 5, 1..1000)\n"
-            "  -t, --threads N      CPU threads (default: all online CPUs, 1..1024)\n"
+            "  -t, --threads N      CPU threads (default: the CPUs this process may use, 1..1024)\n"
             "  -c, --ctx-size, --ctx N  context length (default: the largest test's need; a\n"
             "                       test longer than the model's trained context needs it)\n"
             "  -s, --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"

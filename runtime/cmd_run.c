@@ -49,7 +49,7 @@ static void usage(FILE *f)
             "  -p, --prompt TEXT    prompt text\n"
             "  -f, --file PATH      read the prompt from a file\n"
             "  -n, --n-predict N    tokens to generate (default 64, 0..1000000)\n"
-            "  -t, --threads N      CPU threads (default: all online CPUs, 1..1024)\n"
+            "  -t, --threads N      CPU threads (default: the CPUs this process may use, 1..1024)\n"
             "      --temp T         sampling temperature (default 0: greedy, 0..100)\n"
             "      --top-k K        keep the K most likely tokens (default 0: off)\n"
             "      --top-p P        nucleus sampling mass (default 1: off, 0..1)\n"

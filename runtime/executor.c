@@ -8,6 +8,7 @@
 #include "runtime/decide.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 
 bool mp_placement_opts_given(const mp_placement_opts *o)
@@ -66,7 +67,7 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             mp_placement_free(pl);
             return mp_fail(err, MP_ERR_NOMEM, "--costs: out of memory");
         }
-        const int threads = sp->n_threads > 0 ? sp->n_threads : mp_cpu_count();
+        const int threads = sp->n_threads > 0 ? sp->n_threads : mp_cpu_usable();
         if ((st = mp_decode_costs_load(o->costs, m, threads, pl->decode_costs, err))) {
             mp_placement_free(pl);
             return mp_error_prefix(err, "--costs");

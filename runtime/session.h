@@ -21,7 +21,7 @@
 
 typedef struct mp_session_params {
     int64_t n_ctx;        /* KV cache length in tokens (0: min(model's n_ctx_train, 4096)) */
-    int n_threads;        /* 0: all online CPUs */
+    int n_threads;        /* 0: the CPUs this process may use (runtime/cpus.h) */
     int64_t n_batch;      /* max rows per eval call for prefill chunks (0: 512) */
     const mp_hooks *hooks;            /* NULL: no tracing */
     const mp_route_source *route_src; /* NULL: the router decides */

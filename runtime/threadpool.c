@@ -228,12 +228,6 @@ static void *worker_main(void *argp)
     }
 }
 
-int mp_cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
-}
-
 /* The CPUs this process may run on, in order, into cpus (at most cap); their count, 0 when unknown. */
 static int allowed_cpus(int *cpus, int cap)
 {

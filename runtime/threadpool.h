@@ -38,7 +38,6 @@ void mp_pool_run(mp_pool *p, int64_t n_tasks, mp_pool_fn fn, void *ctx);
  * (MP_POOL_SPIN_US, set process-wide with the kernels' switches; 0: it sleeps at once). */
 void mp_pool_set_spin_us(int64_t us);
 
-int mp_cpu_count(void); /* online CPUs */
 
 /* A thread polling for another thread's store yields after this many polls, so that an
  * oversubscribed machine (more threads than free cores) lets the awaited thread run. */

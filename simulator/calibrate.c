@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "kernels/quant.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 #include "simulator/calibrate_impl.h"
 
@@ -190,7 +191,7 @@ void mp_calib_defaults(mp_calib_opts *o, bool quick)
 {
     memset(o, 0, sizeof *o);
     o->quick = quick;
-    const int ncpu = mp_cpu_count() > 0 ? mp_cpu_count() : 1;
+    const int ncpu = mp_cpu_usable();
     if (quick) {
         /* one and all threads: the two ends a placement chooses between */
         o->threads[o->n_threads++] = 1;

@@ -23,6 +23,7 @@
 #include "mp_config.h"
 #include "runtime/decide.h"
 #include "runtime/gpu_module.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 #include "simulator/calibrate_impl.h"
 

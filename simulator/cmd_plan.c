@@ -49,7 +49,7 @@ static void usage(FILE *f)
             "  --policy P            the placement policy (default plan; a static policy)\n"
             "  -c, --ctx-size, --ctx N  the context the profile is for (the budget's KV cache; default the\n"
             "                        runtime's)\n"
-            "  -t, --threads N       CPU threads (default: all online CPUs; the cost file's grid must\n"
+            "  -t, --threads N       CPU threads (default: the CPUs this process may use; the cost file's grid must\n"
             "                        have been measured on as many)\n"
             "  --verify-tokens N     decode steps of the check (default 128, at most the trace's rows\n"
             "                        - 1; 0: make the profile only)\n"

@@ -27,6 +27,7 @@
 #include "runtime/model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/cpus.h"
 #include "runtime/threadpool.h"
 
 /* ---------------------------------------------------------------- random in-memory models */

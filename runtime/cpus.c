@@ -1,0 +1,174 @@
+/* runtime/cpus.c — how many CPUs the machine has, and how many this process may use (cpus.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
+#include "runtime/cpus.h"
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_CPUS 1024
+
+int mp_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > MAX_CPUS ? MAX_CPUS : (int)n);
+}
+
+/* The first line of a small file into buf; false when it cannot be read or is empty. */
+static bool read_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    const bool ok = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    return ok && buf[0] != '\0';
+}
+
+/* A whole decimal number at *s (leading blanks allowed), advancing *s past it; false otherwise. */
+static bool read_number(const char **s, double *out)
+{
+    char *end;
+    const double v = strtod(*s, &end);
+    if (end == *s)
+        return false;
+    *s = end;
+    *out = v;
+    return true;
+}
+
+/* cgroup v2's cpu.max in dir: "max PERIOD" (no quota) or "QUOTA PERIOD", in microseconds */
+static double quota_v2(const char *dir)
+{
+    char path[4200], line[128];
+    if (snprintf(path, sizeof path, "%s/cpu.max", dir) >= (int)sizeof path || !read_line(path, line, sizeof line))
+        return 0;
+    const char *s = line;
+    double quota, period;
+    if (!read_number(&s, &quota) || !read_number(&s, &period) || quota <= 0 || period <= 0)
+        return 0; /* "max ...", or not what the kernel writes */
+    return quota / period;
+}
+
+/* cgroup v1's cpu.cfs_quota_us (-1: no quota) over cpu.cfs_period_us in dir */
+static double quota_v1(const char *dir)
+{
+    char path[4200], line[64];
+    double v[2];
+    static const char *const names[2] = {"cpu.cfs_quota_us", "cpu.cfs_period_us"};
+    for (int i = 0; i < 2; i++) {
+        const char *s = line;
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path ||
+            !read_line(path, line, sizeof line) || !read_number(&s, &v[i]) || v[i] <= 0)
+            return 0; /* a quota of -1: none */
+    }
+    return v[0] / v[1];
+}
+
+/* The least quota of the cgroup at path (under mount) and of its ancestors up to the mount's root:
+ * a limit set on a parent (a systemd slice, a pod) holds for every cgroup below it, and inside a
+ * container whose cgroup is the mount's root the path names the host's cgroup, which only the
+ * root's files describe. */
+static double least_quota(const char *mount, const char *path, double (*quota_of)(const char *))
+{
+    char p[4096], dir[4200];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return 0;
+    double least = 0;
+    for (;;) {
+        size_t len = strlen(p);
+        while (len > 1 && p[len - 1] == '/') /* "/a/b/" -> "/a/b" */
+            p[--len] = '\0';
+        const bool at_root = len == 0 || (len == 1 && p[0] == '/');
+        if (snprintf(dir, sizeof dir, "%s%s", mount, at_root ? "" : p) < (int)sizeof dir) {
+            const double q = quota_of(dir);
+            if (q > 0 && (least == 0 || q < least))
+                least = q;
+        }
+        if (at_root)
+            return least;
+        char *slash = strrchr(p, '/');
+        if (!slash)
+            return least;
+        slash[slash == p] = '\0'; /* "/a" -> "/", "/a/b" -> "/a" */
+    }
+}
+
+/* Whether the comma-separated controller list [s, s + n) names the cpu controller */
+static bool names_cpu(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && s[j] != ',')
+            j++;
+        if (j - i == 3 && memcmp(s + i, "cpu", 3) == 0)
+            return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+double mp_cgroup_cpu_quota(const char *self_cgroup, const char *root)
+{
+    double least = 0;
+    for (const char *line = self_cgroup; line && *line;) {
+        const char *eol = strchr(line, '\n');
+        const size_t n = eol ? (size_t)(eol - line) : strlen(line);
+        /* "ID:CONTROLLERS:PATH" */
+        const char *c1 = memchr(line, ':', n);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - line)) : NULL;
+        if (c2 && c2 + 1 < line + n && c2[1] == '/') {
+            char path[4096], mount[4200];
+            const size_t plen = (size_t)(line + n - (c2 + 1));
+            if (plen < sizeof path) {
+                memcpy(path, c2 + 1, plen);
+                path[plen] = '\0';
+                double q = 0;
+                if (c2 == c1 + 1 && c1 - line == 1 && line[0] == '0') { /* v2: "0::PATH" */
+                    q = least_quota(root, path, quota_v2);
+                } else if (names_cpu(c1 + 1, (size_t)(c2 - c1 - 1))) {
+                    static const char *const mounts[] = {"cpu,cpuacct", "cpuacct,cpu", "cpu"};
+                    for (size_t i = 0; i < sizeof mounts / sizeof *mounts && q == 0; i++)
+                        if (snprintf(mount, sizeof mount, "%s/%s", root, mounts[i]) < (int)sizeof mount)
+                            q = least_quota(mount, path, quota_v1);
+                }
+                if (q > 0 && (least == 0 || q < least))
+                    least = q;
+            }
+        }
+        line = eol ? eol + 1 : NULL;
+    }
+    return least;
+}
+
+int mp_cpu_usable(void)
+{
+    int n = mp_cpu_count();
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int allowed = CPU_COUNT(&set);
+        if (allowed > 0 && allowed < n)
+            n = allowed;
+    }
+    char buf[8192];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        const size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        const double quota = mp_cgroup_cpu_quota(buf, "/sys/fs/cgroup");
+        if (quota > 0) {
+            const int whole = quota < 1 ? 1 : (int)quota; /* more threads than the quota's CPUs stall */
+            if (whole < n)
+                n = whole;
+        }
+    }
+#endif
+    return n;
+}
