@@ -4,8 +4,9 @@
  * warnings for a cost file of another machine); the usable count is every command's default
  * thread count. They differ under taskset or numactl, in a container given some of the CPUs
  * (`docker --cpuset-cpus`, a batch scheduler's allocation) or a share of their time (`docker
- * --cpus`, a Kubernetes CPU limit): a pool of one thread per online CPU there spins on CPUs it
- * does not have, and every region waits for threads that are not running. */
+ * --cpus`, a Kubernetes CPU limit): a pool of one thread per online CPU there has more threads
+ * than CPUs, whose polls between regions take the time slices of the threads with work, and under
+ * a quota get the whole cgroup throttled. */
 #ifndef MP_RUNTIME_CPUS_H
 #define MP_RUNTIME_CPUS_H
 

@@ -26,6 +26,11 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
     mp_status st = mp_session_resolve_sizes(m, sp, &n_ctx, &n_batch, err);
     if (st)
         return st;
+    const int usable = mp_cpu_usable();
+    if (sp->n_threads > usable)
+        fprintf(stderr, "moeplan: warning: %d threads, more than the %d CPU%s this process may use (its affinity "
+                "mask, at most its cgroup's CPU quota): the threads take each other's time slices\n",
+                sp->n_threads, usable, usable == 1 ? "" : "s");
     char why[256] = "";
     const bool have_gpu = kind != MP_EXECUTOR_CPU && mp_gpu_available(why, sizeof why);
     const bool placement_named = o->spec || o->file || o->profile;

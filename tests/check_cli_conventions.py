@@ -10,6 +10,7 @@ working 1, in every command.
 
 The moeplan binary is MP_MOEPLAN, the source tree MP_SOURCE_ROOT (tests/meson.build).
 """
+import json
 import os
 import shutil
 import subprocess
@@ -139,6 +140,22 @@ def check(model, costs):
     for ctx in (["-c", "8"], ["--ctx", "8"], ["--ctx=8"], ["--ctx-size", "8"]):
         expect([*long_prompt, *ctx], 1, contains="more than the context of 8")
     dry = ["bench", "-m", model, "-p", "0", "-n", "2", "--dry-run", "--executor", "cpu"]
+    # more threads than the CPUs the process may use: said; as many: not (one allowed CPU, by the
+    # affinity mask the child inherits; runtime/cpus.c)
+    if hasattr(os, "sched_setaffinity"):
+        allowed = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(allowed)})
+        try:
+            expect([*dry, "-t", "2"], 0, contains="warning: 2 threads, more than the 1 CPU this process may use")
+            _, _, err = expect([*dry, "-t", "1"], 0)
+            if "more than the" in err:
+                fail(f"bench -t 1 on one allowed CPU warned: {err.strip()[:300]}")
+            _, out, _ = expect(["bench", "-m", model, "-p", "0", "-n", "1", "-r", "1", "--executor", "cpu",
+                                "-o", "json"], 0)
+            if json.loads(out)["rows"][0]["threads"] != 1:
+                fail(f"bench's default threads on one allowed CPU: {out[:300]}")
+        finally:
+            os.sched_setaffinity(0, allowed)
     same([*dry, "--n-cpu-moe", "1"], [*dry, "--placement", "layers:1"])
     same([*dry, "--n-cpu-moe=2"], [*dry, "--placement=layers:2"])
     same([*dry, "--cpu-moe"], [*dry, "--placement", "cpu"])
