@@ -50,8 +50,9 @@ static double quota_v2(const char *dir)
         return 0;
     const char *s = line;
     double quota, period;
-    if (!read_number(&s, &quota) || !read_number(&s, &period) || quota <= 0 || period <= 0)
-        return 0; /* "max ...", or not what the kernel writes */
+    if (!read_number(&s, &quota) || !read_number(&s, &period) || !(quota > 0 && quota < 1e18) ||
+        !(period > 0 && period < 1e18))
+        return 0; /* "max ...", or not what the kernel writes (nan, inf) */
     return quota / period;
 }
 
@@ -64,8 +65,8 @@ static double quota_v1(const char *dir)
     for (int i = 0; i < 2; i++) {
         const char *s = line;
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path ||
-            !read_line(path, line, sizeof line) || !read_number(&s, &v[i]) || v[i] <= 0)
-            return 0; /* a quota of -1: none */
+            !read_line(path, line, sizeof line) || !read_number(&s, &v[i]) || !(v[i] > 0 && v[i] < 1e18))
+            return 0; /* a quota of -1: none; nan or inf: not what the kernel writes */
     }
     return v[0] / v[1];
 }
@@ -163,11 +164,8 @@ int mp_cpu_usable(void)
         fclose(f);
         buf[got] = '\0';
         const double quota = mp_cgroup_cpu_quota(buf, "/sys/fs/cgroup");
-        if (quota > 0) {
-            const int whole = quota < 1 ? 1 : (int)quota; /* more threads than the quota's CPUs stall */
-            if (whole < n)
-                n = whole;
-        }
+        if (quota > 0 && quota < n) /* rounded down: a thread beyond the quota gets the cgroup throttled */
+            n = quota < 1 ? 1 : (int)quota;
     }
 #endif
     return n;

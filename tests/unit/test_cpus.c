@@ -82,6 +82,10 @@ Test(cpus, unreadable_or_foreign_text_is_no_quota)
     cr_assert_float_eq(mp_cgroup_cpu_quota("0::/a\n", root), 0.0, 1e-12);
     put("a/cpu.max", "100000 0\n");
     cr_assert_float_eq(mp_cgroup_cpu_quota("0::/a\n", root), 0.0, 1e-12);
+    put("a/cpu.max", "inf 100000\n");
+    cr_assert_float_eq(mp_cgroup_cpu_quota("0::/a\n", root), 0.0, 1e-12);
+    put("a/cpu.max", "nan 100000\n");
+    cr_assert_float_eq(mp_cgroup_cpu_quota("0::/a\n", root), 0.0, 1e-12);
     put("a/cpu.max", "");
     cr_assert_float_eq(mp_cgroup_cpu_quota("0::/a\n", root), 0.0, 1e-12);
     static const char *const junk[] = {"", "\n", "0::", "0::relative\n", "garbage", "0:/a", ":::::"};
