@@ -21,7 +21,6 @@
 #include "runtime/decide.h"
 #include "runtime/gpu.h"
 #include "runtime/cpus.h"
-#include "runtime/threadpool.h"
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"

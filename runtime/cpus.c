@@ -30,7 +30,8 @@ static bool read_line(const char *path, char *buf, size_t cap)
     return ok && buf[0] != '\0';
 }
 
-/* A whole decimal number at *s (leading blanks allowed), advancing *s past it; false otherwise. */
+/* A number at *s as strtod reads one (leading blanks allowed; the callers refuse inf and nan),
+ * advancing *s past it; false when there is none. */
 static bool read_number(const char **s, double *out)
 {
     char *end;

@@ -5,11 +5,10 @@
 #include <string.h>
 
 #include "runtime/costs.h"
+#include "runtime/cpus.h"
 #include "runtime/decide.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
-#include "runtime/cpus.h"
-#include "runtime/threadpool.h"
 
 bool mp_placement_opts_given(const mp_placement_opts *o)
 {

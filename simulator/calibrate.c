@@ -16,7 +16,6 @@
 #include "base/clock.h"
 #include "kernels/quant.h"
 #include "runtime/cpus.h"
-#include "runtime/threadpool.h"
 #include "simulator/calibrate_impl.h"
 
 void mp_calib_say(const mp_calib_opts *o, const char *fmt, ...)

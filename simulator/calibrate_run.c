@@ -24,7 +24,6 @@
 #include "runtime/decide.h"
 #include "runtime/gpu_module.h"
 #include "runtime/cpus.h"
-#include "runtime/threadpool.h"
 #include "simulator/calibrate_impl.h"
 
 /* ---- machine facts ---- */
