@@ -15,6 +15,7 @@
 #include "collector/import.h"
 #include "collector/trace.h"
 #include "kernels/quant.h"
+#include "runtime/decide.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/strp.h"
