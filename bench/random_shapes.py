@@ -28,6 +28,11 @@ of SEED (and its gpt-oss ones, as above) that `mkmodel` accepts, separated by ';
 bench/shape_sweep.sh's SHAPES: the GPU executor, calibrate and plan on shapes no preset has, on the
 GPU machine (`SWEEP_SHAPES="$(python3 bench/random_shapes.py --specs build/cli/moeplan 6 5)" bash
 scripts/gpu.sh shape-sweep`; mkmodel runs where the script does, in a temporary folder it removes).
+
+--mid (first, before either form) draws instead shapes of the size published models have, in fewer
+layers (mid_shape: up to 256 experts, top-16, hidden 3072, expert FFN 2048, a router skew; at most
+3 GiB of experts), each architecture among them, from a stream of their own: where a rule tuned on
+small shapes or on the presets meets a model's real sizes.
 """
 import json
 import os
@@ -68,6 +73,48 @@ def shape(rng, arch=None, quant=None):
     if rng.random() < 0.25:  # experts in a block of 32 (every size drawn is a multiple of 32)
         s["type-experts"] = rng.choice(["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "MXFP4"])
         s["layer-mix"] = "uniform"  # the llama layer mix is the q4_k_m/q5_k_m recipe's only
+    return s
+
+
+MID_QUANTS = ["q4_k_m", "q4_k_m", "q5_k_m", "q3_k_m", "q2_k", "q8_0"]
+MID_BYTES_MAX = 3 << 30  # the routed experts' bytes at most: a mid shape's model is made in seconds
+
+
+def mid_shape(rng):
+    """A shape of the size published models have, in fewer layers (--mid): 4-12 layers, 4-256 experts
+    (half of the time a count models ship with), top-1 to top-16, hidden 1024-3072 and expert FFN
+    256-2048 (a sixth of them any multiple of 32), 8-32 heads of 64 or 128, a quant mix, for a fifth
+    the experts in a block-of-32 type, and a router popularity skew of 0-1.2; layers and then experts
+    are cut until the experts' weights fit MID_BYTES_MAX at 8.5 bits a weight."""
+    arch = rng.choice(["qwen3moe", "olmoe", "mixtral", "qwen2moe", "gpt-oss"])
+    quant = rng.choice(MID_QUANTS)
+    if rng.random() < 0.5:
+        experts = rng.choice([8, 16, 32, 60, 64, 128, 160, 256])
+    else:
+        experts = rng.randint(2 if arch == "mixtral" else 4, 256)
+    top_k = min(experts, rng.choice([1, 2, 2, 4, 4, 6, 8, 8, 10, 16]))
+    hidden = 256 * rng.randint(4, 12)
+    ff = 32 * rng.randint(8, 64) if rng.random() < 1 / 6 else 256 * rng.randint(1, 8)
+    heads = rng.choice([8, 16, 32])
+    head_dim = rng.choice([64, 128])
+    layers = rng.randint(4, 12)
+    per_expert = 3 * hidden * ff * 17 // 16  # bytes at 8.5 bits a weight
+    while layers > 3 and layers * experts * per_expert > MID_BYTES_MAX:
+        layers -= 1
+    experts = max(top_k, min(experts, MID_BYTES_MAX // (layers * per_expert)))
+    s = {
+        "arch": arch, "quant": quant, "layers": layers, "experts": experts, "top-k": top_k, "hidden": hidden,
+        "expert-ff": ff, "heads": heads, "kv-heads": rng.choice([d for d in (1, 2, 4, 8) if heads % d == 0]),
+        "head-dim": head_dim, "skew": round(rng.uniform(0, 1.2), 2),
+        "layer-mix": "llama" if quant in ("q4_k_m", "q5_k_m") and rng.random() < 0.5 else "uniform",
+    }
+    if arch == "qwen2moe":
+        s["shared-ff"] = 256 * rng.randint(2, 16)
+    if arch == "gpt-oss":
+        s["sliding-window"] = rng.choice([64, 128])
+    if rng.random() < 0.2:
+        s["type-experts"] = rng.choice(["Q4_0", "Q8_0", "IQ4_NL", "MXFP4", "IQ4_XS"])
+        s["layer-mix"] = "uniform"
     return s
 
 
@@ -117,8 +164,14 @@ def whole(name, text, lo):
     return int(text)
 
 
-def shapes(n, seed):
-    """(i, shape) of seed's n shapes, then its (n + 4) // 5 gpt-oss ones from a stream of their own."""
+def shapes(n, seed, mid=False):
+    """(i, shape) of seed's n shapes, then its (n + 4) // 5 gpt-oss ones from a stream of their own;
+    with mid, n mid_shape()s from a stream of their own (gpt-oss among them)."""
+    if mid:
+        rng_mid = random.Random("mid %d" % seed)
+        for i in range(n):
+            yield i, mid_shape(rng_mid)
+        return
     rng, rng_oss = random.Random(seed), random.Random("gpt-oss %d" % seed)
     for i in range(n + (n + 4) // 5):
         yield i, shape(rng) if i < n else gptoss_shape(rng_oss)
@@ -128,12 +181,12 @@ def flags_of(s):
     return [a for k, v in s.items() for a in ("--" + k, str(v))]
 
 
-def specs(moeplan, n, seed):
+def specs(moeplan, n, seed, mid=False):
     """Print the mkmodel flags of seed's shapes that mkmodel accepts (the first n, then gpt-oss
     ones, as many as main() would run), ';' between them."""
     out, tmp = [], tempfile.mkdtemp(prefix="mp_shape_specs_")
     try:
-        for _, s in shapes(n, seed):
+        for _, s in shapes(n, seed, mid):
             flags = flags_of(s)
             p = subprocess.run([moeplan, "mkmodel", "--quiet", "--force", "-o", os.path.join(tmp, "m.gguf")] + flags,
                                capture_output=True, text=True)
@@ -147,21 +200,24 @@ def specs(moeplan, n, seed):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "--specs":
-        specs(sys.argv[2], whole("N", sys.argv[3], 1), whole("SEED", sys.argv[4], 0))
+    argv = sys.argv[1:]
+    mid = bool(argv) and argv[0] == "--mid"
+    argv = argv[1:] if mid else argv
+    if len(argv) == 4 and argv[0] == "--specs":
+        specs(argv[1], whole("N", argv[2], 1), whole("SEED", argv[3], 0), mid)
         return
-    if len(sys.argv) < 3 or sys.argv[1].startswith("-"):
-        sys.exit("usage: bench/random_shapes.py MOEPLAN OUTDIR [N=40] [SEED=1], or --specs MOEPLAN N SEED")
-    moeplan, out = sys.argv[1], sys.argv[2]
-    n = whole("N", sys.argv[3], 1) if len(sys.argv) > 3 else 40
-    seed = whole("SEED", sys.argv[4], 0) if len(sys.argv) > 4 else 1
+    if len(argv) < 2 or argv[0].startswith("-"):
+        sys.exit("usage: bench/random_shapes.py [--mid] MOEPLAN OUTDIR [N=40] [SEED=1], or [--mid] --specs MOEPLAN N SEED")
+    moeplan, out = argv[0], argv[1]
+    n = whole("N", argv[2], 1) if len(argv) > 2 else 40
+    seed = whole("SEED", argv[3], 0) if len(argv) > 3 else 1
     os.makedirs(out, exist_ok=True)
     prompts = os.path.join(out, "prompts.json")
     with open(prompts, "w") as f:
         json.dump(["the quick brown fox", "MoE experts on the GPU"], f)
     failed = refused = 0
-    n_oss = (n + 4) // 5
-    for i, s in shapes(n, seed):
+    n_oss = 0 if mid else (n + 4) // 5
+    for i, s in shapes(n, seed, mid):
         d = os.path.join(out, "s%03d" % i)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
@@ -214,8 +270,9 @@ def main():
         if ok:
             print("s%03d ok: %s" % (i, desc))
             os.remove(model)
-    print("random_shapes: %d shapes (seed %d; %d of them gpt-oss): %d ok, %d refused by mkmodel in one line, %d failed" %
-          (n + n_oss, seed, n_oss, n + n_oss - failed - refused, refused, failed))
+    kind = "mid shapes" if mid else "%d of them gpt-oss" % n_oss
+    print("random_shapes: %d shapes (seed %d; %s): %d ok, %d refused by mkmodel in one line, %d failed" %
+          (n + n_oss, seed, kind, n + n_oss - failed - refused, refused, failed))
     sys.exit(1 if failed else 0)
 
 
