@@ -26,8 +26,10 @@ static const mp_knob_choice k_host[] = {
 
 #define FIELD(f) offsetof(mp_knobs, f)
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-/* costs: COSTS where the knob changes what calibrate times (mp_knob_def.costs), else 0 */
-#define COSTS true
+/* costs: COSTS where the knob changes what calibrate times, TUNED where calibrate also chooses it
+ * (mp_knob_def.costs), else 0 */
+#define COSTS MP_KNOB_COSTS_TIMED
+#define TUNED MP_KNOB_COSTS_TUNED
 #define SWITCH(name, f, dflt, costs, doc) {name, MP_KNOB_SWITCH, FIELD(f), 0, 1, 0, {0, 0}, NULL, 0, dflt, costs, doc}
 #define NUMBER(name, f, lo, hi, dflt, costs, doc) \
     {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, dflt, costs, doc}
@@ -44,12 +46,14 @@ static const mp_knob_def k_knobs[] = {
            "avx512 with the prefill GEMMs of Q4_0, Q5_0, IQ4_NL, MXFP4, Q8_0, Q4_K-Q6_K and IQ4_XS on AMX tiles, "
            "where the CPU has AMX and Linux grants the tile state (a type whose tile GEMM fails its check at start "
            "runs avx512's)"),
-    NUMBER("MP_PREFETCH_BYTES", prefetch_bytes, 0, MP_KNOB_PREFETCH_BYTES_MAX, MP_KNOB_PREFETCH_BYTES, COSTS,
+    NUMBER("MP_PREFETCH_BYTES", prefetch_bytes, 0, MP_KNOB_PREFETCH_BYTES_MAX, MP_KNOB_PREFETCH_BYTES, TUNED,
            "how far ahead of its loads each CPU dot product prefetches its weight row, in bytes, rounded down to "
-           "64-byte lines (0: no prefetch instructions); 2048 was the best of 512-4096 for one thread of the H200 "
-           "host's Xeon, none read 10-23 % faster on one AMD Zen 5 core; on the H100 host's 16 threads 8192 ran "
-           "Mixtral at 24 GB 4.5 % faster and the 30B preset at layers:48 2 % slower; GEMVs of four rows at once "
-           "fetch the next four (docs/kernels.md)"),
+           "64-byte lines (0: no prefetch instructions); calibrate times a decode step's CPU experts at 0-16384 "
+           "and records the fastest (the default unless another is over 5 % faster), which run, bench, collect and "
+           "plan given that cost file take where this is unset: the best is the host's (2048 for one thread of the "
+           "H200 host's Xeon, none 10-23 % faster on one AMD Zen 5 core; on the H100 host's 16 threads, beside the "
+           "bus, 8192 ran Mixtral at 24 GB 4.5 % faster and the 30B preset at layers:48 2 % slower); GEMVs of four "
+           "rows at once fetch the next four (docs/kernels.md)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0, COSTS,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
@@ -326,7 +330,19 @@ const char *mp_knob_allowed_text(int i, char *buf, size_t cap)
 
 const char *mp_knob_source_name(mp_knob_source s)
 {
-    return s == MP_KNOB_ENV ? "env" : s == MP_KNOB_FLAG ? "flag" : "default";
+    return s == MP_KNOB_ENV ? "env" : s == MP_KNOB_FLAG ? "flag" : s == MP_KNOB_CALIBRATED ? "calibrated" : "default";
+}
+
+bool mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text)
+{
+    const int i = mp_knob_index(name);
+    int64_t v;
+    if (i < 0 || k_knobs[i].costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT || !text || !*text ||
+        !parse(&k_knobs[i], text, &v))
+        return false;
+    store(k, &k_knobs[i], v);
+    k->source[i] = MP_KNOB_CALIBRATED;
+    return true;
 }
 
 const char *mp_knobs_isa_cap(const mp_knobs *k)

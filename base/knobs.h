@@ -50,7 +50,23 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
 
-typedef enum mp_knob_source { MP_KNOB_DEFAULT = 0, MP_KNOB_ENV = 1, MP_KNOB_FLAG = 2 } mp_knob_source;
+/* Where a knob's value came from: its default, the environment, a command's flag, or a calibration
+ * (a tuned knob calibrate chose on this host, or a run took from the cost file: mp_knob_def.costs) */
+typedef enum mp_knob_source {
+    MP_KNOB_DEFAULT = 0,
+    MP_KNOB_ENV = 1,
+    MP_KNOB_FLAG = 2,
+    MP_KNOB_CALIBRATED = 3
+} mp_knob_source;
+
+/* mp_knob_def.costs: what a knob is to calibrate */
+enum {
+    MP_KNOB_COSTS_NONE = 0,  /* calibrate's measurements do not depend on it */
+    MP_KNOB_COSTS_TIMED = 1, /* they do: a run whose value differs from the cost file's is told */
+    MP_KNOB_COSTS_TUNED = 2  /* and calibrate measures and chooses its value where the environment
+                              * leaves it unset; a run given that cost file takes the chosen value
+                              * where the environment leaves it unset (mp_knobs_take_calibrated) */
+};
 
 typedef struct mp_knobs {
     /* CPU kernels and the CPU executor */
@@ -96,8 +112,9 @@ typedef struct mp_knob_def {
     const mp_knob_choice *choices; /* choice: (n_choices) words */
     int n_choices;
     int64_t dflt;               /* switch 0/1, the number, or the choice's value */
-    bool costs;                 /* it changes what calibrate times: a run whose value differs from the
-                                 * cost file's ($.device.knobs) is told (mp_decide_other_knobs) */
+    uint8_t costs;              /* MP_KNOB_COSTS_*: TIMED or TUNED, it changes what calibrate times (a
+                                 * run whose value differs from the cost file's $.device.knobs is told:
+                                 * mp_decide_other_knobs) */
     const char *doc;            /* one line */
 } mp_knob_def;
 
@@ -132,7 +149,13 @@ int64_t mp_knob_value(const mp_knobs *k, int i);
 const char *mp_knob_value_text(const mp_knobs *k, int i, char *buf, size_t cap);
 const char *mp_knob_default_text(int i, char *buf, size_t cap);
 const char *mp_knob_allowed_text(int i, char *buf, size_t cap);
-const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag" */
+const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag", "calibrated" */
+
+/* Take a cost file's value of one knob ($.device.knobs: name, text as the environment spells it)
+ * where it is a tuned knob (MP_KNOB_COSTS_TUNED) that k has at its default: set, source
+ * MP_KNOB_CALIBRATED, true. false and k unchanged otherwise: another knob, one set by the environment
+ * or a flag, a value this build does not allow. */
+bool mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text);
 
 /* The cap MP_ISA sets for kernels/quant.h's mp_kernels_set_isa_cap: NULL (best) or the level. */
 const char *mp_knobs_isa_cap(const mp_knobs *k);

@@ -35,6 +35,7 @@
 #include "runtime/model.h"
 #include "runtime/engine.h"
 #include "runtime/gpu.h"
+#include "runtime/knobs_apply.h"
 #include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -488,7 +489,12 @@ int mp_cmd_collect(int argc, char **argv, const mp_knobs *knobs)
         fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
         return st == MP_ERR_ARG ? 2 : 1;
     }
-    collect_run c = {.o = &o, .knobs = knobs, .results_out = {.fd = -1}};
+    mp_knobs k = *knobs; /* with a cost file's tuned knobs where the environment left them */
+    if (o.placement.costs && mp_knobs_take_costs(&k, "--costs", o.placement.costs, &err)) {
+        fprintf(stderr, "moeplan collect: error: %s\n", err.msg);
+        return 1;
+    }
+    collect_run c = {.o = &o, .knobs = &k, .results_out = {.fd = -1}};
     if (!(st = start(&c, &err)) && !(st = open_trace(&c, &err)) && !(st = run_prompts(&c, &err)))
         st = finish(&c, &err);
     if (st)

@@ -70,7 +70,9 @@ static int print_json(const mp_knobs *k)
              add_value(o, "default", d, d->dflt, mp_knob_default_text(i, dflt, sizeof dflt)) &&
              cJSON_AddStringToObject(o, "source", mp_knob_source_name((mp_knob_source)k->source[i])) &&
              cJSON_AddStringToObject(o, "allowed", mp_knob_allowed_text(i, allowed, sizeof allowed)) &&
-             cJSON_AddBoolToObject(o, "costs", d->costs) && cJSON_AddStringToObject(o, "doc", d->doc);
+             cJSON_AddBoolToObject(o, "costs", d->costs != MP_KNOB_COSTS_NONE) &&
+             cJSON_AddBoolToObject(o, "calibrated", d->costs == MP_KNOB_COSTS_TUNED) &&
+             cJSON_AddStringToObject(o, "doc", d->doc);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -97,7 +99,9 @@ static void print_doc(void)
         char dflt[64], allowed[128];
         printf("| `%s` | `", mp_knob_at(i)->name);
         cell(mp_knob_allowed_text(i, allowed, sizeof allowed));
-        printf("` | `%s` | %s | ", mp_knob_default_text(i, dflt, sizeof dflt), mp_knob_at(i)->costs ? "yes" : "no");
+        const int costs = mp_knob_at(i)->costs;
+        printf("` | `%s` | %s | ", mp_knob_default_text(i, dflt, sizeof dflt),
+               costs == MP_KNOB_COSTS_TUNED ? "chosen by calibrate" : costs ? "yes" : "no");
         cell(mp_knob_at(i)->doc);
         printf(" |\n");
     }

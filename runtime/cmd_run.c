@@ -369,6 +369,10 @@ int mp_cmd_run_with(int argc, char **argv, const mp_route_replay_api *replay, co
         mp_knobs_set(&k, "MP_ISA", "scalar", MP_KNOB_FLAG, &err);
         mp_knobs_apply_kernels(&k);
     }
+    if (o.pl.costs && mp_knobs_take_costs(&k, "--costs", o.pl.costs, &err)) {
+        fprintf(stderr, "moeplan run: error: %s\n", err.msg);
+        return 1;
+    }
     if (generate(&o, replay, &k, &err) != MP_OK) {
         fflush(stdout);
         fprintf(stderr, "moeplan run: error: %s\n", err.msg);

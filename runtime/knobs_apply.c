@@ -1,7 +1,11 @@
 /* runtime/knobs_apply.c — the knobs' reach into the kernels (knobs_apply.h). */
 #include "runtime/knobs_apply.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "kernels/quant.h"
+#include "runtime/costs.h"
 #include "runtime/threadpool.h"
 
 _Static_assert(MP_KNOB_PREFETCH_BYTES == MP_PREFETCH_BYTES_DEFAULT &&
@@ -21,4 +25,23 @@ mp_status mp_knobs_start(mp_knobs *k, mp_error *err)
     if (!st)
         mp_knobs_apply_kernels(k);
     return st;
+}
+
+mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, mp_error *err)
+{
+    mp_costs c;
+    mp_status st = mp_costs_load(path, &c, err);
+    if (st)
+        return mp_error_prefix(err, "%s", flag);
+    for (int i = 0; i < mp_knob_count() && i < MP_KNOBS_MAX; i++) {
+        char dflt[64];
+        if (!c.knobs.set[i] || !mp_knobs_take_calibrated(k, mp_knob_at(i)->name, c.knobs.value[i]) ||
+            !strcmp(c.knobs.value[i], mp_knob_default_text(i, dflt, sizeof dflt)))
+            continue;
+        fprintf(stderr, "moeplan: %s=%s, as calibrated in %s (set %s to choose another)\n", mp_knob_at(i)->name,
+                c.knobs.value[i], path, mp_knob_at(i)->name);
+    }
+    mp_costs_free(&c);
+    mp_knobs_apply_kernels(k);
+    return MP_OK;
 }

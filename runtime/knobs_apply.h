@@ -13,5 +13,11 @@ void mp_knobs_apply_kernels(const mp_knobs *k);
 /* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
  * benchmark program). */
 mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
+/* The cost file at path's values ($.device.knobs) of the tuned knobs (MP_KNOB_COSTS_TUNED: calibrate
+ * chose them on its host) that k has at their defaults: taken (source MP_KNOB_CALIBRATED,
+ * mp_knobs_take_calibrated), then mp_knobs_apply_kernels; a line on stderr for each taken value
+ * that is not the default. For the commands given --costs (run, bench, collect, plan), before
+ * their session starts. The file's own one-line error when it does not load (flag names it). */
+mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, mp_error *err);
 
 #endif

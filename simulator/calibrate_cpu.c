@@ -196,6 +196,13 @@ static void prefault(const void *p, size_t n)
     (void)sink;
 }
 
+void mp_calib_prefault_experts(const mp_layer *L)
+{
+    prefault(L->gate_exps.data, L->gate_exps.nbytes);
+    prefault(L->up_exps.data, L->up_exps.nbytes);
+    prefault(L->down_exps.data, L->down_exps.nbytes);
+}
+
 static int find_kinds(const mp_model *m, expert_kind *kinds, int max_kinds)
 {
     int n = 0;
@@ -255,12 +262,8 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
             mp_calib_say(o, "calibrate: note: %s experts total %.1f MiB, under 4x the %.1f MiB last-level cache: "
                             "the CPU expert times are cache-warm, not memory-bound", quant,
                          rotation_bytes / 1048576.0, (double)llc / 1048576.0);
-        for (int li = 0; li < kind->n_layers; li++) {
-            const mp_layer *L = &m->layers[kind->layers[li]];
-            prefault(L->gate_exps.data, L->gate_exps.nbytes);
-            prefault(L->up_exps.data, L->up_exps.nbytes);
-            prefault(L->down_exps.data, L->down_exps.nbytes);
-        }
+        for (int li = 0; li < kind->n_layers; li++)
+            mp_calib_prefault_experts(&m->layers[kind->layers[li]]);
         int64_t next = 0; /* rotation counter over (layer, expert) of this kind */
         for (int ti = 0; ti < o->n_threads; ti++) {
             const int t = o->threads[ti];

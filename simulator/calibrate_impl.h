@@ -54,6 +54,25 @@ int mp_calib_concurrent_ks(const mp_model *m, int *ks);
 void mp_calib_fill(float *x, int64_t n, uint64_t *state);
 
 
+/* Every page of layer L's expert tensors mapped into this process (calibrate_cpu.c): the model is
+ * mmap'd, and a benchmark that rotates over thousands of experts would otherwise time the kernel's
+ * page-fault path in each repetition. */
+void mp_calib_prefault_experts(const mp_layer *L);
+
+/* The tuned knobs (calibrate_tune.c). MP_PREFETCH_BYTES: where k has it at its default, a decode
+ * step's CPU experts (one row, top_k experts, the largest thread count) timed at each candidate
+ * distance, alternated round by round; the fastest median is taken when it beats the default's by
+ * more than MP_CALIB_PREFETCH_MARGIN (mp_calib_prefetch_pick), set in k (source calibrated) and in
+ * the kernels, and *out gets {"knob", "threads", "experts_a_call", "rounds", "calls_a_round",
+ * "margin", "points": [{"bytes", "median_ns", "spread_ns"}], "chosen"}. Where the environment set
+ * it, nothing is timed and *out is {"knob", "chosen", "why"}. */
+#define MP_CALIB_PREFETCH_MARGIN 0.05
+mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_knobs *k, cJSON **out,
+                                 mp_error *err);
+/* Of n candidates (bytes[i], median_ns[i]; a median <= 0 is not measured), the fastest where its
+ * median is under (1 - margin) x the default's, else dflt (also when dflt is not among them). */
+int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *median_ns, int n, int64_t dflt, double margin);
+
 /* Appends the cpu_expert entries to arr; adds facts (rotation footprint, caches) to device. */
 mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
                                mp_error *err);

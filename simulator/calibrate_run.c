@@ -63,10 +63,6 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
         !cJSON_AddNumberToObject(device, "reps", o->reps) ||
         !cJSON_AddBoolToObject(device, "quick", o->quick))
         return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
-    /* the knobs it measured under (docs/config.md), as bench rows and traces record theirs */
-    mp_knobs defaults;
-    if (!mp_knobs_add_json(mp_knobs_or_defaults(o->knobs, &defaults), device))
-        return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
     return MP_OK;
 }
 
@@ -157,6 +153,22 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
     }
     if ((st = add_facts(o, m, device, err)))
         goto out;
+    /* the tuned knobs (after the hash has brought the weights into the page cache), before every
+     * other measurement: those run under them; then the knobs it measured under (docs/config.md),
+     * as bench rows and traces record theirs */
+    mp_knobs tuned;
+    mp_calib_opts run = *o;
+    tuned = *mp_knobs_or_defaults(o->knobs, &tuned);
+    run.knobs = &tuned;
+    o = &run;
+    cJSON *prefetch = NULL;
+    if ((st = mp_calib_tune_prefetch(m, o, &tuned, &prefetch, err)))
+        goto out;
+    cJSON_AddItemToObject(device, "prefetch_tuning", prefetch);
+    if (!mp_knobs_add_json(&tuned, device)) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto out;
+    }
     if ((st = mp_calib_cpu_experts(m, o, cpu, device, err)) || (st = mp_calib_combine(m, o, combine, err)))
         goto out;
 

@@ -25,6 +25,7 @@
 #include "runtime/engine.h"
 #include "runtime/bench.h"
 #include "runtime/executor.h"
+#include "runtime/knobs_apply.h"
 #include "runtime/gpu.h"
 #include "runtime/decide.h"
 #include "base/numparse.h"
@@ -387,7 +388,6 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : 2;
-    o.knobs = knobs;
     mp_error err;
     /* the rows the check decodes: the trace's first n + 1 (a 1-token prompt, then n steps) */
     mp_sim_trace t;
@@ -409,6 +409,12 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
         fprintf(stderr, "moeplan plan: error: %s exists (use --force to replace it)\n", o.out);
         return 1;
     }
+    mp_knobs k = *knobs; /* with the cost file's tuned knobs where the environment left them */
+    if (mp_knobs_take_costs(&k, "--costs", o.costs, &err)) {
+        fprintf(stderr, "moeplan plan: error: %s\n", err.msg);
+        return 1;
+    }
+    o.knobs = &k;
     mp_simulate_result *made = calloc(1, sizeof *made), *chk = calloc(1, sizeof *chk), *at = NULL; /* large */
     if (!made || !chk) {
         free(made), free(chk);

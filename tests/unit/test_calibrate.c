@@ -22,6 +22,7 @@
 #include "runtime/model.h"
 #include "simulator/calibrate_impl.h"
 #include "runtime/costs.h"
+#include "tests/unit/cli_util.h"
 
 static char dir[256], model[512];
 
@@ -183,6 +184,119 @@ Test(calibrate, quick_run_writes_a_cost_file_that_loads)
     cJSON_Delete(root);
     mp_model_free(m);
     mp_costs_free(&c);
+}
+
+/* sh run in the test's directory with MP_MOEPLAN as $M; its exit status */
+static int run_sh(const char *sh)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && M='%s' && %s", dir, getenv("MP_MOEPLAN"), sh);
+    const int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* the JSON file name in the test's directory, parsed */
+static cJSON *json_in_dir(const char *name)
+{
+    char path[600];
+    path_in_dir(path, sizeof path, name);
+    char *text = mp_test_slurp(path);
+    cr_assert_not_null(text, "%s not written", path);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "%s: not JSON: %s", path, text);
+    free(text);
+    return j;
+}
+
+/* calibrate chooses MP_PREFETCH_BYTES from its timed candidates and records it as calibrated; a
+ * bench given that cost file takes the file's value where the environment leaves the knob unset
+ * (and says so), keeps the environment's where it is set, and refuses a file that does not load */
+Test(calibrate, chooses_the_prefetch_distance_that_runs_take)
+{
+    static char out[1 << 16];
+    cr_assert_eq(run_cli("calibrate -m tiny.gguf --out costs.json --quick --threads 2 --rows 1 --reps 3", out, sizeof out),
+                 0, "%s", out);
+    cr_assert_not_null(strstr(out, "calibrate: prefetch distance, 2 threads, "), "%s", out);
+    cJSON *root = json_in_dir("costs.json");
+    cJSON *dev = cJSON_GetObjectItem(root, "device"), *t = cJSON_GetObjectItem(dev, "prefetch_tuning");
+    cr_assert(cJSON_IsObject(t), "device.prefetch_tuning missing");
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "knob")->valuestring, "MP_PREFETCH_BYTES");
+    const cJSON *points = cJSON_GetObjectItem(t, "points"), *p;
+    cr_assert_eq(cJSON_GetArraySize(points), 6);
+    bool chosen_timed = false;
+    const double chosen = cJSON_GetObjectItem(t, "chosen")->valuedouble;
+    cJSON_ArrayForEach(p, points)
+    {
+        cr_assert(cJSON_GetObjectItem(p, "median_ns")->valuedouble > 0);
+        chosen_timed = chosen_timed || cJSON_GetObjectItem(p, "bytes")->valuedouble == chosen;
+    }
+    cr_assert(chosen_timed, "chosen %g is none of the timed distances", chosen);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs"), "MP_PREFETCH_BYTES")->valuedouble, chosen);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs_set"), "MP_PREFETCH_BYTES")->valuestring,
+                     "calibrated");
+
+    /* the file as another host's calibration would have it: 8192 chosen */
+    cJSON_SetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs"), "MP_PREFETCH_BYTES"), 8192);
+    char *text = cJSON_Print(root), path[600];
+    path_in_dir(path, sizeof path, "c8.json");
+    FILE *f = fopen(path, "w");
+    cr_assert(f && fputs(text, f) >= 0 && fclose(f) == 0);
+    free(text);
+    cJSON_Delete(root);
+    const struct {
+        const char *env;
+        double now;
+        const char *source;
+        bool said;
+    } runs[] = {{"", 8192, "calibrated", true}, {"MP_PREFETCH_BYTES=1024 ", 1024, "env", false}};
+    for (int i = 0; i < 2; i++) {
+        char sh[600];
+        snprintf(sh, sizeof sh, "%s\"$M\" bench -m tiny.gguf --costs c8.json --executor cpu -t 1 -p 0 -n 2 -r 1 "
+                 "-o json > b.json 2> b.err", runs[i].env);
+        cr_assert_eq(run_sh(sh), 0, "%s", sh);
+        cJSON *b = json_in_dir("b.json");
+        const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(b, "rows"), 0);
+        cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "knobs"), "MP_PREFETCH_BYTES")->valuedouble,
+                     runs[i].now, "%s", runs[i].env);
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "knobs_set"), "MP_PREFETCH_BYTES")->valuestring,
+                         runs[i].source);
+        cJSON_Delete(b);
+        path_in_dir(path, sizeof path, "b.err");
+        char *err = mp_test_slurp(path);
+        cr_assert_eq(strstr(err, "moeplan: MP_PREFETCH_BYTES=8192, as calibrated in c8.json") != NULL, runs[i].said,
+                     "%s", err);
+        free(err);
+    }
+    /* a cost file that does not load stops the run before it starts, naming the flag */
+    cr_assert_eq(run_sh("echo '{}' > bad.json && \"$M\" bench -m tiny.gguf --costs bad.json --executor cpu -p 0 -n 2 "
+                        "-r 1 > b.json 2> b.err"),
+                 1);
+    path_in_dir(path, sizeof path, "b.err");
+    char *err = mp_test_slurp(path);
+    cr_assert_not_null(strstr(err, "moeplan bench: error: --costs: "), "%s", err);
+    cr_assert_eq(strchr(err, '\n'), err + strlen(err) - 1, "one line: %s", err);
+    free(err);
+}
+
+/* the pick: the fastest only where it beats the default by more than the margin */
+Test(calibrate, prefetch_pick_keeps_the_default_within_the_margin)
+{
+    const int64_t bytes[] = {0, 1024, 2048, 4096};
+    const struct {
+        double ns[4];
+        int64_t want;
+    } cases[] = {
+        {{100, 100, 100, 100}, 2048},   /* ties: the default */
+        {{96, 99, 100, 101}, 2048},     /* 4 % faster: inside a 5 % margin */
+        {{94, 99, 100, 101}, 0},        /* 6 % faster */
+        {{100, 99, 100, 80}, 4096},     /* the fastest, not the first faster */
+        {{50, 99, 0, 101}, 2048},       /* the default not measured: the default */
+        {{0, 0, 0, 0}, 2048},           /* none measured */
+        {{120, 130, 100, 140}, 2048},   /* the default the fastest */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_eq(mp_calib_prefetch_pick(bytes, cases[i].ns, 4, 2048, 0.05), cases[i].want, "case %zu", i);
+    cr_assert_eq(mp_calib_prefetch_pick(bytes, cases[2].ns, 4, 512, 0.05), 512, "a default not among them");
 }
 
 Test(calibrate, rejects_bad_flags)

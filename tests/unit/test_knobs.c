@@ -313,6 +313,44 @@ Test(knobs, apply_sets_the_prefetch_distance)
     cr_assert_eq(mp_kernels_prefetch_bytes(), MP_KNOB_PREFETCH_BYTES);
 }
 
+/* A cost file's value of a tuned knob is taken only where the knob is at its default, and only for a
+ * tuned knob, and only a value the knob allows; it is then marked calibrated */
+Test(knobs, take_calibrated_only_over_a_default)
+{
+    int tuned = 0;
+    for (int i = 0; i < mp_knob_count(); i++)
+        tuned += mp_knob_at(i)->costs == MP_KNOB_COSTS_TUNED;
+    cr_assert_geq(tuned, 1, "no knob is tuned by calibrate");
+    const int at = mp_knob_index("MP_PREFETCH_BYTES");
+    cr_assert_eq(mp_knob_at(at)->costs, MP_KNOB_COSTS_TUNED);
+    mp_knobs k;
+    mp_knobs_defaults(&k);
+    cr_assert(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", "8192"));
+    cr_assert_eq(k.prefetch_bytes, 8192);
+    cr_assert_eq(k.source[at], MP_KNOB_CALIBRATED);
+    cr_assert_str_eq(mp_knob_source_name(MP_KNOB_CALIBRATED), "calibrated");
+    /* taken once: a second file's value does not replace it, nor the environment's */
+    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", "0"));
+    cr_assert_eq(k.prefetch_bytes, 8192);
+    mp_knobs_defaults(&k);
+    set_ok(&k, "MP_PREFETCH_BYTES", "1024");
+    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", "8192"));
+    cr_assert_eq(k.prefetch_bytes, 1024);
+    cr_assert_eq(k.source[at], MP_KNOB_ENV);
+    /* values the knob refuses, knobs calibrate does not choose, names that are none */
+    mp_knobs_defaults(&k);
+    const char *const bad[] = {"65600", "+8", "8k", "", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", bad[i]), "%s", bad[i]);
+        cr_assert_eq(k.prefetch_bytes, MP_KNOB_PREFETCH_BYTES);
+        cr_assert_eq(k.source[at], MP_KNOB_DEFAULT);
+    }
+    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", NULL));
+    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_POOL_PIN", "1"));
+    cr_assert_not(k.pool_pin);
+    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_NO_SUCH_KNOB", "1"));
+}
+
 /* `moeplan config`: a header and one line per knob, in table order, with the environment's value
  * and source; --json the same as objects; an unknown argument exits 2. */
 Test(knobs, config_lists_every_knob)
@@ -332,7 +370,7 @@ Test(knobs, config_lists_every_knob)
         cr_assert(!strncmp(line, d->name, n) && line[n] == ' ', "line %d is not %s: %.80s", i + 1, d->name, line);
         const char *end = strchr(line, '\n');
         cr_assert_not_null(end);
-        char text[512];
+        char text[1024];
         snprintf(text, sizeof text, "%.*s", (int)(end - line), line);
         cr_assert_not_null(strstr(text, d->doc), "%s: no doc line in '%s'", d->name, text);
         char dflt[64], want[160];

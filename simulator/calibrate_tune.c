@@ -1,0 +1,171 @@
+/* simulator/calibrate_tune.c — the knobs `moeplan calibrate` chooses on its host (base/knobs.h,
+ * MP_KNOB_COSTS_TUNED) before it measures anything else, so that every cost is measured under the
+ * chosen values and a run given the cost file takes them (runtime/knobs_apply.h,
+ * mp_knobs_take_costs).
+ *
+ * MP_PREFETCH_BYTES: how far ahead the CPU dots prefetch their weight rows. The best distance is
+ * the host's (its cores, its memory's latency under load): 2048 bytes was the best of 512-4096 on
+ * one thread of a Sapphire Rapids core and beat 8192 by 8-27 % on a Xeon VM's two threads, while one
+ * AMD Zen 5 core read 10-23 % faster with none (bench/NOTES-kernels.md). So calibrate times a decode
+ * step's CPU experts — mp_moe_experts_cpu, the runtime's own call, one row routed to top_k experts
+ * on the largest thread count — at each candidate distance, the candidates alternated round by
+ * round, each call on the experts after the last call's (every expert of every layer in turn, so
+ * that a model larger than the caches is read from memory, and a smaller one from the caches, as its
+ * decode reads it), and keeps the default unless another is faster by more than the margin.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "kernels/quant.h"
+#include "runtime/moe.h"
+#include "runtime/threadpool.h"
+#include "simulator/calibrate_impl.h"
+
+/* The distances timed, in bytes (the default among them) */
+static const int64_t k_candidates[] = {0, 1024, 2048, 4096, 8192, 16384};
+#define N_CANDIDATES ((int)(sizeof k_candidates / sizeof k_candidates[0]))
+/* Calls a candidate runs back to back in each round */
+#define CALLS_A_ROUND 8
+
+int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *median_ns, int n, int64_t dflt, double margin)
+{
+    int best = -1, at_default = -1;
+    for (int i = 0; i < n; i++) {
+        if (!(median_ns[i] > 0))
+            continue;
+        if (bytes[i] == dflt)
+            at_default = i;
+        if (best < 0 || median_ns[i] < median_ns[best])
+            best = i;
+    }
+    if (best < 0 || at_default < 0)
+        return dflt;
+    return median_ns[best] < median_ns[at_default] * (1.0 - margin) ? bytes[best] : dflt;
+}
+
+/* {"knob", "chosen", "why"} for a distance not measured here */
+static cJSON *not_measured(int64_t chosen, const char *why)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && (!cJSON_AddStringToObject(o, "knob", "MP_PREFETCH_BYTES") ||
+              !cJSON_AddNumberToObject(o, "chosen", (double)chosen) || !cJSON_AddStringToObject(o, "why", why))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Times every candidate (ns: N_CANDIDATES x rounds x CALLS_A_ROUND samples, candidate-major) over
+ * the (L) layers with experts */
+static void time_candidates(const mp_model *m, const int64_t *layers, int64_t L, mp_pool *pool,
+                            mp_moe_scratch *scratch, const float *x, float *out, int32_t *ids, float *w, int rounds,
+                            bool quick, double *ns)
+{
+    const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used;
+    const int per = rounds * CALLS_A_ROUND;
+    int64_t next = 0; /* the call's layer and expert group: every expert of every layer in turn */
+    for (int64_t j = 0; j < K; j++)
+        w[j] = 1.0f / (float)K;
+    for (int r = quick ? 0 : -1; r < rounds; r++) { /* round -1: a warm-up, not recorded */
+        for (int c = 0; c < N_CANDIDATES; c++) {
+            const int ci = (c + (r < 0 ? 0 : r)) % N_CANDIDATES; /* each round starts one candidate on */
+            mp_kernels_set_prefetch_bytes(k_candidates[ci]);
+            for (int call = 0; call < CALLS_A_ROUND; call++, next++) {
+                const int64_t layer = layers[next % L], group = next / L;
+                for (int64_t j = 0; j < K; j++)
+                    ids[j] = (int32_t)((group * K + j) % E);
+                const int64_t t0 = mp_now_ns();
+                mp_moe_experts_cpu(m, layer, x, 1, ids, w, NULL, NULL, NULL, out, pool, scratch);
+                if (r >= 0)
+                    ns[ci * per + r * CALLS_A_ROUND + call] = (double)(mp_now_ns() - t0);
+            }
+        }
+    }
+}
+
+mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_knobs *k, cJSON **out, mp_error *err)
+{
+    *out = NULL;
+    const int knob = mp_knob_index("MP_PREFETCH_BYTES");
+    char text[32];
+    if (k->source[knob] != MP_KNOB_DEFAULT) { /* the environment's value is measured, as every knob's */
+        if (!(*out = not_measured(k->prefetch_bytes, "set in the environment: measured at that value")))
+            return mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        return MP_OK;
+    }
+    const int threads = o->threads[o->n_threads - 1], rounds = o->quick ? 3 : 5;
+    const int64_t D = m->hp.n_embd, K = m->hp.n_expert_used;
+    const int per = rounds * CALLS_A_ROUND;
+    mp_pool *pool = mp_pool_new(threads, k->pool_pin);
+    mp_moe_scratch *scratch = mp_moe_scratch_new(&m->hp, 1, threads, k);
+    float *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y), *w = malloc((size_t)K * sizeof *w);
+    int32_t *ids = malloc((size_t)K * sizeof *ids);
+    int64_t *layers = malloc((size_t)m->hp.n_layer * sizeof *layers), n_layers = 0;
+    double *ns = malloc((size_t)N_CANDIDATES * (size_t)per * sizeof *ns), median[N_CANDIDATES];
+    cJSON *res = cJSON_CreateObject(), *points = NULL;
+    mp_status st = MP_OK;
+    if (!pool || !scratch || !x || !y || !w || !ids || !layers || !ns || !res) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory (the prefetch distance's measurement)");
+        goto done;
+    }
+    uint64_t rng = 7;
+    mp_calib_fill(x, D, &rng);
+    for (int64_t il = 0; il < m->hp.n_layer; il++)
+        if (mp_model_expert_bytes(m, il) > 0) {
+            mp_calib_prefault_experts(&m->layers[il]);
+            layers[n_layers++] = il;
+        }
+    time_candidates(m, layers, n_layers, pool, scratch, x, y, ids, w, rounds, o->quick, ns);
+    if (!cJSON_AddStringToObject(res, "knob", "MP_PREFETCH_BYTES") ||
+        !cJSON_AddNumberToObject(res, "threads", threads) || !cJSON_AddNumberToObject(res, "experts_a_call", (double)K) ||
+        !cJSON_AddNumberToObject(res, "rounds", rounds) || !cJSON_AddNumberToObject(res, "calls_a_round", CALLS_A_ROUND) ||
+        !cJSON_AddNumberToObject(res, "margin", MP_CALIB_PREFETCH_MARGIN) ||
+        !(points = cJSON_AddArrayToObject(res, "points"))) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    char line[512];
+    int at = snprintf(line, sizeof line, "calibrate: prefetch distance, %d threads, %" PRId64 " experts a call:", threads, K);
+    for (int ci = 0; ci < N_CANDIDATES; ci++) {
+        cJSON *p = mp_calib_point("bytes", (double)k_candidates[ci], ns + ci * per, per);
+        if (!p || !cJSON_AddItemToArray(points, p)) {
+            cJSON_Delete(p);
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+            goto done;
+        }
+        median[ci] = cJSON_GetObjectItem(p, "median_ns")->valuedouble;
+        if (at > 0 && (size_t)at < sizeof line)
+            at += snprintf(line + at, sizeof line - (size_t)at, " %" PRId64 " B %.1f us%s", k_candidates[ci],
+                           median[ci] / 1000.0, ci + 1 < N_CANDIDATES ? "," : "");
+    }
+    const int64_t chosen =
+        mp_calib_prefetch_pick(k_candidates, median, N_CANDIDATES, k->prefetch_bytes, MP_CALIB_PREFETCH_MARGIN);
+    snprintf(text, sizeof text, "%" PRId64, chosen);
+    if (!mp_knobs_take_calibrated(k, "MP_PREFETCH_BYTES", text)) { /* the table marks it tuned (base/knobs.c) */
+        st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: MP_PREFETCH_BYTES %s: not taken as a calibrated knob", text);
+        goto done;
+    }
+    if (!cJSON_AddNumberToObject(res, "chosen", (double)chosen)) {
+        st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    mp_calib_say(o, "%s; chosen %" PRId64 "%s", line, chosen,
+                 chosen == MP_PREFETCH_BYTES_DEFAULT ? " (the default: no other faster by the margin)" : "");
+    *out = res;
+    res = NULL;
+done:
+    mp_kernels_set_prefetch_bytes(k->prefetch_bytes); /* the choice, or the value as it was */
+    cJSON_Delete(res);
+    mp_moe_scratch_free(scratch);
+    mp_pool_free(pool);
+    free(x);
+    free(y);
+    free(w);
+    free(ids);
+    free(layers);
+    free(ns);
+    return st;
+}
