@@ -62,16 +62,20 @@ void mp_calib_prefault_experts(const mp_layer *L);
 /* The tuned knobs (calibrate_tune.c). MP_PREFETCH_BYTES: where k has it at its default, a decode
  * step's CPU experts (one row, top_k experts, the largest thread count) timed at each candidate
  * distance, alternated round by round; the fastest median is taken when it beats the default's by
- * more than MP_CALIB_PREFETCH_MARGIN (mp_calib_prefetch_pick), set in k (source calibrated) and in
+ * more than MP_CALIB_PREFETCH_MARGIN in most rounds (mp_calib_prefetch_pick), set in k (source calibrated) and in
  * the kernels, and *out gets {"knob", "threads", "experts_a_call", "rounds", "calls_a_round",
  * "margin", "points": [{"bytes", "median_ns", "spread_ns"}], "chosen"}. Where the environment set
  * it, nothing is timed and *out is {"knob", "chosen", "why"}. */
 #define MP_CALIB_PREFETCH_MARGIN 0.05
 mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_knobs *k, cJSON **out,
                                  mp_error *err);
-/* Of n candidates (bytes[i], median_ns[i]; a median <= 0 is not measured), the fastest where its
- * median is under (1 - margin) x the default's, else dflt (also when dflt is not among them). */
-int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *median_ns, int n, int64_t dflt, double margin);
+/* Of n candidates (bytes[i], its rounds x calls samples at ns + i x rounds x calls, a round's calls
+ * together; a median <= 0: not measured), the one of the least median over all its samples where
+ * that median is under (1 - margin) x the default's and its round's median beats the default's in
+ * at least rounds - rounds / 4 of the rounds (all of 3, 4 of 5: a host that drifted in one round
+ * does not pick it); else dflt (also when dflt is not among them, or out of memory). ns is left as it is. */
+int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *ns, int n, int rounds, int calls, int64_t dflt,
+                               double margin);
 
 /* Appends the cpu_expert entries to arr; adds facts (rotation footprint, caches) to device. */
 mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,

@@ -30,20 +30,40 @@ static const int64_t k_candidates[] = {0, 1024, 2048, 4096, 8192, 16384};
 /* Calls a candidate runs back to back in each round */
 #define CALLS_A_ROUND 8
 
-int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *median_ns, int n, int64_t dflt, double margin)
+/* the median of ns[0 .. n) (n >= 1), ns left as it is; tmp holds n */
+static double median_of(const double *ns, int n, double *tmp)
 {
+    memcpy(tmp, ns, (size_t)n * sizeof *tmp);
+    return mp_calib_median(tmp, n);
+}
+
+int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *ns, int n, int rounds, int calls, int64_t dflt,
+                               double margin)
+{
+    const int per = rounds * calls;
+    double *tmp = per > 0 ? malloc((size_t)per * sizeof *tmp) : NULL;
     int best = -1, at_default = -1;
-    for (int i = 0; i < n; i++) {
-        if (!(median_ns[i] > 0))
+    double best_ns = 0, default_ns = 0;
+    for (int i = 0; tmp && i < n; i++) {
+        const double med = median_of(ns + (size_t)i * per, per, tmp);
+        if (!(med > 0))
             continue;
         if (bytes[i] == dflt)
-            at_default = i;
-        if (best < 0 || median_ns[i] < median_ns[best])
-            best = i;
+            at_default = i, default_ns = med;
+        if (best < 0 || med < best_ns)
+            best = i, best_ns = med;
     }
-    if (best < 0 || at_default < 0)
-        return dflt;
-    return median_ns[best] < median_ns[at_default] * (1.0 - margin) ? bytes[best] : dflt;
+    int64_t pick = dflt;
+    if (best >= 0 && at_default >= 0 && best_ns < default_ns * (1.0 - margin)) {
+        int won = 0; /* the rounds whose median the candidate beats the default's in */
+        for (int r = 0; r < rounds; r++)
+            won += median_of(ns + (size_t)best * per + (size_t)r * calls, calls, tmp) <
+                   median_of(ns + (size_t)at_default * per + (size_t)r * calls, calls, tmp);
+        if (won >= rounds - rounds / 4)
+            pick = bytes[best];
+    }
+    free(tmp);
+    return pick;
 }
 
 /* {"knob", "chosen", "why"} for a distance not measured here */
@@ -127,6 +147,9 @@ mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_k
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
+    /* the choice before the points: mp_calib_point sorts each candidate's samples in place */
+    const int64_t chosen = mp_calib_prefetch_pick(k_candidates, ns, N_CANDIDATES, rounds, CALLS_A_ROUND,
+                                                  k->prefetch_bytes, MP_CALIB_PREFETCH_MARGIN);
     char line[512];
     int at = snprintf(line, sizeof line, "calibrate: prefetch distance, %d threads, %" PRId64 " experts a call:", threads, K);
     for (int ci = 0; ci < N_CANDIDATES; ci++) {
@@ -141,8 +164,6 @@ mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_k
             at += snprintf(line + at, sizeof line - (size_t)at, " %" PRId64 " B %.1f us%s", k_candidates[ci],
                            median[ci] / 1000.0, ci + 1 < N_CANDIDATES ? "," : "");
     }
-    const int64_t chosen =
-        mp_calib_prefetch_pick(k_candidates, median, N_CANDIDATES, k->prefetch_bytes, MP_CALIB_PREFETCH_MARGIN);
     snprintf(text, sizeof text, "%" PRId64, chosen);
     if (!mp_knobs_take_calibrated(k, "MP_PREFETCH_BYTES", text)) { /* the table marks it tuned (base/knobs.c) */
         st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: MP_PREFETCH_BYTES %s: not taken as a calibrated knob", text);
