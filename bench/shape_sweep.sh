@@ -3,7 +3,8 @@
 # mkmodel, collect and analyze, calibrate --quick, plan (profile for a budget of about a third of the experts,
 # then its measured decode beside the prediction), and collect again under that profile with an
 # adaptive tier (the budget one expert larger: room for the tier beside the profile), whose trace
-# analyze must accept with every route's path recorded and some routes served by the tier.
+# analyze must accept with every route's path recorded and some routes served by the tier (unless
+# the profile's experts already serve 99 % of the routes).
 #
 #   [MOEPLAN=build/cli/moeplan] [OUT=out/shape-sweep] [SHAPES="spec;spec;..."] [TOKENS=16]
 #   bash bench/shape_sweep.sh
@@ -113,7 +114,11 @@ print(b, b + max(l["bytes_per_expert"] for l in d["moe_layers"]))' "$fixed")
 import json, sys
 s = json.load(open(sys.argv[1]))["routes_served"]
 paths = [s[k] for k in ("gpu", "tier", "cpu", "far", "copy")]
-ok = sum(paths) + s["unknown"] == s["routes"] and s["unknown"] == 0 and s["tier"] > 0
+# some routes on the tier, unless the profile left it next to nothing to catch: under 1 % of the
+# routes off the GPU (a skewed top-1 shape's third of the experts took 99.8 %, and the tier's
+# two admissions were not routed to again in 16 tokens)
+cold = s["cpu"] + s["far"] + s["copy"]
+ok = sum(paths) + s["unknown"] == s["routes"] and s["unknown"] == 0 and (s["tier"] > 0 or 100 * cold < s["routes"])
 print(" / ".join(str(p) for p in paths), f", {s['unknown']}", "" if ok else " (expected every route's path, some on the tier)")
 sys.exit(0 if ok else 1)
 EOF

@@ -73,13 +73,19 @@ static int grid_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k, 
 }
 
 int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
-                           uint64_t fixed_bytes, uint64_t reserve_bytes)
+                           uint64_t fixed_bytes, uint64_t reserve_bytes, uint64_t llc_bytes)
 {
-    const int64_t most = n_expert - top_k; /* every route cold needs top_k experts outside the pool */
+    int64_t most = n_expert - top_k; /* every route cold needs top_k experts outside the pool */
     if (most <= 0)
         return 0;
     if (row_bytes == 0)
         return most;
+    const double cold_bytes = (double)MP_CALIB_COLD_LLC * (double)llc_bytes;
+    if (llc_bytes && (double)n_expert * (double)row_bytes >= cold_bytes) { /* cold routes from memory */
+        const int64_t cold_least = (int64_t)ceil(cold_bytes / (double)row_bytes);
+        const int64_t cap = n_expert - cold_least > top_k ? n_expert - cold_least : top_k;
+        most = cap < most ? cap : most;
+    }
     const uint64_t held = fixed_bytes + reserve_bytes;
     const uint64_t fit = free_bytes > held ? (free_bytes - held) / row_bytes : 0;
     return fit < (uint64_t)most ? (int64_t)fit : most;
@@ -421,14 +427,18 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
      * E - top_k (every route cold needs top_k outside it): the placements production runs hold many
      * experts a layer, and the routes spread over them (flame, H200, 2026-12-02: a pool of 58 with
      * the routes spread over it cost +2.35 us a layer step over the pool of 6 the grid held before,
-     * which fit the GPU's L2 for the whole model). */
+     * which fit the GPU's L2 for the whole model); and, where the model is larger than a few of the
+     * CPU's last-level caches, few enough that the cold routes read from memory
+     * (mp_calib_grid_pool). */
     uint64_t free_bytes = 0, fixed_bytes = 0, row_bytes = 0;
     mp_error merr;
     if (grid_memory(m, &free_bytes, &fixed_bytes, &row_bytes, &merr)) {
         snprintf(why, sizeof why, "the device's free memory: %.280s", merr.msg);
         return mp_calib_missing(missing, "decode_layers", why, err);
     }
-    int64_t resident = mp_calib_grid_pool(E, K, row_bytes, free_bytes, fixed_bytes, MP_EXECUTOR_RESERVE_BYTES);
+    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    int64_t resident = mp_calib_grid_pool(E, K, row_bytes, free_bytes, fixed_bytes, MP_EXECUTOR_RESERVE_BYTES,
+                                          llc > 0 ? (uint64_t)llc : 0);
     if (o->grid_pool > 0 && o->grid_pool < resident) /* --grid-pool: the cold routes over more experts */
         resident = o->grid_pool;
     const int cold_min = (int)(K - resident > 0 ? K - resident : 0);
@@ -462,10 +472,12 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     mp_calib_say(o, "calibrate: decode layer grid: %d points (cold routes %d..%" PRId64 " of top-%" PRId64 ", far "
                     "work 0..%d%s, on and off), %d passes over them of %d one-row steps each after a 1-token prompt, "
                     "or as many as %.0f s hold (passes interleave the points, so that the host's drift spreads over "
-                    "all), a pool of %" PRId64
-                    " experts a layer (of %" PRId64 "; %.1f GiB free on the device)",
+                    "all), a pool of %" PRId64 " experts a layer (of %" PRId64
+                    "; %.1f GiB free on the device; the cold routes over the other experts, %.0f MiB of the "
+                    "model beside a %.0f MiB last-level cache)",
                  n_pts, cold_min, K, K, far_max, units, passes, GRID_STEPS, GRID_RUN_NS / 1e9, resident, E,
-                 (double)free_bytes / (1 << 30));
+                 (double)free_bytes / (1 << 30), (double)(E - resident) * (double)row_bytes / 1048576.0,
+                 llc > 0 ? (double)llc / 1048576.0 : 0.0);
     if (far_max < 1)
         mp_calib_say(o, "calibrate: decode layer grid: far routes not measured: the executor has none (no "
                         "page-locked host copy of the experts)");

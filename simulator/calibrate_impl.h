@@ -106,16 +106,16 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from
 /* The decode grid's pool: experts per layer resident, as many as the device's free_bytes hold
  * beside the session's own fixed_bytes and reserve_bytes left free, one expert of every layer
  * taking row_bytes (0: no limit), and at most n_expert - top_k (a step with every route cold needs
- * top_k experts outside the pool); 0 when n_expert <= top_k. */
+ * top_k experts outside the pool); 0 when n_expert <= top_k. Where the model's experts (n_expert x
+ * row_bytes) are at least MP_CALIB_COLD_LLC x llc_bytes (the CPU's last-level cache; 0: not known),
+ * also at most n_expert - ceil(MP_CALIB_COLD_LLC x llc_bytes / row_bytes) but not under top_k: the
+ * grid's cold routes then spread over experts that read from memory, as production's do at a
+ * budget below the model (a pool of all but top_k left 3 layers x 10 experts, 100 MB, in a 320 MB
+ * cache, and the grid's CPU side 2x faster than the runs'). A smaller model's cold routes read from
+ * the caches in production too, and its pool stays. */
+#define MP_CALIB_COLD_LLC 4
 int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
-                           uint64_t fixed_bytes, uint64_t reserve_bytes);
-/* The once-per-step cost of hybrid steps (decode_layers.hybrid_step) from a step of n_layer layers
- * with one hybrid layer: step_ns its wall time, non_moe_ns the non-MoE time at its keys, resident_ns
- * what the model charges its other layers (resident), level_ns the grid's level of the hybrid
- * layer's point (measured with every layer hybrid, so holding S / n_layer). The model charges such a
- * step non_moe + resident + level - S / n_layer + S (simulator/sim_internal.h, sim_hybrid_layer_ns),
- * which is step_ns for S = (step - non_moe - resident - level) x n_layer / (n_layer - 1). 0 for one
- * layer (that step is the grid's). Not clamped: the repetitions' median is (mp_calib_point). */
+                           uint64_t fixed_bytes, uint64_t reserve_bytes, uint64_t llc_bytes);
 double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double resident_ns, double level_ns,
                                int64_t n_layer);
 

@@ -558,15 +558,37 @@ Test(calibrate, context_sweep_windows)
 Test(calibrate, grid_pool_under_a_memory_cap)
 {
     const uint64_t G = (uint64_t)1 << 30, row = 25 * 127488; /* flame: one expert of each of 25 layers */
-    cr_assert_eq(mp_calib_grid_pool(64, 6, row, 140 * G, G / 10, G), 58); /* an H200: the whole E - K */
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, 140 * G, G / 10, G, 0), 58); /* an H200: the whole E - K */
     /* room for 10 experts a layer, and for 9.99 */
-    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G + G / 10 + 10 * row, G / 10, G), 10);
-    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G + G / 10 + 10 * row - 1, G / 10, G), 9);
-    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G / 2, G / 10, G), 0); /* below the reserve */
-    cr_assert_eq(mp_calib_grid_pool(8, 2, 32 * 114229248ull, 140 * G, 2 * G, G), 6); /* Mixtral on an H200 */
-    cr_assert_eq(mp_calib_grid_pool(8, 2, 32 * 114229248ull, 16 * G, 2 * G, G), 3);  /* on a 16 GiB card */
-    cr_assert_eq(mp_calib_grid_pool(4, 4, row, 140 * G, 0, 0), 0); /* top_k = n_expert: no pool */
-    cr_assert_eq(mp_calib_grid_pool(16, 4, 0, 0, 0, 0), 12);       /* no size known: no cap */
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G + G / 10 + 10 * row, G / 10, G, 0), 10);
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G + G / 10 + 10 * row - 1, G / 10, G, 0), 9);
+    cr_assert_eq(mp_calib_grid_pool(64, 6, row, G / 2, G / 10, G, 0), 0); /* below the reserve */
+    cr_assert_eq(mp_calib_grid_pool(8, 2, 32 * 114229248ull, 140 * G, 2 * G, G, 0), 6); /* Mixtral on an H200 */
+    cr_assert_eq(mp_calib_grid_pool(8, 2, 32 * 114229248ull, 16 * G, 2 * G, G, 0), 3);  /* on a 16 GiB card */
+    cr_assert_eq(mp_calib_grid_pool(4, 4, row, 140 * G, 0, 0, 0), 0); /* top_k = n_expert: no pool */
+    cr_assert_eq(mp_calib_grid_pool(16, 4, 0, 0, 0, 0, 0), 12);       /* no size known: no cap */
+}
+
+/* Beside a last-level cache: a model of at least 4 caches leaves its cold routes enough experts to
+ * read from memory (at least top_k held); a smaller one keeps the pool the device holds */
+Test(calibrate, grid_pool_leaves_the_cold_routes_memory)
+{
+    const uint64_t G = (uint64_t)1 << 30, M = (uint64_t)1 << 20, llc = 320 * M;
+    const uint64_t mid = 3 * 3354624ull; /* 3 layers of 3.35 MB experts: 142 of them are 1.33 GiB */
+    /* 4 x 320 MiB over 9.6 MiB a column: 134 experts outside, 8 in the pool, at least top_k 10 */
+    cr_assert_eq(mp_calib_grid_pool(142, 10, mid, 140 * G, G / 10, G, llc), 10);
+    cr_assert_eq(mp_calib_grid_pool(142, 10, mid, 140 * G, G / 10, G, 0), 132, "no cache known: as before");
+    /* a 64 MiB cache: 27 experts outside */
+    cr_assert_eq(mp_calib_grid_pool(142, 10, mid, 140 * G, G / 10, G, 64 * M), 142 - 27);
+    /* the device's room still caps it */
+    cr_assert_eq(mp_calib_grid_pool(142, 10, mid, G + G / 10 + 5 * mid, G / 10, G, 64 * M), 5);
+    /* the 30B preset (48 layers of 3.06 MB experts, 128 of them): 10 outside, more than top_k's 8 */
+    const uint64_t q30 = 48 * 3063808ull;
+    cr_assert_eq(mp_calib_grid_pool(128, 8, q30, 140 * G, G / 10, G, llc), 128 - 10);
+    /* flame (19 MB of experts): every cold route reads from the caches anyway; the pool stays */
+    cr_assert_eq(mp_calib_grid_pool(64, 6, 25 * 127488, 140 * G, G / 10, G, llc), 58);
+    /* exactly 4 caches of experts: all of them would be needed outside; top_k stay in the pool */
+    cr_assert_eq(mp_calib_grid_pool(40, 4, 32 * M, 140 * G, 0, 0, llc), 4);
 }
 
 /* The once-per-step cost of hybrid steps from a step with one hybrid layer of L: a model of S =
