@@ -231,11 +231,16 @@ typedef struct check_result {
 } check_result;
 
 /* The check: n decode steps after a 1-token prompt under the profile and the budget, the trace's
- * routing replayed. */
-static mp_status measure(const plan_opts *o, int64_t n, check_result *out, char *placement,
-                         size_t cap, mp_error *err)
+ * routing replayed, in the session production runs the profile in: the context and batch the
+ * simulation sized the budget by (ctx, batch: its KV cache and scratch, and from a batch of
+ * MP_GPU_COPY_MIN_ROWS rows the staging buffers with which the page-locked host copy and far
+ * routes come). A session of n + 1 positions would run a tg16 check without them: its CPU experts
+ * on the model's file pages, no far route, and more room for experts than the budget left. */
+static mp_status measure(const plan_opts *o, int64_t n, int64_t ctx, int64_t batch, check_result *out,
+                         char *placement, size_t cap, mp_error *err)
 {
-    mp_engine e = {.params = {.n_ctx = n + 1, .n_threads = (int)o->threads, .knobs = o->knobs}};
+    mp_engine e = {.params = {.n_ctx = ctx > n + 1 ? ctx : n + 1, .n_batch = batch, .n_threads = (int)o->threads,
+                              .knobs = o->knobs}};
     float *logits = NULL;
     double *samples = calloc((size_t)o->reps, sizeof *samples);
     mp_placement_opts po = {0};
@@ -444,7 +449,7 @@ int mp_cmd_plan(int argc, char **argv, const mp_knobs *knobs)
     check_result cr = {0};
     char placement[400] = "";
     fflush(stdout);
-    if (measure(&o, n, &cr, placement, sizeof placement, &err)) {
+    if (measure(&o, n, made->ctx, made->batch, &cr, placement, sizeof placement, &err)) {
         fprintf(stderr, "moeplan plan: error: check: %s\n", err.msg);
         rc = 1;
         goto done;
