@@ -110,9 +110,9 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from
  * row_bytes) are at least MP_CALIB_COLD_LLC x llc_bytes (the CPU's last-level cache; 0: not known),
  * also at most n_expert - ceil(MP_CALIB_COLD_LLC x llc_bytes / row_bytes) but not under top_k: the
  * grid's cold routes then spread over experts that read from memory, as production's do at a
- * budget below the model (a pool of all but top_k left 3 layers x 10 experts, 100 MB, in a 320 MB
- * cache, and the grid's CPU side 2x faster than the runs'). A smaller model's cold routes read from
- * the caches in production too, and its pool stays. */
+ * budget below the model (a pool of all but top_k left 3 layers x 10 experts, 100 MB, beside a
+ * 105 MiB cache, and plan's check found its CPU experts 2x slower than the grid's). A smaller model's
+ * cold routes read from the caches in production too, and its pool stays. */
 #define MP_CALIB_COLD_LLC 4
 int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
                            uint64_t fixed_bytes, uint64_t reserve_bytes, uint64_t llc_bytes);
