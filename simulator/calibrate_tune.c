@@ -138,6 +138,11 @@ mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_k
             mp_calib_prefault_experts(&m->layers[il]);
             layers[n_layers++] = il;
         }
+    if (!n_layers) { /* no layer has experts: nothing a distance would change */
+        if (!(*out = not_measured(k->prefetch_bytes, "not chosen: the model has no expert tensors")))
+            st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
     time_candidates(m, layers, n_layers, pool, scratch, x, y, ids, w, rounds, o->quick, ns);
     if (!cJSON_AddStringToObject(res, "knob", "MP_PREFETCH_BYTES") ||
         !cJSON_AddNumberToObject(res, "threads", threads) || !cJSON_AddNumberToObject(res, "experts_a_call", (double)K) ||
