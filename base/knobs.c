@@ -336,13 +336,9 @@ const char *mp_knob_source_name(mp_knob_source s)
 bool mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text)
 {
     const int i = mp_knob_index(name);
-    int64_t v;
-    if (i < 0 || k_knobs[i].costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT || !text || !*text ||
-        !parse(&k_knobs[i], text, &v))
+    if (i < 0 || k_knobs[i].costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT || !text || !*text)
         return false;
-    store(k, &k_knobs[i], v);
-    k->source[i] = MP_KNOB_CALIBRATED;
-    return true;
+    return mp_knobs_set(k, name, text, MP_KNOB_CALIBRATED, NULL) == MP_OK; /* k unchanged when refused */
 }
 
 const char *mp_knobs_isa_cap(const mp_knobs *k)

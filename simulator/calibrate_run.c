@@ -157,8 +157,11 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
      * other measurement: those run under them; then the knobs it measured under (docs/config.md),
      * as bench rows and traces record theirs */
     mp_knobs tuned;
+    if (o->knobs)
+        tuned = *o->knobs;
+    else
+        mp_knobs_defaults(&tuned);
     mp_calib_opts run = *o;
-    tuned = *mp_knobs_or_defaults(o->knobs, &tuned);
     run.knobs = &tuned;
     o = &run;
     cJSON *prefetch = NULL;
