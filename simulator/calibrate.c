@@ -49,6 +49,14 @@ double mp_calib_quantile(const double *sorted, int n, double q)
     return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);
 }
 
+int64_t mp_calib_rotation(int64_t next, int64_t n_layers, int64_t top_k, int64_t n_expert, int32_t *ids)
+{
+    const int64_t group = next / n_layers;
+    for (int64_t j = 0; j < top_k; j++)
+        ids[j] = (int32_t)((group * top_k + j) % n_expert);
+    return next % n_layers;
+}
+
 int mp_calib_concurrent_ks(const mp_model *m, int *ks)
 {
     const int K = (int)m->hp.n_expert_used;

@@ -137,19 +137,12 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
         for (int64_t j = 0; j < K; j++)
             w[j] = 1.0f / (float)K;
         for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, (*next)++) {
-            const int64_t layer = kind->layers[*next % kind->n_layers];
-            /* the row's K routes go to K consecutive ids mod E (distinct, as E >= K), the group
-             * moving on after each pass over the layers: a group taken from *next alone would repeat
-             * in a layer whenever the layers' count and E / K share factors (48 layers, 128 / 8:
-             * every layer always read the same 8 experts, 1.2 GB in all, warm in the caches); the
-             * last K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
+            /* the row's K routes on the rotation's next K experts (mp_calib_rotation); the last
+             * K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
+            const int64_t layer = kind->layers[mp_calib_rotation(*next, kind->n_layers, K, E, ids)];
             memset(resident, 0, (size_t)words * sizeof *resident);
-            const int64_t group = *next / kind->n_layers;
-            for (int64_t j = 0; j < K; j++) {
-                ids[j] = (int32_t)((group * K + j) % E);
-                if (j >= k)
-                    resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
-            }
+            for (int64_t j = k; j < K; j++)
+                resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
             const int64_t t0 = mp_now_ns();
             mp_moe_experts_cpu(m, layer, x, 1, ids, w, resident, NULL, NULL, out, pool, scratch);
             if (rep >= 0)
@@ -258,10 +251,10 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
         const size_t expert_bytes = mp_model_expert_bytes(m, kind->layers[0]);
         const double rotation_bytes = (double)expert_bytes * (double)E * kind->n_layers;
         cJSON_AddItemToArray(rot, cJSON_CreateNumber(rotation_bytes));
-        if (llc > 0 && rotation_bytes < 4.0 * (double)llc)
-            mp_calib_say(o, "calibrate: note: %s experts total %.1f MiB, under 4x the %.1f MiB last-level cache: "
+        if (llc > 0 && rotation_bytes < MP_CALIB_LLC_MEMORY * (double)llc)
+            mp_calib_say(o, "calibrate: note: %s experts total %.1f MiB, under %dx the %.1f MiB last-level cache: "
                             "the CPU expert times are cache-warm, not memory-bound", quant,
-                         rotation_bytes / 1048576.0, (double)llc / 1048576.0);
+                         rotation_bytes / 1048576.0, MP_CALIB_LLC_MEMORY, (double)llc / 1048576.0);
         for (int li = 0; li < kind->n_layers; li++)
             mp_calib_prefault_experts(&m->layers[kind->layers[li]]);
         int64_t next = 0; /* rotation counter over (layer, expert) of this kind */

@@ -80,7 +80,7 @@ int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, 
         return 0;
     if (row_bytes == 0)
         return most;
-    const double cold_bytes = (double)MP_CALIB_COLD_LLC * (double)llc_bytes;
+    const double cold_bytes = (double)MP_CALIB_LLC_MEMORY * (double)llc_bytes;
     if (llc_bytes && (double)n_expert * (double)row_bytes >= cold_bytes) { /* cold routes from memory */
         const int64_t cold_least = (int64_t)ceil(cold_bytes / (double)row_bytes);
         const int64_t cap = n_expert - cold_least > top_k ? n_expert - cold_least : top_k;

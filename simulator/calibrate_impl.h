@@ -49,6 +49,17 @@ cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
  * (at most MP_CALIB_MAX_KS); returns how many. */
 #define MP_CALIB_MAX_KS 32
 int mp_calib_concurrent_ks(const mp_model *m, int *ks);
+/* Step `next` of a rotation over n_layers layers and every expert of each: the layer (an index into
+ * the caller's list of n_layers) and, in ids, the step's top_k distinct experts, top_k consecutive
+ * ids mod n_expert (n_expert >= top_k), the group moving on after each pass over the layers: a
+ * group taken from next alone would repeat in a layer whenever the layers' count and n_expert /
+ * top_k share factors (48 layers, 128 / 8: every layer always read the same 8 experts, 1.2 GB in
+ * all, warm in the caches). */
+int64_t mp_calib_rotation(int64_t next, int64_t n_layers, int64_t top_k, int64_t n_expert, int32_t *ids);
+/* A footprint of at least this many CPU last-level caches reads from memory when streamed through:
+ * smaller, calibrate's CPU times are cache-warm (said), and the grid's pool keeps its cold routes
+ * on at least this much of a model that is larger (mp_calib_grid_pool). */
+#define MP_CALIB_LLC_MEMORY 4
 /* Random floats in [-1, 1) from a fixed-seed generator (benchmarks need values, not zeros:
  * quantizers and kernels take no shortcut on them). */
 void mp_calib_fill(float *x, int64_t n, uint64_t *state);
@@ -107,13 +118,12 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from
  * beside the session's own fixed_bytes and reserve_bytes left free, one expert of every layer
  * taking row_bytes (0: no limit), and at most n_expert - top_k (a step with every route cold needs
  * top_k experts outside the pool); 0 when n_expert <= top_k. Where the model's experts (n_expert x
- * row_bytes) are at least MP_CALIB_COLD_LLC x llc_bytes (the CPU's last-level cache; 0: not known),
- * also at most n_expert - ceil(MP_CALIB_COLD_LLC x llc_bytes / row_bytes) but not under top_k: the
+ * row_bytes) are at least MP_CALIB_LLC_MEMORY x llc_bytes (the CPU's last-level cache; 0: not known),
+ * also at most n_expert - ceil(MP_CALIB_LLC_MEMORY x llc_bytes / row_bytes) but not under top_k: the
  * grid's cold routes then spread over experts that read from memory, as production's do at a
  * budget below the model (a pool of all but top_k left 3 layers x 10 experts, 100 MB, beside a
  * 105 MiB cache, and plan's check found its CPU experts 2x slower than the grid's). A smaller model's
  * cold routes read from the caches in production too, and its pool stays. */
-#define MP_CALIB_COLD_LLC 4
 int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
                            uint64_t fixed_bytes, uint64_t reserve_bytes, uint64_t llc_bytes);
 double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double resident_ns, double level_ns,

@@ -86,7 +86,7 @@ static void time_candidates(const mp_model *m, const int64_t *layers, int64_t L,
 {
     const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used;
     const int per = rounds * CALLS_A_ROUND;
-    int64_t next = 0; /* the call's layer and expert group: every expert of every layer in turn */
+    int64_t next = 0; /* the rotation's step: every expert of every layer in turn (mp_calib_rotation) */
     for (int64_t j = 0; j < K; j++)
         w[j] = 1.0f / (float)K;
     for (int r = quick ? 0 : -1; r < rounds; r++) { /* round -1: a warm-up, not recorded */
@@ -94,9 +94,7 @@ static void time_candidates(const mp_model *m, const int64_t *layers, int64_t L,
             const int ci = (c + (r < 0 ? 0 : r)) % N_CANDIDATES; /* each round starts one candidate on */
             mp_kernels_set_prefetch_bytes(k_candidates[ci]);
             for (int call = 0; call < CALLS_A_ROUND; call++, next++) {
-                const int64_t layer = layers[next % L], group = next / L;
-                for (int64_t j = 0; j < K; j++)
-                    ids[j] = (int32_t)((group * K + j) % E);
+                const int64_t layer = layers[mp_calib_rotation(next, L, K, E, ids)];
                 const int64_t t0 = mp_now_ns();
                 mp_moe_experts_cpu(m, layer, x, 1, ids, w, NULL, NULL, NULL, out, pool, scratch);
                 if (r >= 0)

@@ -278,6 +278,37 @@ Test(calibrate, chooses_the_prefetch_distance_that_runs_take)
     free(err);
 }
 
+/* The rotation: distinct ids a step, the layers in turn, and every expert of every layer read once a
+ * whole turn, also where the layers' count and n_expert / top_k share factors (48 x 128 / 8) */
+Test(calibrate, rotation_reads_every_expert_of_every_layer)
+{
+    const int64_t L = 48, E = 128, K = 8;
+    static int seen[48][128];
+    int32_t ids[8];
+    for (int64_t next = 0; next < L * (E / K); next++) {
+        const int64_t layer = mp_calib_rotation(next, L, K, E, ids);
+        cr_assert_eq(layer, next % L);
+        for (int64_t j = 0; j < K; j++) {
+            cr_assert(ids[j] >= 0 && ids[j] < E);
+            for (int64_t i = 0; i < j; i++)
+                cr_assert_neq(ids[i], ids[j], "step %lld: expert %d twice", (long long)next, ids[j]);
+            seen[layer][ids[j]]++;
+        }
+    }
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t e = 0; e < E; e++)
+            cr_assert_eq(seen[l][e], 1, "layer %lld expert %lld read %d times", (long long)l, (long long)e, seen[l][e]);
+    /* top_k = n_expert, and a count that does not divide: still distinct */
+    const int64_t ks[][2] = {{4, 4}, {7, 3}};
+    for (int c = 0; c < 2; c++)
+        for (int64_t next = 0; next < 50; next++) {
+            mp_calib_rotation(next, 5, ks[c][1], ks[c][0], ids);
+            for (int64_t j = 0; j < ks[c][1]; j++)
+                for (int64_t i = 0; i < j; i++)
+                    cr_assert_neq(ids[i], ids[j]);
+        }
+}
+
 /* the pick: the fastest only where it beats the default by more than the margin, in most rounds */
 enum { PICK_ROUNDS = 5, PICK_CALLS = 2, PICK_N = 4 };
 /* candidate c's samples: per[r] in round r, both calls */
