@@ -34,12 +34,23 @@ mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, m
     if (st)
         return mp_error_prefix(err, "%s", flag);
     for (int i = 0; i < mp_knob_count() && i < MP_KNOBS_MAX; i++) {
+        const char *name = mp_knob_at(i)->name;
         char dflt[64];
-        if (!c.knobs.set[i] || !mp_knobs_take_calibrated(k, mp_knob_at(i)->name, c.knobs.value[i]) ||
-            !strcmp(c.knobs.value[i], mp_knob_default_text(i, dflt, sizeof dflt)))
+        if (!c.knobs.set[i])
             continue;
-        fprintf(stderr, "moeplan: %s=%s, as calibrated in %s (set %s to choose another)\n", mp_knob_at(i)->name,
-                c.knobs.value[i], path, mp_knob_at(i)->name);
+        if (!mp_knobs_take_calibrated(k, name, c.knobs.value[i])) {
+            if (mp_knob_at(i)->costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT)
+                continue; /* not a tuned knob, or set here: the run keeps its own */
+            mp_knobs refused = *k; /* the value this build does not allow: mp_knobs_set's line says why */
+            mp_knobs_set(&refused, name, c.knobs.value[i], MP_KNOB_CALIBRATED, err);
+            mp_costs_free(&c);
+            err->code = MP_ERR_FORMAT;
+            return mp_error_prefix(err, "%s %s: $.device.knobs", flag, path);
+        }
+        if (!strcmp(c.knobs.value[i], mp_knob_default_text(i, dflt, sizeof dflt)))
+            continue;
+        fprintf(stderr, "moeplan: %s=%s, as calibrated in %s (set %s to choose another)\n", name, c.knobs.value[i],
+                path, name);
     }
     mp_costs_free(&c);
     mp_knobs_apply_kernels(k);

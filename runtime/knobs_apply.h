@@ -17,7 +17,9 @@ mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
  * chose them on its host) that k has at their defaults: taken (source MP_KNOB_CALIBRATED,
  * mp_knobs_take_calibrated), then mp_knobs_apply_kernels; a line on stderr for each taken value
  * that is not the default. For the commands given --costs (run, bench, collect, plan), before
- * their session starts. The file's own one-line error when it does not load (flag names it). */
+ * their session starts. The file's own one-line error when it does not load (flag names it), and
+ * MP_ERR_FORMAT naming the file, $.device.knobs and what the knob allows when it gives such a knob
+ * a value this build refuses (err non-NULL). */
 mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, mp_error *err);
 
 #endif

@@ -276,6 +276,22 @@ Test(calibrate, chooses_the_prefetch_distance_that_runs_take)
     cr_assert_not_null(strstr(err, "moeplan bench: error: --costs: "), "%s", err);
     cr_assert_eq(strchr(err, '\n'), err + strlen(err) - 1, "one line: %s", err);
     free(err);
+    /* a file giving the tuned knob a value this build refuses stops the run, naming file, member
+     * and what the knob allows; with the knob set in the environment the file's value is not taken */
+    cr_assert_eq(run_sh("sed 's/\"MP_PREFETCH_BYTES\":[^,}]*/\"MP_PREFETCH_BYTES\": \"8k\"/' c8.json > c8k.json && "
+                        "grep -q '\"MP_PREFETCH_BYTES\": \"8k\"' c8k.json"),
+                 0);
+    cr_assert_eq(run_sh("\"$M\" bench -m tiny.gguf --costs c8k.json --executor cpu -t 1 -p 0 -n 2 -r 1 > b.json 2> b.err"),
+                 1);
+    err = mp_test_slurp(path);
+    cr_assert_not_null(strstr(err, "moeplan bench: error: --costs c8k.json: $.device.knobs: MP_PREFETCH_BYTES=8k: "
+                                   "expected "),
+                       "%s", err);
+    cr_assert_eq(strchr(err, '\n'), err + strlen(err) - 1, "one line: %s", err);
+    free(err);
+    cr_assert_eq(run_sh("MP_PREFETCH_BYTES=1024 \"$M\" bench -m tiny.gguf --costs c8k.json --executor cpu -t 1 -p 0 "
+                        "-n 2 -r 1 > b.json 2> b.err"),
+                 0);
 }
 
 /* The rotation: distinct ids a step, the layers in turn, and every expert of every layer read once a
