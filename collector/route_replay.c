@@ -204,9 +204,17 @@ static int replay_route(void *user, int64_t layer, int64_t n_rows, int64_t top_k
     return 0;
 }
 
+/* Every layer's stream from the trace's first row again (what it served stays counted). */
+static void replay_restart(void *user)
+{
+    mp_route_replay *rr = user;
+    for (int64_t il = 0; il < rr->n_layer; il++)
+        rr->layers[il].cursor = 0;
+}
+
 mp_route_source mp_route_replay_source(mp_route_replay *rr)
 {
-    return (mp_route_source){.user = rr, .route = replay_route};
+    return (mp_route_source){.user = rr, .route = replay_route, .restart = replay_restart};
 }
 
 const mp_error *mp_route_replay_error(const mp_route_replay *rr)

@@ -6,7 +6,8 @@
  * (request by request, step by step, row by row): a step of n rows takes the next n rows of each
  * layer's stream, whatever the step shapes were when the trace was recorded. When a layer's
  * stream runs out it starts again from the trace's first row (a wrap, counted and reported), so
- * that a run may be longer than the trace.
+ * that a run may be longer than the trace. The source's restart sets every stream back to the
+ * trace's first row (bench's runs, mp_session_restart_routes); `run` and `collect` never restart.
  *
  * Invariants: open refuses a trace that is not complete or whose geometry (MoE nodes, experts,
  * top-k) differs from the model's, naming both; every row handed to the runtime has top_k ids in

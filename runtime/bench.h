@@ -31,7 +31,8 @@ void mp_bench_tokens(uint64_t seed, mp_bench_kind kind, int64_t n_vocab, int32_t
 /* Positions a test needs in the KV cache: N for pp N, 1 + N for tg N. */
 int64_t mp_bench_positions(mp_bench_kind kind, int64_t n);
 
-/* Run one test: one untimed warm-up, then reps timed repetitions, each from an empty cache.
+/* Run one test: one untimed warm-up, then reps timed repetitions, each from an empty cache and
+ * the route source's first row (mp_session_restart_routes).
  * samples_tok_s: (reps) tokens per second of each timed repetition. logits: (n_vocab) scratch.
  * progress, if not NULL, is called before each repetition (rep -1 is the warm-up). */
 typedef void (*mp_bench_progress_fn)(void *ctx, int rep, int reps);

@@ -14,8 +14,8 @@
  *
  * Route replay (--route-replay TRACE): the tests' routing comes from a recorded trace instead of
  * the router, through the function table the CLI passes to mp_cmd_bench_with (the runtime never
- * links the trace reader), exactly as `run` does; the replay streams on across the warm-up and the
- * repetitions (wrapping at the trace's end). Rows name the trace and the replay's summary.
+ * links the trace reader), exactly as `run` does; every run (warm-up or repetition) replays from
+ * the trace's first row (wrapping at its end), so the repetitions measure the same work. Rows name the trace and the replay's summary.
  *
  * Every numeric flag is parsed strictly (whole string, range-checked); bad flags exit 2 with one
  * line, any other failure exits 1.
@@ -67,7 +67,8 @@ static void usage(FILE *f)
             "  -s, --seed S         seed of the token ids (default 0, unsigned 64-bit)\n"
             "      --no-simd        use the scalar reference kernels (as MP_ISA=scalar)\n"
             "      --route-replay TRACE  take every layer's expert choices from a trace of a model\n"
-            "                       with the same layers, experts and top-k (docs/placement.md)\n"
+            "                       with the same layers, experts and top-k, each run from its\n"
+            "                       first row (docs/bench.md)\n"
             "  -o, --output FMT     the format of stdout: md (default) or json (as llama-bench's\n"
             "                       -o; bench writes no file)\n"
             "      --dry-run        plan the executor and the placement against the budget for\n"

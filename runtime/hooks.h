@@ -84,11 +84,14 @@ typedef struct mp_hooks {
  * and step instead of the router's choice. Returns 0, or a negative mp_status to stop the run.
  * Called once per layer and step, in layer order: the CPU forward asks as it reaches each layer,
  * the GPU executor asks for all layers at the start of the step (no activations are passed, so
- * the answer cannot depend on them). */
+ * the answer cannot depend on them). restart (may be NULL): the next step's routes are the
+ * source's first again (mp_session_restart_routes: a benchmark's runs, which decode the same
+ * tokens, replay the same rows). */
 typedef struct mp_route_source {
     void *user;
     int (*route)(void *user, int64_t layer, int64_t n_rows, int64_t top_k, int32_t *expert_ids,
                  float *weights);
+    void (*restart)(void *user);
 } mp_route_source;
 
 /* Route replay (--route-replay TRACE) as a set of functions handed down by a layer above the

@@ -219,6 +219,12 @@ void mp_session_reset(mp_session *s)
     s->n_prompt = -1;
 }
 
+void mp_session_restart_routes(mp_session *s)
+{
+    if (s->route_src && s->route_src->restart)
+        s->route_src->restart(s->route_src->user);
+}
+
 void mp_session_begin_request(mp_session *s, int64_t request_id, const int32_t *prompt_tokens,
                               int64_t n_prompt_tokens)
 {

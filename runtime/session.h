@@ -48,6 +48,9 @@ int64_t mp_session_n_past(const mp_session *s);
 int64_t mp_session_n_ctx(const mp_session *s);
 int64_t mp_session_n_batch(const mp_session *s); /* max rows per forward chunk */
 void mp_session_reset(mp_session *s); /* forget the KV cache (new request) */
+/* The route source's next step takes its first routes again (a replay's first row); nothing
+ * without a source or where it cannot restart. */
+void mp_session_restart_routes(mp_session *s);
 int mp_session_n_threads(const mp_session *s);
 /* Of those, the worker threads pinned to a CPU of their own (runtime/threadpool.c). */
 int mp_session_n_pinned(const mp_session *s);

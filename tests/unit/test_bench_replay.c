@@ -3,8 +3,8 @@
  * A tiny model is generated (`moeplan mkmodel --preset tiny`) and a trace collected from it; bench
  * then takes its routing from that trace. Checked: the rows (JSON and markdown) name the trace and
  * the replay's summary, and the replay served exactly the rows the tests consumed (warm-up and
- * repetitions, 1 + N per tg N, N per pp N), wrapping at the trace's end as often as that many rows
- * require; a model of another geometry is refused with one line naming both; a trace that does not
+ * repetitions, 1 + N per tg N, N per pp N), every run from the trace's first row (a run shorter
+ * than the trace never wraps; one longer wraps once a run); a model of another geometry is refused with one line naming both; a trace that does not
  * exist, one that is not complete, and one with a corrupt record are refused with one line and
  * nothing on stdout (the corrupt record's message names the record). */
 #include <cjson/cJSON.h>
@@ -89,13 +89,27 @@ Test(bench_replay, rows_name_the_trace_and_the_replay_serves_every_step)
 {
     const int64_t R = trace_rows(trace);
     cr_assert_gt(R, 4, "trace of %lld rows", (long long)R);
-    /* tg N consumes 1 + N rows per run (warm-up + reps runs); choose N so that the stream wraps */
-    const int64_t n = R, reps = 2, consumed = (reps + 1) * (1 + n);
     char args[2048], err[16384], want[1024];
+    /* tg N replays the first 1 + N rows at each run (warm-up + reps runs): runs shorter than the
+     * trace, together longer, never wrap; a stream that went on across runs would */
+    const int64_t half = R / 2, runs = 3;
+    cr_assert_gt(runs * (1 + half), R);
+    snprintf(args, sizeof args, "bench -m '%s' -p 0 -n %lld -r %lld --ctx %lld --executor cpu "
+             "--route-replay '%s' -o json", model, (long long)half, (long long)(runs - 1),
+             (long long)(half + 1), trace);
+    cr_assert_eq(sh(args, err, sizeof err), 0, "%s", err);
+    char *out = mp_test_stdout(tmpdir);
+    snprintf(want, sizeof want, "\"routing replayed from %s: %lld rows per layer, 0 wrap(s)\"", trace,
+             (long long)(runs * (1 + half)));
+    cr_assert(strstr(out, want) != NULL, "want %s in:\n%s", want, out);
+    free(out);
+
+    /* a run longer than the trace wraps once at each run */
+    const int64_t n = R, reps = 2, consumed = (reps + 1) * (1 + n);
     snprintf(args, sizeof args, "bench -m '%s' -p 0 -n %lld -r %lld --ctx %lld --route-replay '%s' "
              "-o json", model, (long long)n, (long long)reps, (long long)(n + 1), trace);
     cr_assert_eq(sh(args, err, sizeof err), 0, "%s", err);
-    char *out = mp_test_stdout(tmpdir);
+    out = mp_test_stdout(tmpdir);
     cJSON *root = cJSON_Parse(out);
     cr_assert_not_null(root, "not JSON: %s", out);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
@@ -106,7 +120,7 @@ Test(bench_replay, rows_name_the_trace_and_the_replay_serves_every_step)
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(row, "route_replay_summary");
     cr_assert(cJSON_IsString(sum), "%s", out);
     snprintf(want, sizeof want, "routing replayed from %s: %lld rows per layer, %lld wrap(s)", trace,
-             (long long)consumed, (long long)((consumed - 1) / R));
+             (long long)consumed, (long long)(reps + 1));
     cr_assert_str_eq(sum->valuestring, want);
     const cJSON *fixed = cJSON_GetObjectItemCaseSensitive(row, "gpu_fixed_bytes");
     const cJSON *dense = cJSON_GetObjectItemCaseSensitive(row, "gpu_dense_bytes");
@@ -128,7 +142,7 @@ Test(bench_replay, rows_name_the_trace_and_the_replay_serves_every_step)
     cr_assert(strstr(out, "| routing |") != NULL, "%s", out);
     cr_assert(strstr(out, "| replay t.db | cpu | - | - | pp3 |") != NULL, "%s", out);
     snprintf(want, sizeof want, "route replay: routing replayed from %s: 6 rows per layer, "
-             "%d wrap(s).\n", trace, R < 6 ? 1 : 0);
+             "0 wrap(s).\n", trace);
     cr_assert(strstr(out, want) != NULL, "want '%s' in:\n%s", want, out);
     free(out);
 
