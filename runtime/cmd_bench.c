@@ -700,7 +700,10 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
     if ((st = mp_engine_load(&e, o->model, err)))
         goto done;
     const mp_model *m = e.model;
-    /* the context: --ctx, or what the largest test needs, which must fit the trained context */
+    /* the context: --ctx, or what the largest test needs, which must fit the trained context, and
+     * at least the rows from which the GPU executor stages (mp_gpu_staging) where the trained
+     * context has them: a short tg test then decodes with the page-locked host copy and far routes,
+     * as a run of any length does (tg16's 17 positions had neither) */
     int64_t need = 0;
     int worst = 0;
     for (int i = 0; i < n_rows; i++) {
@@ -710,7 +713,8 @@ static mp_status bench(const bench_opts *o, const mp_route_replay_api *replay, c
             worst = i;
         }
     }
-    const int64_t n_ctx = o->ctx ? o->ctx : need;
+    const int64_t staged = MP_GPU_COPY_MIN_ROWS < m->hp.n_ctx_train ? MP_GPU_COPY_MIN_ROWS : m->hp.n_ctx_train;
+    const int64_t n_ctx = o->ctx ? o->ctx : need > staged ? need : staged;
     if (need > n_ctx || (!o->ctx && need > m->hp.n_ctx_train)) {
         const bool user = o->ctx != 0;
         st = mp_fail(err, MP_ERR_LIMIT, "%s: %s%" PRId64 " needs %" PRId64 " positions, more than "
