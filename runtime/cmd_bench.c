@@ -842,11 +842,7 @@ int mp_cmd_bench_with(int argc, char **argv, const mp_route_replay_api *replay, 
         return 2;
     mp_error err = {0};
     mp_knobs k = *knobs;
-    if (o.no_simd) { /* the flag form of MP_ISA=scalar */
-        mp_knobs_set(&k, "MP_ISA", "scalar", MP_KNOB_FLAG, &err);
-        mp_knobs_apply_kernels(&k);
-    }
-    if (o.pl.costs && mp_knobs_take_costs(&k, "--costs", o.pl.costs, &err)) {
+    if (mp_knobs_of_flags(&k, o.no_simd, o.pl.costs, &err)) {
         fprintf(stderr, "moeplan bench: error: %s\n", err.msg);
         return 1;
     }

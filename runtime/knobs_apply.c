@@ -56,3 +56,14 @@ mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, m
     mp_knobs_apply_kernels(k);
     return MP_OK;
 }
+
+mp_status mp_knobs_of_flags(mp_knobs *k, bool no_simd, const char *costs, mp_error *err)
+{
+    if (no_simd) {
+        mp_status st = mp_knobs_set(k, "MP_ISA", "scalar", MP_KNOB_FLAG, err);
+        if (st)
+            return st;
+        mp_knobs_apply_kernels(k);
+    }
+    return costs ? mp_knobs_take_costs(k, "--costs", costs, err) : MP_OK;
+}

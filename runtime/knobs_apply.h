@@ -4,6 +4,8 @@
 #ifndef MP_RUNTIME_KNOBS_APPLY_H
 #define MP_RUNTIME_KNOBS_APPLY_H
 
+#include <stdbool.h>
+
 #include "base/knobs.h"
 
 /* Set the CPU kernels' process-wide ISA cap and the spin of the pools made after it from k.
@@ -21,5 +23,9 @@ mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
  * MP_ERR_FORMAT naming the file, $.device.knobs and what the knob allows when it gives such a knob
  * a value this build refuses (err non-NULL). */
 mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, mp_error *err);
+/* The knobs of a command that runs the model (run, bench) from its flags: --no-simd (no_simd: the
+ * flag form of MP_ISA=scalar, source MP_KNOB_FLAG), then --costs' tuned knobs (mp_knobs_take_costs;
+ * costs NULL: none), each applied to the kernels. Its error: mp_knobs_take_costs's. */
+mp_status mp_knobs_of_flags(mp_knobs *k, bool no_simd, const char *costs, mp_error *err);
 
 #endif
