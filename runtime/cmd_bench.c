@@ -15,7 +15,8 @@
  * Route replay (--route-replay TRACE): the tests' routing comes from a recorded trace instead of
  * the router, through the function table the CLI passes to mp_cmd_bench_with (the runtime never
  * links the trace reader), exactly as `run` does; every run (warm-up or repetition) replays from
- * the trace's first row (wrapping at its end), so the repetitions measure the same work. Rows name the trace and the replay's summary.
+ * the trace's first row (wrapping at its end), so the repetitions measure the same work. Rows name
+ * the trace and the replay's summary.
  *
  * Every numeric flag is parsed strictly (whole string, range-checked); bad flags exit 2 with one
  * line, any other failure exits 1.
