@@ -327,7 +327,7 @@ static mp_status hybrid_step(const mp_model *m, const mp_calib_opts *o, const gr
                               (uint64_t)pool * mp_model_expert_bytes(m, 0))
         snprintf(why, sizeof why, "every expert but the first layer's cold ones does not fit on the device");
     grid_routes routes = {.rng = 29, .n_expert = E, .resident = pool, .n_hybrid = 1, .cold = (int)K};
-    mp_route_source src = {&routes, grid_route};
+    mp_route_source src = {.user = &routes, .route = grid_route};
     mp_placement pl = {0};
     mp_session *s = NULL;
     mp_status st = MP_OK;
@@ -443,7 +443,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         resident = o->grid_pool;
     const int cold_min = (int)(K - resident > 0 ? K - resident : 0);
     grid_routes routes = {.rng = 17, .n_expert = E, .resident = resident, .n_hybrid = L, .cold = cold_min};
-    mp_route_source src = {&routes, grid_route};
+    mp_route_source src = {.user = &routes, .route = grid_route};
     mp_placement pl = {0};
     mp_session *s = NULL;
     mp_status st = MP_OK;

@@ -192,7 +192,7 @@ static void run_model_routed(const mp_model *m, const mp_placement *pl, int64_t 
 {
     const int64_t V = m->hp.n_vocab;
     routes rs = {m->hp.n_expert, g_seed, 0};
-    mp_route_source src = {&rs, route_fn};
+    mp_route_source src = {.user = &rs, .route = route_fn};
     mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = 64, .route_src = route_src ? &src : NULL,
                             .placement = pl, .knobs = g_knobs, .hooks = g_hooks};
     mp_session *s;
@@ -770,7 +770,7 @@ static void run_decode(const mp_model *m, const mp_placement *pl, run_out *out, 
 {
     const int64_t V = m->hp.n_vocab;
     routes rs = {m->hp.n_expert, g_seed, 0};
-    mp_route_source src = {&rs, route_fn};
+    mp_route_source src = {.user = &rs, .route = route_fn};
     /* a batch of MP_GPU_COPY_MIN_ROWS: the executor has staging buffers (prefill weight copies) */
     mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = MP_GPU_COPY_MIN_ROWS, .route_src = &src,
                             .placement = pl, .knobs = g_knobs, .hooks = g_hooks};

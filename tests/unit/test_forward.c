@@ -873,7 +873,7 @@ Test(moe, route_source_overrides_the_router)
     memset(&c, 0, sizeof c);
     mp_hooks hooks = {.user = &c, .step_begin = cap_step_begin, .routing = cap_routing};
     forced_src fs = {&forced, 0, 0, -1, 0};
-    mp_route_source src = {&fs, forced_route};
+    mp_route_source src = {.user = &fs, .route = forced_route};
     mp_session *s = new_session(&tm->m, 2, 0, 16, &hooks, &src);
     float *got = malloc(N * (size_t)hp.n_vocab * sizeof *got);
     mp_error err = {0};
