@@ -126,6 +126,13 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from
  * cold routes read from the caches in production too, and its pool stays. */
 int64_t mp_calib_grid_pool(int64_t n_expert, int64_t top_k, uint64_t row_bytes, uint64_t free_bytes,
                            uint64_t fixed_bytes, uint64_t reserve_bytes, uint64_t llc_bytes);
+/* The once-per-step cost of hybrid steps (decode_layers.hybrid_step) from a step of n_layer layers
+ * with one hybrid layer: step_ns its wall time, non_moe_ns the non-MoE time at its keys, resident_ns
+ * what the model charges its other layers (resident), level_ns the grid's level of the hybrid
+ * layer's point (measured with every layer hybrid, so holding S / n_layer). The model charges such a
+ * step non_moe + resident + level - S / n_layer + S (simulator/sim_internal.h, sim_hybrid_layer_ns),
+ * which is step_ns for S = (step - non_moe - resident - level) x n_layer / (n_layer - 1). 0 for one
+ * layer (that step is the grid's). Not clamped: the repetitions' median is (mp_calib_point). */
 double mp_calib_hybrid_step_ns(double step_ns, double non_moe_ns, double resident_ns, double level_ns,
                                int64_t n_layer);
 
