@@ -41,8 +41,9 @@ mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, m
         if (!mp_knobs_take_calibrated(k, name, c.knobs.value[i])) {
             if (mp_knob_at(i)->costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT)
                 continue; /* not a tuned knob, or set here: the run keeps its own */
-            mp_knobs refused = *k; /* the value this build does not allow: mp_knobs_set's line says why */
-            mp_knobs_set(&refused, name, c.knobs.value[i], MP_KNOB_CALIBRATED, err);
+            /* a value this build does not allow: mp_knobs_set refuses it too (k unchanged) and its
+             * line says why */
+            mp_knobs_set(k, name, c.knobs.value[i], MP_KNOB_CALIBRATED, err);
             mp_costs_free(&c);
             err->code = MP_ERR_FORMAT;
             return mp_error_prefix(err, "%s %s: $.device.knobs", flag, path);
