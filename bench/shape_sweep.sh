@@ -30,6 +30,8 @@ OUT=${OUT:-out/shape-sweep}
 TOKENS=${TOKENS:-16}
 PLAN_TOLERANCE=${PLAN_TOLERANCE:-10}
 SHAPES=${SHAPES:-"--experts 12 --top-k 1;--experts 12 --top-k 3 --expert-ff 320 --quant q8_0;--experts 40 --top-k 8 --expert-ff 128 --quant q8_0;--experts 8 --top-k 2 --expert-ff 512 --quant bf16;--experts 16 --top-k 4 --quant q5_k_m;--experts 24 --top-k 6 --quant q3_k_m;--experts 16 --top-k 4 --expert-ff 352 --quant q4_k_m;--experts 16 --top-k 4 --hidden 288 --expert-ff 352 --quant q2_k;--experts 16 --top-k 4 --type-experts MXFP4;--arch qwen2moe --experts 16 --top-k 4 --shared-ff 352"}
+[[ "$PLAN_TOLERANCE" =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+    { echo "shape_sweep: error: PLAN_TOLERANCE '$PLAN_TOLERANCE': expected a percentage (a non-negative number, e.g. 10)" >&2; exit 2; }
 [ -x "$MOEPLAN" ] || { echo "shape_sweep: error: moeplan binary '$MOEPLAN' not found (build first, or set MOEPLAN)" >&2; exit 1; }
 mkdir -p "$OUT/logs" || exit 1
 log() { echo "[shape_sweep $(date +%H:%M:%S)] $*" >&2; }

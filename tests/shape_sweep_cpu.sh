@@ -34,5 +34,16 @@ sweep() {
         { echo "shape_sweep: not every shape of $dir collected and analyzed" >&2; exit 1; }
 }
 
+# a bad tolerance: one line naming it, exit 2, before any work
+for bad in abc -5 1e2 10%; do
+    PLAN_TOLERANCE=$bad MOEPLAN="$B" OUT="$out/bad" bash "$src/bench/shape_sweep.sh" >"$out/bad.stdout" 2>"$out/bad.stderr"
+    rc=$?
+    if [ "$rc" != 2 ] || [ "$(wc -l <"$out/bad.stderr")" != 1 ] ||
+        ! grep -qF "PLAN_TOLERANCE '$bad': expected a percentage" "$out/bad.stderr" || [ -e "$out/bad" ]; then
+        echo "shape_sweep: PLAN_TOLERANCE='$bad' gave exit $rc: $(cat "$out/bad.stderr")" >&2
+        exit 1
+    fi
+done
+
 sweep "$out/default" 10
 sweep "$out/gpt-oss" 1 "--arch gpt-oss --experts 16 --top-k 4 --hidden 288 --sliding-window 8"
