@@ -52,8 +52,9 @@ static const mp_knob_def k_knobs[] = {
            "and records the fastest (the default unless another is over 5 % faster), which run, bench, collect and "
            "plan given that cost file take where this is unset: the best is the host's (2048 for one thread of the "
            "H200 host's Xeon, none 10-23 % faster on one AMD Zen 5 core; on the H100 host's 16 threads, beside the "
-           "bus, 8192 ran Mixtral at 24 GB 4.5 % faster and the 30B preset at layers:48 2 % slower); GEMVs of four "
-           "rows at once fetch the next four (docs/kernels.md)"),
+           "bus, 8192 ran Mixtral at 24 GB 4.5 % faster and the 30B preset at layers:48 2 % slower; calibrate "
+           "times the cores alone, and its 16384 for an olmoe-like shape decoded with far routes 1.02x 2048 and "
+           "0.89x 4096); GEMVs of four rows at once fetch the next four (docs/kernels.md)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0, COSTS,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
