@@ -12,7 +12,8 @@
 # minutes, so only rows measured in turn compare). The table
 # gives each row's tok/s, its routes by path, the host's read bandwidth beside it, what the cores
 # and the bus drew reading at once (bench's two-reader probe) and its share of the serial and
-# host+bus bounds (bench's `bound`: docs/bench.md); then per row the split / whole
+# host+bus bounds (bench's `bound`: docs/bench.md); then the knobs the arms ran with where they
+# differ (a cost file's calibrated MP_PREFETCH_BYTES among them); then per row the split / whole
 # ratio of each round and their median. ARMS="split whole off" adds a third arm, the far-off twin
 # (whole_route_costs.py --off: the same grid without its far points, so no far route runs), and a
 # ratio of each arm to it: what far routes gain on this machine; ARMS="whole off" for a grid in whole
@@ -115,6 +116,24 @@ for b in budgets:
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
                   f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {sides(r)} | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
+# the knobs the arms ran with where they differ (the JSON rows' knobs): an arm's name says its
+# cost file and its @VAR=VALUE, not what it took from the cost file (calibrate's prefetch distance)
+knobs = {}
+for arm in arm_names:
+    for b in budgets:
+        for rnd in range(1, rounds + 1):
+            tag = arm.replace("@", "-").replace("=", "-")
+            try:
+                path = f"{out}/bench-{b.replace(':', '')}-{tag}.r{rnd}.json"
+                knobs.setdefault(arm, json.load(open(path))["rows"][0]["knobs"])
+            except Exception:
+                pass
+differ = sorted({k for a in knobs for k in knobs[a] if len({str(knobs[x].get(k)) for x in knobs}) > 1})
+if differ:
+    print()
+    for arm in arm_names:
+        if arm in knobs:
+            print(f"{arm} ran with " + ", ".join(f"{k}={knobs[arm].get(k)}" for k in differ))
 # each arm against each later one (split / whole, split / off, ...), in the order ARMS names them
 pairs = [(a, b) for i, a in enumerate(arm_names) for b in arm_names[i + 1:]]
 for a, b_arm in pairs:
