@@ -14,7 +14,7 @@
 # and the bus drew reading at once (bench's two-reader probe) and its share of the serial and
 # host+bus bounds (bench's `bound`: docs/bench.md); then the knobs the arms ran with where they
 # differ (a cost file's calibrated MP_PREFETCH_BYTES among them); then per row the split / whole
-# ratio of each round and their median. ARMS="split whole off" adds a third arm, the far-off twin
+# ratio of each round and their median (bench/split_ab_table.py writes them). ARMS="split whole off" adds a third arm, the far-off twin
 # (whole_route_costs.py --off: the same grid without its far points, so no far route runs), and a
 # ratio of each arm to it: what far routes gain on this machine; ARMS="whole off" for a grid in whole
 # routes. An arm uN runs the grid in units of 1/N of an expert (whole_route_costs.py --units N, N
@@ -89,60 +89,4 @@ for round in $(seq 1 "$rounds"); do
         done
     done
 done
-MP_BENCH_DIR=$here python3 - "$out" "$rounds" "$arms_all" $rows <<'PY'
-import json, os, statistics, sys
-sys.path.insert(0, os.environ["MP_BENCH_DIR"])
-from bench_sides import sides
-out, rounds, arm_names, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
-print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | GPU / CPU side us (GPU led) | host GB/s | CPU experts GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
-print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-speed = {}
-for b in budgets:
-    for arm in arm_names:
-        for rnd in range(1, rounds + 1):
-            tag = arm.replace("@", "-").replace("=", "-")
-            path = f"{out}/bench-{b.replace(':', '')}-{tag}.r{rnd}.json"
-            try:
-                r = json.load(open(path))["rows"][0]
-            except Exception as e:
-                print(f"| {b} | {arm} | {rnd} | failed: {e} | | | | | | |")
-                continue
-            tot = sum(r.get(k, 0) for k in ("routes_gpu", "routes_cpu", "routes_copied", "routes_far")) or 1
-            pct = lambda k: 100 * r.get(k, 0) / tot
-            bo = r.get("bound") or {}
-            f = lambda k: f"{bo[k]:.2f}" if isinstance(bo.get(k), (int, float)) else "-"
-            speed[(b, arm, rnd)] = r["median_tok_s"]
-            cpu_gbs = f"{r['cpu_expert_gbs']:.1f}" if r.get("cpu_expert_gbs") else "-"
-            print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
-                  f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {sides(r)} | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
-                  f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
-# the knobs the arms ran with where they differ (the JSON rows' knobs): an arm's name says its
-# cost file and its @VAR=VALUE, not what it took from the cost file (calibrate's prefetch distance)
-knobs = {}
-for arm in arm_names:
-    for b in budgets:
-        for rnd in range(1, rounds + 1):
-            tag = arm.replace("@", "-").replace("=", "-")
-            try:
-                path = f"{out}/bench-{b.replace(':', '')}-{tag}.r{rnd}.json"
-                knobs.setdefault(arm, json.load(open(path))["rows"][0]["knobs"])
-            except Exception:
-                pass
-differ = sorted({k for a in knobs for k in knobs[a] if len({str(knobs[x].get(k)) for x in knobs}) > 1})
-if differ:
-    print()
-    for arm in arm_names:
-        if arm in knobs:
-            print(f"{arm} ran with " + ", ".join(f"{k}={knobs[arm].get(k)}" for k in differ))
-# each arm against each later one (split / whole, split / off, ...), in the order ARMS names them
-pairs = [(a, b) for i, a in enumerate(arm_names) for b in arm_names[i + 1:]]
-for a, b_arm in pairs:
-    print()
-    print(f"| row | {a} / {b_arm}, each round | median |")
-    print("| --- | --- | ---: |")
-    for b in budgets:
-        ratios = [speed[(b, a, n)] / speed[(b, b_arm, n)] for n in range(1, rounds + 1)
-                  if (b, a, n) in speed and (b, b_arm, n) in speed and speed[(b, b_arm, n)] > 0]
-        med = f"{statistics.median(ratios):.3f}" if ratios else "-"
-        print(f"| {b} | {', '.join(f'{x:.3f}' for x in ratios) or '-'} | {med} |")
-PY
+python3 "$here/split_ab_table.py" "$out" "$rounds" "$arms_all" $rows
