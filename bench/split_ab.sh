@@ -14,8 +14,9 @@
 # and the bus drew reading at once (bench's two-reader probe) and its share of the serial and
 # host+bus bounds (bench's `bound`: docs/bench.md); then the knobs the arms ran with where they
 # differ (a cost file's calibrated MP_PREFETCH_BYTES among them); then per row the split / whole
-# ratio of each round and their median (bench/split_ab_table.py writes them). ARMS="split whole off" adds a third arm, the far-off twin
-# (whole_route_costs.py --off: the same grid without its far points, so no far route runs), and a
+# ratio of each round and their median (bench/split_ab_table.py writes them). ARMS="split whole
+# off" adds a third arm, the far-off twin (whole_route_costs.py --off: the same grid without its far
+# points, so no far route runs), and a
 # ratio of each arm to it: what far routes gain on this machine; ARMS="whole off" for a grid in whole
 # routes. An arm uN runs the grid in units of 1/N of an expert (whole_route_costs.py --units N, N
 # dividing the grid's split): ARMS="split u4 off" with CALIBRATE_ARGS="... --far-units 8" sets

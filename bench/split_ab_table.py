@@ -17,6 +17,9 @@ out, rounds, arm_names, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3].spl
 print("| row | arm | round | tok/s median | routes gpu/cpu/far (split) % | GPU / CPU side us (GPU led) | host GB/s | CPU experts GB/s | host+bus GB/s | share of serial bound | share of host+bus bound |")
 print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 speed = {}
+# each arm's knobs, from its first row read (the JSON rows' knobs): an arm's name says its cost file
+# and its @VAR=VALUE, not what it took from the cost file (calibrate's prefetch distance)
+knobs = {}
 for b in budgets:
     for arm in arm_names:
         for rnd in range(1, rounds + 1):
@@ -32,22 +35,13 @@ for b in budgets:
             bo = r.get("bound") or {}
             f = lambda k: f"{bo[k]:.2f}" if isinstance(bo.get(k), (int, float)) else "-"
             speed[(b, arm, rnd)] = r["median_tok_s"]
+            if "knobs" in r:
+                knobs.setdefault(arm, r["knobs"])
             cpu_gbs = f"{r['cpu_expert_gbs']:.1f}" if r.get("cpu_expert_gbs") else "-"
             print(f"| {b} | {arm} | {rnd} | {r['median_tok_s']:.2f} | {pct('routes_gpu'):.1f}/{pct('routes_cpu'):.1f}/"
                   f"{pct('routes_far'):.1f} ({pct('routes_split'):.1f}) | {sides(r)} | {f('host_read_gbs')} | {cpu_gbs} | {f('hostbus_gbs')} "
                   f"| {f('share_of_serial_bound')} | {f('share_of_hostbus_bound')} |")
-# the knobs the arms ran with where they differ (the JSON rows' knobs): an arm's name says its
-# cost file and its @VAR=VALUE, not what it took from the cost file (calibrate's prefetch distance)
-knobs = {}
-for arm in arm_names:
-    for b in budgets:
-        for rnd in range(1, rounds + 1):
-            tag = arm.replace("@", "-").replace("=", "-")
-            try:
-                path = f"{out}/bench-{b.replace(':', '')}-{tag}.r{rnd}.json"
-                knobs.setdefault(arm, json.load(open(path))["rows"][0]["knobs"])
-            except Exception:
-                pass
+# the knobs the arms ran with where they differ
 differ = sorted({k for a in knobs for k in knobs[a] if len({str(knobs[x].get(k)) for x in knobs}) > 1})
 if differ:
     print()
