@@ -334,12 +334,20 @@ const char *mp_knob_source_name(mp_knob_source s)
     return s == MP_KNOB_ENV ? "env" : s == MP_KNOB_FLAG ? "flag" : s == MP_KNOB_CALIBRATED ? "calibrated" : "default";
 }
 
-bool mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text)
+mp_status mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text, bool *taken, mp_error *err)
 {
     const int i = mp_knob_index(name);
-    if (i < 0 || k_knobs[i].costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT || !text || !*text)
-        return false;
-    return mp_knobs_set(k, name, text, MP_KNOB_CALIBRATED, NULL) == MP_OK; /* k unchanged when refused */
+    *taken = false;
+    if (i < 0 || k_knobs[i].costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT)
+        return MP_OK;
+    if (!text || !*text) { /* mp_knobs_set takes none as the default; a cost file's choice is a value */
+        char expected[160];
+        return mp_fail(err, MP_ERR_ARG, "%s: expected %s, not nothing", name,
+                       allowed_text(&k_knobs[i], &k_prose, expected, sizeof expected));
+    }
+    mp_status st = mp_knobs_set(k, name, text, MP_KNOB_CALIBRATED, err); /* k unchanged when refused */
+    *taken = st == MP_OK;
+    return st;
 }
 
 const char *mp_knobs_isa_cap(const mp_knobs *k)

@@ -153,9 +153,10 @@ const char *mp_knob_source_name(mp_knob_source s); /* "default", "env", "flag", 
 
 /* Take a cost file's value of one knob ($.device.knobs: name, text as the environment spells it)
  * where it is a tuned knob (MP_KNOB_COSTS_TUNED) that k has at its default: set, source
- * MP_KNOB_CALIBRATED, true. false and k unchanged otherwise: another knob, one set by the environment
- * or a flag, a value this build does not allow. */
-bool mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text);
+ * MP_KNOB_CALIBRATED, *taken true. Kept (MP_OK, *taken false, k unchanged): another knob, a name that
+ * is none, one set by the environment or a flag. A value the tuned knob does not allow (none, or one
+ * this build refuses): mp_knobs_set's error, *taken false, k unchanged. */
+mp_status mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *text, bool *taken, mp_error *err);
 
 /* The cap MP_ISA sets for kernels/quant.h's mp_kernels_set_isa_cap: NULL (best) or the level. */
 const char *mp_knobs_isa_cap(const mp_knobs *k);

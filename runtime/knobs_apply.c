@@ -38,16 +38,14 @@ mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, m
         char dflt[64];
         if (!c.knobs.set[i])
             continue;
-        if (!mp_knobs_take_calibrated(k, name, c.knobs.value[i])) {
-            if (mp_knob_at(i)->costs != MP_KNOB_COSTS_TUNED || k->source[i] != MP_KNOB_DEFAULT)
-                continue; /* not a tuned knob, or set here: the run keeps its own */
-            /* a value this build does not allow: mp_knobs_set refuses it too (k unchanged) and its
-             * line says why */
-            mp_knobs_set(k, name, c.knobs.value[i], MP_KNOB_CALIBRATED, err);
+        bool taken;
+        if (mp_knobs_take_calibrated(k, name, c.knobs.value[i], &taken, err)) {
             mp_costs_free(&c);
             err->code = MP_ERR_FORMAT;
             return mp_error_prefix(err, "%s %s: $.device.knobs", flag, path);
         }
+        if (!taken)
+            continue; /* not a tuned knob, or set here: the run keeps its own */
         if (!strcmp(c.knobs.value[i], mp_knob_default_text(i, dflt, sizeof dflt)))
             continue;
         fprintf(stderr, "moeplan: %s=%s, as calibrated in %s (set %s to choose another)\n", name, c.knobs.value[i],

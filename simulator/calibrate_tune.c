@@ -168,8 +168,11 @@ mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_k
                            median[ci] / 1000.0, ci + 1 < N_CANDIDATES ? "," : "");
     }
     snprintf(text, sizeof text, "%" PRId64, chosen);
-    if (!mp_knobs_take_calibrated(k, "MP_PREFETCH_BYTES", text)) { /* the table marks it tuned (base/knobs.c) */
-        st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: MP_PREFETCH_BYTES %s: not taken as a calibrated knob", text);
+    bool taken;
+    if ((st = mp_knobs_take_calibrated(k, "MP_PREFETCH_BYTES", text, &taken, err)) || !taken) {
+        /* the table marks it tuned (base/knobs.c) and the caller left it at its default */
+        st = st ? mp_error_prefix(err, "calibrate")
+                : mp_fail(err, MP_ERR_INTERNAL, "calibrate: MP_PREFETCH_BYTES %s: not taken as a calibrated knob", text);
         goto done;
     }
     if (!cJSON_AddNumberToObject(res, "chosen", (double)chosen)) {

@@ -314,7 +314,17 @@ Test(knobs, apply_sets_the_prefetch_distance)
 }
 
 /* A cost file's value of a tuned knob is taken only where the knob is at its default, and only for a
- * tuned knob, and only a value the knob allows; it is then marked calibrated */
+ * tuned knob; it is then marked calibrated. A value the tuned knob refuses is an error, k unchanged;
+ * any value of a knob the run keeps is not looked at. */
+static bool take(mp_knobs *k, const char *name, const char *text)
+{
+    bool taken = true;
+    mp_error err = {0};
+    cr_assert_eq(mp_knobs_take_calibrated(k, name, text, &taken, &err), MP_OK, "%s=%s: %s", name,
+                 text ? text : "(null)", err.msg);
+    return taken;
+}
+
 Test(knobs, take_calibrated_only_over_a_default)
 {
     int tuned = 0;
@@ -325,30 +335,39 @@ Test(knobs, take_calibrated_only_over_a_default)
     cr_assert_eq(mp_knob_at(at)->costs, MP_KNOB_COSTS_TUNED);
     mp_knobs k;
     mp_knobs_defaults(&k);
-    cr_assert(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", "8192"));
+    cr_assert(take(&k, "MP_PREFETCH_BYTES", "8192"));
     cr_assert_eq(k.prefetch_bytes, 8192);
     cr_assert_eq(k.source[at], MP_KNOB_CALIBRATED);
     cr_assert_str_eq(mp_knob_source_name(MP_KNOB_CALIBRATED), "calibrated");
-    /* taken once: a second file's value does not replace it, nor the environment's */
-    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", "0"));
+    /* taken once: a second file's value does not replace it, nor the environment's, and a value
+     * the knob would refuse is not looked at there */
+    cr_assert_not(take(&k, "MP_PREFETCH_BYTES", "0"));
+    cr_assert_not(take(&k, "MP_PREFETCH_BYTES", "8k"));
     cr_assert_eq(k.prefetch_bytes, 8192);
     mp_knobs_defaults(&k);
     set_ok(&k, "MP_PREFETCH_BYTES", "1024");
-    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", "8192"));
+    cr_assert_not(take(&k, "MP_PREFETCH_BYTES", "8192"));
+    cr_assert_not(take(&k, "MP_PREFETCH_BYTES", "8k"));
     cr_assert_eq(k.prefetch_bytes, 1024);
     cr_assert_eq(k.source[at], MP_KNOB_ENV);
-    /* values the knob refuses, knobs calibrate does not choose, names that are none */
+    /* values the knob refuses, none among them: an error naming the knob, k unchanged */
     mp_knobs_defaults(&k);
-    const char *const bad[] = {"65600", "+8", "8k", "", "-1"};
+    const char *const bad[] = {"65600", "+8", "8k", "", "-1", NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", bad[i]), "%s", bad[i]);
+        bool taken = true;
+        mp_error err = {0};
+        cr_assert_neq(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", bad[i], &taken, &err), MP_OK, "%s",
+                      bad[i] ? bad[i] : "(null)");
+        cr_assert_not(taken);
+        cr_assert(strstr(err.msg, "MP_PREFETCH_BYTES") && strstr(err.msg, "expected"), "%s", err.msg);
         cr_assert_eq(k.prefetch_bytes, MP_KNOB_PREFETCH_BYTES);
         cr_assert_eq(k.source[at], MP_KNOB_DEFAULT);
     }
-    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_PREFETCH_BYTES", NULL));
-    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_POOL_PIN", "1"));
+    /* knobs calibrate does not choose, names that are none: kept, whatever the value */
+    cr_assert_not(take(&k, "MP_POOL_PIN", "1"));
+    cr_assert_not(take(&k, "MP_POOL_PIN", "maybe"));
     cr_assert_not(k.pool_pin);
-    cr_assert_not(mp_knobs_take_calibrated(&k, "MP_NO_SUCH_KNOB", "1"));
+    cr_assert_not(take(&k, "MP_NO_SUCH_KNOB", "1"));
 }
 
 /* `moeplan config`: a header and one line per knob, in table order, with the environment's value
