@@ -19,11 +19,14 @@
  *  - gpu_expert: mp_cuda_moe_experts with r rows all routed to one expert (top_k 1), per kind
  *    of expert, rotating over the experts of one layer of that kind (uploaded once: hundreds of
  *    MiB on real models, several times the GPU's L2).
+ *  - beside_bus (mp_calib_beside_bus): not a cost, a regime: the bus reading host memory while
+ *    the caller times the cores (the prefetch distance's choice, simulator/calibrate_tune.c).
  */
 #include "mp_config.h"
 
 #include <cuda_runtime_api.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,5 +479,103 @@ out:
     cudaFreeHost(h_pinned);
     free(h_pageable);
     free(ns);
+    return st;
+}
+
+/* ---- the bus beside the cores ---- */
+
+/* The host buffer the copy engine reads: four times the largest last-level cache of the machines
+ * measured (320 MB), so that every copy reads host memory */
+#define BUS_HOST_BYTES ((size_t)1 << 30)
+#define BUS_SLICE_BYTES ((size_t)64 << 20)
+/* Copies in flight between two waits: 8 x 64 MiB, about 10 ms at PCIe Gen5's 55 GB/s */
+#define BUS_BATCH 8
+
+typedef struct bus_load {
+    int device;
+    char *host;
+    void *dev;
+    cudaStream_t s;
+    cudaEvent_t done;
+    int run;          /* 1 while fn runs (atomic) */
+    uint64_t moved;   /* bytes whose copies completed */
+    cudaError_t fail; /* the first error of the issuing thread */
+    const char *what;
+} bus_load;
+
+/* The issuing thread: batches of copies, each waited on through a blocking event (no spin) */
+static void *bus_loop(void *arg)
+{
+    bus_load *b = arg;
+    size_t off = 0;
+    cudaError_t e = cudaSetDevice(b->device);
+    if (e != cudaSuccess) {
+        b->fail = e, b->what = "cudaSetDevice";
+        return NULL;
+    }
+    while (__atomic_load_n(&b->run, __ATOMIC_ACQUIRE)) {
+        for (int k = 0; k < BUS_BATCH; k++) {
+            if ((e = cudaMemcpyAsync(b->dev, b->host + off, BUS_SLICE_BYTES, cudaMemcpyHostToDevice, b->s)) !=
+                cudaSuccess) {
+                b->fail = e, b->what = "cudaMemcpyAsync";
+                return NULL;
+            }
+            off = off + 2 * BUS_SLICE_BYTES <= BUS_HOST_BYTES ? off + BUS_SLICE_BYTES : 0;
+        }
+        if ((e = cudaEventRecord(b->done, b->s)) != cudaSuccess || (e = cudaEventSynchronize(b->done)) != cudaSuccess) {
+            b->fail = e, b->what = "cudaEventSynchronize";
+            return NULL;
+        }
+        b->moved += (uint64_t)BUS_BATCH * BUS_SLICE_BYTES;
+    }
+    return NULL;
+}
+
+mp_status mp_calib_beside_bus(void (*fn)(void *), void *arg, double *gbs, char *why, size_t why_cap, mp_error *err)
+{
+    *gbs = 0;
+    if (!mp_cuda_available(why, why_cap))
+        return MP_OK;
+    why[0] = 0;
+    mp_status st = MP_OK;
+    bus_load b = {.run = 1};
+    pthread_t tid;
+    bool started = false;
+    CK(cudaGetDevice(&b.device));
+    CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&b.done, cudaEventBlockingSync | cudaEventDisableTiming));
+    CK(cudaMalloc(&b.dev, BUS_SLICE_BYTES));
+    CK(cudaMallocHost((void **)&b.host, BUS_HOST_BYTES));
+    memset(b.host, 1, BUS_HOST_BYTES); /* resident pages */
+    if (pthread_create(&tid, NULL, bus_loop, &b)) {
+        st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: cannot start the thread that loads the bus");
+        goto out;
+    }
+    started = true;
+    const int64_t t0 = mp_now_ns();
+    fn(arg);
+    const int64_t t1 = mp_now_ns();
+    __atomic_store_n(&b.run, 0, __ATOMIC_RELEASE);
+    pthread_join(tid, NULL);
+    started = false;
+    if (b.fail != cudaSuccess) {
+        st = cuda_fail(err, b.what, b.fail);
+        goto out;
+    }
+    /* the copies that completed while fn ran, at most one batch after it: the bus's rate beside it */
+    *gbs = t1 > t0 ? (double)b.moved / (double)(mp_now_ns() - t0) : 0;
+out:
+    if (started) {
+        __atomic_store_n(&b.run, 0, __ATOMIC_RELEASE);
+        pthread_join(tid, NULL);
+    }
+    if (b.s)
+        cudaStreamSynchronize(b.s);
+    cudaFreeHost(b.host);
+    cudaFree(b.dev);
+    if (b.done)
+        cudaEventDestroy(b.done);
+    if (b.s)
+        cudaStreamDestroy(b.s);
     return st;
 }

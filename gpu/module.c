@@ -57,6 +57,7 @@ static const mp_cupti_table cupti = {
 static const mp_calib_gpu_table calibrate = {
     .size = sizeof(mp_calib_gpu_table),
     .gpu = mp_calib_gpu,
+    .beside_bus = mp_calib_beside_bus,
 };
 
 static const void *table(const char *name)

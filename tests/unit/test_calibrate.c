@@ -231,6 +231,18 @@ Test(calibrate, chooses_the_prefetch_distance_that_runs_take)
         chosen_timed = chosen_timed || cJSON_GetObjectItem(p, "bytes")->valuedouble == chosen;
     }
     cr_assert(chosen_timed, "chosen %g is none of the timed distances", chosen);
+    /* the second regime: beside the bus where a GPU is usable, else why not */
+    const cJSON *bus = cJSON_GetObjectItem(t, "beside_bus"), *bp = cJSON_GetObjectItem(bus, "points");
+    cr_assert(cJSON_IsObject(bus), "device.prefetch_tuning.beside_bus missing");
+    if (bp) {
+        cr_assert(cJSON_GetObjectItem(bus, "gbs")->valuedouble > 0);
+        cr_assert_eq(cJSON_GetArraySize(bp), 6);
+        cJSON_ArrayForEach(p, bp) cr_assert(cJSON_GetObjectItem(p, "median_ns")->valuedouble > 0);
+    } else {
+        const cJSON *why = cJSON_GetObjectItem(bus, "why");
+        cr_assert(cJSON_IsString(why) && why->valuestring[0], "beside_bus has neither points nor why");
+        cr_assert_not_null(strstr(out, "; the cores alone ("), "%s", out);
+    }
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs"), "MP_PREFETCH_BYTES")->valuedouble, chosen);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs_set"), "MP_PREFETCH_BYTES")->valuestring,
                      "calibrated");
