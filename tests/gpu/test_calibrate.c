@@ -101,6 +101,23 @@ Test(gpu_calibrate, quick_run_has_every_gpu_part)
      * a positive time; the bare copy + sync + copy stays in device.sync_microbenchmark */
     cr_assert(c.sync.median_ns > 0, "sync %g ns", c.sync.median_ns);
     cr_assert_not_null(strstr(out, "calibrate: decode round trip in the runtime"), "%s", out);
+    /* the prefetch distances timed beside the bus as well: six points and the bus's rate */
+    cr_assert_not_null(strstr(out, "; beside the bus ("), "%s", out);
+    FILE *cf = fopen(path, "r");
+    cr_assert_not_null(cf, "%s", path);
+    static char text[1 << 20];
+    const size_t n_text = fread(text, 1, sizeof text - 1, cf);
+    fclose(cf);
+    text[n_text] = 0;
+    cJSON *file = cJSON_Parse(text);
+    cr_assert_not_null(file, "%s: not JSON", path);
+    const cJSON *bus = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(file, "device"),
+                                                                "prefetch_tuning"), "beside_bus");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(bus, "points")), 6, "beside_bus: %s", out);
+    /* a GPU's link reads host memory at more than 1 GB/s */
+    cr_assert(cJSON_GetObjectItem(bus, "gbs")->valuedouble > 1, "beside_bus.gbs %g",
+              cJSON_GetObjectItem(bus, "gbs")->valuedouble);
+    cJSON_Delete(file);
     /* one call of 1 .. top_k one-row experts, on the GPU as on the CPU */
     cr_assert(c.gpu_expert[0].concurrent.n_points >= 2);
     cr_assert_eq(c.gpu_expert[0].concurrent.n_points, c.cpu_expert[0].concurrent.n_points);
