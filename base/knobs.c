@@ -48,13 +48,14 @@ static const mp_knob_def k_knobs[] = {
            "runs avx512's)"),
     NUMBER("MP_PREFETCH_BYTES", prefetch_bytes, 0, MP_KNOB_PREFETCH_BYTES_MAX, MP_KNOB_PREFETCH_BYTES, TUNED,
            "how far ahead of its loads each CPU dot product prefetches its weight row, in bytes, rounded down to "
-           "64-byte lines (0: no prefetch instructions); calibrate times a decode step's CPU experts at 0-16384 "
-           "and records the fastest (the default unless another is over 5 % faster), which run, bench, collect and "
-           "plan given that cost file take where this is unset: the best is the host's (2048 for one thread of the "
-           "H200 host's Xeon, none 10-23 % faster on one AMD Zen 5 core; on the H100 host's 16 threads, beside the "
-           "bus, 8192 ran Mixtral at 24 GB 4.5 % faster and the 30B preset at layers:48 2 % slower; calibrate "
-           "times the cores alone, and its 16384 for an olmoe-like shape decoded with far routes 1.02x 2048 and "
-           "0.89x 4096); GEMVs of four rows at once fetch the next four (docs/kernels.md)"),
+           "64-byte lines (0: no prefetch instructions); calibrate times a decode step's CPU experts at 0-16384, the "
+           "cores alone and, where a GPU is usable, beside the bus (its copy engine reading host memory), and "
+           "records the fastest over both (the default unless another is over 5 % faster), which run, bench, collect "
+           "and plan given that cost file take where this is unset: the best is the host's (2048 for one thread of "
+           "the H200 host's Xeon, none 10-23 % faster on one AMD Zen 5 core; on an H100 host's 16 threads with far "
+           "routes, 4096-16384 decoded 4-10 % faster than 2048, and calibrate's 8192 beside the bus ran 1.05x and "
+           "1.07x 2048 on an olmoe-like and the Mixtral shape); GEMVs of four rows at once fetch the next four "
+           "(docs/kernels.md)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0, COSTS,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
