@@ -545,7 +545,15 @@ mp_status mp_calib_beside_bus(void (*fn)(void *), void *arg, double *gbs, char *
     CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&b.done, cudaEventBlockingSync | cudaEventDisableTiming));
     CK(cudaMalloc(&b.dev, BUS_SLICE_BYTES));
-    CK(cudaMallocHost((void **)&b.host, BUS_HOST_BYTES));
+    cudaError_t e = cudaMallocHost((void **)&b.host, BUS_HOST_BYTES);
+    if (e == cudaErrorMemoryAllocation) { /* a host short of memory: the cores alone, said in why */
+        cudaGetLastError();
+        b.host = NULL;
+        snprintf(why, why_cap, "no %zu MiB of page-locked host memory for the bus to read (%s)", BUS_HOST_BYTES >> 20,
+                 cudaGetErrorString(e));
+        goto out;
+    }
+    CK(e);
     memset(b.host, 1, BUS_HOST_BYTES); /* resident pages */
     if (pthread_create(&tid, NULL, bus_loop, &b)) {
         st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: cannot start the thread that loads the bus");

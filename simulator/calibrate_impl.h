@@ -194,8 +194,9 @@ mp_status mp_calib_gpu(const mp_model *m, const mp_calib_opts *o, cJSON *root, c
 /* fn(arg) on the calling thread while the GPU's copy engine reads a page-locked host buffer larger
  * than the CPU's caches over and over (host to device, 64 MiB a copy, as far routes and expert
  * copies read host memory beside a hybrid layer's CPU experts; the thread that issues them waits on
- * blocking events, taking no core). *gbs: what the bus read over fn's time. Without a usable device:
- * MP_OK, fn not called, why says why (*gbs 0). Errors are CUDA failures on a usable device. */
+ * blocking events, taking no core). *gbs: what the bus read over fn's time. Without a usable device,
+ * or without the page-locked host memory the bus reads: MP_OK, fn not called, why says why (*gbs 0).
+ * Errors are other CUDA failures on a usable device. */
 mp_status mp_calib_beside_bus(void (*fn)(void *), void *arg, double *gbs, char *why, size_t why_cap, mp_error *err);
 
 typedef struct mp_calib_gpu_table {
