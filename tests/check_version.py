@@ -71,6 +71,26 @@ def main():
             f.write("y\n")
         out = run([sys.executable, git_commit, repo], env=bare).stdout
         check(out == head + "-dirty\n", f"git_commit.py with a modified file printed {out!r}")
+        # --tree: a dirty stamp names the tree the files would commit as, an untracked file among
+        # them; committing them gives that tree; a clean tree's stamp is the commit alone
+        with open(os.path.join(repo, "g"), "w") as f:
+            f.write("z\n")
+        index = os.path.join(repo, ".git", "index")
+        with open(index, "rb") as f:
+            before = f.read()
+        tree_out = run([sys.executable, git_commit, "--tree", repo], env=bare).stdout
+        with open(index, "rb") as f:
+            check(f.read() == before, "git_commit.py --tree changed the repository's index")
+        ok = run(["git", "-C", repo, "add", "-A"]).returncode == 0
+        ok = ok and run(["git", "-C", repo, "commit", "-qm", "g"], env=env).returncode == 0
+        tree = run(["git", "-C", repo, "rev-parse", "HEAD^{tree}"]).stdout.strip()
+        check(ok and tree_out == head + "-dirty+tree." + tree[:12] + "\n",
+              f"git_commit.py --tree printed {tree_out!r}, the files commit as tree {tree}")
+        head = run(["git", "-C", repo, "rev-parse", "--short", "HEAD"]).stdout.strip()
+        out = run([sys.executable, git_commit, "--tree", repo], env=bare).stdout
+        check(out == head + "\n", f"git_commit.py --tree in a clean repository printed {out!r}, HEAD {head}")
+        out = run([sys.executable, git_commit, "--tree", repo], env=dict(bare, MP_BUILD_COMMIT="3f7941e")).stdout
+        check(out == "3f7941e\n", f"git_commit.py --tree with MP_BUILD_COMMIT printed {out!r}")
 
         nested = os.path.join(repo, "unpacked")
         os.mkdir(nested)
