@@ -18,7 +18,9 @@
  * and copies; the choice weighs both regimes' rounds alike. The cores alone are not production's
  * regime there: on an Emerald Rapids host they ran an olmoe-like shape (top-10 of 58, 11 MB experts)
  * 14 % faster at 16384 than at 2048, and that choice decoded it beside the bus 1.02x 2048 and 0.89x
- * 4096 (bench/results/2026-12-06-h100-prefetch-chosen/).
+ * 4096 (bench/results/2026-12-06-h100-prefetch-chosen/). Timed in both regimes, calibrate chose 8192
+ * for that shape and for Mixtral on that host type, which decoded 1.05x and 1.07x 2048, within the
+ * noise of the best fixed distance (bench/results/2026-12-06-h100-prefetch-beside-bus/).
  */
 #include <inttypes.h>
 #include <stdio.h>
