@@ -33,6 +33,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/quant.h"
+#include "runtime/bench.h"
 #include "simulator/calibrate_impl.h"
 
 #define MAX_COPY_BYTES ((size_t)64 << 20)
@@ -484,9 +485,8 @@ out:
 
 /* ---- the bus beside the cores ---- */
 
-/* The host buffer the copy engine reads: four times the largest last-level cache of the machines
- * measured (320 MB), so that every copy reads host memory */
-#define BUS_HOST_BYTES ((size_t)1 << 30)
+/* The host buffer the copy engine reads is the host probes' (mp_bench_host_probe_bytes: 1 GiB and
+ * at least four times the CPU's last-level cache, so that every copy reads host memory), in slices */
 #define BUS_SLICE_BYTES ((size_t)64 << 20)
 /* Copies in flight between two waits: 8 x 64 MiB, about 10 ms at PCIe Gen5's 55 GB/s */
 #define BUS_BATCH 8
@@ -494,6 +494,7 @@ out:
 typedef struct bus_load {
     int device;
     char *host;
+    size_t host_bytes; /* a multiple of BUS_SLICE_BYTES, two slices at least */
     void *dev;
     cudaStream_t s;
     cudaEvent_t done;
@@ -520,7 +521,7 @@ static void *bus_loop(void *arg)
                 b->fail = e, b->what = "cudaMemcpyAsync";
                 return NULL;
             }
-            off = off + 2 * BUS_SLICE_BYTES <= BUS_HOST_BYTES ? off + BUS_SLICE_BYTES : 0;
+            off = off + 2 * BUS_SLICE_BYTES <= b->host_bytes ? off + BUS_SLICE_BYTES : 0;
         }
         if ((e = cudaEventRecord(b->done, b->s)) != cudaSuccess || (e = cudaEventSynchronize(b->done)) != cudaSuccess) {
             b->fail = e, b->what = "cudaEventSynchronize";
@@ -538,23 +539,26 @@ mp_status mp_calib_beside_bus(void (*fn)(void *), void *arg, double *gbs, char *
         return MP_OK;
     why[0] = 0;
     mp_status st = MP_OK;
-    bus_load b = {.run = 1};
+    const size_t probe = mp_bench_host_probe_bytes(false);
+    bus_load b = {.run = 1, .host_bytes = (probe + BUS_SLICE_BYTES - 1) / BUS_SLICE_BYTES * BUS_SLICE_BYTES};
+    if (b.host_bytes < 2 * BUS_SLICE_BYTES)
+        b.host_bytes = 2 * BUS_SLICE_BYTES;
     pthread_t tid;
     bool started = false;
     CK(cudaGetDevice(&b.device));
     CK(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&b.done, cudaEventBlockingSync | cudaEventDisableTiming));
     CK(cudaMalloc(&b.dev, BUS_SLICE_BYTES));
-    cudaError_t e = cudaMallocHost((void **)&b.host, BUS_HOST_BYTES);
+    cudaError_t e = cudaMallocHost((void **)&b.host, b.host_bytes);
     if (e == cudaErrorMemoryAllocation) { /* a host short of memory: the cores alone, said in why */
         cudaGetLastError();
         b.host = NULL;
-        snprintf(why, why_cap, "no %zu MiB of page-locked host memory for the bus to read (%s)", BUS_HOST_BYTES >> 20,
+        snprintf(why, why_cap, "no %zu MiB of page-locked host memory for the bus to read (%s)", b.host_bytes >> 20,
                  cudaGetErrorString(e));
         goto out;
     }
     CK(e);
-    memset(b.host, 1, BUS_HOST_BYTES); /* resident pages */
+    memset(b.host, 1, b.host_bytes); /* resident pages */
     if (pthread_create(&tid, NULL, bus_loop, &b)) {
         st = mp_fail(err, MP_ERR_INTERNAL, "calibrate: cannot start the thread that loads the bus");
         goto out;

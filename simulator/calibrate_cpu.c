@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/machine.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "runtime/hooks.h"
@@ -243,7 +244,7 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
     }
     uint64_t rng = 1;
     mp_calib_fill(x, (int64_t)max_rows * D, &rng);
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const size_t llc = mp_cpu_llc_bytes();
     for (int k = 0; k < n_kinds; k++) {
         const expert_kind *kind = &kinds[k];
         char quant[16];

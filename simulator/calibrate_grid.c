@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/machine.h"
 #include "runtime/bench.h"
 #include "runtime/executor.h"
 #include "runtime/gpu.h"
@@ -436,9 +437,9 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         snprintf(why, sizeof why, "the device's free memory: %.280s", merr.msg);
         return mp_calib_missing(missing, "decode_layers", why, err);
     }
-    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const uint64_t llc = mp_cpu_llc_bytes();
     int64_t resident = mp_calib_grid_pool(E, K, row_bytes, free_bytes, fixed_bytes, MP_EXECUTOR_RESERVE_BYTES,
-                                          llc > 0 ? (uint64_t)llc : 0);
+                                          llc);
     if (o->grid_pool > 0 && o->grid_pool < resident) /* --grid-pool: the cold routes over more experts */
         resident = o->grid_pool;
     const int cold_min = (int)(K - resident > 0 ? K - resident : 0);
@@ -477,7 +478,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                     "model beside a %.0f MiB last-level cache)",
                  n_pts, cold_min, K, K, far_max, units, passes, GRID_STEPS, GRID_RUN_NS / 1e9, resident, E,
                  (double)free_bytes / (1 << 30), (double)(E - resident) * (double)row_bytes / 1048576.0,
-                 llc > 0 ? (double)llc / 1048576.0 : 0.0);
+                 (double)llc / 1048576.0);
     if (far_max < 1)
         mp_calib_say(o, "calibrate: decode layer grid: far routes not measured: the executor has none (no "
                         "page-locked host copy of the experts)");

@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/machine.h"
 #include "base/sha256.h"
@@ -48,10 +47,10 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
     cJSON *threads = cJSON_CreateArray();
     for (int i = 0; threads && i < o->n_threads; i++)
         cJSON_AddItemToArray(threads, cJSON_CreateNumber(o->threads[i]));
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const size_t llc = mp_cpu_llc_bytes(); /* one rule for every reader of the cache size (base/machine.h) */
     if (!threads || !cJSON_AddStringToObject(device, "cpu", cpu) ||
         !cJSON_AddNumberToObject(device, "cpu_logical_cores", mp_cpu_count()) ||
-        !cJSON_AddNumberToObject(device, "cpu_llc_bytes", llc > 0 ? (double)llc : 0) ||
+        !cJSON_AddNumberToObject(device, "cpu_llc_bytes", (double)llc) ||
         !cJSON_AddStringToObject(device, "cpu_kernels", mp_kernels_isa()) ||
         !cJSON_AddItemToObject(device, "cpu_threads_measured", threads) ||
         !cJSON_AddStringToObject(device, "date", date) ||
