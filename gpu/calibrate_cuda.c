@@ -275,7 +275,7 @@ static mp_status gpu_experts(const mp_model *m, const mp_calib_opts *o, cudaStre
     CK(cudaMemcpy(d_w8, ones, (size_t)max_rows * sizeof(float), cudaMemcpyHostToDevice));
     for (int64_t il = 0; il < m->hp.n_layer; il++) {
         const mp_layer *L = &m->layers[il];
-        char quant[16];
+        char quant[MP_EXPERT_QUANT_MAX];
         mp_model_expert_quant(L, quant);
         bool seen = false;
         for (int64_t j = 0; j < il && !seen; j++)

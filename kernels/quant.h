@@ -201,6 +201,10 @@ int mp_weight_type_at(int i);             /* the i-th of them (i from 0), -1 pas
 int64_t mp_type_block_elems(int type);
 size_t mp_type_block_bytes(int type);
 const char *mp_type_name(int type);       /* "Q4_K", ... or NULL */
+/* The longest of those names, and the room of an expert's quant name of up to three of them with
+ * its NUL ("GATE/UP/DOWN": runtime/model.h, mp_expert_quant_name; cost files' "quant") */
+#define MP_TYPE_NAME_MAX 7
+#define MP_EXPERT_QUANT_MAX (3 * MP_TYPE_NAME_MAX + 3)
 /* The weight types' names, comma-separated in the table's order ("F32, F16, ..."): the one list
  * error messages and --help texts print. */
 const char *mp_type_names(void);

@@ -97,19 +97,19 @@ static mp_status get_num(ctx *c, const cJSON *obj, const char *path, const char 
     return MP_OK;
 }
 
-/* obj.quant: a type name of 1..MP_COST_QUANT_MAX - 1 characters, into out (MP_COST_QUANT_MAX). */
+/* obj.quant: a type name of 1..MP_EXPERT_QUANT_MAX - 1 characters, into out (MP_EXPERT_QUANT_MAX). */
 static mp_status get_quant(ctx *c, const cJSON *obj, const char *path, char *out)
 {
     const cJSON *q;
     mp_status st = get_member(c, obj, path, "quant", &q);
     if (st)
         return st;
-    if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_COST_QUANT_MAX) {
+    if (!cJSON_IsString(q) || !q->valuestring[0] || strlen(q->valuestring) >= MP_EXPERT_QUANT_MAX) {
         char sub[PATH_MAX_CHARS];
         join(sub, path, "quant");
-        return bad(c, sub, "expected a type name of 1..%d characters", MP_COST_QUANT_MAX - 1);
+        return bad(c, sub, "expected a type name of 1..%d characters", MP_EXPERT_QUANT_MAX - 1);
     }
-    snprintf(out, MP_COST_QUANT_MAX, "%s", q->valuestring);
+    snprintf(out, MP_EXPERT_QUANT_MAX, "%s", q->valuestring);
     return MP_OK;
 }
 

@@ -25,6 +25,7 @@
 
 #include "base/error.h"
 #include "base/knobs.h"
+#include "kernels/quant.h"
 
 typedef struct mp_cost_stat {
     double median_ns;
@@ -37,12 +38,11 @@ typedef struct mp_cost_curve {
     mp_cost_stat *y; /* (n_points) */
 } mp_cost_curve;
 
-#define MP_COST_QUANT_MAX 16
 #define MP_COST_DECODE_MAX_K 32 /* top_k of a decode grid (the GPU executor's MP_GPU_MAX_TOP_K) */
 
 /* One expert FFN (gate, up, down) of a quant type and shape, timed over routed rows. */
 typedef struct mp_cost_expert {
-    char quant[MP_COST_QUANT_MAX]; /* type name as in GGUF/kernels: "Q4_K", "F16", ... */
+    char quant[MP_EXPERT_QUANT_MAX]; /* type name as in GGUF/kernels: "Q4_K", "F16", ... */
     int64_t n_embd;                /* hidden size (rows of activations are n_embd f32) */
     int64_t n_ff;                  /* expert FFN size */
     uint64_t expert_bytes;         /* weights of one expert (what an admission copies) */
@@ -70,7 +70,7 @@ typedef struct mp_cost_decode {
     int n_points;                  /* 0: absent */
     mp_cost_decode_point *points;  /* unique (cold, far, far_on); far <= min(cold x far_split, far_max) */
     /* the model and run the grid was measured for: a grid is valid only for them */
-    char quant[MP_COST_QUANT_MAX];
+    char quant[MP_EXPERT_QUANT_MAX];
     int64_t n_embd, n_ff, n_expert;
     int top_k;                     /* 1..32 */
     int far_max;                   /* most far units measured, 0..top_k x far_split (0: far routes not measured) */

@@ -279,7 +279,7 @@ mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads,
     mp_status st = mp_costs_load(path, &c, err);
     if (st)
         return st;
-    char quant[16];
+    char quant[MP_EXPERT_QUANT_MAX];
     mp_model_expert_quant(&m->layers[0], quant);
     const mp_decode_shape shape = {quant,       m->hp.n_embd, m->hp.n_ff_exp, m->hp.n_expert, (int)m->hp.n_expert_used,
                                    threads,     mp_model_expert_bytes(m, 0)};

@@ -359,26 +359,26 @@ size_t mp_model_dense_bytes(const mp_model *m)
     return total;
 }
 
-void mp_expert_quant_name(int gate_type, int up_type, int down_type, char out[16])
+void mp_expert_quant_name(int gate_type, int up_type, int down_type, char out[MP_EXPERT_QUANT_MAX])
 {
     const char *g = mp_type_name(gate_type), *u = mp_type_name(up_type), *d = mp_type_name(down_type);
     g = g ? g : "?";
     u = u ? u : "?";
     d = d ? d : "?";
     if (gate_type == up_type && up_type == down_type)
-        snprintf(out, 16, "%s", g);
+        snprintf(out, MP_EXPERT_QUANT_MAX, "%s", g);
     else if (gate_type == up_type)
-        snprintf(out, 16, "%s/%s", g, d);
+        snprintf(out, MP_EXPERT_QUANT_MAX, "%s/%s", g, d);
     else
-        snprintf(out, 16, "%s/%s/%s", g, u, d);
+        snprintf(out, MP_EXPERT_QUANT_MAX, "%s/%s/%s", g, u, d);
 }
 
-void mp_model_expert_quant(const mp_layer *L, char out[16])
+void mp_model_expert_quant(const mp_layer *L, char out[MP_EXPERT_QUANT_MAX])
 {
     mp_expert_quant_name(L->gate_exps.type, L->up_exps.type, L->down_exps.type, out);
 }
 
-bool mp_expert_quant_from_types(const char *quant_types, char out[16])
+bool mp_expert_quant_from_types(const char *quant_types, char out[MP_EXPERT_QUANT_MAX])
 {
     static const char *const tensors[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     int type[3] = {-1, -1, -1};

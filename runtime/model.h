@@ -25,6 +25,7 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "kernels/quant.h"
 
 /* Layers a model may have: above any published MoE model (DeepSeek-V3: 61), and it bounds what
  * is allocated per layer from a file's block_count. */
@@ -171,14 +172,14 @@ size_t mp_model_expert_bytes(const mp_model *m, int64_t il);
  * embeddings, head). */
 size_t mp_model_dense_bytes(const mp_model *m);
 /* The expert types of a layer as cost files name them: the gate type when gate, up and down
- * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most 14 characters. */
-void mp_model_expert_quant(const mp_layer *L, char out[16]);
+ * agree ("Q8_0"), else "GATE/DOWN" ("Q4_K/Q6_K") or "GATE/UP/DOWN"; at most MP_EXPERT_QUANT_MAX - 1 characters. */
+void mp_model_expert_quant(const mp_layer *L, char out[MP_EXPERT_QUANT_MAX]);
 /* The same name from the three types (MP_TYPE_*). */
-void mp_expert_quant_name(int gate_type, int up_type, int down_type, char out[16]);
+void mp_expert_quant_name(int gate_type, int up_type, int down_type, char out[MP_EXPERT_QUANT_MAX]);
 /* The name from a trace's quant_types as collect writes it ("Q4_K:ffn_gate_exps,Q4_K:ffn_up_exps,
  * Q6_K:ffn_down_exps", the first layer's tensors, in any order): true and out set when the text
  * names a known type for each of the three, else false. */
-bool mp_expert_quant_from_types(const char *quant_types, char out[16]);
+bool mp_expert_quant_from_types(const char *quant_types, char out[MP_EXPERT_QUANT_MAX]);
 
 /* The byte slice of expert e within an expert tensor (ne[2] = n_expert). */
 static inline const void *mp_expert_slice(const mp_tensor *t, int64_t e)

@@ -168,7 +168,7 @@ double mp_calib_decode_moe_ns(const mp_model *m, const cJSON *root, int64_t from
     const cJSON *entries = cJSON_GetObjectItemCaseSensitive(root, "gpu_expert");
     double sum = 0;
     for (int64_t il = from_layer; il < m->hp.n_layer; il++) {
-        char quant[16];
+        char quant[MP_EXPERT_QUANT_MAX];
         mp_model_expert_quant(&m->layers[il], quant);
         double v = -1;
         const cJSON *e;

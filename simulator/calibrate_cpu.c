@@ -247,7 +247,7 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
     const size_t llc = mp_cpu_llc_bytes();
     for (int k = 0; k < n_kinds; k++) {
         const expert_kind *kind = &kinds[k];
-        char quant[16];
+        char quant[MP_EXPERT_QUANT_MAX];
         mp_model_expert_quant(&m->layers[kind->layers[0]], quant);
         const size_t expert_bytes = mp_model_expert_bytes(m, kind->layers[0]);
         const double rotation_bytes = (double)expert_bytes * (double)E * kind->n_layers;

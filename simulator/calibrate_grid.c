@@ -494,7 +494,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
         contend[i] = true;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
     grid_run run = {s, m, &routes, plan, &nm, logits, split, far_routes};
-    char quant[16];
+    char quant[MP_EXPERT_QUANT_MAX];
     mp_model_expert_quant(&m->layers[0], quant);
     if (!grid || !pts || !plan || !layer || !cpu || !gpu || !logits || !cJSON_AddStringToObject(grid, "quant", quant) ||
         !cJSON_AddNumberToObject(grid, "n_embd", (double)m->hp.n_embd) ||

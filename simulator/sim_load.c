@@ -264,7 +264,7 @@ static mp_status trace_geometry(mp_trace_reader *r, const char *path, mp_sim_tra
     facts->n_ff = run->n_ff_expert;
     snprintf(facts->model_sha256, sizeof facts->model_sha256, "%s", run->model_sha256 ? run->model_sha256 : "");
     /* as cost files name the experts ("Q4_K/Q6_K") where the text is collect's, else as it is */
-    char name[16];
+    char name[MP_EXPERT_QUANT_MAX];
     if (run->quant_types && mp_expert_quant_from_types(run->quant_types, name))
         snprintf(facts->quant, sizeof facts->quant, "%s", name);
     else

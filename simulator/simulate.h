@@ -92,7 +92,7 @@ typedef struct mp_simulate_result {
     mp_cost_expert gpu;            /* the GPU entry, its expert size the trace's where it has one */
     /* With a model: each block's expert type as calibrate names it ("Q4_K/Q6_K"; n_blocks of them),
      * and, where the trace's layers differ in it, each trace layer's cost entries (cfg's) */
-    char (*block_quant)[16];
+    char (*block_quant)[MP_EXPERT_QUANT_MAX];
     int64_t n_blocks;
     mp_sim_layer_experts *layer_experts;
     mp_sim_config cfg;             /* as replayed (costs, entries, fixed part, slot bytes) */

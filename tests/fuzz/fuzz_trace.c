@@ -295,7 +295,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* the run's quant_types text as the simulator reads it (mp_expert_quant_from_types): the input
      * as a string; a name it gives is a NUL-terminated run of type names and '/' */
-    char text[256], name[16];
+    char text[256], name[MP_EXPERT_QUANT_MAX];
     const size_t tn = size < sizeof text - 1 ? size : sizeof text - 1;
     memcpy(text, data, tn);
     text[tn] = 0;

@@ -22,6 +22,7 @@
 #include "runtime/model.h"
 #include "simulator/calibrate_impl.h"
 #include "runtime/costs.h"
+#include "runtime/decide.h"
 #include "tests/unit/cli_util.h"
 
 static char dir[256], model[512];
@@ -560,10 +561,10 @@ Test(calibrate, decode_moe_time_from_the_gpu_entries)
     mp_model *m;
     mp_error e;
     cr_assert_eq(mp_model_load(model, &m, &e), MP_OK, "%s", e.msg);
-    char quant[16], text[1024];
+    char quant[MP_EXPERT_QUANT_MAX], text[1024];
     mp_model_expert_quant(&m->layers[0], quant);
     for (int64_t il = 1; il < m->hp.n_layer; il++) { /* the tiny preset has one kind of expert */
-        char q[16];
+        char q[MP_EXPERT_QUANT_MAX];
         mp_model_expert_quant(&m->layers[il], q);
         cr_assert_str_eq(q, quant);
     }
@@ -785,7 +786,7 @@ Test(calibrate, a_host_that_moved_while_calibrating_is_warned_about)
  * another form does not. */
 Test(calibrate, expert_quant_names_from_types_and_trace_text)
 {
-    char q[16];
+    char q[MP_EXPERT_QUANT_MAX];
     mp_expert_quant_name(MP_TYPE_Q8_0, MP_TYPE_Q8_0, MP_TYPE_Q8_0, q);
     cr_assert_str_eq(q, "Q8_0");
     mp_expert_quant_name(MP_TYPE_Q4_K, MP_TYPE_Q4_K, MP_TYPE_Q6_K, q);
@@ -802,7 +803,7 @@ Test(calibrate, expert_quant_names_from_types_and_trace_text)
     mp_model *m;
     mp_error e;
     cr_assert_eq(mp_model_load(model, &m, &e), MP_OK, "%s", e.msg);
-    char text[128], mq[16];
+    char text[128], mq[MP_EXPERT_QUANT_MAX];
     const mp_layer *L = &m->layers[0];
     snprintf(text, sizeof text, "%s:ffn_gate_exps,%s:ffn_up_exps,%s:ffn_down_exps", mp_type_name(L->gate_exps.type),
              mp_type_name(L->up_exps.type), mp_type_name(L->down_exps.type));
@@ -816,4 +817,31 @@ Test(calibrate, expert_quant_names_from_types_and_trace_text)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_assert(!mp_expert_quant_from_types(bad[i], q), "'%s' read as %s", bad[i], q);
     cr_assert(!mp_expert_quant_from_types(NULL, q));
+}
+
+/* A name of three types has room for the longest: every weight type's name fits MP_TYPE_NAME_MAX,
+ * GATE/UP/DOWN of the three longest comes back whole, and the down type reads back from such a name
+ * (mp_decide_far_split_of_grid splits a far route by the down tensor's granule) */
+Test(calibrate, expert_quant_names_of_the_longest_types_whole)
+{
+    int longest[3] = {-1, -1, -1}; /* three types of the longest names, longest first */
+    for (int i = 0, t; (t = mp_weight_type_at(i)) >= 0; i++) {
+        const char *n = mp_type_name(t);
+        cr_assert(n && strlen(n) <= MP_TYPE_NAME_MAX, "type %d's name %s is over %d characters", t, n ? n : "(none)",
+                  MP_TYPE_NAME_MAX);
+        for (int j = 0; j < 3; j++)
+            if (longest[j] < 0 || strlen(n) > strlen(mp_type_name(longest[j]))) {
+                memmove(longest + j + 1, longest + j, (size_t)(2 - j) * sizeof *longest);
+                longest[j] = t;
+                break;
+            }
+    }
+    cr_assert(longest[2] >= 0);
+    char q[MP_EXPERT_QUANT_MAX], want[64];
+    snprintf(want, sizeof want, "%s/%s/%s", mp_type_name(longest[0]), mp_type_name(longest[1]),
+             mp_type_name(longest[2]));
+    mp_expert_quant_name(longest[0], longest[1], longest[2], q);
+    cr_assert_str_eq(q, want);
+    mp_expert_quant_name(longest[0], longest[1], MP_TYPE_Q6_K, q);
+    cr_assert_eq(mp_decide_far_split_of_grid(8, 768, q), 3, "%s", q);
 }

@@ -180,7 +180,7 @@ Test(costs, rejects_bad_values_with_json_path)
     expect_reject("\"combine\": [{\"rows\": 1, \"median_ns\": 3000, \"spread_ns\": 100}]", "\"combine\": 5",
                   "$.combine: expected an array");
     expect_reject("\"quant\": \"F16\"", "\"quant\": \"\"", "$.gpu_expert[1].quant: expected a type name");
-    expect_reject("\"quant\": \"F16\"", "\"quant\": \"A_VERY_LONG_TYPE_NAME\"", "$.gpu_expert[1].quant");
+    expect_reject("\"quant\": \"F16\"", "\"quant\": \"A_VERY_LONG_TYPE_NAME_OF_NO_TYPE\"", "$.gpu_expert[1].quant");
     expect_reject("\"threads\": 16", "\"threads\": 0", "$.cpu_expert[1].threads: expected a finite number >= 1");
     expect_reject("\"version\": 1", "\"version\": 2", "$.version: 2: expected 1");
     expect_reject("\"moeplan-costs\"", "\"other\"", "$.format: expected \"moeplan-costs\"");
