@@ -1,6 +1,10 @@
 /* base/machine.c — the machine's facts (machine.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_ISSET */
+#endif
 #include "base/machine.h"
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,18 +51,100 @@ static size_t sysfs_size(const char *path)
     return (size_t)v * unit;
 }
 
+/* a sysfs text file's first line without its newline into buf; false when unreadable or empty */
+static bool sysfs_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    const bool ok = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    if (ok)
+        buf[strcspn(buf, "\n")] = 0;
+    return ok && buf[0];
+}
+
+/* A CPU's deepest data cache under cpu_dir: its level, size and a key naming its instance (the
+ * cache's id where sysfs gives one, else the CPUs sharing it); false when sysfs lists none */
+static bool deepest_cache(const char *cpu_dir, int cpu, int *level, size_t *bytes, char *key, size_t key_cap)
+{
+    bool found = false;
+    *level = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[512], text[256];
+        snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/type", cpu_dir, cpu, i);
+        if (!sysfs_line(path, text, sizeof text))
+            continue;
+        if (strcmp(text, "Unified") != 0 && strcmp(text, "Data") != 0)
+            continue; /* an instruction cache holds no weights */
+        snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/level", cpu_dir, cpu, i);
+        const int lv = sysfs_line(path, text, sizeof text) ? atoi(text) : 0;
+        snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/size", cpu_dir, cpu, i);
+        const size_t b = sysfs_size(path);
+        if (lv <= *level || b == 0)
+            continue;
+        char id[200];
+        snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/id", cpu_dir, cpu, i);
+        if (!sysfs_line(path, id, sizeof id)) {
+            snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/shared_cpu_list", cpu_dir, cpu, i);
+            if (!sysfs_line(path, id, sizeof id))
+                snprintf(id, sizeof id, "cpu%d", cpu); /* nothing says it is shared: its own */
+        }
+        *level = lv;
+        *bytes = b;
+        snprintf(key, key_cap, "L%d:%s", lv, id);
+        found = true;
+    }
+    return found;
+}
+
+size_t mp_cpu_llc_bytes_of(const char *cpu_dir, const int *cpus, int n_cpus)
+{
+    enum { KEY_CAP = 264 };
+    char(*keys)[KEY_CAP] = n_cpus > 0 ? calloc((size_t)n_cpus, KEY_CAP) : NULL;
+    int *levels = n_cpus > 0 ? calloc((size_t)n_cpus, sizeof *levels) : NULL;
+    size_t *sizes = n_cpus > 0 ? calloc((size_t)n_cpus, sizeof *sizes) : NULL;
+    int top = 0, n = 0;
+    for (int c = 0; keys && levels && sizes && c < n_cpus; c++) {
+        int lv;
+        size_t b;
+        char key[KEY_CAP];
+        if (!deepest_cache(cpu_dir, cpus[c], &lv, &b, key, sizeof key))
+            continue;
+        bool seen = false;
+        for (int j = 0; j < n && !seen; j++)
+            seen = levels[j] == lv && !strcmp(keys[j], key);
+        if (seen)
+            continue;
+        snprintf(keys[n], KEY_CAP, "%s", key);
+        levels[n] = lv;
+        sizes[n++] = b;
+        top = lv > top ? lv : top;
+    }
+    size_t total = 0; /* the last level's distinct instances: a CPU whose deepest is shallower adds none */
+    for (int j = 0; j < n; j++)
+        total += levels[j] == top ? sizes[j] : 0;
+    free(keys);
+    free(levels);
+    free(sizes);
+    return total;
+}
+
 size_t mp_cpu_llc_bytes(void)
 {
-    size_t best = 0;
+    cpu_set_t set;
+    int cpus[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                cpus[n++] = c;
+    const size_t total = mp_cpu_llc_bytes_of("/sys/devices/system/cpu", cpus, n);
+    if (total > 0)
+        return total;
+    size_t best = 0; /* no sysfs caches (some VMs): what the C library says, one instance */
 #ifdef _SC_LEVEL3_CACHE_SIZE
     const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     best = l3 > 0 ? (size_t)l3 : l2 > 0 ? (size_t)l2 : 0;
 #endif
-    for (int i = 0; i < 8; i++) { /* the sysfs caches of cpu0: the largest (a VM may hide them) */
-        char path[96];
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        const size_t b = sysfs_size(path);
-        best = b > best ? b : best;
-    }
     return best;
 }

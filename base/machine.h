@@ -9,8 +9,14 @@
  * Processor"), or "unknown". */
 void mp_cpu_model_name(char *out, size_t cap);
 
-/* The largest CPU cache in bytes (the last level: L3 where there is one), as the OS reports it
- * (sysconf, else /sys/devices/system/cpu/cpu0/cache); 0 when neither says. */
+/* The last-level cache this process's CPUs read through, in bytes: the distinct instances of the
+ * deepest data cache of the CPUs it may run on, summed (a host of several L3s, AMD's per CCD or a
+ * second socket's, has them all; sysfs, mp_cpu_llc_bytes_of), else the C library's L3 (else L2)
+ * size; 0 when neither says. What a buffer must exceed for its reads to come from memory. */
 size_t mp_cpu_llc_bytes(void);
+/* The same over cpu_dir (/sys/devices/system/cpu's layout: cpuN/cache/indexI/{type,level,size,id or
+ * shared_cpu_list}) for the n_cpus CPUs listed: an instance counts once (by its id, else its CPU
+ * list); 0 when none of them lists a data cache. */
+size_t mp_cpu_llc_bytes_of(const char *cpu_dir, const int *cpus, int n_cpus);
 
 #endif

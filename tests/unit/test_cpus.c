@@ -1,7 +1,8 @@
 /* tests/unit/test_cpus.c — how many CPUs a process may use (runtime/cpus.c): the cgroup CPU quota
  * read from file trees laid out as the kernel's cgroup v2 and v1 file systems are (cpu.max;
  * cpu.cfs_quota_us and cpu.cfs_period_us), a parent's quota holding below it, and the affinity
- * mask capping the default thread count. */
+ * mask capping the default thread count; and the last-level cache over the CPUs, read from a tree
+ * laid out as sysfs's caches (base/machine.c). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_setaffinity, CPU_COUNT */
 #endif
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/machine.h"
 #include "runtime/cpus.h"
 
 static char root[64];
@@ -113,4 +115,61 @@ Test(cpus, the_affinity_mask_caps_the_usable_count)
     cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
     cr_assert_eq(pinned, 1, "one allowed CPU, %d usable", pinned);
     cr_assert_geq(mp_cpu_count(), 1);
+}
+
+/* cpuN/cache/indexI of a sysfs-like tree under root */
+static void cache(int cpu, int index, const char *type, int level, const char *size, const char *id,
+                  const char *shared)
+{
+    char rel[128], text[32];
+    snprintf(rel, sizeof rel, "cpu%d/cache/index%d/type", cpu, index);
+    put(rel, type);
+    snprintf(rel, sizeof rel, "cpu%d/cache/index%d/level", cpu, index);
+    snprintf(text, sizeof text, "%d\n", level);
+    put(rel, text);
+    snprintf(rel, sizeof rel, "cpu%d/cache/index%d/size", cpu, index);
+    put(rel, size);
+    if (id) {
+        snprintf(rel, sizeof rel, "cpu%d/cache/index%d/id", cpu, index);
+        put(rel, id);
+    }
+    if (shared) {
+        snprintf(rel, sizeof rel, "cpu%d/cache/index%d/shared_cpu_list", cpu, index);
+        put(rel, shared);
+    }
+}
+
+/* The last-level cache a process reads through (base/machine.c): the deepest data cache's distinct
+ * instances over its CPUs, summed: two L3s of 32 MiB (AMD's CCDs, two sockets) are 64 MiB for CPUs
+ * on both and 32 for CPUs on one; an instance shared by CPUs counts once, by its id or else by its
+ * CPU list; instruction caches and shallower levels add nothing; no caches listed: 0 */
+Test(cpus, the_last_level_cache_sums_its_instances_over_the_cpus)
+{
+    for (int c = 0; c < 4; c++) {
+        char id[8];
+        snprintf(id, sizeof id, "%d\n", c);
+        cache(c, 0, "Data\n", 1, "48K\n", id, NULL);
+        cache(c, 1, "Instruction\n", 1, "32K\n", id, NULL);
+        cache(c, 2, "Unified\n", 2, "2048K\n", id, NULL);
+        cache(c, 3, "Unified\n", 3, "32768K\n", c < 2 ? "0\n" : "1\n", c < 2 ? "0-1\n" : "2-3\n");
+    }
+    const int all[] = {0, 1, 2, 3}, first[] = {0, 1}, one_each[] = {1, 2};
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, all, 4), (size_t)64 << 20);
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, first, 2), (size_t)32 << 20);
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, one_each, 2), (size_t)64 << 20);
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, all, 0), 0);
+    const int none[] = {7};
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, none, 1), 0, "a CPU sysfs does not list");
+    /* without ids the CPU lists tell the instances apart */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/cpu*/cache/index3/id", root);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, all, 4), (size_t)64 << 20);
+    /* a CPU whose deepest cache is its L2 adds nothing beside the others' L3 */
+    cache(4, 0, "Data\n", 1, "48K\n", "4\n", NULL);
+    cache(4, 2, "Unified\n", 2, "2048K\n", "4\n", NULL);
+    const int five[] = {0, 1, 2, 3, 4};
+    cr_assert_eq(mp_cpu_llc_bytes_of(root, five, 5), (size_t)64 << 20);
+    /* this host: what sysfs or the C library says, never less than one L2 */
+    cr_assert_geq(mp_cpu_llc_bytes(), (size_t)64 << 10);
 }
