@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "gpu/gpu_impl.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "runtime/bench.h"
 #include "runtime/decide.h"
 #include "runtime/placement.h"
 
@@ -140,9 +141,10 @@ bool mp_gpu_exec_set_far_plan(mp_gpu *g, const mp_far_layer *layers)
     return true;
 }
 
-/* The probe reads at most this much of the host copy per launch (1 GiB: many times any cache) into
- * a device buffer of BUS_READ_DST bytes that the reads wrap around. */
-#define BUS_READ_SRC ((size_t)1 << 30)
+/* The probe reads the host copy's first mp_bench_host_probe_bytes (the cores' probe's size: past the
+ * CPU's last-level cache) or all of it where it is smaller, BUS_READ_SLICE bytes a launch in turn,
+ * into a device buffer of BUS_READ_DST bytes that the reads wrap around. */
+#define BUS_READ_SLICE ((size_t)256 << 20)
 #define BUS_READ_DST ((size_t)16 << 20)
 
 mp_status mp_gpu_exec_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err)
@@ -153,10 +155,13 @@ mp_status mp_gpu_exec_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_er
         cudaGetLastError();
         return MP_OK; /* no page-locked copy mapped for this device: nothing to read */
     }
-    size_t n = g->h_arena_bytes < BUS_READ_SRC ? g->h_arena_bytes : BUS_READ_SRC;
+    const size_t probe = mp_bench_host_probe_bytes(false);
+    size_t n = g->h_arena_bytes < probe ? g->h_arena_bytes : probe;
     n &= ~(size_t)16383;
     if (n == 0)
         return MP_OK;
+    const size_t slice = n < BUS_READ_SLICE ? n : BUS_READ_SLICE;
+    size_t off = 0;
     cudaError_t ce = cudaMalloc(&dst, BUS_READ_DST);
     if (ce != cudaSuccess) {
         cudaGetLastError(); /* a full device: the steps after this go on */
@@ -167,11 +172,14 @@ mp_status mp_gpu_exec_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_er
     mp_status st = MP_OK;
     while (mp_now_s() - t0 < seconds) { /* four launches in flight, then wait: the window's end is
                                          * overrun by at most four */
-        for (int k = 0; k < 4 && !st; k++)
-            if (mp_cuda_bus_read(src, n, dst, BUS_READ_DST, g->stream))
+        for (int k = 0; k < 4 && !st; k++) {
+            const size_t len = n - off < slice ? n - off : slice;
+            if (mp_cuda_bus_read((const char *)src + off, len, dst, BUS_READ_DST, g->stream))
                 st = mp_gpu_cuda_fail(err, "bus probe", cudaGetLastError());
             else
-                done += n;
+                done += len;
+            off = off + len < n ? off + len : 0;
+        }
         if (!st && (ce = cudaStreamSynchronize(g->stream)) != cudaSuccess)
             st = mp_gpu_cuda_fail(err, "bus probe", ce);
         if (st)

@@ -169,8 +169,9 @@ const char *mp_gpu_costs_machine(const mp_gpu *g);
 void mp_gpu_set_gemm_min_rows(mp_gpu *g, int64_t min_rows);
 
 /* The bus's side of a probe of host memory with two readers (runtime/bench.h, mp_bench_host_bus):
- * the GPU reads the page-locked host copy of the cold experts (up to 1 GiB of it, over and over)
- * with the far routes' loads for `seconds` of the host's clock, then waits for the last reads;
+ * the GPU reads the page-locked host copy of the cold experts (as much of it as the cores' probe
+ * reads, mp_bench_host_probe_bytes, over and over) with the far routes' loads for `seconds` of the
+ * host's clock, then waits for the last reads;
  * *bytes = what it read (0, MP_OK, when the executor has no such copy mapped). Between steps only. */
 mp_status mp_gpu_bus_read(mp_gpu *g, double seconds, uint64_t *bytes, mp_error *err);
 
