@@ -139,12 +139,10 @@ size_t mp_cpu_llc_bytes(void)
             if (CPU_ISSET(c, &set))
                 cpus[n++] = c;
     const size_t total = mp_cpu_llc_bytes_of("/sys/devices/system/cpu", cpus, n);
-    if (total > 0)
-        return total;
-    size_t best = 0; /* no sysfs caches (some VMs): what the C library says, one instance */
+    size_t one = 0; /* what the C library says: one instance, which a VM's sysfs may not list */
 #ifdef _SC_LEVEL3_CACHE_SIZE
     const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    best = l3 > 0 ? (size_t)l3 : l2 > 0 ? (size_t)l2 : 0;
+    one = l3 > 0 ? (size_t)l3 : l2 > 0 ? (size_t)l2 : 0;
 #endif
-    return best;
+    return total > one ? total : one;
 }
