@@ -34,25 +34,7 @@ void mp_cpu_model_name(char *out, size_t cap)
     fclose(f);
 }
 
-/* "32768K", "320M" or a byte count, as sysfs writes cache sizes; 0 when unreadable */
-static size_t sysfs_size(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char buf[64] = "";
-    const bool ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    char *end = NULL;
-    const unsigned long long v = ok ? strtoull(buf, &end, 10) : 0;
-    if (!ok || end == buf)
-        return 0;
-    const size_t unit = *end == 'K' ? (size_t)1 << 10 : *end == 'M' ? (size_t)1 << 20 : *end == 'G' ? (size_t)1 << 30 : 1;
-    return (size_t)v * unit;
-}
-
-/* a sysfs text file's first line without its newline into buf; false when unreadable or empty */
-static bool sysfs_line(const char *path, char *buf, size_t cap)
+bool mp_read_first_line(const char *path, char *buf, size_t cap)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -64,6 +46,20 @@ static bool sysfs_line(const char *path, char *buf, size_t cap)
     return ok && buf[0];
 }
 
+/* "32768K", "320M" or a byte count, as sysfs writes cache sizes; 0 when unreadable */
+static size_t sysfs_size(const char *path)
+{
+    char buf[64];
+    if (!mp_read_first_line(path, buf, sizeof buf))
+        return 0;
+    char *end = NULL;
+    const unsigned long long v = strtoull(buf, &end, 10);
+    if (end == buf)
+        return 0;
+    const size_t unit = *end == 'K' ? (size_t)1 << 10 : *end == 'M' ? (size_t)1 << 20 : *end == 'G' ? (size_t)1 << 30 : 1;
+    return (size_t)v * unit;
+}
+
 /* A CPU's deepest data cache under cpu_dir: its level, size and a key naming its instance (the
  * cache's id where sysfs gives one, else the CPUs sharing it); false when sysfs lists none */
 static bool deepest_cache(const char *cpu_dir, int cpu, int *level, size_t *bytes, char *key, size_t key_cap)
@@ -73,21 +69,21 @@ static bool deepest_cache(const char *cpu_dir, int cpu, int *level, size_t *byte
     for (int i = 0; i < 16; i++) {
         char path[512], text[256];
         snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/type", cpu_dir, cpu, i);
-        if (!sysfs_line(path, text, sizeof text))
+        if (!mp_read_first_line(path, text, sizeof text))
             continue;
         if (strcmp(text, "Unified") != 0 && strcmp(text, "Data") != 0)
             continue; /* an instruction cache holds no weights */
         snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/level", cpu_dir, cpu, i);
-        const int lv = sysfs_line(path, text, sizeof text) ? atoi(text) : 0;
+        const int lv = mp_read_first_line(path, text, sizeof text) ? atoi(text) : 0;
         snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/size", cpu_dir, cpu, i);
         const size_t b = sysfs_size(path);
         if (lv <= *level || b == 0)
             continue;
         char id[200];
         snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/id", cpu_dir, cpu, i);
-        if (!sysfs_line(path, id, sizeof id)) {
+        if (!mp_read_first_line(path, id, sizeof id)) {
             snprintf(path, sizeof path, "%s/cpu%d/cache/index%d/shared_cpu_list", cpu_dir, cpu, i);
-            if (!sysfs_line(path, id, sizeof id))
+            if (!mp_read_first_line(path, id, sizeof id))
                 snprintf(id, sizeof id, "cpu%d", cpu); /* nothing says it is shared: its own */
         }
         *level = lv;

@@ -3,11 +3,16 @@
 #ifndef MP_BASE_MACHINE_H
 #define MP_BASE_MACHINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The CPU's model name as /proc/cpuinfo's first "model name" line gives it ("Intel(R) Xeon(R)
  * Processor"), or "unknown". */
 void mp_cpu_model_name(char *out, size_t cap);
+
+/* The first line of a small text file (sysfs, procfs, cgroup files) into buf without its newline;
+ * false when it cannot be read or the line is empty. */
+bool mp_read_first_line(const char *path, char *buf, size_t cap);
 
 /* The last-level cache this process's CPUs read through, in bytes: the distinct instances of the
  * deepest data cache of the CPUs it may run on, summed (a host of several L3s, AMD's per CCD or a

@@ -11,23 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/machine.h"
+
 #define MAX_CPUS 1024
 
 int mp_cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (n > MAX_CPUS ? MAX_CPUS : (int)n);
-}
-
-/* The first line of a small file into buf; false when it cannot be read or is empty. */
-static bool read_line(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    const bool ok = fgets(buf, (int)cap, f) != NULL;
-    fclose(f);
-    return ok && buf[0] != '\0';
 }
 
 /* A number at *s as strtod reads one (leading blanks allowed; the callers refuse inf and nan),
@@ -47,7 +38,8 @@ static bool read_number(const char **s, double *out)
 static double quota_v2(const char *dir)
 {
     char path[4200], line[128];
-    if (snprintf(path, sizeof path, "%s/cpu.max", dir) >= (int)sizeof path || !read_line(path, line, sizeof line))
+    if (snprintf(path, sizeof path, "%s/cpu.max", dir) >= (int)sizeof path ||
+        !mp_read_first_line(path, line, sizeof line))
         return 0;
     const char *s = line;
     double quota, period;
@@ -66,7 +58,7 @@ static double quota_v1(const char *dir)
     for (int i = 0; i < 2; i++) {
         const char *s = line;
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path ||
-            !read_line(path, line, sizeof line) || !read_number(&s, &v[i]) || !(v[i] > 0 && v[i] < 1e18))
+            !mp_read_first_line(path, line, sizeof line) || !read_number(&s, &v[i]) || !(v[i] > 0 && v[i] < 1e18))
             return 0; /* a quota of -1: none; nan or inf: not what the kernel writes */
     }
     return v[0] / v[1];
