@@ -6,6 +6,7 @@
 
 #include <sched.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,7 @@ size_t mp_cpu_llc_bytes_of(const char *cpu_dir, const int *cpus, int n_cpus)
             continue;
         bool seen = false;
         for (int j = 0; j < n && !seen; j++)
-            seen = levels[j] == lv && !strcmp(keys[j], key);
+            seen = !strcmp(keys[j], key); /* the key names the level too */
         if (seen)
             continue;
         snprintf(keys[n], KEY_CAP, "%s", key);
@@ -126,7 +127,8 @@ size_t mp_cpu_llc_bytes_of(const char *cpu_dir, const int *cpus, int n_cpus)
     return total;
 }
 
-size_t mp_cpu_llc_bytes(void)
+/* What the process's CPUs read through, from sysfs and the C library (mp_cpu_llc_bytes) */
+static size_t llc_bytes_now(void)
 {
     cpu_set_t set;
     int cpus[CPU_SETSIZE], n = 0;
@@ -141,4 +143,17 @@ size_t mp_cpu_llc_bytes(void)
     one = l3 > 0 ? (size_t)l3 : l2 > 0 ? (size_t)l2 : 0;
 #endif
     return total > one ? total : one;
+}
+
+size_t mp_cpu_llc_bytes(void)
+{
+    /* read once: each call would scan every allowed CPU's sysfs caches (thousands of files on a
+     * large host) for the same answer; a racing first call computes the same value */
+    static size_t cached = SIZE_MAX;
+    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v == SIZE_MAX) {
+        v = llc_bytes_now();
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }

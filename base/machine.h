@@ -18,7 +18,7 @@ bool mp_read_first_line(const char *path, char *buf, size_t cap);
  * deepest data cache of the CPUs it may run on, summed (a host of several L3s, AMD's per CCD or a
  * second socket's, has them all; sysfs, mp_cpu_llc_bytes_of), or the C library's L3 (else L2) size
  * where that is larger (a VM whose sysfs lists no L3); 0 when neither says. What a buffer must
- * exceed for its reads to come from memory. */
+ * exceed for its reads to come from memory. Read at the first call, the same after it. */
 size_t mp_cpu_llc_bytes(void);
 /* The same over cpu_dir (/sys/devices/system/cpu's layout: cpuN/cache/indexI/{type,level,size,id or
  * shared_cpu_list}) for the n_cpus CPUs listed: an instance counts once (by its id, else its CPU
