@@ -313,6 +313,7 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     dst->profile_image_bytes = 0;
     dst->cold_routes = dst->all_routes = NULL;
     dst->decode_costs = NULL;
+    dst->cpu_rows_ns = NULL;
     dst->tier_cap = NULL; /* read from src by mp_gpu_tier_setup, which keeps its own */
     dst->tier_warm = NULL;
     dst->n_tier_warm = 0;
@@ -327,6 +328,14 @@ static mp_status copy_placement(const mp_placement *src, mp_placement *dst, mp_e
     }
     memcpy(dst->bits, src->bits, words * sizeof *dst->bits);
     memcpy(dst->n_resident, src->n_resident, (size_t)src->n_layer * sizeof *dst->n_resident);
+    if (src->cpu_rows_ns) {
+        const size_t n = (size_t)src->n_layer * (src->cpu_rows_max + 1);
+        if (!(dst->cpu_rows_ns = malloc(n * sizeof *dst->cpu_rows_ns))) {
+            mp_placement_free(dst);
+            return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
+        }
+        memcpy(dst->cpu_rows_ns, src->cpu_rows_ns, n * sizeof *dst->cpu_rows_ns);
+    }
     return MP_OK;
 }
 
@@ -431,6 +440,7 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
         !g->h_cold_cpu || !g->h_cold_order || !g->h_cold_copy)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
     g->decode_costs = pl->decode_costs != NULL;
+    g->cpu_k = pl->cpu_rows_ns ? 1.0 : 0.0; /* the planner's level, else unknown until measured */
     return copy_placement(pl, &g->pl, err);
 }
 
@@ -762,9 +772,12 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
         char copy[160] = "not copied";
         if (g->d_stage && g->copy_fixed)
             snprintf(copy, sizeof copy, "copied at >= %" PRId64 " rows", g->copy_min_rows);
+        else if (g->d_stage && g->pl.cpu_rows_ns)
+            snprintf(copy, sizeof copy, "copied by cost (link %.1f GB/s, CPU at %.2fx the --costs price)",
+                     g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_k);
         else if (g->d_stage)
             snprintf(copy, sizeof copy, "copied by cost (link %.1f GB/s, CPU %.1f us per route)",
-                     g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_ns_per_route / 1e3);
+                     g->pcie_ns_per_byte > 0 ? 1.0 / g->pcie_ns_per_byte : 0.0, g->cpu_k / 1e3);
         char host[160];
         mp_gpu_exec_host_report(g, host, sizeof host);
         char far[160] = "off: no page-locked host copy";

@@ -195,7 +195,12 @@ struct mp_gpu {
     int64_t copy_min_rows;  /* fixed threshold (mp_gpu_exec_set_copy_min_rows; 0: never copy) */
     bool copy_fixed;        /* true: copy_min_rows decides; false: the cost model below */
     double pcie_ns_per_byte; /* measured at start: one expert's weights, host mapping → staging */
-    double cpu_ns_per_route; /* EWMA of the CPU's time per route in prefill steps (0: unknown) */
+    /* prefill copies price a cold expert of r rows on layer il's CPU at cpu_k x
+     * mp_gpu_cpu_rows(g, il, r): the placement's table from --costs (the planner's price), else r
+     * (one unit a route); cpu_k an EWMA of the CPU's measured time over what the table priced it at,
+     * in prefill steps, starting at 1 with a table (the planner's level) and at 0 without one
+     * (unknown until measured) */
+    double cpu_k;
     /* decode (1-row) steps: far routes. The GPU reads some cold experts' weights from the
      * page-locked host copy over the bus (a gather kernel into the staging buffers, then the
      * expert kernels), beside the CPU's cores computing the others: the host memory gives the two
@@ -295,9 +300,8 @@ bool mp_gpu_layer_hybrid(const mp_gpu *g, int64_t il);
 /* Route source only: fill h_ids/h_w with every layer's routes for this step of n rows (checked
  * with mp_moe_check_routes), before the step enqueues anything; mp_gpu_moe_layer uploads them. */
 mp_status mp_gpu_fetch_routes(mp_gpu *g, int64_t n, mp_error *err);
-/* Prefill weight copies: whether a step of n rows may copy, and whether copying one cold expert
- * with `rows` rows beats computing them on the CPU (rows × CPU time per route against bytes ×
- * measured PCIe time per byte; before the CPU cost is known, rows >= MP_GPU_COPY_MIN_ROWS). */
+/* Prefill weight copies: whether a step of n rows may copy (which cold experts do:
+ * mp_gpu_copy_choice). */
 #define MP_GPU_COST_MIN_ROUTES 64 /* CPU routes in a step for a cost sample */
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n);
 /* Handoff mode: the seconds a GPU waits for the host's partial before it fails the step. */
@@ -312,9 +316,16 @@ bool mp_gpu_gpu_part(const mp_gpu *g, int64_t il, int64_t n);
  * structure); the next decode step captures anew. */
 void mp_gpu_drop_graphs(mp_gpu *g);
 /* The experts of layer il's prefill step (rows per expert in h_count) that are copied to the GPU:
- * their ids into h_copy_list, their count returned (mp_decide_copies on the executor's
- * measurements, or copy_min_rows when fixed). */
-int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes);
+ * their ids into h_copy_list, their count returned (mp_decide_copies on the CPU's price, cpu_k,
+ * and the measured link, or copy_min_rows when fixed). *cpu_units: what mp_gpu_cpu_rows prices
+ * the experts left to the CPU at (the fixed part with them), before cpu_k. */
+int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes, double *cpu_units);
+/* A cold expert of `rows` rows on layer il's CPU side in the units cpu_k scales: the placement's
+ * table (ns at the planner's level; rows past it along its last row's time per row), else rows
+ * (one unit a route). mp_gpu_cpu_fixed: an invocation's fixed part in the same units (0 without a
+ * table). */
+double mp_gpu_cpu_rows(const mp_gpu *g, int64_t il, int64_t rows);
+double mp_gpu_cpu_fixed(const mp_gpu *g, int64_t il);
 
 /* Host experts (gpu_host.c). mp_gpu_host_experts fills h_slices; with copy (the executor has
  * staging buffers and hybrid layers) it also copies the cold experts into anonymous memory and

@@ -193,11 +193,25 @@ static mp_status stage_some(mp_gpu *g, int64_t il, int64_t n, const int32_t *lis
     return MP_OK;
 }
 
-/* One sample into an exponentially weighted mean of measured times (0: none yet), keeping `keep`
- * of the old value: the prefill CPU's time per route (cpu_ns_per_route). */
-static void ewma(double *e, double sample_ns, double keep)
+/* One sample into an exponentially weighted mean (0: none yet), keeping `keep` of the old value:
+ * the prefill CPU's measured time over its price (cpu_k). */
+static void ewma(double *e, double sample, double keep)
 {
-    *e = *e > 0 ? keep * *e + (1.0 - keep) * sample_ns : sample_ns;
+    *e = *e > 0 ? keep * *e + (1.0 - keep) * sample : sample;
+}
+
+double mp_gpu_cpu_rows(const mp_gpu *g, int64_t il, int64_t rows)
+{
+    const uint32_t max = g->pl.cpu_rows_max;
+    if (!g->pl.cpu_rows_ns || max == 0)
+        return (double)rows;
+    const double *t = g->pl.cpu_rows_ns + (size_t)il * (max + 1);
+    return rows <= (int64_t)max ? t[rows] : t[max] * (double)rows / (double)max;
+}
+
+double mp_gpu_cpu_fixed(const mp_gpu *g, int64_t il)
+{
+    return g->pl.cpu_rows_ns ? g->pl.cpu_rows_ns[(size_t)il * (g->pl.cpu_rows_max + 1)] : 0;
 }
 
 bool mp_gpu_copy_enabled(const mp_gpu *g, int64_t n)
@@ -288,7 +302,7 @@ static mp_status wait_published(mp_gpu *g, int64_t il, mp_error *err)
     }
 }
 
-int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes)
+int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes, double *cpu_units)
 {
     const int64_t E = g->s->m->hp.n_expert;
     int n_cold = 0, n_copy = 0;
@@ -298,21 +312,30 @@ int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes)
             g->h_cold_rows[n_cold] = g->h_count[e];
             /* the CPU's time for these rows (the GPU's compute of a copied expert is a few
              * microseconds and runs while the next copy streams) */
-            g->h_cold_cpu[n_cold++] = (double)g->h_count[e] * g->cpu_ns_per_route;
+            g->h_cold_cpu[n_cold++] = mp_gpu_cpu_rows(g, il, g->h_count[e]);
         }
     if (g->copy_fixed) {
-        for (int i = 0; i < n_cold; i++)
-            if (g->copy_min_rows > 0 && g->h_cold_rows[i] >= g->copy_min_rows)
+        for (int i = 0; i < n_cold; i++) {
+            g->h_cold_copy[i] = g->copy_min_rows > 0 && g->h_cold_rows[i] >= g->copy_min_rows;
+            if (g->h_cold_copy[i])
                 g->h_copy_list[n_copy++] = g->h_cold[i];
-        return n_copy;
+        }
+    } else {
+        /* the decision model's rule (the planner's) on the CPU's price and the measured link: the
+         * cores and the link share the layer's cold experts */
+        for (int i = 0; i < n_cold; i++)
+            g->h_cold_cpu[i] *= g->cpu_k;
+        mp_decide_copies(n_cold, g->h_cold_rows, g->h_cold_cpu, (double)expert_bytes * g->pcie_ns_per_byte,
+                         MP_GPU_COPY_MIN_ROWS, g->h_cold_order, g->h_cold_copy);
+        for (int i = 0; i < n_cold; i++)
+            if (g->h_cold_copy[i])
+                g->h_copy_list[n_copy++] = g->h_cold[i];
     }
-    /* the decision model's rule on the executor's own measurements: the cores and the link share
-     * the layer's cold experts */
-    mp_decide_copies(n_cold, g->h_cold_rows, g->h_cold_cpu, (double)expert_bytes * g->pcie_ns_per_byte,
-                     MP_GPU_COPY_MIN_ROWS, g->h_cold_order, g->h_cold_copy);
+    double units = 0;
     for (int i = 0; i < n_cold; i++)
-        if (g->h_cold_copy[i])
-            g->h_copy_list[n_copy++] = g->h_cold[i];
+        if (!g->h_cold_copy[i])
+            units += mp_gpu_cpu_rows(g, il, g->h_cold_rows[i]);
+    *cpu_units = units > 0 ? units + mp_gpu_cpu_fixed(g, il) : 0;
     return n_copy;
 }
 
@@ -468,11 +491,12 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     int32_t *copy_list = g->h_copy_list; /* distinct experts: at most n_expert */
     int n_copy = 0;
     int64_t copied_routes = 0;
+    double cpu_units = 0; /* the CPU's part of a step with copies, priced before cpu_k */
     if (g->d_stage && mp_gpu_copy_enabled(g, n)) {
         memset(g->h_count, 0, (size_t)E * sizeof *g->h_count);
         for (int64_t i = 0; i < n * K; i++)
             g->h_count[h_ids[i]]++;
-        n_copy = mp_gpu_copy_choice(g, il, mp_model_expert_bytes(m, il));
+        n_copy = mp_gpu_copy_choice(g, il, mp_model_expert_bytes(m, il), &cpu_units);
         for (int j = 0; j < n_copy; j++) {
             leave_to_gpu(g, copy_list[j]);
             copied_routes += g->h_count[copy_list[j]];
@@ -527,9 +551,8 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
                           split; /* the split route is a far route */
     t->cpu_expert_ns = mp_gpu_now_ns() - c0_ns;
     g->stats.cpu_expert_ns += t->cpu_expert_ns;
-    if (n_cpu >= MP_GPU_COST_MIN_ROUTES) { /* a prefill-sized sample of the CPU's cost per route */
-        ewma(&g->cpu_ns_per_route, (double)t->cpu_expert_ns / (double)n_cpu, 0.7);
-    }
+    if (n_cpu >= MP_GPU_COST_MIN_ROUTES && cpu_units > 0) /* a prefill-sized sample of the CPU's level */
+        ewma(&g->cpu_k, (double)t->cpu_expert_ns / cpu_units, 0.7);
     if ((st = stage_some(g, il, n, copy_list, n_copy, INT_MAX, &done, &gpu_wrote, err))) /* pageable: the rest */
         return st;
     g->copied_this_step = n_copy > 0;

@@ -2,6 +2,7 @@
  * both link it. */
 #include "runtime/decide.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -279,13 +280,19 @@ mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads,
     mp_status st = mp_costs_load(path, &c, err);
     if (st)
         return st;
+    st = mp_decode_costs_of_model(&c, path, m, threads, out, err);
+    mp_costs_free(&c);
+    return st;
+}
+
+mp_status mp_decode_costs_of_model(const mp_costs *c, const char *name, const mp_model *m, int threads,
+                                   mp_decode_costs *out, mp_error *err)
+{
     char quant[MP_EXPERT_QUANT_MAX];
     mp_model_expert_quant(&m->layers[0], quant);
     const mp_decode_shape shape = {quant,       m->hp.n_embd, m->hp.n_ff_exp, m->hp.n_expert, (int)m->hp.n_expert_used,
                                    threads,     mp_model_expert_bytes(m, 0)};
-    st = mp_decode_costs_from(&c, path, &shape, out, err);
-    mp_costs_free(&c);
-    return st;
+    return mp_decode_costs_from(c, name, &shape, out, err);
 }
 
 double mp_decide_cold_share(double cold_routes, double all_routes, int64_t n_resident, int64_t n_expert)
@@ -541,6 +548,92 @@ int mp_decide_copies(int n, const int64_t *rows, const double *cpu_ns, double co
     for (int k = 0; k < best_k; k++)
         copy[order[k]] = true;
     return best_k;
+}
+
+/* mp_decide_expert_table's split of entry e: the fixed part and the slope of its `concurrent`
+ * curve; slope -1 without one. */
+static void expert_split(const mp_cost_expert *e, double *fixed_ns, double *slope_ns)
+{
+    const mp_cost_curve *c = &e->concurrent;
+    *fixed_ns = 0;
+    *slope_ns = -1; /* no curve */
+    if (c->n_points < 2)
+        return;
+    const int n = c->n_points;
+    const double x0 = c->x[0], x1 = c->x[n - 1], y0 = c->y[0].median_ns, y1 = c->y[n - 1].median_ns;
+    double slope = (y1 - y0) / (x1 - x0), fixed = y0 - slope * x0;
+    if (slope < 0) /* more experts measured faster: noise; charge the mean */
+        slope = 0, fixed = (y0 + y1) / 2;
+    if (fixed < 0) /* superlinear: no fixed part */
+        fixed = 0, slope = y1 / x1;
+    *fixed_ns = fixed;
+    *slope_ns = slope;
+}
+
+static double marginal_ns(const mp_cost_expert *e, double slope_ns, uint32_t rows)
+{
+    if (slope_ns < 0)
+        return mp_cost_curve_ns(&e->by_rows, rows);
+    double v = slope_ns + mp_cost_curve_ns(&e->by_rows, rows) - mp_cost_curve_ns(&e->by_rows, 1);
+    return v > 0 ? v : 0;
+}
+
+void mp_decide_expert_table(const mp_cost_expert *e, double k, uint32_t max_rows, double *fixed_ns, double *ns)
+{
+    double fixed, slope;
+    expert_split(e, &fixed, &slope);
+    *fixed_ns = k * fixed;
+    ns[0] = 0;
+    for (uint32_t r = 1; r <= max_rows; r++)
+        ns[r] = k * marginal_ns(e, slope, r);
+}
+
+double mp_decide_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu, double share)
+{
+    const int K = c->decode.top_k;
+    const mp_cost_decode_point *p = NULL; /* the grid's point of K cold routes, far routes off */
+    for (int i = 0; i < c->decode.n_points && !p; i++)
+        if (!c->decode.points[i].far_on && c->decode.points[i].cold == K)
+            p = &c->decode.points[i];
+    if (!p || cpu->threads != c->decode.threads || p->cpu_ns <= 0)
+        return 1.0;
+    double fixed, slope;
+    expert_split(cpu, &fixed, &slope);
+    const double model = fixed + (double)K * marginal_ns(cpu, slope, 1);
+    return model > 0 ? p->cpu_ns * share / model : 1.0;
+}
+
+mp_status mp_decide_cpu_rows_ns(const mp_costs *c, const char *name, const mp_model *m, int threads, uint32_t max_rows,
+                                double **out, mp_error *err)
+{
+    const int64_t L = m->hp.n_layer;
+    const size_t stride = (size_t)max_rows + 1;
+    *out = NULL;
+    double bytes_sum = 0;
+    for (int64_t l = 0; l < L; l++)
+        bytes_sum += (double)mp_model_expert_bytes(m, l);
+    double *t = malloc((size_t)(L > 0 ? L : 1) * stride * sizeof *t);
+    if (!t)
+        return mp_fail(err, MP_ERR_NOMEM, "%s: out of memory for the CPU experts' cost tables", name);
+    for (int64_t l = 0; l < L; l++) {
+        char quant[MP_EXPERT_QUANT_MAX];
+        mp_model_expert_quant(&m->layers[l], quant);
+        const mp_cost_expert *cpu = mp_costs_find_cpu(c, quant, m->hp.n_embd, m->hp.n_ff_exp, threads);
+        if (!cpu) {
+            free(t);
+            return mp_fail(err, MP_ERR_ARG, "%s: no CPU expert entry for layer %" PRId64 "'s %s experts (%" PRId64
+                           "x%" PRId64 "): expected a cost file from `moeplan calibrate` of this model",
+                           name, l, quant, m->hp.n_embd, m->hp.n_ff_exp);
+        }
+        /* the planner's share of the grid's cold time: the layer's expert bytes over the mean */
+        const double mean = bytes_sum / (double)L;
+        const double share = mean > 0 ? (double)mp_model_expert_bytes(m, l) / mean : 1.0;
+        double *row = t + (size_t)l * stride, fixed;
+        mp_decide_expert_table(cpu, mp_decide_cpu_anchor(c, cpu, share), max_rows, &fixed, row);
+        row[0] = fixed; /* [0]: the invocation's fixed part */
+    }
+    *out = t;
+    return MP_OK;
 }
 
 /* The grid's least time for a step with c cold routes (far on or off); NaN when not measured. */

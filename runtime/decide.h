@@ -168,6 +168,9 @@ bool mp_costs_decode_raised(const mp_costs *c, mp_decode_raised *out);
  * (mp_decode_costs_from). For the commands' --costs. */
 mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,
                                mp_error *err);
+/* The same for cost file c as loaded (name: its path, for messages). */
+mp_status mp_decode_costs_of_model(const mp_costs *c, const char *name, const mp_model *m, int threads,
+                                   mp_decode_costs *out, mp_error *err);
 
 /* The share of a layer's routes that reach non-resident experts: cold_routes / all_routes when
  * the placement has routing counts or frequencies (all_routes > 0), else (n_expert - n_resident)
@@ -322,6 +325,35 @@ bool mp_decide_copy_first(double cpu_a, int64_t rows_a, double cpu_b, int64_t ro
  * ones); copy_ns > 0. Returns the k whose copies make max(total_ns - the k first, k × copy_ns)
  * least (the fewer on a tie). */
 int mp_decide_copy_count(int nc, const double *cpu_ns, const int *order, double total_ns, double copy_ns);
+
+/* An expert entry's cost in one invocation of the expert function (the CPU's or the GPU's) as
+ * fixed + the sum of its experts' marginal costs by rows: the model by which the planner, the
+ * replay and the GPU executor's prefill copies price a step's experts. With a `concurrent` curve (k
+ * distinct one-row experts in one call), the line through its first and last points gives the
+ * fixed part (its value at 0 experts) and the cost of one more one-row expert (its slope); an expert
+ * of r rows adds that slope plus by_rows(r) - by_rows(1). So k one-row experts cost what the runtime
+ * measured for k, and one expert of r rows costs by_rows(r) up to the difference of the two
+ * one-expert measurements. Without the curve: fixed 0, marginal = by_rows (experts one after
+ * another, the model of cost files that predate it). Tabulated times k for 0..max_rows rows: ns[r]
+ * (ns[0] = 0) and *fixed_ns. */
+void mp_decide_expert_table(const mp_cost_expert *e, double k, uint32_t max_rows, double *fixed_ns, double *ns);
+
+/* The factor on CPU entry cpu's table that makes the decode grid's all-cold step (top_k one-row CPU
+ * experts, far routes off), as the runtime measured it, what the table predicts for that step (the
+ * microbenchmark times the experts alone, the runtime beside the GPU's step). `share`: the part of
+ * the grid's cold time a layer of these experts takes (its expert bytes over the model's mean; 1 for
+ * a model of one kind of expert). 1 where the grid has no such point or ran other threads. */
+double mp_decide_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu, double share);
+
+/* The CPU's time for one cold expert of r routed rows in each layer of model m, as the planner
+ * prices it: cost file c's CPU entry for the layer's expert type and shape on `threads` threads
+ * (mp_costs_find_cpu), tabulated (mp_decide_expert_table) times its anchor
+ * (mp_decide_cpu_anchor, the layer's expert bytes over the layers' mean as its share). *out:
+ * n_layer rows of max_rows + 1 (layer-major), [0] the invocation's fixed part, [r] an expert of r
+ * rows; allocated, the caller frees it. MP_ERR_ARG naming the layer and its experts where c has no
+ * CPU entry for them (name: the file, for the message). */
+mp_status mp_decide_cpu_rows_ns(const mp_costs *c, const char *name, const mp_model *m, int threads, uint32_t max_rows,
+                                double **out, mp_error *err);
 
 /* The adaptive tier's prices (runtime/tier.h, policy cost), from the decode grid:
  *   route_saving_ns  what one route saves when its expert has a slot: the grid's least time for a

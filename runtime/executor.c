@@ -72,7 +72,18 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             return mp_fail(err, MP_ERR_NOMEM, "--costs: out of memory");
         }
         const int threads = sp->n_threads > 0 ? sp->n_threads : mp_cpu_usable();
-        if ((st = mp_decode_costs_load(o->costs, m, threads, pl->decode_costs, err))) {
+        mp_costs c;
+        if ((st = mp_costs_load(o->costs, &c, err))) {
+            mp_placement_free(pl);
+            return mp_error_prefix(err, "--costs");
+        }
+        st = mp_decode_costs_of_model(&c, o->costs, m, threads, pl->decode_costs, err);
+        if (!st && mp_decide_step_copies(n_batch)) { /* prefill copies, priced as the planner prices them */
+            pl->cpu_rows_max = (uint32_t)n_batch;
+            st = mp_decide_cpu_rows_ns(&c, o->costs, m, threads, pl->cpu_rows_max, &pl->cpu_rows_ns, err);
+        }
+        mp_costs_free(&c);
+        if (st) {
             mp_placement_free(pl);
             return mp_error_prefix(err, "--costs");
         }

@@ -643,6 +643,7 @@ void mp_placement_free(mp_placement *p)
     free(p->cold_routes);
     free(p->all_routes);
     free(p->decode_costs);
+    free(p->cpu_rows_ns);
     free(p->tier_cap);
     free(p->tier_warm);
     memset(p, 0, sizeof *p);

@@ -198,6 +198,12 @@ typedef struct mp_placement {
     /* The decode costs the GPU executor decides far routes from (runtime/decide.h; --costs, loaded
      * by mp_executor_plan for a GPU run), owned; NULL: none, so no far routes. */
     struct mp_decode_costs *decode_costs;
+    /* The CPU's time for a cold expert of r rows in each layer, from the same --costs, as the
+     * planner prices it (runtime/decide.h, mp_decide_cpu_rows_ns: n_layer rows of cpu_rows_max + 1,
+     * [0] an invocation's fixed part): the GPU executor's prefill copies start from it; owned;
+     * NULL: none (the executor then prices by its own measurements alone). */
+    double *cpu_rows_ns;
+    uint32_t cpu_rows_max;
     /* The adaptive tier (runtime/tier.h): slots besides the static residents, counted in the
      * budget; tier_slots 0 (policy off): none. tier_cap (n_layer) is the slots of each layer
      * (mp_tier_split over the layers with host experts), tier_bytes their bytes. With a budget the

@@ -83,67 +83,6 @@ void sim_tab_free(sim_tab *tab)
     memset(tab, 0, sizeof *tab);
 }
 
-/* An expert entry's cost of one invocation as fixed + Σ marginal(rows): with a `concurrent` curve
- * (k distinct one-row experts in one call), the line through its first and last points gives the
- * fixed part (its value at 0 experts) and the cost of one more one-row expert (its slope); an
- * expert of r rows adds that slope plus by_rows(r) - by_rows(1). So k one-row experts cost exactly
- * what the runtime measured for k, and one expert of r rows costs by_rows(r) up to the difference
- * of the two one-expert measurements. Without the curve: fixed 0, marginal = by_rows (experts
- * one after another, the model of cost files that predate it). */
-static void expert_split(const mp_cost_expert *e, double *fixed_ns, double *slope_ns)
-{
-    const mp_cost_curve *c = &e->concurrent;
-    *fixed_ns = 0;
-    *slope_ns = -1; /* no curve */
-    if (c->n_points < 2)
-        return;
-    const int n = c->n_points;
-    const double x0 = c->x[0], x1 = c->x[n - 1], y0 = c->y[0].median_ns, y1 = c->y[n - 1].median_ns;
-    double slope = (y1 - y0) / (x1 - x0), fixed = y0 - slope * x0;
-    if (slope < 0) /* more experts measured faster: noise; charge the mean */
-        slope = 0, fixed = (y0 + y1) / 2;
-    if (fixed < 0) /* superlinear: no fixed part */
-        fixed = 0, slope = y1 / x1;
-    *fixed_ns = fixed;
-    *slope_ns = slope;
-}
-
-static double marginal_ns(const mp_cost_expert *e, double slope_ns, uint32_t rows)
-{
-    if (slope_ns < 0)
-        return mp_cost_curve_ns(&e->by_rows, rows);
-    double v = slope_ns + mp_cost_curve_ns(&e->by_rows, rows) - mp_cost_curve_ns(&e->by_rows, 1);
-    return v > 0 ? v : 0;
-}
-
-/* The grid's point of cold routes c with far routes off, or NULL. */
-static const mp_cost_decode_point *decode_off_point(const mp_costs *c, int cold)
-{
-    for (int i = 0; i < c->decode.n_points; i++)
-        if (!c->decode.points[i].far_on && c->decode.points[i].cold == cold)
-            return &c->decode.points[i];
-    return NULL;
-}
-
-/* mp_sim_cpu_anchor for a kind of layer whose share of the grid's cold part is `scale` (its CPU
- * time anchors to that share of the grid's all-cold CPU time): 1 where the grid has no anchor. */
-static double cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu, double scale)
-{
-    const int K = c->decode.top_k;
-    const mp_cost_decode_point *p = decode_off_point(c, K);
-    if (!p || cpu->threads != c->decode.threads || p->cpu_ns <= 0)
-        return 1.0;
-    double fixed, slope;
-    expert_split(cpu, &fixed, &slope);
-    const double model = fixed + (double)K * marginal_ns(cpu, slope, 1);
-    return model > 0 ? p->cpu_ns * scale / model : 1.0;
-}
-
-double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu)
-{
-    return cpu_anchor(c, cpu, 1.0);
-}
-
 /* Kind kd's tables from its cost entries (kd->grid_cold_scale set), with the tables' factors
  * k_parts. */
 static mp_status kind_build(sim_kind *kd, const mp_cost_expert *gpu, const mp_cost_expert *cpu, const mp_costs *c,
@@ -153,16 +92,9 @@ static mp_status kind_build(sim_kind *kd, const mp_cost_expert *gpu, const mp_co
     kd->cpu_ns = calloc((size_t)max_rows + 1, sizeof(double));
     if (!kd->gpu_ns || !kd->cpu_ns)
         return mp_fail(err, MP_ERR_NOMEM, "simulate: out of memory for cost tables of %u rows", max_rows);
-    double gpu_fixed, gpu_slope, cpu_fixed, cpu_slope;
-    expert_split(gpu, &gpu_fixed, &gpu_slope);
-    expert_split(cpu, &cpu_fixed, &cpu_slope);
-    kd->gpu_fixed_ns = k_parts[MP_COST_GPU] * gpu_fixed;
-    const double cpu_k = k_parts[MP_COST_CPU] * cpu_anchor(c, cpu, kd->grid_cold_scale);
-    kd->cpu_fixed_ns = cpu_k * cpu_fixed;
-    for (uint32_t r = 1; r <= max_rows; r++) {
-        kd->gpu_ns[r] = k_parts[MP_COST_GPU] * marginal_ns(gpu, gpu_slope, r);
-        kd->cpu_ns[r] = cpu_k * marginal_ns(cpu, cpu_slope, r);
-    }
+    mp_decide_expert_table(gpu, k_parts[MP_COST_GPU], max_rows, &kd->gpu_fixed_ns, kd->gpu_ns);
+    mp_decide_expert_table(cpu, k_parts[MP_COST_CPU] * mp_decide_cpu_anchor(c, cpu, kd->grid_cold_scale), max_rows,
+                           &kd->cpu_fixed_ns, kd->cpu_ns);
     /* weights are copied from pinned host memory when the runtime can pin them */
     kd->weight_h2d_ns = k_parts[MP_COST_H2D] * mp_cost_curve_ns(h2d, (double)kd->expert_bytes);
     return MP_OK;

@@ -258,11 +258,4 @@ static inline double mp_sim_tok_s(const mp_sim_metrics *m)
     return m->time_ns > 0 ? (double)m->tokens * 1e9 / m->time_ns : 0.0;
 }
 
-/* The factor simulate applies to the CPU entry's costs: the CPU time of the decode grid's all-cold
- * point (the runtime's CPU experts of a decode layer step of top_k cold one-row experts, far routes
- * off) over what the entry's curves give for top_k one-row experts; 1 when the grid lacks it or
- * was measured on another thread count. The microbenchmark's curves give the shape (by rows, by
- * experts), the runtime the level. */
-double mp_sim_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu);
-
 #endif

@@ -749,7 +749,7 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
         add_note(r, "each budget holds %s besides experts (%s at --ctx-size %lld, --batch-size %lld, as --gpu-budget "
                  "counts it)", fixed, o->non_expert_given ? "--non-expert-bytes" : "weights, KV cache and scratch",
                  (long long)r->ctx, (long long)r->batch);
-    const double f = mp_sim_cpu_anchor(cfg->costs, cfg->cpu);
+    const double f = mp_decide_cpu_anchor(cfg->costs, cfg->cpu, 1.0);
     if (f != 1.0)
         add_note(r, "CPU expert curves x %.3f: the decode grid's all-cold step (%d CPU experts, far routes off) "
                  "measured in the runtime, over the %d-thread microbenchmark", f, cfg->costs->decode.top_k,

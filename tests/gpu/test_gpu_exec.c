@@ -518,6 +518,104 @@ Test(gpu_exec, hybrid_equals_gpu_qwen2moe_q4_k_m) { hybrid_vs_gpu("qwen2moe", "q
 /* the down biases added once for routes split between CPU and GPU, the CPU's gate/up biases */
 Test(gpu_exec, hybrid_equals_gpu_gptoss_mxfp4) { hybrid_vs_gpu("gpt-oss", "q8_0", "MXFP4", false, 3e-2, 5e-3); }
 
+/* The prompt's N_PROMPT rows in one step (a batch of N_PROMPT: staging buffers), every row's
+ * logits into out (GEMV prefill: f32 activations throughout); stats and the executor's report. */
+static void run_prompt(const mp_model *m, const mp_placement *pl, run_out *out, char *report, size_t cap)
+{
+    const int64_t V = m->hp.n_vocab;
+    routes rs = {m->hp.n_expert, g_seed, 0};
+    mp_route_source src = {.user = &rs, .route = route_fn};
+    mp_session_params sp = {.n_ctx = 128, .n_threads = 4, .n_batch = N_PROMPT, .route_src = &src, .placement = pl};
+    mp_session *s;
+    mp_error e;
+    cr_assert_eq(mp_session_new(m, &sp, &s, &e), MP_OK, "seed %llu: %s", (unsigned long long)g_seed, e.msg);
+    mp_gpu_set_gemm_min_rows(mp_session_gpu(s), INT64_MAX);
+    int32_t tok[N_PROMPT];
+    uint64_t h = g_seed;
+    for (int i = 0; i < N_PROMPT; i++)
+        tok[i] = (int32_t)((h = mix64(h + 13)) % (uint64_t)V);
+    out->logits = malloc(sizeof(float) * (size_t)(N_PROMPT * V));
+    cr_assert_not_null(out->logits);
+    cr_assert_eq(mp_session_eval(s, tok, N_PROMPT, true, out->logits, &e), MP_OK, "%s", e.msg);
+    mp_gpu_get_stats(mp_session_gpu(s), &out->stats);
+    mp_gpu_report(mp_session_gpu(s), report, cap);
+    mp_session_free(s);
+}
+
+/* Prefill copies priced by --costs' CPU table (the placement's cpu_rows_ns, as mp_executor_plan
+ * makes it: the planner's price, runtime/decide.h mp_decide_cpu_rows_ns) from the first step on:
+ * at a price far above the link's time for an expert, the prompt's step copies every cold expert of
+ * two rows or more (the rule's candidates: mp_decide_copies), counted from the route source's own
+ * routes; far below it, none, and the CPU runs every route. The report names the price's level;
+ * the logits are the all-GPU ones either way (F32 experts: summation order only). */
+Test(gpu_exec, prefill_copies_follow_the_costs_price, .timeout = 120)
+{
+    mp_model *m = make_model("qwen3moe", "f32", NULL);
+    const int64_t L = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    cr_assert_geq(N_PROMPT, MP_GPU_COPY_MIN_ROWS, "the prompt's batch has staging buffers");
+    /* the routes the executor will be given: one call a layer, in layer order */
+    int64_t candidates = 0, candidate_routes = 0;
+    {
+        routes rs = {E, g_seed, 0};
+        int32_t *ids = malloc(sizeof *ids * (size_t)(N_PROMPT * K));
+        float *w = malloc(sizeof *w * (size_t)(N_PROMPT * K));
+        int64_t *rows = malloc(sizeof *rows * (size_t)E);
+        cr_assert(ids && w && rows);
+        for (int64_t il = 0; il < L; il++) {
+            route_fn(&rs, il, N_PROMPT, K, ids, w);
+            memset(rows, 0, sizeof *rows * (size_t)E);
+            for (int64_t i = 0; i < N_PROMPT * K; i++)
+                rows[ids[i]]++;
+            for (int64_t e = 0; e < E; e++)
+                if (rows[e] >= 2)
+                    candidates++, candidate_routes += rows[e];
+        }
+        free(ids), free(w), free(rows);
+    }
+    cr_assert_gt(candidates, 0);
+    mp_placement all;
+    placement(m, "gpu", NULL, 0, &all);
+    run_out ref;
+    char report[2048];
+    run_prompt(m, &all, &ref, report, sizeof report);
+    const double prices[2] = {1e9, 1e-6}; /* ns a routed row: a second an expert, or nothing */
+    for (int i = 0; i < 2; i++) {
+        mp_placement pl;
+        placement(m, "cpu", NULL, 0, &pl);
+        pl.cpu_rows_max = N_PROMPT;
+        pl.cpu_rows_ns = malloc(sizeof *pl.cpu_rows_ns * (size_t)(L * (N_PROMPT + 1)));
+        cr_assert_not_null(pl.cpu_rows_ns);
+        for (int64_t il = 0; il < L; il++)
+            for (int r = 0; r <= N_PROMPT; r++)
+                pl.cpu_rows_ns[il * (N_PROMPT + 1) + r] = r ? prices[i] * r : 0;
+        run_out h;
+        run_prompt(m, &pl, &h, report, sizeof report);
+        char what[128];
+        snprintf(what, sizeof what, "prompt, CPU priced at %g ns a row", prices[i]);
+        compare_rows(what, m, &h, &ref, N_PROMPT, 1e-4, 2e-5);
+        const char *at = strstr(report, "CPU at ");
+        double level = 0;
+        cr_assert(at && sscanf(at, "CPU at %lfx the --costs price", &level) == 1, "%s: %s", what, report);
+        if (i == 0) { /* the CPU ran a layer's one-row experts only (at most E = 16 routes), fewer than
+                       * a sample of its level needs (64): the price as given */
+            cr_assert_float_eq(level, 1.0, 1e-9, "%s: %s", what, report);
+            cr_assert_eq(h.stats.experts_copied, candidates, "%s: %lld of %lld candidates copied", what,
+                         (long long)h.stats.experts_copied, (long long)candidates);
+            cr_assert_eq(h.stats.routes_copied, candidate_routes, "%s", what);
+            cr_assert_eq(h.stats.routes_cpu, L * N_PROMPT * K - candidate_routes, "%s", what);
+        } else { /* the CPU's measured time, far above that price, raised its level */
+            cr_assert_eq(h.stats.experts_copied, 0, "%s", what);
+            cr_assert_eq(h.stats.routes_cpu, L * N_PROMPT * K, "%s", what);
+            cr_assert_gt(level, 1e3, "%s: %s", what, report);
+        }
+        free(h.logits);
+        mp_placement_free(&pl);
+    }
+    free(ref.logits);
+    mp_placement_free(&all);
+    mp_model_free(m);
+}
+
 /* ---- 2c. random shapes ---- */
 
 static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd_u64() % (uint64_t)(hi - lo + 1)); }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/model.h"
 #include "simulator/calibrate_impl.h"
 #include "simulator/sim.h"
 #include "simulator/sim_internal.h"
@@ -295,6 +296,67 @@ static void set_grid(uint32_t E, const double off[3], const double on[3][2])
     costs.decode.expert_bytes = gpu_entry.expert_bytes;
 }
 
+/* The GPU executor prices a prefill step's cold experts on the CPU by mp_decide_cpu_rows_ns, made
+ * from the model's layers; the planner and the replay by their kind tables: one price at every rows
+ * count, an invocation's fixed part and the anchor to the decode grid included. A layer whose
+ * experts the cost file has no CPU entry for is refused, naming the layer. */
+Test(sim, the_executors_cpu_price_is_the_planners)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/hf/qwen3moe-tiny-f32.gguf", getenv("MP_SOURCE_ROOT"));
+    mp_model *m = NULL;
+    mp_error err;
+    cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
+    const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_expert, K = (uint32_t)m->hp.n_expert_used;
+    const uint64_t bytes = mp_model_expert_bytes(m, 0);
+    mp_sim_config c = config(bytes, 2);
+    static double xs3[3] = {1, 8, 64}, xs_k[2] = {1, 4};
+    static mp_cost_stat cy3[3] = {{120, 0}, {400, 0}, {2600, 0}}, ck[2] = {{150, 0}, {390, 0}};
+    cpu_entry = (mp_cost_expert){"F32", m->hp.n_embd, m->hp.n_ff_exp, bytes, 8, {3, xs3, cy3}, {2, xs_k, ck}};
+    snprintf(gpu_entry.quant, sizeof gpu_entry.quant, "F32");
+    gpu_entry.n_embd = m->hp.n_embd, gpu_entry.n_ff = m->hp.n_ff_exp;
+    const double off[3] = {35, 135, 235}, on[3][2] = {{35, 0}, {135, 135}, {235, 235}};
+    set_grid(E, off, on);
+    snprintf(costs.decode.quant, sizeof costs.decode.quant, "F32");
+    costs.decode.n_embd = m->hp.n_embd, costs.decode.n_ff = m->hp.n_ff_exp, costs.decode.top_k = (int)K;
+    const double anchor = mp_decide_cpu_anchor(&costs, &cpu_entry, 1.0);
+    cr_assert(fabs(anchor - 1) > 0.01, "the grid moves the curves' level: %g", anchor);
+
+    enum { R = 100 }; /* past the curve's last point */
+    double *price = NULL;
+    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_OK, "%s", err.msg);
+    mp_sim_trace t;
+    cr_assert_eq(mp_sim_trace_init(&t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
+    uint16_t *ids = malloc(sizeof *ids * L * R * K);
+    for (uint32_t i = 0; i < L * R; i++)
+        for (uint32_t k = 0; k < K; k++)
+            ids[i * K + k] = (uint16_t)((i + k) % E);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, R, ids, "t", &err), MP_OK, "%s", err.msg);
+    sim_tab tab;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    const sim_kind *kd = &tab.kinds[0];
+    cr_assert_gt(kd->cpu_fixed_ns, 0);
+    for (uint32_t l = 0; l < L; l++) {
+        const double *row = price + (size_t)l * (R + 1);
+        cr_assert_float_eq(row[0], kd->cpu_fixed_ns, 1e-9 * kd->cpu_fixed_ns, "layer %u fixed", l);
+        for (uint32_t r = 1; r <= R; r++)
+            cr_assert_float_eq(row[r], kd->cpu_ns[r], 1e-9 * kd->cpu_ns[r], "layer %u, %u rows: %g / %g", l, r,
+                               row[r], kd->cpu_ns[r]);
+    }
+    cr_assert_gt(price[64], 2 * price[8], "the curve's rows, not one line");
+    free(price);
+    sim_tab_free(&tab);
+    mp_sim_trace_free(&t);
+    free(ids);
+
+    snprintf(cpu_entry.quant, sizeof cpu_entry.quant, "Q8_0");
+    price = NULL;
+    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_ERR_ARG);
+    cr_assert_null(price);
+    cr_assert_not_null(strstr(err.msg, "c.json: no CPU expert entry for layer 0's F32 experts (64x48)"), "%s", err.msg);
+    mp_model_free(m);
+}
+
 /* The same experts with far work in half experts (far_split 2): on[c][u] for u <= 2c units. */
 static void set_split_grid(uint32_t E, const double off[3], const double on[3][5])
 {
@@ -400,7 +462,7 @@ Test(sim, decode_grid_anchors_the_cpu_entry)
     cpu_entry.concurrent = (mp_cost_curve){2, xs_k, ck};
     const double off[3] = {35, 135, 235}, on[3][2] = {{35, 0}, {135, 135}, {235, 235}};
     set_grid(4, off, on);
-    cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 200.0 / 130.0, 1e-12);
+    cr_assert_float_eq(mp_decide_cpu_anchor(&costs, &cpu_entry, 1.0), 200.0 / 130.0, 1e-12);
     /* two rows of one expert on the CPU: 70 + (30 + 100 - 100) scaled, through the curves */
     sim_tab tab;
     mp_error err;
@@ -414,7 +476,7 @@ Test(sim, decode_grid_anchors_the_cpu_entry)
     sim_tab_free(&tab);
     mp_sim_trace_free(&t);
     costs.decode.threads = 16; /* measured on 16 threads, the entry is 8 */
-    cr_assert_float_eq(mp_sim_cpu_anchor(&costs, &cpu_entry), 1.0, 1e-12);
+    cr_assert_float_eq(mp_decide_cpu_anchor(&costs, &cpu_entry, 1.0), 1.0, 1e-12);
     mp_sim_result r;
     decode_trace(&t, 2, 4, 2, 4, small_ids);
     cr_assert_eq(mp_sim_run(&t, &c, MP_POL_ALL_CPU, &r, &err), MP_ERR_ARG, "a grid of another thread count");
