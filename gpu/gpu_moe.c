@@ -322,11 +322,13 @@ int mp_gpu_copy_choice(mp_gpu *g, int64_t il, size_t expert_bytes, double *cpu_u
         }
     } else {
         /* the decision model's rule (the planner's) on the CPU's price and the measured link: the
-         * cores and the link share the layer's cold experts */
+         * cores and the link share the layer's cold experts. An expert the planner's table prices
+         * at nothing is not copied, as the planner charges it; without a table, until the CPU is
+         * measured, experts of MP_GPU_COPY_MIN_ROWS rows and more are */
         for (int i = 0; i < n_cold; i++)
             g->h_cold_cpu[i] *= g->cpu_k;
         mp_decide_copies(n_cold, g->h_cold_rows, g->h_cold_cpu, (double)expert_bytes * g->pcie_ns_per_byte,
-                         MP_GPU_COPY_MIN_ROWS, g->h_cold_order, g->h_cold_copy);
+                         g->pl.cpu_rows_ns ? 0 : MP_GPU_COPY_MIN_ROWS, g->h_cold_order, g->h_cold_copy);
         for (int i = 0; i < n_cold; i++)
             if (g->h_cold_copy[i])
                 g->h_copy_list[n_copy++] = g->h_cold[i];
