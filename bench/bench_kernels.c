@@ -2,7 +2,7 @@
  *
  * For each weight type: a weight matrix of --mb megabytes (default 512, larger than this
  * machine's 300 MiB L3, so the weights come from DRAM as in decode), n_cols = 4096, filled with
- * valid random blocks; one activation row already in the type's vec_dot_type. It times
+ * valid random blocks (n_cols: --cols); one activation row already in the type's vec_dot_type. It times
  * mp_gemv_rows over all rows, single thread, best of --reps passes, for every kernel level the
  * CPU has side by side (scalar reference, avx2, avx512: mp_type_ops_isa, whatever MP_ISA says;
  * "-" where the CPU lacks the level), plus mp_gemm_rows with 4 activation rows (one tile: weights
@@ -19,8 +19,11 @@
  * ahead (mp_kernels_set_prefetch_bytes, MP_PREFETCH_BYTES's setting; 0: no prefetches), the
  * distances alternated pass by pass --reps times, the best of each, and each over the first.
  *
+ * --cols N sets the weight rows' length (default 2048 with --gemm, else 4096): an expert's hidden
+ * size for gate/up, its FFN size for down.
+ *
  * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar] [--gemm N[,N...]]
- *                      [--prefetch B[,B...]]
+ *                      [--prefetch B[,B...]] [--cols N]
  * (prints one table to stdout)
  */
 #include <stdio.h>
@@ -136,9 +139,9 @@ static double time_gemm(const mp_type_ops *ops, const uint8_t *w, size_t row_byt
 }
 
 /* The prefill table (--gemm): per type and activation count, each SIMD level's G MAC/s. */
-static int bench_gemm(const int *types, int n_types, long mb, long reps, const long *rows, int n_rows_list)
+static int bench_gemm(const int *types, int n_types, long mb, long reps, const long *rows, int n_rows_list,
+                      int64_t n_cols)
 {
-    const int64_t n_cols = 2048; /* a 30B-class expert's gate/up width */
     long max_x = 0;
     for (int i = 0; i < n_rows_list; i++)
         max_x = rows[i] > max_x ? rows[i] : max_x;
@@ -201,9 +204,9 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
 }
 
 /* The prefetch table (--prefetch): per type, the dispatched GEMV's GB/s at each distance. */
-static int bench_prefetch(const int *types, int n_types, long mb, long reps, const long *dist, int n_dist)
+static int bench_prefetch(const int *types, int n_types, long mb, long reps, const long *dist, int n_dist,
+                          int64_t n_cols)
 {
-    const int64_t n_cols = 4096;
     const int64_t before = mp_kernels_prefetch_bytes();
     printf("bench_kernels --prefetch: %ld MB of weights per type, n_cols %lld, alternated best of %ld, single "
            "thread, isa %s; GB/s at each distance in bytes (the first's ratio in brackets)\n", mb, (long long)n_cols,
@@ -275,12 +278,13 @@ static int number_list(const char *text, long lo, long hi, long *v)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar]\n"
+    fprintf(f, "usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar] [--gemm N,..] [--cols N]\n"
                "  --mb N      weight matrix size per type in MB (default 512; keep it above L3)\n"
                "  --reps N    passes per measurement, the best is reported (default 3)\n"
                "  --type T    only this weight type (repeatable): %s\n"
                "  --no-scalar skip the (slow) scalar reference column\n"
                "  --gemm N,.. the prefill GEMM with N activation rows (each of the list) per level, not the GEMV\n"
+               "  --cols N    the weight rows' length, a multiple of 256 (default 2048 with --gemm, else 4096)\n"
                "  --prefetch B,..  the dispatched GEMV with its weights prefetched B bytes ahead (each of the list,\n"
                "              alternated; 0: none), not the table of levels\n"
                "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512, amx).\n",
@@ -289,7 +293,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    long mb = 512, reps = 3;
+    long mb = 512, reps = 3, cols = 0; /* 0: each table's default */
     int types[24], n_types = 0, no_scalar = 0;
     long gemm_rows[16], prefetch[16];
     int n_gemm = 0, n_prefetch = 0;
@@ -309,6 +313,14 @@ int main(int argc, char **argv)
             if ((n_prefetch = number_list(argv[++i], 0, MP_PREFETCH_BYTES_MAX, prefetch)) < 0) {
                 fprintf(stderr, "bench_kernels: error: --prefetch %s: expected at most 16 distances 0..%d in bytes, "
                                 "comma-separated\n", argv[i], MP_PREFETCH_BYTES_MAX);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--cols") && i + 1 < argc) {
+            char *end;
+            cols = strtol(argv[++i], &end, 10);
+            if (*end || cols < 256 || cols > 65536 || cols % 256) {
+                fprintf(stderr, "bench_kernels: error: --cols %s: expected a multiple of 256 in 256..65536 (every "
+                                "type's block divides it)\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--mb") && i + 1 < argc) {
@@ -344,10 +356,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (n_prefetch > 0)
-        return bench_prefetch(types, n_types, mb, reps, prefetch, n_prefetch);
-    if (n_gemm > 0)
-        return bench_gemm(types, n_types, mb, reps, gemm_rows, n_gemm);
-    const int64_t n_cols = 4096;
+        return bench_prefetch(types, n_types, mb, reps, prefetch, n_prefetch, cols ? cols : 4096);
+    if (n_gemm > 0) /* default: a 30B-class expert's gate/up width */
+        return bench_gemm(types, n_types, mb, reps, gemm_rows, n_gemm, cols ? cols : 2048);
+    const int64_t n_cols = cols ? cols : 4096;
     const size_t total_bytes = (size_t)mb << 20;
     uint8_t *w = aligned_alloc(64, total_bytes); /* (n_rows, row_bytes) */
     float *xf = malloc(4 * n_cols * sizeof(float));

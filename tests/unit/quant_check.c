@@ -308,9 +308,12 @@ static void check_whole_gemm(const mp_type_ops *ops, const char *variant, bool e
     cr_assert(ops && ops->gemm, "%s: no whole-call GEMM", variant);
     const int64_t be = mp_type_block_elems(ops->type);
     /* row counts around the 16-row blocks, activation counts around the groups of 16 and the
-     * passes of 64, widths of 1 .. 12 blocks and a model's 2048 */
+     * passes of 64, widths of 1 .. 12 blocks, a model's 2048, and a wide row read in chunks with a
+     * ragged last one (4096 + 3 blocks) */
     for (int trial = 0; trial < 40; trial++) {
-        const int64_t n_cols = trial % 10 == 0 ? 2048 : be * (1 + (int64_t)(rnd_u64() % 12));
+        const int64_t n_cols = trial % 10 == 0   ? 2048
+                               : trial % 10 == 5 ? 4096 + 3 * be
+                                                 : be * (1 + (int64_t)(rnd_u64() % 12));
         const int64_t n_rows = 1 + (int64_t)(rnd_u64() % 40), n_x = ops->gemm_min_rows + (int64_t)(rnd_u64() % 80);
         const int64_t r0 = (int64_t)(rnd_u64() % 3), r1 = r0 + n_rows;
         const size_t row_bytes = mp_type_row_bytes(ops->type, n_cols);
