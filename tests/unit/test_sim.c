@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "mkmodel/mkmodel.h"
 #include "runtime/model.h"
 #include "simulator/calibrate_impl.h"
 #include "simulator/sim.h"
@@ -355,6 +357,110 @@ Test(sim, the_executors_cpu_price_is_the_planners)
     cr_assert_null(price);
     cr_assert_not_null(strstr(err.msg, "c.json: no CPU expert entry for layer 0's F32 experts (64x48)"), "%s", err.msg);
     mp_model_free(m);
+}
+
+/* The same on a model whose layers hold two kinds of experts (the tiny qwen3moe in q4_k_m with
+ * llama.cpp's layer mix: Q6_K down in layers 2 and 3): each layer is priced by its own kind's CPU
+ * entry, anchored with its share of the grid's cold time (its expert bytes over the layers' mean),
+ * by the executor as by the planner's kind tables. */
+Test(sim, the_executors_cpu_price_is_the_planners_layer_by_layer)
+{
+    char dir[] = "/tmp/mp-sim-kinds-XXXXXX", path[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    mp_mkmodel_config mc;
+    mp_error err;
+    cr_assert_eq(mp_mkmodel_arch("qwen3moe", &mc, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_mkmodel_set_mix(&mc, "q4_k_m", &err), MP_OK, "%s", err.msg);
+    mc.llama_layers = true;
+    mc.seed = 3;
+    mc.n_threads = 2;
+    cr_assert_eq(mp_mkmodel_write(&mc, path, true, NULL, NULL, &err), MP_OK, "%s", err.msg);
+    mp_model *m = NULL;
+    cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
+    const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_expert, K = (uint32_t)m->hp.n_expert_used;
+    /* the kinds as the model has them: each layer's expert type names and bytes */
+    char quant[2][MP_EXPERT_QUANT_MAX];
+    uint64_t bytes[2];
+    int n_kinds = 0, kind_of[16];
+    cr_assert_leq(L, 16);
+    for (uint32_t l = 0; l < L; l++) {
+        char q[MP_EXPERT_QUANT_MAX];
+        mp_model_expert_quant(&m->layers[l], q);
+        int k = 0;
+        while (k < n_kinds && strcmp(quant[k], q))
+            k++;
+        if (k == n_kinds) {
+            cr_assert_lt(n_kinds, 2, "more than two kinds: %s", q);
+            snprintf(quant[k], sizeof quant[k], "%s", q);
+            bytes[k] = mp_model_expert_bytes(m, l);
+            n_kinds++;
+        }
+        kind_of[l] = k;
+    }
+    cr_assert_eq(n_kinds, 2, "the layer mix gives two kinds of experts");
+    cr_assert_neq(bytes[0], bytes[1]);
+
+    mp_sim_config c = config(bytes[0], 2);
+    static double xs3[3] = {1, 8, 64}, xs_k[2] = {1, 4};
+    static mp_cost_stat cy[2][3] = {{{120, 0}, {400, 0}, {2600, 0}}, {{150, 0}, {520, 0}, {3300, 0}}};
+    static mp_cost_stat ck[2][2] = {{{150, 0}, {390, 0}}, {{190, 0}, {480, 0}}};
+    static mp_cost_expert gpus[2], cpus[2];
+    for (int k = 0; k < 2; k++) {
+        gpus[k] = gpu_entry;
+        memcpy(gpus[k].quant, quant[k], sizeof gpus[k].quant);
+        gpus[k].n_embd = m->hp.n_embd, gpus[k].n_ff = m->hp.n_ff_exp, gpus[k].expert_bytes = bytes[k];
+        cpus[k] = (mp_cost_expert){"", m->hp.n_embd, m->hp.n_ff_exp, bytes[k], 8, {3, xs3, cy[k]}, {2, xs_k, ck[k]}};
+        memcpy(cpus[k].quant, quant[k], sizeof cpus[k].quant);
+    }
+    costs.gpu_expert = gpus, costs.n_gpu_expert = 2;
+    costs.cpu_expert = cpus, costs.n_cpu_expert = 2;
+    c.gpu = &gpus[0], c.cpu = &cpus[0];
+    /* a grid of top_k = K cold routes (the anchor's point), far routes off and on */
+    int n_pts = 0;
+    for (uint32_t cold = 0; cold <= K; cold++) {
+        grid_pts[n_pts++] = (mp_cost_decode_point){(int)cold, 0, false, {35 + 100.0 * cold, 0}, cold * 110.0, 10};
+        grid_pts[n_pts++] = (mp_cost_decode_point){(int)cold, 0, true, {35 + 100.0 * cold, 0}, cold * 110.0, 10};
+    }
+    costs.decode = (mp_cost_decode){.n_points = n_pts, .points = grid_pts, .n_expert = E, .far_max = 1, .threads = 8};
+    memcpy(costs.decode.quant, quant[0], sizeof costs.decode.quant);
+    costs.decode.n_embd = m->hp.n_embd, costs.decode.n_ff = m->hp.n_ff_exp, costs.decode.top_k = (int)K;
+    costs.decode.expert_bytes = bytes[0];
+    mp_sim_layer_experts le[16];
+    for (uint32_t l = 0; l < L; l++)
+        le[l] = (mp_sim_layer_experts){&gpus[kind_of[l]], &cpus[kind_of[l]]};
+    c.layer_experts = le;
+    cr_assert(fabs(mp_decide_cpu_anchor(&costs, &cpus[0], 1.0) - 1) > 0.01, "the grid moves the curves' level");
+
+    enum { R = 70 };
+    double *price = NULL;
+    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_OK, "%s", err.msg);
+    mp_sim_trace t;
+    cr_assert_eq(mp_sim_trace_init(&t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
+    uint16_t *ids = malloc(sizeof *ids * L * R * K);
+    for (uint32_t i = 0; i < L * R; i++)
+        for (uint32_t k = 0; k < K; k++)
+            ids[i * K + k] = (uint16_t)((i + k) % E);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, R, ids, "t", &err), MP_OK, "%s", err.msg);
+    sim_tab tab;
+    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(tab.n_kinds, 2);
+    for (uint32_t l = 0; l < L; l++) {
+        const sim_kind *kd = sim_kind_of(&tab, l);
+        cr_assert(fabs(kd->grid_cold_scale - 1) > 1e-3, "layer %u: a share of its own (%g)", l, kd->grid_cold_scale);
+        const double *row = price + (size_t)l * (R + 1);
+        cr_assert_float_eq(row[0], kd->cpu_fixed_ns, 1e-9 * kd->cpu_fixed_ns, "layer %u fixed", l);
+        for (uint32_t r = 1; r <= R; r++)
+            cr_assert_float_eq(row[r], kd->cpu_ns[r], 1e-9 * kd->cpu_ns[r], "layer %u (%s), %u rows: %g / %g", l,
+                               quant[kind_of[l]], r, row[r], kd->cpu_ns[r]);
+    }
+    free(price);
+    sim_tab_free(&tab);
+    mp_sim_trace_free(&t);
+    free(ids);
+    mp_model_free(m);
+    unlink(path);
+    rmdir(dir);
 }
 
 /* The same experts with far work in half experts (far_split 2): on[c][u] for u <= 2c units. */
