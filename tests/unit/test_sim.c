@@ -298,6 +298,39 @@ static void set_grid(uint32_t E, const double off[3], const double on[3][2])
     costs.decode.expert_bytes = gpu_entry.expert_bytes;
 }
 
+/* mp_decide_cpu_rows_ns's table of model m for `costs` on 8 threads, up to R rows, against the
+ * planner's kind tables for config c over a trace of one R-row step: equal in every layer, at every
+ * rows count and in the fixed part. Returns the table (the caller frees it). */
+static double *expect_the_planners_price(const mp_sim_config *c, const mp_model *m, uint32_t R)
+{
+    const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_expert, K = (uint32_t)m->hp.n_expert_used;
+    mp_error err;
+    double *price = NULL;
+    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_OK, "%s", err.msg);
+    mp_sim_trace t;
+    cr_assert_eq(mp_sim_trace_init(&t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
+    uint16_t *ids = malloc(sizeof *ids * L * R * K);
+    for (uint32_t i = 0; i < L * R; i++)
+        for (uint32_t k = 0; k < K; k++)
+            ids[i * K + k] = (uint16_t)((i + k) % E);
+    cr_assert_eq(mp_sim_trace_add_step(&t, 0, R, ids, "t", &err), MP_OK, "%s", err.msg);
+    sim_tab tab;
+    cr_assert_eq(sim_tab_build(&tab, c, &t, &err), MP_OK, "%s", err.msg);
+    for (uint32_t l = 0; l < L; l++) {
+        const sim_kind *kd = sim_kind_of(&tab, l);
+        cr_assert_gt(kd->cpu_fixed_ns, 0);
+        const double *row = price + (size_t)l * (R + 1);
+        cr_assert_float_eq(row[0], kd->cpu_fixed_ns, 1e-9 * kd->cpu_fixed_ns, "layer %u fixed", l);
+        for (uint32_t r = 1; r <= R; r++)
+            cr_assert_float_eq(row[r], kd->cpu_ns[r], 1e-9 * kd->cpu_ns[r], "layer %u, %u rows: %g / %g", l, r,
+                               row[r], kd->cpu_ns[r]);
+    }
+    sim_tab_free(&tab);
+    mp_sim_trace_free(&t);
+    free(ids);
+    return price;
+}
+
 /* The GPU executor prices a prefill step's cold experts on the CPU by mp_decide_cpu_rows_ns, made
  * from the model's layers; the planner and the replay by their kind tables: one price at every rows
  * count, an invocation's fixed part and the anchor to the decode grid included. A layer whose
@@ -309,7 +342,7 @@ Test(sim, the_executors_cpu_price_is_the_planners)
     mp_model *m = NULL;
     mp_error err;
     cr_assert_eq(mp_model_load(path, &m, &err), MP_OK, "%s", err.msg);
-    const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_expert, K = (uint32_t)m->hp.n_expert_used;
+    const uint32_t E = (uint32_t)m->hp.n_expert, K = (uint32_t)m->hp.n_expert_used;
     const uint64_t bytes = mp_model_expert_bytes(m, 0);
     mp_sim_config c = config(bytes, 2);
     static double xs3[3] = {1, 8, 64}, xs_k[2] = {1, 4};
@@ -325,31 +358,9 @@ Test(sim, the_executors_cpu_price_is_the_planners)
     cr_assert(fabs(anchor - 1) > 0.01, "the grid moves the curves' level: %g", anchor);
 
     enum { R = 100 }; /* past the curve's last point */
-    double *price = NULL;
-    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_OK, "%s", err.msg);
-    mp_sim_trace t;
-    cr_assert_eq(mp_sim_trace_init(&t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
-    uint16_t *ids = malloc(sizeof *ids * L * R * K);
-    for (uint32_t i = 0; i < L * R; i++)
-        for (uint32_t k = 0; k < K; k++)
-            ids[i * K + k] = (uint16_t)((i + k) % E);
-    cr_assert_eq(mp_sim_trace_add_step(&t, 0, R, ids, "t", &err), MP_OK, "%s", err.msg);
-    sim_tab tab;
-    cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
-    const sim_kind *kd = &tab.kinds[0];
-    cr_assert_gt(kd->cpu_fixed_ns, 0);
-    for (uint32_t l = 0; l < L; l++) {
-        const double *row = price + (size_t)l * (R + 1);
-        cr_assert_float_eq(row[0], kd->cpu_fixed_ns, 1e-9 * kd->cpu_fixed_ns, "layer %u fixed", l);
-        for (uint32_t r = 1; r <= R; r++)
-            cr_assert_float_eq(row[r], kd->cpu_ns[r], 1e-9 * kd->cpu_ns[r], "layer %u, %u rows: %g / %g", l, r,
-                               row[r], kd->cpu_ns[r]);
-    }
+    double *price = expect_the_planners_price(&c, m, R);
     cr_assert_gt(price[64], 2 * price[8], "the curve's rows, not one line");
     free(price);
-    sim_tab_free(&tab);
-    mp_sim_trace_free(&t);
-    free(ids);
 
     snprintf(cpu_entry.quant, sizeof cpu_entry.quant, "Q8_0");
     price = NULL;
@@ -432,32 +443,17 @@ Test(sim, the_executors_cpu_price_is_the_planners_layer_by_layer)
     c.layer_experts = le;
     cr_assert(fabs(mp_decide_cpu_anchor(&costs, &cpus[0], 1.0) - 1) > 0.01, "the grid moves the curves' level");
 
-    enum { R = 70 };
-    double *price = NULL;
-    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_OK, "%s", err.msg);
+    sim_tab tab; /* every layer's kind has a share of its own */
     mp_sim_trace t;
     cr_assert_eq(mp_sim_trace_init(&t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
-    uint16_t *ids = malloc(sizeof *ids * L * R * K);
-    for (uint32_t i = 0; i < L * R; i++)
-        for (uint32_t k = 0; k < K; k++)
-            ids[i * K + k] = (uint16_t)((i + k) % E);
-    cr_assert_eq(mp_sim_trace_add_step(&t, 0, R, ids, "t", &err), MP_OK, "%s", err.msg);
-    sim_tab tab;
     cr_assert_eq(sim_tab_build(&tab, &c, &t, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(tab.n_kinds, 2);
-    for (uint32_t l = 0; l < L; l++) {
-        const sim_kind *kd = sim_kind_of(&tab, l);
-        cr_assert(fabs(kd->grid_cold_scale - 1) > 1e-3, "layer %u: a share of its own (%g)", l, kd->grid_cold_scale);
-        const double *row = price + (size_t)l * (R + 1);
-        cr_assert_float_eq(row[0], kd->cpu_fixed_ns, 1e-9 * kd->cpu_fixed_ns, "layer %u fixed", l);
-        for (uint32_t r = 1; r <= R; r++)
-            cr_assert_float_eq(row[r], kd->cpu_ns[r], 1e-9 * kd->cpu_ns[r], "layer %u (%s), %u rows: %g / %g", l,
-                               quant[kind_of[l]], r, row[r], kd->cpu_ns[r]);
-    }
-    free(price);
+    for (uint32_t l = 0; l < L; l++)
+        cr_assert(fabs(sim_kind_of(&tab, l)->grid_cold_scale - 1) > 1e-3, "layer %u: share %g", l,
+                  sim_kind_of(&tab, l)->grid_cold_scale);
     sim_tab_free(&tab);
     mp_sim_trace_free(&t);
-    free(ids);
+    free(expect_the_planners_price(&c, m, 70));
     mp_model_free(m);
     unlink(path);
     rmdir(dir);
