@@ -625,9 +625,7 @@ mp_status mp_decide_cpu_rows_ns(const mp_costs *c, const char *name, const mp_mo
                            "x%" PRId64 "): expected a cost file from `moeplan calibrate` of this model",
                            name, l, quant, m->hp.n_embd, m->hp.n_ff_exp);
         }
-        /* the planner's share of the grid's cold time: the layer's expert bytes over the mean */
-        const double mean = bytes_sum / (double)L;
-        const double share = mean > 0 ? (double)mp_model_expert_bytes(m, l) / mean : 1.0;
+        const double share = mp_decide_grid_share(mp_model_expert_bytes(m, l), bytes_sum / (double)L);
         double *row = t + (size_t)l * stride, fixed;
         mp_decide_expert_table(cpu, mp_decide_cpu_anchor(c, cpu, share), max_rows, &fixed, row);
         row[0] = fixed; /* [0]: the invocation's fixed part */

@@ -344,6 +344,13 @@ void mp_decide_expert_table(const mp_cost_expert *e, double k, uint32_t max_rows
  * the grid's cold time a layer of these experts takes (its expert bytes over the model's mean; 1 for
  * a model of one kind of expert). 1 where the grid has no such point or ran other threads. */
 double mp_decide_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu, double share);
+/* That share for a layer of experts of expert_bytes on a model whose layers' experts are
+ * mean_bytes on average (the cores and the bus read every layer's experts; the grid measured them
+ * all at once): expert_bytes / mean_bytes, 1 where mean_bytes is not known (<= 0). */
+static inline double mp_decide_grid_share(uint64_t expert_bytes, double mean_bytes)
+{
+    return mean_bytes > 0 ? (double)expert_bytes / mean_bytes : 1.0;
+}
 
 /* The CPU's time for one cold expert of r routed rows in each layer of model m, as the planner
  * prices it: cost file c's CPU entry for the layer's expert type and shape on `threads` threads

@@ -133,7 +133,7 @@ static mp_status kinds_build(sim_tab *tab, const mp_sim_config *cfg, const mp_si
     for (int k = 0; k < n; k++) {
         sim_kind *kd = &tab->kinds[k];
         kd->expert_bytes = gk[k]->expert_bytes;
-        kd->grid_cold_scale = n > 1 && mean > 0 ? (double)kd->expert_bytes / mean : 1.0;
+        kd->grid_cold_scale = mp_decide_grid_share(kd->expert_bytes, n > 1 ? mean : 0);
         tab->n_kinds = k + 1; /* before the build: sim_tab_free frees what it allocated */
         mp_status st = kind_build(kd, gk[k], ck[k], cfg->costs, k_parts, h2d, tab->max_rows, err);
         if (st)
