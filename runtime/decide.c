@@ -273,18 +273,6 @@ bool mp_costs_decode_raised(const mp_costs *c, mp_decode_raised *out)
     return ok;
 }
 
-mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,
-                               mp_error *err)
-{
-    mp_costs c;
-    mp_status st = mp_costs_load(path, &c, err);
-    if (st)
-        return st;
-    st = mp_decode_costs_of_model(&c, path, m, threads, out, err);
-    mp_costs_free(&c);
-    return st;
-}
-
 mp_status mp_decode_costs_of_model(const mp_costs *c, const char *name, const mp_model *m, int threads,
                                    mp_decode_costs *out, mp_error *err)
 {

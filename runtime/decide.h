@@ -163,12 +163,9 @@ void mp_decode_costs_raised(const mp_cost_decode *raw, const mp_decode_costs *dc
  * where it has no grid or it does not load. For calibrate's and simulate's line about it. */
 bool mp_costs_decode_raised(const mp_costs *c, mp_decode_raised *out);
 
-/* The decode costs of cost file `path` for model m run on `threads` CPU threads: the file loaded
- * (mp_costs_load) and its grid checked against the model's first layer's experts and the threads
- * (mp_decode_costs_from). For the commands' --costs. */
-mp_status mp_decode_costs_load(const char *path, const mp_model *m, int threads, mp_decode_costs *out,
-                               mp_error *err);
-/* The same for cost file c as loaded (name: its path, for messages). */
+/* The decode costs of cost file c (as mp_costs_load loaded it; name: its path, for messages) for
+ * model m run on `threads` CPU threads: its grid checked against the model's first layer's experts
+ * and the threads (mp_decode_costs_from). For the commands' --costs. */
 mp_status mp_decode_costs_of_model(const mp_costs *c, const char *name, const mp_model *m, int threads,
                                    mp_decode_costs *out, mp_error *err);
 

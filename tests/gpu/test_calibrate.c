@@ -53,7 +53,7 @@ static void calibrate_tiny(char *dir, const char *model, const char *mkmodel_fla
 }
 
 /* The decision grid of the cost file at path for dir/model on `threads` threads (the file must match
- * the model: mp_decode_costs_load checks it). */
+ * the model: mp_decode_costs_of_model checks it). */
 static void load_decode_costs(const char *dir, const char *model, const char *path, int threads, mp_decode_costs *dc)
 {
     char file[256];
@@ -61,7 +61,10 @@ static void load_decode_costs(const char *dir, const char *model, const char *pa
     mp_model *m = NULL;
     mp_error err;
     cr_assert_eq(mp_model_load(file, &m, &err), MP_OK, "%s", err.msg);
-    cr_assert_eq(mp_decode_costs_load(path, m, threads, dc, &err), MP_OK, "%s", err.msg);
+    mp_costs c;
+    cr_assert_eq(mp_costs_load(path, &c, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_decode_costs_of_model(&c, path, m, threads, dc, &err), MP_OK, "%s", err.msg);
+    mp_costs_free(&c);
     mp_model_free(m);
 }
 
