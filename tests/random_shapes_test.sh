@@ -37,6 +37,12 @@ K=${MP_BENCH_KERNELS:?MP_BENCH_KERNELS is not set (run through meson test)}
 refuse "--prefetch 0,abc: expected at most 16 distances 0..65536 in bytes, comma-separated" "$K" --prefetch 0,abc
 refuse "--prefetch 70000: expected at most 16 distances" "$K" --prefetch 70000
 refuse "--gemm and --prefetch are two tables: give one" "$K" --gemm 4 --prefetch 2048
+refuse "--cols 100: expected a multiple of 256 in 256..65536" "$K" --cols 100
+refuse "--cols 4096x: expected a multiple of 256" "$K" --cols 4096x
+table=$("$K" --mb 1 --reps 1 --type Q8_0 --gemm 4 --cols 1536) ||
+    { echo "random_shapes: bench_kernels --gemm --cols failed" >&2; exit 1; }
+printf '%s\n' "$table" | grep -q 'n_cols 1536' && printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9]+ +4 ' ||
+    { echo "random_shapes: bench_kernels --cols 1536 did not set the rows' length: $table" >&2; exit 1; }
 table=$("$K" --mb 1 --reps 1 --type Q8_0 --prefetch 2048,0,4096) ||
     { echo "random_shapes: bench_kernels --prefetch failed" >&2; exit 1; }
 printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\) +[0-9.]+ \([0-9.]+x\)$' ||
