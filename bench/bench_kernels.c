@@ -17,13 +17,15 @@
  *
  * With --prefetch B[,B...]: the dispatched level's GEMV with its weight stream prefetched B bytes
  * ahead (mp_kernels_set_prefetch_bytes, MP_PREFETCH_BYTES's setting; 0: no prefetches), the
- * distances alternated pass by pass --reps times, the best of each, and each over the first.
+ * distances alternated pass by pass --reps times, the best of each, and each over the first; with
+ * --gemm too, the dispatched level's GEMM at each of its activation counts instead (G MAC/s); --isa
+ * names another level for this table.
  *
  * --cols N sets the weight rows' length (default 2048 with --gemm, else 4096): an expert's hidden
  * size for gate/up, its FFN size for down.
  *
  * Usage: bench_kernels [--mb N] [--reps N] [--type NAME]... [--no-scalar] [--gemm N[,N...]]
- *                      [--prefetch B[,B...]] [--cols N]
+ *                      [--prefetch B[,B...] [--isa LEVEL]] [--cols N]
  * (prints one table to stdout)
  */
 #include <stdio.h>
@@ -203,52 +205,73 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
     return 0;
 }
 
-/* The prefetch table (--prefetch): per type, the dispatched GEMV's GB/s at each distance. */
+/* The prefetch table (--prefetch): per type, the dispatched GEMV's GB/s at each distance; with
+ * rows (--gemm), per type and activation count, the dispatched GEMM's G MAC/s at each distance. */
 static int bench_prefetch(const int *types, int n_types, long mb, long reps, const long *dist, int n_dist,
-                          int64_t n_cols)
+                          int64_t n_cols, const long *rows, int n_rows_list, const char *isa)
 {
     const int64_t before = mp_kernels_prefetch_bytes();
+    long max_x = 1;
+    for (int i = 0; i < n_rows_list; i++)
+        max_x = rows[i] > max_x ? rows[i] : max_x;
     printf("bench_kernels --prefetch: %ld MB of weights per type, n_cols %lld, alternated best of %ld, single "
-           "thread, isa %s; GB/s at each distance in bytes (the first's ratio in brackets)\n", mb, (long long)n_cols,
-           reps, mp_kernels_isa());
+           "thread, isa %s; %s at each distance in bytes (the first's ratio in brackets)\n", mb, (long long)n_cols,
+           reps, isa ? isa : mp_kernels_isa(), n_rows_list ? "the GEMM's G MAC/s by activation rows" : "the GEMV's GB/s");
     printf("%-5s", "type");
+    if (n_rows_list)
+        printf(" %6s", "rows");
     for (int k = 0; k < n_dist; k++)
         printf(" %16ld", dist[k]);
     printf("\n");
     for (int t = 0; t < n_types; t++) {
         const int type = types[t];
-        const mp_type_ops *ops = mp_type_ops_get(type);
-        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
-        const int64_t n_rows = (int64_t)(((size_t)mb << 20) / row_bytes);
-        uint8_t *w = aligned_alloc(64, ((size_t)n_rows * row_bytes + 63) / 64 * 64);
-        uint8_t *x = aligned_alloc(64, ((size_t)n_cols * sizeof(float) + 63) / 64 * 64);
-        float *xf = malloc((size_t)n_cols * sizeof(float)), *y = malloc((size_t)n_rows * sizeof(float));
-        if (!w || !x || !xf || !y || n_rows < 1) {
-            fprintf(stderr, "bench_kernels: error: cannot allocate the %s GEMV\n", mp_type_name(type));
+        const mp_type_ops *ops = isa ? mp_type_ops_isa(type, isa) : mp_type_ops_get(type);
+        if (!ops) {
+            fprintf(stderr, "bench_kernels: error: --isa %s: this CPU has no such level for %s\n", isa,
+                    mp_type_name(type));
             return 1;
         }
-        fill_weights(type, w, (size_t)n_rows * row_bytes);
-        for (int64_t c = 0; c < n_cols; c++)
-            xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-        mp_quantize_activation(ops->vec_dot_type, xf, x, n_cols);
-        double best[16];
-        for (int k = 0; k < n_dist; k++)
-            best[k] = 1e30;
-        for (long r = 0; r < reps; r++)
-            for (int k = 0; k < n_dist; k++) {
-                mp_kernels_set_prefetch_bytes(dist[k]);
-                const double s = time_gemv(ops, w, row_bytes, n_cols, n_rows, x, y, 1);
-                best[k] = s < best[k] ? s : best[k];
-            }
-        printf("%-5s", mp_type_name(type));
-        for (int k = 0; k < n_dist; k++) {
-            char col[32];
-            snprintf(col, sizeof col, "%.2f (%.2fx)", (double)n_rows * (double)row_bytes / best[k] * 1e-9,
-                     best[0] / best[k]);
-            printf(" %16s", col);
+        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
+        const int64_t n_w = (int64_t)(((size_t)mb << 20) / row_bytes);
+        const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols);
+        uint8_t *w = aligned_alloc(64, ((size_t)n_w * row_bytes + 63) / 64 * 64);
+        uint8_t *x = aligned_alloc(64, ((size_t)max_x * x_stride + 63) / 64 * 64);
+        float *xf = malloc((size_t)n_cols * sizeof(float)), *y = malloc((size_t)n_w * (size_t)max_x * sizeof(float));
+        if (!w || !x || !xf || !y || n_w < 1) {
+            fprintf(stderr, "bench_kernels: error: cannot allocate the %s weights\n", mp_type_name(type));
+            return 1;
         }
-        printf("\n");
-        fflush(stdout);
+        fill_weights(type, w, (size_t)n_w * row_bytes);
+        for (long i = 0; i < max_x; i++) {
+            for (int64_t c = 0; c < n_cols; c++)
+                xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+            mp_quantize_activation(ops->vec_dot_type, xf, x + (size_t)i * x_stride, n_cols);
+        }
+        for (int k = 0; k < (n_rows_list ? n_rows_list : 1); k++) {
+            const int64_t n_x = n_rows_list ? rows[k] : 0; /* 0: the GEMV */
+            double best[16];
+            for (int d = 0; d < n_dist; d++)
+                best[d] = 1e30;
+            for (long r = 0; r < reps; r++)
+                for (int d = 0; d < n_dist; d++) {
+                    mp_kernels_set_prefetch_bytes(dist[d]);
+                    const double s = n_x ? time_gemm(ops, w, row_bytes, n_cols, n_w, x, x_stride, n_x, y, 1)
+                                         : time_gemv(ops, w, row_bytes, n_cols, n_w, x, y, 1);
+                    best[d] = s < best[d] ? s : best[d];
+                }
+            printf("%-5s", mp_type_name(type));
+            if (n_rows_list)
+                printf(" %6lld", (long long)n_x);
+            for (int d = 0; d < n_dist; d++) {
+                char col[32];
+                const double rate = n_x ? (double)n_w * (double)n_cols * (double)n_x / best[d] * 1e-9
+                                        : (double)n_w * (double)row_bytes / best[d] * 1e-9;
+                snprintf(col, sizeof col, "%.2f (%.2fx)", rate, best[0] / best[d]);
+                printf(" %16s", col);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
         free(w);
         free(x);
         free(xf);
@@ -286,7 +309,8 @@ static void usage(FILE *f)
                "  --gemm N,.. the prefill GEMM with N activation rows (each of the list) per level, not the GEMV\n"
                "  --cols N    the weight rows' length, a multiple of 256 (default 2048 with --gemm, else 4096)\n"
                "  --prefetch B,..  the dispatched GEMV with its weights prefetched B bytes ahead (each of the list,\n"
-               "              alternated; 0: none), not the table of levels\n"
+               "              alternated; 0: none), not the table of levels; with --gemm, the dispatched GEMM\n"
+               "  --isa L     --prefetch's level instead of the dispatched one: avx2, avx512 or amx\n"
                "Every kernel level this CPU has is timed side by side (scalar, avx2, avx512, amx).\n",
             mp_type_names());
 }
@@ -297,6 +321,7 @@ int main(int argc, char **argv)
     int types[24], n_types = 0, no_scalar = 0;
     long gemm_rows[16], prefetch[16];
     int n_gemm = 0, n_prefetch = 0;
+    const char *isa = NULL; /* --prefetch's level; NULL: the dispatched one */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -313,6 +338,12 @@ int main(int argc, char **argv)
             if ((n_prefetch = number_list(argv[++i], 0, MP_PREFETCH_BYTES_MAX, prefetch)) < 0) {
                 fprintf(stderr, "bench_kernels: error: --prefetch %s: expected at most 16 distances 0..%d in bytes, "
                                 "comma-separated\n", argv[i], MP_PREFETCH_BYTES_MAX);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            isa = argv[++i];
+            if (strcmp(isa, "avx2") && strcmp(isa, "avx512") && strcmp(isa, "amx")) {
+                fprintf(stderr, "bench_kernels: error: --isa %s: expected avx2, avx512 or amx\n", isa);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--cols") && i + 1 < argc) {
@@ -351,12 +382,14 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             types[n_types++] = all[i];
     }
-    if (n_gemm > 0 && n_prefetch > 0) {
-        fprintf(stderr, "bench_kernels: error: --gemm and --prefetch are two tables: give one\n");
+    if (isa && !n_prefetch) {
+        fprintf(stderr, "bench_kernels: error: --isa %s picks --prefetch's level: give --prefetch too (the other "
+                        "tables time every level)\n", isa);
         return 2;
     }
-    if (n_prefetch > 0)
-        return bench_prefetch(types, n_types, mb, reps, prefetch, n_prefetch, cols ? cols : 4096);
+    if (n_prefetch > 0) /* the GEMM's default width as --gemm's */
+        return bench_prefetch(types, n_types, mb, reps, prefetch, n_prefetch, cols ? cols : n_gemm ? 2048 : 4096,
+                              gemm_rows, n_gemm, isa);
     if (n_gemm > 0) /* default: a 30B-class expert's gate/up width */
         return bench_gemm(types, n_types, mb, reps, gemm_rows, n_gemm, cols ? cols : 2048);
     const int64_t n_cols = cols ? cols : 4096;

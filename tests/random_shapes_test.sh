@@ -4,8 +4,8 @@
 # GPU costs (bench/synth_gpu_costs.py) and profile verify; fails when one fails (the script's exit
 # status), when fewer than 4 went the whole way or the gpt-oss one did not. Also the bench scripts' own arguments that this
 # and split_ab.sh take (and gpu_bench.sh's MODEL): a bad one is refused in one line naming it, exit status non-zero, before any
-# work; bench_kernels --prefetch's list likewise, and a small run of it that prints each distance's
-# column; `random_shapes.py --specs` gives shapes mkmodel makes. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
+# work; bench_kernels --prefetch's list and --isa likewise, and small runs of it (the GEMV, the GEMM by
+# activation rows, at a named level) that print each distance's column; `random_shapes.py --specs` gives shapes mkmodel makes. Needs MP_MOEPLAN and MP_BENCH_KERNELS (run through meson test).
 set -uo pipefail
 B=${MP_MOEPLAN:?MP_MOEPLAN is not set (run through meson test)}
 src=${MP_SOURCE_ROOT:?MP_SOURCE_ROOT is not set (run through meson test)}
@@ -36,7 +36,8 @@ refuse "--far-split 5: expected at most 32 / top-k (8)" python3 "$src/bench/synt
 K=${MP_BENCH_KERNELS:?MP_BENCH_KERNELS is not set (run through meson test)}
 refuse "--prefetch 0,abc: expected at most 16 distances 0..65536 in bytes, comma-separated" "$K" --prefetch 0,abc
 refuse "--prefetch 70000: expected at most 16 distances" "$K" --prefetch 70000
-refuse "--gemm and --prefetch are two tables: give one" "$K" --gemm 4 --prefetch 2048
+refuse "--isa avx9: expected avx2, avx512 or amx" "$K" --isa avx9 --prefetch 0
+refuse "--isa avx2 picks --prefetch's level: give --prefetch too" "$K" --isa avx2
 refuse "--cols 100: expected a multiple of 256 in 256..65536" "$K" --cols 100
 refuse "--cols 4096x: expected a multiple of 256" "$K" --cols 4096x
 table=$("$K" --mb 1 --reps 1 --type Q8_0 --gemm 4 --cols 1536) ||
@@ -47,6 +48,16 @@ table=$("$K" --mb 1 --reps 1 --type Q8_0 --prefetch 2048,0,4096) ||
     { echo "random_shapes: bench_kernels --prefetch failed" >&2; exit 1; }
 printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\) +[0-9.]+ \([0-9.]+x\)$' ||
     { echo "random_shapes: bench_kernels --prefetch printed no row of three distances: $table" >&2; exit 1; }
+table=$("$K" --mb 1 --reps 1 --type Q8_0 --gemm 4,7 --prefetch 0,2048) ||
+    { echo "random_shapes: bench_kernels --gemm --prefetch failed" >&2; exit 1; }
+for rows in 4 7; do
+    printf '%s\n' "$table" | grep -qE "^Q8_0 +$rows +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\)\$" ||
+        { echo "random_shapes: bench_kernels --gemm 4,7 --prefetch 0,2048 printed no row of $rows rows at two distances: $table" >&2; exit 1; }
+done
+table=$("$K" --mb 1 --reps 1 --type Q4_K --gemm 4 --prefetch 0,2048 --isa avx2) ||
+    { echo "random_shapes: bench_kernels --isa avx2 failed" >&2; exit 1; }
+printf '%s\n' "$table" | grep -q 'isa avx2;' && printf '%s\n' "$table" | grep -qE '^Q4_K +4 +[0-9.]+ \(1\.00x\)' ||
+    { echo "random_shapes: bench_kernels --isa avx2 did not time the avx2 level: $table" >&2; exit 1; }
 refuse "N '0': expected a whole number of at least 1" python3 "$src/bench/random_shapes.py" --specs "$B" 0 3
 [ ! -e "$out/x" ] || { echo "random_shapes: a refused run wrote $out/x" >&2; exit 1; }
 # --specs: the mkmodel flags of seed 3's 5 shapes and its gpt-oss one that mkmodel accepts, ';'
