@@ -47,7 +47,7 @@ static const mp_knob_def k_knobs[] = {
            "where the CPU has AMX and Linux grants the tile state (a type whose tile GEMM fails its check at start "
            "runs avx512's)"),
     NUMBER("MP_PREFETCH_BYTES", prefetch_bytes, 0, MP_KNOB_PREFETCH_BYTES_MAX, MP_KNOB_PREFETCH_BYTES, TUNED,
-           "how far ahead of its loads each CPU dot product prefetches its weight row, in bytes, rounded down to "
+           "how far ahead of its loads each CPU dot product (and GEMM of blocks of 32) prefetches its weight row, in bytes, rounded down to "
            "64-byte lines (0: no prefetch instructions); calibrate times a decode step's CPU experts at 0-16384, the "
            "cores alone and, where a GPU is usable, beside the bus (its copy engine reading host memory), and "
            "records the fastest over both (the default unless another is over 5 % faster), which run, bench, collect "

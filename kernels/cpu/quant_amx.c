@@ -8,7 +8,7 @@
  * Linux granted the tile state (mp_amx_enable) and every tile GEMM passed its start check (and no
  * MP_ISA below amx capped the level). Its table is the
  * AVX-512 table of the type with `gemm` set: decode (one activation row) runs the AVX-512 dots,
- * prefill (mp_gemm_rows, from the table's gemm_min_rows activation rows: AMX_MIN_ROWS below) runs these.
+ * prefill (mp_gemm_rows, from the table's gemm_min_rows activation rows: k_gemms below) runs these.
  *
  * One tile product: C (tokens x weight rows, int32) += A (tokens x K bytes, the activations' signed
  * quants, loaded straight from their rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive quants
@@ -50,15 +50,6 @@
 #include "kernels/cpu/quant_impl.h"
 
 #define TOKENS_PER_PASS 64 /* activation rows per pass: 4 groups of 16 */
-/* The fewest activation rows each tile GEMM takes (gemm_min_rows; below it the avx512 level's
- * multi-row dots, or its Q4_0/Q8_0 GEMM from 4 rows). Measured on the GPU machine's Sapphire Rapids
- * cores, bench_kernels --gemm, one thread, two runs of 2026-12-03 (bench/NOTES-kernels.md): AMX
- * against avx512 at 4 rows 1.17 / 0.99x (Q4_K), 1.08 / 0.73x (Q5_K), 1.26 / 0.83x (Q8_0), at 6 rows
- * 1.48x, 1.17x, 1.91x and Q4_0 2.23x, at 8 rows 1.92-2.39x; Q6_K (the costliest gather: its 6-bit
- * unpacking) 0.63 / 1.02x at 4, 0.82x at 6, 1.18 / 1.23x at 8. */
-#define AMX_MIN_ROWS 6
-#define AMX_MIN_ROWS_Q6_K 8
-
 typedef struct tile_config {
     uint8_t palette;
     uint8_t start_row;
@@ -517,30 +508,20 @@ AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_bloc
 
 /* ---- the table ---- */
 
-/* Q4_0 and Q8_0 below AMX_MIN_ROWS: the avx512 level's whole-call GEMM, which takes them from its
- * own gemm_min_rows (4); without this the table's one threshold left 4 and 5 rows to the multi-row
- * dots, 0.8x that GEMM. */
-#define FROM_AVX512_BELOW(NAME, TYPE)                                                                            \
-    static void NAME##_rows(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x,             \
-                            size_t x_stride, int64_t n_x, float *y, int64_t y_stride)                              \
-    {                                                                                                          \
-        if (n_x < AMX_MIN_ROWS)                                                                                \
-            mp_type_ops_avx512(TYPE)->gemm(n, w, row_bytes, n_rows, x, x_stride, n_x, y, y_stride);           \
-        else                                                                                                   \
-            NAME(n, w, row_bytes, n_rows, x, x_stride, n_x, y, y_stride);                                      \
-    }
-FROM_AVX512_BELOW(gemm_q4_0, MP_TYPE_Q4_0)
-FROM_AVX512_BELOW(gemm_q8_0, MP_TYPE_Q8_0)
-
+/* Each tile GEMM from the fewest activation rows where it beat the avx512 level with the weights
+ * streaming from memory, as an expert's are in prefill (bench_kernels --gemm --mb 1024, one thread,
+ * 2048 and 5632 columns, a Xeon with AMX, 2026-12-07, bench/NOTES-kernels.md; with the weights in
+ * cache the avx512 dots hold out longer): the K-quants (whose tiles unpack scales and mins per
+ * sub-block) from 5 rows, 1.15-1.65x there and 0.67-1.00x at 4; IQ4_XS from 4, 1.03-1.14x (0.81-0.91x
+ * at 2-3); Q8_0 and Q5_0 from 3, 1.16-1.38x and 1.23x (0.82-1.25x and 0.94x at 2); Q4_0, IQ4_NL and
+ * MXFP4 from 2, 1.10-1.43x there. */
 static const struct {
     int type;
     void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
     int min_rows;
-} k_gemms[] = {{MP_TYPE_Q4_0, gemm_q4_0_rows, 0}, {MP_TYPE_Q8_0, gemm_q8_0_rows, 0},
-               {MP_TYPE_Q4_K, gemm_q4_K, AMX_MIN_ROWS}, {MP_TYPE_Q5_K, gemm_q5_K, AMX_MIN_ROWS},
-               {MP_TYPE_Q6_K, gemm_q6_K, AMX_MIN_ROWS_Q6_K}, {MP_TYPE_Q5_0, gemm_q5_0, AMX_MIN_ROWS},
-               {MP_TYPE_IQ4_NL, gemm_iq4_nl, AMX_MIN_ROWS}, {MP_TYPE_MXFP4, gemm_mxfp4, AMX_MIN_ROWS},
-               {MP_TYPE_IQ4_XS, gemm_iq4_xs, AMX_MIN_ROWS}};
+} k_gemms[] = {{MP_TYPE_Q4_K, gemm_q4_K, 5}, {MP_TYPE_Q5_K, gemm_q5_K, 5},   {MP_TYPE_Q6_K, gemm_q6_K, 5},
+               {MP_TYPE_IQ4_XS, gemm_iq4_xs, 4}, {MP_TYPE_Q8_0, gemm_q8_0, 3},   {MP_TYPE_Q5_0, gemm_q5_0, 3},
+               {MP_TYPE_Q4_0, gemm_q4_0, 2},     {MP_TYPE_IQ4_NL, gemm_iq4_nl, 2}, {MP_TYPE_MXFP4, gemm_mxfp4, 2}};
 #define N_GEMMS (sizeof k_gemms / sizeof k_gemms[0])
 
 static mp_type_ops g_amx_ops[N_GEMMS];
@@ -551,8 +532,7 @@ static void build_table(void)
     for (size_t i = 0; i < N_GEMMS; i++) {
         g_amx_ops[i] = *mp_type_ops_avx512(k_gemms[i].type);
         g_amx_ops[i].gemm = k_gemms[i].gemm;
-        if (k_gemms[i].min_rows) /* 0: the avx512 GEMM's threshold, its GEMM below AMX_MIN_ROWS */
-            g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
+        g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
     }
 }
 

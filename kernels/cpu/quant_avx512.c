@@ -227,6 +227,7 @@ static void gemm_q8(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, 
                     int64_t n_x, float *y, int64_t y_stride, int is_q4)
 {
     const int64_t nb = n / MP_QK8_0;
+    const size_t block_bytes = is_q4 ? sizeof(mp_block_q4_0) : sizeof(mp_block_q8_0);
     const uint8_t *wb = w, *xb = x;
     q8_pair_block *pk = aligned_alloc(64, (size_t)Q8_PAIRS_PER_PASS * (size_t)nb * sizeof *pk);
     if (!pk) { /* no room to pack: the multi-row dots, tile by tile */
@@ -266,6 +267,8 @@ static void gemm_q8(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, 
                 for (int j = 0; j < Q8_PAIRS_PER_GROUP; j++)
                     acc[j][0] = acc[j][1] = _mm512_setzero_ps();
                 for (int64_t ib = 0; ib < nb; ib++) {
+                    if ((ib & 3) == 0) /* the weight row streams from memory, as the dots' (above) */
+                        mp_prefetch_weights(wr + (size_t)ib * block_bytes, 4 * block_bytes);
                     const __m256i wq = q8_weights(wr, is_q4, ib);
                     const __m512i wq2 = join256(wq, wq);
                     const __m512i w_abs = _mm512_abs_epi8(wq2);
