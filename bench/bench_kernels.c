@@ -140,6 +140,48 @@ static double time_gemm(const mp_type_ops *ops, const uint8_t *w, size_t row_byt
     return best;
 }
 
+/* One type's weights (--mb of random blocks, rows of n_cols) and max_x random activation rows in its
+ * vec_dot_type, with room for the outputs; 0, or 1 having said what it could not allocate. */
+typedef struct bench_data {
+    size_t row_bytes, x_stride;
+    int64_t n_w; /* weight rows */
+    uint8_t *w, *x;
+    float *y;
+} bench_data;
+
+static int bench_data_make(bench_data *d, int type, long mb, int64_t n_cols, long max_x)
+{
+    const int vdt = mp_type_ops_scalar(type)->vec_dot_type;
+    d->row_bytes = mp_type_row_bytes(type, n_cols);
+    d->n_w = (int64_t)(((size_t)mb << 20) / d->row_bytes);
+    d->x_stride = mp_type_row_bytes(vdt, n_cols);
+    d->w = aligned_alloc(64, ((size_t)d->n_w * d->row_bytes + 63) / 64 * 64);
+    d->x = aligned_alloc(64, ((size_t)max_x * d->x_stride + 63) / 64 * 64);
+    d->y = malloc((size_t)d->n_w * (size_t)max_x * sizeof(float));
+    float *xf = malloc((size_t)n_cols * sizeof(float));
+    if (!d->w || !d->x || !d->y || !xf || d->n_w < 1) {
+        fprintf(stderr, "bench_kernels: error: cannot allocate %ld MB of %s weights and %ld activation rows\n", mb,
+                mp_type_name(type), max_x);
+        free(xf);
+        return 1;
+    }
+    fill_weights(type, d->w, (size_t)d->n_w * d->row_bytes);
+    for (long i = 0; i < max_x; i++) {
+        for (int64_t c = 0; c < n_cols; c++)
+            xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
+        mp_quantize_activation(vdt, xf, d->x + (size_t)i * d->x_stride, n_cols);
+    }
+    free(xf);
+    return 0;
+}
+
+static void bench_data_free(bench_data *d)
+{
+    free(d->w);
+    free(d->x);
+    free(d->y);
+}
+
 /* The prefill table (--gemm): per type and activation count, each SIMD level's G MAC/s. */
 static int bench_gemm(const int *types, int n_types, long mb, long reps, const long *rows, int n_rows_list,
                       int64_t n_cols)
@@ -155,23 +197,9 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
            "amx/512");
     for (int t = 0; t < n_types; t++) {
         const int type = types[t];
-        const mp_type_ops *ref = mp_type_ops_scalar(type);
-        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
-        const int64_t n_w = (int64_t)(((size_t)mb << 20) / row_bytes);
-        const size_t x_stride = mp_type_row_bytes(ref->vec_dot_type, n_cols);
-        uint8_t *w = aligned_alloc(64, ((size_t)n_w * row_bytes + 63) / 64 * 64);
-        uint8_t *x = aligned_alloc(64, ((size_t)max_x * x_stride + 63) / 64 * 64);
-        float *xf = malloc((size_t)n_cols * sizeof(float)), *y = malloc((size_t)n_w * (size_t)max_x * sizeof(float));
-        if (!w || !x || !xf || !y || n_w < 1) {
-            fprintf(stderr, "bench_kernels: error: cannot allocate the %s GEMM\n", mp_type_name(type));
+        bench_data d;
+        if (bench_data_make(&d, type, mb, n_cols, max_x))
             return 1;
-        }
-        fill_weights(type, w, (size_t)n_w * row_bytes);
-        for (long i = 0; i < max_x; i++) {
-            for (int64_t c = 0; c < n_cols; c++)
-                xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-            mp_quantize_activation(ref->vec_dot_type, xf, x + (size_t)i * x_stride, n_cols);
-        }
         for (int k = 0; k < n_rows_list; k++) {
             double best[N_LEVELS];
             for (int l = 0; l < N_LEVELS; l++)
@@ -181,11 +209,11 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
                     const mp_type_ops *ops = mp_type_ops_isa(type, levels[l]);
                     if (!ops)
                         continue;
-                    const double s = time_gemm(ops, w, row_bytes, n_cols, n_w, x, x_stride, rows[k], y, 1);
+                    const double s = time_gemm(ops, d.w, d.row_bytes, n_cols, d.n_w, d.x, d.x_stride, rows[k], d.y, 1);
                     best[l] = s < best[l] ? s : best[l];
                 }
             char col[N_LEVELS][16], ratio[16] = "-";
-            const double macs = (double)n_w * (double)n_cols * (double)rows[k];
+            const double macs = (double)d.n_w * (double)n_cols * (double)rows[k];
             for (int l = 0; l < N_LEVELS; l++)
                 if (best[l] < 1e30)
                     snprintf(col[l], sizeof col[l], "%.2f", macs / best[l] * 1e-9);
@@ -193,14 +221,11 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
                     snprintf(col[l], sizeof col[l], "-");
             if (best[2] < 1e30 && best[BASE] < 1e30)
                 snprintf(ratio, sizeof ratio, "%.2fx", best[BASE] / best[2]);
-            printf("%-5s %6lld %6ld %12s %12s %12s %9s\n", mp_type_name(type), (long long)n_w, rows[k], col[0], col[1],
+            printf("%-5s %6lld %6ld %12s %12s %12s %9s\n", mp_type_name(type), (long long)d.n_w, rows[k], col[0], col[1],
                    col[2], ratio);
             fflush(stdout);
         }
-        free(w);
-        free(x);
-        free(xf);
-        free(y);
+        bench_data_free(&d);
     }
     return 0;
 }
@@ -231,51 +256,35 @@ static int bench_prefetch(const int *types, int n_types, long mb, long reps, con
                     mp_type_name(type));
             return 1;
         }
-        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
-        const int64_t n_w = (int64_t)(((size_t)mb << 20) / row_bytes);
-        const size_t x_stride = mp_type_row_bytes(ops->vec_dot_type, n_cols);
-        uint8_t *w = aligned_alloc(64, ((size_t)n_w * row_bytes + 63) / 64 * 64);
-        uint8_t *x = aligned_alloc(64, ((size_t)max_x * x_stride + 63) / 64 * 64);
-        float *xf = malloc((size_t)n_cols * sizeof(float)), *y = malloc((size_t)n_w * (size_t)max_x * sizeof(float));
-        if (!w || !x || !xf || !y || n_w < 1) {
-            fprintf(stderr, "bench_kernels: error: cannot allocate the %s weights\n", mp_type_name(type));
+        bench_data d;
+        if (bench_data_make(&d, type, mb, n_cols, max_x))
             return 1;
-        }
-        fill_weights(type, w, (size_t)n_w * row_bytes);
-        for (long i = 0; i < max_x; i++) {
-            for (int64_t c = 0; c < n_cols; c++)
-                xf[c] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-            mp_quantize_activation(ops->vec_dot_type, xf, x + (size_t)i * x_stride, n_cols);
-        }
         for (int k = 0; k < (n_rows_list ? n_rows_list : 1); k++) {
             const int64_t n_x = n_rows_list ? rows[k] : 0; /* 0: the GEMV */
             double best[16];
-            for (int d = 0; d < n_dist; d++)
-                best[d] = 1e30;
+            for (int j = 0; j < n_dist; j++)
+                best[j] = 1e30;
             for (long r = 0; r < reps; r++)
-                for (int d = 0; d < n_dist; d++) {
-                    mp_kernels_set_prefetch_bytes(dist[d]);
-                    const double s = n_x ? time_gemm(ops, w, row_bytes, n_cols, n_w, x, x_stride, n_x, y, 1)
-                                         : time_gemv(ops, w, row_bytes, n_cols, n_w, x, y, 1);
-                    best[d] = s < best[d] ? s : best[d];
+                for (int j = 0; j < n_dist; j++) {
+                    mp_kernels_set_prefetch_bytes(dist[j]);
+                    const double s = n_x ? time_gemm(ops, d.w, d.row_bytes, n_cols, d.n_w, d.x, d.x_stride, n_x, d.y, 1)
+                                         : time_gemv(ops, d.w, d.row_bytes, n_cols, d.n_w, d.x, d.y, 1);
+                    best[j] = s < best[j] ? s : best[j];
                 }
             printf("%-5s", mp_type_name(type));
             if (n_rows_list)
                 printf(" %6lld", (long long)n_x);
-            for (int d = 0; d < n_dist; d++) {
+            for (int j = 0; j < n_dist; j++) {
                 char col[32];
-                const double rate = n_x ? (double)n_w * (double)n_cols * (double)n_x / best[d] * 1e-9
-                                        : (double)n_w * (double)row_bytes / best[d] * 1e-9;
-                snprintf(col, sizeof col, "%.2f (%.2fx)", rate, best[0] / best[d]);
+                const double rate = n_x ? (double)d.n_w * (double)n_cols * (double)n_x / best[j] * 1e-9
+                                        : (double)d.n_w * (double)d.row_bytes / best[j] * 1e-9;
+                snprintf(col, sizeof col, "%.2f (%.2fx)", rate, best[0] / best[j]);
                 printf(" %16s", col);
             }
             printf("\n");
             fflush(stdout);
         }
-        free(w);
-        free(x);
-        free(xf);
-        free(y);
+        bench_data_free(&d);
     }
     mp_kernels_set_prefetch_bytes(before);
     return 0;
