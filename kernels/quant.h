@@ -254,6 +254,9 @@ typedef struct mp_type_ops {
 
 /* Activation rows per tile in mp_gemm_rows (the most vec_dot_multi is ever asked for). */
 #define MP_GEMM_TILE 4
+/* Weight bytes per block of rows in mp_gemm_rows: every tile runs over a block before the next, so
+ * that the block read from memory by the first is in L2 for the others (kernels/cpu/dispatch.c). */
+#define MP_GEMM_BLOCK_BYTES ((size_t)256 << 10)
 
 /* Activation quantization (used before every vec_dot of a row of quantized weights).
  * Q8_K: d = max|x| / 127, quants in [-127, 127], bsums[g] = sum of quants 16g..16g+15. */

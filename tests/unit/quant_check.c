@@ -356,17 +356,22 @@ static void check_whole_gemm(const mp_type_ops *ops, const char *variant, bool e
     }
 }
 
-/* rows of 2, 9 (a 2304-wide row, as a model's) and 65 blocks */
+/* rows of 2, 9 (a 2304-wide row, as a model's) and 65 blocks, and rows of a third of
+ * mp_gemm_rows's block of weight bytes or a little more, so that its ranges cross blocks */
 void check_rows(const mp_type_ops *ops, const char *variant)
 {
     const int64_t be = mp_type_block_elems(ops->type);
+    const size_t block_bytes = mp_type_row_bytes(ops->type, be);
+    const int64_t wide = (int64_t)((MP_GEMM_BLOCK_BYTES / 3 + block_bytes - 1) / block_bytes) * be;
     if (be == 1) {
         check_rows_n(ops, variant, 96);
+        check_rows_n(ops, variant, wide);
         return;
     }
     const int64_t blocks[] = {2, 9, 65};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         check_rows_n(ops, variant, blocks[i] * be);
+    check_rows_n(ops, variant, wide);
 }
 
 static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_cols)
