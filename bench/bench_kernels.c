@@ -10,8 +10,9 @@
  * bytes) per second of this thread's CPU time.
  *
  * With --gemm N[,N...]: the prefill GEMM instead, for each N activation rows: a weight matrix of
- * --mb megabytes (1 or 2 keep it in L2/L3, as one expert's slice is during prefill) through
- * mp_gemm_rows at each SIMD level from avx2 up ("amx": the tile GEMMs of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), the
+ * --mb megabytes (past the L3, e.g. 1024, it comes from memory, as an expert's weights do in prefill,
+ * where each is read once a step; 1 or 2 keep it in L2) through mp_gemm_rows at each SIMD level from
+ * avx2 up ("amx": the tile GEMMs of the types that have them), the
  * levels alternated --reps times, the best of each; G MAC/s = weights x N per second, and each
  * level's speed over avx512's.
  *
