@@ -1,7 +1,7 @@
 /* bench/bench_kernels.c — GB/s of weight bytes streamed by the dot products, per SIMD level.
  *
- * For each weight type: a weight matrix of --mb megabytes (default 512, larger than this
- * machine's 300 MiB L3, so the weights come from DRAM as in decode), n_cols = 4096, filled with
+ * For each weight type: a weight matrix of --mb megabytes (default 512; keep it past the L3, so
+ * that the weights come from memory as in decode), n_cols = 4096, filled with
  * valid random blocks (n_cols: --cols); one activation row already in the type's vec_dot_type. It times
  * mp_gemv_rows over all rows, single thread, best of --reps passes, for every kernel level the
  * CPU has side by side (scalar reference, avx2, avx512: mp_type_ops_isa, whatever MP_ISA says;
@@ -403,17 +403,6 @@ int main(int argc, char **argv)
     if (n_gemm > 0) /* default: a 30B-class expert's gate/up width */
         return bench_gemm(types, n_types, mb, reps, gemm_rows, n_gemm, cols ? cols : 2048);
     const int64_t n_cols = cols ? cols : 4096;
-    const size_t total_bytes = (size_t)mb << 20;
-    uint8_t *w = aligned_alloc(64, total_bytes); /* (n_rows, row_bytes) */
-    float *xf = malloc(4 * n_cols * sizeof(float));
-    uint8_t *x = aligned_alloc(64, 4 * n_cols * sizeof(float)); /* (4, x_stride) activations */
-    if (!w || !xf || !x) {
-        fprintf(stderr, "bench_kernels: error: cannot allocate %ld MB\n", mb);
-        return 1;
-    }
-    for (int64_t i = 0; i < 4 * n_cols; i++)
-        xf[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-
     /* the levels, narrowest first; a level the CPU lacks has no table and prints "-" */
     const char *levels[] = {"scalar", "avx2", "avx512"};
     enum { N_LEVELS = 3 };
@@ -423,23 +412,18 @@ int main(int argc, char **argv)
            "avx512 GB/s", "512/avx2", "avx2 gemm4", "avx512 gemm4");
     for (int t = 0; t < n_types; t++) {
         const int type = types[t];
-        const mp_type_ops *ref = mp_type_ops_scalar(type);
-        const size_t row_bytes = mp_type_row_bytes(type, n_cols);
-        const int64_t n_rows = (int64_t)(total_bytes / row_bytes);
-        const size_t x_stride = mp_type_row_bytes(ref->vec_dot_type, n_cols);
-        fill_weights(type, w, (size_t)n_rows * row_bytes);
-        for (int i = 0; i < 4; i++)
-            mp_quantize_activation(ref->vec_dot_type, xf + i * n_cols, x + i * x_stride, n_cols);
-        float *y = malloc((size_t)n_rows * 4 * sizeof(float));
-        const double bytes = (double)n_rows * (double)row_bytes;
+        bench_data d; /* 4 activation rows: the GEMV's first, and one tile */
+        if (bench_data_make(&d, type, mb, n_cols, 4))
+            return 1;
+        const double bytes = (double)d.n_w * (double)d.row_bytes;
         double gemv_s[N_LEVELS] = {0}, gemm_s[N_LEVELS] = {0}; /* 0: not measured */
         for (int l = 0; l < N_LEVELS; l++) {
             const mp_type_ops *ops = mp_type_ops_isa(type, levels[l]);
             if (!ops || (l == 0 && no_scalar))
                 continue;
-            gemv_s[l] = time_gemv(ops, w, row_bytes, n_cols, n_rows, x, y, (int)reps);
+            gemv_s[l] = time_gemv(ops, d.w, d.row_bytes, n_cols, d.n_w, d.x, d.y, (int)reps);
             if (l > 0)
-                gemm_s[l] = time_gemm(ops, w, row_bytes, n_cols, n_rows, x, x_stride, 4, y, (int)reps);
+                gemm_s[l] = time_gemm(ops, d.w, d.row_bytes, n_cols, d.n_w, d.x, d.x_stride, 4, d.y, (int)reps);
         }
         char col[N_LEVELS][2][16], ratio[16] = "-";
         for (int l = 0; l < N_LEVELS; l++)
@@ -452,13 +436,10 @@ int main(int argc, char **argv)
             }
         if (gemv_s[1] > 0 && gemv_s[2] > 0)
             snprintf(ratio, sizeof(ratio), "%.2fx", gemv_s[1] / gemv_s[2]);
-        printf("%-5s %8lld %11s %11s %11s %8s %11s %11s\n", mp_type_name(type), (long long)n_rows, col[0][0],
+        printf("%-5s %8lld %11s %11s %11s %8s %11s %11s\n", mp_type_name(type), (long long)d.n_w, col[0][0],
                col[1][0], col[2][0], ratio, col[1][1], col[2][1]);
         fflush(stdout);
-        free(y);
+        bench_data_free(&d);
     }
-    free(w);
-    free(xf);
-    free(x);
     return 0;
 }
