@@ -221,12 +221,14 @@ build() {
     *" cli/moeplan "*) targets="$targets gpu/libmoeplan-gpu.so" ;;
     esac
     # the stamp names the tree's content too where this copy's .git is older than its files
-    # (base/git_commit.py --tree); an MP_BUILD_COMMIT given to the call wins
-    local commit
-    commit=${MP_BUILD_COMMIT:-$(python3 base/git_commit.py --tree .)}
+    # (base/git_commit.py --tree); an MP_BUILD_COMMIT given to the call wins. Exported: `meson test`
+    # rebuilds its own targets (not the module moeplan loads), and a test binary or moeplan
+    # stamped otherwise than the module refuses it ("the GPU module belongs to another build")
+    MP_BUILD_COMMIT=${MP_BUILD_COMMIT:-$(python3 base/git_commit.py --tree .)}
+    export MP_BUILD_COMMIT
     # shellcheck disable=SC2086
-    MP_BUILD_COMMIT=$commit ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
-    log "build: $commit"
+    ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
+    log "build: $MP_BUILD_COMMIT"
 }
 
 # the qwen3-30b-a3b preset in Q4_K_M, made once per machine (bench-cpu's bench/cpu_decode.sh and
