@@ -78,7 +78,8 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             return mp_error_prefix(err, "--costs");
         }
         st = mp_decode_costs_of_model(&c, o->costs, m, threads, pl->decode_costs, err);
-        if (!st && mp_decide_step_copies(n_batch)) { /* prefill copies, priced as the planner prices them */
+        /* prefill copies of the experts left in host memory, priced as the planner prices them */
+        if (!st && pl->host_expert_bytes > 0 && mp_decide_step_copies(n_batch)) {
             pl->cpu_rows_max = (uint32_t)n_batch;
             st = mp_decide_cpu_rows_ns(&c, o->costs, m, threads, pl->cpu_rows_max, &pl->cpu_rows_ns, err);
         }
