@@ -510,17 +510,22 @@ AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_bloc
 
 /* Each tile GEMM from the fewest activation rows where it beat the avx512 level with the weights
  * streaming from memory, as an expert's are in prefill (bench_kernels --gemm --mb 1024, one thread,
- * 2048 and 5632 columns, a Xeon with AMX, 2026-12-07, bench/NOTES-kernels.md; with the weights in
- * cache the avx512 dots hold out longer): the K-quants (whose tiles unpack scales and mins per
- * sub-block) from 5 rows, 1.15-1.65x there and 0.67-1.00x at 4; IQ4_XS from 4, 1.03-1.14x (0.81-0.91x
- * at 2-3); Q8_0 and Q5_0 from 3, 1.16-1.38x and 1.23x (0.82-1.25x and 0.94x at 2); Q4_0, IQ4_NL and
- * MXFP4 from 2, 1.10-1.43x there. */
+ * 2048 columns; with the weights in cache the avx512 dots hold out longer), on both hosts measured
+ * (bench/NOTES-kernels.md, 2026-12-07): the larger of their crossovers, since a tile below its
+ * crossover ran at 0.53-0.8x avx512 where one above it gains 1.1-1.9x. A development VM's Xeon with
+ * AMX put every K-quant ahead from 5 rows (1.15-1.65x), IQ4_XS from 4, Q8_0 and Q5_0 from 3, Q4_0,
+ * IQ4_NL and MXFP4 from 2; the H100 machine's host (Emerald Rapids, 16 cores) put Q4_K ahead from 8
+ * (1.15-1.37x; 0.78-1.17x at 6), Q5_K even at 8 (0.97x) and 1.36x at 12, Q6_K even at 12
+ * (1.00-1.01x), 1.05-1.27x at 16 and 0.53-0.80x at 6-8, Q8_0 at 0.64-0.97x through 8 rows (its
+ * avx512 GEMM from 4 rows is the rival there), Q5_0 1.08x at 4 and 1.82x at 6, IQ4_XS 1.17x at 4,
+ * Q4_0 and IQ4_NL 1.24-1.44x at 2. The crossovers are the host's: this table is the safe side of the
+ * two measured. */
 static const struct {
     int type;
     void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
     int min_rows;
-} k_gemms[] = {{MP_TYPE_Q4_K, gemm_q4_K, 5}, {MP_TYPE_Q5_K, gemm_q5_K, 5},   {MP_TYPE_Q6_K, gemm_q6_K, 5},
-               {MP_TYPE_IQ4_XS, gemm_iq4_xs, 4}, {MP_TYPE_Q8_0, gemm_q8_0, 3},   {MP_TYPE_Q5_0, gemm_q5_0, 3},
+} k_gemms[] = {{MP_TYPE_Q4_K, gemm_q4_K, 8}, {MP_TYPE_Q5_K, gemm_q5_K, 8},   {MP_TYPE_Q6_K, gemm_q6_K, 12},
+               {MP_TYPE_IQ4_XS, gemm_iq4_xs, 4}, {MP_TYPE_Q8_0, gemm_q8_0, 8},   {MP_TYPE_Q5_0, gemm_q5_0, 4},
                {MP_TYPE_Q4_0, gemm_q4_0, 2},     {MP_TYPE_IQ4_NL, gemm_iq4_nl, 2}, {MP_TYPE_MXFP4, gemm_mxfp4, 2}};
 #define N_GEMMS (sizeof k_gemms / sizeof k_gemms[0])
 
