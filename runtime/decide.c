@@ -592,11 +592,12 @@ double mp_decide_cpu_anchor(const mp_costs *c, const mp_cost_expert *cpu, double
 }
 
 mp_status mp_decide_cpu_rows_ns(const mp_costs *c, const char *name, const mp_model *m, int threads, uint32_t max_rows,
-                                double **out, mp_error *err)
+                                double **out, double *rows_measured, mp_error *err)
 {
     const int64_t L = m->hp.n_layer;
     const size_t stride = (size_t)max_rows + 1;
     *out = NULL;
+    *rows_measured = 0;
     double bytes_sum = 0;
     for (int64_t l = 0; l < L; l++)
         bytes_sum += (double)mp_model_expert_bytes(m, l);
@@ -613,6 +614,10 @@ mp_status mp_decide_cpu_rows_ns(const mp_costs *c, const char *name, const mp_mo
                            "x%" PRId64 "): expected a cost file from `moeplan calibrate` of this model",
                            name, l, quant, m->hp.n_embd, m->hp.n_ff_exp);
         }
+        const mp_cost_curve *by_rows = &cpu->by_rows;
+        const double top = by_rows->n_points > 0 ? by_rows->x[by_rows->n_points - 1] : 0;
+        if (l == 0 || top < *rows_measured)
+            *rows_measured = top;
         const double share = mp_decide_grid_share(mp_model_expert_bytes(m, l), bytes_sum / (double)L);
         double *row = t + (size_t)l * stride, fixed;
         mp_decide_expert_table(cpu, mp_decide_cpu_anchor(c, cpu, share), max_rows, &fixed, row);

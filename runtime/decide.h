@@ -354,10 +354,20 @@ static inline double mp_decide_grid_share(uint64_t expert_bytes, double mean_byt
  * (mp_costs_find_cpu), tabulated (mp_decide_expert_table) times its anchor
  * (mp_decide_cpu_anchor, the layer's expert bytes over the layers' mean as its share). *out:
  * n_layer rows of max_rows + 1 (layer-major), [0] the invocation's fixed part, [r] an expert of r
- * rows; allocated, the caller frees it. MP_ERR_ARG naming the layer and its experts where c has no
- * CPU entry for them (name: the file, for the message). */
+ * rows; allocated, the caller frees it. *rows_measured: the fewest rows any of those entries was
+ * measured up to (their curves' last point; past it they go on along their last segment).
+ * MP_ERR_ARG naming the layer and its experts where c has no CPU entry for them (name: the file,
+ * for the message). */
 mp_status mp_decide_cpu_rows_ns(const mp_costs *c, const char *name, const mp_model *m, int threads, uint32_t max_rows,
-                                double **out, mp_error *err);
+                                double **out, double *rows_measured, mp_error *err);
+
+/* The rows a CPU expert entry must be measured up to for its curve to price a prompt's steps (the
+ * prefill copies' choice: the GPU executor keeps its own measured rule below it). Measured only at
+ * decode's rows, an expert's time is its weights' read and the last segment leaves out the
+ * arithmetic: the Mixtral preset's expert on a development VM's two threads took 6.97 / 5.87 ms at 1 /
+ * 2 rows (a flat line past them) and 35.5 ms at 64 (2026-12-07); calibrate's --quick grid reaches
+ * 16, where the kernels are past their first tiles and the time grows with the rows. */
+#define MP_DECIDE_PREFILL_ROWS_MIN 16
 
 /* The adaptive tier's prices (runtime/tier.h, policy cost), from the decode grid:
  *   route_saving_ns  what one route saves when its expert has a slot: the grid's least time for a

@@ -78,10 +78,21 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             return mp_error_prefix(err, "--costs");
         }
         st = mp_decode_costs_of_model(&c, o->costs, m, threads, pl->decode_costs, err);
-        /* prefill copies of the experts left in host memory, priced as the planner prices them */
+        /* prefill copies of the experts left in host memory, priced as the planner prices them
+         * where the cost file measured the CPU experts at a prompt's rows */
         if (!st && pl->host_expert_bytes > 0 && mp_decide_step_copies(n_batch)) {
             pl->cpu_rows_max = (uint32_t)n_batch;
-            st = mp_decide_cpu_rows_ns(&c, o->costs, m, threads, pl->cpu_rows_max, &pl->cpu_rows_ns, err);
+            double measured = 0;
+            st = mp_decide_cpu_rows_ns(&c, o->costs, m, threads, pl->cpu_rows_max, &pl->cpu_rows_ns, &measured, err);
+            if (!st && measured < MP_DECIDE_PREFILL_ROWS_MIN) {
+                free(pl->cpu_rows_ns);
+                pl->cpu_rows_ns = NULL;
+                pl->cpu_rows_max = 0;
+                fprintf(stderr, "moeplan: note: --costs %s measured the CPU experts up to %g rows, under the %d a "
+                        "prompt's prices need (runtime/decide.h): prefill copies follow the CPU time measured in "
+                        "the run; `moeplan calibrate --rows 1,4,16,64` prices them\n",
+                        o->costs, measured, MP_DECIDE_PREFILL_ROWS_MIN);
+            }
         }
         mp_costs_free(&c);
         if (st) {

@@ -139,6 +139,11 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
         mp_model_free(m);
         return st;
     }
+    if (o->rows[o->n_rows - 1] < MP_DECIDE_PREFILL_ROWS_MIN)
+        mp_calib_say(o, "calibrate: note: --rows reaches %d: a prompt's steps past it are priced along the last "
+                     "segment (decode's rows time the weights' read, not the arithmetic), so run and bench keep "
+                     "their measured rule for prefill copies; --rows up to %d or more prices them",
+                     o->rows[o->n_rows - 1], MP_DECIDE_PREFILL_ROWS_MIN);
     /* root owns every part; they are filled in place, in the file's order (the NULL checks of the
      * Add* helpers below cover a failed create: they add nothing and return NULL) */
     cJSON *root = cJSON_CreateObject(), *missing = cJSON_CreateArray();

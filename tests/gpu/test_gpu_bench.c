@@ -159,11 +159,12 @@ Test(gpu_bench, plan_check_predicts_again_at_its_cpu_level)
     cr_assert_null(strstr(out, "the check ran on the CPU executor"), "%s", out);
 }
 
-/* bench of the tiny model (layers:2; -t 16: the grid's threads) with the shipped tiny cost file
- * whose $.device edit() changed, written as tmpdir/name: it must run (what differs is a warning);
- * its stderr into err, and its JSON row's member `key` into said ("" when null). */
-static void bench_with_device(void (*edit)(cJSON *dev), const char *name, char *err, size_t err_cap, const char *key,
-                              char *said, size_t cap)
+/* bench of the tiny model (layers:2; -t 16: the grid's threads; `tokens`: -p and -n) with the shipped
+ * tiny cost file that edit() changed (given the whole file), written as tmpdir/name: it must run
+ * (what differs is a warning or a note); its stderr into err, and its JSON row's member `key` into
+ * said ("" when null). */
+static void bench_with_costs(void (*edit)(cJSON *costs), const char *name, const char *tokens, char *err,
+                             size_t err_cap, const char *key, char *said, size_t cap)
 {
     char cmd[2048], path[1024];
     snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
@@ -174,17 +175,15 @@ static void bench_with_device(void (*edit)(cJSON *dev), const char *name, char *
     cJSON *costs = cJSON_Parse(text);
     cr_assert_not_null(costs, "%s", path);
     free(text);
-    cJSON *dev = cJSON_GetObjectItemCaseSensitive(costs, "device");
-    cr_assert(cJSON_IsObject(dev));
-    edit(dev);
+    edit(costs);
     char *out = cJSON_Print(costs);
     cJSON_Delete(costs);
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "w");
     cr_assert(f && fputs(out, f) >= 0 && fclose(f) == 0);
     free(out);
-    snprintf(cmd, sizeof cmd, "bench -m '%s/tiny.gguf' -p 0 -n 8 -r 1 -t 16 -o json --executor gpu --placement layers:2 "
-             "--costs '%s'", tmpdir, path);
+    snprintf(cmd, sizeof cmd, "bench -m '%s/tiny.gguf' %s -r 1 -t 16 -o json --executor gpu --placement layers:2 "
+             "--costs '%s'", tmpdir, tokens, path);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, err_cap), 0, "%s", err);
     out = mp_test_stdout(tmpdir);
     cJSON *root = cJSON_Parse(out);
@@ -195,8 +194,23 @@ static void bench_with_device(void (*edit)(cJSON *dev), const char *name, char *
     free(out);
 }
 
-static void another_machine(cJSON *dev)
+/* bench_with_costs with decode only, the cost file's $.device edited by edit_dev */
+static void bench_with_device(void (*edit)(cJSON *costs), const char *name, char *err, size_t err_cap, const char *key,
+                              char *said, size_t cap)
 {
+    bench_with_costs(edit, name, "-p 0 -n 8", err, err_cap, key, said, cap);
+}
+
+static cJSON *device_of(cJSON *costs)
+{
+    cJSON *dev = cJSON_GetObjectItemCaseSensitive(costs, "device");
+    cr_assert(cJSON_IsObject(dev));
+    return dev;
+}
+
+static void another_machine(cJSON *costs)
+{
+    cJSON *dev = device_of(costs);
     cJSON_ReplaceItemInObjectCaseSensitive(dev, "gpu", cJSON_CreateString("Other GPU 9000"));
     cJSON_ReplaceItemInObjectCaseSensitive(dev, "cpu_logical_cores", cJSON_CreateNumber(4099));
 }
@@ -215,8 +229,9 @@ Test(gpu_bench, costs_of_another_machine_are_said)
     cr_assert(strstr(said, "GPU Other GPU 9000, this machine's ") && strstr(said, "4099 CPUs online"), "%s", said);
 }
 
-static void other_knobs(cJSON *dev)
+static void other_knobs(cJSON *costs)
 {
+    cJSON *dev = device_of(costs);
     cJSON_DeleteItemFromObjectCaseSensitive(dev, "knobs");
     cJSON *knobs = cJSON_AddObjectToObject(dev, "knobs");
     cr_assert(knobs && cJSON_AddNumberToObject(knobs, "MP_GPU_GRAPHS", 0) &&
@@ -234,3 +249,38 @@ Test(gpu_bench, costs_of_other_knobs_are_said)
     cr_assert_null(strstr(err, "MP_HANG_DUMP_S"), "%s", err);
     cr_assert_str_eq(said, "MP_GPU_GRAPHS=1 here, 0 in the costs");
 }
+
+static void as_shipped(cJSON *costs)
+{
+    (void)costs;
+}
+
+/* every CPU expert entry's points past 2 rows removed: decode's rows only */
+static void decode_rows_only(cJSON *costs)
+{
+    cJSON *entry;
+    cJSON_ArrayForEach(entry, cJSON_GetObjectItemCaseSensitive(costs, "cpu_expert")) {
+        cJSON *points = cJSON_GetObjectItemCaseSensitive(entry, "points");
+        cr_assert(cJSON_GetArraySize(points) > 2);
+        while (cJSON_GetArraySize(points) > 2)
+            cJSON_DeleteItemFromArray(points, cJSON_GetArraySize(points) - 1);
+        cr_assert_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(points, 1), "rows")->valueint, 2);
+    }
+}
+
+/* --costs whose CPU experts were measured at decode's rows only (1 and 2): a prompt's prices past
+ * them would run along a flat line, so bench's prefill keeps the executor's measured rule for
+ * copies and says so, naming the rows and the grid that prices them; the shipped file as it is
+ * prices them and says nothing of it. */
+Test(gpu_bench, prefill_prices_need_the_cpu_measured_at_a_prompts_rows)
+{
+    char err[16384], said[64];
+    bench_with_costs(decode_rows_only, "decode-rows.json", "-p 64 -n 0", err, sizeof err, "test", said, sizeof said);
+    const char *note = strstr(err, "measured the CPU experts up to 2 rows, under the 16 a prompt's prices need");
+    cr_assert_not_null(note, "%s", err);
+    cr_assert_not_null(strstr(note, "`moeplan calibrate --rows 1,4,16,64` prices them"), "%s", note);
+    cr_assert_str_eq(said, "pp64");
+    bench_with_costs(as_shipped, "shipped.json", "-p 64 -n 0", err, sizeof err, "test", said, sizeof said);
+    cr_assert_null(strstr(err, "a prompt's prices need"), "%s", err);
+}
+

@@ -305,8 +305,15 @@ static double *expect_the_planners_price(const mp_sim_config *c, const mp_model 
 {
     const uint32_t L = (uint32_t)m->hp.n_layer, E = (uint32_t)m->hp.n_expert, K = (uint32_t)m->hp.n_expert_used;
     mp_error err;
-    double *price = NULL;
-    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_OK, "%s", err.msg);
+    double *price = NULL, measured = -1;
+    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &measured, &err), MP_OK, "%s", err.msg);
+    double fewest = 0; /* the rows the model's CPU entries were measured up to, the fewest */
+    for (int i = 0; i < costs.n_cpu_expert; i++) {
+        const mp_cost_curve *rows = &costs.cpu_expert[i].by_rows;
+        if (i == 0 || rows->x[rows->n_points - 1] < fewest)
+            fewest = rows->x[rows->n_points - 1];
+    }
+    cr_assert_float_eq(measured, fewest, 1e-12, "the rows the CPU entries were measured up to: %g", measured);
     mp_sim_trace t;
     cr_assert_eq(mp_sim_trace_init(&t, L, E, K, NULL, &err), MP_OK, "%s", err.msg);
     uint16_t *ids = malloc(sizeof *ids * L * R * K);
@@ -364,7 +371,8 @@ Test(sim, the_executors_cpu_price_is_the_planners)
 
     snprintf(cpu_entry.quant, sizeof cpu_entry.quant, "Q8_0");
     price = NULL;
-    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &err), MP_ERR_ARG);
+    double measured;
+    cr_assert_eq(mp_decide_cpu_rows_ns(&costs, "c.json", m, 8, R, &price, &measured, &err), MP_ERR_ARG);
     cr_assert_null(price);
     cr_assert_not_null(strstr(err.msg, "c.json: no CPU expert entry for layer 0's F32 experts (64x48)"), "%s", err.msg);
     mp_model_free(m);
@@ -413,7 +421,7 @@ Test(sim, the_executors_cpu_price_is_the_planners_layer_by_layer)
     cr_assert_neq(bytes[0], bytes[1]);
 
     mp_sim_config c = config(bytes[0], 2);
-    static double xs3[3] = {1, 8, 64}, xs_k[2] = {1, 4};
+    static double xs3[2][3] = {{1, 8, 64}, {1, 8, 48}}, xs_k[2] = {1, 4};
     static mp_cost_stat cy[2][3] = {{{120, 0}, {400, 0}, {2600, 0}}, {{150, 0}, {520, 0}, {3300, 0}}};
     static mp_cost_stat ck[2][2] = {{{150, 0}, {390, 0}}, {{190, 0}, {480, 0}}};
     static mp_cost_expert gpus[2], cpus[2];
@@ -421,7 +429,7 @@ Test(sim, the_executors_cpu_price_is_the_planners_layer_by_layer)
         gpus[k] = gpu_entry;
         memcpy(gpus[k].quant, quant[k], sizeof gpus[k].quant);
         gpus[k].n_embd = m->hp.n_embd, gpus[k].n_ff = m->hp.n_ff_exp, gpus[k].expert_bytes = bytes[k];
-        cpus[k] = (mp_cost_expert){"", m->hp.n_embd, m->hp.n_ff_exp, bytes[k], 8, {3, xs3, cy[k]}, {2, xs_k, ck[k]}};
+        cpus[k] = (mp_cost_expert){"", m->hp.n_embd, m->hp.n_ff_exp, bytes[k], 8, {3, xs3[k], cy[k]}, {2, xs_k, ck[k]}};
         memcpy(cpus[k].quant, quant[k], sizeof cpus[k].quant);
     }
     costs.gpu_expert = gpus, costs.n_gpu_expert = 2;
