@@ -194,7 +194,7 @@ static void bench_with_costs(void (*edit)(cJSON *costs), const char *name, const
     free(out);
 }
 
-/* bench_with_costs with decode only, the cost file's $.device edited by edit_dev */
+/* bench_with_costs of decode alone (-p 0 -n 8): the edits of the cost file's $.device */
 static void bench_with_device(void (*edit)(cJSON *costs), const char *name, char *err, size_t err_cap, const char *key,
                               char *said, size_t cap)
 {
@@ -283,4 +283,3 @@ Test(gpu_bench, prefill_prices_need_the_cpu_measured_at_a_prompts_rows)
     bench_with_costs(as_shipped, "shipped.json", "-p 64 -n 0", err, sizeof err, "test", said, sizeof said);
     cr_assert_null(strstr(err, "a prompt's prices need"), "%s", err);
 }
-
