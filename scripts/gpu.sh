@@ -16,6 +16,12 @@
 #              alternated in one process), then prefill of the qwen3-30b-a3b preset with the levels
 #              alternated AMX_ROUNDS (default 2) times: the CPU executor's pp AMX_CPU_PP (default 128)
 #              and bench-exec's AMX_CONFIGS (default "ncpu48 fill8"), pp512 -> $OUT/amx-*.log, amx-ab.md
+#   cpu-prefill-ab  the CPU executor's prefill of this tree against another, alternated: AB_REV (a
+#              commit of this copy's git history: git archive) or AB_BASE (a source tree), both built
+#              without CUDA in /tmp, on a CPU_AB_LAYERS-layer (default 8) model of the qwen3-30b-a3b
+#              preset, prompts of each of CPU_AB_PP (default "64 128 512") tokens, CPU_AB_ROUNDS (default
+#              3) rounds -> $OUT/cpu-ab.md (tok/s of each side and their ratio by prompt and round) and
+#              the bench JSON of every run; for a change of the CPU kernels (a threshold, a tile)
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   decode-table  the offloaded decode table (all-GPU and layers:12/24/36/48, tg128) with far routes
@@ -287,6 +293,57 @@ for stage in "${stages[@]}"; do
                     sed "s/^| /| $side $round | /" | tee -a "$OUT/ab.md"
             done
         done
+        ;;
+    cpu-prefill-ab)
+        base_src=/tmp/mp-ab-base-src
+        if [ -n "${AB_REV:-}" ]; then
+            rm -rf "$base_src" && mkdir -p "$base_src" && git archive "$AB_REV" 2>/dev/null | tar -x -C "$base_src" 2>/dev/null ||
+                { log "cpu-prefill-ab: AB_REV '$AB_REV': not a commit of this copy's git history"; rc=1; continue; }
+        elif [ -f "${AB_BASE:-.base}/meson.build" ]; then
+            base_src=$(cd "${AB_BASE:-.base}" && pwd)
+        else
+            log "cpu-prefill-ab: give AB_REV (a commit) or AB_BASE (a source tree with meson.build)"
+            rc=1
+            continue
+        fi
+        built=1
+        for side in head base; do
+            src=.
+            [ "$side" = base ] && src=$base_src
+            rm -rf "/tmp/mp-ab-$side-build"
+            { meson setup "/tmp/mp-ab-$side-build" "$src" -Dcuda=disabled >"$OUT/cpu-ab-setup-$side.log" 2>&1 &&
+                ninja -C "/tmp/mp-ab-$side-build" cli/moeplan >"$OUT/cpu-ab-build-$side.log" 2>&1; } ||
+                { tail -20 "$OUT/cpu-ab-setup-$side.log" "$OUT/cpu-ab-build-$side.log" 2>/dev/null; built=0; }
+        done
+        [ "$built" = 1 ] || { rc=1; continue; }
+        layers=${CPU_AB_LAYERS:-8}
+        model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m-layers-$layers.gguf
+        mkdir -p /tmp/mp-bench
+        [ -f "$model" ] || /tmp/mp-ab-head-build/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m \
+            --layers "$layers" --quiet -o "$model" || { rc=1; continue; }
+        echo "| prompt | round | head tok/s | base tok/s | head / base |" >"$OUT/cpu-ab.md"
+        echo "|---|---:|---:|---:|---:|" >>"$OUT/cpu-ab.md"
+        for round in $(seq 1 "${CPU_AB_ROUNDS:-3}"); do
+            for p in ${CPU_AB_PP:-64 128 512}; do
+                for side in head base; do
+                    /tmp/mp-ab-$side-build/cli/moeplan bench -m "$model" --executor cpu -t "$(nproc)" -p "$p" -n 0 \
+                        -r 3 -o json >"$OUT/cpu-ab-$side-pp$p-$round.json" 2>"$OUT/cpu-ab-$side-pp$p-$round.log" || rc=1
+                done
+                python3 - "$OUT" "$p" "$round" <<'PY' | tee -a "$OUT/cpu-ab.md"
+import json, sys
+out, p, r = sys.argv[1:4]
+def tok(side):
+    try:
+        return json.load(open(f"{out}/cpu-ab-{side}-pp{p}-{r}.json"))["rows"][0]["median_tok_s"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+h, b = tok("head"), tok("base")
+cell = lambda v: f"{v:.2f}" if v else "-"
+print(f"| pp{p} | {r} | {cell(h)} | {cell(b)} | {h / b:.3f} |" if h and b else f"| pp{p} | {r} | {cell(h)} | {cell(b)} | - |")
+PY
+            done
+        done
+        pack
         ;;
     bench-exec)
         build || { rc=1; continue; }
