@@ -20,8 +20,9 @@
 #              commit of this copy's git history: git archive) or AB_BASE (a source tree), both built
 #              without CUDA in /tmp, on a CPU_AB_LAYERS-layer (default 8) model of the qwen3-30b-a3b
 #              preset, prompts of each of CPU_AB_PP (default "64 128 512") tokens, CPU_AB_ROUNDS (default
-#              3) rounds -> $OUT/cpu-ab.md (tok/s of each side and their ratio by prompt and round) and
-#              the bench JSON of every run; for a change of the CPU kernels (a threshold, a tile)
+#              3) rounds, each side first in every other -> $OUT/cpu-ab.md (tok/s of each side and their
+#              ratio by prompt and round) and the bench JSON of every run; for a change of the CPU
+#              kernels (a threshold, a tile)
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   decode-table  the offloaded decode table (all-GPU and layers:12/24/36/48, tg128) with far routes
@@ -281,7 +282,7 @@ for stage in "${stages[@]}"; do
         base=${AB_BASE:-.base}
         [ -f "$base/meson.build" ] || { log "bench-ab: no source tree in $base"; rc=1; continue; }
         { [ -f "$base/build-gpu/build.ninja" ] || meson setup "$base/build-gpu" "$base" -Dsm_arch=90 >"$OUT/setup-base.log" 2>&1; } &&
-            ninja -C "$base/build-gpu" cli/moeplan $([ -f "$base/gpu/meson.build" ] && echo gpu/libmoeplan-gpu.so) \
+            env -u MP_BUILD_COMMIT ninja -C "$base/build-gpu" cli/moeplan $([ -f "$base/gpu/meson.build" ] && echo gpu/libmoeplan-gpu.so) \
                 >"$OUT/build-base.log" 2>&1 ||
             { tail -30 "$OUT/build-base.log" "$OUT/setup-base.log" 2>/dev/null; rc=1; continue; }
         for round in $(seq 1 "${AB_ROUNDS:-2}"); do
@@ -308,14 +309,16 @@ for stage in "${stages[@]}"; do
         fi
         built=1
         for side in head base; do
-            src=.
-            [ "$side" = base ] && src=$base_src
+            src=. stamp=${MP_BUILD_COMMIT:-}
+            # the base is stamped as what it is, not as this tree (build() exports this tree's stamp)
+            [ "$side" = base ] && src=$base_src stamp=${AB_REV:+base-$AB_REV}
             rm -rf "/tmp/mp-ab-$side-build"
             { meson setup "/tmp/mp-ab-$side-build" "$src" -Dcuda=disabled >"$OUT/cpu-ab-setup-$side.log" 2>&1 &&
-                ninja -C "/tmp/mp-ab-$side-build" cli/moeplan >"$OUT/cpu-ab-build-$side.log" 2>&1; } ||
+                env -u MP_BUILD_COMMIT ${stamp:+MP_BUILD_COMMIT=$stamp} ninja -C "/tmp/mp-ab-$side-build" cli/moeplan \
+                    >"$OUT/cpu-ab-build-$side.log" 2>&1; } ||
                 { tail -20 "$OUT/cpu-ab-setup-$side.log" "$OUT/cpu-ab-build-$side.log" 2>/dev/null; built=0; }
         done
-        [ "$built" = 1 ] || { rc=1; continue; }
+        [ "$built" = 1 ] || { rc=1; pack; continue; }
         layers=${CPU_AB_LAYERS:-8}
         model=/tmp/mp-bench/qwen3-30b-a3b-q4_k_m-layers-$layers.gguf
         mkdir -p /tmp/mp-bench
@@ -324,8 +327,10 @@ for stage in "${stages[@]}"; do
         echo "| prompt | round | head tok/s | base tok/s | head / base |" >"$OUT/cpu-ab.md"
         echo "|---|---:|---:|---:|---:|" >>"$OUT/cpu-ab.md"
         for round in $(seq 1 "${CPU_AB_ROUNDS:-3}"); do
+            sides="head base"
+            [ $((round % 2)) = 0 ] && sides="base head" # each side first in every other round
             for p in ${CPU_AB_PP:-64 128 512}; do
-                for side in head base; do
+                for side in $sides; do
                     /tmp/mp-ab-$side-build/cli/moeplan bench -m "$model" --executor cpu -t "$(nproc)" -p "$p" -n 0 \
                         -r 3 -o json >"$OUT/cpu-ab-$side-pp$p-$round.json" 2>"$OUT/cpu-ab-$side-pp$p-$round.log" || rc=1
                 done
@@ -342,8 +347,8 @@ cell = lambda v: f"{v:.2f}" if v else "-"
 print(f"| pp{p} | {r} | {cell(h)} | {cell(b)} | {h / b:.3f} |" if h and b else f"| pp{p} | {r} | {cell(h)} | {cell(b)} | - |")
 PY
             done
+            pack # a call cut short keeps the rounds that finished
         done
-        pack
         ;;
     bench-exec)
         build || { rc=1; continue; }
@@ -760,7 +765,7 @@ PY
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run, cpu-routes)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, cpu-prefill-ab, amx-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run, cpu-routes)" >&2
         exit 2
         ;;
     esac
