@@ -89,8 +89,8 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
                 pl->cpu_rows_ns = NULL;
                 pl->cpu_rows_max = 0;
                 fprintf(stderr, "moeplan: note: --costs %s measured the CPU experts up to %g rows, under the %d a "
-                        "prompt's prices need (runtime/decide.h): prefill copies follow the CPU time measured in "
-                        "the run; `moeplan calibrate --rows 1,4,16,64` prices them\n",
+                        "prompt's prices need (runtime/decide.h): a prompt's copies, if any, follow the CPU time "
+                        "measured in the run; `moeplan calibrate --rows 1,4,16,64` prices them\n",
                         o->costs, measured, MP_DECIDE_PREFILL_ROWS_MIN);
             }
         }

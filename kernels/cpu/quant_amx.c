@@ -512,7 +512,7 @@ AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_bloc
  * streaming from memory, as an expert's are in prefill (bench_kernels --gemm --mb 1024, one thread,
  * 2048 columns; with the weights in cache the avx512 dots hold out longer), on both hosts measured
  * (bench/NOTES-kernels.md, 2026-12-07): the larger of their crossovers, since a tile below its
- * crossover ran at 0.53-0.8x avx512 where one above it gains 1.1-1.9x. A development VM's Xeon with
+ * crossover ran at 0.53-0.8x avx512 where one at or above it runs even to 1.9x. A development VM's Xeon with
  * AMX put every K-quant ahead from 5 rows (1.15-1.65x), IQ4_XS from 4, Q8_0 and Q5_0 from 3, Q4_0,
  * IQ4_NL and MXFP4 from 2; the H100 machine's host (Emerald Rapids, 16 cores) put Q4_K ahead from 8
  * (1.15-1.37x; 0.78-1.17x at 6), Q5_K even at 8 (0.97x) and 1.36x at 12, Q6_K even at 12
