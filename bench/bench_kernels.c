@@ -12,9 +12,11 @@
  * With --gemm N[,N...]: the prefill GEMM instead, for each N activation rows: a weight matrix of
  * --mb megabytes (past the L3, e.g. 1024, it comes from memory, as an expert's weights do in prefill,
  * where each is read once a step; 1 or 2 keep it in L2) through mp_gemm_rows at each SIMD level from
- * avx2 up ("amx": the tile GEMMs of the types that have them), the
- * levels alternated --reps times, the best of each; G MAC/s = weights x N per second, and each
- * level's speed over avx512's.
+ * avx2 up ("amx": the tile GEMMs of the types that have them, at every row count, their table's
+ * threshold set aside), the levels alternated --reps times, the best of each; G MAC/s = weights x N
+ * per second, and amx's speed over avx512's. Then, per type with tiles, the fewest of the timed row
+ * counts from which the tiles beat avx512 at it and every larger one, beside the table's threshold
+ * (kernels/cpu/quant_amx.c): the host's crossover, which differs between hosts.
  *
  * With --prefetch B[,B...]: the dispatched level's GEMV with its weight stream prefetched B bytes
  * ahead (mp_kernels_set_prefetch_bytes, MP_PREFETCH_BYTES's setting; 0: no prefetches), the
@@ -201,13 +203,21 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
         bench_data d;
         if (bench_data_make(&d, type, mb, n_cols, max_x))
             return 1;
+        /* the tiles at every row count: the amx level's ops with its threshold set aside */
+        const mp_type_ops *amx = mp_type_ops_isa(type, "amx");
+        mp_type_ops tiles;
+        if (amx && amx->gemm) {
+            tiles = *amx;
+            tiles.gemm_min_rows = 1;
+        }
+        long ahead_from = 0; /* the fewest rows from which the tiles won at every larger count (0: none) */
         for (int k = 0; k < n_rows_list; k++) {
             double best[N_LEVELS];
             for (int l = 0; l < N_LEVELS; l++)
                 best[l] = 1e30;
             for (long r = 0; r < reps; r++)
                 for (int l = 0; l < N_LEVELS; l++) {
-                    const mp_type_ops *ops = mp_type_ops_isa(type, levels[l]);
+                    const mp_type_ops *ops = l == 2 && amx && amx->gemm ? &tiles : mp_type_ops_isa(type, levels[l]);
                     if (!ops)
                         continue;
                     const double s = time_gemm(ops, d.w, d.row_bytes, n_cols, d.n_w, d.x, d.x_stride, rows[k], d.y, 1);
@@ -220,11 +230,24 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
                     snprintf(col[l], sizeof col[l], "%.2f", macs / best[l] * 1e-9);
                 else
                     snprintf(col[l], sizeof col[l], "-");
-            if (best[2] < 1e30 && best[BASE] < 1e30)
+            if (best[2] < 1e30 && best[BASE] < 1e30) {
                 snprintf(ratio, sizeof ratio, "%.2fx", best[BASE] / best[2]);
+                if (best[2] >= best[BASE])
+                    ahead_from = 0;
+                else if (!ahead_from)
+                    ahead_from = rows[k];
+            }
             printf("%-5s %6lld %6ld %12s %12s %12s %9s\n", mp_type_name(type), (long long)d.n_w, rows[k], col[0], col[1],
                    col[2], ratio);
             fflush(stdout);
+        }
+        if (amx && amx->gemm) {
+            if (ahead_from)
+                printf("%s: the tiles ahead of avx512 from %ld rows of those timed (the table: from %d)\n",
+                       mp_type_name(type), ahead_from, amx->gemm_min_rows);
+            else
+                printf("%s: the tiles behind avx512 at the most rows timed (the table: from %d)\n", mp_type_name(type),
+                       amx->gemm_min_rows);
         }
         bench_data_free(&d);
     }

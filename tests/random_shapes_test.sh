@@ -44,6 +44,14 @@ table=$("$K" --mb 1 --reps 1 --type Q8_0 --gemm 4 --cols 1536) ||
     { echo "random_shapes: bench_kernels --gemm --cols failed" >&2; exit 1; }
 printf '%s\n' "$table" | grep -q 'n_cols 1536' && printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9]+ +4 ' ||
     { echo "random_shapes: bench_kernels --cols 1536 did not set the rows' length: $table" >&2; exit 1; }
+# where the CPU has the amx level, the tiles' crossover line after the type's rows, naming the table's
+if printf '%s\n' "$table" | grep -q 'dispatched isa amx'; then
+    printf '%s\n' "$table" | tail -1 | grep -qE '^Q8_0: the tiles (ahead of avx512 from 4 rows of those timed|behind avx512 at the most rows timed) \(the table: from [0-9]+\)$' ||
+        { echo "random_shapes: bench_kernels --gemm on an AMX host printed no crossover line for Q8_0: $table" >&2; exit 1; }
+else
+    ! printf '%s\n' "$table" | grep -q 'the tiles' ||
+        { echo "random_shapes: bench_kernels --gemm without the amx level printed a crossover line: $table" >&2; exit 1; }
+fi
 table=$("$K" --mb 1 --reps 1 --type Q8_0 --prefetch 2048,0,4096) ||
     { echo "random_shapes: bench_kernels --prefetch failed" >&2; exit 1; }
 printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\) +[0-9.]+ \([0-9.]+x\)$' ||
