@@ -32,7 +32,7 @@
 #              unless COSTS names a file, then bench/gpu_bench.sh over TABLE_CONFIGS in ROUNDS
 #              (default 2) alternated rounds, REPS (default 2) -> $OUT/decode-table/ (costs.json,
 #              calibrate.log, bench-*.json, table.md)
-#   bench-ab   bench-exec's CONFIGS for two builds, alternated AB_ROUNDS (default 2) times: this
+#   bench-ab   bench-exec's CONFIGS for two builds, alternated AB_ROUNDS (default 2) times (each first in every other round): this
 #              tree against the source tree in AB_BASE (default .base; make it with `git archive REV |
 #              tar -x -C .base`, drop .base/bench/results to stay under the device tool's carry limit,
 #              and carry it; a carried folder is replaced at every call, so copy it outside the tree,
@@ -286,7 +286,9 @@ for stage in "${stages[@]}"; do
                 >"$OUT/build-base.log" 2>&1 ||
             { tail -30 "$OUT/build-base.log" "$OUT/setup-base.log" 2>/dev/null; rc=1; continue; }
         for round in $(seq 1 "${AB_ROUNDS:-2}"); do
-            for side in head base; do
+            sides="head base"
+            [ $((round % 2)) = 0 ] && sides="base head" # each side first in every other round
+            for side in $sides; do
                 bin=build-gpu/cli/moeplan
                 [ "$side" = base ] && bin=$base/build-gpu/cli/moeplan
                 log "bench-ab: round $round, $side"
@@ -383,7 +385,9 @@ PY
             2>&1 | tee "$OUT/amx-gemm.log"
         ensure_model || { rc=1; continue; }
         for round in $(seq 1 "${AMX_ROUNDS:-2}"); do
-            for isa in avx512 amx; do
+            isas="avx512 amx"
+            [ $((round % 2)) = 0 ] && isas="amx avx512" # each level first in every other round
+            for isa in $isas; do
                 log "amx-ab: round $round, MP_ISA=$isa"
                 MP_ISA=$isa build-gpu/cli/moeplan bench -m "$MODEL30" --executor cpu -t "$(nproc)" \
                     -p "${AMX_CPU_PP:-128}" -n 0 -r 2 -o json >"$OUT/amx-cpu-$isa-$round.json" 2>"$OUT/amx-cpu-$isa-$round.log" ||
