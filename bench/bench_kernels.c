@@ -31,6 +31,7 @@
  *                      [--prefetch B[,B...] [--isa LEVEL]] [--cols N]
  * (prints one table to stdout)
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,7 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
             tiles = *amx;
             tiles.gemm_min_rows = 1;
         }
-        long ahead_from = 0; /* the fewest rows from which the tiles won at every larger count (0: none) */
+        bool won[16] = {false}; /* at rows[k], the tiles beat avx512 (the list holds at most 16) */
         for (int k = 0; k < n_rows_list; k++) {
             double best[N_LEVELS];
             for (int l = 0; l < N_LEVELS; l++)
@@ -232,16 +233,23 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
                     snprintf(col[l], sizeof col[l], "-");
             if (best[2] < 1e30 && best[BASE] < 1e30) {
                 snprintf(ratio, sizeof ratio, "%.2fx", best[BASE] / best[2]);
-                if (best[2] >= best[BASE])
-                    ahead_from = 0;
-                else if (!ahead_from)
-                    ahead_from = rows[k];
+                won[k] = best[2] < best[BASE];
             }
             printf("%-5s %6lld %6ld %12s %12s %12s %9s\n", mp_type_name(type), (long long)d.n_w, rows[k], col[0], col[1],
                    col[2], ratio);
             fflush(stdout);
         }
         if (amx && amx->gemm) {
+            /* the fewest rows timed from which the tiles won there and at every larger count (0: none),
+             * whatever the list's order */
+            long ahead_from = 0;
+            for (int k = 0; k < n_rows_list; k++) {
+                bool all = won[k];
+                for (int j = 0; all && j < n_rows_list; j++)
+                    all = rows[j] < rows[k] || won[j];
+                if (all && (!ahead_from || rows[k] < ahead_from))
+                    ahead_from = rows[k];
+            }
             if (ahead_from)
                 printf("%s: the tiles ahead of avx512 from %ld rows of those timed (the table: from %d)\n",
                        mp_type_name(type), ahead_from, amx->gemm_min_rows);
