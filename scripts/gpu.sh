@@ -302,6 +302,11 @@ for stage in "${stages[@]}"; do
         done
         ;;
     cpu-prefill-ab)
+        bad=
+        for v in "CPU_AB_LAYERS=${CPU_AB_LAYERS:-8}" "CPU_AB_ROUNDS=${CPU_AB_ROUNDS:-3}" $(printf 'CPU_AB_PP=%s ' ${CPU_AB_PP:-64}); do
+            [[ "${v#*=}" =~ ^[1-9][0-9]{0,4}$ ]] || bad="$bad ${v%%=*} '${v#*=}'"
+        done
+        [ -z "$bad" ] || { log "cpu-prefill-ab:$bad: expected whole numbers 1..99999 (CPU_AB_PP: a list of them)"; rc=1; continue; }
         base_src=/tmp/mp-ab-base-src
         if [ -n "${AB_REV:-}" ]; then
             rm -rf "$base_src" && mkdir -p "$base_src" && git archive "$AB_REV" 2>/dev/null | tar -x -C "$base_src" 2>/dev/null ||
