@@ -167,7 +167,8 @@ static void bench_with_costs(void (*edit)(cJSON *costs), const char *name, const
                              size_t err_cap, const char *key, char *said, size_t cap)
 {
     char cmd[2048], path[1024];
-    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
+    /* --force: a test may bench twice (one model, two cost files) */
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet --force -o '%s/tiny.gguf'", tmpdir);
     cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, err_cap), 0, "%s", err);
     snprintf(path, sizeof path, "%s/examples/costs-h200-tiny.json", getenv("MP_SOURCE_ROOT"));
     char *text = mp_test_slurp(path);
