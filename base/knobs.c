@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/numparse.h"
 
@@ -30,15 +31,18 @@ static const mp_knob_choice k_host[] = {
  * (mp_knob_def.costs), else 0 */
 #define COSTS MP_KNOB_COSTS_TIMED
 #define TUNED MP_KNOB_COSTS_TUNED
-#define SWITCH(name, f, dflt, costs, doc) {name, MP_KNOB_SWITCH, FIELD(f), 0, 1, 0, {0, 0}, NULL, 0, dflt, costs, doc}
+#define SWITCH(name, f, dflt, costs, doc) {name, MP_KNOB_SWITCH, FIELD(f), 0, 1, 0, {0, 0}, NULL, 0, dflt, costs, doc, NULL}
 #define NUMBER(name, f, lo, hi, dflt, costs, doc) \
-    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, dflt, costs, doc}
+    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, dflt, costs, doc, NULL}
 #define NUMBER_ALSO(name, f, lo, hi, n_also, a0, a1, dflt, costs, doc) \
-    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, n_also, {a0, a1}, NULL, 0, dflt, costs, doc}
+    {name, MP_KNOB_NUMBER, FIELD(f), lo, hi, n_also, {a0, a1}, NULL, 0, dflt, costs, doc, NULL}
 #define CHOICE(name, f, list, dflt, costs, doc) \
-    {name, MP_KNOB_CHOICE, FIELD(f), 0, 0, 0, {0, 0}, list, N(list), dflt, costs, doc}
+    {name, MP_KNOB_CHOICE, FIELD(f), 0, 0, 0, {0, 0}, list, N(list), dflt, costs, doc, NULL}
+#define LIST(name, f, pair_name, lo, hi, costs, doc) \
+    {name, MP_KNOB_LIST, FIELD(f), lo, hi, 0, {0, 0}, NULL, 0, 0, costs, doc, pair_name}
 
 #define ROWS_MAX 2147483647 /* a row threshold past any batch: that path never runs */
+#define LIST_NAME_MAX 15    /* a list pair's NAME: at most this many characters */
 
 static const mp_knob_def k_knobs[] = {
     CHOICE("MP_ISA", isa, k_isa, MP_KNOB_ISA_BEST, COSTS,
@@ -56,6 +60,14 @@ static const mp_knob_def k_knobs[] = {
            "routes, 4096-16384 decoded 4-10 % faster than 2048, and calibrate's 8192 beside the bus ran 1.05x and "
            "1.07x 2048 on an olmoe-like and the Mixtral shape); GEMVs of four rows at once fetch the next four "
            "(docs/kernels.md)"),
+    LIST("MP_AMX_ROWS", amx_rows, "TYPE", 1, ROWS_MAX, TUNED,
+         "the activation rows from which a type's prefill GEMM runs on AMX tiles at the amx level (below: the "
+         "avx512 dots), by type (empty: the kernels' table, the larger of two Intel hosts' one-thread "
+         "crossovers: Q4_K/Q5_K/Q8_0 8, Q6_K 12, IQ4_XS/Q5_0 4, Q4_0/IQ4_NL/MXFP4 2); calibrate times the "
+         "runtime's expert call at 2-32 rows an expert, tiles against dots, for each type of the model's "
+         "experts, and records the rows that lose least (the table's unless another loses over 1 % less): the "
+         "crossover is the host's and its thread count's (an Emerald Rapids host's 16 threads kept Q4_K 8 and "
+         "Q6_K 12; a Xeon VM's 2 threads chose Q4_K 4-6)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0, COSTS,
            "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
@@ -156,6 +168,7 @@ static void store(mp_knobs *k, const mp_knob_def *d, int64_t v)
     case MP_KNOB_SWITCH: *(bool *)field = v != 0; break;
     case MP_KNOB_NUMBER: *(int64_t *)field = v; break;
     case MP_KNOB_CHOICE: *(int *)field = (int)v; break;
+    case MP_KNOB_LIST: field[0] = '\0'; break; /* v is the default: no pairs (mp_knobs_set stores text) */
     }
 }
 
@@ -166,6 +179,14 @@ static int64_t load(const mp_knobs *k, const mp_knob_def *d)
     case MP_KNOB_SWITCH: return *(const bool *)field;
     case MP_KNOB_NUMBER: return *(const int64_t *)field;
     case MP_KNOB_CHOICE: return *(const int *)field;
+    case MP_KNOB_LIST: {
+        int64_t pairs = 0;
+        char name[LIST_NAME_MAX + 1];
+        int64_t n;
+        while (mp_knob_list_at(field, (int)pairs, name, sizeof name, &n))
+            pairs++;
+        return pairs;
+    }
     }
     return 0;
 }
@@ -185,7 +206,72 @@ const mp_knobs *mp_knobs_or_defaults(const mp_knobs *k, mp_knobs *storage)
     return storage;
 }
 
-/* Whether text is an allowed value of d; *v: the value then. */
+/* Whether the len characters at pair are NAME:N with N in [lo, hi]; *name_len, *n: the NAME's length
+ * and N then */
+static bool list_pair(const char *pair, size_t len, int64_t lo, int64_t hi, size_t *name_len, int64_t *n)
+{
+    const char *colon = memchr(pair, ':', len);
+    if (!colon || colon == pair || (size_t)(colon - pair) > LIST_NAME_MAX)
+        return false;
+    for (const char *c = pair; c < colon; c++)
+        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+            return false;
+    char num[24];
+    const size_t num_len = len - (size_t)(colon + 1 - pair);
+    if (!num_len || num_len >= sizeof num)
+        return false;
+    memcpy(num, colon + 1, num_len);
+    num[num_len] = '\0';
+    *name_len = (size_t)(colon - pair);
+    return mp_parse_i64(num, lo, hi, n);
+}
+
+bool mp_knob_list_at(const char *text, int i, char *name, size_t cap, int64_t *n)
+{
+    for (int at = 0; text && *text; at++) {
+        const char *end = strchr(text, ',');
+        const size_t len = end ? (size_t)(end - text) : strlen(text);
+        size_t name_len;
+        if (!list_pair(text, len, INT64_MIN, INT64_MAX, &name_len, n))
+            return false;
+        if (at == i) {
+            snprintf(name, cap, "%.*s", (int)name_len, text);
+            return true;
+        }
+        text = end ? end + 1 : text + len;
+    }
+    return false;
+}
+
+/* Whether text is an allowed list of d; else *bad, *bad_len: the first pair that is not (or the
+ * whole text where it is too long) */
+static bool list_ok(const mp_knob_def *d, const char *text, const char **bad, size_t *bad_len)
+{
+    *bad = text;
+    *bad_len = strlen(text);
+    if (*bad_len >= MP_KNOB_TEXT_MAX)
+        return false;
+    for (const char *pair = text;;) {
+        const char *end = strchr(pair, ',');
+        const size_t len = end ? (size_t)(end - pair) : strlen(pair);
+        size_t name_len;
+        int64_t n;
+        *bad = pair, *bad_len = len;
+        if (!list_pair(pair, len, d->lo, d->hi, &name_len, &n))
+            return false;
+        for (const char *o = text; o < pair;) { /* each NAME once, case ignored */
+            const char *o_end = strchr(o, ',');
+            if ((size_t)(strchr(o, ':') - o) == name_len && !strncasecmp(o, pair, name_len))
+                return false;
+            o = o_end + 1;
+        }
+        if (!end)
+            return true;
+        pair = end + 1;
+    }
+}
+
+/* Whether text is an allowed value of d (not a list); *v: the value then. */
 static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
 {
     switch (d->type) {
@@ -210,19 +296,22 @@ static bool parse(const mp_knob_def *d, const char *text, int64_t *v)
                 return true;
             }
         return false;
+    case MP_KNOB_LIST: return false; /* list_ok */
     }
     return false;
 }
 
 /* What d takes, in one of two styles: prose for a refusal ("0 or 1", "a whole number in 1..64",
- * "0 or a whole number in 1..86400", "one of pinned, copy, mapping") or the table's short form
- * ("0|1", "1..64", "0 or 1..86400", "pinned|copy|mapping"); with two values besides the range,
+ * "0 or a whole number in 1..86400", "one of pinned, copy, mapping", "TYPE:N pairs separated by
+ * commas, each TYPE once, N a whole number in 1..99") or the table's short form ("0|1", "1..64",
+ * "0 or 1..86400", "pinned|copy|mapping", "TYPE:1..99,..."); with two values besides the range,
  * "0, 1 or ...". */
 typedef struct allowed_style {
     const char *sw, *range, *choices, *sep;
+    bool prose;
 } allowed_style;
-static const allowed_style k_prose = {"0 or 1", "a whole number in ", "one of ", ", "};
-static const allowed_style k_table = {"0|1", "", "", "|"};
+static const allowed_style k_prose = {"0 or 1", "a whole number in ", "one of ", ", ", true};
+static const allowed_style k_table = {"0|1", "", "", "|", false};
 
 static const char *allowed_text(const mp_knob_def *d, const allowed_style *st, char *buf, size_t cap)
 {
@@ -242,6 +331,13 @@ static const char *allowed_text(const mp_knob_def *d, const allowed_style *st, c
         for (int c = 0; c < d->n_choices && used < cap; c++)
             used += (size_t)snprintf(buf + used, cap - used, "%s%s", c ? st->sep : "", d->choices[c].word);
         break;
+    case MP_KNOB_LIST:
+        if (st->prose)
+            snprintf(buf, cap, "%s:N pairs separated by commas, each %s once, N a whole number in %" PRId64
+                               "..%" PRId64, d->pair_name, d->pair_name, d->lo, d->hi);
+        else
+            snprintf(buf, cap, "%s:%" PRId64 "..%" PRId64 ",...", d->pair_name, d->lo, d->hi);
+        break;
     }
     return buf;
 }
@@ -253,11 +349,21 @@ mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_
         return mp_fail(err, MP_ERR_ARG, "%s: no such knob (moeplan config lists them)", name);
     const mp_knob_def *d = &k_knobs[i];
     int64_t v = d->dflt;
-    if (text && *text && !parse(d, text, &v)) {
-        char expected[160];
+    char expected[160];
+    if (d->type == MP_KNOB_LIST && text && *text) {
+        const char *bad;
+        size_t bad_len;
+        if (!list_ok(d, text, &bad, &bad_len))
+            return mp_fail(err, MP_ERR_ARG, "%s=%.100s: %s%.*s%sexpected %s", name, text,
+                           bad_len < strlen(text) ? "'" : "", bad_len < strlen(text) ? (int)bad_len : 0, bad,
+                           bad_len < strlen(text) ? "': " : "", allowed_text(d, &k_prose, expected, sizeof expected));
+        snprintf((char *)k + d->offset, MP_KNOB_TEXT_MAX, "%s", text);
+        k->source[i] = (uint8_t)source;
+        return MP_OK;
+    }
+    if (text && *text && !parse(d, text, &v))
         return mp_fail(err, MP_ERR_ARG, "%s=%.60s: expected %s", name, text,
                        allowed_text(d, &k_prose, expected, sizeof expected));
-    }
     store(k, d, v);
     k->source[i] = (uint8_t)(text && *text ? source : MP_KNOB_DEFAULT);
     return MP_OK;
@@ -317,11 +423,19 @@ int64_t mp_knob_value(const mp_knobs *k, int i)
 
 const char *mp_knob_value_text(const mp_knobs *k, int i, char *buf, size_t cap)
 {
+    if (k_knobs[i].type == MP_KNOB_LIST) {
+        snprintf(buf, cap, "%s", (const char *)k + k_knobs[i].offset);
+        return buf;
+    }
     return text_of(&k_knobs[i], load(k, &k_knobs[i]), buf, cap);
 }
 
 const char *mp_knob_default_text(int i, char *buf, size_t cap)
 {
+    if (k_knobs[i].type == MP_KNOB_LIST) {
+        snprintf(buf, cap, "%s", "");
+        return buf;
+    }
     return text_of(&k_knobs[i], k_knobs[i].dflt, buf, cap);
 }
 
@@ -364,8 +478,8 @@ bool mp_knobs_add_json(const mp_knobs *k, cJSON *obj)
     bool ok = values && set;
     for (int i = 0; ok && i < N(k_knobs); i++) {
         const mp_knob_def *d = &k_knobs[i];
-        char text[64];
-        ok = (d->type == MP_KNOB_CHOICE
+        char text[MP_KNOB_TEXT_MAX];
+        ok = (d->type == MP_KNOB_CHOICE || d->type == MP_KNOB_LIST
                   ? cJSON_AddStringToObject(values, d->name, mp_knob_value_text(k, i, text, sizeof text))
                   : cJSON_AddNumberToObject(values, d->name, (double)load(k, d))) != NULL;
         if (ok && k->source[i] != MP_KNOB_DEFAULT)

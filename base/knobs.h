@@ -8,8 +8,11 @@
  * reads the environment.
  *
  * Types: a switch is "0" or "1"; a number is one plain decimal integer in [lo, hi], or one of at
- * most two values a knob also allows outside that range; a choice is one word of a list. Unset or
- * empty: the default. Anything else is refused, in one line naming the variable, the value and
+ * most two values a knob also allows outside that range; a choice is one word of a list; a list is
+ * NAME:N pairs separated by commas ("Q4_K:8,Q6_K:12"), each NAME at most once (letters, digits and
+ * '_', case ignored), each N a whole number in [lo, hi], the whole shorter than MP_KNOB_TEXT_MAX
+ * (what a NAME may be is the reader's: runtime/knobs_apply.c checks MP_AMX_ROWS' against the
+ * kernels). Unset or empty: the default (a list's: no pairs). Anything else is refused, in one line naming the variable, the value and
  * what was expected, so that a typo never passes for an A/B run.
  *
  * Invariant: every field of mp_knobs holds an allowed value of its knob (the readers refuse the
@@ -49,6 +52,9 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 #define MP_KNOB_PREFETCH_BYTES_MAX 65536
 
 #define MP_KNOBS_MAX 32 /* room in mp_knobs.source; the table has mp_knob_count() <= this entries */
+/* The room for any knob's value as text (a list's with its terminating zero); a buffer of this size
+ * holds mp_knob_value_text's every answer */
+#define MP_KNOB_TEXT_MAX 96
 
 /* Where a knob's value came from: its default, the environment, a command's flag, or a calibration
  * (a tuned knob calibrate chose on this host, or a run took from the cost file: mp_knob_def.costs) */
@@ -76,6 +82,7 @@ typedef struct mp_knobs {
     int64_t pool_spin_us;    /* MP_POOL_SPIN_US: 0..1000000 */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     int64_t moe_unit_kb;     /* MP_MOE_UNIT_KB: 0..16384 */
+    char amx_rows[MP_KNOB_TEXT_MAX]; /* MP_AMX_ROWS: TYPE:ROWS pairs (a list), "" for the kernels' table */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */
     bool gpu_graphs;         /* MP_GPU_GRAPHS */
@@ -93,7 +100,7 @@ typedef struct mp_knobs {
     uint8_t source[MP_KNOBS_MAX]; /* mp_knob_source of each table entry, in table order */
 } mp_knobs;
 
-typedef enum mp_knob_type { MP_KNOB_SWITCH, MP_KNOB_NUMBER, MP_KNOB_CHOICE } mp_knob_type;
+typedef enum mp_knob_type { MP_KNOB_SWITCH, MP_KNOB_NUMBER, MP_KNOB_CHOICE, MP_KNOB_LIST } mp_knob_type;
 
 typedef struct mp_knob_choice {
     const char *word;
@@ -101,21 +108,23 @@ typedef struct mp_knob_choice {
 } mp_knob_choice;
 
 /* One entry of the table. The field at `offset` of mp_knobs is a bool (switch), an int64_t
- * (number) or an int (choice: the value of the chosen word). */
+ * (number), an int (choice: the value of the chosen word) or char[MP_KNOB_TEXT_MAX] (list: its
+ * text as given; default: empty). */
 typedef struct mp_knob_def {
     const char *name;
     mp_knob_type type;
     size_t offset;
-    int64_t lo, hi;             /* number: the range */
+    int64_t lo, hi;             /* number: the range; list: each pair's number's */
     int n_also;                 /* number: values allowed outside [lo, hi] (0..2) */
     int64_t also[2];
     const mp_knob_choice *choices; /* choice: (n_choices) words */
     int n_choices;
-    int64_t dflt;               /* switch 0/1, the number, or the choice's value */
+    int64_t dflt;               /* switch 0/1, the number, or the choice's value (list: 0, no pairs) */
     uint8_t costs;              /* MP_KNOB_COSTS_*: TIMED or TUNED, it changes what calibrate times (a
                                  * run whose value differs from the cost file's $.device.knobs is told:
                                  * mp_decide_other_knobs) */
     const char *doc;            /* one line */
+    const char *pair_name;      /* list: what a pair's NAME is, for the docs ("TYPE") */
 } mp_knob_def;
 
 int mp_knob_count(void);
@@ -141,11 +150,16 @@ mp_status mp_knobs_read(mp_knobs *k, mp_knob_lookup lookup, void *ctx, mp_error 
 /* mp_knobs_read from the process environment: for a program's main, once, at start. */
 mp_status mp_knobs_read_env(mp_knobs *k, mp_error *err);
 
-/* The value of table entry i in k: the switch (0/1), the number, or the choice's value. */
+/* The i-th pair (from 0) of a list knob's text: its NAME into name (cap bytes), its N into *n; false
+ * past the last pair (or where text is not a list, which an allowed value never is). */
+bool mp_knob_list_at(const char *text, int i, char *name, size_t cap, int64_t *n);
+/* The value of table entry i in k: the switch (0/1), the number, the choice's value, or a list's
+ * count of pairs. */
 int64_t mp_knob_value(const mp_knobs *k, int i);
-/* The value of table entry i in k as the environment spells it ("1", "64", "pinned"), and the
- * default likewise; "0|1", "1..64", "0 or 1..86400", "pinned|copy|mapping" for what the
- * entry allows. Each returns buf. */
+/* The value of table entry i in k as the environment spells it ("1", "64", "pinned",
+ * "Q4_K:8,Q6_K:12"), and the default likewise (a list's: ""); "0|1", "1..64", "0 or 1..86400",
+ * "pinned|copy|mapping", "TYPE:1..2147483647,..." for what the entry allows. Each returns buf
+ * (MP_KNOB_TEXT_MAX holds any value). */
 const char *mp_knob_value_text(const mp_knobs *k, int i, char *buf, size_t cap);
 const char *mp_knob_default_text(int i, char *buf, size_t cap);
 const char *mp_knob_allowed_text(int i, char *buf, size_t cap);
@@ -162,7 +176,7 @@ mp_status mp_knobs_take_calibrated(mp_knobs *k, const char *name, const char *te
 const char *mp_knobs_isa_cap(const mp_knobs *k);
 
 /* k as JSON members of obj: "knobs": {NAME: value, ...} with every knob (switches and numbers as JSON numbers,
- * choices as strings), and "knobs_set": {NAME: "env"|"flag"} for those not at their default's
+ * choices and lists as strings), and "knobs_set": {NAME: "env"|"flag"} for those not at their default's
  * source. For the trace's run config and bench's JSON rows. false when out of memory. */
 bool mp_knobs_add_json(const mp_knobs *k, cJSON *obj);
 

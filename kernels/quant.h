@@ -13,6 +13,7 @@
 #ifndef MP_KERNELS_QUANT_H
 #define MP_KERNELS_QUANT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -299,6 +300,15 @@ const char *mp_kernels_isa_warning(void);
 #define MP_PREFETCH_BYTES_MAX 65536
 void mp_kernels_set_prefetch_bytes(int64_t bytes);
 int64_t mp_kernels_prefetch_bytes(void);
+/* The activation rows from which a type's AMX tile GEMM runs in mp_gemm_rows (below them, the avx512
+ * level's multi-row dots), at the amx level. Each type's default is its crossover in quant_amx.c's
+ * table; a host's own may differ by several rows (two Intel hosts by 3-7 for the K-quants), so
+ * `moeplan calibrate` times it on the runtime's expert call and programs set it from MP_AMX_ROWS
+ * (base/knobs.h). mp_kernels_set_amx_rows: rows >= 1, or 0 for the table's; 0, or -1 (nothing set)
+ * where this build has no tile GEMM for type. mp_kernels_amx_rows: the rows in force, or the
+ * table's (table_default); -1 where there is no tile GEMM. Not for calls racing with kernels. */
+int mp_kernels_set_amx_rows(int type, int rows);
+int mp_kernels_amx_rows(int type, bool table_default);
 /* Force the scalar reference everywhere (tests, benchmarks). Call before any mp_type_ops_get.
  * Each call also makes the next lookup re-decide the level. */
 void mp_kernels_force_scalar(int on);

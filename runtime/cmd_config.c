@@ -34,7 +34,7 @@ static void print_text(const mp_knobs *k)
     }
     printf("%-*s  %-8s %-8s %-7s  %s\n", width, "knob", "value", "default", "source", "allowed: what it does");
     for (int i = 0; i < mp_knob_count(); i++) {
-        char value[64], dflt[64], allowed[128];
+        char value[MP_KNOB_TEXT_MAX], dflt[MP_KNOB_TEXT_MAX], allowed[160];
         printf("%-*s  %-8s %-8s %-7s  %s: %s\n", width, mp_knob_at(i)->name,
                mp_knob_value_text(k, i, value, sizeof value),
                mp_knob_default_text(i, dflt, sizeof dflt), mp_knob_source_name((mp_knob_source)k->source[i]),
@@ -42,23 +42,23 @@ static void print_text(const mp_knobs *k)
     }
 }
 
-/* a choice as its word, a switch or number as a JSON number (as the trace and bench record them) */
+/* a choice or list as its text, a switch or number as a JSON number (as the trace and bench record them) */
 static bool add_value(cJSON *o, const char *key, const mp_knob_def *d, int64_t v, const char *text)
 {
-    return (d->type == MP_KNOB_CHOICE ? cJSON_AddStringToObject(o, key, text)
+    return (d->type == MP_KNOB_CHOICE || d->type == MP_KNOB_LIST ? cJSON_AddStringToObject(o, key, text)
                                       : cJSON_AddNumberToObject(o, key, (double)v)) != NULL;
 }
 
 static int print_json(const mp_knobs *k)
 {
     static const char *const types[] = {[MP_KNOB_SWITCH] = "switch", [MP_KNOB_NUMBER] = "number",
-                                        [MP_KNOB_CHOICE] = "choice"};
+                                        [MP_KNOB_CHOICE] = "choice", [MP_KNOB_LIST] = "list"};
     cJSON *root = cJSON_CreateObject();
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "knobs") : NULL;
     bool ok = arr != NULL;
     for (int i = 0; ok && i < mp_knob_count(); i++) {
         const mp_knob_def *d = mp_knob_at(i);
-        char value[64], dflt[64], allowed[128];
+        char value[MP_KNOB_TEXT_MAX], dflt[MP_KNOB_TEXT_MAX], allowed[160];
         cJSON *o = cJSON_CreateObject();
         ok = o && cJSON_AddItemToArray(arr, o);
         if (!ok) {
@@ -96,11 +96,12 @@ static void print_doc(void)
 {
     printf("| knob | allowed | default | in the costs | what it does |\n|---|---|---|---|---|\n");
     for (int i = 0; i < mp_knob_count(); i++) {
-        char dflt[64], allowed[128];
+        char dflt[MP_KNOB_TEXT_MAX], allowed[160];
         printf("| `%s` | `", mp_knob_at(i)->name);
         cell(mp_knob_allowed_text(i, allowed, sizeof allowed));
         const int costs = mp_knob_at(i)->costs;
-        printf("` | `%s` | %s | ", mp_knob_default_text(i, dflt, sizeof dflt),
+        mp_knob_default_text(i, dflt, sizeof dflt);
+        printf(dflt[0] ? "` | `%s` | %s | " : "` | %s(empty) | %s | ", dflt,
                costs == MP_KNOB_COSTS_TUNED ? "chosen by calibrate" : costs ? "yes" : "no");
         cell(mp_knob_at(i)->doc);
         printf(" |\n");

@@ -104,7 +104,7 @@ typedef struct mp_costs_machine {
  * a string nor an integer are not kept. */
 typedef struct mp_costs_knobs {
     bool set[MP_KNOBS_MAX];
-    char value[MP_KNOBS_MAX][24];
+    char value[MP_KNOBS_MAX][MP_KNOB_TEXT_MAX];
 } mp_costs_knobs;
 
 typedef struct mp_costs {

@@ -691,7 +691,7 @@ bool mp_decide_other_knobs(const mp_costs_knobs *cal, const mp_knobs *now, char 
     if (cap)
         why[0] = '\0';
     for (int i = 0; i < mp_knob_count() && i < MP_KNOBS_MAX; i++) {
-        char here[64];
+        char here[MP_KNOB_TEXT_MAX];
         if (!mp_knob_at(i)->costs || !cal->set[i] || !strcmp(mp_knob_value_text(now, i, here, sizeof here), cal->value[i]))
             continue;
         if (at < cap) {

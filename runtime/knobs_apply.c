@@ -12,16 +12,43 @@ _Static_assert(MP_KNOB_PREFETCH_BYTES == MP_PREFETCH_BYTES_DEFAULT &&
                    MP_KNOB_PREFETCH_BYTES_MAX == MP_PREFETCH_BYTES_MAX,
                "MP_PREFETCH_BYTES's default and cap are the kernels' own");
 
+mp_status mp_knobs_check_amx_rows(const char *text, mp_error *err)
+{
+    char name[32];
+    int64_t rows;
+    for (int i = 0; mp_knob_list_at(text, i, name, sizeof name, &rows); i++) {
+        const int type = mp_type_from_name(name);
+        if (type >= 0 && mp_kernels_amx_rows(type, true) > 0)
+            continue;
+        char with[160] = "";
+        size_t at = 0;
+        for (int j = 0, t; (t = mp_weight_type_at(j)) >= 0 && at < sizeof with; j++)
+            if (mp_kernels_amx_rows(t, true) > 0)
+                at += (size_t)snprintf(with + at, sizeof with - at, "%s%s", at ? ", " : "", mp_type_name(t));
+        return mp_fail(err, MP_ERR_ARG, "MP_AMX_ROWS=%s: %s %s (the types with one: %s)", text, name,
+                       type < 0 ? "is not a weight type" : "has no AMX tile GEMM", at ? with : "none in this build");
+    }
+    return MP_OK;
+}
+
 void mp_knobs_apply_kernels(const mp_knobs *k)
 {
     mp_kernels_set_isa_cap(mp_knobs_isa_cap(k));
     mp_kernels_set_prefetch_bytes(k->prefetch_bytes);
+    for (int j = 0, t; (t = mp_weight_type_at(j)) >= 0; j++) /* the table's, then the list's */
+        mp_kernels_set_amx_rows(t, 0);
+    char name[32];
+    int64_t rows;
+    for (int i = 0; mp_knob_list_at(k->amx_rows, i, name, sizeof name, &rows); i++)
+        mp_kernels_set_amx_rows(mp_type_from_name(name), (int)rows); /* checked: mp_knobs_check_amx_rows */
     mp_pool_set_spin_us(k->pool_spin_us);
 }
 
 mp_status mp_knobs_start(mp_knobs *k, mp_error *err)
 {
     mp_status st = mp_knobs_read_env(k, err);
+    if (!st)
+        st = mp_knobs_check_amx_rows(k->amx_rows, err);
     if (!st)
         mp_knobs_apply_kernels(k);
     return st;
@@ -35,11 +62,14 @@ mp_status mp_knobs_take_costs(mp_knobs *k, const char *flag, const char *path, m
         return mp_error_prefix(err, "%s", flag);
     for (int i = 0; i < mp_knob_count() && i < MP_KNOBS_MAX; i++) {
         const char *name = mp_knob_at(i)->name;
-        char dflt[64];
+        char dflt[MP_KNOB_TEXT_MAX];
         if (!c.knobs.set[i])
             continue;
         bool taken;
-        if (mp_knobs_take_calibrated(k, name, c.knobs.value[i], &taken, err)) {
+        const mp_knobs before = *k;
+        if (mp_knobs_take_calibrated(k, name, c.knobs.value[i], &taken, err) ||
+            (taken && mp_knobs_check_amx_rows(k->amx_rows, err))) {
+            *k = before;
             mp_costs_free(&c);
             err->code = MP_ERR_FORMAT;
             return mp_error_prefix(err, "%s %s: $.device.knobs", flag, path);

@@ -8,11 +8,16 @@
 
 #include "base/knobs.h"
 
-/* Set the CPU kernels' process-wide ISA cap and the spin of the pools made after it from k.
+/* Set the CPU kernels' process-wide ISA cap, prefetch distance and AMX rows (MP_AMX_ROWS' types at its
+ * rows, every other type at the table's; its types checked by mp_knobs_check_amx_rows) and the spin
+ * of the pools made after it from k.
  * Called by a program after reading its knobs, before any kernel runs, and again when a flag
  * changes it (run/bench --no-simd). */
 void mp_knobs_apply_kernels(const mp_knobs *k);
-/* A program's start: mp_knobs_read_env, then mp_knobs_apply_kernels (moeplan's main and every
+/* MP_AMX_ROWS' types (text: an allowed list, base/knobs.h) against the kernels: MP_ERR_ARG, one line
+ * naming the first that is not a weight type or has no AMX tile GEMM and listing those that do. */
+mp_status mp_knobs_check_amx_rows(const char *text, mp_error *err);
+/* A program's start: mp_knobs_read_env and mp_knobs_check_amx_rows, then mp_knobs_apply_kernels (moeplan's main and every
  * benchmark program). */
 mp_status mp_knobs_start(mp_knobs *k, mp_error *err);
 /* The cost file at path's values ($.device.knobs) of the tuned knobs (MP_KNOB_COSTS_TUNED: calibrate

@@ -42,6 +42,8 @@
 #include "amx_emul.h"
 #define mp_type_ops_amx mp_type_ops_amx_emulated /* renames quant_impl.h's prototype too */
 #define mp_amx_enable mp_amx_enable_emulated
+#define mp_kernels_set_amx_rows mp_kernels_set_amx_rows_emulated
+#define mp_kernels_amx_rows mp_kernels_amx_rows_emulated
 #else
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -519,7 +521,8 @@ AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_bloc
  * (1.00-1.01x), 1.05-1.27x at 16 and 0.53-0.80x at 6-8, Q8_0 at 0.64-0.97x through 8 rows (its
  * avx512 GEMM from 4 rows is the rival there), Q5_0 1.08x at 4 and 1.82x at 6, IQ4_XS 1.17x at 4,
  * Q4_0 and IQ4_NL 1.24-1.44x at 2. The crossovers are the host's: this table is the safe side of the
- * two measured. */
+ * two measured, and `moeplan calibrate` times a host's own on the runtime's expert call (MP_AMX_ROWS,
+ * mp_kernels_set_amx_rows: simulator/calibrate_amx.c). */
 static const struct {
     int type;
     void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
@@ -539,6 +542,34 @@ static void build_table(void)
         g_amx_ops[i].gemm = k_gemms[i].gemm;
         g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
     }
+}
+
+/* k_gemms' index of type, or -1 */
+static int gemm_index(int type)
+{
+    for (size_t i = 0; i < N_GEMMS; i++)
+        if (k_gemms[i].type == type)
+            return (int)i;
+    return -1;
+}
+
+int mp_kernels_set_amx_rows(int type, int rows)
+{
+    const int i = gemm_index(type);
+    if (i < 0 || rows < 0)
+        return -1;
+    pthread_once(&g_amx_once, build_table);
+    g_amx_ops[i].gemm_min_rows = rows ? rows : k_gemms[i].min_rows;
+    return 0;
+}
+
+int mp_kernels_amx_rows(int type, bool table_default)
+{
+    const int i = gemm_index(type);
+    if (i < 0)
+        return -1;
+    pthread_once(&g_amx_once, build_table);
+    return table_default ? k_gemms[i].min_rows : g_amx_ops[i].gemm_min_rows;
 }
 
 const mp_type_ops *mp_type_ops_amx(int type)

@@ -98,6 +98,26 @@ Test(knobs, every_type_parses)
     }
     cr_assert(k.moe_pipe_units == 64 && k.gpu_gemm_min_rows == 100000 && k.hang_dump_s == 86400);
 
+    /* a list: pairs as given, read back pair by pair; empty: no pairs, the default */
+    cr_assert_str_eq(k.amx_rows, "");
+    set_ok(&k, "MP_AMX_ROWS", "Q4_K:6,q6_k:16,IQ4_XS:2147483647");
+    cr_assert_str_eq(k.amx_rows, "Q4_K:6,q6_k:16,IQ4_XS:2147483647");
+    cr_assert_eq(mp_knob_value(&k, index_of("MP_AMX_ROWS")), 3);
+    cr_assert_eq(k.source[index_of("MP_AMX_ROWS")], MP_KNOB_ENV);
+    const struct { const char *name; int64_t n; } pairs[] = {{"Q4_K", 6}, {"q6_k", 16}, {"IQ4_XS", 2147483647}};
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        int64_t n = 0;
+        cr_assert(mp_knob_list_at(k.amx_rows, i, name, sizeof name, &n), "pair %d", i);
+        cr_assert(!strcmp(name, pairs[i].name) && n == pairs[i].n, "pair %d: %s:%lld", i, name, (long long)n);
+    }
+    char name[16];
+    int64_t n;
+    cr_assert_not(mp_knob_list_at(k.amx_rows, 3, name, sizeof name, &n), "past the last pair");
+    set_ok(&k, "MP_AMX_ROWS", "");
+    cr_assert_str_eq(k.amx_rows, "");
+    cr_assert_eq(k.source[index_of("MP_AMX_ROWS")], MP_KNOB_DEFAULT);
+
     set_ok(&k, "MP_GPU_HOST_EXPERTS", "mapping");
     cr_assert_eq(k.gpu_host_experts, MP_GPU_HOST_MAPPING);
     set_ok(&k, "MP_GPU_HOST_EXPERTS", "copy");
@@ -121,9 +141,23 @@ Test(knobs, each_entry_sets_its_own_field)
         const mp_knob_def *d = mp_knob_at(i);
         mp_knobs k;
         mp_knobs_defaults(&k);
-        char text[64];
+        char text[MP_KNOB_TEXT_MAX];
         set_ok(&k, d->name, mp_knob_default_text(i, text, sizeof text));
         cr_assert_eq(mp_knob_value(&k, i), d->dflt, "%s=%s", d->name, text);
+        mp_knobs dflt;
+        mp_knobs_defaults(&dflt);
+        if (d->type == MP_KNOB_LIST) { /* two pairs, the range's ends: its value is their count */
+            char list[MP_KNOB_TEXT_MAX], back[MP_KNOB_TEXT_MAX];
+            snprintf(list, sizeof list, "A_1:%lld,b2:%lld", (long long)d->lo, (long long)d->hi);
+            set_ok(&k, d->name, list);
+            cr_assert_eq(mp_knob_value(&k, i), 2, "%s=%s", d->name, list);
+            cr_assert_str_eq(mp_knob_value_text(&k, i, back, sizeof back), list);
+            for (int j = 0; j < mp_knob_count(); j++)
+                if (j != i)
+                    cr_assert_eq(mp_knob_value(&k, j), mp_knob_value(&dflt, j), "%s=%s changed %s", d->name, list,
+                                 mp_knob_at(j)->name);
+            continue;
+        }
         int64_t other = d->dflt;
         switch (d->type) {
         case MP_KNOB_SWITCH: other = !d->dflt; break;
@@ -133,6 +167,7 @@ Test(knobs, each_entry_sets_its_own_field)
                 if (d->choices[c].value != d->dflt)
                     other = d->choices[c].value;
             break;
+        case MP_KNOB_LIST: break;
         }
         cr_assert_neq(other, d->dflt, "%s has a single allowed value", d->name);
         mp_knobs_defaults(&k);
@@ -147,8 +182,6 @@ Test(knobs, each_entry_sets_its_own_field)
             *(int *)field = (int)other;
         set_ok(&k, d->name, mp_knob_value_text(&probe, i, text, sizeof text));
         cr_assert_eq(mp_knob_value(&k, i), other, "%s=%s", d->name, text);
-        mp_knobs dflt;
-        mp_knobs_defaults(&dflt);
         for (int j = 0; j < mp_knob_count(); j++)
             if (j != i)
                 cr_assert_eq(mp_knob_value(&k, j), mp_knob_value(&dflt, j), "%s=%s changed %s", d->name, text,
@@ -179,6 +212,16 @@ Test(knobs, refuses_values_not_allowed_in_one_line)
         {"MP_ISA", "avx1024", "MP_ISA=avx1024: expected one of best, scalar, avx2, avx512, amx"},
         {"MP_ISA", "AVX2", "MP_ISA=AVX2: expected one of best, scalar, avx2, avx512, amx"},
         {"MP_NOT_A_KNOB", "1", "MP_NOT_A_KNOB: no such knob (moeplan config lists them)"},
+#define LIST_EXPECTED "expected TYPE:N pairs separated by commas, each TYPE once, N a whole number in 1..2147483647"
+        {"MP_AMX_ROWS", "Q4_K:0", "MP_AMX_ROWS=Q4_K:0: " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "Q4_K:8,Q6_K", "MP_AMX_ROWS=Q4_K:8,Q6_K: 'Q6_K': " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "Q4_K:8,", "MP_AMX_ROWS=Q4_K:8,: '': " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "Q4_K:8,q4_k:9", "MP_AMX_ROWS=Q4_K:8,q4_k:9: 'q4_k:9': " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "Q4-K:8", "MP_AMX_ROWS=Q4-K:8: " LIST_EXPECTED},
+        {"MP_AMX_ROWS", ":8", "MP_AMX_ROWS=:8: " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "Q4_K: 8", "MP_AMX_ROWS=Q4_K: 8: " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "Q4_K:8,Q6_K:2147483648", "MP_AMX_ROWS=Q4_K:8,Q6_K:2147483648: 'Q6_K:2147483648': " LIST_EXPECTED},
+        {"MP_AMX_ROWS", "ABCDEFGHIJKLMNOP:8", "MP_AMX_ROWS=ABCDEFGHIJKLMNOP:8: " LIST_EXPECTED},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mp_knobs k, before;
@@ -255,8 +298,8 @@ Test(knobs, json_carries_every_knob)
         const mp_knob_def *d = mp_knob_at(i);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(values, d->name);
         cr_assert_not_null(v, "%s missing", d->name);
-        if (d->type == MP_KNOB_CHOICE) {
-            char text[64];
+        if (d->type == MP_KNOB_CHOICE || d->type == MP_KNOB_LIST) {
+            char text[MP_KNOB_TEXT_MAX];
             cr_assert(cJSON_IsString(v), "%s", d->name);
             cr_assert_str_eq(v->valuestring, mp_knob_value_text(&k, i, text, sizeof text));
         } else {
@@ -459,6 +502,52 @@ Test(knobs, a_bad_value_stops_any_command)
         free(out);
     }
     unsetenv("MP_GPU_HOST_EXPERTS");
+    /* a list whose names the kernels do not take: every command refuses it too, naming the pair */
+    const struct { const char *text, *msg; } amx[] = {
+        {"Q4_K:6,Q3_K:4", "moeplan: MP_AMX_ROWS=Q4_K:6,Q3_K:4: Q3_K has no AMX tile GEMM (the types with one: "},
+        {"Q4_K:6,Q4_Z:4", "moeplan: MP_AMX_ROWS=Q4_K:6,Q4_Z:4: Q4_Z is not a weight type (the types with one: "}};
+    for (size_t i = 0; i < sizeof amx / sizeof amx[0]; i++) {
+        char err[1024];
+        cr_assert_eq(setenv("MP_AMX_ROWS", amx[i].text, 1), 0);
+        cr_assert_eq(mp_test_moeplan(tmpdir, "config", MP_TEST_STDERR, err, sizeof err), 2, "%s", amx[i].text);
+        cr_assert_eq(strncmp(err, amx[i].msg, strlen(amx[i].msg)), 0, "%s", err);
+        cr_assert(strstr(err, "Q4_K") && strstr(err, "Q6_K") && strstr(err, "MXFP4") && !strchr(err, '\n')[1],
+                  "%s", err);
+    }
+    unsetenv("MP_AMX_ROWS");
+}
+
+/* MP_AMX_ROWS reaches the kernels: its types at its rows, every other type at the table's, all of
+ * them back at the table's with the default; a type without a tile GEMM is refused, nothing set */
+Test(knobs, apply_sets_the_amx_rows)
+{
+    const int q4k = mp_type_from_name("Q4_K"), q6k = mp_type_from_name("Q6_K"), q5k = mp_type_from_name("Q5_K");
+    const int t4 = mp_kernels_amx_rows(q4k, true), t6 = mp_kernels_amx_rows(q6k, true),
+              t5 = mp_kernels_amx_rows(q5k, true);
+    cr_assert(t4 >= 1 && t6 >= 1 && t5 >= 1, "the table: %d %d %d", t4, t6, t5);
+    mp_knobs k;
+    mp_knobs_defaults(&k);
+    set_ok(&k, "MP_AMX_ROWS", "q4_k:3,Q6_K:40");
+    mp_error err = {0};
+    cr_assert_eq(mp_knobs_check_amx_rows(k.amx_rows, &err), MP_OK, "%s", err.msg);
+    mp_knobs_apply_kernels(&k);
+    cr_assert_eq(mp_kernels_amx_rows(q4k, false), 3);
+    cr_assert_eq(mp_kernels_amx_rows(q6k, false), 40);
+    cr_assert_eq(mp_kernels_amx_rows(q5k, false), t5);
+    cr_assert_eq(mp_kernels_amx_rows(q4k, true), t4, "the table's own value stays");
+    if (!strcmp(mp_kernels_isa(), "amx")) /* the dispatched table is the one set */
+        cr_assert_eq(mp_type_ops_get(q6k)->gemm_min_rows, 40);
+    set_ok(&k, "MP_AMX_ROWS", "Q6_K:7");
+    mp_knobs_apply_kernels(&k);
+    cr_assert(mp_kernels_amx_rows(q4k, false) == t4 && mp_kernels_amx_rows(q6k, false) == 7,
+              "a type the list leaves out is back at the table's");
+    mp_knobs_defaults(&k);
+    mp_knobs_apply_kernels(&k);
+    cr_assert(mp_kernels_amx_rows(q4k, false) == t4 && mp_kernels_amx_rows(q6k, false) == t6);
+    cr_assert_eq(mp_kernels_set_amx_rows(mp_type_from_name("Q2_K"), 4), -1, "Q2_K has no tile GEMM");
+    cr_assert_eq(mp_kernels_amx_rows(mp_type_from_name("Q2_K"), false), -1);
+    cr_assert_eq(mp_knobs_check_amx_rows("Q6_K:7,Q2_K:4", &err), MP_ERR_ARG);
+    cr_assert_eq(strncmp(err.msg, "MP_AMX_ROWS=Q6_K:7,Q2_K:4: Q2_K has no AMX tile GEMM", 52), 0, "%s", err.msg);
 }
 
 /* The knob table is the only reader of the environment in the library and the programs (tests
