@@ -88,6 +88,23 @@ mp_status mp_calib_tune_prefetch(const mp_model *m, const mp_calib_opts *o, mp_k
 int64_t mp_calib_prefetch_pick(const int64_t *bytes, const double *ns, int n, int rounds, int calls, int64_t dflt,
                                double margin);
 
+/* MP_AMX_ROWS (calibrate_amx.c): where k has it at its default and the kernels run AMX tiles, each
+ * expert type of the model with a tile GEMM timed on the runtime's expert call (the largest thread
+ * count, every row of a call routed to the same top_k experts) at 2-32 rows, tiles against dots;
+ * per type the rows from which the tiles lose least (mp_calib_amx_pick), set in k (source
+ * calibrated, "TYPE:ROWS,...") and in the kernels; *out gets {"knob", "threads", "experts_a_call",
+ * "rounds", "calls_a_round", "margin", "types": [{"type", "layers", "table", "chosen", "points":
+ * [{"rows", "tiles_ns", "dots_ns"}]}], "chosen"}. Not measured (the environment set it, no tiles
+ * here, no type with a tile GEMM): *out is {"knob", "chosen", "why"}. */
+#define MP_CALIB_AMX_MARGIN 0.01
+mp_status mp_calib_tune_amx_rows(const mp_model *m, const mp_calib_opts *o, mp_knobs *k, cJSON **out,
+                                 mp_error *err);
+/* Of the grid's rows[0 .. n) (ascending) with the tiles' and the dots' median ns at each (<= 0: not
+ * measured), the rows t (one of them, or rows[n - 1] + 1: none) from which the tiles lose least
+ * against the faster arm, by the mean over the grid of (the mix's ns / the faster's) - 1; dflt
+ * unless t loses less than it by more than margin. */
+int mp_calib_amx_pick(const double *tiles, const double *dots, const int *rows, int n, int dflt, double margin);
+
 /* Appends the cpu_expert entries to arr; adds facts (rotation footprint, caches) to device. */
 mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON *arr, cJSON *device,
                                mp_error *err);

@@ -172,6 +172,10 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
     if ((st = mp_calib_tune_prefetch(m, o, &tuned, &prefetch, err)))
         goto out;
     cJSON_AddItemToObject(device, "prefetch_tuning", prefetch);
+    cJSON *amx = NULL;
+    if ((st = mp_calib_tune_amx_rows(m, o, &tuned, &amx, err)))
+        goto out;
+    cJSON_AddItemToObject(device, "amx_tuning", amx);
     if (!mp_knobs_add_json(&tuned, device)) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;

@@ -388,6 +388,149 @@ Test(calibrate, prefetch_pick_keeps_the_default_within_the_margin)
     }
 }
 
+/* The AMX rows' pick: the grid's rows (or one past it) whose mix of tiles from there and dots below
+ * loses least against the faster arm at each row count, the table's unless another loses less by
+ * more than the margin; unmeasured points (<= 0) out of the count */
+Test(calibrate, amx_pick_takes_the_mix_that_loses_least)
+{
+    const int rows[] = {2, 4, 8, 16};
+    const struct {
+        double tiles[4], dots[4];
+        int dflt, want;
+        const char *what;
+    } cases[] = {
+        {{90, 90, 90, 90}, {100, 100, 100, 100}, 8, 2, "tiles ahead everywhere: from the first row count"},
+        {{120, 110, 90, 80}, {100, 100, 100, 100}, 2, 8, "tiles ahead from 8: the table's 2 loses"},
+        {{120, 110, 90, 80}, {100, 100, 100, 100}, 8, 8, "the table's rows are the best: kept"},
+        {{130, 120, 110, 105}, {100, 100, 100, 100}, 8, 17, "tiles behind everywhere: past the grid"},
+        {{100.5, 100.5, 99.5, 99.5}, {100, 100, 100, 100}, 16, 16, "inside the margin: the table's"},
+        {{104, 104, 104, 96}, {100, 100, 100, 100}, 2, 16, "4 % a point over three points: past the margin"},
+        {{120, 95, 101, 80}, {100, 100, 100, 100}, 2, 4, "one point against the trend: the least loss, 4"},
+        {{0, 90, 90, 90}, {100, 100, 100, 100}, 8, 2, "an unmeasured point counts for nothing"},
+        {{0, 0, 0, 0}, {0, 0, 0, 0}, 8, 8, "none measured: the table's"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_eq(mp_calib_amx_pick(cases[i].tiles, cases[i].dots, rows, 4, cases[i].dflt, 0.01), cases[i].want,
+                     "%s: %d", cases[i].what,
+                     mp_calib_amx_pick(cases[i].tiles, cases[i].dots, rows, 4, cases[i].dflt, 0.01));
+}
+
+/* calibrate chooses MP_AMX_ROWS where the kernels run AMX tiles: each expert type of the model timed
+ * at the grid's rows, tiles against dots, the choice in the knobs (source calibrated) and taken by a
+ * run given the file, one with the knob set keeping its own; a file naming a type without tiles
+ * stops the run. Where the kernels run no tiles, the reason is what is checked. */
+Test(calibrate, chooses_the_amx_rows_that_runs_take)
+{
+    static char out[1 << 16];
+    const bool amx = !strcmp(mp_kernels_isa(), "amx");
+    cr_assert_eq(run_cli("calibrate -m tiny.gguf --out costs.json --quick --threads 2 --rows 1 --reps 3", out, sizeof out),
+                 0, "%s", out);
+    cJSON *root = json_in_dir("costs.json");
+    cJSON *dev = cJSON_GetObjectItem(root, "device"), *t = cJSON_GetObjectItem(dev, "amx_tuning");
+    cr_assert(cJSON_IsObject(t), "device.amx_tuning missing");
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "knob")->valuestring, "MP_AMX_ROWS");
+    const char *knob = cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs"), "MP_AMX_ROWS")->valuestring;
+    if (!amx) {
+        cr_log_info("this CPU's kernels run %s: the measured side of MP_AMX_ROWS is not checked here", mp_kernels_isa());
+        cr_assert_str_eq(knob, "");
+        cr_assert_not_null(strstr(cJSON_GetObjectItem(t, "why")->valuestring, "run no AMX tiles"));
+        cJSON_Delete(root);
+        return;
+    }
+    /* the tiny model's experts: Q4_K gate/up, Q6_K down */
+    const cJSON *types = cJSON_GetObjectItem(t, "types"), *e;
+    cr_assert_eq(cJSON_GetArraySize(types), 2);
+    char want[64] = "";
+    cJSON_ArrayForEach(e, types)
+    {
+        const char *type = cJSON_GetObjectItem(e, "type")->valuestring;
+        const int chosen = cJSON_GetObjectItem(e, "chosen")->valueint, tt = mp_type_from_name(type);
+        cr_assert_eq(cJSON_GetObjectItem(e, "table")->valueint, mp_kernels_amx_rows(tt, true), "%s", type);
+        const cJSON *points = cJSON_GetObjectItem(e, "points"), *p;
+        cr_assert_eq(cJSON_GetArraySize(points), 9, "%s", type);
+        bool in_grid = chosen == 33;
+        cJSON_ArrayForEach(p, points)
+        {
+            cr_assert(cJSON_GetObjectItem(p, "tiles_ns")->valuedouble > 0 &&
+                      cJSON_GetObjectItem(p, "dots_ns")->valuedouble > 0, "%s", type);
+            in_grid = in_grid || cJSON_GetObjectItem(p, "rows")->valueint == chosen;
+        }
+        cr_assert(in_grid, "%s: chosen %d is none of the grid's rows, nor one past it", type, chosen);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s:%d", want[0] ? "," : "", type, chosen);
+        char line[96];
+        snprintf(line, sizeof line, "calibrate: AMX rows, %s (", type);
+        cr_assert_not_null(strstr(out, line), "%s", out);
+    }
+    cr_assert_str_eq(knob, want);
+    cr_assert_str_eq(cJSON_GetObjectItem(t, "chosen")->valuestring, want);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs_set"), "MP_AMX_ROWS")->valuestring,
+                     "calibrated");
+
+    /* a run given the file as another host's calibration would have it takes its rows, and says so;
+     * one with the knob set keeps its own */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(dev, "knobs"), "MP_AMX_ROWS", cJSON_CreateString("Q4_K:3,Q6_K:40"));
+    char *text = cJSON_Print(root), path[600];
+    path_in_dir(path, sizeof path, "c3.json");
+    FILE *f = fopen(path, "w");
+    cr_assert(f && fputs(text, f) >= 0 && fclose(f) == 0);
+    free(text);
+    cJSON_Delete(root);
+    const struct {
+        const char *env, *now, *source;
+    } runs[] = {{"", "Q4_K:3,Q6_K:40", "calibrated"}, {"MP_AMX_ROWS=Q6_K:9 ", "Q6_K:9", "env"}};
+    for (int i = 0; i < 2; i++) {
+        char sh[600];
+        snprintf(sh, sizeof sh, "%s\"$M\" bench -m tiny.gguf --costs c3.json --executor cpu -t 1 -p 8 -n 0 -r 1 "
+                 "-o json > b.json 2> b.err", runs[i].env);
+        cr_assert_eq(run_sh(sh), 0, "%s", sh);
+        cJSON *b = json_in_dir("b.json");
+        const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(b, "rows"), 0);
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "knobs"), "MP_AMX_ROWS")->valuestring,
+                         runs[i].now);
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(row, "knobs_set"), "MP_AMX_ROWS")->valuestring,
+                         runs[i].source);
+        cJSON_Delete(b);
+        path_in_dir(path, sizeof path, "b.err");
+        char *err = mp_test_slurp(path);
+        cr_assert_eq(strstr(err, "moeplan: MP_AMX_ROWS=Q4_K:3,Q6_K:40, as calibrated in c3.json") != NULL, i == 0,
+                     "%s", err);
+        free(err);
+    }
+    /* a file naming a type without a tile GEMM stops the run, naming file, member and type */
+    cr_assert_eq(run_sh("sed 's/Q6_K:40/Q3_K:40/' c3.json > cq3.json && \"$M\" bench -m tiny.gguf --costs cq3.json "
+                        "--executor cpu -t 1 -p 8 -n 0 -r 1 > b.json 2> b.err"),
+                 1);
+    char *err = mp_test_slurp(path);
+    cr_assert_not_null(strstr(err, "moeplan bench: error: --costs cq3.json: $.device.knobs: MP_AMX_ROWS=Q4_K:3,Q3_K:40: "
+                                   "Q3_K has no AMX tile GEMM"),
+                       "%s", err);
+    free(err);
+}
+
+/* MP_AMX_ROWS not measured, on any host: with the tiles capped away (MP_ISA=avx512) or the knob set in
+ * the environment, no type is timed, the reason is recorded and the knobs hold the value as it was */
+Test(calibrate, amx_rows_not_measured_without_tiles_or_over_the_environment)
+{
+    cJSON *root, *dev, *t;
+    const struct {
+        const char *env, *why, *knob;
+    } off[] = {{"MP_ISA=avx512", "run no AMX tiles", ""}, {"MP_AMX_ROWS=Q4_K:7", "set in the environment", "Q4_K:7"}};
+    for (int i = 0; i < 2; i++) {
+        char sh[600];
+        snprintf(sh, sizeof sh, "%s \"$M\" calibrate -m tiny.gguf --out off.json --force --quick --threads 1 --rows 1 "
+                 "--reps 3 > c.log 2>&1", off[i].env);
+        cr_assert_eq(run_sh(sh), 0, "%s", sh);
+        root = json_in_dir("off.json");
+        dev = cJSON_GetObjectItem(root, "device");
+        t = cJSON_GetObjectItem(dev, "amx_tuning");
+        cr_assert_null(cJSON_GetObjectItem(t, "types"), "%s", off[i].env);
+        cr_assert_not_null(strstr(cJSON_GetObjectItem(t, "why")->valuestring, off[i].why), "%s", off[i].env);
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dev, "knobs"), "MP_AMX_ROWS")->valuestring,
+                         off[i].knob);
+        cJSON_Delete(root);
+    }
+}
+
 Test(calibrate, rejects_bad_flags)
 {
     static char out[1 << 14];
