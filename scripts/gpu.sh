@@ -23,6 +23,9 @@
 #              3) rounds, each side first in every other -> $OUT/cpu-ab.md (tok/s of each side and their
 #              ratio by prompt and round) and the bench JSON of every run; for a change of the CPU
 #              kernels (a threshold, a tile)
+#   amx-rows-ab  the CPU executor's prefill under MP_AMX_ROWS arms (bench/amx_rows_ab.sh: ARMS, default
+#              "table calibrated", calibrate's choice made here; LAYERS, PP, ROUNDS), built without CUDA
+#              in /tmp -> $OUT/amx-rows-ab/amx-ab.md (tok/s and ratios to the first arm by prompt and round)
 #   bench-exec moeplan bench with the GPU executor: all-GPU, layers:N, budgets (bench/gpu_bench.sh;
 #              CONFIGS="gpu ncpu12 ..." picks configurations, REPS the repetitions)
 #   decode-table  the offloaded decode table (all-GPU and layers:12/24/36/48, tg128) with far routes
@@ -358,6 +361,14 @@ PY
             done
             pack # a call cut short keeps the rounds that finished
         done
+        ;;
+    amx-rows-ab)
+        # a build without CUDA: calibrate's CPU parts alone (the GPU's grid is not what this times)
+        { [ -f /tmp/mp-amx-build/build.ninja ] || meson setup /tmp/mp-amx-build . -Dcuda=disabled >"$OUT/amx-rows-setup.log" 2>&1; } &&
+            ninja -C /tmp/mp-amx-build cli/moeplan >"$OUT/amx-rows-build.log" 2>&1 ||
+            { tail -20 "$OUT/amx-rows-setup.log" "$OUT/amx-rows-build.log" 2>/dev/null; rc=1; continue; }
+        bash bench/amx_rows_ab.sh /tmp/mp-amx-build/cli/moeplan "$OUT/amx-rows-ab" 2>&1 | tee "$OUT/amx-rows-ab.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
     bench-exec)
         build || { rc=1; continue; }
