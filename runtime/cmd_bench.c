@@ -213,6 +213,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     }
     if (!o->model)
         return usage_error("-m MODEL is required%s%s", "", "");
+    o->pl.no_prompts = o->n_pp == 0; /* decode alone: prefill's copy prices are not its concern */
     if (o->n_pp + o->n_tg == 0)
         return usage_error("nothing to run: -p and -n are both 0%s%s", "", "");
     return 0;

@@ -80,7 +80,7 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
         st = mp_decode_costs_of_model(&c, o->costs, m, threads, pl->decode_costs, err);
         /* prefill copies of the experts left in host memory, priced as the planner prices them
          * where the cost file measured the CPU experts at a prompt's rows */
-        if (!st && pl->host_expert_bytes > 0 && mp_decide_step_copies(n_batch)) {
+        if (!st && pl->host_expert_bytes > 0 && mp_decide_step_copies(n_batch) && !o->no_prompts) {
             pl->cpu_rows_max = (uint32_t)n_batch;
             double measured = 0;
             st = mp_decide_cpu_rows_ns(&c, o->costs, m, threads, pl->cpu_rows_max, &pl->cpu_rows_ns, &measured, err);

@@ -68,6 +68,8 @@ typedef struct mp_placement_opts {
     uint64_t adaptive_slots;   /* N; 0 with adaptive_share or when not given */
     double adaptive_share;     /* P% / 100 of the budget's expert room; 0: not given */
     uint32_t adaptive_inflight;/* 0: not given (the default: 2 × top_k) */
+    bool no_prompts;           /* the command runs no prompt (bench -p 0): the GPU executor's prefill
+                                * copy prices (runtime/executor.c) are not built, nor their lack said */
 } mp_placement_opts;
 
 /* Help text for the four flags, for the commands' --help. */

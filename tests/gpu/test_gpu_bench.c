@@ -272,7 +272,7 @@ static void decode_rows_only(cJSON *costs)
 /* --costs whose CPU experts were measured at decode's rows only (1 and 2): a prompt's prices past
  * them would run along a flat line, so bench's prefill keeps the executor's measured rule for
  * copies and says so, naming the rows and the grid that prices them; the shipped file as it is
- * prices them and says nothing of it. */
+ * prices them and says nothing of it, nor does a bench of decode alone given the short file. */
 Test(gpu_bench, prefill_prices_need_the_cpu_measured_at_a_prompts_rows)
 {
     char err[16384], said[64];
@@ -284,4 +284,8 @@ Test(gpu_bench, prefill_prices_need_the_cpu_measured_at_a_prompts_rows)
     cr_assert_str_eq(said, "pp64");
     bench_with_costs(as_shipped, "shipped.json", "-p 64 -n 0", err, sizeof err, "test", said, sizeof said);
     cr_assert_null(strstr(err, "a prompt's prices need"), "%s", err);
+    /* decode alone runs no prompt: nothing to say of its prices */
+    bench_with_costs(decode_rows_only, "decode-rows.json", "-p 0 -n 8", err, sizeof err, "test", said, sizeof said);
+    cr_assert_null(strstr(err, "a prompt's prices need"), "%s", err);
+    cr_assert_str_eq(said, "tg8");
 }
