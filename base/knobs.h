@@ -46,6 +46,12 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
  * of 12 rows 10-14 % slow, their CPU experts at 73-79 GB/s against the grid's 106, so 0 stays until
  * whole decodes are compared side by side */
 #define MP_KNOB_MOE_UNIT_KB 0
+/* MP_MOE_UNIT_MAX_KB's default: a pipelined unit reads at most this many KiB (above the 16-row
+ * floor). With 8 units a thread a one-route Mixtral call (114 MB experts, 16 threads) cut units of
+ * 516 KB, and its threads waited 4-5 % of their time for the expert's hidden rows and 2-3 % in the
+ * tail; units of 129 KB (32 a thread) took a median 0.949x the time, while the 30B preset's units
+ * (41-110 KB at 8 a thread) are under the cap and stay (bench/NOTES-cpu-decode.md, 2026-12-07) */
+#define MP_KNOB_MOE_UNIT_MAX_KB 128
 /* MP_PREFETCH_BYTES's default: kernels/quant.h's MP_PREFETCH_BYTES_DEFAULT (kernels import nothing of
  * the project; runtime/knobs_apply.c asserts that the two agree), and its cap, MP_PREFETCH_BYTES_MAX */
 #define MP_KNOB_PREFETCH_BYTES 2048
@@ -82,6 +88,7 @@ typedef struct mp_knobs {
     int64_t pool_spin_us;    /* MP_POOL_SPIN_US: 0..1000000 */
     int64_t moe_pipe_units;  /* MP_MOE_PIPE_UNITS: 1..64 */
     int64_t moe_unit_kb;     /* MP_MOE_UNIT_KB: 0..16384 */
+    int64_t moe_unit_max_kb; /* MP_MOE_UNIT_MAX_KB: 0..16384 */
     char amx_rows[MP_KNOB_TEXT_MAX]; /* MP_AMX_ROWS: TYPE:ROWS pairs (a list), "" for the kernels' table */
     bool moe_cpu_profile;    /* MP_MOE_CPU_PROFILE */
     /* the GPU executor */

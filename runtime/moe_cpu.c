@@ -13,8 +13,9 @@
  *             hidden rows, and that expert's down units may start while other experts' gate/up
  *             still run. No barrier between the halves, so the memory stays busy through the
  *             step (a decode step spreads each expert over all threads either way). A half's
- *             units are about MP_MOE_PIPE_UNITS a thread, of at least 16 rows and at least
- *             MP_MOE_UNIT_KB of weights while every thread still has one.
+ *             units are about MP_MOE_PIPE_UNITS a thread, of at least 16 rows, at most
+ *             MP_MOE_UNIT_MAX_KB of weights above that, and at least MP_MOE_UNIT_KB while every
+ *             thread still has one.
  *             Expert biases (gpt-oss) are added to gate and up before the activation (the
  *             architecture's, mp_ffn_act) and to down in the combine.
  *   combine:  out[row] = Σ_k weight[row, k] · (down[entry(row, k)] + down bias of its expert), in
@@ -93,6 +94,7 @@ struct mp_moe_scratch {
     bool pipelined;      /* calls of up to MP_MOE_PIPE_ROWS rows take one region (see above) */
     int pipe_units;      /* units per thread of each pipelined half (MP_MOE_PIPE_UNITS) */
     int64_t unit_bytes;  /* the least weight bytes of a pipelined unit (MP_MOE_UNIT_KB; 0: none) */
+    int64_t unit_max_bytes; /* the most, above 16 rows (MP_MOE_UNIT_MAX_KB; 0: none) */
     /* profiling (mp_moe_scratch_profile): the sums, and per pipelined task (= pool thread) its
      * start, the end of its gate/up units, its down units' time, its ready waits and its end */
     mp_moe_cpu_profile *prof;
@@ -173,6 +175,7 @@ mp_moe_scratch *mp_moe_scratch_new(const mp_hparams *hp, int64_t max_rows, int n
         mp_moe_scratch_profile(s, true); /* out of memory: no profile, said by its absence */
     s->pipe_units = (int)knobs->moe_pipe_units; /* A/B of the units per thread */
     s->unit_bytes = knobs->moe_unit_kb * 1024;
+    s->unit_max_bytes = knobs->moe_unit_max_kb * 1024;
     if (!s->router || !s->ids || !s->weights || !s->served || !s->count || !s->offset || !s->entry_row ||
         !s->entry_of || !s->xq || !s->xg || !s->gate || !s->up || !s->hq || !s->down || !s->tasks || !s->active ||
         !s->left || !s->ready || !s->range_left) {
@@ -334,13 +337,19 @@ static int64_t unit_rows(int64_t n_active, int64_t n_out, int64_t units)
     return chunk < n_out ? chunk : n_out;
 }
 
-/* A pipelined half's rows per unit: unit_rows's, and at least unit_bytes of weights (row_bytes a
- * row: the bytes a unit reads per row, of every tensor it reads), but not so many that the half has
- * fewer units than threads (an idle thread reads nothing); never above n_out. */
+/* A pipelined half's rows per unit: unit_rows's, at most unit_max_bytes of weights (row_bytes a
+ * row: the bytes a unit reads per row, of every tensor it reads) above 16 rows, so that one large
+ * expert's half is not cut into units whose last one leaves the other threads waiting long; and at
+ * least unit_bytes, but not so many that the half has fewer units than threads (an idle thread
+ * reads nothing); never above n_out. */
 static int64_t pipe_unit_rows(int64_t n_active, int64_t n_out, int64_t units, int n_threads, size_t row_bytes,
-                              int64_t unit_bytes)
+                              int64_t unit_bytes, int64_t unit_max_bytes)
 {
     int64_t chunk = unit_rows(n_active, n_out, units);
+    if (unit_max_bytes > 0 && row_bytes > 0) {
+        const int64_t cap = unit_max_bytes / (int64_t)row_bytes;
+        chunk = chunk < (cap > 16 ? cap : 16) ? chunk : (cap > 16 ? cap : 16);
+    }
     if (unit_bytes > 0 && row_bytes > 0) {
         int64_t floor_rows = (unit_bytes + (int64_t)row_bytes - 1) / (int64_t)row_bytes;
         const int64_t a_thread = (n_active * n_out + n_threads - 1) / n_threads;
@@ -703,8 +712,9 @@ int64_t mp_moe_experts_cpu(const mp_model *m, int64_t il, const float *x, int64_
         /* plan_tasks's units: about pipe_units per thread in each half */
         const int64_t units = (int64_t)s->pipe_units * s->n_threads;
         const size_t gu_row = L->gate_exps.row_bytes + L->up_exps.row_bytes;
-        p.chunk_gu = pipe_unit_rows(n_active, F, units, s->n_threads, gu_row, s->unit_bytes);
-        p.chunk_dn = pipe_unit_rows(n_active, D, units, s->n_threads, L->down_exps.row_bytes, s->unit_bytes);
+        p.chunk_gu = pipe_unit_rows(n_active, F, units, s->n_threads, gu_row, s->unit_bytes, s->unit_max_bytes);
+        p.chunk_dn = pipe_unit_rows(n_active, D, units, s->n_threads, L->down_exps.row_bytes, s->unit_bytes,
+                                    s->unit_max_bytes);
         p.per_gu = (F + p.chunk_gu - 1) / p.chunk_gu;
         p.per_dn = (D + p.chunk_dn - 1) / p.chunk_dn;
         p.n_gu = n_active * p.per_gu;

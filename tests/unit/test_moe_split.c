@@ -207,7 +207,7 @@ static void two_forms_free(two_forms *f)
  * 4 rows, a random resident mask, and pools of 2 and 5 threads (more threads than CI's cores, so
  * that down units do wait for gate/up units still running elsewhere). A down unit that read an
  * expert's hidden rows too early, or a conversion done twice or not at all, changes bits. */
-static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
+static void pipelined_once(const char *mix, int threads, int64_t unit_kb, int64_t unit_max_kb)
 {
     char path[] = "/tmp/mp_moe_pipe_XXXXXX";
     mp_model *m = make_model(mix, 0, path);
@@ -215,6 +215,7 @@ static void pipelined_once(const char *mix, int threads, int64_t unit_kb)
     mp_knobs kn;
     mp_knobs_defaults(&kn);
     kn.moe_unit_kb = unit_kb;
+    kn.moe_unit_max_kb = unit_max_kb;
     two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
@@ -278,10 +279,10 @@ Test(moe_split, pipelined_region_gives_the_two_regions_bits)
     for (int i = 0; i < 4; i++) {
         /* a unit floor of bytes (MP_MOE_UNIT_KB) cuts the halves in fewer, longer units: from
          * 16-row units (0) up to one unit a whole expert */
-        pipelined_once(mixes[i], 2, 0);
-        pipelined_once(mixes[i], 5, 0);
-        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64));
-        pipelined_once(mixes[i], 3, 16384);
+        pipelined_once(mixes[i], 2, 0, MP_KNOB_MOE_UNIT_MAX_KB);
+        pipelined_once(mixes[i], 5, 0, 1); /* every unit at the 16-row floor */
+        pipelined_once(mixes[i], 5, 1 + (int64_t)(rnd_u64() % 64), 0);
+        pipelined_once(mixes[i], 3, 16384, 1); /* the floor of bytes wins where the two meet */
     }
 }
 
@@ -337,7 +338,8 @@ static bool same_bits(const float *a, const float *b, int64_t n)
  * rounds to the neighbouring quant (one such is about 1e-3 of the row). The misses' norm must also
  * be a small share of the change the reference measures, which a part that computed the wrong
  * rows cannot meet. */
-static void part_once(const mp_model *m, const char *mix, int threads, double tol, int64_t unit_kb)
+static void part_once(const mp_model *m, const char *mix, int threads, double tol, int64_t unit_kb,
+                      int64_t unit_max_kb)
 {
     const int64_t D = m->hp.n_embd, F = m->hp.n_ff_exp, E = m->hp.n_expert, K = m->hp.n_expert_used;
     enum { R = 4 }; /* rows at most: the pipelined form's */
@@ -347,6 +349,7 @@ static void part_once(const mp_model *m, const char *mix, int threads, double to
     mp_knobs kn; /* the part's units under a unit floor of bytes (MP_MOE_UNIT_KB) or of 16 rows (0) */
     mp_knobs_defaults(&kn);
     kn.moe_unit_kb = unit_kb;
+    kn.moe_unit_max_kb = unit_max_kb;
     two_forms f = two_forms_knobs(m, R, threads, &kn);
     mp_pool *pool = f.pool;
     mp_moe_scratch *piped = f.piped, *plain = f.plain;
@@ -479,8 +482,8 @@ Test(moe_split, a_part_computes_the_rows_below_ff_rows)
     for (int i = 0; i < 4; i++) {
         char path[] = "/tmp/mp_moe_part_XXXXXX";
         mp_model *m = make_model(mixes[i], 768, path);
-        part_once(m, mixes[i], 2, tols[i], 0);
-        part_once(m, mixes[i], 5, tols[i], 64);
+        part_once(m, mixes[i], 2, tols[i], 0, 1);
+        part_once(m, mixes[i], 5, tols[i], 64, 0);
         mp_model_free(m);
         unlink(path);
     }
