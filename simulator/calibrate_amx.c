@@ -9,8 +9,9 @@
  * in a round on that host (bench/results/2026-12-07-h100-amx-rows-calibrated/). So calibrate times
  * the runtime's own call, mp_moe_experts_cpu on the largest thread count, with every row of a call
  * routed to the same top_k experts (each expert then multiplies that many rows, as a prompt's
- * experts do), the experts rotated over every layer that holds the type (so that their weights come
- * from memory, as a prompt's do), at each of k_rows with the type's tiles on and off, the two
+ * experts do) in the two regions a prompt's step runs (not decode's pipelined one), the experts
+ * rotated over every layer that holds the type (so that their weights come from memory, as a
+ * prompt's do), at each of k_rows with the type's tiles on and off, the two
  * alternated call group by call group and round by round. The other types keep their rows in force:
  * both arms pay them alike. On 16 threads of that host it kept the table's Q4_K 8 and Q6_K 12 (tiles
  * 1.19x and 1.38x the dots' time at 4 rows, 0.85x and 0.94x at 8 and 12); on the VM's 2 threads it
@@ -204,6 +205,8 @@ mp_status mp_calib_tune_amx_rows(const mp_model *m, const mp_calib_opts *o, mp_k
     amx_run r = {.m = m};
     r.pool = mp_pool_new(threads, k->pool_pin);
     r.scratch = mp_moe_scratch_new(&m->hp, max_rows, threads, k);
+    if (r.scratch) /* a prompt's step (more rows than decode's) runs its experts in two regions: as here */
+        mp_moe_scratch_set_pipelined(r.scratch, false);
     float *x = malloc((size_t)max_rows * (size_t)D * sizeof *x);
     r.out = malloc((size_t)max_rows * (size_t)D * sizeof *r.out);
     r.w = malloc((size_t)K * sizeof *r.w);
