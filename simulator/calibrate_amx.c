@@ -135,7 +135,7 @@ static void time_type(amx_run *r, int type, int rounds, double *tiles, double *d
 {
     const int in_force = mp_kernels_amx_rows(type, false), per = rounds * CALLS_A_ROUND;
     const int64_t K = r->m->hp.n_expert_used;
-    for (int64_t j = 0; j < K; j++)
+    for (int64_t j = 0; j < (int64_t)k_rows[N_ROWS - 1] * K; j++)
         r->w[j] = 1.0f / (float)K;
     r->n_layers = 0;
     for (int64_t il = 0; il < r->m->hp.n_layer; il++)
@@ -209,7 +209,7 @@ mp_status mp_calib_tune_amx_rows(const mp_model *m, const mp_calib_opts *o, mp_k
         mp_moe_scratch_set_pipelined(r.scratch, false);
     float *x = malloc((size_t)max_rows * (size_t)D * sizeof *x);
     r.out = malloc((size_t)max_rows * (size_t)D * sizeof *r.out);
-    r.w = malloc((size_t)K * sizeof *r.w);
+    r.w = malloc((size_t)max_rows * (size_t)K * sizeof *r.w); /* a weight per (row, slot) */
     r.ids = malloc((size_t)max_rows * (size_t)K * sizeof *r.ids);
     r.layers = malloc((size_t)m->hp.n_layer * sizeof *r.layers);
     double *samples = malloc((size_t)N_ROWS * 2 * (size_t)per * sizeof *samples);
