@@ -87,7 +87,8 @@ static const mp_knob_def k_knobs[] = {
            "the most weight bytes, in KiB, one unit of the pipelined region reads (its rows at most this over "
            "the bytes of a row, and at least 16; MP_MOE_UNIT_KB wins where the two meet), so that a call of one "
            "large expert is cut finer than MP_MOE_PIPE_UNITS a thread (0: no cap; a one-route Mixtral call "
-           "took 0.949x the time with units of 129 KB against 516 KB on an H100 host's 16 threads)"),
+           "took a median 0.955x the time with units of about 129 KB against 516 KB over eight rounds on two "
+           "H100 hosts' 16 threads, inside a round's spread)"),
     SWITCH("MP_MOE_CPU_PROFILE", moe_cpu_profile, 0, COSTS,
            "prints where each CPU expert call's time goes, one line on stderr when run, bench or plan ends"),
     SWITCH("MP_GPU_GRAPHS", gpu_graphs, 1, COSTS,

@@ -49,8 +49,9 @@ enum { MP_GPU_HOST_PINNED, MP_GPU_HOST_COPY, MP_GPU_HOST_MAPPING };
 /* MP_MOE_UNIT_MAX_KB's default: a pipelined unit reads at most this many KiB (above the 16-row
  * floor). With 8 units a thread a one-route Mixtral call (114 MB experts, 16 threads) cut units of
  * 516 KB, and its threads waited 4-5 % of their time for the expert's hidden rows and 2-3 % in the
- * tail; units of 129 KB (32 a thread) took a median 0.949x the time, while the 30B preset's units
- * (41-110 KB at 8 a thread) are under the cap and stay (bench/NOTES-cpu-decode.md, 2026-12-07) */
+ * tail; units of about 129 KB took a median 0.955x the time over eight rounds on two H100 hosts
+ * (inside a round's spread), while the 30B preset's units (41-110 KB at 8 a thread) are under the
+ * cap and stay (bench/NOTES-cpu-decode.md, 2026-12-07) */
 #define MP_KNOB_MOE_UNIT_MAX_KB 128
 /* MP_PREFETCH_BYTES's default: kernels/quant.h's MP_PREFETCH_BYTES_DEFAULT (kernels import nothing of
  * the project; runtime/knobs_apply.c asserts that the two agree), and its cap, MP_PREFETCH_BYTES_MAX */
