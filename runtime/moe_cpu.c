@@ -347,8 +347,9 @@ static int64_t pipe_unit_rows(int64_t n_active, int64_t n_out, int64_t units, in
 {
     int64_t chunk = unit_rows(n_active, n_out, units);
     if (unit_max_bytes > 0 && row_bytes > 0) {
-        const int64_t cap = unit_max_bytes / (int64_t)row_bytes;
-        chunk = chunk < (cap > 16 ? cap : 16) ? chunk : (cap > 16 ? cap : 16);
+        int64_t cap = unit_max_bytes / (int64_t)row_bytes;
+        cap = cap > 16 ? cap : 16;
+        chunk = chunk < cap ? chunk : cap;
     }
     if (unit_bytes > 0 && row_bytes > 0) {
         int64_t floor_rows = (unit_bytes + (int64_t)row_bytes - 1) / (int64_t)row_bytes;
