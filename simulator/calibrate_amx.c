@@ -122,13 +122,6 @@ static double time_call(amx_run *r, int rows)
     return (double)(mp_now_ns() - t0);
 }
 
-/* the median of ns[0 .. n), sorted in place */
-static double median(double *ns, int n)
-{
-    mp_calib_sort(ns, n);
-    return mp_calib_quantile(ns, n, 0.5);
-}
-
 /* Times type's tiles against its dots at every row count of the grid: medians into tiles[], dots[];
  * the rows in force before are restored */
 static void time_type(amx_run *r, int type, int rounds, double *tiles, double *dots, double *samples)
@@ -159,8 +152,8 @@ static void time_type(amx_run *r, int type, int rounds, double *tiles, double *d
     }
     mp_kernels_set_amx_rows(type, in_force);
     for (int i = 0; i < N_ROWS; i++) {
-        tiles[i] = median(samples + ((size_t)i * 2) * (size_t)per, per);
-        dots[i] = median(samples + ((size_t)i * 2 + 1) * (size_t)per, per);
+        tiles[i] = mp_calib_median(samples + ((size_t)i * 2) * (size_t)per, per);
+        dots[i] = mp_calib_median(samples + ((size_t)i * 2 + 1) * (size_t)per, per);
     }
 }
 

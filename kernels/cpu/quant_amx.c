@@ -574,11 +574,11 @@ int mp_kernels_amx_rows(int type, bool table_default)
 
 const mp_type_ops *mp_type_ops_amx(int type)
 {
+    const int i = gemm_index(type);
+    if (i < 0)
+        return NULL;
     pthread_once(&g_amx_once, build_table);
-    for (size_t i = 0; i < sizeof g_amx_ops / sizeof g_amx_ops[0]; i++)
-        if (g_amx_ops[i].type == type)
-            return &g_amx_ops[i];
-    return NULL;
+    return &g_amx_ops[i];
 }
 
 #ifndef MP_AMX_EMULATED
