@@ -359,10 +359,12 @@ mp_status mp_knobs_set(mp_knobs *k, const char *name, const char *text, mp_knob_
     if (d->type == MP_KNOB_LIST && text && *text) {
         const char *bad;
         size_t bad_len;
-        if (!list_ok(d, text, &bad, &bad_len))
-            return mp_fail(err, MP_ERR_ARG, "%s=%.100s: %s%.*s%sexpected %s", name, text,
-                           bad_len < strlen(text) ? "'" : "", bad_len < strlen(text) ? (int)bad_len : 0, bad,
-                           bad_len < strlen(text) ? "': " : "", allowed_text(d, &k_prose, expected, sizeof expected));
+        if (!list_ok(d, text, &bad, &bad_len)) {
+            const bool one_pair = bad_len < strlen(text); /* else the whole text: no pair named */
+            return mp_fail(err, MP_ERR_ARG, "%s=%.100s: %s%.*s%sexpected %s", name, text, one_pair ? "'" : "",
+                           one_pair ? (int)bad_len : 0, bad, one_pair ? "': " : "",
+                           allowed_text(d, &k_prose, expected, sizeof expected));
+        }
         snprintf((char *)k + d->offset, MP_KNOB_TEXT_MAX, "%s", text);
         k->source[i] = (uint8_t)source;
         return MP_OK;
