@@ -208,6 +208,8 @@ Test(knobs, refuses_values_not_allowed_in_one_line)
         {"MP_GPU_GEMM_MIN_ROWS", "99999999999999999999",
          "MP_GPU_GEMM_MIN_ROWS=99999999999999999999: expected a whole number in 32..2147483647"},
         {"MP_HANG_DUMP_S", "86401", "MP_HANG_DUMP_S=86401: expected 0 or a whole number in 1..86400"},
+        {"MP_MOE_UNIT_MAX_KB", "16385", "MP_MOE_UNIT_MAX_KB=16385: expected a whole number in 0..16384"},
+        {"MP_MOE_UNIT_MAX_KB", "128k", "MP_MOE_UNIT_MAX_KB=128k: expected a whole number in 0..16384"},
         {"MP_GPU_HOST_EXPERTS", "pinnned", "MP_GPU_HOST_EXPERTS=pinnned: expected one of pinned, copy, mapping"},
         {"MP_ISA", "avx1024", "MP_ISA=avx1024: expected one of best, scalar, avx2, avx512, amx"},
         {"MP_ISA", "AVX2", "MP_ISA=AVX2: expected one of best, scalar, avx2, avx512, amx"},
