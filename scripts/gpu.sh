@@ -251,6 +251,17 @@ ensure_model() {
     build-gpu/cli/moeplan mkmodel --preset qwen3-30b-a3b --quant q4_k_m --quiet -o "$MODEL30"
 }
 
+# build_cpu DIR SRC NAME STAMP: moeplan of the source tree SRC built without CUDA in DIR (made afresh),
+# its logs $OUT/NAME-setup.log and $OUT/NAME-build.log (their tails shown when it fails); STAMP: the
+# build's stamp (MP_BUILD_COMMIT), empty for SRC's own (base/git_commit.py)
+build_cpu() {
+    local dir=$1 src=$2 name=$3 stamp=$4
+    rm -rf "$dir"
+    { meson setup "$dir" "$src" -Dcuda=disabled >"$OUT/$name-setup.log" 2>&1 &&
+        env -u MP_BUILD_COMMIT ${stamp:+MP_BUILD_COMMIT=$stamp} ninja -C "$dir" cli/moeplan >"$OUT/$name-build.log" 2>&1; } ||
+        { tail -20 "$OUT/$name-setup.log" "$OUT/$name-build.log" 2>/dev/null; return 1; }
+}
+
 # in_turn ROUND A B: "A B" in odd rounds, "B A" in even ones, so that each side of an A/B runs first in
 # every other round (the side run first led by a median 1.061 against 0.997 on the development VM)
 in_turn() {
@@ -326,11 +337,7 @@ for stage in "${stages[@]}"; do
             src=. stamp=${MP_BUILD_COMMIT:-}
             # the base is stamped as what it is, not as this tree (build() exports this tree's stamp)
             [ "$side" = base ] && src=$base_src stamp=${AB_REV:+base-$AB_REV}
-            rm -rf "/tmp/mp-ab-$side-build"
-            { meson setup "/tmp/mp-ab-$side-build" "$src" -Dcuda=disabled >"$OUT/cpu-ab-setup-$side.log" 2>&1 &&
-                env -u MP_BUILD_COMMIT ${stamp:+MP_BUILD_COMMIT=$stamp} ninja -C "/tmp/mp-ab-$side-build" cli/moeplan \
-                    >"$OUT/cpu-ab-build-$side.log" 2>&1; } ||
-                { tail -20 "$OUT/cpu-ab-setup-$side.log" "$OUT/cpu-ab-build-$side.log" 2>/dev/null; built=0; }
+            build_cpu "/tmp/mp-ab-$side-build" "$src" "cpu-ab-$side" "$stamp" || built=0
         done
         [ "$built" = 1 ] || { rc=1; pack; continue; }
         layers=${CPU_AB_LAYERS:-8}
@@ -364,9 +371,7 @@ PY
         ;;
     amx-rows-ab)
         # a build without CUDA: calibrate's CPU parts alone (the GPU's grid is not what this times)
-        { [ -f /tmp/mp-amx-build/build.ninja ] || meson setup /tmp/mp-amx-build . -Dcuda=disabled >"$OUT/amx-rows-setup.log" 2>&1; } &&
-            ninja -C /tmp/mp-amx-build cli/moeplan >"$OUT/amx-rows-build.log" 2>&1 ||
-            { tail -20 "$OUT/amx-rows-setup.log" "$OUT/amx-rows-build.log" 2>/dev/null; rc=1; continue; }
+        build_cpu /tmp/mp-amx-build . amx-rows "${MP_BUILD_COMMIT:-}" || { rc=1; continue; }
         bash bench/amx_rows_ab.sh /tmp/mp-amx-build/cli/moeplan "$OUT/amx-rows-ab" 2>&1 | tee "$OUT/amx-rows-ab.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
         ;;
@@ -785,7 +790,7 @@ PY
         done
         ;;
     *)
-        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, cpu-prefill-ab, amx-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run, cpu-routes)" >&2
+        echo "gpu.sh: unknown stage '$stage' (tests, hf-ref, bench-cpu, bench-gpu, bench-prefill, ncu-mma, ncu-decode, decode-ab, timeline, nsys-decode, bench-exec, decode-table, bench-ab, cpu-prefill-ab, amx-rows-ab, amx-ab, profile, cpu-part, cpu-stream, bench-pool, membw-pcie, host-register, bench-trace, bench-cupti, bench-analyze, bench-sim, calibrate, calibrate-tiny, accuracy-matrix, adaptive-ab, decode-check, demo, sim-accuracy, grid-vs-run, cpu-routes)" >&2
         exit 2
         ;;
     esac
