@@ -301,7 +301,7 @@ const char *mp_kernels_isa_warning(void);
 void mp_kernels_set_prefetch_bytes(int64_t bytes);
 int64_t mp_kernels_prefetch_bytes(void);
 /* The activation rows from which a type's AMX tile GEMM runs in mp_gemm_rows (below them, the avx512
- * level's multi-row dots), at the amx level. Each type's default is its crossover in quant_amx.c's
+ * level's multi-row dots), at the amx level. Each type's default is its crossover in dispatch.c's
  * table; a host's own may differ by several rows (two Intel hosts by 3-7 for the K-quants), so
  * `moeplan calibrate` times it on the runtime's expert call and programs set it from MP_AMX_ROWS
  * (base/knobs.h). mp_kernels_set_amx_rows: rows >= 1, or 0 for the table's; 0, or -1 (nothing set)

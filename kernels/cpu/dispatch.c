@@ -110,6 +110,62 @@ static const mp_type_ops *amx_ops(int type)
     return type >= 0 && type < AMX_TYPE_IDS && !g_amx_off[type] ? mp_type_ops_amx(type) : NULL;
 }
 
+/* Each tile GEMM from the fewest activation rows where it beat the avx512 level with the weights
+ * streaming from memory, as an expert's are in prefill (bench_kernels --gemm --mb 1024, one thread,
+ * 2048 columns; with the weights in cache the avx512 dots hold out longer), on both hosts measured
+ * (bench/NOTES-kernels.md, 2026-12-07): the larger of their crossovers, since a tile below its
+ * crossover ran at 0.53-0.8x avx512 where one at or above it runs even to 1.9x. A development VM's Xeon with
+ * AMX put every K-quant ahead from 5 rows (1.15-1.65x), IQ4_XS from 4, Q8_0 and Q5_0 from 3, Q4_0,
+ * IQ4_NL and MXFP4 from 2; the H100 machine's host (Emerald Rapids, 16 cores) put Q4_K ahead from 8
+ * (1.15-1.37x; 0.78-1.17x at 6), Q5_K even at 8 (0.97x) and 1.36x at 12, Q6_K even at 12
+ * (1.00-1.01x), 1.05-1.27x at 16 and 0.53-0.80x at 6-8, Q8_0 at 0.64-0.97x through 8 rows (its
+ * avx512 GEMM from 4 rows is the rival there), Q5_0 1.08x at 4 and 1.82x at 6, IQ4_XS 1.17x at 4,
+ * Q4_0 and IQ4_NL 1.24-1.44x at 2. The crossovers are the host's: this table is the safe side of the
+ * two measured, and `moeplan calibrate` times a host's own on the runtime's expert call (MP_AMX_ROWS,
+ * mp_kernels_set_amx_rows: simulator/calibrate_amx.c). */
+static const struct {
+    int type;
+    int rows;
+} k_amx_rows[] = {
+#if defined(__x86_64__) || defined(__i386__) /* quant_amx.c's types; other families have no tiles */
+    {MP_TYPE_Q4_K, 8}, {MP_TYPE_Q5_K, 8},   {MP_TYPE_Q6_K, 12},  {MP_TYPE_IQ4_XS, 4}, {MP_TYPE_Q8_0, 8},
+    {MP_TYPE_Q5_0, 4}, {MP_TYPE_Q4_0, 2},   {MP_TYPE_IQ4_NL, 2}, {MP_TYPE_MXFP4, 2},
+#endif
+    {-1, 0}};
+static int g_amx_rows[AMX_TYPE_IDS]; /* mp_kernels_set_amx_rows; 0: the table's */
+
+/* the table's rows of type, or -1 where it has no tile GEMM */
+static int amx_rows_default(int type)
+{
+    for (size_t i = 0; k_amx_rows[i].type >= 0; i++)
+        if (k_amx_rows[i].type == type)
+            return type < AMX_TYPE_IDS ? k_amx_rows[i].rows : -1;
+    return -1;
+}
+
+static int cpu_isa(void);
+
+int mp_kernels_amx_rows(int type, bool table_default)
+{
+    const int dflt = amx_rows_default(type);
+    if (dflt < 0)
+        return -1;
+    const int set = __atomic_load_n(&g_amx_rows[type], __ATOMIC_RELAXED);
+    return table_default || !set ? dflt : set;
+}
+
+int mp_kernels_set_amx_rows(int type, int rows)
+{
+    if (amx_rows_default(type) < 0 || rows < 0)
+        return -1;
+    __atomic_store_n(&g_amx_rows[type], rows, __ATOMIC_RELAXED);
+    /* quant_amx.c's code is AVX-512: entered only where the CPU has the amx level (its table,
+     * built on first use, reads the rows above) */
+    if (cpu_isa() == ISA_AMX)
+        mp_amx_set_rows(type, mp_kernels_amx_rows(type, false));
+    return 0;
+}
+
 /* The best level this CPU (and OS: __builtin_cpu_supports checks that the kernel saves the
  * registers) supports. */
 static int probe_cpu_isa(void)

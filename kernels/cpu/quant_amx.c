@@ -8,7 +8,7 @@
  * Linux granted the tile state (mp_amx_enable) and every tile GEMM passed its start check (and no
  * MP_ISA below amx capped the level). Its table is the
  * AVX-512 table of the type with `gemm` set: decode (one activation row) runs the AVX-512 dots,
- * prefill (mp_gemm_rows, from the table's gemm_min_rows activation rows: k_gemms below) runs these.
+ * prefill (mp_gemm_rows, from gemm_min_rows activation rows: dispatch.c's mp_kernels_amx_rows) runs these.
  *
  * One tile product: C (tokens x weight rows, int32) += A (tokens x K bytes, the activations' signed
  * quants, loaded straight from their rows) . B (K / 4 x 16 rows x 4 bytes: four consecutive quants
@@ -42,8 +42,7 @@
 #include "amx_emul.h"
 #define mp_type_ops_amx mp_type_ops_amx_emulated /* renames quant_impl.h's prototype too */
 #define mp_amx_enable mp_amx_enable_emulated
-#define mp_kernels_set_amx_rows mp_kernels_set_amx_rows_emulated
-#define mp_kernels_amx_rows mp_kernels_amx_rows_emulated
+#define mp_amx_set_rows mp_amx_set_rows_emulated
 #else
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -510,26 +509,14 @@ AMX_GEMM(gemm_iq4_xs, iq4_xs_prep, prep_iq4_xs, group_iq4_xs, 32, sizeof(mp_bloc
 
 /* ---- the table ---- */
 
-/* Each tile GEMM from the fewest activation rows where it beat the avx512 level with the weights
- * streaming from memory, as an expert's are in prefill (bench_kernels --gemm --mb 1024, one thread,
- * 2048 columns; with the weights in cache the avx512 dots hold out longer), on both hosts measured
- * (bench/NOTES-kernels.md, 2026-12-07): the larger of their crossovers, since a tile below its
- * crossover ran at 0.53-0.8x avx512 where one at or above it runs even to 1.9x. A development VM's Xeon with
- * AMX put every K-quant ahead from 5 rows (1.15-1.65x), IQ4_XS from 4, Q8_0 and Q5_0 from 3, Q4_0,
- * IQ4_NL and MXFP4 from 2; the H100 machine's host (Emerald Rapids, 16 cores) put Q4_K ahead from 8
- * (1.15-1.37x; 0.78-1.17x at 6), Q5_K even at 8 (0.97x) and 1.36x at 12, Q6_K even at 12
- * (1.00-1.01x), 1.05-1.27x at 16 and 0.53-0.80x at 6-8, Q8_0 at 0.64-0.97x through 8 rows (its
- * avx512 GEMM from 4 rows is the rival there), Q5_0 1.08x at 4 and 1.82x at 6, IQ4_XS 1.17x at 4,
- * Q4_0 and IQ4_NL 1.24-1.44x at 2. The crossovers are the host's: this table is the safe side of the
- * two measured, and `moeplan calibrate` times a host's own on the runtime's expert call (MP_AMX_ROWS,
- * mp_kernels_set_amx_rows: simulator/calibrate_amx.c). */
+/* The tile GEMM of each type; the rows from which each runs are dispatch.c's (mp_kernels_amx_rows:
+ * a plain unit, so that a host without AVX-512 can read and set them). */
 static const struct {
     int type;
     void (*gemm)(int64_t, const void *, size_t, int64_t, const void *, size_t, int64_t, float *, int64_t);
-    int min_rows;
-} k_gemms[] = {{MP_TYPE_Q4_K, gemm_q4_K, 8}, {MP_TYPE_Q5_K, gemm_q5_K, 8},   {MP_TYPE_Q6_K, gemm_q6_K, 12},
-               {MP_TYPE_IQ4_XS, gemm_iq4_xs, 4}, {MP_TYPE_Q8_0, gemm_q8_0, 8},   {MP_TYPE_Q5_0, gemm_q5_0, 4},
-               {MP_TYPE_Q4_0, gemm_q4_0, 2},     {MP_TYPE_IQ4_NL, gemm_iq4_nl, 2}, {MP_TYPE_MXFP4, gemm_mxfp4, 2}};
+} k_gemms[] = {{MP_TYPE_Q4_K, gemm_q4_K},   {MP_TYPE_Q5_K, gemm_q5_K},     {MP_TYPE_Q6_K, gemm_q6_K},
+               {MP_TYPE_IQ4_XS, gemm_iq4_xs}, {MP_TYPE_Q8_0, gemm_q8_0},   {MP_TYPE_Q5_0, gemm_q5_0},
+               {MP_TYPE_Q4_0, gemm_q4_0},     {MP_TYPE_IQ4_NL, gemm_iq4_nl}, {MP_TYPE_MXFP4, gemm_mxfp4}};
 #define N_GEMMS (sizeof k_gemms / sizeof k_gemms[0])
 
 static mp_type_ops g_amx_ops[N_GEMMS];
@@ -540,7 +527,7 @@ static void build_table(void)
     for (size_t i = 0; i < N_GEMMS; i++) {
         g_amx_ops[i] = *mp_type_ops_avx512(k_gemms[i].type);
         g_amx_ops[i].gemm = k_gemms[i].gemm;
-        g_amx_ops[i].gemm_min_rows = k_gemms[i].min_rows;
+        g_amx_ops[i].gemm_min_rows = mp_kernels_amx_rows(k_gemms[i].type, false);
     }
 }
 
@@ -553,23 +540,13 @@ static int gemm_index(int type)
     return -1;
 }
 
-int mp_kernels_set_amx_rows(int type, int rows)
-{
-    const int i = gemm_index(type);
-    if (i < 0 || rows < 0)
-        return -1;
-    pthread_once(&g_amx_once, build_table);
-    g_amx_ops[i].gemm_min_rows = rows ? rows : k_gemms[i].min_rows;
-    return 0;
-}
-
-int mp_kernels_amx_rows(int type, bool table_default)
+void mp_amx_set_rows(int type, int rows)
 {
     const int i = gemm_index(type);
     if (i < 0)
-        return -1;
+        return;
     pthread_once(&g_amx_once, build_table);
-    return table_default ? k_gemms[i].min_rows : g_amx_ops[i].gemm_min_rows;
+    g_amx_ops[i].gemm_min_rows = rows;
 }
 
 const mp_type_ops *mp_type_ops_amx(int type)

@@ -161,8 +161,12 @@ const mp_type_ops *mp_type_ops_avx2(int type);   /* quant_avx2.c: AVX2 + FMA + F
 void mp_quantize_row_q8_K_avx2(const float *src, void *dst, int64_t n);
 void mp_quantize_row_q8_0_avx2(const float *src, void *dst, int64_t n);
 const mp_type_ops *mp_type_ops_avx512(int type); /* quant_avx512.c: AVX-512 F/BW/VL + VNNI */
-/* quant_amx.c: the AVX-512 table of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K with the AMX tile GEMMs (gemm) */
+/* quant_amx.c: the AVX-512 table of the types with an AMX tile GEMM (gemm), from the rows of
+ * mp_kernels_amx_rows */
 const mp_type_ops *mp_type_ops_amx(int type);
+/* quant_amx.c: the activation rows from which type's tile GEMM runs (dispatch.c's mp_kernels_set_amx_rows
+ * calls it, on a CPU with the amx level only) */
+void mp_amx_set_rows(int type, int rows);
 /* quant_amx.c: asks Linux for the tile registers' state (arch_prctl); 0 when granted */
 int mp_amx_enable(void);
 /* gemm_check.c: ops->gemm against ops->vec_dot on one fixed problem of 17 weight rows, 17 activation

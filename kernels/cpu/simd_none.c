@@ -27,16 +27,9 @@ int mp_amx_enable(void)
     return -1;
 }
 
-int mp_kernels_set_amx_rows(int type, int rows)
+void mp_amx_set_rows(int type, int rows)
 {
     (void)type, (void)rows;
-    return -1;
-}
-
-int mp_kernels_amx_rows(int type, bool table_default)
-{
-    (void)type, (void)table_default;
-    return -1;
 }
 
 /* dispatch.c calls these only at the avx2 level and above, which such a CPU never reaches; the
