@@ -267,6 +267,12 @@ static int bench_gemm(const int *types, int n_types, long mb, long reps, const l
 static int bench_prefetch(const int *types, int n_types, long mb, long reps, const long *dist, int n_dist,
                           int64_t n_cols, const long *rows, int n_rows_list, const char *isa)
 {
+    for (int t = 0; isa && t < n_types; t++) /* refused before any output */
+        if (!mp_type_ops_isa(types[t], isa)) {
+            fprintf(stderr, "bench_kernels: error: --isa %s: this CPU has no such level for %s (its best: %s)\n", isa,
+                    mp_type_name(types[t]), mp_kernels_isa());
+            return 1;
+        }
     const int64_t before = mp_kernels_prefetch_bytes();
     long max_x = 1;
     for (int i = 0; i < n_rows_list; i++)
@@ -283,11 +289,6 @@ static int bench_prefetch(const int *types, int n_types, long mb, long reps, con
     for (int t = 0; t < n_types; t++) {
         const int type = types[t];
         const mp_type_ops *ops = isa ? mp_type_ops_isa(type, isa) : mp_type_ops_get(type);
-        if (!ops) {
-            fprintf(stderr, "bench_kernels: error: --isa %s: this CPU has no such level for %s\n", isa,
-                    mp_type_name(type));
-            return 1;
-        }
         bench_data d;
         if (bench_data_make(&d, type, mb, n_cols, max_x))
             return 1;

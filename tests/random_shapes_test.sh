@@ -52,6 +52,12 @@ else
     ! printf '%s\n' "$table" | grep -q 'the tiles' ||
         { echo "random_shapes: bench_kernels --gemm without the amx level printed a crossover line: $table" >&2; exit 1; }
 fi
+# --isa at a level this CPU lacks: refused in one line before any output; where it has the level, a table
+if [[ "$table" != *'dispatched isa amx'* ]]; then
+    refuse "--isa amx: this CPU has no such level for Q8_0 (its best: " "$K" --mb 1 --reps 1 --type Q8_0 --isa amx --prefetch 0
+    [ -z "$("$K" --mb 1 --reps 1 --type Q8_0 --isa amx --prefetch 0 2>/dev/null)" ] ||
+        { echo "random_shapes: bench_kernels --isa amx without the level printed a table's start" >&2; exit 1; }
+fi
 table=$("$K" --mb 1 --reps 1 --type Q8_0 --prefetch 2048,0,4096) ||
     { echo "random_shapes: bench_kernels --prefetch failed" >&2; exit 1; }
 printf '%s\n' "$table" | grep -qE '^Q8_0 +[0-9.]+ \(1\.00x\) +[0-9.]+ \([0-9.]+x\) +[0-9.]+ \([0-9.]+x\)$' ||
