@@ -552,6 +552,40 @@ Test(knobs, apply_sets_the_amx_rows)
     cr_assert_eq(strncmp(err.msg, "MP_AMX_ROWS=Q6_K:7,Q2_K:4: Q2_K has no AMX tile GEMM", 52), 0, "%s", err.msg);
 }
 
+/* MP_AMX_ROWS's doc line states the table's rows ("crossovers: Q4_K/Q5_K/Q8_0 8, Q6_K 12, ..."): each
+ * type it names at dispatch.c's rows, and every type with a tile GEMM named once */
+Test(knobs, amx_rows_doc_states_the_table)
+{
+    if (mp_kernels_amx_rows(mp_type_from_name("Q4_K"), true) < 0)
+        cr_skip_test("this build's CPU family has no AMX tile GEMMs: no table to compare");
+    const char *doc = mp_knob_find("MP_AMX_ROWS")->doc, *at = strstr(doc, "crossovers: ");
+    cr_assert_not_null(at, "%s", doc);
+    at += strlen("crossovers: ");
+    const char *end = strchr(at, ')');
+    cr_assert_not_null(end);
+    int named[64] = {0};
+    while (at < end) {
+        const char *sp = memchr(at, ' ', (size_t)(end - at)), *comma = memchr(at, ',', (size_t)(end - at));
+        cr_assert(sp && (!comma || sp < comma), "%.*s: expected TYPE[/TYPE...] N", (int)(end - at), at);
+        const int rows = atoi(sp + 1);
+        for (const char *t = at; t < sp;) {
+            const char *slash = memchr(t, '/', (size_t)(sp - t)), *te = slash ? slash : sp;
+            char name[16] = {0};
+            cr_assert_lt(te - t, (long)sizeof name);
+            memcpy(name, t, (size_t)(te - t));
+            const int type = mp_type_from_name(name);
+            cr_assert(type >= 0 && type < 64, "%s: not a type", name);
+            cr_assert_eq(mp_kernels_amx_rows(type, true), rows, "the doc gives %s %d rows, the table %d", name, rows,
+                         mp_kernels_amx_rows(type, true));
+            named[type]++;
+            t = te + (slash != NULL);
+        }
+        at = comma ? comma + 2 : end;
+    }
+    for (int i = 0, t; (t = mp_weight_type_at(i)) >= 0; i++)
+        cr_assert_eq(named[t], mp_kernels_amx_rows(t, true) > 0 ? 1 : 0, "%s named %d times", mp_type_name(t), named[t]);
+}
+
 /* The knob table is the only reader of the environment in the library and the programs (tests
  * read their own variables): a getenv call anywhere else would be a knob outside the table. */
 Test(knobs, no_other_library_code_reads_the_environment)
