@@ -7,7 +7,7 @@ build has none):
   - a copy of the binary alone in an empty folder (a machine without the module or the CUDA
     libraries, as far as moeplan can tell) imports a CSV trace, analyzes and simulates it, and
     refuses `run --executor gpu` and `collect --cupti` in one line each that says the GPU module is
-    not there, exit status 1;
+    not there (a build without CUDA: that it was built without), exit status 1;
   - with CUDA in the build: the module needs the CUDA libraries itself, exports one symbol
     (mp_gpu_module), and a copy of it whose build commit differs from the binary's is refused in
     one line ("belongs to another build"), not loaded.
@@ -71,8 +71,10 @@ def main():
         check(r.returncode == 0, f"simulate without the module: rc {r.returncode}: {r.stderr.strip()}")
         r = run([exe, "run", "-m", model, "-p", "hi", "-n", "2", "--executor", "gpu"])
         lines = r.stderr.strip().splitlines()
-        check(r.returncode == 1 and len(lines) == 1 and "GPU module" in lines[0],
-              f"run --executor gpu without the module: rc {r.returncode}, stderr {r.stderr!r}")
+        want = "GPU module" if module else "built without CUDA"  # a build without CUDA says so instead
+        check(r.returncode == 1 and len(lines) == 1 and want in lines[0],
+              f"run --executor gpu without the module: rc {r.returncode}, stderr {r.stderr!r}, expected one line "
+              f"with {want!r}")
         prompts = os.path.join(tmp, "p.jsonl")
         with open(prompts, "w") as f:
             f.write('"hi"\n')
