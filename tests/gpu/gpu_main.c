@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 
+#include "tests/criterion_run.h"
 #include "mp_config.h"
 #if MP_HAVE_CUDA && !defined(MP_NO_CUDA)
 #include "kernels/cuda/cuda_ops.h"
@@ -22,11 +23,6 @@ int main(int argc, char **argv)
         printf("SKIP: GPU tests not run: %s\n", why);
         return 77;
     }
-    struct criterion_test_set *tests = criterion_initialize();
-    int ok = 1;
-    if (criterion_handle_args(argc, argv, true))
-        ok = criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return ok ? 0 : 1;
+    return mp_criterion_run_all(argc, argv);
 #endif
 }

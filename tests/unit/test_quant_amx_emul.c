@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 
+#include "tests/criterion_run.h"
 #include "kernels/cpu/quant_impl.h" /* mp_gemm_self_check */
 #include "kernels/quant.h"
 #include "quant_check.h"
@@ -94,10 +95,5 @@ int main(int argc, char **argv)
                mp_kernels_isa());
         return 77;
     }
-    struct criterion_test_set *tests = criterion_initialize();
-    int ok = 1;
-    if (criterion_handle_args(argc, argv, true))
-        ok = criterion_run_all_tests(tests);
-    criterion_finalize(tests);
-    return ok ? 0 : 1;
+    return mp_criterion_run_all(argc, argv);
 }
