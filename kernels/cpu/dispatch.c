@@ -143,8 +143,6 @@ static int amx_rows_default(int type)
     return -1;
 }
 
-static int cpu_isa(void);
-
 int mp_kernels_amx_rows(int type, bool table_default)
 {
     const int dflt = amx_rows_default(type);
@@ -159,9 +157,10 @@ int mp_kernels_set_amx_rows(int type, int rows)
     if (amx_rows_default(type) < 0 || rows < 0)
         return -1;
     __atomic_store_n(&g_amx_rows[type], rows, __ATOMIC_RELAXED);
-    /* quant_amx.c's code is AVX-512: entered only where the CPU has the amx level (its table,
-     * built on first use, reads the rows above) */
-    if (cpu_isa() == ISA_AMX)
+    /* quant_amx.c's code is AVX-512: entered only where the probe found the amx level. Its table is
+     * built in that probe (amx_check_gemms) and reads the rows above, so before the probe there is
+     * nothing to update, and the knobs set at start cost no probe */
+    if (__atomic_load_n(&g_cpu_isa, __ATOMIC_ACQUIRE) == ISA_AMX)
         mp_amx_set_rows(type, mp_kernels_amx_rows(type, false));
     return 0;
 }
