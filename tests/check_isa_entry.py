@@ -19,16 +19,16 @@ import sys
 ALLOWED_SUFFIX = "cpu_dispatch.c.o"
 
 
-def nm(args, path):
-    out = subprocess.run(["nm", *args] + ([path] if path else []), capture_output=True, text=True)
+def nm(*args):
+    out = subprocess.run(["nm", *args], capture_output=True, text=True)
     if out.returncode != 0:
-        raise SystemExit(f"check_isa_entry: nm {' '.join(args)} {path}: {out.stderr.strip()}")
+        raise SystemExit(f"check_isa_entry: nm {' '.join(args[:4])}: {out.stderr.strip()}")
     return out.stdout
 
 
 def defined_globals(lib):
     names = set()
-    for line in nm(["-g", "--defined-only"], lib).splitlines():
+    for line in nm("-g", "--defined-only", lib).splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[1] in "TDRBV":
             names.add(parts[2])
@@ -39,7 +39,7 @@ def undefined(objs):
     """{object: its undefined symbols}, one nm for all of them (-A names each line's file)"""
     out = {o: set() for o in objs}
     for i in range(0, len(objs), 200):
-        for line in nm(["-u", "-A", *objs[i:i + 200]], "").splitlines():
+        for line in nm("-u", "-A", *objs[i:i + 200]).splitlines():
             path, _, rest = line.partition(": ")
             if rest.strip() and path in out:
                 out[path].add(rest.split()[-1])
