@@ -231,8 +231,8 @@ static void run_model(const mp_model *m, const mp_placement *pl, int64_t copy_mi
 }
 
 /* Per row of the first `rows`, max |a - ref| / max |ref|: the worst row must stay within tol and
- * the mean over rows within tol_mean (tol_mean = tol where one bound is enough). */
-static void compare_rows(const char *what, const mp_model *m, const run_out *a, const run_out *ref, int64_t rows,
+ * the mean over rows within tol_mean (tol_mean = tol where one bound is enough). Returns the mean. */
+static double compare_rows(const char *what, const mp_model *m, const run_out *a, const run_out *ref, int64_t rows,
                          double tol, double tol_mean)
 {
     const int64_t V = m->hp.n_vocab;
@@ -256,13 +256,14 @@ static void compare_rows(const char *what, const mp_model *m, const run_out *a, 
               "seed %llu: %s: logits differ by %.3g of the row's max |logit| at row %ld, %.3g on average "
               "(tolerances %.3g, %.3g on average)", (unsigned long long)g_seed, what, worst, (long)worst_row,
               mean, tol, tol_mean);
+    return mean;
 }
 
 /* compare_rows over a run's N_EVALS rows */
-static void compare2(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol,
-                     double tol_mean)
+static double compare2(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol,
+                       double tol_mean)
 {
-    compare_rows(what, m, a, ref, N_EVALS, tol, tol_mean);
+    return compare_rows(what, m, a, ref, N_EVALS, tol, tol_mean);
 }
 
 static void compare(const char *what, const mp_model *m, const run_out *a, const run_out *ref, double tol)
@@ -707,7 +708,11 @@ static void random_shape(mp_mkmodel_config *cfg, char *desc, size_t cap)
 /* Shapes no preset has, on both executors: for each, the GPU executor with every expert resident
  * against the CPU executor (3e-2 of the row's largest |logit| in the worst row, 2e-2 on average:
  * section 1's bound, which the Q2_K mix's shapes reach: worst 1.7e-2, mean 1.15e-2 on an H100),
- * and two hybrid runs against the all-GPU one (section 2's tolerances): the first layer's experts
+ * and two hybrid runs against the all-GPU one (section 2's tolerances, the mean's at least the CPU
+ * executor's own mean on the shape: a hybrid run does part of the CPU's arithmetic, and a top-1
+ * shape's one expert a layer carries it unaveraged: a Q2_K gpt-oss shape with Q5_1 experts at
+ * top-1, one of four layers on the CPU, differed by 5.4e-3 on average where the CPU executor did by
+ * 1.14e-2; H100, 2026-12-07): the first layer's experts
  * on the CPU with half of each decode step's cold routes far, and a third of the experts resident
  * by fill with prefill copies from 4 rows and every cold decode route far in halves. Each run's
  * routes are counted: every one served exactly once. The shapes come from the test's seed
@@ -738,7 +743,7 @@ Test(gpu_exec, random_shapes_match_cpu_and_gpu_only, .timeout = 600)
         run_model(m, &all, -1, fexp, &ref);
         char what[1024];
         snprintf(what, sizeof what, "%s: GPU vs CPU executor", desc);
-        compare2(what, m, &ref, &cpu, 3e-2, 2e-2);
+        const double cpu_mean = compare2(what, m, &ref, &cpu, 3e-2, 2e-2);
         cr_assert(ref.stats.routes_cpu == 0 && ref.stats.routes_gpu > 0, "seed %llu: %s: routes", (unsigned long long)g_seed,
                   what);
         const int K = (int)m->hp.n_expert_used;
@@ -759,7 +764,7 @@ Test(gpu_exec, random_shapes_match_cpu_and_gpu_only, .timeout = 600)
             g_far_split = 1;
             snprintf(what, sizeof what, "%s: hybrid %s (copies from %lld rows, far %d/%d) vs GPU-only", desc, pl.desc,
                      (long long)cases[c].copy_min_rows, cases[c].far, cases[c].split);
-            compare2(what, m, &h, &ref, fexp ? 1e-4 : 3e-2, fexp ? 2e-5 : 5e-3);
+            compare2(what, m, &h, &ref, fexp ? 1e-4 : 3e-2, fexp ? 2e-5 : fmax(5e-3, cpu_mean));
             cr_assert_eq(h.stats.routes_gpu + h.stats.routes_cpu + h.stats.routes_copied + h.stats.routes_far,
                          ref.stats.routes_gpu, "seed %llu: %s: every route is served exactly once",
                          (unsigned long long)g_seed, what);
