@@ -47,6 +47,29 @@ bool mp_read_first_line(const char *path, char *buf, size_t cap)
     return ok && buf[0];
 }
 
+bool mp_cpu_times(const char *stat_path, unsigned long long *steal, unsigned long long *total)
+{
+    FILE *f = fopen(stat_path ? stat_path : "/proc/stat", "r");
+    if (!f)
+        return false;
+    char line[512];
+    bool ok = false;
+    while (!ok && fgets(line, sizeof line, f)) {
+        unsigned long long v[8];
+        /* user nice system idle iowait irq softirq steal: the aggregate line (kernels since 2.6.11) */
+        if (strncmp(line, "cpu ", 4) || sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                                              &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+            continue;
+        *total = 0;
+        for (int i = 0; i < 8; i++)
+            *total += v[i];
+        *steal = v[7];
+        ok = true;
+    }
+    fclose(f);
+    return ok;
+}
+
 /* "32768K", "320M" or a byte count, as sysfs writes cache sizes; 0 when unreadable */
 static size_t sysfs_size(const char *path)
 {

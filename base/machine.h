@@ -14,6 +14,12 @@ void mp_cpu_model_name(char *out, size_t cap);
  * false when it cannot be read or the line is empty. */
 bool mp_read_first_line(const char *path, char *buf, size_t cap);
 
+/* The CPUs' time since boot from a /proc/stat (stat_path; NULL: the system's): *total the sum of
+ * the aggregate "cpu" line's user .. steal fields, *steal its steal field (what the hypervisor gave
+ * other guests while this one's CPUs wanted to run), in clock ticks; false when the file cannot be
+ * read or has no such line. Two readings' differences give the share stolen between them. */
+bool mp_cpu_times(const char *stat_path, unsigned long long *steal, unsigned long long *total);
+
 /* The last-level cache this process's CPUs read through, in bytes: the distinct instances of the
  * deepest data cache of the CPUs it may run on, summed (a host of several L3s, AMD's per CCD or a
  * second socket's, has them all; sysfs, mp_cpu_llc_bytes_of), or the C library's L3 (else L2) size

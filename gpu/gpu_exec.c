@@ -446,7 +446,8 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
 
 /* g->costs_machine: what differs between the machine the decode costs dc measured and this one
  * (gpu: this device's name), said once on stderr where far routes can run (the row and the report
- * say it anyway); nothing without costs. */
+ * say it anyway), and a grid measured on a noisy host (mp_cost_decode_spread); nothing without
+ * costs. */
 static void compare_costs_machine(mp_gpu *g, const mp_decode_costs *dc, const char *gpu)
 {
     if (!dc)
@@ -458,6 +459,10 @@ static void compare_costs_machine(mp_gpu *g, const mp_decode_costs *dc, const ch
         g->n_hybrid_layers > 0)
         fprintf(stderr, "moeplan: warning: --costs was calibrated on another machine (%s): the far routes it "
                 "decides may lose here; run `moeplan calibrate` on this machine\n", g->costs_machine);
+    if (dc->noisy_spread > 0 && g->n_hybrid_layers > 0)
+        fprintf(stderr, "moeplan: warning: --costs' decode grid spread %.0f %% of a layer's time on average while "
+                "it was measured (quiet hosts: under %.0f %%): the far routes it decides follow that noise; run "
+                "`moeplan calibrate` again on a quiet machine\n", 100 * dc->noisy_spread, 100 * MP_COST_GRID_NOISY);
 }
 
 /* (1) Every device allocation's size, before any is made, into g->mem by term (and

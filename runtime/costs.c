@@ -477,7 +477,7 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
             (st = get_num(c, p, sub, "spread_ns", 0, &pt->layer.spread_ns)) ||
             (st = get_num(c, p, sub, "cpu_ns", 0, &pt->cpu_ns)) || (st = get_num(c, p, sub, "gpu_ns", 0, &pt->gpu_ns)))
             return st;
-        /* optional: the passes the point took (older files lack it; only said, not costed) */
+        /* optional: the passes the point took (older files lack it; not costed: mp_cost_decode_spread) */
         if (cJSON_GetObjectItemCaseSensitive(p, "passes")) {
             if ((st = get_int(c, p, sub, "passes", 1, &x)))
                 return st;
@@ -485,6 +485,7 @@ static mp_status get_decode(ctx *c, const cJSON *root, mp_cost_decode *d)
                 join(key, sub, "passes");
                 return bad(c, key, "%.0f: expected at most 1000000", x);
             }
+            pt->passes = (int)x;
         }
         for (int j = 0; j < i; j++)
             if (d->points[j].cold == pt->cold && d->points[j].far == pt->far && d->points[j].far_on == pt->far_on)
@@ -740,6 +741,23 @@ mp_status mp_costs_load(const char *path, mp_costs *out, mp_error *err)
     mp_status st = mp_costs_parse(buf, len, path, out, err);
     free(buf);
     return st;
+}
+
+bool mp_cost_decode_spread(const mp_cost_decode *d, mp_cost_spread *out)
+{
+    double sum = 0;
+    *out = (mp_cost_spread){0};
+    for (int i = 0; i < d->n_points; i++) {
+        const mp_cost_decode_point *p = &d->points[i];
+        if (p->passes == 1 || !(p->layer.median_ns > 0))
+            continue;
+        const double rel = p->layer.spread_ns / p->layer.median_ns;
+        sum += rel;
+        out->max = rel > out->max ? rel : out->max;
+        out->n++;
+    }
+    out->mean = out->n ? sum / out->n : 0;
+    return out->mean > MP_COST_GRID_NOISY;
 }
 
 double mp_cost_curve_ns(const mp_cost_curve *c, double x)

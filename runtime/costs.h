@@ -64,6 +64,7 @@ typedef struct mp_cost_decode_point {
     mp_cost_stat layer;   /* the step's time per layer beyond its non-MoE share (what a layer adds) */
     double cpu_ns;        /* of which the CPU experts' time (mean) */
     double gpu_ns;        /* and the GPU's side from the routing handoff to its partial wait (mean) */
+    int passes;           /* the passes its median is of (0: the file does not say) */
 } mp_cost_decode_point;
 
 typedef struct mp_cost_decode {
@@ -90,6 +91,22 @@ typedef struct mp_cost_decode {
     mp_cost_stat hybrid_step;
     int64_t hybrid_step_layers;
 } mp_cost_decode;
+
+/* How steady a decode grid's measurements were: over its points of more than one pass (every point
+ * where the file does not give its passes), the mean and the largest of spread_ns / median_ns; n the
+ * points counted (0: none, mean and max 0). A grid is noisy where that mean exceeds
+ * MP_COST_GRID_NOISY: the 132 grids calibrated on quiet GPU machines under bench/results (2026-11-29
+ * to 2026-12-07) spread 0.6-11 % on average; gpt-oss-20b's, measured beside other work on an H100
+ * machine's cores (its bench rows' CPU experts then read 23-75 GB/s from one process to the next,
+ * 2026-12-07), spread 77 %, and its far-on points at 4 cold routes ran 707-1982 us in no order of
+ * their far units (1/3 of an expert far 1982, 5/3 707, 6/3 874). The decisions made from a noisy
+ * grid follow its noise, not the machine. */
+#define MP_COST_GRID_NOISY 0.2
+typedef struct mp_cost_spread {
+    int n;
+    double mean, max;
+} mp_cost_spread;
+bool mp_cost_decode_spread(const mp_cost_decode *d, mp_cost_spread *out); /* true: noisy */
 
 /* The machine a calibration measured: its CPU's model name, its online CPUs, its CUDA device's name. */
 typedef struct mp_costs_machine {

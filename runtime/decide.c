@@ -156,6 +156,8 @@ mp_status mp_decode_costs_from(const mp_costs *c, const char *name, const mp_dec
     out->admit_ns = c->tier_admit.median_ns >= 0 ? c->tier_admit.median_ns : NAN;
     out->machine = c->machine;
     out->knobs = c->knobs;
+    mp_cost_spread spread;
+    out->noisy_spread = mp_cost_decode_spread(&c->decode, &spread) ? spread.mean : 0;
     out->bus_bytes_per_ns = out->meas_bus_bytes_per_ns = mp_costs_bus_gbs(c);
     if (!d->n_points) /* a grid without points (the loader refuses such a file): no decode point, so
                        * callers charge every decode step by their own model */

@@ -79,6 +79,7 @@ typedef struct mp_decode_costs {
     double admit_ns;  /* the host's calls of one adaptive tier admission ($.tier_admit); NaN: not measured */
     mp_costs_machine machine; /* the machine the grid was measured on ("" / 0: not said) */
     mp_costs_knobs knobs;     /* the knobs it ran under (nothing set: not said) */
+    double noisy_spread;      /* the grid's mean repetition spread where noisy (mp_cost_decode_spread), else 0 */
 } mp_decode_costs;
 
 /* What a grid must have been measured for: the model's experts and the run's CPU threads. */

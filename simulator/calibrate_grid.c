@@ -449,6 +449,8 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     mp_session *s = NULL;
     mp_status st = MP_OK;
     const int64_t t_start = mp_now_ns();
+    unsigned long long steal0 = 0, total0 = 0, steal1 = 0, total1 = 0; /* the hypervisor's share meanwhile */
+    const bool stat0 = mp_cpu_times(NULL, &steal0, &total0);
     if (grid_session(m, o, resident, L, &src, &pl, &s, why))
         return mp_calib_missing(missing, "decode_layers", why, err);
     mp_gpu *g = mp_session_gpu(s);
@@ -620,10 +622,14 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
     }
     cJSON_AddItemToObject(grid, "points", pts);
     pts = NULL;
+    char stolen[96] = "";
+    if (stat0 && mp_cpu_times(NULL, &steal1, &total1) && total1 > total0 && steal1 >= steal0)
+        snprintf(stolen, sizeof stolen, "; the hypervisor took %.1f %% of the CPUs' time meanwhile (steal)",
+                 100.0 * (double)(steal1 - steal0) / (double)(total1 - total0));
     mp_calib_say(o, "calibrate: decode layer grid: %d points in %.1f s; repetition spread (p75 - p25) %.1f %% of the "
-                    "layer time on average, %.1f %% at most (the %d points of more than one pass)",
+                    "layer time on average, %.1f %% at most (the %d points of more than one pass)%s",
                  n_pts, (double)(mp_now_ns() - t_start) / 1e9, 100 * spread_sum / (n_spread ? n_spread : 1),
-                 100 * spread_max, n_spread);
+                 100 * spread_max, n_spread, stolen);
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(root, "host_bus");
     if (hb)
         mp_calib_say(o, "calibrate: host memory read by the cores and the bus at once: %.1f + %.1f = %.1f GB/s, the "

@@ -134,6 +134,19 @@ static void say_raised(const mp_costs *c)
                 r.n, r.n == 1 ? "" : "s", r.cold, r.far, r.from_ns / 1e3, r.to_ns / 1e3);
 }
 
+/* A decode grid that spread like a busy host's (mp_cost_decode_spread), in one line: its decisions
+ * follow that noise, so the user learns it here rather than from a plan that misses. */
+static void say_noisy(const mp_costs *c)
+{
+    mp_cost_spread sp;
+    if (mp_cost_decode_spread(&c->decode, &sp))
+        fprintf(stderr, "calibrate: warning: the decode grid's repetitions spread %.1f %% of a layer's time on "
+                "average, %.1f %% at most (quiet hosts: under %.0f %%): other work shared this machine's cores or "
+                "memory while it measured, and the far routes and plans these costs decide follow that noise; "
+                "calibrate again on a quiet machine\n",
+                100 * sp.mean, 100 * sp.max, 100 * MP_COST_GRID_NOISY);
+}
+
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
 {
     const char *model = NULL, *out = NULL, *threads = NULL, *rows = NULL, *reps = NULL, *far_units = NULL,
@@ -219,6 +232,7 @@ int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
         return 1;
     }
     say_raised(&check);
+    say_noisy(&check);
     mp_costs_free(&check);
     if (mp_output_check(out, "--out", force, &model_ref, 1, &err)) { /* changed while measuring */
         fprintf(stderr, "moeplan calibrate: error: %s\n", err.msg);

@@ -780,6 +780,11 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
                  "cold, %d far, %.1f us against %.1f; runtime/decide.h, mp_decode_costs_settle)", raised.n,
                  raised.n == 1 ? "" : "s", o->costs, raised.cold, raised.far, raised.from_ns / 1e3,
                  raised.to_ns / 1e3);
+    mp_cost_spread spread;
+    if (mp_cost_decode_spread(dg, &spread))
+        add_note(r, "%s's decode grid spread %.1f %% of a layer's time on average while it was measured (quiet "
+                 "hosts: under %.0f %%): the one-row steps it charges and the far routes it decides follow that "
+                 "noise (calibrate again on a quiet machine)", o->costs, 100 * spread.mean, 100 * MP_COST_GRID_NOISY);
     if (floored)
         add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
                  "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);

@@ -173,3 +173,25 @@ Test(cpus, the_last_level_cache_sums_its_instances_over_the_cpus)
     /* this host: what sysfs or the C library says, never less than one L2 */
     cr_assert_geq(mp_cpu_llc_bytes(), (size_t)64 << 10);
 }
+
+/* /proc/stat's aggregate line: the sum of user .. steal and the steal field; a file without it, or
+ * with too few fields, gives nothing. */
+Test(cpus, the_cpu_times_sum_the_aggregate_line_and_its_steal)
+{
+    put("stat", "cpu  100 2 30 4000 5 6 7 80 9 10\ncpu0 50 1 15 2000 2 3 3 40 0 0\nintr 1 2 3\n");
+    char path[512];
+    snprintf(path, sizeof path, "%s/stat", root);
+    unsigned long long steal = 0, total = 0;
+    cr_assert(mp_cpu_times(path, &steal, &total));
+    cr_assert_eq(total, 100 + 2 + 30 + 4000 + 5 + 6 + 7 + 80ull, "guest time is inside user already");
+    cr_assert_eq(steal, 80);
+    put("stat", "cpu0 50 1 15 2000 2 3 3 40\nintr 1\n");
+    cr_assert_not(mp_cpu_times(path, &steal, &total), "no aggregate line");
+    put("stat", "cpu  100 2 30 4000\n");
+    cr_assert_not(mp_cpu_times(path, &steal, &total), "a kernel without steal");
+    snprintf(path, sizeof path, "%s/none", root);
+    cr_assert_not(mp_cpu_times(path, &steal, &total));
+    unsigned long long s0, t0;
+    if (mp_cpu_times(NULL, &s0, &t0)) /* this system's, where it has one: steal within the total */
+        cr_assert_leq(s0, t0);
+}

@@ -610,7 +610,7 @@ Test(decide, layer_routes_from_a_row_and_a_mask)
  * differs and the command that fixes it. */
 Test(decide, grid_of_another_model_or_run_is_refused)
 {
-    static mp_cost_decode_point pts[2] = {{0, 0, false, {1000, 10}, 0, 800}, {1, 1, true, {2000, 10}, 0, 1900}};
+    static mp_cost_decode_point pts[2] = {{0, 0, false, {1000, 10}, 0, 800, 0}, {1, 1, true, {2000, 10}, 0, 1900, 0}};
     static double xs[2] = {4096, 1048576};
     static mp_cost_stat ys[2] = {{4000, 0}, {24000, 0}};
     mp_costs c;
@@ -679,10 +679,10 @@ static mp_costs bus_grid(double host_gbs, double bus_gbs)
     const double B = 3e6;
     int n = 0;
     for (int c = 0; c <= 4; c++) {
-        host_pts[n++] = (mp_cost_decode_point){c, 0, false, {20000 + c * B / host_gbs, 0}, c * B / host_gbs, 5000};
+        host_pts[n++] = (mp_cost_decode_point){c, 0, false, {20000 + c * B / host_gbs, 0}, c * B / host_gbs, 5000, 0};
         for (int f = 0; f <= c; f++) {
             const double cpu = (c - f) * B / host_gbs, gpu = 10000 + f * B / bus_gbs;
-            host_pts[n++] = (mp_cost_decode_point){c, f, true, {20000 + (cpu > gpu ? cpu : gpu), 0}, cpu, gpu};
+            host_pts[n++] = (mp_cost_decode_point){c, f, true, {20000 + (cpu > gpu ? cpu : gpu), 0}, cpu, gpu, 0};
         }
     }
     mp_costs c;
@@ -834,7 +834,7 @@ Test(decide, floor_readers_follow_the_host_and_the_link)
  * the rest as it came (-30 us x 4) would give 45: less than measured on a slower host. */
 Test(decide, a_point_whose_sides_outlast_it_never_shrinks_on_a_slower_host)
 {
-    static mp_cost_decode_point pts[2] = {{0, 0, false, {20000, 0}, 0, 5000}, {1, 0, false, {80000, 0}, 110000, 72000}};
+    static mp_cost_decode_point pts[2] = {{0, 0, false, {20000, 0}, 0, 5000, 0}, {1, 0, false, {80000, 0}, 110000, 72000, 0}};
     mp_costs c;
     memset(&c, 0, sizeof c);
     c.decode = (mp_cost_decode){.n_points = 2, .points = pts, .quant = "Q4_K", .n_embd = 64, .n_ff = 32,

@@ -289,9 +289,9 @@ static void set_grid(uint32_t E, const double off[3], const double on[3][2])
 {
     int n = 0;
     for (int c = 0; c <= 2; c++) {
-        grid_pts[n++] = (mp_cost_decode_point){c, 0, false, {off[c], 0}, c * 100.0, 10};
+        grid_pts[n++] = (mp_cost_decode_point){c, 0, false, {off[c], 0}, c * 100.0, 10, 0};
         for (int f = 0; f <= (c < 1 ? c : 1); f++)
-            grid_pts[n++] = (mp_cost_decode_point){c, f, true, {on[c][f], 0}, (c - f) * 100.0, 10 + f * 60.0};
+            grid_pts[n++] = (mp_cost_decode_point){c, f, true, {on[c][f], 0}, (c - f) * 100.0, 10 + f * 60.0, 0};
     }
     costs.decode = (mp_cost_decode){.n_points = n, .points = grid_pts, .quant = "Q4_K", .n_embd = 4, .n_ff = 8,
                                      .n_expert = E, .top_k = 2, .far_max = 1, .threads = 8};
@@ -438,8 +438,8 @@ Test(sim, the_executors_cpu_price_is_the_planners_layer_by_layer)
     /* a grid of top_k = K cold routes (the anchor's point), far routes off and on */
     int n_pts = 0;
     for (uint32_t cold = 0; cold <= K; cold++) {
-        grid_pts[n_pts++] = (mp_cost_decode_point){(int)cold, 0, false, {35 + 100.0 * cold, 0}, cold * 110.0, 10};
-        grid_pts[n_pts++] = (mp_cost_decode_point){(int)cold, 0, true, {35 + 100.0 * cold, 0}, cold * 110.0, 10};
+        grid_pts[n_pts++] = (mp_cost_decode_point){(int)cold, 0, false, {35 + 100.0 * cold, 0}, cold * 110.0, 10, 0};
+        grid_pts[n_pts++] = (mp_cost_decode_point){(int)cold, 0, true, {35 + 100.0 * cold, 0}, cold * 110.0, 10, 0};
     }
     costs.decode = (mp_cost_decode){.n_points = n_pts, .points = grid_pts, .n_expert = E, .far_max = 1, .threads = 8};
     memcpy(costs.decode.quant, quant[0], sizeof costs.decode.quant);
@@ -472,9 +472,9 @@ static void set_split_grid(uint32_t E, const double off[3], const double on[3][5
 {
     int n = 0;
     for (int c = 0; c <= 2; c++) {
-        grid_pts[n++] = (mp_cost_decode_point){c, 0, false, {off[c], 0}, c * 100.0, 10};
+        grid_pts[n++] = (mp_cost_decode_point){c, 0, false, {off[c], 0}, c * 100.0, 10, 0};
         for (int u = 0; u <= 2 * c && u <= 2; u++)
-            grid_pts[n++] = (mp_cost_decode_point){c, u, true, {on[c][u], 0}, (c - u / 2.0) * 100.0, 10 + u * 30.0};
+            grid_pts[n++] = (mp_cost_decode_point){c, u, true, {on[c][u], 0}, (c - u / 2.0) * 100.0, 10 + u * 30.0, 0};
     }
     costs.decode = (mp_cost_decode){.n_points = n, .points = grid_pts, .quant = "Q4_K", .n_embd = 4, .n_ff = 8,
                                      .n_expert = E, .top_k = 2, .far_max = 2, .far_split = 2, .threads = 8};

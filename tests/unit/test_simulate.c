@@ -325,6 +325,29 @@ Test(simulate, notes_far_units_coarser_than_the_rule)
     cr_assert_null(strstr(out, "this build's rule in"), "%s", out);
 }
 
+/* A decode grid measured on a noisy host (mp_cost_decode_spread: its points' spread over their median
+ * above MP_COST_GRID_NOISY on average) is said in a note; the fixture's steady grid is not. */
+Test(simulate, notes_a_grid_measured_on_a_noisy_host)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    char args[2048];
+    const char *common = "--expert Q4_K --budget 3000000B --non-expert-bytes 1000000 --train-frac 1 --as-decode";
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' %s", costs_path(), common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "while it was measured"), "%s", out);
+    cJSON *root = fixture_costs();
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(cJSON_GetObjectItem(root, "decode_layers"), "points"))
+        cJSON_SetNumberValue(cJSON_GetObjectItem(p, "spread_ns"), 0.5 * cJSON_GetObjectItem(p, "median_ns")->valuedouble);
+    write_json(root, "costs-noisy.json");
+    snprintf(args, sizeof args, "simulate timed.db --costs costs-noisy.json %s", common);
+    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(strstr(out, "costs-noisy.json's decode grid spread 50.0 % of a layer's time on average while "
+                                   "it was measured (quiet hosts: under 20 %)"),
+                       "%s", out);
+}
+
 /* A cost file that says which CPU kernels calibrate ran: a note when this process dispatches another
  * level (its CPU experts would not run at the calibration's times), none when it does not say. */
 Test(simulate, notes_a_calibration_of_other_cpu_kernels)
