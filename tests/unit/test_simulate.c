@@ -302,15 +302,22 @@ Test(simulate, notes_what_the_host_probes_do_not_give)
  * the rule's units is not. */
 static void write_timed_trace(void);
 
+/* simulate of write_timed_trace's trace as decode with cost_file (a path, quoted), its output
+ * into out; it must succeed */
+static void simulate_timed(const char *cost_file, char *out, size_t cap)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "simulate timed.db --costs '%s' --expert Q4_K --budget 3000000B "
+             "--non-expert-bytes 1000000 --train-frac 1 --as-decode", cost_file);
+    cr_assert_eq(run_cli(args, out, cap), 0, "%s", out);
+}
+
 Test(simulate, notes_far_units_coarser_than_the_rule)
 {
     cr_assert_eq(mp_decide_far_split_of_grid(2, 768, "Q4_K"), 3);
     write_timed_trace();
     static char out[1 << 16];
-    char args[2048];
-    const char *common = "--expert Q4_K --budget 3000000B --non-expert-bytes 1000000 --train-frac 1 --as-decode";
-    snprintf(args, sizeof args, "simulate timed.db --costs '%s' %s", costs_path(), common);
-    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    simulate_timed(costs_path(), out, sizeof out);
     cr_assert_not_null(strstr(out, "note: far routes (the GPU reading cold experts over the bus"), "%s", out);
     cr_assert_not_null(strstr(out, "decode grid counts far work in 1/1 of an expert, this build's rule in 1/3 "
                                    "(runtime/decide.h, mp_decide_far_split)"),
@@ -319,8 +326,7 @@ Test(simulate, notes_far_units_coarser_than_the_rule)
     cJSON *root = fixture_costs();
     cJSON_AddNumberToObject(cJSON_GetObjectItem(root, "decode_layers"), "far_split", 3);
     write_json(root, "costs-thirds.json");
-    snprintf(args, sizeof args, "simulate timed.db --costs costs-thirds.json %s", common);
-    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    simulate_timed("costs-thirds.json", out, sizeof out);
     cr_assert_not_null(strstr(out, "note: far routes (the GPU reading cold experts over the bus"), "%s", out);
     cr_assert_null(strstr(out, "this build's rule in"), "%s", out);
 }
@@ -331,18 +337,14 @@ Test(simulate, notes_a_grid_measured_on_a_noisy_host)
 {
     write_timed_trace();
     static char out[1 << 16];
-    char args[2048];
-    const char *common = "--expert Q4_K --budget 3000000B --non-expert-bytes 1000000 --train-frac 1 --as-decode";
-    snprintf(args, sizeof args, "simulate timed.db --costs '%s' %s", costs_path(), common);
-    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    simulate_timed(costs_path(), out, sizeof out);
     cr_assert_null(strstr(out, "while it was measured"), "%s", out);
     cJSON *root = fixture_costs();
     const cJSON *p;
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(cJSON_GetObjectItem(root, "decode_layers"), "points"))
         cJSON_SetNumberValue(cJSON_GetObjectItem(p, "spread_ns"), 0.5 * cJSON_GetObjectItem(p, "median_ns")->valuedouble);
     write_json(root, "costs-noisy.json");
-    snprintf(args, sizeof args, "simulate timed.db --costs costs-noisy.json %s", common);
-    cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+    simulate_timed("costs-noisy.json", out, sizeof out);
     cr_assert_not_null(strstr(out, "costs-noisy.json's decode grid spread 50.0 % of a layer's time on average while "
                                    "it was measured (quiet hosts: under 20 %)"),
                        "%s", out);
