@@ -749,7 +749,7 @@ bool mp_cost_decode_spread(const mp_cost_decode *d, mp_cost_spread *out)
     *out = (mp_cost_spread){0};
     for (int i = 0; i < d->n_points; i++) {
         const mp_cost_decode_point *p = &d->points[i];
-        if (p->passes == 1 || !(p->layer.median_ns > 0))
+        if (p->passes == 1 || !(p->layer.median_ns >= MP_COST_GRID_STEADY_NS))
             continue;
         const double rel = p->layer.spread_ns / p->layer.median_ns;
         sum += rel;
@@ -757,7 +757,7 @@ bool mp_cost_decode_spread(const mp_cost_decode *d, mp_cost_spread *out)
         out->n++;
     }
     out->mean = out->n ? sum / out->n : 0;
-    return out->mean > MP_COST_GRID_NOISY;
+    return out->n >= MP_COST_GRID_STEADY_MIN && out->mean > MP_COST_GRID_NOISY;
 }
 
 double mp_cost_curve_ns(const mp_cost_curve *c, double x)

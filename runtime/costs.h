@@ -93,15 +93,22 @@ typedef struct mp_cost_decode {
 } mp_cost_decode;
 
 /* How steady a decode grid's measurements were: over its points of more than one pass (every point
- * where the file does not give its passes), the mean and the largest of spread_ns / median_ns; n the
- * points counted (0: none, mean and max 0). A grid is noisy where that mean exceeds
- * MP_COST_GRID_NOISY: the 132 grids calibrated on quiet GPU machines under bench/results (2026-11-29
- * to 2026-12-07) spread 0.6-11 % on average; gpt-oss-20b's, measured beside other work on an H100
- * machine's cores (its bench rows' CPU experts then read 23-75 GB/s from one process to the next,
- * 2026-12-07), spread 77 %, and its far-on points at 4 cold routes ran 707-1982 us in no order of
- * their far units (1/3 of an expert far 1982, 5/3 707, 6/3 874). The decisions made from a noisy
- * grid follow its noise, not the machine. */
+ * where the file does not give its passes) whose layer step takes at least MP_COST_GRID_STEADY_NS,
+ * the mean and the largest of spread_ns / median_ns; n the points counted (0: none, mean and max 0).
+ * A grid is noisy where at least MP_COST_GRID_STEADY_MIN points count and their mean exceeds
+ * MP_COST_GRID_NOISY. On quiet GPU machines the 90 grids with such points among the cost files under
+ * bench/results (2026-12-01 to 2026-12-07) spread 1.2-15.2 % on average by this rule. Five grids
+ * logged there whose steps take 12-124 us (the demo's tiny model, small shapes of the sweeps) spread
+ * 36-136 % over all their points, a few us of the host's scheduling being much of such a step: the
+ * floor leaves all but one point of each out, and a mean of fewer than MP_COST_GRID_STEADY_MIN says
+ * nothing. gpt-oss-20b's, measured beside other work on an H100 machine's cores (its bench rows' CPU
+ * experts then read 23-75 GB/s from one process to the next, 2026-12-07), spread 82 % over its 28
+ * points from 100 us, and its far-on points at 4 cold routes ran 707-1982 us in no order of their far
+ * units (1/3 of an expert far 1982, 5/3 707, 6/3 874). The decisions made from a noisy grid follow
+ * its noise, not the machine. */
 #define MP_COST_GRID_NOISY 0.2
+#define MP_COST_GRID_STEADY_NS 100e3
+#define MP_COST_GRID_STEADY_MIN 4
 typedef struct mp_cost_spread {
     int n;
     double mean, max;

@@ -100,29 +100,36 @@ Test(costs, reads_a_points_passes)
 }
 
 /* A grid's steadiness, its points' spread over their median: points of one pass (spread 0 by
- * construction) do not count, points whose passes the file does not give do; noisy above
- * MP_COST_GRID_NOISY on average, whatever the largest. */
+ * construction) and points of steps under MP_COST_GRID_STEADY_NS do not count, points whose passes
+ * the file does not give do; noisy above MP_COST_GRID_NOISY on average over at least
+ * MP_COST_GRID_STEADY_MIN points, whatever the largest. */
 Test(costs, a_grids_spread_counts_the_points_of_several_passes)
 {
-    mp_cost_decode_point pts[4] = {
-        {.cold = 0, .layer = {1000, 350}, .passes = 3},
-        {.cold = 1, .layer = {2000, 0}, .passes = 1},
-        {.cold = 2, .layer = {4000, 400}, .passes = 0},
-        {.cold = 3, .layer = {0, 0}, .passes = 5}, /* no median: nothing to compare */
+    cr_assert_eq(MP_COST_GRID_STEADY_MIN, 4, "the points below: four that count");
+    mp_cost_decode_point pts[7] = {
+        {.cold = 0, .layer = {100000, 45000}, .passes = 3},
+        {.cold = 1, .layer = {200000, 20000}, .passes = 0},
+        {.cold = 2, .layer = {400000, 80000}, .passes = 7},
+        {.cold = 3, .layer = {300000, 45000}, .passes = 2},
+        {.cold = 4, .layer = {2000000, 0}, .passes = 1},   /* one pass */
+        {.cold = 5, .layer = {99000, 99000}, .passes = 5}, /* a step under the floor: jitter */
+        {.cold = 6, .layer = {0, 0}, .passes = 5},         /* no median */
     };
-    mp_cost_decode d = {.n_points = 4, .points = pts};
+    mp_cost_decode d = {.n_points = 7, .points = pts};
     mp_cost_spread sp;
-    cr_assert(mp_cost_decode_spread(&d, &sp), "22.5 %% on average of 35 and 10: noisy");
-    cr_assert_eq(sp.n, 2);
+    cr_assert(mp_cost_decode_spread(&d, &sp), "22.5 %% on average of 45, 10, 20 and 15: noisy");
+    cr_assert_eq(sp.n, 4);
     cr_assert_float_eq(sp.mean, 0.225, 1e-12);
-    cr_assert_float_eq(sp.max, 0.35, 1e-12);
-    pts[0].layer.spread_ns = 250; /* 17.5 %% on average, 25 %% at most */
+    cr_assert_float_eq(sp.max, 0.45, 1e-12);
+    pts[0].layer.spread_ns = 25000; /* 17.5 %% on average */
     cr_assert_not(mp_cost_decode_spread(&d, &sp));
     cr_assert_float_eq(sp.mean, 0.175, 1e-12);
-    pts[0].passes = pts[2].passes = 1;
+    cr_assert_float_eq(sp.max, 0.25, 1e-12);
+    pts[0].layer.spread_ns = pts[1].layer.spread_ns = pts[2].layer.spread_ns = pts[3].layer.spread_ns = 200000;
+    pts[3].passes = 1; /* three points left, each of 50-200 %%: too few to say */
     cr_assert_not(mp_cost_decode_spread(&d, &sp));
-    cr_assert_eq(sp.n, 0);
-    cr_assert_eq(sp.mean, 0);
+    cr_assert_eq(sp.n, 3);
+    cr_assert_gt(sp.mean, MP_COST_GRID_NOISY);
     d.n_points = 0;
     cr_assert_not(mp_cost_decode_spread(&d, &sp), "no grid");
 }
