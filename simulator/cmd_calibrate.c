@@ -141,10 +141,10 @@ static void say_noisy(const mp_costs *c)
     mp_cost_spread sp;
     if (mp_cost_decode_spread(&c->decode, &sp))
         fprintf(stderr, "calibrate: warning: the decode grid's repetitions spread %.1f %% of a layer's time on "
-                "average, %.1f %% at most (quiet hosts: under %.0f %%): other work shared this machine's cores or "
-                "memory while it measured, and the far routes and plans these costs decide follow that noise; "
-                "calibrate again on a quiet machine\n",
-                100 * sp.mean, 100 * sp.max, 100 * MP_COST_GRID_NOISY);
+                "average, %.1f %% at most, over its %d points of %.0f us or more (quiet hosts: under %.0f %%): other "
+                "work shared this machine's cores or memory while it measured, and the far routes and plans these "
+                "costs decide follow that noise; calibrate again on a quiet machine\n",
+                100 * sp.mean, 100 * sp.max, sp.n, MP_COST_GRID_STEADY_NS / 1e3, 100 * MP_COST_GRID_NOISY);
 }
 
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)
