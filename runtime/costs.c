@@ -760,6 +760,24 @@ bool mp_cost_decode_spread(const mp_cost_decode *d, mp_cost_spread *out)
     return out->n >= MP_COST_GRID_STEADY_MIN && out->mean > MP_COST_GRID_NOISY;
 }
 
+bool mp_cost_cpu_curve_inverted(const mp_costs *c, mp_cost_inversion *out)
+{
+    *out = (mp_cost_inversion){0};
+    double worst = 0;
+    for (int e = 0; e < c->n_cpu_expert; e++) {
+        const mp_cost_curve *cv = &c->cpu_expert[e].concurrent;
+        for (int i = 0; i + 1 < cv->n_points; i++) {
+            const double lo = cv->y[i].median_ns, hi = cv->y[i + 1].median_ns;
+            const double ratio = hi > 0 ? lo / hi : (lo > 0 ? INFINITY : 0);
+            if (!out->entry || ratio > worst) {
+                worst = ratio;
+                *out = (mp_cost_inversion){&c->cpu_expert[e], cv->x[i], cv->x[i + 1], lo, hi};
+            }
+        }
+    }
+    return out->entry && worst > MP_COST_CURVE_INVERTED;
+}
+
 double mp_cost_curve_ns(const mp_cost_curve *c, double x)
 {
     if (x <= 0 || c->n_points < 1)

@@ -191,6 +191,24 @@ typedef struct mp_costs {
     mp_costs_knobs knobs; /* optional $.device.knobs: nothing set where the file does not say */
 } mp_costs;
 
+/* A CPU expert curve timed on a noisy host. One call of k + 1 experts does the work of k and one
+ * more, so no point of an entry's `concurrent` curve can take much longer than the next. Over every
+ * CPU entry of c, the largest ratio of a point's median to the next point's: the entry (*entry) and
+ * its points' experts (k_lo, k_hi) and medians. Noisy where the ratio exceeds MP_COST_CURVE_INVERTED.
+ * Among the cost files under bench/results (2026-12-01 to 2026-12-07: 137 distinct CPU curves of 2
+ * to 9 points) 133 curves' largest ratios were 0.43-1.16; four reached 2.0-6.0, each with a point far
+ * off its neighbours (gpt-oss-20b on a host other work shared, 2026-12-07: 2,388 us for one expert,
+ * 396 for two, 2,584 for three; qwen3-30b-a3b Q8_0, 2026-12-03: 123, 3,993, 1,658, 280 us for one to
+ * four), and such medians price every CPU expert of the decisions built on them (the fixed part of
+ * mp_decide_expert_table's line from the curve's first point to its last). */
+#define MP_COST_CURVE_INVERTED 1.5
+typedef struct mp_cost_inversion {
+    const mp_cost_expert *entry; /* NULL: c has no CPU curve of two points or more */
+    double k_lo, k_hi;           /* experts in the two calls */
+    double lo_ns, hi_ns;         /* their medians: lo_ns / hi_ns the ratio */
+} mp_cost_inversion;
+bool mp_cost_cpu_curve_inverted(const mp_costs *c, mp_cost_inversion *out); /* true: noisy */
+
 /* Bits of mp_costs.absent. An absent curve has n_points 0, an absent list n_gpu_expert 0. */
 #define MP_COST_ABSENT_GPU_EXPERT 1u
 #define MP_COST_ABSENT_H2D 2u

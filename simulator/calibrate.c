@@ -114,6 +114,37 @@ int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int st
     return k;
 }
 
+int mp_calib_curve(const mp_calib_opts *o, int n_pts, mp_calib_timing time_point, void *user, double *samples, int *n)
+{
+    const int stride = MP_CALIB_CURVE_SAMPLES * o->reps;
+    for (int i = 0; i < n_pts; i++)
+        n[i] = 0;
+    for (int pass = -mp_calib_warmups(o); pass < 0; pass++)
+        for (int i = 0; i < n_pts; i++)
+            time_point(user, i);
+    const int64_t t0 = mp_now_ns();
+    for (int pass = 0; pass < o->reps; pass++)
+        for (int i = 0; i < n_pts; i++)
+            samples[(size_t)i * stride + (size_t)n[i]++] = time_point(user, i);
+    const int64_t t_extra = mp_now_ns(), recorded_ns = t_extra - t0;
+    int idx[MP_CALIB_CURVE_POINTS_MAX];
+    bool more[MP_CALIB_CURVE_POINTS_MAX] = {false};
+    while (mp_now_ns() - t_extra < recorded_ns) {
+        const int n_noisy = mp_calib_noisy_points(samples, n, n_pts, stride, MP_CALIB_SPREAD_MAX, stride, idx);
+        if (!n_noisy)
+            break;
+        for (int j = 0; j < n_noisy; j++) {
+            const int i = idx[j];
+            samples[(size_t)i * stride + (size_t)n[i]++] = time_point(user, i);
+            more[i] = true;
+        }
+    }
+    int n_more = 0;
+    for (int i = 0; i < n_pts; i++)
+        n_more += more[i];
+    return n_more;
+}
+
 double mp_calib_median(double *ns, int n)
 {
     mp_calib_sort(ns, n);

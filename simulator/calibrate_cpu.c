@@ -111,16 +111,86 @@ static void run_expert(expert_bench *b, mp_pool *pool, const float *x, char *xq,
     mp_pool_run(pool, (D + b->chunk - 1) / b->chunk, down_task, b);
 }
 
+/* The `points` curve's timing of point i (mp_calib_curve): one expert over o->rows[i] rows, the next
+ * expert of the rotation over the kind's layers, so the weights come from memory. */
+typedef struct rows_run {
+    expert_bench b;
+    const mp_calib_opts *o;
+    mp_pool *pool;
+    const float *x;
+    char *xq, *hq;
+    int64_t *next;
+} rows_run;
+
+static double time_rows(void *user, int i)
+{
+    rows_run *r = user;
+    const int64_t E = r->b.m->hp.n_expert, next = (*r->next)++;
+    r->b.rows = r->o->rows[i];
+    r->b.layer = r->b.kind->layers[(next / E) % r->b.kind->n_layers];
+    r->b.expert = next % E;
+    const int64_t t0 = mp_now_ns();
+    run_expert(&r->b, r->pool, r->x, r->xq, r->hq);
+    return (double)(mp_now_ns() - t0);
+}
+
+/* a point's progress line's tail where it took more than --reps samples */
+static const char *more_note(int n)
+{
+    static char note[64];
+    snprintf(note, sizeof note, " (%d samples)", n);
+    return note;
+}
+
+static void say_more(const mp_calib_opts *o, int n_more, const char *curve)
+{
+    if (n_more)
+        mp_calib_say(o, "calibrate: %d point(s) of the %s curve spread more than %.0f %% of their median over %d "
+                        "repetitions and took more, interleaved, up to %d", n_more, curve, 100 * MP_CALIB_SPREAD_MAX,
+                     o->reps, MP_CALIB_CURVE_SAMPLES * o->reps);
+}
+
 /* The `concurrent` curve of a CPU entry: mp_moe_experts_cpu — the runtime's own function — over
- * one row routed to k distinct experts, for k in mp_calib_concurrent_ks.
- * Each repetition takes the next layer of the kind and, after each pass over the layers, the next
- * group of experts, so the weights come from memory. A decode step's CPU experts run as one such call: their threads' start and join, the
- * activation conversion and the combine are paid once, and the experts' weights stream together. */
+ * one row routed to k distinct experts, for k in mp_calib_concurrent_ks, the points timed in turn
+ * (mp_calib_curve). Each call takes the next layer of the kind and, after each pass over the layers,
+ * the next group of experts, so the weights come from memory. A decode step's CPU experts run as one
+ * such call: their threads' start and join, the activation conversion and the combine are paid
+ * once, and the experts' weights stream together. */
+typedef struct concurrent_run {
+    const mp_model *m;
+    const expert_kind *kind;
+    mp_pool *pool;
+    mp_moe_scratch *scratch;
+    const float *x;
+    float *out;
+    const int *ks;
+    int32_t *ids;
+    float *w;
+    uint64_t *resident;
+    int64_t *next;
+} concurrent_run;
+
+/* point i: the row's K routes on the rotation's next K experts (mp_calib_rotation); the last K - ks[i]
+ * are marked resident, as the hybrid runtime marks the GPU's, and skipped */
+static double time_concurrent(void *user, int i)
+{
+    concurrent_run *r = user;
+    const int64_t E = r->m->hp.n_expert, K = r->m->hp.n_expert_used;
+    const int64_t layer = r->kind->layers[mp_calib_rotation((*r->next)++, r->kind->n_layers, K, E, r->ids)];
+    memset(r->resident, 0, (size_t)((E + 63) / 64) * sizeof *r->resident);
+    for (int64_t j = r->ks[i]; j < K; j++)
+        r->resident[r->ids[j] / 64] |= 1ull << (r->ids[j] % 64);
+    const int64_t t0 = mp_now_ns();
+    mp_moe_experts_cpu(r->m, layer, r->x, 1, r->ids, r->w, r->resident, NULL, NULL, r->out, r->pool, r->scratch);
+    return (double)(mp_now_ns() - t0);
+}
+
 static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const expert_kind *kind, mp_pool *pool,
-                                const float *x, float *out, double *ns, int64_t *next, cJSON *entry,
+                                const float *x, float *out, double *ns, int *n_ns, int64_t *next, cJSON *entry,
                                 const char *quant, mp_error *err)
 {
     const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used, words = (E + 63) / 64;
+    const int stride = MP_CALIB_CURVE_SAMPLES * o->reps;
     int ks[MP_CALIB_MAX_KS];
     const int n_ks = mp_calib_concurrent_ks(m, ks);
     mp_moe_scratch *scratch = mp_moe_scratch_new(&m->hp, 1, mp_pool_n_threads(pool), o->knobs);
@@ -133,31 +203,22 @@ static mp_status cpu_concurrent(const mp_model *m, const mp_calib_opts *o, const
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
         goto out;
     }
+    for (int64_t j = 0; j < K; j++)
+        w[j] = 1.0f / (float)K;
+    concurrent_run r = {m, kind, pool, scratch, x, out, ks, ids, w, resident, next};
+    const int n_more = mp_calib_curve(o, n_ks, time_concurrent, &r, ns, n_ns);
     for (int ki = 0; ki < n_ks; ki++) {
-        const int k = ks[ki];
-        for (int64_t j = 0; j < K; j++)
-            w[j] = 1.0f / (float)K;
-        for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, (*next)++) {
-            /* the row's K routes on the rotation's next K experts (mp_calib_rotation); the last
-             * K - k are marked resident, as the hybrid runtime marks the GPU's, and skipped */
-            const int64_t layer = kind->layers[mp_calib_rotation(*next, kind->n_layers, K, E, ids)];
-            memset(resident, 0, (size_t)words * sizeof *resident);
-            for (int64_t j = k; j < K; j++)
-                resident[ids[j] / 64] |= 1ull << (ids[j] % 64);
-            const int64_t t0 = mp_now_ns();
-            mp_moe_experts_cpu(m, layer, x, 1, ids, w, resident, NULL, NULL, out, pool, scratch);
-            if (rep >= 0)
-                ns[rep] = (double)(mp_now_ns() - t0);
-        }
-        cJSON *p = mp_calib_point("experts", k, ns, o->reps);
+        cJSON *p = mp_calib_point("experts", ks[ki], ns + (size_t)ki * stride, n_ns[ki]);
         if (!p) {
             st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
             goto out;
         }
         cJSON_AddItemToArray(points, p);
-        mp_calib_say(o, "calibrate: cpu experts %s threads %d, %d experts x 1 row in one call: median %.1f us", quant,
-                     mp_pool_n_threads(pool), k, cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+        mp_calib_say(o, "calibrate: cpu experts %s threads %d, %d experts x 1 row in one call: median %.1f us%s", quant,
+                     mp_pool_n_threads(pool), ks[ki], cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
+                     n_ns[ki] > o->reps ? more_note(n_ns[ki]) : "");
     }
+    say_more(o, n_more, "concurrent experts");
     cJSON_AddItemToObject(entry, "concurrent", points);
     points = NULL;
 out:
@@ -235,7 +296,9 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
     float *up = malloc((size_t)max_rows * (size_t)F * sizeof(float));               /* (max_rows, F) */
     char *hq = malloc((size_t)max_rows * mp_act_row_bytes_max(F));                  /* (max_rows, F act) */
     float *down = malloc((size_t)max_rows * (size_t)D * sizeof(float));             /* (max_rows, D) */
-    double *ns = malloc((size_t)o->reps * sizeof(double));
+    const int stride = MP_CALIB_CURVE_SAMPLES * o->reps;
+    double *ns = malloc((size_t)MP_CALIB_CURVE_POINTS_MAX * (size_t)stride * sizeof(double));
+    int n_ns[MP_CALIB_CURVE_POINTS_MAX];
     cJSON *rot = cJSON_CreateArray();
     mp_status st = MP_OK;
     if (!x || !xq || !gate || !up || !hq || !down || !ns || !rot) {
@@ -276,31 +339,25 @@ mp_status mp_calib_cpu_experts(const mp_model *m, const mp_calib_opts *o, cJSON 
             }
             cJSON_AddItemToObject(entry, "points", points);
             cJSON_AddItemToArray(arr, entry);
+            rows_run rr = {{m, kind, mp_type_ops_get(kind->gate_type), mp_type_ops_get(kind->up_type),
+                            mp_type_ops_get(kind->down_type), 0, 0, 0, 0, NULL, 0, gate, up, NULL, 0, down},
+                           o, pool, x, xq, hq, &next};
+            const int n_more = mp_calib_curve(o, o->n_rows, time_rows, &rr, ns, n_ns);
             for (int ri = 0; ri < o->n_rows; ri++) {
-                expert_bench b = {m, kind, mp_type_ops_get(kind->gate_type), mp_type_ops_get(kind->up_type),
-                                  mp_type_ops_get(kind->down_type), 0, 0, o->rows[ri], 0, NULL, 0,
-                                  gate, up, NULL, 0, down};
-                for (int rep = -mp_calib_warmups(o); rep < o->reps; rep++, next++) {
-                    b.layer = kind->layers[(next / E) % kind->n_layers];
-                    b.expert = next % E;
-                    const int64_t t0 = mp_now_ns();
-                    run_expert(&b, pool, x, xq, hq);
-                    if (rep >= 0)
-                        ns[rep] = (double)(mp_now_ns() - t0);
-                }
-                cJSON *p = mp_calib_point("rows", o->rows[ri], ns, o->reps);
+                cJSON *p = mp_calib_point("rows", o->rows[ri], ns + (size_t)ri * stride, n_ns[ri]);
                 if (!p) {
                     mp_pool_free(pool);
                     st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
                     goto out;
                 }
                 cJSON_AddItemToArray(points, p);
-                mp_calib_say(o, "calibrate: cpu expert %s %" PRId64 "x%" PRId64 " threads %d rows %d: median %.1f us",
-                             quant, D, F, t, o->rows[ri],
-                             cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0);
+                mp_calib_say(o, "calibrate: cpu expert %s %" PRId64 "x%" PRId64 " threads %d rows %d: median %.1f us%s",
+                             quant, D, F, t, o->rows[ri], cJSON_GetObjectItem(p, "median_ns")->valuedouble / 1000.0,
+                             n_ns[ri] > o->reps ? more_note(n_ns[ri]) : "");
             }
+            say_more(o, n_more, "rows");
             if (m->hp.n_expert_used >= 2 &&
-                (st = cpu_concurrent(m, o, kind, pool, x, down, ns, &next, entry, quant, err))) {
+                (st = cpu_concurrent(m, o, kind, pool, x, down, ns, n_ns, &next, entry, quant, err))) {
                 mp_pool_free(pool);
                 goto out;
             }

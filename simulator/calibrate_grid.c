@@ -152,12 +152,9 @@ static bool grid_non_moe_from(const cJSON *root, grid_non_moe *g)
  *    one pass in one interval; the passes still interleave the points, so that the host's drift
  *    spreads over all. */
 enum { GRID_WARM = 2, GRID_STEPS = MP_CALIB_CONTEXT_WINDOW, GRID_MIN_STEPS = 16, GRID_PASSES_MAX = 3 };
-/* Then a point whose passes spread (p75 - p25) more than GRID_SPREAD_MAX of their median takes more
- * passes, interleaved over such points only, up to GRID_SAMPLES_MAX samples, while the extra passes
- * have taken less time than the first ones did: olmoe (H200, 2026-12-02) had 12 of its 54 points
- * above 5 %, and its (8 cold, 2 far) point, at a spread of 14 % over 3 passes, put every
- * first-n-cpu row of the accuracy matrix 4-10 % above bench (bench/NOTES-simulator.md). */
-#define GRID_SPREAD_MAX 0.05
+/* Then a point whose passes spread more than MP_CALIB_SPREAD_MAX of their median takes more passes,
+ * interleaved over such points only, up to GRID_SAMPLES_MAX samples, while the extra passes have taken
+ * less time than the first ones did. */
 enum { GRID_SAMPLES_MAX = 8 };
 /* After the first pass, a point with far units GRID_CONTEND_MARGIN x slower than the best of its
  * cold count takes no more passes (mp_calib_grid_contenders): its one pass stands in the file. Such
@@ -557,17 +554,17 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
                              n_pts - n_in, n_pts, GRID_CONTEND_MARGIN, n_in);
         }
     }
-    /* more passes over the points that spread (GRID_SPREAD_MAX), while they take less time than the
+    /* more passes over the points that spread (MP_CALIB_SPREAD_MAX), while they take less time than the
      * first passes did */
     const int64_t t_extra = mp_now_ns(), first_ns = t_extra - t_start;
     for (int extra = 1; !why[0] && passes > 1 && mp_now_ns() - t_extra < first_ns; extra++) {
         /* (a point out of the running has one sample: no spread) */
-        const int n_noisy = mp_calib_noisy_points(layer, nsamp, n_pts, GRID_SAMPLES_MAX, GRID_SPREAD_MAX,
+        const int n_noisy = mp_calib_noisy_points(layer, nsamp, n_pts, GRID_SAMPLES_MAX, MP_CALIB_SPREAD_MAX,
                                                   GRID_SAMPLES_MAX, noisy);
         if (!n_noisy)
             break;
         mp_calib_say(o, "calibrate: decode layer grid: %d point(s) spread more than %.0f %% of their median: pass "
-                        "%d, over those points only", n_noisy, 100 * GRID_SPREAD_MAX, passes + extra);
+                        "%d, over those points only", n_noisy, 100 * MP_CALIB_SPREAD_MAX, passes + extra);
         for (int j = 0; j < n_noisy && !why[0]; j++) {
             const int i = noisy[j];
             double warm = 0;
@@ -662,7 +659,7 @@ mp_status mp_calib_decode_layers(const mp_model *m, const mp_calib_opts *o, cJSO
              "after a 1-token prompt (fewer, at least %d, once they have taken %.0f s); median_ns: their mean wall "
              "time minus the non-MoE curve at their keys, over n_layer; hybrid_step: the all-cold point on the "
              "first layer alone (mp_calib_hybrid_step_ns)",
-             GRID_CONTEND_MARGIN, 100 * GRID_SPREAD_MAX, GRID_SAMPLES_MAX, GRID_MIN_STEPS, GRID_RUN_NS / 1e9);
+             GRID_CONTEND_MARGIN, 100 * MP_CALIB_SPREAD_MAX, GRID_SAMPLES_MAX, GRID_MIN_STEPS, GRID_RUN_NS / 1e9);
     if (!cJSON_AddStringToObject(device, "decode_layers_path", path_text))
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
 out:

@@ -43,11 +43,27 @@ int mp_calib_noisy_points(const double *samples, const int *n, int n_pts, int st
  * slower than the grid measured them. Returns how many are kept. */
 int mp_calib_grid_contenders(const double *samples, const int *n, const int *cold, const int *far, int n_pts,
                              int stride, double margin, bool *keep);
+/* A point whose samples spread (p75 - p25) more than MP_CALIB_SPREAD_MAX of their median takes more
+ * samples, interleaved over such points only (the decode grid's passes, the CPU expert curves):
+ * olmoe's grid (H200 host, 2026-12-02) had 12 of its 54 points above 5 %, and its (8 cold, 2 far)
+ * point, at a spread of 14 % over 3 passes, put every first-n-cpu row of the accuracy matrix 4-10 %
+ * above bench (bench/NOTES-simulator.md). */
+#define MP_CALIB_SPREAD_MAX 0.05
+/* One timing of point i of a curve, in ns (mp_calib_curve). */
+typedef double (*mp_calib_timing)(void *user, int point);
+/* A curve's n_pts points (at most MP_CALIB_CURVE_POINTS_MAX) timed in turn, so that the host's drift spreads over all of them rather
+ * than landing on the points timed while it lasted: mp_calib_warmups passes unrecorded, o->reps
+ * passes recorded, then passes over the points that spread more than MP_CALIB_SPREAD_MAX
+ * (mp_calib_noisy_points), up to MP_CALIB_CURVE_SAMPLES x o->reps samples a point, while those
+ * passes have taken less time than the recorded ones did. Point i's n[i] samples go to samples + i x
+ * MP_CALIB_CURVE_SAMPLES x o->reps. Returns how many points took more than o->reps samples. */
+#define MP_CALIB_MAX_KS 32
+enum { MP_CALIB_CURVE_SAMPLES = 3, MP_CALIB_CURVE_POINTS_MAX = MP_CALIB_LIST_MAX > MP_CALIB_MAX_KS ? MP_CALIB_LIST_MAX : MP_CALIB_MAX_KS };
+int mp_calib_curve(const mp_calib_opts *o, int n_pts, mp_calib_timing time_point, void *user, double *samples, int *n);
 /* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
 /* The expert counts of the `concurrent` curves: 1, 2, .., min(top_k, 8), then doubling, and top_k
- * (at most MP_CALIB_MAX_KS); returns how many. */
-#define MP_CALIB_MAX_KS 32
+ * (at most MP_CALIB_MAX_KS, above); returns how many. */
 int mp_calib_concurrent_ks(const mp_model *m, int *ks);
 /* Step `next` of a rotation over n_layers layers and every expert of each: the layer (an index into
  * the caller's list of n_layers) and, in ids, the step's top_k distinct experts, top_k consecutive

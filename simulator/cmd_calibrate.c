@@ -134,8 +134,10 @@ static void say_raised(const mp_costs *c)
                 r.n, r.n == 1 ? "" : "s", r.cold, r.far, r.from_ns / 1e3, r.to_ns / 1e3);
 }
 
-/* A decode grid that spread like a busy host's (mp_cost_decode_spread), in one line: its decisions
- * follow that noise, so the user learns it here rather than from a plan that misses. */
+/* A decode grid that spread like a busy host's (mp_cost_decode_spread), and a CPU expert curve whose
+ * call of more experts took much less time than one of fewer (mp_cost_cpu_curve_inverted), each in
+ * one line: the decisions follow that noise, so the user learns it here rather than from a plan that
+ * misses. */
 static void say_noisy(const mp_costs *c)
 {
     mp_cost_spread sp;
@@ -145,6 +147,13 @@ static void say_noisy(const mp_costs *c)
                 "work shared this machine's cores or memory while it measured, and the far routes and plans these "
                 "costs decide follow that noise; calibrate again on a quiet machine\n",
                 100 * sp.mean, 100 * sp.max, sp.n, MP_COST_GRID_STEADY_NS / 1e3, 100 * MP_COST_GRID_NOISY);
+    mp_cost_inversion inv;
+    if (mp_cost_cpu_curve_inverted(c, &inv))
+        fprintf(stderr, "calibrate: warning: a CPU call of %g %s expert%s (%d threads) took %.1f us, one of %g took "
+                "%.1f: %.1fx for less work (quiet hosts: at most %.1fx): other work shared this machine's cores or "
+                "memory while it measured, and the CPU costs these decide follow that noise; calibrate again on a "
+                "quiet machine\n", inv.k_lo, inv.entry->quant, inv.k_lo == 1 ? "" : "s", inv.entry->threads,
+                inv.lo_ns / 1e3, inv.k_hi, inv.hi_ns / 1e3, inv.lo_ns / inv.hi_ns, MP_COST_CURVE_INVERTED);
 }
 
 int mp_cmd_calibrate(int argc, char **argv, const mp_knobs *knobs)

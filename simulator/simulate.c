@@ -785,6 +785,12 @@ static void make_notes(const mp_simulate_options *o, mp_simulate_result *r)
         add_note(r, "%s's decode grid spread %.1f %% of a layer's time on average while it was measured (quiet "
                  "hosts: under %.0f %%): the one-row steps it charges and the far routes it decides follow that "
                  "noise (calibrate again on a quiet machine)", o->costs, 100 * spread.mean, 100 * MP_COST_GRID_NOISY);
+    mp_cost_inversion inv;
+    if (mp_cost_cpu_curve_inverted(cfg->costs, &inv))
+        add_note(r, "in %s a CPU call of %g %s expert%s took %.1f us and one of %g %.1f (%.1fx for less work; quiet "
+                 "hosts: at most %.1fx): the CPU expert costs it charges follow the noise of a busy host (calibrate "
+                 "again on a quiet machine)", o->costs, inv.k_lo, inv.entry->quant, inv.k_lo == 1 ? "" : "s",
+                 inv.lo_ns / 1e3, inv.k_hi, inv.hi_ns / 1e3, inv.lo_ns / inv.hi_ns, MP_COST_CURVE_INVERTED);
     if (floored)
         add_note(r, "%llu layer steps were charged the floor of reading their cold experts from host memory (%s's "
                  "costs are below it: calibrate this model again)", (unsigned long long)floored, o->costs);

@@ -829,6 +829,52 @@ Test(calibrate, noisy_points_take_more_passes)
     cr_assert_eq(mp_calib_noisy_points(s, n, 4, 4, 0.11, 8, idx), 0);
 }
 
+/* A CPU curve's timings: point 0 alternates 100 and 150 us (20 % spread), point 1 holds 50 us; each
+ * call spins its time, so that the recorded passes take time for the extra ones to be weighed
+ * against; the order of the calls is kept. */
+typedef struct fake_curve {
+    int order[256], n_calls;
+} fake_curve;
+
+static double fake_timing(void *user, int i)
+{
+    fake_curve *f = user;
+    const double ns = i == 0 ? ((f->n_calls / 2) % 2 ? 150e3 : 100e3) : 50e3;
+    if (f->n_calls < 256)
+        f->order[f->n_calls] = i;
+    f->n_calls++;
+    const int64_t t0 = mp_now_ns();
+    while (mp_now_ns() - t0 < 2000) /* 2 us: the recorded passes' time */
+        ;
+    return ns;
+}
+
+/* mp_calib_curve: warm-up passes unrecorded, then the points in turn, one call each per pass (a burst
+ * of the host's noise spreads over all of them); then only the points that spread take more samples,
+ * at most MP_CALIB_CURVE_SAMPLES x reps, and the steady one keeps its reps. */
+Test(calibrate, curve_points_in_turn_and_more_for_those_that_spread)
+{
+    mp_calib_opts o;
+    mp_calib_defaults(&o, false);
+    o.reps = 5;
+    const int warm = mp_calib_warmups(&o), stride = MP_CALIB_CURVE_SAMPLES * o.reps;
+    double *samples = calloc((size_t)(2 * stride), sizeof *samples);
+    int n[2];
+    fake_curve f = {.n_calls = 0};
+    const int n_more = mp_calib_curve(&o, 2, fake_timing, &f, samples, n);
+    cr_assert_eq(n_more, 1, "point 0 spread, point 1 did not");
+    cr_assert_eq(n[1], o.reps);
+    cr_assert(n[0] > o.reps && n[0] <= stride, "%d samples", n[0]);
+    cr_assert_eq(f.n_calls, 2 * (warm + o.reps) + n[0] - o.reps);
+    for (int c = 0; c < 2 * (warm + o.reps); c++)
+        cr_assert_eq(f.order[c], c % 2, "call %d: point %d, expected the points in turn", c, f.order[c]);
+    for (int c = 2 * (warm + o.reps); c < f.n_calls && c < 256; c++)
+        cr_assert_eq(f.order[c], 0, "call %d: an extra sample of the steady point", c);
+    for (int j = 0; j < o.reps; j++)
+        cr_assert_float_eq(samples[stride + j], 50e3, 0);
+    free(samples);
+}
+
 /* After the decode grid's first pass, the points with far units slower than margin x the best of
  * their cold count (far on or off) take no more passes; the far-off points and those with no far
  * unit always do. Two cold counts, 2 slots a point; medians of what each point holds. */

@@ -134,6 +134,44 @@ Test(costs, a_grids_spread_counts_the_points_of_several_passes)
     cr_assert_not(mp_cost_decode_spread(&d, &sp), "no grid");
 }
 
+/* A CPU expert curve on a noisy host: a call of fewer experts took more than MP_COST_CURVE_INVERTED x
+ * one of more. The largest such ratio over every CPU entry is reported, with its entry and points;
+ * a curve rising as the work does is not noisy, nor a ratio at the limit itself. */
+Test(costs, a_cpu_curve_whose_fewer_experts_took_longer_is_noisy)
+{
+    double x1[4] = {1, 2, 3, 4}, x2[3] = {1, 2, 8};
+    mp_cost_stat quiet[4] = {{48e3, 1e3}, {71e3, 2e3}, {91e3, 2e3}, {118e3, 3e3}};
+    mp_cost_stat busy[3] = {{2388e3, 1400e3}, {396e3, 34e3}, {2584e3, 900e3}}; /* gpt-oss-20b, 2026-12-07 */
+    mp_cost_expert e[2] = {
+        {.quant = "Q4_K", .threads = 16, .concurrent = {4, x1, quiet}},
+        {.quant = "MXFP4", .threads = 8, .concurrent = {3, x2, busy}},
+    };
+    mp_costs c = {.cpu_expert = e, .n_cpu_expert = 2};
+    mp_cost_inversion inv;
+    cr_assert(mp_cost_cpu_curve_inverted(&c, &inv));
+    cr_assert_eq(inv.entry, &e[1]);
+    cr_assert_float_eq(inv.k_lo, 1, 0);
+    cr_assert_float_eq(inv.k_hi, 2, 0);
+    cr_assert_float_eq(inv.lo_ns, 2388e3, 0);
+    cr_assert_float_eq(inv.hi_ns, 396e3, 0);
+    c.n_cpu_expert = 1; /* the quiet curve alone: its largest ratio, 71 / 91 */
+    cr_assert_not(mp_cost_cpu_curve_inverted(&c, &inv));
+    cr_assert_eq(inv.entry, &e[0]);
+    cr_assert_float_eq(inv.lo_ns / inv.hi_ns, 71.0 / 91.0, 1e-12);
+    quiet[2].median_ns = MP_COST_CURVE_INVERTED * quiet[3].median_ns; /* at the limit: not past it */
+    cr_assert_not(mp_cost_cpu_curve_inverted(&c, &inv));
+    cr_assert_float_eq(inv.lo_ns / inv.hi_ns, MP_COST_CURVE_INVERTED, 1e-12);
+    quiet[2].median_ns *= 1.01;
+    cr_assert(mp_cost_cpu_curve_inverted(&c, &inv));
+    cr_assert_float_eq(inv.k_lo, 3, 0);
+    e[0].concurrent.n_points = 0; /* no curve of two points: nothing to say */
+    cr_assert_not(mp_cost_cpu_curve_inverted(&c, &inv));
+    cr_assert_null(inv.entry);
+    c.n_cpu_expert = 0;
+    cr_assert_not(mp_cost_cpu_curve_inverted(&c, &inv));
+    cr_assert_null(inv.entry);
+}
+
 Test(costs, loads_the_fixture)
 {
     size_t len;

@@ -350,6 +350,36 @@ Test(simulate, notes_a_grid_measured_on_a_noisy_host)
                        "%s", out);
 }
 
+/* A CPU expert curve whose call of fewer experts took much longer than one of more
+ * (mp_cost_cpu_curve_inverted) is said in a note; a curve rising with the experts is not. */
+Test(simulate, notes_a_cpu_curve_measured_on_a_noisy_host)
+{
+    write_timed_trace();
+    static char out[1 << 16];
+    const double medians[2][2] = {{300e3, 520e3}, {900e3, 300e3}};
+    const char *names[2] = {"costs-curve.json", "costs-curve-noisy.json"};
+    for (int v = 0; v < 2; v++) {
+        cJSON *root = fixture_costs();
+        cJSON *curve = cJSON_AddArrayToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "cpu_expert"), 0),
+                                              "concurrent");
+        for (int k = 0; k < 2; k++) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddNumberToObject(p, "experts", k + 1);
+            cJSON_AddNumberToObject(p, "median_ns", medians[v][k]);
+            cJSON_AddNumberToObject(p, "spread_ns", 1000);
+            cJSON_AddItemToArray(curve, p);
+        }
+        write_json(root, names[v]);
+        simulate_timed(names[v], out, sizeof out);
+        if (v == 0)
+            cr_assert_null(strstr(out, "for less work"), "%s", out);
+        else
+            cr_assert_not_null(strstr(out, "in costs-curve-noisy.json a CPU call of 1 Q4_K expert took 900.0 us and one "
+                                           "of 2 300.0 (3.0x for less work; quiet hosts: at most 1.5x)"),
+                               "%s", out);
+    }
+}
+
 /* A cost file that says which CPU kernels calibrate ran: a note when this process dispatches another
  * level (its CPU experts would not run at the calibration's times), none when it does not say. */
 Test(simulate, notes_a_calibration_of_other_cpu_kernels)
