@@ -51,14 +51,18 @@ int mp_calib_grid_contenders(const double *samples, const int *n, const int *col
 #define MP_CALIB_SPREAD_MAX 0.05
 /* One timing of point i of a curve, in ns (mp_calib_curve). */
 typedef double (*mp_calib_timing)(void *user, int point);
-/* A curve's n_pts points (at most MP_CALIB_CURVE_POINTS_MAX) timed in turn, so that the host's drift spreads over all of them rather
- * than landing on the points timed while it lasted: mp_calib_warmups passes unrecorded, o->reps
- * passes recorded, then passes over the points that spread more than MP_CALIB_SPREAD_MAX
- * (mp_calib_noisy_points), up to MP_CALIB_CURVE_SAMPLES x o->reps samples a point, while those
- * passes have taken less time than the recorded ones did. Point i's n[i] samples go to samples + i x
- * MP_CALIB_CURVE_SAMPLES x o->reps. Returns how many points took more than o->reps samples. */
+/* A curve's n_pts points (at most MP_CALIB_CURVE_POINTS_MAX) timed in turn, so that the host's drift
+ * spreads over all of them rather than landing on the points timed while it lasted: mp_calib_warmups
+ * passes unrecorded, o->reps passes recorded, then passes over the points that spread more than
+ * MP_CALIB_SPREAD_MAX (mp_calib_noisy_points), up to MP_CALIB_CURVE_SAMPLES x o->reps samples a
+ * point, while those passes have taken less time than the recorded ones did. Point i's n[i] samples
+ * go to samples + i x MP_CALIB_CURVE_SAMPLES x o->reps. Returns how many points took more than
+ * o->reps samples. */
 #define MP_CALIB_MAX_KS 32
-enum { MP_CALIB_CURVE_SAMPLES = 3, MP_CALIB_CURVE_POINTS_MAX = MP_CALIB_LIST_MAX > MP_CALIB_MAX_KS ? MP_CALIB_LIST_MAX : MP_CALIB_MAX_KS };
+enum {
+    MP_CALIB_CURVE_SAMPLES = 3,
+    MP_CALIB_CURVE_POINTS_MAX = MP_CALIB_LIST_MAX > MP_CALIB_MAX_KS ? MP_CALIB_LIST_MAX : MP_CALIB_MAX_KS
+};
 int mp_calib_curve(const mp_calib_opts *o, int n_pts, mp_calib_timing time_point, void *user, double *samples, int *n);
 /* {x_key: x, "median_ns", "spread_ns"} from n samples (sorted in place); NULL on out of memory. */
 cJSON *mp_calib_point(const char *x_key, double x, double *ns, int n);
