@@ -128,7 +128,6 @@ int mp_calib_curve(const mp_calib_opts *o, int n_pts, mp_calib_timing time_point
             samples[(size_t)i * stride + (size_t)n[i]++] = time_point(user, i);
     const int64_t t_extra = mp_now_ns(), recorded_ns = t_extra - t0;
     int idx[MP_CALIB_CURVE_POINTS_MAX];
-    bool more[MP_CALIB_CURVE_POINTS_MAX] = {false};
     while (mp_now_ns() - t_extra < recorded_ns) {
         const int n_noisy = mp_calib_noisy_points(samples, n, n_pts, stride, MP_CALIB_SPREAD_MAX, stride, idx);
         if (!n_noisy)
@@ -136,12 +135,11 @@ int mp_calib_curve(const mp_calib_opts *o, int n_pts, mp_calib_timing time_point
         for (int j = 0; j < n_noisy; j++) {
             const int i = idx[j];
             samples[(size_t)i * stride + (size_t)n[i]++] = time_point(user, i);
-            more[i] = true;
         }
     }
     int n_more = 0;
     for (int i = 0; i < n_pts; i++)
-        n_more += more[i];
+        n_more += n[i] > o->reps;
     return n_more;
 }
 
