@@ -275,6 +275,7 @@ void mp_gpu_exec_free(mp_gpu *g)
     free(g->far);
     free(g->far_split_r0);
     free(g->rt_cpu_ns);
+    free(g->rt_warm);
     if (g->ev_host)
         cudaEventDestroy(g->ev_host);
     if (g->ev_io)
@@ -424,6 +425,7 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
     g->ev_rt = calloc((size_t)(2 * hp->n_layer), sizeof *g->ev_rt);
     g->rt_pending = calloc((size_t)hp->n_layer, sizeof *g->rt_pending);
     g->rt_cpu_ns = calloc((size_t)hp->n_layer, sizeof *g->rt_cpu_ns);
+    g->rt_warm = calloc((size_t)hp->n_layer, sizeof *g->rt_warm);
     g->far = calloc((size_t)hp->n_layer, sizeof *g->far);
     g->far_split_r0 = calloc((size_t)hp->n_layer * (MP_GPU_MAX_TOP_K + 1), sizeof *g->far_split_r0);
     g->h_mask = calloc((size_t)pl->words_per_layer, sizeof *g->h_mask);
@@ -435,7 +437,7 @@ static mp_status alloc_host_tables(mp_gpu *g, const mp_placement *pl, mp_error *
     g->h_cold_order = calloc((size_t)hp->n_expert, sizeof *g->h_cold_order);
     g->h_cold_copy = calloc((size_t)hp->n_expert, sizeof *g->h_cold_copy);
     g->h_served = calloc((size_t)(hp->n_layer * g->s->n_batch * hp->n_expert_used), 1);
-    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->far || !g->far_split_r0 ||
+    if (!g->layers || !g->timing || !g->ev_moe || !g->ev_rt || !g->rt_pending || !g->rt_cpu_ns || !g->rt_warm || !g->far || !g->far_split_r0 ||
         !g->h_mask || !g->h_count || !g->h_copy_list || !g->h_served || !g->h_cold || !g->h_cold_rows ||
         !g->h_cold_cpu || !g->h_cold_order || !g->h_cold_copy)
         return mp_fail(err, MP_ERR_NOMEM, "GPU executor: out of memory");
@@ -822,6 +824,12 @@ void mp_gpu_exec_report(const mp_gpu *g, char *buf, size_t cap)
         snprintf(buf + len, cap - len, "; GPU gap %.1f us, round-trip overhead %.1f us per hybrid "
                  "layer step (%" PRId64 " measured)", (double)st->rt_gap_ns / 1e3 / (double)st->rt_measured,
                  (double)st->rt_overhead_ns / 1e3 / (double)st->rt_measured, st->rt_measured);
+    }
+    if (st->rt_warm) {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, ", %.1f %% of them warm (every route resident: %.1f us of GPU work, "
+                 "nothing to overlap)", 100.0 * (double)st->rt_warm / (double)st->rt_measured,
+                 (double)st->rt_warm_gpu_ns / 1e3 / (double)st->rt_warm);
     }
 }
 

@@ -439,6 +439,10 @@ static void collect_round_trips(mp_gpu *g, bool handoff)
             overhead = gap - ready;
             g->stats.rt_gpu_ns += gpu_side;
             g->stats.rt_gpu_later += gpu_side > g->rt_cpu_ns[il];
+            if (g->rt_warm[il]) {
+                g->stats.rt_warm++;
+                g->stats.rt_warm_gpu_ns += gpu_side;
+            }
         } else {
             float ms = 0;
             if (cudaEventElapsedTime(&ms, g->ev_rt[2 * il], g->ev_rt[2 * il + 1]) != cudaSuccess) {

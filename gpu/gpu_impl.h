@@ -154,6 +154,7 @@ struct mp_gpu {
     cudaEvent_t *ev_rt;     /* (2 n_layer) after the D2H / before the H2D of hybrid layers */
     bool *rt_pending;       /* (n_layer) ev_rt of this layer recorded in the current step */
     int64_t *rt_cpu_ns;     /* (n_layer) the CPU expert time of that step */
+    bool *rt_warm;          /* (n_layer) that step's routes were all on resident experts */
     bool measure;
     bool copied_this_step;  /* the current hybrid layer copied experts (d_proj holds GPU work) */
     bool pending_add;       /* d_x += d_proj is still to do (fused into the next norm) */

@@ -561,6 +561,7 @@ mp_status mp_gpu_moe_host(mp_gpu *g, int64_t il, int64_t n, mp_error *err)
     if (g->measure) {
         g->rt_pending[il] = true;
         g->rt_cpu_ns[il] = t->cpu_expert_ns;
+        g->rt_warm[il] = hits == n * K;
     }
     if (g->handoff) /* h_part is written: the GPU's wait kernel may read it */
         __atomic_store_n(&g->h_flags[hp->n_layer + il], 1, __ATOMIC_RELEASE);

@@ -69,7 +69,9 @@ mp_status mp_bench_host_bus(mp_gpu *g, size_t bytes, int threads, int reps, doub
                             mp_bench_two_readers *out, mp_error *err);
 
 /* The bound of a hybrid decode step, all per step in milliseconds:
- *   gpu  = the step's wall time minus the GPU's idle gaps at its hybrid layers (the GPU part);
+ *   gpu  = the step's wall time minus the gaps at its hybrid layers, plus the GPU's work inside the
+ *          gaps of warm layer steps (every route on a resident expert: no cold read to overlap)
+ *          (the GPU part; the resident experts of a step with cold routes overlap its cold reads);
  *   cpu  = the bytes of the CPU's experts / the host's read bandwidth (the CPU part at bandwidth);
  *   sync = hybrid layers x the round trip's overhead per layer (measured);
  *   bound = max(gpu, cpu) + sync: optimistic, since a layer's GPU and CPU work depend on each
@@ -81,9 +83,10 @@ mp_status mp_bench_host_bus(mp_gpu *g, size_t bytes, int threads, int reps, doub
  *   (runtime/decide.h mp_decide_hostbus_ns: together_gbs, the two readers measured at once, where
  *   > 0, else host + bus); 0 when neither the bus's rate nor the two readers' is known. */
 typedef struct mp_bench_bound {
-    double gpu_ms, cpu_ms, sync_ms, bound_ms, serial_ms, hostbus_ms;
+    double gpu_ms, warm_ms, cpu_ms, sync_ms, bound_ms, serial_ms, hostbus_ms; /* warm: of gpu, the warm steps' */
 } mp_bench_bound;
-void mp_bench_decode_bound(double step_ms, double gap_ms, double cpu_bytes, double host_gbs, double sync_ms,
-                           double cold_bytes, double bus_gbs, double together_gbs, mp_bench_bound *out);
+void mp_bench_decode_bound(double step_ms, double gap_ms, double warm_ms, double cpu_bytes, double host_gbs,
+                           double sync_ms, double cold_bytes, double bus_gbs, double together_gbs,
+                           mp_bench_bound *out);
 
 #endif

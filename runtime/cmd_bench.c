@@ -335,9 +335,9 @@ static double cpu_expert_gbs(const bench_ctx *c, const mp_gpu_stats *g)
 }
 
 /* The decode bound of a tg row with hybrid layers (runtime/bench.h); false when it has none or
- * nothing was measured. Per decode step: the GPU's idle gap and the round-trip overhead of its
- * hybrid layers (event-timed means over the measured layer steps), and the CPU's expert bytes
- * (its routes x the mean bytes of a host-resident expert). */
+ * nothing was measured. Per decode step: the gaps and the round-trip overhead of its hybrid layers
+ * (event-timed means over the measured layer steps), the GPU's work inside the warm ones' gaps, and
+ * the CPU's expert bytes (its routes x the mean bytes of a host-resident expert). */
 static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
 {
     const mp_gpu_stats *g = &r->gs;
@@ -347,13 +347,14 @@ static bool row_bound(const bench_ctx *c, const bench_row *r, mp_bench_bound *b)
         return false;
     const double layers = (double)g->hybrid_layers / (double)g->steps;
     const double gap_ms = layers * (double)g->rt_gap_ns / (double)g->rt_measured / 1e6;
+    const double warm_ms = layers * (double)g->rt_warm_gpu_ns / (double)g->rt_measured / 1e6;
     const double sync_ms = layers * (double)g->rt_overhead_ns / (double)g->rt_measured / 1e6;
     const double cpu_bytes = ((double)g->routes_cpu * bytes_per_route + (double)g->split_cpu_bytes) / (double)g->steps;
     /* every cold route's bytes (CPU, far, split), for the host+bus bound at the decode costs' bus */
     const double cold_bytes = (double)(g->routes_cpu + g->routes_far) * bytes_per_route / (double)g->steps;
     const double bus_gbs = c->pl->decode_costs ? c->pl->decode_costs->bus_bytes_per_ns : 0;
-    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, cpu_bytes, c->host_gbs, sync_ms, cold_bytes, bus_gbs,
-                          together_gbs(c), b);
+    mp_bench_decode_bound(1e3 / r->stats.median, gap_ms, warm_ms, cpu_bytes, c->host_gbs, sync_ms, cold_bytes,
+                          bus_gbs, together_gbs(c), b);
     return b->bound_ms > 0;
 }
 
@@ -572,6 +573,10 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
                                                          (double)r->gs.rt_measured : 0.0) &&
              add_num(o, "rt_gpu_later_pct", r->gs.rt_measured ? 100.0 * (double)r->gs.rt_gpu_later /
                                                                 (double)r->gs.rt_measured : 0.0) &&
+             add_num(o, "rt_warm_pct", r->gs.rt_measured ? 100.0 * (double)r->gs.rt_warm /
+                                                           (double)r->gs.rt_measured : 0.0) &&
+             add_num(o, "rt_warm_gpu_us", r->gs.rt_warm ? (double)r->gs.rt_warm_gpu_ns / 1e3 /
+                                                          (double)r->gs.rt_warm : 0.0) &&
              add_num(o, "cpu_expert_us", r->gs.hybrid_layers ? (double)r->gs.cpu_expert_ns / 1e3 /
                                                                (double)r->gs.hybrid_layers : 0.0) &&
              add_num(o, "cpu_expert_gbs", c->gpu ? cpu_expert_gbs(c, &r->gs) : 0.0) &&
@@ -596,6 +601,7 @@ static mp_status print_json(const bench_ctx *c, const bench_row *rows, int n_row
             ok = bo && add_num(bo, "host_read_gbs", c->host_gbs) &&
                  add_num(bo, "host_read_gbs_before", c->host_probe[0]) &&
                  add_num(bo, "host_read_gbs_after", c->host_probe[1]) && add_num(bo, "gpu_ms", b.gpu_ms) &&
+                 add_num(bo, "warm_gpu_ms", b.warm_ms) &&
                  add_num(bo, "cpu_ms", b.cpu_ms) && add_num(bo, "sync_ms", b.sync_ms) &&
                  add_num(bo, "bound_ms", b.bound_ms) && add_num(bo, "bound_tok_s", 1e3 / b.bound_ms) &&
                  add_num(bo, "share_of_bound", r->stats.median * b.bound_ms / 1e3) &&

@@ -74,6 +74,10 @@ typedef struct mp_gpu_stats {
      * poll (resident experts and far routes); 0 in enqueued steps */
     int64_t rt_gpu_ns;
     int64_t rt_gpu_later;      /* of those steps, the ones whose GPU side outlasted the CPU's time */
+    /* one graph: of those steps, the warm ones (every route on a resident expert: nothing for the
+     * CPU or the bus), and their GPU side, work that no cold read of the layer can overlap */
+    int64_t rt_warm;
+    int64_t rt_warm_gpu_ns;
     int64_t graphs_captured;   /* decode steps captured as CUDA graphs */
     int64_t graph_launch_ns;   /* host time inside cudaGraphLaunch, all steps */
     int64_t one_graph_steps;   /* decode steps with hybrid layers run as one graph (handoffs

@@ -2,7 +2,7 @@
 """tests/split_ab_table_test.py -- bench/split_ab_table.py on bench rows written here.
 
 One row (layers:2), two arms (split, and split@MP_PREFETCH_BYTES=2048), two rounds: each row's line
-has its tok/s and routes by path; the arms' knobs are said where they differ (the split arm ran at
+has its tok/s, routes by path and warm layer steps (a share and their GPU side, "-" without); the arms' knobs are said where they differ (the split arm ran at
 the cost file's 16384) and only those; the ratio table gives each round's split / 2048 and their
 median. A missing file is said in its line and leaves its round out of the ratios; without
 arguments the script says its usage. Exit 0 on success, 1 with the first mismatch."""
@@ -22,8 +22,11 @@ def fail(msg):
 
 
 def row(tok_s, prefetch):
-    return {"rows": [{"median_tok_s": tok_s, "routes_gpu": 30, "routes_cpu": 50, "routes_far": 20,
-                      "routes_split": 0, "knobs": {"MP_ISA": "best", "MP_PREFETCH_BYTES": prefetch}}]}
+    r = {"median_tok_s": tok_s, "routes_gpu": 30, "routes_cpu": 50, "routes_far": 20,
+         "routes_split": 0, "knobs": {"MP_ISA": "best", "MP_PREFETCH_BYTES": prefetch}}
+    if prefetch == 2048:  # warm layer steps: their share and their GPU side
+        r.update(rt_warm_pct=62.5, rt_warm_gpu_us=88.31)
+    return {"rows": [r]}
 
 
 def run(*args):
@@ -42,8 +45,8 @@ def main():
         if r.returncode != 0:
             fail(f"exit {r.returncode}: {r.stderr}")
         lines = r.stdout.splitlines()
-        want = ["| layers:2 | split | 1 | 100.00 | 30.0/50.0/20.0 (0.0) | - |",
-                "| layers:2 | split@MP_PREFETCH_BYTES=2048 | 2 | 100.00 | 30.0/50.0/20.0 (0.0) | - |",
+        want = ["| layers:2 | split | 1 | 100.00 | 30.0/50.0/20.0 (0.0) | - | - |",
+                "| layers:2 | split@MP_PREFETCH_BYTES=2048 | 2 | 100.00 | 30.0/50.0/20.0 (0.0) | - | 62.5 (88.3) |",
                 "split ran with MP_PREFETCH_BYTES=16384",
                 "split@MP_PREFETCH_BYTES=2048 ran with MP_PREFETCH_BYTES=2048",
                 "| layers:2 | 2.000, 1.100 | 1.550 |"]

@@ -81,6 +81,9 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     const double later = num_of(row, "rt_gpu_later_pct");
     cr_assert(later >= 0 && later <= 100, "rt_gpu_later_pct %g", later);
     cr_assert_geq(num_of(row, "rt_gap_us") + 1e-6, num_of(row, "rt_gpu_us"));
+    /* layers:2 keeps no expert of a hybrid layer on the GPU: no layer step is warm */
+    cr_assert_eq(num_of(row, "rt_warm_pct"), 0);
+    cr_assert_eq(num_of(row, "rt_warm_gpu_us"), 0);
     const double med = num_of(row, "median_tok_s");
     cr_assert_gt(med, 0.0);
 
@@ -110,8 +113,49 @@ Test(gpu_bench, hybrid_decode_row_has_a_consistent_bound_and_host_line)
     cr_assert_eq(num_of(b, "hostbus_gbs"), fmax(hb0, hb1));
     const double hostbus = num_of(b, "hostbus_bound_ms");
     cr_assert_gt(hostbus, num_of(b, "gpu_ms") + num_of(b, "sync_ms"), "the cold bytes take no time: %g ms", hostbus);
+    cr_assert_eq(num_of(b, "warm_gpu_ms"), 0);
     cr_assert_float_eq(num_of(b, "share_of_hostbus_bound"), med * hostbus / 1e3, 1e-9 * med * hostbus);
     cr_assert_not_null(strstr(err, "GB/s together"), "%s", err);
+    cJSON_Delete(root);
+    free(out);
+}
+
+/* Warm layer steps: with 12 of the tiny model's 16 experts resident in its first two layers (the
+ * others all resident), some decode layer steps find every one of their 4 routes resident and the
+ * others do not. The warm steps' GPU side (their resident experts, which no cold read overlaps)
+ * goes into the bound's GPU part: gpu_ms is the step less the gaps plus that work, per token, and
+ * the warm share is a percentage of the measured layer steps. */
+Test(gpu_bench, warm_layer_steps_count_in_the_bounds_gpu_part)
+{
+    char err[16384], cmd[1024], file[300];
+    snprintf(cmd, sizeof cmd, "mkmodel --preset tiny --quiet -o '%s/tiny.gguf'", tmpdir);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    snprintf(file, sizeof file, "%s/warm.txt", tmpdir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs("0: 0-11\n1: 0-11\n2: all\n3: all\n", f);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd,
+             "bench -m '%s/tiny.gguf' -p 64 -n 32 -r 2 -t 2 -o json --executor gpu --placement-file '%s'",
+             tmpdir, file);
+    cr_assert_eq(mp_test_moeplan(tmpdir, cmd, MP_TEST_STDERR, err, sizeof err), 0, "%s", err);
+    char *out = mp_test_stdout(tmpdir);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "stdout is not JSON: %s", out);
+    const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "rows"), 1);
+    cr_assert_not_null(row);
+    cr_assert_gt(num_of(row, "routes_cpu") + num_of(row, "routes_far"), 0.0, "no cold route ran");
+    const double warm = num_of(row, "rt_warm_pct"), warm_us = num_of(row, "rt_warm_gpu_us");
+    cr_assert(warm > 0 && warm < 100, "rt_warm_pct %g: expected warm and cold layer steps", warm);
+    cr_assert_gt(warm_us, 0.0, "a warm step's resident experts took no GPU time");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(row, "bound");
+    cr_assert(cJSON_IsObject(b), "a hybrid tg row without a bound");
+    const double layers = num_of(row, "hybrid_layer_steps") / num_of(row, "gpu_steps");
+    const double warm_ms = layers * warm / 100 * warm_us / 1e3, gap_ms = layers * num_of(row, "rt_gap_us") / 1e3;
+    cr_assert_float_eq(num_of(b, "warm_gpu_ms"), warm_ms, 1e-6 * warm_ms + 1e-9);
+    const double step_ms = 1e3 / num_of(row, "median_tok_s");
+    cr_assert_float_eq(num_of(b, "gpu_ms"), fmax(0, step_ms - gap_ms + warm_ms), 1e-6 * step_ms);
+    cr_assert_geq(num_of(b, "gpu_ms") + 1e-9, num_of(b, "warm_gpu_ms"));
     cJSON_Delete(root);
     free(out);
 }

@@ -140,6 +140,8 @@ Test(bench, json_rows_with_placement_and_budget)
         cr_assert_eq(num_of(row, "cpu_expert_us"), 0);
         cr_assert_eq(num_of(row, "rt_gpu_us"), 0);
         cr_assert_eq(num_of(row, "rt_gpu_later_pct"), 0);
+        cr_assert_eq(num_of(row, "rt_warm_pct"), 0);
+        cr_assert_eq(num_of(row, "rt_warm_gpu_us"), 0);
     }
     cr_assert_null(strstr(err, "host read bandwidth"), "%s", err);
     cr_assert_eq(num_of(cJSON_GetArrayItem(rows, 2), "n_prompt"), 1);
@@ -440,7 +442,7 @@ Test(bench, token_ids_are_valid_and_deterministic)
 Test(bench, decode_bound_by_hand)
 {
     mp_bench_bound b;
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 0, 0, 0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 0, 2e9, 100.0, 1.0, 0, 0, 0, &b);
     cr_assert_float_eq(b.gpu_ms, 6.0, 1e-12);
     cr_assert_float_eq(b.cpu_ms, 20.0, 1e-12);
     cr_assert_float_eq(b.sync_ms, 1.0, 1e-12);
@@ -448,23 +450,40 @@ Test(bench, decode_bound_by_hand)
     cr_assert_float_eq(b.serial_ms, 6.0 + 20.0 + 1.0, 1e-12); /* no overlap: every part */
     cr_assert_eq(b.hostbus_ms, 0, "the bus's rate unknown: no host+bus bound");
     /* the same step beside 1 GB of far routes, a 50 GB/s bus: 3 GB of cold bytes at 150 GB/s */
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, 0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 0, 2e9, 100.0, 1.0, 3e9, 50.0, 0, &b);
     cr_assert_float_eq(b.hostbus_ms, 6.0 + 20.0 + 1.0, 1e-12);
     cr_assert_float_eq(b.serial_ms, 27.0, 1e-12);
     /* the two readers measured at once drew 120 GB/s: 3 GB take 25 ms; the bus's rate alone is not
      * needed then */
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, 120.0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 0, 2e9, 100.0, 1.0, 3e9, 50.0, 120.0, &b);
     cr_assert_float_eq(b.hostbus_ms, 6.0 + 25.0 + 1.0, 1e-12);
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 0, 120.0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 0, 2e9, 100.0, 1.0, 3e9, 0, 120.0, &b);
     cr_assert_float_eq(b.hostbus_ms, 6.0 + 25.0 + 1.0, 1e-12);
     /* a together probe below the cores' own rate (a slow moment) never makes the floor slower than
      * the cores alone: 3 GB at 100 GB/s */
-    mp_bench_decode_bound(10.0, 4.0, 2e9, 100.0, 1.0, 3e9, 50.0, 80.0, &b);
+    mp_bench_decode_bound(10.0, 4.0, 0, 2e9, 100.0, 1.0, 3e9, 50.0, 80.0, &b);
     cr_assert_float_eq(b.hostbus_ms, 6.0 + 30.0 + 1.0, 1e-12);
-    mp_bench_decode_bound(10.0, 1.0, 1e8, 100.0, 0.5, 0, 0, 0, &b); /* cpu 1 ms < gpu 9 ms */
+    mp_bench_decode_bound(10.0, 1.0, 0, 1e8, 100.0, 0.5, 0, 0, 0, &b); /* cpu 1 ms < gpu 9 ms */
     cr_assert_float_eq(b.bound_ms, 9.5, 1e-12);
-    mp_bench_decode_bound(1.0, 2.0, 0, 0, 0, 0, 0, 0, &b); /* gaps over the step (noise): no negative part */
+    mp_bench_decode_bound(1.0, 2.0, 0, 0, 0, 0, 0, 0, 0, &b); /* gaps over the step (noise): no negative part */
     cr_assert_float_eq(b.gpu_ms, 0.0, 1e-12);
+    /* 1.5 ms of the 4 ms of gaps were the GPU's resident experts in warm layer steps (no cold route,
+     * nothing to overlap them): the GPU part holds them, and every bound with it */
+    mp_bench_decode_bound(10.0, 4.0, 1.5, 2e9, 100.0, 1.0, 3e9, 50.0, 120.0, &b);
+    cr_assert_float_eq(b.gpu_ms, 7.5, 1e-12);
+    cr_assert_float_eq(b.warm_ms, 1.5, 1e-12);
+    cr_assert_float_eq(b.bound_ms, 21.0, 1e-12); /* the CPU's 20 ms stays the longer */
+    cr_assert_float_eq(b.serial_ms, 7.5 + 20.0 + 1.0, 1e-12);
+    cr_assert_float_eq(b.hostbus_ms, 7.5 + 25.0 + 1.0, 1e-12);
+    mp_bench_decode_bound(10.0, 1.0, 0.5, 1e8, 100.0, 0.5, 0, 0, 0, &b); /* cpu 1 ms < gpu 9.5 ms */
+    cr_assert_float_eq(b.bound_ms, 10.0, 1e-12);
+    /* warm work is inside the gaps: never more of it than they hold (noise), never negative */
+    mp_bench_decode_bound(10.0, 4.0, 5.0, 0, 0, 0, 0, 0, 0, &b);
+    cr_assert_float_eq(b.gpu_ms, 10.0, 1e-12);
+    cr_assert_float_eq(b.warm_ms, 4.0, 1e-12);
+    mp_bench_decode_bound(10.0, 4.0, -1.0, 0, 0, 0, 0, 0, 0, &b);
+    cr_assert_float_eq(b.gpu_ms, 6.0, 1e-12);
+    cr_assert_float_eq(b.warm_ms, 0.0, 1e-12);
 }
 
 /* The host bandwidth probe returns a positive rate for a small buffer, also one smaller than a chunk
