@@ -315,9 +315,9 @@ void mp_bench_decode_bound(double step_ms, double gap_ms, double warm_ms, double
                            mp_bench_bound *out)
 {
     /* the warm steps' GPU work lies inside the gaps: at most all of them */
-    const double warm = warm_ms < 0 ? 0 : warm_ms > gap_ms ? (gap_ms > 0 ? gap_ms : 0) : warm_ms;
-    out->gpu_ms = step_ms - gap_ms + warm > 0 ? step_ms - gap_ms + warm : 0;
-    out->warm_ms = warm < out->gpu_ms ? warm : out->gpu_ms;
+    const double warm = fmin(fmax(warm_ms, 0), fmax(gap_ms, 0));
+    out->gpu_ms = fmax(step_ms - gap_ms + warm, 0);
+    out->warm_ms = fmin(warm, out->gpu_ms);
     out->cpu_ms = host_gbs > 0 ? cpu_bytes / (host_gbs * 1e9) * 1e3 : 0;
     out->sync_ms = sync_ms;
     out->bound_ms = (out->gpu_ms > out->cpu_ms ? out->gpu_ms : out->cpu_ms) + out->sync_ms;

@@ -65,14 +65,15 @@ static mp_status add_facts(const mp_calib_opts *o, const mp_model *m, cJSON *dev
     return MP_OK;
 }
 
-static const char notes_text[] =
+/* The cost file's notes; the curves' rule (%g %%, %dx) from calibrate_impl.h's constants. */
+static const char notes_fmt[] =
     "moeplan calibrate: every point is the median and p75-p25 spread of the recorded repetitions "
     "(device.reps) after unrecorded warm-ups. cpu_expert: one expert's gate+up+SwiGLU+down "
     "(activation quantization included) over `rows` routed rows with the runtime's kernels and "
     "task split, rotating over every expert of every layer of that kind so the weights come from "
     "memory, not the CPU caches (footprint in device.cpu_rotation_bytes); its points, and the CPU's "
     "concurrent points, timed in turn, one call each a pass, the points whose repetitions spread more "
-    "than 5 % taking more, up to 3x device.reps. combine: the weighted "
+    "than %g %% taking more, up to %dx device.reps. combine: the weighted "
     "sum of top_k expert outputs per row on the CPU. non_moe: a forward step of `rows` tokens "
     "(mp_session_eval, output head included) minus the time of its MoE blocks as the runtime's "
     "moe_timing hook reports it (router included in non_moe), measured with the GPU executor when a "
@@ -146,12 +147,14 @@ mp_status mp_calibrate(const mp_calib_opts *o, char **json_out, mp_error *err)
                      "segment (decode's rows time the weights' read, not the arithmetic), so run and bench keep "
                      "their measured rule for prefill copies; --rows up to %d or more prices them",
                      o->rows[o->n_rows - 1], MP_DECIDE_PREFILL_ROWS_MIN);
+    char notes[sizeof notes_fmt + 32];
+    snprintf(notes, sizeof notes, notes_fmt, 100 * MP_CALIB_SPREAD_MAX, (int)MP_CALIB_CURVE_SAMPLES);
     /* root owns every part; they are filled in place, in the file's order (the NULL checks of the
      * Add* helpers below cover a failed create: they add nothing and return NULL) */
     cJSON *root = cJSON_CreateObject(), *missing = cJSON_CreateArray();
     cJSON *device = NULL, *cpu = NULL, *combine = NULL, *non_moe = NULL;
     if (!root || !missing || !cJSON_AddStringToObject(root, "format", "moeplan-costs") ||
-        !cJSON_AddNumberToObject(root, "version", 1) || !cJSON_AddStringToObject(root, "notes", notes_text) ||
+        !cJSON_AddNumberToObject(root, "version", 1) || !cJSON_AddStringToObject(root, "notes", notes) ||
         !(device = cJSON_AddObjectToObject(root, "device")) || !(cpu = cJSON_AddArrayToObject(root, "cpu_expert")) ||
         !(combine = cJSON_AddArrayToObject(root, "combine")) || !(non_moe = cJSON_AddArrayToObject(root, "non_moe"))) {
         st = mp_fail(err, MP_ERR_NOMEM, "calibrate: out of memory");
