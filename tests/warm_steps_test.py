@@ -5,7 +5,8 @@ The tiny model (4 layers x 16 experts, top-4) decodes 8 tokens on the CPU into a
 expert resident every decode layer step is warm and every route on a resident expert; with none,
 no step is warm and every step has all 4 routes cold; with the first 8 of 16 resident, the shares
 sum to 100 % and match a count made here from the trace's route_choices view. A placement file
-without a line for a layer, and a trace that is not one, are refused with the file's name.
+without a line for a layer or with a malformed list (named by its line), and a trace that is not
+one, are refused with the file's name.
 Exit 0 on success, 1 with the first mismatch."""
 import collections
 import os
@@ -84,6 +85,9 @@ def main():
         r = run(trace, placement(d, "short.txt", ["all"] * 3))
         if r.returncode == 0 or "short.txt: no line for layer 3" not in r.stderr:
             fail(f"a missing layer: exit {r.returncode}: {r.stderr}")
+        r = run(trace, placement(d, "bad.txt", ["all", "all", "3-x", "all"]))
+        if r.returncode == 0 or "bad.txt:4: expected 'LAYER: all | none | ids and ranges A-B'" not in r.stderr:
+            fail(f"a malformed list: exit {r.returncode}: {r.stderr}")
         r = run(prompts, placement(d, "all.txt", ["all"] * 4))
         if r.returncode == 0 or "p.json" not in r.stderr:
             fail(f"not a trace: exit {r.returncode}: {r.stderr}")
