@@ -140,6 +140,106 @@ double mp_cgroup_cpu_quota(const char *self_cgroup, const char *root)
     return least;
 }
 
+/* The least CPU number in a sysfs CPU list ("0,16", "0-1", "8"); -1 when it holds none */
+static int least_of_list(const char *s)
+{
+    int least = -1;
+    while (*s) {
+        if (*s < '0' || *s > '9') {
+            s++;
+            continue;
+        }
+        char *end;
+        const long v = strtol(s, &end, 10);
+        if (v < MAX_CPUS * 64L && (least < 0 || v < least))
+            least = (int)v;
+        s = end;
+    }
+    return least;
+}
+
+/* The core of cpu: the least CPU of its core's list under sysfs (core_cpus_list, or
+ * thread_siblings_list on kernels before 5.7), which every hardware thread of the core shares; the
+ * CPU itself when neither can be read (a VM that lists no topology: each CPU its own core). */
+static int core_of(const char *sysfs, int cpu)
+{
+    static const char *const names[] = {"core_cpus_list", "thread_siblings_list"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[4200], line[4096];
+        if (snprintf(path, sizeof path, "%s/cpu%d/topology/%s", sysfs, cpu, names[i]) < (int)sizeof path &&
+            mp_read_first_line(path, line, sizeof line)) {
+            const int c = least_of_list(line);
+            if (c >= 0)
+                return c;
+        }
+    }
+    return cpu;
+}
+
+int mp_cpu_cores_of(const char *sysfs, const int *cpus, int n, int *order)
+{
+    if (n <= 0)
+        return 0;
+    int *core = malloc((size_t)n * sizeof *core);
+    bool *first = malloc((size_t)n * sizeof *first);
+    if (!core || !first) { /* each CPU its own core, in the order given */
+        free(core);
+        free(first);
+        memmove(order, cpus, (size_t)n * sizeof *order);
+        return n;
+    }
+    int cores = 0;
+    for (int i = 0; i < n; i++) {
+        core[i] = core_of(sysfs, cpus[i]);
+        first[i] = true;
+        for (int j = 0; j < i && first[i]; j++)
+            first[i] = core[j] != core[i];
+        cores += first[i];
+    }
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++)
+            if (first[i] == (pass == 0))
+                order[k++] = cpus[i];
+    free(core);
+    free(first);
+    return cores;
+}
+
+int mp_cpu_allowed(int *order, int cap, int *cores)
+{
+    *cores = 0;
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return 0;
+    int cpus[MAX_CPUS], n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < MAX_CPUS; c++)
+        if (CPU_ISSET(c, &set))
+            cpus[n++] = c;
+    int all[MAX_CPUS];
+    *cores = mp_cpu_cores_of("/sys/devices/system/cpu", cpus, n, all);
+    if (n > cap)
+        n = cap;
+    if (*cores > n)
+        *cores = n;
+    memcpy(order, all, (size_t)n * sizeof *order);
+    return n;
+#else
+    (void)order, (void)cap;
+    return 0;
+#endif
+}
+
+int mp_cpu_threads_default(void)
+{
+    const int usable = mp_cpu_usable();
+    int order[MAX_CPUS], cores = 0;
+    if (mp_cpu_allowed(order, MAX_CPUS, &cores) <= 0 || cores < 1)
+        return usable;
+    return cores < usable ? cores : usable;
+}
+
 int mp_cpu_usable(void)
 {
     int n = mp_cpu_count();

@@ -71,7 +71,7 @@ mp_status mp_executor_plan(const mp_model *m, mp_executor_kind kind, const mp_pl
             mp_placement_free(pl);
             return mp_fail(err, MP_ERR_NOMEM, "--costs: out of memory");
         }
-        const int threads = sp->n_threads > 0 ? sp->n_threads : mp_cpu_usable();
+        const int threads = sp->n_threads > 0 ? sp->n_threads : mp_cpu_threads_default();
         mp_costs c;
         if ((st = mp_costs_load(o->costs, &c, err))) {
             mp_placement_free(pl);

@@ -74,7 +74,7 @@ mp_status mp_session_new(const mp_model *m, const mp_session_params *p, mp_sessi
         return rst;
     int n_threads = p->n_threads;
     if (n_threads == 0)
-        n_threads = mp_cpu_usable();
+        n_threads = mp_cpu_threads_default();
     if (n_ctx > (int64_t)1 << 22 || n_threads > 1024 || n_batch > 65536)
         return mp_fail(err, MP_ERR_LIMIT, "session: n_ctx %" PRId64 " (max 4194304), n_batch %"
                        PRId64 " (max 65536) or n_threads %d (max 1024) too large",

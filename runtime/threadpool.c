@@ -72,6 +72,7 @@
 
 #include "base/clock.h"
 #include "base/knobs.h"
+#include "runtime/cpus.h"
 
 /* The spin before a worker sleeps, in ns, for pools made from now on (mp_pool_set_spin_us). */
 static _Atomic int64_t g_spin_ns = MP_KNOB_POOL_SPIN_US * 1000;
@@ -228,24 +229,6 @@ static void *worker_main(void *argp)
     }
 }
 
-/* The CPUs this process may run on, in order, into cpus (at most cap); their count, 0 when unknown. */
-static int allowed_cpus(int *cpus, int cap)
-{
-#ifdef __linux__
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return 0;
-    int n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
-        if (CPU_ISSET(c, &set))
-            cpus[n++] = c;
-    return n;
-#else
-    (void)cpus, (void)cap;
-    return 0;
-#endif
-}
-
 /* Pins thread t to one CPU; true when it took. */
 static bool pin_worker(pthread_t t, int cpu)
 {
@@ -300,8 +283,9 @@ mp_pool *mp_pool_new(int n_threads, bool pin_workers)
         free(p);
         return NULL;
     }
-    int cpus[1024];
-    const bool pin = pin_workers && allowed_cpus(cpus, 1024) >= n_threads;
+    /* one CPU a core first: n_threads up to the cores never share one */
+    int cpus[1024], cores;
+    const bool pin = pin_workers && mp_cpu_allowed(cpus, 1024, &cores) >= n_threads;
     for (int i = 0; i < n_threads - 1; i++) {
         p->args[i].pool = p;
         p->args[i].thread = i + 1;

@@ -227,7 +227,7 @@ void mp_calib_defaults(mp_calib_opts *o, bool quick)
 {
     memset(o, 0, sizeof *o);
     o->quick = quick;
-    const int ncpu = mp_cpu_usable();
+    const int ncpu = mp_cpu_threads_default();
     if (quick) {
         /* one and all threads: the two ends a placement chooses between */
         o->threads[o->n_threads++] = 1;

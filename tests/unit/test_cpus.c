@@ -1,7 +1,8 @@
 /* tests/unit/test_cpus.c — how many CPUs a process may use (runtime/cpus.c): the cgroup CPU quota
  * read from file trees laid out as the kernel's cgroup v2 and v1 file systems are (cpu.max;
  * cpu.cfs_quota_us and cpu.cfs_period_us), a parent's quota holding below it, and the affinity
- * mask capping the default thread count; and the last-level cache over the CPUs, read from a tree
+ * mask capping the default thread count, one thread a physical core read from a tree laid out as
+ * sysfs's CPU topology; and the last-level cache over the CPUs, read from a tree
  * laid out as sysfs's caches (base/machine.c). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_setaffinity, CPU_COUNT */
@@ -115,6 +116,81 @@ Test(cpus, the_affinity_mask_caps_the_usable_count)
     cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
     cr_assert_eq(pinned, 1, "one allowed CPU, %d usable", pinned);
     cr_assert_geq(mp_cpu_count(), 1);
+}
+
+/* cpuN/topology/NAME of a sysfs-like tree under root, holding list */
+static void sibling_list(int cpu, const char *name, const char *list)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "cpu%d/topology/%s", cpu, name);
+    put(rel, list);
+}
+
+static void assert_order(const int *got, const int *want, int n)
+{
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(got[i], want[i], "position %d: CPU %d, expected %d", i, got[i], want[i]);
+}
+
+/* The default thread count's cores (mp_cpu_cores_of): a CPU's core is the least CPU of its
+ * core_cpus_list (thread_siblings_list on older kernels), the CPU itself where neither is readable;
+ * the order puts one CPU of each core first, in CPU order, then the second threads, whether a
+ * machine numbers siblings next to each other (0-1) or a core count apart (0,4) */
+Test(cpus, the_cores_come_one_cpu_each_before_their_second_threads)
+{
+    for (int c = 0; c < 8; c++) { /* siblings next to each other */
+        char list[16];
+        snprintf(list, sizeof list, "%d-%d\n", c & ~1, c | 1);
+        sibling_list(c, "core_cpus_list", list);
+        snprintf(list, sizeof list, "%d,%d\n", c % 4, c % 4 + 4); /* ignored: core_cpus_list wins */
+        sibling_list(c, "thread_siblings_list", list);
+    }
+    const int all[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    int order[8];
+    cr_assert_eq(mp_cpu_cores_of(root, all, 8, order), 4);
+    assert_order(order, (const int[]){0, 2, 4, 6, 1, 3, 5, 7}, 8);
+    const int three[] = {0, 1, 2};
+    cr_assert_eq(mp_cpu_cores_of(root, three, 3, order), 2);
+    assert_order(order, (const int[]){0, 2, 1}, 3);
+    const int odd[] = {1, 3, 5};
+    cr_assert_eq(mp_cpu_cores_of(root, odd, 3, order), 3, "a core's second thread alone is its core");
+    assert_order(order, odd, 3);
+    /* an older kernel: thread_siblings_list only, siblings a core count apart */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/cpu*/topology/core_cpus_list", root);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(mp_cpu_cores_of(root, all, 8, order), 4);
+    assert_order(order, all, 8);
+    const int spread[] = {0, 4, 5, 6};
+    cr_assert_eq(mp_cpu_cores_of(root, spread, 4, order), 3);
+    assert_order(order, (const int[]){0, 5, 6, 4}, 4);
+    /* no topology (a CPU sysfs does not list, a list without a number): each CPU its own core */
+    sibling_list(2, "thread_siblings_list", "\n");
+    const int bare[] = {9, 2, 7};
+    cr_assert_eq(mp_cpu_cores_of(root, bare, 3, order), 3);
+    assert_order(order, bare, 3);
+    cr_assert_eq(mp_cpu_cores_of(root, all, 0, order), 0);
+}
+
+/* This process's default: one thread a core of its affinity mask, within the usable count; one
+ * allowed CPU, one thread */
+Test(cpus, the_default_threads_are_the_cores_of_the_affinity_mask)
+{
+    const int usable = mp_cpu_usable(), def = mp_cpu_threads_default();
+    int order[1024], cores = 0;
+    const int n = mp_cpu_allowed(order, 1024, &cores);
+    cr_assert(n >= 1 && cores >= 1 && cores <= n, "%d CPUs, %d cores", n, cores);
+    cr_assert_eq(def, cores < usable ? cores : usable, "default %d, %d cores, %d usable", def, cores, usable);
+    cpu_set_t all, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    for (int i = 0; i < n; i++)
+        cr_assert(CPU_ISSET(order[i], &all), "CPU %d is not in the mask", order[i]);
+    CPU_ZERO(&one);
+    CPU_SET(order[n - 1], &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    const int pinned = mp_cpu_threads_default();
+    cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    cr_assert_eq(pinned, 1);
 }
 
 /* cpuN/cache/indexI of a sysfs-like tree under root */
