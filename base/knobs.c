@@ -69,7 +69,8 @@ static const mp_knob_def k_knobs[] = {
          "crossover is the host's and its thread count's (an Emerald Rapids host's 16 threads kept Q4_K 8 and "
          "Q6_K 12; a Xeon VM's 2 threads chose Q4_K 4-6)"),
     SWITCH("MP_POOL_PIN", pool_pin, 0, COSTS,
-           "pins each worker thread of a session's pool to one CPU of the affinity set, when the set has enough CPUs "
+           "pins each worker thread of a session's pool to one CPU of the affinity set, one CPU of each physical "
+           "core before any core's second hardware thread, when the set has enough CPUs "
            "(on the H200 host: the same median decode speed, half the spread between processes, accuracy-matrix "
            "rows no closer to the prediction; keep 0 where another process shares the CPUs)"),
     NUMBER("MP_POOL_SPIN_US", pool_spin_us, 0, 1000000, MP_KNOB_POOL_SPIN_US, COSTS,
