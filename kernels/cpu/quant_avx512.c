@@ -8,7 +8,8 @@
  *
  * What AVX-512 buys over quant_avx2.c: 64-byte vectors for the float types and the K-quants (a
  * Q8_K activation chunk of 64 against 64 weights unpacked from a broadcast 32-byte load, a Q6_K
- * quarter block) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
+ * quarter block; Q4_K's one-row kernels unpack 64 bytes at a time against an activation permuted to
+ * match, which its GEMV does once a call) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
  * int32) applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x
  * s8, four products into an int32 lane) replaces maddubs + madd in the blocks of 32's dots and
  * maddubs in the K-quant ones (whose sums pack two chunks into one vpdpwssd). The blocks of 32 put
@@ -350,6 +351,11 @@ static const uint16_t k_q4_K_scale_idx[2][32] = {
 static const uint16_t k_q6_K_scale_idx[2][32] = {
     {R4(0), R4(4), R4(1), R4(5), R4(2), R4(6), R4(3), R4(7)},
     {R4(8), R4(12), R4(9), R4(13), R4(10), R4(14), R4(11), R4(15)}};
+/* Q4_K in the decode's lane order (q4_K_unpack_lanes): in 128-bit lane j of pair p's packed sums,
+ * words 0-3 belong to sub-block 4p + 2 (j >= 2), words 4-7 to the one after it */
+static const uint16_t k_q4_K_lane_scale_idx[2][32] = {
+    {R4(0), R4(1), R4(0), R4(1), R4(2), R4(3), R4(2), R4(3)},
+    {R4(4), R4(5), R4(4), R4(5), R4(6), R4(7), R4(6), R4(7)}};
 #undef R4
 
 static inline float q8_K_scale(const mp_block_q8_K *y)
@@ -400,14 +406,21 @@ static inline __m512i q5_K_chunk(const uint8_t *qs, const uint8_t *qh, int c)
  * into int16 words (packs, per 128-bit lane) and one vpdpwssd a chunk pair applies the scales its
  * words belong to (scale[p]: k_q4_K_scale_idx's or k_q6_K_scale_idx's spread of the block's
  * scales): two scale vectors per block instead of one per chunk. */
-static ALWAYS_INLINE __m512i packed_sums(const __m512i u[4], const __m512i scale[2], const mp_block_q8_K *y, __m512i sumi)
+static ALWAYS_INLINE __m512i packed_sums_v(const __m512i u[4], const __m512i scale[2], const __m512i v[4], __m512i sumi)
 {
     for (int p = 0; p < 2; p++) {
-        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], loadu512(y->qs + 128 * p));
-        const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], loadu512(y->qs + 128 * p + 64));
+        const __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p], v[2 * p]);
+        const __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * p + 1], v[2 * p + 1]);
         sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(s0, s1), scale[p]);
     }
     return sumi;
+}
+
+/* packed_sums_v against the Q8_K row's quants as they lie (the weights in element order) */
+static ALWAYS_INLINE __m512i packed_sums(const __m512i u[4], const __m512i scale[2], const mp_block_q8_K *y, __m512i sumi)
+{
+    const __m512i v[4] = {loadu512(y->qs), loadu512(y->qs + 64), loadu512(y->qs + 128), loadu512(y->qs + 192)};
+    return packed_sums_v(u, scale, v, sumi);
 }
 
 /* The affine K-quants (Q4_K, Q5_K, Q2_K: x = d sc q - dmin m): [d, dmin, 0, 0] from the two
@@ -432,16 +445,21 @@ static ALWAYS_INLINE void affine_add(__m128 dm, const mp_block_q8_K *y, __m512i 
  * same in both; q: its four chunks unpacked) against n_x Q8_K blocks (x_stride bytes apart):
  * acc[i] += the block's contribution, as 16 float lanes; each of the four scale vectors' words a
  * sub-block's scale (k_q4_K_scale_idx). */
-static ALWAYS_INLINE void affine_K_block_dot(const void *head, const __m512i q[4], const uint8_t *x, size_t x_stride,
-                                             int n_x, __m512 *acc, __m256 *accm)
+static ALWAYS_INLINE __m256i affine_K_scales(const void *head, const uint16_t idx[2][32], __m512i scale[2])
 {
     const __m128i sm = q4_K_scales_mins(head);
     const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-    __m512i scale[2];
     for (int p = 0; p < 2; p++)
-        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q4_K_scale_idx[p]), sc16);
+        scale[p] = _mm512_permutexvar_epi16(loadu512(idx[p]), sc16);
     /* each min repeated for its two bsums: lanes (2j, 2j+1) = m[j] */
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+    return _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+}
+
+static ALWAYS_INLINE void affine_K_block_dot(const void *head, const __m512i q[4], const uint8_t *x, size_t x_stride,
+                                             int n_x, __m512 *acc, __m256 *accm)
+{
+    __m512i scale[2];
+    const __m256i mins16 = affine_K_scales(head, k_q4_K_scale_idx, scale);
     const __m128 dm = d_dmin(head);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
@@ -466,6 +484,87 @@ static ALWAYS_INLINE void q5_K_block_dot(const mp_block_q5_K *b, const uint8_t *
     for (int c = 0; c < 4; c++)
         q[c] = q5_K_chunk(b->qs + 32 * c, b->qh, c);
     affine_K_block_dot(b, q, x, x_stride, n_x, acc, accm);
+}
+
+/* Q4_K's one-row kernels (vec_dot, gemv) in the lane order: a 64-byte load of qs[64h..64h+63]
+ * holds sub-blocks 4h and 4h + 2 in its low nibbles and 4h + 1, 4h + 3 in its high ones (32 bytes
+ * each), so an AND and a shift + AND unpack a half block: 6 vector operations a block against
+ * q4_K_chunk's 12 for the element order the multi-row dots keep (they share one unpacking among
+ * their activation rows). The activation meets the weights permuted the same way
+ * (q4_K_act_lanes): once per GEMV call, or per block in vec_dot (4 inserts), whose bits the GEMV
+ * equals. */
+static inline void q4_K_unpack_lanes(const uint8_t *qs, __m512i u[4])
+{
+    for (int h = 0; h < 2; h++) {
+        const __m512i q = loadu512(qs + 64 * h);
+        u[2 * h] = _mm512_and_si512(q, _mm512_set1_epi8(0x0F));
+        u[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0F));
+    }
+}
+
+/* A Q8_K block's 256 quants in q4_K_unpack_lanes' order: v[2h + k] = elements 128h + 32k .. +31, then
+ * 128h + 64 + 32k .. +31 */
+static inline void q4_K_act_lanes(const int8_t *qs, __m512i v[4])
+{
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 2; k++)
+            v[2 * h + k] = _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(qs + 128 * h + 32 * k)),
+                                              loadu256(qs + 128 * h + 64 + 32 * k), 1);
+}
+
+/* One Q4_K block against one Q8_K block y whose quants are v (q4_K_act_lanes) */
+static ALWAYS_INLINE void q4_K_lanes_block_dot(const mp_block_q4_K *b, const __m512i v[4], const mp_block_q8_K *y,
+                                               __m512 *acc, __m256 *accm)
+{
+    __m512i u[4], scale[2];
+    q4_K_unpack_lanes(b->qs, u);
+    const __m256i mins16 = affine_K_scales(b, k_q4_K_lane_scale_idx, scale);
+    affine_add(d_dmin(b), y, packed_sums_v(u, scale, v, _mm512_setzero_si512()),
+               _mm256_madd_epi16(loadu256(y->bsums), mins16), acc, accm);
+}
+
+static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
+{
+    const mp_block_q4_K *bw = w; /* (n / 256,) */
+    const mp_block_q8_K *bx = x;
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
+        mp_prefetch_weights(bw + ib, sizeof(*bw));
+        __m512i v[4];
+        q4_K_act_lanes(bx[ib].qs, v);
+        q4_K_lanes_block_dot(&bw[ib], v, &bx[ib], &acc, &accm);
+    }
+    return hsum512(acc) + hsum256(accm);
+}
+
+/* The activation blocks gemv_q4_K permutes on its stack (rows of up to 16384 elements, 16 KiB);
+ * longer rows take vec_dot, row by row */
+#define Q4_K_GEMV_BLOCKS 64
+
+static void gemv_q4_K(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, float *y)
+{
+    const int64_t nb = n / MP_QK_K;
+    const uint8_t *wb = w; /* (n_rows, row_bytes) */
+    if (nb > Q4_K_GEMV_BLOCKS) {
+        for (int64_t r = 0; r < n_rows; r++)
+            y[r] = vec_dot_q4_K_q8_K(n, wb + (size_t)r * row_bytes, x);
+        return;
+    }
+    const mp_block_q8_K *bx = x;
+    __m512i v[Q4_K_GEMV_BLOCKS][4];
+    for (int64_t ib = 0; ib < nb; ib++)
+        q4_K_act_lanes(bx[ib].qs, v[ib]);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const mp_block_q4_K *bw = (const mp_block_q4_K *)(wb + (size_t)r * row_bytes);
+        __m512 acc = _mm512_setzero_ps();
+        __m256 accm = _mm256_setzero_ps();
+        for (int64_t ib = 0; ib < nb; ib++) {
+            mp_prefetch_weights(bw + ib, sizeof(*bw));
+            q4_K_lanes_block_dot(&bw[ib], v[ib], &bx[ib], &acc, &accm);
+        }
+        y[r] = hsum512(acc) + hsum256(accm);
+    }
 }
 
 /* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order: u[k] holds
@@ -616,7 +715,10 @@ DEFINE_K_ROWS_DOT(q3_K_rows_dot, mp_block_q3_K, q3_K_block_dot)
         ROWS(n, w, x, x_stride, n_x, out);                                                          \
     }
 
-DEFINE_K_VEC_DOTS(q4_K_rows_dot, vec_dot_q4_K_q8_K, vec_dot_multi_q4_K)
+static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)
+{
+    q4_K_rows_dot(n, w, x, x_stride, n_x, out);
+}
 DEFINE_K_VEC_DOTS(q5_K_rows_dot, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K)
 DEFINE_K_VEC_DOTS(q6_K_rows_dot, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K)
 DEFINE_K_VEC_DOTS(q2_K_rows_dot, vec_dot_q2_K_q8_K, vec_dot_multi_q2_K)
@@ -1037,8 +1139,10 @@ static const mp_type_ops k_avx512_ops[] = {
              vec_dot_multi_q4_0, gemm_q4_0, gemv_q4_0),
     OPS_GEMM(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
              vec_dot_multi_q8_0, gemm_q8_0, gemv_q8_0),
-    OPS(MP_TYPE_Q4_K, MP_TYPE_Q8_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K,
-        vec_dot_multi_q4_K),
+    /* Q4_K: the one-row kernels in the lane order (q4_K_unpack_lanes), the multi-row dots in element order */
+    {.type = MP_TYPE_Q4_K, .vec_dot_type = MP_TYPE_Q8_K, .dequantize_row = dequantize_q4_K,
+     .quantize_row = mp_quantize_row_q4_K_ref, .vec_dot = vec_dot_q4_K_q8_K, .vec_dot_multi = vec_dot_multi_q4_K,
+     .multi_other_order = true, .gemv = gemv_q4_K},
     /* IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1: two dots a 512-bit vector (above); IQ4_XS: the AVX2 kernel (one
      * 256-bit register holds a sub-block); rows dequantized by the scalar reference */
     OPS_GEMV(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref,
