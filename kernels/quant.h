@@ -239,8 +239,9 @@ typedef struct mp_type_ops {
     void (*vec_dot_multi)(int64_t n, const void *w_row, const void *x, size_t x_stride, int n_x,
                           float *out);
     /* vec_dot_multi adds the same exact integer sub-block sums in another lane order than vec_dot
-     * and gemv: equal within float rounding, not bit for bit (the AVX-512 Q4_K, whose one-row kernels
-     * unpack a block in the order of its bytes, its multi-row dots in element order: kernels/cpu/quant_avx512.c). */
+     * and gemv: equal within float rounding, not bit for bit (the AVX-512 Q4_K and Q6_K, whose one-row
+     * kernels unpack a block in the order of its bytes, their multi-row dots in element order:
+     * kernels/cpu/quant_avx512.c). */
     bool multi_other_order;
     /* Optional (NULL where a variant has none: the AVX-512 level's Q4_0 and Q8_0, the AMX level's
      * Q4_0, Q8_0, Q4_K, Q5_K and Q6_K have it): the whole of mp_gemm_rows for n_rows weight rows
@@ -252,7 +253,7 @@ typedef struct mp_type_ops {
                  int64_t n_x, float *y, int64_t y_stride);
     int gemm_min_rows;
     /* Optional (NULL where a variant has none: the AVX2 and AVX-512 levels' blocks of 32 and the
-     * AVX-512 Q4_K have it): the
+     * AVX-512 Q4_K and Q6_K have it): the
      * decode GEMV, y[r] = dot(W[r], x) for n_rows weight rows from w, row_bytes apart, against one
      * activation row; mp_gemv_rows uses it (and mp_gemm_rows for a tile of one activation row), per-row
      * vec_dot otherwise. Equal to vec_dot bit for bit, whatever rows a call is given. */

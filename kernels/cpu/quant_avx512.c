@@ -8,8 +8,8 @@
  *
  * What AVX-512 buys over quant_avx2.c: 64-byte vectors for the float types and the K-quants (a
  * Q8_K activation chunk of 64 against 64 weights unpacked from a broadcast 32-byte load, a Q6_K
- * quarter block; Q4_K's one-row kernels unpack 64 bytes at a time against an activation permuted to
- * match, which its GEMV does once a call) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
+ * quarter block; Q4_K's and Q6_K's one-row kernels unpack in the order of the block's bytes against
+ * an activation permuted to match, which their GEMVs do once a call) and VNNI, which fuses the integer multiply-adds: vpdpwssd (s16 x s16 pairs into
  * int32) applies the K-quant sub-block scales and accumulates in one instruction, vpdpbusd (u8 x
  * s8, four products into an int32 lane) replaces maddubs + madd in the blocks of 32's dots and
  * maddubs in the K-quant ones (whose sums pack two chunks into one vpdpwssd). The blocks of 32 put
@@ -351,6 +351,11 @@ static const uint16_t k_q4_K_scale_idx[2][32] = {
 static const uint16_t k_q6_K_scale_idx[2][32] = {
     {R4(0), R4(4), R4(1), R4(5), R4(2), R4(6), R4(3), R4(7)},
     {R4(8), R4(12), R4(9), R4(13), R4(10), R4(14), R4(11), R4(15)}};
+/* Q6_K in the decode's lane order (q6_K_unpack_lanes): in 128-bit lane j of pair p's packed sums,
+ * words 0-3 belong to group 4p + (j & 1) + 8 (j >= 2), words 4-7 to the group two after it */
+static const uint16_t k_q6_K_lane_scale_idx[2][32] = {
+    {R4(0), R4(2), R4(1), R4(3), R4(8), R4(10), R4(9), R4(11)},
+    {R4(4), R4(6), R4(5), R4(7), R4(12), R4(14), R4(13), R4(15)}};
 /* Q4_K in the decode's lane order (q4_K_unpack_lanes): in 128-bit lane j of pair p's packed sums,
  * words 0-3 belong to sub-block 4p + 2 (j >= 2), words 4-7 to the one after it */
 static const uint16_t k_q4_K_lane_scale_idx[2][32] = {
@@ -508,8 +513,7 @@ static inline void q4_K_act_lanes(const int8_t *qs, __m512i v[4])
 {
     for (int h = 0; h < 2; h++)
         for (int k = 0; k < 2; k++)
-            v[2 * h + k] = _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(qs + 128 * h + 32 * k)),
-                                              loadu256(qs + 128 * h + 64 + 32 * k), 1);
+            v[2 * h + k] = join256(loadu256(qs + 128 * h + 32 * k), loadu256(qs + 128 * h + 64 + 32 * k));
 }
 
 /* One Q4_K block against one Q8_K block y whose quants are v (q4_K_act_lanes) */
@@ -521,50 +525,6 @@ static ALWAYS_INLINE void q4_K_lanes_block_dot(const mp_block_q4_K *b, const __m
     const __m256i mins16 = affine_K_scales(b, k_q4_K_lane_scale_idx, scale);
     affine_add(d_dmin(b), y, packed_sums_v(u, scale, v, _mm512_setzero_si512()),
                _mm256_madd_epi16(loadu256(y->bsums), mins16), acc, accm);
-}
-
-static float vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *x)
-{
-    const mp_block_q4_K *bw = w; /* (n / 256,) */
-    const mp_block_q8_K *bx = x;
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {
-        mp_prefetch_weights(bw + ib, sizeof(*bw));
-        __m512i v[4];
-        q4_K_act_lanes(bx[ib].qs, v);
-        q4_K_lanes_block_dot(&bw[ib], v, &bx[ib], &acc, &accm);
-    }
-    return hsum512(acc) + hsum256(accm);
-}
-
-/* The activation blocks gemv_q4_K permutes on its stack (rows of up to 16384 elements, 16 KiB);
- * longer rows take vec_dot, row by row */
-#define Q4_K_GEMV_BLOCKS 64
-
-static void gemv_q4_K(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, float *y)
-{
-    const int64_t nb = n / MP_QK_K;
-    const uint8_t *wb = w; /* (n_rows, row_bytes) */
-    if (nb > Q4_K_GEMV_BLOCKS) {
-        for (int64_t r = 0; r < n_rows; r++)
-            y[r] = vec_dot_q4_K_q8_K(n, wb + (size_t)r * row_bytes, x);
-        return;
-    }
-    const mp_block_q8_K *bx = x;
-    __m512i v[Q4_K_GEMV_BLOCKS][4];
-    for (int64_t ib = 0; ib < nb; ib++)
-        q4_K_act_lanes(bx[ib].qs, v[ib]);
-    for (int64_t r = 0; r < n_rows; r++) {
-        const mp_block_q4_K *bw = (const mp_block_q4_K *)(wb + (size_t)r * row_bytes);
-        __m512 acc = _mm512_setzero_ps();
-        __m256 accm = _mm256_setzero_ps();
-        for (int64_t ib = 0; ib < nb; ib++) {
-            mp_prefetch_weights(bw + ib, sizeof(*bw));
-            q4_K_lanes_block_dot(&bw[ib], v[ib], &bx[ib], &acc, &accm);
-        }
-        y[r] = hsum512(acc) + hsum256(accm);
-    }
 }
 
 /* The 256 six-bit quants of a Q6_K block as u = q + 32 in 0..63, in element order: u[k] holds
@@ -589,10 +549,10 @@ static inline void q6_K_unpack(const mp_block_q6_K *b, __m512i u[4])
 
 /* The K-quants of 16 groups of 16 (Q6_K, Q3_K, Q2_K): the scale vectors of the two chunk pairs from
  * the 16 group scales as int16 words (k_q6_K_scale_idx's spread). */
-static inline void g16_scale_vectors(__m256i sc16, __m512i scale[2])
+static inline void g16_scale_vectors(__m256i sc16, const uint16_t idx[2][32], __m512i scale[2])
 {
     for (int p = 0; p < 2; p++)
-        scale[p] = _mm512_permutexvar_epi16(loadu512(k_q6_K_scale_idx[p]), _mm512_castsi256_si512(sc16));
+        scale[p] = _mm512_permutexvar_epi16(loadu512(idx[p]), _mm512_castsi256_si512(sc16));
 }
 
 /* Q6_K and Q3_K, stored as u = q + 2^shift (32, 4) in groups of 16 with signed scales sc16 and one d:
@@ -603,7 +563,7 @@ static ALWAYS_INLINE void offset_g16_block_dot(const __m512i u[4], __m256i sc16,
                                                size_t x_stride, int n_x, __m512 *acc)
 {
     __m512i scale[2];
-    g16_scale_vectors(sc16, scale);
+    g16_scale_vectors(sc16, k_q6_K_scale_idx, scale);
     const __m256i sc16_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, shift));
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
@@ -620,6 +580,94 @@ static ALWAYS_INLINE void q6_K_block_dot(const mp_block_q6_K *b, const uint8_t *
     q6_K_unpack(b, u);
     offset_g16_block_dot(u, _mm256_cvtepi8_epi16(loadu128(b->scales)), 5, f16(b->d), x, x_stride, n_x, acc);
 }
+
+/* Q6_K's one-row kernels in the lane order: v[s] (s = 0..3) holds elements 32s .. 32s + 31 of the
+ * block's first half, then the same of its second (128 + 32s ...). Their top bits are bit pair s of
+ * qh[0..63] as one 64-byte load (both halves' qh side by side), their low four bits ql[0..31] and
+ * ql[64..95] (s = 0, 2: low and high nibbles) or ql[32..63] and ql[96..127] (s = 1, 3), two 256-bit
+ * loads joined: 15 vector operations a block against q6_K_unpack's 20. */
+static inline void q6_K_unpack_lanes(const mp_block_q6_K *b, __m512i u[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i qh = loadu512(b->qh);
+    const __m512i top[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
+    for (int s = 0; s < 2; s++) {
+        const __m512i ql = join256(loadu256(b->ql + 32 * s), loadu256(b->ql + 64 + 32 * s));
+        /* (ql & m4) | (top & m2): vpternlogd, imm 0xEA = (a & b) | c */
+        u[s] = _mm512_ternarylogic_epi32(ql, m4, _mm512_and_si512(top[s], m2), 0xEA);
+        u[s + 2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m4, _mm512_and_si512(top[s + 2], m2), 0xEA);
+    }
+}
+
+/* A Q8_K block's 256 quants in q6_K_unpack_lanes' order */
+static inline void q6_K_act_lanes(const int8_t *qs, __m512i v[4])
+{
+    for (int s = 0; s < 4; s++)
+        v[s] = join256(loadu256(qs + 32 * s), loadu256(qs + 128 + 32 * s));
+}
+
+static ALWAYS_INLINE void q6_K_lanes_block_dot(const mp_block_q6_K *b, const __m512i v[4], const mp_block_q8_K *y,
+                                               __m512 *acc, __m256 *accm)
+{
+    (void)accm; /* Q6_K has no min terms */
+    __m512i u[4], scale[2];
+    q6_K_unpack_lanes(b, u);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales));
+    g16_scale_vectors(sc16, k_q6_K_lane_scale_idx, scale);
+    const __m256i sc16_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+    const __m512i sumi = packed_sums_v(u, scale, v, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_off)));
+    *acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(b->d) * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), *acc);
+}
+
+/* The activation blocks a lane-order GEMV permutes on its stack (rows of up to 16384 elements,
+ * 16 KiB); longer rows take vec_dot, row by row */
+#define LANES_GEMV_BLOCKS 64
+
+/* vec_dot and gemv of a type whose one-row kernels work in a lane order: ACT_LANES permutes a Q8_K
+ * block's quants to it (per block in vec_dot, once a call in gemv, so the two agree bit for bit),
+ * BLOCK_DOT adds one weight block against them. */
+#define DEFINE_LANES_KERNELS(DOT, GEMV, BLOCK_T, ACT_LANES, BLOCK_DOT)                                    \
+    static float DOT(int64_t n, const void *w, const void *x)                                             \
+    {                                                                                                     \
+        const BLOCK_T *bw = w; /* (n / 256,) */                                                           \
+        const mp_block_q8_K *bx = x;                                                                      \
+        __m512 acc = _mm512_setzero_ps();                                                                 \
+        __m256 accm = _mm256_setzero_ps();                                                                \
+        for (int64_t ib = 0; ib < n / MP_QK_K; ib++) {                                                    \
+            mp_prefetch_weights(bw + ib, sizeof(*bw));                                                    \
+            __m512i v[4];                                                                                 \
+            ACT_LANES(bx[ib].qs, v);                                                                      \
+            BLOCK_DOT(&bw[ib], v, &bx[ib], &acc, &accm);                                                  \
+        }                                                                                                 \
+        return hsum512(acc) + hsum256(accm);                                                              \
+    }                                                                                                     \
+    static void GEMV(int64_t n, const void *w, size_t row_bytes, int64_t n_rows, const void *x, float *y) \
+    {                                                                                                     \
+        const int64_t nb = n / MP_QK_K;                                                                   \
+        const uint8_t *wb = w; /* (n_rows, row_bytes) */                                                  \
+        if (nb > LANES_GEMV_BLOCKS) {                                                                     \
+            for (int64_t r = 0; r < n_rows; r++)                                                          \
+                y[r] = DOT(n, wb + (size_t)r * row_bytes, x);                                             \
+            return;                                                                                       \
+        }                                                                                                 \
+        const mp_block_q8_K *bx = x;                                                                      \
+        __m512i v[LANES_GEMV_BLOCKS][4];                                                                  \
+        for (int64_t ib = 0; ib < nb; ib++)                                                               \
+            ACT_LANES(bx[ib].qs, v[ib]);                                                                  \
+        for (int64_t r = 0; r < n_rows; r++) {                                                            \
+            const BLOCK_T *bw = (const BLOCK_T *)(wb + (size_t)r * row_bytes);                            \
+            __m512 acc = _mm512_setzero_ps();                                                             \
+            __m256 accm = _mm256_setzero_ps();                                                            \
+            for (int64_t ib = 0; ib < nb; ib++) {                                                         \
+                mp_prefetch_weights(bw + ib, sizeof(*bw));                                                \
+                BLOCK_DOT(&bw[ib], v[ib], &bx[ib], &acc, &accm);                                          \
+            }                                                                                             \
+            y[r] = hsum512(acc) + hsum256(accm);                                                          \
+        }                                                                                                 \
+    }
+
+DEFINE_LANES_KERNELS(vec_dot_q4_K_q8_K, gemv_q4_K, mp_block_q4_K, q4_K_act_lanes, q4_K_lanes_block_dot)
+DEFINE_LANES_KERNELS(vec_dot_q6_K_q8_K, gemv_q6_K, mp_block_q6_K, q6_K_act_lanes, q6_K_lanes_block_dot)
 
 /* Q2_K / Q3_K chunk c (elements 64c .. 64c+63: runs 2c and 2c + 1 of 32, quant.h): bits 2j of
  * qs[32h + l] (h = c / 2; j = 2 (c % 2) in the lower half, j + 1 in the upper) from one 256-bit
@@ -649,7 +697,7 @@ static ALWAYS_INLINE void q2_K_block_dot(const mp_block_q2_K *b, const uint8_t *
     for (int c = 0; c < 4; c++)
         u[c] = k2_chunk(b->qs, NULL, c);
     const __m128i s8 = loadu128(b->scales), m4 = _mm_set1_epi8(0x0F);
-    g16_scale_vectors(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)), scale);
+    g16_scale_vectors(_mm256_cvtepu8_epi16(_mm_and_si128(s8, m4)), k_q6_K_scale_idx, scale);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
     const __m128 dm = d_dmin(&b->d); /* d and dmin adjacent */
     for (int i = 0; i < n_x; i++) {
@@ -720,7 +768,10 @@ static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x
     q4_K_rows_dot(n, w, x, x_stride, n_x, out);
 }
 DEFINE_K_VEC_DOTS(q5_K_rows_dot, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K)
-DEFINE_K_VEC_DOTS(q6_K_rows_dot, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K)
+static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)
+{
+    q6_K_rows_dot(n, w, x, x_stride, n_x, out);
+}
 DEFINE_K_VEC_DOTS(q2_K_rows_dot, vec_dot_q2_K_q8_K, vec_dot_multi_q2_K)
 DEFINE_K_VEC_DOTS(q3_K_rows_dot, vec_dot_q3_K_q8_K, vec_dot_multi_q3_K)
 
@@ -1164,8 +1215,9 @@ static const mp_type_ops k_avx512_ops[] = {
         vec_dot_multi_q3_K),
     OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
         vec_dot_multi_q5_K),
-    OPS(MP_TYPE_Q6_K, MP_TYPE_Q8_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K,
-        vec_dot_multi_q6_K),
+    {.type = MP_TYPE_Q6_K, .vec_dot_type = MP_TYPE_Q8_K, .dequantize_row = dequantize_q6_K,
+     .quantize_row = mp_quantize_row_q6_K_ref, .vec_dot = vec_dot_q6_K_q8_K, .vec_dot_multi = vec_dot_multi_q6_K,
+     .multi_other_order = true, .gemv = gemv_q6_K},
 };
 
 const mp_type_ops *mp_type_ops_avx512(int type)
