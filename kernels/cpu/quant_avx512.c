@@ -421,10 +421,18 @@ static ALWAYS_INLINE __m512i packed_sums_v(const __m512i u[4], const __m512i sca
     return sumi;
 }
 
+/* A Q8_K block's 256 quants as they lie (element order), four chunks of 64 */
+static inline void q8_K_chunks(const mp_block_q8_K *y, __m512i v[4])
+{
+    for (int c = 0; c < 4; c++)
+        v[c] = loadu512(y->qs + 64 * c);
+}
+
 /* packed_sums_v against the Q8_K row's quants as they lie (the weights in element order) */
 static ALWAYS_INLINE __m512i packed_sums(const __m512i u[4], const __m512i scale[2], const mp_block_q8_K *y, __m512i sumi)
 {
-    const __m512i v[4] = {loadu512(y->qs), loadu512(y->qs + 64), loadu512(y->qs + 128), loadu512(y->qs + 192)};
+    __m512i v[4];
+    q8_K_chunks(y, v);
     return packed_sums_v(u, scale, v, sumi);
 }
 
@@ -559,16 +567,31 @@ static inline void g16_scale_vectors(__m256i sc16, const uint16_t idx[2][32], __
  * sum(q y) = sum(u y) - 2^shift sum(y), sum(y) of a group its bsum, so each group's -2^shift sc
  * starts the sums (|sc| <= 128: the products fit int16). One block (u, sc16, d) against n_x Q8_K
  * blocks. */
+/* The scale vectors (idx's spread of sc16) and the groups' offset starts, -2^shift sc */
+static ALWAYS_INLINE __m256i offset_g16_scales(__m256i sc16, int shift, const uint16_t idx[2][32], __m512i scale[2])
+{
+    g16_scale_vectors(sc16, idx, scale);
+    return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, shift));
+}
+
+/* One block's contribution for one Q8_K row y, whose quants are v (in u's order): acc += d yd sumi */
+static ALWAYS_INLINE void offset_g16_add(const __m512i u[4], const __m512i scale[2], __m256i sc16_off, float d,
+                                         const mp_block_q8_K *y, const __m512i v[4], __m512 *acc)
+{
+    const __m512i sumi = packed_sums_v(u, scale, v, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_off)));
+    *acc = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), *acc);
+}
+
 static ALWAYS_INLINE void offset_g16_block_dot(const __m512i u[4], __m256i sc16, int shift, float d, const uint8_t *x,
                                                size_t x_stride, int n_x, __m512 *acc)
 {
     __m512i scale[2];
-    g16_scale_vectors(sc16, k_q6_K_scale_idx, scale);
-    const __m256i sc16_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, shift));
+    const __m256i sc16_off = offset_g16_scales(sc16, shift, k_q6_K_scale_idx, scale);
     for (int i = 0; i < n_x; i++) {
         const mp_block_q8_K *y = (const mp_block_q8_K *)(x + (size_t)i * x_stride);
-        const __m512i sumi = packed_sums(u, scale, y, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_off)));
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(d * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), acc[i]);
+        __m512i v[4];
+        q8_K_chunks(y, v);
+        offset_g16_add(u, scale, sc16_off, d, y, v, &acc[i]);
     }
 }
 
@@ -612,11 +635,8 @@ static ALWAYS_INLINE void q6_K_lanes_block_dot(const mp_block_q6_K *b, const __m
     (void)accm; /* Q6_K has no min terms */
     __m512i u[4], scale[2];
     q6_K_unpack_lanes(b, u);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b->scales));
-    g16_scale_vectors(sc16, k_q6_K_lane_scale_idx, scale);
-    const __m256i sc16_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
-    const __m512i sumi = packed_sums_v(u, scale, v, zext256(_mm256_madd_epi16(loadu256(y->bsums), sc16_off)));
-    *acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(b->d) * q8_K_scale(y)), _mm512_cvtepi32_ps(sumi), *acc);
+    const __m256i sc16_off = offset_g16_scales(_mm256_cvtepi8_epi16(loadu128(b->scales)), 5, k_q6_K_lane_scale_idx, scale);
+    offset_g16_add(u, scale, sc16_off, f16(b->d), y, v, acc);
 }
 
 /* The activation blocks a lane-order GEMV permutes on its stack (rows of up to 16384 elements,
@@ -751,6 +771,11 @@ DEFINE_K_ROWS_DOT(q2_K_rows_dot, mp_block_q2_K, q2_K_block_dot)
 DEFINE_K_ROWS_DOT(q3_K_rows_dot, mp_block_q3_K, q3_K_block_dot)
 
 /* The table's vec_dot (n_x = 1) and vec_dot_multi of a row loop. */
+#define DEFINE_K_MULTI(ROWS, MULTI)                                                                 \
+    static void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out) \
+    {                                                                                               \
+        ROWS(n, w, x, x_stride, n_x, out);                                                          \
+    }
 #define DEFINE_K_VEC_DOTS(ROWS, DOT, MULTI)                                                         \
     static float DOT(int64_t n, const void *w, const void *x)                                       \
     {                                                                                               \
@@ -758,20 +783,12 @@ DEFINE_K_ROWS_DOT(q3_K_rows_dot, mp_block_q3_K, q3_K_block_dot)
         ROWS(n, w, x, 0, 1, &out);                                                                  \
         return out;                                                                                 \
     }                                                                                               \
-    static void MULTI(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out) \
-    {                                                                                               \
-        ROWS(n, w, x, x_stride, n_x, out);                                                          \
-    }
+    DEFINE_K_MULTI(ROWS, MULTI)
 
-static void vec_dot_multi_q4_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)
-{
-    q4_K_rows_dot(n, w, x, x_stride, n_x, out);
-}
+/* Q4_K and Q6_K: vec_dot from DEFINE_LANES_KERNELS */
+DEFINE_K_MULTI(q4_K_rows_dot, vec_dot_multi_q4_K)
 DEFINE_K_VEC_DOTS(q5_K_rows_dot, vec_dot_q5_K_q8_K, vec_dot_multi_q5_K)
-static void vec_dot_multi_q6_K(int64_t n, const void *w, const void *x, size_t x_stride, int n_x, float *out)
-{
-    q6_K_rows_dot(n, w, x, x_stride, n_x, out);
-}
+DEFINE_K_MULTI(q6_K_rows_dot, vec_dot_multi_q6_K)
 DEFINE_K_VEC_DOTS(q2_K_rows_dot, vec_dot_q2_K_q8_K, vec_dot_multi_q2_K)
 DEFINE_K_VEC_DOTS(q3_K_rows_dot, vec_dot_q3_K_q8_K, vec_dot_multi_q3_K)
 
@@ -1178,6 +1195,10 @@ DEFINE_K_VEC_DOTS(iq4_xs_rows_dot, vec_dot_iq4_xs_q8_K, vec_dot_multi_iq4_xs)
 #define OPS_GEMV(T, VDT, DQ, Q, VD, MULTI, GEMV) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI), .gemv = (GEMV)}
+/* A type whose one-row kernels (vec_dot, gemv) work in a lane order and whose multi-row dots do not */
+#define OPS_LANES(T, DQ, Q, VD, MULTI, GEMV) \
+    {.type = (T), .vec_dot_type = MP_TYPE_Q8_K, .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
+     .vec_dot_multi = (MULTI), .multi_other_order = true, .gemv = (GEMV)}
 #define OPS_GEMM(T, VDT, DQ, Q, VD, MULTI, GEMM, GEMV) \
     {.type = (T), .vec_dot_type = (VDT), .dequantize_row = (DQ), .quantize_row = (Q), .vec_dot = (VD), \
      .vec_dot_multi = (MULTI), .gemm = (GEMM), .gemm_min_rows = Q8_GEMM_MIN_ROWS, .gemv = (GEMV)}
@@ -1191,9 +1212,8 @@ static const mp_type_ops k_avx512_ops[] = {
     OPS_GEMM(MP_TYPE_Q8_0, MP_TYPE_Q8_0, dequantize_q8_0, mp_quantize_row_q8_0_ref, vec_dot_q8_0_q8_0,
              vec_dot_multi_q8_0, gemm_q8_0, gemv_q8_0),
     /* Q4_K: the one-row kernels in the lane order (q4_K_unpack_lanes), the multi-row dots in element order */
-    {.type = MP_TYPE_Q4_K, .vec_dot_type = MP_TYPE_Q8_K, .dequantize_row = dequantize_q4_K,
-     .quantize_row = mp_quantize_row_q4_K_ref, .vec_dot = vec_dot_q4_K_q8_K, .vec_dot_multi = vec_dot_multi_q4_K,
-     .multi_other_order = true, .gemv = gemv_q4_K},
+    OPS_LANES(MP_TYPE_Q4_K, dequantize_q4_K, mp_quantize_row_q4_K_ref, vec_dot_q4_K_q8_K, vec_dot_multi_q4_K,
+              gemv_q4_K),
     /* IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1: two dots a 512-bit vector (above); IQ4_XS: the AVX2 kernel (one
      * 256-bit register holds a sub-block); rows dequantized by the scalar reference */
     OPS_GEMV(MP_TYPE_Q4_1, MP_TYPE_Q8_0, mp_dequantize_row_q4_1_scalar, mp_quantize_row_q4_1_ref,
@@ -1215,9 +1235,8 @@ static const mp_type_ops k_avx512_ops[] = {
         vec_dot_multi_q3_K),
     OPS(MP_TYPE_Q5_K, MP_TYPE_Q8_K, mp_dequantize_row_q5_K_scalar, mp_quantize_row_q5_K_ref, vec_dot_q5_K_q8_K,
         vec_dot_multi_q5_K),
-    {.type = MP_TYPE_Q6_K, .vec_dot_type = MP_TYPE_Q8_K, .dequantize_row = dequantize_q6_K,
-     .quantize_row = mp_quantize_row_q6_K_ref, .vec_dot = vec_dot_q6_K_q8_K, .vec_dot_multi = vec_dot_multi_q6_K,
-     .multi_other_order = true, .gemv = gemv_q6_K},
+    OPS_LANES(MP_TYPE_Q6_K, dequantize_q6_K, mp_quantize_row_q6_K_ref, vec_dot_q6_K_q8_K, vec_dot_multi_q6_K,
+              gemv_q6_K),
 };
 
 const mp_type_ops *mp_type_ops_avx512(int type)

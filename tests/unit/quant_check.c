@@ -417,13 +417,12 @@ static void check_rows_n(const mp_type_ops *ops, const char *variant, int64_t n_
         mp_gemm_rows(ops, w, row_bytes, n_cols, r0, r1, x, x_stride, nx, yy, y_stride);
         /* a whole-call GEMM: within rounding here (check_gemm_bits holds the bit-exact ones to vec_dot) */
         const bool whole = ops->gemm && nx >= ops->gemm_min_rows;
-        if (whole)
-            check_gemm_result(ops, variant, w, row_bytes, n_cols, r0, r1, x, x_stride, nx, yy, y_stride);
         /* multi-row dots in another lane order than vec_dot's: within rounding, as a whole-call GEMM */
-        if (!whole && ops->multi_other_order && nx > 1)
+        const bool bits = !whole && !ops->multi_other_order;
+        if (!bits)
             check_gemm_result(ops, variant, w, row_bytes, n_cols, r0, r1, x, x_stride, nx, yy, y_stride);
         for (int64_t i = 0; i < nx && !whole; i++) {
-            for (int64_t r = r0; r < r1 && !ops->multi_other_order; r++) {
+            for (int64_t r = r0; r < r1 && bits; r++) {
                 /* vec_dot_multi and the GEMV do each row's arithmetic in vec_dot's order: equal bits */
                 const float want = ops->vec_dot(n_cols, w + r * row_bytes, x + i * x_stride);
                 cr_assert(same_float(yy[i * y_stride + (r - r0)], want),
